@@ -1,0 +1,45 @@
+# The two commands of the README: `make demo` and `make test`.
+# Both create .venv if missing and install torch (CPU wheel), the package with
+# its compiled extension (--no-build-isolation) and the test tools.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+TORCH_SPEC ?= torch==2.13.0
+NVCC ?= $(shell command -v nvcc 2>/dev/null)
+PYTEST_ARGS ?=
+
+.PHONY: demo test install cuda-check bench clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+# Build tools and torch first: the extension build needs them without isolation.
+$(VENV)/.deps-stamp: | $(PY)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q "$(TORCH_SPEC)"
+	$(PIP) install -q setuptools wheel ninja
+	touch $@
+
+install: $(VENV)/.deps-stamp
+	$(PIP) install -q --no-build-isolation -e ".[test]"
+
+# Compile every CUDA source with the machine's nvcc (compile-only: no GPU here).
+cuda-check:
+ifneq ($(NVCC),)
+	$(PY) scripts/cuda_compile_check.py --nvcc "$(NVCC)"
+else
+	@echo "cuda-check: nvcc not found, skipping the CUDA compile check"
+endif
+
+test: install cuda-check
+	$(PY) -m pytest -q $(PYTEST_ARGS) tests
+
+demo: install
+	$(PY) -m spacy_elmo demo
+
+bench: install
+	$(PY) benchmarks/kernels.py
+
+clean:
+	rm -rf build *.egg-info spacy_elmo/_C*.so

@@ -1,0 +1,55 @@
+"""Build of the compiled extension ``spacy_elmo._C``.
+
+All metadata lives in pyproject.toml; this file only declares the extension.
+Install with ``pip install --no-build-isolation -e .`` after installing torch
+(a bare ``torch`` requirement in an isolated build would pull a CUDA wheel).
+
+Environment switches:
+  SPACY_ELMO_NO_EXTENSION=1  build nothing (pure-PyTorch reference path only)
+  SPACY_ELMO_CUDA=0|1|auto   CUDA kernels: never, always, or when torch has CUDA and nvcc exists
+"""
+
+import glob
+import os
+
+from setuptools import setup
+
+
+def _extensions():
+    if os.environ.get("SPACY_ELMO_NO_EXTENSION") == "1":
+        return [], {}
+    import torch
+    from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
+
+    sources = sorted(glob.glob("csrc/*.cpp") + glob.glob("csrc/cpu/*.cpp"))
+    if not sources:
+        return [], {}
+    cuda_sources = sorted(glob.glob("csrc/cuda/*.cu") + glob.glob("csrc/cuda/*.cpp"))
+    want_cuda = os.environ.get("SPACY_ELMO_CUDA", "auto")
+    use_cuda = bool(cuda_sources) and (
+        want_cuda == "1" or (want_cuda == "auto" and torch.version.cuda is not None and CUDA_HOME is not None)
+    )
+    # Portable: no -march=native in anything that may become a wheel.
+    cxx_flags = ["-O3", "-std=c++17", "-fopenmp"]
+    define_macros = [("SPACY_ELMO_WITH_CUDA", "1")] if use_cuda else []
+    if use_cuda:
+        nvcc_flags = ["-O3", "--use_fast_math", "-std=c++17"]
+        ext = CUDAExtension(
+            "spacy_elmo._C",
+            sources + cuda_sources,
+            extra_compile_args={"cxx": cxx_flags, "nvcc": nvcc_flags},
+            define_macros=define_macros,
+            extra_link_args=["-fopenmp"],
+        )
+    else:
+        ext = CppExtension(
+            "spacy_elmo._C",
+            sources,
+            extra_compile_args={"cxx": cxx_flags},
+            extra_link_args=["-fopenmp"],
+        )
+    return [ext], {"build_ext": BuildExtension.with_options(use_ninja=True)}
+
+
+ext_modules, cmdclass = _extensions()
+setup(ext_modules=ext_modules, cmdclass=cmdclass)

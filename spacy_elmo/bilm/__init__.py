@@ -1,0 +1,7 @@
+"""The biLM as torch modules (never imports spaCy)."""
+
+from .config import BiLMConfig
+from .model import BiLM, BiLMOutput
+from .scalar_mix import ScalarMix
+
+__all__ = ["BiLMConfig", "BiLM", "BiLMOutput", "ScalarMix"]

@@ -1,0 +1,168 @@
+"""BiLMConfig: every hyperparameter of an ELMo biLM, and its AllenNLP options form."""
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple, Union
+
+from ..chars import DEFAULT_MAX_CHARS, N_CHAR_IDS
+from ..errors import Errors
+
+RELEASED_FILTERS: List[Tuple[int, int]] = [(1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024)]
+
+_PRESETS = {
+    # name: (cell_dim C, projection_dim P, n_highway)
+    "small": (1024, 128, 1),
+    "medium": (2048, 256, 1),
+    "original": (4096, 512, 2),
+}
+
+
+@dataclass
+class BiLMConfig:
+    """Hyperparameters of the biLM (names follow the AllenNLP options file).
+
+    ``cell_clip`` / ``proj_clip`` of ``None`` mean no clipping.
+    ``n_characters`` is the size of the shifted id space (262; 261 in bilm-tf
+    training options, which describe the same 261 stored embedding rows).
+    """
+
+    projection_dim: int = 128
+    cell_dim: int = 1024
+    n_layers: int = 2
+    cell_clip: Optional[float] = 3.0
+    proj_clip: Optional[float] = 3.0
+    use_skip_connections: bool = True
+    char_embedding_dim: int = 16
+    filters: List[Tuple[int, int]] = field(default_factory=lambda: list(RELEASED_FILTERS))
+    n_highway: int = 1
+    activation: str = "relu"
+    n_characters: int = 262
+    max_characters_per_token: int = DEFAULT_MAX_CHARS
+
+    def __post_init__(self) -> None:
+        self.filters = [tuple(f) for f in self.filters] if isinstance(self.filters, (list, tuple)) else self.filters
+        self.validate()
+
+    # -- derived sizes ---------------------------------------------------
+    @property
+    def n_filters(self) -> int:
+        """F: the width of the char-CNN output (sum of filter counts)."""
+        return sum(count for _, count in self.filters)
+
+    @property
+    def output_dim(self) -> int:
+        """2P: the width of every output layer."""
+        return 2 * self.projection_dim
+
+    @property
+    def n_output_layers(self) -> int:
+        return self.n_layers + 1
+
+    # -- validation ------------------------------------------------------
+    def validate(self) -> None:
+        for name in ("projection_dim", "cell_dim", "n_layers", "char_embedding_dim", "max_characters_per_token"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(Errors.E_BAD_POSITIVE.format(name=name, value=value))
+        if not isinstance(self.n_highway, int) or self.n_highway < 0:
+            raise ValueError(Errors.E_BAD_POSITIVE.format(name="n_highway", value=self.n_highway))
+        for name in ("cell_clip", "proj_clip"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
+                raise ValueError(Errors.E_BAD_CLIP.format(name=name, value=value))
+        if self.activation not in ("relu", "tanh"):
+            raise ValueError(Errors.E_BAD_ACTIVATION.format(value=self.activation))
+        if self.n_characters not in (N_CHAR_IDS, N_CHAR_IDS + 1):
+            raise ValueError(Errors.E_BAD_N_CHARACTERS.format(value=self.n_characters))
+        if self.max_characters_per_token < 3:
+            raise ValueError(Errors.E_MAX_CHARS_TOO_SMALL.format(value=self.max_characters_per_token))
+        ok = isinstance(self.filters, list) and len(self.filters) > 0
+        ok = ok and all(
+            isinstance(f, tuple) and len(f) == 2 and all(isinstance(v, int) and v > 0 for v in f) for f in self.filters
+        )
+        if not ok:
+            raise ValueError(Errors.E_BAD_FILTERS.format(value=self.filters))
+        for width, _ in self.filters:
+            if width > self.max_characters_per_token:
+                raise ValueError(Errors.E_FILTER_TOO_WIDE.format(width=width, max_chars=self.max_characters_per_token))
+
+    # -- constructors ----------------------------------------------------
+    @classmethod
+    def preset(cls, name: str) -> "BiLMConfig":
+        """The sizes of a released model: ``"small"``, ``"medium"`` or ``"original"``."""
+        if name not in _PRESETS:
+            raise ValueError(Errors.E_UNKNOWN_PRESET.format(name=name, choices=", ".join(_PRESETS)))
+        cell, proj, n_highway = _PRESETS[name]
+        return cls(projection_dim=proj, cell_dim=cell, n_highway=n_highway)
+
+    @classmethod
+    def from_allennlp_options(cls, options: Union[str, Path, Dict[str, Any]]) -> "BiLMConfig":
+        """Read an AllenNLP/bilm-tf ``options.json`` (a path or the parsed dict).
+
+        Unknown keys (training options) are ignored; a missing clip means no
+        clipping; a missing ``n_highway`` means none.
+        """
+        source = "dict"
+        if not isinstance(options, dict):
+            source = str(options)
+            try:
+                options = json.loads(Path(options).read_text(encoding="utf-8"))
+            except (OSError, ValueError) as err:
+                raise ValueError(Errors.E_OPTIONS_NOT_JSON.format(path=options, error=err)) from err
+
+        def need(section: Dict[str, Any], key: str, where: str) -> Any:
+            if not isinstance(section, dict) or key not in section:
+                raise ValueError(Errors.E_OPTIONS_MISSING_KEY.format(source=source, key=where))
+            return section[key]
+
+        lstm = need(options, "lstm", "lstm")
+        cnn = need(options, "char_cnn", "char_cnn")
+        embedding = need(cnn, "embedding", "char_cnn.embedding")
+        return cls(
+            projection_dim=need(lstm, "projection_dim", "lstm.projection_dim"),
+            cell_dim=need(lstm, "dim", "lstm.dim"),
+            n_layers=need(lstm, "n_layers", "lstm.n_layers"),
+            cell_clip=lstm.get("cell_clip") or None,
+            proj_clip=lstm.get("proj_clip") or None,
+            use_skip_connections=bool(lstm.get("use_skip_connections", False)),
+            char_embedding_dim=need(embedding, "dim", "char_cnn.embedding.dim"),
+            filters=[tuple(f) for f in need(cnn, "filters", "char_cnn.filters")],
+            n_highway=cnn.get("n_highway") or 0,
+            activation=cnn.get("activation", "relu"),
+            n_characters=cnn.get("n_characters", 262),
+            max_characters_per_token=cnn.get("max_characters_per_token", DEFAULT_MAX_CHARS),
+        )
+
+    def to_allennlp_options(self) -> Dict[str, Any]:
+        """The options dict in the released layout (inverse of ``from_allennlp_options``)."""
+        lstm: Dict[str, Any] = {
+            "dim": self.cell_dim,
+            "projection_dim": self.projection_dim,
+            "n_layers": self.n_layers,
+            "use_skip_connections": self.use_skip_connections,
+        }
+        if self.cell_clip is not None:
+            lstm["cell_clip"] = self.cell_clip
+        if self.proj_clip is not None:
+            lstm["proj_clip"] = self.proj_clip
+        return {
+            "lstm": lstm,
+            "char_cnn": {
+                "activation": self.activation,
+                "filters": [list(f) for f in self.filters],
+                "n_highway": self.n_highway,
+                "embedding": {"dim": self.char_embedding_dim},
+                "n_characters": 262,
+                "max_characters_per_token": self.max_characters_per_token,
+            },
+        }
+
+    def to_dict(self) -> Dict[str, Any]:
+        data = asdict(self)
+        data["filters"] = [list(f) for f in self.filters]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any]) -> "BiLMConfig":
+        return cls(**data)

@@ -1,0 +1,188 @@
+"""BiLM: the complete ELMo biLM (token encoder + two LSTM stacks)."""
+
+from pathlib import Path
+from typing import List, NamedTuple, Optional, Union
+
+import torch
+from torch import Tensor, nn
+
+from .. import ops
+from ..chars import BEGIN_OF_SENTENCE, END_OF_SENTENCE, MAX_SHIFTED_ID, marker_char_ids
+from ..errors import Errors
+from .char_encoder import CharEncoder
+from .config import BiLMConfig
+from .lstm import BiLstm, LstmState
+
+PathLike = Union[str, Path]
+
+
+class BiLMOutput(NamedTuple):
+    """``activations``: ``L + 1`` tensors ``(batch, max_len, 2P)`` (layer 0 is ``[x; x]``),
+    sentence markers removed, zero at padded positions; ``mask``: BoolTensor ``(batch, max_len)``."""
+
+    activations: List[Tensor]
+    mask: Tensor
+
+
+class BiLM(nn.Module):
+    """The ELMo biLM, numerically equal to the released models.
+
+    ``stateful=False`` (default): every call starts from zero states, so a
+    sentence gets the same vectors in any batch. ``stateful=True``: the final
+    (c, h) of each batch row becomes that row's initial state in the next call,
+    exactly like AllenNLP and bilm-tf (call :meth:`reset_states` to forget).
+
+    ``backend``: ``"auto"`` (fused kernels when the compiled extension is
+    loaded), ``"fused"`` or ``"reference"``.
+    """
+
+    def __init__(self, config: BiLMConfig, stateful: bool = False, backend: str = "auto") -> None:
+        super().__init__()
+        self.config = config
+        self.stateful = stateful
+        self.token_encoder = CharEncoder(config)
+        self.lstm = BiLstm(config)
+        self.backend = backend
+        self._states: Optional[LstmState] = None
+        W = config.max_characters_per_token
+        markers = torch.tensor([marker_char_ids(BEGIN_OF_SENTENCE, W), marker_char_ids(END_OF_SENTENCE, W)]) + 1
+        self.register_buffer("_marker_ids", markers, persistent=False)
+
+    # -- backend ---------------------------------------------------------
+    @property
+    def backend(self) -> str:
+        """The resolved backend: ``"fused"`` or ``"reference"``."""
+        return self._backend
+
+    @backend.setter
+    def backend(self, name: str) -> None:
+        resolved = ops.resolve_backend(name)
+        self._backend = resolved
+        self.token_encoder.backend = resolved
+        self.lstm.backend = resolved
+
+    # -- states ------------------------------------------------------------
+    def reset_states(self) -> None:
+        """Forget the carried states of stateful mode."""
+        self._states = None
+
+    def _initial_states(self, batch: int, like: Tensor) -> Optional[LstmState]:
+        if not self.stateful or self._states is None:
+            return None
+        h, c = self._states
+        stored = h.shape[2]
+        if batch > stored:
+            # New rows start from zeros, as in AllenNLP's _EncoderBase.
+            extra_h, extra_c = self.lstm.zero_state(batch - stored, like)
+            h, c = torch.cat([h, extra_h], 2), torch.cat([c, extra_c], 2)
+            self._states = (h, c)
+        return h[:, :, :batch], c[:, :, :batch]
+
+    def _update_states(self, final: LstmState) -> None:
+        h_new, c_new = final[0].detach(), final[1].detach()
+        batch = h_new.shape[2]
+        if self._states is None or self._states[0].shape[2] <= batch:
+            self._states = (h_new, c_new)
+        else:
+            # Rows beyond this batch keep their states (AllenNLP semantics).
+            h, c = self._states[0].clone(), self._states[1].clone()
+            h[:, :, :batch] = h_new
+            c[:, :, :batch] = c_new
+            self._states = (h, c)
+
+    # -- forward -------------------------------------------------------------
+    def _check_inputs(self, char_ids: Tensor) -> None:
+        W = self.config.max_characters_per_token
+        if char_ids.dim() != 3 or char_ids.shape[-1] != W:
+            raise ValueError(Errors.E_CHAR_IDS_SHAPE.format(max_chars=W, shape=tuple(char_ids.shape)))
+        if char_ids.dtype not in (torch.long, torch.int32, torch.int64):
+            raise TypeError(Errors.E_CHAR_IDS_DTYPE.format(dtype=char_ids.dtype))
+        if char_ids.numel():
+            lo, hi = int(char_ids.min()), int(char_ids.max())
+            if lo < 0 or hi > MAX_SHIFTED_ID:
+                raise ValueError(Errors.E_CHAR_IDS_RANGE.format(max_id=MAX_SHIFTED_ID, found=hi if hi > 0 else lo))
+
+    def encode_tokens(self, char_ids: Tensor, mask: Tensor) -> Tensor:
+        """Token vectors of the valid positions.
+
+        char_ids: ``(B, T, W)``; mask: BoolTensor ``(B, T)``. Returns ``(B, T, P)``,
+        zero where ``mask`` is False. Each distinct token is encoded once.
+        """
+        B, T, W = char_ids.shape
+        out = self.token_encoder.char_embedding.new_zeros(B, T, self.config.projection_dim)
+        valid = char_ids[mask]
+        if valid.shape[0] == 0:
+            return out
+        unique, inverse = torch.unique(valid, dim=0, return_inverse=True)
+        encoded = self.token_encoder(unique)
+        out = out.masked_scatter(mask.unsqueeze(-1), encoded[inverse])
+        return out
+
+    def forward(self, char_ids: Tensor) -> BiLMOutput:
+        """char_ids: LongTensor ``(batch, max_len, W)`` from :func:`spacy_elmo.batch_to_ids`."""
+        self._check_inputs(char_ids)
+        char_ids = char_ids.long()
+        B, T, W = char_ids.shape
+        device = char_ids.device
+        mask = (char_ids > 0).any(-1)
+        lengths = mask.sum(1)
+        positions = torch.arange(T, device=device)
+        expected = positions.unsqueeze(0) < lengths.unsqueeze(1)
+        if not torch.equal(mask, expected):
+            row = int((mask != expected).any(1).nonzero()[0])
+            raise ValueError(Errors.E_RAGGED_MASK.format(row=row))
+        # Wrap every sentence in <S> ... </S> (each </S> right after its own last token).
+        wrapped = char_ids.new_zeros(B, T + 2, W)
+        wrapped[:, 1 : T + 1] = char_ids
+        rows = torch.arange(B, device=device)
+        wrapped[:, 0] = self._marker_ids[0]
+        wrapped[rows, lengths + 1] = self._marker_ids[1]
+        lengths2 = lengths + 2
+        mask2 = torch.arange(T + 2, device=device).unsqueeze(0) < lengths2.unsqueeze(1)
+        x = self.encode_tokens(wrapped, mask2)
+        state = self._initial_states(B, x)
+        outs_f, outs_b, final = self.lstm(x, x, lengths2, state, reverse_backward=True)
+        if self.stateful:
+            self._update_states(final)
+        layers = [torch.cat([x, x], -1)] + [torch.cat([f, b], -1) for f, b in zip(outs_f, outs_b)]
+        keep = mask.unsqueeze(-1).to(x.dtype)
+        activations = [layer[:, 1 : T + 1] * keep for layer in layers]
+        return BiLMOutput(activations, mask)
+
+    # -- persistence (implemented in allennlp_io / native_io) ----------------
+    @classmethod
+    def from_allennlp(
+        cls, options_file: PathLike, weight_file: PathLike, stateful: bool = False, backend: str = "auto"
+    ) -> "BiLM":
+        """A model from an AllenNLP/bilm-tf ``options.json`` and ``.hdf5`` weight file."""
+        from .allennlp_io import read_allennlp
+
+        config = BiLMConfig.from_allennlp_options(options_file)
+        model = cls(config, stateful=stateful, backend=backend)
+        read_allennlp(model, weight_file)
+        return model
+
+    def to_allennlp(self, options_file: PathLike, weight_file: PathLike) -> None:
+        """Write ``options.json`` and the ``.hdf5`` weight file in the released layout."""
+        from .allennlp_io import write_allennlp
+
+        write_allennlp(self, options_file, weight_file)
+
+    def save(self, directory: PathLike, extra_tensors: Optional[dict] = None, dtype: Optional[torch.dtype] = None) -> None:
+        """Write ``config.json`` + ``model.safetensors`` into ``directory`` (atomically).
+
+        extra_tensors: more named tensors to store beside the biLM (e.g. the
+        softmax of a pretrained model); dtype: store floats in this dtype (e.g.
+        torch.float16 for a compact bundle).
+        """
+        from .native_io import save_native
+
+        save_native(self, directory, extra_tensors=extra_tensors, dtype=dtype)
+
+    @classmethod
+    def load(cls, directory: PathLike, stateful: bool = False, backend: str = "auto") -> "BiLM":
+        """Load a directory written by :meth:`save`, a directory of AllenNLP weights
+        (one ``options.json`` + one ``.hdf5``), or ``"default"`` for the bundled model."""
+        from .native_io import load_model
+
+        return load_model(cls, directory, stateful=stateful, backend=backend)

@@ -1,0 +1,132 @@
+"""This project's own model format: ``config.json`` + ``model.safetensors``.
+
+``config.json``: ``{"format": "spacy-elmo/bilm", "version": 1, "config": {...BiLMConfig...},
+"extra": [names of extra tensors], "provenance": {...}}``. The safetensors file
+holds the biLM's state dict and any extra tensors (e.g. ``softmax.weight``,
+``softmax.bias`` of a pretrained model). No pickle anywhere.
+"""
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, Optional, Union
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from ..errors import Errors
+from .config import BiLMConfig
+
+PathLike = Union[str, Path]
+FORMAT = "spacy-elmo/bilm"
+VERSION = 1
+CONFIG_NAME = "config.json"
+WEIGHTS_NAME = "model.safetensors"
+#: Where the bundled default model lives inside the package.
+DEFAULT_MODEL_DIR = Path(__file__).resolve().parent.parent / "data" / "default"
+
+
+def resolve_model_dir(directory: PathLike) -> Path:
+    """``"default"`` -> the bundled model directory; anything else -> a Path."""
+    if str(directory) == "default":
+        if not (DEFAULT_MODEL_DIR / CONFIG_NAME).exists():
+            raise FileNotFoundError(Errors.E_NO_DEFAULT_MODEL.format(path=DEFAULT_MODEL_DIR))
+        return DEFAULT_MODEL_DIR
+    return Path(directory)
+
+
+def save_native(
+    model: torch.nn.Module,
+    directory: PathLike,
+    extra_tensors: Optional[Dict[str, torch.Tensor]] = None,
+    dtype: Optional[torch.dtype] = None,
+    provenance: Optional[Dict[str, Any]] = None,
+) -> None:
+    """Write the model into ``directory``; files land together or not at all."""
+    directory = Path(directory)
+    tensors = {name: p.detach() for name, p in model.state_dict().items()}
+    extra = dict(extra_tensors or {})
+    for name, value in extra.items():
+        tensors[name] = value.detach()
+    tensors = {
+        k: (v.to(dtype) if dtype is not None and v.is_floating_point() else v).cpu().contiguous() for k, v in tensors.items()
+    }
+    meta = {
+        "format": FORMAT,
+        "version": VERSION,
+        "config": model.config.to_dict(),
+        "extra": sorted(extra),
+        "provenance": provenance or {},
+    }
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}."))
+    try:
+        save_file(tensors, str(tmp / WEIGHTS_NAME))
+        (tmp / CONFIG_NAME).write_text(json.dumps(meta, indent=2), encoding="utf-8")
+        directory.mkdir(exist_ok=True)
+        for name in (WEIGHTS_NAME, CONFIG_NAME):  # weights first: config.json marks a complete model
+            os.replace(tmp / name, directory / name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def read_meta(directory: PathLike) -> Dict[str, Any]:
+    directory = resolve_model_dir(directory)
+    path = directory / CONFIG_NAME
+    if not path.exists():
+        raise FileNotFoundError(Errors.E_NATIVE_DIR_MISSING.format(path=directory, filename=CONFIG_NAME))
+    meta = json.loads(path.read_text(encoding="utf-8"))
+    if meta.get("format") != FORMAT:
+        raise ValueError(Errors.E_NATIVE_BAD_FORMAT.format(path=path, found=meta.get("format"), expected=FORMAT))
+    return meta
+
+
+def load_tensors(directory: PathLike) -> Dict[str, torch.Tensor]:
+    """Every tensor of a native model directory (biLM and extras), as stored."""
+    directory = resolve_model_dir(directory)
+    path = directory / WEIGHTS_NAME
+    if not path.exists():
+        raise FileNotFoundError(Errors.E_NATIVE_DIR_MISSING.format(path=directory, filename=WEIGHTS_NAME))
+    return load_file(str(path))
+
+
+def load_state_into(model: torch.nn.Module, tensors: Dict[str, torch.Tensor], source: PathLike) -> None:
+    """Copy ``tensors`` into ``model`` with shape checks; extra tensors are ignored."""
+    with torch.no_grad():
+        for name, param in model.state_dict().items():
+            if name not in tensors:
+                raise KeyError(Errors.E_NATIVE_TENSOR_MISSING.format(path=source, name=name, expected=tuple(param.shape)))
+            value = tensors[name]
+            if tuple(value.shape) != tuple(param.shape):
+                raise ValueError(
+                    Errors.E_NATIVE_TENSOR_SHAPE.format(
+                        name=name, path=source, found=tuple(value.shape), expected=tuple(param.shape)
+                    )
+                )
+            param.copy_(value.to(param.dtype))
+
+
+def find_allennlp_files(directory: Path):
+    """``(options.json, weights.hdf5)`` of a directory of AllenNLP weights, or None."""
+    hdf5 = sorted(directory.glob("*.hdf5")) + sorted(directory.glob("*.h5"))
+    options = sorted(directory.glob("*options*.json"))
+    if not hdf5 and not options:
+        return None
+    if len(hdf5) != 1 or len(options) != 1:
+        raise ValueError(Errors.E_ALLENNLP_DIR.format(path=directory, n_hdf5=len(hdf5), n_options=len(options)))
+    return options[0], hdf5[0]
+
+
+def load_model(cls, directory: PathLike, stateful: bool = False, backend: str = "auto"):
+    """Load a native directory, an AllenNLP weights directory, or ``"default"``."""
+    path = resolve_model_dir(directory)
+    if path.is_dir() and not (path / CONFIG_NAME).exists():
+        found = find_allennlp_files(path)
+        if found is not None:
+            return cls.from_allennlp(found[0], found[1], stateful=stateful, backend=backend)
+    meta = read_meta(path)
+    model = cls(BiLMConfig.from_dict(meta["config"]), stateful=stateful, backend=backend)
+    load_state_into(model, load_tensors(path), path / WEIGHTS_NAME)
+    return model

@@ -1,0 +1,62 @@
+"""ScalarMix: the task-specific weighting of the biLM layers (elmo-spec §7)."""
+
+from typing import Optional, Sequence
+
+import torch
+from torch import Tensor, nn
+
+from ..errors import Errors
+
+LAYER_NORM_EPS = 1e-13
+
+
+def masked_layer_norm(tensor: Tensor, mask: Tensor) -> Tensor:
+    """Normalise a whole layer tensor ``(B, T, D)`` with one mean/variance over its unmasked elements.
+
+    Not per-token LayerNorm: one statistic per layer, no affine (AllenNLP's form).
+    """
+    m = mask.unsqueeze(-1).to(tensor.dtype)
+    count = m.sum() * tensor.shape[-1]
+    mean = (tensor * m).sum() / count
+    var = (((tensor - mean) * m) ** 2).sum() / count
+    return (tensor - mean) / torch.sqrt(var + LAYER_NORM_EPS)
+
+
+class ScalarMix(nn.Module):
+    """``gamma * sum_j softmax(w)_j * h_j`` over ``n_layers`` tensors of equal shape.
+
+    w starts at 0 (uniform) unless ``initial_weights`` says otherwise; gamma at 1.
+    ``trainable=False`` gives a fixed mix (e.g. ``initial_weights=[-1e9, -1e9, 0]``
+    for the top layer only).
+    """
+
+    def __init__(
+        self,
+        n_layers: int,
+        do_layer_norm: bool = False,
+        initial_weights: Optional[Sequence[float]] = None,
+        trainable: bool = True,
+    ) -> None:
+        super().__init__()
+        if initial_weights is None:
+            initial_weights = [0.0] * n_layers
+        if len(initial_weights) != n_layers:
+            raise ValueError(Errors.E_SCALAR_MIX_INIT.format(found=len(initial_weights), expected=n_layers))
+        self.n_layers = n_layers
+        self.do_layer_norm = do_layer_norm
+        self.scalar_parameters = nn.Parameter(
+            torch.tensor([float(w) for w in initial_weights]), requires_grad=trainable
+        )
+        self.gamma = nn.Parameter(torch.tensor([1.0]), requires_grad=trainable)
+
+    def forward(self, activations: Sequence[Tensor], mask: Optional[Tensor] = None) -> Tensor:
+        """activations: ``n_layers`` tensors ``(B, T, D)``; mask ``(B, T)`` (needed for layer norm)."""
+        if len(activations) != self.n_layers:
+            raise ValueError(Errors.E_SCALAR_MIX_COUNT.format(expected=self.n_layers, found=len(activations)))
+        weights = torch.softmax(self.scalar_parameters, dim=0)
+        if self.do_layer_norm:
+            if mask is None:
+                raise ValueError(Errors.E_SCALAR_MIX_MASK)
+            activations = [masked_layer_norm(a, mask) for a in activations]
+        mixed = sum(w * a for w, a in zip(weights, activations))
+        return self.gamma * mixed

@@ -1,0 +1,89 @@
+"""Token characters: UTF-8 bytes plus ELMo's marker ids.
+
+A token becomes ``max_characters_per_token`` slots::
+
+    [begin_of_word, b1 .. bn, end_of_word, padding, padding, ...]
+
+with the bytes cut to ``max_characters_per_token - 2`` (a cut may split a
+multi-byte character: the released models were trained that way). Every id
+is shifted by +1 so that 0 means "no token" (a padded row of zeros).
+
+Defined behaviour for odd input (tested in ``tests/test_chars.py``):
+
+* any Unicode string is encoded as its UTF-8 bytes: Korean, emoji, control
+  characters and whitespace are ordinary bytes; lone surrogates (which cannot
+  be UTF-8) are encoded with ``surrogatepass`` instead of raising;
+* the empty string ``""`` is a real token ``[bow, eow, pad, ...]``;
+* an empty sentence gives a row of zeros (all positions masked).
+"""
+
+from typing import List, Sequence
+
+import torch
+
+from .errors import Errors
+
+BEGIN_OF_SENTENCE = 256
+END_OF_SENTENCE = 257
+BEGIN_OF_WORD = 258
+END_OF_WORD = 259
+PADDING_CHAR = 260
+#: Size of the id space before the +1 shift (bytes 0..255 plus five markers).
+N_CHAR_IDS = 261
+#: Largest id after the +1 shift.
+MAX_SHIFTED_ID = N_CHAR_IDS
+DEFAULT_MAX_CHARS = 50
+
+
+def _check_max_chars(max_characters_per_token: int) -> None:
+    if max_characters_per_token < 3:
+        raise ValueError(Errors.E_MAX_CHARS_TOO_SMALL.format(value=max_characters_per_token))
+
+
+def word_char_ids(token: str, max_characters_per_token: int = DEFAULT_MAX_CHARS) -> List[int]:
+    """Unshifted character ids of one token: a list of ``max_characters_per_token`` ints."""
+    _check_max_chars(max_characters_per_token)
+    data = token.encode("utf-8", errors="surrogatepass")[: max_characters_per_token - 2]
+    ids = [BEGIN_OF_WORD, *data, END_OF_WORD]
+    ids.extend([PADDING_CHAR] * (max_characters_per_token - len(ids)))
+    return ids
+
+
+def marker_char_ids(marker: int, max_characters_per_token: int = DEFAULT_MAX_CHARS) -> List[int]:
+    """Unshifted ids of a sentence marker (``BEGIN_OF_SENTENCE`` or ``END_OF_SENTENCE``)."""
+    _check_max_chars(max_characters_per_token)
+    ids = [BEGIN_OF_WORD, marker, END_OF_WORD]
+    ids.extend([PADDING_CHAR] * (max_characters_per_token - 3))
+    return ids
+
+
+def batch_to_ids(
+    sentences: Sequence[Sequence[str]], max_characters_per_token: int = DEFAULT_MAX_CHARS
+) -> torch.Tensor:
+    """Character ids of a batch of tokenized sentences.
+
+    sentences: list of sentences, each a list of token strings.
+    Returns: LongTensor ``(batch, max_len, max_characters_per_token)``, ids
+    shifted by +1, zeros for padded tokens.
+    """
+    _check_max_chars(max_characters_per_token)
+    for i, sentence in enumerate(sentences):
+        if isinstance(sentence, (str, bytes)) or not isinstance(sentence, Sequence):
+            raise TypeError(Errors.E_SENTENCES_NOT_LISTS.format(index=i, type_name=type(sentence).__name__))
+        for j, token in enumerate(sentence):
+            if not isinstance(token, str):
+                raise TypeError(
+                    Errors.E_TOKEN_NOT_STR.format(token_index=j, sentence_index=i, type_name=type(token).__name__)
+                )
+    max_len = max((len(s) for s in sentences), default=0)
+    out = torch.zeros((len(sentences), max_len, max_characters_per_token), dtype=torch.long)
+    # One small tensor per distinct token: sentences repeat tokens a lot.
+    cache = {}
+    for i, sentence in enumerate(sentences):
+        for j, token in enumerate(sentence):
+            row = cache.get(token)
+            if row is None:
+                row = torch.tensor(word_char_ids(token, max_characters_per_token), dtype=torch.long) + 1
+                cache[token] = row
+            out[i, j] = row
+    return out

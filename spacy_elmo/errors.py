@@ -1,0 +1,130 @@
+"""Every user-facing message of spacy-elmo, in one place.
+
+Each message names the problem and the fix. Format them with ``str.format``
+keyword arguments. Add new messages to the class of your layer; keep the
+names descriptive (``E_<WHAT>``) so grepping finds the raise site.
+"""
+
+
+class Errors:
+    # --- characters (spacy_elmo.chars) -------------------------------------
+    E_SENTENCES_NOT_LISTS = (
+        "batch_to_ids expects a list of sentences, each a list of token strings, "
+        "but sentence {index} is a {type_name}. Tokenize first, e.g. "
+        "batch_to_ids([['Hello', 'world']]) rather than batch_to_ids(['Hello world'])."
+    )
+    E_TOKEN_NOT_STR = (
+        "Token {token_index} of sentence {sentence_index} is a {type_name}, not a str. "
+        "Pass token texts (e.g. [t.text for t in doc])."
+    )
+    E_MAX_CHARS_TOO_SMALL = (
+        "max_characters_per_token={value} leaves no room for the begin/end-of-word "
+        "markers and one byte; use at least 3 (the released models use 50)."
+    )
+
+    # --- configuration (spacy_elmo.bilm.config) -----------------------------
+    E_UNKNOWN_PRESET = "Unknown preset {name!r}. Choose one of: {choices}."
+    E_BAD_ACTIVATION = "Unsupported char-CNN activation {value!r}: use 'relu' or 'tanh'."
+    E_BAD_FILTERS = (
+        "char_cnn.filters must be a non-empty list of [width, count] pairs of positive "
+        "integers; found {value!r}."
+    )
+    E_FILTER_TOO_WIDE = (
+        "Filter width {width} is wider than max_characters_per_token={max_chars}; "
+        "use narrower filters or a larger max_characters_per_token."
+    )
+    E_BAD_N_CHARACTERS = (
+        "n_characters={value} is not supported: byte-level ELMo needs 261 character ids "
+        "(262 with the +1 padding offset used at inference). Use 261 or 262."
+    )
+    E_BAD_POSITIVE = "{name} must be a positive integer; found {value!r}."
+    E_BAD_CLIP = "{name} must be a positive number or null (no clipping); found {value!r}."
+    E_OPTIONS_MISSING_KEY = (
+        "The ELMo options {source} lack the key {key!r}. An AllenNLP/bilm-tf options.json "
+        "has 'lstm' (dim, projection_dim, n_layers, ...) and 'char_cnn' (embedding.dim, "
+        "filters, ...): check that you passed the options file and not the weight file."
+    )
+    E_OPTIONS_NOT_JSON = (
+        "Could not read ELMo options from {path}: {error}. Pass the options.json that came "
+        "with the weight file."
+    )
+    E_SKIP_CONNECTIONS_SHAPE = (
+        "use_skip_connections requires every LSTM layer input to have the projection "
+        "width; this configuration is inconsistent: {detail}"
+    )
+
+    # --- weight files (spacy_elmo.bilm.allennlp_io / native_io) -------------
+    E_WEIGHT_FILE_MISSING = "The weight file {path} does not exist. Check the path."
+    E_WEIGHT_FILE_NOT_HDF5 = (
+        "{path} is not an hdf5 file ({error}). AllenNLP/bilm-tf ELMo weights are .hdf5 "
+        "files; this project's own models are directories written by BiLM.save()."
+    )
+    E_DATASET_MISSING = (
+        "The weight file {path} has no dataset {dataset!r} (expected shape {expected}). "
+        "The file does not match the options: check that options and weights come from "
+        "the same model (e.g. n_highway, n_layers, filters)."
+    )
+    E_DATASET_SHAPE = (
+        "Dataset {dataset!r} in {path} has shape {found}, but the options imply {expected}. "
+        "The options file does not belong to this weight file (compare lstm.dim, "
+        "lstm.projection_dim, char_cnn.filters and char_cnn.embedding.dim)."
+    )
+    E_NATIVE_DIR_MISSING = (
+        "{path} is not a spacy-elmo model directory (no {filename}). Write one with "
+        "BiLM.save(directory), or load AllenNLP weights with BiLM.from_allennlp(options, weights)."
+    )
+    E_NATIVE_TENSOR_MISSING = (
+        "The model file {path} lacks the tensor {name!r} (expected shape {expected}); "
+        "the file is incomplete or belongs to another configuration."
+    )
+    E_NATIVE_TENSOR_SHAPE = (
+        "Tensor {name!r} in {path} has shape {found}, but config.json implies {expected}. "
+        "The config and weights do not belong together."
+    )
+    E_NATIVE_BAD_FORMAT = (
+        "{path} was not written by spacy-elmo (format {found!r}, expected {expected!r})."
+    )
+    E_NO_DEFAULT_MODEL = (
+        "The bundled default model is not installed (looked in {path}). Pass a model "
+        "directory or AllenNLP weights explicitly, or reinstall spacy-elmo with its data."
+    )
+    E_ALLENNLP_DIR = (
+        "{path} holds {n_hdf5} .hdf5 file(s) and {n_options} options.json; a directory of "
+        "AllenNLP weights must hold exactly one of each."
+    )
+
+    # --- model inputs (spacy_elmo.bilm.model) -------------------------------
+    E_CHAR_IDS_SHAPE = (
+        "BiLM expects character ids of shape (batch, max_len, {max_chars}) from "
+        "spacy_elmo.batch_to_ids; got shape {shape}. If the last size differs, the ids "
+        "were built with another max_characters_per_token than the model's."
+    )
+    E_CHAR_IDS_DTYPE = "BiLM expects integer character ids (torch.long); got {dtype}."
+    E_CHAR_IDS_RANGE = (
+        "Character ids must lie in 0..{max_id} (bytes + 1, markers, padding); found "
+        "{found}. Build inputs with spacy_elmo.batch_to_ids."
+    )
+    E_RAGGED_MASK = (
+        "Row {row} has padding before a real token: tokens must be left-aligned with "
+        "padding (all-zero rows) only at the end, as batch_to_ids produces."
+    )
+    E_UNKNOWN_BACKEND = "Unknown backend {name!r}: use 'auto', 'fused' or 'reference'."
+    E_FUSED_UNAVAILABLE = (
+        "backend='fused' needs the compiled extension spacy_elmo._C, which is not "
+        "available ({reason}). Rebuild with `pip install --no-build-isolation -e .` "
+        "(needs a C++ compiler and ninja), or use backend='reference'."
+    )
+    E_SCALAR_MIX_COUNT = (
+        "ScalarMix was built for {expected} layers but received {found}; the biLM has "
+        "n_layers + 1 output layers."
+    )
+    E_SCALAR_MIX_INIT = "initial_weights has {found} values; ScalarMix has {expected} layers."
+    E_SCALAR_MIX_MASK = "ScalarMix with do_layer_norm=True needs the mask (batch, time)."
+
+
+class Warnings:
+    W_NO_EXTENSION = (
+        "spacy-elmo: the compiled extension spacy_elmo._C is not available ({reason}); "
+        "using the pure-PyTorch reference path (exact, but slower). Build it with "
+        "`pip install --no-build-isolation -e .`."
+    )

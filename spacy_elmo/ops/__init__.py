@@ -1,0 +1,59 @@
+"""The kernels of the biLM, dispatched to the compiled extension or the reference.
+
+Every function takes ``backend``: ``"reference"`` (pure PyTorch) or
+``"fused"`` (the compiled ``spacy_elmo._C`` kernels). Modules resolve
+``"auto"`` once with :func:`resolve_backend`. The reference functions in
+:mod:`spacy_elmo.ops.reference` define the semantics; see their docstrings for
+shapes and weight layouts.
+"""
+
+from types import ModuleType
+
+from ..errors import Errors
+from . import reference
+from .extension import fused_available, load_extension
+
+BACKENDS = ("auto", "fused", "reference")
+
+
+def resolve_backend(name: str) -> str:
+    """Map ``"auto"`` to ``"fused"`` when the extension is loaded, else ``"reference"``.
+
+    Raises ValueError for unknown names and RuntimeError for ``"fused"``
+    without the extension.
+    """
+    if name not in BACKENDS:
+        raise ValueError(Errors.E_UNKNOWN_BACKEND.format(name=name))
+    if name == "auto":
+        return "fused" if fused_available() else "reference"
+    if name == "fused" and not fused_available():
+        raise RuntimeError(Errors.E_FUSED_UNAVAILABLE.format(reason=load_extension()[1]))
+    return name
+
+
+def implementation(backend: str) -> ModuleType:
+    """The module implementing ``char_cnn``, ``highway`` and ``bilstm_layer`` for a resolved backend."""
+    if backend == "fused":
+        from . import fused
+
+        return fused
+    return reference
+
+
+def char_cnn(*args, backend: str = "reference", **kwargs):
+    return implementation(backend).char_cnn(*args, **kwargs)
+
+
+def highway(*args, backend: str = "reference", **kwargs):
+    return implementation(backend).highway(*args, **kwargs)
+
+
+def bilstm_layer(*args, backend: str = "reference", **kwargs):
+    return implementation(backend).bilstm_layer(*args, **kwargs)
+
+
+char_cnn.__doc__ = reference.char_cnn.__doc__
+highway.__doc__ = reference.highway.__doc__
+bilstm_layer.__doc__ = reference.bilstm_layer.__doc__
+
+__all__ = ["BACKENDS", "resolve_backend", "fused_available", "char_cnn", "highway", "bilstm_layer", "reference"]

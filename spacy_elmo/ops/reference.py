@@ -1,0 +1,160 @@
+"""Pure-PyTorch reference implementations of the three ELMo kernels.
+
+These define the semantics the fused kernels (``spacy_elmo._C``) must match.
+They are exact (float32 or float64, whatever the inputs are) and
+differentiable through ordinary autograd.
+
+Conventions shared with the fused kernels:
+
+* character ids are shifted by +1 (0 = "no character", a zero vector);
+  the embedding table has the 261 stored rows, row ``id - 1`` for ``id >= 1``;
+* conv weights use the ``nn.Conv1d`` layout ``(count, D, width)``;
+* highway weights are one ``(2F, F)`` matrix with rows ``[transform; carry]``
+  (TF semantics: ``y = g * relu(t) + (1 - g) * x``, ``g = sigmoid(carry)``);
+* LSTM weights use the TF layout: ``w_input (I, 4C)``, ``w_recurrent (P, 4C)``,
+  ``bias (4C,)`` with gate blocks in the order i, j, f, o, ``w_proj (C, P)``;
+  the forget bias of 1.0 is added at run time (it is not in ``bias``).
+"""
+
+from typing import List, Optional, Sequence, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+FORGET_BIAS = 1.0
+
+
+def char_cnn(
+    char_ids: Tensor,
+    embedding: Tensor,
+    weights: Sequence[Tensor],
+    biases: Sequence[Tensor],
+    activation: str = "relu",
+) -> Tensor:
+    """Char embedding, every convolution, max over positions, bias and activation.
+
+    char_ids: LongTensor ``(N, W)``, shifted ids 0..261.
+    embedding: ``(261, D)``, the stored table (row ``id - 1``).
+    weights[i]: ``(count_i, D, width_i)``; biases[i]: ``(count_i,)``.
+    Returns ``(N, sum(count_i))``. Padding characters are real inputs:
+    every convolution runs over all W slots.
+    """
+    table = torch.cat([embedding.new_zeros(1, embedding.shape[1]), embedding], 0)
+    x = F.embedding(char_ids, table).transpose(1, 2)  # (N, D, W)
+    act = torch.relu if activation == "relu" else torch.tanh
+    outs = []
+    for w, b in zip(weights, biases):
+        conv = F.conv1d(x, w, b)  # (N, count, W - width + 1)
+        outs.append(act(conv.max(dim=-1).values))
+    return torch.cat(outs, dim=-1)
+
+
+def highway(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+    """One highway layer. x: ``(N, F)``, weight ``(2F, F)``, bias ``(2F,)`` -> ``(N, F)``."""
+    n = x.shape[-1]
+    h = F.linear(x, weight, bias)
+    transform = torch.relu(h[..., :n])
+    gate = torch.sigmoid(h[..., n:])
+    return gate * transform + (1.0 - gate) * x
+
+
+def _clip(x: Tensor, value: Optional[float]) -> Tensor:
+    return x if value is None else x.clamp(-value, value)
+
+
+def reversal_index(lengths: Tensor, total: int) -> Tensor:
+    """``(B, total)`` gather index that reverses each row within its own length.
+
+    Positions at or beyond a row's length map to themselves.
+    """
+    pos = torch.arange(total, device=lengths.device).unsqueeze(0)
+    lens = lengths.unsqueeze(1)
+    return torch.where(pos < lens, lens - 1 - pos, pos)
+
+
+def lstm_layer(
+    x: Tensor,
+    lengths: Tensor,
+    w_input: Tensor,
+    w_recurrent: Tensor,
+    bias: Tensor,
+    w_proj: Tensor,
+    h0: Optional[Tensor] = None,
+    c0: Optional[Tensor] = None,
+    cell_clip: Optional[float] = None,
+    proj_clip: Optional[float] = None,
+    reverse: bool = False,
+    residual: bool = False,
+) -> Tuple[Tensor, Tensor, Tensor]:
+    """One LSTM-with-projection layer over a ragged batch.
+
+    x: ``(B, T, I)``; lengths: LongTensor ``(B,)`` (0 allowed); h0 ``(B, P)``,
+    c0 ``(B, C)`` or None for zeros. ``reverse`` runs each row from its own
+    last valid position to 0 (per-sentence reversal). ``residual`` adds the
+    layer input to the output (needs I == P).
+
+    Returns ``(out (B, T, P), h_n (B, P), c_n (B, C))``: outputs are zero at
+    padded positions; the final state of a row is its state after its last
+    processed token (its initial state when its length is 0).
+    """
+    batch, total, _ = x.shape
+    cells = w_proj.shape[0]
+    proj = w_proj.shape[1]
+    lengths = lengths.to(x.device)
+    if reverse:
+        index = reversal_index(lengths, total)
+        x_run = x.gather(1, index.unsqueeze(-1).expand_as(x))
+    else:
+        x_run = x
+    forget = torch.zeros_like(bias)
+    forget[2 * cells : 3 * cells] = FORGET_BIAS
+    # The input-to-hidden product for every timestep at once: one GEMM.
+    xi = torch.matmul(x_run, w_input) + (bias + forget)
+    h = x.new_zeros(batch, proj) if h0 is None else h0
+    c = x.new_zeros(batch, cells) if c0 is None else c0
+    steps: List[Tensor] = []
+    for t in range(total):
+        active = (t < lengths).unsqueeze(1)
+        z = xi[:, t] + h.matmul(w_recurrent)
+        i, j, f, o = z.split(cells, dim=1)
+        c_new = _clip(torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(j), cell_clip)
+        h_new = _clip((torch.sigmoid(o) * torch.tanh(c_new)).matmul(w_proj), proj_clip)
+        c = torch.where(active, c_new, c)
+        h = torch.where(active, h_new, h)
+        steps.append(h_new * active)
+    out = torch.stack(steps, 1) if steps else x.new_zeros(batch, 0, proj)
+    if residual:
+        valid = (torch.arange(total, device=x.device).unsqueeze(0) < lengths.unsqueeze(1)).unsqueeze(-1)
+        out = out + x_run * valid
+    if reverse:
+        out = out.gather(1, index.unsqueeze(-1).expand_as(out))
+    return out, h, c
+
+
+def bilstm_layer(
+    x_fwd: Tensor,
+    x_bwd: Tensor,
+    lengths: Tensor,
+    fwd: Sequence[Tensor],
+    bwd: Sequence[Tensor],
+    state: Optional[Tuple[Tensor, Tensor]] = None,
+    cell_clip: Optional[float] = None,
+    proj_clip: Optional[float] = None,
+    reverse_backward: bool = True,
+    residual: bool = False,
+) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Both directions of one biLM layer (independent weights, shared lengths).
+
+    fwd / bwd: ``(w_input, w_recurrent, bias, w_proj)`` of each direction.
+    state: ``(h0 (2, B, P), c0 (2, B, C))`` indexed by direction, or None.
+    reverse_backward: the backward direction reverses each row within its
+    length (inference); False when the caller already feeds a reversed stream
+    (pretraining).
+    Returns ``(out_fwd (B, T, P), out_bwd (B, T, P), h_n (2, B, P), c_n (2, B, C))``.
+    """
+    h0 = (None, None) if state is None else (state[0][0], state[0][1])
+    c0 = (None, None) if state is None else (state[1][0], state[1][1])
+    out_f, h_f, c_f = lstm_layer(x_fwd, lengths, *fwd, h0[0], c0[0], cell_clip, proj_clip, False, residual)
+    out_b, h_b, c_b = lstm_layer(x_bwd, lengths, *bwd, h0[1], c0[1], cell_clip, proj_clip, reverse_backward, residual)
+    return out_f, out_b, torch.stack([h_f, h_b]), torch.stack([c_f, c_b])
