@@ -1,0 +1,16 @@
+"""Command line: ``spacy-elmo COMMAND`` or ``python -m spacy_elmo COMMAND``.
+
+Each command lives in its own module and registers itself on ``app``.
+"""
+
+from .app import app
+
+# Importing a command module registers its command.
+from . import demo  # noqa: F401,E402
+
+
+def main() -> None:
+    app()
+
+
+__all__ = ["app", "main"]

@@ -1,0 +1,10 @@
+"""The typer application every command registers on."""
+
+import typer
+
+app = typer.Typer(
+    name="spacy-elmo",
+    help="ELMo biLMs: pretrain on your corpus, evaluate, export, demo.",
+    no_args_is_help=True,
+    add_completion=False,
+)
