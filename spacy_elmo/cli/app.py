@@ -8,3 +8,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
 )
+
+
+@app.callback()
+def _root() -> None:
+    """ELMo biLMs for spaCy and PyTorch."""
+    # A callback keeps typer in multi-command mode even while one command exists.
