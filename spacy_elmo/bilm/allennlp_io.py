@@ -71,7 +71,7 @@ def read_datasets(config: BiLMConfig, weight_file: PathLike) -> Dict[str, np.nda
     with handle:
         for name, shape in expected_datasets(config):
             if name not in handle or not isinstance(handle[name], h5py.Dataset):
-                raise KeyError(Errors.E_DATASET_MISSING.format(path=path, dataset=name, expected=shape))
+                raise ValueError(Errors.E_DATASET_MISSING.format(path=path, dataset=name, expected=shape))
             data = handle[name]
             if tuple(data.shape) != shape:
                 raise ValueError(

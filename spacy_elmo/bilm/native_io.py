@@ -97,7 +97,7 @@ def load_state_into(model: torch.nn.Module, tensors: Dict[str, torch.Tensor], so
     with torch.no_grad():
         for name, param in model.state_dict().items():
             if name not in tensors:
-                raise KeyError(Errors.E_NATIVE_TENSOR_MISSING.format(path=source, name=name, expected=tuple(param.shape)))
+                raise ValueError(Errors.E_NATIVE_TENSOR_MISSING.format(path=source, name=name, expected=tuple(param.shape)))
             value = tensors[name]
             if tuple(value.shape) != tuple(param.shape):
                 raise ValueError(

@@ -1,0 +1,68 @@
+import pytest
+
+from spacy_elmo import BiLM, BiLMConfig, batch_to_ids
+from tests.bilm.oracle import options
+
+
+@pytest.mark.parametrize(
+    "name,C,P,highway,params",
+    [("small", 1024, 128, 1, 13_593_296), ("medium", 2048, 256, 1, 28_027_728), ("original", 4096, 512, 2, 93_600_848)],
+)
+def test_presets_have_the_released_sizes(name, C, P, highway, params):
+    config = BiLMConfig.preset(name)
+    assert (config.cell_dim, config.projection_dim, config.n_highway) == (C, P, highway)
+    assert config.n_filters == 2048 and config.output_dim == 2 * P
+    if name == "small":
+        # The released parameter count of the hdf5 file (the table has 261 rows there too).
+        model = BiLM(config, backend="reference")
+        assert sum(p.numel() for p in model.parameters()) == params
+
+
+def test_options_round_trip_and_defaults():
+    opts = options(clip=None)
+    config = BiLMConfig.from_allennlp_options(opts)
+    assert config.cell_clip is None and config.proj_clip is None
+    assert BiLMConfig.from_allennlp_options(config.to_allennlp_options()) == config
+    assert BiLMConfig.from_dict(config.to_dict()) == config
+    del opts["char_cnn"]["n_highway"]
+    opts["lstm"]["unknown_training_key"] = 1
+    assert BiLMConfig.from_allennlp_options(opts).n_highway == 0
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"activation": "gelu"}, "activation"),
+        ({"filters": []}, "filters"),
+        ({"filters": [(60, 4)]}, "wider than"),
+        ({"n_characters": 300}, "n_characters"),
+        ({"cell_clip": -1.0}, "cell_clip"),
+        ({"projection_dim": 0}, "projection_dim"),
+    ],
+)
+def test_bad_config_values(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        BiLMConfig(**kwargs)
+
+
+def test_unknown_preset_and_backend():
+    with pytest.raises(ValueError, match="Choose one of"):
+        BiLMConfig.preset("huge")
+    with pytest.raises(ValueError, match="Unknown backend"):
+        BiLM(BiLMConfig.preset("small"), backend="gpu")
+
+
+def test_bad_model_inputs():
+    model = BiLM(BiLMConfig(projection_dim=4, cell_dim=6, filters=[(1, 2), (2, 2)], n_highway=0), backend="reference")
+    with pytest.raises(ValueError, match="max_characters_per_token"):
+        model(batch_to_ids([["a"]], max_characters_per_token=20))
+    ids = batch_to_ids([["a", "b"]])
+    ids[0, 0] = 0
+    with pytest.raises(ValueError, match="left-aligned"):
+        model(ids)
+    ids = batch_to_ids([["a"]])
+    ids[0, 0, 5] = 999
+    with pytest.raises(ValueError, match="must lie in"):
+        model(ids)
+    with pytest.raises(TypeError, match="integer character ids"):
+        model(batch_to_ids([["a"]]).float())

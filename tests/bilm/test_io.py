@@ -1,0 +1,138 @@
+"""Weight files: round trips, exact released layout, and clear errors on bad files."""
+
+import json
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+from spacy_elmo import BiLM, BiLMConfig, batch_to_ids
+from spacy_elmo.bilm.native_io import load_tensors
+from tests.bilm.oracle import options, write_options, write_weights
+
+SENTS = [["round", "trip"], ["밥"]]
+
+
+@pytest.fixture
+def files(tmp_path):
+    opts = options()
+    write_options(tmp_path / "options.json", opts)
+    write_weights(tmp_path / "weights.hdf5", opts, np.random.default_rng(0))
+    return tmp_path / "options.json", tmp_path / "weights.hdf5"
+
+
+def datasets(path):
+    out = {}
+    with h5py.File(path, "r") as f:
+        f.visititems(lambda n, o: out.__setitem__(n, o[...]) if isinstance(o, h5py.Dataset) else None)
+    return out
+
+
+def test_to_allennlp_writes_the_released_layout_exactly(files, tmp_path):
+    opt_path, weight_path = files
+    model = BiLM.from_allennlp(opt_path, weight_path, backend="reference")
+    model.to_allennlp(tmp_path / "o2.json", tmp_path / "w2.hdf5")
+    src, dst = datasets(weight_path), datasets(tmp_path / "w2.hdf5")
+    assert sorted(src) == sorted(dst)
+    for name in src:
+        assert dst[name].dtype == np.float32, name
+        assert dst[name].shape == src[name].shape, name
+        assert np.array_equal(dst[name], src[name]), name
+    written = json.loads((tmp_path / "o2.json").read_text())
+    assert BiLMConfig.from_allennlp_options(written) == BiLMConfig.from_allennlp_options(opt_path)
+
+
+def test_one_layer_file_has_no_multirnncell_level(tmp_path):
+    model = BiLM(BiLMConfig(projection_dim=4, cell_dim=6, n_layers=1, filters=[(1, 3), (2, 3)], n_highway=0))
+    model.to_allennlp(tmp_path / "o.json", tmp_path / "w.hdf5")
+    names = datasets(tmp_path / "w.hdf5")
+    assert "RNN_0/RNN/LSTMCell/W_0" in names and "RNN_1/RNN/LSTMCell/W_P_0" in names
+    assert not any("MultiRNNCell" in n for n in names)
+    again = BiLM.from_allennlp(tmp_path / "o.json", tmp_path / "w.hdf5")
+    for (n, a), (_, b) in zip(model.state_dict().items(), again.state_dict().items()):
+        assert torch.equal(a, b), n
+
+
+def test_native_round_trip_identical_outputs(files, tmp_path):
+    model = BiLM.from_allennlp(*files, backend="reference")
+    model.save(tmp_path / "native")
+    loaded = BiLM.load(tmp_path / "native", backend="reference")
+    with torch.no_grad():
+        a, b = model(batch_to_ids(SENTS)), loaded(batch_to_ids(SENTS))
+    for x, y in zip(a.activations, b.activations):
+        assert torch.equal(x, y)
+    assert not list((tmp_path).glob(".native.*")), "temporary directory left behind"
+
+
+def test_native_float16_and_extra_tensors(files, tmp_path):
+    model = BiLM.from_allennlp(*files, backend="reference")
+    extra = {"softmax.weight": torch.randn(10, 8), "softmax.bias": torch.zeros(10)}
+    model.save(tmp_path / "half", extra_tensors=extra, dtype=torch.float16)
+    stored = load_tensors(tmp_path / "half")
+    assert stored["token_encoder.char_embedding"].dtype == torch.float16
+    assert torch.equal(stored["softmax.weight"], extra["softmax.weight"].half())
+    loaded = BiLM.load(tmp_path / "half")
+    assert loaded.token_encoder.char_embedding.dtype == torch.float32
+    torch.testing.assert_close(loaded.token_encoder.char_embedding, model.token_encoder.char_embedding, atol=1e-3, rtol=1e-3)
+
+
+def test_load_directory_of_allennlp_files(files):
+    model = BiLM.load(files[0].parent, backend="reference")
+    reference = BiLM.from_allennlp(*files, backend="reference")
+    for (n, a), (_, b) in zip(model.state_dict().items(), reference.state_dict().items()):
+        assert torch.equal(a, b), n
+
+
+def test_missing_dataset_names_it_and_its_shape(files, tmp_path):
+    opt_path, weight_path = files
+    with h5py.File(weight_path, "a") as f:
+        del f["CNN_high_1/W_carry"]
+    with pytest.raises(ValueError) as err:
+        BiLM.from_allennlp(opt_path, weight_path)
+    assert "'CNN_high_1/W_carry'" in str(err.value) and "(24, 24)" in str(err.value)
+
+
+def test_shape_mismatch_names_dataset_expected_and_found(files, tmp_path):
+    opt_path, weight_path = files
+    opts = json.loads(opt_path.read_text())
+    opts["lstm"]["dim"] = 16  # the file was written with 12 cells
+    write_options(tmp_path / "wrong.json", opts)
+    with pytest.raises(ValueError) as err:
+        BiLM.from_allennlp(tmp_path / "wrong.json", weight_path)
+    msg = str(err.value)
+    assert "RNN_0/RNN/MultiRNNCell/Cell0/LSTMCell/W_0" in msg and "(16, 48)" in msg and "(16, 64)" in msg
+
+
+def test_not_hdf5_and_missing_files(files, tmp_path):
+    opt_path, _ = files
+    bogus = tmp_path / "bogus.hdf5"
+    bogus.write_bytes(b"not an hdf5 file")
+    with pytest.raises(ValueError, match="is not an hdf5 file"):
+        BiLM.from_allennlp(opt_path, bogus)
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        BiLM.from_allennlp(opt_path, tmp_path / "nope.hdf5")
+    with pytest.raises(ValueError, match="lack the key 'lstm'"):
+        BiLMConfig.from_allennlp_options({})
+    with pytest.raises(ValueError, match="Could not read ELMo options"):
+        BiLMConfig.from_allennlp_options(bogus)
+
+
+def test_native_errors(files, tmp_path):
+    with pytest.raises(FileNotFoundError, match="not a spacy-elmo model directory"):
+        BiLM.load(tmp_path / "empty-dir-that-does-not-exist")
+    model = BiLM.from_allennlp(*files)
+    model.save(tmp_path / "m")
+    meta = json.loads((tmp_path / "m" / "config.json").read_text())
+    meta["config"]["cell_dim"] = 16
+    (tmp_path / "m" / "config.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match="does not belong|do not belong"):
+        BiLM.load(tmp_path / "m")
+
+
+def test_default_model_missing_is_a_clear_error(monkeypatch, tmp_path):
+    from spacy_elmo.bilm import native_io
+
+    monkeypatch.setattr(native_io, "DEFAULT_MODEL_DIR", tmp_path / "nothing")
+    with pytest.raises(FileNotFoundError, match="bundled default model is not installed"):
+        BiLM.load("default")

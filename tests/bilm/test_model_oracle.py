@@ -1,0 +1,179 @@
+"""The biLM against the independent NumPy float64 oracle, on hdf5 files in the released layout."""
+
+import numpy as np
+import pytest
+import torch
+
+from spacy_elmo import BiLM, batch_to_ids
+from tests.bilm.oracle import NumpyElmo, options, write_options, write_weights
+
+ATOL = 1e-5
+
+SENTENCES = [
+    ["The", "bank", "of", "the", "river", "."],
+    ["밥", "먹었어요", "?"],
+    [],
+    ["emoji", "🎉🎉", "x" * 60],
+    ["a"],
+]
+
+
+def make_files(tmp_path, opts, seed=0, **kwargs):
+    rng = np.random.default_rng(seed)
+    opt_path, weight_path = tmp_path / "options.json", tmp_path / "weights.hdf5"
+    write_options(opt_path, opts)
+    write_weights(weight_path, opts, rng, **kwargs)
+    return opt_path, weight_path
+
+
+def assert_matches(out, expected, sentences):
+    """Valid positions equal the oracle; padded positions are exactly zero."""
+    for i, sent in enumerate(sentences):
+        n = len(sent)
+        assert out.mask[i].sum().item() == n
+        for layer, act in enumerate(out.activations):
+            got = act[i, :n].double().numpy()
+            np.testing.assert_allclose(got, expected[i][layer], atol=ATOL, rtol=0, err_msg=f"row {i} layer {layer}")
+            assert torch.all(act[i, n:] == 0)
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        {},
+        {"skip": False},
+        {"n_highway": 0},
+        {"activation": "tanh"},
+        {"clip": None},
+        {"max_chars": 12},
+        {"L": 1},
+        {"L": 3},
+        {"filters": ((1, 4), (2, 4)), "P": 8},  # F == P: no projection layer in the file
+    ],
+    ids=["default", "no-skip", "no-highway", "tanh", "no-clip", "max-chars-12", "one-layer", "three-layers", "no-proj"],
+)
+def test_stateless_matches_oracle(tmp_path, variant):
+    opts = options(**variant)
+    opt_path, weight_path = make_files(tmp_path, opts)
+    model = BiLM.from_allennlp(opt_path, weight_path, backend="reference")
+    oracle = NumpyElmo(opts, weight_path)
+    W = opts["char_cnn"]["max_characters_per_token"]
+    with torch.no_grad():
+        out = model(batch_to_ids(SENTENCES, max_characters_per_token=W))
+    assert len(out.activations) == opts["lstm"]["n_layers"] + 1
+    assert_matches(out, oracle.batch(SENTENCES), SENTENCES)
+
+
+def test_exported_file_reads_the_same_under_allennlp_conventions(tmp_path):
+    """AllenNLP negates the carry gate, reorders gates and folds the forget bias at load time:
+    the oracle doing exactly that on our exported file must give our numbers."""
+    opts = options()
+    opt_path, weight_path = make_files(tmp_path, opts)
+    model = BiLM.from_allennlp(opt_path, weight_path, backend="reference")
+    model.to_allennlp(tmp_path / "out_options.json", tmp_path / "out.hdf5")
+    oracle = NumpyElmo(opts, tmp_path / "out.hdf5", convention="allennlp")
+    with torch.no_grad():
+        out = model(batch_to_ids(SENTENCES))
+    assert_matches(out, oracle.batch(SENTENCES), SENTENCES)
+
+
+def test_stateful_carries_states_over_consecutive_batches(tmp_path):
+    opts = options()
+    opt_path, weight_path = make_files(tmp_path, opts, seed=1)
+    model = BiLM.from_allennlp(opt_path, weight_path, stateful=True, backend="reference")
+    oracle = NumpyElmo(opts, weight_path)
+    batches = [
+        [["one", "two", "three"], ["a", "b"], ["x"]],
+        [["four"], ["c", "d", "e", "f"]],  # smaller batch: row 2 keeps its state
+        [["five", "six"], ["g"], ["y", "z"], ["new", "row"]],  # larger: row 3 starts from zeros
+    ]
+    for sentences in batches:
+        with torch.no_grad():
+            out = model(batch_to_ids(sentences))
+        assert_matches(out, oracle.batch(sentences, stateful=True), sentences)
+    # Carried states really change the numbers, and reset_states forgets them.
+    fresh = NumpyElmo(opts, weight_path).batch(batches[0])
+    model.reset_states()
+    with torch.no_grad():
+        out = model(batch_to_ids(batches[0]))
+    assert_matches(out, fresh, batches[0])
+    with torch.no_grad():
+        again = model(batch_to_ids(batches[0]))
+    assert not torch.allclose(again.activations[2], out.activations[2])
+
+
+def test_clipping_binds_and_matches(tmp_path):
+    opts = options(clip=0.5)
+    opt_path, weight_path = make_files(tmp_path, opts, seed=2, lstm_scale=3.0)
+    model = BiLM.from_allennlp(opt_path, weight_path, backend="reference")
+    oracle = NumpyElmo(opts, weight_path)
+    sentences = [["clip", "me", "hard", "please", "now"], ["short"]]
+    expected = oracle.batch(sentences)
+    assert oracle.clip_hits["cell"] > 0 and oracle.clip_hits["proj"] > 0
+    with torch.no_grad():
+        out = model(batch_to_ids(sentences))
+    assert_matches(out, expected, sentences)
+    # Without the clip the numbers differ, so the test above really exercised it.
+    unclipped = NumpyElmo(options(clip=None), weight_path).batch(sentences)
+    assert not np.allclose(unclipped[0][2], expected[0][2], atol=1e-3)
+
+
+@pytest.mark.parametrize("carry_bias", [20.0, -20.0])
+def test_highway_gate_sign(tmp_path, carry_bias):
+    """TF semantics: a large carry bias passes the transform branch, a negative one the input."""
+    opts = options(n_highway=1, filters=((1, 4), (2, 4)), P=6)
+    F = 8
+    rng = np.random.default_rng(3)
+    overrides = {"CNN_high_0/b_carry": np.full(F, carry_bias)}
+    opt_path, weight_path = tmp_path / "o.json", tmp_path / "w.hdf5"
+    write_options(opt_path, opts)
+    write_weights(weight_path, opts, rng, overrides=overrides)
+    model = BiLM.from_allennlp(opt_path, weight_path, backend="reference")
+    oracle = NumpyElmo(opts, weight_path)
+    ids = batch_to_ids([["gate"]])[0]
+    enc = model.token_encoder
+    with torch.no_grad():
+        from spacy_elmo import ops
+
+        feats = ops.char_cnn(ids, enc.char_embedding, list(enc.conv_weights), list(enc.conv_biases), "relu")
+        y = ops.highway(feats, enc.highway_weights[0], enc.highway_biases[0]).double().numpy()[0]
+    x = feats.double().numpy()[0]
+    transform = np.maximum(x @ oracle.w["CNN_high_0/W_transform"] + oracle.w["CNN_high_0/b_transform"], 0)
+    np.testing.assert_allclose(y, transform if carry_bias > 0 else x, atol=1e-6)
+    with torch.no_grad():
+        out = model(batch_to_ids([["gate", "sign"]]))
+    assert_matches(out, oracle.batch([["gate", "sign"]]), [["gate", "sign"]])
+
+
+def test_same_sentence_same_vectors_in_any_batch(tmp_path):
+    opts = options()
+    opt_path, weight_path = make_files(tmp_path, opts)
+    model = BiLM.from_allennlp(opt_path, weight_path, backend="reference")
+    target = ["Deterministic", "by", "default"]
+    with torch.no_grad():
+        alone = model(batch_to_ids([target]))
+        batched = model(batch_to_ids([["other", "words", "here", "and", "longer"], target, []]))
+        twice = model(batch_to_ids([target]))
+    for a, b, c in zip(alone.activations, batched.activations, twice.activations):
+        torch.testing.assert_close(a[0], b[1, :3], atol=1e-6, rtol=0)
+        assert torch.equal(a, c)
+
+
+def test_all_empty_batch(tmp_path):
+    opts = options()
+    opt_path, weight_path = make_files(tmp_path, opts)
+    model = BiLM.from_allennlp(opt_path, weight_path, backend="reference")
+    out = model(batch_to_ids([[], []]))
+    assert out.mask.shape == (2, 0)
+    assert all(a.shape == (2, 0, 16) for a in out.activations)
+
+
+def test_gradients_flow_to_every_parameter(tmp_path):
+    opts = options()
+    opt_path, weight_path = make_files(tmp_path, opts)
+    model = BiLM.from_allennlp(opt_path, weight_path, backend="reference")
+    out = model(batch_to_ids([["grad", "check"], ["x"]]))
+    sum(a.sum() for a in out.activations).backward()
+    for name, p in model.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all(), name
+        assert p.grad.abs().sum() > 0, name

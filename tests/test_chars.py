@@ -1,0 +1,57 @@
+"""Character ids: the released encoding and defined behaviour for odd input."""
+
+import pytest
+import torch
+
+from spacy_elmo import batch_to_ids
+from spacy_elmo.chars import word_char_ids
+
+
+def test_first_matches_the_released_encoding():
+    ids = batch_to_ids([["First"]])[0, 0].tolist()
+    assert ids[:8] == [259, 71, 106, 115, 116, 117, 260, 261]
+    assert ids[8:] == [261] * 42
+
+
+def test_korean_is_utf8_bytes():
+    ids = batch_to_ids([["밥"]])[0, 0].tolist()
+    assert ids[:5] == [259, 236, 177, 166, 260]  # bytes 235, 176, 165 shifted by +1
+
+
+def test_long_tokens_are_cut_to_48_bytes():
+    ids = word_char_ids("x" * 60)
+    assert len(ids) == 50 and ids[0] == 258 and ids[49] == 259
+    assert ids[1:49] == [ord("x")] * 48
+    # A cut may split a multi-byte character, as the released models saw it.
+    ids = word_char_ids("밥" * 17)  # 51 bytes
+    assert ids[1:49] == list(("밥" * 16).encode()) and ids[49] == 259
+
+
+def test_padding_rows_are_zero_and_shape():
+    out = batch_to_ids([["a", "b", "c"], [], ["d"]])
+    assert out.shape == (3, 3, 50) and out.dtype == torch.long
+    assert torch.all(out[1] == 0) and torch.all(out[2, 1:] == 0)
+    assert batch_to_ids([]).shape == (0, 0, 50)
+
+
+@pytest.mark.parametrize("token", ["", " ", "\t\n", "\x00\x07", "🎉", "a\u0301", "\ud800"])
+def test_odd_tokens_are_real_tokens(token):
+    ids = batch_to_ids([[token]])[0, 0]
+    assert ids[0] == 259 and (ids > 0).all()
+    raw = token.encode("utf-8", errors="surrogatepass")[:48]
+    assert ids[1 : 1 + len(raw)].tolist() == [b + 1 for b in raw]
+    assert ids[1 + len(raw)] == 260
+
+
+def test_errors_on_untokenized_input():
+    with pytest.raises(TypeError, match="Tokenize first"):
+        batch_to_ids(["Hello world"])
+    with pytest.raises(TypeError, match="Token 1 of sentence 0 is a int"):
+        batch_to_ids([["ok", 3]])
+    with pytest.raises(ValueError, match="at least 3"):
+        batch_to_ids([["x"]], max_characters_per_token=2)
+
+
+def test_other_widths():
+    out = batch_to_ids([["abcdefgh"]], max_characters_per_token=6)
+    assert out[0, 0].tolist() == [259, 98, 99, 100, 101, 260]
