@@ -121,10 +121,86 @@ class Errors:
     E_SCALAR_MIX_INIT = "initial_weights has {found} values; ScalarMix has {expected} layers."
     E_SCALAR_MIX_MASK = "ScalarMix with do_layer_norm=True needs the mask (batch, time)."
 
+    # --- pretraining and CLI (spacy_elmo.training, spacy_elmo.cli) ----------
+    E_TRAIN_PATH_MISSING = "{path} does not exist. Pass a UTF-8 text file or a directory of them."
+    E_EMPTY_CORPUS = (
+        "No text to train on in {path}: {n_files} file(s) read, {n_binary} skipped as binary, "
+        "0 tokens. Pass UTF-8 text (one or more sentences per line)."
+    )
+    E_BINARY_FILE = (
+        "{path} looks like a binary file (it contains NUL bytes), not UTF-8 text. Pass plain "
+        "text; in a directory, binary files are skipped with a warning."
+    )
+    E_CORPUS_TOO_SMALL = (
+        "The corpus has {n_tokens} tokens (with sentence markers), too few for {n_rows} rows "
+        "(batch size {batch_size} x {world} process(es)) of {unroll} + 1 tokens. Use a smaller "
+        "--batch-size or --unroll, or more text."
+    )
+    E_SPACY_LANG = (
+        "Could not create a spaCy tokenizer for --lang {lang!r}: {error}. Use an ISO code that "
+        "spaCy supports (en, de, ko, ...); some languages need extra packages."
+    )
+    E_OPTIONS_FILE = (
+        "Could not read the model options {path}: {error}. Pass an AllenNLP options.json or a "
+        "JSON object of BiLMConfig fields (e.g. {{\"projection_dim\": 16, \"cell_dim\": 32}})."
+    )
+    E_PRESET_AND_OPTIONS = "Pass either --preset or --options, not both."
+    E_STEPS_AND_EPOCHS = "Pass either --max-steps or --epochs, not both."
+    E_BAD_TRAIN_VALUE = "{name} must be {what}; found {value!r}."
+    E_UNKNOWN_OPTIMIZER = "Unknown optimizer {name!r}: use 'adagrad' or 'adam'."
+    E_NO_CHECKPOINT = (
+        "--resume was given but {path} holds no checkpoint. Start without --resume (or point "
+        "OUTPUT_DIR at the directory of the interrupted run)."
+    )
+    E_CHECKPOINT_MISMATCH = (
+        "The checkpoint in {path} was written with {name}={found!r}, but this run uses "
+        "{expected!r}. Resume with the same settings, or start a new OUTPUT_DIR."
+    )
+    E_OUTPUT_NOT_EMPTY = (
+        "{path} already holds a training run (checkpoint or model). Pass --resume to continue "
+        "it, or choose a new OUTPUT_DIR."
+    )
+    E_NO_SOFTMAX = (
+        "{path} has no softmax (tensors 'softmax.weight' / 'softmax.bias') and no vocab.txt, so "
+        "it cannot compute perplexities. Models written by `spacy-elmo pretrain` have both; for "
+        "other weights, fine-tune them first with `pretrain --init`."
+    )
+    E_VOCAB_MISSING = "{path} has no vocab.txt; it is needed with the softmax of this model."
+    E_VOCAB_SIZE_MISMATCH = (
+        "vocab.txt in {path} has {n_vocab} entries but the softmax has {n_softmax} rows; the "
+        "files do not belong together."
+    )
+    E_BAD_VOCAB = (
+        "vocab.txt in {path} must start with <S>, </S>, <UNK> (one token per line); found "
+        "{found!r}."
+    )
+    E_EXPORT_FORMAT = "Unknown export format {name!r}: use 'allennlp' or 'native'."
+    E_DEVICE_UNAVAILABLE = "--device {device} was requested but {reason}. Use --device cpu."
+    E_DDP_DEVICE = (
+        "This process has rank {rank} of {world}; DDP on CUDA needs one GPU per process but "
+        "only {n_gpus} are visible."
+    )
+    E_NO_EVAL_TOKENS = "{path} contains no tokens to evaluate on."
+
 
 class Warnings:
     W_NO_EXTENSION = (
         "spacy-elmo: the compiled extension spacy_elmo._C is not available ({reason}); "
         "using the pure-PyTorch reference path (exact, but slower). Build it with "
         "`pip install --no-build-isolation -e .`."
+    )
+
+    # --- pretraining and CLI (spacy_elmo.training, spacy_elmo.cli) ----------
+    W_BINARY_SKIPPED = "spacy-elmo: skipped {path}: it looks binary (NUL bytes), not text."
+    W_REPLACED_BYTES = (
+        "spacy-elmo: {n_bytes} undecodable byte(s) in {n_files} file(s) were replaced by U+FFFD "
+        "(the text is read as UTF-8; re-encode the files to UTF-8 to keep those characters)."
+    )
+    W_LONG_LINE = (
+        "spacy-elmo: {path} has a line of {n_chars} characters; it is tokenized in pieces of "
+        "at most {piece} characters (split at whitespace)."
+    )
+    W_NEGATIVES_CLAMPED = (
+        "spacy-elmo: --negatives {negatives} >= the vocabulary size {vocab}; using the full "
+        "softmax instead of sampling."
     )

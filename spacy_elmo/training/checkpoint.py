@@ -1,0 +1,68 @@
+"""Training checkpoints: one file, written atomically (temp file, then rename).
+
+Holds everything the next step depends on: model + softmax weights, the
+optimizer state, the step, and per rank the RNG states (dropout, sampler) and
+the carried LSTM states. Loaded with ``weights_only=True`` (no arbitrary pickle).
+"""
+
+import os
+from pathlib import Path
+from typing import Any, Dict, Optional, Union
+
+import torch
+
+from ..errors import Errors
+
+CHECKPOINT_NAME = "checkpoint.pt"
+PathLike = Union[str, Path]
+
+
+def checkpoint_path(output_dir: PathLike) -> Path:
+    return Path(output_dir) / CHECKPOINT_NAME
+
+
+def rank_state(sampler_rng: torch.Generator, lstm_state, device: torch.device) -> Dict[str, Any]:
+    """This process's RNG states and carried LSTM state, on CPU."""
+    state: Dict[str, Any] = {"torch_rng": torch.get_rng_state(), "sampler_rng": sampler_rng.get_state()}
+    if device.type == "cuda":
+        state["cuda_rng"] = torch.cuda.get_rng_state(device)
+    if lstm_state is not None:
+        state["lstm_h"], state["lstm_c"] = lstm_state[0].detach().cpu(), lstm_state[1].detach().cpu()
+    return state
+
+
+def restore_rank_state(state: Dict[str, Any], sampler_rng: torch.Generator, device: torch.device):
+    """Restore RNGs; return the carried LSTM state (on ``device``) or None."""
+    torch.set_rng_state(state["torch_rng"])
+    sampler_rng.set_state(state["sampler_rng"])
+    if device.type == "cuda" and "cuda_rng" in state:
+        torch.cuda.set_rng_state(state["cuda_rng"], device)
+    if "lstm_h" in state:
+        return state["lstm_h"].to(device), state["lstm_c"].to(device)
+    return None
+
+
+def save_checkpoint(output_dir: PathLike, payload: Dict[str, Any]) -> None:
+    """Write ``checkpoint.pt`` atomically: a kill leaves the old or the new file, never half."""
+    path = checkpoint_path(output_dir)
+    tmp = path.with_name(f".{CHECKPOINT_NAME}.tmp{os.getpid()}")
+    with open(tmp, "wb") as f:
+        torch.save(payload, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def load_checkpoint(output_dir: PathLike) -> Dict[str, Any]:
+    path = checkpoint_path(output_dir)
+    if not path.exists():
+        raise FileNotFoundError(Errors.E_NO_CHECKPOINT.format(path=output_dir))
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def check_settings(saved: Dict[str, Any], current: Dict[str, Any], output_dir: PathLike) -> None:
+    """Settings that change the batches or shapes must match for an exact resume."""
+    for name, expected in current.items():
+        found = saved.get(name)
+        if found != expected:
+            raise ValueError(Errors.E_CHECKPOINT_MISMATCH.format(path=output_dir, name=name, found=found, expected=expected))

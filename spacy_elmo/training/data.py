@@ -1,0 +1,290 @@
+"""Reading a text corpus into a token-id cache (streaming; spaCy only here).
+
+``build_corpus`` reads TRAIN_PATH (a file, or a directory of files, recursively,
+hidden files skipped), tokenizes with the spaCy tokenizer of ``lang`` plus a
+sentencizer (the same tokens the pipeline component sees), and writes into
+``cache_dir``:
+
+* ``tokens.i32``: every sentence as ``<S> t1 .. tn </S>``, as type ids (int32);
+* ``sent_lengths.i64``: the length of every sentence, markers included;
+* ``types.txt``: all distinct tokens, specials first, then by descending count;
+* ``counts.i64``: the count of each type; ``meta.json``: reading statistics.
+
+Defined behaviour for bad input: undecodable bytes are replaced by U+FFFD and
+counted (reported once, never an error); a file with NUL bytes in its first
+8 KiB is binary: an error when it is TRAIN_PATH itself, skipped with a warning
+inside a directory; a line longer than ``PIECE_CHARS`` characters is tokenized
+in whitespace-split pieces; a corpus without tokens is an error.
+"""
+
+import codecs
+import json
+import os
+import warnings
+from array import array
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Iterator, List, Optional, Tuple, Union
+
+import numpy as np
+
+from ..errors import Errors, Warnings
+from .vocab import BOS, EOS, SPECIALS
+
+PathLike = Union[str, Path]
+BINARY_PROBE = 8192
+#: Longest piece of text handed to spaCy at once (its own limit is 1,000,000).
+PIECE_CHARS = 100_000
+CACHE_VERSION = 1
+
+_replaced = [0]
+
+
+def _count_and_replace(err: UnicodeDecodeError):
+    _replaced[0] += err.end - err.start
+    return "\ufffd", err.end
+
+
+codecs.register_error("spacy_elmo.count_replace", _count_and_replace)
+
+
+@dataclass
+class ReadStats:
+    n_files: int = 0
+    n_binary: int = 0
+    binary_files: List[str] = field(default_factory=list)
+    replaced_bytes: int = 0
+    files_with_replacements: int = 0
+    n_lines: int = 0
+    long_lines: int = 0
+    n_sentences: int = 0
+    n_tokens: int = 0  # word tokens, markers not included
+
+
+def list_text_files(path: PathLike) -> List[Path]:
+    """TRAIN_PATH itself, or every non-hidden regular file under it, sorted."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(Errors.E_TRAIN_PATH_MISSING.format(path=path))
+    if path.is_file():
+        return [path]
+    files = []
+    for root, dirs, names in os.walk(path):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        files.extend(Path(root) / n for n in sorted(names) if not n.startswith("."))
+    return sorted(files)
+
+
+def is_binary(path: Path) -> bool:
+    with open(path, "rb") as f:
+        return b"\x00" in f.read(BINARY_PROBE)
+
+
+def split_long(line: str, limit: int = PIECE_CHARS) -> List[str]:
+    """Pieces of at most ``limit`` characters, cut at the last whitespace when there is one."""
+    pieces = []
+    while len(line) > limit:
+        cut = max(line.rfind(" ", 0, limit), line.rfind("\t", 0, limit))
+        cut = cut if cut > 0 else limit
+        pieces.append(line[:cut])
+        line = line[cut:]
+    pieces.append(line)
+    return pieces
+
+
+def iter_text(path: PathLike, stats: ReadStats) -> Iterator[str]:
+    """Non-empty text pieces (lines, long ones split) of every file, updating ``stats``."""
+    files = list_text_files(path)
+    single = Path(path).is_file()
+    for file in files:
+        if is_binary(file):
+            if single:
+                raise ValueError(Errors.E_BINARY_FILE.format(path=file))
+            stats.n_binary += 1
+            stats.binary_files.append(str(file))
+            warnings.warn(Warnings.W_BINARY_SKIPPED.format(path=file), RuntimeWarning, stacklevel=2)
+            continue
+        stats.n_files += 1
+        before = _replaced[0]
+        warned = False
+        # Binary mode + split at b"\n": UTF-8 never has 0x0A inside a character.
+        with open(file, "rb") as f:
+            for raw in f:
+                line = raw.decode("utf-8", errors="spacy_elmo.count_replace").rstrip("\r\n")
+                stats.n_lines += 1
+                if not line.strip():
+                    continue
+                if len(line) > PIECE_CHARS:
+                    stats.long_lines += 1
+                    if not warned:
+                        warnings.warn(Warnings.W_LONG_LINE.format(path=file, n_chars=len(line), piece=PIECE_CHARS), RuntimeWarning, stacklevel=2)
+                        warned = True
+                    yield from split_long(line)
+                else:
+                    yield line
+        if _replaced[0] > before:
+            stats.replaced_bytes += _replaced[0] - before
+            stats.files_with_replacements += 1
+
+
+def make_nlp(lang: str):
+    """A blank spaCy pipeline for ``lang`` with a sentencizer.
+
+    Languages whose default tokenizer needs an external package (Korean needs
+    mecab-ko) fall back to spaCy's rule-based ``spacy.Tokenizer.v1``.
+    """
+    import spacy
+
+    try:
+        nlp = spacy.blank(lang)
+    except ImportError:
+        try:
+            nlp = spacy.blank(lang, config={"nlp": {"tokenizer": {"@tokenizers": "spacy.Tokenizer.v1"}}})
+        except Exception as err:  # noqa: BLE001 - reported with the language
+            raise ValueError(Errors.E_SPACY_LANG.format(lang=lang, error=err)) from err
+    except Exception as err:  # noqa: BLE001
+        raise ValueError(Errors.E_SPACY_LANG.format(lang=lang, error=err)) from err
+    nlp.add_pipe("sentencizer")
+    return nlp
+
+
+def iter_sentences(texts: Iterator[str], nlp, batch_size: int = 256) -> Iterator[List[str]]:
+    """Token strings of every sentence (whitespace tokens dropped, empty sentences skipped)."""
+    for doc in nlp.pipe(texts, batch_size=batch_size):
+        for sent in doc.sents:
+            tokens = [t.text for t in sent if not t.is_space]
+            if tokens:
+                yield tokens
+
+
+def tokenize_file(path: PathLike, lang: str, stats: Optional[ReadStats] = None) -> List[List[str]]:
+    """All sentences of a (small) text file or directory, in memory (evaluation)."""
+    stats = stats if stats is not None else ReadStats()
+    return list(iter_sentences(iter_text(path, stats), make_nlp(lang)))
+
+
+def fingerprint(path: PathLike, lang: str) -> dict:
+    """What the cache was built from: files with sizes and mtimes, and the language."""
+    files = list_text_files(path)
+    return {
+        "version": CACHE_VERSION,
+        "path": str(Path(path).resolve()),
+        "lang": lang,
+        "files": [[str(f), f.stat().st_size, int(f.stat().st_mtime)] for f in files],
+    }
+
+
+def build_corpus(train_path: PathLike, lang: str, cache_dir: PathLike, progress: bool = True) -> dict:
+    """Tokenize the corpus into ``cache_dir`` (see the module docstring); return meta.
+
+    Reuses a complete cache built from the same files and language.
+    """
+    cache = Path(cache_dir)
+    meta_path = cache / "meta.json"
+    stamp = fingerprint(train_path, lang)
+    if meta_path.exists():
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        if meta.get("fingerprint") == stamp:
+            return meta
+    cache.mkdir(parents=True, exist_ok=True)
+    nlp = make_nlp(lang)
+    stats = ReadStats()
+    index = {s: i for i, s in enumerate(SPECIALS)}
+    types = list(SPECIALS)
+    counts = array("q", [0, 0, 0])
+    lengths = array("q")
+    buf = array("i")
+    bar = _progress(progress, "tokenizing")
+    raw_path = cache / "tokens.raw"
+    with open(raw_path, "wb") as raw:
+        for sentence in iter_sentences(iter_text(train_path, stats), nlp):
+            buf.append(BOS)
+            for tok in sentence:
+                i = index.get(tok)
+                if i is None:
+                    i = index[tok] = len(types)
+                    types.append(tok)
+                    counts.append(0)
+                counts[i] += 1
+                buf.append(i)
+            buf.append(EOS)
+            lengths.append(len(sentence) + 2)
+            stats.n_sentences += 1
+            stats.n_tokens += len(sentence)
+            if len(buf) > 1 << 20:
+                buf.tofile(raw)
+                bar.update(len(buf))
+                buf = array("i")
+        buf.tofile(raw)
+        bar.update(len(buf))
+    bar.close()
+    if stats.replaced_bytes:
+        warnings.warn(
+            Warnings.W_REPLACED_BYTES.format(n_bytes=stats.replaced_bytes, n_files=stats.files_with_replacements),
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    if stats.n_tokens == 0:
+        raw_path.unlink()
+        raise ValueError(Errors.E_EMPTY_CORPUS.format(path=train_path, n_files=stats.n_files, n_binary=stats.n_binary))
+    # Final order: specials, then (-count, string); remap the stream in chunks.
+    counts_np = np.frombuffer(counts, dtype=np.int64).copy()
+    order = sorted(range(3, len(types)), key=lambda i: (-counts_np[i], types[i]))
+    order = np.array([0, 1, 2] + order, dtype=np.int64)
+    remap = np.empty_like(order)
+    remap[order] = np.arange(len(order))
+    stream = np.fromfile(raw_path, dtype=np.int32)
+    remap[stream].astype(np.int32).tofile(cache / "tokens.i32")
+    del stream
+    raw_path.unlink()
+    np.frombuffer(lengths, dtype=np.int64).tofile(cache / "sent_lengths.i64")
+    counts_np[order].tofile(cache / "counts.i64")
+    (cache / "types.txt").write_text("".join(types[i] + "\n" for i in order), encoding="utf-8")
+    meta = {"fingerprint": stamp, "stats": asdict(stats), "n_types": len(types), "n_stream": int(sum(lengths))}
+    tmp = meta_path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(meta, indent=1), encoding="utf-8")
+    os.replace(tmp, meta_path)  # meta.json last: it marks a complete cache
+    return meta
+
+
+@dataclass
+class Corpus:
+    """A tokenized corpus: ``tokens (N,)`` int32 type ids (sentences with markers),
+    ``lengths (S,)`` sentence lengths, ``starts (S,)`` their offsets; ``types``."""
+
+    tokens: np.ndarray
+    lengths: np.ndarray
+    types: List[str]
+    counts: Optional[np.ndarray] = None
+
+    def __post_init__(self) -> None:
+        self.starts = np.concatenate([[0], np.cumsum(self.lengths)[:-1]]).astype(np.int64)
+
+    @classmethod
+    def load(cls, cache_dir: PathLike) -> "Corpus":
+        cache = Path(cache_dir)
+        types = (cache / "types.txt").read_text(encoding="utf-8").split("\n")[:-1]
+        return cls(
+            tokens=np.fromfile(cache / "tokens.i32", dtype=np.int32),
+            lengths=np.fromfile(cache / "sent_lengths.i64", dtype=np.int64),
+            types=types,
+            counts=np.fromfile(cache / "counts.i64", dtype=np.int64),
+        )
+
+    @classmethod
+    def from_sentences(cls, sentences: List[List[str]], vocab) -> "Corpus":
+        """Sentences of token strings -> type ids of ``vocab`` (new strings are added to it)."""
+        ids: List[int] = []
+        lengths = []
+        for s in sentences:
+            ids.append(BOS)
+            ids.extend(vocab.lookup(s))
+            ids.append(EOS)
+            lengths.append(len(s) + 2)
+        return cls(np.array(ids, dtype=np.int32), np.array(lengths, dtype=np.int64), vocab.types)
+
+
+def _progress(enabled: bool, desc: str):
+    from tqdm import tqdm
+
+    return tqdm(desc=desc, unit=" tok", unit_scale=True, disable=not enabled, mininterval=1.0)

@@ -1,0 +1,122 @@
+"""Full-softmax perplexity of a bidirectional LM on a text, and its OOV rate.
+
+The text is one stream in its natural order (sentences with markers); the
+backward LM reads the whole stream reversed (each sentence reversed, and the
+sentences in reverse order, which is exactly what it predicts). The stream is
+cut into ``batch_size`` contiguous rows evaluated in ``unroll``-token windows
+with carried states, as bilm-tf evaluates. Every token but the first is a
+target once per direction; ``<UNK>`` targets count, as in bilm-tf.
+"""
+
+import math
+from pathlib import Path
+from typing import Any, Dict, Optional, Union
+
+import numpy as np
+import torch
+
+from ..errors import Errors
+from .data import Corpus, ReadStats, tokenize_file
+from .lm import BidirectionalLM, encode_batch
+from .vocab import BOS, EOS, CharTable, Vocab
+
+PathLike = Union[str, Path]
+
+
+@torch.no_grad()
+def evaluate_corpus(
+    lm: BidirectionalLM,
+    vocab: Vocab,
+    corpus: Corpus,
+    char_table: Optional[CharTable] = None,
+    batch_size: int = 32,
+    unroll: int = 20,
+    device: Union[str, torch.device] = "cpu",
+    progress: bool = False,
+) -> Dict[str, Any]:
+    """Perplexities (forward, backward, and ``exp`` of the mean loss) and OOV rate."""
+    from tqdm import tqdm
+
+    device = torch.device(device)
+    char_table = char_table or CharTable(vocab, lm.bilm.config.max_characters_per_token)
+    tokens = corpus.tokens.astype(np.int64)
+    n = len(tokens)
+    n_pred = n - 1
+    words = tokens[(tokens != BOS) & (tokens != EOS)]
+    oov = int((words >= vocab.size).sum())
+    if n_pred < 1 or len(words) == 0:
+        raise ValueError(Errors.E_NO_EVAL_TOKENS.format(path="the evaluation text"))
+    streams = (tokens, tokens[::-1].copy())
+    seg = math.ceil(n_pred / batch_size)
+    rows = math.ceil(n_pred / seg)
+    ends = np.minimum((np.arange(rows) + 1) * seg, n_pred)
+    was_training = lm.training
+    lm.eval()
+    state = None
+    sums = [0.0, 0.0]
+    for k in tqdm(range(math.ceil(seg / unroll)), desc="evaluating", disable=not progress):
+        pos = np.arange(rows)[:, None] * seg + k * unroll + np.arange(unroll)[None, :]
+        valid = pos < ends[:, None]
+        pos = np.minimum(pos, n_pred - 1)
+        inputs = [torch.from_numpy(s[pos]) for s in streams]
+        targets = [vocab.target_ids(torch.from_numpy(s[pos + 1])).to(device) for s in streams]
+        chars, idx_f, idx_b = encode_batch(inputs[0], inputs[1], char_table)
+        lengths = torch.from_numpy(valid.sum(1)).to(device)
+        out = lm(chars.to(device), idx_f.to(device), idx_b.to(device), targets[0], targets[1], lengths, state)
+        state = out.state
+        sums[0] += float(out.nll_fwd.double().sum())
+        sums[1] += float(out.nll_bwd.double().sum())
+    lm.train(was_training)
+    loss_f, loss_b = sums[0] / n_pred, sums[1] / n_pred
+    return {
+        "perplexity_forward": math.exp(loss_f),
+        "perplexity_backward": math.exp(loss_b),
+        "perplexity": math.exp((loss_f + loss_b) / 2),
+        "loss_forward": loss_f,
+        "loss_backward": loss_b,
+        "n_targets": n_pred,
+        "n_tokens": int(len(words)),
+        "n_sentences": int(len(corpus.lengths)),
+        "oov_rate": oov / len(words),
+        "vocab_size": vocab.size,
+    }
+
+
+def evaluate_text(
+    lm: BidirectionalLM,
+    vocab: Vocab,
+    text_path: PathLike,
+    lang: str = "en",
+    batch_size: int = 32,
+    unroll: int = 20,
+    device: Union[str, torch.device] = "cpu",
+    progress: bool = False,
+) -> Dict[str, Any]:
+    """Tokenize ``text_path`` with spaCy ``lang`` (as in pretraining) and evaluate."""
+    stats = ReadStats()
+    sentences = tokenize_file(text_path, lang, stats)
+    if not sentences:
+        raise ValueError(Errors.E_NO_EVAL_TOKENS.format(path=text_path))
+    # A copy: evaluation text adds its unknown strings as non-target types.
+    vocab = Vocab(list(vocab.types), vocab.size)
+    corpus = Corpus.from_sentences(sentences, vocab)
+    result = evaluate_corpus(lm, vocab, corpus, None, batch_size, unroll, device, progress)
+    result["replaced_bytes"] = stats.replaced_bytes
+    return result
+
+
+def evaluate_model_dir(
+    model_dir: PathLike, text_path: PathLike, lang: Optional[str] = None, batch_size: int = 32, unroll: int = 20,
+    device: str = "cpu", progress: bool = False,
+) -> Dict[str, Any]:
+    """Evaluate a saved model (``"default"`` allowed) on a text file or directory."""
+    from .modelio import load_pretrained
+
+    bilm, softmax, vocab, provenance = load_pretrained(model_dir)
+    if softmax is None:
+        raise ValueError(Errors.E_NO_SOFTMAX.format(path=model_dir))
+    lm = BidirectionalLM(bilm, softmax).to(device)
+    lang = lang or provenance.get("lang", "en")
+    result = evaluate_text(lm, vocab, text_path, lang, batch_size, unroll, device, progress)
+    result["lang"] = lang
+    return result

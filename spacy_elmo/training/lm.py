@@ -1,0 +1,72 @@
+"""The bidirectional LM of pretraining: a BiLM (shared token encoder, two LSTM
+stacks) plus one softmax shared by both directions. No spaCy here."""
+
+from typing import NamedTuple, Optional, Tuple
+
+import torch
+from torch import Tensor, nn
+
+from ..bilm import BiLM
+from ..bilm.lstm import LstmState
+from .sampler import LogUniformSampler, Sample
+from .softmax import SoftmaxLayer
+
+
+class LMOutput(NamedTuple):
+    """Per-position negative log-likelihoods ``(B, T)`` of each direction
+    (zero where masked) and the final LSTM state to carry."""
+
+    nll_fwd: Tensor
+    nll_bwd: Tensor
+    state: LstmState
+
+
+class BidirectionalLM(nn.Module):
+    def __init__(self, bilm: BiLM, softmax: SoftmaxLayer) -> None:
+        super().__init__()
+        self.bilm = bilm
+        self.softmax = softmax
+
+    def forward(
+        self,
+        unique_chars: Tensor,
+        index_fwd: Tensor,
+        index_bwd: Tensor,
+        targets_fwd: Tensor,
+        targets_bwd: Tensor,
+        lengths: Tensor,
+        state: Optional[LstmState] = None,
+        sample: Optional[Sample] = None,
+        sampler: Optional[LogUniformSampler] = None,
+    ) -> LMOutput:
+        """One truncated-BPTT window of both LMs.
+
+        unique_chars: ``(U, W)`` shifted char ids of the distinct input tokens
+        (each encoded once); index_fwd / index_bwd: ``(B, T)`` rows of
+        ``unique_chars`` read by each direction (the backward stream is already
+        reversed); targets_*: ``(B, T)`` target ids; lengths: ``(B,)`` valid
+        prefix of each row. ``sample`` None means the full softmax.
+        """
+        tokens = self.bilm.token_encoder(unique_chars)
+        x_fwd, x_bwd = tokens[index_fwd], tokens[index_bwd]
+        outs_f, outs_b, final = self.bilm.lstm(x_fwd, x_bwd, lengths, state, reverse_backward=False)
+        B, T = targets_fwd.shape
+        mask = torch.arange(T, device=lengths.device).unsqueeze(0) < lengths.unsqueeze(1)
+        nll = []
+        for h, targets in ((outs_f[-1], targets_fwd), (outs_b[-1], targets_bwd)):
+            h, targets = h[mask], targets[mask]
+            if sample is None:
+                values = self.softmax.full_nll(h, targets)
+            else:
+                values = self.softmax.sampled_nll(h, targets, sample, sampler)
+            full = values.new_zeros(B, T)
+            nll.append(full.masked_scatter(mask, values))
+        return LMOutput(nll[0], nll[1], final)
+
+
+def encode_batch(type_fwd: Tensor, type_bwd: Tensor, char_table) -> Tuple[Tensor, Tensor, Tensor]:
+    """Input type ids ``(B, T)`` of both directions -> ``(unique_chars (U, W), index_fwd, index_bwd)``."""
+    both = torch.cat([type_fwd, type_bwd], 1)
+    unique, inverse = torch.unique(both, return_inverse=True)
+    T = type_fwd.shape[1]
+    return char_table(unique), inverse[:, :T], inverse[:, T:]

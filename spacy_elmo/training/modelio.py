@@ -1,0 +1,74 @@
+"""Models with their softmax and vocabulary: reading and writing model directories.
+
+A pretrained model directory is a native BiLM directory (``config.json`` +
+``model.safetensors``) whose safetensors also hold ``softmax.weight (V, P)`` and
+``softmax.bias (V,)``, plus ``vocab.txt`` (V lines). ``BiLM.load`` reads it and
+ignores the softmax. An AllenNLP directory (options + hdf5) may carry
+``softmax.hdf5`` (datasets ``softmax/W``, ``softmax/b``, bilm-tf's names) and
+``vocab.txt`` (written by ``spacy-elmo export --format allennlp``).
+"""
+
+from pathlib import Path
+from typing import Any, Dict, Optional, Tuple, Union
+
+import torch
+
+from ..bilm import BiLM
+from ..bilm.native_io import CONFIG_NAME, read_meta, load_tensors, resolve_model_dir, save_native
+from ..errors import Errors
+from .softmax import SoftmaxLayer
+from .vocab import VOCAB_NAME, Vocab
+
+PathLike = Union[str, Path]
+SOFTMAX_HDF5 = "softmax.hdf5"
+
+
+def save_pretrained(
+    directory: PathLike, bilm: BiLM, softmax: Optional[SoftmaxLayer], vocab: Optional[Vocab], provenance: Dict[str, Any]
+) -> None:
+    """Write model, softmax (extra tensors) and vocab.txt; config.json is written last."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    if vocab is not None:
+        vocab.save(directory)
+    extra = None
+    if softmax is not None:
+        extra = {"softmax.weight": softmax.weight.detach(), "softmax.bias": softmax.bias.detach()}
+    save_native(bilm, directory, extra_tensors=extra, provenance=provenance)
+
+
+def load_pretrained(
+    directory: PathLike, backend: str = "auto"
+) -> Tuple[BiLM, Optional[SoftmaxLayer], Optional[Vocab], Dict[str, Any]]:
+    """``(bilm, softmax or None, vocab or None, provenance)`` of a model directory or ``"default"``."""
+    path = resolve_model_dir(directory)
+    bilm = BiLM.load(path, backend=backend)
+    provenance: Dict[str, Any] = {}
+    weight = bias = None
+    if (path / CONFIG_NAME).exists():
+        provenance = read_meta(path).get("provenance", {}) or {}
+        tensors = load_tensors(path)
+        weight, bias = tensors.get("softmax.weight"), tensors.get("softmax.bias")
+    elif (path / SOFTMAX_HDF5).exists():
+        import h5py
+
+        with h5py.File(path / SOFTMAX_HDF5, "r") as f:
+            weight, bias = torch.from_numpy(f["softmax/W"][...]), torch.from_numpy(f["softmax/b"][...])
+    softmax = vocab = None
+    if weight is not None and bias is not None:
+        vocab = Vocab.load(path)
+        if len(vocab) != weight.shape[0]:
+            raise ValueError(Errors.E_VOCAB_SIZE_MISMATCH.format(path=path, n_vocab=len(vocab), n_softmax=weight.shape[0]))
+        softmax = SoftmaxLayer(weight.shape[0], weight.shape[1])
+        with torch.no_grad():
+            softmax.weight.copy_(weight.float())
+            softmax.bias.copy_(bias.float())
+    return bilm, softmax, vocab, provenance
+
+
+def write_softmax_hdf5(path: PathLike, softmax: SoftmaxLayer) -> None:
+    import h5py
+
+    with h5py.File(path, "w") as f:
+        f.create_dataset("softmax/W", data=softmax.weight.detach().cpu().float().numpy())
+        f.create_dataset("softmax/b", data=softmax.bias.detach().cpu().float().numpy())

@@ -1,0 +1,327 @@
+"""The pretraining loop (bilm-tf recipe, elmo-spec §8), single process or DDP.
+
+Per step: a ``(B, U + 1)`` window of each stream (forward, reversed-backward),
+both LMs on the shared token encoder, the sampled softmax (``negatives`` ids
+shared by the batch), loss ``(mean fwd + mean bwd) / 2``, global-norm clipping,
+the optimizer step, and the LSTM states carried (detached) to the next window.
+
+Under ``torchrun`` (``WORLD_SIZE > 1``) the model is wrapped in
+DistributedDataParallel (gloo on CPU, NCCL on CUDA) and every rank reads its
+own rows of the streams. Rank 0 writes the log, checkpoints and the model.
+"""
+
+import json
+import math
+import os
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from ..bilm import BiLM, BiLMConfig
+from ..errors import Errors, Warnings
+from . import checkpoint as ckpt
+from .data import Corpus, build_corpus
+from .lm import BidirectionalLM, encode_batch
+from .modelio import load_pretrained, save_pretrained
+from .sampler import LogUniformSampler
+from .softmax import SoftmaxLayer
+from .stream import StreamBatcher
+from .vocab import CharTable, Vocab
+
+LOG_NAME = "train_log.jsonl"
+
+
+@dataclass
+class TrainConfig:
+    """Every setting of a pretraining run (the CLI maps its options onto this)."""
+
+    train_path: str
+    output_dir: str
+    model: Dict[str, Any] = field(default_factory=lambda: BiLMConfig.preset("small").to_dict())
+    heldout: Optional[str] = None
+    lang: str = "en"
+    vocab_size: int = 100_000  # 0: no cap
+    min_count: int = 1
+    max_steps: Optional[int] = None
+    epochs: Optional[float] = None  # default 10 (bilm-tf) when max_steps is None too
+    batch_size: int = 128
+    unroll: int = 20
+    negatives: int = 8192
+    optimizer: str = "adagrad"
+    lr: Optional[float] = None  # adagrad 0.2, adam 1e-3
+    clip: float = 10.0
+    dropout: float = 0.1
+    seed: int = 0
+    resume: bool = False
+    device: str = "cpu"
+    backend: str = "auto"
+    init: Optional[str] = None  # a model directory (native or AllenNLP) to fine-tune
+    new_vocab: bool = False  # with init: build the vocab from this corpus (new softmax rows)
+    checkpoint_every: int = 1000
+    log_every: int = 10
+    eval_batch_size: int = 32
+    progress: bool = True
+    threads: Optional[int] = None
+
+    def validate(self) -> None:
+        positive = {"batch_size": self.batch_size, "unroll": self.unroll, "negatives": self.negatives,
+                    "checkpoint_every": self.checkpoint_every, "log_every": self.log_every}
+        for name, value in positive.items():
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name=name, what="a positive integer", value=value))
+        if self.max_steps is not None and self.epochs is not None:
+            raise ValueError(Errors.E_STEPS_AND_EPOCHS)
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name="max_steps", what="a positive integer", value=self.max_steps))
+        if self.epochs is not None and not self.epochs > 0:
+            raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name="epochs", what="positive", value=self.epochs))
+        if not 0 <= self.dropout < 1:
+            raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name="dropout", what="in [0, 1)", value=self.dropout))
+        if self.optimizer not in ("adagrad", "adam"):
+            raise ValueError(Errors.E_UNKNOWN_OPTIMIZER.format(name=self.optimizer))
+
+
+# -- distributed -------------------------------------------------------------
+def _setup_distributed(cfg: TrainConfig):
+    """``(rank, world, device)``; initialises the process group under torchrun."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    if cfg.device.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError(Errors.E_DEVICE_UNAVAILABLE.format(device=cfg.device, reason="CUDA is not available"))
+    device = torch.device(cfg.device)
+    if world > 1:
+        if device.type == "cuda":
+            local = int(os.environ.get("LOCAL_RANK", rank))
+            if local >= torch.cuda.device_count():
+                raise RuntimeError(Errors.E_DDP_DEVICE.format(rank=rank, world=world, n_gpus=torch.cuda.device_count()))
+            device = torch.device("cuda", local)
+            torch.cuda.set_device(device)
+        if not dist.is_initialized():
+            dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        rank, world = dist.get_rank(), dist.get_world_size()
+    return rank, world, device
+
+
+def _barrier(world: int) -> None:
+    if world > 1:
+        dist.barrier()
+
+
+# -- model and vocabulary ---------------------------------------------------
+def _build_model(cfg: TrainConfig, corpus: Corpus, resume_payload: Optional[dict]):
+    """``(bilm, softmax, vocab, corpus)``; corpus type ids are remapped onto an init vocab."""
+    init_softmax = None
+    if cfg.init and resume_payload is None:
+        bilm, init_softmax, init_vocab, _ = load_pretrained(cfg.init, backend=cfg.backend)
+        config = bilm.config
+    else:
+        config = BiLMConfig.from_dict(resume_payload["settings"]["model_config"] if resume_payload else cfg.model)
+        bilm = BiLM(config, backend=cfg.backend)
+        init_vocab = None
+        if cfg.init:  # resuming a fine-tuning run: the vocab choice is recomputed below
+            _, init_softmax, init_vocab, _ = load_pretrained(cfg.init, backend="reference")
+    if init_vocab is not None and init_softmax is not None and not cfg.new_vocab:
+        # Keep the model's vocabulary (its softmax rows); this corpus's other words are OOV.
+        vocab = Vocab(list(init_vocab.targets))
+        remap = np.array([vocab.add(t) for t in corpus.types], dtype=np.int32)
+        corpus = Corpus(remap[corpus.tokens], corpus.lengths, vocab.types, None)
+        softmax = init_softmax
+    else:
+        vocab = _corpus_vocab(corpus, cfg)
+        softmax = SoftmaxLayer(vocab.size, config.projection_dim)
+        if init_softmax is not None and init_vocab is not None:
+            # Words the old vocabulary knew keep their trained softmax rows.
+            with torch.no_grad():
+                for i, t in enumerate(vocab.targets):
+                    j = init_vocab.index.get(t)
+                    if j is not None and j < init_vocab.size:
+                        softmax.weight[i] = init_softmax.weight[j]
+                        softmax.bias[i] = init_softmax.bias[j]
+    return bilm, softmax, vocab, corpus
+
+
+def _corpus_vocab(corpus: Corpus, cfg: TrainConfig) -> Vocab:
+    """The corpus types are already in vocab order; the targets are a prefix."""
+    frequent = int((corpus.counts[3:] >= cfg.min_count).sum())
+    size = 3 + frequent
+    if cfg.vocab_size:
+        size = min(size, max(3, cfg.vocab_size))
+    return Vocab(corpus.types, size)
+
+
+def _optimizer(cfg: TrainConfig, params) -> torch.optim.Optimizer:
+    if cfg.optimizer == "adagrad":
+        # bilm-tf: AdagradOptimizer(0.2, initial_accumulator_value=1.0).
+        return torch.optim.Adagrad(params, lr=cfg.lr or 0.2, initial_accumulator_value=1.0)
+    return torch.optim.Adam(params, lr=cfg.lr or 1e-3)
+
+
+def _resume_settings(cfg: TrainConfig, world: int, vocab: Vocab, model: Dict[str, Any]) -> Dict[str, Any]:
+    """What must be equal between a run and its resumption for the batches to match."""
+    return {"batch_size": cfg.batch_size, "unroll": cfg.unroll, "world": world, "seed": cfg.seed,
+            "vocab_size": vocab.size, "negatives": cfg.negatives, "model_config": model}
+
+
+class _Log:
+    """JSON-lines log (rank 0). On resume, entries after the checkpoint are dropped:
+    they belong to steps that are about to be redone."""
+
+    def __init__(self, path: Path, enabled: bool, resume_step: Optional[int]) -> None:
+        self.path = path
+        self.enabled = enabled
+        if not enabled:
+            return
+        if resume_step is not None and path.exists():
+            kept = [l for l in path.read_text(encoding="utf-8").splitlines() if l.strip() and json.loads(l).get("step", 0) <= resume_step]
+            path.write_text("".join(l + "\n" for l in kept), encoding="utf-8")
+        elif resume_step is None and path.exists():
+            path.unlink()
+
+    def write(self, entry: Dict[str, Any]) -> None:
+        if self.enabled:
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(entry) + "\n")
+
+
+def read_log(output_dir) -> List[Dict[str, Any]]:
+    path = Path(output_dir) / LOG_NAME
+    return [json.loads(l) for l in path.read_text(encoding="utf-8").splitlines() if l.strip()]
+
+
+# -- the loop ----------------------------------------------------------------
+def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = None) -> Dict[str, Any]:
+    """Run (or resume) pretraining; returns a summary. ``on_step(step, loss)`` is
+    called after every optimizer step (step counts from 1)."""
+    from tqdm import tqdm
+
+    cfg.validate()
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    rank, world, device = _setup_distributed(cfg)
+    out = Path(cfg.output_dir)
+    is_main = rank == 0
+    payload = None
+    if cfg.resume:
+        payload = ckpt.load_checkpoint(out)
+    elif is_main and (ckpt.checkpoint_path(out).exists() or (out / "config.json").exists()):
+        raise FileExistsError(Errors.E_OUTPUT_NOT_EMPTY.format(path=out))
+    _barrier(world)
+
+    # Data: rank 0 tokenizes into the cache, the others wait and read it.
+    cache = out / "data"
+    if is_main:
+        meta = build_corpus(cfg.train_path, cfg.lang, cache, progress=cfg.progress)
+    _barrier(world)
+    if not is_main:
+        meta = json.loads((cache / "meta.json").read_text(encoding="utf-8"))
+    corpus = Corpus.load(cache)
+
+    torch.manual_seed(cfg.seed)  # same initial weights on every rank (DDP also broadcasts)
+    bilm, softmax, vocab, corpus = _build_model(cfg, corpus, payload)
+    bilm.lstm.dropout = cfg.dropout
+    char_table = CharTable(vocab, bilm.config.max_characters_per_token)
+    batcher = StreamBatcher(corpus, cfg.batch_size, cfg.unroll, cfg.seed, rank, world)
+    lm = BidirectionalLM(bilm, softmax).to(device)
+    optimizer = _optimizer(cfg, lm.parameters())
+    settings = _resume_settings(cfg, world, vocab, bilm.config.to_dict())
+    sampler = LogUniformSampler(vocab.size, cfg.negatives)
+    full_softmax = cfg.negatives >= vocab.size
+    if full_softmax and is_main:
+        warnings.warn(Warnings.W_NEGATIVES_CLAMPED.format(negatives=cfg.negatives, vocab=vocab.size), RuntimeWarning, stacklevel=2)
+    sampler_rng = torch.Generator().manual_seed(cfg.seed * 1009 + rank)
+    torch.manual_seed(cfg.seed * 7919 + rank)  # dropout streams differ per rank
+    state = None
+    step = 0
+    if payload is not None:
+        ckpt.check_settings(payload["settings"], settings, out)
+        lm.load_state_dict(payload["model"])
+        optimizer.load_state_dict(payload["optimizer"])
+        step = int(payload["step"])
+        state = ckpt.restore_rank_state(payload["ranks"][rank], sampler_rng, device)
+    model = lm
+    if world > 1:
+        model = torch.nn.parallel.DistributedDataParallel(lm, device_ids=[device.index] if device.type == "cuda" else None)
+
+    total = cfg.max_steps if cfg.max_steps is not None else math.ceil((cfg.epochs or 10) * batcher.steps_per_epoch)
+    provenance = {"trained_by": "spacy-elmo pretrain", "lang": cfg.lang, "vocab_size": vocab.size,
+                  "train_path": str(cfg.train_path), "init": cfg.init}
+    log = _Log(out / LOG_NAME, is_main, step if payload is not None else None)
+    if is_main and payload is None:
+        log.write({"event": "start", "step": 0, "world": world, "steps_per_epoch": batcher.steps_per_epoch,
+                   "total_steps": total, "vocab_size": vocab.size, "corpus": meta["stats"], "config": asdict(cfg)})
+    use_amp = device.type == "cuda"
+    tokens_per_step = 2 * cfg.batch_size * cfg.unroll * world  # both directions
+    bar = tqdm(total=total, initial=step, desc="pretraining", unit="step", disable=not (cfg.progress and is_main))
+    window_loss, window_n, window_start = 0.0, 0, time.perf_counter()
+    last_heldout = None
+
+    def save(final: bool) -> None:
+        ranks = [ckpt.rank_state(sampler_rng, state, device)]
+        if world > 1:
+            gathered: List[Any] = [None] * world
+            dist.all_gather_object(gathered, ranks[0])
+            ranks = gathered
+        if is_main:
+            ckpt.save_checkpoint(out, {"step": step, "model": lm.state_dict(), "optimizer": optimizer.state_dict(),
+                                       "ranks": ranks, "settings": settings})
+            save_pretrained(out, bilm, softmax, vocab, dict(provenance, steps=step))
+        _barrier(world)
+
+    lm.train()
+    while step < total:
+        epoch, k = divmod(step, batcher.steps_per_epoch)
+        if k == 0:
+            state = None  # a new epoch reshuffles the streams: nothing to carry
+        fwd, bwd = batcher.batch(epoch, k)
+        chars, idx_f, idx_b = encode_batch(fwd[:, :-1], bwd[:, :-1], char_table)
+        tg_f, tg_b = vocab.target_ids(fwd[:, 1:]).to(device), vocab.target_ids(bwd[:, 1:]).to(device)
+        lengths = torch.full((cfg.batch_size,), cfg.unroll, dtype=torch.long, device=device)
+        sample = None if full_softmax else sampler.sample(sampler_rng)
+        with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=use_amp):
+            res = model(chars.to(device), idx_f.to(device), idx_b.to(device), tg_f, tg_b, lengths, state, sample, sampler)
+        loss_f, loss_b = res.nll_fwd.mean(), res.nll_bwd.mean()
+        loss = (loss_f + loss_b) / 2
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(lm.parameters(), cfg.clip)
+        optimizer.step()
+        state = (res.state[0].detach(), res.state[1].detach())
+        step += 1
+        stats = torch.stack([loss.detach().float(), loss_f.detach().float(), loss_b.detach().float()])
+        if world > 1:
+            dist.all_reduce(stats)
+            stats /= world
+        step_loss = float(stats[0])
+        window_loss += step_loss
+        window_n += 1
+        if on_step is not None:
+            on_step(step, step_loss)
+        if step % cfg.log_every == 0 or step == total:
+            elapsed = time.perf_counter() - window_start
+            tps = window_n * tokens_per_step / max(elapsed, 1e-9)
+            ppl = math.exp(min(window_loss / window_n, 50.0))
+            log.write({"step": step, "epoch": epoch, "loss": step_loss, "loss_forward": float(stats[1]),
+                       "loss_backward": float(stats[2]), "running_perplexity": ppl, "grad_norm": float(grad_norm),
+                       "tokens_per_s": tps, "time": time.time()})
+            bar.set_postfix({"tok/s": f"{tps:,.0f}", "ppl": f"{ppl:,.1f}"}, refresh=False)
+            window_loss, window_n, window_start = 0.0, 0, time.perf_counter()
+        bar.update(1)
+        if step % cfg.checkpoint_every == 0 or step == total:
+            save(final=step == total)
+            if cfg.heldout and is_main:
+                from .evaluate import evaluate_text
+
+                last_heldout = evaluate_text(lm, vocab, cfg.heldout, cfg.lang, cfg.eval_batch_size, cfg.unroll, device)
+                log.write({"step": step, "event": "heldout", **last_heldout})
+                lm.train()
+    bar.close()
+    if payload is not None and step == int(payload["step"]):
+        save(final=True)  # resumed a finished run: make sure the model is written
+    return {"steps": step, "vocab_size": vocab.size, "corpus": meta["stats"], "heldout": last_heldout,
+            "output_dir": str(out)}

@@ -1,0 +1,128 @@
+"""The target vocabulary and the table of every token type seen.
+
+Ids 0, 1, 2 are ``<S>``, ``</S>``, ``<UNK>``; then token types by descending
+count, ties broken by the string (so the order does not depend on file order).
+A corpus is stored as *type* ids over all distinct tokens; the vocabulary is
+the first ``size`` types, so the target of type ``t`` is ``t if t < size else
+UNK``. Inputs are characters, so types outside the vocabulary still get their
+own characters.
+"""
+
+import os
+from collections import Counter
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Union
+
+import torch
+
+from ..chars import BEGIN_OF_SENTENCE, END_OF_SENTENCE, marker_char_ids, word_char_ids
+from ..errors import Errors
+
+BOS, EOS, UNK = 0, 1, 2
+SPECIALS = ["<S>", "</S>", "<UNK>"]
+VOCAB_NAME = "vocab.txt"
+PathLike = Union[str, Path]
+
+
+class Vocab:
+    """``types``: every known token string (specials first); ``size``: how many
+    of them are prediction targets (the softmax rows)."""
+
+    def __init__(self, types: List[str], size: Optional[int] = None) -> None:
+        if types[:3] != SPECIALS:
+            raise ValueError(Errors.E_BAD_VOCAB.format(path="<memory>", found=types[:3]))
+        self.types = list(types)
+        self.index: Dict[str, int] = {}
+        for i, t in enumerate(self.types):
+            self.index.setdefault(t, i)
+        self.size = len(self.types) if size is None else min(size, len(self.types))
+
+    @classmethod
+    def from_counts(cls, counts: Counter, max_size: Optional[int] = None, min_count: int = 1) -> "Vocab":
+        """Types sorted by (-count, string); targets: at most ``max_size`` entries
+        (specials included) of types seen at least ``min_count`` times."""
+        ordered = sorted((t for t in counts if t not in SPECIALS), key=lambda t: (-counts[t], t))
+        frequent = sum(1 for t in ordered if counts[t] >= min_count)
+        size = 3 + frequent
+        if max_size:
+            size = min(size, max(3, max_size))
+        return cls(SPECIALS + ordered, size)
+
+    def __len__(self) -> int:
+        return self.size
+
+    @property
+    def targets(self) -> List[str]:
+        return self.types[: self.size]
+
+    def target_ids(self, type_ids: torch.Tensor) -> torch.Tensor:
+        """Type ids (any shape) -> target ids: OOV types become ``UNK``."""
+        return torch.where(type_ids < self.size, type_ids, torch.full_like(type_ids, UNK))
+
+    def add(self, token: str) -> int:
+        """The type id of ``token``, appending it (as a non-target) when new."""
+        i = self.index.get(token)
+        if i is None:
+            i = len(self.types)
+            self.types.append(token)
+            self.index[token] = i
+        return i
+
+    def lookup(self, tokens: Iterable[str]) -> List[int]:
+        return [self.add(t) for t in tokens]
+
+    # -- files -----------------------------------------------------------
+    def save(self, directory: PathLike) -> None:
+        """Write the targets as ``vocab.txt`` (one per line, bilm-tf's format), atomically."""
+        path = Path(directory) / VOCAB_NAME
+        tmp = path.with_name(f".{VOCAB_NAME}.tmp{os.getpid()}")
+        tmp.write_text("".join(t + "\n" for t in self.targets), encoding="utf-8")
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, directory: PathLike) -> "Vocab":
+        path = Path(directory) / VOCAB_NAME
+        if not path.exists():
+            raise FileNotFoundError(Errors.E_VOCAB_MISSING.format(path=directory))
+        # split("\n"), not splitlines(): a token may contain U+2028 and friends.
+        lines = path.read_text(encoding="utf-8").split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()
+        if lines[:3] != SPECIALS:
+            raise ValueError(Errors.E_BAD_VOCAB.format(path=directory, found=lines[:3]))
+        return cls(lines)
+
+
+class CharTable:
+    """Shifted character ids of every type, computed lazily: ``(n_types, W)`` rows.
+
+    Types 0 and 1 are the sentence markers (spelled with the marker ids);
+    every other type is its string's UTF-8 bytes (``<UNK>`` is never an input).
+    """
+
+    def __init__(self, vocab: Vocab, max_chars: int) -> None:
+        self.vocab = vocab
+        self.max_chars = max_chars
+        self._rows = torch.zeros(0, max_chars, dtype=torch.int16)
+
+    def _grow(self, n: int) -> None:
+        start = self._rows.shape[0]
+        rows = []
+        for t in range(start, n):
+            if t == BOS:
+                ids = marker_char_ids(BEGIN_OF_SENTENCE, self.max_chars)
+            elif t == EOS:
+                ids = marker_char_ids(END_OF_SENTENCE, self.max_chars)
+            else:
+                ids = word_char_ids(self.vocab.types[t], self.max_chars)
+            rows.append(ids)
+        new = torch.tensor(rows, dtype=torch.int16).reshape(-1, self.max_chars) + 1
+        self._rows = torch.cat([self._rows, new])
+
+    def __call__(self, type_ids: torch.Tensor) -> torch.Tensor:
+        """type_ids: LongTensor of any shape -> LongTensor ``(*shape, W)``."""
+        needed = int(type_ids.max()) + 1 if type_ids.numel() else 0
+        if needed > self._rows.shape[0]:
+            # Grow to all known types at once: one pass, not one per batch.
+            self._grow(max(needed, len(self.vocab.types)))
+        return self._rows[type_ids.reshape(-1).cpu()].long().reshape(*type_ids.shape, self.max_chars)
