@@ -121,6 +121,42 @@ class Errors:
     E_SCALAR_MIX_INIT = "initial_weights has {found} values; ScalarMix has {expected} layers."
     E_SCALAR_MIX_MASK = "ScalarMix with do_layer_norm=True needs the mask (batch, time)."
 
+    # --- spaCy pipeline (spacy_elmo.pipeline) --------------------------------
+    E_ELMO_NO_WEIGHTS = (
+        "The '{name}' component has no biLM weights: none were given and no bundled "
+        "default model is installed ({reason}). Give weights with "
+        "nlp.add_pipe('elmo', config={{'weights': PATH}}) (PATH: a directory written by "
+        "BiLM.save, or one holding an AllenNLP options.json + .hdf5), or in a training "
+        "config set [initialize.components.{name}.weights_loader] path (e.g. "
+        "`--paths.elmo PATH`) before nlp.initialize()."
+    )
+    E_ELMO_BAD_OPTION = "The '{name}' component: {option} must be one of {choices}; got {value!r}."
+    E_LISTENER_WIDTH = (
+        "The ELMo listener in '{component}' expects width {width}, but the upstream "
+        "'{upstream}' biLM produces {expected} (2 x projection_dim). Set width = null "
+        "(inferred from the weights) or {expected} in its ElmoListener config."
+    )
+    E_LISTENER_NO_UPSTREAM = (
+        "An ELMo listener (upstream {upstream!r}) has no upstream 'elmo' component. Add "
+        "one before the listening component (nlp.add_pipe('elmo', first=True)), or set "
+        "the listener's upstream to the name of your elmo component."
+    )
+    E_LISTENER_NO_DATA = (
+        "An ELMo listener found no ELMo data on a document (doc._.elmo is empty). The "
+        "upstream '{upstream}' component must run before the listening component and "
+        "keep all layers (store = \"all\"); check that it is not disabled."
+    )
+    E_LISTENER_BATCH = (
+        "The ELMo listener got a batch it has no upstream output for (batch id {found}, "
+        "expected {expected}). Keep the '{upstream}' component out of "
+        "[training] frozen_components (it freezes itself: frozen = true) so that its "
+        "update() feeds the listeners, or list it in annotating_components."
+    )
+    E_LISTENER_NEEDS_ALL = (
+        "The '{name}' component stores {store!r} but '{component}' listens to it and "
+        "needs all layers: set store = \"all\" on '{name}'."
+    )
+
     # --- pretraining and CLI (spacy_elmo.training, spacy_elmo.cli) ----------
     E_TRAIN_PATH_MISSING = "{path} does not exist. Pass a UTF-8 text file or a directory of them."
     E_EMPTY_CORPUS = (

@@ -1,0 +1,67 @@
+"""Registered architectures (entry points ``spacy_architectures``).
+
+* ``spacy_elmo.ElmoBiLM.v1``: the model of the ``elmo`` component
+  (``List[Doc] -> List[Floats3d (L + 1, n, 2P)]``).
+* ``spacy_elmo.ElmoListener.v1``: listener -> ScalarMix -> ELMo dropout
+  (``List[Doc] -> List[Floats2d (n, 2P)]``); each use owns its mix.
+* ``spacy_elmo.ElmoTok2Vec.v1``: ``[x_k; ELMo_k]`` (a MultiHashEmbed next to
+  the mix, the paper's recipe), a Maxout down to the encoder width, then the
+  encoder (``List[Doc] -> List[Floats2d (n, width)]``).
+"""
+
+from typing import List, Optional, Sequence
+
+from spacy.tokens import Doc
+from thinc.api import Maxout, Model, chain, concatenate, with_array
+from thinc.types import Floats2d, Floats3d
+
+from .bilm_layer import build_elmo_bilm
+from .listener import ElmoListener as ElmoListenerModel
+from .scalar_mix import elmo_dropout, scalar_mix_layer
+
+
+def ElmoBiLM(
+    batch_tokens: int = 4096, max_window: int = 128, backend: str = "auto", cache_size: int = 50000
+) -> Model[List[Doc], List[Floats3d]]:
+    """Run-time settings only: the biLM's sizes come with its weights (config.json / options.json).
+
+    batch_tokens: padded tokens (rows x longest row) per biLM call; max_window:
+    the longest row (sentences and boundary-less docs are cut to it);
+    backend: "auto" | "fused" | "reference"; cache_size: char-CNN cache entries.
+    """
+    return build_elmo_bilm(batch_tokens=batch_tokens, max_window=max_window, backend=backend, cache_size=cache_size)
+
+
+def ElmoListener(
+    upstream: str = "*",
+    width: Optional[int] = None,
+    dropout: float = 0.5,
+    mix_l2: float = 0.0,
+    initial_weights: Optional[Sequence[float]] = None,
+    trainable_mix: bool = True,
+) -> Model[List[Doc], List[Floats2d]]:
+    """width: 2 x projection_dim of the upstream biLM, or None to take it from the weights.
+
+    dropout: ELMo's dropout after the mix (the paper's 0.5; not touched by
+    ``[training] dropout``); mix_l2: lambda of ``lambda * ||w||^2``.
+    """
+    listener = ElmoListenerModel(upstream_name=upstream, width=width)
+    mix = scalar_mix_layer(initial_weights=initial_weights, trainable=trainable_mix, l2=mix_l2)
+    model = chain(listener, mix, elmo_dropout(dropout))
+    if width is not None:
+        model.set_dim("nO", width)
+    return model
+
+
+def ElmoTok2Vec(
+    embed: Model[List[Doc], List[Floats2d]],
+    elmo: Model[List[Doc], List[Floats2d]],
+    encode: Model[List[Floats2d], List[Floats2d]],
+) -> Model[List[Doc], List[Floats2d]]:
+    """``chain(concatenate(embed, elmo), Maxout(width), encode)``; width is the encoder's."""
+    width = encode.maybe_get_dim("nO") or encode.layers[0].get_dim("nO")
+    reduce = with_array(Maxout(nO=width, nP=3, normalize=True, dropout=0.0))
+    model = chain(concatenate(embed, elmo), reduce, encode)
+    model.set_dim("nO", width)
+    model.name = "elmo_tok2vec"
+    return model

@@ -1,0 +1,63 @@
+"""Cutting docs into biLM rows and grouping rows into sub-batches.
+
+The biLM was trained on sentences wrapped in ``<S> ... </S>``: a doc with
+sentence boundaries is run sentence by sentence, a doc without them in windows
+of at most ``max_window`` tokens (so a 20,000-token doc never becomes one
+20,000-step row). Rows are sorted by length and grouped so that each
+sub-batch holds at most ``batch_tokens`` padded tokens (rows x longest row).
+"""
+
+from typing import Iterable, List, NamedTuple, Sequence
+
+from spacy.tokens import Doc
+
+
+class Piece(NamedTuple):
+    """Tokens ``start:end`` of doc number ``doc`` in the batch."""
+
+    doc: int
+    start: int
+    end: int
+
+
+def has_sentences(doc: Doc) -> bool:
+    """True when ``doc.sents`` is usable (a sentencizer/parser has run)."""
+    return doc.has_annotation("SENT_START") or doc.has_annotation("DEP")
+
+
+def doc_pieces(doc: Doc, index: int, max_window: int) -> List[Piece]:
+    """Sentences (or windows) of one doc, each at most ``max_window`` tokens."""
+    if len(doc) == 0:
+        return []
+    spans = [(s.start, s.end) for s in doc.sents] if has_sentences(doc) else [(0, len(doc))]
+    pieces = []
+    for start, end in spans:
+        for s in range(start, end, max_window):
+            pieces.append(Piece(index, s, min(s + max_window, end)))
+    return pieces
+
+
+def make_pieces(docs: Sequence[Doc], max_window: int) -> List[Piece]:
+    return [p for i, doc in enumerate(docs) for p in doc_pieces(doc, i, max_window)]
+
+
+def group_pieces(pieces: Iterable[Piece], batch_tokens: int) -> List[List[Piece]]:
+    """Sub-batches of pieces, longest first, each with rows x max_len <= batch_tokens.
+
+    A piece longer than ``batch_tokens`` gets a sub-batch of its own.
+    """
+    ordered = sorted(pieces, key=lambda p: p.end - p.start, reverse=True)
+    groups: List[List[Piece]] = []
+    current: List[Piece] = []
+    longest = 0
+    for piece in ordered:
+        n = piece.end - piece.start
+        if current and (len(current) + 1) * longest > batch_tokens:
+            groups.append(current)
+            current = []
+        if not current:
+            longest = n
+        current.append(piece)
+    if current:
+        groups.append(current)
+    return groups

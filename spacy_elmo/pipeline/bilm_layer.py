@@ -1,0 +1,137 @@
+"""The thinc model of the ``elmo`` component: ``List[Doc] -> List[Floats3d]``.
+
+Each output is ``(L + 1, n_tokens, 2P)``: every biLM layer for every token of
+one doc. The torch :class:`ElmoRunner` sits inside thinc's PyTorch wrapper
+(device placement, gradients when fine-tuning); its weights serialize as
+safetensors + config JSON (no pickle).
+"""
+
+from typing import Any, List, Optional
+
+import srsly
+import torch
+from safetensors.torch import load as st_load
+from safetensors.torch import save as st_save
+from spacy.tokens import Doc
+from thinc.api import ArgsKwargs, Model, PyTorchWrapper_v3, torch2xp, xp2torch
+from thinc.types import Floats3d
+
+from ..bilm import BiLM, BiLMConfig
+from .batching import group_pieces, make_pieces
+from .runner import ElmoRunner
+
+
+def build_elmo_bilm(
+    batch_tokens: int = 4096, max_window: int = 128, backend: str = "auto", cache_size: int = 50000
+) -> Model[List[Doc], List[Floats3d]]:
+    """The component model; the biLM arrives later through :func:`set_bilm` (weights decide its shape)."""
+    runner = ElmoRunner(cache_size)
+    runner.backend_name = backend
+    wrapper = PyTorchWrapper_v3(
+        runner,
+        convert_inputs=_convert_inputs,
+        convert_outputs=_convert_outputs,
+        serialize_model=_serialize_runner,
+        deserialize_model=_deserialize_runner,
+    )
+    return Model(
+        "elmo_bilm",
+        _forward,
+        layers=[wrapper],
+        dims={"nO": None, "nL": None},
+        attrs={"batch_tokens": batch_tokens, "max_window": max_window, "backend": backend},
+        init=_init,
+    )
+
+
+def get_runner(model: Model) -> ElmoRunner:
+    return model.layers[0].shims[0]._model
+
+
+def get_bilm(model: Model) -> Optional[BiLM]:
+    return get_runner(model).bilm
+
+
+def set_bilm(model: Model, bilm: BiLM, source: str) -> None:
+    """Put loaded weights into the model (on the current thinc device) and set the dims."""
+    shim = model.layers[0].shims[0]
+    bilm.backend = model.attrs["backend"]
+    runner = get_runner(model)
+    runner.set_bilm(bilm.to(shim.device))
+    runner.source = source
+    _set_dims(model)
+
+
+def _set_dims(model: Model) -> None:
+    bilm = get_bilm(model)
+    if bilm is not None:
+        model.set_dim("nO", bilm.config.output_dim, force=True)
+        model.set_dim("nL", bilm.config.n_output_layers, force=True)
+
+
+def _init(model: Model, X: Any = None, Y: Any = None) -> None:
+    _set_dims(model)
+
+
+def _forward(model: Model, docs: List[Doc], is_train: bool):
+    """docs -> per-doc ``(L + 1, n, 2P)`` arrays, running sub-batches of bounded padded size."""
+    nL, D = model.get_dim("nL"), model.get_dim("nO")
+    texts = [[t.text for t in doc] for doc in docs]
+    outputs = [model.ops.alloc3f(nL, len(doc), D) for doc in docs]
+    callbacks = []
+    pieces = make_pieces(docs, model.attrs["max_window"])
+    for group in group_pieces(pieces, model.attrs["batch_tokens"]):
+        rows = [texts[p.doc][p.start : p.end] for p in group]
+        Y, bp = model.layers[0](rows, is_train)  # (nL, B, T, D)
+        for b, p in enumerate(group):
+            outputs[p.doc][:, p.start : p.end] = Y[:, b, : p.end - p.start]
+        callbacks.append((group, Y.shape, bp))
+
+    def backprop(dYs: List[Floats3d]) -> List[Doc]:
+        for group, shape, bp in callbacks:
+            dY = model.ops.alloc4f(*shape)
+            for b, p in enumerate(group):
+                dY[:, b, : p.end - p.start] = dYs[p.doc][:, p.start : p.end]
+            bp(dY)
+        return []
+
+    return outputs, backprop
+
+
+def _convert_inputs(model: Model, rows: List[List[str]], is_train: bool):
+    return ArgsKwargs(args=(rows,), kwargs={}), _no_input_grad
+
+
+def _no_input_grad(d_inputs: Any) -> List[Any]:  # module level: picklable
+    return []
+
+
+def _convert_outputs(model: Model, X_Ytorch, is_train: bool):
+    _, Ytorch = X_Ytorch
+    Y = torch2xp(Ytorch.float() if Ytorch.dtype != torch.float32 else Ytorch)
+
+    def reverse(dY) -> ArgsKwargs:
+        return ArgsKwargs(args=((Ytorch,),), kwargs={"grad_tensors": (xp2torch(dY, device=Ytorch.device),)})
+
+    return Y, reverse
+
+
+def _serialize_runner(runner: ElmoRunner) -> bytes:
+    if runner.bilm is None:
+        return srsly.msgpack_dumps({"config": None})
+    state = {k: v.detach().cpu().contiguous() for k, v in runner.bilm.state_dict().items()}
+    return srsly.msgpack_dumps(
+        {"config": runner.bilm.config.to_dict(), "source": getattr(runner, "source", ""), "weights": st_save(state)}
+    )
+
+
+def _deserialize_runner(runner: ElmoRunner, data: bytes, device: torch.device) -> ElmoRunner:
+    msg = srsly.msgpack_loads(data)
+    if msg.get("config") is None:
+        return runner
+    backend = getattr(runner, "backend_name", "auto")
+    bilm = BiLM(BiLMConfig.from_dict(msg["config"]), backend=backend)
+    bilm.load_state_dict(st_load(msg["weights"]))
+    runner.set_bilm(bilm.eval().to(device))
+    runner.source = msg.get("source", "")
+    return runner

@@ -1,0 +1,312 @@
+"""The ``elmo`` pipeline component.
+
+Runs the biLM over docs (sentences or bounded windows, sub-batched by padded
+token count), stores per-token layers on the docs, and feeds downstream
+:class:`~spacy_elmo.pipeline.listener.ElmoListener` layers during training.
+Frozen by default: ``update`` runs the biLM without gradients and
+``finish_update`` does nothing, so each listener's ScalarMix is all that
+trains (keep the component *out of* ``[training] frozen_components``: spaCy
+never initializes components listed there).
+"""
+
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
+
+import numpy
+from spacy.language import Language
+from spacy.pipeline import TrainablePipe
+from spacy.tokens import Doc
+from spacy.training import Example
+
+from thinc.api import Config, Model, Optimizer, set_dropout_rate
+from thinc.types import Floats3d
+
+from ..errors import Errors
+from .bilm_layer import get_bilm, set_bilm
+from .doc_data import install_extensions, install_hooks, set_doc_data
+from .listener import ElmoListener
+from .loaders import WeightsLoader, load_weights
+
+STORE_CHOICES = ("all", "mix", "none")
+DTYPE_CHOICES = ("float16", "float32")
+
+DEFAULT_MODEL = """
+[model]
+@architectures = "spacy_elmo.ElmoBiLM.v1"
+batch_tokens = 4096
+max_window = 128
+backend = "auto"
+cache_size = 50000
+"""
+
+
+@Language.factory(
+    "elmo",
+    default_config={
+        "model": Config().from_str(DEFAULT_MODEL)["model"],
+        "weights": None,
+        "frozen": True,
+        "store": "all",
+        "store_dtype": "float16",
+        "mix": None,
+        "user_hooks": True,
+        "set_doc_tensor": False,
+    },
+)
+def make_elmo(
+    nlp: Language,
+    name: str,
+    model: Model,
+    weights: Optional[str],
+    frozen: bool,
+    store: str,
+    store_dtype: str,
+    mix: Optional[List[float]],
+    user_hooks: bool,
+    set_doc_tensor: bool,
+) -> "ElmoComponent":
+    """weights: a model directory (native or AllenNLP), loaded at first use; None = the
+    bundled default or an initialize-time ``weights_loader``. mix: the layer weights
+    (before softmax) of ``token._.elmo_vector`` and store "mix"; None = average."""
+    return ElmoComponent(
+        nlp.vocab,
+        model,
+        name,
+        weights=weights,
+        frozen=frozen,
+        store=store,
+        store_dtype=store_dtype,
+        mix=mix,
+        user_hooks=user_hooks,
+        set_doc_tensor=set_doc_tensor,
+    )
+
+
+def _no_backprop(d_outputs: Any) -> List[Doc]:  # module level: picklable
+    return []
+
+
+class ElmoComponent(TrainablePipe):
+    """predict: ``List[Doc] -> List[Floats3d (L + 1, n, 2P)]`` (float32, current ops)."""
+
+    def __init__(
+        self,
+        vocab,
+        model: Model,
+        name: str = "elmo",
+        *,
+        weights: Optional[str] = None,
+        frozen: bool = True,
+        store: str = "all",
+        store_dtype: str = "float16",
+        mix: Optional[Sequence[float]] = None,
+        user_hooks: bool = True,
+        set_doc_tensor: bool = False,
+    ) -> None:
+        for option, value, choices in (("store", store, STORE_CHOICES), ("store_dtype", store_dtype, DTYPE_CHOICES)):
+            if value not in choices:
+                raise ValueError(Errors.E_ELMO_BAD_OPTION.format(name=name, option=option, choices=choices, value=value))
+        self.vocab = vocab
+        self.model = model
+        self.name = name
+        self.listener_map: Dict[str, List[ElmoListener]] = {}
+        self.cfg: Dict[str, Any] = {
+            "weights": None if weights is None else str(weights),
+            "frozen": bool(frozen),
+            "store": store,
+            "store_dtype": store_dtype,
+            "mix": list(mix) if mix is not None else None,
+            "user_hooks": bool(user_hooks),
+            "set_doc_tensor": bool(set_doc_tensor),
+        }
+        install_extensions()
+
+    # -- weights -------------------------------------------------------------
+    @property
+    def is_loaded(self) -> bool:
+        return get_bilm(self.model) is not None
+
+    @property
+    def source(self) -> Optional[str]:
+        """Where the weights came from (a path or "default"), None before loading."""
+        runner = self.model.layers[0].shims[0]._model
+        return getattr(runner, "source", None) if runner.bilm is not None else None
+
+    def load_weights(self, path: Optional[str] = None, loader: Optional[WeightsLoader] = None) -> None:
+        """Load weights now (from ``loader``, else ``path``; empty = the bundled default)."""
+        backend = self.model.attrs["backend"]
+        is_default = loader is None and (path is None or str(path).strip() in ("", "default"))
+        try:
+            bilm, source = loader(backend) if loader is not None else load_weights(path, backend)
+        except FileNotFoundError as err:
+            if is_default or "bundled default" in str(err):
+                raise ValueError(Errors.E_ELMO_NO_WEIGHTS.format(name=self.name, reason=err)) from err
+            raise
+        bilm.requires_grad_(not self.cfg["frozen"])
+        set_bilm(self.model, bilm, source)
+        for listener in self.listeners:
+            self._configure_listener(listener, self._component_of(listener))
+
+    def _ensure_weights(self) -> None:
+        if not self.is_loaded:
+            self.load_weights(self.cfg.get("weights"))
+
+    # -- listeners (as spaCy's Tok2Vec) ------------------------------------------
+    @property
+    def listeners(self) -> List[ElmoListener]:
+        return [m for c in self.listening_components for m in self.listener_map[c]]
+
+    @property
+    def listening_components(self) -> List[str]:
+        return list(self.listener_map.keys())
+
+    def _component_of(self, listener: ElmoListener) -> str:
+        return next((c for c, ls in self.listener_map.items() if listener in ls), "?")
+
+    def add_listener(self, listener: ElmoListener, component_name: str) -> None:
+        self.listener_map.setdefault(component_name, [])
+        if listener not in self.listener_map[component_name]:
+            self.listener_map[component_name].append(listener)
+        listener.upstream = self.name
+        self._configure_listener(listener, component_name)
+
+    def remove_listener(self, listener: ElmoListener, component_name: str) -> bool:
+        if listener in self.listener_map.get(component_name, []):
+            self.listener_map[component_name].remove(listener)
+            if not self.listener_map[component_name]:
+                del self.listener_map[component_name]
+            listener.upstream = None
+            return True
+        return False
+
+    def find_listeners(self, component) -> None:
+        names = ("*", self.name)
+        if isinstance(getattr(component, "model", None), Model):
+            for node in component.model.walk():
+                if isinstance(node, ElmoListener) and node.upstream_name in names:
+                    self.add_listener(node, component.name)
+
+    def _configure_listener(self, listener: ElmoListener, component_name: str) -> None:
+        """Give the listener the biLM's sizes; a configured width must match them."""
+        if self.cfg["store"] != "all":
+            raise ValueError(
+                Errors.E_LISTENER_NEEDS_ALL.format(name=self.name, store=self.cfg["store"], component=component_name)
+            )
+        bilm = get_bilm(self.model)
+        if bilm is None:
+            return
+        width = bilm.config.output_dim
+        configured = listener.attrs.get("width_from_config")
+        if configured is not None and configured != width:
+            raise ValueError(
+                Errors.E_LISTENER_WIDTH.format(component=component_name, width=configured, upstream=self.name, expected=width)
+            )
+        listener.set_dim("nO", width, force=True)
+        listener.set_dim("nL", bilm.config.n_output_layers, force=True)
+
+    # -- prediction ------------------------------------------------------------
+    def predict(self, docs: Iterable[Doc]) -> List[Floats3d]:
+        docs = list(docs)
+        self._ensure_weights()
+        return self.model.predict(docs)
+
+    def mix_weights(self) -> numpy.ndarray:
+        """``(L + 1,)`` float32: softmax of ``mix`` (uniform by default)."""
+        nL = self.model.get_dim("nL")
+        w = numpy.zeros((nL,), dtype="float32") if self.cfg["mix"] is None else numpy.asarray(self.cfg["mix"], "float32")
+        e = numpy.exp(w - w.max())
+        return (e / e.sum()).astype("float32")
+
+    def set_annotations(self, docs: Sequence[Doc], outputs: List[Floats3d]) -> None:
+        mix = self.mix_weights()
+        for doc, layers in zip(docs, outputs):
+            layers = self.model.ops.to_numpy(layers)
+            set_doc_data(doc, layers, mix, self.cfg["store"], self.cfg["store_dtype"])
+            if self.cfg["user_hooks"]:
+                install_hooks(doc)
+            if self.cfg["set_doc_tensor"]:
+                doc.tensor = numpy.tensordot(mix, layers, axes=(0, 0)).astype("float32")
+
+    # -- training ----------------------------------------------------------------
+    def update(
+        self,
+        examples: Iterable[Example],
+        *,
+        drop: float = 0.0,
+        sgd: Optional[Optimizer] = None,
+        losses: Optional[Dict[str, float]] = None,
+    ) -> Dict[str, float]:
+        """Run the biLM on the batch and hand its layers to every listener."""
+        losses = {} if losses is None else losses
+        losses.setdefault(self.name, 0.0)
+        docs = [eg.predicted for eg in examples]
+        self._ensure_weights()
+        batch_id = ElmoListener.get_batch_id(docs)
+        if self.cfg["frozen"]:
+            outputs = self.model.predict(docs)  # no autograd graph at all
+            for listener in self.listeners:
+                listener.receive(batch_id, outputs, _no_backprop)
+            return losses
+        set_dropout_rate(self.model, drop)
+        outputs, bp_outputs = self.model.begin_update(docs)
+        d_outputs = [self.model.ops.alloc3f(*o.shape) for o in outputs]
+
+        def accumulate_gradient(one_d: List[Floats3d]) -> List[Doc]:
+            for i, d in enumerate(one_d):
+                d_outputs[i] += d
+                losses[self.name] += float((d**2).sum())
+            return []
+
+        def backprop(one_d: List[Floats3d]) -> List[Doc]:
+            accumulate_gradient(one_d)
+            d_docs = bp_outputs(d_outputs)
+            if sgd is not None:
+                self.finish_update(sgd)
+            return d_docs
+
+        for listener in self.listeners[:-1]:
+            listener.receive(batch_id, outputs, accumulate_gradient)
+        if self.listeners:
+            self.listeners[-1].receive(batch_id, outputs, backprop)
+        return losses
+
+    def finish_update(self, sgd: Optimizer) -> None:
+        if not self.cfg["frozen"]:
+            self.model.finish_update(sgd)
+
+    def get_loss(self, examples, scores) -> None:
+        pass
+
+    def add_label(self, label: str) -> int:
+        raise NotImplementedError
+
+    def initialize(
+        self,
+        get_examples: Callable[[], Iterable[Example]],
+        *,
+        nlp: Optional[Language] = None,
+        weights_loader: Optional[WeightsLoader] = None,
+    ) -> None:
+        """Load weights (``weights_loader`` first, else ``weights``, else the bundled default)."""
+        if weights_loader is not None:
+            self.load_weights(loader=weights_loader)
+        else:
+            self._ensure_weights()
+        self.model.initialize()
+        for listener in self.listeners:
+            self._configure_listener(listener, self._component_of(listener))
+
+    def from_bytes(self, bytes_data, *, exclude=tuple()):
+        super().from_bytes(bytes_data, exclude=exclude)
+        self._after_load()
+        return self
+
+    def from_disk(self, path, *, exclude=tuple()):
+        super().from_disk(path, exclude=exclude)
+        self._after_load()
+        return self
+
+    def _after_load(self) -> None:
+        bilm = get_bilm(self.model)
+        if bilm is not None:
+            bilm.requires_grad_(not self.cfg["frozen"])
+            set_bilm(self.model, bilm, self.source or "")

@@ -1,0 +1,155 @@
+"""Per-doc ELMo data: extensions, getters and user hooks.
+
+What a doc keeps (plain numpy on the CPU, never torch tensors, so that
+``doc.to_bytes()``, ``DocBin(store_user_data=True)`` and ``nlp.pipe(n_process=2)``
+carry it through msgpack):
+
+* ``doc._.elmo``: ``(L + 1, n, 2P)`` (store "all") or ``(n, 2P)`` (store "mix"),
+  float16 by default; None when nothing is stored.
+* ``doc._.elmo_mix``: ``(L + 1,)`` float32, the component's fixed layer weights
+  (``gamma * softmax(w)``) that turn all layers into one vector per token.
+
+``token._.elmo_vector`` / ``span._.elmo_vector`` (``(2P,)`` float32) are
+computed from these; the ``vector`` / ``has_vector`` / ``similarity`` user
+hooks use them (module-level functions, so that docs stay picklable).
+"""
+
+from typing import Optional, Union
+
+import numpy
+from spacy.tokens import Doc, Span, Token
+
+ELMO_ATTR = "elmo"
+MIX_ATTR = "elmo_mix"
+
+
+def install_extensions() -> None:
+    """Register the extensions once (idempotent)."""
+    if not Doc.has_extension(ELMO_ATTR):
+        Doc.set_extension(ELMO_ATTR, default=None)
+    if not Doc.has_extension(MIX_ATTR):
+        Doc.set_extension(MIX_ATTR, default=None)
+    if not Token.has_extension("elmo_vector"):
+        Token.set_extension("elmo_vector", getter=token_vector)
+    if not Span.has_extension("elmo_vector"):
+        Span.set_extension("elmo_vector", getter=span_vector)
+
+
+def set_doc_data(doc: Doc, layers: numpy.ndarray, mix: numpy.ndarray, store: str, dtype: str) -> None:
+    """layers: ``(L + 1, n, 2P)`` float32 numpy; mix: ``(L + 1,)``; store: all | mix | none."""
+    if store == "none":
+        setattr(doc._, ELMO_ATTR, None)
+        setattr(doc._, MIX_ATTR, None)
+        return
+    data = layers if store == "all" else numpy.tensordot(mix, layers, axes=(0, 0))
+    # Copy: never keep a view of a batch buffer alive on a doc.
+    setattr(doc._, ELMO_ATTR, numpy.array(data, dtype=dtype, copy=True))
+    setattr(doc._, MIX_ATTR, numpy.asarray(mix, dtype="float32"))
+
+
+def doc_vectors(doc: Doc) -> Optional[numpy.ndarray]:
+    """``(n, 2P)`` float32 mixed vectors of the doc's tokens, or None without data."""
+    data = getattr(doc._, ELMO_ATTR, None)
+    if data is None:
+        return None
+    if data.ndim == 2:
+        return data.astype("float32")
+    mix = getattr(doc._, MIX_ATTR, None)
+    if mix is None:
+        mix = numpy.full((data.shape[0],), 1.0 / data.shape[0], dtype="float32")
+    return numpy.tensordot(mix, data.astype("float32"), axes=(0, 0))
+
+
+def _rows(doc: Doc, start: int, end: int) -> Optional[numpy.ndarray]:
+    data = getattr(doc._, ELMO_ATTR, None)
+    if data is None:
+        return None
+    if data.ndim == 2:
+        return data[start:end].astype("float32")
+    mix = getattr(doc._, MIX_ATTR, None)
+    if mix is None:
+        mix = numpy.full((data.shape[0],), 1.0 / data.shape[0], dtype="float32")
+    return numpy.tensordot(mix, data[:, start:end].astype("float32"), axes=(0, 0))
+
+
+def token_vector(token: Token) -> Optional[numpy.ndarray]:
+    rows = _rows(token.doc, token.i, token.i + 1)
+    return None if rows is None else rows[0]
+
+
+def span_vector(span: Union[Span, Doc]) -> Optional[numpy.ndarray]:
+    """Mean of the token vectors (a Doc counts as its full span)."""
+    doc = span if isinstance(span, Doc) else span.doc
+    start, end = (0, len(doc)) if isinstance(span, Doc) else (span.start, span.end)
+    rows = _rows(doc, start, end)
+    if rows is None or rows.shape[0] == 0:
+        return None
+    return rows.mean(0)
+
+
+# -- user hooks (module level: picklable) -----------------------------------
+def _fallback_width(obj) -> int:
+    doc = obj if isinstance(obj, Doc) else obj.doc
+    data = getattr(doc._, ELMO_ATTR, None)
+    return 0 if data is None else int(data.shape[-1])
+
+
+def hook_token_vector(token: Token) -> numpy.ndarray:
+    v = token_vector(token)
+    return numpy.zeros((_fallback_width(token),), dtype="float32") if v is None else v
+
+
+def hook_span_vector(span: Union[Span, Doc]) -> numpy.ndarray:
+    v = span_vector(span)
+    return numpy.zeros((_fallback_width(span),), dtype="float32") if v is None else v
+
+
+def hook_has_vector(obj) -> bool:
+    doc = obj if isinstance(obj, Doc) else obj.doc
+    return getattr(doc._, ELMO_ATTR, None) is not None and (isinstance(obj, Token) or len(obj) > 0)
+
+
+def _vec(obj) -> Optional[numpy.ndarray]:
+    if isinstance(obj, Token):
+        return token_vector(obj)
+    if isinstance(obj, (Span, Doc)):
+        return span_vector(obj)
+    return None
+
+
+def hook_similarity(obj, other) -> float:
+    """Cosine of the ELMo vectors; falls back to spaCy's own when ``other`` has none."""
+    a, b = _vec(obj), _vec(other)
+    if a is None or b is None:
+        b = getattr(other, "vector", None)
+        if a is None or b is None or b.shape != a.shape:
+            return 0.0
+    na, nb = float(numpy.linalg.norm(a)), float(numpy.linalg.norm(b))
+    if na == 0.0 or nb == 0.0:
+        return 0.0
+    return float(numpy.dot(a, b) / (na * nb))
+
+
+def hook_vector_norm(obj) -> float:
+    v = _vec(obj)
+    return 0.0 if v is None else float(numpy.linalg.norm(v))
+
+
+def install_hooks(doc: Doc) -> None:
+    """Make ``vector`` / ``has_vector`` / ``vector_norm`` / ``similarity`` use ELMo.
+
+    Hooks are not part of ``doc.to_bytes()``; call this again on docs read back
+    from bytes or a DocBin (their ``doc._.elmo`` survives).
+    """
+    doc.user_hooks["vector"] = hook_span_vector
+    doc.user_hooks["has_vector"] = hook_has_vector
+    doc.user_hooks["vector_norm"] = hook_vector_norm
+    doc.user_hooks["similarity"] = hook_similarity
+    doc.user_span_hooks["vector"] = hook_span_vector
+    doc.user_span_hooks["has_vector"] = hook_has_vector
+    doc.user_span_hooks["vector_norm"] = hook_vector_norm
+    doc.user_span_hooks["similarity"] = hook_similarity
+    doc.user_token_hooks["vector"] = hook_token_vector
+    doc.user_token_hooks["has_vector"] = hook_has_vector
+    doc.user_token_hooks["vector_norm"] = hook_vector_norm
+    doc.user_token_hooks["similarity"] = hook_similarity
