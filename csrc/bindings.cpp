@@ -1,0 +1,51 @@
+// The one bindings file of spacy_elmo._C: PyTorch custom operators
+// (TORCH_LIBRARY, namespace `spacy_elmo`) with their CPU implementations, and
+// a small pybind11 module for introspection. Autograd and fake (meta)
+// implementations are registered from Python (spacy_elmo/ops/fused.py); the
+// CUDA implementations live in csrc/cuda/cuda_ops.cpp (CUDA builds only).
+#include <torch/extension.h>
+#include <torch/library.h>
+
+#include "include/ops.h"
+
+namespace spacy_elmo {
+
+static bool built_with_cuda() {
+#ifdef SPACY_ELMO_WITH_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+}  // namespace spacy_elmo
+
+TORCH_LIBRARY(spacy_elmo, m) {
+  m.def("char_cnn_forward(Tensor char_ids, Tensor embedding, Tensor[] weights, Tensor[] biases, int activation) -> "
+        "(Tensor, Tensor)");
+  m.def("char_cnn_backward(Tensor grad, Tensor out, Tensor argmax, Tensor char_ids, Tensor embedding, "
+        "Tensor[] weights, int activation) -> (Tensor, Tensor[], Tensor[])");
+  m.def("highway_forward(Tensor x, Tensor weight, Tensor bias) -> (Tensor, Tensor)");
+  m.def("highway_backward(Tensor grad, Tensor x, Tensor weight, Tensor h) -> (Tensor, Tensor, Tensor)");
+  m.def("lstm_forward(Tensor[] xs, Tensor lengths, Tensor[] weights, Tensor h0, Tensor c0, float? cell_clip, "
+        "float? proj_clip, int[] reverse, bool residual, bool save) -> "
+        "(Tensor[], Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)");
+  m.def("lstm_backward(Tensor[] grad_outs, Tensor grad_hn, Tensor grad_cn, Tensor[] xs, Tensor lengths, "
+        "Tensor[] weights, Tensor c0, Tensor gates, Tensor c_raw, Tensor hp_raw, Tensor h_prev, Tensor m, "
+        "float? cell_clip, float? proj_clip, int[] reverse, bool residual) -> (Tensor[], Tensor[], Tensor, Tensor)");
+}
+
+TORCH_LIBRARY_IMPL(spacy_elmo, CPU, m) {
+  m.impl("char_cnn_forward", &spacy_elmo::char_cnn_forward_cpu);
+  m.impl("char_cnn_backward", &spacy_elmo::char_cnn_backward_cpu);
+  m.impl("highway_forward", &spacy_elmo::highway_forward_cpu);
+  m.impl("highway_backward", &spacy_elmo::highway_backward_cpu);
+  m.impl("lstm_forward", &spacy_elmo::lstm_forward_cpu);
+  m.impl("lstm_backward", &spacy_elmo::lstm_backward_cpu);
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "spacy_elmo fused kernels (custom operators in torch.ops.spacy_elmo)";
+  m.def("cpu_isa", &spacy_elmo::cpu_isa, "The CPU kernel variant in use: base, avx2 or avx512");
+  m.def("built_with_cuda", &spacy_elmo::built_with_cuda, "Whether the CUDA kernels were compiled in");
+}

@@ -1,0 +1,245 @@
+// Char CNN on the CPU: embedding gather + every filter + max over positions +
+// bias + activation in one pass per block of tokens (no im2col buffer), and
+// its backward to the embedding table, filters and biases.
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "../include/cpu_kernels.h"
+#include "../include/ops.h"
+
+namespace spacy_elmo {
+
+namespace {
+
+constexpr int64_t kTokenBlock = 16;
+
+void check_inputs(const at::Tensor& ids, const at::Tensor& emb, at::TensorList weights, at::TensorList biases) {
+  TORCH_CHECK(ids.dim() == 2, "char_cnn: char_ids must be (N, W)");
+  TORCH_CHECK(emb.dim() == 2, "char_cnn: embedding must be (261, D)");
+  TORCH_CHECK(weights.size() == biases.size() && !weights.empty(), "char_cnn: one bias per filter");
+  for (size_t i = 0; i < weights.size(); ++i) {
+    TORCH_CHECK(weights[i].dim() == 3 && weights[i].size(1) == emb.size(1), "char_cnn: weight ", i,
+                " must be (count, D, width)");
+    TORCH_CHECK(weights[i].size(2) <= ids.size(1), "char_cnn: filter ", i, " is wider than the tokens");
+    TORCH_CHECK(biases[i].numel() == weights[i].size(0), "char_cnn: bias ", i, " must be (count,)");
+    TORCH_CHECK(weights[i].scalar_type() == emb.scalar_type() && biases[i].scalar_type() == emb.scalar_type(),
+                "char_cnn: all parameters must share one dtype");
+  }
+}
+
+template <typename scalar_t>
+inline scalar_t activate(scalar_t v, int64_t activation) {
+  return activation == 0 ? (v > 0 ? v : scalar_t(0)) : std::tanh(v);
+}
+
+// Generic (any float type) direct convolution with running max: the float64
+// path (gradcheck) and the fallback.
+template <typename scalar_t>
+void forward_generic(const int64_t* ids, const scalar_t* table, int64_t N, int64_t W, int64_t D,
+                     const std::vector<at::Tensor>& weights, scalar_t* out, int32_t* arg, int64_t F) {
+  at::parallel_for(0, N, 8, [&](int64_t n0, int64_t n1) {
+    std::vector<scalar_t> e(W * D);
+    for (int64_t n = n0; n < n1; ++n) {
+      for (int64_t w = 0; w < W; ++w) {
+        const int64_t id = ids[n * W + w];
+        for (int64_t d = 0; d < D; ++d) e[w * D + d] = id > 0 ? table[(id - 1) * D + d] : scalar_t(0);
+      }
+      int64_t off = 0;
+      for (const auto& wt : weights) {
+        const int64_t count = wt.size(0), width = wt.size(2);
+        const scalar_t* wd = wt.data_ptr<scalar_t>();
+        for (int64_t f = 0; f < count; ++f) {
+          scalar_t best = -std::numeric_limits<scalar_t>::infinity();
+          int32_t bi = 0;
+          for (int64_t p = 0; p + width <= W; ++p) {
+            scalar_t acc = 0;
+            for (int64_t d = 0; d < D; ++d)
+              for (int64_t k = 0; k < width; ++k) acc += wd[(f * D + d) * width + k] * e[(p + k) * D + d];
+            if (acc > best) {
+              best = acc;
+              bi = (int32_t)p;
+            }
+          }
+          out[n * F + off + f] = best;
+          arg[n * F + off + f] = bi;
+        }
+        off += count;
+      }
+    }
+  });
+}
+
+void forward_float(const int64_t* ids, const float* table, int64_t N, int64_t W, int64_t D,
+                   const std::vector<at::Tensor>& weights, float* out, int32_t* arg, int64_t F) {
+  // Pack each filter to (width * D, ldw): channel-contiguous rows, zero-padded
+  // to whole vectors. Repacked every call (tiny next to the convolution), so
+  // weight updates are always seen.
+  std::vector<at::Tensor> packed;
+  std::vector<int64_t> ldws;
+  for (const auto& wt : weights) {
+    const int64_t count = wt.size(0), width = wt.size(2);
+    const int64_t ldw = (count + 15) / 16 * 16;
+    at::Tensor p = at::zeros({width * D, ldw}, wt.options());
+    p.narrow(1, 0, count).copy_(wt.permute({2, 1, 0}).reshape({width * D, count}));
+    packed.push_back(p);
+    ldws.push_back(ldw);
+  }
+  const auto& kt = cpu::kernels();
+  const int64_t nblocks = (N + kTokenBlock - 1) / kTokenBlock;
+  at::parallel_for(0, nblocks, 1, [&](int64_t b0, int64_t b1) {
+    std::vector<float> e(kTokenBlock * W * D);
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t n0 = b * kTokenBlock;
+      const int64_t nt = std::min(kTokenBlock, N - n0);
+      for (int64_t t = 0; t < nt; ++t) {
+        for (int64_t w = 0; w < W; ++w) {
+          const int64_t id = ids[(n0 + t) * W + w];
+          float* dst = e.data() + (t * W + w) * D;
+          if (id > 0) std::memcpy(dst, table + (id - 1) * D, D * sizeof(float));
+          else std::memset(dst, 0, D * sizeof(float));
+        }
+      }
+      int64_t off = 0;
+      for (size_t i = 0; i < weights.size(); ++i) {
+        cpu::CharConvArgs a;
+        a.emb = e.data();
+        a.ntok = nt;
+        a.W = W;
+        a.D = D;
+        a.width = weights[i].size(2);
+        a.wp = packed[i].data_ptr<float>();
+        a.ldw = ldws[i];
+        a.count = weights[i].size(0);
+        a.out = out + n0 * F + off;
+        a.arg = arg + n0 * F + off;
+        a.ldo = F;
+        kt.char_conv(a);
+        off += a.count;
+      }
+    }
+  });
+}
+
+}  // namespace
+
+std::tuple<at::Tensor, at::Tensor> char_cnn_forward_cpu(const at::Tensor& ids_in, const at::Tensor& emb_in,
+                                                        at::TensorList weights_in, at::TensorList biases_in,
+                                                        int64_t activation) {
+  check_inputs(ids_in, emb_in, weights_in, biases_in);
+  TORCH_CHECK(activation == 0 || activation == 1, "char_cnn: activation must be 0 (relu) or 1 (tanh)");
+  const at::Tensor ids = ids_in.to(at::kLong).contiguous();
+  const at::Tensor emb = emb_in.contiguous();
+  std::vector<at::Tensor> weights;
+  int64_t F = 0;
+  for (const auto& w : weights_in) {
+    weights.push_back(w.contiguous());
+    F += w.size(0);
+  }
+  const at::Tensor bias = at::cat(biases_in.vec(), 0).contiguous();
+  const int64_t N = ids.size(0), W = ids.size(1), D = emb.size(1);
+  at::Tensor out = at::empty({N, F}, emb.options());
+  at::Tensor arg = at::empty({N, F}, emb.options().dtype(at::kInt));
+  if (N == 0) return {out, arg};
+  if (emb.scalar_type() == at::kFloat) {
+    forward_float(ids.data_ptr<int64_t>(), emb.data_ptr<float>(), N, W, D, weights, out.data_ptr<float>(),
+                  arg.data_ptr<int32_t>(), F);
+  } else {
+    AT_DISPATCH_FLOATING_TYPES(emb.scalar_type(), "char_cnn_forward", [&] {
+      forward_generic<scalar_t>(ids.data_ptr<int64_t>(), emb.data_ptr<scalar_t>(), N, W, D, weights,
+                                out.data_ptr<scalar_t>(), arg.data_ptr<int32_t>(), F);
+    });
+  }
+  // bias + activation (after the max: equal for monotone activations)
+  AT_DISPATCH_FLOATING_TYPES(out.scalar_type(), "char_cnn_bias_act", [&] {
+    scalar_t* o = out.data_ptr<scalar_t>();
+    const scalar_t* b = bias.data_ptr<scalar_t>();
+    at::parallel_for(0, N, 64, [&](int64_t n0, int64_t n1) {
+      for (int64_t n = n0; n < n1; ++n)
+        for (int64_t f = 0; f < F; ++f) o[n * F + f] = activate<scalar_t>(o[n * F + f] + b[f], activation);
+    });
+  });
+  return {out, arg};
+}
+
+std::tuple<at::Tensor, std::vector<at::Tensor>, std::vector<at::Tensor>> char_cnn_backward_cpu(
+    const at::Tensor& grad_in, const at::Tensor& out_in, const at::Tensor& arg_in, const at::Tensor& ids_in,
+    const at::Tensor& emb_in, at::TensorList weights_in, int64_t activation) {
+  const at::Tensor ids = ids_in.to(at::kLong).contiguous();
+  const at::Tensor emb = emb_in.contiguous();
+  const at::Tensor out = out_in.contiguous();
+  const at::Tensor arg = arg_in.contiguous();
+  const int64_t N = ids.size(0), W = ids.size(1), D = emb.size(1), V = emb.size(0);
+  std::vector<at::Tensor> weights;
+  std::vector<int64_t> offs, widths;
+  int64_t F = 0;
+  for (const auto& w : weights_in) {
+    weights.push_back(w.contiguous());
+    offs.push_back(F);
+    widths.push_back(w.size(2));
+    F += w.size(0);
+  }
+  // Gradient at the pre-activation maximum.
+  at::Tensor g = activation == 0 ? grad_in * (out > 0) : grad_in * (1 - out * out);
+  g = g.to(emb.scalar_type()).contiguous();
+  std::vector<at::Tensor> dws, dbs;
+  at::Tensor db_all = g.sum(0);
+  for (size_t i = 0; i < weights.size(); ++i) {
+    dws.push_back(at::zeros_like(weights[i]));
+    dbs.push_back(db_all.narrow(0, offs[i], weights[i].size(0)).clone());
+  }
+  const int nthreads = at::get_num_threads();
+  at::Tensor demb_parts = at::zeros({nthreads, V, D}, emb.options());
+  // filter index of every channel
+  std::vector<int32_t> filt(F);
+  for (size_t i = 0; i < weights.size(); ++i)
+    for (int64_t f = 0; f < weights[i].size(0); ++f) filt[offs[i] + f] = (int32_t)i;
+  AT_DISPATCH_FLOATING_TYPES(emb.scalar_type(), "char_cnn_backward", [&] {
+    const int64_t* idp = ids.data_ptr<int64_t>();
+    const scalar_t* table = emb.data_ptr<scalar_t>();
+    const scalar_t* gp = g.data_ptr<scalar_t>();
+    const int32_t* ap = arg.data_ptr<int32_t>();
+    scalar_t* parts = demb_parts.data_ptr<scalar_t>();
+    at::parallel_for(0, F, 16, [&](int64_t f0, int64_t f1) {
+      scalar_t* de = parts + (int64_t)at::get_thread_num() * V * D;
+      int64_t maxw = 0;
+      for (auto w : widths) maxw = std::max(maxw, w);
+      std::vector<scalar_t> wt(maxw * D), dw(maxw * D);  // (k, d) layouts
+      for (int64_t fc = f0; fc < f1; ++fc) {
+        const int32_t i = filt[fc];
+        const int64_t f = fc - offs[i], width = widths[i];
+        const scalar_t* wsrc = weights[i].data_ptr<scalar_t>() + f * D * width;
+        for (int64_t d = 0; d < D; ++d)
+          for (int64_t k = 0; k < width; ++k) wt[k * D + d] = wsrc[d * width + k];
+        std::fill(dw.begin(), dw.end(), scalar_t(0));
+        for (int64_t n = 0; n < N; ++n) {
+          const scalar_t gv = gp[n * F + fc];
+          if (gv == scalar_t(0)) continue;
+          const int64_t p = ap[n * F + fc];
+          for (int64_t k = 0; k < width; ++k) {
+            const int64_t id = idp[n * W + p + k];
+            if (id <= 0) continue;
+            const scalar_t* er = table + (id - 1) * D;
+            scalar_t* der = de + (id - 1) * D;
+            scalar_t* dwk = dw.data() + k * D;
+            const scalar_t* wk = wt.data() + k * D;
+            for (int64_t d = 0; d < D; ++d) {
+              dwk[d] += gv * er[d];
+              der[d] += gv * wk[d];
+            }
+          }
+        }
+        scalar_t* wdst = dws[i].data_ptr<scalar_t>() + f * D * width;
+        for (int64_t d = 0; d < D; ++d)
+          for (int64_t k = 0; k < width; ++k) wdst[d * width + k] = dw[k * D + d];
+      }
+    });
+  });
+  at::Tensor demb = demb_parts.sum(0);
+  return {demb, dws, dbs};
+}
+
+}  // namespace spacy_elmo

@@ -1,0 +1,90 @@
+// Highway layer on the CPU: one GEMM for [transform; carry] (MKL through
+// at::addmm) with relu/sigmoid/combine fused into one parallel epilogue pass.
+// TF semantics: y = g * relu(t) + (1 - g) * x, g = sigmoid(carry).
+#include <ATen/Parallel.h>
+
+#include <cmath>
+
+#include "../include/cpu_kernels.h"
+#include "../include/ops.h"
+
+namespace spacy_elmo {
+
+std::tuple<at::Tensor, at::Tensor> highway_forward_cpu(const at::Tensor& x_in, const at::Tensor& weight,
+                                                       const at::Tensor& bias) {
+  TORCH_CHECK(x_in.dim() == 2, "highway: x must be (N, F)");
+  const int64_t N = x_in.size(0), F = x_in.size(1);
+  TORCH_CHECK(weight.dim() == 2 && weight.size(0) == 2 * F && weight.size(1) == F, "highway: weight must be (2F, F)");
+  TORCH_CHECK(bias.numel() == 2 * F, "highway: bias must be (2F,)");
+  const at::Tensor x = x_in.contiguous();
+  at::Tensor h = at::addmm(bias, x, weight.t());  // (N, 2F): [transform | carry]
+  at::Tensor y = at::empty_like(x);
+  if (N == 0) return {y, h};
+  if (x.scalar_type() == at::kFloat) {
+    const auto& kt = cpu::kernels();
+    const float* hp = h.data_ptr<float>();
+    const float* xp = x.data_ptr<float>();
+    float* yp = y.data_ptr<float>();
+    at::parallel_for(0, N, 16, [&](int64_t n0, int64_t n1) {
+      for (int64_t n = n0; n < n1; ++n) kt.highway_epilogue(hp + n * 2 * F, hp + n * 2 * F + F, xp + n * F, yp + n * F, F);
+    });
+  } else {
+    AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "highway_forward", [&] {
+      const scalar_t* hp = h.data_ptr<scalar_t>();
+      const scalar_t* xp = x.data_ptr<scalar_t>();
+      scalar_t* yp = y.data_ptr<scalar_t>();
+      at::parallel_for(0, N, 16, [&](int64_t n0, int64_t n1) {
+        for (int64_t n = n0; n < n1; ++n)
+          for (int64_t k = 0; k < F; ++k) {
+            const scalar_t t = hp[n * 2 * F + k] > 0 ? hp[n * 2 * F + k] : scalar_t(0);
+            const scalar_t g = scalar_t(1) / (scalar_t(1) + std::exp(-hp[n * 2 * F + F + k]));
+            yp[n * F + k] = g * t + (scalar_t(1) - g) * xp[n * F + k];
+          }
+      });
+    });
+  }
+  return {y, h};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> highway_backward_cpu(const at::Tensor& grad_in, const at::Tensor& x_in,
+                                                                    const at::Tensor& weight, const at::Tensor& h_in) {
+  const at::Tensor x = x_in.contiguous();
+  const at::Tensor h = h_in.contiguous();
+  const at::Tensor dy = grad_in.to(x.scalar_type()).contiguous();
+  const int64_t N = x.size(0), F = x.size(1);
+  at::Tensor dh = at::empty_like(h);
+  at::Tensor dx = at::empty_like(x);
+  if (x.scalar_type() == at::kFloat) {
+    const auto& kt = cpu::kernels();
+    const float *dyp = dy.data_ptr<float>(), *hp = h.data_ptr<float>(), *xp = x.data_ptr<float>();
+    float *dhp = dh.data_ptr<float>(), *dxp = dx.data_ptr<float>();
+    at::parallel_for(0, N, 16, [&](int64_t n0, int64_t n1) {
+      for (int64_t n = n0; n < n1; ++n)
+        kt.highway_backward(dyp + n * F, hp + n * 2 * F, hp + n * 2 * F + F, xp + n * F, dhp + n * 2 * F,
+                            dhp + n * 2 * F + F, dxp + n * F, F);
+    });
+  } else {
+    AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "highway_backward", [&] {
+      const scalar_t *dyp = dy.data_ptr<scalar_t>(), *hp = h.data_ptr<scalar_t>(), *xp = x.data_ptr<scalar_t>();
+      scalar_t *dhp = dh.data_ptr<scalar_t>(), *dxp = dx.data_ptr<scalar_t>();
+      at::parallel_for(0, N, 16, [&](int64_t n0, int64_t n1) {
+        for (int64_t n = n0; n < n1; ++n)
+          for (int64_t k = 0; k < F; ++k) {
+            const scalar_t ht = hp[n * 2 * F + k];
+            const scalar_t t = ht > 0 ? ht : scalar_t(0);
+            const scalar_t g = scalar_t(1) / (scalar_t(1) + std::exp(-hp[n * 2 * F + F + k]));
+            const scalar_t d = dyp[n * F + k];
+            dhp[n * 2 * F + k] = ht > 0 ? d * g : scalar_t(0);
+            dhp[n * 2 * F + F + k] = d * (t - xp[n * F + k]) * g * (scalar_t(1) - g);
+            dxp[n * F + k] = d * (scalar_t(1) - g);
+          }
+      });
+    });
+  }
+  dx.addmm_(dh, weight);            // dx += dh @ W
+  at::Tensor dw = at::mm(dh.t(), x);  // (2F, F)
+  at::Tensor db = dh.sum(0);
+  return {dx, dw, db};
+}
+
+}  // namespace spacy_elmo

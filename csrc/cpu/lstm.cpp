@@ -1,0 +1,345 @@
+// LSTM-with-projection layer on the CPU, forward and backward through time.
+//
+// * The input product of every timestep is one GEMM (addmm over B*T rows) in
+//   the original position order; the backward direction reads row b's step t
+//   at position len_b - 1 - t, so nothing reversed is ever materialised.
+// * Each step: z = h @ W_rec (MKL via at::mm_out on views), then one parallel
+//   pass (ISA-dispatched, vectorised) over (direction, row, channel chunk) for
+//   the gates, the cell clip and m = sigmoid(o) * tanh(c); then hp = m @ W_P
+//   and one pass for the projection clip, the state update, the residual and
+//   the scatter of the output to its own position.
+// * Directions are interleaved inside the same step loop: one parallel pass
+//   covers both directions, so both run concurrently on the thread team.
+// * Backward through time mirrors it; the weight gradients are three GEMMs
+//   over all timesteps at the end.
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "../include/cpu_kernels.h"
+#include "../include/ops.h"
+
+namespace spacy_elmo {
+
+namespace {
+
+constexpr int64_t kChunk = 256;
+
+template <typename T>
+inline T sigm(T x) { return T(1) / (T(1) + std::exp(-x)); }
+
+template <typename T>
+inline T clipv(T x, T v) { return v < T(0) ? x : std::min(std::max(x, -v), v); }
+
+template <typename T>
+void gates_forward_generic(const cpu::GateArgs&, const T* z, const T* xi, T* cst, T* g, T* craw, T* m, int64_t C,
+                           int64_t c0, int64_t c1, T cc) {
+  for (int64_t c = c0; c < c1; ++c) {
+    const T si = sigm(z[c] + xi[c]);
+    const T tj = std::tanh(z[C + c] + xi[C + c]);
+    const T sf = sigm(z[2 * C + c] + xi[2 * C + c]);
+    const T so = sigm(z[3 * C + c] + xi[3 * C + c]);
+    const T cr = sf * cst[c] + si * tj;
+    const T cn = clipv(cr, cc);
+    cst[c] = cn;
+    m[c] = so * std::tanh(cn);
+    if (g) {
+      g[c] = si;
+      g[C + c] = tj;
+      g[2 * C + c] = sf;
+      g[3 * C + c] = so;
+      craw[c] = cr;
+    }
+  }
+}
+
+template <typename T>
+void gates_backward_generic(const T* dmv, const T* g, const T* crv, const T* cp, bool prev_raw, T* dc, T* dz,
+                            int64_t C, int64_t c0, int64_t c1, T cc) {
+  for (int64_t c = c0; c < c1; ++c) {
+    const T si = g[c], tj = g[C + c], sf = g[2 * C + c], so = g[3 * C + c];
+    const T cr = crv[c];
+    const T cn = clipv(cr, cc);
+    const T tc = std::tanh(cn);
+    const T dm = dmv[c];
+    const T d_o = dm * tc * so * (T(1) - so);
+    const T dcn = dc[c] + dm * so * (T(1) - tc * tc);
+    const bool pass = cc < T(0) || (cr >= -cc && cr <= cc);
+    const T dcr = pass ? dcn : T(0);
+    const T cprev = prev_raw ? clipv(cp[c], cc) : cp[c];
+    dz[c] = dcr * tj * si * (T(1) - si);
+    dz[C + c] = dcr * si * (T(1) - tj * tj);
+    dz[2 * C + c] = dcr * cprev * sf * (T(1) - sf);
+    dz[3 * C + c] = d_o;
+    dc[c] = dcr * sf;
+  }
+}
+
+struct Dims {
+  int64_t ndir, B, T, I, C, P;
+};
+
+Dims check_lstm(at::TensorList xs, const at::Tensor& lengths, at::TensorList weights, at::IntArrayRef reverse) {
+  const int64_t ndir = (int64_t)xs.size();
+  TORCH_CHECK(ndir >= 1, "lstm: need at least one direction");
+  TORCH_CHECK((int64_t)weights.size() == 4 * ndir, "lstm: 4 weights per direction");
+  TORCH_CHECK((int64_t)reverse.size() == ndir, "lstm: one reverse flag per direction");
+  TORCH_CHECK(xs[0].dim() == 3, "lstm: x must be (B, T, I)");
+  Dims d{ndir, xs[0].size(0), xs[0].size(1), xs[0].size(2), weights[3].size(0), weights[3].size(1)};
+  TORCH_CHECK(lengths.dim() == 1 && lengths.size(0) == d.B, "lstm: lengths must be (B,)");
+  for (int64_t k = 0; k < ndir; ++k) {
+    TORCH_CHECK(xs[k].sizes() == xs[0].sizes(), "lstm: every direction's input must have the same shape");
+    TORCH_CHECK(weights[4 * k].dim() == 2 && weights[4 * k].size(0) == d.I && weights[4 * k].size(1) == 4 * d.C,
+                "lstm: w_input must be (I, 4C)");
+    TORCH_CHECK(weights[4 * k + 1].dim() == 2 && weights[4 * k + 1].size(0) == d.P &&
+                    weights[4 * k + 1].size(1) == 4 * d.C,
+                "lstm: w_recurrent must be (P, 4C)");
+    TORCH_CHECK(weights[4 * k + 2].numel() == 4 * d.C, "lstm: bias must be (4C,)");
+    TORCH_CHECK(weights[4 * k + 3].dim() == 2 && weights[4 * k + 3].size(0) == d.C &&
+                    weights[4 * k + 3].size(1) == d.P,
+                "lstm: w_proj must be (C, P)");
+  }
+  return d;
+}
+
+}  // namespace
+
+LstmForwardResult lstm_forward_cpu(at::TensorList xs, const at::Tensor& lengths_in, at::TensorList weights,
+                                   const at::Tensor& h0, const at::Tensor& c0, std::optional<double> cell_clip,
+                                   std::optional<double> proj_clip, at::IntArrayRef reverse, bool residual,
+                                   bool save) {
+  const Dims dm = check_lstm(xs, lengths_in, weights, reverse);
+  const int64_t ndir = dm.ndir, B = dm.B, T = dm.T, I = dm.I, C = dm.C, P = dm.P;
+  TORCH_CHECK(!residual || I == P, "lstm: residual needs input dim == projection dim");
+  const auto opts = xs[0].options();
+  const at::Tensor lengths = lengths_in.to(at::kCPU, at::kLong).contiguous();
+  const int64_t* lens = lengths.data_ptr<int64_t>();
+  int64_t tmax = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    TORCH_CHECK(lens[b] >= 0 && lens[b] <= T, "lstm: lengths must lie in [0, T]");
+    tmax = std::max(tmax, lens[b]);
+  }
+  std::vector<at::Tensor> x(ndir), xi(ndir), outs(ndir), wrec(ndir), wproj(ndir);
+  for (int64_t d = 0; d < ndir; ++d) {
+    x[d] = xs[d].contiguous();
+    at::Tensor b = weights[4 * d + 2].reshape({4 * C}).clone();
+    b.narrow(0, 2 * C, C).add_(1.0);  // forget bias
+    xi[d] = at::addmm(b, x[d].view({B * T, I}), weights[4 * d]).view({B, T, 4 * C});
+    outs[d] = at::zeros({B, T, P}, opts);
+    wrec[d] = weights[4 * d + 1];
+    wproj[d] = weights[4 * d + 3];
+  }
+  at::Tensor h = h0.to(opts).reshape({ndir, B, P}).clone().contiguous();
+  at::Tensor c = c0.to(opts).reshape({ndir, B, C}).clone().contiguous();
+  at::Tensor gates, c_raw, hp_raw, h_prev, m;
+  if (save) {
+    gates = at::empty({ndir, T, B, 4 * C}, opts);
+    c_raw = at::empty({ndir, T, B, C}, opts);
+    hp_raw = at::empty({ndir, T, B, P}, opts);
+    h_prev = at::zeros({ndir, B, T, P}, opts);
+    m = at::zeros({ndir, T, B, C}, opts);
+  } else {
+    gates = at::empty({0}, opts);
+    c_raw = at::empty({0}, opts);
+    hp_raw = at::empty({0}, opts);
+    h_prev = at::empty({0}, opts);
+    m = at::empty({0}, opts);
+  }
+  at::Tensor m_step = save ? at::Tensor() : at::zeros({ndir, B, C}, opts);
+  at::Tensor hp_step = save ? at::Tensor() : at::empty({ndir, B, P}, opts);
+  at::Tensor z = at::empty({ndir, B, 4 * C}, opts);
+  const double ccd = cell_clip.has_value() ? *cell_clip : -1.0;
+  const double pcd = proj_clip.has_value() ? *proj_clip : -1.0;
+  TORCH_CHECK(ccd >= 0 || !cell_clip.has_value(), "lstm: cell_clip must be >= 0");
+  TORCH_CHECK(pcd >= 0 || !proj_clip.has_value(), "lstm: proj_clip must be >= 0");
+  const int64_t nchunk = (C + kChunk - 1) / kChunk;
+  const bool use_table = xs[0].scalar_type() == at::kFloat;
+  const auto& kt = cpu::kernels();
+
+  AT_DISPATCH_FLOATING_TYPES(xs[0].scalar_type(), "lstm_forward", [&] {
+    using T_ = scalar_t;
+    const T_ cc = (T_)ccd, pc = (T_)pcd;
+    for (int64_t t = 0; t < tmax; ++t) {
+      std::vector<at::Tensor> m_t(ndir), hp_t(ndir);
+      for (int64_t d = 0; d < ndir; ++d) {
+        at::Tensor zd = z.select(0, d);
+        at::mm_out(zd, h.select(0, d), wrec[d]);
+        m_t[d] = save ? m.select(0, d).select(0, t) : m_step.select(0, d);
+        hp_t[d] = save ? hp_raw.select(0, d).select(0, t) : hp_step.select(0, d);
+      }
+      // gates + cell clip + m, over (direction, row, channel chunk)
+      at::parallel_for(0, ndir * B * nchunk, 1, [&](int64_t k0, int64_t k1) {
+        for (int64_t k = k0; k < k1; ++k) {
+          const int64_t d = k / (B * nchunk), b = (k / nchunk) % B, ch = k % nchunk;
+          const int64_t cb = ch * kChunk, ce = std::min(C, cb + kChunk);
+          T_* mrow = m_t[d].data_ptr<T_>() + b * C;
+          if (t >= lens[b]) {
+            if (!save) std::fill(mrow + cb, mrow + ce, T_(0));
+            continue;
+          }
+          const int64_t src = reverse[d] ? lens[b] - 1 - t : t;
+          const T_* zr = z.data_ptr<T_>() + (d * B + b) * 4 * C;
+          const T_* xr = xi[d].data_ptr<T_>() + (b * T + src) * 4 * C;
+          T_* cr = c.data_ptr<T_>() + (d * B + b) * C;
+          T_* gr = save ? gates.data_ptr<T_>() + ((d * T + t) * B + b) * 4 * C : nullptr;
+          T_* crr = save ? c_raw.data_ptr<T_>() + ((d * T + t) * B + b) * C : nullptr;
+          if (save && ch == 0) {
+            const T_* hs = h.data_ptr<T_>() + (d * B + b) * P;
+            std::copy(hs, hs + P, h_prev.data_ptr<T_>() + ((d * B + b) * T + src) * P);
+          }
+          if (use_table) {  // float32: the ISA-dispatched vector kernel
+            cpu::GateArgs a{reinterpret_cast<const float*>(zr), reinterpret_cast<const float*>(xr),
+                            reinterpret_cast<float*>(cr), reinterpret_cast<float*>(gr),
+                            reinterpret_cast<float*>(crr), reinterpret_cast<float*>(mrow), C, cb, ce, (float)cc};
+            kt.gates_forward(a);
+            continue;
+          }
+          gates_forward_generic<T_>(cpu::GateArgs{}, zr, xr, cr, gr, crr, mrow, C, cb, ce, cc);
+        }
+      });
+      for (int64_t d = 0; d < ndir; ++d) at::mm_out(hp_t[d], m_t[d], wproj[d]);
+      // projection clip, state, residual, output scatter
+      at::parallel_for(0, ndir * B, 1, [&](int64_t k0, int64_t k1) {
+        for (int64_t k = k0; k < k1; ++k) {
+          const int64_t d = k / B, b = k % B;
+          if (t >= lens[b]) continue;
+          const int64_t src = reverse[d] ? lens[b] - 1 - t : t;
+          const T_* hp = hp_t[d].data_ptr<T_>() + b * P;
+          T_* hs = h.data_ptr<T_>() + (d * B + b) * P;
+          T_* o = outs[d].data_ptr<T_>() + (b * T + src) * P;
+          const T_* xr = x[d].data_ptr<T_>() + (b * T + src) * I;
+          for (int64_t p = 0; p < P; ++p) {
+            const T_ v = clipv(hp[p], pc);
+            hs[p] = v;
+            o[p] = residual ? v + xr[p] : v;
+          }
+        }
+      });
+    }
+  });
+  return {outs, h, c, gates, c_raw, hp_raw, h_prev, m};
+}
+
+LstmBackwardResult lstm_backward_cpu(at::TensorList grad_outs, const at::Tensor& grad_hn, const at::Tensor& grad_cn,
+                                     at::TensorList xs, const at::Tensor& lengths_in, at::TensorList weights,
+                                     const at::Tensor& c0_in, const at::Tensor& gates, const at::Tensor& c_raw,
+                                     const at::Tensor& hp_raw, const at::Tensor& h_prev, const at::Tensor& m,
+                                     std::optional<double> cell_clip, std::optional<double> proj_clip,
+                                     at::IntArrayRef reverse, bool residual) {
+  const Dims dm = check_lstm(xs, lengths_in, weights, reverse);
+  const int64_t ndir = dm.ndir, B = dm.B, T = dm.T, I = dm.I, C = dm.C, P = dm.P;
+  TORCH_CHECK(gates.numel() == ndir * T * B * 4 * C, "lstm_backward: the forward did not save its tensors");
+  const auto opts = xs[0].options();
+  const at::Tensor lengths = lengths_in.to(at::kCPU, at::kLong).contiguous();
+  const int64_t* lens = lengths.data_ptr<int64_t>();
+  int64_t tmax = 0;
+  for (int64_t b = 0; b < B; ++b) tmax = std::max(tmax, lens[b]);
+  std::vector<at::Tensor> go(ndir), wrec(ndir), wproj(ndir);
+  for (int64_t d = 0; d < ndir; ++d) {
+    go[d] = grad_outs[d].to(opts).contiguous();
+    wrec[d] = weights[4 * d + 1];
+    wproj[d] = weights[4 * d + 3];
+  }
+  const at::Tensor c0 = c0_in.to(opts).reshape({ndir, B, C}).contiguous();
+  at::Tensor dh = grad_hn.to(opts).reshape({ndir, B, P}).clone().contiguous();
+  at::Tensor dc = grad_cn.to(opts).reshape({ndir, B, C}).clone().contiguous();
+  at::Tensor dhp = at::zeros({ndir, T, B, P}, opts);
+  at::Tensor dzo = at::zeros({ndir, B, T, 4 * C}, opts);  // original position order
+  at::Tensor dm_buf = at::empty({ndir, B, C}, opts);
+  at::Tensor dz_step = at::empty({ndir, B, 4 * C}, opts);
+  at::Tensor dh_tmp = at::empty({ndir, B, P}, opts);
+  const double ccd = cell_clip.has_value() ? *cell_clip : -1.0;
+  const double pcd = proj_clip.has_value() ? *proj_clip : -1.0;
+  const int64_t nchunk = (C + kChunk - 1) / kChunk;
+  const bool use_table = xs[0].scalar_type() == at::kFloat;
+  const auto& kt = cpu::kernels();
+
+  AT_DISPATCH_FLOATING_TYPES(xs[0].scalar_type(), "lstm_backward", [&] {
+    using T_ = scalar_t;
+    const T_ cc = (T_)ccd, pc = (T_)pcd;
+    for (int64_t t = tmax - 1; t >= 0; --t) {
+      // grad at the projected output (output grad + carried state grad), through the clip
+      at::parallel_for(0, ndir * B, 1, [&](int64_t k0, int64_t k1) {
+        for (int64_t k = k0; k < k1; ++k) {
+          const int64_t d = k / B, b = k % B;
+          if (t >= lens[b]) continue;
+          const int64_t src = reverse[d] ? lens[b] - 1 - t : t;
+          const T_* g = go[d].data_ptr<T_>() + (b * T + src) * P;
+          const T_* hr = hp_raw.data_ptr<T_>() + ((d * T + t) * B + b) * P;
+          const T_* dhr = dh.data_ptr<T_>() + (d * B + b) * P;
+          T_* out = dhp.data_ptr<T_>() + ((d * T + t) * B + b) * P;
+          for (int64_t p = 0; p < P; ++p) {
+            const bool pass = pc < T_(0) || (hr[p] >= -pc && hr[p] <= pc);
+            out[p] = pass ? g[p] + dhr[p] : T_(0);
+          }
+        }
+      });
+      for (int64_t d = 0; d < ndir; ++d) {
+        at::Tensor dmd = dm_buf.select(0, d);
+        at::mm_out(dmd, dhp.select(0, d).select(0, t), wproj[d].t());
+      }
+      at::parallel_for(0, ndir * B * nchunk, 1, [&](int64_t k0, int64_t k1) {
+        for (int64_t k = k0; k < k1; ++k) {
+          const int64_t d = k / (B * nchunk), b = (k / nchunk) % B, ch = k % nchunk;
+          const int64_t cb = ch * kChunk, ce = std::min(C, cb + kChunk);
+          T_* dzr = dz_step.data_ptr<T_>() + (d * B + b) * 4 * C;
+          if (t >= lens[b]) {
+            for (int q = 0; q < 4; ++q) std::fill(dzr + q * C + cb, dzr + q * C + ce, T_(0));
+            continue;
+          }
+          const int64_t src = reverse[d] ? lens[b] - 1 - t : t;
+          const T_* dmr = dm_buf.data_ptr<T_>() + (d * B + b) * C;
+          const T_* gr = gates.data_ptr<T_>() + ((d * T + t) * B + b) * 4 * C;
+          const T_* crr = c_raw.data_ptr<T_>() + ((d * T + t) * B + b) * C;
+          const T_* cp = t == 0 ? c0.data_ptr<T_>() + (d * B + b) * C
+                                : c_raw.data_ptr<T_>() + ((d * T + t - 1) * B + b) * C;
+          T_* dcr = dc.data_ptr<T_>() + (d * B + b) * C;
+          bool done = false;
+          if (use_table) {  // float32: the ISA-dispatched vector kernel
+            cpu::GateBackwardArgs a{reinterpret_cast<const float*>(dmr), reinterpret_cast<const float*>(gr),
+                                    reinterpret_cast<const float*>(crr), reinterpret_cast<const float*>(cp),
+                                    t > 0 ? 1 : 0, reinterpret_cast<float*>(dcr), reinterpret_cast<float*>(dzr),
+                                    C, cb, ce, (float)cc};
+            kt.gates_backward(a);
+            done = true;
+          }
+          if (!done) gates_backward_generic<T_>(dmr, gr, crr, cp, t > 0, dcr, dzr, C, cb, ce, cc);
+          T_* dst = dzo.data_ptr<T_>() + ((d * B + b) * T + src) * 4 * C;
+          for (int q = 0; q < 4; ++q) std::copy(dzr + q * C + cb, dzr + q * C + ce, dst + q * C + cb);
+        }
+      });
+      for (int64_t d = 0; d < ndir; ++d) {
+        at::Tensor dhd = dh_tmp.select(0, d);
+        at::mm_out(dhd, dz_step.select(0, d), wrec[d].t());
+      }
+      at::parallel_for(0, ndir * B, 1, [&](int64_t k0, int64_t k1) {
+        for (int64_t k = k0; k < k1; ++k) {
+          const int64_t d = k / B, b = k % B;
+          if (t >= lens[b]) continue;
+          const T_* s = dh_tmp.data_ptr<T_>() + (d * B + b) * P;
+          std::copy(s, s + P, dh.data_ptr<T_>() + (d * B + b) * P);
+        }
+      });
+    }
+  });
+  std::vector<at::Tensor> dxs(ndir), dws;
+  for (int64_t d = 0; d < ndir; ++d) {
+    const at::Tensor x = xs[d].contiguous().view({B * T, I});
+    const at::Tensor dz = dzo.select(0, d).view({B * T, 4 * C});
+    dws.push_back(at::mm(x.t(), dz));
+    dws.push_back(at::mm(h_prev.select(0, d).reshape({B * T, P}).t(), dz));
+    dws.push_back(dz.sum(0).view(weights[4 * d + 2].sizes()));
+    dws.push_back(at::mm(m.select(0, d).reshape({T * B, C}).t(), dhp.select(0, d).reshape({T * B, P})));
+    at::Tensor dx = at::mm(dz, weights[4 * d].t()).view({B, T, I});
+    if (residual) {
+      at::Tensor valid = at::arange(T, lengths.options()).unsqueeze(0).lt(lengths.unsqueeze(1));
+      dx.add_(go[d] * valid.unsqueeze(-1).to(opts));
+    }
+    dxs[d] = dx;
+  }
+  return {dxs, dws, dh, dc};
+}
+
+}  // namespace spacy_elmo

@@ -1,0 +1,78 @@
+// Raw-pointer CPU compute kernels of spacy_elmo._C, compiled once per ISA
+// (baseline x86-64, AVX2+FMA, AVX-512) and picked at run time.
+#pragma once
+#include <cstdint>
+
+namespace spacy_elmo {
+namespace cpu {
+
+// One filter of the char CNN over a block of tokens (float32).
+//   emb:    (ntok, W * D) gathered embeddings of the block, row-major
+//   wp:     packed weights (width * D, ldw), wp[(k * D + d) * ldw + f] = W[f][d][k],
+//           ldw a multiple of 16 with zero columns past `count`
+//   out:    for token t and channel f < count: max over positions of the conv
+//           (no bias) at out[t * ldo + f] and its position at arg[t * ldo + f]
+struct CharConvArgs {
+  const float* emb;
+  int64_t ntok;
+  int64_t W;
+  int64_t D;
+  int64_t width;
+  const float* wp;
+  int64_t ldw;
+  int64_t count;
+  float* out;
+  int32_t* arg;
+  int64_t ldo;
+};
+
+// One LSTM step's gate math for a range of channels of one row (float32).
+//   z: recurrent product (4C), xi: input product + bias + forget bias (4C),
+//   c: state in/out (C), gates out (4C: sigmoid(i), tanh(j), sigmoid(f), sigmoid(o)),
+//   c_raw out (pre-clip c), m out (sigmoid(o) * tanh(clip(c))).
+struct GateArgs {
+  const float* z;
+  const float* xi;
+  float* c;
+  float* gates;  // may be null (inference)
+  float* c_raw;  // may be null
+  float* m;
+  int64_t C;
+  int64_t c_begin;
+  int64_t c_end;
+  float cell_clip;  // <= 0: none
+};
+
+struct GateBackwardArgs {
+  const float* dm;      // (C) grad wrt m
+  const float* gates;   // (4C)
+  const float* c_raw;   // (C) this step's pre-clip cell
+  const float* c_prev;  // (C) previous carried cell (already clipped or c0)
+  int prev_is_raw;      // 1: c_prev is a pre-clip value that must be clipped
+  float* dc;            // (C) carried grad wrt c, in/out
+  float* dz;            // (4C) out
+  int64_t C;
+  int64_t c_begin;
+  int64_t c_end;
+  float cell_clip;
+};
+
+struct KernelTable {
+  const char* name;
+  void (*char_conv)(const CharConvArgs&);
+  void (*gates_forward)(const GateArgs&);
+  void (*gates_backward)(const GateBackwardArgs&);
+  // y = g * relu(t) + (1 - g) * x over n elements of a row; h = [t | carry] pre-activations
+  void (*highway_epilogue)(const float* h_t, const float* h_g, const float* x, float* y, int64_t n);
+  void (*highway_backward)(const float* dy, const float* h_t, const float* h_g, const float* x,
+                           float* dh_t, float* dh_g, float* dx, int64_t n);
+};
+
+const KernelTable& kernels();  // the best table for this CPU
+
+namespace isa_base { extern const KernelTable table; }
+namespace isa_avx2 { extern const KernelTable table; }
+namespace isa_avx512 { extern const KernelTable table; }
+
+}  // namespace cpu
+}  // namespace spacy_elmo

@@ -1,0 +1,243 @@
+// Body of the per-ISA CPU kernels. Included by csrc/cpu/isa_*.cpp after
+// `#pragma GCC target(...)`, with SE_NS (namespace), SE_VBYTES (vector bytes),
+// SE_PT (positions per conv tile) and SE_NVMAX (vectors per channel block)
+// defined. Only raw pointers here, no ATen: every function compiles for the
+// target ISA of the including file.
+//
+// Exactness: exp/tanh/sigmoid use Cephes-style polynomials (about 2 ulp in
+// float32), far inside the project's 1e-5 tolerance against a float64 oracle.
+
+namespace spacy_elmo {
+namespace cpu {
+namespace SE_NS {
+
+#define SE_VL (SE_VBYTES / 4)
+typedef float vf __attribute__((vector_size(SE_VBYTES)));
+typedef int32_t vi __attribute__((vector_size(SE_VBYTES)));
+
+static inline float se_exp(float x) {
+  x = x < -87.3f ? -87.3f : x;
+  x = x > 88.3f ? 88.3f : x;
+  float fx = x * 1.44269504088896341f + 0.5f;
+  int32_t n = (int32_t)fx;
+  n -= (fx < (float)n) ? 1 : 0;  // floor
+  float fn = (float)n;
+  float r = x - fn * 0.693359375f;
+  r = r - fn * -2.12194440e-4f;
+  float y = 1.9875691500e-4f;
+  y = y * r + 1.3981999507e-3f;
+  y = y * r + 8.3334519073e-3f;
+  y = y * r + 4.1665795894e-2f;
+  y = y * r + 1.6666665459e-1f;
+  y = y * r + 5.0000001201e-1f;
+  y = y * r * r + r + 1.0f;
+  int32_t bits = (n + 127) << 23;
+  float scale;
+  __builtin_memcpy(&scale, &bits, 4);
+  return y * scale;
+}
+
+static inline float se_sigmoid(float x) { return 1.0f / (1.0f + se_exp(-x)); }
+
+static inline float se_tanh(float x) {
+  float ax = x < 0.0f ? -x : x;
+  float z = x * x;
+  float p = -5.70498872745e-3f;
+  p = p * z + 2.06390887954e-2f;
+  p = p * z - 5.37397155531e-2f;
+  p = p * z + 1.33314422036e-1f;
+  p = p * z - 3.33332819422e-1f;
+  float small = p * z * x + x;
+  float e = se_exp(2.0f * ax);
+  float big = 1.0f - 2.0f / (e + 1.0f);
+  big = x < 0.0f ? -big : big;
+  return ax < 0.625f ? small : big;
+}
+
+static inline float se_clip(float x, float v) {
+  if (v < 0.0f) return x;
+  x = x < -v ? -v : x;
+  return x > v ? v : x;
+}
+
+// ---------------------------------------------------------------- char CNN
+
+template <int PT, int NV>
+static inline void conv_tile(const float* e, int64_t D, const float* wp, int64_t ldw, int64_t K, int32_t p0,
+                             vf* mx, vi* ix) {
+  vf acc[PT][NV];
+#pragma GCC unroll 16
+  for (int p = 0; p < PT; ++p)
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) acc[p][v] = (vf){};
+  const float* ep = e + (int64_t)p0 * D;
+  for (int64_t r = 0; r < K; ++r) {
+    vf w[NV];
+    const float* wr = wp + r * ldw;
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) __builtin_memcpy(&w[v], wr + v * SE_VL, sizeof(vf));
+#pragma GCC unroll 16
+    for (int p = 0; p < PT; ++p) {
+      const float a = ep[p * D + r];
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v) acc[p][v] += a * w[v];
+    }
+  }
+#pragma GCC unroll 16
+  for (int p = 0; p < PT; ++p) {
+    const vi pos = (vi){} + (p0 + p);
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) {
+      vi gt = acc[p][v] > mx[v];
+      mx[v] = gt ? acc[p][v] : mx[v];
+      ix[v] = gt ? pos : ix[v];
+    }
+  }
+}
+
+template <int NV>
+static void conv_block(const CharConvArgs& a, int64_t f0) {
+  const int64_t K = a.width * a.D;
+  const int32_t npos = (int32_t)(a.W - a.width + 1);
+  const float* wp = a.wp + f0;
+  for (int64_t t = 0; t < a.ntok; ++t) {
+    const float* e = a.emb + t * a.W * a.D;
+    vf mx[NV];
+    vi ix[NV];
+    for (int v = 0; v < NV; ++v) {
+      mx[v] = (vf){} - __builtin_inff();
+      ix[v] = (vi){};
+    }
+    if (npos >= SE_PT) {
+      int32_t p0 = 0;
+      for (; p0 + SE_PT <= npos; p0 += SE_PT) conv_tile<SE_PT, NV>(e, a.D, wp, a.ldw, K, p0, mx, ix);
+      if (p0 < npos) conv_tile<SE_PT, NV>(e, a.D, wp, a.ldw, K, npos - SE_PT, mx, ix);
+    } else {
+      for (int32_t p0 = 0; p0 < npos; ++p0) conv_tile<1, NV>(e, a.D, wp, a.ldw, K, p0, mx, ix);
+    }
+    float* out = a.out + t * a.ldo + f0;
+    int32_t* arg = a.arg + t * a.ldo + f0;
+    const int64_t nvalid = a.count - f0 < NV * SE_VL ? a.count - f0 : NV * SE_VL;
+    float mxs[NV * SE_VL];
+    int32_t ixs[NV * SE_VL];
+    __builtin_memcpy(mxs, mx, sizeof(mx));
+    __builtin_memcpy(ixs, ix, sizeof(ix));
+    for (int64_t f = 0; f < nvalid; ++f) {
+      out[f] = mxs[f];
+      arg[f] = ixs[f];
+    }
+  }
+}
+
+static void char_conv(const CharConvArgs& a) {
+  int64_t f0 = 0;
+  while (f0 < a.count) {
+    const int64_t left = a.ldw - f0;  // whole vectors (ldw is a multiple of 16)
+    if (left >= SE_NVMAX * SE_VL) {
+      conv_block<SE_NVMAX>(a, f0);
+      f0 += SE_NVMAX * SE_VL;
+    } else if (SE_NVMAX > 2 && left >= 3 * SE_VL) {
+      conv_block<(SE_NVMAX > 2 ? 3 : 1)>(a, f0);
+      f0 += (SE_NVMAX > 2 ? 3 : 1) * SE_VL;
+    } else if (left >= 2 * SE_VL) {
+      conv_block<2>(a, f0);
+      f0 += 2 * SE_VL;
+    } else {
+      conv_block<1>(a, f0);
+      f0 += SE_VL;
+    }
+  }
+}
+
+// ---------------------------------------------------------------- LSTM gates
+
+template <bool SAVE>
+static inline void gates_forward_impl(const GateArgs& a) {
+  const int64_t C = a.C;
+  const float* z = a.z;
+  const float* xi = a.xi;
+  float* cst = a.c;
+  float* g = a.gates;
+  float* craw = a.c_raw;
+  float* m = a.m;
+  const float cc = a.cell_clip;
+#pragma omp simd
+  for (int64_t c = a.c_begin; c < a.c_end; ++c) {
+    const float si = se_sigmoid(z[c] + xi[c]);
+    const float tj = se_tanh(z[C + c] + xi[C + c]);
+    const float sf = se_sigmoid(z[2 * C + c] + xi[2 * C + c]);
+    const float so = se_sigmoid(z[3 * C + c] + xi[3 * C + c]);
+    const float cr = sf * cst[c] + si * tj;
+    const float cn = se_clip(cr, cc);
+    cst[c] = cn;
+    m[c] = so * se_tanh(cn);
+    if (SAVE) {
+      g[c] = si;
+      g[C + c] = tj;
+      g[2 * C + c] = sf;
+      g[3 * C + c] = so;
+      craw[c] = cr;
+    }
+  }
+}
+
+static void gates_forward(const GateArgs& a) {
+  if (a.gates) gates_forward_impl<true>(a);
+  else gates_forward_impl<false>(a);
+}
+
+static void gates_backward(const GateBackwardArgs& a) {
+  const int64_t C = a.C;
+  const float* g = a.gates;
+  const float cc = a.cell_clip;
+  const float* cp = a.c_prev;
+  const bool prev_raw = a.prev_is_raw != 0;
+#pragma omp simd
+  for (int64_t c = a.c_begin; c < a.c_end; ++c) {
+    const float si = g[c], tj = g[C + c], sf = g[2 * C + c], so = g[3 * C + c];
+    const float cr = a.c_raw[c];
+    const float cn = se_clip(cr, cc);
+    const float tc = se_tanh(cn);
+    const float dm = a.dm[c];
+    const float d_o = dm * tc * so * (1.0f - so);
+    float dcn = a.dc[c] + dm * so * (1.0f - tc * tc);
+    const bool pass = cc < 0.0f || (cr >= -cc && cr <= cc);
+    const float dcr = pass ? dcn : 0.0f;
+    const float cprev = prev_raw ? se_clip(cp[c], cc) : cp[c];
+    a.dz[c] = dcr * tj * si * (1.0f - si);
+    a.dz[C + c] = dcr * si * (1.0f - tj * tj);
+    a.dz[2 * C + c] = dcr * cprev * sf * (1.0f - sf);
+    a.dz[3 * C + c] = d_o;
+    a.dc[c] = dcr * sf;
+  }
+}
+
+// ---------------------------------------------------------------- highway
+
+static void highway_epilogue(const float* ht, const float* hg, const float* x, float* y, int64_t n) {
+#pragma omp simd
+  for (int64_t k = 0; k < n; ++k) {
+    const float t = ht[k] > 0.0f ? ht[k] : 0.0f;
+    const float g = se_sigmoid(hg[k]);
+    y[k] = g * t + (1.0f - g) * x[k];
+  }
+}
+
+static void highway_backward(const float* dy, const float* ht, const float* hg, const float* x, float* dht,
+                             float* dhg, float* dx, int64_t n) {
+#pragma omp simd
+  for (int64_t k = 0; k < n; ++k) {
+    const float t = ht[k] > 0.0f ? ht[k] : 0.0f;
+    const float g = se_sigmoid(hg[k]);
+    dht[k] = ht[k] > 0.0f ? dy[k] * g : 0.0f;
+    dhg[k] = dy[k] * (t - x[k]) * g * (1.0f - g);
+    dx[k] = dy[k] * (1.0f - g);
+  }
+}
+
+const KernelTable table = {SE_NAME, char_conv, gates_forward, gates_backward, highway_epilogue, highway_backward};
+
+#undef SE_VL
+}  // namespace SE_NS
+}  // namespace cpu
+}  // namespace spacy_elmo

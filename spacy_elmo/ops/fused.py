@@ -1,0 +1,286 @@
+"""The fused kernels of ``spacy_elmo._C`` as PyTorch custom operators.
+
+The C++ side registers the operators ``torch.ops.spacy_elmo.*`` (``TORCH_LIBRARY``
+in ``csrc/bindings.cpp``; CPU kernels in ``csrc/cpu``, CUDA kernels in
+``csrc/cuda``). This module adds what makes them first-class PyTorch ops, as in
+PyTorch's extension-cpp example: fake (meta) implementations for
+``torch.compile`` / ``opcheck`` (``torch.library.register_fake``) and backward
+formulas (``torch.library.register_autograd``). The public functions have
+exactly the signatures and semantics of :mod:`spacy_elmo.ops.reference`.
+
+Autocast: on CUDA the kernels run in the autocast dtype (bf16/fp16 inputs, fp32
+accumulation inside); on the CPU they always run in float32 (or float64).
+"""
+
+from typing import List, Optional, Sequence, Tuple
+
+import torch
+from torch import Tensor
+
+from .extension import load_extension
+
+_C, _REASON = load_extension()
+if _C is None:  # pragma: no cover - dispatch only imports this module when available
+    raise ImportError(f"spacy_elmo._C is not available: {_REASON}")
+
+_ops = torch.ops.spacy_elmo
+_ACTIVATIONS = {"relu": 0, "tanh": 1}
+
+
+def cpu_isa() -> str:
+    """The CPU kernel variant chosen for this machine: ``base``, ``avx2`` or ``avx512``."""
+    return _C.cpu_isa()
+
+
+def built_with_cuda() -> bool:
+    return bool(_C.built_with_cuda())
+
+
+# --------------------------------------------------------------------- fakes
+
+
+@torch.library.register_fake("spacy_elmo::char_cnn_forward")
+def _char_cnn_forward_fake(char_ids, embedding, weights, biases, activation):
+    n = char_ids.shape[0]
+    f = sum(w.shape[0] for w in weights)
+    return embedding.new_empty(n, f), embedding.new_empty(n, f, dtype=torch.int32)
+
+
+@torch.library.register_fake("spacy_elmo::char_cnn_backward")
+def _char_cnn_backward_fake(grad, out, argmax, char_ids, embedding, weights, activation):
+    return (
+        torch.empty_like(embedding),
+        [torch.empty_like(w) for w in weights],
+        [w.new_empty(w.shape[0]) for w in weights],
+    )
+
+
+@torch.library.register_fake("spacy_elmo::highway_forward")
+def _highway_forward_fake(x, weight, bias):
+    return torch.empty_like(x), x.new_empty(x.shape[0], 2 * x.shape[1])
+
+
+@torch.library.register_fake("spacy_elmo::highway_backward")
+def _highway_backward_fake(grad, x, weight, h):
+    return torch.empty_like(x), torch.empty_like(weight), weight.new_empty(weight.shape[0])
+
+
+@torch.library.register_fake("spacy_elmo::lstm_forward")
+def _lstm_forward_fake(xs, lengths, weights, h0, c0, cell_clip, proj_clip, reverse, residual, save):
+    ndir = len(xs)
+    b, t, _ = xs[0].shape
+    c, p = weights[3].shape
+    x = xs[0]
+    outs = [x.new_empty(b, t, p) for _ in range(ndir)]
+    if save:
+        saved = (
+            x.new_empty(ndir, t, b, 4 * c),
+            x.new_empty(ndir, t, b, c),
+            x.new_empty(ndir, t, b, p),
+            x.new_empty(ndir, b, t, p),
+            x.new_empty(ndir, t, b, c),
+        )
+    else:
+        saved = tuple(x.new_empty(0) for _ in range(5))
+    return (outs, x.new_empty(ndir, b, p), x.new_empty(ndir, b, c)) + saved
+
+
+@torch.library.register_fake("spacy_elmo::lstm_backward")
+def _lstm_backward_fake(grad_outs, grad_hn, grad_cn, xs, lengths, weights, c0, gates, c_raw, hp_raw, h_prev, m,
+                        cell_clip, proj_clip, reverse, residual):
+    return (
+        [torch.empty_like(x) for x in xs],
+        [torch.empty_like(w) for w in weights],
+        torch.empty_like(grad_hn),
+        torch.empty_like(grad_cn),
+    )
+
+
+# ------------------------------------------------------------------ autograd
+
+
+def _char_cnn_setup(ctx, inputs, output):
+    char_ids, embedding, weights, biases, activation = inputs
+    out, argmax = output
+    ctx.activation = activation
+    ctx.n_filters = len(weights)
+    ctx.save_for_backward(char_ids, embedding, out, argmax, *weights)
+
+
+def _char_cnn_backward(ctx, grad_out, _grad_argmax):
+    char_ids, embedding, out, argmax, *weights = ctx.saved_tensors
+    if grad_out is None:
+        grad_out = torch.zeros_like(out)
+    d_emb, d_w, d_b = _ops.char_cnn_backward(grad_out, out, argmax, char_ids, embedding, weights, ctx.activation)
+    return None, d_emb, list(d_w), list(d_b), None
+
+
+torch.library.register_autograd("spacy_elmo::char_cnn_forward", _char_cnn_backward, setup_context=_char_cnn_setup)
+
+
+def _highway_setup(ctx, inputs, output):
+    x, weight, _bias = inputs
+    _y, h = output
+    ctx.save_for_backward(x, weight, h)
+
+
+def _highway_backward(ctx, grad_y, _grad_h):
+    x, weight, h = ctx.saved_tensors
+    if grad_y is None:
+        grad_y = torch.zeros_like(x)
+    dx, dw, db = _ops.highway_backward(grad_y, x, weight, h)
+    return dx, dw, db
+
+
+torch.library.register_autograd("spacy_elmo::highway_forward", _highway_backward, setup_context=_highway_setup)
+
+
+def _lstm_setup(ctx, inputs, output):
+    xs, lengths, weights, h0, c0, cell_clip, proj_clip, reverse, residual, save = inputs
+    outs, h_n, c_n, gates, c_raw, hp_raw, h_prev, m = output
+    ctx.ndir = len(xs)
+    ctx.cfg = (cell_clip, proj_clip, list(reverse), residual)
+    ctx.save_for_backward(lengths, c0, gates, c_raw, hp_raw, h_prev, m, *xs, *weights)
+
+
+def _lstm_backward(ctx, grad_outs, grad_hn, grad_cn, *_unused):
+    lengths, c0, gates, c_raw, hp_raw, h_prev, m, *rest = ctx.saved_tensors
+    xs, weights = rest[: ctx.ndir], rest[ctx.ndir :]
+    cell_clip, proj_clip, reverse, residual = ctx.cfg
+    b, t, _ = xs[0].shape
+    c, p = weights[3].shape
+    grad_outs = [g if g is not None else xs[0].new_zeros(b, t, p) for g in grad_outs]
+    if grad_hn is None:
+        grad_hn = xs[0].new_zeros(ctx.ndir, b, p)
+    if grad_cn is None:
+        grad_cn = xs[0].new_zeros(ctx.ndir, b, c)
+    dxs, dws, dh0, dc0 = _ops.lstm_backward(
+        grad_outs, grad_hn, grad_cn, list(xs), lengths, list(weights), c0, gates, c_raw, hp_raw, h_prev, m,
+        cell_clip, proj_clip, reverse, residual,
+    )
+    return list(dxs), None, list(dws), dh0, dc0, None, None, None, None, None
+
+
+torch.library.register_autograd("spacy_elmo::lstm_forward", _lstm_backward, setup_context=_lstm_setup)
+
+
+# ------------------------------------------------------------------ wrappers
+
+
+def _run_dtype(t: Tensor) -> torch.dtype:
+    """The dtype the kernels run in: the autocast dtype on CUDA, else float32/float64."""
+    if t.device.type == "cuda" and torch.is_autocast_enabled("cuda"):
+        return torch.get_autocast_dtype("cuda")
+    return t.dtype if t.dtype in (torch.float32, torch.float64) else torch.float32
+
+
+def _cast(ts, dtype):
+    return [x if x.dtype == dtype else x.to(dtype) for x in ts]
+
+
+def char_cnn(
+    char_ids: Tensor,
+    embedding: Tensor,
+    weights: Sequence[Tensor],
+    biases: Sequence[Tensor],
+    activation: str = "relu",
+) -> Tensor:
+    """Fused :func:`spacy_elmo.ops.reference.char_cnn` (same arguments and result)."""
+    if activation not in _ACTIVATIONS:
+        raise ValueError(f"unknown activation {activation!r}: expected 'relu' or 'tanh'")
+    dtype = _run_dtype(embedding)
+    with torch.autocast(embedding.device.type, enabled=False):
+        emb, *params = _cast([embedding, *weights, *biases], dtype)
+        n = len(weights)
+        out, _ = _ops.char_cnn_forward(char_ids, emb, params[:n], params[n:], _ACTIVATIONS[activation])
+    return out
+
+
+def highway(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
+    """Fused :func:`spacy_elmo.ops.reference.highway` (same arguments and result)."""
+    dtype = _run_dtype(x)
+    shape = x.shape
+    with torch.autocast(x.device.type, enabled=False):
+        x2, w, b = _cast([x.reshape(-1, shape[-1]), weight, bias], dtype)
+        y, _ = _ops.highway_forward(x2, w, b)
+    return y.reshape(shape)
+
+
+def _needs_grad(*tensors) -> bool:
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+def _lstm(
+    xs: List[Tensor],
+    lengths: Tensor,
+    weights: List[Tensor],
+    h0: Optional[Tensor],
+    c0: Optional[Tensor],
+    cell_clip: Optional[float],
+    proj_clip: Optional[float],
+    reverse: List[int],
+    residual: bool,
+):
+    ndir = len(xs)
+    b = xs[0].shape[0]
+    c, p = weights[3].shape
+    dtype = _run_dtype(xs[0])
+    with torch.autocast(xs[0].device.type, enabled=False):
+        xs = _cast(xs, dtype)
+        weights = _cast(weights, dtype)
+        h0 = xs[0].new_zeros(ndir, b, p) if h0 is None else h0.to(dtype).reshape(ndir, b, p)
+        c0 = xs[0].new_zeros(ndir, b, c) if c0 is None else c0.to(dtype).reshape(ndir, b, c)
+        save = _needs_grad(*xs, *weights, h0, c0)
+        lengths = lengths.to(device=xs[0].device, dtype=torch.long)
+        outs, h_n, c_n, *_saved = _ops.lstm_forward(
+            xs, lengths, weights, h0, c0,
+            None if cell_clip is None else float(cell_clip),
+            None if proj_clip is None else float(proj_clip),
+            reverse, bool(residual), save,
+        )
+    return outs, h_n, c_n
+
+
+def lstm_layer(
+    x: Tensor,
+    lengths: Tensor,
+    w_input: Tensor,
+    w_recurrent: Tensor,
+    bias: Tensor,
+    w_proj: Tensor,
+    h0: Optional[Tensor] = None,
+    c0: Optional[Tensor] = None,
+    cell_clip: Optional[float] = None,
+    proj_clip: Optional[float] = None,
+    reverse: bool = False,
+    residual: bool = False,
+) -> Tuple[Tensor, Tensor, Tensor]:
+    """Fused :func:`spacy_elmo.ops.reference.lstm_layer` (same arguments and result)."""
+    h0 = None if h0 is None else h0.unsqueeze(0)
+    c0 = None if c0 is None else c0.unsqueeze(0)
+    outs, h_n, c_n = _lstm([x], lengths, [w_input, w_recurrent, bias, w_proj], h0, c0, cell_clip, proj_clip,
+                           [int(reverse)], residual)
+    return outs[0], h_n[0], c_n[0]
+
+
+def bilstm_layer(
+    x_fwd: Tensor,
+    x_bwd: Tensor,
+    lengths: Tensor,
+    fwd: Sequence[Tensor],
+    bwd: Sequence[Tensor],
+    state: Optional[Tuple[Tensor, Tensor]] = None,
+    cell_clip: Optional[float] = None,
+    proj_clip: Optional[float] = None,
+    reverse_backward: bool = True,
+    residual: bool = False,
+) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Fused :func:`spacy_elmo.ops.reference.bilstm_layer`: both directions in one
+    kernel call, interleaved step by step (they run concurrently)."""
+    h0, c0 = (None, None) if state is None else state
+    outs, h_n, c_n = _lstm([x_fwd, x_bwd], lengths, [*fwd, *bwd], h0, c0, cell_clip, proj_clip,
+                           [0, int(reverse_backward)], residual)
+    return outs[0], outs[1], h_n, c_n
+
+
+__all__ = ["char_cnn", "highway", "lstm_layer", "bilstm_layer", "cpu_isa", "built_with_cuda"]
