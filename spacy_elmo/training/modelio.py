@@ -4,8 +4,9 @@ A pretrained model directory is a native BiLM directory (``config.json`` +
 ``model.safetensors``) whose safetensors also hold ``softmax.weight (V, P)`` and
 ``softmax.bias (V,)``, plus ``vocab.txt`` (V lines). ``BiLM.load`` reads it and
 ignores the softmax. An AllenNLP directory (options + hdf5) may carry
-``softmax.hdf5`` (datasets ``softmax/W``, ``softmax/b``, bilm-tf's names) and
-``vocab.txt`` (written by ``spacy-elmo export --format allennlp``).
+``softmax.safetensors`` (``softmax.weight``, ``softmax.bias``; not an hdf5 file, so
+the directory still holds exactly one) and ``vocab.txt`` (both written by
+``spacy-elmo export --format allennlp``).
 """
 
 from pathlib import Path
@@ -20,7 +21,7 @@ from .softmax import SoftmaxLayer
 from .vocab import VOCAB_NAME, Vocab
 
 PathLike = Union[str, Path]
-SOFTMAX_HDF5 = "softmax.hdf5"
+SOFTMAX_FILE = "softmax.safetensors"
 
 
 def save_pretrained(
@@ -49,11 +50,11 @@ def load_pretrained(
         provenance = read_meta(path).get("provenance", {}) or {}
         tensors = load_tensors(path)
         weight, bias = tensors.get("softmax.weight"), tensors.get("softmax.bias")
-    elif (path / SOFTMAX_HDF5).exists():
-        import h5py
+    elif (path / SOFTMAX_FILE).exists():
+        from safetensors.torch import load_file
 
-        with h5py.File(path / SOFTMAX_HDF5, "r") as f:
-            weight, bias = torch.from_numpy(f["softmax/W"][...]), torch.from_numpy(f["softmax/b"][...])
+        tensors = load_file(str(path / SOFTMAX_FILE))
+        weight, bias = tensors.get("softmax.weight"), tensors.get("softmax.bias")
     softmax = vocab = None
     if weight is not None and bias is not None:
         vocab = Vocab.load(path)
@@ -66,9 +67,9 @@ def load_pretrained(
     return bilm, softmax, vocab, provenance
 
 
-def write_softmax_hdf5(path: PathLike, softmax: SoftmaxLayer) -> None:
-    import h5py
+def write_softmax(path: PathLike, softmax: SoftmaxLayer) -> None:
+    """The softmax alone, beside exported AllenNLP weights."""
+    from safetensors.torch import save_file
 
-    with h5py.File(path, "w") as f:
-        f.create_dataset("softmax/W", data=softmax.weight.detach().cpu().float().numpy())
-        f.create_dataset("softmax/b", data=softmax.bias.detach().cpu().float().numpy())
+    save_file({"softmax.weight": softmax.weight.detach().cpu().float().contiguous(),
+               "softmax.bias": softmax.bias.detach().cpu().float().contiguous()}, str(path))

@@ -1,0 +1,33 @@
+"""``spacy-elmo evaluate``: full-softmax perplexities and OOV rate of a model on a text."""
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .app import app
+
+
+@app.command()
+def evaluate(
+    model_dir: str = typer.Argument(..., help="Model directory written by pretrain, or 'default'."),
+    text_path: Path = typer.Argument(..., help="A UTF-8 text file or a directory of them."),
+    lang: Optional[str] = typer.Option(None, help="spaCy language (default: the one the model was trained with)."),
+    batch_size: int = typer.Option(32, help="Rows evaluated together."),
+    device: str = typer.Option("cpu", help="cpu or cuda."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Forward, backward and mean perplexity (full softmax) and the OOV rate."""
+    from ..training.evaluate import evaluate_model_dir
+
+    try:
+        result = evaluate_model_dir(model_dir, text_path, lang=lang, batch_size=batch_size, device=device, progress=not as_json)
+    except (ValueError, FileNotFoundError) as err:
+        typer.secho(str(err), fg=typer.colors.RED, err=True)
+        raise typer.Exit(1) from err
+    if as_json:
+        typer.echo(json.dumps(result))
+        return
+    typer.echo(f"tokens {result['n_tokens']:,} in {result['n_sentences']:,} sentences; OOV rate {result['oov_rate']:.2%} (vocabulary {result['vocab_size']:,})")
+    typer.echo(f"perplexity: forward {result['perplexity_forward']:.2f}, backward {result['perplexity_backward']:.2f}, mean {result['perplexity']:.2f}")

@@ -1,0 +1,91 @@
+"""``spacy-elmo pretrain``: train (or fine-tune) a biLM on your corpus, bilm-tf style."""
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ..errors import Errors
+from .app import app
+
+
+def model_config(preset: Optional[str], options: Optional[Path]) -> dict:
+    """A BiLMConfig dict from ``--preset`` or ``--options`` (AllenNLP options.json or BiLMConfig JSON)."""
+    from ..bilm import BiLMConfig
+
+    if preset and options:
+        raise typer.BadParameter(Errors.E_PRESET_AND_OPTIONS)
+    if options is None:
+        return BiLMConfig.preset(preset or "small").to_dict()
+    try:
+        data = json.loads(Path(options).read_text(encoding="utf-8"))
+        config = BiLMConfig.from_allennlp_options(data) if "lstm" in data else BiLMConfig.from_dict(data)
+    except (OSError, ValueError, TypeError) as err:
+        raise typer.BadParameter(Errors.E_OPTIONS_FILE.format(path=options, error=err)) from err
+    return config.to_dict()
+
+
+@app.command()
+def pretrain(
+    train_path: Path = typer.Argument(..., help="A UTF-8 text file, or a directory of them."),
+    output_dir: Path = typer.Argument(..., help="Where the model, vocab.txt, checkpoint and log go."),
+    heldout: Optional[Path] = typer.Option(None, help="Held-out text: full-softmax perplexity at every checkpoint."),
+    lang: str = typer.Option("en", help="spaCy language of the tokenizer (the pipeline's tokens)."),
+    preset: Optional[str] = typer.Option(None, help="Model size: small, medium or original (default small)."),
+    options: Optional[Path] = typer.Option(None, help="Model options: AllenNLP options.json or BiLMConfig JSON."),
+    init: Optional[str] = typer.Option(None, help="Fine-tune this model (native dir, AllenNLP dir or 'default')."),
+    new_vocab: bool = typer.Option(False, help="With --init: vocabulary from this corpus (known words keep their softmax rows)."),
+    vocab_size: int = typer.Option(100_000, help="Largest vocabulary (with <S>, </S>, <UNK>); 0: no cap."),
+    min_count: int = typer.Option(1, help="Smallest count of a vocabulary word."),
+    max_steps: Optional[int] = typer.Option(None, help="Stop after this many steps."),
+    epochs: Optional[float] = typer.Option(None, help="Stop after this many epochs (default 10)."),
+    batch_size: int = typer.Option(128, help="Rows per process (bilm-tf: 128)."),
+    unroll: int = typer.Option(20, help="Truncated-BPTT window (bilm-tf: 20)."),
+    negatives: int = typer.Option(8192, help="Sampled-softmax negatives per batch (bilm-tf: 8192)."),
+    optimizer: str = typer.Option("adagrad", help="adagrad (bilm-tf, lr 0.2, accumulator 1.0) or adam."),
+    lr: Optional[float] = typer.Option(None, help="Learning rate (default: 0.2 adagrad, 1e-3 adam)."),
+    dropout: float = typer.Option(0.1, help="Dropout on LSTM layer inputs and the top output."),
+    clip: float = typer.Option(10.0, help="Global gradient-norm clip."),
+    seed: int = typer.Option(0, help="Random seed (data order, init, sampling, dropout)."),
+    resume: bool = typer.Option(False, help="Continue the run in OUTPUT_DIR from its checkpoint, exactly."),
+    device: str = typer.Option("cpu", help="cpu or cuda (bf16 autocast on cuda)."),
+    backend: str = typer.Option("auto", help="Kernels: auto, fused or reference."),
+    checkpoint_every: int = typer.Option(1000, help="Checkpoint (and save the model) every N steps."),
+    log_every: int = typer.Option(10, help="Write a log line every N steps."),
+    threads: Optional[int] = typer.Option(None, help="torch CPU threads."),
+    progress: bool = typer.Option(True, help="Show progress bars."),
+) -> None:
+    """Pretrain an ELMo biLM (sampled softmax, both directions, bilm-tf defaults).
+
+    Run under `torchrun --nproc-per-node N` for DistributedDataParallel.
+    """
+    from ..training.trainer import TrainConfig, train
+
+    if max_steps is not None and epochs is not None:
+        raise typer.BadParameter(Errors.E_STEPS_AND_EPOCHS)
+    config = {} if init else model_config(preset, options)
+    cfg = TrainConfig(
+        train_path=str(train_path), output_dir=str(output_dir), heldout=str(heldout) if heldout else None, lang=lang,
+        vocab_size=vocab_size, min_count=min_count, max_steps=max_steps, epochs=epochs, batch_size=batch_size,
+        unroll=unroll, negatives=negatives, optimizer=optimizer, lr=lr, dropout=dropout, clip=clip, seed=seed,
+        resume=resume, device=device, backend=backend, init=init, new_vocab=new_vocab,
+        checkpoint_every=checkpoint_every, log_every=log_every, threads=threads, progress=progress,
+    )
+    if config:
+        cfg.model = config
+    try:
+        summary = train(cfg)
+    except (ValueError, FileNotFoundError, FileExistsError, RuntimeError) as err:
+        typer.secho(str(err), fg=typer.colors.RED, err=True)
+        raise typer.Exit(1) from err
+    stats = summary["corpus"]
+    typer.echo(
+        f"trained {summary['steps']} steps; corpus {stats['n_tokens']:,} tokens in {stats['n_sentences']:,} sentences "
+        f"from {stats['n_files']} file(s) ({stats['n_binary']} binary skipped, {stats['replaced_bytes']} undecodable "
+        f"bytes replaced); vocabulary {summary['vocab_size']:,}"
+    )
+    if summary.get("heldout"):
+        h = summary["heldout"]
+        typer.echo(f"held-out perplexity: forward {h['perplexity_forward']:.2f}, backward {h['perplexity_backward']:.2f}, mean {h['perplexity']:.2f}")
+    typer.echo(f"model written to {summary['output_dir']} (load with BiLM.load)")
