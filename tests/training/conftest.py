@@ -1,0 +1,74 @@
+"""Small corpora and tiny models for the pretraining tests."""
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+#: A tiny biLM: every test trains in seconds on 2 cores.
+TINY = {
+    "projection_dim": 16,
+    "cell_dim": 32,
+    "n_layers": 2,
+    "filters": [[1, 8], [2, 8], [3, 16]],
+    "n_highway": 1,
+    "char_embedding_dim": 8,
+    "max_characters_per_token": 20,
+}
+
+SUBJECTS = ["the cat", "a dog", "the old man", "my sister", "the teacher", "a small bird"]
+VERBS = ["sees", "likes", "follows", "feeds", "watches"]
+OBJECTS = ["the ball", "a fish", "the red car", "her friend", "the garden", "a book"]
+PLACES = ["in the park", "at home", "near the river", "after school"]
+
+
+def generated_sentences(n: int, seed: int = 0):
+    """A strongly structured language: subject verb object [place] ."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        s = f"{rng.choice(SUBJECTS)} {rng.choice(VERBS)} {rng.choice(OBJECTS)}"
+        if rng.random() < 0.5:
+            s += " " + rng.choice(PLACES)
+        out.append(s + " .")
+    return out
+
+
+def write_corpus(path: Path, n: int, seed: int = 0, per_line: int = 3) -> Path:
+    sents = generated_sentences(n, seed)
+    lines = [" ".join(s[0].upper() + s[1:] for s in sents[i : i + per_line]) for i in range(0, n, per_line)]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def tiny_config():
+    return dict(TINY)
+
+
+@pytest.fixture
+def corpus_file(tmp_path):
+    return write_corpus(tmp_path / "train.txt", 600)
+
+
+def tiny_train_config(train_path, output_dir, **overrides):
+    from spacy_elmo.training.trainer import TrainConfig
+
+    settings = dict(
+        train_path=str(train_path), output_dir=str(output_dir), model=dict(TINY), batch_size=8, unroll=10,
+        negatives=16, max_steps=20, checkpoint_every=10, log_every=1, progress=False, backend="reference", seed=0,
+    )
+    settings.update(overrides)
+    return TrainConfig(**settings)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny models on shared cores: one thread avoids oversubscription stalls (60x here)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

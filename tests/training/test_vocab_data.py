@@ -1,0 +1,126 @@
+"""Vocabulary order, corpus reading and the bad-input cases."""
+
+import warnings
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+
+from spacy_elmo.chars import BEGIN_OF_SENTENCE, marker_char_ids, word_char_ids
+from spacy_elmo.training.data import PIECE_CHARS, Corpus, build_corpus
+from spacy_elmo.training.stream import StreamBatcher
+from spacy_elmo.training.vocab import BOS, EOS, UNK, CharTable, Vocab
+
+
+def test_vocab_order_and_roundtrip(tmp_path):
+    counts = Counter({"b": 5, "a": 5, "c": 9, "rare": 1})
+    vocab = Vocab.from_counts(counts, min_count=2)
+    assert vocab.types == ["<S>", "</S>", "<UNK>", "c", "a", "b", "rare"]
+    assert vocab.size == 6  # "rare" is below min_count: a type, not a target
+    assert Vocab.from_counts(counts, max_size=4).size == 4
+    assert vocab.target_ids(torch.tensor([3, 5, 6])).tolist() == [3, 5, UNK]
+    vocab.save(tmp_path)
+    assert (tmp_path / "vocab.txt").read_text(encoding="utf-8") == "<S>\n</S>\n<UNK>\nc\na\nb\n"
+    assert Vocab.load(tmp_path).targets == vocab.targets
+
+
+def test_corpus_cache_order(tmp_path):
+    path = tmp_path / "t.txt"
+    path.write_text("b a c c !\nc b\n", encoding="utf-8")
+    build_corpus(path, "en", tmp_path / "cache", progress=False)
+    corpus = Corpus.load(tmp_path / "cache")
+    assert corpus.types[:3] == ["<S>", "</S>", "<UNK>"]
+    assert corpus.types[3:] == ["c", "b", "!", "a"]  # by count, ties by string
+    assert corpus.counts.tolist() == [0, 0, 0, 3, 2, 1, 1]
+    words = [corpus.types[i] for i in corpus.tokens]
+    assert words == ["<S>", "b", "a", "c", "c", "!", "</S>", "<S>", "c", "b", "</S>"]
+
+
+def test_char_table_markers_and_words():
+    vocab = Vocab(["<S>", "</S>", "<UNK>", "밥"])
+    table = CharTable(vocab, 50)
+    rows = table(torch.tensor([[BOS, 3]]))
+    assert rows[0, 0].tolist() == [i + 1 for i in marker_char_ids(BEGIN_OF_SENTENCE)]
+    assert rows[0, 1].tolist() == [i + 1 for i in word_char_ids("밥")]
+
+
+def test_empty_corpus_is_an_error(tmp_path):
+    (tmp_path / "empty.txt").write_text("", encoding="utf-8")
+    (tmp_path / "blank.txt").write_text("\n \n\t\n", encoding="utf-8")
+    for name in ("empty.txt", "blank.txt"):
+        with pytest.raises(ValueError, match="No text to train on"):
+            build_corpus(tmp_path / name, "en", tmp_path / "cache", progress=False)
+    (tmp_path / "dir").mkdir()
+    with pytest.raises(ValueError, match="No text to train on"):
+        build_corpus(tmp_path / "dir", "en", tmp_path / "cache", progress=False)
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        build_corpus(tmp_path / "missing", "en", tmp_path / "cache", progress=False)
+
+
+def test_binary_file(tmp_path):
+    data = bytes(range(256)) * 8
+    (tmp_path / "blob.bin").write_bytes(data)
+    with pytest.raises(ValueError, match="binary"):
+        build_corpus(tmp_path / "blob.bin", "en", tmp_path / "cache", progress=False)
+    # Inside a directory: skipped with a warning, the text files still train.
+    d = tmp_path / "dir"
+    d.mkdir()
+    (d / "blob.bin").write_bytes(data)
+    (d / "text.txt").write_text("Some words here.\n", encoding="utf-8")
+    with pytest.warns(RuntimeWarning, match="binary"):
+        meta = build_corpus(d, "en", tmp_path / "cache2", progress=False)
+    assert meta["stats"]["n_binary"] == 1 and meta["stats"]["n_tokens"] == 4
+
+
+def test_undecodable_bytes_are_replaced_and_counted(tmp_path):
+    path = tmp_path / "latin1.txt"
+    path.write_bytes("caf\u00e9 ol\u00e9 ok\n".encode("latin-1") + b"bad \xff\xfe end\n")
+    with pytest.warns(RuntimeWarning, match="4 undecodable"):
+        meta = build_corpus(path, "en", tmp_path / "cache", progress=False)
+    assert meta["stats"]["replaced_bytes"] == 4
+    assert any("\ufffd" in t for t in Corpus.load(tmp_path / "cache").types)
+
+
+def test_one_megabyte_line(tmp_path):
+    words = ("alpha beta gamma delta. " * 45000)[:1_000_000]
+    path = tmp_path / "long.txt"
+    path.write_text(words, encoding="utf-8")
+    assert len(words) > PIECE_CHARS
+    with pytest.warns(RuntimeWarning, match="tokenized in pieces"):
+        meta = build_corpus(path, "en", tmp_path / "cache", progress=False)
+    stats = meta["stats"]
+    assert stats["long_lines"] == 1
+    # Split at whitespace only: every word survives intact.
+    assert set(Corpus.load(tmp_path / "cache").types[3:]) == {"alpha", "beta", "gamma", "delta", "."}
+    assert stats["n_tokens"] > 200_000
+
+
+def test_corpus_too_small_for_batch():
+    vocab = Vocab(["<S>", "</S>", "<UNK>", "a"])
+    corpus = Corpus.from_sentences([["a", "a"]], vocab)
+    with pytest.raises(ValueError, match="too few"):
+        StreamBatcher(corpus, batch_size=4, unroll=20)
+
+
+def test_streams_sharded_reversed_and_deterministic():
+    vocab = Vocab(["<S>", "</S>", "<UNK>"])
+    sentences = [[f"w{i}_{j}" for j in range(i % 5 + 1)] for i in range(60)]
+    corpus = Corpus.from_sentences(sentences, vocab)
+    shards = [StreamBatcher(corpus, 2, 3, seed=1, rank=r, world=2) for r in range(2)]
+    f0, b0 = shards[0].batch(0, 1)
+    f1, _ = shards[1].batch(0, 1)
+    assert f0.shape == (2, 4)
+    assert not set(f0.flatten().tolist()) & set(f1.flatten().tolist()) - {BOS, EOS}
+    again = StreamBatcher(corpus, 2, 3, seed=1, rank=0, world=2).batch(0, 1)
+    assert torch.equal(again[0], f0) and torch.equal(again[1], b0)
+    # Consecutive windows overlap by one token: the last target is the next first input.
+    nxt, _ = shards[0].batch(0, 2)
+    assert torch.equal(nxt[:, 0], f0[:, -1])
+    # The backward stream reads sentences reversed: within a sentence, word indices fall.
+    full_b = torch.cat([shards[0].batch(0, k)[1][:, :-1] for k in range(shards[0].steps_per_epoch)], 1)
+    for row in full_b.tolist():
+        for a, b in zip(row, row[1:]):
+            ta, tb = vocab.types[a], vocab.types[b]
+            if ta.startswith("w") and tb.startswith("w"):
+                assert ta.split("_")[0] == tb.split("_")[0] and int(ta.split("_")[1]) == int(tb.split("_")[1]) + 1
