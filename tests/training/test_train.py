@@ -1,0 +1,134 @@
+"""End-to-end pretraining: learning, exact resume, Korean, fine-tuning."""
+
+import math
+import random
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+
+from spacy_elmo import BiLM, batch_to_ids
+from spacy_elmo.training.data import Corpus
+from spacy_elmo.training.evaluate import evaluate_model_dir
+from spacy_elmo.training.trainer import read_log, train
+
+from .conftest import tiny_train_config, write_corpus
+
+
+def unigram_perplexity(train_dir, heldout_sentences_vocab_ids):
+    """Perplexity of the add-one unigram model of the training targets on held-out targets."""
+    corpus = Corpus.load(train_dir / "data")
+    counts = Counter(corpus.tokens.tolist())
+    total = sum(counts.values()) + len(corpus.types)
+    ids = heldout_sentences_vocab_ids
+    nll = [-math.log((counts.get(i, 0) + 1) / total) for i in ids]
+    return math.exp(sum(nll) / len(nll))
+
+
+def test_perplexity_falls_far_below_unigram(tmp_path):
+    train_file = write_corpus(tmp_path / "train.txt", 600)
+    held = write_corpus(tmp_path / "held.txt", 80, seed=7)
+    out = tmp_path / "out"
+    summary = train(tiny_train_config(train_file, out, max_steps=120, checkpoint_every=120, optimizer="adam", lr=0.01, log_every=20))
+    result = evaluate_model_dir(out, held)
+    # Unigram baseline on the same held-out targets (the stream without its first token).
+    corpus = Corpus.load(out / "data")
+    index = {t: i for i, t in enumerate(corpus.types)}
+    from spacy_elmo.training.data import tokenize_file
+
+    ids = []
+    for s in tokenize_file(held, "en"):
+        ids += [index[t] for t in s] + [1, 0]
+    unigram = unigram_perplexity(out, ids[:-1])
+    assert result["oov_rate"] == 0.0
+    assert result["perplexity"] < 0.4 * unigram, (result, unigram)
+    assert result["perplexity_forward"] < 0.5 * unigram and result["perplexity_backward"] < 0.5 * unigram
+    log = read_log(out)
+    assert log[-1]["running_perplexity"] < log[1]["running_perplexity"]
+    assert all("tokens_per_s" in e for e in log if "loss" in e)
+    # The saved model loads with BiLM.load (softmax ignored) and runs.
+    bilm = BiLM.load(out)
+    with torch.no_grad():
+        acts = bilm(batch_to_ids([["The", "cat", "sees", "a", "fish", "."]], bilm.config.max_characters_per_token)).activations
+    assert len(acts) == 3 and acts[0].shape == (1, 6, 32)
+
+
+def test_resume_after_kill_continues_exactly(tmp_path):
+    train_file = write_corpus(tmp_path / "train.txt", 300)
+    N = 5
+    straight = tmp_path / "straight"
+    train(tiny_train_config(train_file, straight, max_steps=2 * N, checkpoint_every=N))
+
+    killed = tmp_path / "killed"
+
+    def crash(step, loss):
+        if step == N + 2:  # past the checkpoint at N: these two steps are lost
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train(tiny_train_config(train_file, killed, max_steps=2 * N, checkpoint_every=N), on_step=crash)
+    train(tiny_train_config(train_file, killed, max_steps=2 * N, checkpoint_every=N, resume=True))
+
+    a = [e["loss"] for e in read_log(straight) if "loss" in e]
+    b = [e["loss"] for e in read_log(killed) if "loss" in e]
+    assert len(a) == len(b) == 2 * N  # the log lost the redone steps
+    np.testing.assert_allclose(b, a, rtol=1e-6, atol=1e-7)
+    wa, wb = BiLM.load(straight).state_dict(), BiLM.load(killed).state_dict()
+    for name in wa:
+        torch.testing.assert_close(wb[name], wa[name], rtol=1e-6, atol=1e-7)
+
+
+def test_output_dir_guard_and_missing_checkpoint(tmp_path):
+    train_file = write_corpus(tmp_path / "train.txt", 100)
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        train(tiny_train_config(train_file, tmp_path / "new", resume=True))
+    train(tiny_train_config(train_file, tmp_path / "out", max_steps=2))
+    with pytest.raises(FileExistsError, match="--resume"):
+        train(tiny_train_config(train_file, tmp_path / "out", max_steps=2))
+    with pytest.raises(ValueError, match="batch_size"):
+        train(tiny_train_config(train_file, tmp_path / "out", max_steps=4, resume=True, batch_size=4))
+
+
+SYLLABLES = "가나다라마바사아자차카타파하밥집물길책"
+
+
+def korean_text(n, seed=0):
+    rng = random.Random(seed)
+    words = ["".join(rng.choice(SYLLABLES) for _ in range(rng.randint(1, 3))) for _ in range(40)]
+    lines = []
+    for _ in range(n):
+        lines.append(" ".join(rng.choice(words) + rng.choice(["은", "는", "이", "가", "을", "를", ""]) for _ in range(rng.randint(3, 8))) + ".")
+    return "\n".join(lines) + "\n"
+
+
+def test_korean_corpus_trains_and_model_runs(tmp_path):
+    path = tmp_path / "ko.txt"
+    path.write_text(korean_text(150), encoding="utf-8")
+    out = tmp_path / "ko"
+    train(tiny_train_config(path, out, lang="ko", max_steps=6, checkpoint_every=6))
+    vocab = (out / "vocab.txt").read_text(encoding="utf-8").split("\n")
+    assert vocab[:3] == ["<S>", "</S>", "<UNK>"] and any("밥" in t or "가" in t for t in vocab)
+    bilm = BiLM.load(out)
+    tokens = [["밥을", "먹었다", "."], ["책"]]
+    with torch.no_grad():
+        result = bilm(batch_to_ids(tokens, bilm.config.max_characters_per_token))
+    assert result.activations[-1].shape == (2, 3, 32) and torch.isfinite(result.activations[-1]).all()
+    assert evaluate_model_dir(out, path)["lang"] == "ko"
+
+
+def test_fine_tuning_from_a_saved_model(tmp_path):
+    base = tmp_path / "base"
+    train(tiny_train_config(write_corpus(tmp_path / "a.txt", 200), base, max_steps=4))
+    domain = tmp_path / "domain.txt"
+    domain.write_text("The river bank floods . The bank is muddy .\n" * 40, encoding="utf-8")
+    tuned = tmp_path / "tuned"
+    train(tiny_train_config(domain, tuned, max_steps=4, init=str(base), model={}))
+    # Same vocabulary (softmax rows) as the base model; new words are OOV targets.
+    assert (tuned / "vocab.txt").read_text() == (base / "vocab.txt").read_text()
+    before, after = BiLM.load(base).state_dict(), BiLM.load(tuned).state_dict()
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    # With a new vocabulary, known words keep their trained softmax rows.
+    tuned2 = tmp_path / "tuned2"
+    train(tiny_train_config(domain, tuned2, max_steps=1, init=str(base), new_vocab=True, lr=1e-9, optimizer="adam"))
+    assert "river" in (tuned2 / "vocab.txt").read_text()
