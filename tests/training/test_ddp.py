@@ -1,0 +1,51 @@
+"""DistributedDataParallel with 2 CPU processes (gloo), data sharded by rank."""
+
+import os
+import socket
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from spacy_elmo import BiLM
+from spacy_elmo.training.trainer import read_log
+
+from .conftest import tiny_train_config, write_corpus
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _worker(rank: int, world: int, port: int, train_path: str, out: str, result_dir: str) -> None:
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    import torch.distributed as dist
+
+    from spacy_elmo.training.trainer import train
+    from spacy_elmo.training.stream import StreamBatcher
+    from spacy_elmo.training.data import Corpus
+
+    train(tiny_train_config(train_path, out, max_steps=4, checkpoint_every=2))
+    torch.save({"rank": rank, "first_batch": StreamBatcher(Corpus.load(os.path.join(out, "data")), 8, 10, 0, rank, world).batch(0, 0)[0]},
+               os.path.join(result_dir, f"rank{rank}.pt"))
+    dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_ddp_two_cpu_processes(tmp_path):
+    train_file = write_corpus(tmp_path / "train.txt", 400)
+    out = tmp_path / "out"
+    mp.spawn(_worker, args=(2, _free_port(), str(train_file), str(out), str(tmp_path)), nprocs=2, join=True)
+    log = read_log(out)
+    start = log[0]
+    assert start["event"] == "start" and start["world"] == 2
+    steps = [e for e in log if "loss" in e]
+    assert [e["step"] for e in steps] == [1, 2, 3, 4]
+    # 2 processes x 8 rows x 10 steps x 2 directions per step.
+    assert start["config"]["batch_size"] == 8
+    shards = [torch.load(tmp_path / f"rank{r}.pt")["first_batch"] for r in range(2)]
+    assert not torch.equal(shards[0], shards[1])  # each rank reads its own rows
+    BiLM.load(out)  # rank 0 wrote the model
