@@ -11,8 +11,11 @@ is shifted by +1 so that 0 means "no token" (a padded row of zeros).
 Defined behaviour for odd input (tested in ``tests/test_chars.py``):
 
 * any Unicode string is encoded as its UTF-8 bytes: Korean, emoji, control
-  characters and whitespace are ordinary bytes; lone surrogates (which cannot
-  be UTF-8) are encoded with ``surrogatepass`` instead of raising;
+  characters and whitespace are ordinary bytes;
+* as in bilm-tf and AllenNLP (so that the released models see what they were
+  trained on): a token that is literally ``<S>`` or ``</S>`` is spelled as the
+  sentence marker, and lone surrogates, which have no UTF-8 encoding, are
+  dropped from the token (``"a\ud800"`` is spelled as ``"a"``);
 * the empty string ``""`` is a real token ``[bow, eow, pad, ...]``;
 * an empty sentence gives a row of zeros (all positions masked).
 """
@@ -33,6 +36,8 @@ N_CHAR_IDS = 261
 #: Largest id after the +1 shift.
 MAX_SHIFTED_ID = N_CHAR_IDS
 DEFAULT_MAX_CHARS = 50
+#: Literal tokens the references spell as sentence markers.
+_MARKER_TOKENS = {"<S>": BEGIN_OF_SENTENCE, "</S>": END_OF_SENTENCE}
 
 
 def _check_max_chars(max_characters_per_token: int) -> None:
@@ -43,7 +48,10 @@ def _check_max_chars(max_characters_per_token: int) -> None:
 def word_char_ids(token: str, max_characters_per_token: int = DEFAULT_MAX_CHARS) -> List[int]:
     """Unshifted character ids of one token: a list of ``max_characters_per_token`` ints."""
     _check_max_chars(max_characters_per_token)
-    data = token.encode("utf-8", errors="surrogatepass")[: max_characters_per_token - 2]
+    marker = _MARKER_TOKENS.get(token)
+    if marker is not None:
+        return marker_char_ids(marker, max_characters_per_token)
+    data = token.encode("utf-8", errors="ignore")[: max_characters_per_token - 2]
     ids = [BEGIN_OF_WORD, *data, END_OF_WORD]
     ids.extend([PADDING_CHAR] * (max_characters_per_token - len(ids)))
     return ids

@@ -34,11 +34,11 @@ def test_padding_rows_are_zero_and_shape():
     assert batch_to_ids([]).shape == (0, 0, 50)
 
 
-@pytest.mark.parametrize("token", ["", " ", "\t\n", "\x00\x07", "🎉", "a\u0301", "\ud800"])
+@pytest.mark.parametrize("token", ["", " ", "\t\n", "\x00\x07", "🎉", "a\u0301", "<s>", "S"])
 def test_odd_tokens_are_real_tokens(token):
     ids = batch_to_ids([[token]])[0, 0]
     assert ids[0] == 259 and (ids > 0).all()
-    raw = token.encode("utf-8", errors="surrogatepass")[:48]
+    raw = token.encode("utf-8")[:48]
     assert ids[1 : 1 + len(raw)].tolist() == [b + 1 for b in raw]
     assert ids[1 + len(raw)] == 260
 
@@ -55,3 +55,12 @@ def test_errors_on_untokenized_input():
 def test_other_widths():
     out = batch_to_ids([["abcdefgh"]], max_characters_per_token=6)
     assert out[0, 0].tolist() == [259, 98, 99, 100, 101, 260]
+
+
+def test_reference_conventions_for_markers_and_surrogates():
+    """bilm-tf and AllenNLP spell a literal <S> / </S> as the markers and drop lone surrogates."""
+    ids = batch_to_ids([["<S>", "</S>", "a\ud800b", "\ud800"]])[0]
+    assert ids[0, :4].tolist() == [259, 257, 260, 261]
+    assert ids[1, :4].tolist() == [259, 258, 260, 261]
+    assert ids[2, :5].tolist() == [259, ord("a") + 1, ord("b") + 1, 260, 261]
+    assert ids[3, :3].tolist() == [259, 260, 261]  # an empty word, still a real token

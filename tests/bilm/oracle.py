@@ -25,8 +25,10 @@ def sigmoid(x):
 
 
 def spell(token: str, max_chars: int = 50) -> np.ndarray:
-    """Unshifted ids of a token: [bow, bytes[:max_chars-2], eow, pad...]."""
-    data = list(token.encode("utf-8", errors="surrogatepass"))[: max_chars - 2]
+    """Unshifted ids of a token: [bow, bytes[:max_chars-2], eow, pad...]; "<S>"/"</S>" are markers."""
+    if token in ("<S>", "</S>"):
+        return spell_marker(BOS if token == "<S>" else EOS, max_chars)
+    data = list(token.encode("utf-8", errors="ignore"))[: max_chars - 2]
     ids = [BOW] + data + [EOW] + [PAD] * (max_chars - 2 - min(len(data), max_chars - 2))
     return np.array(ids[:max_chars])
 
