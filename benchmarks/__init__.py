@@ -1,0 +1,1 @@
+"""Benchmark and data scripts of spacy-elmo (corpus builder, dataset loaders, fetchers)."""
