@@ -20,7 +20,7 @@ static inline float se_exp(float x) {
   x = x > 88.3f ? 88.3f : x;
   float fx = x * 1.44269504088896341f + 0.5f;
   int32_t n = (int32_t)fx;
-  n -= (fx < (float)n) ? 1 : 0;  // floor
+  n -= (int32_t)(fx < (float)n);  // floor
   float fn = (float)n;
   float r = x - fn * 0.693359375f;
   r = r - fn * -2.12194440e-4f;
@@ -54,11 +54,13 @@ static inline float se_tanh(float x) {
   return ax < 0.625f ? small : big;
 }
 
-static inline float se_clip(float x, float v) {
-  if (v < 0.0f) return x;
-  x = x < -v ? -v : x;
-  return x > v ? v : x;
+// clip to [lo, hi] (lo = -inf, hi = +inf: no clip), branch-free
+static inline float se_clip(float x, float lo, float hi) {
+  x = x < lo ? lo : x;
+  return x > hi ? hi : x;
 }
+
+static inline float se_hi(float clip) { return clip < 0.0f ? __builtin_inff() : clip; }
 
 // ---------------------------------------------------------------- char CNN
 
@@ -160,7 +162,7 @@ static inline void gates_forward_impl(const GateArgs& a) {
   float* g = a.gates;
   float* craw = a.c_raw;
   float* m = a.m;
-  const float cc = a.cell_clip;
+  const float hi = se_hi(a.cell_clip), lo = -hi;
 #pragma omp simd
   for (int64_t c = a.c_begin; c < a.c_end; ++c) {
     const float si = se_sigmoid(z[c] + xi[c]);
@@ -168,7 +170,7 @@ static inline void gates_forward_impl(const GateArgs& a) {
     const float sf = se_sigmoid(z[2 * C + c] + xi[2 * C + c]);
     const float so = se_sigmoid(z[3 * C + c] + xi[3 * C + c]);
     const float cr = sf * cst[c] + si * tj;
-    const float cn = se_clip(cr, cc);
+    const float cn = se_clip(cr, lo, hi);
     cst[c] = cn;
     m[c] = so * se_tanh(cn);
     if (SAVE) {
@@ -189,21 +191,22 @@ static void gates_forward(const GateArgs& a) {
 static void gates_backward(const GateBackwardArgs& a) {
   const int64_t C = a.C;
   const float* g = a.gates;
-  const float cc = a.cell_clip;
+  const float hi = se_hi(a.cell_clip), lo = -hi;
   const float* cp = a.c_prev;
-  const bool prev_raw = a.prev_is_raw != 0;
+  // the previous cell is clipped when it is a raw saved value (no-op bounds otherwise)
+  const float phi = a.prev_is_raw ? hi : __builtin_inff(), plo = -phi;
 #pragma omp simd
   for (int64_t c = a.c_begin; c < a.c_end; ++c) {
     const float si = g[c], tj = g[C + c], sf = g[2 * C + c], so = g[3 * C + c];
     const float cr = a.c_raw[c];
-    const float cn = se_clip(cr, cc);
+    const float cn = se_clip(cr, lo, hi);
     const float tc = se_tanh(cn);
     const float dm = a.dm[c];
     const float d_o = dm * tc * so * (1.0f - so);
     float dcn = a.dc[c] + dm * so * (1.0f - tc * tc);
-    const bool pass = cc < 0.0f || (cr >= -cc && cr <= cc);
+    const int pass = (int)(cr >= lo) & (int)(cr <= hi);
     const float dcr = pass ? dcn : 0.0f;
-    const float cprev = prev_raw ? se_clip(cp[c], cc) : cp[c];
+    const float cprev = se_clip(cp[c], plo, phi);
     a.dz[c] = dcr * tj * si * (1.0f - si);
     a.dz[C + c] = dcr * si * (1.0f - tj * tj);
     a.dz[2 * C + c] = dcr * cprev * sf * (1.0f - sf);

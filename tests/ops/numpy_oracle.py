@@ -1,0 +1,80 @@
+"""An independent float64 NumPy oracle of the three ELMo kernels.
+
+Written from the equations of the spec (docs/elmo-spec.md sections 2 and 3),
+not from the reference module: loops over tokens, positions and timesteps, no
+vectorised tricks, so that it is easy to check by reading.
+"""
+
+import numpy as np
+
+
+def sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def char_cnn(char_ids, embedding, weights, biases, activation="relu"):
+    """char_ids (N, W) shifted ids; embedding (261, D); weights[i] (count, D, width)."""
+    ids = np.asarray(char_ids)
+    emb = np.asarray(embedding, dtype=np.float64)
+    table = np.concatenate([np.zeros((1, emb.shape[1])), emb], 0)  # id 0 -> zeros
+    n_tok, n_chars = ids.shape
+    outs = []
+    for w, b in zip(weights, biases):
+        w = np.asarray(w, dtype=np.float64)
+        b = np.asarray(b, dtype=np.float64)
+        count, _, width = w.shape
+        res = np.empty((n_tok, count))
+        for n in range(n_tok):
+            x = table[ids[n]]  # (W, D)
+            best = np.full(count, -np.inf)
+            for p in range(n_chars - width + 1):
+                window = x[p : p + width]  # (width, D)
+                conv = np.einsum("kd,fdk->f", window, w) + b
+                best = np.maximum(best, conv)
+            res[n] = np.maximum(best, 0.0) if activation == "relu" else np.tanh(best)
+        outs.append(res)
+    return np.concatenate(outs, 1)
+
+
+def highway(x, weight, bias):
+    """TF semantics: y = g * relu(t) + (1 - g) * x; weight rows [transform; carry]."""
+    x = np.asarray(x, dtype=np.float64)
+    w = np.asarray(weight, dtype=np.float64)
+    b = np.asarray(bias, dtype=np.float64)
+    f = x.shape[-1]
+    t = np.maximum(x @ w[:f].T + b[:f], 0.0)
+    g = sigmoid(x @ w[f:].T + b[f:])
+    return g * t + (1.0 - g) * x
+
+
+def _clip(v, c):
+    return v if c is None else np.clip(v, -c, c)
+
+
+def lstm_layer(x, lengths, w_input, w_recurrent, bias, w_proj, h0=None, c0=None, cell_clip=None,
+               proj_clip=None, reverse=False, residual=False):
+    """One LSTM-with-projection direction, row by row (TF LSTMCell, gate blocks i, j, f, o)."""
+    x = np.asarray(x, dtype=np.float64)
+    wi = np.asarray(w_input, dtype=np.float64)
+    wr = np.asarray(w_recurrent, dtype=np.float64)
+    b = np.asarray(bias, dtype=np.float64)
+    wp = np.asarray(w_proj, dtype=np.float64)
+    n_batch, n_time, _ = x.shape
+    cells, proj = wp.shape
+    out = np.zeros((n_batch, n_time, proj))
+    h_n = np.zeros((n_batch, proj))
+    c_n = np.zeros((n_batch, cells))
+    for r in range(n_batch):
+        h = np.zeros(proj) if h0 is None else np.asarray(h0[r], dtype=np.float64).copy()
+        c = np.zeros(cells) if c0 is None else np.asarray(c0[r], dtype=np.float64).copy()
+        length = int(lengths[r])
+        order = range(length - 1, -1, -1) if reverse else range(length)
+        for pos in order:
+            z = np.concatenate([x[r, pos], h]) @ np.concatenate([wi, wr], 0) + b
+            i, j, f, o = np.split(z, 4)
+            c = sigmoid(f + 1.0) * c + sigmoid(i) * np.tanh(j)
+            c = _clip(c, cell_clip)
+            h = _clip((sigmoid(o) * np.tanh(c)) @ wp, proj_clip)
+            out[r, pos] = h + (x[r, pos] if residual else 0.0)
+        h_n[r], c_n[r] = h, c
+    return out, h_n, c_n

@@ -1,0 +1,363 @@
+"""Fused kernels (spacy_elmo._C) vs the reference ops vs an independent NumPy float64 oracle.
+
+No spaCy anywhere here: these tests also run on the GPU machine.
+"""
+
+import numpy as np
+import pytest
+import torch
+
+from spacy_elmo.ops import reference as R
+
+from . import numpy_oracle as O
+
+fused = pytest.importorskip("spacy_elmo.ops.fused", reason="spacy_elmo._C is not built")
+
+PAD_CHAR = 261
+TOL32 = dict(rtol=1e-5, atol=1e-5)
+
+
+def _close(actual, expected, **tol):
+    tol = tol or TOL32
+    a = actual.detach().double().cpu().numpy() if isinstance(actual, torch.Tensor) else actual
+    e = expected.detach().double().cpu().numpy() if isinstance(expected, torch.Tensor) else expected
+    np.testing.assert_allclose(a, e, **tol)
+
+
+def _preset_filters():
+    from spacy_elmo.bilm.config import BiLMConfig
+
+    return {name: BiLMConfig.preset(name).filters for name in ("small", "medium", "original")}
+
+
+def random_char_ids(gen, n_tok, n_chars=50, zero_rows=(), word_lengths=None):
+    """Realistic tokens: [258, bytes.., 259, 260, 261...] shifted, some all-zero rows."""
+    ids = torch.full((n_tok, n_chars), PAD_CHAR, dtype=torch.long)
+    for n in range(n_tok):
+        k = int(torch.randint(1, n_chars - 1, (1,), generator=gen)) if word_lengths is None else word_lengths[n]
+        k = min(k, n_chars - 2)
+        ids[n, 0] = 259
+        ids[n, 1 : 1 + k] = torch.randint(1, 257, (k,), generator=gen)
+        ids[n, 1 + k] = 260
+    for r in zero_rows:
+        ids[r] = 0
+    return ids
+
+
+def char_params(gen, filters, dim, dtype=torch.float32, scale=0.2):
+    emb = torch.rand(261, dim, generator=gen, dtype=torch.float64) * 2 - 1
+    ws = [(torch.rand(c, dim, w, generator=gen, dtype=torch.float64) * 2 - 1) * scale for w, c in filters]
+    bs = [(torch.rand(c, generator=gen, dtype=torch.float64) * 2 - 1) * 0.1 for _, c in filters]
+    return emb.to(dtype), [w.to(dtype) for w in ws], [b.to(dtype) for b in bs]
+
+
+# ----------------------------------------------------------------- char CNN
+
+
+@pytest.mark.parametrize("activation", ["relu", "tanh"])
+@pytest.mark.parametrize("n_tok,n_chars", [(1, 50), (7, 50), (19, 9), (3, 4)])
+def test_char_cnn_forward_small_filters(activation, n_tok, n_chars):
+    gen = torch.Generator().manual_seed(n_tok * 31 + n_chars)
+    filters = [(1, 3), (2, 17), (3, 16), (4, 40)]
+    filters = [(w, c) for w, c in filters if w <= n_chars]
+    ids = random_char_ids(gen, n_tok, n_chars, zero_rows=[0] if n_tok > 1 else [])
+    emb, ws, bs = char_params(gen, filters, 5)
+    out = fused.char_cnn(ids, emb, ws, bs, activation)
+    _close(out, O.char_cnn(ids.numpy(), emb.numpy(), [w.numpy() for w in ws], [b.numpy() for b in bs], activation))
+    _close(out, R.char_cnn(ids, emb, ws, bs, activation))
+
+
+@pytest.mark.parametrize("preset", ["small", "medium", "original"])
+def test_char_cnn_each_preset_filter_set(preset):
+    filters = _preset_filters()[preset]
+    gen = torch.Generator().manual_seed(3)
+    # 50-character tokens included: 48 bytes, no padding character at all
+    ids = random_char_ids(gen, 5, 50, zero_rows=[4], word_lengths=[48, 1, 5, 20, 3])
+    emb, ws, bs = char_params(gen, filters, 16, scale=0.05)
+    out = fused.char_cnn(ids, emb, ws, bs)
+    _close(out, O.char_cnn(ids.numpy(), emb.numpy(), [w.numpy() for w in ws], [b.numpy() for b in bs]))
+
+
+def test_char_cnn_padding_chars_are_real_inputs():
+    gen = torch.Generator().manual_seed(5)
+    filters = [(1, 4), (3, 8)]
+    emb, ws, bs = char_params(gen, filters, 4)
+    ids = random_char_ids(gen, 2, 12, word_lengths=[2, 2])
+    base = fused.char_cnn(ids, emb, ws, bs)
+    emb2 = emb.clone()
+    emb2[PAD_CHAR - 1] += 5.0
+    assert not torch.allclose(base, fused.char_cnn(ids, emb2, ws, bs))
+    _close(fused.char_cnn(ids, emb2, ws, bs), R.char_cnn(ids, emb2, ws, bs))
+
+
+@pytest.mark.parametrize("activation", ["relu", "tanh"])
+def test_char_cnn_gradients_float32_vs_reference(activation):
+    gen = torch.Generator().manual_seed(11)
+    filters = [(1, 5), (2, 16), (5, 33)]
+    ids = random_char_ids(gen, 9, 20, zero_rows=[2])
+    emb, ws, bs = char_params(gen, filters, 6)
+    grads = []
+    for impl in (fused, R):
+        params = [p.clone().requires_grad_() for p in [emb, *ws, *bs]]
+        out = impl.char_cnn(ids, params[0], params[1:4], params[4:], activation)
+        (out * torch.linspace(-1, 2, out.numel()).view_as(out)).sum().backward()
+        grads.append([p.grad for p in params])
+    for a, e in zip(*grads):
+        _close(a, e, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("activation", ["relu", "tanh"])
+def test_char_cnn_gradcheck_float64(activation):
+    gen = torch.Generator().manual_seed(13)
+    filters = [(1, 2), (2, 3), (4, 3)]
+    ids = random_char_ids(gen, 4, 7, zero_rows=[3])
+    emb, ws, bs = char_params(gen, filters, 3, dtype=torch.float64, scale=1.0)
+    params = [p.requires_grad_() for p in [emb, *ws, *bs]]
+
+    def fn(e, *p):
+        return fused.char_cnn(ids, e, p[:3], p[3:], activation)
+
+    assert torch.autograd.gradcheck(fn, tuple(params))
+
+
+# ------------------------------------------------------------------ highway
+
+
+@pytest.mark.parametrize("n,f", [(1, 1), (7, 13), (33, 64)])
+def test_highway_forward(n, f):
+    gen = torch.Generator().manual_seed(n + f)
+    x = torch.randn(n, f, generator=gen)
+    w = torch.randn(2 * f, f, generator=gen) / f**0.5
+    b = torch.randn(2 * f, generator=gen)
+    y = fused.highway(x, w, b)
+    _close(y, O.highway(x.numpy(), w.numpy(), b.numpy()))
+    _close(y, R.highway(x, w, b))
+
+
+def test_highway_leading_dims_and_gradients():
+    gen = torch.Generator().manual_seed(2)
+    x = torch.randn(2, 3, 8, generator=gen, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(16, 8, generator=gen, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(16, generator=gen, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(fused.highway, (x, w, b))
+    _close(fused.highway(x, w, b), R.highway(x, w, b), rtol=1e-12, atol=1e-12)
+
+
+# --------------------------------------------------------------------- LSTM
+
+
+def lstm_params(gen, i, c, p, dtype=torch.float32, scale=0.5):
+    def rnd(*s):
+        return ((torch.rand(*s, generator=gen, dtype=torch.float64) * 2 - 1) * scale).to(dtype)
+
+    return rnd(i, 4 * c), rnd(p, 4 * c), rnd(4 * c), rnd(c, p)
+
+
+LSTM_CASES = [
+    # B, T, I, C, P, lengths, reverse, residual, state, cell_clip, proj_clip
+    (1, 1, 4, 3, 4, [1], False, False, False, None, None),
+    (1, 5, 4, 6, 4, [5], True, True, True, 3.0, 3.0),
+    (4, 6, 5, 7, 3, [6, 0, 3, 1], False, False, True, 0.4, 0.25),
+    (4, 6, 5, 7, 3, [6, 0, 3, 1], True, False, True, 0.4, 0.25),
+    (3, 7, 6, 5, 6, [2, 7, 5], True, True, False, 0.3, None),
+    (5, 4, 3, 300, 3, [4, 4, 1, 0, 3], False, False, False, None, 0.2),  # more than one channel chunk
+    (2, 3, 4, 5, 4, [0, 0], True, True, True, 1.0, 1.0),  # all rows empty
+]
+
+
+@pytest.mark.parametrize("case", LSTM_CASES)
+def test_lstm_layer_forward_vs_oracle(case):
+    B, T, I, C, P, lens, reverse, residual, state, cc, pc = case
+    gen = torch.Generator().manual_seed(B * 100 + T * 10 + C)
+    x = torch.randn(B, T, I, generator=gen)
+    lengths = torch.tensor(lens)
+    w = lstm_params(gen, I, C, P, scale=0.8)
+    h0 = torch.randn(B, P, generator=gen) if state else None
+    c0 = torch.randn(B, C, generator=gen) * 2 if state else None
+    out, h_n, c_n = fused.lstm_layer(x, lengths, *w, h0, c0, cc, pc, reverse, residual)
+    np_args = [t.numpy() for t in w]
+    eo, eh, ec = O.lstm_layer(x.numpy(), lens, *np_args, None if h0 is None else h0.numpy(),
+                              None if c0 is None else c0.numpy(), cc, pc, reverse, residual)
+    _close(out, eo)
+    _close(h_n, eh)
+    _close(c_n, ec)
+    ro, rh, rc = R.lstm_layer(x, lengths, *w, h0, c0, cc, pc, reverse, residual)
+    _close(out, ro)
+    _close(h_n, rh)
+    _close(c_n, rc)
+
+
+def test_clipping_binds():
+    """The clip cases above must really clip (else they test nothing)."""
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(4, 6, 5, generator=gen)
+    w = lstm_params(gen, 5, 7, 3, scale=0.8)
+    _, _, c_free = R.lstm_layer(x, torch.tensor([6, 6, 6, 6]), *w)
+    out_free, _, _ = R.lstm_layer(x, torch.tensor([6, 6, 6, 6]), *w)
+    assert c_free.abs().max() > 0.4 and out_free.abs().max() > 0.25
+
+
+@pytest.mark.parametrize("case", LSTM_CASES)
+def test_lstm_layer_gradients_float64_vs_reference(case):
+    B, T, I, C, P, lens, reverse, residual, state, cc, pc = case
+    gen = torch.Generator().manual_seed(B * 7 + T)
+    lengths = torch.tensor(lens)
+    base = [torch.randn(B, T, I, generator=gen, dtype=torch.float64),
+            *lstm_params(gen, I, C, P, dtype=torch.float64, scale=0.8),
+            torch.randn(B, P, generator=gen, dtype=torch.float64),
+            torch.randn(B, C, generator=gen, dtype=torch.float64) * 2]
+    weights_out = torch.randn(B, T, P, generator=gen, dtype=torch.float64)
+    grads = []
+    for impl in (fused, R):
+        ts = [t.clone().requires_grad_() for t in base]
+        h0, c0 = (ts[5], ts[6]) if state else (None, None)
+        out, h_n, c_n = impl.lstm_layer(ts[0], lengths, *ts[1:5], h0, c0, cc, pc, reverse, residual)
+        loss = (out * weights_out).sum() + (h_n * 0.7).sum() - (c_n * 1.3).sum()
+        loss.backward()
+        grads.append([t.grad for t in (ts if state else ts[:5])])
+    for a, e in zip(*grads):
+        _close(a, e, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("reverse,residual", [(False, False), (True, True)])
+def test_lstm_layer_gradcheck(reverse, residual):
+    gen = torch.Generator().manual_seed(4)
+    B, T, I, C, P = 3, 4, 3, 3, 3
+    lengths = torch.tensor([4, 0, 2])
+    ts = [torch.randn(B, T, I, generator=gen, dtype=torch.float64),
+          *lstm_params(gen, I, C, P, dtype=torch.float64, scale=0.9),
+          torch.randn(B, P, generator=gen, dtype=torch.float64),
+          torch.randn(B, C, generator=gen, dtype=torch.float64)]
+    ts = [t.requires_grad_() for t in ts]
+
+    def fn(x, wi, wr, b, wp, h0, c0):
+        return fused.lstm_layer(x, lengths, wi, wr, b, wp, h0, c0, 0.7, 0.5, reverse, residual)
+
+    assert torch.autograd.gradcheck(fn, tuple(ts))
+
+
+@pytest.mark.parametrize("reverse_backward", [True, False])
+@pytest.mark.parametrize("with_state", [True, False])
+def test_bilstm_layer_vs_reference(reverse_backward, with_state):
+    gen = torch.Generator().manual_seed(9)
+    B, T, P, C = 3, 5, 4, 6
+    lengths = torch.tensor([5, 2, 0])
+    xf = torch.randn(B, T, P, generator=gen, dtype=torch.float64)
+    xb = torch.randn(B, T, P, generator=gen, dtype=torch.float64)
+    fw = list(lstm_params(gen, P, C, P, dtype=torch.float64))
+    bw = list(lstm_params(gen, P, C, P, dtype=torch.float64))
+    state = (torch.randn(2, B, P, generator=gen, dtype=torch.float64),
+             torch.randn(2, B, C, generator=gen, dtype=torch.float64)) if with_state else None
+    results, grads = [], []
+    for impl in (fused, R):
+        ts = [t.clone().requires_grad_() for t in [xf, xb, *fw, *bw]]
+        st = None if state is None else tuple(s.clone().requires_grad_() for s in state)
+        res = impl.bilstm_layer(ts[0], ts[1], lengths, ts[2:6], ts[6:], st, 3.0, 0.5, reverse_backward, True)
+        sum((r * (k + 1)).sum() for k, r in enumerate(res)).backward()
+        results.append(res)
+        grads.append([t.grad for t in ts] + ([] if st is None else [s.grad for s in st]))
+    for a, e in zip(*results):
+        _close(a, e, rtol=1e-12, atol=1e-12)
+    for a, e in zip(*grads):
+        _close(a, e, rtol=1e-10, atol=1e-10)
+
+
+def test_bilstm_float32_vs_oracle_both_directions():
+    gen = torch.Generator().manual_seed(21)
+    B, T, P, C = 4, 6, 8, 16
+    lengths = torch.tensor([6, 1, 4, 0])
+    x = torch.randn(B, T, P, generator=gen)
+    fw, bw = lstm_params(gen, P, C, P), lstm_params(gen, P, C, P)
+    of, ob, h, c = fused.bilstm_layer(x, x, lengths, fw, bw, None, 3.0, 3.0, True, True)
+    for k, (w, o, rev) in enumerate([(fw, of, False), (bw, ob, True)]):
+        eo, eh, ec = O.lstm_layer(x.numpy(), lengths.tolist(), *[t.numpy() for t in w], None, None, 3.0, 3.0, rev, True)
+        _close(o, eo)
+        _close(h[k], eh)
+        _close(c[k], ec)
+
+
+# ------------------------------------------------------- custom-op machinery
+
+
+def test_opcheck_all_ops():
+    gen = torch.Generator().manual_seed(0)
+    ops = torch.ops.spacy_elmo
+    ids = random_char_ids(gen, 3, 8, zero_rows=[1])
+    emb, ws, bs = char_params(gen, [(1, 2), (3, 4)], 3)
+    emb.requires_grad_()
+    for t in ws + bs:
+        t.requires_grad_()
+    torch.library.opcheck(ops.char_cnn_forward.default, (ids, emb, ws, bs, 0))
+    x = torch.randn(4, 5, generator=gen, requires_grad=True)
+    w = torch.randn(10, 5, generator=gen, requires_grad=True)
+    b = torch.randn(10, generator=gen, requires_grad=True)
+    torch.library.opcheck(ops.highway_forward.default, (x, w, b))
+    B, T, P, C = 2, 3, 4, 5
+    xs = [torch.randn(B, T, P, generator=gen, requires_grad=True) for _ in range(2)]
+    weights = [t.requires_grad_() for t in [*lstm_params(gen, P, C, P), *lstm_params(gen, P, C, P)]]
+    h0 = torch.randn(2, B, P, generator=gen, requires_grad=True)
+    c0 = torch.randn(2, B, C, generator=gen, requires_grad=True)
+    lengths = torch.tensor([3, 1])
+    # opcheck's autograd test only accepts ops whose outputs do not alias: fine here
+    torch.library.opcheck(ops.lstm_forward.default, (xs, lengths, weights, h0, c0, 3.0, 0.5, [0, 1], True, True),
+                          test_utils=("test_schema", "test_faketensor", "test_autograd_registration"))
+    torch.library.opcheck(ops.lstm_forward.default, (xs, lengths, weights, h0, c0, None, None, [0, 1], False, False),
+                          test_utils=("test_schema", "test_faketensor"))
+
+
+def test_torch_compile_fullgraph():
+    gen = torch.Generator().manual_seed(0)
+    ids = random_char_ids(gen, 4, 10)
+    emb, ws, bs = char_params(gen, [(1, 3), (2, 5)], 4)
+    hw_w = torch.randn(16, 8, generator=gen) * 0.3
+    hw_b = torch.zeros(16)
+    lengths = torch.tensor([2, 2])
+    lw = lstm_params(gen, 8, 6, 8)
+
+    def model(ids, emb):
+        tok = fused.highway(fused.char_cnn(ids, emb, ws, bs), hw_w, hw_b).view(2, 2, 8)
+        of, ob, h, c = fused.bilstm_layer(tok, tok, lengths, lw, lw, None, 3.0, 3.0, True, True)
+        return of + ob
+
+    expected = model(ids, emb)
+    compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
+    _close(compiled(ids, emb), expected, rtol=1e-6, atol=1e-6)
+    e = emb.clone().requires_grad_()
+    compiled(ids, e).sum().backward()
+    e2 = emb.clone().requires_grad_()
+    model(ids, e2).sum().backward()
+    _close(e.grad, e2.grad, rtol=1e-6, atol=1e-6)
+
+
+def test_no_grad_skips_saved_tensors_and_matches():
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 4, 3, generator=gen)
+    w = lstm_params(gen, 3, 4, 3)
+    lengths = torch.tensor([4, 2])
+    with torch.no_grad():
+        a = fused.lstm_layer(x, lengths, *w, cell_clip=0.5, proj_clip=0.5)
+    wg = [t.clone().requires_grad_() for t in w]
+    b = fused.lstm_layer(x, lengths, *wg, cell_clip=0.5, proj_clip=0.5)
+    for p, q in zip(a, b):
+        assert torch.equal(p, q.detach())
+
+
+def test_isa_variants_agree(monkeypatch):
+    """The baseline / AVX2 / AVX-512 kernel tables give the same results (run in subprocesses)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import torch; from spacy_elmo.ops import fused, reference as R; torch.manual_seed(0);"
+        "ids=torch.randint(0,262,(9,50)); emb=torch.randn(261,16);"
+        "ws=[torch.randn(c,16,w)*0.1 for w,c in [(1,5),(3,40),(7,70)]]; bs=[torch.randn(w.shape[0]) for w in ws];"
+        "x=torch.randn(3,5,8); L=torch.tensor([5,2,0]); lw=[torch.randn(8,400)*.3,torch.randn(8,400)*.3,torch.randn(400)*.1,torch.randn(100,8)*.3];"
+        "a=fused.char_cnn(ids,emb,ws,bs); b=R.char_cnn(ids,emb,ws,bs);"
+        "o=fused.lstm_layer(x,L,*lw,cell_clip=.5,proj_clip=.5,reverse=True)[0]; r=R.lstm_layer(x,L,*lw,cell_clip=.5,proj_clip=.5,reverse=True)[0];"
+        "print(fused.cpu_isa(), float((a-b).abs().max()), float((o-r).abs().max()))"
+    )
+    for isa in ("base", "avx2", "avx512"):
+        env = dict(__import__("os").environ, SPACY_ELMO_CPU_ISA=isa)
+        res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        _name, e1, e2 = res.stdout.split()
+        assert float(e1) < 1e-5 and float(e2) < 1e-5, (isa, res.stdout)
