@@ -168,16 +168,23 @@ class BiLM(nn.Module):
 
         write_allennlp(self, options_file, weight_file)
 
-    def save(self, directory: PathLike, extra_tensors: Optional[dict] = None, dtype: Optional[torch.dtype] = None) -> None:
+    def save(
+        self,
+        directory: PathLike,
+        extra_tensors: Optional[dict] = None,
+        dtype: Optional[torch.dtype] = None,
+        provenance: Optional[dict] = None,
+    ) -> None:
         """Write ``config.json`` + ``model.safetensors`` into ``directory`` (atomically).
 
         extra_tensors: more named tensors to store beside the biLM (e.g. the
         softmax of a pretrained model); dtype: store floats in this dtype (e.g.
-        torch.float16 for a compact bundle).
+        torch.float16 for a compact bundle); provenance: JSON-able facts about
+        where the weights came from (stored in config.json).
         """
         from .native_io import save_native
 
-        save_native(self, directory, extra_tensors=extra_tensors, dtype=dtype)
+        save_native(self, directory, extra_tensors=extra_tensors, dtype=dtype, provenance=provenance)
 
     @classmethod
     def load(cls, directory: PathLike, stateful: bool = False, backend: str = "auto") -> "BiLM":

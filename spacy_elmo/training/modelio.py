@@ -15,7 +15,7 @@ from typing import Any, Dict, Optional, Tuple, Union
 import torch
 
 from ..bilm import BiLM
-from ..bilm.native_io import CONFIG_NAME, read_meta, load_tensors, resolve_model_dir, save_native
+from ..bilm.native_io import CONFIG_NAME, load_tensors, read_meta, resolve_model_dir
 from ..errors import Errors
 from .softmax import SoftmaxLayer
 from .vocab import VOCAB_NAME, Vocab
@@ -25,9 +25,17 @@ SOFTMAX_FILE = "softmax.safetensors"
 
 
 def save_pretrained(
-    directory: PathLike, bilm: BiLM, softmax: Optional[SoftmaxLayer], vocab: Optional[Vocab], provenance: Dict[str, Any]
+    directory: PathLike,
+    bilm: BiLM,
+    softmax: Optional[SoftmaxLayer],
+    vocab: Optional[Vocab],
+    provenance: Dict[str, Any],
+    dtype: Optional[torch.dtype] = None,
 ) -> None:
-    """Write model, softmax (extra tensors) and vocab.txt; config.json is written last."""
+    """Write model, softmax (extra tensors) and vocab.txt; config.json is written last.
+
+    dtype: store floating tensors in this dtype (torch.float16 for a compact bundle).
+    """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     if vocab is not None:
@@ -35,7 +43,7 @@ def save_pretrained(
     extra = None
     if softmax is not None:
         extra = {"softmax.weight": softmax.weight.detach(), "softmax.bias": softmax.bias.detach()}
-    save_native(bilm, directory, extra_tensors=extra, provenance=provenance)
+    bilm.save(directory, extra_tensors=extra, dtype=dtype, provenance=provenance)
 
 
 def load_pretrained(
