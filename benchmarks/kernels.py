@@ -1,0 +1,384 @@
+"""Kernel and whole-model benchmarks: fused vs reference vs AllenNLP-style vs nn.LSTM.
+
+Per kernel (char CNN, one highway layer, one biLSTM layer with both
+directions) and, with ``--whole-model``, the whole biLM and a training step
+(forward + backward) of the small preset. Every comparison is measured side
+by side in one process: median of ``--repeats`` after ``--warmup`` calls, on
+random word-like tokens (never zeros). Prints a table, writes JSON and a PNG
+chart to ``benchmarks/results/`` with machine info, threads and shapes.
+
+    python benchmarks/kernels.py --quick                       # 32 x 20, both presets
+    python benchmarks/kernels.py --whole-model --batches 32 --lengths 20
+    python benchmarks/kernels.py --whole-model                 # full grid (slow on 2 cores)
+    python benchmarks/kernels.py --whole-model --allennlp      # + AllenNLP's own _ElmoBiLm
+
+FLOP counts follow docs/performance.md (multiply-add = 2 FLOP); the floor is
+the token rate at ``--peak-gflops`` (245 GFLOP/s: the measured 2-thread
+float32 GEMM rate of the development machines). ``nn.LSTM(proj_size=...)`` has
+no projection clip, so it is not exact ELMo: shown for speed only.
+"""
+
+import argparse
+import json
+import os
+import platform
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.allennlp_style import AllenNLPStyleBiLM, ConvTokenEncoder, StepLstmWithProjection  # noqa: E402
+from spacy_elmo.ops import fused_available  # noqa: E402
+from spacy_elmo.ops import reference as R  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results"
+PRESETS = {"small": (1024, 128, 1), "medium": (2048, 256, 1), "original": (4096, 512, 2)}
+FILTERS = [(1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024)]
+W, D = 50, 16
+
+
+# ----------------------------------------------------------------- helpers
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def timeit(fn, repeats, warmup, device):
+    for _ in range(warmup):
+        fn()
+    sync(device)
+    times = []
+    for _ in range(repeats):
+        if device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
+        else:
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times), times
+
+
+def time_side_by_side(impls, repeats, warmup, device):
+    """Median seconds of each implementation, interleaved round-robin so that the
+    machine's noise hits every implementation alike."""
+    for fn in impls.values():
+        for _ in range(warmup):
+            fn()
+    sync(device)
+    times = {name: [] for name in impls}
+    for _ in range(repeats):
+        for name, fn in impls.items():
+            times[name].append(timeit(fn, 1, 0, device)[0])
+    return {name: (statistics.median(ts), ts) for name, ts in times.items()}
+
+
+def random_sentences(batch, length, seed=0):
+    rng = random.Random(seed)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    return [["".join(rng.choice(letters) for _ in range(rng.randint(1, 12))) for _ in range(length)]
+            for _ in range(batch)]
+
+
+def char_ids_of(sentences):
+    from spacy_elmo import batch_to_ids
+
+    return batch_to_ids(sentences)
+
+
+def cnn_flops(n_tok):
+    return 2 * n_tok * sum((W - w + 1) * w * D * c for w, c in FILTERS)
+
+
+def highway_flops(n_tok, f=2048):
+    return 2 * n_tok * f * 2 * f
+
+
+def lstm_layer_flops(n_tok, C, P):  # both directions
+    return 2 * 2 * n_tok * (P * 4 * C + P * 4 * C + C * P)
+
+
+def model_flops_per_token(preset):
+    C, P, n_hw = PRESETS[preset]
+    return (cnn_flops(1) + n_hw * highway_flops(1) + 2 * 2048 * P + 2 * lstm_layer_flops(1, C, P))
+
+
+def machine_info(device):
+    info = {
+        "platform": platform.platform(),
+        "processor": platform.processor(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "cpu_count": os.cpu_count(),
+        "device": str(device),
+    }
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    info["cpu"] = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+    if fused_available():
+        from spacy_elmo.ops import fused
+
+        info["fused_cpu_isa"] = fused.cpu_isa()
+        info["fused_cuda"] = fused.built_with_cuda()
+    return info
+
+
+class Recorder:
+    def __init__(self, peak_gflops):
+        self.rows = []
+        self.peak = peak_gflops
+
+    def add(self, section, preset, batch, length, impl, seconds, times, tokens, flops, exact=True):
+        row = dict(section=section, preset=preset, batch=batch, length=length, impl=impl, seconds=seconds,
+                   times=times, tokens=tokens, tokens_per_s=tokens / seconds, gflops=flops / seconds / 1e9,
+                   floor_fraction=(flops / seconds / 1e9) / self.peak, exact=exact)
+        self.rows.append(row)
+        return row
+
+
+# ---------------------------------------------------------------- sections
+
+
+def bench_kernels(rec, preset, batch, length, args, device):
+    from spacy_elmo.ops import fused
+
+    C, P, _ = PRESETS[preset]
+    g = torch.Generator().manual_seed(0)
+    dt = torch.float32
+    n_tok = batch * length
+    ids = char_ids_of(random_sentences(batch, length)).view(-1, W).to(device)
+    emb = (torch.rand(261, D, generator=g) * 2 - 1).to(device)
+    ws = [((torch.rand(c, D, w, generator=g) * 2 - 1) * 0.05).to(device) for w, c in FILTERS]
+    bs = [torch.zeros(c, device=device) for _, c in FILTERS]
+    enc = ConvTokenEncoder(FILTERS, D, 0, P).to(device)
+    with torch.no_grad():
+        enc.embedding.weight[1:] = emb
+        for conv, w, b in zip(enc.convs, ws, bs):
+            conv.weight.copy_(w)
+            conv.bias.copy_(b)
+    slow_ok = n_tok <= args.max_slow_tokens
+    impls = {"fused": lambda: fused.char_cnn(ids, emb, ws, bs),
+             "nn.Conv1d (AllenNLP-style)": lambda: enc.char_cnn(ids)}
+    if slow_ok:
+        impls["reference"] = lambda: R.char_cnn(ids, emb, ws, bs)
+    with torch.no_grad():
+        for name, (s, ts) in time_side_by_side(impls, args.repeats, args.warmup, device).items():
+            rec.add("char_cnn", preset, batch, length, name, s, ts, n_tok, cnn_flops(n_tok))
+        x = torch.randn(n_tok, 2048, generator=g).to(device)
+        hw = (torch.randn(4096, 2048, generator=g) / 2048**0.5).to(device)
+        hb = torch.zeros(4096, device=device)
+        hw_impls = {"fused": lambda: fused.highway(x, hw, hb), "reference": lambda: R.highway(x, hw, hb)}
+        for name, (s, ts) in time_side_by_side(hw_impls, args.repeats, args.warmup, device).items():
+            rec.add("highway", preset, batch, length, name, s, ts, n_tok, highway_flops(n_tok))
+
+        xs = (torch.randn(batch, length, P, generator=g) * 0.5).to(device)
+        lengths = torch.full((batch,), length, dtype=torch.long)
+        wts = [(torch.rand(*s, generator=g) * 2 - 1).mul(0.05).to(device)
+               for s in [(P, 4 * C), (P, 4 * C), (4 * C,), (C, P)] * 2]
+        flops = lstm_layer_flops(n_tok, C, P)
+        impls = {"fused": lambda: fused.bilstm_layer(xs, xs, lengths, wts[:4], wts[4:], None, 3.0, 3.0, True, True)}
+        if slow_ok:
+            impls["reference"] = lambda: R.bilstm_layer(xs, xs, lengths, wts[:4], wts[4:], None, 3.0, 3.0, True, True)
+            steps = [StepLstmWithProjection(P, C, P, 3.0, 3.0).to(device) for _ in range(2)]
+            lens_d = lengths.to(device)
+            impls["AllenNLP-style loop"] = lambda: [m(xs, lens_d) for m in steps]
+        lstm = torch.nn.LSTM(P, C, batch_first=True, bidirectional=True, proj_size=P).to(device)
+        impls["nn.LSTM(proj_size) [no clip, inexact]"] = lambda: lstm(xs)
+        for name, (s, ts) in time_side_by_side(impls, args.repeats, args.warmup, device).items():
+            rec.add("bilstm_layer", preset, batch, length, name, s, ts, n_tok, flops, exact="nn.LSTM" not in name)
+
+
+def bench_whole(rec, preset, batch, length, args, device):
+    from spacy_elmo import BiLM, BiLMConfig
+
+    config = BiLMConfig.preset(preset)
+    n_tok = batch * length
+    ids = char_ids_of(random_sentences(batch, length)).to(device)
+    fpt = model_flops_per_token(preset)
+    flops = fpt * batch * (length + 2)  # the <S>, </S> markers are run too
+    torch.manual_seed(0)
+    fused_model = BiLM(config, backend="fused").to(device).eval()
+    impls = {"fused": lambda: fused_model(ids)}
+    if n_tok <= args.max_slow_tokens:
+        ref_model = BiLM(config, backend="reference").to(device).eval()
+        ref_model.load_state_dict(fused_model.state_dict())
+        impls["reference"] = lambda: ref_model(ids)
+        style = AllenNLPStyleBiLM(config).to(device).eval()
+        wrapped = char_ids_of([["<S>"] + s + ["</S>"] for s in random_sentences(batch, length)]).to(device)
+        impls["AllenNLP-style loop"] = lambda: style(wrapped)
+    with torch.no_grad():
+        for name, (s, ts) in time_side_by_side(impls, args.repeats, args.warmup, device).items():
+            rec.add("whole_model", preset, batch, length, name, s, ts, n_tok, flops)
+    if args.allennlp and device.type == "cpu" and n_tok <= args.max_slow_tokens:
+        try:
+            from benchmarks.allennlp_timing import allennlp_tokens_per_second
+
+            details = {}
+            tps = allennlp_tokens_per_second(preset, batch, length, threads=torch.get_num_threads(),
+                                             repeats=args.repeats, warmup=args.warmup, details=details)
+            rec.add("whole_model", preset, batch, length, "AllenNLP _ElmoBiLm", n_tok / tps, details.get("seconds"),
+                    n_tok, flops)
+        except Exception as err:  # AllenNLP not fetchable here: say so, keep going
+            print(f"  (AllenNLP _ElmoBiLm skipped: {type(err).__name__}: {err})")
+
+
+def bench_train(rec, preset, batch, length, args, device):
+    from spacy_elmo import BiLM, BiLMConfig
+
+    config = BiLMConfig.preset(preset)
+    ids = char_ids_of(random_sentences(batch, length)).to(device)
+    n_tok = batch * length
+    flops = 3 * model_flops_per_token(preset) * batch * (length + 2)  # forward + ~2x backward
+    torch.manual_seed(0)
+    models = {"fused": BiLM(config, backend="fused").to(device).train()}
+    models["reference"] = BiLM(config, backend="reference").to(device).train()
+    models["reference"].load_state_dict(models["fused"].state_dict())
+
+    def step(model):
+        def run():
+            model.zero_grad(set_to_none=True)
+            out = model(ids)
+            loss = sum((layer * layer).mean() for layer in out[0])
+            loss.backward()
+        return run
+
+    impls = {name: step(model) for name, model in models.items()}
+    for name, (s, ts) in time_side_by_side(impls, args.repeats, args.warmup, device).items():
+        rec.add("train_step", preset, batch, length, name, s, ts, n_tok, flops)
+
+
+# ------------------------------------------------------------------ report
+
+BASELINES = {
+    "char_cnn": ["nn.Conv1d (AllenNLP-style)", "reference"],
+    "highway": ["reference"],
+    "bilstm_layer": ["reference", "AllenNLP-style loop", "nn.LSTM(proj_size) [no clip, inexact]"],
+    "whole_model": ["reference", "AllenNLP-style loop", "AllenNLP _ElmoBiLm"],
+    "train_step": ["reference"],
+}
+
+
+def add_ratios(rows):
+    key = lambda r: (r["section"], r["preset"], r["batch"], r["length"])  # noqa: E731
+    fused = {key(r): r for r in rows if r["impl"] == "fused"}
+    for r in rows:
+        f = fused.get(key(r))
+        r["fused_speedup_vs_this"] = None if f is None or r["impl"] == "fused" else r["seconds"] / f["seconds"]
+
+
+def print_table(rows):
+    hdr = f"{'section':13} {'preset':8} {'B':>4} {'T':>3} {'impl':40} {'ms':>9} {'tok/s':>9} {'GF/s':>7} {'floor':>6} {'fused x':>8}"
+    print(hdr)
+    print("-" * len(hdr))
+    for r in rows:
+        sp = r.get("fused_speedup_vs_this")
+        print(f"{r['section']:13} {r['preset']:8} {r['batch']:4d} {r['length']:3d} {r['impl']:40} "
+              f"{r['seconds'] * 1e3:9.1f} {r['tokens_per_s']:9.0f} {r['gflops']:7.1f} {r['floor_fraction']:6.2f} "
+              f"{'' if sp is None else f'{sp:8.2f}'}")
+
+
+def plot(rows, path):
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("(matplotlib missing: no chart)")
+        return None
+    sections = [s for s in BASELINES if any(r["section"] == s for r in rows)]
+    fig, axes = plt.subplots(len(sections), 1, figsize=(11, 3.2 * len(sections)), squeeze=False)
+    for ax, sec in zip(axes[:, 0], sections):
+        sub = [r for r in rows if r["section"] == sec]
+        shapes = sorted({(r["preset"], r["batch"], r["length"]) for r in sub})
+        impls = list(dict.fromkeys(r["impl"] for r in sub))
+        width = 0.8 / max(1, len(impls))
+        for k, impl in enumerate(impls):
+            vals = []
+            for sh in shapes:
+                m = [r for r in sub if (r["preset"], r["batch"], r["length"]) == sh and r["impl"] == impl]
+                vals.append(m[0]["tokens_per_s"] if m else 0)
+            ax.bar([i + k * width for i in range(len(shapes))], vals, width, label=impl)
+        ax.set_xticks([i + 0.4 - width / 2 for i in range(len(shapes))])
+        ax.set_xticklabels([f"{p}\n{b}x{t}" for p, b, t in shapes], fontsize=7)
+        ax.set_yscale("log")
+        ax.set_ylabel("tokens/s")
+        ax.set_title(sec)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--presets", nargs="+", default=["small", "original"], choices=list(PRESETS))
+    ap.add_argument("--batches", nargs="+", type=int, default=[1, 8, 32, 128])
+    ap.add_argument("--lengths", nargs="+", type=int, default=[20, 50])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--whole-model", action="store_true", help="also the whole biLM and the training step")
+    ap.add_argument("--no-kernels", action="store_true", help="skip the per-kernel section")
+    ap.add_argument("--allennlp", action="store_true", help="also time AllenNLP's own _ElmoBiLm (CPU)")
+    ap.add_argument("--train-preset", default="small")
+    ap.add_argument("--max-slow-tokens", type=int, default=1280,
+                    help="skip the slow baselines (reference, AllenNLP-style) above this many tokens")
+    ap.add_argument("--peak-gflops", type=float, default=245.0)
+    ap.add_argument("--quick", action="store_true", help="32 x 20 only, 2 repeats")
+    ap.add_argument("--out", default=None, help="result file stem (default kernels_<device>[_quick])")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.batches, args.lengths, args.repeats = [32], [20], 2
+    if not fused_available():
+        print("spacy_elmo._C is not built: pip install --no-build-isolation -e .", file=sys.stderr)
+        return 1
+    torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    rec = Recorder(args.peak_gflops)
+    for preset in args.presets:
+        for batch in args.batches:
+            for length in args.lengths:
+                print(f"[{preset} {batch}x{length}]", flush=True)
+                if not args.no_kernels:
+                    bench_kernels(rec, preset, batch, length, args, device)
+                if args.whole_model:
+                    bench_whole(rec, preset, batch, length, args, device)
+                    if preset == args.train_preset and batch * length <= args.max_slow_tokens:
+                        bench_train(rec, preset, batch, length, args, device)
+    add_ratios(rec.rows)
+    print_table(rec.rows)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    stem = args.out or f"kernels_{device.type}" + ("_quick" if args.quick else "")
+    payload = {"machine": machine_info(device), "args": vars(args), "dtype": "float32",
+               "floor_note": f"floor = tokens/s at {args.peak_gflops} GFLOP/s", "rows": rec.rows}
+    (RESULTS / f"{stem}.json").write_text(json.dumps(payload, indent=1))
+    png = plot(rec.rows, RESULTS / f"{stem}.png")
+    print(f"wrote {RESULTS / (stem + '.json')}" + (f" and {png}" if png else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
