@@ -10,4 +10,5 @@
 #define SE_VBYTES 64
 #define SE_PT 6
 #define SE_NVMAX 4
+#define SE_STEP_PT 6
 #include "../include/kernels_impl.h"

@@ -10,4 +10,5 @@
 #define SE_VBYTES 16
 #define SE_PT 4
 #define SE_NVMAX 3
+#define SE_STEP_PT 3
 #include "../include/kernels_impl.h"

@@ -158,6 +158,92 @@ LstmForwardResult lstm_forward_cpu(at::TensorList xs, const at::Tensor& lengths_
   const bool use_table = xs[0].scalar_type() == at::kFloat;
   const auto& kt = cpu::kernels();
 
+  if (use_table && kt.step_gates != nullptr) {
+    // float32: fused steps with prepacked weights (see the header comment).
+    const int64_t VL = kt.step_vl, npanel = (C + VL - 1) / VL, cpad = npanel * VL;
+    const int64_t pw = 4 * VL, npp = (P + pw - 1) / pw, ppad = npp * pw;
+    std::vector<at::Tensor> wrec_p(ndir), wproj_p(ndir);
+    for (int64_t d = 0; d < ndir; ++d) {
+      at::Tensor wr = wrec[d].contiguous().view({P, 4, C});
+      if (cpad != C) wr = at::constant_pad_nd(wr, {0, cpad - C});
+      wrec_p[d] = wr.reshape({P, 4, npanel, VL}).permute({2, 0, 1, 3}).contiguous();
+      at::Tensor wp = wproj[d].contiguous();
+      if (ppad != P) wp = at::constant_pad_nd(wp, {0, ppad - P});
+      wproj_p[d] = wp.reshape({C, npp, pw}).permute({1, 0, 2}).contiguous();
+    }
+    at::Tensor m_buf = save ? at::Tensor() : at::zeros({ndir, B, C}, opts);
+    std::vector<const float*> xi_rows(ndir * B);
+    std::vector<float*> g_rows(ndir * B), cr_rows(ndir * B), out_rows(ndir * B), hp_rows(ndir * B);
+    std::vector<const float*> res_rows(ndir * B);
+    float* hs = h.data_ptr<float>();
+    float* cs = c.data_ptr<float>();
+    const float cc = (float)ccd, pc = (float)pcd;
+    for (int64_t t = 0; t < tmax; ++t) {
+      std::vector<float*> m_t(ndir);
+      for (int64_t d = 0; d < ndir; ++d) {
+        m_t[d] = save ? m.select(0, d).select(0, t).data_ptr<float>() : m_buf.select(0, d).data_ptr<float>();
+        const float* xid = xi[d].data_ptr<float>();
+        const float* xd = x[d].data_ptr<float>();
+        float* od = outs[d].data_ptr<float>();
+        for (int64_t b = 0; b < B; ++b) {
+          const int64_t k = d * B + b;
+          const bool active = t < lens[b];
+          const int64_t src = active ? (reverse[d] ? lens[b] - 1 - t : t) : 0;
+          xi_rows[k] = active ? xid + (b * T + src) * 4 * C : nullptr;
+          out_rows[k] = active ? od + (b * T + src) * P : nullptr;
+          res_rows[k] = residual ? xd + (b * T + src) * I : nullptr;
+          if (save) {
+            g_rows[k] = gates.data_ptr<float>() + ((d * T + t) * B + b) * 4 * C;
+            cr_rows[k] = c_raw.data_ptr<float>() + ((d * T + t) * B + b) * C;
+            hp_rows[k] = hp_raw.data_ptr<float>() + ((d * T + t) * B + b) * P;
+            if (active)
+              std::copy(hs + k * P, hs + (k + 1) * P, h_prev.data_ptr<float>() + ((d * B + b) * T + src) * P);
+          }
+        }
+      }
+      at::parallel_for(0, ndir * npanel, 1, [&](int64_t k0, int64_t k1) {
+        for (int64_t k = k0; k < k1; ++k) {
+          const int64_t d = k / npanel, j = k % npanel;
+          cpu::StepGatesArgs a;
+          a.h = hs + d * B * P;
+          a.B = B;
+          a.P = P;
+          a.wp = wrec_p[d].data_ptr<float>() + j * P * 4 * VL;
+          a.C = C;
+          a.c0 = j * VL;
+          a.nc = std::min(VL, C - j * VL);
+          a.xi_rows = xi_rows.data() + d * B;
+          a.c = cs + d * B * C;
+          a.m = m_t[d];
+          a.gates_rows = save ? g_rows.data() + d * B : nullptr;
+          a.craw_rows = save ? cr_rows.data() + d * B : nullptr;
+          a.cell_clip = cc;
+          kt.step_gates(a);
+        }
+      });
+      at::parallel_for(0, ndir * npp, 1, [&](int64_t k0, int64_t k1) {
+        for (int64_t k = k0; k < k1; ++k) {
+          const int64_t d = k / npp, j = k % npp;
+          cpu::StepProjArgs a;
+          a.m = m_t[d];
+          a.B = B;
+          a.C = C;
+          a.wp = wproj_p[d].data_ptr<float>() + j * C * pw;
+          a.P = P;
+          a.p0 = j * pw;
+          a.np = std::min(pw, P - j * pw);
+          a.h = hs + d * B * P;
+          a.out_rows = out_rows.data() + d * B;
+          a.res_rows = residual ? res_rows.data() + d * B : nullptr;
+          a.hp_rows = save ? hp_rows.data() + d * B : nullptr;
+          a.proj_clip = pc;
+          kt.step_proj(a);
+        }
+      });
+    }
+    return {outs, h, c, gates, c_raw, hp_raw, h_prev, m};
+  }
+
   AT_DISPATCH_FLOATING_TYPES(xs[0].scalar_type(), "lstm_forward", [&] {
     using T_ = scalar_t;
     const T_ cc = (T_)ccd, pc = (T_)pcd;

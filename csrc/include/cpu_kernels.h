@@ -57,6 +57,39 @@ struct GateBackwardArgs {
   float cell_clip;
 };
 
+// Fused LSTM step, recurrent product + gates (float32). One call covers one
+// panel of `nc` <= step_vl cells for every row: z = h @ W_rec restricted to the
+// panel's 4 gate blocks, computed in registers from the packed panel
+// wp (P, 4 * step_vl) (wp[k][g * step_vl + u] = W_rec[k][g * C + c0 + u]),
+// then the gate math; z never goes to memory.
+struct StepGatesArgs {
+  const float* h;  // (B, P) state
+  int64_t B, P;
+  const float* wp;
+  int64_t C, c0, nc;
+  const float* const* xi_rows;  // per row: its (4C) input product row, null when inactive
+  float* c;                     // (B, C) cell state, in/out
+  float* m;                     // (B, C) out
+  float* const* gates_rows;     // per row (4C) or null (no saving)
+  float* const* craw_rows;      // per row (C) or null
+  float cell_clip;
+};
+
+// Fused LSTM step, projection + projection clip + state + residual + output
+// scatter for one panel of np <= 4 * step_vl projection columns:
+// hp = m @ W_P restricted to the panel, from wp (C, 4 * step_vl).
+struct StepProjArgs {
+  const float* m;  // (B, C)
+  int64_t B, C;
+  const float* wp;
+  int64_t P, p0, np;
+  float* h;                       // (B, P) state, out
+  float* const* out_rows;         // per row: its output row (P), null when inactive
+  const float* const* res_rows;   // per row: residual input row, or null
+  float* const* hp_rows;          // per row: saved pre-clip hp (P), or null
+  float proj_clip;
+};
+
 struct KernelTable {
   const char* name;
   void (*char_conv)(const CharConvArgs&);
@@ -66,6 +99,9 @@ struct KernelTable {
   void (*highway_epilogue)(const float* h_t, const float* h_g, const float* x, float* y, int64_t n);
   void (*highway_backward)(const float* dy, const float* h_t, const float* h_g, const float* x,
                            float* dh_t, float* dh_g, float* dx, int64_t n);
+  int64_t step_vl;  // cells per gate panel (the vector width in floats)
+  void (*step_gates)(const StepGatesArgs&);
+  void (*step_proj)(const StepProjArgs&);
 };
 
 const KernelTable& kernels();  // the best table for this CPU

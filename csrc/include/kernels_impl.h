@@ -238,7 +238,116 @@ static void highway_backward(const float* dy, const float* ht, const float* hg, 
   }
 }
 
-const KernelTable table = {SE_NAME, char_conv, gates_forward, gates_backward, highway_epilogue, highway_backward};
+// ---------------------------------------------------------------- fused LSTM step
+
+// acc (R rows x 4 vectors) = A[rows, 0:K] @ Bp (K, 4 * VL), stored to out (R, 4 * VL)
+template <int R>
+static inline void gemm_tile4(const float* A, int64_t lda, const float* Bp, int64_t K, float* out) {
+  vf acc[R][4];
+#pragma GCC unroll 8
+  for (int p = 0; p < R; ++p)
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) acc[p][v] = (vf){};
+  for (int64_t k = 0; k < K; ++k) {
+    vf w[4];
+    const float* wr = Bp + k * 4 * SE_VL;
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) __builtin_memcpy(&w[v], wr + v * SE_VL, sizeof(vf));
+#pragma GCC unroll 8
+    for (int p = 0; p < R; ++p) {
+      const float a = A[p * lda + k];
+#pragma GCC unroll 4
+      for (int v = 0; v < 4; ++v) acc[p][v] += a * w[v];
+    }
+  }
+#pragma GCC unroll 8
+  for (int p = 0; p < R; ++p)
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) __builtin_memcpy(out + (p * 4 + v) * SE_VL, &acc[p][v], sizeof(vf));
+}
+
+static inline void gemm_rows4(const float* A, int64_t lda, const float* Bp, int64_t K, int64_t rows, float* out) {
+  switch (rows) {
+#define SE_CASE(n) case n: gemm_tile4<(n <= SE_STEP_PT ? n : 1)>(A, lda, Bp, K, out); break;
+    SE_CASE(1) SE_CASE(2) SE_CASE(3) SE_CASE(4) SE_CASE(5) SE_CASE(6) SE_CASE(7) SE_CASE(8)
+#undef SE_CASE
+    default: break;
+  }
+}
+
+static void step_gates(const StepGatesArgs& a) {
+  const int64_t C = a.C, c0 = a.c0, nc = a.nc;
+  const float hi = se_hi(a.cell_clip), lo = -hi;
+  float z[SE_STEP_PT * 4 * SE_VL];
+  for (int64_t r0 = 0; r0 < a.B; r0 += SE_STEP_PT) {
+    const int64_t rows = a.B - r0 < SE_STEP_PT ? a.B - r0 : SE_STEP_PT;
+    bool any = false;
+    for (int64_t p = 0; p < rows; ++p) any |= a.xi_rows[r0 + p] != nullptr;
+    if (!any) continue;
+    gemm_rows4(a.h + r0 * a.P, a.P, a.wp, a.P, rows, z);
+    for (int64_t p = 0; p < rows; ++p) {
+      const int64_t b = r0 + p;
+      const float* xi = a.xi_rows[b];
+      if (xi == nullptr) continue;
+      const float* zr = z + p * 4 * SE_VL;
+      float* cst = a.c + b * C + c0;
+      float* m = a.m + b * C + c0;
+      float* g = a.gates_rows ? a.gates_rows[b] + c0 : nullptr;
+      float* craw = a.craw_rows ? a.craw_rows[b] + c0 : nullptr;
+      xi += c0;
+#pragma omp simd
+      for (int64_t u = 0; u < nc; ++u) {
+        const float si = se_sigmoid(zr[u] + xi[u]);
+        const float tj = se_tanh(zr[SE_VL + u] + xi[C + u]);
+        const float sf = se_sigmoid(zr[2 * SE_VL + u] + xi[2 * C + u]);
+        const float so = se_sigmoid(zr[3 * SE_VL + u] + xi[3 * C + u]);
+        const float cr = sf * cst[u] + si * tj;
+        const float cn = se_clip(cr, lo, hi);
+        cst[u] = cn;
+        m[u] = so * se_tanh(cn);
+        if (g) {
+          g[u] = si;
+          g[C + u] = tj;
+          g[2 * C + u] = sf;
+          g[3 * C + u] = so;
+          craw[u] = cr;
+        }
+      }
+    }
+  }
+}
+
+static void step_proj(const StepProjArgs& a) {
+  const float hi = se_hi(a.proj_clip), lo = -hi;
+  const int64_t p0 = a.p0, np = a.np;
+  float hp[SE_STEP_PT * 4 * SE_VL];
+  for (int64_t r0 = 0; r0 < a.B; r0 += SE_STEP_PT) {
+    const int64_t rows = a.B - r0 < SE_STEP_PT ? a.B - r0 : SE_STEP_PT;
+    bool any = false;
+    for (int64_t p = 0; p < rows; ++p) any |= a.out_rows[r0 + p] != nullptr;
+    if (!any) continue;
+    gemm_rows4(a.m + r0 * a.C, a.C, a.wp, a.C, rows, hp);
+    for (int64_t p = 0; p < rows; ++p) {
+      const int64_t b = r0 + p;
+      float* out = a.out_rows[b];
+      if (out == nullptr) continue;
+      const float* v = hp + p * 4 * SE_VL;
+      float* h = a.h + b * a.P + p0;
+      const float* res = a.res_rows ? a.res_rows[b] + p0 : nullptr;
+      float* save = a.hp_rows ? a.hp_rows[b] + p0 : nullptr;
+      out += p0;
+      for (int64_t u = 0; u < np; ++u) {
+        const float x = se_clip(v[u], lo, hi);
+        h[u] = x;
+        out[u] = res ? x + res[u] : x;
+        if (save) save[u] = v[u];
+      }
+    }
+  }
+}
+
+const KernelTable table = {SE_NAME,          char_conv, gates_forward, gates_backward, highway_epilogue,
+                           highway_backward, SE_VL,     step_gates,    step_proj};
 
 #undef SE_VL
 }  // namespace SE_NS
