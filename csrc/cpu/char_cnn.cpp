@@ -2,6 +2,7 @@
 // bias + activation in one pass per block of tokens (no im2col buffer), and
 // its backward to the embedding table, filters and biases.
 #include <ATen/Parallel.h>
+#define SE_WITH_ATEN_PARALLEL
 
 #include <algorithm>
 #include <cmath>
@@ -90,9 +91,10 @@ void forward_float(const int64_t* ids, const float* table, int64_t N, int64_t W,
   }
   const auto& kt = cpu::kernels();
   const int64_t nblocks = (N + kTokenBlock - 1) / kTokenBlock;
-  at::parallel_for(0, nblocks, 1, [&](int64_t b0, int64_t b1) {
-    std::vector<float> e(kTokenBlock * W * D);
-    for (int64_t b = b0; b < b1; ++b) {
+  cpu::dynamic_for(nblocks, [&](int64_t b) {
+    thread_local std::vector<float> e;
+    e.resize(kTokenBlock * W * D);
+    {
       const int64_t n0 = b * kTokenBlock;
       const int64_t nt = std::min(kTokenBlock, N - n0);
       for (int64_t t = 0; t < nt; ++t) {

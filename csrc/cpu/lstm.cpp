@@ -13,6 +13,7 @@
 // * Backward through time mirrors it; the weight gradients are three GEMMs
 //   over all timesteps at the end.
 #include <ATen/Parallel.h>
+#define SE_WITH_ATEN_PARALLEL
 
 #include <algorithm>
 #include <cmath>
@@ -178,6 +179,8 @@ LstmForwardResult lstm_forward_cpu(at::TensorList xs, const at::Tensor& lengths_
     float* hs = h.data_ptr<float>();
     float* cs = c.data_ptr<float>();
     const float cc = (float)ccd, pc = (float)pcd;
+    constexpr int64_t kRowGroup = 12;
+    const int64_t nrg = (B + kRowGroup - 1) / kRowGroup;
     for (int64_t t = 0; t < tmax; ++t) {
       std::vector<float*> m_t(ndir);
       for (int64_t d = 0; d < ndir; ++d) {
@@ -201,8 +204,8 @@ LstmForwardResult lstm_forward_cpu(at::TensorList xs, const at::Tensor& lengths_
           }
         }
       }
-      at::parallel_for(0, ndir * npanel, 1, [&](int64_t k0, int64_t k1) {
-        for (int64_t k = k0; k < k1; ++k) {
+      cpu::dynamic_for(ndir * npanel, [&](int64_t k) {
+        {
           const int64_t d = k / npanel, j = k % npanel;
           cpu::StepGatesArgs a;
           a.h = hs + d * B * P;
@@ -221,21 +224,21 @@ LstmForwardResult lstm_forward_cpu(at::TensorList xs, const at::Tensor& lengths_
           kt.step_gates(a);
         }
       });
-      at::parallel_for(0, ndir * npp, 1, [&](int64_t k0, int64_t k1) {
-        for (int64_t k = k0; k < k1; ++k) {
-          const int64_t d = k / npp, j = k % npp;
+      cpu::dynamic_for(ndir * npp * nrg, [&](int64_t k) {
+        {
+          const int64_t d = k / (npp * nrg), j = (k / nrg) % npp, r0 = (k % nrg) * kRowGroup;
           cpu::StepProjArgs a;
-          a.m = m_t[d];
-          a.B = B;
+          a.m = m_t[d] + r0 * C;
+          a.B = std::min(kRowGroup, B - r0);
           a.C = C;
           a.wp = wproj_p[d].data_ptr<float>() + j * C * pw;
           a.P = P;
           a.p0 = j * pw;
           a.np = std::min(pw, P - j * pw);
-          a.h = hs + d * B * P;
-          a.out_rows = out_rows.data() + d * B;
-          a.res_rows = residual ? res_rows.data() + d * B : nullptr;
-          a.hp_rows = save ? hp_rows.data() + d * B : nullptr;
+          a.h = hs + (d * B + r0) * P;
+          a.out_rows = out_rows.data() + d * B + r0;
+          a.res_rows = residual ? res_rows.data() + d * B + r0 : nullptr;
+          a.hp_rows = save ? hp_rows.data() + d * B + r0 : nullptr;
           a.proj_clip = pc;
           kt.step_proj(a);
         }

@@ -106,6 +106,38 @@ struct KernelTable {
 
 const KernelTable& kernels();  // the best table for this CPU
 
+}  // namespace cpu
+}  // namespace spacy_elmo
+
+#ifdef SE_WITH_ATEN_PARALLEL
+#include <ATen/Parallel.h>
+
+#include <atomic>
+
+namespace spacy_elmo {
+namespace cpu {
+
+// Tasks 0..n-1 pulled dynamically from a shared counter by the thread team:
+// when a core is busy with another process, the other thread takes over the
+// remaining tasks instead of waiting at the end of a static half.
+template <typename Fn>
+inline void dynamic_for(int64_t n, const Fn& fn) {
+  if (n <= 0) return;
+  std::atomic<int64_t> next{0};
+  const int64_t team = std::min<int64_t>(at::get_num_threads(), n);
+  at::parallel_for(0, team, 1, [&](int64_t, int64_t) {
+    int64_t k;
+    while ((k = next.fetch_add(1, std::memory_order_relaxed)) < n) fn(k);
+  });
+}
+
+}  // namespace cpu
+}  // namespace spacy_elmo
+#endif
+
+namespace spacy_elmo {
+namespace cpu {
+
 namespace isa_base { extern const KernelTable table; }
 namespace isa_avx2 { extern const KernelTable table; }
 namespace isa_avx512 { extern const KernelTable table; }
