@@ -5,6 +5,7 @@ cache of context-independent token vectors keyed by token text. The cache is a
 plain attribute, never a buffer, so it is not part of any serialized state.
 """
 
+import os
 from typing import Dict, List, Optional, Sequence
 
 import torch
@@ -12,6 +13,18 @@ from torch import Tensor, nn
 
 from ..bilm import BiLM
 from ..chars import BEGIN_OF_SENTENCE, END_OF_SENTENCE, batch_to_ids, marker_char_ids
+
+
+
+def _single_thread_after_fork() -> None:
+    # OpenMP's thread pool does not survive fork(): a forked worker of
+    # nlp.pipe(n_process=N) that enters a parallel region hangs. One intra-op
+    # thread per worker is also what N processes on N cores want.
+    torch.set_num_threads(1)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_single_thread_after_fork)
 
 
 class TokenCache:

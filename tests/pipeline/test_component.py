@@ -1,0 +1,141 @@
+"""The elmo component: loading, doc data, vectors and hooks, errors."""
+
+import numpy
+import pytest
+import spacy
+import torch
+
+from spacy_elmo import BiLM, batch_to_ids
+from spacy_elmo.bilm import native_io
+from spacy_elmo.pipeline.bilm_layer import get_bilm, get_runner
+
+from .conftest import N_LAYERS, WIDTH
+
+
+def test_weights_without_initialize(nlp, tiny_dir):
+    doc = nlp("The bank of the river .")
+    assert doc._.elmo.shape == (N_LAYERS, 6, WIDTH)
+    assert doc._.elmo.dtype == numpy.float16
+    assert nlp.get_pipe("elmo").source == str(tiny_dir)
+    assert doc.tensor.size == 0  # doc.tensor belongs to tok2vec
+
+
+def test_matches_bilm(nlp, tiny_dir):
+    """The cached char-CNN + LSTM path gives BiLM.forward's layers."""
+    words = "The bank of the river flows .".split()
+    doc = nlp(" ".join(words))
+    bilm = BiLM.load(tiny_dir, backend="reference")
+    with torch.no_grad():
+        out = bilm(batch_to_ids([words]))
+    expected = torch.stack(out.activations)[:, 0].numpy()
+    numpy.testing.assert_allclose(doc._.elmo.astype("float32"), expected, atol=2e-3, rtol=1e-2)
+    runner = get_runner(nlp.get_pipe("elmo").model)
+    runner.cache.capacity = 0  # uncached path
+    uncached = nlp.get_pipe("elmo").predict([nlp.make_doc(" ".join(words))])[0]
+    runner.cache.capacity = 50000
+    runner.cache.clear()
+    cached = nlp.get_pipe("elmo").predict([nlp.make_doc(" ".join(words))])[0]
+    numpy.testing.assert_allclose(cached, uncached, atol=1e-5)
+    numpy.testing.assert_allclose(cached, expected, atol=1e-5)
+
+
+def test_sentences_run_separately(tiny_dir):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir)})
+    doc = nlp("I went to the bank. It was closed.")
+    alone = nlp("It was closed.")
+    numpy.testing.assert_allclose(doc._.elmo[:, 6:], alone._.elmo, atol=1e-3)
+
+
+def test_store_options(tiny_dir):
+    for store, ndim in (("mix", 2), ("none", None)):
+        nlp = spacy.blank("en")
+        nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "store": store, "store_dtype": "float32"})
+        doc = nlp("a b c")
+        if ndim is None:
+            assert doc._.elmo is None and doc[0]._.elmo_vector is None
+        else:
+            assert doc._.elmo.shape == (3, WIDTH) and doc._.elmo.dtype == numpy.float32
+            assert doc[1]._.elmo_vector.shape == (WIDTH,)
+    with pytest.raises(ValueError, match="store"):
+        spacy.blank("en").add_pipe("elmo", config={"store": "some"})
+
+
+def test_vectors_and_hooks(nlp):
+    doc = nlp("I sat by the bank of the river . I put money in the bank .")
+    a, b = doc[4], doc[14]
+    assert a.text == b.text == "bank"
+    numpy.testing.assert_allclose(a.vector, a._.elmo_vector)
+    assert a.has_vector and doc[0:3].has_vector and doc.has_vector
+    assert a.vector.shape == (WIDTH,)
+    assert doc[0:3]._.elmo_vector.shape == (WIDTH,)
+    numpy.testing.assert_allclose(doc[0:3].vector, doc[0:3]._.elmo_vector)
+    sim = a.similarity(b)
+    assert -1.0 <= sim < 0.9999  # context changes the vector: spaCy's own would say 1.0
+    assert abs(a.similarity(a) - 1.0) < 1e-5
+    assert 0 < doc.similarity(doc[0:5]) <= 1.0 + 1e-6
+    # mixed vector = uniform mix of the stored layers
+    numpy.testing.assert_allclose(a._.elmo_vector, doc._.elmo[:, 4].astype("float32").mean(0), atol=1e-5)
+
+
+def test_hooks_off(tiny_dir):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "user_hooks": False, "set_doc_tensor": True})
+    doc = nlp("a b")
+    assert "vector" not in doc.user_token_hooks
+    assert doc.tensor.shape == (2, WIDTH)
+
+
+def test_no_weights_error_at_first_use(monkeypatch, tmp_path):
+    monkeypatch.setattr(native_io, "DEFAULT_MODEL_DIR", tmp_path / "missing")
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo")  # construction is fine ...
+    with pytest.raises(ValueError) as err:
+        nlp("a b")  # ... first use names the fix
+    assert "weights" in str(err.value) and "weights_loader" in str(err.value)
+    with pytest.raises(ValueError, match="weights_loader"):
+        nlp.initialize()
+
+
+def test_bad_path_error(tmp_path):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tmp_path / "nope")})
+    with pytest.raises(FileNotFoundError, match="BiLM.save"):
+        nlp("a")
+
+
+def test_allennlp_dir(tmp_path, tiny_dir):
+    bilm = BiLM.load(tiny_dir, backend="reference")
+    bilm.to_allennlp(tmp_path / "options.json", tmp_path / "weights.hdf5")
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tmp_path)})
+    ref = spacy.blank("en")
+    ref.add_pipe("elmo", config={"weights": str(tiny_dir)})
+    numpy.testing.assert_allclose(nlp("a b c")._.elmo, ref("a b c")._.elmo, atol=1e-3)
+
+
+def test_frozen_by_default(nlp):
+    nlp("warm up")
+    bilm = get_bilm(nlp.get_pipe("elmo").model)
+    assert not any(p.requires_grad for p in bilm.parameters())
+    assert nlp.get_pipe("elmo").cfg["frozen"] is True
+
+
+def test_korean_rule_based_tokenizer(tiny_dir):
+    nlp = spacy.blank("ko", config={"nlp": {"tokenizer": {"@tokenizers": "spacy.Tokenizer.v1"}}})
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir)})
+    doc = nlp("강에 있는 은행에 갔다. 은행에 돈을 넣었다.")
+    assert len(doc) > 3
+    assert doc._.elmo.shape == (N_LAYERS, len(doc), WIDTH)
+    assert numpy.isfinite(doc._.elmo).all()
+    assert doc[0].has_vector
+
+
+def test_empty_docs(nlp):
+    doc = nlp("")
+    assert doc._.elmo.shape == (N_LAYERS, 0, WIDTH)
+    assert not doc.has_vector
+    docs = list(nlp.pipe(["", "a b", "", " "]))
+    assert [d._.elmo.shape[1] for d in docs] == [0, 2, 0, 1]
+    assert docs[0].vector.shape == (WIDTH,)

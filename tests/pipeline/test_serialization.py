@@ -1,0 +1,54 @@
+"""Doc data through bytes, DocBin and multiprocessing; pipeline save/load."""
+
+import numpy
+import spacy
+from spacy.tokens import Doc, DocBin
+
+from spacy_elmo.pipeline import install_hooks
+
+
+def test_doc_to_bytes(nlp):
+    doc = nlp("The bank of the river .")
+    back = Doc(nlp.vocab).from_bytes(doc.to_bytes())
+    numpy.testing.assert_array_equal(back._.elmo, doc._.elmo)
+    assert back._.elmo.dtype == numpy.float16
+    numpy.testing.assert_allclose(back[1]._.elmo_vector, doc[1]._.elmo_vector)
+    install_hooks(back)  # hooks are not serialized by spaCy; the data is
+    assert abs(back[1].similarity(back[4]) - doc[1].similarity(doc[4])) < 1e-6
+
+
+def test_docbin(nlp):
+    docs = list(nlp.pipe(["a b c", "", "d e"]))
+    data = DocBin(docs=docs, store_user_data=True).to_bytes()
+    back = list(DocBin().from_bytes(data).get_docs(nlp.vocab))
+    for d, b in zip(docs, back):
+        numpy.testing.assert_array_equal(b._.elmo, d._.elmo)
+
+
+def test_pickle_doc(nlp):
+    import pickle
+
+    doc = nlp("a b c")
+    back = pickle.loads(pickle.dumps(doc))
+    numpy.testing.assert_array_equal(back._.elmo, doc._.elmo)
+    assert back[0].has_vector
+
+
+def test_n_process_2(nlp):
+    texts = ["The bank .", "A river bank .", "", "Money in the bank ."] * 2
+    single = [d._.elmo for d in nlp.pipe(texts)]
+    multi = [d._.elmo for d in nlp.pipe(texts, n_process=2, batch_size=2)]
+    for a, b in zip(single, multi):
+        numpy.testing.assert_array_equal(a, b)
+
+
+def test_nlp_to_disk_and_bytes(nlp, tmp_path):
+    doc = nlp("I went to the bank .")
+    nlp.to_disk(tmp_path / "p")
+    loaded = spacy.load(tmp_path / "p")
+    numpy.testing.assert_array_equal(loaded("I went to the bank .")._.elmo, doc._.elmo)
+    assert loaded.get_pipe("elmo").is_loaded
+    fresh = spacy.blank("en")
+    fresh.add_pipe("elmo")
+    fresh.from_bytes(nlp.to_bytes())
+    numpy.testing.assert_array_equal(fresh("I went to the bank .")._.elmo, doc._.elmo)
