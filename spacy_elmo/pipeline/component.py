@@ -259,8 +259,15 @@ class ElmoComponent(TrainablePipe):
         def backprop(one_d: List[Floats3d]) -> List[Doc]:
             accumulate_gradient(one_d)
             d_docs = bp_outputs(d_outputs)
-            if sgd is not None:
-                self.finish_update(sgd)
+            # spaCy 3.8's nlp.update calls our finish_update right after our
+            # update(), i.e. before the listeners backprop; step here instead
+            # with the optimizer it gave us (else at the next finish_update).
+            optimizer = sgd if sgd is not None else getattr(self, "_last_sgd", None)
+            if optimizer is not None:
+                self.model.finish_update(optimizer)
+                self._pending_grads = False
+            else:
+                self._pending_grads = True
             return d_docs
 
         for listener in self.listeners[:-1]:
@@ -270,8 +277,13 @@ class ElmoComponent(TrainablePipe):
         return losses
 
     def finish_update(self, sgd: Optimizer) -> None:
-        if not self.cfg["frozen"]:
+        """Frozen: nothing. Else remember ``sgd`` and apply gradients not yet applied."""
+        if self.cfg["frozen"]:
+            return
+        self._last_sgd = sgd
+        if getattr(self, "_pending_grads", False):
             self.model.finish_update(sgd)
+            self._pending_grads = False
 
     def get_loss(self, examples, scores) -> None:
         pass

@@ -68,7 +68,7 @@ def _forward(model: ElmoListener, docs: List[Doc], is_train: bool):
         if data is not None and data.ndim == 3:
             outputs.append(model.ops.asarray3f(data.astype("float32")))
             model.attrs["warming_up"] = False
-        elif len(doc) == 0 or model.attrs.get("warming_up", False):
+        elif len(doc) == 0:
             outputs.append(model.ops.alloc3f(nL, len(doc), nO))
         elif is_train and model._batch_id is not None:
             raise ValueError(
@@ -76,6 +76,8 @@ def _forward(model: ElmoListener, docs: List[Doc], is_train: bool):
                     found=model.get_batch_id(docs), expected=model._batch_id, upstream=model.upstream
                 )
             )
+        elif model.attrs.get("warming_up", False):
+            outputs.append(model.ops.alloc3f(nL, len(doc), nO))
         else:
             raise ValueError(Errors.E_LISTENER_NO_DATA.format(upstream=model.upstream))
     return outputs, _no_grad

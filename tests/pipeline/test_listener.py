@@ -1,0 +1,200 @@
+"""Listeners: ScalarMix layer, ELMo dropout, ner/textcat/textcat_multilabel/spancat, errors."""
+
+import numpy
+import pytest
+import spacy
+import torch
+from spacy.training import Example
+from thinc.api import Adam, set_dropout_rate
+
+from spacy_elmo.pipeline.bilm_layer import get_bilm
+from spacy_elmo.pipeline.listener import ElmoListener
+from spacy_elmo.pipeline.scalar_mix import elmo_dropout, scalar_mix_layer
+
+from .conftest import make_docs
+
+LISTENER = {"@architectures": "spacy_elmo.ElmoListener.v1", "upstream": "*", "width": None}
+TOK2VEC = {
+    "@architectures": "spacy_elmo.ElmoTok2Vec.v1",
+    "embed": {
+        "@architectures": "spacy.MultiHashEmbed.v2",
+        "width": 16,
+        "attrs": ["NORM", "SHAPE"],
+        "rows": [500, 100],
+        "include_static_vectors": False,
+    },
+    "elmo": LISTENER,
+    "encode": {
+        "@architectures": "spacy.MaxoutWindowEncoder.v2",
+        "width": 16,
+        "depth": 1,
+        "window_size": 1,
+        "maxout_pieces": 2,
+    },
+}
+
+
+def test_scalar_mix_layer_gradients():
+    mix = scalar_mix_layer()
+    assert mix.name == "elmo_scalar_mix"
+    rng = numpy.random.default_rng(0)
+    Xs = [rng.normal(size=(3, n, 4)).astype("float32") for n in (2, 5)]
+    mix.initialize(X=Xs)
+    assert set(mix.param_names) == {"w", "gamma"}
+    numpy.testing.assert_array_equal(mix.get_param("w"), numpy.zeros(3))
+    mix.set_param("w", numpy.asarray([0.3, -0.2, 0.1], dtype="float32"))
+    Ys, bp = mix.begin_update(Xs)
+    dYs = [rng.normal(size=y.shape).astype("float32") for y in Ys]
+    dXs = bp(dYs)
+    # against torch autograd on the same function
+    w = torch.tensor([0.3, -0.2, 0.1], requires_grad=True)
+    g = torch.tensor([1.0], requires_grad=True)
+    tX = [torch.tensor(x, requires_grad=True) for x in Xs]
+    loss = sum(((g * torch.einsum("l,lnd->nd", torch.softmax(w, 0), x)) * torch.tensor(d)).sum() for x, d in zip(tX, dYs))
+    loss.backward()
+    numpy.testing.assert_allclose(mix.get_grad("w"), w.grad.numpy(), rtol=1e-4, atol=1e-5)
+    numpy.testing.assert_allclose(mix.get_grad("gamma"), g.grad.numpy(), rtol=1e-4, atol=1e-5)
+    for dx, tx in zip(dXs, tX):
+        numpy.testing.assert_allclose(dx, tx.grad.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_elmo_dropout_not_overwritten():
+    drop = elmo_dropout(0.5)
+    set_dropout_rate(drop, 0.1)  # what spaCy does with [training] dropout
+    assert drop.attrs["elmo_rate"] == 0.5 and "dropout_rate" not in drop.attrs
+    X = [numpy.ones((100, 10), dtype="float32")]
+    Y, _ = drop.begin_update(X)
+    assert 0.3 < float((Y[0] == 0).mean()) < 0.7
+    assert drop.predict(X)[0] is X[0]
+
+
+def _nlp_with(tiny_dir, factory, model, **cfg):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir)})
+    nlp.add_pipe(factory, config={"model": model, **cfg})
+    return nlp
+
+
+def _mixes(component):
+    return [n for n in component.model.walk() if n.name == "elmo_scalar_mix"]
+
+
+def _train(nlp, name, docs, steps=3):
+    examples = [Example(nlp.make_doc(d.text), d) for d in docs]
+    opt = nlp.initialize(lambda: examples)
+    bilm = get_bilm(nlp.get_pipe("elmo").model)
+    before = {k: v.clone() for k, v in bilm.state_dict().items()}
+    for _ in range(steps):
+        nlp.update(examples, sgd=opt, drop=0.1)
+    for k, v in bilm.state_dict().items():
+        assert torch.equal(v, before[k]), f"biLM weight {k} changed"
+    (mix,) = _mixes(nlp.get_pipe(name))
+    assert not numpy.allclose(mix.get_param("w"), 0.0), "ScalarMix w did not move"
+    return nlp
+
+
+NER = {
+    "@architectures": "spacy.TransitionBasedParser.v2",
+    "state_type": "ner",
+    "extra_state_tokens": False,
+    "hidden_width": 16,
+    "maxout_pieces": 2,
+    "use_upper": True,
+    "nO": None,
+}
+
+
+def test_ner_with_listener(tiny_dir):
+    nlp = _train(_nlp_with(tiny_dir, "ner", {**NER, "tok2vec": LISTENER}), "ner", make_docs(8))
+    doc = nlp("Yesterday Alice went home .")
+    assert doc._.elmo is not None
+
+
+@pytest.mark.parametrize("factory", ["textcat", "textcat_multilabel"])
+def test_textcat_with_tok2vec(tiny_dir, factory):
+    model = {
+        "@architectures": "spacy.TextCatReduce.v1",
+        "exclusive_classes": factory == "textcat",
+        "use_reduce_first": False,
+        "use_reduce_last": False,
+        "use_reduce_max": True,
+        "use_reduce_mean": True,
+        "nO": None,
+        "tok2vec": TOK2VEC,
+    }
+    nlp = _train(_nlp_with(tiny_dir, factory, model), factory, make_docs(8))
+    assert set(nlp("it was good .").cats) == {"POS", "NEG"}
+
+
+def test_spancat_with_listener(tiny_dir):
+    model = {
+        "@architectures": "spacy.SpanCategorizer.v1",
+        "tok2vec": LISTENER,
+        "reducer": {"@layers": "spacy.mean_max_reducer.v1", "hidden_size": 16},
+        "scorer": {"@layers": "spacy.LinearLogistic.v1", "nO": None, "nI": None},
+    }
+    nlp = _nlp_with(tiny_dir, "spancat", model, spans_key="sc")
+    _train(nlp, "spancat", make_docs(8))
+    nlp("Yesterday Bob went home .")
+
+
+def test_mix_gradients_from_doc_data(tiny_dir):
+    """With no receive() (elmo annotating), the listener reads doc._.elmo and the mix still learns."""
+    nlp = _nlp_with(tiny_dir, "ner", {**NER, "tok2vec": LISTENER})
+    docs = make_docs(4)
+    nlp.initialize(lambda: [Example(nlp.make_doc(d.text), d) for d in docs])
+    annotated = list(nlp.get_pipe("elmo").pipe([nlp.make_doc(d.text) for d in docs]))
+    tok2vec = nlp.get_pipe("ner").model.get_ref("tok2vec")
+    listener = next(n for n in tok2vec.walk() if isinstance(n, ElmoListener))
+    listener.clear()
+    chain = next(n for n in tok2vec.walk() if any(isinstance(c, ElmoListener) for c in n.layers))
+    Ys, bp = chain.begin_update(annotated)
+    bp([numpy.ones_like(y) for y in Ys])
+    (mix,) = _mixes(nlp.get_pipe("ner"))
+    assert float(numpy.abs(mix.get_grad("gamma")).sum()) > 0
+
+
+def test_listener_width_mismatch(tiny_dir):
+    with pytest.raises(ValueError, match="expects width 99"):
+        _nlp_with(tiny_dir, "ner", {**NER, "tok2vec": {**LISTENER, "width": 99}})
+        nlp = _nlp_with(tiny_dir, "ner", {**NER, "tok2vec": {**LISTENER, "width": 99}})
+        nlp.initialize()
+
+
+def test_listener_without_upstream():
+    nlp = spacy.blank("en")
+    nlp.add_pipe("ner", config={"model": {**NER, "tok2vec": LISTENER}})
+    docs = make_docs(2)
+    with pytest.raises(ValueError, match="no upstream 'elmo'"):
+        nlp.initialize(lambda: [Example(nlp.make_doc(d.text), d) for d in docs])
+
+
+def test_listener_with_disabled_upstream(tiny_dir):
+    nlp = _nlp_with(tiny_dir, "ner", {**NER, "tok2vec": LISTENER})
+    docs = make_docs(4)
+    examples = [Example(nlp.make_doc(d.text), d) for d in docs]
+    opt = nlp.initialize(lambda: examples)
+    nlp.update(examples, sgd=opt)
+    with nlp.select_pipes(disable=["elmo"]):
+        with pytest.raises(ValueError, match="no ELMo data"):
+            nlp("Yesterday Alice went home .")
+
+
+def test_listener_needs_all_layers(tiny_dir):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "store": "mix"})
+    with pytest.raises(ValueError, match='store = "all"'):
+        nlp.add_pipe("ner", config={"model": {**NER, "tok2vec": LISTENER}})
+
+
+def test_fine_tuning_changes_bilm(tiny_dir):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "frozen": False})
+    nlp.add_pipe("ner", config={"model": {**NER, "tok2vec": LISTENER}})
+    docs = make_docs(4)
+    examples = [Example(nlp.make_doc(d.text), d) for d in docs]
+    opt = nlp.initialize(lambda: examples)
+    bilm = get_bilm(nlp.get_pipe("elmo").model)
+    before = bilm.lstm.forward_layers[0].w_proj.detach().clone()
+    nlp.update(examples, sgd=opt)
+    assert not torch.equal(before, bilm.lstm.forward_layers[0].w_proj.detach())

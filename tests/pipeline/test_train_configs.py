@@ -1,0 +1,61 @@
+"""`spacy train` on configs/ner.cfg and configs/textcat.cfg for a few steps on tiny data."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy
+import pytest
+import spacy
+import torch
+
+from spacy_elmo import BiLM
+from spacy_elmo.pipeline.bilm_layer import get_bilm
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+
+
+def _train(cfg, corpus_dir, tiny_dir, out):
+    cmd = [
+        sys.executable, "-m", "spacy", "train", str(CONFIGS / cfg),
+        "--paths.train", str(corpus_dir / "train.spacy"), "--paths.dev", str(corpus_dir / "dev.spacy"),
+        "--paths.elmo", str(tiny_dir), "--output", str(out),
+        "--training.max_steps", "4", "--training.eval_frequency", "2",
+        "--nlp.batch_size", "8",
+    ]  # fmt: skip
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return out / "model-last"
+
+
+@pytest.mark.parametrize("cfg,task", [("ner.cfg", "ner"), ("textcat.cfg", "textcat")])
+def test_spacy_train(cfg, task, corpus_dir, tiny_dir, tmp_path):
+    path = _train(cfg, corpus_dir, tiny_dir, tmp_path / "out")
+    nlp = spacy.load(path)
+    assert nlp.pipe_names == ["elmo", task]
+    # the task's ScalarMix learned; the biLM did not move
+    (mix,) = [n for n in nlp.get_pipe(task).model.walk() if n.name == "elmo_scalar_mix"]
+    assert not numpy.allclose(mix.get_param("w"), 0.0)
+    original = BiLM.load(tiny_dir, backend="reference").state_dict()
+    for name, value in get_bilm(nlp.get_pipe("elmo").model).state_dict().items():
+        assert torch.equal(value.cpu(), original[name]), name
+    # save / load round trip: identical predictions
+    texts = ["Yesterday Alice went home and it was good .", "London was bad ."]
+    before = list(nlp.pipe(texts))
+    nlp.to_disk(tmp_path / "again")
+    after = list(spacy.load(tmp_path / "again").pipe(texts))
+    for a, b in zip(before, after):
+        numpy.testing.assert_array_equal(a._.elmo, b._.elmo)
+        assert [(e.start, e.end, e.label_) for e in a.ents] == [(e.start, e.end, e.label_) for e in b.ents]
+        assert a.cats == b.cats
+    if task == "ner":
+        # `spacy package` handles it (directory only: building an sdist needs network tools)
+        pkg = tmp_path / "pkg"
+        pkg.mkdir()
+        cmd = [sys.executable, "-m", "spacy", "package", str(path), str(pkg), "--name", "elmo_test",
+               "--version", "0.0.1", "--build", "none", "--force"]  # fmt: skip
+        result = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stdout + result.stderr
+        data = next(pkg.glob("*/en_elmo_test/en_elmo_test-0.0.1"))
+        packaged = spacy.load(data)
+        numpy.testing.assert_array_equal(packaged(texts[0])._.elmo, before[0]._.elmo)
