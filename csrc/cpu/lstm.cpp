@@ -345,6 +345,108 @@ LstmBackwardResult lstm_backward_cpu(at::TensorList grad_outs, const at::Tensor&
   const bool use_table = xs[0].scalar_type() == at::kFloat;
   const auto& kt = cpu::kernels();
 
+  if (use_table && kt.step_gates_back != nullptr) {
+    // float32: fused backward steps with prepacked transposed weights.
+    const int64_t VL = kt.step_vl, pw = 4 * VL;
+    const int64_t ncp = (C + pw - 1) / pw, cpad = ncp * pw;
+    const int64_t npp = (P + pw - 1) / pw, ppad = npp * pw;
+    constexpr int64_t kRowGroup = 12;
+    const int64_t nrg = (B + kRowGroup - 1) / kRowGroup;
+    std::vector<at::Tensor> wpt(ndir), wrt(ndir);
+    for (int64_t d = 0; d < ndir; ++d) {
+      at::Tensor wp = wproj[d].contiguous();
+      if (cpad != C) wp = at::constant_pad_nd(wp, {0, 0, 0, cpad - C});
+      wpt[d] = wp.reshape({ncp, pw, P}).permute({0, 2, 1}).contiguous();
+      at::Tensor wr = wrec[d].contiguous();
+      if (ppad != P) wr = at::constant_pad_nd(wr, {0, 0, 0, ppad - P});
+      wrt[d] = wr.reshape({npp, pw, 4 * C}).permute({0, 2, 1}).contiguous();
+    }
+    dz_step.zero_();
+    float* dhpp = dhp.data_ptr<float>();
+    float* dzop = dzo.data_ptr<float>();
+    const float* gp = gates.data_ptr<float>();
+    const float* crp = c_raw.data_ptr<float>();
+    const float* hrp = hp_raw.data_ptr<float>();
+    const float* c0p = c0.data_ptr<float>();
+    float* dhs = dh.data_ptr<float>();
+    float* dcs = dc.data_ptr<float>();
+    float* dzs = dz_step.data_ptr<float>();
+    const float cc = (float)ccd, pc = (float)pcd;
+    auto src_of = [&](int64_t d, int64_t b, int64_t t) { return reverse[d] ? lens[b] - 1 - t : t; };
+    // dhp of the last step (the following ones come out of the dh pass)
+    if (tmax > 0) {
+      const int64_t t = tmax - 1;
+      for (int64_t d = 0; d < ndir; ++d)
+        for (int64_t b = 0; b < B; ++b) {
+          if (t >= lens[b]) continue;
+          const float* g = go[d].data_ptr<float>() + (b * T + src_of(d, b, t)) * P;
+          const float* hr = hrp + ((d * T + t) * B + b) * P;
+          float* o = dhpp + ((d * T + t) * B + b) * P;
+          for (int64_t p = 0; p < P; ++p) {
+            const bool pass = pc < 0.0f || (hr[p] >= -pc && hr[p] <= pc);
+            o[p] = pass ? g[p] + dhs[(d * B + b) * P + p] : 0.0f;
+          }
+        }
+    }
+    std::vector<const float*> g_rows(ndir * B), cr_rows(ndir * B), cp_rows(ndir * B), go_rows(ndir * B),
+        hp_rows(ndir * B);
+    std::vector<float*> dzo_rows(ndir * B), dhp_rows(ndir * B);
+    std::vector<unsigned char> active(ndir * B);
+    for (int64_t t = tmax - 1; t >= 0; --t) {
+      for (int64_t d = 0; d < ndir; ++d)
+        for (int64_t b = 0; b < B; ++b) {
+          const int64_t k = d * B + b;
+          const bool act = t < lens[b];
+          active[k] = act ? 1 : 0;
+          g_rows[k] = act ? gp + ((d * T + t) * B + b) * 4 * C : nullptr;
+          cr_rows[k] = crp + ((d * T + t) * B + b) * C;
+          cp_rows[k] = t == 0 ? c0p + (d * B + b) * C : crp + ((d * T + t - 1) * B + b) * C;
+          dzo_rows[k] = act ? dzop + ((d * B + b) * T + src_of(d, b, t)) * 4 * C : nullptr;
+          const bool prev = t > 0 && t - 1 < lens[b];
+          dhp_rows[k] = prev ? dhpp + ((d * T + t - 1) * B + b) * P : nullptr;
+          go_rows[k] = prev ? go[d].data_ptr<float>() + (b * T + src_of(d, b, t - 1)) * P : nullptr;
+          hp_rows[k] = prev ? hrp + ((d * T + t - 1) * B + b) * P : nullptr;
+        }
+      cpu::dynamic_for(ndir * ncp, [&](int64_t k) {
+        const int64_t d = k / ncp, j = k % ncp;
+        cpu::StepGatesBackArgs a;
+        a.dhp = dhpp + (d * T + t) * B * P;
+        a.B = B;
+        a.P = P;
+        a.wp = wpt[d].data_ptr<float>() + j * P * pw;
+        a.C = C;
+        a.c0 = j * pw;
+        a.nc = std::min(pw, C - j * pw);
+        a.g_rows = g_rows.data() + d * B;
+        a.cr_rows = cr_rows.data() + d * B;
+        a.cp_rows = cp_rows.data() + d * B;
+        a.prev_is_raw = t > 0 ? 1 : 0;
+        a.dc = dcs + d * B * C;
+        a.dz = dzs + d * B * 4 * C;
+        a.dzo_rows = dzo_rows.data() + d * B;
+        a.cell_clip = cc;
+        kt.step_gates_back(a);
+      });
+      cpu::dynamic_for(ndir * npp * nrg, [&](int64_t k) {
+        const int64_t d = k / (npp * nrg), j = (k / nrg) % npp, r0 = (k % nrg) * kRowGroup;
+        cpu::StepDhArgs a;
+        a.dz = dzs + (d * B + r0) * 4 * C;
+        a.B = std::min(kRowGroup, B - r0);
+        a.K = 4 * C;
+        a.wp = wrt[d].data_ptr<float>() + j * 4 * C * pw;
+        a.P = P;
+        a.p0 = j * pw;
+        a.np = std::min(pw, P - j * pw);
+        a.active = active.data() + d * B + r0;
+        a.dh = dhs + (d * B + r0) * P;
+        a.dhp_rows = t > 0 ? dhp_rows.data() + d * B + r0 : nullptr;
+        a.go_rows = go_rows.data() + d * B + r0;
+        a.hp_rows = hp_rows.data() + d * B + r0;
+        a.proj_clip = pc;
+        kt.step_dh(a);
+      });
+    }
+  } else
   AT_DISPATCH_FLOATING_TYPES(xs[0].scalar_type(), "lstm_backward", [&] {
     using T_ = scalar_t;
     const T_ cc = (T_)ccd, pc = (T_)pcd;

@@ -90,6 +90,41 @@ struct StepProjArgs {
   float proj_clip;
 };
 
+// Fused backward step, part 1: dm = dhp @ W_P^T for a panel of nc <= 4 * step_vl
+// cells (wp (P, 4 * step_vl), wp[k][u] = W_P[c0 + u][k]) in registers, then the
+// gate backward for those cells: dz (step buffer and original-order row), dc.
+struct StepGatesBackArgs {
+  const float* dhp;  // (B, P) this step's grad wrt the pre-clip projection
+  int64_t B, P;
+  const float* wp;
+  int64_t C, c0, nc;
+  const float* const* g_rows;   // per row: saved gates (4C), null when inactive
+  const float* const* cr_rows;  // per row: saved c_raw (C)
+  const float* const* cp_rows;  // per row: previous cell (C)
+  int prev_is_raw;              // previous cell is a saved raw value (clip it)
+  float* dc;                    // (B, C) carried grad wrt c
+  float* dz;                    // (B, 4C) step buffer
+  float* const* dzo_rows;       // per row: original-order dz row (4C)
+  float cell_clip;
+};
+
+// Fused backward step, part 2: dh_new = dz @ W_rec^T for a panel of np <= 4 *
+// step_vl columns (wp (4C, 4 * step_vl), wp[k][u] = W_rec[p0 + u][k]); rows
+// active now take it as their carried dh; then the previous step's dhp
+// (through the projection clip) for the rows active then.
+struct StepDhArgs {
+  const float* dz;  // (B, 4C)
+  int64_t B, K;
+  const float* wp;
+  int64_t P, p0, np;
+  const unsigned char* active;     // per row: active at this step
+  float* dh;                       // (B, P)
+  float* const* dhp_rows;          // per row: dhp row of the previous step, null: none
+  const float* const* go_rows;     // per row: output grad row of the previous step
+  const float* const* hp_rows;     // per row: saved hp_raw row of the previous step
+  float proj_clip;
+};
+
 struct KernelTable {
   const char* name;
   void (*char_conv)(const CharConvArgs&);
@@ -102,6 +137,8 @@ struct KernelTable {
   int64_t step_vl;  // cells per gate panel (the vector width in floats)
   void (*step_gates)(const StepGatesArgs&);
   void (*step_proj)(const StepProjArgs&);
+  void (*step_gates_back)(const StepGatesBackArgs&);
+  void (*step_dh)(const StepDhArgs&);
 };
 
 const KernelTable& kernels();  // the best table for this CPU

@@ -346,8 +346,93 @@ static void step_proj(const StepProjArgs& a) {
   }
 }
 
-const KernelTable table = {SE_NAME,          char_conv, gates_forward, gates_backward, highway_epilogue,
-                           highway_backward, SE_VL,     step_gates,    step_proj};
+static void step_gates_back(const StepGatesBackArgs& a) {
+  const int64_t C = a.C, c0 = a.c0, nc = a.nc;
+  const float hi = se_hi(a.cell_clip), lo = -hi;
+  const float phi = a.prev_is_raw ? hi : __builtin_inff(), plo = -phi;
+  float dmt[SE_STEP_PT * 4 * SE_VL];
+  for (int64_t r0 = 0; r0 < a.B; r0 += SE_STEP_PT) {
+    const int64_t rows = a.B - r0 < SE_STEP_PT ? a.B - r0 : SE_STEP_PT;
+    bool any = false;
+    for (int64_t p = 0; p < rows; ++p) any |= a.g_rows[r0 + p] != nullptr;
+    if (!any) continue;
+    gemm_rows4(a.dhp + r0 * a.P, a.P, a.wp, a.P, rows, dmt);
+    for (int64_t p = 0; p < rows; ++p) {
+      const int64_t b = r0 + p;
+      const float* g = a.g_rows[b];
+      if (g == nullptr) continue;
+      g += c0;
+      const float* dmv = dmt + p * 4 * SE_VL;
+      const float* crv = a.cr_rows[b] + c0;
+      const float* cp = a.cp_rows[b] + c0;
+      float* dc = a.dc + b * C + c0;
+      float* dz = a.dz + b * 4 * C + c0;
+      float* dzo = a.dzo_rows[b] + c0;
+#pragma omp simd
+      for (int64_t u = 0; u < nc; ++u) {
+        const float si = g[u], tj = g[C + u], sf = g[2 * C + u], so = g[3 * C + u];
+        const float cr = crv[u];
+        const float cn = se_clip(cr, lo, hi);
+        const float tc = se_tanh(cn);
+        const float dm = dmv[u];
+        const float dcn = dc[u] + dm * so * (1.0f - tc * tc);
+        const int pass = (int)(cr >= lo) & (int)(cr <= hi);
+        const float dcr = pass ? dcn : 0.0f;
+        const float cprev = se_clip(cp[u], plo, phi);
+        const float di = dcr * tj * si * (1.0f - si);
+        const float dj = dcr * si * (1.0f - tj * tj);
+        const float df = dcr * cprev * sf * (1.0f - sf);
+        const float d_o = dm * tc * so * (1.0f - so);
+        dz[u] = di;
+        dz[C + u] = dj;
+        dz[2 * C + u] = df;
+        dz[3 * C + u] = d_o;
+        dzo[u] = di;
+        dzo[C + u] = dj;
+        dzo[2 * C + u] = df;
+        dzo[3 * C + u] = d_o;
+        dc[u] = dcr * sf;
+      }
+    }
+  }
+}
+
+static void step_dh(const StepDhArgs& a) {
+  const float hi = se_hi(a.proj_clip), lo = -hi;
+  const int64_t p0 = a.p0, np = a.np;
+  float acc[SE_STEP_PT * 4 * SE_VL];
+  for (int64_t r0 = 0; r0 < a.B; r0 += SE_STEP_PT) {
+    const int64_t rows = a.B - r0 < SE_STEP_PT ? a.B - r0 : SE_STEP_PT;
+    bool any = false, any_prev = false;
+    for (int64_t p = 0; p < rows; ++p) {
+      any |= a.active[r0 + p] != 0;
+      any_prev |= a.dhp_rows != nullptr && a.dhp_rows[r0 + p] != nullptr;
+    }
+    if (any) gemm_rows4(a.dz + r0 * a.K, a.K, a.wp, a.K, rows, acc);
+    if (!any && !any_prev) continue;
+    for (int64_t p = 0; p < rows; ++p) {
+      const int64_t b = r0 + p;
+      float* dh = a.dh + b * a.P + p0;
+      if (a.active[b]) {
+        const float* v = acc + p * 4 * SE_VL;
+        for (int64_t u = 0; u < np; ++u) dh[u] = v[u];
+      }
+      if (a.dhp_rows == nullptr || a.dhp_rows[b] == nullptr) continue;
+      float* dhp = a.dhp_rows[b] + p0;
+      const float* go = a.go_rows[b] + p0;
+      const float* hp = a.hp_rows[b] + p0;
+#pragma omp simd
+      for (int64_t u = 0; u < np; ++u) {
+        const int pass = (int)(hp[u] >= lo) & (int)(hp[u] <= hi);
+        dhp[u] = pass ? go[u] + dh[u] : 0.0f;
+      }
+    }
+  }
+}
+
+const KernelTable table = {SE_NAME,          char_conv, gates_forward, gates_backward,  highway_epilogue,
+                           highway_backward, SE_VL,     step_gates,    step_proj,       step_gates_back,
+                           step_dh};
 
 #undef SE_VL
 }  // namespace SE_NS

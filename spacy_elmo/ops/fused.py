@@ -102,6 +102,7 @@ def _lstm_backward_fake(grad_outs, grad_hn, grad_cn, xs, lengths, weights, c0, g
 def _char_cnn_setup(ctx, inputs, output):
     char_ids, embedding, weights, biases, activation = inputs
     out, argmax = output
+    ctx.set_materialize_grads(False)
     ctx.activation = activation
     ctx.n_filters = len(weights)
     ctx.save_for_backward(char_ids, embedding, out, argmax, *weights)
@@ -110,7 +111,8 @@ def _char_cnn_setup(ctx, inputs, output):
 def _char_cnn_backward(ctx, grad_out, _grad_argmax):
     char_ids, embedding, out, argmax, *weights = ctx.saved_tensors
     if grad_out is None:
-        grad_out = torch.zeros_like(out)
+        nones = [None] * len(weights)
+        return None, None, nones, list(nones), None
     d_emb, d_w, d_b = _ops.char_cnn_backward(grad_out, out, argmax, char_ids, embedding, weights, ctx.activation)
     return None, d_emb, list(d_w), list(d_b), None
 
@@ -121,13 +123,14 @@ torch.library.register_autograd("spacy_elmo::char_cnn_forward", _char_cnn_backwa
 def _highway_setup(ctx, inputs, output):
     x, weight, _bias = inputs
     _y, h = output
+    ctx.set_materialize_grads(False)  # never build zero grads for the saved pre-activations
     ctx.save_for_backward(x, weight, h)
 
 
 def _highway_backward(ctx, grad_y, _grad_h):
     x, weight, h = ctx.saved_tensors
     if grad_y is None:
-        grad_y = torch.zeros_like(x)
+        return None, None, None
     dx, dw, db = _ops.highway_backward(grad_y, x, weight, h)
     return dx, dw, db
 
@@ -138,6 +141,8 @@ torch.library.register_autograd("spacy_elmo::highway_forward", _highway_backward
 def _lstm_setup(ctx, inputs, output):
     xs, lengths, weights, h0, c0, cell_clip, proj_clip, reverse, residual, save = inputs
     outs, h_n, c_n, gates, c_raw, hp_raw, h_prev, m = output
+    # the saved tensors are outputs only for autograd's sake: no zero grads for them
+    ctx.set_materialize_grads(False)
     ctx.ndir = len(xs)
     ctx.cfg = (cell_clip, proj_clip, list(reverse), residual)
     ctx.save_for_backward(lengths, c0, gates, c_raw, hp_raw, h_prev, m, *xs, *weights)

@@ -353,7 +353,9 @@ def test_isa_variants_agree(monkeypatch):
         "ws=[torch.randn(c,16,w)*0.1 for w,c in [(1,5),(3,40),(7,70)]]; bs=[torch.randn(w.shape[0]) for w in ws];"
         "x=torch.randn(3,5,8); L=torch.tensor([5,2,0]); lw=[torch.randn(8,400)*.3,torch.randn(8,400)*.3,torch.randn(400)*.1,torch.randn(100,8)*.3];"
         "a=fused.char_cnn(ids,emb,ws,bs); b=R.char_cnn(ids,emb,ws,bs);"
-        "o=fused.lstm_layer(x,L,*lw,cell_clip=.5,proj_clip=.5,reverse=True)[0]; r=R.lstm_layer(x,L,*lw,cell_clip=.5,proj_clip=.5,reverse=True)[0];"
+        "xg=x.clone().requires_grad_(); o=fused.lstm_layer(xg,L,*lw,cell_clip=.5,proj_clip=.5,reverse=True)[0]; o.sum().backward();"
+        "xr=x.clone().requires_grad_(); r=R.lstm_layer(xr,L,*lw,cell_clip=.5,proj_clip=.5,reverse=True)[0]; r.sum().backward();"
+        "o=torch.cat([o.flatten(),xg.grad.flatten()]); r=torch.cat([r.flatten(),xr.grad.flatten()]);"
         "print(fused.cpu_isa(), float((a-b).abs().max()), float((o-r).abs().max()))"
     )
     for isa in ("base", "avx2", "avx512"):
@@ -361,3 +363,29 @@ def test_isa_variants_agree(monkeypatch):
         res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
         _name, e1, e2 = res.stdout.split()
         assert float(e1) < 1e-5 and float(e2) < 1e-5, (isa, res.stdout)
+
+
+@pytest.mark.parametrize("B,T,C,P", [(13, 6, 100, 20), (2, 3, 5, 4), (7, 4, 70, 64)])
+def test_bilstm_float32_gradients_vs_float64_reference(B, T, C, P):
+    """The float32 fused backward (packed-weight step kernels) against float64 autograd."""
+    gen = torch.Generator().manual_seed(B + T + C + P)
+    lengths = torch.randint(0, T + 1, (B,), generator=gen)
+    lengths[0] = T
+    base = [torch.randn(B, T, P, generator=gen, dtype=torch.float64),
+            torch.randn(B, T, P, generator=gen, dtype=torch.float64),
+            *lstm_params(gen, P, C, P, dtype=torch.float64, scale=0.4),
+            *lstm_params(gen, P, C, P, dtype=torch.float64, scale=0.4),
+            torch.randn(2, B, P, generator=gen, dtype=torch.float64) * 0.5,
+            torch.randn(2, B, C, generator=gen, dtype=torch.float64)]
+    wout = [torch.randn(B, T, P, generator=gen, dtype=torch.float64) for _ in range(2)]
+    grads = []
+    for impl, dt in ((fused, torch.float32), (R, torch.float64)):
+        ts = [t.to(dt).requires_grad_() for t in base]
+        of, ob, h, c = impl.bilstm_layer(ts[0], ts[1], lengths, ts[2:6], ts[6:10], (ts[10], ts[11]), 0.8, 0.5,
+                                         True, True)
+        loss = (of * wout[0].to(dt)).sum() + (ob * wout[1].to(dt)).sum() + h.sum() * 0.3 + c.sum() * 0.2
+        loss.backward()
+        grads.append([t.grad for t in ts])
+    for a, e in zip(*grads):
+        scale = max(1.0, float(e.abs().max()))
+        _close(a, e, rtol=1e-4, atol=2e-5 * scale)
