@@ -18,6 +18,9 @@ def test_weights_without_initialize(nlp, tiny_dir):
     assert doc._.elmo.dtype == numpy.float16
     assert nlp.get_pipe("elmo").source == str(tiny_dir)
     assert doc.tensor.size == 0  # doc.tensor belongs to tok2vec
+    # only plain numpy on the CPU in user_data (kept torch tensors leak memory, break msgpack)
+    for value in doc.user_data.values():
+        assert value is None or isinstance(value, numpy.ndarray)
 
 
 def test_matches_bilm(nlp, tiny_dir):
