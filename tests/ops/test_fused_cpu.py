@@ -389,3 +389,18 @@ def test_bilstm_float32_gradients_vs_float64_reference(B, T, C, P):
     for a, e in zip(*grads):
         scale = max(1.0, float(e.abs().max()))
         _close(a, e, rtol=1e-4, atol=2e-5 * scale)
+
+
+def test_packed_weight_cache_sees_in_place_updates_and_new_tensors():
+    gen = torch.Generator().manual_seed(8)
+    B, T, P, C = 3, 4, 8, 20
+    x = torch.randn(B, T, P, generator=gen)
+    lengths = torch.tensor([4, 2, 3])
+    w = [t.clone() for t in lstm_params(gen, P, C, P)]
+    for _ in range(2):
+        with torch.no_grad():
+            _close(fused.lstm_layer(x, lengths, *w, cell_clip=1.0)[0], R.lstm_layer(x, lengths, *w, cell_clip=1.0)[0])
+            w[1].mul_(-1.5)  # in place: version bump
+            w[3].add_(0.1)
+            _close(fused.lstm_layer(x, lengths, *w, cell_clip=1.0)[0], R.lstm_layer(x, lengths, *w, cell_clip=1.0)[0])
+        w = [t.clone() * 0.9 for t in w]  # new tensors (possibly at recycled addresses)
