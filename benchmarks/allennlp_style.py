@@ -103,7 +103,7 @@ class StepBiLstm(nn.Module):
         for k, (fl, bl) in enumerate(zip(self.forward_layers, self.backward_layers)):
             of, ob = fl(xf, lengths), bl(xb, lengths)
             if self.residual and k > 0:
-                valid = (torch.arange(x.shape[1]).unsqueeze(0) < lengths.unsqueeze(1)).unsqueeze(-1)
+                valid = (torch.arange(x.shape[1], device=x.device).unsqueeze(0) < lengths.unsqueeze(1)).unsqueeze(-1)
                 of, ob = of + xf * valid, ob + xb * valid
             outputs.append(torch.cat([of, _reverse_within(ob, lengths)], -1))
             xf, xb = of, ob

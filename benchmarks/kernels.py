@@ -72,9 +72,25 @@ def timeit(fn, repeats, warmup, device):
     return statistics.median(times), times
 
 
+AUTOCAST = {"dtype": None}
+
+
+def _autocast_wrap(fn, device):
+    dtype = AUTOCAST["dtype"]
+    if dtype is None:
+        return fn
+
+    def run():
+        with torch.autocast(device.type, dtype=dtype):
+            return fn()
+
+    return run
+
+
 def time_side_by_side(impls, repeats, warmup, device):
     """Median seconds of each implementation, interleaved round-robin so that the
     machine's noise hits every implementation alike."""
+    impls = {name: _autocast_wrap(fn, device) for name, fn in impls.items()}
     for fn in impls.values():
         for _ in range(warmup):
             fn()
@@ -348,6 +364,8 @@ def main(argv=None):
                     help="skip the slow baselines (reference, AllenNLP-style) above this many tokens")
     ap.add_argument("--peak-gflops", type=float, default=245.0)
     ap.add_argument("--quick", action="store_true", help="32 x 20 only, 2 repeats")
+    ap.add_argument("--autocast", choices=["bf16", "fp16"], default=None,
+                    help="run every implementation under torch.autocast (GPU)")
     ap.add_argument("--out", default=None, help="result file stem (default kernels_<device>[_quick])")
     args = ap.parse_args(argv)
     if args.quick:
@@ -357,6 +375,7 @@ def main(argv=None):
         return 1
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
+    AUTOCAST["dtype"] = {"bf16": torch.bfloat16, "fp16": torch.float16, None: None}[args.autocast]
     rec = Recorder(args.peak_gflops)
     for preset in args.presets:
         for batch in args.batches:
@@ -371,8 +390,10 @@ def main(argv=None):
     add_ratios(rec.rows)
     print_table(rec.rows)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    stem = args.out or f"kernels_{device.type}" + ("_quick" if args.quick else "")
-    payload = {"machine": machine_info(device), "args": vars(args), "dtype": "float32",
+    stem = args.out or (f"kernels_{device.type}" + (f"_{args.autocast}" if args.autocast else "")
+                        + ("_quick" if args.quick else ""))
+    payload = {"machine": machine_info(device), "args": vars(args),
+               "dtype": "float32" if args.autocast is None else f"autocast {args.autocast}",
                "floor_note": f"floor = tokens/s at {args.peak_gflops} GFLOP/s", "rows": rec.rows}
     (RESULTS / f"{stem}.json").write_text(json.dumps(payload, indent=1))
     png = plot(rec.rows, RESULTS / f"{stem}.png")
