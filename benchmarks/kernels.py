@@ -141,6 +141,7 @@ def machine_info(device):
         "threads": torch.get_num_threads(),
         "cpu_count": os.cpu_count(),
         "device": str(device),
+        "loadavg_at_end": os.getloadavg() if hasattr(os, "getloadavg") else None,
     }
     try:
         with open("/proc/cpuinfo") as fh:
@@ -377,6 +378,7 @@ def main(argv=None):
     device = torch.device(args.device)
     AUTOCAST["dtype"] = {"bf16": torch.bfloat16, "fp16": torch.float16, None: None}[args.autocast]
     rec = Recorder(args.peak_gflops)
+    load_start = os.getloadavg() if hasattr(os, "getloadavg") else None
     for preset in args.presets:
         for batch in args.batches:
             for length in args.lengths:
@@ -392,7 +394,9 @@ def main(argv=None):
     RESULTS.mkdir(parents=True, exist_ok=True)
     stem = args.out or (f"kernels_{device.type}" + (f"_{args.autocast}" if args.autocast else "")
                         + ("_quick" if args.quick else ""))
-    payload = {"machine": machine_info(device), "args": vars(args),
+    machine = machine_info(device)
+    machine["loadavg_at_start"] = load_start
+    payload = {"machine": machine, "args": vars(args),
                "dtype": "float32" if args.autocast is None else f"autocast {args.autocast}",
                "floor_note": f"floor = tokens/s at {args.peak_gflops} GFLOP/s", "rows": rec.rows}
     (RESULTS / f"{stem}.json").write_text(json.dumps(payload, indent=1))

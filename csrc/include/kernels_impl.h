@@ -275,12 +275,21 @@ static inline void gemm_rows4(const float* A, int64_t lda, const float* Bp, int6
   }
 }
 
+// Row tiles of at most SE_STEP_PT rows; a short last tile is merged with the one
+// before and split evenly (32 rows, PT 6: 6,6,6,6,4,4 instead of ...,6,2).
+static inline int64_t tile_rows(int64_t r0, int64_t B) {
+  const int64_t left = B - r0;
+  if (left <= SE_STEP_PT) return left;
+  if (left < 2 * SE_STEP_PT) return (left + 1) / 2;
+  return SE_STEP_PT;
+}
+
 static void step_gates(const StepGatesArgs& a) {
   const int64_t C = a.C, c0 = a.c0, nc = a.nc;
   const float hi = se_hi(a.cell_clip), lo = -hi;
   float z[SE_STEP_PT * 4 * SE_VL];
-  for (int64_t r0 = 0; r0 < a.B; r0 += SE_STEP_PT) {
-    const int64_t rows = a.B - r0 < SE_STEP_PT ? a.B - r0 : SE_STEP_PT;
+  for (int64_t r0 = 0, rows = 0; r0 < a.B; r0 += rows) {
+    rows = tile_rows(r0, a.B);
     bool any = false;
     for (int64_t p = 0; p < rows; ++p) any |= a.xi_rows[r0 + p] != nullptr;
     if (!any) continue;
@@ -321,8 +330,8 @@ static void step_proj(const StepProjArgs& a) {
   const float hi = se_hi(a.proj_clip), lo = -hi;
   const int64_t p0 = a.p0, np = a.np;
   float hp[SE_STEP_PT * 4 * SE_VL];
-  for (int64_t r0 = 0; r0 < a.B; r0 += SE_STEP_PT) {
-    const int64_t rows = a.B - r0 < SE_STEP_PT ? a.B - r0 : SE_STEP_PT;
+  for (int64_t r0 = 0, rows = 0; r0 < a.B; r0 += rows) {
+    rows = tile_rows(r0, a.B);
     bool any = false;
     for (int64_t p = 0; p < rows; ++p) any |= a.out_rows[r0 + p] != nullptr;
     if (!any) continue;
@@ -351,8 +360,8 @@ static void step_gates_back(const StepGatesBackArgs& a) {
   const float hi = se_hi(a.cell_clip), lo = -hi;
   const float phi = a.prev_is_raw ? hi : __builtin_inff(), plo = -phi;
   float dmt[SE_STEP_PT * 4 * SE_VL];
-  for (int64_t r0 = 0; r0 < a.B; r0 += SE_STEP_PT) {
-    const int64_t rows = a.B - r0 < SE_STEP_PT ? a.B - r0 : SE_STEP_PT;
+  for (int64_t r0 = 0, rows = 0; r0 < a.B; r0 += rows) {
+    rows = tile_rows(r0, a.B);
     bool any = false;
     for (int64_t p = 0; p < rows; ++p) any |= a.g_rows[r0 + p] != nullptr;
     if (!any) continue;
@@ -401,8 +410,8 @@ static void step_dh(const StepDhArgs& a) {
   const float hi = se_hi(a.proj_clip), lo = -hi;
   const int64_t p0 = a.p0, np = a.np;
   float acc[SE_STEP_PT * 4 * SE_VL];
-  for (int64_t r0 = 0; r0 < a.B; r0 += SE_STEP_PT) {
-    const int64_t rows = a.B - r0 < SE_STEP_PT ? a.B - r0 : SE_STEP_PT;
+  for (int64_t r0 = 0, rows = 0; r0 < a.B; r0 += rows) {
+    rows = tile_rows(r0, a.B);
     bool any = false, any_prev = false;
     for (int64_t p = 0; p < rows; ++p) {
       any |= a.active[r0 + p] != 0;
