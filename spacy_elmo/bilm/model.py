@@ -137,13 +137,29 @@ class BiLM(nn.Module):
         rows = torch.arange(B, device=device)
         wrapped[:, 0] = self._marker_ids[0]
         wrapped[rows, lengths + 1] = self._marker_ids[1]
-        lengths2 = lengths + 2
-        mask2 = torch.arange(T + 2, device=device).unsqueeze(0) < lengths2.unsqueeze(1)
-        x = self.encode_tokens(wrapped, mask2)
+        mask2 = torch.arange(T + 2, device=device).unsqueeze(0) < (lengths + 2).unsqueeze(1)
+        return self.contextualize(self.encode_tokens(wrapped, mask2), lengths)
+
+    @property
+    def marker_ids(self) -> Tensor:
+        """LongTensor ``(2, W)``: the shifted character ids of ``<S>`` and ``</S>``."""
+        return self._marker_ids
+
+    def contextualize(self, x: Tensor, lengths: Tensor) -> BiLMOutput:
+        """The biLSTM part of :meth:`forward`, on token vectors already wrapped in markers.
+
+        x: ``(B, T + 2, P)`` = ``<S>``, the row's tokens, ``</S>``, then zeros (e.g.
+        from a cache of :meth:`encode_tokens` outputs); lengths: LongTensor ``(B,)``
+        of tokens without the markers. Returns the same :class:`BiLMOutput` as
+        :meth:`forward` (and carries states in stateful mode).
+        """
+        B, T = x.shape[0], x.shape[1] - 2
+        lengths = lengths.to(x.device)
         state = self._initial_states(B, x)
-        outs_f, outs_b, final = self.lstm(x, x, lengths2, state, reverse_backward=True)
+        outs_f, outs_b, final = self.lstm(x, x, lengths + 2, state, reverse_backward=True)
         if self.stateful:
             self._update_states(final)
+        mask = torch.arange(T, device=x.device).unsqueeze(0) < lengths.unsqueeze(1)
         layers = [torch.cat([x, x], -1)] + [torch.cat([f, b], -1) for f, b in zip(outs_f, outs_b)]
         keep = mask.unsqueeze(-1).to(x.dtype)
         activations = [layer[:, 1 : T + 1] * keep for layer in layers]

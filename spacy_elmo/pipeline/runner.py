@@ -12,8 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from ..bilm import BiLM
-from ..chars import BEGIN_OF_SENTENCE, END_OF_SENTENCE, batch_to_ids, marker_char_ids
-
+from ..chars import batch_to_ids
 
 
 def _single_thread_after_fork() -> None:
@@ -57,8 +56,7 @@ class TokenCache:
             missing = list({tok for row in rows for tok in row})
             size = max(self.capacity, len(missing) + 3)
             self.matrix = bilm.token_encoder.char_embedding.new_zeros(size, P)
-            markers = torch.tensor([marker_char_ids(BEGIN_OF_SENTENCE, W), marker_char_ids(END_OF_SENTENCE, W)]) + 1
-            markers = markers.unsqueeze(0).to(device)
+            markers = bilm.marker_ids.unsqueeze(0).to(device)
             self.matrix[:2] = bilm.encode_tokens(markers, torch.ones(1, 2, dtype=torch.bool, device=device))[0]
         if missing:
             ids = batch_to_ids([missing], W).to(device)
@@ -104,17 +102,5 @@ class ElmoRunner(nn.Module):
             return torch.stack(bilm(ids).activations)
         idx = self.cache.lookup(bilm, rows, device)
         x = self.cache.matrix[idx]  # (B, T + 2, P)
-        return run_lstm(bilm, x, lengths)
+        return torch.stack(bilm.contextualize(x, lengths).activations)
 
-
-def run_lstm(bilm: BiLM, x: Tensor, lengths: Tensor) -> Tensor:
-    """The LSTM part of ``BiLM.forward`` on wrapped token vectors.
-
-    x: ``(B, T + 2, P)`` = ``<S>``, tokens, ``</S>``, zeros; lengths: ``(B,)`` without markers.
-    Returns ``(L + 1, B, T, 2P)``, zero at padded positions (same as ``BiLM.forward``).
-    """
-    T = x.shape[1] - 2
-    outs_f, outs_b, _ = bilm.lstm(x, x, lengths + 2, None, reverse_backward=True)
-    layers = [torch.cat([x, x], -1)] + [torch.cat([f, b], -1) for f, b in zip(outs_f, outs_b)]
-    keep = (torch.arange(T, device=x.device).unsqueeze(0) < lengths.unsqueeze(1)).unsqueeze(-1).to(x.dtype)
-    return torch.stack([layer[:, 1 : T + 1] * keep for layer in layers])
