@@ -3,15 +3,21 @@
 // * The input product of every timestep is one GEMM (addmm over B*T rows) in
 //   the original position order; the backward direction reads row b's step t
 //   at position len_b - 1 - t, so nothing reversed is ever materialised.
-// * Each step: z = h @ W_rec (MKL via at::mm_out on views), then one parallel
-//   pass (ISA-dispatched, vectorised) over (direction, row, channel chunk) for
-//   the gates, the cell clip and m = sigmoid(o) * tanh(c); then hp = m @ W_P
-//   and one pass for the projection clip, the state update, the residual and
-//   the scatter of the output to its own position.
-// * Directions are interleaved inside the same step loop: one parallel pass
-//   covers both directions, so both run concurrently on the thread team.
-// * Backward through time mirrors it; the weight gradients are three GEMMs
-//   over all timesteps at the end.
+// * float32 (the fast path): each step is two parallel passes over both
+//   directions at once (they run concurrently on the thread team, tasks pulled
+//   dynamically): (1) per panel of cells, z = h @ W_rec for the panel's four
+//   gate blocks is computed in registers from prepacked weights (packed once
+//   and cached while the weight tensor is unchanged) and the gates, forget
+//   bias, cell clip and m = sigmoid(o) * tanh(c) are applied right there;
+//   (2) per panel of projection columns, hp = m @ W_P in registers, then the
+//   projection clip, the state update, the residual and the scatter of the
+//   output to the row's own (possibly reversed) position.
+// * Other dtypes (float64 for gradcheck): the same algorithm with the
+//   recurrent/projection products as at::mm_out (MKL) on views and scalar
+//   gate loops.
+// * Backward through time mirrors it (float32: two fused passes per step with
+//   packed transposed weights); the weight gradients are GEMMs over all
+//   timesteps at the end.
 #include <ATen/Parallel.h>
 #define SE_WITH_ATEN_PARALLEL
 
@@ -40,7 +46,7 @@ template <typename T>
 inline T clipv(T x, T v) { return v < T(0) ? x : std::min(std::max(x, -v), v); }
 
 template <typename T>
-void gates_forward_generic(const cpu::GateArgs&, const T* z, const T* xi, T* cst, T* g, T* craw, T* m, int64_t C,
+void gates_forward_generic(const T* z, const T* xi, T* cst, T* g, T* craw, T* m, int64_t C,
                            int64_t c0, int64_t c1, T cc) {
   for (int64_t c = c0; c < c1; ++c) {
     const T si = sigm(z[c] + xi[c]);
@@ -344,7 +350,7 @@ LstmForwardResult lstm_forward_cpu(at::TensorList xs, const at::Tensor& lengths_
             kt.gates_forward(a);
             continue;
           }
-          gates_forward_generic<T_>(cpu::GateArgs{}, zr, xr, cr, gr, crr, mrow, C, cb, ce, cc);
+          gates_forward_generic<T_>(zr, xr, cr, gr, crr, mrow, C, cb, ce, cc);
         }
       });
       for (int64_t d = 0; d < ndir; ++d) at::mm_out(hp_t[d], m_t[d], wproj[d]);

@@ -60,8 +60,7 @@ struct LstmStep {
   void* m[2];            // (B, C)
   void* h[2];            // (B, P) state (GEMM input)
   void* h_prev[2];       // (B, T, P) or null
-  const void* hp[2];     // (B, P) projection before the clip
-  void* hp_save[2];      // unused
+  const void* hp[2];     // (B, P) projection before the clip (forward: this step's; backward: saved)
   void* out[2];          // (B, T, P)
   const void* x[2];      // (B, T, I) inputs (residual)
   // backward
