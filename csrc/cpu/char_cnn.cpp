@@ -18,6 +18,17 @@ namespace {
 
 constexpr int64_t kTokenBlock = 16;
 
+// dw += g * window; dpos += g * filter (both contiguous, width * D long)
+template <typename T>
+inline void window_grads(T* __restrict__ dw, const T* __restrict__ ew, T* __restrict__ dp, const T* __restrict__ wk,
+                         T g, int64_t K) {
+#pragma omp simd
+  for (int64_t r = 0; r < K; ++r) {
+    dw[r] += g * ew[r];
+    dp[r] += g * wk[r];
+  }
+}
+
 void check_inputs(const at::Tensor& ids, const at::Tensor& emb, at::TensorList weights, at::TensorList biases) {
   TORCH_CHECK(ids.dim() == 2, "char_cnn: char_ids must be (N, W)");
   TORCH_CHECK(emb.dim() == 2, "char_cnn: embedding must be (261, D)");
@@ -190,12 +201,25 @@ std::tuple<at::Tensor, std::vector<at::Tensor>, std::vector<at::Tensor>> char_cn
   std::vector<at::Tensor> dws, dbs;
   at::Tensor db_all = g.sum(0);
   for (size_t i = 0; i < weights.size(); ++i) {
-    dws.push_back(at::zeros_like(weights[i]));
+    dws.push_back(at::Tensor());
     dbs.push_back(db_all.narrow(0, offs[i], weights[i].size(0)).clone());
   }
+  // Parallel over blocks of tokens (dynamic): each thread keeps partial
+  // gradients of every filter in (f, k, d) layout and of the embedding table.
+  // Per token the window grads go to a per-position buffer first (contiguous
+  // vector loops of width * D), scattered to the table once per position.
   const int nthreads = at::get_num_threads();
+  int64_t wtotal = 0;
+  std::vector<int64_t> woffs;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    woffs.push_back(wtotal);
+    wtotal += weights[i].numel();
+  }
   at::Tensor demb_parts = at::zeros({nthreads, V, D}, emb.options());
-  // filter index of every channel
+  at::Tensor dw_parts = at::zeros({nthreads, wtotal}, emb.options());
+  // weights transposed to (f, k, d)
+  std::vector<at::Tensor> wt_all;
+  for (auto& w : weights) wt_all.push_back(w.permute({0, 2, 1}).contiguous());
   std::vector<int32_t> filt(F);
   for (size_t i = 0; i < weights.size(); ++i)
     for (int64_t f = 0; f < weights[i].size(0); ++f) filt[offs[i] + f] = (int32_t)i;
@@ -204,42 +228,48 @@ std::tuple<at::Tensor, std::vector<at::Tensor>, std::vector<at::Tensor>> char_cn
     const scalar_t* table = emb.data_ptr<scalar_t>();
     const scalar_t* gp = g.data_ptr<scalar_t>();
     const int32_t* ap = arg.data_ptr<int32_t>();
-    scalar_t* parts = demb_parts.data_ptr<scalar_t>();
-    at::parallel_for(0, F, 16, [&](int64_t f0, int64_t f1) {
-      scalar_t* de = parts + (int64_t)at::get_thread_num() * V * D;
-      int64_t maxw = 0;
-      for (auto w : widths) maxw = std::max(maxw, w);
-      std::vector<scalar_t> wt(maxw * D), dw(maxw * D);  // (k, d) layouts
-      for (int64_t fc = f0; fc < f1; ++fc) {
-        const int32_t i = filt[fc];
-        const int64_t f = fc - offs[i], width = widths[i];
-        const scalar_t* wsrc = weights[i].data_ptr<scalar_t>() + f * D * width;
-        for (int64_t d = 0; d < D; ++d)
-          for (int64_t k = 0; k < width; ++k) wt[k * D + d] = wsrc[d * width + k];
-        std::fill(dw.begin(), dw.end(), scalar_t(0));
-        for (int64_t n = 0; n < N; ++n) {
+    std::vector<const scalar_t*> wts;
+    for (auto& w : wt_all) wts.push_back(w.data_ptr<scalar_t>());
+    constexpr int64_t kBlock = 8;
+    const int64_t nblocks = (N + kBlock - 1) / kBlock;
+    cpu::dynamic_for(nblocks, [&](int64_t blk) {
+      const int64_t tid = at::get_thread_num();
+      scalar_t* de = demb_parts.data_ptr<scalar_t>() + tid * V * D;
+      scalar_t* dwp = dw_parts.data_ptr<scalar_t>() + tid * wtotal;
+      std::vector<scalar_t> e(W * D), dpos(W * D);
+      for (int64_t n = blk * kBlock; n < std::min(N, (blk + 1) * kBlock); ++n) {
+        for (int64_t w = 0; w < W; ++w) {
+          const int64_t id = idp[n * W + w];
+          for (int64_t d = 0; d < D; ++d) e[w * D + d] = id > 0 ? table[(id - 1) * D + d] : scalar_t(0);
+        }
+        std::fill(dpos.begin(), dpos.end(), scalar_t(0));
+        for (int64_t fc = 0; fc < F; ++fc) {
           const scalar_t gv = gp[n * F + fc];
           if (gv == scalar_t(0)) continue;
+          const int32_t i = filt[fc];
+          const int64_t f = fc - offs[i], K = widths[i] * D;
           const int64_t p = ap[n * F + fc];
-          for (int64_t k = 0; k < width; ++k) {
-            const int64_t id = idp[n * W + p + k];
-            if (id <= 0) continue;
-            const scalar_t* er = table + (id - 1) * D;
-            scalar_t* der = de + (id - 1) * D;
-            scalar_t* dwk = dw.data() + k * D;
-            const scalar_t* wk = wt.data() + k * D;
-            for (int64_t d = 0; d < D; ++d) {
-              dwk[d] += gv * er[d];
-              der[d] += gv * wk[d];
-            }
-          }
+          scalar_t* dw = dwp + woffs[i] + f * K;
+          const scalar_t* wk = wts[i] + f * K;
+          const scalar_t* ew = e.data() + p * D;
+          scalar_t* dp = dpos.data() + p * D;
+          window_grads<scalar_t>(dw, ew, dp, wk, gv, K);
         }
-        scalar_t* wdst = dws[i].data_ptr<scalar_t>() + f * D * width;
-        for (int64_t d = 0; d < D; ++d)
-          for (int64_t k = 0; k < width; ++k) wdst[d * width + k] = dw[k * D + d];
+        for (int64_t w = 0; w < W; ++w) {
+          const int64_t id = idp[n * W + w];
+          if (id <= 0) continue;
+          scalar_t* der = de + (id - 1) * D;
+          const scalar_t* s = dpos.data() + w * D;
+          for (int64_t d = 0; d < D; ++d) der[d] += s[d];
+        }
       }
     });
   });
+  at::Tensor dw_all = dw_parts.sum(0);
+  for (size_t i = 0; i < weights.size(); ++i) {
+    const int64_t count = weights[i].size(0), width = widths[i];
+    dws[i] = dw_all.narrow(0, woffs[i], count * width * D).view({count, width, D}).permute({0, 2, 1}).contiguous();
+  }
   at::Tensor demb = demb_parts.sum(0);
   return {demb, dws, dbs};
 }
