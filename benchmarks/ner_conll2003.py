@@ -168,12 +168,9 @@ def run_one(args, base, setting: str, fraction: float, seed: int, paths: dict, e
         eval_frequency=args.eval_frequency, patience=args.patience)
     run_dir = args.work_dir / "runs" / f"{setting}-f{fraction:g}-seed{seed}"
     ident = {"config": cfg.to_str(), "overrides": overrides}
-    cached = run_dir / "result.json"
-    if cached.exists() and not args.force:
-        rec = json.loads(cached.read_text(encoding="utf-8"))
-        if rec.get("ident") == ident:
-            print(f"re-using {cached} (--force to retrain)", flush=True)
-            return rec["result"]
+    cached = tb.cached_result(run_dir, ident, args.force)
+    if cached is not None:
+        return cached
     tb.banner(f"NER {setting}, {fraction:.0%} of train ({n_train:,} docs), seed {seed}")
     trained = tb.train_pipeline(cfg, run_dir, overrides, gpu_id)
     test = tb.evaluate_pipeline(Path(trained["model"]), paths["test"], gpu_id)
@@ -182,7 +179,7 @@ def run_one(args, base, setting: str, fraction: float, seed: int, paths: dict, e
               "best_dev_ents_f": trained["best_dev"].get("ents_f"), "test": test, "run_dir": str(run_dir)}
     print(f"test F1 {100 * test.get('ents_f', float('nan')):.2f} (P {100 * test.get('ents_p', 0):.2f}, "
           f"R {100 * test.get('ents_r', 0):.2f})", flush=True)
-    cached.write_text(json.dumps({"ident": ident, "result": result}, indent=2, default=str), encoding="utf-8")
+    tb.store_result(run_dir, ident, result)
     return result
 
 

@@ -408,3 +408,20 @@ def parse_list(text: str, cast=str) -> list:
 def banner(text: str) -> None:
     print(f"\n=== {text} ===", flush=True)
     sys.stdout.flush()
+
+
+def cached_result(run_dir: Path, ident: dict, force: bool) -> dict | None:
+    """The stored result of a finished run with the same config and overrides, else None."""
+    path = Path(run_dir) / "result.json"
+    if path.exists() and not force:
+        rec = json.loads(path.read_text(encoding="utf-8"))
+        if rec.get("ident") == ident:
+            print(f"re-using {path} (--force to retrain)", flush=True)
+            return rec["result"]
+    return None
+
+
+def store_result(run_dir: Path, ident: dict, result: dict) -> None:
+    """Keep a finished run's result so that re-running the benchmark re-uses it."""
+    path = Path(run_dir) / "result.json"
+    path.write_text(json.dumps({"ident": ident, "result": result}, indent=2, default=str), encoding="utf-8")

@@ -126,12 +126,9 @@ def run_one(args, base, dataset: str, setting: str, fraction: float, seed: int, 
         eval_frequency=args.eval_frequency, patience=args.patience)
     run_dir = args.work_dir / "runs" / f"{dataset}-{setting}-f{fraction:g}-seed{seed}"
     ident = {"config": cfg.to_str(), "overrides": overrides}
-    cached = run_dir / "result.json"
-    if cached.exists() and not args.force:
-        rec = json.loads(cached.read_text(encoding="utf-8"))
-        if rec.get("ident") == ident:
-            print(f"re-using {cached} (--force to retrain)", flush=True)
-            return rec["result"]
+    cached = tb.cached_result(run_dir, ident, args.force)
+    if cached is not None:
+        return cached
     tb.banner(f"textcat {dataset} {setting}, {fraction:.0%} of train ({n_train:,} docs), seed {seed}")
     trained = tb.train_pipeline(cfg, run_dir, overrides, gpu_id)
     test = tb.evaluate_pipeline(Path(trained["model"]), paths["test"], gpu_id, exclusive_cats=True)
@@ -139,7 +136,7 @@ def run_one(args, base, dataset: str, setting: str, fraction: float, seed: int, 
               "n_train_docs": n_train, "elmo": str(elmo) if elmo else None, **trained,
               "best_dev_cats_score": trained["best_dev"].get("cats_score"), "test": test, "run_dir": str(run_dir)}
     print(f"test macro-F1 {100 * test.get('cats_macro_f', float('nan')):.2f}, accuracy {100 * test['cats_accuracy']:.2f}", flush=True)
-    cached.write_text(json.dumps({"ident": ident, "result": result}, indent=2, default=str), encoding="utf-8")
+    tb.store_result(run_dir, ident, result)
     return result
 
 

@@ -1,6 +1,5 @@
 """``spacy-elmo export``: write a model as AllenNLP/bilm-tf files or in the native format."""
 
-import shutil
 from pathlib import Path
 
 import typer

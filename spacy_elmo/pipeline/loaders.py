@@ -3,8 +3,6 @@
 from pathlib import Path
 from typing import Callable, Optional, Tuple, Union
 
-from thinc.api import registry  # noqa: F401  (the loader is registered by entry point)
-
 from ..bilm import BiLM
 
 #: ``loader(backend) -> (BiLM, source)``

@@ -7,7 +7,7 @@ the carried LSTM states. Loaded with ``weights_only=True`` (no arbitrary pickle)
 
 import os
 from pathlib import Path
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, Union
 
 import torch
 

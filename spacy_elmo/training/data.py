@@ -24,7 +24,7 @@ import warnings
 from array import array
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterator, List, Optional, Tuple, Union
+from typing import Iterator, List, Optional, Union
 
 import numpy as np
 

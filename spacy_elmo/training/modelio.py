@@ -18,7 +18,7 @@ from ..bilm import BiLM
 from ..bilm.native_io import CONFIG_NAME, load_tensors, read_meta, resolve_model_dir
 from ..errors import Errors
 from .softmax import SoftmaxLayer
-from .vocab import VOCAB_NAME, Vocab
+from .vocab import Vocab
 
 PathLike = Union[str, Path]
 SOFTMAX_FILE = "softmax.safetensors"

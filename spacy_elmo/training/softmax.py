@@ -1,7 +1,6 @@
 """The output softmax shared by both LM directions: sampled for training, full for evaluation."""
 
 import math
-from typing import Optional
 
 import torch
 import torch.nn.functional as F

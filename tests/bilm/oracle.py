@@ -68,6 +68,14 @@ def write_weights(path, options: dict, rng: np.random.Generator, lstm_scale: flo
             f.create_dataset(name, data=np.asarray(value, dtype=np.float32))
 
 
+def write_model_files(directory, opts: dict, seed: int = 0, **kwargs):
+    """``(options.json, weights.hdf5)`` with random weights for ``opts`` in ``directory``."""
+    opt_path, weight_path = directory / "options.json", directory / "weights.hdf5"
+    write_options(opt_path, opts)
+    write_weights(weight_path, opts, np.random.default_rng(seed), **kwargs)
+    return opt_path, weight_path
+
+
 class NumpyElmo:
     """ELMo in float64, one sentence at a time, optional carried states per batch row."""
 

@@ -10,12 +10,11 @@ AllenNLP's activations include ``<S>``/``</S>``: they are removed with AllenNLP'
 own ``remove_sentence_boundaries`` before comparing, per layer, at valid positions.
 """
 
-import numpy as np
 import pytest
 import torch
 
 from spacy_elmo import BiLM, batch_to_ids
-from tests.bilm.oracle import options, write_options, write_weights
+from tests.bilm.oracle import options, write_model_files
 
 ATOL = 1e-5
 
@@ -37,14 +36,6 @@ SENTENCES = [
     ["emoji", "🎉🎉", "x" * 60, ""],
     ["a"],
 ]
-
-
-def make_files(tmp_path, opts, seed=0, **kwargs):
-    rng = np.random.default_rng(seed)
-    opt_path, weight_path = tmp_path / "options.json", tmp_path / "weights.hdf5"
-    write_options(opt_path, opts)
-    write_weights(weight_path, opts, rng, **kwargs)
-    return opt_path, weight_path
 
 
 def allennlp_layers(bilm, char_ids):
@@ -92,7 +83,7 @@ def test_char_ids_of_markers_and_surrogates_match(allennlp):
 def test_stateless_matches_allennlp(tmp_path, allennlp, variant):
     opts = options(filters=((1, 4), (2, 6), (3, 8)), **variant)
     scale = 3.0 if variant.get("clip") == 0.5 else 1.0
-    opt_path, weight_path = make_files(tmp_path, opts, lstm_scale=scale)
+    opt_path, weight_path = write_model_files(tmp_path, opts, lstm_scale=scale)
     model = BiLM.from_allennlp(opt_path, weight_path, backend="reference")
     theirs_bilm = allennlp.load_elmo_bilm(opt_path, weight_path)
     for sentences in (SENTENCES, [["one", "more", "batch"], []]):
@@ -106,7 +97,7 @@ def test_stateless_matches_allennlp(tmp_path, allennlp, variant):
 
 def test_stateful_matches_allennlp_over_batches(tmp_path, allennlp):
     opts = options(filters=((1, 4), (2, 6), (3, 8)))
-    opt_path, weight_path = make_files(tmp_path, opts, seed=1)
+    opt_path, weight_path = write_model_files(tmp_path, opts, seed=1)
     model = BiLM.from_allennlp(opt_path, weight_path, stateful=True, backend="reference")
     theirs_bilm = allennlp.load_elmo_bilm(opt_path, weight_path)
     batches = [
@@ -130,7 +121,7 @@ def test_stateful_matches_allennlp_over_batches(tmp_path, allennlp):
 
 def test_exported_model_runs_unchanged_in_allennlp(tmp_path, allennlp):
     opts = options(filters=((1, 4), (2, 6), (3, 8)))
-    opt_path, weight_path = make_files(tmp_path, opts, seed=4)
+    opt_path, weight_path = write_model_files(tmp_path, opts, seed=4)
     model = BiLM.from_allennlp(opt_path, weight_path, backend="reference")
     # Perturb every parameter so the export is not just a copy of the input file.
     with torch.no_grad():
@@ -156,7 +147,7 @@ def test_files_allennlp_refuses(tmp_path, allennlp, variant, error):
     false (refused on purpose), n_layers 1 (its loader always looks under MultiRNNCell/Cell{l}),
     F == P (no CNN_proj datasets; its loader always reads them)."""
     opts = options(**variant)
-    opt_path, weight_path = make_files(tmp_path, opts)
+    opt_path, weight_path = write_model_files(tmp_path, opts)
     BiLM.from_allennlp(opt_path, weight_path, backend="reference")  # we read them
     with pytest.raises(Exception) as info:
         allennlp.load_elmo_bilm(opt_path, weight_path)

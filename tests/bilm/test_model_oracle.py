@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from spacy_elmo import BiLM, batch_to_ids
-from tests.bilm.oracle import NumpyElmo, options, write_options, write_weights
+from tests.bilm.oracle import NumpyElmo, options, write_model_files
 
 ATOL = 1e-5
 
@@ -16,14 +16,6 @@ SENTENCES = [
     ["emoji", "🎉🎉", "x" * 60],
     ["a"],
 ]
-
-
-def make_files(tmp_path, opts, seed=0, **kwargs):
-    rng = np.random.default_rng(seed)
-    opt_path, weight_path = tmp_path / "options.json", tmp_path / "weights.hdf5"
-    write_options(opt_path, opts)
-    write_weights(weight_path, opts, rng, **kwargs)
-    return opt_path, weight_path
 
 
 def assert_matches(out, expected, sentences):
@@ -54,7 +46,7 @@ def assert_matches(out, expected, sentences):
 )
 def test_stateless_matches_oracle(tmp_path, variant):
     opts = options(**variant)
-    opt_path, weight_path = make_files(tmp_path, opts)
+    opt_path, weight_path = write_model_files(tmp_path, opts)
     model = BiLM.from_allennlp(opt_path, weight_path, backend="reference")
     oracle = NumpyElmo(opts, weight_path)
     W = opts["char_cnn"]["max_characters_per_token"]
@@ -68,7 +60,7 @@ def test_exported_file_reads_the_same_under_allennlp_conventions(tmp_path):
     """AllenNLP negates the carry gate, reorders gates and folds the forget bias at load time:
     the oracle doing exactly that on our exported file must give our numbers."""
     opts = options()
-    opt_path, weight_path = make_files(tmp_path, opts)
+    opt_path, weight_path = write_model_files(tmp_path, opts)
     model = BiLM.from_allennlp(opt_path, weight_path, backend="reference")
     model.to_allennlp(tmp_path / "out_options.json", tmp_path / "out.hdf5")
     oracle = NumpyElmo(opts, tmp_path / "out.hdf5", convention="allennlp")
@@ -79,7 +71,7 @@ def test_exported_file_reads_the_same_under_allennlp_conventions(tmp_path):
 
 def test_stateful_carries_states_over_consecutive_batches(tmp_path):
     opts = options()
-    opt_path, weight_path = make_files(tmp_path, opts, seed=1)
+    opt_path, weight_path = write_model_files(tmp_path, opts, seed=1)
     model = BiLM.from_allennlp(opt_path, weight_path, stateful=True, backend="reference")
     oracle = NumpyElmo(opts, weight_path)
     batches = [
@@ -104,7 +96,7 @@ def test_stateful_carries_states_over_consecutive_batches(tmp_path):
 
 def test_clipping_binds_and_matches(tmp_path):
     opts = options(clip=0.5)
-    opt_path, weight_path = make_files(tmp_path, opts, seed=2, lstm_scale=3.0)
+    opt_path, weight_path = write_model_files(tmp_path, opts, seed=2, lstm_scale=3.0)
     model = BiLM.from_allennlp(opt_path, weight_path, backend="reference")
     oracle = NumpyElmo(opts, weight_path)
     sentences = [["clip", "me", "hard", "please", "now"], ["short"]]
@@ -123,11 +115,8 @@ def test_highway_gate_sign(tmp_path, carry_bias):
     """TF semantics: a large carry bias passes the transform branch, a negative one the input."""
     opts = options(n_highway=1, filters=((1, 4), (2, 4)), P=6)
     F = 8
-    rng = np.random.default_rng(3)
     overrides = {"CNN_high_0/b_carry": np.full(F, carry_bias)}
-    opt_path, weight_path = tmp_path / "o.json", tmp_path / "w.hdf5"
-    write_options(opt_path, opts)
-    write_weights(weight_path, opts, rng, overrides=overrides)
+    opt_path, weight_path = write_model_files(tmp_path, opts, seed=3, overrides=overrides)
     model = BiLM.from_allennlp(opt_path, weight_path, backend="reference")
     oracle = NumpyElmo(opts, weight_path)
     ids = batch_to_ids([["gate"]])[0]
@@ -147,7 +136,7 @@ def test_highway_gate_sign(tmp_path, carry_bias):
 
 def test_same_sentence_same_vectors_in_any_batch(tmp_path):
     opts = options()
-    opt_path, weight_path = make_files(tmp_path, opts)
+    opt_path, weight_path = write_model_files(tmp_path, opts)
     model = BiLM.from_allennlp(opt_path, weight_path, backend="reference")
     target = ["Deterministic", "by", "default"]
     with torch.no_grad():
@@ -161,7 +150,7 @@ def test_same_sentence_same_vectors_in_any_batch(tmp_path):
 
 def test_all_empty_batch(tmp_path):
     opts = options()
-    opt_path, weight_path = make_files(tmp_path, opts)
+    opt_path, weight_path = write_model_files(tmp_path, opts)
     model = BiLM.from_allennlp(opt_path, weight_path, backend="reference")
     out = model(batch_to_ids([[], []]))
     assert out.mask.shape == (2, 0)
@@ -170,7 +159,7 @@ def test_all_empty_batch(tmp_path):
 
 def test_gradients_flow_to_every_parameter(tmp_path):
     opts = options()
-    opt_path, weight_path = make_files(tmp_path, opts)
+    opt_path, weight_path = write_model_files(tmp_path, opts)
     model = BiLM.from_allennlp(opt_path, weight_path, backend="reference")
     out = model(batch_to_ids([["grad", "check"], ["x"]]))
     sum(a.sum() for a in out.activations).backward()
