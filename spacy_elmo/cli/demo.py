@@ -1,5 +1,6 @@
 """``spacy-elmo demo``: contextual vectors of the two senses of "bank", and speed."""
 
+import tempfile
 import time
 from typing import List, Optional
 
@@ -46,6 +47,20 @@ def _tokens_per_second(bilm: BiLM, batch: int = 32, length: int = 20, repeats: i
     return batch * length / sorted(times)[len(times) // 2]
 
 
+def _pipeline_words_per_second(model_dir: str, n_docs: int = 200) -> float:
+    """Words/s of ``nlp.pipe`` with a sentencizer and the ``elmo`` component (doc data kept)."""
+    import spacy
+
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    nlp.add_pipe("elmo", config={"weights": model_dir})
+    texts = [" ".join(SENTENCES[i % len(SENTENCES)] + SENTENCES[(i + 1) % len(SENTENCES)]) for i in range(n_docs)]
+    list(nlp.pipe(texts[:8]))  # warm-up and weight loading
+    start = time.perf_counter()
+    words = sum(len(doc) for doc in nlp.pipe(texts))
+    return words / (time.perf_counter() - start)
+
+
 @app.command()
 def demo(
     model: Optional[str] = typer.Option(None, help="Model directory (default: the bundled model)."),
@@ -77,4 +92,10 @@ def demo(
         typer.echo(f"{k:>8} {same_r:>12.3f} {same_m:>12.3f} {cross:>12.3f}")
     typer.echo("(layer 0 is context-independent: every 'bank' is the same vector there)")
     tps = _tokens_per_second(bilm)
-    typer.echo(f"\nspeed: {tps:,.0f} tokens/s (batch 32 x 20 tokens, {threads} threads, {bilm.backend} backend)")
+    typer.echo(f"\nbiLM: {tps:,.0f} tokens/s (batch 32 x 20 tokens, {threads} threads, {bilm.backend} backend)")
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = model or ("default" if source == "bundled default" else tmp)
+        if model_dir == tmp:
+            bilm.save(tmp)
+        wps = _pipeline_words_per_second(model_dir)
+    typer.echo(f"spaCy pipeline (sentencizer + elmo): {wps:,.0f} words/s with nlp.pipe")
