@@ -28,6 +28,7 @@ from spacy_elmo.ops import fused_available
 from spacy_elmo.training.lm import BidirectionalLM, encode_batch
 from spacy_elmo.training.sampler import LogUniformSampler
 from spacy_elmo.training.softmax import SoftmaxLayer
+from spacy_elmo.training.trainer import build_optimizer
 from spacy_elmo.training.vocab import SPECIALS, CharTable, Vocab
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -93,7 +94,7 @@ def bench_preset(preset, backends, args, device):
         softmax = SoftmaxLayer(len(vocab), config.projection_dim)
         softmax.load_state_dict(softmax0.state_dict())
         lm = BidirectionalLM(bilm, softmax).to(device).train()
-        opt = torch.optim.Adagrad(lm.parameters(), lr=0.2, initial_accumulator_value=1.0)
+        opt = build_optimizer("adagrad", None, lm.parameters())  # what `pretrain` uses
         sampler = LogUniformSampler(len(vocab), args.negatives)
         steppers[name] = make_step(lm, opt, sampler, CharTable(vocab, config.max_characters_per_token), vocab, device,
                                    device.type == "cuda" and args.bf16, torch.Generator().manual_seed(0))

@@ -38,13 +38,22 @@ class SoftmaxLayer(nn.Module):
 
         h ``(N, P)``, targets ``(N,)``; the candidates are shared by all N rows.
         Every logit is corrected by ``-log(expected count)``; a candidate equal
-        to the row's target is removed (its logit set to -inf). Returns ``(N,)``.
+        to the row's target is removed (its logit set to the lowest float). Returns ``(N,)``.
         """
         cand = sample.candidates.to(h.device)
         true_logq = torch.log(sampler.expected_count(targets.cpu(), sample.num_tries)).to(h.device)
         cand_logq = torch.log(sampler.expected_count(sample.candidates, sample.num_tries)).to(h.device)
         true_logit = (h * self.weight[targets]).sum(-1).float() + self.bias[targets].float() - true_logq
-        cand_logit = F.linear(h, self.weight[cand], self.bias[cand]).float() - cand_logq
-        cand_logit = cand_logit.masked_fill(targets.unsqueeze(1) == cand.unsqueeze(0), float("-inf"))
-        logits = torch.cat([true_logit.unsqueeze(1), cand_logit], 1)
-        return torch.logsumexp(logits, 1) - true_logit
+        # The (N, S) logits dominate the cost: they are corrected in place (the product's
+        # backward does not need its output) and never concatenated with the true logit.
+        cand_logit = F.linear(h, self.weight[cand], self.bias[cand]).float()
+        cand_logit.sub_(cand_logq)
+        # Accidental hits: row n's target sits at column `where[targets[n]]` of the sample
+        # (-1: not sampled): N lookups instead of an (N, S) comparison.
+        where = torch.full((self.vocab_size,), -1, dtype=torch.long, device=h.device)
+        where[cand] = torch.arange(cand.numel(), device=h.device)
+        col = where[targets]
+        rows = (col >= 0).nonzero().squeeze(1)
+        # The lowest float rather than -inf keeps a row whose every candidate is a hit finite.
+        cand_logit.index_put_((rows, col[rows]), cand_logit.new_tensor(torch.finfo(cand_logit.dtype).min))
+        return torch.logaddexp(torch.logsumexp(cand_logit, 1), true_logit) - true_logit

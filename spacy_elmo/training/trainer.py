@@ -155,11 +155,16 @@ def _corpus_vocab(corpus: Corpus, cfg: TrainConfig) -> Vocab:
     return Vocab(corpus.types, size)
 
 
-def _optimizer(cfg: TrainConfig, params) -> torch.optim.Optimizer:
-    if cfg.optimizer == "adagrad":
+def build_optimizer(name: str, lr: Optional[float], params) -> torch.optim.Optimizer:
+    """``"adagrad"`` (bilm-tf's, the default) or ``"adam"``; ``lr`` None = the recipe's rate."""
+    if name == "adagrad":
         # bilm-tf: AdagradOptimizer(0.2, initial_accumulator_value=1.0).
-        return torch.optim.Adagrad(params, lr=cfg.lr or 0.2, initial_accumulator_value=1.0)
-    return torch.optim.Adam(params, lr=cfg.lr or 1e-3)
+        # PyTorch's fused Adagrad is CPU-only; it is ~4x faster than the per-tensor loop on the
+        # dense 50k-row softmax and gives the same updates.
+        params = list(params)
+        fused = all(p.device.type == "cpu" for p in params)
+        return torch.optim.Adagrad(params, lr=lr or 0.2, initial_accumulator_value=1.0, fused=fused or None)
+    return torch.optim.Adam(params, lr=lr or 1e-3)
 
 
 def _resume_settings(cfg: TrainConfig, world: int, vocab: Vocab, model: Dict[str, Any]) -> Dict[str, Any]:
@@ -228,7 +233,7 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
     char_table = CharTable(vocab, bilm.config.max_characters_per_token)
     batcher = StreamBatcher(corpus, cfg.batch_size, cfg.unroll, cfg.seed, rank, world)
     lm = BidirectionalLM(bilm, softmax).to(device)
-    optimizer = _optimizer(cfg, lm.parameters())
+    optimizer = build_optimizer(cfg.optimizer, cfg.lr, lm.parameters())
     settings = _resume_settings(cfg, world, vocab, bilm.config.to_dict())
     sampler = LogUniformSampler(vocab.size, cfg.negatives)
     full_softmax = cfg.negatives >= vocab.size

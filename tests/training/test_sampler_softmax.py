@@ -46,3 +46,52 @@ def test_accidental_hits_removed():
     without = softmax.sampled_nll(h, targets, Sample(torch.tensor([5, 7]), 10), sampler)
     # Row 0's target is a candidate: removing it equals not sampling it.
     assert torch.allclose(with_hit[0], without[0], atol=1e-6)
+
+
+def _numpy_sampled_nll(h, weight, bias, targets, cand, true_logq, cand_logq):
+    """float64 oracle of TF's sampled softmax with accidental hits removed."""
+    import numpy as np
+
+    true = (h * weight[targets]).sum(-1) + bias[targets] - true_logq
+    logits = h @ weight[cand].T + bias[cand] - cand_logq
+    logits[targets[:, None] == cand[None, :]] = -np.inf
+    full = np.concatenate([true[:, None], logits], 1)
+    m = full.max(1)
+    return np.log(np.exp(full - m[:, None]).sum(1)) + m - true
+
+
+def test_sampled_nll_and_gradients_match_numpy_oracle():
+    import numpy as np
+
+    torch.manual_seed(3)
+    V, P, N = 40, 6, 25
+    softmax = SoftmaxLayer(V, P).double()
+    sampler = LogUniformSampler(V, 12)
+    sample = sampler.sample(torch.Generator().manual_seed(0))
+    targets = torch.cat([sample.candidates[:5], torch.randint(V, (N - 5,))])  # several hits
+    h = torch.randn(N, P, dtype=torch.float64, requires_grad=True)
+    nll = softmax.sampled_nll(h, targets, sample, sampler)
+    tq = torch.log(sampler.expected_count(targets, sample.num_tries)).double().numpy()
+    cq = torch.log(sampler.expected_count(sample.candidates, sample.num_tries)).double().numpy()
+    args = (softmax.weight.detach().numpy(), softmax.bias.detach().numpy(), targets.numpy(), sample.candidates.numpy(), tq, cq)
+    want = _numpy_sampled_nll(h.detach().numpy(), *args)
+    # the logits are float32 whatever the model's dtype: compare to float32 precision
+    np.testing.assert_allclose(nll.detach().numpy(), want, rtol=1e-5, atol=1e-5)
+    nll.sum().backward()
+    eps, grad = 1e-6, np.zeros((N, P))
+    base = h.detach().numpy()
+    for i in range(N):
+        for j in range(P):
+            up, down = base.copy(), base.copy()
+            up[i, j] += eps
+            down[i, j] -= eps
+            grad[i, j] = (_numpy_sampled_nll(up, *args).sum() - _numpy_sampled_nll(down, *args).sum()) / (2 * eps)
+    np.testing.assert_allclose(h.grad.numpy(), grad, rtol=1e-4, atol=1e-5)
+
+
+def test_every_candidate_a_hit_stays_finite():
+    softmax = SoftmaxLayer(10, 4)
+    h = torch.randn(2, 4, requires_grad=True)
+    nll = softmax.sampled_nll(h, torch.tensor([3, 3]), Sample(torch.tensor([3]), 5), LogUniformSampler(10, 1))
+    nll.sum().backward()
+    assert torch.allclose(nll, torch.zeros(2)) and torch.isfinite(h.grad).all()

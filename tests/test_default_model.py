@@ -1,0 +1,87 @@
+"""The bundled default English model (issue 6): what ships, and every way of reaching it.
+
+Skipped only where the package holds no default model (a checkout before it was trained);
+the repository ships one, so these run in CI.
+"""
+
+import json
+
+import numpy
+import pytest
+import torch
+from safetensors import safe_open
+from typer.testing import CliRunner
+
+from spacy_elmo import BiLM, BiLMConfig
+from spacy_elmo.bilm.native_io import CONFIG_NAME, DEFAULT_MODEL_DIR
+from spacy_elmo.cli import app
+from spacy_elmo.training.modelio import load_pretrained
+
+pytestmark = pytest.mark.skipif(not (DEFAULT_MODEL_DIR / CONFIG_NAME).exists(), reason="no bundled default model")
+
+RIVER = ["We sat on the bank of the river .", "The boat drifted toward the muddy bank of the stream ."]
+MONEY = ["She paid the cheque into her bank account .", "The bank raised its interest rates ."]
+
+
+@pytest.fixture(scope="module")
+def bilm():
+    model = BiLM.load("default")
+    model.eval()
+    return model
+
+
+def test_small_preset_float16_with_softmax():
+    small = BiLMConfig.preset("small")
+    cfg = json.loads((DEFAULT_MODEL_DIR / CONFIG_NAME).read_text())["config"]
+    for key in ("cell_dim", "projection_dim", "n_layers", "max_characters_per_token"):
+        assert cfg[key] == getattr(small, key)
+    with safe_open(str(DEFAULT_MODEL_DIR / "model.safetensors"), "pt") as f:
+        names = set(f.keys())
+        assert {"softmax.weight", "softmax.bias"} <= names
+        assert {f.get_tensor(n).dtype for n in names} == {torch.float16}
+    bilm, softmax, vocab, provenance = load_pretrained("default", backend="reference")
+    assert bilm.config.output_dim == 256
+    assert softmax is not None and softmax.weight.dtype == torch.float32  # loads as float32
+    assert len(vocab) >= 30_000 and vocab.types[:3] == ["<S>", "</S>", "<UNK>"]
+    assert provenance["recipe"] == "benchmarks/train_default.py"
+
+
+def test_no_argument_add_pipe_gives_contextual_vectors():
+    import spacy
+
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    nlp.add_pipe("elmo")  # no weights: the bundled model
+    doc = nlp("I went to the bank. It was closed.")
+    assert doc._.elmo.shape == (3, len(doc), 256) and doc._.elmo.dtype == numpy.float16
+    assert nlp.get_pipe("elmo").source == "default"
+    # the same word in different contexts gets different vectors above layer 0
+    a, b = nlp("the bank of the river")[1], nlp("the bank raised rates")[1]
+    numpy.testing.assert_array_equal(a.doc._.elmo[0, 1], b.doc._.elmo[0, 1])
+    assert a.similarity(b) < 0.999
+
+
+def test_senses_of_bank_separate_in_the_top_layer(bilm):
+    """A trained model places the two river banks nearer each other than either money bank."""
+    from spacy_elmo import batch_to_ids
+
+    sents = [s.split() for s in RIVER + MONEY]
+    with torch.no_grad():
+        top = bilm(batch_to_ids(sents)).activations[-1]
+    v = torch.stack([top[i, s.index("bank")] for i, s in enumerate(sents)])
+    cos = torch.nn.functional.cosine_similarity(v.unsqueeze(1), v.unsqueeze(0), dim=-1)
+    within = (cos[0, 1] + cos[2, 3]) / 2
+    across = cos[:2, 2:].mean()
+    assert within > across
+
+
+def test_evaluate_default_beats_uniform(tmp_path):
+    text = tmp_path / "t.txt"
+    text.write_text("The president spoke to the nation about the economy .\nShe walked down to the river in the morning .\n",
+                    encoding="utf-8")
+    result = CliRunner().invoke(app, ["evaluate", "default", str(text), "--json"])
+    assert result.exit_code == 0, result.output
+    res = json.loads(result.output.strip().splitlines()[-1])
+    # uniform guessing over the vocabulary would give len(vocab); a language model is far below
+    assert res["vocab_size"] >= 30_000
+    assert 1.0 < res["perplexity"] < res["vocab_size"] / 20
