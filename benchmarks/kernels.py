@@ -182,7 +182,6 @@ def bench_kernels(rec, preset, batch, length, args, device):
 
     C, P, _ = PRESETS[preset]
     g = torch.Generator().manual_seed(0)
-    dt = torch.float32
     n_tok = batch * length
     ids = char_ids_of(random_sentences(batch, length)).view(-1, W).to(device)
     emb = (torch.rand(261, D, generator=g) * 2 - 1).to(device)

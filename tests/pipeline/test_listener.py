@@ -5,7 +5,7 @@ import pytest
 import spacy
 import torch
 from spacy.training import Example
-from thinc.api import Adam, set_dropout_rate
+from thinc.api import set_dropout_rate
 
 from spacy_elmo.pipeline.bilm_layer import get_bilm
 from spacy_elmo.pipeline.listener import ElmoListener

@@ -1,6 +1,5 @@
 """Small corpora and tiny models for the pretraining tests."""
 
-import json
 import random
 from pathlib import Path
 

@@ -30,7 +30,7 @@ def test_perplexity_falls_far_below_unigram(tmp_path):
     train_file = write_corpus(tmp_path / "train.txt", 600)
     held = write_corpus(tmp_path / "held.txt", 80, seed=7)
     out = tmp_path / "out"
-    summary = train(tiny_train_config(train_file, out, max_steps=120, checkpoint_every=120, optimizer="adam", lr=0.01, log_every=20))
+    train(tiny_train_config(train_file, out, max_steps=120, checkpoint_every=120, optimizer="adam", lr=0.01, log_every=20))
     result = evaluate_model_dir(out, held)
     # Unigram baseline on the same held-out targets (the stream without its first token).
     corpus = Corpus.load(out / "data")

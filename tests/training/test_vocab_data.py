@@ -1,9 +1,7 @@
 """Vocabulary order, corpus reading and the bad-input cases."""
 
-import warnings
 from collections import Counter
 
-import numpy as np
 import pytest
 import torch
 
