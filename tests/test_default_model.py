@@ -85,3 +85,19 @@ def test_evaluate_default_beats_uniform(tmp_path):
     # uniform guessing over the vocabulary would give len(vocab); a language model is far below
     assert res["vocab_size"] >= 30_000
     assert 1.0 < res["perplexity"] < res["vocab_size"] / 20
+
+
+def test_empty_paths_elmo_in_the_configs_means_the_bundled_model():
+    from pathlib import Path
+
+    import spacy
+    from spacy.util import load_config
+
+    cfg = load_config(Path(__file__).parent.parent / "configs" / "ner.cfg")
+    assert cfg["paths"]["elmo"] == ""
+    loader = spacy.registry.misc.get("spacy_elmo.WeightsLoader.v1")(cfg["paths"]["elmo"])
+    bilm, source = loader("reference")
+    assert source == "default"
+    want = BiLM.load("default", backend="reference").state_dict()
+    got = bilm.state_dict()
+    assert want.keys() == got.keys() and all(torch.equal(want[k], got[k]) for k in want)
