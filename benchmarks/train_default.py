@@ -252,7 +252,9 @@ def convert(args, state: dict, heldout: Path) -> dict:
     if softmax is None or vocab is None:
         raise SystemExit(f"{best} has no softmax / vocab.txt: it was not written by `spacy_elmo pretrain`")
     provenance = dict(provenance, recipe="benchmarks/train_default.py", run_options=state["run"],
-                      best_step=state["best"]["step"], heldout_float32=state["best"], stopped=state["stopped"],
+                      best_step=state["best"]["step"], heldout_float32=state["best"], chunks=state["chunks"],
+                      # None: paused by the person running it while still improving, not by the recipe
+                      stopped=state["stopped"] or "paused while held-out perplexity was still improving",
                       corpus_manifest=_manifest(Path(state["run"]["train_text"]).parent))
     out.mkdir(parents=True, exist_ok=True)
     vocab.save(out)

@@ -19,8 +19,11 @@ from spacy_elmo.training.modelio import load_pretrained
 
 pytestmark = pytest.mark.skipif(not (DEFAULT_MODEL_DIR / CONFIG_NAME).exists(), reason="no bundled default model")
 
-RIVER = ["We sat on the bank of the river .", "The boat drifted toward the muddy bank of the stream ."]
-MONEY = ["She paid the cheque into her bank account .", "The bank raised its interest rates ."]
+# Four sentences a sense: with one pair a sense the comparison rests on two cosines and is noise.
+RIVER = ["We sat on the bank of the river .", "The boat drifted toward the muddy bank of the stream .",
+         "Fishermen stood along the bank of the river .", "The river overflowed its bank after the rain ."]
+MONEY = ["She paid the cheque into her bank account .", "The bank raised its interest rates .",
+         "He borrowed money from the bank to buy a house .", "The bank lent him money at a low rate ."]
 
 
 @pytest.fixture(scope="module")
@@ -61,30 +64,47 @@ def test_no_argument_add_pipe_gives_contextual_vectors():
     assert a.similarity(b) < 0.999
 
 
-def test_senses_of_bank_separate_in_the_top_layer(bilm):
-    """A trained model places the two river banks nearer each other than either money bank."""
+def test_senses_of_bank_separate_above_layer_0(bilm):
+    """A trained model places river banks nearer each other than money banks, in both biLSTM
+    layers; layer 0 (the char CNN) cannot tell them apart."""
     from spacy_elmo import batch_to_ids
 
     sents = [s.split() for s in RIVER + MONEY]
+    n = len(RIVER)
     with torch.no_grad():
-        top = bilm(batch_to_ids(sents)).activations[-1]
-    v = torch.stack([top[i, s.index("bank")] for i, s in enumerate(sents)])
-    cos = torch.nn.functional.cosine_similarity(v.unsqueeze(1), v.unsqueeze(0), dim=-1)
-    within = (cos[0, 1] + cos[2, 3]) / 2
-    across = cos[:2, 2:].mean()
-    assert within > across
+        acts = bilm(batch_to_ids(sents)).activations
+    for layer, act in enumerate(acts):
+        v = torch.stack([act[i, s.index("bank")] for i, s in enumerate(sents)])
+        cos = torch.nn.functional.cosine_similarity(v.unsqueeze(1), v.unsqueeze(0), dim=-1)
+        within = (cos[:n, :n].sum() + cos[n:, n:].sum() - 2 * n) / (2 * n * (n - 1))
+        across = cos[:n, n:].mean()
+        if layer == 0:
+            assert within == pytest.approx(1.0) and across == pytest.approx(1.0)
+        else:
+            assert within > across, f"layer {layer}: within-sense {within:.3f} <= across-sense {across:.3f}"
 
 
-def test_evaluate_default_beats_uniform(tmp_path):
-    text = tmp_path / "t.txt"
-    text.write_text("The president spoke to the nation about the economy .\nShe walked down to the river in the morning .\n",
-                    encoding="utf-8")
-    result = CliRunner().invoke(app, ["evaluate", "default", str(text), "--json"])
-    assert result.exit_code == 0, result.output
-    res = json.loads(result.output.strip().splitlines()[-1])
-    # uniform guessing over the vocabulary would give len(vocab); a language model is far below
-    assert res["vocab_size"] >= 30_000
-    assert 1.0 < res["perplexity"] < res["vocab_size"] / 20
+def test_evaluate_default_prefers_real_word_order(tmp_path):
+    """`evaluate default` runs, and the model is a language model: the same words score far
+    better in their real order than shuffled (perplexity on a few sentences is high in absolute
+    terms, the carried-state warm-up effect documented in docs/default-model.md)."""
+    import random
+
+    lines = ["The president spoke to the nation about the economy .", "She walked down to the river in the morning .",
+             "The children played in the garden while their mother read a letter .",
+             "He said that the war would end before the winter ."]
+    words = " ".join(lines).split()
+    random.Random(0).shuffle(words)
+    results = {}
+    for name, text in (("real", "\n".join(lines)), ("shuffled", " ".join(words))):
+        path = tmp_path / f"{name}.txt"
+        path.write_text(text + "\n", encoding="utf-8")
+        result = CliRunner().invoke(app, ["evaluate", "default", str(path), "--json"])
+        assert result.exit_code == 0, result.output
+        results[name] = json.loads(result.output.strip().splitlines()[-1])
+    assert results["real"]["vocab_size"] >= 30_000 and results["real"]["oov_rate"] == 0.0
+    assert results["real"]["perplexity"] < results["real"]["vocab_size"]  # below uniform guessing
+    assert results["real"]["perplexity"] < results["shuffled"]["perplexity"] / 2
 
 
 def test_empty_paths_elmo_in_the_configs_means_the_bundled_model():

@@ -12,24 +12,27 @@ from ..bilm.native_io import DEFAULT_MODEL_DIR, CONFIG_NAME
 from ..chars import batch_to_ids
 from .app import app
 
-SENTENCES = [
+RIVER = [
     "We sat on the bank of the river and watched the water .".split(),
     "The fishermen pulled their boat up onto the muddy bank .".split(),
+    "Reeds grew thick along the bank of the stream .".split(),
+    "The river flooded its bank after the storm .".split(),
+]
+MONEY = [
     "She deposited the cheque at the bank on Monday morning .".split(),
     "The bank raised its interest rates again .".split(),
+    "He asked the bank for a loan to buy a house .".split(),
+    "The bank closed his account last year .".split(),
 ]
+SENTENCES = RIVER + MONEY
 
 
 def _bank_vectors(bilm: BiLM) -> List[torch.Tensor]:
-    """Per layer: ``(4, 2P)`` vectors of "bank" in the four demo sentences."""
+    """Per layer: ``(8, 2P)`` vectors of "bank" in the demo sentences (river first)."""
     with torch.no_grad():
         out = bilm(batch_to_ids(SENTENCES))
     index = [s.index("bank") for s in SENTENCES]
     return [torch.stack([layer[i, j] for i, j in enumerate(index)]) for layer in out.activations]
-
-
-def _cosine(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float(torch.nn.functional.cosine_similarity(a, b, dim=0))
 
 
 def _tokens_per_second(bilm: BiLM, batch: int = 32, length: int = 20, repeats: int = 3) -> float:
@@ -84,11 +87,15 @@ def demo(
     typer.echo(f"model: {source}; backend: {bilm.backend}; output width {bilm.config.output_dim}")
     for i, s in enumerate(SENTENCES):
         typer.echo(f"  [{i}] {' '.join(s)}")
-    typer.echo("\ncosine similarity of 'bank' (river: 0, 1; money: 2, 3)")
+    n = len(RIVER)
+    typer.echo(f"\nmean cosine similarity of 'bank' between sentences (river: 0-{n - 1}; money: {n}-{2 * n - 1})")
     typer.echo(f"{'layer':>8} {'river-river':>12} {'money-money':>12} {'river-money':>12}")
     for k, v in enumerate(_bank_vectors(bilm)):
-        same_r, same_m = _cosine(v[0], v[1]), _cosine(v[2], v[3])
-        cross = sum(_cosine(v[a], v[b]) for a in (0, 1) for b in (2, 3)) / 4
+        cos = torch.nn.functional.cosine_similarity(v.unsqueeze(1), v.unsqueeze(0), dim=-1)
+        pairs = n * (n - 1)  # off-diagonal entries of one sense's block
+        same_r = float(cos[:n, :n].sum() - n) / pairs
+        same_m = float(cos[n:, n:].sum() - n) / pairs
+        cross = float(cos[:n, n:].mean())
         typer.echo(f"{k:>8} {same_r:>12.3f} {same_m:>12.3f} {cross:>12.3f}")
     typer.echo("(layer 0 is context-independent: every 'bank' is the same vector there)")
     tps = _tokens_per_second(bilm)
