@@ -81,6 +81,15 @@ class Errors:
         "Tensor {name!r} in {path} has shape {found}, but config.json implies {expected}. "
         "The config and weights do not belong together."
     )
+    E_INITIAL_STATE_SHAPE = (
+        "The initial state must be h {expected_h} and c {expected_c} (direction, layer, width) for this "
+        "biLM; found h {found_h} and c {found_c}. Fit it on this model with BiLM.fit_initial_state."
+    )
+    E_FIT_STATE_ARGS = "fit_initial_state needs rows >= 1 and warmup >= 0; found rows={rows}, warmup={warmup}."
+    E_FIT_STATE_TOO_FEW = (
+        "Fitting the initial state needs at least {needed} non-empty sentences ({rows} streams of more than "
+        "{warmup} warm-up sentences each); found {n}. Give it more running text or fewer rows."
+    )
     E_NATIVE_BAD_FORMAT = (
         "{path} was not written by spacy-elmo (format {found!r}, expected {expected!r})."
     )
@@ -220,6 +229,10 @@ class Errors:
 
 
 class Warnings:
+    W_INITIAL_STATE_NOT_EXPORTED = (
+        "spacy-elmo: the AllenNLP/bilm-tf weight format has no place for the fitted initial state; "
+        "{path} starts from zeros (save with BiLM.save to keep it)."
+    )
     W_NO_EXTENSION = (
         "spacy-elmo: the compiled extension spacy_elmo._C is not available ({reason}); "
         "using the pure-PyTorch reference path (exact, but slower). Build it with "

@@ -15,6 +15,7 @@ C cells, I = P (every LSTM layer input has the projection width):
 import json
 import os
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Dict, Iterator, Tuple, Union
 
@@ -23,7 +24,7 @@ import numpy as np
 import torch
 
 from ..chars import N_CHAR_IDS
-from ..errors import Errors
+from ..errors import Errors, Warnings
 from .config import BiLMConfig
 
 PathLike = Union[str, Path]
@@ -164,6 +165,8 @@ def _atomic_write(path: Path, write) -> None:
 def write_allennlp(model: torch.nn.Module, options_file: PathLike, weight_file: PathLike) -> None:
     """Write ``options.json`` and the hdf5 weight file of ``model`` in the released layout."""
     config = model.config
+    if getattr(model, "initial_state", None) is not None:
+        warnings.warn(Warnings.W_INITIAL_STATE_NOT_EXPORTED.format(path=weight_file), UserWarning, stacklevel=3)
     arrays = datasets_from_state(config, dict(model.named_parameters()))
 
     def write_h5(tmp: Path) -> None:

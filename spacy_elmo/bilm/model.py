@@ -27,10 +27,19 @@ class BiLMOutput(NamedTuple):
 class BiLM(nn.Module):
     """The ELMo biLM, numerically equal to the released models.
 
-    ``stateful=False`` (default): every call starts from zero states, so a
-    sentence gets the same vectors in any batch. ``stateful=True``: the final
-    (c, h) of each batch row becomes that row's initial state in the next call,
-    exactly like AllenNLP and bilm-tf (call :meth:`reset_states` to forget).
+    ``stateful=False`` (default): every call starts from the same initial
+    state, so a sentence gets the same vectors in any batch. ``stateful=True``:
+    the final (c, h) of each batch row becomes that row's initial state in the
+    next call, exactly like AllenNLP and bilm-tf (call :meth:`reset_states` to forget).
+
+    The initial state is zero (as in the references) unless the model carries a
+    fitted one (:meth:`fit_initial_state`): biLMs pretrained on running text
+    with carried states (bilm-tf's recipe) never saw a zero state after their
+    first batch, and predict the first words of a sentence read from zeros
+    far worse; the mean state at sentence boundaries puts every sentence in
+    the context the model was trained in, and stays deterministic. Opt-in:
+    it lowers per-sentence perplexity but has not helped downstream features
+    (``docs/default-model.md``).
 
     ``backend``: ``"auto"`` (fused kernels when the compiled extension is
     loaded), ``"fused"`` or ``"reference"``.
@@ -47,6 +56,9 @@ class BiLM(nn.Module):
         W = config.max_characters_per_token
         markers = torch.tensor([marker_char_ids(BEGIN_OF_SENTENCE, W), marker_char_ids(END_OF_SENTENCE, W)]) + 1
         self.register_buffer("_marker_ids", markers, persistent=False)
+        # Fitted initial state: (2, L, P) and (2, L, C), or None for zeros.
+        self.register_buffer("initial_h", None)
+        self.register_buffer("initial_c", None)
 
     # -- backend ---------------------------------------------------------
     @property
@@ -66,14 +78,69 @@ class BiLM(nn.Module):
         """Forget the carried states of stateful mode."""
         self._states = None
 
+    @property
+    def carried_states(self) -> Optional[LstmState]:
+        """Stateful mode: the states carried to the next call, ``(h (2, L, B, P), c (2, L, B, C))``, or None."""
+        return self._states
+
+    @property
+    def initial_state(self) -> Optional[LstmState]:
+        """The fitted initial state ``(h (2, L, P), c (2, L, C))`` (direction, layer), or None (zeros)."""
+        if self.initial_h is None:
+            return None
+        return self.initial_h, self.initial_c
+
+    def set_initial_state(self, state: Optional[LstmState]) -> None:
+        """Use ``state = (h (2, L, P), c (2, L, C))`` instead of zeros at the start of
+        every sentence (stateless mode) and of every new row (stateful mode); None: zeros."""
+        if state is None:
+            self.initial_h = self.initial_c = None
+            return
+        h, c = state
+        L, P, C = self.config.n_layers, self.config.projection_dim, self.config.cell_dim
+        if tuple(h.shape) != (2, L, P) or tuple(c.shape) != (2, L, C):
+            raise ValueError(
+                Errors.E_INITIAL_STATE_SHAPE.format(
+                    expected_h=(2, L, P), expected_c=(2, L, C), found_h=tuple(h.shape), found_c=tuple(c.shape)
+                )
+            )
+        like = self.token_encoder.char_embedding
+        self.initial_h = h.detach().to(device=like.device, dtype=like.dtype).clone()
+        self.initial_c = c.detach().to(device=like.device, dtype=like.dtype).clone()
+
+    def fit_initial_state(self, sentences, rows: int = 32, warmup: int = 2, progress: bool = False) -> LstmState:
+        """Fit and set the initial state: the mean state at sentence boundaries of
+        ``sentences`` (consecutive sentences of running text, token lists) read
+        with carried states. See :func:`spacy_elmo.bilm.initial_state.boundary_state_mean`."""
+        from .initial_state import boundary_state_mean
+
+        state = boundary_state_mean(self, sentences, rows=rows, warmup=warmup, progress=progress)
+        self.set_initial_state(state)
+        return state
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        # The initial state is optional: a state dict with it sets it, one without clears it.
+        h, c = state_dict.get(prefix + "initial_h"), state_dict.get(prefix + "initial_c")
+        self.set_initial_state(None if h is None or c is None else (h, c))
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def start_state(self, batch: int, like: Tensor) -> Optional[LstmState]:
+        """The state every row starts from, expanded to ``batch`` rows (None: zeros)."""
+        if self.initial_h is None:
+            return None
+        h = self.initial_h.to(like.dtype).unsqueeze(2).expand(-1, -1, batch, -1).contiguous()
+        c = self.initial_c.to(like.dtype).unsqueeze(2).expand(-1, -1, batch, -1).contiguous()
+        return h, c
+
     def _initial_states(self, batch: int, like: Tensor) -> Optional[LstmState]:
         if not self.stateful or self._states is None:
-            return None
+            return self.start_state(batch, like)
         h, c = self._states
         stored = h.shape[2]
         if batch > stored:
-            # New rows start from zeros, as in AllenNLP's _EncoderBase.
-            extra_h, extra_c = self.lstm.zero_state(batch - stored, like)
+            # New rows start afresh (zeros unless fitted), as in AllenNLP's _EncoderBase.
+            start = self.start_state(batch - stored, like)
+            extra_h, extra_c = start if start is not None else self.lstm.zero_state(batch - stored, like)
             h, c = torch.cat([h, extra_h], 2), torch.cat([c, extra_c], 2)
             self._states = (h, c)
         return h[:, :, :batch], c[:, :, :batch]

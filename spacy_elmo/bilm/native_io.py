@@ -3,7 +3,10 @@
 ``config.json``: ``{"format": "spacy-elmo/bilm", "version": 1, "config": {...BiLMConfig...},
 "extra": [names of extra tensors], "provenance": {...}}``. The safetensors file
 holds the biLM's state dict and any extra tensors (e.g. ``softmax.weight``,
-``softmax.bias`` of a pretrained model). No pickle anywhere.
+``softmax.bias`` of a pretrained model). A fitted initial state
+(:meth:`BiLM.fit_initial_state`) lives beside them in ``initial_state.safetensors``
+(``initial_h``, ``initial_c``): computed from the weights after training, it can
+be refitted without rewriting them. No pickle anywhere.
 """
 
 import json
@@ -24,6 +27,8 @@ FORMAT = "spacy-elmo/bilm"
 VERSION = 1
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
+INITIAL_STATE_NAME = "initial_state.safetensors"
+INITIAL_STATE_KEYS = ("initial_h", "initial_c")
 #: Where the bundled default model lives inside the package.
 DEFAULT_MODEL_DIR = Path(__file__).resolve().parent.parent / "data" / "default"
 
@@ -47,6 +52,8 @@ def save_native(
     """Write the model into ``directory``; files land together or not at all."""
     directory = Path(directory)
     tensors = {name: p.detach() for name, p in model.state_dict().items()}
+    for name in INITIAL_STATE_KEYS:  # stored on their own (write_initial_state)
+        tensors.pop(name, None)
     extra = dict(extra_tensors or {})
     for name, value in extra.items():
         tensors[name] = value.detach()
@@ -66,8 +73,10 @@ def save_native(
         save_file(tensors, str(tmp / WEIGHTS_NAME))
         (tmp / CONFIG_NAME).write_text(json.dumps(meta, indent=2), encoding="utf-8")
         directory.mkdir(exist_ok=True)
+        (directory / INITIAL_STATE_NAME).unlink(missing_ok=True)  # it belongs to the old weights
         for name in (WEIGHTS_NAME, CONFIG_NAME):  # weights first: config.json marks a complete model
             os.replace(tmp / name, directory / name)
+        write_initial_state(model, directory)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -129,4 +138,31 @@ def load_model(cls, directory: PathLike, stateful: bool = False, backend: str = 
     meta = read_meta(path)
     model = cls(BiLMConfig.from_dict(meta["config"]), stateful=stateful, backend=backend)
     load_state_into(model, load_tensors(path), path / WEIGHTS_NAME)
+    model.set_initial_state(read_initial_state(path))
     return model
+
+
+def read_initial_state(directory: PathLike):
+    """``(h, c)`` from ``initial_state.safetensors`` of a native model directory, or None."""
+    path = resolve_model_dir(directory) / INITIAL_STATE_NAME
+    if not path.exists():
+        return None
+    tensors = load_file(str(path))
+    missing = [k for k in INITIAL_STATE_KEYS if k not in tensors]
+    if missing:
+        raise ValueError(Errors.E_NATIVE_TENSOR_MISSING.format(path=path, name=missing[0], expected="(2, L, width)"))
+    return tensors["initial_h"], tensors["initial_c"]
+
+
+def write_initial_state(model: torch.nn.Module, directory: PathLike) -> None:
+    """Write (or, with none fitted, remove) the initial state of ``model`` in a native model directory."""
+    directory = resolve_model_dir(directory)
+    if not (directory / CONFIG_NAME).exists():
+        raise FileNotFoundError(Errors.E_NATIVE_DIR_MISSING.format(path=directory, filename=CONFIG_NAME))
+    state = model.initial_state
+    if state is None:
+        (directory / INITIAL_STATE_NAME).unlink(missing_ok=True)
+        return
+    tmp = directory / f".{INITIAL_STATE_NAME}.tmp"
+    save_file({k: v.detach().float().cpu().contiguous() for k, v in zip(INITIAL_STATE_KEYS, state)}, str(tmp))
+    os.replace(tmp, directory / INITIAL_STATE_NAME)

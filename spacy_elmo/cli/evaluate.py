@@ -16,13 +16,19 @@ def evaluate(
     lang: Optional[str] = typer.Option(None, help="spaCy language (default: the one the model was trained with)."),
     batch_size: int = typer.Option(32, help="Rows evaluated together."),
     device: str = typer.Option("cpu", help="cpu or cuda."),
+    per_sentence: bool = typer.Option(
+        False, "--per-sentence",
+        help="Read every sentence alone from the model's initial state (what a pipeline sees) "
+        "instead of one stream with carried states.",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Forward, backward and mean perplexity (full softmax) and the OOV rate."""
     from ..training.evaluate import evaluate_model_dir
 
     try:
-        result = evaluate_model_dir(model_dir, text_path, lang=lang, batch_size=batch_size, device=device, progress=not as_json)
+        result = evaluate_model_dir(model_dir, text_path, lang=lang, batch_size=batch_size, device=device,
+                                    progress=not as_json, per_sentence=per_sentence)
     except (ValueError, FileNotFoundError) as err:
         typer.secho(str(err), fg=typer.colors.RED, err=True)
         raise typer.Exit(1) from err
@@ -30,4 +36,4 @@ def evaluate(
         typer.echo(json.dumps(result))
         return
     typer.echo(f"tokens {result['n_tokens']:,} in {result['n_sentences']:,} sentences; OOV rate {result['oov_rate']:.2%} (vocabulary {result['vocab_size']:,})")
-    typer.echo(f"perplexity: forward {result['perplexity_forward']:.2f}, backward {result['perplexity_backward']:.2f}, mean {result['perplexity']:.2f}")
+    typer.echo(f"perplexity ({'every sentence alone' if per_sentence else 'one stream'}): forward {result['perplexity_forward']:.2f}, backward {result['perplexity_backward']:.2f}, mean {result['perplexity']:.2f}")

@@ -52,6 +52,9 @@ def pretrain(
     device: str = typer.Option("cpu", help="cpu or cuda (bf16 autocast on cuda)."),
     backend: str = typer.Option("auto", help="Kernels: auto, fused or reference."),
     checkpoint_every: int = typer.Option(1000, help="Checkpoint (and save the model) every N steps."),
+    state_sentences: int = typer.Option(
+        0, help="Fit the saved model's initial state (where every sentence starts) on this many training "
+        "sentences (e.g. 2048); 0: zeros, as the references. See docs/default-model.md before turning it on."),
     log_every: int = typer.Option(10, help="Write a log line every N steps."),
     threads: Optional[int] = typer.Option(None, help="torch CPU threads."),
     progress: bool = typer.Option(True, help="Show progress bars."),
@@ -70,7 +73,7 @@ def pretrain(
         vocab_size=vocab_size, min_count=min_count, max_steps=max_steps, epochs=epochs, batch_size=batch_size,
         unroll=unroll, negatives=negatives, optimizer=optimizer, lr=lr, dropout=dropout, clip=clip, seed=seed,
         resume=resume, device=device, backend=backend, init=init, new_vocab=new_vocab,
-        checkpoint_every=checkpoint_every, log_every=log_every, threads=threads, progress=progress,
+        checkpoint_every=checkpoint_every, state_sentences=state_sentences, log_every=log_every, threads=threads, progress=progress,
     )
     if config:
         cfg.model = config

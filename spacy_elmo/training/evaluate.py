@@ -6,6 +6,11 @@ sentences in reverse order, which is exactly what it predicts). The stream is
 cut into ``batch_size`` contiguous rows evaluated in ``unroll``-token windows
 with carried states, as bilm-tf evaluates. Every token but the first is a
 target once per direction; ``<UNK>`` targets count, as in bilm-tf.
+
+``per_sentence=True`` evaluates what a stateless pipeline sees instead: every
+sentence alone, ``<S> ... </S>``, from the model's initial state (zeros, or the
+fitted one of :meth:`BiLM.fit_initial_state`); each direction predicts the
+sentence's tokens and its closing marker.
 """
 
 import math
@@ -33,10 +38,9 @@ def evaluate_corpus(
     unroll: int = 20,
     device: Union[str, torch.device] = "cpu",
     progress: bool = False,
+    per_sentence: bool = False,
 ) -> Dict[str, Any]:
     """Perplexities (forward, backward, and ``exp`` of the mean loss) and OOV rate."""
-    from tqdm import tqdm
-
     device = torch.device(device)
     char_table = char_table or CharTable(vocab, lm.bilm.config.max_characters_per_token)
     tokens = corpus.tokens.astype(np.int64)
@@ -46,12 +50,38 @@ def evaluate_corpus(
     oov = int((words >= vocab.size).sum())
     if n_pred < 1 or len(words) == 0:
         raise ValueError(Errors.E_NO_EVAL_TOKENS.format(path="the evaluation text"))
+    was_training = lm.training
+    lm.eval()
+    if per_sentence:
+        sums, n_pred = _sentence_nll_sums(lm, vocab, corpus, char_table, batch_size, device, progress)
+    else:
+        sums = _stream_nll_sums(lm, vocab, tokens, char_table, batch_size, unroll, device, progress)
+    lm.train(was_training)
+    loss_f, loss_b = sums[0] / n_pred, sums[1] / n_pred
+    return {
+        "perplexity_forward": math.exp(loss_f),
+        "perplexity_backward": math.exp(loss_b),
+        "perplexity": math.exp((loss_f + loss_b) / 2),
+        "loss_forward": loss_f,
+        "loss_backward": loss_b,
+        "n_targets": n_pred,
+        "n_tokens": int(len(words)),
+        "n_sentences": int(len(corpus.lengths)),
+        "oov_rate": oov / len(words),
+        "vocab_size": vocab.size,
+        "mode": "per_sentence" if per_sentence else "stream",
+    }
+
+
+def _stream_nll_sums(lm, vocab, tokens, char_table, batch_size, unroll, device, progress):
+    """Summed NLL per direction over the whole stream, ``batch_size`` rows, carried states."""
+    from tqdm import tqdm
+
     streams = (tokens, tokens[::-1].copy())
+    n_pred = len(tokens) - 1
     seg = math.ceil(n_pred / batch_size)
     rows = math.ceil(n_pred / seg)
     ends = np.minimum((np.arange(rows) + 1) * seg, n_pred)
-    was_training = lm.training
-    lm.eval()
     state = None
     sums = [0.0, 0.0]
     for k in tqdm(range(math.ceil(seg / unroll)), desc="evaluating", disable=not progress):
@@ -66,20 +96,35 @@ def evaluate_corpus(
         state = out.state
         sums[0] += float(out.nll_fwd.double().sum())
         sums[1] += float(out.nll_bwd.double().sum())
-    lm.train(was_training)
-    loss_f, loss_b = sums[0] / n_pred, sums[1] / n_pred
-    return {
-        "perplexity_forward": math.exp(loss_f),
-        "perplexity_backward": math.exp(loss_b),
-        "perplexity": math.exp((loss_f + loss_b) / 2),
-        "loss_forward": loss_f,
-        "loss_backward": loss_b,
-        "n_targets": n_pred,
-        "n_tokens": int(len(words)),
-        "n_sentences": int(len(corpus.lengths)),
-        "oov_rate": oov / len(words),
-        "vocab_size": vocab.size,
-    }
+    return sums
+
+
+def _sentence_nll_sums(lm, vocab, corpus, char_table, batch_size, device, progress):
+    """Summed NLL per direction with every sentence read alone from the initial state."""
+    from tqdm import tqdm
+
+    sums, n_pred = [0.0, 0.0], 0
+    tokens = corpus.tokens.astype(np.int64)
+    order = np.argsort(corpus.lengths, kind="stable")  # similar lengths together: less padding
+    for i in tqdm(range(0, len(order), batch_size), desc="evaluating", disable=not progress):
+        rows = order[i : i + batch_size]
+        lengths = corpus.lengths[rows] - 1  # inputs (and targets) per direction
+        T = int(lengths.max())
+        seqs = np.full((2, len(rows), T + 1), EOS, dtype=np.int64)
+        for r, k in enumerate(rows):
+            seq = tokens[corpus.starts[k] : corpus.starts[k] + corpus.lengths[k]]
+            seqs[0, r, : len(seq)] = seq
+            seqs[1, r, : len(seq)] = seq[::-1]
+        inputs = torch.from_numpy(seqs[:, :, :T].copy())
+        targets = vocab.target_ids(torch.from_numpy(seqs[:, :, 1:].copy())).to(device)
+        chars, idx_f, idx_b = encode_batch(inputs[0], inputs[1], char_table)
+        state = lm.bilm.start_state(len(rows), lm.softmax.weight)
+        lens = torch.from_numpy(lengths).to(device)
+        out = lm(chars.to(device), idx_f.to(device), idx_b.to(device), targets[0], targets[1], lens, state)
+        sums[0] += float(out.nll_fwd.double().sum())
+        sums[1] += float(out.nll_bwd.double().sum())
+        n_pred += int(lengths.sum())
+    return sums, n_pred
 
 
 def evaluate_text(
@@ -91,6 +136,7 @@ def evaluate_text(
     unroll: int = 20,
     device: Union[str, torch.device] = "cpu",
     progress: bool = False,
+    per_sentence: bool = False,
 ) -> Dict[str, Any]:
     """Tokenize ``text_path`` with spaCy ``lang`` (as in pretraining) and evaluate."""
     stats = ReadStats()
@@ -100,14 +146,14 @@ def evaluate_text(
     # A copy: evaluation text adds its unknown strings as non-target types.
     vocab = Vocab(list(vocab.types), vocab.size)
     corpus = Corpus.from_sentences(sentences, vocab)
-    result = evaluate_corpus(lm, vocab, corpus, None, batch_size, unroll, device, progress)
+    result = evaluate_corpus(lm, vocab, corpus, None, batch_size, unroll, device, progress, per_sentence)
     result["replaced_bytes"] = stats.replaced_bytes
     return result
 
 
 def evaluate_model_dir(
     model_dir: PathLike, text_path: PathLike, lang: Optional[str] = None, batch_size: int = 32, unroll: int = 20,
-    device: str = "cpu", progress: bool = False,
+    device: str = "cpu", progress: bool = False, per_sentence: bool = False,
 ) -> Dict[str, Any]:
     """Evaluate a saved model (``"default"`` allowed) on a text file or directory."""
     from .modelio import load_pretrained
@@ -117,6 +163,6 @@ def evaluate_model_dir(
         raise ValueError(Errors.E_NO_SOFTMAX.format(path=model_dir))
     lm = BidirectionalLM(bilm, softmax).to(device)
     lang = lang or provenance.get("lang", "en")
-    result = evaluate_text(lm, vocab, text_path, lang, batch_size, unroll, device, progress)
+    result = evaluate_text(lm, vocab, text_path, lang, batch_size, unroll, device, progress, per_sentence)
     result["lang"] = lang
     return result

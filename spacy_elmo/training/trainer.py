@@ -64,6 +64,7 @@ class TrainConfig:
     init: Optional[str] = None  # a model directory (native or AllenNLP) to fine-tune
     new_vocab: bool = False  # with init: build the vocab from this corpus (new softmax rows)
     checkpoint_every: int = 1000
+    state_sentences: int = 0  # fit the saved model's initial state on this many corpus sentences; 0: zeros
     log_every: int = 10
     eval_batch_size: int = 32
     progress: bool = True
@@ -144,6 +145,23 @@ def _build_model(cfg: TrainConfig, corpus: Corpus, resume_payload: Optional[dict
                         softmax.weight[i] = init_softmax.weight[j]
                         softmax.bias[i] = init_softmax.bias[j]
     return bilm, softmax, vocab, corpus
+
+
+def fit_start_state(bilm: BiLM, corpus: Corpus, max_sentences: int, warmup: int = 2) -> bool:
+    """Fit ``bilm``'s initial state on the first ``max_sentences`` sentences of
+    ``corpus`` (up to 32 streams); False (state cleared: zeros) when there are
+    too few sentences or ``max_sentences`` is 0."""
+    n = min(len(corpus.lengths), max(0, max_sentences))
+    rows = min(32, n // (warmup + 1))
+    if rows < 1:
+        bilm.set_initial_state(None)
+        return False
+    sentences = [
+        [corpus.types[i] for i in corpus.tokens[start + 1 : start + length - 1]]
+        for start, length in zip(corpus.starts[:n], corpus.lengths[:n])
+    ]
+    bilm.fit_initial_state(sentences, rows=rows, warmup=warmup)
+    return True
 
 
 def _corpus_vocab(corpus: Corpus, cfg: TrainConfig) -> Vocab:
@@ -275,6 +293,9 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
         if is_main:
             ckpt.save_checkpoint(out, {"step": step, "model": lm.state_dict(), "optimizer": optimizer.state_dict(),
                                        "ranks": ranks, "settings": settings})
+            # Training reads streams with carried states and never uses the initial
+            # state, so fitting it here (eval mode, no randomness) leaves resumption exact.
+            fit_start_state(bilm, corpus, cfg.state_sentences)
             save_pretrained(out, bilm, softmax, vocab, dict(provenance, steps=step))
         _barrier(world)
 

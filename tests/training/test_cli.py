@@ -12,16 +12,20 @@ from .conftest import TINY, write_corpus
 runner = CliRunner()
 
 
-def test_pretrain_evaluate_export(tmp_path):
+def pretrain_tiny(tmp_path, *extra):
+    """Pretrain the tiny model for 3 steps: ``(result, train, held, options, out)``."""
     train = write_corpus(tmp_path / "train.txt", 200)
     held = write_corpus(tmp_path / "held.txt", 30, seed=2)
     options = tmp_path / "tiny.json"
     options.write_text(json.dumps(TINY))
     out = tmp_path / "model"
     args = ["pretrain", str(train), str(out), "--options", str(options), "--max-steps", "3", "--batch-size", "4",
-            "--unroll", "5", "--negatives", "8", "--threads", "1", "--backend", "reference", "--no-progress",
-            "--heldout", str(held)]
-    result = runner.invoke(app, args)
+            "--unroll", "5", "--negatives", "8", "--threads", "1", "--backend", "reference", "--no-progress", *extra]
+    return runner.invoke(app, args), train, held, options, out
+
+
+def test_pretrain_evaluate_export(tmp_path):
+    result, train, held, options, out = pretrain_tiny(tmp_path, "--heldout", str(tmp_path / "held.txt"))
     assert result.exit_code == 0, result.output
     assert "held-out perplexity" in result.output
     result = runner.invoke(app, ["pretrain", str(train), str(out), "--options", str(options)])
@@ -42,3 +46,31 @@ def test_pretrain_evaluate_export(tmp_path):
 
     result = runner.invoke(app, ["pretrain", str(tmp_path / "nope.txt"), str(tmp_path / "x"), "--options", str(options)])
     assert result.exit_code == 1 and "does not exist" in result.output
+
+
+def test_fit_state_and_per_sentence_evaluate(tmp_path):
+    result, train, held, _, out = pretrain_tiny(tmp_path)
+    assert result.exit_code == 0, result.output
+    assert BiLM.load(out).initial_state is None  # opt-in
+
+    def per_sentence():
+        result = runner.invoke(app, ["evaluate", str(out), str(held), "--per-sentence", "--json"])
+        assert result.exit_code == 0, result.output
+        return json.loads(result.output.strip().splitlines()[-1])
+
+    zero = per_sentence()
+    result = runner.invoke(app, ["fit-state", str(out), str(train), "--rows", "4"])
+    assert result.exit_code == 0, result.output
+    assert BiLM.load(out).initial_state is not None
+    fitted = per_sentence()
+    assert zero["mode"] == fitted["mode"] == "per_sentence"
+    assert fitted["perplexity"] != zero["perplexity"]  # the state is what the evaluation starts from
+    result = runner.invoke(app, ["fit-state", str(out), "--clear"])
+    assert result.exit_code == 0 and BiLM.load(out).initial_state is None
+    assert per_sentence()["perplexity"] == zero["perplexity"]
+    # Too little text: a clear error, nothing written.
+    short = tmp_path / "short.txt"
+    short.write_text("One sentence only .\n", encoding="utf-8")
+    result = runner.invoke(app, ["fit-state", str(out), str(short)])
+    assert result.exit_code == 1 and "non-empty sentences" in result.output
+    assert BiLM.load(out).initial_state is None

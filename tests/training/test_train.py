@@ -2,6 +2,7 @@
 
 import math
 import random
+import shutil
 from collections import Counter
 
 import numpy as np
@@ -30,7 +31,8 @@ def test_perplexity_falls_far_below_unigram(tmp_path):
     train_file = write_corpus(tmp_path / "train.txt", 600)
     held = write_corpus(tmp_path / "held.txt", 80, seed=7)
     out = tmp_path / "out"
-    train(tiny_train_config(train_file, out, max_steps=120, checkpoint_every=120, optimizer="adam", lr=0.01, log_every=20))
+    train(tiny_train_config(train_file, out, max_steps=120, checkpoint_every=120, optimizer="adam", lr=0.01, log_every=20,
+                            state_sentences=2048))
     result = evaluate_model_dir(out, held)
     # Unigram baseline on the same held-out targets (the stream without its first token).
     corpus = Corpus.load(out / "data")
@@ -52,6 +54,30 @@ def test_perplexity_falls_far_below_unigram(tmp_path):
     with torch.no_grad():
         acts = bilm(batch_to_ids([["The", "cat", "sees", "a", "fish", "."]], bilm.config.max_characters_per_token)).activations
     assert len(acts) == 3 and acts[0].shape == (1, 6, 32)
+    # Asked to, the trainer fitted an initial state on the training text, and
+    # sentences read alone from it are predicted better than from zeros.
+    assert bilm.initial_state is not None
+    warm = evaluate_model_dir(out, held, per_sentence=True)
+    zero_dir = tmp_path / "zero"
+    shutil.copytree(out, zero_dir, ignore=shutil.ignore_patterns("initial_state.safetensors", "data", "*.pt"))
+    zero = evaluate_model_dir(zero_dir, held, per_sentence=True)
+    assert warm["mode"] == zero["mode"] == "per_sentence"
+    assert warm["perplexity"] < 0.9 * zero["perplexity"], (warm, zero)
+
+
+def test_per_sentence_evaluation_of_one_sentence_equals_the_stream(tmp_path):
+    """One sentence from zeros: the stream and the per-sentence evaluation predict the same targets."""
+    train_file = write_corpus(tmp_path / "train.txt", 120)
+    out = tmp_path / "out"
+    train(tiny_train_config(train_file, out, max_steps=10, checkpoint_every=10, state_sentences=0))
+    assert BiLM.load(out).initial_state is None
+    one = tmp_path / "one.txt"
+    one.write_text("The cat sees a fish near the river .\n", encoding="utf-8")
+    stream = evaluate_model_dir(out, one, batch_size=1)
+    alone = evaluate_model_dir(out, one, per_sentence=True)
+    assert stream["n_targets"] == alone["n_targets"] == 10  # 9 tokens and </S> (<S> backward)
+    for key in ("loss_forward", "loss_backward"):
+        assert alone[key] == pytest.approx(stream[key], abs=1e-5)
 
 
 def test_resume_after_kill_continues_exactly(tmp_path):

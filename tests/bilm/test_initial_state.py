@@ -1,0 +1,167 @@
+"""The fitted initial state: numbers against the NumPy float64 oracle, persistence, errors."""
+
+import numpy as np
+import pytest
+import torch
+
+from spacy_elmo import BiLM, batch_to_ids
+from spacy_elmo.bilm.initial_state import running_streams
+from spacy_elmo.bilm.native_io import INITIAL_STATE_NAME
+from spacy_elmo.ops import fused_available
+from tests.bilm.oracle import NumpyElmo, options, write_model_files
+
+from .test_model_oracle import SENTENCES, assert_matches
+
+BACKENDS = ["reference"] + (["fused"] if fused_available() else [])
+
+TEXT = [
+    ["The", "river", "ran", "fast", "."],
+    ["Money", "went", "to", "the", "bank", "."],
+    ["It", "rained", "."],
+    [],
+    ["밥", "먹었어요", "?"],
+    ["They", "walked", "along", "the", "shore", "for", "hours", "."],
+    ["Rates", "rose", "again", "."],
+    ["x"],
+    ["The", "end", "came", "soon", "enough", "."],
+    ["Nobody", "knew", "."],
+    ["Then", "silence", "."],
+    ["Good", "night", "!"],
+    ["Another", "day", "began", "."],
+]
+
+
+def random_state(model, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    L, P, C = model.config.n_layers, model.config.projection_dim, model.config.cell_dim
+    return torch.randn(2, L, P, generator=g) * 0.5, torch.randn(2, L, C, generator=g)
+
+
+def preset_oracle(oracle, state, rows):
+    h, c = (t.double().numpy() for t in state)
+    for row in range(rows):
+        oracle.states[row] = {(d, k): (h[d, k].copy(), c[d, k].copy()) for d in range(2) for k in range(h.shape[1])}
+
+
+@pytest.fixture
+def files(tmp_path):
+    opts = options(clip=0.5)
+    return opts, write_model_files(tmp_path, opts, seed=3, lstm_scale=2.0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_every_sentence_starts_from_the_initial_state(files, backend):
+    opts, (opt_path, weight_path) = files
+    model = BiLM.from_allennlp(opt_path, weight_path, backend=backend)
+    state = random_state(model)
+    model.set_initial_state(state)
+    oracle = NumpyElmo(opts, weight_path)
+    preset_oracle(oracle, state, len(SENTENCES))
+    with torch.no_grad():
+        out = model(batch_to_ids(SENTENCES))
+    assert_matches(out, oracle.batch(SENTENCES, stateful=True), SENTENCES)
+    # Stateless stays deterministic: the same again, and a sentence alone gives the same vectors.
+    with torch.no_grad():
+        again = model(batch_to_ids(SENTENCES))
+        alone = model(batch_to_ids([SENTENCES[0]]))
+    assert torch.equal(again.activations[2], out.activations[2])
+    assert torch.allclose(alone.activations[2][0], out.activations[2][0, : alone.activations[2].shape[1]], atol=1e-6)
+    # It really is used: clearing it gives the zero-state numbers.
+    model.set_initial_state(None)
+    with torch.no_grad():
+        zero = model(batch_to_ids(SENTENCES))
+    assert_matches(zero, NumpyElmo(opts, weight_path).batch(SENTENCES), SENTENCES)
+    assert not torch.allclose(zero.activations[2], out.activations[2])
+
+
+def test_new_rows_of_a_stateful_model_start_from_the_initial_state(files):
+    opts, (opt_path, weight_path) = files
+    model = BiLM.from_allennlp(opt_path, weight_path, stateful=True, backend="reference")
+    state = random_state(model, seed=1)
+    model.set_initial_state(state)
+    oracle = NumpyElmo(opts, weight_path)
+    preset_oracle(oracle, state, 4)
+    for batch in ([["one", "two"], ["a"]], [["three"], ["b", "c"], ["new", "row"], ["d"]]):
+        with torch.no_grad():
+            out = model(batch_to_ids(batch))
+        assert_matches(out, oracle.batch(batch, stateful=True), batch)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_fitted_state_is_the_oracle_mean_at_sentence_boundaries(files, backend):
+    opts, (opt_path, weight_path) = files
+    model = BiLM.from_allennlp(opt_path, weight_path, backend=backend)
+    rows, warmup = 3, 1
+    h, c = model.fit_initial_state(TEXT, rows=rows, warmup=warmup)
+    assert model.initial_state is not None and not model.stateful and model.carried_states is None
+    oracle = NumpyElmo(opts, weight_path)
+    sums_h, sums_c, n = 0.0, 0.0, 0
+    for row, stream in enumerate(running_streams(TEXT, rows)):
+        for k, sentence in enumerate(stream):
+            oracle.sentence(sentence, row=row)
+            if k >= warmup:
+                st = oracle.states[row]
+                sums_h = sums_h + np.stack([[st[(d, k2)][0] for k2 in range(2)] for d in range(2)])
+                sums_c = sums_c + np.stack([[st[(d, k2)][1] for k2 in range(2)] for d in range(2)])
+                n += 1
+    assert n == rows * (len(running_streams(TEXT, rows)[0]) - warmup)
+    np.testing.assert_allclose(h.double().numpy(), sums_h / n, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(c.double().numpy(), sums_c / n, atol=1e-5, rtol=0)
+    assert oracle.clip_hits["cell"] > 0  # the clipped regime, not just the linear one
+
+
+def test_fitting_leaves_a_stateful_model_as_it_was(files):
+    _, (opt_path, weight_path) = files
+    model = BiLM.from_allennlp(opt_path, weight_path, stateful=True, backend="reference").train()
+    with torch.no_grad():
+        model(batch_to_ids([["carried"], ["state"]]))
+    before = [t.clone() for t in model.carried_states]
+    model.fit_initial_state(TEXT, rows=2)
+    assert model.stateful and model.training
+    assert all(torch.equal(a, b) for a, b in zip(before, model.carried_states))
+
+
+def test_save_load_and_state_dict_round_trips(files, tmp_path):
+    _, (opt_path, weight_path) = files
+    model = BiLM.from_allennlp(opt_path, weight_path, backend="reference")
+    model.fit_initial_state(TEXT, rows=2)
+    model.save(tmp_path / "native")
+    assert (tmp_path / "native" / INITIAL_STATE_NAME).exists()
+    loaded = BiLM.load(tmp_path / "native", backend="reference")
+    assert all(torch.equal(a, b) for a, b in zip(loaded.initial_state, model.initial_state))
+    ids = batch_to_ids(TEXT[:3])
+    with torch.no_grad():
+        assert torch.equal(loaded(ids).activations[2], model(ids).activations[2])
+    # The state dict carries it; a state dict without it clears it.
+    fresh = BiLM(model.config, backend="reference")
+    fresh.load_state_dict(model.state_dict())
+    assert torch.equal(fresh.initial_h, model.initial_h)
+    plain = {k: v for k, v in model.state_dict().items() if not k.startswith("initial_")}
+    fresh.load_state_dict(plain)
+    assert fresh.initial_state is None
+    # Saving a model without one removes the stale file (it belonged to other weights).
+    fresh.save(tmp_path / "native")
+    assert not (tmp_path / "native" / INITIAL_STATE_NAME).exists()
+    assert BiLM.load(tmp_path / "native").initial_state is None
+
+
+def test_allennlp_export_says_the_state_is_left_out(files, tmp_path):
+    _, (opt_path, weight_path) = files
+    model = BiLM.from_allennlp(opt_path, weight_path, backend="reference")
+    model.to_allennlp(tmp_path / "a.json", tmp_path / "a.hdf5")  # no state: no warning
+    model.fit_initial_state(TEXT, rows=2)
+    with pytest.warns(UserWarning, match="initial state"):
+        model.to_allennlp(tmp_path / "b.json", tmp_path / "b.hdf5")
+
+
+def test_bad_states_and_too_little_text_are_clear_errors(files):
+    _, (opt_path, weight_path) = files
+    model = BiLM.from_allennlp(opt_path, weight_path, backend="reference")
+    h, c = random_state(model)
+    with pytest.raises(ValueError, match=r"must be h \(2, 2, 8\).*found h \(2, 2, 4\)"):
+        model.set_initial_state((h[..., :4], c))
+    with pytest.raises(ValueError, match="at least 6 non-empty sentences"):
+        model.fit_initial_state(TEXT[:5], rows=2, warmup=2)
+    with pytest.raises(ValueError, match="rows >= 1"):
+        model.fit_initial_state(TEXT, rows=0)
+    assert model.initial_state is None
