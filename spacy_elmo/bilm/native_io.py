@@ -5,8 +5,8 @@
 holds the biLM's state dict and any extra tensors (e.g. ``softmax.weight``,
 ``softmax.bias`` of a pretrained model). A fitted initial state
 (:meth:`BiLM.fit_initial_state`) lives beside them in ``initial_state.safetensors``
-(``initial_h``, ``initial_c``): computed from the weights after training, it can
-be refitted without rewriting them. No pickle anywhere.
+(``initial_h``, ``initial_c``), written after the weights: computed from them
+after training, it can be refitted without rewriting them. No pickle anywhere.
 """
 
 import json
@@ -76,7 +76,7 @@ def save_native(
         (directory / INITIAL_STATE_NAME).unlink(missing_ok=True)  # it belongs to the old weights
         for name in (WEIGHTS_NAME, CONFIG_NAME):  # weights first: config.json marks a complete model
             os.replace(tmp / name, directory / name)
-        write_initial_state(model, directory)
+        write_initial_state(model.initial_state, directory)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -154,12 +154,12 @@ def read_initial_state(directory: PathLike):
     return tensors["initial_h"], tensors["initial_c"]
 
 
-def write_initial_state(model: torch.nn.Module, directory: PathLike) -> None:
-    """Write (or, with none fitted, remove) the initial state of ``model`` in a native model directory."""
+def write_initial_state(state, directory: PathLike) -> None:
+    """Write ``state = (h, c)`` as the initial state of a native model directory
+    (atomically), or with None remove it (sentences start from zeros)."""
     directory = resolve_model_dir(directory)
     if not (directory / CONFIG_NAME).exists():
         raise FileNotFoundError(Errors.E_NATIVE_DIR_MISSING.format(path=directory, filename=CONFIG_NAME))
-    state = model.initial_state
     if state is None:
         (directory / INITIAL_STATE_NAME).unlink(missing_ok=True)
         return

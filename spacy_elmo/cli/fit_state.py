@@ -35,7 +35,7 @@ def fit_state(
             lang = lang or provenance.get("lang", "en")
             sentences = list(itertools.islice(iter_sentences(iter_text(text_path, ReadStats()), make_nlp(lang)), max_sentences))
             bilm.fit_initial_state(sentences, rows=rows, progress=True)
-        write_initial_state(bilm, model_dir)
+        write_initial_state(bilm.initial_state, model_dir)
     except (ValueError, FileNotFoundError) as err:
         typer.secho(str(err), fg=typer.colors.RED, err=True)
         raise typer.Exit(1) from err

@@ -24,6 +24,9 @@ import torch
 import torch.distributed as dist
 
 from ..bilm import BiLM, BiLMConfig
+from ..bilm.initial_state import boundary_state_mean
+from ..bilm.lstm import LstmState
+from ..bilm.native_io import write_initial_state
 from ..errors import Errors, Warnings
 from . import checkpoint as ckpt
 from .data import Corpus, build_corpus
@@ -120,6 +123,7 @@ def _build_model(cfg: TrainConfig, corpus: Corpus, resume_payload: Optional[dict
     init_softmax = None
     if cfg.init and resume_payload is None:
         bilm, init_softmax, init_vocab, _ = load_pretrained(cfg.init, backend=cfg.backend)
+        bilm.set_initial_state(None)  # it belongs to the old weights; saves refit it when asked
         config = bilm.config
     else:
         config = BiLMConfig.from_dict(resume_payload["settings"]["model_config"] if resume_payload else cfg.model)
@@ -147,21 +151,20 @@ def _build_model(cfg: TrainConfig, corpus: Corpus, resume_payload: Optional[dict
     return bilm, softmax, vocab, corpus
 
 
-def fit_start_state(bilm: BiLM, corpus: Corpus, max_sentences: int, warmup: int = 2) -> bool:
-    """Fit ``bilm``'s initial state on the first ``max_sentences`` sentences of
-    ``corpus`` (up to 32 streams); False (state cleared: zeros) when there are
-    too few sentences or ``max_sentences`` is 0."""
+def fit_start_state(bilm: BiLM, corpus: Corpus, max_sentences: int, warmup: int = 2) -> Optional[LstmState]:
+    """The initial state fitted on the first ``max_sentences`` sentences of
+    ``corpus`` (up to 32 streams), or None when there are too few sentences or
+    ``max_sentences`` is 0. ``bilm`` is left untouched: under DDP every rank
+    must keep the same buffers, so the state goes to the saved files only."""
     n = min(len(corpus.lengths), max(0, max_sentences))
     rows = min(32, n // (warmup + 1))
     if rows < 1:
-        bilm.set_initial_state(None)
-        return False
+        return None
     sentences = [
         [corpus.types[i] for i in corpus.tokens[start + 1 : start + length - 1]]
         for start, length in zip(corpus.starts[:n], corpus.lengths[:n])
     ]
-    bilm.fit_initial_state(sentences, rows=rows, warmup=warmup)
-    return True
+    return boundary_state_mean(bilm, sentences, rows=rows, warmup=warmup)
 
 
 def _corpus_vocab(corpus: Corpus, cfg: TrainConfig) -> Vocab:
@@ -294,9 +297,11 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
             ckpt.save_checkpoint(out, {"step": step, "model": lm.state_dict(), "optimizer": optimizer.state_dict(),
                                        "ranks": ranks, "settings": settings})
             # Training reads streams with carried states and never uses the initial
-            # state, so fitting it here (eval mode, no randomness) leaves resumption exact.
-            fit_start_state(bilm, corpus, cfg.state_sentences)
+            # state; fitting it (eval mode, no randomness) leaves resumption exact.
+            start = fit_start_state(bilm, corpus, cfg.state_sentences)
             save_pretrained(out, bilm, softmax, vocab, dict(provenance, steps=step))
+            if start is not None:
+                write_initial_state(start, out)
         _barrier(world)
 
     lm.train()

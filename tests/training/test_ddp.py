@@ -28,7 +28,8 @@ def _worker(rank: int, world: int, port: int, train_path: str, out: str, result_
     from spacy_elmo.training.stream import StreamBatcher
     from spacy_elmo.training.data import Corpus
 
-    train(tiny_train_config(train_path, out, max_steps=4, checkpoint_every=2))
+    # state_sentences: rank 0 fits the initial state at the step-2 checkpoint, then DDP trains on.
+    train(tiny_train_config(train_path, out, max_steps=4, checkpoint_every=2, state_sentences=64))
     torch.save({"rank": rank, "first_batch": StreamBatcher(Corpus.load(os.path.join(out, "data")), 8, 10, 0, rank, world).batch(0, 0)[0]},
                os.path.join(result_dir, f"rank{rank}.pt"))
     dist.destroy_process_group()
@@ -48,4 +49,4 @@ def test_ddp_two_cpu_processes(tmp_path):
     assert start["config"]["batch_size"] == 8
     shards = [torch.load(tmp_path / f"rank{r}.pt")["first_batch"] for r in range(2)]
     assert not torch.equal(shards[0], shards[1])  # each rank reads its own rows
-    BiLM.load(out)  # rank 0 wrote the model
+    assert BiLM.load(out).initial_state is not None  # rank 0 wrote the model, with its fitted state
