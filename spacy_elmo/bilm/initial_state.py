@@ -12,7 +12,7 @@ it did in training.
 
 It is opt-in: with the default model it lowered per-sentence perplexity by a
 factor of 2.9 but made the features worse for NER and text classification in
-all four comparisons run (one seed each; ``docs/default-model.md``), so models
+all six comparisons run (``docs/default-model.md``), so models
 start from zeros, as the references do, unless a state is fitted.
 """
 
