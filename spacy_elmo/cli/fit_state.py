@@ -20,19 +20,19 @@ def fit_state(
 ) -> None:
     """Fit the state every sentence starts from: the mean carried state at sentence
     boundaries of running text (see docs/default-model.md). Writes initial_state.safetensors."""
+    from ..bilm import BiLM
     from ..bilm.native_io import read_meta, write_initial_state
     from ..training.data import ReadStats, iter_sentences, iter_text, make_nlp
-    from ..training.modelio import load_pretrained
 
     try:
-        bilm, _, _, provenance = load_pretrained(model_dir, backend="auto")
-        read_meta(model_dir)  # a native directory: AllenNLP files have no place for the state
+        meta = read_meta(model_dir)  # a native directory: AllenNLP files have no place for the state
+        bilm = BiLM.load(model_dir)
         if clear:
             bilm.set_initial_state(None)
         else:
             if text_path is None:
                 raise typer.BadParameter("give TEXT_PATH (or --clear)")
-            lang = lang or provenance.get("lang", "en")
+            lang = lang or (meta.get("provenance") or {}).get("lang", "en")
             sentences = list(itertools.islice(iter_sentences(iter_text(text_path, ReadStats()), make_nlp(lang)), max_sentences))
             bilm.fit_initial_state(sentences, rows=rows, progress=True)
         write_initial_state(bilm.initial_state, model_dir)

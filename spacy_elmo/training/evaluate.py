@@ -44,18 +44,16 @@ def evaluate_corpus(
     device = torch.device(device)
     char_table = char_table or CharTable(vocab, lm.bilm.config.max_characters_per_token)
     tokens = corpus.tokens.astype(np.int64)
-    n = len(tokens)
-    n_pred = n - 1
     words = tokens[(tokens != BOS) & (tokens != EOS)]
     oov = int((words >= vocab.size).sum())
-    if n_pred < 1 or len(words) == 0:
+    if len(tokens) < 2 or len(words) == 0:
         raise ValueError(Errors.E_NO_EVAL_TOKENS.format(path="the evaluation text"))
     was_training = lm.training
     lm.eval()
     if per_sentence:
         sums, n_pred = _sentence_nll_sums(lm, vocab, corpus, char_table, batch_size, device, progress)
     else:
-        sums = _stream_nll_sums(lm, vocab, tokens, char_table, batch_size, unroll, device, progress)
+        sums, n_pred = _stream_nll_sums(lm, vocab, tokens, char_table, batch_size, unroll, device, progress)
     lm.train(was_training)
     loss_f, loss_b = sums[0] / n_pred, sums[1] / n_pred
     return {
@@ -74,7 +72,7 @@ def evaluate_corpus(
 
 
 def _stream_nll_sums(lm, vocab, tokens, char_table, batch_size, unroll, device, progress):
-    """Summed NLL per direction over the whole stream, ``batch_size`` rows, carried states."""
+    """``(summed NLL per direction, number of targets)`` over the whole stream, ``batch_size`` rows, carried states."""
     from tqdm import tqdm
 
     streams = (tokens, tokens[::-1].copy())
@@ -96,11 +94,11 @@ def _stream_nll_sums(lm, vocab, tokens, char_table, batch_size, unroll, device, 
         state = out.state
         sums[0] += float(out.nll_fwd.double().sum())
         sums[1] += float(out.nll_bwd.double().sum())
-    return sums
+    return sums, n_pred
 
 
 def _sentence_nll_sums(lm, vocab, corpus, char_table, batch_size, device, progress):
-    """Summed NLL per direction with every sentence read alone from the initial state."""
+    """``(summed NLL per direction, number of targets)`` with every sentence read alone from the initial state."""
     from tqdm import tqdm
 
     sums, n_pred = [0.0, 0.0], 0
