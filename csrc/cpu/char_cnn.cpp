@@ -108,7 +108,12 @@ void forward_float(const int64_t* ids, const float* table, int64_t N, int64_t W,
     {
       const int64_t n0 = b * kTokenBlock;
       const int64_t nt = std::min(kTokenBlock, N - n0);
+      int32_t run[kTokenBlock];
       for (int64_t t = 0; t < nt; ++t) {
+        const int64_t* row = ids + (n0 + t) * W;
+        int64_t r = W - 1;
+        while (r > 0 && row[r - 1] == row[W - 1]) --r;
+        run[t] = (int32_t)r;
         for (int64_t w = 0; w < W; ++w) {
           const int64_t id = ids[(n0 + t) * W + w];
           float* dst = e.data() + (t * W + w) * D;
@@ -130,6 +135,7 @@ void forward_float(const int64_t* ids, const float* table, int64_t N, int64_t W,
         a.out = out + n0 * F + off;
         a.arg = arg + n0 * F + off;
         a.ldo = F;
+        a.run = run;
         kt.char_conv(a);
         off += a.count;
       }

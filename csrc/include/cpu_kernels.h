@@ -12,6 +12,10 @@ namespace cpu {
 //           ldw a multiple of 16 with zero columns past `count`
 //   out:    for token t and channel f < count: max over positions of the conv
 //           (no bias) at out[t * ldo + f] and its position at arg[t * ldo + f]
+//   run:    (ntok,) start of each token's trailing run of one repeated char id
+//           (the padding). Every window inside the run sees the same input, so
+//           only the first of them is computed: the result, first argmax
+//           included, is the one of computing all W - width + 1 windows.
 struct CharConvArgs {
   const float* emb;
   int64_t ntok;
@@ -24,6 +28,7 @@ struct CharConvArgs {
   float* out;
   int32_t* arg;
   int64_t ldo;
+  const int32_t* run;
 };
 
 // One LSTM step's gate math for a range of channels of one row (float32).

@@ -100,10 +100,14 @@ static inline void conv_tile(const float* e, int64_t D, const float* wp, int64_t
 template <int NV>
 static void conv_block(const CharConvArgs& a, int64_t f0) {
   const int64_t K = a.width * a.D;
-  const int32_t npos = (int32_t)(a.W - a.width + 1);
+  const int32_t npos_all = (int32_t)(a.W - a.width + 1);
   const float* wp = a.wp + f0;
   for (int64_t t = 0; t < a.ntok; ++t) {
     const float* e = a.emb + t * a.W * a.D;
+    // windows past the first one inside the trailing run repeat it exactly;
+    // at least one whole tile when there is room (every extra window is real)
+    int32_t npos = a.run[t] + 1 < npos_all ? a.run[t] + 1 : npos_all;
+    if (npos < SE_PT) npos = npos_all < SE_PT ? npos_all : SE_PT;
     vf mx[NV];
     vi ix[NV];
     for (int v = 0; v < NV; ++v) {

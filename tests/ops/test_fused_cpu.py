@@ -90,6 +90,33 @@ def test_char_cnn_padding_chars_are_real_inputs():
     _close(fused.char_cnn(ids, emb2, ws, bs), R.char_cnn(ids, emb2, ws, bs))
 
 
+@pytest.mark.parametrize("pad_shift", [0.0, 3.0, -3.0])
+def test_char_cnn_trailing_run_windows(pad_shift):
+    """The float32 kernel computes one window inside each token's trailing run of a
+    repeated id (the padding) and skips the identical rest: forward and gradients
+    must equal the full computation whether a padding window wins the max
+    (pad_shift > 0), loses it (< 0) or either, for runs of padding, of a real char,
+    no run at all (a full-length token) and all-zero rows."""
+    gen = torch.Generator().manual_seed(17)
+    filters = [(1, 7), (2, 16), (3, 9), (6, 20), (7, 33)]
+    ids = random_char_ids(gen, 8, 30, zero_rows=[5], word_lengths=[1, 2, 3, 5, 28, 0, 9, 27])
+    ids[6, 10:] = 97  # a run of one real char, no padding
+    ids[7, 28] = 97   # full length: the run is the last id alone
+    emb, ws, bs = char_params(gen, filters, 6)
+    emb[PAD_CHAR - 1] += pad_shift
+    np_w = [w.numpy().astype(np.float64) for w in ws]
+    expected = O.char_cnn(ids.numpy(), emb.double().numpy(), np_w, [b.double().numpy() for b in bs])
+    _close(fused.char_cnn(ids, emb, ws, bs), expected)
+    grads = []
+    for impl, dtype in ((fused, torch.float32), (R, torch.float64)):
+        params = [p.to(dtype).clone().requires_grad_() for p in [emb, *ws, *bs]]
+        out = impl.char_cnn(ids, params[0], params[1:6], params[6:])
+        (out * torch.linspace(-1, 2, out.numel(), dtype=dtype).view_as(out)).sum().backward()
+        grads.append([p.grad for p in params])
+    for a, e in zip(*grads):
+        _close(a, e, rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("activation", ["relu", "tanh"])
 def test_char_cnn_gradients_float32_vs_reference(activation):
     gen = torch.Generator().manual_seed(11)
