@@ -117,6 +117,33 @@ def bench_preset(preset, backends, args, device):
     return row
 
 
+def bench_logsumexp(args, device, repeats=10):
+    """The sampled softmax's ``(B*U, S)`` logsumexp, forward + backward: torch's vs the
+    consuming one the trainer uses (it reuses the logits buffer, no temporaries).
+    Interleaved, medians; the product before it is included in both."""
+    from spacy_elmo.training.softmax import ConsumingLogSumExp
+
+    n, dim = args.batch_size * args.unroll, 128
+    gen = torch.Generator().manual_seed(0)
+    h = torch.randn(n, dim, generator=gen).to(device).requires_grad_()
+    w = (torch.randn(args.negatives, dim, generator=gen) * 0.1).to(device).requires_grad_()
+    impls = {"torch.logsumexp": lambda x: torch.logsumexp(x, 1),
+             "ConsumingLogSumExp": lambda x: ConsumingLogSumExp.apply(x)[0]}
+    times = {name: [] for name in impls}
+    for i in range(repeats + 2):
+        for name, lse in impls.items():
+            start = time.perf_counter()
+            lse(torch.nn.functional.linear(h, w)).sum().backward()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            if i >= 2:
+                times[name].append(time.perf_counter() - start)
+    row = {"rows": n, "negatives": args.negatives, "dim": dim}
+    row.update({name: statistics.median(ts) for name, ts in times.items()})
+    row["speedup"] = row["torch.logsumexp"] / row["ConsumingLogSumExp"]
+    return row
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--presets", nargs="+", default=["small", "original"])
@@ -141,10 +168,14 @@ def main() -> None:
         cells = "  ".join(f"{b}: {row['backends'][b]['tokens_per_s']:8.0f} tok/s" for b in backends)
         ratio = row.get("speedup_fused_vs_reference")
         print(f"{preset:>9}  B={args.batch_size} U={args.unroll}  {cells}" + (f"  fused/reference {ratio:.2f}x" if ratio else ""), flush=True)
+    lse = bench_logsumexp(args, device)
+    print(f"sampled-softmax logsumexp ({lse['rows']} x {lse['negatives']}, fwd+bwd with its product): "
+          f"torch {lse['torch.logsumexp'] * 1e3:.0f} ms, consuming {lse['ConsumingLogSumExp'] * 1e3:.0f} ms, "
+          f"{lse['speedup']:.2f}x", flush=True)
     result = {
         "benchmark": "pretrain", "device": str(device), "threads": torch.get_num_threads(), "dtype": "bfloat16 autocast" if device.type == "cuda" and args.bf16 else "float32",
         "fused_available": fused_available(), "torch": torch.__version__, "machine": platform.machine(),
-        "processor": platform.processor(), "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "rows": rows,
+        "processor": platform.processor(), "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "rows": rows, "logsumexp": lse,
         "note": "tokens/s = batch*unroll per training step (fwd+bwd LMs, sampled softmax, clip, Adagrad); medians",
     }
     if not fused_available():
