@@ -204,8 +204,8 @@ def main(argv=None) -> int:
     label = "SMOKE RUN (--quick: tiny subset, few steps; numbers mean nothing) -- " if args.quick else ""
     title = f"{label}CoNLL-2003 English NER, test set (spaCy scorer)"
     notes = [f"{s}: {tb.SETTING_DOCS[s]}" for s in args.settings]
-    notes += [f"biLM: {elmo}" if elmo else "no biLM",
-              f"fine-tuned biLM: {tuned} (LM objective on the text of the whole CoNLL train split, no labels; "
+    notes += [f"biLM: {tb.display_path(elmo)}" if elmo else "no biLM",
+              f"fine-tuned biLM: {tb.display_path(tuned)} (LM objective on the text of the whole CoNLL train split, no labels; "
               "the same biLM serves the 10% runs)" if tuned else "",
               f"command: python {' '.join(sys.argv)}"]
     md = tb.markdown_table(rows, ("fraction", "setting"), METRICS, title, baseline_key="ents_f", notes=[n for n in notes if n])

@@ -75,6 +75,20 @@ def resolve_elmo(path: str | None) -> Path:
     return p
 
 
+def display_path(path: Path) -> str:
+    """A path as the results markdown shows it: ``default (spacy_elmo/data/default)`` for the
+    bundled model, repo-relative inside the checkout, ``~/...`` under the home directory."""
+    from spacy_elmo.bilm.native_io import DEFAULT_MODEL_DIR
+
+    path = Path(path).resolve()
+    if path == DEFAULT_MODEL_DIR.resolve():
+        return "default (the bundled model, spacy_elmo/data/default)"
+    for base, prefix in ((ROOT, ""), (Path.home(), "~/")):
+        if path.is_relative_to(base.resolve()):
+            return prefix + str(path.relative_to(base.resolve()))
+    return str(path)
+
+
 def elmo_description(path: Path) -> dict:
     """What the results record about a biLM directory: path, sizes and provenance."""
     info: dict[str, Any] = {"path": str(path)}

@@ -163,7 +163,7 @@ def main(argv=None) -> int:
     label = "SMOKE RUN (--quick: tiny subsets, few steps; numbers mean nothing) -- " if args.quick else ""
     title = f"{label}Text classification (BBC News topic, CrowdFlower tweets sentiment), test sets"
     notes = [f"{s}: {tb.SETTING_DOCS[s]}" for s in args.settings]
-    notes += [f"biLM: {elmo}" if elmo else "no biLM", "macro-F1: spaCy's textcat scorer (cats_macro_f); accuracy: argmax = gold",
+    notes += [f"biLM: {tb.display_path(elmo)}" if elmo else "no biLM", "macro-F1: spaCy's textcat scorer (cats_macro_f); accuracy: argmax = gold",
               f"command: python {' '.join(sys.argv)}"]
     md = tb.markdown_table(rows, keys, METRICS, title, baseline_key="cats_macro_f", notes=notes)
     record = {
