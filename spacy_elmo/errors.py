@@ -85,6 +85,11 @@ class Errors:
         "The initial state must be h {expected_h} and c {expected_c} (direction, layer, width) for this "
         "biLM; found h {found_h} and c {found_c}. Fit it on this model with BiLM.fit_initial_state."
     )
+    E_CARRIED_STATE_SHAPE = (
+        "Carried states must be h (2, {layers}, B, {proj}) and c (2, {layers}, B, {cell}) (direction, layer, "
+        "row, width) with the same B; found h {found_h} and c {found_c}. Restore a value read from "
+        "BiLM.carried_states of this model, or None."
+    )
     E_FIT_STATE_ARGS = "fit_initial_state needs rows >= 1 and warmup >= 0; found rows={rows}, warmup={warmup}."
     E_FIT_STATE_TOO_FEW = (
         "Fitting the initial state needs at least {needed} non-empty sentences ({rows} streams of more than "

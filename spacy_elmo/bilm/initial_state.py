@@ -82,7 +82,7 @@ def boundary_state_mean(
             count += rows
     finally:
         bilm.stateful = saved[0]
-        bilm._states = saved[1]
+        bilm.carried_states = saved[1]
         bilm.train(saved[2])
         bilm.set_initial_state(saved[3])
     dtype = bilm.token_encoder.char_embedding.dtype

@@ -80,8 +80,24 @@ class BiLM(nn.Module):
 
     @property
     def carried_states(self) -> Optional[LstmState]:
-        """Stateful mode: the states carried to the next call, ``(h (2, L, B, P), c (2, L, B, C))``, or None."""
+        """Stateful mode: the states carried to the next call, ``(h (2, L, B, P), c (2, L, B, C))``, or None.
+
+        Settable (e.g. to restore a value read earlier); None forgets them like :meth:`reset_states`.
+        """
         return self._states
+
+    @carried_states.setter
+    def carried_states(self, state: Optional[LstmState]) -> None:
+        if state is None:
+            self._states = None
+            return
+        h, c = state
+        L, P, C = self.config.n_layers, self.config.projection_dim, self.config.cell_dim
+        if (h.dim() != 4 or c.dim() != 4 or tuple(h.shape[:2]) != (2, L) or tuple(c.shape[:2]) != (2, L)
+                or h.shape[2] != c.shape[2] or h.shape[3] != P or c.shape[3] != C):
+            raise ValueError(Errors.E_CARRIED_STATE_SHAPE.format(
+                layers=L, proj=P, cell=C, found_h=tuple(h.shape), found_c=tuple(c.shape)))
+        self._states = (h.detach(), c.detach())
 
     @property
     def initial_state(self) -> Optional[LstmState]:

@@ -121,6 +121,24 @@ def test_fitting_leaves_a_stateful_model_as_it_was(files):
     assert all(torch.equal(a, b) for a, b in zip(before, model.carried_states))
 
 
+def test_carried_states_can_be_restored_and_are_checked(files):
+    _, (opt_path, weight_path) = files
+    model = BiLM.from_allennlp(opt_path, weight_path, stateful=True, backend="reference").eval()
+    first, second = batch_to_ids([["carried"], ["state"]]), batch_to_ids([["next", "call"], ["here"]])
+    with torch.no_grad():
+        model(first)
+        saved = model.carried_states
+        want = model(second).activations[-1]
+        model.carried_states = None  # forgotten: the next call starts afresh, so it differs
+        assert not torch.allclose(model(second).activations[-1], want)
+        model.carried_states = saved
+        assert torch.equal(model(second).activations[-1], want)
+    h, c = saved
+    for bad in ((h[:, :, :1], c), (h[..., :-1], c), (h[0], c)):
+        with pytest.raises(ValueError, match="Carried states must be"):
+            model.carried_states = bad
+
+
 def test_save_load_and_state_dict_round_trips(files, tmp_path):
     _, (opt_path, weight_path) = files
     model = BiLM.from_allennlp(opt_path, weight_path, backend="reference")
