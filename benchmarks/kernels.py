@@ -341,17 +341,24 @@ def plot(rows, path):
         sub = [r for r in rows if r["section"] == sec]
         shapes = sorted({(r["preset"], r["batch"], r["length"]) for r in sub})
         impls = list(dict.fromkeys(r["impl"] for r in sub))
+        # Linear speed relative to the section's first baseline (1.0): a log axis of raw
+        # tokens/s made 6% look like 5x. Absolute tokens/s are in the table and the JSON.
+        base_name = next((b for b in BASELINES[sec] if b in impls), impls[0])
+        rate = {(r["preset"], r["batch"], r["length"], r["impl"]): r["tokens_per_s"] for r in sub}
         width = 0.8 / max(1, len(impls))
         for k, impl in enumerate(impls):
-            vals = []
-            for sh in shapes:
-                m = [r for r in sub if (r["preset"], r["batch"], r["length"]) == sh and r["impl"] == impl]
-                vals.append(m[0]["tokens_per_s"] if m else 0)
-            ax.bar([i + k * width for i in range(len(shapes))], vals, width, label=impl)
+            xs, vals = [], []
+            for i, sh in enumerate(shapes):
+                base, mine = rate.get((*sh, base_name)), rate.get((*sh, impl))
+                if base and mine:
+                    xs.append(i + k * width)
+                    vals.append(mine / base)
+            bars = ax.bar(xs, vals, width, label=impl)
+            ax.bar_label(bars, labels=[f"{v:.2f}x" for v in vals], fontsize=6)
+        ax.axhline(1.0, color="grey", linewidth=0.6)
         ax.set_xticks([i + 0.4 - width / 2 for i in range(len(shapes))])
         ax.set_xticklabels([f"{p}\n{b}x{t}" for p, b, t in shapes], fontsize=7)
-        ax.set_yscale("log")
-        ax.set_ylabel("tokens/s")
+        ax.set_ylabel(f"speed vs {base_name}")
         ax.set_title(sec)
         ax.legend(fontsize=7)
     fig.tight_layout()
