@@ -232,6 +232,22 @@ class Errors:
     )
     E_NO_EVAL_TOKENS = "{path} contains no tokens to evaluate on."
 
+    # --- embedding a corpus (spacy_elmo.embedding, spacy-elmo embed) ---------
+    E_EMBED_INPUT_MISSING = "{path} is not a file. Pass a UTF-8 text file with one sentence per line."
+    E_EMBED_LAYERS = "Unknown layers {layers!r}: use 'all' (every layer), 'top' or 'average'."
+    E_EMBED_LINE_TOO_LONG = (
+        "{path} line {line} has {n} tokens, more than --max-tokens {max_tokens}. The input is one sentence "
+        "per line: split that line, or raise --max-tokens if you really want it embedded in one piece."
+    )
+    E_EMBED_STATEFUL = (
+        "Embedding a corpus reads every line on its own; load the biLM with stateful=False."
+    )
+    E_EMBED_OUTPUT_EXISTS = "{path} already exists. Pass --overwrite to replace it, or choose another output."
+    E_EMBED_PARTS_MISMATCH = (
+        "{parts} holds parts of an earlier run with a different {keys}, so they cannot be reused. "
+        "Rerun with the earlier settings to finish it, or delete {parts} (or pass --restart) to start over."
+    )
+
 
 class Warnings:
     W_INITIAL_STATE_NOT_EXPORTED = (

@@ -48,6 +48,16 @@ def _count_and_replace(err: UnicodeDecodeError):
 codecs.register_error("spacy_elmo.count_replace", _count_and_replace)
 
 
+def decode_utf8(raw: bytes) -> str:
+    """UTF-8 text of ``raw``; undecodable bytes become U+FFFD and are counted."""
+    return raw.decode("utf-8", errors="spacy_elmo.count_replace")
+
+
+def replaced_bytes_so_far() -> int:
+    """Undecodable bytes replaced by :func:`decode_utf8` in this process so far."""
+    return _replaced[0]
+
+
 @dataclass
 class ReadStats:
     n_files: int = 0
@@ -105,12 +115,12 @@ def iter_text(path: PathLike, stats: ReadStats) -> Iterator[str]:
             warnings.warn(Warnings.W_BINARY_SKIPPED.format(path=file), RuntimeWarning, stacklevel=2)
             continue
         stats.n_files += 1
-        before = _replaced[0]
+        before = replaced_bytes_so_far()
         warned = False
         # Binary mode + split at b"\n": UTF-8 never has 0x0A inside a character.
         with open(file, "rb") as f:
             for raw in f:
-                line = raw.decode("utf-8", errors="spacy_elmo.count_replace").rstrip("\r\n")
+                line = decode_utf8(raw).rstrip("\r\n")
                 stats.n_lines += 1
                 if not line.strip():
                     continue
@@ -122,8 +132,8 @@ def iter_text(path: PathLike, stats: ReadStats) -> Iterator[str]:
                     yield from split_long(line)
                 else:
                     yield line
-        if _replaced[0] > before:
-            stats.replaced_bytes += _replaced[0] - before
+        if replaced_bytes_so_far() > before:
+            stats.replaced_bytes += replaced_bytes_so_far() - before
             stats.files_with_replacements += 1
 
 

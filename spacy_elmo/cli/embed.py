@@ -1,0 +1,52 @@
+"""``spacy-elmo embed``: ELMo vectors of every line of a text file, into HDF5 (AllenNLP's layout)."""
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .app import app
+
+
+@app.command()
+def embed(
+    input_path: Path = typer.Argument(..., help="UTF-8 text, one sentence per line."),
+    output_path: Path = typer.Argument(..., help="HDF5 file to write: dataset 'i' holds line i."),
+    model: str = typer.Option("default", help="Model directory (native or AllenNLP files), or 'default'."),
+    layers: str = typer.Option("all", help="all: (L+1, n, 2P) per line; top: the last layer; average: their mean."),
+    lang: Optional[str] = typer.Option(None, help="Tokenize with spaCy's tokenizer for this language "
+                                       "(default: split at whitespace, as AllenNLP's command)."),
+    batch_size: int = typer.Option(64, help="Most lines per biLM call."),
+    batch_tokens: int = typer.Option(4096, help="Most padded tokens (lines x longest line) per biLM call."),
+    part_size: int = typer.Option(4096, help="Lines per resumable part."),
+    max_tokens: int = typer.Option(10_000, help="Longest line accepted, in tokens."),
+    device: str = typer.Option("cpu", help="cpu or cuda."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace OUTPUT_PATH if it exists."),
+    restart: bool = typer.Option(False, "--restart", help="Drop the parts of an earlier, unfinished run."),
+) -> None:
+    """Embed a corpus. A killed run resumes where it stopped when rerun with the same arguments
+    (finished parts are kept in OUTPUT_PATH.parts/ until the end)."""
+    import torch
+
+    from ..bilm import BiLM
+    from ..embedding import embed_file
+    from ..errors import Errors
+
+    try:
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            raise ValueError(Errors.E_DEVICE_UNAVAILABLE.format(device=device, reason="CUDA is not available"))
+        bilm = BiLM.load(model).to(device)
+        tokenize, name = None, "whitespace"
+        if lang:
+            from ..training.data import make_nlp
+
+            tokenizer = make_nlp(lang).tokenizer
+            tokenize, name = (lambda line: [t.text for t in tokenizer(line)]), f"spacy:{lang}"
+        counts = embed_file(bilm, input_path, output_path, layers=layers, batch_size=batch_size, batch_tokens=batch_tokens,
+                            part_size=part_size, max_tokens=max_tokens, tokenize=tokenize, tokenizer_name=name,
+                            overwrite=overwrite, restart=restart)
+    except (ValueError, FileNotFoundError, FileExistsError) as err:
+        typer.secho(str(err), fg=typer.colors.RED, err=True)
+        raise typer.Exit(1) from err
+    reused = f" ({counts['parts_reused']} part(s) from an earlier run)" if counts["parts_reused"] else ""
+    typer.echo(f"wrote {output_path}: {counts['lines']:,} lines, {counts['tokens']:,} tokens{reused}")

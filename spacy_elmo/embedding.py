@@ -1,0 +1,247 @@
+"""Embedding a corpus into HDF5, one dataset per input line (no spaCy here).
+
+The file layout is AllenNLP's ``allennlp elmo`` output, so existing readers
+work: dataset ``"i"`` holds line ``i``'s vectors, ``(L + 1, n, 2P)`` float for
+``layers="all"`` and ``(n, 2P)`` for ``"top"`` / ``"average"``; dataset
+``"sentence_to_index"`` is a JSON string mapping each line's text to its
+index. Lines are whitespace-tokenized (as AllenNLP's command), or by any
+``tokenize`` callable. Unlike AllenNLP, an empty line is not an error: it gets
+an ``n = 0`` dataset, so line ``i`` is always dataset ``"i"``.
+
+Long runs survive a kill: the lines are embedded in parts of ``part_size``
+lines, each written to ``OUTPUT.parts/`` under a temporary name and renamed
+when complete; a rerun keeps the finished parts (when the model, input and
+settings are the ones recorded in ``manifest.json``) and embeds the rest. The
+parts are merged into ``OUTPUT`` (again through a temporary name) at the end.
+The biLM is stateless and in eval mode, so a resumed run writes exactly the
+numbers of an uninterrupted one.
+"""
+
+import hashlib
+import json
+import os
+import shutil
+import warnings
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence, Union
+
+import numpy as np
+import torch
+
+from .bilm import BiLM
+from .chars import batch_to_ids
+from .errors import Errors, Warnings
+
+PathLike = Union[str, Path]
+LAYER_MODES = ("all", "top", "average")
+MANIFEST = "manifest.json"
+FORMAT = "spacy-elmo/embedding-parts-v1"
+
+
+def _whitespace(line: str) -> List[str]:
+    return line.split()
+
+
+def read_lines(path: PathLike) -> List[str]:
+    """Every line of ``path`` (UTF-8; undecodable bytes become U+FFFD, with one warning).
+
+    Line ``i`` of the file is item ``i``, empty lines included.
+    """
+    from .training.data import decode_utf8, is_binary, replaced_bytes_so_far
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(Errors.E_EMBED_INPUT_MISSING.format(path=path))
+    if is_binary(path):
+        raise ValueError(Errors.E_BINARY_FILE.format(path=path))
+    before = replaced_bytes_so_far()
+    with open(path, "rb") as f:
+        lines = [decode_utf8(raw).rstrip("\r\n") for raw in f]
+    replaced = replaced_bytes_so_far() - before
+    if replaced:
+        warnings.warn(Warnings.W_REPLACED_BYTES.format(n_bytes=replaced, n_files=1), RuntimeWarning, stacklevel=2)
+    return lines
+
+
+def model_fingerprint(bilm: BiLM) -> str:
+    """sha256 over the biLM's config and every tensor of its state dict."""
+    h = hashlib.sha256(json.dumps(bilm.config.to_dict(), sort_keys=True).encode())
+    for name, tensor in sorted(bilm.state_dict().items()):
+        h.update(name.encode())
+        h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+@torch.no_grad()
+def embed_lines(bilm: BiLM, rows: Sequence[Sequence[str]], layers: str = "all") -> List[np.ndarray]:
+    """Vectors of token rows: ``(L + 1, n, 2P)`` per row for ``"all"``, else ``(n, 2P)``, float32.
+
+    Rows are run together as given (the caller batches); empty rows give ``n = 0``.
+    """
+    if layers not in LAYER_MODES:
+        raise ValueError(Errors.E_EMBED_LAYERS.format(layers=layers))
+    L1, D = bilm.config.n_output_layers, bilm.config.output_dim
+    out: List[Optional[np.ndarray]] = [None] * len(rows)
+    filled = [i for i, r in enumerate(rows) if len(r)]
+    if filled:
+        device = bilm.token_encoder.char_embedding.device
+        ids = batch_to_ids([rows[i] for i in filled], bilm.config.max_characters_per_token).to(device)
+        stacked = torch.stack(bilm(ids).activations)  # (L + 1, B, T, 2P)
+        if layers == "top":
+            stacked = stacked[-1:]
+        elif layers == "average":
+            stacked = stacked.mean(0, keepdim=True)
+        stacked = stacked.float().cpu().numpy()
+        for b, i in enumerate(filled):
+            vec = stacked[:, b, : len(rows[i])]
+            out[i] = np.ascontiguousarray(vec if layers == "all" else vec[0])
+    empty = np.zeros((L1, 0, D) if layers == "all" else (0, D), dtype=np.float32)
+    return [empty if v is None else v for v in out]
+
+
+def embed_file(
+    bilm: BiLM,
+    input_path: PathLike,
+    output_path: PathLike,
+    layers: str = "all",
+    batch_size: int = 64,
+    batch_tokens: int = 4096,
+    part_size: int = 4096,
+    max_tokens: int = 10_000,
+    tokenize: Optional[Callable[[str], List[str]]] = None,
+    tokenizer_name: str = "whitespace",
+    progress: bool = True,
+    overwrite: bool = False,
+    restart: bool = False,
+    stop_after_parts: Optional[int] = None,
+) -> Dict[str, int]:
+    """Embed every line of ``input_path`` into the HDF5 file ``output_path``.
+
+    batch_size, batch_tokens: at most that many lines and padded tokens (lines x
+    longest) per biLM call, lines sorted by length within a part;
+    part_size: lines per resumable part; max_tokens: the longest line
+    accepted (a clear error names the line otherwise); tokenize: line ->
+    tokens (default: whitespace), named by ``tokenizer_name`` in the manifest;
+    overwrite: replace an existing ``output_path``; restart: drop parts of an
+    earlier run instead of resuming; stop_after_parts: stop (as if killed)
+    after writing that many new parts. The whole input is read into memory.
+    Returns counts: lines, tokens, parts_written (now), parts_reused, finished (0/1).
+    """
+    import h5py
+    from tqdm import tqdm
+
+    if layers not in LAYER_MODES:
+        raise ValueError(Errors.E_EMBED_LAYERS.format(layers=layers))
+    for name, value in (("batch_size", batch_size), ("batch_tokens", batch_tokens), ("part_size", part_size),
+                        ("max_tokens", max_tokens)):
+        if value < 1:
+            raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name=name, what="at least 1", value=value))
+    input_path, output_path = Path(input_path), Path(output_path)
+    if output_path.exists() and not overwrite:
+        raise FileExistsError(Errors.E_EMBED_OUTPUT_EXISTS.format(path=output_path))
+    tokenize = tokenize or _whitespace
+    lines = read_lines(input_path)
+    rows = [tokenize(line) for line in lines]
+    for i, row in enumerate(rows):
+        if len(row) > max_tokens:
+            raise ValueError(Errors.E_EMBED_LINE_TOO_LONG.format(
+                path=input_path, line=i + 1, n=len(row), max_tokens=max_tokens))
+    if bilm.stateful:
+        raise ValueError(Errors.E_EMBED_STATEFUL)
+    bilm.eval()
+    counts = {"lines": len(lines), "tokens": sum(len(r) for r in rows), "parts_written": 0, "parts_reused": 0}
+
+    parts_dir = output_path.with_name(output_path.name + ".parts")
+    manifest = {
+        "format": FORMAT, "model": model_fingerprint(bilm), "input": _file_sha256(input_path),
+        "n_lines": len(lines), "layers": layers, "part_size": part_size, "tokenizer": tokenizer_name,
+    }
+    if parts_dir.exists() and restart:
+        shutil.rmtree(parts_dir)
+    if parts_dir.exists():
+        found = _read_manifest(parts_dir)
+        if found != manifest:
+            diff = sorted(k for k in manifest if found.get(k) != manifest[k])
+            raise ValueError(Errors.E_EMBED_PARTS_MISMATCH.format(parts=parts_dir, keys=", ".join(diff)))
+    else:
+        parts_dir.mkdir(parents=True)
+        _atomic_write_text(parts_dir / MANIFEST, json.dumps(manifest, indent=1))
+
+    n_parts = (len(lines) + part_size - 1) // part_size
+    part_files = [parts_dir / f"part-{k:06d}.hdf5" for k in range(n_parts)]
+    counts["parts_reused"] = sum(1 for p in part_files if p.exists())
+    bar = tqdm(total=len(lines), desc="embedding", unit="line", disable=not progress)
+    bar.update(sum(min(part_size, len(lines) - k * part_size) for k, p in enumerate(part_files) if p.exists()))
+    for k, part in enumerate(part_files):
+        if part.exists():
+            continue
+        if stop_after_parts is not None and counts["parts_written"] >= stop_after_parts:
+            bar.close()
+            return {**counts, "finished": 0}
+        start = k * part_size
+        index = list(range(start, min(start + part_size, len(lines))))
+        # Longest first: similar lengths share a batch, and the biggest batch shows up front.
+        index.sort(key=lambda i: -len(rows[i]))
+        tmp = part.with_name(f".{part.name}.tmp{os.getpid()}")
+        with h5py.File(tmp, "w") as f:
+            for chunk in _batches(index, rows, batch_size, batch_tokens):
+                for i, vec in zip(chunk, embed_lines(bilm, [rows[i] for i in chunk], layers)):
+                    f.create_dataset(str(i), data=vec)
+                bar.update(len(chunk))
+        os.replace(tmp, part)
+        counts["parts_written"] += 1
+    bar.close()
+    _merge(part_files, lines, output_path)
+    shutil.rmtree(parts_dir)
+    return {**counts, "finished": 1}
+
+
+def _batches(index: Sequence[int], rows: Sequence[Sequence[str]], batch_size: int, batch_tokens: int):
+    """Cut ``index`` (longest row first) into batches of at most ``batch_size`` rows whose
+    padded size (rows x longest) stays within ``batch_tokens`` (a longer row goes alone)."""
+    batch: List[int] = []
+    for i in index:
+        longest = len(rows[batch[0]]) if batch else len(rows[i])
+        if batch and (len(batch) == batch_size or (len(batch) + 1) * max(longest, 1) > batch_tokens):
+            yield batch
+            batch = []
+        batch.append(i)
+    if batch:
+        yield batch
+
+
+def _read_manifest(parts_dir: Path) -> dict:
+    try:
+        return json.loads((parts_dir / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _merge(part_files: Sequence[Path], lines: Sequence[str], output_path: Path) -> None:
+    """Copy every part's datasets (in line order) and ``sentence_to_index`` into ``output_path``."""
+    import h5py
+
+    tmp = output_path.with_name(f".{output_path.name}.tmp{os.getpid()}")
+    with h5py.File(tmp, "w") as out:
+        for part in part_files:
+            with h5py.File(part, "r") as f:
+                for name in sorted(f, key=int):
+                    f.copy(f[name], out, name=name)
+        # AllenNLP's mapping: the last line wins for repeated text.
+        mapping = {line: i for i, line in enumerate(lines)}
+        out.create_dataset("sentence_to_index", data=json.dumps(mapping, ensure_ascii=False))
+    os.replace(tmp, output_path)

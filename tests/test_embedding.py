@@ -1,0 +1,155 @@
+"""Embedding a corpus into HDF5: each line's dataset equals the biLM run on that line
+alone, a killed run resumes to the identical file, bad input gets clear errors."""
+
+import json
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+from spacy_elmo import BiLM, batch_to_ids
+from spacy_elmo.embedding import embed_file
+from tests.bilm.oracle import options, write_model_files
+
+LINES = [
+    "The bank raised its rates .",
+    "",
+    "We sat on the river bank all afternoon and watched the boats go by .",
+    "밥 먹었어요 ?",
+    "x",
+    "The bank raised its rates .",
+    "Ünïcödé   spacing\tand tabs",
+]
+
+
+@pytest.fixture
+def model_dir(tmp_path):
+    directory = tmp_path / "model"
+    directory.mkdir()
+    write_model_files(directory, options(), seed=7)
+    return directory
+
+
+@pytest.fixture
+def bilm(model_dir):
+    return BiLM.load(model_dir)
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    path = tmp_path / "in.txt"
+    path.write_text("\n".join(LINES) + "\n", encoding="utf-8")
+    return path
+
+
+def read_all(path):
+    with h5py.File(path, "r") as f:
+        data = {name: f[name][()] for name in f if name != "sentence_to_index"}
+        mapping = json.loads(f["sentence_to_index"][()])
+    return data, mapping
+
+
+@pytest.mark.parametrize("layers", ["all", "top", "average"])
+def test_every_line_is_its_own_dataset_equal_to_the_bilm_alone(bilm, corpus, tmp_path, layers):
+    out = tmp_path / "out.h5"
+    counts = embed_file(bilm, corpus, out, layers=layers, batch_size=3, part_size=4, progress=False)
+    assert counts["lines"] == len(LINES) and counts["finished"] == 1
+    assert not (tmp_path / "out.h5.parts").exists()
+    data, mapping = read_all(out)
+    assert sorted(data, key=int) == [str(i) for i in range(len(LINES))]
+    L1, D = bilm.config.n_output_layers, bilm.config.output_dim
+    for i, line in enumerate(LINES):
+        tokens = line.split()
+        got = data[str(i)]
+        if not tokens:
+            assert got.shape == ((L1, 0, D) if layers == "all" else (0, D))
+            continue
+        with torch.no_grad():
+            alone = torch.stack(bilm(batch_to_ids([tokens])).activations)[:, 0].numpy()  # (L + 1, n, D)
+        want = {"all": alone, "top": alone[-1], "average": alone.mean(0)}[layers]
+        assert got.shape == want.shape and got.dtype == np.float32
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    # AllenNLP's mapping: text -> index, the last occurrence for a repeated line
+    assert mapping[LINES[0]] == 5 and mapping[LINES[3]] == 3
+
+
+def test_a_killed_run_resumes_to_the_identical_file(bilm, corpus, tmp_path):
+    straight, resumed = tmp_path / "straight.h5", tmp_path / "resumed.h5"
+    embed_file(bilm, corpus, straight, batch_size=2, part_size=2, progress=False)
+    first = embed_file(bilm, corpus, resumed, batch_size=2, part_size=2, progress=False, stop_after_parts=2)
+    assert first["finished"] == 0 and not resumed.exists()
+    assert len(list((tmp_path / "resumed.h5.parts").glob("part-*.hdf5"))) == 2
+    second = embed_file(bilm, corpus, resumed, batch_size=2, part_size=2, progress=False)
+    assert second["parts_reused"] == 2 and second["parts_written"] == 2 and second["finished"] == 1
+    a, map_a = read_all(straight)
+    b, map_b = read_all(resumed)
+    assert map_a == map_b and a.keys() == b.keys()
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def test_parts_of_other_settings_are_refused_and_restart_drops_them(bilm, corpus, tmp_path):
+    out = tmp_path / "out.h5"
+    embed_file(bilm, corpus, out, part_size=2, progress=False, stop_after_parts=1)
+    with pytest.raises(ValueError, match="different layers"):
+        embed_file(bilm, corpus, out, layers="top", part_size=2, progress=False)
+    counts = embed_file(bilm, corpus, out, layers="top", part_size=2, progress=False, restart=True)
+    assert counts["parts_reused"] == 0 and counts["finished"] == 1
+    assert read_all(out)[0]["0"].ndim == 2
+
+
+def test_bad_input_gets_clear_errors(bilm, model_dir, corpus, tmp_path):
+    with pytest.raises(FileNotFoundError, match="not a file"):
+        embed_file(bilm, tmp_path / "missing.txt", tmp_path / "o.h5", progress=False)
+    binary = tmp_path / "bin.txt"
+    binary.write_bytes(b"abc\x00def\n")
+    with pytest.raises(ValueError, match="binary"):
+        embed_file(bilm, binary, tmp_path / "o.h5", progress=False)
+    long = tmp_path / "long.txt"
+    long.write_text("short line\n" + "w " * 50 + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"line 2 has 50 tokens, more than --max-tokens 20"):
+        embed_file(bilm, long, tmp_path / "o.h5", max_tokens=20, progress=False)
+    with pytest.raises(ValueError, match="Unknown layers 'middle'"):
+        embed_file(bilm, corpus, tmp_path / "o.h5", layers="middle", progress=False)
+    existing = tmp_path / "exists.h5"
+    existing.write_bytes(b"")
+    with pytest.raises(FileExistsError, match="--overwrite"):
+        embed_file(bilm, corpus, existing, progress=False)
+    assert embed_file(bilm, corpus, existing, overwrite=True, progress=False)["finished"] == 1
+    with pytest.raises(ValueError, match="stateful=False"):
+        embed_file(BiLM.load(model_dir, stateful=True), corpus, tmp_path / "o.h5", progress=False)
+
+
+def test_undecodable_bytes_are_replaced_and_reported(bilm, tmp_path):
+    path = tmp_path / "latin1.txt"
+    path.write_bytes("caf\xe9 au lait\nok\n".encode("latin-1"))
+    with pytest.warns(RuntimeWarning, match="1 undecodable byte"):
+        embed_file(bilm, path, tmp_path / "o.h5", progress=False)
+    _, mapping = read_all(tmp_path / "o.h5")
+    assert mapping == {"caf\ufffd au lait": 0, "ok": 1}
+
+
+def test_cli_embeds_and_reports_errors(model_dir, corpus, tmp_path):
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli import app
+
+    out = tmp_path / "cli.h5"
+    result = CliRunner().invoke(app, ["embed", str(corpus), str(out), "--model", str(model_dir), "--layers", "top"])
+    assert result.exit_code == 0, result.output
+    assert f"{len(LINES)} lines" in result.output and read_all(out)[0]["2"].ndim == 2
+    again = CliRunner().invoke(app, ["embed", str(corpus), str(out), "--model", str(model_dir)])
+    assert again.exit_code == 1 and "--overwrite" in again.output
+
+
+def test_batches_respect_rows_and_padded_tokens_and_keep_every_line():
+    from spacy_elmo.embedding import _batches
+
+    lengths = [50, 30, 9, 9, 8, 3, 1, 0, 0]
+    rows = [["w"] * n for n in lengths]
+    batches = list(_batches(list(range(len(rows))), rows, batch_size=3, batch_tokens=40))
+    assert [i for b in batches for i in b] == list(range(len(rows)))
+    assert batches[0] == [0]  # longer than the budget: alone
+    for b in batches:
+        assert len(b) <= 3
+        assert len(b) == 1 or len(b) * max(len(rows[b[0]]), 1) <= 40
