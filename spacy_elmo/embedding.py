@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from .bilm import BiLM
+from .bilm.token_cache import TokenCache
 from .chars import batch_to_ids
 from .errors import Errors, Warnings
 
@@ -81,10 +82,13 @@ def _file_sha256(path: Path) -> str:
 
 
 @torch.no_grad()
-def embed_lines(bilm: BiLM, rows: Sequence[Sequence[str]], layers: str = "all") -> List[np.ndarray]:
+def embed_lines(
+    bilm: BiLM, rows: Sequence[Sequence[str]], layers: str = "all", cache: Optional[TokenCache] = None
+) -> List[np.ndarray]:
     """Vectors of token rows: ``(L + 1, n, 2P)`` per row for ``"all"``, else ``(n, 2P)``, float32.
 
     Rows are run together as given (the caller batches); empty rows give ``n = 0``.
+    With ``cache`` the token vectors of words seen before are reused.
     """
     if layers not in LAYER_MODES:
         raise ValueError(Errors.E_EMBED_LAYERS.format(layers=layers))
@@ -92,9 +96,13 @@ def embed_lines(bilm: BiLM, rows: Sequence[Sequence[str]], layers: str = "all") 
     out: List[Optional[np.ndarray]] = [None] * len(rows)
     filled = [i for i, r in enumerate(rows) if len(r)]
     if filled:
-        device = bilm.token_encoder.char_embedding.device
-        ids = batch_to_ids([rows[i] for i in filled], bilm.config.max_characters_per_token).to(device)
-        stacked = torch.stack(bilm(ids).activations)  # (L + 1, B, T, 2P)
+        batch = [rows[i] for i in filled]
+        if cache is not None and cache.capacity > 0:
+            output = cache.run(bilm, batch)
+        else:
+            device = bilm.token_encoder.char_embedding.device
+            output = bilm(batch_to_ids(batch, bilm.config.max_characters_per_token).to(device))
+        stacked = torch.stack(output.activations)  # (L + 1, B, T, 2P)
         if layers == "top":
             stacked = stacked[-1:]
         elif layers == "average":
@@ -116,6 +124,7 @@ def embed_file(
     batch_tokens: int = 4096,
     part_size: int = 4096,
     max_tokens: int = 10_000,
+    cache_size: int = 50_000,
     tokenize: Optional[Callable[[str], List[str]]] = None,
     tokenizer_name: str = "whitespace",
     progress: bool = True,
@@ -126,7 +135,9 @@ def embed_file(
     """Embed every line of ``input_path`` into the HDF5 file ``output_path``.
 
     batch_size, batch_tokens: at most that many lines and padded tokens (lines x
-    longest) per biLM call, lines sorted by length within a part;
+    longest) per biLM call, lines sorted by length within a part; cache_size:
+    token vectors kept for reuse (0: none; emptied at every part, so a part's
+    numbers never depend on the parts before it);
     part_size: lines per resumable part; max_tokens: the longest line
     accepted (a clear error names the line otherwise); tokenize: line ->
     tokens (default: whitespace), named by ``tokenizer_name`` in the manifest;
@@ -144,6 +155,8 @@ def embed_file(
                         ("max_tokens", max_tokens)):
         if value < 1:
             raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name=name, what="at least 1", value=value))
+    if cache_size < 0:
+        raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name="cache_size", what="0 or more", value=cache_size))
     input_path, output_path = Path(input_path), Path(output_path)
     if output_path.exists() and not overwrite:
         raise FileExistsError(Errors.E_EMBED_OUTPUT_EXISTS.format(path=output_path))
@@ -157,6 +170,7 @@ def embed_file(
     if bilm.stateful:
         raise ValueError(Errors.E_EMBED_STATEFUL)
     bilm.eval()
+    cache = TokenCache(cache_size)
     counts = {"lines": len(lines), "tokens": sum(len(r) for r in rows), "parts_written": 0, "parts_reused": 0}
 
     parts_dir = output_path.with_name(output_path.name + ".parts")
@@ -191,9 +205,10 @@ def embed_file(
         # Longest first: similar lengths share a batch, and the biggest batch shows up front.
         index.sort(key=lambda i: -len(rows[i]))
         tmp = part.with_name(f".{part.name}.tmp{os.getpid()}")
+        cache.clear()  # a resumed part computes what it would have computed straight through
         with h5py.File(tmp, "w") as f:
             for chunk in _batches(index, rows, batch_size, batch_tokens):
-                for i, vec in zip(chunk, embed_lines(bilm, [rows[i] for i in chunk], layers)):
+                for i, vec in zip(chunk, embed_lines(bilm, [rows[i] for i in chunk], layers, cache)):
                     f.create_dataset(str(i), data=vec)
                 bar.update(len(chunk))
         os.replace(tmp, part)

@@ -50,10 +50,12 @@ def read_all(path):
     return data, mapping
 
 
+@pytest.mark.parametrize("cache_size", [0, 50])
 @pytest.mark.parametrize("layers", ["all", "top", "average"])
-def test_every_line_is_its_own_dataset_equal_to_the_bilm_alone(bilm, corpus, tmp_path, layers):
+def test_every_line_is_its_own_dataset_equal_to_the_bilm_alone(bilm, corpus, tmp_path, layers, cache_size):
     out = tmp_path / "out.h5"
-    counts = embed_file(bilm, corpus, out, layers=layers, batch_size=3, part_size=4, progress=False)
+    counts = embed_file(bilm, corpus, out, layers=layers, batch_size=3, part_size=4, cache_size=cache_size,
+                        progress=False)
     assert counts["lines"] == len(LINES) and counts["finished"] == 1
     assert not (tmp_path / "out.h5.parts").exists()
     data, mapping = read_all(out)
@@ -109,6 +111,8 @@ def test_bad_input_gets_clear_errors(bilm, model_dir, corpus, tmp_path):
     long.write_text("short line\n" + "w " * 50 + "\n", encoding="utf-8")
     with pytest.raises(ValueError, match=r"line 2 has 50 tokens, more than --max-tokens 20"):
         embed_file(bilm, long, tmp_path / "o.h5", max_tokens=20, progress=False)
+    with pytest.raises(ValueError, match="cache_size must be 0 or more"):
+        embed_file(bilm, corpus, tmp_path / "o.h5", cache_size=-1, progress=False)
     with pytest.raises(ValueError, match="Unknown layers 'middle'"):
         embed_file(bilm, corpus, tmp_path / "o.h5", layers="middle", progress=False)
     existing = tmp_path / "exists.h5"

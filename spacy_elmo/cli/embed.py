@@ -20,6 +20,7 @@ def embed(
     batch_tokens: int = typer.Option(4096, help="Most padded tokens (lines x longest line) per biLM call."),
     part_size: int = typer.Option(4096, help="Lines per resumable part."),
     max_tokens: int = typer.Option(10_000, help="Longest line accepted, in tokens."),
+    cache_size: int = typer.Option(50_000, help="Token vectors kept for reuse (0: encode every token)."),
     device: str = typer.Option("cpu", help="cpu or cuda."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace OUTPUT_PATH if it exists."),
     restart: bool = typer.Option(False, "--restart", help="Drop the parts of an earlier, unfinished run."),
@@ -43,7 +44,7 @@ def embed(
             tokenizer = make_nlp(lang).tokenizer
             tokenize, name = (lambda line: [t.text for t in tokenizer(line)]), f"spacy:{lang}"
         counts = embed_file(bilm, input_path, output_path, layers=layers, batch_size=batch_size, batch_tokens=batch_tokens,
-                            part_size=part_size, max_tokens=max_tokens, tokenize=tokenize, tokenizer_name=name,
+                            part_size=part_size, max_tokens=max_tokens, cache_size=cache_size, tokenize=tokenize, tokenizer_name=name,
                             overwrite=overwrite, restart=restart)
     except (ValueError, FileNotFoundError, FileExistsError) as err:
         typer.secho(str(err), fg=typer.colors.RED, err=True)
