@@ -135,11 +135,13 @@ def model_flops_per_token(preset):
     return (cnn_flops(1) + n_hw * highway_flops(1) + 2 * 2048 * P + 2 * lstm_layer_flops(1, C, P))
 
 
-def measure_gemm_gflops(device, n=2048, repeats=5):
-    """Best float32 GEMM rate of ``(n, n) @ (n, n)`` on ``device`` (this thread count):
+def measure_gemm_gflops(device, n=2048, repeats=5, dtype=torch.float32):
+    """Best GEMM rate of ``(n, n) @ (n, n)`` in ``dtype`` on ``device`` (this thread count):
     the best of ``repeats``, since a shared machine only ever slows a run down."""
-    a = torch.randn(n, n, device=device)
-    b = torch.randn(n, n, device=device)
+    if device.type == "cuda":
+        n = 8192  # fills the chip
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
     _, times = timeit(lambda: torch.mm(a, b), repeats, 1, device)
     return 2 * n**3 / min(times) / 1e9
 
@@ -399,8 +401,9 @@ def main(argv=None):
     device = torch.device(args.device)
     AUTOCAST["dtype"] = {"bf16": torch.bfloat16, "fp16": torch.float16, None: None}[args.autocast]
     if args.peak_gflops is None:
-        args.peak_gflops = round(measure_gemm_gflops(device), 1)
-        print(f"float32 GEMM rate here: {args.peak_gflops} GFLOP/s (the floor's peak)", flush=True)
+        gemm_dtype = AUTOCAST["dtype"] or torch.float32
+        args.peak_gflops = round(measure_gemm_gflops(device, dtype=gemm_dtype), 1)
+        print(f"{gemm_dtype} GEMM rate here: {args.peak_gflops} GFLOP/s (the floor's peak)", flush=True)
     rec = Recorder(args.peak_gflops)
     load_start = os.getloadavg() if hasattr(os, "getloadavg") else None
     for preset in args.presets:
