@@ -185,6 +185,8 @@ def embed_file(
         if found != manifest:
             diff = sorted(k for k in manifest if found.get(k) != manifest[k])
             raise ValueError(Errors.E_EMBED_PARTS_MISMATCH.format(parts=parts_dir, keys=", ".join(diff)))
+        for stale in parts_dir.glob(".part-*.tmp*"):  # a part being written when the run was killed
+            stale.unlink()
     else:
         parts_dir.mkdir(parents=True)
         _atomic_write_text(parts_dir / MANIFEST, json.dumps(manifest, indent=1))
@@ -250,6 +252,8 @@ def _merge(part_files: Sequence[Path], lines: Sequence[str], output_path: Path) 
     """Copy every part's datasets (in line order) and ``sentence_to_index`` into ``output_path``."""
     import h5py
 
+    for stale in output_path.parent.glob(f".{output_path.name}.tmp*"):  # a merge that was killed
+        stale.unlink()
     tmp = output_path.with_name(f".{output_path.name}.tmp{os.getpid()}")
     with h5py.File(tmp, "w") as out:
         for part in part_files:

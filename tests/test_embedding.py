@@ -82,12 +82,16 @@ def test_a_killed_run_resumes_to_the_identical_file(bilm, corpus, tmp_path):
     first = embed_file(bilm, corpus, resumed, batch_size=2, part_size=2, progress=False, stop_after_parts=2)
     assert first["finished"] == 0 and not resumed.exists()
     assert len(list((tmp_path / "resumed.h5.parts").glob("part-*.hdf5"))) == 2
+    # what a kill in the middle of a part and of the merge leaves behind
+    (tmp_path / "resumed.h5.parts" / ".part-000002.hdf5.tmp999").write_bytes(b"half")
+    (tmp_path / ".resumed.h5.tmp999").write_bytes(b"half")
     second = embed_file(bilm, corpus, resumed, batch_size=2, part_size=2, progress=False)
     assert second["parts_reused"] == 2 and second["parts_written"] == 2 and second["finished"] == 1
     a, map_a = read_all(straight)
     b, map_b = read_all(resumed)
     assert map_a == map_b and a.keys() == b.keys()
     assert all(np.array_equal(a[k], b[k]) for k in a)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "model", "resumed.h5", "straight.h5"]
 
 
 def test_parts_of_other_settings_are_refused_and_restart_drops_them(bilm, corpus, tmp_path):
