@@ -19,7 +19,6 @@ numbers of an uninterrupted one.
 
 import hashlib
 import json
-import os
 import shutil
 import warnings
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Union
 import numpy as np
 import torch
 
+from .atomic import atomic_write, atomic_write_text, remove_leftovers
 from .bilm import BiLM
 from .bilm.token_cache import TokenCache
 from .chars import batch_to_ids
@@ -185,11 +185,9 @@ def embed_file(
         if found != manifest:
             diff = sorted(k for k in manifest if found.get(k) != manifest[k])
             raise ValueError(Errors.E_EMBED_PARTS_MISMATCH.format(parts=parts_dir, keys=", ".join(diff)))
-        for stale in parts_dir.glob(".part-*.tmp*"):  # a part being written when the run was killed
-            stale.unlink()
     else:
         parts_dir.mkdir(parents=True)
-        _atomic_write_text(parts_dir / MANIFEST, json.dumps(manifest, indent=1))
+        atomic_write_text(parts_dir / MANIFEST, json.dumps(manifest, indent=1))
 
     n_parts = (len(lines) + part_size - 1) // part_size
     part_files = [parts_dir / f"part-{k:06d}.hdf5" for k in range(n_parts)]
@@ -199,6 +197,7 @@ def embed_file(
     for k, part in enumerate(part_files):
         if part.exists():
             continue
+        remove_leftovers(part)  # a part being written when an earlier run was killed
         if stop_after_parts is not None and counts["parts_written"] >= stop_after_parts:
             bar.close()
             return {**counts, "finished": 0}
@@ -206,14 +205,16 @@ def embed_file(
         index = list(range(start, min(start + part_size, len(lines))))
         # Longest first: similar lengths share a batch, and the biggest batch shows up front.
         index.sort(key=lambda i: -len(rows[i]))
-        tmp = part.with_name(f".{part.name}.tmp{os.getpid()}")
         cache.clear()  # a resumed part computes what it would have computed straight through
-        with h5py.File(tmp, "w") as f:
-            for chunk in _batches(index, rows, batch_size, batch_tokens):
-                for i, vec in zip(chunk, embed_lines(bilm, [rows[i] for i in chunk], layers, cache)):
-                    f.create_dataset(str(i), data=vec)
-                bar.update(len(chunk))
-        os.replace(tmp, part)
+
+        def write_part(tmp: Path) -> None:
+            with h5py.File(tmp, "w") as f:
+                for chunk in _batches(index, rows, batch_size, batch_tokens):
+                    for i, vec in zip(chunk, embed_lines(bilm, [rows[i] for i in chunk], layers, cache)):
+                        f.create_dataset(str(i), data=vec)
+                    bar.update(len(chunk))
+
+        atomic_write(part, write_part)
         counts["parts_written"] += 1
     bar.close()
     _merge(part_files, lines, output_path)
@@ -242,25 +243,19 @@ def _read_manifest(parts_dir: Path) -> dict:
         return {}
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def _merge(part_files: Sequence[Path], lines: Sequence[str], output_path: Path) -> None:
     """Copy every part's datasets (in line order) and ``sentence_to_index`` into ``output_path``."""
     import h5py
 
-    for stale in output_path.parent.glob(f".{output_path.name}.tmp*"):  # a merge that was killed
-        stale.unlink()
-    tmp = output_path.with_name(f".{output_path.name}.tmp{os.getpid()}")
-    with h5py.File(tmp, "w") as out:
-        for part in part_files:
-            with h5py.File(part, "r") as f:
-                for name in sorted(f, key=int):
-                    f.copy(f[name], out, name=name)
-        # AllenNLP's mapping: the last line wins for repeated text.
-        mapping = {line: i for i, line in enumerate(lines)}
-        out.create_dataset("sentence_to_index", data=json.dumps(mapping, ensure_ascii=False))
-    os.replace(tmp, output_path)
+    def write(tmp: Path) -> None:
+        with h5py.File(tmp, "w") as out:
+            for part in part_files:
+                with h5py.File(part, "r") as f:
+                    for name in sorted(f, key=int):
+                        f.copy(f[name], out, name=name)
+            # AllenNLP's mapping: the last line wins for repeated text.
+            mapping = {line: i for i, line in enumerate(lines)}
+            out.create_dataset("sentence_to_index", data=json.dumps(mapping, ensure_ascii=False))
+
+    remove_leftovers(output_path)  # a merge that was killed
+    atomic_write(output_path, write)

@@ -83,8 +83,8 @@ def test_a_killed_run_resumes_to_the_identical_file(bilm, corpus, tmp_path):
     assert first["finished"] == 0 and not resumed.exists()
     assert len(list((tmp_path / "resumed.h5.parts").glob("part-*.hdf5"))) == 2
     # what a kill in the middle of a part and of the merge leaves behind
-    (tmp_path / "resumed.h5.parts" / ".part-000002.hdf5.tmp999").write_bytes(b"half")
-    (tmp_path / ".resumed.h5.tmp999").write_bytes(b"half")
+    (tmp_path / "resumed.h5.parts" / ".part-000002.hdf5.999.tmp").write_bytes(b"half")
+    (tmp_path / ".resumed.h5.999.tmp").write_bytes(b"half")
     second = embed_file(bilm, corpus, resumed, batch_size=2, part_size=2, progress=False)
     assert second["parts_reused"] == 2 and second["parts_written"] == 2 and second["finished"] == 1
     a, map_a = read_all(straight)

@@ -13,8 +13,6 @@ C cells, I = P (every LSTM layer input has the projection width):
 """
 
 import json
-import os
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Dict, Iterator, Tuple, Union
@@ -23,6 +21,7 @@ import h5py
 import numpy as np
 import torch
 
+from ..atomic import atomic_write
 from ..chars import N_CHAR_IDS
 from ..errors import Errors, Warnings
 from .config import BiLMConfig
@@ -150,18 +149,6 @@ def read_allennlp(model: torch.nn.Module, weight_file: PathLike) -> None:
             params[name].copy_(value)
 
 
-def _atomic_write(path: Path, write) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_allennlp(model: torch.nn.Module, options_file: PathLike, weight_file: PathLike) -> None:
     """Write ``options.json`` and the hdf5 weight file of ``model`` in the released layout."""
     config = model.config
@@ -177,5 +164,5 @@ def write_allennlp(model: torch.nn.Module, options_file: PathLike, weight_file: 
     def write_json(tmp: Path) -> None:
         tmp.write_text(json.dumps(config.to_allennlp_options(), indent=2), encoding="utf-8")
 
-    _atomic_write(Path(weight_file), write_h5)
-    _atomic_write(Path(options_file), write_json)
+    atomic_write(weight_file, write_h5)
+    atomic_write(options_file, write_json)

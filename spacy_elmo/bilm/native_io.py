@@ -19,6 +19,7 @@ from typing import Any, Dict, Optional, Union
 import torch
 from safetensors.torch import load_file, save_file
 
+from ..atomic import atomic_write
 from ..errors import Errors
 from .config import BiLMConfig
 
@@ -163,6 +164,5 @@ def write_initial_state(state, directory: PathLike) -> None:
     if state is None:
         (directory / INITIAL_STATE_NAME).unlink(missing_ok=True)
         return
-    tmp = directory / f".{INITIAL_STATE_NAME}.tmp"
-    save_file({k: v.detach().float().cpu().contiguous() for k, v in zip(INITIAL_STATE_KEYS, state)}, str(tmp))
-    os.replace(tmp, directory / INITIAL_STATE_NAME)
+    tensors = {k: v.detach().float().cpu().contiguous() for k, v in zip(INITIAL_STATE_KEYS, state)}
+    atomic_write(directory / INITIAL_STATE_NAME, lambda tmp: save_file(tensors, str(tmp)))

@@ -28,6 +28,7 @@ from typing import Iterator, List, Optional, Union
 
 import numpy as np
 
+from ..atomic import atomic_write_text
 from ..errors import Errors, Warnings
 from .vocab import BOS, EOS, SPECIALS
 
@@ -251,9 +252,7 @@ def build_corpus(train_path: PathLike, lang: str, cache_dir: PathLike, progress:
     counts_np[order].tofile(cache / "counts.i64")
     (cache / "types.txt").write_text("".join(types[i] + "\n" for i in order), encoding="utf-8")
     meta = {"fingerprint": stamp, "stats": asdict(stats), "n_types": len(types), "n_stream": int(sum(lengths))}
-    tmp = meta_path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(meta, indent=1), encoding="utf-8")
-    os.replace(tmp, meta_path)  # meta.json last: it marks a complete cache
+    atomic_write_text(meta_path, json.dumps(meta, indent=1))  # meta.json last: it marks a complete cache
     return meta
 
 

@@ -8,13 +8,13 @@ UNK``. Inputs are characters, so types outside the vocabulary still get their
 own characters.
 """
 
-import os
 from collections import Counter
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Union
 
 import torch
 
+from ..atomic import atomic_write_text
 from ..chars import BEGIN_OF_SENTENCE, END_OF_SENTENCE, marker_char_ids, word_char_ids
 from ..errors import Errors
 
@@ -74,10 +74,7 @@ class Vocab:
     # -- files -----------------------------------------------------------
     def save(self, directory: PathLike) -> None:
         """Write the targets as ``vocab.txt`` (one per line, bilm-tf's format), atomically."""
-        path = Path(directory) / VOCAB_NAME
-        tmp = path.with_name(f".{VOCAB_NAME}.tmp{os.getpid()}")
-        tmp.write_text("".join(t + "\n" for t in self.targets), encoding="utf-8")
-        os.replace(tmp, path)
+        atomic_write_text(Path(directory) / VOCAB_NAME, "".join(t + "\n" for t in self.targets))
 
     @classmethod
     def load(cls, directory: PathLike) -> "Vocab":

@@ -1,0 +1,42 @@
+"""Writing a file so that readers, and a writer killed half-way, see the old file or the new one, never half."""
+
+import os
+from pathlib import Path
+from typing import Callable, Union
+
+PathLike = Union[str, Path]
+
+
+def temporary_name(path: PathLike) -> Path:
+    """``.NAME.PID.tmp`` beside ``path``: where :func:`atomic_write` writes before renaming."""
+    path = Path(path)
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
+def atomic_write(path: PathLike, write: Callable[[Path], None]) -> None:
+    """Call ``write(tmp)`` on a temporary name beside ``path``, then rename it to ``path``.
+
+    An exception removes the temporary file; a kill leaves it behind under a name
+    that :func:`remove_leftovers` finds.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temporary_name(path)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: PathLike, text: str) -> None:
+    """``path`` holds ``text`` (UTF-8), written atomically."""
+    atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+def remove_leftovers(path: PathLike) -> None:
+    """Delete the temporary files of writes to ``path`` that were killed before their rename."""
+    path = Path(path)
+    for stale in path.parent.glob(f".{path.name}.*.tmp"):
+        stale.unlink(missing_ok=True)
