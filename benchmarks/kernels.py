@@ -17,8 +17,9 @@ the token rate at ``--peak-gflops``, by default the float32 GEMM rate measured
 at start on this machine and thread count (a 2048^3 ``torch.mm``: 245 GFLOP/s
 on the AVX-512 development machines, ~140 on AVX2 ones). The char CNN's FLOPs
 are those of every window; the fused kernel skips the repeated windows inside
-a token's padding, so its "GFLOP/s" (and floor fraction) can exceed the GEMM rate. ``nn.LSTM(proj_size=...)`` has
-no projection clip, so it is not exact ELMo: shown for speed only.
+a token's padding, so its "GFLOP/s" (and floor fraction) can exceed the GEMM
+rate. ``nn.LSTM(proj_size=...)`` has no projection clip, so it is not exact
+ELMo: shown for speed only.
 """
 
 import argparse

@@ -29,8 +29,7 @@ import torch
 
 from .atomic import atomic_write, atomic_write_text, remove_leftovers
 from .bilm import BiLM
-from .bilm.token_cache import TokenCache
-from .chars import batch_to_ids
+from .bilm.token_cache import TokenCache, run_rows
 from .errors import Errors, Warnings
 
 PathLike = Union[str, Path]
@@ -96,13 +95,7 @@ def embed_lines(
     out: List[Optional[np.ndarray]] = [None] * len(rows)
     filled = [i for i, r in enumerate(rows) if len(r)]
     if filled:
-        batch = [rows[i] for i in filled]
-        if cache is not None and cache.capacity > 0:
-            output = cache.run(bilm, batch)
-        else:
-            device = bilm.token_encoder.char_embedding.device
-            output = bilm(batch_to_ids(batch, bilm.config.max_characters_per_token).to(device))
-        stacked = torch.stack(output.activations)  # (L + 1, B, T, 2P)
+        stacked = torch.stack(run_rows(bilm, [rows[i] for i in filled], cache).activations)  # (L + 1, B, T, 2P)
         if layers == "top":
             stacked = stacked[-1:]
         elif layers == "average":

@@ -62,11 +62,16 @@ class TokenCache:
             idx[b, len(row) + 1] = 1
         return idx.to(device)
 
-    @torch.no_grad()
-    def run(self, bilm, rows: Sequence[Sequence[str]]):
-        """``bilm`` on token-text ``rows`` (non-empty, stateless) with the token vectors
-        from this cache: the :class:`~spacy_elmo.BiLMOutput` of ``bilm(batch_to_ids(rows))``."""
-        device = bilm.token_encoder.char_embedding.device
-        lengths = torch.tensor([len(r) for r in rows], dtype=torch.long, device=device)
-        idx = self.lookup(bilm, rows, device)  # fills self.matrix
-        return bilm.contextualize(self.matrix[idx], lengths)  # (B, T + 2, P) token vectors in
+
+
+def run_rows(bilm, rows: Sequence[Sequence[str]], cache: Optional[TokenCache] = None):
+    """The :class:`~spacy_elmo.BiLMOutput` of ``bilm(batch_to_ids(rows))`` for token-text
+    ``rows`` (non-empty). The token vectors come from ``cache`` when there is one
+    with room and no gradient is wanted (inference); otherwise the whole biLM runs.
+    """
+    device = bilm.token_encoder.char_embedding.device
+    if cache is None or cache.capacity == 0 or torch.is_grad_enabled():
+        return bilm(batch_to_ids(rows, bilm.config.max_characters_per_token).to(device))
+    lengths = torch.tensor([len(r) for r in rows], dtype=torch.long, device=device)
+    idx = cache.lookup(bilm, rows, device)  # fills cache.matrix
+    return bilm.contextualize(cache.matrix[idx], lengths)  # (B, T + 2, P) token vectors in

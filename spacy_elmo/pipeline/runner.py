@@ -12,8 +12,7 @@ import torch
 from torch import Tensor, nn
 
 from ..bilm import BiLM
-from ..bilm.token_cache import TokenCache
-from ..chars import batch_to_ids
+from ..bilm.token_cache import TokenCache, run_rows
 
 
 def _single_thread_after_fork() -> None:
@@ -48,9 +47,5 @@ class ElmoRunner(nn.Module):
     def forward(self, rows: List[List[str]]) -> Tensor:
         bilm = self.bilm
         assert bilm is not None, "ElmoRunner.forward before set_bilm"
-        if torch.is_grad_enabled() or self.cache.capacity == 0:
-            device = bilm.token_encoder.char_embedding.device
-            ids = batch_to_ids(rows, bilm.config.max_characters_per_token).to(device)
-            return torch.stack(bilm(ids).activations)
-        return torch.stack(self.cache.run(bilm, rows).activations)
+        return torch.stack(run_rows(bilm, rows, self.cache).activations)
 

@@ -51,7 +51,7 @@ def evaluate_corpus(
     was_training = lm.training
     lm.eval()
     if per_sentence:
-        sums, n_pred = _sentence_nll_sums(lm, vocab, corpus, char_table, batch_size, device, progress)
+        sums, n_pred = _sentence_nll_sums(lm, vocab, corpus, tokens, char_table, batch_size, device, progress)
     else:
         sums, n_pred = _stream_nll_sums(lm, vocab, tokens, char_table, batch_size, unroll, device, progress)
     lm.train(was_training)
@@ -97,12 +97,12 @@ def _stream_nll_sums(lm, vocab, tokens, char_table, batch_size, unroll, device, 
     return sums, n_pred
 
 
-def _sentence_nll_sums(lm, vocab, corpus, char_table, batch_size, device, progress):
-    """``(summed NLL per direction, number of targets)`` with every sentence read alone from the initial state."""
+def _sentence_nll_sums(lm, vocab, corpus, tokens, char_table, batch_size, device, progress):
+    """``(summed NLL per direction, number of targets)`` with every sentence read alone from the
+    initial state; ``tokens``: ``corpus.tokens`` as int64."""
     from tqdm import tqdm
 
     sums, n_pred = [0.0, 0.0], 0
-    tokens = corpus.tokens.astype(np.int64)
     order = np.argsort(corpus.lengths, kind="stable")  # similar lengths together: less padding
     for i in tqdm(range(0, len(order), batch_size), desc="evaluating", disable=not progress):
         rows = order[i : i + batch_size]
