@@ -27,16 +27,13 @@ def embed(
 ) -> None:
     """Embed a corpus. A killed run resumes where it stopped when rerun with the same arguments
     (finished parts are kept in OUTPUT_PATH.parts/ until the end)."""
-    import torch
-
     from ..bilm import BiLM
+    from ..device import torch_device
     from ..embedding import embed_file
-    from ..errors import Errors
 
     try:
-        if device.startswith("cuda") and not torch.cuda.is_available():
-            raise ValueError(Errors.E_DEVICE_UNAVAILABLE.format(device=device, reason="CUDA is not available"))
-        bilm = BiLM.load(model).to(device)
+        target = torch_device(device)  # before loading: a wrong device is the cheaper error
+        bilm = BiLM.load(model).to(target)
         tokenize, name = None, "whitespace"
         if lang:
             from ..training.data import make_nlp
@@ -46,7 +43,7 @@ def embed(
         counts = embed_file(bilm, input_path, output_path, layers=layers, batch_size=batch_size, batch_tokens=batch_tokens,
                             part_size=part_size, max_tokens=max_tokens, cache_size=cache_size, tokenize=tokenize, tokenizer_name=name,
                             overwrite=overwrite, restart=restart)
-    except (ValueError, FileNotFoundError, FileExistsError) as err:
+    except (ValueError, FileNotFoundError, FileExistsError, RuntimeError) as err:
         typer.secho(str(err), fg=typer.colors.RED, err=True)
         raise typer.Exit(1) from err
     reused = f" ({counts['parts_reused']} part(s) from an earlier run)" if counts["parts_reused"] else ""

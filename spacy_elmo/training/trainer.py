@@ -27,6 +27,7 @@ from ..bilm import BiLM, BiLMConfig
 from ..bilm.initial_state import boundary_state_mean
 from ..bilm.lstm import LstmState
 from ..bilm.native_io import write_initial_state
+from ..device import torch_device
 from ..errors import Errors, Warnings
 from . import checkpoint as ckpt
 from .data import Corpus, build_corpus
@@ -96,9 +97,7 @@ def _setup_distributed(cfg: TrainConfig):
     """``(rank, world, device)``; initialises the process group under torchrun."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
-    if cfg.device.startswith("cuda") and not torch.cuda.is_available():
-        raise RuntimeError(Errors.E_DEVICE_UNAVAILABLE.format(device=cfg.device, reason="CUDA is not available"))
-    device = torch.device(cfg.device)
+    device = torch_device(cfg.device)
     if world > 1:
         if device.type == "cuda":
             local = int(os.environ.get("LOCAL_RANK", rank))

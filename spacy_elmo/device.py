@@ -1,0 +1,12 @@
+"""The torch device a command asked for, with a clear error when it is not there."""
+
+import torch
+
+from .errors import Errors
+
+
+def torch_device(name: str) -> torch.device:
+    """``torch.device(name)``; RuntimeError naming the fix when CUDA is asked for and unavailable."""
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError(Errors.E_DEVICE_UNAVAILABLE.format(device=name, reason="CUDA is not available"))
+    return torch.device(name)
