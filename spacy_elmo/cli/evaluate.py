@@ -24,12 +24,14 @@ def evaluate(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Forward, backward and mean perplexity (full softmax) and the OOV rate."""
+    from ..device import torch_device
     from ..training.evaluate import evaluate_model_dir
 
     try:
-        result = evaluate_model_dir(model_dir, text_path, lang=lang, batch_size=batch_size, device=device,
+        target = torch_device(device)  # before loading and tokenizing: the cheaper error
+        result = evaluate_model_dir(model_dir, text_path, lang=lang, batch_size=batch_size, device=target,
                                     progress=not as_json, per_sentence=per_sentence)
-    except (ValueError, FileNotFoundError) as err:
+    except (ValueError, FileNotFoundError, RuntimeError) as err:
         typer.secho(str(err), fg=typer.colors.RED, err=True)
         raise typer.Exit(1) from err
     if as_json:

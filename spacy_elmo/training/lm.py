@@ -52,15 +52,17 @@ class BidirectionalLM(nn.Module):
         outs_f, outs_b, final = self.bilm.lstm(x_fwd, x_bwd, lengths, state, reverse_backward=False)
         B, T = targets_fwd.shape
         mask = torch.arange(T, device=lengths.device).unsqueeze(0) < lengths.unsqueeze(1)
-        nll = []
-        for h, targets in ((outs_f[-1], targets_fwd), (outs_b[-1], targets_bwd)):
-            h, targets = h[mask], targets[mask]
-            if sample is None:
-                values = self.softmax.full_nll(h, targets)
-            else:
-                values = self.softmax.sampled_nll(h, targets, sample, sampler)
-            full = values.new_zeros(B, T)
-            nll.append(full.masked_scatter(mask, values))
+        # Both directions in one softmax call: the candidates are shared, so their rows are
+        # gathered once, the logits are one product, and the softmax weight gets one dense
+        # gradient instead of one per direction and lookup.
+        h = torch.cat([outs_f[-1][mask], outs_b[-1][mask]])
+        targets = torch.cat([targets_fwd[mask], targets_bwd[mask]])
+        if sample is None:
+            values = self.softmax.full_nll(h, targets)
+        else:
+            values = self.softmax.sampled_nll(h, targets, sample, sampler)
+        n = values.shape[0] // 2
+        nll = [values.new_zeros(B, T).masked_scatter(mask, part) for part in (values[:n], values[n:])]
         return LMOutput(nll[0], nll[1], final)
 
 

@@ -44,10 +44,14 @@ class SoftmaxLayer(nn.Module):
         cand = sample.candidates.to(h.device)
         true_logq = torch.log(sampler.expected_count(targets.cpu(), sample.num_tries)).to(h.device)
         cand_logq = torch.log(sampler.expected_count(sample.candidates, sample.num_tries)).to(h.device)
-        true_logit = (h * self.weight[targets]).sum(-1).float() + self.bias[targets].float() - true_logq
+        # One lookup for targets and candidates: the (V, P) weight gets one dense gradient.
+        n = targets.numel()
+        rows = torch.cat([targets, cand])
+        weight, bias = self.weight[rows], self.bias[rows]
+        true_logit = (h * weight[:n]).sum(-1).float() + bias[:n].float() - true_logq
         # The (N, S) logits dominate the cost: they are corrected in place (the product's
         # backward does not need its output) and never concatenated with the true logit.
-        cand_logit = F.linear(h, self.weight[cand], self.bias[cand]).float()
+        cand_logit = F.linear(h, weight[n:], bias[n:]).float()
         cand_logit.sub_(cand_logq)
         # Accidental hits: row n's target sits at column `where[targets[n]]` of the sample
         # (-1: not sampled): N lookups instead of an (N, S) comparison.

@@ -281,7 +281,9 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
         log.write({"event": "start", "step": 0, "world": world, "steps_per_epoch": batcher.steps_per_epoch,
                    "total_steps": total, "vocab_size": vocab.size, "corpus": meta["stats"], "config": asdict(cfg)})
     use_amp = device.type == "cuda"
-    tokens_per_step = 2 * cfg.batch_size * cfg.unroll * world  # both directions
+    # Corpus tokens a step advances, each read by both LMs: bilm-tf's count and
+    # benchmarks/pretrain.py's, so the bar, the log and the benchmark agree.
+    tokens_per_step = cfg.batch_size * cfg.unroll * world
     bar = tqdm(total=total, initial=step, desc="pretraining", unit="step", disable=not (cfg.progress and is_main))
     window_loss, window_n, window_start = 0.0, 0, time.perf_counter()
     last_heldout = None
@@ -338,7 +340,7 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
             ppl = math.exp(min(window_loss / window_n, 50.0))
             log.write({"step": step, "epoch": epoch, "loss": step_loss, "loss_forward": float(stats[1]),
                        "loss_backward": float(stats[2]), "running_perplexity": ppl, "grad_norm": float(grad_norm),
-                       "tokens_per_s": tps, "time": time.time()})
+                       "tokens": step * tokens_per_step, "tokens_per_s": tps, "time": time.time()})
             bar.set_postfix({"tok/s": f"{tps:,.0f}", "ppl": f"{ppl:,.1f}"}, refresh=False)
             window_loss, window_n, window_start = 0.0, 0, time.perf_counter()
         bar.update(1)

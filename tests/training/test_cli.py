@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+import torch
 from typer.testing import CliRunner
 
 from spacy_elmo import BiLM
@@ -74,3 +76,16 @@ def test_fit_state_and_per_sentence_evaluate(tmp_path):
     result = runner.invoke(app, ["fit-state", str(out), str(short)])
     assert result.exit_code == 1 and "non-empty sentences" in result.output
     assert BiLM.load(out).initial_state is None
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+@pytest.mark.parametrize("command", ["pretrain", "evaluate", "embed"])
+def test_cuda_asked_for_without_cuda_is_a_clear_error(tmp_path, command):
+    text = write_corpus(tmp_path / "text.txt", 20)
+    args = {"pretrain": ["pretrain", str(text), str(tmp_path / "out")],
+            "evaluate": ["evaluate", "default", str(text)],
+            "embed": ["embed", str(text), str(tmp_path / "out.h5")]}[command]
+    result = runner.invoke(app, [*args, "--device", "cuda"])
+    assert result.exit_code == 1
+    assert "--device cuda was requested but CUDA is not available" in result.output and "--device cpu" in result.output
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.h5").exists()

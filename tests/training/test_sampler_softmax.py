@@ -95,3 +95,42 @@ def test_every_candidate_a_hit_stays_finite():
     nll = softmax.sampled_nll(h, torch.tensor([3, 3]), Sample(torch.tensor([3]), 5), LogUniformSampler(10, 1))
     nll.sum().backward()
     assert torch.allclose(nll, torch.zeros(2)) and torch.isfinite(h.grad).all()
+
+
+def test_lm_scores_both_directions_like_separate_softmax_calls():
+    """BidirectionalLM runs one softmax call over both directions' rows (ragged lengths
+    masked out): each direction's losses and the softmax gradients equal separate calls."""
+    from spacy_elmo.bilm import BiLM, BiLMConfig
+    from spacy_elmo.training.lm import BidirectionalLM
+
+    from .conftest import TINY
+
+    torch.manual_seed(0)
+    config = BiLMConfig.from_dict(dict(TINY, cell_clip=3.0, proj_clip=3.0))
+    V, B, T, U = 40, 3, 5, 9
+    lm = BidirectionalLM(BiLM(config, backend="reference"), SoftmaxLayer(V, config.projection_dim)).eval()
+    chars = torch.randint(1, 200, (U, config.max_characters_per_token))
+    idx_f, idx_b = torch.randint(U, (B, T)), torch.randint(U, (B, T))
+    tg_f, tg_b = torch.randint(V, (B, T)), torch.randint(V, (B, T))
+    lengths = torch.tensor([5, 2, 4])
+    sampler = LogUniformSampler(V, 12)
+    sample = sampler.sample(torch.Generator().manual_seed(1))
+    for s in (sample, None):
+        lm.zero_grad()
+        out = lm(chars, idx_f, idx_b, tg_f, tg_b, lengths, None, s, sampler)
+        (out.nll_fwd.sum() + 2 * out.nll_bwd.sum()).backward()
+        got_grad = lm.softmax.weight.grad.clone()
+
+        lm.zero_grad()
+        tokens = lm.bilm.token_encoder(chars)
+        outs_f, outs_b, _ = lm.bilm.lstm(tokens[idx_f], tokens[idx_b], lengths, None, reverse_backward=False)
+        mask = torch.arange(T).unsqueeze(0) < lengths.unsqueeze(1)
+        total = 0
+        for weight, h, tg, got in ((1, outs_f[-1], tg_f, out.nll_fwd), (2, outs_b[-1], tg_b, out.nll_bwd)):
+            h, tg = h[mask], tg[mask]
+            want = lm.softmax.full_nll(h, tg) if s is None else lm.softmax.sampled_nll(h, tg, s, sampler)
+            torch.testing.assert_close(got[mask], want.detach())
+            assert bool((got[~mask] == 0).all())
+            total = total + weight * want.sum()
+        total.backward()
+        torch.testing.assert_close(got_grad, lm.softmax.weight.grad)

@@ -48,7 +48,10 @@ def test_perplexity_falls_far_below_unigram(tmp_path):
     assert result["perplexity_forward"] < 0.5 * unigram and result["perplexity_backward"] < 0.5 * unigram
     log = read_log(out)
     assert log[-1]["running_perplexity"] < log[1]["running_perplexity"]
-    assert all("tokens_per_s" in e for e in log if "loss" in e)
+    steps = [e for e in log if "loss" in e]
+    assert steps and all(e["tokens_per_s"] > 0 for e in steps)
+    # tokens counts corpus tokens (batch x unroll a step), as bilm-tf and benchmarks/pretrain.py do
+    assert all(e["tokens"] == e["step"] * 8 * 10 for e in steps)
     # The saved model loads with BiLM.load (softmax ignored) and runs.
     bilm = BiLM.load(out)
     with torch.no_grad():
