@@ -13,6 +13,10 @@
    chunks, or at ``--max-total-steps``.  Every chunk ends in a checkpoint and the state is
    kept in ``WORK/recipe.json``, so the same command continues an interrupted run exactly
    (``--max-chunks N`` bounds the work of one session).
+   Stage 2 (what the shipped model went through): ``--init WORK1/best-or-a-checkpoint --sentences
+   --work-dir WORK2`` continues from the stream model on whole sentences read from the start state,
+   which is how the ``elmo`` component reads text (bilm-tf's streams almost never start from zeros);
+   it selects on held-out perplexity per sentence.
 3. Conversion: the best model -> ``spacy_elmo/data/default/`` as float16 safetensors with
    the softmax (``BiLM.save(..., extra_tensors=softmax, dtype=torch.float16)``) plus
    ``vocab.txt``, provenance in ``config.json``; then the converted model's held-out
@@ -75,6 +79,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=None)
     p.add_argument("--dropout", type=float, default=0.1)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--init", type=Path, default=None,
+                   help="start from this model (stage 2: WORK/best of the stream stage) instead of random weights")
+    p.add_argument("--sentences", action="store_true",
+                   help="train and select on whole sentences from the start state (what the elmo component reads); "
+                   "held-out perplexity per sentence")
+    p.add_argument("--max-length", type=int, default=100, help="with --sentences: longest piece of a sentence")
     p.add_argument("--chunk-steps", type=int, default=2000, help="steps between held-out evaluations (default 2000)")
     p.add_argument("--patience", type=int, default=2, help="chunks without improvement before stopping (default 2)")
     p.add_argument("--min-improvement", type=float, default=0.005, help="relative perplexity drop that counts (default 0.5%%)")
@@ -154,7 +164,12 @@ def pretrain_chunk(args, train: Path, heldout: Path, target: int, resume: bool) 
            "--checkpoint-every", str(args.chunk_steps), "--batch-size", str(args.batch_size), "--unroll", str(args.unroll),
            "--negatives", str(args.negatives), "--optimizer", args.optimizer, "--dropout", str(args.dropout),
            "--seed", str(args.seed), "--device", args.device]
-    cmd += ["--options", str(args.options)] if args.options else ["--preset", args.preset]
+    if args.init:  # the architecture and vocabulary come from the model (pretrain ignores it on --resume)
+        cmd += ["--init", str(args.init.resolve())]
+    else:
+        cmd += ["--options", str(args.options)] if args.options else ["--preset", args.preset]
+    if args.sentences:
+        cmd += ["--sentences", "--max-length", str(args.max_length)]
     if args.lr is not None:
         cmd += ["--lr", str(args.lr)]
     if args.threads:
@@ -261,12 +276,15 @@ def convert(args, state: dict, heldout: Path) -> dict:
     bilm.save(out, extra_tensors={"softmax.weight": softmax.weight.detach(), "softmax.bias": softmax.bias.detach()},
               dtype=torch.float16, provenance=provenance)
     print(f"\nwrote the float16 model to {out} ({sum(f.stat().st_size for f in out.iterdir()) / 1e6:.1f} MB)", flush=True)
-    result = evaluate_model_dir(str(out), heldout, device=args.device, progress=True)
-    print(f"held-out perplexity of the converted model: forward {result['perplexity_forward']:.2f}, "
-          f"backward {result['perplexity_backward']:.2f}, mean {result['perplexity']:.2f} "
-          f"({result['n_tokens']:,} tokens, OOV {result['oov_rate']:.2%}, vocabulary {result['vocab_size']:,})", flush=True)
-    (args.work_dir / "heldout_float16.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    return result
+    results = {}
+    for mode, per_sentence in (("stream", False), ("per_sentence", True)):
+        result = results[mode] = evaluate_model_dir(str(out), heldout, device=args.device, progress=True,
+                                                    per_sentence=per_sentence)
+        print(f"held-out perplexity of the converted model ({mode.replace('_', ' ')}): forward "
+              f"{result['perplexity_forward']:.2f}, backward {result['perplexity_backward']:.2f}, mean {result['perplexity']:.2f} "
+              f"({result['n_tokens']:,} tokens, OOV {result['oov_rate']:.2%}, vocabulary {result['vocab_size']:,})", flush=True)
+    (args.work_dir / "heldout_float16.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    return results
 
 
 def _manifest(corpus: Path) -> dict | None:
@@ -284,6 +302,10 @@ def main(argv=None) -> int:
     run = {k: getattr(args, k) for k in RUN_KEYS}
     run.update(preset=None if args.options else args.preset, options=str(args.options.resolve()) if args.options else None,
                train_text=str(train), heldout_text=str(heldout))
+    if args.init or args.sentences:  # only when set: stream runs recorded before these options still resume
+        run.update(init=str(args.init.resolve()) if args.init else None, sentences=args.max_length if args.sentences else None)
+        if args.init:
+            run.update(preset=None, options=None)
     args.work_dir.mkdir(parents=True, exist_ok=True)
     state = load_state(args, run)
     print(f"work dir {args.work_dir}; device {args.device}; {len(state['chunks'])} chunk(s) done", flush=True)

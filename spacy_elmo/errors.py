@@ -186,6 +186,10 @@ class Errors:
         "(batch size {batch_size} x {world} process(es)) of {unroll} + 1 tokens. Use a smaller "
         "--batch-size or --unroll, or more text."
     )
+    E_TOO_FEW_SENTENCES = (
+        "--sentences: the corpus gives {n_pieces} sentence rows, fewer than one batch of "
+        "{batch_size} rows for each of {world} process(es). Use a smaller --batch-size, or more text."
+    )
     E_SPACY_LANG = (
         "Could not create a spaCy tokenizer for --lang {lang!r}: {error}. Use an ISO code that "
         "spaCy supports (en, de, ko, ...); some languages need extra packages."

@@ -42,6 +42,11 @@ def pretrain(
     epochs: Optional[float] = typer.Option(None, help="Stop after this many epochs (default 10)."),
     batch_size: int = typer.Option(128, help="Rows per process (bilm-tf: 128)."),
     unroll: int = typer.Option(20, help="Truncated-BPTT window (bilm-tf: 20)."),
+    sentences: bool = typer.Option(
+        False, "--sentences",
+        help="Rows are whole sentences read from the start state, as the elmo component reads them, instead of "
+        "bilm-tf's continuous streams with carried states (--unroll then unused; held-out perplexity per sentence)."),
+    max_length: int = typer.Option(100, help="With --sentences: longer sentences are cut into pieces of this many tokens."),
     negatives: int = typer.Option(8192, help="Sampled-softmax negatives per batch (bilm-tf: 8192)."),
     optimizer: str = typer.Option("adagrad", help="adagrad (bilm-tf, lr 0.2, accumulator 1.0) or adam."),
     lr: Optional[float] = typer.Option(None, help="Learning rate (default: 0.2 adagrad, 1e-3 adam)."),
@@ -73,7 +78,7 @@ def pretrain(
         vocab_size=vocab_size, min_count=min_count, max_steps=max_steps, epochs=epochs, batch_size=batch_size,
         unroll=unroll, negatives=negatives, optimizer=optimizer, lr=lr, dropout=dropout, clip=clip, seed=seed,
         resume=resume, device=device, backend=backend, init=init, new_vocab=new_vocab,
-        checkpoint_every=checkpoint_every, state_sentences=state_sentences, log_every=log_every, threads=threads, progress=progress,
+        checkpoint_every=checkpoint_every, state_sentences=state_sentences, sentences=sentences, max_length=max_length, log_every=log_every, threads=threads, progress=progress,
     )
     if config:
         cfg.model = config

@@ -23,6 +23,7 @@ import torch
 from ..errors import Errors
 from .data import Corpus, ReadStats, tokenize_file
 from .lm import BidirectionalLM, encode_batch
+from .sentences import sentence_rows
 from .vocab import BOS, EOS, CharTable, Vocab
 
 PathLike = Union[str, Path]
@@ -106,19 +107,12 @@ def _sentence_nll_sums(lm, vocab, corpus, tokens, char_table, batch_size, device
     order = np.argsort(corpus.lengths, kind="stable")  # similar lengths together: less padding
     for i in tqdm(range(0, len(order), batch_size), desc="evaluating", disable=not progress):
         rows = order[i : i + batch_size]
-        lengths = corpus.lengths[rows] - 1  # inputs (and targets) per direction
-        T = int(lengths.max())
-        seqs = np.full((2, len(rows), T + 1), EOS, dtype=np.int64)
-        for r, k in enumerate(rows):
-            seq = tokens[corpus.starts[k] : corpus.starts[k] + corpus.lengths[k]]
-            seqs[0, r, : len(seq)] = seq
-            seqs[1, r, : len(seq)] = seq[::-1]
-        inputs = torch.from_numpy(seqs[:, :, :T].copy())
-        targets = vocab.target_ids(torch.from_numpy(seqs[:, :, 1:].copy())).to(device)
+        fwd, bwd, lengths = sentence_rows(tokens, corpus.starts[rows], corpus.lengths[rows])
+        inputs = (fwd[:, :-1], bwd[:, :-1])
+        targets = vocab.target_ids(torch.stack([fwd[:, 1:], bwd[:, 1:]])).to(device)
         chars, idx_f, idx_b = encode_batch(inputs[0], inputs[1], char_table)
         state = lm.bilm.start_state(len(rows), lm.softmax.weight)
-        lens = torch.from_numpy(lengths).to(device)
-        out = lm(chars.to(device), idx_f.to(device), idx_b.to(device), targets[0], targets[1], lens, state)
+        out = lm(chars.to(device), idx_f.to(device), idx_b.to(device), targets[0], targets[1], lengths.to(device), state)
         sums[0] += float(out.nll_fwd.double().sum())
         sums[1] += float(out.nll_bwd.double().sum())
         n_pred += int(lengths.sum())

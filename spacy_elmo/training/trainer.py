@@ -34,6 +34,7 @@ from .data import Corpus, build_corpus
 from .lm import BidirectionalLM, encode_batch
 from .modelio import load_pretrained, save_pretrained
 from .sampler import LogUniformSampler
+from .sentences import SentenceBatcher
 from .softmax import SoftmaxLayer
 from .stream import StreamBatcher
 from .vocab import CharTable, Vocab
@@ -69,6 +70,8 @@ class TrainConfig:
     new_vocab: bool = False  # with init: build the vocab from this corpus (new softmax rows)
     checkpoint_every: int = 1000
     state_sentences: int = 0  # fit the saved model's initial state on this many corpus sentences; 0: zeros
+    sentences: bool = False  # rows are whole sentences from the start state (what the component sees), not streams
+    max_length: int = 100  # with sentences: longer sentences are cut into pieces of this many targets
     log_every: int = 10
     eval_batch_size: int = 32
     progress: bool = True
@@ -76,7 +79,7 @@ class TrainConfig:
 
     def validate(self) -> None:
         positive = {"batch_size": self.batch_size, "unroll": self.unroll, "negatives": self.negatives,
-                    "checkpoint_every": self.checkpoint_every, "log_every": self.log_every}
+                    "checkpoint_every": self.checkpoint_every, "log_every": self.log_every, "max_length": self.max_length}
         for name, value in positive.items():
             if not isinstance(value, int) or value < 1:
                 raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name=name, what="a positive integer", value=value))
@@ -190,7 +193,9 @@ def build_optimizer(name: str, lr: Optional[float], params) -> torch.optim.Optim
 def _resume_settings(cfg: TrainConfig, world: int, vocab: Vocab, model: Dict[str, Any]) -> Dict[str, Any]:
     """What must be equal between a run and its resumption for the batches to match."""
     return {"batch_size": cfg.batch_size, "unroll": cfg.unroll, "world": world, "seed": cfg.seed,
-            "vocab_size": vocab.size, "negatives": cfg.negatives, "model_config": model}
+            "vocab_size": vocab.size, "negatives": cfg.negatives, "model_config": model,
+            # absent (None) in stream runs, so their older checkpoints still resume
+            "sentences": cfg.max_length if cfg.sentences else None}
 
 
 class _Log:
@@ -251,7 +256,10 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
     bilm, softmax, vocab, corpus = _build_model(cfg, corpus, payload)
     bilm.lstm.dropout = cfg.dropout
     char_table = CharTable(vocab, bilm.config.max_characters_per_token)
-    batcher = StreamBatcher(corpus, cfg.batch_size, cfg.unroll, cfg.seed, rank, world)
+    if cfg.sentences:
+        batcher = SentenceBatcher(corpus, cfg.batch_size, cfg.max_length, cfg.seed, rank, world)
+    else:
+        batcher = StreamBatcher(corpus, cfg.batch_size, cfg.unroll, cfg.seed, rank, world)
     lm = BidirectionalLM(bilm, softmax).to(device)
     optimizer = build_optimizer(cfg.optimizer, cfg.lr, lm.parameters())
     settings = _resume_settings(cfg, world, vocab, bilm.config.to_dict())
@@ -263,11 +271,13 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
     torch.manual_seed(cfg.seed * 7919 + rank)  # dropout streams differ per rank
     state = None
     step = 0
+    tokens_seen = 0
     if payload is not None:
         ckpt.check_settings(payload["settings"], settings, out)
         lm.load_state_dict(payload["model"])
         optimizer.load_state_dict(payload["optimizer"])
         step = int(payload["step"])
+        tokens_seen = int(payload.get("tokens", step * cfg.batch_size * cfg.unroll * world))  # older checkpoints: streams
         state = ckpt.restore_rank_state(payload["ranks"][rank], sampler_rng, device)
     model = lm
     if world > 1:
@@ -281,11 +291,8 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
         log.write({"event": "start", "step": 0, "world": world, "steps_per_epoch": batcher.steps_per_epoch,
                    "total_steps": total, "vocab_size": vocab.size, "corpus": meta["stats"], "config": asdict(cfg)})
     use_amp = device.type == "cuda"
-    # Corpus tokens a step advances, each read by both LMs: bilm-tf's count and
-    # benchmarks/pretrain.py's, so the bar, the log and the benchmark agree.
-    tokens_per_step = cfg.batch_size * cfg.unroll * world
     bar = tqdm(total=total, initial=step, desc="pretraining", unit="step", disable=not (cfg.progress and is_main))
-    window_loss, window_n, window_start = 0.0, 0, time.perf_counter()
+    window_loss, window_n, window_tokens, window_start = 0.0, 0, 0, time.perf_counter()
     last_heldout = None
 
     def save(final: bool) -> None:
@@ -295,7 +302,7 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
             dist.all_gather_object(gathered, ranks[0])
             ranks = gathered
         if is_main:
-            ckpt.save_checkpoint(out, {"step": step, "model": lm.state_dict(), "optimizer": optimizer.state_dict(),
+            ckpt.save_checkpoint(out, {"step": step, "tokens": tokens_seen, "model": lm.state_dict(), "optimizer": optimizer.state_dict(),
                                        "ranks": ranks, "settings": settings})
             # Training reads streams with carried states and never uses the initial
             # state; fitting it (eval mode, no randomness) leaves resumption exact.
@@ -310,14 +317,22 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
         epoch, k = divmod(step, batcher.steps_per_epoch)
         if k == 0:
             state = None  # a new epoch reshuffles the streams: nothing to carry
-        fwd, bwd = batcher.batch(epoch, k)
+        if cfg.sentences:  # every row a sentence from the start state, as the component reads them
+            fwd, bwd, lengths = batcher.batch(epoch, k)
+            state = bilm.start_state(fwd.shape[0], lm.softmax.weight)
+        else:
+            fwd, bwd = batcher.batch(epoch, k)
+            lengths = torch.full((cfg.batch_size,), cfg.unroll, dtype=torch.long)
         chars, idx_f, idx_b = encode_batch(fwd[:, :-1], bwd[:, :-1], char_table)
         tg_f, tg_b = vocab.target_ids(fwd[:, 1:]).to(device), vocab.target_ids(bwd[:, 1:]).to(device)
-        lengths = torch.full((cfg.batch_size,), cfg.unroll, dtype=torch.long, device=device)
+        # Corpus tokens the step reads (each by both LMs): bilm-tf's count and
+        # benchmarks/pretrain.py's, so the bar, the log and the benchmark agree.
+        n_targets = int(lengths.sum())
+        lengths = lengths.to(device)
         sample = None if full_softmax else sampler.sample(sampler_rng)
         with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=use_amp):
             res = model(chars.to(device), idx_f.to(device), idx_b.to(device), tg_f, tg_b, lengths, state, sample, sampler)
-        loss_f, loss_b = res.nll_fwd.mean(), res.nll_bwd.mean()
+        loss_f, loss_b = res.nll_fwd.sum() / n_targets, res.nll_bwd.sum() / n_targets  # padding is zero
         loss = (loss_f + loss_b) / 2
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -325,6 +340,7 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
         optimizer.step()
         state = (res.state[0].detach(), res.state[1].detach())
         step += 1
+        tokens_seen += n_targets * world  # ranks' batches differ in length only with --sentences
         stats = torch.stack([loss.detach().float(), loss_f.detach().float(), loss_b.detach().float()])
         if world > 1:
             dist.all_reduce(stats)
@@ -332,24 +348,26 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
         step_loss = float(stats[0])
         window_loss += step_loss
         window_n += 1
+        window_tokens += n_targets * world
         if on_step is not None:
             on_step(step, step_loss)
         if step % cfg.log_every == 0 or step == total:
             elapsed = time.perf_counter() - window_start
-            tps = window_n * tokens_per_step / max(elapsed, 1e-9)
+            tps = window_tokens / max(elapsed, 1e-9)
             ppl = math.exp(min(window_loss / window_n, 50.0))
             log.write({"step": step, "epoch": epoch, "loss": step_loss, "loss_forward": float(stats[1]),
                        "loss_backward": float(stats[2]), "running_perplexity": ppl, "grad_norm": float(grad_norm),
-                       "tokens": step * tokens_per_step, "tokens_per_s": tps, "time": time.time()})
+                       "tokens": tokens_seen, "tokens_per_s": tps, "time": time.time()})
             bar.set_postfix({"tok/s": f"{tps:,.0f}", "ppl": f"{ppl:,.1f}"}, refresh=False)
-            window_loss, window_n, window_start = 0.0, 0, time.perf_counter()
+            window_loss, window_n, window_tokens, window_start = 0.0, 0, 0, time.perf_counter()
         bar.update(1)
         if step % cfg.checkpoint_every == 0 or step == total:
             save(final=step == total)
             if cfg.heldout and is_main:
                 from .evaluate import evaluate_text
 
-                last_heldout = evaluate_text(lm, vocab, cfg.heldout, cfg.lang, cfg.eval_batch_size, cfg.unroll, device)
+                last_heldout = evaluate_text(lm, vocab, cfg.heldout, cfg.lang, cfg.eval_batch_size, cfg.unroll, device,
+                                             per_sentence=cfg.sentences)
                 log.write({"step": step, "event": "heldout", **last_heldout})
                 lm.train()
     bar.close()

@@ -83,11 +83,13 @@ def test_per_sentence_evaluation_of_one_sentence_equals_the_stream(tmp_path):
         assert alone[key] == pytest.approx(stream[key], abs=1e-5)
 
 
-def test_resume_after_kill_continues_exactly(tmp_path):
+@pytest.mark.parametrize("sentences", [False, True], ids=["streams", "sentences"])
+def test_resume_after_kill_continues_exactly(tmp_path, sentences):
     train_file = write_corpus(tmp_path / "train.txt", 300)
     N = 5
     straight = tmp_path / "straight"
-    train(tiny_train_config(train_file, straight, max_steps=2 * N, checkpoint_every=N))
+    mode = dict(sentences=sentences, max_length=7)  # with sentences: long ones are cut
+    train(tiny_train_config(train_file, straight, max_steps=2 * N, checkpoint_every=N, **mode))
 
     killed = tmp_path / "killed"
 
@@ -96,13 +98,20 @@ def test_resume_after_kill_continues_exactly(tmp_path):
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        train(tiny_train_config(train_file, killed, max_steps=2 * N, checkpoint_every=N), on_step=crash)
-    train(tiny_train_config(train_file, killed, max_steps=2 * N, checkpoint_every=N, resume=True))
+        train(tiny_train_config(train_file, killed, max_steps=2 * N, checkpoint_every=N, **mode), on_step=crash)
+    train(tiny_train_config(train_file, killed, max_steps=2 * N, checkpoint_every=N, resume=True, **mode))
 
     a = [e["loss"] for e in read_log(straight) if "loss" in e]
     b = [e["loss"] for e in read_log(killed) if "loss" in e]
     assert len(a) == len(b) == 2 * N  # the log lost the redone steps
     np.testing.assert_allclose(b, a, rtol=1e-6, atol=1e-7)
+    tokens = [e["tokens"] for e in read_log(killed) if "loss" in e]
+    assert tokens == [e["tokens"] for e in read_log(straight) if "loss" in e]
+    assert (len(set(np.diff(tokens))) > 1) == sentences  # sentence batches differ in length, windows do not
+    # A run cannot switch between streams and sentences on resume: the batches would not match.
+    with pytest.raises(ValueError, match="sentences"):
+        train(tiny_train_config(train_file, killed, max_steps=3 * N, checkpoint_every=N, resume=True,
+                                sentences=not sentences))
     wa, wb = BiLM.load(straight).state_dict(), BiLM.load(killed).state_dict()
     for name in wa:
         torch.testing.assert_close(wb[name], wa[name], rtol=1e-6, atol=1e-7)

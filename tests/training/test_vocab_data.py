@@ -7,6 +7,7 @@ import torch
 
 from spacy_elmo.chars import BEGIN_OF_SENTENCE, marker_char_ids, word_char_ids
 from spacy_elmo.training.data import PIECE_CHARS, Corpus, build_corpus
+from spacy_elmo.training.sentences import SentenceBatcher
 from spacy_elmo.training.stream import StreamBatcher
 from spacy_elmo.training.vocab import BOS, EOS, UNK, CharTable, Vocab
 
@@ -122,3 +123,45 @@ def test_streams_sharded_reversed_and_deterministic():
             ta, tb = vocab.types[a], vocab.types[b]
             if ta.startswith("w") and tb.startswith("w"):
                 assert ta.split("_")[0] == tb.split("_")[0] and int(ta.split("_")[1]) == int(tb.split("_")[1]) + 1
+
+
+def test_sentence_batches_cover_every_target_once_per_epoch():
+    """--sentences: each row is one sentence (or a piece of at most max_length targets of a long
+    one), its reversal for the backward LM; over an epoch every (input, target) pair of every
+    sentence occurs exactly once per direction; ranks take disjoint batches; deterministic."""
+    vocab = Vocab(["<S>", "</S>", "<UNK>"])
+    sentences = [[f"w{i}_{j}" for j in range((i * 7) % 13 + 1)] for i in range(45)]  # 1..13 words
+    corpus = Corpus.from_sentences(sentences, vocab)
+    max_length = 6
+    want = Counter()
+    for s in sentences:
+        seq = ["<S>", *s, "</S>"]
+        want.update(zip(seq, seq[1:]))
+
+    def rows(batcher, epoch):
+        for k in range(batcher.steps_per_epoch):
+            fwd, bwd, lengths = batcher.batch(epoch, k)
+            assert fwd.shape == bwd.shape and fwd.shape[0] == lengths.shape[0] <= batcher.batch_size
+            assert fwd.shape[1] == int(lengths.max()) + 1 and int(lengths.max()) <= max_length
+            for f, b, n in zip(fwd.tolist(), bwd.tolist(), lengths.tolist()):
+                assert f[: n + 1] == b[: n + 1][::-1] and set(f[n + 1 :]) <= {EOS}
+                yield tuple(vocab.types[t] for t in f[: n + 1])
+
+    one = SentenceBatcher(corpus, 4, max_length, seed=3, pool=2)
+    pieces = list(rows(one, 1))
+    assert len(pieces) == len(set(pieces)) > len(sentences)  # long sentences were cut; no piece twice
+    assert Counter(pair for p in pieces for pair in zip(p, p[1:])) == want
+    assert Counter(pair for p in pieces for pair in zip(p[::-1], p[::-1][1:])) == Counter({(b, a): c for (a, b), c in want.items()})
+    assert list(rows(one, 1)) == pieces and list(rows(one, 2)) != pieces  # a pure function of the epoch
+
+    shards = [set(rows(SentenceBatcher(corpus, 4, max_length, seed=3, rank=r, world=2, pool=2), 1)) for r in range(2)]
+    assert shards[0] and shards[1] and not shards[0] & shards[1] and shards[0] | shards[1] <= set(pieces)
+
+
+def test_sentence_batches_need_enough_sentences():
+    vocab = Vocab(["<S>", "</S>", "<UNK>", "a"])
+    corpus = Corpus.from_sentences([["a"], ["a", "a"]], vocab)
+    with pytest.raises(ValueError, match="--sentences.*--batch-size"):
+        SentenceBatcher(corpus, batch_size=2, max_length=10, world=2)
+    with pytest.raises(ValueError, match="max_length"):
+        SentenceBatcher(corpus, batch_size=1, max_length=0)

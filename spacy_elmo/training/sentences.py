@@ -1,0 +1,91 @@
+"""Batches of whole sentences, each read from the start state: the stateless pipeline's regime.
+
+bilm-tf trains on continuous streams with carried states, so its LMs almost never
+start from the zero state; the ``elmo`` component reads every sentence alone from it,
+and there a stream-trained model predicts the first ten or so words much worse (see
+``docs/default-model.md``). ``pretrain --sentences`` trains on what the component sees:
+every row is one sentence ``<S> w1 .. wn </S>`` (its reversal for the backward LM),
+ragged lengths, no carried state. A sentence with more than ``max_length`` targets is
+cut into pieces of ``max_length`` targets that overlap by one token, so every target is
+predicted once per direction; each piece starts from the start state too.
+
+Every epoch the pieces are shuffled (seeded by ``(seed, epoch)``), sorted by length
+within pools of ``pool`` batches (little padding), cut into batches of ``batch_size``
+rows and the batches shuffled; rank ``r`` of ``world`` takes batches ``k * world + r``.
+A batch is a pure function of ``(epoch, step)``, so resuming needs only those two numbers.
+"""
+
+from typing import Optional, Tuple
+
+import numpy as np
+import torch
+
+from ..errors import Errors
+from .data import Corpus
+from .vocab import EOS
+
+
+class SentenceBatcher:
+    def __init__(
+        self, corpus: Corpus, batch_size: int, max_length: int, seed: int = 0, rank: int = 0, world: int = 1,
+        pool: int = 50,
+    ) -> None:
+        if max_length < 1:
+            raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name="max_length", what="a positive integer", value=max_length))
+        self.corpus = corpus
+        self.batch_size = batch_size
+        self.max_length = max_length
+        self.seed = seed
+        self.rank = rank
+        self.world = world
+        self.pool = pool
+        starts, lengths = [], []  # pieces: token offset and number of tokens (targets + 1)
+        for start, n in zip(corpus.starts.tolist(), corpus.lengths.tolist()):
+            for offset in range(0, max(n - 1, 1), max_length):
+                starts.append(start + offset)
+                lengths.append(min(max_length + 1, n - offset))
+        self.starts = np.asarray(starts, dtype=np.int64)
+        self.lengths = np.asarray(lengths, dtype=np.int64)
+        n_batches = -(-len(self.starts) // batch_size)
+        self.steps_per_epoch = n_batches // world
+        if self.steps_per_epoch < 1:
+            raise ValueError(Errors.E_TOO_FEW_SENTENCES.format(
+                n_pieces=len(self.starts), batch_size=batch_size, world=world))
+        self._epoch: Optional[int] = None
+        self._batches = None
+
+    def _epoch_batches(self, epoch: int) -> list:
+        rng = np.random.default_rng([self.seed, epoch, 2])  # 0 and 1 are the streams' directions
+        order = rng.permutation(len(self.starts))
+        size = self.pool * self.batch_size
+        batches = []
+        for p in range(0, len(order), size):
+            chunk = order[p : p + size]
+            chunk = chunk[np.argsort(self.lengths[chunk], kind="stable")]
+            batches += [chunk[i : i + self.batch_size] for i in range(0, len(chunk), self.batch_size)]
+        return [batches[i] for i in rng.permutation(len(batches))]
+
+    def batch(self, epoch: int, step: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(fwd, bwd, lengths)``: type ids ``(b, T + 1)`` (inputs ``[:, :-1]``, targets
+        ``[:, 1:]``, padded with ``</S>``) and targets per row ``(b,)``, ``b <= batch_size``."""
+        if epoch != self._epoch:
+            self._batches = self._epoch_batches(epoch)
+            self._epoch = epoch
+        rows = self._batches[step * self.world + self.rank]
+        return sentence_rows(self.corpus.tokens, self.starts[rows], self.lengths[rows])
+
+
+def sentence_rows(tokens: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Rows of ``tokens[start : start + n]`` (forward) and their reversals (backward).
+
+    Returns int64 ``(fwd (b, T + 1), bwd (b, T + 1), targets (b,))``: inputs are
+    ``[:, :-1]``, targets ``[:, 1:]``, padding ``</S>``; ``targets = n - 1`` per row.
+    """
+    targets = np.asarray(lengths, dtype=np.int64) - 1
+    T = int(targets.max())
+    seqs = np.full((2, len(targets), T + 1), EOS, dtype=np.int64)
+    for r, (start, n) in enumerate(zip(np.asarray(starts).tolist(), np.asarray(lengths).tolist())):
+        piece = tokens[start : start + n]
+        seqs[0, r, :n] = piece
+        seqs[1, r, :n] = piece[::-1]
+    return torch.from_numpy(seqs[0]), torch.from_numpy(seqs[1]), torch.from_numpy(targets)
