@@ -16,10 +16,10 @@ def evaluate(
     lang: Optional[str] = typer.Option(None, help="spaCy language (default: the one the model was trained with)."),
     batch_size: int = typer.Option(32, help="Rows evaluated together."),
     device: str = typer.Option("cpu", help="cpu or cuda."),
-    per_sentence: bool = typer.Option(
-        False, "--per-sentence",
-        help="Read every sentence alone from the model's initial state (what a pipeline sees) "
-        "instead of one stream with carried states.",
+    per_sentence: Optional[bool] = typer.Option(
+        None, "--per-sentence/--stream",
+        help="Read every sentence alone from the model's initial state (what a pipeline sees), or the text as "
+        "one stream with carried states. Default: the way the model was trained (pretrain --sentences: per sentence).",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
@@ -38,4 +38,4 @@ def evaluate(
         typer.echo(json.dumps(result))
         return
     typer.echo(f"tokens {result['n_tokens']:,} in {result['n_sentences']:,} sentences; OOV rate {result['oov_rate']:.2%} (vocabulary {result['vocab_size']:,})")
-    typer.echo(f"perplexity ({'every sentence alone' if per_sentence else 'one stream'}): forward {result['perplexity_forward']:.2f}, backward {result['perplexity_backward']:.2f}, mean {result['perplexity']:.2f}")
+    typer.echo(f"perplexity ({'every sentence alone' if result['mode'] == 'per_sentence' else 'one stream'}): forward {result['perplexity_forward']:.2f}, backward {result['perplexity_backward']:.2f}, mean {result['perplexity']:.2f}")

@@ -145,9 +145,12 @@ def evaluate_text(
 
 def evaluate_model_dir(
     model_dir: PathLike, text_path: PathLike, lang: Optional[str] = None, batch_size: int = 32, unroll: int = 20,
-    device: str = "cpu", progress: bool = False, per_sentence: bool = False,
+    device: str = "cpu", progress: bool = False, per_sentence: Optional[bool] = None,
 ) -> Dict[str, Any]:
-    """Evaluate a saved model (``"default"`` allowed) on a text file or directory."""
+    """Evaluate a saved model (``"default"`` allowed) on a text file or directory.
+
+    ``per_sentence=None`` reads the text the way the model was trained: every sentence
+    alone for a model of ``pretrain --sentences``, one stream otherwise."""
     from .modelio import load_pretrained
 
     bilm, softmax, vocab, provenance = load_pretrained(model_dir)
@@ -155,6 +158,8 @@ def evaluate_model_dir(
         raise ValueError(Errors.E_NO_SOFTMAX.format(path=model_dir))
     lm = BidirectionalLM(bilm, softmax).to(device)
     lang = lang or provenance.get("lang", "en")
+    if per_sentence is None:
+        per_sentence = provenance.get("reading") == "sentences"
     result = evaluate_text(lm, vocab, text_path, lang, batch_size, unroll, device, progress, per_sentence)
     result["lang"] = lang
     return result

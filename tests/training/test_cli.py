@@ -37,6 +37,7 @@ def test_pretrain_evaluate_export(tmp_path):
     assert result.exit_code == 0, result.output
     metrics = json.loads(result.output.strip().splitlines()[-1])
     assert {"perplexity", "perplexity_forward", "perplexity_backward", "oov_rate"} <= set(metrics)
+    assert metrics["mode"] == "stream"  # the way a stream-trained model was trained
 
     for fmt in ("allennlp", "native"):
         dest = tmp_path / fmt
@@ -89,3 +90,20 @@ def test_cuda_asked_for_without_cuda_is_a_clear_error(tmp_path, command):
     assert result.exit_code == 1
     assert "--device cuda was requested but CUDA is not available" in result.output and "--device cpu" in result.output
     assert not (tmp_path / "out").exists() and not (tmp_path / "out.h5").exists()
+
+
+def test_evaluate_reads_text_the_way_the_model_was_trained(tmp_path):
+    """A model of `pretrain --sentences` is evaluated per sentence unless --stream is given;
+    a stream-trained model the other way round."""
+    result, train, held, options, out = pretrain_tiny(tmp_path, "--sentences", "--max-length", "8")
+    assert result.exit_code == 0, result.output
+    assert json.loads((out / "config.json").read_text())["provenance"]["reading"] == "sentences"
+    modes = {}
+    for flag in ([], ["--stream"], ["--per-sentence"]):
+        res = runner.invoke(app, ["evaluate", str(out), str(held), "--json", *flag])
+        assert res.exit_code == 0, res.output
+        modes[" ".join(flag)] = json.loads(res.output.strip().splitlines()[-1])
+    assert modes[""]["mode"] == modes["--per-sentence"]["mode"] == "per_sentence" and modes["--stream"]["mode"] == "stream"
+    assert modes[""]["perplexity"] == modes["--per-sentence"]["perplexity"] != modes["--stream"]["perplexity"]
+    text = runner.invoke(app, ["evaluate", str(out), str(held)])
+    assert "every sentence alone" in text.output
