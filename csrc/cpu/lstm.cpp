@@ -7,7 +7,8 @@
 //   directions at once (they run concurrently on the thread team, tasks pulled
 //   dynamically): (1) per panel of cells, z = h @ W_rec for the panel's four
 //   gate blocks is computed in registers from prepacked weights (packed once
-//   and cached while the weight tensor is unchanged) and the gates, forget
+//   per call: a cache across calls cannot see every update, since fused
+//   optimizers and .data writes leave the version counter alone) and the gates, forget
 //   bias, cell clip and m = sigmoid(o) * tanh(c) are applied right there;
 //   (2) per panel of projection columns, hp = m @ W_P in registers, then the
 //   projection clip, the state update, the residual and the scatter of the
@@ -21,13 +22,9 @@
 #include <ATen/Parallel.h>
 #define SE_WITH_ATEN_PARALLEL
 
-#include <c10/util/intrusive_ptr.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <functional>
-#include <mutex>
 #include <vector>
 
 #include "../include/cpu_kernels.h"
@@ -87,56 +84,6 @@ void gates_backward_generic(const T* dmv, const T* g, const T* crv, const T* cp,
     dz[3 * C + c] = d_o;
     dc[c] = dcr * sf;
   }
-}
-
-// Packed copies of the recurrent and projection weights, reused across calls
-// while the weight is the same live tensor, with the same data pointer,
-// sizes/strides and version counter (any in-place update bumps the version, so
-// an optimizer step or a load invalidates the entry). Inference reuses them;
-// SPACY_ELMO_NO_PACK_CACHE=1 turns the cache off.
-struct PackEntry {
-  c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl> weak;
-  const c10::TensorImpl* impl;
-  int kind;
-  int64_t vl;
-  int64_t version;
-  const void* data;
-  std::vector<int64_t> sizes, strides;
-  at::Tensor packed;
-};
-
-at::Tensor cached_pack(const at::Tensor& w, int kind, int64_t vl, const std::function<at::Tensor()>& make) {
-  static const bool disabled = std::getenv("SPACY_ELMO_NO_PACK_CACHE") != nullptr;
-  static std::mutex mu;
-  static std::vector<PackEntry> cache;
-  constexpr size_t kMaxEntries = 16;
-  if (disabled) return make();
-  std::lock_guard<std::mutex> lock(mu);
-  cache.erase(std::remove_if(cache.begin(), cache.end(), [](const PackEntry& e) { return e.weak.expired(); }),
-              cache.end());
-  for (auto& e : cache) {
-    if (e.impl == w.unsafeGetTensorImpl() && e.kind == kind && e.vl == vl && e.version == w._version() &&
-        e.data == w.data_ptr() && e.sizes == w.sizes().vec() && e.strides == w.strides().vec())
-      return e.packed;
-  }
-  at::Tensor packed = make();
-  cache.erase(std::remove_if(cache.begin(), cache.end(),
-                             [&](const PackEntry& e) {
-                               return e.impl == w.unsafeGetTensorImpl() && e.kind == kind && e.vl == vl;
-                             }),
-              cache.end());
-  if (cache.size() >= kMaxEntries) cache.erase(cache.begin());
-  PackEntry e{c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>(w.getIntrusivePtr())};
-  e.impl = w.unsafeGetTensorImpl();
-  e.kind = kind;
-  e.vl = vl;
-  e.version = w._version();
-  e.data = w.data_ptr();
-  e.sizes = w.sizes().vec();
-  e.strides = w.strides().vec();
-  e.packed = packed;
-  cache.push_back(e);
-  return packed;
 }
 
 struct Dims {
@@ -226,16 +173,12 @@ LstmForwardResult lstm_forward_cpu(at::TensorList xs, const at::Tensor& lengths_
     const int64_t pw = 4 * VL, npp = (P + pw - 1) / pw, ppad = npp * pw;
     std::vector<at::Tensor> wrec_p(ndir), wproj_p(ndir);
     for (int64_t d = 0; d < ndir; ++d) {
-      wrec_p[d] = cached_pack(wrec[d], 0, VL, [&] {
-        at::Tensor wr = wrec[d].contiguous().view({P, 4, C});
-        if (cpad != C) wr = at::constant_pad_nd(wr, {0, cpad - C});
-        return wr.reshape({P, 4, npanel, VL}).permute({2, 0, 1, 3}).contiguous();
-      });
-      wproj_p[d] = cached_pack(wproj[d], 1, VL, [&] {
-        at::Tensor wp = wproj[d].contiguous();
-        if (ppad != P) wp = at::constant_pad_nd(wp, {0, ppad - P});
-        return wp.reshape({C, npp, pw}).permute({1, 0, 2}).contiguous();
-      });
+      at::Tensor wr = wrec[d].contiguous().view({P, 4, C});
+      if (cpad != C) wr = at::constant_pad_nd(wr, {0, cpad - C});
+      wrec_p[d] = wr.reshape({P, 4, npanel, VL}).permute({2, 0, 1, 3}).contiguous();
+      at::Tensor wp = wproj[d].contiguous();
+      if (ppad != P) wp = at::constant_pad_nd(wp, {0, ppad - P});
+      wproj_p[d] = wp.reshape({C, npp, pw}).permute({1, 0, 2}).contiguous();
     }
     at::Tensor m_buf = save ? at::Tensor() : at::zeros({ndir, B, C}, opts);
     std::vector<const float*> xi_rows(ndir * B);

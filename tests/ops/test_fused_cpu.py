@@ -418,16 +418,35 @@ def test_bilstm_float32_gradients_vs_float64_reference(B, T, C, P):
         _close(a, e, rtol=1e-4, atol=2e-5 * scale)
 
 
-def test_packed_weight_cache_sees_in_place_updates_and_new_tensors():
+@pytest.mark.parametrize("update", ["in_place", "fused_adagrad", "data_copy", "new_tensors"])
+def test_lstm_reads_the_current_weights_after_every_kind_of_update(update):
+    """The fused LSTM must use the weights as they are now, however they were changed:
+    PyTorch's fused optimizers and ``p.data.copy_`` change a tensor without bumping its
+    version counter, so no cache keyed on (tensor, version) may stand between calls
+    (one did: pretraining with fused Adagrad ran its forward on stale packed weights)."""
     gen = torch.Generator().manual_seed(8)
     B, T, P, C = 3, 4, 8, 20
     x = torch.randn(B, T, P, generator=gen)
     lengths = torch.tensor([4, 2, 3])
-    w = [t.clone() for t in lstm_params(gen, P, C, P)]
-    for _ in range(2):
+    w = [torch.nn.Parameter(t.clone()) for t in lstm_params(gen, P, C, P)]
+    opt = torch.optim.Adagrad(w, lr=0.5, fused=True)
+    for _ in range(3):
+        for grad_mode in (True, False):  # a training forward, then inference
+            with torch.set_grad_enabled(grad_mode):
+                got = fused.lstm_layer(x, lengths, *w, cell_clip=1.0)[0]
+            with torch.no_grad():
+                _close(got.detach(), R.lstm_layer(x, lengths, *[t.detach() for t in w], cell_clip=1.0)[0])
         with torch.no_grad():
-            _close(fused.lstm_layer(x, lengths, *w, cell_clip=1.0)[0], R.lstm_layer(x, lengths, *w, cell_clip=1.0)[0])
-            w[1].mul_(-1.5)  # in place: version bump
-            w[3].add_(0.1)
-            _close(fused.lstm_layer(x, lengths, *w, cell_clip=1.0)[0], R.lstm_layer(x, lengths, *w, cell_clip=1.0)[0])
-        w = [t.clone() * 0.9 for t in w]  # new tensors (possibly at recycled addresses)
+            if update == "in_place":
+                w[1].mul_(-1.5)
+                w[3].add_(0.1)
+            elif update == "fused_adagrad":
+                for t in w:
+                    t.grad = torch.randn(t.shape, generator=gen)
+                opt.step()
+            elif update == "data_copy":
+                w[1].data.copy_(torch.randn(w[1].shape, generator=gen))
+                w[3].data.copy_(torch.randn(w[3].shape, generator=gen) * 0.3)
+            else:  # new tensors (possibly at recycled addresses)
+                w = [torch.nn.Parameter(t.detach().clone() * 0.9) for t in w]
+                opt = torch.optim.Adagrad(w, lr=0.5, fused=True)
