@@ -271,6 +271,9 @@ def convert(args, state: dict, heldout: Path) -> dict:
                       # None: paused by the person running it while still improving, not by the recipe
                       stopped=state["stopped"] or "paused while held-out perplexity was still improving",
                       corpus_manifest=_manifest(Path(state["run"]["train_text"]).parent))
+    init = state["run"].get("init")
+    if init and (Path(init) / "config.json").exists():  # stage 2: keep stage 1's record too
+        provenance["init_provenance"] = json.loads((Path(init) / "config.json").read_text(encoding="utf-8")).get("provenance")
     out.mkdir(parents=True, exist_ok=True)
     vocab.save(out)
     bilm.save(out, extra_tensors={"softmax.weight": softmax.weight.detach(), "softmax.bias": softmax.bias.detach()},

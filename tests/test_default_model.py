@@ -86,8 +86,8 @@ def test_senses_of_bank_separate_above_layer_0(bilm):
 
 def test_evaluate_default_prefers_real_word_order(tmp_path):
     """`evaluate default` runs, and the model is a language model: the same words score far
-    better in their real order than shuffled (perplexity on a few sentences is high in absolute
-    terms, the carried-state warm-up effect documented in docs/default-model.md)."""
+    better in their real order than shuffled, read the default way (per sentence for this
+    model) and as one stream."""
     import random
 
     lines = ["The president spoke to the nation about the economy .", "She walked down to the river in the morning .",
@@ -96,15 +96,17 @@ def test_evaluate_default_prefers_real_word_order(tmp_path):
     words = " ".join(lines).split()
     random.Random(0).shuffle(words)
     results = {}
-    for name, text in (("real", "\n".join(lines)), ("shuffled", " ".join(words))):
-        path = tmp_path / f"{name}.txt"
-        path.write_text(text + "\n", encoding="utf-8")
-        result = CliRunner().invoke(app, ["evaluate", "default", str(path), "--json"])
-        assert result.exit_code == 0, result.output
-        results[name] = json.loads(result.output.strip().splitlines()[-1])
-    assert results["real"]["vocab_size"] >= 30_000 and results["real"]["oov_rate"] == 0.0
-    assert results["real"]["perplexity"] < results["real"]["vocab_size"]  # below uniform guessing
-    assert results["real"]["perplexity"] < results["shuffled"]["perplexity"] / 2
+    for mode in ([], ["--stream"]):
+        for name, text in (("real", "\n".join(lines)), ("shuffled", " ".join(words))):
+            path = tmp_path / f"{name}.txt"
+            path.write_text(text + "\n", encoding="utf-8")
+            result = CliRunner().invoke(app, ["evaluate", "default", str(path), "--json", *mode])
+            assert result.exit_code == 0, result.output
+            results[name] = json.loads(result.output.strip().splitlines()[-1])
+        assert results["real"]["mode"] == ("stream" if mode else "per_sentence")
+        assert results["real"]["vocab_size"] >= 30_000 and results["real"]["oov_rate"] == 0.0
+        assert results["real"]["perplexity"] < results["real"]["vocab_size"]  # below uniform guessing
+        assert results["real"]["perplexity"] < results["shuffled"]["perplexity"] / 2
 
 
 def test_empty_paths_elmo_in_the_configs_means_the_bundled_model():
