@@ -46,7 +46,7 @@ def pretrain(
         False, "--sentences",
         help="Rows are whole sentences read from the start state, as the elmo component reads them, instead of "
         "bilm-tf's continuous streams with carried states (--unroll then unused; held-out perplexity per sentence)."),
-    max_length: int = typer.Option(100, help="With --sentences: longer sentences are cut into pieces of this many tokens."),
+    max_length: int = typer.Option(100, help="With --sentences: longer sentences are cut into pieces of this many targets."),
     negatives: int = typer.Option(8192, help="Sampled-softmax negatives per batch (bilm-tf: 8192)."),
     optimizer: str = typer.Option("adagrad", help="adagrad (bilm-tf, lr 0.2, accumulator 1.0) or adam."),
     lr: Optional[float] = typer.Option(None, help="Learning rate (default: 0.2 adagrad, 1e-3 adam)."),

@@ -329,6 +329,7 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
         # Corpus tokens the step reads (each by both LMs): bilm-tf's count and
         # benchmarks/pretrain.py's, so the bar, the log and the benchmark agree.
         n_targets = int(lengths.sum())
+        step_tokens = n_targets * world  # ranks' batches differ in length only with --sentences
         lengths = lengths.to(device)
         sample = None if full_softmax else sampler.sample(sampler_rng)
         with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=use_amp):
@@ -341,7 +342,7 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
         optimizer.step()
         state = (res.state[0].detach(), res.state[1].detach())
         step += 1
-        tokens_seen += n_targets * world  # ranks' batches differ in length only with --sentences
+        tokens_seen += step_tokens
         stats = torch.stack([loss.detach().float(), loss_f.detach().float(), loss_b.detach().float()])
         if world > 1:
             dist.all_reduce(stats)
@@ -349,7 +350,7 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
         step_loss = float(stats[0])
         window_loss += step_loss
         window_n += 1
-        window_tokens += n_targets * world
+        window_tokens += step_tokens
         if on_step is not None:
             on_step(step, step_loss)
         if step % cfg.log_every == 0 or step == total:
