@@ -102,7 +102,7 @@ void forward_float(const int64_t* ids, const float* table, int64_t N, int64_t W,
   }
   const auto& kt = cpu::kernels();
   const int64_t nblocks = (N + kTokenBlock - 1) / kTokenBlock;
-  cpu::dynamic_for(nblocks, [&](int64_t b) {
+  cpu::dynamic_for(nblocks, [&](int64_t b, int64_t) {
     thread_local std::vector<float> e;
     e.resize(kTokenBlock * W * D);
     {
@@ -238,7 +238,7 @@ std::tuple<at::Tensor, std::vector<at::Tensor>, std::vector<at::Tensor>> char_cn
     for (auto& w : wt_all) wts.push_back(w.data_ptr<scalar_t>());
     constexpr int64_t kBlock = 8;
     const int64_t nblocks = (N + kBlock - 1) / kBlock;
-    cpu::dynamic_for(nblocks, [&](int64_t blk) {
+    cpu::dynamic_for(nblocks, [&](int64_t blk, int64_t) {
       const int64_t tid = at::get_thread_num();
       scalar_t* de = demb_parts.data_ptr<scalar_t>() + tid * V * D;
       scalar_t* dwp = dw_parts.data_ptr<scalar_t>() + tid * wtotal;

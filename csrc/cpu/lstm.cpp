@@ -6,9 +6,8 @@
 // * float32 (the fast path): each step is two parallel passes over both
 //   directions at once (they run concurrently on the thread team, tasks pulled
 //   dynamically): (1) per panel of cells, z = h @ W_rec for the panel's four
-//   gate blocks is computed in registers from prepacked weights (packed once
-//   per call: a cache across calls cannot see every update, since fused
-//   optimizers and .data writes leave the version counter alone) and the gates, forget
+//   gate blocks is computed in registers from prepacked weights (packed on
+//   every call into per-thread buffers: see "weight packing" below) and the gates, forget
 //   bias, cell clip and m = sigmoid(o) * tanh(c) are applied right there;
 //   (2) per panel of projection columns, hp = m @ W_P in registers, then the
 //   projection clip, the state update, the residual and the scatter of the
@@ -112,6 +111,85 @@ Dims check_lstm(at::TensorList xs, const at::Tensor& lengths, at::TensorList wei
   return d;
 }
 
+// ---------------------------------------------------------------- weight packing
+//
+// The float32 step kernels read their weights as panels (see cpu_kernels.h).
+// Packing is redone in full on every call: a cache of packed contents cannot
+// see every update (fused optimizers and .data writes leave the version counter
+// alone). Only the memory is kept, per thread and per slot: a fresh 40 MB
+// buffer per call (the original model) costs more in page faults than the copy
+// itself (original model, B = 32, T = 1: 44 ms per call before, 28 ms after).
+// A slot is reallocated when a call needs more, or much less, than it holds.
+enum PackSlot { kSlotRec0 = 0, kSlotProj0 = 2, kNumSlots = 4 };  // + direction (0 or 1)
+
+float* pack_buffer(int slot, int64_t numel) {
+  thread_local at::Tensor slots[kNumSlots];
+  at::Tensor& t = slots[slot];
+  if (!t.defined() || t.numel() < numel || t.numel() > 4 * numel + (1 << 16))
+    t = at::empty({numel}, at::TensorOptions().dtype(at::kFloat));
+  return t.data_ptr<float>();
+}
+
+// dst[j][k][g][u] = src[k * ld + g * gstride + j * width + u], zero where
+// j * width + u >= nvalid: panels of `width` columns out of `ngroups` column
+// groups, each panel K rows deep. dst holds npanel * K * ngroups * width floats.
+// Neighbouring panels are packed together so that the source is read a row
+// span at a time (one panel alone would touch a new page on every read).
+void pack_column_panels(const float* src, int64_t K, int64_t ld, int64_t ngroups, int64_t gstride,
+                        int64_t nvalid, int64_t width, int64_t npanel, float* dst) {
+  constexpr int64_t kPanels = 16;
+  const int64_t nblock = (npanel + kPanels - 1) / kPanels, psize = K * ngroups * width;
+  at::parallel_for(0, nblock, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t j0 = b * kPanels, j1 = std::min(npanel, j0 + kPanels);
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t g = 0; g < ngroups; ++g) {
+          const float* s = src + k * ld + g * gstride;
+          for (int64_t j = j0; j < j1; ++j) {
+            const int64_t c0 = j * width, n = std::max<int64_t>(0, std::min(width, nvalid - c0));
+            float* o = dst + j * psize + (k * ngroups + g) * width;
+            std::copy(s + c0, s + c0 + n, o);
+            std::fill(o + n, o + width, 0.0f);
+          }
+        }
+    }
+  });
+}
+
+// dst[j][k][u] = src[(j * width + u) * K + k], zero where j * width + u >= nrows:
+// panels of `width` rows of a row-major (nrows, K) matrix, transposed.
+void pack_row_panels_transposed(const float* src, int64_t nrows, int64_t K, int64_t width, int64_t npanel,
+                                float* dst) {
+  constexpr int64_t kBlock = 64;  // a (kBlock, width) tile of dst stays in L1 while it fills
+  at::parallel_for(0, npanel, 1, [&](int64_t j0, int64_t j1) {
+    for (int64_t j = j0; j < j1; ++j) {
+      const int64_t r0 = j * width, n = std::min(width, nrows - r0);
+      float* o = dst + j * K * width;
+      for (int64_t k0 = 0; k0 < K; k0 += kBlock) {
+        const int64_t k1 = std::min(K, k0 + kBlock);
+        for (int64_t u = 0; u < width; ++u) {
+          if (u < n) {
+            const float* s = src + (r0 + u) * K;
+            for (int64_t k = k0; k < k1; ++k) o[k * width + u] = s[k];
+          } else {
+            for (int64_t k = k0; k < k1; ++k) o[k * width + u] = 0.0f;
+          }
+        }
+      }
+    }
+  });
+}
+
+// Rows per task of the passes over projection-side panels: as many as possible
+// (a task streams its panel once for all its rows), but at least 4 tasks per
+// thread, so that a thread slowed by another process can hand work over.
+int64_t row_group(int64_t B, int64_t panels) {
+  const int64_t want = 4 * at::get_num_threads();
+  const int64_t groups = std::max<int64_t>(1, (want + panels - 1) / panels);
+  const int64_t rows = (B + groups - 1) / groups;
+  return std::min<int64_t>(48, std::max<int64_t>(6, (rows + 5) / 6 * 6));
+}
+
 }  // namespace
 
 LstmForwardResult lstm_forward_cpu(at::TensorList xs, const at::Tensor& lengths_in, at::TensorList weights,
@@ -168,16 +246,17 @@ LstmForwardResult lstm_forward_cpu(at::TensorList xs, const at::Tensor& lengths_
 
   if (use_table && kt.step_gates != nullptr) {
     // float32: fused steps with prepacked weights (see the header comment).
-    const int64_t VL = kt.step_vl, npanel = (C + VL - 1) / VL, cpad = npanel * VL;
-    const int64_t pw = 4 * VL, npp = (P + pw - 1) / pw, ppad = npp * pw;
-    std::vector<at::Tensor> wrec_p(ndir), wproj_p(ndir);
+    const int64_t VL = kt.step_vl, npanel = (C + VL - 1) / VL;
+    const int64_t pw = 4 * VL, npp = (P + pw - 1) / pw;
+    std::vector<const float*> wrec_p(ndir), wproj_p(ndir);
     for (int64_t d = 0; d < ndir; ++d) {
-      at::Tensor wr = wrec[d].contiguous().view({P, 4, C});
-      if (cpad != C) wr = at::constant_pad_nd(wr, {0, cpad - C});
-      wrec_p[d] = wr.reshape({P, 4, npanel, VL}).permute({2, 0, 1, 3}).contiguous();
-      at::Tensor wp = wproj[d].contiguous();
-      if (ppad != P) wp = at::constant_pad_nd(wp, {0, ppad - P});
-      wproj_p[d] = wp.reshape({C, npp, pw}).permute({1, 0, 2}).contiguous();
+      const at::Tensor wr = wrec[d].contiguous(), wp = wproj[d].contiguous();
+      float* r = pack_buffer(kSlotRec0 + d, npanel * P * 4 * VL);
+      pack_column_panels(wr.data_ptr<float>(), P, 4 * C, 4, C, C, VL, npanel, r);
+      float* q = pack_buffer(kSlotProj0 + d, npp * C * pw);
+      pack_column_panels(wp.data_ptr<float>(), C, P, 1, 0, P, pw, npp, q);
+      wrec_p[d] = r;
+      wproj_p[d] = q;
     }
     at::Tensor m_buf = save ? at::Tensor() : at::zeros({ndir, B, C}, opts);
     std::vector<const float*> xi_rows(ndir * B);
@@ -186,8 +265,8 @@ LstmForwardResult lstm_forward_cpu(at::TensorList xs, const at::Tensor& lengths_
     float* hs = h.data_ptr<float>();
     float* cs = c.data_ptr<float>();
     const float cc = (float)ccd, pc = (float)pcd;
-    constexpr int64_t kRowGroup = 12;
-    const int64_t nrg = (B + kRowGroup - 1) / kRowGroup;
+    const int64_t rows_per_task = row_group(B, ndir * npp);
+    const int64_t nrg = (B + rows_per_task - 1) / rows_per_task;
     for (int64_t t = 0; t < tmax; ++t) {
       std::vector<float*> m_t(ndir);
       for (int64_t d = 0; d < ndir; ++d) {
@@ -211,14 +290,16 @@ LstmForwardResult lstm_forward_cpu(at::TensorList xs, const at::Tensor& lengths_
           }
         }
       }
-      cpu::dynamic_for(ndir * npanel, [&](int64_t k) {
+      cpu::dynamic_for(ndir * npanel, [&](int64_t k, int64_t next) {
         {
           const int64_t d = k / npanel, j = k % npanel;
           cpu::StepGatesArgs a;
           a.h = hs + d * B * P;
           a.B = B;
           a.P = P;
-          a.wp = wrec_p[d].data_ptr<float>() + j * P * 4 * VL;
+          a.wp = wrec_p[d] + j * P * 4 * VL;
+          if (next >= 0) a.wp_next = wrec_p[next / npanel] + (next % npanel) * P * 4 * VL;
+          a.next_floats = P * 4 * VL;
           a.C = C;
           a.c0 = j * VL;
           a.nc = std::min(VL, C - j * VL);
@@ -231,14 +312,16 @@ LstmForwardResult lstm_forward_cpu(at::TensorList xs, const at::Tensor& lengths_
           kt.step_gates(a);
         }
       });
-      cpu::dynamic_for(ndir * npp * nrg, [&](int64_t k) {
+      cpu::dynamic_for(ndir * npp * nrg, [&](int64_t k, int64_t next) {
         {
-          const int64_t d = k / (npp * nrg), j = (k / nrg) % npp, r0 = (k % nrg) * kRowGroup;
+          const int64_t d = k / (npp * nrg), j = (k / nrg) % npp, r0 = (k % nrg) * rows_per_task;
           cpu::StepProjArgs a;
           a.m = m_t[d] + r0 * C;
-          a.B = std::min(kRowGroup, B - r0);
+          a.B = std::min(rows_per_task, B - r0);
           a.C = C;
-          a.wp = wproj_p[d].data_ptr<float>() + j * C * pw;
+          a.wp = wproj_p[d] + j * C * pw;
+          if (next >= 0) a.wp_next = wproj_p[next / (npp * nrg)] + ((next / nrg) % npp) * C * pw;
+          a.next_floats = C * pw;
           a.P = P;
           a.p0 = j * pw;
           a.np = std::min(pw, P - j * pw);
@@ -355,18 +438,19 @@ LstmBackwardResult lstm_backward_cpu(at::TensorList grad_outs, const at::Tensor&
   if (use_table && kt.step_gates_back != nullptr) {
     // float32: fused backward steps with prepacked transposed weights.
     const int64_t VL = kt.step_vl, pw = 4 * VL;
-    const int64_t ncp = (C + pw - 1) / pw, cpad = ncp * pw;
-    const int64_t npp = (P + pw - 1) / pw, ppad = npp * pw;
-    constexpr int64_t kRowGroup = 12;
-    const int64_t nrg = (B + kRowGroup - 1) / kRowGroup;
-    std::vector<at::Tensor> wpt(ndir), wrt(ndir);
+    const int64_t ncp = (C + pw - 1) / pw;
+    const int64_t npp = (P + pw - 1) / pw;
+    const int64_t rows_per_task = row_group(B, ndir * npp);
+    const int64_t nrg = (B + rows_per_task - 1) / rows_per_task;
+    std::vector<const float*> wpt(ndir), wrt(ndir);
     for (int64_t d = 0; d < ndir; ++d) {
-      at::Tensor wp = wproj[d].contiguous();
-      if (cpad != C) wp = at::constant_pad_nd(wp, {0, 0, 0, cpad - C});
-      wpt[d] = wp.reshape({ncp, pw, P}).permute({0, 2, 1}).contiguous();
-      at::Tensor wr = wrec[d].contiguous();
-      if (ppad != P) wr = at::constant_pad_nd(wr, {0, 0, 0, ppad - P});
-      wrt[d] = wr.reshape({npp, pw, 4 * C}).permute({0, 2, 1}).contiguous();
+      const at::Tensor wp = wproj[d].contiguous(), wr = wrec[d].contiguous();
+      float* q = pack_buffer(kSlotProj0 + d, ncp * P * pw);
+      pack_row_panels_transposed(wp.data_ptr<float>(), C, P, pw, ncp, q);
+      float* r = pack_buffer(kSlotRec0 + d, npp * 4 * C * pw);
+      pack_row_panels_transposed(wr.data_ptr<float>(), P, 4 * C, pw, npp, r);
+      wpt[d] = q;
+      wrt[d] = r;
     }
     dz_step.zero_();
     float* dhpp = dhp.data_ptr<float>();
@@ -414,13 +498,15 @@ LstmBackwardResult lstm_backward_cpu(at::TensorList grad_outs, const at::Tensor&
           go_rows[k] = prev ? go[d].data_ptr<float>() + (b * T + src_of(d, b, t - 1)) * P : nullptr;
           hp_rows[k] = prev ? hrp + ((d * T + t - 1) * B + b) * P : nullptr;
         }
-      cpu::dynamic_for(ndir * ncp, [&](int64_t k) {
+      cpu::dynamic_for(ndir * ncp, [&](int64_t k, int64_t next) {
         const int64_t d = k / ncp, j = k % ncp;
         cpu::StepGatesBackArgs a;
         a.dhp = dhpp + (d * T + t) * B * P;
         a.B = B;
         a.P = P;
-        a.wp = wpt[d].data_ptr<float>() + j * P * pw;
+        a.wp = wpt[d] + j * P * pw;
+        if (next >= 0) a.wp_next = wpt[next / ncp] + (next % ncp) * P * pw;
+        a.next_floats = P * pw;
         a.C = C;
         a.c0 = j * pw;
         a.nc = std::min(pw, C - j * pw);
@@ -434,13 +520,15 @@ LstmBackwardResult lstm_backward_cpu(at::TensorList grad_outs, const at::Tensor&
         a.cell_clip = cc;
         kt.step_gates_back(a);
       });
-      cpu::dynamic_for(ndir * npp * nrg, [&](int64_t k) {
-        const int64_t d = k / (npp * nrg), j = (k / nrg) % npp, r0 = (k % nrg) * kRowGroup;
+      cpu::dynamic_for(ndir * npp * nrg, [&](int64_t k, int64_t next) {
+        const int64_t d = k / (npp * nrg), j = (k / nrg) % npp, r0 = (k % nrg) * rows_per_task;
         cpu::StepDhArgs a;
         a.dz = dzs + (d * B + r0) * 4 * C;
-        a.B = std::min(kRowGroup, B - r0);
+        a.B = std::min(rows_per_task, B - r0);
         a.K = 4 * C;
-        a.wp = wrt[d].data_ptr<float>() + j * 4 * C * pw;
+        a.wp = wrt[d] + j * 4 * C * pw;
+        if (next >= 0) a.wp_next = wrt[next / (npp * nrg)] + ((next / nrg) % npp) * 4 * C * pw;
+        a.next_floats = 4 * C * pw;
         a.P = P;
         a.p0 = j * pw;
         a.np = std::min(pw, P - j * pw);

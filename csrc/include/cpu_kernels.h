@@ -78,6 +78,8 @@ struct StepGatesArgs {
   float* const* gates_rows;     // per row (4C) or null (no saving)
   float* const* craw_rows;      // per row (C) or null
   float cell_clip;
+  const float* wp_next = nullptr;  // the next task's panel (prefetched), or null
+  int64_t next_floats = 0;
 };
 
 // Fused LSTM step, projection + projection clip + state + residual + output
@@ -93,6 +95,8 @@ struct StepProjArgs {
   const float* const* res_rows;   // per row: residual input row, or null
   float* const* hp_rows;          // per row: saved pre-clip hp (P), or null
   float proj_clip;
+  const float* wp_next = nullptr;  // the next task's panel (prefetched), or null
+  int64_t next_floats = 0;
 };
 
 // Fused backward step, part 1: dm = dhp @ W_P^T for a panel of nc <= 4 * step_vl
@@ -111,6 +115,8 @@ struct StepGatesBackArgs {
   float* dz;                    // (B, 4C) step buffer
   float* const* dzo_rows;       // per row: original-order dz row (4C)
   float cell_clip;
+  const float* wp_next = nullptr;  // the next task's panel (prefetched), or null
+  int64_t next_floats = 0;
 };
 
 // Fused backward step, part 2: dh_new = dz @ W_rec^T for a panel of np <= 4 *
@@ -128,6 +134,8 @@ struct StepDhArgs {
   const float* const* go_rows;     // per row: output grad row of the previous step
   const float* const* hp_rows;     // per row: saved hp_raw row of the previous step
   float proj_clip;
+  const float* wp_next = nullptr;  // the next task's panel (prefetched), or null
+  int64_t next_floats = 0;
 };
 
 struct KernelTable {
@@ -161,15 +169,21 @@ namespace cpu {
 
 // Tasks 0..n-1 pulled dynamically from a shared counter by the thread team:
 // when a core is busy with another process, the other thread takes over the
-// remaining tasks instead of waiting at the end of a static half.
+// remaining tasks instead of waiting at the end of a static half. fn(k, next)
+// also learns the task its thread runs after k (-1: none), so it can prefetch
+// that task's data while it works on k.
 template <typename Fn>
 inline void dynamic_for(int64_t n, const Fn& fn) {
   if (n <= 0) return;
   std::atomic<int64_t> next{0};
   const int64_t team = std::min<int64_t>(at::get_num_threads(), n);
   at::parallel_for(0, team, 1, [&](int64_t, int64_t) {
-    int64_t k;
-    while ((k = next.fetch_add(1, std::memory_order_relaxed)) < n) fn(k);
+    int64_t k = next.fetch_add(1, std::memory_order_relaxed);
+    while (k < n) {
+      const int64_t after = next.fetch_add(1, std::memory_order_relaxed);
+      fn(k, after < n ? after : int64_t(-1));
+      k = after;
+    }
   });
 }
 

@@ -244,15 +244,50 @@ static void highway_backward(const float* dy, const float* ht, const float* hg, 
 
 // ---------------------------------------------------------------- fused LSTM step
 
-// acc (R rows x 4 vectors) = A[rows, 0:K] @ Bp (K, 4 * VL), stored to out (R, 4 * VL)
+// The next task's weight panel, prefetched into L2 one cache line per k of the
+// current task's tiles, so that the panel is on chip when its task starts
+// (the weights live in L3 or memory and a cold panel otherwise stalls its
+// first row tile). Capped so that it cannot push the current panel out of L2.
+struct Ahead {
+  const char* p;
+  int64_t lines;
+  static Ahead of(const float* next, int64_t floats) {
+    constexpr int64_t kMaxLines = (512 << 10) / 64;
+    if (next == nullptr) return {nullptr, 0};
+    const int64_t lines = (floats * 4 + 63) / 64;
+    return {reinterpret_cast<const char*>(next), lines < kMaxLines ? lines : kMaxLines};
+  }
+};
+
+// Prefetch into L2 the lines row + off + g * stride (g < ngroups) of every
+// non-null row: the rows a task's epilogue reads (input products, saved gates)
+// were written long before and have left the caches; fetched before the task's
+// GEMM, they arrive while it runs instead of stalling the gate math.
+template <typename Ptr>
+static inline void prefetch_rows(const Ptr* rows, int64_t n, int64_t off, int64_t stride, int ngroups) {
+  for (int64_t b = 0; b < n; ++b) {
+    if (rows[b] == nullptr) continue;
+    for (int g = 0; g < ngroups; ++g) __builtin_prefetch(rows[b] + off + g * stride, 0, 2);
+  }
+}
+
+// acc (R rows x 4 vectors) = A[rows, 0:K] @ Bp (K, 4 * VL) (+ out when `add`),
+// stored to out (R, 4 * VL)
 template <int R>
-static inline void gemm_tile4(const float* A, int64_t lda, const float* Bp, int64_t K, float* out) {
+static inline void gemm_tile4(const float* A, int64_t lda, const float* Bp, int64_t K, float* out, Ahead& pf,
+                              bool add) {
   vf acc[R][4];
 #pragma GCC unroll 8
   for (int p = 0; p < R; ++p)
 #pragma GCC unroll 4
-    for (int v = 0; v < 4; ++v) acc[p][v] = (vf){};
+    for (int v = 0; v < 4; ++v) {
+      acc[p][v] = (vf){};
+      if (add) __builtin_memcpy(&acc[p][v], out + (p * 4 + v) * SE_VL, sizeof(vf));
+    }
+  const int64_t npf = K < pf.lines ? K : pf.lines;
+  const char* pfp = pf.p;
   for (int64_t k = 0; k < K; ++k) {
+    if (k < npf) __builtin_prefetch(pfp + k * 64, 0, 2);
     vf w[4];
     const float* wr = Bp + k * 4 * SE_VL;
 #pragma GCC unroll 4
@@ -264,15 +299,18 @@ static inline void gemm_tile4(const float* A, int64_t lda, const float* Bp, int6
       for (int v = 0; v < 4; ++v) acc[p][v] += a * w[v];
     }
   }
+  pf.p += npf * 64;
+  pf.lines -= npf;
 #pragma GCC unroll 8
   for (int p = 0; p < R; ++p)
 #pragma GCC unroll 4
     for (int v = 0; v < 4; ++v) __builtin_memcpy(out + (p * 4 + v) * SE_VL, &acc[p][v], sizeof(vf));
 }
 
-static inline void gemm_rows4(const float* A, int64_t lda, const float* Bp, int64_t K, int64_t rows, float* out) {
+static inline void gemm_rows4(const float* A, int64_t lda, const float* Bp, int64_t K, int64_t rows, float* out,
+                              Ahead& pf, bool add) {
   switch (rows) {
-#define SE_CASE(n) case n: gemm_tile4<(n <= SE_STEP_PT ? n : 1)>(A, lda, Bp, K, out); break;
+#define SE_CASE(n) case n: gemm_tile4<(n <= SE_STEP_PT ? n : 1)>(A, lda, Bp, K, out, pf, add); break;
     SE_CASE(1) SE_CASE(2) SE_CASE(3) SE_CASE(4) SE_CASE(5) SE_CASE(6) SE_CASE(7) SE_CASE(8)
 #undef SE_CASE
     default: break;
@@ -288,16 +326,57 @@ static inline int64_t tile_rows(int64_t r0, int64_t B) {
   return SE_STEP_PT;
 }
 
+// Rows of one pass over a panel, and the panel rows (k) per block of that pass
+// (a panel of at most 2 * kKBlock rows, 32 KB with AVX-512, stays in L1 whole).
+constexpr int64_t kChunkRows = 8 * SE_STEP_PT;
+constexpr int64_t kKBlock = 64;
+
+// out (rows, 4 * VL) = A[0:rows, 0:K] @ Bp (K, 4 * VL) for rows <= kChunkRows,
+// skipping the row tiles for which active(r0, n) is false (their out rows are
+// left as they were). A long K is blocked: a (kKBlock, 4 * VL) slice of the panel
+// (16 KB with AVX-512) is read from L2 once and used by every row tile while
+// it sits in L1, the partial sums going through `out` (L1 too); without the
+// blocking each tile streamed the whole panel from L2 again.
+template <typename Active>
+static inline void gemm_chunk(const float* A, int64_t lda, const float* Bp, int64_t K, int64_t rows,
+                              const Active& active, float* out, Ahead& pf) {
+  int64_t t0[kChunkRows], tn[kChunkRows];
+  int nt = 0;
+  for (int64_t r0 = 0, n = 0; r0 < rows; r0 += n) {
+    n = tile_rows(r0, rows);
+    if (active(r0, n)) {
+      t0[nt] = r0;
+      tn[nt++] = n;
+    }
+  }
+  const int64_t kb = K <= 2 * kKBlock ? K : kKBlock;
+  for (int64_t k0 = 0; k0 < K; k0 += kb) {
+    const int64_t kn = K - k0 < kb ? K - k0 : kb;
+    for (int i = 0; i < nt; ++i)
+      gemm_rows4(A + t0[i] * lda + k0, lda, Bp + k0 * 4 * SE_VL, kn, tn[i], out + t0[i] * 4 * SE_VL, pf, k0 > 0);
+  }
+}
+
+// active(r0, n) for gemm_chunk: any of rows[r0 .. r0 + n) is non-null.
+template <typename Ptr>
+struct AnyRow {
+  const Ptr* rows;
+  bool operator()(int64_t r0, int64_t n) const {
+    for (int64_t p = 0; p < n; ++p)
+      if (rows[r0 + p] != nullptr) return true;
+    return false;
+  }
+};
+
 static void step_gates(const StepGatesArgs& a) {
   const int64_t C = a.C, c0 = a.c0, nc = a.nc;
   const float hi = se_hi(a.cell_clip), lo = -hi;
-  float z[SE_STEP_PT * 4 * SE_VL];
-  for (int64_t r0 = 0, rows = 0; r0 < a.B; r0 += rows) {
-    rows = tile_rows(r0, a.B);
-    bool any = false;
-    for (int64_t p = 0; p < rows; ++p) any |= a.xi_rows[r0 + p] != nullptr;
-    if (!any) continue;
-    gemm_rows4(a.h + r0 * a.P, a.P, a.wp, a.P, rows, z);
+  float z[kChunkRows * 4 * SE_VL];
+  Ahead pf = Ahead::of(a.wp_next, a.next_floats);
+  prefetch_rows(a.xi_rows, a.B, c0, C, 4);
+  for (int64_t r0 = 0; r0 < a.B; r0 += kChunkRows) {
+    const int64_t rows = a.B - r0 < kChunkRows ? a.B - r0 : kChunkRows;
+    gemm_chunk(a.h + r0 * a.P, a.P, a.wp, a.P, rows, AnyRow<const float*>{a.xi_rows + r0}, z, pf);
     for (int64_t p = 0; p < rows; ++p) {
       const int64_t b = r0 + p;
       const float* xi = a.xi_rows[b];
@@ -333,13 +412,11 @@ static void step_gates(const StepGatesArgs& a) {
 static void step_proj(const StepProjArgs& a) {
   const float hi = se_hi(a.proj_clip), lo = -hi;
   const int64_t p0 = a.p0, np = a.np;
-  float hp[SE_STEP_PT * 4 * SE_VL];
-  for (int64_t r0 = 0, rows = 0; r0 < a.B; r0 += rows) {
-    rows = tile_rows(r0, a.B);
-    bool any = false;
-    for (int64_t p = 0; p < rows; ++p) any |= a.out_rows[r0 + p] != nullptr;
-    if (!any) continue;
-    gemm_rows4(a.m + r0 * a.C, a.C, a.wp, a.C, rows, hp);
+  float hp[kChunkRows * 4 * SE_VL];
+  Ahead pf = Ahead::of(a.wp_next, a.next_floats);
+  for (int64_t r0 = 0; r0 < a.B; r0 += kChunkRows) {
+    const int64_t rows = a.B - r0 < kChunkRows ? a.B - r0 : kChunkRows;
+    gemm_chunk(a.m + r0 * a.C, a.C, a.wp, a.C, rows, AnyRow<float*>{a.out_rows + r0}, hp, pf);
     for (int64_t p = 0; p < rows; ++p) {
       const int64_t b = r0 + p;
       float* out = a.out_rows[b];
@@ -363,13 +440,16 @@ static void step_gates_back(const StepGatesBackArgs& a) {
   const int64_t C = a.C, c0 = a.c0, nc = a.nc;
   const float hi = se_hi(a.cell_clip), lo = -hi;
   const float phi = a.prev_is_raw ? hi : __builtin_inff(), plo = -phi;
-  float dmt[SE_STEP_PT * 4 * SE_VL];
-  for (int64_t r0 = 0, rows = 0; r0 < a.B; r0 += rows) {
-    rows = tile_rows(r0, a.B);
-    bool any = false;
-    for (int64_t p = 0; p < rows; ++p) any |= a.g_rows[r0 + p] != nullptr;
-    if (!any) continue;
-    gemm_rows4(a.dhp + r0 * a.P, a.P, a.wp, a.P, rows, dmt);
+  float dmt[kChunkRows * 4 * SE_VL];
+  Ahead pf = Ahead::of(a.wp_next, a.next_floats);
+  for (int64_t v = 0; v < nc; v += SE_VL) {  // a panel here is 4 vectors of cells
+    prefetch_rows(a.g_rows, a.B, c0 + v, C, 4);
+    prefetch_rows(a.cr_rows, a.B, c0 + v, 0, 1);
+    prefetch_rows(a.cp_rows, a.B, c0 + v, 0, 1);
+  }
+  for (int64_t r0 = 0; r0 < a.B; r0 += kChunkRows) {
+    const int64_t rows = a.B - r0 < kChunkRows ? a.B - r0 : kChunkRows;
+    gemm_chunk(a.dhp + r0 * a.P, a.P, a.wp, a.P, rows, AnyRow<const float*>{a.g_rows + r0}, dmt, pf);
     for (int64_t p = 0; p < rows; ++p) {
       const int64_t b = r0 + p;
       const float* g = a.g_rows[b];
@@ -413,16 +493,17 @@ static void step_gates_back(const StepGatesBackArgs& a) {
 static void step_dh(const StepDhArgs& a) {
   const float hi = se_hi(a.proj_clip), lo = -hi;
   const int64_t p0 = a.p0, np = a.np;
-  float acc[SE_STEP_PT * 4 * SE_VL];
-  for (int64_t r0 = 0, rows = 0; r0 < a.B; r0 += rows) {
-    rows = tile_rows(r0, a.B);
-    bool any = false, any_prev = false;
-    for (int64_t p = 0; p < rows; ++p) {
-      any |= a.active[r0 + p] != 0;
-      any_prev |= a.dhp_rows != nullptr && a.dhp_rows[r0 + p] != nullptr;
-    }
-    if (any) gemm_rows4(a.dz + r0 * a.K, a.K, a.wp, a.K, rows, acc);
-    if (!any && !any_prev) continue;
+  float acc[kChunkRows * 4 * SE_VL];
+  Ahead pf = Ahead::of(a.wp_next, a.next_floats);
+  for (int64_t r0 = 0; r0 < a.B; r0 += kChunkRows) {
+    const int64_t rows = a.B - r0 < kChunkRows ? a.B - r0 : kChunkRows;
+    const unsigned char* act = a.active + r0;
+    auto active = [act](int64_t t, int64_t n) {
+      for (int64_t p = 0; p < n; ++p)
+        if (act[t + p]) return true;
+      return false;
+    };
+    gemm_chunk(a.dz + r0 * a.K, a.K, a.wp, a.K, rows, active, acc, pf);
     for (int64_t p = 0; p < rows; ++p) {
       const int64_t b = r0 + p;
       float* dh = a.dh + b * a.P + p0;

@@ -392,12 +392,8 @@ def test_isa_variants_agree(monkeypatch):
         assert float(e1) < 1e-5 and float(e2) < 1e-5, (isa, res.stdout)
 
 
-@pytest.mark.parametrize("B,T,C,P", [(13, 6, 100, 20), (2, 3, 5, 4), (7, 4, 70, 64)])
-def test_bilstm_float32_gradients_vs_float64_reference(B, T, C, P):
-    """The float32 fused backward (packed-weight step kernels) against float64 autograd."""
-    gen = torch.Generator().manual_seed(B + T + C + P)
-    lengths = torch.randint(0, T + 1, (B,), generator=gen)
-    lengths[0] = T
+def _bilstm_grads_vs_float64(B, T, C, P, lengths, seed):
+    gen = torch.Generator().manual_seed(seed)
     base = [torch.randn(B, T, P, generator=gen, dtype=torch.float64),
             torch.randn(B, T, P, generator=gen, dtype=torch.float64),
             *lstm_params(gen, P, C, P, dtype=torch.float64, scale=0.4),
@@ -405,17 +401,94 @@ def test_bilstm_float32_gradients_vs_float64_reference(B, T, C, P):
             torch.randn(2, B, P, generator=gen, dtype=torch.float64) * 0.5,
             torch.randn(2, B, C, generator=gen, dtype=torch.float64)]
     wout = [torch.randn(B, T, P, generator=gen, dtype=torch.float64) for _ in range(2)]
-    grads = []
+    outs, grads = [], []
     for impl, dt in ((fused, torch.float32), (R, torch.float64)):
         ts = [t.to(dt).requires_grad_() for t in base]
         of, ob, h, c = impl.bilstm_layer(ts[0], ts[1], lengths, ts[2:6], ts[6:10], (ts[10], ts[11]), 0.8, 0.5,
                                          True, True)
         loss = (of * wout[0].to(dt)).sum() + (ob * wout[1].to(dt)).sum() + h.sum() * 0.3 + c.sum() * 0.2
         loss.backward()
+        outs.append([of, ob, h, c])
         grads.append([t.grad for t in ts])
+    for a, e in zip(*outs):
+        _close(a, e, rtol=1e-4, atol=1e-5)
     for a, e in zip(*grads):
         scale = max(1.0, float(e.abs().max()))
         _close(a, e, rtol=1e-4, atol=2e-5 * scale)
+
+
+@pytest.mark.parametrize("B,T,C,P", [(13, 6, 100, 20), (2, 3, 5, 4), (7, 4, 70, 64)])
+def test_bilstm_float32_gradients_vs_float64_reference(B, T, C, P):
+    """The float32 fused backward (packed-weight step kernels) against float64 autograd."""
+    gen = torch.Generator().manual_seed(B + T + C + P)
+    lengths = torch.randint(0, T + 1, (B,), generator=gen)
+    lengths[0] = T
+    _bilstm_grads_vs_float64(B, T, C, P, lengths, B + T + C + P)
+
+
+def test_bilstm_float32_many_rows_and_long_panels():
+    """Shapes that split the step kernels' work: more rows than one pass over a panel
+    takes (48 with AVX-512, 24 with AVX2), whole row tiles and a whole pass with no
+    active row at some steps, and panels longer than one K block (P, C > 128) whose
+    widths are not multiples of the panel width (zero-padded packing)."""
+    B, T, C, P = 53, 3, 136, 136
+    lengths = torch.tensor([3, 1, 2, 0, 3, 2] * 4 + [0] * 6 + [2, 3, 1] * 6 + [1, 1, 1, 0, 0])
+    assert len(lengths) == B
+    _bilstm_grads_vs_float64(B, T, C, P, lengths, 53)
+
+
+@pytest.mark.parametrize("isa", ["base", "avx2"])
+def test_bilstm_many_rows_and_long_panels_other_isas(isa):
+    """The same shapes with the other kernel tables (other tile sizes and pass lengths),
+    in a subprocess because the table is chosen once per process."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, SPACY_ELMO_CPU_ISA=isa)
+    test = f"{__file__}::test_bilstm_float32_many_rows_and_long_panels"
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test], env=env,
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+
+
+def test_lstm_packing_buffers_follow_size_changes_and_threads():
+    """The packed weights live in per-thread buffers that are reused across calls: a
+    call after one of another size (larger or smaller) and calls running at once on
+    two threads must each see their own weights."""
+    import threading
+
+    gen = torch.Generator().manual_seed(9)
+    cases = []
+    for C, P in [(300, 136), (7, 3), (300, 136), (40, 20)]:
+        x = torch.randn(3, 4, P, generator=gen)
+        lengths = torch.tensor([4, 1, 3])
+        w = lstm_params(gen, P, C, P)
+        with torch.no_grad():
+            want = R.lstm_layer(x, lengths, *w, cell_clip=1.0, proj_clip=1.0)[0]
+        cases.append((x, lengths, w, want))
+    for x, lengths, w, want in cases:  # sequential: sizes grow, shrink, grow
+        xg = x.clone().requires_grad_()
+        got = fused.lstm_layer(xg, lengths, *w, cell_clip=1.0, proj_clip=1.0)[0]
+        got.sum().backward()  # the backward packs into the same buffers
+        _close(got, want)
+    errors = []
+
+    def worker(case):
+        x, lengths, w, want = case
+        try:
+            for _ in range(20):
+                with torch.no_grad():
+                    _close(fused.lstm_layer(x, lengths, *w, cell_clip=1.0, proj_clip=1.0)[0], want)
+        except AssertionError as err:  # pragma: no cover - reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=worker, args=(case,)) for case in (cases[0], cases[3])]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
 
 
 @pytest.mark.parametrize("update", ["in_place", "fused_adagrad", "data_copy", "new_tensors"])
