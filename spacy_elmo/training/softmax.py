@@ -49,18 +49,25 @@ class SoftmaxLayer(nn.Module):
         rows = torch.cat([targets, cand])
         weight, bias = self.weight[rows], self.bias[rows]
         true_logit = (h * weight[:n]).sum(-1).float() + bias[:n].float() - true_logq
-        # The (N, S) logits dominate the cost: they are corrected in place (the product's
-        # backward does not need its output) and never concatenated with the true logit.
-        cand_logit = F.linear(h, weight[n:], bias[n:]).float()
-        cand_logit.sub_(cand_logq)
+        # The (N, S) logits dominate the cost, so they take as few passes as possible: the
+        # product (without bias: addmm would first write the broadcast bias over all of
+        # it), then one in-place pass adding the bias and the correction (neither the
+        # product's backward nor this add's needs the output).
+        cand_logit = F.linear(h, weight[n:]).float()
+        cand_logit.add_(bias[n:].float() - cand_logq)
         # Accidental hits: row n's target sits at column `where[targets[n]]` of the sample
         # (-1: not sampled): N lookups instead of an (N, S) comparison.
         where = torch.full((self.vocab_size,), -1, dtype=torch.long, device=h.device)
         where[cand] = torch.arange(cand.numel(), device=h.device)
         col = where[targets]
         rows = (col >= 0).nonzero().squeeze(1)
-        # The lowest float rather than -inf keeps a row whose every candidate is a hit finite.
-        cand_logit.index_put_((rows, col[rows]), cand_logit.new_tensor(torch.finfo(cand_logit.dtype).min))
+        # The lowest float rather than -inf keeps a row whose every candidate is a hit
+        # finite. Written outside autograd: the gradient there is exactly zero anyway (its
+        # softmax exp(lowest - max) underflows to 0; a row of only hits has softmax weight
+        # exp(lowest - true_logit) = 0 in the logaddexp below), and index_put_'s backward
+        # would clone the whole (N, S) gradient to write those zeros.
+        with torch.no_grad():
+            cand_logit.index_put_((rows, col[rows]), cand_logit.new_tensor(torch.finfo(cand_logit.dtype).min))
         return torch.logaddexp(ConsumingLogSumExp.apply(cand_logit)[0], true_logit) - true_logit
 
 
@@ -83,6 +90,9 @@ class ConsumingLogSumExp(torch.autograd.Function):
         total = x.sum(1, keepdim=True)
         ctx.mark_dirty(x)
         ctx.mark_non_differentiable(x)
+        # The second output never gets a gradient: without this, autograd would fill an
+        # (N, S) tensor of zeros for it on every backward.
+        ctx.set_materialize_grads(False)
         ctx.save_for_backward(x, total)
         return (total.log() + top).squeeze(1), x
 
