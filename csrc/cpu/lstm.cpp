@@ -207,12 +207,18 @@ LstmForwardResult lstm_forward_cpu(at::TensorList xs, const at::Tensor& lengths_
     TORCH_CHECK(lens[b] >= 0 && lens[b] <= T, "lstm: lengths must lie in [0, T]");
     tmax = std::max(tmax, lens[b]);
   }
-  std::vector<at::Tensor> x(ndir), xi(ndir), outs(ndir), wrec(ndir), wproj(ndir);
+  const auto& kt = cpu::kernels();
+  // float32 runs the fused step kernels (see the header comment), other dtypes the generic loop
+  const bool fast = xs[0].scalar_type() == at::kFloat && kt.step_gates != nullptr;
+  std::vector<at::Tensor> x(ndir), xi(ndir), bias(ndir), outs(ndir), wrec(ndir), wproj(ndir);
   for (int64_t d = 0; d < ndir; ++d) {
     x[d] = xs[d].contiguous();
-    at::Tensor b = weights[4 * d + 2].reshape({4 * C}).clone();
-    b.narrow(0, 2 * C, C).add_(1.0);  // forget bias
-    xi[d] = at::addmm(b, x[d].view({B * T, I}), weights[4 * d]).view({B, T, 4 * C});
+    bias[d] = weights[4 * d + 2].reshape({4 * C}).clone();
+    bias[d].narrow(0, 2 * C, C).add_(1.0);  // forget bias
+    // The fast path adds the bias in its gate epilogue: addmm would first write the
+    // broadcast bias over the whole (B * T, 4C) product.
+    const at::Tensor x2 = x[d].view({B * T, I});
+    xi[d] = (fast ? at::mm(x2, weights[4 * d]) : at::addmm(bias[d], x2, weights[4 * d])).view({B, T, 4 * C});
     outs[d] = at::zeros({B, T, P}, opts);
     wrec[d] = weights[4 * d + 1];
     wproj[d] = weights[4 * d + 3];
@@ -225,7 +231,11 @@ LstmForwardResult lstm_forward_cpu(at::TensorList xs, const at::Tensor& lengths_
     c_raw = at::empty({ndir, T, B, C}, opts);
     hp_raw = at::empty({ndir, T, B, P}, opts);
     h_prev = at::zeros({ndir, B, T, P}, opts);
-    m = at::zeros({ndir, T, B, C}, opts);
+    // Steps past a row's length write nothing; those rows must still be zeros (the
+    // weight gradients multiply them by zero gradients), the rest is written.
+    m = at::empty({ndir, T, B, C}, opts);
+    for (int64_t b = 0; b < B; ++b)
+      if (lens[b] < T) m.narrow(1, lens[b], T - lens[b]).select(2, b).zero_();
   } else {
     gates = at::empty({0}, opts);
     c_raw = at::empty({0}, opts);
@@ -233,18 +243,14 @@ LstmForwardResult lstm_forward_cpu(at::TensorList xs, const at::Tensor& lengths_
     h_prev = at::empty({0}, opts);
     m = at::empty({0}, opts);
   }
-  at::Tensor m_step = save ? at::Tensor() : at::zeros({ndir, B, C}, opts);
-  at::Tensor hp_step = save ? at::Tensor() : at::empty({ndir, B, P}, opts);
-  at::Tensor z = at::empty({ndir, B, 4 * C}, opts);
   const double ccd = cell_clip.has_value() ? *cell_clip : -1.0;
   const double pcd = proj_clip.has_value() ? *proj_clip : -1.0;
   TORCH_CHECK(ccd >= 0 || !cell_clip.has_value(), "lstm: cell_clip must be >= 0");
   TORCH_CHECK(pcd >= 0 || !proj_clip.has_value(), "lstm: proj_clip must be >= 0");
   const int64_t nchunk = (C + kChunk - 1) / kChunk;
   const bool use_table = xs[0].scalar_type() == at::kFloat;
-  const auto& kt = cpu::kernels();
 
-  if (use_table && kt.step_gates != nullptr) {
+  if (fast) {
     // float32: fused steps with prepacked weights (see the header comment).
     const int64_t VL = kt.step_vl, npanel = (C + VL - 1) / VL;
     const int64_t pw = 4 * VL, npp = (P + pw - 1) / pw;
@@ -304,6 +310,7 @@ LstmForwardResult lstm_forward_cpu(at::TensorList xs, const at::Tensor& lengths_
           a.c0 = j * VL;
           a.nc = std::min(VL, C - j * VL);
           a.xi_rows = xi_rows.data() + d * B;
+          a.bias = bias[d].data_ptr<float>();
           a.c = cs + d * B * C;
           a.m = m_t[d];
           a.gates_rows = save ? g_rows.data() + d * B : nullptr;
@@ -337,6 +344,9 @@ LstmForwardResult lstm_forward_cpu(at::TensorList xs, const at::Tensor& lengths_
     return {outs, h, c, gates, c_raw, hp_raw, h_prev, m};
   }
 
+  at::Tensor m_step = save ? at::Tensor() : at::zeros({ndir, B, C}, opts);
+  at::Tensor hp_step = save ? at::Tensor() : at::empty({ndir, B, P}, opts);
+  at::Tensor z = at::empty({ndir, B, 4 * C}, opts);
   AT_DISPATCH_FLOATING_TYPES(xs[0].scalar_type(), "lstm_forward", [&] {
     using T_ = scalar_t;
     const T_ cc = (T_)ccd, pc = (T_)pcd;
@@ -425,7 +435,11 @@ LstmBackwardResult lstm_backward_cpu(at::TensorList grad_outs, const at::Tensor&
   at::Tensor dh = grad_hn.to(opts).reshape({ndir, B, P}).clone().contiguous();
   at::Tensor dc = grad_cn.to(opts).reshape({ndir, B, C}).clone().contiguous();
   at::Tensor dhp = at::zeros({ndir, T, B, P}, opts);
-  at::Tensor dzo = at::zeros({ndir, B, T, 4 * C}, opts);  // original position order
+  // dz in original position order: every position of a row's length is written below,
+  // the padding after it must be zeros (the weight gradients sum over all positions)
+  at::Tensor dzo = at::empty({ndir, B, T, 4 * C}, opts);
+  for (int64_t b = 0; b < B; ++b)
+    if (lens[b] < T) dzo.select(1, b).narrow(1, lens[b], T - lens[b]).zero_();
   at::Tensor dm_buf = at::empty({ndir, B, C}, opts);
   at::Tensor dz_step = at::empty({ndir, B, 4 * C}, opts);
   at::Tensor dh_tmp = at::empty({ndir, B, P}, opts);

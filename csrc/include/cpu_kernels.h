@@ -73,6 +73,7 @@ struct StepGatesArgs {
   const float* wp;
   int64_t C, c0, nc;
   const float* const* xi_rows;  // per row: its (4C) input product row, null when inactive
+  const float* bias;            // (4C) bias, forget bias included (the input products have none)
   float* c;                     // (B, C) cell state, in/out
   float* m;                     // (B, C) out
   float* const* gates_rows;     // per row (4C) or null (no saving)

@@ -370,6 +370,7 @@ struct AnyRow {
 
 static void step_gates(const StepGatesArgs& a) {
   const int64_t C = a.C, c0 = a.c0, nc = a.nc;
+  const float* bi = a.bias + c0;
   const float hi = se_hi(a.cell_clip), lo = -hi;
   float z[kChunkRows * 4 * SE_VL];
   Ahead pf = Ahead::of(a.wp_next, a.next_floats);
@@ -389,10 +390,10 @@ static void step_gates(const StepGatesArgs& a) {
       xi += c0;
 #pragma omp simd
       for (int64_t u = 0; u < nc; ++u) {
-        const float si = se_sigmoid(zr[u] + xi[u]);
-        const float tj = se_tanh(zr[SE_VL + u] + xi[C + u]);
-        const float sf = se_sigmoid(zr[2 * SE_VL + u] + xi[2 * C + u]);
-        const float so = se_sigmoid(zr[3 * SE_VL + u] + xi[3 * C + u]);
+        const float si = se_sigmoid(zr[u] + (xi[u] + bi[u]));
+        const float tj = se_tanh(zr[SE_VL + u] + (xi[C + u] + bi[C + u]));
+        const float sf = se_sigmoid(zr[2 * SE_VL + u] + (xi[2 * C + u] + bi[2 * C + u]));
+        const float so = se_sigmoid(zr[3 * SE_VL + u] + (xi[3 * C + u] + bi[3 * C + u]));
         const float cr = sf * cst[u] + si * tj;
         const float cn = se_clip(cr, lo, hi);
         cst[u] = cn;
