@@ -90,7 +90,7 @@ struct Dims {
 
 Dims check_lstm(at::TensorList xs, const at::Tensor& lengths, at::TensorList weights, at::IntArrayRef reverse) {
   const int64_t ndir = (int64_t)xs.size();
-  TORCH_CHECK(ndir >= 1, "lstm: need at least one direction");
+  TORCH_CHECK(ndir >= 1 && ndir <= 2, "lstm: one or two directions");
   TORCH_CHECK((int64_t)weights.size() == 4 * ndir, "lstm: 4 weights per direction");
   TORCH_CHECK((int64_t)reverse.size() == ndir, "lstm: one reverse flag per direction");
   TORCH_CHECK(xs[0].dim() == 3, "lstm: x must be (B, T, I)");
@@ -111,24 +111,37 @@ Dims check_lstm(at::TensorList xs, const at::Tensor& lengths, at::TensorList wei
   return d;
 }
 
-// ---------------------------------------------------------------- weight packing
+// ---------------------------------------------------------------- work buffers
 //
-// The float32 step kernels read their weights as panels (see cpu_kernels.h).
-// Packing is redone in full on every call: a cache of packed contents cannot
-// see every update (fused optimizers and .data writes leave the version counter
-// alone). Only the memory is kept, per thread and per slot: a fresh 40 MB
-// buffer per call (the original model) costs more in page faults than the copy
-// itself (original model, B = 32, T = 1: 44 ms per call before, 28 ms after).
-// A slot is reallocated when a call needs more, or much less, than it holds.
-enum PackSlot { kSlotRec0 = 0, kSlotProj0 = 2, kNumSlots = 4 };  // + direction (0 or 1)
+// Buffers that never leave a call live in per-thread slots kept between calls:
+// a fresh 40-80 MB buffer per call costs more in page faults (and in returning
+// the pages) than the work done in it. Their contents are rewritten on every
+// call and never trusted: for the packed weights in particular, a cache of
+// packed contents cannot see every update (fused optimizers and .data writes
+// leave the version counter alone). A slot is reallocated when a call needs
+// more, or much less, than it holds, or another dtype. Memory kept per thread
+// that ran a layer: the packed weights of both directions (83 MB for the
+// original model) and the input products / their gradients (B * T * 8C floats).
+enum WorkSlot {
+  kSlotRec0 = 0,    // packed recurrent weights, + direction
+  kSlotProj0 = 2,   // packed projection weights, + direction
+  kSlotInput0 = 4,  // forward: input products x @ W_in, + direction
+  kSlotGradZ = 6,   // backward: gradient wrt the gate pre-activations, all directions
+  kNumSlots = 7
+};
 
-float* pack_buffer(int slot, int64_t numel) {
+// A (sizes) view of slot `slot`'s memory, contents undefined.
+at::Tensor workspace(int slot, at::IntArrayRef sizes, at::ScalarType dtype) {
   thread_local at::Tensor slots[kNumSlots];
+  int64_t numel = 1;
+  for (const int64_t n : sizes) numel *= n;
   at::Tensor& t = slots[slot];
-  if (!t.defined() || t.numel() < numel || t.numel() > 4 * numel + (1 << 16))
-    t = at::empty({numel}, at::TensorOptions().dtype(at::kFloat));
-  return t.data_ptr<float>();
+  if (!t.defined() || t.scalar_type() != dtype || t.numel() < numel || t.numel() > 4 * numel + (1 << 16))
+    t = at::empty({numel}, at::TensorOptions().dtype(dtype));
+  return t.narrow(0, 0, numel).view(sizes);
 }
+
+float* pack_buffer(int slot, int64_t numel) { return workspace(slot, {numel}, at::kFloat).data_ptr<float>(); }
 
 // dst[j][k][g][u] = src[k * ld + g * gstride + j * width + u], zero where
 // j * width + u >= nvalid: panels of `width` columns out of `ngroups` column
@@ -218,7 +231,13 @@ LstmForwardResult lstm_forward_cpu(at::TensorList xs, const at::Tensor& lengths_
     // The fast path adds the bias in its gate epilogue: addmm would first write the
     // broadcast bias over the whole (B * T, 4C) product.
     const at::Tensor x2 = x[d].view({B * T, I});
-    xi[d] = (fast ? at::mm(x2, weights[4 * d]) : at::addmm(bias[d], x2, weights[4 * d])).view({B, T, 4 * C});
+    if (fast) {
+      at::Tensor out = workspace(kSlotInput0 + d, {B * T, 4 * C}, at::kFloat);
+      at::mm_out(out, x2, weights[4 * d]);
+      xi[d] = out.view({B, T, 4 * C});
+    } else {
+      xi[d] = at::addmm(bias[d], x2, weights[4 * d]).view({B, T, 4 * C});
+    }
     outs[d] = at::zeros({B, T, P}, opts);
     wrec[d] = weights[4 * d + 1];
     wproj[d] = weights[4 * d + 3];
@@ -437,7 +456,7 @@ LstmBackwardResult lstm_backward_cpu(at::TensorList grad_outs, const at::Tensor&
   at::Tensor dhp = at::zeros({ndir, T, B, P}, opts);
   // dz in original position order: every position of a row's length is written below,
   // the padding after it must be zeros (the weight gradients sum over all positions)
-  at::Tensor dzo = at::empty({ndir, B, T, 4 * C}, opts);
+  at::Tensor dzo = workspace(kSlotGradZ, {ndir, B, T, 4 * C}, opts.dtype().toScalarType());
   for (int64_t b = 0; b < B; ++b)
     if (lens[b] < T) dzo.select(1, b).narrow(1, lens[b], T - lens[b]).zero_();
   at::Tensor dm_buf = at::empty({ndir, B, C}, opts);

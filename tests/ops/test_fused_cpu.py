@@ -452,10 +452,10 @@ def test_bilstm_many_rows_and_long_panels_other_isas(isa):
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
 
 
-def test_lstm_packing_buffers_follow_size_changes_and_threads():
-    """The packed weights live in per-thread buffers that are reused across calls: a
-    call after one of another size (larger or smaller) and calls running at once on
-    two threads must each see their own weights."""
+def test_lstm_work_buffers_follow_size_changes_and_threads():
+    """The packed weights, the input products and the gate gradients live in per-thread
+    buffers that are reused across calls: a call after one of another size (larger or
+    smaller) and calls running at once on two threads must each see their own data."""
     import threading
 
     gen = torch.Generator().manual_seed(9)
