@@ -6,6 +6,7 @@
 #include <torch/extension.h>
 #include <torch/library.h>
 
+#include "include/cpu_memory.h"
 #include "include/ops.h"
 
 namespace spacy_elmo {
@@ -48,4 +49,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "spacy_elmo fused kernels (custom operators in torch.ops.spacy_elmo)";
   m.def("cpu_isa", &spacy_elmo::cpu_isa, "The CPU kernel variant in use: base, avx2 or avx512");
   m.def("built_with_cuda", &spacy_elmo::built_with_cuda, "Whether the CUDA kernels were compiled in");
+  m.def("cpu_buffer_bytes", &spacy_elmo::cpu::held_bytes,
+        "Bytes the CPU kernels keep between calls (recycled blocks + this thread's work buffers)");
+  m.def("release_cpu_buffers", &spacy_elmo::cpu::release_buffers,
+        "Free the recycled blocks and this thread's work buffers; returns the bytes freed");
 }

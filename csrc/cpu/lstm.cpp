@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "../include/cpu_kernels.h"
+#include "../include/cpu_memory.h"
 #include "../include/ops.h"
 
 namespace spacy_elmo {
@@ -113,35 +114,18 @@ Dims check_lstm(at::TensorList xs, const at::Tensor& lengths, at::TensorList wei
 
 // ---------------------------------------------------------------- work buffers
 //
-// Buffers that never leave a call live in per-thread slots kept between calls:
-// a fresh 40-80 MB buffer per call costs more in page faults (and in returning
-// the pages) than the work done in it. Their contents are rewritten on every
-// call and never trusted: for the packed weights in particular, a cache of
-// packed contents cannot see every update (fused optimizers and .data writes
-// leave the version counter alone). A slot is reallocated when a call needs
-// more, or much less, than it holds, or another dtype. Memory kept per thread
-// that ran a layer: the packed weights of both directions (83 MB for the
-// original model) and the input products / their gradients (B * T * 8C floats).
+// The buffers that never leave a call are per-thread work buffers
+// (cpu_memory.h): rewritten on every call, never trusted. For the packed
+// weights that matters: a cache of packed contents cannot see every update
+// (fused optimizers and .data writes leave the version counter alone).
 enum WorkSlot {
   kSlotRec0 = 0,    // packed recurrent weights, + direction
   kSlotProj0 = 2,   // packed projection weights, + direction
   kSlotInput0 = 4,  // forward: input products x @ W_in, + direction
   kSlotGradZ = 6,   // backward: gradient wrt the gate pre-activations, all directions
-  kNumSlots = 7
 };
 
-// A (sizes) view of slot `slot`'s memory, contents undefined.
-at::Tensor workspace(int slot, at::IntArrayRef sizes, at::ScalarType dtype) {
-  thread_local at::Tensor slots[kNumSlots];
-  int64_t numel = 1;
-  for (const int64_t n : sizes) numel *= n;
-  at::Tensor& t = slots[slot];
-  if (!t.defined() || t.scalar_type() != dtype || t.numel() < numel || t.numel() > 4 * numel + (1 << 16))
-    t = at::empty({numel}, at::TensorOptions().dtype(dtype));
-  return t.narrow(0, 0, numel).view(sizes);
-}
-
-float* pack_buffer(int slot, int64_t numel) { return workspace(slot, {numel}, at::kFloat).data_ptr<float>(); }
+float* pack_buffer(int slot, int64_t numel) { return cpu::workspace(slot, {numel}, at::kFloat).data_ptr<float>(); }
 
 // dst[j][k][g][u] = src[k * ld + g * gstride + j * width + u], zero where
 // j * width + u >= nvalid: panels of `width` columns out of `ngroups` column
@@ -232,7 +216,7 @@ LstmForwardResult lstm_forward_cpu(at::TensorList xs, const at::Tensor& lengths_
     // broadcast bias over the whole (B * T, 4C) product.
     const at::Tensor x2 = x[d].view({B * T, I});
     if (fast) {
-      at::Tensor out = workspace(kSlotInput0 + d, {B * T, 4 * C}, at::kFloat);
+      at::Tensor out = cpu::workspace(kSlotInput0 + d, {B * T, 4 * C}, at::kFloat);
       at::mm_out(out, x2, weights[4 * d]);
       xi[d] = out.view({B, T, 4 * C});
     } else {
@@ -246,15 +230,19 @@ LstmForwardResult lstm_forward_cpu(at::TensorList xs, const at::Tensor& lengths_
   at::Tensor c = c0.to(opts).reshape({ndir, B, C}).clone().contiguous();
   at::Tensor gates, c_raw, hp_raw, h_prev, m;
   if (save) {
-    gates = at::empty({ndir, T, B, 4 * C}, opts);
-    c_raw = at::empty({ndir, T, B, C}, opts);
-    hp_raw = at::empty({ndir, T, B, P}, opts);
-    h_prev = at::zeros({ndir, B, T, P}, opts);
-    // Steps past a row's length write nothing; those rows must still be zeros (the
-    // weight gradients multiply them by zero gradients), the rest is written.
-    m = at::empty({ndir, T, B, C}, opts);
+    // Saved for the backward: recycled memory (cpu_memory.h), same shapes every step.
+    gates = cpu::recycled_empty({ndir, T, B, 4 * C}, opts);
+    c_raw = cpu::recycled_empty({ndir, T, B, C}, opts);
+    hp_raw = cpu::recycled_empty({ndir, T, B, P}, opts);
+    // Steps past a row's length write nothing to h_prev and m; those rows must still
+    // be zeros (the weight gradients multiply them by zero gradients).
+    h_prev = cpu::recycled_empty({ndir, B, T, P}, opts);
+    m = cpu::recycled_empty({ndir, T, B, C}, opts);
     for (int64_t b = 0; b < B; ++b)
-      if (lens[b] < T) m.narrow(1, lens[b], T - lens[b]).select(2, b).zero_();
+      if (lens[b] < T) {
+        h_prev.select(1, b).narrow(1, lens[b], T - lens[b]).zero_();
+        m.narrow(1, lens[b], T - lens[b]).select(2, b).zero_();
+      }
   } else {
     gates = at::empty({0}, opts);
     c_raw = at::empty({0}, opts);
@@ -456,7 +444,7 @@ LstmBackwardResult lstm_backward_cpu(at::TensorList grad_outs, const at::Tensor&
   at::Tensor dhp = at::zeros({ndir, T, B, P}, opts);
   // dz in original position order: every position of a row's length is written below,
   // the padding after it must be zeros (the weight gradients sum over all positions)
-  at::Tensor dzo = workspace(kSlotGradZ, {ndir, B, T, 4 * C}, opts.dtype().toScalarType());
+  at::Tensor dzo = cpu::workspace(kSlotGradZ, {ndir, B, T, 4 * C}, opts.dtype().toScalarType());
   for (int64_t b = 0; b < B; ++b)
     if (lens[b] < T) dzo.select(1, b).narrow(1, lens[b], T - lens[b]).zero_();
   at::Tensor dm_buf = at::empty({ndir, B, C}, opts);

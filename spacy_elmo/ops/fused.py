@@ -36,6 +36,20 @@ def built_with_cuda() -> bool:
     return bool(_C.built_with_cuda())
 
 
+def cpu_buffer_bytes() -> int:
+    """Bytes the CPU kernels keep between calls: recycled blocks for the tensors a
+    training forward saves (process-wide, at most 1 GiB) and the calling thread's
+    work buffers (packed weights, input products, gate gradients)."""
+    return int(_C.cpu_buffer_bytes())
+
+
+def release_cpu_buffers() -> int:
+    """Free what :func:`cpu_buffer_bytes` counts (like ``torch.cuda.empty_cache``;
+    other threads' work buffers are freed when those threads end). The next call
+    allocates afresh. Returns the bytes freed."""
+    return int(_C.release_cpu_buffers())
+
+
 # --------------------------------------------------------------------- fakes
 
 
@@ -288,4 +302,5 @@ def bilstm_layer(
     return outs[0], outs[1], h_n, c_n
 
 
-__all__ = ["char_cnn", "highway", "lstm_layer", "bilstm_layer", "cpu_isa", "built_with_cuda"]
+__all__ = ["char_cnn", "highway", "lstm_layer", "bilstm_layer", "cpu_isa", "built_with_cuda", "cpu_buffer_bytes",
+           "release_cpu_buffers"]

@@ -523,3 +523,41 @@ def test_lstm_reads_the_current_weights_after_every_kind_of_update(update):
             else:  # new tensors (possibly at recycled addresses)
                 w = [torch.nn.Parameter(t.detach().clone() * 0.9) for t in w]
                 opt = torch.optim.Adagrad(w, lr=0.5, fused=True)
+
+
+def test_saved_tensors_reuse_recycled_memory_and_release_frees_it():
+    """A training forward's saved tensors (1 MB or more) come from blocks their
+    predecessors returned: a forward whose rows are all empty writes none of its
+    saved gates, so they still hold the previous forward's (fresh memory would
+    not). release_cpu_buffers frees the blocks and this thread's work buffers."""
+    gen = torch.Generator().manual_seed(4)
+    B, T, P, C = 8, 4, 8, 2048  # saved gates: 4 * 8 * 4C floats = 1 MB
+    x = torch.randn(B, T, P, generator=gen)
+    w = list(lstm_params(gen, P, C, P))
+    zeros = (torch.zeros(1, B, P), torch.zeros(1, B, C))
+
+    def forward(lengths):
+        return torch.ops.spacy_elmo.lstm_forward([x], lengths, w, *zeros, 1.0, 1.0, [0], False, True)
+
+    fused.release_cpu_buffers()
+    first = forward(torch.full((B,), T))
+    gates = first[3].clone()
+    assert gates.abs().sum() > 0
+    del first
+    held = fused.cpu_buffer_bytes()
+    assert held >= gates.numel() * 4
+    second = forward(torch.zeros(B, dtype=torch.long))
+    assert torch.equal(second[3], gates)
+    del second
+    assert fused.release_cpu_buffers() >= gates.numel() * 4
+    assert fused.cpu_buffer_bytes() == 0
+    # and everything still computes from fresh memory
+    xg = x.clone().requires_grad_()
+    lengths = torch.tensor([4, 0, 3, 1, 4, 2, 4, 4])
+    out = fused.lstm_layer(xg, lengths, *w, cell_clip=1.0, proj_clip=1.0)[0]
+    out.sum().backward()
+    xr = x.clone().requires_grad_()
+    ref = R.lstm_layer(xr, lengths, *w, cell_clip=1.0, proj_clip=1.0)[0]
+    ref.sum().backward()
+    _close(out, ref)
+    _close(xg.grad, xr.grad, rtol=1e-4, atol=1e-4)  # float32 sums over 2,048 cells

@@ -1,0 +1,33 @@
+// CPU memory the kernels keep between calls (csrc/cpu/memory.cpp).
+#pragma once
+#include <ATen/ATen.h>
+
+#include <cstdint>
+
+namespace spacy_elmo {
+namespace cpu {
+
+// A (sizes) view of work buffer `slot` (0 <= slot < kWorkSlots) of the calling
+// thread, contents undefined. For buffers that never leave a call: the memory
+// is kept between calls (a fresh 40-80 MB buffer costs more in page faults and
+// in returning the pages than the work done in it); the contents never are.
+// Reallocated when a call needs more, or much less, than the slot holds, or
+// another dtype.
+constexpr int kWorkSlots = 8;
+at::Tensor workspace(int slot, at::IntArrayRef sizes, at::ScalarType dtype);
+
+// An uninitialised tensor for memory that leaves the call (the tensors a
+// training forward saves for its backward): blocks of 1 MB or more come from a
+// process-wide list of recently freed blocks of about the same size (training
+// repeats its shapes every step), refilled by the tensors' deleters, holding at
+// most kRecycleCap bytes (the oldest go first). Smaller ones: at::empty.
+constexpr int64_t kRecycleCap = int64_t(1) << 30;
+at::Tensor recycled_empty(at::IntArrayRef sizes, const at::TensorOptions& opts);
+
+// Bytes held now in the recycled list and in the calling thread's work buffers.
+int64_t held_bytes();
+// Frees both (the work buffers of the calling thread only); returns the bytes freed.
+int64_t release_buffers();
+
+}  // namespace cpu
+}  // namespace spacy_elmo
