@@ -1,23 +1,26 @@
 // LSTM-with-projection layer on the CPU, forward and backward through time.
 //
-// * The input product of every timestep is one GEMM (addmm over B*T rows) in
-//   the original position order; the backward direction reads row b's step t
-//   at position len_b - 1 - t, so nothing reversed is ever materialised.
+// * The input product of every timestep is one GEMM over B*T rows in the
+//   original position order (float32: into a work buffer, the bias added in
+//   the gate epilogue; other dtypes: addmm); the backward direction reads row
+//   b's step t at position len_b - 1 - t, so nothing reversed is materialised.
 // * float32 (the fast path): each step is two parallel passes over both
 //   directions at once (they run concurrently on the thread team, tasks pulled
-//   dynamically): (1) per panel of cells, z = h @ W_rec for the panel's four
-//   gate blocks is computed in registers from prepacked weights (packed on
-//   every call into per-thread buffers: see "weight packing" below) and the gates, forget
-//   bias, cell clip and m = sigmoid(o) * tanh(c) are applied right there;
-//   (2) per panel of projection columns, hp = m @ W_P in registers, then the
-//   projection clip, the state update, the residual and the scatter of the
-//   output to the row's own (possibly reversed) position.
+//   dynamically, each prefetching the next task's weights): (1) per panel of
+//   cells, z = h @ W_rec for the panel's four gate blocks is computed in
+//   registers from prepacked weights (packed on every call into per-thread work
+//   buffers: see "work buffers" below) and the bias, gates, cell clip and
+//   m = sigmoid(o) * tanh(c) are applied right there; (2) per panel of
+//   projection columns, hp = m @ W_P in registers, then the projection clip,
+//   the state update, the residual and the scatter of the output to the row's
+//   own (possibly reversed) position.
 // * Other dtypes (float64 for gradcheck): the same algorithm with the
 //   recurrent/projection products as at::mm_out (MKL) on views and scalar
 //   gate loops.
 // * Backward through time mirrors it (float32: two fused passes per step with
 //   packed transposed weights); the weight gradients are GEMMs over all
-//   timesteps at the end.
+//   timesteps at the end. The tensors saved for it use recycled memory
+//   (cpu_memory.h).
 #include <ATen/Parallel.h>
 #define SE_WITH_ATEN_PARALLEL
 
