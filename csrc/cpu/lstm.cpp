@@ -180,6 +180,16 @@ void pack_row_panels_transposed(const float* src, int64_t nrows, int64_t K, int6
   });
 }
 
+// Zeros t's positions at or past each row's length (dimension batch_dim is the
+// row, time_dim the position): the kernels write every position before it, and
+// the weight gradients sum over all positions.
+void zero_past_lengths(const at::Tensor& t, int64_t batch_dim, int64_t time_dim, const int64_t* lens) {
+  const int64_t B = t.size(batch_dim), T = t.size(time_dim);
+  const int64_t time_after = time_dim > batch_dim ? time_dim - 1 : time_dim;  // once the row is selected
+  for (int64_t b = 0; b < B; ++b)
+    if (lens[b] < T) t.select(batch_dim, b).narrow(time_after, lens[b], T - lens[b]).zero_();
+}
+
 // Rows per task of the passes over projection-side panels: as many as possible
 // (a task streams its panel once for all its rows), but at least 4 tasks per
 // thread, so that a thread slowed by another process can hand work over.
@@ -241,11 +251,8 @@ LstmForwardResult lstm_forward_cpu(at::TensorList xs, const at::Tensor& lengths_
     // be zeros (the weight gradients multiply them by zero gradients).
     h_prev = cpu::recycled_empty({ndir, B, T, P}, opts);
     m = cpu::recycled_empty({ndir, T, B, C}, opts);
-    for (int64_t b = 0; b < B; ++b)
-      if (lens[b] < T) {
-        h_prev.select(1, b).narrow(1, lens[b], T - lens[b]).zero_();
-        m.narrow(1, lens[b], T - lens[b]).select(2, b).zero_();
-      }
+    zero_past_lengths(h_prev, 1, 2, lens);
+    zero_past_lengths(m, 2, 1, lens);
   } else {
     gates = at::empty({0}, opts);
     c_raw = at::empty({0}, opts);
@@ -445,11 +452,9 @@ LstmBackwardResult lstm_backward_cpu(at::TensorList grad_outs, const at::Tensor&
   at::Tensor dh = grad_hn.to(opts).reshape({ndir, B, P}).clone().contiguous();
   at::Tensor dc = grad_cn.to(opts).reshape({ndir, B, C}).clone().contiguous();
   at::Tensor dhp = at::zeros({ndir, T, B, P}, opts);
-  // dz in original position order: every position of a row's length is written below,
-  // the padding after it must be zeros (the weight gradients sum over all positions)
+  // dz in original position order: every position of a row's length is written below
   at::Tensor dzo = cpu::workspace(kSlotGradZ, {ndir, B, T, 4 * C}, opts.dtype().toScalarType());
-  for (int64_t b = 0; b < B; ++b)
-    if (lens[b] < T) dzo.select(1, b).narrow(1, lens[b], T - lens[b]).zero_();
+  zero_past_lengths(dzo, 1, 2, lens);
   at::Tensor dm_buf = at::empty({ndir, B, C}, opts);
   at::Tensor dz_step = at::empty({ndir, B, 4 * C}, opts);
   at::Tensor dh_tmp = at::empty({ndir, B, P}, opts);

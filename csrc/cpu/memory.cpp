@@ -3,6 +3,7 @@
 #include "../include/cpu_memory.h"
 
 #include <c10/core/impl/alloc_cpu.h>
+#include <c10/util/accumulate.h>
 
 #include <list>
 #include <mutex>
@@ -76,8 +77,7 @@ int64_t slot_bytes(const at::Tensor& t) { return t.defined() ? int64_t(t.numel()
 
 at::Tensor workspace(int slot, at::IntArrayRef sizes, at::ScalarType dtype) {
   TORCH_CHECK(slot >= 0 && slot < kWorkSlots, "workspace: no slot ", slot);
-  int64_t numel = 1;
-  for (const int64_t n : sizes) numel *= n;
+  const int64_t numel = c10::multiply_integers(sizes);
   at::Tensor& t = work_slots[slot];
   if (!t.defined() || t.scalar_type() != dtype || t.numel() < numel || t.numel() > 4 * numel + (1 << 16))
     t = at::empty({numel}, at::TensorOptions().dtype(dtype));
@@ -86,9 +86,7 @@ at::Tensor workspace(int slot, at::IntArrayRef sizes, at::ScalarType dtype) {
 
 at::Tensor recycled_empty(at::IntArrayRef sizes, const at::TensorOptions& opts) {
   TORCH_CHECK(opts.device().is_cpu(), "recycled_empty: CPU only");
-  int64_t numel = 1;
-  for (const int64_t n : sizes) numel *= n;
-  const int64_t bytes = numel * int64_t(c10::elementSize(c10::typeMetaToScalarType(opts.dtype())));
+  const int64_t bytes = c10::multiply_integers(sizes) * int64_t(opts.dtype().itemsize());
   if (bytes < kRecycleMinBytes) return at::empty(sizes, opts);
   auto [p, size] = recycled().take(bytes);
   if (p == nullptr) {

@@ -369,11 +369,18 @@ def test_no_grad_skips_saved_tensors_and_matches():
         assert torch.equal(p, q.detach())
 
 
-def test_isa_variants_agree(monkeypatch):
-    """The baseline / AVX2 / AVX-512 kernel tables give the same results (run in subprocesses)."""
+def _run_with_isa(isa, *args):
+    """``python *args`` in a subprocess capped at kernel table ``isa`` (chosen once per process)."""
+    import os
     import subprocess
     import sys
 
+    env = dict(os.environ, SPACY_ELMO_CPU_ISA=isa)
+    return subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True)
+
+
+def test_isa_variants_agree(monkeypatch):
+    """The baseline / AVX2 / AVX-512 kernel tables give the same results (run in subprocesses)."""
     code = (
         "import torch; from spacy_elmo.ops import fused, reference as R; torch.manual_seed(0);"
         "ids=torch.randint(0,262,(9,50)); emb=torch.randn(261,16);"
@@ -386,8 +393,8 @@ def test_isa_variants_agree(monkeypatch):
         "print(fused.cpu_isa(), float((a-b).abs().max()), float((o-r).abs().max()))"
     )
     for isa in ("base", "avx2", "avx512"):
-        env = dict(__import__("os").environ, SPACY_ELMO_CPU_ISA=isa)
-        res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        res = _run_with_isa(isa, "-c", code)
+        assert res.returncode == 0, res.stderr[-2000:]
         _name, e1, e2 = res.stdout.split()
         assert float(e1) < 1e-5 and float(e2) < 1e-5, (isa, res.stdout)
 
@@ -439,16 +446,9 @@ def test_bilstm_float32_many_rows_and_long_panels():
 
 @pytest.mark.parametrize("isa", ["base", "avx2"])
 def test_bilstm_many_rows_and_long_panels_other_isas(isa):
-    """The same shapes with the other kernel tables (other tile sizes and pass lengths),
-    in a subprocess because the table is chosen once per process."""
-    import os
-    import subprocess
-    import sys
-
-    env = dict(os.environ, SPACY_ELMO_CPU_ISA=isa)
+    """The same shapes with the other kernel tables (other tile sizes and pass lengths)."""
     test = f"{__file__}::test_bilstm_float32_many_rows_and_long_panels"
-    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test], env=env,
-                         capture_output=True, text=True)
+    res = _run_with_isa(isa, "-m", "pytest", "-q", "-p", "no:cacheprovider", test)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
 
 
