@@ -53,4 +53,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "Bytes the CPU kernels keep between calls (recycled blocks + this thread's work buffers)");
   m.def("release_cpu_buffers", &spacy_elmo::cpu::release_buffers,
         "Free the recycled blocks and this thread's work buffers; returns the bytes freed");
+  m.attr("DEFAULT_CPU_RECYCLE_LIMIT") = spacy_elmo::cpu::kDefaultRecycleLimit;
+  m.def("cpu_recycle_limit", &spacy_elmo::cpu::recycle_limit,
+        "The most bytes the recycled list of saved-tensor blocks holds");
+  m.def("set_cpu_recycle_limit", &spacy_elmo::cpu::set_recycle_limit,
+        "Set that limit (0: no recycling), freeing the oldest blocks above it; returns the previous limit");
 }

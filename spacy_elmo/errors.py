@@ -123,6 +123,10 @@ class Errors:
         "padding (all-zero rows) only at the end, as batch_to_ids produces."
     )
     E_UNKNOWN_BACKEND = "Unknown backend {name!r}: use 'auto', 'fused' or 'reference'."
+    E_BAD_RECYCLE_LIMIT = (
+        "set_cpu_recycle_limit expects a whole number of bytes >= 0 (0 turns recycling "
+        "off; the default is {default}), got {value!r}."
+    )
     E_FUSED_UNAVAILABLE = (
         "backend='fused' needs the compiled extension spacy_elmo._C, which is not "
         "available ({reason}). Rebuild with `pip install --no-build-isolation -e .` "

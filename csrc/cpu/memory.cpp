@@ -38,7 +38,20 @@ class Recycled {
     std::lock_guard<std::mutex> lock(mu_);
     blocks_.emplace_back(p, bytes);
     held_ += bytes;
-    while (held_ > kRecycleCap) drop_oldest();
+    while (held_ > limit_) drop_oldest();
+  }
+
+  int64_t limit() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return limit_;
+  }
+
+  int64_t set_limit(int64_t bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const int64_t previous = limit_;
+    limit_ = bytes;
+    while (held_ > limit_) drop_oldest();
+    return previous;
   }
 
   int64_t held() {
@@ -63,6 +76,7 @@ class Recycled {
   std::mutex mu_;
   std::list<std::pair<void*, int64_t>> blocks_;  // oldest first
   int64_t held_ = 0;
+  int64_t limit_ = kDefaultRecycleLimit;
 };
 
 // Never destroyed: a tensor's deleter may run during interpreter shutdown.
@@ -94,6 +108,13 @@ at::Tensor recycled_empty(at::IntArrayRef sizes, const at::TensorOptions& opts) 
     size = bytes;
   }
   return at::from_blob(p, sizes, [size = size](void* q) { recycled().give(q, size); }, opts);
+}
+
+int64_t recycle_limit() { return recycled().limit(); }
+
+int64_t set_recycle_limit(int64_t bytes) {
+  TORCH_CHECK(bytes >= 0, "set_recycle_limit: the limit must be >= 0 bytes, got ", bytes);
+  return recycled().set_limit(bytes);
 }
 
 int64_t held_bytes() {

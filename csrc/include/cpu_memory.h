@@ -20,9 +20,15 @@ at::Tensor workspace(int slot, at::IntArrayRef sizes, at::ScalarType dtype);
 // training forward saves for its backward): blocks of 1 MB or more come from a
 // process-wide list of recently freed blocks of about the same size (training
 // repeats its shapes every step), refilled by the tensors' deleters, holding at
-// most kRecycleCap bytes (the oldest go first). Smaller ones: at::empty.
-constexpr int64_t kRecycleCap = int64_t(1) << 30;
+// most recycle_limit() bytes (the oldest go first). Smaller ones: at::empty.
 at::Tensor recycled_empty(at::IntArrayRef sizes, const at::TensorOptions& opts);
+
+// The most bytes the recycled list holds (default 1 GiB; 0 turns recycling
+// off). Setting a lower limit frees the oldest blocks at once. Returns the
+// previous limit.
+constexpr int64_t kDefaultRecycleLimit = int64_t(1) << 30;
+int64_t recycle_limit();
+int64_t set_recycle_limit(int64_t bytes);
 
 // Bytes held now in the recycled list and in the calling thread's work buffers.
 int64_t held_bytes();

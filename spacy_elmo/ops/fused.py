@@ -17,6 +17,7 @@ from typing import List, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
+from ..errors import Errors
 from .extension import load_extension
 
 _C, _REASON = load_extension()
@@ -38,9 +39,23 @@ def built_with_cuda() -> bool:
 
 def cpu_buffer_bytes() -> int:
     """Bytes the CPU kernels keep between calls: recycled blocks for the tensors a
-    training forward saves (process-wide, at most 1 GiB) and the calling thread's
-    work buffers (packed weights, input products, gate gradients)."""
+    training forward saves (process-wide, at most :func:`cpu_recycle_limit`) and the
+    calling thread's work buffers (packed weights, input products, gate gradients)."""
     return int(_C.cpu_buffer_bytes())
+
+
+def cpu_recycle_limit() -> int:
+    """The most bytes the process-wide list of recycled blocks holds (default 1 GiB)."""
+    return int(_C.cpu_recycle_limit())
+
+
+def set_cpu_recycle_limit(nbytes: int) -> int:
+    """Cap the recycled blocks at ``nbytes`` (0: every block goes back to the system
+    when its tensor dies, as with ``torch.empty``). The oldest blocks above a lower
+    cap are freed at once. Returns the previous cap."""
+    if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
+        raise ValueError(Errors.E_BAD_RECYCLE_LIMIT.format(value=nbytes, default=_C.DEFAULT_CPU_RECYCLE_LIMIT))
+    return int(_C.set_cpu_recycle_limit(nbytes))
 
 
 def release_cpu_buffers() -> int:
@@ -303,4 +318,4 @@ def bilstm_layer(
 
 
 __all__ = ["char_cnn", "highway", "lstm_layer", "bilstm_layer", "cpu_isa", "built_with_cuda", "cpu_buffer_bytes",
-           "release_cpu_buffers"]
+           "release_cpu_buffers", "cpu_recycle_limit", "set_cpu_recycle_limit"]

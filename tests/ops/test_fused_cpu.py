@@ -561,3 +561,48 @@ def test_saved_tensors_reuse_recycled_memory_and_release_frees_it():
     ref.sum().backward()
     _close(out, ref)
     _close(xg.grad, xr.grad, rtol=1e-4, atol=1e-4)  # float32 sums over 2,048 cells
+
+
+def test_recycle_limit_frees_the_oldest_blocks_and_zero_turns_recycling_off():
+    """Blocks freed in order 0..3 under a limit of 2.5 blocks: lowering the limit
+    frees the two oldest at once, and a later forward reuses the oldest that is
+    left (its rows all empty, so its saved gates still hold forward 2's). With a
+    limit of 0 nothing is kept."""
+    gen = torch.Generator().manual_seed(5)
+    B, T, P, C = 8, 4, 8, 2048  # saved gates: 4 * 8 * 4C floats = 1 MB, the only recycled tensor
+    w = list(lstm_params(gen, P, C, P))
+    zeros = (torch.zeros(1, B, P), torch.zeros(1, B, C))
+    xs = [torch.randn(B, T, P, generator=gen) for _ in range(4)]
+
+    def forward(x, lengths):
+        return torch.ops.spacy_elmo.lstm_forward([x], lengths, w, *zeros, 1.0, 1.0, [0], False, True)
+
+    fused.release_cpu_buffers()
+    previous = fused.set_cpu_recycle_limit(64 << 20)
+    try:
+        outs = [forward(x, torch.full((B,), T)) for x in xs]
+        gates = [o[3].clone() for o in outs]
+        block = gates[0].numel() * 4
+        base = fused.cpu_buffer_bytes()  # this thread's work buffers; no recycled block yet
+        while outs:
+            outs.pop(0)  # frees 0, 1, 2, 3 in that order
+        assert fused.cpu_buffer_bytes() - base == 4 * block
+        assert fused.set_cpu_recycle_limit(block * 5 // 2) == 64 << 20
+        assert fused.cpu_recycle_limit() == block * 5 // 2
+        assert fused.cpu_buffer_bytes() - base == 2 * block
+        reused = forward(xs[0], torch.zeros(B, dtype=torch.long))[3]
+        assert torch.equal(reused, gates[2]) and not torch.equal(gates[2], gates[3])
+        del reused
+        fused.set_cpu_recycle_limit(0)
+        assert fused.cpu_buffer_bytes() == base
+        forward(xs[1], torch.full((B,), T))
+        assert fused.cpu_buffer_bytes() == base
+    finally:
+        fused.set_cpu_recycle_limit(previous)
+    assert previous == fused._C.DEFAULT_CPU_RECYCLE_LIMIT == fused.cpu_recycle_limit()
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "1024"])
+def test_bad_recycle_limit_names_the_problem(bad):
+    with pytest.raises(ValueError, match="whole number of bytes >= 0"):
+        fused.set_cpu_recycle_limit(bad)
