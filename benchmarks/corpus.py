@@ -283,7 +283,8 @@ def read_r_lazyload(rdx: Path) -> dict[str, object]:
         import rdata
     except ImportError as exc:
         raise ImportError(
-            "the janeaustenr source needs the `rdata` package: pip install rdata==1.1.0 "
+            "the janeaustenr source needs the `rdata` package: pip install rdata==1.1.0, or "
+            "pip install --no-build-isolation -e '.[bench]' for every benchmark dependency "
             "(or leave it out with --sources)"
         ) from exc
     import warnings

@@ -9,7 +9,9 @@ on the official test split with spaCy's scorer, in four settings:
 ``listener``   the ELMo listener alone (ScalarMix of the biLM layers + ELMo dropout);
 ``tok2vec``    ``spacy_elmo.ElmoTok2Vec.v1``: ``[x_k; ELMo_k]`` -> Maxout -> encoder;
 ``finetuned``  ``tok2vec`` with the biLM first fine-tuned on the CoNLL training text (no
-               labels) with ``python -m spacy_elmo pretrain --init``.
+               labels) with ``python -m spacy_elmo pretrain --init``; by default on whole
+               sentences from the start state (``--sentences``), the way the ``elmo``
+               component reads them (``--finetune-reading stream`` for bilm-tf's streams).
 
 Each setting at every ``--fractions`` of the training sentences (default 1.0 and 0.1: a
 seeded sample, ``--data-seed``) and every ``--seeds`` (training seed).  The configs are
@@ -57,6 +59,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--eval-frequency", type=int, default=None, help="override [training] eval_frequency (200)")
     p.add_argument("--patience", type=int, default=None, help="override [training] patience (1600)")
     p.add_argument("--finetune-epochs", type=float, default=3.0, help="epochs of biLM fine-tuning on the CoNLL train text")
+    p.add_argument("--finetune-reading", choices=("sentences", "stream"), default="sentences",
+                   help="fine-tune on whole sentences from the start state (default; what the component reads) "
+                        "or on bilm-tf's continuous streams")
     p.add_argument("--finetune-args", default="", help="extra options for `spacy_elmo pretrain` (e.g. \"--lr 0.1\")")
     p.add_argument("--n-sents", type=int, default=1, help="CoNLL sentences per Doc (default 1)")
     p.add_argument("--config", type=Path, default=tb.CONFIGS / "ner.cfg", help="base config (default configs/ner.cfg)")
@@ -133,6 +138,7 @@ def finetune(args, elmo: Path, paths: dict, gpu: bool) -> Path:
 
     steps = ["--max-steps", str(QUICK["finetune_steps"])] if args.quick else ["--epochs", str(args.finetune_epochs)]
     extra = ["--batch-size", "8", "--unroll", "10", "--negatives", "512"] if args.quick else []
+    extra += ["--sentences"] if args.finetune_reading == "sentences" else []
     extra += args.finetune_args.split()
     params = {"elmo": str(elmo), "steps": steps, "extra": extra, "text": str(paths["train_text"])}
     key = hashlib.sha1(json.dumps(params, sort_keys=True).encode()).hexdigest()[:10]
