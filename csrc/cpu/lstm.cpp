@@ -218,8 +218,10 @@ LstmForwardResult lstm_forward_cpu(at::TensorList xs, const at::Tensor& lengths_
     tmax = std::max(tmax, lens[b]);
   }
   const auto& kt = cpu::kernels();
-  // float32 runs the fused step kernels (see the header comment), other dtypes the generic loop
-  const bool fast = xs[0].scalar_type() == at::kFloat && kt.step_gates != nullptr;
+  // float32 runs the ISA-dispatched vector kernels: the fused steps (see the header
+  // comment) where the table has them, else the generic loop's gate kernels
+  const bool use_table = xs[0].scalar_type() == at::kFloat;
+  const bool fast = use_table && kt.step_gates != nullptr;
   std::vector<at::Tensor> x(ndir), xi(ndir), bias(ndir), outs(ndir), wrec(ndir), wproj(ndir);
   for (int64_t d = 0; d < ndir; ++d) {
     x[d] = xs[d].contiguous();
@@ -265,7 +267,6 @@ LstmForwardResult lstm_forward_cpu(at::TensorList xs, const at::Tensor& lengths_
   TORCH_CHECK(ccd >= 0 || !cell_clip.has_value(), "lstm: cell_clip must be >= 0");
   TORCH_CHECK(pcd >= 0 || !proj_clip.has_value(), "lstm: proj_clip must be >= 0");
   const int64_t nchunk = (C + kChunk - 1) / kChunk;
-  const bool use_table = xs[0].scalar_type() == at::kFloat;
 
   if (fast) {
     // float32: fused steps with prepacked weights (see the header comment).
@@ -290,6 +291,10 @@ LstmForwardResult lstm_forward_cpu(at::TensorList xs, const at::Tensor& lengths_
     const float cc = (float)ccd, pc = (float)pcd;
     const int64_t rows_per_task = row_group(B, ndir * npp);
     const int64_t nrg = (B + rows_per_task - 1) / rows_per_task;
+    // The weight panel of task k of each pass (a task also names its successor's).
+    const int64_t rec_floats = P * 4 * VL, proj_floats = C * pw;
+    auto rec_panel = [&](int64_t k) { return wrec_p[k / npanel] + (k % npanel) * rec_floats; };
+    auto proj_panel = [&](int64_t k) { return wproj_p[k / (npp * nrg)] + ((k / nrg) % npp) * proj_floats; };
     for (int64_t t = 0; t < tmax; ++t) {
       std::vector<float*> m_t(ndir);
       for (int64_t d = 0; d < ndir; ++d) {
@@ -320,9 +325,9 @@ LstmForwardResult lstm_forward_cpu(at::TensorList xs, const at::Tensor& lengths_
           a.h = hs + d * B * P;
           a.B = B;
           a.P = P;
-          a.wp = wrec_p[d] + j * P * 4 * VL;
-          if (next >= 0) a.wp_next = wrec_p[next / npanel] + (next % npanel) * P * 4 * VL;
-          a.next_floats = P * 4 * VL;
+          a.wp = rec_panel(k);
+          if (next >= 0) a.wp_next = rec_panel(next);
+          a.next_floats = rec_floats;
           a.C = C;
           a.c0 = j * VL;
           a.nc = std::min(VL, C - j * VL);
@@ -343,9 +348,9 @@ LstmForwardResult lstm_forward_cpu(at::TensorList xs, const at::Tensor& lengths_
           a.m = m_t[d] + r0 * C;
           a.B = std::min(rows_per_task, B - r0);
           a.C = C;
-          a.wp = wproj_p[d] + j * C * pw;
-          if (next >= 0) a.wp_next = wproj_p[next / (npp * nrg)] + ((next / nrg) % npp) * C * pw;
-          a.next_floats = C * pw;
+          a.wp = proj_panel(k);
+          if (next >= 0) a.wp_next = proj_panel(next);
+          a.next_floats = proj_floats;
           a.P = P;
           a.p0 = j * pw;
           a.np = std::min(pw, P - j * pw);
@@ -471,7 +476,11 @@ LstmBackwardResult lstm_backward_cpu(at::TensorList grad_outs, const at::Tensor&
     const int64_t npp = (P + pw - 1) / pw;
     const int64_t rows_per_task = row_group(B, ndir * npp);
     const int64_t nrg = (B + rows_per_task - 1) / rows_per_task;
+    // The weight panel of task k of each pass (a task also names its successor's).
+    const int64_t proj_floats = P * pw, rec_floats = 4 * C * pw;
     std::vector<const float*> wpt(ndir), wrt(ndir);
+    auto proj_panel = [&](int64_t k) { return wpt[k / ncp] + (k % ncp) * proj_floats; };
+    auto rec_panel = [&](int64_t k) { return wrt[k / (npp * nrg)] + ((k / nrg) % npp) * rec_floats; };
     for (int64_t d = 0; d < ndir; ++d) {
       const at::Tensor wp = wproj[d].contiguous(), wr = wrec[d].contiguous();
       float* q = pack_buffer(kSlotProj0 + d, ncp * P * pw);
@@ -533,9 +542,9 @@ LstmBackwardResult lstm_backward_cpu(at::TensorList grad_outs, const at::Tensor&
         a.dhp = dhpp + (d * T + t) * B * P;
         a.B = B;
         a.P = P;
-        a.wp = wpt[d] + j * P * pw;
-        if (next >= 0) a.wp_next = wpt[next / ncp] + (next % ncp) * P * pw;
-        a.next_floats = P * pw;
+        a.wp = proj_panel(k);
+        if (next >= 0) a.wp_next = proj_panel(next);
+        a.next_floats = proj_floats;
         a.C = C;
         a.c0 = j * pw;
         a.nc = std::min(pw, C - j * pw);
@@ -555,9 +564,9 @@ LstmBackwardResult lstm_backward_cpu(at::TensorList grad_outs, const at::Tensor&
         a.dz = dzs + (d * B + r0) * 4 * C;
         a.B = std::min(rows_per_task, B - r0);
         a.K = 4 * C;
-        a.wp = wrt[d] + j * 4 * C * pw;
-        if (next >= 0) a.wp_next = wrt[next / (npp * nrg)] + ((next / nrg) % npp) * 4 * C * pw;
-        a.next_floats = 4 * C * pw;
+        a.wp = rec_panel(k);
+        if (next >= 0) a.wp_next = rec_panel(next);
+        a.next_floats = rec_floats;
         a.P = P;
         a.p0 = j * pw;
         a.np = std::min(pw, P - j * pw);

@@ -357,13 +357,14 @@ static inline void gemm_chunk(const float* A, int64_t lda, const float* Bp, int6
   }
 }
 
-// active(r0, n) for gemm_chunk: any of rows[r0 .. r0 + n) is non-null.
-template <typename Ptr>
+// active(r0, n) for gemm_chunk: any of rows[r0 .. r0 + n) is set (a non-null
+// row pointer, a non-zero flag).
+template <typename T>
 struct AnyRow {
-  const Ptr* rows;
+  const T* rows;
   bool operator()(int64_t r0, int64_t n) const {
     for (int64_t p = 0; p < n; ++p)
-      if (rows[r0 + p] != nullptr) return true;
+      if (rows[r0 + p]) return true;
     return false;
   }
 };
@@ -498,13 +499,7 @@ static void step_dh(const StepDhArgs& a) {
   Ahead pf = Ahead::of(a.wp_next, a.next_floats);
   for (int64_t r0 = 0; r0 < a.B; r0 += kChunkRows) {
     const int64_t rows = a.B - r0 < kChunkRows ? a.B - r0 : kChunkRows;
-    const unsigned char* act = a.active + r0;
-    auto active = [act](int64_t t, int64_t n) {
-      for (int64_t p = 0; p < n; ++p)
-        if (act[t + p]) return true;
-      return false;
-    };
-    gemm_chunk(a.dz + r0 * a.K, a.K, a.wp, a.K, rows, active, acc, pf);
+    gemm_chunk(a.dz + r0 * a.K, a.K, a.wp, a.K, rows, AnyRow<unsigned char>{a.active + r0}, acc, pf);
     for (int64_t p = 0; p < rows; ++p) {
       const int64_t b = r0 + p;
       float* dh = a.dh + b * a.P + p0;

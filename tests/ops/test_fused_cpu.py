@@ -525,28 +525,36 @@ def test_lstm_reads_the_current_weights_after_every_kind_of_update(update):
                 opt = torch.optim.Adagrad(w, lr=0.5, fused=True)
 
 
+# B, T, P, C whose saved gates (T * B * 4C floats) are 1 MB, the smallest recycled block;
+# the layer's other saved tensors are smaller, so the gates are the only recycled tensor.
+RECYCLED_SHAPE = (8, 4, 8, 2048)
+
+
+def _training_forward(x, lengths, w):
+    """The one-direction op as a training forward calls it (saving for the backward)."""
+    B, C, P = x.shape[0], w[1].shape[1] // 4, w[1].shape[0]
+    zeros = (torch.zeros(1, B, P), torch.zeros(1, B, C))
+    return torch.ops.spacy_elmo.lstm_forward([x], lengths, w, *zeros, 1.0, 1.0, [0], False, True)
+
+
 def test_saved_tensors_reuse_recycled_memory_and_release_frees_it():
     """A training forward's saved tensors (1 MB or more) come from blocks their
     predecessors returned: a forward whose rows are all empty writes none of its
     saved gates, so they still hold the previous forward's (fresh memory would
     not). release_cpu_buffers frees the blocks and this thread's work buffers."""
     gen = torch.Generator().manual_seed(4)
-    B, T, P, C = 8, 4, 8, 2048  # saved gates: 4 * 8 * 4C floats = 1 MB
+    B, T, P, C = RECYCLED_SHAPE
     x = torch.randn(B, T, P, generator=gen)
     w = list(lstm_params(gen, P, C, P))
-    zeros = (torch.zeros(1, B, P), torch.zeros(1, B, C))
-
-    def forward(lengths):
-        return torch.ops.spacy_elmo.lstm_forward([x], lengths, w, *zeros, 1.0, 1.0, [0], False, True)
 
     fused.release_cpu_buffers()
-    first = forward(torch.full((B,), T))
+    first = _training_forward(x, torch.full((B,), T), w)
     gates = first[3].clone()
     assert gates.abs().sum() > 0
     del first
     held = fused.cpu_buffer_bytes()
     assert held >= gates.numel() * 4
-    second = forward(torch.zeros(B, dtype=torch.long))
+    second = _training_forward(x, torch.zeros(B, dtype=torch.long), w)
     assert torch.equal(second[3], gates)
     del second
     assert fused.release_cpu_buffers() >= gates.numel() * 4
@@ -569,18 +577,14 @@ def test_recycle_limit_frees_the_oldest_blocks_and_zero_turns_recycling_off():
     left (its rows all empty, so its saved gates still hold forward 2's). With a
     limit of 0 nothing is kept."""
     gen = torch.Generator().manual_seed(5)
-    B, T, P, C = 8, 4, 8, 2048  # saved gates: 4 * 8 * 4C floats = 1 MB, the only recycled tensor
+    B, T, P, C = RECYCLED_SHAPE
     w = list(lstm_params(gen, P, C, P))
-    zeros = (torch.zeros(1, B, P), torch.zeros(1, B, C))
     xs = [torch.randn(B, T, P, generator=gen) for _ in range(4)]
-
-    def forward(x, lengths):
-        return torch.ops.spacy_elmo.lstm_forward([x], lengths, w, *zeros, 1.0, 1.0, [0], False, True)
 
     fused.release_cpu_buffers()
     previous = fused.set_cpu_recycle_limit(64 << 20)
     try:
-        outs = [forward(x, torch.full((B,), T)) for x in xs]
+        outs = [_training_forward(x, torch.full((B,), T), w) for x in xs]
         gates = [o[3].clone() for o in outs]
         block = gates[0].numel() * 4
         base = fused.cpu_buffer_bytes()  # this thread's work buffers; no recycled block yet
@@ -590,12 +594,12 @@ def test_recycle_limit_frees_the_oldest_blocks_and_zero_turns_recycling_off():
         assert fused.set_cpu_recycle_limit(block * 5 // 2) == 64 << 20
         assert fused.cpu_recycle_limit() == block * 5 // 2
         assert fused.cpu_buffer_bytes() - base == 2 * block
-        reused = forward(xs[0], torch.zeros(B, dtype=torch.long))[3]
+        reused = _training_forward(xs[0], torch.zeros(B, dtype=torch.long), w)[3]
         assert torch.equal(reused, gates[2]) and not torch.equal(gates[2], gates[3])
         del reused
         fused.set_cpu_recycle_limit(0)
         assert fused.cpu_buffer_bytes() == base
-        forward(xs[1], torch.full((B,), T))
+        _training_forward(xs[1], torch.full((B,), T), w)
         assert fused.cpu_buffer_bytes() == base
     finally:
         fused.set_cpu_recycle_limit(previous)
