@@ -32,7 +32,7 @@ def _train(cfg, corpus_dir, tiny_dir, out):
 def test_spacy_train(cfg, task, corpus_dir, tiny_dir, tmp_path):
     path = _train(cfg, corpus_dir, tiny_dir, tmp_path / "out")
     nlp = spacy.load(path)
-    assert nlp.pipe_names == (["elmo", task] if task == "ner" else ["sentencizer", "elmo", task])
+    assert nlp.pipe_names == ["sentencizer", "elmo", task]
     # the task's ScalarMix learned; the biLM did not move
     (mix,) = [n for n in nlp.get_pipe(task).model.walk() if n.name == "elmo_scalar_mix"]
     assert not numpy.allclose(mix.get_param("w"), 0.0)
@@ -61,8 +61,12 @@ def test_spacy_train(cfg, task, corpus_dir, tiny_dir, tmp_path):
         numpy.testing.assert_array_equal(packaged(texts[0])._.elmo, before[0]._.elmo)
 
 
+GOLD = {"ner.cfg": {"entities": [(0, 5, "PER")]}, "textcat.cfg": {"cats": {"POS": 1.0, "NEG": 0.0}}}
+
+
 @pytest.mark.parametrize("annotating", [True, False])
-def test_textcat_config_gives_elmo_sentences_in_training(annotating, corpus_dir, tiny_dir, monkeypatch):
+@pytest.mark.parametrize("cfg", sorted(GOLD))
+def test_config_gives_elmo_sentences_in_training(cfg, annotating, corpus_dir, tiny_dir, monkeypatch):
     """`spacy train` runs only the components in [training] annotating_components on the
     predicted docs, which start as bare words: without the sentencizer listed there the biLM
     reads a whole multi-sentence doc as one window in training and sentences at prediction."""
@@ -73,7 +77,7 @@ def test_textcat_config_gives_elmo_sentences_in_training(annotating, corpus_dir,
 
     overrides = {"paths.train": str(corpus_dir / "train.spacy"), "paths.dev": str(corpus_dir / "dev.spacy"),
                  "paths.elmo": str(tiny_dir)}  # fmt: skip
-    config = spacy.util.load_config(CONFIGS / "textcat.cfg", overrides=overrides, interpolate=False)
+    config = spacy.util.load_config(CONFIGS / cfg, overrides=overrides, interpolate=False)
     nlp = init_nlp(config)
     annotates = config["training"]["annotating_components"]
     assert annotates == ["sentencizer"]
@@ -87,7 +91,7 @@ def test_textcat_config_gives_elmo_sentences_in_training(annotating, corpus_dir,
     make_pieces = bilm_layer.make_pieces
     monkeypatch.setattr(bilm_layer, "make_pieces", spy)
     text = "Alice went home . It was good ."
-    example = Example.from_dict(nlp.make_doc(text), {"cats": {"POS": 1.0, "NEG": 0.0}})
+    example = Example.from_dict(nlp.make_doc(text), GOLD[cfg])
     nlp.update([example], annotates=annotates if annotating else [])
     expected = [(0, 4), (4, 8)] if annotating else [(0, 8)]
     assert seen and all(pieces == expected for pieces in seen)
