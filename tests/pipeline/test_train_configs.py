@@ -82,13 +82,13 @@ def test_config_gives_elmo_sentences_in_training(cfg, annotating, corpus_dir, ti
     annotates = config["training"]["annotating_components"]
     assert annotates == ["sentencizer"]
     seen = []
+    make_pieces = bilm_layer.make_pieces
 
     def spy(docs, max_window):
         pieces = make_pieces(docs, max_window)
         seen.append([(p.start, p.end) for p in pieces])
         return pieces
 
-    make_pieces = bilm_layer.make_pieces
     monkeypatch.setattr(bilm_layer, "make_pieces", spy)
     text = "Alice went home . It was good ."
     example = Example.from_dict(nlp.make_doc(text), GOLD[cfg])
