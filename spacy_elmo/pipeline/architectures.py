@@ -39,14 +39,16 @@ def ElmoListener(
     mix_l2: float = 0.0,
     initial_weights: Optional[Sequence[float]] = None,
     trainable_mix: bool = True,
+    layer_norm: bool = False,
 ) -> Model[List[Doc], List[Floats2d]]:
     """width: 2 x projection_dim of the upstream biLM, or None to take it from the weights.
 
     dropout: ELMo's dropout after the mix (the paper's 0.5; not touched by
-    ``[training] dropout``); mix_l2: lambda of ``lambda * ||w||^2``.
+    ``[training] dropout``); mix_l2: lambda of ``lambda * ||w||^2``;
+    layer_norm: normalise each biLM layer of each doc (one mean/variance) before the mix.
     """
     listener = ElmoListenerModel(upstream_name=upstream, width=width)
-    mix = scalar_mix_layer(initial_weights=initial_weights, trainable=trainable_mix, l2=mix_l2)
+    mix = scalar_mix_layer(initial_weights=initial_weights, trainable=trainable_mix, l2=mix_l2, layer_norm=layer_norm)
     model = chain(listener, mix, elmo_dropout(dropout))
     if width is not None:
         model.set_dim("nO", width)

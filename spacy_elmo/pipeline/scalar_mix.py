@@ -2,7 +2,12 @@
 
 ``scalar_mix_layer``: ``List[Floats3d (L + 1, n, D)] -> List[Floats2d (n, D)]``,
 ``ELMo_k = gamma * sum_j softmax(w)_j * h_{k,j}`` (elmo-spec §7), params "w"
-(``(L + 1,)``, zeros = uniform) and "gamma" (``(1,)``, 1.0).
+(``(L + 1,)``, zeros = uniform) and "gamma" (``(1,)``, 1.0). With
+``layer_norm=True`` each layer of each doc is first normalised by one
+mean/variance over all its ``(n, D)`` elements (elmo-spec §7's layer norm, no
+affine). AllenNLP takes that statistic over the whole padded batch; here it is
+per doc, so that a doc's vectors never depend on which docs share its batch
+(``nlp.pipe`` batches differently from training).
 ``elmo_dropout``: dropout on ``List[Floats2d]`` whose rate lives in the attr
 ``"elmo_rate"``: spaCy overwrites every attr named ``dropout_rate`` with
 ``[training] dropout``, and ELMo wants its own 0.5 after the mix.
@@ -13,21 +18,27 @@ from typing import List, Optional, Sequence
 from thinc.api import Model
 from thinc.types import Floats2d, Floats3d
 
+from ..bilm.scalar_mix import LAYER_NORM_EPS
+
 
 def scalar_mix_layer(
     n_layers: Optional[int] = None,
     initial_weights: Optional[Sequence[float]] = None,
     trainable: bool = True,
     l2: float = 0.0,
+    layer_norm: bool = False,
 ) -> Model[List[Floats3d], List[Floats2d]]:
-    """n_layers: L + 1 (inferred from the data when None); l2: the paper's lambda * ||w||^2."""
+    """n_layers: L + 1 (inferred from the data when None); l2: the paper's lambda * ||w||^2.
+
+    layer_norm: normalise each layer of each doc (one mean/variance per doc and layer) before mixing.
+    """
     return Model(
         "elmo_scalar_mix",
         _mix_forward,
         init=_mix_init,
         dims={"nL": n_layers},
         params={"w": None, "gamma": None},
-        attrs={"initial_weights": list(initial_weights) if initial_weights else None, "trainable": trainable, "l2": l2},
+        attrs={"initial_weights": list(initial_weights) if initial_weights else None, "trainable": trainable, "l2": l2, "layer_norm": layer_norm},
     )
 
 
@@ -47,23 +58,47 @@ def _softmax(ops, w):
     return e / e.sum()
 
 
+def _layer_norm(xp, X: Floats3d):
+    """``(L + 1, n, D)`` -> the same normalised per layer, and its backprop (AllenNLP's form, per doc)."""
+    if X.shape[1] == 0:
+        return X, _identity
+    axes = (1, 2)
+    mean = X.mean(axis=axes, keepdims=True)
+    inv_std = 1.0 / xp.sqrt(X.var(axis=axes, keepdims=True) + LAYER_NORM_EPS)
+    Xn = (X - mean) * inv_std
+
+    def backprop(dXn: Floats3d) -> Floats3d:
+        # d/dx of (x - mean) / std over one group: (dxn - mean(dxn) - xn * mean(dxn * xn)) / std
+        return inv_std * (dXn - dXn.mean(axis=axes, keepdims=True) - Xn * (dXn * Xn).mean(axis=axes, keepdims=True))
+
+    return Xn, backprop
+
+
 def _mix_forward(model: Model, Xs: List[Floats3d], is_train: bool):
     w, gamma = model.get_param("w"), model.get_param("gamma")
     s = _softmax(model.ops, w)
     xp = model.ops.xp
-    mixed = [xp.tensordot(s, X.astype("float32", copy=False), axes=(0, 0)) for X in Xs]  # (n, D), without gamma
+    Xs = [X.astype("float32", copy=False) for X in Xs]
+    norm_bps = None
+    if model.attrs.get("layer_norm", False):
+        normed = [_layer_norm(xp, X) for X in Xs]
+        Xs, norm_bps = [n[0] for n in normed], [n[1] for n in normed]
+    mixed = [xp.tensordot(s, X, axes=(0, 0)) for X in Xs]  # (n, D), without gamma
     Ys = [gamma[0] * m for m in mixed]
 
     def backprop(dYs: List[Floats2d]) -> List[Floats3d]:
         if model.attrs["trainable"]:
             dgamma = sum(float((dY * m).sum()) for dY, m in zip(dYs, mixed))
-            ds = sum((xp.tensordot(X.astype("float32", copy=False), dY, axes=((1, 2), (0, 1))) for X, dY in zip(Xs, dYs)), xp.zeros_like(s))
+            ds = sum((xp.tensordot(X, dY, axes=((1, 2), (0, 1))) for X, dY in zip(Xs, dYs)), xp.zeros_like(s))
             ds = ds * gamma[0]
             dw = s * (ds - (s * ds).sum())  # softmax Jacobian
             dw = dw + 2.0 * model.attrs["l2"] * w
             model.inc_grad("w", dw.astype("float32"))
             model.inc_grad("gamma", model.ops.asarray1f([dgamma]))
-        return [gamma[0] * s[:, None, None] * dY[None] for dY in dYs]
+        dXs = [gamma[0] * s[:, None, None] * dY[None] for dY in dYs]
+        if norm_bps is not None:
+            dXs = [bp(dX) for bp, dX in zip(norm_bps, dXs)]
+        return dXs
 
     return Ys, backprop
 

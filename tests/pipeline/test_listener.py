@@ -34,28 +34,68 @@ TOK2VEC = {
 }
 
 
-def test_scalar_mix_layer_gradients():
-    mix = scalar_mix_layer()
+def _numpy_layer_norm(X):
+    """float64 oracle of elmo-spec §7's layer norm on one doc ``(L + 1, n, D)``: one mean/var per layer."""
+    X = X.astype(numpy.float64)
+    mean = X.mean(axis=(1, 2), keepdims=True)
+    var = ((X - mean) ** 2).mean(axis=(1, 2), keepdims=True)
+    return (X - mean) / numpy.sqrt(var + 1e-13)
+
+
+@pytest.mark.parametrize("layer_norm", [False, True])
+def test_scalar_mix_layer_gradients(layer_norm):
+    mix = scalar_mix_layer(layer_norm=layer_norm)
     assert mix.name == "elmo_scalar_mix"
     rng = numpy.random.default_rng(0)
-    Xs = [rng.normal(size=(3, n, 4)).astype("float32") for n in (2, 5)]
+    # layers on different scales and offsets, as a real biLM's are
+    scale = numpy.asarray([3.0, 0.5, 8.0])[:, None, None]
+    Xs = [(rng.normal(size=(3, n, 4)) * scale + 2.0).astype("float32") for n in (2, 5)]
     mix.initialize(X=Xs)
     assert set(mix.param_names) == {"w", "gamma"}
     numpy.testing.assert_array_equal(mix.get_param("w"), numpy.zeros(3))
-    mix.set_param("w", numpy.asarray([0.3, -0.2, 0.1], dtype="float32"))
+    w0 = numpy.asarray([0.3, -0.2, 0.1])
+    mix.set_param("w", w0.astype("float32"))
+    mix.set_param("gamma", numpy.asarray([1.5], dtype="float32"))
     Ys, bp = mix.begin_update(Xs)
+    s = numpy.exp(w0) / numpy.exp(w0).sum()
+    for X, Y in zip(Xs, Ys):
+        H = _numpy_layer_norm(X) if layer_norm else X.astype(numpy.float64)
+        numpy.testing.assert_allclose(Y, 1.5 * numpy.tensordot(s, H, axes=(0, 0)), rtol=1e-5, atol=1e-5)
     dYs = [rng.normal(size=y.shape).astype("float32") for y in Ys]
     dXs = bp(dYs)
     # against torch autograd on the same function
-    w = torch.tensor([0.3, -0.2, 0.1], requires_grad=True)
-    g = torch.tensor([1.0], requires_grad=True)
+    w = torch.tensor(w0, dtype=torch.float32, requires_grad=True)
+    g = torch.tensor([1.5], requires_grad=True)
     tX = [torch.tensor(x, requires_grad=True) for x in Xs]
-    loss = sum(((g * torch.einsum("l,lnd->nd", torch.softmax(w, 0), x)) * torch.tensor(d)).sum() for x, d in zip(tX, dYs))
+
+    def norm(x):
+        if not layer_norm:
+            return x
+        mean = x.mean(dim=(1, 2), keepdim=True)
+        return (x - mean) / torch.sqrt(((x - mean) ** 2).mean(dim=(1, 2), keepdim=True) + 1e-13)
+
+    loss = sum(((g * torch.einsum("l,lnd->nd", torch.softmax(w, 0), norm(x))) * torch.tensor(d)).sum() for x, d in zip(tX, dYs))
     loss.backward()
     numpy.testing.assert_allclose(mix.get_grad("w"), w.grad.numpy(), rtol=1e-4, atol=1e-5)
     numpy.testing.assert_allclose(mix.get_grad("gamma"), g.grad.numpy(), rtol=1e-4, atol=1e-5)
     for dx, tx in zip(dXs, tX):
         numpy.testing.assert_allclose(dx, tx.grad.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_layer_norm_is_per_doc():
+    """A doc's mixed vectors do not depend on the other docs of its batch; empty docs pass through."""
+    mix = scalar_mix_layer(layer_norm=True)
+    rng = numpy.random.default_rng(1)
+    a = rng.normal(size=(3, 4, 6)).astype("float32")
+    b = (rng.normal(size=(3, 7, 6)) * 10 + 5).astype("float32")
+    empty = numpy.zeros((3, 0, 6), dtype="float32")
+    mix.initialize(X=[a])
+    alone = mix.predict([a])[0]
+    together = mix.predict([a, b, empty])
+    numpy.testing.assert_allclose(together[0], alone, rtol=1e-6, atol=1e-6)
+    assert together[2].shape == (0, 6)
+    # each layer normalised, uniform weights: the mix is the mean of the normalised layers
+    numpy.testing.assert_allclose(together[1], _numpy_layer_norm(b).mean(axis=0), rtol=1e-5, atol=1e-5)
 
 
 def test_elmo_dropout_not_overwritten():
