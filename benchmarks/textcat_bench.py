@@ -1,7 +1,7 @@
 """Text classification with and without ELMo: BBC News (topic) and CrowdFlower tweets
 (sentiment) (issue 6, deliverable 4).
 
-The same spaCy ``textcat`` (``configs/textcat.cfg``: exclusive classes, mean + max reduce)
+The same spaCy ``textcat`` (``configs/textcat.cfg``: exclusive classes, mean reduce)
 is trained on the fixed seeded train split of each data set (``benchmarks/splits/*.json``;
 dev for early stopping: spaCy keeps ``model-best`` by dev ``cats_score`` = macro-F1) and
 evaluated once on its test split with spaCy's scorer (macro-F1) plus accuracy, in three
