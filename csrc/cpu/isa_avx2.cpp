@@ -2,6 +2,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include <immintrin.h>
+
 #include "../include/cpu_kernels.h"
 
 #pragma GCC target("avx2,fma")

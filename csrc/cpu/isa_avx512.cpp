@@ -2,6 +2,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include <immintrin.h>
+
 #include "../include/cpu_kernels.h"
 
 #pragma GCC target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")

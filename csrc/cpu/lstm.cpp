@@ -5,15 +5,16 @@
 //   the gate epilogue; other dtypes: addmm); the backward direction reads row
 //   b's step t at position len_b - 1 - t, so nothing reversed is materialised.
 // * float32 (the fast path): each step is two parallel passes over both
-//   directions at once (they run concurrently on the thread team, tasks pulled
-//   dynamically, each prefetching the next task's weights): (1) per panel of
+//   directions at once (they run concurrently on the thread team, each thread
+//   owning the same share of tasks at every step and taking over what others
+//   leave, each task prefetching the next one's weights): (1) per panel of
 //   cells, z = h @ W_rec for the panel's four gate blocks is computed in
 //   registers from prepacked weights (packed on every call into per-thread work
 //   buffers: see "work buffers" below) and the bias, gates, cell clip and
-//   m = sigmoid(o) * tanh(c) are applied right there; (2) per panel of
-//   projection columns, hp = m @ W_P in registers, then the projection clip,
-//   the state update, the residual and the scatter of the output to the row's
-//   own (possibly reversed) position.
+//   m = sigmoid(o) * tanh(c) are applied right there, four rows in lockstep;
+//   (2) per panel of projection columns, hp = m @ W_P in registers, then the
+//   projection clip, the state update, the residual and the scatter of the
+//   output to the row's own (possibly reversed) position.
 // * Other dtypes (float64 for gradcheck): the same algorithm with the
 //   recurrent/projection products as at::mm_out (MKL) on views and scalar
 //   gate loops.
