@@ -26,6 +26,7 @@ import torch
 from spacy_elmo.bilm import BiLM, BiLMConfig
 from spacy_elmo.ops import fused_available
 from spacy_elmo.training.lm import BidirectionalLM, encode_batch
+from spacy_elmo.training.malloc import keep_freed_memory
 from spacy_elmo.training.sampler import LogUniformSampler
 from spacy_elmo.training.softmax import SoftmaxLayer
 from spacy_elmo.training.trainer import build_optimizer
@@ -156,8 +157,11 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--keep-freed-memory", action=argparse.BooleanOptionalAction, default=True,
+                        help="glibc keeps freed memory, as the pretrain command does (spacy_elmo/training/malloc.py)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
+    kept = keep_freed_memory() if args.keep_freed_memory else False
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     backends = ["reference"] + (["fused"] if fused_available() else [])
@@ -175,7 +179,8 @@ def main() -> None:
     result = {
         "benchmark": "pretrain", "device": str(device), "threads": torch.get_num_threads(), "dtype": "bfloat16 autocast" if device.type == "cuda" and args.bf16 else "float32",
         "fused_available": fused_available(), "torch": torch.__version__, "machine": platform.machine(),
-        "processor": platform.processor(), "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "rows": rows, "logsumexp": lse,
+        "processor": platform.processor(), "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "keep_freed_memory": kept,
+        "rows": rows, "logsumexp": lse,
         "note": "tokens/s = batch*unroll per training step (fwd+bwd LMs, sampled softmax, clip, Adagrad); medians",
     }
     if not fused_available():

@@ -63,13 +63,20 @@ def pretrain(
     log_every: int = typer.Option(10, help="Write a log line every N steps."),
     threads: Optional[int] = typer.Option(None, help="torch CPU threads."),
     progress: bool = typer.Option(True, help="Show progress bars."),
+    keep_freed_memory: bool = typer.Option(
+        True, "--keep-freed-memory/--return-freed-memory",
+        help="glibc: keep freed memory for reuse instead of unmapping it (every step reallocates the same large "
+        "buffers; see spacy_elmo/training/malloc.py). The process then holds its peak heap until it exits."),
 ) -> None:
     """Pretrain an ELMo biLM (sampled softmax, both directions, bilm-tf defaults).
 
     Run under `torchrun --nproc-per-node N` for DistributedDataParallel.
     """
+    from ..training.malloc import keep_freed_memory as keep_freed
     from ..training.trainer import TrainConfig, train
 
+    if keep_freed_memory:
+        keep_freed()
     if max_steps is not None and epochs is not None:
         raise typer.BadParameter(Errors.E_STEPS_AND_EPOCHS)
     config = {} if init else model_config(preset, options)
