@@ -41,6 +41,7 @@ if str(ROOT) not in sys.path:
 from benchmarks.allennlp_style import AllenNLPStyleBiLM, ConvTokenEncoder, StepLstmWithProjection  # noqa: E402
 from spacy_elmo.ops import fused_available  # noqa: E402
 from spacy_elmo.ops import reference as R  # noqa: E402
+from spacy_elmo.training.malloc import keep_freed_memory  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 PRESETS = {"small": (1024, 128, 1), "medium": (2048, 256, 1), "original": (4096, 512, 2)}
@@ -389,8 +390,14 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="32 x 20 only, 2 repeats unless --repeats")
     ap.add_argument("--autocast", choices=["bf16", "fp16"], default=None,
                     help="run every implementation under torch.autocast (GPU)")
+    ap.add_argument("--keep-freed-memory", action="store_true",
+                    help="glibc keeps freed memory, as `pretrain` does (spacy_elmo/training/malloc.py); the "
+                         "default is glibc's, which inference and spaCy training get")
     ap.add_argument("--out", default=None, help="result file stem (default kernels_<device>[_quick])")
     args = ap.parse_args(argv)
+    if args.keep_freed_memory and not keep_freed_memory():
+        print("--keep-freed-memory: not applied (not glibc, or SPACY_ELMO_KEEP_FREED_MEMORY=0)", file=sys.stderr)
+        args.keep_freed_memory = False
     if args.quick:
         args.batches, args.lengths = [32], [20]
         args.repeats = args.repeats or 2
