@@ -15,21 +15,29 @@ namespace SE_NS {
 typedef float vf __attribute__((vector_size(SE_VBYTES)));
 typedef int32_t vi __attribute__((vector_size(SE_VBYTES)));
 
+// Cephes float32 exp and tanh coefficients, shared by the scalar forms here
+// (vectorised by the compiler) and the N-vector forms of "vector math" below.
+constexpr float kExpLo = -87.3f, kExpHi = 88.3f, kLog2e = 1.44269504088896341f;
+constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;  // ln 2 = kLn2Hi - kLn2Lo
+constexpr int kExpDegree = 6;
+constexpr float kExpP[kExpDegree] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
+                                     4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
+constexpr int kTanhDegree = 5;
+constexpr float kTanhP[kTanhDegree] = {-5.70498872745e-3f, 2.06390887954e-2f, -5.37397155531e-2f,
+                                       1.33314422036e-1f, -3.33332819422e-1f};
+constexpr float kTanhSmall = 0.625f;  // below: the odd polynomial, above: via exp
+
 static inline float se_exp(float x) {
-  x = x < -87.3f ? -87.3f : x;
-  x = x > 88.3f ? 88.3f : x;
-  float fx = x * 1.44269504088896341f + 0.5f;
+  x = x < kExpLo ? kExpLo : x;
+  x = x > kExpHi ? kExpHi : x;
+  float fx = x * kLog2e + 0.5f;
   int32_t n = (int32_t)fx;
   n -= (int32_t)(fx < (float)n);  // floor
   float fn = (float)n;
-  float r = x - fn * 0.693359375f;
-  r = r - fn * -2.12194440e-4f;
-  float y = 1.9875691500e-4f;
-  y = y * r + 1.3981999507e-3f;
-  y = y * r + 8.3334519073e-3f;
-  y = y * r + 4.1665795894e-2f;
-  y = y * r + 1.6666665459e-1f;
-  y = y * r + 5.0000001201e-1f;
+  float r = x - fn * kLn2Hi;
+  r = r - fn * kLn2Lo;
+  float y = kExpP[0];
+  for (int k = 1; k < kExpDegree; ++k) y = y * r + kExpP[k];
   y = y * r * r + r + 1.0f;
   int32_t bits = (n + 127) << 23;
   float scale;
@@ -42,16 +50,13 @@ static inline float se_sigmoid(float x) { return 1.0f / (1.0f + se_exp(-x)); }
 static inline float se_tanh(float x) {
   float ax = x < 0.0f ? -x : x;
   float z = x * x;
-  float p = -5.70498872745e-3f;
-  p = p * z + 2.06390887954e-2f;
-  p = p * z - 5.37397155531e-2f;
-  p = p * z + 1.33314422036e-1f;
-  p = p * z - 3.33332819422e-1f;
+  float p = kTanhP[0];
+  for (int k = 1; k < kTanhDegree; ++k) p = p * z + kTanhP[k];
   float small = p * z * x + x;
   float e = se_exp(2.0f * ax);
   float big = 1.0f - 2.0f / (e + 1.0f);
   big = x < 0.0f ? -big : big;
-  return ax < 0.625f ? small : big;
+  return ax < kTanhSmall ? small : big;
 }
 
 // ---------------------------------------------------------------- vector math
@@ -78,13 +83,18 @@ static inline void se_vstore(float* p, vf v) { __builtin_memcpy(p, &v, sizeof(vf
 
 static inline vf se_vsel(vi mask, vf a, vf b) { return mask ? a : b; }
 
+// The AVX-512 intrinsics are used in their all-lanes masked form: GCC 12's plain
+// forms start from _mm512_undefined_ps() and warn that it may be uninitialised.
+#define SE_ALL ((__mmask16)0xffff)
+
 template <int N>
 static inline void se_vrcp(vf* x) {
-  vf r[N];
 #if SE_VBYTES == 64
-  SE_EACH r[i] = (vf)_mm512_rcp14_ps((__m512)x[i]);
+  vf r[N];
+  SE_EACH r[i] = (vf)_mm512_mask_rcp14_ps((__m512)x[i], SE_ALL, (__m512)x[i]);
   SE_EACH x[i] = r[i] * (2.0f - x[i] * r[i]);
 #elif SE_VBYTES == 32
+  vf r[N];
   SE_EACH r[i] = (vf)_mm256_rcp_ps((__m256)x[i]);
   SE_EACH r[i] = r[i] * (2.0f - x[i] * r[i]);
   SE_EACH x[i] = r[i] * (2.0f - x[i] * r[i]);
@@ -96,11 +106,12 @@ static inline void se_vrcp(vf* x) {
 template <int N>
 static inline void se_vexp(vf* x) {
   vf fn[N], r[N], y[N];
-  SE_EACH x[i] = se_vsel(x[i] < -87.3f, se_vset(-87.3f), x[i]);
-  SE_EACH x[i] = se_vsel(x[i] > 88.3f, se_vset(88.3f), x[i]);
-  SE_EACH fn[i] = x[i] * 1.44269504088896341f + 0.5f;
+  SE_EACH x[i] = se_vsel(x[i] < kExpLo, se_vset(kExpLo), x[i]);
+  SE_EACH x[i] = se_vsel(x[i] > kExpHi, se_vset(kExpHi), x[i]);
+  SE_EACH fn[i] = x[i] * kLog2e + 0.5f;
 #if SE_VBYTES == 64
-  SE_EACH fn[i] = (vf)_mm512_roundscale_ps((__m512)fn[i], _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  SE_EACH fn[i] = (vf)_mm512_mask_roundscale_ps((__m512)fn[i], SE_ALL, (__m512)fn[i],
+                                                 _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
 #elif SE_VBYTES == 32
   SE_EACH fn[i] = (vf)_mm256_floor_ps((__m256)fn[i]);
 #else
@@ -110,16 +121,13 @@ static inline void se_vexp(vf* x) {
     fn[i] = __builtin_convertvector(n, vf);
   }
 #endif
-  SE_EACH r[i] = x[i] - fn[i] * 0.693359375f;
-  SE_EACH r[i] = r[i] - fn[i] * -2.12194440e-4f;
-  SE_EACH y[i] = r[i] * 1.9875691500e-4f + 1.3981999507e-3f;
-  SE_EACH y[i] = y[i] * r[i] + 8.3334519073e-3f;
-  SE_EACH y[i] = y[i] * r[i] + 4.1665795894e-2f;
-  SE_EACH y[i] = y[i] * r[i] + 1.6666665459e-1f;
-  SE_EACH y[i] = y[i] * r[i] + 5.0000001201e-1f;
+  SE_EACH r[i] = x[i] - fn[i] * kLn2Hi;
+  SE_EACH r[i] = r[i] - fn[i] * kLn2Lo;
+  SE_EACH y[i] = se_vset(kExpP[0]);
+  for (int k = 1; k < kExpDegree; ++k) SE_EACH y[i] = y[i] * r[i] + kExpP[k];
   SE_EACH y[i] = y[i] * r[i] * r[i] + r[i] + 1.0f;
 #if SE_VBYTES == 64
-  SE_EACH x[i] = (vf)_mm512_scalef_ps((__m512)y[i], (__m512)fn[i]);  // y * 2^fn, exactly
+  SE_EACH x[i] = (vf)_mm512_mask_scalef_ps((__m512)y[i], SE_ALL, (__m512)y[i], (__m512)fn[i]);  // y * 2^fn
 #else
   SE_EACH x[i] = y[i] * (vf)((__builtin_convertvector(fn[i], vi) + 127) << 23);
 #endif
@@ -139,10 +147,8 @@ static inline void se_vtanh(vf* x) {
   SE_EACH ax[i] = se_vsel(x[i] < 0.0f, -x[i], x[i]);
   SE_EACH {
     const vf z = x[i] * x[i];
-    vf p = z * -5.70498872745e-3f + 2.06390887954e-2f;
-    p = p * z - 5.37397155531e-2f;
-    p = p * z + 1.33314422036e-1f;
-    p = p * z - 3.33332819422e-1f;
+    vf p = se_vset(kTanhP[0]);
+    for (int k = 1; k < kTanhDegree; ++k) p = p * z + kTanhP[k];
     small[i] = p * z * x[i] + x[i];
   }
   SE_EACH e[i] = 2.0f * ax[i];
@@ -152,11 +158,12 @@ static inline void se_vtanh(vf* x) {
   SE_EACH {
     vf big = 1.0f - 2.0f * e[i];
     big = se_vsel(x[i] < 0.0f, -big, big);
-    x[i] = se_vsel(ax[i] < 0.625f, small[i], big);
+    x[i] = se_vsel(ax[i] < kTanhSmall, small[i], big);
   }
 }
 
 #undef SE_EACH
+#undef SE_ALL
 
 static inline vf se_vclip(vf x, vf lo, vf hi) {
   x = se_vsel(x < lo, lo, x);
