@@ -75,10 +75,10 @@ def pretrain(
     from ..training.malloc import keep_freed_memory as keep_freed
     from ..training.trainer import TrainConfig, train
 
-    if keep_freed_memory:
-        keep_freed()
     if max_steps is not None and epochs is not None:
         raise typer.BadParameter(Errors.E_STEPS_AND_EPOCHS)
+    if keep_freed_memory:
+        keep_freed()
     config = {} if init else model_config(preset, options)
     cfg = TrainConfig(
         train_path=str(train_path), output_dir=str(output_dir), heldout=str(heldout) if heldout else None, lang=lang,

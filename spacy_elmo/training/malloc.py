@@ -5,9 +5,9 @@ sampled softmax's ``(B*U, S)`` logits are 168 MB at B = 128, S = 8192). glibc
 serves blocks over 32 MB with a fresh ``mmap`` and gives them back with
 ``munmap`` when freed, so every step faults in (and the kernel zeroes) the same
 pages again: measured on 2 CPU cores, small preset, B = 128, that costs the
-reference backend almost half its time (634 -> 1,146 tokens/s with this on)
-and the fused backend about 6% (2,849 -> 3,026; it recycles its own saved
-tensors already).
+reference backend 42% of its throughput (772 -> 1,333 tokens/s with this on)
+and the fused backend 4% (2,903 -> 3,027; it recycles its own saved tensors
+already; benchmarks/results/pretrain_cpu_b128_avx512_{glibcdefault,keepfreed}.json).
 
 :func:`keep_freed_memory` turns ``mmap`` allocation off and raises the trim
 threshold, so freed blocks stay in the heap and are reused. The cost is that

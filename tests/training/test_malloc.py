@@ -6,6 +6,7 @@ arena = bytes of heap obtained with sbrk.
 """
 
 import json
+import os
 import subprocess
 import sys
 
@@ -20,13 +21,13 @@ pytestmark = pytest.mark.skipif(
 PROBE = r"""
 import ctypes, json, sys
 import torch
-from spacy_elmo.training.malloc import keep_freed_memory
+from spacy_elmo.training.malloc import _glibc, keep_freed_memory
 
 class MallInfo2(ctypes.Structure):
     _fields_ = [(n, ctypes.c_size_t) for n in
                 ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
 
-libc = ctypes.CDLL("libc.so.6")
+libc = _glibc()
 libc.mallinfo2.restype = MallInfo2
 applied = keep_freed_memory() if sys.argv[1] == "keep" else False
 MB = 2**20
@@ -40,8 +41,6 @@ print(json.dumps({"applied": applied, "mmap_during": during.hblkhd, "heap_during
 
 
 def _probe(mode, env=None):
-    import os
-
     run_env = dict(os.environ, **(env or {}))
     out = subprocess.run([sys.executable, "-c", PROBE, mode], capture_output=True, text=True, env=run_env, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
