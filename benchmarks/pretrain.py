@@ -17,20 +17,25 @@ import argparse
 import json
 import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from spacy_elmo.bilm import BiLM, BiLMConfig
-from spacy_elmo.ops import fused_available
-from spacy_elmo.training.lm import BidirectionalLM, encode_batch
-from spacy_elmo.training.malloc import keep_freed_memory
-from spacy_elmo.training.sampler import LogUniformSampler
-from spacy_elmo.training.softmax import SoftmaxLayer
-from spacy_elmo.training.trainer import build_optimizer
-from spacy_elmo.training.vocab import SPECIALS, CharTable, Vocab
+if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.kernels import FILTERS, cnn_flops, highway_flops, lstm_layer_flops, measure_gemm_gflops  # noqa: E402
+from spacy_elmo.bilm import BiLM, BiLMConfig  # noqa: E402
+from spacy_elmo.ops import fused_available  # noqa: E402
+from spacy_elmo.training.lm import BidirectionalLM, encode_batch  # noqa: E402
+from spacy_elmo.training.malloc import keep_freed_memory  # noqa: E402
+from spacy_elmo.training.sampler import LogUniformSampler  # noqa: E402
+from spacy_elmo.training.softmax import SoftmaxLayer  # noqa: E402
+from spacy_elmo.training.trainer import build_optimizer  # noqa: E402
+from spacy_elmo.training.vocab import SPECIALS, CharTable, Vocab  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -55,6 +60,22 @@ def batches(vocab: Vocab, batch: int, unroll: int, n: int, seed: int = 0):
         ids = [np.minimum(rng.zipf(1.2, size=(batch, unroll + 1)) + 2, len(vocab.types) - 1) for _ in range(2)]
         out.append(tuple(torch.from_numpy(x.astype(np.int64)) for x in ids))
     return out
+
+
+def step_flops(config: BiLMConfig, n_unique: int, n_tokens: int, negatives: int) -> float:
+    """FLOPs of one training step (multiply-add = 2, backward = 2x forward, as in
+    benchmarks/kernels.py): the token encoder on the ``n_unique`` distinct input
+    tokens (each encoded once), both LSTM stacks on ``n_tokens`` positions per
+    direction, and the sampled softmax's ``(2 n_tokens, negatives)`` product."""
+    if [tuple(f) for f in config.filters] != FILTERS:
+        raise ValueError("step_flops counts the released filter set only")
+    n_filters, P, C = config.n_filters, config.projection_dim, config.cell_dim
+    encoder = cnn_flops(n_unique) + config.n_highway * highway_flops(n_unique, n_filters)
+    if n_filters != P:
+        encoder += 2 * n_unique * n_filters * P
+    lstm = config.n_layers * lstm_layer_flops(n_tokens, C, P)
+    softmax = 2 * (2 * n_tokens) * (negatives + 1) * P
+    return 3.0 * (encoder + lstm + softmax)
 
 
 def make_step(lm, optimizer, sampler, char_table, vocab, device, use_amp, gen):
@@ -107,14 +128,24 @@ def bench_preset(preset, backends, args, device):
             if i >= args.warmup:
                 times[name].append(time.perf_counter() - start)
     tokens = args.batch_size * args.unroll
+    # The floor: this step's FLOPs at the GEMM rate (the encoder's share depends on
+    # how many distinct tokens each window holds).
+    unique = [torch.unique(torch.cat([f[:, :-1], b[:, :-1]], 1)).numel() for f, b in data[args.warmup:]]
+    flops = statistics.mean(step_flops(config, u, tokens, args.negatives) for u in unique)
+    floor_tokens_per_s = tokens / (flops / (args.peak_gflops * 1e9))
     row = {"preset": preset, "batch": args.batch_size, "unroll": args.unroll, "negatives": args.negatives,
-           "vocab": len(vocab), "backends": {}}
+           "vocab": len(vocab), "unique_tokens_mean": statistics.mean(unique), "gflop_per_step": flops / 1e9,
+           "floor_tokens_per_s": floor_tokens_per_s, "backends": {}}
     for name in backends:
         median = statistics.median(times[name])
         row["backends"][name] = {"tokens_per_s": tokens / median, "step_s_median": median, "step_s_all": times[name],
+                                 "gflops": flops / median / 1e9, "floor_fraction": tokens / median / floor_tokens_per_s,
                                  "first_loss": losses[name][0]}
     if "fused" in backends and "reference" in backends:
         row["speedup_fused_vs_reference"] = row["backends"]["fused"]["tokens_per_s"] / row["backends"]["reference"]["tokens_per_s"]
+    if "reference" in backends:
+        # No backend can beat the floor: the largest ratio to the reference this machine allows.
+        row["floor_vs_reference"] = floor_tokens_per_s / row["backends"]["reference"]["tokens_per_s"]
     return row
 
 
@@ -157,6 +188,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--peak-gflops", type=float, default=None,
+                        help="GFLOP/s of the floor (default: a float32 GEMM measured at start, as benchmarks/kernels.py)")
     parser.add_argument("--keep-freed-memory", action=argparse.BooleanOptionalAction, default=True,
                         help="glibc keeps freed memory, as the pretrain command does (spacy_elmo/training/malloc.py)")
     parser.add_argument("--out", type=Path, default=None)
@@ -165,13 +198,18 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     backends = ["reference"] + (["fused"] if fused_available() else [])
+    if args.peak_gflops is None:
+        args.peak_gflops = round(measure_gemm_gflops(device, repeats=20), 1)
+    print(f"GEMM rate here: {args.peak_gflops} GFLOP/s (the floor's peak)", flush=True)
     rows = []
     for preset in args.presets:
         row = bench_preset(preset, backends, args, device)
         rows.append(row)
-        cells = "  ".join(f"{b}: {row['backends'][b]['tokens_per_s']:8.0f} tok/s" for b in backends)
+        cells = "  ".join(f"{b}: {row['backends'][b]['tokens_per_s']:8.0f} tok/s ({row['backends'][b]['floor_fraction']:.2f} of floor)"
+                          for b in backends)
         ratio = row.get("speedup_fused_vs_reference")
-        print(f"{preset:>9}  B={args.batch_size} U={args.unroll}  {cells}" + (f"  fused/reference {ratio:.2f}x" if ratio else ""), flush=True)
+        print(f"{preset:>9}  B={args.batch_size} U={args.unroll}  {cells}" + (f"  fused/reference {ratio:.2f}x" if ratio else "")
+              + f"  floor {row['floor_tokens_per_s']:.0f} tok/s = {row['floor_vs_reference']:.2f}x reference", flush=True)
     lse = bench_logsumexp(args, device)
     print(f"sampled-softmax logsumexp ({lse['rows']} x {lse['negatives']}, fwd+bwd with its product): "
           f"torch {lse['torch.logsumexp'] * 1e3:.0f} ms, consuming {lse['ConsumingLogSumExp'] * 1e3:.0f} ms, "
@@ -180,6 +218,7 @@ def main() -> None:
         "benchmark": "pretrain", "device": str(device), "threads": torch.get_num_threads(), "dtype": "bfloat16 autocast" if device.type == "cuda" and args.bf16 else "float32",
         "fused_available": fused_available(), "torch": torch.__version__, "machine": platform.machine(),
         "processor": platform.processor(), "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "keep_freed_memory": kept,
+        "peak_gflops": args.peak_gflops, "floor_note": "floor = tokens/s at peak_gflops (step_flops)",
         "rows": rows, "logsumexp": lse,
         "note": "tokens/s = batch*unroll per training step (fwd+bwd LMs, sampled softmax, clip, Adagrad); medians",
     }
