@@ -31,6 +31,29 @@ struct CharConvArgs {
   const int32_t* run;
 };
 
+// The char CNN's backward for a block of nf filters of one width over every
+// token (float32), filter-major so that the block's gradient stays in L1:
+//   dw[f] = sum_n g[n][f] * e[n][arg[n][f] * D + k]  (k < K = width * D, written)
+//   dpos[n][arg[n][f] * D + k] += g[n][f] * w[f][k]   (accumulated)
+// g, arg: (N, ldg), this block's columns; e, dpos: (N, W * D); w, dw: (nf, K)
+// in (position, dim) order. A zero g (the activation was off) adds nothing.
+// rows: (N) scratch.
+struct CharConvBackArgs {
+  const float* g;
+  const int32_t* arg;
+  int64_t ldg;
+  int64_t N;
+  int64_t nf;
+  int64_t K;
+  int64_t W;
+  int64_t D;
+  const float* e;
+  const float* w;
+  float* dw;
+  float* dpos;
+  int32_t* rows;
+};
+
 // One LSTM step's gate math for a range of channels of one row (float32).
 //   z: recurrent product (4C), xi: input product + bias + forget bias (4C),
 //   c: state in/out (C), gates out (4C: sigmoid(i), tanh(j), sigmoid(f), sigmoid(o)),
@@ -142,6 +165,7 @@ struct StepDhArgs {
 struct KernelTable {
   const char* name;
   void (*char_conv)(const CharConvArgs&);
+  void (*char_conv_back)(const CharConvBackArgs&);
   void (*gates_forward)(const GateArgs&);
   void (*gates_backward)(const GateBackwardArgs&);
   // y = g * relu(t) + (1 - g) * x over n elements of a row; h = [t | carry] pre-activations

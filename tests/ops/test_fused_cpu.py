@@ -118,11 +118,14 @@ def test_char_cnn_trailing_run_windows(pad_shift):
 
 
 @pytest.mark.parametrize("activation", ["relu", "tanh"])
-def test_char_cnn_gradients_float32_vs_reference(activation):
+# dim 16: every filter's window is whole vectors under every ISA (the backward's
+# register path); dim 6: partial vectors (its generic path). 9 tokens: two tiles.
+@pytest.mark.parametrize("dim", [6, 16])
+def test_char_cnn_gradients_float32_vs_reference(activation, dim):
     gen = torch.Generator().manual_seed(11)
     filters = [(1, 5), (2, 16), (5, 33)]
     ids = random_char_ids(gen, 9, 20, zero_rows=[2])
-    emb, ws, bs = char_params(gen, filters, 6)
+    emb, ws, bs = char_params(gen, filters, dim)
     grads = []
     for impl in (fused, R):
         params = [p.clone().requires_grad_() for p in [emb, *ws, *bs]]
