@@ -39,8 +39,7 @@ bool vector_conv_back(const T*, const int32_t*, int64_t, int64_t, int64_t, int64
 
 inline bool vector_conv_back(const float* g, const int32_t* arg, int64_t ldg, int64_t N, int64_t nf, int64_t K,
                              int64_t W, int64_t D, const float* e, const float* w, float* dw, float* dpos) {
-  std::vector<int32_t> rows(N);
-  cpu::kernels().char_conv_back({g, arg, ldg, N, nf, K, W, D, e, w, dw, dpos, rows.data()});
+  cpu::kernels().char_conv_back({g, arg, ldg, N, nf, K, W, D, e, w, dw, dpos});
   return true;
 }
 
@@ -252,22 +251,17 @@ std::tuple<at::Tensor, std::vector<at::Tensor>, std::vector<at::Tensor>> char_cn
   // weights transposed to (f, k, d)
   std::vector<at::Tensor> wt_all;
   for (auto& w : weights) wt_all.push_back(w.permute({0, 2, 1}).contiguous());
+  // The embedded characters of every token, (N, W, D): shifted id k >= 1 reads
+  // table row k - 1, id 0 (no character) a zero row (padding ids are real rows).
+  const at::Tensor e_all =
+      at::constant_pad_nd(emb, {0, 0, 1, 0}).index_select(0, ids.reshape({-1})).reshape({N, W, D});
   AT_DISPATCH_FLOATING_TYPES(emb.scalar_type(), "char_cnn_backward", [&] {
     const int64_t* idp = ids.data_ptr<int64_t>();
-    const scalar_t* table = emb.data_ptr<scalar_t>();
     const scalar_t* gp = g.data_ptr<scalar_t>();
     const int32_t* ap = arg.data_ptr<int32_t>();
     std::vector<const scalar_t*> wts;
     for (auto& w : wt_all) wts.push_back(w.data_ptr<scalar_t>());
-    // The embedded characters of every token (padding ids > 0 are real rows).
-    at::Tensor e_all = at::empty({N, W, D}, emb.options());
-    scalar_t* ep = e_all.data_ptr<scalar_t>();
-    at::parallel_for(0, N * W, 4096, [&](int64_t k0, int64_t k1) {
-      for (int64_t k = k0; k < k1; ++k) {
-        const int64_t id = idp[k];
-        for (int64_t d = 0; d < D; ++d) ep[k * D + d] = id > 0 ? table[(id - 1) * D + d] : scalar_t(0);
-      }
-    });
+    const scalar_t* ep = e_all.data_ptr<scalar_t>();
     scalar_t* dwf = dw_flat.data_ptr<scalar_t>();
     cpu::dynamic_for((int64_t)blk_filter.size(), [&](int64_t task, int64_t) {
       const int64_t tid = at::get_thread_num();

@@ -32,12 +32,11 @@ struct CharConvArgs {
 };
 
 // The char CNN's backward for a block of nf filters of one width over every
-// token (float32), filter-major so that the block's gradient stays in L1:
+// token (float32), in tiles of tokens, each filter's gradient in registers:
 //   dw[f] = sum_n g[n][f] * e[n][arg[n][f] * D + k]  (k < K = width * D, written)
 //   dpos[n][arg[n][f] * D + k] += g[n][f] * w[f][k]   (accumulated)
 // g, arg: (N, ldg), this block's columns; e, dpos: (N, W * D); w, dw: (nf, K)
 // in (position, dim) order. A zero g (the activation was off) adds nothing.
-// rows: (N) scratch.
 struct CharConvBackArgs {
   const float* g;
   const int32_t* arg;
@@ -51,7 +50,6 @@ struct CharConvBackArgs {
   const float* w;
   float* dw;
   float* dpos;
-  int32_t* rows;
 };
 
 // One LSTM step's gate math for a range of channels of one row (float32).

@@ -342,7 +342,7 @@ static inline void conv_back_filter_any(const CharConvBackArgs& a, int64_t f, co
 constexpr int64_t kConvBackTokens = 8;
 
 static void char_conv_back(const CharConvBackArgs& a) {
-  int32_t* rows = a.rows;
+  int32_t rows[kConvBackTokens];
   for (int64_t i = 0; i < a.nf * a.K; ++i) a.dw[i] = 0.0f;
   for (int64_t n0 = 0; n0 < a.N; n0 += kConvBackTokens) {
     const int64_t n1 = a.N - n0 < kConvBackTokens ? a.N : n0 + kConvBackTokens;
