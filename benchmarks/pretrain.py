@@ -151,22 +151,28 @@ def bench_preset(preset, backends, args, device):
 
 
 def bench_logsumexp(args, device, repeats=10):
-    """The sampled softmax's ``(B*U, S)`` logsumexp, forward + backward: torch's vs the
-    consuming one the trainer uses (it reuses the logits buffer, no temporaries).
-    Interleaved, medians; the product before it is included in both."""
-    from spacy_elmo.training.softmax import ConsumingLogSumExp
+    """The sampled softmax's ``(B*U, S)`` log-sum-exp with its product, forward + backward:
+    torch's, the reference backend's consuming one (it reuses the logits buffer, no
+    temporaries) and, when built, the fused op (product and softmax per block of rows
+    in cache; the backward folds the softmax scale into its products). Interleaved, medians."""
+    from spacy_elmo import ops
+    from spacy_elmo.ops.reference import ConsumingLogSumExp
 
     n, dim = args.batch_size * args.unroll, 128
     gen = torch.Generator().manual_seed(0)
     h = torch.randn(n, dim, generator=gen).to(device).requires_grad_()
     w = (torch.randn(args.negatives, dim, generator=gen) * 0.1).to(device).requires_grad_()
-    impls = {"torch.logsumexp": lambda x: torch.logsumexp(x, 1),
-             "ConsumingLogSumExp": lambda x: ConsumingLogSumExp.apply(x)[0]}
+    off = torch.zeros(args.negatives, device=device)
+    hit = torch.full((n,), -1, dtype=torch.long, device=device)
+    impls = {"torch.logsumexp": lambda: torch.logsumexp(torch.nn.functional.linear(h, w), 1),
+             "ConsumingLogSumExp": lambda: ConsumingLogSumExp.apply(torch.nn.functional.linear(h, w))[0]}
+    if ops.fused_available():
+        impls["fused"] = lambda: ops.sampled_logsumexp(h, w, off, hit, backend="fused")
     times = {name: [] for name in impls}
     for i in range(repeats + 2):
         for name, lse in impls.items():
             start = time.perf_counter()
-            lse(torch.nn.functional.linear(h, w)).sum().backward()
+            lse().sum().backward()
             if device.type == "cuda":
                 torch.cuda.synchronize()
             if i >= 2:
@@ -174,6 +180,8 @@ def bench_logsumexp(args, device, repeats=10):
     row = {"rows": n, "negatives": args.negatives, "dim": dim}
     row.update({name: statistics.median(ts) for name, ts in times.items()})
     row["speedup"] = row["torch.logsumexp"] / row["ConsumingLogSumExp"]
+    if "fused" in row:
+        row["speedup_fused_vs_consuming"] = row["ConsumingLogSumExp"] / row["fused"]
     return row
 
 
@@ -214,7 +222,7 @@ def main() -> None:
     lse = bench_logsumexp(args, device)
     print(f"sampled-softmax logsumexp ({lse['rows']} x {lse['negatives']}, fwd+bwd with its product): "
           f"torch {lse['torch.logsumexp'] * 1e3:.0f} ms, consuming {lse['ConsumingLogSumExp'] * 1e3:.0f} ms, "
-          f"{lse['speedup']:.2f}x", flush=True)
+          f"{lse['speedup']:.2f}x" + (f"; fused {lse['fused'] * 1e3:.0f} ms" if "fused" in lse else ""), flush=True)
     result = {
         "benchmark": "pretrain", "device": str(device), "threads": torch.get_num_threads(), "dtype": "bfloat16 autocast" if device.type == "cuda" and args.bf16 else "float32",
         "fused_available": fused_available(), "torch": torch.__version__, "machine": platform.machine(),

@@ -34,6 +34,8 @@ TORCH_LIBRARY(spacy_elmo, m) {
   m.def("lstm_backward(Tensor[] grad_outs, Tensor grad_hn, Tensor grad_cn, Tensor[] xs, Tensor lengths, "
         "Tensor[] weights, Tensor c0, Tensor gates, Tensor c_raw, Tensor hp_raw, Tensor h_prev, Tensor m, "
         "float? cell_clip, float? proj_clip, int[] reverse, bool residual) -> (Tensor[], Tensor[], Tensor, Tensor)");
+  m.def("sampled_logsumexp_forward(Tensor h, Tensor weight, Tensor offset, Tensor hit) -> (Tensor, Tensor)");
+  m.def("sampled_logsumexp_backward(Tensor grad, Tensor h, Tensor weight, Tensor softmax) -> (Tensor, Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(spacy_elmo, CPU, m) {
@@ -43,6 +45,8 @@ TORCH_LIBRARY_IMPL(spacy_elmo, CPU, m) {
   m.impl("highway_backward", &spacy_elmo::highway_backward_cpu);
   m.impl("lstm_forward", &spacy_elmo::lstm_forward_cpu);
   m.impl("lstm_backward", &spacy_elmo::lstm_backward_cpu);
+  m.impl("sampled_logsumexp_forward", &spacy_elmo::sampled_logsumexp_forward_cpu);
+  m.impl("sampled_logsumexp_backward", &spacy_elmo::sampled_logsumexp_backward_cpu);
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {

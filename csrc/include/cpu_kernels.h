@@ -175,6 +175,9 @@ struct KernelTable {
   void (*step_proj)(const StepProjArgs&);
   void (*step_gates_back)(const StepGatesBackArgs&);
   void (*step_dh)(const StepDhArgs&);
+  // One sampled-softmax row in place: x (S) products -> softmax(x + off), column
+  // `hit` (-1: none) removed; *lse = the row's log-sum-exp.
+  void (*softmax_row)(float* x, int64_t S, const float* off, int64_t hit, float* lse);
 };
 
 const KernelTable& kernels();  // the best table for this CPU

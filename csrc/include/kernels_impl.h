@@ -452,6 +452,60 @@ static void highway_backward(const float* dy, const float* ht, const float* hg, 
   }
 }
 
+// ---------------------------------------------------------------- sampled softmax
+
+// One row of the sampled softmax, in place: x (S) holds the products h . w_s of
+// the S candidates and becomes softmax(x + off) with column `hit` removed (the
+// row's own target drawn as a candidate; -1: none); *lse gets that row's
+// log-sum-exp. As in the reference, the removed column is the lowest float
+// before the exp: exactly 0 after it unless it is the whole row (then 1, and
+// lse the lowest float). The row is 32 KB at S = 8192, so the passes after the
+// first run in L1/L2.
+static void softmax_row(float* x, int64_t S, const float* off, int64_t hit, float* lse) {
+  constexpr int NV = 4;
+  constexpr float kLowest = -__FLT_MAX__;
+  int64_t s = 0;
+  for (; s + SE_VL <= S; s += SE_VL) se_vstore(x + s, se_vload(x + s) + se_vload(off + s));
+  for (; s < S; ++s) x[s] += off[s];
+  if (hit >= 0) x[hit] = kLowest;
+  vf top[NV];
+  for (int i = 0; i < NV; ++i) top[i] = se_vset(kLowest);
+  for (s = 0; s + NV * SE_VL <= S; s += NV * SE_VL) for (int i = 0; i < NV; ++i) {
+      const vf v = se_vload(x + s + i * SE_VL);
+      top[i] = se_vsel(v > top[i], v, top[i]);
+    }
+  float m = kLowest;
+  for (int i = 0; i < NV; ++i)
+    for (int l = 0; l < SE_VL; ++l) m = top[i][l] > m ? top[i][l] : m;
+  for (int64_t t = s; t < S; ++t) m = x[t] > m ? x[t] : m;
+  vf acc[NV];
+  for (int i = 0; i < NV; ++i) acc[i] = se_vset(0.0f);
+  for (s = 0; s + NV * SE_VL <= S; s += NV * SE_VL) {
+    vf v[NV];
+    for (int i = 0; i < NV; ++i) v[i] = se_vload(x + s + i * SE_VL) - m;
+    se_vexp<NV>(v);
+    for (int i = 0; i < NV; ++i) {
+      se_vstore(x + s + i * SE_VL, v[i]);
+      acc[i] += v[i];
+    }
+  }
+  float total = 0.0f;
+  for (int64_t t = s; t < S; ++t) {
+    x[t] = se_exp(x[t] - m);
+    total += x[t];
+  }
+  for (int i = 0; i < NV; ++i) for (int l = 0; l < SE_VL; ++l) total += acc[i][l];
+  // exp clamps its argument at kExpLo, so a removed column came out ~1e-38, not 0.
+  if (hit >= 0 && m > kLowest) {
+    total -= x[hit];
+    x[hit] = 0.0f;
+  }
+  const vf inv = se_vset(1.0f / total);
+  for (s = 0; s + SE_VL <= S; s += SE_VL) se_vstore(x + s, se_vload(x + s) * inv);
+  for (; s < S; ++s) x[s] *= inv[0];
+  *lse = m + __builtin_logf(total);
+}
+
 // ---------------------------------------------------------------- fused LSTM step
 
 // The next task's weight panel, prefetched into L2 one cache line per k of the
@@ -800,7 +854,7 @@ static void step_dh(const StepDhArgs& a) {
 
 const KernelTable table = {SE_NAME,          char_conv,        char_conv_back, gates_forward,   gates_backward,
                            highway_epilogue, highway_backward, SE_VL,          step_gates,      step_proj,
-                           step_gates_back,  step_dh};
+                           step_gates_back,  step_dh,          softmax_row};
 
 #undef SE_VL
 }  // namespace SE_NS

@@ -41,6 +41,16 @@ LstmBackwardResult lstm_backward_cpu(at::TensorList grad_outs, const at::Tensor&
                                      std::optional<double> cell_clip, std::optional<double> proj_clip,
                                      at::IntArrayRef reverse, bool residual);
 
+// Sampled softmax: lse (N,) = logsumexp(h @ w^T + off, 1) with column hit[n] of
+// row n removed (-1: none); also returns the softmax p (N, S) for the backward.
+std::tuple<at::Tensor, at::Tensor> sampled_logsumexp_forward_cpu(const at::Tensor& h, const at::Tensor& w,
+                                                                 const at::Tensor& off, const at::Tensor& hit);
+// Returns dh (N, P), dw (S, P), doff (S,).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> sampled_logsumexp_backward_cpu(const at::Tensor& grad,
+                                                                              const at::Tensor& h,
+                                                                              const at::Tensor& w,
+                                                                              const at::Tensor& p);
+
 // Which CPU kernel table is in use ("base", "avx2", "avx512").
 std::string cpu_isa();
 

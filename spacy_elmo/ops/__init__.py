@@ -32,7 +32,8 @@ def resolve_backend(name: str) -> str:
 
 
 def implementation(backend: str) -> ModuleType:
-    """The module implementing ``char_cnn``, ``highway`` and ``bilstm_layer`` for a resolved backend."""
+    """The module implementing ``char_cnn``, ``highway``, ``bilstm_layer`` and
+    ``sampled_logsumexp`` for a resolved backend."""
     if backend == "fused":
         from . import fused
 
@@ -52,8 +53,14 @@ def bilstm_layer(*args, backend: str = "reference", **kwargs):
     return implementation(backend).bilstm_layer(*args, **kwargs)
 
 
+def sampled_logsumexp(*args, backend: str = "reference", **kwargs):
+    return implementation(backend).sampled_logsumexp(*args, **kwargs)
+
+
 char_cnn.__doc__ = reference.char_cnn.__doc__
 highway.__doc__ = reference.highway.__doc__
 bilstm_layer.__doc__ = reference.bilstm_layer.__doc__
+sampled_logsumexp.__doc__ = reference.sampled_logsumexp.__doc__
 
-__all__ = ["BACKENDS", "resolve_backend", "fused_available", "char_cnn", "highway", "bilstm_layer", "reference"]
+__all__ = ["BACKENDS", "resolve_backend", "fused_available", "char_cnn", "highway", "bilstm_layer",
+           "sampled_logsumexp", "reference"]

@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from ..errors import Errors
+from . import reference
 from .extension import load_extension
 
 _C, _REASON = load_extension()
@@ -125,6 +126,16 @@ def _lstm_backward_fake(grad_outs, grad_hn, grad_cn, xs, lengths, weights, c0, g
     )
 
 
+@torch.library.register_fake("spacy_elmo::sampled_logsumexp_forward")
+def _sampled_logsumexp_forward_fake(h, weight, offset, hit):
+    return h.new_empty(h.shape[0]), h.new_empty(h.shape[0], weight.shape[0])
+
+
+@torch.library.register_fake("spacy_elmo::sampled_logsumexp_backward")
+def _sampled_logsumexp_backward_fake(grad, h, weight, softmax):
+    return torch.empty_like(h), torch.empty_like(weight), weight.new_empty(weight.shape[0])
+
+
 # ------------------------------------------------------------------ autograd
 
 
@@ -196,6 +207,25 @@ def _lstm_backward(ctx, grad_outs, grad_hn, grad_cn, *_unused):
 
 
 torch.library.register_autograd("spacy_elmo::lstm_forward", _lstm_backward, setup_context=_lstm_setup)
+
+
+def _sampled_logsumexp_setup(ctx, inputs, output):
+    h, weight, _offset, _hit = inputs
+    _lse, softmax = output
+    ctx.set_materialize_grads(False)  # no (N, S) zeros for the softmax output
+    ctx.save_for_backward(h, weight, softmax)
+
+
+def _sampled_logsumexp_backward(ctx, grad_lse, _grad_softmax):
+    if grad_lse is None:
+        return None, None, None, None
+    h, weight, softmax = ctx.saved_tensors
+    dh, dw, doffset = _ops.sampled_logsumexp_backward(grad_lse, h, weight, softmax)
+    return dh, dw, doffset, None
+
+
+torch.library.register_autograd("spacy_elmo::sampled_logsumexp_forward", _sampled_logsumexp_backward,
+                                setup_context=_sampled_logsumexp_setup)
 
 
 # ------------------------------------------------------------------ wrappers
@@ -317,5 +347,19 @@ def bilstm_layer(
     return outs[0], outs[1], h_n, c_n
 
 
-__all__ = ["char_cnn", "highway", "lstm_layer", "bilstm_layer", "cpu_isa", "built_with_cuda", "cpu_buffer_bytes",
-           "release_cpu_buffers", "cpu_recycle_limit", "set_cpu_recycle_limit"]
+def sampled_logsumexp(h: Tensor, weight: Tensor, offset: Tensor, hit: Tensor) -> Tensor:
+    """Fused :func:`spacy_elmo.ops.reference.sampled_logsumexp` on the CPU: each block of
+    rows goes through the product and the whole softmax while in cache, and the
+    backward folds ``softmax * grad`` into its two products (``csrc/cpu/sampled_softmax.cpp``).
+    Other devices run the reference (a cuBLAS product and PyTorch's kernels)."""
+    if h.device.type != "cpu":
+        return reference.sampled_logsumexp(h, weight, offset, hit)
+    dtype = _run_dtype(h)
+    with torch.autocast("cpu", enabled=False):
+        h, weight, offset = _cast([h, weight, offset], dtype)
+        lse, _ = _ops.sampled_logsumexp_forward(h, weight, offset, hit.to(torch.long))
+    return lse
+
+
+__all__ = ["char_cnn", "highway", "lstm_layer", "bilstm_layer", "sampled_logsumexp", "cpu_isa", "built_with_cuda",
+           "cpu_buffer_bytes", "release_cpu_buffers", "cpu_recycle_limit", "set_cpu_recycle_limit"]

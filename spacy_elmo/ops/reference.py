@@ -1,4 +1,5 @@
-"""Pure-PyTorch reference implementations of the three ELMo kernels.
+"""Pure-PyTorch reference implementations of the ELMo kernels (and of the
+sampled softmax's log-sum-exp of pretraining).
 
 These define the semantics the fused kernels (``spacy_elmo._C``) must match.
 They are exact (float32 or float64, whatever the inputs are) and
@@ -158,3 +159,61 @@ def bilstm_layer(
     out_f, h_f, c_f = lstm_layer(x_fwd, lengths, *fwd, h0[0], c0[0], cell_clip, proj_clip, False, residual)
     out_b, h_b, c_b = lstm_layer(x_bwd, lengths, *bwd, h0[1], c0[1], cell_clip, proj_clip, reverse_backward, residual)
     return out_f, out_b, torch.stack([h_f, h_b]), torch.stack([c_f, c_b])
+
+
+def sampled_logsumexp(h: Tensor, weight: Tensor, offset: Tensor, hit: Tensor) -> Tensor:
+    """The log-sum-exp over the sampled candidates of TF's ``sampled_softmax_loss``.
+
+    h ``(N, P)``; weight ``(S, P)`` the candidates' softmax rows; offset ``(S,)``
+    their bias minus ``log(expected count)``; hit ``(N,)`` int64: the column of
+    row n's own target among the candidates (an accidental hit, removed), or -1.
+    Returns ``(N,)`` float32 (float64 for float64 inputs on the fused path):
+    ``logsumexp(h @ weight.T + offset, 1)`` without the hit columns.
+    """
+    # The (N, S) logits dominate the cost, so they take as few passes as possible: the
+    # product (without bias: addmm would first write the broadcast offset over all of
+    # it), then one in-place pass adding the offset (neither the product's backward nor
+    # this add's needs the output).
+    logits = F.linear(h, weight).float()
+    logits.add_(offset.float())
+    # The lowest float rather than -inf keeps a row whose every candidate is a hit
+    # finite. Written outside autograd: the gradient there is exactly zero anyway (its
+    # softmax exp(lowest - max) underflows to 0; a row of only hits gets no gradient
+    # from the caller's logaddexp with its true logit), and index_put_'s backward
+    # would clone the whole (N, S) gradient to write those zeros.
+    rows = (hit >= 0).nonzero().squeeze(1)
+    with torch.no_grad():
+        logits.index_put_((rows, hit[rows]), logits.new_tensor(torch.finfo(logits.dtype).min))
+    return ConsumingLogSumExp.apply(logits)[0]
+
+
+class ConsumingLogSumExp(torch.autograd.Function):
+    """``logsumexp(x, 1)`` of a ``(N, S)`` float tensor that nothing else needs: ``x`` is
+    overwritten with ``exp(x - max)`` and reused as the softmax of the backward.
+    Returns ``(lse (N,), x)``; the overwritten ``x`` comes back only because
+    autograd wants every input changed in place among the outputs.
+
+    ``torch.logsumexp`` and its backward make about five ``(N, S)`` temporaries; at
+    ``N = B * U = 2560``, ``S = 8192`` that is 84 MB each, per direction and step, all
+    freshly mapped (page faults) and streamed through memory. Here: none.
+    """
+
+    @staticmethod
+    def forward(ctx, x: Tensor) -> Tuple[Tensor, Tensor]:
+        top = x.amax(1, keepdim=True)
+        # A row of only the lowest float (every candidate a hit) keeps a finite max.
+        x.sub_(top).exp_()
+        total = x.sum(1, keepdim=True)
+        ctx.mark_dirty(x)
+        ctx.mark_non_differentiable(x)
+        # The second output never gets a gradient: without this, autograd would fill an
+        # (N, S) tensor of zeros for it on every backward.
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(x, total)
+        return (total.log() + top).squeeze(1), x
+
+    @staticmethod
+    def backward(ctx, grad: Tensor, _unused: Optional[Tensor]) -> Tensor:
+        x, total = ctx.saved_tensors
+        # d lse / dx = softmax = exp(x - max) / total, scaled in place.
+        return x.mul_(grad.unsqueeze(1) / total)

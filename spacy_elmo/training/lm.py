@@ -4,6 +4,7 @@ stacks) plus one softmax shared by both directions. No spaCy here."""
 from typing import NamedTuple, Optional, Tuple
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..bilm import BiLM
@@ -47,20 +48,24 @@ class BidirectionalLM(nn.Module):
         reversed); targets_*: ``(B, T)`` target ids; lengths: ``(B,)`` valid
         prefix of each row. ``sample`` None means the full softmax.
         """
+        # Gathers by index_select / embedding rather than tensor[index] or tensor[mask]:
+        # their backwards are index_add_ where indexing's is an accumulating index_put_
+        # (several times slower on the CPU).
         tokens = self.bilm.token_encoder(unique_chars)
-        x_fwd, x_bwd = tokens[index_fwd], tokens[index_bwd]
+        x_fwd, x_bwd = F.embedding(index_fwd, tokens), F.embedding(index_bwd, tokens)
         outs_f, outs_b, final = self.bilm.lstm(x_fwd, x_bwd, lengths, state, reverse_backward=False)
         B, T = targets_fwd.shape
         mask = torch.arange(T, device=lengths.device).unsqueeze(0) < lengths.unsqueeze(1)
+        valid = mask.reshape(-1).nonzero().squeeze(1)
         # Both directions in one softmax call: the candidates are shared, so their rows are
         # gathered once, the logits are one product, and the softmax weight gets one dense
         # gradient instead of one per direction and lookup.
-        h = torch.cat([outs_f[-1][mask], outs_b[-1][mask]])
-        targets = torch.cat([targets_fwd[mask], targets_bwd[mask]])
+        h = torch.cat([o[-1].reshape(B * T, -1).index_select(0, valid) for o in (outs_f, outs_b)])
+        targets = torch.cat([targets_fwd.reshape(-1)[valid], targets_bwd.reshape(-1)[valid]])
         if sample is None:
             values = self.softmax.full_nll(h, targets)
         else:
-            values = self.softmax.sampled_nll(h, targets, sample, sampler)
+            values = self.softmax.sampled_nll(h, targets, sample, sampler, backend=self.bilm.backend)
         n = values.shape[0] // 2
         nll = [values.new_zeros(B, T).masked_scatter(mask, part) for part in (values[:n], values[n:])]
         return LMOutput(nll[0], nll[1], final)

@@ -78,3 +78,28 @@ def lstm_layer(x, lengths, w_input, w_recurrent, bias, w_proj, h0=None, c0=None,
             out[r, pos] = h + (x[r, pos] if residual else 0.0)
         h_n[r], c_n[r] = h, c
     return out, h_n, c_n
+
+
+def sampled_logsumexp(h, weight, offset, hit):
+    """Sampled softmax's log-sum-exp, row by row, and d lse / d logits (the softmax).
+
+    h (N, P), weight (S, P), offset (S,), hit (N,): the column removed from row n
+    (-1: none). Returns (lse (N,), softmax (N, S)); a removed column has softmax 0,
+    a row with every column removed has lse -inf.
+    """
+    h = np.asarray(h, dtype=np.float64)
+    w = np.asarray(weight, dtype=np.float64)
+    off = np.asarray(offset, dtype=np.float64)
+    n_rows, n_cand = h.shape[0], w.shape[0]
+    lse, soft = np.empty(n_rows), np.zeros((n_rows, n_cand))
+    for n in range(n_rows):
+        keep = [s for s in range(n_cand) if s != hit[n]]
+        if not keep:
+            lse[n] = -np.inf
+            continue
+        logits = np.array([h[n] @ w[s] + off[s] for s in keep])
+        m = logits.max()
+        e = np.exp(logits - m)
+        lse[n] = m + np.log(e.sum())
+        soft[n, keep] = e / e.sum()
+    return lse, soft

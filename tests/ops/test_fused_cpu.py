@@ -306,6 +306,69 @@ def test_bilstm_float32_vs_oracle_both_directions():
         _close(c[k], ec)
 
 
+# ----------------------------------------------------------- sampled softmax
+
+
+def _softmax_inputs(gen, n, s, p, dtype=torch.float32, hits=True):
+    h = torch.randn(n, p, generator=gen, dtype=torch.float64)
+    w = torch.randn(s, p, generator=gen, dtype=torch.float64) / p**0.5
+    off = torch.randn(s, generator=gen, dtype=torch.float64) * 2
+    hit = torch.randint(-1, s, (n,), generator=gen) if hits else torch.full((n,), -1)
+    return h.to(dtype), w.to(dtype), off.to(dtype), hit
+
+
+# S = 1, 17, 70, 200: every tail of the 4-vector and 1-vector loops under each ISA;
+# N = 300 crosses the 128-row blocks of the forward.
+@pytest.mark.parametrize("n,s,p", [(1, 1, 3), (6, 17, 5), (9, 70, 8), (300, 200, 16)])
+def test_sampled_logsumexp_vs_float64_oracle(n, s, p):
+    gen = torch.Generator().manual_seed(n * 7 + s)
+    h, w, off, hit = _softmax_inputs(gen, n, s, p)
+    if s > 1:
+        hit[0] = -1  # at least one row without a hit
+    hs, ws, offs = (t.clone().requires_grad_() for t in (h, w, off))
+    lse = fused.sampled_logsumexp(hs, ws, offs, hit)
+    want, soft = O.sampled_logsumexp(h.numpy(), w.numpy(), off.numpy(), hit.numpy())
+    finite = np.isfinite(want)
+    _close(lse[finite], want[finite])
+    # a row whose only candidate is removed: the lowest float, as the reference
+    assert bool((lse[~torch.from_numpy(finite)] == torch.finfo(torch.float32).min).all())
+    g = torch.randn(n, generator=gen)
+    g[~torch.from_numpy(finite)] = 0  # (the caller's logaddexp gives such rows no gradient)
+    lse.backward(g)
+    dlogits = soft * g.double().numpy()[:, None]
+    _close(hs.grad, dlogits @ w.double().numpy())
+    _close(ws.grad, dlogits.T @ h.double().numpy())
+    _close(offs.grad, dlogits.sum(0))
+
+
+def test_sampled_logsumexp_matches_reference_and_gradcheck():
+    gen = torch.Generator().manual_seed(11)
+    h, w, off, hit = _softmax_inputs(gen, 40, 33, 7, dtype=torch.float64)
+    ts = [t.clone().requires_grad_() for t in (h, w, off)]
+    assert torch.autograd.gradcheck(lambda a, b, c: fused.sampled_logsumexp(a, b, c, hit), tuple(ts))
+    # float32 against the reference (the trainer's other backend), values and gradients
+    h, w, off = (t.float() for t in (h, w, off))
+    grads = []
+    for impl in (fused, R):
+        ts = [t.clone().requires_grad_() for t in (h, w, off)]
+        lse = impl.sampled_logsumexp(*ts, hit)
+        lse.backward(torch.linspace(-1, 1, 40))
+        grads.append([lse.detach()] + [t.grad for t in ts])
+    for a, b in zip(*grads):
+        _close(a, b)
+
+
+def test_sampled_logsumexp_rejects_bad_input():
+    ops = torch.ops.spacy_elmo
+    h, w, off = torch.randn(3, 4), torch.randn(5, 4), torch.randn(5)
+    with pytest.raises(RuntimeError, match=r"hit\[1\] = 5 is outside \[-1, 5\)"):
+        ops.sampled_logsumexp_forward(h, w, off, torch.tensor([0, 5, -1]))
+    with pytest.raises(RuntimeError, match="share one dtype"):
+        ops.sampled_logsumexp_forward(h, w.double(), off, torch.tensor([0, 1, -1]))
+    with pytest.raises(RuntimeError, match=r"offset must be \(S,\)"):
+        ops.sampled_logsumexp_forward(h, w, off[:4], torch.tensor([0, 1, -1]))
+
+
 # ------------------------------------------------------- custom-op machinery
 
 
@@ -333,6 +396,10 @@ def test_opcheck_all_ops():
                           test_utils=("test_schema", "test_faketensor", "test_autograd_registration"))
     torch.library.opcheck(ops.lstm_forward.default, (xs, lengths, weights, h0, c0, None, None, [0, 1], False, False),
                           test_utils=("test_schema", "test_faketensor"))
+    h = torch.randn(5, 3, generator=gen, requires_grad=True)
+    w = torch.randn(7, 3, generator=gen, requires_grad=True)
+    off = torch.randn(7, generator=gen, requires_grad=True)
+    torch.library.opcheck(ops.sampled_logsumexp_forward.default, (h, w, off, torch.tensor([2, -1, 6, 0, -1])))
 
 
 def test_torch_compile_fullgraph():
@@ -393,6 +460,8 @@ def test_isa_variants_agree(monkeypatch):
         "xg=x.clone().requires_grad_(); o=fused.lstm_layer(xg,L,*lw,cell_clip=.5,proj_clip=.5,reverse=True)[0]; o.sum().backward();"
         "xr=x.clone().requires_grad_(); r=R.lstm_layer(xr,L,*lw,cell_clip=.5,proj_clip=.5,reverse=True)[0]; r.sum().backward();"
         "o=torch.cat([o.flatten(),xg.grad.flatten()]); r=torch.cat([r.flatten(),xr.grad.flatten()]);"
+        "h=torch.randn(20,16); sw=torch.randn(70,16)/4; so=torch.randn(70); hit=torch.randint(-1,70,(20,));"
+        "o=torch.cat([o,fused.sampled_logsumexp(h,sw,so,hit)]); r=torch.cat([r,R.sampled_logsumexp(h,sw,so,hit)]);"
         "print(fused.cpu_isa(), float((a-b).abs().max()), float((o-r).abs().max()))"
     )
     for isa in ("base", "avx2", "avx512"):

@@ -2,6 +2,7 @@
 
 import math
 
+import pytest
 import torch
 
 from spacy_elmo.training.sampler import LogUniformSampler, Sample
@@ -109,18 +110,23 @@ def test_every_candidate_a_hit_stays_finite():
         assert torch.equal(grad, torch.zeros_like(grad))
 
 
-def test_lm_scores_both_directions_like_separate_softmax_calls():
+@pytest.mark.parametrize("backend", ["reference", "fused"])
+def test_lm_scores_both_directions_like_separate_softmax_calls(backend):
     """BidirectionalLM runs one softmax call over both directions' rows (ragged lengths
-    masked out): each direction's losses and the softmax gradients equal separate calls."""
+    masked out): each direction's losses and the softmax gradients equal separate calls
+    (of the reference softmax: with the fused backend the LM's own call is the fused one)."""
     from spacy_elmo.bilm import BiLM, BiLMConfig
+    from spacy_elmo.ops import fused_available
     from spacy_elmo.training.lm import BidirectionalLM
 
     from .conftest import TINY
 
+    if backend == "fused" and not fused_available():
+        pytest.skip("spacy_elmo._C is not built")
     torch.manual_seed(0)
     config = BiLMConfig.from_dict(dict(TINY, cell_clip=3.0, proj_clip=3.0))
     V, B, T, U = 40, 3, 5, 9
-    lm = BidirectionalLM(BiLM(config, backend="reference"), SoftmaxLayer(V, config.projection_dim)).eval()
+    lm = BidirectionalLM(BiLM(config, backend=backend), SoftmaxLayer(V, config.projection_dim)).eval()
     chars = torch.randint(1, 200, (U, config.max_characters_per_token))
     idx_f, idx_b = torch.randint(U, (B, T)), torch.randint(U, (B, T))
     tg_f, tg_b = torch.randint(V, (B, T)), torch.randint(V, (B, T))
