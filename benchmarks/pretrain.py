@@ -130,7 +130,8 @@ def bench_preset(preset, backends, args, device):
     tokens = args.batch_size * args.unroll
     # The floor: this step's FLOPs at the GEMM rate (the encoder's share depends on
     # how many distinct tokens each window holds).
-    unique = [torch.unique(torch.cat([f[:, :-1], b[:, :-1]], 1)).numel() for f, b in data[args.warmup:]]
+    table = CharTable(vocab, config.max_characters_per_token)
+    unique = [encode_batch(f[:, :-1], b[:, :-1], table)[0].shape[0] for f, b in data[args.warmup:]]
     flops = statistics.mean(step_flops(config, u, tokens, args.negatives) for u in unique)
     floor_tokens_per_s = tokens / (flops / (args.peak_gflops * 1e9))
     row = {"preset": preset, "batch": args.batch_size, "unroll": args.unroll, "negatives": args.negatives,
