@@ -32,10 +32,12 @@ def _extensions():
     # Portable: no -march=native in anything that may become a wheel.
     # -fno-trapping-math / -fno-math-errno (as PyTorch itself) let GCC vectorise
     # the branch-free exp/tanh/clip loops; neither changes any computed value.
-    cxx_flags = ["-O3", "-std=c++17", "-fopenmp", "-fno-trapping-math", "-fno-math-errno"]
+    # No -std: BuildExtension adds the standard this torch's headers are written
+    # for (C++17 up to some 2.x releases, C++20 in torch 2.13).
+    cxx_flags = ["-O3", "-fopenmp", "-fno-trapping-math", "-fno-math-errno"]
     define_macros = [("SPACY_ELMO_WITH_CUDA", "1")] if use_cuda else []
     if use_cuda:
-        nvcc_flags = ["-O3", "-std=c++17"]  # no --use_fast_math: exactness first
+        nvcc_flags = ["-O3"]  # no --use_fast_math: exactness first
         ext = CUDAExtension(
             "spacy_elmo._C",
             sources + cuda_sources,

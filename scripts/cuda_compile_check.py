@@ -29,6 +29,19 @@ def run(cmd):
     return res.returncode, (res.stdout + res.stderr).strip()
 
 
+def torch_cxx_std():
+    """The C++ standard torch's BuildExtension compiles extensions with (setup.py passes
+    none of its own): C++20 where its source names it, else C++17 (older torch, or none)."""
+    try:
+        import inspect
+
+        import torch.utils.cpp_extension as ce
+
+        return "c++20" if "c++20" in inspect.getsource(ce.BuildExtension) else "c++17"
+    except Exception:  # torch missing or its source unavailable
+        return "c++17"
+
+
 def cuda_include(nvcc):
     home = os.path.dirname(os.path.dirname(os.path.realpath(nvcc)))
     for cand in (os.path.join(home, "include"), "/usr/local/cuda/include"):
@@ -50,10 +63,11 @@ def main(argv=None):
         print("cuda-check: no .cu sources")
         return 0
     failures = []
+    std = f"-std={torch_cxx_std()}"
     with tempfile.TemporaryDirectory(prefix="spacy_elmo_nvcc_") as tmp:
         for src in sources:
             obj = os.path.join(tmp, os.path.basename(src) + ".o")
-            cmd = [args.nvcc, "-std=c++17", "-O3", f"-gencode=arch=compute_{args.arch},code=sm_{args.arch}",
+            cmd = [args.nvcc, std, "-O3", f"-gencode=arch=compute_{args.arch},code=sm_{args.arch}",
                    "-Xcompiler", "-fPIC", "-c", src, "-o", obj]
             code, out = run(cmd)
             rel = os.path.relpath(src, ROOT)
@@ -61,7 +75,7 @@ def main(argv=None):
                 failures.append((rel, cmd, out))
                 print(f"FAIL  {rel}")
             else:
-                print(f"ok    {rel} (sm_{args.arch})")
+                print(f"ok    {rel} (sm_{args.arch}, {std})")
 
         glue = sorted(glob.glob(os.path.join(ROOT, "csrc", "cuda", "*.cpp")))
         if glue and not args.no_glue:
@@ -78,7 +92,7 @@ def main(argv=None):
                 os.makedirs(stub)
                 with open(os.path.join(stub, "cuda_cmake_macros.h"), "w") as fh:
                     fh.write("#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n")
-                flags = ["-std=c++17", "-fsyntax-only", "-DSPACY_ELMO_WITH_CUDA"]
+                flags = [std, "-fsyntax-only", "-DSPACY_ELMO_WITH_CUDA"]
                 incs = [f"-I{p}" for p in torch_includes] + [f"-I{inc}", f"-I{sysconfig.get_paths()['include']}"]
                 incs.append(f"-idirafter{os.path.join(tmp, 'stub')}")
                 for src in glue:
