@@ -57,6 +57,16 @@ void check_inputs(const at::Tensor& ids, const at::Tensor& emb, at::TensorList w
   }
 }
 
+// One token's embedded characters, (W, D) row-major into dst: id 0 ("no
+// character") is a zero vector, id >= 1 reads row id - 1 of the stored table.
+template <typename T>
+inline void gather_token(const int64_t* row, const T* table, int64_t W, int64_t D, T* dst) {
+  for (int64_t w = 0; w < W; ++w) {
+    if (row[w] > 0) std::copy(table + (row[w] - 1) * D, table + row[w] * D, dst + w * D);
+    else std::fill(dst + w * D, dst + (w + 1) * D, T(0));
+  }
+}
+
 template <typename scalar_t>
 inline scalar_t activate(scalar_t v, int64_t activation) {
   return activation == 0 ? (v > 0 ? v : scalar_t(0)) : std::tanh(v);
@@ -70,10 +80,7 @@ void forward_generic(const int64_t* ids, const scalar_t* table, int64_t N, int64
   at::parallel_for(0, N, 8, [&](int64_t n0, int64_t n1) {
     std::vector<scalar_t> e(W * D);
     for (int64_t n = n0; n < n1; ++n) {
-      for (int64_t w = 0; w < W; ++w) {
-        const int64_t id = ids[n * W + w];
-        for (int64_t d = 0; d < D; ++d) e[w * D + d] = id > 0 ? table[(id - 1) * D + d] : scalar_t(0);
-      }
+      gather_token(ids + n * W, table, W, D, e.data());
       int64_t off = 0;
       for (const auto& wt : weights) {
         const int64_t count = wt.size(0), width = wt.size(2);
@@ -128,12 +135,7 @@ void forward_float(const int64_t* ids, const float* table, int64_t N, int64_t W,
         int64_t r = W - 1;
         while (r > 0 && row[r - 1] == row[W - 1]) --r;
         run[t] = (int32_t)r;
-        for (int64_t w = 0; w < W; ++w) {
-          const int64_t id = ids[(n0 + t) * W + w];
-          float* dst = e.data() + (t * W + w) * D;
-          if (id > 0) std::memcpy(dst, table + (id - 1) * D, D * sizeof(float));
-          else std::memset(dst, 0, D * sizeof(float));
-        }
+        gather_token(row, table, W, D, e.data() + t * W * D);
       }
       int64_t off = 0;
       for (size_t i = 0; i < weights.size(); ++i) {
