@@ -14,11 +14,12 @@ PYTEST_ARGS ?=
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-# Build tools and torch first: the extension build needs them without isolation.
+# Build tools and torch first: the extension build needs them without isolation
+# (numpy too: torch warns while building without it, and spaCy needs it anyway).
 $(VENV)/.deps-stamp: | $(PY)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q "$(TORCH_SPEC)"
-	$(PIP) install -q setuptools wheel ninja
+	$(PIP) install -q setuptools wheel ninja numpy
 	touch $@
 
 install: $(VENV)/.deps-stamp
