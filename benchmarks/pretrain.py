@@ -108,6 +108,8 @@ def bench_preset(preset, backends, args, device):
     torch.manual_seed(0)
     base = BiLM(config, backend="reference")
     softmax0 = SoftmaxLayer(len(vocab), config.projection_dim)
+    # One character table for every backend and the floor (it fills lazily, in the untimed warm-up).
+    table = CharTable(vocab, config.max_characters_per_token)
     steppers, times, losses = {}, {b: [] for b in backends}, {b: [] for b in backends}
     for name in backends:
         bilm = BiLM(config, backend=name)
@@ -118,7 +120,7 @@ def bench_preset(preset, backends, args, device):
         lm = BidirectionalLM(bilm, softmax).to(device).train()
         opt = build_optimizer("adagrad", None, lm.parameters())  # what `pretrain` uses
         sampler = LogUniformSampler(len(vocab), args.negatives)
-        steppers[name] = make_step(lm, opt, sampler, CharTable(vocab, config.max_characters_per_token), vocab, device,
+        steppers[name] = make_step(lm, opt, sampler, table, vocab, device,
                                    device.type == "cuda" and args.bf16, torch.Generator().manual_seed(0))
     # Interleave the backends step by step so both see the same machine load.
     for i, (fwd, bwd) in enumerate(data):
@@ -130,7 +132,6 @@ def bench_preset(preset, backends, args, device):
     tokens = args.batch_size * args.unroll
     # The floor: this step's FLOPs at the GEMM rate (the encoder's share depends on
     # how many distinct tokens each window holds).
-    table = CharTable(vocab, config.max_characters_per_token)
     unique = [encode_batch(f[:, :-1], b[:, :-1], table)[0].shape[0] for f, b in data[args.warmup:]]
     flops = statistics.mean(step_flops(config, u, tokens, args.negatives) for u in unique)
     floor_tokens_per_s = tokens / (flops / (args.peak_gflops * 1e9))
