@@ -29,9 +29,7 @@ tiny subset, written to the work directory and labelled SMOKE RUN).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -43,8 +41,7 @@ from benchmarks import taskbench as tb  # noqa: E402
 
 SETTINGS = ("baseline", "listener", "tok2vec", "finetuned")
 METRICS = {"ents_f": "test F1", "ents_p": "test P", "ents_r": "test R"}
-QUICK = {"train": 300, "dev": 80, "test": 80, "max_steps": 60, "eval_frequency": 20, "patience": 100,
-         "finetune_steps": 4}
+QUICK = {"train": 300, "dev": 80, "test": 80, "max_steps": 60, "eval_frequency": 20, "patience": 100}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -58,11 +55,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--max-steps", type=int, default=None, help="override [training] max_steps (config: 20000)")
     p.add_argument("--eval-frequency", type=int, default=None, help="override [training] eval_frequency (200)")
     p.add_argument("--patience", type=int, default=None, help="override [training] patience (1600)")
-    p.add_argument("--finetune-epochs", type=float, default=3.0, help="epochs of biLM fine-tuning on the CoNLL train text")
-    p.add_argument("--finetune-reading", choices=("sentences", "stream"), default="sentences",
-                   help="fine-tune on whole sentences from the start state (default; what the component reads) "
-                        "or on bilm-tf's continuous streams")
-    p.add_argument("--finetune-args", default="", help="extra options for `spacy_elmo pretrain` (e.g. \"--lr 0.1\")")
+    tb.add_finetune_args(p, 3.0, "the CoNLL train text")
     p.add_argument("--n-sents", type=int, default=1, help="CoNLL sentences per Doc (default 1)")
     p.add_argument("--config", type=Path, default=tb.CONFIGS / "ner.cfg", help="base config (default configs/ner.cfg)")
     p.add_argument("--gpu-id", type=int, default=None, help="-1: CPU; default: GPU 0 when CUDA + cupy are available")
@@ -129,39 +122,6 @@ def train_subset(paths: dict, fraction: float, seed: int, work: Path) -> tuple[P
     return path, len(sub)
 
 
-# -- fine-tuning --------------------------------------------------------------------------
-
-
-def finetune(args, elmo: Path, paths: dict, gpu: bool) -> Path:
-    """The biLM fine-tuned on the CoNLL train text (cached by its parameters)."""
-    from spacy_elmo.training.checkpoint import checkpoint_path
-
-    steps = ["--max-steps", str(QUICK["finetune_steps"])] if args.quick else ["--epochs", str(args.finetune_epochs)]
-    extra = ["--batch-size", "8", "--unroll", "10", "--negatives", "512"] if args.quick else []
-    extra += ["--sentences"] if args.finetune_reading == "sentences" else []
-    extra += args.finetune_args.split()
-    params = {"elmo": str(elmo), "steps": steps, "extra": extra, "text": str(paths["train_text"])}
-    key = hashlib.sha1(json.dumps(params, sort_keys=True).encode()).hexdigest()[:10]
-    out = args.work_dir / f"finetuned-{key}"
-    done = out / "finetune.json"
-    if done.exists() and (out / "config.json").exists():
-        print(f"re-using the fine-tuned biLM in {out}", flush=True)
-        return out
-    cmd = [sys.executable, "-m", "spacy_elmo", "pretrain", str(paths["train_text"]), str(out), "--init", str(elmo),
-           "--heldout", str(paths["dev_text"]), "--device", "cuda" if gpu else "cpu", "--checkpoint-every", "100000",
-           *steps, *extra]
-    if checkpoint_path(out).exists():  # an interrupted fine-tuning: continue it
-        cmd.append("--resume")
-    tb.banner("fine-tuning the biLM on the CoNLL-2003 training text")
-    print(" ".join(cmd), flush=True)
-    start = time.perf_counter()
-    res = subprocess.run(cmd)
-    if res.returncode != 0:
-        raise SystemExit(f"biLM fine-tuning failed (exit {res.returncode}); the command was:\n  {' '.join(cmd)}")
-    done.write_text(json.dumps({**params, "command": cmd, "seconds": round(time.perf_counter() - start, 1)}, indent=2))
-    return out
-
-
 # -- one run ------------------------------------------------------------------------------
 
 
@@ -196,7 +156,8 @@ def main(argv=None) -> int:
     gpu_id = tb.pick_gpu(args.gpu_id)
     base = tb.load_base_config(args.config)
     paths = prepare_data(args)
-    tuned = finetune(args, elmo, paths, gpu_id >= 0) if "finetuned" in args.settings else None
+    tuned = (tb.finetune_bilm(args, elmo, paths["train_text"], paths["dev_text"], gpu_id >= 0, "the CoNLL-2003 training text")
+             if "finetuned" in args.settings else None)
     runs = []
     start = time.perf_counter()
     for fraction in args.fractions:

@@ -7,6 +7,8 @@
   copied file): ``baseline`` (spaCy's own ``spacy.Tok2Vec.v2`` with the config's own
   embed/encode), ``listener`` (``spacy_elmo.ElmoListener.v1`` alone as the tok2vec) and
   ``tok2vec`` (``spacy_elmo.ElmoTok2Vec.v1``, the config as written);
+* :func:`finetune_bilm` -- the biLM fine-tuned (LM objective, no labels) on a task's
+  training text with ``python -m spacy_elmo pretrain --init``, cached by its parameters;
 * :func:`train_pipeline` -- ``spacy train`` through its Python API;
 * :func:`evaluate_pipeline` -- one evaluation on a test ``.spacy`` file with spaCy's scorer
   (plus accuracy for exclusive text classification);
@@ -15,12 +17,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
 import platform
 import random
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -166,6 +170,59 @@ def training_overrides(
         o["training.patience"] = patience
     o.update(extra or {})
     return o
+
+
+# ---------------------------------------------------------------------------------------
+# Fine-tuning the biLM on a task's text (the ``finetuned`` setting)
+# ---------------------------------------------------------------------------------------
+
+#: ``--quick``: a few steps of a tiny batch (a smoke run of the fine-tuning path).
+QUICK_FINETUNE = {"steps": ["--max-steps", "4"], "extra": ["--batch-size", "8", "--unroll", "10", "--negatives", "512"]}
+
+
+def add_finetune_args(p, default_epochs: float, text: str) -> None:
+    """The ``--finetune-*`` options of a benchmark whose ``finetuned`` setting fine-tunes
+    the biLM on ``text`` (e.g. "the CoNLL train text")."""
+    p.add_argument("--finetune-epochs", type=float, default=default_epochs,
+                   help=f"epochs of biLM fine-tuning on {text} (default {default_epochs:g})")
+    p.add_argument("--finetune-reading", choices=("sentences", "stream"), default="sentences",
+                   help="fine-tune on whole sentences from the start state (default; what the component reads) "
+                        "or on bilm-tf's continuous streams")
+    p.add_argument("--finetune-args", default="", help="extra options for `spacy_elmo pretrain` (e.g. \"--lr 0.1\")")
+
+
+def finetune_bilm(args, elmo: Path, train_text: Path, heldout_text: Path, gpu: bool, what: str) -> Path:
+    """``elmo`` fine-tuned on ``train_text`` (UTF-8, one paragraph or sentence per line;
+    ``heldout_text`` for its perplexity), in ``args.work_dir / finetuned-<key>`` where the
+    key hashes the parameters: a finished fine-tuning is re-used, an interrupted one
+    resumed from its checkpoint.  ``args`` carries ``quick`` and the
+    :func:`add_finetune_args` options; ``what`` names the text in the banner."""
+    from spacy_elmo.training.checkpoint import checkpoint_path
+
+    steps = QUICK_FINETUNE["steps"] if args.quick else ["--epochs", str(args.finetune_epochs)]
+    extra = list(QUICK_FINETUNE["extra"]) if args.quick else []
+    extra += ["--sentences"] if args.finetune_reading == "sentences" else []
+    extra += args.finetune_args.split()
+    params = {"elmo": str(elmo), "steps": steps, "extra": extra, "text": str(train_text)}
+    key = hashlib.sha1(json.dumps(params, sort_keys=True).encode()).hexdigest()[:10]
+    out = args.work_dir / f"finetuned-{key}"
+    done = out / "finetune.json"
+    if done.exists() and (out / "config.json").exists():
+        print(f"re-using the fine-tuned biLM in {out}", flush=True)
+        return out
+    cmd = [sys.executable, "-m", "spacy_elmo", "pretrain", str(train_text), str(out), "--init", str(elmo),
+           "--heldout", str(heldout_text), "--device", "cuda" if gpu else "cpu", "--checkpoint-every", "100000",
+           *steps, *extra]
+    if checkpoint_path(out).exists():  # an interrupted fine-tuning: continue it
+        cmd.append("--resume")
+    banner(f"fine-tuning the biLM on {what}")
+    print(" ".join(cmd), flush=True)
+    start = time.perf_counter()
+    res = subprocess.run(cmd)
+    if res.returncode != 0:
+        raise SystemExit(f"biLM fine-tuning failed (exit {res.returncode}); the command was:\n  {' '.join(cmd)}")
+    done.write_text(json.dumps({**params, "command": cmd, "seconds": round(time.perf_counter() - start, 1)}, indent=2))
+    return out
 
 
 # ---------------------------------------------------------------------------------------

