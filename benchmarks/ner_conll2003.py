@@ -132,8 +132,8 @@ def run_one(args, base, setting: str, fraction: float, seed: int, paths: dict, e
     overrides = tb.training_overrides(
         train=train_path, dev=paths["dev"], elmo=elmo, seed=seed, max_steps=args.max_steps,
         eval_frequency=args.eval_frequency, patience=args.patience)
-    run_dir = args.work_dir / "runs" / f"{setting}-f{fraction:g}-seed{seed}"
     ident = {"config": cfg.to_str(), "overrides": overrides}
+    run_dir = tb.run_dir_for(args.work_dir / "runs", f"{setting}-f{fraction:g}-seed{seed}", ident)
     cached = tb.cached_result(run_dir, ident, args.force)
     if cached is not None:
         return cached

@@ -481,6 +481,20 @@ def banner(text: str) -> None:
     sys.stdout.flush()
 
 
+def run_dir_for(root: Path, name: str, ident: dict) -> Path:
+    """The directory of run ``name`` (e.g. ``tok2vec-f0.1-seed0``) with this config and these
+    overrides: ``root/name-<hash of ident>``, so that runs that differ only in their overrides
+    (steps, patience, the biLM) keep their own pipelines and results instead of replacing each
+    other's. A finished run stored under the plain ``root/name`` (the layout before the hash)
+    with the same ident is found there."""
+    legacy = Path(root) / name
+    stored = legacy / "result.json"
+    if stored.exists() and json.loads(stored.read_text(encoding="utf-8")).get("ident") == ident:
+        return legacy
+    key = hashlib.sha1(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:10]
+    return Path(root) / f"{name}-{key}"
+
+
 def cached_result(run_dir: Path, ident: dict, force: bool) -> dict | None:
     """The stored result of a finished run with the same config and overrides, else None."""
     path = Path(run_dir) / "result.json"

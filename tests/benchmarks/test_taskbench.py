@@ -1,4 +1,5 @@
-"""The task benchmarks' shared machinery: how results name a biLM directory, and the cached fine-tuning."""
+"""The task benchmarks' shared machinery: how results name a biLM directory, where runs are
+kept, and the cached fine-tuning."""
 
 from __future__ import annotations
 
@@ -86,3 +87,21 @@ def test_finetune_bilm_resumes_an_interrupted_run_and_names_a_failed_command(tmp
     monkeypatch.setattr(tb.subprocess, "run", ok)
     assert tb.finetune_bilm(args, Path("/m"), text, dev, True, "the test text") == out
     assert ok.calls[0][-1] == "--resume" and (out / "finetune.json").exists()
+
+
+def test_runs_that_differ_in_their_overrides_keep_their_own_directories(tmp_path):
+    root = tmp_path / "runs"
+    short, long = ({"config": "[x]", "overrides": {"training.max_steps": n}} for n in (1000, 3000))
+    a, b = tb.run_dir_for(root, "tok2vec-f1-seed0", short), tb.run_dir_for(root, "tok2vec-f1-seed0", long)
+    assert a != b and a.parent == b.parent == root and a.name.startswith("tok2vec-f1-seed0-")
+    assert tb.run_dir_for(root, "tok2vec-f1-seed0", short) == a  # stable
+    a.mkdir(parents=True)
+    tb.store_result(a, short, {"f": 1.0})
+    assert tb.cached_result(tb.run_dir_for(root, "tok2vec-f1-seed0", short), short, False) == {"f": 1.0}
+    assert tb.cached_result(b, long, False) is None
+    # a finished run stored by the earlier layout (no hash) with the same ident is still found
+    legacy = root / "baseline-f1-seed0"
+    legacy.mkdir()
+    tb.store_result(legacy, long, {"f": 2.0})
+    assert tb.run_dir_for(root, "baseline-f1-seed0", long) == legacy
+    assert tb.run_dir_for(root, "baseline-f1-seed0", short) != legacy
