@@ -162,7 +162,7 @@ def main(argv=None) -> int:
     start = time.perf_counter()
     for fraction in args.fractions:
         for setting in args.settings:
-            weights = None if setting == "baseline" else (tuned if setting == "finetuned" else elmo)
+            weights = tb.bilm_for(setting, elmo, tuned)
             for seed in args.seeds:
                 runs.append(run_one(args, base, setting, fraction, seed, paths, weights, gpu_id))
     for r in runs:

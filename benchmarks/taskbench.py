@@ -172,6 +172,20 @@ def training_overrides(
     return o
 
 
+def short_hash(obj) -> str:
+    """10 hex digits naming a JSON-able ``obj`` (key order ignored): the cache key of a
+    fine-tuned biLM or a run directory."""
+    return hashlib.sha1(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:10]
+
+
+def bilm_for(setting: str, elmo: Path | None, tuned: Path | None) -> Path | None:
+    """The biLM a run of ``setting`` reads: none for ``baseline``, the fine-tuned one for
+    ``finetuned``, else ``elmo``."""
+    if setting == "baseline":
+        return None
+    return tuned if setting == "finetuned" else elmo
+
+
 # ---------------------------------------------------------------------------------------
 # Fine-tuning the biLM on a task's text (the ``finetuned`` setting)
 # ---------------------------------------------------------------------------------------
@@ -204,8 +218,7 @@ def finetune_bilm(args, elmo: Path, train_text: Path, heldout_text: Path, gpu: b
     extra += ["--sentences"] if args.finetune_reading == "sentences" else []
     extra += args.finetune_args.split()
     params = {"elmo": str(elmo), "steps": steps, "extra": extra, "text": str(train_text)}
-    key = hashlib.sha1(json.dumps(params, sort_keys=True).encode()).hexdigest()[:10]
-    out = args.work_dir / f"finetuned-{key}"
+    out = args.work_dir / f"finetuned-{short_hash(params)}"
     done = out / "finetune.json"
     if done.exists() and (out / "config.json").exists():
         print(f"re-using the fine-tuned biLM in {out}", flush=True)
@@ -491,8 +504,7 @@ def run_dir_for(root: Path, name: str, ident: dict) -> Path:
     stored = legacy / "result.json"
     if stored.exists() and json.loads(stored.read_text(encoding="utf-8")).get("ident") == ident:
         return legacy
-    key = hashlib.sha1(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:10]
-    return Path(root) / f"{name}-{key}"
+    return Path(root) / f"{name}-{short_hash(ident)}"
 
 
 def cached_result(run_dir: Path, ident: dict, force: bool) -> dict | None:

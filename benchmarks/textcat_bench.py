@@ -163,7 +163,7 @@ def main(argv=None) -> int:
                                            f"the {dataset} training text") if "finetuned" in args.settings else None)
         for fraction in args.fractions:
             for setting in args.settings:
-                weights = None if setting == "baseline" else (tuned[dataset] if setting == "finetuned" else elmo)
+                weights = tb.bilm_for(setting, elmo, tuned[dataset])
                 for seed in args.seeds:
                     runs.append(run_one(args, base, dataset, setting, fraction, seed, paths, weights, gpu_id))
     for r in runs:
