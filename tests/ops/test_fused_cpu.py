@@ -496,6 +496,26 @@ def _bilstm_grads_vs_float64(B, T, C, P, lengths, seed):
         _close(a, e, rtol=1e-4, atol=2e-5 * scale)
 
 
+def test_bilstm_float32_input_products_in_several_chunks():
+    """The float32 forward computes its input products a chunk of steps at a time (at
+    most 1,024 rows a chunk: 10 rows x 127 steps are two chunks, of 64 and 63 steps),
+    the reversed direction's rows gathered per step: outputs and states against the
+    NumPy oracle, each direction with its own input, ragged lengths ending before,
+    at and after the chunk border and one row empty; then the gradients."""
+    gen = torch.Generator().manual_seed(31)
+    B, T, P, C = 10, 130, 8, 16
+    lengths = torch.tensor([127, 44, 0, 64, 63, 65, 1, 127, 100, 5])
+    xf, xb = torch.randn(B, T, P, generator=gen), torch.randn(B, T, P, generator=gen)
+    fw, bw = lstm_params(gen, P, C, P), lstm_params(gen, P, C, P)
+    of, ob, h, c = fused.bilstm_layer(xf, xb, lengths, fw, bw, None, 3.0, 3.0, True, True)
+    for k, (x, w, o, rev) in enumerate([(xf, fw, of, False), (xb, bw, ob, True)]):
+        eo, eh, ec = O.lstm_layer(x.numpy(), lengths.tolist(), *[t.numpy() for t in w], None, None, 3.0, 3.0, rev, True)
+        _close(o, eo)
+        _close(h[k], eh)
+        _close(c[k], ec)
+    _bilstm_grads_vs_float64(B, T, C, P, lengths, 31)
+
+
 @pytest.mark.parametrize("B,T,C,P", [(13, 6, 100, 20), (2, 3, 5, 4), (7, 4, 70, 64)])
 def test_bilstm_float32_gradients_vs_float64_reference(B, T, C, P):
     """The float32 fused backward (packed-weight step kernels) against float64 autograd."""
