@@ -341,8 +341,8 @@ LstmForwardResult lstm_forward_cpu(at::TensorList xs, const at::Tensor& lengths_
     for (int64_t t = 0; t < tmax; ++t) {
       if (t % csteps == 0) {
         chunk_t0 = t;
-        gather_chunk_inputs(x, lens, reverse, t, std::min(tmax, t + csteps), xg);
-        const int64_t rows = (std::min(tmax, t + csteps) - t) * B;
+        const int64_t t1 = std::min(tmax, t + csteps), rows = (t1 - t) * B;
+        gather_chunk_inputs(x, lens, reverse, t, t1, xg);
         for (int64_t d = 0; d < ndir; ++d) {
           at::Tensor out = xi[d].narrow(0, 0, rows);
           at::mm_out(out, xg.select(0, d).narrow(0, 0, rows), weights[4 * d]);

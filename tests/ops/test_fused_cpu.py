@@ -298,8 +298,14 @@ def test_bilstm_float32_vs_oracle_both_directions():
     lengths = torch.tensor([6, 1, 4, 0])
     x = torch.randn(B, T, P, generator=gen)
     fw, bw = lstm_params(gen, P, C, P), lstm_params(gen, P, C, P)
-    of, ob, h, c = fused.bilstm_layer(x, x, lengths, fw, bw, None, 3.0, 3.0, True, True)
-    for k, (w, o, rev) in enumerate([(fw, of, False), (bw, ob, True)]):
+    _bilstm_float32_vs_oracle(x, x, lengths, fw, bw)
+
+
+def _bilstm_float32_vs_oracle(xf, xb, lengths, fw, bw):
+    """The fused float32 biLSTM layer (clips 3.0, backward direction reversed, residual)
+    against the NumPy oracle run on each direction alone: outputs, final h and c."""
+    of, ob, h, c = fused.bilstm_layer(xf, xb, lengths, fw, bw, None, 3.0, 3.0, True, True)
+    for k, (x, w, o, rev) in enumerate([(xf, fw, of, False), (xb, bw, ob, True)]):
         eo, eh, ec = O.lstm_layer(x.numpy(), lengths.tolist(), *[t.numpy() for t in w], None, None, 3.0, 3.0, rev, True)
         _close(o, eo)
         _close(h[k], eh)
@@ -507,12 +513,7 @@ def test_bilstm_float32_input_products_in_several_chunks():
     lengths = torch.tensor([127, 44, 0, 64, 63, 65, 1, 127, 100, 5])
     xf, xb = torch.randn(B, T, P, generator=gen), torch.randn(B, T, P, generator=gen)
     fw, bw = lstm_params(gen, P, C, P), lstm_params(gen, P, C, P)
-    of, ob, h, c = fused.bilstm_layer(xf, xb, lengths, fw, bw, None, 3.0, 3.0, True, True)
-    for k, (x, w, o, rev) in enumerate([(xf, fw, of, False), (xb, bw, ob, True)]):
-        eo, eh, ec = O.lstm_layer(x.numpy(), lengths.tolist(), *[t.numpy() for t in w], None, None, 3.0, 3.0, rev, True)
-        _close(o, eo)
-        _close(h[k], eh)
-        _close(c[k], ec)
+    _bilstm_float32_vs_oracle(xf, xb, lengths, fw, bw)
     _bilstm_grads_vs_float64(B, T, C, P, lengths, 31)
 
 
