@@ -123,7 +123,8 @@ struct StepProjArgs {
 
 // Fused backward step, part 1: dm = dhp @ W_P^T for a panel of nc <= 4 * step_vl
 // cells (wp (P, 4 * step_vl), wp[k][u] = W_P[c0 + u][k]) in registers, then the
-// gate backward for those cells: dz (step buffer and original-order row), dc.
+// gate backward for those cells: dz (this step's rows of the chunk buffer the
+// weight-gradient products read), dc.
 struct StepGatesBackArgs {
   const float* dhp;  // (B, P) this step's grad wrt the pre-clip projection
   int64_t B, P;
@@ -134,8 +135,7 @@ struct StepGatesBackArgs {
   const float* const* cp_rows;  // per row: previous cell (C)
   int prev_is_raw;              // previous cell is a saved raw value (clip it)
   float* dc;                    // (B, C) carried grad wrt c
-  float* dz;                    // (B, 4C) step buffer
-  float* const* dzo_rows;       // per row: original-order dz row (4C)
+  float* dz;                    // (B, 4C) this step's rows; inactive rows left alone
   float cell_clip;
   const float* wp_next = nullptr;  // the next task's panel (prefetched), or null
   int64_t next_floats = 0;

@@ -790,7 +790,6 @@ static void step_gates_back(const StepGatesBackArgs& a) {
       const float* cp = a.cp_rows[b] + c0;
       float* dc = a.dc + b * C + c0;
       float* dz = a.dz + b * 4 * C + c0;
-      float* dzo = a.dzo_rows[b] + c0;
 #pragma omp simd
       for (int64_t u = 0; u < nc; ++u) {
         const float si = g[u], tj = g[C + u], sf = g[2 * C + u], so = g[3 * C + u];
@@ -812,16 +811,8 @@ static void step_gates_back(const StepGatesBackArgs& a) {
         dz[3 * C + u] = d_o;
         dc[u] = dcr * sf;
       }
-      // dz in position order is read only by the weight-gradient products after
-      // the last step: streamed out from the copy the next pass reads.
-      for (int64_t k = 0; k < 4; ++k) {
-        int64_t u = 0;
-        for (; u + SE_VL <= nc; u += SE_VL) se_vstream(dzo + k * C + u, se_vload(dz + k * C + u));
-        for (; u < nc; ++u) dzo[k * C + u] = dz[k * C + u];
-      }
     }
   }
-  se_stream_fence();
 }
 
 static void step_dh(const StepDhArgs& a) {

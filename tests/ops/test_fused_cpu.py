@@ -502,19 +502,45 @@ def _bilstm_grads_vs_float64(B, T, C, P, lengths, seed):
         _close(a, e, rtol=1e-4, atol=2e-5 * scale)
 
 
+# 10 rows x 127 steps: two chunks of steps (at most 1,024 rows a chunk), of 64 and
+# 63 steps; ragged lengths ending before, at and after the chunk border, one row empty.
+_CHUNKED_LENGTHS = [127, 44, 0, 64, 63, 65, 1, 127, 100, 5]
+
+
 def test_bilstm_float32_input_products_in_several_chunks():
-    """The float32 forward computes its input products a chunk of steps at a time (at
-    most 1,024 rows a chunk: 10 rows x 127 steps are two chunks, of 64 and 63 steps),
-    the reversed direction's rows gathered per step: outputs and states against the
-    NumPy oracle, each direction with its own input, ragged lengths ending before,
-    at and after the chunk border and one row empty; then the gradients."""
+    """The float32 forward computes its input products a chunk of steps at a time, the
+    reversed direction's rows gathered per step: outputs and states against the NumPy
+    oracle, each direction with its own input; then the gradients (the backward's
+    chunks of gate gradients, their weight-gradient sums and scattered input
+    gradients) against float64 autograd."""
     gen = torch.Generator().manual_seed(31)
     B, T, P, C = 10, 130, 8, 16
-    lengths = torch.tensor([127, 44, 0, 64, 63, 65, 1, 127, 100, 5])
+    lengths = torch.tensor(_CHUNKED_LENGTHS)
     xf, xb = torch.randn(B, T, P, generator=gen), torch.randn(B, T, P, generator=gen)
     fw, bw = lstm_params(gen, P, C, P), lstm_params(gen, P, C, P)
     _bilstm_float32_vs_oracle(xf, xb, lengths, fw, bw)
     _bilstm_grads_vs_float64(B, T, C, P, lengths, 31)
+
+
+def test_bilstm_float64_backward_in_several_chunks_vs_reference():
+    """The float64 path (scalar gate loops, MKL step products) chunks its backward the
+    same way: every gradient against the reference's autograd at rounding level."""
+    gen = torch.Generator().manual_seed(32)
+    B, T, P, C = 10, 130, 4, 6
+    lengths = torch.tensor(_CHUNKED_LENGTHS)
+    base = [torch.randn(B, T, P, generator=gen, dtype=torch.float64),
+            torch.randn(B, T, P, generator=gen, dtype=torch.float64),
+            *lstm_params(gen, P, C, P, dtype=torch.float64, scale=0.4),
+            *lstm_params(gen, P, C, P, dtype=torch.float64, scale=0.4)]
+    wout = [torch.randn(B, T, P, generator=gen, dtype=torch.float64) for _ in range(2)]
+    grads = []
+    for impl in (fused, R):
+        ts = [t.clone().requires_grad_() for t in base]
+        of, ob, h, c = impl.bilstm_layer(ts[0], ts[1], lengths, ts[2:6], ts[6:], None, 0.8, 0.5, True, True)
+        ((of * wout[0]).sum() + (ob * wout[1]).sum() + h.sum() * 0.3 + c.sum() * 0.2).backward()
+        grads.append([t.grad for t in ts])
+    for a, e in zip(*grads):
+        _close(a, e, rtol=1e-10, atol=1e-10)
 
 
 @pytest.mark.parametrize("B,T,C,P", [(13, 6, 100, 20), (2, 3, 5, 4), (7, 4, 70, 64)])
