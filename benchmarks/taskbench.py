@@ -494,6 +494,16 @@ def banner(text: str) -> None:
     sys.stdout.flush()
 
 
+def stored_result(run_dir: Path, ident: dict) -> dict | None:
+    """The result a finished run with this config and these overrides stored in ``run_dir``,
+    else None."""
+    path = Path(run_dir) / "result.json"
+    if not path.exists():
+        return None
+    rec = json.loads(path.read_text(encoding="utf-8"))
+    return rec["result"] if rec.get("ident") == ident else None
+
+
 def run_dir_for(root: Path, name: str, ident: dict) -> Path:
     """The directory of run ``name`` (e.g. ``tok2vec-f0.1-seed0``) with this config and these
     overrides: ``root/name-<hash of ident>``, so that runs that differ only in their overrides
@@ -501,21 +511,18 @@ def run_dir_for(root: Path, name: str, ident: dict) -> Path:
     other's. A finished run stored under the plain ``root/name`` (the layout before the hash)
     with the same ident is found there."""
     legacy = Path(root) / name
-    stored = legacy / "result.json"
-    if stored.exists() and json.loads(stored.read_text(encoding="utf-8")).get("ident") == ident:
+    if stored_result(legacy, ident) is not None:
         return legacy
     return Path(root) / f"{name}-{short_hash(ident)}"
 
 
 def cached_result(run_dir: Path, ident: dict, force: bool) -> dict | None:
-    """The stored result of a finished run with the same config and overrides, else None."""
-    path = Path(run_dir) / "result.json"
-    if path.exists() and not force:
-        rec = json.loads(path.read_text(encoding="utf-8"))
-        if rec.get("ident") == ident:
-            print(f"re-using {path} (--force to retrain)", flush=True)
-            return rec["result"]
-    return None
+    """The stored result of a finished run with the same config and overrides, else None
+    (always None with ``force``)."""
+    result = None if force else stored_result(run_dir, ident)
+    if result is not None:
+        print(f"re-using {Path(run_dir) / 'result.json'} (--force to retrain)", flush=True)
+    return result
 
 
 def store_result(run_dir: Path, ident: dict, result: dict) -> None:

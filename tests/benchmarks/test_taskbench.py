@@ -99,6 +99,7 @@ def test_runs_that_differ_in_their_overrides_keep_their_own_directories(tmp_path
     tb.store_result(a, short, {"f": 1.0})
     assert tb.cached_result(tb.run_dir_for(root, "tok2vec-f1-seed0", short), short, False) == {"f": 1.0}
     assert tb.cached_result(b, long, False) is None
+    assert tb.cached_result(a, short, True) is None  # --force retrains
     # a finished run stored by the earlier layout (no hash) with the same ident is still found
     legacy = root / "baseline-f1-seed0"
     legacy.mkdir()
