@@ -543,9 +543,11 @@ def test_bilstm_float64_backward_in_several_chunks_vs_reference():
         _close(a, e, rtol=1e-10, atol=1e-10)
 
 
-@pytest.mark.parametrize("B,T,C,P", [(13, 6, 100, 20), (2, 3, 5, 4), (7, 4, 70, 64)])
+@pytest.mark.parametrize("B,T,C,P", [(13, 6, 100, 20), (2, 3, 5, 4), (7, 4, 70, 64), (1, 1030, 6, 4)])
 def test_bilstm_float32_gradients_vs_float64_reference(B, T, C, P):
-    """The float32 fused backward (packed-weight step kernels) against float64 autograd."""
+    """The float32 fused backward (packed-weight step kernels) against float64 autograd;
+    one sentence of 1,030 tokens is two chunks of 515 steps (the forward runs its
+    one-row path there, the backward its packed steps)."""
     gen = torch.Generator().manual_seed(B + T + C + P)
     lengths = torch.randint(0, T + 1, (B,), generator=gen)
     lengths[0] = T
