@@ -356,14 +356,12 @@ LstmForwardResult lstm_forward_cpu(at::TensorList xs, const at::Tensor& lengths_
     const int64_t csteps = chunk_steps(B, tmax);
     const at::Tensor xg = cpu::workspace(kSlotInputRows, {ndir, csteps * B, I}, at::kFloat);
     for (int64_t d = 0; d < ndir; ++d) xi[d] = cpu::workspace(kSlotInput0 + d, {csteps * B, 4 * C}, at::kFloat);
-    int64_t chunk_t0 = 0;
     for (int64_t t = 0; t < tmax; ++t) {
-      if (t % csteps == 0) {
-        chunk_t0 = t;
-        const int64_t t1 = std::min(tmax, t + csteps), rows = (t1 - t) * B;
-        for (int64_t d = 0; d < ndir; ++d)
-          gather_steps(x[d].data_ptr<float>(), B, T, I, lens, reverse[d], t, t1, xg.select(0, d).data_ptr<float>(), I);
+      const int64_t t0 = t / csteps * csteps;
+      if (t == t0) {
+        const int64_t t1 = std::min(tmax, t0 + csteps), rows = (t1 - t0) * B;
         for (int64_t d = 0; d < ndir; ++d) {
+          gather_steps(x[d].data_ptr<float>(), B, T, I, lens, reverse[d], t0, t1, xg.select(0, d).data_ptr<float>(), I);
           at::Tensor out = xi[d].narrow(0, 0, rows);
           at::mm_out(out, xg.select(0, d).narrow(0, 0, rows), weights[4 * d]);
         }
@@ -371,7 +369,7 @@ LstmForwardResult lstm_forward_cpu(at::TensorList xs, const at::Tensor& lengths_
       std::vector<float*> m_t(ndir);
       for (int64_t d = 0; d < ndir; ++d) {
         m_t[d] = save ? m.select(0, d).select(0, t).data_ptr<float>() : m_buf.select(0, d).data_ptr<float>();
-        const float* xid = xi[d].data_ptr<float>() + (t - chunk_t0) * B * 4 * C;
+        const float* xid = xi[d].data_ptr<float>() + (t - t0) * B * 4 * C;
         const float* xd = x[d].data_ptr<float>();
         float* od = outs[d].data_ptr<float>();
         for (int64_t b = 0; b < B; ++b) {
@@ -547,11 +545,15 @@ LstmBackwardResult lstm_backward_cpu(at::TensorList grad_outs, const at::Tensor&
   }
   // The products of the chunk of steps [t0, t1), after its step t0 (the chunks
   // come last first: the first one writes the weight gradients, the others add).
+  // The gathers write the first I + P columns of xh_all; its last column stays ones.
+  const at::Tensor xh_all = cpu::workspace(kSlotInputRows, {crows, I + P + 1}, dtype);
+  const at::Tensor dxc_all = cpu::workspace(kSlotGradInput, {crows, I}, dtype);
+  xh_all.select(1, I + P).fill_(1);
   bool first_chunk = true;
   auto chunk_products = [&](int64_t t0, int64_t t1) {
     const int64_t rows = (t1 - t0) * B;
-    const at::Tensor xh = cpu::workspace(kSlotInputRows, {crows, I + P + 1}, dtype).narrow(0, 0, rows);
-    at::Tensor dxc = cpu::workspace(kSlotGradInput, {crows, I}, dtype).narrow(0, 0, rows);
+    const at::Tensor xh = xh_all.narrow(0, 0, rows);
+    at::Tensor dxc = dxc_all.narrow(0, 0, rows);
     for (int64_t d = 0; d < ndir; ++d) {
       const at::Tensor dz = dzc.select(0, d).narrow(0, 0, rows);
       const bool rev = reverse[d] != 0;
@@ -560,7 +562,6 @@ LstmBackwardResult lstm_backward_cpu(at::TensorList grad_outs, const at::Tensor&
         gather_steps(x[d].data_ptr<scalar_t>(), B, T, I, lens, rev, t0, t1, r, I + P + 1);
         gather_steps(h_prev.select(0, d).data_ptr<scalar_t>(), B, T, P, lens, rev, t0, t1, r + I, I + P + 1);
       });
-      xh.select(1, I + P).fill_(1);
       if (first_chunk) {
         at::mm_out(dwb[d], xh.t(), dz);
       } else {

@@ -477,7 +477,10 @@ def test_isa_variants_agree(monkeypatch):
         assert float(e1) < 1e-5 and float(e2) < 1e-5, (isa, res.stdout)
 
 
-def _bilstm_grads_vs_float64(B, T, C, P, lengths, seed):
+def _bilstm_grads_vs_float64(B, T, C, P, lengths, seed, dtype=torch.float32):
+    """The fused biLSTM layer in ``dtype`` (initial states, both clips, the backward
+    direction reversed, residual) against the reference's float64 autograd: outputs,
+    final states and every gradient, float32 at float32 rounding, float64 at 1e-10."""
     gen = torch.Generator().manual_seed(seed)
     base = [torch.randn(B, T, P, generator=gen, dtype=torch.float64),
             torch.randn(B, T, P, generator=gen, dtype=torch.float64),
@@ -487,7 +490,7 @@ def _bilstm_grads_vs_float64(B, T, C, P, lengths, seed):
             torch.randn(2, B, C, generator=gen, dtype=torch.float64)]
     wout = [torch.randn(B, T, P, generator=gen, dtype=torch.float64) for _ in range(2)]
     outs, grads = [], []
-    for impl, dt in ((fused, torch.float32), (R, torch.float64)):
+    for impl, dt in ((fused, dtype), (R, torch.float64)):
         ts = [t.to(dt).requires_grad_() for t in base]
         of, ob, h, c = impl.bilstm_layer(ts[0], ts[1], lengths, ts[2:6], ts[6:10], (ts[10], ts[11]), 0.8, 0.5,
                                          True, True)
@@ -495,6 +498,10 @@ def _bilstm_grads_vs_float64(B, T, C, P, lengths, seed):
         loss.backward()
         outs.append([of, ob, h, c])
         grads.append([t.grad for t in ts])
+    if dtype == torch.float64:
+        for a, e in zip(outs[0] + grads[0], outs[1] + grads[1]):
+            _close(a, e, rtol=1e-10, atol=1e-10)
+        return
     for a, e in zip(*outs):
         _close(a, e, rtol=1e-4, atol=1e-5)
     for a, e in zip(*grads):
@@ -524,23 +531,8 @@ def test_bilstm_float32_input_products_in_several_chunks():
 
 def test_bilstm_float64_backward_in_several_chunks_vs_reference():
     """The float64 path (scalar gate loops, MKL step products) chunks its backward the
-    same way: every gradient against the reference's autograd at rounding level."""
-    gen = torch.Generator().manual_seed(32)
-    B, T, P, C = 10, 130, 4, 6
-    lengths = torch.tensor(_CHUNKED_LENGTHS)
-    base = [torch.randn(B, T, P, generator=gen, dtype=torch.float64),
-            torch.randn(B, T, P, generator=gen, dtype=torch.float64),
-            *lstm_params(gen, P, C, P, dtype=torch.float64, scale=0.4),
-            *lstm_params(gen, P, C, P, dtype=torch.float64, scale=0.4)]
-    wout = [torch.randn(B, T, P, generator=gen, dtype=torch.float64) for _ in range(2)]
-    grads = []
-    for impl in (fused, R):
-        ts = [t.clone().requires_grad_() for t in base]
-        of, ob, h, c = impl.bilstm_layer(ts[0], ts[1], lengths, ts[2:6], ts[6:], None, 0.8, 0.5, True, True)
-        ((of * wout[0]).sum() + (ob * wout[1]).sum() + h.sum() * 0.3 + c.sum() * 0.2).backward()
-        grads.append([t.grad for t in ts])
-    for a, e in zip(*grads):
-        _close(a, e, rtol=1e-10, atol=1e-10)
+    same way: outputs and every gradient against the reference's autograd at rounding level."""
+    _bilstm_grads_vs_float64(10, 130, 6, 4, torch.tensor(_CHUNKED_LENGTHS), 32, dtype=torch.float64)
 
 
 @pytest.mark.parametrize("B,T,C,P", [(13, 6, 100, 20), (2, 3, 5, 4), (7, 4, 70, 64), (1, 1030, 6, 4)])
