@@ -62,6 +62,12 @@ def set_bilm(model: Model, bilm: BiLM, source: str) -> None:
     _set_dims(model)
 
 
+def step_bilm(model: Model, optimizer) -> None:
+    """Apply the biLM's gradients with ``optimizer``; the token cache is stale after it."""
+    model.finish_update(optimizer)
+    get_runner(model).cache.clear()
+
+
 def _set_dims(model: Model) -> None:
     bilm = get_bilm(model)
     if bilm is not None:

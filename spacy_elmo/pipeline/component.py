@@ -21,7 +21,7 @@ from thinc.api import Config, Model, Optimizer, set_dropout_rate
 from thinc.types import Floats3d
 
 from ..errors import Errors
-from .bilm_layer import get_bilm, set_bilm
+from .bilm_layer import get_bilm, set_bilm, step_bilm
 from .doc_data import install_extensions, install_hooks, set_doc_data
 from .listener import ElmoListener
 from .loaders import WeightsLoader, load_weights
@@ -264,7 +264,7 @@ class ElmoComponent(TrainablePipe):
             # with the optimizer it gave us (else at the next finish_update).
             optimizer = sgd if sgd is not None else getattr(self, "_last_sgd", None)
             if optimizer is not None:
-                self.model.finish_update(optimizer)
+                step_bilm(self.model, optimizer)
                 self._pending_grads = False
             else:
                 self._pending_grads = True
@@ -282,7 +282,7 @@ class ElmoComponent(TrainablePipe):
             return
         self._last_sgd = sgd
         if getattr(self, "_pending_grads", False):
-            self.model.finish_update(sgd)
+            step_bilm(self.model, sgd)
             self._pending_grads = False
 
     def get_loss(self, examples, scores) -> None:

@@ -7,6 +7,7 @@ import torch
 from spacy.training import Example
 from thinc.api import set_dropout_rate
 
+from spacy_elmo.bilm.token_cache import run_rows
 from spacy_elmo.pipeline.bilm_layer import get_bilm
 from spacy_elmo.pipeline.listener import ElmoListener
 from spacy_elmo.pipeline.scalar_mix import elmo_dropout, scalar_mix_layer
@@ -238,3 +239,22 @@ def test_fine_tuning_changes_bilm(tiny_dir):
     before = bilm.lstm.forward_layers[0].w_proj.detach().clone()
     nlp.update(examples, sgd=opt)
     assert not torch.equal(before, bilm.lstm.forward_layers[0].w_proj.detach())
+
+
+def test_fine_tuning_refreshes_token_cache(tiny_dir):
+    """Vectors after a fine-tuning step come from the new weights, not the inference cache."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "frozen": False})
+    nlp.add_pipe("ner", config={"model": {**NER, "tok2vec": LISTENER}})
+    examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(4)]
+    opt = nlp.initialize(lambda: examples)
+    text = "Yesterday Alice went home and it was good ."
+    nlp(text)  # fills the token cache with the initial weights
+    for _ in range(2):
+        nlp.update(examples, sgd=opt)
+    got = nlp(text)._.elmo
+    bilm = get_bilm(nlp.get_pipe("elmo").model)
+    with torch.no_grad():
+        out = run_rows(bilm, [[t.text for t in nlp.make_doc(text)]])  # no cache: whole biLM
+    expected = torch.stack(out.activations)[:, 0].numpy()
+    numpy.testing.assert_allclose(numpy.asarray(got, dtype="float32"), expected, atol=2e-3)
