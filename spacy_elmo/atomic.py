@@ -1,6 +1,7 @@
 """Writing a file so that readers, and a writer killed half-way, see the old file or the new one, never half."""
 
 import os
+import shutil
 from pathlib import Path
 from typing import Callable, Union
 
@@ -40,3 +41,20 @@ def remove_leftovers(path: PathLike) -> None:
     path = Path(path)
     for stale in path.parent.glob(f".{path.name}.*.tmp"):
         stale.unlink(missing_ok=True)
+
+
+def replace_dir(path: PathLike, write: Callable[[Path], None]) -> None:
+    """Call ``write(tmp)`` to create a new directory beside ``path``, then put it in
+    ``path``'s place (an existing ``path`` is deleted first, only once ``write`` succeeded)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temporary_name(path)
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        write(tmp)
+        if path.exists():
+            shutil.rmtree(path)
+        os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

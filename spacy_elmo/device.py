@@ -7,6 +7,12 @@ from .errors import Errors
 
 def torch_device(name: str) -> torch.device:
     """``torch.device(name)``; RuntimeError naming the fix when CUDA is asked for and unavailable."""
-    if name.startswith("cuda") and not torch.cuda.is_available():
+    try:
+        device = torch.device(name)
+    except RuntimeError as err:
+        raise RuntimeError(Errors.E_UNKNOWN_DEVICE.format(device=name)) from err
+    if device.type not in ("cpu", "cuda"):
+        raise RuntimeError(Errors.E_UNKNOWN_DEVICE.format(device=name))
+    if device.type == "cuda" and not torch.cuda.is_available():
         raise RuntimeError(Errors.E_DEVICE_UNAVAILABLE.format(device=name, reason="CUDA is not available"))
-    return torch.device(name)
+    return device

@@ -211,8 +211,30 @@ class Errors:
         "OUTPUT_DIR at the directory of the interrupted run)."
     )
     E_CHECKPOINT_MISMATCH = (
-        "The checkpoint in {path} was written with {name}={found!r}, but this run uses "
-        "{expected!r}. Resume with the same settings, or start a new OUTPUT_DIR."
+        "The checkpoint in {path} was written with {found}, but this run uses {expected}. "
+        "--resume continues a run exactly: pass the settings it was started with. To train on "
+        "with other settings, start a new OUTPUT_DIR with --init {path}."
+    )
+    E_CHECKPOINT_DATA = (
+        "The checkpoint in {path} was trained on other data: the tokenized corpus or its vocabulary "
+        "(TRAIN_PATH, --lang, --vocab-size, --min-count, --init, --new-vocab) differs from this run's, so "
+        "resuming would read other batches and give words other softmax rows. Resume with the same "
+        "corpus and settings; to continue on new text, start a new OUTPUT_DIR with --init {path}."
+    )
+    E_RESUME_MODEL = (
+        "The checkpoint in {path} holds the model {found}, but --preset/--options ask for {expected}. "
+        "Resume without --preset/--options (the checkpoint's model is used), or start a new OUTPUT_DIR."
+    )
+    E_BAD_CHECKPOINT = (
+        "{path} is damaged or not a spacy-elmo checkpoint ({error}). Checkpoints are written "
+        "atomically, so a killed run does not leave one like this: restore the file, or start "
+        "again without --resume in a new OUTPUT_DIR."
+    )
+    E_INIT_AND_MODEL = (
+        "--init fine-tunes an existing model, whose sizes are fixed: drop --preset/--options."
+    )
+    E_NEW_VOCAB_WITHOUT_INIT = (
+        "--new-vocab only applies with --init (a new run always builds its vocabulary from the corpus)."
     )
     E_OUTPUT_NOT_EMPTY = (
         "{path} already holds a training run (checkpoint or model). Pass --resume to continue "
@@ -233,7 +255,13 @@ class Errors:
         "{found!r}."
     )
     E_EXPORT_FORMAT = "Unknown export format {name!r}: use 'allennlp' or 'native'."
+    E_EXPORT_NOT_A_DIR = "{path} is a file; export writes a directory. Choose another OUT_DIR."
+    E_EXPORT_NOT_EMPTY = (
+        "{path} is not empty: its files would mix with the exported model's. Choose a new OUT_DIR, "
+        "or pass --overwrite to replace {path} and everything in it."
+    )
     E_DEVICE_UNAVAILABLE = "--device {device} was requested but {reason}. Use --device cpu."
+    E_UNKNOWN_DEVICE = "Unknown --device {device!r}: use cpu, cuda or cuda:N (a GPU index)."
     E_DDP_DEVICE = (
         "This process has rank {rank} of {world}; DDP on CUDA needs one GPU per process but "
         "only {n_gpus} are visible."

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import typer
 
+from ..atomic import replace_dir
 from ..errors import Errors
 from .app import app
 
@@ -13,23 +14,41 @@ def export(
     model_dir: str = typer.Argument(..., help="Native model dir, AllenNLP weights dir, or 'default'."),
     out_dir: Path = typer.Argument(..., help="Where to write."),
     format: str = typer.Option("allennlp", "--format", help="allennlp (options.json + weights.hdf5) or native."),
+    overwrite: bool = typer.Option(False, help="Replace OUT_DIR if it exists (all of its contents)."),
 ) -> None:
-    """Export a model; the softmax and vocab.txt go along when the model has them."""
+    """Export a model; the softmax and vocab.txt go along when the model has them.
+
+    The files are written to a temporary directory beside OUT_DIR and renamed into
+    place, so OUT_DIR never mixes them with another model's files."""
     from ..training.modelio import SOFTMAX_FILE, load_pretrained, save_pretrained, write_softmax
 
     if format not in ("allennlp", "native"):
         raise typer.BadParameter(Errors.E_EXPORT_FORMAT.format(name=format))
     try:
+        check_output_dir(out_dir, overwrite)
         bilm, softmax, vocab, provenance = load_pretrained(model_dir, backend="reference")
-    except (ValueError, FileNotFoundError) as err:
+    except (ValueError, FileNotFoundError, FileExistsError) as err:
         typer.secho(str(err), fg=typer.colors.RED, err=True)
         raise typer.Exit(1) from err
-    out_dir.mkdir(parents=True, exist_ok=True)
-    if format == "native":
-        save_pretrained(out_dir, bilm, softmax, vocab, provenance)
-    else:
-        bilm.to_allennlp(out_dir / "options.json", out_dir / "weights.hdf5")
-        if softmax is not None:
-            write_softmax(out_dir / SOFTMAX_FILE, softmax)
-            vocab.save(out_dir)
+
+    def write(tmp: Path) -> None:
+        if format == "native":
+            save_pretrained(tmp, bilm, softmax, vocab, provenance)
+        else:
+            tmp.mkdir(parents=True)
+            bilm.to_allennlp(tmp / "options.json", tmp / "weights.hdf5")
+            if softmax is not None:
+                write_softmax(tmp / SOFTMAX_FILE, softmax)
+                vocab.save(tmp)
+
+    replace_dir(out_dir, write)
     typer.echo(f"wrote {format} model to {out_dir}" + (" (with softmax and vocab.txt)" if softmax is not None else ""))
+
+
+def check_output_dir(out_dir: Path, overwrite: bool) -> None:
+    """FileExistsError when ``out_dir`` is a file, or a non-empty directory without ``overwrite``."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise FileExistsError(Errors.E_EXPORT_NOT_A_DIR.format(path=out_dir))
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not overwrite:
+        raise FileExistsError(Errors.E_EXPORT_NOT_EMPTY.format(path=out_dir))
+

@@ -17,7 +17,10 @@ def model_config(preset: Optional[str], options: Optional[Path]) -> dict:
     if preset and options:
         raise typer.BadParameter(Errors.E_PRESET_AND_OPTIONS)
     if options is None:
-        return BiLMConfig.preset(preset or "small").to_dict()
+        try:
+            return BiLMConfig.preset(preset or "small").to_dict()
+        except ValueError as err:
+            raise typer.BadParameter(str(err)) from err
     try:
         data = json.loads(Path(options).read_text(encoding="utf-8"))
         config = BiLMConfig.from_allennlp_options(data) if "lstm" in data else BiLMConfig.from_dict(data)
@@ -79,16 +82,14 @@ def pretrain(
         raise typer.BadParameter(Errors.E_STEPS_AND_EPOCHS)
     if keep_freed_memory:
         keep_freed()
-    config = {} if init else model_config(preset, options)
+    config = model_config(preset, options) if (preset or options) else None
     cfg = TrainConfig(
         train_path=str(train_path), output_dir=str(output_dir), heldout=str(heldout) if heldout else None, lang=lang,
         vocab_size=vocab_size, min_count=min_count, max_steps=max_steps, epochs=epochs, batch_size=batch_size,
         unroll=unroll, negatives=negatives, optimizer=optimizer, lr=lr, dropout=dropout, clip=clip, seed=seed,
-        resume=resume, device=device, backend=backend, init=init, new_vocab=new_vocab,
+        resume=resume, device=device, backend=backend, init=init, new_vocab=new_vocab, model=config,
         checkpoint_every=checkpoint_every, state_sentences=state_sentences, sentences=sentences, max_length=max_length, log_every=log_every, threads=threads, progress=progress,
     )
-    if config:
-        cfg.model = config
     try:
         summary = train(cfg)
     except (ValueError, FileNotFoundError, FileExistsError, RuntimeError) as err:

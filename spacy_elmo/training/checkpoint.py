@@ -53,16 +53,49 @@ def save_checkpoint(output_dir: PathLike, payload: Dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+PAYLOAD_KEYS = ("step", "model", "optimizer", "ranks", "settings")
+
+
 def load_checkpoint(output_dir: PathLike) -> Dict[str, Any]:
+    """The payload of ``checkpoint.pt``; ValueError naming the file when it is damaged."""
     path = checkpoint_path(output_dir)
     if not path.exists():
         raise FileNotFoundError(Errors.E_NO_CHECKPOINT.format(path=output_dir))
-    return torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # torch raises EOFError, RuntimeError, UnpicklingError... for damaged files
+        raise ValueError(Errors.E_BAD_CHECKPOINT.format(path=path, error=f"{type(err).__name__}: {err}")) from err
+    missing = [k for k in PAYLOAD_KEYS if not isinstance(payload, dict) or k not in payload]
+    if missing:
+        raise ValueError(Errors.E_BAD_CHECKPOINT.format(path=path, error=f"no {', '.join(missing)}"))
+    return payload
+
+
+#: Settings recorded only since a later version: an older checkpoint without them still resumes.
+ADDED_SETTINGS = ("data", "lang", "optimizer", "lr", "dropout", "clip")
+#: Command-line spelling of a setting in error messages.
+_OPTION = {"batch_size": "--batch-size", "unroll": "--unroll", "seed": "--seed", "negatives": "--negatives",
+           "vocab_size": "vocabulary size", "lang": "--lang", "optimizer": "--optimizer", "lr": "--lr",
+           "dropout": "--dropout", "clip": "--clip", "world": "number of processes"}
+
+
+def _describe(name: str, value: Any) -> str:
+    if name == "sentences":
+        return "streams (no --sentences)" if value is None else f"--sentences --max-length {value}"
+    return f"{_OPTION.get(name, name)} {value}"
 
 
 def check_settings(saved: Dict[str, Any], current: Dict[str, Any], output_dir: PathLike) -> None:
-    """Settings that change the batches or shapes must match for an exact resume."""
+    """Settings that change the batches, shapes or updates must match for an exact resume."""
     for name, expected in current.items():
+        if name in ADDED_SETTINGS and name not in saved:
+            continue
         found = saved.get(name)
-        if found != expected:
-            raise ValueError(Errors.E_CHECKPOINT_MISMATCH.format(path=output_dir, name=name, found=found, expected=expected))
+        if found == expected:
+            continue
+        if name == "data":
+            raise ValueError(Errors.E_CHECKPOINT_DATA.format(path=output_dir))
+        if name == "model_config":
+            raise ValueError(Errors.E_RESUME_MODEL.format(path=output_dir, found=found, expected=expected))
+        raise ValueError(Errors.E_CHECKPOINT_MISMATCH.format(
+            path=output_dir, found=_describe(name, found), expected=_describe(name, expected)))

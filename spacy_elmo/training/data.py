@@ -18,6 +18,7 @@ in whitespace-split pieces; a corpus without tokens is an error.
 """
 
 import codecs
+import hashlib
 import json
 import os
 import warnings
@@ -268,6 +269,14 @@ class Corpus:
 
     def __post_init__(self) -> None:
         self.starts = np.concatenate([[0], np.cumsum(self.lengths)[:-1]]).astype(np.int64)
+
+    def digest(self) -> str:
+        """sha256 of the type ids, sentence lengths and type strings: what the batches are made of."""
+        h = hashlib.sha256()
+        for array_ in (self.tokens, self.lengths):
+            h.update(memoryview(np.ascontiguousarray(array_)).cast("B"))
+        h.update("\n".join(self.types).encode("utf-8"))
+        return h.hexdigest()
 
     @classmethod
     def load(cls, cache_dir: PathLike) -> "Corpus":

@@ -15,7 +15,7 @@ sentence's tokens and its closing marker.
 
 import math
 from pathlib import Path
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -42,6 +42,9 @@ def evaluate_corpus(
     per_sentence: bool = False,
 ) -> Dict[str, Any]:
     """Perplexities (forward, backward, and ``exp`` of the mean loss) and OOV rate."""
+    for name, value in (("batch_size", batch_size), ("unroll", unroll)):
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name=name, what="a positive integer", value=value))
     device = torch.device(device)
     char_table = char_table or CharTable(vocab, lm.bilm.config.max_characters_per_token)
     tokens = corpus.tokens.astype(np.int64)
@@ -119,6 +122,33 @@ def _sentence_nll_sums(lm, vocab, corpus, tokens, char_table, batch_size, device
     return sums, n_pred
 
 
+def read_text(text_path: PathLike, lang: str = "en") -> Tuple[List[List[str]], ReadStats]:
+    """The sentences of ``text_path`` tokenized with spaCy ``lang`` (as in pretraining);
+    ValueError when there are none (empty, blank or binary text)."""
+    stats = ReadStats()
+    sentences = tokenize_file(text_path, lang, stats)
+    if not sentences:
+        raise ValueError(Errors.E_NO_EVAL_TOKENS.format(path=text_path))
+    return sentences, stats
+
+
+def evaluate_sentences(
+    lm: BidirectionalLM,
+    vocab: Vocab,
+    sentences: List[List[str]],
+    batch_size: int = 32,
+    unroll: int = 20,
+    device: Union[str, torch.device] = "cpu",
+    progress: bool = False,
+    per_sentence: bool = False,
+) -> Dict[str, Any]:
+    """Evaluate on tokenized sentences (see :func:`read_text`)."""
+    # A copy: evaluation text adds its unknown strings as non-target types.
+    vocab = Vocab(list(vocab.types), vocab.size)
+    corpus = Corpus.from_sentences(sentences, vocab)
+    return evaluate_corpus(lm, vocab, corpus, None, batch_size, unroll, device, progress, per_sentence)
+
+
 def evaluate_text(
     lm: BidirectionalLM,
     vocab: Vocab,
@@ -131,14 +161,8 @@ def evaluate_text(
     per_sentence: bool = False,
 ) -> Dict[str, Any]:
     """Tokenize ``text_path`` with spaCy ``lang`` (as in pretraining) and evaluate."""
-    stats = ReadStats()
-    sentences = tokenize_file(text_path, lang, stats)
-    if not sentences:
-        raise ValueError(Errors.E_NO_EVAL_TOKENS.format(path=text_path))
-    # A copy: evaluation text adds its unknown strings as non-target types.
-    vocab = Vocab(list(vocab.types), vocab.size)
-    corpus = Corpus.from_sentences(sentences, vocab)
-    result = evaluate_corpus(lm, vocab, corpus, None, batch_size, unroll, device, progress, per_sentence)
+    sentences, stats = read_text(text_path, lang)
+    result = evaluate_sentences(lm, vocab, sentences, batch_size, unroll, device, progress, per_sentence)
     result["replaced_bytes"] = stats.replaced_bytes
     return result
 

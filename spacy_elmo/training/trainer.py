@@ -48,7 +48,7 @@ class TrainConfig:
 
     train_path: str
     output_dir: str
-    model: Dict[str, Any] = field(default_factory=lambda: BiLMConfig.preset("small").to_dict())
+    model: Optional[Dict[str, Any]] = None  # BiLMConfig dict; None: small, the checkpoint's on resume, init's with init
     heldout: Optional[str] = None
     lang: str = "en"
     vocab_size: int = 100_000  # 0: no cap
@@ -89,6 +89,14 @@ class TrainConfig:
             raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name="max_steps", what="a positive integer", value=self.max_steps))
         if self.epochs is not None and not self.epochs > 0:
             raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name="epochs", what="positive", value=self.epochs))
+        if self.lr is not None and not self.lr > 0:
+            raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name="lr", what="positive", value=self.lr))
+        if not self.clip > 0:
+            raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name="clip", what="positive (a global gradient-norm bound)", value=self.clip))
+        if self.init and self.model is not None:
+            raise ValueError(Errors.E_INIT_AND_MODEL)
+        if self.new_vocab and not self.init:
+            raise ValueError(Errors.E_NEW_VOCAB_WITHOUT_INIT)
         if not 0 <= self.dropout < 1:
             raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name="dropout", what="in [0, 1)", value=self.dropout))
         if self.optimizer not in ("adagrad", "adam"):
@@ -128,7 +136,7 @@ def _build_model(cfg: TrainConfig, corpus: Corpus, resume_payload: Optional[dict
         bilm.set_initial_state(None)  # it belongs to the old weights; saves refit it when asked
         config = bilm.config
     else:
-        config = BiLMConfig.from_dict(resume_payload["settings"]["model_config"] if resume_payload else cfg.model)
+        config = BiLMConfig.from_dict(resume_payload["settings"]["model_config"]) if resume_payload else requested_model(cfg)
         bilm = BiLM(config, backend=cfg.backend)
         init_vocab = None
         if cfg.init:  # resuming a fine-tuning run: the vocab choice is recomputed below
@@ -169,6 +177,11 @@ def fit_start_state(bilm: BiLM, corpus: Corpus, max_sentences: int, warmup: int 
     return boundary_state_mean(bilm, sentences, rows=rows, warmup=warmup)
 
 
+def requested_model(cfg: TrainConfig) -> BiLMConfig:
+    """The model ``cfg`` asks for (the small preset when it names none)."""
+    return BiLMConfig.from_dict(cfg.model) if cfg.model is not None else BiLMConfig.preset("small")
+
+
 def _corpus_vocab(corpus: Corpus, cfg: TrainConfig) -> Vocab:
     """The corpus types are already in vocab order; the targets are a prefix."""
     frequent = int((corpus.counts[3:] >= cfg.min_count).sum())
@@ -178,24 +191,33 @@ def _corpus_vocab(corpus: Corpus, cfg: TrainConfig) -> Vocab:
     return Vocab(corpus.types, size)
 
 
+def learning_rate(name: str, lr: Optional[float]) -> float:
+    """``lr``, or the recipe's rate for optimizer ``name`` when it is None."""
+    return lr if lr is not None else (0.2 if name == "adagrad" else 1e-3)
+
+
 def build_optimizer(name: str, lr: Optional[float], params) -> torch.optim.Optimizer:
     """``"adagrad"`` (bilm-tf's, the default) or ``"adam"``; ``lr`` None = the recipe's rate."""
+    lr = learning_rate(name, lr)
     if name == "adagrad":
         # bilm-tf: AdagradOptimizer(0.2, initial_accumulator_value=1.0).
         # PyTorch's fused Adagrad is CPU-only; it is ~4x faster than the per-tensor loop on the
         # dense 50k-row softmax and gives the same updates.
         params = list(params)
         fused = all(p.device.type == "cpu" for p in params)
-        return torch.optim.Adagrad(params, lr=lr or 0.2, initial_accumulator_value=1.0, fused=fused or None)
-    return torch.optim.Adam(params, lr=lr or 1e-3)
+        return torch.optim.Adagrad(params, lr=lr, initial_accumulator_value=1.0, fused=fused or None)
+    return torch.optim.Adam(params, lr=lr)
 
 
-def _resume_settings(cfg: TrainConfig, world: int, vocab: Vocab, model: Dict[str, Any]) -> Dict[str, Any]:
-    """What must be equal between a run and its resumption for the batches to match."""
+def _resume_settings(cfg: TrainConfig, world: int, vocab: Vocab, model: Dict[str, Any], corpus: Corpus) -> Dict[str, Any]:
+    """What must be equal between a run and its resumption for the steps to match.
+    Checkpoints written before a key of ``ckpt.ADDED_SETTINGS`` existed resume without it."""
     return {"batch_size": cfg.batch_size, "unroll": cfg.unroll, "world": world, "seed": cfg.seed,
             "vocab_size": vocab.size, "negatives": cfg.negatives, "model_config": model,
             # absent (None) in stream runs, so their older checkpoints still resume
-            "sentences": cfg.max_length if cfg.sentences else None}
+            "sentences": cfg.max_length if cfg.sentences else None,
+            "data": corpus.digest(), "lang": cfg.lang, "optimizer": cfg.optimizer,
+            "lr": learning_rate(cfg.optimizer, cfg.lr), "dropout": cfg.dropout, "clip": cfg.clip}
 
 
 class _Log:
@@ -243,6 +265,12 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
         raise FileExistsError(Errors.E_OUTPUT_NOT_EMPTY.format(path=out))
     _barrier(world)
 
+    heldout = None
+    if cfg.heldout and is_main:  # read now: a bad file is an error before any training, not at the first checkpoint
+        from .evaluate import read_text
+
+        heldout = read_text(cfg.heldout, cfg.lang)[0]
+
     # Data: rank 0 tokenizes into the cache, the others wait and read it.
     cache = out / "data"
     if is_main:
@@ -262,7 +290,7 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
         batcher = StreamBatcher(corpus, cfg.batch_size, cfg.unroll, cfg.seed, rank, world)
     lm = BidirectionalLM(bilm, softmax).to(device)
     optimizer = build_optimizer(cfg.optimizer, cfg.lr, lm.parameters())
-    settings = _resume_settings(cfg, world, vocab, bilm.config.to_dict())
+    settings = _resume_settings(cfg, world, vocab, bilm.config.to_dict(), corpus)
     sampler = LogUniformSampler(vocab.size, cfg.negatives)
     full_softmax = cfg.negatives >= vocab.size
     if full_softmax and is_main:
@@ -274,6 +302,8 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
     tokens_seen = 0
     if payload is not None:
         ckpt.check_settings(payload["settings"], settings, out)
+        if cfg.model is not None and requested_model(cfg) != bilm.config:
+            raise ValueError(Errors.E_RESUME_MODEL.format(path=out, found=bilm.config.to_dict(), expected=requested_model(cfg).to_dict()))
         lm.load_state_dict(payload["model"])
         optimizer.load_state_dict(payload["optimizer"])
         step = int(payload["step"])
@@ -365,11 +395,11 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
         bar.update(1)
         if step % cfg.checkpoint_every == 0 or step == total:
             save(final=step == total)
-            if cfg.heldout and is_main:
-                from .evaluate import evaluate_text
+            if heldout is not None:
+                from .evaluate import evaluate_sentences
 
-                last_heldout = evaluate_text(lm, vocab, cfg.heldout, cfg.lang, cfg.eval_batch_size, cfg.unroll, device,
-                                             per_sentence=cfg.sentences)
+                last_heldout = evaluate_sentences(lm, vocab, heldout, cfg.eval_batch_size, cfg.unroll, device,
+                                                  per_sentence=cfg.sentences)
                 log.write({"step": step, "event": "heldout", **last_heldout})
                 lm.train()
     bar.close()

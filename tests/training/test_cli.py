@@ -107,3 +107,39 @@ def test_evaluate_reads_text_the_way_the_model_was_trained(tmp_path):
     assert modes[""]["perplexity"] == modes["--per-sentence"]["perplexity"] != modes["--stream"]["perplexity"]
     text = runner.invoke(app, ["evaluate", str(out), str(held)])
     assert "every sentence alone" in text.output
+
+
+def test_export_guards_its_output(tmp_path):
+    result, _, held, _, out = pretrain_tiny(tmp_path)
+    assert result.exit_code == 0, result.output
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    (dest / "config.json").write_text("{}")  # another model's file
+    result = runner.invoke(app, ["export", str(out), str(dest), "--format", "allennlp"])
+    assert result.exit_code == 1 and "not empty" in result.output and "--overwrite" in result.output
+    assert [p.name for p in dest.iterdir()] == ["config.json"]  # untouched
+    result = runner.invoke(app, ["export", str(out), str(dest), "--format", "allennlp", "--overwrite"])
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in dest.iterdir()) == ["options.json", "softmax.safetensors", "vocab.txt", "weights.hdf5"]
+    torch.testing.assert_close(BiLM.load(dest).state_dict(), BiLM.load(out).state_dict())
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    result = runner.invoke(app, ["export", str(out), str(afile), "--format", "native"])
+    assert result.exit_code == 1 and "is a file" in result.output
+
+
+@pytest.mark.parametrize("size", ["0", "-3"])
+def test_evaluate_rejects_bad_batch_size(tmp_path, size):
+    result, _, held, _, out = pretrain_tiny(tmp_path)
+    result = runner.invoke(app, ["evaluate", str(out), str(held), "--batch-size", size])
+    assert result.exit_code == 1 and f"batch_size must be a positive integer; found {size}" in result.output
+
+
+def test_pretrain_flag_errors(tmp_path):
+    train = write_corpus(tmp_path / "train.txt", 50)
+    result = runner.invoke(app, ["pretrain", str(train), str(tmp_path / "a"), "--preset", "huge"])
+    assert result.exit_code == 2 and "huge" in result.output and "small" in result.output
+    result = runner.invoke(app, ["pretrain", str(train), str(tmp_path / "b"), "--init", "default", "--preset", "small"])
+    assert result.exit_code == 1 and "drop --preset/--options" in result.output
+    result = runner.invoke(app, ["pretrain", str(train), str(tmp_path / "c"), "--device", "tpu"])
+    assert result.exit_code == 1 and "Unknown --device 'tpu'" in result.output

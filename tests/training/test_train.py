@@ -14,7 +14,7 @@ from spacy_elmo.training.data import Corpus
 from spacy_elmo.training.evaluate import evaluate_model_dir
 from spacy_elmo.training.trainer import read_log, train
 
-from .conftest import tiny_train_config, write_corpus
+from .conftest import TINY, tiny_train_config, write_corpus
 
 
 def unigram_perplexity(train_dir, heldout_sentences_vocab_ids):
@@ -124,7 +124,7 @@ def test_output_dir_guard_and_missing_checkpoint(tmp_path):
     train(tiny_train_config(train_file, tmp_path / "out", max_steps=2))
     with pytest.raises(FileExistsError, match="--resume"):
         train(tiny_train_config(train_file, tmp_path / "out", max_steps=2))
-    with pytest.raises(ValueError, match="batch_size"):
+    with pytest.raises(ValueError, match="--batch-size 8, but this run uses --batch-size 4"):
         train(tiny_train_config(train_file, tmp_path / "out", max_steps=4, resume=True, batch_size=4))
 
 
@@ -161,12 +161,83 @@ def test_fine_tuning_from_a_saved_model(tmp_path):
     domain = tmp_path / "domain.txt"
     domain.write_text("The river bank floods . The bank is muddy .\n" * 40, encoding="utf-8")
     tuned = tmp_path / "tuned"
-    train(tiny_train_config(domain, tuned, max_steps=4, init=str(base), model={}))
+    train(tiny_train_config(domain, tuned, max_steps=4, init=str(base), model=None))
     # Same vocabulary (softmax rows) as the base model; new words are OOV targets.
     assert (tuned / "vocab.txt").read_text() == (base / "vocab.txt").read_text()
     before, after = BiLM.load(base).state_dict(), BiLM.load(tuned).state_dict()
     assert any(not torch.equal(before[k], after[k]) for k in before)
     # With a new vocabulary, known words keep their trained softmax rows.
     tuned2 = tmp_path / "tuned2"
-    train(tiny_train_config(domain, tuned2, max_steps=1, init=str(base), new_vocab=True, lr=1e-9, optimizer="adam"))
+    train(tiny_train_config(domain, tuned2, max_steps=1, init=str(base), new_vocab=True, model=None, lr=1e-9, optimizer="adam"))
     assert "river" in (tuned2 / "vocab.txt").read_text()
+
+
+def test_resume_refuses_other_data_and_settings(tmp_path):
+    """--resume continues exactly or not at all: other text, vocabulary or update settings are refused."""
+    train_file = write_corpus(tmp_path / "train.txt", 200)
+    out = tmp_path / "out"
+    capped = dict(vocab_size=20, negatives=8)  # the vocabulary size of any other corpus too
+    train(tiny_train_config(train_file, out, max_steps=2, checkpoint_every=2, **capped))
+
+    def resume(path=train_file, **changes):
+        return train(tiny_train_config(path, out, max_steps=4, checkpoint_every=2, resume=True, **{**capped, **changes}))
+
+    lines = train_file.read_text(encoding="utf-8").splitlines()
+    shuffled = tmp_path / "shuffled.txt"
+    shuffled.write_text("\n".join(lines[1:] + lines[:1]) + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="trained on other data"):
+        resume(shuffled)  # same words, same vocabulary: other batches
+    with pytest.raises(ValueError, match="trained on other data"):
+        resume(write_corpus(tmp_path / "other.txt", 200, seed=5))  # other words on the same 20 softmax rows
+    with pytest.raises(ValueError, match="--optimizer adagrad, but this run uses --optimizer adam"):
+        resume(optimizer="adam")
+    with pytest.raises(ValueError, match="--lr 0.2, but this run uses --lr 0.1"):
+        resume(lr=0.1)
+    with pytest.raises(ValueError, match="--dropout"):
+        resume(dropout=0.2)
+    with pytest.raises(ValueError, match="--preset/--options ask for"):
+        resume(model=dict(TINY, cell_dim=64))
+    assert resume(model=None)["steps"] == 4  # no model named: the checkpoint's
+
+
+@pytest.mark.parametrize("damage", ["empty", "truncated", "other"])
+def test_damaged_checkpoint_is_named(tmp_path, damage):
+    train_file = write_corpus(tmp_path / "train.txt", 100)
+    out = tmp_path / "out"
+    train(tiny_train_config(train_file, out, max_steps=2, checkpoint_every=2))
+    path = out / "checkpoint.pt"
+    if damage == "empty":
+        path.write_bytes(b"")
+    elif damage == "truncated":
+        path.write_bytes(path.read_bytes()[:1000])
+    else:
+        torch.save({"step": 1}, path)
+    with pytest.raises(ValueError, match="checkpoint.pt is damaged or not a spacy-elmo checkpoint"):
+        train(tiny_train_config(train_file, out, max_steps=4, resume=True))
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        (dict(clip=0.0), "clip must be positive"),
+        (dict(clip=-1.0), "clip must be positive"),
+        (dict(lr=0.0), "lr must be positive"),
+        (dict(init="x"), "--init fine-tunes an existing model"),  # tiny_train_config names a model
+        (dict(new_vocab=True), "--new-vocab only applies with --init"),
+        (dict(device="tpu"), "Unknown --device 'tpu'"),
+    ],
+)
+def test_bad_training_settings(tmp_path, changes, message):
+    train_file = write_corpus(tmp_path / "train.txt", 50)
+    with pytest.raises((ValueError, RuntimeError), match=message):
+        train(tiny_train_config(train_file, tmp_path / "out", **changes))
+
+
+@pytest.mark.parametrize("content", [b"", b"  \n\n", b"\x00\x01binary\x00"])
+def test_bad_heldout_fails_before_training(tmp_path, content):
+    train_file = write_corpus(tmp_path / "train.txt", 100)
+    held = tmp_path / "held.txt"
+    held.write_bytes(content)
+    with pytest.raises(ValueError, match="held.txt"):
+        train(tiny_train_config(train_file, tmp_path / "out", heldout=str(held)))
+    assert not (tmp_path / "out" / "checkpoint.pt").exists()
