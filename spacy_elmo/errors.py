@@ -230,6 +230,10 @@ class Errors:
         "atomically, so a killed run does not leave one like this: restore the file, or start "
         "again without --resume in a new OUTPUT_DIR."
     )
+    E_NO_VOCAB_WORDS = (
+        "No word of the corpus occurs --min-count {min_count} times (the most frequent occurs {most} "
+        "times), so the vocabulary would hold only <S>, </S> and <UNK>. Lower --min-count, or use more text."
+    )
     E_INIT_AND_MODEL = (
         "--init fine-tunes an existing model, whose sizes are fixed: drop --preset/--options."
     )

@@ -37,7 +37,7 @@ from .sampler import LogUniformSampler
 from .sentences import SentenceBatcher
 from .softmax import SoftmaxLayer
 from .stream import StreamBatcher
-from .vocab import CharTable, Vocab
+from .vocab import SPECIALS, CharTable, Vocab
 
 LOG_NAME = "train_log.jsonl"
 
@@ -89,6 +89,12 @@ class TrainConfig:
             raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name="max_steps", what="a positive integer", value=self.max_steps))
         if self.epochs is not None and not self.epochs > 0:
             raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name="epochs", what="positive", value=self.epochs))
+        if not isinstance(self.vocab_size, int) or not (self.vocab_size == 0 or self.vocab_size > len(SPECIALS)):
+            raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(
+                name="vocab_size", what=f"0 (no cap) or more than {len(SPECIALS)} (the markers and at least one word)",
+                value=self.vocab_size))
+        if not isinstance(self.min_count, int) or self.min_count < 1:
+            raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name="min_count", what="a positive integer", value=self.min_count))
         if self.lr is not None and not self.lr > 0:
             raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name="lr", what="positive", value=self.lr))
         if not self.clip > 0:
@@ -185,9 +191,11 @@ def requested_model(cfg: TrainConfig) -> BiLMConfig:
 def _corpus_vocab(corpus: Corpus, cfg: TrainConfig) -> Vocab:
     """The corpus types are already in vocab order; the targets are a prefix."""
     frequent = int((corpus.counts[3:] >= cfg.min_count).sum())
+    if frequent == 0:
+        raise ValueError(Errors.E_NO_VOCAB_WORDS.format(min_count=cfg.min_count, most=int(corpus.counts[3:].max(initial=0))))
     size = 3 + frequent
     if cfg.vocab_size:
-        size = min(size, max(3, cfg.vocab_size))
+        size = min(size, cfg.vocab_size)
     return Vocab(corpus.types, size)
 
 

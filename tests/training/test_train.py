@@ -225,6 +225,9 @@ def test_damaged_checkpoint_is_named(tmp_path, damage):
         (dict(init="x"), "--init fine-tunes an existing model"),  # tiny_train_config names a model
         (dict(new_vocab=True), "--new-vocab only applies with --init"),
         (dict(device="tpu"), "Unknown --device 'tpu'"),
+        (dict(vocab_size=2), r"vocab_size must be 0 \(no cap\) or more than 3"),
+        (dict(min_count=0), "min_count must be a positive integer"),
+        (dict(min_count=10**6), "No word of the corpus occurs --min-count 1000000 times"),
     ],
 )
 def test_bad_training_settings(tmp_path, changes, message):
