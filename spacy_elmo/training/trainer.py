@@ -410,6 +410,8 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
                                                   per_sentence=cfg.sentences)
                 log.write({"step": step, "event": "heldout", **last_heldout})
                 lm.train()
+            # A resumed run starts its window here too: equal logs, and tok/s without the checkpoint's time.
+            window_loss, window_n, window_tokens, window_start = 0.0, 0, 0, time.perf_counter()
     bar.close()
     if payload is not None and step == int(payload["step"]):
         save(final=True)  # resumed a finished run: make sure the model is written
