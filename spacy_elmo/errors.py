@@ -52,6 +52,7 @@ class Errors:
         "use_skip_connections requires every LSTM layer input to have the projection "
         "width; this configuration is inconsistent: {detail}"
     )
+    E_BAD_BOOL = "{name} must be true or false (a JSON boolean, not a string or number); found {value!r}."
 
     # --- weight files (spacy_elmo.bilm.allennlp_io / native_io) -------------
     E_WEIGHT_FILE_MISSING = "The weight file {path} does not exist. Check the path."

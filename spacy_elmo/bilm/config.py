@@ -71,6 +71,8 @@ class BiLMConfig:
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
                 raise ValueError(Errors.E_BAD_CLIP.format(name=name, value=value))
+        if not isinstance(self.use_skip_connections, bool):
+            raise ValueError(Errors.E_BAD_BOOL.format(name="use_skip_connections", value=self.use_skip_connections))
         if self.activation not in ("relu", "tanh"):
             raise ValueError(Errors.E_BAD_ACTIVATION.format(value=self.activation))
         if self.n_characters not in (N_CHAR_IDS, N_CHAR_IDS + 1):
@@ -125,7 +127,7 @@ class BiLMConfig:
             n_layers=need(lstm, "n_layers", "lstm.n_layers"),
             cell_clip=lstm.get("cell_clip") or None,
             proj_clip=lstm.get("proj_clip") or None,
-            use_skip_connections=bool(lstm.get("use_skip_connections", False)),
+            use_skip_connections=lstm.get("use_skip_connections", False),
             char_embedding_dim=need(embedding, "dim", "char_cnn.embedding.dim"),
             filters=[tuple(f) for f in need(cnn, "filters", "char_cnn.filters")],
             n_highway=cnn.get("n_highway") or 0,

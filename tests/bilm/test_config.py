@@ -66,3 +66,13 @@ def test_bad_model_inputs():
         model(ids)
     with pytest.raises(TypeError, match="integer character ids"):
         model(batch_to_ids([["a"]]).float())
+
+
+@pytest.mark.parametrize("value", ["false", 0, 1, None])
+def test_booleans_must_be_json_booleans(value):
+    opts = options()
+    opts["lstm"]["use_skip_connections"] = value
+    with pytest.raises(ValueError, match="use_skip_connections must be true or false"):
+        BiLMConfig.from_allennlp_options(opts)
+    with pytest.raises(ValueError, match="use_skip_connections must be true or false"):
+        BiLMConfig.from_dict({"use_skip_connections": value})
