@@ -76,3 +76,23 @@ def test_booleans_must_be_json_booleans(value):
         BiLMConfig.from_allennlp_options(opts)
     with pytest.raises(ValueError, match="use_skip_connections must be true or false"):
         BiLMConfig.from_dict({"use_skip_connections": value})
+
+
+@pytest.mark.parametrize(
+    "section,key,value,match",
+    [
+        ("char_cnn", "filters", 5, "char_cnn.filters must be"),
+        ("char_cnn", "filters", [5, 6], "char_cnn.filters must be"),
+        ("char_cnn", "filters", [[1]], "char_cnn.filters must be"),
+        ("char_cnn", "filters", [[True, 4]], "char_cnn.filters must be"),
+        ("char_cnn", "filters", [[2, -4]], "char_cnn.filters must be"),
+        ("char_cnn", "n_highway", True, "n_highway"),
+        ("char_cnn", "n_highway", -1, "n_highway"),
+        ("lstm", "n_layers", -2, "n_layers"),
+    ],
+)
+def test_malformed_allennlp_options_are_clear_errors(section, key, value, match):
+    opts = options()
+    opts[section][key] = value
+    with pytest.raises(ValueError, match=match):
+        BiLMConfig.from_allennlp_options(opts)
