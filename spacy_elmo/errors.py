@@ -53,6 +53,10 @@ class Errors:
         "width; this configuration is inconsistent: {detail}"
     )
     E_BAD_BOOL = "{name} must be true or false (a JSON boolean, not a string or number); found {value!r}."
+    E_CONFIG_UNKNOWN_FIELD = (
+        "Unknown BiLMConfig field(s) {names}; the fields are {choices}. Remove or rename them (AllenNLP "
+        "options.json files are read with BiLMConfig.from_allennlp_options, not from_dict)."
+    )
 
     # --- weight files (spacy_elmo.bilm.allennlp_io / native_io) -------------
     E_WEIGHT_FILE_MISSING = "The weight file {path} does not exist. Check the path."
@@ -107,6 +111,19 @@ class Errors:
         "{path} holds {n_hdf5} .hdf5 file(s) and {n_options} options.json; a directory of "
         "AllenNLP weights must hold exactly one of each."
     )
+    E_NATIVE_CONFIG_NOT_JSON = (
+        "{path} is not valid JSON ({error}): the model's config.json is damaged. Restore it from the "
+        "original model directory, or write the model again with BiLM.save()."
+    )
+    E_NATIVE_CONFIG_NOT_OBJECT = (
+        "{path} must hold a JSON object ({{\"format\": ..., \"config\": {{...}}}}, as BiLM.save() writes it); "
+        "found {found}. Restore config.json from the original model directory."
+    )
+    E_NATIVE_CONFIG_NO_CONFIG = (
+        "{path} has no \"config\" object with the BiLMConfig fields (projection_dim, cell_dim, ...); found "
+        "{found!r}. Restore config.json from the original model directory."
+    )
+    E_NATIVE_BAD_CONFIG = "The model configuration in {path} is invalid: {error}"
 
     # --- model inputs (spacy_elmo.bilm.model) -------------------------------
     E_CHAR_IDS_SHAPE = (

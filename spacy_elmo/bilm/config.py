@@ -1,7 +1,7 @@
 """BiLMConfig: every hyperparameter of an ELMo biLM, and its AllenNLP options form."""
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
 
@@ -173,4 +173,10 @@ class BiLMConfig:
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> "BiLMConfig":
+        known = [f.name for f in fields(cls)]
+        unknown = sorted(set(data) - set(known))
+        if unknown:
+            raise ValueError(
+                Errors.E_CONFIG_UNKNOWN_FIELD.format(names=", ".join(map(repr, unknown)), choices=", ".join(known))
+            )
         return cls(**data)

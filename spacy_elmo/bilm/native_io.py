@@ -11,6 +11,7 @@ after training, it can be refitted without rewriting them. No pickle anywhere.
 
 import json
 import os
+import reprlib
 import shutil
 import tempfile
 from pathlib import Path
@@ -87,9 +88,16 @@ def read_meta(directory: PathLike) -> Dict[str, Any]:
     path = directory / CONFIG_NAME
     if not path.exists():
         raise FileNotFoundError(Errors.E_NATIVE_DIR_MISSING.format(path=directory, filename=CONFIG_NAME))
-    meta = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as err:  # JSONDecodeError, UnicodeDecodeError
+        raise ValueError(Errors.E_NATIVE_CONFIG_NOT_JSON.format(path=path, error=err)) from err
+    if not isinstance(meta, dict):
+        raise ValueError(Errors.E_NATIVE_CONFIG_NOT_OBJECT.format(path=path, found=reprlib.repr(meta)))
     if meta.get("format") != FORMAT:
         raise ValueError(Errors.E_NATIVE_BAD_FORMAT.format(path=path, found=meta.get("format"), expected=FORMAT))
+    if not isinstance(meta.get("config"), dict):
+        raise ValueError(Errors.E_NATIVE_CONFIG_NO_CONFIG.format(path=path, found=meta.get("config")))
     return meta
 
 
@@ -137,7 +145,11 @@ def load_model(cls, directory: PathLike, stateful: bool = False, backend: str = 
         if found is not None:
             return cls.from_allennlp(found[0], found[1], stateful=stateful, backend=backend)
     meta = read_meta(path)
-    model = cls(BiLMConfig.from_dict(meta["config"]), stateful=stateful, backend=backend)
+    try:
+        config = BiLMConfig.from_dict(meta["config"])
+    except ValueError as err:
+        raise ValueError(Errors.E_NATIVE_BAD_CONFIG.format(path=path / CONFIG_NAME, error=err)) from err
+    model = cls(config, stateful=stateful, backend=backend)
     load_state_into(model, load_tensors(path), path / WEIGHTS_NAME)
     model.set_initial_state(read_initial_state(path))
     return model

@@ -136,3 +136,45 @@ def test_default_model_missing_is_a_clear_error(monkeypatch, tmp_path):
     monkeypatch.setattr(native_io, "DEFAULT_MODEL_DIR", tmp_path / "nothing")
     with pytest.raises(FileNotFoundError, match="bundled default model is not installed"):
         BiLM.load("default")
+
+
+def edit_meta(directory, **changes):
+    meta = json.loads((directory / "config.json").read_text())
+    meta.update(changes)
+    (directory / "config.json").write_text(json.dumps(meta))
+
+
+@pytest.mark.parametrize(
+    "text,match",
+    [
+        ('{"format": "spacy-elmo/bilm", "version": 1, "config": {', "is not valid JSON"),
+        ("[1, 2]", "must hold a JSON object"),
+        ("null", "must hold a JSON object"),
+        ('{"format": "spacy-elmo/bilm", "version": 1}', 'no "config" object'),
+        ('{"format": "spacy-elmo/bilm", "version": 1, "config": null}', 'no "config" object'),
+    ],
+)
+def test_damaged_native_config_json_names_the_file(files, tmp_path, text, match):
+    BiLM.from_allennlp(*files).save(tmp_path / "m")
+    (tmp_path / "m" / "config.json").write_text(text)
+    with pytest.raises(ValueError, match=match) as err:
+        BiLM.load(tmp_path / "m")
+    assert str(tmp_path / "m" / "config.json") in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "change,match",
+    [
+        ({"bogus": 1}, r"Unknown BiLMConfig field\(s\) 'bogus'"),
+        ({"cell_dim": None}, "cell_dim must be a positive integer; found None"),
+        ({"use_skip_connections": None}, "use_skip_connections must be true or false"),
+        ({"filters": None}, "filters must be"),
+    ],
+)
+def test_invalid_native_config_fields_name_the_file_and_field(files, tmp_path, change, match):
+    BiLM.from_allennlp(*files).save(tmp_path / "m")
+    meta = json.loads((tmp_path / "m" / "config.json").read_text())
+    edit_meta(tmp_path / "m", config={**meta["config"], **change})
+    with pytest.raises(ValueError, match=match) as err:
+        BiLM.load(tmp_path / "m")
+    assert str(tmp_path / "m" / "config.json") in str(err.value)
