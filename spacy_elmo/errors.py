@@ -124,6 +124,11 @@ class Errors:
         "{found!r}. Restore config.json from the original model directory."
     )
     E_NATIVE_BAD_CONFIG = "The model configuration in {path} is invalid: {error}"
+    E_NATIVE_VERSION = (
+        "{path} has format version {found!r}, but this spacy-elmo reads versions 1 to {supported}. A higher "
+        "version was written by a newer spacy-elmo: upgrade spacy-elmo (pip install -U spacy-elmo). Any other "
+        "value means config.json is damaged: restore it from the original model directory."
+    )
 
     # --- model inputs (spacy_elmo.bilm.model) -------------------------------
     E_CHAR_IDS_SHAPE = (

@@ -22,7 +22,7 @@ from safetensors.torch import load_file, save_file
 
 from ..atomic import atomic_write
 from ..errors import Errors
-from .config import BiLMConfig
+from .config import BiLMConfig, _is_int
 
 PathLike = Union[str, Path]
 FORMAT = "spacy-elmo/bilm"
@@ -96,6 +96,9 @@ def read_meta(directory: PathLike) -> Dict[str, Any]:
         raise ValueError(Errors.E_NATIVE_CONFIG_NOT_OBJECT.format(path=path, found=reprlib.repr(meta)))
     if meta.get("format") != FORMAT:
         raise ValueError(Errors.E_NATIVE_BAD_FORMAT.format(path=path, found=meta.get("format"), expected=FORMAT))
+    version = meta.get("version")
+    if not (_is_int(version) and 1 <= version <= VERSION):
+        raise ValueError(Errors.E_NATIVE_VERSION.format(path=path, found=version, supported=VERSION))
     if not isinstance(meta.get("config"), dict):
         raise ValueError(Errors.E_NATIVE_CONFIG_NO_CONFIG.format(path=path, found=meta.get("config")))
     return meta

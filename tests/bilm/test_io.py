@@ -178,3 +178,12 @@ def test_invalid_native_config_fields_name_the_file_and_field(files, tmp_path, c
     with pytest.raises(ValueError, match=match) as err:
         BiLM.load(tmp_path / "m")
     assert str(tmp_path / "m" / "config.json") in str(err.value)
+
+
+@pytest.mark.parametrize("version", [99, 0, "1", None])
+def test_native_format_version_newer_or_invalid_is_rejected(files, tmp_path, version):
+    BiLM.from_allennlp(*files).save(tmp_path / "m")
+    edit_meta(tmp_path / "m", version=version)
+    with pytest.raises(ValueError, match=f"format version {version!r}") as err:
+        BiLM.load(tmp_path / "m")
+    assert "upgrade spacy-elmo" in str(err.value)
