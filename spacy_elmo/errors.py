@@ -129,6 +129,16 @@ class Errors:
         "version was written by a newer spacy-elmo: upgrade spacy-elmo (pip install -U spacy-elmo). Any other "
         "value means config.json is damaged: restore it from the original model directory."
     )
+    E_DATASET_UNEXPECTED = (
+        "The weight file {path} has dataset(s) that the options do not describe: {datasets}. The options do not "
+        "match the weights (they imply fewer LSTM layers, highway layers or filters than the file holds): use the "
+        "options.json that came with this weight file (compare lstm.n_layers, char_cnn.n_highway, char_cnn.filters)."
+    )
+    E_NATIVE_TENSOR_UNEXPECTED = (
+        "The model file {path} has tensor(s) that config.json does not describe: {names}. config.json does not "
+        "match the weights (it implies fewer LSTM layers, highway layers or filters than the file holds): restore "
+        "the config.json that was saved with these weights (compare n_layers, n_highway, filters)."
+    )
 
     # --- model inputs (spacy_elmo.bilm.model) -------------------------------
     E_CHAR_IDS_SHAPE = (

@@ -15,7 +15,7 @@ import reprlib
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, Iterable, Optional, Union
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -113,8 +113,11 @@ def load_tensors(directory: PathLike) -> Dict[str, torch.Tensor]:
     return load_file(str(path))
 
 
-def load_state_into(model: torch.nn.Module, tensors: Dict[str, torch.Tensor], source: PathLike) -> None:
-    """Copy ``tensors`` into ``model`` with shape checks; extra tensors are ignored."""
+def load_state_into(
+    model: torch.nn.Module, tensors: Dict[str, torch.Tensor], source: PathLike, extra: Iterable[str] = ()
+) -> None:
+    """Copy ``tensors`` into ``model`` with shape checks. The tensors named in ``extra`` (config.json's
+    list, e.g. a softmax) are skipped; any other tensor the model lacks is an error."""
     with torch.no_grad():
         for name, param in model.state_dict().items():
             if name not in tensors:
@@ -127,6 +130,9 @@ def load_state_into(model: torch.nn.Module, tensors: Dict[str, torch.Tensor], so
                     )
                 )
             param.copy_(value.to(param.dtype))
+    unexpected = sorted(set(tensors) - set(model.state_dict()) - set(extra))
+    if unexpected:
+        raise ValueError(Errors.E_NATIVE_TENSOR_UNEXPECTED.format(path=source, names=", ".join(unexpected)))
 
 
 def find_allennlp_files(directory: Path):
@@ -153,7 +159,7 @@ def load_model(cls, directory: PathLike, stateful: bool = False, backend: str = 
     except ValueError as err:
         raise ValueError(Errors.E_NATIVE_BAD_CONFIG.format(path=path / CONFIG_NAME, error=err)) from err
     model = cls(config, stateful=stateful, backend=backend)
-    load_state_into(model, load_tensors(path), path / WEIGHTS_NAME)
+    load_state_into(model, load_tensors(path), path / WEIGHTS_NAME, extra=meta.get("extra") or ())
     model.set_initial_state(read_initial_state(path))
     return model
 

@@ -9,7 +9,7 @@ import torch
 
 from spacy_elmo import BiLM, BiLMConfig, batch_to_ids
 from spacy_elmo.bilm.native_io import load_tensors
-from tests.bilm.oracle import options, write_options, write_weights
+from tests.bilm.oracle import options, write_model_files, write_options, write_weights
 
 SENTS = [["round", "trip"], ["밥"]]
 
@@ -187,3 +187,35 @@ def test_native_format_version_newer_or_invalid_is_rejected(files, tmp_path, ver
     with pytest.raises(ValueError, match=f"format version {version!r}") as err:
         BiLM.load(tmp_path / "m")
     assert "upgrade spacy-elmo" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "change,unexpected",
+    [
+        ({"L": 3}, "RNN_0/RNN/MultiRNNCell/Cell2/LSTMCell/B"),
+        ({"n_highway": 3}, "CNN_high_2/W_carry"),
+    ],
+)
+def test_weight_file_with_more_layers_than_the_options_is_an_error(tmp_path, change, unexpected):
+    _, weight_path = write_model_files(tmp_path, options(**change))
+    write_options(tmp_path / "fewer.json", options())
+    with pytest.raises(ValueError, match="options do not match the weights") as err:
+        BiLM.from_allennlp(tmp_path / "fewer.json", weight_path)
+    assert unexpected in str(err.value) and str(weight_path) in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "change,unexpected",
+    [
+        ({"n_layers": 1}, "lstm.forward_layers.1.w_input"),
+        ({"n_highway": 1}, "token_encoder.highway_weights.1"),
+    ],
+)
+def test_native_file_with_more_layers_than_config_json_is_an_error(files, tmp_path, change, unexpected):
+    model = BiLM.from_allennlp(*files)  # 2 layers, 2 highway layers
+    model.save(tmp_path / "m", extra_tensors={"softmax.bias": torch.zeros(3)})
+    meta = json.loads((tmp_path / "m" / "config.json").read_text())
+    edit_meta(tmp_path / "m", config={**meta["config"], **change})
+    with pytest.raises(ValueError, match="config.json does not match the weights") as err:
+        BiLM.load(tmp_path / "m")
+    assert unexpected in str(err.value) and "softmax.bias" not in str(err.value)
