@@ -139,6 +139,10 @@ class Errors:
         "match the weights (it implies fewer LSTM layers, highway layers or filters than the file holds): restore "
         "the config.json that was saved with these weights (compare n_layers, n_highway, filters)."
     )
+    E_DATASET_DTYPE = (
+        "Dataset {dataset!r} in {path} holds {dtype} values, but weights are float arrays (float32 in the "
+        "released files). The file is damaged or not an ELMo weight file: use the .hdf5 that came with the options."
+    )
 
     # --- model inputs (spacy_elmo.bilm.model) -------------------------------
     E_CHAR_IDS_SHAPE = (

@@ -85,6 +85,8 @@ def read_datasets(config: BiLMConfig, weight_file: PathLike) -> Dict[str, np.nda
                 raise ValueError(
                     Errors.E_DATASET_SHAPE.format(dataset=name, path=path, found=tuple(data.shape), expected=shape)
                 )
+            if data.dtype.kind != "f":
+                raise ValueError(Errors.E_DATASET_DTYPE.format(dataset=name, path=path, dtype=data.dtype.name))
             arrays[name] = np.asarray(data[...], dtype=np.float32)
         unexpected = sorted(set(dataset_names(handle)) - set(arrays))
     if unexpected:

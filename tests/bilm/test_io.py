@@ -219,3 +219,13 @@ def test_native_file_with_more_layers_than_config_json_is_an_error(files, tmp_pa
     with pytest.raises(ValueError, match="config.json does not match the weights") as err:
         BiLM.load(tmp_path / "m")
     assert unexpected in str(err.value) and "softmax.bias" not in str(err.value)
+
+
+def test_string_dataset_where_weights_belong_names_it(files):
+    opt_path, weight_path = files
+    with h5py.File(weight_path, "a") as f:
+        del f["CNN/b_cnn_1"]
+        f.create_dataset("CNN/b_cnn_1", data=np.array(["x"] * 6, dtype="S"))
+    with pytest.raises(ValueError, match="'CNN/b_cnn_1'.*bytes8 values.*float") as err:
+        BiLM.from_allennlp(opt_path, weight_path)
+    assert str(weight_path) in str(err.value)
