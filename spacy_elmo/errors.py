@@ -143,6 +143,10 @@ class Errors:
         "Dataset {dataset!r} in {path} holds {dtype} values, but weights are float arrays (float32 in the "
         "released files). The file is damaged or not an ELMo weight file: use the .hdf5 that came with the options."
     )
+    E_SAFETENSORS_DAMAGED = (
+        "{path} is damaged or not a safetensors file ({error}); a copy or download may have been cut short. "
+        "Copy the model directory again from its source, or write it again with BiLM.save()."
+    )
 
     # --- model inputs (spacy_elmo.bilm.model) -------------------------------
     E_CHAR_IDS_SHAPE = (

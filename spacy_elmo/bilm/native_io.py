@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, Optional, Union
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from ..atomic import atomic_write
@@ -104,13 +105,21 @@ def read_meta(directory: PathLike) -> Dict[str, Any]:
     return meta
 
 
+def read_safetensors(path: Path) -> Dict[str, torch.Tensor]:
+    """Every tensor of the safetensors file ``path``; a damaged file is a clear error naming it."""
+    try:
+        return load_file(str(path))
+    except SafetensorError as err:
+        raise ValueError(Errors.E_SAFETENSORS_DAMAGED.format(path=path, error=err)) from err
+
+
 def load_tensors(directory: PathLike) -> Dict[str, torch.Tensor]:
     """Every tensor of a native model directory (biLM and extras), as stored."""
     directory = resolve_model_dir(directory)
     path = directory / WEIGHTS_NAME
     if not path.exists():
         raise FileNotFoundError(Errors.E_NATIVE_DIR_MISSING.format(path=directory, filename=WEIGHTS_NAME))
-    return load_file(str(path))
+    return read_safetensors(path)
 
 
 def load_state_into(
@@ -169,7 +178,7 @@ def read_initial_state(directory: PathLike):
     path = resolve_model_dir(directory) / INITIAL_STATE_NAME
     if not path.exists():
         return None
-    tensors = load_file(str(path))
+    tensors = read_safetensors(path)
     missing = [k for k in INITIAL_STATE_KEYS if k not in tensors]
     if missing:
         raise ValueError(Errors.E_NATIVE_TENSOR_MISSING.format(path=path, name=missing[0], expected="(2, L, width)"))

@@ -229,3 +229,24 @@ def test_string_dataset_where_weights_belong_names_it(files):
     with pytest.raises(ValueError, match="'CNN/b_cnn_1'.*bytes8 values.*float") as err:
         BiLM.from_allennlp(opt_path, weight_path)
     assert str(weight_path) in str(err.value)
+
+
+@pytest.mark.parametrize("damage", [lambda data: data[: len(data) // 2], lambda data: b"not safetensors"])
+def test_damaged_safetensors_files_name_the_file(files, tmp_path, damage):
+    from spacy_elmo.training.modelio import SOFTMAX_FILE, load_pretrained
+
+    model = BiLM.from_allennlp(*files)
+    model.save(tmp_path / "m")
+    model.to_allennlp(tmp_path / "a" / "options.json", tmp_path / "a" / "weights.hdf5")
+    model.set_initial_state((torch.zeros(2, 2, 8), torch.zeros(2, 2, 12)))
+    model.save(tmp_path / "s")
+    (tmp_path / "a" / SOFTMAX_FILE).write_bytes((tmp_path / "m" / "model.safetensors").read_bytes())
+    for path, load in [
+        (tmp_path / "m" / "model.safetensors", BiLM.load),
+        (tmp_path / "s" / "initial_state.safetensors", BiLM.load),
+        (tmp_path / "a" / SOFTMAX_FILE, load_pretrained),
+    ]:
+        path.write_bytes(damage(path.read_bytes()))
+        with pytest.raises(ValueError, match="is damaged or not a safetensors file") as err:
+            load(path.parent)
+        assert str(path) in str(err.value)

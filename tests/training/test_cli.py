@@ -6,7 +6,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from spacy_elmo import BiLM
+from spacy_elmo import BiLM, BiLMConfig
 from spacy_elmo.cli import app
 
 from .conftest import TINY, write_corpus
@@ -107,3 +107,14 @@ def test_evaluate_reads_text_the_way_the_model_was_trained(tmp_path):
     assert modes[""]["perplexity"] == modes["--per-sentence"]["perplexity"] != modes["--stream"]["perplexity"]
     text = runner.invoke(app, ["evaluate", str(out), str(held)])
     assert "every sentence alone" in text.output
+
+
+def test_pretrain_init_from_a_damaged_model_is_a_clear_error(tmp_path):
+    model = tmp_path / "damaged"
+    BiLM(BiLMConfig(**TINY)).save(model)
+    weights = model / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    train = write_corpus(tmp_path / "train.txt", 20)
+    result = runner.invoke(app, ["pretrain", str(train), str(tmp_path / "out"), "--init", str(model), "--no-progress"])
+    assert result.exit_code == 1 and "is damaged or not a safetensors file" in result.output
+    assert isinstance(result.exception, SystemExit)  # reported, not a traceback
