@@ -96,3 +96,12 @@ def test_malformed_allennlp_options_are_clear_errors(section, key, value, match)
     opts[section][key] = value
     with pytest.raises(ValueError, match=match):
         BiLMConfig.from_allennlp_options(opts)
+
+
+@pytest.mark.parametrize("value", [-3, 999])
+def test_char_id_range_error_reports_the_offending_id(value):
+    model = BiLM(BiLMConfig(projection_dim=4, cell_dim=6, filters=[(1, 2), (2, 2)], n_highway=0), backend="reference")
+    ids = batch_to_ids([["a"]])  # its largest id is 261: a negative one must be reported, not 261
+    ids[0, 0, 5] = value
+    with pytest.raises(ValueError, match=f"found {value}\\."):
+        model(ids)
