@@ -179,6 +179,13 @@ class Errors:
     )
     E_SCALAR_MIX_INIT = "initial_weights has {found} values; ScalarMix has {expected} layers."
     E_SCALAR_MIX_MASK = "ScalarMix with do_layer_norm=True needs the mask (batch, time)."
+    E_SCALAR_MIX_SIZE = (
+        "ScalarMix needs n_layers >= 1 (a whole number: the biLM's n_layers + 1 output layers); found {value!r}."
+    )
+    E_SCALAR_MIX_SHAPES = (
+        "ScalarMix mixes layers of one shape, but layer {index} is {found} and layer 0 is {expected}. Pass the "
+        "biLM's activations of one batch (every layer (batch, time, 2P))."
+    )
 
     # --- spaCy pipeline (spacy_elmo.pipeline) --------------------------------
     E_ELMO_NO_WEIGHTS = (
