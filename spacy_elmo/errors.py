@@ -52,6 +52,11 @@ class Errors:
         "use_skip_connections requires every LSTM layer input to have the projection "
         "width; this configuration is inconsistent: {detail}"
     )
+    E_BAD_BOOL = "{name} must be true or false (a JSON boolean, not a string or number); found {value!r}."
+    E_CONFIG_UNKNOWN_FIELD = (
+        "Unknown BiLMConfig field(s) {names}; the fields are {choices}. Remove or rename them (AllenNLP "
+        "options.json files are read with BiLMConfig.from_allennlp_options, not from_dict)."
+    )
 
     # --- weight files (spacy_elmo.bilm.allennlp_io / native_io) -------------
     E_WEIGHT_FILE_MISSING = "The weight file {path} does not exist. Check the path."
@@ -106,6 +111,42 @@ class Errors:
         "{path} holds {n_hdf5} .hdf5 file(s) and {n_options} options.json; a directory of "
         "AllenNLP weights must hold exactly one of each."
     )
+    E_NATIVE_CONFIG_NOT_JSON = (
+        "{path} is not valid JSON ({error}): the model's config.json is damaged. Restore it from the "
+        "original model directory, or write the model again with BiLM.save()."
+    )
+    E_NATIVE_CONFIG_NOT_OBJECT = (
+        "{path} must hold a JSON object ({{\"format\": ..., \"config\": {{...}}}}, as BiLM.save() writes it); "
+        "found {found}. Restore config.json from the original model directory."
+    )
+    E_NATIVE_CONFIG_NO_CONFIG = (
+        "{path} has no \"config\" object with the BiLMConfig fields (projection_dim, cell_dim, ...); found "
+        "{found!r}. Restore config.json from the original model directory."
+    )
+    E_NATIVE_BAD_CONFIG = "The model configuration in {path} is invalid: {error}"
+    E_NATIVE_VERSION = (
+        "{path} has format version {found!r}, but this spacy-elmo reads versions 1 to {supported}. A higher "
+        "version was written by a newer spacy-elmo: upgrade spacy-elmo (pip install -U spacy-elmo). Any other "
+        "value means config.json is damaged: restore it from the original model directory."
+    )
+    E_DATASET_UNEXPECTED = (
+        "The weight file {path} has dataset(s) that the options do not describe: {datasets}. The options do not "
+        "match the weights (they imply fewer LSTM layers, highway layers or filters than the file holds): use the "
+        "options.json that came with this weight file (compare lstm.n_layers, char_cnn.n_highway, char_cnn.filters)."
+    )
+    E_NATIVE_TENSOR_UNEXPECTED = (
+        "The model file {path} has tensor(s) that config.json does not describe: {names}. config.json does not "
+        "match the weights (it implies fewer LSTM layers, highway layers or filters than the file holds): restore "
+        "the config.json that was saved with these weights (compare n_layers, n_highway, filters)."
+    )
+    E_DATASET_DTYPE = (
+        "Dataset {dataset!r} in {path} holds {dtype} values, but weights are float arrays (float32 in the "
+        "released files). The file is damaged or not an ELMo weight file: use the .hdf5 that came with the options."
+    )
+    E_SAFETENSORS_DAMAGED = (
+        "{path} is damaged or not a safetensors file ({error}); a copy or download may have been cut short. "
+        "Copy the model directory again from its source, or write it again with BiLM.save()."
+    )
 
     # --- model inputs (spacy_elmo.bilm.model) -------------------------------
     E_CHAR_IDS_SHAPE = (
@@ -138,6 +179,13 @@ class Errors:
     )
     E_SCALAR_MIX_INIT = "initial_weights has {found} values; ScalarMix has {expected} layers."
     E_SCALAR_MIX_MASK = "ScalarMix with do_layer_norm=True needs the mask (batch, time)."
+    E_SCALAR_MIX_SIZE = (
+        "ScalarMix needs n_layers >= 1 (a whole number: the biLM's n_layers + 1 output layers); found {value!r}."
+    )
+    E_SCALAR_MIX_SHAPES = (
+        "ScalarMix mixes layers of one shape, but layer {index} is {found} and layer 0 is {expected}. Pass the "
+        "biLM's activations of one batch (every layer (batch, time, 2P))."
+    )
 
     # --- spaCy pipeline (spacy_elmo.pipeline) --------------------------------
     E_ELMO_NO_WEIGHTS = (

@@ -15,7 +15,7 @@ C cells, I = P (every LSTM layer input has the projection width):
 import json
 import warnings
 from pathlib import Path
-from typing import Dict, Iterator, Tuple, Union
+from typing import Dict, Iterator, List, Tuple, Union
 
 import h5py
 import numpy as np
@@ -58,8 +58,16 @@ def expected_datasets(config: BiLMConfig) -> Iterator[Tuple[str, Tuple[int, ...]
             yield f"{prefix}/W_P_0", (C, P)
 
 
+def dataset_names(handle: h5py.File) -> List[str]:
+    """The names of every dataset in an open hdf5 file (groups left out)."""
+    names: List[str] = []
+    handle.visititems(lambda name, obj: names.append(name) if isinstance(obj, h5py.Dataset) else None)
+    return names
+
+
 def read_datasets(config: BiLMConfig, weight_file: PathLike) -> Dict[str, np.ndarray]:
-    """All datasets for ``config`` as float32 arrays, shape-checked with clear errors."""
+    """All datasets for ``config`` as float32 arrays, shape-checked with clear errors;
+    a dataset that ``config`` does not describe is an error too."""
     path = Path(weight_file)
     if not path.exists():
         raise FileNotFoundError(Errors.E_WEIGHT_FILE_MISSING.format(path=path))
@@ -77,7 +85,12 @@ def read_datasets(config: BiLMConfig, weight_file: PathLike) -> Dict[str, np.nda
                 raise ValueError(
                     Errors.E_DATASET_SHAPE.format(dataset=name, path=path, found=tuple(data.shape), expected=shape)
                 )
+            if data.dtype.kind != "f":
+                raise ValueError(Errors.E_DATASET_DTYPE.format(dataset=name, path=path, dtype=data.dtype.name))
             arrays[name] = np.asarray(data[...], dtype=np.float32)
+        unexpected = sorted(set(dataset_names(handle)) - set(arrays))
+    if unexpected:
+        raise ValueError(Errors.E_DATASET_UNEXPECTED.format(path=path, datasets=", ".join(unexpected)))
     return arrays
 
 

@@ -1,7 +1,7 @@
 """BiLMConfig: every hyperparameter of an ELMo biLM, and its AllenNLP options form."""
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
 
@@ -16,6 +16,11 @@ _PRESETS = {
     "medium": (2048, 256, 1),
     "original": (4096, 512, 2),
 }
+
+
+def _is_int(value: Any) -> bool:
+    """A whole number, not a bool (JSON ``true`` is not a size)."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass
@@ -41,7 +46,8 @@ class BiLMConfig:
     max_characters_per_token: int = DEFAULT_MAX_CHARS
 
     def __post_init__(self) -> None:
-        self.filters = [tuple(f) for f in self.filters] if isinstance(self.filters, (list, tuple)) else self.filters
+        if isinstance(self.filters, (list, tuple)):  # JSON lists -> tuples; validate() reports anything else
+            self.filters = [tuple(f) if isinstance(f, (list, tuple)) else f for f in self.filters]
         self.validate()
 
     # -- derived sizes ---------------------------------------------------
@@ -63,14 +69,16 @@ class BiLMConfig:
     def validate(self) -> None:
         for name in ("projection_dim", "cell_dim", "n_layers", "char_embedding_dim", "max_characters_per_token"):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            if not _is_int(value) or value <= 0:
                 raise ValueError(Errors.E_BAD_POSITIVE.format(name=name, value=value))
-        if not isinstance(self.n_highway, int) or self.n_highway < 0:
+        if not _is_int(self.n_highway) or self.n_highway < 0:
             raise ValueError(Errors.E_BAD_POSITIVE.format(name="n_highway", value=self.n_highway))
         for name in ("cell_clip", "proj_clip"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
                 raise ValueError(Errors.E_BAD_CLIP.format(name=name, value=value))
+        if not isinstance(self.use_skip_connections, bool):
+            raise ValueError(Errors.E_BAD_BOOL.format(name="use_skip_connections", value=self.use_skip_connections))
         if self.activation not in ("relu", "tanh"):
             raise ValueError(Errors.E_BAD_ACTIVATION.format(value=self.activation))
         if self.n_characters not in (N_CHAR_IDS, N_CHAR_IDS + 1):
@@ -79,7 +87,7 @@ class BiLMConfig:
             raise ValueError(Errors.E_MAX_CHARS_TOO_SMALL.format(value=self.max_characters_per_token))
         ok = isinstance(self.filters, list) and len(self.filters) > 0
         ok = ok and all(
-            isinstance(f, tuple) and len(f) == 2 and all(isinstance(v, int) and v > 0 for v in f) for f in self.filters
+            isinstance(f, tuple) and len(f) == 2 and all(_is_int(v) and v > 0 for v in f) for f in self.filters
         )
         if not ok:
             raise ValueError(Errors.E_BAD_FILTERS.format(value=self.filters))
@@ -125,9 +133,9 @@ class BiLMConfig:
             n_layers=need(lstm, "n_layers", "lstm.n_layers"),
             cell_clip=lstm.get("cell_clip") or None,
             proj_clip=lstm.get("proj_clip") or None,
-            use_skip_connections=bool(lstm.get("use_skip_connections", False)),
+            use_skip_connections=lstm.get("use_skip_connections", False),
             char_embedding_dim=need(embedding, "dim", "char_cnn.embedding.dim"),
-            filters=[tuple(f) for f in need(cnn, "filters", "char_cnn.filters")],
+            filters=need(cnn, "filters", "char_cnn.filters"),
             n_highway=cnn.get("n_highway") or 0,
             activation=cnn.get("activation", "relu"),
             n_characters=cnn.get("n_characters", 262),
@@ -165,4 +173,10 @@ class BiLMConfig:
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> "BiLMConfig":
+        known = [f.name for f in fields(cls)]
+        unknown = sorted(set(data) - set(known))
+        if unknown:
+            raise ValueError(
+                Errors.E_CONFIG_UNKNOWN_FIELD.format(names=", ".join(map(repr, unknown)), choices=", ".join(known))
+            )
         return cls(**data)

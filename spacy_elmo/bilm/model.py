@@ -183,7 +183,7 @@ class BiLM(nn.Module):
         if char_ids.numel():
             lo, hi = int(char_ids.min()), int(char_ids.max())
             if lo < 0 or hi > MAX_SHIFTED_ID:
-                raise ValueError(Errors.E_CHAR_IDS_RANGE.format(max_id=MAX_SHIFTED_ID, found=hi if hi > 0 else lo))
+                raise ValueError(Errors.E_CHAR_IDS_RANGE.format(max_id=MAX_SHIFTED_ID, found=lo if lo < 0 else hi))
 
     def encode_tokens(self, char_ids: Tensor, mask: Tensor) -> Tensor:
         """Token vectors of the valid positions.

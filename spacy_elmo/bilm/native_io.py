@@ -11,17 +11,19 @@ after training, it can be refitted without rewriting them. No pickle anywhere.
 
 import json
 import os
+import reprlib
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, Iterable, Optional, Union
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from ..atomic import atomic_write
 from ..errors import Errors
-from .config import BiLMConfig
+from .config import BiLMConfig, _is_int
 
 PathLike = Union[str, Path]
 FORMAT = "spacy-elmo/bilm"
@@ -87,10 +89,28 @@ def read_meta(directory: PathLike) -> Dict[str, Any]:
     path = directory / CONFIG_NAME
     if not path.exists():
         raise FileNotFoundError(Errors.E_NATIVE_DIR_MISSING.format(path=directory, filename=CONFIG_NAME))
-    meta = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as err:  # JSONDecodeError, UnicodeDecodeError
+        raise ValueError(Errors.E_NATIVE_CONFIG_NOT_JSON.format(path=path, error=err)) from err
+    if not isinstance(meta, dict):
+        raise ValueError(Errors.E_NATIVE_CONFIG_NOT_OBJECT.format(path=path, found=reprlib.repr(meta)))
     if meta.get("format") != FORMAT:
         raise ValueError(Errors.E_NATIVE_BAD_FORMAT.format(path=path, found=meta.get("format"), expected=FORMAT))
+    version = meta.get("version")
+    if not (_is_int(version) and 1 <= version <= VERSION):
+        raise ValueError(Errors.E_NATIVE_VERSION.format(path=path, found=version, supported=VERSION))
+    if not isinstance(meta.get("config"), dict):
+        raise ValueError(Errors.E_NATIVE_CONFIG_NO_CONFIG.format(path=path, found=meta.get("config")))
     return meta
+
+
+def read_safetensors(path: Path) -> Dict[str, torch.Tensor]:
+    """Every tensor of the safetensors file ``path``; a damaged file is a clear error naming it."""
+    try:
+        return load_file(str(path))
+    except SafetensorError as err:
+        raise ValueError(Errors.E_SAFETENSORS_DAMAGED.format(path=path, error=err)) from err
 
 
 def load_tensors(directory: PathLike) -> Dict[str, torch.Tensor]:
@@ -99,11 +119,14 @@ def load_tensors(directory: PathLike) -> Dict[str, torch.Tensor]:
     path = directory / WEIGHTS_NAME
     if not path.exists():
         raise FileNotFoundError(Errors.E_NATIVE_DIR_MISSING.format(path=directory, filename=WEIGHTS_NAME))
-    return load_file(str(path))
+    return read_safetensors(path)
 
 
-def load_state_into(model: torch.nn.Module, tensors: Dict[str, torch.Tensor], source: PathLike) -> None:
-    """Copy ``tensors`` into ``model`` with shape checks; extra tensors are ignored."""
+def load_state_into(
+    model: torch.nn.Module, tensors: Dict[str, torch.Tensor], source: PathLike, extra: Iterable[str] = ()
+) -> None:
+    """Copy ``tensors`` into ``model`` with shape checks. The tensors named in ``extra`` (config.json's
+    list, e.g. a softmax) are skipped; any other tensor the model lacks is an error."""
     with torch.no_grad():
         for name, param in model.state_dict().items():
             if name not in tensors:
@@ -116,6 +139,9 @@ def load_state_into(model: torch.nn.Module, tensors: Dict[str, torch.Tensor], so
                     )
                 )
             param.copy_(value.to(param.dtype))
+    unexpected = sorted(set(tensors) - set(model.state_dict()) - set(extra))
+    if unexpected:
+        raise ValueError(Errors.E_NATIVE_TENSOR_UNEXPECTED.format(path=source, names=", ".join(unexpected)))
 
 
 def find_allennlp_files(directory: Path):
@@ -137,8 +163,12 @@ def load_model(cls, directory: PathLike, stateful: bool = False, backend: str = 
         if found is not None:
             return cls.from_allennlp(found[0], found[1], stateful=stateful, backend=backend)
     meta = read_meta(path)
-    model = cls(BiLMConfig.from_dict(meta["config"]), stateful=stateful, backend=backend)
-    load_state_into(model, load_tensors(path), path / WEIGHTS_NAME)
+    try:
+        config = BiLMConfig.from_dict(meta["config"])
+    except ValueError as err:
+        raise ValueError(Errors.E_NATIVE_BAD_CONFIG.format(path=path / CONFIG_NAME, error=err)) from err
+    model = cls(config, stateful=stateful, backend=backend)
+    load_state_into(model, load_tensors(path), path / WEIGHTS_NAME, extra=meta.get("extra") or ())
     model.set_initial_state(read_initial_state(path))
     return model
 
@@ -148,7 +178,7 @@ def read_initial_state(directory: PathLike):
     path = resolve_model_dir(directory) / INITIAL_STATE_NAME
     if not path.exists():
         return None
-    tensors = load_file(str(path))
+    tensors = read_safetensors(path)
     missing = [k for k in INITIAL_STATE_KEYS if k not in tensors]
     if missing:
         raise ValueError(Errors.E_NATIVE_TENSOR_MISSING.format(path=path, name=missing[0], expected="(2, L, width)"))

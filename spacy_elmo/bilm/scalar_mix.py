@@ -6,6 +6,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import Errors
+from .config import _is_int
 
 LAYER_NORM_EPS = 1e-13
 
@@ -38,6 +39,8 @@ class ScalarMix(nn.Module):
         trainable: bool = True,
     ) -> None:
         super().__init__()
+        if not _is_int(n_layers) or n_layers < 1:
+            raise ValueError(Errors.E_SCALAR_MIX_SIZE.format(value=n_layers))
         if initial_weights is None:
             initial_weights = [0.0] * n_layers
         if len(initial_weights) != n_layers:
@@ -53,6 +56,13 @@ class ScalarMix(nn.Module):
         """activations: ``n_layers`` tensors ``(B, T, D)``; mask ``(B, T)`` (needed for layer norm)."""
         if len(activations) != self.n_layers:
             raise ValueError(Errors.E_SCALAR_MIX_COUNT.format(expected=self.n_layers, found=len(activations)))
+        for index, layer in enumerate(activations):
+            if layer.shape != activations[0].shape:
+                raise ValueError(
+                    Errors.E_SCALAR_MIX_SHAPES.format(
+                        index=index, found=tuple(layer.shape), expected=tuple(activations[0].shape)
+                    )
+                )
         weights = torch.softmax(self.scalar_parameters, dim=0)
         if self.do_layer_norm:
             if mask is None:

@@ -15,7 +15,7 @@ from typing import Any, Dict, Optional, Tuple, Union
 import torch
 
 from ..bilm import BiLM
-from ..bilm.native_io import CONFIG_NAME, load_tensors, read_meta, resolve_model_dir
+from ..bilm.native_io import CONFIG_NAME, load_tensors, read_meta, read_safetensors, resolve_model_dir
 from ..errors import Errors
 from .softmax import SoftmaxLayer
 from .vocab import Vocab
@@ -59,9 +59,7 @@ def load_pretrained(
         tensors = load_tensors(path)
         weight, bias = tensors.get("softmax.weight"), tensors.get("softmax.bias")
     elif (path / SOFTMAX_FILE).exists():
-        from safetensors.torch import load_file
-
-        tensors = load_file(str(path / SOFTMAX_FILE))
+        tensors = read_safetensors(path / SOFTMAX_FILE)
         weight, bias = tensors.get("softmax.weight"), tensors.get("softmax.bias")
     softmax = vocab = None
     if weight is not None and bias is not None:

@@ -66,3 +66,42 @@ def test_bad_model_inputs():
         model(ids)
     with pytest.raises(TypeError, match="integer character ids"):
         model(batch_to_ids([["a"]]).float())
+
+
+@pytest.mark.parametrize("value", ["false", 0, 1, None])
+def test_booleans_must_be_json_booleans(value):
+    opts = options()
+    opts["lstm"]["use_skip_connections"] = value
+    with pytest.raises(ValueError, match="use_skip_connections must be true or false"):
+        BiLMConfig.from_allennlp_options(opts)
+    with pytest.raises(ValueError, match="use_skip_connections must be true or false"):
+        BiLMConfig.from_dict({"use_skip_connections": value})
+
+
+@pytest.mark.parametrize(
+    "section,key,value,match",
+    [
+        ("char_cnn", "filters", 5, "char_cnn.filters must be"),
+        ("char_cnn", "filters", [5, 6], "char_cnn.filters must be"),
+        ("char_cnn", "filters", [[1]], "char_cnn.filters must be"),
+        ("char_cnn", "filters", [[True, 4]], "char_cnn.filters must be"),
+        ("char_cnn", "filters", [[2, -4]], "char_cnn.filters must be"),
+        ("char_cnn", "n_highway", True, "n_highway"),
+        ("char_cnn", "n_highway", -1, "n_highway"),
+        ("lstm", "n_layers", -2, "n_layers"),
+    ],
+)
+def test_malformed_allennlp_options_are_clear_errors(section, key, value, match):
+    opts = options()
+    opts[section][key] = value
+    with pytest.raises(ValueError, match=match):
+        BiLMConfig.from_allennlp_options(opts)
+
+
+@pytest.mark.parametrize("value", [-3, 999])
+def test_char_id_range_error_reports_the_offending_id(value):
+    model = BiLM(BiLMConfig(projection_dim=4, cell_dim=6, filters=[(1, 2), (2, 2)], n_highway=0), backend="reference")
+    ids = batch_to_ids([["a"]])  # its largest id is 261: a negative one must be reported, not 261
+    ids[0, 0, 5] = value
+    with pytest.raises(ValueError, match=f"found {value}\\."):
+        model(ids)

@@ -9,7 +9,7 @@ import torch
 
 from spacy_elmo import BiLM, BiLMConfig, batch_to_ids
 from spacy_elmo.bilm.native_io import load_tensors
-from tests.bilm.oracle import options, write_options, write_weights
+from tests.bilm.oracle import options, write_model_files, write_options, write_weights
 
 SENTS = [["round", "trip"], ["밥"]]
 
@@ -136,3 +136,117 @@ def test_default_model_missing_is_a_clear_error(monkeypatch, tmp_path):
     monkeypatch.setattr(native_io, "DEFAULT_MODEL_DIR", tmp_path / "nothing")
     with pytest.raises(FileNotFoundError, match="bundled default model is not installed"):
         BiLM.load("default")
+
+
+def edit_meta(directory, **changes):
+    meta = json.loads((directory / "config.json").read_text())
+    meta.update(changes)
+    (directory / "config.json").write_text(json.dumps(meta))
+
+
+@pytest.mark.parametrize(
+    "text,match",
+    [
+        ('{"format": "spacy-elmo/bilm", "version": 1, "config": {', "is not valid JSON"),
+        ("[1, 2]", "must hold a JSON object"),
+        ("null", "must hold a JSON object"),
+        ('{"format": "spacy-elmo/bilm", "version": 1}', 'no "config" object'),
+        ('{"format": "spacy-elmo/bilm", "version": 1, "config": null}', 'no "config" object'),
+    ],
+)
+def test_damaged_native_config_json_names_the_file(files, tmp_path, text, match):
+    BiLM.from_allennlp(*files).save(tmp_path / "m")
+    (tmp_path / "m" / "config.json").write_text(text)
+    with pytest.raises(ValueError, match=match) as err:
+        BiLM.load(tmp_path / "m")
+    assert str(tmp_path / "m" / "config.json") in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "change,match",
+    [
+        ({"bogus": 1}, r"Unknown BiLMConfig field\(s\) 'bogus'"),
+        ({"cell_dim": None}, "cell_dim must be a positive integer; found None"),
+        ({"use_skip_connections": None}, "use_skip_connections must be true or false"),
+        ({"filters": None}, "filters must be"),
+    ],
+)
+def test_invalid_native_config_fields_name_the_file_and_field(files, tmp_path, change, match):
+    BiLM.from_allennlp(*files).save(tmp_path / "m")
+    meta = json.loads((tmp_path / "m" / "config.json").read_text())
+    edit_meta(tmp_path / "m", config={**meta["config"], **change})
+    with pytest.raises(ValueError, match=match) as err:
+        BiLM.load(tmp_path / "m")
+    assert str(tmp_path / "m" / "config.json") in str(err.value)
+
+
+@pytest.mark.parametrize("version", [99, 0, "1", None])
+def test_native_format_version_newer_or_invalid_is_rejected(files, tmp_path, version):
+    BiLM.from_allennlp(*files).save(tmp_path / "m")
+    edit_meta(tmp_path / "m", version=version)
+    with pytest.raises(ValueError, match=f"format version {version!r}") as err:
+        BiLM.load(tmp_path / "m")
+    assert "upgrade spacy-elmo" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "change,unexpected",
+    [
+        ({"L": 3}, "RNN_0/RNN/MultiRNNCell/Cell2/LSTMCell/B"),
+        ({"n_highway": 3}, "CNN_high_2/W_carry"),
+    ],
+)
+def test_weight_file_with_more_layers_than_the_options_is_an_error(tmp_path, change, unexpected):
+    _, weight_path = write_model_files(tmp_path, options(**change))
+    write_options(tmp_path / "fewer.json", options())
+    with pytest.raises(ValueError, match="options do not match the weights") as err:
+        BiLM.from_allennlp(tmp_path / "fewer.json", weight_path)
+    assert unexpected in str(err.value) and str(weight_path) in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "change,unexpected",
+    [
+        ({"n_layers": 1}, "lstm.forward_layers.1.w_input"),
+        ({"n_highway": 1}, "token_encoder.highway_weights.1"),
+    ],
+)
+def test_native_file_with_more_layers_than_config_json_is_an_error(files, tmp_path, change, unexpected):
+    model = BiLM.from_allennlp(*files)  # 2 layers, 2 highway layers
+    model.save(tmp_path / "m", extra_tensors={"softmax.bias": torch.zeros(3)})
+    meta = json.loads((tmp_path / "m" / "config.json").read_text())
+    edit_meta(tmp_path / "m", config={**meta["config"], **change})
+    with pytest.raises(ValueError, match="config.json does not match the weights") as err:
+        BiLM.load(tmp_path / "m")
+    assert unexpected in str(err.value) and "softmax.bias" not in str(err.value)
+
+
+def test_string_dataset_where_weights_belong_names_it(files):
+    opt_path, weight_path = files
+    with h5py.File(weight_path, "a") as f:
+        del f["CNN/b_cnn_1"]
+        f.create_dataset("CNN/b_cnn_1", data=np.array(["x"] * 6, dtype="S"))
+    with pytest.raises(ValueError, match="'CNN/b_cnn_1'.*bytes8 values.*float") as err:
+        BiLM.from_allennlp(opt_path, weight_path)
+    assert str(weight_path) in str(err.value)
+
+
+@pytest.mark.parametrize("damage", [lambda data: data[: len(data) // 2], lambda data: b"not safetensors"])
+def test_damaged_safetensors_files_name_the_file(files, tmp_path, damage):
+    from spacy_elmo.training.modelio import SOFTMAX_FILE, load_pretrained
+
+    model = BiLM.from_allennlp(*files)
+    model.save(tmp_path / "m")
+    model.to_allennlp(tmp_path / "a" / "options.json", tmp_path / "a" / "weights.hdf5")
+    model.set_initial_state((torch.zeros(2, 2, 8), torch.zeros(2, 2, 12)))
+    model.save(tmp_path / "s")
+    (tmp_path / "a" / SOFTMAX_FILE).write_bytes((tmp_path / "m" / "model.safetensors").read_bytes())
+    for path, load in [
+        (tmp_path / "m" / "model.safetensors", BiLM.load),
+        (tmp_path / "s" / "initial_state.safetensors", BiLM.load),
+        (tmp_path / "a" / SOFTMAX_FILE, load_pretrained),
+    ]:
+        path.write_bytes(damage(path.read_bytes()))
+        with pytest.raises(ValueError, match="is damaged or not a safetensors file") as err:
+            load(path.parent)
+        assert str(path) in str(err.value)

@@ -50,3 +50,16 @@ def test_errors():
         ScalarMix(3, initial_weights=[0.0])
     with pytest.raises(ValueError, match="needs the mask"):
         ScalarMix(3, do_layer_norm=True)(layers)
+
+
+@pytest.mark.parametrize("n_layers", [0, -1, 2.0, True])
+def test_mixture_size_must_be_a_positive_int(n_layers):
+    with pytest.raises(ValueError, match="needs n_layers >= 1"):
+        ScalarMix(n_layers)
+
+
+def test_layers_of_different_shapes_are_an_error():
+    layers, mask = layers_and_mask()
+    layers[2] = layers[2][:1]  # (1, 5, 4) would broadcast against (3, 5, 4)
+    with pytest.raises(ValueError, match=r"layer 2 is \(1, 5, 4\) and layer 0 is \(3, 5, 4\)"):
+        ScalarMix(3)(layers)

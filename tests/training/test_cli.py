@@ -6,7 +6,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from spacy_elmo import BiLM
+from spacy_elmo import BiLM, BiLMConfig
 from spacy_elmo.cli import app
 
 from .conftest import TINY, write_corpus
@@ -143,3 +143,14 @@ def test_pretrain_flag_errors(tmp_path):
     assert result.exit_code == 1 and "drop --preset/--options" in result.output
     result = runner.invoke(app, ["pretrain", str(train), str(tmp_path / "c"), "--device", "tpu"])
     assert result.exit_code == 1 and "Unknown --device 'tpu'" in result.output
+
+
+def test_pretrain_init_from_a_damaged_model_is_a_clear_error(tmp_path):
+    model = tmp_path / "damaged"
+    BiLM(BiLMConfig(**TINY)).save(model)
+    weights = model / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    train = write_corpus(tmp_path / "train.txt", 20)
+    result = runner.invoke(app, ["pretrain", str(train), str(tmp_path / "out"), "--init", str(model), "--no-progress"])
+    assert result.exit_code == 1 and "is damaged or not a safetensors file" in result.output
+    assert isinstance(result.exception, SystemExit)  # reported, not a traceback
