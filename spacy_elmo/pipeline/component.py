@@ -307,6 +307,16 @@ class ElmoComponent(TrainablePipe):
         for listener in self.listeners:
             self._configure_listener(listener, self._component_of(listener))
 
+    # A saved pipeline carries the weights themselves, never just the path they
+    # would be loaded from at first use (lazy loading).
+    def to_bytes(self, *, exclude=tuple()):
+        self._ensure_weights()
+        return super().to_bytes(exclude=exclude)
+
+    def to_disk(self, path, *, exclude=tuple()):
+        self._ensure_weights()
+        super().to_disk(path, exclude=exclude)
+
     def from_bytes(self, bytes_data, *, exclude=tuple()):
         super().from_bytes(bytes_data, exclude=exclude)
         self._after_load()
