@@ -169,3 +169,14 @@ def test_mix_is_checked(tiny_dir):
     for bad in (["a", 1, 2], [True, 0, 0], [float("nan"), 0, 0], "abc"):
         with pytest.raises(ValueError, match="mix must be null"):
             ElmoComponent(nlp.vocab, build_elmo_bilm(), mix=bad)
+
+
+def test_batch_composition_changes_vectors_only_by_rounding(tiny_dir):
+    """The README's promise: other batches give the same vectors up to float32 rounding (not bit for bit)."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "store_dtype": "float32"})
+    texts = ["The bank raised its rates .", "We sat on the river bank .", "x", "", "Money in the bank ."] * 4
+    one = [d._.elmo for d in nlp.pipe(texts, batch_size=1)]
+    many = [d._.elmo for d in nlp.pipe(texts, batch_size=64)]
+    for a, b in zip(one, many):
+        numpy.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)

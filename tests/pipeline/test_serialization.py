@@ -42,8 +42,8 @@ def test_n_process_2(nlp):
     texts = ["The bank .", "A river bank .", "", "Money in the bank ."] * 2
     single = [d._.elmo for d in nlp.pipe(texts)]
     multi = [d._.elmo for d in nlp.pipe(texts, n_process=2, batch_size=2)]
-    for a, b in zip(single, multi):
-        numpy.testing.assert_array_equal(a, b)
+    for a, b in zip(single, multi):  # other batches: equal up to rounding (one float16 ulp)
+        numpy.testing.assert_allclose(a.astype("float32"), b.astype("float32"), rtol=1e-3, atol=1e-6)
 
 
 def test_nlp_to_disk_and_bytes(nlp, tmp_path):
