@@ -268,6 +268,10 @@ class Errors:
         "{parts} holds parts of an earlier run with a different {keys}, so they cannot be reused. "
         "Rerun with the earlier settings to finish it, or delete {parts} (or pass --restart) to start over."
     )
+    E_EMBED_OUTPUT_IS_DIR = (
+        "{path} is a directory, but the output is one HDF5 file (--overwrite replaces a file, not a "
+        "directory). Give a file path such as {example}, or remove the directory."
+    )
 
 
 class Warnings:
