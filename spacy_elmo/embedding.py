@@ -156,7 +156,8 @@ def embed_file(
         raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name="cache_size", what="0 or more", value=cache_size))
     input_path, output_path = Path(input_path), Path(output_path)
     if output_path.is_dir():
-        raise IsADirectoryError(Errors.E_EMBED_OUTPUT_IS_DIR.format(path=output_path, example=output_path / "vectors.h5"))
+        example = output_path / "vectors.h5"
+        raise IsADirectoryError(Errors.E_EMBED_OUTPUT_IS_DIR.format(path=output_path, example=example))
     if output_path.exists() and not overwrite:
         raise FileExistsError(Errors.E_EMBED_OUTPUT_EXISTS.format(path=output_path))
     tokenize = tokenize or _whitespace

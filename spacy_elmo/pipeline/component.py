@@ -167,7 +167,9 @@ class ElmoComponent(TrainablePipe):
         """A given ``mix`` needs one weight per output layer of the biLM."""
         mix, expected = self.cfg["mix"], bilm.config.n_output_layers
         if mix is not None and len(mix) != expected:
-            raise ValueError(Errors.E_ELMO_MIX_LENGTH.format(name=self.name, found=len(mix), source=source, expected=expected))
+            raise ValueError(
+                Errors.E_ELMO_MIX_LENGTH.format(name=self.name, found=len(mix), source=source, expected=expected)
+            )
 
     # -- listeners (as spaCy's Tok2Vec) ------------------------------------------
     @property

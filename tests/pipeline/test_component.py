@@ -145,7 +145,8 @@ def test_empty_docs(nlp):
 
 
 @pytest.mark.parametrize(
-    "setting,value", [("max_window", 0), ("max_window", -1), ("batch_tokens", 0), ("batch_tokens", -5), ("cache_size", -1)]
+    "setting,value",
+    [("max_window", 0), ("max_window", -1), ("batch_tokens", 0), ("batch_tokens", -5), ("cache_size", -1)],
 )
 def test_bad_model_settings_fail_at_construction(tiny_dir, setting, value):
     nlp = spacy.blank("en")
@@ -161,7 +162,8 @@ def test_mix_is_checked(tiny_dir):
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "mix": [0.0, 0.0, 5.0], "store_dtype": "float32"})
     doc = nlp("a b")
-    numpy.testing.assert_allclose(doc[0]._.elmo_vector, doc._.elmo[:, 0].T @ nlp.get_pipe("elmo").mix_weights(), atol=1e-6)
+    expected = doc._.elmo[:, 0].T @ nlp.get_pipe("elmo").mix_weights()
+    numpy.testing.assert_allclose(doc[0]._.elmo_vector, expected, atol=1e-6)
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "mix": [1.0, 2.0]})  # weights load at first use ...
     with pytest.raises(ValueError, match=rf"mix has 2 value\(s\), but its biLM .* has {N_LAYERS} output layers"):
