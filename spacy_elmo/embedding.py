@@ -14,7 +14,11 @@ when complete; a rerun keeps the finished parts (when the model, input and
 settings are the ones recorded in ``manifest.json``) and embeds the rest. The
 parts are merged into ``OUTPUT`` (again through a temporary name) at the end.
 The biLM is stateless and in eval mode, so a resumed run writes exactly the
-numbers of an uninterrupted one.
+numbers of an uninterrupted one. The settings include the batch sizes and the
+cache size: which lines share a biLM call changes the vectors' last bits
+(float32 rounding, about 1e-6), so parts written with other values are refused.
+The device and backend are not recorded: resuming on another one mixes parts
+that differ from each other by such rounding.
 """
 
 import hashlib
@@ -151,6 +155,9 @@ def embed_file(
     if cache_size < 0:
         raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name="cache_size", what="0 or more", value=cache_size))
     input_path, output_path = Path(input_path), Path(output_path)
+    if output_path.is_dir():
+        example = output_path / "vectors.h5"
+        raise IsADirectoryError(Errors.E_EMBED_OUTPUT_IS_DIR.format(path=output_path, example=example))
     if output_path.exists() and not overwrite:
         raise FileExistsError(Errors.E_EMBED_OUTPUT_EXISTS.format(path=output_path))
     tokenize = tokenize or _whitespace
@@ -170,6 +177,8 @@ def embed_file(
     manifest = {
         "format": FORMAT, "model": model_fingerprint(bilm), "input": _file_sha256(input_path),
         "n_lines": len(lines), "layers": layers, "part_size": part_size, "tokenizer": tokenizer_name,
+        # which lines share a biLM call (and a cached token vector) changes the last bits
+        "batch_size": batch_size, "batch_tokens": batch_tokens, "cache_size": cache_size,
     }
     if parts_dir.exists() and restart:
         shutil.rmtree(parts_dir)
@@ -177,7 +186,8 @@ def embed_file(
         found = _read_manifest(parts_dir)
         if found != manifest:
             diff = sorted(k for k in manifest if found.get(k) != manifest[k])
-            raise ValueError(Errors.E_EMBED_PARTS_MISMATCH.format(parts=parts_dir, keys=", ".join(diff)))
+            shown = [k if k in ("model", "input") else f"{k} (earlier {found.get(k)!r})" for k in diff]
+            raise ValueError(Errors.E_EMBED_PARTS_MISMATCH.format(parts=parts_dir, keys=", ".join(shown)))
     else:
         parts_dir.mkdir(parents=True)
         atomic_write_text(parts_dir / MANIFEST, json.dumps(manifest, indent=1))

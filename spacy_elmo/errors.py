@@ -222,6 +222,19 @@ class Errors:
         "The '{name}' component stores {store!r} but '{component}' listens to it and "
         "needs all layers: set store = \"all\" on '{name}'."
     )
+    E_ELMO_MODEL_SETTING = (
+        "The elmo component's model (spacy_elmo.ElmoBiLM.v1) got {setting} = {value!r}; it must be an "
+        "integer >= {minimum} ({meaning}). Fix {setting} in the component's model config block (e.g. "
+        "[components.elmo.model]), or leave it out for the default."
+    )
+    E_ELMO_MIX_VALUES = (
+        "The '{name}' component: mix must be null (the average of the layers) or a list of numbers, one "
+        "weight per biLM output layer (before softmax); got {value!r}."
+    )
+    E_ELMO_MIX_LENGTH = (
+        "The '{name}' component: mix has {found} value(s), but its biLM ({source}) has {expected} output "
+        "layers (n_layers + 1). Give {expected} weights (before softmax), or mix = null for the average."
+    )
 
     # --- pretraining and CLI (spacy_elmo.training, spacy_elmo.cli) ----------
     E_TRAIN_PATH_MISSING = "{path} does not exist. Pass a UTF-8 text file or a directory of them."
@@ -334,6 +347,10 @@ class Errors:
     E_EMBED_PARTS_MISMATCH = (
         "{parts} holds parts of an earlier run with a different {keys}, so they cannot be reused. "
         "Rerun with the earlier settings to finish it, or delete {parts} (or pass --restart) to start over."
+    )
+    E_EMBED_OUTPUT_IS_DIR = (
+        "{path} is a directory, but the output is one HDF5 file (--overwrite replaces a file, not a "
+        "directory). Give a file path such as {example}, or remove the directory."
     )
 
 

@@ -104,6 +104,26 @@ def test_parts_of_other_settings_are_refused_and_restart_drops_them(bilm, corpus
     assert read_all(out)[0]["0"].ndim == 2
 
 
+@pytest.mark.parametrize("setting,value", [("batch_size", 3), ("batch_tokens", 100), ("cache_size", 0)])
+def test_parts_of_other_batch_settings_are_refused(bilm, corpus, tmp_path, setting, value):
+    """They decide which lines share a biLM call, and so the vectors' last bits."""
+    out = tmp_path / "out.h5"
+    earlier = {"batch_size": 2, "batch_tokens": 4096, "cache_size": 50}
+    embed_file(bilm, corpus, out, part_size=2, progress=False, stop_after_parts=1, **earlier)
+    with pytest.raises(ValueError, match=rf"different {setting} \(earlier {earlier[setting]}\)"):
+        embed_file(bilm, corpus, out, part_size=2, progress=False, **{**earlier, setting: value})
+    assert embed_file(bilm, corpus, out, part_size=2, progress=False, **earlier)["parts_reused"] == 1
+
+
+def test_a_directory_as_output_is_refused_before_any_work(bilm, corpus, tmp_path):
+    out = tmp_path / "vectors"
+    out.mkdir()
+    for overwrite in (False, True):
+        with pytest.raises(IsADirectoryError, match=r"is a directory, but the output is one HDF5 file"):
+            embed_file(bilm, corpus, out, overwrite=overwrite, progress=False)
+    assert not (tmp_path / "vectors.parts").exists() and list(out.iterdir()) == []
+
+
 def test_bad_input_gets_clear_errors(bilm, model_dir, corpus, tmp_path):
     with pytest.raises(FileNotFoundError, match="not a file"):
         embed_file(bilm, tmp_path / "missing.txt", tmp_path / "o.h5", progress=False)
@@ -148,6 +168,8 @@ def test_cli_embeds_and_reports_errors(model_dir, corpus, tmp_path):
     assert f"{len(LINES)} lines" in result.output and read_all(out)[0]["2"].ndim == 2
     again = CliRunner().invoke(app, ["embed", str(corpus), str(out), "--model", str(model_dir)])
     assert again.exit_code == 1 and "--overwrite" in again.output
+    into_dir = CliRunner().invoke(app, ["embed", str(corpus), str(tmp_path), "--model", str(model_dir), "--overwrite"])
+    assert into_dir.exit_code == 1 and "is a directory" in into_dir.output
 
 
 def test_batches_respect_rows_and_padded_tokens_and_keep_every_line():

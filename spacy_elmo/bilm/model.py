@@ -28,9 +28,11 @@ class BiLM(nn.Module):
     """The ELMo biLM, numerically equal to the released models.
 
     ``stateful=False`` (default): every call starts from the same initial
-    state, so a sentence gets the same vectors in any batch. ``stateful=True``:
-    the final (c, h) of each batch row becomes that row's initial state in the
-    next call, exactly like AllenNLP and bilm-tf (call :meth:`reset_states` to forget).
+    state, so a sentence gets the same vectors in any batch (up to float32
+    rounding, about 1e-6: other batch shapes block the products differently).
+    ``stateful=True``: the final (c, h) of each batch row becomes that row's
+    initial state in the next call, exactly like AllenNLP and bilm-tf (call
+    :meth:`reset_states` to forget).
 
     The initial state is zero (as in the references) unless the model carries a
     fitted one (:meth:`fit_initial_state`): biLMs pretrained on running text

@@ -9,6 +9,8 @@ trains (keep the component *out of* ``[training] frozen_components``: spaCy
 never initializes components listed there).
 """
 
+import math
+from numbers import Real
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
 import numpy
@@ -20,6 +22,7 @@ from spacy.training import Example
 from thinc.api import Config, Model, Optimizer, set_dropout_rate
 from thinc.types import Floats3d
 
+from ..bilm import BiLM
 from ..errors import Errors
 from .bilm_layer import get_bilm, set_bilm, step_bilm
 from .doc_data import install_extensions, install_hooks, set_doc_data
@@ -85,6 +88,13 @@ def _no_backprop(d_outputs: Any) -> List[Doc]:  # module level: picklable
     return []
 
 
+def _is_number_list(values: Any) -> bool:
+    """A list or tuple of finite real numbers (not bools)."""
+    return isinstance(values, (list, tuple)) and all(
+        isinstance(v, Real) and not isinstance(v, bool) and math.isfinite(v) for v in values
+    )
+
+
 class ElmoComponent(TrainablePipe):
     """predict: ``List[Doc] -> List[Floats3d (L + 1, n, 2P)]`` (float32, current ops)."""
 
@@ -105,6 +115,8 @@ class ElmoComponent(TrainablePipe):
         for option, value, choices in (("store", store, STORE_CHOICES), ("store_dtype", store_dtype, DTYPE_CHOICES)):
             if value not in choices:
                 raise ValueError(Errors.E_ELMO_BAD_OPTION.format(name=name, option=option, choices=choices, value=value))
+        if mix is not None and not _is_number_list(mix):
+            raise ValueError(Errors.E_ELMO_MIX_VALUES.format(name=name, value=mix))
         self.vocab = vocab
         self.model = model
         self.name = name
@@ -141,6 +153,7 @@ class ElmoComponent(TrainablePipe):
             if is_default or "bundled default" in str(err):
                 raise ValueError(Errors.E_ELMO_NO_WEIGHTS.format(name=self.name, reason=err)) from err
             raise
+        self._check_mix(bilm, source)
         bilm.requires_grad_(not self.cfg["frozen"])
         set_bilm(self.model, bilm, source)
         for listener in self.listeners:
@@ -149,6 +162,14 @@ class ElmoComponent(TrainablePipe):
     def _ensure_weights(self) -> None:
         if not self.is_loaded:
             self.load_weights(self.cfg.get("weights"))
+
+    def _check_mix(self, bilm: BiLM, source: str) -> None:
+        """A given ``mix`` needs one weight per output layer of the biLM."""
+        mix, expected = self.cfg["mix"], bilm.config.n_output_layers
+        if mix is not None and len(mix) != expected:
+            raise ValueError(
+                Errors.E_ELMO_MIX_LENGTH.format(name=self.name, found=len(mix), source=source, expected=expected)
+            )
 
     # -- listeners (as spaCy's Tok2Vec) ------------------------------------------
     @property
@@ -307,6 +328,16 @@ class ElmoComponent(TrainablePipe):
         for listener in self.listeners:
             self._configure_listener(listener, self._component_of(listener))
 
+    # A saved pipeline carries the weights themselves, never just the path they
+    # would be loaded from at first use (lazy loading).
+    def to_bytes(self, *, exclude=tuple()):
+        self._ensure_weights()
+        return super().to_bytes(exclude=exclude)
+
+    def to_disk(self, path, *, exclude=tuple()):
+        self._ensure_weights()
+        super().to_disk(path, exclude=exclude)
+
     def from_bytes(self, bytes_data, *, exclude=tuple()):
         super().from_bytes(bytes_data, exclude=exclude)
         self._after_load()
@@ -320,5 +351,6 @@ class ElmoComponent(TrainablePipe):
     def _after_load(self) -> None:
         bilm = get_bilm(self.model)
         if bilm is not None:
+            self._check_mix(bilm, self.source or "")
             bilm.requires_grad_(not self.cfg["frozen"])
             set_bilm(self.model, bilm, self.source or "")

@@ -6,7 +6,7 @@
 ``layer_norm=True`` each layer of each doc is first normalised by one
 mean/variance over all its ``(n, D)`` elements (elmo-spec §7's layer norm, no
 affine). AllenNLP takes that statistic over the whole padded batch; here it is
-per doc, so that a doc's vectors never depend on which docs share its batch
+per doc, so that a doc's statistics never depend on which docs share its batch
 (``nlp.pipe`` batches differently from training).
 ``elmo_dropout``: dropout on ``List[Floats2d]`` whose rate lives in the attr
 ``"elmo_rate"``: spaCy overwrites every attr named ``dropout_rate`` with

@@ -142,3 +142,43 @@ def test_empty_docs(nlp):
     docs = list(nlp.pipe(["", "a b", "", " "]))
     assert [d._.elmo.shape[1] for d in docs] == [0, 2, 0, 1]
     assert docs[0].vector.shape == (WIDTH,)
+
+
+@pytest.mark.parametrize(
+    "setting,value",
+    [("max_window", 0), ("max_window", -1), ("batch_tokens", 0), ("batch_tokens", -5), ("cache_size", -1)],
+)
+def test_bad_model_settings_fail_at_construction(tiny_dir, setting, value):
+    nlp = spacy.blank("en")
+    model = {"@architectures": "spacy_elmo.ElmoBiLM.v1", setting: value}
+    with pytest.raises(ValueError, match=rf"{setting} = {value}; it must be an integer >= "):
+        nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "model": model})
+
+
+def test_mix_is_checked(tiny_dir):
+    from spacy_elmo.pipeline import ElmoComponent
+    from spacy_elmo.pipeline.bilm_layer import build_elmo_bilm
+
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "mix": [0.0, 0.0, 5.0], "store_dtype": "float32"})
+    doc = nlp("a b")
+    expected = doc._.elmo[:, 0].T @ nlp.get_pipe("elmo").mix_weights()
+    numpy.testing.assert_allclose(doc[0]._.elmo_vector, expected, atol=1e-6)
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "mix": [1.0, 2.0]})  # weights load at first use ...
+    with pytest.raises(ValueError, match=rf"mix has 2 value\(s\), but its biLM .* has {N_LAYERS} output layers"):
+        nlp("a b")  # ... and are checked then, before any vector is computed
+    for bad in (["a", 1, 2], [True, 0, 0], [float("nan"), 0, 0], "abc"):
+        with pytest.raises(ValueError, match="mix must be null"):
+            ElmoComponent(nlp.vocab, build_elmo_bilm(), mix=bad)
+
+
+def test_batch_composition_changes_vectors_only_by_rounding(tiny_dir):
+    """The README's promise: other batches give the same vectors up to float32 rounding (not bit for bit)."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "store_dtype": "float32"})
+    texts = ["The bank raised its rates .", "We sat on the river bank .", "x", "", "Money in the bank ."] * 4
+    one = [d._.elmo for d in nlp.pipe(texts, batch_size=1)]
+    many = [d._.elmo for d in nlp.pipe(texts, batch_size=64)]
+    for a, b in zip(one, many):
+        numpy.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)

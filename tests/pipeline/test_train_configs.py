@@ -58,7 +58,9 @@ def test_spacy_train(cfg, task, corpus_dir, tiny_dir, tmp_path):
         assert result.returncode == 0, result.stdout + result.stderr
         data = next(pkg.glob("*/en_elmo_test/en_elmo_test-0.0.1"))
         packaged = spacy.load(data)
-        numpy.testing.assert_array_equal(packaged(texts[0])._.elmo, before[0]._.elmo)
+        # texts[0] alone, not batched with texts[1]: equal up to rounding (one float16 ulp)
+        got, want = packaged(texts[0])._.elmo.astype("float32"), before[0]._.elmo.astype("float32")
+        numpy.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-6)
 
 
 GOLD = {"ner.cfg": {"entities": [(0, 5, "PER")]}, "textcat.cfg": {"cats": {"POS": 1.0, "NEG": 0.0}}}
