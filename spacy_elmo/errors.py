@@ -38,6 +38,7 @@ class Errors:
         "(262 with the +1 padding offset used at inference). Use 261 or 262."
     )
     E_BAD_POSITIVE = "{name} must be a positive integer; found {value!r}."
+    E_BAD_NON_NEGATIVE = "{name} must be an integer of 0 or more; found {value!r}."
     E_BAD_CLIP = "{name} must be a positive number or null (no clipping); found {value!r}."
     E_OPTIONS_MISSING_KEY = (
         "The ELMo options {source} lack the key {key!r}. An AllenNLP/bilm-tf options.json "
@@ -48,10 +49,6 @@ class Errors:
         "Could not read ELMo options from {path}: {error}. Pass the options.json that came "
         "with the weight file."
     )
-    E_SKIP_CONNECTIONS_SHAPE = (
-        "use_skip_connections requires every LSTM layer input to have the projection "
-        "width; this configuration is inconsistent: {detail}"
-    )
     E_BAD_BOOL = "{name} must be true or false (a JSON boolean, not a string or number); found {value!r}."
     E_CONFIG_UNKNOWN_FIELD = (
         "Unknown BiLMConfig field(s) {names}; the fields are {choices}. Remove or rename them (AllenNLP "
@@ -61,8 +58,9 @@ class Errors:
     # --- weight files (spacy_elmo.bilm.allennlp_io / native_io) -------------
     E_WEIGHT_FILE_MISSING = "The weight file {path} does not exist. Check the path."
     E_WEIGHT_FILE_NOT_HDF5 = (
-        "{path} is not an hdf5 file ({error}). AllenNLP/bilm-tf ELMo weights are .hdf5 "
-        "files; this project's own models are directories written by BiLM.save()."
+        "{path} could not be opened as an hdf5 file ({error}): it is damaged (e.g. a truncated "
+        "download) or not hdf5. AllenNLP/bilm-tf ELMo weights are .hdf5 files; this project's own "
+        "models are directories written by BiLM.save()."
     )
     E_DATASET_MISSING = (
         "The weight file {path} has no dataset {dataset!r} (expected shape {expected}). "
@@ -332,6 +330,7 @@ class Errors:
         "only {n_gpus} are visible."
     )
     E_NO_EVAL_TOKENS = "{path} contains no tokens to evaluate on."
+    E_FIT_STATE_NO_TEXT = "Pass TEXT_PATH (the text to fit the initial state on), or --clear to remove the state."
 
     # --- embedding a corpus (spacy_elmo.embedding, spacy-elmo embed) ---------
     E_EMBED_INPUT_MISSING = "{path} is not a file. Pass a UTF-8 text file with one sentence per line."

@@ -72,7 +72,7 @@ class BiLMConfig:
             if not _is_int(value) or value <= 0:
                 raise ValueError(Errors.E_BAD_POSITIVE.format(name=name, value=value))
         if not _is_int(self.n_highway) or self.n_highway < 0:
-            raise ValueError(Errors.E_BAD_POSITIVE.format(name="n_highway", value=self.n_highway))
+            raise ValueError(Errors.E_BAD_NON_NEGATIVE.format(name="n_highway", value=self.n_highway))
         for name in ("cell_clip", "proj_clip"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):

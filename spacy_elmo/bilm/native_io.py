@@ -73,7 +73,7 @@ def save_native(
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}."))
     try:
-        save_file(tensors, str(tmp / WEIGHTS_NAME))
+        write_safetensors(tensors, tmp / WEIGHTS_NAME)
         (tmp / CONFIG_NAME).write_text(json.dumps(meta, indent=2), encoding="utf-8")
         directory.mkdir(exist_ok=True)
         (directory / INITIAL_STATE_NAME).unlink(missing_ok=True)  # it belongs to the old weights
@@ -103,6 +103,15 @@ def read_meta(directory: PathLike) -> Dict[str, Any]:
     if not isinstance(meta.get("config"), dict):
         raise ValueError(Errors.E_NATIVE_CONFIG_NO_CONFIG.format(path=path, found=meta.get("config")))
     return meta
+
+
+def write_safetensors(tensors: Dict[str, torch.Tensor], path: PathLike) -> None:
+    """Save ``tensors`` to ``path``, readable as any file the user creates (the umask's mode;
+    safetensors alone writes 0600, so other accounts could not load a shared model)."""
+    save_file(tensors, str(path))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)
 
 
 def read_safetensors(path: Path) -> Dict[str, torch.Tensor]:
@@ -195,4 +204,4 @@ def write_initial_state(state, directory: PathLike) -> None:
         (directory / INITIAL_STATE_NAME).unlink(missing_ok=True)
         return
     tensors = {k: v.detach().float().cpu().contiguous() for k, v in zip(INITIAL_STATE_KEYS, state)}
-    atomic_write(directory / INITIAL_STATE_NAME, lambda tmp: save_file(tensors, str(tmp)))
+    atomic_write(directory / INITIAL_STATE_NAME, lambda tmp: write_safetensors(tensors, tmp))

@@ -6,6 +6,7 @@ from typing import Optional
 
 import typer
 
+from ..errors import Errors
 from .app import app
 
 
@@ -31,7 +32,7 @@ def fit_state(
             bilm.set_initial_state(None)
         else:
             if text_path is None:
-                raise typer.BadParameter("give TEXT_PATH (or --clear)")
+                raise typer.BadParameter(Errors.E_FIT_STATE_NO_TEXT)
             lang = lang or (meta.get("provenance") or {}).get("lang", "en")
             sentences = list(itertools.islice(iter_sentences(iter_text(text_path, ReadStats()), make_nlp(lang)), max_sentences))
             bilm.fit_initial_state(sentences, rows=rows, progress=True)

@@ -15,7 +15,7 @@ from typing import Any, Dict, Optional, Tuple, Union
 import torch
 
 from ..bilm import BiLM
-from ..bilm.native_io import CONFIG_NAME, load_tensors, read_meta, read_safetensors, resolve_model_dir
+from ..bilm.native_io import CONFIG_NAME, load_tensors, read_meta, read_safetensors, resolve_model_dir, write_safetensors
 from ..errors import Errors
 from .softmax import SoftmaxLayer
 from .vocab import Vocab
@@ -75,7 +75,5 @@ def load_pretrained(
 
 def write_softmax(path: PathLike, softmax: SoftmaxLayer) -> None:
     """The softmax alone, beside exported AllenNLP weights."""
-    from safetensors.torch import save_file
-
-    save_file({"softmax.weight": softmax.weight.detach().cpu().float().contiguous(),
-               "softmax.bias": softmax.bias.detach().cpu().float().contiguous()}, str(path))
+    write_safetensors({"softmax.weight": softmax.weight.detach().cpu().float().contiguous(),
+                       "softmax.bias": softmax.bias.detach().cpu().float().contiguous()}, path)

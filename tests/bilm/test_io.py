@@ -108,7 +108,7 @@ def test_not_hdf5_and_missing_files(files, tmp_path):
     opt_path, _ = files
     bogus = tmp_path / "bogus.hdf5"
     bogus.write_bytes(b"not an hdf5 file")
-    with pytest.raises(ValueError, match="is not an hdf5 file"):
+    with pytest.raises(ValueError, match="could not be opened as an hdf5 file"):
         BiLM.from_allennlp(opt_path, bogus)
     with pytest.raises(FileNotFoundError, match="does not exist"):
         BiLM.from_allennlp(opt_path, tmp_path / "nope.hdf5")
@@ -250,3 +250,16 @@ def test_damaged_safetensors_files_name_the_file(files, tmp_path, damage):
         with pytest.raises(ValueError, match="is damaged or not a safetensors file") as err:
             load(path.parent)
         assert str(path) in str(err.value)
+
+
+def test_saved_files_take_the_umask_mode(files, tmp_path):
+    """Every file of a saved model is as readable as config.json (safetensors alone writes 0600)."""
+    import os
+
+    old = os.umask(0o022)
+    try:
+        BiLM.from_allennlp(*files, backend="reference").save(tmp_path / "native")
+    finally:
+        os.umask(old)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "native").iterdir()}
+    assert modes and set(modes.values()) == {0o644}, modes

@@ -77,6 +77,8 @@ def test_fit_state_and_per_sentence_evaluate(tmp_path):
     result = runner.invoke(app, ["fit-state", str(out), str(short)])
     assert result.exit_code == 1 and "non-empty sentences" in result.output
     assert BiLM.load(out).initial_state is None
+    result = runner.invoke(app, ["fit-state", str(out)])
+    assert result.exit_code == 2 and "Pass TEXT_PATH" in result.output
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
