@@ -19,6 +19,7 @@ from thinc.api import Model
 from thinc.types import Floats2d, Floats3d
 
 from ..bilm.scalar_mix import LAYER_NORM_EPS
+from ..errors import Errors
 
 
 def scalar_mix_layer(
@@ -47,8 +48,11 @@ def _mix_init(model: Model, X: Optional[List[Floats3d]] = None, Y=None) -> None:
         model.set_dim("nL", int(X[0].shape[0]))
     nL = model.get_dim("nL")
     w = model.ops.alloc1f(nL)
-    if model.attrs["initial_weights"] is not None:
-        w[:] = model.ops.asarray1f(model.attrs["initial_weights"])
+    initial = model.attrs["initial_weights"]
+    if initial is not None:
+        if len(initial) != nL:
+            raise ValueError(Errors.E_SCALAR_MIX_INIT.format(found=len(initial), expected=nL))
+        w[:] = model.ops.asarray1f(initial)
     model.set_param("w", w)
     model.set_param("gamma", model.ops.asarray1f([1.0]))
 
@@ -76,6 +80,9 @@ def _layer_norm(xp, X: Floats3d):
 
 def _mix_forward(model: Model, Xs: List[Floats3d], is_train: bool):
     w, gamma = model.get_param("w"), model.get_param("gamma")
+    for X in Xs:
+        if X.shape[0] != w.shape[0]:
+            raise ValueError(Errors.E_SCALAR_MIX_COUNT.format(expected=w.shape[0], found=X.shape[0]))
     s = _softmax(model.ops, w)
     xp = model.ops.xp
     Xs = [X.astype("float32", copy=False) for X in Xs]

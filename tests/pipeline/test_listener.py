@@ -83,6 +83,16 @@ def test_scalar_mix_layer_gradients(layer_norm):
         numpy.testing.assert_allclose(dx, tx.grad.numpy(), rtol=1e-4, atol=1e-5)
 
 
+def test_scalar_mix_layer_checks_layer_counts():
+    X = [numpy.ones((3, 2, 4), dtype="float32")]
+    with pytest.raises(ValueError, match="initial_weights has 2 values; ScalarMix has 3 layers"):
+        scalar_mix_layer(initial_weights=[0.1, 0.2]).initialize(X=X)
+    mix = scalar_mix_layer(initial_weights=[0.0, 0.0, 1.0])
+    mix.initialize(X=X)
+    with pytest.raises(ValueError, match="built for 3 layers but received 2"):
+        mix.predict([numpy.ones((2, 2, 4), dtype="float32")])
+
+
 def test_layer_norm_is_per_doc():
     """A doc's mixed vectors do not depend on the other docs of its batch; empty docs pass through."""
     mix = scalar_mix_layer(layer_norm=True)
