@@ -1,11 +1,12 @@
 """``spacy-elmo export``: write a model as AllenNLP/bilm-tf files or in the native format."""
 
+import warnings
 from pathlib import Path
 
 import typer
 
 from ..atomic import replace_dir
-from ..errors import Errors
+from ..errors import Errors, Warnings
 from .app import app
 
 
@@ -30,6 +31,11 @@ def export(
     except (ValueError, FileNotFoundError, FileExistsError) as err:
         typer.secho(str(err), fg=typer.colors.RED, err=True)
         raise typer.Exit(1) from err
+
+    if format == "allennlp" and bilm.initial_state is not None:
+        # The format has no place for it; warn with the final path, not the temporary one.
+        warnings.warn(Warnings.W_INITIAL_STATE_NOT_EXPORTED.format(path=out_dir / "weights.hdf5"), UserWarning, stacklevel=2)
+        bilm.set_initial_state(None)
 
     def write(tmp: Path) -> None:
         if format == "native":

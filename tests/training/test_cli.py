@@ -1,6 +1,7 @@
 """The pretrain / evaluate / export commands, end to end on a tiny model."""
 
 import json
+import re
 
 import pytest
 import torch
@@ -68,6 +69,10 @@ def test_fit_state_and_per_sentence_evaluate(tmp_path):
     fitted = per_sentence()
     assert zero["mode"] == fitted["mode"] == "per_sentence"
     assert fitted["perplexity"] != zero["perplexity"]  # the state is what the evaluation starts from
+    allen = tmp_path / "allen"
+    with pytest.warns(UserWarning, match=re.escape(f"{allen / 'weights.hdf5'} starts from zeros")):
+        result = runner.invoke(app, ["export", str(out), str(allen), "--format", "allennlp"])
+    assert result.exit_code == 0, result.output
     result = runner.invoke(app, ["fit-state", str(out), "--clear"])
     assert result.exit_code == 0 and BiLM.load(out).initial_state is None
     assert per_sentence()["perplexity"] == zero["perplexity"]
