@@ -1,11 +1,13 @@
 # The two commands of the README: `make demo` and `make test`.
-# Both create .venv if missing and install torch (CPU wheel), the package with
+# Both create .venv if missing and install torch (TORCH_INDEX: a pip index to take it
+# from, e.g. https://download.pytorch.org/whl/cpu for the CPU build), the package with
 # its compiled extension (--no-build-isolation) and the test tools.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 TORCH_SPEC ?= torch==2.13.0
+TORCH_INDEX ?=
 NVCC ?= $(shell command -v nvcc 2>/dev/null)
 PYTEST_ARGS ?=
 
@@ -18,7 +20,7 @@ $(PY):
 # (numpy too: torch warns while building without it, and spaCy needs it anyway).
 $(VENV)/.deps-stamp: | $(PY)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q "$(TORCH_SPEC)"
+	$(PIP) install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH_SPEC)"
 	$(PIP) install -q setuptools wheel ninja numpy
 	touch $@
 

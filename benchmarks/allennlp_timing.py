@@ -16,6 +16,7 @@ import argparse
 import json
 import random
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -23,8 +24,12 @@ from typing import Dict, List, Optional
 
 import torch
 
-from benchmarks.allennlp_reference import allennlp_batch_to_ids, load_elmo_bilm
-from spacy_elmo import BiLM, BiLMConfig
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as a script too, as the other benchmarks
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.allennlp_reference import allennlp_batch_to_ids, load_elmo_bilm  # noqa: E402
+from spacy_elmo import BiLM, BiLMConfig  # noqa: E402
 
 _LETTERS = "abcdefghijklmnopqrstuvwxyz"
 _PUNCT = [".", ",", "?", "!", ";", "'s", "--"]
