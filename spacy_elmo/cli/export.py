@@ -57,4 +57,3 @@ def check_output_dir(out_dir: Path, overwrite: bool) -> None:
         raise FileExistsError(Errors.E_EXPORT_NOT_A_DIR.format(path=out_dir))
     if out_dir.is_dir() and any(out_dir.iterdir()) and not overwrite:
         raise FileExistsError(Errors.E_EXPORT_NOT_EMPTY.format(path=out_dir))
-
