@@ -44,17 +44,39 @@ def remove_leftovers(path: PathLike) -> None:
 
 
 def replace_dir(path: PathLike, write: Callable[[Path], None]) -> None:
-    """Call ``write(tmp)`` to create a new directory beside ``path``, then put it in
-    ``path``'s place (an existing ``path`` is deleted first, only once ``write`` succeeded)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temporary_name(path)
+    """Make the directory ``path`` hold exactly what ``write(tmp)`` puts into a new directory.
+
+    A new ``path`` is renamed into place whole. An existing one (``.``, a symlink to a
+    directory, a mount point) is kept as a directory: ``write`` fills a hidden directory
+    inside it, and only once that succeeded are the old entries removed and the new ones
+    moved up, so a failed ``write`` leaves the old contents as they were.
+    """
+    path = Path(path).resolve()
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = temporary_name(path)
+        _write_fresh(tmp, write)
+        os.replace(tmp, path)
+        return
+    tmp = path / f".replace.{os.getpid()}.tmp"
+    _write_fresh(tmp, write)
+    for old in path.iterdir():
+        if old == tmp:
+            continue
+        if old.is_dir() and not old.is_symlink():
+            shutil.rmtree(old)
+        else:
+            old.unlink()
+    for new in tmp.iterdir():
+        os.replace(new, path / new.name)
+    tmp.rmdir()
+
+
+def _write_fresh(tmp: Path, write: Callable[[Path], None]) -> None:
+    """``write(tmp)`` into a directory that did not exist; removed again when it fails."""
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         write(tmp)
-        if path.exists():
-            shutil.rmtree(path)
-        os.replace(tmp, path)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

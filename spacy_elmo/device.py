@@ -11,8 +11,10 @@ def torch_device(name: str) -> torch.device:
         device = torch.device(name)
     except RuntimeError as err:
         raise RuntimeError(Errors.E_UNKNOWN_DEVICE.format(device=name)) from err
-    if device.type not in ("cpu", "cuda"):
+    if device.type not in ("cpu", "cuda", "mps"):
         raise RuntimeError(Errors.E_UNKNOWN_DEVICE.format(device=name))
     if device.type == "cuda" and not torch.cuda.is_available():
         raise RuntimeError(Errors.E_DEVICE_UNAVAILABLE.format(device=name, reason="CUDA is not available"))
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise RuntimeError(Errors.E_DEVICE_UNAVAILABLE.format(device=name, reason="MPS (Apple GPU) is not available"))
     return device

@@ -185,6 +185,9 @@ def embed_file(
     if parts_dir.exists():
         found = _read_manifest(parts_dir)
         if found != manifest:
+            missing = sorted(k for k in manifest if k not in found)
+            if missing:  # written before these settings were recorded
+                raise ValueError(Errors.E_EMBED_PARTS_OLD.format(parts=parts_dir, keys=", ".join(missing)))
             diff = sorted(k for k in manifest if found.get(k) != manifest[k])
             shown = [k if k in ("model", "input") else f"{k} (earlier {found.get(k)!r})" for k in diff]
             raise ValueError(Errors.E_EMBED_PARTS_MISMATCH.format(parts=parts_dir, keys=", ".join(shown)))

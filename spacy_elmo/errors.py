@@ -318,13 +318,14 @@ class Errors:
         "{found!r}."
     )
     E_EXPORT_FORMAT = "Unknown export format {name!r}: use 'allennlp' or 'native'."
+    E_EXPORT_WRITE = "Could not write the model to {path}: {error}. Check the path and its permissions."
     E_EXPORT_NOT_A_DIR = "{path} is a file; export writes a directory. Choose another OUT_DIR."
     E_EXPORT_NOT_EMPTY = (
         "{path} is not empty: its files would mix with the exported model's. Choose a new OUT_DIR, "
         "or pass --overwrite to replace {path} and everything in it."
     )
     E_DEVICE_UNAVAILABLE = "--device {device} was requested but {reason}. Use --device cpu."
-    E_UNKNOWN_DEVICE = "Unknown --device {device!r}: use cpu, cuda or cuda:N (a GPU index)."
+    E_UNKNOWN_DEVICE = "Unknown --device {device!r}: use cpu, cuda, cuda:N (a GPU index) or mps."
     E_DDP_DEVICE = (
         "This process has rank {rank} of {world}; DDP on CUDA needs one GPU per process but "
         "only {n_gpus} are visible."
@@ -346,6 +347,10 @@ class Errors:
     E_EMBED_PARTS_MISMATCH = (
         "{parts} holds parts of an earlier run with a different {keys}, so they cannot be reused. "
         "Rerun with the earlier settings to finish it, or delete {parts} (or pass --restart) to start over."
+    )
+    E_EMBED_PARTS_OLD = (
+        "{parts} holds parts written by an older spacy-elmo, which did not record {keys}, so they cannot "
+        "be checked against this run. Pass --restart (or delete {parts}) to embed from the start."
     )
     E_EMBED_OUTPUT_IS_DIR = (
         "{path} is a directory, but the output is one HDF5 file (--overwrite replaces a file, not a "

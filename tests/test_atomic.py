@@ -2,7 +2,7 @@
 
 import pytest
 
-from spacy_elmo.atomic import atomic_write, atomic_write_text, remove_leftovers, temporary_name
+from spacy_elmo.atomic import atomic_write, atomic_write_text, remove_leftovers, replace_dir, temporary_name
 
 
 def test_a_failed_write_keeps_the_old_file_and_leaves_nothing(tmp_path):
@@ -26,3 +26,35 @@ def test_leftovers_of_a_killed_write_are_found_and_only_they(tmp_path):
     (tmp_path / ".other.h5.1.tmp").write_text("someone else's")
     remove_leftovers(path)
     assert sorted(p.name for p in tmp_path.iterdir()) == [".other.h5.1.tmp"]
+
+
+def test_replace_dir_new_existing_dot_and_symlink(tmp_path, monkeypatch):
+    def write(files):
+        def fill(tmp):
+            tmp.mkdir()
+            for name, text in files.items():
+                (tmp / name).write_text(text)
+        return fill
+
+    new = tmp_path / "new"
+    replace_dir(new, write({"a": "1"}))
+    assert {p.name: p.read_text() for p in new.iterdir()} == {"a": "1"}
+    (new / "sub").mkdir()
+    replace_dir(new, write({"b": "2"}))  # old entries, a directory included, are replaced
+    assert {p.name: p.read_text() for p in new.iterdir()} == {"b": "2"}
+    link = tmp_path / "link"
+    link.symlink_to(new, target_is_directory=True)
+    replace_dir(link, write({"c": "3"}))  # through a symlink: the target directory is kept
+    assert link.is_symlink() and [p.name for p in new.iterdir()] == ["c"]
+    monkeypatch.chdir(new)
+    replace_dir(".", write({"d": "4"}))
+    assert [p.name for p in new.iterdir()] == ["d"]
+
+    def fail(tmp):
+        tmp.mkdir()
+        (tmp / "half").write_text("x")
+        raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError, match="disk full"):
+        replace_dir(new, fail)
+    assert [p.name for p in new.iterdir()] == ["d"]  # old contents untouched, no leftovers

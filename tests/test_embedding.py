@@ -115,6 +115,18 @@ def test_parts_of_other_batch_settings_are_refused(bilm, corpus, tmp_path, setti
     assert embed_file(bilm, corpus, out, part_size=2, progress=False, **earlier)["parts_reused"] == 1
 
 
+def test_parts_of_an_older_version_ask_for_restart(bilm, corpus, tmp_path):
+    """A manifest without the batch settings (written before they were recorded) cannot be matched."""
+    out = tmp_path / "out.h5"
+    embed_file(bilm, corpus, out, part_size=2, progress=False, stop_after_parts=1)
+    manifest = out.with_name("out.h5.parts") / "manifest.json"
+    old = {k: v for k, v in json.loads(manifest.read_text()).items() if k not in ("batch_size", "batch_tokens", "cache_size")}
+    manifest.write_text(json.dumps(old))
+    with pytest.raises(ValueError, match=r"older spacy-elmo, which did not record batch_size, batch_tokens, cache_size.*--restart"):
+        embed_file(bilm, corpus, out, part_size=2, progress=False)
+    assert embed_file(bilm, corpus, out, part_size=2, progress=False, restart=True)["parts_reused"] == 0
+
+
 def test_a_directory_as_output_is_refused_before_any_work(bilm, corpus, tmp_path):
     out = tmp_path / "vectors"
     out.mkdir()

@@ -109,9 +109,21 @@ def write_safetensors(tensors: Dict[str, torch.Tensor], path: PathLike) -> None:
     """Save ``tensors`` to ``path``, readable as any file the user creates (the umask's mode;
     safetensors alone writes 0600, so other accounts could not load a shared model)."""
     save_file(tensors, str(path))
-    umask = os.umask(0)
+    os.chmod(path, 0o666 & ~_umask())
+
+
+def _umask() -> int:
+    """The process's umask; read from /proc where it can be (os.umask sets it while reading,
+    for the whole process: another thread's file could get mode 0666 in between)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    umask = os.umask(0o022)
     os.umask(umask)
-    os.chmod(path, 0o666 & ~umask)
+    return umask
 
 
 def read_safetensors(path: Path) -> Dict[str, torch.Tensor]:

@@ -47,7 +47,11 @@ def export(
                 write_softmax(tmp / SOFTMAX_FILE, softmax)
                 vocab.save(tmp)
 
-    replace_dir(out_dir, write)
+    try:
+        replace_dir(out_dir, write)
+    except OSError as err:
+        typer.secho(Errors.E_EXPORT_WRITE.format(path=out_dir, error=err), fg=typer.colors.RED, err=True)
+        raise typer.Exit(1) from err
     typer.echo(f"wrote {format} model to {out_dir}" + (" (with softmax and vocab.txt)" if softmax is not None else ""))
 
 

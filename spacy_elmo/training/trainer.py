@@ -99,7 +99,7 @@ class TrainConfig:
             raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name="lr", what="positive", value=self.lr))
         if not self.clip > 0:
             raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name="clip", what="positive (a global gradient-norm bound)", value=self.clip))
-        if self.init and self.model is not None:
+        if self.init and self.model:  # an empty dict names no model, as None
             raise ValueError(Errors.E_INIT_AND_MODEL)
         if self.new_vocab and not self.init:
             raise ValueError(Errors.E_NEW_VOCAB_WITHOUT_INIT)
@@ -185,7 +185,7 @@ def fit_start_state(bilm: BiLM, corpus: Corpus, max_sentences: int, warmup: int 
 
 def requested_model(cfg: TrainConfig) -> BiLMConfig:
     """The model ``cfg`` asks for (the small preset when it names none)."""
-    return BiLMConfig.from_dict(cfg.model) if cfg.model is not None else BiLMConfig.preset("small")
+    return BiLMConfig.from_dict(cfg.model) if cfg.model else BiLMConfig.preset("small")
 
 
 def _corpus_vocab(corpus: Corpus, cfg: TrainConfig) -> Vocab:
@@ -277,7 +277,7 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
     if cfg.heldout and is_main:  # read now: a bad file is an error before any training, not at the first checkpoint
         from .evaluate import read_text
 
-        heldout = read_text(cfg.heldout, cfg.lang)[0]
+        heldout, heldout_stats = read_text(cfg.heldout, cfg.lang)
 
     # Data: rank 0 tokenizes into the cache, the others wait and read it.
     cache = out / "data"
@@ -310,7 +310,7 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
     tokens_seen = 0
     if payload is not None:
         ckpt.check_settings(payload["settings"], settings, out)
-        if cfg.model is not None and requested_model(cfg) != bilm.config:
+        if cfg.model and requested_model(cfg) != bilm.config:
             raise ValueError(Errors.E_RESUME_MODEL.format(path=out, found=bilm.config.to_dict(), expected=requested_model(cfg).to_dict()))
         lm.load_state_dict(payload["model"])
         optimizer.load_state_dict(payload["optimizer"])
@@ -408,6 +408,7 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
 
                 last_heldout = evaluate_sentences(lm, vocab, heldout, cfg.eval_batch_size, cfg.unroll, device,
                                                   per_sentence=cfg.sentences)
+                last_heldout["replaced_bytes"] = heldout_stats.replaced_bytes
                 log.write({"step": step, "event": "heldout", **last_heldout})
                 lm.train()
             # A resumed run starts its window here too: equal logs, and tok/s without the checkpoint's time.

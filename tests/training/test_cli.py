@@ -9,6 +9,7 @@ from typer.testing import CliRunner
 
 from spacy_elmo import BiLM, BiLMConfig
 from spacy_elmo.cli import app
+from spacy_elmo.training.trainer import read_log
 
 from .conftest import TINY, write_corpus
 
@@ -31,6 +32,8 @@ def test_pretrain_evaluate_export(tmp_path):
     result, train, held, options, out = pretrain_tiny(tmp_path, "--heldout", str(tmp_path / "held.txt"))
     assert result.exit_code == 0, result.output
     assert "held-out perplexity" in result.output
+    (event,) = [e for e in read_log(out) if e.get("event") == "heldout"]
+    assert event["replaced_bytes"] == 0 and event["perplexity"] > 1
     result = runner.invoke(app, ["pretrain", str(train), str(out), "--options", str(options)])
     assert result.exit_code == 1 and "--resume" in result.output
 

@@ -164,7 +164,7 @@ def test_fine_tuning_from_a_saved_model(tmp_path):
     domain = tmp_path / "domain.txt"
     domain.write_text("The river bank floods . The bank is muddy .\n" * 40, encoding="utf-8")
     tuned = tmp_path / "tuned"
-    train(tiny_train_config(domain, tuned, max_steps=4, init=str(base), model=None))
+    train(tiny_train_config(domain, tuned, max_steps=4, init=str(base), model={}))  # {} names no model, as None
     # Same vocabulary (softmax rows) as the base model; new words are OOV targets.
     assert (tuned / "vocab.txt").read_text() == (base / "vocab.txt").read_text()
     before, after = BiLM.load(base).state_dict(), BiLM.load(tuned).state_dict()
@@ -228,6 +228,8 @@ def test_damaged_checkpoint_is_named(tmp_path, damage):
         (dict(init="x"), "--init fine-tunes an existing model"),  # tiny_train_config names a model
         (dict(new_vocab=True), "--new-vocab only applies with --init"),
         (dict(device="tpu"), "Unknown --device 'tpu'"),
+        pytest.param(dict(device="mps"), "MPS .Apple GPU. is not available",
+                     marks=pytest.mark.skipif(torch.backends.mps.is_available(), reason="an Apple GPU is here")),
         (dict(vocab_size=2), r"vocab_size must be 0 \(no cap\) or more than 3"),
         (dict(min_count=0), "min_count must be a positive integer"),
         (dict(min_count=10**6), "No word of the corpus occurs --min-count 1000000 times"),
