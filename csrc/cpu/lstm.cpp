@@ -3,7 +3,9 @@
 // * The input products are GEMMs over many timesteps at once. float32: a chunk
 //   of up to ~1,024 rows (whole steps) at a time into a work buffer, the rows
 //   gathered in step order (the backward direction's row b at step t is position
-//   len_b - 1 - t), the bias added in the gate epilogue. Other dtypes: one addmm
+//   len_b - 1 - t), computed a panel of gate columns per task with the step
+//   kernels' GEMM into the panel layout the gate epilogue reads, the bias added
+//   in the gate epilogue. Other dtypes: one addmm
 //   over all B*T positions in their original order, the backward direction
 //   reading position len_b - 1 - t; nothing reversed is materialised.
 // * float32 (the fast path): each step is two parallel passes over both
@@ -129,11 +131,12 @@ Dims check_lstm(at::TensorList xs, const at::Tensor& lengths, at::TensorList wei
 enum WorkSlot {
   kSlotRec0 = 0,    // packed recurrent weights, + direction
   kSlotProj0 = 2,   // packed projection weights, + direction
-  kSlotInput0 = 4,  // forward: input products x @ W_in, + direction
+  kSlotInput0 = 4,  // forward: input products x @ W_in, + direction (float32: in panels)
   kSlotGradZ = 6,   // backward: one chunk's gradient wrt the gate pre-activations, all directions
   kSlotInputRows = 7,  // one chunk's input rows in step order (forward: all directions;
                        // backward: [x | h_prev | 1] of one direction)
   kSlotGradInput = 8,  // backward: one chunk's dx in step order, one direction
+  kSlotInputPanel = 9,  // forward: one panel of the input weights, packed by the task that uses it
 };
 
 // The position of step t of a row of length len: the backward direction walks
@@ -326,7 +329,8 @@ LstmForwardResult lstm_forward_cpu(at::TensorList xs, const at::Tensor& lengths_
     // float32: fused steps with prepacked weights (see the header comment).
     const int64_t VL = kt.step_vl, npanel = (C + VL - 1) / VL;
     const int64_t pw = 4 * VL, npp = (P + pw - 1) / pw;
-    std::vector<const float*> wrec_p(ndir), wproj_p(ndir);
+    std::vector<const float*> wrec_p(ndir), wproj_p(ndir), win(ndir);
+    std::vector<at::Tensor> win_c(ndir);
     for (int64_t d = 0; d < ndir; ++d) {
       const at::Tensor wr = wrec[d].contiguous(), wp = wproj[d].contiguous();
       float* r = pack_buffer(kSlotRec0 + d, npanel * P * 4 * VL);
@@ -335,6 +339,8 @@ LstmForwardResult lstm_forward_cpu(at::TensorList xs, const at::Tensor& lengths_
       pack_column_panels(wp.data_ptr<float>(), C, P, 1, 0, P, pw, npp, q);
       wrec_p[d] = r;
       wproj_p[d] = q;
+      win_c[d] = weights[4 * d].contiguous();
+      win[d] = win_c[d].data_ptr<float>();
     }
     at::Tensor m_buf = save ? at::Tensor() : at::zeros({ndir, B, C}, opts);
     std::vector<const float*> xi_rows(ndir * B);
@@ -352,31 +358,52 @@ LstmForwardResult lstm_forward_cpu(at::TensorList xs, const at::Tensor& lengths_
     // Input products a chunk of steps at a time, rows in step order (the reversed
     // direction's rows gathered): a large batch's products no longer go out to
     // memory and come back (nor take 16 KB a position of the small layer, 64 KB of
-    // the original, for all B * T positions at once).
-    const int64_t csteps = chunk_steps(B, tmax);
+    // the original, for all B * T positions at once). They are one matrix product
+    // per direction, computed a panel of columns per task with the recurrent
+    // products' kernel, into the panel layout the gate epilogue reads: panel j of
+    // direction d holds the chunk's rows, (rows, 4 * VL) each. Each task packs its
+    // own panel of W_in (I * 4 * VL floats) into a small per-thread buffer: kept
+    // packed, W_in would add 64 MB per calling thread for the original model. (MKL's
+    // product spent a seventh of its time packing W_in and zeroing its output.)
+    const int64_t csteps = chunk_steps(B, tmax), panel_stride = csteps * B * 4 * VL;
     const at::Tensor xg = cpu::workspace(kSlotInputRows, {ndir, csteps * B, I}, at::kFloat);
-    for (int64_t d = 0; d < ndir; ++d) xi[d] = cpu::workspace(kSlotInput0 + d, {csteps * B, 4 * C}, at::kFloat);
+    std::vector<float*> xi_p(ndir), xg_p(ndir);
+    for (int64_t d = 0; d < ndir; ++d) {
+      xi[d] = cpu::workspace(kSlotInput0 + d, {npanel * panel_stride}, at::kFloat);
+      xi_p[d] = xi[d].data_ptr<float>();
+      xg_p[d] = xg.data_ptr<float>() + d * csteps * B * I;
+    }
     for (int64_t t = 0; t < tmax; ++t) {
       const int64_t t0 = t / csteps * csteps;
       if (t == t0) {
         const int64_t t1 = std::min(tmax, t0 + csteps), rows = (t1 - t0) * B;
-        for (int64_t d = 0; d < ndir; ++d) {
-          gather_steps(x[d].data_ptr<float>(), B, T, I, lens, reverse[d], t0, t1, xg.select(0, d).data_ptr<float>(), I);
-          at::Tensor out = xi[d].narrow(0, 0, rows);
-          at::mm_out(out, xg.select(0, d).narrow(0, 0, rows), weights[4 * d]);
-        }
+        for (int64_t d = 0; d < ndir; ++d)
+          gather_steps(x[d].data_ptr<float>(), B, T, I, lens, reverse[d], t0, t1, xg_p[d], I);
+        cpu::dynamic_for(ndir * npanel, [&](int64_t k, int64_t) {
+          const int64_t d = k / npanel, j = k % npanel;
+          float* panel = pack_buffer(kSlotInputPanel, I * 4 * VL);  // this thread's
+          pack_column_panels(win[d] + j * VL, I, 4 * C, 4, C, C - j * VL, VL, 1, panel);
+          cpu::PanelGemmArgs a;
+          a.a = xg_p[d];
+          a.lda = I;
+          a.rows = rows;
+          a.K = I;
+          a.wp = panel;
+          a.out = xi_p[d] + j * panel_stride;
+          kt.panel_gemm(a);
+        });
       }
       std::vector<float*> m_t(ndir);
       for (int64_t d = 0; d < ndir; ++d) {
         m_t[d] = save ? m.select(0, d).select(0, t).data_ptr<float>() : m_buf.select(0, d).data_ptr<float>();
-        const float* xid = xi[d].data_ptr<float>() + (t - t0) * B * 4 * C;
+        const float* xid = xi_p[d] + (t - t0) * B * 4 * VL;  // panel 0's rows of step t
         const float* xd = x[d].data_ptr<float>();
         float* od = outs[d].data_ptr<float>();
         for (int64_t b = 0; b < B; ++b) {
           const int64_t k = d * B + b;
           const bool active = t < lens[b];
           const int64_t src = active ? step_pos(reverse[d], lens[b], t) : 0;
-          xi_rows[k] = active ? xid + b * 4 * C : nullptr;
+          xi_rows[k] = active ? xid + b * 4 * VL : nullptr;
           out_rows[k] = active ? od + (b * T + src) * P : nullptr;
           res_rows[k] = residual ? xd + (b * T + src) * I : nullptr;
           if (save) {
@@ -402,6 +429,8 @@ LstmForwardResult lstm_forward_cpu(at::TensorList xs, const at::Tensor& lengths_
           a.c0 = j * VL;
           a.nc = std::min(VL, C - j * VL);
           a.xi_rows = xi_rows.data() + d * B;
+          a.xi_off = j * panel_stride;
+          a.xi_gs = VL;
           a.bias = bias[d].data_ptr<float>();
           a.c = cs + d * B * C;
           a.m = m_t[d];

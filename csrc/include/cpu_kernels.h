@@ -93,7 +93,11 @@ struct StepGatesArgs {
   int64_t B, P;
   const float* wp;
   int64_t C, c0, nc;
-  const float* const* xi_rows;  // per row: its (4C) input product row, null when inactive
+  // Per row: its input products, null when inactive; this panel's gate block g
+  // starts at xi_rows[b] + xi_off + g * xi_gs (a (4C) row: c0 and C; the panel
+  // layout of panel_gemm: the panel's offset and step_vl).
+  const float* const* xi_rows;
+  int64_t xi_off, xi_gs;
   const float* bias;            // (4C) bias, forget bias included (the input products have none)
   float* c;                     // (B, C) cell state, in/out
   float* m;                     // (B, C) out
@@ -160,6 +164,15 @@ struct StepDhArgs {
   int64_t next_floats = 0;
 };
 
+// out (rows, 4 * step_vl) = a (rows, K; row stride lda) @ wp (K, 4 * step_vl), a
+// packed panel as the recurrent weights' (one matrix product's panel of columns).
+struct PanelGemmArgs {
+  const float* a;
+  int64_t lda, rows, K;
+  const float* wp;
+  float* out;
+};
+
 struct KernelTable {
   const char* name;
   void (*char_conv)(const CharConvArgs&);
@@ -178,6 +191,7 @@ struct KernelTable {
   // One sampled-softmax row in place: x (S) products -> softmax(x + off), column
   // `hit` (-1: none) removed; *lse = the row's log-sum-exp.
   void (*softmax_row)(float* x, int64_t S, const float* off, int64_t hit, float* lse);
+  void (*panel_gemm)(const PanelGemmArgs&);
 };
 
 const KernelTable& kernels();  // the best table for this CPU

@@ -13,7 +13,7 @@ namespace cpu {
 // in returning the pages than the work done in it); the contents never are.
 // Reallocated when a call needs more, or much less, than the slot holds, or
 // another dtype.
-constexpr int kWorkSlots = 9;
+constexpr int kWorkSlots = 10;
 at::Tensor workspace(int slot, at::IntArrayRef sizes, at::ScalarType dtype);
 
 // An uninitialised tensor for memory that leaves the call (the tensors a

@@ -646,14 +646,15 @@ static inline void cell_rows(const StepGatesArgs& a, int64_t r0, const int64_t* 
   const float* xi[N];
   float* cst[N];
   vf si[N], tj[N], sf[N], so[N], cr[N], tc[N];
+  const int64_t gs = a.xi_gs;
   for (int n = 0; n < N; ++n) {
-    xi[n] = a.xi_rows[r0 + ps[n]] + c0;
+    xi[n] = a.xi_rows[r0 + ps[n]] + a.xi_off;
     cst[n] = a.c + (r0 + ps[n]) * C + c0;
     const float* zr = z + ps[n] * 4 * SE_VL;
     si[n] = se_vload(zr) + (se_vload(xi[n]) + bv[0]);
-    tj[n] = se_vload(zr + SE_VL) + (se_vload(xi[n] + C) + bv[1]);
-    sf[n] = se_vload(zr + 2 * SE_VL) + (se_vload(xi[n] + 2 * C) + bv[2]);
-    so[n] = se_vload(zr + 3 * SE_VL) + (se_vload(xi[n] + 3 * C) + bv[3]);
+    tj[n] = se_vload(zr + SE_VL) + (se_vload(xi[n] + gs) + bv[1]);
+    sf[n] = se_vload(zr + 2 * SE_VL) + (se_vload(xi[n] + 2 * gs) + bv[2]);
+    so[n] = se_vload(zr + 3 * SE_VL) + (se_vload(xi[n] + 3 * gs) + bv[3]);
     cr[n] = se_vload(cst[n]);
   }
   se_vsigmoid<N>(si);
@@ -690,7 +691,8 @@ static void step_gates(const StepGatesArgs& a) {
     for (int k = 0; k < 4; ++k) bv[k] = se_vload(bi + k * C);
   float z[kChunkRows * 4 * SE_VL];
   Ahead pf = Ahead::of(a.wp_next, a.next_floats);
-  prefetch_rows(a.xi_rows, a.B, c0, C, 4);
+  const int64_t gs = a.xi_gs;
+  prefetch_rows(a.xi_rows, a.B, a.xi_off, gs, 4);
   for (int64_t r0 = 0; r0 < a.B; r0 += kChunkRows) {
     const int64_t rows = a.B - r0 < kChunkRows ? a.B - r0 : kChunkRows;
     gemm_chunk(a.h + r0 * a.P, a.P, a.wp, a.P, rows, AnyRow<const float*>{a.xi_rows + r0}, z, pf);
@@ -715,13 +717,13 @@ static void step_gates(const StepGatesArgs& a) {
       float* m = a.m + b * C + c0;
       float* g = a.gates_rows ? a.gates_rows[b] + c0 : nullptr;
       float* craw = a.craw_rows ? a.craw_rows[b] + c0 : nullptr;
-      xi += c0;
+      xi += a.xi_off;
 #pragma omp simd
       for (int64_t u = 0; u < nc; ++u) {
         const float si = se_sigmoid(zr[u] + (xi[u] + bi[u]));
-        const float tj = se_tanh(zr[SE_VL + u] + (xi[C + u] + bi[C + u]));
-        const float sf = se_sigmoid(zr[2 * SE_VL + u] + (xi[2 * C + u] + bi[2 * C + u]));
-        const float so = se_sigmoid(zr[3 * SE_VL + u] + (xi[3 * C + u] + bi[3 * C + u]));
+        const float tj = se_tanh(zr[SE_VL + u] + (xi[gs + u] + bi[C + u]));
+        const float sf = se_sigmoid(zr[2 * SE_VL + u] + (xi[2 * gs + u] + bi[2 * C + u]));
+        const float so = se_sigmoid(zr[3 * SE_VL + u] + (xi[3 * gs + u] + bi[3 * C + u]));
         const float cr = sf * cst[u] + si * tj;
         const float cn = se_clip(cr, lo, hi);
         cst[u] = cn;
@@ -737,6 +739,15 @@ static void step_gates(const StepGatesArgs& a) {
     }
   }
   if (a.gates_rows) se_stream_fence();
+}
+
+static void panel_gemm(const PanelGemmArgs& a) {
+  Ahead pf = Ahead::of(nullptr, 0);
+  const auto all = [](int64_t, int64_t) { return true; };
+  for (int64_t r0 = 0; r0 < a.rows; r0 += kChunkRows) {
+    const int64_t rows = a.rows - r0 < kChunkRows ? a.rows - r0 : kChunkRows;
+    gemm_chunk(a.a + r0 * a.lda, a.lda, a.wp, a.K, rows, all, a.out + r0 * 4 * SE_VL, pf);
+  }
 }
 
 static void step_proj(const StepProjArgs& a) {
@@ -845,7 +856,7 @@ static void step_dh(const StepDhArgs& a) {
 
 const KernelTable table = {SE_NAME,          char_conv,        char_conv_back, gates_forward,   gates_backward,
                            highway_epilogue, highway_backward, SE_VL,          step_gates,      step_proj,
-                           step_gates_back,  step_dh,          softmax_row};
+                           step_gates_back,  step_dh,          softmax_row,    panel_gemm};
 
 #undef SE_VL
 }  // namespace SE_NS
