@@ -364,7 +364,7 @@ LstmForwardResult lstm_forward_cpu(at::TensorList xs, const at::Tensor& lengths_
     // direction d holds the chunk's rows, (rows, 4 * VL) each. Each task packs its
     // own panel of W_in (I * 4 * VL floats) into a small per-thread buffer: kept
     // packed, W_in would add 64 MB per calling thread for the original model. (MKL's
-    // product spent a seventh of its time packing W_in and zeroing its output.)
+    // product spent about a sixth of its time packing W_in and zeroing its output.)
     const int64_t csteps = chunk_steps(B, tmax), panel_stride = csteps * B * 4 * VL;
     const at::Tensor xg = cpu::workspace(kSlotInputRows, {ndir, csteps * B, I}, at::kFloat);
     std::vector<float*> xi_p(ndir), xg_p(ndir);
