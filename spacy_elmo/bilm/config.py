@@ -18,7 +18,7 @@ _PRESETS = {
 }
 
 
-def _is_int(value: Any) -> bool:
+def is_int(value: Any) -> bool:
     """A whole number, not a bool (JSON ``true`` is not a size)."""
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -69,9 +69,9 @@ class BiLMConfig:
     def validate(self) -> None:
         for name in ("projection_dim", "cell_dim", "n_layers", "char_embedding_dim", "max_characters_per_token"):
             value = getattr(self, name)
-            if not _is_int(value) or value <= 0:
+            if not is_int(value) or value <= 0:
                 raise ValueError(Errors.E_BAD_POSITIVE.format(name=name, value=value))
-        if not _is_int(self.n_highway) or self.n_highway < 0:
+        if not is_int(self.n_highway) or self.n_highway < 0:
             raise ValueError(Errors.E_BAD_NON_NEGATIVE.format(name="n_highway", value=self.n_highway))
         for name in ("cell_clip", "proj_clip"):
             value = getattr(self, name)
@@ -87,7 +87,7 @@ class BiLMConfig:
             raise ValueError(Errors.E_MAX_CHARS_TOO_SMALL.format(value=self.max_characters_per_token))
         ok = isinstance(self.filters, list) and len(self.filters) > 0
         ok = ok and all(
-            isinstance(f, tuple) and len(f) == 2 and all(_is_int(v) and v > 0 for v in f) for f in self.filters
+            isinstance(f, tuple) and len(f) == 2 and all(is_int(v) and v > 0 for v in f) for f in self.filters
         )
         if not ok:
             raise ValueError(Errors.E_BAD_FILTERS.format(value=self.filters))

@@ -23,7 +23,7 @@ from safetensors.torch import load_file, save_file
 
 from ..atomic import atomic_write
 from ..errors import Errors
-from .config import BiLMConfig, _is_int
+from .config import BiLMConfig, is_int
 
 PathLike = Union[str, Path]
 FORMAT = "spacy-elmo/bilm"
@@ -98,7 +98,7 @@ def read_meta(directory: PathLike) -> Dict[str, Any]:
     if meta.get("format") != FORMAT:
         raise ValueError(Errors.E_NATIVE_BAD_FORMAT.format(path=path, found=meta.get("format"), expected=FORMAT))
     version = meta.get("version")
-    if not (_is_int(version) and 1 <= version <= VERSION):
+    if not (is_int(version) and 1 <= version <= VERSION):
         raise ValueError(Errors.E_NATIVE_VERSION.format(path=path, found=version, supported=VERSION))
     if not isinstance(meta.get("config"), dict):
         raise ValueError(Errors.E_NATIVE_CONFIG_NO_CONFIG.format(path=path, found=meta.get("config")))

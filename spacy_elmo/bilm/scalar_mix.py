@@ -6,7 +6,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import Errors
-from .config import _is_int
+from .config import is_int
 
 LAYER_NORM_EPS = 1e-13
 
@@ -39,7 +39,7 @@ class ScalarMix(nn.Module):
         trainable: bool = True,
     ) -> None:
         super().__init__()
-        if not _is_int(n_layers) or n_layers < 1:
+        if not is_int(n_layers) or n_layers < 1:
             raise ValueError(Errors.E_SCALAR_MIX_SIZE.format(value=n_layers))
         if initial_weights is None:
             initial_weights = [0.0] * n_layers

@@ -17,26 +17,22 @@ from thinc.api import ArgsKwargs, Model, PyTorchWrapper_v3, torch2xp, xp2torch
 from thinc.types import Floats3d
 
 from ..bilm import BiLM, BiLMConfig
+from ..bilm.config import is_int
 from ..errors import Errors
 from .batching import group_pieces, make_pieces
 from .runner import ElmoRunner
-
-#: setting -> (smallest value, what it means)
-SETTINGS = {
-    "batch_tokens": (1, "padded tokens per biLM call"),
-    "max_window": (1, "the longest row of tokens the biLM reads at once"),
-    "cache_size": (0, "char-CNN cache entries, 0 for none"),
-}
 
 
 def build_elmo_bilm(
     batch_tokens: int = 4096, max_window: int = 128, backend: str = "auto", cache_size: int = 50000
 ) -> Model[List[Doc], List[Floats3d]]:
     """The component model; the biLM arrives later through :func:`set_bilm` (weights decide its shape)."""
-    values = {"batch_tokens": batch_tokens, "max_window": max_window, "cache_size": cache_size}
-    for setting, (minimum, meaning) in SETTINGS.items():
-        value = values[setting]
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+    for setting, value, minimum, meaning in (
+        ("batch_tokens", batch_tokens, 1, "padded tokens per biLM call"),
+        ("max_window", max_window, 1, "the longest row of tokens the biLM reads at once"),
+        ("cache_size", cache_size, 0, "char-CNN cache entries, 0 for none"),
+    ):
+        if not is_int(value) or value < minimum:
             raise ValueError(
                 Errors.E_ELMO_MODEL_SETTING.format(setting=setting, value=value, minimum=minimum, meaning=meaning)
             )
