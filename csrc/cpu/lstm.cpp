@@ -329,8 +329,8 @@ LstmForwardResult lstm_forward_cpu(at::TensorList xs, const at::Tensor& lengths_
     // float32: fused steps with prepacked weights (see the header comment).
     const int64_t VL = kt.step_vl, npanel = (C + VL - 1) / VL;
     const int64_t pw = 4 * VL, npp = (P + pw - 1) / pw;
-    std::vector<const float*> wrec_p(ndir), wproj_p(ndir), win(ndir);
-    std::vector<at::Tensor> win_c(ndir);
+    std::vector<const float*> wrec_p(ndir), wproj_p(ndir);
+    std::vector<at::Tensor> win(ndir);
     for (int64_t d = 0; d < ndir; ++d) {
       const at::Tensor wr = wrec[d].contiguous(), wp = wproj[d].contiguous();
       float* r = pack_buffer(kSlotRec0 + d, npanel * P * 4 * VL);
@@ -339,8 +339,7 @@ LstmForwardResult lstm_forward_cpu(at::TensorList xs, const at::Tensor& lengths_
       pack_column_panels(wp.data_ptr<float>(), C, P, 1, 0, P, pw, npp, q);
       wrec_p[d] = r;
       wproj_p[d] = q;
-      win_c[d] = weights[4 * d].contiguous();
-      win[d] = win_c[d].data_ptr<float>();
+      win[d] = weights[4 * d].contiguous();
     }
     at::Tensor m_buf = save ? at::Tensor() : at::zeros({ndir, B, C}, opts);
     std::vector<const float*> xi_rows(ndir * B);
@@ -382,7 +381,7 @@ LstmForwardResult lstm_forward_cpu(at::TensorList xs, const at::Tensor& lengths_
         cpu::dynamic_for(ndir * npanel, [&](int64_t k, int64_t) {
           const int64_t d = k / npanel, j = k % npanel;
           float* panel = pack_buffer(kSlotInputPanel, I * 4 * VL);  // this thread's
-          pack_column_panels(win[d] + j * VL, I, 4 * C, 4, C, C - j * VL, VL, 1, panel);
+          pack_column_panels(win[d].data_ptr<float>() + j * VL, I, 4 * C, 4, C, C - j * VL, VL, 1, panel);
           cpu::PanelGemmArgs a;
           a.a = xg_p[d];
           a.lda = I;
