@@ -183,13 +183,20 @@ def load_model(cls, directory: PathLike, stateful: bool = False, backend: str = 
         found = find_allennlp_files(path)
         if found is not None:
             return cls.from_allennlp(found[0], found[1], stateful=stateful, backend=backend)
-    meta = read_meta(path)
+    return model_from_native(cls, path, read_meta(path), load_tensors(path), stateful=stateful, backend=backend)
+
+
+def model_from_native(
+    cls, path: Path, meta: Dict[str, Any], tensors: Dict[str, torch.Tensor], stateful: bool = False, backend: str = "auto"
+):
+    """The model of the native directory ``path`` from its already read ``meta`` (:func:`read_meta`)
+    and ``tensors`` (:func:`load_tensors`), for callers that also need the extra tensors."""
     try:
         config = BiLMConfig.from_dict(meta["config"])
     except ValueError as err:
         raise ValueError(Errors.E_NATIVE_BAD_CONFIG.format(path=path / CONFIG_NAME, error=err)) from err
     model = cls(config, stateful=stateful, backend=backend)
-    load_state_into(model, load_tensors(path), path / WEIGHTS_NAME, extra=meta.get("extra") or ())
+    load_state_into(model, tensors, path / WEIGHTS_NAME, extra=meta.get("extra") or ())
     model.set_initial_state(read_initial_state(path))
     return model
 

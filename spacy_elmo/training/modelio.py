@@ -15,7 +15,15 @@ from typing import Any, Dict, Optional, Tuple, Union
 import torch
 
 from ..bilm import BiLM
-from ..bilm.native_io import CONFIG_NAME, load_tensors, read_meta, read_safetensors, resolve_model_dir, write_safetensors
+from ..bilm.native_io import (
+    CONFIG_NAME,
+    load_tensors,
+    model_from_native,
+    read_meta,
+    read_safetensors,
+    resolve_model_dir,
+    write_safetensors,
+)
 from ..errors import Errors
 from .softmax import SoftmaxLayer
 from .vocab import Vocab
@@ -51,16 +59,18 @@ def load_pretrained(
 ) -> Tuple[BiLM, Optional[SoftmaxLayer], Optional[Vocab], Dict[str, Any]]:
     """``(bilm, softmax or None, vocab or None, provenance)`` of a model directory or ``"default"``."""
     path = resolve_model_dir(directory)
-    bilm = BiLM.load(path, backend=backend)
     provenance: Dict[str, Any] = {}
     weight = bias = None
-    if (path / CONFIG_NAME).exists():
-        provenance = read_meta(path).get("provenance", {}) or {}
-        tensors = load_tensors(path)
+    if (path / CONFIG_NAME).exists():  # native: config.json and the tensors are read once
+        meta, tensors = read_meta(path), load_tensors(path)
+        bilm = model_from_native(BiLM, path, meta, tensors, backend=backend)
+        provenance = meta.get("provenance", {}) or {}
         weight, bias = tensors.get("softmax.weight"), tensors.get("softmax.bias")
-    elif (path / SOFTMAX_FILE).exists():
-        tensors = read_safetensors(path / SOFTMAX_FILE)
-        weight, bias = tensors.get("softmax.weight"), tensors.get("softmax.bias")
+    else:
+        bilm = BiLM.load(path, backend=backend)
+        if (path / SOFTMAX_FILE).exists():
+            tensors = read_safetensors(path / SOFTMAX_FILE)
+            weight, bias = tensors.get("softmax.weight"), tensors.get("softmax.bias")
     softmax = vocab = None
     if weight is not None and bias is not None:
         vocab = Vocab.load(path)
