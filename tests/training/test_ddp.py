@@ -92,3 +92,38 @@ def test_ddp_resume_continues_exactly(tmp_path):
     wa, wb = BiLM.load(tmp_path / "straight").state_dict(), BiLM.load(tmp_path / "killed").state_dict()
     for name in wa:
         torch.testing.assert_close(wb[name], wa[name], rtol=1e-6, atol=1e-7)
+
+
+def _sync_worker(rank: int, world: int, port: int, train_path: str, out: str) -> None:
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    import torch.distributed as dist
+
+    from spacy_elmo.training.trainer import train
+
+    train(tiny_train_config(train_path, out, batch_size=8, **_DETERMINISTIC))
+    dist.destroy_process_group()
+
+
+#: Full softmax (negatives >= vocabulary) and no dropout: nothing random in a step.
+_DETERMINISTIC = dict(max_steps=4, checkpoint_every=4, negatives=10_000, dropout=0.0, log_every=1)
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:.*full softmax:RuntimeWarning")
+def test_ddp_equals_one_process_on_the_same_rows(tmp_path):
+    """2 ranks x 8 streams average their gradients: the same updates as one process reading
+    all 16 streams (rank k owns streams 8k .. 8k + 7 of the 16)."""
+    train_file = write_corpus(tmp_path / "train.txt", 400)
+    mp.spawn(_sync_worker, args=(2, _free_port(), str(train_file), str(tmp_path / "ddp")), nprocs=2, join=True)
+    from spacy_elmo.training.trainer import train
+
+    train(tiny_train_config(train_file, tmp_path / "one", batch_size=16, **_DETERMINISTIC))
+    ddp = [e for e in read_log(tmp_path / "ddp") if "loss" in e]
+    one = [e for e in read_log(tmp_path / "one") if "loss" in e]
+    assert len(ddp) == len(one) == 4
+    for key in ("loss_forward", "loss_backward", "grad_norm", "tokens"):
+        np.testing.assert_allclose([e[key] for e in ddp], [e[key] for e in one], rtol=1e-5, atol=1e-6)
+    wa, wb = BiLM.load(tmp_path / "one").state_dict(), BiLM.load(tmp_path / "ddp").state_dict()
+    for name in wa:
+        torch.testing.assert_close(wb[name], wa[name], rtol=1e-5, atol=1e-6)
