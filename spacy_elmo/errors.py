@@ -234,6 +234,18 @@ class Errors:
         "layers (n_layers + 1). Give {expected} weights (before softmax), or mix = null for the average."
     )
 
+    E_OWN_BILM_NO_WEIGHTS = (
+        "An ELMo listener with its own biLM (the 'bilm' setting of spacy_elmo.ElmoListener.v1, written by "
+        "nlp.replace_listeners) has no weights: they come only with the component's saved model. Load the "
+        "pipeline with spacy.load, or in a training config source the component ([components.NAME] source = "
+        "PIPELINE) instead of initializing it; to train from scratch, listen to an 'elmo' component (bilm = null)."
+    )
+    E_REPLACE_LISTENER_CFG = (
+        "nlp.replace_listeners('{upstream}', ...) found no spacy_elmo.ElmoListener.v1 block in the listening "
+        "component's [model.tok2vec] config; it can only replace ElmoListener.v1 blocks (directly or inside "
+        "spacy_elmo.ElmoTok2Vec.v1)."
+    )
+
     # --- pretraining and CLI (spacy_elmo.training, spacy_elmo.cli) ----------
     E_TRAIN_PATH_MISSING = "{path} does not exist. Pass a UTF-8 text file or a directory of them."
     E_EMPTY_CORPUS = (
