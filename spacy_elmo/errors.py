@@ -234,6 +234,12 @@ class Errors:
         "layers (n_layers + 1). Give {expected} weights (before softmax), or mix = null for the average."
     )
 
+    E_ELMO_TOKENS_CHANGED = (
+        "doc._.elmo has rows for {rows} tokens but the doc now has {n_tokens}, and it carries no token offsets "
+        "(doc._.elmo_idx) to match them up: the doc was retokenized after the elmo component ran and its ELMo "
+        "data came without offsets (set by hand, or by an older spacy-elmo). Run the elmo component again on "
+        "the doc (nlp.get_pipe('elmo')(doc))."
+    )
     E_OWN_BILM_NO_WEIGHTS = (
         "An ELMo listener with its own biLM (the 'bilm' setting of spacy_elmo.ElmoListener.v1, written by "
         "nlp.replace_listeners) has no weights: they come only with the component's saved model. Load the "

@@ -15,7 +15,7 @@ from thinc.api import Model
 from thinc.types import Floats3d
 
 from ..errors import Errors
-from .doc_data import ELMO_ATTR
+from .doc_data import ELMO_ATTR, aligned_layers
 
 
 class ElmoListener(Model):
@@ -64,7 +64,7 @@ def _forward(model: ElmoListener, docs: List[Doc], is_train: bool):
     outputs = []
     nL, nO = model.get_dim("nL"), model.get_dim("nO")
     for doc in docs:
-        data = getattr(doc._, ELMO_ATTR, None) if Doc.has_extension(ELMO_ATTR) else None
+        data = aligned_layers(doc) if Doc.has_extension(ELMO_ATTR) else None
         if data is not None and data.ndim == 3:
             outputs.append(model.ops.asarray3f(data.astype("float32")))
             model.attrs["warming_up"] = False
