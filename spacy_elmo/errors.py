@@ -206,15 +206,18 @@ class Errors:
         "the listener's upstream to the name of your elmo component."
     )
     E_LISTENER_NO_DATA = (
-        "An ELMo listener found no ELMo data on a document (doc._.elmo is empty). The "
-        "upstream '{upstream}' component must run before the listening component and "
-        "keep all layers (store = \"all\"); check that it is not disabled."
+        "An ELMo listener in '{component}' found no ELMo data on a document (doc._.elmo is empty). The "
+        "upstream '{upstream}' component must run before '{component}' and keep all layers (store = \"all\"); "
+        "check that it is not disabled or removed. To run '{component}' without '{upstream}', first give it "
+        "its own copy of the biLM: nlp.replace_listeners('{upstream}', '{component}', ['model.tok2vec']) "
+        "(['model.tok2vec.elmo'] with spacy_elmo.ElmoTok2Vec.v1)."
     )
     E_LISTENER_BATCH = (
-        "The ELMo listener got a batch it has no upstream output for (batch id {found}, "
-        "expected {expected}). Keep the '{upstream}' component out of "
-        "[training] frozen_components (it freezes itself: frozen = true) so that its "
-        "update() feeds the listeners, or list it in annotating_components."
+        "The ELMo listener in '{component}' got a batch it has no upstream output for (batch id {found}, "
+        "expected {expected}). Keep the '{upstream}' component in the pipeline (not removed or disabled) and "
+        "out of [training] frozen_components (it freezes itself: frozen = true) so that its update() feeds "
+        "the listeners, or list it in annotating_components. To train '{component}' without '{upstream}', "
+        "first nlp.replace_listeners('{upstream}', '{component}', ['model.tok2vec'])."
     )
     E_LISTENER_NEEDS_ALL = (
         "The '{name}' component stores {store!r} but '{component}' listens to it and "

@@ -232,6 +232,7 @@ class ElmoComponent(TrainablePipe):
         if listener not in self.listener_map[component_name]:
             self.listener_map[component_name].append(listener)
         listener.upstream = self.name
+        listener.component = component_name
         self._configure_listener(listener, component_name)
 
     def remove_listener(self, listener: ElmoListener, component_name: str) -> bool:
@@ -240,6 +241,7 @@ class ElmoComponent(TrainablePipe):
             if not self.listener_map[component_name]:
                 del self.listener_map[component_name]
             listener.upstream = None
+            listener.component = None
             return True
         return False
 

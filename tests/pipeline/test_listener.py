@@ -316,3 +316,16 @@ def test_own_bilm_without_weights_is_a_clear_error():
     examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(2)]
     with pytest.raises(ValueError, match="source the component"):
         nlp.initialize(lambda: examples)
+
+
+def test_remove_upstream_while_listening_names_the_fix(tiny_dir):
+    nlp = _nlp_with(tiny_dir, "ner", {**NER, "tok2vec": LISTENER})
+    examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(4)]
+    opt = nlp.initialize(lambda: examples)
+    nlp.update(examples, sgd=opt)
+    nlp.remove_pipe("elmo")
+    with pytest.raises(ValueError, match=r"removed.*replace_listeners\('elmo', 'ner'"):
+        nlp("Yesterday Alice went home .")
+    other = [Example(nlp.make_doc(d.text), d) for d in make_docs(4, seed=5)]
+    with pytest.raises(ValueError, match=r"removed.*replace_listeners\('elmo', 'ner'"):
+        nlp.update(other, sgd=opt)
