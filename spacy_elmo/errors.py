@@ -206,15 +206,18 @@ class Errors:
         "the listener's upstream to the name of your elmo component."
     )
     E_LISTENER_NO_DATA = (
-        "An ELMo listener found no ELMo data on a document (doc._.elmo is empty). The "
-        "upstream '{upstream}' component must run before the listening component and "
-        "keep all layers (store = \"all\"); check that it is not disabled."
+        "An ELMo listener in '{component}' found no ELMo data on a document (doc._.elmo is empty). The "
+        "upstream '{upstream}' component must run before '{component}' and keep all layers (store = \"all\"); "
+        "check that it is not disabled or removed. To run '{component}' without '{upstream}', first give it "
+        "its own copy of the biLM: nlp.replace_listeners('{upstream}', '{component}', ['model.tok2vec']) "
+        "(['model.tok2vec.elmo'] with spacy_elmo.ElmoTok2Vec.v1)."
     )
     E_LISTENER_BATCH = (
-        "The ELMo listener got a batch it has no upstream output for (batch id {found}, "
-        "expected {expected}). Keep the '{upstream}' component out of "
-        "[training] frozen_components (it freezes itself: frozen = true) so that its "
-        "update() feeds the listeners, or list it in annotating_components."
+        "The ELMo listener in '{component}' got a batch it has no upstream output for (batch id {found}, "
+        "expected {expected}). Keep the '{upstream}' component in the pipeline (not removed or disabled) and "
+        "out of [training] frozen_components (it freezes itself: frozen = true) so that its update() feeds "
+        "the listeners, or list it in annotating_components. To train '{component}' without '{upstream}', "
+        "first nlp.replace_listeners('{upstream}', '{component}', ['model.tok2vec'])."
     )
     E_LISTENER_NEEDS_ALL = (
         "The '{name}' component stores {store!r} but '{component}' listens to it and "
@@ -232,6 +235,24 @@ class Errors:
     E_ELMO_MIX_LENGTH = (
         "The '{name}' component: mix has {found} value(s), but its biLM ({source}) has {expected} output "
         "layers (n_layers + 1). Give {expected} weights (before softmax), or mix = null for the average."
+    )
+
+    E_ELMO_TOKENS_CHANGED = (
+        "doc._.elmo has rows for {rows} tokens but the doc now has {n_tokens}, and it carries no token offsets "
+        "(doc._.elmo_idx) to match them up: the doc was retokenized after the elmo component ran and its ELMo "
+        "data came without offsets (set by hand, or by an older spacy-elmo). Run the elmo component again on "
+        "the doc (nlp.get_pipe('elmo')(doc))."
+    )
+    E_OWN_BILM_NO_WEIGHTS = (
+        "An ELMo listener with its own biLM (the 'bilm' setting of spacy_elmo.ElmoListener.v1, written by "
+        "nlp.replace_listeners) has no weights: they come only with the component's saved model. Load the "
+        "pipeline with spacy.load, or in a training config source the component ([components.NAME] source = "
+        "PIPELINE) instead of initializing it; to train from scratch, listen to an 'elmo' component (bilm = null)."
+    )
+    E_REPLACE_LISTENER_CFG = (
+        "nlp.replace_listeners('{upstream}', ...) found no spacy_elmo.ElmoListener.v1 block in the listening "
+        "component's [model.tok2vec] config; it can only replace ElmoListener.v1 blocks (directly or inside "
+        "spacy_elmo.ElmoTok2Vec.v1)."
     )
 
     # --- pretraining and CLI (spacy_elmo.training, spacy_elmo.cli) ----------

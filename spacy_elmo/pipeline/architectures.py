@@ -15,7 +15,7 @@ from spacy.tokens import Doc
 from thinc.api import Maxout, Model, chain, concatenate, with_array
 from thinc.types import Floats2d, Floats3d
 
-from .bilm_layer import build_elmo_bilm
+from .bilm_layer import build_elmo_bilm, own_bilm_layer
 from .listener import ElmoListener as ElmoListenerModel
 from .scalar_mix import elmo_dropout, scalar_mix_layer
 
@@ -40,14 +40,23 @@ def ElmoListener(
     initial_weights: Optional[Sequence[float]] = None,
     trainable_mix: bool = True,
     layer_norm: bool = False,
+    bilm: Optional[Model[List[Doc], List[Floats3d]]] = None,
+    frozen: bool = True,
 ) -> Model[List[Doc], List[Floats2d]]:
     """width: 2 x projection_dim of the upstream biLM, or None to take it from the weights.
 
     dropout: ELMo's dropout after the mix (the paper's 0.5; not touched by
     ``[training] dropout``); mix_l2: lambda of ``lambda * ||w||^2``;
     layer_norm: normalise each biLM layer of each doc (one mean/variance) before the mix.
+    bilm: None (listen to the ``upstream`` component), or a ``spacy_elmo.ElmoBiLM.v1``
+    model that this component owns instead (``nlp.replace_listeners`` writes it; its
+    weights come only with the component's saved model); frozen: with ``bilm``,
+    keep it out of this component's training.
     """
-    listener = ElmoListenerModel(upstream_name=upstream, width=width)
+    if bilm is not None:
+        listener = own_bilm_layer(bilm, frozen)
+    else:
+        listener = ElmoListenerModel(upstream_name=upstream, width=width)
     mix = scalar_mix_layer(initial_weights=initial_weights, trainable=trainable_mix, l2=mix_l2, layer_norm=layer_norm)
     model = chain(listener, mix, elmo_dropout(dropout))
     if width is not None:

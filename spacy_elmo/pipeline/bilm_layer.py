@@ -115,6 +115,43 @@ def _forward(model: Model, docs: List[Doc], is_train: bool):
     return outputs, backprop
 
 
+def own_bilm_layer(bilm: Model[List[Doc], List[Floats3d]], frozen: bool = True) -> Model[List[Doc], List[Floats3d]]:
+    """A component's own biLM (what ``nlp.replace_listeners`` puts where an ElmoListener was).
+
+    ``bilm`` is an ``elmo_bilm`` model; its weights come with the component's
+    saved model. frozen: run it without gradients also in training (as the
+    ``elmo`` component with ``frozen = true`` did); else the component's
+    optimizer fine-tunes it.
+    """
+    return Model("elmo_own_bilm", _own_forward, layers=[bilm], init=_own_init, attrs={"frozen": bool(frozen)})
+
+
+def _check_own_weights(model: Model) -> Model:
+    bilm = model.layers[0]
+    if get_bilm(bilm) is None:
+        raise ValueError(Errors.E_OWN_BILM_NO_WEIGHTS)
+    return bilm
+
+
+def _own_init(model: Model, X: Any = None, Y: Any = None) -> None:
+    _check_own_weights(model).initialize()
+
+
+def _own_forward(model: Model, docs: List[Doc], is_train: bool):
+    bilm = _check_own_weights(model)
+    if model.attrs["frozen"] or not is_train:
+        return bilm.predict(docs), _no_input_grad
+    runner = get_runner(bilm)
+    runner.cache.clear()  # the weights change at the next finish_update
+    outputs, bp = bilm.begin_update(docs)
+
+    def backprop(d_outputs: List[Floats3d]) -> List[Doc]:
+        runner.cache.clear()
+        return bp(d_outputs)
+
+    return outputs, backprop
+
+
 def _convert_inputs(model: Model, rows: List[List[str]], is_train: bool):
     return ArgsKwargs(args=(rows,), kwargs={}), _no_input_grad
 

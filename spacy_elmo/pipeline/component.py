@@ -9,6 +9,8 @@ trains (keep the component *out of* ``[training] frozen_components``: spaCy
 never initializes components listed there).
 """
 
+import copy
+import functools
 import math
 from numbers import Real
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
@@ -24,7 +26,7 @@ from thinc.types import Floats3d
 
 from ..bilm import BiLM
 from ..errors import Errors
-from .bilm_layer import get_bilm, set_bilm, step_bilm
+from .bilm_layer import get_bilm, own_bilm_layer, set_bilm, step_bilm
 from .doc_data import install_extensions, install_hooks, set_doc_data
 from .listener import ElmoListener
 from .loaders import WeightsLoader, load_weights
@@ -88,6 +90,45 @@ def _no_backprop(d_outputs: Any) -> List[Doc]:  # module level: picklable
     return []
 
 
+LISTENER_ARCH = "spacy_elmo.ElmoListener.v1"
+
+
+def _find_listener_cfg(cfg: Any) -> Optional[Dict[str, Any]]:
+    """The first ElmoListener.v1 block (without its own biLM) in a model config, depth first."""
+    if not isinstance(cfg, dict):
+        return None
+    if cfg.get("@architectures") == LISTENER_ARCH and cfg.get("bilm") is None:
+        return cfg
+    for value in cfg.values():
+        found = _find_listener_cfg(value)
+        if found is not None:
+            return found
+    return None
+
+
+def replace_listener_cfg(tok2vec_model_cfg: Dict[str, Any], listener_model_cfg: Dict[str, Any], *, name: str, frozen: bool):
+    """``nlp.replace_listeners``: the config of the listener block with the biLM's own config in it.
+
+    spaCy passes the listening component's whole ``[model.tok2vec]`` block, which may
+    hold the listener deeper (``ElmoTok2Vec.v1``'s ``elmo``).
+    """
+    listener_cfg = _find_listener_cfg(listener_model_cfg)
+    if listener_cfg is None:
+        raise ValueError(Errors.E_REPLACE_LISTENER_CFG.format(upstream=name))
+    result = copy.deepcopy(dict(listener_cfg))
+    result["bilm"] = copy.deepcopy(dict(tok2vec_model_cfg))
+    result["frozen"] = frozen
+    return result
+
+
+def replace_listener(model: Model, listener: Model, component: "ElmoComponent") -> Model:
+    """``nlp.replace_listeners``: the node that takes the listener's place (a copy of ``model``)."""
+    if get_bilm(model) is None:  # weights not loaded yet (lazy): load them, copy again
+        component._ensure_weights()
+        model = component.model.copy()
+    return own_bilm_layer(model, component.cfg["frozen"])
+
+
 def _is_number_list(values: Any) -> bool:
     """A list or tuple of finite real numbers (not bools)."""
     return isinstance(values, (list, tuple)) and all(
@@ -130,6 +171,9 @@ class ElmoComponent(TrainablePipe):
             "user_hooks": bool(user_hooks),
             "set_doc_tensor": bool(set_doc_tensor),
         }
+        # spaCy's nlp.replace_listeners reads these (as for tok2vec / transformer)
+        model.attrs["replace_listener"] = replace_listener
+        model.attrs["replace_listener_cfg"] = functools.partial(replace_listener_cfg, name=name, frozen=bool(frozen))
         install_extensions()
 
     # -- weights -------------------------------------------------------------
@@ -188,6 +232,7 @@ class ElmoComponent(TrainablePipe):
         if listener not in self.listener_map[component_name]:
             self.listener_map[component_name].append(listener)
         listener.upstream = self.name
+        listener.component = component_name
         self._configure_listener(listener, component_name)
 
     def remove_listener(self, listener: ElmoListener, component_name: str) -> bool:
@@ -196,6 +241,7 @@ class ElmoComponent(TrainablePipe):
             if not self.listener_map[component_name]:
                 del self.listener_map[component_name]
             listener.upstream = None
+            listener.component = None
             return True
         return False
 

@@ -8,19 +8,27 @@ carry it through msgpack):
   float16 by default; None when nothing is stored.
 * ``doc._.elmo_mix``: ``(L + 1,)`` float32, the component's fixed layer weights
   (``gamma * softmax(w)``) that turn all layers into one vector per token.
+* ``doc._.elmo_idx``: ``(n,)`` int64, the character offset of each token the
+  rows belong to. A doc retokenized after the component (``merge_entities``,
+  ``doc.retokenize()``) keeps its rows; readers map each current token to the
+  rows of the tokens it covers (the mean of a merged token's rows; a split
+  piece gets the row of the token it came from).
 
 ``token._.elmo_vector`` / ``span._.elmo_vector`` (``(2P,)`` float32) are
 computed from these; the ``vector`` / ``has_vector`` / ``similarity`` user
 hooks use them (module-level functions, so that docs stay picklable).
 """
 
-from typing import Optional, Union
+from typing import Optional, Tuple, Union
 
 import numpy
 from spacy.tokens import Doc, Span, Token
 
+from ..errors import Errors
+
 ELMO_ATTR = "elmo"
 MIX_ATTR = "elmo_mix"
+IDX_ATTR = "elmo_idx"
 
 
 def install_extensions() -> None:
@@ -29,6 +37,8 @@ def install_extensions() -> None:
         Doc.set_extension(ELMO_ATTR, default=None)
     if not Doc.has_extension(MIX_ATTR):
         Doc.set_extension(MIX_ATTR, default=None)
+    if not Doc.has_extension(IDX_ATTR):
+        Doc.set_extension(IDX_ATTR, default=None)
     if not Token.has_extension("elmo_vector"):
         Token.set_extension("elmo_vector", getter=token_vector)
     if not Span.has_extension("elmo_vector"):
@@ -40,18 +50,55 @@ def set_doc_data(doc: Doc, layers: numpy.ndarray, mix: numpy.ndarray, store: str
     if store == "none":
         setattr(doc._, ELMO_ATTR, None)
         setattr(doc._, MIX_ATTR, None)
+        setattr(doc._, IDX_ATTR, None)
         return
     data = layers if store == "all" else numpy.tensordot(mix, layers, axes=(0, 0))
     # Copy: never keep a view of a batch buffer alive on a doc.
     setattr(doc._, ELMO_ATTR, numpy.array(data, dtype=dtype, copy=True))
     setattr(doc._, MIX_ATTR, numpy.asarray(mix, dtype="float32"))
+    setattr(doc._, IDX_ATTR, numpy.array([t.idx for t in doc], dtype="int64"))
 
 
-def doc_vectors(doc: Doc) -> Optional[numpy.ndarray]:
-    """``(n, 2P)`` float32 mixed vectors of the doc's tokens, or None without data."""
+def source_rows(doc: Doc, start: int, end: int, n_rows: int) -> Optional[Tuple[numpy.ndarray, numpy.ndarray]]:
+    """None when tokens ``start:end`` are the ones their rows were computed for; else (the doc was
+    retokenized) the row ranges ``lo[i]:hi[i]`` that each of them covers."""
+    starts = getattr(doc._, IDX_ATTR, None) if Doc.has_extension(IDX_ATTR) else None
+    if starts is None or len(starts) != n_rows:
+        if n_rows == len(doc):
+            return None  # no offsets to check (data set by hand): trust the token count
+        raise ValueError(Errors.E_ELMO_TOKENS_CHANGED.format(rows=n_rows, n_tokens=len(doc)))
+    starts = numpy.asarray(starts)
+    # Tokens are contiguous: tokens start..end-1 are unchanged when they and the token after them
+    # start where they did.
+    stop = min(end + 1, len(doc))
+    idx = numpy.array([doc[i].idx for i in range(start, stop)], dtype="int64")
+    if n_rows == len(doc) and numpy.array_equal(idx, starts[start:stop]):
+        return None
+    idx = idx[: end - start]
+    ends = idx + numpy.array([len(doc[i]) for i in range(start, end)], dtype="int64")
+    lo = numpy.maximum(numpy.searchsorted(starts, idx, "right") - 1, 0)
+    hi = numpy.maximum(lo + 1, numpy.searchsorted(starts, ends, "left"))
+    return lo, hi
+
+
+def _mean_rows(data: numpy.ndarray, lo: numpy.ndarray, hi: numpy.ndarray) -> numpy.ndarray:
+    """``data[..., lo[i]:hi[i], :].mean(-2)`` for each i, stacked on axis -2 (float32)."""
+    if len(lo) == 0:
+        return numpy.zeros(data.shape[:-2] + (0, data.shape[-1]), dtype="float32")
+    return numpy.stack([data[..., a:b, :].astype("float32").mean(-2) for a, b in zip(lo, hi)], axis=-2)
+
+
+def aligned_layers(doc: Doc) -> Optional[numpy.ndarray]:
+    """``doc._.elmo`` with one row per current token (the stored array itself when none changed)."""
     data = getattr(doc._, ELMO_ATTR, None)
     if data is None:
         return None
+    ranges = source_rows(doc, 0, len(doc), data.shape[-2])
+    return data if ranges is None else _mean_rows(data, *ranges)
+
+
+def _mixed(doc: Doc, data: numpy.ndarray) -> numpy.ndarray:
+    """``(..., n, 2P)`` stored rows -> ``(n, 2P)`` float32 (the doc's mix over layers)."""
     if data.ndim == 2:
         return data.astype("float32")
     mix = getattr(doc._, MIX_ATTR, None)
@@ -60,16 +107,23 @@ def doc_vectors(doc: Doc) -> Optional[numpy.ndarray]:
     return numpy.tensordot(mix, data.astype("float32"), axes=(0, 0))
 
 
+def doc_vectors(doc: Doc) -> Optional[numpy.ndarray]:
+    """``(n, 2P)`` float32 mixed vectors of the doc's tokens, or None without data."""
+    return _rows(doc, 0, len(doc))
+
+
 def _rows(doc: Doc, start: int, end: int) -> Optional[numpy.ndarray]:
     data = getattr(doc._, ELMO_ATTR, None)
     if data is None:
         return None
-    if data.ndim == 2:
-        return data[start:end].astype("float32")
-    mix = getattr(doc._, MIX_ATTR, None)
-    if mix is None:
-        mix = numpy.full((data.shape[0],), 1.0 / data.shape[0], dtype="float32")
-    return numpy.tensordot(mix, data[:, start:end].astype("float32"), axes=(0, 0))
+    ranges = source_rows(doc, start, end, data.shape[-2])
+    if ranges is None:
+        return _mixed(doc, data[..., start:end, :])
+    lo, hi = ranges
+    if len(lo) == 0:
+        return numpy.zeros((0, data.shape[-1]), dtype="float32")
+    first = int(lo.min())
+    return _mean_rows(_mixed(doc, data[..., first : int(hi.max()), :]), lo - first, hi - first)
 
 
 def token_vector(token: Token) -> Optional[numpy.ndarray]:

@@ -15,7 +15,7 @@ from thinc.api import Model
 from thinc.types import Floats3d
 
 from ..errors import Errors
-from .doc_data import ELMO_ATTR
+from .doc_data import ELMO_ATTR, aligned_layers
 
 
 class ElmoListener(Model):
@@ -27,6 +27,7 @@ class ElmoListener(Model):
         Model.__init__(self, name=self.name, forward=_forward, dims={"nO": width, "nL": None}, init=_init)
         self.upstream_name = upstream_name
         self.upstream: Optional[str] = None  # name of the linked component, set by it
+        self.component: Optional[str] = None  # name of the component listening through it, set by the upstream
         self._batch_id: Optional[int] = None
         self._outputs = None
         self._backprop = None
@@ -64,7 +65,7 @@ def _forward(model: ElmoListener, docs: List[Doc], is_train: bool):
     outputs = []
     nL, nO = model.get_dim("nL"), model.get_dim("nO")
     for doc in docs:
-        data = getattr(doc._, ELMO_ATTR, None) if Doc.has_extension(ELMO_ATTR) else None
+        data = aligned_layers(doc) if Doc.has_extension(ELMO_ATTR) else None
         if data is not None and data.ndim == 3:
             outputs.append(model.ops.asarray3f(data.astype("float32")))
             model.attrs["warming_up"] = False
@@ -73,13 +74,14 @@ def _forward(model: ElmoListener, docs: List[Doc], is_train: bool):
         elif is_train and model._batch_id is not None:
             raise ValueError(
                 Errors.E_LISTENER_BATCH.format(
-                    found=model.get_batch_id(docs), expected=model._batch_id, upstream=model.upstream
+                    found=model.get_batch_id(docs), expected=model._batch_id, upstream=model.upstream,
+                    component=model.component,
                 )
             )
         elif model.attrs.get("warming_up", False):
             outputs.append(model.ops.alloc3f(nL, len(doc), nO))
         else:
-            raise ValueError(Errors.E_LISTENER_NO_DATA.format(upstream=model.upstream))
+            raise ValueError(Errors.E_LISTENER_NO_DATA.format(upstream=model.upstream, component=model.component))
     return outputs, _no_grad
 
 

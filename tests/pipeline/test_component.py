@@ -182,3 +182,36 @@ def test_batch_composition_changes_vectors_only_by_rounding(tiny_dir):
     many = [d._.elmo for d in nlp.pipe(texts, batch_size=64)]
     for a, b in zip(one, many):
         numpy.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_retokenized_doc_keeps_vectors_aligned(tiny_dir):
+    """Merging or splitting tokens after the elmo component (merge_entities, merge_noun_chunks,
+    doc.retokenize()) must not shift later tokens onto other tokens' rows."""
+    from spacy.tokens import Doc
+
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "store_dtype": "float32"})
+    doc = nlp("I sat on the bank of the river .")
+    before = [t._.elmo_vector.copy() for t in doc]
+    with doc.retokenize() as retokenizer:
+        retokenizer.merge(doc[3:5])  # "the bank"
+    assert len(doc) == 8 and doc[3].text == "the bank"
+    numpy.testing.assert_allclose(doc[3]._.elmo_vector, (before[3] + before[4]) / 2, atol=1e-6)
+    numpy.testing.assert_allclose(doc[7].vector, before[8], atol=1e-6)
+    numpy.testing.assert_allclose(doc[5:7]._.elmo_vector, (before[6] + before[7]) / 2, atol=1e-6)
+    with doc.retokenize() as retokenizer:
+        retokenizer.split(doc[6], ["riv", "er"], heads=[(doc[6], 1), doc[5]])
+    assert [t.text for t in doc[6:9]] == ["riv", "er", "."]
+    for i, j in ((6, 7), (7, 7), (8, 8), (0, 0)):
+        numpy.testing.assert_allclose(doc[i]._.elmo_vector, before[j], atol=1e-6)
+    back = Doc(nlp.vocab).from_bytes(doc.to_bytes())  # the token offsets travel with the data
+    numpy.testing.assert_allclose(back[3]._.elmo_vector, doc[3]._.elmo_vector)
+    # a listener reads one row per current token
+    from spacy_elmo.pipeline.listener import ElmoListener
+
+    listener = ElmoListener(upstream_name="elmo")
+    nlp.get_pipe("elmo").add_listener(listener, "test")
+    (layers,) = listener.predict([doc])
+    assert layers.shape == (N_LAYERS, len(doc), WIDTH)
+    numpy.testing.assert_allclose(layers[:, 8], doc._.elmo[:, 8], atol=1e-6)  # "."
+    numpy.testing.assert_allclose(layers[:, 3], doc._.elmo[:, 3:5].mean(1), atol=1e-6)  # "the bank"

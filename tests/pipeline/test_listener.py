@@ -268,3 +268,64 @@ def test_fine_tuning_refreshes_token_cache(tiny_dir):
         out = run_rows(bilm, [[t.text for t in nlp.make_doc(text)]])  # no cache: whole biLM
     expected = torch.stack(out.activations)[:, 0].numpy()
     numpy.testing.assert_allclose(numpy.asarray(got, dtype="float32"), expected, atol=2e-3)
+
+
+def _tok2vec_output(nlp, text):
+    doc = nlp(text)
+    return nlp.get_pipe("ner").model.get_ref("tok2vec").predict([doc])[0]
+
+
+@pytest.mark.parametrize("frozen", [True, False])
+@pytest.mark.parametrize("tok2vec,path", [(LISTENER, "model.tok2vec"), (TOK2VEC, "model.tok2vec.elmo")])
+def test_replace_listeners(tiny_dir, tmp_path, tok2vec, path, frozen):
+    """nlp.replace_listeners gives the listening component its own copy of the biLM (spaCy's pattern
+    for tok2vec/transformer); the pipeline then works, saves and loads without the elmo component."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "frozen": frozen})
+    nlp.add_pipe("ner", config={"model": {**NER, "tok2vec": tok2vec}})
+    examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(8)]
+    opt = nlp.initialize(lambda: examples)
+    nlp.update(examples, sgd=opt)
+    text = "Yesterday Alice went home . It was good ."
+    expected = _tok2vec_output(nlp, text)
+    nlp.replace_listeners("elmo", "ner", [path])
+    assert nlp.get_pipe("elmo").listening_components == []
+    assert not any(isinstance(n, ElmoListener) for n in nlp.get_pipe("ner").model.walk())
+    numpy.testing.assert_allclose(_tok2vec_output(nlp, text), expected, atol=1e-2)
+    nlp.remove_pipe("elmo")
+    numpy.testing.assert_allclose(_tok2vec_output(nlp, text), expected, atol=1e-2)
+    nlp.to_disk(tmp_path / "p")
+    loaded = spacy.load(tmp_path / "p")
+    assert loaded.pipe_names == ["sentencizer", "ner"]
+    numpy.testing.assert_allclose(_tok2vec_output(loaded, text), expected, atol=1e-2)
+    # training the component afterwards moves its own biLM only when the elmo component was not frozen
+    (bilm,) = [get_bilm(n) for n in loaded.get_pipe("ner").model.walk() if n.name == "elmo_bilm"]
+    before = {k: v.clone() for k, v in bilm.state_dict().items()}
+    opt = loaded.resume_training()
+    loaded.update(examples, sgd=opt)
+    moved = any(not torch.equal(v, before[k]) for k, v in bilm.state_dict().items())
+    assert moved == (not frozen)
+
+
+def test_own_bilm_without_weights_is_a_clear_error():
+    """A config with the listener's own biLM (as replace_listeners writes) only works with saved weights."""
+    nlp = spacy.blank("en")
+    own = {**LISTENER, "bilm": {"@architectures": "spacy_elmo.ElmoBiLM.v1"}}
+    nlp.add_pipe("ner", config={"model": {**NER, "tok2vec": own}})
+    examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(2)]
+    with pytest.raises(ValueError, match="source the component"):
+        nlp.initialize(lambda: examples)
+
+
+def test_remove_upstream_while_listening_names_the_fix(tiny_dir):
+    nlp = _nlp_with(tiny_dir, "ner", {**NER, "tok2vec": LISTENER})
+    examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(4)]
+    opt = nlp.initialize(lambda: examples)
+    nlp.update(examples, sgd=opt)
+    nlp.remove_pipe("elmo")
+    with pytest.raises(ValueError, match=r"removed.*replace_listeners\('elmo', 'ner'"):
+        nlp("Yesterday Alice went home .")
+    other = [Example(nlp.make_doc(d.text), d) for d in make_docs(4, seed=5)]
+    with pytest.raises(ValueError, match=r"removed.*replace_listeners\('elmo', 'ner'"):
+        nlp.update(other, sgd=opt)
