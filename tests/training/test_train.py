@@ -1,6 +1,8 @@
 """End-to-end pretraining: learning, exact resume, Korean, fine-tuning."""
 
+import json
 import math
+import os
 import random
 import shutil
 from collections import Counter
@@ -249,3 +251,56 @@ def test_bad_heldout_fails_before_training(tmp_path, content):
     with pytest.raises(ValueError, match="held.txt"):
         train(tiny_train_config(train_file, tmp_path / "out", heldout=str(held)))
     assert not (tmp_path / "out" / "checkpoint.pt").exists()
+
+
+def _files(directory):
+    """Every file under ``directory`` with its bytes (a refused resume must change none)."""
+    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def test_refused_resume_leaves_output_dir_untouched(tmp_path, monkeypatch):
+    """Refusing a resume (other corpus, other settings, or a kill while reading the other corpus)
+    changes no file of OUTPUT_DIR, and resuming with the original corpus then continues exactly."""
+    from spacy_elmo.training import data
+
+    train_file = write_corpus(tmp_path / "train.txt", 200)
+    capped = dict(vocab_size=20, negatives=8, log_every=1)
+    straight, out = tmp_path / "straight", tmp_path / "out"
+    train(tiny_train_config(train_file, straight, max_steps=4, checkpoint_every=2, **capped))
+    train(tiny_train_config(train_file, out, max_steps=2, checkpoint_every=2, **capped))
+    before = _files(out)
+
+    def resume(path=train_file, **changes):
+        return train(tiny_train_config(path, out, max_steps=4, checkpoint_every=2, resume=True, **{**capped, **changes}))
+
+    other = write_corpus(tmp_path / "other.txt", 200, seed=5)
+    with pytest.raises(ValueError, match="trained on other data"):
+        resume(other)
+    assert _files(out) == before
+    with pytest.raises(ValueError, match="--optimizer adagrad, but this run uses --optimizer adam"):
+        resume(other, optimizer="adam")  # refused before the other corpus is even read
+    assert _files(out) == before
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt  # Ctrl-C just before the other corpus's cache would be complete
+
+    with monkeypatch.context() as m:
+        m.setattr(data, "atomic_write_text", killed)
+        with pytest.raises(KeyboardInterrupt):
+            resume(other)
+    assert _files(out) == before
+
+    # The original text, touched since (its cache no longer matches by size and time): the new
+    # cache is built beside data/ and moved in once the checkpoint accepted it.
+    stamp = train_file.stat().st_mtime + 10
+    os.utime(train_file, (stamp, stamp))
+    assert resume()["steps"] == 4
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == []
+    assert json.loads((out / "data" / "meta.json").read_text())["fingerprint"]["files"][0][2] == int(stamp)
+    a = [(e["step"], e["loss"]) for e in read_log(straight) if "loss" in e]
+    b = [(e["step"], e["loss"]) for e in read_log(out) if "loss" in e]
+    assert [s for s, _ in a] == [s for s, _ in b] == [1, 2, 3, 4]
+    np.testing.assert_allclose([l for _, l in b], [l for _, l in a], rtol=1e-6, atol=1e-7)
+    wa, wb = BiLM.load(straight).state_dict(), BiLM.load(out).state_dict()
+    for name in wa:
+        torch.testing.assert_close(wb[name], wa[name], rtol=1e-6, atol=1e-7)
