@@ -332,6 +332,25 @@ class Errors:
     )
     E_NO_EVAL_TOKENS = "{path} contains no tokens to evaluate on."
     E_FIT_STATE_NO_TEXT = "Pass TEXT_PATH (the text to fit the initial state on), or --clear to remove the state."
+    E_FIT_STATE_CLEAR_AND_TEXT = (
+        "--clear removes the fitted state and reads no text, but TEXT_PATH {path} was given too: drop TEXT_PATH "
+        "to clear the state, or drop --clear to fit a new state on the text."
+    )
+    E_FIT_STATE_EMPTY_TEXT = (
+        "{path} holds no text to fit the initial state on ({n_files} file(s) read, {n_binary} skipped as "
+        "binary, 0 sentences). Pass UTF-8 running text like the training text (one or more sentences per line)."
+    )
+    E_FIT_STATE_ALLENNLP = (
+        "{path} holds AllenNLP/bilm-tf weights, whose format has no place for a fitted initial state. Convert "
+        "the model first: `spacy-elmo export {path} NEW_DIR --format native`, then `spacy-elmo fit-state "
+        "NEW_DIR TEXT_PATH`."
+    )
+    E_FIT_STATE_WRITE = (
+        "Could not write the initial state into {path}: {error}. The model directory must be writable: copy "
+        "the model elsewhere (`spacy-elmo export {path} NEW_DIR --format native`) and fit the state there. "
+        "The model's files are unchanged."
+    )
+    E_NOT_POSITIVE_OPTION = "must be a positive integer (1 or more); found {value}."
 
     # --- embedding a corpus (spacy_elmo.embedding, spacy-elmo embed) ---------
     E_EMBED_INPUT_MISSING = "{path} is not a file. Pass a UTF-8 text file with one sentence per line."

@@ -1,0 +1,129 @@
+"""Bad inputs to fit-state, evaluate, demo and the help texts: clear errors (exit 1 or 2, no
+traceback) that name the problem and the fix, nothing dropped without a word."""
+
+import json
+import shutil
+
+import click
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from spacy_elmo import BiLM, BiLMConfig
+from spacy_elmo.bilm.native_io import INITIAL_STATE_NAME
+from spacy_elmo.cli import app
+
+from .conftest import TINY, write_corpus
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A tiny model of `pretrain` (softmax and vocab.txt), its training text and a held-out text."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    base = tmp_path_factory.mktemp("trained")
+    train = write_corpus(base / "train.txt", 200)
+    held = write_corpus(base / "held.txt", 30, seed=2)
+    options = base / "tiny.json"
+    options.write_text(json.dumps(TINY))
+    out = base / "model"
+    result = runner.invoke(app, ["pretrain", str(train), str(out), "--options", str(options), "--max-steps", "2",
+                                 "--batch-size", "4", "--unroll", "5", "--negatives", "8", "--threads", "1",
+                                 "--backend", "reference", "--no-progress"])
+    torch.set_num_threads(before)
+    assert result.exit_code == 0, result.output
+    return {"model": out, "train": train, "held": held}
+
+
+@pytest.fixture
+def model(trained, tmp_path):
+    """A copy of the trained model that a test may change."""
+    copy = tmp_path / "model"
+    shutil.copytree(trained["model"], copy, ignore=shutil.ignore_patterns("data", "checkpoint.pt", "*.jsonl"))
+    return copy
+
+
+def files(directory):
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.is_file()}
+
+
+def clean_error(result, code=1):
+    """Exit ``code`` with a message, not a traceback."""
+    assert result.exit_code == code, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    return result.output
+
+
+# -- fit-state -------------------------------------------------------------------------------
+@pytest.mark.parametrize("content", ["", " \n\n\t\n", None], ids=["empty", "blank", "empty-dir"])
+def test_fit_state_on_a_text_without_text_names_it(model, tmp_path, content):
+    if content is None:
+        text = tmp_path / "texts"
+        text.mkdir()
+    else:
+        text = tmp_path / "text.txt"
+        text.write_text(content, encoding="utf-8")
+    before = files(model)
+    output = clean_error(runner.invoke(app, ["fit-state", str(model), str(text)]))
+    assert str(text) in output and "no text" in output
+    assert files(model) == before
+
+
+def test_fit_state_on_binary_or_missing_text(model, tmp_path):
+    binary = tmp_path / "data.bin"
+    binary.write_bytes(b"\x00\x01\x02 not text \x00")
+    output = clean_error(runner.invoke(app, ["fit-state", str(model), str(binary)]))
+    assert "binary" in output and str(binary) in output
+    output = clean_error(runner.invoke(app, ["fit-state", str(model), str(tmp_path / "missing.txt")]))
+    assert "does not exist" in output
+    assert not (model / INITIAL_STATE_NAME).exists()
+
+
+def test_fit_state_needs_a_native_model_dir(trained, model, tmp_path):
+    allen = tmp_path / "allen"
+    assert runner.invoke(app, ["export", str(model), str(allen), "--format", "allennlp"]).exit_code == 0
+    before = files(allen)
+    output = clean_error(runner.invoke(app, ["fit-state", str(allen), str(trained["train"]), "--rows", "4"]))
+    assert "AllenNLP" in output and "--format native" in output  # how to get a model it can write into
+    assert files(allen) == before
+    notmodel = tmp_path / "notmodel"
+    notmodel.mkdir()
+    output = clean_error(runner.invoke(app, ["fit-state", str(notmodel), str(trained["train"])]))
+    assert "not a spacy-elmo model directory" in output
+
+
+@pytest.mark.parametrize("option, value", [("--max-sentences", "0"), ("--max-sentences", "-1"), ("--rows", "0")])
+def test_fit_state_bad_numbers(model, trained, option, value):
+    output = clean_error(runner.invoke(app, ["fit-state", str(model), str(trained["train"]), option, value]), code=2)
+    assert option in output and "positive" in output
+
+
+def test_fit_state_clear_takes_no_text(model, trained):
+    output = clean_error(runner.invoke(app, ["fit-state", str(model), str(trained["train"]), "--clear"]), code=2)
+    assert "--clear" in output and "TEXT_PATH" in output
+
+
+def test_fit_state_reports_replaced_bytes(model, tmp_path):
+    text = tmp_path / "latin1.txt"
+    lines = write_corpus(tmp_path / "utf8.txt", 120).read_text(encoding="utf-8").splitlines()
+    text.write_bytes(b"\n".join(line.encode("utf-8") + b" caf\xe9 ." for line in lines) + b"\n")
+    result = runner.invoke(app, ["fit-state", str(model), str(text), "--rows", "4"])
+    assert result.exit_code == 0, result.output
+    assert f"{len(lines)} undecodable byte(s) replaced" in result.output
+
+
+def test_fit_state_write_error_is_reported_and_keeps_the_old_state(model, trained, monkeypatch):
+    assert runner.invoke(app, ["fit-state", str(model), str(trained["train"]), "--rows", "4"]).exit_code == 0
+    before = files(model)
+
+    def refused(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr("spacy_elmo.bilm.native_io.write_safetensors", refused)
+    output = clean_error(runner.invoke(app, ["fit-state", str(model), str(trained["train"]), "--rows", "2"]))
+    assert "Could not write" in output and "Permission denied" in output
+    assert files(model) == before
