@@ -304,11 +304,17 @@ class Errors:
         "it, or choose a new OUTPUT_DIR."
     )
     E_NO_SOFTMAX = (
-        "{path} has no softmax (tensors 'softmax.weight' / 'softmax.bias') and no vocab.txt, so "
-        "it cannot compute perplexities. Models written by `spacy-elmo pretrain` have both; for "
-        "other weights, fine-tune them first with `pretrain --init`."
+        "{path} has no softmax (the tensors 'softmax.weight' / 'softmax.bias' in model.safetensors, or "
+        "softmax.safetensors beside AllenNLP weights), and a perplexity needs one: it is the layer that predicts "
+        "the next word over vocab.txt. Models written by `spacy-elmo pretrain` have both; other weights "
+        "(BiLM.save, the released AllenNLP files) get them by fine-tuning first: `spacy-elmo pretrain TEXT "
+        "NEW_DIR --init {path}` (`pretrain --init`), then evaluate NEW_DIR."
     )
-    E_VOCAB_MISSING = "{path} has no vocab.txt; it is needed with the softmax of this model."
+    E_VOCAB_MISSING = (
+        "{path} has no vocab.txt, which its softmax needs (row i of the softmax is line i of vocab.txt). "
+        "Restore vocab.txt from where the model was written (pretrain and export put it beside the weights), "
+        "or copy the whole model directory again."
+    )
     E_VOCAB_SIZE_MISMATCH = (
         "vocab.txt in {path} has {n_vocab} entries but the softmax has {n_softmax} rows; the "
         "files do not belong together."

@@ -127,3 +127,45 @@ def test_fit_state_write_error_is_reported_and_keeps_the_old_state(model, traine
     output = clean_error(runner.invoke(app, ["fit-state", str(model), str(trained["train"]), "--rows", "2"]))
     assert "Could not write" in output and "Permission denied" in output
     assert files(model) == before
+
+
+# -- evaluate --------------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["native", "allennlp"])
+def test_evaluate_without_a_softmax_says_one_is_needed(trained, tmp_path, kind):
+    bare = tmp_path / "bare"
+    BiLM(BiLMConfig(**TINY)).save(bare)
+    if kind == "allennlp":
+        assert runner.invoke(app, ["export", str(bare), str(tmp_path / "allen"), "--format", "allennlp"]).exit_code == 0
+        bare = tmp_path / "allen"
+    output = clean_error(runner.invoke(app, ["evaluate", str(bare), str(trained["held"])]))
+    assert "has no softmax" in output and "perplexity needs one" in output and "--init" in output
+
+
+def test_evaluate_model_without_its_vocabulary(model, trained):
+    (model / "vocab.txt").unlink()
+    output = clean_error(runner.invoke(app, ["evaluate", str(model), str(trained["held"])]))
+    assert "no vocab.txt" in output and "Restore" in output
+
+
+def test_evaluate_empty_text(model, tmp_path):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    output = clean_error(runner.invoke(app, ["evaluate", str(model), str(empty)]))
+    assert "contains no tokens" in output and str(empty) in output
+
+
+def test_evaluate_reports_replaced_bytes_and_oov(model, tmp_path):
+    text = tmp_path / "latin1.txt"
+    text.write_bytes(b"zzqx caf\xe9 ol\xe9 qqxz .\n")
+    result = runner.invoke(app, ["evaluate", str(model), str(text)])
+    assert result.exit_code == 0, result.output
+    assert "2 undecodable byte(s)" in result.output and "OOV rate" in result.output
+
+
+def test_evaluate_json_keys_are_documented(model, trained):
+    result = runner.invoke(app, ["evaluate", str(model), str(trained["held"]), "--json"])
+    assert result.exit_code == 0, result.output
+    keys = set(json.loads(result.output.strip().splitlines()[-1]))
+    help_text = " ".join(runner.invoke(app, ["evaluate", "--help"], terminal_width=200).output.split())
+    missing = [k for k in sorted(keys) if k not in help_text]
+    assert not missing, missing
