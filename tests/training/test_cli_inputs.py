@@ -169,3 +169,19 @@ def test_evaluate_json_keys_are_documented(model, trained):
     help_text = " ".join(runner.invoke(app, ["evaluate", "--help"], terminal_width=200).output.split())
     missing = [k for k in sorted(keys) if k not in help_text]
     assert not missing, missing
+
+
+# -- demo ------------------------------------------------------------------------------------
+def test_demo_bad_model_and_threads(tmp_path):
+    output = clean_error(runner.invoke(app, ["demo", "--model", str(tmp_path / "missing")]))
+    assert "not a spacy-elmo model directory" in output
+    output = clean_error(runner.invoke(app, ["demo", "--threads", "0"]), code=2)
+    assert "--threads" in output
+
+
+def test_demo_runs_a_model_with_other_token_width(tmp_path):
+    small = tmp_path / "tiny"
+    BiLM(BiLMConfig(**TINY)).save(small)  # max_characters_per_token 20, not 50
+    result = runner.invoke(app, ["demo", "--model", str(small), "--threads", "1"])
+    assert result.exit_code == 0, result.output
+    assert "tokens/s" in result.output and "words/s" in result.output
