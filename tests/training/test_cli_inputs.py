@@ -185,3 +185,18 @@ def test_demo_runs_a_model_with_other_token_width(tmp_path):
     result = runner.invoke(app, ["demo", "--model", str(small), "--threads", "1"])
     assert result.exit_code == 0, result.output
     assert "tokens/s" in result.output and "words/s" in result.output
+
+
+# -- help --------------------------------------------------------------------------------------
+def test_command_list_shows_one_line_per_command():
+    group = typer.main.get_command(app)
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
+        first = (command.help or "").strip().split("\n\n")[0]
+        assert first and "\n" not in first, (name, first)  # the short help in `spacy-elmo --help`
+
+
+def test_no_arguments_shows_the_commands():
+    result = runner.invoke(app, [])
+    assert "Commands" in result.output and "pretrain" in result.output and "fit-state" in result.output
