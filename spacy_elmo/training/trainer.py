@@ -98,6 +98,9 @@ class TrainConfig:
             raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(
                 name="vocab_size", what=f"0 (no cap) or more than {len(SPECIALS)} (the markers and at least one word)",
                 value=self.vocab_size))
+        if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
+            raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name="threads", what="a positive integer (leave it out for torch's default)",
+                                                             value=self.threads))
         if not isinstance(self.min_count, int) or self.min_count < 1:
             raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name="min_count", what="a positive integer", value=self.min_count))
         if self.lr is not None and not self.lr > 0:
@@ -279,7 +282,7 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
     from tqdm import tqdm
 
     cfg.validate()
-    if cfg.threads:
+    if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
     rank, world, device = _setup_distributed(cfg)
     out = Path(cfg.output_dir)

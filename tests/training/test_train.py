@@ -234,6 +234,8 @@ def test_damaged_checkpoint_is_named(tmp_path, damage):
                      marks=pytest.mark.skipif(torch.backends.mps.is_available(), reason="an Apple GPU is here")),
         (dict(vocab_size=2), r"vocab_size must be 0 \(no cap\) or more than 3"),
         (dict(min_count=0), "min_count must be a positive integer"),
+        (dict(threads=0), "threads must be a positive integer"),  # was ignored: torch's default thread count
+        (dict(threads=-2), "threads must be a positive integer"),
         (dict(min_count=10**6), "No word of the corpus occurs --min-count 1000000 times"),
     ],
 )
