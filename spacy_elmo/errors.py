@@ -303,6 +303,14 @@ class Errors:
         "{path} already holds a training run (checkpoint or model). Pass --resume to continue "
         "it, or choose a new OUTPUT_DIR."
     )
+    E_PRETRAIN_INTERRUPTED = (
+        "Interrupted. The last checkpoint in {path} (written every --checkpoint-every steps and atomically, so "
+        "it is whole) continues exactly: rerun the same command with --resume."
+    )
+    E_PRETRAIN_INTERRUPTED_EARLY = (
+        "Interrupted before the first checkpoint: {path} holds no checkpoint yet, so there is nothing to "
+        "resume. Rerun the same command without --resume (a finished tokenization in {path}/data is reused)."
+    )
     E_NO_SOFTMAX = (
         "{path} has no softmax (the tensors 'softmax.weight' / 'softmax.bias' in model.safetensors, or "
         "softmax.safetensors beside AllenNLP weights), and a perplexity needs one: it is the layer that predicts "

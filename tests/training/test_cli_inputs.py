@@ -200,3 +200,25 @@ def test_command_list_shows_one_line_per_command():
 def test_no_arguments_shows_the_commands():
     result = runner.invoke(app, [])
     assert "Commands" in result.output and "pretrain" in result.output and "fit-state" in result.output
+
+
+# -- Ctrl-C ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("checkpointed", [False, True])
+def test_pretrain_interrupted_says_how_to_go_on(tmp_path, monkeypatch, checkpointed):
+    train = write_corpus(tmp_path / "train.txt", 50)
+    out = tmp_path / "out"
+
+    def interrupted(cfg, on_step=None):
+        if checkpointed:
+            out.mkdir()
+            (out / "checkpoint.pt").write_bytes(b"")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("spacy_elmo.training.trainer.train", interrupted)
+    result = runner.invoke(app, ["pretrain", str(train), str(out), "--no-progress"])
+    assert result.exit_code == 130, result.output
+    assert "Interrupted" in result.output
+    if checkpointed:
+        assert "--resume" in result.output
+    else:
+        assert "no checkpoint" in result.output and "without --resume" in result.output
