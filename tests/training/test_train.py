@@ -306,3 +306,39 @@ def test_refused_resume_leaves_output_dir_untouched(tmp_path, monkeypatch):
     wa, wb = BiLM.load(straight).state_dict(), BiLM.load(out).state_dict()
     for name in wa:
         torch.testing.assert_close(wb[name], wa[name], rtol=1e-6, atol=1e-7)
+
+
+def test_per_sentence_evaluation_bounds_the_padded_tokens_of_a_call(monkeypatch):
+    """A very long 'sentence' (text without punctuation) is not batched with 31 others: per-sentence
+    evaluation calls the LM on at most batch_size x ROW_TOKENS padded tokens (or one sentence), and
+    the result is that of evaluating every sentence alone."""
+    from spacy_elmo import BiLMConfig
+    from spacy_elmo.training import evaluate as ev
+    from spacy_elmo.training.lm import BidirectionalLM
+    from spacy_elmo.training.softmax import SoftmaxLayer
+    from spacy_elmo.training.vocab import Vocab
+
+    torch.manual_seed(0)
+    words = ["the", "cat", "sees", "a", "dog", "."]
+    vocab = Vocab(["<S>", "</S>", "<UNK>", *words])
+    lm = BidirectionalLM(BiLM(BiLMConfig(**TINY), backend="reference"), SoftmaxLayer(vocab.size, TINY["projection_dim"]))
+    rng = random.Random(0)
+    sentences = [[rng.choice(words) for _ in range(rng.randint(3, 9))] for _ in range(40)]
+    sentences.insert(7, [rng.choice(words) for _ in range(600)])
+    calls = []
+    forward = BidirectionalLM.forward
+
+    def spy(self, chars, index_fwd, *args, **kwargs):
+        calls.append(tuple(index_fwd.shape))  # (rows, padded length)
+        return forward(self, chars, index_fwd, *args, **kwargs)
+
+    monkeypatch.setattr(BidirectionalLM, "forward", spy)
+    batched = ev.evaluate_sentences(lm, vocab, sentences, batch_size=32, per_sentence=True)
+    budget = 32 * ev.ROW_TOKENS
+    assert max(rows for rows, _ in calls) == 32  # short sentences still go 32 to a call
+    assert all(rows * length <= budget or rows == 1 for rows, length in calls), calls
+    calls.clear()
+    alone = ev.evaluate_sentences(lm, vocab, sentences, batch_size=1, per_sentence=True)
+    assert batched["n_targets"] == alone["n_targets"]
+    for key in ("loss_forward", "loss_backward"):
+        assert batched[key] == pytest.approx(alone[key], abs=1e-5)
