@@ -324,12 +324,26 @@ class Errors:
         "{path} already holds a training run (checkpoint or model). Pass --resume to continue "
         "it, or choose a new OUTPUT_DIR."
     )
-    E_NO_SOFTMAX = (
-        "{path} has no softmax (tensors 'softmax.weight' / 'softmax.bias') and no vocab.txt, so "
-        "it cannot compute perplexities. Models written by `spacy-elmo pretrain` have both; for "
-        "other weights, fine-tune them first with `pretrain --init`."
+    E_PRETRAIN_INTERRUPTED = (
+        "Interrupted. The last checkpoint in {path} (written every --checkpoint-every steps and atomically, so "
+        "it is whole) continues exactly: rerun the same command with --resume."
     )
-    E_VOCAB_MISSING = "{path} has no vocab.txt; it is needed with the softmax of this model."
+    E_PRETRAIN_INTERRUPTED_EARLY = (
+        "Interrupted before the first checkpoint: {path} holds no checkpoint yet, so there is nothing to "
+        "resume. Rerun the same command without --resume (a finished tokenization in {path}/data is reused)."
+    )
+    E_NO_SOFTMAX = (
+        "{path} has no softmax (the tensors 'softmax.weight' / 'softmax.bias' in model.safetensors, or "
+        "softmax.safetensors beside AllenNLP weights), and a perplexity needs one: it is the layer that predicts "
+        "the next word over vocab.txt. Models written by `spacy-elmo pretrain` have both; other weights "
+        "(BiLM.save, the released AllenNLP files) get them by fine-tuning first: `spacy-elmo pretrain TEXT "
+        "NEW_DIR --init {path}` (`pretrain --init`), then evaluate NEW_DIR."
+    )
+    E_VOCAB_MISSING = (
+        "{path} has no vocab.txt, which its softmax needs (row i of the softmax is line i of vocab.txt). "
+        "Restore vocab.txt from where the model was written (pretrain and export put it beside the weights), "
+        "or copy the whole model directory again."
+    )
     E_VOCAB_SIZE_MISMATCH = (
         "vocab.txt in {path} has {n_vocab} entries but the softmax has {n_softmax} rows; the "
         "files do not belong together."
@@ -353,6 +367,25 @@ class Errors:
     )
     E_NO_EVAL_TOKENS = "{path} contains no tokens to evaluate on."
     E_FIT_STATE_NO_TEXT = "Pass TEXT_PATH (the text to fit the initial state on), or --clear to remove the state."
+    E_FIT_STATE_CLEAR_AND_TEXT = (
+        "--clear removes the fitted state and reads no text, but TEXT_PATH {path} was given too: drop TEXT_PATH "
+        "to clear the state, or drop --clear to fit a new state on the text."
+    )
+    E_FIT_STATE_EMPTY_TEXT = (
+        "{path} holds no text to fit the initial state on ({n_files} file(s) read, {n_binary} skipped as "
+        "binary, 0 sentences). Pass UTF-8 running text like the training text (one or more sentences per line)."
+    )
+    E_FIT_STATE_ALLENNLP = (
+        "{path} holds AllenNLP/bilm-tf weights, whose format has no place for a fitted initial state. Convert "
+        "the model first: `spacy-elmo export {path} NEW_DIR --format native`, then `spacy-elmo fit-state "
+        "NEW_DIR TEXT_PATH`."
+    )
+    E_FIT_STATE_WRITE = (
+        "Could not write the initial state into {path}: {error}. The model directory must be writable: copy "
+        "the model elsewhere (`spacy-elmo export {path} NEW_DIR --format native`) and fit the state there. "
+        "The model's files are unchanged."
+    )
+    E_NOT_POSITIVE_OPTION = "must be a positive integer (1 or more); found {value}."
 
     # --- embedding a corpus (spacy_elmo.embedding, spacy-elmo embed) ---------
     E_EMBED_INPUT_MISSING = "{path} is not a file. Pass a UTF-8 text file with one sentence per line."

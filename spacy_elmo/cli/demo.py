@@ -10,7 +10,7 @@ import typer
 from ..bilm import BiLM, BiLMConfig
 from ..bilm.native_io import DEFAULT_MODEL_DIR, CONFIG_NAME
 from ..chars import batch_to_ids
-from .app import app
+from .app import app, positive_int
 
 RIVER = [
     "We sat on the bank of the river and watched the water .".split(),
@@ -30,7 +30,7 @@ SENTENCES = RIVER + MONEY
 def _bank_vectors(bilm: BiLM) -> List[torch.Tensor]:
     """Per layer: ``(8, 2P)`` vectors of "bank" in the demo sentences (river first)."""
     with torch.no_grad():
-        out = bilm(batch_to_ids(SENTENCES))
+        out = bilm(batch_to_ids(SENTENCES, bilm.config.max_characters_per_token))
     index = [s.index("bank") for s in SENTENCES]
     return [torch.stack([layer[i, j] for i, j in enumerate(index)]) for layer in out.activations]
 
@@ -39,7 +39,7 @@ def _tokens_per_second(bilm: BiLM, batch: int = 32, length: int = 20, repeats: i
     words = [w for s in SENTENCES for w in s]
     gen = torch.Generator().manual_seed(0)
     sents = [[words[int(k)] for k in torch.randint(len(words), (length,), generator=gen)] for _ in range(batch)]
-    ids = batch_to_ids(sents)
+    ids = batch_to_ids(sents, bilm.config.max_characters_per_token)
     with torch.no_grad():
         bilm(ids)  # warm-up
         times = []
@@ -66,8 +66,8 @@ def _pipeline_words_per_second(model_dir: str, n_docs: int = 200) -> float:
 
 @app.command()
 def demo(
-    model: Optional[str] = typer.Option(None, help="Model directory (default: the bundled model)."),
-    threads: int = typer.Option(2, help="torch CPU threads."),
+    model: Optional[str] = typer.Option(None, help="Model directory (native or AllenNLP files; default: the bundled model)."),
+    threads: int = typer.Option(2, callback=positive_int, help="torch CPU threads."),
 ) -> None:
     """Show how ELMo tells the river bank from the money bank, layer by layer, and its speed."""
     torch.set_num_threads(threads)
@@ -81,7 +81,11 @@ def demo(
         bilm = BiLM(BiLMConfig.preset("small"))
         source = "random small preset"
     else:
-        bilm = BiLM.load(model or "default")
+        try:
+            bilm = BiLM.load(model or "default")
+        except (ValueError, OSError) as err:
+            typer.secho(str(err), fg=typer.colors.RED, err=True)
+            raise typer.Exit(1) from err
         source = model or "bundled default"
     bilm.eval()
     typer.echo(f"model: {source}; backend: {bilm.backend}; output width {bilm.config.output_dim}")

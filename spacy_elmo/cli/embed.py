@@ -25,10 +25,9 @@ def embed(
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace OUTPUT_PATH if it exists."),
     restart: bool = typer.Option(False, "--restart", help="Drop the parts of an earlier, unfinished run."),
 ) -> None:
-    """Embed a corpus. A killed run resumes where it stopped when rerun with the same arguments
-    (finished parts are kept in OUTPUT_PATH.parts/ until the end), --batch-size, --batch-tokens and
-    --cache-size included: which lines share a biLM call changes the vectors' last bits (float32
-    rounding), so parts written with other values are refused."""
+    """Embed every line of a text file into HDF5 (AllenNLP's `allennlp elmo` layout).
+
+    A killed run resumes where it stopped when rerun with the same arguments (finished parts are kept in OUTPUT_PATH.parts/ until the end), --batch-size, --batch-tokens and --cache-size included: which lines share a biLM call changes the vectors' last bits (float32 rounding), so parts written with other values are refused."""
     from ..bilm import BiLM
     from ..device import torch_device
     from ..embedding import embed_file

@@ -21,9 +21,17 @@ def evaluate(
         help="Read every sentence alone from the model's initial state (what a pipeline sees), or the text as "
         "one stream with carried states. Default: the way the model was trained (pretrain --sentences: per sentence).",
     ),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    as_json: bool = typer.Option(
+        False, "--json",
+        help="Print one JSON object instead: perplexity (exp of the mean of the two losses), perplexity_forward, "
+        "perplexity_backward, loss_forward, loss_backward (mean negative log-likelihood, nats), n_targets "
+        "(predictions per direction), n_tokens (words, markers not counted), n_sentences, oov_rate (share of words "
+        "outside the vocabulary; they are <UNK> targets), vocab_size, mode (stream or per_sentence), "
+        "replaced_bytes (undecodable bytes read as U+FFFD), lang."),
 ) -> None:
-    """Forward, backward and mean perplexity (full softmax) and the OOV rate."""
+    """Forward, backward and mean perplexity (full softmax) and the OOV rate.
+
+    The model needs its softmax and vocab.txt (models written by pretrain have both)."""
     from ..device import torch_device
     from ..training.evaluate import evaluate_model_dir
 
@@ -31,7 +39,7 @@ def evaluate(
         target = torch_device(device)  # before loading and tokenizing: the cheaper error
         result = evaluate_model_dir(model_dir, text_path, lang=lang, batch_size=batch_size, device=target,
                                     progress=not as_json, per_sentence=per_sentence)
-    except (ValueError, FileNotFoundError, RuntimeError) as err:
+    except (ValueError, OSError, RuntimeError) as err:
         typer.secho(str(err), fg=typer.colors.RED, err=True)
         raise typer.Exit(1) from err
     if as_json:
@@ -39,3 +47,5 @@ def evaluate(
         return
     typer.echo(f"tokens {result['n_tokens']:,} in {result['n_sentences']:,} sentences; OOV rate {result['oov_rate']:.2%} (vocabulary {result['vocab_size']:,})")
     typer.echo(f"perplexity ({'every sentence alone' if result['mode'] == 'per_sentence' else 'one stream'}): forward {result['perplexity_forward']:.2f}, backward {result['perplexity_backward']:.2f}, mean {result['perplexity']:.2f}")
+    if result.get("replaced_bytes"):
+        typer.echo(f"{result['replaced_bytes']:,} undecodable byte(s) of the text were read as U+FFFD (re-encode it to UTF-8 to keep them)")

@@ -19,8 +19,7 @@ def export(
 ) -> None:
     """Export a model; the softmax and vocab.txt go along when the model has them.
 
-    The files are written to a temporary directory and moved into OUT_DIR only when
-    complete, so OUT_DIR never mixes them with another model's files."""
+    The files are written to a temporary directory and moved into OUT_DIR only when complete, so OUT_DIR never mixes them with another model's files."""
     from ..training.modelio import SOFTMAX_FILE, load_pretrained, save_pretrained, write_softmax
 
     if format not in ("allennlp", "native"):

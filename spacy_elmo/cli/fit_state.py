@@ -7,37 +7,59 @@ from typing import Optional
 import typer
 
 from ..errors import Errors
-from .app import app
+from .app import app, positive_int
 
 
 @app.command("fit-state")
 def fit_state(
-    model_dir: str = typer.Argument(..., help="Native model directory (written by pretrain or BiLM.save), or 'default'."),
+    model_dir: str = typer.Argument(
+        ..., help="Native model directory (written by pretrain, export --format native or BiLM.save), or 'default'. "
+        "The state is written into it."),
     text_path: Optional[Path] = typer.Argument(None, help="Running text like the training text (UTF-8 file or directory)."),
-    lang: Optional[str] = typer.Option(None, help="spaCy language (default: the one the model was trained with)."),
-    max_sentences: int = typer.Option(4096, help="Read at most this many sentences from the start of the text."),
-    rows: int = typer.Option(32, help="Contiguous streams read in parallel."),
+    lang: Optional[str] = typer.Option(None, help="spaCy language (default: the one the model was trained with, else en)."),
+    max_sentences: int = typer.Option(4096, callback=positive_int, help="Read at most this many sentences from the start of the text."),
+    rows: int = typer.Option(32, callback=positive_int, help="Contiguous streams read in parallel (needs 3 x rows sentences)."),
     clear: bool = typer.Option(False, "--clear", help="Remove the fitted state: sentences start from zeros again."),
 ) -> None:
-    """Fit the state every sentence starts from: the mean carried state at sentence
-    boundaries of running text (see docs/default-model.md). Writes initial_state.safetensors."""
-    from ..bilm import BiLM
-    from ..bilm.native_io import read_meta, write_initial_state
-    from ..training.data import ReadStats, iter_sentences, iter_text, make_nlp
+    """Fit the state every sentence starts from (writes initial_state.safetensors).
 
+    The state is the mean carried state at sentence boundaries of running text (see docs/default-model.md). The file is replaced atomically: a killed or failed run leaves the model as it was."""
+    from ..bilm import BiLM
+    from ..bilm.native_io import CONFIG_NAME, find_allennlp_files, read_meta, resolve_model_dir, write_initial_state
+    from ..training.data import ReadStats, iter_sentences, iter_text, make_nlp, replaced_bytes_so_far
+
+    if clear and text_path is not None:
+        raise typer.BadParameter(Errors.E_FIT_STATE_CLEAR_AND_TEXT.format(path=text_path))
+    if not clear and text_path is None:
+        raise typer.BadParameter(Errors.E_FIT_STATE_NO_TEXT)
+    replaced = 0
     try:
-        meta = read_meta(model_dir)  # a native directory: AllenNLP files have no place for the state
-        bilm = BiLM.load(model_dir)
+        path = resolve_model_dir(model_dir)
+        if path.is_dir() and not (path / CONFIG_NAME).exists() and find_allennlp_files(path) is not None:
+            raise ValueError(Errors.E_FIT_STATE_ALLENNLP.format(path=path))
+        meta = read_meta(path)  # a native directory: AllenNLP files have no place for the state
+        bilm = BiLM.load(path)
         if clear:
             bilm.set_initial_state(None)
         else:
-            if text_path is None:
-                raise typer.BadParameter(Errors.E_FIT_STATE_NO_TEXT)
             lang = lang or (meta.get("provenance") or {}).get("lang", "en")
-            sentences = list(itertools.islice(iter_sentences(iter_text(text_path, ReadStats()), make_nlp(lang)), max_sentences))
+            stats = ReadStats()
+            before = replaced_bytes_so_far()  # the reading stops early: stats count whole files only
+            sentences = list(itertools.islice(iter_sentences(iter_text(text_path, stats), make_nlp(lang)), max_sentences))
+            replaced = replaced_bytes_so_far() - before
+            if not sentences:
+                raise ValueError(Errors.E_FIT_STATE_EMPTY_TEXT.format(path=text_path, n_files=stats.n_files, n_binary=stats.n_binary))
             bilm.fit_initial_state(sentences, rows=rows, progress=True)
-        write_initial_state(bilm.initial_state, model_dir)
-    except (ValueError, FileNotFoundError) as err:
+    except (ValueError, OSError) as err:
         typer.secho(str(err), fg=typer.colors.RED, err=True)
         raise typer.Exit(1) from err
-    typer.echo(f"{'cleared' if clear else 'fitted'} the initial state of {model_dir}")
+    try:
+        write_initial_state(bilm.initial_state, path)
+    except OSError as err:
+        typer.secho(Errors.E_FIT_STATE_WRITE.format(path=path, error=err), fg=typer.colors.RED, err=True)
+        raise typer.Exit(1) from err
+    if clear:
+        typer.echo(f"cleared the initial state of {model_dir}")
+        return
+    note = f" ({replaced} undecodable byte(s) replaced by U+FFFD: re-encode the text to UTF-8 to keep them)" if replaced else ""
+    typer.echo(f"fitted the initial state of {model_dir} on {len(sentences):,} sentences{note}")

@@ -95,6 +95,12 @@ def pretrain(
     except (ValueError, FileNotFoundError, FileExistsError, RuntimeError) as err:
         typer.secho(str(err), fg=typer.colors.RED, err=True)
         raise typer.Exit(1) from err
+    except KeyboardInterrupt as err:  # Ctrl-C: say what the directory holds and how to go on
+        from ..training.checkpoint import checkpoint_path
+
+        message = Errors.E_PRETRAIN_INTERRUPTED if checkpoint_path(output_dir).exists() else Errors.E_PRETRAIN_INTERRUPTED_EARLY
+        typer.secho(message.format(path=output_dir), fg=typer.colors.YELLOW, err=True)
+        raise typer.Exit(130) from err
     stats = summary["corpus"]
     typer.echo(
         f"trained {summary['steps']} steps; corpus {stats['n_tokens']:,} tokens in {stats['n_sentences']:,} sentences "

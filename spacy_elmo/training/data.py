@@ -186,6 +186,17 @@ def fingerprint(path: PathLike, lang: str) -> dict:
     }
 
 
+def cache_is_current(cache_dir: PathLike, stamp: dict) -> bool:
+    """Whether ``cache_dir`` holds a complete cache built from what ``stamp`` (:func:`fingerprint`) names."""
+    meta_path = Path(cache_dir) / "meta.json"
+    if not meta_path.exists():
+        return False
+    try:
+        return json.loads(meta_path.read_text(encoding="utf-8")).get("fingerprint") == stamp
+    except ValueError:  # a damaged marker: rebuild
+        return False
+
+
 def build_corpus(train_path: PathLike, lang: str, cache_dir: PathLike, progress: bool = True) -> dict:
     """Tokenize the corpus into ``cache_dir`` (see the module docstring); return meta.
 
@@ -194,11 +205,12 @@ def build_corpus(train_path: PathLike, lang: str, cache_dir: PathLike, progress:
     cache = Path(cache_dir)
     meta_path = cache / "meta.json"
     stamp = fingerprint(train_path, lang)
-    if meta_path.exists():
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        if meta.get("fingerprint") == stamp:
-            return meta
+    if cache_is_current(cache, stamp):
+        return json.loads(meta_path.read_text(encoding="utf-8"))
     cache.mkdir(parents=True, exist_ok=True)
+    # The files below are rewritten in place: drop the old marker first, so that a run killed
+    # half-way leaves no complete-looking cache of the old text beside the new text's files.
+    meta_path.unlink(missing_ok=True)
     nlp = make_nlp(lang)
     stats = ReadStats()
     index = {s: i for i, s in enumerate(SPECIALS)}

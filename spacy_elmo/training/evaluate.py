@@ -27,6 +27,10 @@ from .sentences import sentence_rows
 from .vocab import BOS, EOS, CharTable, Vocab
 
 PathLike = Union[str, Path]
+#: Per-sentence evaluation calls the LM on at most ``batch_size * ROW_TOKENS`` padded tokens
+#: (or on one sentence): a text without sentence ends gives sentences of thousands of tokens,
+#: and 32 of them in one call would need tens of GB. ``pretrain --max-length``'s default.
+ROW_TOKENS = 100
 
 
 @torch.no_grad()
@@ -108,8 +112,8 @@ def _sentence_nll_sums(lm, vocab, corpus, tokens, char_table, batch_size, device
 
     sums, n_pred = [0.0, 0.0], 0
     order = np.argsort(corpus.lengths, kind="stable")  # similar lengths together: less padding
-    for i in tqdm(range(0, len(order), batch_size), desc="evaluating", disable=not progress):
-        rows = order[i : i + batch_size]
+    for rows in tqdm(_sentence_batches(order, corpus.lengths, batch_size), desc="evaluating", unit="batch",
+                     disable=not progress):
         fwd, bwd, lengths = sentence_rows(tokens, corpus.starts[rows], corpus.lengths[rows])
         inputs = (fwd[:, :-1], bwd[:, :-1])
         targets = vocab.target_ids(torch.stack([fwd[:, 1:], bwd[:, 1:]])).to(device)
@@ -120,6 +124,21 @@ def _sentence_nll_sums(lm, vocab, corpus, tokens, char_table, batch_size, device
         sums[1] += float(out.nll_bwd.double().sum())
         n_pred += int(lengths.sum())
     return sums, n_pred
+
+
+def _sentence_batches(order: np.ndarray, lengths: np.ndarray, batch_size: int) -> List[np.ndarray]:
+    """``order`` (sentence indices by ascending length) cut into batches of at most ``batch_size``
+    rows and ``batch_size * ROW_TOKENS`` padded tokens (a longer sentence goes alone)."""
+    budget = batch_size * ROW_TOKENS
+    batches, start = [], 0
+    while start < len(order):
+        end = start + 1
+        # ascending lengths: the last row of a batch is its longest
+        while end < len(order) and end - start < batch_size and (end - start + 1) * int(lengths[order[end]]) <= budget:
+            end += 1
+        batches.append(order[start:end])
+        start = end
+    return batches
 
 
 def read_text(text_path: PathLike, lang: str = "en") -> Tuple[List[List[str]], ReadStats]:

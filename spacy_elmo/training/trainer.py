@@ -13,6 +13,7 @@ own rows of the streams. Rank 0 writes the log, checkpoints and the model.
 import json
 import math
 import os
+import shutil
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -30,7 +31,7 @@ from ..bilm.native_io import write_initial_state
 from ..device import torch_device
 from ..errors import Errors, Warnings
 from . import checkpoint as ckpt
-from .data import Corpus, build_corpus
+from .data import Corpus, build_corpus, cache_is_current, fingerprint
 from .lm import BidirectionalLM, encode_batch
 from .modelio import load_pretrained, save_pretrained
 from .sampler import LogUniformSampler
@@ -40,6 +41,10 @@ from .stream import StreamBatcher
 from .vocab import SPECIALS, CharTable, Vocab
 
 LOG_NAME = "train_log.jsonl"
+#: Where a resume builds the cache of a corpus other than data/'s, until the checkpoint accepts it.
+STAGING_NAME = ".data.resume.tmp"
+#: Where the replaced data/ waits while the staged cache is moved in.
+RETIRED_NAME = ".data.old.tmp"
 
 
 @dataclass
@@ -93,6 +98,9 @@ class TrainConfig:
             raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(
                 name="vocab_size", what=f"0 (no cap) or more than {len(SPECIALS)} (the markers and at least one word)",
                 value=self.vocab_size))
+        if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
+            raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name="threads", what="a positive integer (leave it out for torch's default)",
+                                                             value=self.threads))
         if not isinstance(self.min_count, int) or self.min_count < 1:
             raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name="min_count", what="a positive integer", value=self.min_count))
         if self.lr is not None and not self.lr > 0:
@@ -217,15 +225,28 @@ def build_optimizer(name: str, lr: Optional[float], params) -> torch.optim.Optim
     return torch.optim.Adam(params, lr=lr)
 
 
+def _run_settings(cfg: TrainConfig, world: int) -> Dict[str, Any]:
+    """The resume settings that do not depend on the corpus or the model (checked first)."""
+    return {"batch_size": cfg.batch_size, "unroll": cfg.unroll, "world": world, "seed": cfg.seed,
+            "negatives": cfg.negatives,
+            # absent (None) in stream runs, so their older checkpoints still resume
+            "sentences": cfg.max_length if cfg.sentences else None,
+            "lang": cfg.lang, "optimizer": cfg.optimizer,
+            "lr": learning_rate(cfg.optimizer, cfg.lr), "dropout": cfg.dropout, "clip": cfg.clip}
+
+
 def _resume_settings(cfg: TrainConfig, world: int, vocab: Vocab, model: Dict[str, Any], corpus: Corpus) -> Dict[str, Any]:
     """What must be equal between a run and its resumption for the steps to match.
     Checkpoints written before a key of ``ckpt.ADDED_SETTINGS`` existed resume without it."""
-    return {"batch_size": cfg.batch_size, "unroll": cfg.unroll, "world": world, "seed": cfg.seed,
-            "vocab_size": vocab.size, "negatives": cfg.negatives, "model_config": model,
-            # absent (None) in stream runs, so their older checkpoints still resume
-            "sentences": cfg.max_length if cfg.sentences else None,
-            "data": corpus.digest(), "lang": cfg.lang, "optimizer": cfg.optimizer,
-            "lr": learning_rate(cfg.optimizer, cfg.lr), "dropout": cfg.dropout, "clip": cfg.clip}
+    return {**_run_settings(cfg, world), "vocab_size": vocab.size, "model_config": model, "data": corpus.digest()}
+
+
+def _move_cache_into_place(staging: Path, cache: Path, retired: Path) -> None:
+    """Replace the corpus cache ``cache`` by ``staging`` (the old one goes through ``retired``)."""
+    if cache.exists():
+        os.replace(cache, retired)
+    os.replace(staging, cache)
+    shutil.rmtree(retired, ignore_errors=True)
 
 
 class _Log:
@@ -261,7 +282,7 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
     from tqdm import tqdm
 
     cfg.validate()
-    if cfg.threads:
+    if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
     rank, world, device = _setup_distributed(cfg)
     out = Path(cfg.output_dir)
@@ -269,6 +290,8 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
     payload = None
     if cfg.resume:
         payload = ckpt.load_checkpoint(out)
+        # What does not depend on the corpus is refused before the corpus is read.
+        ckpt.check_settings(payload["settings"], _run_settings(cfg, world), out)
     elif is_main and (ckpt.checkpoint_path(out).exists() or (out / "config.json").exists()):
         raise FileExistsError(Errors.E_OUTPUT_NOT_EMPTY.format(path=out))
     _barrier(world)
@@ -279,44 +302,60 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
 
         heldout, heldout_stats = read_text(cfg.heldout, cfg.lang)
 
-    # Data: rank 0 tokenizes into the cache, the others wait and read it.
-    cache = out / "data"
-    if is_main:
-        meta = build_corpus(cfg.train_path, cfg.lang, cache, progress=cfg.progress)
-    _barrier(world)
-    if not is_main:
-        meta = json.loads((cache / "meta.json").read_text(encoding="utf-8"))
-    corpus = Corpus.load(cache)
+    # Data: rank 0 tokenizes into the cache, the others wait and read it. A resume that
+    # needs a new cache builds it beside data/ and moves it in only once the checkpoint
+    # accepted it: a refused resume leaves OUTPUT_DIR as it was.
+    cache, staging = out / "data", out / STAGING_NAME
+    try:
+        if is_main:
+            for leftover in (staging, out / RETIRED_NAME):  # a run killed while staging or swapping
+                shutil.rmtree(leftover, ignore_errors=True)
+            fresh = cache_is_current(cache, fingerprint(cfg.train_path, cfg.lang))
+            meta = build_corpus(cfg.train_path, cfg.lang, staging if payload is not None and not fresh else cache,
+                                progress=cfg.progress)
+        _barrier(world)
+        source = staging if (staging / "meta.json").exists() else cache
+        if not is_main:
+            meta = json.loads((source / "meta.json").read_text(encoding="utf-8"))
+        corpus = Corpus.load(source)
 
-    torch.manual_seed(cfg.seed)  # same initial weights on every rank (DDP also broadcasts)
-    bilm, softmax, vocab, corpus = _build_model(cfg, corpus, payload)
-    bilm.lstm.dropout = cfg.dropout
-    char_table = CharTable(vocab, bilm.config.max_characters_per_token)
-    if cfg.sentences:
-        batcher = SentenceBatcher(corpus, cfg.batch_size, cfg.max_length, cfg.seed, rank, world)
-    else:
-        batcher = StreamBatcher(corpus, cfg.batch_size, cfg.unroll, cfg.seed, rank, world)
-    lm = BidirectionalLM(bilm, softmax).to(device)
-    optimizer = build_optimizer(cfg.optimizer, cfg.lr, lm.parameters())
-    settings = _resume_settings(cfg, world, vocab, bilm.config.to_dict(), corpus)
-    sampler = LogUniformSampler(vocab.size, cfg.negatives)
-    full_softmax = cfg.negatives >= vocab.size
-    if full_softmax and is_main:
-        warnings.warn(Warnings.W_NEGATIVES_CLAMPED.format(negatives=cfg.negatives, vocab=vocab.size), RuntimeWarning, stacklevel=2)
-    sampler_rng = torch.Generator().manual_seed(cfg.seed * 1009 + rank)
-    torch.manual_seed(cfg.seed * 7919 + rank)  # dropout streams differ per rank
-    state = None
-    step = 0
-    tokens_seen = 0
-    if payload is not None:
-        ckpt.check_settings(payload["settings"], settings, out)
-        if cfg.model and requested_model(cfg) != bilm.config:
-            raise ValueError(Errors.E_RESUME_MODEL.format(path=out, found=bilm.config.to_dict(), expected=requested_model(cfg).to_dict()))
-        lm.load_state_dict(payload["model"])
-        optimizer.load_state_dict(payload["optimizer"])
-        step = int(payload["step"])
-        tokens_seen = int(payload.get("tokens", step * cfg.batch_size * cfg.unroll * world))  # older checkpoints: streams
-        state = ckpt.restore_rank_state(payload["ranks"][rank], sampler_rng, device)
+        torch.manual_seed(cfg.seed)  # same initial weights on every rank (DDP also broadcasts)
+        bilm, softmax, vocab, corpus = _build_model(cfg, corpus, payload)
+        bilm.lstm.dropout = cfg.dropout
+        char_table = CharTable(vocab, bilm.config.max_characters_per_token)
+        if cfg.sentences:
+            batcher = SentenceBatcher(corpus, cfg.batch_size, cfg.max_length, cfg.seed, rank, world)
+        else:
+            batcher = StreamBatcher(corpus, cfg.batch_size, cfg.unroll, cfg.seed, rank, world)
+        lm = BidirectionalLM(bilm, softmax).to(device)
+        optimizer = build_optimizer(cfg.optimizer, cfg.lr, lm.parameters())
+        settings = _resume_settings(cfg, world, vocab, bilm.config.to_dict(), corpus)
+        sampler = LogUniformSampler(vocab.size, cfg.negatives)
+        full_softmax = cfg.negatives >= vocab.size
+        if full_softmax and is_main:
+            warnings.warn(Warnings.W_NEGATIVES_CLAMPED.format(negatives=cfg.negatives, vocab=vocab.size), RuntimeWarning, stacklevel=2)
+        sampler_rng = torch.Generator().manual_seed(cfg.seed * 1009 + rank)
+        torch.manual_seed(cfg.seed * 7919 + rank)  # dropout streams differ per rank
+        state = None
+        step = 0
+        tokens_seen = 0
+        if payload is not None:
+            ckpt.check_settings(payload["settings"], settings, out)
+            if cfg.model and requested_model(cfg) != bilm.config:
+                raise ValueError(Errors.E_RESUME_MODEL.format(path=out, found=bilm.config.to_dict(), expected=requested_model(cfg).to_dict()))
+            lm.load_state_dict(payload["model"])
+            optimizer.load_state_dict(payload["optimizer"])
+            step = int(payload["step"])
+            tokens_seen = int(payload.get("tokens", step * cfg.batch_size * cfg.unroll * world))  # older checkpoints: streams
+            state = ckpt.restore_rank_state(payload["ranks"][rank], sampler_rng, device)
+    except BaseException:
+        if is_main:
+            shutil.rmtree(staging, ignore_errors=True)
+        raise
+    if source == staging:
+        _barrier(world)  # every rank has read the staged cache
+        if is_main:
+            _move_cache_into_place(staging, cache, out / RETIRED_NAME)
     model = lm
     if world > 1:
         model = torch.nn.parallel.DistributedDataParallel(lm, device_ids=[device.index] if device.type == "cuda" else None)

@@ -1,6 +1,8 @@
 """End-to-end pretraining: learning, exact resume, Korean, fine-tuning."""
 
+import json
 import math
+import os
 import random
 import shutil
 from collections import Counter
@@ -232,6 +234,8 @@ def test_damaged_checkpoint_is_named(tmp_path, damage):
                      marks=pytest.mark.skipif(torch.backends.mps.is_available(), reason="an Apple GPU is here")),
         (dict(vocab_size=2), r"vocab_size must be 0 \(no cap\) or more than 3"),
         (dict(min_count=0), "min_count must be a positive integer"),
+        (dict(threads=0), "threads must be a positive integer"),  # was ignored: torch's default thread count
+        (dict(threads=-2), "threads must be a positive integer"),
         (dict(min_count=10**6), "No word of the corpus occurs --min-count 1000000 times"),
     ],
 )
@@ -249,3 +253,92 @@ def test_bad_heldout_fails_before_training(tmp_path, content):
     with pytest.raises(ValueError, match="held.txt"):
         train(tiny_train_config(train_file, tmp_path / "out", heldout=str(held)))
     assert not (tmp_path / "out" / "checkpoint.pt").exists()
+
+
+def _files(directory):
+    """Every file under ``directory`` with its bytes (a refused resume must change none)."""
+    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def test_refused_resume_leaves_output_dir_untouched(tmp_path, monkeypatch):
+    """Refusing a resume (other corpus, other settings, or a kill while reading the other corpus)
+    changes no file of OUTPUT_DIR, and resuming with the original corpus then continues exactly."""
+    from spacy_elmo.training import data
+
+    train_file = write_corpus(tmp_path / "train.txt", 200)
+    capped = dict(vocab_size=20, negatives=8, log_every=1)
+    straight, out = tmp_path / "straight", tmp_path / "out"
+    train(tiny_train_config(train_file, straight, max_steps=4, checkpoint_every=2, **capped))
+    train(tiny_train_config(train_file, out, max_steps=2, checkpoint_every=2, **capped))
+    before = _files(out)
+
+    def resume(path=train_file, **changes):
+        return train(tiny_train_config(path, out, max_steps=4, checkpoint_every=2, resume=True, **{**capped, **changes}))
+
+    other = write_corpus(tmp_path / "other.txt", 200, seed=5)
+    with pytest.raises(ValueError, match="trained on other data"):
+        resume(other)
+    assert _files(out) == before
+    with pytest.raises(ValueError, match="--optimizer adagrad, but this run uses --optimizer adam"):
+        resume(other, optimizer="adam")  # refused before the other corpus is even read
+    assert _files(out) == before
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt  # Ctrl-C just before the other corpus's cache would be complete
+
+    with monkeypatch.context() as m:
+        m.setattr(data, "atomic_write_text", killed)
+        with pytest.raises(KeyboardInterrupt):
+            resume(other)
+    assert _files(out) == before
+
+    # The original text, touched since (its cache no longer matches by size and time): the new
+    # cache is built beside data/ and moved in once the checkpoint accepted it.
+    stamp = train_file.stat().st_mtime + 10
+    os.utime(train_file, (stamp, stamp))
+    assert resume()["steps"] == 4
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == []
+    assert json.loads((out / "data" / "meta.json").read_text())["fingerprint"]["files"][0][2] == int(stamp)
+    a = [(e["step"], e["loss"]) for e in read_log(straight) if "loss" in e]
+    b = [(e["step"], e["loss"]) for e in read_log(out) if "loss" in e]
+    assert [s for s, _ in a] == [s for s, _ in b] == [1, 2, 3, 4]
+    np.testing.assert_allclose([l for _, l in b], [l for _, l in a], rtol=1e-6, atol=1e-7)
+    wa, wb = BiLM.load(straight).state_dict(), BiLM.load(out).state_dict()
+    for name in wa:
+        torch.testing.assert_close(wb[name], wa[name], rtol=1e-6, atol=1e-7)
+
+
+def test_per_sentence_evaluation_bounds_the_padded_tokens_of_a_call(monkeypatch):
+    """A very long 'sentence' (text without punctuation) is not batched with 31 others: per-sentence
+    evaluation calls the LM on at most batch_size x ROW_TOKENS padded tokens (or one sentence), and
+    the result is that of evaluating every sentence alone."""
+    from spacy_elmo import BiLMConfig
+    from spacy_elmo.training import evaluate as ev
+    from spacy_elmo.training.lm import BidirectionalLM
+    from spacy_elmo.training.softmax import SoftmaxLayer
+    from spacy_elmo.training.vocab import Vocab
+
+    torch.manual_seed(0)
+    words = ["the", "cat", "sees", "a", "dog", "."]
+    vocab = Vocab(["<S>", "</S>", "<UNK>", *words])
+    lm = BidirectionalLM(BiLM(BiLMConfig(**TINY), backend="reference"), SoftmaxLayer(vocab.size, TINY["projection_dim"]))
+    rng = random.Random(0)
+    sentences = [[rng.choice(words) for _ in range(rng.randint(3, 9))] for _ in range(40)]
+    sentences.insert(7, [rng.choice(words) for _ in range(600)])
+    calls = []
+    forward = BidirectionalLM.forward
+
+    def spy(self, chars, index_fwd, *args, **kwargs):
+        calls.append(tuple(index_fwd.shape))  # (rows, padded length)
+        return forward(self, chars, index_fwd, *args, **kwargs)
+
+    monkeypatch.setattr(BidirectionalLM, "forward", spy)
+    batched = ev.evaluate_sentences(lm, vocab, sentences, batch_size=32, per_sentence=True)
+    budget = 32 * ev.ROW_TOKENS
+    assert max(rows for rows, _ in calls) == 32  # short sentences still go 32 to a call
+    assert all(rows * length <= budget or rows == 1 for rows, length in calls), calls
+    calls.clear()
+    alone = ev.evaluate_sentences(lm, vocab, sentences, batch_size=1, per_sentence=True)
+    assert batched["n_targets"] == alone["n_targets"]
+    for key in ("loss_forward", "loss_backward"):
+        assert batched[key] == pytest.approx(alone[key], abs=1e-5)

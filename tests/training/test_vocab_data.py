@@ -165,3 +165,27 @@ def test_sentence_batches_need_enough_sentences():
         SentenceBatcher(corpus, batch_size=2, max_length=10, world=2)
     with pytest.raises(ValueError, match="max_length"):
         SentenceBatcher(corpus, batch_size=1, max_length=0)
+
+
+def test_cache_killed_while_rebuilding_is_not_reused(tmp_path, monkeypatch):
+    """meta.json marks a complete cache: a rebuild for other text that is killed half-way must not
+    leave the old meta.json beside the new text's half-written files."""
+    from spacy_elmo.training import data
+
+    first, second = tmp_path / "a.txt", tmp_path / "b.txt"
+    first.write_text("the cat sees a dog .\n", encoding="utf-8")
+    second.write_text("other words entirely , and more of them !\n", encoding="utf-8")
+    cache = tmp_path / "cache"
+    build_corpus(first, "en", cache, progress=False)
+    expected = Corpus.load(cache)
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr(data, "atomic_write_text", killed)
+        with pytest.raises(KeyboardInterrupt):
+            build_corpus(second, "en", cache, progress=False)
+    build_corpus(first, "en", cache, progress=False)
+    again = Corpus.load(cache)
+    assert again.types == expected.types and again.tokens.tolist() == expected.tokens.tolist()

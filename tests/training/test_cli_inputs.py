@@ -1,0 +1,224 @@
+"""Bad inputs to fit-state, evaluate, demo and the help texts: clear errors (exit 1 or 2, no
+traceback) that name the problem and the fix, nothing dropped without a word."""
+
+import json
+import shutil
+
+import click
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from spacy_elmo import BiLM, BiLMConfig
+from spacy_elmo.bilm.native_io import INITIAL_STATE_NAME
+from spacy_elmo.cli import app
+
+from .conftest import TINY, write_corpus
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A tiny model of `pretrain` (softmax and vocab.txt), its training text and a held-out text."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    base = tmp_path_factory.mktemp("trained")
+    train = write_corpus(base / "train.txt", 200)
+    held = write_corpus(base / "held.txt", 30, seed=2)
+    options = base / "tiny.json"
+    options.write_text(json.dumps(TINY))
+    out = base / "model"
+    result = runner.invoke(app, ["pretrain", str(train), str(out), "--options", str(options), "--max-steps", "2",
+                                 "--batch-size", "4", "--unroll", "5", "--negatives", "8", "--threads", "1",
+                                 "--backend", "reference", "--no-progress"])
+    torch.set_num_threads(before)
+    assert result.exit_code == 0, result.output
+    return {"model": out, "train": train, "held": held}
+
+
+@pytest.fixture
+def model(trained, tmp_path):
+    """A copy of the trained model that a test may change."""
+    copy = tmp_path / "model"
+    shutil.copytree(trained["model"], copy, ignore=shutil.ignore_patterns("data", "checkpoint.pt", "*.jsonl"))
+    return copy
+
+
+def files(directory):
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.is_file()}
+
+
+def clean_error(result, code=1):
+    """Exit ``code`` with a message, not a traceback."""
+    assert result.exit_code == code, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    return result.output
+
+
+# -- fit-state -------------------------------------------------------------------------------
+@pytest.mark.parametrize("content", ["", " \n\n\t\n", None], ids=["empty", "blank", "empty-dir"])
+def test_fit_state_on_a_text_without_text_names_it(model, tmp_path, content):
+    if content is None:
+        text = tmp_path / "texts"
+        text.mkdir()
+    else:
+        text = tmp_path / "text.txt"
+        text.write_text(content, encoding="utf-8")
+    before = files(model)
+    output = clean_error(runner.invoke(app, ["fit-state", str(model), str(text)]))
+    assert str(text) in output and "no text" in output
+    assert files(model) == before
+
+
+def test_fit_state_on_binary_or_missing_text(model, tmp_path):
+    binary = tmp_path / "data.bin"
+    binary.write_bytes(b"\x00\x01\x02 not text \x00")
+    output = clean_error(runner.invoke(app, ["fit-state", str(model), str(binary)]))
+    assert "binary" in output and str(binary) in output
+    output = clean_error(runner.invoke(app, ["fit-state", str(model), str(tmp_path / "missing.txt")]))
+    assert "does not exist" in output
+    assert not (model / INITIAL_STATE_NAME).exists()
+
+
+def test_fit_state_needs_a_native_model_dir(trained, model, tmp_path):
+    allen = tmp_path / "allen"
+    assert runner.invoke(app, ["export", str(model), str(allen), "--format", "allennlp"]).exit_code == 0
+    before = files(allen)
+    output = clean_error(runner.invoke(app, ["fit-state", str(allen), str(trained["train"]), "--rows", "4"]))
+    assert "AllenNLP" in output and "--format native" in output  # how to get a model it can write into
+    assert files(allen) == before
+    notmodel = tmp_path / "notmodel"
+    notmodel.mkdir()
+    output = clean_error(runner.invoke(app, ["fit-state", str(notmodel), str(trained["train"])]))
+    assert "not a spacy-elmo model directory" in output
+
+
+@pytest.mark.parametrize("option, value", [("--max-sentences", "0"), ("--max-sentences", "-1"), ("--rows", "0")])
+def test_fit_state_bad_numbers(model, trained, option, value):
+    output = clean_error(runner.invoke(app, ["fit-state", str(model), str(trained["train"]), option, value]), code=2)
+    assert option in output and "positive" in output
+
+
+def test_fit_state_clear_takes_no_text(model, trained):
+    output = clean_error(runner.invoke(app, ["fit-state", str(model), str(trained["train"]), "--clear"]), code=2)
+    assert "--clear" in output and "TEXT_PATH" in output
+
+
+def test_fit_state_reports_replaced_bytes(model, tmp_path):
+    text = tmp_path / "latin1.txt"
+    lines = write_corpus(tmp_path / "utf8.txt", 120).read_text(encoding="utf-8").splitlines()
+    text.write_bytes(b"\n".join(line.encode("utf-8") + b" caf\xe9 ." for line in lines) + b"\n")
+    result = runner.invoke(app, ["fit-state", str(model), str(text), "--rows", "4"])
+    assert result.exit_code == 0, result.output
+    assert f"{len(lines)} undecodable byte(s) replaced" in result.output
+
+
+def test_fit_state_write_error_is_reported_and_keeps_the_old_state(model, trained, monkeypatch):
+    assert runner.invoke(app, ["fit-state", str(model), str(trained["train"]), "--rows", "4"]).exit_code == 0
+    before = files(model)
+
+    def refused(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr("spacy_elmo.bilm.native_io.write_safetensors", refused)
+    output = clean_error(runner.invoke(app, ["fit-state", str(model), str(trained["train"]), "--rows", "2"]))
+    assert "Could not write" in output and "Permission denied" in output
+    assert files(model) == before
+
+
+# -- evaluate --------------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["native", "allennlp"])
+def test_evaluate_without_a_softmax_says_one_is_needed(trained, tmp_path, kind):
+    bare = tmp_path / "bare"
+    BiLM(BiLMConfig(**TINY)).save(bare)
+    if kind == "allennlp":
+        assert runner.invoke(app, ["export", str(bare), str(tmp_path / "allen"), "--format", "allennlp"]).exit_code == 0
+        bare = tmp_path / "allen"
+    output = clean_error(runner.invoke(app, ["evaluate", str(bare), str(trained["held"])]))
+    assert "has no softmax" in output and "perplexity needs one" in output and "--init" in output
+
+
+def test_evaluate_model_without_its_vocabulary(model, trained):
+    (model / "vocab.txt").unlink()
+    output = clean_error(runner.invoke(app, ["evaluate", str(model), str(trained["held"])]))
+    assert "no vocab.txt" in output and "Restore" in output
+
+
+def test_evaluate_empty_text(model, tmp_path):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    output = clean_error(runner.invoke(app, ["evaluate", str(model), str(empty)]))
+    assert "contains no tokens" in output and str(empty) in output
+
+
+def test_evaluate_reports_replaced_bytes_and_oov(model, tmp_path):
+    text = tmp_path / "latin1.txt"
+    text.write_bytes(b"zzqx caf\xe9 ol\xe9 qqxz .\n")
+    result = runner.invoke(app, ["evaluate", str(model), str(text)])
+    assert result.exit_code == 0, result.output
+    assert "2 undecodable byte(s)" in result.output and "OOV rate" in result.output
+
+
+def test_evaluate_json_keys_are_documented(model, trained):
+    result = runner.invoke(app, ["evaluate", str(model), str(trained["held"]), "--json"])
+    assert result.exit_code == 0, result.output
+    keys = set(json.loads(result.output.strip().splitlines()[-1]))
+    help_text = " ".join(runner.invoke(app, ["evaluate", "--help"], terminal_width=200).output.split())
+    missing = [k for k in sorted(keys) if k not in help_text]
+    assert not missing, missing
+
+
+# -- demo ------------------------------------------------------------------------------------
+def test_demo_bad_model_and_threads(tmp_path):
+    output = clean_error(runner.invoke(app, ["demo", "--model", str(tmp_path / "missing")]))
+    assert "not a spacy-elmo model directory" in output
+    output = clean_error(runner.invoke(app, ["demo", "--threads", "0"]), code=2)
+    assert "--threads" in output
+
+
+def test_demo_runs_a_model_with_other_token_width(tmp_path):
+    small = tmp_path / "tiny"
+    BiLM(BiLMConfig(**TINY)).save(small)  # max_characters_per_token 20, not 50
+    result = runner.invoke(app, ["demo", "--model", str(small), "--threads", "1"])
+    assert result.exit_code == 0, result.output
+    assert "tokens/s" in result.output and "words/s" in result.output
+
+
+# -- help --------------------------------------------------------------------------------------
+def test_command_list_shows_one_line_per_command():
+    group = typer.main.get_command(app)
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
+        first = (command.help or "").strip().split("\n\n")[0]
+        assert first and "\n" not in first, (name, first)  # the short help in `spacy-elmo --help`
+
+
+def test_no_arguments_shows_the_commands():
+    result = runner.invoke(app, [])
+    assert "Commands" in result.output and "pretrain" in result.output and "fit-state" in result.output
+
+
+# -- Ctrl-C ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("checkpointed", [False, True])
+def test_pretrain_interrupted_says_how_to_go_on(tmp_path, monkeypatch, checkpointed):
+    train = write_corpus(tmp_path / "train.txt", 50)
+    out = tmp_path / "out"
+
+    def interrupted(cfg, on_step=None):
+        if checkpointed:
+            out.mkdir()
+            (out / "checkpoint.pt").write_bytes(b"")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("spacy_elmo.training.trainer.train", interrupted)
+    result = runner.invoke(app, ["pretrain", str(train), str(out), "--no-progress"])
+    assert result.exit_code == 130, result.output
+    assert "Interrupted" in result.output
+    if checkpointed:
+        assert "--resume" in result.output
+    else:
+        assert "no checkpoint" in result.output and "without --resume" in result.output
