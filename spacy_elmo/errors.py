@@ -380,6 +380,12 @@ class Errors:
         "the model first: `spacy-elmo export {path} NEW_DIR --format native`, then `spacy-elmo fit-state "
         "NEW_DIR TEXT_PATH`."
     )
+    E_FIT_STATE_BUNDLED = (
+        "{model} is the bundled default model inside the installed package ({path}): fitting a state there would "
+        "change nlp.add_pipe(\"elmo\") and BiLM.load(\"default\") for every user of this environment. Copy it "
+        "first: `spacy-elmo export default NEW_DIR --format native`, then `spacy-elmo fit-state NEW_DIR TEXT_PATH` "
+        "and use NEW_DIR as the model."
+    )
     E_FIT_STATE_WRITE = (
         "Could not write the initial state into {path}: {error}. The model directory must be writable: copy "
         "the model elsewhere (`spacy-elmo export {path} NEW_DIR --format native`) and fit the state there. "

@@ -13,8 +13,8 @@ from .app import app, positive_int
 @app.command("fit-state")
 def fit_state(
     model_dir: str = typer.Argument(
-        ..., help="Native model directory (written by pretrain, export --format native or BiLM.save), or 'default'. "
-        "The state is written into it."),
+        ..., help="Native model directory (written by pretrain, export --format native or BiLM.save). The state is "
+        "written into it (not into the bundled default model: export that to a directory first)."),
     text_path: Optional[Path] = typer.Argument(None, help="Running text like the training text (UTF-8 file or directory)."),
     lang: Optional[str] = typer.Option(None, help="spaCy language (default: the one the model was trained with, else en)."),
     max_sentences: int = typer.Option(4096, callback=positive_int, help="Read at most this many sentences from the start of the text."),
@@ -25,7 +25,7 @@ def fit_state(
 
     The state is the mean carried state at sentence boundaries of running text (see docs/default-model.md). The file is replaced atomically: a killed or failed run leaves the model as it was."""
     from ..bilm import BiLM
-    from ..bilm.native_io import CONFIG_NAME, find_allennlp_files, read_meta, resolve_model_dir, write_initial_state
+    from ..bilm.native_io import CONFIG_NAME, DEFAULT_MODEL_DIR, find_allennlp_files, read_meta, resolve_model_dir, write_initial_state
     from ..training.data import ReadStats, iter_sentences, iter_text, make_nlp, replaced_bytes_so_far
 
     if clear and text_path is not None:
@@ -35,6 +35,8 @@ def fit_state(
     replaced = 0
     try:
         path = resolve_model_dir(model_dir)
+        if path.resolve() == DEFAULT_MODEL_DIR:
+            raise ValueError(Errors.E_FIT_STATE_BUNDLED.format(model=model_dir, path=DEFAULT_MODEL_DIR))
         if path.is_dir() and not (path / CONFIG_NAME).exists() and find_allennlp_files(path) is not None:
             raise ValueError(Errors.E_FIT_STATE_ALLENNLP.format(path=path))
         meta = read_meta(path)  # a native directory: AllenNLP files have no place for the state

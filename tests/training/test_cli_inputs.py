@@ -222,3 +222,19 @@ def test_pretrain_interrupted_says_how_to_go_on(tmp_path, monkeypatch, checkpoin
         assert "--resume" in result.output
     else:
         assert "no checkpoint" in result.output and "without --resume" in result.output
+
+
+def test_fit_state_refuses_the_bundled_model(trained, tmp_path):
+    from spacy_elmo.bilm.native_io import DEFAULT_MODEL_DIR
+
+    before = files(DEFAULT_MODEL_DIR)
+    for name in ("default", str(DEFAULT_MODEL_DIR)):
+        output = clean_error(runner.invoke(app, ["fit-state", name, str(trained["train"]), "--rows", "4"]))
+        assert "bundled default model" in output and "export default NEW_DIR --format native" in output
+    assert files(DEFAULT_MODEL_DIR) == before
+    # the way out the message gives works
+    copy = tmp_path / "copy"
+    assert runner.invoke(app, ["export", "default", str(copy), "--format", "native"]).exit_code == 0
+    result = runner.invoke(app, ["fit-state", str(copy), str(trained["train"]), "--rows", "4", "--max-sentences", "24"])
+    assert result.exit_code == 0, result.output
+    assert (copy / INITIAL_STATE_NAME).exists()
