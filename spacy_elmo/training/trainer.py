@@ -24,6 +24,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from ..atomic import atomic_write_text
 from ..bilm import BiLM, BiLMConfig
 from ..bilm.initial_state import boundary_state_mean
 from ..bilm.lstm import LstmState
@@ -259,8 +260,8 @@ class _Log:
         if not enabled:
             return
         if resume_step is not None and path.exists():
-            kept = [l for l in path.read_text(encoding="utf-8").splitlines() if l.strip() and json.loads(l).get("step", 0) <= resume_step]
-            path.write_text("".join(l + "\n" for l in kept), encoding="utf-8")
+            kept = [e for e in _parse_log(path) if e.get("step", 0) <= resume_step]
+            atomic_write_text(path, "".join(json.dumps(e) + "\n" for e in kept))
         elif resume_step is None and path.exists():
             path.unlink()
 
@@ -270,9 +271,23 @@ class _Log:
                 f.write(json.dumps(entry) + "\n")
 
 
+def _parse_log(path: Path) -> List[Dict[str, Any]]:
+    """The entries of a JSON-lines log. A last line cut short (the run was killed while
+    appending it) is left out; it belongs to a step a resume redoes."""
+    lines = [l for l in path.read_text(encoding="utf-8", errors="replace").splitlines() if l.strip()]
+    entries = []
+    for i, line in enumerate(lines):
+        try:
+            entries.append(json.loads(line))
+        except ValueError:
+            if i != len(lines) - 1:
+                raise
+    return entries
+
+
 def read_log(output_dir) -> List[Dict[str, Any]]:
-    path = Path(output_dir) / LOG_NAME
-    return [json.loads(l) for l in path.read_text(encoding="utf-8").splitlines() if l.strip()]
+    """The entries of ``OUTPUT_DIR/train_log.jsonl``."""
+    return _parse_log(Path(output_dir) / LOG_NAME)
 
 
 # -- the loop ----------------------------------------------------------------

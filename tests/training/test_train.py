@@ -14,7 +14,7 @@ import torch
 from spacy_elmo import BiLM, batch_to_ids
 from spacy_elmo.training.data import Corpus
 from spacy_elmo.training.evaluate import evaluate_model_dir
-from spacy_elmo.training.trainer import read_log, train
+from spacy_elmo.training.trainer import LOG_NAME, read_log, train
 
 from .conftest import TINY, tiny_train_config, write_corpus
 
@@ -342,3 +342,25 @@ def test_per_sentence_evaluation_bounds_the_padded_tokens_of_a_call(monkeypatch)
     assert batched["n_targets"] == alone["n_targets"]
     for key in ("loss_forward", "loss_backward"):
         assert batched[key] == pytest.approx(alone[key], abs=1e-5)
+
+
+def test_resume_after_a_kill_inside_a_log_line(tmp_path):
+    """A run killed while appending to train_log.jsonl leaves half a line; the resume drops it
+    (its step is redone) and the log ends as a straight run's."""
+    train_file = write_corpus(tmp_path / "train.txt", 200)
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    train(tiny_train_config(train_file, straight, max_steps=4, checkpoint_every=2))
+
+    def crash(step, loss):
+        if step == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train(tiny_train_config(train_file, killed, max_steps=4, checkpoint_every=2), on_step=crash)
+    with open(killed / LOG_NAME, "a", encoding="utf-8") as f:
+        f.write('{"step": 3, "epoch": 0, "loss": 3.9')  # cut off by the kill
+    train(tiny_train_config(train_file, killed, max_steps=4, checkpoint_every=2, resume=True))
+    a = [e["loss"] for e in read_log(straight) if "loss" in e]
+    b = [e["loss"] for e in read_log(killed) if "loss" in e]
+    assert len(b) == 4
+    np.testing.assert_allclose(b, a, rtol=1e-6, atol=1e-7)
