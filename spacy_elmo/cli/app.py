@@ -12,8 +12,23 @@ app = typer.Typer(
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        import torch
+
+        from .. import __version__
+        from ..ops import fused_available
+
+        typer.echo(f"spacy-elmo {__version__} (torch {torch.__version__}, compiled kernels: "
+                   f"{'yes' if fused_available() else 'no, the reference path runs'})")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                 help="Print the version (and whether the compiled kernels load) and exit."),
+) -> None:
     """ELMo biLMs for spaCy and PyTorch."""
     # A callback keeps typer in multi-command mode even while one command exists.
 
