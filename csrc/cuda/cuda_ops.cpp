@@ -196,7 +196,12 @@ LstmForwardResult lstm_forward_cuda(at::TensorList xs, const at::Tensor& lengths
     h_prev = at::zeros({ndir, B, T, P}, opts);
     m = at::zeros({ndir, T, B, C}, opts);
   } else {
-    gates = c_raw = hp_raw = h_prev = m = at::empty({0}, opts);
+    // five distinct empty tensors: outputs of a custom op must not alias each other
+    gates = at::empty({0}, opts);
+    c_raw = at::empty({0}, opts);
+    hp_raw = at::empty({0}, opts);
+    h_prev = at::empty({0}, opts);
+    m = at::empty({0}, opts);
   }
   at::Tensor m_step = save ? at::Tensor() : at::zeros({ndir, B, C}, opts);
   at::Tensor hp_step = save ? at::Tensor() : at::empty({ndir, B, P}, opts);
