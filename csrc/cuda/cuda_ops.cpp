@@ -160,6 +160,19 @@ void fill_common(cuda::LstmStep& s, int64_t ndir, int64_t B, int64_t T, int64_t 
   s.residual = residual;
 }
 
+// The number of steps, max(lengths), after checking every length lies in [0, T]
+// (a longer row would make the kernels read and write past its T positions) and
+// that the batch fits the kernels' grid (one block row per sentence: gridDim.y).
+int64_t lstm_steps(const at::Tensor& lengths, int64_t B, int64_t T) {
+  TORCH_CHECK(lengths.dim() == 1 && lengths.size(0) == B, "lstm (CUDA): lengths must be (B,)");
+  TORCH_CHECK(B <= 65535, "lstm (CUDA): at most 65535 sentences per call, got ", B);
+  if (B == 0) return 0;
+  const at::Tensor range = at::stack({lengths.min(), lengths.max()}).cpu();
+  const int64_t lo = range[0].item<int64_t>(), hi = range[1].item<int64_t>();
+  TORCH_CHECK(lo >= 0 && hi <= T, "lstm: lengths must lie in [0, T]");
+  return hi;
+}
+
 }  // namespace
 
 LstmForwardResult lstm_forward_cuda(at::TensorList xs, const at::Tensor& lengths_in, at::TensorList weights,
@@ -175,7 +188,7 @@ LstmForwardResult lstm_forward_cuda(at::TensorList xs, const at::Tensor& lengths
   TORCH_CHECK(!residual || I == P, "lstm: residual needs input dim == projection dim");
   const auto opts = xs[0].options();
   const at::Tensor lengths = lengths_in.to(xs[0].device(), at::kLong).contiguous();
-  const int64_t tmax = B == 0 ? 0 : std::min<int64_t>(lengths.max().item<int64_t>(), T);
+  const int64_t tmax = lstm_steps(lengths, B, T);
   std::vector<at::Tensor> x(ndir), xi(ndir), outs(ndir), wrec(ndir), wproj(ndir);
   for (int64_t d = 0; d < ndir; ++d) {
     x[d] = xs[d].contiguous();
@@ -252,7 +265,7 @@ LstmBackwardResult lstm_backward_cuda(at::TensorList grad_outs, const at::Tensor
   const auto opts = xs[0].options();
   const auto f32 = opts.dtype(at::kFloat);
   const at::Tensor lengths = lengths_in.to(xs[0].device(), at::kLong).contiguous();
-  const int64_t tmax = B == 0 ? 0 : std::min<int64_t>(lengths.max().item<int64_t>(), T);
+  const int64_t tmax = lstm_steps(lengths, B, T);
   std::vector<at::Tensor> go(ndir), wrec(ndir), wproj(ndir);
   for (int64_t d = 0; d < ndir; ++d) {
     go[d] = grad_outs[d].to(opts).contiguous();
