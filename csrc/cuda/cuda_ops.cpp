@@ -60,11 +60,29 @@ Packed pack_filters(at::TensorList weights, int64_t D, at::ScalarType dt) {
   return p;
 }
 
+// The shapes the kernels index by (as the CPU kernel checks them): a filter wider
+// than the tokens would make the backward read char ids past its token's W.
+void check_char_cnn(const at::Tensor& ids, const at::Tensor& emb, at::TensorList weights, int64_t activation) {
+  TORCH_CHECK(ids.dim() == 2, "char_cnn: char_ids must be (N, W)");
+  TORCH_CHECK(emb.dim() == 2, "char_cnn: embedding must be (261, D)");
+  TORCH_CHECK(activation == 0 || activation == 1, "char_cnn: activation must be 0 (relu) or 1 (tanh)");
+  TORCH_CHECK(!weights.empty(), "char_cnn: at least one filter");
+  for (size_t i = 0; i < weights.size(); ++i) {
+    TORCH_CHECK(weights[i].dim() == 3 && weights[i].size(1) == emb.size(1), "char_cnn: weight ", i,
+                " must be (count, D, width)");
+    TORCH_CHECK(weights[i].size(2) <= ids.size(1), "char_cnn: filter ", i, " is wider than the tokens");
+  }
+}
+
 }  // namespace
 
 std::tuple<at::Tensor, at::Tensor> char_cnn_forward_cuda(const at::Tensor& ids_in, const at::Tensor& emb_in,
                                                          at::TensorList weights, at::TensorList biases,
                                                          int64_t activation) {
+  check_char_cnn(ids_in, emb_in, weights, activation);
+  TORCH_CHECK(biases.size() == weights.size(), "char_cnn: one bias per filter");
+  for (size_t i = 0; i < weights.size(); ++i)
+    TORCH_CHECK(biases[i].numel() == weights[i].size(0), "char_cnn: bias ", i, " must be (count,)");
   c10::cuda::CUDAGuard guard(emb_in.device());
   const at::Tensor ids = ids_in.to(emb_in.device(), at::kLong).contiguous();
   const at::Tensor emb = emb_in.contiguous();
@@ -82,6 +100,7 @@ std::tuple<at::Tensor, at::Tensor> char_cnn_forward_cuda(const at::Tensor& ids_i
 std::tuple<at::Tensor, std::vector<at::Tensor>, std::vector<at::Tensor>> char_cnn_backward_cuda(
     const at::Tensor& grad, const at::Tensor& out, const at::Tensor& arg, const at::Tensor& ids_in,
     const at::Tensor& emb_in, at::TensorList weights, int64_t activation) {
+  check_char_cnn(ids_in, emb_in, weights, activation);
   c10::cuda::CUDAGuard guard(emb_in.device());
   const at::Tensor ids = ids_in.to(emb_in.device(), at::kLong).contiguous();
   const at::Tensor emb = emb_in.contiguous();
