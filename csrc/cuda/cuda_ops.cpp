@@ -124,7 +124,8 @@ std::tuple<at::Tensor, std::vector<at::Tensor>, std::vector<at::Tensor>> char_cn
   for (int i = 0; i < p.f.n; ++i) {
     const int64_t width = p.f.width[i], count = p.f.count[i];
     dws.push_back(d_wp[i].view({width, D, count}).permute({2, 1, 0}).contiguous().to(weights[i].scalar_type()));
-    dbs.push_back(d_bias.narrow(0, p.f.offset[i], count).to(weights[i].scalar_type()));
+    // a copy (to() returns the narrow view itself for float32): outputs must not alias
+    dbs.push_back(d_bias.narrow(0, p.f.offset[i], count).to(weights[i].scalar_type(), false, true));
   }
   return {d_emb.to(emb.scalar_type()), dws, dbs};
 }
