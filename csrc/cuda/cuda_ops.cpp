@@ -71,6 +71,9 @@ void check_char_cnn(const at::Tensor& ids, const at::Tensor& emb, at::TensorList
     TORCH_CHECK(weights[i].dim() == 3 && weights[i].size(1) == emb.size(1), "char_cnn: weight ", i,
                 " must be (count, D, width)");
     TORCH_CHECK(weights[i].size(2) <= ids.size(1), "char_cnn: filter ", i, " is wider than the tokens");
+    // the kernels read the packed filters through raw device pointers
+    TORCH_CHECK(weights[i].device() == emb.device(), "char_cnn (CUDA): weight ", i, " is on ", weights[i].device(),
+                ", the embedding on ", emb.device());
   }
 }
 
@@ -82,7 +85,8 @@ std::tuple<at::Tensor, at::Tensor> char_cnn_forward_cuda(const at::Tensor& ids_i
   check_char_cnn(ids_in, emb_in, weights, activation);
   TORCH_CHECK(biases.size() == weights.size(), "char_cnn: one bias per filter");
   for (size_t i = 0; i < weights.size(); ++i)
-    TORCH_CHECK(biases[i].numel() == weights[i].size(0), "char_cnn: bias ", i, " must be (count,)");
+    TORCH_CHECK(biases[i].numel() == weights[i].size(0) && biases[i].device() == emb_in.device(), "char_cnn: bias ",
+                i, " must be (count,) on the embedding's device");
   c10::cuda::CUDAGuard guard(emb_in.device());
   const at::Tensor ids = ids_in.to(emb_in.device(), at::kLong).contiguous();
   const at::Tensor emb = emb_in.contiguous();
@@ -101,6 +105,11 @@ std::tuple<at::Tensor, std::vector<at::Tensor>, std::vector<at::Tensor>> char_cn
     const at::Tensor& grad, const at::Tensor& out, const at::Tensor& arg, const at::Tensor& ids_in,
     const at::Tensor& emb_in, at::TensorList weights, int64_t activation) {
   check_char_cnn(ids_in, emb_in, weights, activation);
+  // out is read as the embedding's dtype, arg as int32 positions, both (N, F) on its device
+  TORCH_CHECK(out.scalar_type() == emb_in.scalar_type() && out.device() == emb_in.device() &&
+                  arg.device() == emb_in.device() && out.sizes() == arg.sizes() && out.dim() == 2 &&
+                  out.size(0) == ids_in.size(0),
+              "char_cnn_backward (CUDA): out and argmax must be the forward's outputs");
   c10::cuda::CUDAGuard guard(emb_in.device());
   const at::Tensor ids = ids_in.to(emb_in.device(), at::kLong).contiguous();
   const at::Tensor emb = emb_in.contiguous();
@@ -115,7 +124,7 @@ std::tuple<at::Tensor, std::vector<at::Tensor>, std::vector<at::Tensor>> char_cn
     d_wp.push_back(at::zeros({(int64_t)p.f.width[i] * D, p.f.count[i]}, f32));
     dg.p[i] = d_wp.back().data_ptr<float>();
   }
-  const at::Tensor g = grad.to(emb.scalar_type()).contiguous();
+  const at::Tensor g = grad.to(emb.options()).contiguous();  // its device too: read by raw pointer
   cuda::char_cnn_backward(dtype_of(emb), ids.data_ptr<int64_t>(), emb.data_ptr(), p.f, g.data_ptr(),
                           out.contiguous().data_ptr(), arg.contiguous().data_ptr<int32_t>(), N, (int)W, (int)D,
                           (int)p.F, (int)activation, d_emb.data_ptr<float>(), dg, d_bias.data_ptr<float>(), stream());
@@ -148,7 +157,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> highway_backward_cuda(const at::T
   c10::cuda::CUDAGuard guard(x_in.device());
   const at::Tensor x = x_in.contiguous();
   const at::Tensor h = h_in.contiguous();
-  const at::Tensor dy = grad.to(x.scalar_type()).contiguous();
+  TORCH_CHECK(h.scalar_type() == x.scalar_type() && h.device() == x.device() && h.dim() == 2 &&
+                  h.size(0) == x.size(0) && h.size(1) == 2 * x.size(1),
+              "highway_backward (CUDA): h must be the forward's (N, 2F) pre-activations");
+  const at::Tensor dy = grad.to(x.options()).contiguous();  // its device too: read by raw pointer
   const int64_t N = x.size(0), F = x.size(1);
   at::Tensor dh = at::empty_like(h);
   at::Tensor dx = at::empty_like(x);
@@ -202,6 +214,10 @@ LstmForwardResult lstm_forward_cuda(at::TensorList xs, const at::Tensor& lengths
   c10::cuda::CUDAGuard guard(xs[0].device());
   const int64_t ndir = (int64_t)xs.size();
   TORCH_CHECK(ndir == 1 || ndir == 2, "lstm (CUDA): one or two directions");
+  for (int64_t d = 1; d < ndir; ++d)  // x[d] is read through a raw pointer as xs[0]'s dtype and shape
+    TORCH_CHECK(xs[d].sizes() == xs[0].sizes() && xs[d].scalar_type() == xs[0].scalar_type() &&
+                    xs[d].device() == xs[0].device(),
+                "lstm (CUDA): every direction's input must have the shape, dtype and device of the first");
   TORCH_CHECK((int64_t)weights.size() == 4 * ndir && (int64_t)reverse.size() == ndir, "lstm: bad arguments");
   const int64_t B = xs[0].size(0), T = xs[0].size(1), I = xs[0].size(2);
   const int64_t C = weights[3].size(0), P = weights[3].size(1);
