@@ -99,9 +99,12 @@ void char_cnn_forward(DType dt, const int64_t* ids, const void* emb, const CharF
   if (N == 0) return;
   const dim3 grid((unsigned)N, blocks_for(F, kThreads));
   const size_t shmem = (size_t)W * D * sizeof(float);
-  SE_DISPATCH(dt, char_cnn_forward_kernel<T><<<grid, kThreads, shmem, stream>>>(
-                      ids, static_cast<const T*>(emb), f, static_cast<const T*>(bias), W, D, F, activation,
-                      static_cast<T*>(out), arg));
+  // more than 48 KB of dynamic shared memory needs the kernel's limit raised first
+  SE_DISPATCH(dt, if (shmem > 48 * 1024) cudaFuncSetAttribute(char_cnn_forward_kernel<T>,
+                                                              cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shmem);
+              char_cnn_forward_kernel<T><<<grid, kThreads, shmem, stream>>>(
+                  ids, static_cast<const T*>(emb), f, static_cast<const T*>(bias), W, D, F, activation,
+                  static_cast<T*>(out), arg));
 }
 
 void char_cnn_backward(DType dt, const int64_t* ids, const void* emb, const CharFilters& f, const void* grad,

@@ -18,7 +18,9 @@ __device__ __forceinline__ void st(__nv_bfloat16* p, float v) { *p = __float2bfl
 
 // Accurate (not --use_fast_math dependent) activations: exactness first.
 __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
-__device__ __forceinline__ float clipf_(float x, float lo, float hi) { return fminf(fmaxf(x, lo), hi); }
+// Like torch.clamp: NaN stays NaN (fminf/fmaxf return the other operand for a NaN,
+// which turned a NaN cell into -clip, or -inf with no clip at all).
+__device__ __forceinline__ float clipf_(float x, float lo, float hi) { return x < lo ? lo : (x > hi ? hi : x); }
 
 #define SE_DISPATCH(dt, ...)                          \
   switch (dt) {                                       \

@@ -60,11 +60,33 @@ Packed pack_filters(at::TensorList weights, int64_t D, at::ScalarType dt) {
   return p;
 }
 
+// The shapes the kernels index by (as the CPU kernel checks them): a filter wider
+// than the tokens would make the backward read char ids past its token's W.
+void check_char_cnn(const at::Tensor& ids, const at::Tensor& emb, at::TensorList weights, int64_t activation) {
+  TORCH_CHECK(ids.dim() == 2, "char_cnn: char_ids must be (N, W)");
+  TORCH_CHECK(emb.dim() == 2, "char_cnn: embedding must be (261, D)");
+  TORCH_CHECK(activation == 0 || activation == 1, "char_cnn: activation must be 0 (relu) or 1 (tanh)");
+  TORCH_CHECK(!weights.empty(), "char_cnn: at least one filter");
+  for (size_t i = 0; i < weights.size(); ++i) {
+    TORCH_CHECK(weights[i].dim() == 3 && weights[i].size(1) == emb.size(1), "char_cnn: weight ", i,
+                " must be (count, D, width)");
+    TORCH_CHECK(weights[i].size(2) <= ids.size(1), "char_cnn: filter ", i, " is wider than the tokens");
+    // the kernels read the packed filters through raw device pointers
+    TORCH_CHECK(weights[i].device() == emb.device(), "char_cnn (CUDA): weight ", i, " is on ", weights[i].device(),
+                ", the embedding on ", emb.device());
+  }
+}
+
 }  // namespace
 
 std::tuple<at::Tensor, at::Tensor> char_cnn_forward_cuda(const at::Tensor& ids_in, const at::Tensor& emb_in,
                                                          at::TensorList weights, at::TensorList biases,
                                                          int64_t activation) {
+  check_char_cnn(ids_in, emb_in, weights, activation);
+  TORCH_CHECK(biases.size() == weights.size(), "char_cnn: one bias per filter");
+  for (size_t i = 0; i < weights.size(); ++i)
+    TORCH_CHECK(biases[i].numel() == weights[i].size(0) && biases[i].device() == emb_in.device(), "char_cnn: bias ",
+                i, " must be (count,) on the embedding's device");
   c10::cuda::CUDAGuard guard(emb_in.device());
   const at::Tensor ids = ids_in.to(emb_in.device(), at::kLong).contiguous();
   const at::Tensor emb = emb_in.contiguous();
@@ -82,6 +104,12 @@ std::tuple<at::Tensor, at::Tensor> char_cnn_forward_cuda(const at::Tensor& ids_i
 std::tuple<at::Tensor, std::vector<at::Tensor>, std::vector<at::Tensor>> char_cnn_backward_cuda(
     const at::Tensor& grad, const at::Tensor& out, const at::Tensor& arg, const at::Tensor& ids_in,
     const at::Tensor& emb_in, at::TensorList weights, int64_t activation) {
+  check_char_cnn(ids_in, emb_in, weights, activation);
+  // out is read as the embedding's dtype, arg as int32 positions, both (N, F) on its device
+  TORCH_CHECK(out.scalar_type() == emb_in.scalar_type() && out.device() == emb_in.device() &&
+                  arg.device() == emb_in.device() && out.sizes() == arg.sizes() && out.dim() == 2 &&
+                  out.size(0) == ids_in.size(0),
+              "char_cnn_backward (CUDA): out and argmax must be the forward's outputs");
   c10::cuda::CUDAGuard guard(emb_in.device());
   const at::Tensor ids = ids_in.to(emb_in.device(), at::kLong).contiguous();
   const at::Tensor emb = emb_in.contiguous();
@@ -96,7 +124,7 @@ std::tuple<at::Tensor, std::vector<at::Tensor>, std::vector<at::Tensor>> char_cn
     d_wp.push_back(at::zeros({(int64_t)p.f.width[i] * D, p.f.count[i]}, f32));
     dg.p[i] = d_wp.back().data_ptr<float>();
   }
-  const at::Tensor g = grad.to(emb.scalar_type()).contiguous();
+  const at::Tensor g = grad.to(emb.options()).contiguous();  // its device too: read by raw pointer
   cuda::char_cnn_backward(dtype_of(emb), ids.data_ptr<int64_t>(), emb.data_ptr(), p.f, g.data_ptr(),
                           out.contiguous().data_ptr(), arg.contiguous().data_ptr<int32_t>(), N, (int)W, (int)D,
                           (int)p.F, (int)activation, d_emb.data_ptr<float>(), dg, d_bias.data_ptr<float>(), stream());
@@ -105,7 +133,8 @@ std::tuple<at::Tensor, std::vector<at::Tensor>, std::vector<at::Tensor>> char_cn
   for (int i = 0; i < p.f.n; ++i) {
     const int64_t width = p.f.width[i], count = p.f.count[i];
     dws.push_back(d_wp[i].view({width, D, count}).permute({2, 1, 0}).contiguous().to(weights[i].scalar_type()));
-    dbs.push_back(d_bias.narrow(0, p.f.offset[i], count).to(weights[i].scalar_type()));
+    // a copy (to() returns the narrow view itself for float32): outputs must not alias
+    dbs.push_back(d_bias.narrow(0, p.f.offset[i], count).to(weights[i].scalar_type(), false, true));
   }
   return {d_emb.to(emb.scalar_type()), dws, dbs};
 }
@@ -128,7 +157,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> highway_backward_cuda(const at::T
   c10::cuda::CUDAGuard guard(x_in.device());
   const at::Tensor x = x_in.contiguous();
   const at::Tensor h = h_in.contiguous();
-  const at::Tensor dy = grad.to(x.scalar_type()).contiguous();
+  TORCH_CHECK(h.scalar_type() == x.scalar_type() && h.device() == x.device() && h.dim() == 2 &&
+                  h.size(0) == x.size(0) && h.size(1) == 2 * x.size(1),
+              "highway_backward (CUDA): h must be the forward's (N, 2F) pre-activations");
+  const at::Tensor dy = grad.to(x.options()).contiguous();  // its device too: read by raw pointer
   const int64_t N = x.size(0), F = x.size(1);
   at::Tensor dh = at::empty_like(h);
   at::Tensor dx = at::empty_like(x);
@@ -160,6 +192,19 @@ void fill_common(cuda::LstmStep& s, int64_t ndir, int64_t B, int64_t T, int64_t 
   s.residual = residual;
 }
 
+// The number of steps, max(lengths), after checking every length lies in [0, T]
+// (a longer row would make the kernels read and write past its T positions) and
+// that the batch fits the kernels' grid (one block row per sentence: gridDim.y).
+int64_t lstm_steps(const at::Tensor& lengths, int64_t B, int64_t T) {
+  TORCH_CHECK(lengths.dim() == 1 && lengths.size(0) == B, "lstm (CUDA): lengths must be (B,)");
+  TORCH_CHECK(B <= 65535, "lstm (CUDA): at most 65535 sentences per call, got ", B);
+  if (B == 0) return 0;
+  const at::Tensor range = at::stack({lengths.min(), lengths.max()}).cpu();
+  const int64_t lo = range[0].item<int64_t>(), hi = range[1].item<int64_t>();
+  TORCH_CHECK(lo >= 0 && hi <= T, "lstm: lengths must lie in [0, T]");
+  return hi;
+}
+
 }  // namespace
 
 LstmForwardResult lstm_forward_cuda(at::TensorList xs, const at::Tensor& lengths_in, at::TensorList weights,
@@ -169,13 +214,17 @@ LstmForwardResult lstm_forward_cuda(at::TensorList xs, const at::Tensor& lengths
   c10::cuda::CUDAGuard guard(xs[0].device());
   const int64_t ndir = (int64_t)xs.size();
   TORCH_CHECK(ndir == 1 || ndir == 2, "lstm (CUDA): one or two directions");
+  for (int64_t d = 1; d < ndir; ++d)  // x[d] is read through a raw pointer as xs[0]'s dtype and shape
+    TORCH_CHECK(xs[d].sizes() == xs[0].sizes() && xs[d].scalar_type() == xs[0].scalar_type() &&
+                    xs[d].device() == xs[0].device(),
+                "lstm (CUDA): every direction's input must have the shape, dtype and device of the first");
   TORCH_CHECK((int64_t)weights.size() == 4 * ndir && (int64_t)reverse.size() == ndir, "lstm: bad arguments");
   const int64_t B = xs[0].size(0), T = xs[0].size(1), I = xs[0].size(2);
   const int64_t C = weights[3].size(0), P = weights[3].size(1);
   TORCH_CHECK(!residual || I == P, "lstm: residual needs input dim == projection dim");
   const auto opts = xs[0].options();
   const at::Tensor lengths = lengths_in.to(xs[0].device(), at::kLong).contiguous();
-  const int64_t tmax = B == 0 ? 0 : std::min<int64_t>(lengths.max().item<int64_t>(), T);
+  const int64_t tmax = lstm_steps(lengths, B, T);
   std::vector<at::Tensor> x(ndir), xi(ndir), outs(ndir), wrec(ndir), wproj(ndir);
   for (int64_t d = 0; d < ndir; ++d) {
     x[d] = xs[d].contiguous();
@@ -196,7 +245,12 @@ LstmForwardResult lstm_forward_cuda(at::TensorList xs, const at::Tensor& lengths
     h_prev = at::zeros({ndir, B, T, P}, opts);
     m = at::zeros({ndir, T, B, C}, opts);
   } else {
-    gates = c_raw = hp_raw = h_prev = m = at::empty({0}, opts);
+    // five distinct empty tensors: outputs of a custom op must not alias each other
+    gates = at::empty({0}, opts);
+    c_raw = at::empty({0}, opts);
+    hp_raw = at::empty({0}, opts);
+    h_prev = at::empty({0}, opts);
+    m = at::empty({0}, opts);
   }
   at::Tensor m_step = save ? at::Tensor() : at::zeros({ndir, B, C}, opts);
   at::Tensor hp_step = save ? at::Tensor() : at::empty({ndir, B, P}, opts);
@@ -247,7 +301,7 @@ LstmBackwardResult lstm_backward_cuda(at::TensorList grad_outs, const at::Tensor
   const auto opts = xs[0].options();
   const auto f32 = opts.dtype(at::kFloat);
   const at::Tensor lengths = lengths_in.to(xs[0].device(), at::kLong).contiguous();
-  const int64_t tmax = B == 0 ? 0 : std::min<int64_t>(lengths.max().item<int64_t>(), T);
+  const int64_t tmax = lstm_steps(lengths, B, T);
   std::vector<at::Tensor> go(ndir), wrec(ndir), wproj(ndir);
   for (int64_t d = 0; d < ndir; ++d) {
     go[d] = grad_outs[d].to(opts).contiguous();

@@ -103,3 +103,227 @@ def test_autocast_low_precision(dtype):
                                     [p.double() for p in ps[5:9]], None, 3.0, 3.0, True, True)
     tol = 5e-2 if dtype == torch.bfloat16 else 1e-2
     _check([of, ob, h, c], [rf, rb, rh, rc], tol)
+
+
+# ---------------------------------------------------------- review additions
+# Cases the tests above miss: more than one thread block along every kernel
+# dimension, tanh, a filter as wide as the token, no clips and no initial state,
+# one direction, the inference (save=False) path, low-precision backward, NaN,
+# bad lengths, the custom-op contract (opcheck: no aliased outputs).
+
+
+def _rel(a, b):
+    a, b = a.detach().double().cpu(), b.detach().double().cpu()
+    return float((a - b).norm() / b.norm().clamp_min(1e-30))
+
+
+@pytest.mark.parametrize("activation", ["relu", "tanh"])
+def test_char_cnn_cuda_blocks_tanh_wide_filter(activation):
+    # F = 307 > 256 threads: two blocks along gridDim.y, the second filter
+    # straddling the block boundary; a filter as wide as the token (one position);
+    # an all-zero token and a token of one repeated id (every window ties).
+    gen = torch.Generator().manual_seed(4)
+    W, D = 12, 5
+    filters = [(1, 200), (2, 100), (W, 7)]
+    ids = _ids(gen, 9, W)
+    ids[3] = 261
+    ps = _params(gen, [(261, D)] + [(c, D, w) for w, c in filters] + [(c,) for _, c in filters])
+    n = len(filters)
+
+    def mk(impl, dev):
+        return lambda e, *p: impl.char_cnn(ids.to(dev), e, p[:n], p[n:], activation)
+
+    o1, g1 = _grads(mk(fused, DEV), ps, DEV)
+    o2, g2 = _grads(mk(R, "cpu"), [p.double() for p in ps], "cpu")
+    _check(o1, o2, 1e-5)
+    _check(g1, g2, 1e-4)
+
+
+def test_char_cnn_cuda_rejects_filter_wider_than_tokens():
+    ids = torch.full((2, 5), 261, dtype=torch.long, device=DEV)
+    emb = torch.zeros(261, 4, device=DEV)
+    with pytest.raises(RuntimeError, match="wider than the tokens"):
+        torch.ops.spacy_elmo.char_cnn_forward(ids, emb, [torch.zeros(3, 4, 7, device=DEV)],
+                                              [torch.zeros(3, device=DEV)], 0)
+
+
+def test_highway_cuda_ragged_size():
+    gen = torch.Generator().manual_seed(5)
+    ps = _params(gen, [(3, 2, 37), (74, 37), (74,)], scale=0.8)  # N*F = 222: one partial block; 3-d input
+    o1, g1 = _grads(fused.highway, ps, DEV)
+    o2, g2 = _grads(R.highway, [p.double() for p in ps], "cpu")
+    _check(o1, o2, 1e-5)
+    _check(g1, g2, 1e-4)
+
+
+def test_bilstm_cuda_multi_block_no_clip_no_state():
+    # C = 300 > 256 (two gate blocks, h_prev copied by block 0 only), P = 136 > 128
+    # (two projection blocks), no clips, zero initial state, zero-length and full rows.
+    gen = torch.Generator().manual_seed(6)
+    B, T, P, C = 3, 6, 136, 300
+    lengths = torch.tensor([6, 0, 4])
+    ps = _params(gen, [(B, T, P), (B, T, P)] + [(P, 4 * C), (P, 4 * C), (4 * C,), (C, P)] * 2, scale=0.15)
+
+    def mk(impl, dev):
+        def fn(xf, xb, *w):
+            return impl.bilstm_layer(xf, xb, lengths.to(dev), w[:4], w[4:8], None, None, None, True, True)
+        return fn
+
+    o1, g1 = _grads(mk(fused, DEV), ps, DEV)
+    o2, g2 = _grads(mk(R, "cpu"), [p.double() for p in ps], "cpu")
+    _check(o1, o2, 1e-5)
+    _check(g1, g2, 1e-4)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_lstm_layer_cuda_one_direction(reverse):
+    gen = torch.Generator().manual_seed(7)
+    B, T, I, P, C = 4, 5, 9, 6, 10
+    lengths = torch.tensor([2, 5, 0, 3])
+    ps = _params(gen, [(B, T, I), (I, 4 * C), (P, 4 * C), (4 * C,), (C, P), (B, P), (B, C)], scale=0.7)
+
+    def mk(impl, dev):
+        return lambda *a: impl.lstm_layer(a[0], lengths.to(dev), *a[1:5], a[5], a[6], 0.3, 0.2, reverse, False)
+
+    o1, g1 = _grads(mk(fused, DEV), ps, DEV)
+    o2, g2 = _grads(mk(R, "cpu"), [p.double() for p in ps], "cpu")
+    _check(o1, o2, 1e-5)
+    _check(g1, g2, 1e-4)
+
+
+def test_bilstm_cuda_inference_path_matches_training_path():
+    # No input requires grad: lstm_forward runs with save=False (per-step m / hp
+    # buffers, no saved tensors); it must give the training path's outputs.
+    gen = torch.Generator().manual_seed(8)
+    B, T, P, C = 5, 7, 16, 40
+    lengths = torch.tensor([7, 3, 0, 1, 5], device=DEV)
+    ps = [p.to(DEV) for p in _params(gen, [(B, T, P)] + [(P, 4 * C), (P, 4 * C), (4 * C,), (C, P)] * 2 +
+                                     [(2, B, P), (2, B, C)], scale=0.6)]
+    with torch.no_grad():
+        a = fused.bilstm_layer(ps[0], ps[0], lengths, ps[1:5], ps[5:9], (ps[9], ps[10]), 0.5, 0.4, True, True)
+    x = ps[0].clone().requires_grad_()
+    b = fused.bilstm_layer(x, x, lengths, ps[1:5], ps[5:9], (ps[9], ps[10]), 0.5, 0.4, True, True)
+    for u, v in zip(a, b):
+        torch.testing.assert_close(u, v.detach(), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_autocast_low_precision_backward(dtype):
+    # The fp16/bf16 instantiations of every backward kernel (saved tensors,
+    # dz / dhp / dh_new in the low dtype, fp32 carried dh / dc): gradients within
+    # a relative norm of the float64 reference (an indexing bug is O(1)). Inputs
+    # are rounded to the low dtype first, so that both sides see the same values
+    # (else the char CNN's max over positions may pick another window).
+    gen = torch.Generator().manual_seed(9)
+    B, T, P, C = 4, 6, 32, 64
+    lengths = torch.tensor([6, 2, 0, 5])
+    ps = _params(gen, [(B, T, P), (B, T, P)] + [(P, 4 * C), (P, 4 * C), (4 * C,), (C, P)] * 2, scale=0.3)
+    ps = [p.to(dtype).float() for p in ps]
+
+    def fn_fused(xf, xb, *w):
+        with torch.autocast("cuda", dtype=dtype):
+            return fused.bilstm_layer(xf, xb, lengths.to(DEV), w[:4], w[4:8], None, 3.0, 3.0, True, True)
+
+    def fn_ref(xf, xb, *w):
+        return R.bilstm_layer(xf, xb, lengths, w[:4], w[4:8], None, 3.0, 3.0, True, True)
+
+    o1, g1 = _grads(fn_fused, ps, DEV)
+    o2, g2 = _grads(fn_ref, [p.double() for p in ps], "cpu")
+    tol = 5e-2 if dtype == torch.bfloat16 else 2e-2
+    for a, b in zip(o1 + g1, o2 + g2):
+        assert torch.isfinite(a.float()).all()
+        assert _rel(a, b) < tol
+
+    gen = torch.Generator().manual_seed(10)
+    filters = [(1, 32), (3, 64)]
+    ids = _ids(gen, 11, 20)
+    cps = _params(gen, [(261, 16)] + [(c, 16, w) for w, c in filters] + [(c,) for _, c in filters]
+                  + [(96 * 2, 96), (96 * 2,)])
+    cps = [p.to(dtype).float() for p in cps]
+
+    def cnn(impl, autocast):
+        def fn(e, w1, w2, b1, b2, hw, hb):
+            with torch.autocast("cuda", dtype=dtype, enabled=autocast):
+                x = impl.char_cnn(ids.to(e.device), e, [w1, w2], [b1, b2])
+                return impl.highway(x, hw, hb)
+        return fn
+
+    o1, g1 = _grads(cnn(fused, True), cps, DEV)
+    o2, g2 = _grads(cnn(R, False), [p.double() for p in cps], "cpu")
+    assert o1[0].dtype == dtype
+    for a, b in zip(o1 + g1, o2 + g2):
+        assert torch.isfinite(a.float()).all()
+        assert _rel(a, b) < tol
+
+
+@pytest.mark.parametrize("clip", [None, 3.0])
+def test_bilstm_cuda_nan_propagates_like_the_reference(clip):
+    # A NaN input token makes its row NaN from there on (both directions), as in
+    # the reference: the clips must not turn NaN into -clip (or -inf).
+    gen = torch.Generator().manual_seed(11)
+    B, T, P, C = 3, 5, 8, 12
+    lengths = torch.tensor([5, 3, 5])
+    ps = _params(gen, [(B, T, P)] + [(P, 4 * C), (P, 4 * C), (4 * C,), (C, P)] * 2, scale=0.5)
+    ps[0][0, 2, 0] = float("nan")  # row 0 is full length: no padded positions
+    f = fused.bilstm_layer(ps[0].to(DEV), ps[0].to(DEV), lengths.to(DEV), [p.to(DEV) for p in ps[1:5]],
+                           [p.to(DEV) for p in ps[5:9]], None, clip, clip, True, True)
+    r = R.bilstm_layer(ps[0].double(), ps[0].double(), lengths, [p.double() for p in ps[1:5]],
+                       [p.double() for p in ps[5:9]], None, clip, clip, True, True)
+    for a, b in zip(f, r):
+        assert torch.equal(a.cpu().isnan(), b.isnan())
+    assert f[0][0, 2:].isnan().all() and f[1][0, :3].isnan().all() and not f[0][1:].isnan().any()
+
+
+def test_lstm_cuda_rejects_lengths_beyond_t():
+    B, T, P, C = 2, 5, 4, 3
+    x = torch.zeros(B, T, P, device=DEV)
+    w = [torch.zeros(P, 4 * C, device=DEV), torch.zeros(P, 4 * C, device=DEV), torch.zeros(4 * C, device=DEV),
+         torch.zeros(C, P, device=DEV)]
+    with pytest.raises(RuntimeError, match=r"lengths must lie in \[0, T\]"):
+        fused.lstm_layer(x, torch.tensor([7, 3]), *w, reverse=True)
+
+
+def test_opcheck_cuda():
+    # The custom-op contract on the CUDA kernels: schema (no output aliases
+    # another), fake tensors, autograd registration.
+    gen = torch.Generator().manual_seed(12)
+    ops = torch.ops.spacy_elmo
+    ids = _ids(gen, 3, 8).to(DEV)
+    filters = [(1, 2), (3, 4)]
+    emb, *cp = [p.to(DEV).requires_grad_() for p in _params(gen, [(261, 3)] + [(c, 3, w) for w, c in filters] +
+                                                             [(c,) for _, c in filters])]
+    ws, bs = cp[:2], cp[2:]
+    torch.library.opcheck(ops.char_cnn_forward.default, (ids, emb, ws, bs, 0))
+    out, arg = ops.char_cnn_forward(ids, emb.detach(), [w.detach() for w in ws], [b.detach() for b in bs], 0)
+    torch.library.opcheck(ops.char_cnn_backward.default,
+                          (torch.ones_like(out), out, arg, ids, emb.detach(), [w.detach() for w in ws], 0),
+                          test_utils=("test_schema", "test_faketensor"))
+    x, w, b = [p.to(DEV).requires_grad_() for p in _params(gen, [(4, 5), (10, 5), (10,)])]
+    torch.library.opcheck(ops.highway_forward.default, (x, w, b))
+    B, T, P, C = 2, 3, 4, 5
+    ts = [p.to(DEV).requires_grad_() for p in _params(gen, [(B, T, P), (B, T, P)] +
+                                                       [(P, 4 * C), (P, 4 * C), (4 * C,), (C, P)] * 2 +
+                                                       [(2, B, P), (2, B, C)])]
+    xs, weights, h0, c0 = ts[:2], ts[2:10], ts[10], ts[11]
+    lengths = torch.tensor([3, 1], device=DEV)
+    torch.library.opcheck(ops.lstm_forward.default, (xs, lengths, weights, h0, c0, 3.0, 0.5, [0, 1], True, True),
+                          test_utils=("test_schema", "test_faketensor", "test_autograd_registration"))
+    torch.library.opcheck(ops.lstm_forward.default, (xs, lengths, weights, h0, c0, None, None, [0, 1], False, False),
+                          test_utils=("test_schema", "test_faketensor"))
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_kernels_on_second_gpu_match_first():
+    # Tensors on cuda:1 while cuda:0 is current: the device guard and the stream of
+    # cuda:1 must be used (a launch on the wrong device fails or reads garbage).
+    gen = torch.Generator().manual_seed(13)
+    B, T, P, C = 3, 4, 8, 10
+    lengths = torch.tensor([4, 0, 2])
+    ps = _params(gen, [(B, T, P)] + [(P, 4 * C), (P, 4 * C), (4 * C,), (C, P)] * 2, scale=0.5)
+    res = []
+    for dev in ("cuda:0", "cuda:1"):
+        with torch.cuda.device(0):
+            q = [p.to(dev) for p in ps]
+            res.append(fused.bilstm_layer(q[0], q[0], lengths.to(dev), q[1:5], q[5:9], None, 3.0, 3.0, True, True))
+    for a, b in zip(*res):
+        torch.testing.assert_close(a.cpu(), b.cpu(), rtol=0, atol=0)
