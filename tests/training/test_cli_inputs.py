@@ -238,3 +238,13 @@ def test_fit_state_refuses_the_bundled_model(trained, tmp_path):
     result = runner.invoke(app, ["fit-state", str(copy), str(trained["train"]), "--rows", "4", "--max-sentences", "24"])
     assert result.exit_code == 0, result.output
     assert (copy / INITIAL_STATE_NAME).exists()
+
+
+def test_version():
+    import spacy_elmo
+    from spacy_elmo.ops import fused_available
+
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith(f"spacy-elmo {spacy_elmo.__version__} (torch ")
+    assert ("compiled kernels: yes" in result.output) == fused_available()
