@@ -194,14 +194,13 @@ class BiLM(nn.Module):
         zero where ``mask`` is False. Each distinct token is encoded once.
         """
         B, T, W = char_ids.shape
-        out = self.token_encoder.char_embedding.new_zeros(B, T, self.config.projection_dim)
         valid = char_ids[mask]
         if valid.shape[0] == 0:
-            return out
+            return self.token_encoder.char_embedding.new_zeros(B, T, self.config.projection_dim)
         unique, inverse = torch.unique(valid, dim=0, return_inverse=True)
         encoded = self.token_encoder(unique)
-        out = out.masked_scatter(mask.unsqueeze(-1), encoded[inverse])
-        return out
+        # in the encoder's output dtype: under autocast that is not the weights' dtype
+        return encoded.new_zeros(B, T, self.config.projection_dim).masked_scatter(mask.unsqueeze(-1), encoded[inverse])
 
     def forward(self, char_ids: Tensor) -> BiLMOutput:
         """char_ids: LongTensor ``(batch, max_len, W)`` from :func:`spacy_elmo.batch_to_ids`."""

@@ -9,7 +9,8 @@ formulas (``torch.library.register_autograd``). The public functions have
 exactly the signatures and semantics of :mod:`spacy_elmo.ops.reference`.
 
 Autocast: on CUDA the kernels run in the autocast dtype (bf16/fp16 inputs, fp32
-accumulation inside); on the CPU they always run in float32 (or float64).
+accumulation inside); on the CPU they always run in float32 (or float64), and a
+float16/bfloat16 input gets its results back in its own dtype.
 """
 
 from typing import List, Optional, Sequence, Tuple
@@ -242,6 +243,15 @@ def _cast(ts, dtype):
     return [x if x.dtype == dtype else x.to(dtype) for x in ts]
 
 
+def _as_input(t: Tensor, like: Tensor) -> Tensor:
+    """A kernel result ``t`` in the dtype of the input ``like``: a float16/bfloat16 module on
+    the CPU runs the kernels in float32 and gets its own dtype back, as from the reference
+    path. Under autocast the result keeps the kernels' dtype (autocast casts where needed)."""
+    if t.dtype == like.dtype or torch.is_autocast_enabled(like.device.type):
+        return t
+    return t.to(like.dtype)
+
+
 def char_cnn(
     char_ids: Tensor,
     embedding: Tensor,
@@ -257,7 +267,7 @@ def char_cnn(
         emb, *params = _cast([embedding, *weights, *biases], dtype)
         n = len(weights)
         out, _ = _ops.char_cnn_forward(char_ids, emb, params[:n], params[n:], _ACTIVATIONS[activation])
-    return out
+    return _as_input(out, embedding)
 
 
 def highway(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
@@ -267,7 +277,7 @@ def highway(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
     with torch.autocast(x.device.type, enabled=False):
         x2, w, b = _cast([x.reshape(-1, shape[-1]), weight, bias], dtype)
         y, _ = _ops.highway_forward(x2, w, b)
-    return y.reshape(shape)
+    return _as_input(y.reshape(shape), x)
 
 
 def _needs_grad(*tensors) -> bool:
@@ -288,8 +298,9 @@ def _lstm(
     ndir = len(xs)
     b = xs[0].shape[0]
     c, p = weights[3].shape
-    dtype = _run_dtype(xs[0])
-    with torch.autocast(xs[0].device.type, enabled=False):
+    like = xs[0]
+    dtype = _run_dtype(like)
+    with torch.autocast(like.device.type, enabled=False):
         xs = _cast(xs, dtype)
         weights = _cast(weights, dtype)
         h0 = xs[0].new_zeros(ndir, b, p) if h0 is None else h0.to(dtype).reshape(ndir, b, p)
@@ -302,7 +313,7 @@ def _lstm(
             None if proj_clip is None else float(proj_clip),
             reverse, bool(residual), save,
         )
-    return outs, h_n, c_n
+    return [_as_input(o, like) for o in outs], _as_input(h_n, like), _as_input(c_n, like)
 
 
 def lstm_layer(
