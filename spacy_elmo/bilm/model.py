@@ -154,11 +154,18 @@ class BiLM(nn.Module):
         if not self.stateful or self._states is None:
             return self.start_state(batch, like)
         h, c = self._states
+        # The module may have been cast or moved (.half(), .double(), .to(device)) since the
+        # states were stored, or they come from a call under autocast: carry them on in the
+        # dtype of the weights (autocast casts them where it runs lower) on this call's device.
+        dtype = self.lstm.forward_layers[0].w_input.dtype
+        if h.dtype != dtype or h.device != like.device or c.dtype != dtype or c.device != like.device:
+            h, c = h.to(like.device, dtype), c.to(like.device, dtype)
+            self._states = (h, c)
         stored = h.shape[2]
         if batch > stored:
             # New rows start afresh (zeros unless fitted), as in AllenNLP's _EncoderBase.
-            start = self.start_state(batch - stored, like)
-            extra_h, extra_c = start if start is not None else self.lstm.zero_state(batch - stored, like)
+            start = self.start_state(batch - stored, h)
+            extra_h, extra_c = start if start is not None else self.lstm.zero_state(batch - stored, h)
             h, c = torch.cat([h, extra_h], 2), torch.cat([c, extra_c], 2)
             self._states = (h, c)
         return h[:, :, :batch], c[:, :, :batch]
