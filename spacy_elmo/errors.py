@@ -180,6 +180,18 @@ class Errors:
     E_SCALAR_MIX_SIZE = (
         "ScalarMix needs n_layers >= 1 (a whole number: the biLM's n_layers + 1 output layers); found {value!r}."
     )
+    E_SCALAR_MIX_INIT_VALUES = (
+        "initial_weights must be a list of numbers (one weight per layer, before softmax); found {value!r}."
+    )
+    E_SCALAR_MIX_TENSOR = (
+        "ScalarMix got one tensor of shape {shape}; it mixes a list of layers (the biLM's out.activations) or "
+        "one stacked (n_layers, batch, time, dim) tensor. A single layer (batch, time, dim) would be mixed over "
+        "its batch rows: pass out.activations, or torch.stack(out.activations)."
+    )
+    E_SCALAR_MIX_MASK_SHAPE = (
+        "ScalarMix: the mask has shape {found} but the layers need {expected} (batch, time). Pass the mask "
+        "of the same biLM output (out.mask)."
+    )
     E_SCALAR_MIX_SHAPES = (
         "ScalarMix mixes layers of one shape, but layer {index} is {found} and layer 0 is {expected}. Pass the "
         "biLM's activations of one batch (every layer (batch, time, 2P))."
