@@ -13,13 +13,21 @@ class Errors:
         "but sentence {index} is a {type_name}. Tokenize first, e.g. "
         "batch_to_ids([['Hello', 'world']]) rather than batch_to_ids(['Hello world'])."
     )
+    E_BATCH_NOT_LIST = (
+        "batch_to_ids expects a list of sentences, each a list of token strings, but got a {type_name}. "
+        "E.g. batch_to_ids([['Hello', 'world'], ['Bye']]); for one text: batch_to_ids([text.split()])."
+    )
+    E_SENTENCE_NOT_LIST = (
+        "batch_to_ids expects a list of sentences, each a list of token strings in order, but sentence "
+        "{index} is a {type_name}. Pass each sentence as a list (or tuple) of token strings, e.g. list(tokens)."
+    )
     E_TOKEN_NOT_STR = (
         "Token {token_index} of sentence {sentence_index} is a {type_name}, not a str. "
-        "Pass token texts (e.g. [t.text for t in doc])."
+        "Pass token texts (e.g. [t.text for t in doc]); a batch is a list of sentences, each a list of strings."
     )
     E_MAX_CHARS_TOO_SMALL = (
-        "max_characters_per_token={value} leaves no room for the begin/end-of-word "
-        "markers and one byte; use at least 3 (the released models use 50)."
+        "max_characters_per_token must be a whole number of at least 3 (room for the begin/end-of-word "
+        "markers and one byte; the released models use 50); found {value!r}."
     )
 
     # --- configuration (spacy_elmo.bilm.config) -----------------------------
