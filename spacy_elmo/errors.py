@@ -149,6 +149,10 @@ class Errors:
         "Dataset {dataset!r} in {path} holds {dtype} values, but weights are float arrays (float32 in the "
         "released files). The file is damaged or not an ELMo weight file: use the .hdf5 that came with the options."
     )
+    E_SAVE_DTYPE = (
+        "BiLM.save(dtype=...) takes a floating torch dtype to store the weights in (torch.float16, "
+        "torch.bfloat16, torch.float32) or None to keep the model's; got {dtype!r}."
+    )
     E_SAFETENSORS_DAMAGED = (
         "{path} is damaged or not a safetensors file ({error}); a copy or download may have been cut short. "
         "Copy the model directory again from its source, or write it again with BiLM.save()."
@@ -160,7 +164,25 @@ class Errors:
         "spacy_elmo.batch_to_ids; got shape {shape}. If the last size differs, the ids "
         "were built with another max_characters_per_token than the model's."
     )
-    E_CHAR_IDS_DTYPE = "BiLM expects integer character ids (torch.long); got {dtype}."
+    E_CHAR_IDS_DTYPE = (
+        "BiLM expects integer character ids (torch.long or torch.int32) from spacy_elmo.batch_to_ids; got "
+        "{dtype}. Build them with batch_to_ids, or convert with ids.long()."
+    )
+    E_CHAR_IDS_NOT_TENSOR = (
+        "BiLM expects a tensor of character ids (batch, max_len, W); got a {type_name}. Convert token lists "
+        "first: bilm(spacy_elmo.batch_to_ids(sentences))."
+    )
+    E_BILM_CONFIG_TYPE = (
+        "BiLM expects a BiLMConfig; got a {type_name}. Use BiLM(BiLMConfig(...)), BiLM(BiLMConfig.preset('small')) "
+        "or BiLM(BiLMConfig.from_dict(d)); to load weights, BiLM.load(directory)."
+    )
+    E_STATEFUL_NOT_BOOL = (
+        "stateful must be True (carry each row's states into the next call) or False (every call from the "
+        "initial state); got {value!r}."
+    )
+    E_STATE_NOT_PAIR = (
+        "{what} expects a pair of tensors (h, c) or None; got a {type_name}."
+    )
     E_CHAR_IDS_RANGE = (
         "Character ids must lie in 0..{max_id} (bytes + 1, markers, padding); found "
         "{found}. Build inputs with spacy_elmo.batch_to_ids."

@@ -24,6 +24,14 @@ class BiLMOutput(NamedTuple):
     mask: Tensor
 
 
+def _state_pair(state, what: str) -> LstmState:
+    """``state`` as ``(h, c)``: a pair of tensors, else a ValueError naming ``what`` expects them."""
+    if (not isinstance(state, (tuple, list)) or len(state) != 2
+            or not all(isinstance(t, Tensor) for t in state)):
+        raise ValueError(Errors.E_STATE_NOT_PAIR.format(what=what, type_name=type(state).__name__))
+    return state[0], state[1]
+
+
 class BiLM(nn.Module):
     """The ELMo biLM, numerically equal to the released models.
 
@@ -49,6 +57,10 @@ class BiLM(nn.Module):
 
     def __init__(self, config: BiLMConfig, stateful: bool = False, backend: str = "auto") -> None:
         super().__init__()
+        if not isinstance(config, BiLMConfig):
+            raise TypeError(Errors.E_BILM_CONFIG_TYPE.format(type_name=type(config).__name__))
+        if not isinstance(stateful, bool):
+            raise TypeError(Errors.E_STATEFUL_NOT_BOOL.format(value=stateful))
         self.config = config
         self.stateful = stateful
         self.token_encoder = CharEncoder(config)
@@ -93,7 +105,7 @@ class BiLM(nn.Module):
         if state is None:
             self._states = None
             return
-        h, c = state
+        h, c = _state_pair(state, "carried_states")
         L, P, C = self.config.n_layers, self.config.projection_dim, self.config.cell_dim
         if (h.dim() != 4 or c.dim() != 4 or tuple(h.shape[:2]) != (2, L) or tuple(c.shape[:2]) != (2, L)
                 or h.shape[2] != c.shape[2] or h.shape[3] != P or c.shape[3] != C):
@@ -114,7 +126,7 @@ class BiLM(nn.Module):
         if state is None:
             self.initial_h = self.initial_c = None
             return
-        h, c = state
+        h, c = _state_pair(state, "set_initial_state")
         L, P, C = self.config.n_layers, self.config.projection_dim, self.config.cell_dim
         if tuple(h.shape) != (2, L, P) or tuple(c.shape) != (2, L, C):
             raise ValueError(
@@ -185,6 +197,8 @@ class BiLM(nn.Module):
     # -- forward -------------------------------------------------------------
     def _check_inputs(self, char_ids: Tensor) -> None:
         W = self.config.max_characters_per_token
+        if not isinstance(char_ids, Tensor):
+            raise TypeError(Errors.E_CHAR_IDS_NOT_TENSOR.format(type_name=type(char_ids).__name__))
         if char_ids.dim() != 3 or char_ids.shape[-1] != W:
             raise ValueError(Errors.E_CHAR_IDS_SHAPE.format(max_chars=W, shape=tuple(char_ids.shape)))
         if char_ids.dtype not in (torch.long, torch.int32, torch.int64):

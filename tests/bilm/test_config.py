@@ -105,3 +105,23 @@ def test_char_id_range_error_reports_the_offending_id(value):
     ids[0, 0, 5] = value
     with pytest.raises(ValueError, match=f"found {value}\\."):
         model(ids)
+
+
+def test_public_api_argument_errors_name_the_fix():
+    """Each raised AttributeError or 'too many values to unpack' before, or was accepted."""
+    import torch
+
+    config = BiLMConfig(projection_dim=4, cell_dim=6, filters=[(1, 2), (2, 2)], n_highway=0)
+    for bad in ({"projection_dim": 4}, None, "small"):
+        with pytest.raises(TypeError, match="BiLM expects a BiLMConfig.*BiLMConfig.from_dict"):
+            BiLM(bad)
+    with pytest.raises(TypeError, match="stateful must be True"):
+        BiLM(config, stateful="yes")
+    model = BiLM(config, backend="reference")
+    for bad in ([["a", "b"]], batch_to_ids([["a"]]).numpy()):
+        with pytest.raises(TypeError, match=r"tensor of character ids.*batch_to_ids\(sentences\)"):
+            model(bad)
+    with pytest.raises(ValueError, match="carried_states expects a pair of tensors"):
+        model.carried_states = torch.zeros(2, 2, 1, 4)
+    with pytest.raises(ValueError, match="set_initial_state expects a pair of tensors"):
+        model.set_initial_state(torch.zeros(2, 2, 4))
