@@ -442,6 +442,14 @@ class Errors:
         "{path} line {line} has {n} tokens, more than --max-tokens {max_tokens}. The input is one sentence "
         "per line: split that line, or raise --max-tokens if you really want it embedded in one piece."
     )
+    E_EMBED_TOKENIZE_RESULT = (
+        "tokenize returned a {type_name} for {path} line {line}; it must return the line's tokens as a list "
+        "of strings (a str would be read as one token per character), e.g. tokenize=lambda line: line.split()."
+    )
+    E_EMBED_TOKEN_NOT_STR = (
+        "tokenize returned a {type_name} as token {index} of {path} line {line}; tokens must be strings "
+        "(for spaCy: tokenize=lambda line: [t.text for t in nlp.tokenizer(line)])."
+    )
     E_EMBED_STATEFUL = (
         "Embedding a corpus reads every line on its own; load the biLM with stateful=False."
     )
