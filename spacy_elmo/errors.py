@@ -191,6 +191,18 @@ class Errors:
         "Row {row} has padding before a real token: tokens must be left-aligned with "
         "padding (all-zero rows) only at the end, as batch_to_ids produces."
     )
+    E_ENCODE_MASK_SHAPE = (
+        "encode_tokens: the mask has shape {found} but the character ids need {expected} (batch, time): one "
+        "flag per token position."
+    )
+    E_CONTEXTUALIZE_SHAPE = (
+        "contextualize expects token vectors x (batch, max_len + 2, {proj}) (<S>, the tokens, </S>, then zeros) "
+        "and lengths (batch,); got x {found_x} and lengths {found_lengths}."
+    )
+    E_CONTEXTUALIZE_LENGTHS = (
+        "contextualize: lengths count the tokens without the markers, so each must lie in 0..{max_len} "
+        "(x.shape[1] - 2); got {found}."
+    )
     E_UNKNOWN_BACKEND = "Unknown backend {name!r}: use 'auto', 'fused' or 'reference'."
     E_BAD_RECYCLE_LIMIT = (
         "set_cpu_recycle_limit expects a whole number of bytes >= 0 (0 turns recycling "

@@ -215,6 +215,8 @@ class BiLM(nn.Module):
         zero where ``mask`` is False. Each distinct token is encoded once.
         """
         B, T, W = char_ids.shape
+        if tuple(mask.shape) != (B, T):
+            raise ValueError(Errors.E_ENCODE_MASK_SHAPE.format(found=tuple(mask.shape), expected=(B, T)))
         valid = char_ids[mask]
         if valid.shape[0] == 0:
             return self.token_encoder.char_embedding.new_zeros(B, T, self.config.projection_dim)
@@ -258,7 +260,13 @@ class BiLM(nn.Module):
         of tokens without the markers. Returns the same :class:`BiLMOutput` as
         :meth:`forward` (and carries states in stateful mode).
         """
+        P = self.config.projection_dim
+        if x.dim() != 3 or x.shape[1] < 2 or x.shape[2] != P or lengths.shape != (x.shape[0],):
+            raise ValueError(Errors.E_CONTEXTUALIZE_SHAPE.format(
+                proj=P, found_x=tuple(x.shape), found_lengths=tuple(lengths.shape)))
         B, T = x.shape[0], x.shape[1] - 2
+        if B and (int(lengths.min()) < 0 or int(lengths.max()) > T):
+            raise ValueError(Errors.E_CONTEXTUALIZE_LENGTHS.format(max_len=T, found=lengths.tolist()))
         lengths = lengths.to(x.device)
         state = self._initial_states(B, x)
         outs_f, outs_b, final = self.lstm(x, x, lengths + 2, state, reverse_backward=True)
