@@ -20,7 +20,9 @@ Defined behaviour for odd input (tested in ``tests/test_chars.py``):
 * an empty sentence gives a row of zeros (all positions masked).
 """
 
-from typing import List, Sequence
+import numbers
+from collections.abc import Iterator, Mapping
+from typing import Iterable, List, Sequence
 
 import torch
 
@@ -41,8 +43,24 @@ _MARKER_TOKENS = {"<S>": BEGIN_OF_SENTENCE, "</S>": END_OF_SENTENCE}
 
 
 def _check_max_chars(max_characters_per_token: int) -> None:
-    if max_characters_per_token < 3:
-        raise ValueError(Errors.E_MAX_CHARS_TOO_SMALL.format(value=max_characters_per_token))
+    value = max_characters_per_token
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 3:
+        raise ValueError(Errors.E_MAX_CHARS_TOO_SMALL.format(value=value))
+
+
+def _token_list(sentence, index: int) -> Sequence[str]:
+    """One sentence as a sequence of tokens: a list or tuple as it is, a 1-D NumPy array or an
+    iterator (generator) as a list; a string (untokenized text) or an unordered or unsized
+    object is a TypeError naming the fix."""
+    if isinstance(sentence, (str, bytes)):
+        raise TypeError(Errors.E_SENTENCES_NOT_LISTS.format(index=index, type_name=type(sentence).__name__))
+    if isinstance(sentence, Sequence):
+        return sentence
+    if getattr(sentence, "ndim", None) == 1 and hasattr(sentence, "tolist"):  # NumPy array of strings
+        return sentence.tolist()
+    if isinstance(sentence, Iterator):
+        return list(sentence)
+    raise TypeError(Errors.E_SENTENCE_NOT_LIST.format(index=index, type_name=type(sentence).__name__))
 
 
 def word_char_ids(token: str, max_characters_per_token: int = DEFAULT_MAX_CHARS) -> List[int]:
@@ -66,18 +84,21 @@ def marker_char_ids(marker: int, max_characters_per_token: int = DEFAULT_MAX_CHA
 
 
 def batch_to_ids(
-    sentences: Sequence[Sequence[str]], max_characters_per_token: int = DEFAULT_MAX_CHARS
+    sentences: Iterable[Sequence[str]], max_characters_per_token: int = DEFAULT_MAX_CHARS
 ) -> torch.Tensor:
     """Character ids of a batch of tokenized sentences.
 
-    sentences: list of sentences, each a list of token strings.
+    sentences: list of sentences, each a list of token strings (tuples, 1-D NumPy
+    arrays of strings and generators are taken too).
     Returns: LongTensor ``(batch, max_len, max_characters_per_token)``, ids
     shifted by +1, zeros for padded tokens.
     """
     _check_max_chars(max_characters_per_token)
+    max_characters_per_token = int(max_characters_per_token)
+    if isinstance(sentences, (str, bytes, Mapping)) or not isinstance(sentences, Iterable):
+        raise TypeError(Errors.E_BATCH_NOT_LIST.format(type_name=type(sentences).__name__))
+    sentences = [_token_list(sentence, i) for i, sentence in enumerate(sentences)]
     for i, sentence in enumerate(sentences):
-        if isinstance(sentence, (str, bytes)) or not isinstance(sentence, Sequence):
-            raise TypeError(Errors.E_SENTENCES_NOT_LISTS.format(index=i, type_name=type(sentence).__name__))
         for j, token in enumerate(sentence):
             if not isinstance(token, str):
                 raise TypeError(

@@ -26,7 +26,7 @@ import json
 import shutil
 import warnings
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Union
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -44,6 +44,25 @@ FORMAT = "spacy-elmo/embedding-parts-v1"
 
 def _whitespace(line: str) -> List[str]:
     return line.split()
+
+
+def _callable_name(function: Callable) -> str:
+    """``module.qualname`` of a tokenize callable (its class's for an object such as a spaCy tokenizer)."""
+    named = function if hasattr(function, "__qualname__") else type(function)
+    return f"{getattr(named, '__module__', '?')}.{getattr(named, '__qualname__', '?')}"
+
+
+def _tokens(result, path: Path, line: int) -> List[str]:
+    """The tokens ``tokenize`` returned for ``line``, as a list of str; anything else is a TypeError
+    (a str would be read as one token per character)."""
+    if isinstance(result, (str, bytes)) or not isinstance(result, Iterable):
+        raise TypeError(Errors.E_EMBED_TOKENIZE_RESULT.format(path=path, line=line, type_name=type(result).__name__))
+    tokens = list(result)
+    for j, token in enumerate(tokens):
+        if not isinstance(token, str):
+            raise TypeError(Errors.E_EMBED_TOKEN_NOT_STR.format(
+                path=path, line=line, index=j, type_name=type(token).__name__))
+    return tokens
 
 
 def read_lines(path: PathLike) -> List[str]:
@@ -123,7 +142,7 @@ def embed_file(
     max_tokens: int = 10_000,
     cache_size: int = 50_000,
     tokenize: Optional[Callable[[str], List[str]]] = None,
-    tokenizer_name: str = "whitespace",
+    tokenizer_name: Optional[str] = None,
     progress: bool = True,
     overwrite: bool = False,
     restart: bool = False,
@@ -137,7 +156,8 @@ def embed_file(
     numbers never depend on the parts before it);
     part_size: lines per resumable part; max_tokens: the longest line
     accepted (a clear error names the line otherwise); tokenize: line ->
-    tokens (default: whitespace), named by ``tokenizer_name`` in the manifest;
+    tokens (default: whitespace), named by ``tokenizer_name`` in the manifest (default: "whitespace",
+    or the module and name of ``tokenize``: parts of another tokenizer are not reused);
     overwrite: replace an existing ``output_path``; restart: drop parts of an
     earlier run instead of resuming; stop_after_parts: stop (as if killed)
     after writing that many new parts. The whole input is read into memory.
@@ -160,72 +180,78 @@ def embed_file(
         raise IsADirectoryError(Errors.E_EMBED_OUTPUT_IS_DIR.format(path=output_path, example=example))
     if output_path.exists() and not overwrite:
         raise FileExistsError(Errors.E_EMBED_OUTPUT_EXISTS.format(path=output_path))
+    if tokenizer_name is None:
+        tokenizer_name = "whitespace" if tokenize is None else _callable_name(tokenize)
     tokenize = tokenize or _whitespace
     lines = read_lines(input_path)
-    rows = [tokenize(line) for line in lines]
+    rows = [_tokens(tokenize(line), input_path, i + 1) for i, line in enumerate(lines)]
     for i, row in enumerate(rows):
         if len(row) > max_tokens:
             raise ValueError(Errors.E_EMBED_LINE_TOO_LONG.format(
                 path=input_path, line=i + 1, n=len(row), max_tokens=max_tokens))
     if bilm.stateful:
         raise ValueError(Errors.E_EMBED_STATEFUL)
+    was_training = bilm.training
     bilm.eval()
-    cache = TokenCache(cache_size)
-    counts = {"lines": len(lines), "tokens": sum(len(r) for r in rows), "parts_written": 0, "parts_reused": 0}
+    try:
+        cache = TokenCache(cache_size)
+        counts = {"lines": len(lines), "tokens": sum(len(r) for r in rows), "parts_written": 0, "parts_reused": 0}
 
-    parts_dir = output_path.with_name(output_path.name + ".parts")
-    manifest = {
-        "format": FORMAT, "model": model_fingerprint(bilm), "input": _file_sha256(input_path),
-        "n_lines": len(lines), "layers": layers, "part_size": part_size, "tokenizer": tokenizer_name,
-        # which lines share a biLM call (and a cached token vector) changes the last bits
-        "batch_size": batch_size, "batch_tokens": batch_tokens, "cache_size": cache_size,
-    }
-    if parts_dir.exists() and restart:
+        parts_dir = output_path.with_name(output_path.name + ".parts")
+        manifest = {
+            "format": FORMAT, "model": model_fingerprint(bilm), "input": _file_sha256(input_path),
+            "n_lines": len(lines), "layers": layers, "part_size": part_size, "tokenizer": tokenizer_name,
+            # which lines share a biLM call (and a cached token vector) changes the last bits
+            "batch_size": batch_size, "batch_tokens": batch_tokens, "cache_size": cache_size,
+        }
+        if parts_dir.exists() and restart:
+            shutil.rmtree(parts_dir)
+        if parts_dir.exists():
+            found = _read_manifest(parts_dir)
+            if found != manifest:
+                missing = sorted(k for k in manifest if k not in found)
+                if missing:  # written before these settings were recorded
+                    raise ValueError(Errors.E_EMBED_PARTS_OLD.format(parts=parts_dir, keys=", ".join(missing)))
+                diff = sorted(k for k in manifest if found.get(k) != manifest[k])
+                shown = [k if k in ("model", "input") else f"{k} (earlier {found.get(k)!r})" for k in diff]
+                raise ValueError(Errors.E_EMBED_PARTS_MISMATCH.format(parts=parts_dir, keys=", ".join(shown)))
+        else:
+            parts_dir.mkdir(parents=True)
+            atomic_write_text(parts_dir / MANIFEST, json.dumps(manifest, indent=1))
+
+        n_parts = (len(lines) + part_size - 1) // part_size
+        part_files = [parts_dir / f"part-{k:06d}.hdf5" for k in range(n_parts)]
+        counts["parts_reused"] = sum(1 for p in part_files if p.exists())
+        bar = tqdm(total=len(lines), desc="embedding", unit="line", disable=not progress)
+        bar.update(sum(min(part_size, len(lines) - k * part_size) for k, p in enumerate(part_files) if p.exists()))
+        for k, part in enumerate(part_files):
+            if part.exists():
+                continue
+            remove_leftovers(part)  # a part being written when an earlier run was killed
+            if stop_after_parts is not None and counts["parts_written"] >= stop_after_parts:
+                bar.close()
+                return {**counts, "finished": 0}
+            start = k * part_size
+            index = list(range(start, min(start + part_size, len(lines))))
+            # Longest first: similar lengths share a batch, and the biggest batch shows up front.
+            index.sort(key=lambda i: -len(rows[i]))
+            cache.clear()  # a resumed part computes what it would have computed straight through
+
+            def write_part(tmp: Path) -> None:
+                with h5py.File(tmp, "w") as f:
+                    for chunk in _batches(index, rows, batch_size, batch_tokens):
+                        for i, vec in zip(chunk, embed_lines(bilm, [rows[i] for i in chunk], layers, cache)):
+                            f.create_dataset(str(i), data=vec)
+                        bar.update(len(chunk))
+
+            atomic_write(part, write_part)
+            counts["parts_written"] += 1
+        bar.close()
+        _merge(part_files, lines, output_path)
         shutil.rmtree(parts_dir)
-    if parts_dir.exists():
-        found = _read_manifest(parts_dir)
-        if found != manifest:
-            missing = sorted(k for k in manifest if k not in found)
-            if missing:  # written before these settings were recorded
-                raise ValueError(Errors.E_EMBED_PARTS_OLD.format(parts=parts_dir, keys=", ".join(missing)))
-            diff = sorted(k for k in manifest if found.get(k) != manifest[k])
-            shown = [k if k in ("model", "input") else f"{k} (earlier {found.get(k)!r})" for k in diff]
-            raise ValueError(Errors.E_EMBED_PARTS_MISMATCH.format(parts=parts_dir, keys=", ".join(shown)))
-    else:
-        parts_dir.mkdir(parents=True)
-        atomic_write_text(parts_dir / MANIFEST, json.dumps(manifest, indent=1))
-
-    n_parts = (len(lines) + part_size - 1) // part_size
-    part_files = [parts_dir / f"part-{k:06d}.hdf5" for k in range(n_parts)]
-    counts["parts_reused"] = sum(1 for p in part_files if p.exists())
-    bar = tqdm(total=len(lines), desc="embedding", unit="line", disable=not progress)
-    bar.update(sum(min(part_size, len(lines) - k * part_size) for k, p in enumerate(part_files) if p.exists()))
-    for k, part in enumerate(part_files):
-        if part.exists():
-            continue
-        remove_leftovers(part)  # a part being written when an earlier run was killed
-        if stop_after_parts is not None and counts["parts_written"] >= stop_after_parts:
-            bar.close()
-            return {**counts, "finished": 0}
-        start = k * part_size
-        index = list(range(start, min(start + part_size, len(lines))))
-        # Longest first: similar lengths share a batch, and the biggest batch shows up front.
-        index.sort(key=lambda i: -len(rows[i]))
-        cache.clear()  # a resumed part computes what it would have computed straight through
-
-        def write_part(tmp: Path) -> None:
-            with h5py.File(tmp, "w") as f:
-                for chunk in _batches(index, rows, batch_size, batch_tokens):
-                    for i, vec in zip(chunk, embed_lines(bilm, [rows[i] for i in chunk], layers, cache)):
-                        f.create_dataset(str(i), data=vec)
-                    bar.update(len(chunk))
-
-        atomic_write(part, write_part)
-        counts["parts_written"] += 1
-    bar.close()
-    _merge(part_files, lines, output_path)
-    shutil.rmtree(parts_dir)
-    return {**counts, "finished": 1}
+        return {**counts, "finished": 1}
+    finally:
+        bilm.train(was_training)  # the caller's model comes back in its own mode
 
 
 def _batches(index: Sequence[int], rows: Sequence[Sequence[str]], batch_size: int, batch_tokens: int):

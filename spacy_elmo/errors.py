@@ -13,13 +13,21 @@ class Errors:
         "but sentence {index} is a {type_name}. Tokenize first, e.g. "
         "batch_to_ids([['Hello', 'world']]) rather than batch_to_ids(['Hello world'])."
     )
+    E_BATCH_NOT_LIST = (
+        "batch_to_ids expects a list of sentences, each a list of token strings, but got a {type_name}. "
+        "E.g. batch_to_ids([['Hello', 'world'], ['Bye']]); for one text: batch_to_ids([text.split()])."
+    )
+    E_SENTENCE_NOT_LIST = (
+        "batch_to_ids expects a list of sentences, each a list of token strings in order, but sentence "
+        "{index} is a {type_name}. Pass each sentence as a list (or tuple) of token strings, e.g. list(tokens)."
+    )
     E_TOKEN_NOT_STR = (
         "Token {token_index} of sentence {sentence_index} is a {type_name}, not a str. "
-        "Pass token texts (e.g. [t.text for t in doc])."
+        "Pass token texts (e.g. [t.text for t in doc]); a batch is a list of sentences, each a list of strings."
     )
     E_MAX_CHARS_TOO_SMALL = (
-        "max_characters_per_token={value} leaves no room for the begin/end-of-word "
-        "markers and one byte; use at least 3 (the released models use 50)."
+        "max_characters_per_token must be a whole number of at least 3 (room for the begin/end-of-word "
+        "markers and one byte; the released models use 50); found {value!r}."
     )
 
     # --- configuration (spacy_elmo.bilm.config) -----------------------------
@@ -141,6 +149,10 @@ class Errors:
         "Dataset {dataset!r} in {path} holds {dtype} values, but weights are float arrays (float32 in the "
         "released files). The file is damaged or not an ELMo weight file: use the .hdf5 that came with the options."
     )
+    E_SAVE_DTYPE = (
+        "BiLM.save(dtype=...) takes a floating torch dtype to store the weights in (torch.float16, "
+        "torch.bfloat16, torch.float32) or None to keep the model's; got {dtype!r}."
+    )
     E_SAFETENSORS_DAMAGED = (
         "{path} is damaged or not a safetensors file ({error}); a copy or download may have been cut short. "
         "Copy the model directory again from its source, or write it again with BiLM.save()."
@@ -152,7 +164,25 @@ class Errors:
         "spacy_elmo.batch_to_ids; got shape {shape}. If the last size differs, the ids "
         "were built with another max_characters_per_token than the model's."
     )
-    E_CHAR_IDS_DTYPE = "BiLM expects integer character ids (torch.long); got {dtype}."
+    E_CHAR_IDS_DTYPE = (
+        "BiLM expects integer character ids (torch.long or torch.int32) from spacy_elmo.batch_to_ids; got "
+        "{dtype}. Build them with batch_to_ids, or convert with ids.long()."
+    )
+    E_CHAR_IDS_NOT_TENSOR = (
+        "BiLM expects a tensor of character ids (batch, max_len, W); got a {type_name}. Convert token lists "
+        "first: bilm(spacy_elmo.batch_to_ids(sentences))."
+    )
+    E_BILM_CONFIG_TYPE = (
+        "BiLM expects a BiLMConfig; got a {type_name}. Use BiLM(BiLMConfig(...)), BiLM(BiLMConfig.preset('small')) "
+        "or BiLM(BiLMConfig.from_dict(d)); to load weights, BiLM.load(directory)."
+    )
+    E_STATEFUL_NOT_BOOL = (
+        "stateful must be True (carry each row's states into the next call) or False (every call from the "
+        "initial state); got {value!r}."
+    )
+    E_STATE_NOT_PAIR = (
+        "{what} expects a pair of tensors (h, c) or None; got a {type_name}."
+    )
     E_CHAR_IDS_RANGE = (
         "Character ids must lie in 0..{max_id} (bytes + 1, markers, padding); found "
         "{found}. Build inputs with spacy_elmo.batch_to_ids."
@@ -160,6 +190,18 @@ class Errors:
     E_RAGGED_MASK = (
         "Row {row} has padding before a real token: tokens must be left-aligned with "
         "padding (all-zero rows) only at the end, as batch_to_ids produces."
+    )
+    E_ENCODE_MASK_SHAPE = (
+        "encode_tokens: the mask has shape {found} but the character ids need {expected} (batch, time): one "
+        "flag per token position."
+    )
+    E_CONTEXTUALIZE_SHAPE = (
+        "contextualize expects token vectors x (batch, max_len + 2, {proj}) (<S>, the tokens, </S>, then zeros) "
+        "and lengths (batch,); got x {found_x} and lengths {found_lengths}."
+    )
+    E_CONTEXTUALIZE_LENGTHS = (
+        "contextualize: lengths count the tokens without the markers, so each must lie in 0..{max_len} "
+        "(x.shape[1] - 2); got {found}."
     )
     E_UNKNOWN_BACKEND = "Unknown backend {name!r}: use 'auto', 'fused' or 'reference'."
     E_BAD_RECYCLE_LIMIT = (
@@ -179,6 +221,18 @@ class Errors:
     E_SCALAR_MIX_MASK = "ScalarMix with do_layer_norm=True needs the mask (batch, time)."
     E_SCALAR_MIX_SIZE = (
         "ScalarMix needs n_layers >= 1 (a whole number: the biLM's n_layers + 1 output layers); found {value!r}."
+    )
+    E_SCALAR_MIX_INIT_VALUES = (
+        "initial_weights must be a list of numbers (one weight per layer, before softmax); found {value!r}."
+    )
+    E_SCALAR_MIX_TENSOR = (
+        "ScalarMix got one tensor of shape {shape}; it mixes a list of layers (the biLM's out.activations) or "
+        "one stacked (n_layers, batch, time, dim) tensor. A single layer (batch, time, dim) would be mixed over "
+        "its batch rows: pass out.activations, or torch.stack(out.activations)."
+    )
+    E_SCALAR_MIX_MASK_SHAPE = (
+        "ScalarMix: the mask has shape {found} but the layers need {expected} (batch, time). Pass the mask "
+        "of the same biLM output (out.mask)."
     )
     E_SCALAR_MIX_SHAPES = (
         "ScalarMix mixes layers of one shape, but layer {index} is {found} and layer 0 is {expected}. Pass the "
@@ -399,6 +453,14 @@ class Errors:
     E_EMBED_LINE_TOO_LONG = (
         "{path} line {line} has {n} tokens, more than --max-tokens {max_tokens}. The input is one sentence "
         "per line: split that line, or raise --max-tokens if you really want it embedded in one piece."
+    )
+    E_EMBED_TOKENIZE_RESULT = (
+        "tokenize returned a {type_name} for {path} line {line}; it must return the line's tokens as a list "
+        "of strings (a str would be read as one token per character), e.g. tokenize=lambda line: line.split()."
+    )
+    E_EMBED_TOKEN_NOT_STR = (
+        "tokenize returned a {type_name} as token {index} of {path} line {line}; tokens must be strings "
+        "(for spaCy: tokenize=lambda line: [t.text for t in nlp.tokenizer(line)])."
     )
     E_EMBED_STATEFUL = (
         "Embedding a corpus reads every line on its own; load the biLM with stateful=False."

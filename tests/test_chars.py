@@ -64,3 +64,35 @@ def test_reference_conventions_for_markers_and_surrogates():
     assert ids[1, :4].tolist() == [259, 258, 260, 261]
     assert ids[2, :5].tolist() == [259, ord("a") + 1, ord("b") + 1, 260, 261]
     assert ids[3, :3].tolist() == [259, 260, 261]  # an empty word, still a real token
+
+
+@pytest.mark.parametrize("batch", ["Hello world", b"Hello", None, 3, {"a": ["b"]}], ids=["str", "bytes", "None", "int", "dict"])
+def test_a_batch_that_is_not_a_list_of_sentences(batch):
+    with pytest.raises(TypeError, match=r"expects a list of sentences.*but got a .*text.split\(\)"):
+        batch_to_ids(batch)
+
+
+@pytest.mark.parametrize("sentence", [{"a", "b"}, None, 7], ids=["set", "None", "int"])
+def test_a_sentence_that_is_not_an_ordered_list(sentence):
+    with pytest.raises(TypeError, match="sentence 1 is a .*list\\(tokens\\)"):
+        batch_to_ids([["ok"], sentence])
+
+
+def test_numpy_arrays_generators_and_tuples_of_tokens_are_sentences():
+    """A generator of sentences failed with "object of type 'generator' has no len()" and a 1-D
+    NumPy array of tokens with "Tokenize first"."""
+    import numpy as np
+
+    sentences = [["The", "bank"], ["밥"], []]
+    expected = batch_to_ids(sentences)
+    assert torch.equal(batch_to_ids(s for s in sentences), expected)
+    assert torch.equal(batch_to_ids([iter(s) for s in sentences]), expected)
+    assert torch.equal(batch_to_ids([np.array(s, dtype=str) for s in sentences]), expected)
+    assert torch.equal(batch_to_ids(tuple(tuple(s) for s in sentences)), expected)
+    assert torch.equal(batch_to_ids(np.array([["a", "b"], ["c", "d"]])), batch_to_ids([["a", "b"], ["c", "d"]]))
+
+
+@pytest.mark.parametrize("width", [2, 5.0, "50", True, None])
+def test_max_characters_per_token_must_be_a_whole_number(width):
+    with pytest.raises(ValueError, match="whole number of at least 3"):
+        batch_to_ids([["x"]], max_characters_per_token=width)

@@ -195,3 +195,50 @@ def test_batches_respect_rows_and_padded_tokens_and_keep_every_line():
     for b in batches:
         assert len(b) <= 3
         assert len(b) == 1 or len(b) * max(len(rows[b[0]]), 1) <= 40
+
+
+def _punctuation_split(line):
+    return line.replace(".", " . ").replace("?", " ? ").split()
+
+
+def test_custom_tokenize_from_python(bilm, corpus, tmp_path):
+    """Each dataset equals the biLM on the custom tokens; a generator works; the model's mode comes
+    back as it was (it was left in eval mode)."""
+    out = tmp_path / "out.h5"
+    bilm.train()
+    embed_file(bilm, corpus, out, tokenize=lambda line: (t for t in _punctuation_split(line)), progress=False)
+    assert bilm.training
+    data, _ = read_all(out)
+    bilm.eval()
+    for i, line in enumerate(LINES):
+        tokens = _punctuation_split(line)
+        assert data[str(i)].shape == (3, len(tokens), 16)
+        if tokens:
+            with torch.no_grad():
+                expected = torch.stack(bilm(batch_to_ids([tokens])).activations)[:, 0].numpy()
+            np.testing.assert_allclose(data[str(i)], expected, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize(
+    "tokenize, match",
+    [
+        (lambda line: line, r"tokenize returned a str for .* line 1.*one token per character"),
+        (lambda line: None, r"tokenize returned a NoneType for .* line 1"),
+        (lambda line: [len(w) for w in line.split()], r"a int as token 0 of .* line 1; tokens must be strings"),
+    ],
+    ids=["str", "None", "ints"],
+)
+def test_custom_tokenize_returning_no_token_list(bilm, corpus, tmp_path, tokenize, match):
+    """A str was split into one token per character without a word."""
+    with pytest.raises(TypeError, match=match):
+        embed_file(bilm, corpus, tmp_path / "o.h5", tokenize=tokenize, progress=False)
+    assert not (tmp_path / "o.h5.parts").exists()
+
+
+def test_parts_of_another_tokenizer_are_not_reused(bilm, corpus, tmp_path):
+    """A custom tokenize without tokenizer_name was recorded as 'whitespace': a resume with it
+    reused parts split at whitespace."""
+    out = tmp_path / "out.h5"
+    embed_file(bilm, corpus, out, part_size=2, stop_after_parts=1, progress=False)
+    with pytest.raises(ValueError, match="tokenizer"):
+        embed_file(bilm, corpus, out, part_size=2, tokenize=_punctuation_split, progress=False)

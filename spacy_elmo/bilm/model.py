@@ -24,6 +24,14 @@ class BiLMOutput(NamedTuple):
     mask: Tensor
 
 
+def _state_pair(state, what: str) -> LstmState:
+    """``state`` as ``(h, c)``: a pair of tensors, else a ValueError naming ``what`` expects them."""
+    if (not isinstance(state, (tuple, list)) or len(state) != 2
+            or not all(isinstance(t, Tensor) for t in state)):
+        raise ValueError(Errors.E_STATE_NOT_PAIR.format(what=what, type_name=type(state).__name__))
+    return state[0], state[1]
+
+
 class BiLM(nn.Module):
     """The ELMo biLM, numerically equal to the released models.
 
@@ -49,6 +57,10 @@ class BiLM(nn.Module):
 
     def __init__(self, config: BiLMConfig, stateful: bool = False, backend: str = "auto") -> None:
         super().__init__()
+        if not isinstance(config, BiLMConfig):
+            raise TypeError(Errors.E_BILM_CONFIG_TYPE.format(type_name=type(config).__name__))
+        if not isinstance(stateful, bool):
+            raise TypeError(Errors.E_STATEFUL_NOT_BOOL.format(value=stateful))
         self.config = config
         self.stateful = stateful
         self.token_encoder = CharEncoder(config)
@@ -93,7 +105,7 @@ class BiLM(nn.Module):
         if state is None:
             self._states = None
             return
-        h, c = state
+        h, c = _state_pair(state, "carried_states")
         L, P, C = self.config.n_layers, self.config.projection_dim, self.config.cell_dim
         if (h.dim() != 4 or c.dim() != 4 or tuple(h.shape[:2]) != (2, L) or tuple(c.shape[:2]) != (2, L)
                 or h.shape[2] != c.shape[2] or h.shape[3] != P or c.shape[3] != C):
@@ -114,7 +126,7 @@ class BiLM(nn.Module):
         if state is None:
             self.initial_h = self.initial_c = None
             return
-        h, c = state
+        h, c = _state_pair(state, "set_initial_state")
         L, P, C = self.config.n_layers, self.config.projection_dim, self.config.cell_dim
         if tuple(h.shape) != (2, L, P) or tuple(c.shape) != (2, L, C):
             raise ValueError(
@@ -154,11 +166,18 @@ class BiLM(nn.Module):
         if not self.stateful or self._states is None:
             return self.start_state(batch, like)
         h, c = self._states
+        # The module may have been cast or moved (.half(), .double(), .to(device)) since the
+        # states were stored, or they come from a call under autocast: carry them on in the
+        # dtype of the weights (autocast casts them where it runs lower) on this call's device.
+        dtype = self.lstm.forward_layers[0].w_input.dtype
+        if h.dtype != dtype or h.device != like.device or c.dtype != dtype or c.device != like.device:
+            h, c = h.to(like.device, dtype), c.to(like.device, dtype)
+            self._states = (h, c)
         stored = h.shape[2]
         if batch > stored:
             # New rows start afresh (zeros unless fitted), as in AllenNLP's _EncoderBase.
-            start = self.start_state(batch - stored, like)
-            extra_h, extra_c = start if start is not None else self.lstm.zero_state(batch - stored, like)
+            start = self.start_state(batch - stored, h)
+            extra_h, extra_c = start if start is not None else self.lstm.zero_state(batch - stored, h)
             h, c = torch.cat([h, extra_h], 2), torch.cat([c, extra_c], 2)
             self._states = (h, c)
         return h[:, :, :batch], c[:, :, :batch]
@@ -178,6 +197,8 @@ class BiLM(nn.Module):
     # -- forward -------------------------------------------------------------
     def _check_inputs(self, char_ids: Tensor) -> None:
         W = self.config.max_characters_per_token
+        if not isinstance(char_ids, Tensor):
+            raise TypeError(Errors.E_CHAR_IDS_NOT_TENSOR.format(type_name=type(char_ids).__name__))
         if char_ids.dim() != 3 or char_ids.shape[-1] != W:
             raise ValueError(Errors.E_CHAR_IDS_SHAPE.format(max_chars=W, shape=tuple(char_ids.shape)))
         if char_ids.dtype not in (torch.long, torch.int32, torch.int64):
@@ -194,6 +215,8 @@ class BiLM(nn.Module):
         zero where ``mask`` is False. Each distinct token is encoded once.
         """
         B, T, W = char_ids.shape
+        if tuple(mask.shape) != (B, T):
+            raise ValueError(Errors.E_ENCODE_MASK_SHAPE.format(found=tuple(mask.shape), expected=(B, T)))
         valid = char_ids[mask]
         if valid.shape[0] == 0:
             return self.token_encoder.char_embedding.new_zeros(B, T, self.config.projection_dim)
@@ -237,7 +260,13 @@ class BiLM(nn.Module):
         of tokens without the markers. Returns the same :class:`BiLMOutput` as
         :meth:`forward` (and carries states in stateful mode).
         """
+        P = self.config.projection_dim
+        if x.dim() != 3 or x.shape[1] < 2 or x.shape[2] != P or lengths.shape != (x.shape[0],):
+            raise ValueError(Errors.E_CONTEXTUALIZE_SHAPE.format(
+                proj=P, found_x=tuple(x.shape), found_lengths=tuple(lengths.shape)))
         B, T = x.shape[0], x.shape[1] - 2
+        if B and (int(lengths.min()) < 0 or int(lengths.max()) > T):
+            raise ValueError(Errors.E_CONTEXTUALIZE_LENGTHS.format(max_len=T, found=lengths.tolist()))
         lengths = lengths.to(x.device)
         state = self._initial_states(B, x)
         outs_f, outs_b, final = self.lstm(x, x, lengths + 2, state, reverse_backward=True)

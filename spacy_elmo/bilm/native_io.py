@@ -53,6 +53,8 @@ def save_native(
     provenance: Optional[Dict[str, Any]] = None,
 ) -> None:
     """Write the model into ``directory``; files land together or not at all."""
+    if dtype is not None and (not isinstance(dtype, torch.dtype) or not dtype.is_floating_point):
+        raise ValueError(Errors.E_SAVE_DTYPE.format(dtype=dtype))
     directory = Path(directory)
     tensors = {name: p.detach() for name, p in model.state_dict().items()}
     for name in INITIAL_STATE_KEYS:  # stored on their own (write_initial_state)

@@ -14,13 +14,18 @@ LAYER_NORM_EPS = 1e-13
 def masked_layer_norm(tensor: Tensor, mask: Tensor) -> Tensor:
     """Normalise a whole layer tensor ``(B, T, D)`` with one mean/variance over its unmasked elements.
 
-    Not per-token LayerNorm: one statistic per layer, no affine (AllenNLP's form).
+    Not per-token LayerNorm: one statistic per layer, no affine (AllenNLP's form). The
+    statistics are summed in float32 at least (a float16 sum over a batch overflows), and a
+    layer with no unmasked element gives zeros (AllenNLP's 0 / 0 gives NaN values and gradients).
     """
-    m = mask.unsqueeze(-1).to(tensor.dtype)
+    x = tensor.to(torch.promote_types(tensor.dtype, torch.float32))
+    m = mask.unsqueeze(-1).to(x.dtype)
     count = m.sum() * tensor.shape[-1]
-    mean = (tensor * m).sum() / count
-    var = (((tensor - mean) * m) ** 2).sum() / count
-    return (tensor - mean) / torch.sqrt(var + LAYER_NORM_EPS)
+    safe = count.clamp(min=1)
+    mean = (x * m).sum() / safe
+    var = (((x - mean) * m) ** 2).sum() / safe
+    normed = (x - mean) / torch.sqrt(var + LAYER_NORM_EPS)
+    return (normed * (count > 0)).to(tensor.dtype)
 
 
 class ScalarMix(nn.Module):
@@ -43,17 +48,28 @@ class ScalarMix(nn.Module):
             raise ValueError(Errors.E_SCALAR_MIX_SIZE.format(value=n_layers))
         if initial_weights is None:
             initial_weights = [0.0] * n_layers
+        if isinstance(initial_weights, (str, bytes)):
+            raise ValueError(Errors.E_SCALAR_MIX_INIT_VALUES.format(value=initial_weights))
         if len(initial_weights) != n_layers:
             raise ValueError(Errors.E_SCALAR_MIX_INIT.format(found=len(initial_weights), expected=n_layers))
+        try:
+            values = [float(w) for w in initial_weights]
+        except (TypeError, ValueError) as err:
+            raise ValueError(Errors.E_SCALAR_MIX_INIT_VALUES.format(value=initial_weights)) from err
         self.n_layers = n_layers
         self.do_layer_norm = do_layer_norm
-        self.scalar_parameters = nn.Parameter(
-            torch.tensor([float(w) for w in initial_weights]), requires_grad=trainable
-        )
+        self.scalar_parameters = nn.Parameter(torch.tensor(values), requires_grad=trainable)
         self.gamma = nn.Parameter(torch.tensor([1.0]), requires_grad=trainable)
 
     def forward(self, activations: Sequence[Tensor], mask: Optional[Tensor] = None) -> Tensor:
-        """activations: ``n_layers`` tensors ``(B, T, D)``; mask ``(B, T)`` (needed for layer norm)."""
+        """activations: ``n_layers`` tensors ``(B, T, D)`` (a list, or one stacked ``(n_layers, B, T, D)``
+        tensor); mask ``(B, T)`` (needed for layer norm)."""
+        if isinstance(activations, Tensor):
+            # One (B, T, D) tensor would be mixed over its batch rows when B == n_layers.
+            if activations.dim() != 4:
+                raise ValueError(Errors.E_SCALAR_MIX_TENSOR.format(shape=tuple(activations.shape)))
+        elif not isinstance(activations, Sequence):
+            activations = list(activations)  # a generator of layers
         if len(activations) != self.n_layers:
             raise ValueError(Errors.E_SCALAR_MIX_COUNT.format(expected=self.n_layers, found=len(activations)))
         for index, layer in enumerate(activations):
@@ -63,6 +79,10 @@ class ScalarMix(nn.Module):
                         index=index, found=tuple(layer.shape), expected=tuple(activations[0].shape)
                     )
                 )
+        if mask is not None and tuple(mask.shape) != tuple(activations[0].shape[:-1]):
+            raise ValueError(
+                Errors.E_SCALAR_MIX_MASK_SHAPE.format(found=tuple(mask.shape), expected=tuple(activations[0].shape[:-1]))
+            )
         weights = torch.softmax(self.scalar_parameters, dim=0)
         if self.do_layer_norm:
             if mask is None:

@@ -24,7 +24,7 @@ from .extension import load_extension
 
 _C, _REASON = load_extension()
 if _C is None:  # pragma: no cover - dispatch only imports this module when available
-    raise ImportError(f"spacy_elmo._C is not available: {_REASON}")
+    raise ImportError(Errors.E_FUSED_UNAVAILABLE.format(reason=_REASON))
 
 _ops = torch.ops.spacy_elmo
 _ACTIVATIONS = {"relu": 0, "tanh": 1}
@@ -261,7 +261,7 @@ def char_cnn(
 ) -> Tensor:
     """Fused :func:`spacy_elmo.ops.reference.char_cnn` (same arguments and result)."""
     if activation not in _ACTIVATIONS:
-        raise ValueError(f"unknown activation {activation!r}: expected 'relu' or 'tanh'")
+        raise ValueError(Errors.E_BAD_ACTIVATION.format(value=activation))
     dtype = _run_dtype(embedding)
     with torch.autocast(embedding.device.type, enabled=False):
         emb, *params = _cast([embedding, *weights, *biases], dtype)

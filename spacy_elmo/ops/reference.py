@@ -23,6 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..errors import Errors
+
 FORGET_BIAS = 1.0
 
 
@@ -41,6 +43,8 @@ def char_cnn(
     Returns ``(N, sum(count_i))``. Padding characters are real inputs:
     every convolution runs over all W slots.
     """
+    if activation not in ("relu", "tanh"):  # as the fused op: anything else is not silently tanh
+        raise ValueError(Errors.E_BAD_ACTIVATION.format(value=activation))
     table = torch.cat([embedding.new_zeros(1, embedding.shape[1]), embedding], 0)
     x = F.embedding(char_ids, table).transpose(1, 2)  # (N, D, W)
     act = torch.relu if activation == "relu" else torch.tanh

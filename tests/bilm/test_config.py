@@ -105,3 +105,44 @@ def test_char_id_range_error_reports_the_offending_id(value):
     ids[0, 0, 5] = value
     with pytest.raises(ValueError, match=f"found {value}\\."):
         model(ids)
+
+
+def test_public_api_argument_errors_name_the_fix():
+    """Each raised AttributeError or 'too many values to unpack' before, or was accepted."""
+    import torch
+
+    config = BiLMConfig(projection_dim=4, cell_dim=6, filters=[(1, 2), (2, 2)], n_highway=0)
+    for bad in ({"projection_dim": 4}, None, "small"):
+        with pytest.raises(TypeError, match="BiLM expects a BiLMConfig.*BiLMConfig.from_dict"):
+            BiLM(bad)
+    with pytest.raises(TypeError, match="stateful must be True"):
+        BiLM(config, stateful="yes")
+    model = BiLM(config, backend="reference")
+    for bad in ([["a", "b"]], batch_to_ids([["a"]]).numpy()):
+        with pytest.raises(TypeError, match=r"tensor of character ids.*batch_to_ids\(sentences\)"):
+            model(bad)
+    with pytest.raises(ValueError, match="carried_states expects a pair of tensors"):
+        model.carried_states = torch.zeros(2, 2, 1, 4)
+    with pytest.raises(ValueError, match="set_initial_state expects a pair of tensors"):
+        model.set_initial_state(torch.zeros(2, 2, 4))
+
+
+@pytest.mark.parametrize("backend", ["reference", "auto"])
+def test_encode_tokens_and_contextualize_check_their_shapes(backend):
+    """Kernel RuntimeErrors ('lstm: w_input must be (I, 4C)'), an IndexError, or (reference path,
+    lengths too long) a silent run before."""
+    import torch
+
+    config = BiLMConfig(projection_dim=4, cell_dim=6, filters=[(1, 2), (2, 2)], n_highway=0)
+    model = BiLM(config, backend=backend)
+    with pytest.raises(ValueError, match=r"contextualize expects token vectors x \(batch, max_len \+ 2, 4\)"):
+        model.contextualize(torch.zeros(2, 5, 7), torch.tensor([3, 3]))
+    with pytest.raises(ValueError, match=r"contextualize expects"):
+        model.contextualize(torch.zeros(2, 5, 4), torch.tensor([3]))
+    with pytest.raises(ValueError, match=r"must lie in 0..3 \(x.shape\[1\] - 2\); got \[4, 3\]"):
+        model.contextualize(torch.zeros(2, 5, 4), torch.tensor([4, 3]))
+    ids = batch_to_ids([["a", "b"], ["c"]])
+    with pytest.raises(ValueError, match=r"the mask has shape \(2, 1\) but the character ids need \(2, 2\)"):
+        model.encode_tokens(ids, torch.ones(2, 1, dtype=torch.bool))
+    out = model.contextualize(model.encode_tokens(ids, ids.gt(0).any(-1)).new_zeros(2, 4, 4), torch.tensor([2, 1]))
+    assert out.activations[0].shape == (2, 2, 8)

@@ -263,3 +263,12 @@ def test_saved_files_take_the_umask_mode(files, tmp_path):
         os.umask(old)
     modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "native").iterdir()}
     assert modes and set(modes.values()) == {0o644}, modes
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.bool, "float16"])
+def test_save_refuses_a_dtype_that_is_not_a_float_dtype(files, tmp_path, dtype):
+    """dtype=torch.int32 wrote every weight truncated to an integer without a word."""
+    model = BiLM.from_allennlp(*files, backend="reference")
+    with pytest.raises(ValueError, match="floating torch dtype"):
+        model.save(tmp_path / "m", dtype=dtype)
+    assert not (tmp_path / "m").exists()

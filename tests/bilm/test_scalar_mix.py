@@ -63,3 +63,55 @@ def test_layers_of_different_shapes_are_an_error():
     layers[2] = layers[2][:1]  # (1, 5, 4) would broadcast against (3, 5, 4)
     with pytest.raises(ValueError, match=r"layer 2 is \(1, 5, 4\) and layer 0 is \(3, 5, 4\)"):
         ScalarMix(3)(layers)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["float16", "bfloat16"])
+def test_layer_norm_in_low_precision_matches_numpy(dtype):
+    """The statistics are summed in float32: in float16 the sum over a (64, 50, 64) layer of mean 5
+    overflowed to inf and the whole output was NaN."""
+    g = torch.Generator().manual_seed(1)
+    layers = [torch.randn(64, 50, 64, generator=g, dtype=torch.float64) * 3 + 5 for _ in range(3)]
+    mask = torch.ones(64, 50, dtype=torch.bool)
+    mask[5:, 40:] = False
+    expected = numpy_scalar_mix([a.numpy() for a in layers], np.zeros(3), 1.0, mask.numpy())
+    for mix in (ScalarMix(3, do_layer_norm=True), ScalarMix(3, do_layer_norm=True).to(dtype)):
+        got = mix([a.to(dtype) for a in layers], mask)
+        assert torch.isfinite(got).all()
+        np.testing.assert_allclose(got.detach().double().numpy(), expected, atol=0.05 if dtype == torch.bfloat16 else 5e-3)
+
+
+def test_layer_norm_of_an_all_masked_batch_is_zero_not_nan():
+    layers, _ = layers_and_mask()
+    layers = [a.clone().requires_grad_() for a in layers]
+    mask = torch.zeros(3, 5, dtype=torch.bool)
+    mix = ScalarMix(3, do_layer_norm=True).double()
+    out = mix(layers, mask)
+    assert torch.equal(out, torch.zeros_like(out))
+    out.sum().backward()
+    assert all(torch.isfinite(a.grad).all() for a in layers)
+    assert torch.isfinite(mix.scalar_parameters.grad).all() and torch.isfinite(mix.gamma.grad).all()
+
+
+def test_mask_of_another_shape_is_a_clear_error():
+    layers, mask = layers_and_mask()
+    for bad in (mask[:, :2], mask.unsqueeze(-1)):
+        for layer_norm in (False, True):
+            with pytest.raises(ValueError, match=r"the mask has shape .* but the layers need \(3, 5\)"):
+                ScalarMix(3, do_layer_norm=layer_norm)(layers, bad)
+
+
+def test_one_layer_tensor_is_refused_and_stacked_layers_or_a_generator_work():
+    """A (B, T, D) tensor with B == n_layers was silently mixed over its batch rows."""
+    layers, mask = layers_and_mask()
+    mix = ScalarMix(3, initial_weights=[0.5, -1.0, 2.0]).double()
+    with pytest.raises(ValueError, match="one tensor of shape \\(3, 5, 4\\).*out.activations"):
+        mix(layers[2], mask)
+    expected = mix(layers, mask)
+    torch.testing.assert_close(mix(torch.stack(layers), mask), expected)
+    torch.testing.assert_close(mix((a for a in layers), mask), expected)
+
+
+def test_initial_weights_that_are_not_numbers():
+    for bad in ("abc", [0.0, "x", 1.0], [None, 0.0, 0.0]):
+        with pytest.raises(ValueError, match="initial_weights must be a list of numbers"):
+            ScalarMix(3, initial_weights=bad)

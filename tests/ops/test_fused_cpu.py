@@ -723,3 +723,14 @@ def test_recycle_limit_frees_the_oldest_blocks_and_zero_turns_recycling_off():
 def test_bad_recycle_limit_names_the_problem(bad):
     with pytest.raises(ValueError, match="whole number of bytes >= 0"):
         fused.set_cpu_recycle_limit(bad)
+
+
+def test_unknown_char_cnn_activation_is_an_error_on_both_backends():
+    """The reference path computed tanh for any name other than 'relu'; the fused op refused it."""
+    gen = torch.Generator().manual_seed(3)
+    ids = random_char_ids(gen, 4, 10)
+    emb = torch.randn(261, 4, generator=gen)
+    weights, biases = [torch.randn(3, 4, 2, generator=gen)], [torch.zeros(3)]
+    for op in (R.char_cnn, fused.char_cnn):
+        with pytest.raises(ValueError, match="Unsupported char-CNN activation 'gelu': use 'relu' or 'tanh'"):
+            op(ids, emb, weights, biases, "gelu")

@@ -1,0 +1,107 @@
+"""Stateful mode on both backends against the float64 oracle: batch sizes that change, a batch of
+only empty rows, and a module cast or moved after its states exist."""
+
+import numpy as np
+import pytest
+import torch
+
+from spacy_elmo import BiLM, batch_to_ids
+from spacy_elmo.ops import fused_available
+from tests.bilm.oracle import NumpyElmo, options, write_model_files
+
+BACKENDS = ["reference"] + (["fused"] if fused_available() else [])
+BATCHES = [
+    [["one", "two", "three"], ["a", "b"], ["x"]],
+    [["four"], ["c", "d", "e", "f"]],  # smaller: row 2 keeps its state
+    [[], []],  # only empty rows: each still reads <S> </S>
+    [["five", "six"], ["g"], ["y", "z"], ["new", "row"]],  # larger: row 3 starts from zeros
+]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    opts = options()
+    opt_path, weight_path = write_model_files(tmp_path_factory.mktemp("stateful"), opts, seed=4)
+    return opts, opt_path, weight_path
+
+
+def _worst(out, expected, sentences):
+    """The largest error at valid positions, relative to the largest oracle value."""
+    worst, scale = 0.0, 1e-30
+    for i, sent in enumerate(sentences):
+        for layer, act in enumerate(out.activations):
+            got = act[i, : len(sent)].detach().double().numpy()
+            worst = max(worst, float(np.abs(got - expected[i][layer]).max(initial=0.0)))
+            scale = max(scale, float(np.abs(expected[i][layer]).max(initial=0.0)))
+            assert torch.all(act[i, len(sent):] == 0)
+    return worst / scale
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_stateful_batches_match_oracle(files, backend):
+    opts, opt_path, weight_path = files
+    model = BiLM.from_allennlp(opt_path, weight_path, stateful=True, backend=backend)
+    oracle = NumpyElmo(opts, weight_path)
+    for sentences in BATCHES:
+        with torch.no_grad():
+            out = model(batch_to_ids(sentences))
+        assert _worst(out, oracle.batch(sentences, stateful=True), sentences) < 1e-5
+    assert model.carried_states[0].shape[2] == 4
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(
+    "dtype, tolerance", [(torch.float64, 1e-5), (torch.float16, 5e-3), (torch.bfloat16, 2e-2)],
+    ids=["float64", "float16", "bfloat16"],
+)
+def test_states_follow_a_cast_of_the_module(files, backend, dtype, tolerance):
+    """States stored in float32 carry on after .to(dtype) (the reference path raised
+    'expected m1 and m2 to have the same dtype')."""
+    opts, opt_path, weight_path = files
+    model = BiLM.from_allennlp(opt_path, weight_path, stateful=True, backend=backend)
+    oracle = NumpyElmo(opts, weight_path)
+    with torch.no_grad():
+        model(batch_to_ids(BATCHES[0]))
+    oracle.batch(BATCHES[0], stateful=True)
+    model.to(dtype)
+    for sentences in BATCHES[1:]:
+        with torch.no_grad():
+            out = model(batch_to_ids(sentences))
+        assert all(a.dtype == dtype for a in out.activations)
+        assert _worst(out, oracle.batch(sentences, stateful=True), sentences) < tolerance
+    assert model.carried_states[0].dtype == dtype
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_states_from_autocast_carry_on_without_it(files, backend):
+    """A call under CPU autocast, then a plain one: the states stay in the weights' dtype."""
+    opts, opt_path, weight_path = files
+    model = BiLM.from_allennlp(opt_path, weight_path, stateful=True, backend=backend)
+    oracle = NumpyElmo(opts, weight_path)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        model(batch_to_ids(BATCHES[0]))
+    oracle.batch(BATCHES[0], stateful=True)
+    with torch.no_grad():
+        out = model(batch_to_ids(BATCHES[1]))
+    assert out.activations[-1].dtype == torch.float32
+    assert _worst(out, oracle.batch(BATCHES[1], stateful=True), BATCHES[1]) < 2e-2
+    with torch.no_grad():
+        model(batch_to_ids(BATCHES[1]))
+    assert model.carried_states[0].dtype == torch.float32
+
+
+def test_stateful_backends_agree_and_reset(files):
+    if not fused_available():
+        pytest.skip("the compiled extension is not built")
+    _, opt_path, weight_path = files
+    fused = BiLM.from_allennlp(opt_path, weight_path, stateful=True, backend="fused")
+    ref = BiLM.from_allennlp(opt_path, weight_path, stateful=True, backend="reference")
+    for sentences in BATCHES + BATCHES:
+        with torch.no_grad():
+            a, b = fused(batch_to_ids(sentences)), ref(batch_to_ids(sentences))
+        for x, y in zip(a.activations, b.activations):
+            torch.testing.assert_close(x, y, atol=1e-5, rtol=0)
+    for h, g in zip(fused.carried_states, ref.carried_states):
+        torch.testing.assert_close(h, g, atol=1e-5, rtol=0)
+    fused.reset_states()
+    assert fused.carried_states is None
