@@ -1,6 +1,6 @@
 """NER on CoNLL-2003 English with and without ELMo (issue 6, deliverable 3).
 
-The same spaCy ``ner`` (``configs/ner.cfg``: transition-based parser, 64 hidden units) is
+The same spaCy ``ner`` (``spacy_elmo/configs/ner.cfg``: transition-based parser, 64 hidden units) is
 trained on the official train split (dev for early stopping: spaCy keeps ``model-best`` by
 dev ``ents_f``, ``training.patience`` steps without improvement stop it) and evaluated once
 on the official test split with spaCy's scorer, in four settings:
@@ -15,7 +15,7 @@ on the official test split with spaCy's scorer, in four settings:
 
 Each setting at every ``--fractions`` of the training sentences (default 1.0 and 0.1: a
 seeded sample, ``--data-seed``) and every ``--seeds`` (training seed).  The configs are
-generated from ``configs/ner.cfg`` (see :mod:`benchmarks.taskbench`), written beside each
+generated from ``spacy_elmo/configs/ner.cfg`` (see :mod:`benchmarks.taskbench`), written beside each
 run.  Finished runs are cached in the work directory (``result.json``) and re-used when the
 same command is run again, so a long benchmark can be continued across sessions.
 
@@ -57,7 +57,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--patience", type=int, default=None, help="override [training] patience (1600)")
     tb.add_finetune_args(p, 3.0, "the CoNLL train text")
     p.add_argument("--n-sents", type=int, default=1, help="CoNLL sentences per Doc (default 1)")
-    p.add_argument("--config", type=Path, default=tb.CONFIGS / "ner.cfg", help="base config (default configs/ner.cfg)")
+    p.add_argument("--config", type=Path, default=tb.CONFIGS / "ner.cfg", help="base config (default spacy_elmo/configs/ner.cfg)")
     p.add_argument("--gpu-id", type=int, default=None, help="-1: CPU; default: GPU 0 when CUDA + cupy are available")
     p.add_argument("--work-dir", type=Path, default=None, help="data, fine-tuned biLM and pipelines (default ~/.cache/spacy-elmo/bench/ner_conll2003)")
     p.add_argument("--out", type=Path, default=None, help="results directory (default benchmarks/results; --quick: the work dir)")

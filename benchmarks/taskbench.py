@@ -3,7 +3,7 @@
 * :func:`resolve_elmo` -- the biLM to benchmark (``--elmo`` or the bundled default), with a
   message that names the fix when there is none;
 * :func:`task_config` -- a spaCy training config for one *setting*, generated from
-  ``configs/ner.cfg`` / ``configs/textcat.cfg`` through :class:`thinc.api.Config` (never a
+  ``spacy_elmo/configs/ner.cfg`` / ``textcat.cfg`` through :class:`thinc.api.Config` (never a
   copied file): ``baseline`` (spaCy's own ``spacy.Tok2Vec.v2`` with the config's own
   embed/encode), ``listener`` (``spacy_elmo.ElmoListener.v1`` alone as the tok2vec) and
   ``tok2vec`` (``spacy_elmo.ElmoTok2Vec.v1``, the config as written);
@@ -30,8 +30,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+from spacy_elmo.configs import CONFIG_DIR
+
 ROOT = Path(__file__).resolve().parent.parent
-CONFIGS = ROOT / "configs"
+CONFIGS = CONFIG_DIR
 RESULTS_DIR = ROOT / "benchmarks" / "results"
 
 #: setting -> one-line description (also written into the results JSON).

@@ -1,7 +1,7 @@
 """Text classification with and without ELMo: BBC News (topic) and CrowdFlower tweets
 (sentiment) (issue 6, deliverable 4).
 
-The same spaCy ``textcat`` (``configs/textcat.cfg``: exclusive classes, mean reduce)
+The same spaCy ``textcat`` (``spacy_elmo/configs/textcat.cfg``: exclusive classes, mean reduce)
 is trained on the fixed seeded train split of each data set (``benchmarks/splits/*.json``;
 dev for early stopping: spaCy keeps ``model-best`` by dev ``cats_score`` = macro-F1) and
 evaluated once on its test split with spaCy's scorer (macro-F1) plus accuracy, in four
@@ -16,7 +16,7 @@ settings:
                fine-tuned biLM per data set, shared by every fraction and seed.
 
 Optionally at ``--fractions`` < 1 of the training examples (stratified seeded sample) and
-several ``--seeds``.  Configs are generated from ``configs/textcat.cfg`` (see
+several ``--seeds``.  Configs are generated from ``spacy_elmo/configs/textcat.cfg`` (see
 :mod:`benchmarks.taskbench`); finished runs are cached in the work directory and re-used.
 
 Outputs ``benchmarks/results/textcat.{json,md,png}`` (``--quick``: a smoke run on tiny
@@ -59,7 +59,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--eval-frequency", type=int, default=None, help="override [training] eval_frequency (200)")
     p.add_argument("--patience", type=int, default=None, help="override [training] patience (1600)")
     tb.add_finetune_args(p, 1.0, "the data set's training text")
-    p.add_argument("--config", type=Path, default=tb.CONFIGS / "textcat.cfg", help="base config (default configs/textcat.cfg)")
+    p.add_argument("--config", type=Path, default=tb.CONFIGS / "textcat.cfg", help="base config (default spacy_elmo/configs/textcat.cfg)")
     p.add_argument("--gpu-id", type=int, default=None, help="-1: CPU; default: GPU 0 when CUDA + cupy are available")
     p.add_argument("--work-dir", type=Path, default=None, help="data and pipelines (default ~/.cache/spacy-elmo/bench/textcat)")
     p.add_argument("--out", type=Path, default=None, help="results directory (default benchmarks/results; --quick: the work dir)")

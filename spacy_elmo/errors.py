@@ -406,6 +406,8 @@ class Errors:
         "vocab.txt in {path} must start with <S>, </S>, <UNK> (one token per line); found "
         "{found!r}."
     )
+    E_UNKNOWN_CONFIG = "No shipped training config named {name!r}; the configs are: {names}."
+    E_CONFIG_EXISTS = "{path} exists. Pass --force to replace it, or another OUTPUT (- writes to stdout)."
     E_EXPORT_FORMAT = "Unknown export format {name!r}: use 'allennlp' or 'native'."
     E_EXPORT_WRITE = "Could not write the model to {path}: {error}. Check the path and its permissions."
     E_EXPORT_NOT_A_DIR = "{path} is a file; export writes a directory. Choose another OUT_DIR."

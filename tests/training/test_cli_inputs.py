@@ -248,3 +248,25 @@ def test_version():
     assert result.exit_code == 0, result.output
     assert result.output.startswith(f"spacy-elmo {spacy_elmo.__version__} (torch ")
     assert ("compiled kernels: yes" in result.output) == fused_available()
+
+
+def test_config_writes_the_shipped_configs(tmp_path):
+    from thinc.api import Config
+
+    from spacy_elmo.configs import config_names, config_path
+
+    assert config_names() == ("ner", "textcat")
+    for name in config_names():
+        result = runner.invoke(app, ["config", name])  # stdout
+        assert result.exit_code == 0, result.output
+        assert result.output == config_path(name).read_text(encoding="utf-8")
+        out = tmp_path / f"{name}.cfg"
+        assert runner.invoke(app, ["config", name, str(out)]).exit_code == 0
+        parsed = Config().from_disk(out, interpolate=False)
+        assert parsed["components"]["elmo"]["factory"] == "elmo" and name in parsed["components"]
+        # an existing file is kept unless --force
+        output = clean_error(runner.invoke(app, ["config", name, str(out)]))
+        assert "--force" in output
+        assert runner.invoke(app, ["config", name, str(out), "--force"]).exit_code == 0
+    output = clean_error(runner.invoke(app, ["config", "parser"]), code=2)
+    assert "ner, textcat" in output

@@ -1,0 +1,36 @@
+"""``spacy-elmo config``: write one of the shipped ``spacy train`` configs."""
+
+import sys
+from pathlib import Path
+
+import typer
+
+from ..atomic import atomic_write_text
+from ..errors import Errors
+from .app import app
+
+
+@app.command()
+def config(
+    name: str = typer.Argument(..., help="Which config: ner or textcat."),
+    output: str = typer.Argument("-", help="File to write, or - for stdout."),
+    force: bool = typer.Option(False, "--force", help="Replace OUTPUT if it exists."),
+) -> None:
+    """Write a shipped spacy train config (ELMo listener + sentencizer) to OUTPUT.
+
+    Then: python -m spacy train OUTPUT --paths.train train.spacy --paths.dev dev.spacy --paths.elmo MODEL_DIR (leave --paths.elmo out for the bundled default model)."""
+    from ..configs import config_path
+
+    try:
+        text = config_path(name).read_text(encoding="utf-8")
+    except ValueError as err:
+        raise typer.BadParameter(str(err)) from err
+    if output == "-":
+        sys.stdout.write(text)
+        return
+    path = Path(output)
+    if path.exists() and not force:
+        typer.secho(Errors.E_CONFIG_EXISTS.format(path=path), fg=typer.colors.RED, err=True)
+        raise typer.Exit(1)
+    atomic_write_text(path, text)
+    typer.echo(f"wrote {path}")
