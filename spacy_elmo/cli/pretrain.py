@@ -101,6 +101,8 @@ def pretrain(
         message = Errors.E_PRETRAIN_INTERRUPTED if checkpoint_path(output_dir).exists() else Errors.E_PRETRAIN_INTERRUPTED_EARLY
         typer.secho(message.format(path=output_dir), fg=typer.colors.YELLOW, err=True)
         raise typer.Exit(130) from err
+    if summary.get("rank", 0) != 0:  # under torchrun: rank 0 wrote the model and reports it
+        return
     stats = summary["corpus"]
     typer.echo(
         f"trained {summary['steps']} steps; corpus {stats['n_tokens']:,} tokens in {stats['n_sentences']:,} sentences "

@@ -490,4 +490,4 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
     if payload is not None and step == int(payload["step"]):
         save(final=True)  # resumed a finished run: make sure the model is written
     return {"steps": step, "vocab_size": vocab.size, "corpus": meta["stats"], "heldout": last_heldout,
-            "output_dir": str(out)}
+            "output_dir": str(out), "rank": rank}
