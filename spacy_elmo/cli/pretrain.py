@@ -111,5 +111,7 @@ def pretrain(
     )
     if summary.get("heldout"):
         h = summary["heldout"]
-        typer.echo(f"held-out perplexity: forward {h['perplexity_forward']:.2f}, backward {h['perplexity_backward']:.2f}, mean {h['perplexity']:.2f}")
+        reading = "every sentence alone" if h["mode"] == "per_sentence" else "one stream"
+        typer.echo(f"held-out perplexity ({reading}): forward {h['perplexity_forward']:.2f}, backward {h['perplexity_backward']:.2f}, "
+                   f"mean {h['perplexity']:.2f}; OOV rate {h['oov_rate']:.2%} (<UNK> targets count)")
     typer.echo(f"model written to {summary['output_dir']} (load with BiLM.load)")
