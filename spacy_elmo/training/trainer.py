@@ -331,6 +331,7 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
         if is_main:
             for leftover in (staging, out / RETIRED_NAME):  # a run killed while staging or swapping
                 shutil.rmtree(leftover, ignore_errors=True)
+            ckpt.remove_leftovers(out)  # a run killed while writing a checkpoint
             fresh = cache_is_current(cache, fingerprint(cfg.train_path, cfg.lang))
             meta = build_corpus(cfg.train_path, cfg.lang, staging if payload is not None and not fresh else cache,
                                 progress=cfg.progress)
