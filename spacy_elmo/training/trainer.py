@@ -447,7 +447,6 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
         # Corpus tokens the step reads (each by both LMs): bilm-tf's count and
         # benchmarks/pretrain.py's, so the bar, the log and the benchmark agree.
         n_targets = int(lengths.sum())
-        step_tokens = n_targets * world  # ranks' batches differ in length only with --sentences
         lengths = lengths.to(device)
         sample = None if full_softmax else sampler.sample(sampler_rng)
         with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=use_amp):
@@ -460,11 +459,16 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
         optimizer.step()
         state = (res.state[0].detach(), res.state[1].detach())
         step += 1
-        tokens_seen += step_tokens
-        stats = torch.stack([loss.detach().float(), loss_f.detach().float(), loss_b.detach().float()])
-        if world > 1:
+        # float64: the summed target count is exact (the losses are float32 values, cast exactly)
+        stats = torch.stack([loss.detach(), loss_f.detach(), loss_b.detach()]).double().cpu()
+        stats = torch.cat([stats, stats.new_tensor([n_targets])])
+        if world > 1:  # with --sentences the ranks' batches differ in length: count every rank's targets
+            stats = stats.to(device)
             dist.all_reduce(stats)
-            stats /= world
+            stats = stats.cpu()
+            stats[:3] /= world
+        step_tokens = int(stats[3])
+        tokens_seen += step_tokens
         step_loss = float(stats[0])
         window_loss += step_loss
         window_n += 1

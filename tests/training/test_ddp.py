@@ -183,3 +183,30 @@ def test_ddp_cli_reports_once(tmp_path):
     assert [o.split("\n", 1)[0] for o in outputs] == ["0", "0"]
     assert "trained 3 steps" in outputs[0] and "held-out perplexity" in outputs[0] and "model written to" in outputs[0]
     assert outputs[1].split("\n", 1)[1].strip() == ""
+
+
+def _sentences_worker(rank: int, world: int, port: int, train_path: str, out: str) -> None:
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    import torch.distributed as dist
+
+    from spacy_elmo.training.trainer import train
+
+    train(tiny_train_config(train_path, out, max_steps=4, checkpoint_every=4, log_every=1, sentences=True, max_length=7))
+    dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_ddp_sentences_count_every_ranks_tokens(tmp_path):
+    """With --sentences the ranks' batches differ in length: the log's tokens (and tokens/s) are the
+    sum of every rank's targets, not rank 0's count times the number of processes."""
+    from spacy_elmo.training.data import Corpus
+    from spacy_elmo.training.sentences import SentenceBatcher
+
+    train_file = write_corpus(tmp_path / "train.txt", 400)
+    out = tmp_path / "out"
+    mp.spawn(_sentences_worker, args=(2, _free_port(), str(train_file), str(out)), nprocs=2, join=True)
+    corpus = Corpus.load(out / "data")
+    batchers = [SentenceBatcher(corpus, 8, 7, 0, rank, 2) for rank in range(2)]
+    per_step = [sum(int(b.batch(0, k)[2].sum()) for b in batchers) for k in range(4)]
+    assert [e["tokens"] for e in read_log(out) if "loss" in e] == list(np.cumsum(per_step))
