@@ -503,6 +503,13 @@ class Warnings:
         "spacy-elmo: {path} has a line of {n_chars} characters; it is tokenized in pieces of "
         "at most {piece} characters (split at whitespace)."
     )
+    W_TOKENIZER_FALLBACK = (
+        "spacy-elmo: spaCy's tokenizer for --lang {lang} needs packages that are not installed ({error}); "
+        "reading the text with spaCy's rule-based tokenizer instead (whitespace, then punctuation and the "
+        "language's exceptions). In a language written without spaces (Japanese, Thai) its tokens are whole "
+        "phrases: install those packages instead. A pipeline must read the same tokens as the model was trained "
+        "on: spacy.blank({lang!r}, config={{'nlp': {{'tokenizer': {{'@tokenizers': 'spacy.Tokenizer.v1'}}}}}})."
+    )
     W_NEGATIVES_CLAMPED = (
         "spacy-elmo: --negatives {negatives} >= the vocabulary size {vocab}; using the full "
         "softmax instead of sampling."

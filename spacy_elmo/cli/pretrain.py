@@ -101,6 +101,8 @@ def pretrain(
         message = Errors.E_PRETRAIN_INTERRUPTED if checkpoint_path(output_dir).exists() else Errors.E_PRETRAIN_INTERRUPTED_EARLY
         typer.secho(message.format(path=output_dir), fg=typer.colors.YELLOW, err=True)
         raise typer.Exit(130) from err
+    if summary.get("rank", 0) != 0:  # under torchrun: rank 0 wrote the model and reports it
+        return
     stats = summary["corpus"]
     typer.echo(
         f"trained {summary['steps']} steps; corpus {stats['n_tokens']:,} tokens in {stats['n_sentences']:,} sentences "
@@ -109,5 +111,7 @@ def pretrain(
     )
     if summary.get("heldout"):
         h = summary["heldout"]
-        typer.echo(f"held-out perplexity: forward {h['perplexity_forward']:.2f}, backward {h['perplexity_backward']:.2f}, mean {h['perplexity']:.2f}")
+        reading = "every sentence alone" if h["mode"] == "per_sentence" else "one stream"
+        typer.echo(f"held-out perplexity ({reading}): forward {h['perplexity_forward']:.2f}, backward {h['perplexity_backward']:.2f}, "
+                   f"mean {h['perplexity']:.2f}; OOV rate {h['oov_rate']:.2%} (<UNK> targets count)")
     typer.echo(f"model written to {summary['output_dir']} (load with BiLM.load)")

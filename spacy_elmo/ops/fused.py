@@ -155,7 +155,10 @@ def _char_cnn_backward(ctx, grad_out, _grad_argmax):
         nones = [None] * len(weights)
         return None, None, nones, list(nones), None
     d_emb, d_w, d_b = _ops.char_cnn_backward(grad_out, out, argmax, char_ids, embedding, weights, ctx.activation)
-    return None, d_emb, list(d_w), list(d_b), None
+    # A width-1 filter's (C, D, 1) gradient comes with strides (D, 1, D): contiguous to PyTorch,
+    # but DDP compares strides with its buckets' and warns on every rank of every run.
+    d_w = [g if g.stride() == w.stride() else g.clone(memory_format=torch.contiguous_format) for g, w in zip(d_w, weights)]
+    return None, d_emb, d_w, list(d_b), None
 
 
 torch.library.register_autograd("spacy_elmo::char_cnn_forward", _char_cnn_backward, setup_context=_char_cnn_setup)

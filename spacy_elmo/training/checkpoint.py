@@ -11,6 +11,8 @@ from typing import Any, Dict, Union
 
 import torch
 
+from ..atomic import atomic_write
+from ..atomic import remove_leftovers as atomic_remove_leftovers
 from ..errors import Errors
 
 CHECKPOINT_NAME = "checkpoint.pt"
@@ -43,14 +45,26 @@ def restore_rank_state(state: Dict[str, Any], sampler_rng: torch.Generator, devi
 
 
 def save_checkpoint(output_dir: PathLike, payload: Dict[str, Any]) -> None:
-    """Write ``checkpoint.pt`` atomically: a kill leaves the old or the new file, never half."""
+    """Write ``checkpoint.pt`` atomically: a kill leaves the old or the new file, never half.
+    An exception (Ctrl-C) removes the temporary file; :func:`remove_leftovers` removes what a SIGKILL left."""
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as f:
+            torch.save(payload, f)
+            f.flush()
+            os.fsync(f.fileno())
+
+    atomic_write(checkpoint_path(output_dir), write)
+
+
+def remove_leftovers(output_dir: PathLike) -> None:
+    """Delete the temporary files of checkpoint writes that were killed before their rename
+    (as large as the checkpoint; hidden, so nobody else would find them)."""
     path = checkpoint_path(output_dir)
-    tmp = path.with_name(f".{CHECKPOINT_NAME}.tmp{os.getpid()}")
-    with open(tmp, "wb") as f:
-        torch.save(payload, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    atomic_remove_leftovers(path)
+    for stale in path.parent.glob(f".{CHECKPOINT_NAME}.tmp*"):  # the name before atomic_write was used
+        if stale.name[len(CHECKPOINT_NAME) + 5:].isdigit():
+            stale.unlink(missing_ok=True)
 
 
 PAYLOAD_KEYS = ("step", "model", "optimizer", "ranks", "settings")

@@ -139,21 +139,30 @@ def iter_text(path: PathLike, stats: ReadStats) -> Iterator[str]:
             stats.files_with_replacements += 1
 
 
+#: Languages whose rule-based fallback tokenizer was announced in this process.
+_FALLBACK_WARNED: set = set()
+
+
 def make_nlp(lang: str):
     """A blank spaCy pipeline for ``lang`` with a sentencizer.
 
     Languages whose default tokenizer needs an external package (Korean needs
-    mecab-ko) fall back to spaCy's rule-based ``spacy.Tokenizer.v1``.
+    mecab-ko, Japanese SudachiPy) fall back to spaCy's rule-based ``spacy.Tokenizer.v1``,
+    with a warning (once per language) naming what is missing.
     """
     import spacy
 
     try:
         nlp = spacy.blank(lang)
-    except ImportError:
+    except ImportError as missing:
         try:
             nlp = spacy.blank(lang, config={"nlp": {"tokenizer": {"@tokenizers": "spacy.Tokenizer.v1"}}})
         except Exception as err:  # noqa: BLE001 - reported with the language
             raise ValueError(Errors.E_SPACY_LANG.format(lang=lang, error=err)) from err
+        if lang not in _FALLBACK_WARNED:  # corpus, held-out text: once per run
+            _FALLBACK_WARNED.add(lang)
+            error = (str(missing).strip().splitlines() or [type(missing).__name__])[0]
+            warnings.warn(Warnings.W_TOKENIZER_FALLBACK.format(lang=lang, error=error), RuntimeWarning, stacklevel=2)
     except Exception as err:  # noqa: BLE001
         raise ValueError(Errors.E_SPACY_LANG.format(lang=lang, error=err)) from err
     nlp.add_pipe("sentencizer")

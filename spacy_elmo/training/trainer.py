@@ -259,11 +259,17 @@ class _Log:
         self.enabled = enabled
         if not enabled:
             return
+        self.entries: List[Dict[str, Any]] = []  # what a resume kept
         if resume_step is not None and path.exists():
-            kept = [e for e in _parse_log(path) if e.get("step", 0) <= resume_step]
-            atomic_write_text(path, "".join(json.dumps(e) + "\n" for e in kept))
+            self.entries = [e for e in _parse_log(path) if e.get("step", 0) <= resume_step]
+            atomic_write_text(path, "".join(json.dumps(e) + "\n" for e in self.entries))
         elif resume_step is None and path.exists():
             path.unlink()
+
+    def heldout_at(self, step: int) -> Optional[Dict[str, Any]]:
+        """The kept held-out event of ``step`` (a resume), or None."""
+        found = [e for e in self.entries if e.get("event") == "heldout" and e.get("step") == step]
+        return found[-1] if found else None
 
     def write(self, entry: Dict[str, Any]) -> None:
         if self.enabled:
@@ -325,6 +331,7 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
         if is_main:
             for leftover in (staging, out / RETIRED_NAME):  # a run killed while staging or swapping
                 shutil.rmtree(leftover, ignore_errors=True)
+            ckpt.remove_leftovers(out)  # a run killed while writing a checkpoint
             fresh = cache_is_current(cache, fingerprint(cfg.train_path, cfg.lang))
             meta = build_corpus(cfg.train_path, cfg.lang, staging if payload is not None and not fresh else cache,
                                 progress=cfg.progress)
@@ -405,6 +412,25 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
                 write_initial_state(start, out)
         _barrier(world)
 
+    def evaluate_heldout() -> Dict[str, Any]:
+        """Held-out perplexity of the model now (rank 0), logged; eval mode draws no random numbers."""
+        from .evaluate import evaluate_sentences
+
+        result = evaluate_sentences(lm, vocab, heldout, cfg.eval_batch_size, cfg.unroll, device, per_sentence=cfg.sentences)
+        result["replaced_bytes"] = heldout_stats.replaced_bytes
+        log.write({"step": step, "event": "heldout", **result})
+        lm.train()
+        return result
+
+    if payload is not None and heldout is not None:
+        # A run killed after writing its checkpoint but before logging that step's held-out
+        # perplexity: measure it now, as the straight run did.
+        last_heldout = log.heldout_at(step)
+        if last_heldout is None:
+            last_heldout = evaluate_heldout()
+        else:
+            last_heldout = {k: v for k, v in last_heldout.items() if k not in ("step", "event")}
+
     lm.train()
     while step < total:
         epoch, k = divmod(step, batcher.steps_per_epoch)
@@ -421,7 +447,6 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
         # Corpus tokens the step reads (each by both LMs): bilm-tf's count and
         # benchmarks/pretrain.py's, so the bar, the log and the benchmark agree.
         n_targets = int(lengths.sum())
-        step_tokens = n_targets * world  # ranks' batches differ in length only with --sentences
         lengths = lengths.to(device)
         sample = None if full_softmax else sampler.sample(sampler_rng)
         with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=use_amp):
@@ -434,11 +459,16 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
         optimizer.step()
         state = (res.state[0].detach(), res.state[1].detach())
         step += 1
-        tokens_seen += step_tokens
-        stats = torch.stack([loss.detach().float(), loss_f.detach().float(), loss_b.detach().float()])
-        if world > 1:
+        # float64: the summed target count is exact (the losses are float32 values, cast exactly)
+        stats = torch.stack([loss.detach(), loss_f.detach(), loss_b.detach()]).double().cpu()
+        stats = torch.cat([stats, stats.new_tensor([n_targets])])
+        if world > 1:  # with --sentences the ranks' batches differ in length: count every rank's targets
+            stats = stats.to(device)
             dist.all_reduce(stats)
-            stats /= world
+            stats = stats.cpu()
+            stats[:3] /= world
+        step_tokens = int(stats[3])
+        tokens_seen += step_tokens
         step_loss = float(stats[0])
         window_loss += step_loss
         window_n += 1
@@ -458,17 +488,11 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
         if step % cfg.checkpoint_every == 0 or step == total:
             save(final=step == total)
             if heldout is not None:
-                from .evaluate import evaluate_sentences
-
-                last_heldout = evaluate_sentences(lm, vocab, heldout, cfg.eval_batch_size, cfg.unroll, device,
-                                                  per_sentence=cfg.sentences)
-                last_heldout["replaced_bytes"] = heldout_stats.replaced_bytes
-                log.write({"step": step, "event": "heldout", **last_heldout})
-                lm.train()
+                last_heldout = evaluate_heldout()
             # A resumed run starts its window here too: equal logs, and tok/s without the checkpoint's time.
             window_loss, window_n, window_tokens, window_start = 0.0, 0, 0, time.perf_counter()
     bar.close()
     if payload is not None and step == int(payload["step"]):
         save(final=True)  # resumed a finished run: make sure the model is written
     return {"steps": step, "vocab_size": vocab.size, "corpus": meta["stats"], "heldout": last_heldout,
-            "output_dir": str(out)}
+            "output_dir": str(out), "rank": rank}

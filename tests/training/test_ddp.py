@@ -127,3 +127,86 @@ def test_ddp_equals_one_process_on_the_same_rows(tmp_path):
     wa, wb = BiLM.load(tmp_path / "one").state_dict(), BiLM.load(tmp_path / "ddp").state_dict()
     for name in wa:
         torch.testing.assert_close(wb[name], wa[name], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("backend", ["reference", "fused"])
+def test_gradients_have_the_layout_of_their_parameters(backend):
+    """DDP copies every gradient into a bucket laid out like its parameter and warns ('Grad
+    strides do not match bucket view strides', on every rank, at every DDP run) when they
+    differ: the fused char CNN gave the width-1 filter's (C, D, 1) gradient strides (D, 1, D)."""
+    from spacy_elmo.bilm import BiLMConfig
+    from spacy_elmo.ops import fused_available
+
+    if backend == "fused" and not fused_available():
+        pytest.skip("compiled kernels not built")
+    from .conftest import TINY
+
+    torch.manual_seed(0)
+    bilm = BiLM(BiLMConfig.from_dict(TINY), backend=backend)
+    out = bilm(torch.randint(1, 200, (3, 5, TINY["max_characters_per_token"])))
+    sum(t.float().sum() for t in out.activations).backward()
+    for name, p in bilm.named_parameters():
+        if p.grad is not None:
+            assert p.grad.stride() == p.stride(), name
+
+
+def _cli_worker(rank: int, world: int, port: int, args: list, result_dir: str) -> None:
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    import torch.distributed as dist
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli import app
+
+    result = CliRunner().invoke(app, args)
+    with open(os.path.join(result_dir, f"cli{rank}.txt"), "w", encoding="utf-8") as f:
+        f.write(f"{result.exit_code}\n{result.stdout}")
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_ddp_cli_reports_once(tmp_path):
+    """`torchrun --nproc-per-node 2 -m spacy_elmo pretrain ...`: rank 0 prints the summary (with
+    the held-out perplexity) and the model's place; the other ranks, which wrote nothing, print nothing."""
+    import json
+
+    from .conftest import TINY
+
+    train_file = write_corpus(tmp_path / "train.txt", 400)
+    held = write_corpus(tmp_path / "held.txt", 40, seed=1)
+    (tmp_path / "tiny.json").write_text(json.dumps(TINY), encoding="utf-8")
+    args = ["pretrain", str(train_file), str(tmp_path / "out"), "--heldout", str(held), "--options", str(tmp_path / "tiny.json"),
+            "--max-steps", "3", "--batch-size", "4", "--unroll", "5", "--negatives", "16", "--threads", "1",
+            "--no-progress", "--backend", "reference"]
+    mp.spawn(_cli_worker, args=(2, _free_port(), args, str(tmp_path)), nprocs=2, join=True)
+    outputs = [(tmp_path / f"cli{r}.txt").read_text(encoding="utf-8") for r in range(2)]
+    assert [o.split("\n", 1)[0] for o in outputs] == ["0", "0"]
+    assert "trained 3 steps" in outputs[0] and "held-out perplexity" in outputs[0] and "model written to" in outputs[0]
+    assert outputs[1].split("\n", 1)[1].strip() == ""
+
+
+def _sentences_worker(rank: int, world: int, port: int, train_path: str, out: str) -> None:
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    import torch.distributed as dist
+
+    from spacy_elmo.training.trainer import train
+
+    train(tiny_train_config(train_path, out, max_steps=4, checkpoint_every=4, log_every=1, sentences=True, max_length=7))
+    dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_ddp_sentences_count_every_ranks_tokens(tmp_path):
+    """With --sentences the ranks' batches differ in length: the log's tokens (and tokens/s) are the
+    sum of every rank's targets, not rank 0's count times the number of processes."""
+    from spacy_elmo.training.data import Corpus
+    from spacy_elmo.training.sentences import SentenceBatcher
+
+    train_file = write_corpus(tmp_path / "train.txt", 400)
+    out = tmp_path / "out"
+    mp.spawn(_sentences_worker, args=(2, _free_port(), str(train_file), str(out)), nprocs=2, join=True)
+    corpus = Corpus.load(out / "data")
+    batchers = [SentenceBatcher(corpus, 8, 7, 0, rank, 2) for rank in range(2)]
+    per_step = [sum(int(b.batch(0, k)[2].sum()) for b in batchers) for k in range(4)]
+    assert [e["tokens"] for e in read_log(out) if "loss" in e] == list(np.cumsum(per_step))

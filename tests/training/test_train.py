@@ -364,3 +364,74 @@ def test_resume_after_a_kill_inside_a_log_line(tmp_path):
     b = [e["loss"] for e in read_log(killed) if "loss" in e]
     assert len(b) == 4
     np.testing.assert_allclose(b, a, rtol=1e-6, atol=1e-7)
+
+
+def _heldout_events(out):
+    return [{k: v for k, v in e.items()} for e in read_log(out) if e.get("event") == "heldout"]
+
+
+@pytest.mark.parametrize("kill_at", [2, 4], ids=["mid-run", "last-step"])
+def test_resume_after_a_kill_during_heldout_evaluation(tmp_path, monkeypatch, kill_at):
+    """A kill after the checkpoint is written but before its held-out perplexity is logged:
+    the resume evaluates that checkpoint's held-out text, so the log (and, at the last step,
+    the summary) is the straight run's."""
+    import spacy_elmo.training.evaluate as ev
+
+    train_file = write_corpus(tmp_path / "train.txt", 200)
+    held = write_corpus(tmp_path / "held.txt", 30, seed=1)
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    settings = dict(max_steps=4, checkpoint_every=2, heldout=str(held))
+    train(tiny_train_config(train_file, straight, **settings))
+    real = ev.evaluate_sentences
+    calls = []
+
+    def interrupted(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == kill_at // 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ev, "evaluate_sentences", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        train(tiny_train_config(train_file, killed, **settings))
+    monkeypatch.setattr(ev, "evaluate_sentences", real)
+    summary = train(tiny_train_config(train_file, killed, resume=True, **settings))
+    a, b = _heldout_events(straight), _heldout_events(killed)
+    assert [e["step"] for e in b] == [e["step"] for e in a] == [2, 4]
+    for x, y in zip(a, b):
+        assert y["perplexity"] == pytest.approx(x["perplexity"], rel=1e-6)
+    assert summary["heldout"] is not None and summary["heldout"]["perplexity"] == pytest.approx(a[-1]["perplexity"], rel=1e-6)
+    np.testing.assert_allclose([e["loss"] for e in read_log(killed) if "loss" in e],
+                               [e["loss"] for e in read_log(straight) if "loss" in e], rtol=1e-6, atol=1e-7)
+
+
+def test_a_kill_while_writing_the_checkpoint_leaves_no_temporary_file(tmp_path, monkeypatch):
+    """The checkpoint (model, softmax and optimizer state: 160 MB for the small preset) is written
+    beside its final name: Ctrl-C during the write removes that file, and a resume removes the one
+    a SIGKILL left; the resumed run is the straight one."""
+    import spacy_elmo.training.checkpoint as ck
+
+    train_file = write_corpus(tmp_path / "train.txt", 200)
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    train(tiny_train_config(train_file, straight, max_steps=4, checkpoint_every=2))
+    real_save = torch.save
+    calls = []
+
+    def interrupted_save(obj, f, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:  # the step-4 checkpoint: half written, then Ctrl-C
+            f.write(b"partial")
+            raise KeyboardInterrupt
+        return real_save(obj, f, *args, **kwargs)
+
+    monkeypatch.setattr(ck.torch, "save", interrupted_save)
+    with pytest.raises(KeyboardInterrupt):
+        train(tiny_train_config(train_file, killed, max_steps=4, checkpoint_every=2))
+    monkeypatch.setattr(ck.torch, "save", real_save)
+    assert sorted(p.name for p in killed.iterdir() if "checkpoint" in p.name) == ["checkpoint.pt"]
+    for name in (".checkpoint.pt.4242.tmp", ".checkpoint.pt.tmp4242"):  # what a SIGKILL leaves (now, before)
+        (killed / name).write_bytes(b"partial")
+    train(tiny_train_config(train_file, killed, max_steps=4, checkpoint_every=2, resume=True))
+    assert sorted(p.name for p in killed.iterdir() if "checkpoint" in p.name) == ["checkpoint.pt"]
+    np.testing.assert_allclose([e["loss"] for e in read_log(killed) if "loss" in e],
+                               [e["loss"] for e in read_log(straight) if "loss" in e], rtol=1e-6, atol=1e-7)

@@ -189,3 +189,34 @@ def test_cache_killed_while_rebuilding_is_not_reused(tmp_path, monkeypatch):
     build_corpus(first, "en", cache, progress=False)
     again = Corpus.load(cache)
     assert again.types == expected.types and again.tokens.tolist() == expected.tokens.tolist()
+
+
+def test_tokenizer_fallback_is_announced(tmp_path, monkeypatch):
+    """A language whose spaCy tokenizer needs packages that are missing (ko: mecab-ko, ja: sudachipy)
+    is read with the rule-based tokenizer; the run says so once, what was missing, and how the
+    pipeline gets the same tokens (`--lang ja` made every line one token, silently)."""
+    import warnings
+
+    import spacy
+
+    from spacy_elmo.training import data
+
+    real = spacy.blank
+
+    def blank(lang, config=None, **kwargs):
+        if not config:
+            raise ImportError('The Japanese tokenizer ("spacy.ja.JapaneseTokenizer") requires SudachiPy\nmore')
+        return real(lang, config=config, **kwargs)
+
+    monkeypatch.setattr(spacy, "blank", blank)
+    monkeypatch.setattr(data, "_FALLBACK_WARNED", set())
+    path = tmp_path / "ja.txt"
+    path.write_text("吾輩は猫である。名前はまだ無い。\n", encoding="utf-8")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        build_corpus(path, "ja", tmp_path / "cache", progress=False)
+        data.tokenize_file(path, "ja")
+    messages = [str(w.message) for w in caught if "rule-based" in str(w.message)]
+    assert len(messages) == 1  # once per language and process
+    assert "SudachiPy" in messages[0] and "more" not in messages[0]
+    assert "spacy.Tokenizer.v1" in messages[0] and "'ja'" in messages[0]
