@@ -447,11 +447,20 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
         # Corpus tokens the step reads (each by both LMs): bilm-tf's count and
         # benchmarks/pretrain.py's, so the bar, the log and the benchmark agree.
         n_targets = int(lengths.sum())
+        step_tokens = n_targets * world
+        if world > 1 and cfg.sentences:  # the ranks' batches differ in length: count every rank's targets
+            count = torch.tensor([float(n_targets)], dtype=torch.float64, device=device)
+            dist.all_reduce(count)
+            step_tokens = int(count.item())
         lengths = lengths.to(device)
         sample = None if full_softmax else sampler.sample(sampler_rng)
         with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=use_amp):
             res = model(chars.to(device), idx_f.to(device), idx_b.to(device), tg_f, tg_b, lengths, state, sample, sampler)
-        loss_f, loss_b = res.nll_fwd.sum() / n_targets, res.nll_bwd.sum() / n_targets  # padding is zero
+        # The mean over every rank's targets (padding is zero): DDP averages the ranks' gradients,
+        # so each rank divides its sum by the mean count per rank, and a target weighs the same
+        # whichever rank's batch it is in.
+        per_rank = step_tokens / world
+        loss_f, loss_b = res.nll_fwd.sum() / per_rank, res.nll_bwd.sum() / per_rank
         loss = (loss_f + loss_b) / 2
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -459,15 +468,11 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
         optimizer.step()
         state = (res.state[0].detach(), res.state[1].detach())
         step += 1
-        # float64: the summed target count is exact (the losses are float32 values, cast exactly)
-        stats = torch.stack([loss.detach(), loss_f.detach(), loss_b.detach()]).double().cpu()
-        stats = torch.cat([stats, stats.new_tensor([n_targets])])
-        if world > 1:  # with --sentences the ranks' batches differ in length: count every rank's targets
-            stats = stats.to(device)
+        stats = torch.stack([loss.detach(), loss_f.detach(), loss_b.detach()]).double()
+        if world > 1:
             dist.all_reduce(stats)
-            stats = stats.cpu()
-            stats[:3] /= world
-        step_tokens = int(stats[3])
+            stats /= world
+        stats = stats.cpu()
         tokens_seen += step_tokens
         step_loss = float(stats[0])
         window_loss += step_loss

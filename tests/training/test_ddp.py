@@ -9,6 +9,8 @@ import torch
 import torch.multiprocessing as mp
 
 from spacy_elmo import BiLM
+from spacy_elmo.training.lm import BidirectionalLM
+from spacy_elmo.training.vocab import CharTable
 from spacy_elmo.training.trainer import read_log
 
 from .conftest import tiny_train_config, write_corpus
@@ -192,8 +194,12 @@ def _sentences_worker(rank: int, world: int, port: int, train_path: str, out: st
 
     from spacy_elmo.training.trainer import train
 
-    train(tiny_train_config(train_path, out, max_steps=4, checkpoint_every=4, log_every=1, sentences=True, max_length=7))
+    train(tiny_train_config(train_path, out, **_SENTENCES))
     dist.destroy_process_group()
+
+
+#: Sentence batches of different lengths on the ranks; full softmax and no dropout: nothing random.
+_SENTENCES = dict(max_steps=4, checkpoint_every=4, log_every=1, sentences=True, max_length=7, negatives=10_000, dropout=0.0)
 
 
 @pytest.mark.slow
@@ -209,4 +215,26 @@ def test_ddp_sentences_count_every_ranks_tokens(tmp_path):
     corpus = Corpus.load(out / "data")
     batchers = [SentenceBatcher(corpus, 8, 7, 0, rank, 2) for rank in range(2)]
     per_step = [sum(int(b.batch(0, k)[2].sum()) for b in batchers) for k in range(4)]
-    assert [e["tokens"] for e in read_log(out) if "loss" in e] == list(np.cumsum(per_step))
+    log = [e for e in read_log(out) if "loss" in e]
+    assert [e["tokens"] for e in log] == list(np.cumsum(per_step))
+    # Every target weighs the same: step 1's loss (on the initial weights) is the mean over both
+    # ranks' targets, not the mean of the ranks' means.
+    from spacy_elmo.training.lm import encode_batch
+    from spacy_elmo.training.trainer import _build_model
+
+    torch.manual_seed(0)
+    bilm, softmax, vocab, _ = _build_model(tiny_train_config(train_file, out, **_SENTENCES), corpus, None)
+    lm = BidirectionalLM(bilm, softmax).eval()
+    sums, counts = [], []
+    with torch.no_grad():
+        for b in batchers:
+            fwd, bwd, lengths = b.batch(0, 0)
+            chars, i_f, i_b = encode_batch(fwd[:, :-1], bwd[:, :-1], CharTable(vocab, bilm.config.max_characters_per_token))
+            res = lm(chars, i_f, i_b, vocab.target_ids(fwd[:, 1:]), vocab.target_ids(bwd[:, 1:]), lengths,
+                     bilm.start_state(fwd.shape[0], lm.softmax.weight), None, None)
+            sums.append(float(res.nll_fwd.double().sum()))
+            counts.append(int(lengths.sum()))
+    assert counts[0] != counts[1]
+    expected = sum(sums) / sum(counts)
+    assert log[0]["loss_forward"] == pytest.approx(expected, rel=1e-5)
+    assert abs(expected - (sums[0] / counts[0] + sums[1] / counts[1]) / 2) > 1e-3  # the two weightings differ here
