@@ -32,6 +32,8 @@ CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 INITIAL_STATE_NAME = "initial_state.safetensors"
 INITIAL_STATE_KEYS = ("initial_h", "initial_c")
+#: The temporary directory of a save in progress, inside the model directory.
+SAVE_TMP_PREFIX = ".saving."
 #: Where the bundled default model lives inside the package.
 DEFAULT_MODEL_DIR = Path(__file__).resolve().parent.parent / "data" / "default"
 
@@ -72,12 +74,15 @@ def save_native(
         "extra": sorted(extra),
         "provenance": provenance or {},
     }
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}."))
+    # The files are written in a temporary directory inside ``directory`` (so a killed save
+    # leaves nothing beside it; the next save removes what a kill left) and moved into place.
+    directory.mkdir(parents=True, exist_ok=True)
+    for stale in directory.glob(f"{SAVE_TMP_PREFIX}*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp = Path(tempfile.mkdtemp(dir=directory, prefix=SAVE_TMP_PREFIX))
     try:
         write_safetensors(tensors, tmp / WEIGHTS_NAME)
         (tmp / CONFIG_NAME).write_text(json.dumps(meta, indent=2), encoding="utf-8")
-        directory.mkdir(exist_ok=True)
         (directory / INITIAL_STATE_NAME).unlink(missing_ok=True)  # it belongs to the old weights
         for name in (WEIGHTS_NAME, CONFIG_NAME):  # weights first: config.json marks a complete model
             os.replace(tmp / name, directory / name)

@@ -62,7 +62,30 @@ def test_native_round_trip_identical_outputs(files, tmp_path):
         a, b = model(batch_to_ids(SENTS)), loaded(batch_to_ids(SENTS))
     for x, y in zip(a.activations, b.activations):
         assert torch.equal(x, y)
+    assert sorted(p.name for p in (tmp_path / "native").iterdir()) == ["config.json", "model.safetensors"]
     assert not list((tmp_path).glob(".native.*")), "temporary directory left behind"
+
+
+def test_a_killed_save_leaves_nothing_beside_the_model_and_the_next_save_cleans_up(files, tmp_path, monkeypatch):
+    from spacy_elmo.bilm import native_io
+
+    model = BiLM.from_allennlp(*files, backend="reference")
+    out = tmp_path / "parent" / "model"
+    model.save(out)
+
+    def killed(tensors, path):  # the process dies while writing: no cleanup runs
+        raise SystemExit("killed")
+
+    monkeypatch.setattr(native_io, "write_safetensors", killed)
+    monkeypatch.setattr(native_io.shutil, "rmtree", lambda *a, **k: None)
+    with pytest.raises(SystemExit):
+        model.save(out)
+    monkeypatch.undo()
+    assert sorted(p.name for p in (tmp_path / "parent").iterdir()) == ["model"]  # nothing beside it
+    assert len(list(out.glob(".saving.*"))) == 1
+    model.save(out)
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"]
+    BiLM.load(out)
 
 
 def test_native_float16_and_extra_tensors(files, tmp_path):
