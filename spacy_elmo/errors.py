@@ -510,6 +510,12 @@ class Warnings:
         "phrases: install those packages instead. A pipeline must read the same tokens as the model was trained "
         "on: spacy.blank({lang!r}, config={{'nlp': {{'tokenizer': {{'@tokenizers': 'spacy.Tokenizer.v1'}}}}}})."
     )
+    W_INIT_WITHOUT_SOFTMAX = (
+        "spacy-elmo: --init {path} has no softmax (AllenNLP/bilm-tf weights without softmax.safetensors, "
+        "or a BiLM.save directory): the biLM starts from its weights, the vocabulary is built from this "
+        "corpus and the softmax starts from random values, so the first steps' perplexity is that of an "
+        "untrained softmax."
+    )
     W_NEGATIVES_CLAMPED = (
         "spacy-elmo: --negatives {negatives} >= the vocabulary size {vocab}; using the full "
         "softmax instead of sampling."

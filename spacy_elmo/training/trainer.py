@@ -137,6 +137,11 @@ def _setup_distributed(cfg: TrainConfig):
     return rank, world, device
 
 
+def _is_main() -> bool:
+    """Rank 0 (or no process group): the process that writes, logs and warns."""
+    return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
+
+
 def _barrier(world: int) -> None:
     if world > 1:
         dist.barrier()
@@ -150,6 +155,8 @@ def _build_model(cfg: TrainConfig, corpus: Corpus, resume_payload: Optional[dict
         bilm, init_softmax, init_vocab, _ = load_pretrained(cfg.init, backend=cfg.backend)
         bilm.set_initial_state(None)  # it belongs to the old weights; saves refit it when asked
         config = bilm.config
+        if init_softmax is None and not cfg.new_vocab and _is_main():
+            warnings.warn(Warnings.W_INIT_WITHOUT_SOFTMAX.format(path=cfg.init), RuntimeWarning, stacklevel=2)
     else:
         config = BiLMConfig.from_dict(resume_payload["settings"]["model_config"]) if resume_payload else requested_model(cfg)
         bilm = BiLM(config, backend=cfg.backend)

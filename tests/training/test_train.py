@@ -175,6 +175,12 @@ def test_fine_tuning_from_a_saved_model(tmp_path):
     tuned2 = tmp_path / "tuned2"
     train(tiny_train_config(domain, tuned2, max_steps=1, init=str(base), new_vocab=True, model=None, lr=1e-9, optimizer="adam"))
     assert "river" in (tuned2 / "vocab.txt").read_text()
+    # A biLM without a softmax (BiLM.save): the vocabulary comes from the corpus, and it says so.
+    bare = tmp_path / "bare"
+    BiLM.load(base).save(bare)
+    with pytest.warns(RuntimeWarning, match="has no softmax"):
+        train(tiny_train_config(domain, tmp_path / "tuned3", max_steps=1, init=str(bare), model=None))
+    assert "river" in (tmp_path / "tuned3" / "vocab.txt").read_text()
 
 
 def test_resume_refuses_other_data_and_settings(tmp_path):
