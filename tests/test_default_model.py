@@ -112,12 +112,12 @@ def test_evaluate_default_prefers_real_word_order(tmp_path):
 
 
 def test_empty_paths_elmo_in_the_configs_means_the_bundled_model():
-    from pathlib import Path
-
     import spacy
     from spacy.util import load_config
 
-    cfg = load_config(Path(__file__).parent.parent / "configs" / "ner.cfg")
+    from spacy_elmo.configs import config_path
+
+    cfg = load_config(config_path("ner"))
     assert cfg["paths"]["elmo"] == ""
     loader = spacy.registry.misc.get("spacy_elmo.WeightsLoader.v1")(cfg["paths"]["elmo"])
     bilm, source = loader("reference")
