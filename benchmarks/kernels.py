@@ -169,6 +169,8 @@ def machine_info(device):
         pass
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
+        info["tf32"] = {"cuda.matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+                        "cudnn.allow_tf32": torch.backends.cudnn.allow_tf32}
     if fused_available():
         from spacy_elmo.ops import fused
 
@@ -418,6 +420,9 @@ def build_parser():
     ap.add_argument("--quick", action="store_true", help="32 x 20 only, 2 repeats unless --repeats")
     ap.add_argument("--autocast", choices=["bf16", "fp16"], default=None,
                     help="run every implementation under torch.autocast (GPU)")
+    ap.add_argument("--allow-tf32", action="store_true",
+                    help="CUDA float32: let cuBLAS and cuDNN use TF32 (default: neither does; cuDNN's default is on, "
+                         "which gave nn.LSTM and the reference's convolutions TF32 against true float32 kernels)")
     ap.add_argument("--keep-freed-memory", action="store_true",
                     help="glibc keeps freed memory, as `pretrain` does (spacy_elmo/training/malloc.py); the "
                          "default is glibc's, which inference and spaCy training get")
@@ -443,6 +448,9 @@ def main(argv=None):
         print(problem, file=sys.stderr)
         return 1
     torch.set_num_threads(args.threads)
+    if device.type == "cuda":  # every float32 implementation in true float32, or all in TF32
+        torch.backends.cuda.matmul.allow_tf32 = args.allow_tf32
+        torch.backends.cudnn.allow_tf32 = args.allow_tf32
     AUTOCAST["dtype"] = {"bf16": torch.bfloat16, "fp16": torch.float16, None: None}[args.autocast]
     if args.peak_gflops is None:
         gemm_dtype = AUTOCAST["dtype"] or torch.float32
