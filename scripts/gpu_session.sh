@@ -2,7 +2,7 @@
 # Everything a lent GPU machine is for, in one call of the device tool (no spaCy there):
 # build the extension for the chip, run the kernel tests (the CUDA ones included), and time
 # the kernels, the whole model (float32 and bf16 autocast) and pretraining. Results and the
-# log go straight to $OUT (5 files; at most 8 come back); commit them under benchmarks/results/.
+# log go straight to $OUT (6 files; at most 8 come back); commit them under benchmarks/results/.
 #
 #   device run:  bash scripts/gpu_session.sh            (about 5-7 minutes on an H100; stops itself by 570 s)
 #   smoke test:  DEVICE=cpu QUICK=1 STEM=kernels_smoke OUT=/tmp/gs PY=.venv/bin/python bash scripts/gpu_session.sh
