@@ -169,12 +169,42 @@ def machine_info(device):
         pass
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
+        info["tf32"] = {"cuda.matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+                        "cudnn.allow_tf32": torch.backends.cudnn.allow_tf32}
     if fused_available():
         from spacy_elmo.ops import fused
 
         info["fused_cpu_isa"] = fused.cpu_isa()
         info["fused_cuda"] = fused.built_with_cuda()
     return info
+
+
+def device_problem(device):
+    """Why the fused kernels cannot run on ``device`` (None when they can): on CUDA a
+    GPU must be visible and the extension built with its CUDA kernels, or the first
+    fused call dies in the dispatcher with a message that names neither."""
+    if not fused_available():
+        return "spacy_elmo._C is not built: pip install --no-build-isolation -e ."
+    if device.type != "cuda":
+        return None
+    if not torch.cuda.is_available():
+        return f"--device {device}: torch {torch.__version__} sees no CUDA GPU"
+    from spacy_elmo.ops import fused
+
+    if not fused.built_with_cuda():
+        return (f"--device {device}: spacy_elmo._C was built without its CUDA kernels "
+                "(rebuild with SPACY_ELMO_CUDA=1 where nvcc and a CUDA torch are present)")
+    return None
+
+
+def result_paths(out, stem):
+    """The JSON and PNG paths of ``--out``: a bare stem goes to benchmarks/results/;
+    a value with a directory in it (``/tmp/x/kernels_cuda``) is used as it is."""
+    name = out or stem
+    base = Path(name) if ("/" in name or os.sep in name) else RESULTS / name
+    if base.suffix in (".json", ".png"):
+        base = base.with_suffix("")
+    return base.with_name(base.name + ".json"), base.with_name(base.name + ".png")
 
 
 class Recorder:
@@ -370,7 +400,7 @@ def plot(rows, path):
     return path
 
 
-def main(argv=None):
+def build_parser():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--presets", nargs="+", default=["small", "original"], choices=list(PRESETS))
     ap.add_argument("--batches", nargs="+", type=int, default=[1, 8, 32, 128])
@@ -390,11 +420,21 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="32 x 20 only, 2 repeats unless --repeats")
     ap.add_argument("--autocast", choices=["bf16", "fp16"], default=None,
                     help="run every implementation under torch.autocast (GPU)")
+    ap.add_argument("--allow-tf32", action="store_true",
+                    help="CUDA float32: let cuBLAS and cuDNN use TF32 (default: neither does; cuDNN's default is on, "
+                         "which gave nn.LSTM and the reference's convolutions TF32 against true float32 kernels)")
     ap.add_argument("--keep-freed-memory", action="store_true",
                     help="glibc keeps freed memory, as `pretrain` does (spacy_elmo/training/malloc.py); the "
                          "default is glibc's, which inference and spaCy training get")
-    ap.add_argument("--out", default=None, help="result file stem (default kernels_<device>[_quick])")
-    args = ap.parse_args(argv)
+    ap.add_argument("--out", default=None,
+                    help="result stem: a bare name goes to benchmarks/results/ (default kernels_<device>[_<autocast>]"
+                         "[_quick]); a path with a directory (/tmp/x/kernels_cuda) is used as given; .json and .png "
+                         "are appended")
+    return ap
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
     if args.keep_freed_memory and not keep_freed_memory():
         print("--keep-freed-memory: not applied (not glibc, or SPACY_ELMO_KEEP_FREED_MEMORY=0)", file=sys.stderr)
         args.keep_freed_memory = False
@@ -402,11 +442,15 @@ def main(argv=None):
         args.batches, args.lengths = [32], [20]
         args.repeats = args.repeats or 2
     args.repeats = args.repeats or 3
-    if not fused_available():
-        print("spacy_elmo._C is not built: pip install --no-build-isolation -e .", file=sys.stderr)
+    device = torch.device(args.device)
+    problem = device_problem(device)
+    if problem:
+        print(problem, file=sys.stderr)
         return 1
     torch.set_num_threads(args.threads)
-    device = torch.device(args.device)
+    if device.type == "cuda":  # every float32 implementation in true float32, or all in TF32
+        torch.backends.cuda.matmul.allow_tf32 = args.allow_tf32
+        torch.backends.cudnn.allow_tf32 = args.allow_tf32
     AUTOCAST["dtype"] = {"bf16": torch.bfloat16, "fp16": torch.float16, None: None}[args.autocast]
     if args.peak_gflops is None:
         gemm_dtype = AUTOCAST["dtype"] or torch.float32
@@ -414,6 +458,19 @@ def main(argv=None):
         print(f"{gemm_dtype} GEMM rate here: {args.peak_gflops} GFLOP/s (the floor's peak)", flush=True)
     rec = Recorder(args.peak_gflops)
     load_start = os.getloadavg() if hasattr(os, "getloadavg") else None
+    stem = f"kernels_{device.type}" + (f"_{args.autocast}" if args.autocast else "") + ("_quick" if args.quick else "")
+    json_path, png_path = result_paths(args.out, stem)
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+
+    def write(complete):
+        add_ratios(rec.rows)
+        machine = machine_info(device)
+        machine["loadavg_at_start"] = load_start
+        payload = {"machine": machine, "args": vars(args), "complete": complete,
+                   "dtype": "float32" if args.autocast is None else f"autocast {args.autocast}",
+                   "floor_note": f"floor = tokens/s at {args.peak_gflops} GFLOP/s", "rows": rec.rows}
+        json_path.write_text(json.dumps(payload, indent=1, default=str))
+
     for preset in args.presets:
         for batch in args.batches:
             for length in args.lengths:
@@ -424,19 +481,12 @@ def main(argv=None):
                     bench_whole(rec, preset, batch, length, args, device)
                     if preset == args.train_preset and batch * length <= args.max_slow_tokens:
                         bench_train(rec, preset, batch, length, args, device)
-    add_ratios(rec.rows)
+                # the shapes so far survive a run stopped at a time limit ("complete": false)
+                write(complete=False)
+    write(complete=True)
     print_table(rec.rows)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    stem = args.out or (f"kernels_{device.type}" + (f"_{args.autocast}" if args.autocast else "")
-                        + ("_quick" if args.quick else ""))
-    machine = machine_info(device)
-    machine["loadavg_at_start"] = load_start
-    payload = {"machine": machine, "args": vars(args),
-               "dtype": "float32" if args.autocast is None else f"autocast {args.autocast}",
-               "floor_note": f"floor = tokens/s at {args.peak_gflops} GFLOP/s", "rows": rec.rows}
-    (RESULTS / f"{stem}.json").write_text(json.dumps(payload, indent=1))
-    png = plot(rec.rows, RESULTS / f"{stem}.png")
-    print(f"wrote {RESULTS / (stem + '.json')}" + (f" and {png}" if png else ""))
+    png = plot(rec.rows, png_path)
+    print(f"wrote {json_path}" + (f" and {png}" if png else ""))
     return 0
 
 

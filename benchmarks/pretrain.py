@@ -27,7 +27,8 @@ import torch
 if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.kernels import FILTERS, cnn_flops, highway_flops, lstm_layer_flops, measure_gemm_gflops  # noqa: E402
+from benchmarks.kernels import (FILTERS, cnn_flops, device_problem, highway_flops, lstm_layer_flops,  # noqa: E402
+                               measure_gemm_gflops)
 from spacy_elmo.bilm import BiLM, BiLMConfig  # noqa: E402
 from spacy_elmo.ops import fused_available  # noqa: E402
 from spacy_elmo.training.lm import BidirectionalLM, encode_batch  # noqa: E402
@@ -187,7 +188,7 @@ def bench_logsumexp(args, device, repeats=10):
     return row
 
 
-def main() -> None:
+def build_parser():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--presets", nargs="+", default=["small", "original"])
     parser.add_argument("--batch-size", type=int, default=32)
@@ -200,22 +201,38 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--peak-gflops", type=float, default=None,
-                        help="GFLOP/s of the floor (default: a float32 GEMM measured at start, as benchmarks/kernels.py)")
+                        help="GFLOP/s of the floor (default: a GEMM measured at start, as benchmarks/kernels.py, in "
+                             "the dtype the steps run in: bfloat16 on CUDA with --bf16, else float32)")
     parser.add_argument("--keep-freed-memory", action=argparse.BooleanOptionalAction, default=True,
                         help="glibc keeps freed memory, as the pretrain command does (spacy_elmo/training/malloc.py)")
     parser.add_argument("--out", type=Path, default=None)
-    args = parser.parse_args()
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    device = torch.device(args.device)
+    problem = device_problem(device)
+    if device.type == "cuda" and problem:
+        # without a GPU or the CUDA kernels the fused steps die in the dispatcher mid-run
+        print(problem, file=sys.stderr)
+        return 1
     kept = keep_freed_memory() if args.keep_freed_memory else False
     torch.set_num_threads(args.threads)
-    device = torch.device(args.device)
     backends = ["reference"] + (["fused"] if fused_available() else [])
+    bf16 = device.type == "cuda" and args.bf16
+    peak_dtype = torch.bfloat16 if bf16 else torch.float32
     if args.peak_gflops is None:
-        args.peak_gflops = round(measure_gemm_gflops(device, repeats=20), 1)
-    print(f"GEMM rate here: {args.peak_gflops} GFLOP/s (the floor's peak)", flush=True)
+        args.peak_gflops = round(measure_gemm_gflops(device, repeats=20, dtype=peak_dtype), 1)
+    print(f"{peak_dtype} GEMM rate here: {args.peak_gflops} GFLOP/s (the floor's peak)", flush=True)
+    out = args.out or RESULTS / f"pretrain_{device.type}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
     rows = []
     for preset in args.presets:
         row = bench_preset(preset, backends, args, device)
         rows.append(row)
+        # the presets so far survive a run stopped at a time limit ("complete": false)
+        out.write_text(json.dumps(_result(args, device, kept, bf16, peak_dtype, rows, None), indent=2))
         cells = "  ".join(f"{b}: {row['backends'][b]['tokens_per_s']:8.0f} tok/s ({row['backends'][b]['floor_fraction']:.2f} of floor)"
                           for b in backends)
         ratio = row.get("speedup_fused_vs_reference")
@@ -225,21 +242,28 @@ def main() -> None:
     print(f"sampled-softmax logsumexp ({lse['rows']} x {lse['negatives']}, fwd+bwd with its product): "
           f"torch {lse['torch.logsumexp'] * 1e3:.0f} ms, consuming {lse['ConsumingLogSumExp'] * 1e3:.0f} ms, "
           f"{lse['speedup']:.2f}x" + (f"; fused {lse['fused'] * 1e3:.0f} ms" if "fused" in lse else ""), flush=True)
+    out.write_text(json.dumps(_result(args, device, kept, bf16, peak_dtype, rows, lse), indent=2))
+    print(f"wrote {out}")
+    return 0
+
+
+def _result(args, device, kept, bf16, peak_dtype, rows, lse):
     result = {
-        "benchmark": "pretrain", "device": str(device), "threads": torch.get_num_threads(), "dtype": "bfloat16 autocast" if device.type == "cuda" and args.bf16 else "float32",
+        "benchmark": "pretrain", "device": str(device), "threads": torch.get_num_threads(),
+        "dtype": "bfloat16 autocast" if bf16 else "float32", "complete": lse is not None,
         "fused_available": fused_available(), "torch": torch.__version__, "machine": platform.machine(),
         "processor": platform.processor(), "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "keep_freed_memory": kept,
-        "peak_gflops": args.peak_gflops, "floor_note": "floor = tokens/s at peak_gflops (step_flops)",
+        "peak_gflops": args.peak_gflops, "peak_dtype": str(peak_dtype).replace("torch.", ""),
+        "floor_note": "floor = tokens/s at peak_gflops (step_flops)",
         "rows": rows, "logsumexp": lse,
         "note": "tokens/s = batch*unroll per training step (fwd+bwd LMs, sampled softmax, clip, Adagrad); medians",
     }
+    if device.type == "cuda":
+        result["gpu"] = torch.cuda.get_device_name(device)
     if not fused_available():
         result["fused_missing"] = "spacy_elmo._C not loaded: only the reference backend was measured"
-    out = args.out or RESULTS / f"pretrain_{device.type}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
-    print(f"wrote {out}")
+    return result
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -2,38 +2,118 @@
 # Everything a lent GPU machine is for, in one call of the device tool (no spaCy there):
 # build the extension for the chip, run the kernel tests (the CUDA ones included), and time
 # the kernels, the whole model (float32 and bf16 autocast) and pretraining. Results and the
-# log go to $OUT (at most 8 files come back); commit them under benchmarks/results/.
+# log go straight to $OUT (6 files; at most 8 come back); commit them under benchmarks/results/.
 #
-#   device run:  bash scripts/gpu_session.sh            (about 6-8 minutes on an H100)
+#   device run:  bash scripts/gpu_session.sh            (about 5-7 minutes on an H100; stops itself by 570 s)
 #   smoke test:  DEVICE=cpu QUICK=1 STEM=kernels_smoke OUT=/tmp/gs PY=.venv/bin/python bash scripts/gpu_session.sh
+#
+# On CUDA the run stops at once (exit 2, "FATAL" at the top of the log and again at its end)
+# when the build fails, torch sees no GPU or the extension has no CUDA kernels: the timings
+# would otherwise be of nothing, or die one by one in the dispatcher. Every step runs under
+# `timeout`, within BUDGET seconds for the whole run (the device tool kills a command at 600 s),
+# and each benchmark rewrites its JSON after every shape, so a step stopped at its limit keeps
+# what it had measured. The last lines printed are a table of the steps, their exit codes and
+# seconds; the script exits 0 only when every step did.
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu_session}
 DEVICE=${DEVICE:-cuda}
 QUICK=${QUICK:-0}
 PY=${PY:-python3}
+if [ "$DEVICE" = cuda ]; then BUDGET=${BUDGET:-570}; else BUDGET=${BUDGET:-3600}; fi
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0} MAX_JOBS=${MAX_JOBS:-16}
-if [ "$DEVICE" = cuda ]; then export SPACY_ELMO_CUDA=1; fi
+if [ "$DEVICE" = cuda ]; then
+  export SPACY_ELMO_CUDA=1
+  # torch takes CUDA_HOME as nvcc's ../ without following links: name a folder that has the headers
+  if [ -z "${CUDA_HOME:-}" ] && command -v nvcc >/dev/null; then
+    nvcc_bin=$(command -v nvcc)
+    for d in "$(dirname "$(dirname "$nvcc_bin")")" "$(dirname "$(dirname "$(readlink -f "$nvcc_bin")")")" /usr/local/cuda; do
+      if [ -f "$d/include/cuda_runtime.h" ]; then export CUDA_HOME=$d; break; fi
+    done
+  fi
+fi
 if [ "$QUICK" = 1 ]; then SHAPES="--batches 8 --lengths 20 --repeats 2"; else SHAPES="--batches 32 128 256 --lengths 20 50 --repeats 10"; fi
+if [ "$QUICK" = 1 ]; then PRESETS="small"; else PRESETS="small original"; fi
 STEM=${STEM:-kernels_$DEVICE}
 LOG="$OUT/gpu_session.log"
+STEPS=$(mktemp)  # outside $OUT: only results and the log come back
+START=$(date +%s)
+trap 'rm -f "$STEPS"' EXIT
 
-step() { echo; echo "=== $* ($(date +%T))"; "$@"; echo "=== exit $? : $1 ${2:-}"; }
+# step CAP NAME CMD...: run CMD under `timeout`, at most CAP seconds (on CUDA) and never past BUDGET.
+step() {
+  local cap=$1 name=$2 rc t0 note=""
+  shift 2
+  local left=$((BUDGET - ($(date +%s) - START)))
+  if [ "$DEVICE" != cuda ] || [ "$cap" -gt "$left" ]; then cap=$left; fi
+  if [ "$cap" -lt 15 ]; then
+    echo "=== SKIPPED $name: the run's budget of ${BUDGET}s is spent"
+    printf '%-22s skipped (budget spent)\n' "$name" >>"$STEPS"
+    return 1
+  fi
+  echo
+  echo "=== $name ($(date +%T), at most ${cap}s): $*"
+  t0=$(date +%s)
+  timeout -k 10 "$cap" "$@"
+  rc=$?
+  if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then note="TIMED OUT after ${cap}s"; fi
+  echo "=== exit $rc : $name, $(($(date +%s) - t0)) s ${note}"
+  printf '%-22s exit %3d %5d s  %s\n' "$name" "$rc" $(($(date +%s) - t0)) "$note" >>"$STEPS"
+  return "$rc"
+}
+
+fatal() {
+  echo
+  echo "!!! FATAL: $*"
+  echo "!!! FATAL: $*" >>"$STEPS"
+}
+
+summary() {
+  echo
+  echo "=== steps ($DEVICE, QUICK=$QUICK, $(($(date +%s) - START)) s in all; files in $OUT)"
+  cat "$STEPS"
+  ls -la "$OUT"
+}
+
 {
+  echo "=== gpu_session $(date -u +%FT%TZ) on $(hostname), $(nproc) CPUs, DEVICE=$DEVICE QUICK=$QUICK BUDGET=${BUDGET}s"
+  echo "git $(git rev-parse --short HEAD 2>/dev/null || echo '?') $(git status --porcelain 2>/dev/null | grep -q . && echo '(uncommitted changes)')"
   if [ "$DEVICE" = cuda ]; then
-    nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm --format=csv
+    nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv
+    echo "nvcc: $(command -v nvcc) $(nvcc --version 2>&1 | tail -1)  CUDA_HOME=${CUDA_HOME:-unset}  TORCH_CUDA_ARCH_LIST=$TORCH_CUDA_ARCH_LIST"
   fi
-  $PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.is_available() and torch.cuda.get_device_name(0))"
-  step $PY setup.py -q build_ext --inplace
-  $PY -c "from spacy_elmo.ops import fused; print('fused cuda:', fused.built_with_cuda(), 'cpu isa:', fused.cpu_isa())"
-  step $PY -m pytest -q -p no:cacheprovider tests/ops
-  step $PY benchmarks/kernels.py --device "$DEVICE" --whole-model $SHAPES --out "$STEM"
-  if [ "$DEVICE" = cuda ]; then
-    step $PY benchmarks/kernels.py --device cuda --whole-model --no-kernels --autocast bf16 $SHAPES --out "${STEM}_bf16"
+  echo "c++: $(c++ --version 2>&1 | head -1)"
+  $PY -c "import sys, torch, setuptools; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.is_available() and torch.cuda.get_device_name(0), 'setuptools', setuptools.__version__)"
+
+  ok=1
+  step 300 build_ext $PY setup.py -q build_ext --inplace || ok=0
+  # What was built, and whether it can run here: a CUDA run without CUDA kernels stops now.
+  $PY -c "
+import sys, torch
+from spacy_elmo.ops import fused_available
+if not fused_available():
+    print('fused: spacy_elmo._C does not import'); sys.exit(1)
+from spacy_elmo.ops import fused
+print('fused cuda:', fused.built_with_cuda(), 'cpu isa:', fused.cpu_isa(), 'gpu visible:', torch.cuda.is_available())
+sys.exit(0 if '$DEVICE' != 'cuda' or (fused.built_with_cuda() and torch.cuda.is_available()) else 1)
+" || ok=0
+  if [ "$ok" = 0 ]; then
+    fatal "the extension did not build, or (DEVICE=$DEVICE) has no CUDA kernels or sees no GPU: see build_ext above; nothing was timed"
+  else
+    step 180 tests_ops $PY -m pytest -q -rs -p no:cacheprovider tests/ops
+    step 200 kernels $PY benchmarks/kernels.py --device "$DEVICE" --whole-model $SHAPES --out "$OUT/$STEM"
+    if [ "$DEVICE" = cuda ]; then
+      step 120 kernels_bf16 $PY benchmarks/kernels.py --device cuda --whole-model --no-kernels --autocast bf16 $SHAPES --out "$OUT/${STEM}_bf16"
+    fi
+    step 150 pretrain $PY benchmarks/pretrain.py --device "$DEVICE" --presets $PRESETS --batch-size 128 --out "$OUT/pretrain_$DEVICE.json"
   fi
-  if [ "$QUICK" = 1 ]; then PRESETS="small"; else PRESETS="small original"; fi
-  step $PY benchmarks/pretrain.py --device "$DEVICE" --presets $PRESETS --batch-size 128 --out "$OUT/pretrain_$DEVICE.json"
+  summary
 } 2>&1 | tee "$LOG"
-for f in "$STEM" "${STEM}_bf16"; do cp benchmarks/results/$f.json benchmarks/results/$f.png "$OUT"/ 2>/dev/null; done
-ls -la "$OUT"
+# The run's status: 2 when it stopped (FATAL), 1 when a step failed, else 0.
+if grep -q '^!!! FATAL' "$STEPS"; then
+  sed -n '/^!!! FATAL/p' "$STEPS" | sed -i "1r /dev/stdin" "$LOG"  # the FATAL line at the top of the log too
+  exit 2
+fi
+if grep -vq ' exit   0 ' "$STEPS"; then exit 1; fi
+exit 0

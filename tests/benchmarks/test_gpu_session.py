@@ -1,0 +1,135 @@
+"""scripts/gpu_session.sh and the CUDA paths of the benchmarks, checked without a GPU.
+
+The script runs once per lent GPU machine (30 minutes, 10 per command): an argument
+its benchmarks reject, a result file outside $OUT or a silent CPU-only build would
+waste that lease. Here the script runs with a stub Python that records each call."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks import kernels, pretrain  # noqa: E402
+from spacy_elmo.ops import fused_available  # noqa: E402
+
+SCRIPT = ROOT / "scripts" / "gpu_session.sh"
+needs_bash = pytest.mark.skipif(shutil.which("bash") is None or shutil.which("timeout") is None,
+                                reason="needs bash and coreutils' timeout")
+
+STUB = """#!/usr/bin/env bash
+echo "ARCH=${TORCH_CUDA_ARCH_LIST:-} CUDA=${SPACY_ELMO_CUDA:-} :: $*" >>"$STUB_LOG"
+if [ "$1" = -c ]; then exit "${STUB_CHECK_RC:-0}"; fi
+exit 0
+"""
+
+
+def _run_script(tmp_path, *, device="cuda", quick="0", check_rc=0):
+    stub = tmp_path / "python"
+    stub.write_text(STUB)
+    stub.chmod(0o755)
+    out = tmp_path / "out"
+    env = dict(os.environ, DEVICE=device, QUICK=quick, OUT=str(out), PY=str(stub), STUB_LOG=str(tmp_path / "calls"),
+               STUB_CHECK_RC=str(check_rc), PATH=os.environ.get("PATH", "/usr/bin:/bin"))
+    env.pop("TORCH_CUDA_ARCH_LIST", None)
+    res = subprocess.run(["bash", str(SCRIPT)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    calls = (tmp_path / "calls").read_text().splitlines()
+    return res, out, calls
+
+
+def _bench_calls(calls):
+    """(script name, argv, env prefix) of every benchmarks/*.py call."""
+    found = []
+    for line in calls:
+        env, _, cmd = line.partition(" :: ")
+        argv = shlex.split(cmd)
+        if argv and argv[0].startswith("benchmarks/"):
+            found.append((argv[0], argv[1:], env))
+    return found
+
+
+@needs_bash
+@pytest.mark.parametrize("quick", ["0", "1"])
+def test_every_benchmark_call_parses_and_writes_into_out(tmp_path, quick):
+    res, out, calls = _run_script(tmp_path, quick=quick)
+    assert res.returncode == 0, res.stdout + res.stderr
+    build = [c for c in calls if "setup.py" in c]
+    assert build and all(c.startswith("ARCH=9.0 CUDA=1 ") for c in build), calls
+    benches = _bench_calls(calls)
+    assert [name for name, _, _ in benches] == ["benchmarks/kernels.py", "benchmarks/kernels.py",
+                                                 "benchmarks/pretrain.py"]
+    files = {"gpu_session.log"}
+    for name, argv, _ in benches:
+        module = kernels if name.endswith("kernels.py") else pretrain
+        args = module.build_parser().parse_args(argv)  # SystemExit here: the script passes what argparse rejects
+        assert args.device == "cuda"
+        if module is kernels:
+            json_path, png_path = kernels.result_paths(args.out, "unused")
+            files |= {json_path.name, png_path.name}
+        else:
+            json_path = args.out
+            files.add(json_path.name)
+        assert json_path.parent == out, f"{name} writes outside $OUT: {json_path}"
+    assert len(files) <= 8  # what the device tool brings back
+    log = (out / "gpu_session.log").read_text()
+    assert "=== steps" in log and "FATAL" not in log
+
+
+@needs_bash
+def test_a_cuda_run_without_cuda_kernels_stops_loudly(tmp_path):
+    res, out, calls = _run_script(tmp_path, check_rc=1)
+    assert res.returncode == 2
+    assert not _bench_calls(calls)  # nothing timed, no test run
+    assert not any("pytest" in c for c in calls)
+    log = (out / "gpu_session.log").read_text().splitlines()
+    assert log[1].startswith("!!! FATAL")  # at the top of the log
+    assert log[-1].startswith("!!! FATAL") or any(line.startswith("!!! FATAL") for line in log[-12:])
+    assert "FATAL" in res.stdout  # and in what the device tool shows (the end of the output)
+
+
+def test_result_paths():
+    assert kernels.result_paths(None, "kernels_cuda") == (kernels.RESULTS / "kernels_cuda.json",
+                                                          kernels.RESULTS / "kernels_cuda.png")
+    assert kernels.result_paths("mine", "x")[0] == kernels.RESULTS / "mine.json"
+    assert kernels.result_paths("/tmp/o/k.json", "x") == (Path("/tmp/o/k.json"), Path("/tmp/o/k.png"))
+    assert kernels.result_paths("/tmp/o/kernels_cuda", "x")[1] == Path("/tmp/o/kernels_cuda.png")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without a GPU")
+def test_cuda_device_without_gpu_is_refused_before_any_work(capsys):
+    problem = kernels.device_problem(torch.device("cuda"))
+    assert problem and ("GPU" in problem or "not built" in problem)
+    assert kernels.main(["--device", "cuda", "--out", "/nonexistent/x"]) == 1
+    assert pretrain.main(["--device", "cuda", "--out", "/nonexistent/x.json"]) == 1
+    assert "GPU" in capsys.readouterr().err or not fused_available()
+
+
+@pytest.mark.skipif(not fused_available(), reason="spacy_elmo._C is not built")
+def test_cuda_device_with_a_cpu_only_extension_is_refused(monkeypatch):
+    from spacy_elmo.ops import fused
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(fused, "built_with_cuda", lambda: False)
+    assert "without its CUDA kernels" in kernels.device_problem(torch.device("cuda"))
+    assert kernels.device_problem(torch.device("cpu")) is None
+
+
+@pytest.mark.skipif(not fused_available(), reason="spacy_elmo._C is not built")
+def test_kernels_writes_to_a_path_out(tmp_path):
+    stem = tmp_path / "sub" / "k"
+    assert kernels.main(["--presets", "small", "--batches", "1", "--lengths", "3", "--repeats", "1", "--warmup", "0",
+                         "--no-kernels", "--whole-model", "--peak-gflops", "1", "--max-slow-tokens", "0",
+                         "--out", str(stem)]) == 0
+    payload = json.loads((tmp_path / "sub" / "k.json").read_text())
+    assert payload["complete"] is True and payload["rows"]
+    assert not (kernels.RESULTS / "k.json").exists()
