@@ -6,7 +6,7 @@ from ..errors import Errors
 
 app = typer.Typer(
     name="spacy-elmo",
-    help="ELMo biLMs: pretrain on your corpus, evaluate, fit-state, export, embed, demo.",
+    help="ELMo biLMs: pretrain on your corpus, evaluate, fit-state, export, embed, demo; config writes a spacy train config.",
     no_args_is_help=True,
     add_completion=False,
 )

@@ -64,7 +64,7 @@ def pretrain(
         0, help="Fit the saved model's initial state (where every sentence starts) on this many training "
         "sentences (e.g. 2048); 0: zeros, as the references. See docs/default-model.md before turning it on."),
     log_every: int = typer.Option(10, help="Write a log line every N steps."),
-    threads: Optional[int] = typer.Option(None, help="torch CPU threads."),
+    threads: Optional[int] = typer.Option(None, help="torch CPU threads, at least 1 (default: torch's own choice)."),
     progress: bool = typer.Option(True, help="Show progress bars."),
     keep_freed_memory: bool = typer.Option(
         True, "--keep-freed-memory/--return-freed-memory",
