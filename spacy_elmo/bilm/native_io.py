@@ -54,7 +54,9 @@ def save_native(
     dtype: Optional[torch.dtype] = None,
     provenance: Optional[Dict[str, Any]] = None,
 ) -> None:
-    """Write the model into ``directory``; files land together or not at all."""
+    """Write the model into ``directory``. A save killed while writing leaves the directory as it
+    was; one killed while moving the files in leaves it without ``config.json`` (loading says the
+    model is incomplete), never the new weights with the old config."""
     if dtype is not None and (not isinstance(dtype, torch.dtype) or not dtype.is_floating_point):
         raise ValueError(Errors.E_SAVE_DTYPE.format(dtype=dtype))
     directory = Path(directory)
@@ -83,8 +85,12 @@ def save_native(
     try:
         write_safetensors(tensors, tmp / WEIGHTS_NAME)
         (tmp / CONFIG_NAME).write_text(json.dumps(meta, indent=2), encoding="utf-8")
-        (directory / INITIAL_STATE_NAME).unlink(missing_ok=True)  # it belongs to the old weights
-        for name in (WEIGHTS_NAME, CONFIG_NAME):  # weights first: config.json marks a complete model
+        # config.json marks a complete model: the old one goes first and the new one comes last,
+        # so a save killed in between leaves an incomplete model (a clear error on load), never
+        # new weights beside the old config.
+        for name in (CONFIG_NAME, INITIAL_STATE_NAME):
+            (directory / name).unlink(missing_ok=True)
+        for name in (WEIGHTS_NAME, CONFIG_NAME):
             os.replace(tmp / name, directory / name)
         write_initial_state(model.initial_state, directory)
     finally:

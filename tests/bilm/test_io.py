@@ -88,6 +88,26 @@ def test_a_killed_save_leaves_nothing_beside_the_model_and_the_next_save_cleans_
     BiLM.load(out)
 
 
+def test_a_save_killed_between_its_moves_never_pairs_new_weights_with_the_old_config(files, tmp_path, monkeypatch):
+    from spacy_elmo.bilm import native_io
+
+    out = tmp_path / "model"
+    BiLM(BiLMConfig(projection_dim=8, cell_dim=16, filters=[[1, 4]], n_highway=0, char_embedding_dim=4)).save(out)
+    real_replace = native_io.os.replace
+
+    def killed_before_config(src, dst):
+        if str(dst).endswith("config.json"):
+            raise SystemExit("killed")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(native_io.os, "replace", killed_before_config)
+    with pytest.raises(SystemExit):
+        BiLM.from_allennlp(*files, backend="reference").save(out)  # another model over it
+    monkeypatch.undo()
+    with pytest.raises(FileNotFoundError, match="config.json"):  # incomplete, said so; not a mix
+        BiLM.load(out)
+
+
 def test_native_float16_and_extra_tensors(files, tmp_path):
     model = BiLM.from_allennlp(*files, backend="reference")
     extra = {"softmax.weight": torch.randn(10, 8), "softmax.bias": torch.zeros(10)}
