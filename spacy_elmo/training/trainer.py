@@ -137,25 +137,21 @@ def _setup_distributed(cfg: TrainConfig):
     return rank, world, device
 
 
-def _is_main() -> bool:
-    """Rank 0 (or no process group): the process that writes, logs and warns."""
-    return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
-
-
 def _barrier(world: int) -> None:
     if world > 1:
         dist.barrier()
 
 
 # -- model and vocabulary ---------------------------------------------------
-def _build_model(cfg: TrainConfig, corpus: Corpus, resume_payload: Optional[dict]):
-    """``(bilm, softmax, vocab, corpus)``; corpus type ids are remapped onto an init vocab."""
+def _build_model(cfg: TrainConfig, corpus: Corpus, resume_payload: Optional[dict], is_main: bool = True):
+    """``(bilm, softmax, vocab, corpus)``; corpus type ids are remapped onto an init vocab.
+    is_main: this process warns (rank 0)."""
     init_softmax = None
     if cfg.init and resume_payload is None:
         bilm, init_softmax, init_vocab, _ = load_pretrained(cfg.init, backend=cfg.backend)
         bilm.set_initial_state(None)  # it belongs to the old weights; saves refit it when asked
         config = bilm.config
-        if init_softmax is None and not cfg.new_vocab and _is_main():
+        if init_softmax is None and not cfg.new_vocab and is_main:
             warnings.warn(Warnings.W_INIT_WITHOUT_SOFTMAX.format(path=cfg.init), RuntimeWarning, stacklevel=2)
     else:
         config = BiLMConfig.from_dict(resume_payload["settings"]["model_config"]) if resume_payload else requested_model(cfg)
@@ -349,7 +345,7 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
         corpus = Corpus.load(source)
 
         torch.manual_seed(cfg.seed)  # same initial weights on every rank (DDP also broadcasts)
-        bilm, softmax, vocab, corpus = _build_model(cfg, corpus, payload)
+        bilm, softmax, vocab, corpus = _build_model(cfg, corpus, payload, is_main)
         bilm.lstm.dropout = cfg.dropout
         char_table = CharTable(vocab, bilm.config.max_characters_per_token)
         if cfg.sentences:
