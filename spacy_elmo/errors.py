@@ -499,6 +499,9 @@ class Warnings:
         "spacy-elmo: {n_bytes} undecodable byte(s) in {n_files} file(s) were replaced by U+FFFD "
         "(the text is read as UTF-8; re-encode the files to UTF-8 to keep those characters)."
     )
+    W_REPLACED_BYTES_TEXT = (
+        "{n_bytes:,} undecodable byte(s) replaced by U+FFFD in the text (re-encode it to UTF-8 to keep them)."
+    )
     W_LONG_LINE = (
         "spacy-elmo: {path} has a line of {n_chars} characters; it is tokenized in pieces of "
         "at most {piece} characters (split at whitespace)."

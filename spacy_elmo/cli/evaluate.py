@@ -6,6 +6,7 @@ from typing import Optional
 
 import typer
 
+from ..errors import Warnings
 from .app import app
 
 
@@ -48,4 +49,4 @@ def evaluate(
     typer.echo(f"tokens {result['n_tokens']:,} in {result['n_sentences']:,} sentences; OOV rate {result['oov_rate']:.2%} (vocabulary {result['vocab_size']:,})")
     typer.echo(f"perplexity ({'every sentence alone' if result['mode'] == 'per_sentence' else 'one stream'}): forward {result['perplexity_forward']:.2f}, backward {result['perplexity_backward']:.2f}, mean {result['perplexity']:.2f}")
     if result.get("replaced_bytes"):
-        typer.echo(f"{result['replaced_bytes']:,} undecodable byte(s) of the text were read as U+FFFD (re-encode it to UTF-8 to keep them)")
+        typer.echo(Warnings.W_REPLACED_BYTES_TEXT.format(n_bytes=result["replaced_bytes"]))

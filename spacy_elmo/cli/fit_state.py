@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from ..errors import Errors
+from ..errors import Errors, Warnings
 from .app import app, positive_int
 
 
@@ -25,7 +25,16 @@ def fit_state(
 
     The state is the mean carried state at sentence boundaries of running text (see docs/default-model.md). The file is replaced atomically: a killed or failed run leaves the model as it was."""
     from ..bilm import BiLM
-    from ..bilm.native_io import CONFIG_NAME, DEFAULT_MODEL_DIR, find_allennlp_files, read_meta, resolve_model_dir, write_initial_state
+    from ..bilm.native_io import (
+        CONFIG_NAME,
+        DEFAULT_MODEL_DIR,
+        find_allennlp_files,
+        load_tensors,
+        model_from_native,
+        read_meta,
+        resolve_model_dir,
+        write_initial_state,
+    )
     from ..training.data import ReadStats, iter_sentences, iter_text, make_nlp, replaced_bytes_so_far
 
     if clear and text_path is not None:
@@ -40,7 +49,7 @@ def fit_state(
         if path.is_dir() and not (path / CONFIG_NAME).exists() and find_allennlp_files(path) is not None:
             raise ValueError(Errors.E_FIT_STATE_ALLENNLP.format(path=path))
         meta = read_meta(path)  # a native directory: AllenNLP files have no place for the state
-        bilm = BiLM.load(path)
+        bilm = model_from_native(BiLM, path, meta, load_tensors(path))
         if clear:
             bilm.set_initial_state(None)
         else:
@@ -63,5 +72,6 @@ def fit_state(
     if clear:
         typer.echo(f"cleared the initial state of {model_dir}")
         return
-    note = f" ({replaced} undecodable byte(s) replaced by U+FFFD: re-encode the text to UTF-8 to keep them)" if replaced else ""
-    typer.echo(f"fitted the initial state of {model_dir} on {len(sentences):,} sentences{note}")
+    typer.echo(f"fitted the initial state of {model_dir} on {len(sentences):,} sentences")
+    if replaced:
+        typer.echo(Warnings.W_REPLACED_BYTES_TEXT.format(n_bytes=replaced))
