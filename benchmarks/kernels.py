@@ -148,6 +148,40 @@ def measure_gemm_gflops(device, n=2048, repeats=5, dtype=torch.float32):
     return 2 * n**3 / min(times) / 1e9
 
 
+# The extensions that set a CPU's float32 GEMM peak per core and cycle.
+_PEAK_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16")
+
+
+def cpu_identity(cpuinfo="/proc/cpuinfo"):
+    """The first CPU's model name, family / model numbers and peak-deciding flags.
+
+    Machines of one kind here come with different CPUs (an Intel Xeon with two 512-bit
+    FMA units per core, an AMD EPYC Zen 4 that runs AVX-512 on 256-bit units): their
+    float32 GEMM peaks differ about 2x, and with them every product-bound time and the
+    ratios against a reference, so each result must say which CPU it ran on.
+    """
+    fields = {}
+    try:
+        with open(cpuinfo) as fh:
+            for line in fh:
+                if not line.strip():
+                    break  # the first processor's block is enough: the cores are alike
+                key, _, value = line.partition(":")
+                fields[key.strip()] = value.strip()
+    except OSError:
+        return {}
+    info = {}
+    if "model name" in fields:
+        info["cpu"] = fields["model name"]
+    if "vendor_id" in fields:
+        info["cpu_vendor"] = fields["vendor_id"]
+    if "cpu family" in fields and "model" in fields:
+        info["cpu_family_model"] = f"{fields['cpu family']}/{fields['model']}"
+    flags = set(fields.get("flags", "").split())
+    info["cpu_peak_flags"] = [f for f in _PEAK_FLAGS if f in flags]
+    return info
+
+
 def machine_info(device):
     info = {
         "platform": platform.platform(),
@@ -159,14 +193,7 @@ def machine_info(device):
         "device": str(device),
         "loadavg_at_end": os.getloadavg() if hasattr(os, "getloadavg") else None,
     }
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    info["cpu"] = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
+    info.update(cpu_identity())
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
         info["tf32"] = {"cuda.matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32,

@@ -124,12 +124,13 @@ def main(argv=None) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
+    from benchmarks.kernels import cpu_identity
     from spacy_elmo.ops import fused_available
 
     backends = (["fused"] if fused_available() else []) + ["reference"]
     results = {
         "machine": {"cpu_threads": args.threads, "platform": platform.platform(), "python": sys.version.split()[0],
-                    "torch": torch.__version__, "fused_available": fused_available()},
+                    "torch": torch.__version__, "fused_available": fused_available(), **cpu_identity()},
         "command": " ".join(["python", "benchmarks/pipeline.py"] + (argv if argv is not None else sys.argv[1:])),
         "throughput": [],
     }  # fmt: skip

@@ -27,7 +27,7 @@ import torch
 if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.kernels import (FILTERS, cnn_flops, device_problem, highway_flops, lstm_layer_flops,  # noqa: E402
+from benchmarks.kernels import (FILTERS, cnn_flops, cpu_identity, device_problem, highway_flops, lstm_layer_flops,  # noqa: E402
                                measure_gemm_gflops)
 from spacy_elmo.bilm import BiLM, BiLMConfig  # noqa: E402
 from spacy_elmo.ops import fused_available  # noqa: E402
@@ -252,7 +252,7 @@ def _result(args, device, kept, bf16, peak_dtype, rows, lse):
         "benchmark": "pretrain", "device": str(device), "threads": torch.get_num_threads(),
         "dtype": "bfloat16 autocast" if bf16 else "float32", "complete": lse is not None,
         "fused_available": fused_available(), "torch": torch.__version__, "machine": platform.machine(),
-        "processor": platform.processor(), "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "keep_freed_memory": kept,
+        "processor": platform.processor(), **cpu_identity(), "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "keep_freed_memory": kept,
         "peak_gflops": args.peak_gflops, "peak_dtype": str(peak_dtype).replace("torch.", ""),
         "floor_note": "floor = tokens/s at peak_gflops (step_flops)",
         "rows": rows, "logsumexp": lse,
