@@ -455,6 +455,22 @@ class Errors:
         "vocab.txt in {path} must start with <S>, </S>, <UNK> (one token per line); found "
         "{found!r}."
     )
+    E_VOCAB_NOT_UTF8 = (
+        "vocab.txt in {path} is not UTF-8 (line {line}: {error}). vocab.txt holds one token per line in UTF-8, "
+        "as pretrain and bilm-tf write it: convert the file (e.g. iconv -t UTF-8) or restore it from the model's source."
+    )
+    E_VOCAB_DUPLICATE = (
+        "vocab.txt in {path} lists {token!r} twice (lines {first} and {second}), so its softmax rows cannot be told "
+        "apart. Row i of the softmax is line i of vocab.txt: restore the vocab.txt written with these weights."
+    )
+    E_SOFTMAX_INCOMPLETE = (
+        "{path} has {found!r} but not {missing!r}: a softmax needs both 'softmax.weight' (V, P) and "
+        "'softmax.bias' (V,). The file is incomplete: copy the model directory again from its source."
+    )
+    E_SOFTMAX_SHAPE = (
+        "The softmax in {path} has weight {weight} and bias {bias}, but this biLM (projection_dim {P}) needs "
+        "weight (V, {P}) and bias (V,). The softmax belongs to another model: restore the files written together."
+    )
     E_UNKNOWN_CONFIG = "No shipped training config named {name!r}; the configs are: {names}."
     E_CONFIG_EXISTS = "{path} exists. Pass --force to replace it, or another OUTPUT (- writes to stdout)."
     E_EXPORT_FORMAT = "Unknown export format {name!r}: use 'allennlp' or 'native'."
