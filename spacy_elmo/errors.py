@@ -42,7 +42,7 @@ class Errors:
         "use narrower filters or a larger max_characters_per_token."
     )
     E_BAD_N_CHARACTERS = (
-        "n_characters={value} is not supported: byte-level ELMo needs 261 character ids "
+        "n_characters={value!r} is not supported: byte-level ELMo needs 261 character ids "
         "(262 with the +1 padding offset used at inference). Use 261 or 262."
     )
     E_BAD_POSITIVE = "{name} must be a positive integer; found {value!r}."
@@ -153,6 +153,55 @@ class Errors:
         "BiLM.save(dtype=...) takes a floating torch dtype to store the weights in (torch.float16, "
         "torch.bfloat16, torch.float32) or None to keep the model's; got {dtype!r}."
     )
+    E_WEIGHT_FILE_DAMAGED = (
+        "{path} opens as hdf5 but its contents could not be read ({error}): the file is damaged (e.g. a "
+        "truncated or corrupted download). Download or copy the .hdf5 again from its source."
+    )
+    E_WEIGHT_FILE_IS_DIR = (
+        "{path} is a directory, but the weight file is the .hdf5 file inside it: pass that file, or load the "
+        "whole directory with BiLM.load(directory) (one options.json + one .hdf5)."
+    )
+    E_WEIGHTS_NOT_FINITE = (
+        "{path}: {name!r} holds {count} NaN or infinite value(s). Such a model gives NaN vectors. The file is "
+        "damaged (copy it again from its source), or the model was written after its training diverged (use an "
+        "earlier checkpoint, or pretrain again with a lower learning rate)."
+    )
+    E_NATIVE_TENSOR_DTYPE = (
+        "Tensor {name!r} in {path} holds {dtype} values, but weights are floating point (float32, float16, "
+        "bfloat16). The file is damaged or was not written by BiLM.save(): write the model again with BiLM.save()."
+    )
+    E_SAVE_DTYPE_OVERFLOW = (
+        "Cannot save {name!r} as {dtype}: its values reach {max_abs:.4g}, beyond {dtype}'s range, so the file "
+        "would hold infinities. Save in torch.float32 or torch.bfloat16 (dtype=None keeps the model's dtype)."
+    )
+    E_NATIVE_CONFIG_FIELDS_MISSING = (
+        "The \"config\" of {path} lacks the field(s) {names}; BiLM.save() writes every BiLMConfig field, so "
+        "config.json is damaged or was written by hand. Restore it from the original model directory (a "
+        "missing clip or activation would otherwise silently change the model)."
+    )
+    E_NATIVE_EXTRA_NOT_LIST = (
+        "{path}: \"extra\" must be a list of tensor names (e.g. [\"softmax.bias\", \"softmax.weight\"], as "
+        "BiLM.save() writes it); found {found!r}. Restore config.json from the original model directory."
+    )
+    E_NATIVE_EXTRA_MISSING = (
+        "The model file {path} lacks the tensor(s) {names} that config.json lists as \"extra\" (e.g. the "
+        "softmax): the file is incomplete. Copy the model directory again from its source."
+    )
+    E_MODEL_PATH_MISSING = (
+        "{path} does not exist. Pass a model directory (written by BiLM.save, `spacy-elmo pretrain` or "
+        "`spacy-elmo export`, or one holding an AllenNLP options.json + .hdf5) or \"default\" for the bundled model."
+    )
+    E_MODEL_PATH_IS_FILE = (
+        "{path} is a file, but a model is a directory: pass the directory that holds it (config.json + "
+        "model.safetensors, or one options.json + one .hdf5), or load AllenNLP files with "
+        "BiLM.from_allennlp(options_file, weight_file)."
+    )
+    E_MODEL_DIR_AMBIGUOUS = (
+        "{path} holds two models: a spacy-elmo model ({config}) and AllenNLP weights ({options}, {weights}), "
+        "which may differ. Keep one model per directory (move one of them out), or load the AllenNLP files "
+        "explicitly with BiLM.from_allennlp(options_file, weight_file)."
+    )
+    E_MODEL_FILE_UNREADABLE = "{path} could not be read ({error}). It must be a readable file: restore it from the original model directory."
     E_SAFETENSORS_DAMAGED = (
         "{path} is damaged or not a safetensors file ({error}); a copy or download may have been cut short. "
         "Copy the model directory again from its source, or write it again with BiLM.save()."
@@ -405,6 +454,22 @@ class Errors:
     E_BAD_VOCAB = (
         "vocab.txt in {path} must start with <S>, </S>, <UNK> (one token per line); found "
         "{found!r}."
+    )
+    E_VOCAB_NOT_UTF8 = (
+        "vocab.txt in {path} is not UTF-8 (line {line}: {error}). vocab.txt holds one token per line in UTF-8, "
+        "as pretrain and bilm-tf write it: convert the file (e.g. iconv -t UTF-8) or restore it from the model's source."
+    )
+    E_VOCAB_DUPLICATE = (
+        "vocab.txt in {path} lists {token!r} twice (lines {first} and {second}), so its softmax rows cannot be told "
+        "apart. Row i of the softmax is line i of vocab.txt: restore the vocab.txt written with these weights."
+    )
+    E_SOFTMAX_INCOMPLETE = (
+        "{path} has {found!r} but not {missing!r}: a softmax needs both 'softmax.weight' (V, P) and "
+        "'softmax.bias' (V,). The file is incomplete: copy the model directory again from its source."
+    )
+    E_SOFTMAX_SHAPE = (
+        "The softmax in {path} has weight {weight} and bias {bias}, but this biLM (projection_dim {P}) needs "
+        "weight (V, {P}) and bias (V,). The softmax belongs to another model: restore the files written together."
     )
     E_UNKNOWN_CONFIG = "No shipped training config named {name!r}; the configs are: {names}."
     E_CONFIG_EXISTS = "{path} exists. Pass --force to replace it, or another OUTPUT (- writes to stdout)."

@@ -25,6 +25,7 @@ from ..atomic import atomic_write
 from ..chars import N_CHAR_IDS
 from ..errors import Errors, Warnings
 from .config import BiLMConfig
+from .native_io import require_finite
 
 PathLike = Union[str, Path]
 
@@ -71,24 +72,31 @@ def read_datasets(config: BiLMConfig, weight_file: PathLike) -> Dict[str, np.nda
     path = Path(weight_file)
     if not path.exists():
         raise FileNotFoundError(Errors.E_WEIGHT_FILE_MISSING.format(path=path))
+    if path.is_dir():
+        raise ValueError(Errors.E_WEIGHT_FILE_IS_DIR.format(path=path))
     try:
         handle = h5py.File(path, "r")
     except OSError as err:
         raise ValueError(Errors.E_WEIGHT_FILE_NOT_HDF5.format(path=path, error=err)) from err
     arrays = {}
-    with handle:
-        for name, shape in expected_datasets(config):
-            if name not in handle or not isinstance(handle[name], h5py.Dataset):
-                raise ValueError(Errors.E_DATASET_MISSING.format(path=path, dataset=name, expected=shape))
-            data = handle[name]
-            if tuple(data.shape) != shape:
-                raise ValueError(
-                    Errors.E_DATASET_SHAPE.format(dataset=name, path=path, found=tuple(data.shape), expected=shape)
-                )
-            if data.dtype.kind != "f":
-                raise ValueError(Errors.E_DATASET_DTYPE.format(dataset=name, path=path, dtype=data.dtype.name))
-            arrays[name] = np.asarray(data[...], dtype=np.float32)
-        unexpected = sorted(set(dataset_names(handle)) - set(arrays))
+    # h5py reports damaged metadata as OSError, KeyError or RuntimeError from whichever access meets it.
+    try:
+        with handle:
+            for name, shape in expected_datasets(config):
+                if name not in handle or not isinstance(handle[name], h5py.Dataset):
+                    raise ValueError(Errors.E_DATASET_MISSING.format(path=path, dataset=name, expected=shape))
+                data = handle[name]
+                if tuple(data.shape) != shape:
+                    raise ValueError(
+                        Errors.E_DATASET_SHAPE.format(dataset=name, path=path, found=tuple(data.shape), expected=shape)
+                    )
+                if data.dtype.kind != "f":
+                    raise ValueError(Errors.E_DATASET_DTYPE.format(dataset=name, path=path, dtype=data.dtype.name))
+                arrays[name] = np.asarray(data[...], dtype=np.float32)
+                require_finite(torch.from_numpy(arrays[name]), name, path)
+            unexpected = sorted(set(dataset_names(handle)) - set(arrays))
+    except (OSError, KeyError, RuntimeError) as err:
+        raise ValueError(Errors.E_WEIGHT_FILE_DAMAGED.format(path=path, error=err)) from err
     if unexpected:
         raise ValueError(Errors.E_DATASET_UNEXPECTED.format(path=path, datasets=", ".join(unexpected)))
     return arrays

@@ -81,7 +81,7 @@ class BiLMConfig:
             raise ValueError(Errors.E_BAD_BOOL.format(name="use_skip_connections", value=self.use_skip_connections))
         if self.activation not in ("relu", "tanh"):
             raise ValueError(Errors.E_BAD_ACTIVATION.format(value=self.activation))
-        if self.n_characters not in (N_CHAR_IDS, N_CHAR_IDS + 1):
+        if not is_int(self.n_characters) or self.n_characters not in (N_CHAR_IDS, N_CHAR_IDS + 1):
             raise ValueError(Errors.E_BAD_N_CHARACTERS.format(value=self.n_characters))
         if self.max_characters_per_token < 3:
             raise ValueError(Errors.E_MAX_CHARS_TOO_SMALL.format(value=self.max_characters_per_token))

@@ -14,6 +14,7 @@ import os
 import reprlib
 import shutil
 import tempfile
+from dataclasses import fields
 from pathlib import Path
 from typing import Any, Dict, Iterable, Optional, Union
 
@@ -66,9 +67,7 @@ def save_native(
     extra = dict(extra_tensors or {})
     for name, value in extra.items():
         tensors[name] = value.detach()
-    tensors = {
-        k: (v.to(dtype) if dtype is not None and v.is_floating_point() else v).cpu().contiguous() for k, v in tensors.items()
-    }
+    tensors = {k: cast_for_save(k, v, dtype).cpu().contiguous() for k, v in tensors.items()}
     meta = {
         "format": FORMAT,
         "version": VERSION,
@@ -97,6 +96,51 @@ def save_native(
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def cast_for_save(name: str, value: torch.Tensor, dtype: Optional[torch.dtype]) -> torch.Tensor:
+    """``value`` in ``dtype`` (floating tensors only); an error where the cast overflows to infinity."""
+    if dtype is None or not value.is_floating_point():
+        return value
+    cast = value.to(dtype)
+    if not torch.isfinite(cast).all() and (torch.isfinite(value) & ~torch.isfinite(cast)).any():
+        max_abs = float(value[torch.isfinite(value)].abs().max())
+        raise ValueError(Errors.E_SAVE_DTYPE_OVERFLOW.format(name=name, dtype=dtype, max_abs=max_abs))
+    return cast
+
+
+def require_finite(value: torch.Tensor, name: str, path: PathLike) -> None:
+    """A clear error when the weight ``name`` read from ``path`` holds NaN or infinite values."""
+    finite = torch.isfinite(value)
+    if not finite.all():
+        raise ValueError(Errors.E_WEIGHTS_NOT_FINITE.format(path=path, name=name, count=int((~finite).sum())))
+
+
+def model_path(directory: PathLike) -> Path:
+    """The directory of a model to load (``"default"`` resolved); clear errors when it does not
+    exist or is a file."""
+    path = resolve_model_dir(directory)
+    if not path.exists():
+        raise FileNotFoundError(Errors.E_MODEL_PATH_MISSING.format(path=path))
+    if not path.is_dir():
+        raise ValueError(Errors.E_MODEL_PATH_IS_FILE.format(path=path))
+    return path
+
+
+def allennlp_files_of(path: Path):
+    """``(options.json, weights.hdf5)`` when the model directory ``path`` holds AllenNLP weights, None
+    when it is a native model directory; an error when it holds both (which one is meant is unknown)."""
+    if not (path / CONFIG_NAME).exists():
+        return find_allennlp_files(path)
+    try:
+        found = find_allennlp_files(path)
+    except ValueError:  # not one complete pair (e.g. an embeddings .hdf5 beside the model): native
+        return None
+    if found is not None:
+        raise ValueError(
+            Errors.E_MODEL_DIR_AMBIGUOUS.format(path=path, config=CONFIG_NAME, options=found[0].name, weights=found[1].name)
+        )
+    return None
+
+
 def read_meta(directory: PathLike) -> Dict[str, Any]:
     directory = resolve_model_dir(directory)
     path = directory / CONFIG_NAME
@@ -104,6 +148,8 @@ def read_meta(directory: PathLike) -> Dict[str, Any]:
         raise FileNotFoundError(Errors.E_NATIVE_DIR_MISSING.format(path=directory, filename=CONFIG_NAME))
     try:
         meta = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as err:  # e.g. a directory named config.json
+        raise ValueError(Errors.E_MODEL_FILE_UNREADABLE.format(path=path, error=err)) from err
     except ValueError as err:  # JSONDecodeError, UnicodeDecodeError
         raise ValueError(Errors.E_NATIVE_CONFIG_NOT_JSON.format(path=path, error=err)) from err
     if not isinstance(meta, dict):
@@ -115,6 +161,9 @@ def read_meta(directory: PathLike) -> Dict[str, Any]:
         raise ValueError(Errors.E_NATIVE_VERSION.format(path=path, found=version, supported=VERSION))
     if not isinstance(meta.get("config"), dict):
         raise ValueError(Errors.E_NATIVE_CONFIG_NO_CONFIG.format(path=path, found=meta.get("config")))
+    extra = meta.get("extra", [])
+    if not (isinstance(extra, list) and all(isinstance(name, str) for name in extra)):
+        raise ValueError(Errors.E_NATIVE_EXTRA_NOT_LIST.format(path=path, found=extra))
     return meta
 
 
@@ -143,7 +192,7 @@ def read_safetensors(path: Path) -> Dict[str, torch.Tensor]:
     """Every tensor of the safetensors file ``path``; a damaged file is a clear error naming it."""
     try:
         return load_file(str(path))
-    except SafetensorError as err:
+    except (SafetensorError, OSError) as err:  # OSError: e.g. a directory where the file belongs
         raise ValueError(Errors.E_SAFETENSORS_DAMAGED.format(path=path, error=err)) from err
 
 
@@ -159,8 +208,8 @@ def load_tensors(directory: PathLike) -> Dict[str, torch.Tensor]:
 def load_state_into(
     model: torch.nn.Module, tensors: Dict[str, torch.Tensor], source: PathLike, extra: Iterable[str] = ()
 ) -> None:
-    """Copy ``tensors`` into ``model`` with shape checks. The tensors named in ``extra`` (config.json's
-    list, e.g. a softmax) are skipped; any other tensor the model lacks is an error."""
+    """Copy ``tensors`` into ``model`` with shape, dtype and finiteness checks. The tensors named in
+    ``extra`` (config.json's list, e.g. a softmax) are skipped; any other tensor the model lacks is an error."""
     with torch.no_grad():
         for name, param in model.state_dict().items():
             if name not in tensors:
@@ -172,7 +221,13 @@ def load_state_into(
                         name=name, path=source, found=tuple(value.shape), expected=tuple(param.shape)
                     )
                 )
+            if not value.is_floating_point():
+                raise ValueError(Errors.E_NATIVE_TENSOR_DTYPE.format(name=name, path=source, dtype=value.dtype))
+            require_finite(value, name, source)
             param.copy_(value.to(param.dtype))
+    absent = sorted(set(extra) - set(tensors))
+    if absent:
+        raise ValueError(Errors.E_NATIVE_EXTRA_MISSING.format(path=source, names=", ".join(absent)))
     unexpected = sorted(set(tensors) - set(model.state_dict()) - set(extra))
     if unexpected:
         raise ValueError(Errors.E_NATIVE_TENSOR_UNEXPECTED.format(path=source, names=", ".join(unexpected)))
@@ -191,11 +246,10 @@ def find_allennlp_files(directory: Path):
 
 def load_model(cls, directory: PathLike, stateful: bool = False, backend: str = "auto"):
     """Load a native directory, an AllenNLP weights directory, or ``"default"``."""
-    path = resolve_model_dir(directory)
-    if path.is_dir() and not (path / CONFIG_NAME).exists():
-        found = find_allennlp_files(path)
-        if found is not None:
-            return cls.from_allennlp(found[0], found[1], stateful=stateful, backend=backend)
+    path = model_path(directory)
+    found = allennlp_files_of(path)
+    if found is not None:
+        return cls.from_allennlp(found[0], found[1], stateful=stateful, backend=backend)
     return model_from_native(cls, path, read_meta(path), load_tensors(path), stateful=stateful, backend=backend)
 
 
@@ -204,6 +258,9 @@ def model_from_native(
 ):
     """The model of the native directory ``path`` from its already read ``meta`` (:func:`read_meta`)
     and ``tensors`` (:func:`load_tensors`), for callers that also need the extra tensors."""
+    missing = sorted({f.name for f in fields(BiLMConfig)} - set(meta["config"]))
+    if missing:
+        raise ValueError(Errors.E_NATIVE_CONFIG_FIELDS_MISSING.format(path=path / CONFIG_NAME, names=", ".join(missing)))
     try:
         config = BiLMConfig.from_dict(meta["config"])
     except ValueError as err:
@@ -223,6 +280,8 @@ def read_initial_state(directory: PathLike):
     missing = [k for k in INITIAL_STATE_KEYS if k not in tensors]
     if missing:
         raise ValueError(Errors.E_NATIVE_TENSOR_MISSING.format(path=path, name=missing[0], expected="(2, L, width)"))
+    for name in INITIAL_STATE_KEYS:
+        require_finite(tensors[name], name, path)
     return tensors["initial_h"], tensors["initial_c"]
 
 

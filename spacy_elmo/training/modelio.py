@@ -16,12 +16,14 @@ import torch
 
 from ..bilm import BiLM
 from ..bilm.native_io import (
-    CONFIG_NAME,
+    WEIGHTS_NAME,
+    allennlp_files_of,
     load_tensors,
     model_from_native,
+    model_path,
     read_meta,
     read_safetensors,
-    resolve_model_dir,
+    require_finite,
     write_safetensors,
 )
 from ..errors import Errors
@@ -58,21 +60,23 @@ def load_pretrained(
     directory: PathLike, backend: str = "auto"
 ) -> Tuple[BiLM, Optional[SoftmaxLayer], Optional[Vocab], Dict[str, Any]]:
     """``(bilm, softmax or None, vocab or None, provenance)`` of a model directory or ``"default"``."""
-    path = resolve_model_dir(directory)
+    path = model_path(directory)
     provenance: Dict[str, Any] = {}
-    weight = bias = None
-    if (path / CONFIG_NAME).exists():  # native: config.json and the tensors are read once
+    tensors: Dict[str, torch.Tensor] = {}
+    found = allennlp_files_of(path)
+    if found is None:  # native: config.json and the tensors are read once
         meta, tensors = read_meta(path), load_tensors(path)
         bilm = model_from_native(BiLM, path, meta, tensors, backend=backend)
         provenance = meta.get("provenance", {}) or {}
-        weight, bias = tensors.get("softmax.weight"), tensors.get("softmax.bias")
+        source = path / WEIGHTS_NAME
     else:
-        bilm = BiLM.load(path, backend=backend)
-        if (path / SOFTMAX_FILE).exists():
-            tensors = read_safetensors(path / SOFTMAX_FILE)
-            weight, bias = tensors.get("softmax.weight"), tensors.get("softmax.bias")
+        bilm = BiLM.from_allennlp(found[0], found[1], backend=backend)
+        source = path / SOFTMAX_FILE
+        if source.exists():
+            tensors = read_safetensors(source)
+    weight, bias = softmax_tensors(tensors, source, bilm.config.projection_dim)
     softmax = vocab = None
-    if weight is not None and bias is not None:
+    if weight is not None:
         vocab = Vocab.load(path)
         if len(vocab) != weight.shape[0]:
             raise ValueError(Errors.E_VOCAB_SIZE_MISMATCH.format(path=path, n_vocab=len(vocab), n_softmax=weight.shape[0]))
@@ -81,6 +85,28 @@ def load_pretrained(
             softmax.weight.copy_(weight.float())
             softmax.bias.copy_(bias.float())
     return bilm, softmax, vocab, provenance
+
+
+def softmax_tensors(tensors: Dict[str, torch.Tensor], source: Path, P: int):
+    """``(weight (V, P), bias (V,))`` of a model's tensors, or ``(None, None)`` when it has no softmax;
+    clear errors when one of them is missing or their shapes, dtypes or values cannot be a softmax."""
+    names = ("softmax.weight", "softmax.bias")
+    present = [name for name in names if name in tensors]
+    if not present:
+        return None, None
+    if len(present) == 1:
+        missing = next(name for name in names if name not in tensors)
+        raise ValueError(Errors.E_SOFTMAX_INCOMPLETE.format(path=source, found=present[0], missing=missing))
+    weight, bias = tensors["softmax.weight"], tensors["softmax.bias"]
+    if weight.dim() != 2 or weight.shape[1] != P or tuple(bias.shape) != (weight.shape[0],):
+        raise ValueError(
+            Errors.E_SOFTMAX_SHAPE.format(path=source, weight=tuple(weight.shape), bias=tuple(bias.shape), P=P)
+        )
+    for name in names:
+        if not tensors[name].is_floating_point():
+            raise ValueError(Errors.E_NATIVE_TENSOR_DTYPE.format(name=name, path=source, dtype=tensors[name].dtype))
+        require_finite(tensors[name], name, source)
+    return weight, bias
 
 
 def write_softmax(path: PathLike, softmax: SoftmaxLayer) -> None:

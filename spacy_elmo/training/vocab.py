@@ -81,12 +81,28 @@ class Vocab:
         path = Path(directory) / VOCAB_NAME
         if not path.exists():
             raise FileNotFoundError(Errors.E_VOCAB_MISSING.format(path=directory))
-        # split("\n"), not splitlines(): a token may contain U+2028 and friends.
-        lines = path.read_text(encoding="utf-8").split("\n")
+        try:
+            data = path.read_bytes()
+        except OSError as err:  # e.g. a directory named vocab.txt
+            raise ValueError(Errors.E_MODEL_FILE_UNREADABLE.format(path=path, error=err)) from err
+        try:
+            # split("\n"), not splitlines(): a token may contain U+2028 and friends.
+            text = data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")  # universal newlines
+        except UnicodeDecodeError as err:
+            line = data.count(b"\n", 0, err.start) + 1
+            raise ValueError(Errors.E_VOCAB_NOT_UTF8.format(path=directory, line=line, error=err.reason)) from err
+        lines = text.split("\n")
         if lines and lines[-1] == "":
             lines.pop()
         if lines[:3] != SPECIALS:
             raise ValueError(Errors.E_BAD_VOCAB.format(path=directory, found=lines[:3]))
+        first: Dict[str, int] = {}
+        for i, token in enumerate(lines):
+            if token in first:
+                raise ValueError(
+                    Errors.E_VOCAB_DUPLICATE.format(path=directory, token=token, first=first[token] + 1, second=i + 1)
+                )
+            first[token] = i
         return cls(lines)
 
 

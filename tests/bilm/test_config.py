@@ -36,6 +36,9 @@ def test_options_round_trip_and_defaults():
         ({"filters": []}, "filters"),
         ({"filters": [(60, 4)]}, "wider than"),
         ({"n_characters": 300}, "n_characters"),
+        ({"n_characters": "262"}, "n_characters='262' is not supported"),  # printed as 262: "262 is not supported"
+        ({"n_characters": 262.0}, "n_characters=262.0 is not supported"),  # was accepted, saved as 262.0
+        ({"n_characters": True}, "n_characters=True is not supported"),
         ({"cell_clip": -1.0}, "cell_clip"),
         ({"projection_dim": 0}, "projection_dim"),
     ],

@@ -6,6 +6,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import save_file
 
 from spacy_elmo import BiLM, BiLMConfig, batch_to_ids
 from spacy_elmo.bilm.native_io import load_tensors
@@ -162,8 +163,11 @@ def test_not_hdf5_and_missing_files(files, tmp_path):
 
 
 def test_native_errors(files, tmp_path):
+    with pytest.raises(FileNotFoundError, match="does-not-exist does not exist"):
+        BiLM.load(tmp_path / "dir-that-does-not-exist")
+    (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="not a spacy-elmo model directory"):
-        BiLM.load(tmp_path / "empty-dir-that-does-not-exist")
+        BiLM.load(tmp_path / "empty")
     model = BiLM.from_allennlp(*files)
     model.save(tmp_path / "m")
     meta = json.loads((tmp_path / "m" / "config.json").read_text())
@@ -315,3 +319,135 @@ def test_save_refuses_a_dtype_that_is_not_a_float_dtype(files, tmp_path, dtype):
     with pytest.raises(ValueError, match="floating torch dtype"):
         model.save(tmp_path / "m", dtype=dtype)
     assert not (tmp_path / "m").exists()
+
+
+@pytest.mark.parametrize("signature,which", [(b"TREE", "first"), (b"HEAP", "first"), (b"SNOD", "first"), (b"HEAP", "last")])
+def test_damaged_hdf5_metadata_is_a_clear_error(files, signature, which):
+    """A file that opens but whose groups are damaged raised h5py's bare RuntimeError / KeyError."""
+    opt_path, weight_path = files
+    data = bytearray(weight_path.read_bytes())
+    at = data.find(signature) if which == "first" else data.rfind(signature)
+    assert at > 0
+    data[at : at + 4] = b"XXXX"
+    weight_path.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="opens as hdf5 but its contents could not be read") as err:
+        BiLM.from_allennlp(opt_path, weight_path)
+    assert str(weight_path) in str(err.value) and "Download or copy the .hdf5 again" in str(err.value)
+
+
+def test_weight_file_that_is_a_directory_says_to_pass_the_file(files):
+    opt_path, weight_path = files
+    with pytest.raises(ValueError, match="is a directory, but the weight file is the .hdf5 file inside it"):
+        BiLM.from_allennlp(opt_path, weight_path.parent)
+
+
+def test_load_of_a_file_or_a_missing_path_says_which(files, tmp_path):
+    opt_path, weight_path = files
+    for path in (opt_path, weight_path):
+        with pytest.raises(ValueError, match="is a file, but a model is a directory") as err:
+            BiLM.load(path)
+        assert str(path) in str(err.value) and "from_allennlp" in str(err.value)
+    with pytest.raises(FileNotFoundError, match="nowhere does not exist"):
+        BiLM.load(tmp_path / "nowhere")
+
+
+def test_a_directory_with_a_native_and_an_allennlp_model_is_refused(files, tmp_path):
+    """It silently loaded the native model, which may not be the one meant."""
+    both = files[0].parent
+    other = BiLM(BiLM.from_allennlp(*files).config)  # different (random) weights
+    other.save(both)
+    with pytest.raises(ValueError, match="holds two models") as err:
+        BiLM.load(both)
+    assert "options.json, weights.hdf5" in str(err.value) and "config.json" in str(err.value)
+    # One .hdf5 without options (e.g. `spacy-elmo embed` output) beside a native model is no model.
+    (both / "options.json").unlink()
+    loaded = BiLM.load(both)
+    assert torch.equal(loaded.lstm.forward_layers[0].w_input, other.lstm.forward_layers[0].w_input)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")])
+def test_non_finite_weights_are_refused_naming_the_tensor(files, tmp_path, value):
+    """NaN / inf weights loaded silently and gave NaN vectors for every sentence."""
+    opt_path, weight_path = files
+    model = BiLM.from_allennlp(opt_path, weight_path)
+    with h5py.File(weight_path, "a") as f:
+        f["CNN_high_1/b_carry"][3] = value
+    with pytest.raises(ValueError, match="'CNN_high_1/b_carry' holds 1 NaN or infinite value") as err:
+        BiLM.from_allennlp(opt_path, weight_path)
+    assert str(weight_path) in str(err.value)
+
+    model.save(tmp_path / "m")
+    tensors = load_tensors(tmp_path / "m")
+    tensors["lstm.backward_layers.1.bias"][[0, 5]] = value
+    save_file(tensors, str(tmp_path / "m" / "model.safetensors"))
+    with pytest.raises(ValueError, match="'lstm.backward_layers.1.bias' holds 2 NaN or infinite value"):
+        BiLM.load(tmp_path / "m")
+
+    model.set_initial_state((torch.full((2, 2, 8), value), torch.zeros(2, 2, 12)))
+    model.save(tmp_path / "s")
+    with pytest.raises(ValueError, match="'initial_h' holds 32 NaN or infinite value"):
+        BiLM.load(tmp_path / "s")
+
+
+def test_float16_save_that_would_overflow_is_refused(files, tmp_path):
+    """save(dtype=torch.float16) turned a weight beyond 65504 into inf without a word."""
+    model = BiLM.from_allennlp(*files)
+    with torch.no_grad():
+        model.lstm.forward_layers[0].bias[2] = 1e5
+    with pytest.raises(ValueError, match="Cannot save 'lstm.forward_layers.0.bias' as torch.float16: .* 1e\\+05"):
+        model.save(tmp_path / "m", dtype=torch.float16)
+    assert not (tmp_path / "m" / "config.json").exists()
+    model.save(tmp_path / "m", dtype=torch.bfloat16)  # its range holds it
+    assert BiLM.load(tmp_path / "m").lstm.forward_layers[0].bias[2] == 99840.0  # 1e5 in bfloat16
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.bool, torch.uint8])
+def test_native_tensor_that_is_not_floating_point_is_refused(files, tmp_path, dtype):
+    """An integer tensor was cast to float and loaded as a model."""
+    BiLM.from_allennlp(*files).save(tmp_path / "m")
+    tensors = load_tensors(tmp_path / "m")
+    tensors["token_encoder.char_embedding"] = tensors["token_encoder.char_embedding"].to(dtype)
+    save_file(tensors, str(tmp_path / "m" / "model.safetensors"))
+    with pytest.raises(ValueError, match=f"'token_encoder.char_embedding' in .* holds {dtype} values"):
+        BiLM.load(tmp_path / "m")
+
+
+def test_native_extra_tensors_listed_but_missing_or_a_bad_list(files, tmp_path):
+    model = BiLM.from_allennlp(*files)
+    model.save(tmp_path / "m", extra_tensors={"softmax.weight": torch.zeros(5, 8), "softmax.bias": torch.zeros(5)})
+    tensors = load_tensors(tmp_path / "m")
+    del tensors["softmax.bias"]
+    save_file(tensors, str(tmp_path / "m" / "model.safetensors"))
+    with pytest.raises(ValueError, match="lacks the tensor\\(s\\) softmax.bias that config.json lists"):
+        BiLM.load(tmp_path / "m")
+    model.save(tmp_path / "m", extra_tensors={"softmax.weight": torch.zeros(5, 8), "softmax.bias": torch.zeros(5)})
+    for extra in ("softmax.bias", [1], {"softmax.bias": 1}):
+        edit_meta(tmp_path / "m", extra=extra)
+        with pytest.raises(ValueError, match='"extra" must be a list of tensor names'):
+            BiLM.load(tmp_path / "m")
+
+
+@pytest.mark.parametrize("field", ["cell_clip", "proj_clip", "use_skip_connections", "activation", "n_highway"])
+def test_native_config_missing_a_field_is_refused(tmp_path, field):
+    """A missing field silently took the default: a model saved without clipping loaded with clip 3."""
+    config = BiLMConfig(projection_dim=4, cell_dim=6, filters=[(1, 3), (2, 3)], cell_clip=None, proj_clip=None,
+                        use_skip_connections=False, activation="tanh", n_highway=1)
+    BiLM(config).save(tmp_path / "m")
+    meta = json.loads((tmp_path / "m" / "config.json").read_text())
+    del meta["config"][field]
+    edit_meta(tmp_path / "m", config=meta["config"])
+    with pytest.raises(ValueError, match=f"lacks the field\\(s\\) {field};") as err:
+        BiLM.load(tmp_path / "m")
+    assert str(tmp_path / "m" / "config.json") in str(err.value)
+
+
+@pytest.mark.parametrize("name", ["config.json", "model.safetensors", "initial_state.safetensors"])
+def test_a_directory_where_a_model_file_belongs_is_a_clear_error(files, tmp_path, name):
+    """A directory named config.json / model.safetensors raised a bare IsADirectoryError / OSError."""
+    model = BiLM.from_allennlp(*files)
+    model.save(tmp_path / "m")
+    (tmp_path / "m" / name).unlink(missing_ok=True)
+    (tmp_path / "m" / name).mkdir()
+    with pytest.raises(ValueError) as err:
+        BiLM.load(tmp_path / "m")
+    assert str(tmp_path / "m" / name) in str(err.value)

@@ -174,7 +174,7 @@ def test_evaluate_json_keys_are_documented(model, trained):
 # -- demo ------------------------------------------------------------------------------------
 def test_demo_bad_model_and_threads(tmp_path):
     output = clean_error(runner.invoke(app, ["demo", "--model", str(tmp_path / "missing")]))
-    assert "not a spacy-elmo model directory" in output
+    assert "missing does not exist" in output
     output = clean_error(runner.invoke(app, ["demo", "--threads", "0"]), code=2)
     assert "--threads" in output
 
