@@ -169,11 +169,16 @@ def make_nlp(lang: str):
     return nlp
 
 
+def word_texts(tokens) -> List[str]:
+    """The texts of spaCy tokens (a Doc or Span) without the whitespace tokens: what the biLM reads."""
+    return [t.text for t in tokens if not t.is_space]
+
+
 def iter_sentences(texts: Iterator[str], nlp, batch_size: int = 256) -> Iterator[List[str]]:
     """Token strings of every sentence (whitespace tokens dropped, empty sentences skipped)."""
     for doc in nlp.pipe(texts, batch_size=batch_size):
         for sent in doc.sents:
-            tokens = [t.text for t in sent if not t.is_space]
+            tokens = word_texts(sent)
             if tokens:
                 yield tokens
 
