@@ -272,3 +272,32 @@ def test_fine_tuning_through_whitespace_tokens(tiny_dir):
     backprop([numpy.ones_like(o) for o in outputs])
     grad = bilm.token_encoder.char_embedding.grad
     assert grad is not None and torch.isfinite(grad).all() and grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize(
+    "lang,tokenizer,warns",
+    [
+        ("zh", {"@tokenizers": "spacy.zh.ChineseTokenizer", "segmenter": "char"}, False),
+        ("zh", {"@tokenizers": "spacy.Tokenizer.v1"}, True),  # e.g. jieba's words vs characters
+        ("en", {"@tokenizers": "spacy.zh.ChineseTokenizer", "segmenter": "char"}, True),
+    ],
+)
+def test_pipeline_of_other_tokens_than_pretraining_warns(tmp_path, tiny_dir, lang, tokenizer, warns):
+    """A model pretrained on one tokenizer's tokens ran silently in a pipeline that reads others
+    (Japanese fallback phrases vs SudachiPy words, Chinese characters vs jieba words, another language)."""
+    import warnings
+
+    bilm = BiLM.load(tiny_dir)
+    provenance = {"trained_by": "spacy-elmo pretrain", "lang": "zh",
+                  "tokenizer": {"@tokenizers": "spacy.zh.ChineseTokenizer", "segmenter": "char"}}
+    bilm.save(tmp_path / "zh", provenance=provenance)
+    nlp = spacy.blank(lang, config={"nlp": {"tokenizer": tokenizer}})
+    nlp.add_pipe("elmo", config={"weights": str(tmp_path / "zh")})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        doc = nlp("我喜欢茶")
+    messages = [str(w.message) for w in caught if "pretrained on the tokens" in str(w.message)]
+    assert len(messages) == int(warns)
+    if warns:
+        assert "spacy.blank('zh', config={'nlp': {'tokenizer': {'@tokenizers': 'spacy.zh.ChineseTokenizer'" in messages[0]
+    assert doc._.elmo.shape == (N_LAYERS, len(doc), WIDTH)
