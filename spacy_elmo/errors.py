@@ -578,6 +578,14 @@ class Warnings:
         "phrases: install those packages instead. A pipeline must read the same tokens as the model was trained "
         "on: spacy.blank({lang!r}, config={{'nlp': {{'tokenizer': {{'@tokenizers': 'spacy.Tokenizer.v1'}}}}}})."
     )
+    W_ELMO_OTHER_TOKENS = (
+        "spacy-elmo: the {name} component's model {source} was pretrained on the tokens of spaCy's "
+        "{lang!r} tokenizer {tokenizer}, but this pipeline is {nlp_lang!r} with tokenizer {nlp_tokenizer}: "
+        "the biLM reads other tokens than it learnt from (e.g. whole phrases instead of words), and its "
+        "vectors are worse for it. Build the pipeline with the model's language and tokenizer, e.g. "
+        "spacy.blank({lang!r}, config={{'nlp': {{'tokenizer': {tokenizer}}}}}), or pretrain with this "
+        "pipeline's tokenizer."
+    )
     W_INIT_WITHOUT_SOFTMAX = (
         "spacy-elmo: --init {path} has no softmax (AllenNLP/bilm-tf weights without softmax.safetensors, "
         "or a BiLM.save directory): the biLM starts from its weights, the vocabulary is built from this "

@@ -242,3 +242,25 @@ def test_parts_of_another_tokenizer_are_not_reused(bilm, corpus, tmp_path):
     embed_file(bilm, corpus, out, part_size=2, stop_after_parts=1, progress=False)
     with pytest.raises(ValueError, match="tokenizer"):
         embed_file(bilm, corpus, out, part_size=2, tokenize=_punctuation_split, progress=False)
+
+
+def test_cli_spacy_tokens_leave_whitespace_tokens_out(model_dir, bilm, tmp_path):
+    """--lang: spaCy makes tokens of extra spaces and tabs ("  Mein Freund\\tliest" gave 5 rows, "  " and
+    "\\t" among them); pretraining drops them, so embed must too: the rows are the words' rows alone."""
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli import app
+
+    text = tmp_path / "spaced.txt"
+    text.write_text("Der Junge  isst.\n  Mein Freund\tliest\n \n", encoding="utf-8")
+    out = tmp_path / "spaced.h5"
+    result = CliRunner().invoke(app, ["embed", str(text), str(out), "--model", str(model_dir), "--lang", "de"])
+    assert result.exit_code == 0, result.output
+    data, _ = read_all(out)
+    words = [["Der", "Junge", "isst", "."], ["Mein", "Freund", "liest"]]
+    with torch.no_grad():
+        expected = torch.stack(bilm(batch_to_ids(words)).activations).numpy()
+    for i, w in enumerate(words):
+        assert data[str(i)].shape[1] == len(w)
+        np.testing.assert_allclose(data[str(i)], expected[:, i, : len(w)], atol=1e-5)
+    assert data["2"].shape[1] == 0

@@ -63,6 +63,8 @@ class BiLM(nn.Module):
             raise TypeError(Errors.E_STATEFUL_NOT_BOOL.format(value=stateful))
         self.config = config
         self.stateful = stateful
+        #: What config.json's "provenance" says (e.g. pretrain's "lang" and "tokenizer"); {} if unknown.
+        self.provenance: dict = {}
         self.token_encoder = CharEncoder(config)
         self.lstm = BiLstm(config)
         self.backend = backend

@@ -268,6 +268,8 @@ def model_from_native(
     model = cls(config, stateful=stateful, backend=backend)
     load_state_into(model, tensors, path / WEIGHTS_NAME, extra=meta.get("extra") or ())
     model.set_initial_state(read_initial_state(path))
+    provenance = meta.get("provenance")
+    model.provenance = dict(provenance) if isinstance(provenance, dict) else {}
     return model
 
 

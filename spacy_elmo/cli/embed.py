@@ -14,8 +14,8 @@ def embed(
     output_path: Path = typer.Argument(..., help="HDF5 file to write: dataset 'i' holds line i."),
     model: str = typer.Option("default", help="Model directory (native or AllenNLP files), or 'default'."),
     layers: str = typer.Option("all", help="all: (L+1, n, 2P) per line; top: the last layer; average: their mean."),
-    lang: Optional[str] = typer.Option(None, help="Tokenize with spaCy's tokenizer for this language "
-                                       "(default: split at whitespace, as AllenNLP's command)."),
+    lang: Optional[str] = typer.Option(None, help="Tokenize with spaCy's tokenizer for this language, whitespace "
+                                       "tokens left out as in pretraining (default: split at whitespace, as AllenNLP's command)."),
     batch_size: int = typer.Option(64, help="Most lines per biLM call."),
     batch_tokens: int = typer.Option(4096, help="Most padded tokens (lines x longest line) per biLM call."),
     part_size: int = typer.Option(4096, help="Lines per resumable part."),
@@ -37,10 +37,10 @@ def embed(
         bilm = BiLM.load(model).to(target)
         tokenize, name = None, "whitespace"
         if lang:
-            from ..training.data import make_nlp
+            from ..training.data import make_nlp, word_texts
 
-            tokenizer = make_nlp(lang).tokenizer
-            tokenize, name = (lambda line: [t.text for t in tokenizer(line)]), f"spacy:{lang}"
+            tokenizer = make_nlp(lang).tokenizer  # whitespace tokens dropped, as in pretraining
+            tokenize, name = (lambda line: word_texts(tokenizer(line))), f"spacy:{lang}"
         counts = embed_file(bilm, input_path, output_path, layers=layers, batch_size=batch_size, batch_tokens=batch_tokens,
                             part_size=part_size, max_tokens=max_tokens, cache_size=cache_size, tokenize=tokenize, tokenizer_name=name,
                             overwrite=overwrite, restart=restart)

@@ -5,15 +5,24 @@ sentence boundaries is run sentence by sentence, a doc without them in windows
 of at most ``max_window`` tokens (so a 20,000-token doc never becomes one
 20,000-step row). Rows are sorted by length and grouped so that each
 sub-batch holds at most ``batch_tokens`` padded tokens (rows x longest row).
+
+Whitespace tokens (``token.is_space``: spaCy's tokens for extra spaces, tabs and
+newlines) are left out of the rows, as ``pretrain`` leaves them out of its
+corpus (and the released models never saw them): the biLM reads the doc's
+other tokens exactly as it reads the same text with single spaces, and the
+whitespace tokens get zero vectors.
 """
 
 from typing import Iterable, List, NamedTuple, Sequence
 
+import numpy
+from spacy.attrs import IS_SPACE
 from spacy.tokens import Doc
 
 
 class Piece(NamedTuple):
-    """Tokens ``start:end`` of doc number ``doc`` in the batch."""
+    """Words ``start:end`` of doc number ``doc`` in the batch: positions in
+    :func:`word_positions` of the doc (its token indices when it has no whitespace tokens)."""
 
     doc: int
     start: int
@@ -25,15 +34,25 @@ def has_sentences(doc: Doc) -> bool:
     return doc.has_annotation("SENT_START") or doc.has_annotation("DEP")
 
 
-def doc_pieces(doc: Doc, index: int, max_window: int) -> List[Piece]:
-    """Sentences (or windows) of one doc, each at most ``max_window`` tokens."""
+def word_positions(doc: Doc) -> numpy.ndarray:
+    """``(n_words,)`` int64: the indices of the doc's tokens that the biLM reads (all but whitespace tokens)."""
     if len(doc) == 0:
+        return numpy.zeros((0,), dtype="int64")
+    return numpy.flatnonzero(doc.to_array(IS_SPACE) == 0).astype("int64")
+
+
+def doc_pieces(doc: Doc, index: int, max_window: int) -> List[Piece]:
+    """Sentences (or windows) of one doc's words, each at most ``max_window`` words;
+    a sentence of whitespace tokens only gives none."""
+    words = word_positions(doc)
+    if len(words) == 0:
         return []
     spans = [(s.start, s.end) for s in doc.sents] if has_sentences(doc) else [(0, len(doc))]
     pieces = []
     for start, end in spans:
-        for s in range(start, end, max_window):
-            pieces.append(Piece(index, s, min(s + max_window, end)))
+        first, stop = (int(i) for i in numpy.searchsorted(words, [start, end]))
+        for s in range(first, stop, max_window):
+            pieces.append(Piece(index, s, min(s + max_window, stop)))
     return pieces
 
 

@@ -19,7 +19,7 @@ from thinc.types import Floats3d
 from ..bilm import BiLM, BiLMConfig
 from ..bilm.config import is_int
 from ..errors import Errors
-from .batching import group_pieces, make_pieces
+from .batching import group_pieces, make_pieces, word_positions
 from .runner import ElmoRunner
 
 
@@ -91,28 +91,37 @@ def _init(model: Model, X: Any = None, Y: Any = None) -> None:
 
 
 def _forward(model: Model, docs: List[Doc], is_train: bool):
-    """docs -> per-doc ``(L + 1, n, 2P)`` arrays, running sub-batches of bounded padded size."""
+    """docs -> per-doc ``(L + 1, n, 2P)`` arrays, running sub-batches of bounded padded size.
+    Whitespace tokens are not read (see :mod:`.batching`): their rows stay zero."""
     nL, D = model.get_dim("nL"), model.get_dim("nO")
+    words = [word_positions(doc) for doc in docs]
     texts = [[t.text for t in doc] for doc in docs]
     outputs = [model.ops.alloc3f(nL, len(doc), D) for doc in docs]
     callbacks = []
     pieces = make_pieces(docs, model.attrs["max_window"])
     for group in group_pieces(pieces, model.attrs["batch_tokens"]):
-        rows = [texts[p.doc][p.start : p.end] for p in group]
+        where = [_token_index(model.ops, words[p.doc][p.start : p.end]) for p in group]
+        rows = [[texts[p.doc][i] for i in words[p.doc][p.start : p.end].tolist()] for p in group]
         Y, bp = model.layers[0](rows, is_train)  # (nL, B, T, D)
         for b, p in enumerate(group):
-            outputs[p.doc][:, p.start : p.end] = Y[:, b, : p.end - p.start]
-        callbacks.append((group, Y.shape, bp))
+            outputs[p.doc][:, where[b]] = Y[:, b, : p.end - p.start]
+        callbacks.append((group, where, Y.shape, bp))
 
     def backprop(dYs: List[Floats3d]) -> List[Doc]:
-        for group, shape, bp in callbacks:
+        for group, where, shape, bp in callbacks:
             dY = model.ops.alloc4f(*shape)
             for b, p in enumerate(group):
-                dY[:, b, : p.end - p.start] = dYs[p.doc][:, p.start : p.end]
+                dY[:, b, : p.end - p.start] = dYs[p.doc][:, where[b]]
             bp(dY)
         return []
 
     return outputs, backprop
+
+
+def _token_index(ops, positions):
+    """Token positions (sorted) as an index of a doc's output rows: a slice when contiguous."""
+    first, last = int(positions[0]), int(positions[-1])
+    return slice(first, last + 1) if last - first + 1 == len(positions) else ops.xp.asarray(positions)
 
 
 def own_bilm_layer(bilm: Model[List[Doc], List[Floats3d]], frozen: bool = True) -> Model[List[Doc], List[Floats3d]]:

@@ -12,6 +12,7 @@ never initializes components listed there).
 import copy
 import functools
 import math
+import warnings
 from numbers import Real
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
@@ -25,7 +26,8 @@ from thinc.api import Config, Model, Optimizer, set_dropout_rate
 from thinc.types import Floats3d
 
 from ..bilm import BiLM
-from ..errors import Errors
+from ..errors import Errors, Warnings
+from ..training.data import tokenizer_settings
 from .bilm_layer import get_bilm, own_bilm_layer, set_bilm, step_bilm
 from .doc_data import install_extensions, install_hooks, set_doc_data
 from .listener import ElmoListener
@@ -72,7 +74,7 @@ def make_elmo(
     """weights: a model directory (native or AllenNLP), loaded at first use; None = the
     bundled default or an initialize-time ``weights_loader``. mix: the layer weights
     (before softmax) of ``token._.elmo_vector`` and store "mix"; None = average."""
-    return ElmoComponent(
+    component = ElmoComponent(
         nlp.vocab,
         model,
         name,
@@ -84,6 +86,8 @@ def make_elmo(
         user_hooks=user_hooks,
         set_doc_tensor=set_doc_tensor,
     )
+    component.pipeline_tokens = {"lang": nlp.lang, "tokenizer": tokenizer_settings(nlp)}
+    return component
 
 
 def _no_backprop(d_outputs: Any) -> List[Doc]:  # module level: picklable
@@ -161,6 +165,9 @@ class ElmoComponent(TrainablePipe):
         self.vocab = vocab
         self.model = model
         self.name = name
+        #: ``{"lang", "tokenizer"}`` of the pipeline (set by the factory): loaded weights whose
+        #: pretraining read other tokens get a warning.
+        self.pipeline_tokens: Optional[Dict[str, Any]] = None
         self.listener_map: Dict[str, List[ElmoListener]] = {}
         self.cfg: Dict[str, Any] = {
             "weights": None if weights is None else str(weights),
@@ -198,6 +205,7 @@ class ElmoComponent(TrainablePipe):
                 raise ValueError(Errors.E_ELMO_NO_WEIGHTS.format(name=self.name, reason=err)) from err
             raise
         self._check_mix(bilm, source)
+        self._check_tokens(bilm, source)
         bilm.requires_grad_(not self.cfg["frozen"])
         set_bilm(self.model, bilm, source)
         for listener in self.listeners:
@@ -206,6 +214,23 @@ class ElmoComponent(TrainablePipe):
     def _ensure_weights(self) -> None:
         if not self.is_loaded:
             self.load_weights(self.cfg.get("weights"))
+
+    def _check_tokens(self, bilm: BiLM, source: str) -> None:
+        """Warn when ``pretrain`` read the model's text with another language or tokenizer than this
+        pipeline's (e.g. Japanese phrases of the fallback tokenizer against SudachiPy's words)."""
+        trained, here = bilm.provenance, self.pipeline_tokens
+        if here is None or trained.get("trained_by") != "spacy-elmo pretrain" or not trained.get("lang"):
+            return
+        tokenizer = trained.get("tokenizer")  # absent in models pretrained before it was recorded
+        if trained["lang"] != here["lang"] or (tokenizer is not None and tokenizer != here["tokenizer"]):
+            warnings.warn(
+                Warnings.W_ELMO_OTHER_TOKENS.format(
+                    name=self.name, source=source, lang=trained["lang"], tokenizer=tokenizer or "its default",
+                    nlp_lang=here["lang"], nlp_tokenizer=here["tokenizer"],
+                ),
+                UserWarning,
+                stacklevel=3,
+            )
 
     def _check_mix(self, bilm: BiLM, source: str) -> None:
         """A given ``mix`` needs one weight per output layer of the biLM."""

@@ -169,11 +169,22 @@ def make_nlp(lang: str):
     return nlp
 
 
+def tokenizer_settings(nlp) -> dict:
+    """The ``[nlp.tokenizer]`` block of a spaCy pipeline's config as plain JSON (which tokenizer, e.g. a
+    fallback ``spacy.Tokenizer.v1`` or Chinese ``segmenter = "char"``): pretrained models record it."""
+    return json.loads(json.dumps(dict(nlp.config["nlp"]["tokenizer"]), default=str))
+
+
+def word_texts(tokens) -> List[str]:
+    """The texts of spaCy tokens (a Doc or Span) without the whitespace tokens: what the biLM reads."""
+    return [t.text for t in tokens if not t.is_space]
+
+
 def iter_sentences(texts: Iterator[str], nlp, batch_size: int = 256) -> Iterator[List[str]]:
     """Token strings of every sentence (whitespace tokens dropped, empty sentences skipped)."""
     for doc in nlp.pipe(texts, batch_size=batch_size):
         for sent in doc.sents:
-            tokens = [t.text for t in sent if not t.is_space]
+            tokens = word_texts(sent)
             if tokens:
                 yield tokens
 
@@ -273,7 +284,8 @@ def build_corpus(train_path: PathLike, lang: str, cache_dir: PathLike, progress:
     np.frombuffer(lengths, dtype=np.int64).tofile(cache / "sent_lengths.i64")
     counts_np[order].tofile(cache / "counts.i64")
     (cache / "types.txt").write_text("".join(types[i] + "\n" for i in order), encoding="utf-8")
-    meta = {"fingerprint": stamp, "stats": asdict(stats), "n_types": len(types), "n_stream": int(sum(lengths))}
+    meta = {"fingerprint": stamp, "stats": asdict(stats), "n_types": len(types), "n_stream": int(sum(lengths)),
+            "tokenizer": tokenizer_settings(nlp)}
     atomic_write_text(meta_path, json.dumps(meta, indent=1))  # meta.json last: it marks a complete cache
     return meta
 

@@ -386,7 +386,8 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
         model = torch.nn.parallel.DistributedDataParallel(lm, device_ids=[device.index] if device.type == "cuda" else None)
 
     total = cfg.max_steps if cfg.max_steps is not None else math.ceil((cfg.epochs or 10) * batcher.steps_per_epoch)
-    provenance = {"trained_by": "spacy-elmo pretrain", "lang": cfg.lang, "vocab_size": vocab.size,
+    provenance = {"trained_by": "spacy-elmo pretrain", "lang": cfg.lang, "tokenizer": meta.get("tokenizer"),
+                  "vocab_size": vocab.size,
                   "reading": "sentences" if cfg.sentences else "streams",  # evaluate's default mode
                   "train_path": str(cfg.train_path), "init": cfg.init}
     log = _Log(out / LOG_NAME, is_main, step if payload is not None else None)

@@ -215,3 +215,89 @@ def test_retokenized_doc_keeps_vectors_aligned(tiny_dir):
     assert layers.shape == (N_LAYERS, len(doc), WIDTH)
     numpy.testing.assert_allclose(layers[:, 8], doc._.elmo[:, 8], atol=1e-6)  # "."
     numpy.testing.assert_allclose(layers[:, 3], doc._.elmo[:, 3:5].mean(1), atol=1e-6)  # "the bank"
+
+
+def _bilm_layers(tiny_dir, sentences):
+    """Every layer of each sentence from BiLM.forward (no cache, no spaCy): ``[(L + 1, n, 2P)]``."""
+    bilm = BiLM.load(tiny_dir, backend="reference")
+    with torch.no_grad():
+        out = bilm(batch_to_ids(sentences))
+    layers = torch.stack(out.activations).numpy()
+    return [layers[:, i, : len(s)] for i, s in enumerate(sentences)]
+
+
+def test_whitespace_tokens_are_not_read_by_the_bilm(tiny_dir):
+    """spaCy makes tokens of extra spaces and newlines; pretraining drops them (and the released models
+    never saw any), so the biLM must read the words alone. They were read as words: every other token
+    of "The bank  of the river\\n was steep." changed by up to 1.0 (default model) against single spaces."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "store_dtype": "float32"})
+    doc = nlp("The bank  of the river\n was steep.\n\n  \n It rose.  ")
+    space = [t.is_space for t in doc]
+    assert sum(space) == 4 and doc._.elmo.shape == (N_LAYERS, len(doc), WIDTH)
+    words = [[t.text for t in s if not t.is_space] for s in doc.sents]
+    assert words == [["The", "bank", "of", "the", "river", "was", "steep", "."], ["It", "rose", "."], []]
+    words = words[:2]  # the trailing "  " is a sentence of its own: nothing to read
+    expected = numpy.concatenate(_bilm_layers(tiny_dir, words), axis=1)
+    numpy.testing.assert_allclose(doc._.elmo[:, [not s for s in space]], expected, atol=1e-5)
+    assert not doc._.elmo[:, space].any()  # whitespace tokens: zero vectors
+    assert not doc[2]._.elmo_vector.any() and doc[3]._.elmo_vector.any()
+
+
+@pytest.mark.parametrize("store", ["all", "mix"])
+def test_docs_of_whitespace_only(tiny_dir, store):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "store": store})
+    docs = list(nlp.pipe(["", "   ", "\n\n\t", "a  b", " \n "]))
+    assert [len(d) for d in docs] == [0, 1, 1, 3, 1]
+    for doc in docs:
+        assert doc._.elmo.shape[-2:] == (len(doc), WIDTH)
+        assert not doc._.elmo[..., [t.is_space for t in doc], :].any()
+    assert docs[3]._.elmo[..., [0, 2], :].any(axis=-1).all()
+
+
+def test_fine_tuning_through_whitespace_tokens(tiny_dir):
+    """With gradients (frozen = false) the words' rows carry gradients back; whitespace rows have none."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "frozen": False})
+    model = nlp.get_pipe("elmo").model
+    nlp("warm up")
+    docs = [nlp.make_doc("a  b\nc"), nlp.make_doc("d e")]
+    outputs, backprop = model.begin_update(docs)
+    assert [o.shape[1] for o in outputs] == [5, 2] and not outputs[0][:, [1, 3]].any()
+    bilm = get_bilm(model)
+    bilm.zero_grad()
+    backprop([numpy.ones_like(o) for o in outputs])
+    grad = bilm.token_encoder.char_embedding.grad
+    assert grad is not None and torch.isfinite(grad).all() and grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize(
+    "lang,tokenizer,warns",
+    [
+        ("zh", {"@tokenizers": "spacy.zh.ChineseTokenizer", "segmenter": "char"}, False),
+        ("zh", {"@tokenizers": "spacy.Tokenizer.v1"}, True),  # e.g. jieba's words vs characters
+        ("en", {"@tokenizers": "spacy.zh.ChineseTokenizer", "segmenter": "char"}, True),
+    ],
+)
+def test_pipeline_of_other_tokens_than_pretraining_warns(tmp_path, tiny_dir, lang, tokenizer, warns):
+    """A model pretrained on one tokenizer's tokens ran silently in a pipeline that reads others
+    (Japanese fallback phrases vs SudachiPy words, Chinese characters vs jieba words, another language)."""
+    import warnings
+
+    bilm = BiLM.load(tiny_dir)
+    provenance = {"trained_by": "spacy-elmo pretrain", "lang": "zh",
+                  "tokenizer": {"@tokenizers": "spacy.zh.ChineseTokenizer", "segmenter": "char"}}
+    bilm.save(tmp_path / "zh", provenance=provenance)
+    nlp = spacy.blank(lang, config={"nlp": {"tokenizer": tokenizer}})
+    nlp.add_pipe("elmo", config={"weights": str(tmp_path / "zh")})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        doc = nlp("我喜欢茶")
+    messages = [str(w.message) for w in caught if "pretrained on the tokens" in str(w.message)]
+    assert len(messages) == int(warns)
+    if warns:
+        assert "spacy.blank('zh', config={'nlp': {'tokenizer': {'@tokenizers': 'spacy.zh.ChineseTokenizer'" in messages[0]
+    assert doc._.elmo.shape == (N_LAYERS, len(doc), WIDTH)
