@@ -10,7 +10,8 @@ exactly the signatures and semantics of :mod:`spacy_elmo.ops.reference`.
 
 Autocast: on CUDA the kernels run in the autocast dtype (bf16/fp16 inputs, fp32
 accumulation inside); on the CPU they always run in float32 (or float64), and a
-float16/bfloat16 input gets its results back in its own dtype.
+float16/bfloat16 input gets its results back in its own dtype, as does a float32
+input under autocast (the autocast dtype, as the reference path returns).
 """
 
 from typing import List, Optional, Sequence, Tuple
@@ -249,10 +250,14 @@ def _cast(ts, dtype):
 def _as_input(t: Tensor, like: Tensor) -> Tensor:
     """A kernel result ``t`` in the dtype of the input ``like``: a float16/bfloat16 module on
     the CPU runs the kernels in float32 and gets its own dtype back, as from the reference
-    path. Under autocast the result keeps the kernels' dtype (autocast casts where needed)."""
-    if t.dtype == like.dtype or torch.is_autocast_enabled(like.device.type):
-        return t
-    return t.to(like.dtype)
+    path. Under autocast a float32 result comes back in the autocast dtype, as from a product
+    that autocast runs lower: on the CPU the kernels still compute in float32, but every
+    layer of one call then has one dtype, on both backends (the top layers came back float32
+    beside a bfloat16 layer 0)."""
+    device = like.device.type
+    if torch.is_autocast_enabled(device):
+        return t.to(torch.get_autocast_dtype(device)) if t.dtype == torch.float32 else t
+    return t if t.dtype == like.dtype else t.to(like.dtype)
 
 
 def char_cnn(

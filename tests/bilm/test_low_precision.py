@@ -2,7 +2,7 @@
 
 The fused CPU kernels compute in float32 and hand back the module's dtype; the reference
 path computes in that dtype. Under ``torch.autocast("cpu")`` the matrix products run in
-bfloat16."""
+bfloat16, and every layer comes back in bfloat16 on both backends."""
 
 import numpy as np
 import pytest
@@ -55,5 +55,8 @@ def test_cpu_autocast_bfloat16(model_files, backend):
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = model(batch_to_ids(SENTENCES))
     assert _relative_error(out, expected) < TOLERANCE[torch.bfloat16]
+    # Every layer in autocast's dtype, as products under autocast return (the fused top
+    # layers came back float32 beside a bfloat16 layer 0).
+    assert [a.dtype for a in out.activations] == [torch.bfloat16] * len(out.activations)
     for i, sent in enumerate(SENTENCES):  # padding stays exactly zero
         assert all(torch.all(a[i, len(sent):] == 0) for a in out.activations)
