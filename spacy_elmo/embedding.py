@@ -3,8 +3,8 @@
 The file layout is AllenNLP's ``allennlp elmo`` output, so existing readers
 work: dataset ``"i"`` holds line ``i``'s vectors, ``(L + 1, n, 2P)`` float for
 ``layers="all"`` and ``(n, 2P)`` for ``"top"`` / ``"average"``; dataset
-``"sentence_to_index"`` is a JSON string mapping each line's text to its
-index. Lines are whitespace-tokenized (as AllenNLP's command), or by any
+``"sentence_to_index"`` (shape ``(1,)``, one string) holds the JSON map from each
+line's text (stripped) to its dataset's name (``"i"``). Lines are whitespace-tokenized (as AllenNLP's command), or by any
 ``tokenize`` callable. Unlike AllenNLP, an empty line is not an error: it gets
 an ``n = 0`` dataset, so line ``i`` is always dataset ``"i"``.
 
@@ -285,9 +285,12 @@ def _merge(part_files: Sequence[Path], lines: Sequence[str], output_path: Path) 
                 with h5py.File(part, "r") as f:
                     for name in sorted(f, key=int):
                         f.copy(f[name], out, name=name)
-            # AllenNLP's mapping: the last line wins for repeated text.
-            mapping = {line: i for i, line in enumerate(lines)}
-            out.create_dataset("sentence_to_index", data=json.dumps(mapping, ensure_ascii=False))
+            # AllenNLP's mapping, as its command writes it: the stripped line -> its dataset's name
+            # (a str), the last line winning for repeated text, JSON in element 0 of a (1,) string
+            # dataset, so ``json.loads(f["sentence_to_index"][0])`` and ``f[mapping[sentence]]`` work.
+            mapping = {line.strip(): str(i) for i, line in enumerate(lines)}
+            text = out.create_dataset("sentence_to_index", (1,), dtype=h5py.string_dtype())
+            text[0] = json.dumps(mapping, ensure_ascii=False)
 
     remove_leftovers(output_path)  # a merge that was killed
     atomic_write(output_path, write)

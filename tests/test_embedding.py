@@ -46,7 +46,7 @@ def corpus(tmp_path):
 def read_all(path):
     with h5py.File(path, "r") as f:
         data = {name: f[name][()] for name in f if name != "sentence_to_index"}
-        mapping = json.loads(f["sentence_to_index"][()])
+        mapping = json.loads(f["sentence_to_index"][0])  # how readers of AllenNLP's files get it
     return data, mapping
 
 
@@ -73,7 +73,23 @@ def test_every_line_is_its_own_dataset_equal_to_the_bilm_alone(bilm, corpus, tmp
         assert got.shape == want.shape and got.dtype == np.float32
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     # AllenNLP's mapping: text -> index, the last occurrence for a repeated line
-    assert mapping[LINES[0]] == 5 and mapping[LINES[3]] == 3
+    assert mapping[LINES[0]] == "5" and mapping[LINES[3]] == "3"
+
+
+def test_files_read_as_allennlp_readers_read_its_elmo_command_output(bilm, tmp_path):
+    """AllenNLP's `allennlp elmo` stores sentence_to_index as a (1,) string dataset holding
+    json.dumps({line.strip(): str(index)}); ours was a scalar dataset of {line: int}, so
+    f["sentence_to_index"][0] raised "Illegal slicing argument for scalar dataspace" and
+    f[mapping[sentence]] raised "Accessing a group is done with bytes or str, not int"."""
+    path = tmp_path / "in.txt"
+    path.write_text("  padded line \t\nplain\n", encoding="utf-8")
+    embed_file(bilm, path, tmp_path / "o.h5", layers="top", progress=False)
+    with h5py.File(tmp_path / "o.h5", "r") as f:
+        assert f["sentence_to_index"].shape == (1,)
+        mapping = json.loads(f["sentence_to_index"][0])
+        assert mapping == {"padded line": "0", "plain": "1"}
+        assert f[mapping["padded line"]].shape == (2, bilm.config.output_dim)
+        assert f[mapping["plain"]].dtype == np.float32
 
 
 def test_a_killed_run_resumes_to_the_identical_file(bilm, corpus, tmp_path):
@@ -166,7 +182,7 @@ def test_undecodable_bytes_are_replaced_and_reported(bilm, tmp_path):
     with pytest.warns(RuntimeWarning, match="1 undecodable byte"):
         embed_file(bilm, path, tmp_path / "o.h5", progress=False)
     _, mapping = read_all(tmp_path / "o.h5")
-    assert mapping == {"caf\ufffd au lait": 0, "ok": 1}
+    assert mapping == {"caf\ufffd au lait": "0", "ok": "1"}
 
 
 def test_cli_embeds_and_reports_errors(model_dir, corpus, tmp_path):
