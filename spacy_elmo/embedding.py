@@ -40,6 +40,7 @@ PathLike = Union[str, Path]
 LAYER_MODES = ("all", "top", "average")
 MANIFEST = "manifest.json"
 FORMAT = "spacy-elmo/embedding-parts-v1"
+BOM = "\ufeff"
 
 
 def _whitespace(line: str) -> List[str]:
@@ -68,7 +69,8 @@ def _tokens(result, path: Path, line: int) -> List[str]:
 def read_lines(path: PathLike) -> List[str]:
     """Every line of ``path`` (UTF-8; undecodable bytes become U+FFFD, with one warning).
 
-    Line ``i`` of the file is item ``i``, empty lines included.
+    Line ``i`` of the file is item ``i``, empty lines included: lines end at ``\n`` only (with
+    any ``\r`` before it), as for ``wc -l``; a leading byte order mark is not text.
     """
     from .training.data import decode_utf8, is_binary, replaced_bytes_so_far
 
@@ -80,6 +82,8 @@ def read_lines(path: PathLike) -> List[str]:
     before = replaced_bytes_so_far()
     with open(path, "rb") as f:
         lines = [decode_utf8(raw).rstrip("\r\n") for raw in f]
+    if lines and lines[0].startswith(BOM):  # editors on Windows write one; it would stick to the first token
+        lines[0] = lines[0][len(BOM):]
     replaced = replaced_bytes_so_far() - before
     if replaced:
         warnings.warn(Warnings.W_REPLACED_BYTES.format(n_bytes=replaced, n_files=1), RuntimeWarning, stacklevel=2)

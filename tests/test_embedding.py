@@ -92,6 +92,30 @@ def test_files_read_as_allennlp_readers_read_its_elmo_command_output(bilm, tmp_p
         assert f[mapping["plain"]].dtype == np.float32
 
 
+def test_line_i_of_the_file_is_dataset_i_whatever_the_line_breaks_and_a_bom_is_no_text(bilm, tmp_path):
+    """Lines end at b"\\n" only (wc -l, AllenNLP's file iteration): \\x0b, \\x0c, \\x1c-\\x1e, \\x85,
+    U+2028/9 inside a line split tokens, not lines. A leading BOM stuck to the first token
+    ("\\ufeffFirst" got other vectors than "First")."""
+    raw = (b"\xef\xbb\xbfFirst line\r\n" + "a\x0bb\x0cc\r\n".encode() + "d\x1ce\x1df\x1eg\n".encode()
+           + "h\x85i\u2028j\u2029k\n".encode() + b"   \n\n" + "日本語 😀 e\u0301 tab\there\n".encode() + b"last")
+    path = tmp_path / "in.txt"
+    path.write_bytes(raw)
+    pieces = [p.decode("utf-8").rstrip("\r") for p in raw.split(b"\n")]
+    pieces[0] = pieces[0].removeprefix("\ufeff")
+    assert len(pieces) == raw.count(b"\n") + 1 == 8
+    embed_file(bilm, path, tmp_path / "o.h5", progress=False)
+    data, mapping = read_all(tmp_path / "o.h5")
+    assert sorted(data, key=int) == [str(i) for i in range(len(pieces))]
+    for i, piece in enumerate(pieces):
+        tokens = piece.split()
+        assert data[str(i)].shape[1] == len(tokens), (i, piece)
+        if tokens:
+            with torch.no_grad():
+                alone = torch.stack(bilm(batch_to_ids([tokens])).activations)[:, 0].numpy()
+            np.testing.assert_allclose(data[str(i)], alone, rtol=1e-5, atol=1e-6)
+    assert mapping["First line"] == "0" and mapping["last"] == "7"
+
+
 def test_a_killed_run_resumes_to_the_identical_file(bilm, corpus, tmp_path):
     straight, resumed = tmp_path / "straight.h5", tmp_path / "resumed.h5"
     embed_file(bilm, corpus, straight, batch_size=2, part_size=2, progress=False)
