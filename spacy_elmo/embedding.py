@@ -90,6 +90,27 @@ def read_lines(path: PathLike) -> List[str]:
     return lines
 
 
+def check_paths(input_path: PathLike, output_path: PathLike, overwrite: bool = False) -> None:
+    """Refuse, before any work, what :func:`embed_file` cannot read or write: an input that is no
+    file, an output that is a directory, lies below a file, is the input, or exists (without ``overwrite``)."""
+    input_path, output_path = Path(input_path), Path(output_path)
+    if output_path.is_dir():
+        example = output_path / "vectors.h5"
+        raise IsADirectoryError(Errors.E_EMBED_OUTPUT_IS_DIR.format(path=output_path, example=example))
+    if not input_path.is_file():
+        raise FileNotFoundError(Errors.E_EMBED_INPUT_MISSING.format(path=input_path))
+    if output_path.exists():
+        if output_path.samefile(input_path):
+            raise FileExistsError(Errors.E_EMBED_OUTPUT_IS_INPUT.format(path=output_path))
+        if not overwrite:
+            raise FileExistsError(Errors.E_EMBED_OUTPUT_EXISTS.format(path=output_path))
+    parent = output_path.absolute().parent
+    while not parent.exists():  # created when the first part is written
+        parent = parent.parent
+    if not parent.is_dir():
+        raise NotADirectoryError(Errors.E_EMBED_OUTPUT_PARENT.format(path=output_path, parent=parent))
+
+
 def model_fingerprint(bilm: BiLM) -> str:
     """sha256 over the biLM's config and every tensor of its state dict."""
     h = hashlib.sha256(json.dumps(bilm.config.to_dict(), sort_keys=True).encode())
@@ -179,11 +200,7 @@ def embed_file(
     if cache_size < 0:
         raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name="cache_size", what="0 or more", value=cache_size))
     input_path, output_path = Path(input_path), Path(output_path)
-    if output_path.is_dir():
-        example = output_path / "vectors.h5"
-        raise IsADirectoryError(Errors.E_EMBED_OUTPUT_IS_DIR.format(path=output_path, example=example))
-    if output_path.exists() and not overwrite:
-        raise FileExistsError(Errors.E_EMBED_OUTPUT_EXISTS.format(path=output_path))
+    check_paths(input_path, output_path, overwrite)
     if tokenizer_name is None:
         tokenizer_name = "whitespace" if tokenize is None else _callable_name(tokenize)
     tokenize = tokenize or _whitespace

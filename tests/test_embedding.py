@@ -224,6 +224,34 @@ def test_cli_embeds_and_reports_errors(model_dir, corpus, tmp_path):
     assert into_dir.exit_code == 1 and "is a directory" in into_dir.output
 
 
+def test_cli_refuses_unusable_paths_before_loading_the_model(bilm, corpus, tmp_path):
+    """An output below a file ended in a NotADirectoryError traceback; the input as output with
+    --overwrite replaced the text with its vectors; a missing input was found only after loading
+    the model (here a model that does not exist: the path error comes first)."""
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli import app
+
+    text = corpus.read_bytes()
+    cases = [
+        ([str(corpus), str(corpus / "out.h5")], f"{corpus} is a file, not a directory"),
+        ([str(corpus), str(tmp_path / "link.h5"), "--overwrite"], "is the input itself"),
+        ([str(tmp_path / "missing.txt"), str(tmp_path / "o.h5")], "missing.txt is not a file"),
+        ([str(tmp_path), str(tmp_path / "o.h5")], f"{tmp_path} is not a file"),
+    ]
+    (tmp_path / "link.h5").symlink_to(corpus)
+    for args, message in cases:
+        result = CliRunner().invoke(app, ["embed", *args, "--model", str(tmp_path / "no-model")])
+        assert result.exit_code == 1 and message in " ".join(result.output.split()), (args, result.output)
+        assert isinstance(result.exception, SystemExit)  # a clean exit, no traceback
+    with pytest.raises(NotADirectoryError, match="is a file, not a directory"):
+        embed_file(bilm, corpus, corpus / "out.h5", progress=False)
+    with pytest.raises(FileExistsError, match="is the input itself"):
+        embed_file(bilm, corpus, tmp_path / "link.h5", overwrite=True, progress=False)
+    assert corpus.read_bytes() == text
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "link.h5", "model"]
+
+
 def test_batches_respect_rows_and_padded_tokens_and_keep_every_line():
     from spacy_elmo.embedding import _batches
 
