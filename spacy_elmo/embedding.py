@@ -11,8 +11,11 @@ an ``n = 0`` dataset, so line ``i`` is always dataset ``"i"``.
 Long runs survive a kill: the lines are embedded in parts of ``part_size``
 lines, each written to ``OUTPUT.parts/`` under a temporary name and renamed
 when complete; a rerun keeps the finished parts (when the model, input and
-settings are the ones recorded in ``manifest.json``) and embeds the rest. The
-parts are merged into ``OUTPUT`` (again through a temporary name) at the end.
+settings are the ones recorded in ``manifest.json``, which the directory is
+created with) and embeds the rest. The parts are merged into ``OUTPUT`` (again
+through a temporary name, whose identity is recorded in ``merged.json`` before
+the rename) at the end, and the directory is removed; a rerun after a kill
+between the two only removes it.
 The biLM is stateless and in eval mode, so a resumed run writes exactly the
 numbers of an uninterrupted one. The settings include the batch sizes and the
 cache size: which lines share a biLM call changes the vectors' last bits
@@ -23,7 +26,6 @@ that differ from each other by such rounding.
 
 import hashlib
 import json
-import shutil
 import warnings
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Union
@@ -31,7 +33,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Union
 import numpy as np
 import torch
 
-from .atomic import atomic_write, atomic_write_text, remove_leftovers
+from .atomic import atomic_write, atomic_write_text, remove_dir, remove_leftovers, replace_dir
 from .bilm import BiLM
 from .bilm.token_cache import TokenCache, run_rows
 from .errors import Errors, Warnings
@@ -39,6 +41,7 @@ from .errors import Errors, Warnings
 PathLike = Union[str, Path]
 LAYER_MODES = ("all", "top", "average")
 MANIFEST = "manifest.json"
+MERGED = "merged.json"
 FORMAT = "spacy-elmo/embedding-parts-v1"
 BOM = "\ufeff"
 
@@ -102,7 +105,7 @@ def check_paths(input_path: PathLike, output_path: PathLike, overwrite: bool = F
     if output_path.exists():
         if output_path.samefile(input_path):
             raise FileExistsError(Errors.E_EMBED_OUTPUT_IS_INPUT.format(path=output_path))
-        if not overwrite:
+        if not overwrite and _earlier_merge(output_path) is None:
             raise FileExistsError(Errors.E_EMBED_OUTPUT_EXISTS.format(path=output_path))
     parent = output_path.absolute().parent
     while not parent.exists():  # created when the first part is written
@@ -218,15 +221,25 @@ def embed_file(
         cache = TokenCache(cache_size)
         counts = {"lines": len(lines), "tokens": sum(len(r) for r in rows), "parts_written": 0, "parts_reused": 0}
 
-        parts_dir = output_path.with_name(output_path.name + ".parts")
+        parts_dir = _parts_dir(output_path)
         manifest = {
             "format": FORMAT, "model": model_fingerprint(bilm), "input": _file_sha256(input_path),
             "n_lines": len(lines), "layers": layers, "part_size": part_size, "tokenizer": tokenizer_name,
             # which lines share a biLM call (and a cached token vector) changes the last bits
             "batch_size": batch_size, "batch_tokens": batch_tokens, "cache_size": cache_size,
         }
+        n_parts = (len(lines) + part_size - 1) // part_size
+        earlier = _earlier_merge(output_path)
+        if earlier is not None:  # a run killed after writing OUTPUT, before removing its parts
+            if _read_manifest(earlier) == manifest and not restart:
+                remove_dir(earlier)
+                return {**counts, "parts_reused": n_parts, "finished": 1}
+            if not overwrite:  # the finished output of other settings
+                raise FileExistsError(Errors.E_EMBED_OUTPUT_EXISTS.format(path=output_path))
+            remove_dir(earlier)
+        remove_leftovers(parts_dir)  # a parts directory being created or removed when a run was killed
         if parts_dir.exists() and restart:
-            shutil.rmtree(parts_dir)
+            remove_dir(parts_dir)
         if parts_dir.exists():
             found = _read_manifest(parts_dir)
             if found != manifest:
@@ -236,11 +249,9 @@ def embed_file(
                 diff = sorted(k for k in manifest if found.get(k) != manifest[k])
                 shown = [k if k in ("model", "input") else f"{k} (earlier {found.get(k)!r})" for k in diff]
                 raise ValueError(Errors.E_EMBED_PARTS_MISMATCH.format(parts=parts_dir, keys=", ".join(shown)))
-        else:
-            parts_dir.mkdir(parents=True)
-            atomic_write_text(parts_dir / MANIFEST, json.dumps(manifest, indent=1))
+        else:  # created whole: a parts directory always has its manifest
+            replace_dir(parts_dir, lambda tmp: _new_parts_dir(tmp, manifest))
 
-        n_parts = (len(lines) + part_size - 1) // part_size
         part_files = [parts_dir / f"part-{k:06d}.hdf5" for k in range(n_parts)]
         counts["parts_reused"] = sum(1 for p in part_files if p.exists())
         bar = tqdm(total=len(lines), desc="embedding", unit="line", disable=not progress)
@@ -268,8 +279,8 @@ def embed_file(
             atomic_write(part, write_part)
             counts["parts_written"] += 1
         bar.close()
-        _merge(part_files, lines, output_path)
-        shutil.rmtree(parts_dir)
+        _merge(part_files, lines, output_path, parts_dir)
+        remove_dir(parts_dir)
         return {**counts, "finished": 1}
     finally:
         bilm.train(was_training)  # the caller's model comes back in its own mode
@@ -289,6 +300,35 @@ def _batches(index: Sequence[int], rows: Sequence[Sequence[str]], batch_size: in
         yield batch
 
 
+def _parts_dir(output_path: Path) -> Path:
+    return output_path.with_name(output_path.name + ".parts")
+
+
+def _new_parts_dir(tmp: Path, manifest: dict) -> None:
+    tmp.mkdir()
+    (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+
+
+def _file_identity(path: Path) -> dict:
+    """What a rename keeps of a file and a rewrite changes: device, inode, size, modification time."""
+    st = path.stat()
+    return {"device": st.st_dev, "inode": st.st_ino, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def _earlier_merge(output_path: Path) -> Optional[Path]:
+    """The parts directory (or what a killed :func:`remove_dir` left of it) whose ``merged.json``
+    records ``output_path``'s identity: a run killed after writing OUTPUT, before removing its parts."""
+    parts_dir = _parts_dir(output_path)
+    for directory in (parts_dir, *parts_dir.parent.glob(f".{parts_dir.name}.*.tmp")):
+        try:
+            recorded = json.loads((directory / MERGED).read_text(encoding="utf-8"))
+            if recorded == _file_identity(output_path):
+                return directory
+        except (OSError, ValueError):
+            continue
+    return None
+
+
 def _read_manifest(parts_dir: Path) -> dict:
     try:
         return json.loads((parts_dir / MANIFEST).read_text(encoding="utf-8"))
@@ -296,8 +336,9 @@ def _read_manifest(parts_dir: Path) -> dict:
         return {}
 
 
-def _merge(part_files: Sequence[Path], lines: Sequence[str], output_path: Path) -> None:
-    """Copy every part's datasets (in line order) and ``sentence_to_index`` into ``output_path``."""
+def _merge(part_files: Sequence[Path], lines: Sequence[str], output_path: Path, parts_dir: Path) -> None:
+    """Copy every part's datasets (in line order) and ``sentence_to_index`` into ``output_path``,
+    recording the merged file's identity in ``parts_dir`` before renaming it into place."""
     import h5py
 
     def write(tmp: Path) -> None:
@@ -312,6 +353,7 @@ def _merge(part_files: Sequence[Path], lines: Sequence[str], output_path: Path) 
             mapping = {line.strip(): str(i) for i, line in enumerate(lines)}
             text = out.create_dataset("sentence_to_index", (1,), dtype=h5py.string_dtype())
             text[0] = json.dumps(mapping, ensure_ascii=False)
+        atomic_write_text(parts_dir / MERGED, json.dumps(_file_identity(tmp)))
 
     remove_leftovers(output_path)  # a merge that was killed
     atomic_write(output_path, write)

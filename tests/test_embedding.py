@@ -134,6 +134,64 @@ def test_a_killed_run_resumes_to_the_identical_file(bilm, corpus, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "model", "resumed.h5", "straight.h5"]
 
 
+class Killed(BaseException):
+    """Stands for a SIGKILL at the point where it is raised (nothing below catches it)."""
+
+
+def _raise_killed(*args, **kwargs):
+    raise Killed
+
+
+@pytest.mark.parametrize("moment", ["after the rename", "while removing the parts"])
+def test_a_run_killed_while_finishing_is_finished_by_a_rerun(bilm, corpus, tmp_path, monkeypatch, moment):
+    """Killed after the merged file was renamed into place but before the parts were removed,
+    a rerun with the same arguments said "already exists" (and the parts stayed): it now
+    removes them and reports the file, identical to a straight run."""
+    import spacy_elmo.atomic
+    import spacy_elmo.embedding
+
+    straight, out = tmp_path / "straight.h5", tmp_path / "out.h5"
+    embed_file(bilm, corpus, straight, part_size=3, progress=False)
+    with monkeypatch.context() as patch:
+        if moment == "after the rename":
+            patch.setattr(spacy_elmo.embedding, "remove_dir", _raise_killed)
+        else:  # remove_dir renamed the directory away, then was killed deleting it
+            real = spacy_elmo.atomic.shutil.rmtree
+            patch.setattr(spacy_elmo.atomic.shutil, "rmtree",
+                          lambda path, **kw: _raise_killed() if path.exists() else real(path, **kw))
+        with pytest.raises(Killed):
+            embed_file(bilm, corpus, out, part_size=3, progress=False)
+    assert out.read_bytes() == straight.read_bytes()
+    assert len([p for p in tmp_path.iterdir() if p.name.startswith((".out.h5.parts", "out.h5.parts"))]) == 1
+    with pytest.raises(FileExistsError, match="--overwrite"):
+        embed_file(bilm, corpus, out, part_size=3, layers="top", progress=False)  # other settings
+    counts = embed_file(bilm, corpus, out, part_size=3, progress=False)
+    assert counts["finished"] == 1 and counts["parts_written"] == 0 and counts["parts_reused"] == 3
+    assert out.read_bytes() == straight.read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "model", "out.h5", "straight.h5"]
+    with pytest.raises(FileExistsError, match="--overwrite"):  # finished: as after a straight run
+        embed_file(bilm, corpus, out, part_size=3, progress=False)
+
+
+def test_a_run_killed_while_creating_its_parts_directory_starts_afresh(bilm, corpus, tmp_path, monkeypatch):
+    """The parts directory was created, then its manifest written: killed between the two, a
+    rerun refused the empty directory as parts "written by an older spacy-elmo"."""
+    import pathlib
+
+    straight, out = tmp_path / "straight.h5", tmp_path / "out.h5"
+    embed_file(bilm, corpus, straight, part_size=3, progress=False)
+    real = pathlib.Path.write_text
+    with monkeypatch.context() as patch:
+        patch.setattr(pathlib.Path, "write_text",
+                      lambda self, *a, **kw: _raise_killed() if "manifest" in self.name else real(self, *a, **kw))
+        with pytest.raises(Killed):
+            embed_file(bilm, corpus, out, part_size=3, progress=False)
+    (tmp_path / ".out.h5.parts.999.tmp").mkdir()  # what a SIGKILL there leaves
+    assert embed_file(bilm, corpus, out, part_size=3, progress=False)["parts_written"] == 3
+    assert out.read_bytes() == straight.read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "model", "out.h5", "straight.h5"]
+
+
 def test_parts_of_other_settings_are_refused_and_restart_drops_them(bilm, corpus, tmp_path):
     out = tmp_path / "out.h5"
     embed_file(bilm, corpus, out, part_size=2, progress=False, stop_after_parts=1)
