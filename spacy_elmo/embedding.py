@@ -221,7 +221,7 @@ def embed_file(
         cache = TokenCache(cache_size)
         counts = {"lines": len(lines), "tokens": sum(len(r) for r in rows), "parts_written": 0, "parts_reused": 0}
 
-        parts_dir = _parts_dir(output_path)
+        parts_dir = parts_path(output_path)
         manifest = {
             "format": FORMAT, "model": model_fingerprint(bilm), "input": _file_sha256(input_path),
             "n_lines": len(lines), "layers": layers, "part_size": part_size, "tokenizer": tokenizer_name,
@@ -300,7 +300,9 @@ def _batches(index: Sequence[int], rows: Sequence[Sequence[str]], batch_size: in
         yield batch
 
 
-def _parts_dir(output_path: Path) -> Path:
+def parts_path(output_path: PathLike) -> Path:
+    """``OUTPUT.parts``: where :func:`embed_file` keeps the finished parts of an unfinished run."""
+    output_path = Path(output_path)
     return output_path.with_name(output_path.name + ".parts")
 
 
@@ -318,7 +320,7 @@ def _file_identity(path: Path) -> dict:
 def _earlier_merge(output_path: Path) -> Optional[Path]:
     """The parts directory (or what a killed :func:`remove_dir` left of it) whose ``merged.json``
     records ``output_path``'s identity: a run killed after writing OUTPUT, before removing its parts."""
-    parts_dir = _parts_dir(output_path)
+    parts_dir = parts_path(output_path)
     for directory in (parts_dir, *parts_dir.parent.glob(f".{parts_dir.name}.*.tmp")):
         try:
             recorded = json.loads((directory / MERGED).read_text(encoding="utf-8"))

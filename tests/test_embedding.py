@@ -282,6 +282,34 @@ def test_cli_embeds_and_reports_errors(model_dir, corpus, tmp_path):
     assert into_dir.exit_code == 1 and "is a directory" in into_dir.output
 
 
+def test_cli_interrupted_says_what_is_kept_and_a_rerun_goes_on(model_dir, corpus, tmp_path, monkeypatch):
+    """Ctrl-C ended in a KeyboardInterrupt traceback; it now says where the finished parts are
+    and exits 130, and rerunning the command reuses them."""
+    from typer.testing import CliRunner
+
+    import spacy_elmo.embedding
+    from spacy_elmo.cli import app
+
+    real, calls = spacy_elmo.embedding.embed_lines, []
+
+    def interrupted_at_the_third_part(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    out = tmp_path / "out.h5"
+    args = ["embed", str(corpus), str(out), "--model", str(model_dir), "--part-size", "2", "--batch-size", "2"]
+    with monkeypatch.context() as patch:
+        patch.setattr(spacy_elmo.embedding, "embed_lines", interrupted_at_the_third_part)
+        stopped = CliRunner().invoke(app, args)
+    assert stopped.exit_code == 130, stopped.output
+    assert f"finished parts are kept in {out}.parts: rerun the same command" in " ".join(stopped.output.split())
+    assert len(list((tmp_path / "out.h5.parts").glob("part-*.hdf5"))) == 2 and not out.exists()
+    again = CliRunner().invoke(app, args)
+    assert again.exit_code == 0 and "(2 part(s) from an earlier run)" in again.output, again.output
+
+
 def test_cli_refuses_unusable_paths_before_loading_the_model(bilm, corpus, tmp_path):
     """An output below a file ended in a NotADirectoryError traceback; the input as output with
     --overwrite replaced the text with its vectors; a missing input was found only after loading
