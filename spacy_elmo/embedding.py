@@ -208,7 +208,8 @@ def embed_file(
         tokenizer_name = "whitespace" if tokenize is None else _callable_name(tokenize)
     tokenize = tokenize or _whitespace
     lines = read_lines(input_path)
-    rows = [_tokens(tokenize(line), input_path, i + 1) for i, line in enumerate(lines)]
+    lines_bar = tqdm(lines, desc="tokenizing", unit="line", disable=not progress)  # spaCy's: minutes on a big file
+    rows = [_tokens(tokenize(line), input_path, i + 1) for i, line in enumerate(lines_bar)]
     for i, row in enumerate(rows):
         if len(row) > max_tokens:
             raise ValueError(Errors.E_EMBED_LINE_TOO_LONG.format(
@@ -279,7 +280,7 @@ def embed_file(
             atomic_write(part, write_part)
             counts["parts_written"] += 1
         bar.close()
-        _merge(part_files, lines, output_path, parts_dir)
+        _merge(part_files, lines, output_path, parts_dir, progress)
         remove_dir(parts_dir)
         return {**counts, "finished": 1}
     finally:
@@ -338,17 +339,19 @@ def _read_manifest(parts_dir: Path) -> dict:
         return {}
 
 
-def _merge(part_files: Sequence[Path], lines: Sequence[str], output_path: Path, parts_dir: Path) -> None:
+def _merge(part_files: Sequence[Path], lines: Sequence[str], output_path: Path, parts_dir: Path, progress: bool) -> None:
     """Copy every part's datasets (in line order) and ``sentence_to_index`` into ``output_path``,
     recording the merged file's identity in ``parts_dir`` before renaming it into place."""
     import h5py
+    from tqdm import tqdm
 
     def write(tmp: Path) -> None:
-        with h5py.File(tmp, "w") as out:
+        with h5py.File(tmp, "w") as out, tqdm(total=len(lines), desc="merging", unit="line", disable=not progress) as bar:
             for part in part_files:
                 with h5py.File(part, "r") as f:
                     for name in sorted(f, key=int):
                         f.copy(f[name], out, name=name)
+                    bar.update(len(f))
             # AllenNLP's mapping, as its command writes it: the stripped line -> its dataset's name
             # (a str), the last line winning for repeated text, JSON in element 0 of a (1,) string
             # dataset, so ``json.loads(f["sentence_to_index"][0])`` and ``f[mapping[sentence]]`` work.

@@ -338,6 +338,17 @@ def test_cli_refuses_unusable_paths_before_loading_the_model(bilm, corpus, tmp_p
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "link.h5", "model"]
 
 
+def test_progress_shows_every_stage_that_takes_time_on_a_long_input(bilm, corpus, tmp_path, capsys):
+    """Only the embedding had a bar: tokenizing (spaCy's, with --lang: minutes on a big file)
+    and merging the parts were silent."""
+    embed_file(bilm, corpus, tmp_path / "o.h5", part_size=3, progress=True)
+    shown = capsys.readouterr().err.replace("\r", "\n")
+    for stage in ("tokenizing", "embedding", "merging"):
+        assert f"{stage}: 100%" in shown and f"{len(LINES)}/{len(LINES)}" in shown.split(f"{stage}: 100%")[1]
+    embed_file(bilm, corpus, tmp_path / "quiet.h5", progress=False)
+    assert capsys.readouterr().err == ""
+
+
 def test_batches_respect_rows_and_padded_tokens_and_keep_every_line():
     from spacy_elmo.embedding import _batches
 
