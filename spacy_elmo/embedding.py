@@ -4,8 +4,8 @@ The file layout is AllenNLP's ``allennlp elmo`` output, so existing readers
 work: dataset ``"i"`` holds line ``i``'s vectors, ``(L + 1, n, 2P)`` float for
 ``layers="all"`` and ``(n, 2P)`` for ``"top"`` / ``"average"``; dataset
 ``"sentence_to_index"`` (shape ``(1,)``, one string) holds the JSON map from each
-line's text (stripped) to its dataset's name (``"i"``). Lines are whitespace-tokenized (as AllenNLP's command), or by any
-``tokenize`` callable. Unlike AllenNLP, an empty line is not an error: it gets
+line's text (stripped) to its dataset's name (``"i"``). Lines are
+whitespace-tokenized (as AllenNLP's command), or by any ``tokenize`` callable. Unlike AllenNLP, an empty line is not an error: it gets
 an ``n = 0`` dataset, so line ``i`` is always dataset ``"i"``.
 
 Long runs survive a kill: the lines are embedded in parts of ``part_size``
