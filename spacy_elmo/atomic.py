@@ -37,10 +37,24 @@ def atomic_write_text(path: PathLike, text: str) -> None:
 
 
 def remove_leftovers(path: PathLike) -> None:
-    """Delete the temporary files of writes to ``path`` that were killed before their rename."""
+    """Delete the temporary files (and directories) of writes to ``path`` that were killed before
+    their rename, and what a killed :func:`remove_dir` of ``path`` left."""
     path = Path(path)
     for stale in path.parent.glob(f".{path.name}.*.tmp"):
-        stale.unlink(missing_ok=True)
+        if stale.is_dir() and not stale.is_symlink():
+            shutil.rmtree(stale, ignore_errors=True)
+        else:
+            stale.unlink(missing_ok=True)
+
+
+def remove_dir(path: PathLike) -> None:
+    """Remove the directory ``path`` in one step for readers and a kill: it is renamed to a
+    temporary name first (which :func:`remove_leftovers` finds), then deleted."""
+    path = Path(path)
+    trash = temporary_name(path)
+    shutil.rmtree(trash, ignore_errors=True)
+    os.replace(path, trash)
+    shutil.rmtree(trash)
 
 
 def replace_dir(path: PathLike, write: Callable[[Path], None]) -> None:

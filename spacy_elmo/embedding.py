@@ -3,16 +3,19 @@
 The file layout is AllenNLP's ``allennlp elmo`` output, so existing readers
 work: dataset ``"i"`` holds line ``i``'s vectors, ``(L + 1, n, 2P)`` float for
 ``layers="all"`` and ``(n, 2P)`` for ``"top"`` / ``"average"``; dataset
-``"sentence_to_index"`` is a JSON string mapping each line's text to its
-index. Lines are whitespace-tokenized (as AllenNLP's command), or by any
-``tokenize`` callable. Unlike AllenNLP, an empty line is not an error: it gets
+``"sentence_to_index"`` (shape ``(1,)``, one string) holds the JSON map from each
+line's text (stripped) to its dataset's name (``"i"``). Lines are
+whitespace-tokenized (as AllenNLP's command), or by any ``tokenize`` callable. Unlike AllenNLP, an empty line is not an error: it gets
 an ``n = 0`` dataset, so line ``i`` is always dataset ``"i"``.
 
 Long runs survive a kill: the lines are embedded in parts of ``part_size``
 lines, each written to ``OUTPUT.parts/`` under a temporary name and renamed
 when complete; a rerun keeps the finished parts (when the model, input and
-settings are the ones recorded in ``manifest.json``) and embeds the rest. The
-parts are merged into ``OUTPUT`` (again through a temporary name) at the end.
+settings are the ones recorded in ``manifest.json``, which the directory is
+created with) and embeds the rest. The parts are merged into ``OUTPUT`` (again
+through a temporary name, whose identity is recorded in ``merged.json`` before
+the rename) at the end, and the directory is removed; a rerun after a kill
+between the two only removes it.
 The biLM is stateless and in eval mode, so a resumed run writes exactly the
 numbers of an uninterrupted one. The settings include the batch sizes and the
 cache size: which lines share a biLM call changes the vectors' last bits
@@ -23,7 +26,6 @@ that differ from each other by such rounding.
 
 import hashlib
 import json
-import shutil
 import warnings
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Union
@@ -31,7 +33,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Union
 import numpy as np
 import torch
 
-from .atomic import atomic_write, atomic_write_text, remove_leftovers
+from .atomic import atomic_write, atomic_write_text, remove_dir, remove_leftovers, replace_dir
 from .bilm import BiLM
 from .bilm.token_cache import TokenCache, run_rows
 from .errors import Errors, Warnings
@@ -39,7 +41,9 @@ from .errors import Errors, Warnings
 PathLike = Union[str, Path]
 LAYER_MODES = ("all", "top", "average")
 MANIFEST = "manifest.json"
+MERGED = "merged.json"
 FORMAT = "spacy-elmo/embedding-parts-v1"
+BOM = "\ufeff"
 
 
 def _whitespace(line: str) -> List[str]:
@@ -68,7 +72,8 @@ def _tokens(result, path: Path, line: int) -> List[str]:
 def read_lines(path: PathLike) -> List[str]:
     """Every line of ``path`` (UTF-8; undecodable bytes become U+FFFD, with one warning).
 
-    Line ``i`` of the file is item ``i``, empty lines included.
+    Line ``i`` of the file is item ``i``, empty lines included: lines end at ``\n`` only (with
+    any ``\r`` before it), as for ``wc -l``; a leading byte order mark is not text.
     """
     from .training.data import decode_utf8, is_binary, replaced_bytes_so_far
 
@@ -80,10 +85,33 @@ def read_lines(path: PathLike) -> List[str]:
     before = replaced_bytes_so_far()
     with open(path, "rb") as f:
         lines = [decode_utf8(raw).rstrip("\r\n") for raw in f]
+    if lines and lines[0].startswith(BOM):  # editors on Windows write one; it would stick to the first token
+        lines[0] = lines[0][len(BOM):]
     replaced = replaced_bytes_so_far() - before
     if replaced:
         warnings.warn(Warnings.W_REPLACED_BYTES.format(n_bytes=replaced, n_files=1), RuntimeWarning, stacklevel=2)
     return lines
+
+
+def check_paths(input_path: PathLike, output_path: PathLike, overwrite: bool = False) -> None:
+    """Refuse, before any work, what :func:`embed_file` cannot read or write: an input that is no
+    file, an output that is a directory, lies below a file, is the input, or exists (without ``overwrite``)."""
+    input_path, output_path = Path(input_path), Path(output_path)
+    if output_path.is_dir():
+        example = output_path / "vectors.h5"
+        raise IsADirectoryError(Errors.E_EMBED_OUTPUT_IS_DIR.format(path=output_path, example=example))
+    if not input_path.is_file():
+        raise FileNotFoundError(Errors.E_EMBED_INPUT_MISSING.format(path=input_path))
+    if output_path.exists():
+        if output_path.samefile(input_path):
+            raise FileExistsError(Errors.E_EMBED_OUTPUT_IS_INPUT.format(path=output_path))
+        if not overwrite and _earlier_merge(output_path) is None:
+            raise FileExistsError(Errors.E_EMBED_OUTPUT_EXISTS.format(path=output_path))
+    parent = output_path.absolute().parent
+    while not parent.exists():  # created when the first part is written
+        parent = parent.parent
+    if not parent.is_dir():
+        raise NotADirectoryError(Errors.E_EMBED_OUTPUT_PARENT.format(path=output_path, parent=parent))
 
 
 def model_fingerprint(bilm: BiLM) -> str:
@@ -175,16 +203,13 @@ def embed_file(
     if cache_size < 0:
         raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name="cache_size", what="0 or more", value=cache_size))
     input_path, output_path = Path(input_path), Path(output_path)
-    if output_path.is_dir():
-        example = output_path / "vectors.h5"
-        raise IsADirectoryError(Errors.E_EMBED_OUTPUT_IS_DIR.format(path=output_path, example=example))
-    if output_path.exists() and not overwrite:
-        raise FileExistsError(Errors.E_EMBED_OUTPUT_EXISTS.format(path=output_path))
+    check_paths(input_path, output_path, overwrite)
     if tokenizer_name is None:
         tokenizer_name = "whitespace" if tokenize is None else _callable_name(tokenize)
     tokenize = tokenize or _whitespace
     lines = read_lines(input_path)
-    rows = [_tokens(tokenize(line), input_path, i + 1) for i, line in enumerate(lines)]
+    lines_bar = tqdm(lines, desc="tokenizing", unit="line", disable=not progress)  # spaCy's: minutes on a big file
+    rows = [_tokens(tokenize(line), input_path, i + 1) for i, line in enumerate(lines_bar)]
     for i, row in enumerate(rows):
         if len(row) > max_tokens:
             raise ValueError(Errors.E_EMBED_LINE_TOO_LONG.format(
@@ -197,15 +222,25 @@ def embed_file(
         cache = TokenCache(cache_size)
         counts = {"lines": len(lines), "tokens": sum(len(r) for r in rows), "parts_written": 0, "parts_reused": 0}
 
-        parts_dir = output_path.with_name(output_path.name + ".parts")
+        parts_dir = parts_path(output_path)
         manifest = {
             "format": FORMAT, "model": model_fingerprint(bilm), "input": _file_sha256(input_path),
             "n_lines": len(lines), "layers": layers, "part_size": part_size, "tokenizer": tokenizer_name,
             # which lines share a biLM call (and a cached token vector) changes the last bits
             "batch_size": batch_size, "batch_tokens": batch_tokens, "cache_size": cache_size,
         }
+        n_parts = (len(lines) + part_size - 1) // part_size
+        earlier = _earlier_merge(output_path)
+        if earlier is not None:  # a run killed after writing OUTPUT, before removing its parts
+            if _read_manifest(earlier) == manifest and not restart:
+                remove_dir(earlier)
+                return {**counts, "parts_reused": n_parts, "finished": 1}
+            if not overwrite:  # the finished output of other settings
+                raise FileExistsError(Errors.E_EMBED_OUTPUT_EXISTS.format(path=output_path))
+            remove_dir(earlier)
+        remove_leftovers(parts_dir)  # a parts directory being created or removed when a run was killed
         if parts_dir.exists() and restart:
-            shutil.rmtree(parts_dir)
+            remove_dir(parts_dir)
         if parts_dir.exists():
             found = _read_manifest(parts_dir)
             if found != manifest:
@@ -215,11 +250,9 @@ def embed_file(
                 diff = sorted(k for k in manifest if found.get(k) != manifest[k])
                 shown = [k if k in ("model", "input") else f"{k} (earlier {found.get(k)!r})" for k in diff]
                 raise ValueError(Errors.E_EMBED_PARTS_MISMATCH.format(parts=parts_dir, keys=", ".join(shown)))
-        else:
-            parts_dir.mkdir(parents=True)
-            atomic_write_text(parts_dir / MANIFEST, json.dumps(manifest, indent=1))
+        else:  # created whole: a parts directory always has its manifest
+            replace_dir(parts_dir, lambda tmp: _new_parts_dir(tmp, manifest))
 
-        n_parts = (len(lines) + part_size - 1) // part_size
         part_files = [parts_dir / f"part-{k:06d}.hdf5" for k in range(n_parts)]
         counts["parts_reused"] = sum(1 for p in part_files if p.exists())
         bar = tqdm(total=len(lines), desc="embedding", unit="line", disable=not progress)
@@ -247,8 +280,8 @@ def embed_file(
             atomic_write(part, write_part)
             counts["parts_written"] += 1
         bar.close()
-        _merge(part_files, lines, output_path)
-        shutil.rmtree(parts_dir)
+        _merge(part_files, lines, output_path, parts_dir, progress)
+        remove_dir(parts_dir)
         return {**counts, "finished": 1}
     finally:
         bilm.train(was_training)  # the caller's model comes back in its own mode
@@ -268,6 +301,37 @@ def _batches(index: Sequence[int], rows: Sequence[Sequence[str]], batch_size: in
         yield batch
 
 
+def parts_path(output_path: PathLike) -> Path:
+    """``OUTPUT.parts``: where :func:`embed_file` keeps the finished parts of an unfinished run."""
+    output_path = Path(output_path)
+    return output_path.with_name(output_path.name + ".parts")
+
+
+def _new_parts_dir(tmp: Path, manifest: dict) -> None:
+    tmp.mkdir()
+    (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+
+
+def _file_identity(path: Path) -> dict:
+    """What a rename keeps of a file and a rewrite changes: device, inode, size, modification time."""
+    st = path.stat()
+    return {"device": st.st_dev, "inode": st.st_ino, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def _earlier_merge(output_path: Path) -> Optional[Path]:
+    """The parts directory (or what a killed :func:`remove_dir` left of it) whose ``merged.json``
+    records ``output_path``'s identity: a run killed after writing OUTPUT, before removing its parts."""
+    parts_dir = parts_path(output_path)
+    for directory in (parts_dir, *parts_dir.parent.glob(f".{parts_dir.name}.*.tmp")):
+        try:
+            recorded = json.loads((directory / MERGED).read_text(encoding="utf-8"))
+            if recorded == _file_identity(output_path):
+                return directory
+        except (OSError, ValueError):
+            continue
+    return None
+
+
 def _read_manifest(parts_dir: Path) -> dict:
     try:
         return json.loads((parts_dir / MANIFEST).read_text(encoding="utf-8"))
@@ -275,19 +339,26 @@ def _read_manifest(parts_dir: Path) -> dict:
         return {}
 
 
-def _merge(part_files: Sequence[Path], lines: Sequence[str], output_path: Path) -> None:
-    """Copy every part's datasets (in line order) and ``sentence_to_index`` into ``output_path``."""
+def _merge(part_files: Sequence[Path], lines: Sequence[str], output_path: Path, parts_dir: Path, progress: bool) -> None:
+    """Copy every part's datasets (in line order) and ``sentence_to_index`` into ``output_path``,
+    recording the merged file's identity in ``parts_dir`` before renaming it into place."""
     import h5py
+    from tqdm import tqdm
 
     def write(tmp: Path) -> None:
-        with h5py.File(tmp, "w") as out:
+        with h5py.File(tmp, "w") as out, tqdm(total=len(lines), desc="merging", unit="line", disable=not progress) as bar:
             for part in part_files:
                 with h5py.File(part, "r") as f:
                     for name in sorted(f, key=int):
                         f.copy(f[name], out, name=name)
-            # AllenNLP's mapping: the last line wins for repeated text.
-            mapping = {line: i for i, line in enumerate(lines)}
-            out.create_dataset("sentence_to_index", data=json.dumps(mapping, ensure_ascii=False))
+                    bar.update(len(f))
+            # AllenNLP's mapping, as its command writes it: the stripped line -> its dataset's name
+            # (a str), the last line winning for repeated text, JSON in element 0 of a (1,) string
+            # dataset, so ``json.loads(f["sentence_to_index"][0])`` and ``f[mapping[sentence]]`` work.
+            mapping = {line.strip(): str(i) for i, line in enumerate(lines)}
+            text = out.create_dataset("sentence_to_index", (1,), dtype=h5py.string_dtype())
+            text[0] = json.dumps(mapping, ensure_ascii=False)
+        atomic_write_text(parts_dir / MERGED, json.dumps(_file_identity(tmp)))
 
     remove_leftovers(output_path)  # a merge that was killed
     atomic_write(output_path, write)

@@ -541,6 +541,16 @@ class Errors:
         "{parts} holds parts written by an older spacy-elmo, which did not record {keys}, so they cannot "
         "be checked against this run. Pass --restart (or delete {parts}) to embed from the start."
     )
+    E_EMBED_INTERRUPTED = (
+        "Interrupted. The finished parts are kept in {parts}: rerun the same command to embed the rest "
+        "(--restart starts over)."
+    )
+    E_EMBED_INTERRUPTED_EARLY = "Interrupted before any part was started: nothing was written."
+    E_EMBED_OUTPUT_IS_INPUT = (
+        "{path} is the input itself: embedding into it would replace the text with its vectors. "
+        "Choose another output path."
+    )
+    E_EMBED_OUTPUT_PARENT = "{path} cannot be created: {parent} is a file, not a directory. Choose another output path."
     E_EMBED_OUTPUT_IS_DIR = (
         "{path} is a directory, but the output is one HDF5 file (--overwrite replaces a file, not a "
         "directory). Give a file path such as {example}, or remove the directory."

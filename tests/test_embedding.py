@@ -46,7 +46,7 @@ def corpus(tmp_path):
 def read_all(path):
     with h5py.File(path, "r") as f:
         data = {name: f[name][()] for name in f if name != "sentence_to_index"}
-        mapping = json.loads(f["sentence_to_index"][()])
+        mapping = json.loads(f["sentence_to_index"][0])  # how readers of AllenNLP's files get it
     return data, mapping
 
 
@@ -73,7 +73,47 @@ def test_every_line_is_its_own_dataset_equal_to_the_bilm_alone(bilm, corpus, tmp
         assert got.shape == want.shape and got.dtype == np.float32
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     # AllenNLP's mapping: text -> index, the last occurrence for a repeated line
-    assert mapping[LINES[0]] == 5 and mapping[LINES[3]] == 3
+    assert mapping[LINES[0]] == "5" and mapping[LINES[3]] == "3"
+
+
+def test_files_read_as_allennlp_readers_read_its_elmo_command_output(bilm, tmp_path):
+    """AllenNLP's `allennlp elmo` stores sentence_to_index as a (1,) string dataset holding
+    json.dumps({line.strip(): str(index)}); ours was a scalar dataset of {line: int}, so
+    f["sentence_to_index"][0] raised "Illegal slicing argument for scalar dataspace" and
+    f[mapping[sentence]] raised "Accessing a group is done with bytes or str, not int"."""
+    path = tmp_path / "in.txt"
+    path.write_text("  padded line \t\nplain\n", encoding="utf-8")
+    embed_file(bilm, path, tmp_path / "o.h5", layers="top", progress=False)
+    with h5py.File(tmp_path / "o.h5", "r") as f:
+        assert f["sentence_to_index"].shape == (1,)
+        mapping = json.loads(f["sentence_to_index"][0])
+        assert mapping == {"padded line": "0", "plain": "1"}
+        assert f[mapping["padded line"]].shape == (2, bilm.config.output_dim)
+        assert f[mapping["plain"]].dtype == np.float32
+
+
+def test_line_i_of_the_file_is_dataset_i_whatever_the_line_breaks_and_a_bom_is_no_text(bilm, tmp_path):
+    """Lines end at b"\\n" only (wc -l, AllenNLP's file iteration): \\x0b, \\x0c, \\x1c-\\x1e, \\x85,
+    U+2028/9 inside a line split tokens, not lines. A leading BOM stuck to the first token
+    ("\\ufeffFirst" got other vectors than "First")."""
+    raw = (b"\xef\xbb\xbfFirst line\r\n" + "a\x0bb\x0cc\r\n".encode() + "d\x1ce\x1df\x1eg\n".encode()
+           + "h\x85i\u2028j\u2029k\n".encode() + b"   \n\n" + "日本語 😀 e\u0301 tab\there\n".encode() + b"last")
+    path = tmp_path / "in.txt"
+    path.write_bytes(raw)
+    pieces = [p.decode("utf-8").rstrip("\r") for p in raw.split(b"\n")]
+    pieces[0] = pieces[0].removeprefix("\ufeff")
+    assert len(pieces) == raw.count(b"\n") + 1 == 8
+    embed_file(bilm, path, tmp_path / "o.h5", progress=False)
+    data, mapping = read_all(tmp_path / "o.h5")
+    assert sorted(data, key=int) == [str(i) for i in range(len(pieces))]
+    for i, piece in enumerate(pieces):
+        tokens = piece.split()
+        assert data[str(i)].shape[1] == len(tokens), (i, piece)
+        if tokens:
+            with torch.no_grad():
+                alone = torch.stack(bilm(batch_to_ids([tokens])).activations)[:, 0].numpy()
+            np.testing.assert_allclose(data[str(i)], alone, rtol=1e-5, atol=1e-6)
+    assert mapping["First line"] == "0" and mapping["last"] == "7"
 
 
 def test_a_killed_run_resumes_to_the_identical_file(bilm, corpus, tmp_path):
@@ -92,6 +132,64 @@ def test_a_killed_run_resumes_to_the_identical_file(bilm, corpus, tmp_path):
     assert map_a == map_b and a.keys() == b.keys()
     assert all(np.array_equal(a[k], b[k]) for k in a)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "model", "resumed.h5", "straight.h5"]
+
+
+class Killed(BaseException):
+    """Stands for a SIGKILL at the point where it is raised (nothing below catches it)."""
+
+
+def _raise_killed(*args, **kwargs):
+    raise Killed
+
+
+@pytest.mark.parametrize("moment", ["after the rename", "while removing the parts"])
+def test_a_run_killed_while_finishing_is_finished_by_a_rerun(bilm, corpus, tmp_path, monkeypatch, moment):
+    """Killed after the merged file was renamed into place but before the parts were removed,
+    a rerun with the same arguments said "already exists" (and the parts stayed): it now
+    removes them and reports the file, identical to a straight run."""
+    import spacy_elmo.atomic
+    import spacy_elmo.embedding
+
+    straight, out = tmp_path / "straight.h5", tmp_path / "out.h5"
+    embed_file(bilm, corpus, straight, part_size=3, progress=False)
+    with monkeypatch.context() as patch:
+        if moment == "after the rename":
+            patch.setattr(spacy_elmo.embedding, "remove_dir", _raise_killed)
+        else:  # remove_dir renamed the directory away, then was killed deleting it
+            real = spacy_elmo.atomic.shutil.rmtree
+            patch.setattr(spacy_elmo.atomic.shutil, "rmtree",
+                          lambda path, **kw: _raise_killed() if path.exists() else real(path, **kw))
+        with pytest.raises(Killed):
+            embed_file(bilm, corpus, out, part_size=3, progress=False)
+    assert out.read_bytes() == straight.read_bytes()
+    assert len([p for p in tmp_path.iterdir() if p.name.startswith((".out.h5.parts", "out.h5.parts"))]) == 1
+    with pytest.raises(FileExistsError, match="--overwrite"):
+        embed_file(bilm, corpus, out, part_size=3, layers="top", progress=False)  # other settings
+    counts = embed_file(bilm, corpus, out, part_size=3, progress=False)
+    assert counts["finished"] == 1 and counts["parts_written"] == 0 and counts["parts_reused"] == 3
+    assert out.read_bytes() == straight.read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "model", "out.h5", "straight.h5"]
+    with pytest.raises(FileExistsError, match="--overwrite"):  # finished: as after a straight run
+        embed_file(bilm, corpus, out, part_size=3, progress=False)
+
+
+def test_a_run_killed_while_creating_its_parts_directory_starts_afresh(bilm, corpus, tmp_path, monkeypatch):
+    """The parts directory was created, then its manifest written: killed between the two, a
+    rerun refused the empty directory as parts "written by an older spacy-elmo"."""
+    import pathlib
+
+    straight, out = tmp_path / "straight.h5", tmp_path / "out.h5"
+    embed_file(bilm, corpus, straight, part_size=3, progress=False)
+    real = pathlib.Path.write_text
+    with monkeypatch.context() as patch:
+        patch.setattr(pathlib.Path, "write_text",
+                      lambda self, *a, **kw: _raise_killed() if "manifest" in self.name else real(self, *a, **kw))
+        with pytest.raises(Killed):
+            embed_file(bilm, corpus, out, part_size=3, progress=False)
+    (tmp_path / ".out.h5.parts.999.tmp").mkdir()  # what a SIGKILL there leaves
+    assert embed_file(bilm, corpus, out, part_size=3, progress=False)["parts_written"] == 3
+    assert out.read_bytes() == straight.read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "model", "out.h5", "straight.h5"]
 
 
 def test_parts_of_other_settings_are_refused_and_restart_drops_them(bilm, corpus, tmp_path):
@@ -166,7 +264,7 @@ def test_undecodable_bytes_are_replaced_and_reported(bilm, tmp_path):
     with pytest.warns(RuntimeWarning, match="1 undecodable byte"):
         embed_file(bilm, path, tmp_path / "o.h5", progress=False)
     _, mapping = read_all(tmp_path / "o.h5")
-    assert mapping == {"caf\ufffd au lait": 0, "ok": 1}
+    assert mapping == {"caf\ufffd au lait": "0", "ok": "1"}
 
 
 def test_cli_embeds_and_reports_errors(model_dir, corpus, tmp_path):
@@ -182,6 +280,73 @@ def test_cli_embeds_and_reports_errors(model_dir, corpus, tmp_path):
     assert again.exit_code == 1 and "--overwrite" in again.output
     into_dir = CliRunner().invoke(app, ["embed", str(corpus), str(tmp_path), "--model", str(model_dir), "--overwrite"])
     assert into_dir.exit_code == 1 and "is a directory" in into_dir.output
+
+
+def test_cli_interrupted_says_what_is_kept_and_a_rerun_goes_on(model_dir, corpus, tmp_path, monkeypatch):
+    """Ctrl-C ended in a KeyboardInterrupt traceback; it now says where the finished parts are
+    and exits 130, and rerunning the command reuses them."""
+    from typer.testing import CliRunner
+
+    import spacy_elmo.embedding
+    from spacy_elmo.cli import app
+
+    real, calls = spacy_elmo.embedding.embed_lines, []
+
+    def interrupted_at_the_third_part(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    out = tmp_path / "out.h5"
+    args = ["embed", str(corpus), str(out), "--model", str(model_dir), "--part-size", "2", "--batch-size", "2"]
+    with monkeypatch.context() as patch:
+        patch.setattr(spacy_elmo.embedding, "embed_lines", interrupted_at_the_third_part)
+        stopped = CliRunner().invoke(app, args)
+    assert stopped.exit_code == 130, stopped.output
+    assert f"finished parts are kept in {out}.parts: rerun the same command" in " ".join(stopped.output.split())
+    assert len(list((tmp_path / "out.h5.parts").glob("part-*.hdf5"))) == 2 and not out.exists()
+    again = CliRunner().invoke(app, args)
+    assert again.exit_code == 0 and "(2 part(s) from an earlier run)" in again.output, again.output
+
+
+def test_cli_refuses_unusable_paths_before_loading_the_model(bilm, corpus, tmp_path):
+    """An output below a file ended in a NotADirectoryError traceback; the input as output with
+    --overwrite replaced the text with its vectors; a missing input was found only after loading
+    the model (here a model that does not exist: the path error comes first)."""
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli import app
+
+    text = corpus.read_bytes()
+    cases = [
+        ([str(corpus), str(corpus / "out.h5")], f"{corpus} is a file, not a directory"),
+        ([str(corpus), str(tmp_path / "link.h5"), "--overwrite"], "is the input itself"),
+        ([str(tmp_path / "missing.txt"), str(tmp_path / "o.h5")], "missing.txt is not a file"),
+        ([str(tmp_path), str(tmp_path / "o.h5")], f"{tmp_path} is not a file"),
+    ]
+    (tmp_path / "link.h5").symlink_to(corpus)
+    for args, message in cases:
+        result = CliRunner().invoke(app, ["embed", *args, "--model", str(tmp_path / "no-model")])
+        assert result.exit_code == 1 and message in " ".join(result.output.split()), (args, result.output)
+        assert isinstance(result.exception, SystemExit)  # a clean exit, no traceback
+    with pytest.raises(NotADirectoryError, match="is a file, not a directory"):
+        embed_file(bilm, corpus, corpus / "out.h5", progress=False)
+    with pytest.raises(FileExistsError, match="is the input itself"):
+        embed_file(bilm, corpus, tmp_path / "link.h5", overwrite=True, progress=False)
+    assert corpus.read_bytes() == text
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "link.h5", "model"]
+
+
+def test_progress_shows_every_stage_that_takes_time_on_a_long_input(bilm, corpus, tmp_path, capsys):
+    """Only the embedding had a bar: tokenizing (spaCy's, with --lang: minutes on a big file)
+    and merging the parts were silent."""
+    embed_file(bilm, corpus, tmp_path / "o.h5", part_size=3, progress=True)
+    shown = capsys.readouterr().err.replace("\r", "\n")
+    for stage in ("tokenizing", "embedding", "merging"):
+        assert f"{stage}: 100%" in shown and f"{len(LINES)}/{len(LINES)}" in shown.split(f"{stage}: 100%")[1]
+    embed_file(bilm, corpus, tmp_path / "quiet.h5", progress=False)
+    assert capsys.readouterr().err == ""
 
 
 def test_batches_respect_rows_and_padded_tokens_and_keep_every_line():

@@ -5,6 +5,7 @@ from typing import Optional
 
 import typer
 
+from ..errors import Errors
 from .app import app
 
 
@@ -30,10 +31,11 @@ def embed(
     A killed run resumes where it stopped when rerun with the same arguments (finished parts are kept in OUTPUT_PATH.parts/ until the end), --batch-size, --batch-tokens and --cache-size included: which lines share a biLM call changes the vectors' last bits (float32 rounding), so parts written with other values are refused."""
     from ..bilm import BiLM
     from ..device import torch_device
-    from ..embedding import embed_file
+    from ..embedding import check_paths, embed_file, parts_path
 
     try:
-        target = torch_device(device)  # before loading: a wrong device is the cheaper error
+        check_paths(input_path, output_path, overwrite)  # before loading: the cheaper errors first
+        target = torch_device(device)
         bilm = BiLM.load(model).to(target)
         tokenize, name = None, "whitespace"
         if lang:
@@ -44,8 +46,13 @@ def embed(
         counts = embed_file(bilm, input_path, output_path, layers=layers, batch_size=batch_size, batch_tokens=batch_tokens,
                             part_size=part_size, max_tokens=max_tokens, cache_size=cache_size, tokenize=tokenize, tokenizer_name=name,
                             overwrite=overwrite, restart=restart)
-    except (ValueError, FileNotFoundError, FileExistsError, IsADirectoryError, RuntimeError) as err:
+    except (ValueError, OSError, RuntimeError) as err:
         typer.secho(str(err), fg=typer.colors.RED, err=True)
         raise typer.Exit(1) from err
+    except KeyboardInterrupt as err:  # Ctrl-C: say what is kept and how to go on
+        parts = parts_path(output_path)
+        message = Errors.E_EMBED_INTERRUPTED if parts.exists() else Errors.E_EMBED_INTERRUPTED_EARLY
+        typer.secho(message.format(parts=parts), fg=typer.colors.YELLOW, err=True)
+        raise typer.Exit(130) from err
     reused = f" ({counts['parts_reused']} part(s) from an earlier run)" if counts["parts_reused"] else ""
     typer.echo(f"wrote {output_path}: {counts['lines']:,} lines, {counts['tokens']:,} tokens{reused}")
