@@ -63,6 +63,7 @@ class BiLMConfig:
 
     @property
     def n_output_layers(self) -> int:
+        """L + 1: the layers of a BiLMOutput (the token layer, then one per biLSTM layer)."""
         return self.n_layers + 1
 
     # -- validation ------------------------------------------------------

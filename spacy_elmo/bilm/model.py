@@ -228,7 +228,16 @@ class BiLM(nn.Module):
         return encoded.new_zeros(B, T, self.config.projection_dim).masked_scatter(mask.unsqueeze(-1), encoded[inverse])
 
     def forward(self, char_ids: Tensor) -> BiLMOutput:
-        """char_ids: LongTensor ``(batch, max_len, W)`` from :func:`spacy_elmo.batch_to_ids`."""
+        """Every layer's vectors for a batch of tokenized sentences.
+
+        char_ids: integer tensor ``(batch, max_len, W)`` (torch.long or torch.int32), ``W =
+        config.max_characters_per_token``, from :func:`spacy_elmo.batch_to_ids`: tokens
+        left-aligned, padding rows all zero. Returns :class:`BiLMOutput`: ``activations``, ``L + 1``
+        tensors ``(batch, max_len, 2P)`` in the weights' dtype (layer 0 ``[x; x]``, then
+        ``[forward_l; backward_l]``; zero at padded positions), and ``mask``, BoolTensor
+        ``(batch, max_len)``. Raises TypeError for a non-tensor or non-integer input and
+        ValueError for another shape, ids out of range or padding before a real token.
+        """
         self._check_inputs(char_ids)
         char_ids = char_ids.long()
         B, T, W = char_ids.shape

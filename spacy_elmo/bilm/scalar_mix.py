@@ -62,8 +62,13 @@ class ScalarMix(nn.Module):
         self.gamma = nn.Parameter(torch.tensor([1.0]), requires_grad=trainable)
 
     def forward(self, activations: Sequence[Tensor], mask: Optional[Tensor] = None) -> Tensor:
-        """activations: ``n_layers`` tensors ``(B, T, D)`` (a list, or one stacked ``(n_layers, B, T, D)``
-        tensor); mask ``(B, T)`` (needed for layer norm)."""
+        """activations: ``n_layers`` tensors ``(B, T, D)`` of one shape (a list, or one stacked
+        ``(n_layers, B, T, D)`` tensor); mask: BoolTensor ``(B, T)`` (needed for layer norm).
+
+        Returns ``(B, T, D)``, ``gamma * sum_j softmax(w)_j * activations[j]``, in the dtype the
+        activations promote to with ``w`` and ``gamma`` (float32 for float16 input to a float32 mix).
+        Raises ValueError for another number of layers, unequal shapes or a mask of another shape.
+        """
         if isinstance(activations, Tensor):
             # One (B, T, D) tensor would be mixed over its batch rows when B == n_layers.
             if activations.dim() != 4:
