@@ -233,7 +233,7 @@ class BiLM(nn.Module):
         char_ids: integer tensor ``(batch, max_len, W)`` (torch.long or torch.int32), ``W =
         config.max_characters_per_token``, from :func:`spacy_elmo.batch_to_ids`: tokens
         left-aligned, padding rows all zero. Returns :class:`BiLMOutput`: ``activations``, ``L + 1``
-        tensors ``(batch, max_len, 2P)`` in the weights' dtype (layer 0 ``[x; x]``, then
+        tensors ``(batch, max_len, 2P)`` in the weights' dtype (under autocast, its dtype) (layer 0 ``[x; x]``, then
         ``[forward_l; backward_l]``; zero at padded positions), and ``mask``, BoolTensor
         ``(batch, max_len)``. Raises TypeError for a non-tensor or non-integer input and
         ValueError for another shape, ids out of range or padding before a real token.
