@@ -91,6 +91,17 @@ class TrainConfig:
                 raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name=name, what="a positive integer", value=value))
         if self.max_steps is not None and self.epochs is not None:
             raise ValueError(Errors.E_STEPS_AND_EPOCHS)
+        # Options the chosen reading does not use: a value other than the default was meant for the other one.
+        if self.sentences:
+            if self.unroll != _default("unroll"):
+                raise ValueError(Errors.E_UNROLL_WITH_SENTENCES.format(value=self.unroll))
+            if self.state_sentences:
+                raise ValueError(Errors.E_STATE_SENTENCES_WITH_SENTENCES.format(value=self.state_sentences))
+        elif self.max_length != _default("max_length"):
+            raise ValueError(Errors.E_MAX_LENGTH_WITHOUT_SENTENCES.format(value=self.max_length))
+        if not isinstance(self.state_sentences, int) or self.state_sentences < 0:
+            raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name="state_sentences", what="0 (no fitted state) or a positive integer",
+                                                             value=self.state_sentences))
         if self.max_steps is not None and self.max_steps < 1:
             raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name="max_steps", what="a positive integer", value=self.max_steps))
         if self.epochs is not None and not self.epochs > 0:
@@ -116,6 +127,11 @@ class TrainConfig:
             raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name="dropout", what="in [0, 1)", value=self.dropout))
         if self.optimizer not in ("adagrad", "adam"):
             raise ValueError(Errors.E_UNKNOWN_OPTIMIZER.format(name=self.optimizer))
+
+
+def _default(name: str) -> Any:
+    """The default of TrainConfig field ``name`` (the CLI's too)."""
+    return TrainConfig.__dataclass_fields__[name].default
 
 
 # -- distributed -------------------------------------------------------------
@@ -161,6 +177,11 @@ def _build_model(cfg: TrainConfig, corpus: Corpus, resume_payload: Optional[dict
             _, init_softmax, init_vocab, _ = load_pretrained(cfg.init, backend="reference")
     if init_vocab is not None and init_softmax is not None and not cfg.new_vocab:
         # Keep the model's vocabulary (its softmax rows); this corpus's other words are OOV.
+        unused = [f"--{name.replace('_', '-')} {getattr(cfg, name)}" for name in ("vocab_size", "min_count")
+                  if getattr(cfg, name) != _default(name)]
+        if unused and is_main:
+            warnings.warn(Warnings.W_VOCAB_OPTIONS_WITH_INIT.format(options=" and ".join(unused), path=cfg.init),
+                          RuntimeWarning, stacklevel=2)
         vocab = Vocab(list(init_vocab.targets))
         remap = np.array([vocab.add(t) for t in corpus.types], dtype=np.int32)
         corpus = Corpus(remap[corpus.tokens], corpus.lengths, vocab.types, None)
@@ -231,12 +252,16 @@ def build_optimizer(name: str, lr: Optional[float], params) -> torch.optim.Optim
 
 def _run_settings(cfg: TrainConfig, world: int) -> Dict[str, Any]:
     """The resume settings that do not depend on the corpus or the model (checked first)."""
-    return {"batch_size": cfg.batch_size, "unroll": cfg.unroll, "world": world, "seed": cfg.seed,
-            "negatives": cfg.negatives,
-            # absent (None) in stream runs, so their older checkpoints still resume
-            "sentences": cfg.max_length if cfg.sentences else None,
-            "lang": cfg.lang, "optimizer": cfg.optimizer,
-            "lr": learning_rate(cfg.optimizer, cfg.lr), "dropout": cfg.dropout, "clip": cfg.clip}
+    # The reading first: a resume in the other one is refused for that, not for an option it implies.
+    # None in stream runs (absent from their older checkpoints, which still resume).
+    settings = {"sentences": cfg.max_length if cfg.sentences else None,
+                "batch_size": cfg.batch_size, "unroll": cfg.unroll, "world": world, "seed": cfg.seed,
+                "negatives": cfg.negatives,
+                "lang": cfg.lang, "optimizer": cfg.optimizer,
+                "lr": learning_rate(cfg.optimizer, cfg.lr), "dropout": cfg.dropout, "clip": cfg.clip}
+    if cfg.sentences:  # sentence batches do not depend on --unroll (which older checkpoints recorded anyway)
+        del settings["unroll"]
+    return settings
 
 
 def _resume_settings(cfg: TrainConfig, world: int, vocab: Vocab, model: Dict[str, Any], corpus: Corpus) -> Dict[str, Any]:
