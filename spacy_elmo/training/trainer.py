@@ -7,7 +7,8 @@ the optimizer step, and the LSTM states carried (detached) to the next window.
 
 Under ``torchrun`` (``WORLD_SIZE > 1``) the model is wrapped in
 DistributedDataParallel (gloo on CPU, NCCL on CUDA) and every rank reads its
-own rows of the streams. Rank 0 writes the log, checkpoints and the model.
+own rows of the streams. Rank 0 writes the log, checkpoints and the model; the
+held-out text is evaluated by all ranks, each its share (``evaluate_corpus``).
 """
 
 import json
@@ -346,10 +347,14 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
     _barrier(world)
 
     heldout = None
-    if cfg.heldout and is_main:  # read now: a bad file is an error before any training, not at the first checkpoint
+    if cfg.heldout:  # read now: a bad file is an error before any training, not at the first checkpoint
         from .evaluate import read_text
 
-        heldout, heldout_stats = read_text(cfg.heldout, cfg.lang)
+        # Rank 0 tokenizes; every rank evaluates its share of it at the checkpoints.
+        read = [read_text(cfg.heldout, cfg.lang) if is_main else None]
+        if world > 1:
+            dist.broadcast_object_list(read, src=0)
+        heldout, heldout_stats = read[0]
 
     # Data: rank 0 tokenizes into the cache, the others wait and read it. A resume that
     # needs a new cache builds it beside data/ and moves it in only once the checkpoint
@@ -441,10 +446,12 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
         _barrier(world)
 
     def evaluate_heldout() -> Dict[str, Any]:
-        """Held-out perplexity of the model now (rank 0), logged; eval mode draws no random numbers."""
+        """Held-out perplexity of the model now, every rank evaluating its share; logged (rank 0).
+        Eval mode draws no random numbers."""
         from .evaluate import evaluate_sentences
 
-        result = evaluate_sentences(lm, vocab, heldout, cfg.eval_batch_size, cfg.unroll, device, per_sentence=cfg.sentences)
+        result = evaluate_sentences(lm, vocab, heldout, cfg.eval_batch_size, cfg.unroll, device, per_sentence=cfg.sentences,
+                                    rank=rank, world=world)
         result["replaced_bytes"] = heldout_stats.replaced_bytes
         log.write({"step": step, "event": "heldout", **result})
         lm.train()
@@ -453,10 +460,13 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
     if payload is not None and heldout is not None:
         # A run killed after writing its checkpoint but before logging that step's held-out
         # perplexity: measure it now, as the straight run did.
-        last_heldout = log.heldout_at(step)
-        if last_heldout is None:
+        last_heldout = log.heldout_at(step) if is_main else None
+        missing = [last_heldout is None]
+        if world > 1:  # rank 0's log decides: the evaluation is collective
+            dist.broadcast_object_list(missing, src=0)
+        if missing[0]:
             last_heldout = evaluate_heldout()
-        else:
+        elif is_main:
             last_heldout = {k: v for k, v in last_heldout.items() if k not in ("step", "event")}
 
     lm.train()
