@@ -389,6 +389,10 @@ class Errors:
     E_NEW_VOCAB_WITHOUT_INIT = (
         "--new-vocab only applies with --init (a new run always builds its vocabulary from the corpus)."
     )
+    E_OUTPUT_NOT_A_DIR = (
+        "OUTPUT_DIR {path} is a file; pretrain writes a directory (model, vocab.txt, checkpoint, log, the "
+        "tokenized corpus). Choose another OUTPUT_DIR."
+    )
     E_OUTPUT_NOT_EMPTY = (
         "{path} already holds a training run (checkpoint or model). Pass --resume to continue "
         "it, or choose a new OUTPUT_DIR."

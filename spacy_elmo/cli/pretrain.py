@@ -97,7 +97,7 @@ def pretrain(
     )
     try:
         summary = train(cfg)
-    except (ValueError, FileNotFoundError, FileExistsError, RuntimeError) as err:
+    except (ValueError, OSError, RuntimeError) as err:  # OSError: also a disk full, a path under a file...
         typer.secho(str(err), fg=typer.colors.RED, err=True)
         raise typer.Exit(1) from err
     except KeyboardInterrupt as err:  # Ctrl-C: say what the directory holds and how to go on

@@ -337,6 +337,8 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
     rank, world, device = _setup_distributed(cfg)
     out = Path(cfg.output_dir)
     is_main = rank == 0
+    if out.exists() and not out.is_dir():
+        raise ValueError(Errors.E_OUTPUT_NOT_A_DIR.format(path=out))
     payload = None
     if cfg.resume:
         payload = ckpt.load_checkpoint(out)

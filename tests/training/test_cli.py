@@ -197,3 +197,16 @@ def test_pretrain_defaults_are_the_trainers():
     shared = {p.name: p.default for p in command.params if p.name in fields and p.name not in ("train_path", "output_dir")}
     assert {"unroll", "max_length", "vocab_size", "min_count", "state_sentences"} <= set(shared)
     assert shared == {name: fields[name] for name in shared}
+
+
+def test_pretrain_output_dir_that_is_a_file_is_a_clear_error(tmp_path):
+    """OUTPUT_DIR an existing file (or under one) was a NotADirectoryError traceback."""
+    train = write_corpus(tmp_path / "train.txt", 50)
+    afile = tmp_path / "afile"
+    afile.write_text("keep me", encoding="utf-8")
+    result = runner.invoke(app, ["pretrain", str(train), str(afile), "--no-progress"])
+    assert result.exit_code == 1 and f"OUTPUT_DIR {afile} is a file" in result.output, result.output
+    assert isinstance(result.exception, SystemExit) and afile.read_text(encoding="utf-8") == "keep me"
+    result = runner.invoke(app, ["pretrain", str(train), str(afile / "out"), "--no-progress"])
+    assert result.exit_code == 1 and "Not a directory" in result.output and str(afile) in result.output, result.output
+    assert isinstance(result.exception, SystemExit)  # reported, not a traceback
