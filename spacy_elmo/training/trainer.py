@@ -18,6 +18,7 @@ import shutil
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
@@ -154,9 +155,21 @@ def _setup_distributed(cfg: TrainConfig):
     return rank, world, device
 
 
-def _barrier(world: int) -> None:
+def _barrier(world: int, group=None) -> None:
     if world > 1:
-        dist.barrier()
+        dist.barrier(group=group)
+
+
+#: How long the other ranks wait for rank 0 to tokenize the corpus and the held-out text: hours
+#: for a large corpus, past the process group's default timeout (gloo: 30 minutes), which then
+#: killed the first run on it.
+TOKENIZE_TIMEOUT = timedelta(hours=48)
+
+
+def _tokenize_wait_group(world: int):
+    """A gloo group with :data:`TOKENIZE_TIMEOUT` for waiting on rank 0's tokenization (None: one process).
+    Every rank must call it, at the same point."""
+    return dist.new_group(backend="gloo", timeout=TOKENIZE_TIMEOUT) if world > 1 else None
 
 
 # -- model and vocabulary ---------------------------------------------------
@@ -337,6 +350,7 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
     rank, world, device = _setup_distributed(cfg)
     out = Path(cfg.output_dir)
     is_main = rank == 0
+    tokenize_wait = _tokenize_wait_group(world)
     if out.exists() and not out.is_dir():
         raise ValueError(Errors.E_OUTPUT_NOT_A_DIR.format(path=out))
     payload = None
@@ -355,7 +369,7 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
         # Rank 0 tokenizes; every rank evaluates its share of it at the checkpoints.
         read = [read_text(cfg.heldout, cfg.lang) if is_main else None]
         if world > 1:
-            dist.broadcast_object_list(read, src=0)
+            dist.broadcast_object_list(read, src=0, group=tokenize_wait)
         heldout, heldout_stats = read[0]
 
     # Data: rank 0 tokenizes into the cache, the others wait and read it. A resume that
@@ -370,7 +384,7 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
             fresh = cache_is_current(cache, fingerprint(cfg.train_path, cfg.lang))
             meta = build_corpus(cfg.train_path, cfg.lang, staging if payload is not None and not fresh else cache,
                                 progress=cfg.progress)
-        _barrier(world)
+        _barrier(world, tokenize_wait)  # however long rank 0 tokenized
         source = staging if (staging / "meta.json").exists() else cache
         if not is_main:
             meta = json.loads((source / "meta.json").read_text(encoding="utf-8"))

@@ -303,3 +303,36 @@ def test_ddp_heldout_is_shared_by_the_ranks_and_equals_one_process(tmp_path, sen
         assert result["n_targets"] == one["n_targets"] and result["mode"] == one["mode"]
         for key in ("perplexity_forward", "perplexity_backward", "perplexity"):
             assert result[key] == pytest.approx(one[key], rel=1e-5)
+
+
+def _slow_tokenizing_worker(rank: int, world: int, port: int, train_path: str, out: str) -> None:
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    import datetime
+    import time
+
+    import torch.distributed as dist
+
+    from spacy_elmo.training import trainer
+
+    # A process group whose timeout (8 s) stands for gloo's default 30 minutes, and a rank 0 that
+    # tokenizes for longer than that, as on a large corpus.
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=8))
+    build = trainer.build_corpus
+
+    def slow_build(*args, **kwargs):
+        time.sleep(14)
+        return build(*args, **kwargs)
+
+    trainer.build_corpus = slow_build
+    trainer.train(tiny_train_config(train_path, out, max_steps=1, checkpoint_every=1))
+    dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_ddp_ranks_wait_for_a_tokenization_longer_than_the_group_timeout(tmp_path):
+    """Rank 0 alone tokenizes the corpus while the others wait: that wait must not time out
+    with the process group (a large corpus takes hours; gloo's default timeout is 30 minutes)."""
+    train_file = write_corpus(tmp_path / "train.txt", 400)
+    mp.spawn(_slow_tokenizing_worker, args=(2, _free_port(), str(train_file), str(tmp_path / "out")), nprocs=2, join=True)
+    assert [e["step"] for e in read_log(tmp_path / "out") if "loss" in e] == [1]
