@@ -193,7 +193,8 @@ def bilm_for(setting: str, elmo: Path | None, tuned: Path | None) -> Path | None
 # ---------------------------------------------------------------------------------------
 
 #: ``--quick``: a few steps of a tiny batch (a smoke run of the fine-tuning path).
-QUICK_FINETUNE = {"steps": ["--max-steps", "4"], "extra": ["--batch-size", "8", "--unroll", "10", "--negatives", "512"]}
+QUICK_FINETUNE = {"steps": ["--max-steps", "4"], "extra": ["--batch-size", "8", "--negatives", "512"],
+                  "stream_extra": ["--unroll", "10"]}  # pretrain refuses --unroll with --sentences
 
 
 def add_finetune_args(p, default_epochs: float, text: str) -> None:
@@ -217,7 +218,10 @@ def finetune_bilm(args, elmo: Path, train_text: Path, heldout_text: Path, gpu: b
 
     steps = QUICK_FINETUNE["steps"] if args.quick else ["--epochs", str(args.finetune_epochs)]
     extra = list(QUICK_FINETUNE["extra"]) if args.quick else []
-    extra += ["--sentences"] if args.finetune_reading == "sentences" else []
+    if args.finetune_reading == "sentences":
+        extra.append("--sentences")
+    elif args.quick:
+        extra += QUICK_FINETUNE["stream_extra"]
     extra += args.finetune_args.split()
     params = {"elmo": str(elmo), "steps": steps, "extra": extra, "text": str(train_text)}
     out = args.work_dir / f"finetuned-{short_hash(params)}"

@@ -160,16 +160,19 @@ def pretrain_chunk(args, train: Path, heldout: Path, target: int, resume: bool) 
     """Run ``spacy_elmo pretrain`` up to ``target`` total steps."""
     run_dir = args.work_dir / "run"
     cmd = [sys.executable, "-m", "spacy_elmo", "pretrain", str(train), str(run_dir), "--heldout", str(heldout),
-           "--vocab-size", str(args.vocab_size), "--min-count", str(args.min_count), "--max-steps", str(target),
-           "--checkpoint-every", str(args.chunk_steps), "--batch-size", str(args.batch_size), "--unroll", str(args.unroll),
+           "--max-steps", str(target),
+           "--checkpoint-every", str(args.chunk_steps), "--batch-size", str(args.batch_size),
            "--negatives", str(args.negatives), "--optimizer", args.optimizer, "--dropout", str(args.dropout),
            "--seed", str(args.seed), "--device", args.device]
     if args.init:  # the architecture and vocabulary come from the model (pretrain ignores it on --resume)
         cmd += ["--init", str(args.init.resolve())]
-    else:
+    else:  # (pretrain warns that --vocab-size / --min-count are unused with --init)
+        cmd += ["--vocab-size", str(args.vocab_size), "--min-count", str(args.min_count)]
         cmd += ["--options", str(args.options)] if args.options else ["--preset", args.preset]
-    if args.sentences:
+    if args.sentences:  # (pretrain refuses --unroll with --sentences, --max-length without)
         cmd += ["--sentences", "--max-length", str(args.max_length)]
+    else:
+        cmd += ["--unroll", str(args.unroll)]
     if args.lr is not None:
         cmd += ["--lr", str(args.lr)]
     if args.threads:

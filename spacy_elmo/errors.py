@@ -420,8 +420,27 @@ class Errors:
     E_INIT_AND_MODEL = (
         "--init fine-tunes an existing model, whose sizes are fixed: drop --preset/--options."
     )
+    E_UNROLL_WITH_SENTENCES = (
+        "--unroll {value} has no effect with --sentences: every row is one whole sentence read from the start "
+        "state (longer ones cut into pieces of --max-length targets), not a window of a stream. Drop --unroll, "
+        "or drop --sentences to train on bilm-tf's streams in --unroll windows."
+    )
+    E_MAX_LENGTH_WITHOUT_SENTENCES = (
+        "--max-length {value} only applies with --sentences; streams (the default reading) are read in "
+        "--unroll windows with carried states. Add --sentences, or drop --max-length."
+    )
+    E_STATE_SENTENCES_WITH_SENTENCES = (
+        "--state-sentences {value} fits a start state for a stream-trained model, but with --sentences the "
+        "model learns to read every sentence from the zero state, and its held-out perplexity is measured from "
+        "there: the fitted state would replace the start it was trained for. Drop --state-sentences (to try "
+        "a fitted state anyway, run `spacy-elmo fit-state` on the trained model), or drop --sentences."
+    )
     E_NEW_VOCAB_WITHOUT_INIT = (
         "--new-vocab only applies with --init (a new run always builds its vocabulary from the corpus)."
+    )
+    E_OUTPUT_NOT_A_DIR = (
+        "OUTPUT_DIR {path} is a file; pretrain writes a directory (model, vocab.txt, checkpoint, log, the "
+        "tokenized corpus). Choose another OUTPUT_DIR."
     )
     E_OUTPUT_NOT_EMPTY = (
         "{path} already holds a training run (checkpoint or model). Pass --resume to continue "
@@ -601,6 +620,11 @@ class Warnings:
         "or a BiLM.save directory): the biLM starts from its weights, the vocabulary is built from this "
         "corpus and the softmax starts from random values, so the first steps' perplexity is that of an "
         "untrained softmax."
+    )
+    W_VOCAB_OPTIONS_WITH_INIT = (
+        "spacy-elmo: {options} unused: --init {path} brings its vocabulary with its softmax, and this corpus's "
+        "other words are <UNK> targets. Add --new-vocab to build the vocabulary from this corpus with "
+        "{options} (known words keep their softmax rows)."
     )
     W_NEGATIVES_CLAMPED = (
         "spacy-elmo: --negatives {negatives} >= the vocabulary size {vocab}; using the full "

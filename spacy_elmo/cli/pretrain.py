@@ -39,17 +39,21 @@ def pretrain(
     options: Optional[Path] = typer.Option(None, help="Model options: AllenNLP options.json or BiLMConfig JSON."),
     init: Optional[str] = typer.Option(None, help="Fine-tune this model (native dir, AllenNLP dir or 'default')."),
     new_vocab: bool = typer.Option(False, help="With --init: vocabulary from this corpus (known words keep their softmax rows)."),
-    vocab_size: int = typer.Option(100_000, help="Largest vocabulary (with <S>, </S>, <UNK>); 0: no cap."),
-    min_count: int = typer.Option(1, help="Smallest count of a vocabulary word."),
+    vocab_size: int = typer.Option(
+        100_000, help="Largest vocabulary (with <S>, </S>, <UNK>); 0: no cap. Unused with --init of a model with a "
+        "softmax, unless --new-vocab."),
+    min_count: int = typer.Option(1, help="Smallest count of a vocabulary word (as --vocab-size with --init)."),
     max_steps: Optional[int] = typer.Option(None, help="Stop after this many steps."),
     epochs: Optional[float] = typer.Option(None, help="Stop after this many epochs (default 10)."),
     batch_size: int = typer.Option(128, help="Rows per process (bilm-tf: 128)."),
-    unroll: int = typer.Option(20, help="Truncated-BPTT window (bilm-tf: 20)."),
+    unroll: int = typer.Option(20, help="Truncated-BPTT window (bilm-tf: 20); streams only (an error with --sentences)."),
     sentences: bool = typer.Option(
         False, "--sentences",
         help="Rows are whole sentences read from the start state, as the elmo component reads them, instead of "
-        "bilm-tf's continuous streams with carried states (--unroll then unused; held-out perplexity per sentence)."),
-    max_length: int = typer.Option(100, help="With --sentences: longer sentences are cut into pieces of this many targets."),
+        "bilm-tf's continuous streams with carried states (held-out perplexity per sentence; --unroll and "
+        "--state-sentences are then errors)."),
+    max_length: int = typer.Option(
+        100, help="With --sentences (an error without): longer sentences are cut into pieces of this many targets."),
     negatives: int = typer.Option(8192, help="Sampled-softmax negatives per batch (bilm-tf: 8192)."),
     optimizer: str = typer.Option("adagrad", help="adagrad (bilm-tf, lr 0.2, accumulator 1.0) or adam."),
     lr: Optional[float] = typer.Option(None, help="Learning rate (default: 0.2 adagrad, 1e-3 adam)."),
@@ -62,7 +66,8 @@ def pretrain(
     checkpoint_every: int = typer.Option(1000, help="Checkpoint (and save the model) every N steps."),
     state_sentences: int = typer.Option(
         0, help="Fit the saved model's initial state (where every sentence starts) on this many training "
-        "sentences (e.g. 2048); 0: zeros, as the references. See docs/default-model.md before turning it on."),
+        "sentences (e.g. 2048); 0: zeros, as the references. Streams only (an error with --sentences). See "
+        "docs/default-model.md before turning it on."),
     log_every: int = typer.Option(10, help="Write a log line every N steps."),
     threads: Optional[int] = typer.Option(None, help="torch CPU threads, at least 1 (default: torch's own choice)."),
     progress: bool = typer.Option(True, help="Show progress bars."),
@@ -92,7 +97,7 @@ def pretrain(
     )
     try:
         summary = train(cfg)
-    except (ValueError, FileNotFoundError, FileExistsError, RuntimeError) as err:
+    except (ValueError, OSError, RuntimeError) as err:  # OSError: also a disk full, a path under a file...
         typer.secho(str(err), fg=typer.colors.RED, err=True)
         raise typer.Exit(1) from err
     except KeyboardInterrupt as err:  # Ctrl-C: say what the directory holds and how to go on

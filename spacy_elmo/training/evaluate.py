@@ -11,6 +11,10 @@ target once per direction; ``<UNK>`` targets count, as in bilm-tf.
 sentence alone, ``<S> ... </S>``, from the model's initial state (zeros, or the
 fitted one of :meth:`BiLM.fit_initial_state`); each direction predicts the
 sentence's tokens and its closing marker.
+
+Under DDP (``rank``, ``world``) every process evaluates its share (stream rows, or
+sentence batches) and the sums are all-reduced: every rank returns the result of one
+process reading it all, and no rank waits in a collective while another evaluates alone.
 """
 
 import math
@@ -44,8 +48,11 @@ def evaluate_corpus(
     device: Union[str, torch.device] = "cpu",
     progress: bool = False,
     per_sentence: bool = False,
+    rank: int = 0,
+    world: int = 1,
 ) -> Dict[str, Any]:
-    """Perplexities (forward, backward, and ``exp`` of the mean loss) and OOV rate."""
+    """Perplexities (forward, backward, and ``exp`` of the mean loss) and OOV rate.
+    ``world > 1``: this is rank ``rank`` of an initialised process group, which every rank calls."""
     for name, value in (("batch_size", batch_size), ("unroll", unroll)):
         if not isinstance(value, int) or value < 1:
             raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name=name, what="a positive integer", value=value))
@@ -59,10 +66,16 @@ def evaluate_corpus(
     was_training = lm.training
     lm.eval()
     if per_sentence:
-        sums, n_pred = _sentence_nll_sums(lm, vocab, corpus, tokens, char_table, batch_size, device, progress)
+        sums, n_pred = _sentence_nll_sums(lm, vocab, corpus, tokens, char_table, batch_size, device, progress, rank, world)
     else:
-        sums, n_pred = _stream_nll_sums(lm, vocab, tokens, char_table, batch_size, unroll, device, progress)
+        sums, n_pred = _stream_nll_sums(lm, vocab, tokens, char_table, batch_size, unroll, device, progress, rank, world)
     lm.train(was_training)
+    if world > 1:
+        import torch.distributed as dist
+
+        total = torch.tensor([sums[0], sums[1], float(n_pred)], dtype=torch.float64, device=device)
+        dist.all_reduce(total)
+        sums, n_pred = [float(total[0]), float(total[1])], int(round(float(total[2])))
     loss_f, loss_b = sums[0] / n_pred, sums[1] / n_pred
     return {
         "perplexity_forward": math.exp(loss_f),
@@ -79,21 +92,23 @@ def evaluate_corpus(
     }
 
 
-def _stream_nll_sums(lm, vocab, tokens, char_table, batch_size, unroll, device, progress):
-    """``(summed NLL per direction, number of targets)`` over the whole stream, ``batch_size`` rows, carried states."""
+def _stream_nll_sums(lm, vocab, tokens, char_table, batch_size, unroll, device, progress, rank=0, world=1):
+    """``(summed NLL per direction, number of targets)`` over the stream, cut into ``batch_size`` rows
+    read with carried states; of rank ``rank``'s share of the rows (contiguous) when ``world > 1``."""
     from tqdm import tqdm
 
     streams = (tokens, tokens[::-1].copy())
-    n_pred = len(tokens) - 1
-    seg = math.ceil(n_pred / batch_size)
-    rows = math.ceil(n_pred / seg)
-    ends = np.minimum((np.arange(rows) + 1) * seg, n_pred)
+    n_total = len(tokens) - 1
+    seg = math.ceil(n_total / batch_size)
+    rows = math.ceil(n_total / seg)
+    mine = np.arange(rows * rank // world, rows * (rank + 1) // world)  # rows are independent
+    ends = np.minimum((mine + 1) * seg, n_total)
     state = None
-    sums = [0.0, 0.0]
-    for k in tqdm(range(math.ceil(seg / unroll)), desc="evaluating", disable=not progress):
-        pos = np.arange(rows)[:, None] * seg + k * unroll + np.arange(unroll)[None, :]
+    sums, n_pred = [0.0, 0.0], int((ends - mine * seg).sum())
+    for k in tqdm(range(math.ceil(seg / unroll)) if len(mine) else [], desc="evaluating", disable=not progress):
+        pos = mine[:, None] * seg + k * unroll + np.arange(unroll)[None, :]
         valid = pos < ends[:, None]
-        pos = np.minimum(pos, n_pred - 1)
+        pos = np.minimum(pos, n_total - 1)
         inputs = [torch.from_numpy(s[pos]) for s in streams]
         targets = [vocab.target_ids(torch.from_numpy(s[pos + 1])).to(device) for s in streams]
         chars, idx_f, idx_b = encode_batch(inputs[0], inputs[1], char_table)
@@ -105,15 +120,16 @@ def _stream_nll_sums(lm, vocab, tokens, char_table, batch_size, unroll, device, 
     return sums, n_pred
 
 
-def _sentence_nll_sums(lm, vocab, corpus, tokens, char_table, batch_size, device, progress):
+def _sentence_nll_sums(lm, vocab, corpus, tokens, char_table, batch_size, device, progress, rank=0, world=1):
     """``(summed NLL per direction, number of targets)`` with every sentence read alone from the
-    initial state; ``tokens``: ``corpus.tokens`` as int64."""
+    initial state (of every ``world``-th batch from ``rank`` when ``world > 1``); ``tokens``:
+    ``corpus.tokens`` as int64."""
     from tqdm import tqdm
 
     sums, n_pred = [0.0, 0.0], 0
     order = np.argsort(corpus.lengths, kind="stable")  # similar lengths together: less padding
-    for rows in tqdm(_sentence_batches(order, corpus.lengths, batch_size), desc="evaluating", unit="batch",
-                     disable=not progress):
+    batches = _sentence_batches(order, corpus.lengths, batch_size)[rank::world]
+    for rows in tqdm(batches, desc="evaluating", unit="batch", disable=not progress):
         fwd, bwd, lengths = sentence_rows(tokens, corpus.starts[rows], corpus.lengths[rows])
         inputs = (fwd[:, :-1], bwd[:, :-1])
         targets = vocab.target_ids(torch.stack([fwd[:, 1:], bwd[:, 1:]])).to(device)
@@ -160,12 +176,14 @@ def evaluate_sentences(
     device: Union[str, torch.device] = "cpu",
     progress: bool = False,
     per_sentence: bool = False,
+    rank: int = 0,
+    world: int = 1,
 ) -> Dict[str, Any]:
-    """Evaluate on tokenized sentences (see :func:`read_text`)."""
+    """Evaluate on tokenized sentences (see :func:`read_text`; ``rank``, ``world``: :func:`evaluate_corpus`)."""
     # A copy: evaluation text adds its unknown strings as non-target types.
     vocab = Vocab(list(vocab.types), vocab.size)
     corpus = Corpus.from_sentences(sentences, vocab)
-    return evaluate_corpus(lm, vocab, corpus, None, batch_size, unroll, device, progress, per_sentence)
+    return evaluate_corpus(lm, vocab, corpus, None, batch_size, unroll, device, progress, per_sentence, rank, world)
 
 
 def evaluate_text(

@@ -7,7 +7,8 @@ the optimizer step, and the LSTM states carried (detached) to the next window.
 
 Under ``torchrun`` (``WORLD_SIZE > 1``) the model is wrapped in
 DistributedDataParallel (gloo on CPU, NCCL on CUDA) and every rank reads its
-own rows of the streams. Rank 0 writes the log, checkpoints and the model.
+own rows of the streams. Rank 0 writes the log, checkpoints and the model; the
+held-out text is evaluated by all ranks, each its share (``evaluate_corpus``).
 """
 
 import json
@@ -17,6 +18,7 @@ import shutil
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
@@ -91,6 +93,17 @@ class TrainConfig:
                 raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name=name, what="a positive integer", value=value))
         if self.max_steps is not None and self.epochs is not None:
             raise ValueError(Errors.E_STEPS_AND_EPOCHS)
+        # Options the chosen reading does not use: a value other than the default was meant for the other one.
+        if self.sentences:
+            if self.unroll != _default("unroll"):
+                raise ValueError(Errors.E_UNROLL_WITH_SENTENCES.format(value=self.unroll))
+            if self.state_sentences:
+                raise ValueError(Errors.E_STATE_SENTENCES_WITH_SENTENCES.format(value=self.state_sentences))
+        elif self.max_length != _default("max_length"):
+            raise ValueError(Errors.E_MAX_LENGTH_WITHOUT_SENTENCES.format(value=self.max_length))
+        if not isinstance(self.state_sentences, int) or self.state_sentences < 0:
+            raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name="state_sentences", what="0 (no fitted state) or a positive integer",
+                                                             value=self.state_sentences))
         if self.max_steps is not None and self.max_steps < 1:
             raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name="max_steps", what="a positive integer", value=self.max_steps))
         if self.epochs is not None and not self.epochs > 0:
@@ -118,6 +131,11 @@ class TrainConfig:
             raise ValueError(Errors.E_UNKNOWN_OPTIMIZER.format(name=self.optimizer))
 
 
+def _default(name: str) -> Any:
+    """The default of TrainConfig field ``name`` (the CLI's too)."""
+    return TrainConfig.__dataclass_fields__[name].default
+
+
 # -- distributed -------------------------------------------------------------
 def _setup_distributed(cfg: TrainConfig):
     """``(rank, world, device)``; initialises the process group under torchrun."""
@@ -137,9 +155,21 @@ def _setup_distributed(cfg: TrainConfig):
     return rank, world, device
 
 
-def _barrier(world: int) -> None:
+def _barrier(world: int, group=None) -> None:
     if world > 1:
-        dist.barrier()
+        dist.barrier(group=group)
+
+
+#: How long the other ranks wait for rank 0 to tokenize the corpus and the held-out text: hours
+#: for a large corpus, past the process group's default timeout (gloo: 30 minutes), which then
+#: killed the first run on it.
+TOKENIZE_TIMEOUT = timedelta(hours=48)
+
+
+def _tokenize_wait_group(world: int):
+    """A gloo group with :data:`TOKENIZE_TIMEOUT` for waiting on rank 0's tokenization (None: one process).
+    Every rank must call it, at the same point."""
+    return dist.new_group(backend="gloo", timeout=TOKENIZE_TIMEOUT) if world > 1 else None
 
 
 # -- model and vocabulary ---------------------------------------------------
@@ -161,6 +191,11 @@ def _build_model(cfg: TrainConfig, corpus: Corpus, resume_payload: Optional[dict
             _, init_softmax, init_vocab, _ = load_pretrained(cfg.init, backend="reference")
     if init_vocab is not None and init_softmax is not None and not cfg.new_vocab:
         # Keep the model's vocabulary (its softmax rows); this corpus's other words are OOV.
+        unused = [f"--{name.replace('_', '-')} {getattr(cfg, name)}" for name in ("vocab_size", "min_count")
+                  if getattr(cfg, name) != _default(name)]
+        if unused and is_main:
+            warnings.warn(Warnings.W_VOCAB_OPTIONS_WITH_INIT.format(options=" and ".join(unused), path=cfg.init),
+                          RuntimeWarning, stacklevel=2)
         vocab = Vocab(list(init_vocab.targets))
         remap = np.array([vocab.add(t) for t in corpus.types], dtype=np.int32)
         corpus = Corpus(remap[corpus.tokens], corpus.lengths, vocab.types, None)
@@ -231,12 +266,16 @@ def build_optimizer(name: str, lr: Optional[float], params) -> torch.optim.Optim
 
 def _run_settings(cfg: TrainConfig, world: int) -> Dict[str, Any]:
     """The resume settings that do not depend on the corpus or the model (checked first)."""
-    return {"batch_size": cfg.batch_size, "unroll": cfg.unroll, "world": world, "seed": cfg.seed,
-            "negatives": cfg.negatives,
-            # absent (None) in stream runs, so their older checkpoints still resume
-            "sentences": cfg.max_length if cfg.sentences else None,
-            "lang": cfg.lang, "optimizer": cfg.optimizer,
-            "lr": learning_rate(cfg.optimizer, cfg.lr), "dropout": cfg.dropout, "clip": cfg.clip}
+    # The reading first: a resume in the other one is refused for that, not for an option it implies.
+    # None in stream runs (absent from their older checkpoints, which still resume).
+    settings = {"sentences": cfg.max_length if cfg.sentences else None,
+                "batch_size": cfg.batch_size, "unroll": cfg.unroll, "world": world, "seed": cfg.seed,
+                "negatives": cfg.negatives,
+                "lang": cfg.lang, "optimizer": cfg.optimizer,
+                "lr": learning_rate(cfg.optimizer, cfg.lr), "dropout": cfg.dropout, "clip": cfg.clip}
+    if cfg.sentences:  # sentence batches do not depend on --unroll (which older checkpoints recorded anyway)
+        del settings["unroll"]
+    return settings
 
 
 def _resume_settings(cfg: TrainConfig, world: int, vocab: Vocab, model: Dict[str, Any], corpus: Corpus) -> Dict[str, Any]:
@@ -311,6 +350,9 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
     rank, world, device = _setup_distributed(cfg)
     out = Path(cfg.output_dir)
     is_main = rank == 0
+    tokenize_wait = _tokenize_wait_group(world)
+    if out.exists() and not out.is_dir():
+        raise ValueError(Errors.E_OUTPUT_NOT_A_DIR.format(path=out))
     payload = None
     if cfg.resume:
         payload = ckpt.load_checkpoint(out)
@@ -321,10 +363,14 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
     _barrier(world)
 
     heldout = None
-    if cfg.heldout and is_main:  # read now: a bad file is an error before any training, not at the first checkpoint
+    if cfg.heldout:  # read now: a bad file is an error before any training, not at the first checkpoint
         from .evaluate import read_text
 
-        heldout, heldout_stats = read_text(cfg.heldout, cfg.lang)
+        # Rank 0 tokenizes; every rank evaluates its share of it at the checkpoints.
+        read = [read_text(cfg.heldout, cfg.lang) if is_main else None]
+        if world > 1:
+            dist.broadcast_object_list(read, src=0, group=tokenize_wait)
+        heldout, heldout_stats = read[0]
 
     # Data: rank 0 tokenizes into the cache, the others wait and read it. A resume that
     # needs a new cache builds it beside data/ and moves it in only once the checkpoint
@@ -338,7 +384,7 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
             fresh = cache_is_current(cache, fingerprint(cfg.train_path, cfg.lang))
             meta = build_corpus(cfg.train_path, cfg.lang, staging if payload is not None and not fresh else cache,
                                 progress=cfg.progress)
-        _barrier(world)
+        _barrier(world, tokenize_wait)  # however long rank 0 tokenized
         source = staging if (staging / "meta.json").exists() else cache
         if not is_main:
             meta = json.loads((source / "meta.json").read_text(encoding="utf-8"))
@@ -417,10 +463,12 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
         _barrier(world)
 
     def evaluate_heldout() -> Dict[str, Any]:
-        """Held-out perplexity of the model now (rank 0), logged; eval mode draws no random numbers."""
+        """Held-out perplexity of the model now, every rank evaluating its share; logged (rank 0).
+        Eval mode draws no random numbers."""
         from .evaluate import evaluate_sentences
 
-        result = evaluate_sentences(lm, vocab, heldout, cfg.eval_batch_size, cfg.unroll, device, per_sentence=cfg.sentences)
+        result = evaluate_sentences(lm, vocab, heldout, cfg.eval_batch_size, cfg.unroll, device, per_sentence=cfg.sentences,
+                                    rank=rank, world=world)
         result["replaced_bytes"] = heldout_stats.replaced_bytes
         log.write({"step": step, "event": "heldout", **result})
         lm.train()
@@ -429,10 +477,13 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
     if payload is not None and heldout is not None:
         # A run killed after writing its checkpoint but before logging that step's held-out
         # perplexity: measure it now, as the straight run did.
-        last_heldout = log.heldout_at(step)
-        if last_heldout is None:
+        last_heldout = log.heldout_at(step) if is_main else None
+        missing = [last_heldout is None]
+        if world > 1:  # rank 0's log decides: the evaluation is collective
+            dist.broadcast_object_list(missing, src=0)
+        if missing[0]:
             last_heldout = evaluate_heldout()
-        else:
+        elif is_main:
             last_heldout = {k: v for k, v in last_heldout.items() if k not in ("step", "event")}
 
     lm.train()

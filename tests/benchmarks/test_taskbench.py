@@ -106,3 +106,17 @@ def test_runs_that_differ_in_their_overrides_keep_their_own_directories(tmp_path
     tb.store_result(legacy, long, {"f": 2.0})
     assert tb.run_dir_for(root, "baseline-f1-seed0", long) == legacy
     assert tb.run_dir_for(root, "baseline-f1-seed0", short) != legacy
+
+
+@pytest.mark.parametrize("reading", ["sentences", "stream"])
+def test_quick_finetune_passes_unroll_only_to_streams(tmp_path, monkeypatch, reading):
+    """`pretrain --sentences` refuses --unroll (sentence rows have no windows): the quick
+    fine-tuning gives its short window to the stream reading only."""
+    fake = _FakePretrain()
+    monkeypatch.setattr(tb.subprocess, "run", fake)
+    args = _finetune_args(tmp_path / "work", finetune_reading=reading)
+    args.quick = True
+    tb.finetune_bilm(args, Path("/models/elmo"), tmp_path / "t.txt", tmp_path / "d.txt", False, "the test text")
+    cmd = fake.calls[0]
+    assert ("--sentences" in cmd) == (reading == "sentences")
+    assert ("--unroll" in cmd) == (reading == "stream")

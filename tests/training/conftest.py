@@ -58,6 +58,8 @@ def tiny_train_config(train_path, output_dir, **overrides):
         train_path=str(train_path), output_dir=str(output_dir), model=dict(TINY), batch_size=8, unroll=10,
         negatives=16, max_steps=20, checkpoint_every=10, log_every=1, progress=False, backend="reference", seed=0,
     )
+    if overrides.get("sentences"):
+        del settings["unroll"]  # sentence batches have no windows: --unroll is an error with --sentences
     settings.update(overrides)
     return TrainConfig(**settings)
 

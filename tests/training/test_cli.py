@@ -23,8 +23,9 @@ def pretrain_tiny(tmp_path, *extra):
     options = tmp_path / "tiny.json"
     options.write_text(json.dumps(TINY))
     out = tmp_path / "model"
+    windows = [] if "--sentences" in extra else ["--unroll", "5"]
     args = ["pretrain", str(train), str(out), "--options", str(options), "--max-steps", "3", "--batch-size", "4",
-            "--unroll", "5", "--negatives", "8", "--threads", "1", "--backend", "reference", "--no-progress", *extra]
+            *windows, "--negatives", "8", "--threads", "1", "--backend", "reference", "--no-progress", *extra]
     return runner.invoke(app, args), train, held, options, out
 
 
@@ -165,4 +166,47 @@ def test_pretrain_init_from_a_damaged_model_is_a_clear_error(tmp_path):
     train = write_corpus(tmp_path / "train.txt", 20)
     result = runner.invoke(app, ["pretrain", str(train), str(tmp_path / "out"), "--init", str(model), "--no-progress"])
     assert result.exit_code == 1 and "is damaged or not a safetensors file" in result.output
+    assert isinstance(result.exception, SystemExit)  # reported, not a traceback
+
+
+@pytest.mark.parametrize("extra, named", [
+    (["--sentences", "--unroll", "35"], "--unroll 35 has no effect with --sentences"),
+    (["--max-length", "50"], "--max-length 50 only applies with --sentences"),
+    (["--sentences", "--state-sentences", "2048"], "--state-sentences 2048 fits a start state for a stream-trained"),
+])
+def test_pretrain_refuses_an_option_its_reading_does_not_use(tmp_path, extra, named):
+    """An option the chosen reading ignores (streams or --sentences) was meant for the other reading:
+    an error naming it, before anything is read or written."""
+    train = write_corpus(tmp_path / "train.txt", 50)
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["pretrain", str(train), str(out), "--no-progress", *extra])
+    assert result.exit_code == 1 and named in result.output, result.output
+    assert not out.exists()
+
+
+def test_pretrain_defaults_are_the_trainers():
+    """The reading checks compare a value with TrainConfig's default: the command's must be the same."""
+    import dataclasses
+
+    import typer
+
+    from spacy_elmo.training.trainer import TrainConfig
+
+    command = typer.main.get_command(app).commands["pretrain"]
+    fields = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+    shared = {p.name: p.default for p in command.params if p.name in fields and p.name not in ("train_path", "output_dir")}
+    assert {"unroll", "max_length", "vocab_size", "min_count", "state_sentences"} <= set(shared)
+    assert shared == {name: fields[name] for name in shared}
+
+
+def test_pretrain_output_dir_that_is_a_file_is_a_clear_error(tmp_path):
+    """OUTPUT_DIR an existing file (or under one) was a NotADirectoryError traceback."""
+    train = write_corpus(tmp_path / "train.txt", 50)
+    afile = tmp_path / "afile"
+    afile.write_text("keep me", encoding="utf-8")
+    result = runner.invoke(app, ["pretrain", str(train), str(afile), "--no-progress"])
+    assert result.exit_code == 1 and f"OUTPUT_DIR {afile} is a file" in result.output, result.output
+    assert isinstance(result.exception, SystemExit) and afile.read_text(encoding="utf-8") == "keep me"
+    result = runner.invoke(app, ["pretrain", str(train), str(afile / "out"), "--no-progress"])
+    assert result.exit_code == 1 and "Not a directory" in result.output and str(afile) in result.output, result.output
     assert isinstance(result.exception, SystemExit)  # reported, not a traceback

@@ -238,3 +238,101 @@ def test_ddp_sentences_count_every_ranks_tokens(tmp_path):
     expected = sum(sums) / sum(counts)
     assert log[0]["loss_forward"] == pytest.approx(expected, rel=1e-5)
     assert abs(expected - (sums[0] / counts[0] + sums[1] / counts[1]) / 2) > 1e-3  # the two weightings differ here
+
+
+def _heldout_worker(rank: int, world: int, port: int, train_path: str, held: str, out: str, sentences: bool, result_dir: str) -> None:
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    import json
+
+    import torch.distributed as dist
+
+    from spacy_elmo.training import evaluate
+    from spacy_elmo.training.trainer import LOG_NAME, train
+
+    evaluated = []  # the targets this rank evaluated, per evaluation
+
+    def counting(sums):
+        def wrapper(*args, **kwargs):
+            result = sums(*args, **kwargs)
+            evaluated.append(result[1])
+            return result
+        return wrapper
+
+    evaluate._stream_nll_sums = counting(evaluate._stream_nll_sums)
+    evaluate._sentence_nll_sums = counting(evaluate._sentence_nll_sums)
+    mode = dict(sentences=True, max_length=7) if sentences else {}
+    summary = train(tiny_train_config(train_path, out, max_steps=2, checkpoint_every=2, heldout=held, **mode))
+    # A resume whose log lost the last held-out line (killed while evaluating): rank 0's log
+    # decides, and every rank evaluates again.
+    if rank == 0:
+        log = os.path.join(out, LOG_NAME)
+        kept = [l for l in open(log, encoding="utf-8") if '"heldout"' not in l]
+        open(log, "w", encoding="utf-8").writelines(kept)
+    dist.barrier()
+    resumed = train(tiny_train_config(train_path, out, max_steps=2, checkpoint_every=2, heldout=held, resume=True, **mode))
+    with open(os.path.join(result_dir, f"held{rank}.json"), "w", encoding="utf-8") as f:
+        json.dump({"evaluated": evaluated, "heldout": summary["heldout"], "resumed": resumed["heldout"]}, f)
+    dist.destroy_process_group()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sentences", [False, True], ids=["streams", "sentences"])
+def test_ddp_heldout_is_shared_by_the_ranks_and_equals_one_process(tmp_path, sentences):
+    """Every rank evaluates its share of the held-out text (none waits in a collective, against
+    gloo's 30-minute timeout, while rank 0 evaluates alone), and the all-reduced perplexity is the
+    one a single process measures on the saved model."""
+    import json
+
+    from spacy_elmo.training.evaluate import evaluate_model_dir
+
+    train_file = write_corpus(tmp_path / "train.txt", 400)
+    held = write_corpus(tmp_path / "held.txt", 120, seed=5)
+    out = tmp_path / "out"
+    mp.spawn(_heldout_worker, args=(2, _free_port(), str(train_file), str(held), str(out), sentences, str(tmp_path)),
+             nprocs=2, join=True)
+    ranks = [json.loads((tmp_path / f"held{r}.json").read_text(encoding="utf-8")) for r in range(2)]
+    one = evaluate_model_dir(out, held, unroll=10, per_sentence=sentences)  # the step-2 weights, one process
+    assert [len(r["evaluated"]) for r in ranks] == [2, 2]  # at step 2, and again on the resume
+    for k in range(2):
+        shares = [r["evaluated"][k] for r in ranks]
+        assert min(shares) > 0 and sum(shares) == one["n_targets"], shares
+    logged = [e for e in read_log(out) if e.get("event") == "heldout"]
+    assert len(logged) == 1 and logged[0]["step"] == 2
+    for result in [logged[0]] + [r[key] for r in ranks for key in ("heldout", "resumed")]:
+        assert result["n_targets"] == one["n_targets"] and result["mode"] == one["mode"]
+        for key in ("perplexity_forward", "perplexity_backward", "perplexity"):
+            assert result[key] == pytest.approx(one[key], rel=1e-5)
+
+
+def _slow_tokenizing_worker(rank: int, world: int, port: int, train_path: str, out: str) -> None:
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    import datetime
+    import time
+
+    import torch.distributed as dist
+
+    from spacy_elmo.training import trainer
+
+    # A process group whose timeout (8 s) stands for gloo's default 30 minutes, and a rank 0 that
+    # tokenizes for longer than that, as on a large corpus.
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=8))
+    build = trainer.build_corpus
+
+    def slow_build(*args, **kwargs):
+        time.sleep(14)
+        return build(*args, **kwargs)
+
+    trainer.build_corpus = slow_build
+    trainer.train(tiny_train_config(train_path, out, max_steps=1, checkpoint_every=1))
+    dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_ddp_ranks_wait_for_a_tokenization_longer_than_the_group_timeout(tmp_path):
+    """Rank 0 alone tokenizes the corpus while the others wait: that wait must not time out
+    with the process group (a large corpus takes hours; gloo's default timeout is 30 minutes)."""
+    train_file = write_corpus(tmp_path / "train.txt", 400)
+    mp.spawn(_slow_tokenizing_worker, args=(2, _free_port(), str(train_file), str(tmp_path / "out")), nprocs=2, join=True)
+    assert [e["step"] for e in read_log(tmp_path / "out") if "loss" in e] == [1]

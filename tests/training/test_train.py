@@ -91,7 +91,7 @@ def test_resume_after_kill_continues_exactly(tmp_path, sentences):
     N = 5
     straight = tmp_path / "straight"
     # with sentences: long ones are cut; log windows of 3 steps straddle the checkpoints
-    mode = dict(sentences=sentences, max_length=7, log_every=3)
+    mode = dict(sentences=True, max_length=7, log_every=3) if sentences else dict(log_every=3)
     train(tiny_train_config(train_file, straight, max_steps=2 * N, checkpoint_every=N, **mode))
 
     killed = tmp_path / "killed"
@@ -242,6 +242,7 @@ def test_damaged_checkpoint_is_named(tmp_path, damage):
         (dict(min_count=0), "min_count must be a positive integer"),
         (dict(threads=0), "threads must be a positive integer"),  # was ignored: torch's default thread count
         (dict(threads=-2), "threads must be a positive integer"),
+        (dict(state_sentences=-5), "state_sentences must be 0 .no fitted state. or a positive integer"),  # was: zeros
         (dict(min_count=10**6), "No word of the corpus occurs --min-count 1000000 times"),
     ],
 )
@@ -441,3 +442,38 @@ def test_a_kill_while_writing_the_checkpoint_leaves_no_temporary_file(tmp_path, 
     assert sorted(p.name for p in killed.iterdir() if "checkpoint" in p.name) == ["checkpoint.pt"]
     np.testing.assert_allclose([e["loss"] for e in read_log(killed) if "loss" in e],
                                [e["loss"] for e in read_log(straight) if "loss" in e], rtol=1e-6, atol=1e-7)
+
+
+def test_sentences_run_resumes_whatever_unroll_its_checkpoint_recorded(tmp_path):
+    """Sentence batches do not depend on --unroll, which --sentences now refuses: a checkpoint that
+    recorded another one (older versions ignored --unroll with --sentences) still resumes."""
+    from spacy_elmo.training import checkpoint as ckpt
+
+    train_file = write_corpus(tmp_path / "train.txt", 200)
+    out = tmp_path / "out"
+    mode = dict(sentences=True, max_length=7, checkpoint_every=2)
+    train(tiny_train_config(train_file, out, max_steps=2, **mode))
+    payload = ckpt.load_checkpoint(out)
+    assert "unroll" not in payload["settings"]
+    payload["settings"]["unroll"] = 5  # as written by a `--sentences --unroll 5` run of an older version
+    ckpt.save_checkpoint(out, payload)
+    assert train(tiny_train_config(train_file, out, max_steps=4, resume=True, **mode))["steps"] == 4
+
+
+def test_vocabulary_options_unused_by_init_warn(tmp_path):
+    """--init of a model with a softmax keeps its vocabulary: --vocab-size / --min-count would be
+    silently ignored, so they warn (and name --new-vocab), which does use them."""
+    base = tmp_path / "base"
+    train(tiny_train_config(write_corpus(tmp_path / "a.txt", 200), base, max_steps=2))
+    domain = write_corpus(tmp_path / "domain.txt", 100, seed=3)
+    with pytest.warns(RuntimeWarning, match="--vocab-size 20 and --min-count 2 unused: --init .* --new-vocab") as caught:
+        train(tiny_train_config(domain, tmp_path / "kept", max_steps=1, init=str(base), model=None, vocab_size=20, min_count=2))
+    assert len([w for w in caught if "unused" in str(w.message)]) == 1
+    assert (tmp_path / "kept" / "vocab.txt").read_text() == (base / "vocab.txt").read_text()
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # with --new-vocab they shape the vocabulary: no warning
+        train(tiny_train_config(domain, tmp_path / "new", max_steps=1, init=str(base), model=None, vocab_size=20,
+                                min_count=2, new_vocab=True, negatives=8))
+    assert len((tmp_path / "new" / "vocab.txt").read_text(encoding="utf-8").splitlines()) == 20
