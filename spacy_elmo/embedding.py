@@ -255,8 +255,10 @@ def embed_file(
 
         part_files = [parts_dir / f"part-{k:06d}.hdf5" for k in range(n_parts)]
         counts["parts_reused"] = sum(1 for p in part_files if p.exists())
-        bar = tqdm(total=len(lines), desc="embedding", unit="line", disable=not progress)
-        bar.update(sum(min(part_size, len(lines) - k * part_size) for k, p in enumerate(part_files) if p.exists()))
+        # Reused lines are the bar's start, not progress: updating by them made the first
+        # rate and time-left estimates count a whole earlier run as done in an instant.
+        reused = sum(min(part_size, len(lines) - k * part_size) for k, p in enumerate(part_files) if p.exists())
+        bar = tqdm(total=len(lines), initial=reused, desc="embedding", unit="line", disable=not progress)
         for k, part in enumerate(part_files):
             if part.exists():
                 continue

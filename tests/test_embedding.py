@@ -338,6 +338,45 @@ def test_cli_refuses_unusable_paths_before_loading_the_model(bilm, corpus, tmp_p
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "link.h5", "model"]
 
 
+def test_a_resumed_runs_bar_starts_at_the_reused_lines(bilm, corpus, tmp_path, monkeypatch):
+    """The reused lines were an update of the bar, so its first rate and time left counted an
+    earlier run's lines as done in an instant; they are now its starting point."""
+    import tqdm
+
+    bars = []
+
+    class Bar(tqdm.tqdm):
+        def __init__(self, *args, **kwargs):
+            self.updates, self.started_at, self.label = [], kwargs.get("initial", 0), kwargs.get("desc")
+            super().__init__(*args, **kwargs)
+            bars.append(self)
+
+        def update(self, n=1):
+            self.updates.append(n)
+            return super().update(n)
+
+    out = tmp_path / "out.h5"
+    embed_file(bilm, corpus, out, part_size=2, progress=False, stop_after_parts=1)
+    monkeypatch.setattr(tqdm, "tqdm", Bar)
+    embed_file(bilm, corpus, out, part_size=2, progress=False)
+    bar = next(b for b in bars if b.label == "embedding")
+    assert bar.started_at == 2 and sum(bar.updates) == len(LINES) - 2
+
+
+def test_cli_unknown_layers_is_a_usage_error_before_loading_the_model(corpus, tmp_path):
+    """--layers was checked only after the model had loaded (minutes for a large model)."""
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli import app
+
+    result = CliRunner().invoke(app, ["embed", str(corpus), str(tmp_path / "o.h5"), "--model",
+                                      str(tmp_path / "no-model"), "--layers", "mean"])
+    assert result.exit_code == 2, result.output
+    assert "Unknown layers 'mean'" in " ".join(result.output.split())
+    assert "no-model" not in result.output  # the model was never looked at
+    assert not (tmp_path / "o.h5").exists()
+
+
 def test_progress_shows_every_stage_that_takes_time_on_a_long_input(bilm, corpus, tmp_path, capsys):
     """Only the embedding had a bar: tokenizing (spaCy's, with --lang: minutes on a big file)
     and merging the parts were silent."""

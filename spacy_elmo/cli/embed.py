@@ -9,12 +9,22 @@ from ..errors import Errors
 from .app import app
 
 
+def _layer_mode(value: str) -> str:
+    """Option callback: an unknown --layers is a usage error before the model loads."""
+    from ..embedding import LAYER_MODES
+
+    if value not in LAYER_MODES:
+        raise typer.BadParameter(Errors.E_EMBED_LAYERS.format(layers=value))
+    return value
+
+
 @app.command()
 def embed(
     input_path: Path = typer.Argument(..., help="UTF-8 text, one sentence per line."),
     output_path: Path = typer.Argument(..., help="HDF5 file to write: dataset 'i' holds line i."),
     model: str = typer.Option("default", help="Model directory (native or AllenNLP files), or 'default'."),
-    layers: str = typer.Option("all", help="all: (L+1, n, 2P) per line; top: the last layer; average: their mean."),
+    layers: str = typer.Option("all", callback=_layer_mode,
+                               help="all: (L+1, n, 2P) per line; top: the last layer; average: their mean."),
     lang: Optional[str] = typer.Option(None, help="Tokenize with spaCy's tokenizer for this language, whitespace "
                                        "tokens left out as in pretraining (default: split at whitespace, as AllenNLP's command)."),
     batch_size: int = typer.Option(64, help="Most lines per biLM call."),
