@@ -31,8 +31,8 @@ def fit_state(
         find_allennlp_files,
         load_tensors,
         model_from_native,
+        model_path,
         read_meta,
-        resolve_model_dir,
         write_initial_state,
     )
     from ..training.data import ReadStats, iter_sentences, iter_text, make_nlp, replaced_bytes_so_far
@@ -43,7 +43,7 @@ def fit_state(
         raise typer.BadParameter(Errors.E_FIT_STATE_NO_TEXT)
     replaced = 0
     try:
-        path = resolve_model_dir(model_dir)
+        path = model_path(model_dir)  # clear errors for a missing path or a file
         if path.resolve() == DEFAULT_MODEL_DIR:
             raise ValueError(Errors.E_FIT_STATE_BUNDLED.format(model=model_dir, path=DEFAULT_MODEL_DIR))
         if path.is_dir() and not (path / CONFIG_NAME).exists() and find_allennlp_files(path) is not None:

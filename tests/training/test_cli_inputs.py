@@ -94,6 +94,11 @@ def test_fit_state_needs_a_native_model_dir(trained, model, tmp_path):
     notmodel.mkdir()
     output = clean_error(runner.invoke(app, ["fit-state", str(notmodel), str(trained["train"])]))
     assert "not a spacy-elmo model directory" in output
+    # A missing path or a file said "not a spacy-elmo model directory" too (BiLM.load's messages now).
+    output = clean_error(runner.invoke(app, ["fit-state", str(tmp_path / "missing"), str(trained["train"])]))
+    assert "missing does not exist" in output
+    output = clean_error(runner.invoke(app, ["fit-state", str(trained["train"]), str(trained["train"])]))
+    assert "is a file, but a model is a directory" in output
 
 
 @pytest.mark.parametrize("option, value", [("--max-sentences", "0"), ("--max-sentences", "-1"), ("--rows", "0")])
