@@ -43,7 +43,6 @@ LAYER_MODES = ("all", "top", "average")
 MANIFEST = "manifest.json"
 MERGED = "merged.json"
 FORMAT = "spacy-elmo/embedding-parts-v1"
-BOM = "\ufeff"
 
 
 def _whitespace(line: str) -> List[str]:
@@ -73,9 +72,10 @@ def read_lines(path: PathLike) -> List[str]:
     """Every line of ``path`` (UTF-8; undecodable bytes become U+FFFD, with one warning).
 
     Line ``i`` of the file is item ``i``, empty lines included: lines end at ``\n`` only (with
-    any ``\r`` before it), as for ``wc -l``; a leading byte order mark is not text.
+    any ``\r`` before it), as for ``wc -l``; a leading byte order mark is not text (as in
+    pretraining: ``training.data.iter_lines``).
     """
-    from .training.data import decode_utf8, is_binary, replaced_bytes_so_far
+    from .training.data import is_binary, iter_lines, replaced_bytes_so_far
 
     path = Path(path)
     if not path.is_file():
@@ -83,10 +83,7 @@ def read_lines(path: PathLike) -> List[str]:
     if is_binary(path):
         raise ValueError(Errors.E_BINARY_FILE.format(path=path))
     before = replaced_bytes_so_far()
-    with open(path, "rb") as f:
-        lines = [decode_utf8(raw).rstrip("\r\n") for raw in f]
-    if lines and lines[0].startswith(BOM):  # editors on Windows write one; it would stick to the first token
-        lines[0] = lines[0][len(BOM):]
+    lines = list(iter_lines(path))
     replaced = replaced_bytes_so_far() - before
     if replaced:
         warnings.warn(Warnings.W_REPLACED_BYTES.format(n_bytes=replaced, n_files=1), RuntimeWarning, stacklevel=2)
@@ -185,7 +182,8 @@ def embed_file(
     part_size: lines per resumable part; max_tokens: the longest line
     accepted (a clear error names the line otherwise); tokenize: line ->
     tokens (default: whitespace), named by ``tokenizer_name`` in the manifest (default: "whitespace",
-    or the module and name of ``tokenize``: parts of another tokenizer are not reused);
+    or the module and name of ``tokenize``: parts of another tokenizer are not reused, nor parts of
+    another ``training.data.TOKEN_RULES``, which the manifest records too);
     overwrite: replace an existing ``output_path``; restart: drop parts of an
     earlier run instead of resuming; stop_after_parts: stop (as if killed)
     after writing that many new parts. The whole input is read into memory.
@@ -193,6 +191,8 @@ def embed_file(
     """
     import h5py
     from tqdm import tqdm
+
+    from .training.data import TOKEN_RULES
 
     if layers not in LAYER_MODES:
         raise ValueError(Errors.E_EMBED_LAYERS.format(layers=layers))
@@ -226,6 +226,7 @@ def embed_file(
         manifest = {
             "format": FORMAT, "model": model_fingerprint(bilm), "input": _file_sha256(input_path),
             "n_lines": len(lines), "layers": layers, "part_size": part_size, "tokenizer": tokenizer_name,
+            "token_rules": TOKEN_RULES,  # what the reading (a leading BOM) and --lang (whitespace tokens) drop
             # which lines share a biLM call (and a cached token vector) changes the last bits
             "batch_size": batch_size, "batch_tokens": batch_tokens, "cache_size": cache_size,
         }

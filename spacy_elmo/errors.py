@@ -400,10 +400,19 @@ class Errors:
     )
     E_CHECKPOINT_DATA = (
         "The checkpoint in {path} was trained on other data: the tokenized corpus or its vocabulary "
-        "(TRAIN_PATH, --lang, --vocab-size, --min-count, --init, --new-vocab) differs from this run's, so "
-        "resuming would read other batches and give words other softmax rows. Resume with the same "
-        "corpus and settings; to continue on new text, start a new OUTPUT_DIR with --init {path}."
+        "(TRAIN_PATH, --lang and its tokenizer, --vocab-size, --min-count, --init, --new-vocab) differs "
+        "from this run's, so resuming would read other batches and give words other softmax rows. Resume "
+        "with the same corpus and settings; to continue on new text, start a new OUTPUT_DIR with --init {path}."
     )
+    E_CHECKPOINT_TOKENIZER = (
+        "The checkpoint in {path} was trained on other tokens of the same text: its corpus was read with "
+        "{found}, this run reads it with {expected}, and the tokens differ, so resuming would read other "
+        "batches. spaCy's tokenizer of --lang changes when a package it needs is installed or removed (ja: "
+        "SudachiPy, ko: mecab-ko), the token rules with the spacy-elmo version (TOKEN_RULES in "
+        "spacy_elmo/training/data.py). Resume where the earlier tokenizer is installed, or go on with "
+        "these tokens in a new OUTPUT_DIR with --init {path}."
+    )
+    E_CHECKPOINT_TOKENIZER_UNRECORDED = "a tokenizer not recorded (a spacy-elmo before token rules 2)"
     E_RESUME_MODEL = (
         "The checkpoint in {path} holds the model {found}, but --preset/--options ask for {expected}. "
         "Resume without --preset/--options (the checkpoint's model is used), or start a new OUTPUT_DIR."

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+import spacy_elmo.embedding
 from spacy_elmo import BiLM, batch_to_ids
 from spacy_elmo.embedding import embed_file
 from tests.bilm.oracle import options, write_model_files
@@ -41,6 +42,19 @@ def corpus(tmp_path):
     path = tmp_path / "in.txt"
     path.write_text("\n".join(LINES) + "\n", encoding="utf-8")
     return path
+
+
+def interrupted_at_call(n):
+    """``embed_lines`` that stops with a KeyboardInterrupt (Ctrl-C) at its ``n``-th call."""
+    real, calls = spacy_elmo.embedding.embed_lines, []
+
+    def embed_lines(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == n:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    return embed_lines
 
 
 def read_all(path):
@@ -287,21 +301,12 @@ def test_cli_interrupted_says_what_is_kept_and_a_rerun_goes_on(model_dir, corpus
     and exits 130, and rerunning the command reuses them."""
     from typer.testing import CliRunner
 
-    import spacy_elmo.embedding
     from spacy_elmo.cli import app
-
-    real, calls = spacy_elmo.embedding.embed_lines, []
-
-    def interrupted_at_the_third_part(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == 3:
-            raise KeyboardInterrupt
-        return real(*args, **kwargs)
 
     out = tmp_path / "out.h5"
     args = ["embed", str(corpus), str(out), "--model", str(model_dir), "--part-size", "2", "--batch-size", "2"]
     with monkeypatch.context() as patch:
-        patch.setattr(spacy_elmo.embedding, "embed_lines", interrupted_at_the_third_part)
+        patch.setattr(spacy_elmo.embedding, "embed_lines", interrupted_at_call(3))  # one call a part here
         stopped = CliRunner().invoke(app, args)
     assert stopped.exit_code == 130, stopped.output
     assert f"finished parts are kept in {out}.parts: rerun the same command" in " ".join(stopped.output.split())
@@ -468,3 +473,37 @@ def test_cli_spacy_tokens_leave_whitespace_tokens_out(model_dir, bilm, tmp_path)
         assert data[str(i)].shape[1] == len(w)
         np.testing.assert_allclose(data[str(i)], expected[:, i, : len(w)], atol=1e-5)
     assert data["2"].shape[1] == 0
+
+
+def test_cli_spacy_parts_of_another_tokenizer_or_older_token_rules_are_not_reused(model_dir, tmp_path, monkeypatch):
+    """--lang named its parts' tokenizer "spacy:LANG" only: parts of ja's rule-based fallback were reused
+    after installing SudachiPy, and parts of a spacy-elmo that still embedded spaCy's whitespace tokens
+    (other rows) were reused too. The name now holds the tokenizer block, the manifest the token rules."""
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli import app
+    from spacy_elmo.training import data
+
+    text = tmp_path / "spaced.txt"
+    text.write_text("Der Junge  isst.\n  Mein Freund\tliest\n", encoding="utf-8")
+    out = tmp_path / "spaced.h5"
+    args = ["embed", str(text), str(out), "--model", str(model_dir), "--lang", "de", "--part-size", "1"]
+    with monkeypatch.context() as m:
+        m.setattr(spacy_elmo.embedding, "embed_lines", interrupted_at_call(2))  # one call a part here
+        assert CliRunner().invoke(app, args).exit_code == 130
+    manifest_path = tmp_path / "spaced.h5.parts" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    assert manifest["tokenizer"] == 'spacy:de {"@tokenizers": "spacy.Tokenizer.v1"}'
+    assert manifest["token_rules"] == data.TOKEN_RULES
+    with monkeypatch.context() as m:
+        m.setattr(data, "tokenizer_settings", lambda nlp: {"@tokenizers": "spacy.de.OtherTokenizer"})
+        other = CliRunner().invoke(app, args)
+    assert other.exit_code == 1
+    assert "different tokenizer (earlier 'spacy:de {\"@tokenizers\": \"spacy.Tokenizer.v1\"}')" in " ".join(other.output.split())
+    older = {k: v for k, v in manifest.items() if k != "token_rules"}
+    manifest_path.write_text(json.dumps(dict(older, tokenizer="spacy:de")), encoding="utf-8")
+    old = CliRunner().invoke(app, args)
+    assert old.exit_code == 1 and "older spacy-elmo, which did not record token_rules" in " ".join(old.output.split())
+    manifest_path.write_text(json.dumps(manifest), encoding="utf-8")
+    again = CliRunner().invoke(app, args)
+    assert again.exit_code == 0 and "(1 part(s) from an earlier run)" in again.output, again.output

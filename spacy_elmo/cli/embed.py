@@ -1,5 +1,6 @@
 """``spacy-elmo embed``: ELMo vectors of every line of a text file, into HDF5 (AllenNLP's layout)."""
 
+import json
 from pathlib import Path
 from typing import Optional
 
@@ -49,10 +50,13 @@ def embed(
         bilm = BiLM.load(model).to(target)
         tokenize, name = None, "whitespace"
         if lang:
-            from ..training.data import make_nlp, word_texts
+            from ..training.data import make_nlp, tokenizer_settings, word_texts
 
-            tokenizer = make_nlp(lang).tokenizer  # whitespace tokens dropped, as in pretraining
-            tokenize, name = (lambda line: word_texts(tokenizer(line))), f"spacy:{lang}"
+            nlp = make_nlp(lang)
+            tokenizer = nlp.tokenizer  # whitespace tokens dropped, as in pretraining
+            # The tokenizer block tells a fallback from, say, SudachiPy's ja: parts of the other are not reused.
+            name = f"spacy:{lang} {json.dumps(tokenizer_settings(nlp), sort_keys=True)}"
+            tokenize = lambda line: word_texts(tokenizer(line))
         counts = embed_file(bilm, input_path, output_path, layers=layers, batch_size=batch_size, batch_tokens=batch_tokens,
                             part_size=part_size, max_tokens=max_tokens, cache_size=cache_size, tokenize=tokenize, tokenizer_name=name,
                             overwrite=overwrite, restart=restart)

@@ -10,6 +10,12 @@ sentencizer (the same tokens the pipeline component sees), and writes into
 * ``types.txt``: all distinct tokens, specials first, then by descending count;
 * ``counts.i64``: the count of each type; ``meta.json``: reading statistics.
 
+A byte order mark at the start of a file (of each file of a directory) is not
+text and is dropped (:func:`iter_lines`, which ``embed`` reads with too); one
+elsewhere is the character U+FEFF and stays part of its token. The cache records
+what decides its tokens (:func:`tokenization`: spaCy's tokenizer block and
+``TOKEN_RULES``), so text read otherwise is tokenized again.
+
 Defined behaviour for bad input: undecodable bytes are replaced by U+FFFD and
 counted (reported once, never an error); a file with NUL bytes in its first
 8 KiB is binary: an error when it is TRAIN_PATH itself, skipped with a warning
@@ -38,6 +44,11 @@ BINARY_PROBE = 8192
 #: Longest piece of text handed to spaCy at once (its own limit is 1,000,000).
 PIECE_CHARS = 100_000
 CACHE_VERSION = 1
+#: Version of what spacy-elmo does to text around spaCy's tokenizer; bump it when that changes the tokens
+#: (corpus caches and embed's parts of another version are not reused). 2: a leading byte order mark
+#: is dropped (it stuck to the first token), spaCy's whitespace tokens are left out.
+TOKEN_RULES = 2
+BOM = "\ufeff"
 
 _replaced = [0]
 
@@ -58,6 +69,19 @@ def decode_utf8(raw: bytes) -> str:
 def replaced_bytes_so_far() -> int:
     """Undecodable bytes replaced by :func:`decode_utf8` in this process so far."""
     return _replaced[0]
+
+
+def iter_lines(path: PathLike) -> Iterator[str]:
+    """Every line of the file ``path`` (:func:`decode_utf8`), without its ``\\n`` and any ``\\r`` before it.
+
+    Lines end at ``\\n`` only (UTF-8 never has 0x0A inside a character). A byte order mark at the
+    start of the file is dropped (editors on Windows write one; it stuck to the first token); one
+    elsewhere is the character U+FEFF and is kept.
+    """
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f):
+            line = decode_utf8(raw).rstrip("\r\n")
+            yield line.removeprefix(BOM) if n == 0 else line
 
 
 @dataclass
@@ -119,21 +143,18 @@ def iter_text(path: PathLike, stats: ReadStats) -> Iterator[str]:
         stats.n_files += 1
         before = replaced_bytes_so_far()
         warned = False
-        # Binary mode + split at b"\n": UTF-8 never has 0x0A inside a character.
-        with open(file, "rb") as f:
-            for raw in f:
-                line = decode_utf8(raw).rstrip("\r\n")
-                stats.n_lines += 1
-                if not line.strip():
-                    continue
-                if len(line) > PIECE_CHARS:
-                    stats.long_lines += 1
-                    if not warned:
-                        warnings.warn(Warnings.W_LONG_LINE.format(path=file, n_chars=len(line), piece=PIECE_CHARS), RuntimeWarning, stacklevel=2)
-                        warned = True
-                    yield from split_long(line)
-                else:
-                    yield line
+        for line in iter_lines(file):
+            stats.n_lines += 1
+            if not line.strip():
+                continue
+            if len(line) > PIECE_CHARS:
+                stats.long_lines += 1
+                if not warned:
+                    warnings.warn(Warnings.W_LONG_LINE.format(path=file, n_chars=len(line), piece=PIECE_CHARS), RuntimeWarning, stacklevel=2)
+                    warned = True
+                yield from split_long(line)
+            else:
+                yield line
         if replaced_bytes_so_far() > before:
             stats.replaced_bytes += replaced_bytes_so_far() - before
             stats.files_with_replacements += 1
@@ -175,6 +196,12 @@ def tokenizer_settings(nlp) -> dict:
     return json.loads(json.dumps(dict(nlp.config["nlp"]["tokenizer"]), default=str))
 
 
+def tokenization(nlp) -> dict:
+    """What decides the tokens text gives with ``nlp``: its tokenizer block (:func:`tokenizer_settings`;
+    it changes when, say, SudachiPy gets installed for ``ja``) and ``TOKEN_RULES``."""
+    return {"tokenizer": tokenizer_settings(nlp), "rules": TOKEN_RULES}
+
+
 def word_texts(tokens) -> List[str]:
     """The texts of spaCy tokens (a Doc or Span) without the whitespace tokens: what the biLM reads."""
     return [t.text for t in tokens if not t.is_space]
@@ -195,43 +222,63 @@ def tokenize_file(path: PathLike, lang: str, stats: Optional[ReadStats] = None) 
     return list(iter_sentences(iter_text(path, stats), make_nlp(lang)))
 
 
-def fingerprint(path: PathLike, lang: str) -> dict:
-    """What the cache was built from: files with sizes and mtimes, and the language."""
+def fingerprint(path: PathLike, lang: str, nlp=None) -> dict:
+    """What the cache was built from: files with sizes and mtimes, the language and the
+    :func:`tokenization` of ``nlp`` (default: :func:`make_nlp` of ``lang``)."""
     files = list_text_files(path)
     return {
         "version": CACHE_VERSION,
         "path": str(Path(path).resolve()),
         "lang": lang,
+        "tokenization": tokenization(make_nlp(lang) if nlp is None else nlp),
         "files": [[str(f), f.stat().st_size, int(f.stat().st_mtime)] for f in files],
     }
 
 
-def cache_is_current(cache_dir: PathLike, stamp: dict) -> bool:
-    """Whether ``cache_dir`` holds a complete cache built from what ``stamp`` (:func:`fingerprint`) names."""
+def _cached_stamp(cache_dir: PathLike) -> Optional[dict]:
+    """The fingerprint of the complete cache in ``cache_dir`` (None: none, or a damaged marker)."""
     meta_path = Path(cache_dir) / "meta.json"
     if not meta_path.exists():
-        return False
+        return None
     try:
-        return json.loads(meta_path.read_text(encoding="utf-8")).get("fingerprint") == stamp
-    except ValueError:  # a damaged marker: rebuild
-        return False
+        stamp = json.loads(meta_path.read_text(encoding="utf-8")).get("fingerprint")
+    except (ValueError, AttributeError):  # a damaged marker: rebuild
+        return None
+    return stamp if isinstance(stamp, dict) else None
+
+
+def cache_is_current(cache_dir: PathLike, stamp: dict) -> bool:
+    """Whether ``cache_dir`` holds a complete cache built from what ``stamp`` (:func:`fingerprint`) names."""
+    return _cached_stamp(cache_dir) == stamp
+
+
+def tokenization_change(cache_dir: PathLike, stamp: dict) -> Optional[tuple]:
+    """``(earlier, now)`` :func:`tokenization` when the cache in ``cache_dir`` was built from the files
+    ``stamp`` names but read with another tokenization (``earlier`` None: an older spacy-elmo's cache,
+    which did not record it); None otherwise."""
+    earlier = _cached_stamp(cache_dir)
+    if earlier is None or any(earlier.get(key) != stamp[key] for key in ("path", "lang", "files")):
+        return None
+    if earlier.get("tokenization") == stamp["tokenization"]:
+        return None
+    return earlier.get("tokenization"), stamp["tokenization"]
 
 
 def build_corpus(train_path: PathLike, lang: str, cache_dir: PathLike, progress: bool = True) -> dict:
     """Tokenize the corpus into ``cache_dir`` (see the module docstring); return meta.
 
-    Reuses a complete cache built from the same files and language.
+    Reuses a complete cache built from the same files, language and tokenization.
     """
     cache = Path(cache_dir)
     meta_path = cache / "meta.json"
-    stamp = fingerprint(train_path, lang)
+    nlp = make_nlp(lang)
+    stamp = fingerprint(train_path, lang, nlp)
     if cache_is_current(cache, stamp):
         return json.loads(meta_path.read_text(encoding="utf-8"))
     cache.mkdir(parents=True, exist_ok=True)
     # The files below are rewritten in place: drop the old marker first, so that a run killed
     # half-way leaves no complete-looking cache of the old text beside the new text's files.
     meta_path.unlink(missing_ok=True)
-    nlp = make_nlp(lang)
     stats = ReadStats()
     index = {s: i for i, s in enumerate(SPECIALS)}
     types = list(SPECIALS)

@@ -34,7 +34,7 @@ from ..bilm.native_io import write_initial_state
 from ..device import torch_device
 from ..errors import Errors, Warnings
 from . import checkpoint as ckpt
-from .data import Corpus, build_corpus, cache_is_current, fingerprint
+from .data import Corpus, build_corpus, cache_is_current, fingerprint, tokenization_change
 from .lm import BidirectionalLM, encode_batch
 from .modelio import load_pretrained, save_pretrained
 from .sampler import LogUniformSampler
@@ -284,6 +284,21 @@ def _resume_settings(cfg: TrainConfig, world: int, vocab: Vocab, model: Dict[str
     return {**_run_settings(cfg, world), "vocab_size": vocab.size, "model_config": model, "data": corpus.digest()}
 
 
+def _refuse_other_tokenization(cache: Path, stamp: Dict[str, Any], out: Path) -> None:
+    """A resume whose tokens differ from the checkpoint's only because the same files were tokenized
+    otherwise (another tokenizer of --lang, other token rules) is refused naming both tokenizations."""
+    change = tokenization_change(cache, stamp)
+    if change is None:
+        return
+
+    def describe(tokenization: Optional[Dict[str, Any]]) -> str:
+        if tokenization is None:
+            return Errors.E_CHECKPOINT_TOKENIZER_UNRECORDED
+        return f"tokenizer {json.dumps(tokenization['tokenizer'], sort_keys=True)}, token rules {tokenization['rules']}"
+
+    raise ValueError(Errors.E_CHECKPOINT_TOKENIZER.format(path=out, found=describe(change[0]), expected=describe(change[1])))
+
+
 def _move_cache_into_place(staging: Path, cache: Path, retired: Path) -> None:
     """Replace the corpus cache ``cache`` by ``staging`` (the old one goes through ``retired``)."""
     if cache.exists():
@@ -411,6 +426,8 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
         step = 0
         tokens_seen = 0
         if payload is not None:
+            if source == staging and payload["settings"].get("data", settings["data"]) != settings["data"]:
+                _refuse_other_tokenization(cache, meta["fingerprint"], out)
             ckpt.check_settings(payload["settings"], settings, out)
             if cfg.model and requested_model(cfg) != bilm.config:
                 raise ValueError(Errors.E_RESUME_MODEL.format(path=out, found=bilm.config.to_dict(), expected=requested_model(cfg).to_dict()))

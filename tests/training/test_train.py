@@ -477,3 +477,75 @@ def test_vocabulary_options_unused_by_init_warn(tmp_path):
         train(tiny_train_config(domain, tmp_path / "new", max_steps=1, init=str(base), model=None, vocab_size=20,
                                 min_count=2, new_vocab=True, negatives=8))
     assert len((tmp_path / "new" / "vocab.txt").read_text(encoding="utf-8").splitlines()) == 20
+
+
+def test_a_byte_order_mark_at_the_start_of_every_file_is_no_text(tmp_path):
+    """pretrain (each file of a directory) and evaluate kept a leading BOM as text: the first token
+    became '\\ufeffThe', its own vocabulary entry, and an OOV word for evaluate. One elsewhere in a
+    file is the character U+FEFF and stays in its token."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for name, seed in (("a.txt", 0), ("b.txt", 1)):
+        path = write_corpus(corpus / name, 60, seed=seed)
+        path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    with open(corpus / "b.txt", "a", encoding="utf-8") as f:
+        f.write("The dog sees a \ufefffish .\n")
+    out = tmp_path / "out"
+    train(tiny_train_config(corpus, out, max_steps=1, checkpoint_every=1))
+    assert [t for t in Corpus.load(out / "data").types if "\ufeff" in t] == ["\ufefffish"]
+    assert "\ufeff" not in (out / "vocab.txt").read_text(encoding="utf-8").replace("\ufefffish\n", "")
+    held = write_corpus(tmp_path / "held.txt", 30, seed=7)
+    marked = tmp_path / "marked.txt"
+    marked.write_bytes(b"\xef\xbb\xbf" + held.read_bytes())
+    plain = evaluate_model_dir(out, held)
+    assert plain["oov_rate"] == 0.0
+    assert evaluate_model_dir(out, marked) == plain
+
+
+def _other_tokenizer(monkeypatch, tokens_differ=True):
+    """Simulate another tokenizer of --lang en (as installing SudachiPy changes ja's): another tokenizer
+    block and, with ``tokens_differ``, spaCy's xx tokenizer, which keeps "doesn't" whole."""
+    from spacy_elmo.training import data
+
+    real = data.make_nlp
+    if tokens_differ:
+        monkeypatch.setattr(data, "make_nlp", lambda lang: real("xx"))
+    monkeypatch.setattr(data, "tokenizer_settings", lambda nlp: {"@tokenizers": "spacy.en.OtherTokenizer"})
+
+
+def test_resume_with_another_tokenizer_is_refused_naming_it(tmp_path, monkeypatch):
+    """The corpus cache data/ was fingerprinted without the tokenizer: a resume after the tokenizer
+    changed silently went on with the old tokens. Now the text is tokenized again: other tokens are
+    refused (naming both tokenizers, OUTPUT_DIR untouched), the same tokens continue."""
+    train_file = write_corpus(tmp_path / "train.txt", 200)
+    with open(train_file, "a", encoding="utf-8") as f:
+        f.write("The cat doesn't see a fish .\n")
+    out = tmp_path / "out"
+    capped = dict(vocab_size=20, negatives=8)
+    train(tiny_train_config(train_file, out, max_steps=2, checkpoint_every=2, **capped))
+    assert "n't" in Corpus.load(out / "data").types
+    before = _files(out)
+
+    def resume():
+        return train(tiny_train_config(train_file, out, max_steps=4, checkpoint_every=2, resume=True, **capped))
+
+    with monkeypatch.context() as m:
+        _other_tokenizer(m)
+        with pytest.raises(ValueError, match=r"other tokens of the same text: its corpus was read with tokenizer "
+                           r'\{"@tokenizers": "spacy.Tokenizer.v1".*token rules 2, this run reads it with tokenizer '
+                           r'\{"@tokenizers": "spacy.en.OtherTokenizer"\}, token rules 2'):
+            resume()
+    assert _files(out) == before
+    # A cache of an older spacy-elmo did not record its tokenization.
+    meta_path = out / "data" / "meta.json"
+    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    del meta["fingerprint"]["tokenization"]
+    meta_path.write_text(json.dumps(meta), encoding="utf-8")
+    with monkeypatch.context() as m:
+        _other_tokenizer(m)
+        with pytest.raises(ValueError, match=r"read with a tokenizer not recorded .a spacy-elmo before token rules 2."):
+            resume()
+    with monkeypatch.context() as m:
+        _other_tokenizer(m, tokens_differ=False)  # a new tokenizer block, the same tokens: exact
+        assert resume()["steps"] == 4
+    assert json.loads(meta_path.read_text(encoding="utf-8"))["tokenizer"] == {"@tokenizers": "spacy.en.OtherTokenizer"}

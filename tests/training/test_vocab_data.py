@@ -220,3 +220,28 @@ def test_tokenizer_fallback_is_announced(tmp_path, monkeypatch):
     assert len(messages) == 1  # once per language and process
     assert "SudachiPy" in messages[0] and "more" not in messages[0]
     assert "spacy.Tokenizer.v1" in messages[0] and "'ja'" in messages[0]
+
+
+def test_cache_of_another_tokenization_is_rebuilt(tmp_path, monkeypatch):
+    """The cache was fingerprinted without the tokenizer: after installing a tokenizer package (ja's
+    rule-based fallback replaced by SudachiPy) or a change of the token rules, a rerun reused the old tokens."""
+    from spacy_elmo.training import data
+
+    path = tmp_path / "t.txt"
+    path.write_text("I don't know .\n", encoding="utf-8")
+    cache = tmp_path / "cache"
+    build_corpus(path, "en", cache, progress=False)
+    assert "n't" in Corpus.load(cache).types
+    real = data.make_nlp
+    with monkeypatch.context() as m:
+        m.setattr(data, "make_nlp", lambda lang: real("xx"))  # without English exceptions: "don't" stays whole
+        m.setattr(data, "tokenizer_settings", lambda nlp: {"@tokenizers": "spacy.en.OtherTokenizer"})
+        meta = build_corpus(path, "en", cache, progress=False)
+    assert "don't" in Corpus.load(cache).types and "n't" not in Corpus.load(cache).types
+    assert meta["tokenizer"] == {"@tokenizers": "spacy.en.OtherTokenizer"}
+    build_corpus(path, "en", cache, progress=False)
+    assert "n't" in Corpus.load(cache).types
+    assert data.cache_is_current(cache, data.fingerprint(path, "en"))
+    with monkeypatch.context() as m:
+        m.setattr(data, "TOKEN_RULES", data.TOKEN_RULES + 1)
+        assert not data.cache_is_current(cache, data.fingerprint(path, "en"))
