@@ -322,6 +322,13 @@ class Errors:
         "the listeners, or list it in annotating_components. To train '{component}' without '{upstream}', "
         "first nlp.replace_listeners('{upstream}', '{component}', ['model.tok2vec'])."
     )
+    E_LISTENER_OTHER_DATA = (
+        "The ELMo listener in '{component}' reads the layers of '{upstream}' ({nL} layers of width {nO}), "
+        "but doc._.elmo holds an array of shape {shape}: another elmo component wrote doc._.elmo after "
+        "'{upstream}'. Run the pipeline on the docs in one go (nlp(text), nlp.pipe(texts)), where each "
+        "listener gets the layers of its own upstream, or give '{component}' its own copy of the biLM: "
+        "nlp.replace_listeners('{upstream}', '{component}', ['model.tok2vec'])."
+    )
     E_LISTENER_NEEDS_ALL = (
         "The '{name}' component stores {store!r} but '{component}' listens to it and "
         "needs all layers: set store = \"all\" on '{name}'."

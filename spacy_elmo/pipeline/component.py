@@ -29,7 +29,7 @@ from ..bilm import BiLM
 from ..errors import Errors, Warnings
 from ..training.data import tokenizer_settings
 from .bilm_layer import get_bilm, own_bilm_layer, set_bilm, step_bilm
-from .doc_data import install_extensions, install_hooks, set_doc_data
+from .doc_data import ELMO_ATTR, install_extensions, install_hooks, set_doc_data
 from .listener import ElmoListener
 from .loaders import WeightsLoader, load_weights
 
@@ -168,7 +168,7 @@ class ElmoComponent(TrainablePipe):
         #: ``{"lang", "tokenizer"}`` of the pipeline (set by the factory): loaded weights whose
         #: pretraining read other tokens get a warning.
         self.pipeline_tokens: Optional[Dict[str, Any]] = None
-        self.listener_map: Dict[str, List[ElmoListener]] = {}
+        self._listener_map: Dict[str, List[ElmoListener]] = {}
         self.cfg: Dict[str, Any] = {
             "weights": None if weights is None else str(weights),
             "frozen": bool(frozen),
@@ -241,6 +241,21 @@ class ElmoComponent(TrainablePipe):
             )
 
     # -- listeners (as spaCy's Tok2Vec) ------------------------------------------
+    @property
+    def listener_map(self) -> Dict[str, List[ElmoListener]]:
+        return self._listener_map
+
+    @listener_map.setter
+    def listener_map(self, value: Dict[str, List[ElmoListener]]) -> None:
+        # spaCy relinks the pipeline (rename_pipe, add_pipe, ...) by resetting this map and calling
+        # find_listeners again: a listener not found again (its upstream name is no longer this
+        # component's, e.g. after rename_pipe) must fail clearly, not train on zeros or a stale batch.
+        for listeners in self._listener_map.values():
+            for listener in listeners:
+                listener.upstream, listener.component = None, None
+                listener.clear()
+        self._listener_map = value
+
     @property
     def listeners(self) -> List[ElmoListener]:
         return [m for c in self.listening_components for m in self.listener_map[c]]
@@ -317,6 +332,11 @@ class ElmoComponent(TrainablePipe):
                 install_hooks(doc)
             if self.cfg["set_doc_tensor"]:
                 doc.tensor = numpy.tensordot(mix, layers, axes=(0, 0)).astype("float32")
+        if self.listeners:  # each listener reads this batch's layers even if another elmo component overwrites doc._.elmo
+            batch_id = ElmoListener.get_batch_id(docs)
+            stored = [getattr(doc._, ELMO_ATTR) for doc in docs]
+            for listener in self.listeners:
+                listener.receive_predicted(batch_id, stored)
 
     # -- training ----------------------------------------------------------------
     def update(

@@ -8,7 +8,7 @@ ScalarMix after it computes its own gradients from the layers it saw, so the
 mix trains whichever way the layers arrived.
 """
 
-from typing import Iterable, List, Optional
+from typing import Any, Iterable, List, Optional, Tuple
 
 from spacy.tokens import Doc
 from thinc.api import Model
@@ -31,6 +31,7 @@ class ElmoListener(Model):
         self._batch_id: Optional[int] = None
         self._outputs = None
         self._backprop = None
+        self._predicted: Optional[Tuple[int, List[Any]]] = None
         self.attrs["width_from_config"] = width
 
     @classmethod
@@ -43,8 +44,21 @@ class ElmoListener(Model):
         self._outputs = outputs
         self._backprop = backprop
 
+    def receive_predicted(self, batch_id: int, layers: List[Any]) -> None:
+        """The layers the upstream stored on a batch of docs at prediction (``doc._.elmo``), kept
+        until this listener reads that batch: another elmo component may overwrite ``doc._.elmo``."""
+        self._predicted = (batch_id, layers)
+
     def clear(self) -> None:
-        self._batch_id, self._outputs, self._backprop = None, None, None
+        self._batch_id, self._outputs, self._backprop, self._predicted = None, None, None, None
+
+    def __getstate__(self):
+        # What the upstream handed over for one batch (its arrays and a closure over the
+        # component) is no model state: pickle the listener without it.
+        state = super().__getstate__()
+        attrs, slots = state if isinstance(state, tuple) else (state, None)
+        attrs = {**attrs, "_batch_id": None, "_outputs": None, "_backprop": None, "_predicted": None}
+        return (attrs, slots) if isinstance(state, tuple) else attrs
 
 
 def _init(model: ElmoListener, X=None, Y=None) -> None:
@@ -64,8 +78,18 @@ def _forward(model: ElmoListener, docs: List[Doc], is_train: bool):
         raise ValueError(Errors.E_LISTENER_NO_UPSTREAM.format(upstream=model.upstream_name))
     outputs = []
     nL, nO = model.get_dim("nL"), model.get_dim("nO")
-    for doc in docs:
-        data = aligned_layers(doc) if Doc.has_extension(ELMO_ATTR) else None
+    predicted = _take_predicted(model, docs)
+    for i, doc in enumerate(docs):
+        if predicted is not None:
+            data = predicted[i]
+        else:
+            data = aligned_layers(doc) if Doc.has_extension(ELMO_ATTR) else None
+        if data is not None and data.ndim == 3 and data.shape[0::2] != (nL, nO):
+            raise ValueError(
+                Errors.E_LISTENER_OTHER_DATA.format(
+                    component=model.component, upstream=model.upstream, shape=data.shape, nL=nL, nO=nO
+                )
+            )
         if data is not None and data.ndim == 3:
             outputs.append(model.ops.asarray3f(data.astype("float32")))
             model.attrs["warming_up"] = False
@@ -83,6 +107,17 @@ def _forward(model: ElmoListener, docs: List[Doc], is_train: bool):
         else:
             raise ValueError(Errors.E_LISTENER_NO_DATA.format(upstream=model.upstream, component=model.component))
     return outputs, _no_grad
+
+
+def _take_predicted(model: ElmoListener, docs: List[Doc]) -> Optional[List[Any]]:
+    """The upstream's stored layers of this very batch (its last prediction), once; else None."""
+    if model._predicted is None:
+        return None
+    batch_id, layers = model._predicted
+    if batch_id != model.get_batch_id(docs) or [x.shape[-2] for x in layers] != [len(doc) for doc in docs]:
+        return None
+    model._predicted = None
+    return layers
 
 
 def _no_grad(d_outputs) -> List[Doc]:  # module level: picklable

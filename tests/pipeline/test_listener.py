@@ -7,12 +7,13 @@ import torch
 from spacy.training import Example
 from thinc.api import set_dropout_rate
 
+from spacy_elmo import BiLM, BiLMConfig
 from spacy_elmo.bilm.token_cache import run_rows
 from spacy_elmo.pipeline.bilm_layer import get_bilm
 from spacy_elmo.pipeline.listener import ElmoListener
 from spacy_elmo.pipeline.scalar_mix import elmo_dropout, scalar_mix_layer
 
-from .conftest import make_docs
+from .conftest import TINY, make_docs
 
 LISTENER = {"@architectures": "spacy_elmo.ElmoListener.v1", "upstream": "*", "width": None}
 TOK2VEC = {
@@ -329,3 +330,86 @@ def test_remove_upstream_while_listening_names_the_fix(tiny_dir):
     other = [Example(nlp.make_doc(d.text), d) for d in make_docs(4, seed=5)]
     with pytest.raises(ValueError, match=r"removed.*replace_listeners\('elmo', 'ner'"):
         nlp.update(other, sgd=opt)
+
+
+def _two_elmo_pipeline(tiny_dir, other_dir):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", name="elmo_a", config={"weights": str(tiny_dir)})
+    nlp.add_pipe("elmo", name="elmo_b", config={"weights": str(other_dir)})
+    for name in ("a", "b"):
+        nlp.add_pipe("ner", name=f"ner_{name}", config={"model": {**NER, "tok2vec": {**LISTENER, "upstream": f"elmo_{name}"}}})
+    examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(4)]
+    nlp.initialize(lambda: examples)
+    return nlp
+
+
+@pytest.mark.parametrize("other", [dict(seed=1), dict(seed=1, projection_dim=4)])
+def test_two_elmo_components_each_listener_reads_its_upstream(tiny_dir, tmp_path, other):
+    """Listeners bound by name to two elmo components read their own upstream's layers at
+    prediction, though both components write doc._.elmo (the second one's data is what it keeps)."""
+    torch.manual_seed(other["seed"])
+    BiLM(BiLMConfig(**{**TINY, "projection_dim": other.get("projection_dim", 8)})).save(tmp_path / "b")
+    nlp = _two_elmo_pipeline(tiny_dir, tmp_path / "b")
+    texts = ["Yesterday Alice went home .", "Bob was in Paris and it was good ."]
+
+    def tok2vec(name, doc):
+        return nlp.get_pipe(f"ner_{name}").model.get_ref("tok2vec").predict([doc])[0]
+
+    expected = {}
+    for name in ("a", "b"):  # each upstream alone
+        for text in texts:
+            doc = nlp.get_pipe(f"elmo_{name}")(nlp.make_doc(text))
+            expected[name, text] = tok2vec(name, doc)
+    for text in texts:
+        doc = nlp.make_doc(text)
+        for pipe in ("elmo_a", "elmo_b"):
+            doc = nlp.get_pipe(pipe)(doc)
+        for name in ("a", "b"):
+            numpy.testing.assert_allclose(tok2vec(name, doc), expected[name, text], atol=1e-6)
+    docs = list(nlp.pipe(texts, batch_size=1))  # the whole pipeline, both ner components run
+    assert [d._.elmo.shape[-1] for d in docs] == [2 * other.get("projection_dim", 8)] * 2
+    # docs whose elmo_a layers were overwritten, read later on their own: elmo_b's layers, refused by
+    # shape when they differ (the same shape cannot be told apart)
+    if "projection_dim" in other:
+        with pytest.raises(ValueError, match="another elmo component wrote doc._.elmo"):
+            tok2vec("a", docs[0])
+
+
+def test_pickle_pipeline_after_fine_tuning(tiny_dir):
+    """A trained pipeline pickles (as nlp.pipe(n_process=2) with spawn needs): the listeners' per-batch
+    hand-over (a closure of the component's update) is not pickled."""
+    import pickle
+
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "frozen": False})
+    nlp.add_pipe("ner", config={"model": {**NER, "tok2vec": LISTENER}})
+    examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(4)]
+    opt = nlp.initialize(lambda: examples)
+    nlp.update(examples, sgd=opt)
+    back = pickle.loads(pickle.dumps(nlp))
+    text = "Yesterday Alice went home ."
+    numpy.testing.assert_array_equal(back(text)._.elmo, nlp(text)._.elmo)
+    numpy.testing.assert_array_equal(_tok2vec_output(back, text), _tok2vec_output(nlp, text))
+
+
+@pytest.mark.parametrize("frozen", [True, False])
+def test_renamed_upstream_is_a_clear_error_not_zeros(tiny_dir, frozen):
+    """After nlp.rename_pipe the listener (upstream 'elmo') is no longer linked: training and prediction
+    say so, instead of training on zero vectors (or on a stale batch of the old link)."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "frozen": frozen})
+    nlp.add_pipe("ner", config={"model": {**NER, "tok2vec": {**LISTENER, "upstream": "elmo"}}})
+    examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(4)]
+    opt = nlp.initialize(lambda: examples)
+    nlp.update(examples, sgd=opt)
+    nlp.rename_pipe("elmo", "elmo2")
+    assert nlp.get_pipe("elmo2").listening_components == []
+    others = [Example(nlp.make_doc(d.text), d) for d in make_docs(4, seed=3)]
+    for run in (lambda: nlp.update(examples, sgd=opt), lambda: nlp.update(others, sgd=opt), lambda: nlp("Alice went home .")):
+        with pytest.raises(ValueError, match=r"no upstream 'elmo' component"):
+            run()
+    nlp.rename_pipe("elmo2", "elmo")  # linked again
+    assert nlp.get_pipe("elmo").listening_components == ["ner"]
+    nlp.update(examples, sgd=opt)
+    nlp("Alice went home .")
+
