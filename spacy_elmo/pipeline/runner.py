@@ -5,6 +5,7 @@ cache of context-independent token vectors keyed by token text. The cache is a
 plain attribute, never a buffer, so it is not part of any serialized state.
 """
 
+import multiprocessing
 import os
 from typing import List, Optional
 
@@ -26,6 +27,15 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_single_thread_after_fork)
 
 
+def _single_thread_in_child_process() -> None:
+    # A spawned (or forkserver) worker of nlp.pipe(n_process=N) unpickles the component and starts
+    # with torch's default of one thread per core: N such workers oversubscribe the cores. One
+    # thread, as in a forked worker.
+    # (while a spawned child unpickles its target's arguments, parent_process() is still None)
+    if multiprocessing.parent_process() is not None or multiprocessing.current_process().name != "MainProcess":
+        torch.set_num_threads(1)
+
+
 class ElmoRunner(nn.Module):
     """Runs the biLM on token-text rows; the output is stacked layers.
 
@@ -39,6 +49,10 @@ class ElmoRunner(nn.Module):
         super().__init__()
         self.bilm: Optional[BiLM] = None
         self.cache = TokenCache(cache_size)
+
+    def __setstate__(self, state) -> None:  # unpickled: maybe in a spawned worker
+        super().__setstate__(state)
+        _single_thread_in_child_process()
 
     def set_bilm(self, bilm: BiLM) -> None:
         self.bilm = bilm

@@ -3,6 +3,7 @@
 import shutil
 
 import numpy
+import pytest
 import spacy
 import torch
 from spacy.tokens import Doc, DocBin
@@ -78,3 +79,28 @@ def test_saved_before_first_use_needs_no_weight_files(tiny_dir, tmp_path, monkey
     fresh.add_pipe("elmo", config={"weights": "weights"})
     fresh.from_bytes(data)
     numpy.testing.assert_allclose(fresh(" ".join(words))._.elmo, expected, atol=1e-5)
+
+
+def _threads_after_unpickling(nlp, queue):  # module level: run in a spawned process
+    queue.put(torch.get_num_threads())
+
+
+def _spawned_threads(nlp) -> int:
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    worker = ctx.Process(target=_threads_after_unpickling, args=(nlp, queue))
+    worker.start()
+    threads = queue.get(timeout=120)
+    worker.join(60)
+    return threads
+
+
+def test_spawned_worker_runs_one_thread(nlp):
+    """A spawned worker (nlp.pipe(n_process=N) under the spawn start method) that unpickles the
+    component runs torch on one thread, as a forked one does, instead of one per core each."""
+    default = _spawned_threads(None)
+    if default == 1:
+        pytest.skip("a spawned process runs one thread here anyway")
+    assert _spawned_threads(nlp) == 1
