@@ -301,3 +301,42 @@ def test_pipeline_of_other_tokens_than_pretraining_warns(tmp_path, tiny_dir, lan
     if warns:
         assert "spacy.blank('zh', config={'nlp': {'tokenizer': {'@tokenizers': 'spacy.zh.ChineseTokenizer'" in messages[0]
     assert doc._.elmo.shape == (N_LAYERS, len(doc), WIDTH)
+
+
+def test_outputs_are_the_bilm_rows_exactly(tiny_dir):
+    """Each doc's rows are, bit for bit, what the biLM gives its sub-batch (run directly on the same rows
+    with the same cached token vectors); whitespace tokens stay zero; doc._.elmo is numpy's float16
+    rounding of them and doc._.elmo_idx the tokens' offsets."""
+    from spacy_elmo.bilm.token_cache import run_rows
+    from spacy_elmo.pipeline.batching import group_pieces, make_pieces
+
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "model": {"batch_tokens": 24, "max_window": 5}})
+    texts = ["The bank  of the river\n was steep. It rose.", "", "  ", "A b c d e f g h i j k l. m",
+             "Heavy rain caused flooding in several villages , and the roads were closed.\n\n"]  # fmt: skip
+    docs = [nlp.get_pipe("sentencizer")(nlp.make_doc(t)) for t in texts]
+    component = nlp.get_pipe("elmo")
+    outputs = component.predict(docs)
+    runner = get_runner(component.model)
+    groups = group_pieces(make_pieces(docs, 5), 24)
+    assert len(groups) > 2
+    covered = [numpy.zeros(len(doc), dtype=bool) for doc in docs]
+    for group in groups:
+        positions = []
+        for p in group:
+            words = [i for i, t in enumerate(docs[p.doc]) if not t.is_space]
+            positions.append(words[p.start : p.end])
+        rows = [[docs[p.doc][i].text for i in pos] for p, pos in zip(group, positions)]
+        with torch.no_grad():
+            Y = torch.stack(run_rows(runner.bilm, rows, runner.cache).activations).numpy()
+        for b, (p, pos) in enumerate(zip(group, positions)):
+            assert numpy.array_equal(outputs[p.doc][:, pos], Y[:, b, : len(pos)])
+            covered[p.doc][pos] = True
+    component.set_annotations(docs, outputs)
+    for doc, out, seen in zip(docs, outputs, covered):
+        assert numpy.array_equal(seen, [not t.is_space for t in doc])
+        assert not out[:, ~seen].any()
+        assert doc._.elmo.dtype == numpy.float16
+        assert numpy.array_equal(doc._.elmo.view(numpy.uint16), out.astype(numpy.float16).view(numpy.uint16))
+        assert doc._.elmo_idx.dtype == numpy.int64 and doc._.elmo_idx.tolist() == [t.idx for t in doc]
