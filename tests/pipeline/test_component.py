@@ -340,3 +340,29 @@ def test_outputs_are_the_bilm_rows_exactly(tiny_dir):
         assert doc._.elmo.dtype == numpy.float16
         assert numpy.array_equal(doc._.elmo.view(numpy.uint16), out.astype(numpy.float16).view(numpy.uint16))
         assert doc._.elmo_idx.dtype == numpy.int64 and doc._.elmo_idx.tolist() == [t.idx for t in doc]
+
+
+def test_float16_store_rounds_as_numpy():
+    """stored_copy's float32 -> float16 (torch's conversion) gives numpy's bits: a sample of every
+    float32 pattern, the halfway cases around each float16, the subnormal and overflow edges. The one
+    difference: a signalling NaN (which no arithmetic produces) comes out as a quiet NaN."""
+    from spacy_elmo.pipeline.doc_data import stored_copy
+
+    bits = numpy.arange(0, 2**32, 4099, dtype=numpy.uint64).astype(numpy.uint32)
+    halves = numpy.arange(2**16, dtype=numpy.uint32).astype(numpy.uint16).view(numpy.float16).astype(numpy.float32)
+    ties = (halves.view(numpy.uint32)[:, None] + numpy.arange(-2, 3, dtype=numpy.int64) * 2**12).astype(numpy.uint32)
+    edges = numpy.array([0x33000000, 0x33000001, 0x387FC000, 0x477FE000, 0x477FEFFF, 0x477FF000, 0x7F800000,
+                         0x7FC00000, 0x7F800001, 0xFFC00001, 0x80000000, 0x00000001], dtype=numpy.uint32)  # fmt: skip
+    for b in (bits, ties.ravel(), edges):
+        data = b.view(numpy.float32).reshape(1, -1, 1)
+        with numpy.errstate(over="ignore"):
+            expected = numpy.array(data, dtype="float16", copy=True)
+        got = stored_copy(data, "float16")
+        assert got.dtype == numpy.float16 and got.shape == data.shape and got.flags.owndata
+        signalling = numpy.isnan(data) & (data.view(numpy.uint32) & 0x00400000 == 0)
+        assert numpy.array_equal(got.view(numpy.uint16)[~signalling], expected.view(numpy.uint16)[~signalling])
+        assert numpy.isnan(got[signalling]).all()
+    data = numpy.arange(12, dtype=numpy.float32).reshape(3, 4)[:, ::2]  # not contiguous, read-only
+    data.flags.writeable = False
+    assert numpy.array_equal(stored_copy(data, "float16"), data.astype(numpy.float16))
+    assert stored_copy(data, "float32").flags.owndata
