@@ -9,6 +9,7 @@ computed without gradients and are stale once the weights change (call
 
 from typing import Dict, Optional, Sequence
 
+import numpy
 import torch
 from torch import Tensor
 
@@ -54,13 +55,15 @@ class TokenCache:
             self.matrix[start : start + len(missing)] = bilm.encode_tokens(ids, mask)[0]
             for i, tok in enumerate(missing):
                 self.index[tok] = start + i
-        T = max((len(r) for r in rows), default=0)
-        idx = torch.full((len(rows), T + 2), 2, dtype=torch.long)
-        for b, row in enumerate(rows):
-            idx[b, 0] = 0
-            idx[b, 1 : len(row) + 1] = torch.tensor([self.index[t] for t in row], dtype=torch.long)
-            idx[b, len(row) + 1] = 1
-        return idx.to(device)
+        # One pass over the tokens, then whole-array writes (a tensor per row cost more than the rest).
+        lengths = numpy.fromiter((len(r) for r in rows), dtype=numpy.int64, count=len(rows))
+        T = int(lengths.max()) if len(rows) else 0
+        idx = numpy.full((len(rows), T + 2), 2, dtype=numpy.int64)
+        idx[:, 0] = 0
+        index = self.index
+        idx[:, 1 : T + 1][numpy.arange(T) < lengths[:, None]] = [index[t] for row in rows for t in row]
+        idx[numpy.arange(len(rows)), lengths + 1] = 1
+        return torch.from_numpy(idx).to(device)
 
 
 

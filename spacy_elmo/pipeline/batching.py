@@ -13,7 +13,7 @@ other tokens exactly as it reads the same text with single spaces, and the
 whitespace tokens get zero vectors.
 """
 
-from typing import Iterable, List, NamedTuple, Sequence
+from typing import Iterable, List, NamedTuple, Optional, Sequence
 
 import numpy
 from spacy.attrs import IS_SPACE
@@ -38,13 +38,14 @@ def word_positions(doc: Doc) -> numpy.ndarray:
     """``(n_words,)`` int64: the indices of the doc's tokens that the biLM reads (all but whitespace tokens)."""
     if len(doc) == 0:
         return numpy.zeros((0,), dtype="int64")
-    return numpy.flatnonzero(doc.to_array(IS_SPACE) == 0).astype("int64")
+    return numpy.flatnonzero(doc.to_array(IS_SPACE) == 0).astype("int64", copy=False)
 
 
-def doc_pieces(doc: Doc, index: int, max_window: int) -> List[Piece]:
+def doc_pieces(doc: Doc, index: int, max_window: int, words: Optional[numpy.ndarray] = None) -> List[Piece]:
     """Sentences (or windows) of one doc's words, each at most ``max_window`` words;
-    a sentence of whitespace tokens only gives none."""
-    words = word_positions(doc)
+    a sentence of whitespace tokens only gives none. words: the doc's
+    :func:`word_positions` when the caller has them already."""
+    words = word_positions(doc) if words is None else words
     if len(words) == 0:
         return []
     spans = [(s.start, s.end) for s in doc.sents] if has_sentences(doc) else [(0, len(doc))]
@@ -56,8 +57,13 @@ def doc_pieces(doc: Doc, index: int, max_window: int) -> List[Piece]:
     return pieces
 
 
-def make_pieces(docs: Sequence[Doc], max_window: int) -> List[Piece]:
-    return [p for i, doc in enumerate(docs) for p in doc_pieces(doc, i, max_window)]
+def make_pieces(
+    docs: Sequence[Doc], max_window: int, words: Optional[Sequence[numpy.ndarray]] = None
+) -> List[Piece]:
+    """The pieces of all docs; words: their :func:`word_positions`, if already computed."""
+    if words is None:
+        return [p for i, doc in enumerate(docs) for p in doc_pieces(doc, i, max_window)]
+    return [p for i, doc in enumerate(docs) for p in doc_pieces(doc, i, max_window, words[i])]
 
 
 def group_pieces(pieces: Iterable[Piece], batch_tokens: int) -> List[List[Piece]]:

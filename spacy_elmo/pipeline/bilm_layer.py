@@ -98,7 +98,7 @@ def _forward(model: Model, docs: List[Doc], is_train: bool):
     texts = [[t.text for t in doc] for doc in docs]
     outputs = [model.ops.alloc3f(nL, len(doc), D) for doc in docs]
     callbacks = []
-    pieces = make_pieces(docs, model.attrs["max_window"])
+    pieces = make_pieces(docs, model.attrs["max_window"], words)
     for group in group_pieces(pieces, model.attrs["batch_tokens"]):
         where = [_token_index(model.ops, words[p.doc][p.start : p.end]) for p in group]
         rows = [[texts[p.doc][i] for i in words[p.doc][p.start : p.end].tolist()] for p in group]

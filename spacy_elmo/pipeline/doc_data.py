@@ -22,6 +22,8 @@ hooks use them (module-level functions, so that docs stay picklable).
 from typing import Optional, Tuple, Union
 
 import numpy
+import torch
+from spacy.attrs import IDX
 from spacy.tokens import Doc, Span, Token
 
 from ..errors import Errors
@@ -53,10 +55,24 @@ def set_doc_data(doc: Doc, layers: numpy.ndarray, mix: numpy.ndarray, store: str
         setattr(doc._, IDX_ATTR, None)
         return
     data = layers if store == "all" else numpy.tensordot(mix, layers, axes=(0, 0))
-    # Copy: never keep a view of a batch buffer alive on a doc.
-    setattr(doc._, ELMO_ATTR, numpy.array(data, dtype=dtype, copy=True))
+    # A copy: never keep a view of a batch buffer alive on a doc.
+    setattr(doc._, ELMO_ATTR, stored_copy(data, dtype))
     setattr(doc._, MIX_ATTR, numpy.asarray(mix, dtype="float32"))
-    setattr(doc._, IDX_ATTR, numpy.array([t.idx for t in doc], dtype="int64"))
+    setattr(doc._, IDX_ATTR, doc.to_array(IDX).astype("int64"))
+
+
+def stored_copy(data: numpy.ndarray, dtype: str) -> numpy.ndarray:
+    """A new numpy array of ``data`` in ``dtype``. float32 -> float16 goes through torch's vectorised
+    conversion, about nine times faster than numpy's (which was a quarter of the component's time
+    outside the biLM) and the same float16 bits for every float32 (round to nearest even; tested),
+    but for a signalling NaN, which no arithmetic produces: it comes out quiet."""
+    if numpy.dtype(dtype) == numpy.float16 and data.dtype == numpy.float32:
+        if not (data.flags.c_contiguous and data.flags.writeable):  # torch.from_numpy needs both
+            data = numpy.array(data, order="C")
+        out = numpy.empty(data.shape, dtype=numpy.float16)
+        torch.from_numpy(out).copy_(torch.from_numpy(data))
+        return out
+    return numpy.array(data, dtype=dtype, copy=True)
 
 
 def source_rows(doc: Doc, start: int, end: int, n_rows: int) -> Optional[Tuple[numpy.ndarray, numpy.ndarray]]:

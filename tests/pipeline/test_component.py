@@ -301,3 +301,68 @@ def test_pipeline_of_other_tokens_than_pretraining_warns(tmp_path, tiny_dir, lan
     if warns:
         assert "spacy.blank('zh', config={'nlp': {'tokenizer': {'@tokenizers': 'spacy.zh.ChineseTokenizer'" in messages[0]
     assert doc._.elmo.shape == (N_LAYERS, len(doc), WIDTH)
+
+
+def test_outputs_are_the_bilm_rows_exactly(tiny_dir):
+    """Each doc's rows are, bit for bit, what the biLM gives its sub-batch (run directly on the same rows
+    with the same cached token vectors); whitespace tokens stay zero; doc._.elmo is numpy's float16
+    rounding of them and doc._.elmo_idx the tokens' offsets."""
+    from spacy_elmo.bilm.token_cache import run_rows
+    from spacy_elmo.pipeline.batching import group_pieces, make_pieces
+
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "model": {"batch_tokens": 24, "max_window": 5}})
+    texts = ["The bank  of the river\n was steep. It rose.", "", "  ", "A b c d e f g h i j k l. m",
+             "Heavy rain caused flooding in several villages , and the roads were closed.\n\n"]  # fmt: skip
+    docs = [nlp.get_pipe("sentencizer")(nlp.make_doc(t)) for t in texts]
+    component = nlp.get_pipe("elmo")
+    outputs = component.predict(docs)
+    runner = get_runner(component.model)
+    groups = group_pieces(make_pieces(docs, 5), 24)
+    assert len(groups) > 2
+    covered = [numpy.zeros(len(doc), dtype=bool) for doc in docs]
+    for group in groups:
+        positions = []
+        for p in group:
+            words = [i for i, t in enumerate(docs[p.doc]) if not t.is_space]
+            positions.append(words[p.start : p.end])
+        rows = [[docs[p.doc][i].text for i in pos] for p, pos in zip(group, positions)]
+        with torch.no_grad():
+            Y = torch.stack(run_rows(runner.bilm, rows, runner.cache).activations).numpy()
+        for b, (p, pos) in enumerate(zip(group, positions)):
+            assert numpy.array_equal(outputs[p.doc][:, pos], Y[:, b, : len(pos)])
+            covered[p.doc][pos] = True
+    component.set_annotations(docs, outputs)
+    for doc, out, seen in zip(docs, outputs, covered):
+        assert numpy.array_equal(seen, [not t.is_space for t in doc])
+        assert not out[:, ~seen].any()
+        assert doc._.elmo.dtype == numpy.float16
+        assert numpy.array_equal(doc._.elmo.view(numpy.uint16), out.astype(numpy.float16).view(numpy.uint16))
+        assert doc._.elmo_idx.dtype == numpy.int64 and doc._.elmo_idx.tolist() == [t.idx for t in doc]
+
+
+def test_float16_store_rounds_as_numpy():
+    """stored_copy's float32 -> float16 (torch's conversion) gives numpy's bits: a sample of every
+    float32 pattern, the halfway cases around each float16, the subnormal and overflow edges. The one
+    difference: a signalling NaN (which no arithmetic produces) comes out as a quiet NaN."""
+    from spacy_elmo.pipeline.doc_data import stored_copy
+
+    bits = numpy.arange(0, 2**32, 4099, dtype=numpy.uint64).astype(numpy.uint32)
+    halves = numpy.arange(2**16, dtype=numpy.uint32).astype(numpy.uint16).view(numpy.float16).astype(numpy.float32)
+    ties = (halves.view(numpy.uint32)[:, None] + numpy.arange(-2, 3, dtype=numpy.int64) * 2**12).astype(numpy.uint32)
+    edges = numpy.array([0x33000000, 0x33000001, 0x387FC000, 0x477FE000, 0x477FEFFF, 0x477FF000, 0x7F800000,
+                         0x7FC00000, 0x7F800001, 0xFFC00001, 0x80000000, 0x00000001], dtype=numpy.uint32)  # fmt: skip
+    for b in (bits, ties.ravel(), edges):
+        data = b.view(numpy.float32).reshape(1, -1, 1)
+        with numpy.errstate(over="ignore"):
+            expected = numpy.array(data, dtype="float16", copy=True)
+        got = stored_copy(data, "float16")
+        assert got.dtype == numpy.float16 and got.shape == data.shape and got.flags.owndata
+        signalling = numpy.isnan(data) & (data.view(numpy.uint32) & 0x00400000 == 0)
+        assert numpy.array_equal(got.view(numpy.uint16)[~signalling], expected.view(numpy.uint16)[~signalling])
+        assert numpy.isnan(got[signalling]).all()
+    data = numpy.arange(12, dtype=numpy.float32).reshape(3, 4)[:, ::2]  # not contiguous, read-only
+    data.flags.writeable = False
+    assert numpy.array_equal(stored_copy(data, "float16"), data.astype(numpy.float16))
+    assert stored_copy(data, "float32").flags.owndata

@@ -86,8 +86,8 @@ def test_config_gives_elmo_sentences_in_training(cfg, annotating, corpus_dir, ti
     seen = []
     make_pieces = bilm_layer.make_pieces
 
-    def spy(docs, max_window):
-        pieces = make_pieces(docs, max_window)
+    def spy(docs, max_window, *words):
+        pieces = make_pieces(docs, max_window, *words)
         seen.append([(p.start, p.end) for p in pieces])
         return pieces
 

@@ -1,0 +1,53 @@
+"""TokenCache.lookup: the row indices of wrapped sentences (no spaCy)."""
+
+import torch
+
+from spacy_elmo import BiLM, BiLMConfig
+from spacy_elmo.bilm.token_cache import TokenCache, run_rows
+
+TINY = dict(projection_dim=8, cell_dim=16, filters=[[1, 4], [2, 4]])
+
+
+def _per_row(cache: TokenCache, rows):
+    """The index built row by row (how lookup built it before it wrote whole arrays)."""
+    T = max((len(r) for r in rows), default=0)
+    idx = torch.full((len(rows), T + 2), 2, dtype=torch.long)
+    for b, row in enumerate(rows):
+        idx[b, 0] = 0
+        idx[b, 1 : len(row) + 1] = torch.tensor([cache.index[t] for t in row], dtype=torch.long)
+        idx[b, len(row) + 1] = 1
+    return idx
+
+
+def test_lookup_index_layout():
+    torch.manual_seed(0)
+    bilm = BiLM(BiLMConfig(**TINY), backend="reference").eval()
+    cache = TokenCache(50)
+    batches = [
+        [["the", "bank", "of", "the", "river"], ["a"], [], ["bank", "bank", "x", "y", "z", "the", "."]],
+        [["new", "words", "the"], ["river"]],
+        [[]],
+        [],
+        [["only"]],
+    ]
+    with torch.no_grad():
+        for rows in batches:
+            idx = cache.lookup(bilm, rows, torch.device("cpu"))
+            assert idx.dtype == torch.long and torch.equal(idx, _per_row(cache, rows))
+            for b, row in enumerate(rows):  # <S>, the tokens, </S>, padding
+                assert idx[b, 0] == 0 and idx[b, len(row) + 1] == 1 and (idx[b, len(row) + 2 :] == 2).all()
+        # a full cache starts over: the index is rebuilt for this batch only
+        rows = [[f"w{i}" for i in range(30)], [f"v{i}" for i in range(20)]]
+        idx = cache.lookup(bilm, rows, torch.device("cpu"))
+        assert len(cache.index) == 50 and torch.equal(idx, _per_row(cache, rows))
+
+
+def test_cached_rows_equal_whole_bilm():
+    torch.manual_seed(0)
+    bilm = BiLM(BiLMConfig(**TINY), backend="reference").eval()
+    rows = [["The", "bank", "of", "the", "river", "."], ["It", "rose"], ["the"]]
+    with torch.no_grad():
+        cached = run_rows(bilm, rows, TokenCache(100)).activations
+        whole = run_rows(bilm, rows).activations
+    for a, b in zip(cached, whole):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
