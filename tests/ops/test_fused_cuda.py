@@ -45,6 +45,17 @@ def _check(a, b, tol):
         torch.testing.assert_close(x.float(), y.float(), rtol=tol, atol=tol)
 
 
+def _against_float64(fused_fn, ref_fn, tensors):
+    """``(outputs, grads)`` of ``fused_fn`` on the GPU and of ``ref_fn`` in float64 on the CPU."""
+    return _grads(fused_fn, tensors, DEV), _grads(ref_fn, [t.double() for t in tensors], "cpu")
+
+
+def _assert_matches_float64(fused_fn, ref_fn, tensors):
+    (o1, g1), (o2, g2) = _against_float64(fused_fn, ref_fn, tensors)
+    _check(o1, o2, 1e-5)
+    _check(g1, g2, 1e-4)
+
+
 def test_char_cnn_cuda():
     gen = torch.Generator().manual_seed(0)
     filters = [(1, 32), (2, 32), (3, 64), (7, 100)]
@@ -55,19 +66,13 @@ def test_char_cnn_cuda():
     def mk(impl, dev):
         return lambda e, *p: impl.char_cnn(ids.to(dev), e, p[:n], p[n:])
 
-    o1, g1 = _grads(mk(fused, DEV), ps, DEV)
-    o2, g2 = _grads(mk(R, "cpu"), [p.double() for p in ps], "cpu")
-    _check(o1, o2, 1e-5)
-    _check(g1, g2, 1e-4)
+    _assert_matches_float64(mk(fused, DEV), mk(R, "cpu"), ps)
 
 
 def test_highway_cuda():
     gen = torch.Generator().manual_seed(1)
     ps = _params(gen, [(17, 64), (128, 64), (128,)], scale=0.5)
-    o1, g1 = _grads(fused.highway, ps, DEV)
-    o2, g2 = _grads(R.highway, [p.double() for p in ps], "cpu")
-    _check(o1, o2, 1e-5)
-    _check(g1, g2, 1e-4)
+    _assert_matches_float64(fused.highway, R.highway, ps)
 
 
 @pytest.mark.parametrize("reverse_backward,residual", [(True, True), (False, False)])
@@ -84,10 +89,7 @@ def test_bilstm_cuda(reverse_backward, residual):
                                      reverse_backward, residual)
         return fn
 
-    o1, g1 = _grads(mk(fused, DEV), ps, DEV)
-    o2, g2 = _grads(mk(R, "cpu"), [p.double() for p in ps], "cpu")
-    _check(o1, o2, 1e-5)
-    _check(g1, g2, 1e-4)
+    _assert_matches_float64(mk(fused, DEV), mk(R, "cpu"), ps)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -133,10 +135,7 @@ def test_char_cnn_cuda_blocks_tanh_wide_filter(activation):
     def mk(impl, dev):
         return lambda e, *p: impl.char_cnn(ids.to(dev), e, p[:n], p[n:], activation)
 
-    o1, g1 = _grads(mk(fused, DEV), ps, DEV)
-    o2, g2 = _grads(mk(R, "cpu"), [p.double() for p in ps], "cpu")
-    _check(o1, o2, 1e-5)
-    _check(g1, g2, 1e-4)
+    _assert_matches_float64(mk(fused, DEV), mk(R, "cpu"), ps)
 
 
 def test_char_cnn_cuda_rejects_filter_wider_than_tokens():
@@ -150,10 +149,7 @@ def test_char_cnn_cuda_rejects_filter_wider_than_tokens():
 def test_highway_cuda_ragged_size():
     gen = torch.Generator().manual_seed(5)
     ps = _params(gen, [(3, 2, 37), (74, 37), (74,)], scale=0.8)  # N*F = 222: one partial block; 3-d input
-    o1, g1 = _grads(fused.highway, ps, DEV)
-    o2, g2 = _grads(R.highway, [p.double() for p in ps], "cpu")
-    _check(o1, o2, 1e-5)
-    _check(g1, g2, 1e-4)
+    _assert_matches_float64(fused.highway, R.highway, ps)
 
 
 def test_bilstm_cuda_multi_block_no_clip_no_state():
@@ -169,10 +165,7 @@ def test_bilstm_cuda_multi_block_no_clip_no_state():
             return impl.bilstm_layer(xf, xb, lengths.to(dev), w[:4], w[4:8], None, None, None, True, True)
         return fn
 
-    o1, g1 = _grads(mk(fused, DEV), ps, DEV)
-    o2, g2 = _grads(mk(R, "cpu"), [p.double() for p in ps], "cpu")
-    _check(o1, o2, 1e-5)
-    _check(g1, g2, 1e-4)
+    _assert_matches_float64(mk(fused, DEV), mk(R, "cpu"), ps)
 
 
 @pytest.mark.parametrize("reverse", [False, True])
@@ -185,10 +178,7 @@ def test_lstm_layer_cuda_one_direction(reverse):
     def mk(impl, dev):
         return lambda *a: impl.lstm_layer(a[0], lengths.to(dev), *a[1:5], a[5], a[6], 0.3, 0.2, reverse, False)
 
-    o1, g1 = _grads(mk(fused, DEV), ps, DEV)
-    o2, g2 = _grads(mk(R, "cpu"), [p.double() for p in ps], "cpu")
-    _check(o1, o2, 1e-5)
-    _check(g1, g2, 1e-4)
+    _assert_matches_float64(mk(fused, DEV), mk(R, "cpu"), ps)
 
 
 def test_bilstm_cuda_inference_path_matches_training_path():
@@ -227,8 +217,7 @@ def test_autocast_low_precision_backward(dtype):
     def fn_ref(xf, xb, *w):
         return R.bilstm_layer(xf, xb, lengths, w[:4], w[4:8], None, 3.0, 3.0, True, True)
 
-    o1, g1 = _grads(fn_fused, ps, DEV)
-    o2, g2 = _grads(fn_ref, [p.double() for p in ps], "cpu")
+    (o1, g1), (o2, g2) = _against_float64(fn_fused, fn_ref, ps)
     tol = 5e-2 if dtype == torch.bfloat16 else 2e-2
     for a, b in zip(o1 + g1, o2 + g2):
         assert torch.isfinite(a.float()).all()
@@ -248,8 +237,7 @@ def test_autocast_low_precision_backward(dtype):
                 return impl.highway(x, hw, hb)
         return fn
 
-    o1, g1 = _grads(cnn(fused, True), cps, DEV)
-    o2, g2 = _grads(cnn(R, False), [p.double() for p in cps], "cpu")
+    (o1, g1), (o2, g2) = _against_float64(cnn(fused, True), cnn(R, False), cps)
     assert o1[0].dtype == dtype
     for a, b in zip(o1 + g1, o2 + g2):
         assert torch.isfinite(a.float()).all()
