@@ -264,14 +264,15 @@ def tokenization_change(cache_dir: PathLike, stamp: dict) -> Optional[tuple]:
     return earlier.get("tokenization"), stamp["tokenization"]
 
 
-def build_corpus(train_path: PathLike, lang: str, cache_dir: PathLike, progress: bool = True) -> dict:
+def build_corpus(train_path: PathLike, lang: str, cache_dir: PathLike, progress: bool = True, nlp=None) -> dict:
     """Tokenize the corpus into ``cache_dir`` (see the module docstring); return meta.
 
-    Reuses a complete cache built from the same files, language and tokenization.
+    Reuses a complete cache built from the same files, language and tokenization. ``nlp``: the
+    :func:`make_nlp` of ``lang`` when the caller has built it already (default: built here).
     """
     cache = Path(cache_dir)
     meta_path = cache / "meta.json"
-    nlp = make_nlp(lang)
+    nlp = make_nlp(lang) if nlp is None else nlp
     stamp = fingerprint(train_path, lang, nlp)
     if cache_is_current(cache, stamp):
         return json.loads(meta_path.read_text(encoding="utf-8"))

@@ -34,6 +34,7 @@ from ..bilm.native_io import write_initial_state
 from ..device import torch_device
 from ..errors import Errors, Warnings
 from . import checkpoint as ckpt
+from . import data as corpus_data
 from .data import Corpus, build_corpus, cache_is_current, fingerprint, tokenization_change
 from .lm import BidirectionalLM, encode_batch
 from .modelio import load_pretrained, save_pretrained
@@ -396,9 +397,10 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
             for leftover in (staging, out / RETIRED_NAME):  # a run killed while staging or swapping
                 shutil.rmtree(leftover, ignore_errors=True)
             ckpt.remove_leftovers(out)  # a run killed while writing a checkpoint
-            fresh = cache_is_current(cache, fingerprint(cfg.train_path, cfg.lang))
+            nlp = corpus_data.make_nlp(cfg.lang)  # one pipeline for the freshness check and the tokenization
+            fresh = cache_is_current(cache, fingerprint(cfg.train_path, cfg.lang, nlp))
             meta = build_corpus(cfg.train_path, cfg.lang, staging if payload is not None and not fresh else cache,
-                                progress=cfg.progress)
+                                progress=cfg.progress, nlp=nlp)
         _barrier(world, tokenize_wait)  # however long rank 0 tokenized
         source = staging if (staging / "meta.json").exists() else cache
         if not is_main:
