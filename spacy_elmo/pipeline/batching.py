@@ -41,11 +41,9 @@ def word_positions(doc: Doc) -> numpy.ndarray:
     return numpy.flatnonzero(doc.to_array(IS_SPACE) == 0).astype("int64", copy=False)
 
 
-def doc_pieces(doc: Doc, index: int, max_window: int, words: Optional[numpy.ndarray] = None) -> List[Piece]:
-    """Sentences (or windows) of one doc's words, each at most ``max_window`` words;
-    a sentence of whitespace tokens only gives none. words: the doc's
-    :func:`word_positions` when the caller has them already."""
-    words = word_positions(doc) if words is None else words
+def doc_pieces(doc: Doc, index: int, max_window: int, words: numpy.ndarray) -> List[Piece]:
+    """Sentences (or windows) of one doc's words (its :func:`word_positions`), each at most
+    ``max_window`` words; a sentence of whitespace tokens only gives none."""
     if len(words) == 0:
         return []
     spans = [(s.start, s.end) for s in doc.sents] if has_sentences(doc) else [(0, len(doc))]
@@ -62,7 +60,7 @@ def make_pieces(
 ) -> List[Piece]:
     """The pieces of all docs; words: their :func:`word_positions`, if already computed."""
     if words is None:
-        return [p for i, doc in enumerate(docs) for p in doc_pieces(doc, i, max_window)]
+        words = [word_positions(doc) for doc in docs]
     return [p for i, doc in enumerate(docs) for p in doc_pieces(doc, i, max_window, words[i])]
 
 
