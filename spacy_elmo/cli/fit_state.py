@@ -46,7 +46,7 @@ def fit_state(
         path = model_path(model_dir)  # clear errors for a missing path or a file
         if path.resolve() == DEFAULT_MODEL_DIR:
             raise ValueError(Errors.E_FIT_STATE_BUNDLED.format(model=model_dir, path=DEFAULT_MODEL_DIR))
-        if path.is_dir() and not (path / CONFIG_NAME).exists() and find_allennlp_files(path) is not None:
+        if not (path / CONFIG_NAME).exists() and find_allennlp_files(path) is not None:
             raise ValueError(Errors.E_FIT_STATE_ALLENNLP.format(path=path))
         meta = read_meta(path)  # a native directory: AllenNLP files have no place for the state
         bilm = model_from_native(BiLM, path, meta, load_tensors(path))
