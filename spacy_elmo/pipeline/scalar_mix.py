@@ -4,10 +4,11 @@
 ``ELMo_k = gamma * sum_j softmax(w)_j * h_{k,j}`` (elmo-spec §7), params "w"
 (``(L + 1,)``, zeros = uniform) and "gamma" (``(1,)``, 1.0). With
 ``layer_norm=True`` each layer of each doc is first normalised by one
-mean/variance over all its ``(n, D)`` elements (elmo-spec §7's layer norm, no
-affine). AllenNLP takes that statistic over the whole padded batch; here it is
-per doc, so that a doc's statistics never depend on which docs share its batch
-(``nlp.pipe`` batches differently from training).
+mean/variance over its ``(n, D)`` elements (elmo-spec §7's layer norm, no
+affine), leaving out the all-zero rows of whitespace tokens as AllenNLP leaves
+out padding. AllenNLP takes that statistic over the whole padded batch; here it
+is per doc, so that a doc's statistics never depend on which docs share its
+batch (``nlp.pipe`` batches differently from training).
 ``elmo_dropout``: dropout on ``List[Floats2d]`` whose rate lives in the attr
 ``"elmo_rate"``: spaCy overwrites every attr named ``dropout_rate`` with
 ``[training] dropout``, and ELMo wants its own 0.5 after the mix.
@@ -63,17 +64,30 @@ def _softmax(ops, w):
 
 
 def _layer_norm(xp, X: Floats3d):
-    """``(L + 1, n, D)`` -> the same normalised per layer, and its backprop (AllenNLP's form, per doc)."""
-    if X.shape[1] == 0:
+    """``(L + 1, n, D)`` -> the same normalised per layer, and its backprop (AllenNLP's form, per doc).
+
+    Rows that are zero in every layer are the component's whitespace tokens (the biLM
+    never reads them): like AllenNLP's padding they are left out of the statistics
+    and stay zero, so a doc's word vectors do not depend on its spacing."""
+    words = (X != 0).any(axis=(0, 2))  # (n,)
+    n_words = int(words.sum())
+    if n_words == 0:
         return X, _identity
     axes = (1, 2)
-    mean = X.mean(axis=axes, keepdims=True)
-    inv_std = 1.0 / xp.sqrt(X.var(axis=axes, keepdims=True) + LAYER_NORM_EPS)
-    Xn = (X - mean) * inv_std
+    count = n_words * X.shape[2]
+    keep = words[None, :, None].astype(X.dtype)
+    mean = X.sum(axis=axes, keepdims=True) / count
+    centred = (X - mean) * keep
+    inv_std = 1.0 / xp.sqrt((centred**2).sum(axis=axes, keepdims=True) / count + LAYER_NORM_EPS)
+    Xn = centred * inv_std
 
     def backprop(dXn: Floats3d) -> Floats3d:
-        # d/dx of (x - mean) / std over one group: (dxn - mean(dxn) - xn * mean(dxn * xn)) / std
-        return inv_std * (dXn - dXn.mean(axis=axes, keepdims=True) - Xn * (dXn * Xn).mean(axis=axes, keepdims=True))
+        # d/dx of (x - mean) / std over one group's word rows:
+        # (dxn - mean(dxn) - xn * mean(dxn * xn)) / std; whitespace rows get none
+        dXn = dXn * keep
+        mean_d = dXn.sum(axis=axes, keepdims=True) / count
+        mean_dx = (dXn * Xn).sum(axis=axes, keepdims=True) / count
+        return inv_std * (dXn - mean_d - Xn * mean_dx) * keep
 
     return Xn, backprop
 

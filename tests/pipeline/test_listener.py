@@ -110,6 +110,33 @@ def test_layer_norm_is_per_doc():
     numpy.testing.assert_allclose(together[1], _numpy_layer_norm(b).mean(axis=0), rtol=1e-5, atol=1e-5)
 
 
+def test_layer_norm_leaves_whitespace_rows_out():
+    """The component's whitespace tokens are all-zero rows: they change neither the word rows'
+    mixed vectors nor their gradients, and stay zero themselves (as AllenNLP's padding)."""
+    mix = scalar_mix_layer(layer_norm=True)
+    rng = numpy.random.default_rng(2)
+    words = (rng.normal(size=(3, 5, 6)) * 4 + 3).astype("float32")
+    spaced = numpy.zeros((3, 8, 6), dtype="float32")
+    at = [0, 2, 3, 5, 7]  # rows 1, 4 and 6 are whitespace
+    spaced[:, at] = words
+    mix.initialize(X=[words])
+    mix.set_param("w", numpy.asarray([0.4, -0.3, 0.2], dtype="float32"))
+    (Y,), bp = mix.begin_update([words])
+    (Ys,), bps = mix.begin_update([spaced])
+    numpy.testing.assert_allclose(Ys[at], Y, rtol=1e-5, atol=1e-5)
+    numpy.testing.assert_allclose(Y, _numpy_layer_norm(words).T.dot(mix.ops.softmax(mix.get_param("w"))).T, rtol=1e-5, atol=1e-5)
+    assert not Ys[[1, 4, 6]].any()
+    dY = rng.normal(size=Y.shape).astype("float32")
+    dYs = rng.normal(size=Ys.shape).astype("float32")
+    dYs[at] = dY
+    (dX,), (dXs,) = bp([dY]), bps([dYs])
+    numpy.testing.assert_allclose(dXs[:, at], dX, rtol=1e-4, atol=1e-5)
+    assert not dXs[:, [1, 4, 6]].any()
+    # a doc of whitespace only passes through as zeros
+    (Yw,) = mix.predict([numpy.zeros((3, 2, 6), dtype="float32")])
+    assert Yw.shape == (2, 6) and not Yw.any()
+
+
 def test_elmo_dropout_not_overwritten():
     drop = elmo_dropout(0.5)
     set_dropout_rate(drop, 0.1)  # what spaCy does with [training] dropout
