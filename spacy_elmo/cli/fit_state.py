@@ -26,9 +26,8 @@ def fit_state(
     The state is the mean carried state at sentence boundaries of running text (see docs/default-model.md). The file is replaced atomically: a killed or failed run leaves the model as it was."""
     from ..bilm import BiLM
     from ..bilm.native_io import (
-        CONFIG_NAME,
         DEFAULT_MODEL_DIR,
-        find_allennlp_files,
+        allennlp_files_of,
         load_tensors,
         model_from_native,
         model_path,
@@ -46,7 +45,7 @@ def fit_state(
         path = model_path(model_dir)  # clear errors for a missing path or a file
         if path.resolve() == DEFAULT_MODEL_DIR:
             raise ValueError(Errors.E_FIT_STATE_BUNDLED.format(model=model_dir, path=DEFAULT_MODEL_DIR))
-        if not (path / CONFIG_NAME).exists() and find_allennlp_files(path) is not None:
+        if allennlp_files_of(path) is not None:  # an error too when native and AllenNLP files share it
             raise ValueError(Errors.E_FIT_STATE_ALLENNLP.format(path=path))
         meta = read_meta(path)  # a native directory: AllenNLP files have no place for the state
         bilm = model_from_native(BiLM, path, meta, load_tensors(path))

@@ -99,6 +99,13 @@ def test_fit_state_needs_a_native_model_dir(trained, model, tmp_path):
     assert "missing does not exist" in output
     output = clean_error(runner.invoke(app, ["fit-state", str(trained["train"]), str(trained["train"])]))
     assert "is a file, but a model is a directory" in output
+    # AllenNLP files beside the native model: BiLM.load refuses that directory, so fit-state does too
+    for name in ("options.json", "weights.hdf5"):
+        shutil.copy(allen / name, model / name)
+    before = files(model)
+    output = clean_error(runner.invoke(app, ["fit-state", str(model), str(trained["train"]), "--rows", "4"]))
+    assert "holds two models" in output
+    assert files(model) == before
 
 
 @pytest.mark.parametrize("option, value", [("--max-sentences", "0"), ("--max-sentences", "-1"), ("--rows", "0")])
