@@ -194,10 +194,11 @@ void fill_common(cuda::LstmStep& s, int64_t ndir, int64_t B, int64_t T, int64_t 
 
 // The number of steps, max(lengths), after checking every length lies in [0, T]
 // (a longer row would make the kernels read and write past its T positions) and
-// that the batch fits the kernels' grid (one block row per sentence: gridDim.y).
+// that the batch fits the kernels' grid (one block column per sentence: gridDim.x,
+// up to 2^31 - 1; gridDim.y, at most 65535, would refuse what the CPU path runs).
 int64_t lstm_steps(const at::Tensor& lengths, int64_t B, int64_t T) {
   TORCH_CHECK(lengths.dim() == 1 && lengths.size(0) == B, "lstm (CUDA): lengths must be (B,)");
-  TORCH_CHECK(B <= 65535, "lstm (CUDA): at most 65535 sentences per call, got ", B);
+  TORCH_CHECK(B <= 2147483647, "lstm (CUDA): at most 2^31 - 1 sentences per call, got ", B);
   if (B == 0) return 0;
   const at::Tensor range = at::stack({lengths.min(), lengths.max()}).cpu();
   const int64_t lo = range[0].item<int64_t>(), hi = range[1].item<int64_t>();
