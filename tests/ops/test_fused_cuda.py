@@ -336,3 +336,25 @@ def test_bilstm_cuda_more_sentences_than_grid_y_allows():
     _check(g1[:2], g2[:2], 1e-4)  # dx of every row, the last 4,465 included
     for a, b in zip(g1[2:], g2[2:]):  # weight gradients: sums over 210,000 positions, up to 1e5
         assert _rel(a, b) < 1e-4
+
+
+def test_cuda_ops_refuse_what_the_cpu_ops_refuse():
+    # Shapes the kernels index by: on CUDA a w_recurrent of (P, 4C + 4) made mm_out resize
+    # the step buffer view (a warning) and the gate kernel read it with stride 4C; a
+    # negative clip made the clips return garbage; a (1,) highway bias broadcast silently.
+    B, T, P, C = 2, 3, 4, 5
+    x = torch.zeros(B, T, P, device=DEV)
+    lengths = torch.tensor([3, 1])
+    w = [torch.zeros(P, 4 * C, device=DEV), torch.zeros(P, 4 * C, device=DEV), torch.zeros(4 * C, device=DEV),
+         torch.zeros(C, P, device=DEV)]
+    with pytest.raises(RuntimeError, match=r"w_recurrent must be \(P, 4C\)"):
+        fused.lstm_layer(x, lengths, w[0], torch.zeros(P, 4 * C + 4, device=DEV), w[2], w[3])
+    with pytest.raises(RuntimeError, match=r"w_input must be \(I, 4C\)"):
+        fused.lstm_layer(x, lengths, torch.zeros(P, 4 * C + 4, device=DEV), *w[1:])
+    with pytest.raises(RuntimeError, match="cell_clip must be >= 0"):
+        fused.lstm_layer(x, lengths, *w, cell_clip=-1.0)
+    with pytest.raises(RuntimeError, match="proj_clip must be >= 0"):
+        fused.lstm_layer(x, lengths, *w, proj_clip=-1.0)
+    with pytest.raises(RuntimeError, match=r"bias must be \(2F,\)"):
+        fused.highway(torch.zeros(3, 4, device=DEV), torch.zeros(8, 4, device=DEV), torch.zeros(1, device=DEV))
+
