@@ -37,7 +37,9 @@ def _grads(fn, tensors, device):
     loss = sum((o.float() * (k + 1) * torch.linspace(-1, 1, o.numel(), device=device).view_as(o)).sum()
                for k, o in enumerate(outs))
     loss.backward()
-    return [o.detach().cpu() for o in outs], [t.grad.cpu() for t in ts]
+    # an input the outputs do not depend on (the reference's x at T = 0) has no grad: zeros
+    return [o.detach().cpu() for o in outs], [(t.grad if t.grad is not None else torch.zeros_like(t)).cpu()
+                                              for t in ts]
 
 
 def _check(a, b, tol):
@@ -358,3 +360,74 @@ def test_cuda_ops_refuse_what_the_cpu_ops_refuse():
     with pytest.raises(RuntimeError, match=r"bias must be \(2F,\)"):
         fused.highway(torch.zeros(3, 4, device=DEV), torch.zeros(8, 4, device=DEV), torch.zeros(1, device=DEV))
 
+
+@pytest.mark.parametrize("case", ["no_tokens", "no_sentences", "no_steps", "no_positions"])
+def test_cuda_kernels_on_empty_inputs(case):
+    # Zero tokens / sentences / steps: no kernel may be launched with a 0-sized grid
+    # (an "invalid configuration" error), forward or backward, and the results are the
+    # reference's (empty outputs, zero gradients; the initial state comes back as the final).
+    gen = torch.Generator().manual_seed(15)
+    if case == "no_tokens":
+        filters = [(1, 4), (3, 5)]
+        ids = torch.zeros(0, 6, dtype=torch.long)
+        ps = _params(gen, [(261, 3)] + [(c, 3, w) for w, c in filters] + [(c,) for _, c in filters]
+                     + [(18, 9), (18,)])
+
+        def mk(impl, dev):
+            def fn(e, w1, w2, b1, b2, hw, hb):
+                return impl.highway(impl.char_cnn(ids.to(dev), e, [w1, w2], [b1, b2]), hw, hb)
+            return fn
+
+        _assert_matches_float64(mk(fused, DEV), mk(R, "cpu"), ps)
+        return
+    B, T = {"no_sentences": (0, 4), "no_steps": (3, 4), "no_positions": (3, 0)}[case]
+    P, C = 6, 7
+    lengths = torch.zeros(B, dtype=torch.long)
+    ps = _params(gen, [(B, T, P), (B, T, P)] + [(P, 4 * C), (P, 4 * C), (4 * C,), (C, P)] * 2 + [(2, B, P), (2, B, C)])
+
+    def mk(impl, dev):
+        def fn(xf, xb, *w):
+            return impl.bilstm_layer(xf, xb, lengths.to(dev), w[:4], w[4:8], (w[8], w[9]), 3.0, 3.0, True, True)
+        return fn
+
+    _assert_matches_float64(mk(fused, DEV), mk(R, "cpu"), ps)
+
+
+def test_cuda_kernels_on_a_side_stream():
+    # Every launch must go to torch's current stream: a kernel sent to the legacy default
+    # stream instead would race the cuBLAS products on this (non-blocking) side stream.
+    # The default stream is kept busy meanwhile, so that such a kernel would not simply
+    # run late enough by chance.
+    gen = torch.Generator().manual_seed(16)
+    B, T, P, C = 48, 12, 32, 96
+    lengths = torch.randint(0, T + 1, (B,), generator=gen)
+    ps = _params(gen, [(B, T, P), (B, T, P)] + [(P, 4 * C), (P, 4 * C), (4 * C,), (C, P)] * 2 + [(2, B, P), (2, B, C)],
+                 scale=0.4)
+
+    def lstm(impl, dev):
+        def fn(xf, xb, *w):
+            return impl.bilstm_layer(xf, xb, lengths.to(dev), w[:4], w[4:8], (w[8], w[9]), 3.0, 3.0, True, True)
+        return fn
+
+    filters = [(1, 40), (2, 300)]
+    ids = _ids(gen, 37, 10)
+    cps = _params(gen, [(261, 8)] + [(c, 8, w) for w, c in filters] + [(c,) for _, c in filters]
+                  + [(680, 340), (680,)])
+
+    def cnn(impl, dev):
+        def fn(e, w1, w2, b1, b2, hw, hb):
+            return impl.highway(impl.char_cnn(ids.to(dev), e, [w1, w2], [b1, b2]), hw, hb)
+        return fn
+
+    busy = torch.randn(4096, 4096, device=DEV)
+    with torch.cuda.stream(torch.cuda.Stream()):  # non-blocking: no implicit sync with the default stream
+        for _ in range(3):
+            with torch.cuda.stream(torch.cuda.default_stream()):
+                for _ in range(8):  # ~0.1 s of work queued ahead of anything sent there
+                    torch.mm(busy, busy)
+            for fn, args in ((lstm, ps), (cnn, cps)):
+                # a race gives O(0.1) errors: looser than the other tests (sums over 576 positions here)
+                (o1, g1), (o2, g2) = _against_float64(fn(fused, DEV), fn(R, "cpu"), args)
+                _check(o1, o2, 1e-4)
+                _check(g1, g2, 1e-3)
+    torch.cuda.synchronize()
