@@ -141,10 +141,13 @@ std::tuple<at::Tensor, std::vector<at::Tensor>, std::vector<at::Tensor>> char_cn
 
 std::tuple<at::Tensor, at::Tensor> highway_forward_cuda(const at::Tensor& x_in, const at::Tensor& weight,
                                                         const at::Tensor& bias) {
+  TORCH_CHECK(x_in.dim() == 2, "highway: x must be (N, F)");
   c10::cuda::CUDAGuard guard(x_in.device());
   const at::Tensor x = x_in.contiguous();
   const int64_t N = x.size(0), F = x.size(1);
-  TORCH_CHECK(weight.size(0) == 2 * F && weight.size(1) == F, "highway: weight must be (2F, F)");
+  TORCH_CHECK(weight.dim() == 2 && weight.size(0) == 2 * F && weight.size(1) == F, "highway: weight must be (2F, F)");
+  // addmm would broadcast a (1,) or (F,)-by-mistake bias silently; the CPU kernel refuses it
+  TORCH_CHECK(bias.numel() == 2 * F, "highway: bias must be (2F,)");
   at::Tensor h = at::addmm(bias, x, weight.t());
   at::Tensor y = at::empty_like(x);
   cuda::highway_epilogue(dtype_of(x), h.data_ptr(), x.data_ptr(), y.data_ptr(), N, F, stream());
@@ -194,15 +197,38 @@ void fill_common(cuda::LstmStep& s, int64_t ndir, int64_t B, int64_t T, int64_t 
 
 // The number of steps, max(lengths), after checking every length lies in [0, T]
 // (a longer row would make the kernels read and write past its T positions) and
-// that the batch fits the kernels' grid (one block row per sentence: gridDim.y).
+// that the batch fits the kernels' grid (one block column per sentence: gridDim.x,
+// up to 2^31 - 1; gridDim.y, at most 65535, would refuse what the CPU path runs).
 int64_t lstm_steps(const at::Tensor& lengths, int64_t B, int64_t T) {
   TORCH_CHECK(lengths.dim() == 1 && lengths.size(0) == B, "lstm (CUDA): lengths must be (B,)");
-  TORCH_CHECK(B <= 65535, "lstm (CUDA): at most 65535 sentences per call, got ", B);
+  TORCH_CHECK(B <= 2147483647, "lstm (CUDA): at most 2^31 - 1 sentences per call, got ", B);
   if (B == 0) return 0;
   const at::Tensor range = at::stack({lengths.min(), lengths.max()}).cpu();
   const int64_t lo = range[0].item<int64_t>(), hi = range[1].item<int64_t>();
   TORCH_CHECK(lo >= 0 && hi <= T, "lstm: lengths must lie in [0, T]");
   return hi;
+}
+
+// The weight shapes the kernels index by, as the CPU kernel checks them: a
+// w_recurrent of (P, X != 4C) made mm_out resize the (B, 4C) step buffer view
+// in place (a warning only) and the gate kernel read it with stride 4C. And the
+// clips: a negative one made clipf_(x, -v, v) return garbage (the CPU refuses it).
+void check_lstm_cuda(at::TensorList xs, at::TensorList weights, int64_t ndir, int64_t C, int64_t P,
+                     std::optional<double> cc, std::optional<double> pc) {
+  TORCH_CHECK(xs[0].dim() == 3, "lstm: x must be (B, T, I)");
+  const int64_t I = xs[0].size(2);
+  for (int64_t k = 0; k < ndir; ++k) {
+    TORCH_CHECK(weights[4 * k].dim() == 2 && weights[4 * k].size(0) == I && weights[4 * k].size(1) == 4 * C,
+                "lstm: w_input must be (I, 4C)");
+    TORCH_CHECK(weights[4 * k + 1].dim() == 2 && weights[4 * k + 1].size(0) == P &&
+                    weights[4 * k + 1].size(1) == 4 * C,
+                "lstm: w_recurrent must be (P, 4C)");
+    TORCH_CHECK(weights[4 * k + 2].numel() == 4 * C, "lstm: bias must be (4C,)");
+    TORCH_CHECK(weights[4 * k + 3].dim() == 2 && weights[4 * k + 3].size(0) == C && weights[4 * k + 3].size(1) == P,
+                "lstm: w_proj must be (C, P)");
+  }
+  TORCH_CHECK(!cc.has_value() || *cc >= 0, "lstm: cell_clip must be >= 0");
+  TORCH_CHECK(!pc.has_value() || *pc >= 0, "lstm: proj_clip must be >= 0");
 }
 
 }  // namespace
@@ -211,16 +237,18 @@ LstmForwardResult lstm_forward_cuda(at::TensorList xs, const at::Tensor& lengths
                                     const at::Tensor& h0, const at::Tensor& c0, std::optional<double> cell_clip,
                                     std::optional<double> proj_clip, at::IntArrayRef reverse, bool residual,
                                     bool save) {
-  c10::cuda::CUDAGuard guard(xs[0].device());
   const int64_t ndir = (int64_t)xs.size();
-  TORCH_CHECK(ndir == 1 || ndir == 2, "lstm (CUDA): one or two directions");
+  TORCH_CHECK(ndir == 1 || ndir == 2, "lstm (CUDA): one or two directions");  // before xs[0] is read
+  c10::cuda::CUDAGuard guard(xs[0].device());
   for (int64_t d = 1; d < ndir; ++d)  // x[d] is read through a raw pointer as xs[0]'s dtype and shape
     TORCH_CHECK(xs[d].sizes() == xs[0].sizes() && xs[d].scalar_type() == xs[0].scalar_type() &&
                     xs[d].device() == xs[0].device(),
                 "lstm (CUDA): every direction's input must have the shape, dtype and device of the first");
   TORCH_CHECK((int64_t)weights.size() == 4 * ndir && (int64_t)reverse.size() == ndir, "lstm: bad arguments");
-  const int64_t B = xs[0].size(0), T = xs[0].size(1), I = xs[0].size(2);
+  TORCH_CHECK(weights[3].dim() == 2, "lstm: w_proj must be (C, P)");
   const int64_t C = weights[3].size(0), P = weights[3].size(1);
+  check_lstm_cuda(xs, weights, ndir, C, P, cell_clip, proj_clip);
+  const int64_t B = xs[0].size(0), T = xs[0].size(1), I = xs[0].size(2);
   TORCH_CHECK(!residual || I == P, "lstm: residual needs input dim == projection dim");
   const auto opts = xs[0].options();
   const at::Tensor lengths = lengths_in.to(xs[0].device(), at::kLong).contiguous();
@@ -293,11 +321,21 @@ LstmBackwardResult lstm_backward_cuda(at::TensorList grad_outs, const at::Tensor
                                       const at::Tensor& hp_raw, const at::Tensor& h_prev, const at::Tensor& m,
                                       std::optional<double> cell_clip, std::optional<double> proj_clip,
                                       at::IntArrayRef reverse, bool residual) {
-  c10::cuda::CUDAGuard guard(xs[0].device());
   const int64_t ndir = (int64_t)xs.size();
-  const int64_t B = xs[0].size(0), T = xs[0].size(1), I = xs[0].size(2);
+  TORCH_CHECK((ndir == 1 || ndir == 2) && (int64_t)weights.size() == 4 * ndir && (int64_t)reverse.size() == ndir &&
+                  (int64_t)grad_outs.size() == ndir && weights[3].dim() == 2,
+              "lstm_backward: bad arguments");
+  c10::cuda::CUDAGuard guard(xs[0].device());
   const int64_t C = weights[3].size(0), P = weights[3].size(1);
+  check_lstm_cuda(xs, weights, ndir, C, P, cell_clip, proj_clip);
+  const int64_t B = xs[0].size(0), T = xs[0].size(1), I = xs[0].size(2);
   TORCH_CHECK(gates.numel() == ndir * T * B * 4 * C, "lstm_backward: the forward did not save its tensors");
+  // gates, c_raw and hp_raw are read through raw pointers as xs[0]'s dtype, laid out as the forward saved them
+  for (const at::Tensor* t : {&gates, &c_raw, &hp_raw})
+    TORCH_CHECK(t->scalar_type() == xs[0].scalar_type() && t->device() == xs[0].device() && t->is_contiguous(),
+                "lstm_backward (CUDA): the saved tensors must be the forward's");
+  TORCH_CHECK(c_raw.numel() == ndir * T * B * C && hp_raw.numel() == ndir * T * B * P,
+              "lstm_backward (CUDA): the saved tensors must be the forward's");
   const auto opts = xs[0].options();
   const auto f32 = opts.dtype(at::kFloat);
   const at::Tensor lengths = lengths_in.to(xs[0].device(), at::kLong).contiguous();

@@ -23,8 +23,8 @@ __device__ __forceinline__ int64_t src_pos(const LstmStep& s, int d, int64_t len
 template <typename T>
 __global__ void gates_forward_kernel(const LstmStep s) {
   const int d = blockIdx.z;
-  const int64_t b = blockIdx.y;
-  const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  const int64_t b = blockIdx.x;
+  const int64_t c = (int64_t)blockIdx.y * blockDim.x + threadIdx.x;
   const int64_t C = s.C, len = s.lengths[b];
   T* m = static_cast<T*>(s.m[d]) + b * C;
   if (s.t >= len) {
@@ -32,7 +32,7 @@ __global__ void gates_forward_kernel(const LstmStep s) {
     return;
   }
   const int64_t src = src_pos(s, d, len);
-  if (blockIdx.x == 0 && s.h_prev[d] != nullptr) {
+  if (blockIdx.y == 0 && s.h_prev[d] != nullptr) {
     const T* h = static_cast<const T*>(s.h[d]) + b * s.P;
     T* hp = static_cast<T*>(s.h_prev[d]) + (b * s.T + src) * s.P;
     for (int64_t p = threadIdx.x; p < s.P; p += blockDim.x) hp[p] = h[p];
@@ -62,8 +62,8 @@ __global__ void gates_forward_kernel(const LstmStep s) {
 template <typename T>
 __global__ void proj_forward_kernel(const LstmStep s) {
   const int d = blockIdx.z;
-  const int64_t b = blockIdx.y;
-  const int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  const int64_t b = blockIdx.x;
+  const int64_t p = (int64_t)blockIdx.y * blockDim.x + threadIdx.x;
   const int64_t len = s.lengths[b];
   if (p >= s.P || s.t >= len) return;
   const int64_t src = src_pos(s, d, len);
@@ -77,8 +77,8 @@ __global__ void proj_forward_kernel(const LstmStep s) {
 template <typename T>
 __global__ void proj_backward_kernel(const LstmStep s) {
   const int d = blockIdx.z;
-  const int64_t b = blockIdx.y;
-  const int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  const int64_t b = blockIdx.x;
+  const int64_t p = (int64_t)blockIdx.y * blockDim.x + threadIdx.x;
   const int64_t len = s.lengths[b];
   if (p >= s.P) return;
   T* dhp = static_cast<T*>(s.dhp[d]) + b * s.P + p;
@@ -95,8 +95,8 @@ __global__ void proj_backward_kernel(const LstmStep s) {
 template <typename T>
 __global__ void gates_backward_kernel(const LstmStep s) {
   const int d = blockIdx.z;
-  const int64_t b = blockIdx.y;
-  const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  const int64_t b = blockIdx.x;
+  const int64_t c = (int64_t)blockIdx.y * blockDim.x + threadIdx.x;
   const int64_t C = s.C, len = s.lengths[b];
   if (c >= C) return;
   T* dz = static_cast<T*>(s.dz[d]) + b * 4 * C;
@@ -129,8 +129,8 @@ __global__ void gates_backward_kernel(const LstmStep s) {
 template <typename T>
 __global__ void dh_update_kernel(const LstmStep s) {
   const int d = blockIdx.z;
-  const int64_t b = blockIdx.y;
-  const int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  const int64_t b = blockIdx.x;
+  const int64_t p = (int64_t)blockIdx.y * blockDim.x + threadIdx.x;
   if (p >= s.P || s.t >= s.lengths[b]) return;
   s.dh[d][b * s.P + p] = ld(static_cast<const T*>(s.dh_new[d]) + b * s.P + p);
 }
@@ -138,27 +138,27 @@ __global__ void dh_update_kernel(const LstmStep s) {
 }  // namespace
 
 void lstm_gates_forward(DType dt, const LstmStep& s, cudaStream_t stream) {
-  const dim3 grid(blocks_for(s.C, kGateThreads), (unsigned)s.B, (unsigned)s.ndir);
+  const dim3 grid((unsigned)s.B, blocks_for(s.C, kGateThreads), (unsigned)s.ndir);
   SE_DISPATCH(dt, gates_forward_kernel<T><<<grid, kGateThreads, 0, stream>>>(s));
 }
 
 void lstm_proj_forward(DType dt, const LstmStep& s, cudaStream_t stream) {
-  const dim3 grid(blocks_for(s.P, kProjThreads), (unsigned)s.B, (unsigned)s.ndir);
+  const dim3 grid((unsigned)s.B, blocks_for(s.P, kProjThreads), (unsigned)s.ndir);
   SE_DISPATCH(dt, proj_forward_kernel<T><<<grid, kProjThreads, 0, stream>>>(s));
 }
 
 void lstm_proj_backward(DType dt, const LstmStep& s, cudaStream_t stream) {
-  const dim3 grid(blocks_for(s.P, kProjThreads), (unsigned)s.B, (unsigned)s.ndir);
+  const dim3 grid((unsigned)s.B, blocks_for(s.P, kProjThreads), (unsigned)s.ndir);
   SE_DISPATCH(dt, proj_backward_kernel<T><<<grid, kProjThreads, 0, stream>>>(s));
 }
 
 void lstm_gates_backward(DType dt, const LstmStep& s, cudaStream_t stream) {
-  const dim3 grid(blocks_for(s.C, kGateThreads), (unsigned)s.B, (unsigned)s.ndir);
+  const dim3 grid((unsigned)s.B, blocks_for(s.C, kGateThreads), (unsigned)s.ndir);
   SE_DISPATCH(dt, gates_backward_kernel<T><<<grid, kGateThreads, 0, stream>>>(s));
 }
 
 void lstm_dh_update(DType dt, const LstmStep& s, cudaStream_t stream) {
-  const dim3 grid(blocks_for(s.P, kProjThreads), (unsigned)s.B, (unsigned)s.ndir);
+  const dim3 grid((unsigned)s.B, blocks_for(s.P, kProjThreads), (unsigned)s.ndir);
   SE_DISPATCH(dt, dh_update_kernel<T><<<grid, kProjThreads, 0, stream>>>(s));
 }
 

@@ -37,7 +37,9 @@ def _grads(fn, tensors, device):
     loss = sum((o.float() * (k + 1) * torch.linspace(-1, 1, o.numel(), device=device).view_as(o)).sum()
                for k, o in enumerate(outs))
     loss.backward()
-    return [o.detach().cpu() for o in outs], [t.grad.cpu() for t in ts]
+    # an input the outputs do not depend on (the reference's x at T = 0) has no grad: zeros
+    return [o.detach().cpu() for o in outs], [(t.grad if t.grad is not None else torch.zeros_like(t)).cpu()
+                                              for t in ts]
 
 
 def _check(a, b, tol):
@@ -315,3 +317,117 @@ def test_kernels_on_second_gpu_match_first():
             res.append(fused.bilstm_layer(q[0], q[0], lengths.to(dev), q[1:5], q[5:9], None, 3.0, 3.0, True, True))
     for a, b in zip(*res):
         torch.testing.assert_close(a.cpu(), b.cpu(), rtol=0, atol=0)
+
+
+def test_bilstm_cuda_more_sentences_than_grid_y_allows():
+    # B = 70000 > 65535: one block per sentence along gridDim.x (gridDim.y stops at
+    # 65535, where the CPU path has no limit); forward and backward, ragged, both directions.
+    gen = torch.Generator().manual_seed(14)
+    B, T, P, C = 70000, 3, 3, 5
+    lengths = torch.randint(0, T + 1, (B,), generator=gen)
+    lengths[-1] = T
+    ps = _params(gen, [(B, T, P), (B, T, P)] + [(P, 4 * C), (P, 4 * C), (4 * C,), (C, P)] * 2, scale=0.5)
+
+    def mk(impl, dev):
+        def fn(xf, xb, *w):
+            return impl.bilstm_layer(xf, xb, lengths.to(dev), w[:4], w[4:8], None, 3.0, 3.0, True, True)
+        return fn
+
+    (o1, g1), (o2, g2) = _against_float64(mk(fused, DEV), mk(R, "cpu"), ps)
+    _check(o1, o2, 1e-5)
+    _check(g1[:2], g2[:2], 1e-4)  # dx of every row, the last 4,465 included
+    for a, b in zip(g1[2:], g2[2:]):  # weight gradients: sums over 210,000 positions, up to 1e5
+        assert _rel(a, b) < 1e-4
+
+
+def test_cuda_ops_refuse_what_the_cpu_ops_refuse():
+    # Shapes the kernels index by: on CUDA a w_recurrent of (P, 4C + 4) made mm_out resize
+    # the step buffer view (a warning) and the gate kernel read it with stride 4C; a
+    # negative clip made the clips return garbage; a (1,) highway bias broadcast silently.
+    B, T, P, C = 2, 3, 4, 5
+    x = torch.zeros(B, T, P, device=DEV)
+    lengths = torch.tensor([3, 1])
+    w = [torch.zeros(P, 4 * C, device=DEV), torch.zeros(P, 4 * C, device=DEV), torch.zeros(4 * C, device=DEV),
+         torch.zeros(C, P, device=DEV)]
+    with pytest.raises(RuntimeError, match=r"w_recurrent must be \(P, 4C\)"):
+        fused.lstm_layer(x, lengths, w[0], torch.zeros(P, 4 * C + 4, device=DEV), w[2], w[3])
+    with pytest.raises(RuntimeError, match=r"w_input must be \(I, 4C\)"):
+        fused.lstm_layer(x, lengths, torch.zeros(P, 4 * C + 4, device=DEV), *w[1:])
+    with pytest.raises(RuntimeError, match="cell_clip must be >= 0"):
+        fused.lstm_layer(x, lengths, *w, cell_clip=-1.0)
+    with pytest.raises(RuntimeError, match="proj_clip must be >= 0"):
+        fused.lstm_layer(x, lengths, *w, proj_clip=-1.0)
+    with pytest.raises(RuntimeError, match=r"bias must be \(2F,\)"):
+        fused.highway(torch.zeros(3, 4, device=DEV), torch.zeros(8, 4, device=DEV), torch.zeros(1, device=DEV))
+
+
+@pytest.mark.parametrize("case", ["no_tokens", "no_sentences", "no_steps", "no_positions"])
+def test_cuda_kernels_on_empty_inputs(case):
+    # Zero tokens / sentences / steps: no kernel may be launched with a 0-sized grid
+    # (an "invalid configuration" error), forward or backward, and the results are the
+    # reference's (empty outputs, zero gradients; the initial state comes back as the final).
+    gen = torch.Generator().manual_seed(15)
+    if case == "no_tokens":
+        filters = [(1, 4), (3, 5)]
+        ids = torch.zeros(0, 6, dtype=torch.long)
+        ps = _params(gen, [(261, 3)] + [(c, 3, w) for w, c in filters] + [(c,) for _, c in filters]
+                     + [(18, 9), (18,)])
+
+        def mk(impl, dev):
+            def fn(e, w1, w2, b1, b2, hw, hb):
+                return impl.highway(impl.char_cnn(ids.to(dev), e, [w1, w2], [b1, b2]), hw, hb)
+            return fn
+
+        _assert_matches_float64(mk(fused, DEV), mk(R, "cpu"), ps)
+        return
+    B, T = {"no_sentences": (0, 4), "no_steps": (3, 4), "no_positions": (3, 0)}[case]
+    P, C = 6, 7
+    lengths = torch.zeros(B, dtype=torch.long)
+    ps = _params(gen, [(B, T, P), (B, T, P)] + [(P, 4 * C), (P, 4 * C), (4 * C,), (C, P)] * 2 + [(2, B, P), (2, B, C)])
+
+    def mk(impl, dev):
+        def fn(xf, xb, *w):
+            return impl.bilstm_layer(xf, xb, lengths.to(dev), w[:4], w[4:8], (w[8], w[9]), 3.0, 3.0, True, True)
+        return fn
+
+    _assert_matches_float64(mk(fused, DEV), mk(R, "cpu"), ps)
+
+
+def test_cuda_kernels_on_a_side_stream():
+    # Every launch must go to torch's current stream: a kernel sent to the legacy default
+    # stream instead would race the cuBLAS products on this (non-blocking) side stream.
+    # The default stream is kept busy meanwhile, so that such a kernel would not simply
+    # run late enough by chance.
+    gen = torch.Generator().manual_seed(16)
+    B, T, P, C = 48, 12, 32, 96
+    lengths = torch.randint(0, T + 1, (B,), generator=gen)
+    ps = _params(gen, [(B, T, P), (B, T, P)] + [(P, 4 * C), (P, 4 * C), (4 * C,), (C, P)] * 2 + [(2, B, P), (2, B, C)],
+                 scale=0.4)
+
+    def lstm(impl, dev):
+        def fn(xf, xb, *w):
+            return impl.bilstm_layer(xf, xb, lengths.to(dev), w[:4], w[4:8], (w[8], w[9]), 3.0, 3.0, True, True)
+        return fn
+
+    filters = [(1, 40), (2, 300)]
+    ids = _ids(gen, 37, 10)
+    cps = _params(gen, [(261, 8)] + [(c, 8, w) for w, c in filters] + [(c,) for _, c in filters]
+                  + [(680, 340), (680,)])
+
+    def cnn(impl, dev):
+        def fn(e, w1, w2, b1, b2, hw, hb):
+            return impl.highway(impl.char_cnn(ids.to(dev), e, [w1, w2], [b1, b2]), hw, hb)
+        return fn
+
+    busy = torch.randn(4096, 4096, device=DEV)
+    with torch.cuda.stream(torch.cuda.Stream()):  # non-blocking: no implicit sync with the default stream
+        for _ in range(3):
+            with torch.cuda.stream(torch.cuda.default_stream()):
+                for _ in range(8):  # ~0.1 s of work queued ahead of anything sent there
+                    torch.mm(busy, busy)
+            for fn, args in ((lstm, ps), (cnn, cps)):
+                # a race gives O(0.1) errors: looser than the other tests (sums over 576 positions here)
+                (o1, g1), (o2, g2) = _against_float64(fn(fused, DEV), fn(R, "cpu"), args)
+                _check(o1, o2, 1e-4)
+                _check(g1, g2, 1e-3)
+    torch.cuda.synchronize()
