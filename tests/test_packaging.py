@@ -1,0 +1,48 @@
+"""What an sdist carries and what the package metadata says, read from setuptools' own
+file list (``egg_info`` writes SOURCES.txt, the list ``sdist`` archives) outside the
+repository; nothing is compiled. Building a wheel from the sdist takes minutes: that
+check is done by hand (README, "Building by hand")."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def egg_info(source: Path, out: Path, **env: str) -> Path:
+    """Run ``setup.py egg_info`` in ``source`` writing into ``out``; the .egg-info folder."""
+    out.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [sys.executable, "setup.py", "-q", "egg_info", "--egg-base", str(out)],
+        cwd=source, env={**os.environ, **env}, check=True, capture_output=True, text=True,
+    )
+    (info,) = out.glob("*.egg-info")
+    return info
+
+
+def files_under(folder: str):
+    return {p.relative_to(ROOT).as_posix() for p in (ROOT / folder).rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize(
+    "env",
+    [{"SPACY_ELMO_CUDA": "0"}, {"SPACY_ELMO_NO_EXTENSION": "1"}],
+    ids=["no-cuda", "no-extension"],
+)
+def test_sdist_carries_every_kernel_source_and_the_package_data(tmp_path, env):
+    """Whatever the machine making the sdist builds, the sdist can build the extension
+    (headers and CUDA files included) and ships the default model and the configs."""
+    listed = set((egg_info(ROOT, tmp_path, **env) / "SOURCES.txt").read_text().split())
+    kernels = files_under("csrc")
+    assert {"csrc/include/ops.h", "csrc/cuda/common.cuh", "csrc/cuda/lstm.cu", "csrc/bindings.cpp"} <= kernels
+    assert kernels - listed == set()
+    data = files_under("spacy_elmo/data/default") | files_under("spacy_elmo/configs")
+    assert {"spacy_elmo/data/default/model.safetensors", "spacy_elmo/configs/ner.cfg"} <= data
+    assert data - listed == set()
+    assert {"setup.py", "pyproject.toml", "README.md", "LICENSE"} <= listed
+    assert not [f for f in listed if f.startswith(("tests/", "benchmarks/"))]
+
