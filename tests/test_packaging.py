@@ -4,6 +4,8 @@ repository; nothing is compiled. Building a wheel from the sdist takes minutes: 
 check is done by hand (README, "Building by hand")."""
 
 import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -45,4 +47,18 @@ def test_sdist_carries_every_kernel_source_and_the_package_data(tmp_path, env):
     assert data - listed == set()
     assert {"setup.py", "pyproject.toml", "README.md", "LICENSE"} <= listed
     assert not [f for f in listed if f.startswith(("tests/", "benchmarks/"))]
+
+
+def test_distribution_version_is_the_package_version(tmp_path):
+    """One version: the distribution's metadata reads spacy_elmo.__version__."""
+    source = tmp_path / "src"
+    (source / "spacy_elmo").mkdir(parents=True)
+    for name in ("pyproject.toml", "setup.py", "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, source / name)
+    init = (ROOT / "spacy_elmo" / "__init__.py").read_text()
+    bumped, n = re.subn(r'^__version__ = "[^"]*"', '__version__ = "9.9.9"', init, flags=re.M)
+    assert n == 1
+    (source / "spacy_elmo" / "__init__.py").write_text(bumped)
+    info = egg_info(source, tmp_path / "out", SPACY_ELMO_NO_EXTENSION="1")
+    assert re.search(r"^Version: (.*)$", (info / "PKG-INFO").read_text(), re.M).group(1) == "9.9.9"
 
