@@ -3,6 +3,8 @@ file list (``egg_info`` writes SOURCES.txt, the list ``sdist`` archives) outside
 repository; nothing is compiled. Building a wheel from the sdist takes minutes: that
 check is done by hand (README, "Building by hand")."""
 
+import ast
+import importlib.metadata
 import os
 import re
 import shutil
@@ -62,3 +64,32 @@ def test_distribution_version_is_the_package_version(tmp_path):
     info = egg_info(source, tmp_path / "out", SPACY_ELMO_NO_EXTENSION="1")
     assert re.search(r"^Version: (.*)$", (info / "PKG-INFO").read_text(), re.M).group(1) == "9.9.9"
 
+
+def test_every_imported_distribution_is_a_declared_dependency(tmp_path):
+    """A module the package imports (at any depth, lazily too) comes from a distribution
+    its metadata requires: an undeclared one works here only because another package
+    happened to pull it in."""
+    requires = (egg_info(ROOT, tmp_path, SPACY_ELMO_NO_EXTENSION="1") / "requires.txt").read_text()
+    declared = {
+        re.split(r"[<>=!~; \[]", line, maxsplit=1)[0].lower().replace("_", "-")
+        for line in requires.split("\n[")[0].splitlines() if line.strip()
+    }
+    owners = importlib.metadata.packages_distributions()
+    imported = {}
+    for path in (ROOT / "spacy_elmo").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                top = name.split(".")[0]
+                if top != "spacy_elmo" and top not in sys.stdlib_module_names:
+                    imported.setdefault(top, path.relative_to(ROOT).as_posix())
+    undeclared = {
+        top: where for top, where in imported.items()
+        if not {d.lower().replace("_", "-") for d in owners.get(top, [top])} & declared
+    }
+    assert undeclared == {}
