@@ -6,6 +6,15 @@ names descriptive (``E_<WHAT>``) so grepping finds the raise site.
 """
 
 
+# How to (re)build spacy_elmo._C, shared by the messages that say it is missing.
+_BUILD_EXTENSION = (
+    "Build it against the installed torch (needs a C++ compiler and ninja): in a source "
+    "checkout `pip install --no-build-isolation -e .`; for an installed copy "
+    "`pip install --no-build-isolation --no-deps --force-reinstall SOURCE`, SOURCE the "
+    "spacy-elmo sdist or checkout."
+)
+
+
 class Errors:
     # --- characters (spacy_elmo.chars) -------------------------------------
     E_SENTENCES_NOT_LISTS = (
@@ -259,8 +268,7 @@ class Errors:
     )
     E_FUSED_UNAVAILABLE = (
         "backend='fused' needs the compiled extension spacy_elmo._C, which is not "
-        "available ({reason}). Rebuild with `pip install --no-build-isolation -e .` "
-        "(needs a C++ compiler and ninja), or use backend='reference'."
+        "available ({reason}). " + _BUILD_EXTENSION + " Or use backend='reference'."
     )
     E_SCALAR_MIX_COUNT = (
         "ScalarMix was built for {expected} layers but received {found}; the biLM has "
@@ -599,8 +607,11 @@ class Warnings:
     )
     W_NO_EXTENSION = (
         "spacy-elmo: the compiled extension spacy_elmo._C is not available ({reason}); "
-        "using the pure-PyTorch reference path (exact, but slower). Build it with "
-        "`pip install --no-build-isolation -e .`."
+        "using the pure-PyTorch reference path (exact, but slower). " + _BUILD_EXTENSION
+    )
+    W_EXTENSION_OTHER_TORCH = (
+        "{reason}: most likely a build for another torch than the installed {torch} "
+        "(torch was upgraded or downgraded after spacy-elmo was built)"
     )
 
     # --- pretraining and CLI (spacy_elmo.training, spacy_elmo.cli) ----------

@@ -26,14 +26,16 @@ def test_fused_without_extension_names_the_fix(no_extension):
     assert "simulated: not built" in str(err.value)
 
 
-def test_missing_extension_warns_once(monkeypatch):
+def _load_failing(monkeypatch, message):
+    """load_extension() afresh while importing spacy_elmo._C raises ImportError(message);
+    returns the warnings it gave about the extension and its result."""
     import builtins
 
     real_import = builtins.__import__
 
     def fake_import(name, globals=None, locals=None, fromlist=(), level=0):
         if fromlist and "_C" in fromlist:
-            raise ImportError("simulated missing extension")
+            raise ImportError(message)
         return real_import(name, globals, locals, fromlist, level)
 
     extension.load_extension.cache_clear()
@@ -43,8 +45,32 @@ def test_missing_extension_warns_once(monkeypatch):
             warnings.simplefilter("always")
             assert not extension.fused_available()
             assert not extension.fused_available()
-        messages = [str(w.message) for w in caught if "spacy_elmo._C" in str(w.message)]
-        assert len(messages) == 1 and "reference path" in messages[0]
+            result = extension.load_extension()
+        return [str(w.message) for w in caught if "spacy_elmo._C" in str(w.message)], result
     finally:
         monkeypatch.undo()
         extension.load_extension.cache_clear()
+
+
+def test_missing_extension_warns_once(monkeypatch):
+    messages, _ = _load_failing(monkeypatch, "simulated missing extension")
+    assert len(messages) == 1 and "reference path" in messages[0]
+
+
+def test_extension_built_for_another_torch_says_so_and_how_to_rebuild_an_installed_copy(monkeypatch):
+    """An installed spacy-elmo whose torch changed afterwards fails with 'undefined symbol':
+    the warning and the 'fused' error name that cause, this torch, and a rebuild command
+    that works without a checkout."""
+    import torch
+
+    messages, (module, reason) = _load_failing(
+        monkeypatch, "/x/spacy_elmo/_C.cpython-311-x86_64-linux-gnu.so: undefined symbol: _ZN3c104impl3fooEv")
+    assert module is None and len(messages) == 1
+    monkeypatch.setattr(ops, "fused_available", lambda: False)
+    monkeypatch.setattr(ops, "load_extension", lambda: (None, reason))
+    with pytest.raises(RuntimeError) as err:
+        ops.resolve_backend("fused")
+    for text in (messages[0], str(err.value)):
+        assert "undefined symbol: _ZN3c104impl3fooEv" in text
+        assert f"another torch than the installed {torch.__version__}" in text
+        assert "--force-reinstall SOURCE" in text and "-e ." in text

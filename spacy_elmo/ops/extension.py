@@ -19,6 +19,10 @@ def load_extension() -> Tuple[Optional[ModuleType], str]:
         from .. import _C  # type: ignore[attr-defined]
     except ImportError as err:
         reason = str(err) or type(err).__name__
+        if "undefined symbol" in reason:  # what a build for another torch's ABI fails with
+            import torch
+
+            reason = Warnings.W_EXTENSION_OTHER_TORCH.format(reason=reason, torch=torch.__version__)
         warnings.warn(Warnings.W_NO_EXTENSION.format(reason=reason), RuntimeWarning, stacklevel=3)
         return None, reason
     return _C, ""

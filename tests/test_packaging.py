@@ -1,0 +1,95 @@
+"""What an sdist carries and what the package metadata says, read from setuptools' own
+file list (``egg_info`` writes SOURCES.txt, the list ``sdist`` archives) outside the
+repository; nothing is compiled. Building a wheel from the sdist takes minutes: that
+check is done by hand (README, "Building by hand")."""
+
+import ast
+import importlib.metadata
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def egg_info(source: Path, out: Path, **env: str) -> Path:
+    """Run ``setup.py egg_info`` in ``source`` writing into ``out``; the .egg-info folder."""
+    out.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [sys.executable, "setup.py", "-q", "egg_info", "--egg-base", str(out)],
+        cwd=source, env={**os.environ, **env}, check=True, capture_output=True, text=True,
+    )
+    (info,) = out.glob("*.egg-info")
+    return info
+
+
+def files_under(folder: str):
+    return {p.relative_to(ROOT).as_posix() for p in (ROOT / folder).rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize(
+    "env",
+    [{"SPACY_ELMO_CUDA": "0"}, {"SPACY_ELMO_NO_EXTENSION": "1"}],
+    ids=["no-cuda", "no-extension"],
+)
+def test_sdist_carries_every_kernel_source_and_the_package_data(tmp_path, env):
+    """Whatever the machine making the sdist builds, the sdist can build the extension
+    (headers and CUDA files included) and ships the default model and the configs."""
+    listed = set((egg_info(ROOT, tmp_path, **env) / "SOURCES.txt").read_text().split())
+    kernels = files_under("csrc")
+    assert {"csrc/include/ops.h", "csrc/cuda/common.cuh", "csrc/cuda/lstm.cu", "csrc/bindings.cpp"} <= kernels
+    assert kernels - listed == set()
+    data = files_under("spacy_elmo/data/default") | files_under("spacy_elmo/configs")
+    assert {"spacy_elmo/data/default/model.safetensors", "spacy_elmo/configs/ner.cfg"} <= data
+    assert data - listed == set()
+    assert {"setup.py", "pyproject.toml", "README.md", "LICENSE"} <= listed
+    assert not [f for f in listed if f.startswith(("tests/", "benchmarks/"))]
+
+
+def test_distribution_version_is_the_package_version(tmp_path):
+    """One version: the distribution's metadata reads spacy_elmo.__version__."""
+    source = tmp_path / "src"
+    (source / "spacy_elmo").mkdir(parents=True)
+    for name in ("pyproject.toml", "setup.py", "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, source / name)
+    init = (ROOT / "spacy_elmo" / "__init__.py").read_text()
+    bumped, n = re.subn(r'^__version__ = "[^"]*"', '__version__ = "9.9.9"', init, flags=re.M)
+    assert n == 1
+    (source / "spacy_elmo" / "__init__.py").write_text(bumped)
+    info = egg_info(source, tmp_path / "out", SPACY_ELMO_NO_EXTENSION="1")
+    assert re.search(r"^Version: (.*)$", (info / "PKG-INFO").read_text(), re.M).group(1) == "9.9.9"
+
+
+def test_every_imported_distribution_is_a_declared_dependency(tmp_path):
+    """A module the package imports (at any depth, lazily too) comes from a distribution
+    its metadata requires: an undeclared one works here only because another package
+    happened to pull it in."""
+    requires = (egg_info(ROOT, tmp_path, SPACY_ELMO_NO_EXTENSION="1") / "requires.txt").read_text()
+    declared = {
+        re.split(r"[<>=!~; \[]", line, maxsplit=1)[0].lower().replace("_", "-")
+        for line in requires.split("\n[")[0].splitlines() if line.strip()
+    }
+    owners = importlib.metadata.packages_distributions()
+    imported = {}
+    for path in (ROOT / "spacy_elmo").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                top = name.split(".")[0]
+                if top != "spacy_elmo" and top not in sys.stdlib_module_names:
+                    imported.setdefault(top, path.relative_to(ROOT).as_posix())
+    undeclared = {
+        top: where for top, where in imported.items()
+        if not {d.lower().replace("_", "-") for d in owners.get(top, [top])} & declared
+    }
+    assert undeclared == {}
