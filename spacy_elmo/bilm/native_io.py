@@ -40,8 +40,12 @@ DEFAULT_MODEL_DIR = Path(__file__).resolve().parent.parent / "data" / "default"
 
 
 def resolve_model_dir(directory: PathLike) -> Path:
-    """``"default"`` -> the bundled model directory; anything else -> a Path."""
-    if str(directory) == "default":
+    """The string ``"default"`` -> the bundled model directory; anything else -> a Path.
+
+    Only the string: ``Path("default")`` and ``"./default"`` are a directory named ``default``
+    (this module passes Paths on, e.g. ``save("default")`` to :func:`write_initial_state`,
+    which must write into that directory, never into the bundled model)."""
+    if isinstance(directory, str) and directory == "default":
         if not (DEFAULT_MODEL_DIR / CONFIG_NAME).exists():
             raise FileNotFoundError(Errors.E_NO_DEFAULT_MODEL.format(path=DEFAULT_MODEL_DIR))
         return DEFAULT_MODEL_DIR
