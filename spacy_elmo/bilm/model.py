@@ -203,12 +203,7 @@ class BiLM(nn.Module):
             raise TypeError(Errors.E_CHAR_IDS_NOT_TENSOR.format(type_name=type(char_ids).__name__))
         if char_ids.dim() != 3 or char_ids.shape[-1] != W:
             raise ValueError(Errors.E_CHAR_IDS_SHAPE.format(max_chars=W, shape=tuple(char_ids.shape)))
-        if char_ids.dtype not in (torch.long, torch.int32, torch.int64):
-            raise TypeError(Errors.E_CHAR_IDS_DTYPE.format(dtype=char_ids.dtype))
-        if char_ids.numel():
-            lo, hi = int(char_ids.min()), int(char_ids.max())
-            if lo < 0 or hi > MAX_SHIFTED_ID:
-                raise ValueError(Errors.E_CHAR_IDS_RANGE.format(max_id=MAX_SHIFTED_ID, found=lo if lo < 0 else hi))
+        ops.check_char_ids(char_ids, MAX_SHIFTED_ID)
 
     def encode_tokens(self, char_ids: Tensor, mask: Tensor) -> Tensor:
         """Token vectors of the valid positions.

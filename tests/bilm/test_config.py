@@ -1,7 +1,11 @@
 import pytest
 
 from spacy_elmo import BiLM, BiLMConfig, batch_to_ids
+from spacy_elmo.ops import fused_available
 from tests.bilm.oracle import options
+
+BACKENDS = ["reference"] + (["fused"] if fused_available() else [])
+TINY = BiLMConfig(projection_dim=4, cell_dim=6, filters=[(1, 2), (2, 2)], n_highway=0)
 
 
 @pytest.mark.parametrize(
@@ -149,3 +153,22 @@ def test_encode_tokens_and_contextualize_check_their_shapes(backend):
         model.encode_tokens(ids, torch.ones(2, 1, dtype=torch.bool))
     out = model.contextualize(model.encode_tokens(ids, ids.gt(0).any(-1)).new_zeros(2, 4, 4), torch.tensor([2, 1]))
     assert out.activations[0].shape == (2, 2, 8)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("value", [-1, 262, 5000])
+def test_encode_tokens_refuses_ids_outside_the_table(backend, value):
+    """The fused char CNN read table rows past the 261 stored ones (memory beyond the table) or a
+    zero vector for negative ids; the reference raised a bare IndexError from F.embedding."""
+    import torch
+
+    model = BiLM(TINY, backend=backend)
+    ids = batch_to_ids([["a", "b"]])
+    ids[0, 1, 3] = value
+    mask = torch.ones(1, 2, dtype=torch.bool)
+    with pytest.raises(ValueError, match=f"must lie in 0..261 .*found {value}\\."):
+        model.encode_tokens(ids, mask)
+    with pytest.raises(ValueError, match=f"found {value}\\."):
+        model.token_encoder(ids[0])
+    with pytest.raises(TypeError, match="integer character ids"):
+        model.token_encoder(batch_to_ids([["a"]])[0].float())  # the fused kernel truncated floats
