@@ -240,6 +240,17 @@ class Errors:
         "Row {row} has padding before a real token: tokens must be left-aligned with "
         "padding (all-zero rows) only at the end, as batch_to_ids produces."
     )
+    E_CHAR_IDS_DEVICE = (
+        "The character ids are on {found} but the biLM's weights are on {expected}: move the ids there, "
+        "e.g. bilm(ids.to('{expected}')), or the model with bilm.to(device)."
+    )
+    E_CHAR_IDS_MALFORMED = (
+        "Token {position} of row {row} is not spelled as batch_to_ids spells tokens: its ids begin {ids}. A token "
+        "starts with {bow} (begin-of-word, shifted by +1) and holds no 0 (0 only fills padded tokens, which are "
+        "all 0). Ids of bilm-tf's UnicodeCharsVocabulary are not shifted (begin-of-word 258): add 1 to the real "
+        "tokens' ids; ids of a smaller max_characters_per_token cannot be padded with zeros. Build inputs with "
+        "spacy_elmo.batch_to_ids."
+    )
     E_ENCODE_MASK_SHAPE = (
         "encode_tokens: the mask has shape {found} but the character ids need {expected} (batch, time): one "
         "flag per token position."

@@ -203,6 +203,9 @@ class BiLM(nn.Module):
             raise TypeError(Errors.E_CHAR_IDS_NOT_TENSOR.format(type_name=type(char_ids).__name__))
         if char_ids.dim() != 3 or char_ids.shape[-1] != W:
             raise ValueError(Errors.E_CHAR_IDS_SHAPE.format(max_chars=W, shape=tuple(char_ids.shape)))
+        weights = self.token_encoder.char_embedding.device
+        if char_ids.device != weights:
+            raise ValueError(Errors.E_CHAR_IDS_DEVICE.format(found=char_ids.device, expected=weights))
         ops.check_char_ids(char_ids, MAX_SHIFTED_ID)
 
     def encode_tokens(self, char_ids: Tensor, mask: Tensor) -> Tensor:
@@ -231,7 +234,8 @@ class BiLM(nn.Module):
         tensors ``(batch, max_len, 2P)`` in the weights' dtype (under autocast, its dtype) (layer 0 ``[x; x]``, then
         ``[forward_l; backward_l]``; zero at padded positions), and ``mask``, BoolTensor
         ``(batch, max_len)``. Raises TypeError for a non-tensor or non-integer input and
-        ValueError for another shape, ids out of range or padding before a real token.
+        ValueError for another shape or device than the weights', ids out of range, padding
+        before a real token or a token not spelled as batch_to_ids spells it.
         """
         self._check_inputs(char_ids)
         char_ids = char_ids.long()
@@ -244,6 +248,13 @@ class BiLM(nn.Module):
         if not torch.equal(mask, expected):
             row = int((mask != expected).any(1).nonzero()[0])
             raise ValueError(Errors.E_RAGGED_MASK.format(row=row))
+        # Every real token starts with the begin-of-word id and holds no 0 (the id of "no token"):
+        # bilm-tf's unshifted ids or zero-padded narrower tokens would run as other characters.
+        malformed = mask & ((char_ids[..., 0] != self._marker_ids[0, 0]) | (char_ids == 0).any(-1))
+        if malformed.any():
+            row, position = (int(i) for i in malformed.nonzero()[0])
+            raise ValueError(Errors.E_CHAR_IDS_MALFORMED.format(
+                row=row, position=position, ids=char_ids[row, position, :12].tolist(), bow=int(self._marker_ids[0, 0])))
         # Wrap every sentence in <S> ... </S> (each </S> right after its own last token).
         wrapped = char_ids.new_zeros(B, T + 2, W)
         wrapped[:, 1 : T + 1] = char_ids

@@ -172,3 +172,35 @@ def test_encode_tokens_refuses_ids_outside_the_table(backend, value):
         model.token_encoder(ids[0])
     with pytest.raises(TypeError, match="integer character ids"):
         model.token_encoder(batch_to_ids([["a"]])[0].float())  # the fused kernel truncated floats
+
+
+def test_ids_on_another_device_than_the_weights_are_a_clear_error():
+    """Both ran into torch internals: .item() of a meta tensor, or copying out of one."""
+    import torch
+
+    model = BiLM(TINY, backend="reference")
+    with pytest.raises(ValueError, match=r"ids are on meta but the biLM's weights are on cpu.*ids.to\('cpu'\)"):
+        model(batch_to_ids([["a"]]).to("meta"))
+    with pytest.raises(ValueError, match="ids are on cpu but the biLM's weights are on meta"):
+        BiLM(TINY, backend="reference").to("meta")(batch_to_ids([["a"]]))
+    assert model(batch_to_ids([["a"]]).to(torch.int32)).mask.tolist() == [[True]]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_tokens_not_spelled_by_batch_to_ids_are_refused(backend):
+    """Both ran silently: every character read as its neighbour's (bilm-tf's ids have no +1
+    shift), or zero slots read as zero vectors the released models never saw."""
+    import torch
+    import torch.nn.functional as F
+
+    model = BiLM(TINY, backend=backend)
+    ids = batch_to_ids([["The", "bank"], ["a"]])
+    unshifted = torch.where(ids > 0, ids - 1, ids)
+    with pytest.raises(ValueError, match=r"Token 0 of row 0 .* begin \[258, 84, 104, 101, 259, 260, 260.*add 1"):
+        model(unshifted)
+    narrow = F.pad(batch_to_ids([["a"], ["b", "c"]], max_characters_per_token=20), (0, 30))
+    with pytest.raises(ValueError, match=r"Token 0 of row 0 .* holds no 0"):
+        model(narrow)
+    odd = batch_to_ids([["", "\x00", "<S>", "x" * 60, "é" * 30], []])  # real tokens, and a NUL byte is id 1
+    out = model(odd)
+    assert out.mask.tolist() == [[True] * 5, [False] * 5]
