@@ -59,6 +59,7 @@ class BiLM(nn.Module):
         super().__init__()
         if not isinstance(config, BiLMConfig):
             raise TypeError(Errors.E_BILM_CONFIG_TYPE.format(type_name=type(config).__name__))
+        config.validate()  # again: a dataclass's fields can be set after it was built
         if not isinstance(stateful, bool):
             raise TypeError(Errors.E_STATEFUL_NOT_BOOL.format(value=stateful))
         self.config = config

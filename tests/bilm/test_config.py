@@ -44,12 +44,19 @@ def test_options_round_trip_and_defaults():
         ({"n_characters": 262.0}, "n_characters=262.0 is not supported"),  # was accepted, saved as 262.0
         ({"n_characters": True}, "n_characters=True is not supported"),
         ({"cell_clip": -1.0}, "cell_clip"),
+        ({"cell_clip": float("nan")}, "cell_clip must be a finite"),  # NaN vectors (reference) or a kernel error
+        ({"proj_clip": float("inf")}, "proj_clip must be a finite.*null for no clipping"),  # written as Infinity
         ({"projection_dim": 0}, "projection_dim"),
     ],
 )
 def test_bad_config_values(kwargs, match):
     with pytest.raises(ValueError, match=match):
         BiLMConfig(**kwargs)
+    config = BiLMConfig()
+    for name, value in kwargs.items():
+        setattr(config, name, value)  # set after validation: BiLM built a model from it
+    with pytest.raises(ValueError, match=match):
+        BiLM(config)
 
 
 def test_unknown_preset_and_backend():
