@@ -285,6 +285,15 @@ class Errors:
     E_SCALAR_MIX_INIT_VALUES = (
         "initial_weights must be a list of numbers (one weight per layer, before softmax); found {value!r}."
     )
+    E_SCALAR_MIX_INIT_NAN = (
+        "initial_weights {value} give no layer weights: the softmax of a NaN, of +inf or of only -inf is NaN, and "
+        "so would be every mixed vector. Use finite numbers; a very negative one (-1e9) leaves its layer out."
+    )
+    E_SCALAR_MIX_BOOL = "ScalarMix's {name} must be True or False; found {value!r}."
+    E_SCALAR_MIX_LAYER_TYPE = (
+        "ScalarMix mixes tensors, but layer {index} is a {type_name}. Pass the biLM's out.activations (a list of "
+        "(batch, time, 2P) tensors) or torch.stack(out.activations)."
+    )
     E_SCALAR_MIX_TENSOR = (
         "ScalarMix got one tensor of shape {shape}; it mixes a list of layers (the biLM's out.activations) or "
         "one stacked (n_layers, batch, time, dim) tensor. A single layer (batch, time, dim) would be mixed over "
