@@ -13,7 +13,7 @@ import numpy
 import torch
 from torch import Tensor
 
-from ..chars import batch_to_ids
+from ..chars import _token_list, batch_to_ids
 
 
 class TokenCache:
@@ -35,8 +35,10 @@ class TokenCache:
     def lookup(self, bilm, rows: Sequence[Sequence[str]], device: torch.device) -> Tensor:
         """Row indices ``(B, T + 2)`` for sentences wrapped in ``<S> ... </S>``, padding -> 2.
 
-        Encodes the tokens not yet cached in one call of ``bilm.encode_tokens``.
+        Encodes the tokens not yet cached in one call of ``bilm.encode_tokens``. ``rows`` are
+        taken as by :func:`~spacy_elmo.batch_to_ids` (a string row is an error, not its characters).
         """
+        rows = [_token_list(row, i) for i, row in enumerate(rows)]  # read three times below
         P = bilm.config.projection_dim
         W = bilm.config.max_characters_per_token
         fresh = self.matrix is None or self.matrix.device != device or self.matrix.dtype != bilm.token_encoder.char_embedding.dtype
@@ -73,6 +75,7 @@ def run_rows(bilm, rows: Sequence[Sequence[str]], cache: Optional[TokenCache] = 
     with room and no gradient is wanted (inference); otherwise the whole biLM runs.
     """
     device = bilm.token_encoder.char_embedding.device
+    rows = [_token_list(row, i) for i, row in enumerate(rows)]  # as batch_to_ids takes them, read twice below
     if cache is None or cache.capacity == 0 or torch.is_grad_enabled():
         return bilm(batch_to_ids(rows, bilm.config.max_characters_per_token).to(device))
     lengths = torch.tensor([len(r) for r in rows], dtype=torch.long, device=device)
