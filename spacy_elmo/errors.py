@@ -255,6 +255,15 @@ class Errors:
         "encode_tokens: the mask has shape {found} but the character ids need {expected} (batch, time): one "
         "flag per token position."
     )
+    E_ENCODE_MASK_DTYPE = (
+        "encode_tokens needs a torch.bool mask (True at real tokens), e.g. char_ids.gt(0).any(-1); got a "
+        "{found}. An integer mask would index rows instead of selecting them: convert it with mask.bool()."
+    )
+    E_CONTEXTUALIZE_DTYPE = (
+        "contextualize expects floating-point token vectors x and integer lengths (torch.long), both tensors; "
+        "got x {found_x} and lengths {found_lengths}. Pass encode_tokens' output and the token counts, e.g. "
+        "mask.sum(1)."
+    )
     E_CONTEXTUALIZE_SHAPE = (
         "contextualize expects token vectors x (batch, max_len + 2, {proj}) (<S>, the tokens, </S>, then zeros) "
         "and lengths (batch,); got x {found_x} and lengths {found_lengths}."

@@ -32,6 +32,11 @@ def _state_pair(state, what: str) -> LstmState:
     return state[0], state[1]
 
 
+def _describe(value) -> str:
+    """A tensor's dtype, else the type's name (for error messages)."""
+    return f"{value.dtype} tensor" if isinstance(value, Tensor) else type(value).__name__
+
+
 class BiLM(nn.Module):
     """The ELMo biLM, numerically equal to the released models.
 
@@ -216,6 +221,8 @@ class BiLM(nn.Module):
         zero where ``mask`` is False. Each distinct token is encoded once.
         """
         B, T, W = char_ids.shape
+        if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
+            raise TypeError(Errors.E_ENCODE_MASK_DTYPE.format(found=_describe(mask)))
         if tuple(mask.shape) != (B, T):
             raise ValueError(Errors.E_ENCODE_MASK_SHAPE.format(found=tuple(mask.shape), expected=(B, T)))
         valid = char_ids[mask]
@@ -279,6 +286,9 @@ class BiLM(nn.Module):
         :meth:`forward` (and carries states in stateful mode).
         """
         P = self.config.projection_dim
+        if not (isinstance(x, Tensor) and x.is_floating_point() and isinstance(lengths, Tensor)
+                and not lengths.is_floating_point() and not lengths.is_complex() and lengths.dtype != torch.bool):
+            raise TypeError(Errors.E_CONTEXTUALIZE_DTYPE.format(found_x=_describe(x), found_lengths=_describe(lengths)))
         if x.dim() != 3 or x.shape[1] < 2 or x.shape[2] != P or lengths.shape != (x.shape[0],):
             raise ValueError(Errors.E_CONTEXTUALIZE_SHAPE.format(
                 proj=P, found_x=tuple(x.shape), found_lengths=tuple(lengths.shape)))

@@ -211,3 +211,25 @@ def test_tokens_not_spelled_by_batch_to_ids_are_refused(backend):
     odd = batch_to_ids([["", "\x00", "<S>", "x" * 60, "é" * 30], []])  # real tokens, and a NUL byte is id 1
     out = model(odd)
     assert out.mask.tolist() == [[True] * 5, [False] * 5]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_encode_tokens_and_contextualize_check_their_dtypes(backend):
+    """A conv1d or kernel shape error for an integer mask (it indexed rows), and on the fused path
+    float lengths (1.5 read as 1) and integer token vectors ran silently; a list of lengths was an
+    AttributeError."""
+    import torch
+
+    model = BiLM(TINY, backend=backend)
+    ids = batch_to_ids([["a", "b"], ["c"]])
+    for mask in (ids.gt(0).any(-1).long(), ids.gt(0).any(-1).float()):
+        with pytest.raises(TypeError, match=f"needs a torch.bool mask .*got a {mask.dtype} tensor"):
+            model.encode_tokens(ids, mask)
+    x = torch.zeros(2, 4, 4)
+    for bad_x, lengths, found in [(x, torch.tensor([1.5, 1.0]), "lengths torch.float32 tensor"),
+                                  (x, [2, 1], "lengths list"),
+                                  (x, torch.tensor([True, False]), "lengths torch.bool tensor"),
+                                  (x.long(), torch.tensor([2, 1]), "x torch.int64 tensor")]:
+        with pytest.raises(TypeError, match=f"contextualize expects floating-point .*{found}"):
+            model.contextualize(bad_x, lengths)
+    assert model.contextualize(x, torch.tensor([2, 1], dtype=torch.int32)).mask.tolist() == [[True, True], [True, False]]
