@@ -101,7 +101,9 @@ class Errors:
         "row, width) with the same B; found h {found_h} and c {found_c}. Restore a value read from "
         "BiLM.carried_states of this model, or None."
     )
-    E_FIT_STATE_ARGS = "fit_initial_state needs rows >= 1 and warmup >= 0; found rows={rows}, warmup={warmup}."
+    E_FIT_STATE_ARGS = (
+        "fit_initial_state needs whole numbers rows >= 1 and warmup >= 0; found rows={rows!r}, warmup={warmup!r}."
+    )
     E_FIT_STATE_TOO_FEW = (
         "Fitting the initial state needs at least {needed} non-empty sentences ({rows} streams of more than "
         "{warmup} warm-up sentences each); found {n}. Give it more running text or fewer rows."

@@ -182,4 +182,10 @@ def test_bad_states_and_too_little_text_are_clear_errors(files):
         model.fit_initial_state(TEXT[:5], rows=2, warmup=2)
     with pytest.raises(ValueError, match="rows >= 1"):
         model.fit_initial_state(TEXT, rows=0)
+    # a TypeError inside range() and fits with rows=1 / warmup=1 before
+    for rows, warmup in ((2.5, 1), (True, 1), (2, True), (2, 0.5)):
+        with pytest.raises(ValueError, match=f"whole numbers rows >= 1 and warmup >= 0; found rows={rows!r}, warmup={warmup!r}"):
+            model.fit_initial_state(TEXT, rows=rows, warmup=warmup)
+    with pytest.raises(ValueError, match="at least 6 non-empty sentences .* found 4"):  # a generator's were counted as 0
+        model.fit_initial_state((s for s in TEXT[:5]), rows=2, warmup=2)
     assert model.initial_state is None
