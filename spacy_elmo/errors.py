@@ -234,6 +234,11 @@ class Errors:
     E_STATE_NOT_PAIR = (
         "{what} expects a pair of tensors (h, c) or None; got a {type_name}."
     )
+    E_STATE_NOT_FINITE = (
+        "{what} got a state (h, c) holding NaN or infinite values: every vector computed from it would be NaN. "
+        "It comes from a diverged model or a broken computation: fit it again (BiLM.fit_initial_state), use a "
+        "value read from this model (BiLM.carried_states), or None for zeros."
+    )
     E_CHAR_IDS_RANGE = (
         "Character ids must lie in 0..{max_id} (bytes + 1, markers, padding); found "
         "{found}. Build inputs with spacy_elmo.batch_to_ids."

@@ -25,10 +25,12 @@ class BiLMOutput(NamedTuple):
 
 
 def _state_pair(state, what: str) -> LstmState:
-    """``state`` as ``(h, c)``: a pair of tensors, else a ValueError naming ``what`` expects them."""
+    """``state`` as ``(h, c)``: a pair of finite tensors, else a ValueError naming ``what``."""
     if (not isinstance(state, (tuple, list)) or len(state) != 2
             or not all(isinstance(t, Tensor) for t in state)):
         raise ValueError(Errors.E_STATE_NOT_PAIR.format(what=what, type_name=type(state).__name__))
+    if not all(bool(torch.isfinite(t).all()) for t in state):  # every vector would be NaN
+        raise ValueError(Errors.E_STATE_NOT_FINITE.format(what=what))
     return state[0], state[1]
 
 
