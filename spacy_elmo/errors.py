@@ -172,6 +172,12 @@ class Errors:
         "Tensor {name!r} in {path} holds {dtype} values, but weights are floating point (float32, float16, "
         "bfloat16). The file is damaged or was not written by BiLM.save(): write the model again with BiLM.save()."
     )
+    E_SAVE_EXTRA_NAME = (
+        "BiLM.save(extra_tensors=...): {name!r} is not a free name: the biLM's own tensors (bilm.state_dict()) "
+        "and initial_h / initial_c are stored under their names, and an extra tensor's name is a string. Name it "
+        "otherwise, e.g. with a prefix such as 'softmax.'."
+    )
+    E_SAVE_EXTRA_TYPE = "BiLM.save(extra_tensors=...) stores tensors; {name!r} is a {type_name}. Pass torch tensors."
     E_SAVE_DTYPE_OVERFLOW = (
         "Cannot save {name!r} as {dtype}: its values reach {max_abs:.4g}, beyond {dtype}'s range, so the file "
         "would hold infinities. Save in torch.float32 or torch.bfloat16 (dtype=None keeps the model's dtype)."

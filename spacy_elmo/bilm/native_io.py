@@ -70,6 +70,11 @@ def save_native(
         tensors.pop(name, None)
     extra = dict(extra_tensors or {})
     for name, value in extra.items():
+        if not isinstance(name, str) or name in tensors or name in INITIAL_STATE_KEYS:
+            # it replaced the biLM's own tensor in the file: loaded silently as that weight when of its shape
+            raise ValueError(Errors.E_SAVE_EXTRA_NAME.format(name=name))
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(Errors.E_SAVE_EXTRA_TYPE.format(name=name, type_name=type(value).__name__))
         tensors[name] = value.detach()
     tensors = {k: cast_for_save(k, v, dtype).cpu().contiguous() for k, v in tensors.items()}
     meta = {

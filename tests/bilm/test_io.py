@@ -186,6 +186,18 @@ def test_default_model_missing_is_a_clear_error(monkeypatch, tmp_path):
         BiLM.load("default")
 
 
+def test_extra_tensors_cannot_take_the_models_names(files, tmp_path):
+    """An extra tensor named like a weight replaced it in the file: loaded silently when of its shape."""
+    model = BiLM.from_allennlp(*files)
+    bias = model.state_dict()["lstm.forward_layers.0.bias"]
+    for name in ("lstm.forward_layers.0.bias", "initial_h", 3):
+        with pytest.raises(ValueError, match=f"{name!r} is not a free name"):
+            model.save(tmp_path / "m", extra_tensors={name: torch.zeros_like(bias)})
+    with pytest.raises(TypeError, match="'softmax.bias' is a list"):  # an AttributeError before
+        model.save(tmp_path / "m", extra_tensors={"softmax.bias": [0.0]})
+    assert not (tmp_path / "m" / "config.json").exists()
+
+
 def test_only_the_string_default_names_the_bundled_model(monkeypatch, tmp_path, files):
     """Path("default") and "./default" loaded the bundled model instead of the directory, and
     save("default") wrote a fitted initial state into the bundled model's directory."""
