@@ -183,6 +183,10 @@ class BiLM(nn.Module):
         if h.dtype != dtype or h.device != like.device or c.dtype != dtype or c.device != like.device:
             h, c = h.to(like.device, dtype), c.to(like.device, dtype)
             self._states = (h, c)
+        if (h.is_inference() or c.is_inference()) and not torch.is_inference_mode_enabled():
+            # Carried out of a torch.inference_mode() call: autograd cannot save such tensors.
+            h, c = h.clone(), c.clone()
+            self._states = (h, c)
         stored = h.shape[2]
         if batch > stored:
             # New rows start afresh (zeros unless fitted), as in AllenNLP's _EncoderBase.

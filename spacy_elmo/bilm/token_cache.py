@@ -41,7 +41,10 @@ class TokenCache:
         rows = [_token_list(row, i) for i, row in enumerate(rows)]  # read three times below
         P = bilm.config.projection_dim
         W = bilm.config.max_characters_per_token
-        fresh = self.matrix is None or self.matrix.device != device or self.matrix.dtype != bilm.token_encoder.char_embedding.dtype
+        fresh = (self.matrix is None or self.matrix.device != device
+                 or self.matrix.dtype != bilm.token_encoder.char_embedding.dtype
+                 # built under torch.inference_mode(): written in place below, which only inference mode allows
+                 or (self.matrix.is_inference() and not torch.is_inference_mode_enabled()))
         missing = list({tok for row in rows for tok in row if tok not in self.index})
         if fresh or len(self.index) + len(missing) + 3 > self.capacity:
             self.index = {}

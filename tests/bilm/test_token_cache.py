@@ -67,3 +67,18 @@ def test_rows_are_taken_as_batch_to_ids_takes_sentences():
         whole = run_rows(bilm, [["The", "bank"], ["a"]]).activations
     for a, b in zip(cached, whole):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
+def test_a_cache_built_under_inference_mode_is_used_outside_it():
+    """'Inplace update to inference tensor outside InferenceMode' at the first new token."""
+    torch.manual_seed(0)
+    bilm = BiLM(BiLMConfig(**TINY), backend="reference").eval()
+    cache = TokenCache(100)
+    with torch.inference_mode():
+        run_rows(bilm, [["The", "bank"]], cache)
+    rows = [["The", "river"], ["bank"]]
+    with torch.no_grad():
+        cached = run_rows(bilm, rows, cache).activations
+        whole = run_rows(bilm, rows).activations
+    for a, b in zip(cached, whole):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
