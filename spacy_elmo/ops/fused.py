@@ -298,8 +298,8 @@ def _outside_inference_mode():
     kernels keep their work buffers (tensors, per thread) between calls, allocated in the mode of the
     call that made them: buffers made under inference mode are inference tensors, which every later
     backward on that thread refused to write ("Inplace update to inference tensor outside
-    InferenceMode"), whichever model it ran."""
-    if not torch.is_inference_mode_enabled():
+    InferenceMode"), whichever model it ran. Not while torch.compile traces (it cannot read the mode)."""
+    if torch.compiler.is_compiling() or not torch.is_inference_mode_enabled():
         return contextlib.nullcontext()
     stack = contextlib.ExitStack()
     stack.enter_context(torch.inference_mode(False))
