@@ -56,7 +56,7 @@ class Errors:
     )
     E_BAD_POSITIVE = "{name} must be a positive integer; found {value!r}."
     E_BAD_NON_NEGATIVE = "{name} must be an integer of 0 or more; found {value!r}."
-    E_BAD_CLIP = "{name} must be a positive number or null (no clipping); found {value!r}."
+    E_BAD_CLIP = "{name} must be a finite positive number, or null for no clipping; found {value!r}."
     E_OPTIONS_MISSING_KEY = (
         "The ELMo options {source} lack the key {key!r}. An AllenNLP/bilm-tf options.json "
         "has 'lstm' (dim, projection_dim, n_layers, ...) and 'char_cnn' (embedding.dim, "
@@ -110,7 +110,9 @@ class Errors:
         "row, width) with the same B; found h {found_h} and c {found_c}. Restore a value read from "
         "BiLM.carried_states of this model, or None."
     )
-    E_FIT_STATE_ARGS = "fit_initial_state needs rows >= 1 and warmup >= 0; found rows={rows}, warmup={warmup}."
+    E_FIT_STATE_ARGS = (
+        "fit_initial_state needs whole numbers rows >= 1 and warmup >= 0; found rows={rows!r}, warmup={warmup!r}."
+    )
     E_FIT_STATE_TOO_FEW = (
         "Fitting the initial state needs at least {needed} non-empty sentences ({rows} streams of more than "
         "{warmup} warm-up sentences each); found {n}. Give it more running text or fewer rows."
@@ -179,6 +181,12 @@ class Errors:
         "Tensor {name!r} in {path} holds {dtype} values, but weights are floating point (float32, float16, "
         "bfloat16). The file is damaged or was not written by BiLM.save(): write the model again with BiLM.save()."
     )
+    E_SAVE_EXTRA_NAME = (
+        "BiLM.save(extra_tensors=...): {name!r} is not a free name: the biLM's own tensors (bilm.state_dict()) "
+        "and initial_h / initial_c are stored under their names, and an extra tensor's name is a string. Name it "
+        "otherwise, e.g. with a prefix such as 'softmax.'."
+    )
+    E_SAVE_EXTRA_TYPE = "BiLM.save(extra_tensors=...) stores tensors; {name!r} is a {type_name}. Pass torch tensors."
     E_SAVE_DTYPE_OVERFLOW = (
         "Cannot save {name!r} as {dtype}: its values reach {max_abs:.4g}, beyond {dtype}'s range, so the file "
         "would hold infinities. Save in torch.float32 or torch.bfloat16 (dtype=None keeps the model's dtype)."
@@ -241,6 +249,11 @@ class Errors:
     E_STATE_NOT_PAIR = (
         "{what} expects a pair of tensors (h, c) or None; got a {type_name}."
     )
+    E_STATE_NOT_FINITE = (
+        "{what} got a state (h, c) holding NaN or infinite values: every vector computed from it would be NaN. "
+        "It comes from a diverged model or a broken computation: fit it again (BiLM.fit_initial_state), use a "
+        "value read from this model (BiLM.carried_states), or None for zeros."
+    )
     E_CHAR_IDS_RANGE = (
         "Character ids must lie in 0..{max_id} (bytes + 1, markers, padding); found "
         "{found}. Build inputs with spacy_elmo.batch_to_ids."
@@ -249,9 +262,29 @@ class Errors:
         "Row {row} has padding before a real token: tokens must be left-aligned with "
         "padding (all-zero rows) only at the end, as batch_to_ids produces."
     )
+    E_CHAR_IDS_DEVICE = (
+        "The character ids are on {found} but the biLM's weights are on {expected}: move the ids there, "
+        "e.g. bilm(ids.to('{expected}')), or the model with bilm.to(device)."
+    )
+    E_CHAR_IDS_MALFORMED = (
+        "Token {position} of row {row} is not spelled as batch_to_ids spells tokens: its ids begin {ids}. A token "
+        "starts with {bow} (begin-of-word, shifted by +1) and holds no 0 (0 only fills padded tokens, which are "
+        "all 0). Ids of bilm-tf's UnicodeCharsVocabulary are not shifted (begin-of-word 258): add 1 to the real "
+        "tokens' ids; ids of a smaller max_characters_per_token cannot be padded with zeros. Build inputs with "
+        "spacy_elmo.batch_to_ids."
+    )
     E_ENCODE_MASK_SHAPE = (
         "encode_tokens: the mask has shape {found} but the character ids need {expected} (batch, time): one "
         "flag per token position."
+    )
+    E_ENCODE_MASK_DTYPE = (
+        "encode_tokens needs a torch.bool mask (True at real tokens), e.g. char_ids.gt(0).any(-1); got a "
+        "{found}. An integer mask would index rows instead of selecting them: convert it with mask.bool()."
+    )
+    E_CONTEXTUALIZE_DTYPE = (
+        "contextualize expects floating-point token vectors x and integer lengths (torch.long), both tensors; "
+        "got x {found_x} and lengths {found_lengths}. Pass encode_tokens' output and the token counts, e.g. "
+        "mask.sum(1)."
     )
     E_CONTEXTUALIZE_SHAPE = (
         "contextualize expects token vectors x (batch, max_len + 2, {proj}) (<S>, the tokens, </S>, then zeros) "
@@ -281,6 +314,15 @@ class Errors:
     )
     E_SCALAR_MIX_INIT_VALUES = (
         "initial_weights must be a list of numbers (one weight per layer, before softmax); found {value!r}."
+    )
+    E_SCALAR_MIX_INIT_NAN = (
+        "initial_weights {value} give no layer weights: the softmax of a NaN, of +inf or of only -inf is NaN, and "
+        "so would be every mixed vector. Use finite numbers; a very negative one (-1e9) leaves its layer out."
+    )
+    E_SCALAR_MIX_BOOL = "ScalarMix's {name} must be True or False; found {value!r}."
+    E_SCALAR_MIX_LAYER_TYPE = (
+        "ScalarMix mixes tensors, but layer {index} is a {type_name}. Pass the biLM's out.activations (a list of "
+        "(batch, time, 2P) tensors) or torch.stack(out.activations)."
     )
     E_SCALAR_MIX_TENSOR = (
         "ScalarMix got one tensor of shape {shape}; it mixes a list of layers (the biLM's out.activations) or "

@@ -1,6 +1,7 @@
 """BiLMConfig: every hyperparameter of an ELMo biLM, and its AllenNLP options form."""
 
 import json
+import math
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
@@ -76,7 +77,8 @@ class BiLMConfig:
             raise ValueError(Errors.E_BAD_NON_NEGATIVE.format(name="n_highway", value=self.n_highway))
         for name in ("cell_clip", "proj_clip"):
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not math.isfinite(value) or value <= 0):  # NaN clips gave NaN vectors
                 raise ValueError(Errors.E_BAD_CLIP.format(name=name, value=value))
         if not isinstance(self.use_skip_connections, bool):
             raise ValueError(Errors.E_BAD_BOOL.format(name="use_skip_connections", value=self.use_skip_connections))

@@ -22,6 +22,7 @@ import torch
 
 from ..chars import batch_to_ids
 from ..errors import Errors
+from .config import is_int
 from .lstm import LstmState
 
 
@@ -53,8 +54,9 @@ def boundary_state_mean(
     """
     from tqdm import tqdm
 
-    if rows < 1 or warmup < 0:
+    if not is_int(rows) or not is_int(warmup) or rows < 1 or warmup < 0:
         raise ValueError(Errors.E_FIT_STATE_ARGS.format(rows=rows, warmup=warmup))
+    sentences = list(sentences)  # read twice below: a generator only once
     streams = running_streams(sentences, rows)
     per = len(streams[0])
     if per <= warmup:

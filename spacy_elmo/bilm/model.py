@@ -25,11 +25,18 @@ class BiLMOutput(NamedTuple):
 
 
 def _state_pair(state, what: str) -> LstmState:
-    """``state`` as ``(h, c)``: a pair of tensors, else a ValueError naming ``what`` expects them."""
+    """``state`` as ``(h, c)``: a pair of finite tensors, else a ValueError naming ``what``."""
     if (not isinstance(state, (tuple, list)) or len(state) != 2
             or not all(isinstance(t, Tensor) for t in state)):
         raise ValueError(Errors.E_STATE_NOT_PAIR.format(what=what, type_name=type(state).__name__))
+    if not all(bool(torch.isfinite(t).all()) for t in state):  # every vector would be NaN
+        raise ValueError(Errors.E_STATE_NOT_FINITE.format(what=what))
     return state[0], state[1]
+
+
+def _describe(value) -> str:
+    """A tensor's dtype, else the type's name (for error messages)."""
+    return f"{value.dtype} tensor" if isinstance(value, Tensor) else type(value).__name__
 
 
 class BiLM(nn.Module):
@@ -59,6 +66,7 @@ class BiLM(nn.Module):
         super().__init__()
         if not isinstance(config, BiLMConfig):
             raise TypeError(Errors.E_BILM_CONFIG_TYPE.format(type_name=type(config).__name__))
+        config.validate()  # again: a dataclass's fields can be set after it was built
         if not isinstance(stateful, bool):
             raise TypeError(Errors.E_STATEFUL_NOT_BOOL.format(value=stateful))
         self.config = config
@@ -175,6 +183,10 @@ class BiLM(nn.Module):
         if h.dtype != dtype or h.device != like.device or c.dtype != dtype or c.device != like.device:
             h, c = h.to(like.device, dtype), c.to(like.device, dtype)
             self._states = (h, c)
+        if (h.is_inference() or c.is_inference()) and not torch.is_inference_mode_enabled():
+            # Carried out of a torch.inference_mode() call: autograd cannot save such tensors.
+            h, c = h.clone(), c.clone()
+            self._states = (h, c)
         stored = h.shape[2]
         if batch > stored:
             # New rows start afresh (zeros unless fitted), as in AllenNLP's _EncoderBase.
@@ -203,12 +215,10 @@ class BiLM(nn.Module):
             raise TypeError(Errors.E_CHAR_IDS_NOT_TENSOR.format(type_name=type(char_ids).__name__))
         if char_ids.dim() != 3 or char_ids.shape[-1] != W:
             raise ValueError(Errors.E_CHAR_IDS_SHAPE.format(max_chars=W, shape=tuple(char_ids.shape)))
-        if char_ids.dtype not in (torch.long, torch.int32, torch.int64):
-            raise TypeError(Errors.E_CHAR_IDS_DTYPE.format(dtype=char_ids.dtype))
-        if char_ids.numel():
-            lo, hi = int(char_ids.min()), int(char_ids.max())
-            if lo < 0 or hi > MAX_SHIFTED_ID:
-                raise ValueError(Errors.E_CHAR_IDS_RANGE.format(max_id=MAX_SHIFTED_ID, found=lo if lo < 0 else hi))
+        weights = self.token_encoder.char_embedding.device
+        if char_ids.device != weights:
+            raise ValueError(Errors.E_CHAR_IDS_DEVICE.format(found=char_ids.device, expected=weights))
+        ops.check_char_ids(char_ids, MAX_SHIFTED_ID)
 
     def encode_tokens(self, char_ids: Tensor, mask: Tensor) -> Tensor:
         """Token vectors of the valid positions.
@@ -217,6 +227,8 @@ class BiLM(nn.Module):
         zero where ``mask`` is False. Each distinct token is encoded once.
         """
         B, T, W = char_ids.shape
+        if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
+            raise TypeError(Errors.E_ENCODE_MASK_DTYPE.format(found=_describe(mask)))
         if tuple(mask.shape) != (B, T):
             raise ValueError(Errors.E_ENCODE_MASK_SHAPE.format(found=tuple(mask.shape), expected=(B, T)))
         valid = char_ids[mask]
@@ -236,7 +248,8 @@ class BiLM(nn.Module):
         tensors ``(batch, max_len, 2P)`` in the weights' dtype (under autocast, its dtype) (layer 0 ``[x; x]``, then
         ``[forward_l; backward_l]``; zero at padded positions), and ``mask``, BoolTensor
         ``(batch, max_len)``. Raises TypeError for a non-tensor or non-integer input and
-        ValueError for another shape, ids out of range or padding before a real token.
+        ValueError for another shape or device than the weights', ids out of range, padding
+        before a real token or a token not spelled as batch_to_ids spells it.
         """
         self._check_inputs(char_ids)
         char_ids = char_ids.long()
@@ -249,6 +262,13 @@ class BiLM(nn.Module):
         if not torch.equal(mask, expected):
             row = int((mask != expected).any(1).nonzero()[0])
             raise ValueError(Errors.E_RAGGED_MASK.format(row=row))
+        # Every real token starts with the begin-of-word id and holds no 0 (the id of "no token"):
+        # bilm-tf's unshifted ids or zero-padded narrower tokens would run as other characters.
+        malformed = mask & ((char_ids[..., 0] != self._marker_ids[0, 0]) | (char_ids == 0).any(-1))
+        if malformed.any():
+            row, position = (int(i) for i in malformed.nonzero()[0])
+            raise ValueError(Errors.E_CHAR_IDS_MALFORMED.format(
+                row=row, position=position, ids=char_ids[row, position, :12].tolist(), bow=int(self._marker_ids[0, 0])))
         # Wrap every sentence in <S> ... </S> (each </S> right after its own last token).
         wrapped = char_ids.new_zeros(B, T + 2, W)
         wrapped[:, 1 : T + 1] = char_ids
@@ -272,6 +292,9 @@ class BiLM(nn.Module):
         :meth:`forward` (and carries states in stateful mode).
         """
         P = self.config.projection_dim
+        if not (isinstance(x, Tensor) and x.is_floating_point() and isinstance(lengths, Tensor)
+                and not lengths.is_floating_point() and not lengths.is_complex() and lengths.dtype != torch.bool):
+            raise TypeError(Errors.E_CONTEXTUALIZE_DTYPE.format(found_x=_describe(x), found_lengths=_describe(lengths)))
         if x.dim() != 3 or x.shape[1] < 2 or x.shape[2] != P or lengths.shape != (x.shape[0],):
             raise ValueError(Errors.E_CONTEXTUALIZE_SHAPE.format(
                 proj=P, found_x=tuple(x.shape), found_lengths=tuple(lengths.shape)))

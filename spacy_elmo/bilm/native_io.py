@@ -40,8 +40,12 @@ DEFAULT_MODEL_DIR = Path(__file__).resolve().parent.parent / "data" / "default"
 
 
 def resolve_model_dir(directory: PathLike) -> Path:
-    """``"default"`` -> the bundled model directory; anything else -> a Path."""
-    if str(directory) == "default":
+    """The string ``"default"`` -> the bundled model directory; anything else -> a Path.
+
+    Only the string: ``Path("default")`` and ``"./default"`` are a directory named ``default``
+    (this module passes Paths on, e.g. ``save("default")`` to :func:`write_initial_state`,
+    which must write into that directory, never into the bundled model)."""
+    if isinstance(directory, str) and directory == "default":
         if not (DEFAULT_MODEL_DIR / CONFIG_NAME).exists():
             raise FileNotFoundError(Errors.E_NO_DEFAULT_MODEL.format(path=DEFAULT_MODEL_DIR))
         return DEFAULT_MODEL_DIR
@@ -66,6 +70,11 @@ def save_native(
         tensors.pop(name, None)
     extra = dict(extra_tensors or {})
     for name, value in extra.items():
+        if not isinstance(name, str) or name in tensors or name in INITIAL_STATE_KEYS:
+            # it replaced the biLM's own tensor in the file: loaded silently as that weight when of its shape
+            raise ValueError(Errors.E_SAVE_EXTRA_NAME.format(name=name))
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(Errors.E_SAVE_EXTRA_TYPE.format(name=name, type_name=type(value).__name__))
         tensors[name] = value.detach()
     tensors = {k: cast_for_save(k, v, dtype).cpu().contiguous() for k, v in tensors.items()}
     meta = {

@@ -46,6 +46,9 @@ class ScalarMix(nn.Module):
         super().__init__()
         if not is_int(n_layers) or n_layers < 1:
             raise ValueError(Errors.E_SCALAR_MIX_SIZE.format(value=n_layers))
+        for name, value in (("do_layer_norm", do_layer_norm), ("trainable", trainable)):
+            if not isinstance(value, bool):  # do_layer_norm="false" was truthy: layer norm on
+                raise TypeError(Errors.E_SCALAR_MIX_BOOL.format(name=name, value=value))
         if initial_weights is None:
             initial_weights = [0.0] * n_layers
         if isinstance(initial_weights, (str, bytes)):
@@ -56,6 +59,8 @@ class ScalarMix(nn.Module):
             values = [float(w) for w in initial_weights]
         except (TypeError, ValueError) as err:
             raise ValueError(Errors.E_SCALAR_MIX_INIT_VALUES.format(value=initial_weights)) from err
+        if not torch.softmax(torch.tensor(values), 0).isfinite().all():  # every mixed vector would be NaN
+            raise ValueError(Errors.E_SCALAR_MIX_INIT_NAN.format(value=values))
         self.n_layers = n_layers
         self.do_layer_norm = do_layer_norm
         self.scalar_parameters = nn.Parameter(torch.tensor(values), requires_grad=trainable)
@@ -67,7 +72,8 @@ class ScalarMix(nn.Module):
 
         Returns ``(B, T, D)``, ``gamma * sum_j softmax(w)_j * activations[j]``, in the dtype the
         activations promote to with ``w`` and ``gamma`` (float32 for float16 input to a float32 mix).
-        Raises ValueError for another number of layers, unequal shapes or a mask of another shape.
+        Raises ValueError for another number of layers, unequal shapes or a mask of another shape,
+        TypeError for a layer that is not a tensor.
         """
         if isinstance(activations, Tensor):
             # One (B, T, D) tensor would be mixed over its batch rows when B == n_layers.
@@ -78,6 +84,8 @@ class ScalarMix(nn.Module):
         if len(activations) != self.n_layers:
             raise ValueError(Errors.E_SCALAR_MIX_COUNT.format(expected=self.n_layers, found=len(activations)))
         for index, layer in enumerate(activations):
+            if not isinstance(layer, Tensor):
+                raise TypeError(Errors.E_SCALAR_MIX_LAYER_TYPE.format(index=index, type_name=type(layer).__name__))
             if layer.shape != activations[0].shape:
                 raise ValueError(
                     Errors.E_SCALAR_MIX_SHAPES.format(

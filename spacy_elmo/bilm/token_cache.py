@@ -13,7 +13,7 @@ import numpy
 import torch
 from torch import Tensor
 
-from ..chars import batch_to_ids
+from ..chars import _token_list, batch_to_ids
 
 
 class TokenCache:
@@ -35,11 +35,16 @@ class TokenCache:
     def lookup(self, bilm, rows: Sequence[Sequence[str]], device: torch.device) -> Tensor:
         """Row indices ``(B, T + 2)`` for sentences wrapped in ``<S> ... </S>``, padding -> 2.
 
-        Encodes the tokens not yet cached in one call of ``bilm.encode_tokens``.
+        Encodes the tokens not yet cached in one call of ``bilm.encode_tokens``. ``rows`` are
+        taken as by :func:`~spacy_elmo.batch_to_ids` (a string row is an error, not its characters).
         """
+        rows = [_token_list(row, i) for i, row in enumerate(rows)]  # read three times below
         P = bilm.config.projection_dim
         W = bilm.config.max_characters_per_token
-        fresh = self.matrix is None or self.matrix.device != device or self.matrix.dtype != bilm.token_encoder.char_embedding.dtype
+        fresh = (self.matrix is None or self.matrix.device != device
+                 or self.matrix.dtype != bilm.token_encoder.char_embedding.dtype
+                 # built under torch.inference_mode(): written in place below, which only inference mode allows
+                 or (self.matrix.is_inference() and not torch.is_inference_mode_enabled()))
         missing = list({tok for row in rows for tok in row if tok not in self.index})
         if fresh or len(self.index) + len(missing) + 3 > self.capacity:
             self.index = {}
@@ -73,6 +78,7 @@ def run_rows(bilm, rows: Sequence[Sequence[str]], cache: Optional[TokenCache] = 
     with room and no gradient is wanted (inference); otherwise the whole biLM runs.
     """
     device = bilm.token_encoder.char_embedding.device
+    rows = [_token_list(row, i) for i, row in enumerate(rows)]  # as batch_to_ids takes them, read twice below
     if cache is None or cache.capacity == 0 or torch.is_grad_enabled():
         return bilm(batch_to_ids(rows, bilm.config.max_characters_per_token).to(device))
     lengths = torch.tensor([len(r) for r in rows], dtype=torch.long, device=device)

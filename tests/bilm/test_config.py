@@ -1,7 +1,11 @@
 import pytest
 
 from spacy_elmo import BiLM, BiLMConfig, batch_to_ids
+from spacy_elmo.ops import fused_available
 from tests.bilm.oracle import options
+
+BACKENDS = ["reference"] + (["fused"] if fused_available() else [])
+TINY = BiLMConfig(projection_dim=4, cell_dim=6, filters=[(1, 2), (2, 2)], n_highway=0)
 
 
 @pytest.mark.parametrize(
@@ -40,12 +44,19 @@ def test_options_round_trip_and_defaults():
         ({"n_characters": 262.0}, "n_characters=262.0 is not supported"),  # was accepted, saved as 262.0
         ({"n_characters": True}, "n_characters=True is not supported"),
         ({"cell_clip": -1.0}, "cell_clip"),
+        ({"cell_clip": float("nan")}, "cell_clip must be a finite"),  # NaN vectors (reference) or a kernel error
+        ({"proj_clip": float("inf")}, "proj_clip must be a finite.*null for no clipping"),  # written as Infinity
         ({"projection_dim": 0}, "projection_dim"),
     ],
 )
 def test_bad_config_values(kwargs, match):
     with pytest.raises(ValueError, match=match):
         BiLMConfig(**kwargs)
+    config = BiLMConfig()
+    for name, value in kwargs.items():
+        setattr(config, name, value)  # set after validation: BiLM built a model from it
+    with pytest.raises(ValueError, match=match):
+        BiLM(config)
 
 
 def test_unknown_preset_and_backend():
@@ -149,3 +160,76 @@ def test_encode_tokens_and_contextualize_check_their_shapes(backend):
         model.encode_tokens(ids, torch.ones(2, 1, dtype=torch.bool))
     out = model.contextualize(model.encode_tokens(ids, ids.gt(0).any(-1)).new_zeros(2, 4, 4), torch.tensor([2, 1]))
     assert out.activations[0].shape == (2, 2, 8)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("value", [-1, 262, 5000])
+def test_encode_tokens_refuses_ids_outside_the_table(backend, value):
+    """The fused char CNN read table rows past the 261 stored ones (memory beyond the table) or a
+    zero vector for negative ids; the reference raised a bare IndexError from F.embedding."""
+    import torch
+
+    model = BiLM(TINY, backend=backend)
+    ids = batch_to_ids([["a", "b"]])
+    ids[0, 1, 3] = value
+    mask = torch.ones(1, 2, dtype=torch.bool)
+    with pytest.raises(ValueError, match=f"must lie in 0..261 .*found {value}\\."):
+        model.encode_tokens(ids, mask)
+    with pytest.raises(ValueError, match=f"found {value}\\."):
+        model.token_encoder(ids[0])
+    with pytest.raises(TypeError, match="integer character ids"):
+        model.token_encoder(batch_to_ids([["a"]])[0].float())  # the fused kernel truncated floats
+
+
+def test_ids_on_another_device_than_the_weights_are_a_clear_error():
+    """Both ran into torch internals: .item() of a meta tensor, or copying out of one."""
+    import torch
+
+    model = BiLM(TINY, backend="reference")
+    with pytest.raises(ValueError, match=r"ids are on meta but the biLM's weights are on cpu.*ids.to\('cpu'\)"):
+        model(batch_to_ids([["a"]]).to("meta"))
+    with pytest.raises(ValueError, match="ids are on cpu but the biLM's weights are on meta"):
+        BiLM(TINY, backend="reference").to("meta")(batch_to_ids([["a"]]))
+    assert model(batch_to_ids([["a"]]).to(torch.int32)).mask.tolist() == [[True]]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_tokens_not_spelled_by_batch_to_ids_are_refused(backend):
+    """Both ran silently: every character read as its neighbour's (bilm-tf's ids have no +1
+    shift), or zero slots read as zero vectors the released models never saw."""
+    import torch
+    import torch.nn.functional as F
+
+    model = BiLM(TINY, backend=backend)
+    ids = batch_to_ids([["The", "bank"], ["a"]])
+    unshifted = torch.where(ids > 0, ids - 1, ids)
+    with pytest.raises(ValueError, match=r"Token 0 of row 0 .* begin \[258, 84, 104, 101, 259, 260, 260.*add 1"):
+        model(unshifted)
+    narrow = F.pad(batch_to_ids([["a"], ["b", "c"]], max_characters_per_token=20), (0, 30))
+    with pytest.raises(ValueError, match=r"Token 0 of row 0 .* holds no 0"):
+        model(narrow)
+    odd = batch_to_ids([["", "\x00", "<S>", "x" * 60, "é" * 30], []])  # real tokens, and a NUL byte is id 1
+    out = model(odd)
+    assert out.mask.tolist() == [[True] * 5, [False] * 5]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_encode_tokens_and_contextualize_check_their_dtypes(backend):
+    """A conv1d or kernel shape error for an integer mask (it indexed rows), and on the fused path
+    float lengths (1.5 read as 1) and integer token vectors ran silently; a list of lengths was an
+    AttributeError."""
+    import torch
+
+    model = BiLM(TINY, backend=backend)
+    ids = batch_to_ids([["a", "b"], ["c"]])
+    for mask in (ids.gt(0).any(-1).long(), ids.gt(0).any(-1).float()):
+        with pytest.raises(TypeError, match=f"needs a torch.bool mask .*got a {mask.dtype} tensor"):
+            model.encode_tokens(ids, mask)
+    x = torch.zeros(2, 4, 4)
+    for bad_x, lengths, found in [(x, torch.tensor([1.5, 1.0]), "lengths torch.float32 tensor"),
+                                  (x, [2, 1], "lengths list"),
+                                  (x, torch.tensor([True, False]), "lengths torch.bool tensor"),
+                                  (x.long(), torch.tensor([2, 1]), "x torch.int64 tensor")]:
+        with pytest.raises(TypeError, match=f"contextualize expects floating-point .*{found}"):
+            model.contextualize(bad_x, lengths)
+    assert model.contextualize(x, torch.tensor([2, 1], dtype=torch.int32)).mask.tolist() == [[True, True], [True, False]]

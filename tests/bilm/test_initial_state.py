@@ -180,6 +180,20 @@ def test_bad_states_and_too_little_text_are_clear_errors(files):
         model.set_initial_state((h[..., :4], c))
     with pytest.raises(ValueError, match="at least 6 non-empty sentences"):
         model.fit_initial_state(TEXT[:5], rows=2, warmup=2)
+    # accepted before (a state dict too, though loading initial_state.safetensors refuses them): NaN vectors
+    nan_h = h.clone()
+    nan_h[1, 0, 2] = float("nan")
+    for set_it in (model.set_initial_state, lambda s: model.load_state_dict({**model.state_dict(), "initial_h": s[0], "initial_c": s[1]}),
+                   lambda s: setattr(model, "carried_states", (s[0].unsqueeze(2), s[1].unsqueeze(2)))):
+        for state in ((nan_h, c), (h, c * float("inf"))):
+            with pytest.raises(ValueError, match="holding NaN or infinite values"):
+                set_it(state)
     with pytest.raises(ValueError, match="rows >= 1"):
         model.fit_initial_state(TEXT, rows=0)
+    # a TypeError inside range() and fits with rows=1 / warmup=1 before
+    for rows, warmup in ((2.5, 1), (True, 1), (2, True), (2, 0.5)):
+        with pytest.raises(ValueError, match=f"whole numbers rows >= 1 and warmup >= 0; found rows={rows!r}, warmup={warmup!r}"):
+            model.fit_initial_state(TEXT, rows=rows, warmup=warmup)
+    with pytest.raises(ValueError, match="at least 6 non-empty sentences .* found 4"):  # a generator's were counted as 0
+        model.fit_initial_state((s for s in TEXT[:5]), rows=2, warmup=2)
     assert model.initial_state is None

@@ -1,6 +1,7 @@
 """Weight files: round trips, exact released layout, and clear errors on bad files."""
 
 import json
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -183,6 +184,45 @@ def test_default_model_missing_is_a_clear_error(monkeypatch, tmp_path):
     monkeypatch.setattr(native_io, "DEFAULT_MODEL_DIR", tmp_path / "nothing")
     with pytest.raises(FileNotFoundError, match="bundled default model is not installed"):
         BiLM.load("default")
+
+
+def test_extra_tensors_cannot_take_the_models_names(files, tmp_path):
+    """An extra tensor named like a weight replaced it in the file: loaded silently when of its shape."""
+    model = BiLM.from_allennlp(*files)
+    bias = model.state_dict()["lstm.forward_layers.0.bias"]
+    for name in ("lstm.forward_layers.0.bias", "initial_h", 3):
+        with pytest.raises(ValueError, match=f"{name!r} is not a free name"):
+            model.save(tmp_path / "m", extra_tensors={name: torch.zeros_like(bias)})
+    with pytest.raises(TypeError, match="'softmax.bias' is a list"):  # an AttributeError before
+        model.save(tmp_path / "m", extra_tensors={"softmax.bias": [0.0]})
+    assert not (tmp_path / "m" / "config.json").exists()
+
+
+def test_only_the_string_default_names_the_bundled_model(monkeypatch, tmp_path, files):
+    """Path("default") and "./default" loaded the bundled model instead of the directory, and
+    save("default") wrote a fitted initial state into the bundled model's directory."""
+    from spacy_elmo.bilm import native_io
+
+    bundled = tmp_path / "bundled"
+    BiLM.from_allennlp(*files).save(bundled)
+    monkeypatch.setattr(native_io, "DEFAULT_MODEL_DIR", bundled)
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    mine = BiLM.from_allennlp(*files)
+    with torch.no_grad():
+        mine.token_encoder.char_embedding.add_(1.0)
+    L, P, C = mine.config.n_layers, mine.config.projection_dim, mine.config.cell_dim
+    mine.set_initial_state((torch.full((2, L, P), 0.5), torch.full((2, L, C), 0.25)))
+    mine.save("default")  # a directory named default in the working directory
+    assert sorted(p.name for p in bundled.iterdir()) == ["config.json", "model.safetensors"]
+    assert (work / "default" / "initial_state.safetensors").exists()
+    want = mine.token_encoder.char_embedding
+    for path in (Path("default"), "./default", work / "default"):
+        loaded = BiLM.load(path)
+        assert torch.equal(loaded.token_encoder.char_embedding, want), path
+        assert torch.equal(loaded.initial_state[0], mine.initial_state[0]), path
+    assert not torch.equal(BiLM.load("default").token_encoder.char_embedding, want)  # the documented name
 
 
 def edit_meta(directory, **changes):
@@ -383,8 +423,10 @@ def test_non_finite_weights_are_refused_naming_the_tensor(files, tmp_path, value
     with pytest.raises(ValueError, match="'lstm.backward_layers.1.bias' holds 2 NaN or infinite value"):
         BiLM.load(tmp_path / "m")
 
-    model.set_initial_state((torch.full((2, 2, 8), value), torch.zeros(2, 2, 12)))
+    model.set_initial_state((torch.zeros(2, 2, 8), torch.zeros(2, 2, 12)))  # set_initial_state refuses NaN
     model.save(tmp_path / "s")
+    save_file({"initial_h": torch.full((2, 2, 8), value), "initial_c": torch.zeros(2, 2, 12)},
+              str(tmp_path / "s" / "initial_state.safetensors"))
     with pytest.raises(ValueError, match="'initial_h' holds 32 NaN or infinite value"):
         BiLM.load(tmp_path / "s")
 

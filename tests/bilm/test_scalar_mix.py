@@ -115,3 +115,27 @@ def test_initial_weights_that_are_not_numbers():
     for bad in ("abc", [0.0, "x", 1.0], [None, 0.0, 0.0]):
         with pytest.raises(ValueError, match="initial_weights must be a list of numbers"):
             ScalarMix(3, initial_weights=bad)
+
+
+@pytest.mark.parametrize("weights", [[0.0, float("nan"), 0.0], [0.0, float("inf"), 0.0], [float("-inf")] * 3, [1e39, 0, 0]])
+def test_initial_weights_that_give_nan_layer_weights(weights):
+    """Accepted before: every mixed vector came out NaN."""
+    with pytest.raises(ValueError, match="give no layer weights.*-1e9"):
+        ScalarMix(3, initial_weights=weights)
+    layers, _ = layers_and_mask()
+    top_only = ScalarMix(3, initial_weights=[float("-inf"), -1e9, 0.0], trainable=False)  # -inf alone is fine
+    torch.testing.assert_close(top_only(layers), layers[2])
+
+
+@pytest.mark.parametrize("name,value", [("do_layer_norm", "false"), ("do_layer_norm", 1), ("trainable", "no"), ("trainable", None)])
+def test_flags_must_be_booleans(name, value):
+    """do_layer_norm="false" switched layer norm on; trainable="no" failed inside nn.Parameter."""
+    with pytest.raises(TypeError, match=f"ScalarMix's {name} must be True or False; found {value!r}"):
+        ScalarMix(3, **{name: value})
+
+
+def test_layers_that_are_not_tensors():
+    """An AttributeError ('list' object has no attribute 'shape') before."""
+    layers, mask = layers_and_mask()
+    with pytest.raises(TypeError, match="layer 1 is a list"):
+        ScalarMix(3)([layers[0], layers[1].tolist(), layers[2]], mask)

@@ -37,6 +37,17 @@ def _worst(out, expected, sentences):
     return worst / scale
 
 
+def _after_first_batch(files, backend, context):
+    """A stateful model and the oracle after the first batch, which the model read under ``context()``."""
+    opts, opt_path, weight_path = files
+    model = BiLM.from_allennlp(opt_path, weight_path, stateful=True, backend=backend)
+    oracle = NumpyElmo(opts, weight_path)
+    with context():
+        model(batch_to_ids(BATCHES[0]))
+    oracle.batch(BATCHES[0], stateful=True)
+    return model, oracle
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_stateful_batches_match_oracle(files, backend):
     opts, opt_path, weight_path = files
@@ -57,12 +68,7 @@ def test_stateful_batches_match_oracle(files, backend):
 def test_states_follow_a_cast_of_the_module(files, backend, dtype, tolerance):
     """States stored in float32 carry on after .to(dtype) (the reference path raised
     'expected m1 and m2 to have the same dtype')."""
-    opts, opt_path, weight_path = files
-    model = BiLM.from_allennlp(opt_path, weight_path, stateful=True, backend=backend)
-    oracle = NumpyElmo(opts, weight_path)
-    with torch.no_grad():
-        model(batch_to_ids(BATCHES[0]))
-    oracle.batch(BATCHES[0], stateful=True)
+    model, oracle = _after_first_batch(files, backend, torch.no_grad)
     model.to(dtype)
     for sentences in BATCHES[1:]:
         with torch.no_grad():
@@ -105,3 +111,14 @@ def test_stateful_backends_agree_and_reset(files):
         torch.testing.assert_close(h, g, atol=1e-5, rtol=0)
     fused.reset_states()
     assert fused.carried_states is None
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_states_carried_out_of_inference_mode(files, backend):
+    """The next call after one under torch.inference_mode() failed: 'Inference tensors cannot be
+    saved for backward' (with grad enabled, the default)."""
+    model, oracle = _after_first_batch(files, backend, torch.inference_mode)
+    out = model(batch_to_ids(BATCHES[1]))
+    out.activations[-1].sum().backward()
+    assert _worst(out, oracle.batch(BATCHES[1], stateful=True), BATCHES[1]) < 1e-5
+    assert all(p.grad is not None for p in model.parameters())

@@ -1,5 +1,6 @@
 """TokenCache.lookup: the row indices of wrapped sentences (no spaCy)."""
 
+import pytest
 import torch
 
 from spacy_elmo import BiLM, BiLMConfig
@@ -48,6 +49,36 @@ def test_cached_rows_equal_whole_bilm():
     rows = [["The", "bank", "of", "the", "river", "."], ["It", "rose"], ["the"]]
     with torch.no_grad():
         cached = run_rows(bilm, rows, TokenCache(100)).activations
+        whole = run_rows(bilm, rows).activations
+    for a, b in zip(cached, whole):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
+def test_rows_are_taken_as_batch_to_ids_takes_sentences():
+    """With a cache, a string row ran as its characters and a generator row as an empty row
+    (lookup read it three times); batch_to_ids, the path without a cache, refuses the first."""
+    torch.manual_seed(0)
+    bilm = BiLM(BiLMConfig(**TINY), backend="reference").eval()
+    with torch.no_grad():
+        for cache in (None, TokenCache(100)):
+            with pytest.raises(TypeError, match=r"sentence 0 is a str. Tokenize first"):
+                run_rows(bilm, ["The bank"], cache)
+        cached = run_rows(bilm, [iter(["The", "bank"]), ("a",)], TokenCache(100)).activations
+        whole = run_rows(bilm, [["The", "bank"], ["a"]]).activations
+    for a, b in zip(cached, whole):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
+def test_a_cache_built_under_inference_mode_is_used_outside_it():
+    """'Inplace update to inference tensor outside InferenceMode' at the first new token."""
+    torch.manual_seed(0)
+    bilm = BiLM(BiLMConfig(**TINY), backend="reference").eval()
+    cache = TokenCache(100)
+    with torch.inference_mode():
+        run_rows(bilm, [["The", "bank"]], cache)
+    rows = [["The", "river"], ["bank"]]
+    with torch.no_grad():
+        cached = run_rows(bilm, rows, cache).activations
         whole = run_rows(bilm, rows).activations
     for a, b in zip(cached, whole):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)

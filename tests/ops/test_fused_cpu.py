@@ -249,6 +249,29 @@ def test_lstm_layer_gradients_float64_vs_reference(case):
         _close(a, e, rtol=1e-10, atol=1e-10)
 
 
+def test_a_call_under_inference_mode_leaves_later_backwards_working():
+    """The work buffers made by a call under torch.inference_mode() were inference tensors: every
+    later backward on this thread, of any model, failed ('Inplace update to inference tensor
+    outside InferenceMode')."""
+    gen = torch.Generator().manual_seed(9)
+    B, T, I, C, P = 4, 6, 5, 7, 3
+    lengths = torch.tensor([6, 2, 5, 1])
+    w = lstm_params(gen, I, C, P, scale=0.8)
+    fused.release_cpu_buffers()  # the next call allocates them
+    with torch.inference_mode():
+        fused.bilstm_layer(*(torch.randn(2, B, T, I, generator=gen)), lengths, w, w,
+                           (torch.zeros(2, B, P), torch.zeros(2, B, C)), 3.0, 3.0, True, False)
+    base = [torch.randn(B, T, I, generator=gen), *w, torch.randn(B, P, generator=gen), torch.randn(B, C, generator=gen)]
+    grads = []
+    for impl in (fused, R):
+        ts = [t.clone().requires_grad_() for t in base]
+        out, h_n, c_n = impl.lstm_layer(ts[0], lengths[:B], *ts[1:5], ts[5], ts[6], 3.0, 3.0, True, False)
+        ((out * 0.3).sum() + h_n.sum() - c_n.sum()).backward()
+        grads.append([t.grad for t in ts])
+    for a, e in zip(*grads):
+        _close(a, e)
+
+
 @pytest.mark.parametrize("reverse,residual", [(False, False), (True, True)])
 def test_lstm_layer_gradcheck(reverse, residual):
     gen = torch.Generator().manual_seed(4)
