@@ -94,6 +94,15 @@ def _no_backprop(d_outputs: Any) -> List[Doc]:  # module level: picklable
     return []
 
 
+class _TrainingBatch:
+    """A fine-tuning batch of the biLM: its backward, the gradient summed over listeners so far,
+    and the listeners (by index) not yet heard from."""
+
+    def __init__(self, backprop: Callable, d_outputs: List[Floats3d], n_listeners: int) -> None:
+        self.backprop, self.d_outputs, self.n_listeners = backprop, d_outputs, n_listeners
+        self.waiting = set(range(n_listeners))
+
+
 LISTENER_ARCH = "spacy_elmo.ElmoListener.v1"
 
 
@@ -339,6 +348,12 @@ class ElmoComponent(TrainablePipe):
                 listener.receive_predicted(batch_id, stored)
 
     # -- training ----------------------------------------------------------------
+    # Fine-tuning (frozen = false): each listener sends the gradient of the layers it read; the
+    # biLM's backward runs once per batch, when all of them have (or, for listeners of components
+    # that did not train on the batch, at the next finish_update or update), and the optimizer
+    # steps once per finish_update, so that [training] accumulate_gradient = N sums N sub-batches
+    # into one step. spaCy's nlp.update(sgd=...) calls finish_update right after update(), before
+    # the listening components send their gradients: that optimizer steps as soon as they have.
     def update(
         self,
         examples: Iterable[Example],
@@ -353,49 +368,65 @@ class ElmoComponent(TrainablePipe):
         docs = [eg.predicted for eg in examples]
         self._ensure_weights()
         batch_id = ElmoListener.get_batch_id(docs)
-        if self.cfg["frozen"]:
+        listeners = self.listeners
+        if self.cfg["frozen"] or not listeners:
             outputs = self.model.predict(docs)  # no autograd graph at all
-            for listener in self.listeners:
+            for listener in listeners:
                 listener.receive(batch_id, outputs, _no_backprop)
             return losses
+        self._run_backward()  # the last batch's, if a listening component did not train on it
+        self._step_with = sgd
         set_dropout_rate(self.model, drop)
         outputs, bp_outputs = self.model.begin_update(docs)
-        d_outputs = [self.model.ops.alloc3f(*o.shape) for o in outputs]
-
-        def accumulate_gradient(one_d: List[Floats3d]) -> List[Doc]:
-            for i, d in enumerate(one_d):
-                d_outputs[i] += d
-                losses[self.name] += float((d**2).sum())
-            return []
-
-        def backprop(one_d: List[Floats3d]) -> List[Doc]:
-            accumulate_gradient(one_d)
-            d_docs = bp_outputs(d_outputs)
-            # spaCy 3.8's nlp.update calls our finish_update right after our
-            # update(), i.e. before the listeners backprop; step here instead
-            # with the optimizer it gave us (else at the next finish_update).
-            optimizer = sgd if sgd is not None else getattr(self, "_last_sgd", None)
-            if optimizer is not None:
-                step_bilm(self.model, optimizer)
-                self._pending_grads = False
-            else:
-                self._pending_grads = True
-            return d_docs
-
-        for listener in self.listeners[:-1]:
-            listener.receive(batch_id, outputs, accumulate_gradient)
-        if self.listeners:
-            self.listeners[-1].receive(batch_id, outputs, backprop)
+        batch = _TrainingBatch(bp_outputs, [self.model.ops.alloc3f(*o.shape) for o in outputs], len(listeners))
+        self._batch = batch
+        for i, listener in enumerate(listeners):
+            listener.receive(batch_id, outputs, functools.partial(self._receive_gradient, batch, i, losses))
         return losses
 
+    def _receive_gradient(self, batch: "_TrainingBatch", index: int, losses: Dict[str, float], d_outputs: List[Floats3d]) -> List[Doc]:
+        """A listener's backprop: add its gradient; the last one runs the backward (and the step
+        when an optimizer is already known for this batch)."""
+        for total, d in zip(batch.d_outputs, d_outputs):
+            total += d
+            losses[self.name] = losses.get(self.name, 0.0) + float((d**2).sum())
+        batch.waiting.discard(index)
+        if not batch.waiting and batch is self._batch:
+            self._run_backward()
+            if self._step_with is not None:
+                self._apply_gradients(self._step_with)
+        return []
+
+    def _run_backward(self) -> None:
+        """The biLM's backward for the current batch, if any listener sent a gradient for it."""
+        batch, self._batch = getattr(self, "_batch", None), None
+        if batch is not None and len(batch.waiting) < batch.n_listeners:
+            batch.backprop(batch.d_outputs)
+            self._unapplied = True
+
+    def _apply_gradients(self, sgd: Optimizer) -> None:
+        if getattr(self, "_unapplied", False):
+            step_bilm(self.model, sgd)
+            self._unapplied = False
+
     def finish_update(self, sgd: Optimizer) -> None:
-        """Frozen: nothing. Else remember ``sgd`` and apply gradients not yet applied."""
+        """Frozen: nothing. Else apply the gradients of the batches since the last step."""
         if self.cfg["frozen"]:
             return
-        self._last_sgd = sgd
-        if getattr(self, "_pending_grads", False):
-            step_bilm(self.model, sgd)
-            self._pending_grads = False
+        batch = getattr(self, "_batch", None)
+        if batch is not None and len(batch.waiting) == batch.n_listeners:
+            # called before any listener sent its gradient (nlp.update(sgd=...)): step when they have
+            self._step_with = sgd
+        else:
+            self._run_backward()
+        self._apply_gradients(sgd)
+
+    def __getstate__(self):
+        # a batch waiting for gradients holds autograd closures: no pipeline state, not picklable
+        state = dict(self.__dict__)
+        state.pop("_batch", None)
+        state.pop("_step_with", None)
+        return state
 
     def get_loss(self, examples, scores) -> None:
         pass

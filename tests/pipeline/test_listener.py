@@ -1,10 +1,13 @@
 """Listeners: ScalarMix layer, ELMo dropout, ner/textcat/textcat_multilabel/spancat, errors."""
 
+import collections
+
 import numpy
 import pytest
 import spacy
 import torch
 from spacy.training import Example
+from spacy.training.loop import train_while_improving
 from thinc.api import set_dropout_rate
 
 from spacy_elmo import BiLM, BiLMConfig
@@ -162,9 +165,8 @@ def test_ner_with_listener(tiny_dir):
     assert doc._.elmo is not None
 
 
-@pytest.mark.parametrize("factory", ["textcat", "textcat_multilabel"])
-def test_textcat_with_tok2vec(tiny_dir, factory):
-    model = {
+def _textcat_model(factory, tok2vec):
+    return {
         "@architectures": "spacy.TextCatReduce.v1",
         "exclusive_classes": factory == "textcat",
         "use_reduce_first": False,
@@ -172,9 +174,13 @@ def test_textcat_with_tok2vec(tiny_dir, factory):
         "use_reduce_max": True,
         "use_reduce_mean": True,
         "nO": None,
-        "tok2vec": TOK2VEC,
+        "tok2vec": tok2vec,
     }
-    nlp = _train(_nlp_with(tiny_dir, factory, model), factory, make_docs(8))
+
+
+@pytest.mark.parametrize("factory", ["textcat", "textcat_multilabel"])
+def test_textcat_with_tok2vec(tiny_dir, factory):
+    nlp = _train(_nlp_with(tiny_dir, factory, _textcat_model(factory, TOK2VEC)), factory, make_docs(8))
     assert set(nlp("it was good .").cats) == {"POS", "NEG"}
 
 
@@ -250,6 +256,46 @@ def test_fine_tuning_changes_bilm(tiny_dir):
     before = bilm.lstm.forward_layers[0].w_proj.detach().clone()
     nlp.update(examples, sgd=opt)
     assert not torch.equal(before, bilm.lstm.forward_layers[0].w_proj.detach())
+
+
+class _CountingOptimizer:
+    """A thinc optimizer that counts the updates of each parameter (key)."""
+
+    def __init__(self, optimizer):
+        self.optimizer, self.calls = optimizer, collections.Counter()
+
+    def __call__(self, key, weights, gradient, **kwargs):
+        self.calls[key] += 1
+        return self.optimizer(key, weights, gradient, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.optimizer, name)
+
+
+@pytest.mark.parametrize("accumulate,exclude", [(1, []), (3, []), (1, ["textcat"])])
+def test_fine_tuning_steps_once_per_training_step(tiny_dir, accumulate, exclude):
+    """In spaCy's training loop the biLM takes one optimizer step per step, as every other component:
+    [training] accumulate_gradient = 3 sums three sub-batches (it took a step per sub-batch), and a
+    listening component that does not train (frozen_components: excluded) leaves the others' gradients
+    to apply (the biLM never moved when it was the last listener)."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "frozen": False})
+    nlp.add_pipe("ner", config={"model": {**NER, "tok2vec": LISTENER}})
+    nlp.add_pipe("textcat", config={"model": _textcat_model("textcat", LISTENER)})
+    examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(8)]
+    optimizer = _CountingOptimizer(nlp.initialize(lambda: examples))
+    steps = 2
+    training = train_while_improving(
+        nlp, optimizer, iter([(0, examples)] * steps), lambda: (0.0, {}), dropout=0.1, eval_frequency=100,
+        accumulate_gradient=accumulate, patience=0, max_steps=0, exclude=exclude, annotating_components=[],
+        before_update=None,
+    )  # fmt: skip
+    for _ in training:
+        pass
+    shim = nlp.get_pipe("elmo").model.layers[0].shims[0]
+    bilm_updates = {name: n for (owner, name), n in optimizer.calls.items() if owner == shim.id}
+    assert set(bilm_updates) == {f"bilm.{name}" for name, _ in get_bilm(nlp.get_pipe("elmo").model).named_parameters()}
+    assert set(bilm_updates.values()) == {steps}
 
 
 def test_fine_tuning_refreshes_token_cache(tiny_dir):
