@@ -329,6 +329,13 @@ class Errors:
         "listener gets the layers of its own upstream, or give '{component}' its own copy of the biLM: "
         "nlp.replace_listeners('{upstream}', '{component}', ['model.tok2vec'])."
     )
+    E_LISTENER_OTHER_BILM = (
+        "'{component}' was trained on the layers of a biLM with {nL} output layers of width {nO}, but "
+        "'{upstream}' loaded weights ({source}) with {layers} layers of width {width}. Give '{upstream}' the "
+        "weights '{component}' was trained with: source both from the same pipeline ([components.{upstream}] "
+        "source = PIPELINE), or set [initialize.components.{upstream}.weights_loader] path (--paths.elmo) to "
+        "those weights; or train '{component}' anew instead of sourcing it."
+    )
     E_LISTENER_NEEDS_ALL = (
         "The '{name}' component stores {store!r} but '{component}' listens to it and "
         "needs all layers: set store = \"all\" on '{name}'."

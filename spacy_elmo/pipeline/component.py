@@ -257,13 +257,28 @@ class ElmoComponent(TrainablePipe):
     @listener_map.setter
     def listener_map(self, value: Dict[str, List[ElmoListener]]) -> None:
         # spaCy relinks the pipeline (rename_pipe, add_pipe, ...) by resetting this map and calling
-        # find_listeners again: a listener not found again (its upstream name is no longer this
-        # component's, e.g. after rename_pipe) must fail clearly, not train on zeros or a stale batch.
+        # find_listeners again on the enabled components (their names already updated): a listener
+        # whose upstream name is no longer this component's (rename_pipe) must fail clearly, not train
+        # on zeros or a stale batch. One that still names it stays linked: it belongs to a disabled
+        # component (spacy.load(disable=...)), which reads doc._.elmo once enable_pipe enables it.
         for listeners in self._listener_map.values():
             for listener in listeners:
-                listener.upstream, listener.component = None, None
+                if listener.upstream_name not in ("*", self.name):
+                    listener.upstream, listener.component = None, None
                 listener.clear()
         self._listener_map = value
+
+    def _listeners_skipped_by(self, nlp: Language) -> List[Any]:
+        """``(component name, listener)`` of the disabled components after this one that listen to it.
+
+        ``nlp.initialize`` relinks only the enabled components, and ``spacy train`` initializes with
+        the sourced components it resumes disabled: without linking these at the first update, a
+        sourced listening component would get none of this component's layers in training."""
+        names = nlp.component_names
+        if self.name not in names:
+            return []
+        later = names[names.index(self.name) + 1 :]
+        return [(name, node) for name in later if name in nlp.disabled for node in self._listeners_in(nlp.get_pipe(name))]
 
     @property
     def listeners(self) -> List[ElmoListener]:
@@ -294,12 +309,28 @@ class ElmoComponent(TrainablePipe):
             return True
         return False
 
+    def _listeners_in(self, component) -> List[ElmoListener]:
+        """The listeners in ``component``'s model whose upstream is this component (or ``"*"``)."""
+        if not isinstance(getattr(component, "model", None), Model):
+            return []
+        return [n for n in component.model.walk() if isinstance(n, ElmoListener) and n.upstream_name in ("*", self.name)]
+
     def find_listeners(self, component) -> None:
-        names = ("*", self.name)
-        if isinstance(getattr(component, "model", None), Model):
-            for node in component.model.walk():
-                if isinstance(node, ElmoListener) and node.upstream_name in names:
-                    self.add_listener(node, component.name)
+        for node in self._listeners_in(component):
+            self.add_listener(node, component.name)
+
+    def _check_trained_sizes(self, listener: ElmoListener, component_name: str) -> None:
+        """A listener with sizes from elsewhere (its component loaded or sourced) was trained on a biLM of that
+        shape: this component's weights must have it too."""
+        bilm = get_bilm(self.model)
+        trained = (listener.maybe_get_dim("nL"), listener.maybe_get_dim("nO"))
+        if bilm is not None and None not in trained and trained != (bilm.config.n_output_layers, bilm.config.output_dim):
+            raise ValueError(
+                Errors.E_LISTENER_OTHER_BILM.format(
+                    component=component_name, nL=trained[0], nO=trained[1], upstream=self.name,
+                    source=self.source, layers=bilm.config.n_output_layers, width=bilm.config.output_dim,
+                )
+            )
 
     def _configure_listener(self, listener: ElmoListener, component_name: str) -> None:
         """Give the listener the biLM's sizes; a configured width must match them."""
@@ -316,8 +347,11 @@ class ElmoComponent(TrainablePipe):
             raise ValueError(
                 Errors.E_LISTENER_WIDTH.format(component=component_name, width=configured, upstream=self.name, expected=width)
             )
+        if listener.sized_by != id(self):  # sizes it was loaded with, or set by another pipeline's upstream
+            self._check_trained_sizes(listener, component_name)
         listener.set_dim("nO", width, force=True)
         listener.set_dim("nL", bilm.config.n_output_layers, force=True)
+        listener.sized_by = id(self)
 
     # -- prediction ------------------------------------------------------------
     def predict(self, docs: Iterable[Doc]) -> List[Floats3d]:
@@ -367,6 +401,9 @@ class ElmoComponent(TrainablePipe):
         losses.setdefault(self.name, 0.0)
         docs = [eg.predicted for eg in examples]
         self._ensure_weights()
+        for name, listener in self.__dict__.pop("_skipped_listeners", []):
+            if listener.upstream_name in ("*", self.name):
+                self.add_listener(listener, name)
         batch_id = ElmoListener.get_batch_id(docs)
         listeners = self.listeners
         if self.cfg["frozen"] or not listeners:
@@ -424,8 +461,8 @@ class ElmoComponent(TrainablePipe):
     def __getstate__(self):
         # a batch waiting for gradients holds autograd closures: no pipeline state, not picklable
         state = dict(self.__dict__)
-        state.pop("_batch", None)
-        state.pop("_step_with", None)
+        for transient in ("_batch", "_step_with", "_skipped_listeners"):
+            state.pop(transient, None)
         return state
 
     def get_loss(self, examples, scores) -> None:
@@ -447,6 +484,8 @@ class ElmoComponent(TrainablePipe):
         else:
             self._ensure_weights()
         self.model.initialize()
+        if nlp is not None:
+            self._skipped_listeners = self._listeners_skipped_by(nlp)
         for listener in self.listeners:
             self._configure_listener(listener, self._component_of(listener))
 

@@ -32,6 +32,8 @@ class ElmoListener(Model):
         self._outputs = None
         self._backprop = None
         self._predicted: Optional[Tuple[int, List[Any]]] = None
+        #: ``id()`` of the upstream component that set its sizes (None: none did, or they were loaded)
+        self.sized_by: Optional[int] = None
         self.attrs["width_from_config"] = width
 
     @classmethod

@@ -438,6 +438,19 @@ def test_pickle_pipeline_after_fine_tuning(tiny_dir):
     numpy.testing.assert_array_equal(_tok2vec_output(back, text), _tok2vec_output(nlp, text))
 
 
+def test_listening_component_disabled_at_load_then_enabled(tiny_dir, tmp_path):
+    """spacy.load(..., disable=["ner"]), then nlp.enable_pipe("ner"): ner reads elmo's layers, as with
+    spaCy's tok2vec (the relinking at load skips disabled components: its listener lost its upstream)."""
+    nlp = _nlp_with(tiny_dir, "ner", {**NER, "tok2vec": LISTENER})
+    examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(4)]
+    nlp.update(examples, sgd=nlp.initialize(lambda: examples))
+    nlp.to_disk(tmp_path / "p")
+    text = "Yesterday Alice went home ."
+    loaded = spacy.load(tmp_path / "p", disable=["ner"])
+    loaded.enable_pipe("ner")
+    numpy.testing.assert_allclose(_tok2vec_output(loaded, text), _tok2vec_output(nlp, text), atol=1e-6)
+
+
 @pytest.mark.parametrize("frozen", [True, False])
 def test_renamed_upstream_is_a_clear_error_not_zeros(tiny_dir, frozen):
     """After nlp.rename_pipe the listener (upstream 'elmo') is no longer linked: training and prediction
