@@ -322,6 +322,21 @@ class Errors:
         "the listeners, or list it in annotating_components. To train '{component}' without '{upstream}', "
         "first nlp.replace_listeners('{upstream}', '{component}', ['model.tok2vec'])."
     )
+    E_LISTENER_NOT_FED = (
+        "The ELMo listener in '{component}' got no ELMo layers for a training batch: its upstream '{upstream}' "
+        "did not run update() on it (it is listed in [training] frozen_components, excluded, disabled or "
+        "removed) and did not annotate the docs. Keep '{upstream}' out of frozen_components: it freezes itself "
+        "(frozen = true). To keep a sourced '{upstream}' in frozen_components, also list it in [training] "
+        "annotating_components. To train '{component}' without '{upstream}', first "
+        "nlp.replace_listeners('{upstream}', '{component}', ['model.tok2vec'])."
+    )
+    E_LISTENER_NO_SIZES = (
+        "The ELMo listener in '{component}' is initialized before its upstream '{upstream}' loaded its "
+        "weights, so the layers after it cannot be sized. nlp.initialize (spacy train) initializes the "
+        "components in pipeline order and skips those in [training] frozen_components: put '{upstream}' "
+        "before '{component}' in [nlp] pipeline, and keep it out of frozen_components (it freezes itself: "
+        "frozen = true)."
+    )
     E_LISTENER_OTHER_DATA = (
         "The ELMo listener in '{component}' reads the layers of '{upstream}' ({nL} layers of width {nO}), "
         "but doc._.elmo holds an array of shape {shape}: another elmo component wrote doc._.elmo after "
@@ -637,6 +652,13 @@ class Warnings:
         "vectors are worse for it. Build the pipeline with the model's language and tokenizer, e.g. "
         "spacy.blank({lang!r}, config={{'nlp': {{'tokenizer': {tokenizer}}}}}), or pretrain with this "
         "pipeline's tokenizer."
+    )
+    W_LISTENER_ZEROS = (
+        "spacy-elmo: the ELMo listener in '{component}' got no ELMo layers for a training batch and reads "
+        "zeros: its upstream '{upstream}' did not run update() on it (listed in [training] "
+        "frozen_components, or excluded) and did not annotate the docs. In spacy train keep '{upstream}' "
+        "out of frozen_components (it freezes itself: frozen = true), or list it in [training] "
+        "annotating_components too. (spacy debug model updates '{component}' alone: zeros are expected there.)"
     )
     W_INIT_WITHOUT_SOFTMAX = (
         "spacy-elmo: --init {path} has no softmax (AllenNLP/bilm-tf weights without softmax.safetensors, "

@@ -137,3 +137,27 @@ def test_sourced_listening_component_with_other_weights_is_a_clear_error(corpus_
     BiLM(BiLMConfig(**{**TINY, "projection_dim": 4})).save(tmp_path / "narrow")
     with pytest.raises(ValueError, match=r"'ner' was trained on .* width 16, but 'elmo' loaded .* width 8"):
         _init("ner.cfg", corpus_dir, tmp_path / "narrow", {"ner": {"source": str(tmp_path / "first")}})
+
+
+def test_elmo_in_frozen_components_is_a_clear_error(corpus_dir, tiny_dir):
+    """spaCy never initializes the components in [training] frozen_components: a new elmo listed there
+    has no weights when ner initializes (thinc's "Cannot get dimension 'nL'" before)."""
+    overrides = {"paths.train": str(corpus_dir / "train.spacy"), "paths.dev": str(corpus_dir / "dev.spacy"),
+                 "paths.elmo": str(tiny_dir), "training.frozen_components": ["elmo"]}  # fmt: skip
+    config = spacy.util.load_config(CONFIGS / "ner.cfg", overrides=overrides, interpolate=False)
+    with pytest.raises(ValueError, match=r"initialized before its upstream 'elmo' loaded its weights.*frozen_components"):
+        init_nlp(config)
+
+
+def test_sourced_elmo_frozen_without_annotating(corpus_dir, tiny_dir, tmp_path):
+    """A sourced elmo in frozen_components but not in annotating_components feeds no listener in training:
+    ner trained on zero layers without a word, then failed after the first evaluation with an error about
+    a removed or disabled upstream. Now the zeros warn, and the error names the training settings."""
+    _init("ner.cfg", corpus_dir, tiny_dir).to_disk(tmp_path / "first")
+    nlp = _init("ner.cfg", corpus_dir, tiny_dir, {"elmo": {"source": str(tmp_path / "first")}})
+    examples = list(Corpus(str(corpus_dir / "train.spacy"))(nlp))[:4]
+    with pytest.warns(UserWarning, match=r"reads zeros.*annotating_components"):
+        nlp.update(examples, exclude=["elmo"])  # what spacy train does with frozen_components
+    nlp("Alice went home .")  # an evaluation: the listener has seen real layers
+    with pytest.raises(ValueError, match=r"no ELMo layers for a training batch.*annotating_components"):
+        nlp.update(examples, exclude=["elmo"])
