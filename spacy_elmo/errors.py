@@ -381,6 +381,12 @@ class Errors:
         "pipeline with spacy.load, or in a training config source the component ([components.NAME] source = "
         "PIPELINE) instead of initializing it; to train from scratch, listen to an 'elmo' component (bilm = null)."
     )
+    E_REPLACE_LISTENER_PATH = (
+        "nlp.replace_listeners('{upstream}', '{component}', ['{given}']): the spacy_elmo.ElmoListener.v1 block "
+        "of '{component}' is at {expected}, not {given}; replacing there would save a pipeline whose config "
+        "no longer matches its model (spacy.load fails: mismatched structure). Pass ['{expected}'] (also in a "
+        "sourced component's replace_listeners setting)."
+    )
     E_REPLACE_LISTENER_CFG = (
         "nlp.replace_listeners('{upstream}', ...) found no spacy_elmo.ElmoListener.v1 block in the listening "
         "component's [model.tok2vec] config; it can only replace ElmoListener.v1 blocks (directly or inside "

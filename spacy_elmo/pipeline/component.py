@@ -12,9 +12,11 @@ never initializes components listed there).
 import copy
 import functools
 import math
+import operator
+import sys
 import warnings
 from numbers import Real
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy
 from spacy.language import Language
@@ -106,16 +108,34 @@ class _TrainingBatch:
 LISTENER_ARCH = "spacy_elmo.ElmoListener.v1"
 
 
-def _find_listener_cfg(cfg: Any) -> Optional[Dict[str, Any]]:
-    """The first ElmoListener.v1 block (without its own biLM) in a model config, depth first."""
+def _find_listener_path(cfg: Any, path: Tuple[str, ...] = ()) -> Optional[Tuple[str, ...]]:
+    """The keys to the first ElmoListener.v1 block (without its own biLM) in a model config, depth first."""
     if not isinstance(cfg, dict):
         return None
     if cfg.get("@architectures") == LISTENER_ARCH and cfg.get("bilm") is None:
-        return cfg
-    for value in cfg.values():
-        found = _find_listener_cfg(value)
+        return path
+    for key, value in cfg.items():
+        found = _find_listener_path(value, path + (key,))
         if found is not None:
             return found
+    return None
+
+
+def _path_being_replaced() -> Optional[Tuple[str, str]]:
+    """``(component, listener path)`` of the ``Language.replace_listeners`` call running this hook, or None.
+
+    spaCy passes the hook the component's whole ``[model.tok2vec]`` block but writes what it returns at
+    the path it was given: at a wrong path the saved config no longer matches the model, and the
+    pipeline does not load ("mismatched structure"). The hook is not given the path, so it reads it from
+    spaCy's frame (a missing frame or local, as in another spaCy version, skips the check)."""
+    frame = sys._getframe(1)
+    for _ in range(4):
+        frame = frame.f_back
+        if frame is None:
+            return None
+        names = frame.f_locals
+        if frame.f_code.co_name == "replace_listeners" and isinstance(names.get("listener_path"), str):
+            return str(names.get("pipe_name", "?")), names["listener_path"]
     return None
 
 
@@ -125,10 +145,17 @@ def replace_listener_cfg(tok2vec_model_cfg: Dict[str, Any], listener_model_cfg: 
     spaCy passes the listening component's whole ``[model.tok2vec]`` block, which may
     hold the listener deeper (``ElmoTok2Vec.v1``'s ``elmo``).
     """
-    listener_cfg = _find_listener_cfg(listener_model_cfg)
-    if listener_cfg is None:
+    path = _find_listener_path(listener_model_cfg)
+    if path is None:
         raise ValueError(Errors.E_REPLACE_LISTENER_CFG.format(upstream=name))
-    result = copy.deepcopy(dict(listener_cfg))
+    expected = ".".join(("model", "tok2vec") + path)
+    replacing = _path_being_replaced()
+    if replacing is not None and replacing[1] != expected:
+        component, given = replacing
+        raise ValueError(
+            Errors.E_REPLACE_LISTENER_PATH.format(upstream=name, component=component, given=given, expected=expected)
+        )
+    result = copy.deepcopy(dict(functools.reduce(operator.getitem, path, listener_model_cfg)))
     result["bilm"] = copy.deepcopy(dict(tok2vec_model_cfg))
     result["frozen"] = frozen
     return result

@@ -355,6 +355,23 @@ def test_replace_listeners(tiny_dir, tmp_path, tok2vec, path, frozen):
     assert moved == (not frozen)
 
 
+def test_replace_listeners_at_the_wrong_path_is_a_clear_error(tiny_dir, tmp_path):
+    """With ElmoTok2Vec.v1 the listener is at model.tok2vec.elmo: replacing at model.tok2vec wrote the
+    listener's config over the whole tok2vec block and saved a pipeline spacy.load refused ("mismatched
+    structure"). Now it is refused before anything changes, naming the right path."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir)})
+    nlp.add_pipe("ner", config={"model": {**NER, "tok2vec": TOK2VEC}})
+    examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(4)]
+    nlp.initialize(lambda: examples)
+    with pytest.raises(ValueError, match=r"is at model\.tok2vec\.elmo, not model\.tok2vec.*Pass \['model\.tok2vec\.elmo'\]"):
+        nlp.replace_listeners("elmo", "ner", ["model.tok2vec"])
+    assert nlp.get_pipe("elmo").listening_components == ["ner"]
+    text = "Yesterday Alice went home ."
+    nlp.to_disk(tmp_path / "p")
+    numpy.testing.assert_allclose(_tok2vec_output(spacy.load(tmp_path / "p"), text), _tok2vec_output(nlp, text), atol=1e-6)
+
+
 def test_own_bilm_without_weights_is_a_clear_error():
     """A config with the listener's own biLM (as replace_listeners writes) only works with saved weights."""
     nlp = spacy.blank("en")
