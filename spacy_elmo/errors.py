@@ -297,6 +297,12 @@ class Errors:
         "config set [initialize.components.{name}.weights_loader] path (e.g. "
         "`--paths.elmo PATH`) before nlp.initialize()."
     )
+    E_WEIGHTS_ARE_PIPELINE = (
+        "{path} is (in) the saved spaCy pipeline {pipeline}, not biLM weights (a directory written by "
+        "BiLM.save, or one with an AllenNLP options.json + .hdf5). To reuse the biLM of its elmo component "
+        "(with the weights it was trained or fine-tuned with there), source the component: [components.elmo] "
+        "source = \"{pipeline}\" in a training config, or nlp.add_pipe('elmo', source=spacy.load('{pipeline}'))."
+    )
     E_ELMO_BAD_OPTION = "The '{name}' component: {option} must be one of {choices}; got {value!r}."
     E_LISTENER_WIDTH = (
         "The ELMo listener in '{component}' expects width {width}, but the upstream "
