@@ -15,6 +15,7 @@ import math
 import operator
 import sys
 import warnings
+import weakref
 from numbers import Real
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -103,6 +104,11 @@ class _TrainingBatch:
     def __init__(self, backprop: Callable, d_outputs: List[Floats3d], n_listeners: int) -> None:
         self.backprop, self.d_outputs, self.n_listeners = backprop, d_outputs, n_listeners
         self.waiting = set(range(n_listeners))
+
+
+#: component -> its batch waiting for gradients: kept off the component, whose __dict__ spaCy's pickling
+#: copies (the batch holds autograd closures, which do not pickle; a pipeline pickles between updates)
+_BATCHES: "weakref.WeakKeyDictionary[Any, _TrainingBatch]" = weakref.WeakKeyDictionary()
 
 
 LISTENER_ARCH = "spacy_elmo.ElmoListener.v1"
@@ -295,7 +301,7 @@ class ElmoComponent(TrainablePipe):
                 listener.clear()
         self._listener_map = value
 
-    def _listeners_skipped_by(self, nlp: Language) -> List[Any]:
+    def _listeners_skipped_by(self, nlp: Language) -> List[Tuple[str, ElmoListener]]:
         """``(component name, listener)`` of the disabled components after this one that listen to it.
 
         ``nlp.initialize`` relinks only the enabled components, and ``spacy train`` initializes with
@@ -374,7 +380,7 @@ class ElmoComponent(TrainablePipe):
             raise ValueError(
                 Errors.E_LISTENER_WIDTH.format(component=component_name, width=configured, upstream=self.name, expected=width)
             )
-        if listener.sized_by != id(self):  # sizes it was loaded with, or set by another pipeline's upstream
+        if getattr(listener, "sized_by", None) != id(self):  # sizes it was loaded with, or set by another pipeline's upstream
             self._check_trained_sizes(listener, component_name)
         listener.set_dim("nO", width, force=True)
         listener.set_dim("nL", bilm.config.n_output_layers, force=True)
@@ -443,7 +449,7 @@ class ElmoComponent(TrainablePipe):
         set_dropout_rate(self.model, drop)
         outputs, bp_outputs = self.model.begin_update(docs)
         batch = _TrainingBatch(bp_outputs, [self.model.ops.alloc3f(*o.shape) for o in outputs], len(listeners))
-        self._batch = batch
+        _BATCHES[self] = batch
         for i, listener in enumerate(listeners):
             listener.receive(batch_id, outputs, functools.partial(self._receive_gradient, batch, i, losses))
         return losses
@@ -455,7 +461,7 @@ class ElmoComponent(TrainablePipe):
             total += d
             losses[self.name] = losses.get(self.name, 0.0) + float((d**2).sum())
         batch.waiting.discard(index)
-        if not batch.waiting and batch is self._batch:
+        if not batch.waiting and batch is _BATCHES.get(self):
             self._run_backward()
             if self._step_with is not None:
                 self._apply_gradients(self._step_with)
@@ -463,7 +469,7 @@ class ElmoComponent(TrainablePipe):
 
     def _run_backward(self) -> None:
         """The biLM's backward for the current batch, if any listener sent a gradient for it."""
-        batch, self._batch = getattr(self, "_batch", None), None
+        batch = _BATCHES.pop(self, None)
         if batch is not None and len(batch.waiting) < batch.n_listeners:
             batch.backprop(batch.d_outputs)
             self._unapplied = True
@@ -477,20 +483,13 @@ class ElmoComponent(TrainablePipe):
         """Frozen: nothing. Else apply the gradients of the batches since the last step."""
         if self.cfg["frozen"]:
             return
-        batch = getattr(self, "_batch", None)
+        batch = _BATCHES.get(self)
         if batch is not None and len(batch.waiting) == batch.n_listeners:
             # called before any listener sent its gradient (nlp.update(sgd=...)): step when they have
             self._step_with = sgd
         else:
             self._run_backward()
         self._apply_gradients(sgd)
-
-    def __getstate__(self):
-        # a batch waiting for gradients holds autograd closures: no pipeline state, not picklable
-        state = dict(self.__dict__)
-        for transient in ("_batch", "_step_with", "_skipped_listeners"):
-            state.pop(transient, None)
-        return state
 
     def get_loss(self, examples, scores) -> None:
         pass

@@ -438,17 +438,20 @@ def test_two_elmo_components_each_listener_reads_its_upstream(tiny_dir, tmp_path
             tok2vec("a", docs[0])
 
 
-def test_pickle_pipeline_after_fine_tuning(tiny_dir):
+@pytest.mark.parametrize("exclude", [[], ["textcat"]])
+def test_pickle_pipeline_after_fine_tuning(tiny_dir, exclude):
     """A trained pipeline pickles (as nlp.pipe(n_process=2) with spawn needs): the listeners' per-batch
-    hand-over (a closure of the component's update) is not pickled."""
+    hand-over (a closure of the component's update) is not pickled, nor the biLM's batch still waiting
+    for the gradient of a listening component that did not train on it (excluded)."""
     import pickle
 
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "frozen": False})
     nlp.add_pipe("ner", config={"model": {**NER, "tok2vec": LISTENER}})
+    nlp.add_pipe("textcat", config={"model": _textcat_model("textcat", LISTENER)})
     examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(4)]
     opt = nlp.initialize(lambda: examples)
-    nlp.update(examples, sgd=opt)
+    nlp.update(examples, sgd=opt, exclude=exclude)
     back = pickle.loads(pickle.dumps(nlp))
     text = "Yesterday Alice went home ."
     numpy.testing.assert_array_equal(back(text)._.elmo, nlp(text)._.elmo)
