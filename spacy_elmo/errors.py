@@ -347,6 +347,12 @@ class Errors:
         "config set [initialize.components.{name}.weights_loader] path (e.g. "
         "`--paths.elmo PATH`) before nlp.initialize()."
     )
+    E_WEIGHTS_ARE_PIPELINE = (
+        "{path} is (in) the saved spaCy pipeline {pipeline}, not biLM weights (a directory written by "
+        "BiLM.save, or one with an AllenNLP options.json + .hdf5). To reuse the biLM of its elmo component "
+        "(with the weights it was trained or fine-tuned with there), source the component: [components.elmo] "
+        "source = \"{pipeline}\" in a training config, or nlp.add_pipe('elmo', source=spacy.load('{pipeline}'))."
+    )
     E_ELMO_BAD_OPTION = "The '{name}' component: {option} must be one of {choices}; got {value!r}."
     E_LISTENER_WIDTH = (
         "The ELMo listener in '{component}' expects width {width}, but the upstream "
@@ -372,12 +378,34 @@ class Errors:
         "the listeners, or list it in annotating_components. To train '{component}' without '{upstream}', "
         "first nlp.replace_listeners('{upstream}', '{component}', ['model.tok2vec'])."
     )
+    E_LISTENER_NOT_FED = (
+        "The ELMo listener in '{component}' got no ELMo layers for a training batch: its upstream '{upstream}' "
+        "did not run update() on it (it is listed in [training] frozen_components, excluded, disabled or "
+        "removed) and did not annotate the docs. Keep '{upstream}' out of frozen_components: it freezes itself "
+        "(frozen = true). To keep a sourced '{upstream}' in frozen_components, also list it in [training] "
+        "annotating_components. To train '{component}' without '{upstream}', first "
+        "nlp.replace_listeners('{upstream}', '{component}', ['model.tok2vec'])."
+    )
+    E_LISTENER_NO_SIZES = (
+        "The ELMo listener in '{component}' is initialized before its upstream '{upstream}' loaded its "
+        "weights, so the layers after it cannot be sized. nlp.initialize (spacy train) initializes the "
+        "components in pipeline order and skips those in [training] frozen_components: put '{upstream}' "
+        "before '{component}' in [nlp] pipeline, and keep it out of frozen_components (it freezes itself: "
+        "frozen = true)."
+    )
     E_LISTENER_OTHER_DATA = (
         "The ELMo listener in '{component}' reads the layers of '{upstream}' ({nL} layers of width {nO}), "
         "but doc._.elmo holds an array of shape {shape}: another elmo component wrote doc._.elmo after "
         "'{upstream}'. Run the pipeline on the docs in one go (nlp(text), nlp.pipe(texts)), where each "
         "listener gets the layers of its own upstream, or give '{component}' its own copy of the biLM: "
         "nlp.replace_listeners('{upstream}', '{component}', ['model.tok2vec'])."
+    )
+    E_LISTENER_OTHER_BILM = (
+        "'{component}' was trained on the layers of a biLM with {nL} output layers of width {nO}, but "
+        "'{upstream}' loaded weights ({source}) with {layers} layers of width {width}. Give '{upstream}' the "
+        "weights '{component}' was trained with: source both from the same pipeline ([components.{upstream}] "
+        "source = PIPELINE), or set [initialize.components.{upstream}.weights_loader] path (--paths.elmo) to "
+        "those weights; or train '{component}' anew instead of sourcing it."
     )
     E_LISTENER_NEEDS_ALL = (
         "The '{name}' component stores {store!r} but '{component}' listens to it and "
@@ -408,6 +436,12 @@ class Errors:
         "nlp.replace_listeners) has no weights: they come only with the component's saved model. Load the "
         "pipeline with spacy.load, or in a training config source the component ([components.NAME] source = "
         "PIPELINE) instead of initializing it; to train from scratch, listen to an 'elmo' component (bilm = null)."
+    )
+    E_REPLACE_LISTENER_PATH = (
+        "nlp.replace_listeners('{upstream}', '{component}', ['{given}']): the spacy_elmo.ElmoListener.v1 block "
+        "of '{component}' is at {expected}, not {given}; replacing there would save a pipeline whose config "
+        "no longer matches its model (spacy.load fails: mismatched structure). Pass ['{expected}'] (also in a "
+        "sourced component's replace_listeners setting)."
     )
     E_REPLACE_LISTENER_CFG = (
         "nlp.replace_listeners('{upstream}', ...) found no spacy_elmo.ElmoListener.v1 block in the listening "
@@ -683,6 +717,13 @@ class Warnings:
         "vectors are worse for it. Build the pipeline with the model's language and tokenizer, e.g. "
         "spacy.blank({lang!r}, config={{'nlp': {{'tokenizer': {tokenizer}}}}}), or pretrain with this "
         "pipeline's tokenizer."
+    )
+    W_LISTENER_ZEROS = (
+        "spacy-elmo: the ELMo listener in '{component}' got no ELMo layers for a training batch and reads "
+        "zeros: its upstream '{upstream}' did not run update() on it (listed in [training] "
+        "frozen_components, or excluded) and did not annotate the docs. In spacy train keep '{upstream}' "
+        "out of frozen_components (it freezes itself: frozen = true), or list it in [training] "
+        "annotating_components too. (spacy debug model updates '{component}' alone: zeros are expected there.)"
     )
     W_INIT_WITHOUT_SOFTMAX = (
         "spacy-elmo: --init {path} has no softmax (AllenNLP/bilm-tf weights without softmax.safetensors, "

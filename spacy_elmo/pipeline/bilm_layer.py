@@ -179,10 +179,20 @@ def _convert_outputs(model: Model, X_Ytorch, is_train: bool):
     return Y, reverse
 
 
+def _compact(tensor: torch.Tensor) -> torch.Tensor:
+    """float16 when that holds every value exactly (weights loaded from a float16 model, such as the
+    bundled default, run in float32): half the bytes in every saved pipeline, the same weights loaded."""
+    if tensor.dtype == torch.float32:
+        half = tensor.half()
+        if torch.equal(half.float(), tensor):
+            return half
+    return tensor
+
+
 def _serialize_runner(runner: ElmoRunner) -> bytes:
     if runner.bilm is None:
         return srsly.msgpack_dumps({"config": None})
-    state = {k: v.detach().cpu().contiguous() for k, v in runner.bilm.state_dict().items()}
+    state = {k: _compact(v.detach().cpu().contiguous()) for k, v in runner.bilm.state_dict().items()}
     return srsly.msgpack_dumps(
         {"config": runner.bilm.config.to_dict(), "source": getattr(runner, "source", ""), "weights": st_save(state)}
     )

@@ -12,9 +12,12 @@ never initializes components listed there).
 import copy
 import functools
 import math
+import operator
+import sys
 import warnings
+import weakref
 from numbers import Real
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy
 from spacy.language import Language
@@ -94,19 +97,51 @@ def _no_backprop(d_outputs: Any) -> List[Doc]:  # module level: picklable
     return []
 
 
+class _TrainingBatch:
+    """A fine-tuning batch of the biLM: its backward, the gradient summed over listeners so far,
+    and the listeners (by index) not yet heard from."""
+
+    def __init__(self, backprop: Callable, d_outputs: List[Floats3d], n_listeners: int) -> None:
+        self.backprop, self.d_outputs, self.n_listeners = backprop, d_outputs, n_listeners
+        self.waiting = set(range(n_listeners))
+
+
+#: component -> its batch waiting for gradients: kept off the component, whose __dict__ spaCy's pickling
+#: copies (the batch holds autograd closures, which do not pickle; a pipeline pickles between updates)
+_BATCHES: "weakref.WeakKeyDictionary[Any, _TrainingBatch]" = weakref.WeakKeyDictionary()
+
+
 LISTENER_ARCH = "spacy_elmo.ElmoListener.v1"
 
 
-def _find_listener_cfg(cfg: Any) -> Optional[Dict[str, Any]]:
-    """The first ElmoListener.v1 block (without its own biLM) in a model config, depth first."""
+def _find_listener_path(cfg: Any, path: Tuple[str, ...] = ()) -> Optional[Tuple[str, ...]]:
+    """The keys to the first ElmoListener.v1 block (without its own biLM) in a model config, depth first."""
     if not isinstance(cfg, dict):
         return None
     if cfg.get("@architectures") == LISTENER_ARCH and cfg.get("bilm") is None:
-        return cfg
-    for value in cfg.values():
-        found = _find_listener_cfg(value)
+        return path
+    for key, value in cfg.items():
+        found = _find_listener_path(value, path + (key,))
         if found is not None:
             return found
+    return None
+
+
+def _path_being_replaced() -> Optional[Tuple[str, str]]:
+    """``(component, listener path)`` of the ``Language.replace_listeners`` call running this hook, or None.
+
+    spaCy passes the hook the component's whole ``[model.tok2vec]`` block but writes what it returns at
+    the path it was given: at a wrong path the saved config no longer matches the model, and the
+    pipeline does not load ("mismatched structure"). The hook is not given the path, so it reads it from
+    spaCy's frame (a missing frame or local, as in another spaCy version, skips the check)."""
+    frame = sys._getframe(1)
+    for _ in range(4):
+        frame = frame.f_back
+        if frame is None:
+            return None
+        names = frame.f_locals
+        if frame.f_code.co_name == "replace_listeners" and isinstance(names.get("listener_path"), str):
+            return str(names.get("pipe_name", "?")), names["listener_path"]
     return None
 
 
@@ -116,10 +151,17 @@ def replace_listener_cfg(tok2vec_model_cfg: Dict[str, Any], listener_model_cfg: 
     spaCy passes the listening component's whole ``[model.tok2vec]`` block, which may
     hold the listener deeper (``ElmoTok2Vec.v1``'s ``elmo``).
     """
-    listener_cfg = _find_listener_cfg(listener_model_cfg)
-    if listener_cfg is None:
+    path = _find_listener_path(listener_model_cfg)
+    if path is None:
         raise ValueError(Errors.E_REPLACE_LISTENER_CFG.format(upstream=name))
-    result = copy.deepcopy(dict(listener_cfg))
+    expected = ".".join(("model", "tok2vec") + path)
+    replacing = _path_being_replaced()
+    if replacing is not None and replacing[1] != expected:
+        component, given = replacing
+        raise ValueError(
+            Errors.E_REPLACE_LISTENER_PATH.format(upstream=name, component=component, given=given, expected=expected)
+        )
+    result = copy.deepcopy(dict(functools.reduce(operator.getitem, path, listener_model_cfg)))
     result["bilm"] = copy.deepcopy(dict(tok2vec_model_cfg))
     result["frozen"] = frozen
     return result
@@ -248,13 +290,28 @@ class ElmoComponent(TrainablePipe):
     @listener_map.setter
     def listener_map(self, value: Dict[str, List[ElmoListener]]) -> None:
         # spaCy relinks the pipeline (rename_pipe, add_pipe, ...) by resetting this map and calling
-        # find_listeners again: a listener not found again (its upstream name is no longer this
-        # component's, e.g. after rename_pipe) must fail clearly, not train on zeros or a stale batch.
+        # find_listeners again on the enabled components (their names already updated): a listener
+        # whose upstream name is no longer this component's (rename_pipe) must fail clearly, not train
+        # on zeros or a stale batch. One that still names it stays linked: it belongs to a disabled
+        # component (spacy.load(disable=...)), which reads doc._.elmo once enable_pipe enables it.
         for listeners in self._listener_map.values():
             for listener in listeners:
-                listener.upstream, listener.component = None, None
+                if listener.upstream_name not in ("*", self.name):
+                    listener.upstream, listener.component = None, None
                 listener.clear()
         self._listener_map = value
+
+    def _listeners_skipped_by(self, nlp: Language) -> List[Tuple[str, ElmoListener]]:
+        """``(component name, listener)`` of the disabled components after this one that listen to it.
+
+        ``nlp.initialize`` relinks only the enabled components, and ``spacy train`` initializes with
+        the sourced components it resumes disabled: without linking these at the first update, a
+        sourced listening component would get none of this component's layers in training."""
+        names = nlp.component_names
+        if self.name not in names:
+            return []
+        later = names[names.index(self.name) + 1 :]
+        return [(name, node) for name in later if name in nlp.disabled for node in self._listeners_in(nlp.get_pipe(name))]
 
     @property
     def listeners(self) -> List[ElmoListener]:
@@ -285,12 +342,28 @@ class ElmoComponent(TrainablePipe):
             return True
         return False
 
+    def _listeners_in(self, component) -> List[ElmoListener]:
+        """The listeners in ``component``'s model whose upstream is this component (or ``"*"``)."""
+        if not isinstance(getattr(component, "model", None), Model):
+            return []
+        return [n for n in component.model.walk() if isinstance(n, ElmoListener) and n.upstream_name in ("*", self.name)]
+
     def find_listeners(self, component) -> None:
-        names = ("*", self.name)
-        if isinstance(getattr(component, "model", None), Model):
-            for node in component.model.walk():
-                if isinstance(node, ElmoListener) and node.upstream_name in names:
-                    self.add_listener(node, component.name)
+        for node in self._listeners_in(component):
+            self.add_listener(node, component.name)
+
+    def _check_trained_sizes(self, listener: ElmoListener, component_name: str) -> None:
+        """A listener with sizes from elsewhere (its component loaded or sourced) was trained on a biLM of that
+        shape: this component's weights must have it too."""
+        bilm = get_bilm(self.model)
+        trained = (listener.maybe_get_dim("nL"), listener.maybe_get_dim("nO"))
+        if bilm is not None and None not in trained and trained != (bilm.config.n_output_layers, bilm.config.output_dim):
+            raise ValueError(
+                Errors.E_LISTENER_OTHER_BILM.format(
+                    component=component_name, nL=trained[0], nO=trained[1], upstream=self.name,
+                    source=self.source, layers=bilm.config.n_output_layers, width=bilm.config.output_dim,
+                )
+            )
 
     def _configure_listener(self, listener: ElmoListener, component_name: str) -> None:
         """Give the listener the biLM's sizes; a configured width must match them."""
@@ -307,8 +380,11 @@ class ElmoComponent(TrainablePipe):
             raise ValueError(
                 Errors.E_LISTENER_WIDTH.format(component=component_name, width=configured, upstream=self.name, expected=width)
             )
+        if getattr(listener, "sized_by", None) != id(self):  # sizes it was loaded with, or set by another pipeline's upstream
+            self._check_trained_sizes(listener, component_name)
         listener.set_dim("nO", width, force=True)
         listener.set_dim("nL", bilm.config.n_output_layers, force=True)
+        listener.sized_by = id(self)
 
     # -- prediction ------------------------------------------------------------
     def predict(self, docs: Iterable[Doc]) -> List[Floats3d]:
@@ -339,6 +415,12 @@ class ElmoComponent(TrainablePipe):
                 listener.receive_predicted(batch_id, stored)
 
     # -- training ----------------------------------------------------------------
+    # Fine-tuning (frozen = false): each listener sends the gradient of the layers it read; the
+    # biLM's backward runs once per batch, when all of them have (or, for listeners of components
+    # that did not train on the batch, at the next finish_update or update), and the optimizer
+    # steps once per finish_update, so that [training] accumulate_gradient = N sums N sub-batches
+    # into one step. spaCy's nlp.update(sgd=...) calls finish_update right after update(), before
+    # the listening components send their gradients: that optimizer steps as soon as they have.
     def update(
         self,
         examples: Iterable[Example],
@@ -352,50 +434,62 @@ class ElmoComponent(TrainablePipe):
         losses.setdefault(self.name, 0.0)
         docs = [eg.predicted for eg in examples]
         self._ensure_weights()
+        for name, listener in self.__dict__.pop("_skipped_listeners", []):
+            if listener.upstream_name in ("*", self.name):
+                self.add_listener(listener, name)
         batch_id = ElmoListener.get_batch_id(docs)
-        if self.cfg["frozen"]:
+        listeners = self.listeners
+        if self.cfg["frozen"] or not listeners:
             outputs = self.model.predict(docs)  # no autograd graph at all
-            for listener in self.listeners:
+            for listener in listeners:
                 listener.receive(batch_id, outputs, _no_backprop)
             return losses
+        self._run_backward()  # the last batch's, if a listening component did not train on it
+        self._step_with = sgd
         set_dropout_rate(self.model, drop)
         outputs, bp_outputs = self.model.begin_update(docs)
-        d_outputs = [self.model.ops.alloc3f(*o.shape) for o in outputs]
-
-        def accumulate_gradient(one_d: List[Floats3d]) -> List[Doc]:
-            for i, d in enumerate(one_d):
-                d_outputs[i] += d
-                losses[self.name] += float((d**2).sum())
-            return []
-
-        def backprop(one_d: List[Floats3d]) -> List[Doc]:
-            accumulate_gradient(one_d)
-            d_docs = bp_outputs(d_outputs)
-            # spaCy 3.8's nlp.update calls our finish_update right after our
-            # update(), i.e. before the listeners backprop; step here instead
-            # with the optimizer it gave us (else at the next finish_update).
-            optimizer = sgd if sgd is not None else getattr(self, "_last_sgd", None)
-            if optimizer is not None:
-                step_bilm(self.model, optimizer)
-                self._pending_grads = False
-            else:
-                self._pending_grads = True
-            return d_docs
-
-        for listener in self.listeners[:-1]:
-            listener.receive(batch_id, outputs, accumulate_gradient)
-        if self.listeners:
-            self.listeners[-1].receive(batch_id, outputs, backprop)
+        batch = _TrainingBatch(bp_outputs, [self.model.ops.alloc3f(*o.shape) for o in outputs], len(listeners))
+        _BATCHES[self] = batch
+        for i, listener in enumerate(listeners):
+            listener.receive(batch_id, outputs, functools.partial(self._receive_gradient, batch, i, losses))
         return losses
 
+    def _receive_gradient(self, batch: "_TrainingBatch", index: int, losses: Dict[str, float], d_outputs: List[Floats3d]) -> List[Doc]:
+        """A listener's backprop: add its gradient; the last one runs the backward (and the step
+        when an optimizer is already known for this batch)."""
+        for total, d in zip(batch.d_outputs, d_outputs):
+            total += d
+            losses[self.name] = losses.get(self.name, 0.0) + float((d**2).sum())
+        batch.waiting.discard(index)
+        if not batch.waiting and batch is _BATCHES.get(self):
+            self._run_backward()
+            if self._step_with is not None:
+                self._apply_gradients(self._step_with)
+        return []
+
+    def _run_backward(self) -> None:
+        """The biLM's backward for the current batch, if any listener sent a gradient for it."""
+        batch = _BATCHES.pop(self, None)
+        if batch is not None and len(batch.waiting) < batch.n_listeners:
+            batch.backprop(batch.d_outputs)
+            self._unapplied = True
+
+    def _apply_gradients(self, sgd: Optimizer) -> None:
+        if getattr(self, "_unapplied", False):
+            step_bilm(self.model, sgd)
+            self._unapplied = False
+
     def finish_update(self, sgd: Optimizer) -> None:
-        """Frozen: nothing. Else remember ``sgd`` and apply gradients not yet applied."""
+        """Frozen: nothing. Else apply the gradients of the batches since the last step."""
         if self.cfg["frozen"]:
             return
-        self._last_sgd = sgd
-        if getattr(self, "_pending_grads", False):
-            step_bilm(self.model, sgd)
-            self._pending_grads = False
+        batch = _BATCHES.get(self)
+        if batch is not None and len(batch.waiting) == batch.n_listeners:
+            # called before any listener sent its gradient (nlp.update(sgd=...)): step when they have
+            self._step_with = sgd
+        else:
+            self._run_backward()
+        self._apply_gradients(sgd)
 
     def get_loss(self, examples, scores) -> None:
         pass
@@ -416,6 +510,8 @@ class ElmoComponent(TrainablePipe):
         else:
             self._ensure_weights()
         self.model.initialize()
+        if nlp is not None:
+            self._skipped_listeners = self._listeners_skipped_by(nlp)
         for listener in self.listeners:
             self._configure_listener(listener, self._component_of(listener))
 

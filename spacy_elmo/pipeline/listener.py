@@ -8,13 +8,14 @@ ScalarMix after it computes its own gradients from the layers it saw, so the
 mix trains whichever way the layers arrived.
 """
 
+import warnings
 from typing import Any, Iterable, List, Optional, Tuple
 
 from spacy.tokens import Doc
 from thinc.api import Model
 from thinc.types import Floats3d
 
-from ..errors import Errors
+from ..errors import Errors, Warnings
 from .doc_data import ELMO_ATTR, aligned_layers
 
 
@@ -32,6 +33,8 @@ class ElmoListener(Model):
         self._outputs = None
         self._backprop = None
         self._predicted: Optional[Tuple[int, List[Any]]] = None
+        #: ``id()`` of the upstream component that set its sizes (None: none did, or they were loaded)
+        self.sized_by: Optional[int] = None
         self.attrs["width_from_config"] = width
 
     @classmethod
@@ -64,6 +67,8 @@ class ElmoListener(Model):
 def _init(model: ElmoListener, X=None, Y=None) -> None:
     if model.upstream is None:
         raise ValueError(Errors.E_LISTENER_NO_UPSTREAM.format(upstream=model.upstream_name))
+    if not model.has_dim("nL"):  # the upstream has no weights yet: the layers after it cannot be sized
+        raise ValueError(Errors.E_LISTENER_NO_SIZES.format(upstream=model.upstream, component=model.component))
     # Until the first real batch, docs without ELMo data (initialize's samples) get zeros.
     model.attrs["warming_up"] = True
 
@@ -103,7 +108,15 @@ def _forward(model: ElmoListener, docs: List[Doc], is_train: bool):
                 )
             )
         elif model.attrs.get("warming_up", False):
+            if is_train:  # spacy debug model updates a component alone; in spacy train it is a mistake
+                warnings.warn(
+                    Warnings.W_LISTENER_ZEROS.format(upstream=model.upstream, component=model.component),
+                    UserWarning,
+                    stacklevel=2,
+                )
             outputs.append(model.ops.alloc3f(nL, len(doc), nO))
+        elif is_train:
+            raise ValueError(Errors.E_LISTENER_NOT_FED.format(upstream=model.upstream, component=model.component))
         else:
             raise ValueError(Errors.E_LISTENER_NO_DATA.format(upstream=model.upstream, component=model.component))
     return outputs, _no_grad

@@ -4,6 +4,7 @@ from pathlib import Path
 from typing import Callable, Optional, Tuple, Union
 
 from ..bilm import BiLM
+from ..errors import Errors
 
 #: ``loader(backend) -> (BiLM, source)``
 WeightsLoader = Callable[[str], Tuple[BiLM, str]]
@@ -16,8 +17,23 @@ def load_weights(path: Optional[Union[str, Path]], backend: str = "auto") -> Tup
     Raises FileNotFoundError when no default model is installed.
     """
     target = "default" if path is None or str(path).strip() in ("", "default") else str(path)
+    pipeline = None if target == "default" else saved_pipeline_of(Path(target))
+    if pipeline is not None:
+        raise ValueError(Errors.E_WEIGHTS_ARE_PIPELINE.format(path=target, pipeline=pipeline))
     bilm = BiLM.load(target, stateful=False, backend=backend).eval()
     return bilm, target
+
+
+def saved_pipeline_of(path: Path) -> Optional[Path]:
+    """The saved spaCy pipeline that ``path`` is, or whose component directory it is; else None.
+    (A pipeline has config.cfg and meta.json; a native model config.json.)"""
+    if (path / "config.json").is_file():
+        return None
+    for pipeline, is_component in ((path, False), (path.parent, True)):
+        if (pipeline / "meta.json").is_file() and (pipeline / "config.cfg").is_file():
+            if not is_component or (path / "cfg").is_file():
+                return pipeline
+    return None
 
 
 def weights_loader(path: Optional[str] = "") -> WeightsLoader:

@@ -108,6 +108,17 @@ def test_bad_path_error(tmp_path):
         nlp("a")
 
 
+@pytest.mark.parametrize("inside", ["", "elmo"])
+def test_saved_pipeline_as_weights_names_sourcing(nlp, tmp_path, inside):
+    """A saved pipeline (model-last) or its elmo directory given as weights (--paths.elmo) is not a
+    model directory ("no config.json" before): the error names sourcing the trained component."""
+    nlp.to_disk(tmp_path / "trained")
+    other = spacy.blank("en")
+    other.add_pipe("elmo", config={"weights": str(tmp_path / "trained" / inside)})
+    with pytest.raises(ValueError, match=r"saved spaCy pipeline .*trained.*source = .*trained"):
+        other("a")
+
+
 def test_allennlp_dir(tmp_path, tiny_dir):
     bilm = BiLM.load(tiny_dir, backend="reference")
     bilm.to_allennlp(tmp_path / "options.json", tmp_path / "weights.hdf5")

@@ -1,10 +1,13 @@
 """Listeners: ScalarMix layer, ELMo dropout, ner/textcat/textcat_multilabel/spancat, errors."""
 
+import collections
+
 import numpy
 import pytest
 import spacy
 import torch
 from spacy.training import Example
+from spacy.training.loop import train_while_improving
 from thinc.api import set_dropout_rate
 
 from spacy_elmo import BiLM, BiLMConfig
@@ -189,9 +192,8 @@ def test_ner_with_listener(tiny_dir):
     assert doc._.elmo is not None
 
 
-@pytest.mark.parametrize("factory", ["textcat", "textcat_multilabel"])
-def test_textcat_with_tok2vec(tiny_dir, factory):
-    model = {
+def _textcat_model(factory, tok2vec):
+    return {
         "@architectures": "spacy.TextCatReduce.v1",
         "exclusive_classes": factory == "textcat",
         "use_reduce_first": False,
@@ -199,9 +201,13 @@ def test_textcat_with_tok2vec(tiny_dir, factory):
         "use_reduce_max": True,
         "use_reduce_mean": True,
         "nO": None,
-        "tok2vec": TOK2VEC,
+        "tok2vec": tok2vec,
     }
-    nlp = _train(_nlp_with(tiny_dir, factory, model), factory, make_docs(8))
+
+
+@pytest.mark.parametrize("factory", ["textcat", "textcat_multilabel"])
+def test_textcat_with_tok2vec(tiny_dir, factory):
+    nlp = _train(_nlp_with(tiny_dir, factory, _textcat_model(factory, TOK2VEC)), factory, make_docs(8))
     assert set(nlp("it was good .").cats) == {"POS", "NEG"}
 
 
@@ -279,6 +285,46 @@ def test_fine_tuning_changes_bilm(tiny_dir):
     assert not torch.equal(before, bilm.lstm.forward_layers[0].w_proj.detach())
 
 
+class _CountingOptimizer:
+    """A thinc optimizer that counts the updates of each parameter (key)."""
+
+    def __init__(self, optimizer):
+        self.optimizer, self.calls = optimizer, collections.Counter()
+
+    def __call__(self, key, weights, gradient, **kwargs):
+        self.calls[key] += 1
+        return self.optimizer(key, weights, gradient, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.optimizer, name)
+
+
+@pytest.mark.parametrize("accumulate,exclude", [(1, []), (3, []), (1, ["textcat"])])
+def test_fine_tuning_steps_once_per_training_step(tiny_dir, accumulate, exclude):
+    """In spaCy's training loop the biLM takes one optimizer step per step, as every other component:
+    [training] accumulate_gradient = 3 sums three sub-batches (it took a step per sub-batch), and a
+    listening component that does not train (frozen_components: excluded) leaves the others' gradients
+    to apply (the biLM never moved when it was the last listener)."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "frozen": False})
+    nlp.add_pipe("ner", config={"model": {**NER, "tok2vec": LISTENER}})
+    nlp.add_pipe("textcat", config={"model": _textcat_model("textcat", LISTENER)})
+    examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(8)]
+    optimizer = _CountingOptimizer(nlp.initialize(lambda: examples))
+    steps = 2
+    training = train_while_improving(
+        nlp, optimizer, iter([(0, examples)] * steps), lambda: (0.0, {}), dropout=0.1, eval_frequency=100,
+        accumulate_gradient=accumulate, patience=0, max_steps=0, exclude=exclude, annotating_components=[],
+        before_update=None,
+    )  # fmt: skip
+    for _ in training:
+        pass
+    shim = nlp.get_pipe("elmo").model.layers[0].shims[0]
+    bilm_updates = {name: n for (owner, name), n in optimizer.calls.items() if owner == shim.id}
+    assert set(bilm_updates) == {f"bilm.{name}" for name, _ in get_bilm(nlp.get_pipe("elmo").model).named_parameters()}
+    assert set(bilm_updates.values()) == {steps}
+
+
 def test_fine_tuning_refreshes_token_cache(tiny_dir):
     """Vectors after a fine-tuning step come from the new weights, not the inference cache."""
     nlp = spacy.blank("en")
@@ -334,6 +380,23 @@ def test_replace_listeners(tiny_dir, tmp_path, tok2vec, path, frozen):
     loaded.update(examples, sgd=opt)
     moved = any(not torch.equal(v, before[k]) for k, v in bilm.state_dict().items())
     assert moved == (not frozen)
+
+
+def test_replace_listeners_at_the_wrong_path_is_a_clear_error(tiny_dir, tmp_path):
+    """With ElmoTok2Vec.v1 the listener is at model.tok2vec.elmo: replacing at model.tok2vec wrote the
+    listener's config over the whole tok2vec block and saved a pipeline spacy.load refused ("mismatched
+    structure"). Now it is refused before anything changes, naming the right path."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir)})
+    nlp.add_pipe("ner", config={"model": {**NER, "tok2vec": TOK2VEC}})
+    examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(4)]
+    nlp.initialize(lambda: examples)
+    with pytest.raises(ValueError, match=r"is at model\.tok2vec\.elmo, not model\.tok2vec.*Pass \['model\.tok2vec\.elmo'\]"):
+        nlp.replace_listeners("elmo", "ner", ["model.tok2vec"])
+    assert nlp.get_pipe("elmo").listening_components == ["ner"]
+    text = "Yesterday Alice went home ."
+    nlp.to_disk(tmp_path / "p")
+    numpy.testing.assert_allclose(_tok2vec_output(spacy.load(tmp_path / "p"), text), _tok2vec_output(nlp, text), atol=1e-6)
 
 
 def test_own_bilm_without_weights_is_a_clear_error():
@@ -402,21 +465,37 @@ def test_two_elmo_components_each_listener_reads_its_upstream(tiny_dir, tmp_path
             tok2vec("a", docs[0])
 
 
-def test_pickle_pipeline_after_fine_tuning(tiny_dir):
+@pytest.mark.parametrize("exclude", [[], ["textcat"]])
+def test_pickle_pipeline_after_fine_tuning(tiny_dir, exclude):
     """A trained pipeline pickles (as nlp.pipe(n_process=2) with spawn needs): the listeners' per-batch
-    hand-over (a closure of the component's update) is not pickled."""
+    hand-over (a closure of the component's update) is not pickled, nor the biLM's batch still waiting
+    for the gradient of a listening component that did not train on it (excluded)."""
     import pickle
 
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "frozen": False})
     nlp.add_pipe("ner", config={"model": {**NER, "tok2vec": LISTENER}})
+    nlp.add_pipe("textcat", config={"model": _textcat_model("textcat", LISTENER)})
     examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(4)]
     opt = nlp.initialize(lambda: examples)
-    nlp.update(examples, sgd=opt)
+    nlp.update(examples, sgd=opt, exclude=exclude)
     back = pickle.loads(pickle.dumps(nlp))
     text = "Yesterday Alice went home ."
     numpy.testing.assert_array_equal(back(text)._.elmo, nlp(text)._.elmo)
     numpy.testing.assert_array_equal(_tok2vec_output(back, text), _tok2vec_output(nlp, text))
+
+
+def test_listening_component_disabled_at_load_then_enabled(tiny_dir, tmp_path):
+    """spacy.load(..., disable=["ner"]), then nlp.enable_pipe("ner"): ner reads elmo's layers, as with
+    spaCy's tok2vec (the relinking at load skips disabled components: its listener lost its upstream)."""
+    nlp = _nlp_with(tiny_dir, "ner", {**NER, "tok2vec": LISTENER})
+    examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(4)]
+    nlp.update(examples, sgd=nlp.initialize(lambda: examples))
+    nlp.to_disk(tmp_path / "p")
+    text = "Yesterday Alice went home ."
+    loaded = spacy.load(tmp_path / "p", disable=["ner"])
+    loaded.enable_pipe("ner")
+    numpy.testing.assert_allclose(_tok2vec_output(loaded, text), _tok2vec_output(nlp, text), atol=1e-6)
 
 
 @pytest.mark.parametrize("frozen", [True, False])

@@ -10,6 +10,7 @@ from spacy.tokens import Doc, DocBin
 
 from spacy_elmo import BiLM, batch_to_ids
 from spacy_elmo.pipeline import install_hooks
+from spacy_elmo.pipeline.bilm_layer import get_bilm
 
 
 def test_doc_to_bytes(nlp):
@@ -104,3 +105,21 @@ def test_spawned_worker_runs_one_thread(nlp):
     if default == 1:
         pytest.skip("a spawned process runs one thread here anyway")
     assert _spawned_threads(nlp) == 1
+
+
+def test_float16_weights_stay_float16_in_a_saved_pipeline(tiny_dir, tmp_path):
+    """A float16 model (as the bundled default) runs in float32; the saved pipeline stored that upcast
+    copy (the default: 54 MB in every saved pipeline, model-best and model-last each, for 27 MB of
+    weights). Weights that float16 holds exactly are stored in it and load back equal; others stay float32."""
+    BiLM.load(tiny_dir).save(tmp_path / "half", dtype=torch.float16)
+    sizes, weights = {}, {}
+    for name, source in (("half", tmp_path / "half"), ("float32", tiny_dir)):
+        nlp = spacy.blank("en")
+        nlp.add_pipe("elmo", config={"weights": str(source)})
+        nlp.to_disk(tmp_path / name)
+        sizes[name] = (tmp_path / name / "elmo" / "model").stat().st_size
+        weights[name] = get_bilm(spacy.load(tmp_path / name).get_pipe("elmo").model).state_dict()
+        for key, value in BiLM.load(source).state_dict().items():
+            assert value.dtype == weights[name][key].dtype == torch.float32
+            assert torch.equal(weights[name][key], value), key
+    assert sizes["half"] < 0.6 * sizes["float32"]

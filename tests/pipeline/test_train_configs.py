@@ -8,11 +8,15 @@ import numpy
 import pytest
 import spacy
 import torch
+from spacy.training import Corpus
+from spacy.training.initialize import init_nlp
 
-from spacy_elmo import BiLM
+from spacy_elmo import BiLM, BiLMConfig
 from spacy_elmo.pipeline.bilm_layer import get_bilm
 
 from spacy_elmo.configs import CONFIG_DIR as CONFIGS
+
+from .conftest import TINY
 
 
 def _train(cfg, corpus_dir, tiny_dir, out):
@@ -73,7 +77,6 @@ def test_config_gives_elmo_sentences_in_training(cfg, annotating, corpus_dir, ti
     predicted docs, which start as bare words: without the sentencizer listed there the biLM
     reads a whole multi-sentence doc as one window in training and sentences at prediction."""
     from spacy.training import Example
-    from spacy.training.initialize import init_nlp
 
     from spacy_elmo.pipeline import bilm_layer
 
@@ -100,3 +103,61 @@ def test_config_gives_elmo_sentences_in_training(cfg, annotating, corpus_dir, ti
     seen.clear()
     nlp(text)  # prediction runs the whole pipeline: sentences
     assert seen == [[(0, 4), (4, 8)]]
+
+
+def _init(cfg, corpus_dir, weights, components=()):
+    """init_nlp (as spacy train) of a shipped config on the tiny corpus, some components replaced."""
+    overrides = {"paths.train": str(corpus_dir / "train.spacy"), "paths.dev": str(corpus_dir / "dev.spacy"),
+                 "paths.elmo": str(weights)}  # fmt: skip
+    config = spacy.util.load_config(CONFIGS / cfg, overrides=overrides, interpolate=False)
+    for name, block in dict(components).items():
+        config["components"][name] = block
+    return init_nlp(config)
+
+
+def test_sourced_listening_component_with_a_new_elmo(corpus_dir, tiny_dir, tmp_path):
+    """[components.ner] source = PIPELINE next to a new elmo component: spacy train initializes with the
+    resumed ner disabled, and spaCy's relinking skips it; ner got no upstream ("no upstream 'elmo'
+    component" at its first update). Now the first update links it and it trains on the layers."""
+    _init("ner.cfg", corpus_dir, tiny_dir).to_disk(tmp_path / "first")
+    nlp = _init("ner.cfg", corpus_dir, tiny_dir, {"ner": {"source": str(tmp_path / "first")}})
+    examples = list(Corpus(str(corpus_dir / "train.spacy"))(nlp))[:4]
+    (mix,) = [n for n in nlp.get_pipe("ner").model.walk() if n.name == "elmo_scalar_mix"]
+    before = mix.get_param("w").copy()
+    for _ in range(3):  # the parser's output layer starts at zero: no gradient below it at the first step
+        nlp.update(examples)
+    assert nlp.get_pipe("elmo").listening_components == ["ner"]
+    assert not numpy.array_equal(mix.get_param("w"), before)  # zero layers would give w no gradient
+
+
+def test_sourced_listening_component_with_other_weights_is_a_clear_error(corpus_dir, tiny_dir, tmp_path):
+    """A sourced ner next to an elmo component loading a biLM of another width: a clear error at
+    initialization, not a matrix shape mismatch in the first update."""
+    _init("ner.cfg", corpus_dir, tiny_dir).to_disk(tmp_path / "first")
+    BiLM(BiLMConfig(**{**TINY, "projection_dim": 4})).save(tmp_path / "narrow")
+    with pytest.raises(ValueError, match=r"'ner' was trained on .* width 16, but 'elmo' loaded .* width 8"):
+        _init("ner.cfg", corpus_dir, tmp_path / "narrow", {"ner": {"source": str(tmp_path / "first")}})
+
+
+def test_elmo_in_frozen_components_is_a_clear_error(corpus_dir, tiny_dir):
+    """spaCy never initializes the components in [training] frozen_components: a new elmo listed there
+    has no weights when ner initializes (thinc's "Cannot get dimension 'nL'" before)."""
+    overrides = {"paths.train": str(corpus_dir / "train.spacy"), "paths.dev": str(corpus_dir / "dev.spacy"),
+                 "paths.elmo": str(tiny_dir), "training.frozen_components": ["elmo"]}  # fmt: skip
+    config = spacy.util.load_config(CONFIGS / "ner.cfg", overrides=overrides, interpolate=False)
+    with pytest.raises(ValueError, match=r"initialized before its upstream 'elmo' loaded its weights.*frozen_components"):
+        init_nlp(config)
+
+
+def test_sourced_elmo_frozen_without_annotating(corpus_dir, tiny_dir, tmp_path):
+    """A sourced elmo in frozen_components but not in annotating_components feeds no listener in training:
+    ner trained on zero layers without a word, then failed after the first evaluation with an error about
+    a removed or disabled upstream. Now the zeros warn, and the error names the training settings."""
+    _init("ner.cfg", corpus_dir, tiny_dir).to_disk(tmp_path / "first")
+    nlp = _init("ner.cfg", corpus_dir, tiny_dir, {"elmo": {"source": str(tmp_path / "first")}})
+    examples = list(Corpus(str(corpus_dir / "train.spacy"))(nlp))[:4]
+    with pytest.warns(UserWarning, match=r"reads zeros.*annotating_components"):
+        nlp.update(examples, exclude=["elmo"])  # what spacy train does with frozen_components
+    nlp("Alice went home .")  # an evaluation: the listener has seen real layers
+    with pytest.raises(ValueError, match=r"no ELMo layers for a training batch.*annotating_components"):
+        nlp.update(examples, exclude=["elmo"])
