@@ -104,6 +104,23 @@ def test_highway_backward_op_checks_its_shapes():
             ops.highway_backward(*args)
 
 
+@pytest.mark.parametrize("which", ["highway", "char_cnn", "lstm_layer", "sampled_logsumexp"])
+def test_integer_inputs_are_an_error_not_truncated(which):
+    """Integer activations were run in float32 and truncated back (highway: 10 for the reference's 10.9997)."""
+    x = (torch.randn(6, 4) * 5).long()
+    ids, emb, ws, bs = _char_inputs()
+    gen = torch.Generator().manual_seed(0)
+    calls = {
+        "highway": lambda: fused.highway(x, torch.randn(8, 4), torch.randn(8)),
+        "char_cnn": lambda: fused.char_cnn(ids, emb.long(), ws, bs),
+        "lstm_layer": lambda: fused.lstm_layer(x.view(2, 3, 4), torch.tensor([3, 1]), *lstm_params(gen, 4, 5, 4)),
+        "sampled_logsumexp": lambda: fused.sampled_logsumexp(x, torch.randn(3, 4), torch.randn(3),
+                                                             torch.full((6,), -1)),
+    }
+    with pytest.raises(TypeError, match="computes in floating point, but .* is torch.int64"):
+        calls[which]()
+
+
 # --------------------------------------------------------------------- LSTM
 
 
@@ -111,6 +128,35 @@ def _lstm_case(B=3, T=5, I=4, C=6, P=4, seed=2):
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(B, T, I, generator=gen)
     return x, torch.tensor([5, 2, 0][:B]), list(lstm_params(gen, I, C, P))
+
+
+def test_lstm_state_of_the_wrong_shape_is_an_error_not_reshaped():
+    """A (P, B) h0, a (C, B) c0 or a (B, 2, P) biLSTM state was reshaped: the wrong numbers, silently."""
+    x, lengths, w = _lstm_case()
+    with pytest.raises(ValueError, match=r"h0 of shape \(3, 4\) .* got \(4, 3\)"):
+        fused.lstm_layer(x, lengths, *w, h0=torch.randn(4, 3), c0=torch.randn(3, 6))
+    with pytest.raises(ValueError, match=r"c0 of shape \(3, 6\) .* got \(6, 3\)"):
+        fused.lstm_layer(x, lengths, *w, h0=torch.randn(3, 4), c0=torch.randn(6, 3))
+    with pytest.raises(ValueError, match=r"state\[0\] \(h0\) of shape \(2, 3, 4\)"):
+        fused.bilstm_layer(x, x, lengths, w, w, state=(torch.randn(3, 2, 4), torch.randn(3, 2, 6)))
+    with pytest.raises(RuntimeError, match=r"h0 \(ndir, B, P\) must have shape \[1, 3, 4\], got \[4, 3\]"):
+        ops.lstm_forward([x], lengths, w, torch.zeros(4, 3), torch.zeros(1, 3, 6), None, None, [0], False, False)
+    h0, c0 = torch.randn(3, 4), torch.randn(3, 6)
+    for a, b in zip(fused.lstm_layer(x, lengths, *w, h0=h0, c0=c0), R.lstm_layer(x, lengths, *w, h0=h0, c0=c0)):
+        _close(a, b)
+
+
+def test_lstm_lengths_must_be_integers():
+    """Float lengths were truncated (4.7 -> 4 steps; the reference runs t < 4.7, 5 steps)."""
+    x, _, w = _lstm_case()
+    with pytest.raises(TypeError, match="lengths as an integer tensor .* got torch.float32"):
+        fused.lstm_layer(x, torch.tensor([4.7, 2.0, 0.0]), *w)
+    with pytest.raises(RuntimeError, match="lengths must be an integer tensor"):
+        ops.lstm_forward([x], torch.tensor([4.7, 2.0, 0.0]), w, torch.zeros(1, 3, 4), torch.zeros(1, 3, 6), None, None,
+                         [0], False, False)
+    for a, b in zip(fused.lstm_layer(x, torch.tensor([5, 2, 0], dtype=torch.int32), *w),
+                    R.lstm_layer(x, torch.tensor([5, 2, 0]), *w)):
+        _close(a, b)
 
 
 def _lstm_saved():
@@ -165,7 +211,64 @@ def test_sampled_logsumexp_backward_op_checks_its_shapes():
         ops.sampled_logsumexp_backward(torch.ones(3, 1), h, w, p)
 
 
+def test_sampled_logsumexp_hit_must_be_integers():
+    h, w, off = torch.randn(3, 4), torch.randn(5, 4), torch.randn(5)
+    with pytest.raises(TypeError, match="hit as an integer tensor"):
+        fused.sampled_logsumexp(h, w, off, torch.tensor([0.0, 4.0, -1.0]))
+    hit = torch.tensor([0, 4, -1])
+    _close(fused.sampled_logsumexp(h, w, off, hit.int()), R.sampled_logsumexp(h, w, off, hit))
+
+
 # -------------------------------------------------------------- autograd
+
+
+def _every_op(dtype=torch.float64):
+    """(name, inputs needing grad, fn(*inputs) -> scalar, same through the reference)"""
+    ids, emb, ws, bs = _char_inputs()
+    bs = [b.to(dtype) for b in bs]
+    gen = torch.Generator().manual_seed(4)
+    x, lengths, w = _lstm_case()
+    hit = torch.tensor([0, -1, 4])
+
+    def lstm(impl):
+        return lambda xx, *ww: sum(t.sum() for t in impl.bilstm_layer(xx, xx, lengths, ww, ww, None, 1.0, 1.0))
+
+    cases = [
+        ("char_cnn", [emb, *ws], lambda impl: lambda e, *p: impl.char_cnn(ids, e, p, bs, "tanh").pow(2).sum()),
+        ("highway", [torch.randn(5, 4, generator=gen), torch.randn(8, 4, generator=gen)],
+         lambda impl: lambda a, b: impl.highway(a, b, torch.zeros(8, dtype=dtype)).pow(2).sum()),
+        ("lstm", [x, *w], lstm),
+        ("sampled_logsumexp", [torch.randn(3, 4, generator=gen), torch.randn(5, 4, generator=gen)],
+         lambda impl: lambda a, b: impl.sampled_logsumexp(a, b, torch.zeros(5, dtype=dtype), hit).pow(2).sum()),
+    ]
+    return [(name, [t.to(dtype).requires_grad_() for t in ins], f(fused), f(R)) for name, ins, f in cases]
+
+
+@pytest.mark.parametrize("index", range(4))
+def test_double_backward_is_a_clear_error(index):
+    """create_graph=True through a fused op gave gradients without their second-order term (highway,
+    char_cnn, sampled_logsumexp: silently; lstm: an error about mm() out= arguments). The first-order
+    gradients are still right (the reference; its sampled_logsumexp runs in float32)."""
+    name, ins, f, ref = _every_op()[index]
+    grads = torch.autograd.grad(f(*ins), ins, create_graph=True)
+    expected = torch.autograd.grad(ref(*ins), ins)
+    for g, e in zip(grads, expected):
+        _close(g, e)
+    with pytest.raises(RuntimeError, match=f"fused {name} kernel has no second derivative"):
+        sum(g.pow(2).sum() for g in grads).backward()
+
+
+def test_meta_tensors_give_shapes():
+    """The wrappers opened torch.autocast('meta'), which failed with 'unsupported scalarType'."""
+    ids, emb, ws, bs = _char_inputs()
+    meta = [t.to("meta") for t in (ids, emb, *ws, *bs)]
+    assert fused.char_cnn(meta[0], meta[1], meta[2:4], meta[4:]).shape == (5, 7)
+    assert fused.highway(torch.empty(2, 3, 4, device="meta"), torch.empty(8, 4, device="meta"),
+                         torch.empty(8, device="meta")).shape == (2, 3, 4)
+    x, lengths, w = _lstm_case()
+    out = fused.bilstm_layer(x.to("meta"), x.to("meta"), lengths, [t.to("meta") for t in w],
+                             [t.to("meta") for t in w])
+    assert [tuple(t.shape) for t in out] == [(3, 5, 4), (3, 5, 4), (2, 3, 4), (2, 3, 6)]
 
 
 def test_opcheck_backward_ops_outputs_do_not_share_storage():
