@@ -299,6 +299,23 @@ class Errors:
         "set_cpu_recycle_limit expects a whole number of bytes >= 0 (0 turns recycling "
         "off; the default is {default}), got {value!r}."
     )
+    E_FUSED_NOT_FLOAT = (
+        "The fused {op} computes in floating point, but {name} is {dtype} (it would be run in float32 and an "
+        "integer result truncated). Pass float32/float64 (or float16/bfloat16) tensors, e.g. {name}.float()."
+    )
+    E_FUSED_NOT_INTEGER = (
+        "The fused {op} needs {name} as an integer tensor (torch.long or torch.int32), got {dtype}: a float would "
+        "be truncated and a bool read as 0/1. Pass whole numbers, e.g. {name}.long()."
+    )
+    E_FUSED_STATE_SHAPE = (
+        "The fused {op} needs the initial state {name} of shape {expected} (batch from x, sizes from w_proj (C, P)); "
+        "got {found}. It is not reshaped: a transposed state would be read in the wrong order."
+    )
+    E_FUSED_DOUBLE_BACKWARD = (
+        "The fused {op} kernel has no second derivative: a gradient computed through it with create_graph=True is "
+        "being differentiated (a gradient penalty, a Hessian-vector product, ...). Run that model with "
+        "backend='reference', whose operations PyTorch differentiates twice."
+    )
     E_FUSED_UNAVAILABLE = (
         "backend='fused' needs the compiled extension spacy_elmo._C, which is not "
         "available ({reason}). " + _BUILD_EXTENSION + " Or use backend='reference'."

@@ -35,6 +35,7 @@
 #include <cmath>
 #include <vector>
 
+#include "../include/checks.h"
 #include "../include/cpu_kernels.h"
 #include "../include/cpu_memory.h"
 #include "../include/ops.h"
@@ -99,27 +100,39 @@ struct Dims {
   int64_t ndir, B, T, I, C, P;
 };
 
-Dims check_lstm(at::TensorList xs, const at::Tensor& lengths, at::TensorList weights, at::IntArrayRef reverse) {
+Dims check_lstm(const char* op, at::TensorList xs, const at::Tensor& lengths, at::TensorList weights,
+                at::IntArrayRef reverse) {
   const int64_t ndir = (int64_t)xs.size();
-  TORCH_CHECK(ndir >= 1 && ndir <= 2, "lstm: one or two directions");
-  TORCH_CHECK((int64_t)weights.size() == 4 * ndir, "lstm: 4 weights per direction");
-  TORCH_CHECK((int64_t)reverse.size() == ndir, "lstm: one reverse flag per direction");
-  TORCH_CHECK(xs[0].dim() == 3, "lstm: x must be (B, T, I)");
+  TORCH_CHECK(ndir >= 1 && ndir <= 2, op, ": one or two directions, got ", ndir);
+  TORCH_CHECK((int64_t)weights.size() == 4 * ndir, op, ": 4 weights per direction, got ", weights.size(), " for ",
+              ndir);
+  TORCH_CHECK((int64_t)reverse.size() == ndir, op, ": one reverse flag per direction");
+  TORCH_CHECK(xs[0].dim() == 3, op, ": x must be (B, T, I), got ", xs[0].sizes());
+  TORCH_CHECK(weights[3].dim() == 2, op, ": w_proj must be (C, P), got ", weights[3].sizes());
   Dims d{ndir, xs[0].size(0), xs[0].size(1), xs[0].size(2), weights[3].size(0), weights[3].size(1)};
-  TORCH_CHECK(lengths.dim() == 1 && lengths.size(0) == d.B, "lstm: lengths must be (B,)");
+  TORCH_CHECK(lengths.dim() == 1 && lengths.size(0) == d.B, op, ": lengths must be (B,) = (", d.B, ",), got ",
+              lengths.sizes());
+  check_integer(lengths, op, "lengths");
+  const auto dtype = xs[0].scalar_type();
+  check_float(xs[0], op, "x");
   for (int64_t k = 0; k < ndir; ++k) {
-    TORCH_CHECK(xs[k].sizes() == xs[0].sizes(), "lstm: every direction's input must have the same shape");
-    TORCH_CHECK(weights[4 * k].dim() == 2 && weights[4 * k].size(0) == d.I && weights[4 * k].size(1) == 4 * d.C,
-                "lstm: w_input must be (I, 4C)");
-    TORCH_CHECK(weights[4 * k + 1].dim() == 2 && weights[4 * k + 1].size(0) == d.P &&
-                    weights[4 * k + 1].size(1) == 4 * d.C,
-                "lstm: w_recurrent must be (P, 4C)");
-    TORCH_CHECK(weights[4 * k + 2].numel() == 4 * d.C, "lstm: bias must be (4C,)");
-    TORCH_CHECK(weights[4 * k + 3].dim() == 2 && weights[4 * k + 3].size(0) == d.C &&
-                    weights[4 * k + 3].size(1) == d.P,
-                "lstm: w_proj must be (C, P)");
+    TORCH_CHECK(xs[k].sizes() == xs[0].sizes(), op, ": every direction's input must have the same shape");
+    check_same_float(xs[k], dtype, op, "x");
+    check_sizes(weights[4 * k], {d.I, 4 * d.C}, op, "w_input (I, 4C)");
+    check_sizes(weights[4 * k + 1], {d.P, 4 * d.C}, op, "w_recurrent (P, 4C)");
+    TORCH_CHECK(weights[4 * k + 2].numel() == 4 * d.C, op, ": bias must be (4C,) = (", 4 * d.C, ",), got ",
+                weights[4 * k + 2].sizes());
+    check_sizes(weights[4 * k + 3], {d.C, d.P}, op, "w_proj (C, P)");
+    for (int64_t j = 0; j < 4; ++j) check_same_float(weights[4 * k + j], dtype, op, "an LSTM weight");
   }
   return d;
+}
+
+// The number of steps, max(lengths), after checking every length lies in [0, T]:
+// a longer row would make the kernels read and write past its T positions.
+int64_t lstm_steps(const char* op, const at::Tensor& lengths, int64_t T) {
+  return std::max<int64_t>(0, check_range(lengths.data_ptr<int64_t>(), lengths.numel(), 0, T, op, "lengths",
+                                          "a row's number of valid positions, at most T"));
 }
 
 // ---------------------------------------------------------------- work buffers
@@ -265,17 +278,18 @@ LstmForwardResult lstm_forward_cpu(at::TensorList xs, const at::Tensor& lengths_
                                    const at::Tensor& h0, const at::Tensor& c0, std::optional<double> cell_clip,
                                    std::optional<double> proj_clip, at::IntArrayRef reverse, bool residual,
                                    bool save) {
-  const Dims dm = check_lstm(xs, lengths_in, weights, reverse);
+  const Dims dm = check_lstm("lstm", xs, lengths_in, weights, reverse);
   const int64_t ndir = dm.ndir, B = dm.B, T = dm.T, I = dm.I, C = dm.C, P = dm.P;
   TORCH_CHECK(!residual || I == P, "lstm: residual needs input dim == projection dim");
+  // exact shapes: a reshape would silently read a (P, B) state as (B, P)
+  check_sizes(h0, {ndir, B, P}, "lstm", "h0 (ndir, B, P)");
+  check_float(h0, "lstm", "h0");
+  check_sizes(c0, {ndir, B, C}, "lstm", "c0 (ndir, B, C)");
+  check_float(c0, "lstm", "c0");
   const auto opts = xs[0].options();
   const at::Tensor lengths = lengths_in.to(at::kCPU, at::kLong).contiguous();
   const int64_t* lens = lengths.data_ptr<int64_t>();
-  int64_t tmax = 0;
-  for (int64_t b = 0; b < B; ++b) {
-    TORCH_CHECK(lens[b] >= 0 && lens[b] <= T, "lstm: lengths must lie in [0, T]");
-    tmax = std::max(tmax, lens[b]);
-  }
+  const int64_t tmax = lstm_steps("lstm", lengths, T);
   const auto& kt = cpu::kernels();
   // float32 runs the ISA-dispatched vector kernels: the fused steps (see the header
   // comment) where the table has them, else the generic loop's gate kernels. One
@@ -537,29 +551,48 @@ LstmBackwardResult lstm_backward_cpu(at::TensorList grad_outs, const at::Tensor&
                                      const at::Tensor& hp_raw, const at::Tensor& h_prev, const at::Tensor& m,
                                      std::optional<double> cell_clip, std::optional<double> proj_clip,
                                      at::IntArrayRef reverse, bool residual) {
-  const Dims dm = check_lstm(xs, lengths_in, weights, reverse);
+  const char* op = "lstm_backward";
+  const Dims dm = check_lstm(op, xs, lengths_in, weights, reverse);
   const int64_t ndir = dm.ndir, B = dm.B, T = dm.T, I = dm.I, C = dm.C, P = dm.P;
   TORCH_CHECK(gates.numel() == ndir * T * B * 4 * C, "lstm_backward: the forward did not save its tensors");
+  TORCH_CHECK(!residual || I == P, "lstm_backward: residual needs input dim == projection dim");
+  TORCH_CHECK((int64_t)grad_outs.size() == ndir, op, ": one output gradient per direction, got ", grad_outs.size(),
+              " for ", ndir);
+  for (int64_t d = 0; d < ndir; ++d) check_sizes(grad_outs[d], {B, T, P}, op, "each output gradient (B, T, P)");
+  check_sizes(grad_hn, {ndir, B, P}, op, "grad_hn (ndir, B, P)");
+  check_sizes(grad_cn, {ndir, B, C}, op, "grad_cn (ndir, B, C)");
+  check_sizes(c0_in, {ndir, B, C}, op, "c0 (ndir, B, C)");
+  // what the forward saved, read through raw pointers: its shapes, dtype and layout
+  const auto dtype = xs[0].scalar_type();
+  const at::Tensor* saved[] = {&gates, &c_raw, &hp_raw, &h_prev, &m};
+  const char* saved_names[] = {"gates (ndir, T, B, 4C)", "c_raw (ndir, T, B, C)", "hp_raw (ndir, T, B, P)",
+                               "h_prev (ndir, B, T, P)", "m (ndir, T, B, C)"};
+  const std::vector<std::vector<int64_t>> saved_sizes = {
+      {ndir, T, B, 4 * C}, {ndir, T, B, C}, {ndir, T, B, P}, {ndir, B, T, P}, {ndir, T, B, C}};
+  for (int k = 0; k < 5; ++k) {
+    check_sizes(*saved[k], saved_sizes[k], op, saved_names[k]);
+    check_same_float(*saved[k], dtype, op, saved_names[k]);
+    TORCH_CHECK(saved[k]->is_contiguous(), op, ": ", saved_names[k],
+                " must be contiguous: pass the tensors lstm_forward saved");
+  }
   const auto opts = xs[0].options();
   const at::Tensor lengths = lengths_in.to(at::kCPU, at::kLong).contiguous();
   const int64_t* lens = lengths.data_ptr<int64_t>();
-  int64_t tmax = 0;
-  for (int64_t b = 0; b < B; ++b) tmax = std::max(tmax, lens[b]);
+  const int64_t tmax = lstm_steps(op, lengths, T);
   std::vector<at::Tensor> go(ndir), wrec(ndir), wproj(ndir);
   for (int64_t d = 0; d < ndir; ++d) {
     go[d] = grad_outs[d].to(opts).contiguous();
     wrec[d] = weights[4 * d + 1];
     wproj[d] = weights[4 * d + 3];
   }
-  const at::Tensor c0 = c0_in.to(opts).reshape({ndir, B, C}).contiguous();
-  at::Tensor dh = grad_hn.to(opts).reshape({ndir, B, P}).clone().contiguous();
-  at::Tensor dc = grad_cn.to(opts).reshape({ndir, B, C}).clone().contiguous();
+  const at::Tensor c0 = c0_in.to(opts).contiguous();
+  at::Tensor dh = grad_hn.to(opts).clone().contiguous();
+  at::Tensor dc = grad_cn.to(opts).clone().contiguous();
   at::Tensor dhp = at::zeros({ndir, T, B, P}, opts);
   // dz a chunk of steps at a time, rows in step order (row (t - t0) * B + b): a
   // step's rows are one (B, 4C) block for its recurrent pass, and the chunk's
   // weight and input gradients are products over its rows once its first step is
   // done. Rows past their length are zeros.
-  const auto dtype = opts.dtype().toScalarType();
   const int64_t csteps = chunk_steps(B, tmax), crows = csteps * B;
   const at::Tensor dzc = cpu::workspace(kSlotGradZ, {ndir, crows, 4 * C}, dtype);
   std::vector<at::Tensor> x(ndir), dwb(ndir), dxs(ndir);
@@ -796,7 +829,9 @@ LstmBackwardResult lstm_backward_cpu(at::TensorList grad_outs, const at::Tensor&
     if (first_chunk) dwb[d].zero_();  // no steps: every length is zero
     dws.push_back(dwb[d].narrow(0, 0, I));
     dws.push_back(dwb[d].narrow(0, I, P));
-    dws.push_back(dwb[d].select(0, I + P).view(weights[4 * d + 2].sizes()));
+    // a copy: outputs of a custom op must not share storage (torch.compile plans memory by
+    // that). W_in's and W_rec's gradients still do, as rows of one product (see dwb).
+    dws.push_back(dwb[d].select(0, I + P).view(weights[4 * d + 2].sizes()).clone());
     dws.push_back(at::mm(m.select(0, d).reshape({T * B, C}).t(), dhp.select(0, d).reshape({T * B, P})));
     if (residual) {
       at::Tensor valid = at::arange(T, lengths.options()).unsqueeze(0).lt(lengths.unsqueeze(1));

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <limits>
 
+#include "../include/checks.h"
 #include "../include/cpu_kernels.h"
 #include "../include/ops.h"
 
@@ -89,9 +90,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> sampled_logsumexp_backward_cpu(co
                                                                               const at::Tensor& h_in,
                                                                               const at::Tensor& w_in,
                                                                               const at::Tensor& p) {
+  const char* op = "sampled_logsumexp_backward";
+  TORCH_CHECK(h_in.dim() == 2 && w_in.dim() == 2 && h_in.size(1) == w_in.size(1), op,
+              ": h must be (N, P) and weight (S, P), got ", h_in.sizes(), " and ", w_in.sizes());
+  check_float(h_in, op, "h");
+  check_same_float(w_in, h_in.scalar_type(), op, "weight");
+  check_sizes(p, {h_in.size(0), w_in.size(0)}, op, "softmax (N, S)");
+  check_same_float(p, h_in.scalar_type(), op, "softmax");
+  check_sizes(grad, {h_in.size(0)}, op, "grad (N,)");
   const at::Tensor h = h_in.contiguous(), w = w_in.contiguous();
-  TORCH_CHECK(p.dim() == 2 && p.size(0) == h.size(0) && p.size(1) == w.size(0),
-              "sampled_logsumexp_backward: softmax must be (N, S)");
   const at::Tensor g = grad.to(h.scalar_type()).contiguous();
   at::Tensor dh = at::mm(p, w).mul_(g.unsqueeze(1));
   // dw and doff in one product, [g * h | g]^T @ p -> (P + 1, S): this orientation (p
@@ -102,7 +109,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> sampled_logsumexp_backward_cpu(co
   gh.narrow(0, 0, P).copy_((h * g.unsqueeze(1)).t());
   gh.select(0, P).copy_(g);
   const at::Tensor dwo = at::mm(gh, p);
-  return {dh, dwo.narrow(0, 0, P).t().contiguous(), dwo.select(0, P)};
+  // copies: outputs of a custom op must not share storage (torch.compile plans memory by that)
+  return {dh, dwo.narrow(0, 0, P).t().contiguous(), dwo.select(0, P).clone()};
 }
 
 }  // namespace spacy_elmo

@@ -15,6 +15,7 @@ input under autocast (the autocast dtype, as the reference path returns).
 """
 
 import contextlib
+import functools
 from typing import List, Optional, Sequence, Tuple
 
 import torch
@@ -142,6 +143,50 @@ def _sampled_logsumexp_backward_fake(grad, h, weight, softmax):
 # ------------------------------------------------------------------ autograd
 
 
+class _NotTwiceDifferentiable(torch.autograd.Function):
+    """The identity on gradients that a fused backward computed under ``create_graph=True``:
+    differentiating them raises instead of silently giving no second-order term (the
+    backward kernels have no autograd formulas of their own)."""
+
+    @staticmethod
+    def forward(ctx, op: str, *grads: Tensor):
+        ctx.op = op
+        return grads
+
+    @staticmethod
+    def backward(ctx, *_grads):
+        raise RuntimeError(Errors.E_FUSED_DOUBLE_BACKWARD.format(op=ctx.op))
+
+
+def _first_order_only(op: str):
+    """Decorates the backward formula of fused ``op``: it runs without recording a graph,
+    and under ``create_graph=True`` its gradients (tensors, lists of tensors, None) come
+    back through :class:`_NotTwiceDifferentiable`."""
+
+    def decorate(backward):
+        @functools.wraps(backward)
+        def wrapper(ctx, *grads):
+            with torch.no_grad():
+                result = backward(ctx, *grads)
+            if not torch.is_grad_enabled():
+                return result
+            flat = [t for item in result for t in (item if isinstance(item, list) else [item]) if t is not None]
+            if not flat:
+                return result
+            marked = iter(_NotTwiceDifferentiable.apply(op, *[t.detach().requires_grad_() for t in flat]))
+
+            def mark(item):
+                if isinstance(item, list):
+                    return [mark(t) for t in item]
+                return None if item is None else next(marked)
+
+            return tuple(mark(item) for item in result)
+
+        return wrapper
+
+    return decorate
+
+
 def _char_cnn_setup(ctx, inputs, output):
     char_ids, embedding, weights, biases, activation = inputs
     out, argmax = output
@@ -151,6 +196,7 @@ def _char_cnn_setup(ctx, inputs, output):
     ctx.save_for_backward(char_ids, embedding, out, argmax, *weights)
 
 
+@_first_order_only("char_cnn")
 def _char_cnn_backward(ctx, grad_out, _grad_argmax):
     char_ids, embedding, out, argmax, *weights = ctx.saved_tensors
     if grad_out is None:
@@ -173,6 +219,7 @@ def _highway_setup(ctx, inputs, output):
     ctx.save_for_backward(x, weight, h)
 
 
+@_first_order_only("highway")
 def _highway_backward(ctx, grad_y, _grad_h):
     x, weight, h = ctx.saved_tensors
     if grad_y is None:
@@ -194,6 +241,7 @@ def _lstm_setup(ctx, inputs, output):
     ctx.save_for_backward(lengths, c0, gates, c_raw, hp_raw, h_prev, m, *xs, *weights)
 
 
+@_first_order_only("lstm")
 def _lstm_backward(ctx, grad_outs, grad_hn, grad_cn, *_unused):
     lengths, c0, gates, c_raw, hp_raw, h_prev, m, *rest = ctx.saved_tensors
     xs, weights = rest[: ctx.ndir], rest[ctx.ndir :]
@@ -222,6 +270,7 @@ def _sampled_logsumexp_setup(ctx, inputs, output):
     ctx.save_for_backward(h, weight, softmax)
 
 
+@_first_order_only("sampled_logsumexp")
 def _sampled_logsumexp_backward(ctx, grad_lse, _grad_softmax):
     if grad_lse is None:
         return None, None, None, None
@@ -237,11 +286,39 @@ torch.library.register_autograd("spacy_elmo::sampled_logsumexp_forward", _sample
 # ------------------------------------------------------------------ wrappers
 
 
-def _run_dtype(t: Tensor) -> torch.dtype:
-    """The dtype the kernels run in: the autocast dtype on CUDA, else float32/float64."""
+def _run_dtype(t: Tensor, op: str, name: str) -> torch.dtype:
+    """The dtype the kernels run in: the autocast dtype on CUDA, else float32/float64.
+    Raises TypeError for a non-floating ``t`` (argument ``name`` of ``op``)."""
+    if not t.is_floating_point():
+        raise TypeError(Errors.E_FUSED_NOT_FLOAT.format(op=op, name=name, dtype=t.dtype))
     if t.device.type == "cuda" and torch.is_autocast_enabled("cuda"):
         return torch.get_autocast_dtype("cuda")
     return t.dtype if t.dtype in (torch.float32, torch.float64) else torch.float32
+
+
+def _autocast_on(device_type: str) -> bool:
+    """Whether autocast is on for the device (meta and other devices without autocast: no)."""
+    return torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type)
+
+
+def _no_autocast(device_type: str):
+    """Autocast off for the kernels' own casts (a no-op where the device has no autocast, e.g. meta)."""
+    if torch.amp.is_autocast_available(device_type):
+        return torch.autocast(device_type, enabled=False)
+    return contextlib.nullcontext()
+
+
+def _as_long(t: Tensor, op: str, name: str) -> Tensor:
+    """Integer tensor ``t`` (lengths, indices) as int64; TypeError for floats and bools."""
+    if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
+        raise TypeError(Errors.E_FUSED_NOT_INTEGER.format(op=op, name=name, dtype=t.dtype))
+    return t.to(torch.long)
+
+
+def _check_state(t: Optional[Tensor], expected: Tuple[int, ...], op: str, name: str) -> None:
+    if t is not None and tuple(t.shape) != expected:
+        raise ValueError(Errors.E_FUSED_STATE_SHAPE.format(op=op, name=name, expected=expected,
+                                                           found=tuple(t.shape)))
 
 
 def _cast(ts, dtype):
@@ -256,7 +333,7 @@ def _as_input(t: Tensor, like: Tensor) -> Tensor:
     layer of one call then has one dtype, on both backends (the top layers came back float32
     beside a bfloat16 layer 0)."""
     device = like.device.type
-    if torch.is_autocast_enabled(device):
+    if _autocast_on(device):
         return t.to(torch.get_autocast_dtype(device)) if t.dtype == torch.float32 else t
     return t if t.dtype == like.dtype else t.to(like.dtype)
 
@@ -271,8 +348,8 @@ def char_cnn(
     """Fused :func:`spacy_elmo.ops.reference.char_cnn` (same arguments and result)."""
     if activation not in _ACTIVATIONS:
         raise ValueError(Errors.E_BAD_ACTIVATION.format(value=activation))
-    dtype = _run_dtype(embedding)
-    with torch.autocast(embedding.device.type, enabled=False):
+    dtype = _run_dtype(embedding, "char_cnn", "embedding")
+    with _no_autocast(embedding.device.type):
         emb, *params = _cast([embedding, *weights, *biases], dtype)
         n = len(weights)
         out, _ = _ops.char_cnn_forward(char_ids, emb, params[:n], params[n:], _ACTIVATIONS[activation])
@@ -281,9 +358,9 @@ def char_cnn(
 
 def highway(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
     """Fused :func:`spacy_elmo.ops.reference.highway` (same arguments and result)."""
-    dtype = _run_dtype(x)
+    dtype = _run_dtype(x, "highway", "x")
     shape = x.shape
-    with torch.autocast(x.device.type, enabled=False):
+    with _no_autocast(x.device.type):
         x2, w, b = _cast([x.reshape(-1, shape[-1]), weight, bias], dtype)
         y, _ = _ops.highway_forward(x2, w, b)
     return _as_input(y.reshape(shape), x)
@@ -320,16 +397,17 @@ def _lstm(
 ):
     ndir = len(xs)
     b = xs[0].shape[0]
-    c, p = weights[3].shape
+    c, p = weights[3].shape[0], weights[3].shape[-1]  # (C, P): the kernel names any other shape
     like = xs[0]
-    dtype = _run_dtype(like)
-    with torch.autocast(like.device.type, enabled=False), _outside_inference_mode():
+    dtype = _run_dtype(like, "lstm", "x")
+    lengths = _as_long(lengths, "lstm", "lengths")
+    with _no_autocast(like.device.type), _outside_inference_mode():
         xs = _cast(xs, dtype)
         weights = _cast(weights, dtype)
-        h0 = xs[0].new_zeros(ndir, b, p) if h0 is None else h0.to(dtype).reshape(ndir, b, p)
-        c0 = xs[0].new_zeros(ndir, b, c) if c0 is None else c0.to(dtype).reshape(ndir, b, c)
+        h0 = xs[0].new_zeros(ndir, b, p) if h0 is None else h0.to(dtype)
+        c0 = xs[0].new_zeros(ndir, b, c) if c0 is None else c0.to(dtype)
         save = _needs_grad(*xs, *weights, h0, c0)
-        lengths = lengths.to(device=xs[0].device, dtype=torch.long)
+        lengths = lengths.to(xs[0].device)
         outs, h_n, c_n, *_saved = _ops.lstm_forward(
             xs, lengths, weights, h0, c0,
             None if cell_clip is None else float(cell_clip),
@@ -354,6 +432,9 @@ def lstm_layer(
     residual: bool = False,
 ) -> Tuple[Tensor, Tensor, Tensor]:
     """Fused :func:`spacy_elmo.ops.reference.lstm_layer` (same arguments and result)."""
+    b, c, p = x.shape[0], w_proj.shape[0], w_proj.shape[-1]
+    _check_state(h0, (b, p), "lstm_layer", "h0")
+    _check_state(c0, (b, c), "lstm_layer", "c0")
     h0 = None if h0 is None else h0.unsqueeze(0)
     c0 = None if c0 is None else c0.unsqueeze(0)
     outs, h_n, c_n = _lstm([x], lengths, [w_input, w_recurrent, bias, w_proj], h0, c0, cell_clip, proj_clip,
@@ -376,6 +457,9 @@ def bilstm_layer(
     """Fused :func:`spacy_elmo.ops.reference.bilstm_layer`: both directions in one
     kernel call, interleaved step by step (they run concurrently)."""
     h0, c0 = (None, None) if state is None else state
+    b, c, p = x_fwd.shape[0], fwd[3].shape[0], fwd[3].shape[-1]
+    _check_state(h0, (2, b, p), "bilstm_layer", "state[0] (h0)")
+    _check_state(c0, (2, b, c), "bilstm_layer", "state[1] (c0)")
     outs, h_n, c_n = _lstm([x_fwd, x_bwd], lengths, [*fwd, *bwd], h0, c0, cell_clip, proj_clip,
                            [0, int(reverse_backward)], residual)
     return outs[0], outs[1], h_n, c_n
@@ -388,10 +472,11 @@ def sampled_logsumexp(h: Tensor, weight: Tensor, offset: Tensor, hit: Tensor) ->
     Other devices run the reference (a cuBLAS product and PyTorch's kernels)."""
     if h.device.type != "cpu":
         return reference.sampled_logsumexp(h, weight, offset, hit)
-    dtype = _run_dtype(h)
+    dtype = _run_dtype(h, "sampled_logsumexp", "h")
+    hit = _as_long(hit, "sampled_logsumexp", "hit")
     with torch.autocast("cpu", enabled=False):
         h, weight, offset = _cast([h, weight, offset], dtype)
-        lse, _ = _ops.sampled_logsumexp_forward(h, weight, offset, hit.to(torch.long))
+        lse, _ = _ops.sampled_logsumexp_forward(h, weight, offset, hit)
     return lse
 
 

@@ -1,0 +1,284 @@
+"""Bad and unusual input to the fused kernels: a clear error or the right answer,
+never an out-of-bounds read or write, a silent reinterpretation, or a gradient
+that silently lacks its second-order term. No spaCy here.
+"""
+
+import pytest
+import torch
+
+from spacy_elmo.ops import reference as R
+
+from .test_fused_cpu import _close, char_params, lstm_params, random_char_ids
+
+fused = pytest.importorskip("spacy_elmo.ops.fused", reason="spacy_elmo._C is not built")
+ops = torch.ops.spacy_elmo
+
+
+def _char_inputs(n_tok=5, n_chars=8, filters=((1, 3), (2, 4))):
+    gen = torch.Generator().manual_seed(11)
+    ids = random_char_ids(gen, n_tok, n_chars)
+    emb, ws, bs = char_params(gen, list(filters), 4)
+    return ids, emb, ws, bs
+
+
+# ----------------------------------------------------------------- char CNN
+
+
+@pytest.mark.parametrize("bad_id,rows", [(262, 261), (-1, 261), (11, 10), (10**9, 261)])
+def test_char_ids_without_a_table_row_are_an_error(bad_id, rows):
+    """Id k reads row k - 1 of the table unchecked: 262 read past the end (garbage), 10**9 crashed."""
+    ids, emb, ws, bs = _char_inputs()
+    ids = ids.clamp(0, rows)
+    out, arg = ops.char_cnn_forward(ids, emb[:rows], ws, bs, 0)
+    ids[2, 3] = bad_id
+    with pytest.raises(RuntimeError, match=rf"char_ids holds {bad_id} at flat index 19; .*\[0, {rows}\]"):
+        fused.char_cnn(ids, emb[:rows], ws, bs)
+    with pytest.raises(RuntimeError, match=rf"char_ids holds {bad_id}"):
+        ops.char_cnn_backward(torch.ones_like(out), out, arg, ids, emb[:rows], ws, 0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bool])
+def test_char_ids_must_be_integers(dtype):
+    """Float ids were truncated, bool ids read as 0/1; the reference refuses both."""
+    ids, emb, ws, bs = _char_inputs()
+    with pytest.raises(RuntimeError, match="char_ids must be an integer tensor"):
+        fused.char_cnn(ids.to(dtype), emb, ws, bs)
+
+
+def test_char_ids_int32_and_the_last_row_are_fine():
+    ids, emb, ws, bs = _char_inputs()
+    ids[0, 1] = 261  # the last stored row
+    _close(fused.char_cnn(ids.int(), emb, ws, bs), R.char_cnn(ids, emb, ws, bs))
+
+
+def test_char_filter_of_width_zero_is_an_error():
+    """It gave the bias alone (the reference's conv1d refuses it)."""
+    ids, emb, _, _ = _char_inputs()
+    with pytest.raises(RuntimeError, match="filter 0 has width 0"):
+        fused.char_cnn(ids, emb, [torch.zeros(3, 4, 0)], [torch.zeros(3)])
+
+
+def test_char_cnn_backward_op_checks_what_it_indexes_with():
+    """argmax positions and the gradient's shape index raw pointers: a negative position crashed."""
+    ids, emb, ws, bs = _char_inputs()
+    out, arg = ops.char_cnn_forward(ids, emb, ws, bs, 0)
+    grad = torch.ones_like(out)
+    bad = arg.clone()
+    bad[1, 4] = 7  # filter 1 has width 2: its windows start at 0..6
+    with pytest.raises(RuntimeError, match=r"argmax\[1, 4\] = 7 is not a window position of filter 1 \(0..6\)"):
+        ops.char_cnn_backward(grad, out, bad, ids, emb, ws, 0)
+    bad[1, 4] = -1000
+    with pytest.raises(RuntimeError, match="is not a window position"):
+        ops.char_cnn_backward(grad, out, bad, ids, emb, ws, 0)
+    with pytest.raises(RuntimeError, match=r"argmax must have shape \[5, 7\], got \[2, 7\]"):
+        ops.char_cnn_backward(grad, out, arg[:2], ids, emb, ws, 0)
+    with pytest.raises(RuntimeError, match=r"grad must have shape \[5, 7\]"):
+        ops.char_cnn_backward(grad[:, :3], out, arg, ids, emb, ws, 0)
+    with pytest.raises(RuntimeError, match=r"grad must have shape \[5, 3\], got \[5, 7\]"):
+        ops.char_cnn_backward(grad, out, arg, ids, emb, ws[:1], 0)  # one filter fewer: F = 3
+    with pytest.raises(RuntimeError, match="activation must be 0"):
+        ops.char_cnn_backward(grad, out, arg, ids, emb, ws, 7)
+
+
+# ------------------------------------------------------------------ highway
+
+
+def test_highway_bias_must_be_one_dimensional():
+    """A (2F, 1) bias was broadcast over the rows when N == 2F: a silently wrong result."""
+    x, w, b = torch.randn(8, 4), torch.randn(8, 4), torch.randn(8)
+    with pytest.raises(RuntimeError, match=r"bias \(2F,\) must have shape \[8\], got \[8, 1\]"):
+        fused.highway(x, w, b[:, None])
+    _close(fused.highway(x, w, b), R.highway(x, w, b))
+
+
+def test_highway_backward_op_checks_its_shapes():
+    """h with fewer rows crashed; a (N, F) h wrote past the buffers; a short grad was read past its end."""
+    x, w, b = torch.randn(6, 4), torch.randn(8, 4), torch.randn(8)
+    y, h = ops.highway_forward(x, w, b)
+    g = torch.randn(6, 4)
+    for args, what in [((g, x, w, h[:3]), r"h \(the forward's \(N, 2F\) pre-activations\) must have shape \[6, 8\]"),
+                       ((g, x, w, h[:, :4]), r"must have shape \[6, 8\], got \[6, 4\]"),
+                       ((g[:3], x, w, h), r"grad must have shape \[6, 4\], got \[3, 4\]"),
+                       ((g, x, w, h.double()), "h is Double but the other arguments are Float")]:
+        with pytest.raises(RuntimeError, match=what):
+            ops.highway_backward(*args)
+
+
+@pytest.mark.parametrize("which", ["highway", "char_cnn", "lstm_layer", "sampled_logsumexp"])
+def test_integer_inputs_are_an_error_not_truncated(which):
+    """Integer activations were run in float32 and truncated back (highway: 10 for the reference's 10.9997)."""
+    x = (torch.randn(6, 4) * 5).long()
+    ids, emb, ws, bs = _char_inputs()
+    gen = torch.Generator().manual_seed(0)
+    calls = {
+        "highway": lambda: fused.highway(x, torch.randn(8, 4), torch.randn(8)),
+        "char_cnn": lambda: fused.char_cnn(ids, emb.long(), ws, bs),
+        "lstm_layer": lambda: fused.lstm_layer(x.view(2, 3, 4), torch.tensor([3, 1]), *lstm_params(gen, 4, 5, 4)),
+        "sampled_logsumexp": lambda: fused.sampled_logsumexp(x, torch.randn(3, 4), torch.randn(3),
+                                                             torch.full((6,), -1)),
+    }
+    with pytest.raises(TypeError, match="computes in floating point, but .* is torch.int64"):
+        calls[which]()
+
+
+# --------------------------------------------------------------------- LSTM
+
+
+def _lstm_case(B=3, T=5, I=4, C=6, P=4, seed=2):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(B, T, I, generator=gen)
+    return x, torch.tensor([5, 2, 0][:B]), list(lstm_params(gen, I, C, P))
+
+
+def test_lstm_state_of_the_wrong_shape_is_an_error_not_reshaped():
+    """A (P, B) h0, a (C, B) c0 or a (B, 2, P) biLSTM state was reshaped: the wrong numbers, silently."""
+    x, lengths, w = _lstm_case()
+    with pytest.raises(ValueError, match=r"h0 of shape \(3, 4\) .* got \(4, 3\)"):
+        fused.lstm_layer(x, lengths, *w, h0=torch.randn(4, 3), c0=torch.randn(3, 6))
+    with pytest.raises(ValueError, match=r"c0 of shape \(3, 6\) .* got \(6, 3\)"):
+        fused.lstm_layer(x, lengths, *w, h0=torch.randn(3, 4), c0=torch.randn(6, 3))
+    with pytest.raises(ValueError, match=r"state\[0\] \(h0\) of shape \(2, 3, 4\)"):
+        fused.bilstm_layer(x, x, lengths, w, w, state=(torch.randn(3, 2, 4), torch.randn(3, 2, 6)))
+    with pytest.raises(RuntimeError, match=r"h0 \(ndir, B, P\) must have shape \[1, 3, 4\], got \[4, 3\]"):
+        ops.lstm_forward([x], lengths, w, torch.zeros(4, 3), torch.zeros(1, 3, 6), None, None, [0], False, False)
+    h0, c0 = torch.randn(3, 4), torch.randn(3, 6)
+    for a, b in zip(fused.lstm_layer(x, lengths, *w, h0=h0, c0=c0), R.lstm_layer(x, lengths, *w, h0=h0, c0=c0)):
+        _close(a, b)
+
+
+def test_lstm_lengths_must_be_integers():
+    """Float lengths were truncated (4.7 -> 4 steps; the reference runs t < 4.7, 5 steps)."""
+    x, _, w = _lstm_case()
+    with pytest.raises(TypeError, match="lengths as an integer tensor .* got torch.float32"):
+        fused.lstm_layer(x, torch.tensor([4.7, 2.0, 0.0]), *w)
+    with pytest.raises(RuntimeError, match="lengths must be an integer tensor"):
+        ops.lstm_forward([x], torch.tensor([4.7, 2.0, 0.0]), w, torch.zeros(1, 3, 4), torch.zeros(1, 3, 6), None, None,
+                         [0], False, False)
+    for a, b in zip(fused.lstm_layer(x, torch.tensor([5, 2, 0], dtype=torch.int32), *w),
+                    R.lstm_layer(x, torch.tensor([5, 2, 0]), *w)):
+        _close(a, b)
+
+
+def _lstm_saved():
+    x, lengths, w = _lstm_case()
+    w2 = list(lstm_params(torch.Generator().manual_seed(9), 4, 6, 4))
+    xs, weights = [x, x.flip(1)], w + w2
+    h0, c0 = torch.zeros(2, 3, 4), torch.zeros(2, 3, 6)
+    saved = ops.lstm_forward(xs, lengths, weights, h0, c0, None, None, [0, 1], False, True)[3:]
+    args = dict(grad_outs=[torch.ones(3, 5, 4)] * 2, grad_hn=torch.ones(2, 3, 4), grad_cn=torch.ones(2, 3, 6),
+                xs=xs, lengths=lengths, weights=weights, c0=c0, gates=saved[0], c_raw=saved[1], hp_raw=saved[2],
+                h_prev=saved[3], m=saved[4], cell_clip=None, proj_clip=None, reverse=[0, 1], residual=False)
+    return args
+
+
+@pytest.mark.parametrize("change,match", [
+    (dict(grad_outs="one"), "one output gradient per direction, got 1 for 2"),  # crashed
+    (dict(lengths=torch.tensor([9, 2, 0])), r"lengths holds 9 at flat index 0; .*\[0, 5\]"),  # corrupted the heap
+    (dict(lengths=torch.tensor([5, -3, 0])), r"lengths holds -3"),
+    (dict(grad_outs="short"), r"each output gradient \(B, T, P\) must have shape \[3, 5, 4\], got \[3, 2, 4\]"),
+    (dict(grad_hn="transposed"), r"grad_hn \(ndir, B, P\) must have shape \[2, 3, 4\], got \[3, 2, 4\]"),
+    (dict(c_raw="short"), r"c_raw \(ndir, T, B, C\) must have shape \[2, 5, 3, 6\], got \[2, 2, 3, 6\]"),
+    (dict(gates="non-contiguous"), r"gates \(ndir, T, B, 4C\) must be contiguous"),  # gave NaN
+], ids=["one_grad_out", "lengths_past_T", "negative_length", "short_grad_out", "transposed_grad_hn", "short_c_raw",
+        "non_contiguous_gates"])
+def test_lstm_backward_op_checks_what_the_forward_saved(change, match):
+    args = _lstm_saved()
+    key, how = next(iter(change.items()))
+    if how == "one":
+        args[key] = args[key][:1]
+    elif how == "short":
+        args[key] = [g[:, :2] for g in args[key]] if key == "grad_outs" else args[key][:, :2]
+    elif how == "transposed":
+        args[key] = args[key].transpose(0, 1).contiguous()
+    elif how == "non-contiguous":
+        args[key] = args[key].transpose(1, 2).contiguous().transpose(1, 2)
+    else:
+        args[key] = how
+    with pytest.raises(RuntimeError, match=match):
+        ops.lstm_backward(*args.values())
+
+
+# ---------------------------------------------------------- sampled softmax
+
+
+def test_sampled_logsumexp_backward_op_checks_its_shapes():
+    """A weight of another width gave a gradient of that width, silently."""
+    h, w, off = torch.randn(3, 4), torch.randn(5, 4), torch.randn(5)
+    _, p = ops.sampled_logsumexp_forward(h, w, off, torch.tensor([0, 4, -1]))
+    with pytest.raises(RuntimeError, match=r"h must be \(N, P\) and weight \(S, P\), got \[3, 4\] and \[5, 2\]"):
+        ops.sampled_logsumexp_backward(torch.ones(3), h, torch.randn(5, 2), p)
+    with pytest.raises(RuntimeError, match=r"grad \(N,\) must have shape \[3\], got \[3, 1\]"):
+        ops.sampled_logsumexp_backward(torch.ones(3, 1), h, w, p)
+
+
+def test_sampled_logsumexp_hit_must_be_integers():
+    h, w, off = torch.randn(3, 4), torch.randn(5, 4), torch.randn(5)
+    with pytest.raises(TypeError, match="hit as an integer tensor"):
+        fused.sampled_logsumexp(h, w, off, torch.tensor([0.0, 4.0, -1.0]))
+    hit = torch.tensor([0, 4, -1])
+    _close(fused.sampled_logsumexp(h, w, off, hit.int()), R.sampled_logsumexp(h, w, off, hit))
+
+
+# -------------------------------------------------------------- autograd
+
+
+def _every_op(dtype=torch.float64):
+    """(name, inputs needing grad, fn(*inputs) -> scalar, same through the reference)"""
+    ids, emb, ws, bs = _char_inputs()
+    bs = [b.to(dtype) for b in bs]
+    gen = torch.Generator().manual_seed(4)
+    x, lengths, w = _lstm_case()
+    hit = torch.tensor([0, -1, 4])
+
+    def lstm(impl):
+        return lambda xx, *ww: sum(t.sum() for t in impl.bilstm_layer(xx, xx, lengths, ww, ww, None, 1.0, 1.0))
+
+    cases = [
+        ("char_cnn", [emb, *ws], lambda impl: lambda e, *p: impl.char_cnn(ids, e, p, bs, "tanh").pow(2).sum()),
+        ("highway", [torch.randn(5, 4, generator=gen), torch.randn(8, 4, generator=gen)],
+         lambda impl: lambda a, b: impl.highway(a, b, torch.zeros(8, dtype=dtype)).pow(2).sum()),
+        ("lstm", [x, *w], lstm),
+        ("sampled_logsumexp", [torch.randn(3, 4, generator=gen), torch.randn(5, 4, generator=gen)],
+         lambda impl: lambda a, b: impl.sampled_logsumexp(a, b, torch.zeros(5, dtype=dtype), hit).pow(2).sum()),
+    ]
+    return [(name, [t.to(dtype).requires_grad_() for t in ins], f(fused), f(R)) for name, ins, f in cases]
+
+
+@pytest.mark.parametrize("index", range(4))
+def test_double_backward_is_a_clear_error(index):
+    """create_graph=True through a fused op gave gradients without their second-order term (highway,
+    char_cnn, sampled_logsumexp: silently; lstm: an error about mm() out= arguments). The first-order
+    gradients are still right (the reference; its sampled_logsumexp runs in float32)."""
+    name, ins, f, ref = _every_op()[index]
+    grads = torch.autograd.grad(f(*ins), ins, create_graph=True)
+    expected = torch.autograd.grad(ref(*ins), ins)
+    for g, e in zip(grads, expected):
+        _close(g, e)
+    with pytest.raises(RuntimeError, match=f"fused {name} kernel has no second derivative"):
+        sum(g.pow(2).sum() for g in grads).backward()
+
+
+def test_meta_tensors_give_shapes():
+    """The wrappers opened torch.autocast('meta'), which failed with 'unsupported scalarType'."""
+    ids, emb, ws, bs = _char_inputs()
+    meta = [t.to("meta") for t in (ids, emb, *ws, *bs)]
+    assert fused.char_cnn(meta[0], meta[1], meta[2:4], meta[4:]).shape == (5, 7)
+    assert fused.highway(torch.empty(2, 3, 4, device="meta"), torch.empty(8, 4, device="meta"),
+                         torch.empty(8, device="meta")).shape == (2, 3, 4)
+    x, lengths, w = _lstm_case()
+    out = fused.bilstm_layer(x.to("meta"), x.to("meta"), lengths, [t.to("meta") for t in w],
+                             [t.to("meta") for t in w])
+    assert [tuple(t.shape) for t in out] == [(3, 5, 4), (3, 5, 4), (2, 3, 4), (2, 3, 6)]
+
+
+def test_opcheck_backward_ops_outputs_do_not_share_storage():
+    """A width-1 filter's weight gradient was a view of the other filters' buffer, the offset
+    gradient a row of the weight gradient's product: outputs of a custom op must not alias."""
+    ids, emb, ws, bs = _char_inputs()
+    out, arg = ops.char_cnn_forward(ids, emb, ws, bs, 0)
+    torch.library.opcheck(ops.char_cnn_backward.default, (torch.randn(5, 7), out, arg, ids, emb, ws, 0))
+    h, w = torch.randn(3, 4), torch.randn(5, 4)
+    _, p = ops.sampled_logsumexp_forward(h, w, torch.randn(5), torch.tensor([0, 4, -1]))
+    torch.library.opcheck(ops.sampled_logsumexp_backward.default, (torch.randn(3), h, w, p))
+    x, y, z = torch.randn(6, 4), torch.randn(8, 4), torch.randn(8)
+    torch.library.opcheck(ops.highway_backward.default, (torch.randn(6, 4), x, y, ops.highway_forward(x, y, z)[1]))
