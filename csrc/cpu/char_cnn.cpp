@@ -298,9 +298,7 @@ std::tuple<at::Tensor, std::vector<at::Tensor>, std::vector<at::Tensor>> char_cn
     for (auto& w : wt_all) wts.push_back(w.data_ptr<scalar_t>());
     const scalar_t* ep = e_all.data_ptr<scalar_t>();
     scalar_t* dwf = dw_flat.data_ptr<scalar_t>();
-    cpu::dynamic_for((int64_t)blk_filter.size(), [&](int64_t task, int64_t) {
-      const int64_t tid = at::get_thread_num();
-      scalar_t* dpos = dpos_parts.data_ptr<scalar_t>() + tid * N * W * D;
+    const auto run_task = [&](int64_t task, scalar_t* dpos) {
       const int32_t i = blk_filter[task];
       const int64_t f0 = blk_first[task], nf = std::min<int64_t>(kFilterBlock, weights[i].size(0) - f0);
       const int64_t K = widths[i] * D, fc0 = offs[i] + f0;
@@ -317,6 +315,33 @@ std::tuple<at::Tensor, std::vector<at::Tensor>, std::vector<at::Tensor>> char_cn
           const int64_t p = an[f];
           window_grads<scalar_t>(dw + f * K, ep + (n * W + p) * D, dpos + (n * W + p) * D, wk0 + f * K, gv, K);
         }
+      }
+    };
+    // Part r runs the tasks [first[r], first[r + 1]) in order into position buffer r, not into
+    // the buffer of whichever thread took a task: work stealing (cpu::dynamic_for) summed the
+    // table's gradient from other partials every call, so it differed in its last bits from run
+    // to run and seeded fine-tuning did not repeat. Parts are cut at equal shares of the cost
+    // (filters x width).
+    std::vector<int64_t> first(nthreads + 1, (int64_t)blk_filter.size());
+    {
+      std::vector<int64_t> cost(blk_filter.size());
+      int64_t total = 0;
+      for (size_t t = 0; t < blk_filter.size(); ++t) {
+        const int32_t i = blk_filter[t];
+        cost[t] = std::min<int64_t>(kFilterBlock, weights[i].size(0) - blk_first[t]) * widths[i];
+        total += cost[t];
+      }
+      int64_t done = 0, r = 0;
+      first[0] = 0;
+      for (size_t t = 0; t < blk_filter.size() && r + 1 < nthreads; ++t) {
+        done += cost[t];
+        while (r + 1 < nthreads && done * nthreads >= (r + 1) * total) first[++r] = (int64_t)t + 1;
+      }
+    }
+    at::parallel_for(0, nthreads, 1, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        scalar_t* dpos = dpos_parts.data_ptr<scalar_t>() + r * N * W * D;
+        for (int64_t task = first[r]; task < first[r + 1]; ++task) run_task(task, dpos);
       }
     });
     at::parallel_for(0, nthreads, 1, [&](int64_t t0, int64_t t1) {

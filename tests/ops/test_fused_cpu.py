@@ -136,6 +136,34 @@ def test_char_cnn_gradients_float32_vs_reference(activation, dim):
         _close(a, e, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("filters", [[(1, 5)], "small"])
+def test_char_cnn_backward_repeats_bit_for_bit(threads, filters):
+    """The same call gives the same gradients to the last bit (work stealing summed the table's
+    gradient from partials that differed from call to call), and they are right for any team
+    size, also one larger than the number of filter blocks."""
+    filters = _preset_filters()["small"] if filters == "small" else filters
+    gen = torch.Generator().manual_seed(17)
+    ids = random_char_ids(gen, 48, 50, zero_rows=[5])
+    emb, ws, bs = char_params(gen, filters, 16, scale=0.05)
+    g_out = torch.rand(48, sum(c for _, c in filters), generator=gen) - 0.5
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        grads = []
+        for impl in [fused] * 6 + [R]:
+            params = [p.clone().requires_grad_() for p in [emb, *ws]]
+            (impl.char_cnn(ids, params[0], params[1:], bs) * g_out).sum().backward()
+            grads.append([p.grad for p in params])
+    finally:
+        torch.set_num_threads(before)
+    for other in grads[1:-1]:
+        for a, b in zip(grads[0], other):
+            assert torch.equal(a, b)
+    for a, e in zip(grads[0], grads[-1]):
+        _close(a, e, rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("activation", ["relu", "tanh"])
 def test_char_cnn_gradcheck_float64(activation):
     gen = torch.Generator().manual_seed(13)
