@@ -2,6 +2,7 @@
 // list of recycled blocks for saved tensors (see csrc/include/cpu_memory.h).
 #include "../include/cpu_memory.h"
 
+#include <c10/core/InferenceMode.h>
 #include <c10/core/impl/alloc_cpu.h>
 #include <c10/util/accumulate.h>
 
@@ -93,8 +94,13 @@ at::Tensor workspace(int slot, at::IntArrayRef sizes, at::ScalarType dtype) {
   TORCH_CHECK(slot >= 0 && slot < kWorkSlots, "workspace: no slot ", slot);
   const int64_t numel = c10::multiply_integers(sizes);
   at::Tensor& t = work_slots[slot];
-  if (!t.defined() || t.scalar_type() != dtype || t.numel() < numel || t.numel() > 4 * numel + (1 << 16))
+  if (!t.defined() || t.scalar_type() != dtype || t.numel() < numel || t.numel() > 4 * numel + (1 << 16)) {
+    // A normal tensor even when the call runs under torch.inference_mode(): the buffer outlives
+    // the call, and an inference tensor made it refuse the in-place writes of every later call
+    // outside that mode on this thread ("Inplace update to inference tensor outside InferenceMode").
+    c10::InferenceMode normal(false);
     t = at::empty({numel}, at::TensorOptions().dtype(dtype));
+  }
   return t.narrow(0, 0, numel).view(sizes);
 }
 

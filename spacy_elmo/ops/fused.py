@@ -370,20 +370,6 @@ def _needs_grad(*tensors) -> bool:
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
-def _outside_inference_mode():
-    """Inside ``torch.inference_mode()``: leave it (without grad) for a kernel call. The CPU LSTM
-    kernels keep their work buffers (tensors, per thread) between calls, allocated in the mode of the
-    call that made them: buffers made under inference mode are inference tensors, which every later
-    backward on that thread refused to write ("Inplace update to inference tensor outside
-    InferenceMode"), whichever model it ran. Not while torch.compile traces (it cannot read the mode)."""
-    if torch.compiler.is_compiling() or not torch.is_inference_mode_enabled():
-        return contextlib.nullcontext()
-    stack = contextlib.ExitStack()
-    stack.enter_context(torch.inference_mode(False))
-    stack.enter_context(torch.no_grad())
-    return stack
-
-
 def _lstm(
     xs: List[Tensor],
     lengths: Tensor,
@@ -401,7 +387,7 @@ def _lstm(
     like = xs[0]
     dtype = _run_dtype(like, "lstm", "x")
     lengths = _as_long(lengths, "lstm", "lengths")
-    with _no_autocast(like.device.type), _outside_inference_mode():
+    with _no_autocast(like.device.type):
         xs = _cast(xs, dtype)
         weights = _cast(weights, dtype)
         h0 = xs[0].new_zeros(ndir, b, p) if h0 is None else h0.to(dtype)
