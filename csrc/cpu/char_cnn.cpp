@@ -44,28 +44,14 @@ inline bool vector_conv_back(const float* g, const int32_t* arg, int64_t ldg, in
   return true;
 }
 
-// The arguments both directions share; returns char_ids as contiguous int64 after
-// checking that every id has a row (gather_token and the backward's scatter index
-// the table with them unchecked).
+// The arguments both directions share (checks.h); returns char_ids as contiguous
+// int64 after checking that every id has a row (gather_token and the backward's
+// scatter index the table with them unchecked).
 at::Tensor check_filters(const char* op, const at::Tensor& ids_in, const at::Tensor& emb, at::TensorList weights,
                          int64_t activation) {
-  TORCH_CHECK(ids_in.dim() == 2, op, ": char_ids must be (N, W), got ", ids_in.sizes());
-  check_integer(ids_in, op, "char_ids");
-  TORCH_CHECK(emb.dim() == 2, op, ": embedding must be (261, D), got ", emb.sizes());
-  check_float(emb, op, "embedding");
-  TORCH_CHECK(activation == 0 || activation == 1, op, ": activation must be 0 (relu) or 1 (tanh), got ", activation);
-  TORCH_CHECK(!weights.empty(), op, ": at least one filter");
-  for (size_t i = 0; i < weights.size(); ++i) {
-    TORCH_CHECK(weights[i].dim() == 3 && weights[i].size(1) == emb.size(1), op, ": weight ", i,
-                " must be (count, D, width) with D = ", emb.size(1), ", got ", weights[i].sizes());
-    TORCH_CHECK(weights[i].size(2) >= 1, op, ": filter ", i, " has width 0");
-    TORCH_CHECK(weights[i].size(2) <= ids_in.size(1), op, ": filter ", i, " (width ", weights[i].size(2),
-                ") is wider than the tokens (", ids_in.size(1), " characters)");
-    check_same_float(weights[i], emb.scalar_type(), op, "a filter weight");
-  }
+  check_char_cnn_filters(op, ids_in, emb, weights, activation);
   const at::Tensor ids = ids_in.to(at::kLong).contiguous();
-  check_range(ids.data_ptr<int64_t>(), ids.numel(), 0, emb.size(0), op, "char_ids",
-              "0 = no character, k >= 1 reads row k - 1 of the embedding table");
+  check_range(ids.data_ptr<int64_t>(), ids.numel(), 0, emb.size(0), op, "char_ids", kCharIdsMeaning);
   return ids;
 }
 
@@ -177,13 +163,7 @@ std::tuple<at::Tensor, at::Tensor> char_cnn_forward_cpu(const at::Tensor& ids_in
                                                         at::TensorList weights_in, at::TensorList biases_in,
                                                         int64_t activation) {
   const at::Tensor ids = check_filters("char_cnn", ids_in, emb_in, weights_in, activation);
-  TORCH_CHECK(biases_in.size() == weights_in.size(), "char_cnn: one bias per filter, got ", biases_in.size(),
-              " biases for ", weights_in.size(), " filters");
-  for (size_t i = 0; i < biases_in.size(); ++i) {
-    TORCH_CHECK(biases_in[i].dim() == 1 && biases_in[i].size(0) == weights_in[i].size(0), "char_cnn: bias ", i,
-                " must be (", weights_in[i].size(0), ",), got ", biases_in[i].sizes());
-    check_same_float(biases_in[i], emb_in.scalar_type(), "char_cnn", "a bias");
-  }
+  check_char_cnn_biases(weights_in, biases_in, emb_in.scalar_type());
   const at::Tensor emb = emb_in.contiguous();
   std::vector<at::Tensor> weights;
   int64_t F = 0;
@@ -233,23 +213,10 @@ std::tuple<at::Tensor, std::vector<at::Tensor>, std::vector<at::Tensor>> char_cn
     widths.push_back(w.size(2));
     F += w.size(0);
   }
-  check_sizes(grad_in, {N, F}, op, "grad");
-  check_sizes(out_in, {N, F}, op, "out");
-  check_sizes(arg_in, {N, F}, op, "argmax");
-  TORCH_CHECK(arg_in.scalar_type() == at::kInt, op, ": argmax must be the forward's int32 positions, got ",
-              arg_in.scalar_type());
+  check_char_cnn_outputs(op, grad_in, out_in, arg_in, N, weights_in);
   const at::Tensor out = out_in.contiguous();
   const at::Tensor arg = arg_in.contiguous();
-  // the window positions index the tokens' characters
-  for (size_t i = 0; i < weights.size(); ++i) {
-    const int32_t* a = arg.data_ptr<int32_t>() + offs[i];
-    const int64_t count = weights[i].size(0), last = W - widths[i];
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t f = 0; f < count; ++f)
-        TORCH_CHECK(a[n * F + f] >= 0 && a[n * F + f] <= last, op, ": argmax[", n, ", ", offs[i] + f, "] = ",
-                    a[n * F + f], " is not a window position of filter ", i, " (0..", last,
-                    "): pass the argmax char_cnn_forward returned");
-  }
+  check_window_positions(op, arg.data_ptr<int32_t>(), N, W, weights_in);  // they index the tokens' characters
   // Gradient at the pre-activation maximum.
   at::Tensor g = activation == 0 ? grad_in * (out > 0) : grad_in * (1 - out * out);
   g = g.to(emb.scalar_type()).contiguous();

@@ -13,13 +13,8 @@ namespace spacy_elmo {
 
 std::tuple<at::Tensor, at::Tensor> highway_forward_cpu(const at::Tensor& x_in, const at::Tensor& weight,
                                                        const at::Tensor& bias) {
-  TORCH_CHECK(x_in.dim() == 2, "highway: x must be (N, F), got ", x_in.sizes());
+  check_highway_forward(x_in, weight, bias);
   const int64_t N = x_in.size(0), F = x_in.size(1);
-  check_float(x_in, "highway", "x");
-  check_sizes(weight, {2 * F, F}, "highway", "weight (2F, F)");
-  check_same_float(weight, x_in.scalar_type(), "highway", "weight");
-  check_sizes(bias, {2 * F}, "highway", "bias (2F,)");
-  check_same_float(bias, x_in.scalar_type(), "highway", "bias");
   const at::Tensor x = x_in.contiguous();
   at::Tensor h = at::addmm(bias, x, weight.t());  // (N, 2F): [transform | carry]
   at::Tensor y = at::empty_like(x);
@@ -52,15 +47,8 @@ std::tuple<at::Tensor, at::Tensor> highway_forward_cpu(const at::Tensor& x_in, c
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> highway_backward_cpu(const at::Tensor& grad_in, const at::Tensor& x_in,
                                                                     const at::Tensor& weight, const at::Tensor& h_in) {
-  const char* op = "highway_backward";
-  TORCH_CHECK(x_in.dim() == 2, op, ": x must be (N, F), got ", x_in.sizes());
+  check_highway_backward(grad_in, x_in, weight, h_in);
   const int64_t N = x_in.size(0), F = x_in.size(1);
-  check_float(x_in, op, "x");
-  check_sizes(weight, {2 * F, F}, op, "weight (2F, F)");
-  check_same_float(weight, x_in.scalar_type(), op, "weight");
-  check_sizes(h_in, {N, 2 * F}, op, "h (the forward's (N, 2F) pre-activations)");
-  check_same_float(h_in, x_in.scalar_type(), op, "h");
-  check_sizes(grad_in, {N, F}, op, "grad");
   const at::Tensor x = x_in.contiguous();
   const at::Tensor h = h_in.contiguous();
   const at::Tensor dy = grad_in.to(x.scalar_type()).contiguous();

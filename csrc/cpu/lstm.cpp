@@ -96,43 +96,11 @@ void gates_backward_generic(const T* dmv, const T* g, const T* crv, const T* cp,
   }
 }
 
-struct Dims {
-  int64_t ndir, B, T, I, C, P;
-};
-
-Dims check_lstm(const char* op, at::TensorList xs, const at::Tensor& lengths, at::TensorList weights,
-                at::IntArrayRef reverse) {
-  const int64_t ndir = (int64_t)xs.size();
-  TORCH_CHECK(ndir >= 1 && ndir <= 2, op, ": one or two directions, got ", ndir);
-  TORCH_CHECK((int64_t)weights.size() == 4 * ndir, op, ": 4 weights per direction, got ", weights.size(), " for ",
-              ndir);
-  TORCH_CHECK((int64_t)reverse.size() == ndir, op, ": one reverse flag per direction");
-  TORCH_CHECK(xs[0].dim() == 3, op, ": x must be (B, T, I), got ", xs[0].sizes());
-  TORCH_CHECK(weights[3].dim() == 2, op, ": w_proj must be (C, P), got ", weights[3].sizes());
-  Dims d{ndir, xs[0].size(0), xs[0].size(1), xs[0].size(2), weights[3].size(0), weights[3].size(1)};
-  TORCH_CHECK(lengths.dim() == 1 && lengths.size(0) == d.B, op, ": lengths must be (B,) = (", d.B, ",), got ",
-              lengths.sizes());
-  check_integer(lengths, op, "lengths");
-  const auto dtype = xs[0].scalar_type();
-  check_float(xs[0], op, "x");
-  for (int64_t k = 0; k < ndir; ++k) {
-    TORCH_CHECK(xs[k].sizes() == xs[0].sizes(), op, ": every direction's input must have the same shape");
-    check_same_float(xs[k], dtype, op, "x");
-    check_sizes(weights[4 * k], {d.I, 4 * d.C}, op, "w_input (I, 4C)");
-    check_sizes(weights[4 * k + 1], {d.P, 4 * d.C}, op, "w_recurrent (P, 4C)");
-    TORCH_CHECK(weights[4 * k + 2].numel() == 4 * d.C, op, ": bias must be (4C,) = (", 4 * d.C, ",), got ",
-                weights[4 * k + 2].sizes());
-    check_sizes(weights[4 * k + 3], {d.C, d.P}, op, "w_proj (C, P)");
-    for (int64_t j = 0; j < 4; ++j) check_same_float(weights[4 * k + j], dtype, op, "an LSTM weight");
-  }
-  return d;
-}
-
 // The number of steps, max(lengths), after checking every length lies in [0, T]:
 // a longer row would make the kernels read and write past its T positions.
 int64_t lstm_steps(const char* op, const at::Tensor& lengths, int64_t T) {
-  return std::max<int64_t>(0, check_range(lengths.data_ptr<int64_t>(), lengths.numel(), 0, T, op, "lengths",
-                                          "a row's number of valid positions, at most T"));
+  const int64_t top = check_range(lengths.data_ptr<int64_t>(), lengths.numel(), 0, T, op, "lengths", kLengthsMeaning);
+  return std::max<int64_t>(0, top);
 }
 
 // ---------------------------------------------------------------- work buffers
@@ -278,14 +246,9 @@ LstmForwardResult lstm_forward_cpu(at::TensorList xs, const at::Tensor& lengths_
                                    const at::Tensor& h0, const at::Tensor& c0, std::optional<double> cell_clip,
                                    std::optional<double> proj_clip, at::IntArrayRef reverse, bool residual,
                                    bool save) {
-  const Dims dm = check_lstm("lstm", xs, lengths_in, weights, reverse);
+  const LstmDims dm = check_lstm("lstm", xs, lengths_in, weights, reverse, residual, cell_clip, proj_clip);
   const int64_t ndir = dm.ndir, B = dm.B, T = dm.T, I = dm.I, C = dm.C, P = dm.P;
-  TORCH_CHECK(!residual || I == P, "lstm: residual needs input dim == projection dim");
-  // exact shapes: a reshape would silently read a (P, B) state as (B, P)
-  check_sizes(h0, {ndir, B, P}, "lstm", "h0 (ndir, B, P)");
-  check_float(h0, "lstm", "h0");
-  check_sizes(c0, {ndir, B, C}, "lstm", "c0 (ndir, B, C)");
-  check_float(c0, "lstm", "c0");
+  check_lstm_state(dm, h0, c0);
   const auto opts = xs[0].options();
   const at::Tensor lengths = lengths_in.to(at::kCPU, at::kLong).contiguous();
   const int64_t* lens = lengths.data_ptr<int64_t>();
@@ -335,8 +298,6 @@ LstmForwardResult lstm_forward_cpu(at::TensorList xs, const at::Tensor& lengths_
   }
   const double ccd = cell_clip.has_value() ? *cell_clip : -1.0;
   const double pcd = proj_clip.has_value() ? *proj_clip : -1.0;
-  TORCH_CHECK(ccd >= 0 || !cell_clip.has_value(), "lstm: cell_clip must be >= 0");
-  TORCH_CHECK(pcd >= 0 || !proj_clip.has_value(), "lstm: proj_clip must be >= 0");
   const int64_t nchunk = (C + kChunk - 1) / kChunk;
 
   if (fast) {
@@ -552,29 +513,10 @@ LstmBackwardResult lstm_backward_cpu(at::TensorList grad_outs, const at::Tensor&
                                      std::optional<double> cell_clip, std::optional<double> proj_clip,
                                      at::IntArrayRef reverse, bool residual) {
   const char* op = "lstm_backward";
-  const Dims dm = check_lstm(op, xs, lengths_in, weights, reverse);
+  const LstmDims dm = check_lstm(op, xs, lengths_in, weights, reverse, residual, cell_clip, proj_clip);
   const int64_t ndir = dm.ndir, B = dm.B, T = dm.T, I = dm.I, C = dm.C, P = dm.P;
-  TORCH_CHECK(gates.numel() == ndir * T * B * 4 * C, "lstm_backward: the forward did not save its tensors");
-  TORCH_CHECK(!residual || I == P, "lstm_backward: residual needs input dim == projection dim");
-  TORCH_CHECK((int64_t)grad_outs.size() == ndir, op, ": one output gradient per direction, got ", grad_outs.size(),
-              " for ", ndir);
-  for (int64_t d = 0; d < ndir; ++d) check_sizes(grad_outs[d], {B, T, P}, op, "each output gradient (B, T, P)");
-  check_sizes(grad_hn, {ndir, B, P}, op, "grad_hn (ndir, B, P)");
-  check_sizes(grad_cn, {ndir, B, C}, op, "grad_cn (ndir, B, C)");
-  check_sizes(c0_in, {ndir, B, C}, op, "c0 (ndir, B, C)");
-  // what the forward saved, read through raw pointers: its shapes, dtype and layout
   const auto dtype = xs[0].scalar_type();
-  const at::Tensor* saved[] = {&gates, &c_raw, &hp_raw, &h_prev, &m};
-  const char* saved_names[] = {"gates (ndir, T, B, 4C)", "c_raw (ndir, T, B, C)", "hp_raw (ndir, T, B, P)",
-                               "h_prev (ndir, B, T, P)", "m (ndir, T, B, C)"};
-  const std::vector<std::vector<int64_t>> saved_sizes = {
-      {ndir, T, B, 4 * C}, {ndir, T, B, C}, {ndir, T, B, P}, {ndir, B, T, P}, {ndir, T, B, C}};
-  for (int k = 0; k < 5; ++k) {
-    check_sizes(*saved[k], saved_sizes[k], op, saved_names[k]);
-    check_same_float(*saved[k], dtype, op, saved_names[k]);
-    TORCH_CHECK(saved[k]->is_contiguous(), op, ": ", saved_names[k],
-                " must be contiguous: pass the tensors lstm_forward saved");
-  }
+  check_lstm_backward(op, dm, grad_outs, grad_hn, grad_cn, c0_in, dtype, gates, c_raw, hp_raw, h_prev, m);
   const auto opts = xs[0].options();
   const at::Tensor lengths = lengths_in.to(at::kCPU, at::kLong).contiguous();
   const int64_t* lens = lengths.data_ptr<int64_t>();
