@@ -11,6 +11,7 @@
 #include <cmath>
 #include <vector>
 
+#include "../include/checks.h"
 #include "../include/cuda_kernels.h"
 #include "../include/ops.h"
 
@@ -60,21 +61,16 @@ Packed pack_filters(at::TensorList weights, int64_t D, at::ScalarType dt) {
   return p;
 }
 
-// The shapes the kernels index by (as the CPU kernel checks them): a filter wider
-// than the tokens would make the backward read char ids past its token's W.
-void check_char_cnn(const at::Tensor& ids, const at::Tensor& emb, at::TensorList weights, int64_t activation) {
-  TORCH_CHECK(ids.dim() == 2, "char_cnn: char_ids must be (N, W)");
-  TORCH_CHECK(emb.dim() == 2, "char_cnn: embedding must be (261, D)");
-  TORCH_CHECK(activation == 0 || activation == 1, "char_cnn: activation must be 0 (relu) or 1 (tanh)");
-  TORCH_CHECK(!weights.empty(), "char_cnn: at least one filter");
-  for (size_t i = 0; i < weights.size(); ++i) {
-    TORCH_CHECK(weights[i].dim() == 3 && weights[i].size(1) == emb.size(1), "char_cnn: weight ", i,
-                " must be (count, D, width)");
-    TORCH_CHECK(weights[i].size(2) <= ids.size(1), "char_cnn: filter ", i, " is wider than the tokens");
-    // the kernels read the packed filters through raw device pointers
-    TORCH_CHECK(weights[i].device() == emb.device(), "char_cnn (CUDA): weight ", i, " is on ", weights[i].device(),
-                ", the embedding on ", emb.device());
-  }
+// The kernels read their tensors through raw pointers on `like`'s device (the
+// shapes and dtypes they index by are checked as on the CPU: checks.h).
+void check_device(const at::Tensor& t, const at::Tensor& like, const char* op, const char* name) {
+  TORCH_CHECK(t.device() == like.device(), op, ": ", name, " is on ", t.device(), ", the other arguments on ",
+              like.device());
+}
+
+// char_ids as contiguous int64 on the table's device.
+at::Tensor ids_on_device(const at::Tensor& ids, const at::Tensor& emb) {
+  return ids.to(emb.device(), at::kLong).contiguous();
 }
 
 }  // namespace
@@ -82,13 +78,18 @@ void check_char_cnn(const at::Tensor& ids, const at::Tensor& emb, at::TensorList
 std::tuple<at::Tensor, at::Tensor> char_cnn_forward_cuda(const at::Tensor& ids_in, const at::Tensor& emb_in,
                                                          at::TensorList weights, at::TensorList biases,
                                                          int64_t activation) {
-  check_char_cnn(ids_in, emb_in, weights, activation);
-  TORCH_CHECK(biases.size() == weights.size(), "char_cnn: one bias per filter");
-  for (size_t i = 0; i < weights.size(); ++i)
-    TORCH_CHECK(biases[i].numel() == weights[i].size(0) && biases[i].device() == emb_in.device(), "char_cnn: bias ",
-                i, " must be (count,) on the embedding's device");
+  const char* op = "char_cnn";
+  check_char_cnn_filters(op, ids_in, emb_in, weights, activation);
+  check_char_cnn_biases(weights, biases, emb_in.scalar_type());
+  for (size_t i = 0; i < weights.size(); ++i) {
+    check_device(weights[i], emb_in, op, "a filter weight");
+    check_device(biases[i], emb_in, op, "a bias");
+  }
   c10::cuda::CUDAGuard guard(emb_in.device());
-  const at::Tensor ids = ids_in.to(emb_in.device(), at::kLong).contiguous();
+  const at::Tensor ids = ids_on_device(ids_in, emb_in);
+  // the kernel reads row id - 1 of the table unchecked: one sync for the ids' range
+  const std::vector<int64_t> range = min_max_on_host({ids});
+  check_min_max(ids, range[0], range[1], 0, emb_in.size(0), op, "char_ids", kCharIdsMeaning);
   const at::Tensor emb = emb_in.contiguous();
   const int64_t N = ids.size(0), W = ids.size(1), D = emb.size(1);
   Packed p = pack_filters(weights, D, emb.scalar_type());
@@ -104,16 +105,31 @@ std::tuple<at::Tensor, at::Tensor> char_cnn_forward_cuda(const at::Tensor& ids_i
 std::tuple<at::Tensor, std::vector<at::Tensor>, std::vector<at::Tensor>> char_cnn_backward_cuda(
     const at::Tensor& grad, const at::Tensor& out, const at::Tensor& arg, const at::Tensor& ids_in,
     const at::Tensor& emb_in, at::TensorList weights, int64_t activation) {
-  check_char_cnn(ids_in, emb_in, weights, activation);
-  // out is read as the embedding's dtype, arg as int32 positions, both (N, F) on its device
-  TORCH_CHECK(out.scalar_type() == emb_in.scalar_type() && out.device() == emb_in.device() &&
-                  arg.device() == emb_in.device() && out.sizes() == arg.sizes() && out.dim() == 2 &&
-                  out.size(0) == ids_in.size(0),
-              "char_cnn_backward (CUDA): out and argmax must be the forward's outputs");
+  const char* op = "char_cnn_backward";
+  check_char_cnn_filters(op, ids_in, emb_in, weights, activation);
+  for (const auto& w : weights) check_device(w, emb_in, op, "a filter weight");
+  const int64_t N = ids_in.size(0), W = ids_in.size(1), D = emb_in.size(1);
+  check_char_cnn_outputs(op, grad, out, arg, N, weights);
   c10::cuda::CUDAGuard guard(emb_in.device());
-  const at::Tensor ids = ids_in.to(emb_in.device(), at::kLong).contiguous();
+  const at::Tensor ids = ids_on_device(ids_in, emb_in);
   const at::Tensor emb = emb_in.contiguous();
-  const int64_t N = ids.size(0), W = ids.size(1), D = emb.size(1);
+  // grad, out and argmax are read by raw pointer: in the table's dtype (argmax int32) on its device
+  const at::Tensor g = grad.to(emb.options()).contiguous();
+  const at::Tensor o = out.to(emb.options()).contiguous();
+  const at::Tensor a = arg.to(emb.device()).contiguous();
+  // The ids index the table, the argmax positions the tokens' characters, unchecked:
+  // both ranges with one sync. A window position p of filter i lies in 0..W - width_i,
+  // so min(p, W - width_i - p) is negative for every other value.
+  std::vector<at::Tensor> last;
+  for (const auto& w : weights) last.push_back(at::full({w.size(0)}, W - w.size(2), ids.options()));
+  const at::Tensor a64 = a.to(at::kLong);
+  const at::Tensor slack = at::minimum(a64, at::cat(last).unsqueeze(0) - a64);
+  const std::vector<int64_t> range = min_max_on_host({ids, slack});
+  check_min_max(ids, range[0], range[1], 0, emb.size(0), op, "char_ids", kCharIdsMeaning);
+  if (range[2] < 0) {  // name the first position outside, as the CPU op does
+    check_window_positions(op, a.cpu().data_ptr<int32_t>(), N, W, weights);
+    TORCH_INTERNAL_ASSERT(false, op, ": argmax left its windows on the device but not on the host");
+  }
   Packed p = pack_filters(weights, D, emb.scalar_type());
   const auto f32 = emb.options().dtype(at::kFloat);
   at::Tensor d_emb = at::zeros(emb.sizes(), f32);
@@ -124,9 +140,8 @@ std::tuple<at::Tensor, std::vector<at::Tensor>, std::vector<at::Tensor>> char_cn
     d_wp.push_back(at::zeros({(int64_t)p.f.width[i] * D, p.f.count[i]}, f32));
     dg.p[i] = d_wp.back().data_ptr<float>();
   }
-  const at::Tensor g = grad.to(emb.options()).contiguous();  // its device too: read by raw pointer
-  cuda::char_cnn_backward(dtype_of(emb), ids.data_ptr<int64_t>(), emb.data_ptr(), p.f, g.data_ptr(),
-                          out.contiguous().data_ptr(), arg.contiguous().data_ptr<int32_t>(), N, (int)W, (int)D,
+  cuda::char_cnn_backward(dtype_of(emb), ids.data_ptr<int64_t>(), emb.data_ptr(), p.f, g.data_ptr(), o.data_ptr(),
+                          a.data_ptr<int32_t>(), N, (int)W, (int)D,
                           (int)p.F, (int)activation, d_emb.data_ptr<float>(), dg, d_bias.data_ptr<float>(), stream());
   check_launch();
   std::vector<at::Tensor> dws, dbs;
@@ -141,13 +156,11 @@ std::tuple<at::Tensor, std::vector<at::Tensor>, std::vector<at::Tensor>> char_cn
 
 std::tuple<at::Tensor, at::Tensor> highway_forward_cuda(const at::Tensor& x_in, const at::Tensor& weight,
                                                         const at::Tensor& bias) {
-  TORCH_CHECK(x_in.dim() == 2, "highway: x must be (N, F)");
+  // exact shapes: addmm would broadcast a (1,) or (2F, 1) bias silently
+  check_highway_forward(x_in, weight, bias);
   c10::cuda::CUDAGuard guard(x_in.device());
   const at::Tensor x = x_in.contiguous();
   const int64_t N = x.size(0), F = x.size(1);
-  TORCH_CHECK(weight.dim() == 2 && weight.size(0) == 2 * F && weight.size(1) == F, "highway: weight must be (2F, F)");
-  // addmm would broadcast a (1,) or (F,)-by-mistake bias silently; the CPU kernel refuses it
-  TORCH_CHECK(bias.numel() == 2 * F, "highway: bias must be (2F,)");
   at::Tensor h = at::addmm(bias, x, weight.t());
   at::Tensor y = at::empty_like(x);
   cuda::highway_epilogue(dtype_of(x), h.data_ptr(), x.data_ptr(), y.data_ptr(), N, F, stream());
@@ -157,12 +170,11 @@ std::tuple<at::Tensor, at::Tensor> highway_forward_cuda(const at::Tensor& x_in, 
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> highway_backward_cuda(const at::Tensor& grad, const at::Tensor& x_in,
                                                                      const at::Tensor& weight, const at::Tensor& h_in) {
+  check_highway_backward(grad, x_in, weight, h_in);
+  check_device(h_in, x_in, "highway_backward", "h");
   c10::cuda::CUDAGuard guard(x_in.device());
   const at::Tensor x = x_in.contiguous();
   const at::Tensor h = h_in.contiguous();
-  TORCH_CHECK(h.scalar_type() == x.scalar_type() && h.device() == x.device() && h.dim() == 2 &&
-                  h.size(0) == x.size(0) && h.size(1) == 2 * x.size(1),
-              "highway_backward (CUDA): h must be the forward's (N, 2F) pre-activations");
   const at::Tensor dy = grad.to(x.options()).contiguous();  // its device too: read by raw pointer
   const int64_t N = x.size(0), F = x.size(1);
   at::Tensor dh = at::empty_like(h);
@@ -196,39 +208,14 @@ void fill_common(cuda::LstmStep& s, int64_t ndir, int64_t B, int64_t T, int64_t 
 }
 
 // The number of steps, max(lengths), after checking every length lies in [0, T]
-// (a longer row would make the kernels read and write past its T positions) and
-// that the batch fits the kernels' grid (one block column per sentence: gridDim.x,
-// up to 2^31 - 1; gridDim.y, at most 65535, would refuse what the CPU path runs).
-int64_t lstm_steps(const at::Tensor& lengths, int64_t B, int64_t T) {
-  TORCH_CHECK(lengths.dim() == 1 && lengths.size(0) == B, "lstm (CUDA): lengths must be (B,)");
-  TORCH_CHECK(B <= 2147483647, "lstm (CUDA): at most 2^31 - 1 sentences per call, got ", B);
-  if (B == 0) return 0;
-  const at::Tensor range = at::stack({lengths.min(), lengths.max()}).cpu();
-  const int64_t lo = range[0].item<int64_t>(), hi = range[1].item<int64_t>();
-  TORCH_CHECK(lo >= 0 && hi <= T, "lstm: lengths must lie in [0, T]");
-  return hi;
-}
-
-// The weight shapes the kernels index by, as the CPU kernel checks them: a
-// w_recurrent of (P, X != 4C) made mm_out resize the (B, 4C) step buffer view
-// in place (a warning only) and the gate kernel read it with stride 4C. And the
-// clips: a negative one made clipf_(x, -v, v) return garbage (the CPU refuses it).
-void check_lstm_cuda(at::TensorList xs, at::TensorList weights, int64_t ndir, int64_t C, int64_t P,
-                     std::optional<double> cc, std::optional<double> pc) {
-  TORCH_CHECK(xs[0].dim() == 3, "lstm: x must be (B, T, I)");
-  const int64_t I = xs[0].size(2);
-  for (int64_t k = 0; k < ndir; ++k) {
-    TORCH_CHECK(weights[4 * k].dim() == 2 && weights[4 * k].size(0) == I && weights[4 * k].size(1) == 4 * C,
-                "lstm: w_input must be (I, 4C)");
-    TORCH_CHECK(weights[4 * k + 1].dim() == 2 && weights[4 * k + 1].size(0) == P &&
-                    weights[4 * k + 1].size(1) == 4 * C,
-                "lstm: w_recurrent must be (P, 4C)");
-    TORCH_CHECK(weights[4 * k + 2].numel() == 4 * C, "lstm: bias must be (4C,)");
-    TORCH_CHECK(weights[4 * k + 3].dim() == 2 && weights[4 * k + 3].size(0) == C && weights[4 * k + 3].size(1) == P,
-                "lstm: w_proj must be (C, P)");
-  }
-  TORCH_CHECK(!cc.has_value() || *cc >= 0, "lstm: cell_clip must be >= 0");
-  TORCH_CHECK(!pc.has_value() || *pc >= 0, "lstm: proj_clip must be >= 0");
+// (a longer row would make the kernels read and write past its T positions; one
+// sync) and that the batch fits the kernels' grid (one block column per sentence:
+// gridDim.x, up to 2^31 - 1; gridDim.y, at most 65535, would refuse what the CPU
+// path runs). lengths: int64 on the device.
+int64_t lstm_steps(const char* op, const at::Tensor& lengths, int64_t B, int64_t T) {
+  TORCH_CHECK(B <= 2147483647, op, " (CUDA): at most 2^31 - 1 sentences per call, got ", B);
+  const std::vector<int64_t> range = min_max_on_host({lengths});
+  return std::max<int64_t>(0, check_min_max(lengths, range[0], range[1], 0, T, op, "lengths", kLengthsMeaning));
 }
 
 }  // namespace
@@ -237,22 +224,15 @@ LstmForwardResult lstm_forward_cuda(at::TensorList xs, const at::Tensor& lengths
                                     const at::Tensor& h0, const at::Tensor& c0, std::optional<double> cell_clip,
                                     std::optional<double> proj_clip, at::IntArrayRef reverse, bool residual,
                                     bool save) {
-  const int64_t ndir = (int64_t)xs.size();
-  TORCH_CHECK(ndir == 1 || ndir == 2, "lstm (CUDA): one or two directions");  // before xs[0] is read
+  const char* op = "lstm";
+  const LstmDims dm = check_lstm(op, xs, lengths_in, weights, reverse, residual, cell_clip, proj_clip);
+  const int64_t ndir = dm.ndir, B = dm.B, T = dm.T, I = dm.I, C = dm.C, P = dm.P;
+  check_lstm_state(dm, h0, c0);
+  for (int64_t d = 1; d < ndir; ++d) check_device(xs[d], xs[0], op, "x");  // read through a raw pointer
   c10::cuda::CUDAGuard guard(xs[0].device());
-  for (int64_t d = 1; d < ndir; ++d)  // x[d] is read through a raw pointer as xs[0]'s dtype and shape
-    TORCH_CHECK(xs[d].sizes() == xs[0].sizes() && xs[d].scalar_type() == xs[0].scalar_type() &&
-                    xs[d].device() == xs[0].device(),
-                "lstm (CUDA): every direction's input must have the shape, dtype and device of the first");
-  TORCH_CHECK((int64_t)weights.size() == 4 * ndir && (int64_t)reverse.size() == ndir, "lstm: bad arguments");
-  TORCH_CHECK(weights[3].dim() == 2, "lstm: w_proj must be (C, P)");
-  const int64_t C = weights[3].size(0), P = weights[3].size(1);
-  check_lstm_cuda(xs, weights, ndir, C, P, cell_clip, proj_clip);
-  const int64_t B = xs[0].size(0), T = xs[0].size(1), I = xs[0].size(2);
-  TORCH_CHECK(!residual || I == P, "lstm: residual needs input dim == projection dim");
   const auto opts = xs[0].options();
   const at::Tensor lengths = lengths_in.to(xs[0].device(), at::kLong).contiguous();
-  const int64_t tmax = lstm_steps(lengths, B, T);
+  const int64_t tmax = lstm_steps(op, lengths, B, T);
   std::vector<at::Tensor> x(ndir), xi(ndir), outs(ndir), wrec(ndir), wproj(ndir);
   for (int64_t d = 0; d < ndir; ++d) {
     x[d] = xs[d].contiguous();
@@ -263,8 +243,8 @@ LstmForwardResult lstm_forward_cuda(at::TensorList xs, const at::Tensor& lengths
     wrec[d] = weights[4 * d + 1];
     wproj[d] = weights[4 * d + 3];
   }
-  at::Tensor h = h0.to(opts).reshape({ndir, B, P}).clone().contiguous();
-  at::Tensor c = c0.to(opts.dtype(at::kFloat)).reshape({ndir, B, C}).clone().contiguous();
+  at::Tensor h = h0.to(opts).clone().contiguous();
+  at::Tensor c = c0.to(opts.dtype(at::kFloat)).clone().contiguous();
   at::Tensor gates, c_raw, hp_raw, h_prev, m;
   if (save) {
     gates = at::empty({ndir, T, B, 4 * C}, opts);
@@ -321,34 +301,29 @@ LstmBackwardResult lstm_backward_cuda(at::TensorList grad_outs, const at::Tensor
                                       const at::Tensor& hp_raw, const at::Tensor& h_prev, const at::Tensor& m,
                                       std::optional<double> cell_clip, std::optional<double> proj_clip,
                                       at::IntArrayRef reverse, bool residual) {
-  const int64_t ndir = (int64_t)xs.size();
-  TORCH_CHECK((ndir == 1 || ndir == 2) && (int64_t)weights.size() == 4 * ndir && (int64_t)reverse.size() == ndir &&
-                  (int64_t)grad_outs.size() == ndir && weights[3].dim() == 2,
-              "lstm_backward: bad arguments");
+  const char* op = "lstm_backward";
+  const LstmDims dm = check_lstm(op, xs, lengths_in, weights, reverse, residual, cell_clip, proj_clip);
+  const int64_t ndir = dm.ndir, B = dm.B, T = dm.T, I = dm.I, C = dm.C, P = dm.P;
+  check_lstm_backward(op, dm, grad_outs, grad_hn, grad_cn, c0_in, xs[0].scalar_type(), gates, c_raw, hp_raw, h_prev,
+                      m);
+  // gates, c_raw and hp_raw are read through raw pointers
+  check_device(gates, xs[0], op, "gates");
+  check_device(c_raw, xs[0], op, "c_raw");
+  check_device(hp_raw, xs[0], op, "hp_raw");
   c10::cuda::CUDAGuard guard(xs[0].device());
-  const int64_t C = weights[3].size(0), P = weights[3].size(1);
-  check_lstm_cuda(xs, weights, ndir, C, P, cell_clip, proj_clip);
-  const int64_t B = xs[0].size(0), T = xs[0].size(1), I = xs[0].size(2);
-  TORCH_CHECK(gates.numel() == ndir * T * B * 4 * C, "lstm_backward: the forward did not save its tensors");
-  // gates, c_raw and hp_raw are read through raw pointers as xs[0]'s dtype, laid out as the forward saved them
-  for (const at::Tensor* t : {&gates, &c_raw, &hp_raw})
-    TORCH_CHECK(t->scalar_type() == xs[0].scalar_type() && t->device() == xs[0].device() && t->is_contiguous(),
-                "lstm_backward (CUDA): the saved tensors must be the forward's");
-  TORCH_CHECK(c_raw.numel() == ndir * T * B * C && hp_raw.numel() == ndir * T * B * P,
-              "lstm_backward (CUDA): the saved tensors must be the forward's");
   const auto opts = xs[0].options();
   const auto f32 = opts.dtype(at::kFloat);
   const at::Tensor lengths = lengths_in.to(xs[0].device(), at::kLong).contiguous();
-  const int64_t tmax = lstm_steps(lengths, B, T);
+  const int64_t tmax = lstm_steps(op, lengths, B, T);
   std::vector<at::Tensor> go(ndir), wrec(ndir), wproj(ndir);
   for (int64_t d = 0; d < ndir; ++d) {
     go[d] = grad_outs[d].to(opts).contiguous();
     wrec[d] = weights[4 * d + 1];
     wproj[d] = weights[4 * d + 3];
   }
-  const at::Tensor c0 = c0_in.to(f32).reshape({ndir, B, C}).contiguous();
-  at::Tensor dh = grad_hn.to(f32).reshape({ndir, B, P}).clone().contiguous();
-  at::Tensor dc = grad_cn.to(f32).reshape({ndir, B, C}).clone().contiguous();
+  const at::Tensor c0 = c0_in.to(f32).contiguous();
+  at::Tensor dh = grad_hn.to(f32).clone().contiguous();
+  at::Tensor dc = grad_cn.to(f32).clone().contiguous();
   at::Tensor dhp = at::zeros({ndir, T, B, P}, opts);
   at::Tensor dzo = at::zeros({ndir, B, T, 4 * C}, opts);
   at::Tensor dm_buf = at::empty({ndir, B, C}, opts);

@@ -1,12 +1,16 @@
-// Argument checks of the CPU operators. The operators torch.ops.spacy_elmo.*
+// Argument checks of the operators torch.ops.spacy_elmo.*, shared by their CPU
+// (csrc/cpu) and CUDA (csrc/cuda/cuda_ops.cpp) implementations. The operators
 // can be called directly, not only through spacy_elmo.ops.fused, and the
 // kernels read and write through raw pointers: a shape, dtype or index that
 // does not fit would read or write out of bounds. Each message names the
-// operator, the argument, what it must be and what it is.
+// operator, the argument, what it must be and what it is, and both backends
+// give the same message for the same mistake.
 #pragma once
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <initializer_list>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -19,12 +23,18 @@ inline void check_sizes(const at::Tensor& t, at::IntArrayRef sizes, const char* 
   TORCH_CHECK(t.sizes() == sizes, op, ": ", name, " must have shape ", sizes, ", got ", t.sizes());
 }
 
-// float32 or float64: the CPU kernels' dtypes (the wrappers in spacy_elmo.ops.fused
-// run float16/bfloat16 inputs in float32).
+// The kernels' floating dtypes: float32 or float64 on the CPU (the wrappers in
+// spacy_elmo.ops.fused run float16/bfloat16 inputs in float32 there); float32,
+// float16 or bfloat16 on CUDA (autocast's dtypes; there are no float64 kernels).
 inline void check_float(const at::Tensor& t, const char* op, const char* name) {
-  TORCH_CHECK(t.scalar_type() == at::kFloat || t.scalar_type() == at::kDouble, op, ": ", name,
-              " must be float32 or float64 (spacy_elmo.ops.fused casts float16/bfloat16 inputs), got ",
-              t.scalar_type());
+  const at::ScalarType s = t.scalar_type();
+  if (t.is_cuda()) {
+    TORCH_CHECK(s == at::kFloat || s == at::kHalf || s == at::kBFloat16, op, ": ", name,
+                " must be float32, float16 or bfloat16 on CUDA (no float64 kernels), got ", s);
+  } else {
+    TORCH_CHECK(s == at::kFloat || s == at::kDouble, op, ": ", name,
+                " must be float32 or float64 (spacy_elmo.ops.fused casts float16/bfloat16 inputs), got ", s);
+  }
 }
 
 // A kernel dtype (check_float), and the dtype of the operator's first floating argument.
@@ -51,6 +61,48 @@ inline int64_t check_range(const int64_t* values, int64_t n, int64_t lo, int64_t
     top = values[i] > top ? values[i] : top;
   }
   return top;
+}
+
+// Range checks of tensors that stay where they are (device tensors): the smallest
+// and largest value of each integer tensor in `values` (all on one device),
+// reduced there and copied to the host together, in values' order:
+// {min_0, max_0, min_1, max_1, ...}. One device->host sync for the lot, none
+// when every tensor is empty (an empty one gives min > max, inside any range).
+inline std::vector<int64_t> min_max_on_host(std::initializer_list<at::Tensor> values) {
+  std::vector<at::Tensor> parts;
+  for (const at::Tensor& v : values) {
+    if (v.numel() == 0) continue;
+    const auto mm = at::aminmax(v);
+    parts.push_back(std::get<0>(mm).to(at::kLong));
+    parts.push_back(std::get<1>(mm).to(at::kLong));
+  }
+  const at::Tensor host = parts.empty() ? at::Tensor() : at::stack(parts).cpu();
+  std::vector<int64_t> out;
+  size_t k = 0;
+  for (const at::Tensor& v : values) {
+    if (v.numel() == 0) {
+      out.push_back(std::numeric_limits<int64_t>::max());
+      out.push_back(std::numeric_limits<int64_t>::min());
+    } else {
+      out.push_back(host.data_ptr<int64_t>()[k++]);
+      out.push_back(host.data_ptr<int64_t>()[k++]);
+    }
+  }
+  return out;
+}
+
+// check_range for the integer tensor `values` (any device) whose smallest and
+// largest values are min and max (min_max_on_host): only when they leave
+// [lo, hi] are the values copied to the host, to name the first one outside
+// with check_range's message. Returns max.
+inline int64_t check_min_max(const at::Tensor& values, int64_t min, int64_t max, int64_t lo, int64_t hi,
+                             const char* op, const char* name, const char* meaning) {
+  if (min < lo || max > hi) {
+    const at::Tensor host = values.to(at::kCPU, at::kLong).contiguous();
+    check_range(host.data_ptr<int64_t>(), host.numel(), lo, hi, op, name, meaning);
+    TORCH_INTERNAL_ASSERT(false, op, ": ", name, " left [", lo, ", ", hi, "] on the device but not on the host");
+  }
+  return max;
 }
 
 // ------------------------------------------------------------------ char CNN

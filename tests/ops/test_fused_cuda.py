@@ -269,7 +269,7 @@ def test_lstm_cuda_rejects_lengths_beyond_t():
     x = torch.zeros(B, T, P, device=DEV)
     w = [torch.zeros(P, 4 * C, device=DEV), torch.zeros(P, 4 * C, device=DEV), torch.zeros(4 * C, device=DEV),
          torch.zeros(C, P, device=DEV)]
-    with pytest.raises(RuntimeError, match=r"lengths must lie in \[0, T\]"):
+    with pytest.raises(RuntimeError, match=r"lstm: lengths holds 7 at flat index 0; its values must lie in \[0, 5\]"):
         fused.lstm_layer(x, torch.tensor([7, 3]), *w, reverse=True)
 
 
@@ -349,15 +349,15 @@ def test_cuda_ops_refuse_what_the_cpu_ops_refuse():
     lengths = torch.tensor([3, 1])
     w = [torch.zeros(P, 4 * C, device=DEV), torch.zeros(P, 4 * C, device=DEV), torch.zeros(4 * C, device=DEV),
          torch.zeros(C, P, device=DEV)]
-    with pytest.raises(RuntimeError, match=r"w_recurrent must be \(P, 4C\)"):
+    with pytest.raises(RuntimeError, match=r"w_recurrent \(P, 4C\) must have shape \[4, 20\], got \[4, 24\]"):
         fused.lstm_layer(x, lengths, w[0], torch.zeros(P, 4 * C + 4, device=DEV), w[2], w[3])
-    with pytest.raises(RuntimeError, match=r"w_input must be \(I, 4C\)"):
+    with pytest.raises(RuntimeError, match=r"w_input \(I, 4C\) must have shape \[4, 20\], got \[4, 24\]"):
         fused.lstm_layer(x, lengths, torch.zeros(P, 4 * C + 4, device=DEV), *w[1:])
     with pytest.raises(RuntimeError, match="cell_clip must be >= 0"):
         fused.lstm_layer(x, lengths, *w, cell_clip=-1.0)
     with pytest.raises(RuntimeError, match="proj_clip must be >= 0"):
         fused.lstm_layer(x, lengths, *w, proj_clip=-1.0)
-    with pytest.raises(RuntimeError, match=r"bias must be \(2F,\)"):
+    with pytest.raises(RuntimeError, match=r"bias \(2F,\) must have shape \[8\], got \[1\]"):
         fused.highway(torch.zeros(3, 4, device=DEV), torch.zeros(8, 4, device=DEV), torch.zeros(1, device=DEV))
 
 
