@@ -1,9 +1,13 @@
 """CUDA kernels vs the reference (run on a GPU machine; skipped elsewhere). No spaCy imports."""
 
+import warnings
+
 import pytest
 import torch
 
 from spacy_elmo.ops import reference as R
+
+from . import test_fused_inputs as inputs
 
 fused = pytest.importorskip("spacy_elmo.ops.fused", reason="spacy_elmo._C is not built")
 
@@ -431,3 +435,87 @@ def test_cuda_kernels_on_a_side_stream():
                 _check(o1, o2, 1e-4)
                 _check(g1, g2, 1e-3)
     torch.cuda.synchronize()
+
+
+# ------------------------------------------------------------ bad input
+# test_fused_inputs.py's bad-input cases with their tensors on the GPU: the CUDA ops
+# refuse what the CPU ops refuse, with the same messages (csrc/include/checks.h). Before,
+# char_cnn read (and its backward wrote) row id - 1 of the table at any id (262: an illegal
+# address), trusted argmax, and the backward ops checked fewer shapes.
+
+
+@pytest.mark.parametrize("bad_id,rows", inputs.BAD_CHAR_IDS)
+def test_cuda_char_ids_without_a_table_row_are_an_error(bad_id, rows):
+    inputs.test_char_ids_without_a_table_row_are_an_error(bad_id, rows, device=DEV)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bool])
+def test_cuda_char_ids_must_be_integers(dtype):
+    inputs.test_char_ids_must_be_integers(dtype, device=DEV)
+
+
+@pytest.mark.parametrize("case", [
+    inputs.test_char_ids_int32_and_the_last_row_are_fine,
+    inputs.test_char_filter_of_width_zero_is_an_error,
+    inputs.test_char_cnn_backward_op_checks_what_it_indexes_with,
+    inputs.test_highway_bias_must_be_one_dimensional,
+    inputs.test_highway_backward_op_checks_its_shapes,
+    inputs.test_lstm_state_of_the_wrong_shape_is_an_error_not_reshaped,
+    inputs.test_lstm_lengths_must_be_integers,
+], ids=lambda case: case.__name__[len("test_"):])
+def test_cuda_bad_input(case):
+    case(device=DEV)
+
+
+# sampled_logsumexp has no CUDA kernel: on the GPU fused runs the reference
+@pytest.mark.parametrize("which", ["highway", "char_cnn", "lstm_layer"])
+def test_cuda_integer_inputs_are_an_error_not_truncated(which):
+    inputs.test_integer_inputs_are_an_error_not_truncated(which, device=DEV)
+
+
+@pytest.mark.parametrize("change,match", inputs.LSTM_SAVED_CHANGES, ids=inputs.LSTM_SAVED_CHANGE_IDS)
+def test_cuda_lstm_backward_op_checks_what_the_forward_saved(change, match):
+    inputs.test_lstm_backward_op_checks_what_the_forward_saved(change, match, device=DEV)
+
+
+def test_cuda_ops_refuse_float64_and_tensors_on_another_device():
+    """The kernels have no float64 version (dtype_of refused it only after the other checks), and
+    they read their tensors through raw pointers on the table's / the input's device."""
+    ids, emb, ws, bs = inputs._char_inputs(device=DEV)
+    with pytest.raises(RuntimeError, match="embedding must be float32, float16 or bfloat16 on CUDA .* got Double"):
+        torch.ops.spacy_elmo.char_cnn_forward(ids, emb.double(), [w.double() for w in ws], [b.double() for b in bs], 0)
+    with pytest.raises(RuntimeError, match="char_cnn: a filter weight is on cpu, the other arguments on cuda"):
+        torch.ops.spacy_elmo.char_cnn_forward(ids, emb, [ws[0].cpu(), ws[1]], bs, 0)
+    x, w, b = torch.randn(6, 4, device=DEV), torch.randn(8, 4, device=DEV), torch.randn(8, device=DEV)
+    _, h = torch.ops.spacy_elmo.highway_forward(x, w, b)
+    with pytest.raises(RuntimeError, match="highway_backward: h is on cpu, the other arguments on cuda"):
+        torch.ops.spacy_elmo.highway_backward(torch.ones_like(x), x, w, h.cpu())
+
+
+def _syncs(fn):
+    """The synchronizing CUDA calls fn makes (torch's sync debug mode warns at each)."""
+    torch.cuda.synchronize()
+    previous = torch.cuda.get_sync_debug_mode()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            fn()
+        finally:
+            torch.cuda.set_sync_debug_mode(previous)
+    return sum("synchronizing CUDA operation" in str(w.message) for w in caught)
+
+
+def test_cuda_range_checks_sync_once_per_call():
+    """The ids (and argmax) / lengths range checks copy one small tensor of minima and maxima
+    to the host: one sync per op call, none more (inputs already on the device)."""
+    ops = torch.ops.spacy_elmo
+    ids, emb, ws, bs = inputs._char_inputs(device=DEV)
+    out, arg = ops.char_cnn_forward(ids, emb, ws, bs, 0)
+    assert _syncs(lambda: ops.char_cnn_forward(ids, emb, ws, bs, 0)) == 1
+    assert _syncs(lambda: ops.char_cnn_backward(torch.ones_like(out), out, arg, ids, emb, ws, 0)) == 1
+    args = inputs._lstm_saved(device=DEV)
+    forward_args = (args["xs"], args["lengths"], args["weights"], torch.zeros(2, 3, 4, device=DEV), args["c0"],
+                    None, None, [0, 1], False, True)
+    assert _syncs(lambda: ops.lstm_forward(*forward_args)) == 1
+    assert _syncs(lambda: ops.lstm_backward(*args.values())) == 1

@@ -1,7 +1,13 @@
 """Bad and unusual input to the fused kernels: a clear error or the right answer,
 never an out-of-bounds read or write, a silent reinterpretation, or a gradient
 that silently lacks its second-order term. No spaCy here.
+
+The tests of bad input take ``device`` (a keyword with a default, so not a pytest
+fixture): test_fused_cuda.py runs them with their tensors on the GPU, where the
+CUDA ops must refuse the same input with the same message (csrc/include/checks.h).
 """
+
+import functools
 
 import pytest
 import torch
@@ -14,20 +20,35 @@ fused = pytest.importorskip("spacy_elmo.ops.fused", reason="spacy_elmo._C is not
 ops = torch.ops.spacy_elmo
 
 
-def _char_inputs(n_tok=5, n_chars=8, filters=((1, 3), (2, 4))):
+def _char_inputs(n_tok=5, n_chars=8, filters=((1, 3), (2, 4)), device="cpu"):
     gen = torch.Generator().manual_seed(11)
     ids = random_char_ids(gen, n_tok, n_chars)
     emb, ws, bs = char_params(gen, list(filters), 4)
-    return ids, emb, ws, bs
+    return ids.to(device), emb.to(device), [w.to(device) for w in ws], [b.to(device) for b in bs]
+
+
+def _reference(fn, *args, **kwargs):
+    """``fn`` of spacy_elmo.ops.reference with every tensor argument on the CPU: float32 there
+    (on a GPU cuDNN may run the reference's convolutions in TF32)."""
+
+    def cpu(a):
+        if isinstance(a, (list, tuple)):
+            return type(a)(cpu(t) for t in a)
+        return a.cpu() if isinstance(a, torch.Tensor) else a
+
+    return fn(*cpu(args), **{k: cpu(v) for k, v in kwargs.items()})
 
 
 # ----------------------------------------------------------------- char CNN
 
 
-@pytest.mark.parametrize("bad_id,rows", [(262, 261), (-1, 261), (11, 10), (10**9, 261)])
-def test_char_ids_without_a_table_row_are_an_error(bad_id, rows):
+BAD_CHAR_IDS = [(262, 261), (-1, 261), (11, 10), (10**9, 261)]
+
+
+@pytest.mark.parametrize("bad_id,rows", BAD_CHAR_IDS)
+def test_char_ids_without_a_table_row_are_an_error(bad_id, rows, device="cpu"):
     """Id k reads row k - 1 of the table unchecked: 262 read past the end (garbage), 10**9 crashed."""
-    ids, emb, ws, bs = _char_inputs()
+    ids, emb, ws, bs = _char_inputs(device=device)
     ids = ids.clamp(0, rows)
     out, arg = ops.char_cnn_forward(ids, emb[:rows], ws, bs, 0)
     ids[2, 3] = bad_id
@@ -38,29 +59,29 @@ def test_char_ids_without_a_table_row_are_an_error(bad_id, rows):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bool])
-def test_char_ids_must_be_integers(dtype):
+def test_char_ids_must_be_integers(dtype, device="cpu"):
     """Float ids were truncated, bool ids read as 0/1; the reference refuses both."""
-    ids, emb, ws, bs = _char_inputs()
+    ids, emb, ws, bs = _char_inputs(device=device)
     with pytest.raises(RuntimeError, match="char_ids must be an integer tensor"):
         fused.char_cnn(ids.to(dtype), emb, ws, bs)
 
 
-def test_char_ids_int32_and_the_last_row_are_fine():
-    ids, emb, ws, bs = _char_inputs()
+def test_char_ids_int32_and_the_last_row_are_fine(device="cpu"):
+    ids, emb, ws, bs = _char_inputs(device=device)
     ids[0, 1] = 261  # the last stored row
-    _close(fused.char_cnn(ids.int(), emb, ws, bs), R.char_cnn(ids, emb, ws, bs))
+    _close(fused.char_cnn(ids.int(), emb, ws, bs), _reference(R.char_cnn, ids, emb, ws, bs))
 
 
-def test_char_filter_of_width_zero_is_an_error():
+def test_char_filter_of_width_zero_is_an_error(device="cpu"):
     """It gave the bias alone (the reference's conv1d refuses it)."""
-    ids, emb, _, _ = _char_inputs()
+    ids, emb, _, _ = _char_inputs(device=device)
     with pytest.raises(RuntimeError, match="filter 0 has width 0"):
-        fused.char_cnn(ids, emb, [torch.zeros(3, 4, 0)], [torch.zeros(3)])
+        fused.char_cnn(ids, emb, [torch.zeros(3, 4, 0, device=device)], [torch.zeros(3, device=device)])
 
 
-def test_char_cnn_backward_op_checks_what_it_indexes_with():
+def test_char_cnn_backward_op_checks_what_it_indexes_with(device="cpu"):
     """argmax positions and the gradient's shape index raw pointers: a negative position crashed."""
-    ids, emb, ws, bs = _char_inputs()
+    ids, emb, ws, bs = _char_inputs(device=device)
     out, arg = ops.char_cnn_forward(ids, emb, ws, bs, 0)
     grad = torch.ones_like(out)
     bad = arg.clone()
@@ -83,39 +104,45 @@ def test_char_cnn_backward_op_checks_what_it_indexes_with():
 # ------------------------------------------------------------------ highway
 
 
-def test_highway_bias_must_be_one_dimensional():
+def test_highway_bias_must_be_one_dimensional(device="cpu"):
     """A (2F, 1) bias was broadcast over the rows when N == 2F: a silently wrong result."""
-    x, w, b = torch.randn(8, 4), torch.randn(8, 4), torch.randn(8)
+    x, w, b = torch.randn(8, 4, device=device), torch.randn(8, 4, device=device), torch.randn(8, device=device)
     with pytest.raises(RuntimeError, match=r"bias \(2F,\) must have shape \[8\], got \[8, 1\]"):
         fused.highway(x, w, b[:, None])
-    _close(fused.highway(x, w, b), R.highway(x, w, b))
+    _close(fused.highway(x, w, b), _reference(R.highway, x, w, b))
 
 
-def test_highway_backward_op_checks_its_shapes():
+def test_highway_backward_op_checks_its_shapes(device="cpu"):
     """h with fewer rows crashed; a (N, F) h wrote past the buffers; a short grad was read past its end."""
-    x, w, b = torch.randn(6, 4), torch.randn(8, 4), torch.randn(8)
+    x, w, b = torch.randn(6, 4, device=device), torch.randn(8, 4, device=device), torch.randn(8, device=device)
     y, h = ops.highway_forward(x, w, b)
-    g = torch.randn(6, 4)
+    g = torch.randn(6, 4, device=device)
+    # another kernel dtype (CUDA has no float64 kernels: float64 is refused as such there)
+    other, name = (torch.float64, "Double") if device == "cpu" else (torch.float16, "Half")
     for args, what in [((g, x, w, h[:3]), r"h \(the forward's \(N, 2F\) pre-activations\) must have shape \[6, 8\]"),
                        ((g, x, w, h[:, :4]), r"must have shape \[6, 8\], got \[6, 4\]"),
                        ((g[:3], x, w, h), r"grad must have shape \[6, 4\], got \[3, 4\]"),
-                       ((g, x, w, h.double()), "h is Double but the other arguments are Float")]:
+                       ((g, x, w, h.to(other)), f"h is {name} but the other arguments are Float")]:
         with pytest.raises(RuntimeError, match=what):
             ops.highway_backward(*args)
 
 
 @pytest.mark.parametrize("which", ["highway", "char_cnn", "lstm_layer", "sampled_logsumexp"])
-def test_integer_inputs_are_an_error_not_truncated(which):
+def test_integer_inputs_are_an_error_not_truncated(which, device="cpu"):
     """Integer activations were run in float32 and truncated back (highway: 10 for the reference's 10.9997)."""
-    x = (torch.randn(6, 4) * 5).long()
-    ids, emb, ws, bs = _char_inputs()
+    x = (torch.randn(6, 4) * 5).long().to(device)
+    ids, emb, ws, bs = _char_inputs(device=device)
     gen = torch.Generator().manual_seed(0)
+
+    def on(*ts):
+        return [t.to(device) for t in ts]
+
     calls = {
-        "highway": lambda: fused.highway(x, torch.randn(8, 4), torch.randn(8)),
+        "highway": lambda: fused.highway(x, *on(torch.randn(8, 4), torch.randn(8))),
         "char_cnn": lambda: fused.char_cnn(ids, emb.long(), ws, bs),
-        "lstm_layer": lambda: fused.lstm_layer(x.view(2, 3, 4), torch.tensor([3, 1]), *lstm_params(gen, 4, 5, 4)),
-        "sampled_logsumexp": lambda: fused.sampled_logsumexp(x, torch.randn(3, 4), torch.randn(3),
-                                                             torch.full((6,), -1)),
+        "lstm_layer": lambda: fused.lstm_layer(x.view(2, 3, 4), *on(torch.tensor([3, 1]), *lstm_params(gen, 4, 5, 4))),
+        "sampled_logsumexp": lambda: fused.sampled_logsumexp(x, *on(torch.randn(3, 4), torch.randn(3),
+                                                                    torch.full((6,), -1))),
     }
     with pytest.raises(TypeError, match="computes in floating point, but .* is torch.int64"):
         calls[which]()
@@ -124,54 +151,60 @@ def test_integer_inputs_are_an_error_not_truncated(which):
 # --------------------------------------------------------------------- LSTM
 
 
-def _lstm_case(B=3, T=5, I=4, C=6, P=4, seed=2):
+def _lstm_case(B=3, T=5, I=4, C=6, P=4, seed=2, device="cpu"):
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(B, T, I, generator=gen)
-    return x, torch.tensor([5, 2, 0][:B]), list(lstm_params(gen, I, C, P))
+    return x.to(device), torch.tensor([5, 2, 0][:B], device=device), [w.to(device) for w in lstm_params(gen, I, C, P)]
 
 
-def test_lstm_state_of_the_wrong_shape_is_an_error_not_reshaped():
+def test_lstm_state_of_the_wrong_shape_is_an_error_not_reshaped(device="cpu"):
     """A (P, B) h0, a (C, B) c0 or a (B, 2, P) biLSTM state was reshaped: the wrong numbers, silently."""
-    x, lengths, w = _lstm_case()
+    x, lengths, w = _lstm_case(device=device)
+
+    def randn(*shape):
+        return torch.randn(*shape, device=device)
+
     with pytest.raises(ValueError, match=r"h0 of shape \(3, 4\) .* got \(4, 3\)"):
-        fused.lstm_layer(x, lengths, *w, h0=torch.randn(4, 3), c0=torch.randn(3, 6))
+        fused.lstm_layer(x, lengths, *w, h0=randn(4, 3), c0=randn(3, 6))
     with pytest.raises(ValueError, match=r"c0 of shape \(3, 6\) .* got \(6, 3\)"):
-        fused.lstm_layer(x, lengths, *w, h0=torch.randn(3, 4), c0=torch.randn(6, 3))
+        fused.lstm_layer(x, lengths, *w, h0=randn(3, 4), c0=randn(6, 3))
     with pytest.raises(ValueError, match=r"state\[0\] \(h0\) of shape \(2, 3, 4\)"):
-        fused.bilstm_layer(x, x, lengths, w, w, state=(torch.randn(3, 2, 4), torch.randn(3, 2, 6)))
+        fused.bilstm_layer(x, x, lengths, w, w, state=(randn(3, 2, 4), randn(3, 2, 6)))
     with pytest.raises(RuntimeError, match=r"h0 \(ndir, B, P\) must have shape \[1, 3, 4\], got \[4, 3\]"):
-        ops.lstm_forward([x], lengths, w, torch.zeros(4, 3), torch.zeros(1, 3, 6), None, None, [0], False, False)
-    h0, c0 = torch.randn(3, 4), torch.randn(3, 6)
-    for a, b in zip(fused.lstm_layer(x, lengths, *w, h0=h0, c0=c0), R.lstm_layer(x, lengths, *w, h0=h0, c0=c0)):
+        ops.lstm_forward([x], lengths, w, randn(4, 3), randn(1, 3, 6), None, None, [0], False, False)
+    h0, c0 = randn(3, 4), randn(3, 6)
+    for a, b in zip(fused.lstm_layer(x, lengths, *w, h0=h0, c0=c0),
+                    _reference(R.lstm_layer, x, lengths, *w, h0=h0, c0=c0)):
         _close(a, b)
 
 
-def test_lstm_lengths_must_be_integers():
+def test_lstm_lengths_must_be_integers(device="cpu"):
     """Float lengths were truncated (4.7 -> 4 steps; the reference runs t < 4.7, 5 steps)."""
-    x, _, w = _lstm_case()
+    x, lengths, w = _lstm_case(device=device)
+    float_lengths = torch.tensor([4.7, 2.0, 0.0], device=device)
     with pytest.raises(TypeError, match="lengths as an integer tensor .* got torch.float32"):
-        fused.lstm_layer(x, torch.tensor([4.7, 2.0, 0.0]), *w)
+        fused.lstm_layer(x, float_lengths, *w)
+    h0, c0 = torch.zeros(1, 3, 4, device=device), torch.zeros(1, 3, 6, device=device)
     with pytest.raises(RuntimeError, match="lengths must be an integer tensor"):
-        ops.lstm_forward([x], torch.tensor([4.7, 2.0, 0.0]), w, torch.zeros(1, 3, 4), torch.zeros(1, 3, 6), None, None,
-                         [0], False, False)
-    for a, b in zip(fused.lstm_layer(x, torch.tensor([5, 2, 0], dtype=torch.int32), *w),
-                    R.lstm_layer(x, torch.tensor([5, 2, 0]), *w)):
+        ops.lstm_forward([x], float_lengths, w, h0, c0, None, None, [0], False, False)
+    for a, b in zip(fused.lstm_layer(x, lengths.int(), *w), _reference(R.lstm_layer, x, lengths, *w)):
         _close(a, b)
 
 
-def _lstm_saved():
-    x, lengths, w = _lstm_case()
-    w2 = list(lstm_params(torch.Generator().manual_seed(9), 4, 6, 4))
+def _lstm_saved(device="cpu"):
+    x, lengths, w = _lstm_case(device=device)
+    w2 = [t.to(device) for t in lstm_params(torch.Generator().manual_seed(9), 4, 6, 4)]
     xs, weights = [x, x.flip(1)], w + w2
-    h0, c0 = torch.zeros(2, 3, 4), torch.zeros(2, 3, 6)
+    h0, c0 = torch.zeros(2, 3, 4, device=device), torch.zeros(2, 3, 6, device=device)
     saved = ops.lstm_forward(xs, lengths, weights, h0, c0, None, None, [0, 1], False, True)[3:]
-    args = dict(grad_outs=[torch.ones(3, 5, 4)] * 2, grad_hn=torch.ones(2, 3, 4), grad_cn=torch.ones(2, 3, 6),
+    ones = functools.partial(torch.ones, device=device)
+    args = dict(grad_outs=[ones(3, 5, 4)] * 2, grad_hn=ones(2, 3, 4), grad_cn=ones(2, 3, 6),
                 xs=xs, lengths=lengths, weights=weights, c0=c0, gates=saved[0], c_raw=saved[1], hp_raw=saved[2],
                 h_prev=saved[3], m=saved[4], cell_clip=None, proj_clip=None, reverse=[0, 1], residual=False)
     return args
 
 
-@pytest.mark.parametrize("change,match", [
+LSTM_SAVED_CHANGES = [
     (dict(grad_outs="one"), "one output gradient per direction, got 1 for 2"),  # crashed
     (dict(lengths=torch.tensor([9, 2, 0])), r"lengths holds 9 at flat index 0; .*\[0, 5\]"),  # corrupted the heap
     (dict(lengths=torch.tensor([5, -3, 0])), r"lengths holds -3"),
@@ -179,10 +212,14 @@ def _lstm_saved():
     (dict(grad_hn="transposed"), r"grad_hn \(ndir, B, P\) must have shape \[2, 3, 4\], got \[3, 2, 4\]"),
     (dict(c_raw="short"), r"c_raw \(ndir, T, B, C\) must have shape \[2, 5, 3, 6\], got \[2, 2, 3, 6\]"),
     (dict(gates="non-contiguous"), r"gates \(ndir, T, B, 4C\) must be contiguous"),  # gave NaN
-], ids=["one_grad_out", "lengths_past_T", "negative_length", "short_grad_out", "transposed_grad_hn", "short_c_raw",
-        "non_contiguous_gates"])
-def test_lstm_backward_op_checks_what_the_forward_saved(change, match):
-    args = _lstm_saved()
+]
+LSTM_SAVED_CHANGE_IDS = ["one_grad_out", "lengths_past_T", "negative_length", "short_grad_out", "transposed_grad_hn",
+                         "short_c_raw", "non_contiguous_gates"]
+
+
+@pytest.mark.parametrize("change,match", LSTM_SAVED_CHANGES, ids=LSTM_SAVED_CHANGE_IDS)
+def test_lstm_backward_op_checks_what_the_forward_saved(change, match, device="cpu"):
+    args = _lstm_saved(device=device)
     key, how = next(iter(change.items()))
     if how == "one":
         args[key] = args[key][:1]
@@ -193,7 +230,7 @@ def test_lstm_backward_op_checks_what_the_forward_saved(change, match):
     elif how == "non-contiguous":
         args[key] = args[key].transpose(1, 2).contiguous().transpose(1, 2)
     else:
-        args[key] = how
+        args[key] = how.to(device)
     with pytest.raises(RuntimeError, match=match):
         ops.lstm_backward(*args.values())
 
