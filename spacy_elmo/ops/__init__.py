@@ -9,11 +9,9 @@ shapes and weight layouts.
 
 from types import ModuleType
 
-import torch
-from torch import Tensor
-
 from ..errors import Errors
 from . import reference
+from .reference import check_char_ids
 from .extension import fused_available, load_extension
 
 BACKENDS = ("auto", "fused", "reference")
@@ -44,20 +42,8 @@ def implementation(backend: str) -> ModuleType:
     return reference
 
 
-def check_char_ids(char_ids: Tensor, max_id: int) -> None:
-    """A TypeError unless ``char_ids`` hold torch.long or torch.int32 ids, a ValueError naming the
-    first id outside ``0..max_id``; vectorised, one host sync. The fused kernels read table rows
-    at the ids unchecked: an id past the table read memory beyond it (a float id was truncated)."""
-    if char_ids.dtype not in (torch.long, torch.int32):
-        raise TypeError(Errors.E_CHAR_IDS_DTYPE.format(dtype=char_ids.dtype))
-    bad = (char_ids < 0) | (char_ids > max_id)
-    if bad.any():
-        raise ValueError(Errors.E_CHAR_IDS_RANGE.format(max_id=max_id, found=int(char_ids[bad][0])))
-
-
-def char_cnn(char_ids: Tensor, embedding: Tensor, *args, backend: str = "reference", **kwargs):
-    check_char_ids(char_ids, embedding.shape[0])  # shifted ids: 0 (no character) .. the table's rows
-    return implementation(backend).char_cnn(char_ids, embedding, *args, **kwargs)
+def char_cnn(*args, backend: str = "reference", **kwargs):
+    return implementation(backend).char_cnn(*args, **kwargs)
 
 
 def highway(*args, backend: str = "reference", **kwargs):

@@ -28,6 +28,18 @@ from ..errors import Errors
 FORGET_BIAS = 1.0
 
 
+def check_char_ids(char_ids: Tensor, max_id: int) -> None:
+    """A TypeError unless ``char_ids`` hold torch.long or torch.int32 ids, a ValueError naming the
+    first id outside ``0..max_id``; vectorised, one host sync. :func:`char_cnn` checks its ids with
+    it (``F.embedding`` gave a bare IndexError, on CUDA a device-side assert), as does
+    ``BiLM.forward``; the fused ops check theirs in C++ (``csrc/include/checks.h``)."""
+    if char_ids.dtype not in (torch.long, torch.int32):
+        raise TypeError(Errors.E_CHAR_IDS_DTYPE.format(dtype=char_ids.dtype))
+    bad = (char_ids < 0) | (char_ids > max_id)
+    if bad.any():
+        raise ValueError(Errors.E_CHAR_IDS_RANGE.format(max_id=max_id, found=int(char_ids[bad][0])))
+
+
 def char_cnn(
     char_ids: Tensor,
     embedding: Tensor,
@@ -45,6 +57,7 @@ def char_cnn(
     """
     if activation not in ("relu", "tanh"):  # as the fused op: anything else is not silently tanh
         raise ValueError(Errors.E_BAD_ACTIVATION.format(value=activation))
+    check_char_ids(char_ids, embedding.shape[0])  # shifted ids: 0 (no character) .. the table's rows
     table = torch.cat([embedding.new_zeros(1, embedding.shape[1]), embedding], 0)
     x = F.embedding(char_ids, table).transpose(1, 2)  # (N, D, W)
     act = torch.relu if activation == "relu" else torch.tanh

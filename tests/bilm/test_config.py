@@ -166,19 +166,28 @@ def test_encode_tokens_and_contextualize_check_their_shapes(backend):
 @pytest.mark.parametrize("value", [-1, 262, 5000])
 def test_encode_tokens_refuses_ids_outside_the_table(backend, value):
     """The fused char CNN read table rows past the 261 stored ones (memory beyond the table) or a
-    zero vector for negative ids; the reference raised a bare IndexError from F.embedding."""
+    zero vector for negative ids; the reference raised a bare IndexError from F.embedding. Each
+    backend checks the ids it reads once: the reference in Python, the fused op in C++
+    (csrc/include/checks.h, the same message as torch.ops.spacy_elmo.char_cnn_forward)."""
     import torch
 
+    if backend == "reference":
+        bad_id, bad_dtype = (ValueError, f"must lie in 0..261 .*found {value}\\."), (TypeError, "integer character ids")
+    else:
+        bad_id = (RuntimeError, f"char_ids holds {value} at flat index \\d+; its values must lie in \\[0, 261\\]")
+        bad_dtype = (RuntimeError, "char_ids must be an integer tensor")
     model = BiLM(TINY, backend=backend)
     ids = batch_to_ids([["a", "b"]])
     ids[0, 1, 3] = value
     mask = torch.ones(1, 2, dtype=torch.bool)
-    with pytest.raises(ValueError, match=f"must lie in 0..261 .*found {value}\\."):
+    with pytest.raises(bad_id[0], match=bad_id[1]):
         model.encode_tokens(ids, mask)
-    with pytest.raises(ValueError, match=f"found {value}\\."):
+    with pytest.raises(bad_id[0], match=bad_id[1]):
         model.token_encoder(ids[0])
-    with pytest.raises(TypeError, match="integer character ids"):
+    with pytest.raises(bad_dtype[0], match=bad_dtype[1]):
         model.token_encoder(batch_to_ids([["a"]])[0].float())  # the fused kernel truncated floats
+    with pytest.raises(ValueError, match=f"must lie in 0..261 .*found {value}\\."):  # forward: on both backends
+        model(ids)
 
 
 def test_ids_on_another_device_than_the_weights_are_a_clear_error():

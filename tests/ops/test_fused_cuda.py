@@ -514,6 +514,8 @@ def test_cuda_range_checks_sync_once_per_call():
     out, arg = ops.char_cnn_forward(ids, emb, ws, bs, 0)
     assert _syncs(lambda: ops.char_cnn_forward(ids, emb, ws, bs, 0)) == 1
     assert _syncs(lambda: ops.char_cnn_backward(torch.ones_like(out), out, arg, ids, emb, ws, 0)) == 1
+    # through the dispatcher: it leaves the ids to the op (it synced once more for its own check)
+    assert _syncs(lambda: inputs.dispatch.char_cnn(ids, emb, ws, bs, backend="fused")) == 1
     args = inputs._lstm_saved(device=DEV)
     forward_args = (args["xs"], args["lengths"], args["weights"], torch.zeros(2, 3, 4, device=DEV), args["c0"],
                     None, None, [0, 1], False, True)

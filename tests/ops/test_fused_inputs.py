@@ -12,6 +12,7 @@ import functools
 import pytest
 import torch
 
+import spacy_elmo.ops as dispatch
 from spacy_elmo.ops import reference as R
 
 from .test_fused_cpu import _close, char_params, lstm_params, random_char_ids
@@ -56,6 +57,22 @@ def test_char_ids_without_a_table_row_are_an_error(bad_id, rows, device="cpu"):
         fused.char_cnn(ids, emb[:rows], ws, bs)
     with pytest.raises(RuntimeError, match=rf"char_ids holds {bad_id}"):
         ops.char_cnn_backward(torch.ones_like(out), out, arg, ids, emb[:rows], ws, 0)
+
+
+def test_the_dispatcher_leaves_the_ids_to_each_backend():
+    """ops.char_cnn checked the ids in Python before the fused op checked them again in C++ (on
+    CUDA two device-to-host syncs per call), and its data-dependent branch broke torch.compile's
+    fullgraph tracing. Now each backend checks the ids it reads, once."""
+    ids, emb, ws, bs = _char_inputs()
+    bad = ids.clone()
+    bad[2, 3] = 262
+    with pytest.raises(RuntimeError, match=r"char_ids holds 262 at flat index 19"):  # the op's own check
+        dispatch.char_cnn(bad, emb, ws, bs, backend="fused")
+    with pytest.raises(ValueError, match=r"must lie in 0..261 .*found 262\."):
+        dispatch.char_cnn(bad, emb, ws, bs, backend="reference")
+    compiled = torch.compile(lambda i, e: dispatch.char_cnn(i, e, ws, bs, backend="fused"), backend="aot_eager",
+                             fullgraph=True)
+    assert torch.equal(compiled(ids, emb), fused.char_cnn(ids, emb, ws, bs))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bool])
