@@ -307,10 +307,6 @@ class Errors:
         "The fused {op} needs {name} as an integer tensor (torch.long or torch.int32), got {dtype}: a float would "
         "be truncated and a bool read as 0/1. Pass whole numbers, e.g. {name}.long()."
     )
-    E_FUSED_STATE_SHAPE = (
-        "The fused {op} needs the initial state {name} of shape {expected} (batch from x, sizes from w_proj (C, P)); "
-        "got {found}. It is not reshaped: a transposed state would be read in the wrong order."
-    )
     E_FUSED_DOUBLE_BACKWARD = (
         "The fused {op} kernel has no second derivative: a gradient computed through it with create_graph=True is "
         "being differentiated (a gradient penalty, a Hessian-vector product, ...). Run that model with "

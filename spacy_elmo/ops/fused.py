@@ -309,16 +309,11 @@ def _no_autocast(device_type: str):
 
 
 def _as_long(t: Tensor, op: str, name: str) -> Tensor:
-    """Integer tensor ``t`` (lengths, indices) as int64; TypeError for floats and bools."""
+    """Integer tensor ``t`` as the int64 the op takes (sampled_logsumexp's hit); TypeError for floats
+    and bools, which a cast would truncate. (The LSTM op takes any integer lengths and checks them.)"""
     if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
         raise TypeError(Errors.E_FUSED_NOT_INTEGER.format(op=op, name=name, dtype=t.dtype))
     return t.to(torch.long)
-
-
-def _check_state(t: Optional[Tensor], expected: Tuple[int, ...], op: str, name: str) -> None:
-    if t is not None and tuple(t.shape) != expected:
-        raise ValueError(Errors.E_FUSED_STATE_SHAPE.format(op=op, name=name, expected=expected,
-                                                           found=tuple(t.shape)))
 
 
 def _cast(ts, dtype):
@@ -386,14 +381,13 @@ def _lstm(
     c, p = weights[3].shape[0], weights[3].shape[-1]  # (C, P): the kernel names any other shape
     like = xs[0]
     dtype = _run_dtype(like, "lstm", "x")
-    lengths = _as_long(lengths, "lstm", "lengths")
     with _no_autocast(like.device.type):
         xs = _cast(xs, dtype)
         weights = _cast(weights, dtype)
         h0 = xs[0].new_zeros(ndir, b, p) if h0 is None else h0.to(dtype)
         c0 = xs[0].new_zeros(ndir, b, c) if c0 is None else c0.to(dtype)
         save = _needs_grad(*xs, *weights, h0, c0)
-        lengths = lengths.to(xs[0].device)
+        lengths = lengths.to(xs[0].device)  # the op checks them: integers in [0, T] (csrc/include/checks.h)
         outs, h_n, c_n, *_saved = _ops.lstm_forward(
             xs, lengths, weights, h0, c0,
             None if cell_clip is None else float(cell_clip),
@@ -418,9 +412,6 @@ def lstm_layer(
     residual: bool = False,
 ) -> Tuple[Tensor, Tensor, Tensor]:
     """Fused :func:`spacy_elmo.ops.reference.lstm_layer` (same arguments and result)."""
-    b, c, p = x.shape[0], w_proj.shape[0], w_proj.shape[-1]
-    _check_state(h0, (b, p), "lstm_layer", "h0")
-    _check_state(c0, (b, c), "lstm_layer", "c0")
     h0 = None if h0 is None else h0.unsqueeze(0)
     c0 = None if c0 is None else c0.unsqueeze(0)
     outs, h_n, c_n = _lstm([x], lengths, [w_input, w_recurrent, bias, w_proj], h0, c0, cell_clip, proj_clip,
@@ -443,9 +434,6 @@ def bilstm_layer(
     """Fused :func:`spacy_elmo.ops.reference.bilstm_layer`: both directions in one
     kernel call, interleaved step by step (they run concurrently)."""
     h0, c0 = (None, None) if state is None else state
-    b, c, p = x_fwd.shape[0], fwd[3].shape[0], fwd[3].shape[-1]
-    _check_state(h0, (2, b, p), "bilstm_layer", "state[0] (h0)")
-    _check_state(c0, (2, b, c), "bilstm_layer", "state[1] (c0)")
     outs, h_n, c_n = _lstm([x_fwd, x_bwd], lengths, [*fwd, *bwd], h0, c0, cell_clip, proj_clip,
                            [0, int(reverse_backward)], residual)
     return outs[0], outs[1], h_n, c_n
