@@ -70,11 +70,10 @@ def _layer_norm(xp, X: Floats3d):
     never reads them): like AllenNLP's padding they are left out of the statistics
     and stay zero, so a doc's word vectors do not depend on its spacing."""
     words = (X != 0).any(axis=(0, 2))  # (n,)
-    n_words = int(words.sum())
-    if n_words == 0:
-        return X, _identity
     axes = (1, 2)
-    count = n_words * X.shape[2]
+    # the statistics' element count, kept as an array (a GPU doc is not read back to the host):
+    # at least one row, so that a doc without words (zeros) stays zeros, with zero gradients
+    count = (xp.maximum(words.sum(), 1) * X.shape[2]).astype(X.dtype)
     keep = words[None, :, None].astype(X.dtype)
     mean = X.sum(axis=axes, keepdims=True) / count
     centred = (X - mean) * keep

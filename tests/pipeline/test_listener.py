@@ -135,9 +135,14 @@ def test_layer_norm_leaves_whitespace_rows_out():
     (dX,), (dXs,) = bp([dY]), bps([dYs])
     numpy.testing.assert_allclose(dXs[:, at], dX, rtol=1e-4, atol=1e-5)
     assert not dXs[:, [1, 4, 6]].any()
-    # a doc of whitespace only passes through as zeros
-    (Yw,) = mix.predict([numpy.zeros((3, 2, 6), dtype="float32")])
-    assert Yw.shape == (2, 6) and not Yw.any()
+    assert Ys.dtype == dXs.dtype == numpy.float32
+    # a doc of whitespace only (or no tokens) passes through as zeros, and gets no gradient, as the
+    # whitespace rows above (its gradient went through unnormalised)
+    for n in (2, 0):
+        (Yw,), bpw = mix.begin_update([numpy.zeros((3, n, 6), dtype="float32")])
+        assert Yw.shape == (n, 6) and not Yw.any()
+        (dXw,) = bpw([numpy.ones((n, 6), dtype="float32")])
+        assert dXw.shape == (3, n, 6) and not dXw.any()
 
 
 def test_elmo_dropout_not_overwritten():
