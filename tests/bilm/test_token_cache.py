@@ -9,6 +9,20 @@ from spacy_elmo.bilm.token_cache import TokenCache, run_rows
 TINY = dict(projection_dim=8, cell_dim=16, filters=[[1, 4], [2, 4]])
 
 
+def _tiny_bilm() -> BiLM:
+    torch.manual_seed(0)
+    return BiLM(BiLMConfig(**TINY), backend="reference").eval()
+
+
+def _assert_cached_rows_equal_whole_bilm(bilm, rows, cache, whole_rows=None):
+    """``run_rows`` through ``cache`` gives the whole biLM's layers of ``whole_rows`` (default: ``rows``)."""
+    with torch.no_grad():
+        cached = run_rows(bilm, rows, cache).activations
+        whole = run_rows(bilm, rows if whole_rows is None else whole_rows).activations
+    for a, b in zip(cached, whole):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
 def _per_row(cache: TokenCache, rows):
     """The index built row by row (how lookup built it before it wrote whole arrays)."""
     T = max((len(r) for r in rows), default=0)
@@ -21,8 +35,7 @@ def _per_row(cache: TokenCache, rows):
 
 
 def test_lookup_index_layout():
-    torch.manual_seed(0)
-    bilm = BiLM(BiLMConfig(**TINY), backend="reference").eval()
+    bilm = _tiny_bilm()
     cache = TokenCache(50)
     batches = [
         [["the", "bank", "of", "the", "river"], ["a"], [], ["bank", "bank", "x", "y", "z", "the", "."]],
@@ -44,41 +57,26 @@ def test_lookup_index_layout():
 
 
 def test_cached_rows_equal_whole_bilm():
-    torch.manual_seed(0)
-    bilm = BiLM(BiLMConfig(**TINY), backend="reference").eval()
     rows = [["The", "bank", "of", "the", "river", "."], ["It", "rose"], ["the"]]
-    with torch.no_grad():
-        cached = run_rows(bilm, rows, TokenCache(100)).activations
-        whole = run_rows(bilm, rows).activations
-    for a, b in zip(cached, whole):
-        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+    _assert_cached_rows_equal_whole_bilm(_tiny_bilm(), rows, TokenCache(100))
 
 
 def test_rows_are_taken_as_batch_to_ids_takes_sentences():
     """With a cache, a string row ran as its characters and a generator row as an empty row
     (lookup read it three times); batch_to_ids, the path without a cache, refuses the first."""
-    torch.manual_seed(0)
-    bilm = BiLM(BiLMConfig(**TINY), backend="reference").eval()
+    bilm = _tiny_bilm()
     with torch.no_grad():
         for cache in (None, TokenCache(100)):
             with pytest.raises(TypeError, match=r"sentence 0 is a str. Tokenize first"):
                 run_rows(bilm, ["The bank"], cache)
-        cached = run_rows(bilm, [iter(["The", "bank"]), ("a",)], TokenCache(100)).activations
-        whole = run_rows(bilm, [["The", "bank"], ["a"]]).activations
-    for a, b in zip(cached, whole):
-        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+    _assert_cached_rows_equal_whole_bilm(bilm, [iter(["The", "bank"]), ("a",)], TokenCache(100),
+                                         whole_rows=[["The", "bank"], ["a"]])
 
 
 def test_a_cache_built_under_inference_mode_is_used_outside_it():
     """'Inplace update to inference tensor outside InferenceMode' at the first new token."""
-    torch.manual_seed(0)
-    bilm = BiLM(BiLMConfig(**TINY), backend="reference").eval()
+    bilm = _tiny_bilm()
     cache = TokenCache(100)
     with torch.inference_mode():
         run_rows(bilm, [["The", "bank"]], cache)
-    rows = [["The", "river"], ["bank"]]
-    with torch.no_grad():
-        cached = run_rows(bilm, rows, cache).activations
-        whole = run_rows(bilm, rows).activations
-    for a, b in zip(cached, whole):
-        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+    _assert_cached_rows_equal_whole_bilm(bilm, [["The", "river"], ["bank"]], cache)

@@ -290,6 +290,15 @@ def test_fine_tuning_changes_bilm(tiny_dir):
     assert not torch.equal(before, bilm.lstm.forward_layers[0].w_proj.detach())
 
 
+def _fine_tuned_ner_and_textcat(tiny_dir):
+    """elmo (fine-tuned) and two listening components, ner and textcat."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "frozen": False})
+    nlp.add_pipe("ner", config={"model": {**NER, "tok2vec": LISTENER}})
+    nlp.add_pipe("textcat", config={"model": _textcat_model("textcat", LISTENER)})
+    return nlp
+
+
 class _CountingOptimizer:
     """A thinc optimizer that counts the updates of each parameter (key)."""
 
@@ -310,10 +319,7 @@ def test_fine_tuning_steps_once_per_training_step(tiny_dir, accumulate, exclude)
     [training] accumulate_gradient = 3 sums three sub-batches (it took a step per sub-batch), and a
     listening component that does not train (frozen_components: excluded) leaves the others' gradients
     to apply (the biLM never moved when it was the last listener)."""
-    nlp = spacy.blank("en")
-    nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "frozen": False})
-    nlp.add_pipe("ner", config={"model": {**NER, "tok2vec": LISTENER}})
-    nlp.add_pipe("textcat", config={"model": _textcat_model("textcat", LISTENER)})
+    nlp = _fine_tuned_ner_and_textcat(tiny_dir)
     examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(8)]
     optimizer = _CountingOptimizer(nlp.initialize(lambda: examples))
     steps = 2
@@ -477,10 +483,7 @@ def test_pickle_pipeline_after_fine_tuning(tiny_dir, exclude):
     for the gradient of a listening component that did not train on it (excluded)."""
     import pickle
 
-    nlp = spacy.blank("en")
-    nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "frozen": False})
-    nlp.add_pipe("ner", config={"model": {**NER, "tok2vec": LISTENER}})
-    nlp.add_pipe("textcat", config={"model": _textcat_model("textcat", LISTENER)})
+    nlp = _fine_tuned_ner_and_textcat(tiny_dir)
     examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(4)]
     opt = nlp.initialize(lambda: examples)
     nlp.update(examples, sgd=opt, exclude=exclude)
