@@ -296,7 +296,7 @@ class ElmoComponent(TrainablePipe):
         # component (spacy.load(disable=...)), which reads doc._.elmo once enable_pipe enables it.
         for listeners in self._listener_map.values():
             for listener in listeners:
-                if listener.upstream_name not in ("*", self.name):
+                if not self._feeds(listener):
                     listener.upstream, listener.component = None, None
                 listener.clear()
         self._listener_map = value
@@ -342,11 +342,15 @@ class ElmoComponent(TrainablePipe):
             return True
         return False
 
+    def _feeds(self, listener: ElmoListener) -> bool:
+        """Whether the listener's upstream setting names this component (or is ``"*"``)."""
+        return listener.upstream_name in ("*", self.name)
+
     def _listeners_in(self, component) -> List[ElmoListener]:
-        """The listeners in ``component``'s model whose upstream is this component (or ``"*"``)."""
+        """The listeners in ``component``'s model that this component feeds (:meth:`_feeds`)."""
         if not isinstance(getattr(component, "model", None), Model):
             return []
-        return [n for n in component.model.walk() if isinstance(n, ElmoListener) and n.upstream_name in ("*", self.name)]
+        return [n for n in component.model.walk() if isinstance(n, ElmoListener) and self._feeds(n)]
 
     def find_listeners(self, component) -> None:
         for node in self._listeners_in(component):
@@ -435,7 +439,7 @@ class ElmoComponent(TrainablePipe):
         docs = [eg.predicted for eg in examples]
         self._ensure_weights()
         for name, listener in self.__dict__.pop("_skipped_listeners", []):
-            if listener.upstream_name in ("*", self.name):
+            if self._feeds(listener):
                 self.add_listener(listener, name)
         batch_id = ElmoListener.get_batch_id(docs)
         listeners = self.listeners
