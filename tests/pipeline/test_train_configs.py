@@ -70,6 +70,13 @@ def test_spacy_train(cfg, task, corpus_dir, tiny_dir, tmp_path):
 GOLD = {"ner.cfg": {"entities": [(0, 5, "PER")]}, "textcat.cfg": {"cats": {"POS": 1.0, "NEG": 0.0}}}
 
 
+def _config(cfg, corpus_dir, weights, overrides=None):
+    """A shipped config on the tiny corpus with ``weights`` as --paths.elmo (and other ``overrides``)."""
+    overrides = {"paths.train": str(corpus_dir / "train.spacy"), "paths.dev": str(corpus_dir / "dev.spacy"),
+                 "paths.elmo": str(weights), **(overrides or {})}  # fmt: skip
+    return spacy.util.load_config(CONFIGS / cfg, overrides=overrides, interpolate=False)
+
+
 @pytest.mark.parametrize("annotating", [True, False])
 @pytest.mark.parametrize("cfg", sorted(GOLD))
 def test_config_gives_elmo_sentences_in_training(cfg, annotating, corpus_dir, tiny_dir, monkeypatch):
@@ -80,9 +87,7 @@ def test_config_gives_elmo_sentences_in_training(cfg, annotating, corpus_dir, ti
 
     from spacy_elmo.pipeline import bilm_layer
 
-    overrides = {"paths.train": str(corpus_dir / "train.spacy"), "paths.dev": str(corpus_dir / "dev.spacy"),
-                 "paths.elmo": str(tiny_dir)}  # fmt: skip
-    config = spacy.util.load_config(CONFIGS / cfg, overrides=overrides, interpolate=False)
+    config = _config(cfg, corpus_dir, tiny_dir)
     nlp = init_nlp(config)
     annotates = config["training"]["annotating_components"]
     assert annotates == ["sentencizer"]
@@ -106,10 +111,8 @@ def test_config_gives_elmo_sentences_in_training(cfg, annotating, corpus_dir, ti
 
 
 def _init(cfg, corpus_dir, weights, components=()):
-    """init_nlp (as spacy train) of a shipped config on the tiny corpus, some components replaced."""
-    overrides = {"paths.train": str(corpus_dir / "train.spacy"), "paths.dev": str(corpus_dir / "dev.spacy"),
-                 "paths.elmo": str(weights)}  # fmt: skip
-    config = spacy.util.load_config(CONFIGS / cfg, overrides=overrides, interpolate=False)
+    """init_nlp (as spacy train) of :func:`_config`, some components replaced."""
+    config = _config(cfg, corpus_dir, weights)
     for name, block in dict(components).items():
         config["components"][name] = block
     return init_nlp(config)
@@ -142,9 +145,7 @@ def test_sourced_listening_component_with_other_weights_is_a_clear_error(corpus_
 def test_elmo_in_frozen_components_is_a_clear_error(corpus_dir, tiny_dir):
     """spaCy never initializes the components in [training] frozen_components: a new elmo listed there
     has no weights when ner initializes (thinc's "Cannot get dimension 'nL'" before)."""
-    overrides = {"paths.train": str(corpus_dir / "train.spacy"), "paths.dev": str(corpus_dir / "dev.spacy"),
-                 "paths.elmo": str(tiny_dir), "training.frozen_components": ["elmo"]}  # fmt: skip
-    config = spacy.util.load_config(CONFIGS / "ner.cfg", overrides=overrides, interpolate=False)
+    config = _config("ner.cfg", corpus_dir, tiny_dir, {"training.frozen_components": ["elmo"]})
     with pytest.raises(ValueError, match=r"initialized before its upstream 'elmo' loaded its weights.*frozen_components"):
         init_nlp(config)
 
