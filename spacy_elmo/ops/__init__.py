@@ -11,8 +11,8 @@ from types import ModuleType
 
 from ..errors import Errors
 from . import reference
-from .reference import check_char_ids
 from .extension import fused_available, load_extension
+from .reference import check_char_ids
 
 BACKENDS = ("auto", "fused", "reference")
 
