@@ -21,15 +21,27 @@ from .scalar_mix import elmo_dropout, scalar_mix_layer
 
 
 def ElmoBiLM(
-    batch_tokens: int = 4096, max_window: int = 128, backend: str = "auto", cache_size: int = 50000
+    batch_tokens: int = 4096,
+    max_window: int = 128,
+    backend: str = "auto",
+    cache_size: int = 50000,
+    layer_cache_mb: int = 0,
 ) -> Model[List[Doc], List[Floats3d]]:
     """Run-time settings only: the biLM's sizes come with its weights (config.json / options.json).
 
     batch_tokens: padded tokens (rows x longest row) per biLM call; max_window:
     the longest row (sentences and boundary-less docs are cut to it);
-    backend: "auto" | "fused" | "reference"; cache_size: char-CNN cache entries.
+    backend: "auto" | "fused" | "reference"; cache_size: char-CNN cache entries;
+    layer_cache_mb: MB of output layers kept per sentence (or window) for a biLM that does
+    not train, so repeated sentences (every epoch, every evaluation) skip the biLM; 0 = off.
     """
-    return build_elmo_bilm(batch_tokens=batch_tokens, max_window=max_window, backend=backend, cache_size=cache_size)
+    return build_elmo_bilm(
+        batch_tokens=batch_tokens,
+        max_window=max_window,
+        backend=backend,
+        cache_size=cache_size,
+        layer_cache_mb=layer_cache_mb,
+    )
 
 
 def ElmoListener(

@@ -6,7 +6,7 @@ one doc. The torch :class:`ElmoRunner` sits inside thinc's PyTorch wrapper
 safetensors + config JSON (no pickle).
 """
 
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import srsly
 import torch
@@ -19,24 +19,29 @@ from thinc.types import Floats3d
 from ..bilm import BiLM, BiLMConfig
 from ..bilm.config import is_int
 from ..errors import Errors
-from .batching import group_pieces, make_pieces, word_positions
+from .batching import Piece, group_pieces, make_pieces, word_positions
 from .runner import ElmoRunner
 
 
 def build_elmo_bilm(
-    batch_tokens: int = 4096, max_window: int = 128, backend: str = "auto", cache_size: int = 50000
+    batch_tokens: int = 4096,
+    max_window: int = 128,
+    backend: str = "auto",
+    cache_size: int = 50000,
+    layer_cache_mb: int = 0,
 ) -> Model[List[Doc], List[Floats3d]]:
     """The component model; the biLM arrives later through :func:`set_bilm` (weights decide its shape)."""
     for setting, value, minimum, meaning in (
         ("batch_tokens", batch_tokens, 1, "padded tokens per biLM call"),
         ("max_window", max_window, 1, "the longest row of tokens the biLM reads at once"),
         ("cache_size", cache_size, 0, "char-CNN cache entries, 0 for none"),
+        ("layer_cache_mb", layer_cache_mb, 0, "MB of output layers cached per sentence, 0 for none"),
     ):
         if not is_int(value) or value < minimum:
             raise ValueError(
                 Errors.E_ELMO_MODEL_SETTING.format(setting=setting, value=value, minimum=minimum, meaning=meaning)
             )
-    runner = ElmoRunner(cache_size)
+    runner = ElmoRunner(cache_size, layer_cache_mb)
     runner.backend_name = backend
     wrapper = PyTorchWrapper_v3(
         runner,
@@ -74,9 +79,9 @@ def set_bilm(model: Model, bilm: BiLM, source: str) -> None:
 
 
 def step_bilm(model: Model, optimizer) -> None:
-    """Apply the biLM's gradients with ``optimizer``; the token cache is stale after it."""
+    """Apply the biLM's gradients with ``optimizer``; the token and layer caches are stale after it."""
     model.finish_update(optimizer)
-    get_runner(model).cache.clear()
+    get_runner(model).clear_caches()
 
 
 def _set_dims(model: Model) -> None:
@@ -92,19 +97,44 @@ def _init(model: Model, X: Any = None, Y: Any = None) -> None:
 
 def _forward(model: Model, docs: List[Doc], is_train: bool):
     """docs -> per-doc ``(L + 1, n, 2P)`` arrays, running sub-batches of bounded padded size.
-    Whitespace tokens are not read (see :mod:`.batching`): their rows stay zero."""
+    Whitespace tokens are not read (see :mod:`.batching`): their rows stay zero.
+
+    With a layer cache (``layer_cache_mb``; only at prediction and for a biLM that does not
+    train) a piece whose words were run before is copied from it, and a piece repeated in the
+    batch runs once: only the other pieces go to the biLM, grouped as without the cache."""
     nL, D = model.get_dim("nL"), model.get_dim("nO")
     words = [word_positions(doc) for doc in docs]
     texts = [[t.text for t in doc] for doc in docs]
     outputs = [model.ops.alloc3f(nL, len(doc), D) for doc in docs]
     callbacks = []
     pieces = make_pieces(docs, model.attrs["max_window"], words)
+    runner = get_runner(model)
+    cache = runner.layer_cache if runner.layer_cache.limit and not is_train and not runner.trains() else None
+    rows = {p: [texts[p.doc][i] for i in words[p.doc][p.start : p.end].tolist()] for p in pieces}
+    same: Dict[Piece, List[Piece]] = {}  # with a cache: piece to run -> the pieces of the same words
+    if cache is not None:
+        first: Dict[Tuple[str, ...], Piece] = {}
+        for p in pieces:
+            key = tuple(rows[p])
+            hit = cache.get(key)
+            if hit is not None:
+                outputs[p.doc][:, _token_index(model.ops, words[p.doc][p.start : p.end])] = hit
+            elif key in first:
+                same[first[key]].append(p)
+            else:
+                first[key] = p
+                same[p] = [p]
+        pieces = list(same)
     for group in group_pieces(pieces, model.attrs["batch_tokens"]):
         where = [_token_index(model.ops, words[p.doc][p.start : p.end]) for p in group]
-        rows = [[texts[p.doc][i] for i in words[p.doc][p.start : p.end].tolist()] for p in group]
-        Y, bp = model.layers[0](rows, is_train)  # (nL, B, T, D)
+        Y, bp = model.layers[0]([rows[p] for p in group], is_train)  # (nL, B, T, D)
         for b, p in enumerate(group):
             outputs[p.doc][:, where[b]] = Y[:, b, : p.end - p.start]
+            if cache is not None:
+                layers = model.ops.xp.ascontiguousarray(Y[:, b, : p.end - p.start])
+                cache.put(tuple(rows[p]), layers)
+                for q in same[p][1:]:
+                    outputs[q.doc][:, _token_index(model.ops, words[q.doc][q.start : q.end])] = layers
         callbacks.append((group, where, Y.shape, bp))
 
     def backprop(dYs: List[Floats3d]) -> List[Doc]:
@@ -151,11 +181,11 @@ def _own_forward(model: Model, docs: List[Doc], is_train: bool):
     if model.attrs["frozen"] or not is_train:
         return bilm.predict(docs), _no_input_grad
     runner = get_runner(bilm)
-    runner.cache.clear()  # the weights change at the next finish_update
+    runner.clear_caches()  # the weights change at the next finish_update
     outputs, bp = bilm.begin_update(docs)
 
     def backprop(d_outputs: List[Floats3d]) -> List[Doc]:
-        runner.cache.clear()
+        runner.clear_caches()
         return bp(d_outputs)
 
     return outputs, backprop

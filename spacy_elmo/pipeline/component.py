@@ -46,6 +46,7 @@ batch_tokens = 4096
 max_window = 128
 backend = "auto"
 cache_size = 50000
+layer_cache_mb = 0
 """
 
 

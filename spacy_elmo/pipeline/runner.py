@@ -1,8 +1,10 @@
 """ElmoRunner: the torch module behind the ``elmo`` component (no spaCy import).
 
-It holds the :class:`~spacy_elmo.BiLM` (set once weights are loaded) and a
-cache of context-independent token vectors keyed by token text. The cache is a
-plain attribute, never a buffer, so it is not part of any serialized state.
+It holds the :class:`~spacy_elmo.BiLM` (set once weights are loaded), a
+cache of context-independent token vectors keyed by token text and the
+``elmo`` model's cache of output layers per row (:mod:`.layer_cache`, filled
+by ``bilm_layer._forward``). The caches are plain attributes, never buffers,
+so they are not part of any serialized state.
 """
 
 import multiprocessing
@@ -14,6 +16,7 @@ from torch import Tensor, nn
 
 from ..bilm import BiLM
 from ..bilm.token_cache import TokenCache, run_rows
+from .layer_cache import LayerCache
 
 
 def _single_thread_after_fork() -> None:
@@ -45,10 +48,11 @@ class ElmoRunner(nn.Module):
     the token cache; with gradients the whole biLM runs (fine-tuning).
     """
 
-    def __init__(self, cache_size: int = 50000) -> None:
+    def __init__(self, cache_size: int = 50000, layer_cache_mb: int = 0) -> None:
         super().__init__()
         self.bilm: Optional[BiLM] = None
         self.cache = TokenCache(cache_size)
+        self.layer_cache = LayerCache(layer_cache_mb)
 
     def __setstate__(self, state) -> None:  # unpickled: maybe in a spawned worker
         super().__setstate__(state)
@@ -56,7 +60,16 @@ class ElmoRunner(nn.Module):
 
     def set_bilm(self, bilm: BiLM) -> None:
         self.bilm = bilm
+        self.clear_caches()
+
+    def clear_caches(self) -> None:
+        """Empty the token and layer caches: call it whenever the weights change."""
         self.cache.clear()
+        self.layer_cache.clear()
+
+    def trains(self) -> bool:
+        """Whether any weight of the biLM requires a gradient (fine-tuning): no layer cache then."""
+        return self.bilm is not None and any(p.requires_grad for p in self.bilm.parameters())
 
     def forward(self, rows: List[List[str]]) -> Tensor:
         bilm = self.bilm

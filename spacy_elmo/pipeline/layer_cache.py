@@ -1,0 +1,64 @@
+"""A cache of the biLM's output layers per row (a sentence or window), keyed by the row's words.
+
+While ``spacy train`` runs with a frozen biLM, every epoch runs the biLM on the same training
+sentences and every evaluation on the same dev sentences: with ``layer_cache_mb`` > 0 the
+``elmo`` model keeps each row's ``(L + 1, n, 2P)`` layers (the float32 arrays its listeners
+read, on the model's device) and runs the biLM only on rows it has not seen. A row's layers
+depend only on its words (each row is run on its own, wrapped in ``<S> ... </S>``), not on the
+other rows of its batch, up to float32 rounding.
+
+Only for a biLM that does not train: the entries are stale once the weights change, so the
+model's owner empties it whenever they are set or stepped (:meth:`ElmoRunner.clear_caches`).
+Not part of any saved or pickled state, and not copied (a copy starts empty). No spaCy import.
+"""
+
+from collections import OrderedDict
+from typing import Any, Hashable, Optional
+
+MB = 1 << 20
+
+
+class LayerCache:
+    """Row key -> array, least recently used evicted first once the arrays hold more than
+    ``limit_mb`` MB (``nbytes``); an array larger than the whole limit is not stored. 0 = off."""
+
+    def __init__(self, limit_mb: int = 0) -> None:
+        self.limit = max(int(limit_mb), 0) * MB
+        self.entries: "OrderedDict[Hashable, Any]" = OrderedDict()
+        self.nbytes = 0
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def clear(self) -> None:
+        self.entries = OrderedDict()
+        self.nbytes = 0
+
+    def get(self, key: Hashable) -> Optional[Any]:
+        array = self.entries.get(key)
+        if array is not None:
+            self.entries.move_to_end(key)
+        return array
+
+    def put(self, key: Hashable, array: Any) -> None:
+        size = int(array.nbytes)
+        if size > self.limit or key in self.entries:
+            return
+        while self.nbytes + size > self.limit:
+            _, old = self.entries.popitem(last=False)
+            self.nbytes -= int(old.nbytes)
+        self.entries[key] = array
+        self.nbytes += size
+
+    # never saved, pickled or copied with its contents
+    def __getstate__(self):
+        return {"limit": self.limit}
+
+    def __setstate__(self, state) -> None:
+        self.limit = state["limit"]
+        self.clear()
+
+    def __deepcopy__(self, memo) -> "LayerCache":
+        copied = LayerCache()
+        copied.limit = self.limit
+        return copied

@@ -1,0 +1,167 @@
+"""The elmo model's cache of output layers per sentence (``layer_cache_mb``): the same layers as
+without it, the biLM run only on sentences not seen before, bounded bytes, never stale."""
+
+import pickle
+
+import numpy
+import pytest
+import spacy
+from spacy.training import Example
+from thinc.api import ConfigValidationError, fix_random_seed
+
+from spacy_elmo.pipeline.bilm_layer import build_elmo_bilm, get_bilm, get_runner, set_bilm
+from spacy_elmo.pipeline.layer_cache import MB, LayerCache
+
+from .conftest import make_docs
+from .test_listener import LISTENER, NER
+
+SENTENCES = ["The bank raised its rates .", "We sat on the river bank .", "Money in the bank ."]
+# repeated sentences inside a doc and across docs, a doc without boundaries cut into windows of 4
+TEXTS = [" ".join(SENTENCES), " ".join(SENTENCES[::-1] * 2), SENTENCES[0], "x", ""]
+LONG = "one two three four five six seven eight nine ten eleven"
+
+
+def _nlp(tiny_dir, layer_cache_mb, frozen=True, sentencizer=True):
+    nlp = spacy.blank("en")
+    if sentencizer:
+        nlp.add_pipe("sentencizer")
+    model = {"@architectures": "spacy_elmo.ElmoBiLM.v1", "max_window": 4, "layer_cache_mb": layer_cache_mb}
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "model": model, "frozen": frozen, "store_dtype": "float32"})
+    return nlp
+
+
+def _count_rows(monkeypatch, nlp):
+    """The rows the runner (the biLM) gets, one list per call."""
+    runner = get_runner(nlp.get_pipe("elmo").model)
+    calls = []
+    forward = runner.forward
+
+    def counting(rows):
+        calls.append([tuple(r) for r in rows])
+        return forward(rows)
+
+    monkeypatch.setattr(runner, "forward", counting)
+    return calls
+
+
+def _layers(nlp, texts):
+    return [doc._.elmo for doc in nlp.pipe(texts)]
+
+
+def test_cached_layers_are_the_uncached_ones(tiny_dir, monkeypatch):
+    """Sentences (repeated within and across docs) and windows of a long doc: the same layers with and without
+    the cache, at the first pass (a repeated sentence runs once) and at the second (all from the cache)."""
+    plain, cached = _nlp(tiny_dir, 0), _nlp(tiny_dir, 1)
+    no_sents = _nlp(tiny_dir, 1, sentencizer=False)
+    calls, plain_calls = _count_rows(monkeypatch, cached), _count_rows(monkeypatch, plain)
+    expected = _layers(plain, TEXTS) + _layers(plain, [LONG])
+    for _ in range(2):
+        got = _layers(cached, TEXTS) + _layers(no_sents, [LONG])
+        for a, b in zip(got, expected):
+            assert a.shape == b.shape
+            numpy.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    first_pass = [row for call in calls for row in call]
+    uncached = [row for call in plain_calls[:-1] for row in call]  # TEXTS, not LONG
+    assert sorted(first_pass) == sorted(set(uncached)) and len(uncached) > len(first_pass)  # each distinct piece once
+
+
+def test_second_pass_runs_no_piece(tiny_dir, monkeypatch):
+    nlp = _nlp(tiny_dir, 1)
+    calls = _count_rows(monkeypatch, nlp)
+    docs = [d.text for d in make_docs(40)]
+    _layers(nlp, docs)
+    assert calls
+    calls.clear()
+    _layers(nlp, docs)
+    assert calls == []
+
+
+def test_cache_off_runs_every_piece(tiny_dir, monkeypatch):
+    nlp = _nlp(tiny_dir, 0)
+    calls = _count_rows(monkeypatch, nlp)
+    _layers(nlp, TEXTS)
+    n = len(calls)
+    _layers(nlp, TEXTS)
+    assert len(calls) == 2 * n and len(get_runner(nlp.get_pipe("elmo").model).layer_cache) == 0
+
+
+def test_eviction_by_bytes_least_recently_used():
+    cache = LayerCache(1)
+    a, b, c = (numpy.zeros(MB // 4 // 3, dtype="float32") for _ in range(3))  # a third of a MB each
+    cache.put("a", a)
+    cache.put("b", b)
+    cache.put("c", c)
+    assert cache.nbytes == 3 * a.nbytes <= MB
+    assert cache.get("a") is a  # now the most recent
+    cache.put("d", numpy.zeros_like(a))
+    assert set(cache.entries) == {"c", "a", "d"} and cache.nbytes <= MB
+    cache.put("big", numpy.zeros(MB // 4 + 1, dtype="float32"))  # larger than the limit: not stored
+    assert "big" not in cache.entries and cache.nbytes <= MB
+    cache.put("e", numpy.zeros(MB // 4, dtype="float32"))  # the whole limit: everything else goes
+    assert list(cache.entries) == ["e"] and cache.nbytes == MB
+
+
+def test_pipeline_stays_under_its_limit(tiny_dir):
+    nlp = _nlp(tiny_dir, 1)
+    cache = get_runner(nlp.get_pipe("elmo").model).layer_cache
+    row_bytes = 3 * 16 * 4  # (L + 1) x 2P float32 per token
+    cache.limit = 10 * row_bytes
+    texts = [d.text for d in make_docs(20)]
+    expected = _layers(_nlp(tiny_dir, 0), texts)
+    for _ in range(2):
+        for a, b in zip(_layers(nlp, texts), expected):
+            numpy.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+        assert 0 < cache.nbytes <= cache.limit
+        assert cache.nbytes == sum(x.nbytes for x in cache.entries.values())
+
+
+def test_fine_tuning_never_serves_stale_layers(tiny_dir):
+    """frozen = false: after an update the layers are the new weights', as without the cache."""
+    text = "Yesterday Alice went home and it was good ."
+    outputs = []
+    for mb in (0, 1):
+        fix_random_seed(0)
+        nlp = _nlp(tiny_dir, mb, frozen=False)
+        nlp.add_pipe("ner", config={"model": {**NER, "tok2vec": LISTENER}})
+        examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(4)]
+        opt = nlp.initialize(lambda: examples)
+        before = nlp(text)._.elmo
+        for _ in range(2):
+            nlp.update(examples, sgd=opt)
+        outputs.append((before, nlp(text)._.elmo))
+        assert len(get_runner(nlp.get_pipe("elmo").model).layer_cache) == 0
+    (before0, after0), (before1, after1) = outputs
+    assert not numpy.allclose(after0, before0)
+    numpy.testing.assert_allclose(before1, before0, rtol=1e-5, atol=1e-6)
+    numpy.testing.assert_allclose(after1, after0, rtol=1e-4, atol=1e-5)
+
+
+def test_cache_is_emptied_by_new_weights_and_not_saved(tiny_dir):
+    nlp = _nlp(tiny_dir, 1)
+    elmo = nlp.get_pipe("elmo")
+    runner = get_runner(elmo.model)
+    nlp(SENTENCES[0])
+    n = len(runner.layer_cache)
+    assert n > 0
+    data = elmo.to_bytes()
+    assert len(runner.layer_cache) == n  # saving keeps it ...
+    elmo.from_bytes(data)
+    assert len(runner.layer_cache) == 0  # ... loading empties it
+    nlp(SENTENCES[0])
+    back = pickle.loads(pickle.dumps(nlp))
+    back_cache = get_runner(back.get_pipe("elmo").model).layer_cache
+    assert len(back_cache) == 0 and back_cache.limit == MB  # not pickled, the setting kept
+    assert len(get_runner(elmo.model.copy()).layer_cache) == 0
+    set_bilm(elmo.model, get_bilm(elmo.model), "again")
+    assert len(runner.layer_cache) == 0
+
+
+@pytest.mark.parametrize("value", [-1, 1.5, "10", None])
+def test_bad_layer_cache_mb(value):
+    with pytest.raises(ValueError, match=rf"layer_cache_mb = {value!r}; it must be an integer >= 0"):
+        build_elmo_bilm(layer_cache_mb=value)
+
+
+def test_non_integer_layer_cache_mb_in_config(tiny_dir):
+    with pytest.raises(ConfigValidationError, match="layer_cache_mb"):
+        _nlp(tiny_dir, 1.5)
