@@ -50,7 +50,9 @@ def rss_mb() -> float:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def build_nlp(kind: str, preset: str = "small", backend: str = "auto", tmp: str = "", cache_size: int = 50000):
+def build_nlp(
+    kind: str, preset: str = "small", backend: str = "auto", tmp: str = "", cache_size: int = 50000, layer_cache_mb: int = 0
+):
     import spacy
 
     nlp = spacy.blank("en")
@@ -67,7 +69,10 @@ def build_nlp(kind: str, preset: str = "small", backend: str = "auto", tmp: str 
     if not (path / "config.json").exists():
         torch.manual_seed(0)
         BiLM(BiLMConfig.preset(preset), backend="reference").save(path)
-    nlp.add_pipe("elmo", config={"weights": str(path), "model": {"backend": backend, "cache_size": cache_size}})
+    nlp.add_pipe(
+        "elmo",
+        config={"weights": str(path), "model": {"backend": backend, "cache_size": cache_size, "layer_cache_mb": layer_cache_mb}},
+    )
     return nlp
 
 
