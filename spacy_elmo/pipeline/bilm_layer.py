@@ -6,7 +6,7 @@ one doc. The torch :class:`ElmoRunner` sits inside thinc's PyTorch wrapper
 safetensors + config JSON (no pickle).
 """
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import srsly
 import torch
@@ -110,31 +110,35 @@ def _forward(model: Model, docs: List[Doc], is_train: bool):
     pieces = make_pieces(docs, model.attrs["max_window"], words)
     runner = get_runner(model)
     cache = runner.layer_cache if runner.layer_cache.limit and not is_train and not runner.trains() else None
-    rows = {p: [texts[p.doc][i] for i in words[p.doc][p.start : p.end].tolist()] for p in pieces}
+    # each piece's words as the biLM reads them, also its layer-cache key
+    rows = {p: tuple([texts[p.doc][i] for i in words[p.doc][p.start : p.end].tolist()]) for p in pieces}
+
+    def rows_of(p: Piece):  # the piece's rows of its doc's output
+        return _token_index(model.ops, words[p.doc][p.start : p.end])
+
     same: Dict[Piece, List[Piece]] = {}  # with a cache: piece to run -> the pieces of the same words
     if cache is not None:
         first: Dict[Tuple[str, ...], Piece] = {}
         for p in pieces:
-            key = tuple(rows[p])
-            hit = cache.get(key)
+            hit = cache.get(rows[p])
             if hit is not None:
-                outputs[p.doc][:, _token_index(model.ops, words[p.doc][p.start : p.end])] = hit
-            elif key in first:
-                same[first[key]].append(p)
+                outputs[p.doc][:, rows_of(p)] = hit
+            elif rows[p] in first:
+                same[first[rows[p]]].append(p)
             else:
-                first[key] = p
+                first[rows[p]] = p
                 same[p] = [p]
         pieces = list(same)
     for group in group_pieces(pieces, model.attrs["batch_tokens"]):
-        where = [_token_index(model.ops, words[p.doc][p.start : p.end]) for p in group]
+        where = [rows_of(p) for p in group]
         Y, bp = model.layers[0]([rows[p] for p in group], is_train)  # (nL, B, T, D)
         for b, p in enumerate(group):
             outputs[p.doc][:, where[b]] = Y[:, b, : p.end - p.start]
             if cache is not None:
                 layers = model.ops.xp.ascontiguousarray(Y[:, b, : p.end - p.start])
-                cache.put(tuple(rows[p]), layers)
+                cache.put(rows[p], layers)
                 for q in same[p][1:]:
-                    outputs[q.doc][:, _token_index(model.ops, words[q.doc][q.start : q.end])] = layers
+                    outputs[q.doc][:, rows_of(q)] = layers
         callbacks.append((group, where, Y.shape, bp))
 
     def backprop(dYs: List[Floats3d]) -> List[Doc]:
@@ -191,7 +195,7 @@ def _own_forward(model: Model, docs: List[Doc], is_train: bool):
     return outputs, backprop
 
 
-def _convert_inputs(model: Model, rows: List[List[str]], is_train: bool):
+def _convert_inputs(model: Model, rows: Sequence[Sequence[str]], is_train: bool):
     return ArgsKwargs(args=(rows,), kwargs={}), _no_input_grad
 
 

@@ -413,10 +413,11 @@ class ElmoComponent(TrainablePipe):
                 install_hooks(doc)
             if self.cfg["set_doc_tensor"]:
                 doc.tensor = numpy.tensordot(mix, layers, axes=(0, 0)).astype("float32")
-        if self.listeners:  # each listener reads this batch's layers even if another elmo component overwrites doc._.elmo
+        listeners = self.listeners
+        if listeners:  # each listener reads this batch's layers even if another elmo component overwrites doc._.elmo
             batch_id = ElmoListener.get_batch_id(docs)
             stored = [getattr(doc._, ELMO_ATTR) for doc in docs]
-            for listener in self.listeners:
+            for listener in listeners:
                 listener.receive_predicted(batch_id, stored)
 
     # -- training ----------------------------------------------------------------

@@ -4,6 +4,7 @@ from pathlib import Path
 from typing import Callable, Optional, Tuple, Union
 
 from ..bilm import BiLM
+from ..bilm.native_io import CONFIG_NAME
 from ..errors import Errors
 
 #: ``loader(backend) -> (BiLM, source)``
@@ -27,7 +28,7 @@ def load_weights(path: Optional[Union[str, Path]], backend: str = "auto") -> Tup
 def saved_pipeline_of(path: Path) -> Optional[Path]:
     """The saved spaCy pipeline that ``path`` is, or whose component directory it is; else None.
     (A pipeline has config.cfg and meta.json; a native model config.json.)"""
-    if (path / "config.json").is_file():
+    if (path / CONFIG_NAME).is_file():
         return None
     for pipeline, is_component in ((path, False), (path.parent, True)):
         if (pipeline / "meta.json").is_file() and (pipeline / "config.cfg").is_file():

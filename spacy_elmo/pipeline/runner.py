@@ -9,7 +9,7 @@ so they are not part of any serialized state.
 
 import multiprocessing
 import os
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -71,7 +71,7 @@ class ElmoRunner(nn.Module):
         """Whether any weight of the biLM requires a gradient (fine-tuning): no layer cache then."""
         return self.bilm is not None and any(p.requires_grad for p in self.bilm.parameters())
 
-    def forward(self, rows: List[List[str]]) -> Tensor:
+    def forward(self, rows: Sequence[Sequence[str]]) -> Tensor:
         bilm = self.bilm
         assert bilm is not None, "ElmoRunner.forward before set_bilm"
         return torch.stack(run_rows(bilm, rows, self.cache).activations)
