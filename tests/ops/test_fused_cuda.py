@@ -34,6 +34,25 @@ def _ids(gen, n, w=50):
     return ids
 
 
+def _bilstm_shapes(B, T, P, C):
+    """bilstm_layer's two inputs, both directions' weights and an initial state (h, c)."""
+    return [(B, T, P), (B, T, P)] + [(P, 4 * C), (P, 4 * C), (4 * C,), (C, P)] * 2 + [(2, B, P), (2, B, C)]
+
+
+def _bilstm_from_state(impl, lengths, dev):
+    """bilstm_layer of ``_bilstm_shapes``' tensors: clips 3.0, reversed backward, residual."""
+    def fn(xf, xb, *w):
+        return impl.bilstm_layer(xf, xb, lengths.to(dev), w[:4], w[4:8], (w[8], w[9]), 3.0, 3.0, True, True)
+    return fn
+
+
+def _char_cnn_highway(impl, ids, dev):
+    """char_cnn with two filters, then highway: the token encoder's ops."""
+    def fn(e, w1, w2, b1, b2, hw, hb):
+        return impl.highway(impl.char_cnn(ids.to(dev), e, [w1, w2], [b1, b2]), hw, hb)
+    return fn
+
+
 def _grads(fn, tensors, device):
     ts = [t.detach().to(device).requires_grad_() for t in tensors]
     out = fn(*ts)
@@ -86,8 +105,7 @@ def test_bilstm_cuda(reverse_backward, residual):
     gen = torch.Generator().manual_seed(2)
     B, T, P, C = 5, 7, 16, 40
     lengths = torch.tensor([7, 3, 0, 1, 5])
-    ps = _params(gen, [(B, T, P), (B, T, P)] + [(P, 4 * C), (P, 4 * C), (4 * C,), (C, P)] * 2 + [(2, B, P), (2, B, C)],
-                 scale=0.6)
+    ps = _params(gen, _bilstm_shapes(B, T, P, C), scale=0.6)
 
     def mk(impl, dev):
         def fn(xf, xb, *w):
@@ -376,25 +394,13 @@ def test_cuda_kernels_on_empty_inputs(case):
         ids = torch.zeros(0, 6, dtype=torch.long)
         ps = _params(gen, [(261, 3)] + [(c, 3, w) for w, c in filters] + [(c,) for _, c in filters]
                      + [(18, 9), (18,)])
-
-        def mk(impl, dev):
-            def fn(e, w1, w2, b1, b2, hw, hb):
-                return impl.highway(impl.char_cnn(ids.to(dev), e, [w1, w2], [b1, b2]), hw, hb)
-            return fn
-
-        _assert_matches_float64(mk(fused, DEV), mk(R, "cpu"), ps)
+        _assert_matches_float64(_char_cnn_highway(fused, ids, DEV), _char_cnn_highway(R, ids, "cpu"), ps)
         return
     B, T = {"no_sentences": (0, 4), "no_steps": (3, 4), "no_positions": (3, 0)}[case]
     P, C = 6, 7
     lengths = torch.zeros(B, dtype=torch.long)
-    ps = _params(gen, [(B, T, P), (B, T, P)] + [(P, 4 * C), (P, 4 * C), (4 * C,), (C, P)] * 2 + [(2, B, P), (2, B, C)])
-
-    def mk(impl, dev):
-        def fn(xf, xb, *w):
-            return impl.bilstm_layer(xf, xb, lengths.to(dev), w[:4], w[4:8], (w[8], w[9]), 3.0, 3.0, True, True)
-        return fn
-
-    _assert_matches_float64(mk(fused, DEV), mk(R, "cpu"), ps)
+    ps = _params(gen, _bilstm_shapes(B, T, P, C))
+    _assert_matches_float64(_bilstm_from_state(fused, lengths, DEV), _bilstm_from_state(R, lengths, "cpu"), ps)
 
 
 def test_cuda_kernels_on_a_side_stream():
@@ -405,23 +411,11 @@ def test_cuda_kernels_on_a_side_stream():
     gen = torch.Generator().manual_seed(16)
     B, T, P, C = 48, 12, 32, 96
     lengths = torch.randint(0, T + 1, (B,), generator=gen)
-    ps = _params(gen, [(B, T, P), (B, T, P)] + [(P, 4 * C), (P, 4 * C), (4 * C,), (C, P)] * 2 + [(2, B, P), (2, B, C)],
-                 scale=0.4)
-
-    def lstm(impl, dev):
-        def fn(xf, xb, *w):
-            return impl.bilstm_layer(xf, xb, lengths.to(dev), w[:4], w[4:8], (w[8], w[9]), 3.0, 3.0, True, True)
-        return fn
-
+    ps = _params(gen, _bilstm_shapes(B, T, P, C), scale=0.4)
     filters = [(1, 40), (2, 300)]
     ids = _ids(gen, 37, 10)
     cps = _params(gen, [(261, 8)] + [(c, 8, w) for w, c in filters] + [(c,) for _, c in filters]
                   + [(680, 340), (680,)])
-
-    def cnn(impl, dev):
-        def fn(e, w1, w2, b1, b2, hw, hb):
-            return impl.highway(impl.char_cnn(ids.to(dev), e, [w1, w2], [b1, b2]), hw, hb)
-        return fn
 
     busy = torch.randn(4096, 4096, device=DEV)
     with torch.cuda.stream(torch.cuda.Stream()):  # non-blocking: no implicit sync with the default stream
@@ -429,9 +423,9 @@ def test_cuda_kernels_on_a_side_stream():
             with torch.cuda.stream(torch.cuda.default_stream()):
                 for _ in range(8):  # ~0.1 s of work queued ahead of anything sent there
                     torch.mm(busy, busy)
-            for fn, args in ((lstm, ps), (cnn, cps)):
+            for fn, data, args in ((_bilstm_from_state, lengths, ps), (_char_cnn_highway, ids, cps)):
                 # a race gives O(0.1) errors: looser than the other tests (sums over 576 positions here)
-                (o1, g1), (o2, g2) = _against_float64(fn(fused, DEV), fn(R, "cpu"), args)
+                (o1, g1), (o2, g2) = _against_float64(fn(fused, data, DEV), fn(R, data, "cpu"), args)
                 _check(o1, o2, 1e-4)
                 _check(g1, g2, 1e-3)
     torch.cuda.synchronize()
