@@ -518,10 +518,12 @@ class Errors:
         "{found}, this run reads it with {expected}, and the tokens differ, so resuming would read other "
         "batches. spaCy's tokenizer of --lang changes when a package it needs is installed or removed (ja: "
         "SudachiPy, ko: mecab-ko), the token rules with the spacy-elmo version (TOKEN_RULES in "
-        "spacy_elmo/training/data.py). Resume where the earlier tokenizer is installed, or go on with "
-        "these tokens in a new OUTPUT_DIR with --init {path}."
+        "spacy_elmo/training/data.py), spaCy's rules (a digest of its tokenizer exceptions, prefix/suffix/infix "
+        "patterns and sentencizer punctuation) with the spaCy version. Resume where the earlier tokenizer and "
+        "spaCy are installed, or go on with these tokens in a new OUTPUT_DIR with --init {path}."
     )
     E_CHECKPOINT_TOKENIZER_UNRECORDED = "a tokenizer not recorded (a spacy-elmo before token rules 2)"
+    E_CHECKPOINT_SPACY_RULES_UNRECORDED = "not recorded (a spacy-elmo before they were)"
     E_RESUME_MODEL = (
         "The checkpoint in {path} holds the model {found}, but --preset/--options ask for {expected}. "
         "Resume without --preset/--options (the checkpoint's model is used), or start a new OUTPUT_DIR."
