@@ -156,6 +156,11 @@ class Errors:
         "match the weights (it implies fewer LSTM layers, highway layers or filters than the file holds): restore "
         "the config.json that was saved with these weights (compare n_layers, n_highway, filters)."
     )
+    E_PROJECTION_NOT_IDENTITY = (
+        "The weight file {path} has a CNN_proj that is not the identity, but its options say the char-CNN width "
+        "equals the projection width ({n}): bilm-tf ignores CNN_proj then and AllenNLP applies it, so the file means "
+        "two different models. Use the options.json that came with this weight file."
+    )
     E_DATASET_DTYPE = (
         "Dataset {dataset!r} in {path} holds {dtype} values, but weights are float arrays (float32 in the "
         "released files). The file is damaged or not an ELMo weight file: use the .hdf5 that came with the options."
@@ -513,10 +518,12 @@ class Errors:
         "{found}, this run reads it with {expected}, and the tokens differ, so resuming would read other "
         "batches. spaCy's tokenizer of --lang changes when a package it needs is installed or removed (ja: "
         "SudachiPy, ko: mecab-ko), the token rules with the spacy-elmo version (TOKEN_RULES in "
-        "spacy_elmo/training/data.py). Resume where the earlier tokenizer is installed, or go on with "
-        "these tokens in a new OUTPUT_DIR with --init {path}."
+        "spacy_elmo/training/data.py), spaCy's rules (a digest of its tokenizer exceptions, prefix/suffix/infix "
+        "patterns and sentencizer punctuation) with the spaCy version. Resume where the earlier tokenizer and "
+        "spaCy are installed, or go on with these tokens in a new OUTPUT_DIR with --init {path}."
     )
     E_CHECKPOINT_TOKENIZER_UNRECORDED = "a tokenizer not recorded (a spacy-elmo before token rules 2)"
+    E_CHECKPOINT_SPACY_RULES_UNRECORDED = "not recorded (a spacy-elmo before they were)"
     E_RESUME_MODEL = (
         "The checkpoint in {path} holds the model {found}, but --preset/--options ask for {expected}. "
         "Resume without --preset/--options (the checkpoint's model is used), or start a new OUTPUT_DIR."
@@ -693,6 +700,14 @@ class Warnings:
     W_INITIAL_STATE_NOT_EXPORTED = (
         "spacy-elmo: the AllenNLP/bilm-tf weight format has no place for the fitted initial state; "
         "{path} starts from zeros (save with BiLM.save to keep it)."
+    )
+    W_ALLENNLP_WILL_NOT_LOAD = (
+        "spacy-elmo: {path} is a valid bilm-tf weight file (and spacy-elmo reads it), but AllenNLP will not "
+        "run this model: {reasons}. Export with --format native to keep it for spacy-elmo alone."
+    )
+    W_ALLENNLP_REASON_NO_SKIP = "use_skip_connections is false (AllenNLP loads only biLMs with residual connections)"
+    W_ALLENNLP_REASON_MAX_CHARS = (
+        "max_characters_per_token is {value} (AllenNLP always spells a token in 50 character slots)"
     )
     W_NO_EXTENSION = (
         "spacy-elmo: the compiled extension spacy_elmo._C is not available ({reason}); "

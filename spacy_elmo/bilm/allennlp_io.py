@@ -7,22 +7,32 @@ C cells, I = P (every LSTM layer input has the projection width):
     CNN/W_cnn_{i}, CNN/b_cnn_{i}                 (1, width_i, D, count_i), (count_i,)
     CNN_high_{k}/W_carry, W_transform            (F, F)
     CNN_high_{k}/b_carry, b_transform            (F,)
-    CNN_proj/W_proj, CNN_proj/b_proj             (F, P), (P,)        only when F != P
+    CNN_proj/W_proj, CNN_proj/b_proj             (F, P), (P,)
     RNN_{d}/RNN/MultiRNNCell/Cell{l}/LSTMCell/   d 0 forward, 1 backward
-        W_0 (I + P, 4C), B (4C,), W_P_0 (C, P)   (no MultiRNNCell/Cell{l} level when n_layers == 1)
+        W_0 (I + P, 4C), B (4C,), W_P_0 (C, P)
+
+Two layouts differ between the tools, and the writer picks the one every loader reads:
+
+- F == P: bilm-tf has no token projection then (it neither creates nor reads CNN_proj),
+  but AllenNLP always reads CNN_proj. The writer stores the identity and zero bias, which
+  is what bilm-tf computes; the reader accepts a file without CNN_proj, or with exactly
+  that identity (any other CNN_proj means different models to the two tools: refused).
+- n_layers == 1: bilm-tf's training dump writes RNN_{d}/RNN/LSTMCell/... (no MultiRNNCell
+  level), but both inference loaders (bilm-tf's model.py and AllenNLP's elmo_lstm.py) read
+  RNN_{d}/RNN/MultiRNNCell/Cell0/LSTMCell/...: the writer uses that; the reader takes either.
 """
 
 import json
 import warnings
 from pathlib import Path
-from typing import Dict, Iterator, List, Tuple, Union
+from typing import Dict, Iterator, List, Optional, Tuple, Union
 
 import h5py
 import numpy as np
 import torch
 
 from ..atomic import atomic_write
-from ..chars import N_CHAR_IDS
+from ..chars import DEFAULT_MAX_CHARS, N_CHAR_IDS
 from ..errors import Errors, Warnings
 from .config import BiLMConfig
 from .native_io import require_finite
@@ -30,14 +40,27 @@ from .native_io import require_finite
 PathLike = Union[str, Path]
 
 
-def lstm_prefix(direction: int, layer: int, n_layers: int) -> str:
-    if n_layers == 1:
-        return f"RNN_{direction}/RNN/LSTMCell"
+def lstm_prefix(direction: int, layer: int) -> str:
+    """Where the weights of one LSTM layer live (and are written): what both inference loaders read."""
     return f"RNN_{direction}/RNN/MultiRNNCell/Cell{layer}/LSTMCell"
 
 
+def file_names(config: BiLMConfig, name: str) -> Tuple[str, ...]:
+    """The names dataset ``name`` may have in a file, the written one first: a 1-layer
+    bilm-tf training dump has no MultiRNNCell level."""
+    if config.n_layers == 1 and "/MultiRNNCell/Cell0/" in name:
+        return name, name.replace("/MultiRNNCell/Cell0/", "/")
+    return (name,)
+
+
+def identity_projection(config: BiLMConfig) -> Dict[str, np.ndarray]:
+    """The CNN_proj written when F == P: exactly no projection (bilm-tf has none there)."""
+    P = config.projection_dim
+    return {"CNN_proj/W_proj": np.eye(P, dtype=np.float32), "CNN_proj/b_proj": np.zeros(P, dtype=np.float32)}
+
+
 def expected_datasets(config: BiLMConfig) -> Iterator[Tuple[str, Tuple[int, ...]]]:
-    """Every dataset of a weight file for ``config``, with its shape, in file order."""
+    """Every dataset of a weight file for ``config``, with its shape, in file order (as written)."""
     D, F, P, C = config.char_embedding_dim, config.n_filters, config.projection_dim, config.cell_dim
     yield "char_embed", (N_CHAR_IDS, D)
     for i, (width, count) in enumerate(config.filters):
@@ -48,12 +71,11 @@ def expected_datasets(config: BiLMConfig) -> Iterator[Tuple[str, Tuple[int, ...]
         yield f"CNN_high_{k}/b_carry", (F,)
         yield f"CNN_high_{k}/W_transform", (F, F)
         yield f"CNN_high_{k}/b_transform", (F,)
-    if F != P:
-        yield "CNN_proj/W_proj", (F, P)
-        yield "CNN_proj/b_proj", (P,)
+    yield "CNN_proj/W_proj", (F, P)
+    yield "CNN_proj/b_proj", (P,)
     for d in range(2):
         for layer in range(config.n_layers):
-            prefix = lstm_prefix(d, layer, config.n_layers)
+            prefix = lstm_prefix(d, layer)
             yield f"{prefix}/W_0", (P + P, 4 * C)
             yield f"{prefix}/B", (4 * C,)
             yield f"{prefix}/W_P_0", (C, P)
@@ -78,27 +100,37 @@ def read_datasets(config: BiLMConfig, weight_file: PathLike) -> Dict[str, np.nda
         handle = h5py.File(path, "r")
     except OSError as err:
         raise ValueError(Errors.E_WEIGHT_FILE_NOT_HDF5.format(path=path, error=err)) from err
-    arrays = {}
+    arrays, stored = {}, set()
+    no_projection = config.n_filters == config.projection_dim
     # h5py reports damaged metadata as OSError, KeyError or RuntimeError from whichever access meets it.
     try:
         with handle:
             for name, shape in expected_datasets(config):
-                if name not in handle or not isinstance(handle[name], h5py.Dataset):
+                found = [n for n in file_names(config, name) if n in handle and isinstance(handle[n], h5py.Dataset)]
+                if not found:
+                    if no_projection and name.startswith("CNN_proj/"):
+                        continue  # bilm-tf writes none when F == P
                     raise ValueError(Errors.E_DATASET_MISSING.format(path=path, dataset=name, expected=shape))
-                data = handle[name]
+                data = handle[found[0]]
                 if tuple(data.shape) != shape:
                     raise ValueError(
-                        Errors.E_DATASET_SHAPE.format(dataset=name, path=path, found=tuple(data.shape), expected=shape)
+                        Errors.E_DATASET_SHAPE.format(dataset=found[0], path=path, found=tuple(data.shape), expected=shape)
                     )
                 if data.dtype.kind != "f":
-                    raise ValueError(Errors.E_DATASET_DTYPE.format(dataset=name, path=path, dtype=data.dtype.name))
+                    raise ValueError(Errors.E_DATASET_DTYPE.format(dataset=found[0], path=path, dtype=data.dtype.name))
                 arrays[name] = np.asarray(data[...], dtype=np.float32)
-                require_finite(torch.from_numpy(arrays[name]), name, path)
-            unexpected = sorted(set(dataset_names(handle)) - set(arrays))
+                stored.add(found[0])
+                require_finite(torch.from_numpy(arrays[name]), found[0], path)
+            unexpected = sorted(set(dataset_names(handle)) - stored)
     except (OSError, KeyError, RuntimeError) as err:
         raise ValueError(Errors.E_WEIGHT_FILE_DAMAGED.format(path=path, error=err)) from err
     if unexpected:
         raise ValueError(Errors.E_DATASET_UNEXPECTED.format(path=path, datasets=", ".join(unexpected)))
+    if no_projection:
+        identity = identity_projection(config)
+        if any(name in arrays and not np.array_equal(arrays[name], value) for name, value in identity.items()):
+            raise ValueError(Errors.E_PROJECTION_NOT_IDENTITY.format(path=path, n=config.projection_dim))
+        arrays.update(identity)
     return arrays
 
 
@@ -117,12 +149,12 @@ def tensors_from_datasets(config: BiLMConfig, arrays: Dict[str, np.ndarray]) -> 
             np.concatenate([arrays[f"{g}/W_transform"].T, arrays[f"{g}/W_carry"].T], 0)
         )
         out[f"token_encoder.highway_biases.{k}"] = t(np.concatenate([arrays[f"{g}/b_transform"], arrays[f"{g}/b_carry"]]))
-    if config.n_filters != P:
+    if config.n_filters != P:  # F == P: the identity, checked by read_datasets
         out["token_encoder.projection.weight"] = t(arrays["CNN_proj/W_proj"].T)
         out["token_encoder.projection.bias"] = t(arrays["CNN_proj/b_proj"])
     for d, direction in enumerate(("forward_layers", "backward_layers")):
         for layer in range(config.n_layers):
-            prefix = lstm_prefix(d, layer, config.n_layers)
+            prefix = lstm_prefix(d, layer)
             w0 = arrays[f"{prefix}/W_0"]
             key = f"lstm.{direction}.{layer}"
             out[f"{key}.w_input"] = t(w0[:P])
@@ -151,9 +183,11 @@ def datasets_from_state(config: BiLMConfig, state: Dict[str, torch.Tensor]) -> D
     if F != P:
         out["CNN_proj/W_proj"] = a("token_encoder.projection.weight").T
         out["CNN_proj/b_proj"] = a("token_encoder.projection.bias")
+    else:
+        out.update(identity_projection(config))
     for d, direction in enumerate(("forward_layers", "backward_layers")):
         for layer in range(config.n_layers):
-            prefix = lstm_prefix(d, layer, config.n_layers)
+            prefix = lstm_prefix(d, layer)
             key = f"lstm.{direction}.{layer}"
             out[f"{prefix}/W_0"] = np.concatenate([a(f"{key}.w_input"), a(f"{key}.w_recurrent")], 0)
             out[f"{prefix}/B"] = a(f"{key}.bias")
@@ -170,11 +204,30 @@ def read_allennlp(model: torch.nn.Module, weight_file: PathLike) -> None:
             params[name].copy_(value)
 
 
-def write_allennlp(model: torch.nn.Module, options_file: PathLike, weight_file: PathLike) -> None:
-    """Write ``options.json`` and the hdf5 weight file of ``model`` in the released layout."""
+def allennlp_refusals(config: BiLMConfig) -> List[str]:
+    """Why AllenNLP (2.10.1) will not run a file of ``config`` that bilm-tf and this project read; [] if none."""
+    reasons = []
+    if not config.use_skip_connections:
+        reasons.append(Warnings.W_ALLENNLP_REASON_NO_SKIP)
+    if config.max_characters_per_token != DEFAULT_MAX_CHARS:
+        reasons.append(Warnings.W_ALLENNLP_REASON_MAX_CHARS.format(value=config.max_characters_per_token))
+    return reasons
+
+
+def write_allennlp(
+    model: torch.nn.Module, options_file: PathLike, weight_file: PathLike, shown_as: Optional[PathLike] = None
+) -> None:
+    """Write ``options.json`` and the hdf5 weight file of ``model`` in the released layout.
+
+    Warnings name ``shown_as`` (the final path, when writing into a temporary directory) or ``weight_file``."""
     config = model.config
+    shown = weight_file if shown_as is None else shown_as
     if getattr(model, "initial_state", None) is not None:
-        warnings.warn(Warnings.W_INITIAL_STATE_NOT_EXPORTED.format(path=weight_file), UserWarning, stacklevel=3)
+        warnings.warn(Warnings.W_INITIAL_STATE_NOT_EXPORTED.format(path=shown), UserWarning, stacklevel=3)
+    reasons = allennlp_refusals(config)
+    if reasons:
+        warnings.warn(Warnings.W_ALLENNLP_WILL_NOT_LOAD.format(path=shown, reasons="; ".join(reasons)),
+                      UserWarning, stacklevel=3)
     arrays = datasets_from_state(config, dict(model.named_parameters()))
 
     def write_h5(tmp: Path) -> None:

@@ -152,11 +152,10 @@ class BiLMConfig:
             "projection_dim": self.projection_dim,
             "n_layers": self.n_layers,
             "use_skip_connections": self.use_skip_connections,
+            # null, not absent, for no clipping: AllenNLP reads both keys unconditionally (KeyError otherwise).
+            "cell_clip": self.cell_clip,
+            "proj_clip": self.proj_clip,
         }
-        if self.cell_clip is not None:
-            lstm["cell_clip"] = self.cell_clip
-        if self.proj_clip is not None:
-            lstm["proj_clip"] = self.proj_clip
         return {
             "lstm": lstm,
             "char_cnn": {

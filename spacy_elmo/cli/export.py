@@ -1,12 +1,11 @@
 """``spacy-elmo export``: write a model as AllenNLP/bilm-tf files or in the native format."""
 
-import warnings
 from pathlib import Path
 
 import typer
 
 from ..atomic import replace_dir
-from ..errors import Errors, Warnings
+from ..errors import Errors
 from .app import app
 
 
@@ -20,6 +19,7 @@ def export(
     """Export a model; the softmax and vocab.txt go along when the model has them.
 
     The files are written to a temporary directory and moved into OUT_DIR only when complete, so OUT_DIR never mixes them with another model's files."""
+    from ..bilm.allennlp_io import write_allennlp
     from ..training.modelio import SOFTMAX_FILE, load_pretrained, save_pretrained, write_softmax
 
     if format not in ("allennlp", "native"):
@@ -31,17 +31,13 @@ def export(
         typer.secho(str(err), fg=typer.colors.RED, err=True)
         raise typer.Exit(1) from err
 
-    if format == "allennlp" and bilm.initial_state is not None:
-        # The format has no place for it; warn with the final path, not the temporary one.
-        warnings.warn(Warnings.W_INITIAL_STATE_NOT_EXPORTED.format(path=out_dir / "weights.hdf5"), UserWarning, stacklevel=2)
-        bilm.set_initial_state(None)
-
     def write(tmp: Path) -> None:
         if format == "native":
             save_pretrained(tmp, bilm, softmax, vocab, provenance)
         else:
             tmp.mkdir(parents=True)
-            bilm.to_allennlp(tmp / "options.json", tmp / "weights.hdf5")
+            # Warnings (what the format cannot hold, what AllenNLP will not run) name the final path.
+            write_allennlp(bilm, tmp / "options.json", tmp / "weights.hdf5", shown_as=out_dir / "weights.hdf5")
             if softmax is not None:
                 write_softmax(tmp / SOFTMAX_FILE, softmax)
                 vocab.save(tmp)

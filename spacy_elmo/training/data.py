@@ -13,8 +13,9 @@ sentencizer (the same tokens the pipeline component sees), and writes into
 A byte order mark at the start of a file (of each file of a directory) is not
 text and is dropped (:func:`iter_lines`, which ``embed`` reads with too); one
 elsewhere is the character U+FEFF and stays part of its token. The cache records
-what decides its tokens (:func:`tokenization`: spaCy's tokenizer block and
-``TOKEN_RULES``), so text read otherwise is tokenized again.
+what decides its tokens (:func:`tokenization`: spaCy's tokenizer block, a digest of
+its rules and the sentencizer's, and ``TOKEN_RULES``), so text read otherwise is
+tokenized again.
 
 Defined behaviour for bad input: undecodable bytes are replaced by U+FFFD and
 counted (reported once, never an error); a file with NUL bytes in its first
@@ -196,10 +197,28 @@ def tokenizer_settings(nlp) -> dict:
     return json.loads(json.dumps(dict(nlp.config["nlp"]["tokenizer"]), default=str))
 
 
+def spacy_rules(nlp) -> str:
+    """sha256 of what spaCy's language data decide with the same tokenizer block: the tokenizer's
+    serialized rules (exceptions, prefix/suffix/infix, token_match and url_match patterns; what
+    ``nlp.tokenizer.to_bytes`` holds besides the vocab) and the sentencizer's punctuation. A spaCy
+    upgrade that changes them changes this digest; one that does not (most patch releases) keeps it,
+    unlike the spaCy version."""
+    h = hashlib.sha256()
+    to_bytes = getattr(nlp.tokenizer, "to_bytes", None)
+    if to_bytes is not None:
+        h.update(to_bytes(exclude=["vocab"]))
+    if "sentencizer" in nlp.pipe_names:
+        pipe = nlp.get_pipe("sentencizer")
+        settings = {"punct_chars": sorted(pipe.punct_chars), "overwrite": bool(pipe.overwrite)}  # a set: sorted
+        h.update(json.dumps(settings, ensure_ascii=False).encode("utf-8"))
+    return h.hexdigest()
+
+
 def tokenization(nlp) -> dict:
     """What decides the tokens text gives with ``nlp``: its tokenizer block (:func:`tokenizer_settings`;
-    it changes when, say, SudachiPy gets installed for ``ja``) and ``TOKEN_RULES``."""
-    return {"tokenizer": tokenizer_settings(nlp), "rules": TOKEN_RULES}
+    it changes when, say, SudachiPy gets installed for ``ja``), spaCy's rules of that tokenizer and
+    sentencizer (:func:`spacy_rules`) and ``TOKEN_RULES``."""
+    return {"tokenizer": tokenizer_settings(nlp), "spacy_rules": spacy_rules(nlp), "rules": TOKEN_RULES}
 
 
 def word_texts(tokens) -> List[str]:

@@ -287,7 +287,8 @@ def _resume_settings(cfg: TrainConfig, world: int, vocab: Vocab, model: Dict[str
 
 def _refuse_other_tokenization(cache: Path, stamp: Dict[str, Any], out: Path) -> None:
     """A resume whose tokens differ from the checkpoint's only because the same files were tokenized
-    otherwise (another tokenizer of --lang, other token rules) is refused naming both tokenizations."""
+    otherwise (another tokenizer of --lang, other token rules, spaCy's rules changed by an upgrade) is refused
+    naming both tokenizations."""
     change = tokenization_change(cache, stamp)
     if change is None:
         return
@@ -295,7 +296,10 @@ def _refuse_other_tokenization(cache: Path, stamp: Dict[str, Any], out: Path) ->
     def describe(tokenization: Optional[Dict[str, Any]]) -> str:
         if tokenization is None:
             return Errors.E_CHECKPOINT_TOKENIZER_UNRECORDED
-        return f"tokenizer {json.dumps(tokenization['tokenizer'], sort_keys=True)}, token rules {tokenization['rules']}"
+        rules = tokenization.get("spacy_rules")
+        rules = rules[:16] if rules else Errors.E_CHECKPOINT_SPACY_RULES_UNRECORDED
+        return (f"tokenizer {json.dumps(tokenization['tokenizer'], sort_keys=True)}, token rules {tokenization['rules']}, "
+                f"spaCy rules {rules}")
 
     raise ValueError(Errors.E_CHECKPOINT_TOKENIZER.format(path=out, found=describe(change[0]), expected=describe(change[1])))
 

@@ -120,15 +120,19 @@ class NumpyElmo:
             else:
                 carry = sigmoid(x @ Wc + bc)
                 x = carry * np.maximum(x @ Wt + bt, 0) + (1 - carry) * x
-        if "CNN_proj/W_proj" in self.w:
+        # AllenNLP always reads CNN_proj (KeyError when absent); bilm-tf only when F != P.
+        if self.convention == "allennlp" or len(x) != self.P:
             x = x @ self.w["CNN_proj/W_proj"] + self.w["CNN_proj/b_proj"]
         return x
 
     # -- LSTM --------------------------------------------------------------
     def _prefix(self, d: int, layer: int) -> str:
-        if self.L == 1:
+        # Both inference loaders read MultiRNNCell/Cell{l} (AllenNLP only that); bilm-tf's training
+        # dump of a 1-layer model has no MultiRNNCell level, and the spec reads that layout too.
+        name = f"RNN_{d}/RNN/MultiRNNCell/Cell{layer}/LSTMCell"
+        if self.convention == "tf" and self.L == 1 and f"{name}/W_0" not in self.w:
             return f"RNN_{d}/RNN/LSTMCell"
-        return f"RNN_{d}/RNN/MultiRNNCell/Cell{layer}/LSTMCell"
+        return name
 
     def _clip(self, x, value, kind):
         if value is None:

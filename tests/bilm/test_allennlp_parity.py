@@ -15,6 +15,7 @@ import torch
 
 from spacy_elmo import BiLM, batch_to_ids
 from tests.bilm.oracle import options, write_model_files
+from tests.bilm.test_export_variations import VARIATIONS, export_allennlp, make_model
 
 ATOL = 1e-5
 
@@ -137,6 +138,27 @@ def test_exported_model_runs_unchanged_in_allennlp(tmp_path, allennlp):
     assert_same(ours, theirs, their_mask, SENTENCES)
 
 
+@pytest.mark.parametrize("name", list(VARIATIONS))
+def test_every_exported_variation_runs_in_allennlp_or_the_export_says_it_will_not(tmp_path, allennlp, name):
+    """``spacy-elmo export --format allennlp`` of each kind of model: AllenNLP loads the files and gives
+    our numbers (1 layer and F == P included), or the export warned that it will not (and it does not)."""
+    changes, runs = VARIATIONS[name]
+    model = make_model(changes)
+    model.save(tmp_path / "native")
+    shown = export_allennlp(tmp_path / "native", tmp_path / "allen")
+    assert bool(shown) == (not runs)
+    opt_path, weight_path = tmp_path / "allen" / "options.json", tmp_path / "allen" / "weights.hdf5"
+    char_ids = allennlp.allennlp_batch_to_ids(SENTENCES)
+    if not runs:
+        with pytest.raises(Exception):
+            allennlp_layers(allennlp.load_elmo_bilm(opt_path, weight_path), char_ids)
+        return
+    theirs, their_mask = allennlp_layers(allennlp.load_elmo_bilm(opt_path, weight_path), char_ids)
+    with torch.no_grad():
+        ours = model(char_ids)
+    assert_same(ours, theirs, their_mask, SENTENCES, where=name)
+
+
 @pytest.mark.parametrize(
     "variant,error",
     [({"skip": False}, "ConfigurationError"), ({"L": 1}, "KeyError"), ({"filters": ((1, 4), (2, 4))}, "KeyError")],
@@ -144,8 +166,9 @@ def test_exported_model_runs_unchanged_in_allennlp(tmp_path, allennlp):
 )
 def test_files_allennlp_refuses(tmp_path, allennlp, variant, error):
     """Released-format files we read that AllenNLP 2.10.1 cannot load: use_skip_connections
-    false (refused on purpose), n_layers 1 (its loader always looks under MultiRNNCell/Cell{l}),
-    F == P (no CNN_proj datasets; its loader always reads them)."""
+    false (refused on purpose), n_layers 1 as bilm-tf's training dump writes it (its loader always
+    looks under MultiRNNCell/Cell{l}), F == P as bilm-tf writes it (no CNN_proj datasets; its loader
+    always reads them). The exporter writes the last two in forms it loads (test above)."""
     opts = options(**variant)
     opt_path, weight_path = write_model_files(tmp_path, opts)
     BiLM.from_allennlp(opt_path, weight_path, backend="reference")  # we read them

@@ -45,15 +45,53 @@ def test_to_allennlp_writes_the_released_layout_exactly(files, tmp_path):
     assert BiLMConfig.from_allennlp_options(written) == BiLMConfig.from_allennlp_options(opt_path)
 
 
-def test_one_layer_file_has_no_multirnncell_level(tmp_path):
+def test_one_layer_file_is_written_where_the_inference_loaders_read_it(tmp_path):
+    """bilm-tf's model.py and AllenNLP both read RNN_{d}/RNN/MultiRNNCell/Cell0 for a 1-layer model;
+    the old writer used the training dump's RNN_{d}/RNN/LSTMCell, which neither reads. Both read back."""
     model = BiLM(BiLMConfig(projection_dim=4, cell_dim=6, n_layers=1, filters=[(1, 3), (2, 3)], n_highway=0))
     model.to_allennlp(tmp_path / "o.json", tmp_path / "w.hdf5")
     names = datasets(tmp_path / "w.hdf5")
-    assert "RNN_0/RNN/LSTMCell/W_0" in names and "RNN_1/RNN/LSTMCell/W_P_0" in names
-    assert not any("MultiRNNCell" in n for n in names)
-    again = BiLM.from_allennlp(tmp_path / "o.json", tmp_path / "w.hdf5")
-    for (n, a), (_, b) in zip(model.state_dict().items(), again.state_dict().items()):
-        assert torch.equal(a, b), n
+    assert "RNN_0/RNN/MultiRNNCell/Cell0/LSTMCell/W_0" in names and "RNN_1/RNN/MultiRNNCell/Cell0/LSTMCell/W_P_0" in names
+    assert not any(n.startswith("RNN_0/RNN/LSTMCell") for n in names)
+    dumped = tmp_path / "dump.hdf5"  # the training dump's layout
+    with h5py.File(dumped, "w") as f:
+        for name, value in names.items():
+            f.create_dataset(name.replace("/MultiRNNCell/Cell0/", "/"), data=value)
+    for weights in (tmp_path / "w.hdf5", dumped):
+        again = BiLM.from_allennlp(tmp_path / "o.json", weights)
+        for (n, a), (_, b) in zip(model.state_dict().items(), again.state_dict().items()):
+            assert torch.equal(a, b), n
+
+
+def test_f_equals_p_file_has_an_identity_projection_and_other_ones_are_refused(tmp_path):
+    """F == P: AllenNLP always reads CNN_proj, bilm-tf has none. The writer stores the identity (the same
+    model to both); the reader takes a file with or without it, and refuses a CNN_proj that is not it."""
+    model = BiLM(BiLMConfig(projection_dim=6, cell_dim=5, filters=[(1, 3), (2, 3)], n_highway=1))
+    model.to_allennlp(tmp_path / "o.json", tmp_path / "w.hdf5")
+    names = datasets(tmp_path / "w.hdf5")
+    assert np.array_equal(names["CNN_proj/W_proj"], np.eye(6)) and not names["CNN_proj/b_proj"].any()
+
+    def rewrite(path, change):
+        with h5py.File(path, "w") as f:
+            for name, value in names.items():
+                if name in change:
+                    value = change[name]
+                if value is not None:
+                    f.create_dataset(name, data=value)
+        return path
+
+    bilm_tf = rewrite(tmp_path / "bilm_tf.hdf5", {"CNN_proj/W_proj": None, "CNN_proj/b_proj": None})
+    for weights in (tmp_path / "w.hdf5", bilm_tf):
+        again = BiLM.from_allennlp(tmp_path / "o.json", weights)
+        for (n, a), (_, b) in zip(model.state_dict().items(), again.state_dict().items()):
+            assert torch.equal(a, b), n
+    for name in ("CNN_proj/W_proj", "CNN_proj/b_proj"):
+        changed = names[name].copy()
+        changed.flat[1] = 0.5
+        bad = rewrite(tmp_path / "bad.hdf5", {name: changed})
+        with pytest.raises(ValueError, match="not the identity") as err:
+            BiLM.from_allennlp(tmp_path / "o.json", bad)
+        assert str(bad) in str(err.value)
 
 
 def test_native_round_trip_identical_outputs(files, tmp_path):

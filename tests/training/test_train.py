@@ -513,6 +513,49 @@ def _other_tokenizer(monkeypatch, tokens_differ=True):
     monkeypatch.setattr(data, "tokenizer_settings", lambda nlp: {"@tokenizers": "spacy.en.OtherTokenizer"})
 
 
+def test_resume_after_spacy_rules_changed_is_refused_or_continues(tmp_path, monkeypatch):
+    """spaCy's rules (tokenizer exceptions, affixes, sentencizer punctuation) were not in the cache's
+    fingerprint: a resume under a spaCy whose rules changed reused the old tokens. Now the text is
+    tokenized again: other tokens are refused naming both rule digests (OUTPUT_DIR untouched), a rule
+    change that leaves these tokens as they were continues exactly."""
+    from spacy_elmo.training import data
+
+    train_file = write_corpus(tmp_path / "train.txt", 200)
+    with open(train_file, "a", encoding="utf-8") as f:
+        f.write("The cat doesn't see a fish .\n")
+    out = tmp_path / "out"
+    capped = dict(vocab_size=20, negatives=8)
+    train(tiny_train_config(train_file, out, max_steps=2, checkpoint_every=2, **capped))
+    before = _files(out)
+    earlier = json.loads((out / "data" / "meta.json").read_text(encoding="utf-8"))["fingerprint"]["tokenization"]
+    real = data.make_nlp
+
+    def with_special_case(word):
+        def make_nlp(lang):
+            nlp = real(lang)
+            nlp.tokenizer.add_special_case(word, [{"ORTH": word}])
+            return nlp
+        return make_nlp
+
+    def resume():
+        return train(tiny_train_config(train_file, out, max_steps=4, checkpoint_every=2, resume=True, **capped))
+
+    with monkeypatch.context() as m:
+        m.setattr(data, "make_nlp", with_special_case("doesn't"))
+        with pytest.raises(ValueError, match="other tokens of the same text") as err:
+            resume()
+        now = data.tokenization(data.make_nlp("en"))
+    assert now["tokenizer"] == earlier["tokenizer"] and now["spacy_rules"] != earlier["spacy_rules"]
+    assert (f"token rules 2, spaCy rules {earlier['spacy_rules'][:16]}, this run reads it with " in str(err.value)
+            and f"token rules 2, spaCy rules {now['spacy_rules'][:16]}, and the tokens differ" in str(err.value))
+    assert _files(out) == before
+    with monkeypatch.context() as m:
+        m.setattr(data, "make_nlp", with_special_case("xylophone's"))  # not in the corpus: the same tokens
+        assert resume()["steps"] == 4
+    meta = json.loads((out / "data" / "meta.json").read_text(encoding="utf-8"))
+    assert meta["fingerprint"]["tokenization"]["spacy_rules"] != earlier["spacy_rules"]
+
+
 def test_resume_with_another_tokenizer_is_refused_naming_it(tmp_path, monkeypatch):
     """The corpus cache data/ was fingerprinted without the tokenizer: a resume after the tokenizer
     changed silently went on with the old tokens. Now the text is tokenized again: other tokens are
@@ -532,8 +575,8 @@ def test_resume_with_another_tokenizer_is_refused_naming_it(tmp_path, monkeypatc
     with monkeypatch.context() as m:
         _other_tokenizer(m)
         with pytest.raises(ValueError, match=r"other tokens of the same text: its corpus was read with tokenizer "
-                           r'\{"@tokenizers": "spacy.Tokenizer.v1".*token rules 2, this run reads it with tokenizer '
-                           r'\{"@tokenizers": "spacy.en.OtherTokenizer"\}, token rules 2'):
+                           r'\{"@tokenizers": "spacy.Tokenizer.v1".*token rules 2, spaCy rules \w+, this run reads it '
+                           r'with tokenizer \{"@tokenizers": "spacy.en.OtherTokenizer"\}, token rules 2'):
             resume()
     assert _files(out) == before
     # A cache of an older spacy-elmo did not record its tokenization.

@@ -222,6 +222,42 @@ def test_tokenizer_fallback_is_announced(tmp_path, monkeypatch):
     assert "spacy.Tokenizer.v1" in messages[0] and "'ja'" in messages[0]
 
 
+def test_cache_of_other_spacy_rules_is_rebuilt(tmp_path):
+    """The cache recorded the tokenizer block and TOKEN_RULES but not spaCy's own rules: after a spaCy
+    upgrade that changed a tokenizer exception, a prefix/suffix/infix rule or the sentencizer's
+    punctuation, the old tokens were reused. A pipeline with the same rules (a patch upgrade that
+    changes none) still reuses the cache, and a cache written before the digest was recorded is rebuilt."""
+    import json
+
+    from spacy_elmo.training import data
+
+    path = tmp_path / "t.txt"
+    path.write_text("I don't know ; he said so\n", encoding="utf-8")
+    cache = tmp_path / "cache"
+    build_corpus(path, "en", cache, progress=False)
+    assert "n't" in Corpus.load(cache).types
+    assert data.cache_is_current(cache, data.fingerprint(path, "en", data.make_nlp("en")))  # same rules: reused
+
+    nlp = data.make_nlp("en")
+    nlp.tokenizer.add_special_case("don't", [{"ORTH": "don't"}])  # an exception changed by an upgrade
+    assert not data.cache_is_current(cache, data.fingerprint(path, "en", nlp))
+    build_corpus(path, "en", cache, progress=False, nlp=nlp)
+    assert "don't" in Corpus.load(cache).types and "n't" not in Corpus.load(cache).types
+
+    nlp = data.make_nlp("en")
+    nlp.get_pipe("sentencizer").punct_chars.add(";")  # sentence punctuation changed by an upgrade
+    build_corpus(path, "en", cache, progress=False, nlp=nlp)
+    assert len(Corpus.load(cache).lengths) == 2 and "n't" in Corpus.load(cache).types
+
+    build_corpus(path, "en", cache, progress=False)
+    meta = json.loads((cache / "meta.json").read_text(encoding="utf-8"))
+    assert len(Corpus.load(cache).lengths) == 1
+    del meta["fingerprint"]["tokenization"]["spacy_rules"]  # a cache of an older spacy-elmo
+    (cache / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
+    assert not data.cache_is_current(cache, data.fingerprint(path, "en"))
+    assert data.tokenization_change(cache, data.fingerprint(path, "en")) is not None
+
+
 def test_cache_of_another_tokenization_is_rebuilt(tmp_path, monkeypatch):
     """The cache was fingerprinted without the tokenizer: after installing a tokenizer package (ja's
     rule-based fallback replaced by SudachiPy) or a change of the token rules, a rerun reused the old tokens."""
