@@ -26,7 +26,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..atomic import atomic_write_text
+from ..atomic import atomic_write_text, remove_leftovers
 from ..bilm import BiLM, BiLMConfig
 from ..bilm.initial_state import boundary_state_mean
 from ..bilm.lstm import LstmState
@@ -318,6 +318,7 @@ class _Log:
         if not enabled:
             return
         self.entries: List[Dict[str, Any]] = []  # what a resume kept
+        remove_leftovers(path)  # a resume killed while rewriting the log
         if resume_step is not None and path.exists():
             self.entries = [e for e in _parse_log(path) if e.get("step", 0) <= resume_step]
             atomic_write_text(path, "".join(json.dumps(e) + "\n" for e in self.entries))
