@@ -30,7 +30,6 @@ from ..atomic import atomic_write_text, remove_leftovers
 from ..bilm import BiLM, BiLMConfig
 from ..bilm.initial_state import boundary_state_mean
 from ..bilm.lstm import LstmState
-from ..bilm.native_io import write_initial_state
 from ..device import torch_device
 from ..errors import Errors, Warnings
 from . import checkpoint as ckpt
@@ -477,9 +476,7 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
             # Training reads streams with carried states and never uses the initial
             # state; fitting it (eval mode, no randomness) leaves resumption exact.
             start = fit_start_state(bilm, corpus, cfg.state_sentences)
-            save_pretrained(out, bilm, softmax, vocab, dict(provenance, steps=step))
-            if start is not None:
-                write_initial_state(start, out)
+            save_pretrained(out, bilm, softmax, vocab, dict(provenance, steps=step), initial_state=start)
         _barrier(world)
 
     def evaluate_heldout() -> Dict[str, Any]:

@@ -3,9 +3,11 @@ again, then resumed: the model and the log are the uninterrupted run's, no tempo
 left behind, and no half-written file is ever read as a complete one."""
 
 import numpy as np
+import pytest
 import torch
 from typer.testing import CliRunner
 
+from spacy_elmo import BiLM
 from spacy_elmo.cli import app
 from spacy_elmo.training.checkpoint import load_checkpoint
 from spacy_elmo.training.modelio import load_pretrained
@@ -23,7 +25,8 @@ def files_below(directory):
 
 
 def test_pretraining_killed_at_every_kind_of_point_resumes_to_the_straight_run(tmp_path, kill_runner):
-    options = ("--max-steps", "12", "--checkpoint-every", "4", "--log-every", "1")
+    # --state-sentences: every save also writes the model's fitted initial state
+    options = ("--max-steps", "12", "--checkpoint-every", "4", "--log-every", "1", "--state-sentences", "30")
     straight, out = tmp_path / "straight", tmp_path / "killed"
     args, _, _ = tiny_pretrain_args(tmp_path, straight, *options)
     assert CliRunner().invoke(app, args).exit_code == 0
@@ -48,6 +51,12 @@ def test_pretraining_killed_at_every_kind_of_point_resumes_to_the_straight_run(t
     kill_runner.run("replace:vocab.txt", 1, resume)
     assert load_checkpoint(out)["step"] == 8 and load_pretrained(out)[3]["steps"] == 4
     assert (out / "vocab.txt").read_text() == (straight / "vocab.txt").read_text()
+    # Killed moving the step-12 model's initial state into place: the model is not taken as complete
+    # (it loaded as a model without its state, which starts every sentence from zeros).
+    kill_runner.run("replace:initial_state.safetensors", 1, resume)
+    assert load_checkpoint(out)["step"] == 12
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        BiLM.load(out)
 
     done = CliRunner().invoke(app, resume)
     assert done.exit_code == 0, done.output
@@ -60,6 +69,7 @@ def test_pretraining_killed_at_every_kind_of_point_resumes_to_the_straight_run(t
     bilm_a, softmax_a, vocab_a, meta_a = load_pretrained(straight)
     bilm_b, softmax_b, vocab_b, meta_b = load_pretrained(out)
     assert vocab_b.targets == vocab_a.targets and meta_b["steps"] == meta_a["steps"] == 12
+    assert bilm_a.initial_state is not None
     tensors_a = {**bilm_a.state_dict(), **softmax_a.state_dict()}
     tensors_b = {**bilm_b.state_dict(), **softmax_b.state_dict()}
     for name in tensors_a:
