@@ -20,8 +20,8 @@ The biLM is stateless and in eval mode, so a resumed run writes exactly the
 numbers of an uninterrupted one. The settings include the batch sizes and the
 cache size: which lines share a biLM call changes the vectors' last bits
 (float32 rounding, about 1e-6), so parts written with other values are refused.
-The device and backend are not recorded: resuming on another one mixes parts
-that differ from each other by such rounding.
+The device, the backend and the number of torch threads are not recorded:
+resuming with others mixes parts that differ from each other by such rounding.
 """
 
 import hashlib

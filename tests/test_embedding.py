@@ -315,6 +315,38 @@ def test_cli_interrupted_says_what_is_kept_and_a_rerun_goes_on(model_dir, corpus
     assert again.exit_code == 0 and "(2 part(s) from an earlier run)" in again.output, again.output
 
 
+def test_cli_really_killed_again_and_again_writes_the_identical_file(model_dir, corpus, tmp_path, kill_runner):
+    """The command SIGKILLed (tests/kill_runner.py) in a biLM call, half-way through writing a
+    part, half-way through writing the merged file and while removing the parts, each time rerun
+    as it was: no half-written file is taken as complete, and the output is a straight run's, bit
+    for bit, with nothing left beside it."""
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli import app
+
+    def command(output):  # 4 parts of 2 lines, one biLM call each
+        return ["embed", str(corpus), str(output), "--model", str(model_dir), "--part-size", "2", "--batch-size", "2"]
+
+    straight, out, parts = tmp_path / "straight.h5", tmp_path / "out.h5", tmp_path / "out.h5.parts"
+    assert CliRunner().invoke(app, command(straight)).exit_code == 0
+
+    def finished():
+        return [int(p.name[len("part-"):-len(".hdf5")]) for p in sorted(parts.glob("part-*.hdf5"))]
+
+    kill_runner.run("embed", 3, command(out))
+    assert finished() == [0, 1] and list(parts.glob(".part-000002.hdf5.*.tmp")) and not out.exists()
+    kill_runner.run("replace:part-000003.hdf5", 1, command(out))
+    assert finished() == [0, 1, 2] and list(parts.glob(".part-000003.hdf5.*.tmp"))
+    kill_runner.run("replace:out.h5", 1, command(out))
+    assert finished() == [0, 1, 2, 3] and not out.exists() and list(tmp_path.glob(".out.h5.*.tmp"))
+    kill_runner.run("replaced:.out.h5.parts.*.tmp", 1, command(out))  # the parts renamed away, not yet deleted
+    assert out.read_bytes() == straight.read_bytes() and not parts.exists()
+    again = CliRunner().invoke(app, command(out))
+    assert again.exit_code == 0 and "(4 part(s) from an earlier run)" in again.output, again.output
+    assert out.read_bytes() == straight.read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "model", "out.h5", "straight.h5"]
+
+
 def test_cli_refuses_unusable_paths_before_loading_the_model(bilm, corpus, tmp_path):
     """An output below a file ended in a NotADirectoryError traceback; the input as output with
     --overwrite replaced the text with its vectors; a missing input was found only after loading

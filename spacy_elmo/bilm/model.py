@@ -337,17 +337,20 @@ class BiLM(nn.Module):
         extra_tensors: Optional[dict] = None,
         dtype: Optional[torch.dtype] = None,
         provenance: Optional[dict] = None,
+        initial_state: Optional[LstmState] = None,
     ) -> None:
         """Write ``config.json`` + ``model.safetensors`` into ``directory`` (atomically).
 
         extra_tensors: more named tensors to store beside the biLM (e.g. the
         softmax of a pretrained model); dtype: store floats in this dtype (e.g.
         torch.float16 for a compact bundle); provenance: JSON-able facts about
-        where the weights came from (stored in config.json).
+        where the weights came from (stored in config.json); initial_state:
+        ``(h, c)`` saved instead of the model's own (None: its own).
         """
         from .native_io import save_native
 
-        save_native(self, directory, extra_tensors=extra_tensors, dtype=dtype, provenance=provenance)
+        save_native(self, directory, extra_tensors=extra_tensors, dtype=dtype, provenance=provenance,
+                    initial_state=initial_state)
 
     @classmethod
     def load(cls, directory: PathLike, stateful: bool = False, backend: str = "auto") -> "BiLM":

@@ -58,10 +58,12 @@ def save_native(
     extra_tensors: Optional[Dict[str, torch.Tensor]] = None,
     dtype: Optional[torch.dtype] = None,
     provenance: Optional[Dict[str, Any]] = None,
+    initial_state=None,
 ) -> None:
     """Write the model into ``directory``. A save killed while writing leaves the directory as it
     was; one killed while moving the files in leaves it without ``config.json`` (loading says the
-    model is incomplete), never the new weights with the old config."""
+    model is incomplete), never the new weights with the old config or without their initial state.
+    initial_state: ``(h, c)`` written instead of the model's own (None: the model's own)."""
     if dtype is not None and (not isinstance(dtype, torch.dtype) or not dtype.is_floating_point):
         raise ValueError(Errors.E_SAVE_DTYPE.format(dtype=dtype))
     directory = Path(directory)
@@ -92,15 +94,18 @@ def save_native(
     tmp = Path(tempfile.mkdtemp(dir=directory, prefix=SAVE_TMP_PREFIX))
     try:
         write_safetensors(tensors, tmp / WEIGHTS_NAME)
+        state = model.initial_state if initial_state is None else initial_state
+        if state is not None:
+            write_safetensors(_initial_state_tensors(state), tmp / INITIAL_STATE_NAME)
         (tmp / CONFIG_NAME).write_text(json.dumps(meta, indent=2), encoding="utf-8")
         # config.json marks a complete model: the old one goes first and the new one comes last,
         # so a save killed in between leaves an incomplete model (a clear error on load), never
-        # new weights beside the old config.
+        # new weights beside the old config, nor without their initial state (zeros, silently).
         for name in (CONFIG_NAME, INITIAL_STATE_NAME):
             (directory / name).unlink(missing_ok=True)
-        for name in (WEIGHTS_NAME, CONFIG_NAME):
-            os.replace(tmp / name, directory / name)
-        write_initial_state(model.initial_state, directory)
+        for name in (WEIGHTS_NAME, INITIAL_STATE_NAME, CONFIG_NAME):
+            if (tmp / name).exists():
+                os.replace(tmp / name, directory / name)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -305,5 +310,10 @@ def write_initial_state(state, directory: PathLike) -> None:
     if state is None:
         (directory / INITIAL_STATE_NAME).unlink(missing_ok=True)
         return
-    tensors = {k: v.detach().float().cpu().contiguous() for k, v in zip(INITIAL_STATE_KEYS, state)}
+    tensors = _initial_state_tensors(state)
     atomic_write(directory / INITIAL_STATE_NAME, lambda tmp: write_safetensors(tensors, tmp))
+
+
+def _initial_state_tensors(state) -> Dict[str, torch.Tensor]:
+    """The tensors of ``initial_state.safetensors`` for ``state = (h, c)``."""
+    return {k: v.detach().float().cpu().contiguous() for k, v in zip(INITIAL_STATE_KEYS, state)}

@@ -41,10 +41,12 @@ def save_pretrained(
     vocab: Optional[Vocab],
     provenance: Dict[str, Any],
     dtype: Optional[torch.dtype] = None,
+    initial_state=None,
 ) -> None:
     """Write model, softmax (extra tensors) and vocab.txt; config.json is written last.
 
-    dtype: store floating tensors in this dtype (torch.float16 for a compact bundle).
+    dtype: store floating tensors in this dtype (torch.float16 for a compact bundle);
+    initial_state: ``(h, c)`` saved instead of the biLM's own (None: its own).
     """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -53,7 +55,7 @@ def save_pretrained(
     extra = None
     if softmax is not None:
         extra = {"softmax.weight": softmax.weight.detach(), "softmax.bias": softmax.bias.detach()}
-    bilm.save(directory, extra_tensors=extra, dtype=dtype, provenance=provenance)
+    bilm.save(directory, extra_tensors=extra, dtype=dtype, provenance=provenance, initial_state=initial_state)
 
 
 def load_pretrained(

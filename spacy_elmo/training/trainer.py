@@ -26,11 +26,10 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..atomic import atomic_write_text
+from ..atomic import atomic_write_text, remove_leftovers
 from ..bilm import BiLM, BiLMConfig
 from ..bilm.initial_state import boundary_state_mean
 from ..bilm.lstm import LstmState
-from ..bilm.native_io import write_initial_state
 from ..device import torch_device
 from ..errors import Errors, Warnings
 from . import checkpoint as ckpt
@@ -322,6 +321,7 @@ class _Log:
         if not enabled:
             return
         self.entries: List[Dict[str, Any]] = []  # what a resume kept
+        remove_leftovers(path)  # a resume killed while rewriting the log
         if resume_step is not None and path.exists():
             self.entries = [e for e in _parse_log(path) if e.get("step", 0) <= resume_step]
             atomic_write_text(path, "".join(json.dumps(e) + "\n" for e in self.entries))
@@ -480,9 +480,7 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
             # Training reads streams with carried states and never uses the initial
             # state; fitting it (eval mode, no randomness) leaves resumption exact.
             start = fit_start_state(bilm, corpus, cfg.state_sentences)
-            save_pretrained(out, bilm, softmax, vocab, dict(provenance, steps=step))
-            if start is not None:
-                write_initial_state(start, out)
+            save_pretrained(out, bilm, softmax, vocab, dict(provenance, steps=step), initial_state=start)
         _barrier(world)
 
     def evaluate_heldout() -> Dict[str, Any]:

@@ -14,7 +14,7 @@ from typing import Dict, Iterable, List, Optional, Union
 
 import torch
 
-from ..atomic import atomic_write_text
+from ..atomic import atomic_write_text, remove_leftovers
 from ..chars import BEGIN_OF_SENTENCE, END_OF_SENTENCE, marker_char_ids, word_char_ids
 from ..errors import Errors
 
@@ -73,8 +73,11 @@ class Vocab:
 
     # -- files -----------------------------------------------------------
     def save(self, directory: PathLike) -> None:
-        """Write the targets as ``vocab.txt`` (one per line, bilm-tf's format), atomically."""
-        atomic_write_text(Path(directory) / VOCAB_NAME, "".join(t + "\n" for t in self.targets))
+        """Write the targets as ``vocab.txt`` (one per line, bilm-tf's format), atomically
+        (removing what an earlier write, killed before its rename, left beside it)."""
+        path = Path(directory) / VOCAB_NAME
+        remove_leftovers(path)
+        atomic_write_text(path, "".join(t + "\n" for t in self.targets))
 
     @classmethod
     def load(cls, directory: PathLike) -> "Vocab":

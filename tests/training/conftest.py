@@ -1,5 +1,6 @@
 """Small corpora and tiny models for the pretraining tests."""
 
+import json
 import random
 from pathlib import Path
 
@@ -49,6 +50,18 @@ def tiny_config():
 @pytest.fixture
 def corpus_file(tmp_path):
     return write_corpus(tmp_path / "train.txt", 600)
+
+
+def tiny_pretrain_args(tmp_path, out, *extra, max_steps=3):
+    """``spacy-elmo pretrain`` of the tiny model on a generated corpus (written into ``tmp_path``
+    with the model options) into ``out``: ``(args, train, options)``."""
+    train = write_corpus(tmp_path / "train.txt", 200)
+    options = tmp_path / "tiny.json"
+    options.write_text(json.dumps(TINY))
+    windows = [] if "--sentences" in extra else ["--unroll", "5"]
+    args = ["pretrain", str(train), str(out), "--options", str(options), "--max-steps", str(max_steps), "--batch-size", "4",
+            *windows, "--negatives", "8", "--threads", "1", "--backend", "reference", "--no-progress", *extra]
+    return args, train, options
 
 
 def tiny_train_config(train_path, output_dir, **overrides):

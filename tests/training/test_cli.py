@@ -11,21 +11,16 @@ from spacy_elmo import BiLM, BiLMConfig
 from spacy_elmo.cli import app
 from spacy_elmo.training.trainer import read_log
 
-from .conftest import TINY, write_corpus
+from .conftest import TINY, tiny_pretrain_args, write_corpus
 
 runner = CliRunner()
 
 
 def pretrain_tiny(tmp_path, *extra):
     """Pretrain the tiny model for 3 steps: ``(result, train, held, options, out)``."""
-    train = write_corpus(tmp_path / "train.txt", 200)
-    held = write_corpus(tmp_path / "held.txt", 30, seed=2)
-    options = tmp_path / "tiny.json"
-    options.write_text(json.dumps(TINY))
     out = tmp_path / "model"
-    windows = [] if "--sentences" in extra else ["--unroll", "5"]
-    args = ["pretrain", str(train), str(out), "--options", str(options), "--max-steps", "3", "--batch-size", "4",
-            *windows, "--negatives", "8", "--threads", "1", "--backend", "reference", "--no-progress", *extra]
+    args, train, options = tiny_pretrain_args(tmp_path, out, *extra)
+    held = write_corpus(tmp_path / "held.txt", 30, seed=2)
     return runner.invoke(app, args), train, held, options, out
 
 

@@ -1,0 +1,14 @@
+"""Fixtures shared by the test directories."""
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def kill_runner(tmp_path_factory):
+    """Runs spacy-elmo commands in child processes that SIGKILL themselves at a chosen point
+    (tests/kill_runner.py): ``kill_runner.run(point, n, args)``."""
+    from tests.kill_runner import KillRunner
+
+    runner = KillRunner(tmp_path_factory.mktemp("kill-runs"))
+    yield runner
+    runner.close()

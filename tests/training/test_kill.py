@@ -1,0 +1,77 @@
+"""``spacy-elmo pretrain`` really killed (SIGKILL: tests/kill_runner.py) at chosen points, again and
+again, then resumed: the model and the log are the uninterrupted run's, no temporary file is
+left behind, and no half-written file is ever read as a complete one."""
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from spacy_elmo import BiLM
+from spacy_elmo.cli import app
+from spacy_elmo.training.checkpoint import load_checkpoint
+from spacy_elmo.training.modelio import load_pretrained
+from spacy_elmo.training.trainer import read_log
+
+from .conftest import tiny_pretrain_args
+
+
+def logged_steps(out):
+    return [e["step"] for e in read_log(out) if "loss" in e]
+
+
+def files_below(directory):
+    return sorted(str(p.relative_to(directory)) for p in directory.rglob("*"))
+
+
+def test_pretraining_killed_at_every_kind_of_point_resumes_to_the_straight_run(tmp_path, kill_runner):
+    # --state-sentences: every save also writes the model's fitted initial state
+    options = ("--max-steps", "12", "--checkpoint-every", "4", "--log-every", "1", "--state-sentences", "30")
+    straight, out = tmp_path / "straight", tmp_path / "killed"
+    args, _, _ = tiny_pretrain_args(tmp_path, straight, *options)
+    assert CliRunner().invoke(app, args).exit_code == 0
+    args, _, _ = tiny_pretrain_args(tmp_path, out, *options)
+    resume = [*args, "--resume"]
+
+    # Killed writing the corpus cache's meta.json (which marks it complete), before any checkpoint:
+    # the command is run again as it was, and the cache built again.
+    kill_runner.run("replace:meta.json", 1, args)
+    assert not (out / "data" / "meta.json").exists() and not (out / "checkpoint.pt").exists()
+    # Killed in the 7th step: the checkpoint and model of step 4 remain, the log has the steps done.
+    kill_runner.run("step", 7, args)
+    assert load_checkpoint(out)["step"] == 4 and load_pretrained(out)[3]["steps"] == 4
+    assert logged_steps(out) == list(range(1, 7))
+    # A resume killed while dropping the log lines of the steps it redoes: the log is whole.
+    kill_runner.run("replace:train_log.jsonl", 1, resume)
+    assert logged_steps(out) == list(range(1, 7))
+    # Killed half-way through writing the step-8 checkpoint: the half file is not the checkpoint.
+    kill_runner.run("replace:checkpoint.pt", 1, resume)
+    assert load_checkpoint(out)["step"] == 4 and logged_steps(out) == list(range(1, 9))
+    # Killed writing the step-8 model's vocab.txt (after its checkpoint): the model is step 4's, whole.
+    kill_runner.run("replace:vocab.txt", 1, resume)
+    assert load_checkpoint(out)["step"] == 8 and load_pretrained(out)[3]["steps"] == 4
+    assert (out / "vocab.txt").read_text() == (straight / "vocab.txt").read_text()
+    # Killed moving the step-12 model's initial state into place: the model is not taken as complete
+    # (it loaded as a model without its state, which starts every sentence from zeros).
+    kill_runner.run("replace:initial_state.safetensors", 1, resume)
+    assert load_checkpoint(out)["step"] == 12
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        BiLM.load(out)
+
+    done = CliRunner().invoke(app, resume)
+    assert done.exit_code == 0, done.output
+    assert logged_steps(out) == list(range(1, 13))  # every step once
+    a, b = read_log(straight), read_log(out)
+    for key in ("loss", "loss_forward", "loss_backward", "running_perplexity"):
+        np.testing.assert_allclose([e[key] for e in b if "loss" in e], [e[key] for e in a if "loss" in e],
+                                   rtol=1e-6, atol=1e-7)
+    assert [e["tokens"] for e in b if "loss" in e] == [e["tokens"] for e in a if "loss" in e]
+    bilm_a, softmax_a, vocab_a, meta_a = load_pretrained(straight)
+    bilm_b, softmax_b, vocab_b, meta_b = load_pretrained(out)
+    assert vocab_b.targets == vocab_a.targets and meta_b["steps"] == meta_a["steps"] == 12
+    assert bilm_a.initial_state is not None
+    tensors_a = {**bilm_a.state_dict(), **softmax_a.state_dict()}
+    tensors_b = {**bilm_b.state_dict(), **softmax_b.state_dict()}
+    for name in tensors_a:
+        torch.testing.assert_close(tensors_b[name], tensors_a[name], rtol=1e-6, atol=1e-7)
+    assert files_below(out) == files_below(straight)  # no temporary file left behind
