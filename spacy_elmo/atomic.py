@@ -18,10 +18,12 @@ def atomic_write(path: PathLike, write: Callable[[Path], None]) -> None:
     """Call ``write(tmp)`` on a temporary name beside ``path``, then rename it to ``path``.
 
     An exception removes the temporary file; a kill leaves it behind under a name
-    that :func:`remove_leftovers` finds.
+    that :func:`remove_leftovers` finds, and the next write of ``path`` removes it
+    (so no writer has to remember to: a killed write cannot leave a file forever).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    remove_leftovers(path)
     tmp = temporary_name(path)
     try:
         write(tmp)

@@ -263,7 +263,6 @@ def embed_file(
         for k, part in enumerate(part_files):
             if part.exists():
                 continue
-            remove_leftovers(part)  # a part being written when an earlier run was killed
             if stop_after_parts is not None and counts["parts_written"] >= stop_after_parts:
                 bar.close()
                 return {**counts, "finished": 0}
@@ -363,5 +362,4 @@ def _merge(part_files: Sequence[Path], lines: Sequence[str], output_path: Path, 
             text[0] = json.dumps(mapping, ensure_ascii=False)
         atomic_write_text(parts_dir / MERGED, json.dumps(_file_identity(tmp)))
 
-    remove_leftovers(output_path)  # a merge that was killed
     atomic_write(output_path, write)

@@ -28,6 +28,17 @@ def test_leftovers_of_a_killed_write_are_found_and_only_they(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == [".other.h5.1.tmp"]
 
 
+def test_the_next_write_removes_what_a_killed_write_of_that_file_left(tmp_path):
+    # every writer of a file goes through atomic_write, so a kill can never leave a
+    # temporary file for good (fit-state's initial state did, before this)
+    path = tmp_path / "initial_state.safetensors"
+    (tmp_path / f".{path.name}.4242.tmp").write_text("half")
+    (tmp_path / ".config.json.4242.tmp").write_text("another file's")
+    atomic_write_text(path, "new")
+    assert path.read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".config.json.4242.tmp", path.name]
+
+
 def test_replace_dir_new_existing_dot_and_symlink(tmp_path, monkeypatch):
     def write(files):
         def fill(tmp):

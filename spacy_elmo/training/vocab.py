@@ -14,7 +14,7 @@ from typing import Dict, Iterable, List, Optional, Union
 
 import torch
 
-from ..atomic import atomic_write_text, remove_leftovers
+from ..atomic import atomic_write_text
 from ..chars import BEGIN_OF_SENTENCE, END_OF_SENTENCE, marker_char_ids, word_char_ids
 from ..errors import Errors
 
@@ -73,10 +73,8 @@ class Vocab:
 
     # -- files -----------------------------------------------------------
     def save(self, directory: PathLike) -> None:
-        """Write the targets as ``vocab.txt`` (one per line, bilm-tf's format), atomically
-        (removing what an earlier write, killed before its rename, left beside it)."""
+        """Write the targets as ``vocab.txt`` (one per line, bilm-tf's format), atomically."""
         path = Path(directory) / VOCAB_NAME
-        remove_leftovers(path)
         atomic_write_text(path, "".join(t + "\n" for t in self.targets))
 
     @classmethod
