@@ -510,7 +510,8 @@ def test_cli_spacy_tokens_leave_whitespace_tokens_out(model_dir, bilm, tmp_path)
 def test_cli_spacy_parts_of_another_tokenizer_or_older_token_rules_are_not_reused(model_dir, tmp_path, monkeypatch):
     """--lang named its parts' tokenizer "spacy:LANG" only: parts of ja's rule-based fallback were reused
     after installing SudachiPy, and parts of a spacy-elmo that still embedded spaCy's whitespace tokens
-    (other rows) were reused too. The name now holds the tokenizer block, the manifest the token rules."""
+    (other rows) were reused too, and so were parts tokenized with the rules of another spaCy. The name now
+    holds the tokenizer block and a digest of spaCy's rules, the manifest the token rules."""
     from typer.testing import CliRunner
 
     from spacy_elmo.cli import app
@@ -525,13 +526,18 @@ def test_cli_spacy_parts_of_another_tokenizer_or_older_token_rules_are_not_reuse
         assert CliRunner().invoke(app, args).exit_code == 130
     manifest_path = tmp_path / "spaced.h5.parts" / "manifest.json"
     manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    assert manifest["tokenizer"] == 'spacy:de {"@tokenizers": "spacy.Tokenizer.v1"}'
+    block = 'spacy:de {"@tokenizers": "spacy.Tokenizer.v1"}'
+    assert manifest["tokenizer"] == f"{block} rules {data.spacy_rules(data.make_nlp('de'))[:16]}"
     assert manifest["token_rules"] == data.TOKEN_RULES
     with monkeypatch.context() as m:
         m.setattr(data, "tokenizer_settings", lambda nlp: {"@tokenizers": "spacy.de.OtherTokenizer"})
         other = CliRunner().invoke(app, args)
     assert other.exit_code == 1
-    assert "different tokenizer (earlier 'spacy:de {\"@tokenizers\": \"spacy.Tokenizer.v1\"}')" in " ".join(other.output.split())
+    assert f"different tokenizer (earlier '{block} rules" in " ".join(other.output.split())
+    with monkeypatch.context() as m:  # the same tokenizer block with other rules (a spaCy upgrade)
+        m.setattr(data, "spacy_rules", lambda nlp: "0" * 64)
+        upgraded = CliRunner().invoke(app, args)
+    assert upgraded.exit_code == 1 and "different tokenizer" in " ".join(upgraded.output.split())
     older = {k: v for k, v in manifest.items() if k != "token_rules"}
     manifest_path.write_text(json.dumps(dict(older, tokenizer="spacy:de")), encoding="utf-8")
     old = CliRunner().invoke(app, args)

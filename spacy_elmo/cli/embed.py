@@ -50,12 +50,14 @@ def embed(
         bilm = BiLM.load(model).to(target)
         tokenize, name = None, "whitespace"
         if lang:
-            from ..training.data import make_nlp, tokenizer_settings, word_texts
+            from ..training.data import make_nlp, spacy_rules, tokenizer_settings, word_texts
 
             nlp = make_nlp(lang)
             tokenizer = nlp.tokenizer  # whitespace tokens dropped, as in pretraining
-            # The tokenizer block tells a fallback from, say, SudachiPy's ja: parts of the other are not reused.
-            name = f"spacy:{lang} {json.dumps(tokenizer_settings(nlp), sort_keys=True)}"
+            # The tokenizer block tells a fallback from, say, SudachiPy's ja, and the rules' digest a spaCy
+            # whose exceptions or punctuation rules changed: parts of the other are not reused.
+            block = json.dumps(tokenizer_settings(nlp), sort_keys=True)
+            name = f"spacy:{lang} {block} rules {spacy_rules(nlp)[:16]}"
             tokenize = lambda line: word_texts(tokenizer(line))
         counts = embed_file(bilm, input_path, output_path, layers=layers, batch_size=batch_size, batch_tokens=batch_tokens,
                             part_size=part_size, max_tokens=max_tokens, cache_size=cache_size, tokenize=tokenize, tokenizer_name=name,
