@@ -13,6 +13,7 @@ import copy
 import functools
 import math
 import operator
+import os
 import sys
 import warnings
 import weakref
@@ -126,6 +127,30 @@ def _find_listener_path(cfg: Any, path: Tuple[str, ...] = ()) -> Optional[Tuple[
         if found is not None:
             return found
     return None
+
+
+LOADER = "spacy_elmo.WeightsLoader.v1"
+
+
+def _requested_weights(nlp: Language, name: str) -> Optional[str]:
+    """The path the pipeline config's ``[initialize.components.NAME.weights_loader]`` names (this package's
+    loader only), None without one or with an empty path (nothing requested)."""
+    try:
+        loader = nlp.config.interpolate()["initialize"]["components"][name]["weights_loader"]
+    except (KeyError, TypeError):
+        return None
+    if not isinstance(loader, dict) or loader.get("@misc") != LOADER or not loader.get("path"):
+        return None
+    return str(loader["path"])
+
+
+def _same_weights(requested: str, source: Optional[str]) -> bool:
+    """Whether a requested weights path names the weights recorded as ``source`` (a path or "default")."""
+    def canonical(path: Optional[str]) -> str:
+        text = "" if path is None else str(path).strip()
+        return "default" if text in ("", "default") else os.path.realpath(text)
+
+    return canonical(requested) == canonical(source)
 
 
 def _path_being_replaced() -> Optional[Tuple[str, str]]:
@@ -440,6 +465,8 @@ class ElmoComponent(TrainablePipe):
         losses.setdefault(self.name, 0.0)
         docs = [eg.predicted for eg in examples]
         self._ensure_weights()
+        if not self.__dict__.get("_weights_checked"):
+            self._check_requested_weights(sys._getframe(1).f_locals.get("self"))
         for name, listener in self.__dict__.pop("_skipped_listeners", []):
             if self._feeds(listener):
                 self.add_listener(listener, name)
@@ -459,6 +486,22 @@ class ElmoComponent(TrainablePipe):
         for i, listener in enumerate(listeners):
             listener.receive(batch_id, outputs, functools.partial(self._receive_gradient, batch, i, losses))
         return losses
+
+    def _check_requested_weights(self, caller: Any) -> None:
+        """At the first update from ``nlp.update`` (``caller``, spaCy's Language): warn when the pipeline
+        config's weights loader names other weights than this component runs. A component sourced from
+        another pipeline is copied with its weights and never initialized: spaCy gives it no other chance to
+        see the config (its own block is replaced by the source's, and the loader's is never passed to it)."""
+        if not isinstance(caller, Language):
+            return
+        self._weights_checked = True
+        requested = _requested_weights(caller, self.name)
+        if requested is not None and not _same_weights(requested, self.source):
+            warnings.warn(
+                Warnings.W_ELMO_SOURCED_OTHER_WEIGHTS.format(name=self.name, source=self.source, requested=requested),
+                UserWarning,
+                stacklevel=3,
+            )
 
     def _receive_gradient(self, batch: "_TrainingBatch", index: int, losses: Dict[str, float], d_outputs: List[Floats3d]) -> List[Doc]:
         """A listener's backprop: add its gradient; the last one runs the backward (and the step

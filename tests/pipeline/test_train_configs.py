@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy
@@ -162,3 +163,28 @@ def test_sourced_elmo_frozen_without_annotating(corpus_dir, tiny_dir, tmp_path):
     nlp("Alice went home .")  # an evaluation: the listener has seen real layers
     with pytest.raises(ValueError, match=r"no ELMo layers for a training batch.*annotating_components"):
         nlp.update(examples, exclude=["elmo"])
+
+
+def test_sourced_elmo_with_other_requested_weights_warns_once(corpus_dir, tiny_dir, tmp_path):
+    """[components.elmo] source = PIPELINE with --paths.elmo OTHER: spaCy copies the component with its
+    weights and never initializes it, so OTHER had no effect, silently. Now the first update warns once,
+    naming both; no warning when --paths.elmo names the weights it runs, or names none ("")."""
+    _init("ner.cfg", corpus_dir, tiny_dir).to_disk(tmp_path / "first")
+    torch.manual_seed(1)
+    BiLM(BiLMConfig(**TINY)).save(tmp_path / "other")
+    sourced = {"elmo": {"source": str(tmp_path / "first")}}
+    for weights, warns in ((tmp_path / "other", True), (tiny_dir, False), ("", False)):
+        nlp = _init("ner.cfg", corpus_dir, weights, sourced)
+        examples = list(Corpus(str(corpus_dir / "train.spacy"))(nlp))[:2]
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            nlp.update(examples)
+            nlp.update(examples)
+        ours = [str(w.message) for w in caught if "sourced with" in str(w.message)]
+        if warns:
+            assert len(ours) == 1, ours
+            assert f"({tiny_dir}), not '{tmp_path / 'other'}'" in ours[0] and "drop `source`" in ours[0]
+            runs = get_bilm(nlp.get_pipe("elmo").model).state_dict()
+            assert all(torch.equal(v, BiLM.load(tiny_dir).state_dict()[k]) for k, v in runs.items())
+        else:
+            assert ours == []
