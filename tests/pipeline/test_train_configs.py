@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy
 import pytest
 import spacy
+import srsly
 import torch
 from spacy.training import Corpus
 from spacy.training.initialize import init_nlp
@@ -62,6 +63,9 @@ def test_spacy_train(cfg, task, corpus_dir, tiny_dir, tmp_path):
         result = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         assert result.returncode == 0, result.stdout + result.stderr
         data = next(pkg.glob("*/en_elmo_test/en_elmo_test-0.0.1"))
+        # the package installs spacy-elmo (spaCy finds it from the registered functions in the config)
+        requirements = srsly.read_json(data.parent.parent / "meta.json")["requirements"]
+        assert any(r.split(">")[0].split("=")[0] == "spacy-elmo" for r in requirements), requirements
         packaged = spacy.load(data)
         # texts[0] alone, not batched with texts[1]: equal up to rounding (one float16 ulp)
         got, want = packaged(texts[0])._.elmo.astype("float32"), before[0]._.elmo.astype("float32")
