@@ -326,6 +326,30 @@ class ElmoComponent(TrainablePipe):
                     listener.upstream, listener.component = None, None
                 listener.clear()
         self._listener_map = value
+        self._check_sourced_weights(sys._getframe(1).f_locals.get("self"))
+
+    def _check_sourced_weights(self, nlp: Any) -> None:
+        """Warn (once) when this component was sourced from another pipeline into ``nlp`` but ``nlp``'s
+        config names other weights in ``[initialize.components.NAME.weights_loader]``.
+
+        spaCy copies a sourced component with its weights and never initializes it, so that loader is never
+        run, and it gives the component no view of the new config. ``init_nlp`` (``spacy train``) relinks the
+        listeners (``nlp._link_components``, which sets this map) once the config is complete and before
+        ``initialize`` forgets which components were sourced (``nlp.meta["_sourced_vectors_hashes"]``)."""
+        if (
+            self.__dict__.get("_sourced_weights_warned")
+            or not isinstance(nlp, Language)
+            or self.name not in nlp.meta.get("_sourced_vectors_hashes", {})
+        ):
+            return
+        requested = _requested_weights(nlp, self.name)
+        if requested is not None and not _same_weights(requested, self.source):
+            self._sourced_weights_warned = True
+            warnings.warn(
+                Warnings.W_ELMO_SOURCED_OTHER_WEIGHTS.format(name=self.name, source=self.source, requested=requested),
+                UserWarning,
+                stacklevel=3,
+            )
 
     def _listeners_skipped_by(self, nlp: Language) -> List[Tuple[str, ElmoListener]]:
         """``(component name, listener)`` of the disabled components after this one that listen to it.
@@ -465,8 +489,6 @@ class ElmoComponent(TrainablePipe):
         losses.setdefault(self.name, 0.0)
         docs = [eg.predicted for eg in examples]
         self._ensure_weights()
-        if not self.__dict__.get("_weights_checked"):
-            self._check_requested_weights(sys._getframe(1).f_locals.get("self"))
         for name, listener in self.__dict__.pop("_skipped_listeners", []):
             if self._feeds(listener):
                 self.add_listener(listener, name)
@@ -486,22 +508,6 @@ class ElmoComponent(TrainablePipe):
         for i, listener in enumerate(listeners):
             listener.receive(batch_id, outputs, functools.partial(self._receive_gradient, batch, i, losses))
         return losses
-
-    def _check_requested_weights(self, caller: Any) -> None:
-        """At the first update from ``nlp.update`` (``caller``, spaCy's Language): warn when the pipeline
-        config's weights loader names other weights than this component runs. A component sourced from
-        another pipeline is copied with its weights and never initialized: spaCy gives it no other chance to
-        see the config (its own block is replaced by the source's, and the loader's is never passed to it)."""
-        if not isinstance(caller, Language):
-            return
-        self._weights_checked = True
-        requested = _requested_weights(caller, self.name)
-        if requested is not None and not _same_weights(requested, self.source):
-            warnings.warn(
-                Warnings.W_ELMO_SOURCED_OTHER_WEIGHTS.format(name=self.name, source=self.source, requested=requested),
-                UserWarning,
-                stacklevel=3,
-            )
 
     def _receive_gradient(self, batch: "_TrainingBatch", index: int, losses: Dict[str, float], d_outputs: List[Floats3d]) -> List[Doc]:
         """A listener's backprop: add its gradient; the last one runs the backward (and the step

@@ -171,19 +171,19 @@ def test_sourced_elmo_frozen_without_annotating(corpus_dir, tiny_dir, tmp_path):
 
 def test_sourced_elmo_with_other_requested_weights_warns_once(corpus_dir, tiny_dir, tmp_path):
     """[components.elmo] source = PIPELINE with --paths.elmo OTHER: spaCy copies the component with its
-    weights and never initializes it, so OTHER had no effect, silently. Now the first update warns once,
-    naming both; no warning when --paths.elmo names the weights it runs, or names none ("")."""
+    weights and never initializes it, so OTHER had no effect, silently. Now init_nlp (spacy train) warns
+    once, naming both, also with elmo in frozen_components; no warning when --paths.elmo names the weights
+    it runs, or names none ("")."""
     _init("ner.cfg", corpus_dir, tiny_dir).to_disk(tmp_path / "first")
     torch.manual_seed(1)
     BiLM(BiLMConfig(**TINY)).save(tmp_path / "other")
-    sourced = {"elmo": {"source": str(tmp_path / "first")}}
-    for weights, warns in ((tmp_path / "other", True), (tiny_dir, False), ("", False)):
-        nlp = _init("ner.cfg", corpus_dir, weights, sourced)
-        examples = list(Corpus(str(corpus_dir / "train.spacy"))(nlp))[:2]
+    frozen = {"training.frozen_components": ["elmo"], "training.annotating_components": ["sentencizer", "elmo"]}
+    for weights, overrides, warns in ((tmp_path / "other", frozen, True), (tiny_dir, {}, False), ("", {}, False)):
+        config = _config("ner.cfg", corpus_dir, weights, overrides)
+        config["components"]["elmo"] = {"source": str(tmp_path / "first")}
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            nlp.update(examples)
-            nlp.update(examples)
+            nlp = init_nlp(config)
         ours = [str(w.message) for w in caught if "sourced with" in str(w.message)]
         if warns:
             assert len(ours) == 1, ours
