@@ -16,6 +16,7 @@ from safetensors.torch import save as st_save
 from spacy.tokens import Doc
 from thinc.api import ArgsKwargs, Model, PyTorchShim, torch2xp, xp2torch
 from thinc.layers.pytorchwrapper import forward as pytorch_forward
+from thinc.shims.shim import Shim
 from thinc.types import Floats3d
 
 from ..bilm import BiLM, BiLMConfig
@@ -94,6 +95,20 @@ class AveragingPyTorchShim(PyTorchShim):
                 for name, value in backup.items():
                     parameters[name].copy_(value)
             self._model.clear_caches()
+
+
+def renew_shim_ids(model: Model) -> None:
+    """Give the shims of a copied model ids of their own.
+
+    thinc's ``Model.copy`` deep-copies a shim with its id, which keys its parameters in the optimizer
+    (Adam's moments, the update counts, the averages): a copy of the biLM that trains next to the
+    original (``nlp.replace_listeners`` while ``elmo`` still feeds other listeners) would share all of
+    that with it, and ``use_params`` would give both the same averages."""
+    for node in model.walk():
+        for shim in node.shims:
+            with Shim.global_id_lock:
+                Shim.global_id += 1
+                shim.id = Shim.global_id
 
 
 def get_runner(model: Model) -> ElmoRunner:

@@ -32,7 +32,7 @@ from thinc.types import Floats3d
 from ..bilm import BiLM
 from ..errors import Errors, Warnings
 from ..training.data import tokenizer_settings
-from .bilm_layer import get_bilm, own_bilm_layer, set_bilm, step_bilm
+from .bilm_layer import get_bilm, own_bilm_layer, renew_shim_ids, set_bilm, step_bilm
 from .doc_data import ELMO_ATTR, install_extensions, install_hooks, set_doc_data
 from .listener import ElmoListener
 from .loaders import WeightsLoader, load_weights
@@ -198,6 +198,7 @@ def replace_listener(model: Model, listener: Model, component: "ElmoComponent") 
     if get_bilm(model) is None:  # weights not loaded yet (lazy): load them, copy again
         component._ensure_weights()
         model = component.model.copy()
+    renew_shim_ids(model)
     return own_bilm_layer(model, component.cfg["frozen"])
 
 

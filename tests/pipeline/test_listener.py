@@ -431,6 +431,24 @@ def test_replace_listeners(tiny_dir, tmp_path, tok2vec, path, frozen):
     assert moved == (not frozen)
 
 
+def test_replaced_listener_bilm_has_its_own_optimizer_state(tiny_dir):
+    """nlp.replace_listeners copies the biLM with thinc's Model.copy, which kept the shim's id, the key of
+    its weights in the optimizer: ner's own fine-tuned copy and the elmo component (still feeding textcat)
+    shared Adam's moments, update counts and averages (each key updated twice per step). Now each biLM's
+    parameters have keys of their own, each updated once per step."""
+    nlp = _fine_tuned_ner_and_textcat(tiny_dir)
+    examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(4)]
+    optimizer = _CountingOptimizer(nlp.initialize(lambda: examples))
+    nlp.replace_listeners("elmo", "ner", ["model.tok2vec"])
+    steps = 2
+    for _ in range(steps):
+        nlp.update(examples, sgd=optimizer)
+    n_params = len(list(get_bilm(nlp.get_pipe("elmo").model).parameters()))
+    bilm_keys = {key: n for key, n in optimizer.calls.items() if key[1].startswith("bilm.")}
+    assert len(bilm_keys) == 2 * n_params
+    assert set(bilm_keys.values()) == {steps}
+
+
 def test_replace_listeners_at_the_wrong_path_is_a_clear_error(tiny_dir, tmp_path):
     """With ElmoTok2Vec.v1 the listener is at model.tok2vec.elmo: replacing at model.tok2vec wrote the
     listener's config over the whole tok2vec block and saved a pipeline spacy.load refused ("mismatched
