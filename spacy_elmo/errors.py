@@ -746,6 +746,17 @@ class Warnings:
         "spacy.blank({lang!r}, config={{'nlp': {{'tokenizer': {tokenizer}}}}}), or pretrain with this "
         "pipeline's tokenizer."
     )
+    W_ELMO_SOURCED_OTHER_WEIGHTS = (
+        "spacy-elmo: the '{name}' component runs the biLM it was sourced with ({source}), not {requested!r}, "
+        "which [initialize.components.{name}.weights_loader] names (--paths.elmo in the shipped configs): "
+        "spaCy copies a component sourced from another pipeline ([components.{name}] source = ...) with its "
+        "weights and its [components.{name}] settings, and never initializes it, so the loader and any other "
+        "[components.{name}] or [components.{name}.model] settings have no effect. To use {requested!r}, "
+        "drop `source` from [components.{name}]: a new component loads it at initialization (listening "
+        "components sourced from the same pipeline were trained on {source}: retrain them, or source them "
+        "with `replace_listeners` to give them their own copy of it). To keep the sourced biLM, set "
+        "--paths.elmo {source}."
+    )
     W_LISTENER_ZEROS = (
         "spacy-elmo: the ELMo listener in '{component}' got no ELMo layers for a training batch and reads "
         "zeros: its upstream '{upstream}' did not run update() on it (listed in [training] "

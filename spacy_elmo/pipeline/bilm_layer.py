@@ -6,6 +6,7 @@ one doc. The torch :class:`ElmoRunner` sits inside thinc's PyTorch wrapper
 safetensors + config JSON (no pickle).
 """
 
+import contextlib
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import srsly
@@ -13,7 +14,9 @@ import torch
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 from spacy.tokens import Doc
-from thinc.api import ArgsKwargs, Model, PyTorchWrapper_v3, torch2xp, xp2torch
+from thinc.api import ArgsKwargs, Model, PyTorchShim, torch2xp, xp2torch
+from thinc.layers.pytorchwrapper import forward as pytorch_forward
+from thinc.shims.shim import Shim
 from thinc.types import Floats3d
 
 from ..bilm import BiLM, BiLMConfig
@@ -43,12 +46,13 @@ def build_elmo_bilm(
             )
     runner = ElmoRunner(cache_size, layer_cache_mb)
     runner.backend_name = backend
-    wrapper = PyTorchWrapper_v3(
-        runner,
-        convert_inputs=_convert_inputs,
-        convert_outputs=_convert_outputs,
-        serialize_model=_serialize_runner,
-        deserialize_model=_deserialize_runner,
+    # thinc's PyTorchWrapper_v3, with the shim that swaps in the optimizer's averages
+    wrapper = Model(
+        "pytorch",
+        pytorch_forward,
+        attrs={"convert_inputs": _convert_inputs, "convert_outputs": _convert_outputs},
+        shims=[AveragingPyTorchShim(runner, serialize_model=_serialize_runner, deserialize_model=_deserialize_runner)],
+        dims={"nI": None, "nO": None},
     )
     return Model(
         "elmo_bilm",
@@ -58,6 +62,53 @@ def build_elmo_bilm(
         attrs={"batch_tokens": batch_tokens, "max_window": max_window, "backend": backend},
         init=_init,
     )
+
+
+class AveragingPyTorchShim(PyTorchShim):
+    """thinc's PyTorchShim whose ``use_params`` swaps in the parameter averages the optimizer keeps.
+
+    thinc's optimizer records a torch parameter's average under ``(shim.id, name)`` (the key
+    ``PyTorchShim.finish_update`` passes it), but ``PyTorchShim.use_params`` reads only keys
+    ``"pytorch_{id}_{name}"``, which no optimizer writes: ``nlp.use_params(optimizer.averages)``
+    (``spacy train`` with ``use_averages = true`` evaluates and saves inside it) left a fine-tuned
+    biLM at its raw weights next to averaged task layers. The token and layer caches hold
+    outputs of the weights in place: they are emptied on entering and leaving.
+    """
+
+    @contextlib.contextmanager
+    def use_params(self, params):
+        parameters = dict(self._model.named_parameters())
+        found = {name: params[(self.id, name)] for name in parameters if (self.id, name) in params}
+        if not found:
+            with super().use_params(params):
+                yield
+            return
+        backup = {name: parameters[name].detach().clone() for name in found}
+        with torch.no_grad():
+            for name, value in found.items():
+                parameters[name].copy_(xp2torch(value, device=parameters[name].device))
+        self._model.clear_caches()
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                for name, value in backup.items():
+                    parameters[name].copy_(value)
+            self._model.clear_caches()
+
+
+def renew_shim_ids(model: Model) -> None:
+    """Give the shims of a copied model ids of their own.
+
+    thinc's ``Model.copy`` deep-copies a shim with its id, which keys its parameters in the optimizer
+    (Adam's moments, the update counts, the averages): a copy of the biLM that trains next to the
+    original (``nlp.replace_listeners`` while ``elmo`` still feeds other listeners) would share all of
+    that with it, and ``use_params`` would give both the same averages."""
+    for node in model.walk():
+        for shim in node.shims:
+            with Shim.global_id_lock:
+                Shim.global_id += 1
+                shim.id = Shim.global_id
 
 
 def get_runner(model: Model) -> ElmoRunner:

@@ -13,6 +13,7 @@ import copy
 import functools
 import math
 import operator
+import os
 import sys
 import warnings
 import weakref
@@ -31,7 +32,7 @@ from thinc.types import Floats3d
 from ..bilm import BiLM
 from ..errors import Errors, Warnings
 from ..training.data import tokenizer_settings
-from .bilm_layer import get_bilm, own_bilm_layer, set_bilm, step_bilm
+from .bilm_layer import get_bilm, own_bilm_layer, renew_shim_ids, set_bilm, step_bilm
 from .doc_data import ELMO_ATTR, install_extensions, install_hooks, set_doc_data
 from .listener import ElmoListener
 from .loaders import WeightsLoader, load_weights
@@ -128,6 +129,30 @@ def _find_listener_path(cfg: Any, path: Tuple[str, ...] = ()) -> Optional[Tuple[
     return None
 
 
+LOADER = "spacy_elmo.WeightsLoader.v1"
+
+
+def _requested_weights(nlp: Language, name: str) -> Optional[str]:
+    """The path the pipeline config's ``[initialize.components.NAME.weights_loader]`` names (this package's
+    loader only), None without one or with an empty path (nothing requested)."""
+    try:
+        loader = nlp.config.interpolate()["initialize"]["components"][name]["weights_loader"]
+    except (KeyError, TypeError):
+        return None
+    if not isinstance(loader, dict) or loader.get("@misc") != LOADER or not loader.get("path"):
+        return None
+    return str(loader["path"])
+
+
+def _same_weights(requested: str, source: Optional[str]) -> bool:
+    """Whether a requested weights path names the weights recorded as ``source`` (a path or "default")."""
+    def canonical(path: Optional[str]) -> str:
+        text = "" if path is None else str(path).strip()
+        return "default" if text in ("", "default") else os.path.realpath(text)
+
+    return canonical(requested) == canonical(source)
+
+
 def _path_being_replaced() -> Optional[Tuple[str, str]]:
     """``(component, listener path)`` of the ``Language.replace_listeners`` call running this hook, or None.
 
@@ -173,6 +198,7 @@ def replace_listener(model: Model, listener: Model, component: "ElmoComponent") 
     if get_bilm(model) is None:  # weights not loaded yet (lazy): load them, copy again
         component._ensure_weights()
         model = component.model.copy()
+    renew_shim_ids(model)
     return own_bilm_layer(model, component.cfg["frozen"])
 
 
@@ -301,6 +327,30 @@ class ElmoComponent(TrainablePipe):
                     listener.upstream, listener.component = None, None
                 listener.clear()
         self._listener_map = value
+        self._check_sourced_weights(sys._getframe(1).f_locals.get("self"))
+
+    def _check_sourced_weights(self, nlp: Any) -> None:
+        """Warn (once) when this component was sourced from another pipeline into ``nlp`` but ``nlp``'s
+        config names other weights in ``[initialize.components.NAME.weights_loader]``.
+
+        spaCy copies a sourced component with its weights and never initializes it, so that loader is never
+        run, and it gives the component no view of the new config. ``init_nlp`` (``spacy train``) relinks the
+        listeners (``nlp._link_components``, which sets this map) once the config is complete and before
+        ``initialize`` forgets which components were sourced (``nlp.meta["_sourced_vectors_hashes"]``)."""
+        if (
+            self.__dict__.get("_sourced_weights_warned")
+            or not isinstance(nlp, Language)
+            or self.name not in nlp.meta.get("_sourced_vectors_hashes", {})
+        ):
+            return
+        requested = _requested_weights(nlp, self.name)
+        if requested is not None and not _same_weights(requested, self.source):
+            self._sourced_weights_warned = True
+            warnings.warn(
+                Warnings.W_ELMO_SOURCED_OTHER_WEIGHTS.format(name=self.name, source=self.source, requested=requested),
+                UserWarning,
+                stacklevel=3,
+            )
 
     def _listeners_skipped_by(self, nlp: Language) -> List[Tuple[str, ElmoListener]]:
         """``(component name, listener)`` of the disabled components after this one that listen to it.

@@ -8,7 +8,7 @@ import spacy
 import torch
 from spacy.training import Example
 from spacy.training.loop import train_while_improving
-from thinc.api import set_dropout_rate
+from thinc.api import Adam, set_dropout_rate
 
 from spacy_elmo import BiLM, BiLMConfig
 from spacy_elmo.bilm.token_cache import run_rows
@@ -355,6 +355,44 @@ def test_fine_tuning_refreshes_token_cache(tiny_dir):
     numpy.testing.assert_allclose(numpy.asarray(got, dtype="float32"), expected, atol=2e-3)
 
 
+def test_use_averages_swaps_in_the_fine_tuned_bilms_averages(tiny_dir):
+    """spacy train with use_averages = true evaluates and saves inside nlp.use_params(optimizer.averages):
+    a fine-tuned biLM there has thinc's moving averages of its weights after each step, as the task layers
+    do (it kept its raw weights: averaged heads on a raw biLM), and its raw weights again after it; the
+    outputs and a pipeline saved there come from the averages, not from the token cache of the raw ones."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "frozen": False})
+    nlp.add_pipe("ner", config={"model": {**NER, "tok2vec": LISTENER}})
+    examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(4)]
+    nlp.initialize(lambda: examples)
+    optimizer = Adam(0.01, use_averages=True)
+    bilm = get_bilm(nlp.get_pipe("elmo").model)
+    average = {name: torch.zeros_like(p) for name, p in bilm.named_parameters()}
+    for step in range(1, 4):
+        nlp.update(examples, sgd=optimizer)
+        decay = (1 + step) / (10 + step)  # thinc's ops.update_averages, from zeros
+        for name, p in bilm.named_parameters():
+            average[name] += (1 - decay) * (p.detach() - average[name])
+    raw = {name: p.detach().clone() for name, p in bilm.named_parameters()}
+    assert any(not torch.allclose(raw[name], average[name]) for name in raw)
+    text = "Yesterday Alice went home and it was good ."
+    nlp(text)  # fills the token cache with the raw weights
+    with nlp.use_params(optimizer.averages):
+        for name, p in bilm.named_parameters():
+            torch.testing.assert_close(p.detach(), average[name], rtol=1e-5, atol=1e-6)
+        got = nlp(text)._.elmo
+        saved = nlp.to_bytes()
+    for name, p in bilm.named_parameters():
+        assert torch.equal(p.detach(), raw[name]), name
+    loaded = spacy.blank("en")
+    loaded.add_pipe("elmo", config={"frozen": False})
+    loaded.add_pipe("ner", config={"model": {**NER, "tok2vec": LISTENER}})
+    loaded.from_bytes(saved)
+    for name, p in get_bilm(loaded.get_pipe("elmo").model).named_parameters():
+        torch.testing.assert_close(p.detach(), average[name], rtol=1e-5, atol=1e-6)
+    numpy.testing.assert_array_equal(loaded(text)._.elmo, got)
+
+
 def _tok2vec_output(nlp, text):
     doc = nlp(text)
     return nlp.get_pipe("ner").model.get_ref("tok2vec").predict([doc])[0]
@@ -391,6 +429,24 @@ def test_replace_listeners(tiny_dir, tmp_path, tok2vec, path, frozen):
     loaded.update(examples, sgd=opt)
     moved = any(not torch.equal(v, before[k]) for k, v in bilm.state_dict().items())
     assert moved == (not frozen)
+
+
+def test_replaced_listener_bilm_has_its_own_optimizer_state(tiny_dir):
+    """nlp.replace_listeners copies the biLM with thinc's Model.copy, which kept the shim's id, the key of
+    its weights in the optimizer: ner's own fine-tuned copy and the elmo component (still feeding textcat)
+    shared Adam's moments, update counts and averages (each key updated twice per step). Now each biLM's
+    parameters have keys of their own, each updated once per step."""
+    nlp = _fine_tuned_ner_and_textcat(tiny_dir)
+    examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(4)]
+    optimizer = _CountingOptimizer(nlp.initialize(lambda: examples))
+    nlp.replace_listeners("elmo", "ner", ["model.tok2vec"])
+    steps = 2
+    for _ in range(steps):
+        nlp.update(examples, sgd=optimizer)
+    n_params = len(list(get_bilm(nlp.get_pipe("elmo").model).parameters()))
+    bilm_keys = {key: n for key, n in optimizer.calls.items() if key[1].startswith("bilm.")}
+    assert len(bilm_keys) == 2 * n_params
+    assert set(bilm_keys.values()) == {steps}
 
 
 def test_replace_listeners_at_the_wrong_path_is_a_clear_error(tiny_dir, tmp_path):

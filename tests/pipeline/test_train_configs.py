@@ -2,11 +2,13 @@
 
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy
 import pytest
 import spacy
+import srsly
 import torch
 from spacy.training import Corpus
 from spacy.training.initialize import init_nlp
@@ -61,6 +63,9 @@ def test_spacy_train(cfg, task, corpus_dir, tiny_dir, tmp_path):
         result = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         assert result.returncode == 0, result.stdout + result.stderr
         data = next(pkg.glob("*/en_elmo_test/en_elmo_test-0.0.1"))
+        # the package installs spacy-elmo (spaCy finds it from the registered functions in the config)
+        requirements = srsly.read_json(data.parent.parent / "meta.json")["requirements"]
+        assert any(r.split(">")[0].split("=")[0] == "spacy-elmo" for r in requirements), requirements
         packaged = spacy.load(data)
         # texts[0] alone, not batched with texts[1]: equal up to rounding (one float16 ulp)
         got, want = packaged(texts[0])._.elmo.astype("float32"), before[0]._.elmo.astype("float32")
@@ -162,3 +167,28 @@ def test_sourced_elmo_frozen_without_annotating(corpus_dir, tiny_dir, tmp_path):
     nlp("Alice went home .")  # an evaluation: the listener has seen real layers
     with pytest.raises(ValueError, match=r"no ELMo layers for a training batch.*annotating_components"):
         nlp.update(examples, exclude=["elmo"])
+
+
+def test_sourced_elmo_with_other_requested_weights_warns_once(corpus_dir, tiny_dir, tmp_path):
+    """[components.elmo] source = PIPELINE with --paths.elmo OTHER: spaCy copies the component with its
+    weights and never initializes it, so OTHER had no effect, silently. Now init_nlp (spacy train) warns
+    once, naming both, also with elmo in frozen_components; no warning when --paths.elmo names the weights
+    it runs, or names none ("")."""
+    _init("ner.cfg", corpus_dir, tiny_dir).to_disk(tmp_path / "first")
+    torch.manual_seed(1)
+    BiLM(BiLMConfig(**TINY)).save(tmp_path / "other")
+    frozen = {"training.frozen_components": ["elmo"], "training.annotating_components": ["sentencizer", "elmo"]}
+    for weights, overrides, warns in ((tmp_path / "other", frozen, True), (tiny_dir, {}, False), ("", {}, False)):
+        config = _config("ner.cfg", corpus_dir, weights, overrides)
+        config["components"]["elmo"] = {"source": str(tmp_path / "first")}
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            nlp = init_nlp(config)
+        ours = [str(w.message) for w in caught if "sourced with" in str(w.message)]
+        if warns:
+            assert len(ours) == 1, ours
+            assert f"({tiny_dir}), not '{tmp_path / 'other'}'" in ours[0] and "drop `source`" in ours[0]
+            runs = get_bilm(nlp.get_pipe("elmo").model).state_dict()
+            assert all(torch.equal(v, BiLM.load(tiny_dir).state_dict()[k]) for k, v in runs.items())
+        else:
+            assert ours == []
