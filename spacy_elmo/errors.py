@@ -304,6 +304,11 @@ class Errors:
         "set_cpu_recycle_limit expects a whole number of bytes >= 0 (0 turns recycling "
         "off; the default is {default}), got {value!r}."
     )
+    E_BILSTM_STATE = (
+        "bilstm_layer's state must be None (zeros) or a pair (h0, c0): h0 (2, B, P) and c0 (2, B, C), each "
+        "either one tensor indexed by direction or a pair (forward, backward) of (B, P) / (B, C) tensors; "
+        "got {found}."
+    )
     E_FUSED_NOT_FLOAT = (
         "The fused {op} computes in floating point, but {name} is {dtype} (it would be run in float32 and an "
         "integer result truncated). Pass float32/float64 (or float16/bfloat16) tensors, e.g. {name}.float()."

@@ -116,6 +116,11 @@ at::Tensor recycled_empty(at::IntArrayRef sizes, const at::TensorOptions& opts) 
   return at::from_blob(p, sizes, [size = size](void* q) { recycled().give(q, size); }, opts);
 }
 
+at::Tensor own_storage(const at::Tensor& part) {
+  return at::from_blob(part.data_ptr(), part.sizes(), part.strides(), [keep = part.storage()](void*) {},
+                       part.options());
+}
+
 int64_t recycle_limit() { return recycled().limit(); }
 
 int64_t set_recycle_limit(int64_t bytes) {

@@ -23,6 +23,14 @@ at::Tensor workspace(int slot, at::IntArrayRef sizes, at::ScalarType dtype);
 // most recycle_limit() bytes (the oldest go first). Smaller ones: at::empty.
 at::Tensor recycled_empty(at::IntArrayRef sizes, const at::TensorOptions& opts);
 
+// The elements of `part` (a view into a larger buffer) as a tensor with a
+// storage of its own, without a copy: the buffer stays allocated until every
+// such tensor made from it is freed. For outputs cut from one product: outputs
+// of a custom op must not share a storage (torch.compile plans memory by that,
+// torch.library.opcheck checks it), and views of disjoint parts held in
+// separate storages share no element.
+at::Tensor own_storage(const at::Tensor& part);
+
 // The most bytes the recycled list holds (default 1 GiB; 0 turns recycling
 // off). Setting a lower limit frees the oldest blocks at once. Returns the
 // previous limit.

@@ -433,7 +433,7 @@ def bilstm_layer(
 ) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     """Fused :func:`spacy_elmo.ops.reference.bilstm_layer`: both directions in one
     kernel call, interleaved step by step (they run concurrently)."""
-    h0, c0 = (None, None) if state is None else state
+    h0, c0 = reference.bilstm_state(state)
     outs, h_n, c_n = _lstm([x_fwd, x_bwd], lengths, [*fwd, *bwd], h0, c0, cell_clip, proj_clip,
                            [0, int(reverse_backward)], residual)
     return outs[0], outs[1], h_n, c_n

@@ -150,6 +150,36 @@ def lstm_layer(
     return out, h, c
 
 
+def bilstm_state(state) -> Tuple[Optional[Tensor], Optional[Tensor]]:
+    """:func:`bilstm_layer`'s ``state`` as ``(h0 (2, B, P), c0 (2, B, C))`` tensors, ``(None,
+    None)`` for None: a tensor is passed on as it is (the ops check its shape), a pair of
+    per-direction tensors is stacked. Anything else (one tensor in place of the pair, h0 without
+    c0, a part holding one direction only) is a TypeError (``Errors.E_BILSTM_STATE``) in both
+    backends."""
+    if state is None:
+        return None, None
+    if not isinstance(state, (tuple, list)) or len(state) != 2:
+        raise TypeError(Errors.E_BILSTM_STATE.format(found=_state_kind(state)))
+    out = []
+    for part in state:
+        if isinstance(part, Tensor):
+            out.append(part)
+        elif isinstance(part, (tuple, list)) and len(part) == 2 and all(isinstance(t, Tensor) for t in part):
+            out.append(torch.stack(list(part)))
+        else:
+            raise TypeError(Errors.E_BILSTM_STATE.format(found=_state_kind(state)))
+    return out[0], out[1]
+
+
+def _state_kind(state) -> str:
+    """A short description of a bad ``state`` for the message: its nesting and leaf types."""
+    if isinstance(state, Tensor):
+        return f"a tensor of shape {tuple(state.shape)}"
+    if isinstance(state, (tuple, list)):
+        return f"a {type(state).__name__} of ({', '.join(_state_kind(s) for s in state)})"
+    return f"a {type(state).__name__}"
+
+
 def bilstm_layer(
     x_fwd: Tensor,
     x_bwd: Tensor,
@@ -165,14 +195,18 @@ def bilstm_layer(
     """Both directions of one biLM layer (independent weights, shared lengths).
 
     fwd / bwd: ``(w_input, w_recurrent, bias, w_proj)`` of each direction.
-    state: ``(h0 (2, B, P), c0 (2, B, C))`` indexed by direction, or None.
+    state: ``(h0 (2, B, P), c0 (2, B, C))`` indexed by direction, or None for
+    zeros; h0 and c0 may each also be a pair ``(forward, backward)`` of
+    ``(B, P)`` / ``(B, C)`` tensors (both backends accept the same states:
+    :func:`bilstm_state`).
     reverse_backward: the backward direction reverses each row within its
     length (inference); False when the caller already feeds a reversed stream
     (pretraining).
     Returns ``(out_fwd (B, T, P), out_bwd (B, T, P), h_n (2, B, P), c_n (2, B, C))``.
     """
-    h0 = (None, None) if state is None else (state[0][0], state[0][1])
-    c0 = (None, None) if state is None else (state[1][0], state[1][1])
+    h0, c0 = bilstm_state(state)
+    h0 = (None, None) if h0 is None else (h0[0], h0[1])
+    c0 = (None, None) if c0 is None else (c0[0], c0[1])
     out_f, h_f, c_f = lstm_layer(x_fwd, lengths, *fwd, h0[0], c0[0], cell_clip, proj_clip, False, residual)
     out_b, h_b, c_b = lstm_layer(x_bwd, lengths, *bwd, h0[1], c0[1], cell_clip, proj_clip, reverse_backward, residual)
     return out_f, out_b, torch.stack([h_f, h_b]), torch.stack([c_f, c_b])

@@ -453,6 +453,17 @@ def test_opcheck_all_ops():
                           test_utils=("test_schema", "test_faketensor", "test_autograd_registration"))
     torch.library.opcheck(ops.lstm_forward.default, (xs, lengths, weights, h0, c0, None, None, [0, 1], False, False),
                           test_utils=("test_schema", "test_faketensor"))
+    # the backward with an initial state and clips, and from zeros without: its weight
+    # gradients are rows of one product, each returned in a storage of its own
+    for state, clips, residual in [((h0, c0), (3.0, 0.5), True), (None, (None, None), False)]:
+        h, c = (torch.zeros(2, B, P), torch.zeros(2, B, C)) if state is None else (s.detach() for s in state)
+        ins = [t.detach() for t in xs], lengths, [w.detach() for w in weights], h, c, *clips, [0, 1], residual
+        outs, h_n, c_n, *saved = ops.lstm_forward(*ins, True)
+        grads = [torch.randn(o.shape, generator=gen) for o in outs]
+        g_h = torch.zeros_like(h_n) if state is None else torch.randn(h_n.shape, generator=gen)
+        g_c = torch.zeros_like(c_n) if state is None else torch.randn(c_n.shape, generator=gen)
+        torch.library.opcheck(ops.lstm_backward.default,
+                              (grads, g_h, g_c, ins[0], lengths, ins[2], c, *saved, *clips, [0, 1], residual))
     h = torch.randn(5, 3, generator=gen, requires_grad=True)
     w = torch.randn(7, 3, generator=gen, requires_grad=True)
     off = torch.randn(7, generator=gen, requires_grad=True)

@@ -339,3 +339,40 @@ def test_opcheck_backward_ops_outputs_do_not_share_storage():
     torch.library.opcheck(ops.sampled_logsumexp_backward.default, (torch.randn(3), h, w, p))
     x, y, z = torch.randn(6, 4), torch.randn(8, 4), torch.randn(8)
     torch.library.opcheck(ops.highway_backward.default, (torch.randn(6, 4), x, y, ops.highway_forward(x, y, z)[1]))
+
+
+@pytest.mark.parametrize("backend", ["reference", "fused"])
+def test_bilstm_state_as_per_direction_pairs(backend):
+    """bilstm_layer's state (h0 (2, B, P), c0 (2, B, C)) may give h0 and c0 each as a pair (forward,
+    backward) of per-direction tensors: both backends then compute what the stacked tensors give
+    (the reference with the documented tensors is the oracle), gradients included. The fused
+    backend used to call .to() on the tuple (AttributeError) while the reference indexed it."""
+    gen = torch.Generator().manual_seed(5)
+    B, T, P, C = 3, 4, 4, 6
+    lengths = torch.tensor([4, 1, 0])
+    x = torch.randn(B, T, P, generator=gen, dtype=torch.float64)
+    fw, bw = (list(lstm_params(gen, P, C, P, dtype=torch.float64)) for _ in range(2))
+    h0 = torch.randn(2, B, P, generator=gen, dtype=torch.float64)
+    c0 = torch.randn(2, B, C, generator=gen, dtype=torch.float64)
+
+    def run(impl, make_state, leaves):
+        leaves = [t.clone().requires_grad_() for t in leaves]
+        res = impl(x, x, lengths, fw, bw, make_state(*leaves), 3.0, 0.5, True, True)
+        sum((r * (k + 1)).sum() for k, r in enumerate(res)).backward()
+        return [r.detach() for r in res], [t.grad for t in leaves]
+
+    expected, (gh, gc) = run(R.bilstm_layer, lambda h, c: (h, c), [h0, c0])
+    impl = functools.partial(dispatch.bilstm_layer, backend=backend)
+    for make_state in (lambda hf, hb, cf, cb: ((hf, hb), (cf, cb)),
+                       lambda hf, hb, cf, cb: [[hf, hb], [cf, cb]],
+                       lambda hf, hb, cf, cb: (torch.stack([hf, hb]), (cf, cb))):
+        res, grads = run(impl, make_state, [h0[0], h0[1], c0[0], c0[1]])
+        for a, e in zip(res, expected):
+            _close(a, e, rtol=1e-10, atol=1e-10)
+        for a, e in zip(grads, [gh[0], gh[1], gc[0], gc[1]]):
+            _close(a, e, rtol=1e-10, atol=1e-10)
+    # anything else: one clear error, the same in both backends
+    bad = [h0, (h0,), (h0, None), (h0, c0, c0), ((h0[0],), c0), ((h0[0], h0[1], h0[0]), c0), (h0, (c0[0], None))]
+    for state in bad:
+        with pytest.raises(TypeError, match=r"bilstm_layer's state must be None \(zeros\) or a pair \(h0, c0\)"):
+            impl(x, x, lengths, fw, bw, state)
