@@ -762,6 +762,13 @@ class Warnings:
         "with `replace_listeners` to give them their own copy of it). To keep the sourced biLM, set "
         "--paths.elmo {source}."
     )
+    W_ELMO_OTHER_LANG = (
+        "spacy-elmo: the {name} component's model {source} was pretrained on the tokens of spaCy's "
+        "{lang!r} tokenizer (its settings were not recorded: an older model), but this pipeline is "
+        "{nlp_lang!r}: the biLM reads other tokens than it learnt from, and its vectors are worse for it. Build "
+        "the pipeline with the model's language, e.g. spacy.blank({lang!r}), or pretrain with this pipeline's "
+        "tokenizer."
+    )
     W_LISTENER_ZEROS = (
         "spacy-elmo: the ELMo listener in '{component}' got no ELMo layers for a training batch and reads "
         "zeros: its upstream '{upstream}' did not run update() on it (listed in [training] "

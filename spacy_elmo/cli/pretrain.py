@@ -46,14 +46,16 @@ def pretrain(
     max_steps: Optional[int] = typer.Option(None, help="Stop after this many steps."),
     epochs: Optional[float] = typer.Option(None, help="Stop after this many epochs (default 10)."),
     batch_size: int = typer.Option(128, help="Rows per process (bilm-tf: 128)."),
-    unroll: int = typer.Option(20, help="Truncated-BPTT window (bilm-tf: 20); streams only (an error with --sentences)."),
+    unroll: int = typer.Option(
+        20, help="Truncated-BPTT window (bilm-tf: 20); streams only (another value is an error with --sentences)."),
     sentences: bool = typer.Option(
         False, "--sentences",
         help="Rows are whole sentences read from the start state, as the elmo component reads them, instead of "
         "bilm-tf's continuous streams with carried states (held-out perplexity per sentence; --unroll and "
-        "--state-sentences are then errors)."),
+        "--state-sentences, set to anything but their defaults, are then errors)."),
     max_length: int = typer.Option(
-        100, help="With --sentences (an error without): longer sentences are cut into pieces of this many targets."),
+        100, help="With --sentences (another value is an error without): longer sentences are cut into pieces of "
+        "this many targets."),
     negatives: int = typer.Option(8192, help="Sampled-softmax negatives per batch (bilm-tf: 8192)."),
     optimizer: str = typer.Option("adagrad", help="adagrad (bilm-tf, lr 0.2, accumulator 1.0) or adam."),
     lr: Optional[float] = typer.Option(None, help="Learning rate (default: 0.2 adagrad, 1e-3 adam)."),

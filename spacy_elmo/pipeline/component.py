@@ -292,11 +292,10 @@ class ElmoComponent(TrainablePipe):
             return
         tokenizer = trained.get("tokenizer")  # absent in models pretrained before it was recorded
         if trained["lang"] != here["lang"] or (tokenizer is not None and tokenizer != here["tokenizer"]):
+            message = Warnings.W_ELMO_OTHER_TOKENS if tokenizer is not None else Warnings.W_ELMO_OTHER_LANG
             warnings.warn(
-                Warnings.W_ELMO_OTHER_TOKENS.format(
-                    name=self.name, source=source, lang=trained["lang"], tokenizer=tokenizer or "its default",
-                    nlp_lang=here["lang"], nlp_tokenizer=here["tokenizer"],
-                ),
+                message.format(name=self.name, source=source, lang=trained["lang"], tokenizer=tokenizer,
+                               nlp_lang=here["lang"], nlp_tokenizer=here["tokenizer"]),
                 UserWarning,
                 stacklevel=3,
             )

@@ -315,6 +315,24 @@ def test_pipeline_of_other_tokens_than_pretraining_warns(tmp_path, tiny_dir, lan
     assert doc._.elmo.shape == (N_LAYERS, len(doc), WIDTH)
 
 
+def test_other_language_of_a_model_without_its_tokenizer_recorded_warns_in_plain_words(tmp_path, tiny_dir):
+    """Models pretrained before the tokenizer was recorded (the bundled default among them) are checked by
+    language only; the warning said "tokenizer its default" and suggested
+    spacy.blank('zh', config={'nlp': {'tokenizer': its default}}), which is no Python."""
+    import warnings
+
+    BiLM.load(tiny_dir).save(tmp_path / "zh", provenance={"trained_by": "spacy-elmo pretrain", "lang": "zh"})
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tmp_path / "zh")})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        nlp("tea please")
+    messages = [str(w.message) for w in caught if "pretrained on the tokens" in str(w.message)]
+    assert len(messages) == 1
+    assert "its default" not in messages[0] and "this pipeline is 'en'" in messages[0]
+    assert "spacy.blank('zh')" in messages[0]
+
+
 def test_outputs_are_the_bilm_rows_exactly(tiny_dir):
     """Each doc's rows are, bit for bit, what the biLM gives its sub-batch (run directly on the same rows
     with the same cached token vectors); whitespace tokens stay zero; doc._.elmo is numpy's float16
