@@ -1,5 +1,6 @@
 """A/B of the elmo model's layer cache: the component's predict over the same docs twice (as two epochs
-of a frozen-biLM training see them), layer_cache_mb on vs off, runs alternating.
+of a frozen-biLM training see them), the component's layer_cache_mb (what [initialize.components.elmo]
+sets in spacy train) on vs off, runs alternating.
 
     python -m benchmarks.layer_cache [--docs 400] [--rounds 3] [--threads 2]
 """

@@ -69,10 +69,8 @@ def build_nlp(
     if not (path / "config.json").exists():
         torch.manual_seed(0)
         BiLM(BiLMConfig.preset(preset), backend="reference").save(path)
-    nlp.add_pipe(
-        "elmo",
-        config={"weights": str(path), "model": {"backend": backend, "cache_size": cache_size, "layer_cache_mb": layer_cache_mb}},
-    )
+    elmo = nlp.add_pipe("elmo", config={"weights": str(path), "model": {"backend": backend, "cache_size": cache_size}})
+    elmo.layer_cache_mb = layer_cache_mb  # what [initialize.components.elmo] sets in spacy train
     return nlp
 
 

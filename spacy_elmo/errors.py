@@ -439,6 +439,12 @@ class Errors:
         "integer >= {minimum} ({meaning}). Fix {setting} in the component's model config block (e.g. "
         "[components.elmo.model]), or leave it out for the default."
     )
+    E_ELMO_LAYER_CACHE = (
+        "The '{name}' component got layer_cache_mb = {value!r}; it must be an integer >= 0 (MB of biLM "
+        "output layers cached per sentence, 0 for none). It is a training-run setting: "
+        "[initialize.components.{name}] layer_cache_mb = N in a training config, or "
+        "nlp.get_pipe('{name}').layer_cache_mb = N in Python."
+    )
     E_ELMO_MIX_VALUES = (
         "The '{name}' component: mix must be null (the average of the layers) or a list of numbers, one "
         "weight per biLM output layer (before softmax); got {value!r}."

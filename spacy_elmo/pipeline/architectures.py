@@ -25,22 +25,20 @@ def ElmoBiLM(
     max_window: int = 128,
     backend: str = "auto",
     cache_size: int = 50000,
-    layer_cache_mb: int = 0,
 ) -> Model[List[Doc], List[Floats3d]]:
     """Run-time settings only: the biLM's sizes come with its weights (config.json / options.json).
 
     batch_tokens: padded tokens (rows x longest row) per biLM call; max_window:
     the longest row (sentences and boundary-less docs are cut to it);
-    backend: "auto" | "fused" | "reference"; cache_size: char-CNN cache entries;
-    layer_cache_mb: MB of output layers kept per sentence (or window) for a biLM that does
-    not train, so repeated sentences (every epoch, every evaluation) skip the biLM; 0 = off.
+    backend: "auto" | "fused" | "reference"; cache_size: char-CNN cache entries.
+    The cache of output layers per sentence is no model setting: it is the component's
+    ``layer_cache_mb`` (``[initialize.components.elmo]``), so a saved pipeline never carries it.
     """
     return build_elmo_bilm(
         batch_tokens=batch_tokens,
         max_window=max_window,
         backend=backend,
         cache_size=cache_size,
-        layer_cache_mb=layer_cache_mb,
     )
 
 

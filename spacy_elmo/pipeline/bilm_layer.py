@@ -31,20 +31,18 @@ def build_elmo_bilm(
     max_window: int = 128,
     backend: str = "auto",
     cache_size: int = 50000,
-    layer_cache_mb: int = 0,
 ) -> Model[List[Doc], List[Floats3d]]:
     """The component model; the biLM arrives later through :func:`set_bilm` (weights decide its shape)."""
     for setting, value, minimum, meaning in (
         ("batch_tokens", batch_tokens, 1, "padded tokens per biLM call"),
         ("max_window", max_window, 1, "the longest row of tokens the biLM reads at once"),
         ("cache_size", cache_size, 0, "char-CNN cache entries, 0 for none"),
-        ("layer_cache_mb", layer_cache_mb, 0, "MB of output layers cached per sentence, 0 for none"),
     ):
         if not is_int(value) or value < minimum:
             raise ValueError(
                 Errors.E_ELMO_MODEL_SETTING.format(setting=setting, value=value, minimum=minimum, meaning=meaning)
             )
-    runner = ElmoRunner(cache_size, layer_cache_mb)
+    runner = ElmoRunner(cache_size)
     runner.backend_name = backend
     # thinc's PyTorchWrapper_v3, with the shim that swaps in the optimizer's averages
     wrapper = Model(
@@ -150,7 +148,7 @@ def _forward(model: Model, docs: List[Doc], is_train: bool):
     """docs -> per-doc ``(L + 1, n, 2P)`` arrays, running sub-batches of bounded padded size.
     Whitespace tokens are not read (see :mod:`.batching`): their rows stay zero.
 
-    With a layer cache (``layer_cache_mb``; only at prediction and for a biLM that does not
+    With a layer cache (the component's ``layer_cache_mb``; only at prediction and for a biLM that does not
     train) a piece whose words were run before is copied from it, and a piece repeated in the
     batch runs once: only the other pieces go to the biLM, grouped as without the cache."""
     nL, D = model.get_dim("nL"), model.get_dim("nO")

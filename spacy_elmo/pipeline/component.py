@@ -30,10 +30,12 @@ from thinc.api import Config, Model, Optimizer, set_dropout_rate
 from thinc.types import Floats3d
 
 from ..bilm import BiLM
+from ..bilm.config import is_int
 from ..errors import Errors, Warnings
 from ..training.data import tokenizer_settings
-from .bilm_layer import get_bilm, own_bilm_layer, renew_shim_ids, set_bilm, step_bilm
+from .bilm_layer import get_bilm, get_runner, own_bilm_layer, renew_shim_ids, set_bilm, step_bilm
 from .doc_data import ELMO_ATTR, install_extensions, install_hooks, set_doc_data
+from .layer_cache import MB
 from .listener import ElmoListener
 from .loaders import WeightsLoader, load_weights
 
@@ -47,7 +49,6 @@ batch_tokens = 4096
 max_window = 128
 backend = "auto"
 cache_size = 50000
-layer_cache_mb = 0
 """
 
 
@@ -308,6 +309,22 @@ class ElmoComponent(TrainablePipe):
                 Errors.E_ELMO_MIX_LENGTH.format(name=self.name, found=len(mix), source=source, expected=expected)
             )
 
+    # -- layer cache -------------------------------------------------------------
+    @property
+    def layer_cache_mb(self) -> int:
+        """MB of biLM output layers kept per sentence (or window), keyed by its words, so that a sentence
+        seen before is copied instead of run again; 0 = off (least recently used dropped first; only at
+        prediction, never for a biLM that trains). A training-run setting: ``initialize`` sets it from
+        ``[initialize.components.NAME] layer_cache_mb`` (``spacy train``); it is no part of the saved
+        pipeline, so ``spacy.load`` gives it 0. Set it here to cache repeated texts at inference."""
+        return get_runner(self.model).layer_cache.limit // MB
+
+    @layer_cache_mb.setter
+    def layer_cache_mb(self, value: int) -> None:
+        if not is_int(value) or value < 0:
+            raise ValueError(Errors.E_ELMO_LAYER_CACHE.format(name=self.name, value=value))
+        get_runner(self.model).layer_cache.set_limit(value)
+
     # -- listeners (as spaCy's Tok2Vec) ------------------------------------------
     @property
     def listener_map(self) -> Dict[str, List[ElmoListener]]:
@@ -558,8 +575,11 @@ class ElmoComponent(TrainablePipe):
         *,
         nlp: Optional[Language] = None,
         weights_loader: Optional[WeightsLoader] = None,
+        layer_cache_mb: Any = 0,  # Any: spaCy's validation would turn true or "10" into an int
     ) -> None:
-        """Load weights (``weights_loader`` first, else ``weights``, else the bundled default)."""
+        """Load weights (``weights_loader`` first, else ``weights``, else the bundled default) and set
+        :attr:`layer_cache_mb` (``[initialize.components.NAME]``; 0 = off)."""
+        self.layer_cache_mb = layer_cache_mb
         if weights_loader is not None:
             self.load_weights(loader=weights_loader)
         else:

@@ -1,11 +1,12 @@
 """A cache of the biLM's output layers per row (a sentence or window), keyed by the row's words.
 
 While ``spacy train`` runs with a frozen biLM, every epoch runs the biLM on the same training
-sentences and every evaluation on the same dev sentences: with ``layer_cache_mb`` > 0 the
-``elmo`` model keeps each row's ``(L + 1, n, 2P)`` layers (the float32 arrays its listeners
-read, on the model's device) and runs the biLM only on rows it has not seen. A row's layers
-depend only on its words (each row is run on its own, wrapped in ``<S> ... </S>``), not on the
-other rows of its batch, up to float32 rounding.
+sentences and every evaluation on the same dev sentences: with a limit > 0 (the ``elmo``
+component's ``layer_cache_mb``, set by its ``initialize`` from ``[initialize.components.elmo]``,
+so a pipeline loaded for inference starts without it) the ``elmo`` model keeps each row's
+``(L + 1, n, 2P)`` layers (the float32 arrays its listeners read, on the model's device) and runs
+the biLM only on rows it has not seen. A row's layers depend only on its words (each row is run on
+its own, wrapped in ``<S> ... </S>``), not on the other rows of its batch, up to float32 rounding.
 
 Only for a biLM that does not train: the entries are stale once the weights change, so the
 model's owner empties it whenever they are set or stepped (:meth:`ElmoRunner.clear_caches`).
@@ -34,6 +35,11 @@ class LayerCache:
         self.entries = OrderedDict()
         self.nbytes = 0
 
+    def set_limit(self, limit_mb: int) -> None:
+        """A new limit (MB, 0 = off): the least recently used entries over it are dropped."""
+        self.limit = max(int(limit_mb), 0) * MB
+        self._evict(0)
+
     def get(self, key: Hashable) -> Optional[Any]:
         array = self.entries.get(key)
         if array is not None:
@@ -44,11 +50,15 @@ class LayerCache:
         size = int(array.nbytes)
         if size > self.limit or key in self.entries:
             return
-        while self.nbytes + size > self.limit:
-            _, old = self.entries.popitem(last=False)
-            self.nbytes -= int(old.nbytes)
+        self._evict(size)
         self.entries[key] = array
         self.nbytes += size
+
+    def _evict(self, room: int) -> None:
+        """Drop the least recently used entries until ``room`` more bytes fit under the limit."""
+        while self.entries and self.nbytes + room > self.limit:
+            _, old = self.entries.popitem(last=False)
+            self.nbytes -= int(old.nbytes)
 
     # never saved, pickled or copied with its contents
     def __getstate__(self):

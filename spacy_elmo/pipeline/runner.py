@@ -3,7 +3,7 @@
 It holds the :class:`~spacy_elmo.BiLM` (set once weights are loaded), a
 cache of context-independent token vectors keyed by token text and the
 ``elmo`` model's cache of output layers per row (:mod:`.layer_cache`, filled
-by ``bilm_layer._forward``). The caches are plain attributes, never buffers,
+by ``bilm_layer._forward``; off until the component's ``layer_cache_mb`` sets a limit). The caches are plain attributes, never buffers,
 so they are not part of any serialized state.
 """
 
@@ -48,11 +48,11 @@ class ElmoRunner(nn.Module):
     the token cache; with gradients the whole biLM runs (fine-tuning).
     """
 
-    def __init__(self, cache_size: int = 50000, layer_cache_mb: int = 0) -> None:
+    def __init__(self, cache_size: int = 50000) -> None:
         super().__init__()
         self.bilm: Optional[BiLM] = None
         self.cache = TokenCache(cache_size)
-        self.layer_cache = LayerCache(layer_cache_mb)
+        self.layer_cache = LayerCache()
 
     def __setstate__(self, state) -> None:  # unpickled: maybe in a spawned worker
         super().__setstate__(state)

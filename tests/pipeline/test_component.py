@@ -157,8 +157,7 @@ def test_empty_docs(nlp):
 
 @pytest.mark.parametrize(
     "setting,value",
-    [("max_window", 0), ("max_window", -1), ("batch_tokens", 0), ("batch_tokens", -5), ("cache_size", -1),
-     ("layer_cache_mb", -1)],
+    [("max_window", 0), ("max_window", -1), ("batch_tokens", 0), ("batch_tokens", -5), ("cache_size", -1)],
 )
 def test_bad_model_settings_fail_at_construction(tiny_dir, setting, value):
     nlp = spacy.blank("en")

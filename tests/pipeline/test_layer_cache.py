@@ -1,5 +1,7 @@
-"""The elmo model's cache of output layers per sentence (``layer_cache_mb``): the same layers as
-without it, the biLM run only on sentences not seen before, bounded bytes, never stale."""
+"""The elmo model's cache of output layers per sentence (the component's ``layer_cache_mb``, set by
+``[initialize.components.elmo]``): the same layers as without it, the biLM run only on sentences not seen
+before, bounded bytes, never stale. That it is off in a pipeline loaded for inference:
+test_train_configs.py."""
 
 import pickle
 
@@ -9,7 +11,7 @@ import spacy
 from spacy.training import Example
 from thinc.api import ConfigValidationError, fix_random_seed
 
-from spacy_elmo.pipeline.bilm_layer import build_elmo_bilm, get_bilm, get_runner, set_bilm
+from spacy_elmo.pipeline.bilm_layer import get_bilm, get_runner, set_bilm
 from spacy_elmo.pipeline.layer_cache import MB, LayerCache
 
 from .conftest import make_docs
@@ -21,13 +23,27 @@ TEXTS = [" ".join(SENTENCES), " ".join(SENTENCES[::-1] * 2), SENTENCES[0], "x", 
 LONG = "one two three four five six seven eight nine ten eleven"
 
 
-def _nlp(tiny_dir, layer_cache_mb, frozen=True, sentencizer=True):
+MODEL = {"@architectures": "spacy_elmo.ElmoBiLM.v1", "max_window": 4}
+
+
+def _pipeline(tiny_dir, layer_cache_mb, frozen=True, sentencizer=True, ner=False):
+    """``(nlp, ner's examples, optimizer)``, initialized (as by spacy train) with
+    ``[initialize.components.elmo] layer_cache_mb``."""
     nlp = spacy.blank("en")
     if sentencizer:
         nlp.add_pipe("sentencizer")
-    model = {"@architectures": "spacy_elmo.ElmoBiLM.v1", "max_window": 4, "layer_cache_mb": layer_cache_mb}
-    nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "model": model, "frozen": frozen, "store_dtype": "float32"})
-    return nlp
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "model": MODEL, "frozen": frozen, "store_dtype": "float32"})
+    nlp.config["initialize"]["components"]["elmo"] = {"layer_cache_mb": layer_cache_mb}
+    examples = None
+    if ner:
+        nlp.add_pipe("ner", config={"model": {**NER, "tok2vec": LISTENER}})
+        examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(4)]
+    optimizer = nlp.initialize(None if examples is None else lambda: examples)
+    return nlp, examples, optimizer
+
+
+def _nlp(tiny_dir, layer_cache_mb, **options):
+    return _pipeline(tiny_dir, layer_cache_mb, **options)[0]
 
 
 def _count_rows(monkeypatch, nlp):
@@ -66,14 +82,18 @@ def test_cached_layers_are_the_uncached_ones(tiny_dir, monkeypatch):
 
 
 def test_second_pass_runs_no_piece(tiny_dir, monkeypatch):
-    nlp = _nlp(tiny_dir, 1)
+    """In training (a frozen elmo's update, as every epoch) and at evaluation (nlp.pipe), the same docs
+    again run the biLM on no piece."""
+    nlp, examples, optimizer = _pipeline(tiny_dir, 1, ner=True)
+    assert nlp.get_pipe("elmo").layer_cache_mb == 1
     calls = _count_rows(monkeypatch, nlp)
     docs = [d.text for d in make_docs(40)]
-    _layers(nlp, docs)
-    assert calls
-    calls.clear()
-    _layers(nlp, docs)
-    assert calls == []
+    for run in (lambda: nlp.update(examples, sgd=optimizer), lambda: _layers(nlp, docs)):
+        run()
+        assert calls
+        calls.clear()
+        run()
+        assert calls == []
 
 
 def test_cache_off_runs_every_piece(tiny_dir, monkeypatch):
@@ -101,6 +121,17 @@ def test_eviction_by_bytes_least_recently_used():
     assert list(cache.entries) == ["e"] and cache.nbytes == MB
 
 
+def test_a_lower_limit_drops_the_least_recently_used():
+    cache = LayerCache(2)
+    for key in "abcd":
+        cache.put(key, numpy.zeros(MB // 4 // 3, dtype="float32"))  # a third of a MB each
+    cache.get("a")
+    cache.set_limit(1)
+    assert list(cache.entries) == ["c", "d", "a"] and cache.nbytes <= cache.limit == MB
+    cache.set_limit(0)  # off: nothing kept
+    assert len(cache) == 0 and cache.nbytes == 0 and cache.limit == 0
+
+
 def test_pipeline_stays_under_its_limit(tiny_dir):
     nlp = _nlp(tiny_dir, 1)
     cache = get_runner(nlp.get_pipe("elmo").model).layer_cache
@@ -121,10 +152,7 @@ def test_fine_tuning_never_serves_stale_layers(tiny_dir):
     outputs = []
     for mb in (0, 1):
         fix_random_seed(0)
-        nlp = _nlp(tiny_dir, mb, frozen=False)
-        nlp.add_pipe("ner", config={"model": {**NER, "tok2vec": LISTENER}})
-        examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(4)]
-        opt = nlp.initialize(lambda: examples)
+        nlp, examples, opt = _pipeline(tiny_dir, mb, frozen=False, ner=True)
         before = nlp(text)._.elmo
         for _ in range(2):
             nlp.update(examples, sgd=opt)
@@ -156,12 +184,19 @@ def test_cache_is_emptied_by_new_weights_and_not_saved(tiny_dir):
     assert len(runner.layer_cache) == 0
 
 
-@pytest.mark.parametrize("value", [-1, 1.5, "10", None])
-def test_bad_layer_cache_mb(value):
-    with pytest.raises(ValueError, match=rf"layer_cache_mb = {value!r}; it must be an integer >= 0"):
-        build_elmo_bilm(layer_cache_mb=value)
+@pytest.mark.parametrize("value", [-1, 1.5, "10", None, True])
+def test_bad_layer_cache_mb(tiny_dir, value):
+    """In [initialize.components.elmo] (spaCy's own validation would turn true and "10" into ints) and in Python."""
+    message = rf"'elmo' component got layer_cache_mb = {value!r}; it must be an integer >= 0"
+    with pytest.raises(ValueError, match=message):
+        _nlp(tiny_dir, value)
+    elmo = spacy.blank("en").add_pipe("elmo", config={"weights": str(tiny_dir)})
+    with pytest.raises(ValueError, match=message):
+        elmo.layer_cache_mb = value
+    assert elmo.layer_cache_mb == 0
 
 
-def test_non_integer_layer_cache_mb_in_config(tiny_dir):
+def test_layer_cache_mb_in_the_model_block_is_a_config_error(tiny_dir):
+    """No model setting any more: a saved pipeline's config would turn it on in every loaded copy."""
     with pytest.raises(ConfigValidationError, match="layer_cache_mb"):
-        _nlp(tiny_dir, 1.5)
+        spacy.blank("en").add_pipe("elmo", config={"weights": str(tiny_dir), "model": {**MODEL, "layer_cache_mb": 8}})

@@ -14,7 +14,8 @@ from spacy.training import Corpus
 from spacy.training.initialize import init_nlp
 
 from spacy_elmo import BiLM, BiLMConfig
-from spacy_elmo.pipeline.bilm_layer import get_bilm
+from spacy_elmo.pipeline.bilm_layer import get_bilm, get_runner
+from spacy_elmo.pipeline.layer_cache import MB
 
 from spacy_elmo.configs import CONFIG_DIR as CONFIGS
 
@@ -121,6 +122,32 @@ def _init(cfg, corpus_dir, weights, components=()):
     for name, block in dict(components).items():
         config["components"][name] = block
     return init_nlp(config)
+
+
+def _cache_limit(nlp):
+    return get_runner(nlp.get_pipe("elmo").model).layer_cache.limit
+
+
+@pytest.mark.parametrize("cfg", sorted(GOLD))
+def test_layer_cache_is_on_in_training_only(cfg, corpus_dir, tiny_dir, tmp_path):
+    """The shipped configs turn the layer cache on for spacy train; the trained pipeline, loaded for
+    inference, starts with it off. It was a model setting, saved in the pipeline's config: every loaded
+    copy grew up to 1 GB (GPU memory on a GPU) of layers of new texts, almost never read again. Now it is
+    [initialize.components.elmo] layer_cache_mb, which spacy.load never runs; a sourced elmo is never
+    initialized either. Python turns it on at inference."""
+    nlp = _init(cfg, corpus_dir, tiny_dir)
+    assert _cache_limit(nlp) == 1024 * MB
+    nlp.to_disk(tmp_path / "trained")
+    loaded = spacy.load(tmp_path / "trained")
+    assert _cache_limit(loaded) == 0
+    saved = spacy.util.load_config(tmp_path / "trained" / "config.cfg")
+    assert "layer_cache_mb" not in saved["components"]["elmo"]["model"]
+    assert saved["initialize"]["components"]["elmo"]["layer_cache_mb"] == 1024
+    assert _cache_limit(_init(cfg, corpus_dir, tiny_dir, {"elmo": {"source": str(tmp_path / "trained")}})) == 0
+    elmo = loaded.get_pipe("elmo")
+    elmo.layer_cache_mb = 8
+    loaded("Alice went home .")
+    assert _cache_limit(loaded) == 8 * MB and len(get_runner(elmo.model).layer_cache) == 1
 
 
 def test_sourced_listening_component_with_a_new_elmo(corpus_dir, tiny_dir, tmp_path):
