@@ -309,6 +309,10 @@ class Errors:
         "either one tensor indexed by direction or a pair (forward, backward) of (B, P) / (B, C) tensors; "
         "got {found}."
     )
+    E_LSTM_SHAPE = (
+        "lstm: {name} must have shape {expected}, got {found} (B from x (B, T, I), C and P from w_proj (C, P)). "
+        "Nothing is broadcast over the rows: expand a state shared by every row to B rows first."
+    )
     E_FUSED_NOT_FLOAT = (
         "The fused {op} computes in floating point, but {name} is {dtype} (it would be run in float32 and an "
         "integer result truncated). Pass float32/float64 (or float16/bfloat16) tensors, e.g. {name}.float()."

@@ -119,6 +119,11 @@ def lstm_layer(
     batch, total, _ = x.shape
     cells = w_proj.shape[0]
     proj = w_proj.shape[1]
+    # Exact shapes, as the fused op (csrc/include/checks.h): a (P,) or (1, P) state or a short
+    # lengths broadcast over the rows. Shapes only: no host sync.
+    _check_shape(lengths, (batch,), "lengths (B,)")
+    _check_shape(h0, (batch, proj), "h0 (B, P)")
+    _check_shape(c0, (batch, cells), "c0 (B, C)")
     lengths = lengths.to(x.device)
     if reverse:
         index = reversal_index(lengths, total)
@@ -148,6 +153,12 @@ def lstm_layer(
     if reverse:
         out = out.gather(1, index.unsqueeze(-1).expand_as(out))
     return out, h, c
+
+
+def _check_shape(t: Optional[Tensor], expected: Tuple[int, ...], name: str) -> None:
+    """A ValueError (``Errors.E_LSTM_SHAPE``) unless ``t`` is None or has exactly the shape ``expected``."""
+    if t is not None and tuple(t.shape) != expected:
+        raise ValueError(Errors.E_LSTM_SHAPE.format(name=name, expected=list(expected), found=list(t.shape)))
 
 
 def bilstm_state(state) -> Tuple[Optional[Tensor], Optional[Tensor]]:
@@ -205,6 +216,9 @@ def bilstm_layer(
     Returns ``(out_fwd (B, T, P), out_bwd (B, T, P), h_n (2, B, P), c_n (2, B, C))``.
     """
     h0, c0 = bilstm_state(state)
+    batch = x_fwd.shape[0]
+    _check_shape(h0, (2, batch, fwd[3].shape[1]), "h0 (2, B, P)")  # a third direction was ignored
+    _check_shape(c0, (2, batch, fwd[3].shape[0]), "c0 (2, B, C)")
     h0 = (None, None) if h0 is None else (h0[0], h0[1])
     c0 = (None, None) if c0 is None else (c0[0], c0[1])
     out_f, h_f, c_f = lstm_layer(x_fwd, lengths, *fwd, h0[0], c0[0], cell_clip, proj_clip, False, residual)
