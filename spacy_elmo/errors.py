@@ -252,7 +252,8 @@ class Errors:
         "initial state); got {value!r}."
     )
     E_STATE_NOT_PAIR = (
-        "{what} expects a pair of tensors (h, c) or None; got a {type_name}."
+        "{what} expects None or a pair (h, c) of two tensors, h {expected_h} and c {expected_c} ({axes}); "
+        "got {found}."
     )
     E_STATE_NOT_FINITE = (
         "{what} got a state (h, c) holding NaN or infinite values: every vector computed from it would be NaN. "

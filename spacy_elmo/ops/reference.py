@@ -170,7 +170,7 @@ def bilstm_state(state) -> Tuple[Optional[Tensor], Optional[Tensor]]:
     if state is None:
         return None, None
     if not isinstance(state, (tuple, list)) or len(state) != 2:
-        raise TypeError(Errors.E_BILSTM_STATE.format(found=_state_kind(state)))
+        raise TypeError(Errors.E_BILSTM_STATE.format(found=describe_state(state)))
     out = []
     for part in state:
         if isinstance(part, Tensor):
@@ -178,16 +178,18 @@ def bilstm_state(state) -> Tuple[Optional[Tensor], Optional[Tensor]]:
         elif isinstance(part, (tuple, list)) and len(part) == 2 and all(isinstance(t, Tensor) for t in part):
             out.append(torch.stack(list(part)))
         else:
-            raise TypeError(Errors.E_BILSTM_STATE.format(found=_state_kind(state)))
+            raise TypeError(Errors.E_BILSTM_STATE.format(found=describe_state(state)))
     return out[0], out[1]
 
 
-def _state_kind(state) -> str:
-    """A short description of a bad ``state`` for the message: its nesting and leaf types."""
+def describe_state(state) -> str:
+    """A short description of a bad ``state`` for a message: its nesting, lengths, leaf types and
+    tensor shapes, e.g. ``a tuple of 2 items (a tensor of shape (2, 3, 4), a list of 0 items ())``."""
     if isinstance(state, Tensor):
         return f"a tensor of shape {tuple(state.shape)}"
     if isinstance(state, (tuple, list)):
-        return f"a {type(state).__name__} of ({', '.join(_state_kind(s) for s in state)})"
+        items = "item" if len(state) == 1 else "items"
+        return f"a {type(state).__name__} of {len(state)} {items} ({', '.join(describe_state(s) for s in state)})"
     return f"a {type(state).__name__}"
 
 
