@@ -312,7 +312,7 @@ def test_cli_interrupted_says_what_is_kept_and_a_rerun_goes_on(model_dir, corpus
     assert f"finished parts are kept in {out}.parts: rerun the same command" in " ".join(stopped.output.split())
     assert len(list((tmp_path / "out.h5.parts").glob("part-*.hdf5"))) == 2 and not out.exists()
     again = CliRunner().invoke(app, args)
-    assert again.exit_code == 0 and "(2 part(s) from an earlier run)" in again.output, again.output
+    assert again.exit_code == 0 and "(2 parts from an earlier run)" in again.output, again.output
 
 
 def test_cli_really_killed_again_and_again_writes_the_identical_file(model_dir, corpus, tmp_path, kill_runner):
@@ -342,7 +342,7 @@ def test_cli_really_killed_again_and_again_writes_the_identical_file(model_dir, 
     kill_runner.run("replaced:.out.h5.parts.*.tmp", 1, command(out))  # the parts renamed away, not yet deleted
     assert out.read_bytes() == straight.read_bytes() and not parts.exists()
     again = CliRunner().invoke(app, command(out))
-    assert again.exit_code == 0 and "(4 part(s) from an earlier run)" in again.output, again.output
+    assert again.exit_code == 0 and "(4 parts from an earlier run)" in again.output, again.output
     assert out.read_bytes() == straight.read_bytes()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "model", "out.h5", "straight.h5"]
 
@@ -544,4 +544,4 @@ def test_cli_spacy_parts_of_another_tokenizer_or_older_token_rules_are_not_reuse
     assert old.exit_code == 1 and "older spacy-elmo, which did not record token_rules" in " ".join(old.output.split())
     manifest_path.write_text(json.dumps(manifest), encoding="utf-8")
     again = CliRunner().invoke(app, args)
-    assert again.exit_code == 0 and "(1 part(s) from an earlier run)" in again.output, again.output
+    assert again.exit_code == 0 and "(1 part from an earlier run)" in again.output, again.output

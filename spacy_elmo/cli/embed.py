@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from ..errors import Errors
-from .app import app
+from .app import app, counted
 
 
 def _layer_mode(value: str) -> str:
@@ -70,5 +70,5 @@ def embed(
         message = Errors.E_EMBED_INTERRUPTED if parts.exists() else Errors.E_EMBED_INTERRUPTED_EARLY
         typer.secho(message.format(parts=parts), fg=typer.colors.YELLOW, err=True)
         raise typer.Exit(130) from err
-    reused = f" ({counts['parts_reused']} part(s) from an earlier run)" if counts["parts_reused"] else ""
-    typer.echo(f"wrote {output_path}: {counts['lines']:,} lines, {counts['tokens']:,} tokens{reused}")
+    reused = f" ({counted(counts['parts_reused'], 'part')} from an earlier run)" if counts["parts_reused"] else ""
+    typer.echo(f"wrote {output_path}: {counted(counts['lines'], 'line')}, {counted(counts['tokens'], 'token')}{reused}")

@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from ..errors import Errors
-from .app import app
+from .app import app, counted
 
 
 def model_config(preset: Optional[str], options: Optional[Path]) -> dict:
@@ -112,9 +112,9 @@ def pretrain(
         return
     stats = summary["corpus"]
     typer.echo(
-        f"trained {summary['steps']} steps; corpus {stats['n_tokens']:,} tokens in {stats['n_sentences']:,} sentences "
-        f"from {stats['n_files']} file(s) ({stats['n_binary']} binary skipped, {stats['replaced_bytes']} undecodable "
-        f"bytes replaced); vocabulary {summary['vocab_size']:,}"
+        f"trained {counted(summary['steps'], 'step')}; corpus {counted(stats['n_tokens'], 'token')} in "
+        f"{counted(stats['n_sentences'], 'sentence')} from {counted(stats['n_files'], 'file')} ({stats['n_binary']:,} "
+        f"binary skipped, {counted(stats['replaced_bytes'], 'undecodable byte')} replaced); vocabulary {summary['vocab_size']:,}"
     )
     if summary.get("heldout"):
         h = summary["heldout"]

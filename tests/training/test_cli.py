@@ -16,10 +16,10 @@ from .conftest import TINY, tiny_pretrain_args, write_corpus
 runner = CliRunner()
 
 
-def pretrain_tiny(tmp_path, *extra):
+def pretrain_tiny(tmp_path, *extra, max_steps=3):
     """Pretrain the tiny model for 3 steps: ``(result, train, held, options, out)``."""
     out = tmp_path / "model"
-    args, train, options = tiny_pretrain_args(tmp_path, out, *extra)
+    args, train, options = tiny_pretrain_args(tmp_path, out, *extra, max_steps=max_steps)
     held = write_corpus(tmp_path / "held.txt", 30, seed=2)
     return runner.invoke(app, args), train, held, options, out
 
@@ -28,6 +28,7 @@ def test_pretrain_evaluate_export(tmp_path):
     result, train, held, options, out = pretrain_tiny(tmp_path, "--heldout", str(tmp_path / "held.txt"))
     assert result.exit_code == 0, result.output
     assert "held-out perplexity" in result.output
+    assert "trained 3 steps; corpus " in result.output and " sentences from 1 file (0 binary skipped, " in result.output
     (event,) = [e for e in read_log(out) if e.get("event") == "heldout"]
     # <UNK> targets count in the perplexity (bilm-tf): a small vocabulary's low perplexity is read with its OOV rate
     assert f"OOV rate {event['oov_rate']:.2%}" in result.output and "one stream" in result.output
@@ -118,8 +119,9 @@ def test_evaluate_reads_text_the_way_the_model_was_trained(tmp_path):
 
 
 def test_export_guards_its_output(tmp_path):
-    result, _, held, _, out = pretrain_tiny(tmp_path)
+    result, _, held, _, out = pretrain_tiny(tmp_path, max_steps=1)
     assert result.exit_code == 0, result.output
+    assert "trained 1 step; corpus " in result.output  # was "1 steps"
     dest = tmp_path / "dest"
     dest.mkdir()
     (dest / "config.json").write_text("{}")  # another model's file
