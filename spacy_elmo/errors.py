@@ -668,6 +668,7 @@ class Errors:
         "The model's files are unchanged."
     )
     E_NOT_POSITIVE_OPTION = "must be a positive integer (1 or more); found {value}."
+    E_NEGATIVE_OPTION = "must be an integer of 0 or more; found {value}."
 
     # --- embedding a corpus (spacy_elmo.embedding, spacy-elmo embed) ---------
     E_EMBED_INPUT_MISSING = "{path} is not a file. Pass a UTF-8 text file with one sentence per line."

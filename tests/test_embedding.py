@@ -414,6 +414,28 @@ def test_cli_unknown_layers_is_a_usage_error_before_loading_the_model(corpus, tm
     assert not (tmp_path / "o.h5").exists()
 
 
+@pytest.mark.parametrize("flag,value,expected", [
+    ("--batch-size", "0", "must be a positive integer (1 or more); found 0."),
+    ("--batch-tokens", "-5", "must be a positive integer (1 or more); found -5."),
+    ("--part-size", "0", "must be a positive integer (1 or more); found 0."),
+    ("--max-tokens", "0", "must be a positive integer (1 or more); found 0."),
+    ("--cache-size", "-1", "must be an integer of 0 or more; found -1."),
+])
+def test_cli_numeric_options_are_named_as_typed(corpus, tmp_path, flag, value, expected):
+    """The errors named the Python keywords ("batch_size must be at least 1") after the model had
+    loaded; now a usage error naming the flag, before. embed_file keeps naming its keywords."""
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli import app
+
+    result = CliRunner().invoke(app, ["embed", str(corpus), str(tmp_path / "o.h5"), "--model",
+                                      str(tmp_path / "no-model"), flag, value])
+    assert result.exit_code == 2, result.output
+    assert f"Invalid value for '{flag}': {expected}" in " ".join(result.output.replace("│", " ").split())
+    assert flag[2:].replace("-", "_") not in result.output  # batch_size, ...: the Python name
+    assert not (tmp_path / "o.h5").exists()
+
+
 def test_progress_shows_every_stage_that_takes_time_on_a_long_input(bilm, corpus, tmp_path, capsys):
     """Only the embedding had a bar: tokenizing (spaCy's, with --lang: minutes on a big file)
     and merging the parts were silent."""

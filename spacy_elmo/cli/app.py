@@ -43,3 +43,10 @@ def positive_int(value: int) -> int:
     if value is not None and value < 1:
         raise typer.BadParameter(Errors.E_NOT_POSITIVE_OPTION.format(value=value))
     return value
+
+
+def non_negative_int(value: int) -> int:
+    """Option callback: a usage error (exit 2) naming the option unless ``value >= 0``."""
+    if value is not None and value < 0:
+        raise typer.BadParameter(Errors.E_NEGATIVE_OPTION.format(value=value))
+    return value

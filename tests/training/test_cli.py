@@ -138,11 +138,33 @@ def test_export_guards_its_output(tmp_path):
     assert result.exit_code == 1 and "is a file" in result.output
 
 
+def _plain(output: str) -> str:
+    """A command's output without the error box's borders and line breaks."""
+    return " ".join(output.replace("│", " ").split())
+
+
 @pytest.mark.parametrize("size", ["0", "-3"])
 def test_evaluate_rejects_bad_batch_size(tmp_path, size):
-    result, _, held, _, out = pretrain_tiny(tmp_path)
-    result = runner.invoke(app, ["evaluate", str(out), str(held), "--batch-size", size])
-    assert result.exit_code == 1 and f"batch_size must be a positive integer; found {size}" in result.output
+    """It said "batch_size must be ..." (the Python name) after loading the model; now a usage
+    error naming the flag as typed, before (the model directory is never looked at)."""
+    result = runner.invoke(app, ["evaluate", str(tmp_path / "no-model"), str(tmp_path / "no-text"), "--batch-size", size])
+    assert result.exit_code == 2, result.output
+    assert f"Invalid value for '--batch-size': must be a positive integer (1 or more); found {size}." in _plain(result.output)
+    assert "batch_size" not in result.output and "no-model" not in result.output
+
+
+@pytest.mark.parametrize("flag", ["--min-count", "--max-steps", "--batch-size", "--unroll", "--max-length", "--negatives",
+                                  "--checkpoint-every", "--log-every", "--threads", "--state-sentences"])
+def test_pretrain_numeric_options_are_named_as_typed(tmp_path, flag):
+    """TrainConfig's errors named the fields ("checkpoint_every must be a positive integer") after the
+    corpus had been read; now a usage error naming the flag, before anything is read or written."""
+    value, expected = ("-1", "must be an integer of 0 or more; found -1.") if flag == "--state-sentences" else \
+        ("0", "must be a positive integer (1 or more); found 0.")
+    result = runner.invoke(app, ["pretrain", str(tmp_path / "no-text"), str(tmp_path / "out"), flag, value])
+    assert result.exit_code == 2, result.output
+    assert f"Invalid value for '{flag}': {expected}" in _plain(result.output)
+    python_name = flag[2:].replace("-", "_")  # checkpoint_every, ...
+    assert (python_name == flag[2:] or python_name not in result.output) and not (tmp_path / "out").exists()
 
 
 def test_pretrain_flag_errors(tmp_path):
