@@ -252,7 +252,8 @@ class Errors:
         "initial state); got {value!r}."
     )
     E_STATE_NOT_PAIR = (
-        "{what} expects a pair of tensors (h, c) or None; got a {type_name}."
+        "{what} expects None or a pair (h, c) of two tensors, h {expected_h} and c {expected_c} ({axes}); "
+        "got {found}."
     )
     E_STATE_NOT_FINITE = (
         "{what} got a state (h, c) holding NaN or infinite values: every vector computed from it would be NaN. "
@@ -308,6 +309,10 @@ class Errors:
         "bilstm_layer's state must be None (zeros) or a pair (h0, c0): h0 (2, B, P) and c0 (2, B, C), each "
         "either one tensor indexed by direction or a pair (forward, backward) of (B, P) / (B, C) tensors; "
         "got {found}."
+    )
+    E_LSTM_SHAPE = (
+        "lstm: {name} must have shape {expected}, got {found} (B from x (B, T, I), C and P from w_proj (C, P)). "
+        "Nothing is broadcast over the rows: expand a state shared by every row to B rows first."
     )
     E_FUSED_NOT_FLOAT = (
         "The fused {op} computes in floating point, but {name} is {dtype} (it would be run in float32 and an "
@@ -663,6 +668,7 @@ class Errors:
         "The model's files are unchanged."
     )
     E_NOT_POSITIVE_OPTION = "must be a positive integer (1 or more); found {value}."
+    E_NEGATIVE_OPTION = "must be an integer of 0 or more; found {value}."
 
     # --- embedding a corpus (spacy_elmo.embedding, spacy-elmo embed) ---------
     E_EMBED_INPUT_MISSING = "{path} is not a file. Pass a UTF-8 text file with one sentence per line."

@@ -312,7 +312,7 @@ def test_cli_interrupted_says_what_is_kept_and_a_rerun_goes_on(model_dir, corpus
     assert f"finished parts are kept in {out}.parts: rerun the same command" in " ".join(stopped.output.split())
     assert len(list((tmp_path / "out.h5.parts").glob("part-*.hdf5"))) == 2 and not out.exists()
     again = CliRunner().invoke(app, args)
-    assert again.exit_code == 0 and "(2 part(s) from an earlier run)" in again.output, again.output
+    assert again.exit_code == 0 and "(2 parts from an earlier run)" in again.output, again.output
 
 
 def test_cli_really_killed_again_and_again_writes_the_identical_file(model_dir, corpus, tmp_path, kill_runner):
@@ -342,7 +342,7 @@ def test_cli_really_killed_again_and_again_writes_the_identical_file(model_dir, 
     kill_runner.run("replaced:.out.h5.parts.*.tmp", 1, command(out))  # the parts renamed away, not yet deleted
     assert out.read_bytes() == straight.read_bytes() and not parts.exists()
     again = CliRunner().invoke(app, command(out))
-    assert again.exit_code == 0 and "(4 part(s) from an earlier run)" in again.output, again.output
+    assert again.exit_code == 0 and "(4 parts from an earlier run)" in again.output, again.output
     assert out.read_bytes() == straight.read_bytes()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "model", "out.h5", "straight.h5"]
 
@@ -411,6 +411,28 @@ def test_cli_unknown_layers_is_a_usage_error_before_loading_the_model(corpus, tm
     assert result.exit_code == 2, result.output
     assert "Unknown layers 'mean'" in " ".join(result.output.split())
     assert "no-model" not in result.output  # the model was never looked at
+    assert not (tmp_path / "o.h5").exists()
+
+
+@pytest.mark.parametrize("flag,value,expected", [
+    ("--batch-size", "0", "must be a positive integer (1 or more); found 0."),
+    ("--batch-tokens", "-5", "must be a positive integer (1 or more); found -5."),
+    ("--part-size", "0", "must be a positive integer (1 or more); found 0."),
+    ("--max-tokens", "0", "must be a positive integer (1 or more); found 0."),
+    ("--cache-size", "-1", "must be an integer of 0 or more; found -1."),
+])
+def test_cli_numeric_options_are_named_as_typed(corpus, tmp_path, flag, value, expected):
+    """The errors named the Python keywords ("batch_size must be at least 1") after the model had
+    loaded; now a usage error naming the flag, before. embed_file keeps naming its keywords."""
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli import app
+
+    result = CliRunner().invoke(app, ["embed", str(corpus), str(tmp_path / "o.h5"), "--model",
+                                      str(tmp_path / "no-model"), flag, value])
+    assert result.exit_code == 2, result.output
+    assert f"Invalid value for '{flag}': {expected}" in " ".join(result.output.replace("│", " ").split())
+    assert flag[2:].replace("-", "_") not in result.output  # batch_size, ...: the Python name
     assert not (tmp_path / "o.h5").exists()
 
 
@@ -544,4 +566,4 @@ def test_cli_spacy_parts_of_another_tokenizer_or_older_token_rules_are_not_reuse
     assert old.exit_code == 1 and "older spacy-elmo, which did not record token_rules" in " ".join(old.output.split())
     manifest_path.write_text(json.dumps(manifest), encoding="utf-8")
     again = CliRunner().invoke(app, args)
-    assert again.exit_code == 0 and "(1 part(s) from an earlier run)" in again.output, again.output
+    assert again.exit_code == 0 and "(1 part from an earlier run)" in again.output, again.output

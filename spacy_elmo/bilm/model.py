@@ -24,11 +24,13 @@ class BiLMOutput(NamedTuple):
     mask: Tensor
 
 
-def _state_pair(state, what: str) -> LstmState:
-    """``state`` as ``(h, c)``: a pair of finite tensors, else a ValueError naming ``what``."""
+def _state_pair(state, what: str, expected_h: str, expected_c: str, axes: str) -> LstmState:
+    """``state`` as ``(h, c)``: a pair of finite tensors, else a ValueError naming ``what``, the
+    shapes it expects and what ``state`` is (its length, its items' types)."""
     if (not isinstance(state, (tuple, list)) or len(state) != 2
             or not all(isinstance(t, Tensor) for t in state)):
-        raise ValueError(Errors.E_STATE_NOT_PAIR.format(what=what, type_name=type(state).__name__))
+        raise ValueError(Errors.E_STATE_NOT_PAIR.format(
+            what=what, expected_h=expected_h, expected_c=expected_c, axes=axes, found=ops.reference.describe_state(state)))
     if not all(bool(torch.isfinite(t).all()) for t in state):  # every vector would be NaN
         raise ValueError(Errors.E_STATE_NOT_FINITE.format(what=what))
     return state[0], state[1]
@@ -115,8 +117,9 @@ class BiLM(nn.Module):
         if state is None:
             self._states = None
             return
-        h, c = _state_pair(state, "carried_states")
         L, P, C = self.config.n_layers, self.config.projection_dim, self.config.cell_dim
+        h, c = _state_pair(state, "carried_states", f"(2, {L}, B, {P})", f"(2, {L}, B, {C})",
+                            "direction, layer, row, width")
         if (h.dim() != 4 or c.dim() != 4 or tuple(h.shape[:2]) != (2, L) or tuple(c.shape[:2]) != (2, L)
                 or h.shape[2] != c.shape[2] or h.shape[3] != P or c.shape[3] != C):
             raise ValueError(Errors.E_CARRIED_STATE_SHAPE.format(
@@ -136,8 +139,9 @@ class BiLM(nn.Module):
         if state is None:
             self.initial_h = self.initial_c = None
             return
-        h, c = _state_pair(state, "set_initial_state")
         L, P, C = self.config.n_layers, self.config.projection_dim, self.config.cell_dim
+        h, c = _state_pair(state, "set_initial_state", f"(2, {L}, {P})", f"(2, {L}, {C})",
+                            "direction, layer, width")
         if tuple(h.shape) != (2, L, P) or tuple(c.shape) != (2, L, C):
             raise ValueError(
                 Errors.E_INITIAL_STATE_SHAPE.format(

@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from ..errors import Errors
-from .app import app
+from .app import app, counted, non_negative_int, positive_int
 
 
 def _layer_mode(value: str) -> str:
@@ -28,11 +28,13 @@ def embed(
                                help="all: (L+1, n, 2P) per line; top: the last layer; average: their mean."),
     lang: Optional[str] = typer.Option(None, help="Tokenize with spaCy's tokenizer for this language, whitespace "
                                        "tokens left out as in pretraining (default: split at whitespace, as AllenNLP's command)."),
-    batch_size: int = typer.Option(64, help="Most lines per biLM call."),
-    batch_tokens: int = typer.Option(4096, help="Most padded tokens (lines x longest line) per biLM call."),
-    part_size: int = typer.Option(4096, help="Lines per resumable part."),
-    max_tokens: int = typer.Option(10_000, help="Longest line accepted, in tokens."),
-    cache_size: int = typer.Option(50_000, help="Token vectors kept for reuse (0: encode every token)."),
+    batch_size: int = typer.Option(64, callback=positive_int, help="Most lines per biLM call."),
+    batch_tokens: int = typer.Option(4096, callback=positive_int,
+                                     help="Most padded tokens (lines x longest line) per biLM call."),
+    part_size: int = typer.Option(4096, callback=positive_int, help="Lines per resumable part."),
+    max_tokens: int = typer.Option(10_000, callback=positive_int, help="Longest line accepted, in tokens."),
+    cache_size: int = typer.Option(50_000, callback=non_negative_int,
+                                   help="Token vectors kept for reuse (0: encode every token)."),
     device: str = typer.Option("cpu", help="cpu or cuda."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace OUTPUT_PATH if it exists."),
     restart: bool = typer.Option(False, "--restart", help="Drop the parts of an earlier, unfinished run."),
@@ -70,5 +72,5 @@ def embed(
         message = Errors.E_EMBED_INTERRUPTED if parts.exists() else Errors.E_EMBED_INTERRUPTED_EARLY
         typer.secho(message.format(parts=parts), fg=typer.colors.YELLOW, err=True)
         raise typer.Exit(130) from err
-    reused = f" ({counts['parts_reused']} part(s) from an earlier run)" if counts["parts_reused"] else ""
-    typer.echo(f"wrote {output_path}: {counts['lines']:,} lines, {counts['tokens']:,} tokens{reused}")
+    reused = f" ({counted(counts['parts_reused'], 'part')} from an earlier run)" if counts["parts_reused"] else ""
+    typer.echo(f"wrote {output_path}: {counted(counts['lines'], 'line')}, {counted(counts['tokens'], 'token')}{reused}")

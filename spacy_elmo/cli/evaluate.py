@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from ..errors import Warnings
-from .app import app
+from .app import app, counted, positive_int
 
 
 @app.command()
@@ -15,7 +15,7 @@ def evaluate(
     model_dir: str = typer.Argument(..., help="Model directory written by pretrain, or 'default'."),
     text_path: Path = typer.Argument(..., help="A UTF-8 text file or a directory of them."),
     lang: Optional[str] = typer.Option(None, help="spaCy language (default: the one the model was trained with, else en)."),
-    batch_size: int = typer.Option(32, help="Rows evaluated together."),
+    batch_size: int = typer.Option(32, callback=positive_int, help="Rows evaluated together."),
     device: str = typer.Option("cpu", help="cpu or cuda."),
     per_sentence: Optional[bool] = typer.Option(
         None, "--per-sentence/--stream",
@@ -46,7 +46,7 @@ def evaluate(
     if as_json:
         typer.echo(json.dumps(result))
         return
-    typer.echo(f"tokens {result['n_tokens']:,} in {result['n_sentences']:,} sentences; OOV rate {result['oov_rate']:.2%} (vocabulary {result['vocab_size']:,})")
+    typer.echo(f"tokens {result['n_tokens']:,} in {counted(result['n_sentences'], 'sentence')}; OOV rate {result['oov_rate']:.2%} (vocabulary {result['vocab_size']:,})")
     typer.echo(f"perplexity ({'every sentence alone' if result['mode'] == 'per_sentence' else 'one stream'}): forward {result['perplexity_forward']:.2f}, backward {result['perplexity_backward']:.2f}, mean {result['perplexity']:.2f}")
     if result.get("replaced_bytes"):
         typer.echo(Warnings.W_REPLACED_BYTES_TEXT.format(n_bytes=result["replaced_bytes"]))

@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from ..errors import Errors, Warnings
-from .app import app, positive_int
+from .app import app, counted, positive_int
 
 
 @app.command("fit-state")
@@ -71,6 +71,6 @@ def fit_state(
     if clear:
         typer.echo(f"cleared the initial state of {model_dir}")
         return
-    typer.echo(f"fitted the initial state of {model_dir} on {len(sentences):,} sentences")
+    typer.echo(f"fitted the initial state of {model_dir} on {counted(len(sentences), 'sentence')}")
     if replaced:
         typer.echo(Warnings.W_REPLACED_BYTES_TEXT.format(n_bytes=replaced))

@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from ..errors import Errors
-from .app import app
+from .app import app, counted, non_negative_int, positive_int
 
 
 def model_config(preset: Optional[str], options: Optional[Path]) -> dict:
@@ -42,21 +42,21 @@ def pretrain(
     vocab_size: int = typer.Option(
         100_000, help="Largest vocabulary (with <S>, </S>, <UNK>); 0: no cap. Unused with --init of a model with a "
         "softmax, unless --new-vocab."),
-    min_count: int = typer.Option(1, help="Smallest count of a vocabulary word (as --vocab-size with --init)."),
-    max_steps: Optional[int] = typer.Option(None, help="Stop after this many steps."),
+    min_count: int = typer.Option(1, callback=positive_int, help="Smallest count of a vocabulary word (as --vocab-size with --init)."),
+    max_steps: Optional[int] = typer.Option(None, callback=positive_int, help="Stop after this many steps."),
     epochs: Optional[float] = typer.Option(None, help="Stop after this many epochs (default 10)."),
-    batch_size: int = typer.Option(128, help="Rows per process (bilm-tf: 128)."),
+    batch_size: int = typer.Option(128, callback=positive_int, help="Rows per process (bilm-tf: 128)."),
     unroll: int = typer.Option(
-        20, help="Truncated-BPTT window (bilm-tf: 20); streams only (another value is an error with --sentences)."),
+        20, callback=positive_int, help="Truncated-BPTT window (bilm-tf: 20); streams only (another value is an error with --sentences)."),
     sentences: bool = typer.Option(
         False, "--sentences",
         help="Rows are whole sentences read from the start state, as the elmo component reads them, instead of "
         "bilm-tf's continuous streams with carried states (held-out perplexity per sentence; --unroll and "
         "--state-sentences, set to anything but their defaults, are then errors)."),
     max_length: int = typer.Option(
-        100, help="With --sentences (another value is an error without): longer sentences are cut into pieces of "
+        100, callback=positive_int, help="With --sentences (another value is an error without): longer sentences are cut into pieces of "
         "this many targets."),
-    negatives: int = typer.Option(8192, help="Sampled-softmax negatives per batch (bilm-tf: 8192)."),
+    negatives: int = typer.Option(8192, callback=positive_int, help="Sampled-softmax negatives per batch (bilm-tf: 8192)."),
     optimizer: str = typer.Option("adagrad", help="adagrad (bilm-tf, lr 0.2, accumulator 1.0) or adam."),
     lr: Optional[float] = typer.Option(None, help="Learning rate (default: 0.2 adagrad, 1e-3 adam)."),
     dropout: float = typer.Option(0.1, help="Dropout on LSTM layer inputs and the top output."),
@@ -65,13 +65,13 @@ def pretrain(
     resume: bool = typer.Option(False, help="Continue the run in OUTPUT_DIR from its checkpoint, exactly."),
     device: str = typer.Option("cpu", help="cpu or cuda (bf16 autocast on cuda)."),
     backend: str = typer.Option("auto", help="Kernels: auto, fused or reference."),
-    checkpoint_every: int = typer.Option(1000, help="Checkpoint (and save the model) every N steps."),
+    checkpoint_every: int = typer.Option(1000, callback=positive_int, help="Checkpoint (and save the model) every N steps."),
     state_sentences: int = typer.Option(
-        0, help="Fit the saved model's initial state (where every sentence starts) on this many training "
+        0, callback=non_negative_int, help="Fit the saved model's initial state (where every sentence starts) on this many training "
         "sentences (e.g. 2048); 0: zeros, as the references. Streams only (an error with --sentences). See "
         "docs/default-model.md before turning it on."),
-    log_every: int = typer.Option(10, help="Write a log line every N steps."),
-    threads: Optional[int] = typer.Option(None, help="torch CPU threads, at least 1 (default: torch's own choice)."),
+    log_every: int = typer.Option(10, callback=positive_int, help="Write a log line every N steps."),
+    threads: Optional[int] = typer.Option(None, callback=positive_int, help="torch CPU threads, at least 1 (default: torch's own choice)."),
     progress: bool = typer.Option(True, help="Show progress bars."),
     keep_freed_memory: bool = typer.Option(
         True, "--keep-freed-memory/--return-freed-memory",
@@ -112,9 +112,9 @@ def pretrain(
         return
     stats = summary["corpus"]
     typer.echo(
-        f"trained {summary['steps']} steps; corpus {stats['n_tokens']:,} tokens in {stats['n_sentences']:,} sentences "
-        f"from {stats['n_files']} file(s) ({stats['n_binary']} binary skipped, {stats['replaced_bytes']} undecodable "
-        f"bytes replaced); vocabulary {summary['vocab_size']:,}"
+        f"trained {counted(summary['steps'], 'step')}; corpus {counted(stats['n_tokens'], 'token')} in "
+        f"{counted(stats['n_sentences'], 'sentence')} from {counted(stats['n_files'], 'file')} ({stats['n_binary']:,} "
+        f"binary skipped, {counted(stats['replaced_bytes'], 'undecodable byte')} replaced); vocabulary {summary['vocab_size']:,}"
     )
     if summary.get("heldout"):
         h = summary["heldout"]

@@ -119,6 +119,11 @@ def lstm_layer(
     batch, total, _ = x.shape
     cells = w_proj.shape[0]
     proj = w_proj.shape[1]
+    # Exact shapes, as the fused op (csrc/include/checks.h): a (P,) or (1, P) state or a short
+    # lengths broadcast over the rows. Shapes only: no host sync.
+    _check_shape(lengths, (batch,), "lengths (B,)")
+    _check_shape(h0, (batch, proj), "h0 (B, P)")
+    _check_shape(c0, (batch, cells), "c0 (B, C)")
     lengths = lengths.to(x.device)
     if reverse:
         index = reversal_index(lengths, total)
@@ -150,6 +155,12 @@ def lstm_layer(
     return out, h, c
 
 
+def _check_shape(t: Optional[Tensor], expected: Tuple[int, ...], name: str) -> None:
+    """A ValueError (``Errors.E_LSTM_SHAPE``) unless ``t`` is None or has exactly the shape ``expected``."""
+    if t is not None and tuple(t.shape) != expected:
+        raise ValueError(Errors.E_LSTM_SHAPE.format(name=name, expected=list(expected), found=list(t.shape)))
+
+
 def bilstm_state(state) -> Tuple[Optional[Tensor], Optional[Tensor]]:
     """:func:`bilstm_layer`'s ``state`` as ``(h0 (2, B, P), c0 (2, B, C))`` tensors, ``(None,
     None)`` for None: a tensor is passed on as it is (the ops check its shape), a pair of
@@ -159,7 +170,7 @@ def bilstm_state(state) -> Tuple[Optional[Tensor], Optional[Tensor]]:
     if state is None:
         return None, None
     if not isinstance(state, (tuple, list)) or len(state) != 2:
-        raise TypeError(Errors.E_BILSTM_STATE.format(found=_state_kind(state)))
+        raise TypeError(Errors.E_BILSTM_STATE.format(found=describe_state(state)))
     out = []
     for part in state:
         if isinstance(part, Tensor):
@@ -167,16 +178,18 @@ def bilstm_state(state) -> Tuple[Optional[Tensor], Optional[Tensor]]:
         elif isinstance(part, (tuple, list)) and len(part) == 2 and all(isinstance(t, Tensor) for t in part):
             out.append(torch.stack(list(part)))
         else:
-            raise TypeError(Errors.E_BILSTM_STATE.format(found=_state_kind(state)))
+            raise TypeError(Errors.E_BILSTM_STATE.format(found=describe_state(state)))
     return out[0], out[1]
 
 
-def _state_kind(state) -> str:
-    """A short description of a bad ``state`` for the message: its nesting and leaf types."""
+def describe_state(state) -> str:
+    """A short description of a bad ``state`` for a message: its nesting, lengths, leaf types and
+    tensor shapes, e.g. ``a tuple of 2 items (a tensor of shape (2, 3, 4), a list of 0 items ())``."""
     if isinstance(state, Tensor):
         return f"a tensor of shape {tuple(state.shape)}"
     if isinstance(state, (tuple, list)):
-        return f"a {type(state).__name__} of ({', '.join(_state_kind(s) for s in state)})"
+        items = "item" if len(state) == 1 else "items"
+        return f"a {type(state).__name__} of {len(state)} {items} ({', '.join(describe_state(s) for s in state)})"
     return f"a {type(state).__name__}"
 
 
@@ -205,6 +218,9 @@ def bilstm_layer(
     Returns ``(out_fwd (B, T, P), out_bwd (B, T, P), h_n (2, B, P), c_n (2, B, C))``.
     """
     h0, c0 = bilstm_state(state)
+    batch = x_fwd.shape[0]
+    _check_shape(h0, (2, batch, fwd[3].shape[1]), "h0 (2, B, P)")  # a third direction was ignored
+    _check_shape(c0, (2, batch, fwd[3].shape[0]), "c0 (2, B, C)")
     h0 = (None, None) if h0 is None else (h0[0], h0[1])
     c0 = (None, None) if c0 is None else (c0[0], c0[1])
     out_f, h_f, c_f = lstm_layer(x_fwd, lengths, *fwd, h0[0], c0[0], cell_clip, proj_clip, False, residual)

@@ -135,10 +135,33 @@ def test_public_api_argument_errors_name_the_fix():
     for bad in ([["a", "b"]], batch_to_ids([["a"]]).numpy()):
         with pytest.raises(TypeError, match=r"tensor of character ids.*batch_to_ids\(sentences\)"):
             model(bad)
-    with pytest.raises(ValueError, match="carried_states expects a pair of tensors"):
+    with pytest.raises(ValueError, match=r"carried_states expects None or a pair \(h, c\) of two tensors, "
+                                         r"h \(2, 2, B, 4\) and c \(2, 2, B, 6\) \(direction, layer, row, width\); "
+                                         r"got a tensor of shape \(2, 2, 1, 4\)\."):
         model.carried_states = torch.zeros(2, 2, 1, 4)
-    with pytest.raises(ValueError, match="set_initial_state expects a pair of tensors"):
+    with pytest.raises(ValueError, match=r"set_initial_state expects None or a pair \(h, c\) of two tensors, "
+                                         r"h \(2, 2, 4\) and c \(2, 2, 6\) \(direction, layer, width\); got a tensor"):
         model.set_initial_state(torch.zeros(2, 2, 4))
+
+
+def test_a_bad_state_message_says_what_is_wrong_with_the_tuple():
+    """A tuple of the wrong content was reported as 'got a tuple': now its length and its items."""
+    import torch
+
+    config = BiLMConfig(projection_dim=4, cell_dim=6, filters=[(1, 2), (2, 2)], n_highway=0)
+    model = BiLM(config, backend="reference")
+    h, c = torch.zeros(2, 2, 1, 4), torch.zeros(2, 2, 1, 6)
+    per_direction = ((h[0], h[1]), (c[0], c[1]))
+    with pytest.raises(ValueError, match=r"h \(2, 2, B, 4\) .*; got a tuple of 2 items \(a tuple of 2 items \(a tensor "
+                                         r"of shape \(2, 1, 4\), a tensor of shape \(2, 1, 4\)\), a tuple of 2"):
+        model.carried_states = per_direction
+    with pytest.raises(ValueError, match=r"got a tuple of 3 items \(a tensor of shape \(2, 2, 1, 4\), a tensor of "
+                                         r"shape \(2, 2, 1, 6\), a tensor of shape \(2, 2, 1, 6\)\)\.$"):
+        model.carried_states = (h, c, c)
+    with pytest.raises(ValueError, match=r"got a list of 1 item \(a tensor of shape \(2, 2, 4\)\)\.$"):
+        model.set_initial_state([h[:, :, 0]])
+    with pytest.raises(ValueError, match=r"got a tuple of 2 items \(a tensor of shape \(2, 2, 4\), a NoneType\)\.$"):
+        model.set_initial_state((h[:, :, 0], None))
 
 
 @pytest.mark.parametrize("backend", ["reference", "auto"])

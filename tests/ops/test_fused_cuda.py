@@ -461,6 +461,12 @@ def test_cuda_bad_input(case):
     case(device=DEV)
 
 
+@pytest.mark.parametrize("backend", ["reference", "fused"])
+@pytest.mark.parametrize("which,bad,match", inputs.LSTM_BROADCAST_STATES, ids=inputs.LSTM_BROADCAST_IDS)
+def test_cuda_lstm_state_and_lengths_are_not_broadcast(backend, which, bad, match):
+    inputs.test_lstm_state_and_lengths_are_not_broadcast(backend, which, bad, match, device=DEV)
+
+
 # sampled_logsumexp has no CUDA kernel: on the GPU fused runs the reference
 @pytest.mark.parametrize("which", ["highway", "char_cnn", "lstm_layer"])
 def test_cuda_integer_inputs_are_an_error_not_truncated(which):

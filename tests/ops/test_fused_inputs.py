@@ -197,6 +197,47 @@ def test_lstm_state_of_the_wrong_shape_is_an_error_not_reshaped(device="cpu"):
         _close(a, b)
 
 
+# (which, make the bad argument from (B, P, C), what both backends' messages name)
+LSTM_BROADCAST_STATES = [
+    ("lstm", lambda B, P, C: dict(h0=torch.randn(P)), r"h0 \(.*B, P\) must have shape"),
+    ("lstm", lambda B, P, C: dict(h0=torch.randn(1, P)), r"h0 \(.*B, P\) must have shape"),
+    ("lstm", lambda B, P, C: dict(c0=torch.randn(C)), r"c0 \(.*B, C\) must have shape"),
+    ("lstm", lambda B, P, C: dict(c0=torch.randn(1, C)), r"c0 \(.*B, C\) must have shape"),
+    ("lstm", lambda B, P, C: dict(lengths=torch.tensor([5, 2])), r"lengths .*\(B,\)"),
+    ("lstm", lambda B, P, C: dict(lengths=torch.tensor([[5], [2], [0]])), r"lengths .*\(B,\)"),
+    ("bilstm", lambda B, P, C: dict(state=(torch.randn(2, P), torch.randn(2, B, C))), r"h0 \(.*B, P\) must have shape"),
+    ("bilstm", lambda B, P, C: dict(state=(torch.randn(2, 1, P), torch.randn(2, B, C))), r"h0 \(.*B, P\) must have shape"),
+    ("bilstm", lambda B, P, C: dict(state=(torch.randn(3, B, P), torch.randn(3, B, C))), r"h0 \(.*B, P\) must have shape"),
+    ("bilstm", lambda B, P, C: dict(state=(torch.randn(2, B, P), torch.randn(2, 1, C))), r"c0 \(.*B, C\) must have shape"),
+    ("bilstm", lambda B, P, C: dict(state=((torch.randn(P), torch.randn(P)), torch.randn(2, B, C))),
+     r"h0 \(.*B, P\) must have shape"),
+    ("bilstm", lambda B, P, C: dict(lengths=torch.tensor([5, 2])), r"lengths .*\(B,\)"),
+]
+LSTM_BROADCAST_IDS = ["h0_P", "h0_1P", "c0_C", "c0_1C", "short_lengths", "column_lengths", "bi_h0_2P", "bi_h0_21P",
+                      "bi_three_directions", "bi_c0_21C", "bi_pair_of_P", "bi_short_lengths"]
+
+
+@pytest.mark.parametrize("backend", ["reference", "fused"])
+@pytest.mark.parametrize("which,bad,match", LSTM_BROADCAST_STATES, ids=LSTM_BROADCAST_IDS)
+def test_lstm_state_and_lengths_are_not_broadcast(backend, which, bad, match, device="cpu"):
+    """The reference broadcast a (P,) or (1, P) state, a (C,) cell state or short lengths over the
+    rows (and ignored a third direction's state) and returned numbers; the fused op refused them.
+    Both refuse them now: the reference with a ValueError, the op with a RuntimeError."""
+    x, lengths, w = _lstm_case(device=device)
+    B, C, P = x.shape[0], w[3].shape[0], w[3].shape[1]
+    impl = R if backend == "reference" else fused
+    args = dict(lengths=lengths)
+    for name, value in bad(B, P, C).items():
+        args[name] = value.to(device) if isinstance(value, torch.Tensor) else tuple(
+            v.to(device) if isinstance(v, torch.Tensor) else tuple(t.to(device) for t in v) for v in value)
+    error = ValueError if backend == "reference" else RuntimeError
+    with pytest.raises(error, match=match):
+        if which == "lstm":
+            impl.lstm_layer(x, args.pop("lengths"), *w, **args)
+        else:
+            impl.bilstm_layer(x, x, args.pop("lengths"), w, w, **args)
+
+
 def test_lstm_lengths_must_be_integers(device="cpu"):
     """Float lengths were truncated (4.7 -> 4 steps; the reference runs t < 4.7, 5 steps). The
     wrappers pass them on as they are: the op checks them."""

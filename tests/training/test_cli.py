@@ -16,10 +16,10 @@ from .conftest import TINY, tiny_pretrain_args, write_corpus
 runner = CliRunner()
 
 
-def pretrain_tiny(tmp_path, *extra):
+def pretrain_tiny(tmp_path, *extra, max_steps=3):
     """Pretrain the tiny model for 3 steps: ``(result, train, held, options, out)``."""
     out = tmp_path / "model"
-    args, train, options = tiny_pretrain_args(tmp_path, out, *extra)
+    args, train, options = tiny_pretrain_args(tmp_path, out, *extra, max_steps=max_steps)
     held = write_corpus(tmp_path / "held.txt", 30, seed=2)
     return runner.invoke(app, args), train, held, options, out
 
@@ -28,6 +28,7 @@ def test_pretrain_evaluate_export(tmp_path):
     result, train, held, options, out = pretrain_tiny(tmp_path, "--heldout", str(tmp_path / "held.txt"))
     assert result.exit_code == 0, result.output
     assert "held-out perplexity" in result.output
+    assert "trained 3 steps; corpus " in result.output and " sentences from 1 file (0 binary skipped, " in result.output
     (event,) = [e for e in read_log(out) if e.get("event") == "heldout"]
     # <UNK> targets count in the perplexity (bilm-tf): a small vocabulary's low perplexity is read with its OOV rate
     assert f"OOV rate {event['oov_rate']:.2%}" in result.output and "one stream" in result.output
@@ -118,8 +119,9 @@ def test_evaluate_reads_text_the_way_the_model_was_trained(tmp_path):
 
 
 def test_export_guards_its_output(tmp_path):
-    result, _, held, _, out = pretrain_tiny(tmp_path)
+    result, _, held, _, out = pretrain_tiny(tmp_path, max_steps=1)
     assert result.exit_code == 0, result.output
+    assert "trained 1 step; corpus " in result.output  # was "1 steps"
     dest = tmp_path / "dest"
     dest.mkdir()
     (dest / "config.json").write_text("{}")  # another model's file
@@ -136,11 +138,33 @@ def test_export_guards_its_output(tmp_path):
     assert result.exit_code == 1 and "is a file" in result.output
 
 
+def _plain(output: str) -> str:
+    """A command's output without the error box's borders and line breaks."""
+    return " ".join(output.replace("│", " ").split())
+
+
 @pytest.mark.parametrize("size", ["0", "-3"])
 def test_evaluate_rejects_bad_batch_size(tmp_path, size):
-    result, _, held, _, out = pretrain_tiny(tmp_path)
-    result = runner.invoke(app, ["evaluate", str(out), str(held), "--batch-size", size])
-    assert result.exit_code == 1 and f"batch_size must be a positive integer; found {size}" in result.output
+    """It said "batch_size must be ..." (the Python name) after loading the model; now a usage
+    error naming the flag as typed, before (the model directory is never looked at)."""
+    result = runner.invoke(app, ["evaluate", str(tmp_path / "no-model"), str(tmp_path / "no-text"), "--batch-size", size])
+    assert result.exit_code == 2, result.output
+    assert f"Invalid value for '--batch-size': must be a positive integer (1 or more); found {size}." in _plain(result.output)
+    assert "batch_size" not in result.output and "no-model" not in result.output
+
+
+@pytest.mark.parametrize("flag", ["--min-count", "--max-steps", "--batch-size", "--unroll", "--max-length", "--negatives",
+                                  "--checkpoint-every", "--log-every", "--threads", "--state-sentences"])
+def test_pretrain_numeric_options_are_named_as_typed(tmp_path, flag):
+    """TrainConfig's errors named the fields ("checkpoint_every must be a positive integer") after the
+    corpus had been read; now a usage error naming the flag, before anything is read or written."""
+    value, expected = ("-1", "must be an integer of 0 or more; found -1.") if flag == "--state-sentences" else \
+        ("0", "must be a positive integer (1 or more); found 0.")
+    result = runner.invoke(app, ["pretrain", str(tmp_path / "no-text"), str(tmp_path / "out"), flag, value])
+    assert result.exit_code == 2, result.output
+    assert f"Invalid value for '{flag}': {expected}" in _plain(result.output)
+    python_name = flag[2:].replace("-", "_")  # checkpoint_every, ...
+    assert (python_name == flag[2:] or python_name not in result.output) and not (tmp_path / "out").exists()
 
 
 def test_pretrain_flag_errors(tmp_path):
