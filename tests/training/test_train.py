@@ -513,6 +513,22 @@ def _other_tokenizer(monkeypatch, tokens_differ=True):
     monkeypatch.setattr(data, "tokenizer_settings", lambda nlp: {"@tokenizers": "spacy.en.OtherTokenizer"})
 
 
+def _two_steps_with_doesnt(tmp_path):
+    """Two steps (a checkpoint) on a corpus with "doesn't" (which tokenizers split differently) into
+    ``tmp_path / "out"``: ``(out, resume)``, ``resume()`` going on to step 4."""
+    train_file = write_corpus(tmp_path / "train.txt", 200)
+    with open(train_file, "a", encoding="utf-8") as f:
+        f.write("The cat doesn't see a fish .\n")
+    out = tmp_path / "out"
+    capped = dict(vocab_size=20, negatives=8)
+    train(tiny_train_config(train_file, out, max_steps=2, checkpoint_every=2, **capped))
+
+    def resume():
+        return train(tiny_train_config(train_file, out, max_steps=4, checkpoint_every=2, resume=True, **capped))
+
+    return out, resume
+
+
 def test_resume_after_spacy_rules_changed_is_refused_or_continues(tmp_path, monkeypatch):
     """spaCy's rules (tokenizer exceptions, affixes, sentencizer punctuation) were not in the cache's
     fingerprint: a resume under a spaCy whose rules changed reused the old tokens. Now the text is
@@ -520,12 +536,7 @@ def test_resume_after_spacy_rules_changed_is_refused_or_continues(tmp_path, monk
     change that leaves these tokens as they were continues exactly."""
     from spacy_elmo.training import data
 
-    train_file = write_corpus(tmp_path / "train.txt", 200)
-    with open(train_file, "a", encoding="utf-8") as f:
-        f.write("The cat doesn't see a fish .\n")
-    out = tmp_path / "out"
-    capped = dict(vocab_size=20, negatives=8)
-    train(tiny_train_config(train_file, out, max_steps=2, checkpoint_every=2, **capped))
+    out, resume = _two_steps_with_doesnt(tmp_path)
     before = _files(out)
     earlier = json.loads((out / "data" / "meta.json").read_text(encoding="utf-8"))["fingerprint"]["tokenization"]
     real = data.make_nlp
@@ -536,9 +547,6 @@ def test_resume_after_spacy_rules_changed_is_refused_or_continues(tmp_path, monk
             nlp.tokenizer.add_special_case(word, [{"ORTH": word}])
             return nlp
         return make_nlp
-
-    def resume():
-        return train(tiny_train_config(train_file, out, max_steps=4, checkpoint_every=2, resume=True, **capped))
 
     with monkeypatch.context() as m:
         m.setattr(data, "make_nlp", with_special_case("doesn't"))
@@ -560,17 +568,9 @@ def test_resume_with_another_tokenizer_is_refused_naming_it(tmp_path, monkeypatc
     """The corpus cache data/ was fingerprinted without the tokenizer: a resume after the tokenizer
     changed silently went on with the old tokens. Now the text is tokenized again: other tokens are
     refused (naming both tokenizers, OUTPUT_DIR untouched), the same tokens continue."""
-    train_file = write_corpus(tmp_path / "train.txt", 200)
-    with open(train_file, "a", encoding="utf-8") as f:
-        f.write("The cat doesn't see a fish .\n")
-    out = tmp_path / "out"
-    capped = dict(vocab_size=20, negatives=8)
-    train(tiny_train_config(train_file, out, max_steps=2, checkpoint_every=2, **capped))
+    out, resume = _two_steps_with_doesnt(tmp_path)
     assert "n't" in Corpus.load(out / "data").types
     before = _files(out)
-
-    def resume():
-        return train(tiny_train_config(train_file, out, max_steps=4, checkpoint_every=2, resume=True, **capped))
 
     with monkeypatch.context() as m:
         _other_tokenizer(m)
