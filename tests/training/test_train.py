@@ -412,7 +412,7 @@ def test_resume_after_a_kill_during_heldout_evaluation(tmp_path, monkeypatch, ki
                                [e["loss"] for e in read_log(straight) if "loss" in e], rtol=1e-6, atol=1e-7)
 
 
-def test_a_kill_while_writing_the_checkpoint_leaves_no_temporary_file(tmp_path, monkeypatch):
+def test_a_kill_while_writing_the_checkpoint_leaves_no_temporary_file(tmp_path, monkeypatch, ended_pid):
     """The checkpoint (model, softmax and optimizer state: 160 MB for the small preset) is written
     beside its final name: Ctrl-C during the write removes that file, and a resume removes the one
     a SIGKILL left; the resumed run is the straight one."""
@@ -436,7 +436,7 @@ def test_a_kill_while_writing_the_checkpoint_leaves_no_temporary_file(tmp_path, 
         train(tiny_train_config(train_file, killed, max_steps=4, checkpoint_every=2))
     monkeypatch.setattr(ck.torch, "save", real_save)
     assert sorted(p.name for p in killed.iterdir() if "checkpoint" in p.name) == ["checkpoint.pt"]
-    for name in (".checkpoint.pt.4242.tmp", ".checkpoint.pt.tmp4242"):  # what a SIGKILL leaves (now, before)
+    for name in (f".checkpoint.pt.{ended_pid}.tmp", ".checkpoint.pt.tmp4242"):  # what a SIGKILL leaves (now, before)
         (killed / name).write_bytes(b"partial")
     train(tiny_train_config(train_file, killed, max_steps=4, checkpoint_every=2, resume=True))
     assert sorted(p.name for p in killed.iterdir() if "checkpoint" in p.name) == ["checkpoint.pt"]
