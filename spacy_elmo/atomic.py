@@ -4,7 +4,7 @@ import glob
 import os
 import shutil
 from pathlib import Path
-from typing import Callable, Union
+from typing import Callable, List, Tuple, Union
 
 PathLike = Union[str, Path]
 
@@ -44,16 +44,26 @@ def remove_leftovers(path: PathLike) -> None:
     their rename, and what a killed :func:`remove_dir` of ``path`` left: ``.NAME.PID.tmp`` of a
     process that no longer runs (or of this one). A live process's is its write in progress (two
     runs writing one file), and ``.NAME.x.PID.tmp`` is another file's (``NAME.x``)."""
-    path = Path(path)
-    prefix = f".{path.name}."
-    for stale in path.parent.glob(glob.escape(prefix) + "*.tmp"):
-        pid = stale.name[len(prefix) : -len(".tmp")]
-        if not pid.isdigit() or _running(int(pid)):
+    for stale, pid in temporary_files(path):
+        if _running(pid):
             continue
         if stale.is_dir() and not stale.is_symlink():
             shutil.rmtree(stale, ignore_errors=True)
         else:
             stale.unlink(missing_ok=True)
+
+
+def temporary_files(path: PathLike) -> List[Tuple[Path, int]]:
+    """``(.NAME.PID.tmp, PID)`` beside ``path``: what writes (and :func:`remove_dir`) of ``path``
+    by any process hold or left (not ``.NAME.x.PID.tmp``, another file's)."""
+    path = Path(path)
+    prefix = f".{path.name}."
+    found = []
+    for tmp in path.parent.glob(glob.escape(prefix) + "*.tmp"):
+        pid = tmp.name[len(prefix) : -len(".tmp")]
+        if pid.isdigit():
+            found.append((tmp, int(pid)))
+    return found
 
 
 def _running(pid: int) -> bool:

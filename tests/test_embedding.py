@@ -187,6 +187,25 @@ def test_a_run_killed_while_finishing_is_finished_by_a_rerun(bilm, corpus, tmp_p
         embed_file(bilm, corpus, out, part_size=3, progress=False)
 
 
+def test_a_run_killed_while_removing_its_parts_is_finished_whatever_the_output_name(bilm, corpus, tmp_path, monkeypatch):
+    """The renamed-away parts directory of OUTPUT was looked for with OUTPUT's name as a glob pattern:
+    with glob characters in it (run[1].h5) it was not found, and the rerun said "already exists"."""
+    import spacy_elmo.atomic
+
+    straight, out = tmp_path / "straight.h5", tmp_path / "run[1].h5"
+    embed_file(bilm, corpus, straight, part_size=3, progress=False)
+    real = spacy_elmo.atomic.shutil.rmtree
+    with monkeypatch.context() as patch:
+        patch.setattr(spacy_elmo.atomic.shutil, "rmtree",
+                      lambda path, **kw: _raise_killed() if path.exists() else real(path, **kw))
+        with pytest.raises(Killed):
+            embed_file(bilm, corpus, out, part_size=3, progress=False)
+    counts = embed_file(bilm, corpus, out, part_size=3, progress=False)
+    assert counts["finished"] == 1 and counts["parts_written"] == 0
+    assert out.read_bytes() == straight.read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "model", out.name, "straight.h5"]
+
+
 def test_a_run_killed_while_creating_its_parts_directory_starts_afresh(bilm, corpus, tmp_path, monkeypatch, ended_pid):
     """The parts directory was created, then its manifest written: killed between the two, a
     rerun refused the empty directory as parts "written by an older spacy-elmo"."""
