@@ -43,7 +43,7 @@ def resolve_model_dir(directory: PathLike) -> Path:
     """The string ``"default"`` -> the bundled model directory; anything else -> a Path.
 
     Only the string: ``Path("default")`` and ``"./default"`` are a directory named ``default``
-    (this module passes Paths on, e.g. ``fit-state default``'s to :func:`write_initial_state`,
+    (this module passes Paths on, e.g. to :func:`write_initial_state`, which ``fit-state`` calls,
     which must write into that directory, never into the bundled model)."""
     if isinstance(directory, str) and directory == "default":
         if not (DEFAULT_MODEL_DIR / CONFIG_NAME).exists():
