@@ -1,9 +1,10 @@
 """Writing a file so that readers, and a writer killed half-way, see the old file or the new one, never half."""
 
+import glob
 import os
 import shutil
 from pathlib import Path
-from typing import Callable, Union
+from typing import Callable, List, Tuple, Union
 
 PathLike = Union[str, Path]
 
@@ -40,13 +41,42 @@ def atomic_write_text(path: PathLike, text: str) -> None:
 
 def remove_leftovers(path: PathLike) -> None:
     """Delete the temporary files (and directories) of writes to ``path`` that were killed before
-    their rename, and what a killed :func:`remove_dir` of ``path`` left."""
-    path = Path(path)
-    for stale in path.parent.glob(f".{path.name}.*.tmp"):
+    their rename, and what a killed :func:`remove_dir` of ``path`` left: ``.NAME.PID.tmp`` of a
+    process that no longer runs (or of this one). A live process's is its write in progress (two
+    runs writing one file), and ``.NAME.x.PID.tmp`` is another file's (``NAME.x``)."""
+    for stale, pid in temporary_files(path):
+        if _running(pid):
+            continue
         if stale.is_dir() and not stale.is_symlink():
             shutil.rmtree(stale, ignore_errors=True)
         else:
             stale.unlink(missing_ok=True)
+
+
+def temporary_files(path: PathLike) -> List[Tuple[Path, int]]:
+    """``(.NAME.PID.tmp, PID)`` beside ``path``: what writes (and :func:`remove_dir`) of ``path``
+    by any process hold or left (not ``.NAME.x.PID.tmp``, another file's)."""
+    path = Path(path)
+    prefix = f".{path.name}."
+    found = []
+    for tmp in path.parent.glob(glob.escape(prefix) + "*.tmp"):
+        pid = tmp.name[len(prefix) : -len(".tmp")]
+        if pid.isdigit():
+            found.append((tmp, int(pid)))
+    return found
+
+
+def _running(pid: int) -> bool:
+    """Whether another process ``pid`` runs (on POSIX; elsewhere taken as not)."""
+    if pid == os.getpid() or os.name != "posix":
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # PermissionError: another user's
+        return True
+    return True
 
 
 def remove_dir(path: PathLike) -> None:

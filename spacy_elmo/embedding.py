@@ -33,7 +33,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Union
 import numpy as np
 import torch
 
-from .atomic import atomic_write, atomic_write_text, remove_dir, remove_leftovers, replace_dir
+from .atomic import atomic_write, atomic_write_text, remove_dir, remove_leftovers, replace_dir, temporary_files
 from .bilm import BiLM
 from .bilm.token_cache import TokenCache, run_rows
 from .errors import Errors, Warnings
@@ -324,7 +324,7 @@ def _earlier_merge(output_path: Path) -> Optional[Path]:
     """The parts directory (or what a killed :func:`remove_dir` left of it) whose ``merged.json``
     records ``output_path``'s identity: a run killed after writing OUTPUT, before removing its parts."""
     parts_dir = parts_path(output_path)
-    for directory in (parts_dir, *parts_dir.parent.glob(f".{parts_dir.name}.*.tmp")):
+    for directory in (parts_dir, *(tmp for tmp, _ in temporary_files(parts_dir))):
         try:
             recorded = json.loads((directory / MERGED).read_text(encoding="utf-8"))
             if recorded == _file_identity(output_path):

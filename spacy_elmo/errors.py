@@ -539,6 +539,7 @@ class Errors:
         "spaCy are installed, or go on with these tokens in a new OUTPUT_DIR with --init {path}."
     )
     E_CHECKPOINT_TOKENIZER_UNRECORDED = "a tokenizer not recorded (a spacy-elmo before token rules 2)"
+    E_CHECKPOINT_TOKENIZATION = "tokenizer {tokenizer}, token rules {rules}, spaCy rules {spacy_rules}"
     E_CHECKPOINT_SPACY_RULES_UNRECORDED = "not recorded (a spacy-elmo before they were)"
     E_RESUME_MODEL = (
         "The checkpoint in {path} holds the model {found}, but --preset/--options ask for {expected}. "

@@ -1,5 +1,8 @@
 """Fixtures shared by the test directories."""
 
+import subprocess
+import sys
+
 import pytest
 
 
@@ -12,3 +15,12 @@ def kill_runner(tmp_path_factory):
     runner = KillRunner(tmp_path_factory.mktemp("kill-runs"))
     yield runner
     runner.close()
+
+
+@pytest.fixture
+def ended_pid():
+    """The id of a process that has ended (and been waited for): what a SIGKILLed writer's
+    temporary file ``.NAME.PID.tmp`` holds (a running process's is left alone)."""
+    process = subprocess.Popen([sys.executable, "-c", ""])
+    process.wait()
+    return process.pid

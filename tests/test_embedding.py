@@ -130,15 +130,15 @@ def test_line_i_of_the_file_is_dataset_i_whatever_the_line_breaks_and_a_bom_is_n
     assert mapping["First line"] == "0" and mapping["last"] == "7"
 
 
-def test_a_killed_run_resumes_to_the_identical_file(bilm, corpus, tmp_path):
+def test_a_killed_run_resumes_to_the_identical_file(bilm, corpus, tmp_path, ended_pid):
     straight, resumed = tmp_path / "straight.h5", tmp_path / "resumed.h5"
     embed_file(bilm, corpus, straight, batch_size=2, part_size=2, progress=False)
     first = embed_file(bilm, corpus, resumed, batch_size=2, part_size=2, progress=False, stop_after_parts=2)
     assert first["finished"] == 0 and not resumed.exists()
     assert len(list((tmp_path / "resumed.h5.parts").glob("part-*.hdf5"))) == 2
     # what a kill in the middle of a part and of the merge leaves behind
-    (tmp_path / "resumed.h5.parts" / ".part-000002.hdf5.999.tmp").write_bytes(b"half")
-    (tmp_path / ".resumed.h5.999.tmp").write_bytes(b"half")
+    (tmp_path / "resumed.h5.parts" / f".part-000002.hdf5.{ended_pid}.tmp").write_bytes(b"half")
+    (tmp_path / f".resumed.h5.{ended_pid}.tmp").write_bytes(b"half")
     second = embed_file(bilm, corpus, resumed, batch_size=2, part_size=2, progress=False)
     assert second["parts_reused"] == 2 and second["parts_written"] == 2 and second["finished"] == 1
     a, map_a = read_all(straight)
@@ -187,7 +187,26 @@ def test_a_run_killed_while_finishing_is_finished_by_a_rerun(bilm, corpus, tmp_p
         embed_file(bilm, corpus, out, part_size=3, progress=False)
 
 
-def test_a_run_killed_while_creating_its_parts_directory_starts_afresh(bilm, corpus, tmp_path, monkeypatch):
+def test_a_run_killed_while_removing_its_parts_is_finished_whatever_the_output_name(bilm, corpus, tmp_path, monkeypatch):
+    """The renamed-away parts directory of OUTPUT was looked for with OUTPUT's name as a glob pattern:
+    with glob characters in it (run[1].h5) it was not found, and the rerun said "already exists"."""
+    import spacy_elmo.atomic
+
+    straight, out = tmp_path / "straight.h5", tmp_path / "run[1].h5"
+    embed_file(bilm, corpus, straight, part_size=3, progress=False)
+    real = spacy_elmo.atomic.shutil.rmtree
+    with monkeypatch.context() as patch:
+        patch.setattr(spacy_elmo.atomic.shutil, "rmtree",
+                      lambda path, **kw: _raise_killed() if path.exists() else real(path, **kw))
+        with pytest.raises(Killed):
+            embed_file(bilm, corpus, out, part_size=3, progress=False)
+    counts = embed_file(bilm, corpus, out, part_size=3, progress=False)
+    assert counts["finished"] == 1 and counts["parts_written"] == 0
+    assert out.read_bytes() == straight.read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "model", out.name, "straight.h5"]
+
+
+def test_a_run_killed_while_creating_its_parts_directory_starts_afresh(bilm, corpus, tmp_path, monkeypatch, ended_pid):
     """The parts directory was created, then its manifest written: killed between the two, a
     rerun refused the empty directory as parts "written by an older spacy-elmo"."""
     import pathlib
@@ -200,7 +219,7 @@ def test_a_run_killed_while_creating_its_parts_directory_starts_afresh(bilm, cor
                       lambda self, *a, **kw: _raise_killed() if "manifest" in self.name else real(self, *a, **kw))
         with pytest.raises(Killed):
             embed_file(bilm, corpus, out, part_size=3, progress=False)
-    (tmp_path / ".out.h5.parts.999.tmp").mkdir()  # what a SIGKILL there leaves
+    (tmp_path / f".out.h5.parts.{ended_pid}.tmp").mkdir()  # what a SIGKILL there leaves
     assert embed_file(bilm, corpus, out, part_size=3, progress=False)["parts_written"] == 3
     assert out.read_bytes() == straight.read_bytes()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "model", "out.h5", "straight.h5"]

@@ -43,7 +43,7 @@ def resolve_model_dir(directory: PathLike) -> Path:
     """The string ``"default"`` -> the bundled model directory; anything else -> a Path.
 
     Only the string: ``Path("default")`` and ``"./default"`` are a directory named ``default``
-    (this module passes Paths on, e.g. ``save("default")`` to :func:`write_initial_state`,
+    (this module passes Paths on, e.g. to :func:`write_initial_state`, which ``fit-state`` calls,
     which must write into that directory, never into the bundled model)."""
     if isinstance(directory, str) and directory == "default":
         if not (DEFAULT_MODEL_DIR / CONFIG_NAME).exists():
@@ -68,7 +68,7 @@ def save_native(
         raise ValueError(Errors.E_SAVE_DTYPE.format(dtype=dtype))
     directory = Path(directory)
     tensors = {name: p.detach() for name, p in model.state_dict().items()}
-    for name in INITIAL_STATE_KEYS:  # stored on their own (write_initial_state)
+    for name in INITIAL_STATE_KEYS:  # stored on their own (initial_state.safetensors)
         tensors.pop(name, None)
     extra = dict(extra_tensors or {})
     for name, value in extra.items():

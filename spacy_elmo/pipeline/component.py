@@ -154,6 +154,17 @@ def _same_weights(requested: str, source: Optional[str]) -> bool:
     return canonical(requested) == canonical(source)
 
 
+def _is_init_nlp(frame: Any) -> bool:
+    """Whether ``frame`` runs spaCy's ``init_nlp`` (``spacy train``): the only relinking whose
+    ``nlp.meta`` lists this run's sourced components (a pipeline saved by ``spacy assemble`` keeps
+    that list, and ``spacy.load`` or a later ``add_pipe`` relink it too)."""
+    return (
+        frame is not None
+        and frame.f_code.co_name == "init_nlp"
+        and frame.f_globals.get("__name__") == "spacy.training.initialize"
+    )
+
+
 def _path_being_replaced() -> Optional[Tuple[str, str]]:
     """``(component, listener path)`` of the ``Language.replace_listeners`` call running this hook, or None.
 
@@ -343,7 +354,9 @@ class ElmoComponent(TrainablePipe):
                     listener.upstream, listener.component = None, None
                 listener.clear()
         self._listener_map = value
-        self._check_sourced_weights(sys._getframe(1).f_locals.get("self"))
+        linking = sys._getframe(1)  # Language._link_components, when spaCy relinks the pipeline
+        if _is_init_nlp(linking.f_back):
+            self._check_sourced_weights(linking.f_locals.get("self"))
 
     def _check_sourced_weights(self, nlp: Any) -> None:
         """Warn (once) when this component was sourced from another pipeline into ``nlp`` but ``nlp``'s

@@ -297,8 +297,9 @@ def _refuse_other_tokenization(cache: Path, stamp: Dict[str, Any], out: Path) ->
             return Errors.E_CHECKPOINT_TOKENIZER_UNRECORDED
         rules = tokenization.get("spacy_rules")
         rules = rules[:16] if rules else Errors.E_CHECKPOINT_SPACY_RULES_UNRECORDED
-        return (f"tokenizer {json.dumps(tokenization['tokenizer'], sort_keys=True)}, token rules {tokenization['rules']}, "
-                f"spaCy rules {rules}")
+        return Errors.E_CHECKPOINT_TOKENIZATION.format(
+            tokenizer=json.dumps(tokenization["tokenizer"], sort_keys=True), rules=tokenization["rules"], spacy_rules=rules
+        )
 
     raise ValueError(Errors.E_CHECKPOINT_TOKENIZER.format(path=out, found=describe(change[0]), expected=describe(change[1])))
 

@@ -219,3 +219,26 @@ def test_sourced_elmo_with_other_requested_weights_warns_once(corpus_dir, tiny_d
             assert all(torch.equal(v, BiLM.load(tiny_dir).state_dict()[k]) for k, v in runs.items())
         else:
             assert ours == []
+
+
+def test_sourced_elmo_warns_in_init_nlp_only_not_when_an_assembled_pipeline_loads(corpus_dir, tiny_dir, tmp_path):
+    """spacy assemble (load_model_from_config, to_disk) keeps spaCy's list of sourced components in the saved
+    meta.json: every spacy.load of that pipeline, and every add_pipe after it, relinked it and warned that
+    spaCy "never initializes" the sourced elmo and to "drop `source`", in a pipeline loaded for inference
+    whose config has no source. Only init_nlp (spacy train) warns."""
+    from spacy.util import load_model_from_config
+
+    _init("ner.cfg", corpus_dir, tiny_dir).to_disk(tmp_path / "first")
+    torch.manual_seed(1)
+    BiLM(BiLMConfig(**TINY)).save(tmp_path / "other")
+    config = _config("ner.cfg", corpus_dir, tmp_path / "other", {})
+    for name in ("elmo", "ner"):
+        config["components"][name] = {"source": str(tmp_path / "first")}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        load_model_from_config(config, auto_fill=True).to_disk(tmp_path / "assembled")
+        loaded = spacy.load(tmp_path / "assembled")
+        loaded.add_pipe("sentencizer", name="second_sentencizer")
+        loaded("Alice went home .")
+    assert "elmo" in loaded.meta["_sourced_vectors_hashes"]  # what made it warn
+    assert [str(w.message) for w in caught if "sourced with" in str(w.message)] == []

@@ -412,7 +412,7 @@ def test_resume_after_a_kill_during_heldout_evaluation(tmp_path, monkeypatch, ki
                                [e["loss"] for e in read_log(straight) if "loss" in e], rtol=1e-6, atol=1e-7)
 
 
-def test_a_kill_while_writing_the_checkpoint_leaves_no_temporary_file(tmp_path, monkeypatch):
+def test_a_kill_while_writing_the_checkpoint_leaves_no_temporary_file(tmp_path, monkeypatch, ended_pid):
     """The checkpoint (model, softmax and optimizer state: 160 MB for the small preset) is written
     beside its final name: Ctrl-C during the write removes that file, and a resume removes the one
     a SIGKILL left; the resumed run is the straight one."""
@@ -436,7 +436,7 @@ def test_a_kill_while_writing_the_checkpoint_leaves_no_temporary_file(tmp_path, 
         train(tiny_train_config(train_file, killed, max_steps=4, checkpoint_every=2))
     monkeypatch.setattr(ck.torch, "save", real_save)
     assert sorted(p.name for p in killed.iterdir() if "checkpoint" in p.name) == ["checkpoint.pt"]
-    for name in (".checkpoint.pt.4242.tmp", ".checkpoint.pt.tmp4242"):  # what a SIGKILL leaves (now, before)
+    for name in (f".checkpoint.pt.{ended_pid}.tmp", ".checkpoint.pt.tmp4242"):  # what a SIGKILL leaves (now, before)
         (killed / name).write_bytes(b"partial")
     train(tiny_train_config(train_file, killed, max_steps=4, checkpoint_every=2, resume=True))
     assert sorted(p.name for p in killed.iterdir() if "checkpoint" in p.name) == ["checkpoint.pt"]
@@ -513,6 +513,22 @@ def _other_tokenizer(monkeypatch, tokens_differ=True):
     monkeypatch.setattr(data, "tokenizer_settings", lambda nlp: {"@tokenizers": "spacy.en.OtherTokenizer"})
 
 
+def _two_steps_with_doesnt(tmp_path):
+    """Two steps (a checkpoint) on a corpus with "doesn't" (which tokenizers split differently) into
+    ``tmp_path / "out"``: ``(out, resume)``, ``resume()`` going on to step 4."""
+    train_file = write_corpus(tmp_path / "train.txt", 200)
+    with open(train_file, "a", encoding="utf-8") as f:
+        f.write("The cat doesn't see a fish .\n")
+    out = tmp_path / "out"
+    capped = dict(vocab_size=20, negatives=8)
+    train(tiny_train_config(train_file, out, max_steps=2, checkpoint_every=2, **capped))
+
+    def resume():
+        return train(tiny_train_config(train_file, out, max_steps=4, checkpoint_every=2, resume=True, **capped))
+
+    return out, resume
+
+
 def test_resume_after_spacy_rules_changed_is_refused_or_continues(tmp_path, monkeypatch):
     """spaCy's rules (tokenizer exceptions, affixes, sentencizer punctuation) were not in the cache's
     fingerprint: a resume under a spaCy whose rules changed reused the old tokens. Now the text is
@@ -520,12 +536,7 @@ def test_resume_after_spacy_rules_changed_is_refused_or_continues(tmp_path, monk
     change that leaves these tokens as they were continues exactly."""
     from spacy_elmo.training import data
 
-    train_file = write_corpus(tmp_path / "train.txt", 200)
-    with open(train_file, "a", encoding="utf-8") as f:
-        f.write("The cat doesn't see a fish .\n")
-    out = tmp_path / "out"
-    capped = dict(vocab_size=20, negatives=8)
-    train(tiny_train_config(train_file, out, max_steps=2, checkpoint_every=2, **capped))
+    out, resume = _two_steps_with_doesnt(tmp_path)
     before = _files(out)
     earlier = json.loads((out / "data" / "meta.json").read_text(encoding="utf-8"))["fingerprint"]["tokenization"]
     real = data.make_nlp
@@ -536,9 +547,6 @@ def test_resume_after_spacy_rules_changed_is_refused_or_continues(tmp_path, monk
             nlp.tokenizer.add_special_case(word, [{"ORTH": word}])
             return nlp
         return make_nlp
-
-    def resume():
-        return train(tiny_train_config(train_file, out, max_steps=4, checkpoint_every=2, resume=True, **capped))
 
     with monkeypatch.context() as m:
         m.setattr(data, "make_nlp", with_special_case("doesn't"))
@@ -560,17 +568,9 @@ def test_resume_with_another_tokenizer_is_refused_naming_it(tmp_path, monkeypatc
     """The corpus cache data/ was fingerprinted without the tokenizer: a resume after the tokenizer
     changed silently went on with the old tokens. Now the text is tokenized again: other tokens are
     refused (naming both tokenizers, OUTPUT_DIR untouched), the same tokens continue."""
-    train_file = write_corpus(tmp_path / "train.txt", 200)
-    with open(train_file, "a", encoding="utf-8") as f:
-        f.write("The cat doesn't see a fish .\n")
-    out = tmp_path / "out"
-    capped = dict(vocab_size=20, negatives=8)
-    train(tiny_train_config(train_file, out, max_steps=2, checkpoint_every=2, **capped))
+    out, resume = _two_steps_with_doesnt(tmp_path)
     assert "n't" in Corpus.load(out / "data").types
     before = _files(out)
-
-    def resume():
-        return train(tiny_train_config(train_file, out, max_steps=4, checkpoint_every=2, resume=True, **capped))
 
     with monkeypatch.context() as m:
         _other_tokenizer(m)
