@@ -775,6 +775,14 @@ class Warnings:
         "with `replace_listeners` to give them their own copy of it). To keep the sourced biLM, set "
         "--paths.elmo {source}."
     )
+    W_ELMO_V1_LAYER_CACHE = (
+        "spacy-elmo: this pipeline's elmo model (spacy_elmo.ElmoBiLM.v1, as saved before the layer cache "
+        "became a training-run setting) has layer_cache_mb = {value}, so it keeps a cache of up to {value} MB "
+        "of biLM output layers at inference too (GPU memory on a GPU). To switch it off: "
+        "nlp.get_pipe(\"elmo\").layer_cache_mb = 0 after loading, or retrain or resave the pipeline with "
+        "spacy_elmo.ElmoBiLM.v2 (no layer_cache_mb in [components.elmo.model]; set it in "
+        "[initialize.components.elmo] layer_cache_mb for training)."
+    )
     W_ELMO_OTHER_LANG = (
         "spacy-elmo: the {name} component's model {source} was pretrained on the tokens of spaCy's "
         "{lang!r} tokenizer (its settings were not recorded: an older model), but this pipeline is "

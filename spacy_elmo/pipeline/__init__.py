@@ -4,6 +4,7 @@ Registered through entry points (see pyproject.toml); importing this package
 also registers the ``elmo`` factory and the doc/token/span extensions.
 """
 
+from . import architectures  # registers spacy_elmo.ElmoBiLM.v2 (see its docstring)
 from .component import ElmoComponent, make_elmo
 from .doc_data import install_extensions, install_hooks
 

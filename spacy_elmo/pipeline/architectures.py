@@ -1,26 +1,37 @@
 """Registered architectures (entry points ``spacy_architectures``).
 
-* ``spacy_elmo.ElmoBiLM.v1``: the model of the ``elmo`` component
+* ``spacy_elmo.ElmoBiLM.v2``: the model of the ``elmo`` component
   (``List[Doc] -> List[Floats3d (L + 1, n, 2P)]``).
+* ``spacy_elmo.ElmoBiLM.v1``: v2 with ``layer_cache_mb``, the model block of pipelines saved
+  before the layer cache became the component's training-run setting (kept so they load).
 * ``spacy_elmo.ElmoListener.v1``: listener -> ScalarMix -> ELMo dropout
   (``List[Doc] -> List[Floats2d (n, 2P)]``); each use owns its mix.
 * ``spacy_elmo.ElmoTok2Vec.v1``: ``[x_k; ELMo_k]`` (a MultiHashEmbed next to
   the mix, the paper's recipe), a Maxout down to the encoder width, then the
   encoder (``List[Doc] -> List[Floats2d (n, width)]``).
+
+``spacy_elmo.ElmoBiLM.v2`` is also registered here, at import (``spacy_elmo.pipeline`` imports this
+module): an installed copy whose entry points predate it still finds it.
 """
 
+import warnings
 from typing import List, Optional, Sequence
 
 from spacy.tokens import Doc
+from spacy.util import registry
 from thinc.api import Maxout, Model, chain, concatenate, with_array
 from thinc.types import Floats2d, Floats3d
 
-from .bilm_layer import build_elmo_bilm, own_bilm_layer
+from ..errors import Warnings
+from .bilm_layer import build_elmo_bilm, own_bilm_layer, set_layer_cache_mb
 from .listener import ElmoListener as ElmoListenerModel
 from .scalar_mix import elmo_dropout, scalar_mix_layer
 
+_V1_LAYER_CACHE_WARNED = False  # W_ELMO_V1_LAYER_CACHE: once per process
 
-def ElmoBiLM(
+
+@registry.architectures("spacy_elmo.ElmoBiLM.v2")
+def ElmoBiLM_v2(
     batch_tokens: int = 4096,
     max_window: int = 128,
     backend: str = "auto",
@@ -42,6 +53,26 @@ def ElmoBiLM(
     )
 
 
+def ElmoBiLM(
+    batch_tokens: int = 4096,
+    max_window: int = 128,
+    backend: str = "auto",
+    cache_size: int = 50000,
+    layer_cache_mb: int = 0,
+) -> Model[List[Doc], List[Floats3d]]:
+    """``spacy_elmo.ElmoBiLM.v1``: :func:`ElmoBiLM_v2` whose layer cache starts at ``layer_cache_mb``
+    (MB, 0 = off), as every pipeline saved before v2 has in its model block (spaCy writes the default).
+    Checked as the ``elmo`` component's ``layer_cache_mb`` (the name a v1 model cannot know); > 0 warns
+    once per process that the cache is kept at inference too."""
+    global _V1_LAYER_CACHE_WARNED
+    model = ElmoBiLM_v2(batch_tokens=batch_tokens, max_window=max_window, backend=backend, cache_size=cache_size)
+    set_layer_cache_mb(model, layer_cache_mb, "elmo")
+    if layer_cache_mb > 0 and not _V1_LAYER_CACHE_WARNED:
+        _V1_LAYER_CACHE_WARNED = True
+        warnings.warn(Warnings.W_ELMO_V1_LAYER_CACHE.format(value=layer_cache_mb), UserWarning, stacklevel=2)
+    return model
+
+
 def ElmoListener(
     upstream: str = "*",
     width: Optional[int] = None,
@@ -58,7 +89,7 @@ def ElmoListener(
     dropout: ELMo's dropout after the mix (the paper's 0.5; not touched by
     ``[training] dropout``); mix_l2: lambda of ``lambda * ||w||^2``;
     layer_norm: normalise each biLM layer of each doc (one mean/variance) before the mix.
-    bilm: None (listen to the ``upstream`` component), or a ``spacy_elmo.ElmoBiLM.v1``
+    bilm: None (listen to the ``upstream`` component), or a ``spacy_elmo.ElmoBiLM.v2``
     model that this component owns instead (``nlp.replace_listeners`` writes it; its
     weights come only with the component's saved model); frozen: with ``bilm``,
     keep it out of this component's training.

@@ -30,10 +30,17 @@ from thinc.api import Config, Model, Optimizer, set_dropout_rate
 from thinc.types import Floats3d
 
 from ..bilm import BiLM
-from ..bilm.config import is_int
 from ..errors import Errors, Warnings
 from ..training.data import tokenizer_settings
-from .bilm_layer import get_bilm, get_runner, own_bilm_layer, renew_shim_ids, set_bilm, step_bilm
+from .bilm_layer import (
+    get_bilm,
+    get_runner,
+    own_bilm_layer,
+    renew_shim_ids,
+    set_bilm,
+    set_layer_cache_mb,
+    step_bilm,
+)
 from .doc_data import ELMO_ATTR, install_extensions, install_hooks, set_doc_data
 from .layer_cache import MB
 from .listener import ElmoListener
@@ -44,7 +51,7 @@ DTYPE_CHOICES = ("float16", "float32")
 
 DEFAULT_MODEL = """
 [model]
-@architectures = "spacy_elmo.ElmoBiLM.v1"
+@architectures = "spacy_elmo.ElmoBiLM.v2"
 batch_tokens = 4096
 max_window = 128
 backend = "auto"
@@ -332,9 +339,7 @@ class ElmoComponent(TrainablePipe):
 
     @layer_cache_mb.setter
     def layer_cache_mb(self, value: int) -> None:
-        if not is_int(value) or value < 0:
-            raise ValueError(Errors.E_ELMO_LAYER_CACHE.format(name=self.name, value=value))
-        get_runner(self.model).layer_cache.set_limit(value)
+        set_layer_cache_mb(self.model, value, self.name)
 
     # -- listeners (as spaCy's Tok2Vec) ------------------------------------------
     @property

@@ -161,7 +161,7 @@ def test_empty_docs(nlp):
 )
 def test_bad_model_settings_fail_at_construction(tiny_dir, setting, value):
     nlp = spacy.blank("en")
-    model = {"@architectures": "spacy_elmo.ElmoBiLM.v1", setting: value}
+    model = {"@architectures": "spacy_elmo.ElmoBiLM.v2", setting: value}
     with pytest.raises(ValueError, match=rf"{setting} = {value}; it must be an integer >= "):
         nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "model": model})
 

@@ -4,6 +4,7 @@ before, bounded bytes, never stale. That it is off in a pipeline loaded for infe
 test_train_configs.py."""
 
 import pickle
+import warnings
 
 import numpy
 import pytest
@@ -11,11 +12,13 @@ import spacy
 from spacy.training import Example
 from thinc.api import ConfigValidationError, fix_random_seed
 
+from spacy_elmo.pipeline import architectures
 from spacy_elmo.pipeline.bilm_layer import get_bilm, get_runner, set_bilm
 from spacy_elmo.pipeline.layer_cache import MB, LayerCache
 
 from .conftest import make_docs
 from .test_listener import LISTENER, NER
+from .test_train_configs import _cache_limit
 
 SENTENCES = ["The bank raised its rates .", "We sat on the river bank .", "Money in the bank ."]
 # repeated sentences inside a doc and across docs, a doc without boundaries cut into windows of 4
@@ -23,7 +26,7 @@ TEXTS = [" ".join(SENTENCES), " ".join(SENTENCES[::-1] * 2), SENTENCES[0], "x", 
 LONG = "one two three four five six seven eight nine ten eleven"
 
 
-MODEL = {"@architectures": "spacy_elmo.ElmoBiLM.v1", "max_window": 4}
+MODEL = {"@architectures": "spacy_elmo.ElmoBiLM.v2", "max_window": 4}
 
 
 def _pipeline(tiny_dir, layer_cache_mb, frozen=True, sentencizer=True, ner=False):
@@ -196,7 +199,73 @@ def test_bad_layer_cache_mb(tiny_dir, value):
     assert elmo.layer_cache_mb == 0
 
 
-def test_layer_cache_mb_in_the_model_block_is_a_config_error(tiny_dir):
-    """No model setting any more: a saved pipeline's config would turn it on in every loaded copy."""
+def test_layer_cache_mb_in_a_v2_model_block_is_a_config_error(tiny_dir):
+    """No model setting of ElmoBiLM.v2: a saved pipeline's config would turn it on in every loaded copy."""
     with pytest.raises(ConfigValidationError, match="layer_cache_mb"):
         spacy.blank("en").add_pipe("elmo", config={"weights": str(tiny_dir), "model": {**MODEL, "layer_cache_mb": 8}})
+
+
+def _saved_with_v1(tiny_dir, path, layer_cache_mb):
+    """A pipeline as saved before ElmoBiLM.v2: ElmoBiLM.v1 with layer_cache_mb in [components.elmo.model]
+    (spaCy writes every default, so each one has it: 0, or 1024 with the shipped configs)."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "store_dtype": "float32"})  # the default model block
+    nlp.initialize()
+    nlp.to_disk(path)
+    config = spacy.util.load_config(path / "config.cfg")
+    model = config["components"]["elmo"]["model"]
+    model.update({"@architectures": "spacy_elmo.ElmoBiLM.v1", "layer_cache_mb": layer_cache_mb})
+    config.to_disk(path / "config.cfg")
+    return path
+
+
+def _loads_warned(load):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        nlp = load()
+    return nlp, [str(w.message) for w in caught if "ElmoBiLM.v1" in str(w.message)]
+
+
+def test_pipeline_saved_with_v1_and_a_layer_cache_loads_with_it(tiny_dir, tmp_path, monkeypatch):
+    """spacy.load and load_model_from_config of a pipeline whose model block is ElmoBiLM.v1 with
+    layer_cache_mb = 1024 (spaCy refused it: "unexpected argument"): the 1024 MB cache of the day it was
+    saved, used at inference, and one warning per process that says how to switch it off."""
+    monkeypatch.setattr(architectures, "_V1_LAYER_CACHE_WARNED", False, raising=False)
+    path = _saved_with_v1(tiny_dir, tmp_path / "v1", 1024)
+    nlp, warned = _loads_warned(lambda: spacy.load(path))
+    assert len(warned) == 1 and "1024 MB" in warned[0] and 'nlp.get_pipe("elmo").layer_cache_mb = 0' in warned[0]
+    assert "ElmoBiLM.v2" in warned[0]
+    elmo = nlp.get_pipe("elmo")
+    assert elmo.layer_cache_mb == 1024 and _cache_limit(nlp) == 1024 * MB
+    calls = _count_rows(monkeypatch, nlp)
+    _layers(nlp, SENTENCES)
+    assert calls
+    calls.clear()
+    _layers(nlp, SENTENCES)
+    assert calls == []  # from the cache
+    again, warned = _loads_warned(lambda: spacy.util.load_model_from_config(nlp.config))
+    assert warned == [] and _cache_limit(again) == 1024 * MB  # once per process
+    elmo.layer_cache_mb = 0  # the component's property and initialize still set it
+    assert _cache_limit(nlp) == 0 and len(get_runner(elmo.model).layer_cache) == 0
+    elmo.initialize(lambda: [], layer_cache_mb=8)
+    assert elmo.layer_cache_mb == 8
+
+
+def test_pipeline_saved_with_v1_and_no_layer_cache_loads_without_it(tiny_dir, tmp_path, monkeypatch):
+    monkeypatch.setattr(architectures, "_V1_LAYER_CACHE_WARNED", False, raising=False)
+    path = _saved_with_v1(tiny_dir, tmp_path / "v1", 0)
+    nlp, warned = _loads_warned(lambda: spacy.load(path))
+    assert warned == [] and nlp.get_pipe("elmo").layer_cache_mb == 0
+    calls = _count_rows(monkeypatch, nlp)
+    _layers(nlp, SENTENCES)
+    n = len(calls)
+    _layers(nlp, SENTENCES)
+    assert len(calls) == 2 * n
+
+
+def test_bad_layer_cache_mb_in_a_v1_model_block(tiny_dir):
+    """The component's own check (spaCy's validation takes only ints there)."""
+    model = {**MODEL, "@architectures": "spacy_elmo.ElmoBiLM.v1", "layer_cache_mb": -1}
+    with pytest.raises(ValueError, match=r"'elmo' component got layer_cache_mb = -1; it must be an integer >= 0"):
+        spacy.blank("en").add_pipe("elmo", config={"weights": str(tiny_dir), "model": model})

@@ -469,7 +469,7 @@ def test_replace_listeners_at_the_wrong_path_is_a_clear_error(tiny_dir, tmp_path
 def test_own_bilm_without_weights_is_a_clear_error():
     """A config with the listener's own biLM (as replace_listeners writes) only works with saved weights."""
     nlp = spacy.blank("en")
-    own = {**LISTENER, "bilm": {"@architectures": "spacy_elmo.ElmoBiLM.v1"}}
+    own = {**LISTENER, "bilm": {"@architectures": "spacy_elmo.ElmoBiLM.v2"}}
     nlp.add_pipe("ner", config={"model": {**NER, "tok2vec": own}})
     examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(2)]
     with pytest.raises(ValueError, match="source the component"):
