@@ -440,7 +440,7 @@ class Errors:
         "needs all layers: set store = \"all\" on '{name}'."
     )
     E_ELMO_MODEL_SETTING = (
-        "The elmo component's model (spacy_elmo.ElmoBiLM.v1) got {setting} = {value!r}; it must be an "
+        "The elmo component's model (spacy_elmo.ElmoBiLM) got {setting} = {value!r}; it must be an "
         "integer >= {minimum} ({meaning}). Fix {setting} in the component's model config block (e.g. "
         "[components.elmo.model]), or leave it out for the default."
     )
