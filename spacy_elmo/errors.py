@@ -512,7 +512,9 @@ class Errors:
     )
     E_PRESET_AND_OPTIONS = "Pass either --preset or --options, not both."
     E_STEPS_AND_EPOCHS = "Pass either --max-steps or --epochs, not both."
-    E_BAD_TRAIN_VALUE = "{name} must be {what}; found {value!r}."
+    # A command-line option's value out of bounds (typer names the option before it).
+    E_BAD_OPTION_VALUE = "must be {what}; found {value!r}."
+    E_BAD_TRAIN_VALUE = "{name} " + E_BAD_OPTION_VALUE
     E_UNKNOWN_OPTIMIZER = "Unknown optimizer {name!r}: use 'adagrad' or 'adam'."
     E_NO_CHECKPOINT = (
         "--resume was given but {path} holds no checkpoint. Start without --resume (or point "

@@ -45,6 +45,33 @@ def positive_int(value: int) -> int:
     return value
 
 
+def one_of(choices, message: str):
+    """An option callback: a usage error (exit 2) naming the option, ``message`` formatted with
+    ``name=`` the value, unless the value is one of ``choices``."""
+
+    def check(value: str) -> str:
+        if value not in choices:
+            raise typer.BadParameter(message.format(name=value))
+        return value
+
+    return check
+
+
+def checked_by(check, errors=(ValueError,)):
+    """An option callback: ``check(value)`` (unless no value was given), an error of ``errors`` it
+    raises turned into a usage error (exit 2) naming the option, with the error's message."""
+
+    def callback(value):
+        if value is not None:
+            try:
+                check(value)
+            except errors as err:
+                raise typer.BadParameter(str(err)) from err
+        return value
+
+    return callback
+
+
 def non_negative_int(value: int) -> int:
     """Option callback: a usage error (exit 2) naming the option unless ``value >= 0``."""
     if value is not None and value < 0:

@@ -6,25 +6,21 @@ from pathlib import Path
 import typer
 
 from ..atomic import atomic_write_text
+from ..configs import config_path
 from ..errors import Errors
-from .app import app
+from .app import app, checked_by
 
 
 @app.command()
 def config(
-    name: str = typer.Argument(..., help="Which config: ner or textcat."),
+    name: str = typer.Argument(..., callback=checked_by(config_path), help="Which config: ner or textcat."),
     output: str = typer.Argument("-", help="File to write, or - for stdout."),
     force: bool = typer.Option(False, "--force", help="Replace OUTPUT if it exists."),
 ) -> None:
     """Write a shipped spacy train config (ELMo listener + sentencizer) to OUTPUT.
 
     Then: python -m spacy train OUTPUT --paths.train train.spacy --paths.dev dev.spacy --paths.elmo MODEL_DIR (leave --paths.elmo out for the bundled default model)."""
-    from ..configs import config_path
-
-    try:
-        text = config_path(name).read_text(encoding="utf-8")
-    except ValueError as err:
-        raise typer.BadParameter(str(err)) from err
+    text = config_path(name).read_text(encoding="utf-8")
     if output == "-":
         sys.stdout.write(text)
         return

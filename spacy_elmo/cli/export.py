@@ -6,14 +6,15 @@ import typer
 
 from ..atomic import replace_dir
 from ..errors import Errors
-from .app import app
+from .app import app, one_of
 
 
 @app.command()
 def export(
     model_dir: str = typer.Argument(..., help="Native model dir, AllenNLP weights dir, or 'default'."),
     out_dir: Path = typer.Argument(..., help="Where to write."),
-    format: str = typer.Option("allennlp", "--format", help="allennlp (options.json + weights.hdf5) or native."),
+    format: str = typer.Option("allennlp", "--format", callback=one_of(("allennlp", "native"), Errors.E_EXPORT_FORMAT),
+                               help="allennlp (options.json + weights.hdf5) or native."),
     overwrite: bool = typer.Option(False, help="Replace OUT_DIR if it exists (all of its contents)."),
 ) -> None:
     """Export a model; the softmax and vocab.txt go along when the model has them.
@@ -22,8 +23,6 @@ def export(
     from ..bilm.allennlp_io import write_allennlp
     from ..training.modelio import SOFTMAX_FILE, load_pretrained, save_pretrained, write_softmax
 
-    if format not in ("allennlp", "native"):
-        raise typer.BadParameter(Errors.E_EXPORT_FORMAT.format(name=format))
     try:
         check_output_dir(out_dir, overwrite)
         bilm, softmax, vocab, provenance = load_pretrained(model_dir, backend="reference")

@@ -6,26 +6,37 @@ from typing import Optional
 
 import typer
 
+from ..bilm import BiLMConfig
 from ..errors import Errors
-from .app import app, counted, non_negative_int, positive_int
+from ..ops import resolve_backend
+from ..training.trainer import BOUNDS, OPTIMIZERS
+from .app import app, checked_by, counted, non_negative_int, one_of, positive_int
+
+
+def _bounded(name: str):
+    """An option callback for TrainConfig field ``name``: a usage error naming the option unless
+    the bound TrainConfig.validate checks (``trainer.BOUNDS``) accepts the value."""
+    accepts, what = BOUNDS[name]
+
+    def check(value):
+        if not accepts(value):
+            raise typer.BadParameter(Errors.E_BAD_OPTION_VALUE.format(what=what, value=value))
+        return value
+
+    return check
 
 
 def model_config(preset: Optional[str], options: Optional[Path]) -> dict:
     """A BiLMConfig dict from ``--preset`` or ``--options`` (AllenNLP options.json or BiLMConfig JSON)."""
-    from ..bilm import BiLMConfig
-
     if preset and options:
         raise typer.BadParameter(Errors.E_PRESET_AND_OPTIONS)
     if options is None:
-        try:
-            return BiLMConfig.preset(preset or "small").to_dict()
-        except ValueError as err:
-            raise typer.BadParameter(str(err)) from err
+        return BiLMConfig.preset(preset or "small").to_dict()  # --preset's callback checked the name
     try:
         data = json.loads(Path(options).read_text(encoding="utf-8"))
         config = BiLMConfig.from_allennlp_options(data) if "lstm" in data else BiLMConfig.from_dict(data)
     except (OSError, ValueError, TypeError) as err:
-        raise typer.BadParameter(Errors.E_OPTIONS_FILE.format(path=options, error=err)) from err
+        raise typer.BadParameter(Errors.E_OPTIONS_FILE.format(path=options, error=err), param_hint="'--options'") from err
     return config.to_dict()
 
 
@@ -35,16 +46,16 @@ def pretrain(
     output_dir: Path = typer.Argument(..., help="Where the model, vocab.txt, checkpoint and log go."),
     heldout: Optional[Path] = typer.Option(None, help="Held-out text: full-softmax perplexity at every checkpoint."),
     lang: str = typer.Option("en", help="spaCy language of the tokenizer (the pipeline's tokens)."),
-    preset: Optional[str] = typer.Option(None, help="Model size: small, medium or original (default small)."),
+    preset: Optional[str] = typer.Option(None, callback=checked_by(BiLMConfig.preset), help="Model size: small, medium or original (default small)."),
     options: Optional[Path] = typer.Option(None, help="Model options: AllenNLP options.json or BiLMConfig JSON."),
     init: Optional[str] = typer.Option(None, help="Fine-tune this model (native dir, AllenNLP dir or 'default')."),
     new_vocab: bool = typer.Option(False, help="With --init: vocabulary from this corpus (known words keep their softmax rows)."),
     vocab_size: int = typer.Option(
-        100_000, help="Largest vocabulary (with <S>, </S>, <UNK>); 0: no cap. Unused with --init of a model with a "
+        100_000, callback=_bounded("vocab_size"), help="Largest vocabulary (with <S>, </S>, <UNK>); 0: no cap. Unused with --init of a model with a "
         "softmax, unless --new-vocab."),
     min_count: int = typer.Option(1, callback=positive_int, help="Smallest count of a vocabulary word (as --vocab-size with --init)."),
     max_steps: Optional[int] = typer.Option(None, callback=positive_int, help="Stop after this many steps."),
-    epochs: Optional[float] = typer.Option(None, help="Stop after this many epochs (default 10)."),
+    epochs: Optional[float] = typer.Option(None, callback=_bounded("epochs"), help="Stop after this many epochs (default 10)."),
     batch_size: int = typer.Option(128, callback=positive_int, help="Rows per process (bilm-tf: 128)."),
     unroll: int = typer.Option(
         20, callback=positive_int, help="Truncated-BPTT window (bilm-tf: 20); streams only (another value is an error with --sentences)."),
@@ -57,14 +68,15 @@ def pretrain(
         100, callback=positive_int, help="With --sentences (another value is an error without): longer sentences are cut into pieces of "
         "this many targets."),
     negatives: int = typer.Option(8192, callback=positive_int, help="Sampled-softmax negatives per batch (bilm-tf: 8192)."),
-    optimizer: str = typer.Option("adagrad", help="adagrad (bilm-tf, lr 0.2, accumulator 1.0) or adam."),
-    lr: Optional[float] = typer.Option(None, help="Learning rate (default: 0.2 adagrad, 1e-3 adam)."),
-    dropout: float = typer.Option(0.1, help="Dropout on LSTM layer inputs and the top output."),
-    clip: float = typer.Option(10.0, help="Global gradient-norm clip."),
-    seed: int = typer.Option(0, help="Random seed (data order, init, sampling, dropout)."),
+    optimizer: str = typer.Option("adagrad", callback=one_of(OPTIMIZERS, Errors.E_UNKNOWN_OPTIMIZER), help="adagrad (bilm-tf, lr 0.2, accumulator 1.0) or adam."),
+    lr: Optional[float] = typer.Option(None, callback=_bounded("lr"), help="Learning rate (default: 0.2 adagrad, 1e-3 adam)."),
+    dropout: float = typer.Option(0.1, callback=_bounded("dropout"), help="Dropout on LSTM layer inputs and the top output."),
+    clip: float = typer.Option(10.0, callback=_bounded("clip"), help="Global gradient-norm clip."),
+    seed: int = typer.Option(0, callback=non_negative_int, help="Random seed (data order, init, sampling, dropout)."),
     resume: bool = typer.Option(False, help="Continue the run in OUTPUT_DIR from its checkpoint, exactly."),
     device: str = typer.Option("cpu", help="cpu or cuda (bf16 autocast on cuda)."),
-    backend: str = typer.Option("auto", help="Kernels: auto, fused or reference."),
+    backend: str = typer.Option("auto", callback=checked_by(resolve_backend, (ValueError, RuntimeError)),
+                                help="Kernels: auto, fused or reference (fused needs the compiled kernels)."),
     checkpoint_every: int = typer.Option(1000, callback=positive_int, help="Checkpoint (and save the model) every N steps."),
     state_sentences: int = typer.Option(
         0, callback=non_negative_int, help="Fit the saved model's initial state (where every sentence starts) on this many training "

@@ -104,31 +104,49 @@ class TrainConfig:
         if not isinstance(self.state_sentences, int) or self.state_sentences < 0:
             raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name="state_sentences", what="0 (no fitted state) or a positive integer",
                                                              value=self.state_sentences))
+        if not isinstance(self.seed, int) or self.seed < 0:  # NumPy seeds the data order: it refused -1 once the corpus was read
+            raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name="seed", what="an integer of 0 or more", value=self.seed))
         if self.max_steps is not None and self.max_steps < 1:
             raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name="max_steps", what="a positive integer", value=self.max_steps))
-        if self.epochs is not None and not self.epochs > 0:
-            raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name="epochs", what="positive", value=self.epochs))
-        if not isinstance(self.vocab_size, int) or not (self.vocab_size == 0 or self.vocab_size > len(SPECIALS)):
-            raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(
-                name="vocab_size", what=f"0 (no cap) or more than {len(SPECIALS)} (the markers and at least one word)",
-                value=self.vocab_size))
+        self._check_bound("epochs")
+        self._check_bound("vocab_size")
         if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
             raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name="threads", what="a positive integer (leave it out for torch's default)",
                                                              value=self.threads))
         if not isinstance(self.min_count, int) or self.min_count < 1:
             raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name="min_count", what="a positive integer", value=self.min_count))
-        if self.lr is not None and not self.lr > 0:
-            raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name="lr", what="positive", value=self.lr))
-        if not self.clip > 0:
-            raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name="clip", what="positive (a global gradient-norm bound)", value=self.clip))
+        self._check_bound("lr")
+        self._check_bound("clip")
         if self.init and self.model:  # an empty dict names no model, as None
             raise ValueError(Errors.E_INIT_AND_MODEL)
         if self.new_vocab and not self.init:
             raise ValueError(Errors.E_NEW_VOCAB_WITHOUT_INIT)
-        if not 0 <= self.dropout < 1:
-            raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name="dropout", what="in [0, 1)", value=self.dropout))
-        if self.optimizer not in ("adagrad", "adam"):
+        self._check_bound("dropout")
+        if self.optimizer not in OPTIMIZERS:
             raise ValueError(Errors.E_UNKNOWN_OPTIMIZER.format(name=self.optimizer))
+
+    def _check_bound(self, name: str) -> None:
+        accepts, what = BOUNDS[name]
+        value = getattr(self, name)
+        if not accepts(value):
+            raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name=name, what=what, value=value))
+
+
+#: The optimizers ``TrainConfig.optimizer`` may name.
+OPTIMIZERS = ("adagrad", "adam")
+
+#: TrainConfig fields with bounds other than "a positive integer": name -> (accepts, what it must be).
+#: ``TrainConfig.validate`` checks them, and the pretrain command's option callbacks the same way
+#: (naming the flag), so the two accept the same values. NaN is refused (no comparison holds); an
+#: infinite epochs, lr or clip is accepted (for clip: no clipping).
+BOUNDS: Dict[str, Any] = {
+    "epochs": (lambda v: v is None or v > 0, "positive"),
+    "vocab_size": (lambda v: isinstance(v, int) and (v == 0 or v > len(SPECIALS)),
+                   f"0 (no cap) or more than {len(SPECIALS)} (the markers and at least one word)"),
+    "lr": (lambda v: v is None or v > 0, "positive"),
+    "clip": (lambda v: v > 0, "positive (a global gradient-norm bound)"),
+    "dropout": (lambda v: 0 <= v < 1, "in [0, 1)"),
+}
 
 
 def _default(name: str) -> Any:

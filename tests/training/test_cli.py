@@ -154,17 +154,97 @@ def test_evaluate_rejects_bad_batch_size(tmp_path, size):
 
 
 @pytest.mark.parametrize("flag", ["--min-count", "--max-steps", "--batch-size", "--unroll", "--max-length", "--negatives",
-                                  "--checkpoint-every", "--log-every", "--threads", "--state-sentences"])
+                                  "--checkpoint-every", "--log-every", "--threads", "--state-sentences", "--seed"])
 def test_pretrain_numeric_options_are_named_as_typed(tmp_path, flag):
     """TrainConfig's errors named the fields ("checkpoint_every must be a positive integer") after the
     corpus had been read; now a usage error naming the flag, before anything is read or written."""
-    value, expected = ("-1", "must be an integer of 0 or more; found -1.") if flag == "--state-sentences" else \
+    value, expected = ("-1", "must be an integer of 0 or more; found -1.") if flag in ("--state-sentences", "--seed") else \
         ("0", "must be a positive integer (1 or more); found 0.")
     result = runner.invoke(app, ["pretrain", str(tmp_path / "no-text"), str(tmp_path / "out"), flag, value])
     assert result.exit_code == 2, result.output
     assert f"Invalid value for '{flag}': {expected}" in _plain(result.output)
     python_name = flag[2:].replace("-", "_")  # checkpoint_every, ...
     assert (python_name == flag[2:] or python_name not in result.output) and not (tmp_path / "out").exists()
+
+
+BOUND = "must be 0 (no cap) or more than 3 (the markers and at least one word)"
+
+
+BAD_OPTIONS = [
+    (["pretrain", "{tmp}/no-text", "{tmp}/out", "--vocab-size", "3"], "--vocab-size", f"{BOUND}; found 3."),
+    (["pretrain", "{tmp}/no-text", "{tmp}/out", "--vocab-size", "-1"], "--vocab-size", f"{BOUND}; found -1."),
+    (["pretrain", "{tmp}/no-text", "{tmp}/out", "--epochs", "0"], "--epochs", "must be positive; found 0.0."),
+    (["pretrain", "{tmp}/no-text", "{tmp}/out", "--epochs", "nan"], "--epochs", "must be positive; found nan."),
+    (["pretrain", "{tmp}/no-text", "{tmp}/out", "--lr", "-0.1"], "--lr", "must be positive; found -0.1."),
+    (["pretrain", "{tmp}/no-text", "{tmp}/out", "--clip", "0"], "--clip",
+     "must be positive (a global gradient-norm bound); found 0.0."),
+    (["pretrain", "{tmp}/no-text", "{tmp}/out", "--dropout", "1"], "--dropout", "must be in [0, 1); found 1.0."),
+    (["pretrain", "{tmp}/no-text", "{tmp}/out", "--dropout", "-0.5"], "--dropout", "must be in [0, 1); found -0.5."),
+    (["pretrain", "{tmp}/no-text", "{tmp}/out", "--optimizer", "sgd"], "--optimizer",
+     "Unknown optimizer 'sgd': use 'adagrad' or 'adam'."),
+    (["pretrain", "{tmp}/no-text", "{tmp}/out", "--backend", "cuda"], "--backend",
+     "Unknown backend 'cuda': use 'auto', 'fused' or 'reference'."),
+    (["pretrain", "{tmp}/no-text", "{tmp}/out", "--preset", "huge"], "--preset",
+     "Unknown preset 'huge'. Choose one of: small, medium, original."),
+    (["pretrain", "{tmp}/no-text", "{tmp}/out", "--options", "{tmp}/no-options.json"], "--options",
+     "Could not read the model options"),
+    (["export", "{tmp}/no-model", "{tmp}/out", "--format", "onnx"], "--format",
+     "Unknown export format 'onnx': use 'allennlp' or 'native'."),
+    (["config", "parser", "{tmp}/out"], "name", "No shipped training config named 'parser'; the configs are: ner, textcat."),
+]
+
+
+@pytest.mark.parametrize("args, flag, expected", BAD_OPTIONS, ids=[" ".join(a[:1] + a[3:]) for a, _, _ in BAD_OPTIONS])
+def test_option_errors_name_the_flag_as_typed(tmp_path, args, flag, expected):
+    """--vocab-size, --epochs, --lr, --clip, --dropout, --optimizer and --backend were checked by
+    TrainConfig (naming the field: "vocab_size must be ...", exit 1; --backend only once the corpus
+    had been read); --preset, --options, export --format and config's NAME were usage errors that
+    named no option ("Invalid value: ..."). Now each is a usage error naming what was typed, before
+    any model, corpus or output is touched."""
+    result = runner.invoke(app, [a.format(tmp=tmp_path) for a in args])
+    assert result.exit_code == 2, result.output
+    assert f"Invalid value for '{flag}': {expected}" in _plain(result.output)
+    python_name = flag[2:].replace("-", "_")  # vocab_size, ...: TrainConfig's name
+    assert python_name == flag[2:] or python_name not in result.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_pretrain_fused_backend_without_the_extension_is_a_usage_error(tmp_path, monkeypatch):
+    """It was refused only when the model was built, after the corpus had been tokenized."""
+    monkeypatch.setattr("spacy_elmo.ops.fused_available", lambda: False)
+    monkeypatch.setattr("spacy_elmo.ops.load_extension", lambda: (None, "no _C here"))
+    result = runner.invoke(app, ["pretrain", str(tmp_path / "no-text"), str(tmp_path / "out"), "--backend", "fused"])
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for '--backend': backend='fused' needs the compiled extension" in _plain(result.output)
+    assert "no _C here" in _plain(result.output) and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("flag, values", [
+    ("--vocab-size", ["-1", "0", "1", "3", "4", "1000"]),
+    ("--epochs", ["-1", "0", "1e-9", "0.5", "inf", "nan"]),
+    ("--lr", ["-1", "0", "1e-9", "inf", "nan"]),
+    ("--clip", ["-1", "0", "1e-9", "10", "inf", "nan"]),
+    ("--dropout", ["-0.1", "-0.0", "0", "0.5", "0.999", "1", "inf", "nan"]),
+    ("--optimizer", ["adagrad", "adam", "Adam", "sgd"]),
+    ("--seed", ["-1", "0", "7"]),
+])
+def test_pretrain_option_callbacks_accept_what_train_config_accepts(tmp_path, monkeypatch, flag, values):
+    """The CLI is no stricter and no looser than TrainConfig.validate: a value passes the option's
+    callback exactly when the TrainConfig it makes validates."""
+    from spacy_elmo.training.trainer import TrainConfig
+
+    monkeypatch.setattr("spacy_elmo.training.trainer.train", lambda cfg, on_step=None: {"rank": 1})  # no run
+    field = flag[2:].replace("-", "_")
+    kind = {"vocab_size": int, "seed": int, "optimizer": str}.get(field, float)
+    for value in values:
+        try:
+            TrainConfig(train_path="t", output_dir="o", **{field: kind(value)}).validate()
+            valid = True
+        except ValueError:
+            valid = False
+        result = runner.invoke(app, ["pretrain", str(tmp_path / "t"), str(tmp_path / "o"), flag, value,
+                                     "--return-freed-memory"])
+        assert result.exit_code == (0 if valid else 2), (value, result.output)
 
 
 def test_pretrain_flag_errors(tmp_path):

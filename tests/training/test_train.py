@@ -243,6 +243,7 @@ def test_damaged_checkpoint_is_named(tmp_path, damage):
         (dict(threads=0), "threads must be a positive integer"),  # was ignored: torch's default thread count
         (dict(threads=-2), "threads must be a positive integer"),
         (dict(state_sentences=-5), "state_sentences must be 0 .no fitted state. or a positive integer"),  # was: zeros
+        (dict(seed=-1), "seed must be an integer of 0 or more"),  # was NumPy's error, once the corpus was read
         (dict(min_count=10**6), "No word of the corpus occurs --min-count 1000000 times"),
     ],
 )
