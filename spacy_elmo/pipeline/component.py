@@ -44,7 +44,7 @@ from .bilm_layer import (
 from .doc_data import ELMO_ATTR, install_extensions, install_hooks, set_doc_data
 from .layer_cache import MB
 from .listener import ElmoListener
-from .loaders import WeightsLoader, load_weights
+from .loaders import WeightsLoader, load_weights, weights_target
 
 STORE_CHOICES = ("all", "mix", "none")
 DTYPE_CHOICES = ("float16", "float32")
@@ -155,8 +155,8 @@ def _requested_weights(nlp: Language, name: str) -> Optional[str]:
 def _same_weights(requested: str, source: Optional[str]) -> bool:
     """Whether a requested weights path names the weights recorded as ``source`` (a path or "default")."""
     def canonical(path: Optional[str]) -> str:
-        text = "" if path is None else str(path).strip()
-        return "default" if text in ("", "default") else os.path.realpath(text)
+        target = weights_target(path)
+        return target if target == "default" else os.path.realpath(target.strip())
 
     return canonical(requested) == canonical(source)
 
@@ -285,7 +285,7 @@ class ElmoComponent(TrainablePipe):
     def load_weights(self, path: Optional[str] = None, loader: Optional[WeightsLoader] = None) -> None:
         """Load weights now (from ``loader``, else ``path``; empty = the bundled default)."""
         backend = self.model.attrs["backend"]
-        is_default = loader is None and (path is None or str(path).strip() in ("", "default"))
+        is_default = loader is None and weights_target(path) == "default"
         try:
             bilm, source = loader(backend) if loader is not None else load_weights(path, backend)
         except FileNotFoundError as err:

@@ -17,12 +17,17 @@ def load_weights(path: Optional[Union[str, Path]], backend: str = "auto") -> Tup
     Returns the biLM in eval mode and a description of the source.
     Raises FileNotFoundError when no default model is installed.
     """
-    target = "default" if path is None or str(path).strip() in ("", "default") else str(path)
+    target = weights_target(path)
     pipeline = None if target == "default" else saved_pipeline_of(Path(target))
     if pipeline is not None:
         raise ValueError(Errors.E_WEIGHTS_ARE_PIPELINE.format(path=target, pipeline=pipeline))
     bilm = BiLM.load(target, stateful=False, backend=backend).eval()
     return bilm, target
+
+
+def weights_target(path: Optional[Union[str, Path]]) -> str:
+    """``"default"`` for the bundled model (None, "" or "default", spaces around ignored), else the path as given."""
+    return "default" if path is None or str(path).strip() in ("", "default") else str(path)
 
 
 def saved_pipeline_of(path: Path) -> Optional[Path]:

@@ -74,8 +74,7 @@ class Vocab:
     # -- files -----------------------------------------------------------
     def save(self, directory: PathLike) -> None:
         """Write the targets as ``vocab.txt`` (one per line, bilm-tf's format), atomically."""
-        path = Path(directory) / VOCAB_NAME
-        atomic_write_text(path, "".join(t + "\n" for t in self.targets))
+        atomic_write_text(Path(directory) / VOCAB_NAME, "".join(t + "\n" for t in self.targets))
 
     @classmethod
     def load(cls, directory: PathLike) -> "Vocab":
