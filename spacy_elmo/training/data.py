@@ -36,7 +36,7 @@ from typing import Iterator, List, Optional, Union
 
 import numpy as np
 
-from ..atomic import atomic_write_text, remove_leftovers
+from ..atomic import atomic_write_text
 from ..errors import Errors, Warnings
 from .vocab import BOS, EOS, SPECIALS
 
@@ -299,7 +299,6 @@ def build_corpus(train_path: PathLike, lang: str, cache_dir: PathLike, progress:
     # The files below are rewritten in place: drop the old marker first, so that a run killed
     # half-way leaves no complete-looking cache of the old text beside the new text's files.
     meta_path.unlink(missing_ok=True)
-    remove_leftovers(meta_path)  # a build killed while writing it
     stats = ReadStats()
     index = {s: i for i, s in enumerate(SPECIALS)}
     types = list(SPECIALS)
