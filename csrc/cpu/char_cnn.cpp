@@ -216,7 +216,7 @@ std::tuple<at::Tensor, std::vector<at::Tensor>, std::vector<at::Tensor>> char_cn
   check_char_cnn_outputs(op, grad_in, out_in, arg_in, N, weights_in);
   const at::Tensor out = out_in.contiguous();
   const at::Tensor arg = arg_in.contiguous();
-  check_window_positions(op, arg.data_ptr<int32_t>(), N, W, weights_in);  // they index the tokens' characters
+  check_window_positions(op, arg.data_ptr<int32_t>(), N, W, F, weights_in);  // they index the tokens' characters
   // Gradient at the pre-activation maximum.
   at::Tensor g = activation == 0 ? grad_in * (out > 0) : grad_in * (1 - out * out);
   g = g.to(emb.scalar_type()).contiguous();

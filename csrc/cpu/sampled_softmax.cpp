@@ -23,9 +23,14 @@ namespace spacy_elmo {
 // 4 MB at S = 8192) fit the two cores' L2 between the product and the softmax.
 static constexpr int64_t kBlockRows = 128;
 
+// h (N, P) and the candidates' weight (S, P), in the forward and the backward alike.
+static void check_h_weight(const char* op, const at::Tensor& h, const at::Tensor& w) {
+  TORCH_CHECK(h.dim() == 2 && w.dim() == 2 && h.size(1) == w.size(1), op, ": h must be (N, P) and weight (S, P), got ",
+              h.sizes(), " and ", w.sizes());
+}
+
 static void check_inputs(const at::Tensor& h, const at::Tensor& w, const at::Tensor& off, const at::Tensor& hit) {
-  TORCH_CHECK(h.dim() == 2 && w.dim() == 2 && h.size(1) == w.size(1),
-              "sampled_logsumexp: h must be (N, P) and weight (S, P), got ", h.sizes(), " and ", w.sizes());
+  check_h_weight("sampled_logsumexp", h, w);
   TORCH_CHECK(off.dim() == 1 && off.size(0) == w.size(0), "sampled_logsumexp: offset must be (S,) for S = ",
               w.size(0), ", got ", off.sizes());
   TORCH_CHECK(hit.dim() == 1 && hit.size(0) == h.size(0) && hit.scalar_type() == at::kLong,
@@ -91,8 +96,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> sampled_logsumexp_backward_cpu(co
                                                                               const at::Tensor& w_in,
                                                                               const at::Tensor& p) {
   const char* op = "sampled_logsumexp_backward";
-  TORCH_CHECK(h_in.dim() == 2 && w_in.dim() == 2 && h_in.size(1) == w_in.size(1), op,
-              ": h must be (N, P) and weight (S, P), got ", h_in.sizes(), " and ", w_in.sizes());
+  check_h_weight(op, h_in, w_in);
   check_float(h_in, op, "h");
   check_same_float(w_in, h_in.scalar_type(), op, "weight");
   check_sizes(p, {h_in.size(0), w_in.size(0)}, op, "softmax (N, S)");

@@ -109,7 +109,7 @@ std::tuple<at::Tensor, std::vector<at::Tensor>, std::vector<at::Tensor>> char_cn
   check_char_cnn_filters(op, ids_in, emb_in, weights, activation);
   for (const auto& w : weights) check_device(w, emb_in, op, "a filter weight");
   const int64_t N = ids_in.size(0), W = ids_in.size(1), D = emb_in.size(1);
-  check_char_cnn_outputs(op, grad, out, arg, N, weights);
+  const int64_t F = check_char_cnn_outputs(op, grad, out, arg, N, weights);
   c10::cuda::CUDAGuard guard(emb_in.device());
   const at::Tensor ids = ids_on_device(ids_in, emb_in);
   const at::Tensor emb = emb_in.contiguous();
@@ -127,7 +127,7 @@ std::tuple<at::Tensor, std::vector<at::Tensor>, std::vector<at::Tensor>> char_cn
   const std::vector<int64_t> range = min_max_on_host({ids, slack});
   check_min_max(ids, range[0], range[1], 0, emb.size(0), op, "char_ids", kCharIdsMeaning);
   if (range[2] < 0) {  // name the first position outside, as the CPU op does
-    check_window_positions(op, a.cpu().data_ptr<int32_t>(), N, W, weights);
+    check_window_positions(op, a.cpu().data_ptr<int32_t>(), N, W, F, weights);
     TORCH_INTERNAL_ASSERT(false, op, ": argmax left its windows on the device but not on the host");
   }
   Packed p = pack_filters(weights, D, emb.scalar_type());

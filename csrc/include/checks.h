@@ -157,9 +157,9 @@ inline int64_t check_char_cnn_outputs(const char* op, const at::Tensor& grad, co
 
 // Every argmax of filter i's columns is one of its window positions, 0..W - width_i
 // (they index the tokens' characters). arg: (N, F) int32, row-major, on the host.
-inline void check_window_positions(const char* op, const int32_t* arg, int64_t N, int64_t W, at::TensorList weights) {
-  int64_t F = 0;
-  for (const auto& w : weights) F += w.size(0);
+// F: the filters' total count (check_char_cnn_outputs returns it).
+inline void check_window_positions(const char* op, const int32_t* arg, int64_t N, int64_t W, int64_t F,
+                                   at::TensorList weights) {
   int64_t off = 0;
   for (size_t i = 0; i < weights.size(); ++i) {
     const int32_t* a = arg + off;
