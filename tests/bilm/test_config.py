@@ -148,8 +148,7 @@ def test_a_bad_state_message_says_what_is_wrong_with_the_tuple():
     """A tuple of the wrong content was reported as 'got a tuple': now its length and its items."""
     import torch
 
-    config = BiLMConfig(projection_dim=4, cell_dim=6, filters=[(1, 2), (2, 2)], n_highway=0)
-    model = BiLM(config, backend="reference")
+    model = BiLM(TINY, backend="reference")
     h, c = torch.zeros(2, 2, 1, 4), torch.zeros(2, 2, 1, 6)
     per_direction = ((h[0], h[1]), (c[0], c[1]))
     with pytest.raises(ValueError, match=r"h \(2, 2, B, 4\) .*; got a tuple of 2 items \(a tuple of 2 items \(a tensor "

@@ -188,12 +188,12 @@ def test_cache_is_emptied_by_new_weights_and_not_saved(tiny_dir):
 
 
 @pytest.mark.parametrize("value", [-1, 1.5, "10", None, True])
-def test_bad_layer_cache_mb(tiny_dir, value):
+def test_bad_layer_cache_mb(tiny_dir, nlp, value):
     """In [initialize.components.elmo] (spaCy's own validation would turn true and "10" into ints) and in Python."""
     message = rf"'elmo' component got layer_cache_mb = {value!r}; it must be an integer >= 0"
     with pytest.raises(ValueError, match=message):
         _nlp(tiny_dir, value)
-    elmo = spacy.blank("en").add_pipe("elmo", config={"weights": str(tiny_dir)})
+    elmo = nlp.get_pipe("elmo")
     with pytest.raises(ValueError, match=message):
         elmo.layer_cache_mb = value
     assert elmo.layer_cache_mb == 0

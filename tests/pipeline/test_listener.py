@@ -453,9 +453,7 @@ def test_replace_listeners_at_the_wrong_path_is_a_clear_error(tiny_dir, tmp_path
     """With ElmoTok2Vec.v1 the listener is at model.tok2vec.elmo: replacing at model.tok2vec wrote the
     listener's config over the whole tok2vec block and saved a pipeline spacy.load refused ("mismatched
     structure"). Now it is refused before anything changes, naming the right path."""
-    nlp = spacy.blank("en")
-    nlp.add_pipe("elmo", config={"weights": str(tiny_dir)})
-    nlp.add_pipe("ner", config={"model": {**NER, "tok2vec": TOK2VEC}})
+    nlp = _nlp_with(tiny_dir, "ner", {**NER, "tok2vec": TOK2VEC})
     examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(4)]
     nlp.initialize(lambda: examples)
     with pytest.raises(ValueError, match=r"is at model\.tok2vec\.elmo, not model\.tok2vec.*Pass \['model\.tok2vec\.elmo'\]"):

@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 from spacy_elmo import BiLM, BiLMConfig
 from spacy_elmo.cli import app
 from spacy_elmo.training.trainer import read_log
+from tests.cli_text import plain
 
 from .conftest import TINY, tiny_pretrain_args, write_corpus
 
@@ -138,18 +139,13 @@ def test_export_guards_its_output(tmp_path):
     assert result.exit_code == 1 and "is a file" in result.output
 
 
-def _plain(output: str) -> str:
-    """A command's output without the error box's borders and line breaks."""
-    return " ".join(output.replace("│", " ").split())
-
-
 @pytest.mark.parametrize("size", ["0", "-3"])
 def test_evaluate_rejects_bad_batch_size(tmp_path, size):
     """It said "batch_size must be ..." (the Python name) after loading the model; now a usage
     error naming the flag as typed, before (the model directory is never looked at)."""
     result = runner.invoke(app, ["evaluate", str(tmp_path / "no-model"), str(tmp_path / "no-text"), "--batch-size", size])
     assert result.exit_code == 2, result.output
-    assert f"Invalid value for '--batch-size': must be a positive integer (1 or more); found {size}." in _plain(result.output)
+    assert f"Invalid value for '--batch-size': must be a positive integer (1 or more); found {size}." in plain(result.output)
     assert "batch_size" not in result.output and "no-model" not in result.output
 
 
@@ -162,7 +158,7 @@ def test_pretrain_numeric_options_are_named_as_typed(tmp_path, flag):
         ("0", "must be a positive integer (1 or more); found 0.")
     result = runner.invoke(app, ["pretrain", str(tmp_path / "no-text"), str(tmp_path / "out"), flag, value])
     assert result.exit_code == 2, result.output
-    assert f"Invalid value for '{flag}': {expected}" in _plain(result.output)
+    assert f"Invalid value for '{flag}': {expected}" in plain(result.output)
     python_name = flag[2:].replace("-", "_")  # checkpoint_every, ...
     assert (python_name == flag[2:] or python_name not in result.output) and not (tmp_path / "out").exists()
 
@@ -203,7 +199,7 @@ def test_option_errors_name_the_flag_as_typed(tmp_path, args, flag, expected):
     any model, corpus or output is touched."""
     result = runner.invoke(app, [a.format(tmp=tmp_path) for a in args])
     assert result.exit_code == 2, result.output
-    assert f"Invalid value for '{flag}': {expected}" in _plain(result.output)
+    assert f"Invalid value for '{flag}': {expected}" in plain(result.output)
     python_name = flag[2:].replace("-", "_")  # vocab_size, ...: TrainConfig's name
     assert python_name == flag[2:] or python_name not in result.output
     assert not (tmp_path / "out").exists()
@@ -215,8 +211,8 @@ def test_pretrain_fused_backend_without_the_extension_is_a_usage_error(tmp_path,
     monkeypatch.setattr("spacy_elmo.ops.load_extension", lambda: (None, "no _C here"))
     result = runner.invoke(app, ["pretrain", str(tmp_path / "no-text"), str(tmp_path / "out"), "--backend", "fused"])
     assert result.exit_code == 2, result.output
-    assert "Invalid value for '--backend': backend='fused' needs the compiled extension" in _plain(result.output)
-    assert "no _C here" in _plain(result.output) and not (tmp_path / "out").exists()
+    assert "Invalid value for '--backend': backend='fused' needs the compiled extension" in plain(result.output)
+    assert "no _C here" in plain(result.output) and not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("flag, values", [
