@@ -36,6 +36,7 @@ import bz2
 import codecs
 import gzip
 import hashlib
+import io
 import json
 import lzma
 import os
@@ -65,13 +66,65 @@ CACHE_VERSION = 1
 TOKEN_RULES = 2
 BOM = "\ufeff"
 
-#: Compressed formats read transparently: name -> (the start of every such file, a reader of its
+READ_BLOCK = 1 << 16
+
+
+class _Streams(io.RawIOBase):
+    """The decompressed bytes of a file of one or more bzip2 or xz streams (pbzip2, Wikipedia's
+    multistream dumps, ``xz -T``, ``cat a.bz2 b.bz2``), NUL padding between them skipped. Unlike the
+    stdlib's BZ2File and LZMAFile, which end the text silently at anything after a stream that does
+    not decode as a next one (a damaged stream header, say), anything else is an error: the
+    decompressor's for bytes that are no stream, EOFError for a file that ends inside one."""
+
+    def __init__(self, path: Path, decompressor):
+        super().__init__()
+        self._fp = open(path, "rb")
+        self._new = decompressor
+        self._d = decompressor()
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        while True:
+            if self._d.eof:  # a stream ended: padding, another stream or the end of the file
+                rest = self._d.unused_data.lstrip(b"\0")
+                while not rest:
+                    block = self._fp.read(READ_BLOCK)
+                    if not block:
+                        return 0
+                    rest = block.lstrip(b"\0")
+                self._d = self._new()
+                data = self._d.decompress(rest, len(buffer))
+            elif self._d.needs_input:
+                block = self._fp.read(READ_BLOCK)
+                if not block:
+                    raise EOFError("the file ends inside a compressed stream")
+                data = self._d.decompress(block, len(buffer))
+            else:
+                data = self._d.decompress(b"", len(buffer))
+            if data:
+                buffer[: len(data)] = data
+                return len(data)
+
+    def close(self) -> None:
+        self._fp.close()
+        super().close()
+
+
+def _streams_of(decompressor):
+    """An opener of :class:`_Streams` of ``decompressor``, buffered (lines are read from it)."""
+    return lambda path: io.BufferedReader(_Streams(path, decompressor), READ_BLOCK)
+
+
+#: Compressed formats read transparently: name -> (the start of every such file, an opener of its
 #: decompressed bytes). bzip2's magic includes its first block's (or the empty stream's) marker,
-#: so a text that starts with "BZh" is not taken for bzip2.
+#: so a text that starts with "BZh" is not taken for bzip2. gzip's reader is the stdlib's: it reads
+#: every member and refuses anything else after one.
 COMPRESSIONS = {
     "gzip": (re.compile(rb"\x1f\x8b\x08"), gzip.GzipFile),
-    "bzip2": (re.compile(rb"BZh[1-9](?:\x31\x41\x59\x26\x53\x59|\x17\x72\x45\x38\x50\x90)"), bz2.BZ2File),
-    "xz": (re.compile(rb"\xfd7zXZ\x00"), lzma.LZMAFile),
+    "bzip2": (re.compile(rb"BZh[1-9](?:\x31\x41\x59\x26\x53\x59|\x17\x72\x45\x38\x50\x90)"), _streams_of(bz2.BZ2Decompressor)),
+    "xz": (re.compile(rb"\xfd7zXZ\x00"), _streams_of(lambda: lzma.LZMADecompressor(lzma.FORMAT_XZ))),
 }
 #: The name endings that promise a compressed format (a file named so must be that format).
 SUFFIXES = {".gz": "gzip", ".bz2": "bzip2", ".xz": "xz"}
@@ -138,7 +191,7 @@ def open_text_file(path: PathLike) -> Iterator[BinaryIO]:
         with open(path, "rb") as f:
             yield f
         return
-    with COMPRESSIONS[kind][1](path, "rb") as f:
+    with COMPRESSIONS[kind][1](path) as f:
         try:
             yield f
         except EOFError as err:  # the stdlib readers' "ended before the end-of-stream marker"

@@ -104,6 +104,28 @@ def test_a_broken_archive_is_an_error_naming_it_alone_or_in_a_directory(tmp_path
         assert not (cache / "meta.json").exists()  # no cache of the text before the damage
 
 
+@pytest.mark.parametrize("after", ["damaged next stream", "garbage"])
+@pytest.mark.parametrize("suffix", FORMATS)
+def test_what_follows_a_stream_is_read_or_an_error_never_dropped(tmp_path, suffix, after):
+    """The stdlib's bzip2 and xz readers end the text at the first stream when what follows does not
+    decode as a next stream: half of a multistream dump went missing without a word."""
+    text = write_corpus(tmp_path / "train.txt", 300)
+    raw = text.read_bytes()
+    cut = raw.index(b"\n", len(raw) // 2) + 1
+    first, second = (compressed(write_bytes(tmp_path / f"half{i}", part), suffix).read_bytes()
+                     for i, part in enumerate((raw[:cut], raw[cut:])))
+    joined = bytearray(first + b"\0" * 8 + second)  # NUL padding between streams is allowed
+    write_bytes(tmp_path / ("ok" + suffix), bytes(joined))
+    assert_same_corpus(built(tmp_path / ("ok" + suffix), tmp_path / "cache-ok"), built(text, tmp_path / "cache-plain"))
+    if after == "garbage":
+        joined += b"this is no compressed stream at all"
+    else:
+        joined[len(first) + 8 + 1] ^= 0xFF
+    broken = write_bytes(tmp_path / ("broken" + suffix), bytes(joined))
+    with pytest.raises(ValueError, match=f"broken{suffix} is a broken {FORMAT_NAMES[suffix]} file: its compressed data is damaged"):
+        build_corpus(broken, "en", tmp_path / "cache", progress=False)
+
+
 def test_a_header_only_archive_is_truncated(tmp_path):
     (tmp_path / "t.gz").write_bytes(b"\x1f\x8b\x08\x00")
     with pytest.raises(ValueError, match="t.gz is a broken gzip file: it ends before"):
