@@ -12,7 +12,9 @@ Long runs survive a kill: the lines are embedded in parts of ``part_size``
 lines, each written to ``OUTPUT.parts/`` under a temporary name and renamed
 when complete; a rerun keeps the finished parts (when the model, input and
 settings are the ones recorded in ``manifest.json``, which the directory is
-created with) and embeds the rest. The parts are merged into ``OUTPUT`` (again
+created with; the input by the sha256 of its text, decompressed for a gzip, bzip2
+or xz input, so the same text compressed otherwise or not at all reuses them)
+and embeds the rest. The parts are merged into ``OUTPUT`` (again
 through a temporary name, whose identity is recorded in ``merged.json`` before
 the rename) at the end, and the directory is removed; a rerun after a kill
 between the two only removes it.
@@ -69,7 +71,8 @@ def _tokens(result, path: Path, line: int) -> List[str]:
 
 
 def read_lines(path: PathLike) -> List[str]:
-    """Every line of ``path`` (UTF-8; undecodable bytes become U+FFFD, with one warning).
+    """Every line of ``path`` (UTF-8; undecodable bytes become U+FFFD, with one warning; gzip, bzip2
+    and xz files are decompressed: ``training.data.open_text_file``).
 
     Line ``i`` of the file is item ``i``, empty lines included: lines end at ``\n`` only (with
     any ``\r`` before it), as for ``wc -l``; a leading byte order mark is not text (as in
@@ -117,14 +120,6 @@ def model_fingerprint(bilm: BiLM) -> str:
     for name, tensor in sorted(bilm.state_dict().items()):
         h.update(name.encode())
         h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
-    return h.hexdigest()
-
-
-def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
     return h.hexdigest()
 
 
@@ -192,7 +187,7 @@ def embed_file(
     import h5py
     from tqdm import tqdm
 
-    from .training.data import TOKEN_RULES
+    from .training.data import TOKEN_RULES, text_file_sha256
 
     if layers not in LAYER_MODES:
         raise ValueError(Errors.E_EMBED_LAYERS.format(layers=layers))
@@ -224,7 +219,7 @@ def embed_file(
 
         parts_dir = parts_path(output_path)
         manifest = {
-            "format": FORMAT, "model": model_fingerprint(bilm), "input": _file_sha256(input_path),
+            "format": FORMAT, "model": model_fingerprint(bilm), "input": text_file_sha256(input_path),
             "n_lines": len(lines), "layers": layers, "part_size": part_size, "tokenizer": tokenizer_name,
             "token_rules": TOKEN_RULES,  # what the reading (a leading BOM) and --lang (whitespace tokens) drop
             # which lines share a biLM call (and a cached token vector) changes the last bits

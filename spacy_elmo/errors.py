@@ -491,8 +491,23 @@ class Errors:
     )
     E_BINARY_FILE = (
         "{path} looks like a binary file (it contains NUL bytes), not UTF-8 text. Pass plain "
-        "text; in a directory, binary files are skipped with a warning."
+        "text (or gzip, bzip2 or xz of it); in a directory, binary files are skipped with a warning."
     )
+    E_NOT_COMPRESSED = (
+        "{path} is named {suffix} but is not {format} data (its first bytes are no gzip, bzip2 or xz "
+        "header). Compress it with {format}, or rename it to what it is (a plain text file is read as it is)."
+    )
+    E_OTHER_COMPRESSION = (
+        "{path} is named {suffix} but holds {found} data, not {format}. Rename it to end in {ending}, or "
+        "recompress it with {format}."
+    )
+    E_ARCHIVE_BAD = (
+        "{path} is a broken {format} file: {problem}. Nothing was trained on or written from it; fetch or "
+        "compress it again (in a directory, one broken file stops the run rather than silently reading less "
+        "text: fix or remove it)."
+    )
+    E_ARCHIVE_TRUNCATED = "it ends before the end of its compressed data (an interrupted download or copy?)"
+    E_ARCHIVE_DAMAGED = "its compressed data is damaged ({error})"
     E_CORPUS_TOO_SMALL = (
         "The corpus has {n_tokens} tokens (with sentence markers), too few for {n_rows} rows "
         "(batch size {batch_size} x {world} process(es)) of {unroll} + 1 tokens. Use a smaller "

@@ -10,9 +10,10 @@ import torch
 
 import spacy_elmo.embedding
 from spacy_elmo import BiLM, batch_to_ids
-from spacy_elmo.embedding import embed_file
+from spacy_elmo.embedding import embed_file, parts_path
 from tests.bilm.oracle import options, write_model_files
 from tests.cli_text import plain
+from tests.compressed import FORMATS, compressed
 
 LINES = [
     "The bank raised its rates .",
@@ -571,3 +572,45 @@ def test_cli_spacy_parts_of_another_tokenizer_or_older_token_rules_are_not_reuse
     manifest_path.write_text(json.dumps(manifest), encoding="utf-8")
     again = CliRunner().invoke(app, args)
     assert again.exit_code == 0 and "(1 part from an earlier run)" in again.output, again.output
+
+
+@pytest.mark.parametrize("suffix", FORMATS)
+def test_a_compressed_input_embeds_as_its_text_and_resumes_from_parts_of_any_packing(bilm, corpus, tmp_path, suffix):
+    """gzip, bzip2 and xz inputs are decompressed (by their bytes, whatever their name); the parts'
+    manifest records the digest of the text, so parts written from one packing serve another."""
+    marked = tmp_path / "marked.txt"  # a leading BOM and CRLF ends: dropped alike
+    marked.write_bytes(b"\xef\xbb\xbf" + corpus.read_bytes().replace(b"\n", b"\r\n"))
+    straight = tmp_path / "straight.h5"
+    embed_file(bilm, marked, straight, part_size=2, progress=False)
+    want = read_all(straight)
+    packed = compressed(marked, suffix)
+    assert embed_file(bilm, packed, tmp_path / "packed.h5", part_size=2, progress=False)["lines"] == len(LINES)
+    unnamed = compressed(marked, suffix, to=tmp_path / "unnamed.txt")
+    resumed = tmp_path / "resumed.h5"
+    assert embed_file(bilm, unnamed, resumed, part_size=2, progress=False, stop_after_parts=2)["finished"] == 0
+    counts = embed_file(bilm, marked, resumed, part_size=2, progress=False)  # the plain text goes on
+    assert counts["parts_reused"] == 2 and counts["finished"] == 1
+    for got in (read_all(tmp_path / "packed.h5"), read_all(resumed)):
+        assert got[1] == want[1] and got[0].keys() == want[0].keys()
+        assert all(np.array_equal(got[0][k], want[0][k]) for k in want[0])
+
+
+@pytest.mark.parametrize("damage", ["truncated", "damaged", "misnamed"])
+def test_a_broken_or_misnamed_compressed_input_is_a_clear_error_before_any_part(model_dir, corpus, tmp_path, damage):
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli import app
+
+    if damage == "misnamed":
+        broken = tmp_path / "in.txt.xz"
+        broken.write_bytes(corpus.read_bytes())
+        expected = f"{broken} is named .xz but is not xz data"
+    else:
+        broken = compressed(corpus, ".xz", damage=damage)
+        expected = f"{broken} is a broken xz file"
+    out = tmp_path / "o.h5"
+    result = CliRunner().invoke(app, ["embed", str(broken), str(out), "--model", str(model_dir)])
+    assert result.exit_code == 1, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    assert expected in plain(result.output)
+    assert not out.exists() and not parts_path(out).exists()

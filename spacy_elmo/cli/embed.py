@@ -21,7 +21,7 @@ def _layer_mode(value: str) -> str:
 
 @app.command()
 def embed(
-    input_path: Path = typer.Argument(..., help="UTF-8 text, one sentence per line."),
+    input_path: Path = typer.Argument(..., help="UTF-8 text, one sentence per line (plain, .gz, .bz2 or .xz)."),
     output_path: Path = typer.Argument(..., help="HDF5 file to write: dataset 'i' holds line i."),
     model: str = typer.Option("default", help="Model directory (native or AllenNLP files), or 'default'."),
     layers: str = typer.Option("all", callback=_layer_mode,

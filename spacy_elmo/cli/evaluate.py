@@ -13,7 +13,7 @@ from .app import app, counted, positive_int
 @app.command()
 def evaluate(
     model_dir: str = typer.Argument(..., help="Model directory written by pretrain, or 'default'."),
-    text_path: Path = typer.Argument(..., help="A UTF-8 text file or a directory of them."),
+    text_path: Path = typer.Argument(..., help="A UTF-8 text file (plain, .gz, .bz2 or .xz) or a directory of them."),
     lang: Optional[str] = typer.Option(None, help="spaCy language (default: the one the model was trained with, else en)."),
     batch_size: int = typer.Option(32, callback=positive_int, help="Rows evaluated together."),
     device: str = typer.Option("cpu", help="cpu or cuda."),

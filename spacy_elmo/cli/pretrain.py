@@ -42,7 +42,7 @@ def model_config(preset: Optional[str], options: Optional[Path]) -> dict:
 
 @app.command()
 def pretrain(
-    train_path: Path = typer.Argument(..., help="A UTF-8 text file, or a directory of them."),
+    train_path: Path = typer.Argument(..., help="A UTF-8 text file (plain, .gz, .bz2 or .xz), or a directory of them."),
     output_dir: Path = typer.Argument(..., help="Where the model, vocab.txt, checkpoint and log go."),
     heldout: Optional[Path] = typer.Option(None, help="Held-out text: full-softmax perplexity at every checkpoint."),
     lang: str = typer.Option("en", help="spaCy language of the tokenizer (the pipeline's tokens)."),

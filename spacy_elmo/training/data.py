@@ -17,22 +17,37 @@ what decides its tokens (:func:`tokenization`: spaCy's tokenizer block, a digest
 its rules and the sentencizer's, and ``TOKEN_RULES``), so text read otherwise is
 tokenized again.
 
+Every user text file (TRAIN_PATH, ``--heldout``, the text of ``evaluate``, ``fit-state`` and
+``embed``) is opened by :func:`open_text_file`: gzip, bzip2 and xz files, known by their first
+bytes whatever their name, are decompressed as they are read (streamed, never whole in memory),
+and everything below applies to the decompressed text. A file named ``.gz``, ``.bz2`` or ``.xz``
+that is not that format, and a damaged or truncated archive, are errors naming the file, also
+inside a directory: training on the part of a corpus before the damage would silently be
+training on less.
+
 Defined behaviour for bad input: undecodable bytes are replaced by U+FFFD and
 counted (reported once, never an error); a file with NUL bytes in its first
-8 KiB is binary: an error when it is TRAIN_PATH itself, skipped with a warning
+8 KiB (decompressed) is binary: an error when it is TRAIN_PATH itself, skipped with a warning
 inside a directory; a line longer than ``PIECE_CHARS`` characters is tokenized
 in whitespace-split pieces; a corpus without tokens is an error.
 """
 
+import bz2
 import codecs
+import gzip
 import hashlib
+import io
 import json
+import lzma
 import os
+import re
 import warnings
+import zlib
 from array import array
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterator, List, Optional, Union
+from typing import BinaryIO, Iterator, List, Optional, Union
 
 import numpy as np
 
@@ -50,6 +65,70 @@ CACHE_VERSION = 1
 #: is dropped (it stuck to the first token), spaCy's whitespace tokens are left out.
 TOKEN_RULES = 2
 BOM = "\ufeff"
+
+READ_BLOCK = 1 << 16
+
+
+class _Streams(io.RawIOBase):
+    """The decompressed bytes of a file of one or more bzip2 or xz streams (pbzip2, Wikipedia's
+    multistream dumps, ``xz -T``, ``cat a.bz2 b.bz2``), NUL padding between them skipped. Unlike the
+    stdlib's BZ2File and LZMAFile, which end the text silently at anything after a stream that does
+    not decode as a next one (a damaged stream header, say), anything else is an error: the
+    decompressor's for bytes that are no stream, EOFError for a file that ends inside one."""
+
+    def __init__(self, path: Path, decompressor):
+        super().__init__()
+        self._fp = open(path, "rb")
+        self._new = decompressor
+        self._d = decompressor()
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        while True:
+            if self._d.eof:  # a stream ended: padding, another stream or the end of the file
+                rest = self._d.unused_data.lstrip(b"\0")
+                while not rest:
+                    block = self._fp.read(READ_BLOCK)
+                    if not block:
+                        return 0
+                    rest = block.lstrip(b"\0")
+                self._d = self._new()
+                data = self._d.decompress(rest, len(buffer))
+            elif self._d.needs_input:
+                block = self._fp.read(READ_BLOCK)
+                if not block:
+                    raise EOFError("the file ends inside a compressed stream")
+                data = self._d.decompress(block, len(buffer))
+            else:
+                data = self._d.decompress(b"", len(buffer))
+            if data:
+                buffer[: len(data)] = data
+                return len(data)
+
+    def close(self) -> None:
+        self._fp.close()
+        super().close()
+
+
+def _streams_of(decompressor):
+    """An opener of :class:`_Streams` of ``decompressor``, buffered (lines are read from it)."""
+    return lambda path: io.BufferedReader(_Streams(path, decompressor), READ_BLOCK)
+
+
+#: Compressed formats read transparently: name -> (the start of every such file, an opener of its
+#: decompressed bytes). bzip2's magic includes its first block's (or the empty stream's) marker,
+#: so a text that starts with "BZh" is not taken for bzip2. gzip's reader is the stdlib's: it reads
+#: every member and refuses anything else after one.
+COMPRESSIONS = {
+    "gzip": (re.compile(rb"\x1f\x8b\x08"), gzip.GzipFile),
+    "bzip2": (re.compile(rb"BZh[1-9](?:\x31\x41\x59\x26\x53\x59|\x17\x72\x45\x38\x50\x90)"), _streams_of(bz2.BZ2Decompressor)),
+    "xz": (re.compile(rb"\xfd7zXZ\x00"), _streams_of(lambda: lzma.LZMADecompressor(lzma.FORMAT_XZ))),
+}
+#: The name endings that promise a compressed format (a file named so must be that format).
+SUFFIXES = {".gz": "gzip", ".bz2": "bzip2", ".xz": "xz"}
+MAGIC_BYTES = 10
 
 _replaced = [0]
 
@@ -79,10 +158,49 @@ def iter_lines(path: PathLike) -> Iterator[str]:
     start of the file is dropped (editors on Windows write one; it stuck to the first token); one
     elsewhere is the character U+FEFF and is kept.
     """
-    with open(path, "rb") as f:
+    with open_text_file(path) as f:
         for n, raw in enumerate(f):
             line = decode_utf8(raw).rstrip("\r\n")
             yield line.removeprefix(BOM) if n == 0 else line
+
+
+def compression(path: PathLike) -> Optional[str]:
+    """The :data:`COMPRESSIONS` format of the file ``path`` by its first bytes (None: not compressed);
+    ValueError when its name ends in a :data:`SUFFIXES` ending whose format its bytes are not."""
+    path = Path(path)
+    with open(path, "rb") as f:
+        head = f.read(MAGIC_BYTES)
+    found = next((name for name, (magic, _) in COMPRESSIONS.items() if magic.match(head)), None)
+    named = SUFFIXES.get(path.suffix.lower())
+    if named is not None and found != named:
+        if found is None:
+            raise ValueError(Errors.E_NOT_COMPRESSED.format(path=path, suffix=path.suffix, format=named))
+        ending = next(suffix for suffix, name in SUFFIXES.items() if name == found)
+        raise ValueError(Errors.E_OTHER_COMPRESSION.format(path=path, suffix=path.suffix, format=named, found=found, ending=ending))
+    return found
+
+
+@contextmanager
+def open_text_file(path: PathLike) -> Iterator[BinaryIO]:
+    """The bytes of the user text file ``path``, decompressed as they are read when it is one of
+    :data:`COMPRESSIONS` (:func:`compression`). Reading a damaged or truncated archive inside the
+    ``with`` block raises ValueError naming the file and the damage (not the library's error)."""
+    path = Path(path)
+    kind = compression(path)
+    if kind is None:
+        with open(path, "rb") as f:
+            yield f
+        return
+    with COMPRESSIONS[kind][1](path) as f:
+        try:
+            yield f
+        except EOFError as err:  # the stdlib readers' "ended before the end-of-stream marker"
+            raise ValueError(Errors.E_ARCHIVE_BAD.format(path=path, format=kind, problem=Errors.E_ARCHIVE_TRUNCATED)) from err
+        except (zlib.error, lzma.LZMAError, OSError) as err:
+            if isinstance(err, OSError) and not isinstance(err, gzip.BadGzipFile) and err.errno is not None:
+                raise  # a real read error (bz2's damaged data is an OSError without errno)
+            problem = Errors.E_ARCHIVE_DAMAGED.format(error=err)
+            raise ValueError(Errors.E_ARCHIVE_BAD.format(path=path, format=kind, problem=problem)) from err
 
 
 @dataclass
@@ -113,8 +231,19 @@ def list_text_files(path: PathLike) -> List[Path]:
 
 
 def is_binary(path: Path) -> bool:
-    with open(path, "rb") as f:
+    """Whether the first ``BINARY_PROBE`` bytes of ``path`` (decompressed: :func:`open_text_file`) hold a NUL."""
+    with open_text_file(path) as f:
         return b"\x00" in f.read(BINARY_PROBE)
+
+
+def text_file_sha256(path: PathLike) -> str:
+    """sha256 of the text of ``path`` (decompressed: :func:`open_text_file`), read in blocks: the same
+    text gzipped, bzipped or plain has the same digest."""
+    h = hashlib.sha256()
+    with open_text_file(path) as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def split_long(line: str, limit: int = PIECE_CHARS) -> List[str]:
@@ -241,16 +370,26 @@ def tokenize_file(path: PathLike, lang: str, stats: Optional[ReadStats] = None) 
     return list(iter_sentences(iter_text(path, stats), make_nlp(lang)))
 
 
+def _file_stamp(file: Path) -> list:
+    """A file of the cache's fingerprint: path, size and mtime (of the file as stored, compressed or
+    not: what changes when it is rewritten), and the :func:`compression` of a compressed one. An older
+    spacy-elmo skipped compressed files as binary: its caches have no format there and are rebuilt,
+    while those of plain text files stay current."""
+    st = file.stat()
+    kind = compression(file)
+    return [str(file), st.st_size, int(st.st_mtime)] + ([kind] if kind else [])
+
+
 def fingerprint(path: PathLike, lang: str, nlp=None) -> dict:
-    """What the cache was built from: files with sizes and mtimes, the language and the
-    :func:`tokenization` of ``nlp`` (default: :func:`make_nlp` of ``lang``)."""
+    """What the cache was built from: files (:func:`_file_stamp`: sizes, mtimes and compression), the
+    language and the :func:`tokenization` of ``nlp`` (default: :func:`make_nlp` of ``lang``)."""
     files = list_text_files(path)
     return {
         "version": CACHE_VERSION,
         "path": str(Path(path).resolve()),
         "lang": lang,
         "tokenization": tokenization(make_nlp(lang) if nlp is None else nlp),
-        "files": [[str(f), f.stat().st_size, int(f.stat().st_mtime)] for f in files],
+        "files": [_file_stamp(f) for f in files],
     }
 
 

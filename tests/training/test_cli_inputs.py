@@ -12,6 +12,8 @@ from typer.testing import CliRunner
 from spacy_elmo import BiLM, BiLMConfig
 from spacy_elmo.bilm.native_io import INITIAL_STATE_NAME
 from spacy_elmo.cli import app
+from tests.cli_text import plain
+from tests.compressed import FORMATS, compressed
 
 from .conftest import TINY, write_corpus
 
@@ -282,3 +284,28 @@ def test_config_writes_the_shipped_configs(tmp_path):
         assert runner.invoke(app, ["config", name, str(out), "--force"]).exit_code == 0
     output = clean_error(runner.invoke(app, ["config", "parser"]), code=2)
     assert "ner, textcat" in output
+
+
+# -- compressed text ---------------------------------------------------------------------------
+@pytest.mark.parametrize("suffix", FORMATS)
+def test_evaluate_and_fit_state_read_compressed_text_as_the_text(model, trained, tmp_path, suffix):
+    packed = compressed(trained["held"], suffix, to=tmp_path / ("held.txt" + suffix))
+    results = [runner.invoke(app, ["evaluate", str(model), str(path), "--json"]) for path in (trained["held"], packed)]
+    assert [r.exit_code for r in results] == [0, 0], results[1].output
+    assert json.loads(results[0].output.splitlines()[-1]) == json.loads(results[1].output.splitlines()[-1])
+    states = []
+    for path in (trained["held"], packed):
+        result = runner.invoke(app, ["fit-state", str(model), str(path), "--rows", "4"])
+        assert result.exit_code == 0, result.output
+        states.append((model / INITIAL_STATE_NAME).read_bytes())
+    assert states[0] == states[1]
+
+
+@pytest.mark.parametrize("command", ["evaluate", "fit-state"])
+@pytest.mark.parametrize("damage", ["truncated", "damaged"])
+def test_evaluate_and_fit_state_name_a_broken_archive(model, trained, tmp_path, command, damage):
+    broken = compressed(trained["held"], ".gz", to=tmp_path / "held.gz", damage=damage)
+    before = files(model)
+    output = clean_error(runner.invoke(app, [command, str(model), str(broken)]))
+    assert f"{broken} is a broken gzip file" in plain(output)
+    assert files(model) == before

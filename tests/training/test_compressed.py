@@ -1,0 +1,218 @@
+"""Compressed text (gzip, bzip2, xz) is read as the text it holds: the same corpus as the plain file,
+broken archives and misnamed files are clear errors, and a resumed run continues exactly."""
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from spacy_elmo import BiLM
+from spacy_elmo.cli import app
+from spacy_elmo.training.data import Corpus, build_corpus, fingerprint
+from spacy_elmo.training.evaluate import evaluate_model_dir
+from spacy_elmo.training.trainer import read_log, train
+from tests.cli_text import plain
+from tests.compressed import FORMAT_NAMES, FORMATS, compressed
+
+from .conftest import tiny_pretrain_args, tiny_train_config, write_corpus
+
+
+def awkward_text(path, seed=0):
+    """A generated corpus with what the reading must keep or drop alike: a leading BOM, CRLF line ends,
+    undecodable bytes, a U+FEFF inside a line, blank lines."""
+    text = write_corpus(path, 300, seed=seed).read_bytes()
+    path.write_bytes(b"\xef\xbb\xbf" + text.replace(b"\n", b"\r\n", 5) + b"caf\xe9 au lait .\n\n  \n"
+                     + "The dog sees a \ufefffish .\n".encode())
+    return path
+
+
+def write_bytes(path, data):
+    path.write_bytes(data)
+    return path
+
+
+def built(path, cache):
+    """The corpus of ``path`` (its cache in ``cache``) and the reading statistics."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # replaced bytes, skipped binary files
+        meta = build_corpus(path, "en", cache, progress=False)
+    return Corpus.load(cache), meta["stats"]
+
+
+def assert_same_corpus(got, want):
+    (a, a_stats), (b, b_stats) = got, want
+    assert np.array_equal(a.tokens, b.tokens) and np.array_equal(a.lengths, b.lengths)
+    assert a.types == b.types and np.array_equal(a.counts, b.counts)
+    assert {k: v for k, v in a_stats.items() if k != "binary_files"} == {
+        k: v for k, v in b_stats.items() if k != "binary_files"}
+
+
+@pytest.mark.parametrize("suffix", FORMATS)
+def test_each_format_gives_the_corpus_of_the_plain_text(tmp_path, suffix):
+    text = awkward_text(tmp_path / "train.txt")
+    want = built(text, tmp_path / "plain")
+    assert want[1]["replaced_bytes"] == 1 and want[1]["n_tokens"] > 1000
+    assert "\ufefffish" in want[0].types and not any(t.startswith("\ufeff") and t != "\ufefffish" for t in want[0].types)
+    assert_same_corpus(built(compressed(text, suffix), tmp_path / "named"), want)
+    # known by its bytes, not its name: a .txt that is really compressed is decompressed too
+    assert_same_corpus(built(compressed(text, suffix, to=tmp_path / "really.txt"), tmp_path / "unnamed"), want)
+    # several streams one after the other (pigz, pbzip2, xz -T, cat a.gz b.gz): all of them are read
+    raw = text.read_bytes()
+    cut = raw.index(b"\n", len(raw) // 2) + 1
+    halves = [compressed(write_bytes(tmp_path / f"half{i}", part), suffix) for i, part in enumerate((raw[:cut], raw[cut:]))]
+    joined = tmp_path / ("joined" + suffix)
+    joined.write_bytes(b"".join(h.read_bytes() for h in halves))
+    assert_same_corpus(built(joined, tmp_path / "joined"), want)
+
+
+def test_a_mixed_directory_reads_every_format_and_skips_binary_ones_inside_archives(tmp_path):
+    plain_dir, mixed = tmp_path / "plain", tmp_path / "mixed"
+    plain_dir.mkdir(), mixed.mkdir()
+    for seed, (name, suffix) in enumerate([("a.txt", None), ("b.txt", ".gz"), ("c", ".bz2"), ("d.txt", ".xz")]):
+        text = awkward_text(plain_dir / name, seed=seed)
+        if suffix is None:
+            (mixed / name).write_bytes(text.read_bytes())
+        else:
+            compressed(text, suffix, to=mixed / (name + suffix))
+    for directory in (plain_dir, mixed):
+        (directory / "e.bin").write_bytes(b"\x00\x01" * 100)
+    binary = plain_dir / "f.tar"
+    binary.write_bytes(b"tar header\x00\x00" * 50)
+    compressed(binary, ".gz", to=mixed / "f.tar.gz")  # NUL bytes once decompressed: skipped as binary
+    got = built(mixed, tmp_path / "cache-mixed")
+    want = built(plain_dir, tmp_path / "cache-plain")
+    assert got[1]["n_files"] == 4 and [p.rsplit("/", 1)[1] for p in got[1]["binary_files"]] == ["e.bin", "f.tar.gz"]
+    assert_same_corpus(got, want)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "damaged"])
+@pytest.mark.parametrize("suffix", FORMATS)
+def test_a_broken_archive_is_an_error_naming_it_alone_or_in_a_directory(tmp_path, suffix, damage):
+    text = write_corpus(tmp_path / "train.txt", 600)
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.txt").write_bytes(text.read_bytes())  # read first: the bad archive comes later
+    broken = compressed(text, suffix, to=corpus / ("b.txt" + suffix), damage=damage)
+    expected = "it ends before the end of its compressed data" if damage == "truncated" else "its compressed data is damaged"
+    for path in (broken, corpus):  # a directory is not silently trained on without it
+        cache = tmp_path / f"cache-{path.name}"
+        with pytest.raises(ValueError, match=f"{broken} is a broken {FORMAT_NAMES[suffix]} file: {expected}"):
+            build_corpus(path, "en", cache, progress=False)
+        assert not (cache / "meta.json").exists()  # no cache of the text before the damage
+
+
+@pytest.mark.parametrize("after", ["damaged next stream", "garbage"])
+@pytest.mark.parametrize("suffix", FORMATS)
+def test_what_follows_a_stream_is_read_or_an_error_never_dropped(tmp_path, suffix, after):
+    """The stdlib's bzip2 and xz readers end the text at the first stream when what follows does not
+    decode as a next stream: half of a multistream dump went missing without a word."""
+    text = write_corpus(tmp_path / "train.txt", 300)
+    raw = text.read_bytes()
+    cut = raw.index(b"\n", len(raw) // 2) + 1
+    first, second = (compressed(write_bytes(tmp_path / f"half{i}", part), suffix).read_bytes()
+                     for i, part in enumerate((raw[:cut], raw[cut:])))
+    joined = bytearray(first + b"\0" * 8 + second)  # NUL padding between streams is allowed
+    write_bytes(tmp_path / ("ok" + suffix), bytes(joined))
+    assert_same_corpus(built(tmp_path / ("ok" + suffix), tmp_path / "cache-ok"), built(text, tmp_path / "cache-plain"))
+    if after == "garbage":
+        joined += b"this is no compressed stream at all"
+    else:
+        joined[len(first) + 8 + 1] ^= 0xFF
+    broken = write_bytes(tmp_path / ("broken" + suffix), bytes(joined))
+    with pytest.raises(ValueError, match=f"broken{suffix} is a broken {FORMAT_NAMES[suffix]} file: its compressed data is damaged"):
+        build_corpus(broken, "en", tmp_path / "cache", progress=False)
+
+
+def test_a_header_only_archive_is_truncated(tmp_path):
+    (tmp_path / "t.gz").write_bytes(b"\x1f\x8b\x08\x00")
+    with pytest.raises(ValueError, match="t.gz is a broken gzip file: it ends before"):
+        build_corpus(tmp_path / "t.gz", "en", tmp_path / "cache", progress=False)
+
+
+def test_a_compressed_name_must_hold_that_format(tmp_path):
+    text = write_corpus(tmp_path / "train.txt", 30)
+    misnamed = tmp_path / "plain.gz"
+    misnamed.write_bytes(text.read_bytes())
+    with pytest.raises(ValueError, match=r"plain.gz is named .gz but is not gzip data"):
+        build_corpus(misnamed, "en", tmp_path / "cache", progress=False)
+    other = compressed(text, ".xz", to=tmp_path / "other.bz2")
+    with pytest.raises(ValueError, match=r"other.bz2 is named .bz2 but holds xz data, not bzip2. Rename it to end in .xz"):
+        build_corpus(other, "en", tmp_path / "cache", progress=False)
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.txt").write_bytes(text.read_bytes())
+    (corpus / "b.gz").write_bytes(text.read_bytes())
+    with pytest.raises(ValueError, match=r"b.gz is named .gz but is not gzip data"):
+        build_corpus(corpus, "en", tmp_path / "cache", progress=False)
+    # A text that merely starts like a bzip2 header ("BZh") is text.
+    bzh = tmp_path / "bzh.txt"
+    bzh.write_text("BZh9 is no archive .\n", encoding="utf-8")
+    assert build_corpus(bzh, "en", tmp_path / "cache-bzh", progress=False)["stats"]["n_tokens"] == 5
+
+
+def test_a_cache_that_skipped_compressed_files_is_rebuilt_one_of_plain_files_is_not(tmp_path):
+    """spacy-elmo skipped compressed files as binary, and its fingerprint (path, size, mtime) of such a
+    file is the same now: without the format in it, its cache of the directory without them was reused."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    write_corpus(corpus / "a.txt", 30)
+    compressed(write_corpus(tmp_path / "b.txt", 30, seed=1), ".gz", to=corpus / "b.txt.gz")
+    cache = tmp_path / "cache"
+    both = build_corpus(corpus, "en", cache, progress=False)
+    assert both["stats"]["n_files"] == 2
+    plain_only = build_corpus(corpus / "a.txt", "en", tmp_path / "cache-a", progress=False)["fingerprint"]
+    assert plain_only == fingerprint(corpus / "a.txt", "en")  # a plain file's entry is what it was
+    assert [len(f) for f in plain_only["files"]] == [3]
+    # the cache an older spacy-elmo left: the .gz skipped as binary, its entry without a format
+    meta = json.loads((cache / "meta.json").read_text(encoding="utf-8"))
+    meta["fingerprint"]["files"] = [entry[:3] for entry in meta["fingerprint"]["files"]]
+    meta["stats"].update(n_files=1, n_binary=1)
+    (cache / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
+    assert build_corpus(corpus, "en", cache, progress=False)["stats"] == both["stats"]
+
+
+def test_a_resumed_run_over_compressed_text_continues_exactly_as_over_the_plain_text(tmp_path):
+    train_file = write_corpus(tmp_path / "train.txt", 300)
+    held = write_corpus(tmp_path / "held.txt", 30, seed=7)
+    N = 5
+    straight = tmp_path / "straight"
+    train(tiny_train_config(train_file, straight, max_steps=2 * N, checkpoint_every=N, log_every=3, heldout=str(held)))
+
+    packed, packed_held = compressed(train_file, ".xz"), compressed(held, ".bz2")
+    killed = tmp_path / "killed"
+
+    def crash(step, loss):
+        if step == N + 2:
+            raise KeyboardInterrupt
+
+    settings = dict(max_steps=2 * N, checkpoint_every=N, log_every=3, heldout=str(packed_held))
+    with pytest.raises(KeyboardInterrupt):
+        train(tiny_train_config(packed, killed, **settings), on_step=crash)
+    cached = (killed / "data" / "meta.json").read_bytes()
+    train(tiny_train_config(packed, killed, resume=True, **settings))
+    assert (killed / "data" / "meta.json").read_bytes() == cached  # the cache of the archive was reused
+    for key in ("loss", "perplexity"):
+        a = [e[key] for e in read_log(straight) if key in e]
+        b = [e[key] for e in read_log(killed) if key in e]
+        assert len(a) == len(b) > 0
+        np.testing.assert_allclose(b, a, rtol=1e-6, atol=1e-7)
+    wa, wb = BiLM.load(straight).state_dict(), BiLM.load(killed).state_dict()
+    for name in wa:
+        torch.testing.assert_close(wb[name], wa[name], rtol=1e-6, atol=1e-7)
+    # evaluate reads the archive as the text
+    assert evaluate_model_dir(killed, compressed(held, ".gz")) == evaluate_model_dir(killed, held)
+
+
+@pytest.mark.parametrize("where", ["train", "heldout"])
+def test_pretrain_on_a_truncated_archive_says_so_without_a_traceback(tmp_path, where):
+    args, train_file, _ = tiny_pretrain_args(tmp_path, tmp_path / "out")
+    broken = compressed(train_file, ".gz", damage="truncated")
+    args = [str(broken) if a == str(train_file) else a for a in args] if where == "train" else args + ["--heldout", str(broken)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 1, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    assert f"{broken} is a broken gzip file: it ends before the end of its compressed data" in plain(result.output)
+    assert not (tmp_path / "out" / "checkpoint.pt").exists()
