@@ -169,20 +169,6 @@ def test_evaluate_rejects_bad_batch_size(tmp_path, size):
     assert "batch_size" not in result.output and "no-model" not in result.output
 
 
-@pytest.mark.parametrize("flag", ["--min-count", "--max-steps", "--batch-size", "--unroll", "--max-length", "--negatives",
-                                  "--checkpoint-every", "--log-every", "--threads", "--state-sentences", "--seed"])
-def test_pretrain_numeric_options_are_named_as_typed(tmp_path, flag):
-    """TrainConfig's errors named the fields ("checkpoint_every must be a positive integer") after the
-    corpus had been read; now a usage error naming the flag, before anything is read or written."""
-    value, expected = ("-1", "must be an integer of 0 or more; found -1.") if flag in ("--state-sentences", "--seed") else \
-        ("0", "must be a positive integer (1 or more); found 0.")
-    result = runner.invoke(app, ["pretrain", str(tmp_path / "no-text"), str(tmp_path / "out"), flag, value])
-    assert result.exit_code == 2, result.output
-    assert f"Invalid value for '{flag}': {expected}" in plain(result.output)
-    python_name = flag[2:].replace("-", "_")  # checkpoint_every, ...
-    assert (python_name == flag[2:] or python_name not in result.output) and not (tmp_path / "out").exists()
-
-
 BOUND = "must be 0 (no cap) or more than 3 (the markers and at least one word)"
 UNKNOWN_DEVICE = "Unknown --device 'tpu': use cpu, cuda, cuda:N (a GPU index) or mps."
 UNKNOWN_LANG = ("spaCy has no language 'zz': use a language code spaCy supports (en, de, ko, ja, xx for "
@@ -190,6 +176,11 @@ UNKNOWN_LANG = ("spaCy has no language 'zz': use a language code spaCy supports 
 
 
 BAD_OPTIONS = [
+    *[(["pretrain", "{tmp}/no-text", "{tmp}/out", flag, "0"], flag, "must be a positive integer (1 or more); found 0.")
+      for flag in ["--min-count", "--max-steps", "--batch-size", "--unroll", "--max-length", "--negatives",
+                   "--checkpoint-every", "--log-every", "--threads"]],
+    *[(["pretrain", "{tmp}/no-text", "{tmp}/out", flag, "-1"], flag, "must be an integer of 0 or more; found -1.")
+      for flag in ["--state-sentences", "--seed"]],
     (["pretrain", "{tmp}/no-text", "{tmp}/out", "--vocab-size", "3"], "--vocab-size", f"{BOUND}; found 3."),
     (["pretrain", "{tmp}/no-text", "{tmp}/out", "--vocab-size", "-1"], "--vocab-size", f"{BOUND}; found -1."),
     (["pretrain", "{tmp}/no-text", "{tmp}/out", "--epochs", "0"], "--epochs", "must be positive; found 0.0."),
@@ -222,9 +213,9 @@ BAD_OPTIONS = [
 
 @pytest.mark.parametrize("args, flag, expected", BAD_OPTIONS, ids=[" ".join(a[:1] + a[3:]) for a, _, _ in BAD_OPTIONS])
 def test_option_errors_name_the_flag_as_typed(tmp_path, args, flag, expected):
-    """--vocab-size, --epochs, --lr, --clip, --dropout, --optimizer and --backend were checked by
-    TrainConfig (naming the field: "vocab_size must be ...", exit 1; --backend only once the corpus
-    had been read); --preset, --options, export --format and config's NAME were usage errors
+    """--vocab-size, --epochs, --lr, --clip, --dropout, --optimizer, --backend and pretrain's integer
+    options were checked by TrainConfig (naming the field: "vocab_size must be ...", exit 1; after the
+    corpus had been read); --preset, --options, export --format and config's NAME were usage errors
     that named no option ("Invalid value: ..."); --device was an error of exit 1, and --lang one only
     when spaCy built the tokenizer (after the corpus had been listed or the model loaded). Now each
     is a usage error naming what was typed, before any model, corpus or output is touched."""
