@@ -521,6 +521,10 @@ class Errors:
         "Could not create a spaCy tokenizer for --lang {lang!r}: {error}. Use an ISO code that "
         "spaCy supports (en, de, ko, ...); some languages need extra packages."
     )
+    E_UNKNOWN_LANG = (
+        "spaCy has no language {lang!r}: use a language code spaCy supports (en, de, ko, ja, xx for "
+        "multi-language, ...: https://spacy.io/usage/models#languages)."
+    )
     E_OPTIONS_FILE = (
         "Could not read the model options {path}: {error}. Pass an AllenNLP options.json or a "
         "JSON object of BiLMConfig fields (e.g. {{\"projection_dim\": 16, \"cell_dim\": 32}})."
@@ -655,6 +659,10 @@ class Errors:
     )
     E_DEVICE_UNAVAILABLE = "--device {device} was requested but {reason}. Use --device cpu."
     E_UNKNOWN_DEVICE = "Unknown --device {device!r}: use cpu, cuda, cuda:N (a GPU index) or mps."
+    E_NO_SUCH_GPU = (
+        "--device {device} was requested but {n_gpus} CUDA device(s) are visible: use an index from 0 to "
+        "{last}, or --device cuda (the current one)."
+    )
     E_DDP_DEVICE = (
         "This process has rank {rank} of {world}; DDP on CUDA needs one GPU per process but "
         "only {n_gpus} are visible."

@@ -96,13 +96,6 @@ void gates_backward_generic(const T* dmv, const T* g, const T* crv, const T* cp,
   }
 }
 
-// The number of steps, max(lengths), after checking every length lies in [0, T]:
-// a longer row would make the kernels read and write past its T positions.
-int64_t lstm_steps(const char* op, const at::Tensor& lengths, int64_t T) {
-  const int64_t top = check_range(lengths.data_ptr<int64_t>(), lengths.numel(), 0, T, op, "lengths", kLengthsMeaning);
-  return std::max<int64_t>(0, top);
-}
-
 // ---------------------------------------------------------------- work buffers
 //
 // The buffers that never leave a call are per-thread work buffers
@@ -252,7 +245,7 @@ LstmForwardResult lstm_forward_cpu(at::TensorList xs, const at::Tensor& lengths_
   const auto opts = xs[0].options();
   const at::Tensor lengths = lengths_in.to(at::kCPU, at::kLong).contiguous();
   const int64_t* lens = lengths.data_ptr<int64_t>();
-  const int64_t tmax = lstm_steps("lstm", lengths, T);
+  const int64_t tmax = check_lstm_lengths("lstm", lengths, T);
   const auto& kt = cpu::kernels();
   // float32 runs the ISA-dispatched vector kernels: the fused steps (see the header
   // comment) where the table has them, else the generic loop's gate kernels. One
@@ -520,7 +513,7 @@ LstmBackwardResult lstm_backward_cpu(at::TensorList grad_outs, const at::Tensor&
   const auto opts = xs[0].options();
   const at::Tensor lengths = lengths_in.to(at::kCPU, at::kLong).contiguous();
   const int64_t* lens = lengths.data_ptr<int64_t>();
-  const int64_t tmax = lstm_steps(op, lengths, T);
+  const int64_t tmax = check_lstm_lengths(op, lengths, T);
   std::vector<at::Tensor> go(ndir), wrec(ndir), wproj(ndir);
   for (int64_t d = 0; d < ndir; ++d) {
     go[d] = grad_outs[d].to(opts).contiguous();

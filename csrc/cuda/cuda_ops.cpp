@@ -207,15 +207,13 @@ void fill_common(cuda::LstmStep& s, int64_t ndir, int64_t B, int64_t T, int64_t 
   s.residual = residual;
 }
 
-// The number of steps, max(lengths), after checking every length lies in [0, T]
-// (a longer row would make the kernels read and write past its T positions; one
-// sync) and that the batch fits the kernels' grid (one block column per sentence:
-// gridDim.x, up to 2^31 - 1; gridDim.y, at most 65535, would refuse what the CPU
-// path runs). lengths: int64 on the device.
+// The number of steps, max(lengths) (check_lstm_lengths: every length in [0, T],
+// one sync), after checking that the batch fits the kernels' grid (one block
+// column per sentence: gridDim.x, up to 2^31 - 1; gridDim.y, at most 65535, would
+// refuse what the CPU path runs). lengths: int64 on the device.
 int64_t lstm_steps(const char* op, const at::Tensor& lengths, int64_t B, int64_t T) {
   TORCH_CHECK(B <= 2147483647, op, " (CUDA): at most 2^31 - 1 sentences per call, got ", B);
-  const std::vector<int64_t> range = min_max_on_host({lengths});
-  return std::max<int64_t>(0, check_min_max(lengths, range[0], range[1], 0, T, op, "lengths", kLengthsMeaning));
+  return check_lstm_lengths(op, lengths, T);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #pragma once
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 #include <limits>
@@ -207,8 +208,8 @@ struct LstmDims {
 
 constexpr const char* kLengthsMeaning = "a row's number of valid positions, at most T";
 
-// What both directions share, but for the lengths' range (checked where the
-// lengths are, against [0, T] with kLengthsMeaning): the inputs, the weights, the
+// What both directions share, but for the lengths' range (check_lstm_lengths,
+// where the lengths are): the inputs, the weights, the
 // flags and the clips (a negative clip gives garbage on CUDA).
 inline LstmDims check_lstm(const char* op, at::TensorList xs, const at::Tensor& lengths, at::TensorList weights,
                            at::IntArrayRef reverse, bool residual, std::optional<double> cell_clip,
@@ -240,6 +241,22 @@ inline LstmDims check_lstm(const char* op, at::TensorList xs, const at::Tensor& 
   TORCH_CHECK(!cell_clip.has_value() || *cell_clip >= 0, op, ": cell_clip must be >= 0");
   TORCH_CHECK(!proj_clip.has_value() || *proj_clip >= 0, op, ": proj_clip must be >= 0");
   return d;
+}
+
+// The number of steps, max(lengths), after checking every length lies in [0, T]
+// (kLengthsMeaning): a longer row would make the kernels read and write past its
+// T positions. lengths: int64, contiguous, where the kernels read them: read in
+// place on the host; on a device, their smallest and largest values are copied
+// to the host (one sync, min_max_on_host) and the values only when one is outside.
+inline int64_t check_lstm_lengths(const char* op, const at::Tensor& lengths, int64_t T) {
+  int64_t top;
+  if (lengths.device().is_cpu()) {
+    top = check_range(lengths.data_ptr<int64_t>(), lengths.numel(), 0, T, op, "lengths", kLengthsMeaning);
+  } else {
+    const std::vector<int64_t> range = min_max_on_host({lengths});
+    top = check_min_max(lengths, range[0], range[1], 0, T, op, "lengths", kLengthsMeaning);
+  }
+  return std::max<int64_t>(0, top);  // no rows: no steps
 }
 
 // lstm_forward's initial state, in its exact shapes: a reshape would silently read

@@ -2,6 +2,7 @@
 
 import typer
 
+from ..device import torch_device
 from ..errors import Errors
 
 app = typer.Typer(
@@ -76,4 +77,22 @@ def non_negative_int(value: int) -> int:
     """Option callback: a usage error (exit 2) naming the option unless ``value >= 0``."""
     if value is not None and value < 0:
         raise typer.BadParameter(Errors.E_NEGATIVE_OPTION.format(value=value))
+    return value
+
+
+#: Option callback of --device: a usage error (exit 2) naming the option for a device torch does not
+#: know or this machine lacks (``tpu``, ``cuda`` without CUDA, ``cuda:99``), before any model or text is read.
+known_device = checked_by(torch_device, (RuntimeError,))
+
+def spacy_language(value: str) -> str:
+    """Option callback of --lang: a usage error (exit 2) naming the option unless spaCy has language
+    ``value`` (spacy.blank's lookup, without building the tokenizer, which happened only after the
+    corpus was listed; a tokenizer package that is missing is a fallback with a warning, not this error)."""
+    if value is not None:
+        from spacy.util import get_lang_class  # spaCy: imported when a command runs, not for --help or spacy-elmo export
+
+        try:
+            get_lang_class(value)
+        except Exception as err:  # noqa: BLE001 - ImportError, or AttributeError for 'en.stop_words'
+            raise typer.BadParameter(Errors.E_UNKNOWN_LANG.format(lang=value)) from err
     return value

@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from ..errors import Errors
-from .app import app, counted, non_negative_int, positive_int
+from .app import app, counted, known_device, non_negative_int, positive_int, spacy_language
 
 
 def _layer_mode(value: str) -> str:
@@ -26,7 +26,7 @@ def embed(
     model: str = typer.Option("default", help="Model directory (native or AllenNLP files), or 'default'."),
     layers: str = typer.Option("all", callback=_layer_mode,
                                help="all: (L+1, n, 2P) per line; top: the last layer; average: their mean."),
-    lang: Optional[str] = typer.Option(None, help="Tokenize with spaCy's tokenizer for this language, whitespace "
+    lang: Optional[str] = typer.Option(None, callback=spacy_language, help="Tokenize with spaCy's tokenizer for this language, whitespace "
                                        "tokens left out as in pretraining (default: split at whitespace, as AllenNLP's command)."),
     batch_size: int = typer.Option(64, callback=positive_int, help="Most lines per biLM call."),
     batch_tokens: int = typer.Option(4096, callback=positive_int,
@@ -35,7 +35,7 @@ def embed(
     max_tokens: int = typer.Option(10_000, callback=positive_int, help="Longest line accepted, in tokens."),
     cache_size: int = typer.Option(50_000, callback=non_negative_int,
                                    help="Token vectors kept for reuse (0: encode every token)."),
-    device: str = typer.Option("cpu", help="cpu or cuda."),
+    device: str = typer.Option("cpu", callback=known_device, help="cpu or cuda."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace OUTPUT_PATH if it exists."),
     restart: bool = typer.Option(False, "--restart", help="Drop the parts of an earlier, unfinished run."),
 ) -> None:

@@ -7,16 +7,16 @@ from typing import Optional
 import typer
 
 from ..errors import Warnings
-from .app import app, counted, positive_int
+from .app import app, counted, known_device, positive_int, spacy_language
 
 
 @app.command()
 def evaluate(
     model_dir: str = typer.Argument(..., help="Model directory written by pretrain, or 'default'."),
     text_path: Path = typer.Argument(..., help="A UTF-8 text file (plain, .gz, .bz2 or .xz) or a directory of them."),
-    lang: Optional[str] = typer.Option(None, help="spaCy language (default: the one the model was trained with, else en)."),
+    lang: Optional[str] = typer.Option(None, callback=spacy_language, help="spaCy language (default: the one the model was trained with, else en)."),
     batch_size: int = typer.Option(32, callback=positive_int, help="Rows evaluated together."),
-    device: str = typer.Option("cpu", help="cpu or cuda."),
+    device: str = typer.Option("cpu", callback=known_device, help="cpu or cuda."),
     per_sentence: Optional[bool] = typer.Option(
         None, "--per-sentence/--stream",
         help="Read every sentence alone from the model's initial state (what a pipeline sees), or the text as "
@@ -37,7 +37,7 @@ def evaluate(
     from ..training.evaluate import evaluate_model_dir
 
     try:
-        target = torch_device(device)  # before loading and tokenizing: the cheaper error
+        target = torch_device(device)  # known_device checked it when the options were parsed
         result = evaluate_model_dir(model_dir, text_path, lang=lang, batch_size=batch_size, device=target,
                                     progress=not as_json, per_sentence=per_sentence)
     except (ValueError, OSError, RuntimeError) as err:

@@ -10,7 +10,7 @@ from ..bilm import BiLMConfig
 from ..errors import Errors
 from ..ops import resolve_backend
 from ..training.trainer import BOUNDS, OPTIMIZERS
-from .app import app, checked_by, counted, non_negative_int, one_of, positive_int
+from .app import app, checked_by, counted, known_device, non_negative_int, one_of, positive_int, spacy_language
 
 
 def _bounded(name: str):
@@ -45,7 +45,7 @@ def pretrain(
     train_path: Path = typer.Argument(..., help="A UTF-8 text file (plain, .gz, .bz2 or .xz), or a directory of them."),
     output_dir: Path = typer.Argument(..., help="Where the model, vocab.txt, checkpoint and log go."),
     heldout: Optional[Path] = typer.Option(None, help="Held-out text: full-softmax perplexity at every checkpoint."),
-    lang: str = typer.Option("en", help="spaCy language of the tokenizer (the pipeline's tokens)."),
+    lang: str = typer.Option("en", callback=spacy_language, help="spaCy language of the tokenizer (the pipeline's tokens)."),
     preset: Optional[str] = typer.Option(None, callback=checked_by(BiLMConfig.preset), help="Model size: small, medium or original (default small)."),
     options: Optional[Path] = typer.Option(None, help="Model options: AllenNLP options.json or BiLMConfig JSON."),
     init: Optional[str] = typer.Option(None, help="Fine-tune this model (native dir, AllenNLP dir or 'default')."),
@@ -74,7 +74,7 @@ def pretrain(
     clip: float = typer.Option(10.0, callback=_bounded("clip"), help="Global gradient-norm clip."),
     seed: int = typer.Option(0, callback=non_negative_int, help="Random seed (data order, init, sampling, dropout)."),
     resume: bool = typer.Option(False, help="Continue the run in OUTPUT_DIR from its checkpoint, exactly."),
-    device: str = typer.Option("cpu", help="cpu or cuda (bf16 autocast on cuda)."),
+    device: str = typer.Option("cpu", callback=known_device, help="cpu or cuda (bf16 autocast on cuda)."),
     backend: str = typer.Option("auto", callback=checked_by(resolve_backend, (ValueError, RuntimeError)),
                                 help="Kernels: auto, fused or reference (fused needs the compiled kernels)."),
     checkpoint_every: int = typer.Option(1000, callback=positive_int, help="Checkpoint (and save the model) every N steps."),

@@ -1,10 +1,9 @@
 import pytest
 
 from spacy_elmo import BiLM, BiLMConfig, batch_to_ids
-from spacy_elmo.ops import fused_available
+from tests.backends import BACKENDS
 from tests.bilm.oracle import options
 
-BACKENDS = ["reference"] + (["fused"] if fused_available() else [])
 TINY = BiLMConfig(projection_dim=4, cell_dim=6, filters=[(1, 2), (2, 2)], n_highway=0)
 
 

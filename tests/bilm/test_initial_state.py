@@ -7,12 +7,11 @@ import torch
 from spacy_elmo import BiLM, batch_to_ids
 from spacy_elmo.bilm.initial_state import running_streams
 from spacy_elmo.bilm.native_io import INITIAL_STATE_NAME
-from spacy_elmo.ops import fused_available
+from tests.backends import BACKENDS
 from tests.bilm.oracle import NumpyElmo, options, write_model_files
 
 from .test_model_oracle import SENTENCES, assert_matches
 
-BACKENDS = ["reference"] + (["fused"] if fused_available() else [])
 
 TEXT = [
     ["The", "river", "ran", "fast", "."],

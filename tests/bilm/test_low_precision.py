@@ -9,11 +9,10 @@ import pytest
 import torch
 
 from spacy_elmo import BiLM, batch_to_ids
-from spacy_elmo.ops import fused_available
+from tests.backends import BACKENDS
 from tests.bilm.oracle import NumpyElmo, options, write_model_files
 
 SENTENCES = [["The", "bank", "of", "the", "river", "."], ["밥", "먹었어요", "?"], ["a"]]
-BACKENDS = ["reference"] + (["fused"] if fused_available() else [])
 #: Largest error against the float64 oracle, relative to the activations' largest magnitude.
 TOLERANCE = {torch.float16: 5e-3, torch.bfloat16: 2e-2}  # measured: 7e-4 and 3e-3
 

@@ -7,9 +7,9 @@ import torch
 
 from spacy_elmo import BiLM, batch_to_ids
 from spacy_elmo.ops import fused_available
+from tests.backends import BACKENDS
 from tests.bilm.oracle import NumpyElmo, options, write_model_files
 
-BACKENDS = ["reference"] + (["fused"] if fused_available() else [])
 BATCHES = [
     [["one", "two", "three"], ["a", "b"], ["x"]],
     [["four"], ["c", "d", "e", "f"]],  # smaller: row 2 keeps its state

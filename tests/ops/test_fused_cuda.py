@@ -313,9 +313,7 @@ def test_opcheck_cuda():
     x, w, b = [p.to(DEV).requires_grad_() for p in _params(gen, [(4, 5), (10, 5), (10,)])]
     torch.library.opcheck(ops.highway_forward.default, (x, w, b))
     B, T, P, C = 2, 3, 4, 5
-    ts = [p.to(DEV).requires_grad_() for p in _params(gen, [(B, T, P), (B, T, P)] +
-                                                       [(P, 4 * C), (P, 4 * C), (4 * C,), (C, P)] * 2 +
-                                                       [(2, B, P), (2, B, C)])]
+    ts = [p.to(DEV).requires_grad_() for p in _params(gen, _bilstm_shapes(B, T, P, C))]
     xs, weights, h0, c0 = ts[:2], ts[2:10], ts[10], ts[11]
     lengths = torch.tensor([3, 1], device=DEV)
     torch.library.opcheck(ops.lstm_forward.default, (xs, lengths, weights, h0, c0, 3.0, 0.5, [0, 1], True, True),

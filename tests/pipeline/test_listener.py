@@ -277,10 +277,16 @@ def test_listener_needs_all_layers(tiny_dir):
         nlp.add_pipe("ner", config={"model": {**NER, "tok2vec": LISTENER}})
 
 
-def test_fine_tuning_changes_bilm(tiny_dir):
+def _fine_tuned_ner(weights):
+    """elmo (fine-tuned) loading ``weights`` (None: no weights, a pipeline to load into) and a listening ner."""
     nlp = spacy.blank("en")
-    nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "frozen": False})
+    nlp.add_pipe("elmo", config={"frozen": False, **({} if weights is None else {"weights": str(weights)})})
     nlp.add_pipe("ner", config={"model": {**NER, "tok2vec": LISTENER}})
+    return nlp
+
+
+def test_fine_tuning_changes_bilm(tiny_dir):
+    nlp = _fine_tuned_ner(tiny_dir)
     docs = make_docs(4)
     examples = [Example(nlp.make_doc(d.text), d) for d in docs]
     opt = nlp.initialize(lambda: examples)
@@ -292,9 +298,7 @@ def test_fine_tuning_changes_bilm(tiny_dir):
 
 def _fine_tuned_ner_and_textcat(tiny_dir):
     """elmo (fine-tuned) and two listening components, ner and textcat."""
-    nlp = spacy.blank("en")
-    nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "frozen": False})
-    nlp.add_pipe("ner", config={"model": {**NER, "tok2vec": LISTENER}})
+    nlp = _fine_tuned_ner(tiny_dir)
     nlp.add_pipe("textcat", config={"model": _textcat_model("textcat", LISTENER)})
     return nlp
 
@@ -338,9 +342,7 @@ def test_fine_tuning_steps_once_per_training_step(tiny_dir, accumulate, exclude)
 
 def test_fine_tuning_refreshes_token_cache(tiny_dir):
     """Vectors after a fine-tuning step come from the new weights, not the inference cache."""
-    nlp = spacy.blank("en")
-    nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "frozen": False})
-    nlp.add_pipe("ner", config={"model": {**NER, "tok2vec": LISTENER}})
+    nlp = _fine_tuned_ner(tiny_dir)
     examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(4)]
     opt = nlp.initialize(lambda: examples)
     text = "Yesterday Alice went home and it was good ."
@@ -360,9 +362,7 @@ def test_use_averages_swaps_in_the_fine_tuned_bilms_averages(tiny_dir):
     a fine-tuned biLM there has thinc's moving averages of its weights after each step, as the task layers
     do (it kept its raw weights: averaged heads on a raw biLM), and its raw weights again after it; the
     outputs and a pipeline saved there come from the averages, not from the token cache of the raw ones."""
-    nlp = spacy.blank("en")
-    nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "frozen": False})
-    nlp.add_pipe("ner", config={"model": {**NER, "tok2vec": LISTENER}})
+    nlp = _fine_tuned_ner(tiny_dir)
     examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(4)]
     nlp.initialize(lambda: examples)
     optimizer = Adam(0.01, use_averages=True)
@@ -384,10 +384,7 @@ def test_use_averages_swaps_in_the_fine_tuned_bilms_averages(tiny_dir):
         saved = nlp.to_bytes()
     for name, p in bilm.named_parameters():
         assert torch.equal(p.detach(), raw[name]), name
-    loaded = spacy.blank("en")
-    loaded.add_pipe("elmo", config={"frozen": False})
-    loaded.add_pipe("ner", config={"model": {**NER, "tok2vec": LISTENER}})
-    loaded.from_bytes(saved)
+    loaded = _fine_tuned_ner(None).from_bytes(saved)
     for name, p in get_bilm(loaded.get_pipe("elmo").model).named_parameters():
         torch.testing.assert_close(p.detach(), average[name], rtol=1e-5, atol=1e-6)
     numpy.testing.assert_array_equal(loaded(text)._.elmo, got)

@@ -150,12 +150,20 @@ def test_layer_cache_is_on_in_training_only(cfg, corpus_dir, tiny_dir, tmp_path)
     assert _cache_limit(loaded) == 8 * MB and len(get_runner(elmo.model).layer_cache) == 1
 
 
-def test_sourced_listening_component_with_a_new_elmo(corpus_dir, tiny_dir, tmp_path):
+@pytest.fixture(scope="module")
+def first(corpus_dir, tiny_dir, tmp_path_factory):
+    """ner.cfg initialized on the tiny corpus, saved: the pipeline the sourcing tests source from (they
+    only read it)."""
+    path = tmp_path_factory.mktemp("first")
+    _init("ner.cfg", corpus_dir, tiny_dir).to_disk(path)
+    return path
+
+
+def test_sourced_listening_component_with_a_new_elmo(corpus_dir, tiny_dir, first):
     """[components.ner] source = PIPELINE next to a new elmo component: spacy train initializes with the
     resumed ner disabled, and spaCy's relinking skips it; ner got no upstream ("no upstream 'elmo'
     component" at its first update). Now the first update links it and it trains on the layers."""
-    _init("ner.cfg", corpus_dir, tiny_dir).to_disk(tmp_path / "first")
-    nlp = _init("ner.cfg", corpus_dir, tiny_dir, {"ner": {"source": str(tmp_path / "first")}})
+    nlp = _init("ner.cfg", corpus_dir, tiny_dir, {"ner": {"source": str(first)}})
     examples = list(Corpus(str(corpus_dir / "train.spacy"))(nlp))[:4]
     (mix,) = [n for n in nlp.get_pipe("ner").model.walk() if n.name == "elmo_scalar_mix"]
     before = mix.get_param("w").copy()
@@ -165,13 +173,12 @@ def test_sourced_listening_component_with_a_new_elmo(corpus_dir, tiny_dir, tmp_p
     assert not numpy.array_equal(mix.get_param("w"), before)  # zero layers would give w no gradient
 
 
-def test_sourced_listening_component_with_other_weights_is_a_clear_error(corpus_dir, tiny_dir, tmp_path):
+def test_sourced_listening_component_with_other_weights_is_a_clear_error(corpus_dir, tiny_dir, first, tmp_path):
     """A sourced ner next to an elmo component loading a biLM of another width: a clear error at
     initialization, not a matrix shape mismatch in the first update."""
-    _init("ner.cfg", corpus_dir, tiny_dir).to_disk(tmp_path / "first")
     BiLM(BiLMConfig(**{**TINY, "projection_dim": 4})).save(tmp_path / "narrow")
     with pytest.raises(ValueError, match=r"'ner' was trained on .* width 16, but 'elmo' loaded .* width 8"):
-        _init("ner.cfg", corpus_dir, tmp_path / "narrow", {"ner": {"source": str(tmp_path / "first")}})
+        _init("ner.cfg", corpus_dir, tmp_path / "narrow", {"ner": {"source": str(first)}})
 
 
 def test_elmo_in_frozen_components_is_a_clear_error(corpus_dir, tiny_dir):
@@ -182,12 +189,11 @@ def test_elmo_in_frozen_components_is_a_clear_error(corpus_dir, tiny_dir):
         init_nlp(config)
 
 
-def test_sourced_elmo_frozen_without_annotating(corpus_dir, tiny_dir, tmp_path):
+def test_sourced_elmo_frozen_without_annotating(corpus_dir, tiny_dir, first):
     """A sourced elmo in frozen_components but not in annotating_components feeds no listener in training:
     ner trained on zero layers without a word, then failed after the first evaluation with an error about
     a removed or disabled upstream. Now the zeros warn, and the error names the training settings."""
-    _init("ner.cfg", corpus_dir, tiny_dir).to_disk(tmp_path / "first")
-    nlp = _init("ner.cfg", corpus_dir, tiny_dir, {"elmo": {"source": str(tmp_path / "first")}})
+    nlp = _init("ner.cfg", corpus_dir, tiny_dir, {"elmo": {"source": str(first)}})
     examples = list(Corpus(str(corpus_dir / "train.spacy"))(nlp))[:4]
     with pytest.warns(UserWarning, match=r"reads zeros.*annotating_components"):
         nlp.update(examples, exclude=["elmo"])  # what spacy train does with frozen_components
@@ -196,18 +202,17 @@ def test_sourced_elmo_frozen_without_annotating(corpus_dir, tiny_dir, tmp_path):
         nlp.update(examples, exclude=["elmo"])
 
 
-def test_sourced_elmo_with_other_requested_weights_warns_once(corpus_dir, tiny_dir, tmp_path):
+def test_sourced_elmo_with_other_requested_weights_warns_once(corpus_dir, tiny_dir, first, tmp_path):
     """[components.elmo] source = PIPELINE with --paths.elmo OTHER: spaCy copies the component with its
     weights and never initializes it, so OTHER had no effect, silently. Now init_nlp (spacy train) warns
     once, naming both, also with elmo in frozen_components; no warning when --paths.elmo names the weights
     it runs, or names none ("")."""
-    _init("ner.cfg", corpus_dir, tiny_dir).to_disk(tmp_path / "first")
     torch.manual_seed(1)
     BiLM(BiLMConfig(**TINY)).save(tmp_path / "other")
     frozen = {"training.frozen_components": ["elmo"], "training.annotating_components": ["sentencizer", "elmo"]}
     for weights, overrides, warns in ((tmp_path / "other", frozen, True), (tiny_dir, {}, False), ("", {}, False)):
         config = _config("ner.cfg", corpus_dir, weights, overrides)
-        config["components"]["elmo"] = {"source": str(tmp_path / "first")}
+        config["components"]["elmo"] = {"source": str(first)}
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             nlp = init_nlp(config)
@@ -221,19 +226,18 @@ def test_sourced_elmo_with_other_requested_weights_warns_once(corpus_dir, tiny_d
             assert ours == []
 
 
-def test_sourced_elmo_warns_in_init_nlp_only_not_when_an_assembled_pipeline_loads(corpus_dir, tiny_dir, tmp_path):
+def test_sourced_elmo_warns_in_init_nlp_only_not_when_an_assembled_pipeline_loads(corpus_dir, tiny_dir, first, tmp_path):
     """spacy assemble (load_model_from_config, to_disk) keeps spaCy's list of sourced components in the saved
     meta.json: every spacy.load of that pipeline, and every add_pipe after it, relinked it and warned that
     spaCy "never initializes" the sourced elmo and to "drop `source`", in a pipeline loaded for inference
     whose config has no source. Only init_nlp (spacy train) warns."""
     from spacy.util import load_model_from_config
 
-    _init("ner.cfg", corpus_dir, tiny_dir).to_disk(tmp_path / "first")
     torch.manual_seed(1)
     BiLM(BiLMConfig(**TINY)).save(tmp_path / "other")
     config = _config("ner.cfg", corpus_dir, tmp_path / "other", {})
     for name in ("elmo", "ner"):
-        config["components"][name] = {"source": str(tmp_path / "first")}
+        config["components"][name] = {"source": str(first)}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         load_model_from_config(config, auto_fill=True).to_disk(tmp_path / "assembled")

@@ -97,9 +97,29 @@ def test_cuda_asked_for_without_cuda_is_a_clear_error(tmp_path, command):
             "evaluate": ["evaluate", "default", str(text)],
             "embed": ["embed", str(text), str(tmp_path / "out.h5")]}[command]
     result = runner.invoke(app, [*args, "--device", "cuda"])
-    assert result.exit_code == 1
-    assert "--device cuda was requested but CUDA is not available" in result.output and "--device cpu" in result.output
+    assert result.exit_code == 2, result.output  # a usage error, as every other bad option (was 1)
+    assert ("Invalid value for '--device': --device cuda was requested but CUDA is not available. Use --device cpu."
+            in plain(result.output))
     assert not (tmp_path / "out").exists() and not (tmp_path / "out.h5").exists()
+
+
+@pytest.mark.parametrize("command", ["pretrain", "evaluate", "embed"])
+def test_a_gpu_index_that_is_not_there_is_a_usage_error(tmp_path, monkeypatch, command):
+    """--device cuda:99 passed every check (torch.device parses it, CUDA is there) and failed only when
+    the model was moved there, after the corpus had been read; now a usage error naming the option."""
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+    monkeypatch.setattr("torch.cuda.device_count", lambda: 2)
+    from spacy_elmo.device import torch_device
+
+    assert torch_device("cuda:1") == torch.device("cuda", 1)  # the last GPU there is accepted
+    args = {"pretrain": ["pretrain", str(tmp_path / "no-text"), str(tmp_path / "out")],
+            "evaluate": ["evaluate", str(tmp_path / "no-model"), str(tmp_path / "no-text")],
+            "embed": ["embed", str(tmp_path / "no-text"), str(tmp_path / "out")]}[command]
+    result = runner.invoke(app, [*args, "--device", "cuda:2"])
+    assert result.exit_code == 2, result.output
+    assert ("Invalid value for '--device': --device cuda:2 was requested but 2 CUDA device(s) are visible: use an "
+            "index from 0 to 1, or --device cuda (the current one)." in plain(result.output))
+    assert not (tmp_path / "out").exists()
 
 
 def test_evaluate_reads_text_the_way_the_model_was_trained(tmp_path):
@@ -149,24 +169,18 @@ def test_evaluate_rejects_bad_batch_size(tmp_path, size):
     assert "batch_size" not in result.output and "no-model" not in result.output
 
 
-@pytest.mark.parametrize("flag", ["--min-count", "--max-steps", "--batch-size", "--unroll", "--max-length", "--negatives",
-                                  "--checkpoint-every", "--log-every", "--threads", "--state-sentences", "--seed"])
-def test_pretrain_numeric_options_are_named_as_typed(tmp_path, flag):
-    """TrainConfig's errors named the fields ("checkpoint_every must be a positive integer") after the
-    corpus had been read; now a usage error naming the flag, before anything is read or written."""
-    value, expected = ("-1", "must be an integer of 0 or more; found -1.") if flag in ("--state-sentences", "--seed") else \
-        ("0", "must be a positive integer (1 or more); found 0.")
-    result = runner.invoke(app, ["pretrain", str(tmp_path / "no-text"), str(tmp_path / "out"), flag, value])
-    assert result.exit_code == 2, result.output
-    assert f"Invalid value for '{flag}': {expected}" in plain(result.output)
-    python_name = flag[2:].replace("-", "_")  # checkpoint_every, ...
-    assert (python_name == flag[2:] or python_name not in result.output) and not (tmp_path / "out").exists()
-
-
 BOUND = "must be 0 (no cap) or more than 3 (the markers and at least one word)"
+UNKNOWN_DEVICE = "Unknown --device 'tpu': use cpu, cuda, cuda:N (a GPU index) or mps."
+UNKNOWN_LANG = ("spaCy has no language 'zz': use a language code spaCy supports (en, de, ko, ja, xx for "
+                "multi-language, ...: https://spacy.io/usage/models#languages).")
 
 
 BAD_OPTIONS = [
+    *[(["pretrain", "{tmp}/no-text", "{tmp}/out", flag, "0"], flag, "must be a positive integer (1 or more); found 0.")
+      for flag in ["--min-count", "--max-steps", "--batch-size", "--unroll", "--max-length", "--negatives",
+                   "--checkpoint-every", "--log-every", "--threads"]],
+    *[(["pretrain", "{tmp}/no-text", "{tmp}/out", flag, "-1"], flag, "must be an integer of 0 or more; found -1.")
+      for flag in ["--state-sentences", "--seed"]],
     (["pretrain", "{tmp}/no-text", "{tmp}/out", "--vocab-size", "3"], "--vocab-size", f"{BOUND}; found 3."),
     (["pretrain", "{tmp}/no-text", "{tmp}/out", "--vocab-size", "-1"], "--vocab-size", f"{BOUND}; found -1."),
     (["pretrain", "{tmp}/no-text", "{tmp}/out", "--epochs", "0"], "--epochs", "must be positive; found 0.0."),
@@ -187,16 +201,24 @@ BAD_OPTIONS = [
     (["export", "{tmp}/no-model", "{tmp}/out", "--format", "onnx"], "--format",
      "Unknown export format 'onnx': use 'allennlp' or 'native'."),
     (["config", "parser", "{tmp}/out"], "name", "No shipped training config named 'parser'; the configs are: ner, textcat."),
+    (["pretrain", "{tmp}/no-text", "{tmp}/out", "--device", "tpu"], "--device", UNKNOWN_DEVICE),
+    (["evaluate", "{tmp}/no-model", "{tmp}/no-text", "--device", "tpu"], "--device", UNKNOWN_DEVICE),
+    (["embed", "{tmp}/no-text", "{tmp}/out", "--device", "tpu"], "--device", UNKNOWN_DEVICE),
+    (["pretrain", "{tmp}/no-text", "{tmp}/out", "--lang", "zz"], "--lang", UNKNOWN_LANG),
+    (["evaluate", "{tmp}/no-model", "{tmp}/no-text", "--lang", "zz"], "--lang", UNKNOWN_LANG),
+    (["embed", "{tmp}/no-text", "{tmp}/out", "--lang", "zz"], "--lang", UNKNOWN_LANG),
+    (["fit-state", "{tmp}/no-model", "{tmp}/no-text", "--lang", "zz"], "--lang", UNKNOWN_LANG),
 ]
 
 
 @pytest.mark.parametrize("args, flag, expected", BAD_OPTIONS, ids=[" ".join(a[:1] + a[3:]) for a, _, _ in BAD_OPTIONS])
 def test_option_errors_name_the_flag_as_typed(tmp_path, args, flag, expected):
-    """--vocab-size, --epochs, --lr, --clip, --dropout, --optimizer and --backend were checked by
-    TrainConfig (naming the field: "vocab_size must be ...", exit 1; --backend only once the corpus
-    had been read); --preset, --options, export --format and config's NAME were usage errors that
-    named no option ("Invalid value: ..."). Now each is a usage error naming what was typed, before
-    any model, corpus or output is touched."""
+    """--vocab-size, --epochs, --lr, --clip, --dropout, --optimizer, --backend and pretrain's integer
+    options were checked by TrainConfig (naming the field: "vocab_size must be ...", exit 1; after the
+    corpus had been read); --preset, --options, export --format and config's NAME were usage errors
+    that named no option ("Invalid value: ..."); --device was an error of exit 1, and --lang one only
+    when spaCy built the tokenizer (after the corpus had been listed or the model loaded). Now each
+    is a usage error naming what was typed, before any model, corpus or output is touched."""
     result = runner.invoke(app, [a.format(tmp=tmp_path) for a in args])
     assert result.exit_code == 2, result.output
     assert f"Invalid value for '{flag}': {expected}" in plain(result.output)
@@ -243,14 +265,29 @@ def test_pretrain_option_callbacks_accept_what_train_config_accepts(tmp_path, mo
         assert result.exit_code == (0 if valid else 2), (value, result.output)
 
 
+@pytest.mark.parametrize("lang", ["en", "de", "ja", "xx", "eng", "EN", "zz", "en.stop_words", ""])
+def test_lang_is_refused_at_parse_time_exactly_when_spacy_cannot_build_it(tmp_path, monkeypatch, lang):
+    """--lang's callback is no stricter and no looser than make_nlp (spacy.blank, with the rule-based
+    tokenizer when a language's tokenizer package is missing, as ja's here may be)."""
+    from spacy_elmo.training.data import make_nlp
+
+    monkeypatch.setattr("spacy_elmo.training.trainer.train", lambda cfg, on_step=None: {"rank": 1})  # no run
+    try:
+        make_nlp(lang)
+        valid = True
+    except ValueError:
+        valid = False
+    result = runner.invoke(app, ["pretrain", str(tmp_path / "t"), str(tmp_path / "o"), "--lang", lang,
+                                 "--return-freed-memory"])
+    assert result.exit_code == (0 if valid else 2), result.output
+
+
 def test_pretrain_flag_errors(tmp_path):
     train = write_corpus(tmp_path / "train.txt", 50)
     result = runner.invoke(app, ["pretrain", str(train), str(tmp_path / "a"), "--preset", "huge"])
     assert result.exit_code == 2 and "huge" in result.output and "small" in result.output
     result = runner.invoke(app, ["pretrain", str(train), str(tmp_path / "b"), "--init", "default", "--preset", "small"])
     assert result.exit_code == 1 and "drop --preset/--options" in result.output
-    result = runner.invoke(app, ["pretrain", str(train), str(tmp_path / "c"), "--device", "tpu"])
-    assert result.exit_code == 1 and "Unknown --device 'tpu'" in result.output
 
 
 def test_pretrain_init_from_a_damaged_model_is_a_clear_error(tmp_path):
