@@ -277,7 +277,8 @@ class BiLM(nn.Module):
         ``[forward_l; backward_l]``; zero at padded positions), and ``mask``, BoolTensor
         ``(batch, max_len)``. Raises TypeError for a non-tensor or non-integer input and
         ValueError for another shape or device than the weights', ids out of range, padding
-        before a real token or a token not spelled as batch_to_ids spells it.
+        before a real token or a token not spelled as batch_to_ids spells it (in a graph that
+        torch.compile or torch.export traced, these checks of the ids' values raise RuntimeError).
         """
         self._check_traceable()
         self._check_inputs(char_ids)

@@ -30,7 +30,8 @@ FORGET_BIAS = 1.0
 
 def check_char_ids(char_ids: Tensor, max_id: int) -> None:
     """A TypeError unless ``char_ids`` hold torch.long or torch.int32 ids, a ValueError naming the
-    first id outside ``0..max_id``; vectorised, one host sync. :func:`char_cnn` checks its ids with
+    first id outside ``0..max_id``; vectorised, one host sync (traced by torch.compile or torch.export: an
+    assertion in the graph, :func:`any_bad`). :func:`char_cnn` checks its ids with
     it (``F.embedding`` gave a bare IndexError, on CUDA a device-side assert), as does
     ``BiLM.forward``; the fused ops check theirs in C++ (``csrc/include/checks.h``)."""
     if char_ids.dtype not in (torch.long, torch.int32):
