@@ -15,6 +15,14 @@ _BUILD_EXTENSION = (
 )
 
 
+# What a check of the input's values says when it runs inside a graph that torch.compile or
+# torch.export traced (torch._assert_async): the graph cannot name the offending value.
+_IN_GRAPH = (
+    " (Checked inside a compiled or exported graph, which cannot say where: call the model eagerly "
+    "on the same input for the exact place.)"
+)
+
+
 class Errors:
     # --- characters (spacy_elmo.chars) -------------------------------------
     E_SENTENCES_NOT_LISTS = (
@@ -264,6 +272,18 @@ class Errors:
         "Character ids must lie in 0..{max_id} (bytes + 1, markers, padding); found "
         "{found}. Build inputs with spacy_elmo.batch_to_ids."
     )
+    E_CHAR_IDS_RANGE_IN_GRAPH = (
+        "Character ids must lie in 0..{max_id} (bytes + 1, markers, padding); some do not. Build inputs "
+        "with spacy_elmo.batch_to_ids." + _IN_GRAPH
+    )
+    E_RAGGED_MASK_IN_GRAPH = (
+        "A row has padding before a real token: tokens must be left-aligned with padding (all-zero rows) "
+        "only at the end, as batch_to_ids produces." + _IN_GRAPH
+    )
+    E_CHAR_IDS_MALFORMED_IN_GRAPH = (
+        "A token is not spelled as batch_to_ids spells tokens: a token starts with {bow} (begin-of-word, "
+        "shifted by +1) and holds no 0. Build inputs with spacy_elmo.batch_to_ids." + _IN_GRAPH
+    )
     E_RAGGED_MASK = (
         "Row {row} has padding before a real token: tokens must be left-aligned with "
         "padding (all-zero rows) only at the end, as batch_to_ids produces."
@@ -299,6 +319,26 @@ class Errors:
     E_CONTEXTUALIZE_LENGTHS = (
         "contextualize: lengths count the tokens without the markers, so each must lie in 0..{max_len} "
         "(x.shape[1] - 2); got {found}."
+    )
+    E_CONTEXTUALIZE_LENGTHS_IN_GRAPH = (
+        "contextualize: lengths count the tokens without the markers, so each must lie in 0..x.shape[1] - 2; "
+        "some do not." + _IN_GRAPH
+    )
+    E_REFERENCE_EXPORT_DYNAMIC_TIME = (
+        "torch.export cannot give the reference backend a dynamic time dimension: its LSTM runs a Python "
+        "loop over the time steps, which tracing unrolls for one length. Export a model with backend='fused' "
+        "(dynamic batch and time), or give the time dimension a fixed size (no Dim for dimension 1)."
+    )
+    E_BILM_TORCHSCRIPT = (
+        "{tool} does not support BiLM: TorchScript cannot compile its ops' Python dispatch, and a trace "
+        "would fix the sentence length and drop the checks of the ids. Use torch.compile(bilm) (dynamic "
+        "batch and sentence length on the fused backend) or torch.export.export for a saved program; "
+        "see the README's Python API section."
+    )
+    E_EXPORT_STATEFUL = (
+        "torch.export cannot export BiLM(stateful=True): the states it carries from call to call live in "
+        "Python, outside the exported program, which would silently start every call from the initial "
+        "state. Export a stateless model (BiLM(config, stateful=False), or set bilm.stateful = False)."
     )
     E_UNKNOWN_BACKEND = "Unknown backend {name!r}: use 'auto', 'fused' or 'reference'."
     E_BAD_RECYCLE_LIMIT = (

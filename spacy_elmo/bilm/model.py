@@ -7,7 +7,7 @@ import torch
 from torch import Tensor, nn
 
 from .. import ops
-from ..chars import BEGIN_OF_SENTENCE, END_OF_SENTENCE, MAX_SHIFTED_ID, marker_char_ids
+from ..chars import BEGIN_OF_SENTENCE, BEGIN_OF_WORD, END_OF_SENTENCE, MAX_SHIFTED_ID, marker_char_ids
 from ..errors import Errors
 from .char_encoder import CharEncoder
 from .config import BiLMConfig
@@ -22,6 +22,11 @@ class BiLMOutput(NamedTuple):
 
     activations: List[Tensor]
     mask: Tensor
+
+
+# torch.export.save stores the structure of an exported program's output by this name (it refused
+# an unnamed namedtuple); torch.export.load finds it again once spacy_elmo is imported.
+torch.utils._pytree._register_namedtuple(BiLMOutput, serialized_type_name="spacy_elmo.BiLMOutput")
 
 
 def _state_pair(state, what: str, expected_h: str, expected_c: str, axes: str) -> LstmState:
@@ -213,6 +218,20 @@ class BiLM(nn.Module):
             self._states = (h, c)
 
     # -- forward -------------------------------------------------------------
+    def __prepare_scriptable__(self):
+        """torch.jit.script calls this first: TorchScript cannot compile the biLM (its ops dispatch
+        on the backend in Python), so it gets an error saying what to use instead."""
+        raise RuntimeError(Errors.E_BILM_TORCHSCRIPT.format(tool="torch.jit.script"))
+
+    def _check_traceable(self) -> None:
+        """A RuntimeError for the tracers that would record a wrong program: torch.jit.trace (it
+        fixes the sentence length and drops the checks of the ids' values) and torch.export of a
+        stateful model (the states carried between calls live in Python, outside the program)."""
+        if torch.jit.is_tracing():
+            raise RuntimeError(Errors.E_BILM_TORCHSCRIPT.format(tool="torch.jit.trace"))
+        if self.stateful and getattr(torch.compiler, "is_exporting", bool)():
+            raise RuntimeError(Errors.E_EXPORT_STATEFUL)
+
     def _check_inputs(self, char_ids: Tensor) -> None:
         W = self.config.max_characters_per_token
         if not isinstance(char_ids, Tensor):
@@ -235,6 +254,11 @@ class BiLM(nn.Module):
             raise TypeError(Errors.E_ENCODE_MASK_DTYPE.format(found=_describe(mask)))
         if tuple(mask.shape) != (B, T):
             raise ValueError(Errors.E_ENCODE_MASK_SHAPE.format(found=tuple(mask.shape), expected=(B, T)))
+        if torch.compiler.is_compiling():
+            # Traced by torch.compile / torch.export: no shapes that depend on the ids' values (the
+            # selection and torch.unique below), so every position is encoded (padding too).
+            encoded = self.token_encoder(char_ids.reshape(B * T, W)).reshape(B, T, -1)
+            return torch.where(mask.unsqueeze(-1), encoded, encoded.new_zeros(()))
         valid = char_ids[mask]
         if valid.shape[0] == 0:
             return self.token_encoder.char_embedding.new_zeros(B, T, self.config.projection_dim)
@@ -253,8 +277,10 @@ class BiLM(nn.Module):
         ``[forward_l; backward_l]``; zero at padded positions), and ``mask``, BoolTensor
         ``(batch, max_len)``. Raises TypeError for a non-tensor or non-integer input and
         ValueError for another shape or device than the weights', ids out of range, padding
-        before a real token or a token not spelled as batch_to_ids spells it.
+        before a real token or a token not spelled as batch_to_ids spells it (in a graph that
+        torch.compile or torch.export traced, these checks of the ids' values raise RuntimeError).
         """
+        self._check_traceable()
         self._check_inputs(char_ids)
         char_ids = char_ids.long()
         B, T, W = char_ids.shape
@@ -262,17 +288,18 @@ class BiLM(nn.Module):
         mask = (char_ids > 0).any(-1)
         lengths = mask.sum(1)
         positions = torch.arange(T, device=device)
-        expected = positions.unsqueeze(0) < lengths.unsqueeze(1)
-        if not torch.equal(mask, expected):
-            row = int((mask != expected).any(1).nonzero()[0])
+        ragged = mask != (positions.unsqueeze(0) < lengths.unsqueeze(1))
+        if ops.reference.any_bad(ragged, Errors.E_RAGGED_MASK_IN_GRAPH):
+            row = int(ragged.any(1).nonzero()[0])
             raise ValueError(Errors.E_RAGGED_MASK.format(row=row))
         # Every real token starts with the begin-of-word id and holds no 0 (the id of "no token"):
         # bilm-tf's unshifted ids or zero-padded narrower tokens would run as other characters.
-        malformed = mask & ((char_ids[..., 0] != self._marker_ids[0, 0]) | (char_ids == 0).any(-1))
-        if malformed.any():
+        bow = BEGIN_OF_WORD + 1  # shifted
+        malformed = mask & ((char_ids[..., 0] != bow) | (char_ids == 0).any(-1))
+        if ops.reference.any_bad(malformed, Errors.E_CHAR_IDS_MALFORMED_IN_GRAPH.format(bow=bow)):
             row, position = (int(i) for i in malformed.nonzero()[0])
             raise ValueError(Errors.E_CHAR_IDS_MALFORMED.format(
-                row=row, position=position, ids=char_ids[row, position, :12].tolist(), bow=int(self._marker_ids[0, 0])))
+                row=row, position=position, ids=char_ids[row, position, :12].tolist(), bow=bow))
         # Wrap every sentence in <S> ... </S> (each </S> right after its own last token).
         wrapped = char_ids.new_zeros(B, T + 2, W)
         wrapped[:, 1 : T + 1] = char_ids
@@ -303,7 +330,7 @@ class BiLM(nn.Module):
             raise ValueError(Errors.E_CONTEXTUALIZE_SHAPE.format(
                 proj=P, found_x=tuple(x.shape), found_lengths=tuple(lengths.shape)))
         B, T = x.shape[0], x.shape[1] - 2
-        if B and (int(lengths.min()) < 0 or int(lengths.max()) > T):
+        if ops.reference.any_bad((lengths < 0) | (lengths > T), Errors.E_CONTEXTUALIZE_LENGTHS_IN_GRAPH):
             raise ValueError(Errors.E_CONTEXTUALIZE_LENGTHS.format(max_len=T, found=lengths.tolist()))
         lengths = lengths.to(x.device)
         state = self._initial_states(B, x)

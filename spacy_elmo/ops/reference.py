@@ -30,14 +30,27 @@ FORGET_BIAS = 1.0
 
 def check_char_ids(char_ids: Tensor, max_id: int) -> None:
     """A TypeError unless ``char_ids`` hold torch.long or torch.int32 ids, a ValueError naming the
-    first id outside ``0..max_id``; vectorised, one host sync. :func:`char_cnn` checks its ids with
+    first id outside ``0..max_id``; vectorised, one host sync (traced by torch.compile or torch.export: an
+    assertion in the graph, :func:`any_bad`). :func:`char_cnn` checks its ids with
     it (``F.embedding`` gave a bare IndexError, on CUDA a device-side assert), as does
     ``BiLM.forward``; the fused ops check theirs in C++ (``csrc/include/checks.h``)."""
     if char_ids.dtype not in (torch.long, torch.int32):
         raise TypeError(Errors.E_CHAR_IDS_DTYPE.format(dtype=char_ids.dtype))
     bad = (char_ids < 0) | (char_ids > max_id)
-    if bad.any():
+    if any_bad(bad, Errors.E_CHAR_IDS_RANGE_IN_GRAPH.format(max_id=max_id)):
         raise ValueError(Errors.E_CHAR_IDS_RANGE.format(max_id=max_id, found=int(char_ids[bad][0])))
+
+
+def any_bad(bad: Tensor, in_graph: str) -> bool:
+    """Whether bool tensor ``bad`` (True where the input is wrong) holds a True, for the caller to
+    raise its detailed error (one host sync). While torch.compile or torch.export traces the
+    caller, a Python branch on tensor values would break the graph (fullgraph and export fail):
+    there the check becomes an assertion inside the graph (``torch._assert_async``: a
+    RuntimeError saying ``in_graph`` when the graph runs on such input) and this returns False."""
+    if torch.compiler.is_compiling():
+        torch._assert_async(torch.logical_not(bad.any()), in_graph)
+        return False
+    return bool(bad.any())
 
 
 def char_cnn(
@@ -117,6 +130,9 @@ def lstm_layer(
     processed token (its initial state when its length is 0).
     """
     batch, total, _ = x.shape
+    if isinstance(total, torch.SymInt) and getattr(torch.compiler, "is_exporting", bool)():
+        # The loop below runs once per time step: traced, it is unrolled for one length.
+        raise RuntimeError(Errors.E_REFERENCE_EXPORT_DYNAMIC_TIME)
     cells = w_proj.shape[0]
     proj = w_proj.shape[1]
     # Exact shapes, as the fused op (csrc/include/checks.h): a (P,) or (1, P) state or a short

@@ -1,0 +1,156 @@
+"""The biLM under PyTorch's graph tools: torch.compile (fullgraph, dynamic batch and sentence
+length), torch.export (dynamic batch and time, save and load), and a clear error from the tools
+that would record a wrong program (torch.jit.script / trace, export of a stateful model).
+
+The eager model is the oracle: its outputs are checked against the float64 NumPy ELMo elsewhere.
+Compiled with the ``aot_eager`` backend: it traces exactly as inductor does (dynamo, fake
+tensors, AOT autograd) without generating C++, which takes minutes on two cores."""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch._dynamo.testing import CompileCounterWithBackend
+from torch.export import Dim
+
+from spacy_elmo import BiLM, BiLMConfig, batch_to_ids
+from spacy_elmo.ops import fused_available
+
+TINY = BiLMConfig(projection_dim=8, cell_dim=12, char_embedding_dim=4, filters=[(1, 4), (2, 6), (3, 8)], n_highway=1)
+BATCHES = [  # batch and sentence length both change (sizes >= 2: torch specialises sizes 0 and 1)
+    [["The", "bank", "of", "the", "river", "."], ["a", "b"], ["x", "x", "x"]],
+    [["one", "two"], ["c", "d", "e", "f", "g", "h", "i", "j"]],
+    [["p", "q", "r"], [], ["t", "u"], ["v", "w"]],
+]
+SHORT = [["a", "b"], ["c"]]  # the reference backend unrolls its loop over time: few steps to trace
+needs_fused = pytest.mark.skipif(not fused_available(), reason="the compiled extension is not built")
+
+
+def _model(backend, stateful=False):
+    torch.manual_seed(0)
+    return BiLM(TINY, stateful=stateful, backend=backend)
+
+
+def _loss(out):
+    return sum((i + 1) * a.sum() for i, a in enumerate(out.activations))
+
+
+def _assert_matches_eager(model, run, ids):
+    """``run(ids)`` (a compiled or exported ``model``) against eager ``model``: outputs, mask and
+    every parameter's gradient within float32 rounding (other products, other blocking)."""
+    got = run(ids)
+    expected = model(ids)
+    assert torch.equal(got.mask, expected.mask)
+    for a, b in zip(got.activations, expected.activations, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    if not torch.is_grad_enabled() or not got.activations[0].requires_grad:
+        return
+    model.zero_grad()
+    _loss(got).backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    _loss(expected).backward()
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(grads[name], p.grad, rtol=1e-5, atol=1e-6, msg=name)
+
+
+@pytest.fixture(scope="module")
+def compiled_fused():
+    """A fused model and its ``torch.compile(fullgraph=True, dynamic=True)`` with a frame counter."""
+    torch._dynamo.reset()
+    model = _model("fused")
+    counter = CompileCounterWithBackend("aot_eager")
+    return model, torch.compile(model, backend=counter, fullgraph=True, dynamic=True), counter
+
+
+@needs_fused
+def test_compile_fullgraph_dynamic_compiles_once_for_every_batch_and_length(compiled_fused):
+    """The input checks branched on tensor values (graph breaks: fullgraph raised) and the token
+    deduplication made shapes depend on the ids; now one graph serves every batch and length."""
+    model, compiled, counter = compiled_fused
+    _assert_matches_eager(model, compiled, batch_to_ids(BATCHES[0]))
+    frames = counter.frame_count
+    for sentences in BATCHES[1:]:
+        _assert_matches_eager(model, compiled, batch_to_ids(sentences))
+    assert counter.frame_count == frames  # no recompile for another batch size or sentence length
+
+
+@needs_fused
+@pytest.mark.parametrize("edit, message", [
+    (lambda ids: ids[0, 2].fill_(0), "padding before a real token"),
+    (lambda ids: ids[1, 0, 0].fill_(5), "not spelled as batch_to_ids spells tokens"),
+    (lambda ids: ids[2, 0, 3].fill_(300), r"must lie in 0\.\.261"),
+], ids=["ragged", "malformed", "range"])
+def test_compiled_model_still_checks_the_ids(compiled_fused, edit, message):
+    """In the graph the checks of the ids' values are assertions: bad ids raise, not run."""
+    _model_, compiled, _counter = compiled_fused
+    ids = batch_to_ids(BATCHES[0])
+    edit(ids)
+    with pytest.raises(RuntimeError, match=message + ".*call the model eagerly"):
+        compiled(ids)
+
+
+def test_compile_fullgraph_reference():
+    """The reference backend compiles without graph breaks too (one sentence length: its time
+    loop is unrolled, so each new length compiles again; the README says to use the fused one)."""
+    torch._dynamo.reset()
+    model = _model("reference")
+    _assert_matches_eager(model, torch.compile(model, backend="aot_eager", fullgraph=True), batch_to_ids(SHORT))
+
+
+@needs_fused
+def test_export_dynamic_batch_and_time_save_and_load(tmp_path):
+    """torch.export failed on the data-dependent checks; torch.export.save refused the output
+    namedtuple. The program runs on other batch sizes and lengths, saved and loaded again, also in a
+    fresh process (which imports spacy_elmo.ops.fused to register the ops)."""
+    model = _model("fused")
+    program = torch.export.export(model, (batch_to_ids(BATCHES[0]),),
+                                  dynamic_shapes=({0: Dim("batch"), 1: Dim("time")},))
+    path = tmp_path / "bilm.pt2"
+    torch.export.save(program, path)
+    loaded = torch.export.load(path).module()
+    with torch.no_grad():
+        for sentences in BATCHES:
+            _assert_matches_eager(model, program.module(), batch_to_ids(sentences))
+            _assert_matches_eager(model, loaded, batch_to_ids(sentences))
+    expected = model(batch_to_ids(BATCHES[1])).activations[-1]
+    code = (
+        "import sys, torch, spacy_elmo.ops.fused\n"
+        "from spacy_elmo import batch_to_ids\n"
+        f"out = torch.export.load(sys.argv[1]).module()(batch_to_ids({BATCHES[1]!r}))\n"
+        "torch.save(out.activations[-1], sys.argv[2])\n"
+    )
+    subprocess.run([sys.executable, "-c", code, str(path), str(tmp_path / "out.pt")], check=True)
+    torch.testing.assert_close(torch.load(tmp_path / "out.pt"), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_export_reference_needs_a_fixed_length():
+    """The reference LSTM's Python loop is unrolled for the traced length: a dynamic time dimension
+    gave PyTorch's 'Constraints violated (time)'; now an error that says why and what to do. A fixed
+    length with a dynamic batch exports."""
+    model = _model("reference")
+    ids = batch_to_ids(SHORT)
+    with pytest.raises(RuntimeError, match=r"reference backend a dynamic time dimension.*backend='fused'"):
+        torch.export.export(model, (ids,), dynamic_shapes=({0: Dim("batch"), 1: Dim("time")},))
+    program = torch.export.export(model, (ids,), dynamic_shapes=({0: Dim("batch")},))
+    with torch.no_grad():
+        _assert_matches_eager(model, program.module(), batch_to_ids([["d", "e"], ["f"], ["g", "h"]]))
+
+
+def test_export_of_a_stateful_model_is_refused():
+    """The exported program silently dropped the carried states: every call started afresh."""
+    model = _model("reference", stateful=True)
+    with pytest.raises(RuntimeError, match=r"cannot export BiLM\(stateful=True\)"):
+        torch.export.export(model, (batch_to_ids(BATCHES[0]),))
+
+
+def test_torchscript_is_refused_with_the_way_out():
+    """torch.jit.script failed deep in ops.char_cnn's *args; torch.jit.trace failed its sanity
+    check on the fused path and on the reference path recorded one sentence length and no checks
+    of the ids. Both now point to torch.compile / torch.export."""
+    model = _model("reference")
+    with pytest.raises(RuntimeError, match=r"torch.jit.script does not support BiLM.*torch.compile"):
+        torch.jit.script(model)
+    with pytest.raises(RuntimeError, match=r"torch.jit.trace does not support BiLM.*torch.compile"):
+        torch.jit.trace(model, (batch_to_ids(BATCHES[0]),))
