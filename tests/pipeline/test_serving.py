@@ -1,0 +1,109 @@
+"""A pipeline served: several threads calling ``nlp(text)`` / ``nlp.pipe`` at once (caches on and off),
+workers of ``nlp.pipe(n_process=2)`` under the spawn and forkserver start methods, a pipeline
+loaded in a spawned process, pickled and copied pipelines: the results of a serial run.
+(The biLM from threads, without spaCy: tests/bilm/test_concurrency.py.)"""
+
+import copy
+import multiprocessing
+import pickle
+import random
+
+import numpy
+import pytest
+import spacy
+from spacy.training import Example
+
+from spacy_elmo.pipeline.bilm_layer import get_runner
+from tests.threads import run_in_threads
+
+from .conftest import make_docs
+from .test_listener import LISTENER, NER, TOK2VEC, _nlp_with, _textcat_model
+
+WORDS = ["bank", "river", "money", "Alice", "Bob", "Paris", "London", "went", "home", "good", "bad", "it", "was"]
+
+
+def _texts(n: int, seed: int):
+    """Distinct texts of two sentences, many of their words new to the token cache."""
+    rng = random.Random(seed)
+    return [
+        " ".join(rng.choice(WORDS + [f"w{seed}x{i}y{j}" for j in range(6)]) for _ in range(rng.randint(3, 9)))
+        + " . " + " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 5))) + " ."
+        for i in range(n)
+    ]
+
+
+@pytest.fixture(scope="module")
+def served(tiny_dir):
+    """elmo (float32 layers and doc.tensor) feeding ner and textcat through listeners, trained a little."""
+    nlp = _nlp_with(tiny_dir, "textcat", _textcat_model("textcat", TOK2VEC))
+    nlp.add_pipe("sentencizer", first=True)
+    nlp.add_pipe("ner", config={"model": {**NER, "tok2vec": LISTENER}})
+    elmo = nlp.get_pipe("elmo")
+    elmo.cfg.update(store_dtype="float32", set_doc_tensor=True)
+    examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(8)]
+    optimizer = nlp.initialize(lambda: examples)
+    for _ in range(3):
+        nlp.update(examples, sgd=optimizer)
+    return nlp
+
+
+def _results(doc):
+    return doc._.elmo, doc.tensor, [(e.start, e.end, e.label_) for e in doc.ents], doc.cats
+
+
+def _assert_same(got, want):
+    """Equal up to float32 rounding: which tokens the char-CNN cache encoded together and which docs
+    shared a batch change the last bits (test_component.py), nothing else."""
+    for a, b in zip(got[:2], want[:2]):
+        numpy.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+    assert got[2] == want[2]
+    assert got[3].keys() == want[3].keys()
+    numpy.testing.assert_allclose(list(got[3].values()), list(want[3].values()), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("layer_cache_mb", [0, 1])
+def test_threads_calling_the_pipeline_at_once(served, layer_cache_mb):
+    """Four threads, two calling nlp(text) and two nlp.pipe, over texts with words new to the caches
+    (and a share of texts all of them run): each doc as a serial run gives it. The char-CNN cache,
+    shared by the threads, gave one thread's new words another's vectors (or crashed)."""
+    nlp, elmo = served, served.get_pipe("elmo")
+    shared = _texts(10, 99)
+    batches = [_texts(20, k) + shared for k in range(4)]
+    want = {text: _results(nlp(text)) for batch in batches for text in batch}
+    get_runner(elmo.model).clear_caches()  # the threads meet the new words, not the serial run's cache
+    elmo.layer_cache_mb = layer_cache_mb
+    try:
+        def serve(k, texts):
+            return list(nlp.pipe(texts, batch_size=4)) if k % 2 else [nlp(text) for text in texts]
+
+        got = run_in_threads(serve, list(enumerate(batches)))
+    finally:
+        elmo.layer_cache_mb = 0
+    for texts, docs in zip(batches, got):
+        for text, doc in zip(texts, docs):
+            _assert_same(_results(doc), want[text])
+
+
+@pytest.mark.parametrize("copier", [lambda x: pickle.loads(pickle.dumps(x)), copy.deepcopy], ids=["pickle", "deepcopy"])
+def test_pickled_and_copied_pipeline(served, copier):
+    """A copy of the pipeline gives the original's results and starts with empty caches: the
+    char-CNN cache's (50,000 x P) matrix went with every pickled pipeline (to every spawned worker
+    of nlp.pipe(n_process=N)); so does a copy of the elmo component alone."""
+    nlp = served
+    texts = _texts(6, 7)
+    get_runner(nlp.get_pipe("elmo").model).clear_caches()
+    want = [_results(doc) for doc in nlp.pipe(texts)]  # from empty caches, as the copy's run below
+    assert len(get_runner(nlp.get_pipe("elmo").model).cache.index) > 0
+    back = copier(nlp)
+    runner = get_runner(back.get_pipe("elmo").model)
+    assert runner.cache.index == {} and runner.cache.matrix is None and len(runner.layer_cache) == 0
+    for got, expected in zip(back.pipe(texts), want):  # the same calls from the same state: the same bits
+        got = _results(got)
+        numpy.testing.assert_array_equal(got[0], expected[0])
+        numpy.testing.assert_array_equal(got[1], expected[1])
+        assert got[2:] == expected[2:]
+    elmo = copier(nlp.get_pipe("elmo"))
+    assert get_runner(elmo.model).cache.index == {}
+    docs = [nlp.get_pipe("sentencizer")(nlp.make_doc(text)) for text in texts]
+    for doc, expected in zip(elmo.pipe(docs), want):
+        numpy.testing.assert_array_equal(doc._.elmo, expected[0])
