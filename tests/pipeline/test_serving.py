@@ -13,8 +13,9 @@ import pytest
 import spacy
 from spacy.training import Example
 
+from spacy_elmo.pipeline import component as component_module
 from spacy_elmo.pipeline.bilm_layer import get_runner
-from tests.threads import run_in_threads
+from tests.threads import meeting, run_in_threads
 
 from .conftest import make_docs
 from .test_listener import LISTENER, NER, TOK2VEC, _nlp_with, _textcat_model
@@ -82,6 +83,26 @@ def test_threads_calling_the_pipeline_at_once(served, layer_cache_mb):
     for texts, docs in zip(batches, got):
         for text, doc in zip(texts, docs):
             _assert_same(_results(doc), want[text])
+
+
+def test_threads_starting_with_a_call_load_the_weights_once(tiny_dir, monkeypatch):
+    """Threads that each start with a call of a pipeline whose weights load at first use: each loaded
+    them, and set them under the others' running biLM."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir)})
+    loads, meet, load = [], meeting(), component_module.load_weights
+
+    def load_together(*args):
+        loads.append(args)
+        meet()  # both threads loading at once, unless a lock lets only one in
+        return load(*args)
+
+    monkeypatch.setattr(component_module, "load_weights", load_together)
+    texts = ["The bank .", "A river bank ."]
+    got = run_in_threads(nlp, [(text,) for text in texts])
+    assert len(loads) == 1
+    for text, doc in zip(texts, got):
+        numpy.testing.assert_array_equal(doc._.elmo, nlp(text)._.elmo)
 
 
 @pytest.mark.parametrize("copier", [lambda x: pickle.loads(pickle.dumps(x)), copy.deepcopy], ids=["pickle", "deepcopy"])
