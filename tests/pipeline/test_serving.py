@@ -128,3 +128,40 @@ def test_pickled_and_copied_pipeline(served, copier):
     docs = [nlp.get_pipe("sentencizer")(nlp.make_doc(text)) for text in texts]
     for doc, expected in zip(elmo.pipe(docs), want):
         numpy.testing.assert_array_equal(doc._.elmo, expected[0])
+
+
+@pytest.fixture
+def start_method(request):
+    """The process-wide start method (spaCy's nlp.pipe(n_process=N) takes it) for one test, then the one before."""
+    if request.param not in multiprocessing.get_all_start_methods():
+        pytest.skip(f"no {request.param} on this platform")
+    before = multiprocessing.get_start_method(allow_none=True)
+    multiprocessing.set_start_method(request.param, force=True)
+    yield request.param
+    multiprocessing.set_start_method(before, force=True)
+
+
+@pytest.mark.parametrize("start_method", ["spawn", "forkserver"], indirect=True)
+def test_n_process_2_under_spawn_and_forkserver(served, start_method):
+    """Workers that unpickle the pipeline (the default start method on macOS and Windows) give the
+    docs of one process, listeners' predictions included."""
+    texts = _texts(8, 11)
+    want = [_results(doc) for doc in served.pipe(texts, batch_size=2)]
+    got = list(served.pipe(texts, batch_size=2, n_process=2))
+    assert [doc.text for doc in got] == texts
+    for doc, expected in zip(got, want):
+        _assert_same(_results(doc), expected)
+
+
+def _load_and_run(path, texts):  # module level: run in a spawned process
+    return [_results(doc) for doc in spacy.load(path).pipe(texts)]
+
+
+def test_saved_pipeline_loaded_in_a_spawned_process(served, tmp_path):
+    texts = _texts(4, 12)
+    served.to_disk(tmp_path / "p")
+    want = [_results(doc) for doc in spacy.load(tmp_path / "p").pipe(texts)]
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        got = pool.apply(_load_and_run, (str(tmp_path / "p"), texts))
+    for results, expected in zip(got, want):
+        _assert_same(results, expected)
