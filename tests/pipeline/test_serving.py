@@ -11,14 +11,18 @@ import random
 import numpy
 import pytest
 import spacy
+import torch
+from spacy.language import Language
 from spacy.training import Example
 
+from spacy_elmo import BiLM, BiLMConfig
 from spacy_elmo.pipeline import component as component_module
+from spacy_elmo.pipeline.listener import ElmoListener
 from spacy_elmo.pipeline.bilm_layer import get_runner
 from tests.threads import meeting, run_in_threads
 
-from .conftest import make_docs
-from .test_listener import LISTENER, NER, TOK2VEC, _nlp_with, _textcat_model
+from .conftest import TINY, make_docs
+from .test_listener import LISTENER, NER, TOK2VEC, _nlp_with, _textcat_model, _two_elmo_pipeline
 
 WORDS = ["bank", "river", "money", "Alice", "Bob", "Paris", "London", "went", "home", "good", "bad", "it", "was"]
 
@@ -103,6 +107,42 @@ def test_threads_starting_with_a_call_load_the_weights_once(tiny_dir, monkeypatc
     assert len(loads) == 1
     for text, doc in zip(texts, got):
         numpy.testing.assert_array_equal(doc._.elmo, nlp(text)._.elmo)
+
+
+_MEET = {"wait": lambda: None}  # what the component below waits for
+
+
+@Language.component("serving_test_meet")
+def _meet(doc):
+    _MEET["wait"]()
+    return doc
+
+
+def test_threads_with_two_elmo_components(tiny_dir, tmp_path, monkeypatch):
+    """Two elmo components of the same shape, a listener of each: at prediction a listener reads the
+    layers its upstream handed it for the batch, doc._.elmo holding the last upstream's. Another
+    thread's batch replaced that hand-over, so the first elmo's listener read the second's layers."""
+    torch.manual_seed(1)
+    BiLM(BiLMConfig(**TINY)).save(tmp_path / "b")
+    nlp = _two_elmo_pipeline(tiny_dir, tmp_path / "b")
+    nlp.add_pipe("serving_test_meet", after="elmo_b")
+    (listener,) = [n for n in nlp.get_pipe("ner_a").model.walk() if isinstance(n, ElmoListener)]
+    read, forward = {}, listener._func
+
+    def recording(model, docs, is_train):
+        outputs, backprop = forward(model, docs, is_train)
+        read[docs[0].text] = outputs[0]
+        return outputs, backprop
+
+    texts = ["Yesterday Alice went home .", "Bob was in Paris and it was good ."]
+    monkeypatch.setattr(listener, "_func", recording)
+    for text in texts:
+        nlp(text)
+    want = dict(read)
+    monkeypatch.setitem(_MEET, "wait", meeting())  # both threads past both elmo components before either listener reads
+    run_in_threads(nlp, [(text,) for text in texts])
+    for text in texts:
+        numpy.testing.assert_array_equal(read[text], want[text])
 
 
 @pytest.mark.parametrize("copier", [lambda x: pickle.loads(pickle.dumps(x)), copy.deepcopy], ids=["pickle", "deepcopy"])
