@@ -4,9 +4,11 @@ Repeated words are encoded once: in running text most tokens are frequent
 ones, so inference (the spaCy component, ``spacy-elmo embed``) skips most of
 the char CNN, highway and projection. Only for inference: the vectors are
 computed without gradients and are stale once the weights change (call
-:meth:`TokenCache.clear`).
+:meth:`TokenCache.clear`). One cache may serve several threads at once (a served spaCy pipeline):
+a lock covers the index, the matrix and the rows read from it. Pickled and copied empty.
 """
 
+import threading
 from typing import Dict, Optional, Sequence
 
 import numpy
@@ -25,18 +27,36 @@ class TokenCache:
 
     def __init__(self, capacity: int) -> None:
         self.capacity = max(int(capacity), 0)
+        self.lock = threading.Lock()
         self.index: Dict[str, int] = {}
         self.matrix: Optional[Tensor] = None
 
     def clear(self) -> None:
-        self.index = {}
-        self.matrix = None
+        with self.lock:
+            self.index = {}
+            self.matrix = None
+
+    # a cache, never model state: a pickled or copied pipeline (nlp.pipe(n_process=N) under spawn,
+    # copy.deepcopy(nlp)) carries no (capacity, P) matrix, and no lock (which does not pickle)
+    def __getstate__(self):
+        return {"capacity": self.capacity}
+
+    def __setstate__(self, state) -> None:
+        self.__init__(state["capacity"])
+
+    def vectors(self, bilm, rows: Sequence[Sequence[str]], device: torch.device) -> Tensor:
+        """``(B, T + 2, P)`` token vectors of the wrapped rows (:meth:`lookup`'s rows of the matrix),
+        read under the lock: another thread's lookup may write rows or start the matrix over."""
+        with self.lock:
+            idx = self.lookup(bilm, rows, device)  # may replace the matrix
+            return self.matrix[idx]
 
     def lookup(self, bilm, rows: Sequence[Sequence[str]], device: torch.device) -> Tensor:
         """Row indices ``(B, T + 2)`` for sentences wrapped in ``<S> ... </S>``, padding -> 2.
 
         Encodes the tokens not yet cached in one call of ``bilm.encode_tokens``. ``rows`` are
         taken as by :func:`~spacy_elmo.batch_to_ids` (a string row is an error, not its characters).
+        The indices are of the matrix as it is now: hold :attr:`lock` until they are read (:meth:`vectors`).
         """
         rows = [_token_list(row, i) for i, row in enumerate(rows)]  # read three times below
         P = bilm.config.projection_dim
@@ -82,5 +102,4 @@ def run_rows(bilm, rows: Sequence[Sequence[str]], cache: Optional[TokenCache] = 
     if cache is None or cache.capacity == 0 or torch.is_grad_enabled():
         return bilm(batch_to_ids(rows, bilm.config.max_characters_per_token).to(device))
     lengths = torch.tensor([len(r) for r in rows], dtype=torch.long, device=device)
-    idx = cache.lookup(bilm, rows, device)  # fills cache.matrix
-    return bilm.contextualize(cache.matrix[idx], lengths)  # (B, T + 2, P) token vectors in
+    return bilm.contextualize(cache.vectors(bilm, rows, device), lengths)  # (B, T + 2, P) token vectors in

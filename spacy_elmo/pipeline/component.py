@@ -15,6 +15,7 @@ import math
 import operator
 import os
 import sys
+import threading
 import warnings
 import weakref
 from numbers import Real
@@ -120,6 +121,10 @@ class _TrainingBatch:
 #: copies (the batch holds autograd closures, which do not pickle; a pipeline pickles between updates)
 _BATCHES: "weakref.WeakKeyDictionary[Any, _TrainingBatch]" = weakref.WeakKeyDictionary()
 
+
+#: held while a component loads its weights at first use: threads serving one pipeline that all start
+#: with a call load them once (a lock of the module's, not the component's: the component pickles)
+_LOADING = threading.RLock()
 
 LISTENER_ARCH = "spacy_elmo.ElmoListener.v1"
 
@@ -300,8 +305,11 @@ class ElmoComponent(TrainablePipe):
             self._configure_listener(listener, self._component_of(listener))
 
     def _ensure_weights(self) -> None:
-        if not self.is_loaded:
-            self.load_weights(self.cfg.get("weights"))
+        if self.is_loaded:
+            return
+        with _LOADING:
+            if not self.is_loaded:  # not loaded by another thread meanwhile
+                self.load_weights(self.cfg.get("weights"))
 
     def _check_tokens(self, bilm: BiLM, source: str) -> None:
         """Warn when ``pretrain`` read the model's text with another language or tokenizer than this

@@ -13,6 +13,7 @@ model's owner empties it whenever they are set or stepped (:meth:`ElmoRunner.cle
 Not part of any saved or pickled state, and not copied (a copy starts empty). No spaCy import.
 """
 
+import threading
 from collections import OrderedDict
 from typing import Any, Hashable, Optional
 
@@ -21,10 +22,13 @@ MB = 1 << 20
 
 class LayerCache:
     """Row key -> array, least recently used evicted first once the arrays hold more than
-    ``limit_mb`` MB (``nbytes``); an array larger than the whole limit is not stored. 0 = off."""
+    ``limit_mb`` MB (``nbytes``); an array larger than the whole limit is not stored. 0 = off.
+    Safe for several threads at once (a served pipeline's ``nlp(text)`` calls): a lock covers the
+    entries, their order and the byte count."""
 
     def __init__(self, limit_mb: int = 0) -> None:
         self.limit = max(int(limit_mb), 0) * MB
+        self.lock = threading.Lock()
         self.entries: "OrderedDict[Hashable, Any]" = OrderedDict()
         self.nbytes = 0
 
@@ -32,41 +36,45 @@ class LayerCache:
         return len(self.entries)
 
     def clear(self) -> None:
-        self.entries = OrderedDict()
-        self.nbytes = 0
+        with self.lock:
+            self.entries = OrderedDict()
+            self.nbytes = 0
 
     def set_limit(self, limit_mb: int) -> None:
         """A new limit (MB, 0 = off): the least recently used entries over it are dropped."""
-        self.limit = max(int(limit_mb), 0) * MB
-        self._evict(0)
+        with self.lock:
+            self.limit = max(int(limit_mb), 0) * MB
+            self._evict(0)
 
     def get(self, key: Hashable) -> Optional[Any]:
-        array = self.entries.get(key)
-        if array is not None:
-            self.entries.move_to_end(key)
-        return array
+        with self.lock:
+            array = self.entries.get(key)
+            if array is not None:
+                self.entries.move_to_end(key)
+            return array
 
     def put(self, key: Hashable, array: Any) -> None:
         size = int(array.nbytes)
-        if size > self.limit or key in self.entries:
-            return
-        self._evict(size)
-        self.entries[key] = array
-        self.nbytes += size
+        with self.lock:
+            if size > self.limit or key in self.entries:
+                return
+            self._evict(size)
+            self.entries[key] = array
+            self.nbytes += size
 
     def _evict(self, room: int) -> None:
-        """Drop the least recently used entries until ``room`` more bytes fit under the limit."""
+        """Drop the least recently used entries until ``room`` more bytes fit under the limit (under the lock)."""
         while self.entries and self.nbytes + room > self.limit:
             _, old = self.entries.popitem(last=False)
             self.nbytes -= int(old.nbytes)
 
-    # never saved, pickled or copied with its contents
+    # never saved, pickled or copied with its contents (nor its lock, which does not pickle)
     def __getstate__(self):
         return {"limit": self.limit}
 
     def __setstate__(self, state) -> None:
+        self.__init__()
         self.limit = state["limit"]
-        self.clear()
 
     def __deepcopy__(self, memo) -> "LayerCache":
         copied = LayerCache()

@@ -8,6 +8,7 @@ ScalarMix after it computes its own gradients from the layers it saw, so the
 mix trains whichever way the layers arrived.
 """
 
+import threading
 import warnings
 from typing import Any, Iterable, List, Optional, Tuple
 
@@ -32,7 +33,7 @@ class ElmoListener(Model):
         self._batch_id: Optional[int] = None
         self._outputs = None
         self._backprop = None
-        self._predicted: Optional[Tuple[int, List[Any]]] = None
+        self._predicted = _Predicted()
         #: ``id()`` of the upstream component that set its sizes (None: none did, or they were loaded)
         self.sized_by: Optional[int] = None
         self.attrs["width_from_config"] = width
@@ -49,11 +50,13 @@ class ElmoListener(Model):
 
     def receive_predicted(self, batch_id: int, layers: List[Any]) -> None:
         """The layers the upstream stored on a batch of docs at prediction (``doc._.elmo``), kept
-        until this listener reads that batch: another elmo component may overwrite ``doc._.elmo``."""
-        self._predicted = (batch_id, layers)
+        until this listener reads that batch: another elmo component may overwrite ``doc._.elmo``.
+        Kept per thread: threads serving one pipeline each run their batch through it (spaCy runs
+        a batch's components in the calling thread), and another thread's batch must not replace it."""
+        self._predicted.batch = (batch_id, layers)
 
     def clear(self) -> None:
-        self._batch_id, self._outputs, self._backprop, self._predicted = None, None, None, None
+        self._batch_id, self._outputs, self._backprop, self._predicted = None, None, None, _Predicted()
 
     def __getstate__(self):
         # What the upstream handed over for one batch (its arrays and a closure over the
@@ -62,6 +65,18 @@ class ElmoListener(Model):
         attrs, slots = state if isinstance(state, tuple) else (state, None)
         attrs = {**attrs, "_batch_id": None, "_outputs": None, "_backprop": None, "_predicted": None}
         return (attrs, slots) if isinstance(state, tuple) else attrs
+
+    def __setstate__(self, state) -> None:
+        attrs, slots = state if isinstance(state, tuple) else (state, None)
+        self.__dict__.update(attrs, _predicted=_Predicted())
+        for key, value in (slots or {}).items():
+            setattr(self, key, value)
+
+
+class _Predicted(threading.local):
+    """The upstream's hand-over at prediction, one per thread: ``batch``, ``(batch id, layers)`` or None."""
+
+    batch: Optional[Tuple[int, List[Any]]] = None
 
 
 def _init(model: ElmoListener, X=None, Y=None) -> None:
@@ -124,12 +139,12 @@ def _forward(model: ElmoListener, docs: List[Doc], is_train: bool):
 
 def _take_predicted(model: ElmoListener, docs: List[Doc]) -> Optional[List[Any]]:
     """The upstream's stored layers of this very batch (its last prediction), once; else None."""
-    if model._predicted is None:
+    if model._predicted.batch is None:
         return None
-    batch_id, layers = model._predicted
+    batch_id, layers = model._predicted.batch
     if batch_id != model.get_batch_id(docs) or [x.shape[-2] for x in layers] != [len(doc) for doc in docs]:
         return None
-    model._predicted = None
+    model._predicted.batch = None
     return layers
 
 

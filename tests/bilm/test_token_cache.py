@@ -5,6 +5,7 @@ import torch
 
 from spacy_elmo import BiLM, BiLMConfig
 from spacy_elmo.bilm.token_cache import TokenCache, run_rows
+from tests.threads import meeting, run_in_threads
 
 TINY = dict(projection_dim=8, cell_dim=16, filters=[[1, 4], [2, 4]])
 
@@ -80,3 +81,34 @@ def test_a_cache_built_under_inference_mode_is_used_outside_it():
     with torch.inference_mode():
         run_rows(bilm, [["The", "bank"]], cache)
     _assert_cached_rows_equal_whole_bilm(bilm, [["The", "river"], ["bank"]], cache)
+
+
+def test_threads_encoding_new_tokens_at_once():
+    """Two threads each meeting new tokens: both took the rows after the index as theirs and wrote
+    their vectors there, so the index gave one thread's tokens the other's vectors from then on
+    (and a thread that started the matrix over under another's read crashed or read zeros)."""
+    bilm = _tiny_bilm()
+    cache = TokenCache(100)
+    with torch.no_grad():
+        run_rows(bilm, [["The"]], cache)  # the matrix exists: each thread below only adds rows
+    meet, encode = meeting(), bilm.encode_tokens
+
+    def encode_together(*args):
+        meet()  # both threads inside lookup, each with the rows it chose
+        return encode(*args)
+
+    bilm.encode_tokens = encode_together
+    rows = [[["bank", "river"]], [["money", "rates", "rose"]]]
+
+    def cached(batch):
+        with torch.no_grad():
+            return run_rows(bilm, batch, cache).activations
+
+    got = run_in_threads(cached, [(batch,) for batch in rows])
+    bilm.encode_tokens = encode
+    for batch, layers in zip(rows, got):  # what each thread got, and what the cache gives the same rows afterwards
+        with torch.no_grad():
+            whole = run_rows(bilm, batch).activations
+        for a, b in zip(layers, whole):
+            torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+        _assert_cached_rows_equal_whole_bilm(bilm, batch, cache)

@@ -16,6 +16,8 @@ from spacy_elmo.pipeline import architectures
 from spacy_elmo.pipeline.bilm_layer import get_bilm, get_runner, set_bilm
 from spacy_elmo.pipeline.layer_cache import MB, LayerCache
 
+from tests.threads import meeting, run_in_threads
+
 from .conftest import make_docs
 from .test_listener import LISTENER, NER
 from .test_train_configs import _cache_limit
@@ -133,6 +135,36 @@ def test_a_lower_limit_drops_the_least_recently_used():
     assert list(cache.entries) == ["c", "d", "a"] and cache.nbytes <= cache.limit == MB
     cache.set_limit(0)  # off: nothing kept
     assert len(cache) == 0 and cache.nbytes == 0 and cache.limit == 0
+
+
+
+class _Layers:
+    """An array's size, whose reading waits (:func:`tests.threads.meeting`) once ``put`` evicts it."""
+
+    def __init__(self, meet) -> None:
+        self.meet, self.reads = meet, 0
+
+    @property
+    def nbytes(self) -> int:
+        self.reads += 1
+        if self.reads == 2:  # the first reading is put's own; the second, the eviction's
+            self.meet()
+        return MB // 2
+
+
+def test_threads_storing_the_same_sentence_at_once():
+    """Two threads that ran the same new sentence store it at once: both found no entry and made room,
+    then each counted its bytes, so the cache counted two entries for the one it held (and dropped
+    more than the limit asks from then on; another interleaving read an entry evicted meanwhile, a
+    KeyError in the middle of nlp(text))."""
+    meet = meeting()
+    cache = LayerCache(1)
+    cache.put("old", _Layers(meet))
+    cache.put("older", _Layers(meet))  # full: the first thread below evicts "old" (without a lock, each one)
+    layers = numpy.zeros(MB // 8, dtype="float32")  # half a MB
+    run_in_threads(cache.put, [("new", layers), ("new", layers)])
+    assert list(cache.entries) == ["older", "new"] and cache.entries["new"] is layers  # one evicted: room enough
+    assert cache.nbytes == sum(int(a.nbytes) for a in cache.entries.values()) == MB
 
 
 def test_pipeline_stays_under_its_limit(tiny_dir):

@@ -1,0 +1,207 @@
+"""A pipeline served: several threads calling ``nlp(text)`` / ``nlp.pipe`` at once (caches on and off),
+workers of ``nlp.pipe(n_process=2)`` under the spawn and forkserver start methods, a pipeline
+loaded in a spawned process, pickled and copied pipelines: the results of a serial run.
+(The biLM from threads, without spaCy: tests/bilm/test_concurrency.py.)"""
+
+import copy
+import multiprocessing
+import pickle
+import random
+
+import numpy
+import pytest
+import spacy
+import torch
+from spacy.language import Language
+from spacy.training import Example
+
+from spacy_elmo import BiLM, BiLMConfig
+from spacy_elmo.pipeline import component as component_module
+from spacy_elmo.pipeline.listener import ElmoListener
+from spacy_elmo.pipeline.bilm_layer import get_runner
+from tests.threads import meeting, run_in_threads
+
+from .conftest import TINY, make_docs
+from .test_listener import LISTENER, NER, TOK2VEC, _nlp_with, _textcat_model, _two_elmo_pipeline
+
+WORDS = ["bank", "river", "money", "Alice", "Bob", "Paris", "London", "went", "home", "good", "bad", "it", "was"]
+
+
+def _texts(n: int, seed: int):
+    """Distinct texts of two sentences, many of their words new to the token cache."""
+    rng = random.Random(seed)
+    return [
+        " ".join(rng.choice(WORDS + [f"w{seed}x{i}y{j}" for j in range(6)]) for _ in range(rng.randint(3, 9)))
+        + " . " + " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 5))) + " ."
+        for i in range(n)
+    ]
+
+
+@pytest.fixture(scope="module")
+def served(tiny_dir):
+    """elmo (float32 layers and doc.tensor) feeding ner and textcat through listeners, trained a little."""
+    nlp = _nlp_with(tiny_dir, "textcat", _textcat_model("textcat", TOK2VEC))
+    nlp.add_pipe("sentencizer", first=True)
+    nlp.add_pipe("ner", config={"model": {**NER, "tok2vec": LISTENER}})
+    elmo = nlp.get_pipe("elmo")
+    elmo.cfg.update(store_dtype="float32", set_doc_tensor=True)
+    examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(8)]
+    optimizer = nlp.initialize(lambda: examples)
+    for _ in range(3):
+        nlp.update(examples, sgd=optimizer)
+    return nlp
+
+
+def _results(doc):
+    return doc._.elmo, doc.tensor, [(e.start, e.end, e.label_) for e in doc.ents], doc.cats
+
+
+def _assert_same(got, want):
+    """Equal up to float32 rounding: which tokens the char-CNN cache encoded together and which docs
+    shared a batch change the last bits (test_component.py), nothing else."""
+    for a, b in zip(got[:2], want[:2]):
+        numpy.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+    assert got[2] == want[2]
+    assert got[3].keys() == want[3].keys()
+    numpy.testing.assert_allclose(list(got[3].values()), list(want[3].values()), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("layer_cache_mb", [0, 1])
+def test_threads_calling_the_pipeline_at_once(served, layer_cache_mb):
+    """Four threads, two calling nlp(text) and two nlp.pipe, over texts with words new to the caches
+    (and a share of texts all of them run): each doc as a serial run gives it. The char-CNN cache,
+    shared by the threads, gave one thread's new words another's vectors (or crashed)."""
+    nlp, elmo = served, served.get_pipe("elmo")
+    shared = _texts(10, 99)
+    batches = [_texts(20, k) + shared for k in range(4)]
+    want = {text: _results(nlp(text)) for batch in batches for text in batch}
+    get_runner(elmo.model).clear_caches()  # the threads meet the new words, not the serial run's cache
+    elmo.layer_cache_mb = layer_cache_mb
+    try:
+        def serve(k, texts):
+            return list(nlp.pipe(texts, batch_size=4)) if k % 2 else [nlp(text) for text in texts]
+
+        got = run_in_threads(serve, list(enumerate(batches)))
+    finally:
+        elmo.layer_cache_mb = 0
+    for texts, docs in zip(batches, got):
+        for text, doc in zip(texts, docs):
+            _assert_same(_results(doc), want[text])
+
+
+def test_threads_starting_with_a_call_load_the_weights_once(tiny_dir, monkeypatch):
+    """Threads that each start with a call of a pipeline whose weights load at first use: each loaded
+    them, and set them under the others' running biLM."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir)})
+    loads, meet, load = [], meeting(), component_module.load_weights
+
+    def load_together(*args):
+        loads.append(args)
+        meet()  # both threads loading at once, unless a lock lets only one in
+        return load(*args)
+
+    monkeypatch.setattr(component_module, "load_weights", load_together)
+    texts = ["The bank .", "A river bank ."]
+    got = run_in_threads(nlp, [(text,) for text in texts])
+    assert len(loads) == 1
+    for text, doc in zip(texts, got):
+        numpy.testing.assert_array_equal(doc._.elmo, nlp(text)._.elmo)
+
+
+_MEET = {"wait": lambda: None}  # what the component below waits for
+
+
+@Language.component("serving_test_meet")
+def _meet(doc):
+    _MEET["wait"]()
+    return doc
+
+
+def test_threads_with_two_elmo_components(tiny_dir, tmp_path, monkeypatch):
+    """Two elmo components of the same shape, a listener of each: at prediction a listener reads the
+    layers its upstream handed it for the batch, doc._.elmo holding the last upstream's. Another
+    thread's batch replaced that hand-over, so the first elmo's listener read the second's layers."""
+    torch.manual_seed(1)
+    BiLM(BiLMConfig(**TINY)).save(tmp_path / "b")
+    nlp = _two_elmo_pipeline(tiny_dir, tmp_path / "b")
+    nlp.add_pipe("serving_test_meet", after="elmo_b")
+    (listener,) = [n for n in nlp.get_pipe("ner_a").model.walk() if isinstance(n, ElmoListener)]
+    read, forward = {}, listener._func
+
+    def recording(model, docs, is_train):
+        outputs, backprop = forward(model, docs, is_train)
+        read[docs[0].text] = outputs[0]
+        return outputs, backprop
+
+    texts = ["Yesterday Alice went home .", "Bob was in Paris and it was good ."]
+    monkeypatch.setattr(listener, "_func", recording)
+    for text in texts:
+        nlp(text)
+    want = dict(read)
+    monkeypatch.setitem(_MEET, "wait", meeting())  # both threads past both elmo components before either listener reads
+    run_in_threads(nlp, [(text,) for text in texts])
+    for text in texts:
+        numpy.testing.assert_array_equal(read[text], want[text])
+
+
+@pytest.mark.parametrize("copier", [lambda x: pickle.loads(pickle.dumps(x)), copy.deepcopy], ids=["pickle", "deepcopy"])
+def test_pickled_and_copied_pipeline(served, copier):
+    """A copy of the pipeline gives the original's results and starts with empty caches: the
+    char-CNN cache's (50,000 x P) matrix went with every pickled pipeline (to every spawned worker
+    of nlp.pipe(n_process=N)); so does a copy of the elmo component alone."""
+    nlp = served
+    texts = _texts(6, 7)
+    get_runner(nlp.get_pipe("elmo").model).clear_caches()
+    want = [_results(doc) for doc in nlp.pipe(texts)]  # from empty caches, as the copy's run below
+    assert len(get_runner(nlp.get_pipe("elmo").model).cache.index) > 0
+    back = copier(nlp)
+    runner = get_runner(back.get_pipe("elmo").model)
+    assert runner.cache.index == {} and runner.cache.matrix is None and len(runner.layer_cache) == 0
+    for got, expected in zip(back.pipe(texts), want):  # the same calls from the same state: the same bits
+        got = _results(got)
+        numpy.testing.assert_array_equal(got[0], expected[0])
+        numpy.testing.assert_array_equal(got[1], expected[1])
+        assert got[2:] == expected[2:]
+    elmo = copier(nlp.get_pipe("elmo"))
+    assert get_runner(elmo.model).cache.index == {}
+    docs = [nlp.get_pipe("sentencizer")(nlp.make_doc(text)) for text in texts]
+    for doc, expected in zip(elmo.pipe(docs), want):
+        numpy.testing.assert_array_equal(doc._.elmo, expected[0])
+
+
+@pytest.fixture
+def start_method(request):
+    """The process-wide start method (spaCy's nlp.pipe(n_process=N) takes it) for one test, then the one before."""
+    if request.param not in multiprocessing.get_all_start_methods():
+        pytest.skip(f"no {request.param} on this platform")
+    before = multiprocessing.get_start_method(allow_none=True)
+    multiprocessing.set_start_method(request.param, force=True)
+    yield request.param
+    multiprocessing.set_start_method(before, force=True)
+
+
+@pytest.mark.parametrize("start_method", ["spawn", "forkserver"], indirect=True)
+def test_n_process_2_under_spawn_and_forkserver(served, start_method):
+    """Workers that unpickle the pipeline (the default start method on macOS and Windows) give the
+    docs of one process, listeners' predictions included."""
+    texts = _texts(8, 11)
+    want = [_results(doc) for doc in served.pipe(texts, batch_size=2)]
+    got = list(served.pipe(texts, batch_size=2, n_process=2))
+    assert [doc.text for doc in got] == texts
+    for doc, expected in zip(got, want):
+        _assert_same(_results(doc), expected)
+
+
+def _load_and_run(path, texts):  # module level: run in a spawned process
+    return [_results(doc) for doc in spacy.load(path).pipe(texts)]
+
+
+def test_saved_pipeline_loaded_in_a_spawned_process(served, tmp_path):
+    texts = _texts(4, 12)
+    served.to_disk(tmp_path / "p")
+    want = [_results(doc) for doc in spacy.load(tmp_path / "p").pipe(texts)]
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        got = pool.apply(_load_and_run, (str(tmp_path / "p"), texts))
+    for results, expected in zip(got, want):
+        _assert_same(results, expected)
