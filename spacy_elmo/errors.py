@@ -18,8 +18,8 @@ _BUILD_EXTENSION = (
 # What a check of the input's values says when it runs inside a graph that torch.compile or
 # torch.export traced (torch._assert_async): the graph cannot name the offending value.
 _IN_GRAPH = (
-    " (Checked inside a compiled or exported graph, which cannot say where: call the model eagerly "
-    "on the same input for the exact place.)"
+    " (Checked inside a compiled or exported graph, which cannot say where: bilm.check_ids(ids), or "
+    "the model called eagerly, on the same input names the exact place.)"
 )
 
 
@@ -547,6 +547,7 @@ class Errors:
         "text: fix or remove it)."
     )
     E_ARCHIVE_TRUNCATED = "it ends before the end of its compressed data (an interrupted download or copy?)"
+    E_ARCHIVE_EMPTY = "it is empty, 0 bytes (an interrupted download or copy?)"
     E_ARCHIVE_DAMAGED = "its compressed data is damaged ({error})"
     E_CORPUS_TOO_SMALL = (
         "The corpus has {n_tokens} tokens (with sentence markers), too few for {n_rows} rows "
@@ -562,8 +563,8 @@ class Errors:
         "spaCy supports (en, de, ko, ...); some languages need extra packages."
     )
     E_UNKNOWN_LANG = (
-        "spaCy has no language {lang!r}: use a language code spaCy supports (en, de, ko, ja, xx for "
-        "multi-language, ...: https://spacy.io/usage/models#languages)."
+        "spaCy could not load language {lang!r} ({error}): use a language code spaCy supports (en, de, ko, "
+        "ja, xx for multi-language, ...: https://spacy.io/usage/models#languages)."
     )
     E_OPTIONS_FILE = (
         "Could not read the model options {path}: {error}. Pass an AllenNLP options.json or a "

@@ -1,7 +1,7 @@
 """BiLM: the complete ELMo biLM (token encoder + two LSTM stacks)."""
 
 from pathlib import Path
-from typing import List, NamedTuple, Optional, Union
+from typing import List, NamedTuple, Optional, Tuple, Union
 
 import torch
 from torch import Tensor, nn
@@ -25,8 +25,13 @@ class BiLMOutput(NamedTuple):
 
 
 # torch.export.save stores the structure of an exported program's output by this name (it refused
-# an unnamed namedtuple); torch.export.load finds it again once spacy_elmo is imported.
-torch.utils._pytree._register_namedtuple(BiLMOutput, serialized_type_name="spacy_elmo.BiLMOutput")
+# an unnamed namedtuple); torch.export.load finds it again once spacy_elmo is imported. A private
+# torch function: a torch without it (or a second import, already registered) must not stop
+# `import spacy_elmo`, only the saving of an exported program.
+try:
+    torch.utils._pytree._register_namedtuple(BiLMOutput, serialized_type_name="spacy_elmo.BiLMOutput")
+except (AttributeError, ValueError):
+    pass
 
 
 def _state_pair(state, what: str, expected_h: str, expected_c: str, axes: str) -> LstmState:
@@ -267,23 +272,19 @@ class BiLM(nn.Module):
         # in the encoder's output dtype: under autocast that is not the weights' dtype
         return encoded.new_zeros(B, T, self.config.projection_dim).masked_scatter(mask.unsqueeze(-1), encoded[inverse])
 
-    def forward(self, char_ids: Tensor) -> BiLMOutput:
-        """Every layer's vectors for a batch of tokenized sentences.
+    def check_ids(self, char_ids: Tensor) -> None:
+        """The checks :meth:`forward` runs on its input, eagerly: the same TypeError / ValueError
+        naming the problem. Call it before a model compiled with torch.compile or exported with
+        torch.export when the ids come from outside (a served request) on CUDA: there the traced
+        checks are device-side assertions, and a failed one breaks the process's CUDA context
+        (every later CUDA call fails) instead of raising."""
+        self._checked_mask(char_ids)
 
-        char_ids: integer tensor ``(batch, max_len, W)`` (torch.long or torch.int32), ``W =
-        config.max_characters_per_token``, from :func:`spacy_elmo.batch_to_ids`: tokens
-        left-aligned, padding rows all zero. Returns :class:`BiLMOutput`: ``activations``, ``L + 1``
-        tensors ``(batch, max_len, 2P)`` in the weights' dtype (under autocast, its dtype) (layer 0 ``[x; x]``, then
-        ``[forward_l; backward_l]``; zero at padded positions), and ``mask``, BoolTensor
-        ``(batch, max_len)``. Raises TypeError for a non-tensor or non-integer input and
-        ValueError for another shape or device than the weights', ids out of range, padding
-        before a real token or a token not spelled as batch_to_ids spells it (in a graph that
-        torch.compile or torch.export traced, these checks of the ids' values raise RuntimeError).
-        """
-        self._check_traceable()
+    def _checked_mask(self, char_ids: Tensor) -> Tuple[Tensor, Tensor]:
+        """:meth:`check_ids`; returns the token mask BoolTensor ``(B, T)`` and lengths ``(B,)``."""
         self._check_inputs(char_ids)
         char_ids = char_ids.long()
-        B, T, W = char_ids.shape
+        T = char_ids.shape[1]
         device = char_ids.device
         mask = (char_ids > 0).any(-1)
         lengths = mask.sum(1)
@@ -300,6 +301,28 @@ class BiLM(nn.Module):
             row, position = (int(i) for i in malformed.nonzero()[0])
             raise ValueError(Errors.E_CHAR_IDS_MALFORMED.format(
                 row=row, position=position, ids=char_ids[row, position, :12].tolist(), bow=bow))
+        return mask, lengths
+
+    def forward(self, char_ids: Tensor) -> BiLMOutput:
+        """Every layer's vectors for a batch of tokenized sentences.
+
+        char_ids: integer tensor ``(batch, max_len, W)`` (torch.long or torch.int32), ``W =
+        config.max_characters_per_token``, from :func:`spacy_elmo.batch_to_ids`: tokens
+        left-aligned, padding rows all zero. Returns :class:`BiLMOutput`: ``activations``, ``L + 1``
+        tensors ``(batch, max_len, 2P)`` in the weights' dtype (under autocast, its dtype) (layer 0 ``[x; x]``, then
+        ``[forward_l; backward_l]``; zero at padded positions), and ``mask``, BoolTensor
+        ``(batch, max_len)``. Raises TypeError for a non-tensor or non-integer input and
+        ValueError for another shape or device than the weights', ids out of range, padding
+        before a real token or a token not spelled as batch_to_ids spells it (in a graph that
+        torch.compile or torch.export traced, these checks of the ids' values are assertions: a
+        RuntimeError on the CPU, a device-side assert on CUDA, which breaks the CUDA context: there
+        call :meth:`check_ids` first on ids that come from outside).
+        """
+        self._check_traceable()
+        mask, lengths = self._checked_mask(char_ids)
+        char_ids = char_ids.long()
+        B, T, W = char_ids.shape
+        device = char_ids.device
         # Wrap every sentence in <S> ... </S> (each </S> right after its own last token).
         wrapped = char_ids.new_zeros(B, T + 2, W)
         wrapped[:, 1 : T + 1] = char_ids

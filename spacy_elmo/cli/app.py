@@ -94,5 +94,5 @@ def spacy_language(value: str) -> str:
         try:
             get_lang_class(value)
         except Exception as err:  # noqa: BLE001 - ImportError, or AttributeError for 'en.stop_words'
-            raise typer.BadParameter(Errors.E_UNKNOWN_LANG.format(lang=value)) from err
+            raise typer.BadParameter(Errors.E_UNKNOWN_LANG.format(lang=value, error=f"{type(err).__name__}: {err}")) from err
     return value

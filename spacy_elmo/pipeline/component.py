@@ -305,8 +305,8 @@ class ElmoComponent(TrainablePipe):
             self._configure_listener(listener, self._component_of(listener))
 
     def _ensure_weights(self) -> None:
-        if self.is_loaded:
-            return
+        # Always under the lock (uncontended once loaded): load_weights sets the biLM before it sizes
+        # the listeners, so a thread that saw is_loaded without the lock could run unsized listeners.
         with _LOADING:
             if not self.is_loaded:  # not loaded by another thread meanwhile
                 self.load_weights(self.cfg.get("weights"))

@@ -173,6 +173,8 @@ def compression(path: PathLike) -> Optional[str]:
     found = next((name for name, (magic, _) in COMPRESSIONS.items() if magic.match(head)), None)
     named = SUFFIXES.get(path.suffix.lower())
     if named is not None and found != named:
+        if not head:  # 0 bytes: no misnamed text, an archive that never arrived
+            raise ValueError(Errors.E_ARCHIVE_BAD.format(path=path, format=named, problem=Errors.E_ARCHIVE_EMPTY))
         if found is None:
             raise ValueError(Errors.E_NOT_COMPRESSED.format(path=path, suffix=path.suffix, format=named))
         ending = next(suffix for suffix, name in SUFFIXES.items() if name == found)

@@ -83,12 +83,21 @@ def test_compile_fullgraph_dynamic_compiles_once_for_every_batch_and_length(comp
     (lambda ids: ids[2, 0, 3].fill_(300), r"must lie in 0\.\.261"),
 ], ids=["ragged", "malformed", "range"])
 def test_compiled_model_still_checks_the_ids(compiled_fused, edit, message):
-    """In the graph the checks of the ids' values are assertions: bad ids raise, not run."""
-    _model_, compiled, _counter = compiled_fused
+    """In the graph the checks of the ids' values are assertions: bad ids raise, not run.
+    ``check_ids`` runs the same checks eagerly (what a CUDA server calls before the compiled model,
+    where a failed assertion breaks the CUDA context): the eager forward's ValueError, and nothing
+    on good ids."""
+    model, compiled, _counter = compiled_fused
     ids = batch_to_ids(BATCHES[0])
+    assert model.check_ids(ids) is None
     edit(ids)
-    with pytest.raises(RuntimeError, match=message + ".*call the model eagerly"):
+    with pytest.raises(RuntimeError, match=message + r".*bilm\.check_ids\(ids\)"):
         compiled(ids)
+    with pytest.raises(ValueError, match=message) as checked:
+        model.check_ids(ids)
+    with pytest.raises(ValueError) as eager:
+        model(ids)
+    assert str(checked.value) == str(eager.value)
 
 
 def test_compile_fullgraph_reference():

@@ -171,8 +171,9 @@ def test_evaluate_rejects_bad_batch_size(tmp_path, size):
 
 BOUND = "must be 0 (no cap) or more than 3 (the markers and at least one word)"
 UNKNOWN_DEVICE = "Unknown --device 'tpu': use cpu, cuda, cuda:N (a GPU index) or mps."
-UNKNOWN_LANG = ("spaCy has no language 'zz': use a language code spaCy supports (en, de, ko, ja, xx for "
-                "multi-language, ...: https://spacy.io/usage/models#languages).")
+UNKNOWN_LANG = ("spaCy could not load language 'zz' (ImportError: [E048] Can't import language zz or any matching "
+                "language from spacy.lang: No module named 'spacy.lang.zz'): use a language code spaCy supports "
+                "(en, de, ko, ja, xx for multi-language, ...: https://spacy.io/usage/models#languages).")
 
 
 BAD_OPTIONS = [

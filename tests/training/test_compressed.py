@@ -132,6 +132,14 @@ def test_a_header_only_archive_is_truncated(tmp_path):
         build_corpus(tmp_path / "t.gz", "en", tmp_path / "cache", progress=False)
 
 
+@pytest.mark.parametrize("suffix", sorted(FORMAT_NAMES))
+def test_an_empty_archive_is_broken_not_misnamed(tmp_path, suffix):
+    """A 0-byte .gz is a download that never arrived: it said 'not gzip data ... rename it'."""
+    (tmp_path / f"e{suffix}").write_bytes(b"")
+    with pytest.raises(ValueError, match=f"e{suffix} is a broken {FORMAT_NAMES[suffix]} file: it is empty, 0 bytes"):
+        build_corpus(tmp_path / f"e{suffix}", "en", tmp_path / "cache", progress=False)
+
+
 def test_a_compressed_name_must_hold_that_format(tmp_path):
     text = write_corpus(tmp_path / "train.txt", 30)
     misnamed = tmp_path / "plain.gz"
