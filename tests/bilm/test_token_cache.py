@@ -17,13 +17,19 @@ def _tiny_bilm() -> BiLM:
     return BiLM(BiLMConfig(**TINY), backend="reference").eval()
 
 
+def _assert_layers_equal_whole_bilm(bilm, rows, layers):
+    """``layers`` are the whole biLM's (no cache) of ``rows``."""
+    with torch.no_grad():
+        whole = run_rows(bilm, rows).activations
+    for a, b in zip(layers, whole):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
 def _assert_cached_rows_equal_whole_bilm(bilm, rows, cache, whole_rows=None):
     """``run_rows`` through ``cache`` gives the whole biLM's layers of ``whole_rows`` (default: ``rows``)."""
     with torch.no_grad():
         cached = run_rows(bilm, rows, cache).activations
-        whole = run_rows(bilm, rows if whole_rows is None else whole_rows).activations
-    for a, b in zip(cached, whole):
-        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+    _assert_layers_equal_whole_bilm(bilm, rows if whole_rows is None else whole_rows, cached)
 
 
 def _per_row(cache: TokenCache, rows):
@@ -109,10 +115,7 @@ def test_threads_encoding_new_tokens_at_once():
     got = run_in_threads(cached, [(batch,) for batch in rows])
     bilm.encode_tokens = encode
     for batch, layers in zip(rows, got):  # what each thread got, and what the cache gives the same rows afterwards
-        with torch.no_grad():
-            whole = run_rows(bilm, batch).activations
-        for a, b in zip(layers, whole):
-            torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+        _assert_layers_equal_whole_bilm(bilm, batch, layers)
         _assert_cached_rows_equal_whole_bilm(bilm, batch, cache)
 
 
@@ -154,13 +157,6 @@ class _HeldEncode:
         self.thread.join()
         self.bilm.encode_tokens = self.encode
         return self.released == [True], self.result[0]
-
-
-def _assert_layers_equal_whole_bilm(bilm, rows, layers):
-    with torch.no_grad():
-        whole = run_rows(bilm, rows).activations
-    for a, b in zip(layers, whole):
-        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
 
 
 def test_cached_words_are_read_while_another_thread_encodes():
