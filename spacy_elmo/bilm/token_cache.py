@@ -81,11 +81,9 @@ class TokenCache:
 
     def _lookup(self, bilm, rows, device: torch.device, gather: bool) -> Tensor:
         rows = [_token_list(row, i) for i, row in enumerate(rows)]  # read more than once below
-        words = {tok for row in rows for tok in row}
-        needed = [*words, *_MARKERS]
         while True:
             with self.lock:
-                generation, mine, start, new_matrix = self._reserve(bilm, words, device)
+                generation, missing, mine, start, new_matrix = self._reserve(bilm, rows, device)
             try:
                 markers, vectors = self._encode(bilm, mine, new_matrix, device)
             except BaseException:
@@ -96,7 +94,7 @@ class TokenCache:
             with self.lock:
                 if self.generation == generation:
                     self._write(mine, start, markers, vectors)
-                    while self.generation == generation and any(key in self.pending for key in needed):
+                    while self.generation == generation and self._reserved(missing):
                         self.written.wait()  # another thread is encoding some of these words
                 if self.generation == generation:
                     idx = self._indices(rows, device)
@@ -106,10 +104,11 @@ class TokenCache:
             if gather:
                 return TokenCache(0).vectors(bilm, rows, device)
 
-    def _reserve(self, bilm, words: Set[str], device: torch.device) -> Tuple[int, List[str], int, bool]:
-        """Under the lock: rows ``start, start + 1, ...`` for the words neither written nor reserved,
-        in a new matrix when this one is full or not the biLM's, whose rows 0 and 1 (the markers) are
-        this thread's to write too. The generation, the words, ``start`` and whether the markers."""
+    def _reserve(self, bilm, rows: List[List[str]], device: torch.device) -> Tuple[int, Set[str], List[str], int, bool]:
+        """Under the lock: rows ``start, start + 1, ...`` of the matrix for the words of ``rows`` neither
+        written nor reserved, in a new matrix when this one is full or not the biLM's, whose rows 0 and 1
+        (the markers) are this thread's to write too. The generation, the words not written (some
+        maybe reserved by other threads), those reserved here, ``start`` and whether the markers."""
         matrix = self.matrix
         fresh = (matrix is None or matrix.device != device
                  or matrix.dtype != bilm.token_encoder.char_embedding.dtype
@@ -117,19 +116,27 @@ class TokenCache:
                  or (matrix.is_inference() and not torch.is_inference_mode_enabled())
                  # another biLM's: a thread that still held it refilled the cache after set_bilm cleared it
                  or self.owner() is not bilm)
-        mine = [w for w in words if w not in self.index and w not in self.pending]
+        index, pending = self.index, self.pending
+        missing = {tok for row in rows for tok in row if tok not in index}  # one pass: mostly cached
+        mine = [w for w in missing if w not in pending] if pending else list(missing)
         start = self.used
         markers = fresh or start + len(mine) > self.capacity
         if markers:
             self._drop()
-            mine, start = list(words), 3
+            missing = {tok for row in rows for tok in row}
+            mine, start = list(missing), 3
             size = max(self.capacity, len(mine) + 3)
             self.matrix = bilm.token_encoder.char_embedding.new_zeros(size, bilm.config.projection_dim)
             self.owner = weakref.ref(bilm)
             self.pending = {key: row for row, key in enumerate(_MARKERS)}
         self.pending.update((w, start + i) for i, w in enumerate(mine))
         self.used = start + len(mine)
-        return self.generation, mine, start, markers
+        return self.generation, missing, mine, start, markers
+
+    def _reserved(self, words: Set[str]) -> bool:
+        """Under the lock: whether a thread is encoding any of ``words`` or the markers."""
+        pending = self.pending
+        return bool(pending) and (any(key in pending for key in _MARKERS) or not pending.keys().isdisjoint(words))
 
     def _write(self, mine: List[str], start: int, markers: Optional[Tensor], vectors: Optional[Tensor]) -> None:
         """Under the lock, in the generation that reserved the rows: write them, then index their words."""
