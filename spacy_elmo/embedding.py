@@ -30,7 +30,7 @@ import hashlib
 import json
 import warnings
 from pathlib import Path
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -70,9 +70,10 @@ def _tokens(result, path: Path, line: int) -> List[str]:
     return tokens
 
 
-def read_lines(path: PathLike) -> List[str]:
+def read_lines(path: PathLike, digest: Optional[Any] = None) -> List[str]:
     """Every line of ``path`` (UTF-8; undecodable bytes become U+FFFD, with one warning; gzip, bzip2
-    and xz files are decompressed: ``training.data.open_text_file``).
+    and xz files are decompressed: ``training.data.open_text_file``). ``digest`` (a ``hashlib`` object)
+    is updated with the text's bytes as they are read (``training.data.iter_lines``).
 
     Line ``i`` of the file is item ``i``, empty lines included: lines end at ``\n`` only (with
     any ``\r`` before it), as for ``wc -l``; a leading byte order mark is not text (as in
@@ -86,7 +87,7 @@ def read_lines(path: PathLike) -> List[str]:
     if is_binary(path):
         raise ValueError(Errors.E_BINARY_FILE.format(path=path))
     before = replaced_bytes_so_far()
-    lines = list(iter_lines(path))
+    lines = list(iter_lines(path, digest))
     replaced = replaced_bytes_so_far() - before
     if replaced:
         warnings.warn(Warnings.W_REPLACED_BYTES.format(n_bytes=replaced, n_files=1), RuntimeWarning, stacklevel=2)
@@ -187,7 +188,7 @@ def embed_file(
     import h5py
     from tqdm import tqdm
 
-    from .training.data import TOKEN_RULES, text_file_sha256
+    from .training.data import TOKEN_RULES
 
     if layers not in LAYER_MODES:
         raise ValueError(Errors.E_EMBED_LAYERS.format(layers=layers))
@@ -202,7 +203,8 @@ def embed_file(
     if tokenizer_name is None:
         tokenizer_name = "whitespace" if tokenize is None else _callable_name(tokenize)
     tokenize = tokenize or _whitespace
-    lines = read_lines(input_path)
+    input_digest = hashlib.sha256()  # of the text (decompressed), read with its lines
+    lines = read_lines(input_path, input_digest)
     lines_bar = tqdm(lines, desc="tokenizing", unit="line", disable=not progress)  # spaCy's: minutes on a big file
     rows = [_tokens(tokenize(line), input_path, i + 1) for i, line in enumerate(lines_bar)]
     for i, row in enumerate(rows):
@@ -219,7 +221,7 @@ def embed_file(
 
         parts_dir = parts_path(output_path)
         manifest = {
-            "format": FORMAT, "model": model_fingerprint(bilm), "input": text_file_sha256(input_path),
+            "format": FORMAT, "model": model_fingerprint(bilm), "input": input_digest.hexdigest(),
             "n_lines": len(lines), "layers": layers, "part_size": part_size, "tokenizer": tokenizer_name,
             "token_rules": TOKEN_RULES,  # what the reading (a leading BOM) and --lang (whitespace tokens) drop
             # which lines share a biLM call (and a cached token vector) changes the last bits

@@ -1,6 +1,7 @@
 """Embedding a corpus into HDF5: each line's dataset equals the biLM run on that line
 alone, a killed run resumes to the identical file, bad input gets clear errors."""
 
+import hashlib
 import json
 
 import h5py
@@ -614,3 +615,31 @@ def test_a_broken_or_misnamed_compressed_input_is_a_clear_error_before_any_part(
     assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
     assert expected in plain(result.output)
     assert not out.exists() and not parts_path(out).exists()
+
+
+@pytest.mark.parametrize("suffix", ["", *FORMATS])
+def test_the_input_is_read_once_and_its_digest_is_of_its_text(bilm, corpus, tmp_path, monkeypatch, suffix):
+    """The input was read three times (the binary probe, the lines, the manifest's sha256 apart): now
+    the probe and one pass that gives both the lines and the digest. The digest stays the sha256 of
+    the text's bytes (decompressed), as before, so parts directories written before resume."""
+    from spacy_elmo.training import data
+
+    marked = tmp_path / "marked.txt"  # a BOM, CRLF ends and an undecodable byte: digested as they are
+    marked.write_bytes(b"\xef\xbb\xbf" + corpus.read_bytes().replace(b"\n", b"\r\n") + b"\xff tail")
+    source = compressed(marked, suffix) if suffix else marked
+    read, real = [], data.open_text_file
+
+    def counted(path):
+        read.append(path)
+        return real(path)
+
+    monkeypatch.setattr(data, "open_text_file", counted)
+    out = tmp_path / "out.h5"
+    with pytest.warns(RuntimeWarning):
+        assert embed_file(bilm, source, out, part_size=2, progress=False, stop_after_parts=2)["finished"] == 0
+    assert read == [source, source]  # the binary probe, then the lines
+    manifest = json.loads((parts_path(out) / "manifest.json").read_text())
+    assert manifest["input"] == hashlib.sha256(marked.read_bytes()).hexdigest()
+    with pytest.warns(RuntimeWarning):
+        counts = embed_file(bilm, marked, out, part_size=2, progress=False)
+    assert counts["parts_reused"] == 2 and counts["finished"] == 1

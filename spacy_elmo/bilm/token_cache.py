@@ -4,18 +4,30 @@ Repeated words are encoded once: in running text most tokens are frequent
 ones, so inference (the spaCy component, ``spacy-elmo embed``) skips most of
 the char CNN, highway and projection. Only for inference: the vectors are
 computed without gradients and are stale once the weights change (call
-:meth:`TokenCache.clear`). One cache may serve several threads at once (a served spaCy pipeline):
-a lock covers the index, the matrix and the rows read from it. Pickled and copied empty.
+:meth:`TokenCache.clear`); a cache filled by one biLM starts over for another.
+
+One cache may serve several threads at once (a served spaCy pipeline). Its lock covers the
+bookkeeping, never the char CNN: a thread reserves rows for its new words under the lock, encodes
+them without it and writes them under it again. A word another thread reserved is read once that
+thread wrote it; rows reserved before the cache was cleared or started over are dropped, and their
+thread looks its words up again. Pickled and copied empty.
 """
 
 import threading
-from typing import Dict, Optional, Sequence
+import weakref
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy
 import torch
 from torch import Tensor
 
 from ..chars import _token_list, batch_to_ids
+
+_MARKERS = (("<S>",), ("</S>",))  # the keys of rows 0 and 1 while they are reserved: no token's (a str)
+
+
+def _nobody():
+    return None
 
 
 class TokenCache:
@@ -28,13 +40,22 @@ class TokenCache:
     def __init__(self, capacity: int) -> None:
         self.capacity = max(int(capacity), 0)
         self.lock = threading.Lock()
-        self.index: Dict[str, int] = {}
-        self.matrix: Optional[Tensor] = None
+        self.written = threading.Condition(self.lock)  # notified when reserved rows are written or dropped
+        self.generation = 0  # bumped whenever the matrix is dropped: rows reserved in it are no one's then
+        self.clear()
 
     def clear(self) -> None:
         with self.lock:
-            self.index = {}
-            self.matrix = None
+            self._drop()
+
+    def _drop(self) -> None:  # under the lock
+        self.index: Dict[str, int] = {}  # words whose rows are written
+        self.pending: Dict[object, int] = {}  # words (and markers) whose rows a thread is encoding
+        self.used = 3  # rows written or reserved
+        self.matrix = None
+        self.owner = _nobody  # a weak reference to the biLM that fills the matrix
+        self.generation += 1
+        self.written.notify_all()
 
     # a cache, never model state: a pickled or copied pipeline (nlp.pipe(n_process=N) under spawn,
     # copy.deepcopy(nlp)) carries no (capacity, P) matrix, and no lock (which does not pickle)
@@ -45,41 +66,102 @@ class TokenCache:
         self.__init__(state["capacity"])
 
     def vectors(self, bilm, rows: Sequence[Sequence[str]], device: torch.device) -> Tensor:
-        """``(B, T + 2, P)`` token vectors of the wrapped rows (:meth:`lookup`'s rows of the matrix),
-        read under the lock: another thread's lookup may write rows or start the matrix over."""
-        with self.lock:
-            idx = self.lookup(bilm, rows, device)  # may replace the matrix
-            return self.matrix[idx]
+        """``(B, T + 2, P)`` token vectors of the wrapped rows (:meth:`lookup`'s rows of the matrix)."""
+        return self._lookup(bilm, rows, device, gather=True)
 
     def lookup(self, bilm, rows: Sequence[Sequence[str]], device: torch.device) -> Tensor:
         """Row indices ``(B, T + 2)`` for sentences wrapped in ``<S> ... </S>``, padding -> 2.
 
         Encodes the tokens not yet cached in one call of ``bilm.encode_tokens``. ``rows`` are
         taken as by :func:`~spacy_elmo.batch_to_ids` (a string row is an error, not its characters).
-        The indices are of the matrix as it is now: hold :attr:`lock` until they are read (:meth:`vectors`).
+        The indices are of the matrix as it is now, which another thread may start over: with
+        several threads, read the vectors with :meth:`vectors`.
         """
-        rows = [_token_list(row, i) for i, row in enumerate(rows)]  # read three times below
-        P = bilm.config.projection_dim
-        W = bilm.config.max_characters_per_token
-        fresh = (self.matrix is None or self.matrix.device != device
-                 or self.matrix.dtype != bilm.token_encoder.char_embedding.dtype
-                 # built under torch.inference_mode(): written in place below, which only inference mode allows
-                 or (self.matrix.is_inference() and not torch.is_inference_mode_enabled()))
-        missing = list({tok for row in rows for tok in row if tok not in self.index})
-        if fresh or len(self.index) + len(missing) + 3 > self.capacity:
-            self.index = {}
-            missing = list({tok for row in rows for tok in row})
-            size = max(self.capacity, len(missing) + 3)
-            self.matrix = bilm.token_encoder.char_embedding.new_zeros(size, P)
-            markers = bilm.marker_ids.unsqueeze(0).to(device)
-            self.matrix[:2] = bilm.encode_tokens(markers, torch.ones(1, 2, dtype=torch.bool, device=device))[0]
-        if missing:
-            ids = batch_to_ids([missing], W).to(device)
-            mask = torch.ones(1, len(missing), dtype=torch.bool, device=device)
-            start = len(self.index) + 3
-            self.matrix[start : start + len(missing)] = bilm.encode_tokens(ids, mask)[0]
-            for i, tok in enumerate(missing):
-                self.index[tok] = start + i
+        return self._lookup(bilm, rows, device, gather=False)
+
+    def _lookup(self, bilm, rows, device: torch.device, gather: bool) -> Tensor:
+        rows = [_token_list(row, i) for i, row in enumerate(rows)]  # read more than once below
+        while True:
+            with self.lock:
+                generation, missing, mine, start, new_matrix = self._reserve(bilm, rows, device)
+            try:
+                markers, vectors = self._encode(bilm, mine, new_matrix, device)
+            except BaseException:
+                with self.lock:
+                    if self.generation == generation:  # rows it reserved are never written: drop them
+                        self._drop()
+                raise
+            with self.lock:
+                if self.generation == generation:
+                    self._write(mine, start, markers, vectors)
+                    while self.generation == generation and self._reserved(missing):
+                        self.written.wait()  # another thread is encoding some of these words
+                if self.generation == generation:
+                    idx = self._indices(rows, device)
+                    return self.matrix[idx] if gather else idx
+            # Cleared or started over meanwhile (weights changed, or another thread's words filled the
+            # matrix): encode this batch on its own, which no other thread can start over.
+            if gather:
+                return TokenCache(0).vectors(bilm, rows, device)
+
+    def _reserve(self, bilm, rows: List[List[str]], device: torch.device) -> Tuple[int, Set[str], List[str], int, bool]:
+        """Under the lock: rows ``start, start + 1, ...`` of the matrix for the words of ``rows`` neither
+        written nor reserved, in a new matrix when this one is full or not the biLM's, whose rows 0 and 1
+        (the markers) are this thread's to write too. The generation, the words not written (some
+        maybe reserved by other threads), those reserved here, ``start`` and whether the markers."""
+        matrix = self.matrix
+        fresh = (matrix is None or matrix.device != device
+                 or matrix.dtype != bilm.token_encoder.char_embedding.dtype
+                 # built under torch.inference_mode(): written in place, which only inference mode allows
+                 or (matrix.is_inference() and not torch.is_inference_mode_enabled())
+                 # another biLM's: a thread that still held it refilled the cache after set_bilm cleared it
+                 or self.owner() is not bilm)
+        index, pending = self.index, self.pending
+        missing = {tok for row in rows for tok in row if tok not in index}  # one pass: mostly cached
+        mine = [w for w in missing if w not in pending] if pending else list(missing)
+        start = self.used
+        markers = fresh or start + len(mine) > self.capacity
+        if markers:
+            self._drop()
+            missing = {tok for row in rows for tok in row}
+            mine, start = list(missing), 3
+            size = max(self.capacity, len(mine) + 3)
+            self.matrix = bilm.token_encoder.char_embedding.new_zeros(size, bilm.config.projection_dim)
+            self.owner = weakref.ref(bilm)
+            self.pending = {key: row for row, key in enumerate(_MARKERS)}
+        self.pending.update((w, start + i) for i, w in enumerate(mine))
+        self.used = start + len(mine)
+        return self.generation, missing, mine, start, markers
+
+    def _reserved(self, words: Set[str]) -> bool:
+        """Under the lock: whether a thread is encoding any of ``words`` or the markers."""
+        pending = self.pending
+        return bool(pending) and (any(key in pending for key in _MARKERS) or not pending.keys().isdisjoint(words))
+
+    def _write(self, mine: List[str], start: int, markers: Optional[Tensor], vectors: Optional[Tensor]) -> None:
+        """Under the lock, in the generation that reserved the rows: write them, then index their words."""
+        if markers is not None:
+            self.matrix[:2] = markers
+            for key in _MARKERS:
+                del self.pending[key]
+        if vectors is not None:
+            self.matrix[start : start + len(mine)] = vectors
+            for w in mine:
+                self.index[w] = self.pending.pop(w)
+        if markers is not None or vectors is not None:
+            self.written.notify_all()
+
+    @staticmethod
+    def _encode(bilm, words: List[str], markers: bool, device: torch.device):
+        """The vectors ``(2, P)`` of ``<S>`` and ``</S>`` (None unless ``markers``), and ``(len(words), P)``
+        of ``words`` (None for none): the char CNN, run without the lock."""
+        def encode(ids):
+            return bilm.encode_tokens(ids, torch.ones(ids.shape[:2], dtype=torch.bool, device=device))[0]
+
+        return (encode(bilm.marker_ids.unsqueeze(0).to(device)) if markers else None,
+                encode(batch_to_ids([words], bilm.config.max_characters_per_token).to(device)) if words else None)
+
+    def _indices(self, rows: List[List[str]], device: torch.device) -> Tensor:
         # One pass over the tokens, then whole-array writes (a tensor per row cost more than the rest).
         lengths = numpy.fromiter((len(r) for r in rows), dtype=numpy.int64, count=len(rows))
         T = int(lengths.max()) if len(rows) else 0
@@ -89,7 +171,6 @@ class TokenCache:
         idx[:, 1 : T + 1][numpy.arange(T) < lengths[:, None]] = [index[t] for row in rows for t in row]
         idx[numpy.arange(len(rows)), lengths + 1] = 1
         return torch.from_numpy(idx).to(device)
-
 
 
 def run_rows(bilm, rows: Sequence[Sequence[str]], cache: Optional[TokenCache] = None):

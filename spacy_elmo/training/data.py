@@ -47,7 +47,7 @@ from array import array
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Iterator, List, Optional, Union
+from typing import Any, BinaryIO, Iterator, List, Optional, Union
 
 import numpy as np
 
@@ -151,15 +151,20 @@ def replaced_bytes_so_far() -> int:
     return _replaced[0]
 
 
-def iter_lines(path: PathLike) -> Iterator[str]:
+def iter_lines(path: PathLike, digest: Optional[Any] = None) -> Iterator[str]:
     """Every line of the file ``path`` (:func:`decode_utf8`), without its ``\\n`` and any ``\\r`` before it.
 
     Lines end at ``\\n`` only (UTF-8 never has 0x0A inside a character). A byte order mark at the
     start of the file is dropped (editors on Windows write one; it stuck to the first token); one
-    elsewhere is the character U+FEFF and is kept.
+    elsewhere is the character U+FEFF and is kept. ``digest`` (a ``hashlib`` object), when given, is
+    updated with every byte read (decompressed, before decoding): read to the end, it is the digest of
+    the file's text in the same pass (``embed``'s parts manifest: the same text gzipped, bzipped or plain
+    has the same digest).
     """
     with open_text_file(path) as f:
         for n, raw in enumerate(f):
+            if digest is not None:
+                digest.update(raw)
             line = decode_utf8(raw).rstrip("\r\n")
             yield line.removeprefix(BOM) if n == 0 else line
 
@@ -236,16 +241,6 @@ def is_binary(path: Path) -> bool:
     """Whether the first ``BINARY_PROBE`` bytes of ``path`` (decompressed: :func:`open_text_file`) hold a NUL."""
     with open_text_file(path) as f:
         return b"\x00" in f.read(BINARY_PROBE)
-
-
-def text_file_sha256(path: PathLike) -> str:
-    """sha256 of the text of ``path`` (decompressed: :func:`open_text_file`), read in blocks: the same
-    text gzipped, bzipped or plain has the same digest."""
-    h = hashlib.sha256()
-    with open_text_file(path) as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def split_long(line: str, limit: int = PIECE_CHARS) -> List[str]:

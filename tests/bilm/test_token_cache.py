@@ -1,5 +1,7 @@
 """TokenCache.lookup: the row indices of wrapped sentences (no spaCy)."""
 
+import threading
+
 import pytest
 import torch
 
@@ -15,13 +17,19 @@ def _tiny_bilm() -> BiLM:
     return BiLM(BiLMConfig(**TINY), backend="reference").eval()
 
 
+def _assert_layers_equal_whole_bilm(bilm, rows, layers):
+    """``layers`` are the whole biLM's (no cache) of ``rows``."""
+    with torch.no_grad():
+        whole = run_rows(bilm, rows).activations
+    for a, b in zip(layers, whole):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
 def _assert_cached_rows_equal_whole_bilm(bilm, rows, cache, whole_rows=None):
     """``run_rows`` through ``cache`` gives the whole biLM's layers of ``whole_rows`` (default: ``rows``)."""
     with torch.no_grad():
         cached = run_rows(bilm, rows, cache).activations
-        whole = run_rows(bilm, rows if whole_rows is None else whole_rows).activations
-    for a, b in zip(cached, whole):
-        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+    _assert_layers_equal_whole_bilm(bilm, rows if whole_rows is None else whole_rows, cached)
 
 
 def _per_row(cache: TokenCache, rows):
@@ -107,8 +115,143 @@ def test_threads_encoding_new_tokens_at_once():
     got = run_in_threads(cached, [(batch,) for batch in rows])
     bilm.encode_tokens = encode
     for batch, layers in zip(rows, got):  # what each thread got, and what the cache gives the same rows afterwards
-        with torch.no_grad():
-            whole = run_rows(bilm, batch).activations
-        for a, b in zip(layers, whole):
-            torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+        _assert_layers_equal_whole_bilm(bilm, batch, layers)
         _assert_cached_rows_equal_whole_bilm(bilm, batch, cache)
+
+
+class _HeldEncode:
+    """``bilm.encode_tokens`` whose next call, once armed, encodes and then waits for :attr:`release`
+    (run in a thread of its own: :meth:`start`), so that the test acts while a char-CNN run is going on."""
+
+    def __init__(self, bilm, cache: TokenCache, rows, fail: bool = False):
+        self.bilm, self.encode, self.fail = bilm, bilm.encode_tokens, fail
+        self.started, self.release, self.released = threading.Event(), threading.Event(), []
+        self.armed = True
+        bilm.encode_tokens = self._encode
+        self.result = []
+        self.thread = threading.Thread(target=self._run, args=(cache, rows))
+
+    def _encode(self, *args):
+        out = self.encode(*args)
+        if self.armed and threading.current_thread() is self.thread:
+            self.armed = False
+            self.started.set()
+            self.released.append(self.release.wait(timeout=10))  # False: no one released it, it gave up
+            if self.fail:
+                raise RuntimeError("out of memory")
+        return out
+
+    def _run(self, cache, rows):
+        with torch.no_grad():
+            try:
+                self.result.append(run_rows(self.bilm, rows, cache).activations)
+            except RuntimeError as err:
+                self.result.append(err)
+
+    def start(self):
+        self.thread.start()
+        assert self.started.wait(timeout=10)
+
+    def finish(self):
+        self.release.set()
+        self.thread.join()
+        self.bilm.encode_tokens = self.encode
+        return self.released == [True], self.result[0]
+
+
+def test_cached_words_are_read_while_another_thread_encodes():
+    """The lock was held through the char CNN: a thread whose words were all cached waited for another
+    thread's encoding of new words (here it reads them while that encoding is held open)."""
+    bilm = _tiny_bilm()
+    cache = TokenCache(100)
+    cached = [["The", "bank"], ["the", "river"]]
+    with torch.no_grad():
+        run_rows(bilm, cached, cache)
+    held = _HeldEncode(bilm, cache, [["money", "rates", "rose", "bank"]])
+    held.start()
+    with torch.no_grad():
+        layers = run_rows(bilm, cached, cache).activations  # before the other thread is released
+    released, other = held.finish()
+    assert released, "the cached-only lookup waited for the other thread's encoding"
+    _assert_layers_equal_whole_bilm(bilm, cached, layers)
+    _assert_layers_equal_whole_bilm(bilm, [["money", "rates", "rose", "bank"]], other)
+    _assert_cached_rows_equal_whole_bilm(bilm, [["money", "bank"], ["rose", "The"]], cache)
+
+
+class _WaitRecorded(threading.Condition):
+    """A condition whose waits are announced on :attr:`waiting`."""
+
+    def __init__(self, lock):
+        super().__init__(lock)
+        self.waiting = threading.Event()
+
+    def wait(self, timeout=None):
+        self.waiting.set()
+        return super().wait(timeout)
+
+
+@pytest.mark.parametrize("fail", [False, True], ids=["written", "encoding-failed"])
+def test_a_word_another_thread_is_encoding_is_read_once_written(fail):
+    """A thread that needs a word another thread reserved and is still encoding waits for its row
+    (read earlier, the row would be zeros, or the word not yet indexed). When that encoding fails
+    (out of memory), the rows it reserved are dropped and the waiting thread encodes the words itself."""
+    bilm = _tiny_bilm()
+    cache = TokenCache(100)
+    with torch.no_grad():
+        run_rows(bilm, [["The"]], cache)
+    cache.written = _WaitRecorded(cache.lock)
+    held = _HeldEncode(bilm, cache, [["bank", "river"]], fail=fail)
+    held.start()
+    got = []
+
+    def needs_bank():
+        with torch.no_grad():
+            got.append(run_rows(bilm, [["The", "bank"]], cache).activations)
+
+    waiter = threading.Thread(target=needs_bank, daemon=True)  # daemon: left waiting when the test fails
+    waiter.start()
+    assert cache.written.waiting.wait(timeout=10), "the thread needing 'bank' did not wait for it"
+    assert not got
+    released, other = held.finish()
+    waiter.join(timeout=10)
+    assert released and not waiter.is_alive(), "the thread needing 'bank' waits for rows no one writes"
+    _assert_layers_equal_whole_bilm(bilm, [["The", "bank"]], got[0])
+    if fail:
+        assert isinstance(other, RuntimeError)
+    else:
+        _assert_layers_equal_whole_bilm(bilm, [["bank", "river"]], other)
+    _assert_cached_rows_equal_whole_bilm(bilm, [["bank", "river", "The"]], cache)
+
+
+def test_an_encoding_finished_after_a_clear_is_dropped():
+    """Weights changed in place (thinc's optimizer step, ``use_params``) and the cache cleared while a
+    thread encoded with the old weights: its vectors went into the cleared cache, stale from then on."""
+    bilm = _tiny_bilm()
+    cache = TokenCache(100)
+    rows = [["The", "bank", "of", "the", "river"]]
+    with torch.no_grad():
+        run_rows(bilm, [["The"]], cache)
+    held = _HeldEncode(bilm, cache, rows)
+    held.start()  # encoded with the old weights, not yet written
+    with torch.no_grad():
+        for p in bilm.token_encoder.parameters():
+            p.mul_(1.5)
+    cache.clear()
+    released, layers = held.finish()
+    assert released
+    _assert_layers_equal_whole_bilm(bilm, rows, layers)  # that thread's own result: the new weights
+    _assert_cached_rows_equal_whole_bilm(bilm, rows, cache)  # and what the cache holds afterwards
+
+
+def test_a_cache_filled_by_another_bilm_starts_over():
+    """The component's weights replaced (set_bilm clears the caches) while a thread still ran the old
+    biLM: that thread refilled the cache, and the new biLM read the old one's vectors from then on."""
+    old = _tiny_bilm()
+    torch.manual_seed(1)
+    new = BiLM(BiLMConfig(**TINY), backend="reference").eval()
+    cache = TokenCache(100)
+    rows = [["The", "bank"], ["the", "river", "."]]
+    with torch.no_grad():
+        run_rows(old, rows, cache)  # after the clear, by the thread holding the old biLM
+    _assert_cached_rows_equal_whole_bilm(new, rows, cache)
+    _assert_cached_rows_equal_whole_bilm(old, rows, cache)

@@ -159,6 +159,7 @@ def test_threads_storing_the_same_sentence_at_once():
     KeyError in the middle of nlp(text))."""
     meet = meeting()
     cache = LayerCache(1)
+    cache.lock = meet.watch(cache.lock)  # a thread blocked on it meets at once
     cache.put("old", _Layers(meet))
     cache.put("older", _Layers(meet))  # full: the first thread below evicts "old" (without a lock, each one)
     layers = numpy.zeros(MB // 8, dtype="float32")  # half a MB

@@ -98,10 +98,11 @@ def test_threads_starting_with_a_call_load_the_weights_once(tiny_dir, monkeypatc
 
     def load_together(*args):
         loads.append(args)
-        meet()  # both threads loading at once, unless a lock lets only one in
+        meet()  # both threads loading at once, unless a lock lets only one in (then it goes on at once)
         return load(*args)
 
     monkeypatch.setattr(component_module, "load_weights", load_together)
+    monkeypatch.setattr(component_module, "_LOADING", meet.watch(component_module._LOADING))
     texts = ["The bank .", "A river bank ."]
     got = run_in_threads(nlp, [(text,) for text in texts])
     assert len(loads) == 1
