@@ -25,6 +25,10 @@ that is not that format, and a damaged or truncated archive, are errors naming t
 inside a directory: training on the part of a corpus before the damage would silently be
 training on less.
 
+The text is read and decoded in this process; :func:`sentence_stream` hands it in batches to worker
+processes (``build_corpus(processes=N)``, ``pretrain --tokenize-processes``) and takes their
+sentences back in the text's order, so the cache is the same whatever their number.
+
 Defined behaviour for bad input: undecodable bytes are replaced by U+FFFD and
 counted (reported once, never an error); a file with NUL bytes in its first
 8 KiB (decompressed) is binary: an error when it is TRAIN_PATH itself, skipped with a warning
