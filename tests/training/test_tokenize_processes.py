@@ -134,7 +134,9 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from /proc")
-def test_parent_killed_while_tokenizing_leaves_no_worker_and_no_cache(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGINT])
+def test_parent_killed_while_tokenizing_leaves_no_worker_and_no_cache(tmp_path, signum):
+    """SIGKILL: nothing runs in the parent; SIGINT (Ctrl-C, here to the parent alone): it stops its workers."""
     path = tmp_path / "t.txt"
     path.write_text("The cat sat on the mat, didn't it? Yes.\n" * 400_000, encoding="utf-8")  # ~16 MB
     cache = tmp_path / "cache"
@@ -147,8 +149,8 @@ def test_parent_killed_while_tokenizing_leaves_no_worker_and_no_cache(tmp_path):
             assert parent.poll() is None and time.monotonic() < deadline
             time.sleep(0.05)
         workers = _children(parent.pid)
-        parent.send_signal(signal.SIGKILL)
-        parent.wait()
+        parent.send_signal(signum)
+        assert parent.wait(timeout=10) != 0
         deadline = time.monotonic() + 10
         while any(_alive(w) for w in workers) and time.monotonic() < deadline:
             time.sleep(0.1)
