@@ -15,8 +15,10 @@ import argparse
 import glob
 import hashlib
 import itertools
+import os
 import random
 import re
+import resource
 import string
 import tempfile
 import time
@@ -47,6 +49,18 @@ def generate(path: Path, n_words: int, seed: int = 0) -> None:
             words += len(out)
 
 
+def cpu_seconds() -> tuple:
+    """CPU seconds of this process and its ended workers, and of the whole machine (/proc/stat; 0 without
+    it): on a shared machine their difference is what other processes took during a measurement."""
+    mine = sum(r.ru_utime + r.ru_stime for r in map(resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)))
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+        machine = (sum(map(int, fields)) - int(fields[3]) - int(fields[4])) / os.sysconf("SC_CLK_TCK")
+    except OSError:
+        machine = 0.0
+    return mine, machine
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--words", type=int, default=3_000_000)
@@ -61,12 +75,16 @@ def main() -> None:
     nlp = data.make_nlp("en")
     for n in (int(x) for x in args.processes.split(",")):
         cache = out / f"cache-{n}"
+        cpu, machine = cpu_seconds()
         start = time.perf_counter()
         meta = data.build_corpus(corpus, "en", cache, progress=False, nlp=nlp, processes=n)
         seconds = time.perf_counter() - start
+        cpu_after, machine_after = cpu_seconds()
+        cpu, others = cpu_after - cpu, (machine_after - machine) - (cpu_after - cpu)
         h = hashlib.sha256(b"".join((cache / f).read_bytes() for f in ("tokens.i32", "sent_lengths.i64", "counts.i64", "types.txt")))
         tokens = meta["stats"]["n_tokens"]
-        print(f"processes {n}: {seconds:.2f} s, {tokens:,} tokens, {tokens / seconds:,.0f} tokens/s, cache {h.hexdigest()[:16]}", flush=True)
+        print(f"processes {n}: {seconds:.2f} s, {tokens:,} tokens, {tokens / seconds:,.0f} tokens/s, cache {h.hexdigest()[:16]}; "
+              f"CPU s: this run {cpu:.1f}, other processes {max(others, 0):.1f}", flush=True)
 
 
 if __name__ == "__main__":
