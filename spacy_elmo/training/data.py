@@ -377,10 +377,11 @@ def iter_sentences(texts: Iterator[str], nlp, batch_size: int = 256) -> Iterator
 
 #: Characters of text per batch a tokenizing worker process gets (about 20,000 tokens of English).
 BATCH_CHARS = 1 << 17
-#: ``processes=0`` (auto) tokenizes in one process below this many bytes of input (as stored): about 2 s
-#: of one process's work (English, ~360,000 tokens/s), where workers started by spawn or forkserver
-#: (macOS, Python 3.14) spend about that importing spaCy (fork: tens of milliseconds).
-AUTO_MIN_BYTES = 4 << 20
+#: ``processes=0`` (auto) tokenizes in one process below this many bytes of input (as stored): about 9 s
+#: of one process's work (English, ~360,000 tokens/s), of which two workers save about half, while
+#: workers started by spawn or forkserver (macOS; Linux from Python 3.14) spend about 3.5 s importing
+#: torch and spaCy (measured on 2 cores; fork: under 0.1 s).
+AUTO_MIN_BYTES = 16 << 20
 #: The most worker processes ``processes=0`` starts: the parent reads, decodes and numbers the tokens
 #: of all of them (measured ~3.3M tokens/s against ~0.47M per worker), so more hardly help.
 AUTO_MAX_PROCESSES = 6
@@ -427,14 +428,16 @@ def _die_with_parent() -> None:
         pass
 
 
-def _tokenize_worker(nlp, tasks, results, parent: int) -> None:
+def _tokenize_worker(nlp, tasks, results) -> None:
     """A worker process: ``(seq, texts)`` from ``tasks`` -> ``(seq, sentences, None)`` (or ``(seq, None,
-    error)``) on ``results``, until None. It ends with its parent (killed: no orphan), and leaves
-    Ctrl-C to the parent, which stops it."""
+    error)``) on ``results``, until None. It ends with its parent (killed: no orphan; under forkserver
+    the parent is the fork server, which ends with the process that started it), and leaves Ctrl-C to
+    the process that started it, which stops it."""
     _die_with_parent()
+    parent = os.getppid()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     while True:
-        if os.getppid() != parent:  # the parent is gone (before prctl, or where there is none)
+        if os.getppid() != parent:  # the parent is gone (where prctl is not)
             os._exit(0)
         try:
             item = tasks.get(timeout=WORKER_POLL)
@@ -461,7 +464,7 @@ def sentence_stream(texts: Iterator[str], nlp, processes: int = 1) -> Iterator[I
         return
     context = multiprocessing.get_context()
     tasks, results = context.Queue(), context.Queue()
-    workers = [context.Process(target=_tokenize_worker, args=(nlp, tasks, results, os.getpid()), daemon=True)
+    workers = [context.Process(target=_tokenize_worker, args=(nlp, tasks, results), daemon=True)
                for _ in range(processes)]
     for worker in workers:
         worker.start()

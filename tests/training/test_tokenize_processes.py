@@ -64,6 +64,20 @@ def test_two_processes_write_the_one_process_cache(tmp_path, monkeypatch):
     assert not (tmp_path / "one" / "types.txt").read_text(encoding="utf-8").startswith("<S>\n</S>\n<UNK>\n\ufeff")
 
 
+def test_workers_started_by_forkserver(tmp_path, monkeypatch):
+    # Python 3.14's default on Linux: the workers' parent is the fork server, not this process
+    # (they took it for gone and ended at once), and they get the pipeline pickled.
+    import multiprocessing
+
+    get_context = multiprocessing.get_context
+    monkeypatch.setattr(multiprocessing, "get_context", lambda method=None: get_context("forkserver"))
+    path = tmp_path / "t.txt"
+    path.write_text("One line. Another one, Dr. Smith's.\n" * 50, encoding="utf-8")
+    one = data.build_corpus(path, "en", tmp_path / "one", progress=False, processes=1)
+    assert data.build_corpus(path, "en", tmp_path / "two", progress=False, processes=2) == one
+    assert (tmp_path / "two" / "tokens.i32").read_bytes() == (tmp_path / "one" / "tokens.i32").read_bytes()
+
+
 def test_cache_of_one_process_is_reused_with_four(tmp_path, monkeypatch):
     path = tmp_path / "t.txt"
     path.write_text("One line. Another one.\n", encoding="utf-8")
