@@ -466,8 +466,6 @@ def sentence_stream(texts: Iterator[str], nlp, processes: int = 1) -> Iterator[I
     tasks, results = context.Queue(), context.Queue()
     workers = [context.Process(target=_tokenize_worker, args=(nlp, tasks, results), daemon=True)
                for _ in range(processes)]
-    for worker in workers:
-        worker.start()
 
     def ordered() -> Iterator[List[str]]:
         batches = enumerate(_batches(texts, BATCH_CHARS))
@@ -496,12 +494,16 @@ def sentence_stream(texts: Iterator[str], nlp, processes: int = 1) -> Iterator[I
         for _ in workers:
             tasks.put(None)
 
+    started = []
     try:
+        for worker in workers:
+            worker.start()  # under spawn or forkserver: pickles nlp, which may fail
+            started.append(worker)
         yield ordered()
     finally:
-        for worker in workers:
+        for worker in started:
             worker.terminate()
-        for worker in workers:
+        for worker in started:
             worker.join()
         for q in (tasks, results):
             q.cancel_join_thread()  # nothing left to send to dead workers: do not wait on it at exit
