@@ -228,3 +228,22 @@ def test_a_worker_waiting_in_a_read_dies_with_its_parent(tmp_path):
             pytest.fail("the worker outlived its killed parent")
     finally:
         parent.kill()
+
+
+def test_pretrain_with_two_tokenizing_processes(tmp_path, monkeypatch):
+    from .conftest import tiny_pretrain_args
+
+    stream, used = data.sentence_stream, []
+
+    def recorded(texts, nlp, processes=1):
+        used.append(processes)
+        return stream(texts, nlp, processes)
+
+    monkeypatch.setattr(data, "sentence_stream", recorded)
+    args, train, _ = tiny_pretrain_args(tmp_path, tmp_path / "out", "--tokenize-processes", "2", max_steps=1)
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert used == [2]
+    data.build_corpus(train, "en", tmp_path / "one", progress=False, processes=1)
+    for name in CACHE_FILES:
+        assert (tmp_path / "out" / "data" / name).read_bytes() == (tmp_path / "one" / name).read_bytes(), name
