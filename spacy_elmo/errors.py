@@ -529,6 +529,15 @@ class Errors:
         "No text to train on in {path}: {n_files} file(s) read, {n_binary} skipped as binary, "
         "0 tokens. Pass UTF-8 text (one or more sentences per line)."
     )
+    E_TOKENIZE_WORKER_DIED = (
+        "{n} tokenizing worker process(es) ended before the corpus was tokenized (exit code {exitcode}; a "
+        "negative code is the signal that ended it, -9 often the kernel's out-of-memory killer). Run again; "
+        "with --tokenize-processes 1 the corpus is tokenized in this process."
+    )
+    E_TOKENIZE_WORKER_FAILED = (
+        "A tokenizing worker process failed; its error:\n{error}Run again with --tokenize-processes 1 to see "
+        "it in this process."
+    )
     E_BINARY_FILE = (
         "{path} looks like a binary file (it contains NUL bytes), not UTF-8 text. Pass plain "
         "text (or gzip, bzip2 or xz of it); in a directory, binary files are skipped with a warning."

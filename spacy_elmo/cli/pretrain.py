@@ -9,6 +9,7 @@ import typer
 from ..bilm import BiLMConfig
 from ..errors import Errors
 from ..ops import resolve_backend
+from ..training.data import AUTO_RULE
 from ..training.trainer import BOUNDS, OPTIMIZERS
 from .app import app, checked_by, counted, known_device, non_negative_int, one_of, positive_int, spacy_language
 
@@ -84,6 +85,9 @@ def pretrain(
         "docs/default-model.md before turning it on."),
     log_every: int = typer.Option(10, callback=positive_int, help="Write a log line every N steps."),
     threads: Optional[int] = typer.Option(None, callback=positive_int, help="torch CPU threads, at least 1 (default: torch's own choice)."),
+    tokenize_processes: int = typer.Option(
+        0, callback=_bounded("tokenize_processes"),
+        help=f"Processes that tokenize the corpus (the cache is the same whatever their number); {AUTO_RULE}."),
     progress: bool = typer.Option(True, help="Show progress bars."),
     keep_freed_memory: bool = typer.Option(
         True, "--keep-freed-memory/--return-freed-memory",
@@ -107,7 +111,8 @@ def pretrain(
         vocab_size=vocab_size, min_count=min_count, max_steps=max_steps, epochs=epochs, batch_size=batch_size,
         unroll=unroll, negatives=negatives, optimizer=optimizer, lr=lr, dropout=dropout, clip=clip, seed=seed,
         resume=resume, device=device, backend=backend, init=init, new_vocab=new_vocab, model=config,
-        checkpoint_every=checkpoint_every, state_sentences=state_sentences, sentences=sentences, max_length=max_length, log_every=log_every, threads=threads, progress=progress,
+        checkpoint_every=checkpoint_every, state_sentences=state_sentences, sentences=sentences, max_length=max_length, log_every=log_every, threads=threads,
+        tokenize_processes=tokenize_processes, progress=progress,
     )
     try:
         summary = train(cfg)

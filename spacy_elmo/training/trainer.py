@@ -84,6 +84,7 @@ class TrainConfig:
     eval_batch_size: int = 32
     progress: bool = True
     threads: Optional[int] = None
+    tokenize_processes: int = 0  # worker processes tokenizing the corpus; 0: auto (data.tokenize_processes)
 
     def validate(self) -> None:
         positive = {"batch_size": self.batch_size, "unroll": self.unroll, "negatives": self.negatives,
@@ -122,6 +123,7 @@ class TrainConfig:
         if self.new_vocab and not self.init:
             raise ValueError(Errors.E_NEW_VOCAB_WITHOUT_INIT)
         self._check_bound("dropout")
+        self._check_bound("tokenize_processes")
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(Errors.E_UNKNOWN_OPTIMIZER.format(name=self.optimizer))
 
@@ -146,6 +148,8 @@ BOUNDS: Dict[str, Any] = {
     "lr": (lambda v: v is None or v > 0, "positive"),
     "clip": (lambda v: v > 0, "positive (a global gradient-norm bound)"),
     "dropout": (lambda v: 0 <= v < 1, "in [0, 1)"),
+    "tokenize_processes": (lambda v: isinstance(v, int) and v >= 0,
+                           f"a positive integer or 0 ({corpus_data.AUTO_RULE})"),
 }
 
 
@@ -423,7 +427,7 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
             nlp = corpus_data.make_nlp(cfg.lang)  # one pipeline for the freshness check and the tokenization
             fresh = cache_is_current(cache, fingerprint(cfg.train_path, cfg.lang, nlp))
             meta = build_corpus(cfg.train_path, cfg.lang, staging if payload is not None and not fresh else cache,
-                                progress=cfg.progress, nlp=nlp)
+                                progress=cfg.progress, nlp=nlp, processes=cfg.tokenize_processes)
         _barrier(world, tokenize_wait)  # however long rank 0 tokenized
         source = staging if (staging / "meta.json").exists() else cache
         if not is_main:

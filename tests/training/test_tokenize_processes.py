@@ -1,0 +1,249 @@
+"""Tokenizing the corpus in worker processes (``build_corpus(processes=N)``, ``pretrain
+--tokenize-processes``): the cache is the one-process cache byte for byte, in the text's order, its
+fingerprint does not depend on N, and no worker outlives its parent, killed or failed."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from spacy_elmo.cli import app
+from spacy_elmo.training import data
+from spacy_elmo.training.trainer import TrainConfig
+
+from ..compressed import compressed
+
+CACHE_FILES = ("tokens.i32", "sent_lengths.i64", "counts.i64", "types.txt", "meta.json")
+
+
+def _corpus(tmp_path: Path) -> Path:
+    """A directory of a BOM, undecodable bytes, a line longer than PIECE_CHARS and a gzip file."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    lines = [f"Line {i} says: the {i % 7}th cat isn't here. Dr. Smith paid $3.50 in N.Y. again!" for i in range(300)]
+    (corpus / "a.txt").write_bytes("\ufeff".encode() + "\n".join(lines[:150]).encode() + b"\nbad \xff\xfe bytes here.\n")
+    long_line = " ".join(f"w{i % 997}." for i in range(data.PIECE_CHARS // 3))
+    (corpus / "b.txt").write_text(long_line + "\n" + "\n".join(lines[150:]) + "\n", encoding="utf-8")
+    plain = tmp_path / "c.txt"
+    plain.write_bytes(b"Compressed text, more \xc3 bytes.\n" + "\n".join(reversed(lines)).encode())
+    compressed(plain, ".gz", to=corpus / "c.txt.gz")
+    return corpus
+
+
+def _slow_iter_sentences(texts, nlp, batch_size=256):
+    """iter_sentences, with the even batches delayed: the workers answer out of the text's order."""
+    texts = list(texts)
+    if len(texts[0]) % 2 == 0:
+        time.sleep(0.02)
+    return _ITER_SENTENCES(texts, nlp, batch_size)
+
+
+_ITER_SENTENCES = data.iter_sentences
+
+
+def test_two_processes_write_the_one_process_cache(tmp_path, monkeypatch):
+    corpus = _corpus(tmp_path)
+    with pytest.warns(RuntimeWarning):
+        one = data.build_corpus(corpus, "en", tmp_path / "one", progress=False, processes=1)
+    # Small batches: many of them, more than the two on their way per worker; the workers (forked
+    # with this module) answer some out of order.
+    monkeypatch.setattr(data, "BATCH_CHARS", 500)
+    monkeypatch.setattr(data, "iter_sentences", _slow_iter_sentences)
+    with pytest.warns(RuntimeWarning):
+        two = data.build_corpus(corpus, "en", tmp_path / "two", progress=False, processes=2)
+    assert one["stats"]["replaced_bytes"] == 3 and one["stats"]["files_with_replacements"] == 2
+    assert one["stats"]["long_lines"] == 1 and one["stats"]["n_files"] == 3
+    assert two == one  # statistics (replaced bytes, long lines...) and fingerprint
+    for name in CACHE_FILES:
+        assert (tmp_path / "two" / name).read_bytes() == (tmp_path / "one" / name).read_bytes(), name
+    assert not (tmp_path / "one" / "types.txt").read_text(encoding="utf-8").startswith("<S>\n</S>\n<UNK>\n\ufeff")
+
+
+def test_workers_started_by_forkserver(tmp_path, monkeypatch):
+    # Python 3.14's default on Linux: the workers' parent is the fork server, not this process
+    # (they took it for gone and ended at once), and they get the pipeline pickled.
+    import multiprocessing
+
+    get_context = multiprocessing.get_context
+    monkeypatch.setattr(multiprocessing, "get_context", lambda method=None: get_context("forkserver"))
+    path = tmp_path / "t.txt"
+    path.write_text("One line. Another one, Dr. Smith's.\n" * 50, encoding="utf-8")
+    one = data.build_corpus(path, "en", tmp_path / "one", progress=False, processes=1)
+    assert data.build_corpus(path, "en", tmp_path / "two", progress=False, processes=2) == one
+    assert (tmp_path / "two" / "tokens.i32").read_bytes() == (tmp_path / "one" / "tokens.i32").read_bytes()
+
+
+def test_cache_of_one_process_is_reused_with_four(tmp_path, monkeypatch):
+    path = tmp_path / "t.txt"
+    path.write_text("One line. Another one.\n", encoding="utf-8")
+    meta = data.build_corpus(path, "en", tmp_path / "cache", progress=False, processes=1)
+
+    def refuse(*args):
+        raise AssertionError("tokenized again")
+
+    monkeypatch.setattr(data, "sentence_stream", refuse)
+    assert data.build_corpus(path, "en", tmp_path / "cache", progress=False, processes=4) == meta
+
+
+def test_auto_processes(tmp_path, monkeypatch):
+    path = tmp_path / "t.txt"
+    path.write_text("A small corpus.\n", encoding="utf-8")
+    assert data.tokenize_processes(0, path) == 1  # below AUTO_MIN_BYTES: one process
+    assert data.tokenize_processes(3, path) == 3
+    monkeypatch.setattr(data, "AUTO_MIN_BYTES", 1)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)))
+    assert data.tokenize_processes(0, path) == data.AUTO_MAX_PROCESSES
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    assert data.tokenize_processes(0, path) == 2
+
+
+def test_an_error_while_reading_stops_the_workers(tmp_path, monkeypatch):
+    corpus = _corpus(tmp_path)
+    compressed(corpus / "b.txt", ".gz", to=corpus / "d.txt.gz", damage="truncated")
+    monkeypatch.setattr(data, "BATCH_CHARS", 500)
+    with pytest.warns(RuntimeWarning), pytest.raises(ValueError, match="d.txt.gz"):
+        data.build_corpus(corpus, "en", tmp_path / "cache", progress=False, processes=2)
+    import multiprocessing
+
+    assert multiprocessing.active_children() == []
+    assert not (tmp_path / "cache" / "meta.json").exists()
+
+
+def _dying_iter_sentences(texts, nlp, batch_size=256):
+    os._exit(3)
+
+
+def test_a_dead_worker_is_an_error(tmp_path, monkeypatch):
+    monkeypatch.setattr(data, "iter_sentences", _dying_iter_sentences)
+    path = tmp_path / "t.txt"
+    path.write_text("One line.\n" * 10, encoding="utf-8")
+    with pytest.raises(RuntimeError, match=r"exit code 3.*--tokenize-processes 1"):
+        data.build_corpus(path, "en", tmp_path / "cache", progress=False, processes=2)
+    assert not (tmp_path / "cache" / "meta.json").exists()
+
+
+def _children(pid: int):
+    """Live (not zombie) processes whose parent is ``pid``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] != "Z" and int(fields[1]) == pid:
+            found.append(int(entry.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from /proc")
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGINT])
+def test_parent_killed_while_tokenizing_leaves_no_worker_and_no_cache(tmp_path, signum):
+    """SIGKILL: nothing runs in the parent; SIGINT (Ctrl-C, here to the parent alone): it stops its workers."""
+    path = tmp_path / "t.txt"
+    path.write_text("The cat sat on the mat, didn't it? Yes.\n" * 400_000, encoding="utf-8")  # ~16 MB
+    cache = tmp_path / "cache"
+    script = (f"from spacy_elmo.training.data import build_corpus\n"
+              f"build_corpus({str(path)!r}, 'en', {str(cache)!r}, progress=False, processes=2)\n")
+    parent = subprocess.Popen([sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        deadline = time.monotonic() + 60
+        while len(_children(parent.pid)) < 2 or not (cache / "tokens.raw").exists():
+            assert parent.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        workers = _children(parent.pid)
+        parent.send_signal(signum)
+        assert parent.wait(timeout=10) != 0
+        deadline = time.monotonic() + 10
+        while any(_alive(w) for w in workers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(_alive(w) for w in workers)
+        assert not (cache / "meta.json").exists()
+    finally:
+        parent.kill()
+
+
+def test_option_checked_and_passed(tmp_path, monkeypatch):
+    result = CliRunner().invoke(app, ["pretrain", str(tmp_path), str(tmp_path / "out"), "--tokenize-processes", "-1"])
+    assert result.exit_code == 2 and "--tokenize-processes" in result.output
+    with pytest.raises(ValueError, match="tokenize_processes"):
+        TrainConfig(train_path="x", output_dir="y", tokenize_processes=-1).validate()
+    seen = {}
+
+    def fake_train(cfg):
+        seen["cfg"] = cfg
+        raise ValueError("stop")
+
+    import spacy_elmo.training.trainer as trainer
+
+    monkeypatch.setattr(trainer, "train", fake_train)
+    result = CliRunner().invoke(app, ["pretrain", str(tmp_path), str(tmp_path / "out"), "--tokenize-processes", "3"])
+    assert result.exit_code == 1 and seen["cfg"].tokenize_processes == 3
+
+
+_STUCK_WORKER = """
+import multiprocessing, os, sys, time
+from spacy_elmo.training import data
+
+def stuck():  # as a worker reading a batch its killed parent had half sent: waits forever
+    data._die_with_parent()
+    read, write = os.pipe()
+    os.read(read, 1)
+
+if __name__ == "__main__":
+    child = multiprocessing.get_context("fork").Process(target=stuck)
+    child.start()
+    print(child.pid, flush=True)
+    time.sleep(60)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_worker_waiting_in_a_read_dies_with_its_parent(tmp_path):
+    script = tmp_path / "stuck.py"
+    script.write_text(_STUCK_WORKER, encoding="utf-8")
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        child = int(parent.stdout.readline())
+        assert _alive(child)
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+        deadline = time.monotonic() + 5
+        while _alive(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if _alive(child):
+            os.kill(child, signal.SIGKILL)
+            pytest.fail("the worker outlived its killed parent")
+    finally:
+        parent.kill()
+
+
+def test_pretrain_with_two_tokenizing_processes(tmp_path, monkeypatch):
+    from .conftest import tiny_pretrain_args
+
+    stream, used = data.sentence_stream, []
+
+    def recorded(texts, nlp, processes=1):
+        used.append(processes)
+        return stream(texts, nlp, processes)
+
+    monkeypatch.setattr(data, "sentence_stream", recorded)
+    args, train, _ = tiny_pretrain_args(tmp_path, tmp_path / "out", "--tokenize-processes", "2", max_steps=1)
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert used == [2]
+    data.build_corpus(train, "en", tmp_path / "one", progress=False, processes=1)
+    for name in CACHE_FILES:
+        assert (tmp_path / "out" / "data" / name).read_bytes() == (tmp_path / "one" / name).read_bytes(), name
