@@ -280,8 +280,9 @@ class BiLM(nn.Module):
         (every later CUDA call fails) instead of raising."""
         self._checked_mask(char_ids)
 
-    def _checked_mask(self, char_ids: Tensor) -> Tuple[Tensor, Tensor]:
-        """:meth:`check_ids`; returns the token mask BoolTensor ``(B, T)`` and lengths ``(B,)``."""
+    def _checked_mask(self, char_ids: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+        """:meth:`check_ids`; returns the ids as torch.long ``(B, T, W)``, the token mask BoolTensor
+        ``(B, T)`` and lengths ``(B,)``."""
         self._check_inputs(char_ids)
         char_ids = char_ids.long()
         T = char_ids.shape[1]
@@ -301,7 +302,7 @@ class BiLM(nn.Module):
             row, position = (int(i) for i in malformed.nonzero()[0])
             raise ValueError(Errors.E_CHAR_IDS_MALFORMED.format(
                 row=row, position=position, ids=char_ids[row, position, :12].tolist(), bow=bow))
-        return mask, lengths
+        return char_ids, mask, lengths
 
     def forward(self, char_ids: Tensor) -> BiLMOutput:
         """Every layer's vectors for a batch of tokenized sentences.
@@ -319,8 +320,7 @@ class BiLM(nn.Module):
         call :meth:`check_ids` first on ids that come from outside).
         """
         self._check_traceable()
-        mask, lengths = self._checked_mask(char_ids)
-        char_ids = char_ids.long()
+        char_ids, mask, lengths = self._checked_mask(char_ids)
         B, T, W = char_ids.shape
         device = char_ids.device
         # Wrap every sentence in <S> ... </S> (each </S> right after its own last token).
