@@ -340,6 +340,30 @@ def test_fine_tuning_steps_once_per_training_step(tiny_dir, accumulate, exclude)
     assert set(bilm_updates.values()) == {steps}
 
 
+@pytest.mark.parametrize("leave_out", ["select_pipes", "exclude"])
+def test_fine_tuning_steps_in_each_update_that_leaves_a_listener_out(tiny_dir, leave_out):
+    """nlp.update(sgd=...) with a listening component disabled (nlp.select_pipes) or excluded
+    (exclude=[...]) steps the biLM in that very update with the gradients of the listeners that train,
+    as an update with all of them does: it waited for the left-out one, stepping one update late (the
+    last update's gradient never applied)."""
+    nlp = _fine_tuned_ner_and_textcat(tiny_dir)
+    examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(8)]
+    optimizer = _CountingOptimizer(nlp.initialize(lambda: examples))
+    bilm = get_bilm(nlp.get_pipe("elmo").model)
+    shim = nlp.get_pipe("elmo").model.layers[0].shims[0]
+    steps = 3
+    for step in range(1, steps + 1):
+        before = {name: p.detach().clone() for name, p in bilm.named_parameters()}
+        if leave_out == "select_pipes":
+            with nlp.select_pipes(disable=["textcat"]):
+                nlp.update(examples, sgd=optimizer)
+        else:
+            nlp.update(examples, sgd=optimizer, exclude=["textcat"])
+        bilm_updates = {name: n for (owner, name), n in optimizer.calls.items() if owner == shim.id}
+        assert set(bilm_updates.values()) == {step}, f"update {step}: the biLM took {bilm_updates} steps"
+        assert any(not torch.equal(before[name], p.detach()) for name, p in bilm.named_parameters())
+
+
 def test_fine_tuning_refreshes_token_cache(tiny_dir):
     """Vectors after a fine-tuning step come from the new weights, not the inference cache."""
     nlp = _fine_tuned_ner(tiny_dir)
