@@ -452,6 +452,25 @@ def test_replace_listeners(tiny_dir, tmp_path, tok2vec, path, frozen):
     assert moved == (not frozen)
 
 
+@pytest.mark.parametrize("updated", [True, False])
+def test_rehearse_with_a_listener_names_replace_listeners(tiny_dir, updated):
+    """nlp.rehearse (spaCy's rehearsal, which calls the components in random order and never feeds
+    listeners) with a listening component is a clear error naming the fix, after nlp.update or
+    without one (it blamed frozen_components, or a batch id); after nlp.replace_listeners it rehearses."""
+    nlp = _nlp_with(tiny_dir, "ner", {**NER, "tok2vec": LISTENER})
+    examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(4)]
+    optimizer = nlp.initialize(lambda: examples)
+    if updated:
+        nlp.update(examples, sgd=optimizer)
+    optimizer = nlp.resume_training()
+    raw = [Example(nlp.make_doc(t), nlp.make_doc(t)) for t in ("Bob saw London .", "Alice left .")]
+    with pytest.raises(ValueError, match=r"nlp\.rehearse.*nlp\.replace_listeners\('elmo', 'ner', \['model\.tok2vec'\]\)"):
+        nlp.rehearse(raw, sgd=optimizer)
+    nlp.replace_listeners("elmo", "ner", ["model.tok2vec"])
+    optimizer = nlp.resume_training()
+    assert "ner" in nlp.rehearse(raw, sgd=optimizer)
+
+
 def test_replaced_listener_bilm_has_its_own_optimizer_state(tiny_dir):
     """nlp.replace_listeners copies the biLM with thinc's Model.copy, which kept the shim's id, the key of
     its weights in the optimizer: ner's own fine-tuned copy and the elmo component (still feeding textcat)
