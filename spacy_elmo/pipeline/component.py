@@ -18,6 +18,7 @@ import sys
 import threading
 import warnings
 import weakref
+from collections.abc import Container
 from numbers import Real
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
@@ -193,6 +194,8 @@ def _components_updating(frame: Any) -> Optional[Set[str]]:
     ):
         return None
     exclude = frame.f_locals.get("exclude") or ()
+    if not isinstance(exclude, Container):  # an iterator: reading it here would consume it for spaCy
+        return None
     return {name for name, proc in frame.f_locals["self"].pipeline if name not in exclude and hasattr(proc, "update")}
 
 
