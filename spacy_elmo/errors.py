@@ -446,6 +446,12 @@ class Errors:
         "the listeners, or list it in annotating_components. To train '{component}' without '{upstream}', "
         "first nlp.replace_listeners('{upstream}', '{component}', ['model.tok2vec'])."
     )
+    E_LISTENER_REHEARSE = (
+        "nlp.rehearse cannot train '{component}' through its ELMo listener: spaCy's rehearsal calls the "
+        "components in random order and '{upstream}' feeds no listener there. Give '{component}' its own "
+        "copy of the biLM first: nlp.replace_listeners('{upstream}', '{component}', ['model.tok2vec']) "
+        "(['model.tok2vec.elmo'] with spacy_elmo.ElmoTok2Vec.v1), then nlp.resume_training() again, or leave '{component}' out: nlp.rehearse(..., exclude=['{component}'])."
+    )
     E_LISTENER_NOT_FED = (
         "The ELMo listener in '{component}' got no ELMo layers for a training batch: its upstream '{upstream}' "
         "did not run update() on it (it is listed in [training] frozen_components, excluded, disabled or "

@@ -18,8 +18,9 @@ import sys
 import threading
 import warnings
 import weakref
+from collections.abc import Container
 from numbers import Real
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 import numpy
 from spacy.language import Language
@@ -110,11 +111,13 @@ def _no_backprop(d_outputs: Any) -> List[Doc]:  # module level: picklable
 
 class _TrainingBatch:
     """A fine-tuning batch of the biLM: its backward, the gradient summed over listeners so far,
-    and the listeners (by index) not yet heard from."""
+    the listeners (by index) not yet heard from of those expected to train on it, and how many
+    gradients came."""
 
-    def __init__(self, backprop: Callable, d_outputs: List[Floats3d], n_listeners: int) -> None:
-        self.backprop, self.d_outputs, self.n_listeners = backprop, d_outputs, n_listeners
-        self.waiting = set(range(n_listeners))
+    def __init__(self, backprop: Callable, d_outputs: List[Floats3d], waiting: Iterable[int]) -> None:
+        self.backprop, self.d_outputs = backprop, d_outputs
+        self.waiting = set(waiting)
+        self.heard = 0
 
 
 #: component -> its batch waiting for gradients: kept off the component, whose __dict__ spaCy's pickling
@@ -175,6 +178,25 @@ def _is_init_nlp(frame: Any) -> bool:
         and frame.f_code.co_name == "init_nlp"
         and frame.f_globals.get("__name__") == "spacy.training.initialize"
     )
+
+
+def _components_updating(frame: Any) -> Optional[Set[str]]:
+    """The names of the components that ``Language.update`` updates on this batch, when ``frame`` runs it
+    (the enabled ones, less its ``exclude``); None for another caller (all may train, as far as known).
+
+    ``nlp.select_pipes(disable=...)`` leaves a disabled component linked, and ``exclude`` does not unlink
+    one: a listener of such a component sends no gradient, and the biLM must not wait for it."""
+    if (
+        frame is None
+        or frame.f_code.co_name != "update"
+        or frame.f_globals.get("__name__") != "spacy.language"
+        or not isinstance(frame.f_locals.get("self"), Language)
+    ):
+        return None
+    exclude = frame.f_locals.get("exclude") or ()
+    if not isinstance(exclude, Container):  # an iterator: reading it here would consume it for spaCy
+        return None
+    return {name for name, proc in frame.f_locals["self"].pipeline if name not in exclude and hasattr(proc, "update")}
 
 
 def _path_being_replaced() -> Optional[Tuple[str, str]]:
@@ -515,7 +537,8 @@ class ElmoComponent(TrainablePipe):
     # -- training ----------------------------------------------------------------
     # Fine-tuning (frozen = false): each listener sends the gradient of the layers it read; the
     # biLM's backward runs once per batch, when all of them have (or, for listeners of components
-    # that did not train on the batch, at the next finish_update or update), and the optimizer
+    # that did not train on the batch, at the next finish_update or update; Language.update's own
+    # disabled and excluded components are not waited for), and the optimizer
     # steps once per finish_update, so that [training] accumulate_gradient = N sums N sub-batches
     # into one step. spaCy's nlp.update(sgd=...) calls finish_update right after update(), before
     # the listening components send their gradients: that optimizer steps as soon as they have.
@@ -537,7 +560,9 @@ class ElmoComponent(TrainablePipe):
                 self.add_listener(listener, name)
         batch_id = ElmoListener.get_batch_id(docs)
         listeners = self.listeners
-        if self.cfg["frozen"] or not listeners:
+        updating = _components_updating(sys._getframe(1))
+        training = [i for i, node in enumerate(listeners) if updating is None or node.component in updating]
+        if self.cfg["frozen"] or not training:
             outputs = self.model.predict(docs)  # no autograd graph at all
             for listener in listeners:
                 listener.receive(batch_id, outputs, _no_backprop)
@@ -546,7 +571,7 @@ class ElmoComponent(TrainablePipe):
         self._step_with = sgd
         set_dropout_rate(self.model, drop)
         outputs, bp_outputs = self.model.begin_update(docs)
-        batch = _TrainingBatch(bp_outputs, [self.model.ops.alloc3f(*o.shape) for o in outputs], len(listeners))
+        batch = _TrainingBatch(bp_outputs, [self.model.ops.alloc3f(*o.shape) for o in outputs], training)
         _BATCHES[self] = batch
         for i, listener in enumerate(listeners):
             listener.receive(batch_id, outputs, functools.partial(self._receive_gradient, batch, i, losses))
@@ -559,6 +584,7 @@ class ElmoComponent(TrainablePipe):
             total += d
             losses[self.name] = losses.get(self.name, 0.0) + float((d**2).sum())
         batch.waiting.discard(index)
+        batch.heard += 1
         if not batch.waiting and batch is _BATCHES.get(self):
             self._run_backward()
             if self._step_with is not None:
@@ -568,7 +594,7 @@ class ElmoComponent(TrainablePipe):
     def _run_backward(self) -> None:
         """The biLM's backward for the current batch, if any listener sent a gradient for it."""
         batch = _BATCHES.pop(self, None)
-        if batch is not None and len(batch.waiting) < batch.n_listeners:
+        if batch is not None and batch.heard:
             batch.backprop(batch.d_outputs)
             self._unapplied = True
 
@@ -582,7 +608,7 @@ class ElmoComponent(TrainablePipe):
         if self.cfg["frozen"]:
             return
         batch = _BATCHES.get(self)
-        if batch is not None and len(batch.waiting) == batch.n_listeners:
+        if batch is not None and not batch.heard:
             # called before any listener sent its gradient (nlp.update(sgd=...)): step when they have
             self._step_with = sgd
         else:

@@ -8,6 +8,7 @@ ScalarMix after it computes its own gradients from the layers it saw, so the
 mix trains whichever way the layers arrived.
 """
 
+import sys
 import threading
 import warnings
 from typing import Any, Iterable, List, Optional, Tuple
@@ -115,6 +116,8 @@ def _forward(model: ElmoListener, docs: List[Doc], is_train: bool):
             model.attrs["warming_up"] = False
         elif len(doc) == 0:
             outputs.append(model.ops.alloc3f(nL, len(doc), nO))
+        elif is_train and _in_rehearse():
+            raise ValueError(Errors.E_LISTENER_REHEARSE.format(upstream=model.upstream, component=model.component))
         elif is_train and model._batch_id is not None:
             raise ValueError(
                 Errors.E_LISTENER_BATCH.format(
@@ -135,6 +138,17 @@ def _forward(model: ElmoListener, docs: List[Doc], is_train: bool):
         else:
             raise ValueError(Errors.E_LISTENER_NO_DATA.format(upstream=model.upstream, component=model.component))
     return outputs, _no_grad
+
+
+def _in_rehearse() -> bool:
+    """Whether spaCy's ``Language.rehearse`` runs this forward pass (looked up the stack on a path that
+    fails anyway): it feeds no listener, so a listening component cannot rehearse."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "rehearse" and frame.f_globals.get("__name__") == "spacy.language":
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _take_predicted(model: ElmoListener, docs: List[Doc]) -> Optional[List[Any]]:

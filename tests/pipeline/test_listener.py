@@ -340,6 +340,30 @@ def test_fine_tuning_steps_once_per_training_step(tiny_dir, accumulate, exclude)
     assert set(bilm_updates.values()) == {steps}
 
 
+@pytest.mark.parametrize("leave_out", ["select_pipes", "exclude"])
+def test_fine_tuning_steps_in_each_update_that_leaves_a_listener_out(tiny_dir, leave_out):
+    """nlp.update(sgd=...) with a listening component disabled (nlp.select_pipes) or excluded
+    (exclude=[...]) steps the biLM in that very update with the gradients of the listeners that train,
+    as an update with all of them does: it waited for the left-out one, stepping one update late (the
+    last update's gradient never applied)."""
+    nlp = _fine_tuned_ner_and_textcat(tiny_dir)
+    examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(8)]
+    optimizer = _CountingOptimizer(nlp.initialize(lambda: examples))
+    bilm = get_bilm(nlp.get_pipe("elmo").model)
+    shim = nlp.get_pipe("elmo").model.layers[0].shims[0]
+    steps = 3
+    for step in range(1, steps + 1):
+        before = {name: p.detach().clone() for name, p in bilm.named_parameters()}
+        if leave_out == "select_pipes":
+            with nlp.select_pipes(disable=["textcat"]):
+                nlp.update(examples, sgd=optimizer)
+        else:
+            nlp.update(examples, sgd=optimizer, exclude=["textcat"])
+        bilm_updates = {name: n for (owner, name), n in optimizer.calls.items() if owner == shim.id}
+        assert set(bilm_updates.values()) == {step}, f"update {step}: the biLM took {bilm_updates} steps"
+        assert any(not torch.equal(before[name], p.detach()) for name, p in bilm.named_parameters())
+
+
 def test_fine_tuning_refreshes_token_cache(tiny_dir):
     """Vectors after a fine-tuning step come from the new weights, not the inference cache."""
     nlp = _fine_tuned_ner(tiny_dir)
@@ -426,6 +450,25 @@ def test_replace_listeners(tiny_dir, tmp_path, tok2vec, path, frozen):
     loaded.update(examples, sgd=opt)
     moved = any(not torch.equal(v, before[k]) for k, v in bilm.state_dict().items())
     assert moved == (not frozen)
+
+
+@pytest.mark.parametrize("updated", [True, False])
+def test_rehearse_with_a_listener_names_replace_listeners(tiny_dir, updated):
+    """nlp.rehearse (spaCy's rehearsal, which calls the components in random order and never feeds
+    listeners) with a listening component is a clear error naming the fix, after nlp.update or
+    without one (it blamed frozen_components, or a batch id); after nlp.replace_listeners it rehearses."""
+    nlp = _nlp_with(tiny_dir, "ner", {**NER, "tok2vec": LISTENER})
+    examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(4)]
+    optimizer = nlp.initialize(lambda: examples)
+    if updated:
+        nlp.update(examples, sgd=optimizer)
+    optimizer = nlp.resume_training()
+    raw = [Example(nlp.make_doc(t), nlp.make_doc(t)) for t in ("Bob saw London .", "Alice left .")]
+    with pytest.raises(ValueError, match=r"nlp\.rehearse.*nlp\.replace_listeners\('elmo', 'ner', \['model\.tok2vec'\]\)"):
+        nlp.rehearse(raw, sgd=optimizer)
+    nlp.replace_listeners("elmo", "ner", ["model.tok2vec"])
+    optimizer = nlp.resume_training()
+    assert "ner" in nlp.rehearse(raw, sgd=optimizer)
 
 
 def test_replaced_listener_bilm_has_its_own_optimizer_state(tiny_dir):
