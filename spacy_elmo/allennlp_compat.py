@@ -73,9 +73,10 @@ class Elmo(nn.Module):
     mixes learn); do_layer_norm: normalise each layer before mixing; dropout: applied to each
     representation; keep_sentence_boundaries: keep the ``<S>`` / ``</S>`` positions (``T + 2``);
     scalar_mix_parameters: fixed pre-softmax layer weights (not trained, gamma fixed at 1);
-    module: a ready :class:`BiLM` (both files None; its ``requires_grad`` flags are left as they
-    are, as AllenNLP leaves a given module's). Keyword only, not in AllenNLP: stateful (default
-    True, AllenNLP's behaviour) and backend (``"auto"``: the fused kernels when compiled).
+    module: a ready :class:`BiLM` (both files None; its ``requires_grad`` flags, ``stateful`` and
+    backend are left as they are, as AllenNLP leaves a given module's). Keyword only, not in
+    AllenNLP: stateful (default True, AllenNLP's behaviour) and backend (``"auto"``: the fused
+    kernels when compiled).
     """
 
     def __init__(

@@ -79,7 +79,8 @@ def assert_output(out, reps, mask):
 @pytest.mark.parametrize("stateful", [True, False], ids=["stateful", "stateless"])
 @pytest.mark.parametrize(
     "kwargs",
-    [{}, {"do_layer_norm": True}, {"keep_sentence_boundaries": True}, {"do_layer_norm": True, "keep_sentence_boundaries": True}],
+    [{}, {"do_layer_norm": True}, {"keep_sentence_boundaries": True},
+     {"do_layer_norm": True, "keep_sentence_boundaries": True}],
     ids=["plain", "layer-norm", "boundaries", "layer-norm-boundaries"],
 )
 def test_elmo_matches_oracle(files, backend, stateful, kwargs):
@@ -244,7 +245,8 @@ def assert_same(ours, theirs, atol=ATOL):
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize(
     "kwargs",
-    [{}, {"do_layer_norm": True}, {"keep_sentence_boundaries": True}, {"do_layer_norm": True, "keep_sentence_boundaries": True},
+    [{}, {"do_layer_norm": True}, {"keep_sentence_boundaries": True},
+     {"do_layer_norm": True, "keep_sentence_boundaries": True},
      {"scalar_mix_parameters": FIXED}, {"scalar_mix_parameters": [0.5, 0.2, -0.4], "do_layer_norm": True}],
     ids=["plain", "layer-norm", "boundaries", "layer-norm-boundaries", "fixed-mix", "fixed-mix-layer-norm"],
 )
@@ -297,8 +299,8 @@ def test_dropout_draws_and_gradients_match_allennlp(allennlp, files):
         assert 0.3 < kept[outputs[0]["mask"]].float().mean() < 0.7
         for k in range(2):
             mine, their = getattr(ours, f"scalar_mix_{k}"), getattr(theirs, f"scalar_mix_{k}")
-            torch.testing.assert_close(mine.scalar_parameters.grad, torch.cat([p.grad for p in their.scalar_parameters]),
-                                       atol=1e-4, rtol=1e-4)
+            their_grad = torch.cat([p.grad for p in their.scalar_parameters])
+            torch.testing.assert_close(mine.scalar_parameters.grad, their_grad, atol=1e-4, rtol=1e-4)
             torch.testing.assert_close(mine.gamma.grad, their.gamma.grad, atol=1e-4, rtol=1e-4)
         their_table = theirs._elmo_lstm._token_embedder._char_embedding_weights
         mine_table = ours.bilm.token_encoder.char_embedding
