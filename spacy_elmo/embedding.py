@@ -131,14 +131,15 @@ def embed_lines(
     """Vectors of token rows: ``(L + 1, n, 2P)`` per row for ``"all"``, else ``(n, 2P)``, float32.
 
     Rows are run together as given (the caller batches); empty rows give ``n = 0``.
-    With ``cache`` the token vectors of words seen before are reused.
+    With ``cache`` the token vectors of words seen before are reused. A stateful biLM runs the
+    empty rows too (``<S> </S>``, as AllenNLP does), so that row ``i`` carries batch row ``i``'s states.
     """
     if layers not in LAYER_MODES:
         raise ValueError(Errors.E_EMBED_LAYERS.format(layers=layers))
     L1, D = bilm.config.n_output_layers, bilm.config.output_dim
     out: List[Optional[np.ndarray]] = [None] * len(rows)
-    filled = [i for i, r in enumerate(rows) if len(r)]
-    if filled:
+    filled = [i for i, r in enumerate(rows) if len(r) or bilm.stateful]
+    if any(len(rows[i]) for i in filled):
         stacked = torch.stack(run_rows(bilm, [rows[i] for i in filled], cache).activations)  # (L + 1, B, T, 2P)
         if layers == "top":
             stacked = stacked[-1:]

@@ -752,6 +752,58 @@ class Errors:
     E_NOT_POSITIVE_OPTION = "must be a positive integer (1 or more); found {value}."
     E_NEGATIVE_OPTION = "must be an integer of 0 or more; found {value}."
 
+    # --- AllenNLP migration layer (spacy_elmo.allennlp_compat) -----------------
+    E_COMPAT_NO_MODEL = (
+        "{cls} needs a model: AllenNLP's two files ({cls}(options_file, weight_file, ...)), a spacy-elmo "
+        "model directory or \"default\" (the bundled model) as options_file with weight_file=None, or "
+        "module=<a spacy_elmo BiLM> with both files None."
+    )
+    E_COMPAT_URL = (
+        "{path} is a URL, but spacy-elmo reads local files only (AllenNLP downloaded URLs into its cache). "
+        "Download it first (e.g. curl -LO {path}) and pass the local path."
+    )
+    E_COMPAT_MODULE_WITH_FILES = (
+        "Elmo(module=...) takes no options_file or weight_file: pass None for both (as in AllenNLP), "
+        "or drop module= to load the files."
+    )
+    E_COMPAT_MODULE_TYPE = (
+        "Elmo(module=...) must be a spacy_elmo BiLM (BiLM.load(dir), BiLM.from_allennlp(options, weights)); "
+        "found a {type_name}. Another module (AllenNLP's _ElmoBiLm, a custom biLM) is not run here: load its "
+        "files with Elmo(options_file, weight_file, ...) instead."
+    )
+    E_COMPAT_VOCAB_TO_CACHE = (
+        "Elmo(vocab_to_cache=...) is not supported: spacy-elmo takes character ids only, never word ids. Pass "
+        "vocab_to_cache=None and feed elmo(batch_to_ids(sentences)): each distinct token of a batch is encoded "
+        "once already, and for inference over a corpus spacy_elmo.embedding.embed_file / `spacy-elmo embed` "
+        "reuse the vectors of repeated words across batches (--cache-size)."
+    )
+    E_COMPAT_WORD_INPUTS = (
+        "Elmo.forward(word_inputs=...) is not supported (AllenNLP used it only with vocab_to_cache, which "
+        "spacy-elmo does not take): call elmo(character_ids) with the ids from batch_to_ids(sentences)."
+    )
+    E_COMPAT_NUM_OUTPUTS = (
+        "num_output_representations must be a whole number of 0 or more (typically 1 or 2); found {value!r}."
+    )
+    E_COMPAT_BOOL = "{name} must be True or False; found {value!r}."
+    E_COMPAT_MIX_PARAMETERS = (
+        "scalar_mix_parameters has {found} values, but this biLM has {expected} layers (the token layer and "
+        "each LSTM layer): give one pre-softmax weight per layer, e.g. {example} for the first LSTM layer only."
+    )
+    E_COMPAT_INPUT_SHAPE = (
+        "Elmo expects character ids of shape (batch, timesteps, {max_chars}) (or with more leading dimensions), "
+        "as batch_to_ids(sentences) returns; found shape {shape}."
+    )
+    E_COMPAT_CUDA_DEVICE = (
+        "cuda_device must be a whole number: -1 for the CPU, or the index of a CUDA device; found {value!r}."
+    )
+    E_COMPAT_BATCH_SIZE = "batch_size must be a whole number of 1 or more; found {value!r}."
+    E_COMPAT_EMBED_FILE = (
+        "ElmoEmbedder.embed_file is not provided. Embed a file with spacy_elmo.embedding.embed_file(bilm, "
+        "input_path, output_path, layers='all') or `spacy-elmo embed INPUT OUTPUT --model MODEL`: they write "
+        "AllenNLP's HDF5 layout (dataset per line plus sentence_to_index), with every sentence read on its own "
+        "(bilm = BiLM.from_allennlp(options_file, weight_file), stateless)."
+    )
+
     # --- embedding a corpus (spacy_elmo.embedding, spacy-elmo embed) ---------
     E_EMBED_INPUT_MISSING = "{path} is not a file. Pass a UTF-8 text file with one sentence per line."
     E_EMBED_LAYERS = "Unknown layers {layers!r}: use 'all' (every layer), 'top' or 'average'."

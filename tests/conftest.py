@@ -24,3 +24,15 @@ def ended_pid():
     process = subprocess.Popen([sys.executable, "-c", ""])
     process.wait()
     return process.pid
+
+
+@pytest.fixture(scope="session")
+def allennlp():
+    """``benchmarks.allennlp_reference`` with AllenNLP 2.10.1's real modules loaded from its wheel
+    (downloaded once); the test is skipped when the wheel or the benchmarks package is unavailable."""
+    ref = pytest.importorskip("benchmarks.allennlp_reference")
+    try:
+        ref.load_allennlp_elmo()
+    except ref.AllenNLPUnavailable as err:
+        pytest.skip(f"allennlp {ref.ALLENNLP_VERSION} wheel unavailable: {err}")
+    return ref

@@ -11,8 +11,8 @@ import torch
 
 import spacy_elmo.embedding
 from spacy_elmo import BiLM, batch_to_ids
-from spacy_elmo.embedding import embed_file, parts_path
-from tests.bilm.oracle import options, write_model_files
+from spacy_elmo.embedding import embed_file, embed_lines, parts_path
+from tests.bilm.oracle import NumpyElmo, options, write_model_files
 from tests.cli_text import plain
 from tests.compressed import FORMATS, compressed
 
@@ -91,6 +91,17 @@ def test_every_line_is_its_own_dataset_equal_to_the_bilm_alone(bilm, corpus, tmp
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     # AllenNLP's mapping: text -> index, the last occurrence for a repeated line
     assert mapping[LINES[0]] == "5" and mapping[LINES[3]] == "3"
+
+
+def test_embed_lines_of_a_stateful_bilm_keeps_each_rows_states(model_dir):
+    """A stateful biLM runs an empty row too (as AllenNLP does): row i of the next batch starts from
+    row i's states, not from those of the row after an empty one."""
+    bilm = BiLM.load(model_dir, stateful=True)
+    oracle = NumpyElmo(options(), model_dir / "weights.hdf5")
+    for rows in ([["a", "b"], [], ["c"]], [["d"], ["e", "f"], ["g"]]):
+        for vec, expected in zip(embed_lines(bilm, rows), oracle.batch(rows, stateful=True)):
+            assert vec.shape == expected.shape
+            np.testing.assert_allclose(vec, expected, atol=1e-5, rtol=0)
 
 
 def test_files_read_as_allennlp_readers_read_its_elmo_command_output(bilm, tmp_path):

@@ -51,6 +51,14 @@ def _describe(value) -> str:
     return f"{value.dtype} tensor" if isinstance(value, Tensor) else type(value).__name__
 
 
+def remove_boundaries(tensor: Tensor, mask: Tensor) -> Tuple[Tensor, Tensor]:
+    """``tensor`` ``(B, T + 2, D)`` and ``mask`` ``(B, T + 2)`` of rows wrapped in ``<S> ... </S>``
+    (``keep_boundaries=True``) -> ``(B, T, D)`` without the markers, zero at padded positions, and
+    the mask ``(B, T)`` (AllenNLP's ``remove_sentence_boundaries``)."""
+    inner = mask[:, 2:]
+    return tensor[:, 1 : tensor.shape[1] - 1] * inner.unsqueeze(-1).to(tensor.dtype), inner
+
+
 class BiLM(nn.Module):
     """The ELMo biLM, numerically equal to the released models.
 
@@ -304,7 +312,7 @@ class BiLM(nn.Module):
                 row=row, position=position, ids=char_ids[row, position, :12].tolist(), bow=bow))
         return char_ids, mask, lengths
 
-    def forward(self, char_ids: Tensor) -> BiLMOutput:
+    def forward(self, char_ids: Tensor, keep_boundaries: bool = False) -> BiLMOutput:
         """Every layer's vectors for a batch of tokenized sentences.
 
         char_ids: integer tensor ``(batch, max_len, W)`` (torch.long or torch.int32), ``W =
@@ -318,6 +326,10 @@ class BiLM(nn.Module):
         torch.compile or torch.export traced, these checks of the ids' values are assertions: a
         RuntimeError on the CPU, a device-side assert on CUDA, which breaks the CUDA context: there
         call :meth:`check_ids` first on ids that come from outside).
+
+        ``keep_boundaries=True`` keeps the ``<S>`` / ``</S>`` positions: ``(batch, max_len + 2, 2P)``
+        layers and mask, ``<S>`` first and each ``</S>`` right after its row's last token (AllenNLP's
+        ``_ElmoBiLm`` output, which its ``Elmo`` mixes before removing them).
         """
         self._check_traceable()
         char_ids, mask, lengths = self._checked_mask(char_ids)
@@ -330,20 +342,20 @@ class BiLM(nn.Module):
         wrapped[:, 0] = self._marker_ids[0]
         wrapped[rows, lengths + 1] = self._marker_ids[1]
         mask2 = torch.arange(T + 2, device=device).unsqueeze(0) < (lengths + 2).unsqueeze(1)
-        return self.contextualize(self.encode_tokens(wrapped, mask2), lengths)
+        return self.contextualize(self.encode_tokens(wrapped, mask2), lengths, keep_boundaries)
 
     @property
     def marker_ids(self) -> Tensor:
         """LongTensor ``(2, W)``: the shifted character ids of ``<S>`` and ``</S>``."""
         return self._marker_ids
 
-    def contextualize(self, x: Tensor, lengths: Tensor) -> BiLMOutput:
+    def contextualize(self, x: Tensor, lengths: Tensor, keep_boundaries: bool = False) -> BiLMOutput:
         """The biLSTM part of :meth:`forward`, on token vectors already wrapped in markers.
 
         x: ``(B, T + 2, P)`` = ``<S>``, the row's tokens, ``</S>``, then zeros (e.g.
         from a cache of :meth:`encode_tokens` outputs); lengths: LongTensor ``(B,)``
         of tokens without the markers. Returns the same :class:`BiLMOutput` as
-        :meth:`forward` (and carries states in stateful mode).
+        :meth:`forward` (and carries states in stateful mode); ``keep_boundaries`` as there.
         """
         P = self.config.projection_dim
         if not (isinstance(x, Tensor) and x.is_floating_point() and isinstance(lengths, Tensor)
@@ -360,11 +372,12 @@ class BiLM(nn.Module):
         outs_f, outs_b, final = self.lstm(x, x, lengths + 2, state, reverse_backward=True)
         if self.stateful:
             self._update_states(final)
-        mask = torch.arange(T, device=x.device).unsqueeze(0) < lengths.unsqueeze(1)
         layers = [torch.cat([x, x], -1)] + [torch.cat([f, b], -1) for f, b in zip(outs_f, outs_b)]
-        keep = mask.unsqueeze(-1).to(x.dtype)
-        activations = [layer[:, 1 : T + 1] * keep for layer in layers]
-        return BiLMOutput(activations, mask)
+        mask = torch.arange(T + 2, device=x.device).unsqueeze(0) < (lengths + 2).unsqueeze(1)
+        if keep_boundaries:
+            keep = mask.unsqueeze(-1).to(x.dtype)
+            return BiLMOutput([layer * keep for layer in layers], mask)
+        return BiLMOutput([remove_boundaries(layer, mask)[0] for layer in layers], mask[:, 2:])
 
     # -- persistence (implemented in allennlp_io / native_io) ----------------
     @classmethod

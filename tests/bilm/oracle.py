@@ -181,18 +181,19 @@ class NumpyElmo:
             inp = out
         return outputs
 
-    def sentence(self, tokens: Sequence[str], row: Optional[int] = None) -> np.ndarray:
-        """``(L + 1, n, 2P)`` layers of one sentence; ``row`` carries states (stateful mode)."""
+    def sentence(self, tokens: Sequence[str], row: Optional[int] = None, keep_boundaries: bool = False) -> np.ndarray:
+        """``(L + 1, n, 2P)`` layers of one sentence; ``row`` carries states (stateful mode);
+        ``keep_boundaries``: ``(L + 1, n + 2, 2P)`` with the ``<S>`` and ``</S>`` positions."""
         ids = [spell_marker(BOS, self.max_chars)] + [spell(t, self.max_chars) for t in tokens]
         ids.append(spell_marker(EOS, self.max_chars))
         xs = np.stack([self.token_vector(i) for i in ids])
         fwd = self._run_direction(0, xs, row)
         bwd = [o[::-1] for o in self._run_direction(1, xs[::-1], row)]
         layers = [np.concatenate([xs, xs], -1)] + [np.concatenate([f, b], -1) for f, b in zip(fwd, bwd)]
-        return np.stack(layers)[:, 1:-1]
+        return np.stack(layers) if keep_boundaries else np.stack(layers)[:, 1:-1]
 
-    def batch(self, sentences: Sequence[Sequence[str]], stateful: bool = False) -> List[np.ndarray]:
-        return [self.sentence(s, row=i if stateful else None) for i, s in enumerate(sentences)]
+    def batch(self, sentences: Sequence[Sequence[str]], stateful: bool = False, keep_boundaries: bool = False) -> List[np.ndarray]:
+        return [self.sentence(s, row=i if stateful else None, keep_boundaries=keep_boundaries) for i, s in enumerate(sentences)]
 
 
 def numpy_scalar_mix(layers: Sequence[np.ndarray], w: np.ndarray, gamma: float, mask=None) -> np.ndarray:

@@ -19,16 +19,7 @@ from tests.bilm.test_export_variations import VARIATIONS, export_allennlp, make_
 
 ATOL = 1e-5
 
-ref = pytest.importorskip("benchmarks.allennlp_reference")
-
-
-@pytest.fixture(scope="module")
-def allennlp():
-    try:
-        ref.load_allennlp_elmo()
-    except ref.AllenNLPUnavailable as err:
-        pytest.skip(f"allennlp {ref.ALLENNLP_VERSION} wheel unavailable: {err}")
-    return ref
+ref = pytest.importorskip("benchmarks.allennlp_reference")  # the `allennlp` fixture (tests/conftest.py) skips offline
 
 
 SENTENCES = [

@@ -5,6 +5,8 @@ import pytest
 import torch
 
 from spacy_elmo import BiLM, batch_to_ids
+from spacy_elmo.bilm.model import remove_boundaries
+from tests.backends import BACKENDS
 from tests.bilm.oracle import NumpyElmo, options, write_model_files
 
 ATOL = 1e-5
@@ -166,3 +168,25 @@ def test_gradients_flow_to_every_parameter(tmp_path):
     for name, p in model.named_parameters():
         assert p.grad is not None and torch.isfinite(p.grad).all(), name
         assert p.grad.abs().sum() > 0, name
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_keep_boundaries_returns_the_marker_positions(tmp_path, backend):
+    """``keep_boundaries=True``: ``<S>`` first, each ``</S>`` right after its row's last token, zero
+    padding after it, the mask covering the markers; removing them gives the default output."""
+    opts = options()
+    opt_path, weight_path = write_model_files(tmp_path, opts)
+    model = BiLM.from_allennlp(opt_path, weight_path, backend=backend)
+    oracle = NumpyElmo(opts, weight_path)
+    ids = batch_to_ids(SENTENCES)
+    with torch.no_grad():
+        full, inner = model(ids, keep_boundaries=True), model(ids)
+    T = ids.shape[1]
+    assert full.mask.sum(1).tolist() == [len(s) + 2 for s in SENTENCES]
+    wrapped = [["<S>", *s, "</S>"] for s in SENTENCES]
+    assert_matches(full, oracle.batch(SENTENCES, keep_boundaries=True), wrapped)
+    assert all(a.shape[1] == T + 2 for a in full.activations)
+    for layer, a in enumerate(full.activations):
+        stripped, mask = remove_boundaries(a, full.mask)
+        assert torch.equal(mask, inner.mask)
+        torch.testing.assert_close(stripped, inner.activations[layer], atol=1e-6, rtol=0)

@@ -1,0 +1,229 @@
+"""AllenNLP's ELMo API on spacy-elmo's biLM: change the import, keep the code (no spaCy here).
+
+::
+
+    # from allennlp.modules.elmo import Elmo, batch_to_ids
+    from spacy_elmo.allennlp_compat import Elmo, batch_to_ids
+    elmo = Elmo(options_file, weight_file, num_output_representations=2, dropout=0.5)
+    out = elmo(batch_to_ids(sentences))  # {"elmo_representations": [(B, T, 2P)] * 2, "mask": (B, T)}
+
+    # from allennlp.commands.elmo import ElmoEmbedder   (allennlp 0.9)
+    from spacy_elmo.allennlp_compat import ElmoEmbedder
+    ElmoEmbedder(options_file, weight_file).embed_sentence(tokens)  # float32 (L + 1, n, 2P)
+
+:class:`Elmo` has allennlp 2.10.1's constructor and ``forward``: the same dict, shapes, masking,
+dropout (one draw per representation, after the sentence markers are removed), layer norm (mixed
+over the ``<S>`` / ``</S>`` positions too, one mean and variance per layer over the batch's
+unmasked elements), ``keep_sentence_boundaries``, fixed ``scalar_mix_parameters`` and
+``requires_grad``. Like AllenNLP's, both classes carry each batch row's final LSTM states into the
+next call (``stateful=False``, keyword only, for vectors that do not depend on earlier calls;
+``reset_states()`` forgets them). ``options_file`` may instead be a spacy-elmo model directory or
+``"default"`` (the bundled model), with ``weight_file=None``. Not supported, each a clear error:
+``vocab_to_cache`` / ``word_inputs``, a ``module`` other than a spacy-elmo :class:`BiLM`, URLs in
+place of local files, and ``ElmoEmbedder.embed_file`` (use :func:`spacy_elmo.embedding.embed_file`).
+"""
+
+from itertools import islice
+from pathlib import Path
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from .bilm import BiLM, ScalarMix
+from .bilm.config import is_int
+from .bilm.model import remove_boundaries
+from .chars import batch_to_ids
+from .embedding import embed_lines
+from .errors import Errors
+
+__all__ = ["Elmo", "ElmoEmbedder", "batch_to_ids"]
+
+PathLike = Union[str, Path]
+#: ``ElmoEmbedder.embed_sentences``' default batch size (allennlp 0.9's DEFAULT_BATCH_SIZE).
+DEFAULT_BATCH_SIZE = 64
+
+
+def _check_bool(name: str, value) -> None:
+    if not isinstance(value, bool):  # "false" would be truthy
+        raise TypeError(Errors.E_COMPAT_BOOL.format(name=name, value=value))
+
+
+def load_bilm(
+    cls_name: str, options_file: Optional[PathLike], weight_file: Optional[PathLike], stateful: bool, backend: str
+) -> BiLM:
+    """The biLM of AllenNLP's two files, or of a model directory / ``"default"`` given as
+    ``options_file`` with ``weight_file=None``."""
+    if options_file is None:
+        raise ValueError(Errors.E_COMPAT_NO_MODEL.format(cls=cls_name))
+    for path in (options_file, weight_file):
+        if isinstance(path, str) and "://" in path:
+            raise ValueError(Errors.E_COMPAT_URL.format(path=path))
+    if weight_file is None:
+        return BiLM.load(options_file, stateful=stateful, backend=backend)
+    return BiLM.from_allennlp(options_file, weight_file, stateful=stateful, backend=backend)
+
+
+class Elmo(nn.Module):
+    """``num_output_representations`` ELMo mixes of one biLM run (allennlp 2.10.1's ``Elmo``).
+
+    options_file, weight_file: the released ``options.json`` and ``.hdf5`` (or a spacy-elmo model
+    directory or ``"default"`` and ``None``); requires_grad: fine-tune the biLM (otherwise only the
+    mixes learn); do_layer_norm: normalise each layer before mixing; dropout: applied to each
+    representation; keep_sentence_boundaries: keep the ``<S>`` / ``</S>`` positions (``T + 2``);
+    scalar_mix_parameters: fixed pre-softmax layer weights (not trained, gamma fixed at 1);
+    module: a ready :class:`BiLM` (both files None; its ``requires_grad`` flags, ``stateful`` and
+    backend are left as they are, as AllenNLP leaves a given module's). Keyword only, not in
+    AllenNLP: stateful (default True, AllenNLP's behaviour) and backend (``"auto"``: the fused
+    kernels when compiled).
+    """
+
+    def __init__(
+        self,
+        options_file: Optional[PathLike],
+        weight_file: Optional[PathLike],
+        num_output_representations: int,
+        requires_grad: bool = False,
+        do_layer_norm: bool = False,
+        dropout: float = 0.5,
+        vocab_to_cache: Optional[List[str]] = None,
+        keep_sentence_boundaries: bool = False,
+        scalar_mix_parameters: Optional[List[float]] = None,
+        module: Optional[nn.Module] = None,
+        *,
+        stateful: bool = True,
+        backend: str = "auto",
+    ) -> None:
+        super().__init__()
+        if vocab_to_cache is not None:
+            raise ValueError(Errors.E_COMPAT_VOCAB_TO_CACHE)
+        if not is_int(num_output_representations) or num_output_representations < 0:
+            raise ValueError(Errors.E_COMPAT_NUM_OUTPUTS.format(value=num_output_representations))
+        for name, value in (("requires_grad", requires_grad), ("do_layer_norm", do_layer_norm),
+                            ("keep_sentence_boundaries", keep_sentence_boundaries), ("stateful", stateful)):
+            _check_bool(name, value)
+        if module is not None:
+            if options_file is not None or weight_file is not None:
+                raise ValueError(Errors.E_COMPAT_MODULE_WITH_FILES)
+            if not isinstance(module, BiLM):
+                raise TypeError(Errors.E_COMPAT_MODULE_TYPE.format(type_name=type(module).__name__))
+            self.bilm = module
+        else:
+            self.bilm = load_bilm("Elmo", options_file, weight_file, stateful, backend)
+            self.bilm.requires_grad_(requires_grad)
+        n_layers = self.bilm.config.n_output_layers
+        if scalar_mix_parameters is not None and len(scalar_mix_parameters) != n_layers:
+            example = [-9e10] * n_layers
+            example[1] = 1
+            raise ValueError(Errors.E_COMPAT_MIX_PARAMETERS.format(
+                found=len(scalar_mix_parameters), expected=n_layers, example=example))
+        self._keep_sentence_boundaries = keep_sentence_boundaries
+        self._dropout = nn.Dropout(p=dropout)
+        self._scalar_mixes: List[ScalarMix] = []
+        for k in range(num_output_representations):
+            mix = ScalarMix(n_layers, do_layer_norm=do_layer_norm, initial_weights=scalar_mix_parameters,
+                            trainable=scalar_mix_parameters is None)
+            self.add_module(f"scalar_mix_{k}", mix)  # AllenNLP's names
+            self._scalar_mixes.append(mix)
+
+    def get_output_dim(self) -> int:
+        """Width of each representation: ``2 * projection_dim`` (1024 for the original ELMo)."""
+        return self.bilm.config.output_dim
+
+    def reset_states(self) -> None:
+        """Forget the LSTM states carried from earlier calls (stateful mode)."""
+        self.bilm.reset_states()
+
+    def forward(self, inputs: Tensor, word_inputs: Optional[Tensor] = None) -> Dict[str, Union[Tensor, List[Tensor]]]:
+        """inputs: character ids ``(batch, timesteps, 50)`` from :func:`batch_to_ids` (more leading
+        dimensions are flattened and restored, as in AllenNLP).
+
+        Returns ``{"elmo_representations": [(batch, timesteps, 2P)] * num_output_representations,
+        "mask": BoolTensor (batch, timesteps)}`` (``timesteps + 2`` with keep_sentence_boundaries).
+        """
+        if word_inputs is not None:
+            raise ValueError(Errors.E_COMPAT_WORD_INPUTS)
+        W = self.bilm.config.max_characters_per_token
+        if not isinstance(inputs, Tensor) or inputs.dim() < 3 or inputs.shape[-1] != W:
+            shape = tuple(inputs.shape) if isinstance(inputs, Tensor) else type(inputs).__name__
+            raise ValueError(Errors.E_COMPAT_INPUT_SHAPE.format(max_chars=W, shape=shape))
+        leading = tuple(inputs.shape[:-2])
+        out = self.bilm(inputs.reshape(-1, *inputs.shape[-2:]), keep_boundaries=True)
+        representations = []
+        for mix in self._scalar_mixes:
+            mixed = mix(out.activations, out.mask)  # over the markers too, as AllenNLP mixes
+            if not self._keep_sentence_boundaries:
+                mixed = remove_boundaries(mixed, out.mask)[0]
+            representations.append(self._dropout(mixed))
+        mask = out.mask if self._keep_sentence_boundaries else out.mask[:, 2:]
+        return {
+            "elmo_representations": [r.reshape(*leading, *r.shape[1:]) for r in representations],
+            "mask": mask.reshape(*leading, mask.shape[-1]),
+        }
+
+
+class ElmoEmbedder:
+    """allennlp 0.9's ``ElmoEmbedder``: every layer of a sentence as NumPy float32 ``(L + 1, n, 2P)``
+    (``(3, n, 1024)`` for the original ELMo), the sentence markers removed; an empty sentence gives
+    ``(L + 1, 0, 2P)``.
+
+    options_file, weight_file: as for :class:`Elmo`; the default is the bundled model (0.9's
+    default downloaded the original ELMo: pass its files for that). cuda_device: -1 for the CPU,
+    else the CUDA device's index. Keyword only: stateful (default True, as 0.9 carried each batch
+    row's states into the next batch) and backend. The biLM is ``self.elmo_bilm``.
+    """
+
+    def __init__(
+        self,
+        options_file: Optional[PathLike] = "default",
+        weight_file: Optional[PathLike] = None,
+        cuda_device: int = -1,
+        *,
+        stateful: bool = True,
+        backend: str = "auto",
+    ) -> None:
+        if not is_int(cuda_device) or cuda_device < -1:
+            raise ValueError(Errors.E_COMPAT_CUDA_DEVICE.format(value=cuda_device))
+        _check_bool("stateful", stateful)
+        self.elmo_bilm = load_bilm("ElmoEmbedder", options_file, weight_file, stateful, backend)
+        self.elmo_bilm.requires_grad_(False).eval()
+        if cuda_device >= 0:
+            self.elmo_bilm.to(torch.device("cuda", cuda_device))
+        self.cuda_device = cuda_device
+
+    def reset_states(self) -> None:
+        """Forget the LSTM states carried from earlier batches."""
+        self.elmo_bilm.reset_states()
+
+    @torch.no_grad()
+    def batch_to_embeddings(self, batch: Sequence[Sequence[str]]) -> Tuple[Tensor, Tensor]:
+        """``(activations (B, L + 1, T, 2P), mask (B, T))`` as torch tensors on the biLM's device."""
+        ids = batch_to_ids(batch, self.elmo_bilm.config.max_characters_per_token)
+        out = self.elmo_bilm(ids.to(self.elmo_bilm.marker_ids.device))
+        return torch.stack(out.activations, 1), out.mask
+
+    def embed_sentence(self, sentence: Sequence[str]) -> np.ndarray:
+        """One sentence's layers: float32 ``(L + 1, n, 2P)``."""
+        return self.embed_batch([sentence])[0]
+
+    def embed_batch(self, batch: Sequence[Sequence[str]]) -> List[np.ndarray]:
+        """Each sentence's layers, one biLM call for the batch."""
+        return embed_lines(self.elmo_bilm, list(batch), layers="all")
+
+    def embed_sentences(
+        self, sentences: Iterable[Sequence[str]], batch_size: int = DEFAULT_BATCH_SIZE
+    ) -> Iterator[np.ndarray]:
+        """A generator of each sentence's layers, computed ``batch_size`` sentences at a time."""
+        if not is_int(batch_size) or batch_size < 1:
+            raise ValueError(Errors.E_COMPAT_BATCH_SIZE.format(value=batch_size))
+        iterator = iter(sentences)
+        while True:
+            batch = list(islice(iterator, batch_size))
+            if not batch:
+                return
+            yield from self.embed_batch(batch)
+
+    def embed_file(self, *args, **kwargs):
+        """Not provided: :func:`spacy_elmo.embedding.embed_file` writes the same HDF5 layout."""
+        raise NotImplementedError(Errors.E_COMPAT_EMBED_FILE)

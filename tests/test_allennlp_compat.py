@@ -1,0 +1,312 @@
+"""spacy_elmo.allennlp_compat: AllenNLP's ``Elmo`` (2.10.1) and ``ElmoEmbedder`` (0.9) APIs.
+
+Against AllenNLP's real ``Elmo`` class run from its wheel (the ``allennlp`` fixture of
+tests/conftest.py: skipped offline), and against the NumPy float64 oracle (always).
+"""
+
+import numpy as np
+import pytest
+import torch
+
+from spacy_elmo import BiLM
+from spacy_elmo.allennlp_compat import Elmo, ElmoEmbedder, batch_to_ids
+from tests.backends import BACKENDS
+from tests.bilm.oracle import NumpyElmo, numpy_scalar_mix, options, write_model_files
+
+ATOL = 1e-5
+OPTS = options(filters=((1, 4), (2, 6), (3, 8)))
+# Ragged batches, an empty sentence, a smaller then a larger batch (the carried states' rows).
+BATCHES = [
+    [["The", "bank", "of", "the", "river", "."], ["밥", "먹었어요", "?"], [], ["a"]],
+    [["one", "more"], ["x"]],
+    [["emoji", "🎉🎉", "x" * 60, ""], ["b", "c"], ["d"], ["the", "end"], ["new", "row"]],
+]
+# Per representation: pre-softmax layer weights and gamma (distinct, so that mixes differ).
+MIXES = [(np.array([0.3, -1.0, 2.0]), 1.7), (np.array([-0.5, 0.8, 0.1]), 0.6)]
+FIXED = [-9e10, 1.0, -9e10]  # AllenNLP's docs' example: the first LSTM layer only
+
+
+@pytest.fixture
+def files(tmp_path):
+    return write_model_files(tmp_path, OPTS, seed=3)
+
+
+def set_mixes(elmo, mixes, allennlp_side=False):
+    """Give representation k the weights and gamma of ``mixes[k]`` (AllenNLP keeps one parameter per layer)."""
+    with torch.no_grad():
+        for k, (weights, gamma) in enumerate(mixes):
+            mix = getattr(elmo, f"scalar_mix_{k}")
+            if allennlp_side:
+                for p, w in zip(mix.scalar_parameters, weights):
+                    p.fill_(float(w))
+            else:
+                mix.scalar_parameters.copy_(torch.tensor(weights))
+            mix.gamma.fill_(gamma)
+
+
+def oracle_elmo(oracle, sentences, mixes, do_layer_norm=False, keep=False, stateful=True):
+    """AllenNLP's Elmo in NumPy: mix the layers with the markers (layer norm over the batch's
+    unmasked positions, markers included), then drop the markers (padding zero)."""
+    full = oracle.batch(sentences, stateful=stateful, keep_boundaries=True)  # (L + 1, n + 2, D) each
+    L1, D = full[0].shape[0], full[0].shape[2]
+    B, T = len(sentences), max(len(s) for s in sentences) + 2
+    layers, mask = np.zeros((L1, B, T, D)), np.zeros((B, T), dtype=bool)
+    for i, f in enumerate(full):
+        layers[:, i, : f.shape[1]] = f
+        mask[i, : f.shape[1]] = True
+    reps = []
+    for weights, gamma in mixes:
+        mixed = numpy_scalar_mix(list(layers), weights, gamma, mask if do_layer_norm else None)
+        if not keep:
+            inner = np.zeros((B, T - 2, D))
+            for i, s in enumerate(sentences):
+                inner[i, : len(s)] = mixed[i, 1 : len(s) + 1]
+            mixed = inner
+        reps.append(mixed)
+    return reps, (mask if keep else mask[:, 2:])
+
+
+def assert_output(out, reps, mask):
+    assert torch.equal(out["mask"], torch.as_tensor(mask))
+    assert len(out["elmo_representations"]) == len(reps)
+    for k, (got, expected) in enumerate(zip(out["elmo_representations"], reps)):
+        assert tuple(got.shape) == expected.shape
+        np.testing.assert_allclose(got.detach().double().numpy(), expected, atol=ATOL, rtol=0, err_msg=f"rep {k}")
+
+
+# -- against the NumPy oracle (no wheel needed) ------------------------------------------------------
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("stateful", [True, False], ids=["stateful", "stateless"])
+@pytest.mark.parametrize(
+    "kwargs",
+    [{}, {"do_layer_norm": True}, {"keep_sentence_boundaries": True},
+     {"do_layer_norm": True, "keep_sentence_boundaries": True}],
+    ids=["plain", "layer-norm", "boundaries", "layer-norm-boundaries"],
+)
+def test_elmo_matches_oracle(files, backend, stateful, kwargs):
+    elmo = Elmo(*files, num_output_representations=2, dropout=0.5, stateful=stateful, backend=backend, **kwargs).eval()
+    set_mixes(elmo, MIXES)
+    oracle = NumpyElmo(OPTS, files[1])
+    for sentences in BATCHES:
+        with torch.no_grad():
+            out = elmo(batch_to_ids(sentences))
+        reps, mask = oracle_elmo(oracle, sentences, MIXES, kwargs.get("do_layer_norm", False),
+                                 kwargs.get("keep_sentence_boundaries", False), stateful)
+        assert_output(out, reps, mask)
+
+
+def test_fixed_scalar_mix_parameters_are_not_trained(files):
+    elmo = Elmo(*files, 1, dropout=0.0, scalar_mix_parameters=FIXED, stateful=False).eval()
+    mix = elmo.scalar_mix_0
+    assert not mix.scalar_parameters.requires_grad and not mix.gamma.requires_grad
+    assert [p for p in elmo.parameters() if p.requires_grad] == []
+    out = elmo(batch_to_ids(BATCHES[0]))
+    reps, mask = oracle_elmo(NumpyElmo(OPTS, files[1]), BATCHES[0], [(np.array(FIXED), 1.0)], stateful=False)
+    assert_output(out, reps, mask)
+    # the first LSTM layer alone, as AllenNLP's docs promise for these weights
+    only = NumpyElmo(OPTS, files[1]).sentence(BATCHES[0][0])[1]
+    np.testing.assert_allclose(out["elmo_representations"][0][0, :6].detach().numpy(), only, atol=ATOL)
+
+
+def test_more_leading_dimensions_are_flattened_and_restored(files):
+    elmo = Elmo(*files, 1, dropout=0.0, stateful=False).eval()
+    ids = batch_to_ids(BATCHES[0] + [["z"], ["y", "x"]])  # (6, T, 50)
+    with torch.no_grad():
+        flat, nested = elmo(ids), elmo(ids.view(2, 3, *ids.shape[1:]))
+    assert nested["mask"].shape == (2, 3, ids.shape[1])
+    assert torch.equal(nested["mask"].reshape(6, -1), flat["mask"])
+    torch.testing.assert_close(nested["elmo_representations"][0].reshape(6, ids.shape[1], -1),
+                               flat["elmo_representations"][0], atol=1e-6, rtol=0)
+
+
+def test_model_directory_and_default_in_place_of_the_files(files, tmp_path):
+    """A spacy-elmo model directory (or "default") as options_file with weight_file=None, or module=BiLM."""
+    BiLM.from_allennlp(*files).save(tmp_path / "native")
+    ids = batch_to_ids(BATCHES[0])
+    with torch.no_grad():
+        expected = Elmo(*files, 1, dropout=0.0).eval()(ids)["elmo_representations"][0]
+        from_dir = Elmo(tmp_path / "native", None, 1, dropout=0.0).eval()(ids)["elmo_representations"][0]
+        from_module = Elmo(None, None, 1, dropout=0.0, module=BiLM.load(tmp_path / "native")).eval()(ids)
+    torch.testing.assert_close(from_dir, expected, atol=1e-6, rtol=0)
+    torch.testing.assert_close(from_module["elmo_representations"][0], expected, atol=1e-6, rtol=0)
+    default = Elmo("default", None, 2)
+    assert default.get_output_dim() == BiLM.load("default").config.output_dim == 256
+    assert ElmoEmbedder().embed_sentence(["Hello", "world"]).shape == (3, 2, 256)
+
+
+def test_requires_grad_fine_tunes_the_bilm(files):
+    ids = batch_to_ids(BATCHES[0])
+    frozen = Elmo(*files, 1, dropout=0.0)
+    frozen(ids)["elmo_representations"][0].sum().backward()
+    assert all(p.grad is None and not p.requires_grad for p in frozen.bilm.parameters())
+    assert frozen.scalar_mix_0.scalar_parameters.grad is not None  # the mix still learns
+    tuned = Elmo(*files, 1, dropout=0.0, requires_grad=True)
+    tuned(ids)["elmo_representations"][0].sum().backward()
+    grads = {name: p.grad for name, p in tuned.bilm.named_parameters()}
+    assert all(g is not None for g in grads.values()), [n for n, g in grads.items() if g is None]
+    assert grads["token_encoder.char_embedding"].abs().sum() > 0
+
+
+def test_dropout_applies_in_train_mode_only(files):
+    elmo = Elmo(*files, 2, dropout=0.5, stateful=False)
+    ids = batch_to_ids(BATCHES[0])
+    with torch.no_grad():
+        clean = elmo.eval()(ids)["elmo_representations"]
+        torch.manual_seed(0)
+        noisy = elmo.train()(ids)["elmo_representations"]
+    for c, n in zip(clean, noisy):
+        kept = n != 0
+        assert 0.3 < (kept[c != 0]).float().mean() < 0.7
+        torch.testing.assert_close(n[kept], 2 * c[kept])  # inverted dropout: kept values scaled by 1 / (1 - p)
+    assert not torch.equal(noisy[0] != 0, noisy[1] != 0)  # one draw per representation
+
+
+def test_elmo_embedder_matches_oracle(files):
+    """0.9's ElmoEmbedder: float32 (L + 1, n, 2P) per sentence, markers removed, states carried per row."""
+    embedder = ElmoEmbedder(*files)
+    oracle = NumpyElmo(OPTS, files[1])
+    for sentences in BATCHES:  # an empty sentence keeps its row's states, as in AllenNLP
+        got = embedder.embed_batch(sentences)
+        for vec, expected in zip(got, oracle.batch(sentences, stateful=True)):
+            assert vec.dtype == np.float32 and vec.shape == expected.shape
+            np.testing.assert_allclose(vec, expected, atol=ATOL, rtol=0)
+    single = ElmoEmbedder(*files, stateful=False)
+    sentences = [s for batch in BATCHES for s in batch]
+    for vec, sentence in zip(single.embed_sentences(iter(sentences), batch_size=3), sentences):
+        np.testing.assert_allclose(vec, oracle.sentence(sentence), atol=ATOL, rtol=0)
+    assert single.embed_sentence([]).shape == (3, 0, 16)
+    np.testing.assert_allclose(single.embed_sentence(["a"]), oracle.sentence(["a"]), atol=ATOL, rtol=0)
+    activations, mask = single.batch_to_embeddings(BATCHES[0])
+    assert activations.shape == (4, 3, 6, 16) and mask.sum(1).tolist() == [6, 3, 0, 1]
+
+
+# -- errors ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "kwargs,error,match",
+    [
+        ({"vocab_to_cache": ["the"]}, ValueError, "vocab_to_cache=None"),
+        ({"scalar_mix_parameters": [1.0, 2.0]}, ValueError, "has 2 values, but this biLM has 3 layers"),
+        ({"num_output_representations": -1}, ValueError, "0 or more"),
+        ({"do_layer_norm": "false"}, TypeError, "do_layer_norm must be True or False"),
+        ({"module": torch.nn.Linear(2, 2), "files": (None, None)}, TypeError, "must be a spacy_elmo BiLM"),
+        ({"module": "bilm"}, ValueError, "takes no options_file or weight_file"),
+        ({"files": (None, None)}, ValueError, "Elmo needs a model"),
+        ({"files": ("https://x/options.json", "https://x/weights.hdf5")}, ValueError, "curl -LO"),
+    ],
+    ids=["vocab-to-cache", "mix-parameters", "num-outputs", "bool", "module-type", "module-with-files",
+         "no-model", "url"],
+)
+def test_elmo_refuses_what_it_does_not_support(files, kwargs, error, match):
+    kwargs = dict(kwargs)
+    args = kwargs.pop("files", files)
+    kwargs.setdefault("num_output_representations", 1)
+    with pytest.raises(error, match=match):
+        Elmo(*args, **kwargs)
+
+
+def test_bad_files_and_inputs_say_what_is_wrong(files, tmp_path):
+    options_file, weight_file = files
+    with pytest.raises(ValueError, match="Could not read ELMo options"):
+        Elmo(weight_file, options_file, 1)  # swapped
+    with pytest.raises(ValueError, match="Could not read ELMo options"):
+        Elmo(tmp_path / "missing.json", weight_file, 1)
+    (tmp_path / "other").mkdir()
+    other_options, _ = write_model_files(tmp_path / "other", options(filters=((1, 4), (2, 6), (3, 8)), P=16))
+    with pytest.raises(ValueError, match="options file does not belong to this weight file"):
+        Elmo(other_options, weight_file, 1)
+    elmo = Elmo(*files, 1)
+    with pytest.raises(ValueError, match=r"word_inputs=\.\.\.\) is not supported"):
+        elmo(batch_to_ids([["a"]]), word_inputs=torch.ones(1, 1, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"shape \(batch, timesteps, 50\)"):
+        elmo(torch.ones(1, 50, dtype=torch.long))
+    embedder = ElmoEmbedder(*files)
+    with pytest.raises(NotImplementedError, match="spacy_elmo.embedding.embed_file"):
+        embedder.embed_file(open(options_file), tmp_path / "out.h5")
+    with pytest.raises(ValueError, match="batch_size"):
+        list(embedder.embed_sentences([["a"]], batch_size=0))
+    with pytest.raises(ValueError, match="cuda_device"):
+        ElmoEmbedder(*files, cuda_device="0")
+
+
+# -- against AllenNLP's real Elmo (allennlp 2.10.1 wheel) --------------------------------------------
+def allennlp_elmo(allennlp, files, **kwargs):
+    module = allennlp.load_allennlp_elmo()["allennlp.modules.elmo"]
+    return module.Elmo(str(files[0]), str(files[1]), **kwargs)
+
+
+def assert_same(ours, theirs, atol=ATOL):
+    assert torch.equal(ours["mask"], theirs["mask"])
+    assert len(ours["elmo_representations"]) == len(theirs["elmo_representations"])
+    for a, b in zip(ours["elmo_representations"], theirs["elmo_representations"]):
+        assert a.shape == b.shape
+        torch.testing.assert_close(a, b, atol=atol, rtol=0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(
+    "kwargs",
+    [{}, {"do_layer_norm": True}, {"keep_sentence_boundaries": True},
+     {"do_layer_norm": True, "keep_sentence_boundaries": True},
+     {"scalar_mix_parameters": FIXED}, {"scalar_mix_parameters": [0.5, 0.2, -0.4], "do_layer_norm": True}],
+    ids=["plain", "layer-norm", "boundaries", "layer-norm-boundaries", "fixed-mix", "fixed-mix-layer-norm"],
+)
+def test_elmo_matches_allennlp(allennlp, files, backend, kwargs):
+    """Two representations over ragged batches (an empty sentence, fewer then more rows), AllenNLP's
+    states carried from call to call on both sides, in eval mode without dropout."""
+    theirs = allennlp_elmo(allennlp, files, num_output_representations=2, dropout=0.0, **kwargs).eval()
+    ours = Elmo(*files, num_output_representations=2, dropout=0.0, backend=backend, **kwargs).eval()
+    if "scalar_mix_parameters" not in kwargs:
+        set_mixes(theirs, MIXES, allennlp_side=True)
+        set_mixes(ours, MIXES)
+    assert ours.get_output_dim() == theirs.get_output_dim() == 16
+    for sentences in BATCHES:
+        ids = batch_to_ids(sentences)
+        with torch.no_grad():
+            assert_same(ours(ids), theirs(ids))
+
+
+def test_stateless_elmo_matches_allennlp_reset_before_each_call(allennlp, files):
+    theirs = allennlp_elmo(allennlp, files, num_output_representations=1, dropout=0.0, do_layer_norm=True).eval()
+    ours = Elmo(*files, 1, dropout=0.0, do_layer_norm=True, stateful=False).eval()
+    for sentences in BATCHES:
+        theirs._elmo_lstm._elmo_lstm.reset_states()
+        ids = batch_to_ids(sentences)
+        with torch.no_grad():
+            assert_same(ours(ids), theirs(ids))
+
+
+def test_dropout_draws_and_gradients_match_allennlp(allennlp, files):
+    """Train mode, dropout 0.5, the same seed: the same kept positions (dropout after the markers are
+    removed, one draw per representation); with requires_grad the same gradients reach the mixes
+    and the biLM's character embedding (AllenNLP's table has an extra zero row 0 for padding)."""
+    for requires_grad in (False, True):
+        theirs = allennlp_elmo(allennlp, files, num_output_representations=2, requires_grad=requires_grad,
+                               do_layer_norm=True)
+        ours = Elmo(*files, 2, requires_grad=requires_grad, do_layer_norm=True)
+        set_mixes(theirs, MIXES, allennlp_side=True)
+        set_mixes(ours, MIXES)
+        ids = batch_to_ids(BATCHES[0])
+        outputs = []
+        for elmo in (ours, theirs):
+            torch.manual_seed(1)
+            out = elmo.train()(ids)
+            g = torch.Generator().manual_seed(2)
+            loss = sum((r * torch.randn(r.shape, generator=g)).sum() for r in out["elmo_representations"])
+            loss.backward()
+            outputs.append(out)
+        assert_same(*outputs)
+        kept = outputs[0]["elmo_representations"][0] != 0
+        assert 0.3 < kept[outputs[0]["mask"]].float().mean() < 0.7
+        for k in range(2):
+            mine, their = getattr(ours, f"scalar_mix_{k}"), getattr(theirs, f"scalar_mix_{k}")
+            their_grad = torch.cat([p.grad for p in their.scalar_parameters])
+            torch.testing.assert_close(mine.scalar_parameters.grad, their_grad, atol=1e-4, rtol=1e-4)
+            torch.testing.assert_close(mine.gamma.grad, their.gamma.grad, atol=1e-4, rtol=1e-4)
+        their_table = theirs._elmo_lstm._token_embedder._char_embedding_weights
+        mine_table = ours.bilm.token_encoder.char_embedding
+        assert mine_table.requires_grad == their_table.requires_grad == requires_grad
+        if requires_grad:
+            assert mine_table.grad.abs().sum() > 0
+            torch.testing.assert_close(mine_table.grad, their_table.grad[1:], atol=1e-4, rtol=1e-4)
+        else:
+            assert mine_table.grad is None and their_table.grad is None
