@@ -650,6 +650,19 @@ class Errors:
         "OUTPUT_DIR {path} is a file; pretrain writes a directory (model, vocab.txt, checkpoint, log, the "
         "tokenized corpus). Choose another OUTPUT_DIR."
     )
+    E_CACHE_DIR_NOT_OURS = (
+        "{path} is not a corpus cache of spacy-elmo: {found}. pretrain keeps the tokenized corpus in OUTPUT_DIR/data, "
+        "rewrites its files, and replaces the whole directory when a --resume reads the text again, which would "
+        "delete what is there. Choose an OUTPUT_DIR without a data entry of yours (a new directory, say)."
+    )
+    E_CACHE_DIR_IS_FILE = "it is a file"
+    E_CACHE_DIR_HOLDS = "it holds {n} entr(y/ies) of another kind (first ones: {names})"
+    E_OUTPUT_INSIDE_TRAIN_PATH = (
+        "OUTPUT_DIR {path} is inside TRAIN_PATH {train_path}, every non-hidden file of which is read as text: the "
+        "run would read its own files (the tokenized corpus, vocabulary, log) as corpus, other ones on every run "
+        "(a --resume is then refused as other data). Choose an OUTPUT_DIR outside TRAIN_PATH (or a hidden "
+        "directory in it, .name, which is not read)."
+    )
     E_OUTPUT_NOT_EMPTY = (
         "{path} already holds a training run (checkpoint or model). Pass --resume to continue "
         "it, or choose a new OUTPUT_DIR."

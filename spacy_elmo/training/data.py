@@ -60,7 +60,7 @@ from typing import Any, BinaryIO, Iterator, List, Optional, Union
 
 import numpy as np
 
-from ..atomic import atomic_write_text
+from ..atomic import atomic_write_text, temporary_files
 from ..errors import Errors, Warnings
 from .vocab import BOS, EOS, SPECIALS
 
@@ -69,6 +69,8 @@ BINARY_PROBE = 8192
 #: Longest piece of text handed to spaCy at once (its own limit is 1,000,000).
 PIECE_CHARS = 100_000
 CACHE_VERSION = 1
+#: The files of a corpus cache (:func:`build_corpus`; ``tokens.raw`` only while it is built).
+CACHE_FILES = ("meta.json", "tokens.raw", "tokens.i32", "sent_lengths.i64", "counts.i64", "types.txt")
 #: Version of what spacy-elmo does to text around spaCy's tokenizer; bump it when that changes the tokens
 #: (corpus caches and embed's parts of another version are not reused). 2: a leading byte order mark
 #: is dropped (it stuck to the first token), spaCy's whitespace tokens are left out.
@@ -244,6 +246,16 @@ def list_text_files(path: PathLike) -> List[Path]:
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         files.extend(Path(root) / n for n in sorted(names) if not n.startswith("."))
     return sorted(files)
+
+
+def foreign_entries(cache_dir: PathLike) -> List[str]:
+    """The names in the directory ``cache_dir`` that are no file of a corpus cache (:data:`CACHE_FILES`,
+    or the temporary file of an atomic write of one), sorted; [] when it does not exist."""
+    cache = Path(cache_dir)
+    if not cache.is_dir():
+        return []
+    ours = set(CACHE_FILES) | {temporary.name for name in CACHE_FILES for temporary, _ in temporary_files(cache / name)}
+    return sorted(entry.name for entry in cache.iterdir() if entry.name not in ours)
 
 
 def is_binary(path: Path) -> bool:

@@ -326,6 +326,25 @@ def _refuse_other_tokenization(cache: Path, stamp: Dict[str, Any], out: Path) ->
     raise ValueError(Errors.E_CHECKPOINT_TOKENIZER.format(path=out, found=describe(change[0]), expected=describe(change[1])))
 
 
+def _check_output_place(out: Path, train_path: Path) -> None:
+    """Refuse an OUTPUT_DIR whose files would be read as corpus (inside a TRAIN_PATH directory, not
+    hidden) or whose ``data`` entry is not a corpus cache (its files would be mixed with the cache's
+    and deleted when a resume replaces it). Checked by every rank before anything is read or written."""
+    resolved, text = out.resolve(), train_path.resolve()
+    if text.is_dir() and (resolved == text or text in resolved.parents):
+        if not any(part.startswith(".") for part in resolved.relative_to(text).parts):
+            raise ValueError(Errors.E_OUTPUT_INSIDE_TRAIN_PATH.format(path=out, train_path=train_path))
+    cache = out / "data"
+    if cache.exists() and not cache.is_dir():
+        found = Errors.E_CACHE_DIR_IS_FILE
+    else:
+        names = corpus_data.foreign_entries(cache)
+        if not names:
+            return
+        found = Errors.E_CACHE_DIR_HOLDS.format(n=len(names), names=", ".join(names[:5]))
+    raise ValueError(Errors.E_CACHE_DIR_NOT_OURS.format(path=cache, found=found))
+
+
 def _move_cache_into_place(staging: Path, cache: Path, retired: Path) -> None:
     """Replace the corpus cache ``cache`` by ``staging`` (the old one goes through ``retired``)."""
     if cache.exists():
@@ -396,6 +415,7 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
     tokenize_wait = _tokenize_wait_group(world)
     if out.exists() and not out.is_dir():
         raise ValueError(Errors.E_OUTPUT_NOT_A_DIR.format(path=out))
+    _check_output_place(out, Path(cfg.train_path))
     payload = None
     if cfg.resume:
         payload = ckpt.load_checkpoint(out)

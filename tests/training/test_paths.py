@@ -1,0 +1,58 @@
+"""Where pretrain reads and writes: OUTPUT_DIR against TRAIN_PATH and the user's own files,
+and which files of a TRAIN_PATH directory are the corpus."""
+
+import pytest
+
+from spacy_elmo.training.trainer import train
+
+from .conftest import tiny_train_config, write_corpus
+
+
+def _files(directory):
+    """Every file under ``directory`` with its bytes."""
+    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def test_a_data_directory_of_the_users_is_neither_written_nor_deleted(tmp_path):
+    """OUTPUT_DIR/data is where the tokenized corpus goes, and a resume that reads the text again
+    replaces that whole directory: a project directory given as OUTPUT_DIR whose data/ holds the
+    corpus lost it (and everything beside it) on such a resume. It is refused untouched."""
+    project = tmp_path / "project"
+    (project / "data").mkdir(parents=True)
+    corpus = write_corpus(project / "data" / "corpus.txt", 100)
+    (project / "data" / "notes.md").write_text("mine\n")
+    before = _files(project)
+    with pytest.raises(ValueError, match=r"data is not a corpus cache of spacy-elmo: it holds 2 .*corpus.txt, notes.md"):
+        train(tiny_train_config(corpus, project, max_steps=2, checkpoint_every=2))
+    assert _files(project) == before
+    (tmp_path / "file").mkdir()
+    (tmp_path / "file" / "data").write_text("a file named data\n")
+    with pytest.raises(ValueError, match="data is not a corpus cache of spacy-elmo: it is a file"):
+        train(tiny_train_config(corpus, tmp_path / "file", max_steps=2, checkpoint_every=2))
+
+
+def test_what_a_killed_tokenization_left_in_data_is_the_runs_own(tmp_path):
+    corpus = write_corpus(tmp_path / "train.txt", 100)
+    out = tmp_path / "out"
+    (out / "data").mkdir(parents=True)
+    for name in ("tokens.raw", "types.txt", ".meta.json.99999999.tmp"):  # a run killed while tokenizing
+        (out / "data" / name).write_bytes(b"\x00")
+    assert train(tiny_train_config(corpus, out, max_steps=2, checkpoint_every=2))["steps"] == 2
+    assert sorted(p.name for p in (out / "data").iterdir()) == [
+        "counts.i64", "meta.json", "sent_lengths.i64", "tokens.i32", "types.txt"]
+
+
+def test_an_output_dir_inside_the_corpus_directory_is_refused_unless_hidden(tmp_path):
+    """Every non-hidden file under a TRAIN_PATH directory is text: an OUTPUT_DIR there read the run's
+    own cache, vocabulary and log as corpus (the first run an empty tokens.raw as a file), and a
+    --resume was then refused as 'trained on other data'."""
+    corpus_dir = tmp_path / "corpus"
+    corpus_dir.mkdir()
+    write_corpus(corpus_dir / "a.txt", 100)
+    for out in (corpus_dir / "out", corpus_dir / "sub" / "out", corpus_dir):
+        with pytest.raises(ValueError, match="is inside TRAIN_PATH"):
+            train(tiny_train_config(corpus_dir, out, max_steps=2, checkpoint_every=2))
+    assert sorted(p.name for p in corpus_dir.iterdir()) == ["a.txt"]
+    hidden = corpus_dir / ".runs" / "out"  # not read: trains, and resumes over the same corpus
+    assert train(tiny_train_config(corpus_dir, hidden, max_steps=2, checkpoint_every=2))["corpus"]["n_files"] == 1
+    assert train(tiny_train_config(corpus_dir, hidden, max_steps=4, checkpoint_every=2, resume=True))["steps"] == 4
