@@ -525,6 +525,11 @@ class Errors:
 
     # --- pretraining and CLI (spacy_elmo.training, spacy_elmo.cli) ----------
     E_TRAIN_PATH_MISSING = "{path} does not exist. Pass a UTF-8 text file or a directory of them."
+    E_TRAIN_PATH_NOT_A_FILE = (
+        "{path} is neither a file nor a directory (a pipe such as <(zcat ...), a FIFO or a device): the text is "
+        "read more than once (its first bytes tell its compression), which a pipe cannot give. Write it to a file "
+        "first; gzip, bzip2 and xz files are read as they are, decompressed while reading."
+    )
     E_EMPTY_CORPUS = (
         "No text to train on in {path}: {n_files} file(s) read, {n_binary} skipped as binary, "
         "0 tokens. Pass UTF-8 text (one or more sentences per line)."

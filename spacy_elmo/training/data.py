@@ -1,6 +1,6 @@
 """Reading a text corpus into a token-id cache (streaming; spaCy only here).
 
-``build_corpus`` reads TRAIN_PATH (a file, or a directory of files, recursively,
+``build_corpus`` reads TRAIN_PATH (a file, or a directory of files, recursively (linked directories once),
 hidden files skipped), tokenizes with the spaCy tokenizer of ``lang`` plus a
 sentencizer (the same tokens the pipeline component sees), and writes into
 ``cache_dir``:
@@ -235,16 +235,35 @@ class ReadStats:
 
 
 def list_text_files(path: PathLike) -> List[Path]:
-    """TRAIN_PATH itself, or every non-hidden regular file under it, sorted."""
+    """TRAIN_PATH itself, or every non-hidden regular file under it, sorted.
+
+    Symbolic links to directories are followed, each directory read once (by its real path: a link
+    back up is no loop, and a second link to a directory no second copy of its text). Entries that are
+    neither files nor directories (FIFOs, sockets, devices) are no text: reading a FIFO waited forever.
+    A broken link stays in the list, so reading it is an error naming it. TRAIN_PATH itself must be a
+    file or a directory: a pipe (``<(zcat ...)``) cannot be read the several times the text is.
+    """
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(Errors.E_TRAIN_PATH_MISSING.format(path=path))
     if path.is_file():
         return [path]
+    if not path.is_dir():
+        raise ValueError(Errors.E_TRAIN_PATH_NOT_A_FILE.format(path=path))
     files = []
-    for root, dirs, names in os.walk(path):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        files.extend(Path(root) / n for n in sorted(names) if not n.startswith("."))
+    seen = {os.path.realpath(path)}
+    for root, dirs, names in os.walk(path, followlinks=True):
+        kept = []
+        for name in sorted(dirs):
+            real = os.path.realpath(os.path.join(root, name))
+            if not name.startswith(".") and real not in seen:
+                seen.add(real)
+                kept.append(name)
+        dirs[:] = kept
+        for name in names:
+            file = Path(root) / name
+            if not name.startswith(".") and (file.is_file() or not file.exists()):
+                files.append(file)
     return sorted(files)
 
 

@@ -56,3 +56,35 @@ def test_an_output_dir_inside_the_corpus_directory_is_refused_unless_hidden(tmp_
     hidden = corpus_dir / ".runs" / "out"  # not read: trains, and resumes over the same corpus
     assert train(tiny_train_config(corpus_dir, hidden, max_steps=2, checkpoint_every=2))["corpus"]["n_files"] == 1
     assert train(tiny_train_config(corpus_dir, hidden, max_steps=4, checkpoint_every=2, resume=True))["steps"] == 4
+
+
+def test_linked_directories_are_read_once_and_other_entries_are_no_text(tmp_path):
+    """A symbolic link to a directory (corpus/wiki -> /data/wiki) was silently not read; links back
+    up or to a directory read already end the walk there. A FIFO was opened and waited on forever."""
+    import os
+
+    from spacy_elmo.training.data import ReadStats, iter_text, list_text_files
+
+    corpus, elsewhere = tmp_path / "corpus", tmp_path / "elsewhere"
+    (corpus / "sub").mkdir(parents=True)
+    elsewhere.mkdir()
+    a = write_corpus(corpus / "sub" / "a.txt", 30)
+    b = write_corpus(elsewhere / "b.txt", 60, seed=1)
+    (corpus / "linked").symlink_to(elsewhere, target_is_directory=True)
+    (corpus / "sub" / "again").symlink_to(elsewhere, target_is_directory=True)  # read already
+    (corpus / "sub" / "up").symlink_to(corpus, target_is_directory=True)  # a loop
+    (corpus / "self").symlink_to(".", target_is_directory=True)
+    os.mkfifo(corpus / "pipe")
+    assert list_text_files(corpus) == [corpus / "linked" / "b.txt", corpus / "sub" / "a.txt"]
+    lines = [line for f in (b, a) for line in f.read_text(encoding="utf-8").splitlines()]
+    assert list(iter_text(corpus, ReadStats())) == lines
+
+
+def test_a_pipe_as_train_path_is_refused_naming_it(tmp_path):
+    """``pretrain <(zcat corpus.gz) out`` said 'No text to train on: 0 file(s) read'."""
+    import os
+
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    with pytest.raises(ValueError, match="pipe is neither a file nor a directory .* Write it to a file first"):
+        train(tiny_train_config(pipe, tmp_path / "out", max_steps=2))
