@@ -901,6 +901,11 @@ class Warnings:
         "other words are <UNK> targets. Add --new-vocab to build the vocabulary from this corpus with "
         "{options} (known words keep their softmax rows)."
     )
+    W_HELDOUT_IN_TRAINING = (
+        "spacy-elmo: --heldout {path} is training text too ({n} of its file(s) under TRAIN_PATH, e.g. {file}): the "
+        "held-out perplexity is then that of text the model trains on, not of unseen text. Pass held-out text "
+        "that TRAIN_PATH does not hold (move it out of a TRAIN_PATH directory)."
+    )
     W_NEGATIVES_CLAMPED = (
         "spacy-elmo: --negatives {negatives} >= the vocabulary size {vocab}; using the full "
         "softmax instead of sampling."

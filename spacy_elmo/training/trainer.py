@@ -345,6 +345,15 @@ def _check_output_place(out: Path, train_path: Path) -> None:
     raise ValueError(Errors.E_CACHE_DIR_NOT_OURS.format(path=cache, found=found))
 
 
+def _warn_heldout_in_training(heldout: str, train_path: str) -> None:
+    """Warn when a file of ``heldout`` is one of TRAIN_PATH's (by real path; both exist, read already)."""
+    trained = {f.resolve() for f in corpus_data.list_text_files(train_path)}
+    shared = [f for f in corpus_data.list_text_files(heldout) if f.resolve() in trained]
+    if shared:
+        warnings.warn(Warnings.W_HELDOUT_IN_TRAINING.format(path=heldout, n=len(shared), file=shared[0]), RuntimeWarning,
+                      stacklevel=3)
+
+
 def _move_cache_into_place(staging: Path, cache: Path, retired: Path) -> None:
     """Replace the corpus cache ``cache`` by ``staging`` (the old one goes through ``retired``)."""
     if cache.exists():
@@ -434,6 +443,8 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
         if world > 1:
             dist.broadcast_object_list(read, src=0, group=tokenize_wait)
         heldout, heldout_stats = read[0]
+        if is_main:
+            _warn_heldout_in_training(cfg.heldout, cfg.train_path)
 
     # Data: rank 0 tokenizes into the cache, the others wait and read it. A resume that
     # needs a new cache builds it beside data/ and moves it in only once the checkpoint
