@@ -901,6 +901,12 @@ class Warnings:
         "other words are <UNK> targets. Add --new-vocab to build the vocabulary from this corpus with "
         "{options} (known words keep their softmax rows)."
     )
+    W_INIT_VOCAB_OOV = (
+        "spacy-elmo: {rate:.1%} of this corpus's words ({n_oov:,} of {n_words:,}) are not in the vocabulary of --init "
+        "{path} ({size:,} entries), which is kept with its softmax: they are all <UNK> targets, and the model learns "
+        "to predict <UNK> for them. Add --new-vocab to build the vocabulary from this corpus (words the model "
+        "knew keep their softmax rows)."
+    )
     W_HELDOUT_IN_TRAINING = (
         "spacy-elmo: --heldout {path} is training text too ({n} of its file(s) under TRAIN_PATH, e.g. {file}): the "
         "held-out perplexity is then that of text the model trains on, not of unseen text. Pass held-out text "

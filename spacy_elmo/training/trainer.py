@@ -220,6 +220,8 @@ def _build_model(cfg: TrainConfig, corpus: Corpus, resume_payload: Optional[dict
                           RuntimeWarning, stacklevel=2)
         vocab = Vocab(list(init_vocab.targets))
         remap = np.array([vocab.add(t) for t in corpus.types], dtype=np.int32)
+        if is_main and corpus.counts is not None:
+            _warn_init_oov(corpus.counts[3:], remap[3:] >= vocab.size, cfg.init, vocab.size)
         corpus = Corpus(remap[corpus.tokens], corpus.lengths, vocab.types, None)
         softmax = init_softmax
     else:
@@ -234,6 +236,19 @@ def _build_model(cfg: TrainConfig, corpus: Corpus, resume_payload: Optional[dict
                         softmax.weight[i] = init_softmax.weight[j]
                         softmax.bias[i] = init_softmax.bias[j]
     return bilm, softmax, vocab, corpus
+
+
+#: The share of the corpus's words outside a kept ``--init`` vocabulary above which pretrain warns.
+INIT_OOV_WARNING_RATE = 0.2
+
+
+def _warn_init_oov(counts: np.ndarray, outside: np.ndarray, init: str, size: int) -> None:
+    """Warn when more than :data:`INIT_OOV_WARNING_RATE` of the corpus's words (``counts`` per type,
+    ``outside``: the types the kept vocabulary lacks) would be <UNK> targets."""
+    n_words, n_oov = int(counts.sum()), int(counts[outside].sum())
+    if n_words and n_oov > INIT_OOV_WARNING_RATE * n_words:
+        warnings.warn(Warnings.W_INIT_VOCAB_OOV.format(rate=n_oov / n_words, n_oov=n_oov, n_words=n_words, path=init,
+                                                       size=size), RuntimeWarning, stacklevel=3)
 
 
 def fit_start_state(bilm: BiLM, corpus: Corpus, max_sentences: int, warmup: int = 2) -> Optional[LstmState]:
