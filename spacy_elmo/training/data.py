@@ -462,6 +462,7 @@ def _tokenize_worker(nlp, tasks, results) -> None:
     _die_with_parent()
     parent = os.getppid()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # terminate() ends it, whatever handler a fork brought along
     while True:
         if os.getppid() != parent:  # the parent is gone (where prctl is not)
             os._exit(0)
