@@ -719,6 +719,6 @@ class Corpus:
 
 
 def _progress(enabled: bool, desc: str):
-    from tqdm import tqdm
+    from ..progress import progress_bar
 
-    return tqdm(desc=desc, unit=" tok", unit_scale=True, disable=not enabled, mininterval=1.0)
+    return progress_bar(desc=desc, unit=" tok", unit_scale=True, disable=not enabled, mininterval=1.0)

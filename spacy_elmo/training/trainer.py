@@ -428,7 +428,7 @@ def read_log(output_dir) -> List[Dict[str, Any]]:
 def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = None) -> Dict[str, Any]:
     """Run (or resume) pretraining; returns a summary. ``on_step(step, loss)`` is
     called after every optimizer step (step counts from 1)."""
-    from tqdm import tqdm
+    from ..progress import progress_bar
 
     cfg.validate()
     if cfg.threads is not None:
@@ -533,7 +533,7 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
         log.write({"event": "start", "step": 0, "world": world, "steps_per_epoch": batcher.steps_per_epoch,
                    "total_steps": total, "vocab_size": vocab.size, "corpus": meta["stats"], "config": asdict(cfg)})
     use_amp = device.type == "cuda"
-    bar = tqdm(total=total, initial=step, desc="pretraining", unit="step", disable=not (cfg.progress and is_main))
+    bar = progress_bar(total=total, initial=step, desc="pretraining", unit="step", disable=not (cfg.progress and is_main))
     window_loss, window_n, window_tokens, window_start = 0.0, 0, 0, time.perf_counter()
     last_heldout = None
 
