@@ -6,11 +6,7 @@ import pytest
 from spacy_elmo.training.trainer import train
 
 from .conftest import tiny_train_config, write_corpus
-
-
-def _files(directory):
-    """Every file under ``directory`` with its bytes."""
-    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+from .test_train import _files
 
 
 def test_a_data_directory_of_the_users_is_neither_written_nor_deleted(tmp_path):
