@@ -187,7 +187,7 @@ def embed_file(
     Returns counts: lines, tokens, parts_written (now), parts_reused, finished (0/1).
     """
     import h5py
-    from tqdm import tqdm
+    from .progress import progress_bar
 
     from .training.data import TOKEN_RULES
 
@@ -206,7 +206,7 @@ def embed_file(
     tokenize = tokenize or _whitespace
     input_digest = hashlib.sha256()  # of the text (decompressed), read with its lines
     lines = read_lines(input_path, input_digest)
-    lines_bar = tqdm(lines, desc="tokenizing", unit="line", disable=not progress)  # spaCy's: minutes on a big file
+    lines_bar = progress_bar(lines, desc="tokenizing", unit="line", disable=not progress)  # spaCy's: minutes on a big file
     rows = [_tokens(tokenize(line), input_path, i + 1) for i, line in enumerate(lines_bar)]
     for i, row in enumerate(rows):
         if len(row) > max_tokens:
@@ -257,7 +257,7 @@ def embed_file(
         # Reused lines are the bar's start, not progress: updating by them made the first
         # rate and time-left estimates count a whole earlier run as done in an instant.
         reused = sum(min(part_size, len(lines) - k * part_size) for k, p in enumerate(part_files) if p.exists())
-        bar = tqdm(total=len(lines), initial=reused, desc="embedding", unit="line", disable=not progress)
+        bar = progress_bar(total=len(lines), initial=reused, desc="embedding", unit="line", disable=not progress)
         for k, part in enumerate(part_files):
             if part.exists():
                 continue
@@ -343,10 +343,10 @@ def _merge(part_files: Sequence[Path], lines: Sequence[str], output_path: Path, 
     """Copy every part's datasets (in line order) and ``sentence_to_index`` into ``output_path``,
     recording the merged file's identity in ``parts_dir`` before renaming it into place."""
     import h5py
-    from tqdm import tqdm
+    from .progress import progress_bar
 
     def write(tmp: Path) -> None:
-        with h5py.File(tmp, "w") as out, tqdm(total=len(lines), desc="merging", unit="line", disable=not progress) as bar:
+        with h5py.File(tmp, "w") as out, progress_bar(total=len(lines), desc="merging", unit="line", disable=not progress) as bar:
             for part in part_files:
                 with h5py.File(part, "r") as f:
                     for name in sorted(f, key=int):

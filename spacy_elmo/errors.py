@@ -531,6 +531,11 @@ class Errors:
 
     # --- pretraining and CLI (spacy_elmo.training, spacy_elmo.cli) ----------
     E_TRAIN_PATH_MISSING = "{path} does not exist. Pass a UTF-8 text file or a directory of them."
+    E_TRAIN_PATH_NOT_A_FILE = (
+        "{path} is neither a file nor a directory (a pipe such as <(zcat ...), a FIFO or a device): the text is "
+        "read more than once (its first bytes tell its compression), which a pipe cannot give. Write it to a file "
+        "first; gzip, bzip2 and xz files are read as they are, decompressed while reading."
+    )
     E_EMPTY_CORPUS = (
         "No text to train on in {path}: {n_files} file(s) read, {n_binary} skipped as binary, "
         "0 tokens. Pass UTF-8 text (one or more sentences per line)."
@@ -655,6 +660,19 @@ class Errors:
     E_OUTPUT_NOT_A_DIR = (
         "OUTPUT_DIR {path} is a file; pretrain writes a directory (model, vocab.txt, checkpoint, log, the "
         "tokenized corpus). Choose another OUTPUT_DIR."
+    )
+    E_CACHE_DIR_NOT_OURS = (
+        "{path} is not a corpus cache of spacy-elmo: {found}. pretrain keeps the tokenized corpus in OUTPUT_DIR/data, "
+        "rewrites its files, and replaces the whole directory when a --resume reads the text again, which would "
+        "delete what is there. Choose an OUTPUT_DIR without a data entry of yours (a new directory, say)."
+    )
+    E_CACHE_DIR_IS_FILE = "it is a file"
+    E_CACHE_DIR_HOLDS = "it holds {n} entr(y/ies) of another kind (first ones: {names})"
+    E_OUTPUT_INSIDE_TRAIN_PATH = (
+        "OUTPUT_DIR {path} is inside TRAIN_PATH {train_path}, every non-hidden file of which is read as text: the "
+        "run would read its own files (the tokenized corpus, vocabulary, log) as corpus, other ones on every run "
+        "(a --resume is then refused as other data). Choose an OUTPUT_DIR outside TRAIN_PATH (or a hidden "
+        "directory in it, .name, which is not read)."
     )
     E_OUTPUT_NOT_EMPTY = (
         "{path} already holds a training run (checkpoint or model). Pass --resume to continue "
@@ -940,6 +958,17 @@ class Warnings:
         "spacy-elmo: {options} unused: --init {path} brings its vocabulary with its softmax, and this corpus's "
         "other words are <UNK> targets. Add --new-vocab to build the vocabulary from this corpus with "
         "{options} (known words keep their softmax rows)."
+    )
+    W_INIT_VOCAB_OOV = (
+        "spacy-elmo: {rate:.1%} of this corpus's words ({n_oov:,} of {n_words:,}) are not in the vocabulary of --init "
+        "{path} ({size:,} entries), which is kept with its softmax: they are all <UNK> targets, and the model learns "
+        "to predict <UNK> for them. Add --new-vocab to build the vocabulary from this corpus (words the model "
+        "knew keep their softmax rows)."
+    )
+    W_HELDOUT_IN_TRAINING = (
+        "spacy-elmo: --heldout {path} is training text too ({n} of its file(s) under TRAIN_PATH, e.g. {file}): the "
+        "held-out perplexity is then that of text the model trains on, not of unseen text. Pass held-out text "
+        "that TRAIN_PATH does not hold (move it out of a TRAIN_PATH directory)."
     )
     W_NEGATIVES_CLAMPED = (
         "spacy-elmo: --negatives {negatives} >= the vocabulary size {vocab}; using the full "

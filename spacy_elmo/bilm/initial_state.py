@@ -52,7 +52,7 @@ def boundary_state_mean(
     text only. Returns ``(h (2, L, P), c (2, L, C))`` in the biLM's dtype; the
     biLM is left as it was (mode, carried states, initial state).
     """
-    from tqdm import tqdm
+    from ..progress import progress_bar
 
     if not is_int(rows) or not is_int(warmup) or rows < 1 or warmup < 0:
         raise ValueError(Errors.E_FIT_STATE_ARGS.format(rows=rows, warmup=warmup))
@@ -73,7 +73,7 @@ def boundary_state_mean(
     bilm.set_initial_state(None)  # streams start from zeros: the mean depends on the weights and text only
     bilm.eval()
     try:
-        for k in tqdm(range(per), desc="fitting the initial state", unit="sentence row", disable=not progress):
+        for k in progress_bar(range(per), desc="fitting the initial state", unit="sentence row", disable=not progress):
             bilm(batch_to_ids([stream[k] for stream in streams], W).to(device))
             if k < warmup:
                 continue

@@ -1,6 +1,9 @@
 """``spacy-elmo pretrain``: train (or fine-tune) a biLM on your corpus, bilm-tf style."""
 
 import json
+import signal
+import threading
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
@@ -39,6 +42,29 @@ def model_config(preset: Optional[str], options: Optional[Path]) -> dict:
     except (OSError, ValueError, TypeError) as err:
         raise typer.BadParameter(Errors.E_OPTIONS_FILE.format(path=options, error=err), param_hint="'--options'") from err
     return config.to_dict()
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill``, Slurm's ``scancel`` or time limit, a container stop, torchrun stopping its
+    workers), raised where the process is: the run stops as on Ctrl-C, temporary files removed."""
+
+
+def _raise_terminated(signum, frame):
+    raise _Terminated
+
+
+@contextmanager
+def _sigterm_stops_like_ctrl_c():
+    """SIGTERM raises :class:`_Terminated` inside the block (it ended the process silently, with no
+    word of the checkpoint to resume from). Only the main thread may set handlers: elsewhere, as it was."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @app.command()
@@ -115,16 +141,17 @@ def pretrain(
         tokenize_processes=tokenize_processes, progress=progress,
     )
     try:
-        summary = train(cfg)
+        with _sigterm_stops_like_ctrl_c():
+            summary = train(cfg)
     except (ValueError, OSError, RuntimeError) as err:  # OSError: also a disk full, a path under a file...
         typer.secho(str(err), fg=typer.colors.RED, err=True)
         raise typer.Exit(1) from err
-    except KeyboardInterrupt as err:  # Ctrl-C: say what the directory holds and how to go on
+    except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM: say what the directory holds and how to go on
         from ..training.checkpoint import checkpoint_path
 
         message = Errors.E_PRETRAIN_INTERRUPTED if checkpoint_path(output_dir).exists() else Errors.E_PRETRAIN_INTERRUPTED_EARLY
         typer.secho(message.format(path=output_dir), fg=typer.colors.YELLOW, err=True)
-        raise typer.Exit(130) from err
+        raise typer.Exit(128 + signal.SIGTERM if isinstance(err, _Terminated) else 130) from err
     if summary.get("rank", 0) != 0:  # under torchrun: rank 0 wrote the model and reports it
         return
     stats = summary["corpus"]

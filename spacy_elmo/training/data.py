@@ -1,6 +1,6 @@
 """Reading a text corpus into a token-id cache (streaming; spaCy only here).
 
-``build_corpus`` reads TRAIN_PATH (a file, or a directory of files, recursively,
+``build_corpus`` reads TRAIN_PATH (a file, or a directory of files, recursively (linked directories once),
 hidden files skipped), tokenizes with the spaCy tokenizer of ``lang`` plus a
 sentencizer (the same tokens the pipeline component sees), and writes into
 ``cache_dir``:
@@ -60,7 +60,7 @@ from typing import Any, BinaryIO, Iterator, List, Optional, Union
 
 import numpy as np
 
-from ..atomic import atomic_write_text
+from ..atomic import atomic_write_text, temporary_files
 from ..errors import Errors, Warnings
 from .vocab import BOS, EOS, SPECIALS
 
@@ -69,6 +69,8 @@ BINARY_PROBE = 8192
 #: Longest piece of text handed to spaCy at once (its own limit is 1,000,000).
 PIECE_CHARS = 100_000
 CACHE_VERSION = 1
+#: The files of a corpus cache (:func:`build_corpus`; ``tokens.raw`` only while it is built).
+CACHE_FILES = ("meta.json", "tokens.raw", "tokens.i32", "sent_lengths.i64", "counts.i64", "types.txt")
 #: Version of what spacy-elmo does to text around spaCy's tokenizer; bump it when that changes the tokens
 #: (corpus caches and embed's parts of another version are not reused). 2: a leading byte order mark
 #: is dropped (it stuck to the first token), spaCy's whitespace tokens are left out.
@@ -233,17 +235,46 @@ class ReadStats:
 
 
 def list_text_files(path: PathLike) -> List[Path]:
-    """TRAIN_PATH itself, or every non-hidden regular file under it, sorted."""
+    """TRAIN_PATH itself, or every non-hidden regular file under it, sorted.
+
+    Symbolic links to directories are followed, each directory read once (by its real path: a link
+    back up is no loop, and a second link to a directory no second copy of its text). Entries that are
+    neither files nor directories (FIFOs, sockets, devices) are no text: reading a FIFO waited forever.
+    A broken link stays in the list, so reading it is an error naming it. TRAIN_PATH itself must be a
+    file or a directory: a pipe (``<(zcat ...)``) cannot be read the several times the text is.
+    """
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(Errors.E_TRAIN_PATH_MISSING.format(path=path))
     if path.is_file():
         return [path]
+    if not path.is_dir():
+        raise ValueError(Errors.E_TRAIN_PATH_NOT_A_FILE.format(path=path))
     files = []
-    for root, dirs, names in os.walk(path):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        files.extend(Path(root) / n for n in sorted(names) if not n.startswith("."))
+    seen = {os.path.realpath(path)}
+    for root, dirs, names in os.walk(path, followlinks=True):
+        kept = []
+        for name in sorted(dirs):
+            real = os.path.realpath(os.path.join(root, name))
+            if not name.startswith(".") and real not in seen:
+                seen.add(real)
+                kept.append(name)
+        dirs[:] = kept
+        for name in names:
+            file = Path(root) / name
+            if not name.startswith(".") and (file.is_file() or not file.exists()):
+                files.append(file)
     return sorted(files)
+
+
+def foreign_entries(cache_dir: PathLike) -> List[str]:
+    """The names in the directory ``cache_dir`` that are no file of a corpus cache (:data:`CACHE_FILES`,
+    or the temporary file of an atomic write of one), sorted; [] when it does not exist."""
+    cache = Path(cache_dir)
+    if not cache.is_dir():
+        return []
+    ours = set(CACHE_FILES) | {temporary.name for name in CACHE_FILES for temporary, _ in temporary_files(cache / name)}
+    return sorted(entry.name for entry in cache.iterdir() if entry.name not in ours)
 
 
 def is_binary(path: Path) -> bool:
@@ -431,6 +462,7 @@ def _tokenize_worker(nlp, tasks, results) -> None:
     _die_with_parent()
     parent = os.getppid()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # terminate() ends it, whatever handler a fork brought along
     while True:
         if os.getppid() != parent:  # the parent is gone (where prctl is not)
             os._exit(0)
@@ -687,6 +719,6 @@ class Corpus:
 
 
 def _progress(enabled: bool, desc: str):
-    from tqdm import tqdm
+    from ..progress import progress_bar
 
-    return tqdm(desc=desc, unit=" tok", unit_scale=True, disable=not enabled, mininterval=1.0)
+    return progress_bar(desc=desc, unit=" tok", unit_scale=True, disable=not enabled, mininterval=1.0)

@@ -95,7 +95,7 @@ def evaluate_corpus(
 def _stream_nll_sums(lm, vocab, tokens, char_table, batch_size, unroll, device, progress, rank=0, world=1):
     """``(summed NLL per direction, number of targets)`` over the stream, cut into ``batch_size`` rows
     read with carried states; of rank ``rank``'s share of the rows (contiguous) when ``world > 1``."""
-    from tqdm import tqdm
+    from ..progress import progress_bar
 
     streams = (tokens, tokens[::-1].copy())
     n_total = len(tokens) - 1
@@ -105,7 +105,7 @@ def _stream_nll_sums(lm, vocab, tokens, char_table, batch_size, unroll, device, 
     ends = np.minimum((mine + 1) * seg, n_total)
     state = None
     sums, n_pred = [0.0, 0.0], int((ends - mine * seg).sum())
-    for k in tqdm(range(math.ceil(seg / unroll)) if len(mine) else [], desc="evaluating", disable=not progress):
+    for k in progress_bar(range(math.ceil(seg / unroll)) if len(mine) else [], desc="evaluating", disable=not progress):
         pos = mine[:, None] * seg + k * unroll + np.arange(unroll)[None, :]
         valid = pos < ends[:, None]
         pos = np.minimum(pos, n_total - 1)
@@ -124,12 +124,12 @@ def _sentence_nll_sums(lm, vocab, corpus, tokens, char_table, batch_size, device
     """``(summed NLL per direction, number of targets)`` with every sentence read alone from the
     initial state (of every ``world``-th batch from ``rank`` when ``world > 1``); ``tokens``:
     ``corpus.tokens`` as int64."""
-    from tqdm import tqdm
+    from ..progress import progress_bar
 
     sums, n_pred = [0.0, 0.0], 0
     order = np.argsort(corpus.lengths, kind="stable")  # similar lengths together: less padding
     batches = _sentence_batches(order, corpus.lengths, batch_size)[rank::world]
-    for rows in tqdm(batches, desc="evaluating", unit="batch", disable=not progress):
+    for rows in progress_bar(batches, desc="evaluating", unit="batch", disable=not progress):
         fwd, bwd, lengths = sentence_rows(tokens, corpus.starts[rows], corpus.lengths[rows])
         inputs = (fwd[:, :-1], bwd[:, :-1])
         targets = vocab.target_ids(torch.stack([fwd[:, 1:], bwd[:, 1:]])).to(device)

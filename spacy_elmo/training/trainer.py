@@ -220,6 +220,8 @@ def _build_model(cfg: TrainConfig, corpus: Corpus, resume_payload: Optional[dict
                           RuntimeWarning, stacklevel=2)
         vocab = Vocab(list(init_vocab.targets))
         remap = np.array([vocab.add(t) for t in corpus.types], dtype=np.int32)
+        if is_main and corpus.counts is not None:
+            _warn_init_oov(corpus.counts[3:], remap[3:] >= vocab.size, cfg.init, vocab.size)
         corpus = Corpus(remap[corpus.tokens], corpus.lengths, vocab.types, None)
         softmax = init_softmax
     else:
@@ -234,6 +236,19 @@ def _build_model(cfg: TrainConfig, corpus: Corpus, resume_payload: Optional[dict
                         softmax.weight[i] = init_softmax.weight[j]
                         softmax.bias[i] = init_softmax.bias[j]
     return bilm, softmax, vocab, corpus
+
+
+#: The share of the corpus's words outside a kept ``--init`` vocabulary above which pretrain warns.
+INIT_OOV_WARNING_RATE = 0.2
+
+
+def _warn_init_oov(counts: np.ndarray, outside: np.ndarray, init: str, size: int) -> None:
+    """Warn when more than :data:`INIT_OOV_WARNING_RATE` of the corpus's words (``counts`` per type,
+    ``outside``: the types the kept vocabulary lacks) would be <UNK> targets."""
+    n_words, n_oov = int(counts.sum()), int(counts[outside].sum())
+    if n_words and n_oov > INIT_OOV_WARNING_RATE * n_words:
+        warnings.warn(Warnings.W_INIT_VOCAB_OOV.format(rate=n_oov / n_words, n_oov=n_oov, n_words=n_words, path=init,
+                                                       size=size), RuntimeWarning, stacklevel=3)
 
 
 def fit_start_state(bilm: BiLM, corpus: Corpus, max_sentences: int, warmup: int = 2) -> Optional[LstmState]:
@@ -326,6 +341,34 @@ def _refuse_other_tokenization(cache: Path, stamp: Dict[str, Any], out: Path) ->
     raise ValueError(Errors.E_CHECKPOINT_TOKENIZER.format(path=out, found=describe(change[0]), expected=describe(change[1])))
 
 
+def _check_output_place(out: Path, train_path: Path) -> None:
+    """Refuse an OUTPUT_DIR whose files would be read as corpus (inside a TRAIN_PATH directory, not
+    hidden) or whose ``data`` entry is not a corpus cache (its files would be mixed with the cache's
+    and deleted when a resume replaces it). Checked by every rank before anything is read or written."""
+    resolved, text = out.resolve(), train_path.resolve()
+    if text.is_dir() and (resolved == text or text in resolved.parents):
+        if not any(part.startswith(".") for part in resolved.relative_to(text).parts):
+            raise ValueError(Errors.E_OUTPUT_INSIDE_TRAIN_PATH.format(path=out, train_path=train_path))
+    cache = out / "data"
+    if cache.exists() and not cache.is_dir():
+        found = Errors.E_CACHE_DIR_IS_FILE
+    else:
+        names = corpus_data.foreign_entries(cache)
+        if not names:
+            return
+        found = Errors.E_CACHE_DIR_HOLDS.format(n=len(names), names=", ".join(names[:5]))
+    raise ValueError(Errors.E_CACHE_DIR_NOT_OURS.format(path=cache, found=found))
+
+
+def _warn_heldout_in_training(heldout: str, train_path: str) -> None:
+    """Warn when a file of ``heldout`` is one of TRAIN_PATH's (by real path; both exist, read already)."""
+    trained = {f.resolve() for f in corpus_data.list_text_files(train_path)}
+    shared = [f for f in corpus_data.list_text_files(heldout) if f.resolve() in trained]
+    if shared:
+        warnings.warn(Warnings.W_HELDOUT_IN_TRAINING.format(path=heldout, n=len(shared), file=shared[0]), RuntimeWarning,
+                      stacklevel=3)
+
+
 def _move_cache_into_place(staging: Path, cache: Path, retired: Path) -> None:
     """Replace the corpus cache ``cache`` by ``staging`` (the old one goes through ``retired``)."""
     if cache.exists():
@@ -385,7 +428,7 @@ def read_log(output_dir) -> List[Dict[str, Any]]:
 def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = None) -> Dict[str, Any]:
     """Run (or resume) pretraining; returns a summary. ``on_step(step, loss)`` is
     called after every optimizer step (step counts from 1)."""
-    from tqdm import tqdm
+    from ..progress import progress_bar
 
     cfg.validate()
     if cfg.threads is not None:
@@ -396,6 +439,7 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
     tokenize_wait = _tokenize_wait_group(world)
     if out.exists() and not out.is_dir():
         raise ValueError(Errors.E_OUTPUT_NOT_A_DIR.format(path=out))
+    _check_output_place(out, Path(cfg.train_path))
     payload = None
     if cfg.resume:
         payload = ckpt.load_checkpoint(out)
@@ -414,6 +458,8 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
         if world > 1:
             dist.broadcast_object_list(read, src=0, group=tokenize_wait)
         heldout, heldout_stats = read[0]
+        if is_main:
+            _warn_heldout_in_training(cfg.heldout, cfg.train_path)
 
     # Data: rank 0 tokenizes into the cache, the others wait and read it. A resume that
     # needs a new cache builds it beside data/ and moves it in only once the checkpoint
@@ -487,7 +533,7 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
         log.write({"event": "start", "step": 0, "world": world, "steps_per_epoch": batcher.steps_per_epoch,
                    "total_steps": total, "vocab_size": vocab.size, "corpus": meta["stats"], "config": asdict(cfg)})
     use_amp = device.type == "cuda"
-    bar = tqdm(total=total, initial=step, desc="pretraining", unit="step", disable=not (cfg.progress and is_main))
+    bar = progress_bar(total=total, initial=step, desc="pretraining", unit="step", disable=not (cfg.progress and is_main))
     window_loss, window_n, window_tokens, window_start = 0.0, 0, 0, time.perf_counter()
     last_heldout = None
 

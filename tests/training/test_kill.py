@@ -2,6 +2,12 @@
 again, then resumed: the model and the log are the uninterrupted run's, no temporary file is
 left behind, and no half-written file is ever read as a complete one."""
 
+import os
+import signal
+import subprocess
+import sys
+import time
+
 import numpy as np
 import pytest
 import torch
@@ -75,3 +81,30 @@ def test_pretraining_killed_at_every_kind_of_point_resumes_to_the_straight_run(t
     for name in tensors_a:
         torch.testing.assert_close(tensors_b[name], tensors_a[name], rtol=1e-6, atol=1e-7)
     assert files_below(out) == files_below(straight)  # no temporary file left behind
+
+
+def test_sigterm_stops_pretraining_as_ctrl_c_does(tmp_path):
+    """SIGTERM (kill, Slurm's scancel and time limit, a container stop, torchrun stopping its workers)
+    ended pretrain at once, without a word: it now stops as Ctrl-C does, with exit status 143 and the
+    way to go on, temporary files removed, and --resume continues from the checkpoint."""
+    out = tmp_path / "out"
+    args, _, _ = tiny_pretrain_args(tmp_path, out, "--checkpoint-every", "2", "--log-every", "1", max_steps=100_000)
+    run = subprocess.Popen([sys.executable, "-m", "spacy_elmo", *args], stderr=subprocess.PIPE, text=True,
+                           env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / "checkpoint.pt").exists():
+            assert run.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        run.send_signal(signal.SIGTERM)
+        _, stderr = run.communicate(timeout=60)
+    finally:
+        run.kill()
+    assert run.returncode == 128 + signal.SIGTERM, stderr
+    assert "Interrupted" in stderr and "--resume" in stderr and "Traceback" not in stderr
+    assert not [name for name in files_below(out) if name.startswith(".") or "/." in name]
+    step = load_checkpoint(out)["step"]
+    resume = [*args[: args.index("--max-steps") + 1], str(step + 2), *args[args.index("--max-steps") + 2 :], "--resume"]
+    done = CliRunner().invoke(app, resume)
+    assert done.exit_code == 0, done.output
+    assert logged_steps(out) == list(range(1, step + 3))

@@ -480,6 +480,29 @@ def test_vocabulary_options_unused_by_init_warn(tmp_path):
     assert len((tmp_path / "new" / "vocab.txt").read_text(encoding="utf-8").splitlines()) == 20
 
 
+def test_fine_tuning_on_words_the_kept_vocabulary_lacks_warns_with_their_share(tmp_path):
+    """--init keeps the model's vocabulary: a corpus of other words trained every target as <UNK>
+    without a word. The warning counts the corpus's words outside it (the oracle: the files' words
+    against vocab.txt); a corpus the vocabulary covers does not warn."""
+    import warnings
+
+    base = tmp_path / "base"
+    train(tiny_train_config(write_corpus(tmp_path / "a.txt", 200), base, max_steps=1))
+    known = set((base / "vocab.txt").read_text(encoding="utf-8").split())
+    domain = tmp_path / "domain.txt"
+    domain.write_text("Zebras jump over lazy foxes .\nThe cat sees a fish .\n" * 30, encoding="utf-8")
+    words = domain.read_text(encoding="utf-8").split()
+    n_oov = sum(w not in known for w in words)
+    assert 0.2 < n_oov / len(words) < 1  # "." and the second line are known
+    with pytest.warns(RuntimeWarning, match=rf"{100 * n_oov / len(words):.1f}% of this corpus's words \({n_oov} of "
+                                            rf"{len(words)}\) are not in the vocabulary of --init .* --new-vocab"):
+        train(tiny_train_config(domain, tmp_path / "tuned", max_steps=1, init=str(base), model=None))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        train(tiny_train_config(write_corpus(tmp_path / "b.txt", 100, seed=4), tmp_path / "covered", max_steps=1,
+                                init=str(base), model=None))
+
+
 def test_a_byte_order_mark_at_the_start_of_every_file_is_no_text(tmp_path):
     """pretrain (each file of a directory) and evaluate kept a leading BOM as text: the first token
     became '\\ufeffThe', its own vocabulary entry, and an OOV word for evaluate. One elsewhere in a

@@ -1,0 +1,111 @@
+"""Where pretrain reads and writes: OUTPUT_DIR against TRAIN_PATH and the user's own files,
+and which files of a TRAIN_PATH directory are the corpus."""
+
+import pytest
+
+from spacy_elmo.training.trainer import train
+
+from .conftest import tiny_train_config, write_corpus
+from .test_train import _files
+
+
+def test_a_data_directory_of_the_users_is_neither_written_nor_deleted(tmp_path):
+    """OUTPUT_DIR/data is where the tokenized corpus goes, and a resume that reads the text again
+    replaces that whole directory: a project directory given as OUTPUT_DIR whose data/ holds the
+    corpus lost it (and everything beside it) on such a resume. It is refused untouched."""
+    project = tmp_path / "project"
+    (project / "data").mkdir(parents=True)
+    corpus = write_corpus(project / "data" / "corpus.txt", 100)
+    (project / "data" / "notes.md").write_text("mine\n")
+    before = _files(project)
+    with pytest.raises(ValueError, match=r"data is not a corpus cache of spacy-elmo: it holds 2 .*corpus.txt, notes.md"):
+        train(tiny_train_config(corpus, project, max_steps=2, checkpoint_every=2))
+    assert _files(project) == before
+    (tmp_path / "file").mkdir()
+    (tmp_path / "file" / "data").write_text("a file named data\n")
+    with pytest.raises(ValueError, match="data is not a corpus cache of spacy-elmo: it is a file"):
+        train(tiny_train_config(corpus, tmp_path / "file", max_steps=2, checkpoint_every=2))
+
+
+def test_what_a_killed_tokenization_left_in_data_is_the_runs_own(tmp_path):
+    corpus = write_corpus(tmp_path / "train.txt", 100)
+    out = tmp_path / "out"
+    (out / "data").mkdir(parents=True)
+    for name in ("tokens.raw", "types.txt", ".meta.json.99999999.tmp"):  # a run killed while tokenizing
+        (out / "data" / name).write_bytes(b"\x00")
+    assert train(tiny_train_config(corpus, out, max_steps=2, checkpoint_every=2))["steps"] == 2
+    assert sorted(p.name for p in (out / "data").iterdir()) == [
+        "counts.i64", "meta.json", "sent_lengths.i64", "tokens.i32", "types.txt"]
+
+
+def test_an_output_dir_inside_the_corpus_directory_is_refused_unless_hidden(tmp_path):
+    """Every non-hidden file under a TRAIN_PATH directory is text: an OUTPUT_DIR there read the run's
+    own cache, vocabulary and log as corpus (the first run an empty tokens.raw as a file), and a
+    --resume was then refused as 'trained on other data'."""
+    corpus_dir = tmp_path / "corpus"
+    corpus_dir.mkdir()
+    write_corpus(corpus_dir / "a.txt", 100)
+    for out in (corpus_dir / "out", corpus_dir / "sub" / "out", corpus_dir):
+        with pytest.raises(ValueError, match="is inside TRAIN_PATH"):
+            train(tiny_train_config(corpus_dir, out, max_steps=2, checkpoint_every=2))
+    assert sorted(p.name for p in corpus_dir.iterdir()) == ["a.txt"]
+    hidden = corpus_dir / ".runs" / "out"  # not read: trains, and resumes over the same corpus
+    assert train(tiny_train_config(corpus_dir, hidden, max_steps=2, checkpoint_every=2))["corpus"]["n_files"] == 1
+    assert train(tiny_train_config(corpus_dir, hidden, max_steps=4, checkpoint_every=2, resume=True))["steps"] == 4
+
+
+def test_linked_directories_are_read_once_and_other_entries_are_no_text(tmp_path):
+    """A symbolic link to a directory (corpus/wiki -> /data/wiki) was silently not read; links back
+    up or to a directory read already end the walk there. A FIFO was opened and waited on forever."""
+    import os
+
+    from spacy_elmo.training.data import ReadStats, iter_text, list_text_files
+
+    corpus, elsewhere = tmp_path / "corpus", tmp_path / "elsewhere"
+    (corpus / "sub").mkdir(parents=True)
+    elsewhere.mkdir()
+    a = write_corpus(corpus / "sub" / "a.txt", 30)
+    b = write_corpus(elsewhere / "b.txt", 60, seed=1)
+    (corpus / "linked").symlink_to(elsewhere, target_is_directory=True)
+    (corpus / "sub" / "again").symlink_to(elsewhere, target_is_directory=True)  # read already
+    (corpus / "sub" / "up").symlink_to(corpus, target_is_directory=True)  # a loop
+    (corpus / "self").symlink_to(".", target_is_directory=True)
+    os.mkfifo(corpus / "pipe")
+    assert list_text_files(corpus) == [corpus / "linked" / "b.txt", corpus / "sub" / "a.txt"]
+    lines = [line for f in (b, a) for line in f.read_text(encoding="utf-8").splitlines()]
+    assert list(iter_text(corpus, ReadStats())) == lines
+
+
+def test_a_pipe_as_train_path_is_refused_naming_it(tmp_path):
+    """``pretrain <(zcat corpus.gz) out`` said 'No text to train on: 0 file(s) read'."""
+    import os
+
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    with pytest.raises(ValueError, match="pipe is neither a file nor a directory .* Write it to a file first"):
+        train(tiny_train_config(pipe, tmp_path / "out", max_steps=2))
+
+
+@pytest.mark.parametrize("where", ["same file", "in the corpus directory", "linked into it"])
+def test_heldout_text_that_is_training_text_warns(tmp_path, where):
+    """--heldout equal to TRAIN_PATH, or a file of a TRAIN_PATH directory, gave the perplexity of
+    trained text without a word; held-out text elsewhere does not warn."""
+    import warnings
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    train_file = write_corpus(corpus / "a.txt", 100)
+    (tmp_path / "h").mkdir()
+    held = write_corpus(tmp_path / "h" / "held.txt", 20, seed=3)
+    train_path = train_file if where == "same file" else corpus
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # none: the text is apart
+        train(tiny_train_config(train_path, tmp_path / "apart", max_steps=1, heldout=str(held)))
+    if where == "same file":
+        held = train_file
+    elif where == "in the corpus directory":
+        held = write_corpus(corpus / "held.txt", 20, seed=3)
+    else:
+        (corpus / "more").symlink_to(held.parent, target_is_directory=True)  # corpus/more/held.txt is held.txt
+    with pytest.warns(RuntimeWarning, match=r"--heldout .*(held|a).txt is training text too \(1 of its file"):
+        train(tiny_train_config(train_path, tmp_path / "out", max_steps=1, heldout=str(held)))

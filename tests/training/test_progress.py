@@ -1,0 +1,23 @@
+"""Progress bars written to a log file (not a terminal) are redrawn once a minute, not ten times a second."""
+
+import itertools
+
+import tqdm.std
+
+from spacy_elmo.progress import LOG_INTERVAL
+from spacy_elmo.training.trainer import train
+
+from .conftest import tiny_train_config, write_corpus
+
+
+def test_bars_in_a_log_file_are_redrawn_once_a_minute(tmp_path, capsys, monkeypatch):
+    """stderr captured, as nohup, Slurm or CI capture it: every redraw stays in the file. With a clock
+    that moves 5 s at every reading, a 40-step run redrew its bar 42 times (a day of pretraining
+    left ~80 MB of them); now once every LOG_INTERVAL seconds of that clock."""
+    train_file = write_corpus(tmp_path / "train.txt", 100)
+    seconds = itertools.count(0, 5.0)
+    monkeypatch.setattr(tqdm.std, "time", lambda: next(seconds))
+    train(tiny_train_config(train_file, tmp_path / "out", max_steps=40, checkpoint_every=40, progress=True))
+    redraws = capsys.readouterr().err.count("pretraining:")
+    elapsed = next(seconds)  # the clock's reading now
+    assert 2 <= redraws <= 2 + elapsed / LOG_INTERVAL  # the first and last draws, and one a minute between
