@@ -1,8 +1,9 @@
 """Progress bars (tqdm) that suit where they are written: a terminal, or a log file.
 
 On a terminal a bar redraws itself in place ten times a second. Written to anything else (``nohup``,
-Slurm's output file, a CI log, ``2> log``) every redraw stays in the file, ``\\r``-separated: a day of
-pretraining left about 80 MB of them. There a bar is redrawn once every :data:`LOG_INTERVAL` seconds.
+Slurm's output file, a CI log, ``2> log``) every redraw stays in the file, ``\\r``-separated: about
+90 bytes a redraw, some 78 MB for a day of pretraining (computed from a 300-step run's 53 redraws in
+4.8 KB, not measured over a day). There a bar is redrawn once every :data:`LOG_INTERVAL` seconds.
 """
 
 import sys
