@@ -23,7 +23,7 @@ import re
 import shlex
 import shutil
 from pathlib import Path
-from typing import Dict, List, NamedTuple, Optional
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 import pytest
 
@@ -84,6 +84,20 @@ PYTHON = [block for block in BLOCKS if block.lang == "python"]
 SHELL = [block for block in BLOCKS if block.lang in ("bash", "sh", "shell", "console")]
 
 
+def test_skip_markers_sit_right_before_a_block(tmp_path):
+    """A marker is read from the line before a fence (blank lines between allowed); one anywhere else is an error."""
+    for path in DOCS:
+        lines = path.read_text(encoding="utf-8").splitlines()
+        for i, line in enumerate(lines):
+            if SKIP.search(line):
+                after = next((rest for rest in lines[i + 1 :] if rest.strip()), "")
+                assert after.lstrip().startswith("```"), f"{path.name}:{i + 1}: a skip marker not before a code block"
+    sample = tmp_path / "sample.md"
+    sample.write_text("<!-- readme-test: skip (needs a GPU) -->\n\n```python\nx = 1\n```\n\n```bash\nls\n```\n")
+    assert [(b.line, b.lang, b.text, b.skip) for b in code_blocks(sample)] == [(4, "python", "x = 1", "needs a GPU"), (8, "bash", "ls", None)]
+
+
+
 # --- the python blocks ----------------------------------------------------------------------------
 
 
@@ -103,12 +117,15 @@ def user_files(tmp_path_factory):
 
 
 def alternatives(block: Block) -> List[str]:
-    """The expressions of the block's ``# or A, B, C`` comment lines."""
+    """The expressions of the block's ``# or A, B, C`` lines (whole-line comments)."""
     found = []
     for line in block.text.splitlines():
-        comment = re.search(r"#\s*or\s+(.+)$", line)
+        comment = re.match(r"^\s*#\s*or\s+(.+)$", line)
         if comment:
-            tree = ast.parse(comment.group(1), mode="eval").body
+            try:
+                tree = ast.parse(comment.group(1), mode="eval").body
+            except SyntaxError:
+                pytest.fail(f"{block.where}: `{line.strip()}` is no `# or EXPR, EXPR` line of Python alternatives")
             found += [ast.unparse(e) for e in tree.elts] if isinstance(tree, ast.Tuple) else [ast.unparse(tree)]
     return found
 
@@ -178,21 +195,26 @@ def test_every_claim_names_one_python_block():
 # --- the command lines ----------------------------------------------------------------------------
 
 
-def shell_commands(text: str) -> List[List[str]]:
-    """The commands of a shell block: continued lines joined, comments dropped, split at && ; |."""
-    commands = []
-    for line in text.replace("\\\n", " ").splitlines():
-        words = shlex.split(line, comments=True)
+def shell_commands(block: Block) -> List[Tuple[str, List[str]]]:
+    """``(file:line, words)`` of each command of a shell block: continued lines joined, comments
+    dropped, split at && || ; |, leading ``VAR=value`` assignments dropped."""
+    commands, lines, i = [], block.text.split("\n"), 0
+    while i < len(lines):
+        first, line = i, lines[i]
+        while line.endswith("\\") and i + 1 < len(lines):
+            i += 1
+            line = line[:-1] + " " + lines[i]
+        i += 1
         current: List[str] = []
-        for word in words + [";"]:
-            if word in ("&&", "||", ";", "|"):
-                while current and re.match(r"^[A-Z_][A-Z0-9_]*=", current[0]):  # FOO=bar command
-                    current.pop(0)
-                if current:
-                    commands.append(current)
-                current = []
-            else:
+        for word in shlex.split(line, comments=True) + [";"]:
+            if word not in ("&&", "||", ";", "|"):
                 current.append(word)
+                continue
+            while current and re.match(r"^[A-Z_][A-Z0-9_]*=", current[0]):
+                current.pop(0)
+            if current:
+                commands.append((f"{block.path.relative_to(ROOT)}:{block.line + first}", current))
+            current = []
     return commands
 
 
@@ -223,22 +245,23 @@ def flags(words: List[str]) -> List[str]:
     return [w.split("=", 1)[0] for w in words if FLAG.fullmatch(w.split("=", 1)[0])]
 
 
-CLI_LINES = [(block, words) for block in SHELL for words in shell_commands(block.text) if spacy_elmo_call(words)]
+#: Lines of a skipped block are not parsed (a value may need this machine: ``--device cuda``), but their flags are checked.
+CLI_LINES = [(where, words) for block in SHELL if not block.skip for where, words in shell_commands(block) if spacy_elmo_call(words)]
 
 
-@pytest.mark.parametrize("block,words", CLI_LINES, ids=[f"{b.where} {' '.join(w)[:60]}" for b, w in CLI_LINES])
-def test_spacy_elmo_command_line_parses(block, words, cli):
+@pytest.mark.parametrize("where,words", CLI_LINES, ids=[f"{w} {spacy_elmo_call(ws)[0]}" for w, ws in CLI_LINES])
+def test_spacy_elmo_command_line_parses(where, words, cli):
     """The command's own parser takes the line: its options, arguments and the values its callbacks check."""
     name, args = spacy_elmo_call(words)
     if name is None:
-        assert set(flags(args)) <= command_options(cli), f"{block.where}: {' '.join(words)}"
+        assert set(flags(args)) <= command_options(cli), f"{where}: {' '.join(words)}"
         return
-    assert name in cli.commands, f"{block.where}: no command {name!r} (commands: {sorted(cli.commands)})"
+    assert name in cli.commands, f"{where}: no command {name!r} (commands: {sorted(cli.commands)})"
     command = cli.commands[name]
     try:
         command.make_context(name, list(args))
     except Exception as err:  # click's usage errors: the line does not parse
-        pytest.fail(f"{block.where}: `{' '.join(words)}` does not parse: {type(err).__name__}: {err}")
+        pytest.fail(f"{where}: `{' '.join(words)}` does not parse: {type(err).__name__}: {err}")
 
 
 def test_commands_named_in_the_text_have_their_options(cli):
@@ -285,11 +308,10 @@ QUOTED_COMMAND = re.compile(r"\b(?:python|pip|torchrun)\b[^()#;]*")
 def other_tool_lines():
     """``(where, words)`` of every command line, in code blocks (their comments' quoted commands too) and inline spans."""
     for block in SHELL:
-        for words in shell_commands(block.text):
-            yield block.where, words
-        for comment in re.findall(r"#.*$", block.text, re.M):
-            for quoted in QUOTED_COMMAND.findall(comment):
-                yield block.where, quoted.split()
+        yield from shell_commands(block)
+        for n, line in enumerate(block.text.split("\n")):
+            for quoted in QUOTED_COMMAND.findall(line.partition("#")[2]):
+                yield f"{block.path.relative_to(ROOT)}:{block.line + n}", quoted.split()
     for path in DOCS:
         for span in inline_spans(path):
             try:
