@@ -402,6 +402,10 @@ def test_relative_links_and_anchors_exist():
     assert not wrong, "\n".join(wrong)
 
 
+#: Paths the text names that a build writes: absent from a checkout without the extension built.
+BUILT = {"spacy_elmo/_C*.so"}
+
+
 def test_repository_paths_in_backticks_exist():
     tops = {p.name for p in ROOT.iterdir() if p.is_dir() and not p.name.startswith(".")}
     wrong = []
@@ -409,7 +413,9 @@ def test_repository_paths_in_backticks_exist():
         for span in inline_spans(path):
             for word in span.split():
                 candidate = word[3:] if word.startswith("../") else word
-                if "/" in candidate and candidate.split("/")[0] in tops and not glob.glob(str(ROOT / candidate)):
+                if candidate in BUILT or "/" not in candidate or candidate.split("/")[0] not in tops:
+                    continue
+                if not glob.glob(str(ROOT / candidate)):
                     wrong.append(f"{path.name}: `{span}`")
     assert not wrong, "\n".join(wrong)
 
