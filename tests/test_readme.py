@@ -1,0 +1,464 @@
+"""The README and docs/*.md as a new user reads them: their code must still run and their commands parse.
+
+* Every ```python block runs, in a fresh namespace and a temporary working directory that holds the
+  files the blocks name as the user's own (``options.json`` + ``weights.hdf5``: AllenNLP files of a
+  tiny random biLM; ``my_model_dir``: the same biLM saved with ``BiLM.save``). A comment line
+  ``# or EXPR, EXPR`` in a block names alternatives: each is evaluated after the block. ``CLAIMS`` checks
+  what a block's comments say it returns.
+* Every ``spacy-elmo CMD ...`` line of a code block is parsed by that command (typer's own parser and
+  the options' callbacks, nothing run): a renamed option, a removed argument or a value the command
+  refuses fails. ``spacy-elmo CMD`` in an inline code span and every other ``--flag`` of the text must
+  name an option of that command, of some spacy-elmo command, or of the tool a command line runs.
+* ``python benchmarks/X.py --flag`` lines name options of that script; ``spacy train X.cfg --a.b`` lines
+  name settings of the shipped config X.
+* Relative links, their anchors, and repository paths in backticks exist.
+
+A block that cannot run here is marked in the Markdown by ``<!-- readme-test: skip (reason) -->`` on the
+line before its opening fence; nothing is skipped silently.
+"""
+
+import ast
+import glob
+import re
+import shlex
+import shutil
+from pathlib import Path
+from typing import Dict, List, NamedTuple, Optional, Tuple
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+SKIP = re.compile(r"<!--\s*readme-test:\s*skip\s*\((.+)\)\s*-->")
+FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9.-]*[a-z0-9]")
+
+
+class Block(NamedTuple):
+    path: Path
+    line: int  # 1-based line number of the block's first line of code
+    lang: str
+    text: str
+    skip: Optional[str]
+
+    @property
+    def where(self) -> str:
+        return f"{self.path.relative_to(ROOT)}:{self.line}"
+
+
+def code_blocks(path: Path) -> List[Block]:
+    """The fenced code blocks of a Markdown file, with the skip marker (if any) before each."""
+    blocks, lines = [], path.read_text(encoding="utf-8").splitlines()
+    i = 0
+    while i < len(lines):
+        fence = re.match(r"^(\s*)```(\w*)", lines[i])
+        if not fence:
+            i += 1
+            continue
+        end = next(j for j in range(i + 1, len(lines)) if lines[j].strip().startswith("```"))
+        before = next((lines[j] for j in range(i - 1, -1, -1) if lines[j].strip()), "")
+        marker = SKIP.search(before)
+        blocks.append(Block(path, i + 2, fence.group(2), "\n".join(lines[i + 1 : end]), marker.group(1) if marker else None))
+        i = end + 1
+    return blocks
+
+
+def prose(path: Path) -> str:
+    """The file's text with its code blocks blanked (line numbers kept)."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    inside = False
+    for i, line in enumerate(lines):
+        if line.strip().startswith("```"):
+            inside = not inside
+            lines[i] = ""
+        elif inside:
+            lines[i] = ""
+    return "\n".join(lines)
+
+
+def inline_spans(path: Path) -> List[str]:
+    return [" ".join(span.split()) for span in re.findall(r"`([^`]+)`", prose(path))]
+
+
+BLOCKS = [block for path in DOCS for block in code_blocks(path)]
+PYTHON = [block for block in BLOCKS if block.lang == "python"]
+SHELL = [block for block in BLOCKS if block.lang in ("bash", "sh", "shell", "console")]
+
+
+def test_skip_markers_sit_right_before_a_block(tmp_path):
+    """A marker is read from the line before a fence (blank lines between allowed); one anywhere else is an error."""
+    for path in DOCS:
+        lines = path.read_text(encoding="utf-8").splitlines()
+        for i, line in enumerate(lines):
+            if SKIP.search(line):
+                after = next((rest for rest in lines[i + 1 :] if rest.strip()), "")
+                assert after.lstrip().startswith("```"), f"{path.name}:{i + 1}: a skip marker not before a code block"
+    sample = tmp_path / "sample.md"
+    sample.write_text("<!-- readme-test: skip (needs a GPU) -->\n\n```python\nx = 1\n```\n\n```bash\nls\n```\n")
+    assert [(b.line, b.lang, b.text, b.skip) for b in code_blocks(sample)] == [(4, "python", "x = 1", "needs a GPU"), (8, "bash", "ls", None)]
+
+
+
+# --- the python blocks ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def user_files(tmp_path_factory):
+    """The files a block names as the user's own: a tiny random biLM as AllenNLP files and as BiLM.save."""
+    import torch
+
+    from spacy_elmo import BiLM, BiLMConfig
+
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("readme-user-files")
+    bilm = BiLM(BiLMConfig(projection_dim=8, cell_dim=16, filters=[[1, 4], [2, 4]]), backend="reference")
+    bilm.to_allennlp(path / "options.json", path / "weights.hdf5")
+    bilm.save(path / "my_model_dir")
+    return path
+
+
+def alternatives(block: Block) -> List[str]:
+    """The expressions of the block's ``# or A, B, C`` lines (whole-line comments)."""
+    found = []
+    for line in block.text.splitlines():
+        comment = re.match(r"^\s*#\s*or\s+(.+)$", line)
+        if comment:
+            try:
+                tree = ast.parse(comment.group(1), mode="eval").body
+            except SyntaxError:
+                pytest.fail(f"{block.where}: `{line.strip()}` is no `# or EXPR, EXPR` line of Python alternatives")
+            found += [ast.unparse(e) for e in tree.elts] if isinstance(tree, ast.Tuple) else [ast.unparse(tree)]
+    return found
+
+
+def _api_block(ns: Dict) -> None:
+    """The Python API block: BiLMOutput(activations=[(batch, max_len, 2P)] * (L + 1), mask=(batch, max_len)),
+    the mix (batch, max_len, 2P), and files that load back as the same model."""
+    import torch
+
+    from spacy_elmo import BiLM
+
+    bilm, ids, out, elmo = ns["bilm"], ns["ids"], ns["out"], ns["elmo"]
+    batch, max_len = ids.shape[:2]
+    assert tuple(ids.shape) == (2, 5, 50)
+    width = 2 * bilm.config.projection_dim
+    assert len(out.activations) == bilm.config.n_layers + 1 == bilm.config.n_output_layers
+    assert all(tuple(a.shape) == (batch, max_len, width) for a in out.activations)
+    assert tuple(out.mask.shape) == (batch, max_len) and out.mask.sum().item() == 5 + 2
+    assert tuple(elmo.shape) == (batch, max_len, width)
+    assert sorted(p.name for p in Path("my_model_dir").iterdir()) == ["config.json", "model.safetensors"]
+    for again in (BiLM.load("my_model_dir"), BiLM.from_allennlp("options.json", "weights.hdf5")):
+        with torch.no_grad():
+            torch.testing.assert_close(again(ids).activations[-1], out.activations[-1], rtol=1e-5, atol=1e-6)
+
+
+def _spacy_block(ns: Dict) -> None:
+    """The spaCy block: all L + 1 layers in float16, token 4 is "bank" in both docs, a float similarity."""
+    import numpy
+
+    doc, other = ns["doc"], ns["other"]
+    assert doc[4].text == other[4].text == "bank"
+    assert doc._.elmo.dtype == numpy.float16 and doc._.elmo.shape[:2] == (3, len(doc))  # tiny biLM: L = 2
+    assert doc[4]._.elmo_vector.shape == (doc._.elmo.shape[2],)
+    assert doc[3:5]._.elmo_vector.shape == doc[4]._.elmo_vector.shape
+    assert isinstance(doc[4].similarity(other[4]), float) and doc[4].has_vector
+
+
+#: What the comments of a block say it returns, keyed by a line of that block.
+CLAIMS = {
+    "out = bilm(ids)": _api_block,
+    'nlp.add_pipe("elmo", config={"weights": "my_model_dir"})': _spacy_block,
+}
+
+
+@pytest.mark.parametrize("block", PYTHON, ids=[b.where for b in PYTHON])
+def test_python_block_runs(block, user_files, tmp_path, monkeypatch):
+    if block.skip:
+        pytest.skip(f"{block.where}: {block.skip}")
+    for item in user_files.iterdir():
+        (shutil.copytree if item.is_dir() else shutil.copy)(item, tmp_path / item.name)
+    monkeypatch.chdir(tmp_path)
+    ns = {"__name__": "__readme__"}
+    # Padding keeps the traceback's line numbers those of the Markdown file.
+    exec(compile("\n" * (block.line - 1) + block.text, str(block.path), "exec"), ns)
+    for expression in alternatives(block):
+        assert eval(expression, ns) is not None, expression
+    for key, check in CLAIMS.items():
+        if key in block.text:
+            check(ns)
+
+
+def test_every_claim_names_one_python_block():
+    for key in CLAIMS:
+        assert sum(key in block.text for block in PYTHON) == 1, f"no single python block holds {key!r}"
+
+
+# --- the command lines ----------------------------------------------------------------------------
+
+
+def shell_commands(block: Block) -> List[Tuple[str, List[str]]]:
+    """``(file:line, words)`` of each command of a shell block: continued lines joined, comments
+    dropped, split at && || ; |, leading ``VAR=value`` assignments dropped."""
+    commands, lines, i = [], block.text.split("\n"), 0
+    while i < len(lines):
+        first, line = i, lines[i]
+        while line.endswith("\\") and i + 1 < len(lines):
+            i += 1
+            line = line[:-1] + " " + lines[i]
+        i += 1
+        current: List[str] = []
+        for word in shlex.split(line, comments=True) + [";"]:
+            if word not in ("&&", "||", ";", "|"):
+                current.append(word)
+                continue
+            while current and re.match(r"^[A-Z_][A-Z0-9_]*=", current[0]):
+                current.pop(0)
+            if current:
+                commands.append((f"{block.path.relative_to(ROOT)}:{block.line + first}", current))
+            current = []
+    return commands
+
+
+def spacy_elmo_call(words: List[str]):
+    """``(command, args)`` of ``spacy-elmo CMD ...`` / ``python -m spacy_elmo CMD ...`` (torchrun
+    too), else None. A literal ``...`` (the rest as above) is dropped."""
+    for i, word in enumerate(words):
+        if word.endswith("spacy-elmo") or (word == "spacy_elmo" and i and words[i - 1] == "-m"):
+            rest = [w for w in words[i + 1 :] if w != "..."]
+            return (rest[0], rest[1:]) if rest and not rest[0].startswith("-") else (None, rest)
+    return None
+
+
+@pytest.fixture(scope="module")
+def cli():
+    import typer.main
+
+    from spacy_elmo.cli import app
+
+    return typer.main.get_command(app)
+
+
+def command_options(command) -> set:
+    return {opt for param in command.params for opt in (*param.opts, *param.secondary_opts) if opt.startswith("--")}
+
+
+def flags(words: List[str]) -> List[str]:
+    return [w.split("=", 1)[0] for w in words if FLAG.fullmatch(w.split("=", 1)[0])]
+
+
+#: Lines of a skipped block are not parsed (a value may need this machine: ``--device cuda``), but their flags are checked.
+CLI_LINES = [(where, words) for block in SHELL if not block.skip for where, words in shell_commands(block) if spacy_elmo_call(words)]
+
+
+@pytest.mark.parametrize("where,words", CLI_LINES, ids=[f"{w} {spacy_elmo_call(ws)[0]}" for w, ws in CLI_LINES])
+def test_spacy_elmo_command_line_parses(where, words, cli):
+    """The command's own parser takes the line: its options, arguments and the values its callbacks check."""
+    name, args = spacy_elmo_call(words)
+    if name is None:
+        assert set(flags(args)) <= command_options(cli), f"{where}: {' '.join(words)}"
+        return
+    assert name in cli.commands, f"{where}: no command {name!r} (commands: {sorted(cli.commands)})"
+    command = cli.commands[name]
+    try:
+        command.make_context(name, list(args))
+    except Exception as err:  # click's usage errors: the line does not parse
+        pytest.fail(f"{where}: `{' '.join(words)}` does not parse: {type(err).__name__}: {err}")
+
+
+def test_commands_named_in_the_text_have_their_options(cli):
+    """``spacy-elmo CMD --flag`` or ``CMD --flag`` in an inline code span: CMD has that option."""
+    wrong = []
+    for path in DOCS:
+        for span in inline_spans(path):
+            words = span.split()
+            call = spacy_elmo_call(words)
+            if call is None and words[0] in cli.commands and len(words) > 1:
+                call = (words[0], words[1:])
+            if call is None:
+                continue
+            name, args = call
+            known = command_options(cli.commands[name]) if name in cli.commands else command_options(cli)
+            if name is not None and name not in cli.commands:
+                wrong.append(f"{path.name}: `{span}`: no command {name!r}")
+            wrong += [f"{path.name}: `{span}`: {name} has no {flag}" for flag in flags(args) if flag not in known]
+    assert not wrong, "\n".join(wrong)
+
+
+def benchmark_options(script: Path) -> set:
+    """The option strings of a benchmark script and of the ``benchmarks`` modules it imports."""
+    sources, options = [script], set()
+    tree = ast.parse(script.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "benchmarks":
+            names = [node.module.split(".", 1)[1]] if "." in node.module else [a.name for a in node.names]
+            sources += [ROOT / "benchmarks" / f"{n}.py" for n in names if (ROOT / "benchmarks" / f"{n}.py").exists()]
+    for source in sources:
+        text = source.read_text(encoding="utf-8")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and FLAG.fullmatch(node.value):
+                options.add(node.value)
+        if "BooleanOptionalAction" in text:
+            options |= {"--no-" + o[2:] for o in options}
+    return options
+
+
+#: A command another tool runs, quoted in a code block's comment: ``# (or python -m build --sdist)``.
+QUOTED_COMMAND = re.compile(r"\b(?:python|pip|torchrun)\b[^()#;]*")
+
+
+def other_tool_lines():
+    """``(where, words)`` of every command line, in code blocks (their comments' quoted commands too) and inline spans."""
+    for block in SHELL:
+        yield from shell_commands(block)
+        for n, line in enumerate(block.text.split("\n")):
+            for quoted in QUOTED_COMMAND.findall(line.partition("#")[2]):
+                yield f"{block.path.relative_to(ROOT)}:{block.line + n}", quoted.split()
+    for path in DOCS:
+        for span in inline_spans(path):
+            try:
+                words = shlex.split(span)
+            except ValueError:
+                continue
+            if len(words) > 1 and not words[0].startswith("-"):  # a program and its arguments, not `--flag VALUE`
+                yield path.name, words
+
+
+def shipped_config_keys(stem: str) -> Optional[set]:
+    from spacy_elmo.configs import config_path
+
+    try:
+        path = config_path(stem)
+    except ValueError:
+        return None
+    from thinc.api import Config
+
+    config = Config().from_disk(path, interpolate=False)
+    return {f"--{section}.{key}" for section, values in config.items() if isinstance(values, dict) for key in values}
+
+
+def make_targets_and_variables() -> set:
+    text = (ROOT / "Makefile").read_text(encoding="utf-8")
+    return set(re.findall(r"^([\w.-]+):(?!=)", text, re.M)) | {f"{v}=" for v in re.findall(r"^(\w+)\s*[?:]?=", text, re.M)}
+
+
+def test_benchmark_make_and_spacy_train_lines_name_existing_options():
+    """``python benchmarks/X.py --flag``: X has the option; ``make T VAR=...``: the Makefile has T and
+    VAR; ``spacy train X.cfg --a.b``: the shipped config X has the setting."""
+    wrong, make = [], make_targets_and_variables()
+    for where, words in other_tool_lines():
+        if words[0] == "make":
+            wrong += [f"{where}: the Makefile has no {w}" for w in words[1:] if re.sub(r"=.*", "=", w) not in make]
+        script = next((w for w in words if re.fullmatch(r"benchmarks/\w+\.py", w)), None)
+        if script:
+            known = benchmark_options(ROOT / script)
+            wrong += [f"{where}: {script} has no {flag}" for flag in flags(words) if flag not in known]
+        train = next((i for i in range(len(words) - 1) if words[i : i + 2] == ["spacy", "train"]), None)
+        if train is not None and len(words) > train + 2 and words[train + 2].endswith(".cfg"):
+            keys = shipped_config_keys(Path(words[train + 2]).stem)
+            if keys is not None:
+                wrong += [f"{where}: {words[train + 2]} has no {flag[2:]}" for flag in flags(words) if flag not in keys]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_every_flag_in_the_text_exists(cli):
+    """A ``--flag`` in prose (or a code comment) is an option of a spacy-elmo command, of a benchmark
+    script, or appears on a command line of another tool in the docs (pip, spacy train, torchrun...)."""
+    known = {"--help"} | command_options(cli).union(*(command_options(c) for c in cli.commands.values()))
+    for script in (ROOT / "benchmarks").glob("*.py"):
+        known |= benchmark_options(script)
+    for _, words in other_tool_lines():
+        if not spacy_elmo_call(words) and not any(re.fullmatch(r"benchmarks/\w+\.py", w) for w in words):
+            known |= set(flags(words))
+    texts = [(path, 1, prose(path)) for path in DOCS]
+    texts += [(b.path, b.line, re.sub(r"^[^#\n]*", "", b.text, flags=re.M)) for b in SHELL]  # comments, lines kept
+    unknown = [f"{path.relative_to(ROOT)}:{first + text.count(chr(10), 0, m.start())}: {m.group()}"
+               for path, first, text in texts for m in FLAG.finditer(text) if m.group() not in known]
+    assert not unknown, "\n".join(unknown)
+
+
+# --- links and paths ------------------------------------------------------------------------------
+
+
+def github_anchor(heading: str) -> str:
+    text = re.sub(r"[`*_]", "", heading.strip().lower())
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def anchors(path: Path) -> set:
+    return {github_anchor(m) for m in re.findall(r"^#+\s+(.+)$", prose(path), re.M)}
+
+
+def test_relative_links_and_anchors_exist():
+    wrong = []
+    for path in DOCS:
+        for target in re.findall(r"\]\(([^)\s]+)\)", prose(path)):
+            if re.match(r"^[a-z]+://", target):
+                continue
+            file, _, anchor = target.partition("#")
+            linked = (path.parent / file).resolve() if file else path
+            if not linked.exists():
+                wrong.append(f"{path.name}: ({target}): no file {file}")
+            elif anchor and anchor not in anchors(linked):
+                wrong.append(f"{path.name}: ({target}): no heading #{anchor} in {linked.name}")
+    assert not wrong, "\n".join(wrong)
+
+
+#: Paths the text names that a build writes: absent from a checkout without the extension built.
+BUILT = {"spacy_elmo/_C*.so"}
+
+
+def test_repository_paths_in_backticks_exist():
+    tops = {p.name for p in ROOT.iterdir() if p.is_dir() and not p.name.startswith(".")}
+    wrong = []
+    for path in DOCS:
+        for span in inline_spans(path):
+            for word in span.split():
+                candidate = word[3:] if word.startswith("../") else word
+                if candidate in BUILT or "/" not in candidate or candidate.split("/")[0] not in tops:
+                    continue
+                if not glob.glob(str(ROOT / candidate)):
+                    wrong.append(f"{path.name}: `{span}`")
+    assert not wrong, "\n".join(wrong)
+
+
+# --- names ----------------------------------------------------------------------------------------
+
+DOTTED = re.compile(r"\b(?:spacy_elmo(?:\.[A-Za-z_]\w*)+|(?:BiLM|BiLMConfig|BiLMOutput|ScalarMix)\.[A-Za-z_]\w*)")
+
+
+def test_names_in_backticks_exist(user_files):
+    """``spacy_elmo.module.name`` imports, a registered ``spacy_elmo.Name.vN`` is registered, and
+    ``BiLM.name`` is an attribute of the class or of a loaded model."""
+    import importlib
+
+    import spacy_elmo
+    import spacy_elmo.pipeline  # noqa: F401 - registers the architectures
+    from spacy.util import registry
+
+    model = spacy_elmo.BiLM.load(user_files / "my_model_dir")
+    wrong = []
+    for path in DOCS:
+        for name in sorted({m for span in inline_spans(path) for m in DOTTED.findall(span)}):
+            if name == "spacy_elmo._C":  # the compiled extension: absent where it is not built
+                continue
+            if re.search(r"\.v\d+$", name):
+                found = any(name in getattr(registry, kind) for kind in ("architectures", "layers", "misc"))
+            elif name.startswith("spacy_elmo."):
+                parts, found = name.split("."), False
+                for cut in range(len(parts), 0, -1):
+                    try:
+                        value = importlib.import_module(".".join(parts[:cut]))
+                    except ImportError:
+                        continue
+                    try:
+                        for attr in parts[cut:]:
+                            value = getattr(value, attr)
+                        found = True
+                    except AttributeError:
+                        pass
+                    break
+            else:
+                owner, attr = name.split(".")
+                found = hasattr(getattr(spacy_elmo, owner), attr) or (owner == "BiLM" and hasattr(model, attr))
+            if not found:
+                wrong.append(f"{path.name}: `{name}`")
+    assert not wrong, "\n".join(wrong)
