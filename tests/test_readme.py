@@ -163,10 +163,23 @@ def _spacy_block(ns: Dict) -> None:
     assert isinstance(doc[4].similarity(other[4]), float) and doc[4].has_vector
 
 
+def _migration_block(ns: Dict) -> None:
+    """The AllenNLP migration block: AllenNLP's dict of (B, T, D) representations and (B, T) mask, and
+    0.9's float32 (3, n, D) array, D the model's output width (1024 for the original ELMo)."""
+    import numpy
+
+    out, vectors, width = ns["out"], ns["vectors"], ns["elmo"].get_output_dim()
+    assert sorted(out) == ["elmo_representations", "mask"] and len(out["elmo_representations"]) == 2
+    assert all(tuple(r.shape) == (2, 3, width) for r in out["elmo_representations"])
+    assert out["mask"].tolist() == [[True, True, True], [True, True, False]]
+    assert vectors.dtype == numpy.float32 and vectors.shape == (3, 4, width)
+
+
 #: What the comments of a block say it returns, keyed by a line of that block.
 CLAIMS = {
     "out = bilm(ids)": _api_block,
     'nlp.add_pipe("elmo", config={"weights": "my_model_dir"})': _spacy_block,
+    "out = elmo(batch_to_ids(sentences))": _migration_block,
 }
 
 
