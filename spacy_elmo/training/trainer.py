@@ -309,7 +309,8 @@ def _run_settings(cfg: TrainConfig, world: int) -> Dict[str, Any]:
                 "batch_size": cfg.batch_size, "unroll": cfg.unroll, "world": world, "seed": cfg.seed,
                 "negatives": cfg.negatives,
                 "lang": cfg.lang, "optimizer": cfg.optimizer,
-                "lr": learning_rate(cfg.optimizer, cfg.lr), "dropout": cfg.dropout, "clip": cfg.clip}
+                "lr": learning_rate(cfg.optimizer, cfg.lr), "dropout": cfg.dropout, "clip": cfg.clip,
+                "init": cfg.init}
     if cfg.sentences:  # sentence batches do not depend on --unroll (which older checkpoints recorded anyway)
         del settings["unroll"]
     return settings
