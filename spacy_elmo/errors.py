@@ -684,7 +684,8 @@ class Errors:
     E_CACHE_DIR_IS_FILE = "it is a file"
     E_CACHE_DIR_HOLDS = "it holds {n} entr(y/ies) of another kind (first ones: {names})"
     E_OUTPUT_INSIDE_TRAIN_PATH = (
-        "OUTPUT_DIR {path} is inside TRAIN_PATH {train_path}, every non-hidden file of which is read as text: the "
+        "OUTPUT_DIR {path} is inside TRAIN_PATH {train_path} (maybe through a linked directory, which is followed), "
+        "every non-hidden file of which is read as text: the "
         "run would read its own files (the tokenized corpus, vocabulary, log) as corpus, other ones on every run "
         "(a --resume is then refused as other data). Choose an OUTPUT_DIR outside TRAIN_PATH (or a hidden "
         "directory in it, .name, which is not read)."

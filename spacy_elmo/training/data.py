@@ -251,6 +251,17 @@ def list_text_files(path: PathLike) -> List[Path]:
     if not path.is_dir():
         raise ValueError(Errors.E_TRAIN_PATH_NOT_A_FILE.format(path=path))
     files = []
+    for root, names in walk_text_dirs(path):
+        for name in names:
+            file = Path(root) / name
+            if not name.startswith(".") and (file.is_file() or not file.exists()):
+                files.append(file)
+    return sorted(files)
+
+
+def walk_text_dirs(path: PathLike) -> Iterator[tuple]:
+    """``(root, file names)`` of every directory :func:`list_text_files` reads under the directory ``path``:
+    non-hidden ones, symbolic links to directories followed, each directory once (by its real path)."""
     seen = {os.path.realpath(path)}
     for root, dirs, names in os.walk(path, followlinks=True):
         kept = []
@@ -260,11 +271,7 @@ def list_text_files(path: PathLike) -> List[Path]:
                 seen.add(real)
                 kept.append(name)
         dirs[:] = kept
-        for name in names:
-            file = Path(root) / name
-            if not name.startswith(".") and (file.is_file() or not file.exists()):
-                files.append(file)
-    return sorted(files)
+        yield root, names
 
 
 def foreign_entries(cache_dir: PathLike) -> List[str]:

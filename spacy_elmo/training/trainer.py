@@ -346,10 +346,14 @@ def _check_output_place(out: Path, train_path: Path) -> None:
     """Refuse an OUTPUT_DIR whose files would be read as corpus (inside a TRAIN_PATH directory, not
     hidden) or whose ``data`` entry is not a corpus cache (its files would be mixed with the cache's
     and deleted when a resume replaces it). Checked by every rank before anything is read or written."""
-    resolved, text = out.resolve(), train_path.resolve()
-    if text.is_dir() and (resolved == text or text in resolved.parents):
-        if not any(part.startswith(".") for part in resolved.relative_to(text).parts):
-            raise ValueError(Errors.E_OUTPUT_INSIDE_TRAIN_PATH.format(path=out, train_path=train_path))
+    if train_path.is_dir():
+        resolved = out.resolve()
+        # Every directory the reader walks, by its real path: also those reached through a linked directory.
+        for root, _ in corpus_data.walk_text_dirs(train_path):
+            real = Path(root).resolve()
+            if resolved == real or (real in resolved.parents
+                                    and not any(part.startswith(".") for part in resolved.relative_to(real).parts)):
+                raise ValueError(Errors.E_OUTPUT_INSIDE_TRAIN_PATH.format(path=out, train_path=train_path))
     cache = out / "data"
     if cache.exists() and not cache.is_dir():
         found = Errors.E_CACHE_DIR_IS_FILE
