@@ -243,6 +243,28 @@ def test_resume_names_an_init_given_or_left_out(tmp_path):
     assert resume(tuned, init=str(base))["steps"] == 3
 
 
+def test_a_run_whose_cache_recorded_whole_seconds_resumes_over_it(tmp_path, monkeypatch):
+    """The corpus cache now records nanosecond file times: a run started by an older spacy-elmo (whole
+    seconds) resumes over the unchanged corpus reusing its cache, not reading the text again."""
+    from spacy_elmo.training import data
+
+    train_file = write_corpus(tmp_path / "train.txt", 200)
+    out = tmp_path / "out"
+    train(tiny_train_config(train_file, out, max_steps=2, checkpoint_every=2))
+    meta_path = out / "data" / "meta.json"
+    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    meta["fingerprint"].pop("mtime", None)
+    meta["fingerprint"]["files"] = [[f[0], f[1], int(os.stat(f[0]).st_mtime), *f[3:]] for f in meta["fingerprint"]["files"]]
+    meta_path.write_text(json.dumps(meta), encoding="utf-8")
+
+    def no_reading(*args, **kwargs):
+        raise AssertionError("the corpus was tokenized again")
+
+    monkeypatch.setattr(data, "sentence_stream", no_reading)
+    assert train(tiny_train_config(train_file, out, max_steps=4, checkpoint_every=2, resume=True))["steps"] == 4
+    assert json.loads(meta_path.read_text(encoding="utf-8")) == meta
+
+
 @pytest.mark.parametrize("damage", ["empty", "truncated", "other"])
 def test_damaged_checkpoint_is_named(tmp_path, damage):
     train_file = write_corpus(tmp_path / "train.txt", 100)
@@ -338,7 +360,7 @@ def test_refused_resume_leaves_output_dir_untouched(tmp_path, monkeypatch):
     os.utime(train_file, (stamp, stamp))
     assert resume()["steps"] == 4
     assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == []
-    assert json.loads((out / "data" / "meta.json").read_text())["fingerprint"]["files"][0][2] == int(stamp)
+    assert json.loads((out / "data" / "meta.json").read_text())["fingerprint"]["files"][0][2] == train_file.stat().st_mtime_ns
     a = [(e["step"], e["loss"]) for e in read_log(straight) if "loss" in e]
     b = [(e["step"], e["loss"]) for e in read_log(out) if "loss" in e]
     assert [s for s, _ in a] == [s for s, _ in b] == [1, 2, 3, 4]
