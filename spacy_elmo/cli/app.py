@@ -106,3 +106,12 @@ def torchrun_ranks() -> Tuple[int, int]:
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return 0, 0
     return int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
+
+
+def echo_styled(message: str, fg: str, err: bool = False) -> None:
+    """``typer.secho(message, fg=fg, err=err)``, without colour where ``NO_COLOR`` is set and not empty
+    (https://no-color.org): typer's help and usage-error boxes (rich) honour it, its ``secho`` does not."""
+    if os.environ.get("NO_COLOR"):
+        typer.echo(message, err=err)  # secho without a colour still ends the line with a reset code
+    else:
+        typer.secho(message, fg=fg, err=err)
