@@ -611,6 +611,21 @@ class Errors:
         "from this run's, so resuming would read other batches and give words other softmax rows. Resume "
         "with the same corpus and settings; to continue on new text, start a new OUTPUT_DIR with --init {path}."
     )
+    E_RESUME_INIT_MISSING = (
+        "The run in {path} fine-tunes {init} (it was started with --init {init}), but this --resume leaves "
+        "--init out: its vocabulary would come from the corpus, not from {init}'s softmax rows. Resume with "
+        "--init {init} (and the other settings the run was started with)."
+    )
+    E_RESUME_INIT_ADDED = (
+        "The run in {path} was trained from scratch (started without --init), but this --resume adds "
+        "--init {init}: its vocabulary would come from {init}, not from the corpus. Resume without --init; "
+        "to fine-tune {init}, start a new OUTPUT_DIR with --init {init}."
+    )
+    E_RESUME_OTHER_INIT = (
+        "The run in {path} fine-tunes {found} (it was started with --init {found}), but this --resume names "
+        "--init {expected}, whose vocabulary differs. Resume with --init {found}; to fine-tune {expected}, start "
+        "a new OUTPUT_DIR."
+    )
     E_CHECKPOINT_TOKENIZER = (
         "The checkpoint in {path} was trained on other tokens of the same text: its corpus was read with "
         "{found}, this run reads it with {expected}, and the tokens differ, so resuming would read other "
@@ -669,7 +684,8 @@ class Errors:
     E_CACHE_DIR_IS_FILE = "it is a file"
     E_CACHE_DIR_HOLDS = "it holds {n} entr(y/ies) of another kind (first ones: {names})"
     E_OUTPUT_INSIDE_TRAIN_PATH = (
-        "OUTPUT_DIR {path} is inside TRAIN_PATH {train_path}, every non-hidden file of which is read as text: the "
+        "OUTPUT_DIR {path} is inside TRAIN_PATH {train_path} (maybe through a linked directory, which is followed), "
+        "every non-hidden file of which is read as text: the "
         "run would read its own files (the tokenized corpus, vocabulary, log) as corpus, other ones on every run "
         "(a --resume is then refused as other data). Choose an OUTPUT_DIR outside TRAIN_PATH (or a hidden "
         "directory in it, .name, which is not read)."

@@ -3,9 +3,12 @@
 Each command lives in its own module and registers itself on ``app``.
 """
 
+import sys
 import warnings
 
-from .app import app
+import typer
+
+from .app import app, torchrun_ranks
 
 # Importing a command module registers its command.
 from . import config, demo, embed, evaluate, export, fit_state, pretrain  # noqa: F401,E402
@@ -26,7 +29,23 @@ _python_format_warning = warnings.formatwarning
 
 def main() -> None:
     warnings.formatwarning = _format_warning
-    app()
+    rank, local_rank = torchrun_ranks()
+    if local_rank != 0:
+        # Under torchrun: pretrain's warnings are rank 0's alone; the others (the compiled extension
+        # missing) are the same on every process of a machine, and its first one (LOCAL_RANK 0) shows them.
+        warnings.filterwarnings("ignore", message="spacy-elmo:")
+    if rank == 0:
+        app()
+        return
+    # A usage error (an option's value) is the same on every rank: rank 0 prints it, this one exits
+    # with its status unprinted.
+    try:
+        status = app(standalone_mode=False)
+    except typer.TyperException as err:  # a usage error (typer's click)
+        status = getattr(err, "exit_code", 1)
+    except typer.Abort:
+        status = 1
+    sys.exit(status if isinstance(status, int) else 0)
 
 
 __all__ = ["app", "main"]

@@ -8,7 +8,7 @@ import typer
 from ..atomic import atomic_write_text
 from ..configs import config_path
 from ..errors import Errors
-from .app import app, checked_by
+from .app import app, checked_by, echo_styled
 
 
 @app.command()
@@ -26,7 +26,7 @@ def config(
         return
     path = Path(output)
     if path.exists() and not force:
-        typer.secho(Errors.E_CONFIG_EXISTS.format(path=path), fg=typer.colors.RED, err=True)
+        echo_styled(Errors.E_CONFIG_EXISTS.format(path=path), fg=typer.colors.RED, err=True)
         raise typer.Exit(1)
     atomic_write_text(path, text)
     typer.echo(f"wrote {path}")

@@ -10,7 +10,7 @@ import typer
 from ..bilm import BiLM, BiLMConfig
 from ..bilm.native_io import DEFAULT_MODEL_DIR, CONFIG_NAME
 from ..chars import batch_to_ids
-from .app import app, positive_int
+from .app import app, echo_styled, positive_int
 
 RIVER = [
     "We sat on the bank of the river and watched the water .".split(),
@@ -73,7 +73,7 @@ def demo(
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     if model is None and not (DEFAULT_MODEL_DIR / CONFIG_NAME).exists():
-        typer.secho(
+        echo_styled(
             "The bundled default model is not installed yet: using a randomly initialised 'small' "
             "biLM, so similarities are not meaningful (the mechanics are real).",
             fg=typer.colors.YELLOW,
@@ -84,7 +84,7 @@ def demo(
         try:
             bilm = BiLM.load(model or "default")
         except (ValueError, OSError) as err:
-            typer.secho(str(err), fg=typer.colors.RED, err=True)
+            echo_styled(str(err), fg=typer.colors.RED, err=True)
             raise typer.Exit(1) from err
         source = model or "bundled default"
     bilm.eval()

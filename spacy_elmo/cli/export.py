@@ -6,7 +6,7 @@ import typer
 
 from ..atomic import replace_dir
 from ..errors import Errors
-from .app import app, one_of
+from .app import app, echo_styled, one_of
 
 
 @app.command()
@@ -27,7 +27,7 @@ def export(
         check_output_dir(out_dir, overwrite)
         bilm, softmax, vocab, provenance = load_pretrained(model_dir, backend="reference")
     except (ValueError, FileNotFoundError, FileExistsError) as err:
-        typer.secho(str(err), fg=typer.colors.RED, err=True)
+        echo_styled(str(err), fg=typer.colors.RED, err=True)
         raise typer.Exit(1) from err
 
     def write(tmp: Path) -> None:
@@ -44,7 +44,7 @@ def export(
     try:
         replace_dir(out_dir, write)
     except OSError as err:
-        typer.secho(Errors.E_EXPORT_WRITE.format(path=out_dir, error=err), fg=typer.colors.RED, err=True)
+        echo_styled(Errors.E_EXPORT_WRITE.format(path=out_dir, error=err), fg=typer.colors.RED, err=True)
         raise typer.Exit(1) from err
     typer.echo(f"wrote {format} model to {out_dir}" + (" (with softmax and vocab.txt)" if softmax is not None else ""))
 

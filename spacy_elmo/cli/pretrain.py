@@ -14,7 +14,8 @@ from ..errors import Errors
 from ..ops import resolve_backend
 from ..training.data import AUTO_RULE
 from ..training.trainer import BOUNDS, OPTIMIZERS
-from .app import app, checked_by, counted, known_device, non_negative_int, one_of, positive_int, spacy_language
+from .app import (app, checked_by, counted, echo_styled, known_device, non_negative_int, one_of, positive_int,
+                  spacy_language, torchrun_ranks)
 
 
 def _bounded(name: str):
@@ -125,7 +126,7 @@ def pretrain(
     Run under `torchrun --nproc-per-node N` for DistributedDataParallel.
     """
     from ..training.malloc import keep_freed_memory as keep_freed
-    from ..training.trainer import TrainConfig, train
+    from ..training.trainer import TrainConfig, raised_on_every_rank, train
 
     if max_steps is not None and epochs is not None:
         raise typer.BadParameter(Errors.E_STEPS_AND_EPOCHS)
@@ -144,13 +145,14 @@ def pretrain(
         with _sigterm_stops_like_ctrl_c():
             summary = train(cfg)
     except (ValueError, OSError, RuntimeError) as err:  # OSError: also a disk full, a path under a file...
-        typer.secho(str(err), fg=typer.colors.RED, err=True)
+        if torchrun_ranks()[0] == 0 or not raised_on_every_rank(err):  # under torchrun: once, by rank 0
+            echo_styled(str(err), fg=typer.colors.RED, err=True)
         raise typer.Exit(1) from err
     except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM: say what the directory holds and how to go on
         from ..training.checkpoint import checkpoint_path
 
         message = Errors.E_PRETRAIN_INTERRUPTED if checkpoint_path(output_dir).exists() else Errors.E_PRETRAIN_INTERRUPTED_EARLY
-        typer.secho(message.format(path=output_dir), fg=typer.colors.YELLOW, err=True)
+        echo_styled(message.format(path=output_dir), fg=typer.colors.YELLOW, err=True)
         raise typer.Exit(128 + signal.SIGTERM if isinstance(err, _Terminated) else 130) from err
     if summary.get("rank", 0) != 0:  # under torchrun: rank 0 wrote the model and reports it
         return

@@ -13,6 +13,7 @@ import torch
 
 from ..atomic import atomic_write
 from ..atomic import remove_leftovers as atomic_remove_leftovers
+from ..bilm.native_io import read_meta
 from ..errors import Errors
 
 CHECKPOINT_NAME = "checkpoint.pt"
@@ -82,11 +83,23 @@ def load_checkpoint(output_dir: PathLike) -> Dict[str, Any]:
     missing = [k for k in PAYLOAD_KEYS if not isinstance(payload, dict) or k not in payload]
     if missing:
         raise ValueError(Errors.E_BAD_CHECKPOINT.format(path=path, error=f"no {', '.join(missing)}"))
+    provenance = {} if "init" in payload["settings"] else _saved_model_provenance(output_dir)
+    if "init" in provenance:  # an older checkpoint: the model saved with it (at every checkpoint) tells its --init
+        payload["settings"]["init"] = provenance["init"]
     return payload
 
 
+def _saved_model_provenance(output_dir: PathLike) -> Dict[str, Any]:
+    """The provenance of the model saved in ``output_dir`` ({} when there is none or it is unreadable)."""
+    try:
+        provenance = read_meta(output_dir).get("provenance")
+    except (OSError, ValueError):
+        return {}
+    return provenance if isinstance(provenance, dict) else {}
+
+
 #: Settings recorded only since a later version: an older checkpoint without them still resumes.
-ADDED_SETTINGS = ("data", "lang", "optimizer", "lr", "dropout", "clip")
+ADDED_SETTINGS = ("data", "lang", "optimizer", "lr", "dropout", "clip", "init")
 #: Command-line spelling of a setting in error messages.
 _OPTION = {"batch_size": "--batch-size", "unroll": "--unroll", "seed": "--seed", "negatives": "--negatives",
            "vocab_size": "vocabulary size", "lang": "--lang", "optimizer": "--optimizer", "lr": "--lr",
@@ -107,6 +120,15 @@ def check_settings(saved: Dict[str, Any], current: Dict[str, Any], output_dir: P
         found = saved.get(name)
         if found == expected:
             continue
+        if name == "init":  # --init given or left out is named; another spelling of the same model resumes
+            if found is None:
+                raise ValueError(Errors.E_RESUME_INIT_ADDED.format(path=output_dir, init=expected))
+            if expected is None:
+                raise ValueError(Errors.E_RESUME_INIT_MISSING.format(path=output_dir, init=found))
+            continue
+        earlier, now = saved.get("init"), current.get("init")
+        if name in ("vocab_size", "data") and earlier is not None and now is not None and earlier != now:
+            raise ValueError(Errors.E_RESUME_OTHER_INIT.format(path=output_dir, found=earlier, expected=now))  # its vocabulary
         if name == "data":
             raise ValueError(Errors.E_CHECKPOINT_DATA.format(path=output_dir))
         if name == "model_config":

@@ -251,6 +251,17 @@ def list_text_files(path: PathLike) -> List[Path]:
     if not path.is_dir():
         raise ValueError(Errors.E_TRAIN_PATH_NOT_A_FILE.format(path=path))
     files = []
+    for root, names in walk_text_dirs(path):
+        for name in names:
+            file = Path(root) / name
+            if not name.startswith(".") and (file.is_file() or not file.exists()):
+                files.append(file)
+    return sorted(files)
+
+
+def walk_text_dirs(path: PathLike) -> Iterator[tuple]:
+    """``(root, file names)`` of every directory :func:`list_text_files` reads under the directory ``path``:
+    non-hidden ones, symbolic links to directories followed, each directory once (by its real path)."""
     seen = {os.path.realpath(path)}
     for root, dirs, names in os.walk(path, followlinks=True):
         kept = []
@@ -260,11 +271,7 @@ def list_text_files(path: PathLike) -> List[Path]:
                 seen.add(real)
                 kept.append(name)
         dirs[:] = kept
-        for name in names:
-            file = Path(root) / name
-            if not name.startswith(".") and (file.is_file() or not file.exists()):
-                files.append(file)
-    return sorted(files)
+        yield root, names
 
 
 def foreign_entries(cache_dir: PathLike) -> List[str]:
@@ -544,13 +551,19 @@ def tokenize_file(path: PathLike, lang: str, stats: Optional[ReadStats] = None) 
 
 
 def _file_stamp(file: Path) -> list:
-    """A file of the cache's fingerprint: path, size and mtime (of the file as stored, compressed or
-    not: what changes when it is rewritten), and the :func:`compression` of a compressed one. An older
+    """A file of the cache's fingerprint: path, size and mtime in nanoseconds (of the file as stored,
+    compressed or not: what changes when it is rewritten; whole seconds missed a rewrite of the same size
+    within the second the cache was built), and the :func:`compression` of a compressed one. An older
     spacy-elmo skipped compressed files as binary: its caches have no format there and are rebuilt,
     while those of plain text files stay current."""
     st = file.stat()
     kind = compression(file)
-    return [str(file), st.st_size, int(st.st_mtime)] + ([kind] if kind else [])
+    return [str(file), st.st_size, st.st_mtime_ns] + ([kind] if kind else [])
+
+
+#: ``fingerprint["mtime"]``: the files' mtimes are nanoseconds. Fingerprints without it (an older
+#: spacy-elmo's) recorded whole seconds, ``int(st_mtime)``, and are compared at that precision.
+MTIME_NS = "ns"
 
 
 def fingerprint(path: PathLike, lang: str, nlp=None) -> dict:
@@ -562,8 +575,26 @@ def fingerprint(path: PathLike, lang: str, nlp=None) -> dict:
         "path": str(Path(path).resolve()),
         "lang": lang,
         "tokenization": tokenization(make_nlp(lang) if nlp is None else nlp),
+        "mtime": MTIME_NS,
         "files": [_file_stamp(f) for f in files],
     }
+
+
+def _whole_seconds(mtime_ns: int) -> int:
+    """``int(st_mtime)`` of a file whose ``st_mtime_ns`` is ``mtime_ns``: what an older spacy-elmo recorded
+    (CPython's float st_mtime, ``sec + nsec * 1e-9``, rounds up to the next second within ~120 ns of it)."""
+    sec, nsec = divmod(mtime_ns, 1_000_000_000)
+    return int(sec + nsec * 1e-9)
+
+
+def _at_precision_of(recorded: dict, stamp: dict) -> dict:
+    """``stamp`` (:func:`fingerprint`) with the mtimes at the precision of the fingerprint ``recorded``:
+    whole seconds for an older spacy-elmo's, so that its cache of unchanged files stays current (and a
+    ``--resume`` over them reuses it) after an upgrade."""
+    if recorded.get("mtime") == stamp.get("mtime"):
+        return stamp
+    files = [[entry[0], entry[1], _whole_seconds(entry[2]), *entry[3:]] for entry in stamp["files"]]
+    return {**{key: value for key, value in stamp.items() if key != "mtime"}, "files": files}
 
 
 def _cached_stamp(cache_dir: PathLike) -> Optional[dict]:
@@ -580,7 +611,8 @@ def _cached_stamp(cache_dir: PathLike) -> Optional[dict]:
 
 def cache_is_current(cache_dir: PathLike, stamp: dict) -> bool:
     """Whether ``cache_dir`` holds a complete cache built from what ``stamp`` (:func:`fingerprint`) names."""
-    return _cached_stamp(cache_dir) == stamp
+    recorded = _cached_stamp(cache_dir)
+    return recorded is not None and recorded == _at_precision_of(recorded, stamp)
 
 
 def tokenization_change(cache_dir: PathLike, stamp: dict) -> Optional[tuple]:
@@ -588,7 +620,10 @@ def tokenization_change(cache_dir: PathLike, stamp: dict) -> Optional[tuple]:
     ``stamp`` names but read with another tokenization (``earlier`` None: an older spacy-elmo's cache,
     which did not record it); None otherwise."""
     earlier = _cached_stamp(cache_dir)
-    if earlier is None or any(earlier.get(key) != stamp[key] for key in ("path", "lang", "files")):
+    if earlier is None:
+        return None
+    compared = _at_precision_of(earlier, stamp)
+    if any(earlier.get(key) != compared[key] for key in ("path", "lang", "files")):
         return None
     if earlier.get("tokenization") == stamp["tokenization"]:
         return None

@@ -17,6 +17,7 @@ import os
 import shutil
 import time
 import warnings
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -309,7 +310,8 @@ def _run_settings(cfg: TrainConfig, world: int) -> Dict[str, Any]:
                 "batch_size": cfg.batch_size, "unroll": cfg.unroll, "world": world, "seed": cfg.seed,
                 "negatives": cfg.negatives,
                 "lang": cfg.lang, "optimizer": cfg.optimizer,
-                "lr": learning_rate(cfg.optimizer, cfg.lr), "dropout": cfg.dropout, "clip": cfg.clip}
+                "lr": learning_rate(cfg.optimizer, cfg.lr), "dropout": cfg.dropout, "clip": cfg.clip,
+                "init": cfg.init}
     if cfg.sentences:  # sentence batches do not depend on --unroll (which older checkpoints recorded anyway)
         del settings["unroll"]
     return settings
@@ -345,10 +347,14 @@ def _check_output_place(out: Path, train_path: Path) -> None:
     """Refuse an OUTPUT_DIR whose files would be read as corpus (inside a TRAIN_PATH directory, not
     hidden) or whose ``data`` entry is not a corpus cache (its files would be mixed with the cache's
     and deleted when a resume replaces it). Checked by every rank before anything is read or written."""
-    resolved, text = out.resolve(), train_path.resolve()
-    if text.is_dir() and (resolved == text or text in resolved.parents):
-        if not any(part.startswith(".") for part in resolved.relative_to(text).parts):
-            raise ValueError(Errors.E_OUTPUT_INSIDE_TRAIN_PATH.format(path=out, train_path=train_path))
+    if train_path.is_dir():
+        resolved = out.resolve()
+        # Every directory the reader walks, by its real path: also those reached through a linked directory.
+        for root, _ in corpus_data.walk_text_dirs(train_path):
+            real = Path(root).resolve()
+            if resolved == real or (real in resolved.parents
+                                    and not any(part.startswith(".") for part in resolved.relative_to(real).parts)):
+                raise ValueError(Errors.E_OUTPUT_INSIDE_TRAIN_PATH.format(path=out, train_path=train_path))
     cache = out / "data"
     if cache.exists() and not cache.is_dir():
         found = Errors.E_CACHE_DIR_IS_FILE
@@ -424,29 +430,47 @@ def read_log(output_dir) -> List[Dict[str, Any]]:
     return _parse_log(Path(output_dir) / LOG_NAME)
 
 
+@contextmanager
+def _same_on_every_rank():
+    """Errors raised inside are the same on every rank (checks of the settings and OUTPUT_DIR that every
+    rank makes alike): marked (:func:`raised_on_every_rank`) so that the command line reports them once."""
+    try:
+        yield
+    except Exception as err:
+        err.spacy_elmo_every_rank = True
+        raise
+
+
+def raised_on_every_rank(err: BaseException) -> bool:
+    """Whether :func:`train` raised ``err`` alike on every rank (under torchrun rank 0 reports it)."""
+    return getattr(err, "spacy_elmo_every_rank", False)
+
+
 # -- the loop ----------------------------------------------------------------
 def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = None) -> Dict[str, Any]:
     """Run (or resume) pretraining; returns a summary. ``on_step(step, loss)`` is
     called after every optimizer step (step counts from 1)."""
     from ..progress import progress_bar
 
-    cfg.validate()
+    with _same_on_every_rank():
+        cfg.validate()
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
     rank, world, device = _setup_distributed(cfg)
     out = Path(cfg.output_dir)
     is_main = rank == 0
     tokenize_wait = _tokenize_wait_group(world)
-    if out.exists() and not out.is_dir():
-        raise ValueError(Errors.E_OUTPUT_NOT_A_DIR.format(path=out))
-    _check_output_place(out, Path(cfg.train_path))
-    payload = None
-    if cfg.resume:
-        payload = ckpt.load_checkpoint(out)
-        # What does not depend on the corpus is refused before the corpus is read.
-        ckpt.check_settings(payload["settings"], _run_settings(cfg, world), out)
-    elif is_main and (ckpt.checkpoint_path(out).exists() or (out / "config.json").exists()):
-        raise FileExistsError(Errors.E_OUTPUT_NOT_EMPTY.format(path=out))
+    with _same_on_every_rank():
+        if out.exists() and not out.is_dir():
+            raise ValueError(Errors.E_OUTPUT_NOT_A_DIR.format(path=out))
+        _check_output_place(out, Path(cfg.train_path))
+        payload = None
+        if cfg.resume:
+            payload = ckpt.load_checkpoint(out)
+            # What does not depend on the corpus is refused before the corpus is read.
+            ckpt.check_settings(payload["settings"], _run_settings(cfg, world), out)
+        elif is_main and (ckpt.checkpoint_path(out).exists() or (out / "config.json").exists()):
+            raise FileExistsError(Errors.E_OUTPUT_NOT_EMPTY.format(path=out))
     _barrier(world)
 
     heldout = None
@@ -501,11 +525,13 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
         step = 0
         tokens_seen = 0
         if payload is not None:
-            if source == staging and payload["settings"].get("data", settings["data"]) != settings["data"]:
-                _refuse_other_tokenization(cache, meta["fingerprint"], out)
-            ckpt.check_settings(payload["settings"], settings, out)
-            if cfg.model and requested_model(cfg) != bilm.config:
-                raise ValueError(Errors.E_RESUME_MODEL.format(path=out, found=bilm.config.to_dict(), expected=requested_model(cfg).to_dict()))
+            with _same_on_every_rank():  # every rank read the same cache
+                if source == staging and payload["settings"].get("data", settings["data"]) != settings["data"]:
+                    _refuse_other_tokenization(cache, meta["fingerprint"], out)
+                ckpt.check_settings(payload["settings"], settings, out)
+                if cfg.model and requested_model(cfg) != bilm.config:
+                    raise ValueError(Errors.E_RESUME_MODEL.format(path=out, found=bilm.config.to_dict(),
+                                                                  expected=requested_model(cfg).to_dict()))
             lm.load_state_dict(payload["model"])
             optimizer.load_state_dict(payload["optimizer"])
             step = int(payload["step"])

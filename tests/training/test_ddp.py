@@ -338,3 +338,50 @@ def test_ddp_ranks_wait_for_a_tokenization_longer_than_the_group_timeout(tmp_pat
     train_file = write_corpus(tmp_path / "train.txt", 400)
     mp.spawn(_slow_tokenizing_worker, args=(2, _free_port(), str(train_file), str(tmp_path / "out")), nprocs=2, join=True)
     assert [e["step"] for e in read_log(tmp_path / "out") if "loss" in e] == [1]
+
+
+def _main_worker(rank: int, world: int, port: int, args: list, result_dir: str) -> None:
+    """``spacy-elmo ARGS`` (the console entry point) as rank ``rank`` of torchrun, without the
+    compiled extension (whose absence every process warns of); exit status and stderr to files."""
+    import sys
+
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    sys.modules["spacy_elmo._C"] = None  # the import fails: W_NO_EXTENSION
+    import torch.distributed as dist
+
+    from spacy_elmo.cli import main
+
+    with open(os.path.join(result_dir, f"stderr{rank}.txt"), "w", encoding="utf-8") as err:
+        os.dup2(err.fileno(), 2)
+        sys.argv = ["spacy-elmo", *args]
+        try:
+            main()
+            status = 0
+        except SystemExit as exit_:
+            status = exit_.code
+        sys.stderr.flush()
+    with open(os.path.join(result_dir, f"status{rank}.txt"), "w", encoding="utf-8") as f:
+        f.write(str(status))
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["refused_resume", "usage_error"])
+def test_ddp_an_error_of_every_rank_is_printed_once(tmp_path, case):
+    """Under torchrun a refused resume, a usage error and a warning of every process were printed by
+    every rank: rank 0 prints them, and every rank still exits with the error's status."""
+    train_file = write_corpus(tmp_path / "train.txt", 50)
+    args = ["pretrain", str(train_file), str(tmp_path / "out"), "--no-progress", "--threads", "1", "--backend", "auto"]
+    if case == "refused_resume":
+        args.append("--resume")  # OUTPUT_DIR holds no checkpoint: refused by every rank alike
+        status, said = 1, "holds no checkpoint"
+    else:
+        args += ["--batch-size", "0"]
+        status, said = 2, "must be a positive integer"
+    mp.spawn(_main_worker, args=(2, _free_port(), args, str(tmp_path)), nprocs=2, join=True)
+    stderr = [(tmp_path / f"stderr{r}.txt").read_text(encoding="utf-8") for r in range(2)]
+    assert [(tmp_path / f"status{r}.txt").read_text() for r in range(2)] == [str(status)] * 2
+    assert said in stderr[0] and said not in stderr[1]
+    assert stderr[0].count("spacy-elmo: the compiled extension") == 1
+    assert "spacy-elmo:" not in stderr[1]

@@ -54,6 +54,24 @@ def test_an_output_dir_inside_the_corpus_directory_is_refused_unless_hidden(tmp_
     assert train(tiny_train_config(corpus_dir, hidden, max_steps=4, checkpoint_every=2, resume=True))["steps"] == 4
 
 
+def test_an_output_dir_reached_through_a_linked_directory_of_the_corpus_is_refused(tmp_path):
+    """The reader follows links to directories: an OUTPUT_DIR under a linked directory's target (or under
+    a hidden directory a non-hidden link points at) is read as corpus, though its real path is outside
+    TRAIN_PATH's. A hidden link is not followed: a directory only it reaches is not read."""
+    corpus, elsewhere, unread = tmp_path / "corpus", tmp_path / "elsewhere", tmp_path / "unread"
+    for directory in (corpus / ".runs", elsewhere, unread):
+        directory.mkdir(parents=True)
+    write_corpus(corpus / "a.txt", 100)
+    (corpus / "linked").symlink_to(elsewhere, target_is_directory=True)
+    (corpus / "runs").symlink_to(corpus / ".runs", target_is_directory=True)
+    (corpus / ".hidden").symlink_to(unread, target_is_directory=True)
+    for out in (elsewhere / "out", elsewhere, corpus / "linked" / "out", corpus / ".runs" / "out"):
+        with pytest.raises(ValueError, match="is inside TRAIN_PATH"):
+            train(tiny_train_config(corpus, out, max_steps=2, checkpoint_every=2))
+    assert not any(p.name == "out" for p in tmp_path.rglob("*"))
+    assert train(tiny_train_config(corpus, unread / "out", max_steps=2, checkpoint_every=2))["corpus"]["n_files"] == 1
+
+
 def test_linked_directories_are_read_once_and_other_entries_are_no_text(tmp_path):
     """A symbolic link to a directory (corpus/wiki -> /data/wiki) was silently not read; links back
     up or to a directory read already end the walk there. A FIFO was opened and waited on forever."""

@@ -211,6 +211,60 @@ def test_resume_refuses_other_data_and_settings(tmp_path):
     assert resume(model=None)["steps"] == 4  # no model named: the checkpoint's
 
 
+@pytest.mark.filterwarnings("ignore:.*full softmax:RuntimeWarning", "ignore:.*not in the vocabulary of --init:RuntimeWarning")
+def test_resume_names_an_init_given_or_left_out(tmp_path):
+    """A fine-tuning run resumed without --init, or a from-scratch run resumed with it, was refused as
+    "trained on other data": the refusal names --init, the model and the fix. An older checkpoint, which
+    did not record --init, is told by the model saved beside it."""
+    base, scratch, tuned = tmp_path / "base", tmp_path / "scratch", tmp_path / "tuned"
+    train(tiny_train_config(write_corpus(tmp_path / "a.txt", 200), base, max_steps=2, checkpoint_every=2))
+    domain = write_corpus(tmp_path / "domain.txt", 100, seed=3)
+    other_base = tmp_path / "other_base"
+    train(tiny_train_config(domain, other_base, max_steps=1, vocab_size=10))
+    train(tiny_train_config(domain, scratch, max_steps=2, checkpoint_every=2))
+    train(tiny_train_config(domain, tuned, max_steps=2, checkpoint_every=2, init=str(base), model=None))
+
+    def resume(out, **changes):
+        return train(tiny_train_config(domain, out, max_steps=3, checkpoint_every=2, resume=True, model=None, **changes))
+
+    missing = rf"The run in {tuned} fine-tunes {base} \(it was started with --init {base}\).*Resume with --init {base}"
+    with pytest.raises(ValueError, match=missing):
+        resume(tuned)
+    with pytest.raises(ValueError, match=rf"{scratch} was trained from scratch.*adds --init {base}.*Resume without --init"):
+        resume(scratch, init=str(base))
+    with pytest.raises(ValueError, match=rf"fine-tunes {base} .*names --init {other_base}, whose vocabulary differs"):
+        resume(tuned, init=str(other_base))
+    # A checkpoint written before --init was recorded: the saved model's provenance names it.
+    payload = torch.load(tuned / "checkpoint.pt", weights_only=True)
+    del payload["settings"]["init"]
+    torch.save(payload, tuned / "checkpoint.pt")
+    with pytest.raises(ValueError, match=missing):
+        resume(tuned)
+    assert resume(tuned, init=str(base))["steps"] == 3
+
+
+def test_a_run_whose_cache_recorded_whole_seconds_resumes_over_it(tmp_path, monkeypatch):
+    """The corpus cache now records nanosecond file times: a run started by an older spacy-elmo (whole
+    seconds) resumes over the unchanged corpus reusing its cache, not reading the text again."""
+    from spacy_elmo.training import data
+
+    train_file = write_corpus(tmp_path / "train.txt", 200)
+    out = tmp_path / "out"
+    train(tiny_train_config(train_file, out, max_steps=2, checkpoint_every=2))
+    meta_path = out / "data" / "meta.json"
+    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    meta["fingerprint"].pop("mtime", None)
+    meta["fingerprint"]["files"] = [[f[0], f[1], int(os.stat(f[0]).st_mtime), *f[3:]] for f in meta["fingerprint"]["files"]]
+    meta_path.write_text(json.dumps(meta), encoding="utf-8")
+
+    def no_reading(*args, **kwargs):
+        raise AssertionError("the corpus was tokenized again")
+
+    monkeypatch.setattr(data, "sentence_stream", no_reading)
+    assert train(tiny_train_config(train_file, out, max_steps=4, checkpoint_every=2, resume=True))["steps"] == 4
+    assert json.loads(meta_path.read_text(encoding="utf-8")) == meta
+
+
 @pytest.mark.parametrize("damage", ["empty", "truncated", "other"])
 def test_damaged_checkpoint_is_named(tmp_path, damage):
     train_file = write_corpus(tmp_path / "train.txt", 100)
@@ -306,7 +360,7 @@ def test_refused_resume_leaves_output_dir_untouched(tmp_path, monkeypatch):
     os.utime(train_file, (stamp, stamp))
     assert resume()["steps"] == 4
     assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == []
-    assert json.loads((out / "data" / "meta.json").read_text())["fingerprint"]["files"][0][2] == int(stamp)
+    assert json.loads((out / "data" / "meta.json").read_text())["fingerprint"]["files"][0][2] == train_file.stat().st_mtime_ns
     a = [(e["step"], e["loss"]) for e in read_log(straight) if "loss" in e]
     b = [(e["step"], e["loss"]) for e in read_log(out) if "loss" in e]
     assert [s for s, _ in a] == [s for s, _ in b] == [1, 2, 3, 4]

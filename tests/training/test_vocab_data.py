@@ -1,5 +1,6 @@
 """Vocabulary order, corpus reading and the bad-input cases."""
 
+import os
 from collections import Counter
 
 import pytest
@@ -281,3 +282,50 @@ def test_cache_of_another_tokenization_is_rebuilt(tmp_path, monkeypatch):
     with monkeypatch.context() as m:
         m.setattr(data, "TOKEN_RULES", data.TOKEN_RULES + 1)
         assert not data.cache_is_current(cache, data.fingerprint(path, "en"))
+
+
+def _set_mtime_ns(path, ns: int) -> None:
+    os.utime(path, ns=(ns, ns))
+
+
+def test_a_same_size_rewrite_within_the_second_of_the_cache_is_seen(tmp_path):
+    """The cache recorded whole seconds: text rewritten at the same size within the second the cache was
+    built (a script writing the corpus, then pretrain, then a fix) reused the stale tokens."""
+    from spacy_elmo.training import data
+
+    path = tmp_path / "t.txt"
+    second = 1_700_000_000 * 10**9
+    path.write_text("The cat sat .\n", encoding="utf-8")
+    _set_mtime_ns(path, second + 100_000_000)
+    cache = tmp_path / "cache"
+    build_corpus(path, "en", cache, progress=False)
+    path.write_text("The dog sat .\n", encoding="utf-8")
+    _set_mtime_ns(path, second + 600_000_000)
+    assert not data.cache_is_current(cache, data.fingerprint(path, "en"))
+    build_corpus(path, "en", cache, progress=False)
+    assert "dog" in Corpus.load(cache).types and "cat" not in Corpus.load(cache).types
+
+
+@pytest.mark.parametrize("nsec", [0, 400_000_000, 999_999_999])
+def test_a_cache_with_whole_second_times_stays_current_while_the_files_do(tmp_path, nsec):
+    """A cache of an older spacy-elmo recorded ``int(st_mtime)``: it is compared at that precision, so an
+    upgrade does not tokenize an unchanged corpus again (nor refuse a --resume over it); a file touched
+    since is still seen. 999_999_999 ns: the float st_mtime rounds up to the next second there."""
+    import json
+
+    from spacy_elmo.training import data
+
+    path = tmp_path / "t.txt"
+    path.write_text("The cat sat .\n", encoding="utf-8")
+    _set_mtime_ns(path, 1_700_000_000 * 10**9 + nsec)
+    cache = tmp_path / "cache"
+    build_corpus(path, "en", cache, progress=False)
+    meta = json.loads((cache / "meta.json").read_text(encoding="utf-8"))
+    meta["fingerprint"].pop("mtime", None)
+    meta["fingerprint"]["files"] = [[f[0], f[1], int(os.stat(f[0]).st_mtime), *f[3:]] for f in meta["fingerprint"]["files"]]
+    (cache / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
+    assert data.cache_is_current(cache, data.fingerprint(path, "en"))
+    assert data.tokenization_change(cache, data.fingerprint(path, "en")) is None
+    assert build_corpus(path, "en", cache, progress=False) == meta  # reused, not rebuilt
+    _set_mtime_ns(path, 1_700_000_002 * 10**9 + nsec)
+    assert not data.cache_is_current(cache, data.fingerprint(path, "en"))
