@@ -221,7 +221,7 @@ def _build_model(cfg: TrainConfig, corpus: Corpus, resume_payload: Optional[dict
                           RuntimeWarning, stacklevel=2)
         vocab = Vocab(list(init_vocab.targets))
         remap = np.array([vocab.add(t) for t in corpus.types], dtype=np.int32)
-        if is_main and corpus.counts is not None:
+        if is_main and corpus.counts is not None and resume_payload is None:  # said when the run began
             _warn_init_oov(corpus.counts[3:], remap[3:] >= vocab.size, cfg.init, vocab.size)
         corpus = Corpus(remap[corpus.tokens], corpus.lengths, vocab.types, None)
         softmax = init_softmax

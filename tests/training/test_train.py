@@ -551,6 +551,9 @@ def test_fine_tuning_on_words_the_kept_vocabulary_lacks_warns_with_their_share(t
     with pytest.warns(RuntimeWarning, match=rf"{100 * n_oov / len(words):.1f}% of this corpus's words \({n_oov} of "
                                             rf"{len(words)}\) are not in the vocabulary of --init .* --new-vocab"):
         train(tiny_train_config(domain, tmp_path / "tuned", max_steps=1, init=str(base), model=None))
+    with warnings.catch_warnings():  # a resume cannot take --new-vocab: the warning is the first run's alone
+        warnings.simplefilter("error", RuntimeWarning)
+        train(tiny_train_config(domain, tmp_path / "tuned", max_steps=2, init=str(base), model=None, resume=True))
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         train(tiny_train_config(write_corpus(tmp_path / "b.txt", 100, seed=4), tmp_path / "covered", max_steps=1,
