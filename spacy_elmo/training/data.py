@@ -38,6 +38,7 @@ in whitespace-split pieces; a corpus without tokens is an error.
 
 import bz2
 import codecs
+import fnmatch
 import gzip
 import hashlib
 import io
@@ -274,14 +275,22 @@ def walk_text_dirs(path: PathLike) -> Iterator[tuple]:
         yield root, names
 
 
+#: Files an operating system or file system puts in any directory it touches: Finder's ``.DS_Store`` and
+#: ``._*`` resource forks, Windows Explorer's ``Thumbs.db`` and ``desktop.ini``, NFS's ``.nfs*`` (a
+#: deleted file still open somewhere). They make no cache directory someone else's.
+SYSTEM_FILES = (".DS_Store", "._*", "Thumbs.db", "desktop.ini", ".nfs*")
+
+
 def foreign_entries(cache_dir: PathLike) -> List[str]:
     """The names in the directory ``cache_dir`` that are no file of a corpus cache (:data:`CACHE_FILES`,
-    or the temporary file of an atomic write of one), sorted; [] when it does not exist."""
+    or the temporary file of an atomic write of one) nor :data:`SYSTEM_FILES`, sorted; [] when it does
+    not exist."""
     cache = Path(cache_dir)
     if not cache.is_dir():
         return []
     ours = set(CACHE_FILES) | {temporary.name for name in CACHE_FILES for temporary, _ in temporary_files(cache / name)}
-    return sorted(entry.name for entry in cache.iterdir() if entry.name not in ours)
+    return sorted(entry.name for entry in cache.iterdir()
+                  if entry.name not in ours and not any(fnmatch.fnmatchcase(entry.name, p) for p in SYSTEM_FILES))
 
 
 def is_binary(path: Path) -> bool:

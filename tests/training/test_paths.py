@@ -36,6 +36,10 @@ def test_what_a_killed_tokenization_left_in_data_is_the_runs_own(tmp_path):
     assert train(tiny_train_config(corpus, out, max_steps=2, checkpoint_every=2))["steps"] == 2
     assert sorted(p.name for p in (out / "data").iterdir()) == [
         "counts.i64", "meta.json", "sent_lengths.i64", "tokens.i32", "types.txt"]
+    # What Finder, Explorer and NFS leave in a directory keeps it the run's own: the resume goes on.
+    for name in (".DS_Store", "._meta.json", "Thumbs.db", ".nfs000000000123abcd"):
+        (out / "data" / name).write_bytes(b"\x00")
+    assert train(tiny_train_config(corpus, out, max_steps=4, checkpoint_every=2, resume=True))["steps"] == 4
 
 
 def test_an_output_dir_inside_the_corpus_directory_is_refused_unless_hidden(tmp_path):
