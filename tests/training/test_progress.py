@@ -1,10 +1,12 @@
 """Progress bars written to a log file (not a terminal) are redrawn once a minute, not ten times a second."""
 
+import io
 import itertools
+import sys
 
 import tqdm.std
 
-from spacy_elmo.progress import LOG_INTERVAL
+from spacy_elmo.progress import LOG_INTERVAL, progress_bar
 from spacy_elmo.training.trainer import train
 
 from .conftest import tiny_train_config, write_corpus
@@ -21,3 +23,18 @@ def test_bars_in_a_log_file_are_redrawn_once_a_minute(tmp_path, capsys, monkeypa
     redraws = capsys.readouterr().err.count("pretraining:")
     elapsed = next(seconds)  # the clock's reading now
     assert 2 <= redraws <= 2 + elapsed / LOG_INTERVAL  # the first and last draws, and one a minute between
+
+
+def test_a_log_bar_is_not_redrawn_by_tqdms_monitor_between_minutes(capsys):
+    """tqdm's monitor thread redraws a bar whose last redraw is maxinterval (10 s) old: in a log file a slow
+    loop was redrawn at 1:00, 1:20, 2:00, 2:20 (review, real clock). The bar's own limits say when it may."""
+    with progress_bar(range(3), desc="x") as bar:
+        assert bar.mininterval >= LOG_INTERVAL and bar.maxinterval >= LOG_INTERVAL
+
+
+def test_a_notebook_bar_keeps_tqdms_pace(monkeypatch):
+    """ipykernel's stream is no terminal (isatty() is False) but redraws a bar in place: no file grows."""
+    stream = type("OutStream", (io.StringIO,), {"__module__": "ipykernel.iostream"})()
+    monkeypatch.setattr(sys, "stderr", stream)
+    with progress_bar(range(3), desc="x") as bar:
+        assert bar.mininterval == 0.1 and bar.maxinterval == 10.0
