@@ -47,7 +47,7 @@ DEFAULT_BATCH_SIZE = 64
 
 def _check_bool(name: str, value) -> None:
     if not isinstance(value, bool):  # "false" would be truthy
-        raise TypeError(Errors.E_COMPAT_BOOL.format(name=name, value=value))
+        raise TypeError(Errors.E_FLAG_NOT_BOOL.format(name=name, value=value))
 
 
 def load_bilm(

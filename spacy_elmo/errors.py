@@ -387,7 +387,7 @@ class Errors:
         "initial_weights {value} give no layer weights: the softmax of a NaN, of +inf or of only -inf is NaN, and "
         "so would be every mixed vector. Use finite numbers; a very negative one (-1e9) leaves its layer out."
     )
-    E_SCALAR_MIX_BOOL = "ScalarMix's {name} must be True or False; found {value!r}."
+    E_FLAG_NOT_BOOL = "{name} must be True or False; found {value!r}."
     E_SCALAR_MIX_LAYER_TYPE = (
         "ScalarMix mixes tensors, but layer {index} is a {type_name}. Pass the biLM's out.activations (a list of "
         "(batch, time, 2P) tensors) or torch.stack(out.activations)."
@@ -818,7 +818,6 @@ class Errors:
     E_COMPAT_NUM_OUTPUTS = (
         "num_output_representations must be a whole number of 0 or more (typically 1 or 2); found {value!r}."
     )
-    E_COMPAT_BOOL = "{name} must be True or False; found {value!r}."
     E_COMPAT_MIX_PARAMETERS = (
         "scalar_mix_parameters has {found} values, but this biLM has {expected} layers (the token layer and "
         "each LSTM layer): give one pre-softmax weight per layer, e.g. {example} for the first LSTM layer only."

@@ -332,6 +332,8 @@ class BiLM(nn.Module):
         ``_ElmoBiLm`` output, which its ``Elmo`` mixes before removing them).
         """
         self._check_traceable()
+        if not isinstance(keep_boundaries, bool):  # "false" would be truthy
+            raise TypeError(Errors.E_FLAG_NOT_BOOL.format(name="keep_boundaries", value=keep_boundaries))
         char_ids, mask, lengths = self._checked_mask(char_ids)
         B, T, W = char_ids.shape
         device = char_ids.device

@@ -48,7 +48,7 @@ class ScalarMix(nn.Module):
             raise ValueError(Errors.E_SCALAR_MIX_SIZE.format(value=n_layers))
         for name, value in (("do_layer_norm", do_layer_norm), ("trainable", trainable)):
             if not isinstance(value, bool):  # do_layer_norm="false" was truthy: layer norm on
-                raise TypeError(Errors.E_SCALAR_MIX_BOOL.format(name=name, value=value))
+                raise TypeError(Errors.E_FLAG_NOT_BOOL.format(name=f"ScalarMix's {name}", value=value))
         if initial_weights is None:
             initial_weights = [0.0] * n_layers
         if isinstance(initial_weights, (str, bytes)):

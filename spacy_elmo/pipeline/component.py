@@ -43,6 +43,7 @@ from .bilm_layer import (
     set_layer_cache_mb,
     step_bilm,
 )
+from .callers import runs
 from .doc_data import ELMO_ATTR, install_extensions, install_hooks, set_doc_data
 from .layer_cache import MB
 from .listener import ElmoListener
@@ -173,11 +174,7 @@ def _is_init_nlp(frame: Any) -> bool:
     """Whether ``frame`` runs spaCy's ``init_nlp`` (``spacy train``): the only relinking whose
     ``nlp.meta`` lists this run's sourced components (a pipeline saved by ``spacy assemble`` keeps
     that list, and ``spacy.load`` or a later ``add_pipe`` relink it too)."""
-    return (
-        frame is not None
-        and frame.f_code.co_name == "init_nlp"
-        and frame.f_globals.get("__name__") == "spacy.training.initialize"
-    )
+    return runs(frame, "spacy.training.initialize", "init_nlp")
 
 
 def _components_updating(frame: Any) -> Optional[Set[str]]:
@@ -186,12 +183,7 @@ def _components_updating(frame: Any) -> Optional[Set[str]]:
 
     ``nlp.select_pipes(disable=...)`` leaves a disabled component linked, and ``exclude`` does not unlink
     one: a listener of such a component sends no gradient, and the biLM must not wait for it."""
-    if (
-        frame is None
-        or frame.f_code.co_name != "update"
-        or frame.f_globals.get("__name__") != "spacy.language"
-        or not isinstance(frame.f_locals.get("self"), Language)
-    ):
+    if not (runs(frame, "spacy.language", "update") and isinstance(frame.f_locals.get("self"), Language)):
         return None
     exclude = frame.f_locals.get("exclude") or ()
     if not isinstance(exclude, Container):  # an iterator: reading it here would consume it for spaCy

@@ -18,6 +18,7 @@ from thinc.api import Model
 from thinc.types import Floats3d
 
 from ..errors import Errors, Warnings
+from .callers import called_from
 from .doc_data import ELMO_ATTR, aligned_layers
 
 
@@ -143,12 +144,7 @@ def _forward(model: ElmoListener, docs: List[Doc], is_train: bool):
 def _in_rehearse() -> bool:
     """Whether spaCy's ``Language.rehearse`` runs this forward pass (looked up the stack on a path that
     fails anyway): it feeds no listener, so a listening component cannot rehearse."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code.co_name == "rehearse" and frame.f_globals.get("__name__") == "spacy.language":
-            return True
-        frame = frame.f_back
-    return False
+    return called_from(sys._getframe(1), "spacy.language", "rehearse")
 
 
 def _take_predicted(model: ElmoListener, docs: List[Doc]) -> Optional[List[Any]]:

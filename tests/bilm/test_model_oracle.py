@@ -190,3 +190,5 @@ def test_keep_boundaries_returns_the_marker_positions(tmp_path, backend):
         stripped, mask = remove_boundaries(a, full.mask)
         assert torch.equal(mask, inner.mask)
         torch.testing.assert_close(stripped, inner.activations[layer], atol=1e-6, rtol=0)
+    with pytest.raises(TypeError, match="keep_boundaries must be True or False; found 'false'"):
+        model(ids, keep_boundaries="false")  # truthy: would have returned the markers
