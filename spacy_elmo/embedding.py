@@ -27,10 +27,12 @@ resuming with others mixes parts that differ from each other by such rounding.
 """
 
 import hashlib
+import io
+import itertools
 import json
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -70,10 +72,11 @@ def _tokens(result, path: Path, line: int) -> List[str]:
     return tokens
 
 
-def read_lines(path: PathLike, digest: Optional[Any] = None) -> List[str]:
-    """Every line of ``path`` (UTF-8; undecodable bytes become U+FFFD, with one warning; gzip, bzip2
-    and xz files are decompressed: ``training.data.open_text_file``). ``digest`` (a ``hashlib`` object)
-    is updated with the text's bytes as they are read (``training.data.iter_lines``).
+def scan_lines(path: PathLike, digest: Any) -> int:
+    """The number of lines of ``path`` (UTF-8; undecodable bytes become U+FFFD, with one warning; gzip,
+    bzip2 and xz files are decompressed: ``training.data.open_text_file``), updating ``digest`` (a
+    ``hashlib`` object) with the text's bytes (``training.data.iter_lines``). Nothing is kept: the
+    later passes read the lines again (:func:`same_lines`).
 
     Line ``i`` of the file is item ``i``, empty lines included: lines end at ``\n`` only (with
     any ``\r`` before it), as for ``wc -l``; a leading byte order mark is not text (as in
@@ -87,11 +90,26 @@ def read_lines(path: PathLike, digest: Optional[Any] = None) -> List[str]:
     if is_binary(path):
         raise ValueError(Errors.E_BINARY_FILE.format(path=path))
     before = replaced_bytes_so_far()
-    lines = list(iter_lines(path, digest))
+    n_lines = sum(1 for _ in iter_lines(path, digest))
     replaced = replaced_bytes_so_far() - before
     if replaced:
         warnings.warn(Warnings.W_REPLACED_BYTES.format(n_bytes=replaced, n_files=1), RuntimeWarning, stacklevel=2)
-    return lines
+    return n_lines
+
+
+class InputChanged(ValueError):
+    """The input's text is not the one read at the start (:data:`Errors.E_EMBED_INPUT_CHANGED`)."""
+
+
+def same_lines(path: Path, sha256: str) -> Iterator[str]:
+    """The lines of ``path`` again, as :func:`scan_lines` read them; ValueError after the last when the
+    text read is not the one whose sha256 is ``sha256`` (the file changed during the run): :class:`InputChanged`."""
+    from .training.data import iter_lines
+
+    digest = hashlib.sha256()
+    yield from iter_lines(path, digest)
+    if digest.hexdigest() != sha256:
+        raise InputChanged(Errors.E_EMBED_INPUT_CHANGED.format(path=path))
 
 
 def check_paths(input_path: PathLike, output_path: PathLike, overwrite: bool = False) -> None:
@@ -183,7 +201,9 @@ def embed_file(
     another ``training.data.TOKEN_RULES``, which the manifest records too);
     overwrite: replace an existing ``output_path``; restart: drop parts of an
     earlier run instead of resuming; stop_after_parts: stop (as if killed)
-    after writing that many new parts. The whole input is read into memory.
+    after writing that many new parts. The input is read in passes (its lines counted and digested, then
+    tokenized, then embedded part by part, then its lines mapped for ``sentence_to_index``), each holding
+    one part's lines and tokens; only the map, built at the end, holds every distinct line.
     Returns counts: lines, tokens, parts_written (now), parts_reused, finished (0/1).
     """
     import h5py
@@ -205,30 +225,42 @@ def embed_file(
         tokenizer_name = "whitespace" if tokenize is None else _callable_name(tokenize)
     tokenize = tokenize or _whitespace
     input_digest = hashlib.sha256()  # of the text (decompressed), read with its lines
-    lines = read_lines(input_path, input_digest)
-    lines_bar = progress_bar(lines, desc="tokenizing", unit="line", disable=not progress)  # spaCy's: minutes on a big file
-    rows = [_tokens(tokenize(line), input_path, i + 1) for i, line in enumerate(lines_bar)]
-    for i, row in enumerate(rows):
-        if len(row) > max_tokens:
-            raise ValueError(Errors.E_EMBED_LINE_TOO_LONG.format(
-                path=input_path, line=i + 1, n=len(row), max_tokens=max_tokens))
+    n_lines = scan_lines(input_path, input_digest)
+    sha256 = input_digest.hexdigest()
+
+    def tokenized(lines: Iterable[str], start: int) -> List[List[str]]:
+        """The token rows of ``lines``, lines ``start + 1``... of the file; a row longer than max_tokens is an error."""
+        rows = [_tokens(tokenize(line), input_path, start + j + 1) for j, line in enumerate(lines)]
+        for j, row in enumerate(rows):
+            if len(row) > max_tokens:
+                raise ValueError(Errors.E_EMBED_LINE_TOO_LONG.format(
+                    path=input_path, line=start + j + 1, n=len(row), max_tokens=max_tokens))
+        return rows
+
+    # Every line is tokenized once before any work (a line over max_tokens is an error up front), and the
+    # lines of each part written again when it is embedded: only one part's lines and tokens are in memory.
+    n_tokens = 0
+    with progress_bar(total=n_lines, desc="tokenizing", unit="line", disable=not progress) as lines_bar:  # spaCy's: minutes
+        for start, chunk in _parts(same_lines(input_path, sha256), part_size):
+            n_tokens += sum(map(len, tokenized(chunk, start)))
+            lines_bar.update(len(chunk))
     if bilm.stateful:
         raise ValueError(Errors.E_EMBED_STATEFUL)
     was_training = bilm.training
     bilm.eval()
     try:
         cache = TokenCache(cache_size)
-        counts = {"lines": len(lines), "tokens": sum(len(r) for r in rows), "parts_written": 0, "parts_reused": 0}
+        counts = {"lines": n_lines, "tokens": n_tokens, "parts_written": 0, "parts_reused": 0}
 
         parts_dir = parts_path(output_path)
         manifest = {
-            "format": FORMAT, "model": model_fingerprint(bilm), "input": input_digest.hexdigest(),
-            "n_lines": len(lines), "layers": layers, "part_size": part_size, "tokenizer": tokenizer_name,
+            "format": FORMAT, "model": model_fingerprint(bilm), "input": sha256,
+            "n_lines": n_lines, "layers": layers, "part_size": part_size, "tokenizer": tokenizer_name,
             "token_rules": TOKEN_RULES,  # what the reading (a leading BOM) and --lang (whitespace tokens) drop
             # which lines share a biLM call (and a cached token vector) changes the last bits
             "batch_size": batch_size, "batch_tokens": batch_tokens, "cache_size": cache_size,
         }
-        n_parts = (len(lines) + part_size - 1) // part_size
+        n_parts = (n_lines + part_size - 1) // part_size
         earlier = _earlier_merge(output_path)
         if earlier is not None:  # a run killed after writing OUTPUT, before removing its parts
             if _read_manifest(earlier) == manifest and not restart:
@@ -256,35 +288,55 @@ def embed_file(
         counts["parts_reused"] = sum(1 for p in part_files if p.exists())
         # Reused lines are the bar's start, not progress: updating by them made the first
         # rate and time-left estimates count a whole earlier run as done in an instant.
-        reused = sum(min(part_size, len(lines) - k * part_size) for k, p in enumerate(part_files) if p.exists())
-        bar = progress_bar(total=len(lines), initial=reused, desc="embedding", unit="line", disable=not progress)
-        for k, part in enumerate(part_files):
-            if part.exists():
-                continue
-            if stop_after_parts is not None and counts["parts_written"] >= stop_after_parts:
-                bar.close()
-                return {**counts, "finished": 0}
-            start = k * part_size
-            index = list(range(start, min(start + part_size, len(lines))))
-            # Longest first: similar lengths share a batch, and the biggest batch shows up front.
-            index.sort(key=lambda i: -len(rows[i]))
-            cache.clear()  # a resumed part computes what it would have computed straight through
+        reused = sum(min(part_size, n_lines - k * part_size) for k, p in enumerate(part_files) if p.exists())
+        bar = progress_bar(total=n_lines, initial=reused, desc="embedding", unit="line", disable=not progress)
+        lines, written = same_lines(input_path, sha256), []
+        try:
+            for (start, chunk), part in zip(_parts(lines, part_size), part_files):
+                if part.exists():
+                    continue
+                if stop_after_parts is not None and counts["parts_written"] >= stop_after_parts:
+                    bar.close()
+                    return {**counts, "finished": 0}
+                rows = tokenized(chunk, start)
+                # Longest first: similar lengths share a batch, and the biggest batch shows up front.
+                index = sorted(range(len(rows)), key=lambda j: -len(rows[j]))
+                cache.clear()  # a resumed part computes what it would have computed straight through
 
-            def write_part(tmp: Path) -> None:
-                with h5py.File(tmp, "w") as f:
-                    for chunk in _batches(index, rows, batch_size, batch_tokens):
-                        for i, vec in zip(chunk, embed_lines(bilm, [rows[i] for i in chunk], layers, cache)):
-                            f.create_dataset(str(i), data=vec)
-                        bar.update(len(chunk))
+                def write_part(tmp: Path) -> None:
+                    with h5py.File(tmp, "w") as f:
+                        for batch in _batches(index, rows, batch_size, batch_tokens):
+                            for j, vec in zip(batch, embed_lines(bilm, [rows[j] for j in batch], layers, cache)):
+                                f.create_dataset(str(start + j), data=vec)
+                            bar.update(len(batch))
 
-            atomic_write(part, write_part)
-            counts["parts_written"] += 1
+                atomic_write(part, write_part)
+                written.append(part)
+                counts["parts_written"] += 1
+            for _ in lines:  # to the end, where the text read is checked: the one the parts are of
+                pass
+        except InputChanged:
+            for part in written:  # of another text than the manifest's
+                part.unlink()
+            raise
         bar.close()
-        _merge(part_files, lines, output_path, parts_dir, progress)
+        _merge(part_files, same_lines(input_path, sha256), n_lines, output_path, parts_dir, progress)
         remove_dir(parts_dir)
         return {**counts, "finished": 1}
     finally:
         bilm.train(was_training)  # the caller's model comes back in its own mode
+
+
+def _parts(lines: Iterator[str], part_size: int) -> Iterator[tuple]:
+    """``(start, lines)``: consecutive lists of ``part_size`` lines (the last one shorter), each with
+    the number of lines before it."""
+    start = 0
+    while True:
+        chunk = list(itertools.islice(lines, part_size))
+        if not chunk:
+            return
+        yield start, chunk
+        start += len(chunk)
 
 
 def _batches(index: Sequence[int], rows: Sequence[Sequence[str]], batch_size: int, batch_tokens: int):
@@ -339,14 +391,25 @@ def _read_manifest(parts_dir: Path) -> dict:
         return {}
 
 
-def _merge(part_files: Sequence[Path], lines: Sequence[str], output_path: Path, parts_dir: Path, progress: bool) -> None:
-    """Copy every part's datasets (in line order) and ``sentence_to_index`` into ``output_path``,
-    recording the merged file's identity in ``parts_dir`` before renaming it into place."""
+def _json_utf8(mapping: dict) -> bytes:
+    """``json.dumps(mapping, ensure_ascii=False)`` in UTF-8, without its text whole as a str (as many bytes
+    again as characters, up to 4x) nor the pieces json.dumps joins (as much again)."""
+    buffer = io.BytesIO()
+    for piece in json.JSONEncoder(ensure_ascii=False).iterencode(mapping):
+        buffer.write(piece.encode("utf-8"))
+    return buffer.getvalue()  # the buffer itself, not a copy
+
+
+def _merge(part_files: Sequence[Path], lines: Iterable[str], n_lines: int, output_path: Path, parts_dir: Path,
+           progress: bool) -> None:
+    """Copy every part's datasets (in line order) and ``sentence_to_index`` (of ``lines``: every line,
+    read again) into ``output_path``, recording the merged file's identity in ``parts_dir`` before
+    renaming it into place."""
     import h5py
     from .progress import progress_bar
 
     def write(tmp: Path) -> None:
-        with h5py.File(tmp, "w") as out, progress_bar(total=len(lines), desc="merging", unit="line", disable=not progress) as bar:
+        with h5py.File(tmp, "w") as out, progress_bar(total=n_lines, desc="merging", unit="line", disable=not progress) as bar:
             for part in part_files:
                 with h5py.File(part, "r") as f:
                     for name in sorted(f, key=int):
@@ -355,9 +418,8 @@ def _merge(part_files: Sequence[Path], lines: Sequence[str], output_path: Path, 
             # AllenNLP's mapping, as its command writes it: the stripped line -> its dataset's name
             # (a str), the last line winning for repeated text, JSON in element 0 of a (1,) string
             # dataset, so ``json.loads(f["sentence_to_index"][0])`` and ``f[mapping[sentence]]`` work.
-            mapping = {line.strip(): str(i) for i, line in enumerate(lines)}
             text = out.create_dataset("sentence_to_index", (1,), dtype=h5py.string_dtype())
-            text[0] = json.dumps(mapping, ensure_ascii=False)
+            text[0] = _json_utf8({line.strip(): str(i) for i, line in enumerate(lines)})
         atomic_write_text(parts_dir / MERGED, json.dumps(_file_identity(tmp)))
 
     atomic_write(output_path, write)

@@ -839,6 +839,10 @@ class Errors:
 
     # --- embedding a corpus (spacy_elmo.embedding, spacy-elmo embed) ---------
     E_EMBED_INPUT_MISSING = "{path} is not a file. Pass a UTF-8 text file with one sentence per line."
+    E_EMBED_INPUT_CHANGED = (
+        "{path} changed while it was embedded: its text is no longer the one read at the start (parts written "
+        "from the changed text are dropped). Run again once nothing writes to the file."
+    )
     E_EMBED_LAYERS = "Unknown layers {layers!r}: use 'all' (every layer), 'top' or 'average'."
     E_EMBED_LINE_TOO_LONG = (
         "{path} line {line} has {n} tokens, more than --max-tokens {max_tokens}. The input is one sentence "

@@ -629,10 +629,11 @@ def test_a_broken_or_misnamed_compressed_input_is_a_clear_error_before_any_part(
 
 
 @pytest.mark.parametrize("suffix", ["", *FORMATS])
-def test_the_input_is_read_once_and_its_digest_is_of_its_text(bilm, corpus, tmp_path, monkeypatch, suffix):
-    """The input was read three times (the binary probe, the lines, the manifest's sha256 apart): now
-    the probe and one pass that gives both the lines and the digest. The digest stays the sha256 of
-    the text's bytes (decompressed), as before, so parts directories written before resume."""
+def test_the_input_is_read_in_passes_and_its_digest_is_of_its_text(bilm, corpus, tmp_path, monkeypatch, suffix):
+    """The input was read three times (the binary probe, the lines, the manifest's sha256 apart), then
+    once, whole into memory; now in passes that each hold one part (the probe, the count with the digest,
+    the tokens, the parts, the merge's map). The digest stays the sha256 of the text's bytes
+    (decompressed), as before, so parts directories written before resume."""
     from spacy_elmo.training import data
 
     marked = tmp_path / "marked.txt"  # a BOM, CRLF ends and an undecodable byte: digested as they are
@@ -648,9 +649,71 @@ def test_the_input_is_read_once_and_its_digest_is_of_its_text(bilm, corpus, tmp_
     out = tmp_path / "out.h5"
     with pytest.warns(RuntimeWarning):
         assert embed_file(bilm, source, out, part_size=2, progress=False, stop_after_parts=2)["finished"] == 0
-    assert read == [source, source]  # the binary probe, then the lines
+    assert read == [source] * 4  # the binary probe, the count and digest, the tokens, the parts (stopped)
     manifest = json.loads((parts_path(out) / "manifest.json").read_text())
     assert manifest["input"] == hashlib.sha256(marked.read_bytes()).hexdigest()
     with pytest.warns(RuntimeWarning):
         counts = embed_file(bilm, marked, out, part_size=2, progress=False)
     assert counts["parts_reused"] == 2 and counts["finished"] == 1
+
+
+def test_the_lines_are_never_all_in_memory_before_the_merge(bilm, tmp_path, monkeypatch):
+    """Every line and its tokens were kept for the whole run (1.1 GB of RSS for 53 MB of text:
+    benchmarks/embed_memory.py); now one part's, until the merge builds sentence_to_index (which
+    holds every distinct line: the format's)."""
+    import tracemalloc
+
+    rng = np.random.default_rng(0)
+    path = tmp_path / "in.txt"  # 4 MB in 10,000 lines of one token (the biLM's work stays small)
+    path.write_text("".join("".join(rng.choice(list("abcdefgh"), 400)) + "\n" for _ in range(10_000)))
+    size, peaks, merge = path.stat().st_size, [], spacy_elmo.embedding._merge
+
+    def merge_after_peak(*args, **kwargs):
+        peaks.append(tracemalloc.get_traced_memory()[1])
+        return merge(*args, **kwargs)
+
+    few = tmp_path / "few.txt"  # the imports and first calls of a run, before the measurement
+    few.write_text("warm up .\n", encoding="utf-8")
+    embed_file(bilm, few, tmp_path / "few.h5", layers="top", progress=False)
+    monkeypatch.setattr(spacy_elmo.embedding, "_merge", merge_after_peak)
+    tracemalloc.start()
+    try:
+        embed_file(bilm, path, tmp_path / "o.h5", layers="top", part_size=250, progress=False)
+    finally:
+        tracemalloc.stop()
+    assert peaks[0] < size / 4, (peaks, size)  # one part: 100 KB of its text (all of them: 4 MB, and the tokens)
+    assert read_all(tmp_path / "o.h5")[0]["9999"].shape == (1, bilm.config.output_dim)
+
+
+def test_sentence_to_index_is_json_dumps_of_the_map(bilm, tmp_path):
+    """The map is encoded piece by piece (not json.dumps's one str): its bytes are still json.dumps's,
+    quotes, backslashes, control characters, U+2028 and characters outside the BMP included."""
+    lines = ['say "hi" \\ there', "tab\tin", "\x01 ctrl", "日本語 😀", "line\u2028sep", " say \"hi\" \\ there ", "x"]
+    path = tmp_path / "in.txt"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    embed_file(bilm, path, tmp_path / "o.h5", layers="top", part_size=2, progress=False)
+    want = json.dumps({line.strip(): str(i) for i, line in enumerate(lines)}, ensure_ascii=False).encode()
+    with h5py.File(tmp_path / "o.h5", "r") as f:
+        assert f["sentence_to_index"][0] == want
+
+
+@pytest.mark.parametrize("moment", ["before the parts", "before the map"])
+def test_an_input_changed_during_the_run_is_an_error_and_its_parts_are_dropped(bilm, corpus, tmp_path, monkeypatch, moment):
+    """The lines are read again for the parts and for the map: a file rewritten meanwhile would mix two
+    texts under the manifest of the first. Parts written from the other text are dropped; those of the
+    manifest's text (the earlier run's, and all of them when the map found the change) are kept."""
+    out = tmp_path / "o.h5"
+    assert embed_file(bilm, corpus, out, part_size=2, progress=False, stop_after_parts=1)["finished"] == 0
+    name = {"before the parts": "model_fingerprint", "before the map": "_merge"}[moment]
+    real = getattr(spacy_elmo.embedding, name)
+
+    def rewriting(*args, **kwargs):
+        corpus.write_text("\n".join(reversed(LINES)) + "\n", encoding="utf-8")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(spacy_elmo.embedding, name, rewriting)
+    with pytest.raises(ValueError, match="in.txt changed while it was embedded"):
+        embed_file(bilm, corpus, out, part_size=2, progress=False)
+    assert not out.exists()
+    kept = ["part-000000.hdf5"] if moment == "before the parts" else [f"part-00000{k}.hdf5" for k in range(4)]
+    assert sorted(p.name for p in parts_path(out).glob("part-*")) == kept

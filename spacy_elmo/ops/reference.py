@@ -41,14 +41,42 @@ def check_char_ids(char_ids: Tensor, max_id: int) -> None:
         raise ValueError(Errors.E_CHAR_IDS_RANGE.format(max_id=max_id, found=int(char_ids[bad][0])))
 
 
+@torch.library.custom_op("spacy_elmo_checks::fail_if_any", mutates_args=())
+def fail_if_any(bad: Tensor, message: str) -> None:
+    """RuntimeError(``message``) when bool tensor ``bad`` holds a True: :func:`any_bad`'s assertion in a
+    graph that torch.compile traced on the CPU, run in Python by the compiled code (see there)."""
+    if bool(bad.any()):
+        raise RuntimeError(message)
+
+
+@fail_if_any.register_fake
+def _fail_if_any_fake(bad: Tensor, message: str) -> None:
+    return None
+
+
+# An operator without outputs is dead code to the graph passes unless it is marked as having an effect
+# (as torch._assert_async is).
+torch.fx.node.has_side_effect(torch.ops.spacy_elmo_checks.fail_if_any.default)
+
+
 def any_bad(bad: Tensor, in_graph: str) -> bool:
     """Whether bool tensor ``bad`` (True where the input is wrong) holds a True, for the caller to
     raise its detailed error (one host sync). While torch.compile or torch.export traces the
     caller, a Python branch on tensor values would break the graph (fullgraph and export fail):
-    there the check becomes an assertion inside the graph (``torch._assert_async``: a
-    RuntimeError saying ``in_graph`` when the graph runs on such input) and this returns False."""
+    there the check becomes an assertion inside the graph (a RuntimeError saying ``in_graph`` when
+    the graph runs on such input) and this returns False.
+
+    The assertion is ``torch._assert_async`` (a device-side assert on CUDA), but not in a CPU graph
+    that torch.compile traces: inductor's C++ code throws it from inside an OpenMP parallel region,
+    where an exception ends the process (std::terminate) instead of raising. There it is
+    :func:`fail_if_any`, which the compiled code calls in Python. torch.export keeps
+    ``torch._assert_async``: an exported program needs no operator of this package for its checks."""
     if torch.compiler.is_compiling():
-        torch._assert_async(torch.logical_not(bad.any()), in_graph)
+        exporting = getattr(torch.compiler, "is_exporting", lambda: False)()  # torch >= 2.5
+        if bad.device.type == "cpu" and not exporting:
+            fail_if_any(bad, in_graph)
+        else:
+            torch._assert_async(torch.logical_not(bad.any()), in_graph)
         return False
     return bool(bad.any())
 

@@ -496,6 +496,24 @@ def _tokenize_worker(nlp, tasks, results) -> None:
             return
 
 
+def _receive(item: tuple, waiting: dict) -> None:
+    """A worker's ``(seq, sentences, error)`` into ``waiting``; its error raised."""
+    seq, sentences, error = item
+    if error is not None:
+        raise RuntimeError(Errors.E_TOKENIZE_WORKER_FAILED.format(error=error))
+    waiting[seq] = sentences
+
+
+def _drain(results, waiting: dict) -> None:
+    """:func:`_receive` what is in ``results`` now (an ended worker sent all it sent before it ended)."""
+    while True:
+        try:
+            item = results.get_nowait()
+        except queue.Empty:
+            return
+        _receive(item, waiting)
+
+
 @contextmanager
 def sentence_stream(texts: Iterator[str], nlp, processes: int = 1) -> Iterator[Iterator[List[str]]]:
     """:func:`iter_sentences` of ``texts`` tokenized by ``processes`` worker processes, in the order of
@@ -520,15 +538,14 @@ def sentence_stream(texts: Iterator[str], nlp, processes: int = 1) -> Iterator[I
         while done < sent:
             while done not in waiting:
                 try:
-                    seq, sentences, error = results.get(timeout=WORKER_POLL)
+                    _receive(results.get(timeout=WORKER_POLL), waiting)
                 except queue.Empty:
                     dead = [w.exitcode for w in workers if not w.is_alive()]
                     if dead:
+                        # A worker that failed sent its error before it ended, maybe after the wait above
+                        # timed out: the error is in the queue, and is the one to show.
+                        _drain(results, waiting)
                         raise RuntimeError(Errors.E_TOKENIZE_WORKER_DIED.format(n=len(dead), exitcode=dead[0]))
-                    continue
-                if error is not None:
-                    raise RuntimeError(Errors.E_TOKENIZE_WORKER_FAILED.format(error=error))
-                waiting[seq] = sentences
             for seq, batch in itertools.islice(batches, 1):  # keep the workers busy while this batch is read
                 tasks.put((seq, batch))
                 sent += 1

@@ -4,8 +4,12 @@ that would record a wrong program (torch.jit.script / trace, export of a statefu
 
 The eager model is the oracle: its outputs are checked against the float64 NumPy ELMo elsewhere.
 Compiled with the ``aot_eager`` backend: it traces exactly as inductor does (dynamo, fake
-tensors, AOT autograd) without generating C++, which takes minutes on two cores."""
+tensors, AOT autograd) without generating C++; inductor itself (C++ on the CPU, 20 s on two cores)
+compiles once for the module, in a child process, for its outputs and its checks of the ids."""
 
+import json
+import os
+import re
 import subprocess
 import sys
 
@@ -76,12 +80,16 @@ def test_compile_fullgraph_dynamic_compiles_once_for_every_batch_and_length(comp
     assert counter.frame_count == frames  # no recompile for another batch size or sentence length
 
 
+BAD_IDS = {  # name: (an edit of batch_to_ids(BATCHES[0]) that makes it bad, the error it gets)
+    "ragged": (lambda ids: ids[0, 2].fill_(0), "padding before a real token"),
+    "malformed": (lambda ids: ids[1, 0, 0].fill_(5), "not spelled as batch_to_ids spells tokens"),
+    "range": (lambda ids: ids[2, 0, 3].fill_(300), r"must lie in 0\.\.261"),
+}
+IN_GRAPH = r".*bilm\.check_ids\(ids\)"  # what an assertion in a graph adds to the message
+
+
 @needs_fused
-@pytest.mark.parametrize("edit, message", [
-    (lambda ids: ids[0, 2].fill_(0), "padding before a real token"),
-    (lambda ids: ids[1, 0, 0].fill_(5), "not spelled as batch_to_ids spells tokens"),
-    (lambda ids: ids[2, 0, 3].fill_(300), r"must lie in 0\.\.261"),
-], ids=["ragged", "malformed", "range"])
+@pytest.mark.parametrize("edit, message", BAD_IDS.values(), ids=BAD_IDS.keys())
 def test_compiled_model_still_checks_the_ids(compiled_fused, edit, message):
     """In the graph the checks of the ids' values are assertions: bad ids raise, not run.
     ``check_ids`` runs the same checks eagerly (what a CUDA server calls before the compiled model,
@@ -91,13 +99,76 @@ def test_compiled_model_still_checks_the_ids(compiled_fused, edit, message):
     ids = batch_to_ids(BATCHES[0])
     assert model.check_ids(ids) is None
     edit(ids)
-    with pytest.raises(RuntimeError, match=message + r".*bilm\.check_ids\(ids\)"):
+    with pytest.raises(RuntimeError, match=message + IN_GRAPH):
         compiled(ids)
     with pytest.raises(ValueError, match=message) as checked:
         model.check_ids(ids)
     with pytest.raises(ValueError) as eager:
         model(ids)
     assert str(checked.value) == str(eager.value)
+
+
+_INDUCTOR_RUN = """
+import json, torch
+from torch._dynamo.testing import CompileCounterWithBackend
+from spacy_elmo import batch_to_ids
+from tests.bilm.test_compile_export import BAD_IDS, BATCHES, _model
+
+def report(**item):  # one line each: what ran before an abort is kept
+    print(json.dumps(item), flush=True)
+
+model = _model("fused")
+counter = CompileCounterWithBackend("inductor")  # torch.compile's default backend
+compiled = torch.compile(model, backend=counter, fullgraph=True, dynamic=True)
+with torch.no_grad():
+    for sentences in BATCHES:
+        ids = batch_to_ids(sentences)
+        got, want = compiled(ids), model(ids)
+        report(kind="batch", masks_equal=torch.equal(got.mask, want.mask), frames=counter.frame_count,
+               diff=max(float((a - b).abs().max()) for a, b in zip(got.activations, want.activations, strict=True)))
+    for name, (edit, _message) in BAD_IDS.items():
+        ids = batch_to_ids(BATCHES[0])
+        edit(ids)
+        try:
+            compiled(ids)
+            report(kind="bad", name=name, raised=None)
+        except Exception as err:
+            report(kind="bad", name=name, raised=type(err).__name__, message=str(err))
+"""
+
+
+@pytest.fixture(scope="module")
+def inductor_run():
+    """The fused model compiled by inductor (C++ for the CPU), once for the module, in a child process
+    (a failed assertion there aborted the process): its report lines, exit status and stderr."""
+    done = subprocess.run([sys.executable, "-c", _INDUCTOR_RUN], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    items = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    return items, done.returncode, done.stderr[-3000:]
+
+
+@needs_fused
+def test_inductor_outputs_equal_eager_for_every_batch_and_length(inductor_run):
+    items, returncode, stderr = inductor_run
+    batches = [item for item in items if item["kind"] == "batch"]
+    assert len(batches) == len(BATCHES), stderr
+    for item in batches:
+        assert item["masks_equal"] and item["diff"] <= 1e-5, item
+    assert batches[0]["frames"] == batches[-1]["frames"]  # no recompile for another batch size or length
+
+
+@needs_fused
+@pytest.mark.parametrize("name", BAD_IDS)
+def test_inductor_keeps_the_checks_of_the_ids(inductor_run, name):
+    """Inductor's C++ threw the failed ragged and malformed assertions inside an OpenMP parallel region:
+    std::terminate ended the process instead of an error (``any_bad`` now asserts there through an
+    operator that the compiled code runs in Python). Bad ids raise the in-graph error, not garbage."""
+    items, returncode, stderr = inductor_run
+    found = [item for item in items if item.get("name") == name]
+    assert found, f"the compiled model's process ended with {returncode}: {stderr}"
+    assert found[0]["raised"] == "RuntimeError", found[0]
+    assert re.search(BAD_IDS[name][1] + IN_GRAPH, found[0]["message"], re.S), found[0]["message"]
+    assert returncode == 0, stderr
 
 
 def test_compile_fullgraph_reference():

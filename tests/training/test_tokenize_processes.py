@@ -127,6 +127,49 @@ def test_a_dead_worker_is_an_error(tmp_path, monkeypatch):
     assert not (tmp_path / "cache" / "meta.json").exists()
 
 
+class _LateError(ValueError):
+    pass
+
+
+_RELEASE = None  # a multiprocessing Event (forked workers inherit it): the workers fail once it is set
+
+
+def _failing_iter_sentences(texts, nlp, batch_size=256):
+    """A worker's error, sent after the parent's wait for results timed out (on _RELEASE)."""
+    _RELEASE.wait()
+    raise _LateError("bad batch: the worker's own message")
+
+
+def test_a_failed_worker_shows_its_error_not_death(tmp_path, monkeypatch):
+    # The interleaving that made a failed worker read as a dead one: the parent's wait for results
+    # times out, the worker then sends its error and ends, and only then does the parent see it ended.
+    # Forced: the workers fail when the parent's liveness check lets them, and it waits for their end.
+    import multiprocessing
+    from multiprocessing.process import BaseProcess
+
+    monkeypatch.setattr(sys.modules[__name__], "_RELEASE", multiprocessing.get_context("fork").Event())
+    monkeypatch.setattr(data, "iter_sentences", _failing_iter_sentences)
+    monkeypatch.setattr(data, "WORKER_POLL", 0.05)
+    monkeypatch.setattr(data, "BATCH_CHARS", 100)  # two batches: each worker gets one and fails
+    parent, is_alive = os.getpid(), BaseProcess.is_alive
+
+    def ended_after_release(process):
+        if os.getpid() != parent:
+            return is_alive(process)
+        _RELEASE.set()
+        process.join()
+        return False
+
+    monkeypatch.setattr(BaseProcess, "is_alive", ended_after_release)
+    path = tmp_path / "t.txt"
+    path.write_text("One line here.\n" * 12, encoding="utf-8")  # 180 characters
+    with pytest.raises(RuntimeError, match=r"(?s)failed.*_LateError: bad batch: the worker's own message") as info:
+        data.build_corpus(path, "en", tmp_path / "cache", progress=False, processes=2)
+    assert "ended before" not in str(info.value)
+    assert multiprocessing.active_children() == []
+    assert not (tmp_path / "cache" / "meta.json").exists()
+
+
 def _children(pid: int):
     """Live (not zombie) processes whose parent is ``pid``."""
     found = []
