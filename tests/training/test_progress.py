@@ -19,6 +19,11 @@ def test_bars_in_a_log_file_are_redrawn_once_a_minute(tmp_path, capsys, monkeypa
     train_file = write_corpus(tmp_path / "train.txt", 100)
     seconds = itertools.count(0, 5.0)
     monkeypatch.setattr(tqdm.std, "time", lambda: next(seconds))
+    # tqdm's monitor thread reads the real clock against the bars' fake one: it would force redraws.
+    monkeypatch.setattr(tqdm.std.tqdm, "monitor_interval", 0)
+    if tqdm.std.tqdm.monitor is not None:  # one left running by an earlier test
+        tqdm.std.tqdm.monitor.exit()
+        monkeypatch.setattr(tqdm.std.tqdm, "monitor", None)
     train(tiny_train_config(train_file, tmp_path / "out", max_steps=40, checkpoint_every=40, progress=True))
     redraws = capsys.readouterr().err.count("pretraining:")
     elapsed = next(seconds)  # the clock's reading now
