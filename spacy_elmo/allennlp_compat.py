@@ -15,34 +15,74 @@
 dropout (one draw per representation, after the sentence markers are removed), layer norm (mixed
 over the ``<S>`` / ``</S>`` positions too, one mean and variance per layer over the batch's
 unmasked elements), ``keep_sentence_boundaries``, fixed ``scalar_mix_parameters`` and
-``requires_grad``. Like AllenNLP's, both classes carry each batch row's final LSTM states into the
-next call (``stateful=False``, keyword only, for vectors that do not depend on earlier calls;
-``reset_states()`` forgets them). ``options_file`` may instead be a spacy-elmo model directory or
-``"default"`` (the bundled model), with ``weight_file=None``. Not supported, each a clear error:
+``requires_grad``; :meth:`Elmo.load_allennlp_state_dict` loads a trained AllenNLP ``Elmo``'s
+parameters (and :meth:`Elmo.allennlp_state_dict` gives ours by AllenNLP's names). Like AllenNLP's,
+both classes carry each batch row's final LSTM states into the next call (``stateful=False``,
+keyword only, for vectors that do not depend on earlier calls; ``reset_states()`` forgets them).
+``options_file`` may instead be a spacy-elmo model directory or ``"default"`` (the bundled model),
+with ``weight_file=None``. Not supported, each a clear error:
 ``vocab_to_cache`` / ``word_inputs``, a ``module`` other than a spacy-elmo :class:`BiLM`, URLs in
 place of local files, and ``ElmoEmbedder.embed_file`` (use :func:`spacy_elmo.embedding.embed_file`).
 """
 
+import warnings
 from itertools import islice
 from pathlib import Path
-from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Dict, Iterable, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
 from .bilm import BiLM, ScalarMix
+from .bilm.allennlp_io import (
+    allennlp_parameter_shapes,
+    allennlp_state_from_datasets,
+    copy_datasets,
+    datasets_from_allennlp_state,
+    datasets_from_state,
+    projection_is_identity,
+)
 from .bilm.config import is_int
 from .bilm.model import remove_boundaries
 from .chars import batch_to_ids
 from .embedding import embed_lines
-from .errors import Errors
+from .errors import Errors, Warnings
 
-__all__ = ["Elmo", "ElmoEmbedder", "batch_to_ids"]
+__all__ = ["AllenNLPKeys", "Elmo", "ElmoEmbedder", "batch_to_ids"]
 
 PathLike = Union[str, Path]
 #: ``ElmoEmbedder.embed_sentences``' default batch size (allennlp 0.9's DEFAULT_BATCH_SIZE).
 DEFAULT_BATCH_SIZE = 64
+#: Where AllenNLP's ``Elmo`` keeps its ``_ElmoBiLm`` (the biLM's parameters) in its state_dict.
+ALLENNLP_BILM = "_elmo_lstm."
+#: A key that only an AllenNLP Elmo's state_dict has: what comes before it is the prefix of one.
+ALLENNLP_MARK = ALLENNLP_BILM + "_token_embedder._char_embedding_weights"
+#: AllenNLP keeps the sentence markers' character ids as plain attributes, never in its state_dict;
+#: a state_dict that has them anyway (another AllenNLP version or a fork) must have this biLM's: checked.
+ALLENNLP_MARKERS = (ALLENNLP_BILM + "_token_embedder._beginning_of_sentence_characters",
+                    ALLENNLP_BILM + "_token_embedder._end_of_sentence_characters")
+LISTED_KEYS = 8  # keys named per kind in an error; the rest counted
+
+
+class AllenNLPKeys(NamedTuple):
+    """What :meth:`Elmo.load_allennlp_state_dict` skipped (names without the prefix), as torch's ``load_state_dict``."""
+
+    missing_keys: List[str]
+    unexpected_keys: List[str]
+
+
+def _listed(kind: str, names: Sequence[str]) -> str:
+    more = len(names) - LISTED_KEYS
+    return f"{kind} " + ", ".join(names[:LISTED_KEYS]) + (f" and {more} more" if more > 0 else "")
+
+
+def _prefix_hint(state_dict: Mapping, prefix: str) -> str:
+    """Where the state_dict holds AllenNLP Elmo weights, if not (only) under ``prefix``; "" otherwise."""
+    found = sorted(k[: -len(ALLENNLP_MARK)] for k in state_dict if isinstance(k, str) and k.endswith(ALLENNLP_MARK))
+    if not found or found == [prefix]:
+        return ""
+    return Errors.E_COMPAT_STATE_PREFIX_HINT.format(found=", ".join(repr(f) for f in found))
 
 
 def _check_bool(name: str, value) -> None:
@@ -134,6 +174,95 @@ class Elmo(nn.Module):
     def reset_states(self) -> None:
         """Forget the LSTM states carried from earlier calls (stateful mode)."""
         self.bilm.reset_states()
+
+    def _allennlp_shapes(self) -> Dict[str, Tuple[int, ...]]:
+        """Every parameter of AllenNLP's ``Elmo`` equal to this one, by its name there, with its shape."""
+        shapes = {ALLENNLP_BILM + k: v for k, v in allennlp_parameter_shapes(self.bilm.config).items()}
+        for k, mix in enumerate(self._scalar_mixes):
+            shapes[f"scalar_mix_{k}.gamma"] = (1,)
+            shapes.update({f"scalar_mix_{k}.scalar_parameters.{j}": (1,) for j in range(mix.n_layers)})
+        return shapes
+
+    def load_allennlp_state_dict(
+        self, state_dict: Union[Mapping[str, Tensor], PathLike], strict: bool = True, prefix: str = ""
+    ) -> AllenNLPKeys:
+        """Load the parameters of AllenNLP's ``Elmo`` (its trained scalar mixes, and its biLM, fine-tuned
+        or not): ``state_dict`` is its ``state_dict()`` or a file of one (``best.th``, read with
+        ``torch.load(weights_only=True)``); ``prefix`` selects it in a whole model's, e.g.
+        ``"_text_field_embedder.token_embedder_elmo._elmo."``. Build this Elmo from the options file
+        the AllenNLP model was built from, with its ``num_output_representations``.
+
+        strict (default): a key missing or left over is an error naming them. strict=False skips
+        unexpected keys and keeps the current values of missing scalar-mix keys. Either way a shape
+        mismatch, or a biLM only partly present, is an error, and nothing is changed then. A loaded
+        biLM forgets its carried states and any fitted initial state (AllenNLP's starts from zeros).
+        Returns the skipped keys.
+        """
+        _check_bool("strict", strict)
+        if isinstance(state_dict, (str, Path)):
+            state_dict = torch.load(state_dict, map_location="cpu", weights_only=True)
+        if not isinstance(state_dict, Mapping):
+            raise TypeError(Errors.E_COMPAT_STATE_TYPE.format(type_name=type(state_dict).__name__))
+        given = {k[len(prefix):]: v for k, v in state_dict.items() if isinstance(k, str) and k.startswith(prefix)}
+        if not given:
+            raise ValueError(Errors.E_COMPAT_STATE_PREFIX.format(prefix=prefix, hint=_prefix_hint(state_dict, prefix)))
+        shapes = self._allennlp_shapes()
+        missing = [k for k in shapes if k not in given]
+        unexpected = [k for k in given if k not in shapes and k not in ALLENNLP_MARKERS]
+        misshapen = [f"{k} {tuple(v.shape) if isinstance(v, Tensor) else type(v).__name__} (expected {shapes[k]})"
+                     for k, v in given.items()
+                     if k in shapes and (not isinstance(v, Tensor) or tuple(v.shape) != shapes[k])]
+        bilm_missing = [k for k in missing if k.startswith(ALLENNLP_BILM)]
+        bilm_given = len(bilm_missing) < sum(k.startswith(ALLENNLP_BILM) for k in shapes)
+        refused = (("missing:", missing if strict else bilm_missing if bilm_given else []),
+                   ("unexpected:", unexpected if strict else []), ("wrong shape:", misshapen))
+        problems = [_listed(kind, names) for kind, names in refused if names]
+        if problems:
+            raise ValueError(Errors.E_COMPAT_STATE_KEYS.format(
+                prefix=prefix, n=len(self._scalar_mixes), problems="; ".join(problems),
+                hint=_prefix_hint(state_dict, prefix)))
+        for name, expected in zip(ALLENNLP_MARKERS, self.bilm.marker_ids.cpu()):
+            found = given.get(name)
+            if found is not None and not torch.equal(torch.as_tensor(found).cpu().long(), expected.long()):
+                raise ValueError(Errors.E_COMPAT_STATE_MARKERS.format(
+                    name=name, found=torch.as_tensor(found).tolist(), expected=expected.tolist()))
+        if bilm_given:
+            self._load_allennlp_bilm({k[len(ALLENNLP_BILM):]: v for k, v in given.items() if k in shapes
+                                      and k.startswith(ALLENNLP_BILM)})
+        with torch.no_grad():
+            for k, mix in enumerate(self._scalar_mixes):
+                weights = mix.scalar_parameters.detach().clone()
+                for j in range(mix.n_layers):
+                    weights[j] = given.get(f"scalar_mix_{k}.scalar_parameters.{j}", weights[j:j + 1])[0]
+                mix.scalar_parameters.copy_(weights)
+                mix.gamma.copy_(given.get(f"scalar_mix_{k}.gamma", mix.gamma))
+        return AllenNLPKeys(missing, unexpected)
+
+    def _load_allennlp_bilm(self, state: Dict[str, Tensor]) -> None:
+        """The biLM's weights from AllenNLP's ``_ElmoBiLm`` parameters (all of them, shapes checked)."""
+        config = self.bilm.config
+        arrays = datasets_from_allennlp_state(config, state)
+        if config.n_filters == config.projection_dim and not projection_is_identity(config, arrays):
+            raise ValueError(Errors.E_COMPAT_STATE_PROJECTION.format(n=config.projection_dim))
+        copy_datasets(self.bilm, arrays)
+        self.bilm.set_initial_state(None)
+        self.bilm.reset_states()
+
+    def allennlp_state_dict(self) -> Dict[str, Tensor]:
+        """This Elmo's parameters by AllenNLP's names (float32, on the CPU): AllenNLP's ``Elmo`` built
+        from the same options file and ``num_output_representations`` loads it with ``load_state_dict``.
+        A fitted initial state has no place there (a warning says so)."""
+        config = self.bilm.config
+        if self.bilm.initial_state is not None:
+            warnings.warn(Warnings.W_INITIAL_STATE_NOT_EXPORTED.format(path="the AllenNLP state_dict"),
+                          UserWarning, stacklevel=2)
+        arrays = datasets_from_state(config, dict(self.bilm.named_parameters()))
+        out = {ALLENNLP_BILM + k: v for k, v in allennlp_state_from_datasets(config, arrays).items()}
+        for k, mix in enumerate(self._scalar_mixes):
+            out[f"scalar_mix_{k}.gamma"] = mix.gamma.detach().cpu().float().clone()
+            for j, weight in enumerate(mix.scalar_parameters.detach().cpu().float()):
+                out[f"scalar_mix_{k}.scalar_parameters.{j}"] = weight.reshape(1).clone()
+        return out
 
     def forward(self, inputs: Tensor, word_inputs: Optional[Tensor] = None) -> Dict[str, Union[Tensor, List[Tensor]]]:
         """inputs: character ids ``(batch, timesteps, 50)`` from :func:`batch_to_ids` (more leading

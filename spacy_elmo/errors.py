@@ -830,6 +830,31 @@ class Errors:
         "cuda_device must be a whole number: -1 for the CPU, or the index of a CUDA device; found {value!r}."
     )
     E_COMPAT_BATCH_SIZE = "batch_size must be a whole number of 1 or more; found {value!r}."
+    E_COMPAT_STATE_TYPE = (
+        "Elmo.load_allennlp_state_dict takes the state_dict of AllenNLP's Elmo (a dict of tensors, e.g. "
+        "torch.load('best.th', map_location='cpu')) or the path of a file holding one; found a {type_name}."
+    )
+    E_COMPAT_STATE_PREFIX = (
+        "No key of the state_dict starts with prefix={prefix!r}.{hint} Print the keys (list(state_dict)) and "
+        "pass prefix= the part before 'scalar_mix_0.gamma', e.g. '_text_field_embedder.token_embedder_elmo._elmo.'."
+    )
+    E_COMPAT_STATE_PREFIX_HINT = " AllenNLP Elmo weights are under prefix={found}: pass one of those."
+    E_COMPAT_STATE_KEYS = (
+        "The state_dict (prefix={prefix!r}) does not match AllenNLP's Elmo with this biLM and {n} output "
+        "representation(s): {problems}.{hint} Build this Elmo from the options file the AllenNLP model was trained "
+        "with and with its num_output_representations; strict=False skips unexpected keys and missing scalar "
+        "mixes (a shape mismatch or a biLM only partly present is an error either way)."
+    )
+    E_COMPAT_STATE_PROJECTION = (
+        "The state_dict's _elmo_lstm._token_embedder._projection is not the identity, but this biLM's char-CNN "
+        "width equals its projection width ({n}), so it has no projection to hold it (the AllenNLP model trained "
+        "its projection). Such a model cannot be loaded; keep the projection frozen when fine-tuning."
+    )
+    E_COMPAT_STATE_MARKERS = (
+        "The state_dict's {name} is {found}, but this biLM's sentence marker ids are {expected} (AllenNLP's "
+        "ELMoCharacterMapper + 1): the state_dict comes from a biLM with another character vocabulary or "
+        "max_characters_per_token, which spacy-elmo does not run."
+    )
     E_COMPAT_EMBED_FILE = (
         "ElmoEmbedder.embed_file is not provided. Embed a file with spacy_elmo.embedding.embed_file(bilm, "
         "input_path, output_path, layers='all') or `spacy-elmo embed INPUT OUTPUT --model MODEL`: they write "

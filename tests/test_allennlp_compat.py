@@ -310,3 +310,155 @@ def test_dropout_draws_and_gradients_match_allennlp(allennlp, files):
             torch.testing.assert_close(mine_table.grad, their_table.grad[1:], atol=1e-4, rtol=1e-4)
         else:
             assert mine_table.grad is None and their_table.grad is None
+
+
+# -- AllenNLP state_dicts (Elmo.load_allennlp_state_dict / allennlp_state_dict) ------------------------
+PREFIX = "_text_field_embedder.token_embedder_elmo._elmo."  # where a model's ElmoTokenEmbedder keeps it
+
+
+def perturb(module, seed, scale=0.05):
+    """Simulate training: every parameter moved by seeded noise."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.add_(scale * torch.randn(p.shape, generator=g))
+
+
+def run_batches(elmo, batches=BATCHES):
+    with torch.no_grad():
+        return [elmo(batch_to_ids(sentences)) for sentences in batches]
+
+
+def assert_outputs_equal(ours, theirs, atol=ATOL):
+    for a, b in zip(ours, theirs):
+        assert_same(a, b, atol=atol)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("fine_tuned", [True, False], ids=["fine-tuned", "frozen"])
+def test_trained_allennlp_state_dict_gives_allennlps_outputs(allennlp, files, tmp_path, backend, fine_tuned):
+    """AllenNLP's Elmo trained (mixes and, fine-tuned, every biLM weight moved), its state_dict saved
+    inside a whole model's as best.th: loaded with the model's prefix, ours gives AllenNLP's vectors."""
+    theirs = allennlp_elmo(allennlp, files, num_output_representations=2, dropout=0.0, do_layer_norm=True,
+                           requires_grad=fine_tuned).eval()
+    set_mixes(theirs, MIXES, allennlp_side=True)
+    if fine_tuned:
+        perturb(theirs._elmo_lstm, seed=5)
+    model_state = {PREFIX + k: v for k, v in theirs.state_dict().items()}
+    model_state["_classifier.weight"] = torch.ones(3, 16)  # the rest of the model: not selected by the prefix
+    torch.save(model_state, tmp_path / "best.th")
+    ours = Elmo(*files, 2, dropout=0.0, do_layer_norm=True, requires_grad=fine_tuned, backend=backend).eval()
+    before = run_batches(ours)
+    ours.reset_states()
+    assert ours.load_allennlp_state_dict(tmp_path / "best.th", prefix=PREFIX) == ([], [])
+    assert all(p.requires_grad == fine_tuned for p in ours.bilm.parameters())  # flags kept
+    expected = run_batches(theirs)
+    assert_outputs_equal(run_batches(ours), expected)
+    # not vacuous: before loading, the outputs were another model's
+    assert not torch.allclose(before[0]["elmo_representations"][0], expected[0]["elmo_representations"][0], atol=1e-3)
+
+
+def test_allennlp_state_dict_is_what_allennlp_loads(allennlp, files):
+    """The reverse: our parameters by AllenNLP's names, exactly what AllenNLP's own loaders make of
+    the files; after training ours, AllenNLP's Elmo with that state_dict gives our vectors."""
+    theirs = allennlp_elmo(allennlp, files, num_output_representations=2, dropout=0.0).eval()
+    ours = Elmo(*files, 2, dropout=0.0).eval()
+    state = ours.allennlp_state_dict()
+    assert list(state) == list(theirs.state_dict())
+    for name, value in theirs.state_dict().items():
+        assert torch.equal(state[name], value), name
+    set_mixes(ours, MIXES)
+    perturb(ours.bilm, seed=6)
+    theirs.load_state_dict(ours.allennlp_state_dict())  # strict
+    assert_outputs_equal(run_batches(ours), run_batches(theirs))
+
+
+def test_allennlp_state_dict_round_trips(files):
+    """AllenNLP names -> ours -> AllenNLP names is exact (the forget bias's +1 comes off in float64);
+    ours -> AllenNLP -> ours rounds only that bias (AllenNLP stores b + 1 in float32). Loading drops a
+    fitted initial state (AllenNLP starts from zeros); exporting one warns."""
+    source = Elmo(*files, 2, dropout=0.0, stateful=False).eval()
+    set_mixes(source, MIXES)
+    perturb(source, seed=7)
+    state = source.allennlp_state_dict()
+    target = Elmo(*files, 2, dropout=0.0, stateful=False).eval()
+    target.bilm.set_initial_state((torch.ones(2, 2, 8), torch.ones(2, 2, 12)))
+    target.load_allennlp_state_dict(state)
+    assert target.bilm.initial_state is None
+    for name, value in target.allennlp_state_dict().items():
+        assert torch.equal(value, state[name]), name
+    for (name, a), b in zip(source.state_dict().items(), target.state_dict().values()):
+        torch.testing.assert_close(a, b, atol=1.2e-7, rtol=0, msg=name)
+        assert name.endswith(".bias") and "lstm" in name or torch.equal(a, b), name
+    source.bilm.set_initial_state((torch.ones(2, 2, 8), torch.ones(2, 2, 12)))
+    with pytest.warns(UserWarning, match="starts from zeros"):
+        source.allennlp_state_dict()
+
+
+def test_bad_allennlp_state_dicts_say_what_is_wrong_and_change_nothing(files):
+    elmo = Elmo(*files, 2, dropout=0.0)
+    good = elmo.allennlp_state_dict()
+    perturb(elmo, seed=8)
+    unchanged = {k: v.clone() for k, v in elmo.state_dict().items()}
+
+    def refused(state, match, error=ValueError, **kwargs):
+        with pytest.raises(error, match=match):
+            elmo.load_allennlp_state_dict(state, **kwargs)
+        assert all(torch.equal(v, unchanged[k]) for k, v in elmo.state_dict().items())
+
+    lstm = "_elmo_lstm._elmo_lstm.backward_layer_1.state_linearity.bias"
+    missing = {k: v for k, v in good.items() if k not in (lstm, "scalar_mix_1.gamma")}
+    refused(missing, f"missing: {lstm}, scalar_mix_1.gamma")
+    extra = dict(good, **{"_elmo_lstm._word_embedding.weight": torch.zeros(5, 16)})  # AllenNLP's vocab_to_cache
+    refused(extra, r"unexpected: _elmo_lstm\._word_embedding\.weight")
+    misshapen = dict(good, **{"scalar_mix_0.gamma": torch.ones(2)})
+    refused(misshapen, r"wrong shape: scalar_mix_0\.gamma \(2,\) \(expected \(1,\)\)")
+    refused(misshapen, "wrong shape", strict=False)
+    refused({k: v for k, v in missing.items() if k != "scalar_mix_1.gamma"}, f"missing: {lstm}", strict=False)
+    refused({PREFIX + k: v for k, v in good.items()}, f"under prefix='{PREFIX}': pass")
+    refused({PREFIX + k: v for k, v in good.items()}, f"under prefix='{PREFIX}'", prefix="model.")
+    refused({PREFIX + k: v for k, v in good.items()}, "No key of the state_dict starts with prefix='x.'", prefix="x.")
+    refused([("scalar_mix_0.gamma", torch.ones(1))], "dict of tensors", error=TypeError)
+    marker = "_elmo_lstm._token_embedder._beginning_of_sentence_characters"
+    refused(dict(good, **{marker: elmo.bilm.marker_ids[1]}), "sentence marker ids")
+    refused(good, "strict must be True or False", strict="yes", error=TypeError)
+    with pytest.raises(ValueError, match=r"unexpected: scalar_mix_1\.gamma, scalar_mix_1\.scalar_parameters\.0"):
+        Elmo(*files, 1).load_allennlp_state_dict(good)  # fewer representations than the AllenNLP model
+
+
+def test_lenient_allennlp_state_dict_loads_what_it_has(files):
+    """strict=False: unexpected keys skipped, a missing scalar mix kept; AllenNLP's marker ids (not in
+    its state_dict, but checked when present) accepted when they are this biLM's."""
+    source = Elmo(*files, 2, dropout=0.0)
+    set_mixes(source, MIXES)
+    perturb(source.bilm, seed=9)
+    state = source.allennlp_state_dict()
+    del state["scalar_mix_1.scalar_parameters.2"]
+    state["_elmo_lstm._word_embedding.weight"] = torch.zeros(5, 16)
+    state["_elmo_lstm._token_embedder._end_of_sentence_characters"] = source.bilm.marker_ids[1].clone()
+    target = Elmo(*files, 2, dropout=0.0)
+    assert target.load_allennlp_state_dict(state, strict=False) == (
+        ["scalar_mix_1.scalar_parameters.2"], ["_elmo_lstm._word_embedding.weight"])
+    for name, value in source.allennlp_state_dict().items():
+        if name.startswith("_elmo_lstm."):
+            assert torch.equal(target.allennlp_state_dict()[name], value), name
+    expected = torch.tensor([MIXES[1][0][0], MIXES[1][0][1], 0.0], dtype=torch.float32)  # the third kept at 0
+    assert torch.equal(target.scalar_mix_1.scalar_parameters.detach(), expected)
+    assert torch.equal(target.scalar_mix_0.scalar_parameters, source.scalar_mix_0.scalar_parameters)
+    mixes_only = {k: v for k, v in state.items() if k.startswith("scalar_mix_0.")}
+    fresh = Elmo(*files, 2, dropout=0.0)
+    assert len(fresh.load_allennlp_state_dict(mixes_only, strict=False).missing_keys) == 29 + 4
+    assert torch.equal(fresh.bilm.lstm.forward_layers[0].bias, Elmo(*files, 1).bilm.lstm.forward_layers[0].bias)
+
+
+def test_allennlp_projection_must_be_the_identity_when_cnn_width_equals_projection(tmp_path):
+    """F == P: this biLM has no projection, AllenNLP's Elmo has one (the identity, unless trained)."""
+    opts = options(filters=((1, 4), (2, 4)), P=8)
+    square = write_model_files(tmp_path, opts, seed=4)
+    elmo = Elmo(*square, 1, dropout=0.0)
+    state = elmo.allennlp_state_dict()
+    assert torch.equal(state["_elmo_lstm._token_embedder._projection.weight"], torch.eye(8))
+    elmo.load_allennlp_state_dict(state)
+    state["_elmo_lstm._token_embedder._projection.bias"] = torch.full((8,), 0.1)
+    with pytest.raises(ValueError, match="has no projection to hold it"):
+        elmo.load_allennlp_state_dict(state)

@@ -127,11 +127,17 @@ def read_datasets(config: BiLMConfig, weight_file: PathLike) -> Dict[str, np.nda
     if unexpected:
         raise ValueError(Errors.E_DATASET_UNEXPECTED.format(path=path, datasets=", ".join(unexpected)))
     if no_projection:
-        identity = identity_projection(config)
-        if any(name in arrays and not np.array_equal(arrays[name], value) for name, value in identity.items()):
+        if not projection_is_identity(config, arrays):
             raise ValueError(Errors.E_PROJECTION_NOT_IDENTITY.format(path=path, n=config.projection_dim))
-        arrays.update(identity)
+        arrays.update(identity_projection(config))
     return arrays
+
+
+def projection_is_identity(config: BiLMConfig, arrays: Dict[str, np.ndarray]) -> bool:
+    """Whether the CNN_proj in ``arrays`` (if any) is exactly :func:`identity_projection`: all that a
+    biLM with F == P can hold (it has no projection)."""
+    identity = identity_projection(config)
+    return all(name not in arrays or np.array_equal(arrays[name], value) for name, value in identity.items())
 
 
 def tensors_from_datasets(config: BiLMConfig, arrays: Dict[str, np.ndarray]) -> Dict[str, torch.Tensor]:
@@ -195,9 +201,109 @@ def datasets_from_state(config: BiLMConfig, state: Dict[str, torch.Tensor]) -> D
     return {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in out.items()}
 
 
+# -- AllenNLP's module layout: the state_dict of its _ElmoBiLm (Elmo's ``_elmo_lstm``) -----------------
+# What AllenNLP 2.10.1's loaders (_ElmoCharacterEncoder._load_*, ElmoLstm.load_weights) make of the
+# datasets, and back. Its character table has an extra row 0 (id 0, padding: only whole padded tokens,
+# whose outputs are masked); the highway's carry half is negated; each LSTM gate block is in the order
+# input, forget, cell, output (TF's: input, cell, forget, output) and the forget bias holds TF's +1.
+ALLENNLP_LSTM_DIRECTIONS = ("forward", "backward")
+
+
+def allennlp_parameter_shapes(config: BiLMConfig) -> Dict[str, Tuple[int, ...]]:
+    """Every parameter of AllenNLP's ``_ElmoBiLm`` for ``config`` (names as in its ``state_dict``), with its shape."""
+    D, F, P, C = config.char_embedding_dim, config.n_filters, config.projection_dim, config.cell_dim
+    shapes = {"_token_embedder._char_embedding_weights": (N_CHAR_IDS + 1, D)}
+    for i, (width, count) in enumerate(config.filters):
+        shapes[f"_token_embedder.char_conv_{i}.weight"] = (count, D, width)
+        shapes[f"_token_embedder.char_conv_{i}.bias"] = (count,)
+    for k in range(config.n_highway):
+        shapes[f"_token_embedder._highways._layers.{k}.weight"] = (2 * F, F)
+        shapes[f"_token_embedder._highways._layers.{k}.bias"] = (2 * F,)
+    shapes["_token_embedder._projection.weight"] = (P, F)
+    shapes["_token_embedder._projection.bias"] = (P,)
+    for layer in range(config.n_layers):
+        for direction in ALLENNLP_LSTM_DIRECTIONS:
+            cell = f"_elmo_lstm.{direction}_layer_{layer}"
+            shapes[f"{cell}.input_linearity.weight"] = (4 * C, P)
+            shapes[f"{cell}.state_linearity.weight"] = (4 * C, P)
+            shapes[f"{cell}.state_linearity.bias"] = (4 * C,)
+            shapes[f"{cell}.state_projection.weight"] = (P, C)
+    return shapes
+
+
+def _swap_gates(array: np.ndarray, cell_dim: int) -> np.ndarray:
+    """TF's gate blocks (i, j, f, o) along axis 0 in AllenNLP's order (i, f, j, o), and back (its own inverse)."""
+    C = cell_dim
+    return np.concatenate([array[:C], array[2 * C : 3 * C], array[C : 2 * C], array[3 * C :]], 0)
+
+
+def allennlp_state_from_datasets(config: BiLMConfig, arrays: Dict[str, np.ndarray]) -> Dict[str, torch.Tensor]:
+    """The ``_ElmoBiLm`` state_dict AllenNLP builds from TF-layout datasets (float32, as its loaders compute it)."""
+    D, P, C = config.char_embedding_dim, config.projection_dim, config.cell_dim
+    t = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32))  # noqa: E731
+    out = {"_token_embedder._char_embedding_weights": t(np.concatenate([np.zeros((1, D), np.float32),
+                                                                         arrays["char_embed"]]))}
+    for i in range(len(config.filters)):
+        out[f"_token_embedder.char_conv_{i}.weight"] = t(arrays[f"CNN/W_cnn_{i}"][0].transpose(2, 1, 0))
+        out[f"_token_embedder.char_conv_{i}.bias"] = t(arrays[f"CNN/b_cnn_{i}"])
+    for k in range(config.n_highway):
+        g, layer = f"CNN_high_{k}", f"_token_embedder._highways._layers.{k}"
+        out[f"{layer}.weight"] = t(np.concatenate([arrays[f"{g}/W_transform"].T, -arrays[f"{g}/W_carry"].T], 0))
+        out[f"{layer}.bias"] = t(np.concatenate([arrays[f"{g}/b_transform"], -arrays[f"{g}/b_carry"]]))
+    out["_token_embedder._projection.weight"] = t(arrays["CNN_proj/W_proj"].T)
+    out["_token_embedder._projection.bias"] = t(arrays["CNN_proj/b_proj"])
+    for layer in range(config.n_layers):  # in AllenNLP's order (its state_dict's)
+        for d, direction in enumerate(ALLENNLP_LSTM_DIRECTIONS):
+            prefix, cell = lstm_prefix(d, layer), f"_elmo_lstm.{direction}_layer_{layer}"
+            w0 = _swap_gates(arrays[f"{prefix}/W_0"].T, C)
+            bias = np.array(arrays[f"{prefix}/B"], dtype=np.float32)
+            bias[2 * C : 3 * C] += 1  # TF's forget_bias, in float32 as AllenNLP adds it
+            out[f"{cell}.input_linearity.weight"] = t(w0[:, :P])
+            out[f"{cell}.state_linearity.weight"] = t(w0[:, P:])
+            out[f"{cell}.state_linearity.bias"] = t(_swap_gates(bias, C))
+            out[f"{cell}.state_projection.weight"] = t(arrays[f"{prefix}/W_P_0"].T)
+    return out
+
+
+def datasets_from_allennlp_state(config: BiLMConfig, state: Dict[str, torch.Tensor]) -> Dict[str, np.ndarray]:
+    """Inverse of :func:`allennlp_state_from_datasets` (shapes checked by the caller against
+    :func:`allennlp_parameter_shapes`): TF-layout float32 arrays, for :func:`tensors_from_datasets`.
+    Row 0 of AllenNLP's character table is dropped; the forget bias loses its +1 in float64 (exact:
+    :func:`allennlp_state_from_datasets` gives AllenNLP's float32 value back)."""
+    C = config.cell_dim
+    a = lambda name: state[name].detach().cpu().double().numpy()  # noqa: E731
+    out = {"char_embed": a("_token_embedder._char_embedding_weights")[1:]}
+    for i in range(len(config.filters)):
+        out[f"CNN/W_cnn_{i}"] = a(f"_token_embedder.char_conv_{i}.weight").transpose(2, 1, 0)[None]
+        out[f"CNN/b_cnn_{i}"] = a(f"_token_embedder.char_conv_{i}.bias")
+    F = config.n_filters
+    for k in range(config.n_highway):
+        g, layer = f"CNN_high_{k}", f"_token_embedder._highways._layers.{k}"
+        w, b = a(f"{layer}.weight"), a(f"{layer}.bias")
+        out[f"{g}/W_transform"], out[f"{g}/W_carry"] = w[:F].T, -w[F:].T
+        out[f"{g}/b_transform"], out[f"{g}/b_carry"] = b[:F], -b[F:]
+    out["CNN_proj/W_proj"] = a("_token_embedder._projection.weight").T
+    out["CNN_proj/b_proj"] = a("_token_embedder._projection.bias")
+    for d, direction in enumerate(ALLENNLP_LSTM_DIRECTIONS):
+        for layer in range(config.n_layers):
+            prefix, cell = lstm_prefix(d, layer), f"_elmo_lstm.{direction}_layer_{layer}"
+            w0 = np.concatenate([a(f"{cell}.input_linearity.weight"), a(f"{cell}.state_linearity.weight")], 1)
+            out[f"{prefix}/W_0"] = _swap_gates(w0, C).T
+            bias = _swap_gates(a(f"{cell}.state_linearity.bias"), C)
+            bias[2 * C : 3 * C] -= 1
+            out[f"{prefix}/B"] = bias
+            out[f"{prefix}/W_P_0"] = a(f"{cell}.state_projection.weight").T
+    return {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in out.items()}
+
+
 def read_allennlp(model: torch.nn.Module, weight_file: PathLike) -> None:
     """Load an hdf5 weight file into ``model`` (a :class:`~spacy_elmo.BiLM`) in place."""
-    tensors = tensors_from_datasets(model.config, read_datasets(model.config, weight_file))
+    copy_datasets(model, read_datasets(model.config, weight_file))
+
+
+def copy_datasets(model: torch.nn.Module, arrays: Dict[str, np.ndarray]) -> None:
+    """Copy TF-layout datasets (checked) into ``model``'s parameters in place."""
+    tensors = tensors_from_datasets(model.config, arrays)
     with torch.no_grad():
         params = dict(model.named_parameters())
         for name, value in tensors.items():
