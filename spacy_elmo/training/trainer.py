@@ -432,12 +432,16 @@ def read_log(output_dir) -> List[Dict[str, Any]]:
 
 @contextmanager
 def _same_on_every_rank():
-    """Errors raised inside are the same on every rank (checks of the settings and OUTPUT_DIR that every
-    rank makes alike): marked (:func:`raised_on_every_rank`) so that the command line reports them once."""
+    """The refusals raised inside are the same on every rank (checks of the settings and OUTPUT_DIR that every
+    rank makes alike): marked (:func:`raised_on_every_rank`) so that the command line reports them once.
+    Only this package's own refusals (a ValueError, TypeError, FileExistsError or FileNotFoundError raised
+    here, not caused by another error, and no errno of the OS's): an I/O or memory failure, or a damaged
+    file (E_BAD_CHECKPOINT wraps torch's error), may strike one rank alone, which must then say why itself."""
     try:
         yield
-    except Exception as err:
-        err.spacy_elmo_every_rank = True
+    except (ValueError, TypeError, FileExistsError, FileNotFoundError) as err:
+        if err.__cause__ is None and getattr(err, "errno", None) is None:
+            err.spacy_elmo_every_rank = True
         raise
 
 

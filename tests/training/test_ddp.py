@@ -385,3 +385,27 @@ def test_ddp_an_error_of_every_rank_is_printed_once(tmp_path, case):
     assert said in stderr[0] and said not in stderr[1]
     assert stderr[0].count("spacy-elmo: the compiled extension") == 1
     assert "spacy-elmo:" not in stderr[1]
+
+
+@pytest.mark.parametrize("error, ours", [
+    (ValueError("refused: the settings differ"), True),
+    (FileNotFoundError("OUTPUT_DIR holds no checkpoint"), True),
+    (FileNotFoundError(2, "No such file or directory", "out/data"), False),  # the OS's: this rank's disk
+    (OSError(5, "Input/output error"), False),
+    (MemoryError(), False),
+    (RuntimeError("torch.load failed"), False),
+])
+def test_only_the_packages_own_refusals_count_as_every_ranks(error, ours):
+    """Rank 0 alone prints what every rank raised alike; an I/O or memory failure of one rank is not that
+    (review: a checkpoint one rank could not read made it exit silently)."""
+    from spacy_elmo.training.trainer import _same_on_every_rank, raised_on_every_rank
+
+    with pytest.raises(type(error)) as caught:
+        with _same_on_every_rank():
+            raise error
+    assert raised_on_every_rank(caught.value) is ours
+    wrapped = ValueError("the checkpoint is damaged")  # E_BAD_CHECKPOINT: raised from torch's error
+    with pytest.raises(ValueError) as caught:
+        with _same_on_every_rank():
+            raise wrapped from error
+    assert not raised_on_every_rank(caught.value)
