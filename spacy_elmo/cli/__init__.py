@@ -6,8 +6,6 @@ Each command lives in its own module and registers itself on ``app``.
 import sys
 import warnings
 
-import typer
-
 from .app import app, torchrun_ranks
 
 # Importing a command module registers its command.
@@ -41,11 +39,21 @@ def main() -> None:
     # with its status unprinted.
     try:
         status = app(standalone_mode=False)
-    except typer.TyperException as err:  # a usage error (typer's click)
-        status = getattr(err, "exit_code", 1)
-    except typer.Abort:
-        status = 1
+    except Exception as err:
+        status = _usage_status(err)
+        if status is None:
+            raise
     sys.exit(status if isinstance(status, int) else 0)
+
+
+def _usage_status(err: Exception):
+    """The exit status of click's usage errors and aborts (``exit_code``; 1 for ``Abort``), None for another
+    error. By duck type: typer >= 0.26 raises its bundled click's classes (``typer.TyperException``),
+    older typer plain click's."""
+    code = getattr(err, "exit_code", None)
+    if isinstance(code, int):
+        return code
+    return 1 if type(err).__name__ == "Abort" else None
 
 
 __all__ = ["app", "main"]

@@ -409,3 +409,18 @@ def test_only_the_packages_own_refusals_count_as_every_ranks(error, ours):
         with _same_on_every_rank():
             raise wrapped from error
     assert not raised_on_every_rank(caught.value)
+
+
+def test_a_usage_error_of_typer_or_plain_click_gives_its_status():
+    """Ranks other than 0 run typer without standalone mode and exit with a usage error's status. typer
+    before 0.26 raises plain click's classes and has no typer.TyperException: the name alone crashed
+    there with an AttributeError (review, typer 0.15.1)."""
+    import click
+    import typer
+
+    from spacy_elmo.cli import _usage_status
+
+    assert _usage_status(click.UsageError("no such option")) == 2
+    assert _usage_status(click.exceptions.Abort()) == 1
+    assert _usage_status(typer.Abort()) == 1
+    assert _usage_status(ValueError("not a usage error")) is None
