@@ -43,7 +43,7 @@ from .bilm.allennlp_io import (
     datasets_from_state,
     projection_is_identity,
 )
-from .bilm.config import is_int
+from .bilm.config import check_bool, is_int
 from .bilm.model import remove_boundaries
 from .chars import batch_to_ids
 from .embedding import embed_lines
@@ -83,11 +83,6 @@ def _prefix_hint(state_dict: Mapping, prefix: str) -> str:
     if not found or found == [prefix]:
         return ""
     return Errors.E_COMPAT_STATE_PREFIX_HINT.format(found=", ".join(repr(f) for f in found))
-
-
-def _check_bool(name: str, value) -> None:
-    if not isinstance(value, bool):  # "false" would be truthy
-        raise TypeError(Errors.E_FLAG_NOT_BOOL.format(name=name, value=value))
 
 
 def load_bilm(
@@ -142,7 +137,7 @@ class Elmo(nn.Module):
             raise ValueError(Errors.E_COMPAT_NUM_OUTPUTS.format(value=num_output_representations))
         for name, value in (("requires_grad", requires_grad), ("do_layer_norm", do_layer_norm),
                             ("keep_sentence_boundaries", keep_sentence_boundaries), ("stateful", stateful)):
-            _check_bool(name, value)
+            check_bool(name, value)
         if module is not None:
             if options_file is not None or weight_file is not None:
                 raise ValueError(Errors.E_COMPAT_MODULE_WITH_FILES)
@@ -198,7 +193,7 @@ class Elmo(nn.Module):
         biLM forgets its carried states and any fitted initial state (AllenNLP's starts from zeros).
         Returns the skipped keys.
         """
-        _check_bool("strict", strict)
+        check_bool("strict", strict)
         if isinstance(state_dict, (str, Path)):
             state_dict = torch.load(state_dict, map_location="cpu", weights_only=True)
         if not isinstance(state_dict, Mapping):
@@ -314,7 +309,7 @@ class ElmoEmbedder:
     ) -> None:
         if not is_int(cuda_device) or cuda_device < -1:
             raise ValueError(Errors.E_COMPAT_CUDA_DEVICE.format(value=cuda_device))
-        _check_bool("stateful", stateful)
+        check_bool("stateful", stateful)
         self.elmo_bilm = load_bilm("ElmoEmbedder", options_file, weight_file, stateful, backend)
         self.elmo_bilm.requires_grad_(False).eval()
         if cuda_device >= 0:

@@ -24,6 +24,12 @@ def is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def check_bool(name: str, value: Any) -> None:
+    """TypeError naming ``name`` unless ``value`` is True or False: a string such as ``"false"`` is truthy."""
+    if not isinstance(value, bool):
+        raise TypeError(Errors.E_FLAG_NOT_BOOL.format(name=name, value=value))
+
+
 @dataclass
 class BiLMConfig:
     """Hyperparameters of the biLM (names follow the AllenNLP options file).

@@ -10,7 +10,7 @@ from .. import ops
 from ..chars import BEGIN_OF_SENTENCE, BEGIN_OF_WORD, END_OF_SENTENCE, MAX_SHIFTED_ID, marker_char_ids
 from ..errors import Errors
 from .char_encoder import CharEncoder
-from .config import BiLMConfig
+from .config import BiLMConfig, check_bool
 from .lstm import BiLstm, LstmState
 
 PathLike = Union[str, Path]
@@ -332,8 +332,7 @@ class BiLM(nn.Module):
         ``_ElmoBiLm`` output, which its ``Elmo`` mixes before removing them).
         """
         self._check_traceable()
-        if not isinstance(keep_boundaries, bool):  # "false" would be truthy
-            raise TypeError(Errors.E_FLAG_NOT_BOOL.format(name="keep_boundaries", value=keep_boundaries))
+        check_bool("keep_boundaries", keep_boundaries)
         char_ids, mask, lengths = self._checked_mask(char_ids)
         B, T, W = char_ids.shape
         device = char_ids.device

@@ -6,7 +6,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import Errors
-from .config import is_int
+from .config import check_bool, is_int
 
 LAYER_NORM_EPS = 1e-13
 
@@ -46,9 +46,8 @@ class ScalarMix(nn.Module):
         super().__init__()
         if not is_int(n_layers) or n_layers < 1:
             raise ValueError(Errors.E_SCALAR_MIX_SIZE.format(value=n_layers))
-        for name, value in (("do_layer_norm", do_layer_norm), ("trainable", trainable)):
-            if not isinstance(value, bool):  # do_layer_norm="false" was truthy: layer norm on
-                raise TypeError(Errors.E_FLAG_NOT_BOOL.format(name=f"ScalarMix's {name}", value=value))
+        check_bool("ScalarMix's do_layer_norm", do_layer_norm)  # "false" was truthy: layer norm on
+        check_bool("ScalarMix's trainable", trainable)
         if initial_weights is None:
             initial_weights = [0.0] * n_layers
         if isinstance(initial_weights, (str, bytes)):
