@@ -607,14 +607,35 @@ class Errors:
     )
     E_CHECKPOINT_DATA = (
         "The checkpoint in {path} was trained on other data: the tokenized corpus or its vocabulary "
-        "(TRAIN_PATH, --lang and its tokenizer, --vocab-size, --min-count, --init, --new-vocab) differs "
-        "from this run's, so resuming would read other batches and give words other softmax rows. Resume "
+        "(TRAIN_PATH, --lang and its tokenizer; for a checkpoint that did not record them, also --init and --new-vocab) "
+        "differs from this run's, so resuming would read other batches and give words other softmax rows. Resume "
         "with the same corpus and settings; to continue on new text, start a new OUTPUT_DIR with --init {path}."
     )
+    E_RESUME_VOCAB_SIZE = (
+        "The checkpoint in {path} has a vocabulary of {found:,} entries, but this run's has {expected:,}: "
+        "--vocab-size and --min-count cut it from the corpus, so resuming would give words other softmax rows. "
+        "Resume with the --vocab-size and --min-count the run was started with (the first line of its "
+        "train_log.jsonl records them); to train on with other ones, start a new OUTPUT_DIR with --init {path}."
+    )
     E_RESUME_INIT_MISSING = (
-        "The run in {path} fine-tunes {init} (it was started with --init {init}), but this --resume leaves "
-        "--init out: its vocabulary would come from the corpus, not from {init}'s softmax rows. Resume with "
-        "--init {init} (and the other settings the run was started with)."
+        "The run in {path} fine-tunes {init} (it was started with {started}), but this --resume leaves "
+        "--init out: {why}. Resume with {started} (and the other settings the run was started with)."
+    )
+    E_RESUME_INIT_MISSING_VOCAB = "its vocabulary would come from the corpus, not from {init}'s softmax rows"
+    E_RESUME_INIT_MISSING_RECORD = (
+        "its vocabulary would come from the corpus as before, but the models it saves would no longer record "
+        "that they started from {init}"
+    )
+    E_RESUME_NEW_VOCAB_MISSING = (
+        "The run in {path} fine-tunes {init} with a vocabulary built from its corpus (it was started with "
+        "{started}), but this --resume leaves --new-vocab out: its vocabulary would be {init}'s, and words "
+        "would get other softmax rows. Resume with {started} (and the other settings the run was started with)."
+    )
+    E_RESUME_NEW_VOCAB_ADDED = (
+        "The run in {path} fine-tunes {init} keeping its vocabulary (it was started with {started}, without "
+        "--new-vocab), but this --resume adds --new-vocab: its vocabulary would be built from the corpus, and "
+        "words would get other softmax rows. Resume without --new-vocab; to fine-tune {init} with this corpus's "
+        "vocabulary, start a new OUTPUT_DIR with --init {init} --new-vocab."
     )
     E_RESUME_INIT_ADDED = (
         "The run in {path} was trained from scratch (started without --init), but this --resume adds "

@@ -99,17 +99,31 @@ def _saved_model_provenance(output_dir: PathLike) -> Dict[str, Any]:
 
 
 #: Settings recorded only since a later version: an older checkpoint without them still resumes.
-ADDED_SETTINGS = ("data", "lang", "optimizer", "lr", "dropout", "clip", "init")
+ADDED_SETTINGS = ("data", "lang", "optimizer", "lr", "dropout", "clip", "init", "new_vocab")
 #: Command-line spelling of a setting in error messages.
 _OPTION = {"batch_size": "--batch-size", "unroll": "--unroll", "seed": "--seed", "negatives": "--negatives",
-           "vocab_size": "vocabulary size", "lang": "--lang", "optimizer": "--optimizer", "lr": "--lr",
+           "lang": "--lang", "optimizer": "--optimizer", "lr": "--lr",
            "dropout": "--dropout", "clip": "--clip", "world": "number of processes"}
+#: Settings that a run either has (a value) or not (None, False): a resume that adds or leaves one out is
+#: refused naming it, by its ``(left out, added)`` message.
+_GIVEN_OR_LEFT_OUT = {"init": (Errors.E_RESUME_INIT_MISSING, Errors.E_RESUME_INIT_ADDED),
+                      "new_vocab": (Errors.E_RESUME_NEW_VOCAB_MISSING, Errors.E_RESUME_NEW_VOCAB_ADDED)}
 
 
 def _describe(name: str, value: Any) -> str:
     if name == "sentences":
         return "streams (no --sentences)" if value is None else f"--sentences --max-length {value}"
     return f"{_OPTION.get(name, name)} {value}"
+
+
+def _given_or_left_out(name: str, saved: Dict[str, Any], output_dir: PathLike, current: Dict[str, Any]) -> ValueError:
+    """The refusal of a resume that adds setting ``name`` (of :data:`_GIVEN_OR_LEFT_OUT`) or leaves it out."""
+    init = saved.get("init") or current.get("init")
+    started = f"--init {init}" + (" --new-vocab" if saved.get("new_vocab") else "")
+    why = (Errors.E_RESUME_INIT_MISSING_RECORD if saved.get("new_vocab") else Errors.E_RESUME_INIT_MISSING_VOCAB).format(init=init)
+    left_out, added = _GIVEN_OR_LEFT_OUT[name]
+    message = left_out if saved.get(name) else added
+    return ValueError(message.format(path=output_dir, init=init, started=started, why=why))
 
 
 def check_settings(saved: Dict[str, Any], current: Dict[str, Any], output_dir: PathLike) -> None:
@@ -120,17 +134,17 @@ def check_settings(saved: Dict[str, Any], current: Dict[str, Any], output_dir: P
         found = saved.get(name)
         if found == expected:
             continue
-        if name == "init":  # --init given or left out is named; another spelling of the same model resumes
-            if found is None:
-                raise ValueError(Errors.E_RESUME_INIT_ADDED.format(path=output_dir, init=expected))
-            if expected is None:
-                raise ValueError(Errors.E_RESUME_INIT_MISSING.format(path=output_dir, init=found))
-            continue
+        if name in _GIVEN_OR_LEFT_OUT:  # given on one side only: named; another spelling of the same --init resumes
+            if found and expected:
+                continue
+            raise _given_or_left_out(name, saved, output_dir, current)
         earlier, now = saved.get("init"), current.get("init")
         if name in ("vocab_size", "data") and earlier is not None and now is not None and earlier != now:
             raise ValueError(Errors.E_RESUME_OTHER_INIT.format(path=output_dir, found=earlier, expected=now))  # its vocabulary
         if name == "data":
             raise ValueError(Errors.E_CHECKPOINT_DATA.format(path=output_dir))
+        if name == "vocab_size":  # what --vocab-size and --min-count made of the corpus: both named
+            raise ValueError(Errors.E_RESUME_VOCAB_SIZE.format(path=output_dir, found=found, expected=expected))
         if name == "model_config":
             raise ValueError(Errors.E_RESUME_MODEL.format(path=output_dir, found=found, expected=expected))
         raise ValueError(Errors.E_CHECKPOINT_MISMATCH.format(

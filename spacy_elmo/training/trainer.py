@@ -197,8 +197,9 @@ def _tokenize_wait_group(world: int):
 
 # -- model and vocabulary ---------------------------------------------------
 def _build_model(cfg: TrainConfig, corpus: Corpus, resume_payload: Optional[dict], is_main: bool = True):
-    """``(bilm, softmax, vocab, corpus)``; corpus type ids are remapped onto an init vocab.
-    is_main: this process warns (rank 0)."""
+    """``(bilm, softmax, vocab, corpus, new_vocab)``; corpus type ids are remapped onto a kept init vocab.
+    ``new_vocab``: an init's vocabulary was rebuilt from the corpus (--new-vocab, or an init without a
+    softmax, whose vocabulary comes from the corpus whatever the flag). is_main: this process warns (rank 0)."""
     init_softmax = None
     if cfg.init and resume_payload is None:
         bilm, init_softmax, init_vocab, _ = load_pretrained(cfg.init, backend=cfg.backend)
@@ -212,7 +213,8 @@ def _build_model(cfg: TrainConfig, corpus: Corpus, resume_payload: Optional[dict
         init_vocab = None
         if cfg.init:  # resuming a fine-tuning run: the vocab choice is recomputed below
             _, init_softmax, init_vocab, _ = load_pretrained(cfg.init, backend="reference")
-    if init_vocab is not None and init_softmax is not None and not cfg.new_vocab:
+    keeps_init_vocab = init_vocab is not None and init_softmax is not None and not cfg.new_vocab
+    if keeps_init_vocab:
         # Keep the model's vocabulary (its softmax rows); this corpus's other words are OOV.
         unused = [f"--{name.replace('_', '-')} {getattr(cfg, name)}" for name in ("vocab_size", "min_count")
                   if getattr(cfg, name) != _default(name)]
@@ -236,7 +238,7 @@ def _build_model(cfg: TrainConfig, corpus: Corpus, resume_payload: Optional[dict
                     if j is not None and j < init_vocab.size:
                         softmax.weight[i] = init_softmax.weight[j]
                         softmax.bias[i] = init_softmax.bias[j]
-    return bilm, softmax, vocab, corpus
+    return bilm, softmax, vocab, corpus, bool(cfg.init) and not keeps_init_vocab
 
 
 #: The share of the corpus's words outside a kept ``--init`` vocabulary above which pretrain warns.
@@ -317,10 +319,13 @@ def _run_settings(cfg: TrainConfig, world: int) -> Dict[str, Any]:
     return settings
 
 
-def _resume_settings(cfg: TrainConfig, world: int, vocab: Vocab, model: Dict[str, Any], corpus: Corpus) -> Dict[str, Any]:
+def _resume_settings(cfg: TrainConfig, world: int, new_vocab: bool, vocab: Vocab, model: Dict[str, Any],
+                     corpus: Corpus) -> Dict[str, Any]:
     """What must be equal between a run and its resumption for the steps to match.
-    Checkpoints written before a key of ``ckpt.ADDED_SETTINGS`` existed resume without it."""
-    return {**_run_settings(cfg, world), "vocab_size": vocab.size, "model_config": model, "data": corpus.digest()}
+    Checkpoints written before a key of ``ckpt.ADDED_SETTINGS`` existed resume without it.
+    ``new_vocab``: :func:`_build_model`'s (what --new-vocab did, not the flag: checked before the vocabulary)."""
+    return {**_run_settings(cfg, world), "new_vocab": new_vocab, "vocab_size": vocab.size, "model_config": model,
+            "data": corpus.digest()}
 
 
 def _refuse_other_tokenization(cache: Path, stamp: Dict[str, Any], out: Path) -> None:
@@ -509,7 +514,7 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
         corpus = Corpus.load(source)
 
         torch.manual_seed(cfg.seed)  # same initial weights on every rank (DDP also broadcasts)
-        bilm, softmax, vocab, corpus = _build_model(cfg, corpus, payload, is_main)
+        bilm, softmax, vocab, corpus, new_vocab = _build_model(cfg, corpus, payload, is_main)
         bilm.lstm.dropout = cfg.dropout
         char_table = CharTable(vocab, bilm.config.max_characters_per_token)
         if cfg.sentences:
@@ -518,7 +523,7 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
             batcher = StreamBatcher(corpus, cfg.batch_size, cfg.unroll, cfg.seed, rank, world)
         lm = BidirectionalLM(bilm, softmax).to(device)
         optimizer = build_optimizer(cfg.optimizer, cfg.lr, lm.parameters())
-        settings = _resume_settings(cfg, world, vocab, bilm.config.to_dict(), corpus)
+        settings = _resume_settings(cfg, world, new_vocab, vocab, bilm.config.to_dict(), corpus)
         sampler = LogUniformSampler(vocab.size, cfg.negatives)
         full_softmax = cfg.negatives >= vocab.size
         if full_softmax and is_main:

@@ -225,7 +225,7 @@ def test_ddp_sentences_count_every_ranks_tokens(tmp_path):
     from spacy_elmo.training.trainer import _build_model
 
     torch.manual_seed(0)
-    bilm, softmax, vocab, _ = _build_model(tiny_train_config(train_file, out, **_SENTENCES), corpus, None)
+    bilm, softmax, vocab, *_ = _build_model(tiny_train_config(train_file, out, **_SENTENCES), corpus, None)
     lm = BidirectionalLM(bilm, softmax).eval()
     sums, counts = [], []
     with torch.no_grad():

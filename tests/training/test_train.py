@@ -265,6 +265,84 @@ def test_a_run_whose_cache_recorded_whole_seconds_resumes_over_it(tmp_path, monk
     assert json.loads(meta_path.read_text(encoding="utf-8")) == meta
 
 
+@pytest.fixture(scope="module")
+def resumable_runs(tmp_path_factory):
+    """Runs with a checkpoint at step 2 to resume otherwise: ``(runs, base)``, runs mapping a name to
+    ``(TRAIN_PATH, the settings it was started with)``; base is the model the fine-tuning runs start from."""
+    tmp = tmp_path_factory.mktemp("resumable")
+    text, domain = write_corpus(tmp / "a.txt", 200), write_corpus(tmp / "domain.txt", 100, seed=3)
+    base = tmp / "base"
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    train(tiny_train_config(text, base, max_steps=2))
+    runs = {"scratch": (text, dict(vocab_size=40)), "sentences": (text, dict(sentences=True)),
+            "tuned": (domain, dict(init=str(base), model=None)),
+            "tuned_new_vocab": (domain, dict(init=str(base), model=None, new_vocab=True))}
+    for name, (path, settings) in runs.items():
+        train(tiny_train_config(path, tmp / name, max_steps=2, checkpoint_every=2, **settings))
+    torch.set_num_threads(before)
+    return {name: (path, settings, tmp / name) for name, (path, settings) in runs.items()}, base
+
+
+#: Every pretrain option a --resume must match, changed on a run: what the refusal must name.
+RESUME_MISMATCHES = {
+    "TRAIN_PATH": ("scratch", dict(train_path="OTHER"), r"was trained on other data"),
+    "--lang": ("scratch", dict(lang="de"), r"--lang en, but this run uses --lang de"),
+    "--vocab-size": ("scratch", dict(vocab_size=30), r"has a vocabulary of 38 entries, but this run's has 30: --vocab-size and --min-count"),
+    "--min-count": ("scratch", dict(min_count=50), r"has a vocabulary of 38 entries, but this run's has 8: --vocab-size and --min-count"),
+    "--batch-size": ("scratch", dict(batch_size=4), r"--batch-size 8, but this run uses --batch-size 4"),
+    "--unroll": ("scratch", dict(unroll=5), r"--unroll 10, but this run uses --unroll 5"),
+    "--seed": ("scratch", dict(seed=1), r"--seed 0, but this run uses --seed 1"),
+    "--negatives": ("scratch", dict(negatives=8), r"--negatives 16, but this run uses --negatives 8"),
+    "--optimizer": ("scratch", dict(optimizer="adam"), r"--optimizer adagrad, but this run uses --optimizer adam"),
+    "--lr": ("scratch", dict(lr=0.1), r"--lr 0.2, but this run uses --lr 0.1"),
+    "--dropout": ("scratch", dict(dropout=0.2), r"--dropout 0.1, but this run uses --dropout 0.2"),
+    "--clip": ("scratch", dict(clip=1.0), r"--clip 10.0, but this run uses --clip 1.0"),
+    "--options": ("scratch", dict(model=dict(TINY, cell_dim=64)), r"--preset/--options ask for"),
+    "--sentences added": ("scratch", dict(sentences=True), r"streams \(no --sentences\), but this run uses --sentences"),
+    "--sentences left out": ("sentences", dict(sentences=False), r"--sentences --max-length 100, but this run uses streams"),
+    "--max-length": ("sentences", dict(max_length=50), r"--max-length 100, but this run uses --sentences --max-length 50"),
+    "--init added": ("scratch", dict(init="BASE"), r"trained from scratch \(started without --init\), but this --resume adds --init"),
+    "--init left out": ("tuned", dict(init=None), r"leaves --init out: its vocabulary would come from the corpus"),
+    "--new-vocab added": ("tuned", dict(new_vocab=True), r"without --new-vocab\), but this --resume adds --new-vocab"),
+    "--new-vocab left out": ("tuned_new_vocab", dict(new_vocab=False), r"--new-vocab\), but this --resume leaves --new-vocab out"),
+    "--init and --new-vocab left out": ("tuned_new_vocab", dict(init=None, new_vocab=False),
+                                        r"leaves --init out: its vocabulary would come from the corpus as before.*Resume "
+                                        r"with --init \S+ --new-vocab"),
+}
+
+
+@pytest.mark.filterwarnings("ignore:.*full softmax:RuntimeWarning")  # --min-count 50: 8 entries
+@pytest.mark.parametrize("option", list(RESUME_MISMATCHES))
+def test_resume_mismatch_names_the_option(resumable_runs, tmp_path, option):
+    """A --resume that changes an option the run must keep is refused naming that option and its fix:
+    --new-vocab given or left out was refused as "trained on other data", and the vocabulary size cut by
+    --min-count as "vocabulary size", an option pretrain does not have."""
+    runs, base = resumable_runs
+    name, changes, message = RESUME_MISMATCHES[option]
+    path, settings, out = runs[name]
+    settings = {**settings, "model": None, **changes}
+    if settings.get("train_path") == "OTHER":
+        settings["train_path"] = write_corpus(tmp_path / "other.txt", 200, seed=5)
+    if settings.get("init") == "BASE":
+        settings["init"] = str(base)
+    settings.setdefault("train_path", path)
+    with pytest.raises(ValueError, match=message):
+        train(tiny_train_config(output_dir=out, max_steps=3, checkpoint_every=2, resume=True, **settings))
+
+
+def test_checkpoint_without_new_vocab_record_resumes(resumable_runs, tmp_path):
+    """A checkpoint written before --new-vocab was recorded resumes (when the rest matches)."""
+    runs, _ = resumable_runs
+    path, settings, out = runs["tuned_new_vocab"]
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    payload = torch.load(copy / "checkpoint.pt", weights_only=True)
+    assert payload["settings"].pop("new_vocab") is True
+    torch.save(payload, copy / "checkpoint.pt")
+    assert train(tiny_train_config(path, copy, max_steps=3, checkpoint_every=2, resume=True, **settings))["steps"] == 3
+
+
 @pytest.mark.parametrize("damage", ["empty", "truncated", "other"])
 def test_damaged_checkpoint_is_named(tmp_path, damage):
     train_file = write_corpus(tmp_path / "train.txt", 100)
