@@ -28,7 +28,7 @@ place of local files, and ``ElmoEmbedder.embed_file`` (use :func:`spacy_elmo.emb
 import warnings
 from itertools import islice
 from pathlib import Path
-from typing import Dict, Iterable, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Dict, Iterable, Iterator, List, Mapping, NamedTuple, NoReturn, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -348,6 +348,6 @@ class ElmoEmbedder:
                 return
             yield from self.embed_batch(batch)
 
-    def embed_file(self, *args, **kwargs):
+    def embed_file(self, *args, **kwargs) -> NoReturn:
         """Not provided: :func:`spacy_elmo.embedding.embed_file` writes the same HDF5 layout."""
         raise NotImplementedError(Errors.E_COMPAT_EMBED_FILE)

@@ -15,7 +15,7 @@ def temporary_name(path: PathLike) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}.tmp")
 
 
-def atomic_write(path: PathLike, write: Callable[[Path], None]) -> None:
+def atomic_write(path: PathLike, write: Callable[[Path], object]) -> None:
     """Call ``write(tmp)`` on a temporary name beside ``path``, then rename it to ``path``.
 
     An exception removes the temporary file; a kill leaves it behind under a name

@@ -22,7 +22,7 @@ Defined behaviour for odd input (tested in ``tests/test_chars.py``):
 
 import numbers
 from collections.abc import Iterator, Mapping
-from typing import Iterable, List, Sequence
+from typing import Dict, Iterable, List, Sequence
 
 import torch
 
@@ -107,7 +107,7 @@ def batch_to_ids(
     max_len = max((len(s) for s in sentences), default=0)
     out = torch.zeros((len(sentences), max_len, max_characters_per_token), dtype=torch.long)
     # One small tensor per distinct token: sentences repeat tokens a lot.
-    cache = {}
+    cache: Dict[str, torch.Tensor] = {}
     for i, sentence in enumerate(sentences):
         for j, token in enumerate(sentence):
             row = cache.get(token)

@@ -163,9 +163,9 @@ def embed_lines(
             stacked = stacked[-1:]
         elif layers == "average":
             stacked = stacked.mean(0, keepdim=True)
-        stacked = stacked.float().cpu().numpy()
+        arrays = stacked.float().cpu().numpy()
         for b, i in enumerate(filled):
-            vec = stacked[:, b, : len(rows[i])]
+            vec = arrays[:, b, : len(rows[i])]
             out[i] = np.ascontiguousarray(vec if layers == "all" else vec[0])
     empty = np.zeros((L1, 0, D) if layers == "all" else (0, D), dtype=np.float32)
     return [empty if v is None else v for v in out]

@@ -530,6 +530,11 @@ class Errors:
     )
 
     # --- pretraining and CLI (spacy_elmo.training, spacy_elmo.cli) ----------
+    E_SAMPLE_WITHOUT_SAMPLER = (
+        "BidirectionalLM was given a sample but no sampler (sampled softmax): the sampled loss corrects every "
+        "logit by the sampler's expected counts. Pass the LogUniformSampler that drew the sample as sampler=, "
+        "or sample=None for the full softmax."
+    )
     E_TRAIN_PATH_MISSING = "{path} does not exist. Pass a UTF-8 text file or a directory of them."
     E_TRAIN_PATH_NOT_A_FILE = (
         "{path} is neither a file nor a directory (a pipe such as <(zcat ...), a FIFO or a device): the text is "

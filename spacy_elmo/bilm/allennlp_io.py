@@ -25,7 +25,7 @@ Two layouts differ between the tools, and the writer picks the one every loader 
 import json
 import warnings
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Tuple, Union
 
 import h5py
 import numpy as np
@@ -36,6 +36,9 @@ from ..chars import DEFAULT_MAX_CHARS, N_CHAR_IDS
 from ..errors import Errors, Warnings
 from .config import BiLMConfig
 from .native_io import require_finite
+
+if TYPE_CHECKING:  # model.py imports this module when it reads or writes
+    from .model import BiLM
 
 PathLike = Union[str, Path]
 
@@ -212,7 +215,7 @@ ALLENNLP_LSTM_DIRECTIONS = ("forward", "backward")
 def allennlp_parameter_shapes(config: BiLMConfig) -> Dict[str, Tuple[int, ...]]:
     """Every parameter of AllenNLP's ``_ElmoBiLm`` for ``config`` (names as in its ``state_dict``), with its shape."""
     D, F, P, C = config.char_embedding_dim, config.n_filters, config.projection_dim, config.cell_dim
-    shapes = {"_token_embedder._char_embedding_weights": (N_CHAR_IDS + 1, D)}
+    shapes: Dict[str, Tuple[int, ...]] = {"_token_embedder._char_embedding_weights": (N_CHAR_IDS + 1, D)}
     for i, (width, count) in enumerate(config.filters):
         shapes[f"_token_embedder.char_conv_{i}.weight"] = (count, D, width)
         shapes[f"_token_embedder.char_conv_{i}.bias"] = (count,)
@@ -247,9 +250,9 @@ def allennlp_state_from_datasets(config: BiLMConfig, arrays: Dict[str, np.ndarra
         out[f"_token_embedder.char_conv_{i}.weight"] = t(arrays[f"CNN/W_cnn_{i}"][0].transpose(2, 1, 0))
         out[f"_token_embedder.char_conv_{i}.bias"] = t(arrays[f"CNN/b_cnn_{i}"])
     for k in range(config.n_highway):
-        g, layer = f"CNN_high_{k}", f"_token_embedder._highways._layers.{k}"
-        out[f"{layer}.weight"] = t(np.concatenate([arrays[f"{g}/W_transform"].T, -arrays[f"{g}/W_carry"].T], 0))
-        out[f"{layer}.bias"] = t(np.concatenate([arrays[f"{g}/b_transform"], -arrays[f"{g}/b_carry"]]))
+        g, highway = f"CNN_high_{k}", f"_token_embedder._highways._layers.{k}"
+        out[f"{highway}.weight"] = t(np.concatenate([arrays[f"{g}/W_transform"].T, -arrays[f"{g}/W_carry"].T], 0))
+        out[f"{highway}.bias"] = t(np.concatenate([arrays[f"{g}/b_transform"], -arrays[f"{g}/b_carry"]]))
     out["_token_embedder._projection.weight"] = t(arrays["CNN_proj/W_proj"].T)
     out["_token_embedder._projection.bias"] = t(arrays["CNN_proj/b_proj"])
     for layer in range(config.n_layers):  # in AllenNLP's order (its state_dict's)
@@ -278,8 +281,8 @@ def datasets_from_allennlp_state(config: BiLMConfig, state: Dict[str, torch.Tens
         out[f"CNN/b_cnn_{i}"] = a(f"_token_embedder.char_conv_{i}.bias")
     F = config.n_filters
     for k in range(config.n_highway):
-        g, layer = f"CNN_high_{k}", f"_token_embedder._highways._layers.{k}"
-        w, b = a(f"{layer}.weight"), a(f"{layer}.bias")
+        g, highway = f"CNN_high_{k}", f"_token_embedder._highways._layers.{k}"
+        w, b = a(f"{highway}.weight"), a(f"{highway}.bias")
         out[f"{g}/W_transform"], out[f"{g}/W_carry"] = w[:F].T, -w[F:].T
         out[f"{g}/b_transform"], out[f"{g}/b_carry"] = b[:F], -b[F:]
     out["CNN_proj/W_proj"] = a("_token_embedder._projection.weight").T
@@ -296,12 +299,12 @@ def datasets_from_allennlp_state(config: BiLMConfig, state: Dict[str, torch.Tens
     return {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in out.items()}
 
 
-def read_allennlp(model: torch.nn.Module, weight_file: PathLike) -> None:
+def read_allennlp(model: "BiLM", weight_file: PathLike) -> None:
     """Load an hdf5 weight file into ``model`` (a :class:`~spacy_elmo.BiLM`) in place."""
     copy_datasets(model, read_datasets(model.config, weight_file))
 
 
-def copy_datasets(model: torch.nn.Module, arrays: Dict[str, np.ndarray]) -> None:
+def copy_datasets(model: "BiLM", arrays: Dict[str, np.ndarray]) -> None:
     """Copy TF-layout datasets (checked) into ``model``'s parameters in place."""
     tensors = tensors_from_datasets(model.config, arrays)
     with torch.no_grad():
@@ -321,7 +324,7 @@ def allennlp_refusals(config: BiLMConfig) -> List[str]:
 
 
 def write_allennlp(
-    model: torch.nn.Module, options_file: PathLike, weight_file: PathLike, shown_as: Optional[PathLike] = None
+    model: "BiLM", options_file: PathLike, weight_file: PathLike, shown_as: Optional[PathLike] = None
 ) -> None:
     """Write ``options.json`` and the hdf5 weight file of ``model`` in the released layout.
 

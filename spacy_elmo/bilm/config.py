@@ -54,7 +54,8 @@ class BiLMConfig:
 
     def __post_init__(self) -> None:
         if isinstance(self.filters, (list, tuple)):  # JSON lists -> tuples; validate() reports anything else
-            self.filters = [tuple(f) if isinstance(f, (list, tuple)) else f for f in self.filters]
+            # validate() refuses anything but pairs of ints: the checker cannot see the length
+            self.filters = [tuple(f) if isinstance(f, (list, tuple)) else f for f in self.filters]  # type: ignore[misc]
         self.validate()
 
     # -- derived sizes ---------------------------------------------------
@@ -128,7 +129,7 @@ class BiLMConfig:
             except (OSError, ValueError) as err:
                 raise ValueError(Errors.E_OPTIONS_NOT_JSON.format(path=options, error=err)) from err
 
-        def need(section: Dict[str, Any], key: str, where: str) -> Any:
+        def need(section: Any, key: str, where: str) -> Any:  # any JSON value: refused unless a dict with key
             if not isinstance(section, dict) or key not in section:
                 raise ValueError(Errors.E_OPTIONS_MISSING_KEY.format(source=source, key=where))
             return section[key]

@@ -16,7 +16,7 @@ all six comparisons run (``docs/default-model.md``), so models
 start from zeros, as the references do, unless a state is fitted.
 """
 
-from typing import List, Optional, Sequence
+from typing import TYPE_CHECKING, List, Optional, Sequence
 
 import torch
 
@@ -24,6 +24,9 @@ from ..chars import batch_to_ids
 from ..errors import Errors
 from .config import is_int
 from .lstm import LstmState
+
+if TYPE_CHECKING:
+    from .model import BiLM
 
 
 def running_streams(sentences: Sequence[Sequence[str]], rows: int) -> List[List[Sequence[str]]]:
@@ -36,7 +39,7 @@ def running_streams(sentences: Sequence[Sequence[str]], rows: int) -> List[List[
 
 @torch.no_grad()
 def boundary_state_mean(
-    bilm, sentences: Sequence[Sequence[str]], rows: int = 32, warmup: int = 2, progress: bool = False
+    bilm: "BiLM", sentences: Sequence[Sequence[str]], rows: int = 32, warmup: int = 2, progress: bool = False
 ) -> LstmState:
     """Mean carried state of ``bilm`` after a sentence's ``</S>``.
 
@@ -77,8 +80,9 @@ def boundary_state_mean(
             bilm(batch_to_ids([stream[k] for stream in streams], W).to(device))
             if k < warmup:
                 continue
-            h, c = bilm.carried_states
-            h, c = h.double().sum(2), c.double().sum(2)
+            carried = bilm.carried_states
+            assert carried is not None  # stateful: every call carries its final states
+            h, c = carried[0].double().sum(2), carried[1].double().sum(2)
             sum_h = h if sum_h is None else sum_h + h
             sum_c = c if sum_c is None else sum_c + c
             count += rows
@@ -87,5 +91,6 @@ def boundary_state_mean(
         bilm.carried_states = saved[1]
         bilm.train(saved[2])
         bilm.set_initial_state(saved[3])
+    assert sum_h is not None and sum_c is not None  # per > warmup: every stream read a sentence past it
     dtype = bilm.token_encoder.char_embedding.dtype
     return (sum_h / count).to(dtype), (sum_c / count).to(dtype)

@@ -1,7 +1,7 @@
 """The two independent LSTM-with-projection stacks of the biLM."""
 
 import math
-from typing import List, Optional, Tuple
+from typing import List, Optional, Tuple, cast
 
 import torch
 from torch import Tensor, nn
@@ -94,8 +94,8 @@ class BiLstm(nn.Module):
                 self._drop(xf),
                 self._drop(xb),
                 lengths,
-                wf.tensors(),
-                wb.tensors(),
+                cast(LstmCellWeights, wf).tensors(),  # nn.ModuleList items are untyped
+                cast(LstmCellWeights, wb).tensors(),
                 layer_state,
                 cfg.cell_clip,
                 cfg.proj_clip,

@@ -1,7 +1,7 @@
 """BiLM: the complete ELMo biLM (token encoder + two LSTM stacks)."""
 
 from pathlib import Path
-from typing import List, NamedTuple, Optional, Tuple, Union
+from typing import List, NamedTuple, Optional, Tuple, Union, cast
 
 import torch
 from torch import Tensor, nn
@@ -11,7 +11,7 @@ from ..chars import BEGIN_OF_SENTENCE, BEGIN_OF_WORD, END_OF_SENTENCE, MAX_SHIFT
 from ..errors import Errors
 from .char_encoder import CharEncoder
 from .config import BiLMConfig, check_bool
-from .lstm import BiLstm, LstmState
+from .lstm import BiLstm, LstmCellWeights, LstmState
 
 PathLike = Union[str, Path]
 
@@ -82,6 +82,11 @@ class BiLM(nn.Module):
     loaded), ``"fused"`` or ``"reference"``.
     """
 
+    # Buffers (register_buffer): declared for type checkers, which otherwise see nn.Module.__getattr__'s Tensor | Module.
+    _marker_ids: Tensor
+    initial_h: Optional[Tensor]
+    initial_c: Optional[Tensor]
+
     def __init__(self, config: BiLMConfig, stateful: bool = False, backend: str = "auto") -> None:
         super().__init__()
         if not isinstance(config, BiLMConfig):
@@ -147,7 +152,7 @@ class BiLM(nn.Module):
     @property
     def initial_state(self) -> Optional[LstmState]:
         """The fitted initial state ``(h (2, L, P), c (2, L, C))`` (direction, layer), or None (zeros)."""
-        if self.initial_h is None:
+        if self.initial_h is None or self.initial_c is None:  # set and cleared together
             return None
         return self.initial_h, self.initial_c
 
@@ -188,7 +193,7 @@ class BiLM(nn.Module):
 
     def start_state(self, batch: int, like: Tensor) -> Optional[LstmState]:
         """The state every row starts from, expanded to ``batch`` rows (None: zeros)."""
-        if self.initial_h is None:
+        if self.initial_h is None or self.initial_c is None:  # set and cleared together
             return None
         h = self.initial_h.to(like.dtype).unsqueeze(2).expand(-1, -1, batch, -1).contiguous()
         c = self.initial_c.to(like.dtype).unsqueeze(2).expand(-1, -1, batch, -1).contiguous()
@@ -201,7 +206,7 @@ class BiLM(nn.Module):
         # The module may have been cast or moved (.half(), .double(), .to(device)) since the
         # states were stored, or they come from a call under autocast: carry them on in the
         # dtype of the weights (autocast casts them where it runs lower) on this call's device.
-        dtype = self.lstm.forward_layers[0].w_input.dtype
+        dtype = cast(LstmCellWeights, self.lstm.forward_layers[0]).w_input.dtype  # nn.ModuleList items are untyped
         if h.dtype != dtype or h.device != like.device or c.dtype != dtype or c.device != like.device:
             h, c = h.to(like.device, dtype), c.to(like.device, dtype)
             self._states = (h, c)

@@ -16,7 +16,7 @@ import shutil
 import tempfile
 from dataclasses import fields
 from pathlib import Path
-from typing import Any, Dict, Iterable, Optional, Union
+from typing import TYPE_CHECKING, Any, Dict, Iterable, Optional, Union
 
 import torch
 from safetensors import SafetensorError
@@ -25,6 +25,9 @@ from safetensors.torch import load_file, save_file
 from ..atomic import atomic_write
 from ..errors import Errors
 from .config import BiLMConfig, is_int
+
+if TYPE_CHECKING:  # model.py imports this module when it saves or loads
+    from .model import BiLM
 
 PathLike = Union[str, Path]
 FORMAT = "spacy-elmo/bilm"
@@ -53,7 +56,7 @@ def resolve_model_dir(directory: PathLike) -> Path:
 
 
 def save_native(
-    model: torch.nn.Module,
+    model: "BiLM",
     directory: PathLike,
     extra_tensors: Optional[Dict[str, torch.Tensor]] = None,
     dtype: Optional[torch.dtype] = None,
@@ -170,7 +173,7 @@ def read_meta(directory: PathLike) -> Dict[str, Any]:
         raise ValueError(Errors.E_NATIVE_CONFIG_NOT_OBJECT.format(path=path, found=reprlib.repr(meta)))
     if meta.get("format") != FORMAT:
         raise ValueError(Errors.E_NATIVE_BAD_FORMAT.format(path=path, found=meta.get("format"), expected=FORMAT))
-    version = meta.get("version")
+    version: Any = meta.get("version")  # a JSON value: is_int() checks it
     if not (is_int(version) and 1 <= version <= VERSION):
         raise ValueError(Errors.E_NATIVE_VERSION.format(path=path, found=version, supported=VERSION))
     if not isinstance(meta.get("config"), dict):

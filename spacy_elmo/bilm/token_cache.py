@@ -52,7 +52,7 @@ class TokenCache:
         self.index: Dict[str, int] = {}  # words whose rows are written
         self.pending: Dict[object, int] = {}  # words (and markers) whose rows a thread is encoding
         self.used = 3  # rows written or reserved
-        self.matrix = None
+        self.matrix: Optional[Tensor] = None
         self.owner = _nobody  # a weak reference to the biLM that fills the matrix
         self.generation += 1
         self.written.notify_all()
@@ -63,7 +63,7 @@ class TokenCache:
         return {"capacity": self.capacity}
 
     def __setstate__(self, state) -> None:
-        self.__init__(state["capacity"])
+        type(self).__init__(self, state["capacity"])
 
     def vectors(self, bilm, rows: Sequence[Sequence[str]], device: torch.device) -> Tensor:
         """``(B, T + 2, P)`` token vectors of the wrapped rows (:meth:`lookup`'s rows of the matrix)."""
@@ -98,6 +98,7 @@ class TokenCache:
                         self.written.wait()  # another thread is encoding some of these words
                 if self.generation == generation:
                     idx = self._indices(rows, device)
+                    assert self.matrix is not None  # this generation's, written
                     return self.matrix[idx] if gather else idx
             # Cleared or started over meanwhile (weights changed, or another thread's words filled the
             # matrix): encode this batch on its own, which no other thread can start over.
@@ -140,6 +141,7 @@ class TokenCache:
 
     def _write(self, mine: List[str], start: int, markers: Optional[Tensor], vectors: Optional[Tensor]) -> None:
         """Under the lock, in the generation that reserved the rows: write them, then index their words."""
+        assert self.matrix is not None  # the generation's, made when the rows were reserved
         if markers is not None:
             self.matrix[:2] = markers
             for key in _MARKERS:

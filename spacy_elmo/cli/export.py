@@ -37,7 +37,7 @@ def export(
             tmp.mkdir(parents=True)
             # Warnings (what the format cannot hold, what AllenNLP will not run) name the final path.
             write_allennlp(bilm, tmp / "options.json", tmp / "weights.hdf5", shown_as=out_dir / "weights.hdf5")
-            if softmax is not None:
+            if softmax is not None and vocab is not None:  # load_pretrained gives both or neither
                 write_softmax(tmp / SOFTMAX_FILE, softmax)
                 vocab.save(tmp)
 

@@ -52,6 +52,7 @@ def fit_state(
         if clear:
             bilm.set_initial_state(None)
         else:
+            assert text_path is not None  # refused above without --clear
             lang = lang or (meta.get("provenance") or {}).get("lang", "en")
             stats = ReadStats()
             before = replaced_bytes_so_far()  # the reading stops early: stats count whole files only

@@ -16,6 +16,7 @@ input under autocast (the autocast dtype, as the reference path returns).
 
 import contextlib
 import functools
+from types import ModuleType
 from typing import List, Optional, Sequence, Tuple
 
 import torch
@@ -25,9 +26,10 @@ from ..errors import Errors
 from . import reference
 from .extension import load_extension
 
-_C, _REASON = load_extension()
-if _C is None:  # pragma: no cover - dispatch only imports this module when available
+_LOADED, _REASON = load_extension()
+if _LOADED is None:  # pragma: no cover - dispatch only imports this module when available
     raise ImportError(Errors.E_FUSED_UNAVAILABLE.format(reason=_REASON))
+_C: ModuleType = _LOADED
 
 _ops = torch.ops.spacy_elmo
 _ACTIVATIONS = {"relu": 0, "tanh": 1}
@@ -425,7 +427,7 @@ def bilstm_layer(
     lengths: Tensor,
     fwd: Sequence[Tensor],
     bwd: Sequence[Tensor],
-    state: Optional[Tuple[Tensor, Tensor]] = None,
+    state: Optional[reference.BiLstmState] = None,
     cell_clip: Optional[float] = None,
     proj_clip: Optional[float] = None,
     reverse_backward: bool = True,

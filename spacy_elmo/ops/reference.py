@@ -17,7 +17,7 @@ Conventions shared with the fused kernels:
   the forget bias of 1.0 is added at run time (it is not in ``bias``).
 """
 
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -205,6 +205,10 @@ def _check_shape(t: Optional[Tensor], expected: Tuple[int, ...], name: str) -> N
         raise ValueError(Errors.E_LSTM_SHAPE.format(name=name, expected=list(expected), found=list(t.shape)))
 
 
+#: :func:`bilstm_layer`'s ``state``: ``(h0 (2, B, P), c0 (2, B, C))``, each also as a pair ``(forward, backward)``.
+BiLstmState = Tuple[Union[Tensor, Sequence[Tensor]], Union[Tensor, Sequence[Tensor]]]
+
+
 def bilstm_state(state) -> Tuple[Optional[Tensor], Optional[Tensor]]:
     """:func:`bilstm_layer`'s ``state`` as ``(h0 (2, B, P), c0 (2, B, C))`` tensors, ``(None,
     None)`` for None: a tensor is passed on as it is (the ops check its shape), a pair of
@@ -243,7 +247,7 @@ def bilstm_layer(
     lengths: Tensor,
     fwd: Sequence[Tensor],
     bwd: Sequence[Tensor],
-    state: Optional[Tuple[Tensor, Tensor]] = None,
+    state: Optional[BiLstmState] = None,
     cell_clip: Optional[float] = None,
     proj_clip: Optional[float] = None,
     reverse_backward: bool = True,
@@ -265,10 +269,12 @@ def bilstm_layer(
     batch = x_fwd.shape[0]
     _check_shape(h0, (2, batch, fwd[3].shape[1]), "h0 (2, B, P)")  # a third direction was ignored
     _check_shape(c0, (2, batch, fwd[3].shape[0]), "c0 (2, B, C)")
-    h0 = (None, None) if h0 is None else (h0[0], h0[1])
-    c0 = (None, None) if c0 is None else (c0[0], c0[1])
-    out_f, h_f, c_f = lstm_layer(x_fwd, lengths, *fwd, h0[0], c0[0], cell_clip, proj_clip, False, residual)
-    out_b, h_b, c_b = lstm_layer(x_bwd, lengths, *bwd, h0[1], c0[1], cell_clip, proj_clip, reverse_backward, residual)
+    h0_f, h0_b = (None, None) if h0 is None else (h0[0], h0[1])
+    c0_f, c0_b = (None, None) if c0 is None else (c0[0], c0[1])
+    (wi_f, wr_f, b_f, wp_f), (wi_b, wr_b, b_b, wp_b) = fwd, bwd
+    out_f, h_f, c_f = lstm_layer(x_fwd, lengths, wi_f, wr_f, b_f, wp_f, h0_f, c0_f, cell_clip, proj_clip, False, residual)
+    out_b, h_b, c_b = lstm_layer(x_bwd, lengths, wi_b, wr_b, b_b, wp_b, h0_b, c0_b, cell_clip, proj_clip, reverse_backward,
+                                 residual)
     return out_f, out_b, torch.stack([h_f, h_b]), torch.stack([c_f, c_b])
 
 

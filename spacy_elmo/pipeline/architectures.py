@@ -99,7 +99,7 @@ def ElmoListener(
     else:
         listener = ElmoListenerModel(upstream_name=upstream, width=width)
     mix = scalar_mix_layer(initial_weights=initial_weights, trainable=trainable_mix, l2=mix_l2, layer_norm=layer_norm)
-    model = chain(listener, mix, elmo_dropout(dropout))
+    model: Model[List[Doc], List[Floats2d]] = chain(listener, mix, elmo_dropout(dropout))
     if width is not None:
         model.set_dim("nO", width)
     return model
@@ -112,8 +112,8 @@ def ElmoTok2Vec(
 ) -> Model[List[Doc], List[Floats2d]]:
     """``chain(concatenate(embed, elmo), Maxout(width), encode)``; width is the encoder's."""
     width = encode.maybe_get_dim("nO") or encode.layers[0].get_dim("nO")
-    reduce = with_array(Maxout(nO=width, nP=3, normalize=True, dropout=0.0))
-    model = chain(concatenate(embed, elmo), reduce, encode)
+    reduce: Model[List[Floats2d], List[Floats2d]] = with_array(Maxout(nO=width, nP=3, normalize=True, dropout=0.0))
+    model: Model[List[Doc], List[Floats2d]] = chain(concatenate(embed, elmo), reduce, encode)
     model.set_dim("nO", width)
     model.name = "elmo_tok2vec"
     return model

@@ -7,7 +7,7 @@ safetensors + config JSON (no pickle).
 """
 
 import contextlib
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, cast
 
 import srsly
 import torch
@@ -45,7 +45,7 @@ def build_elmo_bilm(
     runner = ElmoRunner(cache_size)
     runner.backend_name = backend
     # thinc's PyTorchWrapper_v3, with the shim that swaps in the optimizer's averages
-    wrapper = Model(
+    wrapper: Model[Any, Any] = Model(
         "pytorch",
         pytorch_forward,
         attrs={"convert_inputs": _convert_inputs, "convert_outputs": _convert_outputs},
@@ -127,7 +127,7 @@ def get_bilm(model: Model) -> Optional[BiLM]:
 
 def set_bilm(model: Model, bilm: BiLM, source: str) -> None:
     """Put loaded weights into the model (on the current thinc device) and set the dims."""
-    shim = model.layers[0].shims[0]
+    shim = cast(PyTorchShim, model.layers[0].shims[0])  # thinc types shims as the base Shim
     bilm.backend = model.attrs["backend"]
     runner = get_runner(model)
     runner.set_bilm(bilm.to(shim.device))

@@ -20,6 +20,7 @@ import warnings
 import weakref
 from collections.abc import Container
 from numbers import Real
+from types import FrameType
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 import numpy
@@ -198,11 +199,12 @@ def _path_being_replaced() -> Optional[Tuple[str, str]]:
     the path it was given: at a wrong path the saved config no longer matches the model, and the
     pipeline does not load ("mismatched structure"). The hook is not given the path, so it reads it from
     spaCy's frame (a missing frame or local, as in another spaCy version, skips the check)."""
-    frame = sys._getframe(1)
+    frame: FrameType = sys._getframe(1)
     for _ in range(4):
-        frame = frame.f_back
-        if frame is None:
+        back = frame.f_back
+        if back is None:
             return None
+        frame = back
         names = frame.f_locals
         if frame.f_code.co_name == "replace_listeners" and isinstance(names.get("listener_path"), str):
             return str(names.get("pipe_name", "?")), names["listener_path"]
@@ -574,7 +576,8 @@ class ElmoComponent(TrainablePipe):
         when an optimizer is already known for this batch)."""
         for total, d in zip(batch.d_outputs, d_outputs):
             total += d
-            losses[self.name] = losses.get(self.name, 0.0) + float((d**2).sum())
+            # thinc's stubs type a bare sum() of a Floats3d as an error (every overload wants keepdims=)
+            losses[self.name] = losses.get(self.name, 0.0) + float((d**2).sum())  # type: ignore[call-overload]
         batch.waiting.discard(index)
         batch.heard += 1
         if not batch.waiting and batch is _BATCHES.get(self):

@@ -73,7 +73,7 @@ class LayerCache:
         return {"limit": self.limit}
 
     def __setstate__(self, state) -> None:
-        self.__init__()
+        type(self).__init__(self)
         self.limit = state["limit"]
 
     def __deepcopy__(self, memo) -> "LayerCache":

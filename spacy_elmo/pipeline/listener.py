@@ -11,7 +11,7 @@ mix trains whichever way the layers arrived.
 import sys
 import threading
 import warnings
-from typing import Any, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Iterable, List, Optional, Tuple
 
 from spacy.tokens import Doc
 from thinc.api import Model
@@ -33,8 +33,8 @@ class ElmoListener(Model):
         self.upstream: Optional[str] = None  # name of the linked component, set by it
         self.component: Optional[str] = None  # name of the component listening through it, set by the upstream
         self._batch_id: Optional[int] = None
-        self._outputs = None
-        self._backprop = None
+        self._outputs: Optional[List[Floats3d]] = None
+        self._backprop: Optional[Callable] = None
         self._predicted = _Predicted()
         #: ``id()`` of the upstream component that set its sizes (None: none did, or they were loaded)
         self.sized_by: Optional[int] = None

@@ -48,6 +48,9 @@ class ElmoRunner(nn.Module):
     the token cache; with gradients the whole biLM runs (fine-tuning).
     """
 
+    backend_name: str  # set by bilm_layer.build_elmo_bilm
+    source: str  # where the weights came from, set with them (bilm_layer.set_bilm)
+
     def __init__(self, cache_size: int = 50000) -> None:
         super().__init__()
         self.bilm: Optional[BiLM] = None

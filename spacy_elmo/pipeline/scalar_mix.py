@@ -14,7 +14,7 @@ batch (``nlp.pipe`` batches differently from training).
 ``[training] dropout``, and ELMo wants its own 0.5 after the mix.
 """
 
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, cast
 
 from thinc.api import Model
 from thinc.types import Floats2d, Floats3d
@@ -98,7 +98,7 @@ def _mix_forward(model: Model, Xs: List[Floats3d], is_train: bool):
             raise ValueError(Errors.E_SCALAR_MIX_COUNT.format(expected=w.shape[0], found=X.shape[0]))
     s = _softmax(model.ops, w)
     xp = model.ops.xp
-    Xs = [X.astype("float32", copy=False) for X in Xs]
+    Xs = [cast(Floats3d, X.astype("float32", copy=False)) for X in Xs]  # thinc types astype() as Floats3d | Ints3d
     norm_bps = None
     if model.attrs.get("layer_norm", False):
         normed = [_layer_norm(xp, X) for X in Xs]
@@ -115,7 +115,8 @@ def _mix_forward(model: Model, Xs: List[Floats3d], is_train: bool):
             dw = dw + 2.0 * model.attrs["l2"] * w
             model.inc_grad("w", dw.astype("float32"))
             model.inc_grad("gamma", model.ops.asarray1f([dgamma]))
-        dXs = [gamma[0] * s[:, None, None] * dY[None] for dY in dYs]
+        # thinc's Floats2d stubs have no index with None (numpy.newaxis)
+        dXs = [gamma[0] * s[:, None, None] * dY[None] for dY in dYs]  # type: ignore[call-overload]
         if norm_bps is not None:
             dXs = [bp(dX) for bp, dX in zip(norm_bps, dXs)]
         return dXs

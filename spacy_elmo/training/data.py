@@ -150,7 +150,8 @@ def _count_and_replace(err: UnicodeDecodeError):
     return "\ufffd", err.end
 
 
-codecs.register_error("spacy_elmo.count_replace", _count_and_replace)
+# only decode_utf8 uses it: the handler gets UnicodeDecodeErrors, not any UnicodeError
+codecs.register_error("spacy_elmo.count_replace", _count_and_replace)  # type: ignore[arg-type]
 
 
 def decode_utf8(raw: bytes) -> str:
@@ -717,8 +718,8 @@ def build_corpus(train_path: PathLike, lang: str, cache_dir: PathLike, progress:
         raise ValueError(Errors.E_EMPTY_CORPUS.format(path=train_path, n_files=stats.n_files, n_binary=stats.n_binary))
     # Final order: specials, then (-count, string); remap the stream in chunks.
     counts_np = np.frombuffer(counts, dtype=np.int64).copy()
-    order = sorted(range(3, len(types)), key=lambda i: (-counts_np[i], types[i]))
-    order = np.array([0, 1, 2] + order, dtype=np.int64)
+    by_count = sorted(range(3, len(types)), key=lambda i: (-counts_np[i], types[i]))
+    order = np.array([0, 1, 2] + by_count, dtype=np.int64)
     remap = np.empty_like(order)
     remap[order] = np.arange(len(order))
     stream = np.fromfile(raw_path, dtype=np.int32)
@@ -751,7 +752,7 @@ class Corpus:
         """sha256 of the type ids, sentence lengths and type strings: what the batches are made of."""
         h = hashlib.sha256()
         for array_ in (self.tokens, self.lengths):
-            h.update(memoryview(np.ascontiguousarray(array_)).cast("B"))
+            h.update(np.ascontiguousarray(array_).data.cast("B"))
         h.update("\n".join(self.types).encode("utf-8"))
         return h.hexdigest()
 

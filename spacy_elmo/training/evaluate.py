@@ -206,7 +206,7 @@ def evaluate_text(
 
 def evaluate_model_dir(
     model_dir: PathLike, text_path: PathLike, lang: Optional[str] = None, batch_size: int = 32, unroll: int = 20,
-    device: str = "cpu", progress: bool = False, per_sentence: Optional[bool] = None,
+    device: Union[str, torch.device] = "cpu", progress: bool = False, per_sentence: Optional[bool] = None,
 ) -> Dict[str, Any]:
     """Evaluate a saved model (``"default"`` allowed) on a text file or directory.
 
@@ -215,7 +215,7 @@ def evaluate_model_dir(
     from .modelio import load_pretrained
 
     bilm, softmax, vocab, provenance = load_pretrained(model_dir)
-    if softmax is None:
+    if softmax is None or vocab is None:  # load_pretrained gives both or neither
         raise ValueError(Errors.E_NO_SOFTMAX.format(path=model_dir))
     lm = BidirectionalLM(bilm, softmax).to(device)
     lang = lang or provenance.get("lang", "en")

@@ -9,6 +9,7 @@ from torch import Tensor, nn
 
 from ..bilm import BiLM
 from ..bilm.lstm import LstmState
+from ..errors import Errors
 from .sampler import LogUniformSampler, Sample
 from .softmax import SoftmaxLayer
 
@@ -64,6 +65,8 @@ class BidirectionalLM(nn.Module):
         targets = torch.cat([targets_fwd.reshape(-1)[valid], targets_bwd.reshape(-1)[valid]])
         if sample is None:
             values = self.softmax.full_nll(h, targets)
+        elif sampler is None:
+            raise ValueError(Errors.E_SAMPLE_WITHOUT_SAMPLER)
         else:
             values = self.softmax.sampled_nll(h, targets, sample, sampler, backend=self.bilm.backend)
         n = values.shape[0] // 2

@@ -52,7 +52,7 @@ class SentenceBatcher:
             raise ValueError(Errors.E_TOO_FEW_SENTENCES.format(
                 n_pieces=len(self.starts), batch_size=batch_size, world=world))
         self._epoch: Optional[int] = None
-        self._batches = None
+        self._batches: Optional[list] = None
 
     def _epoch_batches(self, epoch: int) -> list:
         rng = np.random.default_rng([self.seed, epoch, 2])  # 0 and 1 are the streams' directions
@@ -68,7 +68,7 @@ class SentenceBatcher:
     def batch(self, epoch: int, step: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(fwd, bwd, lengths)``: type ids ``(b, T + 1)`` (inputs ``[:, :-1]``, targets
         ``[:, 1:]``, padded with ``</S>``) and targets per row ``(b,)``, ``b <= batch_size``."""
-        if epoch != self._epoch:
+        if epoch != self._epoch or self._batches is None:
             self._batches = self._epoch_batches(epoch)
             self._epoch = epoch
         rows = self._batches[step * self.world + self.rank]

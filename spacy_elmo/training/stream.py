@@ -41,7 +41,7 @@ class StreamBatcher:
                 )
             )
         self._epoch: Optional[int] = None
-        self._orders = None
+        self._orders: Optional[Tuple[Tuple[np.ndarray, np.ndarray], Tuple[np.ndarray, np.ndarray]]] = None
 
     def _order(self, epoch: int, direction: int) -> Tuple[np.ndarray, np.ndarray]:
         n = len(self.corpus.lengths)
@@ -60,7 +60,7 @@ class StreamBatcher:
 
     def batch(self, epoch: int, step: int) -> Tuple[torch.Tensor, torch.Tensor]:
         """``(fwd, bwd)`` LongTensors ``(B, U + 1)`` of type ids: inputs ``[:, :-1]``, targets ``[:, 1:]``."""
-        if epoch != self._epoch:
+        if epoch != self._epoch or self._orders is None:
             self._orders = (self._order(epoch, 0), self._order(epoch, 1))
             self._epoch = epoch
         rows = np.arange(self.rank * self.batch_size, (self.rank + 1) * self.batch_size)

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Union
 
 import numpy as np
 import torch
@@ -224,6 +224,7 @@ def _build_model(cfg: TrainConfig, corpus: Corpus, resume_payload: Optional[dict
         vocab = Vocab(list(init_vocab.targets))
         remap = np.array([vocab.add(t) for t in corpus.types], dtype=np.int32)
         if is_main and corpus.counts is not None and resume_payload is None:  # said when the run began
+            assert cfg.init is not None  # init_vocab was read from it
             _warn_init_oov(corpus.counts[3:], remap[3:] >= vocab.size, cfg.init, vocab.size)
         corpus = Corpus(remap[corpus.tokens], corpus.lengths, vocab.types, None)
         softmax = init_softmax
@@ -277,9 +278,11 @@ def requested_model(cfg: TrainConfig) -> BiLMConfig:
 
 def _corpus_vocab(corpus: Corpus, cfg: TrainConfig) -> Vocab:
     """The corpus types are already in vocab order; the targets are a prefix."""
-    frequent = int((corpus.counts[3:] >= cfg.min_count).sum())
+    counts = corpus.counts
+    assert counts is not None  # read from the corpus cache (Corpus.load), as every pretraining corpus is
+    frequent = int((counts[3:] >= cfg.min_count).sum())
     if frequent == 0:
-        raise ValueError(Errors.E_NO_VOCAB_WORDS.format(min_count=cfg.min_count, most=int(corpus.counts[3:].max(initial=0))))
+        raise ValueError(Errors.E_NO_VOCAB_WORDS.format(min_count=cfg.min_count, most=int(counts[3:].max(initial=0))))
     size = 3 + frequent
     if cfg.vocab_size:
         size = min(size, cfg.vocab_size)
@@ -446,7 +449,7 @@ def _same_on_every_rank():
         yield
     except (ValueError, TypeError, FileExistsError, FileNotFoundError) as err:
         if err.__cause__ is None and getattr(err, "errno", None) is None:
-            err.spacy_elmo_every_rank = True
+            setattr(err, "spacy_elmo_every_rank", True)  # read by raised_on_every_rank
         raise
 
 
@@ -487,7 +490,7 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
         from .evaluate import read_text
 
         # Rank 0 tokenizes; every rank evaluates its share of it at the checkpoints.
-        read = [read_text(cfg.heldout, cfg.lang) if is_main else None]
+        read: List[Any] = [read_text(cfg.heldout, cfg.lang) if is_main else None]  # rank 0's, broadcast below
         if world > 1:
             dist.broadcast_object_list(read, src=0, group=tokenize_wait)
         heldout, heldout_stats = read[0]
@@ -517,6 +520,7 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
         bilm, softmax, vocab, corpus, new_vocab = _build_model(cfg, corpus, payload, is_main)
         bilm.lstm.dropout = cfg.dropout
         char_table = CharTable(vocab, bilm.config.max_characters_per_token)
+        batcher: Union[SentenceBatcher, StreamBatcher]
         if cfg.sentences:
             batcher = SentenceBatcher(corpus, cfg.batch_size, cfg.max_length, cfg.seed, rank, world)
         else:
@@ -554,7 +558,7 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
         _barrier(world)  # every rank has read the staged cache
         if is_main:
             _move_cache_into_place(staging, cache, out / RETIRED_NAME)
-    model = lm
+    model: torch.nn.Module = lm
     if world > 1:
         model = torch.nn.parallel.DistributedDataParallel(lm, device_ids=[device.index] if device.type == "cuda" else None)
 
@@ -592,6 +596,7 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
         Eval mode draws no random numbers."""
         from .evaluate import evaluate_sentences
 
+        assert heldout is not None  # called only with --heldout
         result = evaluate_sentences(lm, vocab, heldout, cfg.eval_batch_size, cfg.unroll, device, per_sentence=cfg.sentences,
                                     rank=rank, world=world)
         result["replaced_bytes"] = heldout_stats.replaced_bytes
@@ -608,7 +613,7 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
             dist.broadcast_object_list(missing, src=0)
         if missing[0]:
             last_heldout = evaluate_heldout()
-        elif is_main:
+        elif is_main and last_heldout is not None:  # rank 0 found it in the log
             last_heldout = {k: v for k, v in last_heldout.items() if k not in ("step", "event")}
 
     lm.train()
@@ -616,7 +621,7 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
         epoch, k = divmod(step, batcher.steps_per_epoch)
         if k == 0:
             state = None  # a new epoch reshuffles the streams: nothing to carry
-        if cfg.sentences:  # every row a sentence from the start state, as the component reads them
+        if isinstance(batcher, SentenceBatcher):  # cfg.sentences: every row a sentence from the start state, as the component reads them
             fwd, bwd, lengths = batcher.batch(epoch, k)
             state = bilm.start_state(fwd.shape[0], lm.softmax.weight)
         else:

@@ -152,3 +152,21 @@ def test_lm_scores_both_directions_like_separate_softmax_calls(backend):
             total = total + weight * want.sum()
         total.backward()
         torch.testing.assert_close(got_grad, lm.softmax.weight.grad)
+
+
+def test_lm_refuses_a_sample_without_its_sampler():
+    """A sample without the sampler that drew it (whose expected counts correct the logits) was an
+    AttributeError on None deep in the softmax; it is a ValueError naming both arguments."""
+    from spacy_elmo.bilm import BiLM, BiLMConfig
+    from spacy_elmo.training.lm import BidirectionalLM
+
+    from .conftest import TINY
+
+    config = BiLMConfig.from_dict(TINY)
+    V, B, T, U = 40, 2, 3, 5
+    lm = BidirectionalLM(BiLM(config, backend="reference"), SoftmaxLayer(V, config.projection_dim)).eval()
+    chars = torch.randint(1, 200, (U, config.max_characters_per_token))
+    idx, tg, lengths = torch.randint(U, (B, T)), torch.randint(V, (B, T)), torch.tensor([3, 2])
+    sample = LogUniformSampler(V, 12).sample(torch.Generator().manual_seed(1))
+    with pytest.raises(ValueError, match=r"a sample but no sampler.*sampler=.*sample=None"):
+        lm(chars, idx, idx, tg, tg, lengths, None, sample)
