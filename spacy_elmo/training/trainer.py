@@ -221,6 +221,7 @@ def _build_model(cfg: TrainConfig, corpus: Corpus, resume_payload: Optional[dict
         if unused and is_main:
             warnings.warn(Warnings.W_VOCAB_OPTIONS_WITH_INIT.format(options=" and ".join(unused), path=cfg.init),
                           RuntimeWarning, stacklevel=2)
+        assert init_vocab is not None  # keeps_init_vocab says so
         vocab = Vocab(list(init_vocab.targets))
         remap = np.array([vocab.add(t) for t in corpus.types], dtype=np.int32)
         if is_main and corpus.counts is not None and resume_payload is None:  # said when the run began
