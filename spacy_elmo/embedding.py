@@ -32,7 +32,7 @@ import itertools
 import json
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -72,11 +72,38 @@ def _tokens(result, path: Path, line: int) -> List[str]:
     return tokens
 
 
-def scan_lines(path: PathLike, digest: Any) -> int:
+class PartDigests:
+    """A ``hashlib``-like sink for ``training.data.iter_lines`` (which updates it with each line's
+    bytes, once a line, before yielding it): the sha256 of the whole text and of every part of
+    ``part_size`` lines (as :func:`_parts` cuts them; the last one may be shorter)."""
+
+    def __init__(self, part_size: int):
+        self.part_size, self.whole, self.n_lines = part_size, hashlib.sha256(), 0
+        self._done: List[str] = []  # hex digests of the finished parts: 64 characters a part
+        self._part = hashlib.sha256()
+
+    def update(self, raw: bytes) -> None:
+        if self.n_lines and self.n_lines % self.part_size == 0:
+            self._done.append(self._part.hexdigest())
+            self._part = hashlib.sha256()
+        self.n_lines += 1
+        self.whole.update(raw)
+        self._part.update(raw)
+
+    def last(self) -> str:
+        """The hex digest of the last part's lines read so far."""
+        return self._part.hexdigest()
+
+    def parts(self) -> List[str]:
+        """The hex digest of each part of the lines read so far (none before the first line)."""
+        return self._done + [self.last()] if self.n_lines else []
+
+
+def scan_lines(path: PathLike, digests: PartDigests) -> int:
     """The number of lines of ``path`` (UTF-8; undecodable bytes become U+FFFD, with one warning; gzip,
-    bzip2 and xz files are decompressed: ``training.data.open_text_file``), updating ``digest`` (a
-    ``hashlib`` object) with the text's bytes (``training.data.iter_lines``). Nothing is kept: the
-    later passes read the lines again (:func:`same_lines`).
+    bzip2 and xz files are decompressed: ``training.data.open_text_file``), updating ``digests`` with
+    the text's bytes (``training.data.iter_lines``): its sha256 and each part's. Nothing is kept: the
+    later passes read the lines again, each part checked against its digest (:func:`same_parts`).
 
     Line ``i`` of the file is item ``i``, empty lines included: lines end at ``\n`` only (with
     any ``\r`` before it), as for ``wc -l``; a leading byte order mark is not text (as in
@@ -90,7 +117,7 @@ def scan_lines(path: PathLike, digest: Any) -> int:
     if is_binary(path):
         raise ValueError(Errors.E_BINARY_FILE.format(path=path))
     before = replaced_bytes_so_far()
-    n_lines = sum(1 for _ in iter_lines(path, digest))
+    n_lines = sum(1 for _ in iter_lines(path, digests))
     replaced = replaced_bytes_so_far() - before
     if replaced:
         warnings.warn(Warnings.W_REPLACED_BYTES.format(n_bytes=replaced, n_files=1), RuntimeWarning, stacklevel=2)
@@ -101,14 +128,20 @@ class InputChanged(ValueError):
     """The input's text is not the one read at the start (:data:`Errors.E_EMBED_INPUT_CHANGED`)."""
 
 
-def same_lines(path: Path, sha256: str) -> Iterator[str]:
-    """The lines of ``path`` again, as :func:`scan_lines` read them; ValueError after the last when the
-    text read is not the one whose sha256 is ``sha256`` (the file changed during the run): :class:`InputChanged`."""
+def same_parts(path: Path, part_size: int, expected: Sequence[str]) -> Iterator[tuple]:
+    """``(start, lines)`` of ``path`` again, as :func:`_parts` cuts them, each part's text checked
+    against its digest in ``expected`` (:meth:`PartDigests.parts` of the first pass) before it is
+    yielded: :class:`InputChanged` at the first part that differs, or when the file has another
+    number of parts (it changed during the run). So no part of another text reaches the caller."""
     from .training.data import iter_lines
 
-    digest = hashlib.sha256()
-    yield from iter_lines(path, digest)
-    if digest.hexdigest() != sha256:
+    digests, n_parts = PartDigests(part_size), 0
+    for start, chunk in _parts(iter_lines(path, digests), part_size):  # the chunk read, not the line after it
+        if n_parts == len(expected) or digests.last() != expected[n_parts]:
+            raise InputChanged(Errors.E_EMBED_INPUT_CHANGED.format(path=path))
+        n_parts += 1
+        yield start, chunk
+    if n_parts != len(expected):  # the file ends earlier
         raise InputChanged(Errors.E_EMBED_INPUT_CHANGED.format(path=path))
 
 
@@ -203,7 +236,10 @@ def embed_file(
     earlier run instead of resuming; stop_after_parts: stop (as if killed)
     after writing that many new parts. The input is read in passes (its lines counted and digested, then
     tokenized, then embedded part by part, then its lines mapped for ``sentence_to_index``), each holding
-    one part's lines and tokens; only the map, built at the end, holds every distinct line.
+    one part's lines and tokens; only the map, built at the end, holds every distinct line. The first
+    pass takes the sha256 of each part's text too, and every later pass checks each part against it
+    before using it (:func:`same_parts`): a file rewritten during the run is an error
+    (:data:`Errors.E_EMBED_INPUT_CHANGED`) at its first changed part, before any of it is written.
     Returns counts: lines, tokens, parts_written (now), parts_reused, finished (0/1).
     """
     import h5py
@@ -224,9 +260,13 @@ def embed_file(
     if tokenizer_name is None:
         tokenizer_name = "whitespace" if tokenize is None else _callable_name(tokenize)
     tokenize = tokenize or _whitespace
-    input_digest = hashlib.sha256()  # of the text (decompressed), read with its lines
-    n_lines = scan_lines(input_path, input_digest)
-    sha256 = input_digest.hexdigest()
+    digests = PartDigests(part_size)  # of the text (decompressed) and of each part's, read with its lines
+    n_lines = scan_lines(input_path, digests)
+    sha256, part_digests = digests.whole.hexdigest(), digests.parts()
+
+    def parts() -> Iterator[tuple]:
+        """The parts of the text read at the start, or InputChanged at the first part of another."""
+        return same_parts(input_path, part_size, part_digests)
 
     def tokenized(lines: Iterable[str], start: int) -> List[List[str]]:
         """The token rows of ``lines``, lines ``start + 1``... of the file; a row longer than max_tokens is an error."""
@@ -241,7 +281,7 @@ def embed_file(
     # lines of each part written again when it is embedded: only one part's lines and tokens are in memory.
     n_tokens = 0
     with progress_bar(total=n_lines, desc="tokenizing", unit="line", disable=not progress) as lines_bar:  # spaCy's: minutes
-        for start, chunk in _parts(same_lines(input_path, sha256), part_size):
+        for start, chunk in parts():
             n_tokens += sum(map(len, tokenized(chunk, start)))
             lines_bar.update(len(chunk))
     if bilm.stateful:
@@ -254,6 +294,7 @@ def embed_file(
 
         parts_dir = parts_path(output_path)
         manifest = {
+            # The parts' digests are not recorded: "input" and "part_size" decide them.
             "format": FORMAT, "model": model_fingerprint(bilm), "input": sha256,
             "n_lines": n_lines, "layers": layers, "part_size": part_size, "tokenizer": tokenizer_name,
             "token_rules": TOKEN_RULES,  # what the reading (a leading BOM) and --lang (whitespace tokens) drop
@@ -290,37 +331,31 @@ def embed_file(
         # rate and time-left estimates count a whole earlier run as done in an instant.
         reused = sum(min(part_size, n_lines - k * part_size) for k, p in enumerate(part_files) if p.exists())
         bar = progress_bar(total=n_lines, initial=reused, desc="embedding", unit="line", disable=not progress)
-        lines, written = same_lines(input_path, sha256), []
-        try:
-            for (start, chunk), part in zip(_parts(lines, part_size), part_files):
-                if part.exists():
-                    continue
-                if stop_after_parts is not None and counts["parts_written"] >= stop_after_parts:
-                    bar.close()
-                    return {**counts, "finished": 0}
-                rows = tokenized(chunk, start)
-                # Longest first: similar lengths share a batch, and the biggest batch shows up front.
-                index = sorted(range(len(rows)), key=lambda j: -len(rows[j]))
-                cache.clear()  # a resumed part computes what it would have computed straight through
+        # Each part is checked against the text read at the start before it is tokenized: a part of
+        # another text (the file rewritten meanwhile) is never written under this text's manifest.
+        for (start, chunk), part in zip(parts(), part_files):
+            if part.exists():
+                continue
+            if stop_after_parts is not None and counts["parts_written"] >= stop_after_parts:
+                bar.close()
+                return {**counts, "finished": 0}
+            rows = tokenized(chunk, start)
+            # Longest first: similar lengths share a batch, and the biggest batch shows up front.
+            index = sorted(range(len(rows)), key=lambda j: -len(rows[j]))
+            cache.clear()  # a resumed part computes what it would have computed straight through
 
-                def write_part(tmp: Path) -> None:
-                    with h5py.File(tmp, "w") as f:
-                        for batch in _batches(index, rows, batch_size, batch_tokens):
-                            for j, vec in zip(batch, embed_lines(bilm, [rows[j] for j in batch], layers, cache)):
-                                f.create_dataset(str(start + j), data=vec)
-                            bar.update(len(batch))
+            def write_part(tmp: Path) -> None:
+                with h5py.File(tmp, "w") as f:
+                    for batch in _batches(index, rows, batch_size, batch_tokens):
+                        for j, vec in zip(batch, embed_lines(bilm, [rows[j] for j in batch], layers, cache)):
+                            f.create_dataset(str(start + j), data=vec)
+                        bar.update(len(batch))
 
-                atomic_write(part, write_part)
-                written.append(part)
-                counts["parts_written"] += 1
-            for _ in lines:  # to the end, where the text read is checked: the one the parts are of
-                pass
-        except InputChanged:
-            for part in written:  # of another text than the manifest's
-                part.unlink()
-            raise
+            atomic_write(part, write_part)
+            counts["parts_written"] += 1
         bar.close()
-        _merge(part_files, same_lines(input_path, sha256), n_lines, output_path, parts_dir, progress)
+        every_line = (line for _, chunk in parts() for line in chunk)
+        _merge(part_files, every_line, n_lines, output_path, parts_dir, progress)
         remove_dir(parts_dir)
         return {**counts, "finished": 1}
     finally:

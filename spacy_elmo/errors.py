@@ -891,8 +891,10 @@ class Errors:
     # --- embedding a corpus (spacy_elmo.embedding, spacy-elmo embed) ---------
     E_EMBED_INPUT_MISSING = "{path} is not a file. Pass a UTF-8 text file with one sentence per line."
     E_EMBED_INPUT_CHANGED = (
-        "{path} changed while it was embedded: its text is no longer the one read at the start (parts written "
-        "from the changed text are dropped). Run again once nothing writes to the file."
+        "{path} changed while it was embedded: its text is no longer the one read at the start (each part is "
+        "checked before it is embedded, so none was written from the changed text). Run again once nothing "
+        "writes to the file: the parts kept are reused if it holds the first text again; with another text, "
+        "pass --restart to drop them."
     )
     E_EMBED_LAYERS = "Unknown layers {layers!r}: use 'all' (every layer), 'top' or 'average'."
     E_EMBED_LINE_TOO_LONG = (

@@ -700,8 +700,8 @@ def test_sentence_to_index_is_json_dumps_of_the_map(bilm, tmp_path):
 @pytest.mark.parametrize("moment", ["before the parts", "before the map"])
 def test_an_input_changed_during_the_run_is_an_error_and_its_parts_are_dropped(bilm, corpus, tmp_path, monkeypatch, moment):
     """The lines are read again for the parts and for the map: a file rewritten meanwhile would mix two
-    texts under the manifest of the first. Parts written from the other text are dropped; those of the
-    manifest's text (the earlier run's, and all of them when the map found the change) are kept."""
+    texts under the manifest of the first. No part of the other text is written; those of the manifest's
+    text (the earlier run's, and all of them when the map found the change) are kept."""
     out = tmp_path / "o.h5"
     assert embed_file(bilm, corpus, out, part_size=2, progress=False, stop_after_parts=1)["finished"] == 0
     name = {"before the parts": "model_fingerprint", "before the map": "_merge"}[moment]
@@ -712,8 +712,80 @@ def test_an_input_changed_during_the_run_is_an_error_and_its_parts_are_dropped(b
         return real(*args, **kwargs)
 
     monkeypatch.setattr(spacy_elmo.embedding, name, rewriting)
-    with pytest.raises(ValueError, match="in.txt changed while it was embedded"):
+    with pytest.raises(ValueError, match="in.txt changed while it was embedded.*--restart"):
         embed_file(bilm, corpus, out, part_size=2, progress=False)
     assert not out.exists()
     kept = ["part-000000.hdf5"] if moment == "before the parts" else [f"part-00000{k}.hdf5" for k in range(4)]
     assert sorted(p.name for p in parts_path(out).glob("part-*")) == kept
+
+
+@pytest.mark.parametrize("moment", ["after the first pass", "before the parts"])
+def test_a_run_stopped_otherwise_after_the_input_changed_leaves_no_part_of_the_other_text(
+        bilm, corpus, tmp_path, monkeypatch, moment):
+    """The change was seen only at the end of a pass: rewritten before the parts, a file whose new text
+    stopped the run earlier (a line over --max-tokens here; a tokenizer error, Ctrl-C or a full disk as
+    well) left the parts written from the new text under the manifest of the first, and a rerun once the
+    file held the first text again reused them (line 2 of the other text in the output). Each part is now
+    checked against its digest from the first pass before it is tokenized: the run stops at the first
+    changed part, having written only the parts of the first text."""
+    part_size, max_tokens = 2, 15  # parts: lines 0-1, 2-3, 4-5, 6; line 2 has 15 tokens
+    clean, out = tmp_path / "clean.h5", tmp_path / "out.h5"
+    embed_file(bilm, corpus, clean, part_size=part_size, max_tokens=max_tokens, progress=False)
+    first = corpus.read_bytes()
+    other = list(LINES)
+    other[2] = other[2].replace("river", "sea")  # part 1 differs from the first text's
+    other[4] = " ".join(["long"] * (max_tokens + 1))  # part 2 is refused
+    name = {"after the first pass": "scan_lines", "before the parts": "model_fingerprint"}[moment]
+    real = getattr(spacy_elmo.embedding, name)
+
+    def rewriting(*args, **kwargs):
+        result = real(*args, **kwargs)
+        corpus.write_text("\n".join(other) + "\n", encoding="utf-8")
+        return result
+
+    with monkeypatch.context() as patch:
+        patch.setattr(spacy_elmo.embedding, name, rewriting)
+        with pytest.raises(ValueError) as stopped:
+            embed_file(bilm, corpus, out, part_size=part_size, max_tokens=max_tokens, progress=False)
+    corpus.write_bytes(first)
+    counts = embed_file(bilm, corpus, out, part_size=part_size, max_tokens=max_tokens, progress=False)
+    # part 0 is the same in both texts: written before the change was seen when the parts were
+    reused = {"after the first pass": 0, "before the parts": 1}[moment]
+    assert counts["parts_reused"] == reused and counts["parts_written"] == 4 - reused
+    a, map_a = read_all(clean)
+    b, map_b = read_all(out)
+    assert map_a == map_b and a.keys() == b.keys()
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+    assert out.read_bytes() == clean.read_bytes()
+    assert "in.txt changed while it was embedded" in str(stopped.value)  # not the other text's long line
+
+
+def test_each_part_is_checked_against_the_digest_of_its_bytes_from_the_first_pass(tmp_path):
+    """same_parts yields the parts whose bytes have the first pass's sha256 and stops at the first other
+    one, a file grown or cut short included; PartDigests' digests are hashlib's of each part's raw lines."""
+    from spacy_elmo.embedding import InputChanged, PartDigests, same_parts, scan_lines
+
+    path = tmp_path / "in.txt"
+    raw = [b"\xef\xbb\xbfa b\r\n", b"c\n", b"\n", b"d e f\n", b"g"]  # a BOM, CRLF, an empty and an unended line
+    path.write_bytes(b"".join(raw))
+    digests = PartDigests(2)
+    assert scan_lines(path, digests) == 5
+    assert digests.whole.hexdigest() == hashlib.sha256(b"".join(raw)).hexdigest()
+    expected = [hashlib.sha256(b"".join(raw[k:k + 2])).hexdigest() for k in (0, 2, 4)]
+    assert digests.parts() == expected
+    assert list(same_parts(path, 2, expected)) == [(0, ["a b", "c"]), (2, ["", "d e f"]), (4, ["g"])]
+
+    def read_until_changed(data, expected=expected):
+        path.write_bytes(data)
+        seen = []
+        with pytest.raises(InputChanged, match="changed while it was embedded"):
+            for start, _ in same_parts(path, 2, expected):
+                seen.append(start)
+        return seen
+
+    assert read_until_changed(b"".join(raw[:3]) + b"d e F\n" + raw[4]) == [0]  # part 1 differs
+    assert read_until_changed(b"".join(raw) + b"\nh\n") == [0, 2]  # the last part grew
+    assert read_until_changed(b"".join(raw) + b"\n") == [0, 2]  # its last line ended
+    assert read_until_changed(b"".join(raw[:4])) == [0, 2]  # cut short: no part 2
+    assert read_until_changed(b"".join(raw[:4]) + b"g\n", expected[:2]) == [0, 2]  # a part more
+    assert read_until_changed(b"x\n", []) == []  # an empty file that got a line
