@@ -98,8 +98,11 @@ def _run(cmd: list[str], what: str, cwd: Path | None = None) -> str:
 
 def sha256_file(path: Path) -> str:
     """Hex SHA-256 of a file, read in blocks."""
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
+    h = hashlib.sha256()
+    with open(path, "rb") as f:  # not hashlib.file_digest: Python 3.11
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def _only_file(directory: Path, what: str, suffixes: tuple[str, ...]) -> Path:

@@ -46,7 +46,8 @@ def _assert_matches_eager(model, run, ids):
     got = run(ids)
     expected = model(ids)
     assert torch.equal(got.mask, expected.mask)
-    for a, b in zip(got.activations, expected.activations, strict=True):
+    assert len(got.activations) == len(expected.activations)
+    for a, b in zip(got.activations, expected.activations):  # no zip(strict=): Python 3.9
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
     if not torch.is_grad_enabled() or not got.activations[0].requires_grad:
         return
@@ -125,7 +126,8 @@ with torch.no_grad():
         ids = batch_to_ids(sentences)
         got, want = compiled(ids), model(ids)
         report(kind="batch", masks_equal=torch.equal(got.mask, want.mask), frames=counter.frame_count,
-               diff=max(float((a - b).abs().max()) for a, b in zip(got.activations, want.activations, strict=True)))
+               diff=max(float((a - b).abs().max()) for a, b in zip(got.activations, want.activations))
+                    if len(got.activations) == len(want.activations) else float("inf"))
     for name, (edit, _message) in BAD_IDS.items():
         ids = batch_to_ids(BATCHES[0])
         edit(ids)
