@@ -51,7 +51,14 @@ def save_checkpoint(output_dir: PathLike, payload: Dict[str, Any]) -> None:
 
     def write(tmp: Path) -> None:
         with open(tmp, "wb") as f:
-            torch.save(payload, f)
+            try:
+                torch.save(payload, f)
+            except RuntimeError as err:
+                # Ctrl-C or SIGTERM during a write: torch's zip writer then fails to close the archive
+                # ("unexpected pos"), and that error hid the interrupt (pretrain exited 1, not 130 / 143).
+                if isinstance(err.__context__, KeyboardInterrupt):
+                    raise err.__context__ from None
+                raise
             f.flush()
             os.fsync(f.fileno())
 
