@@ -649,7 +649,7 @@ class Errors:
     )
     E_RESUME_OTHER_INIT = (
         "The run in {path} fine-tunes {found} (it was started with --init {found}), but this --resume names "
-        "--init {expected}, whose vocabulary differs. Resume with --init {found}; to fine-tune {expected}, start "
+        "--init {expected}, another model. Resume with --init {found}; to fine-tune {expected}, start "
         "a new OUTPUT_DIR."
     )
     E_CHECKPOINT_TOKENIZER = (

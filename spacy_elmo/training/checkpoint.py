@@ -134,18 +134,25 @@ def _given_or_left_out(name: str, saved: Dict[str, Any], output_dir: PathLike, c
 
 
 def check_settings(saved: Dict[str, Any], current: Dict[str, Any], output_dir: PathLike) -> None:
-    """Settings that change the batches, shapes or updates must match for an exact resume."""
-    for name, expected in current.items():
+    """Settings that change the batches, shapes or updates must match for an exact resume.
+
+    The vocabulary size last: other text (``data``) changes it too, and is then what to name, not
+    --vocab-size and --min-count."""
+    for name in sorted(current, key=lambda setting: setting == "vocab_size"):
+        expected = current[name]
         if name in ADDED_SETTINGS and name not in saved:
             continue
         found = saved.get(name)
         if found == expected:
             continue
+        earlier, now = saved.get("init"), current.get("init")
         if name in _GIVEN_OR_LEFT_OUT:  # given on one side only: named; another spelling of the same --init resumes
             if found and expected:
                 continue
+            if name == "new_vocab" and earlier is not None and now is not None and earlier != now:
+                # another --init (one without a softmax builds its vocabulary from the corpus, flag or not)
+                raise ValueError(Errors.E_RESUME_OTHER_INIT.format(path=output_dir, found=earlier, expected=now))
             raise _given_or_left_out(name, saved, output_dir, current)
-        earlier, now = saved.get("init"), current.get("init")
         if name in ("vocab_size", "data") and earlier is not None and now is not None and earlier != now:
             raise ValueError(Errors.E_RESUME_OTHER_INIT.format(path=output_dir, found=earlier, expected=now))  # its vocabulary
         if name == "data":

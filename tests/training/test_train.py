@@ -6,6 +6,7 @@ import os
 import random
 import shutil
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -232,7 +233,7 @@ def test_resume_names_an_init_given_or_left_out(tmp_path):
         resume(tuned)
     with pytest.raises(ValueError, match=rf"{scratch} was trained from scratch.*adds --init {base}.*Resume without --init"):
         resume(scratch, init=str(base))
-    with pytest.raises(ValueError, match=rf"fine-tunes {base} .*names --init {other_base}, whose vocabulary differs"):
+    with pytest.raises(ValueError, match=rf"fine-tunes {base} .*names --init {other_base}, another model"):
         resume(tuned, init=str(other_base))
     # A checkpoint written before --init was recorded: the saved model's provenance names it.
     payload = torch.load(tuned / "checkpoint.pt", weights_only=True)
@@ -287,6 +288,8 @@ def resumable_runs(tmp_path_factory):
 #: Every pretrain option a --resume must match, changed on a run: what the refusal must name.
 RESUME_MISMATCHES = {
     "TRAIN_PATH": ("scratch", dict(train_path="OTHER"), r"was trained on other data"),
+    # more words: the vocabulary size differs too, which is not --vocab-size's doing (review)
+    "TRAIN_PATH, new words": ("scratch", dict(train_path="MORE_WORDS"), r"was trained on other data"),
     "--lang": ("scratch", dict(lang="de"), r"--lang en, but this run uses --lang de"),
     "--vocab-size": ("scratch", dict(vocab_size=30), r"has a vocabulary of 38 entries, but this run's has 30: --vocab-size and --min-count"),
     "--min-count": ("scratch", dict(min_count=50), r"has a vocabulary of 38 entries, but this run's has 8: --vocab-size and --min-count"),
@@ -324,11 +327,25 @@ def test_resume_mismatch_names_the_option(resumable_runs, tmp_path, option):
     settings = {**settings, "model": None, **changes}
     if settings.get("train_path") == "OTHER":
         settings["train_path"] = write_corpus(tmp_path / "other.txt", 200, seed=5)
+    if settings.get("train_path") == "MORE_WORDS":
+        settings["train_path"] = tmp_path / "more.txt"
+        settings["train_path"].write_text(Path(path).read_text(encoding="utf-8") + "Zebras quagga okapis .\n" * 10,
+                                          encoding="utf-8")
     if settings.get("init") == "BASE":
         settings["init"] = str(base)
     settings.setdefault("train_path", path)
     with pytest.raises(ValueError, match=message):
         train(tiny_train_config(output_dir=out, max_steps=3, checkpoint_every=2, resume=True, **settings))
+
+
+def test_a_resume_naming_another_init_says_so_whatever_its_vocabulary():
+    """Another --init without a softmax builds its vocabulary from the corpus, flag or not: the run's
+    record of new_vocab flips, and the refusal said "adds --new-vocab", a flag nobody gave (review)."""
+    from spacy_elmo.training.checkpoint import check_settings
+
+    with pytest.raises(ValueError, match=r"fine-tunes A .* names --init B, another model"):
+        check_settings({"init": "A", "new_vocab": False, "vocab_size": 38}, {"init": "B", "new_vocab": True,
+                                                                            "vocab_size": 40}, "out")
 
 
 def test_checkpoint_without_new_vocab_record_resumes(resumable_runs, tmp_path):
