@@ -146,15 +146,14 @@ def check_settings(saved: Dict[str, Any], current: Dict[str, Any], output_dir: P
         if found == expected:
             continue
         earlier, now = saved.get("init"), current.get("init")
+        # What another --init changes (its vocabulary; one without a softmax builds it from the corpus, flag
+        # or not, so new_vocab's record flips too): named as that model.
+        if name in ("new_vocab", "vocab_size", "data") and earlier is not None and now is not None and earlier != now:
+            raise ValueError(Errors.E_RESUME_OTHER_INIT.format(path=output_dir, found=earlier, expected=now))
         if name in _GIVEN_OR_LEFT_OUT:  # given on one side only: named; another spelling of the same --init resumes
             if found and expected:
                 continue
-            if name == "new_vocab" and earlier is not None and now is not None and earlier != now:
-                # another --init (one without a softmax builds its vocabulary from the corpus, flag or not)
-                raise ValueError(Errors.E_RESUME_OTHER_INIT.format(path=output_dir, found=earlier, expected=now))
             raise _given_or_left_out(name, saved, output_dir, current)
-        if name in ("vocab_size", "data") and earlier is not None and now is not None and earlier != now:
-            raise ValueError(Errors.E_RESUME_OTHER_INIT.format(path=output_dir, found=earlier, expected=now))  # its vocabulary
         if name == "data":
             raise ValueError(Errors.E_CHECKPOINT_DATA.format(path=output_dir))
         if name == "vocab_size":  # what --vocab-size and --min-count made of the corpus: both named
