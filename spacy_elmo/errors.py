@@ -779,6 +779,12 @@ class Errors:
         "--device {device} was requested but {n_gpus} CUDA device(s) are visible: use an index from 0 to "
         "{last}, or --device cuda (the current one)."
     )
+    E_TORCHRUN_ENV = (
+        "The environment variable {name}={value!r} is not one torchrun sets: it must be a whole number from "
+        "{lowest} to {highest} (torchrun gives every process it starts WORLD_SIZE, the number of processes, "
+        "and its RANK and LOCAL_RANK below it). Launch with torchrun, or unset WORLD_SIZE, RANK and LOCAL_RANK "
+        "to run one process."
+    )
     E_DDP_DEVICE = (
         "This process has rank {rank} of {world}; DDP on CUDA needs one GPU per process but "
         "only {n_gpus} are visible."

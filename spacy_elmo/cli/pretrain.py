@@ -12,10 +12,11 @@ import typer
 from ..bilm import BiLMConfig
 from ..errors import Errors
 from ..ops import resolve_backend
+from ..ranks import torchrun_ranks
 from ..training.data import AUTO_RULE
 from ..training.trainer import BOUNDS, OPTIMIZERS
 from .app import (app, checked_by, counted, echo_styled, known_device, non_negative_int, one_of, positive_int,
-                  spacy_language, torchrun_ranks)
+                  spacy_language)
 
 
 def _bounded(name: str):
@@ -145,7 +146,7 @@ def pretrain(
         with _sigterm_stops_like_ctrl_c():
             summary = train(cfg)
     except (ValueError, OSError, RuntimeError) as err:  # OSError: also a disk full, a path under a file...
-        if torchrun_ranks()[0] == 0 or not raised_on_every_rank(err):  # under torchrun: once, by rank 0
+        if torchrun_ranks().rank == 0 or not raised_on_every_rank(err):  # under torchrun: once, by rank 0
             echo_styled(str(err), fg=typer.colors.RED, err=True)
         raise typer.Exit(1) from err
     except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM: say what the directory holds and how to go on

@@ -424,3 +424,53 @@ def test_a_usage_error_of_typer_or_plain_click_gives_its_status():
     assert _usage_status(click.exceptions.Abort()) == 1
     assert _usage_status(typer.Abort()) == 1
     assert _usage_status(ValueError("not a usage error")) is None
+
+
+@pytest.mark.parametrize("env, expected", [
+    ({}, (0, 1, 0)),
+    ({"WORLD_SIZE": "1", "RANK": "zz"}, (0, 1, 0)),  # one process: RANK means nothing
+    ({"WORLD_SIZE": "4", "RANK": "3", "LOCAL_RANK": "1"}, (3, 4, 1)),  # torchrun, 2 machines of 2
+    # A launcher that sets no LOCAL_RANK: one machine, so the rank (the command line said 0, the trainer the rank)
+    ({"WORLD_SIZE": "2", "RANK": "1"}, (1, 2, 1)),
+    ({"WORLD_SIZE": "abc"}, "WORLD_SIZE='abc'.* from 1 to"),
+    ({"WORLD_SIZE": "0"}, "WORLD_SIZE='0'.* from 1 to"),
+    ({"WORLD_SIZE": "2", "RANK": "2"}, "RANK='2'.* from 0 to 1"),
+    ({"WORLD_SIZE": "2", "RANK": "1.0"}, "RANK='1.0'.* from 0 to 1"),
+    ({"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "-1"}, "LOCAL_RANK='-1'.* from 0 to 1"),
+])
+def test_the_command_line_and_the_trainer_read_one_rank_from_the_environment(monkeypatch, env, expected):
+    """``(RANK, WORLD_SIZE, LOCAL_RANK)`` as both the command line (whose warnings and errors rank 0 and
+    LOCAL_RANK 0 print) and the trainer (its GPU, its share of the rows) read them: the two read the
+    environment apart, with other defaults, and ``int()``'s traceback for a value that was no rank."""
+    from spacy_elmo.ranks import torchrun_ranks
+    from spacy_elmo.training import trainer
+
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    cfg = tiny_train_config("train.txt", "out")
+    if isinstance(expected, tuple):
+        assert torchrun_ranks() == expected
+        if expected[1] == 1:
+            assert trainer._setup_distributed(cfg)[:2] == (0, 1)
+        return
+    with pytest.raises(ValueError, match=expected):
+        torchrun_ranks()
+    with pytest.raises(ValueError, match=expected):
+        trainer._setup_distributed(cfg)
+
+
+def test_a_malformed_rank_stops_the_command_line_with_its_name(monkeypatch, capsys):
+    """WORLD_SIZE=abc ended every command with int()'s ValueError traceback before it ran."""
+    import sys
+
+    from spacy_elmo.cli import main
+
+    monkeypatch.setenv("WORLD_SIZE", "abc")
+    monkeypatch.setattr(sys, "argv", ["spacy-elmo", "--help"])
+    with pytest.raises(SystemExit) as stopped:
+        main()
+    assert stopped.value.code == 1
+    err = capsys.readouterr().err
+    assert "WORLD_SIZE='abc'" in err and "unset WORLD_SIZE" in err and "Traceback" not in err
