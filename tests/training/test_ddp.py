@@ -2,6 +2,7 @@
 
 import os
 import socket
+from typing import Optional
 
 import numpy as np
 import pytest
@@ -340,12 +341,14 @@ def test_ddp_ranks_wait_for_a_tokenization_longer_than_the_group_timeout(tmp_pat
     assert [e["step"] for e in read_log(tmp_path / "out") if "loss" in e] == [1]
 
 
-def _main_worker(rank: int, world: int, port: int, args: list, result_dir: str) -> None:
+def _main_worker(rank: int, world: int, port: int, args: list, result_dir: str, env: Optional[dict] = None) -> None:
     """``spacy-elmo ARGS`` (the console entry point) as rank ``rank`` of torchrun, without the
-    compiled extension (whose absence every process warns of); exit status and stderr to files."""
+    compiled extension (whose absence every process warns of); exit status and stderr to files.
+    ``env``: more environment variables."""
     import sys
 
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                      **(env or {}))
     sys.modules["spacy_elmo._C"] = None  # the import fails: W_NO_EXTENSION
     import torch.distributed as dist
 
@@ -385,6 +388,51 @@ def test_ddp_an_error_of_every_rank_is_printed_once(tmp_path, case):
     assert said in stderr[0] and said not in stderr[1]
     assert stderr[0].count("spacy-elmo: the compiled extension") == 1
     assert "spacy-elmo:" not in stderr[1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signalled", [(0, 1), (1,)], ids=["every_rank", "one_rank"])
+def test_ddp_a_sigterm_says_how_to_go_on_once(tmp_path, signalled):
+    """SIGTERM to every rank (torchrun passing its signal on, Slurm's scancel) printed "Interrupted ... --resume"
+    once per rank: it is said once, and every rank still exits with 143, its temporary files removed.
+    SIGTERM to one rank alone (a kill of one PID) is said too, by that rank: its peer, which only lost it,
+    says its own error."""
+    import signal
+    import time
+
+    from .conftest import tiny_pretrain_args
+
+    out = tmp_path / "out"
+    args, _, _ = tiny_pretrain_args(tmp_path, out, "--checkpoint-every", "2", "--log-every", "1", max_steps=100_000)
+    # As torchrun starts them: its agent (here this process) holds the job's store, which outlives the ranks.
+    port = _free_port()
+    store = torch.distributed.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
+    ranks = mp.spawn(_main_worker, args=(2, port, args, str(tmp_path), {"TORCHELASTIC_USE_AGENT_STORE": "True"}),
+                     nprocs=2, join=False)
+    try:
+        deadline = time.monotonic() + 180
+        while not (out / "checkpoint.pt").exists():
+            assert all(p.is_alive() for p in ranks.processes) and time.monotonic() < deadline
+            time.sleep(0.05)
+        for rank in signalled:
+            os.kill(ranks.processes[rank].pid, signal.SIGTERM)
+        for process in ranks.processes:
+            process.join(120)
+    finally:
+        for process in ranks.processes:
+            process.kill()
+    stderr = [(tmp_path / f"stderr{r}.txt").read_text(encoding="utf-8") for r in range(2)]
+    status = [(tmp_path / f"status{r}.txt").read_text() for r in range(2)]
+    said = [e.count("Interrupted.") for e in stderr]
+    assert sum(said) == 1, stderr
+    assert "--resume" in stderr[said.index(1)]
+    for rank in signalled:
+        assert status[rank] == str(128 + signal.SIGTERM), stderr
+        assert "Traceback" not in stderr[rank]
+    if signalled == (1,):
+        assert said == [0, 1] and status[0] == "1"  # rank 0 lost its peer: gloo's error, no word of a signal
+    assert not [p.name for p in out.iterdir() if p.name.startswith(".")]
+    del store
 
 
 @pytest.mark.parametrize("error, ours", [
