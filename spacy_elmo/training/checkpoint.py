@@ -148,7 +148,7 @@ def _started(init: str, new_vocab: bool) -> Tuple[str, str]:
 def _given_or_left_out(name: str, saved: Dict[str, Any], output_dir: PathLike, current: Dict[str, Any]) -> ValueError:
     """The refusal of a resume that adds setting ``name`` (of :data:`_GIVEN_OR_LEFT_OUT`) or leaves it out."""
     init = saved.get("init") or current.get("init")
-    started, resume_with = _started(init, bool(saved.get("new_vocab"))) if saved.get("init") else ("", "")
+    started, resume_with = _started(saved["init"], bool(saved.get("new_vocab"))) if saved.get("init") else ("", "")
     why = (Errors.E_RESUME_INIT_MISSING_RECORD if saved.get("new_vocab") else Errors.E_RESUME_INIT_MISSING_VOCAB).format(init=init)
     left_out, added = _GIVEN_OR_LEFT_OUT[name]
     message = left_out if saved.get(name) else added
