@@ -623,8 +623,17 @@ class Errors:
         "train_log.jsonl records them); to train on with other ones, start a new OUTPUT_DIR with --init {path}."
     )
     E_RESUME_INIT_MISSING = (
-        "The run in {path} fine-tunes {init} (it was started with {started}), but this --resume leaves "
-        "--init out: {why}. Resume with {started} (and the other settings the run was started with)."
+        "The run in {path} fine-tunes {init} ({started}), but this --resume leaves --init out: {why}. Resume "
+        "with {resume_with} (and the other settings the run was started with)."
+    )
+    E_RESUME_STARTED = "it was started with --init {init}"
+    E_RESUME_STARTED_NEW_VOCAB = "it was started with --init {init} --new-vocab"
+    E_RESUME_STARTED_NO_SOFTMAX = (
+        "it was started from --init {init}, which has no softmax, so a new vocabulary was built from its corpus"
+    )
+    E_RESUME_STARTED_NEW_VOCAB_UNKNOWN = (
+        "it was started from --init {init} with a vocabulary built from its corpus, by --new-vocab or because "
+        "{init} has no softmax; {init} cannot be read now to tell which"
     )
     E_RESUME_INIT_MISSING_VOCAB = "its vocabulary would come from the corpus, not from {init}'s softmax rows"
     E_RESUME_INIT_MISSING_RECORD = (
@@ -632,15 +641,15 @@ class Errors:
         "that they started from {init}"
     )
     E_RESUME_NEW_VOCAB_MISSING = (
-        "The run in {path} fine-tunes {init} with a vocabulary built from its corpus (it was started with "
-        "{started}), but this --resume leaves --new-vocab out: its vocabulary would be {init}'s, and words "
-        "would get other softmax rows. Resume with {started} (and the other settings the run was started with)."
+        "The run in {path} fine-tunes {init} with a vocabulary built from its corpus ({started}), but this "
+        "--resume leaves --new-vocab out: its vocabulary would be {init}'s, and words would get other softmax "
+        "rows. Resume with {resume_with} (and the other settings the run was started with)."
     )
     E_RESUME_NEW_VOCAB_ADDED = (
-        "The run in {path} fine-tunes {init} keeping its vocabulary (it was started with {started}, without "
-        "--new-vocab), but this --resume adds --new-vocab: its vocabulary would be built from the corpus, and "
-        "words would get other softmax rows. Resume without --new-vocab; to fine-tune {init} with this corpus's "
-        "vocabulary, start a new OUTPUT_DIR with --init {init} --new-vocab."
+        "The run in {path} fine-tunes {init} keeping its vocabulary ({started}, without --new-vocab), but "
+        "this --resume adds --new-vocab: its vocabulary would be built from the corpus, and words would get "
+        "other softmax rows. Resume without --new-vocab; to fine-tune {init} with this corpus's vocabulary, "
+        "start a new OUTPUT_DIR with --init {init} --new-vocab."
     )
     E_RESUME_INIT_ADDED = (
         "The run in {path} was trained from scratch (started without --init), but this --resume adds "
@@ -778,6 +787,12 @@ class Errors:
     E_NO_SUCH_GPU = (
         "--device {device} was requested but {n_gpus} CUDA device(s) are visible: use an index from 0 to "
         "{last}, or --device cuda (the current one)."
+    )
+    E_TORCHRUN_ENV = (
+        "The environment variable {name}={value!r} is not one torchrun sets: it must be a whole number from "
+        "{lowest} to {highest} (torchrun gives every process it starts WORLD_SIZE, the number of processes, "
+        "and its RANK and LOCAL_RANK below it). Launch with torchrun, or unset WORLD_SIZE, RANK and LOCAL_RANK "
+        "to run one process."
     )
     E_DDP_DEVICE = (
         "This process has rank {rank} of {world}; DDP on CUDA needs one GPU per process but "

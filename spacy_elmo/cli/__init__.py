@@ -6,7 +6,10 @@ Each command lives in its own module and registers itself on ``app``.
 import sys
 import warnings
 
-from .app import app, torchrun_ranks
+import typer
+
+from ..ranks import torchrun_ranks
+from .app import app, echo_styled
 
 # Importing a command module registers its command.
 from . import config, demo, embed, evaluate, export, fit_state, pretrain  # noqa: F401,E402
@@ -27,7 +30,11 @@ _python_format_warning = warnings.formatwarning
 
 def main() -> None:
     warnings.formatwarning = _format_warning
-    rank, local_rank = torchrun_ranks()
+    try:
+        rank, _, local_rank = torchrun_ranks()
+    except ValueError as err:  # WORLD_SIZE, RANK or LOCAL_RANK set to no rank of a job
+        echo_styled(str(err), fg=typer.colors.RED, err=True)
+        sys.exit(1)
     if local_rank != 0:
         # Under torchrun: pretrain's warnings are rank 0's alone; the others (the compiled extension
         # missing) are the same on every process of a machine, and its first one (LOCAL_RANK 0) shows them.

@@ -1,8 +1,6 @@
 """The typer application every command registers on, and option checks the commands share."""
 
 import os
-from typing import Tuple
-
 import typer
 
 from ..device import torch_device
@@ -99,13 +97,6 @@ def spacy_language(value: str) -> str:
         except Exception as err:  # noqa: BLE001 - ImportError, or AttributeError for 'en.stop_words'
             raise typer.BadParameter(Errors.E_UNKNOWN_LANG.format(lang=value, error=f"{type(err).__name__}: {err}")) from err
     return value
-
-
-def torchrun_ranks() -> Tuple[int, int]:
-    """``(RANK, LOCAL_RANK)`` of this process under torchrun (``WORLD_SIZE`` > 1), else ``(0, 0)``."""
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
-        return 0, 0
-    return int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
 
 
 def echo_styled(message: str, fg: str, err: bool = False) -> None:

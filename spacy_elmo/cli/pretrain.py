@@ -1,9 +1,11 @@
 """``spacy-elmo pretrain``: train (or fine-tune) a biLM on your corpus, bilm-tf style."""
 
 import json
+import os
 import signal
 import threading
 from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import Optional
 
@@ -12,10 +14,11 @@ import typer
 from ..bilm import BiLMConfig
 from ..errors import Errors
 from ..ops import resolve_backend
+from ..ranks import torchrun_ranks
 from ..training.data import AUTO_RULE
-from ..training.trainer import BOUNDS, OPTIMIZERS
+from ..training.trainer import BOUNDS, OPTIMIZERS, raised_on_every_rank
 from .app import (app, checked_by, counted, echo_styled, known_device, non_negative_int, one_of, positive_int,
-                  spacy_language, torchrun_ranks)
+                  spacy_language)
 
 
 def _bounded(name: str):
@@ -50,22 +53,81 @@ class _Terminated(KeyboardInterrupt):
     workers), raised where the process is: the run stops as on Ctrl-C, temporary files removed."""
 
 
-def _raise_terminated(signum, frame):
-    raise _Terminated
+class _Stop:
+    """The signal (SIGINT or SIGTERM) that stopped this process, None while none came. While ``reporting``
+    (the run has ended), a signal is recorded, not raised: it would escape the handler that reports the end."""
+
+    def __init__(self) -> None:
+        self.signum: Optional[int] = None
+        self.reporting = False
+
+    def handle(self, signum, frame) -> None:
+        if self.signum is None:
+            self.signum = signum
+        if not self.reporting:
+            raise _Terminated if signum == signal.SIGTERM else KeyboardInterrupt
 
 
 @contextmanager
-def _sigterm_stops_like_ctrl_c():
-    """SIGTERM raises :class:`_Terminated` inside the block (it ended the process silently, with no
-    word of the checkpoint to resume from). Only the main thread may set handlers: elsewhere, as it was."""
+def _signals_stop_the_run():
+    """A :class:`_Stop` whose handler takes Ctrl-C (SIGINT: KeyboardInterrupt) and SIGTERM (:class:`_Terminated`;
+    it ended the process silently, with no word of the checkpoint to resume from) inside the block. Only the
+    main thread may set handlers: elsewhere, as it was."""
+    stop = _Stop()
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield stop
         return
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    previous = {signum: signal.signal(signum, stop.handle) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
-        yield
+        yield stop
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+#: The key of the job's store that counts the ranks a signal stopped.
+_STOPPED_KEY = "spacy_elmo/pretrain/stopped"
+
+
+def _first_to_stop() -> bool:
+    """Whether this process is the first of its torchrun job that a signal stopped (one process: True).
+
+    Ctrl-C or SIGTERM reaches every rank (torchrun passes its signal on; Slurm signals every task), or one
+    alone (a ``kill`` of one PID): the first rank to count itself in torchrun's store says how to go on, once
+    either way. Without that store (a signal before the process group started, or ranks started otherwise, whose
+    store rank 0 holds and takes along when it ends): rank 0."""
+    rank, world, _ = torchrun_ranks()
+    if world == 1:
+        return True
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":  # not torchrun's store, which outlives the ranks:
+        return rank == 0  # rank 0's, gone with it (asking it then logs a C++ stack trace)
+    try:
+        import torch.distributed as dist  # loaded by the run already
+
+        store = dist.distributed_c10d._get_default_store()  # ValueError before init_process_group
+        store.set_timeout(timedelta(seconds=10))
+        return store.add(_STOPPED_KEY, 1) == 1
+    except Exception:  # noqa: BLE001 - no process group yet, or torchrun's store unreachable
+        return rank == 0
+
+
+def _report_end(err: BaseException, stop: _Stop, output_dir: Path) -> None:
+    """Say why the run ended (an error, or the signal that stopped it, and how to go on) and exit: 1 for an
+    error, 128 + the signal for a signal (130 Ctrl-C, 143 SIGTERM). Under torchrun, what every rank meets
+    alike is said once: an error by rank 0, a stop by the first rank it reached. A rank that merely lost its
+    stopped peer (gloo's or NCCL's error) says that error and exits 1."""
+    if stop.signum is None and not isinstance(err, KeyboardInterrupt):
+        if torchrun_ranks().rank == 0 or not raised_on_every_rank(err):
+            echo_styled(str(err), fg=typer.colors.RED, err=True)
+        raise typer.Exit(1) from err
+    # A signal (also one that came while this rank met its stopped peer's error): say what the directory holds
+    from ..training.checkpoint import checkpoint_path
+
+    signum = stop.signum or (signal.SIGTERM if isinstance(err, _Terminated) else signal.SIGINT)
+    if _first_to_stop():
+        message = Errors.E_PRETRAIN_INTERRUPTED if checkpoint_path(output_dir).exists() else Errors.E_PRETRAIN_INTERRUPTED_EARLY
+        echo_styled(message.format(path=output_dir), fg=typer.colors.YELLOW, err=True)
+    raise typer.Exit(128 + signum) from err
 
 
 @app.command()
@@ -126,7 +188,7 @@ def pretrain(
     Run under `torchrun --nproc-per-node N` for DistributedDataParallel.
     """
     from ..training.malloc import keep_freed_memory as keep_freed
-    from ..training.trainer import TrainConfig, raised_on_every_rank, train
+    from ..training.trainer import TrainConfig, train
 
     if max_steps is not None and epochs is not None:
         raise typer.BadParameter(Errors.E_STEPS_AND_EPOCHS)
@@ -141,19 +203,13 @@ def pretrain(
         checkpoint_every=checkpoint_every, state_sentences=state_sentences, sentences=sentences, max_length=max_length, log_every=log_every, threads=threads,
         tokenize_processes=tokenize_processes, progress=progress,
     )
-    try:
-        with _sigterm_stops_like_ctrl_c():
+    with _signals_stop_the_run() as stop:
+        try:
             summary = train(cfg)
-    except (ValueError, OSError, RuntimeError) as err:  # OSError: also a disk full, a path under a file...
-        if torchrun_ranks()[0] == 0 or not raised_on_every_rank(err):  # under torchrun: once, by rank 0
-            echo_styled(str(err), fg=typer.colors.RED, err=True)
-        raise typer.Exit(1) from err
-    except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM: say what the directory holds and how to go on
-        from ..training.checkpoint import checkpoint_path
-
-        message = Errors.E_PRETRAIN_INTERRUPTED if checkpoint_path(output_dir).exists() else Errors.E_PRETRAIN_INTERRUPTED_EARLY
-        echo_styled(message.format(path=output_dir), fg=typer.colors.YELLOW, err=True)
-        raise typer.Exit(128 + signal.SIGTERM if isinstance(err, _Terminated) else 130) from err
+        # OSError: also a disk full, a path under a file...; KeyboardInterrupt: Ctrl-C, or SIGTERM (_Terminated)
+        except (ValueError, OSError, RuntimeError, KeyboardInterrupt) as err:
+            stop.reporting = True  # first: a signal now must not escape this handler
+            _report_end(err, stop, output_dir)
     if summary.get("rank", 0) != 0:  # under torchrun: rank 0 wrote the model and reports it
         return
     stats = summary["corpus"]

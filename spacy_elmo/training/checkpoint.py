@@ -7,7 +7,7 @@ the carried LSTM states. Loaded with ``weights_only=True`` (no arbitrary pickle)
 
 import os
 from pathlib import Path
-from typing import Any, Dict, Union
+from typing import Any, Dict, Optional, Tuple, Union
 
 import torch
 
@@ -123,14 +123,36 @@ def _describe(name: str, value: Any) -> str:
     return f"{_OPTION.get(name, name)} {value}"
 
 
+def _init_has_softmax(init: str) -> Optional[bool]:
+    """Whether model ``init`` has a softmax; None when it cannot be read (moved, deleted)."""
+    from .modelio import load_pretrained
+
+    try:
+        return load_pretrained(init, backend="reference")[1] is not None
+    except (OSError, ValueError):
+        return None
+
+
+def _started(init: str, new_vocab: bool) -> Tuple[str, str]:
+    """``(how the run started, the options that resume it)`` for a run that fine-tunes ``init``; ``new_vocab``:
+    its vocabulary was built from the corpus, by --new-vocab or because ``init`` has no softmax."""
+    if not new_vocab:
+        return Errors.E_RESUME_STARTED.format(init=init), f"--init {init}"
+    has_softmax = _init_has_softmax(init)
+    if has_softmax is False:  # the vocabulary came from the corpus whatever the flag: --init alone resumes
+        return Errors.E_RESUME_STARTED_NO_SOFTMAX.format(init=init), f"--init {init}"
+    started = Errors.E_RESUME_STARTED_NEW_VOCAB if has_softmax else Errors.E_RESUME_STARTED_NEW_VOCAB_UNKNOWN
+    return started.format(init=init), f"--init {init} --new-vocab"  # right whether or not it has a softmax
+
+
 def _given_or_left_out(name: str, saved: Dict[str, Any], output_dir: PathLike, current: Dict[str, Any]) -> ValueError:
     """The refusal of a resume that adds setting ``name`` (of :data:`_GIVEN_OR_LEFT_OUT`) or leaves it out."""
     init = saved.get("init") or current.get("init")
-    started = f"--init {init}" + (" --new-vocab" if saved.get("new_vocab") else "")
+    started, resume_with = _started(saved["init"], bool(saved.get("new_vocab"))) if saved.get("init") else ("", "")
     why = (Errors.E_RESUME_INIT_MISSING_RECORD if saved.get("new_vocab") else Errors.E_RESUME_INIT_MISSING_VOCAB).format(init=init)
     left_out, added = _GIVEN_OR_LEFT_OUT[name]
     message = left_out if saved.get(name) else added
-    return ValueError(message.format(path=output_dir, init=init, started=started, why=why))
+    return ValueError(message.format(path=output_dir, init=init, started=started, resume_with=resume_with, why=why))
 
 
 def check_settings(saved: Dict[str, Any], current: Dict[str, Any], output_dir: PathLike) -> None:

@@ -33,6 +33,7 @@ from ..bilm.initial_state import boundary_state_mean
 from ..bilm.lstm import LstmState
 from ..device import torch_device
 from ..errors import Errors, Warnings
+from ..ranks import torchrun_ranks
 from . import checkpoint as ckpt
 from . import data as corpus_data
 from .data import Corpus, build_corpus, cache_is_current, fingerprint, tokenization_change
@@ -162,12 +163,10 @@ def _default(name: str) -> Any:
 # -- distributed -------------------------------------------------------------
 def _setup_distributed(cfg: TrainConfig):
     """``(rank, world, device)``; initialises the process group under torchrun."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
+    rank, world, local = torchrun_ranks()
     device = torch_device(cfg.device)
     if world > 1:
         if device.type == "cuda":
-            local = int(os.environ.get("LOCAL_RANK", rank))
             if local >= torch.cuda.device_count():
                 raise RuntimeError(Errors.E_DDP_DEVICE.format(rank=rank, world=world, n_gpus=torch.cuda.device_count()))
             device = torch.device("cuda", local)

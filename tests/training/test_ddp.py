@@ -2,6 +2,7 @@
 
 import os
 import socket
+from typing import Optional
 
 import numpy as np
 import pytest
@@ -340,12 +341,14 @@ def test_ddp_ranks_wait_for_a_tokenization_longer_than_the_group_timeout(tmp_pat
     assert [e["step"] for e in read_log(tmp_path / "out") if "loss" in e] == [1]
 
 
-def _main_worker(rank: int, world: int, port: int, args: list, result_dir: str) -> None:
+def _main_worker(rank: int, world: int, port: int, args: list, result_dir: str, env: Optional[dict] = None) -> None:
     """``spacy-elmo ARGS`` (the console entry point) as rank ``rank`` of torchrun, without the
-    compiled extension (whose absence every process warns of); exit status and stderr to files."""
+    compiled extension (whose absence every process warns of); exit status and stderr to files.
+    ``env``: more environment variables."""
     import sys
 
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                      **(env or {}))
     sys.modules["spacy_elmo._C"] = None  # the import fails: W_NO_EXTENSION
     import torch.distributed as dist
 
@@ -387,6 +390,51 @@ def test_ddp_an_error_of_every_rank_is_printed_once(tmp_path, case):
     assert "spacy-elmo:" not in stderr[1]
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("signalled", [(0, 1), (1,)], ids=["every_rank", "one_rank"])
+def test_ddp_a_sigterm_says_how_to_go_on_once(tmp_path, signalled):
+    """SIGTERM to every rank (torchrun passing its signal on, Slurm's scancel) printed "Interrupted ... --resume"
+    once per rank: it is said once, and every rank still exits with 143, its temporary files removed.
+    SIGTERM to one rank alone (a kill of one PID) is said too, by that rank: its peer, which only lost it,
+    says its own error."""
+    import signal
+    import time
+
+    from .conftest import tiny_pretrain_args
+
+    out = tmp_path / "out"
+    args, _, _ = tiny_pretrain_args(tmp_path, out, "--checkpoint-every", "2", "--log-every", "1", max_steps=100_000)
+    # As torchrun starts them: its agent (here this process) holds the job's store, which outlives the ranks.
+    port = _free_port()
+    store = torch.distributed.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
+    ranks = mp.spawn(_main_worker, args=(2, port, args, str(tmp_path), {"TORCHELASTIC_USE_AGENT_STORE": "True"}),
+                     nprocs=2, join=False)
+    try:
+        deadline = time.monotonic() + 180
+        while not (out / "checkpoint.pt").exists():
+            assert all(p.is_alive() for p in ranks.processes) and time.monotonic() < deadline
+            time.sleep(0.05)
+        for rank in signalled:
+            os.kill(ranks.processes[rank].pid, signal.SIGTERM)
+        for process in ranks.processes:
+            process.join(120)
+    finally:
+        for process in ranks.processes:
+            process.kill()
+    stderr = [(tmp_path / f"stderr{r}.txt").read_text(encoding="utf-8") for r in range(2)]
+    status = [(tmp_path / f"status{r}.txt").read_text() for r in range(2)]
+    said = [e.count("Interrupted.") for e in stderr]
+    assert sum(said) == 1, stderr
+    assert "--resume" in stderr[said.index(1)]
+    for rank in signalled:
+        assert status[rank] == str(128 + signal.SIGTERM), stderr
+        assert "Traceback" not in stderr[rank]
+    if signalled == (1,):
+        assert said == [0, 1] and status[0] == "1"  # rank 0 lost its peer: gloo's error, no word of a signal
+    assert not [p.name for p in out.iterdir() if p.name.startswith(".")]
+    del store
+
+
 @pytest.mark.parametrize("error, ours", [
     (ValueError("refused: the settings differ"), True),
     (FileNotFoundError("OUTPUT_DIR holds no checkpoint"), True),
@@ -424,3 +472,53 @@ def test_a_usage_error_of_typer_or_plain_click_gives_its_status():
     assert _usage_status(click.exceptions.Abort()) == 1
     assert _usage_status(typer.Abort()) == 1
     assert _usage_status(ValueError("not a usage error")) is None
+
+
+@pytest.mark.parametrize("env, expected", [
+    ({}, (0, 1, 0)),
+    ({"WORLD_SIZE": "1", "RANK": "zz"}, (0, 1, 0)),  # one process: RANK means nothing
+    ({"WORLD_SIZE": "4", "RANK": "3", "LOCAL_RANK": "1"}, (3, 4, 1)),  # torchrun, 2 machines of 2
+    # A launcher that sets no LOCAL_RANK: one machine, so the rank (the command line said 0, the trainer the rank)
+    ({"WORLD_SIZE": "2", "RANK": "1"}, (1, 2, 1)),
+    ({"WORLD_SIZE": "abc"}, "WORLD_SIZE='abc'.* from 1 to"),
+    ({"WORLD_SIZE": "0"}, "WORLD_SIZE='0'.* from 1 to"),
+    ({"WORLD_SIZE": "2", "RANK": "2"}, "RANK='2'.* from 0 to 1"),
+    ({"WORLD_SIZE": "2", "RANK": "1.0"}, "RANK='1.0'.* from 0 to 1"),
+    ({"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "-1"}, "LOCAL_RANK='-1'.* from 0 to 1"),
+])
+def test_the_command_line_and_the_trainer_read_one_rank_from_the_environment(monkeypatch, env, expected):
+    """``(RANK, WORLD_SIZE, LOCAL_RANK)`` as both the command line (whose warnings and errors rank 0 and
+    LOCAL_RANK 0 print) and the trainer (its GPU, its share of the rows) read them: the two read the
+    environment apart, with other defaults, and ``int()``'s traceback for a value that was no rank."""
+    from spacy_elmo.ranks import torchrun_ranks
+    from spacy_elmo.training import trainer
+
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    cfg = tiny_train_config("train.txt", "out")
+    if isinstance(expected, tuple):
+        assert torchrun_ranks() == expected
+        if expected[1] == 1:
+            assert trainer._setup_distributed(cfg)[:2] == (0, 1)
+        return
+    with pytest.raises(ValueError, match=expected):
+        torchrun_ranks()
+    with pytest.raises(ValueError, match=expected):
+        trainer._setup_distributed(cfg)
+
+
+def test_a_malformed_rank_stops_the_command_line_with_its_name(monkeypatch, capsys):
+    """WORLD_SIZE=abc ended every command with int()'s ValueError traceback before it ran."""
+    import sys
+
+    from spacy_elmo.cli import main
+
+    monkeypatch.setenv("WORLD_SIZE", "abc")
+    monkeypatch.setattr(sys, "argv", ["spacy-elmo", "--help"])
+    with pytest.raises(SystemExit) as stopped:
+        main()
+    assert stopped.value.code == 1
+    err = capsys.readouterr().err
+    assert "WORLD_SIZE='abc'" in err and "unset WORLD_SIZE" in err and "Traceback" not in err

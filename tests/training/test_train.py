@@ -5,6 +5,7 @@ import math
 import os
 import random
 import shutil
+import warnings
 from collections import Counter
 from pathlib import Path
 
@@ -276,11 +277,15 @@ def resumable_runs(tmp_path_factory):
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     train(tiny_train_config(text, base, max_steps=2))
+    BiLM.load(base).save(tmp / "no_softmax")  # the biLM alone: fine-tuning it builds a vocabulary, flag or not
     runs = {"scratch": (text, dict(vocab_size=40)), "sentences": (text, dict(sentences=True)),
             "tuned": (domain, dict(init=str(base), model=None)),
-            "tuned_new_vocab": (domain, dict(init=str(base), model=None, new_vocab=True))}
+            "tuned_new_vocab": (domain, dict(init=str(base), model=None, new_vocab=True)),
+            "tuned_no_softmax": (domain, dict(init=str(tmp / "no_softmax"), model=None))}
     for name, (path, settings) in runs.items():
-        train(tiny_train_config(path, tmp / name, max_steps=2, checkpoint_every=2, **settings))
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*has no softmax", category=RuntimeWarning)
+            train(tiny_train_config(path, tmp / name, max_steps=2, checkpoint_every=2, **settings))
     torch.set_num_threads(before)
     return {name: (path, settings, tmp / name) for name, (path, settings) in runs.items()}, base
 
@@ -312,6 +317,12 @@ RESUME_MISMATCHES = {
     "--init and --new-vocab left out": ("tuned_new_vocab", dict(init=None, new_vocab=False),
                                         r"leaves --init out: its vocabulary would come from the corpus as before.*Resume "
                                         r"with --init \S+ --new-vocab"),
+    # started from a model without a softmax, without --new-vocab: said so, and resumed with --init alone
+    # (it said "started with --init MODEL --new-vocab", a flag nobody gave; review)
+    "--init left out, init without softmax": ("tuned_no_softmax", dict(init=None),
+                                              r"(?s)^(?!.*--new-vocab).*\(it was started from --init \S+, which has no "
+                                              r"softmax, so a new vocabulary was built from its corpus\), but this "
+                                              r"--resume leaves --init out.*Resume with --init \S+no_softmax \(and the"),
 }
 
 
@@ -346,6 +357,17 @@ def test_a_resume_naming_another_init_says_so_whatever_its_vocabulary():
     with pytest.raises(ValueError, match=r"fine-tunes A .* names --init B, another model"):
         check_settings({"init": "A", "new_vocab": False, "vocab_size": 38}, {"init": "B", "new_vocab": True,
                                                                             "vocab_size": 40}, "out")
+
+
+def test_a_resume_leaving_out_an_init_that_cannot_be_read_gives_advice_right_either_way(tmp_path):
+    """A run whose vocabulary was built from its corpus fine-tunes an --init that has no softmax, or was
+    given --new-vocab: which one cannot be told once that model is gone, so the refusal says both, and
+    its advice (--init MODEL --new-vocab) resumes either run."""
+    from spacy_elmo.training.checkpoint import check_settings
+
+    gone = str(tmp_path / "moved")
+    with pytest.raises(ValueError, match=rf"by --new-vocab or because {gone} has no softmax.*Resume with --init {gone} --new-vocab "):
+        check_settings({"init": gone, "new_vocab": True}, {"init": None}, "out")
 
 
 def test_checkpoint_without_new_vocab_record_resumes(resumable_runs, tmp_path):
