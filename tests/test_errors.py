@@ -124,7 +124,7 @@ class Flow:
             isinstance(op, (ast.In, ast.NotIn)) for op in parent.ops
         ):
             return  # ``key in CONTAINER``: the messages in it are not used here
-        elif isinstance(parent, (ast.Assign, ast.AnnAssign, ast.For)) and node in (getattr(parent, "value", None), getattr(parent, "iter", None)):
+        elif isinstance(parent, (ast.Assign, ast.AnnAssign, ast.For)) and node is _assigned(parent):
             targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target]
             names = [_stored_names(t) for t in targets]
             if any(n is None for n in names):
@@ -173,6 +173,11 @@ class Flow:
                     yield module, function, arg.arg
             elif arg in call.args and call.args.index(arg) < len(positional):
                 yield module, function, positional[call.args.index(arg)]
+
+
+def _assigned(statement: ast.AST) -> ast.AST:
+    """The value an assignment or a ``for`` loop (its iterable) binds to its target."""
+    return statement.iter if isinstance(statement, ast.For) else statement.value
 
 
 def _stored_names(target: ast.AST) -> Optional[List[str]]:

@@ -478,7 +478,8 @@ def test_names_in_backticks_exist(user_files):
                     break
             else:
                 owner, attr = name.split(".")
-                found = hasattr(OWNERS.get(owner) or getattr(spacy_elmo, owner), attr) or (owner == "BiLM" and hasattr(model, attr))
+                cls = OWNERS.get(owner) or getattr(spacy_elmo, owner)
+                found = hasattr(cls, attr) or (owner == "BiLM" and hasattr(model, attr))
             if not found:
                 wrong.append(f"{path.name}: `{name}`")
     assert not wrong, "\n".join(wrong)
