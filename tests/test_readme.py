@@ -11,13 +11,16 @@
   name an option of that command, of some spacy-elmo command, or of the tool a command line runs.
 * ``python benchmarks/X.py --flag`` lines name options of that script; ``spacy train X.cfg --a.b`` lines
   name settings of the shipped config X.
-* Relative links, their anchors, and repository paths in backticks exist.
+* Relative links, their anchors, and repository paths in backticks exist; so do a file name in backticks
+  without its directory (a benchmark result ``pretrain_cpu_b128.json``) and a name of code (``read_log()``,
+  ``TOKENIZE_TIMEOUT``, ``Errors.E_...``) or of a result directory (``textcat_s4*``).
 
 A block that cannot run here is marked in the Markdown by ``<!-- readme-test: skip (reason) -->`` on the
 line before its opening fence; nothing is skipped silently.
 """
 
 import ast
+import fnmatch
 import glob
 import re
 import shlex
@@ -26,6 +29,8 @@ from pathlib import Path
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
 import pytest
+
+from spacy_elmo import errors
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -435,7 +440,9 @@ def test_repository_paths_in_backticks_exist():
 
 # --- names ----------------------------------------------------------------------------------------
 
-DOTTED = re.compile(r"\b(?:spacy_elmo(?:\.[A-Za-z_]\w*)+|(?:BiLM|BiLMConfig|BiLMOutput|ScalarMix)\.[A-Za-z_]\w*)")
+DOTTED = re.compile(r"\b(?:spacy_elmo(?:\.[A-Za-z_]\w*)+|(?:BiLM|BiLMConfig|BiLMOutput|ScalarMix|Errors|Warnings)\.[A-Za-z_]\w*)")
+#: Classes the text names that ``spacy_elmo`` does not export.
+OWNERS = {"Errors": errors.Errors, "Warnings": errors.Warnings}
 
 
 def test_names_in_backticks_exist(user_files):
@@ -471,7 +478,108 @@ def test_names_in_backticks_exist(user_files):
                     break
             else:
                 owner, attr = name.split(".")
-                found = hasattr(getattr(spacy_elmo, owner), attr) or (owner == "BiLM" and hasattr(model, attr))
+                cls = OWNERS.get(owner) or getattr(spacy_elmo, owner)
+                found = hasattr(cls, attr) or (owner == "BiLM" and hasattr(model, attr))
             if not found:
                 wrong.append(f"{path.name}: `{name}`")
     assert not wrong, "\n".join(wrong)
+
+
+# --- names without their place: a result file, a function, a constant -----------------------------
+
+#: Extensions of the file names that ``stale_file_names`` checks.
+FILE_NAME = re.compile(r"[\w*-]+(?:/[\w*.-]+)*\.(?:json|jsonl|png|md|txt|gz|bz2|xz|py|cfg|toml|sh|safetensors|hdf5|th|db|ini|spacy)")
+#: A name of code: a snake_case or UPPER_CASE identifier (with ``*`` for a family of results), or any ``name()``.
+CODE_NAME = re.compile(r"(?P<name>[A-Za-z_][\w*]*_[\w*]+)|(?P<called>[A-Za-z_]\w*)\(\)")
+CODE_FILES = ("*.py", "*.cpp", "*.cu", "*.cuh", "*.h", "*.cfg", "*.sh", "*.toml", "Makefile")
+
+
+def repository_files() -> List[str]:
+    """Paths (relative to the root, ``/``-separated) of the repository's files and directories; hidden ones,
+    builds and caches left out."""
+    skip = {"build", "dist", "__pycache__"}
+    return sorted(
+        p.relative_to(ROOT).as_posix() for p in ROOT.rglob("*")
+        if not any(part.startswith(".") or part in skip or part.endswith(".egg-info") for part in p.relative_to(ROOT).parts)
+    )
+
+
+def code_texts() -> List[str]:
+    """The code of the repository, this file (which plants wrong names) left out."""
+    return [p.read_text(encoding="utf-8", errors="replace") for pattern in CODE_FILES for p in ROOT.rglob(pattern)
+            if not any(part.startswith(".") or part == "build" for part in p.relative_to(ROOT).parts)
+            and p != Path(__file__).resolve()]
+
+
+def code_names() -> set:
+    """Every name the code defines or uses (Python: from its syntax tree, not comments or docstrings; C++
+    and configs: every word) and every word of its string constants (file names, environment variables)."""
+    names: set = set()
+    for text in code_texts():
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            names |= set(re.findall(r"\w+", text))
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, ast.Name):
+                names.add(node.id)
+            elif isinstance(node, ast.Attribute):
+                names.add(node.attr)
+            elif isinstance(node, (ast.arg, ast.keyword)) and node.arg:
+                names.add(node.arg)
+            elif isinstance(node, ast.alias):
+                names.update((node.asname or node.name).split("."))
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                names |= set(re.findall(r"\w+", node.value))
+    return names
+
+
+def stale_names(paths: List[Path]) -> List[str]:
+    """The inline code spans of ``paths`` that are a file name (no directory, or a path inside the results)
+    no file of the repository, no code and no code block of the docs has, or a name of code that neither
+    the code, nor torch, nor a repository file or directory (a benchmark result: ``textcat_s4*``) has."""
+    files = repository_files()
+    basenames = {f.rsplit("/", 1)[-1] for f in files}
+    import torch
+
+    # torch's own names (``index_add_``), which the text uses to say what the code runs
+    known = code_names() | {name.split(".")[0] for name in basenames} | set(dir(torch)) | set(dir(torch.Tensor))
+    used_in_code = "\n".join(code_texts()) + "\n".join(b.text for b in BLOCKS)
+    wrong = []
+    for path in paths:
+        for span in inline_spans(path):
+            if FILE_NAME.fullmatch(span):
+                pattern = span.lstrip("*")
+                found = (
+                    any(fnmatch.fnmatch(f, span) or fnmatch.fnmatch(f, "*/" + span) for f in files)
+                    or (span.startswith(("_", "*")) and any(fnmatch.fnmatch(name, "*" + pattern) for name in basenames))
+                    or ("*" not in span and re.search(rf"(?<![\w.]){re.escape(span)}(?![\w.])", used_in_code) is not None)
+                )
+            else:
+                code = CODE_NAME.fullmatch(span)
+                if code is None:
+                    continue
+                name = code.group("name") or code.group("called")
+                found = name in known or ("*" in name and any(fnmatch.fnmatch(b, name) for b in basenames))
+            if not found:
+                wrong.append(f"{path.name}: `{span}`")
+    return wrong
+
+
+def test_file_and_code_names_in_backticks_exist():
+    wrong = stale_names(DOCS)
+    assert not wrong, "\n".join(wrong)
+
+
+def test_stale_names_are_found(tmp_path):
+    """Planted: names that were renamed or never existed are found; the real ones they mimic are not."""
+    planted = tmp_path / "planted.md"
+    good = ["pretrain_cpu_b128.json", "ner_conll2003_s6/ner_conll2003.png", "_glibcdefault.json", "textcat_s4*",
+            "textcat_bbc_sentences", "read_log()", "TOKENIZE_TIMEOUT", "train_log.jsonl", "test_readme"]
+    bad = ["pretrain_cpu_b256.json", "ner_conll2003_s99/ner_conll2003.png", "_glibcdefaults.json", "textcat_s99*",
+           "textcat_bbc_paragraphs", "read_logs()", "TOKENIZE_TIMEOUTS", "train_log.json", "test_readme_old"]
+    planted.write_text(" ".join(f"`{name}`" for name in good + bad) + "\n", encoding="utf-8")
+    assert stale_names([planted]) == [f"planted.md: `{name}`" for name in bad]

@@ -123,11 +123,6 @@ def _mixed(doc: Doc, data: numpy.ndarray) -> numpy.ndarray:
     return numpy.tensordot(mix, data.astype("float32"), axes=(0, 0))
 
 
-def doc_vectors(doc: Doc) -> Optional[numpy.ndarray]:
-    """``(n, 2P)`` float32 mixed vectors of the doc's tokens, or None without data."""
-    return _rows(doc, 0, len(doc))
-
-
 def _rows(doc: Doc, start: int, end: int) -> Optional[numpy.ndarray]:
     data = getattr(doc._, ELMO_ATTR, None)
     if data is None:

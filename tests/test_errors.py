@@ -1,0 +1,299 @@
+"""The messages of spacy_elmo/errors.py against the code that uses them, read from its source (AST).
+
+* Every ``Errors.E_*`` / ``Warnings.W_*`` message is used somewhere in spacy_elmo/ (a dead message is removed).
+* Every use formats the message with keywords covering all of its ``{placeholders}`` (else a KeyError
+  replaces the error, at the moment it should have said what went wrong), and a message used without
+  ``.format`` has no braces at all (the user would see ``{path}`` or ``{{``). A message is followed from
+  ``Errors.X`` through conditional expressions, tuples, dicts and their subscripts, local and module
+  names, arguments of spacy_elmo's own functions (``one_of(choices, Errors.X)``) and their returns, to
+  the ``.format(...)`` calls it reaches; what it reaches otherwise (``ValueError(Errors.X)``, a keyword
+  of another message's ``.format``) is a use without ``.format``.
+* ``Errors`` and ``Warnings`` are only read as ``Errors.NAME``: no ``getattr(Errors, ...)``, no alias,
+  so the above sees every use.
+"""
+
+import ast
+import string
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional, Set, Tuple
+
+import pytest
+
+from spacy_elmo import errors
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "spacy_elmo"
+CLASSES = {"Errors": errors.Errors, "Warnings": errors.Warnings}
+
+
+def messages(classes=CLASSES) -> Dict[Tuple[str, str], str]:
+    return {
+        (cls_name, name): value
+        for cls_name, cls in classes.items()
+        for name, value in vars(cls).items()
+        if name[:2] in ("E_", "W_")
+    }
+
+
+def placeholders(message: str) -> Set[str]:
+    """The keyword names ``message.format`` needs; ValueError for a broken or positional field."""
+    names = set()
+    for _, field, _, spec in string.Formatter().parse(message):
+        if field is None:
+            continue
+        name = field.split(".")[0].split("[")[0]
+        if not name.isidentifier():
+            raise ValueError(f"field {{{field}}} is not a keyword: format messages with keyword arguments")
+        names.add(name)
+        names |= placeholders(spec or "")  # a nested field of the format spec, e.g. {value:{width}}
+    return names
+
+
+class Module:
+    def __init__(self, path: Path):
+        self.path = path
+        self.tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        self.parent: Dict[ast.AST, ast.AST] = {}
+        for node in ast.walk(self.tree):
+            for child in ast.iter_child_nodes(node):
+                self.parent[child] = node
+
+    def where(self, node: ast.AST) -> str:
+        shown = self.path.relative_to(ROOT) if ROOT in self.path.parents else self.path.name
+        return f"{shown}:{node.lineno}"
+
+    def scope(self, node: ast.AST) -> ast.AST:
+        """The function (or the module) whose local names ``node`` reads and writes."""
+        while node in self.parent:
+            node = self.parent[node]
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                return node
+        return self.tree
+
+
+class Flow:
+    """Where the value of an expression goes, across the modules of the package."""
+
+    def __init__(self, modules: List[Module]):
+        self.modules = modules
+        self.functions: Dict[str, List[Tuple[Module, ast.AST]]] = {}
+        for module in modules:
+            for node in ast.walk(module.tree):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    self.functions.setdefault(node.name, []).append((module, node))
+
+    def loads(self, module: Module, scope: ast.AST, name: str) -> Iterator[Tuple[Module, ast.AST]]:
+        """The reads of ``name`` that mean the variable of ``scope``: in it, and in the functions inside it
+        (closures; of a module's name: its functions) that do not assign a name of their own."""
+        for node in ast.walk(scope):
+            if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load):
+                inner = module.scope(node)
+                while inner is not scope and not self._assigns(inner, name):
+                    inner = module.scope(inner)
+                if inner is scope:
+                    yield module, node
+
+    @staticmethod
+    def _assigns(scope: ast.AST, name: str) -> bool:
+        args = getattr(scope, "args", None)
+        if args is not None and name in {a.arg for a in args.posonlyargs + args.args + args.kwonlyargs}:
+            return True
+        return any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store) for n in ast.walk(scope))
+
+    def uses(self, module: Module, node: ast.AST, seen=None) -> Iterator[Tuple[str, Module, ast.AST]]:
+        """``("format", module, call)`` for each ``.format(...)`` call the value of ``node`` reaches, and
+        ``("bare", module, node)`` for each place it is used as it is."""
+        seen = set() if seen is None else seen
+        if (module.path, id(node)) in seen:
+            return
+        seen.add((module.path, id(node)))
+        parent = module.parent.get(node)
+        # The value passes on unchanged (or with more text) into the enclosing expression.
+        if (
+            (isinstance(parent, ast.IfExp) and node is not parent.test)
+            or isinstance(parent, (ast.Tuple, ast.List, ast.Set, ast.Starred))
+            or (isinstance(parent, ast.Dict) and node in parent.values)
+            or (isinstance(parent, ast.Subscript) and node is parent.value)
+            or (isinstance(parent, ast.BoolOp))
+            or (isinstance(parent, ast.BinOp) and isinstance(parent.op, ast.Add))
+        ):
+            yield from self.uses(module, parent, seen)
+        elif isinstance(parent, ast.Attribute) and parent.attr == "format" and isinstance(module.parent.get(parent), ast.Call):
+            yield "format", module, module.parent[parent]
+        elif isinstance(parent, ast.Compare) and node in parent.comparators and all(
+            isinstance(op, (ast.In, ast.NotIn)) for op in parent.ops
+        ):
+            return  # ``key in CONTAINER``: the messages in it are not used here
+        elif isinstance(parent, (ast.Assign, ast.AnnAssign, ast.For)) and node is _assigned(parent):
+            targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target]
+            names = [_stored_names(t) for t in targets]
+            if any(n is None for n in names):
+                yield "bare", module, node  # stored on an attribute or in an item: not followed
+                return
+            scope = module.scope(parent)
+            for name in [n for group in names for n in group]:
+                for load_module, load in self.loads(module, scope, name):
+                    yield from self.uses(load_module, load, seen)
+        elif isinstance(parent, ast.Return):
+            function = module.scope(parent)
+            name = getattr(function, "name", None)
+            calls = list(self._calls(name)) if name else []
+            if not calls:
+                yield "bare", module, node
+            for call_module, call in calls:
+                yield from self.uses(call_module, call, seen)
+        elif isinstance(parent, ast.Call) and node is not parent.func:
+            params = list(self._params(parent, node))
+            if not params:
+                yield "bare", module, node  # an argument of a function not of this package (ValueError, append, ...)
+            for def_module, function, param in params:
+                for load_module, load in self.loads(def_module, function, param):
+                    yield from self.uses(load_module, load, seen)
+        elif isinstance(parent, ast.keyword):
+            yield from self.uses(module, parent, seen)  # the keyword node's parent is the call
+        else:
+            yield "bare", module, node
+
+    def _calls(self, name: str) -> Iterator[Tuple[Module, ast.Call]]:
+        for module in self.modules:
+            for node in ast.walk(module.tree):
+                if isinstance(node, ast.Call) and _callee(node) == name:
+                    yield module, node
+
+    def _params(self, call: ast.Call, arg: ast.AST) -> Iterator[Tuple[Module, ast.AST, str]]:
+        """``(module, function, parameter)`` of each function of the package named like the callee that
+        ``arg`` (a positional argument or a keyword's node) is passed to."""
+        for module, function in self.functions.get(_callee(call) or "", []):
+            args = function.args
+            positional = [a.arg for a in args.posonlyargs + args.args]
+            if positional and positional[0] in ("self", "cls") and isinstance(call.func, ast.Attribute):
+                positional = positional[1:]
+            if isinstance(arg, ast.keyword):
+                if arg.arg in positional + [a.arg for a in args.kwonlyargs]:
+                    yield module, function, arg.arg
+            elif arg in call.args and call.args.index(arg) < len(positional):
+                yield module, function, positional[call.args.index(arg)]
+
+
+def _assigned(statement: ast.AST) -> ast.AST:
+    """The value an assignment or a ``for`` loop (its iterable) binds to its target."""
+    return statement.iter if isinstance(statement, ast.For) else statement.value
+
+
+def _stored_names(target: ast.AST) -> Optional[List[str]]:
+    """The names an assignment to ``target`` binds; None when it stores elsewhere (an attribute, an item)."""
+    if isinstance(target, ast.Name):
+        return [target.id]
+    if isinstance(target, ast.Starred):
+        return _stored_names(target.value)
+    if isinstance(target, (ast.Tuple, ast.List)):
+        names = [_stored_names(e) for e in target.elts]
+        return None if any(n is None for n in names) else [n for group in names for n in group]
+    return None
+
+
+def _callee(call: ast.Call) -> Optional[str]:
+    if isinstance(call.func, ast.Name):
+        return call.func.id
+    if isinstance(call.func, ast.Attribute):
+        return call.func.attr
+    return None
+
+
+def references(modules: List[Module]) -> Iterator[Tuple[Module, ast.Attribute]]:
+    for module in modules:
+        for node in ast.walk(module.tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in CLASSES:
+                yield module, node
+
+
+def check(modules: List[Module], known: Dict[Tuple[str, str], str]) -> List[str]:
+    """What is wrong with the messages ``known`` as ``modules`` use them (empty: nothing)."""
+    problems, used = [], set()
+    for key, message in known.items():
+        try:
+            placeholders(message)
+        except ValueError as err:
+            problems.append(f"{key[0]}.{key[1]}: {err}")
+    for module in modules:
+        for node in ast.walk(module.tree):
+            if isinstance(node, ast.Name) and node.id in CLASSES and isinstance(node.ctx, ast.Load):
+                if not (isinstance(module.parent.get(node), ast.Attribute) and module.parent[node].value is node):
+                    problems.append(f"{module.where(node)}: {node.id} is used other than as {node.id}.NAME")
+    flow = Flow(modules)
+    for module, ref in references(modules):
+        key = (ref.value.id, ref.attr)
+        label = f"{key[0]}.{key[1]}"
+        if key not in known:
+            problems.append(f"{module.where(ref)}: {label} is not a message of spacy_elmo/errors.py")
+            continue
+        used.add(key)
+        message = known[key]
+        try:
+            needed = placeholders(message)
+        except ValueError:
+            continue
+        for kind, use_module, use in flow.uses(module, ref):
+            if kind == "bare":
+                if "{" in message or "}" in message:
+                    problems.append(f"{use_module.where(use)}: {label} is used without .format but has braces")
+                continue
+            if use.args or any(k.arg is None for k in use.keywords):
+                problems.append(f"{use_module.where(use)}: {label}.format(...) takes keyword arguments only")
+                continue
+            missing = needed - {k.arg for k in use.keywords}
+            if missing:
+                problems.append(f"{use_module.where(use)}: {label}.format(...) lacks {sorted(missing)}")
+    problems += [f"{cls}.{name} is used nowhere in spacy_elmo/: remove it" for cls, name in sorted(set(known) - used)]
+    return problems
+
+
+def package_modules() -> List[Module]:
+    return [Module(path) for path in sorted(PACKAGE.rglob("*.py")) if path != PACKAGE / "errors.py"]
+
+
+def test_messages_match_their_uses():
+    problems = check(package_modules(), messages())
+    assert not problems, "\n".join(problems)
+
+
+def _planted(tmp_path: Path, source: str) -> List[Module]:
+    path = tmp_path / "planted.py"
+    path.write_text(source, encoding="utf-8")
+    return [Module(path)]
+
+
+@pytest.mark.parametrize(
+    "source,expected",
+    [
+        ("raise ValueError(Errors.E_A.format(path=1))", "lacks ['name']"),
+        ("raise ValueError(Errors.E_A.format(path=1, name=2, extra=3))\nprint(Errors.E_B)", None),
+        ("raise ValueError(Errors.E_B.format(1))\nprint(Errors.E_A.format(name=1, path=2))", "keyword arguments only"),
+        ("raise ValueError(Errors.E_A)\nprint(Errors.E_B)", "used without .format but has braces"),
+        ("m = Errors.E_A if x else Errors.E_B\nraise ValueError(m.format(path=1))", "lacks ['name']"),
+        ("T = {'a': (Errors.E_A, Errors.E_B)}\ndef f(k):\n    left, right = T[k]\n    m = left if k else right\n"
+         "    return m.format(path=1)", "lacks ['name']"),
+        ("def one_of(c, message):\n    return message.format(name=c)\nx = one_of(1, Errors.E_A)\nprint(Errors.E_B)",
+         "lacks ['path']"),
+        ("def pick():\n    return Errors.E_A\nprint(pick().format(name=1, path=2), Errors.E_B)", None),
+        ("def pick():\n    return Errors.E_A\nprint(pick(), Errors.E_B)", "used without .format but has braces"),
+        ("for m in (Errors.E_A, Errors.E_B):\n    print(m.format(name=1))", "lacks ['path']"),
+        ("T = (Errors.E_A,)\nif x in T:\n    print(Errors.E_A.format(name=1, path=2), Errors.E_B)", None),
+        ("print(Errors.E_A.format(name=1, path=2))", "Errors.E_B is used nowhere"),
+        ("print(Errors.E_A.format(name=1, path=2), Errors.E_B, Errors.E_GONE)", "E_GONE is not a message"),
+        ("print(Errors.E_A.format(name=1, path=2), Errors.E_B, getattr(Errors, 'E_B'))", "used other than as Errors.NAME"),
+    ],
+)
+def test_check_finds_planted_mismatches(tmp_path, source, expected):
+    """The check itself, on planted code: each mismatch it must find (None: a correct use it must accept)."""
+    known = {("Errors", "E_A"): "{name!r} at {path}", ("Errors", "E_B"): "no placeholders"}
+    problems = check(_planted(tmp_path, source), known)
+    if expected is None:
+        assert problems == []
+    else:
+        assert any(expected in p for p in problems), problems
+
+
+def test_check_finds_a_broken_message():
+    assert any("not a keyword" in p for p in check([], {("Errors", "E_X"): "at {0}"}))
+    assert any("Single '}'" in p for p in check([], {("Errors", "E_X"): "a } b"}))
