@@ -1,5 +1,6 @@
 """The dependency parser listening to `elmo`: it trains (frozen and fine-tuned biLM), its trees are
-valid, and saving / loading, batching and ``replace_listeners`` leave its parses unchanged."""
+valid, and saving / loading, batching and ``replace_listeners`` leave its parses unchanged; the
+trainable lemmatizer, which shares the parser's gold docs, trains and round-trips too."""
 
 import random
 
@@ -153,3 +154,36 @@ def _assert_same(run, parses, vectors, atol=1e-5):
     """Same parses; the same vectors up to ``atol`` (float32 rounding of other batch shapes)."""
     assert run[0] == parses
     numpy.testing.assert_allclose(run[1], vectors, rtol=0, atol=atol)
+
+
+LEMMAS = {"saw": "see", "liked": "like", "found": "find"}
+
+
+def test_trainable_lemmatizer_with_listener(tiny_dir, tmp_path):
+    """The edit-tree lemmatizer (spacy.Tagger.v2 on the ELMo tok2vec) learns the verbs' lemmas and
+    keeps them through a save / load round trip."""
+    spacy.util.fix_random_seed(0)
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir)})
+    model = {"@architectures": "spacy.Tagger.v2", "nO": None, "normalize": False, "tok2vec": TOK2VEC}
+    nlp.add_pipe("trainable_lemmatizer", config={"model": model, "min_tree_freq": 1})
+    gold = parsed_docs(nlp.vocab, 16)
+    for doc in gold:
+        for token in doc:
+            token.lemma_ = LEMMAS.get(token.text, token.text)
+    examples = [Example(nlp.make_doc(d.text), d) for d in gold]
+    optimizer = nlp.initialize(lambda: examples)
+    optimizer.learn_rate = 0.01
+    epoch_losses = []
+    for _ in range(6):
+        losses = {}
+        for i in range(0, len(examples), 8):
+            nlp.update(examples[i : i + 8], sgd=optimizer, losses=losses)
+        epoch_losses.append(losses["trainable_lemmatizer"])
+    assert epoch_losses[-1] < epoch_losses[0] / 4, epoch_losses
+    texts = [d.text for d in gold]
+    lemmas = [[t.lemma_ for t in doc] for doc in nlp.pipe(texts)]
+    pairs = [(p, g.lemma_) for doc, gold_doc in zip(lemmas, gold) for p, g in zip(doc, gold_doc)]
+    assert sum(p == g for p, g in pairs) / len(pairs) > 0.95, lemmas
+    nlp.to_disk(tmp_path / "nlp")
+    assert [[t.lemma_ for t in doc] for doc in spacy.load(tmp_path / "nlp").pipe(texts)] == lemmas
