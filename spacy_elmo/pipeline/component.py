@@ -517,7 +517,7 @@ class ElmoComponent(TrainablePipe):
         for doc, layers in zip(docs, outputs):
             layers = self.model.ops.to_numpy(layers)
             set_doc_data(doc, layers, mix, self.cfg["store"], self.cfg["store_dtype"])
-            if self.cfg["user_hooks"]:
+            if self.cfg["user_hooks"] and self.cfg["store"] != "none":  # no data: keep spaCy's own vectors
                 install_hooks(doc)
             if self.cfg["set_doc_tensor"]:
                 doc.tensor = numpy.tensordot(mix, layers, axes=(0, 0)).astype("float32")

@@ -65,6 +65,19 @@ def test_store_options(tiny_dir):
         spacy.blank("en").add_pipe("elmo", config={"store": "some"})
 
 
+def test_store_none_leaves_spacys_vectors(tiny_dir):
+    """store = "none" keeps no ELMo data: its user hooks replaced the pipeline's static vectors with
+    empty ones (token.vector [], has_vector False, similarity 0.0)."""
+    nlp = spacy.blank("en")
+    nlp.vocab.set_vector("bank", numpy.array([1.0, 2.0, 0.0], dtype="float32"))
+    nlp.vocab.set_vector("river", numpy.array([2.0, 1.0, 0.0], dtype="float32"))
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "store": "none", "set_doc_tensor": True})
+    doc = nlp("bank river")
+    numpy.testing.assert_array_equal(doc[0].vector, [1.0, 2.0, 0.0])
+    assert doc[1].has_vector and abs(doc[0].similarity(doc[1]) - 0.8) < 1e-6
+    assert doc.tensor.shape == (2, WIDTH)
+
+
 def test_vectors_and_hooks(nlp):
     doc = nlp("I sat by the bank of the river . I put money in the bank .")
     a, b = doc[4], doc[14]

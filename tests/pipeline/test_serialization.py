@@ -1,6 +1,10 @@
 """Doc data through bytes, DocBin and multiprocessing; pipeline save/load."""
 
+import json
+import pickle
 import shutil
+import subprocess
+import sys
 
 import numpy
 import pytest
@@ -32,12 +36,44 @@ def test_docbin(nlp):
 
 
 def test_pickle_doc(nlp):
-    import pickle
-
     doc = nlp("a b c")
     back = pickle.loads(pickle.dumps(doc))
     numpy.testing.assert_array_equal(back._.elmo, doc._.elmo)
     assert back[0].has_vector
+
+
+# A fresh process without any elmo component: it reads the docs written above and prints what it sees.
+_READER = """
+import json, pickle, sys
+import spacy
+from spacy.tokens import DocBin
+doc = pickle.load(open(sys.argv[1], "rb"))  # its user hooks import spacy_elmo.pipeline, nothing else does
+out = {"pickled": [doc[1].vector.tolist(), doc[1].has_vector, doc[1].similarity(doc[2])]}
+from spacy_elmo.pipeline import install_hooks
+(read,) = DocBin().from_disk(sys.argv[2]).get_docs(spacy.blank("en").vocab)
+install_hooks(read)
+out["docbin"] = [read._.elmo.tolist(), read[1].vector.tolist(), read[1].has_vector, read[1].similarity(read[2])]
+print(json.dumps(out))
+"""
+
+
+def test_docs_read_in_a_process_without_the_component(nlp, tmp_path):
+    """A consumer process (no elmo component) that unpickles docs or reads a DocBin and calls
+    install_hooks: the extensions were registered only by creating the component, so the pickled
+    doc's hooks gave empty vectors (has_vector False, similarity 0.0) and doc._.elmo was spaCy's E046."""
+    doc = nlp("The bank of the river .")
+    pickle.dump(doc, open(tmp_path / "doc.pkl", "wb"))
+    DocBin(docs=[doc], store_user_data=True).to_disk(tmp_path / "docs.spacy")
+    result = subprocess.run([sys.executable, "-c", _READER, str(tmp_path / "doc.pkl"), str(tmp_path / "docs.spacy")],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    vector, similarity = doc[1].vector, doc[1].similarity(doc[2])
+    for seen in (out["pickled"], out["docbin"][1:]):
+        numpy.testing.assert_allclose(seen[0], vector, rtol=1e-6)
+        assert seen[1] is True
+        assert abs(seen[2] - similarity) < 1e-6
+    numpy.testing.assert_array_equal(numpy.asarray(out["docbin"][0], dtype="float16"), doc._.elmo)
 
 
 def test_n_process_2(nlp):
