@@ -35,7 +35,8 @@ from spacy_elmo import errors
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 SKIP = re.compile(r"<!--\s*readme-test:\s*skip\s*\((.+)\)\s*-->")
-FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9.-]*[a-z0-9]")
+#: ``--flag``, and spaCy's ``--section.key_name`` config overrides (a key can hold an underscore)
+FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9._-]*[a-z0-9]")
 
 
 class Block(NamedTuple):
@@ -349,8 +350,14 @@ def shipped_config_keys(stem: str) -> Optional[set]:
         return None
     from thinc.api import Config
 
+    def keys(block: dict, prefix: str):
+        for key, value in block.items():
+            yield f"{prefix}.{key}"
+            if isinstance(value, dict):
+                yield from keys(value, f"{prefix}.{key}")
+
     config = Config().from_disk(path, interpolate=False)
-    return {f"--{section}.{key}" for section, values in config.items() if isinstance(values, dict) for key in values}
+    return {key for section, values in config.items() if isinstance(values, dict) for key in keys(values, f"--{section}")}
 
 
 def make_targets_and_variables() -> set:
