@@ -267,3 +267,26 @@ def test_sourced_elmo_warns_in_init_nlp_only_not_when_an_assembled_pipeline_load
         loaded("Alice went home .")
     assert "elmo" in loaded.meta["_sourced_vectors_hashes"]  # what made it warn
     assert [str(w.message) for w in caught if "sourced with" in str(w.message)] == []
+
+
+def test_shipped_configs_share_every_setting_but_their_task():
+    """The configs cannot include one another: each repeats the elmo component, the tok2vec of its
+    listeners, the corpora, training and initialize blocks. They stay the same in every config (and in
+    every listening component), so that an edit to one reaches the others."""
+    from spacy_elmo.configs import config_names, config_path
+
+    def shared(config):
+        components = config["components"]
+        tok2vecs = [block["model"]["tok2vec"] for name, block in components.items() if name not in ("sentencizer", "elmo")]
+        assert tok2vecs and all(t == tok2vecs[0] for t in tok2vecs)
+        training = {k: v for k, v in config["training"].items() if k != "score_weights"}
+        nlp = {k: v for k, v in config["nlp"].items() if k != "pipeline"}
+        rest = {k: v for k, v in config.items() if k not in ("components", "training", "nlp")}
+        return rest, nlp, training, components["sentencizer"], components["elmo"], tok2vecs[0]
+
+    configs = {name: spacy.util.load_config(config_path(name), interpolate=False) for name in config_names()}
+    assert len(configs) == 3
+    first = shared(configs["ner"])
+    for name, config in configs.items():
+        assert shared(config) == first, name
+        assert config["nlp"]["pipeline"][:2] == ["sentencizer", "elmo"]
