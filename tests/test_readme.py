@@ -550,10 +550,14 @@ def stale_names(paths: List[Path]) -> List[str]:
     the code, nor torch, nor a repository file or directory (a benchmark result: ``textcat_s4*``) has."""
     files = repository_files()
     basenames = {f.rsplit("/", 1)[-1] for f in files}
+    import spacy.pipeline  # noqa: F401 (registers spaCy's factories)
     import torch
+    from spacy.language import Language
 
-    # torch's own names (``index_add_``), which the text uses to say what the code runs
+    # torch's own names (``index_add_``), which the text uses to say what the code runs, and spaCy's
+    # component factories (``beam_parser``), which it names as what the listeners work with
     known = code_names() | {name.split(".")[0] for name in basenames} | set(dir(torch)) | set(dir(torch.Tensor))
+    known |= set(Language.factories)
     used_in_code = "\n".join(code_texts()) + "\n".join(b.text for b in BLOCKS)
     wrong = []
     for path in paths:
@@ -585,8 +589,8 @@ def test_stale_names_are_found(tmp_path):
     """Planted: names that were renamed or never existed are found; the real ones they mimic are not."""
     planted = tmp_path / "planted.md"
     good = ["pretrain_cpu_b128.json", "ner_conll2003_s6/ner_conll2003.png", "_glibcdefault.json", "textcat_s4*",
-            "textcat_bbc_sentences", "read_log()", "TOKENIZE_TIMEOUT", "train_log.jsonl", "test_readme"]
+            "textcat_bbc_sentences", "read_log()", "TOKENIZE_TIMEOUT", "train_log.jsonl", "test_readme", "beam_parser"]
     bad = ["pretrain_cpu_b256.json", "ner_conll2003_s99/ner_conll2003.png", "_glibcdefaults.json", "textcat_s99*",
-           "textcat_bbc_paragraphs", "read_logs()", "TOKENIZE_TIMEOUTS", "train_log.json", "test_readme_old"]
+           "textcat_bbc_paragraphs", "read_logs()", "TOKENIZE_TIMEOUTS", "train_log.json", "test_readme_old", "beam_parsers"]
     planted.write_text(" ".join(f"`{name}`" for name in good + bad) + "\n", encoding="utf-8")
     assert stale_names([planted]) == [f"planted.md: `{name}`" for name in bad]
