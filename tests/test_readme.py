@@ -35,7 +35,8 @@ from spacy_elmo import errors
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 SKIP = re.compile(r"<!--\s*readme-test:\s*skip\s*\((.+)\)\s*-->")
-FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9.-]*[a-z0-9]")
+#: ``--flag``, and spaCy's ``--section.key_name`` config overrides (a key can hold an underscore)
+FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9._-]*[a-z0-9]")
 
 
 class Block(NamedTuple):
@@ -349,8 +350,14 @@ def shipped_config_keys(stem: str) -> Optional[set]:
         return None
     from thinc.api import Config
 
+    def keys(block: dict, prefix: str):
+        for key, value in block.items():
+            yield f"{prefix}.{key}"
+            if isinstance(value, dict):
+                yield from keys(value, f"{prefix}.{key}")
+
     config = Config().from_disk(path, interpolate=False)
-    return {f"--{section}.{key}" for section, values in config.items() if isinstance(values, dict) for key in values}
+    return {key for section, values in config.items() if isinstance(values, dict) for key in keys(values, f"--{section}")}
 
 
 def make_targets_and_variables() -> set:
@@ -543,10 +550,14 @@ def stale_names(paths: List[Path]) -> List[str]:
     the code, nor torch, nor a repository file or directory (a benchmark result: ``textcat_s4*``) has."""
     files = repository_files()
     basenames = {f.rsplit("/", 1)[-1] for f in files}
+    import spacy.pipeline  # noqa: F401 (registers spaCy's factories)
     import torch
+    from spacy.language import Language
 
-    # torch's own names (``index_add_``), which the text uses to say what the code runs
+    # torch's own names (``index_add_``), which the text uses to say what the code runs, and spaCy's
+    # component factories (``beam_parser``), which it names as what the listeners work with
     known = code_names() | {name.split(".")[0] for name in basenames} | set(dir(torch)) | set(dir(torch.Tensor))
+    known |= set(Language.factories)
     used_in_code = "\n".join(code_texts()) + "\n".join(b.text for b in BLOCKS)
     wrong = []
     for path in paths:
@@ -578,8 +589,8 @@ def test_stale_names_are_found(tmp_path):
     """Planted: names that were renamed or never existed are found; the real ones they mimic are not."""
     planted = tmp_path / "planted.md"
     good = ["pretrain_cpu_b128.json", "ner_conll2003_s6/ner_conll2003.png", "_glibcdefault.json", "textcat_s4*",
-            "textcat_bbc_sentences", "read_log()", "TOKENIZE_TIMEOUT", "train_log.jsonl", "test_readme"]
+            "textcat_bbc_sentences", "read_log()", "TOKENIZE_TIMEOUT", "train_log.jsonl", "test_readme", "beam_parser"]
     bad = ["pretrain_cpu_b256.json", "ner_conll2003_s99/ner_conll2003.png", "_glibcdefaults.json", "textcat_s99*",
-           "textcat_bbc_paragraphs", "read_logs()", "TOKENIZE_TIMEOUTS", "train_log.json", "test_readme_old"]
+           "textcat_bbc_paragraphs", "read_logs()", "TOKENIZE_TIMEOUTS", "train_log.json", "test_readme_old", "beam_parsers"]
     planted.write_text(" ".join(f"`{name}`" for name in good + bad) + "\n", encoding="utf-8")
     assert stale_names([planted]) == [f"planted.md: `{name}`" for name in bad]

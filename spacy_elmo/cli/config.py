@@ -6,14 +6,14 @@ from pathlib import Path
 import typer
 
 from ..atomic import atomic_write_text
-from ..configs import config_path
+from ..configs import config_names, config_path
 from ..errors import Errors
 from .app import app, checked_by, echo_styled
 
 
 @app.command()
 def config(
-    name: str = typer.Argument(..., callback=checked_by(config_path), help="Which config: ner or textcat."),
+    name: str = typer.Argument(..., callback=checked_by(config_path), help=f"Which config: {', '.join(config_names())}."),
     output: str = typer.Argument("-", help="File to write, or - for stdout."),
     force: bool = typer.Option(False, "--force", help="Replace OUTPUT if it exists."),
 ) -> None:

@@ -1,4 +1,4 @@
-"""The ``spacy train`` configs shipped with the package (``ner.cfg``, ``textcat.cfg``).
+"""The ``spacy train`` configs shipped with the package (``ner.cfg``, ``parser.cfg``, ``textcat.cfg``).
 
 ``spacy-elmo config NAME OUTPUT`` writes one out; :func:`config_path` finds one.
 Reading them needs no spaCy: they are plain text files.

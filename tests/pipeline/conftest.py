@@ -31,17 +31,24 @@ def nlp(tiny_dir):
 
 
 NAMES = {"Alice": "PER", "Bob": "PER", "Paris": "LOC", "London": "LOC"}
+# the tree and tags of every make_docs sentence: "Yesterday NAME went home and it was MOOD ."
+PARSE = {
+    "heads": [2, 2, 2, 2, 2, 6, 2, 6, 2],
+    "deps": ["npadvmod", "nsubj", "ROOT", "advmod", "cc", "nsubj", "conj", "acomp", "punct"],
+    "tags": ["NN", "NNP", "VBD", "RB", "CC", "PRP", "VBD", "JJ", "."],
+}
 
 
-def make_docs(n: int, seed: int = 0):
-    """Short docs with one entity, cats POS/NEG and a span group "sc"."""
+def make_docs(n: int, seed: int = 0, parsed: bool = False):
+    """Short docs with one entity, cats POS/NEG and a span group "sc" (and :data:`PARSE` if ``parsed``)."""
     rng = random.Random(seed)
     nlp = spacy.blank("en")
     docs = []
     for i in range(n):
         name = rng.choice(sorted(NAMES))
         mood = "good" if i % 2 else "bad"
-        doc = nlp(f"Yesterday {name} went home and it was {mood} .")
+        words = ["Yesterday", name, "went", "home", "and", "it", "was", mood, "."]
+        doc = spacy.tokens.Doc(nlp.vocab, words=words, spaces=[True] * 8 + [False], **(PARSE if parsed else {}))
         doc.ents = [spacy.tokens.Span(doc, 1, 2, label=NAMES[name])]
         doc.spans["sc"] = [spacy.tokens.Span(doc, 1, 2, label=NAMES[name])]
         doc.cats = {"POS": float(i % 2), "NEG": float(1 - i % 2)}
@@ -52,6 +59,6 @@ def make_docs(n: int, seed: int = 0):
 @pytest.fixture(scope="session")
 def corpus_dir(tmp_path_factory):
     path = tmp_path_factory.mktemp("corpus")
-    DocBin(docs=make_docs(16, 0), store_user_data=True).to_disk(path / "train.spacy")
-    DocBin(docs=make_docs(6, 1), store_user_data=True).to_disk(path / "dev.spacy")
+    DocBin(docs=make_docs(16, 0, parsed=True), store_user_data=True).to_disk(path / "train.spacy")
+    DocBin(docs=make_docs(6, 1, parsed=True), store_user_data=True).to_disk(path / "dev.spacy")
     return path

@@ -1,4 +1,4 @@
-"""`spacy train` on the shipped configs (ner.cfg, textcat.cfg) for a few steps on tiny data."""
+"""`spacy train` on the shipped configs (ner.cfg, parser.cfg, textcat.cfg) for a few steps on tiny data."""
 
 import subprocess
 import sys
@@ -10,7 +10,7 @@ import pytest
 import spacy
 import srsly
 import torch
-from spacy.training import Corpus
+from spacy.training import Corpus, Example
 from spacy.training.initialize import init_nlp
 
 from spacy_elmo import BiLM, BiLMConfig
@@ -22,40 +22,61 @@ from spacy_elmo.configs import CONFIG_DIR as CONFIGS
 from .conftest import TINY
 
 
+#: What a test adds to a shipped config: the tiny corpus needs the parser's every move (README).
+OVERRIDES = {"parser.cfg": {"components.parser.min_action_freq": 1}}
+
+
 def _train(cfg, corpus_dir, tiny_dir, out):
+    overrides = [word for key, value in OVERRIDES.get(cfg, {}).items() for word in (f"--{key}", str(value))]
     cmd = [
         sys.executable, "-m", "spacy", "train", str(CONFIGS / cfg),
         "--paths.train", str(corpus_dir / "train.spacy"), "--paths.dev", str(corpus_dir / "dev.spacy"),
         "--paths.elmo", str(tiny_dir), "--output", str(out),
         "--training.max_steps", "4", "--training.eval_frequency", "2",
-        "--nlp.batch_size", "8",
+        "--nlp.batch_size", "8", *overrides,
     ]  # fmt: skip
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return out / "model-last"
 
 
-@pytest.mark.parametrize("cfg,task", [("ner.cfg", "ner"), ("textcat.cfg", "textcat")])
-def test_spacy_train(cfg, task, corpus_dir, tiny_dir, tmp_path):
+def _annotations(doc):
+    """What the shipped configs' task components set on a doc."""
+    return [(e.start, e.end, e.label_) for e in doc.ents], doc.cats, [(t.tag_, t.head.i, t.dep_) for t in doc]
+
+
+TASKS = [("ner.cfg", ["ner"]), ("parser.cfg", ["tagger", "parser"]), ("textcat.cfg", ["textcat"])]
+
+
+@pytest.mark.parametrize("cfg,tasks", TASKS)
+def test_spacy_train(cfg, tasks, corpus_dir, tiny_dir, tmp_path):
     path = _train(cfg, corpus_dir, tiny_dir, tmp_path / "out")
     nlp = spacy.load(path)
-    assert nlp.pipe_names == ["sentencizer", "elmo", task]
-    # the task's ScalarMix learned; the biLM did not move
-    (mix,) = [n for n in nlp.get_pipe(task).model.walk() if n.name == "elmo_scalar_mix"]
-    assert not numpy.allclose(mix.get_param("w"), 0.0)
+    assert nlp.pipe_names == ["sentencizer", "elmo", *tasks]
+    assert nlp.get_pipe("elmo").listening_components == tasks
+    # each task's own ScalarMix learned; the biLM did not move
+    for task in tasks:
+        (mix,) = [n for n in nlp.get_pipe(task).model.walk() if n.name == "elmo_scalar_mix"]
+        assert not numpy.allclose(mix.get_param("w"), 0.0), task
+    # every weighted score is one the pipeline reports (spaCy counts a missing one as 0, silently)
+    scores = nlp.evaluate(list(Corpus(str(corpus_dir / "dev.spacy"))(nlp)))
+    weights = spacy.util.load_config(CONFIGS / cfg)["training"]["score_weights"]
+    assert {k for k, w in weights.items() if w is not None} <= scores.keys()
     original = BiLM.load(tiny_dir, backend="reference").state_dict()
     for name, value in get_bilm(nlp.get_pipe("elmo").model).state_dict().items():
         assert torch.equal(value.cpu(), original[name]), name
     # save / load round trip: identical predictions
-    texts = ["Yesterday Alice went home and it was good .", "London was bad ."]
+    texts = ["Yesterday Alice went home and it was good .", "London was bad .", "Alice went home . It was good ."]
     before = list(nlp.pipe(texts))
+    # the sentences the biLM read are the doc's: the parser keeps the sentencizer's
+    with nlp.select_pipes(enable=["sentencizer"]):
+        assert [[s.start for s in d.sents] for d in nlp.pipe(texts)] == [[s.start for s in d.sents] for d in before]
     nlp.to_disk(tmp_path / "again")
     after = list(spacy.load(tmp_path / "again").pipe(texts))
     for a, b in zip(before, after):
         numpy.testing.assert_array_equal(a._.elmo, b._.elmo)
-        assert [(e.start, e.end, e.label_) for e in a.ents] == [(e.start, e.end, e.label_) for e in b.ents]
-        assert a.cats == b.cats
-    if task == "ner":
+        assert _annotations(a) == _annotations(b)
+    if tasks == ["ner"]:
         # `spacy package` handles it (directory only: building an sdist needs network tools)
         pkg = tmp_path / "pkg"
         pkg.mkdir()
@@ -73,13 +94,18 @@ def test_spacy_train(cfg, task, corpus_dir, tiny_dir, tmp_path):
         numpy.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-6)
 
 
-GOLD = {"ner.cfg": {"entities": [(0, 5, "PER")]}, "textcat.cfg": {"cats": {"POS": 1.0, "NEG": 0.0}}}
+GOLD = {
+    "ner.cfg": {"entities": [(0, 5, "PER")]},
+    "parser.cfg": {"heads": [1, 1, 1, 1, 5, 5, 5, 5], "tags": ["NNP", "VBD", "RB", ".", "PRP", "VBD", "JJ", "."],
+                   "deps": ["nsubj", "ROOT", "advmod", "punct", "nsubj", "ROOT", "acomp", "punct"]},
+    "textcat.cfg": {"cats": {"POS": 1.0, "NEG": 0.0}},
+}  # fmt: skip
 
 
 def _config(cfg, corpus_dir, weights, overrides=None):
     """A shipped config on the tiny corpus with ``weights`` as --paths.elmo (and other ``overrides``)."""
     overrides = {"paths.train": str(corpus_dir / "train.spacy"), "paths.dev": str(corpus_dir / "dev.spacy"),
-                 "paths.elmo": str(weights), **(overrides or {})}  # fmt: skip
+                 "paths.elmo": str(weights), **OVERRIDES.get(cfg, {}), **(overrides or {})}  # fmt: skip
     return spacy.util.load_config(CONFIGS / cfg, overrides=overrides, interpolate=False)
 
 
@@ -89,8 +115,6 @@ def test_config_gives_elmo_sentences_in_training(cfg, annotating, corpus_dir, ti
     """`spacy train` runs only the components in [training] annotating_components on the
     predicted docs, which start as bare words: without the sentencizer listed there the biLM
     reads a whole multi-sentence doc as one window in training and sentences at prediction."""
-    from spacy.training import Example
-
     from spacy_elmo.pipeline import bilm_layer
 
     config = _config(cfg, corpus_dir, tiny_dir)
@@ -246,3 +270,27 @@ def test_sourced_elmo_warns_in_init_nlp_only_not_when_an_assembled_pipeline_load
         loaded("Alice went home .")
     assert "elmo" in loaded.meta["_sourced_vectors_hashes"]  # what made it warn
     assert [str(w.message) for w in caught if "sourced with" in str(w.message)] == []
+
+
+def test_shipped_configs_share_every_setting_but_their_task():
+    """The configs cannot include one another: each repeats the elmo component, the tok2vec of its
+    listeners, the corpora, training and initialize blocks. They stay the same in every config (and in
+    every listening component), so that an edit to one reaches the others."""
+    from spacy_elmo.configs import config_names, config_path
+
+    def shared(config):
+        components = config["components"]
+        tasks = [block for name, block in components.items() if name not in ("sentencizer", "elmo")]
+        tok2vecs = [block["model"]["tok2vec"] for block in tasks]
+        assert tok2vecs and all(t == tok2vecs[0] for t in tok2vecs)
+        training = {k: v for k, v in config["training"].items() if k != "score_weights"}
+        nlp = {k: v for k, v in config["nlp"].items() if k != "pipeline"}
+        rest = {k: v for k, v in config.items() if k not in ("components", "training", "nlp")}
+        return rest, nlp, training, components["sentencizer"], components["elmo"], tok2vecs[0]
+
+    configs = {name: spacy.util.load_config(config_path(name), interpolate=False) for name in config_names()}
+    assert [f"{name}.cfg" for name in configs] == [cfg for cfg, _ in TASKS]  # test_spacy_train trains every one
+    first = shared(configs["ner"])
+    for (name, config), (_, tasks) in zip(configs.items(), TASKS):
+        assert shared(config) == first, name
+        assert config["nlp"]["pipeline"] == ["sentencizer", "elmo", *tasks]

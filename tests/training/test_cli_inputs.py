@@ -269,7 +269,7 @@ def test_config_writes_the_shipped_configs(tmp_path):
 
     from spacy_elmo.configs import config_names, config_path
 
-    assert config_names() == ("ner", "textcat")
+    assert config_names() == ("ner", "parser", "textcat")
     for name in config_names():
         result = runner.invoke(app, ["config", name])  # stdout
         assert result.exit_code == 0, result.output
@@ -282,8 +282,10 @@ def test_config_writes_the_shipped_configs(tmp_path):
         output = clean_error(runner.invoke(app, ["config", name, str(out)]))
         assert "--force" in output
         assert runner.invoke(app, ["config", name, str(out), "--force"]).exit_code == 0
-    output = clean_error(runner.invoke(app, ["config", "parser"]), code=2)
-    assert "ner, textcat" in output
+    output = clean_error(runner.invoke(app, ["config", "coref"]), code=2)
+    assert "ner, parser, textcat" in output
+    help_text = " ".join(runner.invoke(app, ["config", "--help"], terminal_width=200).output.split())
+    assert "Which config: ner, parser, textcat." in help_text
 
 
 # -- compressed text ---------------------------------------------------------------------------
