@@ -2,7 +2,7 @@
 command line reads it before any command runs)."""
 
 import os
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 from .errors import Errors
 
@@ -28,14 +28,32 @@ def _read(name: str, default: int, lowest: int, highest: int) -> int:
     return value
 
 
-def torchrun_ranks() -> Ranks:
-    """This process's :class:`Ranks` under torchrun (``WORLD_SIZE`` > 1); ``(0, 1, 0)`` for one process.
-
-    ``RANK`` defaults to 0 and ``LOCAL_RANK`` to ``RANK`` (one machine), for a launcher that sets
-    ``WORLD_SIZE`` alone. ValueError naming the variable for a value that is no rank of the job
-    (``WORLD_SIZE=abc``, ``RANK`` >= ``WORLD_SIZE``)."""
+def _ranks(unset_local: Optional[int]) -> Ranks:
+    """:class:`Ranks` from the environment; an unset ``LOCAL_RANK`` reads as ``unset_local`` (None: ``RANK``)."""
     world = _read("WORLD_SIZE", 1, 1, 2**31 - 1)
     if world == 1:
         return Ranks(0, 1, 0)
     rank = _read("RANK", 0, 0, world - 1)
-    return Ranks(rank, world, _read("LOCAL_RANK", rank, 0, world - 1))
+    return Ranks(rank, world, _read("LOCAL_RANK", rank if unset_local is None else unset_local, 0, world - 1))
+
+
+def torchrun_ranks() -> Ranks:
+    """This process's :class:`Ranks` under torchrun (``WORLD_SIZE`` > 1); ``(0, 1, 0)`` for one process.
+
+    ``RANK`` defaults to 0 and ``LOCAL_RANK`` to ``RANK`` (one machine: the trainer's GPU index), for a
+    launcher that sets ``WORLD_SIZE`` alone. ValueError naming the variable for a value that is no rank of
+    the job (``WORLD_SIZE=abc``, ``RANK`` >= ``WORLD_SIZE``)."""
+    return _ranks(None)
+
+
+def printing_ranks() -> Ranks:
+    """:class:`Ranks` for deciding which process prints (the command line's muting), never an error: a value
+    that is no rank of a job reads as one process (``pretrain`` itself refuses it with
+    :func:`torchrun_ranks`), and an unset ``LOCAL_RANK`` as 0. That launcher (not torchrun, which sets it)
+    may span machines, where ``RANK`` says nothing of the machine: every process then prints what is the
+    same on every process of a machine (a missing compiled extension), a warning repeated rather than the
+    warning of another machine lost."""
+    try:
+        return _ranks(0)
+    except ValueError:
+        return Ranks(0, 1, 0)

@@ -21,10 +21,10 @@ line before its opening fence; nothing is skipped silently.
 
 import ast
 import fnmatch
-import glob
 import re
 import shlex
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
@@ -431,8 +431,15 @@ def test_relative_links_and_anchors_exist():
 BUILT = {"spacy_elmo/_C*.so"}
 
 
+def glob_matches(pattern: str, paths: List[str]) -> bool:
+    """Whether a shell glob (``*`` within one directory) names one of ``paths``."""
+    regex = re.compile("[^/]*".join(re.escape(piece) for piece in pattern.rstrip("/").split("*")))
+    return any(regex.fullmatch(path) for path in paths)
+
+
 def test_repository_paths_in_backticks_exist():
-    tops = {p.name for p in ROOT.iterdir() if p.is_dir() and not p.name.startswith(".")}
+    paths = repository_files()
+    tops = {path for path in paths if "/" not in path and not (ROOT / path).is_file()}
     wrong = []
     for path in DOCS:
         for span in inline_spans(path):
@@ -440,7 +447,7 @@ def test_repository_paths_in_backticks_exist():
                 candidate = word[3:] if word.startswith("../") else word
                 if candidate in BUILT or "/" not in candidate or candidate.split("/")[0] not in tops:
                     continue
-                if not glob.glob(str(ROOT / candidate)):
+                if not glob_matches(candidate, paths):
                     wrong.append(f"{path.name}: `{span}`")
     assert not wrong, "\n".join(wrong)
 
@@ -501,21 +508,37 @@ CODE_NAME = re.compile(r"(?P<name>[A-Za-z_][\w*]*_[\w*]+)|(?P<called>[A-Za-z_]\w
 CODE_FILES = ("*.py", "*.cpp", "*.cu", "*.cuh", "*.h", "*.cfg", "*.sh", "*.toml", "Makefile")
 
 
-def repository_files() -> List[str]:
-    """Paths (relative to the root, ``/``-separated) of the repository's files and directories; hidden ones,
-    builds and caches left out."""
-    skip = {"build", "dist", "__pycache__"}
-    return sorted(
-        p.relative_to(ROOT).as_posix() for p in ROOT.rglob("*")
-        if not any(part.startswith(".") or part in skip or part.endswith(".egg-info") for part in p.relative_to(ROOT).parts)
-    )
+def _kept(path: str) -> bool:
+    """Whether ``path`` (relative, ``/``-separated) is none of the hidden files, builds and caches."""
+    return not any(part.startswith(".") or part in {"build", "dist", "__pycache__"} or part.endswith(".egg-info")
+                   for part in path.split("/"))
+
+
+def checkout_files(root: Path = ROOT) -> List[str]:
+    """Paths (relative to ``root``, ``/``-separated) of the repository's files; hidden ones, builds and caches
+    left out. In a git checkout the files git tracks or would (untracked, not ignored): an ignored local file
+    (under ``tmp/``, a result kept aside) is no file of the repository, and a doc naming it passed here but
+    failed in CI's clean clone. Elsewhere (an unpacked sdist) every file below ``root``."""
+    try:
+        listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=root,
+                                capture_output=True, check=True).stdout.decode("utf-8", "surrogateescape").split("\0")
+    except (OSError, subprocess.CalledProcessError):  # no git, or no checkout
+        listed = [p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()]
+    return sorted({path for path in listed if path and _kept(path) and (root / path).is_file()})
+
+
+def repository_files(root: Path = ROOT) -> List[str]:
+    """:func:`checkout_files` and the directories that hold them."""
+    files = checkout_files(root)
+    directories = {path.rsplit("/", cut)[0] for path in files for cut in range(1, path.count("/") + 1)}
+    return sorted(set(files) | directories)
 
 
 def code_texts() -> List[str]:
     """The code of the repository, this file (which plants wrong names) left out."""
-    return [p.read_text(encoding="utf-8", errors="replace") for pattern in CODE_FILES for p in ROOT.rglob(pattern)
-            if not any(part.startswith(".") or part == "build" for part in p.relative_to(ROOT).parts)
-            and p != Path(__file__).resolve()]
+    return [(ROOT / path).read_text(encoding="utf-8", errors="replace") for path in checkout_files()
+            if any(fnmatch.fnmatch(path.rsplit("/", 1)[-1], pattern) for pattern in CODE_FILES)
+            and ROOT / path != Path(__file__).resolve()]
 
 
 def code_names() -> set:
@@ -594,3 +617,23 @@ def test_stale_names_are_found(tmp_path):
            "textcat_bbc_paragraphs", "read_logs()", "TOKENIZE_TIMEOUTS", "train_log.json", "test_readme_old", "beam_parsers"]
     planted.write_text(" ".join(f"`{name}`" for name in good + bad) + "\n", encoding="utf-8")
     assert stale_names([planted]) == [f"planted.md: `{name}`" for name in bad]
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git lists a checkout's files")
+def test_repository_files_are_the_ones_a_clone_has(tmp_path):
+    """A local file git ignores (under an ignored ``tmp/``) counted as a repository file: a doc naming it
+    passed here and failed in CI's clean clone. A file not yet added (not ignored) counts: it is being written."""
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / ".gitignore").write_text("/tmp/\n", encoding="utf-8")
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "guide.md").write_text("guide\n", encoding="utf-8")
+    git("add", ".gitignore", "docs/guide.md")
+    (tmp_path / "new.py").write_text("\n", encoding="utf-8")
+    (tmp_path / "tmp").mkdir()
+    (tmp_path / "tmp" / "local_only.json").write_text("{}\n", encoding="utf-8")
+    assert repository_files(tmp_path) == ["docs", "docs/guide.md", "new.py"]
+    shutil.rmtree(tmp_path / ".git")  # no checkout (an unpacked sdist): every file
+    assert repository_files(tmp_path) == ["docs", "docs/guide.md", "new.py", "tmp", "tmp/local_only.json"]

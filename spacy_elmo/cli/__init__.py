@@ -5,11 +5,10 @@ Each command lives in its own module and registers itself on ``app``.
 
 import sys
 import warnings
+from typing import Optional
 
-import typer
-
-from ..ranks import torchrun_ranks
-from .app import app, echo_styled
+from ..ranks import printing_ranks
+from .app import COMMAND_LINE, app
 
 # Importing a command module registers its command.
 from . import config, demo, embed, evaluate, export, fit_state, pretrain  # noqa: F401,E402
@@ -28,24 +27,30 @@ def _format_warning(message, category, filename, lineno, line=None) -> str:
 _python_format_warning = warnings.formatwarning
 
 
+def _command(argv) -> Optional[str]:
+    """The command ``argv`` runs (``pretrain``), None for none: the first word that is no option (the
+    application's own options, ``--help`` and ``--version``, take no value)."""
+    return next((word for word in argv if not word.startswith("-")), None)
+
+
 def main() -> None:
     warnings.formatwarning = _format_warning
-    try:
-        rank, _, local_rank = torchrun_ranks()
-    except ValueError as err:  # WORLD_SIZE, RANK or LOCAL_RANK set to no rank of a job
-        echo_styled(str(err), fg=typer.colors.RED, err=True)
-        sys.exit(1)
+    # Only pretrain runs as one of torchrun's processes (DDP): another command (embed, --help) runs whole
+    # wherever it is started, whatever WORLD_SIZE and RANK say, and pretrain refuses a malformed rank itself.
+    rank, local_rank = 0, 0
+    if _command(sys.argv[1:]) == "pretrain":
+        rank, _, local_rank = printing_ranks()
     if local_rank != 0:
         # Under torchrun: pretrain's warnings are rank 0's alone; the others (the compiled extension
         # missing) are the same on every process of a machine, and its first one (LOCAL_RANK 0) shows them.
         warnings.filterwarnings("ignore", message="spacy-elmo:")
     if rank == 0:
-        app()
+        app(obj=COMMAND_LINE)
         return
     # A usage error (an option's value) is the same on every rank: rank 0 prints it, this one exits
     # with its status unprinted.
     try:
-        status = app(standalone_mode=False)
+        status = app(standalone_mode=False, obj=COMMAND_LINE)
     except Exception as err:
         status = _usage_status(err)
         if status is None:

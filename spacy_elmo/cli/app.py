@@ -14,6 +14,11 @@ app = typer.Typer(
 )
 
 
+#: Given by main() as the commands' ``ctx.obj``: this process is the command line, and ends with its command
+#: (pretrain may then leave its signals ignored while it exits; an in-process caller, CliRunner, goes on).
+COMMAND_LINE = "spacy-elmo command line"
+
+
 def _print_version(value: bool) -> None:
     if value:
         import torch

@@ -14,10 +14,10 @@ import typer
 from ..bilm import BiLMConfig
 from ..errors import Errors
 from ..ops import resolve_backend
-from ..ranks import torchrun_ranks
+from ..ranks import Ranks, torchrun_ranks
 from ..training.data import AUTO_RULE
 from ..training.trainer import BOUNDS, OPTIMIZERS, raised_on_every_rank
-from .app import (app, checked_by, counted, echo_styled, known_device, non_negative_int, one_of, positive_int,
+from .app import (COMMAND_LINE, app, checked_by, counted, echo_styled, known_device, non_negative_int, one_of, positive_int,
                   spacy_language)
 
 
@@ -55,11 +55,13 @@ class _Terminated(KeyboardInterrupt):
 
 class _Stop:
     """The signal (SIGINT or SIGTERM) that stopped this process, None while none came. While ``reporting``
-    (the run has ended), a signal is recorded, not raised: it would escape the handler that reports the end."""
+    (the run has ended), a signal is recorded, not raised: it would escape the handler that reports the end.
+    ``ignore_at_exit``: this is the command line's main thread, and the process ends with the run."""
 
-    def __init__(self) -> None:
+    def __init__(self, ignore_at_exit: bool = False) -> None:
         self.signum: Optional[int] = None
         self.reporting = False
+        self.ignore_at_exit = ignore_at_exit
 
     def handle(self, signum, frame) -> None:
         if self.signum is None:
@@ -67,36 +69,61 @@ class _Stop:
         if not self.reporting:
             raise _Terminated if signum == signal.SIGTERM else KeyboardInterrupt
 
+    def exit(self, signum: int, err: BaseException) -> None:
+        """Exit with 128 + ``signum``. Ctrl-C under torchrun comes twice (the terminal's to the whole process
+        group, then torchrun's forwarded copy): a second one in the process's exit (atexit callbacks, the
+        workers' joins) printed "Exception ignored in atexit callback ... KeyboardInterrupt" or killed it by
+        SIGINT instead of 130, so the command line ignores both signals from here on."""
+        if self.ignore_at_exit:
+            for stopping in _STOPPING:
+                signal.signal(stopping, signal.SIG_IGN)
+        raise typer.Exit(128 + signum) from err
+
+
+#: The signals that stop a run.
+_STOPPING = (signal.SIGINT, signal.SIGTERM)
+
 
 @contextmanager
-def _signals_stop_the_run():
+def _signals_stop_the_run(command_line: bool = False):
     """A :class:`_Stop` whose handler takes Ctrl-C (SIGINT: KeyboardInterrupt) and SIGTERM (:class:`_Terminated`;
     it ended the process silently, with no word of the checkpoint to resume from) inside the block. Only the
-    main thread may set handlers: elsewhere, as it was."""
-    stop = _Stop()
-    if threading.current_thread() is not threading.main_thread():
+    main thread may set handlers: elsewhere, as it was. A signal its starter ignores stays ignored (``cmd &``
+    in a script: the script's Ctrl-C is not for it; ``nohup``). ``command_line``: the process ends with the
+    block (main()), so :meth:`_Stop.exit` may leave the signals ignored; the handlers are restored after the
+    block only where they are still the block's own."""
+    main_thread = threading.current_thread() is threading.main_thread()
+    stop = _Stop(ignore_at_exit=command_line and main_thread)
+    if not main_thread:
         yield stop
         return
-    previous = {signum: signal.signal(signum, stop.handle) for signum in (signal.SIGINT, signal.SIGTERM)}
+    handler = stop.handle
+    previous = {signum: signal.signal(signum, handler) for signum in _STOPPING
+                if signal.getsignal(signum) != signal.SIG_IGN}
     try:
         yield stop
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+        for signum, before in previous.items():
+            if signal.getsignal(signum) is handler:
+                signal.signal(signum, before)
 
 
-#: The key of the job's store that counts the ranks a signal stopped.
-_STOPPED_KEY = "spacy_elmo/pretrain/stopped"
+#: The key of the job's store that counts the ranks a signal stopped; an elastic restart of the job
+#: (``TORCHELASTIC_RESTART_COUNT``) counts afresh in the same store.
+_STOPPED_KEY = "spacy_elmo/pretrain/stopped/{restart}"
+#: Seconds a rank waits for torchrun's store to count it: a store whose host stopped answering (a node that
+#: hangs or lost its network, the connection still open) blocks ``add`` whatever ``set_timeout`` says.
+STORE_WAIT_S = 2.0
 
 
-def _first_to_stop() -> bool:
+def _first_to_stop(ranks: Ranks) -> bool:
     """Whether this process is the first of its torchrun job that a signal stopped (one process: True).
 
     Ctrl-C or SIGTERM reaches every rank (torchrun passes its signal on; Slurm signals every task), or one
     alone (a ``kill`` of one PID): the first rank to count itself in torchrun's store says how to go on, once
     either way. Without that store (a signal before the process group started, or ranks started otherwise, whose
-    store rank 0 holds and takes along when it ends): rank 0."""
-    rank, world, _ = torchrun_ranks()
+    store rank 0 holds and takes along when it ends), or with no answer from it in :data:`STORE_WAIT_S`: rank 0."""
+    rank, world, _ = ranks
     if world == 1:
         return True
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":  # not torchrun's store, which outlives the ranks:
@@ -105,33 +132,47 @@ def _first_to_stop() -> bool:
         import torch.distributed as dist  # loaded by the run already
 
         store = dist.distributed_c10d._get_default_store()  # ValueError before init_process_group
-        store.set_timeout(timedelta(seconds=10))
-        return store.add(_STOPPED_KEY, 1) == 1
-    except Exception:  # noqa: BLE001 - no process group yet, or torchrun's store unreachable
+    except Exception:  # noqa: BLE001 - no process group yet
         return rank == 0
+    key = _STOPPED_KEY.format(restart=os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    counts = []
+
+    def count() -> None:
+        try:
+            store.set_timeout(timedelta(seconds=STORE_WAIT_S))
+            counts.append(store.add(key, 1))
+        except Exception:  # noqa: BLE001 - torchrun's store unreachable
+            pass
+
+    # A daemon thread: one blocked on a store that never answers must not keep the process from exiting.
+    counting = threading.Thread(target=count, name="spacy-elmo stop count", daemon=True)
+    counting.start()
+    counting.join(STORE_WAIT_S)
+    return counts[0] == 1 if counts else rank == 0
 
 
-def _report_end(err: BaseException, stop: _Stop, output_dir: Path) -> None:
+def _report_end(err: BaseException, stop: _Stop, output_dir: Path, ranks: Ranks) -> None:
     """Say why the run ended (an error, or the signal that stopped it, and how to go on) and exit: 1 for an
     error, 128 + the signal for a signal (130 Ctrl-C, 143 SIGTERM). Under torchrun, what every rank meets
     alike is said once: an error by rank 0, a stop by the first rank it reached. A rank that merely lost its
     stopped peer (gloo's or NCCL's error) says that error and exits 1."""
     if stop.signum is None and not isinstance(err, KeyboardInterrupt):
-        if torchrun_ranks().rank == 0 or not raised_on_every_rank(err):
+        if ranks.rank == 0 or not raised_on_every_rank(err):
             echo_styled(str(err), fg=typer.colors.RED, err=True)
         raise typer.Exit(1) from err
     # A signal (also one that came while this rank met its stopped peer's error): say what the directory holds
     from ..training.checkpoint import checkpoint_path
 
     signum = stop.signum or (signal.SIGTERM if isinstance(err, _Terminated) else signal.SIGINT)
-    if _first_to_stop():
+    if _first_to_stop(ranks):
         message = Errors.E_PRETRAIN_INTERRUPTED if checkpoint_path(output_dir).exists() else Errors.E_PRETRAIN_INTERRUPTED_EARLY
         echo_styled(message.format(path=output_dir), fg=typer.colors.YELLOW, err=True)
-    raise typer.Exit(128 + signum) from err
+    stop.exit(signum, err)
 
 
 @app.command()
 def pretrain(
+    ctx: typer.Context,
     train_path: Path = typer.Argument(..., help="A UTF-8 text file (plain, .gz, .bz2 or .xz), or a directory of them."),
     output_dir: Path = typer.Argument(..., help="Where the model, vocab.txt, checkpoint and log go."),
     heldout: Optional[Path] = typer.Option(None, help="Held-out text: full-softmax perplexity at every checkpoint."),
@@ -190,6 +231,11 @@ def pretrain(
     from ..training.malloc import keep_freed_memory as keep_freed
     from ..training.trainer import TrainConfig, train
 
+    try:  # once: reporting the end must not meet a malformed environment again
+        ranks = torchrun_ranks()
+    except ValueError as err:  # WORLD_SIZE, RANK or LOCAL_RANK set to no rank of a job
+        echo_styled(str(err), fg=typer.colors.RED, err=True)
+        raise typer.Exit(1) from None
     if max_steps is not None and epochs is not None:
         raise typer.BadParameter(Errors.E_STEPS_AND_EPOCHS)
     if keep_freed_memory:
@@ -203,13 +249,13 @@ def pretrain(
         checkpoint_every=checkpoint_every, state_sentences=state_sentences, sentences=sentences, max_length=max_length, log_every=log_every, threads=threads,
         tokenize_processes=tokenize_processes, progress=progress,
     )
-    with _signals_stop_the_run() as stop:
+    with _signals_stop_the_run(command_line=ctx.obj == COMMAND_LINE) as stop:
         try:
             summary = train(cfg)
         # OSError: also a disk full, a path under a file...; KeyboardInterrupt: Ctrl-C, or SIGTERM (_Terminated)
         except (ValueError, OSError, RuntimeError, KeyboardInterrupt) as err:
             stop.reporting = True  # first: a signal now must not escape this handler
-            _report_end(err, stop, output_dir)
+            _report_end(err, stop, output_dir, ranks)
     if summary.get("rank", 0) != 0:  # under torchrun: rank 0 wrote the model and reports it
         return
     stats = summary["corpus"]

@@ -478,7 +478,7 @@ def test_a_usage_error_of_typer_or_plain_click_gives_its_status():
     ({}, (0, 1, 0)),
     ({"WORLD_SIZE": "1", "RANK": "zz"}, (0, 1, 0)),  # one process: RANK means nothing
     ({"WORLD_SIZE": "4", "RANK": "3", "LOCAL_RANK": "1"}, (3, 4, 1)),  # torchrun, 2 machines of 2
-    # A launcher that sets no LOCAL_RANK: one machine, so the rank (the command line said 0, the trainer the rank)
+    # A launcher that sets no LOCAL_RANK: the trainer's GPU is the rank (one machine)
     ({"WORLD_SIZE": "2", "RANK": "1"}, (1, 2, 1)),
     ({"WORLD_SIZE": "abc"}, "WORLD_SIZE='abc'.* from 1 to"),
     ({"WORLD_SIZE": "0"}, "WORLD_SIZE='0'.* from 1 to"),
@@ -509,16 +509,127 @@ def test_the_command_line_and_the_trainer_read_one_rank_from_the_environment(mon
         trainer._setup_distributed(cfg)
 
 
-def test_a_malformed_rank_stops_the_command_line_with_its_name(monkeypatch, capsys):
-    """WORLD_SIZE=abc ended every command with int()'s ValueError traceback before it ran."""
+def _clear_ranks(monkeypatch, **env) -> None:
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+
+
+@pytest.mark.parametrize("env, expected", [
+    ({"WORLD_SIZE": "4", "RANK": "3", "LOCAL_RANK": "1"}, (3, 4, 1)),
+    # No LOCAL_RANK: a launcher that may span machines, where RANK says nothing of the machine; every process
+    # shows what is the same on every process of a machine (the trainer still takes the rank for its GPU)
+    ({"WORLD_SIZE": "4", "RANK": "3"}, (3, 4, 0)),
+    ({"WORLD_SIZE": "abc"}, (0, 1, 0)),  # pretrain itself refuses these
+    ({"WORLD_SIZE": "2", "RANK": "5"}, (0, 1, 0)),
+])
+def test_the_command_line_decides_who_prints_leniently(monkeypatch, env, expected):
+    from spacy_elmo.ranks import printing_ranks
+
+    _clear_ranks(monkeypatch, **env)
+    assert printing_ranks() == expected
+
+
+def _run_main(monkeypatch, argv) -> int:
+    """The exit status of ``spacy-elmo ARGV`` run by main(), its warning filters and format undone after."""
     import sys
+    import warnings
 
     from spacy_elmo.cli import main
 
-    monkeypatch.setenv("WORLD_SIZE", "abc")
-    monkeypatch.setattr(sys, "argv", ["spacy-elmo", "--help"])
-    with pytest.raises(SystemExit) as stopped:
-        main()
-    assert stopped.value.code == 1
+    monkeypatch.setattr(sys, "argv", ["spacy-elmo", *argv])
+    monkeypatch.setattr(warnings, "formatwarning", warnings.formatwarning)
+    with warnings.catch_warnings():
+        with pytest.raises(SystemExit) as stopped:
+            main()
+        muted = [f for f in warnings.filters if f[1] is not None and f[1].pattern.startswith("spacy-elmo")]
+    assert not muted or argv[0] == "pretrain"
+    return stopped.value.code
+
+
+def test_a_malformed_rank_refuses_pretrain_alone_with_its_name(monkeypatch, capsys, tmp_path):
+    """WORLD_SIZE=abc ended every command with int()'s ValueError traceback before it ran; then every
+    command (--help too) with the variable's name. Only pretrain runs as a rank of torchrun: it refuses."""
+    from .conftest import tiny_pretrain_args
+
+    _clear_ranks(monkeypatch, WORLD_SIZE="abc")
+    assert _run_main(monkeypatch, ["--help"]) == 0
+    assert "pretrain" in capsys.readouterr().out
+    args, _, _ = tiny_pretrain_args(tmp_path, tmp_path / "out")
+    assert _run_main(monkeypatch, args) == 1
     err = capsys.readouterr().err
     assert "WORLD_SIZE='abc'" in err and "unset WORLD_SIZE" in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_rank_not_below_the_world_size_is_one_refusal(monkeypatch, tmp_path):
+    """WORLD_SIZE=2 RANK=5, pretrain run in-process (CliRunner): the trainer raised the ValueError, and
+    reporting it read the environment again, raising it anew inside the handler (a chained traceback)."""
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli import app
+
+    from .conftest import tiny_pretrain_args
+
+    _clear_ranks(monkeypatch, WORLD_SIZE="2", RANK="5")
+    args, _, _ = tiny_pretrain_args(tmp_path, tmp_path / "out")
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.exception
+    assert "RANK='5'" in result.output and "from 0 to 1" in result.output
+
+
+def test_other_commands_run_whole_on_any_rank(monkeypatch, capsys):
+    """Only pretrain runs as one of torchrun's processes: another command on a rank other than 0 (its
+    environment inherited) printed no usage error and no warning, exiting 2 without a word."""
+    _clear_ranks(monkeypatch, WORLD_SIZE="2", RANK="1", LOCAL_RANK="1")
+    assert _run_main(monkeypatch, ["embed", "--bogus"]) == 2
+    assert "No such option" in capsys.readouterr().err
+
+
+def test_the_first_rank_to_stop_is_counted_afresh_after_an_elastic_restart(monkeypatch):
+    """torchrun's store outlives a restart of its workers (--max-restarts): the count of stopped ranks went
+    on, so after a restart no rank was the first and a stop said nothing of how to go on."""
+    import torch.distributed as dist
+
+    from spacy_elmo.cli import pretrain
+    from spacy_elmo.ranks import Ranks
+
+    store = dist.HashStore()
+    monkeypatch.setattr(dist.distributed_c10d, "_get_default_store", lambda: store)
+    monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", "True")
+    monkeypatch.delenv("TORCHELASTIC_RESTART_COUNT", raising=False)
+    ranks = [Ranks(1, 2, 1), Ranks(0, 2, 0)]  # rank 1 stopped first
+    assert [pretrain._first_to_stop(r) for r in ranks] == [True, False]
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
+    assert [pretrain._first_to_stop(r) for r in ranks] == [True, False]
+
+
+def test_a_store_that_does_not_answer_leaves_the_word_to_rank_0(monkeypatch):
+    """torchrun's store whose host stopped answering (a hung node, its connection still open) blocked the
+    stopped rank's count for ever, whatever set_timeout said, and Ctrl-C could not break it (the signal is
+    recorded while the end is reported): the rank waits a bounded time, then rank 0 speaks."""
+    import threading
+
+    import torch.distributed as dist
+
+    from spacy_elmo.cli import pretrain
+    from spacy_elmo.ranks import Ranks
+
+    answered = threading.Event()
+
+    class Stopped:
+        def set_timeout(self, timeout):
+            pass
+
+        def add(self, key, amount):
+            answered.wait(20)  # the host came back: this rank would have been the first
+            return 1
+
+    monkeypatch.setattr(dist.distributed_c10d, "_get_default_store", Stopped)
+    monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", "True")
+    monkeypatch.setattr(pretrain, "STORE_WAIT_S", 0.05, raising=False)
+    try:
+        assert [pretrain._first_to_stop(Ranks(r, 2, r)) for r in (1, 0)] == [False, True]
+    finally:
+        answered.set()

@@ -142,3 +142,70 @@ def test_an_interrupt_while_the_checkpoint_is_written_stays_an_interrupt(tmp_pat
     monkeypatch.setattr(builtins, "open", real_open)
     assert load_checkpoint(tmp_path)["step"] == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == [checkpoint_path(tmp_path).name]
+
+
+class _Caught(Exception):
+    """Raised by the test's own handler: the signal reached Python's handler."""
+
+
+def _catching(signum, frame):
+    raise _Caught(signum)
+
+
+@pytest.fixture
+def own_handlers():
+    """SIGINT and SIGTERM handled by :func:`_catching` for the test, the process's handlers back after."""
+    before = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    for signum in before:
+        signal.signal(signum, _catching)
+    yield
+    for signum, handler in before.items():
+        signal.signal(signum, handler)
+
+
+@pytest.mark.parametrize("ignored", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_ignored_by_the_starter_stays_ignored(own_handlers, ignored):
+    """`spacy-elmo pretrain ... &` in a script starts with SIGINT ignored (the script's Ctrl-C is not for it),
+    `nohup` or a parent may ignore SIGTERM: pretrain set its own handlers over that, so the signal stopped it."""
+    from spacy_elmo.cli.pretrain import _signals_stop_the_run
+
+    other = signal.SIGTERM if ignored == signal.SIGINT else signal.SIGINT
+    signal.signal(ignored, signal.SIG_IGN)
+    with _signals_stop_the_run() as stop:
+        try:
+            signal.raise_signal(ignored)
+        except KeyboardInterrupt:  # (SIGTERM's too) not let through: it would end pytest's session
+            pytest.fail(f"the ignored {signal.Signals(ignored).name} stopped the run")
+        assert stop.signum is None
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(other)
+        assert stop.signum == other
+    assert signal.getsignal(ignored) == signal.SIG_IGN and signal.getsignal(other) is _catching
+
+
+@pytest.mark.parametrize("command_line", [True, False], ids=["main", "in_process"])
+def test_a_second_signal_while_the_stopped_command_exits_is_ignored(own_handlers, tmp_path, command_line):
+    """torchrun delivers Ctrl-C twice (the terminal's to the process group, then its forwarded copy): the second,
+    after the handlers were restored, gave "Exception ignored in atexit callback ... KeyboardInterrupt" or
+    death by SIGINT instead of exit status 130. The command line (main()) ignores both signals once the run
+    stopped; an in-process caller (CliRunner) gets its handlers back."""
+    import typer
+
+    from spacy_elmo.cli.pretrain import _report_end, _signals_stop_the_run
+    from spacy_elmo.ranks import Ranks
+
+    with pytest.raises(typer.Exit) as exited:
+        with _signals_stop_the_run(command_line=command_line) as stop:
+            try:
+                signal.raise_signal(signal.SIGINT)
+            except KeyboardInterrupt as err:
+                stop.reporting = True
+                _report_end(err, stop, tmp_path, Ranks(0, 1, 0))
+    assert exited.value.exit_code == 128 + signal.SIGINT
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        if command_line:
+            signal.raise_signal(signum)  # ignored
+            assert signal.getsignal(signum) == signal.SIG_IGN
+        else:
+            with pytest.raises(_Caught):
+                signal.raise_signal(signum)
