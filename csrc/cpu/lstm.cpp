@@ -1,6 +1,9 @@
 // LSTM-with-projection layer on the CPU, forward and backward through time.
 //
-// * The input products are GEMMs over many timesteps at once. float32: a chunk
+// * The input products, float32: in a layer whose packed W_in and W_rec fit
+//   16 MB (the small preset's), inside the recurrent pass below, each task's
+//   panel of W_in with its panel of W_rec (input_in_step). Larger layers: GEMMs
+//   over many timesteps at once, a chunk
 //   of up to ~1,024 rows (whole steps) at a time into a work buffer, the rows
 //   gathered in step order (the backward direction's row b at step t is position
 //   len_b - 1 - t), computed a panel of gate columns per task with the step
@@ -163,15 +166,16 @@ void scatter_steps(const S* rows, int64_t ld, int64_t B, int64_t T, int64_t W, c
 
 float* pack_buffer(int slot, int64_t numel) { return cpu::workspace(slot, {numel}, at::kFloat).data_ptr<float>(); }
 
-// dst[j][k][g][u] = src[k * ld + g * gstride + j * width + u], zero where
-// j * width + u >= nvalid: panels of `width` columns out of `ngroups` column
-// groups, each panel K rows deep. dst holds npanel * K * ngroups * width floats.
+// dst[j * pstride + (k * ngroups + g) * width + u] = src[k * ld + g * gstride + j * width + u],
+// zero where j * width + u >= nvalid: panels of `width` columns out of `ngroups`
+// column groups, each panel K rows deep, panel j at j * pstride (0: K * ngroups *
+// width, the panels back to back).
 // Neighbouring panels are packed together so that the source is read a row
 // span at a time (one panel alone would touch a new page on every read).
 void pack_column_panels(const float* src, int64_t K, int64_t ld, int64_t ngroups, int64_t gstride,
-                        int64_t nvalid, int64_t width, int64_t npanel, float* dst) {
+                        int64_t nvalid, int64_t width, int64_t npanel, float* dst, int64_t pstride = 0) {
   constexpr int64_t kPanels = 16;
-  const int64_t nblock = (npanel + kPanels - 1) / kPanels, psize = K * ngroups * width;
+  const int64_t nblock = (npanel + kPanels - 1) / kPanels, psize = pstride > 0 ? pstride : K * ngroups * width;
   at::parallel_for(0, nblock, 1, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       const int64_t j0 = b * kPanels, j1 = std::min(npanel, j0 + kPanels);
@@ -221,6 +225,21 @@ void zero_past_lengths(const at::Tensor& t, int64_t batch_dim, int64_t time_dim,
   const int64_t time_after = time_dim > batch_dim ? time_dim - 1 : time_dim;  // once the row is selected
   for (int64_t b = 0; b < B; ++b)
     if (lens[b] < T) t.select(batch_dim, b).narrow(time_after, lens[b], T - lens[b]).zero_();
+}
+
+// Whether the float32 forward computes its input products inside the recurrent
+// pass (x_t @ W_in, then h @ W_rec, into the same registers, from one packed
+// (I + P, 4 * VL) panel per task) rather than a chunk of steps at a time into a
+// work buffer that every step's tasks prefetch back (16 KB a position for the
+// small layer: 21 MB at 32 x 20, gone from the caches by the time it is read).
+// The products take the same tiles either way; the step's tasks stream W_in's
+// panels too, so only while both directions' packed W_in and W_rec fit
+// kInputInStepBytes: the small layer's 8 MB (32 x 20, AMD EPYC: 3-8% faster,
+// docs/architecture.md), not the original's 128 MB, which would come from
+// memory at every step.
+constexpr int64_t kInputInStepBytes = int64_t(16) << 20;
+bool input_in_step(int64_t ndir, int64_t I, int64_t P, int64_t C) {
+  return ndir * (I + P) * 4 * C * int64_t(sizeof(float)) <= kInputInStepBytes;
 }
 
 // Rows per task of the passes over projection-side panels: as many as possible
@@ -297,17 +316,22 @@ LstmForwardResult lstm_forward_cpu(at::TensorList xs, const at::Tensor& lengths_
     // float32: fused steps with prepacked weights (see the header comment).
     const int64_t VL = kt.step_vl, npanel = (C + VL - 1) / VL;
     const int64_t pw = 4 * VL, npp = (P + pw - 1) / pw;
+    // with_x: each recurrent task's panel is (I + P, 4 * VL), W_in's rows first
+    const bool with_x = input_in_step(ndir, I, P, C);
+    const int64_t rec_k = with_x ? I + P : P;
     std::vector<const float*> wrec_p(ndir), wproj_p(ndir);
     std::vector<at::Tensor> win(ndir);
     for (int64_t d = 0; d < ndir; ++d) {
       const at::Tensor wr = wrec[d].contiguous(), wp = wproj[d].contiguous();
-      float* r = pack_buffer(kSlotRec0 + d, npanel * P * 4 * VL);
-      pack_column_panels(wr.data_ptr<float>(), P, 4 * C, 4, C, C, VL, npanel, r);
+      win[d] = weights[4 * d].contiguous();
+      float* r = pack_buffer(kSlotRec0 + d, npanel * rec_k * 4 * VL);
+      if (with_x) pack_column_panels(win[d].data_ptr<float>(), I, 4 * C, 4, C, C, VL, npanel, r, rec_k * 4 * VL);
+      pack_column_panels(wr.data_ptr<float>(), P, 4 * C, 4, C, C, VL, npanel, r + (rec_k - P) * 4 * VL,
+                         rec_k * 4 * VL);
       float* q = pack_buffer(kSlotProj0 + d, npp * C * pw);
       pack_column_panels(wp.data_ptr<float>(), C, P, 1, 0, P, pw, npp, q);
       wrec_p[d] = r;
       wproj_p[d] = q;
-      win[d] = weights[4 * d].contiguous();
     }
     at::Tensor m_buf = save ? at::Tensor() : at::zeros({ndir, B, C}, opts);
     std::vector<const float*> xi_rows(ndir * B);
@@ -319,7 +343,7 @@ LstmForwardResult lstm_forward_cpu(at::TensorList xs, const at::Tensor& lengths_
     const int64_t rows_per_task = row_group(B, ndir * npp);
     const int64_t nrg = (B + rows_per_task - 1) / rows_per_task;
     // The weight panel of task k of each pass (a task also names its successor's).
-    const int64_t rec_floats = P * 4 * VL, proj_floats = C * pw;
+    const int64_t rec_floats = rec_k * 4 * VL, proj_floats = C * pw;
     auto rec_panel = [&](int64_t k) { return wrec_p[k / npanel] + (k % npanel) * rec_floats; };
     auto proj_panel = [&](int64_t k) { return wproj_p[k / (npp * nrg)] + ((k / nrg) % npp) * proj_floats; };
     // Input products a chunk of steps at a time, rows in step order (the reversed
@@ -336,8 +360,10 @@ LstmForwardResult lstm_forward_cpu(at::TensorList xs, const at::Tensor& lengths_
     const at::Tensor xg = cpu::workspace(kSlotInputRows, {ndir, csteps * B, I}, at::kFloat);
     std::vector<float*> xi_p(ndir), xg_p(ndir);
     for (int64_t d = 0; d < ndir; ++d) {
-      xi[d] = cpu::workspace(kSlotInput0 + d, {npanel * panel_stride}, at::kFloat);
-      xi_p[d] = xi[d].data_ptr<float>();
+      if (!with_x) {
+        xi[d] = cpu::workspace(kSlotInput0 + d, {npanel * panel_stride}, at::kFloat);
+        xi_p[d] = xi[d].data_ptr<float>();
+      }
       xg_p[d] = xg.data_ptr<float>() + d * csteps * B * I;
     }
     for (int64_t t = 0; t < tmax; ++t) {
@@ -346,7 +372,7 @@ LstmForwardResult lstm_forward_cpu(at::TensorList xs, const at::Tensor& lengths_
         const int64_t t1 = std::min(tmax, t0 + csteps), rows = (t1 - t0) * B;
         for (int64_t d = 0; d < ndir; ++d)
           gather_steps(x[d].data_ptr<float>(), B, T, I, lens, reverse[d], t0, t1, xg_p[d], I);
-        cpu::dynamic_for(ndir * npanel, [&](int64_t k, int64_t) {
+        if (!with_x) cpu::dynamic_for(ndir * npanel, [&](int64_t k, int64_t) {
           const int64_t d = k / npanel, j = k % npanel;
           float* panel = pack_buffer(kSlotInputPanel, I * 4 * VL);  // this thread's
           pack_column_panels(win[d].data_ptr<float>() + j * VL, I, 4 * C, 4, C, C - j * VL, VL, 1, panel);
@@ -363,14 +389,15 @@ LstmForwardResult lstm_forward_cpu(at::TensorList xs, const at::Tensor& lengths_
       std::vector<float*> m_t(ndir);
       for (int64_t d = 0; d < ndir; ++d) {
         m_t[d] = save ? m.select(0, d).select(0, t).data_ptr<float>() : m_buf.select(0, d).data_ptr<float>();
-        const float* xid = xi_p[d] + (t - t0) * B * 4 * VL;  // panel 0's rows of step t
+        // panel 0's input products of step t, or (with_x) the step's input rows, marking the active ones
+        const float* xid = with_x ? xg_p[d] + (t - t0) * B * I : xi_p[d] + (t - t0) * B * 4 * VL;
         const float* xd = x[d].data_ptr<float>();
         float* od = outs[d].data_ptr<float>();
         for (int64_t b = 0; b < B; ++b) {
           const int64_t k = d * B + b;
           const bool active = t < lens[b];
           const int64_t src = active ? step_pos(reverse[d], lens[b], t) : 0;
-          xi_rows[k] = active ? xid + b * 4 * VL : nullptr;
+          xi_rows[k] = active ? xid + b * (with_x ? I : 4 * VL) : nullptr;
           out_rows[k] = active ? od + (b * T + src) * P : nullptr;
           res_rows[k] = residual ? xd + (b * T + src) * I : nullptr;
           if (save) {
@@ -398,6 +425,11 @@ LstmForwardResult lstm_forward_cpu(at::TensorList xs, const at::Tensor& lengths_
           a.xi_rows = xi_rows.data() + d * B;
           a.xi_off = j * panel_stride;
           a.xi_gs = VL;
+          if (with_x) {
+            a.x = xg_p[d] + (t - t0) * B * I;
+            a.ldx = I;
+            a.I = I;
+          }
           a.bias = bias[d].data_ptr<float>();
           a.c = cs + d * B * C;
           a.m = m_t[d];

@@ -98,6 +98,12 @@ struct StepGatesArgs {
   // layout of panel_gemm: the panel's offset and step_vl).
   const float* const* xi_rows;
   int64_t xi_off, xi_gs;
+  // Or, with x set, the input products are computed here with the recurrent
+  // ones: x (B, I; row stride ldx) holds the rows' inputs of this step, wp is
+  // (I + P, 4 * step_vl), W_in's panel rows first, and xi_rows only mark the
+  // active rows (non-null), never read.
+  const float* x = nullptr;
+  int64_t ldx = 0, I = 0;
   const float* bias;            // (4C) bias, forget bias included (the input products have none)
   float* c;                     // (B, C) cell state, in/out
   float* m;                     // (B, C) out

@@ -595,7 +595,7 @@ static inline int64_t tile_rows(int64_t r0, int64_t B) {
 constexpr int64_t kChunkRows = 8 * SE_STEP_PT;
 constexpr int64_t kKBlock = 64;
 
-// out (rows, 4 * VL) = A[0:rows, 0:K] @ Bp (K, 4 * VL) for rows <= kChunkRows,
+// out (rows, 4 * VL) = A[0:rows, 0:K] @ Bp (K, 4 * VL) (+ out when `add`) for rows <= kChunkRows,
 // skipping the row tiles for which active(r0, n) is false (their out rows are
 // left as they were). A long K is blocked: a (kKBlock, 4 * VL) slice of the panel
 // (16 KB with AVX-512) is read from L2 once and used by every row tile while
@@ -603,7 +603,7 @@ constexpr int64_t kKBlock = 64;
 // blocking each tile streamed the whole panel from L2 again.
 template <typename Active>
 static inline void gemm_chunk(const float* A, int64_t lda, const float* Bp, int64_t K, int64_t rows,
-                              const Active& active, float* out, Ahead& pf) {
+                              const Active& active, float* out, Ahead& pf, bool add = false) {
   int64_t t0[kChunkRows], tn[kChunkRows];
   int nt = 0;
   for (int64_t r0 = 0, n = 0; r0 < rows; r0 += n) {
@@ -617,7 +617,7 @@ static inline void gemm_chunk(const float* A, int64_t lda, const float* Bp, int6
   for (int64_t k0 = 0; k0 < K; k0 += kb) {
     const int64_t kn = K - k0 < kb ? K - k0 : kb;
     for (int i = 0; i < nt; ++i)
-      gemm_rows4(A + t0[i] * lda + k0, lda, Bp + k0 * 4 * SE_VL, kn, tn[i], out + t0[i] * 4 * SE_VL, pf, k0 > 0);
+      gemm_rows4(A + t0[i] * lda + k0, lda, Bp + k0 * 4 * SE_VL, kn, tn[i], out + t0[i] * 4 * SE_VL, pf, add || k0 > 0);
   }
 }
 
@@ -634,11 +634,12 @@ struct AnyRow {
 };
 
 // The gate epilogue of kCellRows rows of a whole panel (chunk rows ps[], z their
-// recurrent products), the rows in lockstep (see "vector math"). A group short
+// recurrent products, or with XI false their recurrent and input products), the rows in lockstep (see "vector math"). A group short
 // of rows repeats its last one: every load of the group comes before its
 // stores, so a repeated row stores the same values twice.
 constexpr int kCellRows = 4;
 
+template <bool XI>
 static inline void cell_rows(const StepGatesArgs& a, int64_t r0, const int64_t* ps, const float* z, const vf* bv,
                              vf vlo, vf vhi) {
   constexpr int N = kCellRows;
@@ -648,13 +649,20 @@ static inline void cell_rows(const StepGatesArgs& a, int64_t r0, const int64_t* 
   vf si[N], tj[N], sf[N], so[N], cr[N], tc[N];
   const int64_t gs = a.xi_gs;
   for (int n = 0; n < N; ++n) {
-    xi[n] = a.xi_rows[r0 + ps[n]] + a.xi_off;
     cst[n] = a.c + (r0 + ps[n]) * C + c0;
     const float* zr = z + ps[n] * 4 * SE_VL;
-    si[n] = se_vload(zr) + (se_vload(xi[n]) + bv[0]);
-    tj[n] = se_vload(zr + SE_VL) + (se_vload(xi[n] + gs) + bv[1]);
-    sf[n] = se_vload(zr + 2 * SE_VL) + (se_vload(xi[n] + 2 * gs) + bv[2]);
-    so[n] = se_vload(zr + 3 * SE_VL) + (se_vload(xi[n] + 3 * gs) + bv[3]);
+    if (XI) {
+      xi[n] = a.xi_rows[r0 + ps[n]] + a.xi_off;
+      si[n] = se_vload(zr) + (se_vload(xi[n]) + bv[0]);
+      tj[n] = se_vload(zr + SE_VL) + (se_vload(xi[n] + gs) + bv[1]);
+      sf[n] = se_vload(zr + 2 * SE_VL) + (se_vload(xi[n] + 2 * gs) + bv[2]);
+      so[n] = se_vload(zr + 3 * SE_VL) + (se_vload(xi[n] + 3 * gs) + bv[3]);
+    } else {
+      si[n] = se_vload(zr) + bv[0];
+      tj[n] = se_vload(zr + SE_VL) + bv[1];
+      sf[n] = se_vload(zr + 2 * SE_VL) + bv[2];
+      so[n] = se_vload(zr + 3 * SE_VL) + bv[3];
+    }
     cr[n] = se_vload(cst[n]);
   }
   se_vsigmoid<N>(si);
@@ -692,10 +700,17 @@ static void step_gates(const StepGatesArgs& a) {
   float z[kChunkRows * 4 * SE_VL];
   Ahead pf = Ahead::of(a.wp_next, a.next_floats);
   const int64_t gs = a.xi_gs;
-  prefetch_rows(a.xi_rows, a.B, a.xi_off, gs, 4);
+  const bool with_x = a.x != nullptr;  // the input products computed here (x @ W_in's panel, then h @ W_rec's)
+  if (!with_x) prefetch_rows(a.xi_rows, a.B, a.xi_off, gs, 4);
   for (int64_t r0 = 0; r0 < a.B; r0 += kChunkRows) {
     const int64_t rows = a.B - r0 < kChunkRows ? a.B - r0 : kChunkRows;
-    gemm_chunk(a.h + r0 * a.P, a.P, a.wp, a.P, rows, AnyRow<const float*>{a.xi_rows + r0}, z, pf);
+    const AnyRow<const float*> active{a.xi_rows + r0};
+    if (with_x) {
+      gemm_chunk(a.x + r0 * a.ldx, a.ldx, a.wp, a.I, rows, active, z, pf);
+      gemm_chunk(a.h + r0 * a.P, a.P, a.wp + a.I * 4 * SE_VL, a.P, rows, active, z, pf, true);
+    } else {
+      gemm_chunk(a.h + r0 * a.P, a.P, a.wp, a.P, rows, active, z, pf);
+    }
     if (nc == SE_VL) {  // a whole panel: the active rows, kCellRows at a time
       int64_t act[kChunkRows];
       int64_t na = 0;
@@ -704,7 +719,10 @@ static void step_gates(const StepGatesArgs& a) {
       for (int64_t i0 = 0; i0 < na; i0 += kCellRows) {
         int64_t ps[kCellRows];
         for (int n = 0; n < kCellRows; ++n) ps[n] = act[i0 + n < na ? i0 + n : na - 1];
-        cell_rows(a, r0, ps, z, bv, vlo, vhi);
+        if (with_x)
+          cell_rows<false>(a, r0, ps, z, bv, vlo, vhi);
+        else
+          cell_rows<true>(a, r0, ps, z, bv, vlo, vhi);
       }
       continue;
     }
@@ -717,13 +735,20 @@ static void step_gates(const StepGatesArgs& a) {
       float* m = a.m + b * C + c0;
       float* g = a.gates_rows ? a.gates_rows[b] + c0 : nullptr;
       float* craw = a.craw_rows ? a.craw_rows[b] + c0 : nullptr;
-      xi += a.xi_off;
+      static const float kNoInput[4 * SE_VL] = {};  // z holds the input products already
+      int64_t xs = gs;
+      if (with_x) {
+        xi = kNoInput;
+        xs = SE_VL;
+      } else {
+        xi += a.xi_off;
+      }
 #pragma omp simd
       for (int64_t u = 0; u < nc; ++u) {
         const float si = se_sigmoid(zr[u] + (xi[u] + bi[u]));
-        const float tj = se_tanh(zr[SE_VL + u] + (xi[gs + u] + bi[C + u]));
-        const float sf = se_sigmoid(zr[2 * SE_VL + u] + (xi[2 * gs + u] + bi[2 * C + u]));
-        const float so = se_sigmoid(zr[3 * SE_VL + u] + (xi[3 * gs + u] + bi[3 * C + u]));
+        const float tj = se_tanh(zr[SE_VL + u] + (xi[xs + u] + bi[C + u]));
+        const float sf = se_sigmoid(zr[2 * SE_VL + u] + (xi[2 * xs + u] + bi[2 * C + u]));
+        const float so = se_sigmoid(zr[3 * SE_VL + u] + (xi[3 * xs + u] + bi[3 * C + u]));
         const float cr = sf * cst[u] + si * tj;
         const float cn = se_clip(cr, lo, hi);
         cst[u] = cn;

@@ -591,6 +591,21 @@ def test_bilstm_float32_input_products_in_several_chunks():
     _bilstm_grads_vs_float64(B, T, C, P, lengths, 31)
 
 
+def test_bilstm_float32_large_layer_input_products_in_several_chunks():
+    """Up to 16 MB of packed W_in and W_rec (both directions; the small preset's 8 MB)
+    the float32 forward computes its input products inside the recurrent pass, as the
+    test above does; a larger layer (here 32 MB, the original preset's 128 MB) computes
+    them a chunk of steps at a time into a work buffer the step reads back: that path,
+    over two chunks with the ragged lengths above, against the NumPy oracle."""
+    gen = torch.Generator().manual_seed(33)
+    B, T, P, C = 10, 130, 256, 2048
+    assert 2 * (P + P) * 4 * C * 4 > 16 << 20
+    lengths = torch.tensor(_CHUNKED_LENGTHS)
+    xf, xb = torch.randn(B, T, P, generator=gen), torch.randn(B, T, P, generator=gen)
+    fw, bw = lstm_params(gen, P, C, P, scale=0.1), lstm_params(gen, P, C, P, scale=0.1)
+    _bilstm_float32_vs_oracle(xf, xb, lengths, fw, bw)
+
+
 def test_bilstm_float64_backward_in_several_chunks_vs_reference():
     """The float64 path (scalar gate loops, MKL step products) chunks its backward the
     same way: outputs and every gradient against the reference's autograd at rounding level."""
