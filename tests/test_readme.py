@@ -573,9 +573,11 @@ def stale_names(paths: List[Path]) -> List[str]:
     the code, nor torch, nor a repository file or directory (a benchmark result: ``textcat_s4*``) has."""
     files = repository_files()
     basenames = {f.rsplit("/", 1)[-1] for f in files}
-    import spacy.pipeline  # noqa: F401 (registers spaCy's factories)
     import torch
     from spacy.language import Language
+    from spacy.pipeline.factories import register_factories
+
+    register_factories()  # spaCy 3.8 registers its factories when a Language is first made, not at import
 
     # torch's own names (``index_add_``), which the text uses to say what the code runs, and spaCy's
     # component factories (``beam_parser``), which it names as what the listeners work with

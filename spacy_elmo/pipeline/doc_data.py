@@ -47,6 +47,14 @@ def install_extensions() -> None:
         Span.set_extension("elmo_vector", getter=span_vector)
 
 
+def _stored(doc: Doc) -> Optional[numpy.ndarray]:
+    """``doc._.elmo``. Registers the extensions first when no ``elmo`` component or
+    ``install_hooks`` has in this process: the hooks of an unpickled doc call this."""
+    if not Doc.has_extension(ELMO_ATTR):
+        install_extensions()
+    return getattr(doc._, ELMO_ATTR, None)
+
+
 def set_doc_data(doc: Doc, layers: numpy.ndarray, mix: numpy.ndarray, store: str, dtype: str) -> None:
     """layers: ``(L + 1, n, 2P)`` float32 numpy; mix: ``(L + 1,)``; store: all | mix | none."""
     if store == "none":
@@ -106,7 +114,7 @@ def _mean_rows(data: numpy.ndarray, lo: numpy.ndarray, hi: numpy.ndarray) -> num
 
 def aligned_layers(doc: Doc) -> Optional[numpy.ndarray]:
     """``doc._.elmo`` with one row per current token (the stored array itself when none changed)."""
-    data = getattr(doc._, ELMO_ATTR, None)
+    data = _stored(doc)
     if data is None:
         return None
     ranges = source_rows(doc, 0, len(doc), data.shape[-2])
@@ -124,7 +132,7 @@ def _mixed(doc: Doc, data: numpy.ndarray) -> numpy.ndarray:
 
 
 def _rows(doc: Doc, start: int, end: int) -> Optional[numpy.ndarray]:
-    data = getattr(doc._, ELMO_ATTR, None)
+    data = _stored(doc)
     if data is None:
         return None
     ranges = source_rows(doc, start, end, data.shape[-2])
@@ -155,7 +163,7 @@ def span_vector(span: Union[Span, Doc]) -> Optional[numpy.ndarray]:
 # -- user hooks (module level: picklable) -----------------------------------
 def _fallback_width(obj) -> int:
     doc = obj if isinstance(obj, Doc) else obj.doc
-    data = getattr(doc._, ELMO_ATTR, None)
+    data = _stored(doc)
     return 0 if data is None else int(data.shape[-1])
 
 
@@ -171,7 +179,7 @@ def hook_span_vector(span: Union[Span, Doc]) -> numpy.ndarray:
 
 def hook_has_vector(obj) -> bool:
     doc = obj if isinstance(obj, Doc) else obj.doc
-    return getattr(doc._, ELMO_ATTR, None) is not None and (isinstance(obj, Token) or len(obj) > 0)
+    return _stored(doc) is not None and (isinstance(obj, Token) or len(obj) > 0)
 
 
 def _vec(obj) -> Optional[numpy.ndarray]:
@@ -204,8 +212,10 @@ def install_hooks(doc: Doc) -> None:
     """Make ``vector`` / ``has_vector`` / ``vector_norm`` / ``similarity`` use ELMo.
 
     Hooks are not part of ``doc.to_bytes()``; call this again on docs read back
-    from bytes or a DocBin (their ``doc._.elmo`` survives).
+    from bytes or a DocBin (their ``doc._.elmo`` survives). Registers the
+    extensions, so that a process without an ``elmo`` component reads them.
     """
+    install_extensions()
     doc.user_hooks["vector"] = hook_span_vector
     doc.user_hooks["has_vector"] = hook_has_vector
     doc.user_hooks["vector_norm"] = hook_vector_norm

@@ -66,8 +66,8 @@ def test_store_options(tiny_dir):
 
 
 def test_store_none_leaves_spacys_vectors(tiny_dir):
-    """store = "none" keeps no ELMo data: its user hooks replaced the pipeline's static vectors with
-    empty ones (token.vector [], has_vector False, similarity 0.0)."""
+    """store = "none" keeps no ELMo data and sets no user hooks, so the pipeline's static vectors stay
+    (they once were replaced by the hooks' empty ones: token.vector [], has_vector False, similarity 0.0)."""
     nlp = spacy.blank("en")
     nlp.vocab.set_vector("bank", numpy.array([1.0, 2.0, 0.0], dtype="float32"))
     nlp.vocab.set_vector("river", numpy.array([2.0, 1.0, 0.0], dtype="float32"))
@@ -76,6 +76,17 @@ def test_store_none_leaves_spacys_vectors(tiny_dir):
     numpy.testing.assert_array_equal(doc[0].vector, [1.0, 2.0, 0.0])
     assert doc[1].has_vector and abs(doc[0].similarity(doc[1]) - 0.8) < 1e-6
     assert doc.tensor.shape == (2, WIDTH)
+
+
+def test_store_none_with_doc_tensor_and_no_static_vectors(tiny_dir):
+    """As the README says: store = "none" sets no hooks, but spaCy's own token.vector reads doc.tensor
+    (the ELMo mix set_doc_tensor writes) when the pipeline has no static vectors."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "store": "none", "set_doc_tensor": True})
+    doc = nlp("bank river")
+    assert not doc.user_token_hooks and doc._.elmo is None
+    numpy.testing.assert_array_equal(doc[0].vector, doc.tensor[0])
+    assert doc[0].has_vector and doc.tensor.shape == (2, WIDTH)
 
 
 def test_vectors_and_hooks(nlp):

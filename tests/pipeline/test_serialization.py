@@ -42,38 +42,63 @@ def test_pickle_doc(nlp):
     assert back[0].has_vector
 
 
-# A fresh process without any elmo component: it reads the docs written above and prints what it sees.
+# A fresh process without any elmo component: it reads the docs written below (a pickled doc or a
+# DocBin, each in a process of its own) and prints what it sees.
 _READER = """
 import json, pickle, sys
 import spacy
 from spacy.tokens import DocBin
-doc = pickle.load(open(sys.argv[1], "rb"))  # its user hooks import spacy_elmo.pipeline, nothing else does
-out = {"pickled": [doc[1].vector.tolist(), doc[1].has_vector, doc[1].similarity(doc[2])]}
-from spacy_elmo.pipeline import install_hooks
-(read,) = DocBin().from_disk(sys.argv[2]).get_docs(spacy.blank("en").vocab)
-install_hooks(read)
-out["docbin"] = [read._.elmo.tolist(), read[1].vector.tolist(), read[1].has_vector, read[1].similarity(read[2])]
-print(json.dumps(out))
+if sys.argv[1] == "pickle":
+    doc = pickle.load(open(sys.argv[2], "rb"))  # its user hooks import spacy_elmo.pipeline, nothing else does
+    print(json.dumps([doc[1].vector.tolist(), doc[1].has_vector, doc[1].similarity(doc[2]), doc._.elmo.tolist()]))
+else:
+    from spacy_elmo.pipeline import install_hooks
+    (read,) = DocBin().from_disk(sys.argv[2]).get_docs(spacy.blank("en").vocab)
+    install_hooks(read)
+    elmo = read._.elmo.tolist()  # before any hook runs: install_hooks registered the extension
+    print(json.dumps([read[1].vector.tolist(), read[1].has_vector, read[1].similarity(read[2]), elmo]))
 """
 
 
 def test_docs_read_in_a_process_without_the_component(nlp, tmp_path):
-    """A consumer process (no elmo component) that unpickles docs or reads a DocBin and calls
-    install_hooks: the extensions were registered only by creating the component, so the pickled
-    doc's hooks gave empty vectors (has_vector False, similarity 0.0) and doc._.elmo was spaCy's E046."""
+    """A consumer process (no elmo component) that unpickles docs, or reads a DocBin and calls
+    install_hooks, reads the vectors and doc._.elmo: the extensions are registered by the unpickled
+    doc's hooks and by install_hooks (not by importing spacy_elmo.pipeline, which spaCy does in every
+    process that creates a Language)."""
     doc = nlp("The bank of the river .")
     pickle.dump(doc, open(tmp_path / "doc.pkl", "wb"))
     DocBin(docs=[doc], store_user_data=True).to_disk(tmp_path / "docs.spacy")
-    result = subprocess.run([sys.executable, "-c", _READER, str(tmp_path / "doc.pkl"), str(tmp_path / "docs.spacy")],
-                            capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    out = json.loads(result.stdout)
     vector, similarity = doc[1].vector, doc[1].similarity(doc[2])
-    for seen in (out["pickled"], out["docbin"][1:]):
+    for kind, path in (("pickle", tmp_path / "doc.pkl"), ("docbin", tmp_path / "docs.spacy")):
+        result = subprocess.run([sys.executable, "-c", _READER, kind, str(path)],
+                                capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr
+        seen = json.loads(result.stdout)
         numpy.testing.assert_allclose(seen[0], vector, rtol=1e-6)
         assert seen[1] is True
         assert abs(seen[2] - similarity) < 1e-6
-    numpy.testing.assert_array_equal(numpy.asarray(out["docbin"][0], dtype="float16"), doc._.elmo)
+        numpy.testing.assert_array_equal(numpy.asarray(seen[3], dtype="float16"), doc._.elmo)
+
+
+_USER_EXTENSION = """
+import spacy
+import spacy_elmo.pipeline  # what spaCy's entry points import in spacy.blank / spacy.load
+from spacy.tokens import Doc, Token
+nlp = spacy.blank("en")
+Doc.set_extension("elmo", getter=lambda doc: "mine")
+Token.set_extension("elmo_vector", default="mine too")
+doc = nlp("a b")
+print(doc._.elmo, "|", doc[0]._.elmo_vector)
+"""
+
+
+def test_a_process_without_the_component_keeps_the_extension_names_free():
+    """Importing spacy_elmo.pipeline (spaCy does in every spacy.blank / spacy.load where spacy-elmo is
+    installed) registers no extension: a user's own Doc.set_extension("elmo", ...) after
+    spacy.blank("en") raised spaCy's E090."""
+    result = subprocess.run([sys.executable, "-c", _USER_EXTENSION], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "mine | mine too"
 
 
 def test_n_process_2(nlp):

@@ -22,18 +22,16 @@ from spacy_elmo.configs import CONFIG_DIR as CONFIGS
 from .conftest import TINY
 
 
-#: What a test adds to a shipped config: the tiny corpus needs the parser's every move (README).
-OVERRIDES = {"parser.cfg": {"components.parser.min_action_freq": 1}}
-
-
+# The shipped configs run as shipped: the tiny corpus (16 docs, 48 arcs whose head stands right of the
+# word, 80 left of it) keeps the parser's shift and reduce under min_action_freq = 30; its labels seen
+# fewer than 30 times are learnt as `dep`, which nothing here checks.
 def _train(cfg, corpus_dir, tiny_dir, out):
-    overrides = [word for key, value in OVERRIDES.get(cfg, {}).items() for word in (f"--{key}", str(value))]
     cmd = [
         sys.executable, "-m", "spacy", "train", str(CONFIGS / cfg),
         "--paths.train", str(corpus_dir / "train.spacy"), "--paths.dev", str(corpus_dir / "dev.spacy"),
         "--paths.elmo", str(tiny_dir), "--output", str(out),
         "--training.max_steps", "4", "--training.eval_frequency", "2",
-        "--nlp.batch_size", "8", *overrides,
+        "--nlp.batch_size", "8",
     ]  # fmt: skip
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -105,7 +103,7 @@ GOLD = {
 def _config(cfg, corpus_dir, weights, overrides=None):
     """A shipped config on the tiny corpus with ``weights`` as --paths.elmo (and other ``overrides``)."""
     overrides = {"paths.train": str(corpus_dir / "train.spacy"), "paths.dev": str(corpus_dir / "dev.spacy"),
-                 "paths.elmo": str(weights), **OVERRIDES.get(cfg, {}), **(overrides or {})}  # fmt: skip
+                 "paths.elmo": str(weights), **(overrides or {})}  # fmt: skip
     return spacy.util.load_config(CONFIGS / cfg, overrides=overrides, interpolate=False)
 
 
