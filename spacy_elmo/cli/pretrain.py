@@ -69,6 +69,14 @@ class _Stop:
         if not self.reporting:
             raise _Terminated if signum == signal.SIGTERM else KeyboardInterrupt
 
+    def check(self, step: int, loss: float) -> None:
+        """Called after every optimizer step (``train``'s ``on_step``): stop at this step boundary if a signal
+        came whose exception Python swallowed, as it does when the handler runs inside a finalizer (a
+        ``__del__`` or a generator closed by the garbage collector: "Exception ignored in ..."), where the
+        run went on training as though nothing had come."""
+        if self.signum is not None and not self.reporting:
+            raise _Terminated if self.signum == signal.SIGTERM else KeyboardInterrupt
+
     def exit(self, signum: int, err: BaseException) -> None:
         """Exit with 128 + ``signum``. Ctrl-C under torchrun comes twice (the terminal's to the whole process
         group, then torchrun's forwarded copy): a second one in the process's exit (atexit callbacks, the
@@ -251,7 +259,7 @@ def pretrain(
     )
     with _signals_stop_the_run(command_line=ctx.obj == COMMAND_LINE) as stop:
         try:
-            summary = train(cfg)
+            summary = train(cfg, on_step=stop.check)
         # OSError: also a disk full, a path under a file...; KeyboardInterrupt: Ctrl-C, or SIGTERM (_Terminated)
         except (ValueError, OSError, RuntimeError, KeyboardInterrupt) as err:
             stop.reporting = True  # first: a signal now must not escape this handler

@@ -83,6 +83,39 @@ def test_pretraining_killed_at_every_kind_of_point_resumes_to_the_straight_run(t
     assert files_below(out) == files_below(straight)  # no temporary file left behind
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the swallowed exception itself
+def test_a_signal_python_swallows_still_stops_at_the_next_step(tmp_path, monkeypatch):
+    """A signal whose handler runs inside a finalizer (a ``__del__``, a generator the garbage collector
+    closes) raises there, and Python prints "Exception ignored" and goes on: the run trained on to its end.
+    The recorded signal now stops it at the next step boundary, resumable, with SIGTERM's exit status."""
+    import spacy_elmo.training.checkpoint as ckpt
+
+    class SignalledInFinalizer:
+        def __del__(self):
+            signal.raise_signal(signal.SIGTERM)
+
+    save, saves = ckpt.save_checkpoint, []
+
+    def save_then_finalize(*args, **kwargs):
+        save(*args, **kwargs)
+        saves.append(1)
+        if len(saves) == 1:
+            SignalledInFinalizer()  # collected at once: SIGTERM's handler runs inside __del__
+
+    monkeypatch.setattr(ckpt, "save_checkpoint", save_then_finalize)
+    out = tmp_path / "out"
+    args, _, _ = tiny_pretrain_args(tmp_path, out, "--checkpoint-every", "2", "--log-every", "1", max_steps=8)
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 128 + signal.SIGTERM, result.output
+    assert "Interrupted" in result.output and "--resume" in result.output
+    assert load_checkpoint(out)["step"] == 2 and logged_steps(out) == [1, 2]  # stopped at step 3's end, unsaved
+    resume = [*args[: args.index("--max-steps") + 1], "4", *args[args.index("--max-steps") + 2 :], "--resume"]
+    monkeypatch.setattr(ckpt, "save_checkpoint", save)
+    done = CliRunner().invoke(app, resume)
+    assert done.exit_code == 0, done.output
+    assert logged_steps(out) == [1, 2, 3, 4]
+
+
 def test_sigterm_stops_pretraining_as_ctrl_c_does(tmp_path):
     """SIGTERM (kill, Slurm's scancel and time limit, a container stop, torchrun stopping its workers)
     ended pretrain at once, without a word: it now stops as Ctrl-C does, with exit status 143 and the
