@@ -67,7 +67,7 @@ class _Stop:
         if self.signum is None:
             self.signum = signum
         if not self.reporting:
-            raise _Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+            raise self.interrupt()
 
     def check(self, step: int, loss: float) -> None:
         """Called after every optimizer step (``train``'s ``on_step``): stop at this step boundary if a signal
@@ -75,7 +75,11 @@ class _Stop:
         ``__del__`` or a generator closed by the garbage collector: "Exception ignored in ..."), where the
         run went on training as though nothing had come."""
         if self.signum is not None and not self.reporting:
-            raise _Terminated if self.signum == signal.SIGTERM else KeyboardInterrupt
+            raise self.interrupt()
+
+    def interrupt(self) -> KeyboardInterrupt:
+        """The exception of the signal that came: :class:`_Terminated` for SIGTERM, KeyboardInterrupt for Ctrl-C."""
+        return _Terminated() if self.signum == signal.SIGTERM else KeyboardInterrupt()
 
     def exit(self, signum: int, err: BaseException) -> None:
         """Exit with 128 + ``signum``. Ctrl-C under torchrun comes twice (the terminal's to the whole process

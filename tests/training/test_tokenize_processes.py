@@ -224,7 +224,7 @@ def test_option_checked_and_passed(tmp_path, monkeypatch):
         TrainConfig(train_path="x", output_dir="y", tokenize_processes=-1).validate()
     seen = {}
 
-    def fake_train(cfg):
+    def fake_train(cfg, on_step=None):
         seen["cfg"] = cfg
         raise ValueError("stop")
 
