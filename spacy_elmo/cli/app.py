@@ -1,6 +1,7 @@
 """The typer application every command registers on, and option checks the commands share."""
 
 import os
+
 import typer
 
 from ..device import torch_device

@@ -74,7 +74,7 @@ class _Stop:
         came whose exception Python swallowed, as it does when the handler runs inside a finalizer (a
         ``__del__`` or a generator closed by the garbage collector: "Exception ignored in ..."), where the
         run went on training as though nothing had come."""
-        if self.signum is not None and not self.reporting:
+        if self.signum is not None:  # (train calls it, so never while the end is reported)
             raise self.interrupt()
 
     def interrupt(self) -> KeyboardInterrupt:

@@ -9,7 +9,7 @@ so they are not part of any serialized state.
 
 import multiprocessing
 import os
-from typing import List, Optional, Sequence
+from typing import Optional, Sequence
 
 import torch
 from torch import Tensor, nn

@@ -3,7 +3,6 @@
 import subprocess
 import sys
 import warnings
-from pathlib import Path
 
 import numpy
 import pytest
