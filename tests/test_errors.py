@@ -5,7 +5,10 @@
   replaces the error, at the moment it should have said what went wrong), and a message used without
   ``.format`` has no braces at all (the user would see ``{path}`` or ``{{``). A message is followed from
   ``Errors.X`` through conditional expressions, tuples, dicts and their subscripts, local and module
-  names, arguments of spacy_elmo's own functions (``one_of(choices, Errors.X)``) and their returns, to
+  names (a module's also where other modules import it: ``from .a import MSG``, ``from . import a``
+  then ``a.MSG``, re-exports), class attributes and attributes set on objects (``self.MSG``,
+  ``Cls.MSG``: every read of an attribute of that name, whose object is not known statically),
+  arguments of spacy_elmo's own functions (``one_of(choices, Errors.X)``) and their returns, to
   the ``.format(...)`` calls it reaches; what it reaches otherwise (``ValueError(Errors.X)``, a keyword
   of another message's ``.format``) is a use without ``.format``.
 * ``Errors`` and ``Warnings`` are only read as ``Errors.NAME``: no ``getattr(Errors, ...)``, no alias,
@@ -52,6 +55,15 @@ def placeholders(message: str) -> Set[str]:
 class Module:
     def __init__(self, path: Path):
         self.path = path
+        #: The dotted name imports give it (``spacy_elmo.training.trainer``: up the folders that hold an
+        #: ``__init__.py``) and its package's (an ``__init__.py``'s own name).
+        parts = [] if path.stem == "__init__" else [path.stem]
+        folder = path.parent
+        while (folder / "__init__.py").exists():
+            parts.insert(0, folder.name)
+            folder = folder.parent
+        self.name = ".".join(parts)
+        self.package = self.name if path.stem == "__init__" else ".".join(parts[:-1])
         self.tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
         self.parent: Dict[ast.AST, ast.AST] = {}
         for node in ast.walk(self.tree):
@@ -70,12 +82,31 @@ class Module:
                 return node
         return self.tree
 
+    def class_body(self, node: ast.AST) -> Optional[ast.ClassDef]:
+        """The class whose body holds statement ``node`` (outside any function of it), if any."""
+        while node in self.parent:
+            node = self.parent[node]
+            if isinstance(node, ast.ClassDef):
+                return node
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                return None
+        return None
+
+    def imported_module(self, node: ast.ImportFrom) -> str:
+        """The dotted name of the module ``from ... import`` reads from (relative imports resolved)."""
+        if not node.level:
+            return node.module or ""
+        base = self.package.split(".") if self.package else []
+        base = base[: len(base) - (node.level - 1)]
+        return ".".join(base + ([node.module] if node.module else []))
+
 
 class Flow:
     """Where the value of an expression goes, across the modules of the package."""
 
     def __init__(self, modules: List[Module]):
         self.modules = modules
+        self.by_name = {module.name: module for module in modules}
         self.functions: Dict[str, List[Tuple[Module, ast.AST]]] = {}
         for module in modules:
             for node in ast.walk(module.tree):
@@ -93,12 +124,55 @@ class Flow:
                 if inner is scope:
                     yield module, node
 
+    def reads(self, module: Module, scope: ast.AST, name: str, seen=None) -> Iterator[Tuple[Module, ast.AST]]:
+        """The reads of variable ``name`` of ``scope``: :meth:`loads`, and of a module's name also in the
+        modules that import it: ``from M import name [as other]`` (followed on: a re-export) and
+        ``m.name`` where ``m`` is the module imported (``from P import M as m``, ``import P.M as m``)."""
+        yield from self.loads(module, scope, name)
+        seen = set() if seen is None else seen
+        if scope is not module.tree or (module.name, name) in seen:
+            return
+        seen.add((module.name, name))
+        for other in self.modules:
+            for node in ast.walk(other.tree):
+                if isinstance(node, ast.ImportFrom):
+                    source = other.imported_module(node)
+                    for alias in node.names:
+                        bound = alias.asname or alias.name
+                        if source == module.name and alias.name == name:
+                            yield from self.reads(other, other.scope(node), bound, seen)
+                        elif f"{source}.{alias.name}".lstrip(".") == module.name:
+                            yield from self._attribute_reads(other, other.scope(node), bound, name)
+                elif isinstance(node, ast.Import):
+                    for alias in node.names:
+                        if alias.name == module.name and alias.asname:
+                            yield from self._attribute_reads(other, other.scope(node), alias.asname, name)
+
+    def _attribute_reads(self, module: Module, scope: ast.AST, holder: str, attr: str) -> Iterator[Tuple[Module, ast.AST]]:
+        """The reads of ``holder.attr`` where ``holder`` is the variable of ``scope``."""
+        for load_module, load in self.loads(module, scope, holder):
+            parent = load_module.parent.get(load)
+            if isinstance(parent, ast.Attribute) and parent.attr == attr:
+                yield load_module, parent
+
+    def attribute_reads(self, attr: str) -> Iterator[Tuple[Module, ast.AST]]:
+        """Every read of an attribute named ``attr`` in the package (of ``self``, a class, an instance:
+        which object it is, is not known here, so all of them)."""
+        for module in self.modules:
+            for node in ast.walk(module.tree):
+                if isinstance(node, ast.Attribute) and node.attr == attr and isinstance(node.ctx, ast.Load):
+                    yield module, node
+
     @staticmethod
     def _assigns(scope: ast.AST, name: str) -> bool:
         args = getattr(scope, "args", None)
         if args is not None and name in {a.arg for a in args.posonlyargs + args.args + args.kwonlyargs}:
             return True
-        return any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store) for n in ast.walk(scope))
+        return any(
+            (isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store))
+            or (isinstance(n, ast.alias) and (n.asname or n.name.split(".")[0]) == name)
+            for n in ast.walk(scope)
+        )
 
     def uses(self, module: Module, node: ast.AST, seen=None) -> Iterator[Tuple[str, Module, ast.AST]]:
         """``("format", module, call)`` for each ``.format(...)`` call the value of ``node`` reaches, and
@@ -126,13 +200,24 @@ class Flow:
             return  # ``key in CONTAINER``: the messages in it are not used here
         elif isinstance(parent, (ast.Assign, ast.AnnAssign, ast.For)) and node is _assigned(parent):
             targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target]
+            if all(isinstance(t, ast.Attribute) for t in targets):  # ``self.message = Errors.X``
+                for target in targets:
+                    for load_module, load in self.attribute_reads(target.attr):
+                        yield from self.uses(load_module, load, seen)
+                return
             names = [_stored_names(t) for t in targets]
             if any(n is None for n in names):
-                yield "bare", module, node  # stored on an attribute or in an item: not followed
+                yield "bare", module, node  # stored in an item (or unpacked onto attributes): not followed
                 return
-            scope = module.scope(parent)
+            scope, owner = module.scope(parent), module.class_body(parent)
             for name in [n for group in names for n in group]:
-                for load_module, load in self.loads(module, scope, name):
+                if owner is not None:  # a class attribute: read as ``self.NAME``, ``Cls.NAME``, ... or in the body
+                    reads = [(load_module, load) for load_module, load in self.attribute_reads(name)]
+                    reads += [(module, load) for load in ast.walk(owner) if isinstance(load, ast.Name)
+                              and load.id == name and isinstance(load.ctx, ast.Load) and module.class_body(load) is owner]
+                else:
+                    reads = list(self.reads(module, scope, name))
+                for load_module, load in reads:
                     yield from self.uses(load_module, load, seen)
         elif isinstance(parent, ast.Return):
             function = module.scope(parent)
@@ -257,6 +342,14 @@ def test_messages_match_their_uses():
     assert not problems, "\n".join(problems)
 
 
+def assert_found(problems: List[str], expected: Optional[str]) -> None:
+    """``expected`` is among ``problems`` (None: there are none)."""
+    if expected is None:
+        assert problems == []
+    else:
+        assert any(expected in p for p in problems), problems
+
+
 def _planted(tmp_path: Path, source: str) -> List[Module]:
     path = tmp_path / "planted.py"
     path.write_text(source, encoding="utf-8")
@@ -288,10 +381,48 @@ def test_check_finds_planted_mismatches(tmp_path, source, expected):
     """The check itself, on planted code: each mismatch it must find (None: a correct use it must accept)."""
     known = {("Errors", "E_A"): "{name!r} at {path}", ("Errors", "E_B"): "no placeholders"}
     problems = check(_planted(tmp_path, source), known)
-    if expected is None:
-        assert problems == []
-    else:
-        assert any(expected in p for p in problems), problems
+    assert_found(problems, expected)
+
+
+A_CONSTANT = "MSG = Errors.E_A\nprint(Errors.E_B)\n"  # pkg/a.py: a module's name holding a message
+A_CLASS = "print(Errors.E_B)\nclass C:\n    MSG = Errors.E_A\n"  # pkg/a.py: a class attribute holding it
+
+
+@pytest.mark.parametrize(
+    "files,expected",
+    [
+        # a module constant, read in another module: imported, aliased, absolute, re-exported, its module imported
+        ({"a": A_CONSTANT, "b": "from .a import MSG\nraise ValueError(MSG.format(name=1))"}, "b.py:2: Errors.E_A.format(...) lacks ['path']"),
+        ({"a": A_CONSTANT, "b": "from .a import MSG\nraise ValueError(MSG.format(name=1, path=2))"}, None),
+        ({"a": A_CONSTANT, "b": "from pkg.a import MSG as M\nraise ValueError(M.format(path=1))"}, "lacks ['name']"),
+        ({"a": A_CONSTANT, "b": "def f():\n    from .a import MSG\n    return MSG\nraise ValueError(f())"},
+         "used without .format but has braces"),
+        ({"a": A_CONSTANT, "__init__": "from .a import MSG", "sub/__init__": "", "sub/c": "from .. import MSG\nMSG.format(name=1)"},
+         "c.py:2: Errors.E_A.format(...) lacks ['path']"),
+        ({"a": A_CONSTANT, "b": "from . import a as mod\nraise ValueError(mod.MSG.format(name=1))"}, "lacks ['path']"),
+        ({"a": A_CONSTANT, "b": "import pkg.a as mod\nraise ValueError(mod.MSG.format(name=1))"}, "lacks ['path']"),
+        # a class attribute: read on the instance, on the class in another module, or in the class body
+        ({"a": A_CLASS + "    def f(self):\n        return self.MSG.format(name=1)"}, "lacks ['path']"),
+        ({"a": A_CLASS, "b": "from .a import C\nraise ValueError(C.MSG.format(path=1, name=2))"}, None),
+        ({"a": A_CLASS, "b": "from .a import C\nraise ValueError(C.MSG.format(path=1))"}, "lacks ['name']"),
+        ({"a": "class C:\n    MSG = Errors.E_A\n    TEXT = MSG.format(name=1)\nprint(Errors.E_B)"}, "lacks ['path']"),
+        # an instance attribute
+        ({"a": "class C:\n    def __init__(self):\n        self.m = Errors.E_A\n    def f(self):\n        return self.m.format(name=1)\n"
+               "print(Errors.E_B)"}, "lacks ['path']"),
+    ],
+)
+def test_check_follows_messages_across_modules_and_classes(tmp_path, files, expected):
+    """Planted packages (``pkg/NAME.py`` for each key): a message reached through another module's
+    import of a constant, or through a class or instance attribute, is checked at its ``.format``."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text(files.get("__init__", ""), encoding="utf-8")
+    for name, source in files.items():
+        path = tmp_path / "pkg" / f"{name}.py"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(source, encoding="utf-8")
+    modules = [Module(path) for path in sorted((tmp_path / "pkg").rglob("*.py"))]
+    problems = check(modules, {("Errors", "E_A"): "{name!r} at {path}", ("Errors", "E_B"): "no placeholders"})
+    assert_found(problems, expected)
 
 
 def test_check_finds_a_broken_message():

@@ -14,12 +14,13 @@ import os
 import reprlib
 import shutil
 import tempfile
+from contextlib import contextmanager
 from dataclasses import fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, Iterable, Optional, Union
+from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Optional, Union
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from ..atomic import atomic_write
@@ -205,12 +206,26 @@ def _umask() -> int:
     return umask
 
 
-def read_safetensors(path: Path) -> Dict[str, torch.Tensor]:
-    """Every tensor of the safetensors file ``path``; a damaged file is a clear error naming it."""
+@contextmanager
+def _safetensors_errors(path: Path) -> Iterator[None]:
+    """A damaged safetensors file ``path`` read inside: a clear error naming it."""
     try:
-        return load_file(str(path))
+        yield
     except (SafetensorError, OSError) as err:  # OSError: e.g. a directory where the file belongs
         raise ValueError(Errors.E_SAFETENSORS_DAMAGED.format(path=path, error=err)) from err
+
+
+def read_safetensors(path: Path) -> Dict[str, torch.Tensor]:
+    """Every tensor of the safetensors file ``path``; a damaged file is a clear error naming it."""
+    with _safetensors_errors(path):
+        return load_file(str(path))
+
+
+def safetensors_names(path: Path) -> List[str]:
+    """The tensor names of the safetensors file ``path``, read from its header: no tensor is loaded."""
+    with _safetensors_errors(path):
+        with safe_open(str(path), framework="pt") as f:
+            return list(f.keys())
 
 
 def load_tensors(directory: PathLike) -> Dict[str, torch.Tensor]:

@@ -124,11 +124,12 @@ def _describe(name: str, value: Any) -> str:
 
 
 def _init_has_softmax(init: str) -> Optional[bool]:
-    """Whether model ``init`` has a softmax; None when it cannot be read (moved, deleted)."""
-    from .modelio import load_pretrained
+    """Whether model ``init`` has a softmax (read from its files' headers: no weights are loaded);
+    None when it cannot be read (moved, deleted)."""
+    from .modelio import has_softmax
 
     try:
-        return load_pretrained(init, backend="reference")[1] is not None
+        return has_softmax(init)
     except (OSError, ValueError):
         return None
 

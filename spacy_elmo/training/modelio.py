@@ -10,7 +10,7 @@ the directory still holds exactly one) and ``vocab.txt`` (both written by
 """
 
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple, Union
+from typing import Any, Collection, Dict, Optional, Tuple, Union
 
 import torch
 
@@ -24,6 +24,7 @@ from ..bilm.native_io import (
     read_meta,
     read_safetensors,
     require_finite,
+    safetensors_names,
     write_safetensors,
 )
 from ..errors import Errors
@@ -66,15 +67,14 @@ def load_pretrained(
     provenance: Dict[str, Any] = {}
     tensors: Dict[str, torch.Tensor] = {}
     found = allennlp_files_of(path)
+    source = softmax_source(path, found)
     if found is None:  # native: config.json and the tensors are read once
         meta, tensors = read_meta(path), load_tensors(path)
         bilm = model_from_native(BiLM, path, meta, tensors, backend=backend)
         provenance = meta.get("provenance", {}) or {}
-        source = path / WEIGHTS_NAME
     else:
         bilm = BiLM.from_allennlp(found[0], found[1], backend=backend)
-        source = path / SOFTMAX_FILE
-        if source.exists():
+        if source is not None:
             tensors = read_safetensors(source)
     weight, bias = softmax_tensors(tensors, source, bilm.config.projection_dim)
     softmax = vocab = None
@@ -89,22 +89,51 @@ def load_pretrained(
     return bilm, softmax, vocab, provenance
 
 
-def softmax_tensors(tensors: Dict[str, torch.Tensor], source: Path, P: int):
+SOFTMAX_NAMES = ("softmax.weight", "softmax.bias")
+
+
+def softmax_source(path: Path, allennlp_files) -> Optional[Path]:
+    """The file of model directory ``path`` that holds its softmax tensors if it has any: its
+    ``model.safetensors``, or with AllenNLP weights (``allennlp_files``: :func:`allennlp_files_of`'s)
+    the ``softmax.safetensors`` beside them (None when there is none: no softmax)."""
+    if allennlp_files is None:
+        return path / WEIGHTS_NAME
+    source = path / SOFTMAX_FILE
+    return source if source.exists() else None
+
+
+def has_softmax_tensors(names: Collection[str], source: Optional[Path]) -> bool:
+    """Whether tensor ``names`` (of file ``source``) hold a softmax: both of :data:`SOFTMAX_NAMES`, or
+    neither; one without the other is an error."""
+    present = [name for name in SOFTMAX_NAMES if name in names]
+    if len(present) == 1:
+        missing = next(name for name in SOFTMAX_NAMES if name not in names)
+        raise ValueError(Errors.E_SOFTMAX_INCOMPLETE.format(path=source, found=present[0], missing=missing))
+    return bool(present)
+
+
+def has_softmax(directory: PathLike) -> bool:
+    """Whether the model in ``directory`` (or ``"default"``) has a softmax, as :func:`load_pretrained`
+    would find it, read from the safetensors header alone: no weights are loaded. Its errors: a
+    model that is missing, or a directory or softmax file that :func:`load_pretrained` would refuse
+    before reading a tensor."""
+    path = model_path(directory)
+    source = softmax_source(path, allennlp_files_of(path))
+    return source is not None and has_softmax_tensors(safetensors_names(source), source)
+
+
+def softmax_tensors(tensors: Dict[str, torch.Tensor], source: Optional[Path], P: int):
     """``(weight (V, P), bias (V,))`` of a model's tensors, or ``(None, None)`` when it has no softmax;
     clear errors when one of them is missing or their shapes, dtypes or values cannot be a softmax."""
-    names = ("softmax.weight", "softmax.bias")
-    present = [name for name in names if name in tensors]
-    if not present:
+    if not has_softmax_tensors(tensors, source):
         return None, None
-    if len(present) == 1:
-        missing = next(name for name in names if name not in tensors)
-        raise ValueError(Errors.E_SOFTMAX_INCOMPLETE.format(path=source, found=present[0], missing=missing))
+    assert source is not None  # the tensors were read from it
     weight, bias = tensors["softmax.weight"], tensors["softmax.bias"]
     if weight.dim() != 2 or weight.shape[1] != P or tuple(bias.shape) != (weight.shape[0],):
         raise ValueError(
             Errors.E_SOFTMAX_SHAPE.format(path=source, weight=tuple(weight.shape), bias=tuple(bias.shape), P=P)
         )
-    for name in names:
+    for name in SOFTMAX_NAMES:
         if not tensors[name].is_floating_point():
             raise ValueError(Errors.E_NATIVE_TENSOR_DTYPE.format(name=name, path=source, dtype=tensors[name].dtype))
         require_finite(tensors[name], name, source)

@@ -229,7 +229,8 @@ def _build_model(cfg: TrainConfig, corpus: Corpus, resume_payload: Optional[dict
         corpus = Corpus(remap[corpus.tokens], corpus.lengths, vocab.types, None)
         softmax = init_softmax
     else:
-        vocab = _corpus_vocab(corpus, cfg)
+        assert corpus.counts is not None  # read from the corpus cache (Corpus.load), as every pretraining corpus is
+        vocab = Vocab.from_counts(corpus.types, corpus.counts, cfg.vocab_size, cfg.min_count)
         softmax = SoftmaxLayer(vocab.size, config.projection_dim)
         if init_softmax is not None and init_vocab is not None:
             # Words the old vocabulary knew keep their trained softmax rows.
@@ -274,19 +275,6 @@ def fit_start_state(bilm: BiLM, corpus: Corpus, max_sentences: int, warmup: int 
 def requested_model(cfg: TrainConfig) -> BiLMConfig:
     """The model ``cfg`` asks for (the small preset when it names none)."""
     return BiLMConfig.from_dict(cfg.model) if cfg.model else BiLMConfig.preset("small")
-
-
-def _corpus_vocab(corpus: Corpus, cfg: TrainConfig) -> Vocab:
-    """The corpus types are already in vocab order; the targets are a prefix."""
-    counts = corpus.counts
-    assert counts is not None  # read from the corpus cache (Corpus.load), as every pretraining corpus is
-    frequent = int((counts[3:] >= cfg.min_count).sum())
-    if frequent == 0:
-        raise ValueError(Errors.E_NO_VOCAB_WORDS.format(min_count=cfg.min_count, most=int(counts[3:].max(initial=0))))
-    size = 3 + frequent
-    if cfg.vocab_size:
-        size = min(size, cfg.vocab_size)
-    return Vocab(corpus.types, size)
 
 
 def learning_rate(name: str, lr: Optional[float]) -> float:

@@ -8,10 +8,10 @@ UNK``. Inputs are characters, so types outside the vocabulary still get their
 own characters.
 """
 
-from collections import Counter
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Union
+from typing import Dict, Iterable, List, Optional, Sequence, Union
 
+import numpy as np
 import torch
 
 from ..atomic import atomic_write_text
@@ -38,15 +38,21 @@ class Vocab:
         self.size = len(self.types) if size is None else min(size, len(self.types))
 
     @classmethod
-    def from_counts(cls, counts: Counter, max_size: Optional[int] = None, min_count: int = 1) -> "Vocab":
-        """Types sorted by (-count, string); targets: at most ``max_size`` entries
-        (specials included) of types seen at least ``min_count`` times."""
-        ordered = sorted((t for t in counts if t not in SPECIALS), key=lambda t: (-counts[t], t))
-        frequent = sum(1 for t in ordered if counts[t] >= min_count)
+    def from_counts(cls, types: List[str], counts: Union[Sequence[int], np.ndarray], vocab_size: int = 0, min_count: int = 1) -> "Vocab":
+        """The vocabulary of a corpus whose ``types`` are already in vocabulary order (the
+        specials, then by descending count, ties by string: :class:`~.data.Corpus`'s order) and
+        ``counts`` their counts (those of the specials are ignored). The targets are a prefix of
+        ``types``: the types seen at least ``min_count`` times, at most ``vocab_size`` entries with
+        the specials (0: no cap; below 3, the specials only: ``<UNK>`` is always a target).
+        A ``min_count`` that no type reaches is an error (pretrain's ``--min-count``)."""
+        words = np.asarray(counts[3:], dtype=np.int64)
+        frequent = int((words >= min_count).sum())
+        if frequent == 0:
+            raise ValueError(Errors.E_NO_VOCAB_WORDS.format(min_count=min_count, most=int(words.max(initial=0))))
         size = 3 + frequent
-        if max_size:
-            size = min(size, max(3, max_size))
-        return cls(SPECIALS + ordered, size)
+        if vocab_size:
+            size = min(size, max(3, vocab_size))
+        return cls(types, size)
 
     def __len__(self) -> int:
         return self.size

@@ -150,3 +150,65 @@ def test_export_of_bad_inputs_exits_with_the_message(tmp_path):
     assert result.exit_code == 1 and "holds two models" in result.output, result.output
     assert not (tmp_path / "out").exists()
 
+
+
+def model_dirs(tmp_path):
+    """name -> (model directory, whether it has a softmax): native and AllenNLP, with and without one."""
+    native = pretrained(tmp_path / "native")
+    BiLM(CONFIG, backend="reference").save(tmp_path / "native_bare")  # the biLM alone
+    export(native, tmp_path / "allennlp", "allennlp")
+    export(native, tmp_path / "allennlp_bare", "allennlp")
+    (tmp_path / "allennlp_bare" / SOFTMAX_FILE).unlink()
+    return {"native": (native, True), "native without softmax": (tmp_path / "native_bare", False),
+            "allennlp": (tmp_path / "allennlp", True), "allennlp without softmax": (tmp_path / "allennlp_bare", False)}
+
+
+def refuse_weight_loading(monkeypatch):
+    """Make every read of tensors (safetensors, hdf5) or of a whole model fail the test."""
+    from spacy_elmo.bilm import allennlp_io, native_io
+    from spacy_elmo.training import modelio
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the weights were loaded")
+
+    monkeypatch.setattr(native_io, "load_file", refuse)
+    monkeypatch.setattr(allennlp_io.h5py, "File", refuse)
+    monkeypatch.setattr(modelio, "load_pretrained", refuse)
+
+
+def test_has_softmax_says_what_load_pretrained_finds_without_loading_weights(tmp_path, monkeypatch):
+    from spacy_elmo.training.modelio import has_softmax
+
+    dirs = model_dirs(tmp_path)
+    for directory, expected in dirs.values():
+        assert (load_pretrained(directory, backend="reference")[1] is not None) is expected  # the oracle: a full load
+    half = allennlp_with_softmax(tmp_path / "half", torch.zeros(5, 4), None)
+    with pytest.raises(ValueError, match="has 'softmax.weight' but not 'softmax.bias'"):
+        load_pretrained(half)
+    refuse_weight_loading(monkeypatch)
+    for directory, expected in [*dirs.values(), ("default", True)]:
+        assert has_softmax(directory) is expected, directory
+    with pytest.raises(ValueError, match="has 'softmax.weight' but not 'softmax.bias'"):  # the same refusal
+        has_softmax(half)
+
+
+@pytest.mark.parametrize("name", ["native", "native without softmax", "allennlp", "allennlp without softmax"])
+def test_resume_leaving_out_init_names_how_the_vocabulary_was_made_without_loading_it(tmp_path, monkeypatch, name):
+    """The refusal of a --resume that leaves out the --init of a run whose vocabulary came from its corpus
+    says whether --new-vocab did that or the model has no softmax; it loaded the whole model (weights and
+    all: about 1 s and 180 MB for the bundled default) to tell, where the header of a file says it."""
+    from spacy_elmo.errors import Errors
+    from spacy_elmo.training.checkpoint import check_settings
+
+    directory, with_softmax = model_dirs(tmp_path)[name]
+    init = str(directory)
+    if with_softmax:
+        started, resume_with = f"it was started with --init {init} --new-vocab", f"--init {init} --new-vocab"
+    else:
+        started = f"it was started from --init {init}, which has no softmax, so a new vocabulary was built from its corpus"
+        resume_with = f"--init {init}"
+    refuse_weight_loading(monkeypatch)
+    with pytest.raises(ValueError) as err:
+        check_settings({"init": init, "new_vocab": True}, {"init": None}, "out")
+    assert str(err.value) == Errors.E_RESUME_INIT_MISSING.format(
+        path="out", init=init, started=started, resume_with=resume_with, why=Errors.E_RESUME_INIT_MISSING_RECORD.format(init=init))

@@ -13,16 +13,53 @@ from spacy_elmo.training.stream import StreamBatcher
 from spacy_elmo.training.vocab import BOS, EOS, UNK, CharTable, Vocab
 
 
-def test_vocab_order_and_roundtrip(tmp_path):
-    counts = Counter({"b": 5, "a": 5, "c": 9, "rare": 1})
-    vocab = Vocab.from_counts(counts, min_count=2)
-    assert vocab.types == ["<S>", "</S>", "<UNK>", "c", "a", "b", "rare"]
+def test_vocab_roundtrip(tmp_path):
+    vocab = Vocab.from_counts(["<S>", "</S>", "<UNK>", "c", "a", "b", "rare"], [0, 0, 0, 9, 5, 5, 1], min_count=2)
     assert vocab.size == 6  # "rare" is below min_count: a type, not a target
-    assert Vocab.from_counts(counts, max_size=4).size == 4
     assert vocab.target_ids(torch.tensor([3, 5, 6])).tolist() == [3, 5, UNK]
     vocab.save(tmp_path)
     assert (tmp_path / "vocab.txt").read_text(encoding="utf-8") == "<S>\n</S>\n<UNK>\nc\na\nb\n"
     assert Vocab.load(tmp_path).targets == vocab.targets
+
+
+# Counts: c 3; d, b, a 2 each (first seen in that order: ties go by string, not by file order); e 1.
+VOCAB_TEXT = "d c b\nc a d\nc b a e\n"
+
+
+@pytest.mark.parametrize(
+    "vocab_size, min_count, targets",
+    [
+        (0, 1, ["c", "a", "b", "d", "e"]),  # 0: no cap
+        (100, 1, ["c", "a", "b", "d", "e"]),  # a cap above the corpus's types
+        (8, 1, ["c", "a", "b", "d", "e"]),  # exactly the specials and every word
+        (7, 1, ["c", "a", "b", "d"]),
+        (6, 1, ["c", "a", "b"]),  # a cut through the tie: a and b by string, d out
+        (5, 1, ["c", "a"]),
+        (4, 1, ["c"]),
+        (0, 2, ["c", "a", "b", "d"]),
+        (0, 3, ["c"]),
+        (5, 2, ["c", "a"]),  # both: the cap within the frequent words
+        (100, 3, ["c"]),  # both: min-count within the cap
+        (3, 1, []),  # below the CLI's bound (TrainConfig refuses 1 to 3): the specials stay targets
+        (2, 1, []),
+        (1, 1, []),
+    ],
+)
+def test_vocab_from_corpus_counts(tmp_path, vocab_size, min_count, targets):
+    """The targets the pretrain command would train (its --vocab-size and --min-count on a corpus
+    cache), against the counts worked out by hand in VOCAB_TEXT's comment."""
+    (tmp_path / "t.txt").write_text(VOCAB_TEXT, encoding="utf-8")
+    build_corpus(tmp_path / "t.txt", "en", tmp_path / "cache", progress=False)
+    corpus = Corpus.load(tmp_path / "cache")
+    vocab = Vocab.from_counts(corpus.types, corpus.counts, vocab_size, min_count)
+    assert vocab.targets == ["<S>", "</S>", "<UNK>"] + targets
+    assert vocab.types == ["<S>", "</S>", "<UNK>", "c", "a", "b", "d", "e"]  # every type stays a type
+
+
+@pytest.mark.parametrize("vocab_size", [0, 4, 100])
+def test_vocab_min_count_above_every_count(vocab_size):
+    with pytest.raises(ValueError, match=r"No word of the corpus occurs --min-count 4 times \(the most frequent occurs 3 times\)"):
+        Vocab.from_counts(["<S>", "</S>", "<UNK>", "c", "a"], [0, 0, 0, 3, 2], vocab_size, min_count=4)
 
 
 def test_corpus_cache_order(tmp_path):
