@@ -73,6 +73,14 @@ def release_cpu_buffers() -> int:
 
 
 # --------------------------------------------------------------------- fakes
+# The kernels' results are new contiguous tensors in the dtype of the operator's first
+# floating input, whatever the strides of the inputs: so are the fakes' (empty_like kept a
+# transposed input's strides, and grad_hn's dtype where the kernels return x's).
+
+
+def _like(t: Tensor, shape) -> Tensor:
+    """A new contiguous tensor of ``shape`` with ``t``'s dtype and device."""
+    return t.new_empty(tuple(shape))
 
 
 @torch.library.register_fake("spacy_elmo::char_cnn_forward")
@@ -85,20 +93,20 @@ def _char_cnn_forward_fake(char_ids, embedding, weights, biases, activation):
 @torch.library.register_fake("spacy_elmo::char_cnn_backward")
 def _char_cnn_backward_fake(grad, out, argmax, char_ids, embedding, weights, activation):
     return (
-        torch.empty_like(embedding),
-        [torch.empty_like(w) for w in weights],
+        _like(embedding, embedding.shape),
+        [_like(w, w.shape) for w in weights],
         [w.new_empty(w.shape[0]) for w in weights],
     )
 
 
 @torch.library.register_fake("spacy_elmo::highway_forward")
 def _highway_forward_fake(x, weight, bias):
-    return torch.empty_like(x), x.new_empty(x.shape[0], 2 * x.shape[1])
+    return _like(x, x.shape), x.new_empty(x.shape[0], 2 * x.shape[1])
 
 
 @torch.library.register_fake("spacy_elmo::highway_backward")
 def _highway_backward_fake(grad, x, weight, h):
-    return torch.empty_like(x), torch.empty_like(weight), weight.new_empty(weight.shape[0])
+    return _like(x, x.shape), _like(x, weight.shape), x.new_empty(weight.shape[0])
 
 
 @torch.library.register_fake("spacy_elmo::lstm_forward")
@@ -124,11 +132,12 @@ def _lstm_forward_fake(xs, lengths, weights, h0, c0, cell_clip, proj_clip, rever
 @torch.library.register_fake("spacy_elmo::lstm_backward")
 def _lstm_backward_fake(grad_outs, grad_hn, grad_cn, xs, lengths, weights, c0, gates, c_raw, hp_raw, h_prev, m,
                         cell_clip, proj_clip, reverse, residual):
+    x = xs[0]
     return (
-        [torch.empty_like(x) for x in xs],
-        [torch.empty_like(w) for w in weights],
-        torch.empty_like(grad_hn),
-        torch.empty_like(grad_cn),
+        [_like(x, t.shape) for t in xs],
+        [_like(x, w.shape) for w in weights],
+        _like(x, grad_hn.shape),
+        _like(x, grad_cn.shape),
     )
 
 
@@ -139,7 +148,7 @@ def _sampled_logsumexp_forward_fake(h, weight, offset, hit):
 
 @torch.library.register_fake("spacy_elmo::sampled_logsumexp_backward")
 def _sampled_logsumexp_backward_fake(grad, h, weight, softmax):
-    return torch.empty_like(h), torch.empty_like(weight), weight.new_empty(weight.shape[0])
+    return _like(h, h.shape), _like(h, weight.shape), h.new_empty(weight.shape[0])
 
 
 # ------------------------------------------------------------------ autograd

@@ -449,11 +449,14 @@ def test_cuda_char_ids_must_be_integers(dtype):
 @pytest.mark.parametrize("case", [
     inputs.test_char_ids_int32_and_the_last_row_are_fine,
     inputs.test_char_filter_of_width_zero_is_an_error,
+    inputs.test_char_filter_without_channels_is_an_error,
     inputs.test_char_cnn_backward_op_checks_what_it_indexes_with,
     inputs.test_highway_bias_must_be_one_dimensional,
     inputs.test_highway_backward_op_checks_its_shapes,
     inputs.test_lstm_state_of_the_wrong_shape_is_an_error_not_reshaped,
     inputs.test_lstm_lengths_must_be_integers,
+    inputs.test_lstm_without_cells_or_projection_is_an_error,
+    inputs.test_fakes_match_the_kernels_for_transposed_inputs,
 ], ids=lambda case: case.__name__[len("test_"):])
 def test_cuda_bad_input(case):
     case(device=DEV)

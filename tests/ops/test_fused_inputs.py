@@ -402,6 +402,38 @@ def test_meta_tensors_give_shapes():
     assert [tuple(t.shape) for t in out] == [(3, 5, 4), (3, 5, 4), (2, 3, 4), (2, 3, 6)]
 
 
+def _transposed(t):
+    """``t``'s values with its last two dimensions' strides swapped (a non-contiguous tensor)."""
+    return t.transpose(-1, -2).contiguous().transpose(-1, -2)
+
+
+def test_fakes_match_the_kernels_for_transposed_inputs(device="cpu"):
+    """What torch.compile plans with (the fakes) is what the kernels return: new contiguous tensors in
+    the dtype of x. The fakes gave each gradient its input's strides (a transposed input: another
+    layout than the kernel's result) and lstm_backward's dh0 / dc0 the dtype of grad_hn."""
+    fake = ("test_faketensor",)
+    ids, emb, ws, bs = _char_inputs(device=device)
+    out, arg = ops.char_cnn_forward(ids, emb, ws, bs, 0)
+    torch.library.opcheck(ops.char_cnn_backward.default,
+                          (torch.ones_like(out), out, arg, ids, _transposed(emb), [_transposed(w) for w in ws], 0),
+                          test_utils=fake)
+    x, w, b = (torch.randn(*s, device=device) for s in ((6, 4), (8, 4), (8,)))
+    torch.library.opcheck(ops.highway_forward.default, (_transposed(x), w, b), test_utils=fake)
+    h = ops.highway_forward(x, w, b)[1]
+    torch.library.opcheck(ops.highway_backward.default, (torch.ones_like(x), _transposed(x), _transposed(w), h),
+                          test_utils=fake)
+    args = _lstm_saved(device=device)
+    args["xs"] = [_transposed(x) for x in args["xs"]]
+    args["weights"] = [_transposed(w) if w.dim() == 2 else w for w in args["weights"]]
+    args["grad_hn"], args["grad_cn"] = args["grad_hn"].double(), args["grad_cn"].double()
+    torch.library.opcheck(ops.lstm_backward.default, tuple(args.values()), test_utils=fake)
+    if device == "cpu":  # no CUDA kernel: on a GPU fused.sampled_logsumexp runs the reference
+        h, w = torch.randn(3, 4), torch.randn(5, 4)
+        _, p = ops.sampled_logsumexp_forward(h, w, torch.randn(5), torch.tensor([0, 4, -1]))
+        torch.library.opcheck(ops.sampled_logsumexp_backward.default, (torch.randn(3), _transposed(h), _transposed(w), p),
+                              test_utils=fake)
+
+
 def test_opcheck_backward_ops_outputs_do_not_share_storage():
     """A width-1 filter's weight gradient was a view of the other filters' buffer, the offset
     gradient a row of the weight gradient's product: outputs of a custom op must not alias."""
