@@ -11,7 +11,8 @@ exactly the signatures and semantics of :mod:`spacy_elmo.ops.reference`.
 Autocast: on CUDA the kernels run in the autocast dtype (bf16/fp16 inputs, fp32
 accumulation inside); on the CPU they always run in float32 (or float64), and a
 float16/bfloat16 input gets its results back in its own dtype, as does a float32
-input under autocast (the autocast dtype, as the reference path returns).
+input under autocast (the autocast dtype, as the reference path returns). The CUDA
+kernels have no float64 version: float64 on a GPU runs the reference.
 """
 
 import contextlib
@@ -307,6 +308,13 @@ def _run_dtype(t: Tensor, op: str, name: str) -> torch.dtype:
     return t.dtype if t.dtype in (torch.float32, torch.float64) else torch.float32
 
 
+def _float64_on_gpu(t: Tensor, op: str, name: str) -> bool:
+    """Whether ``t`` runs in float64 on a GPU, where the kernels have no float64 version (the op
+    refuses it): the wrappers run the reference there, in float64, as a float64 module's
+    checks expect (``bilm.double()`` on CUDA failed in the kernel's dtype check)."""
+    return t.device.type == "cuda" and _run_dtype(t, op, name) == torch.float64
+
+
 def _autocast_on(device_type: str) -> bool:
     """Whether autocast is on for the device (meta and other devices without autocast: no)."""
     return torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type)
@@ -354,6 +362,8 @@ def char_cnn(
     """Fused :func:`spacy_elmo.ops.reference.char_cnn` (same arguments and result)."""
     if activation not in _ACTIVATIONS:
         raise ValueError(Errors.E_BAD_ACTIVATION.format(value=activation))
+    if _float64_on_gpu(embedding, "char_cnn", "embedding"):
+        return reference.char_cnn(char_ids, embedding, weights, biases, activation)
     dtype = _run_dtype(embedding, "char_cnn", "embedding")
     with _no_autocast(embedding.device.type):
         emb, *params = _cast([embedding, *weights, *biases], dtype)
@@ -364,6 +374,8 @@ def char_cnn(
 
 def highway(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
     """Fused :func:`spacy_elmo.ops.reference.highway` (same arguments and result)."""
+    if _float64_on_gpu(x, "highway", "x"):
+        return reference.highway(x, weight, bias)
     dtype = _run_dtype(x, "highway", "x")
     shape = x.shape
     with _no_autocast(x.device.type):
@@ -423,6 +435,9 @@ def lstm_layer(
     residual: bool = False,
 ) -> Tuple[Tensor, Tensor, Tensor]:
     """Fused :func:`spacy_elmo.ops.reference.lstm_layer` (same arguments and result)."""
+    if _float64_on_gpu(x, "lstm", "x"):
+        return reference.lstm_layer(x, lengths, w_input, w_recurrent, bias, w_proj, h0, c0, cell_clip, proj_clip,
+                                    reverse, residual)
     h0 = None if h0 is None else h0.unsqueeze(0)
     c0 = None if c0 is None else c0.unsqueeze(0)
     outs, h_n, c_n = _lstm([x], lengths, [w_input, w_recurrent, bias, w_proj], h0, c0, cell_clip, proj_clip,
@@ -444,6 +459,9 @@ def bilstm_layer(
 ) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     """Fused :func:`spacy_elmo.ops.reference.bilstm_layer`: both directions in one
     kernel call, interleaved step by step (they run concurrently)."""
+    if _float64_on_gpu(x_fwd, "lstm", "x"):
+        return reference.bilstm_layer(x_fwd, x_bwd, lengths, fwd, bwd, state, cell_clip, proj_clip, reverse_backward,
+                                      residual)
     h0, c0 = reference.bilstm_state(state)
     outs, h_n, c_n = _lstm([x_fwd, x_bwd], lengths, [*fwd, *bwd], h0, c0, cell_clip, proj_clip,
                            [0, int(reverse_backward)], residual)

@@ -493,6 +493,45 @@ def test_cuda_ops_refuse_float64_and_tensors_on_another_device():
         torch.ops.spacy_elmo.highway_backward(torch.ones_like(x), x, w, h.cpu())
 
 
+def test_cuda_ops_name_the_argument_left_on_the_cpu():
+    """One argument on CUDA makes the dispatcher pick the CUDA kernel: with the table / the input on the
+    CPU, its device guard failed with a message that named neither the op nor the argument."""
+    ops = torch.ops.spacy_elmo
+    ids, emb, ws, bs = inputs._char_inputs(device=DEV)
+    with pytest.raises(RuntimeError, match="char_cnn: embedding is on cpu while other arguments are on CUDA"):
+        ops.char_cnn_forward(ids, emb.cpu(), [w.cpu() for w in ws], [b.cpu() for b in bs], 0)
+    x, w, b = torch.randn(6, 4), torch.randn(8, 4, device=DEV), torch.randn(8, device=DEV)
+    with pytest.raises(RuntimeError, match="highway: x is on cpu while other arguments are on CUDA"):
+        ops.highway_forward(x, w, b)
+    x, lengths, w = inputs._lstm_case()
+    with pytest.raises(RuntimeError, match="lstm: x is on cpu while other arguments are on CUDA"):
+        fused.lstm_layer(x, lengths, *w, h0=torch.zeros(3, 4, device=DEV))
+
+
+def test_float64_on_the_gpu_runs_the_reference():
+    """The CUDA kernels have no float64 version (the op refuses it, above): a float64 module on the GPU
+    (bilm.double(), for checks) failed in every fused call. The wrappers run the reference there:
+    float64 results and gradients, the CPU's float64 reference's."""
+    gen = torch.Generator().manual_seed(17)
+    lengths = torch.tensor([4, 0, 2])
+    ps = _params(gen, _bilstm_shapes(3, 4, 6, 7), dtype=torch.float64)
+    ids = _ids(gen, 5, 10)
+    filters = [(1, 4), (3, 5)]
+    cps = _params(gen, [(261, 3)] + [(c, 3, w) for w, c in filters] + [(c,) for _, c in filters] + [(18, 9), (18,)],
+                  dtype=torch.float64)
+
+    def one_direction(impl, dev):
+        return lambda x, wi, wr, b, wp: impl.lstm_layer(x, lengths.to(dev), wi, wr, b, wp, None, None, 3.0, 3.0, True)
+
+    for fused_fn, ref_fn, args in ((_bilstm_from_state(fused, lengths, DEV), _bilstm_from_state(R, lengths, "cpu"), ps),
+                                   (one_direction(fused, DEV), one_direction(R, "cpu"), ps[:1] + ps[2:6]),
+                                   (_char_cnn_highway(fused, ids, DEV), _char_cnn_highway(R, ids, "cpu"), cps)):
+        (o1, g1), (o2, g2) = _against_float64(fused_fn, ref_fn, args)
+        for a, b in zip(o1 + g1, o2 + g2):
+            assert a.dtype == torch.float64
+            torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-8)  # the losses weigh in float32
+
+
 def _syncs(fn):
     """The synchronizing CUDA calls fn makes (torch's sync debug mode warns at each)."""
     torch.cuda.synchronize()
