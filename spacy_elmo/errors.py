@@ -354,6 +354,10 @@ class Errors:
         "lstm: {name} must have shape {expected}, got {found} (B from x (B, T, I), C and P from w_proj (C, P)). "
         "Nothing is broadcast over the rows: expand a state shared by every row to B rows first."
     )
+    E_LSTM_NO_UNITS = (
+        "lstm: w_proj (C, P) must have at least one cell and one projection unit, got {found}: a layer of none "
+        "has nothing to compute (check the config's cell_dim and projection_dim)."
+    )
     E_FUSED_NOT_FLOAT = (
         "The fused {op} computes in floating point, but {name} is {dtype} (it would be run in float32 and an "
         "integer result truncated). Pass float32/float64 (or float16/bfloat16) tensors, e.g. {name}.float()."

@@ -68,6 +68,13 @@ void check_device(const at::Tensor& t, const at::Tensor& like, const char* op, c
               like.device());
 }
 
+// The dispatcher picks these kernels when any argument is on CUDA: `main` (the argument whose
+// device the kernels run on) must be, or the device guard fails with a message that names neither.
+void check_on_cuda(const at::Tensor& main, const char* op, const char* name) {
+  TORCH_CHECK(main.is_cuda(), op, ": ", name, " is on ", main.device(),
+              " while other arguments are on CUDA: pass every tensor on one device");
+}
+
 // char_ids as contiguous int64 on the table's device.
 at::Tensor ids_on_device(const at::Tensor& ids, const at::Tensor& emb) {
   return ids.to(emb.device(), at::kLong).contiguous();
@@ -81,6 +88,7 @@ std::tuple<at::Tensor, at::Tensor> char_cnn_forward_cuda(const at::Tensor& ids_i
   const char* op = "char_cnn";
   check_char_cnn_filters(op, ids_in, emb_in, weights, activation);
   check_char_cnn_biases(weights, biases, emb_in.scalar_type());
+  check_on_cuda(emb_in, op, "embedding");
   for (size_t i = 0; i < weights.size(); ++i) {
     check_device(weights[i], emb_in, op, "a filter weight");
     check_device(biases[i], emb_in, op, "a bias");
@@ -107,6 +115,7 @@ std::tuple<at::Tensor, std::vector<at::Tensor>, std::vector<at::Tensor>> char_cn
     const at::Tensor& emb_in, at::TensorList weights, int64_t activation) {
   const char* op = "char_cnn_backward";
   check_char_cnn_filters(op, ids_in, emb_in, weights, activation);
+  check_on_cuda(emb_in, op, "embedding");
   for (const auto& w : weights) check_device(w, emb_in, op, "a filter weight");
   const int64_t N = ids_in.size(0), W = ids_in.size(1), D = emb_in.size(1);
   const int64_t F = check_char_cnn_outputs(op, grad, out, arg, N, weights);
@@ -158,6 +167,7 @@ std::tuple<at::Tensor, at::Tensor> highway_forward_cuda(const at::Tensor& x_in, 
                                                         const at::Tensor& bias) {
   // exact shapes: addmm would broadcast a (1,) or (2F, 1) bias silently
   check_highway_forward(x_in, weight, bias);
+  check_on_cuda(x_in, "highway", "x");
   c10::cuda::CUDAGuard guard(x_in.device());
   const at::Tensor x = x_in.contiguous();
   const int64_t N = x.size(0), F = x.size(1);
@@ -171,6 +181,7 @@ std::tuple<at::Tensor, at::Tensor> highway_forward_cuda(const at::Tensor& x_in, 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> highway_backward_cuda(const at::Tensor& grad, const at::Tensor& x_in,
                                                                      const at::Tensor& weight, const at::Tensor& h_in) {
   check_highway_backward(grad, x_in, weight, h_in);
+  check_on_cuda(x_in, "highway_backward", "x");
   check_device(h_in, x_in, "highway_backward", "h");
   c10::cuda::CUDAGuard guard(x_in.device());
   const at::Tensor x = x_in.contiguous();
@@ -226,6 +237,7 @@ LstmForwardResult lstm_forward_cuda(at::TensorList xs, const at::Tensor& lengths
   const LstmDims dm = check_lstm(op, xs, lengths_in, weights, reverse, residual, cell_clip, proj_clip);
   const int64_t ndir = dm.ndir, B = dm.B, T = dm.T, I = dm.I, C = dm.C, P = dm.P;
   check_lstm_state(dm, h0, c0);
+  check_on_cuda(xs[0], op, "x");
   for (int64_t d = 1; d < ndir; ++d) check_device(xs[d], xs[0], op, "x");  // read through a raw pointer
   c10::cuda::CUDAGuard guard(xs[0].device());
   const auto opts = xs[0].options();
@@ -304,6 +316,7 @@ LstmBackwardResult lstm_backward_cuda(at::TensorList grad_outs, const at::Tensor
   const int64_t ndir = dm.ndir, B = dm.B, T = dm.T, I = dm.I, C = dm.C, P = dm.P;
   check_lstm_backward(op, dm, grad_outs, grad_hn, grad_cn, c0_in, xs[0].scalar_type(), gates, c_raw, hp_raw, h_prev,
                       m);
+  check_on_cuda(xs[0], op, "x");
   // gates, c_raw and hp_raw are read through raw pointers
   check_device(gates, xs[0], op, "gates");
   check_device(c_raw, xs[0], op, "c_raw");

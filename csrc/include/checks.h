@@ -125,6 +125,8 @@ inline void check_char_cnn_filters(const char* op, const at::Tensor& ids, const 
     TORCH_CHECK(weights[i].dim() == 3 && weights[i].size(1) == emb.size(1), op, ": weight ", i,
                 " must be (count, D, width) with D = ", emb.size(1), ", got ", weights[i].sizes());
     TORCH_CHECK(weights[i].size(2) >= 1, op, ": filter ", i, " has width 0");
+    // as the reference's conv1d (the CUDA kernels launched an empty grid when every filter had none)
+    TORCH_CHECK(weights[i].size(0) >= 1, op, ": filter ", i, " has no channels (count 0)");
     TORCH_CHECK(weights[i].size(2) <= ids.size(1), op, ": filter ", i, " (width ", weights[i].size(2),
                 ") is wider than the tokens (", ids.size(1), " characters)");
     check_same_float(weights[i], emb.scalar_type(), op, "a filter weight");
@@ -222,6 +224,11 @@ inline LstmDims check_lstm(const char* op, at::TensorList xs, const at::Tensor& 
   TORCH_CHECK(xs[0].dim() == 3, op, ": x must be (B, T, I), got ", xs[0].sizes());
   TORCH_CHECK(weights[3].dim() == 2, op, ": w_proj must be (C, P), got ", weights[3].sizes());
   LstmDims d{ndir, xs[0].size(0), xs[0].size(1), xs[0].size(2), weights[3].size(0), weights[3].size(1)};
+  // No cells or no projection: nothing to run (the CPU kernels divided by zero or read
+  // unwritten memory, the CUDA ones launched an empty grid).
+  TORCH_CHECK(d.C >= 1 && d.P >= 1, op, ": w_proj (C, P) must have at least one cell and one projection unit, got ",
+              weights[3].sizes(), ": a layer of none has nothing to compute (check the config's cell_dim and ",
+              "projection_dim)");
   TORCH_CHECK(lengths.dim() == 1 && lengths.size(0) == d.B, op, ": lengths must be (B,) = (", d.B, ",), got ",
               lengths.sizes());
   check_integer(lengths, op, "lengths");

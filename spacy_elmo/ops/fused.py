@@ -11,7 +11,8 @@ exactly the signatures and semantics of :mod:`spacy_elmo.ops.reference`.
 Autocast: on CUDA the kernels run in the autocast dtype (bf16/fp16 inputs, fp32
 accumulation inside); on the CPU they always run in float32 (or float64), and a
 float16/bfloat16 input gets its results back in its own dtype, as does a float32
-input under autocast (the autocast dtype, as the reference path returns).
+input under autocast (the autocast dtype, as the reference path returns). The CUDA
+kernels have no float64 version: float64 on a GPU runs the reference.
 """
 
 import contextlib
@@ -73,6 +74,14 @@ def release_cpu_buffers() -> int:
 
 
 # --------------------------------------------------------------------- fakes
+# The kernels' results are new contiguous tensors in the dtype of the operator's first
+# floating input, whatever the strides of the inputs: so are the fakes' (empty_like kept a
+# transposed input's strides, and grad_hn's dtype where the kernels return x's).
+
+
+def _like(t: Tensor, shape) -> Tensor:
+    """A new contiguous tensor of ``shape`` with ``t``'s dtype and device."""
+    return t.new_empty(tuple(shape))
 
 
 @torch.library.register_fake("spacy_elmo::char_cnn_forward")
@@ -85,20 +94,20 @@ def _char_cnn_forward_fake(char_ids, embedding, weights, biases, activation):
 @torch.library.register_fake("spacy_elmo::char_cnn_backward")
 def _char_cnn_backward_fake(grad, out, argmax, char_ids, embedding, weights, activation):
     return (
-        torch.empty_like(embedding),
-        [torch.empty_like(w) for w in weights],
+        _like(embedding, embedding.shape),
+        [_like(w, w.shape) for w in weights],
         [w.new_empty(w.shape[0]) for w in weights],
     )
 
 
 @torch.library.register_fake("spacy_elmo::highway_forward")
 def _highway_forward_fake(x, weight, bias):
-    return torch.empty_like(x), x.new_empty(x.shape[0], 2 * x.shape[1])
+    return _like(x, x.shape), x.new_empty(x.shape[0], 2 * x.shape[1])
 
 
 @torch.library.register_fake("spacy_elmo::highway_backward")
 def _highway_backward_fake(grad, x, weight, h):
-    return torch.empty_like(x), torch.empty_like(weight), weight.new_empty(weight.shape[0])
+    return _like(x, x.shape), _like(x, weight.shape), x.new_empty(weight.shape[0])
 
 
 @torch.library.register_fake("spacy_elmo::lstm_forward")
@@ -124,11 +133,12 @@ def _lstm_forward_fake(xs, lengths, weights, h0, c0, cell_clip, proj_clip, rever
 @torch.library.register_fake("spacy_elmo::lstm_backward")
 def _lstm_backward_fake(grad_outs, grad_hn, grad_cn, xs, lengths, weights, c0, gates, c_raw, hp_raw, h_prev, m,
                         cell_clip, proj_clip, reverse, residual):
+    x = xs[0]
     return (
-        [torch.empty_like(x) for x in xs],
-        [torch.empty_like(w) for w in weights],
-        torch.empty_like(grad_hn),
-        torch.empty_like(grad_cn),
+        [_like(x, t.shape) for t in xs],
+        [_like(x, w.shape) for w in weights],
+        _like(x, grad_hn.shape),
+        _like(x, grad_cn.shape),
     )
 
 
@@ -139,7 +149,7 @@ def _sampled_logsumexp_forward_fake(h, weight, offset, hit):
 
 @torch.library.register_fake("spacy_elmo::sampled_logsumexp_backward")
 def _sampled_logsumexp_backward_fake(grad, h, weight, softmax):
-    return torch.empty_like(h), torch.empty_like(weight), weight.new_empty(weight.shape[0])
+    return _like(h, h.shape), _like(h, weight.shape), h.new_empty(weight.shape[0])
 
 
 # ------------------------------------------------------------------ autograd
@@ -298,6 +308,13 @@ def _run_dtype(t: Tensor, op: str, name: str) -> torch.dtype:
     return t.dtype if t.dtype in (torch.float32, torch.float64) else torch.float32
 
 
+def _float64_on_gpu(t: Tensor, op: str, name: str) -> bool:
+    """Whether ``t`` runs in float64 on a GPU, where the kernels have no float64 version (the op
+    refuses it): the wrappers run the reference there, in float64, as a float64 module's
+    checks expect (``bilm.double()`` on CUDA failed in the kernel's dtype check)."""
+    return t.device.type == "cuda" and _run_dtype(t, op, name) == torch.float64
+
+
 def _autocast_on(device_type: str) -> bool:
     """Whether autocast is on for the device (meta and other devices without autocast: no)."""
     return torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type)
@@ -345,6 +362,8 @@ def char_cnn(
     """Fused :func:`spacy_elmo.ops.reference.char_cnn` (same arguments and result)."""
     if activation not in _ACTIVATIONS:
         raise ValueError(Errors.E_BAD_ACTIVATION.format(value=activation))
+    if _float64_on_gpu(embedding, "char_cnn", "embedding"):
+        return reference.char_cnn(char_ids, embedding, weights, biases, activation)
     dtype = _run_dtype(embedding, "char_cnn", "embedding")
     with _no_autocast(embedding.device.type):
         emb, *params = _cast([embedding, *weights, *biases], dtype)
@@ -355,6 +374,8 @@ def char_cnn(
 
 def highway(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
     """Fused :func:`spacy_elmo.ops.reference.highway` (same arguments and result)."""
+    if _float64_on_gpu(x, "highway", "x"):
+        return reference.highway(x, weight, bias)
     dtype = _run_dtype(x, "highway", "x")
     shape = x.shape
     with _no_autocast(x.device.type):
@@ -414,6 +435,9 @@ def lstm_layer(
     residual: bool = False,
 ) -> Tuple[Tensor, Tensor, Tensor]:
     """Fused :func:`spacy_elmo.ops.reference.lstm_layer` (same arguments and result)."""
+    if _float64_on_gpu(x, "lstm", "x"):
+        return reference.lstm_layer(x, lengths, w_input, w_recurrent, bias, w_proj, h0, c0, cell_clip, proj_clip,
+                                    reverse, residual)
     h0 = None if h0 is None else h0.unsqueeze(0)
     c0 = None if c0 is None else c0.unsqueeze(0)
     outs, h_n, c_n = _lstm([x], lengths, [w_input, w_recurrent, bias, w_proj], h0, c0, cell_clip, proj_clip,
@@ -435,6 +459,9 @@ def bilstm_layer(
 ) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     """Fused :func:`spacy_elmo.ops.reference.bilstm_layer`: both directions in one
     kernel call, interleaved step by step (they run concurrently)."""
+    if _float64_on_gpu(x_fwd, "lstm", "x"):
+        return reference.bilstm_layer(x_fwd, x_bwd, lengths, fwd, bwd, state, cell_clip, proj_clip, reverse_backward,
+                                      residual)
     h0, c0 = reference.bilstm_state(state)
     outs, h_n, c_n = _lstm([x_fwd, x_bwd], lengths, [*fwd, *bwd], h0, c0, cell_clip, proj_clip,
                            [0, int(reverse_backward)], residual)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -83,6 +84,36 @@ def test_every_benchmark_call_parses_and_writes_into_out(tmp_path, quick):
     assert len(files) <= 8  # what the device tool brings back
     log = (out / "gpu_session.log").read_text()
     assert "=== steps" in log and "FATAL" not in log
+
+
+@needs_bash
+def test_the_gpu_targets_come_first_and_the_run_fits_the_device_limits(tmp_path):
+    """A lent GPU gives a session 15 minutes of device time, its start (minutes) included, and a
+    command 600 s: the script stops itself within BUDGET (plus the 10 s `timeout -k` gives a killed
+    step), and a step past the budget is skipped, so the order decides what a short run keeps. After
+    the build: the CUDA tests (the kernels' and the whole model's; the CPU ones last), the whole original model in bf16 at
+    256 x 20, the kernels in float32 (the fused biLSTM layer against cuDNN's nn.LSTM) at batch >= 32,
+    then pretraining, original preset first."""
+    budget = int(re.search(r"BUDGET=\$\{BUDGET:-(\d+)\}; else", SCRIPT.read_text()).group(1))
+    assert budget + 10 < 600
+    res, out, calls = _run_script(tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    argvs = [shlex.split(line.partition(" :: ")[2]) for line in calls if " :: " in line]
+    run = [a for a in argvs if a[:1] != ["-c"]]  # not the checks in between (their code spans lines)
+    assert run[0][:2] == ["setup.py", "-q"]
+    assert run[1][:2] == ["-m", "pytest"] and run[1][-3:] == ["cuda", "tests/ops/test_fused_cuda.py",
+                                                             "tests/bilm/test_stateful.py"]
+    assert [run[2][0], run[3][0], run[4][0]] == ["benchmarks/kernels.py", "benchmarks/kernels.py",
+                                                 "benchmarks/pretrain.py"]
+    kp, pp = kernels.build_parser(), pretrain.build_parser()
+    bf16, fp32, pre = kp.parse_args(run[2][1:]), kp.parse_args(run[3][1:]), pp.parse_args(run[4][1:])
+    assert bf16.autocast == "bf16" and bf16.whole_model
+    assert (bf16.presets[0], bf16.batches[0], bf16.lengths[0]) == ("original", 256, 20)
+    assert fp32.autocast is None and not fp32.no_kernels and fp32.presets[0] == "original"
+    assert fp32.batches[0] == 32 and min(fp32.batches) >= 32
+    assert pre.presets[0] == "original" and pre.bf16
+    assert run[5][:2] == ["-m", "pytest"] and "--ignore=tests/ops/test_fused_cuda.py" in run[5]
+    assert len(run) == 6
 
 
 @needs_bash

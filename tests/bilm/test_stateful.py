@@ -30,11 +30,36 @@ def _worst(out, expected, sentences):
     worst, scale = 0.0, 1e-30
     for i, sent in enumerate(sentences):
         for layer, act in enumerate(out.activations):
-            got = act[i, : len(sent)].detach().double().numpy()
+            got = act[i, : len(sent)].detach().double().cpu().numpy()
             worst = max(worst, float(np.abs(got - expected[i][layer]).max(initial=0.0)))
             scale = max(scale, float(np.abs(expected[i][layer]).max(initial=0.0)))
             assert torch.all(act[i, len(sent):] == 0)
     return worst / scale
+
+
+def _cuda_kernels() -> bool:
+    if not (torch.cuda.is_available() and fused_available()):
+        return False
+    from spacy_elmo.ops import fused
+
+    return fused.built_with_cuda()
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not _cuda_kernels(), reason="needs a CUDA GPU and the extension's CUDA kernels")
+@pytest.mark.parametrize("autocast", [False, True], ids=["float32", "bf16_autocast"])
+def test_stateful_batches_on_the_gpu_match_oracle(files, autocast):
+    """The whole biLM on CUDA (fused kernels; the marker ids, the carried states and the new rows'
+    zeros on the GPU), stateful over batches of changing sizes, against the float64 oracle; under
+    bf16 autocast within bf16's precision."""
+    opts, opt_path, weight_path = files
+    model = BiLM.from_allennlp(opt_path, weight_path, stateful=True, backend="fused").to("cuda")
+    oracle = NumpyElmo(opts, weight_path)
+    for sentences in BATCHES:
+        with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+            out = model(batch_to_ids(sentences).to("cuda"))
+        assert _worst(out, oracle.batch(sentences, stateful=True), sentences) < (5e-2 if autocast else 1e-5)
+    assert model.carried_states[0].device.type == "cuda" and model.carried_states[0].shape[2] == 4
 
 
 def _after_first_batch(files, backend, context):

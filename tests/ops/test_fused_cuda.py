@@ -449,11 +449,14 @@ def test_cuda_char_ids_must_be_integers(dtype):
 @pytest.mark.parametrize("case", [
     inputs.test_char_ids_int32_and_the_last_row_are_fine,
     inputs.test_char_filter_of_width_zero_is_an_error,
+    inputs.test_char_filter_without_channels_is_an_error,
     inputs.test_char_cnn_backward_op_checks_what_it_indexes_with,
     inputs.test_highway_bias_must_be_one_dimensional,
     inputs.test_highway_backward_op_checks_its_shapes,
     inputs.test_lstm_state_of_the_wrong_shape_is_an_error_not_reshaped,
     inputs.test_lstm_lengths_must_be_integers,
+    inputs.test_lstm_without_cells_or_projection_is_an_error,
+    inputs.test_fakes_match_the_kernels_for_transposed_inputs,
 ], ids=lambda case: case.__name__[len("test_"):])
 def test_cuda_bad_input(case):
     case(device=DEV)
@@ -488,6 +491,45 @@ def test_cuda_ops_refuse_float64_and_tensors_on_another_device():
     _, h = torch.ops.spacy_elmo.highway_forward(x, w, b)
     with pytest.raises(RuntimeError, match="highway_backward: h is on cpu, the other arguments on cuda"):
         torch.ops.spacy_elmo.highway_backward(torch.ones_like(x), x, w, h.cpu())
+
+
+def test_cuda_ops_name_the_argument_left_on_the_cpu():
+    """One argument on CUDA makes the dispatcher pick the CUDA kernel: with the table / the input on the
+    CPU, its device guard failed with a message that named neither the op nor the argument."""
+    ops = torch.ops.spacy_elmo
+    ids, emb, ws, bs = inputs._char_inputs(device=DEV)
+    with pytest.raises(RuntimeError, match="char_cnn: embedding is on cpu while other arguments are on CUDA"):
+        ops.char_cnn_forward(ids, emb.cpu(), [w.cpu() for w in ws], [b.cpu() for b in bs], 0)
+    x, w, b = torch.randn(6, 4), torch.randn(8, 4, device=DEV), torch.randn(8, device=DEV)
+    with pytest.raises(RuntimeError, match="highway: x is on cpu while other arguments are on CUDA"):
+        ops.highway_forward(x, w, b)
+    x, lengths, w = inputs._lstm_case()
+    with pytest.raises(RuntimeError, match="lstm: x is on cpu while other arguments are on CUDA"):
+        fused.lstm_layer(x, lengths, *w, h0=torch.zeros(3, 4, device=DEV))
+
+
+def test_float64_on_the_gpu_runs_the_reference():
+    """The CUDA kernels have no float64 version (the op refuses it, above): a float64 module on the GPU
+    (bilm.double(), for checks) failed in every fused call. The wrappers run the reference there:
+    float64 results and gradients, the CPU's float64 reference's."""
+    gen = torch.Generator().manual_seed(17)
+    lengths = torch.tensor([4, 0, 2])
+    ps = _params(gen, _bilstm_shapes(3, 4, 6, 7), dtype=torch.float64)
+    ids = _ids(gen, 5, 10)
+    filters = [(1, 4), (3, 5)]
+    cps = _params(gen, [(261, 3)] + [(c, 3, w) for w, c in filters] + [(c,) for _, c in filters] + [(18, 9), (18,)],
+                  dtype=torch.float64)
+
+    def one_direction(impl, dev):
+        return lambda x, wi, wr, b, wp: impl.lstm_layer(x, lengths.to(dev), wi, wr, b, wp, None, None, 3.0, 3.0, True)
+
+    for fused_fn, ref_fn, args in ((_bilstm_from_state(fused, lengths, DEV), _bilstm_from_state(R, lengths, "cpu"), ps),
+                                   (one_direction(fused, DEV), one_direction(R, "cpu"), ps[:1] + ps[2:6]),
+                                   (_char_cnn_highway(fused, ids, DEV), _char_cnn_highway(R, ids, "cpu"), cps)):
+        (o1, g1), (o2, g2) = _against_float64(fused_fn, ref_fn, args)
+        for a, b in zip(o1 + g1, o2 + g2):
+            assert a.dtype == torch.float64
+            torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-8)  # the losses weigh in float32
 
 
 def _syncs(fn):

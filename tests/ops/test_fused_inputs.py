@@ -96,6 +96,22 @@ def test_char_filter_of_width_zero_is_an_error(device="cpu"):
         fused.char_cnn(ids, emb, [torch.zeros(3, 4, 0, device=device)], [torch.zeros(3, device=device)])
 
 
+def test_char_filter_without_channels_is_an_error(device="cpu"):
+    """The reference's conv1d refuses a filter of no channels; the fused CPU op returned no column for
+    it, and the CUDA kernels launched an empty grid when every filter had none ("invalid
+    configuration argument")."""
+    ids, emb, ws, bs = _char_inputs(device=device)
+    empty_w, empty_b = torch.zeros(0, 4, 2, device=device), torch.zeros(0, device=device)
+    for filters, biases, i in (([empty_w], [empty_b], 0), ([ws[0], empty_w], [bs[0], empty_b], 1)):
+        with pytest.raises(RuntimeError, match=f"char_cnn: filter {i} has no channels"):
+            fused.char_cnn(ids, emb, filters, biases)
+        with pytest.raises(RuntimeError, match="expected weight to be at least 1 at dimension 0"):
+            R.char_cnn(ids, emb, filters, biases)
+    out, arg = ops.char_cnn_forward(ids, emb, ws, bs, 0)
+    with pytest.raises(RuntimeError, match="char_cnn_backward: filter 0 has no channels"):
+        ops.char_cnn_backward(out[:, :0], out[:, :0], arg[:, :0], ids, emb, [empty_w], 0)
+
+
 def test_char_cnn_backward_op_checks_what_it_indexes_with(device="cpu"):
     """argmax positions and the gradient's shape index raw pointers: a negative position crashed."""
     ids, emb, ws, bs = _char_inputs(device=device)
@@ -195,6 +211,23 @@ def test_lstm_state_of_the_wrong_shape_is_an_error_not_reshaped(device="cpu"):
     for a, b in zip(fused.lstm_layer(x, lengths, *w, h0=h0, c0=c0),
                     _reference(R.lstm_layer, x, lengths, *w, h0=h0, c0=c0)):
         _close(a, b)
+
+
+def test_lstm_without_cells_or_projection_is_an_error(device="cpu"):
+    """A w_proj of no cells or no projection units: the CPU kernels died of a division by zero
+    (SIGFPE: the process ended) or returned unwritten memory, the CUDA ones launched an empty grid;
+    the reference failed on a split or ran. Both backends name the problem."""
+    x = torch.randn(2, 3, 4, device=device)
+    lengths = torch.tensor([3, 1], device=device)
+    for C, P in ((0, 4), (6, 0)):
+        w = [torch.zeros(*s, device=device) for s in ((4, 4 * C), (P, 4 * C), (4 * C,), (C, P))]
+        match = rf"lstm: w_proj \(C, P\) must have at least one cell and one projection unit, got \[{C}, {P}\]"
+        with pytest.raises(RuntimeError, match=match):
+            fused.lstm_layer(x, lengths, *w)
+        with pytest.raises(RuntimeError, match=match):
+            fused.bilstm_layer(x, x, lengths, w, w)
+        with pytest.raises(ValueError, match=match):
+            R.lstm_layer(x, lengths, *w)
 
 
 # (which, make the bad argument from (B, P, C), what both backends' messages name)
@@ -367,6 +400,38 @@ def test_meta_tensors_give_shapes():
     out = fused.bilstm_layer(x.to("meta"), x.to("meta"), lengths, [t.to("meta") for t in w],
                              [t.to("meta") for t in w])
     assert [tuple(t.shape) for t in out] == [(3, 5, 4), (3, 5, 4), (2, 3, 4), (2, 3, 6)]
+
+
+def _transposed(t):
+    """``t``'s values with its last two dimensions' strides swapped (a non-contiguous tensor)."""
+    return t.transpose(-1, -2).contiguous().transpose(-1, -2)
+
+
+def test_fakes_match_the_kernels_for_transposed_inputs(device="cpu"):
+    """What torch.compile plans with (the fakes) is what the kernels return: new contiguous tensors in
+    the dtype of x. The fakes gave each gradient its input's strides (a transposed input: another
+    layout than the kernel's result) and lstm_backward's dh0 / dc0 the dtype of grad_hn."""
+    fake = ("test_faketensor",)
+    ids, emb, ws, bs = _char_inputs(device=device)
+    out, arg = ops.char_cnn_forward(ids, emb, ws, bs, 0)
+    torch.library.opcheck(ops.char_cnn_backward.default,
+                          (torch.ones_like(out), out, arg, ids, _transposed(emb), [_transposed(w) for w in ws], 0),
+                          test_utils=fake)
+    x, w, b = (torch.randn(*s, device=device) for s in ((6, 4), (8, 4), (8,)))
+    torch.library.opcheck(ops.highway_forward.default, (_transposed(x), w, b), test_utils=fake)
+    h = ops.highway_forward(x, w, b)[1]
+    torch.library.opcheck(ops.highway_backward.default, (torch.ones_like(x), _transposed(x), _transposed(w), h),
+                          test_utils=fake)
+    args = _lstm_saved(device=device)
+    args["xs"] = [_transposed(x) for x in args["xs"]]
+    args["weights"] = [_transposed(w) if w.dim() == 2 else w for w in args["weights"]]
+    args["grad_hn"], args["grad_cn"] = args["grad_hn"].double(), args["grad_cn"].double()
+    torch.library.opcheck(ops.lstm_backward.default, tuple(args.values()), test_utils=fake)
+    if device == "cpu":  # no CUDA kernel: on a GPU fused.sampled_logsumexp runs the reference
+        h, w = torch.randn(3, 4), torch.randn(5, 4)
+        _, p = ops.sampled_logsumexp_forward(h, w, torch.randn(5), torch.tensor([0, 4, -1]))
+        torch.library.opcheck(ops.sampled_logsumexp_backward.default, (torch.randn(3), _transposed(h), _transposed(w), p),
+                              test_utils=fake)
 
 
 def test_opcheck_backward_ops_outputs_do_not_share_storage():
