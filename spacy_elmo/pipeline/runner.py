@@ -39,6 +39,11 @@ def _single_thread_in_child_process() -> None:
         torch.set_num_threads(1)
 
 
+def trains(bilm: Optional[BiLM]) -> bool:
+    """Whether any weight of ``bilm`` requires a gradient (fine-tuning)."""
+    return bilm is not None and any(p.requires_grad for p in bilm.parameters())
+
+
 class ElmoRunner(nn.Module):
     """Runs the biLM on token-text rows; the output is stacked layers.
 
@@ -70,12 +75,10 @@ class ElmoRunner(nn.Module):
         self.cache.clear()
         self.layer_cache.clear()
 
-    def trains(self) -> bool:
-        """Whether any weight of the biLM requires a gradient (fine-tuning): no layer cache then."""
-        return self.bilm is not None and any(p.requires_grad for p in self.bilm.parameters())
-
-    def forward(self, rows: Sequence[Sequence[str]]) -> Tensor:
-        bilm = self.bilm
+    def forward(self, rows: Sequence[Sequence[str]], bilm: Optional[BiLM] = None) -> Tensor:
+        """``bilm``: the biLM to run, taken once for a whole call (:func:`.bilm_layer._forward`): one
+        whose weights another thread replaced meanwhile; None = the current one."""
+        bilm = self.bilm if bilm is None else bilm
         assert bilm is not None, "ElmoRunner.forward before set_bilm"
         return torch.stack(run_rows(bilm, rows, self.cache).activations)
 
