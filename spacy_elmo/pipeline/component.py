@@ -34,6 +34,7 @@ from thinc.types import Floats3d
 
 from ..bilm import BiLM
 from ..errors import Errors, Warnings
+from ..forksafe import after_fork_in_child
 from ..training.data import tokenizer_settings
 from .bilm_layer import (
     get_bilm,
@@ -129,8 +130,10 @@ _BATCHES: "weakref.WeakKeyDictionary[Any, _TrainingBatch]" = weakref.WeakKeyDict
 
 #: component -> the lock it holds while it loads its weights at first use (threads serving one pipeline
 #: that all start with a call load them once) and while it sets weights (never overwritten by a first-use
-#: load running meanwhile). Kept off the component, which pickles.
+#: load running meanwhile). Kept off the component, which pickles; a forked child starts without them
+#: (another thread of the parent may hold one, which nothing would release in the child).
 _LOADING: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+after_fork_in_child(_LOADING.clear)
 
 
 def _loading_lock(component: Any) -> Any:

@@ -12,13 +12,16 @@ Only for a biLM that does not train: the entries are stale once the weights chan
 model's owner empties it whenever they are set or stepped (:meth:`ElmoRunner.clear_caches`), and
 the entries are of one biLM object: a call that still runs the biLM whose weights another thread
 replaced (and emptied the cache) neither reads the new biLM's entries nor leaves its own for it.
-Not part of any saved or pickled state, and not copied (a copy starts empty). No spaCy import.
+Not part of any saved or pickled state, and not copied (a copy starts empty); a forked child starts
+it empty, with a new lock. No spaCy import.
 """
 
 import threading
 import weakref
 from collections import OrderedDict
 from typing import Any, Hashable, Optional
+
+from ..forksafe import after_fork_in_child
 
 MB = 1 << 20
 
@@ -31,6 +34,12 @@ class LayerCache:
 
     def __init__(self, limit_mb: int = 0) -> None:
         self.limit = max(int(limit_mb), 0) * MB
+        self._start_over()
+        after_fork_in_child(self._start_over)
+
+    def _start_over(self) -> None:
+        """A new lock, no entries: at the start and in a forked child (whose copy of the lock another
+        thread of the parent may hold, and of the entries be half-way through changing)."""
         self.lock = threading.Lock()
         self._drop()
 

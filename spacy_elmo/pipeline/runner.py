@@ -8,7 +8,6 @@ so they are not part of any serialized state.
 """
 
 import multiprocessing
-import os
 from typing import Optional, Sequence
 
 import torch
@@ -16,6 +15,7 @@ from torch import Tensor, nn
 
 from ..bilm import BiLM
 from ..bilm.token_cache import TokenCache, run_rows
+from ..forksafe import after_fork_in_child
 from .layer_cache import LayerCache
 
 
@@ -26,8 +26,7 @@ def _single_thread_after_fork() -> None:
     torch.set_num_threads(1)
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_single_thread_after_fork)
+after_fork_in_child(_single_thread_after_fork)
 
 
 def _single_thread_in_child_process() -> None:

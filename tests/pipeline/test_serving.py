@@ -1,6 +1,7 @@
 """A pipeline served: several threads calling ``nlp(text)`` / ``nlp.pipe`` at once (caches on and off),
-weights swapped while a call runs, workers of ``nlp.pipe(n_process=2)`` under the spawn and forkserver start methods, a pipeline
-loaded in a spawned process, pickled and copied pipelines: the results of a serial run.
+weights swapped while a call runs, a child forked while another thread holds a lock, workers of
+``nlp.pipe(n_process=2)`` under the spawn and forkserver start methods, a pipeline loaded in a spawned
+process, pickled and copied pipelines: the results of a serial run.
 (The biLM from threads, without spaCy: tests/bilm/test_concurrency.py.)"""
 
 import copy
@@ -17,6 +18,7 @@ from spacy.language import Language
 from spacy.training import Example
 
 from spacy_elmo import BiLM, BiLMConfig
+from spacy_elmo.bilm.token_cache import TokenCache
 from spacy_elmo.pipeline import component as component_module
 from spacy_elmo.pipeline import runner as runner_module
 from spacy_elmo.pipeline.listener import ElmoListener
@@ -316,3 +318,69 @@ def test_weights_set_while_a_call_loads_them_at_first_use(tiny_dir, tmp_path, mo
     serving.join()
     numpy.testing.assert_allclose(nlp(text)._.elmo, want_new, rtol=1e-6, atol=1e-6)
 
+
+_HOLDERS = {
+    # what another thread holds while this one forks: the lazy-loading lock, the char-CNN cache's and
+    # the layer cache's locks, rows of the char-CNN cache reserved for words it is encoding
+    "loading lock": component_module._loading_lock,
+    "char-CNN cache lock": lambda elmo: get_runner(elmo.model).cache.lock,
+    "layer cache lock": lambda elmo: get_runner(elmo.model).layer_cache.lock,
+}
+
+
+@pytest.mark.parametrize("held", [*_HOLDERS, "char-CNN cache rows"])
+def test_fork_while_another_thread_holds_a_lock(tiny_dir, tmp_path, monkeypatch, held):
+    """A child forked (nlp.pipe(n_process=N) under fork) while another thread holds one of the
+    component's locks, or has reserved rows of the char-CNN cache: the child runs the pipeline and
+    gives the parent's result. It inherited the lock locked, with no thread of its own to release it
+    (or rows no thread of its own would write), and hung for ever."""
+    if "fork" not in multiprocessing.get_all_start_methods():
+        pytest.skip("no fork on this platform")
+    text = "Alice went to the river bank ."
+    nlp = _elmo_pipeline(tiny_dir)
+    elmo = nlp.get_pipe("elmo")
+    if held != "loading lock":  # else the child loads the weights at first use
+        elmo.layer_cache_mb = 1
+        nlp("Loaded before the fork .")
+    holding, release = threading.Event(), threading.Event()
+    if held in _HOLDERS:
+        lock = _HOLDERS[held](elmo)
+
+        def hold():
+            with lock:
+                holding.set()
+                release.wait(120)
+    else:
+        encode = TokenCache._encode
+
+        def encoding(bilm, words, markers, device):  # the holder reserved the rows of the text's words
+            if threading.current_thread().name == "holder":
+                holding.set()
+                release.wait(120)
+            return encode(bilm, words, markers, device)
+
+        monkeypatch.setattr(TokenCache, "_encode", staticmethod(encoding))
+
+        def hold():
+            nlp(text)
+
+    def child():
+        numpy.save(tmp_path / "child.npy", nlp(text)._.elmo)
+
+    holder = threading.Thread(target=hold, name="holder")
+    holder.start()
+    try:
+        assert holding.wait(60)
+        process = multiprocessing.get_context("fork").Process(target=child)
+        process.start()
+        process.join(120)  # the tiny model runs in well under a second: only a hung child takes this long
+        hung = process.is_alive()
+        if hung:
+            process.kill()
+            process.join()
+    finally:
+        release.set()
+        holder.join()
+    assert not hung, f"the forked child hung on the {held} another thread held"
+    assert process.exitcode == 0
+    numpy.testing.assert_allclose(numpy.load(tmp_path / "child.npy"), nlp(text)._.elmo, rtol=1e-6, atol=1e-6)
