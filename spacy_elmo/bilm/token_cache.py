@@ -10,7 +10,8 @@ One cache may serve several threads at once (a served spaCy pipeline). Its lock 
 bookkeeping, never the char CNN: a thread reserves rows for its new words under the lock, encodes
 them without it and writes them under it again. A word another thread reserved is read once that
 thread wrote it; rows reserved before the cache was cleared or started over are dropped, and their
-thread looks its words up again. Pickled and copied empty.
+thread looks its words up again. Pickled and copied empty; a forked child starts it empty, with a new
+lock (the parent's may be held by a thread the child lacks, whose reserved rows it would wait for).
 """
 
 import threading
@@ -22,6 +23,7 @@ import torch
 from torch import Tensor
 
 from ..chars import _token_list, batch_to_ids
+from ..forksafe import after_fork_in_child
 
 _MARKERS = (("<S>",), ("</S>",))  # the keys of rows 0 and 1 while they are reserved: no token's (a str)
 
@@ -39,9 +41,14 @@ class TokenCache:
 
     def __init__(self, capacity: int) -> None:
         self.capacity = max(int(capacity), 0)
+        self.generation = 0  # bumped whenever the matrix is dropped: rows reserved in it are no one's then
+        self._start_over()
+        after_fork_in_child(self._start_over)
+
+    def _start_over(self) -> None:
+        """A new lock, no rows: at the start and in a forked child."""
         self.lock = threading.Lock()
         self.written = threading.Condition(self.lock)  # notified when reserved rows are written or dropped
-        self.generation = 0  # bumped whenever the matrix is dropped: rows reserved in it are no one's then
         self.clear()
 
     def clear(self) -> None:

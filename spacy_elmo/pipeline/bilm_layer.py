@@ -23,7 +23,7 @@ from ..bilm import BiLM, BiLMConfig
 from ..bilm.config import is_int
 from ..errors import Errors
 from .batching import Piece, group_pieces, make_pieces, word_positions
-from .runner import ElmoRunner
+from .runner import ElmoRunner, trains
 
 
 def build_elmo_bilm(
@@ -158,15 +158,21 @@ def _forward(model: Model, docs: List[Doc], is_train: bool):
 
     With a layer cache (the component's ``layer_cache_mb``; only at prediction and for a biLM that does not
     train) a piece whose words were run before is copied from it, and a piece repeated in the
-    batch runs once: only the other pieces go to the biLM, grouped as without the cache."""
-    nL, D = model.get_dim("nL"), model.get_dim("nO")
+    batch runs once: only the other pieces go to the biLM, grouped as without the cache.
+
+    The biLM is taken once, here, for the whole call: weights that another thread sets meanwhile
+    (``load_weights``, ``from_disk``) replace the runner's biLM, never this call's, and the layer cache
+    keeps the layers of one biLM, so this call's are not served to calls of the new weights."""
+    runner = get_runner(model)
+    bilm = runner.bilm
+    assert bilm is not None, "the elmo model runs before set_bilm"
+    nL, D = bilm.config.n_output_layers, bilm.config.output_dim  # the model's dims follow the current biLM
     words = [word_positions(doc) for doc in docs]
     texts = [[t.text for t in doc] for doc in docs]
     outputs = [model.ops.alloc3f(nL, len(doc), D) for doc in docs]
     callbacks = []
     pieces = make_pieces(docs, model.attrs["max_window"], words)
-    runner = get_runner(model)
-    cache = runner.layer_cache if runner.layer_cache.limit and not is_train and not runner.trains() else None
+    cache = runner.layer_cache if runner.layer_cache.limit and not is_train and not trains(bilm) else None
     # each piece's words as the biLM reads them, also its layer-cache key
     rows = {p: tuple([texts[p.doc][i] for i in words[p.doc][p.start : p.end].tolist()]) for p in pieces}
 
@@ -177,7 +183,7 @@ def _forward(model: Model, docs: List[Doc], is_train: bool):
     if cache is not None:
         first: Dict[Tuple[str, ...], Piece] = {}
         for p in pieces:
-            hit = cache.get(rows[p])
+            hit = cache.get(rows[p], bilm)
             if hit is not None:
                 outputs[p.doc][:, rows_of(p)] = hit
             elif rows[p] in first:
@@ -188,12 +194,12 @@ def _forward(model: Model, docs: List[Doc], is_train: bool):
         pieces = list(same)
     for group in group_pieces(pieces, model.attrs["batch_tokens"]):
         where = [rows_of(p) for p in group]
-        Y, bp = model.layers[0]([rows[p] for p in group], is_train)  # (nL, B, T, D)
+        Y, bp = model.layers[0](([rows[p] for p in group], bilm), is_train)  # (nL, B, T, D)
         for b, p in enumerate(group):
             outputs[p.doc][:, where[b]] = Y[:, b, : p.end - p.start]
             if cache is not None:
                 layers = model.ops.xp.ascontiguousarray(Y[:, b, : p.end - p.start])
-                cache.put(rows[p], layers)
+                cache.put(rows[p], layers, bilm)
                 for q in same[p][1:]:
                     outputs[q.doc][:, rows_of(q)] = layers
         callbacks.append((group, where, Y.shape, bp))
@@ -252,8 +258,9 @@ def _own_forward(model: Model, docs: List[Doc], is_train: bool):
     return outputs, backprop
 
 
-def _convert_inputs(model: Model, rows: Sequence[Sequence[str]], is_train: bool):
-    return ArgsKwargs(args=(rows,), kwargs={}), _no_input_grad
+def _convert_inputs(model: Model, rows_bilm: Tuple[Sequence[Sequence[str]], BiLM], is_train: bool):
+    rows, bilm = rows_bilm
+    return ArgsKwargs(args=(rows,), kwargs={"bilm": bilm}), _no_input_grad
 
 
 def _no_input_grad(d_inputs: Any) -> List[Any]:  # module level: picklable

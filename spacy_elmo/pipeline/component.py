@@ -34,6 +34,7 @@ from thinc.types import Floats3d
 
 from ..bilm import BiLM
 from ..errors import Errors, Warnings
+from ..forksafe import after_fork_in_child
 from ..training.data import tokenizer_settings
 from .bilm_layer import (
     get_bilm,
@@ -127,9 +128,17 @@ class _TrainingBatch:
 _BATCHES: "weakref.WeakKeyDictionary[Any, _TrainingBatch]" = weakref.WeakKeyDictionary()
 
 
-#: held while a component loads its weights at first use: threads serving one pipeline that all start
-#: with a call load them once (a lock of the module's, not the component's: the component pickles)
-_LOADING = threading.RLock()
+#: component -> the lock it holds while it loads its weights at first use (threads serving one pipeline
+#: that all start with a call load them once) and while it sets weights (never overwritten by a first-use
+#: load running meanwhile). Kept off the component, which pickles; a forked child starts without them
+#: (another thread of the parent may hold one, which nothing would release in the child).
+_LOADING: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+after_fork_in_child(_LOADING.clear)
+
+
+def _loading_lock(component: Any) -> Any:
+    lock = _LOADING.get(component)
+    return lock if lock is not None else _LOADING.setdefault(component, threading.RLock())
 
 LISTENER_ARCH = "spacy_elmo.ElmoListener.v1"
 
@@ -316,14 +325,17 @@ class ElmoComponent(TrainablePipe):
         self._check_mix(bilm, source)
         self._check_tokens(bilm, source)
         bilm.requires_grad_(not self.cfg["frozen"])
-        set_bilm(self.model, bilm, source)
-        for listener in self.listeners:
-            self._configure_listener(listener, self._component_of(listener))
+        # loaded without the lock (calls of other threads go on meanwhile), set with it: a first-use load
+        # that another thread runs sets its weights before these, never after (see from_bytes)
+        with _loading_lock(self):
+            set_bilm(self.model, bilm, source)
+            for listener in self.listeners:
+                self._configure_listener(listener, self._component_of(listener))
 
     def _ensure_weights(self) -> None:
         # Always under the lock (uncontended once loaded): load_weights sets the biLM before it sizes
         # the listeners, so a thread that saw is_loaded without the lock could run unsized listeners.
-        with _LOADING:
+        with _loading_lock(self):
             if not self.is_loaded:  # not loaded by another thread meanwhile
                 self.load_weights(self.cfg.get("weights"))
 
@@ -505,15 +517,17 @@ class ElmoComponent(TrainablePipe):
         self._ensure_weights()
         return self.model.predict(docs)
 
-    def mix_weights(self) -> numpy.ndarray:
-        """``(L + 1,)`` float32: softmax of ``mix`` (uniform by default)."""
-        nL = self.model.get_dim("nL")
+    def mix_weights(self, nL: Optional[int] = None) -> numpy.ndarray:
+        """``(L + 1,)`` float32: softmax of ``mix`` (uniform by default); nL: L + 1 of the layers to mix,
+        None = the current weights'."""
+        nL = self.model.get_dim("nL") if nL is None else nL
         w = numpy.zeros((nL,), dtype="float32") if self.cfg["mix"] is None else numpy.asarray(self.cfg["mix"], "float32")
         e = numpy.exp(w - w.max())
         return (e / e.sum()).astype("float32")
 
     def set_annotations(self, docs: Sequence[Doc], outputs: List[Floats3d]) -> None:
-        mix = self.mix_weights()
+        # the layers' own count: weights of another shape may have been set since they were predicted
+        mix = self.mix_weights(len(outputs[0]) if outputs else None)
         for doc, layers in zip(docs, outputs):
             layers = self.model.ops.to_numpy(layers)
             set_doc_data(doc, layers, mix, self.cfg["store"], self.cfg["store_dtype"])
@@ -647,14 +661,18 @@ class ElmoComponent(TrainablePipe):
         self._ensure_weights()
         super().to_disk(path, exclude=exclude)
 
+    # Under the lock of first-use loading: weights that another thread's call is loading at first use
+    # are set before these, never after them (and that call runs on either, whole: bilm_layer._forward).
     def from_bytes(self, bytes_data, *, exclude=tuple()):
-        super().from_bytes(bytes_data, exclude=exclude)
-        self._after_load()
+        with _loading_lock(self):
+            super().from_bytes(bytes_data, exclude=exclude)
+            self._after_load()
         return self
 
     def from_disk(self, path, *, exclude=tuple()):
-        super().from_disk(path, exclude=exclude)
-        self._after_load()
+        with _loading_lock(self):
+            super().from_disk(path, exclude=exclude)
+            self._after_load()
         return self
 
     def _after_load(self) -> None:

@@ -8,7 +8,6 @@ so they are not part of any serialized state.
 """
 
 import multiprocessing
-import os
 from typing import Optional, Sequence
 
 import torch
@@ -16,6 +15,7 @@ from torch import Tensor, nn
 
 from ..bilm import BiLM
 from ..bilm.token_cache import TokenCache, run_rows
+from ..forksafe import after_fork_in_child
 from .layer_cache import LayerCache
 
 
@@ -26,8 +26,7 @@ def _single_thread_after_fork() -> None:
     torch.set_num_threads(1)
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_single_thread_after_fork)
+after_fork_in_child(_single_thread_after_fork)
 
 
 def _single_thread_in_child_process() -> None:
@@ -37,6 +36,11 @@ def _single_thread_in_child_process() -> None:
     # (while a spawned child unpickles its target's arguments, parent_process() is still None)
     if multiprocessing.parent_process() is not None or multiprocessing.current_process().name != "MainProcess":
         torch.set_num_threads(1)
+
+
+def trains(bilm: Optional[BiLM]) -> bool:
+    """Whether any weight of ``bilm`` requires a gradient (fine-tuning)."""
+    return bilm is not None and any(p.requires_grad for p in bilm.parameters())
 
 
 class ElmoRunner(nn.Module):
@@ -70,12 +74,10 @@ class ElmoRunner(nn.Module):
         self.cache.clear()
         self.layer_cache.clear()
 
-    def trains(self) -> bool:
-        """Whether any weight of the biLM requires a gradient (fine-tuning): no layer cache then."""
-        return self.bilm is not None and any(p.requires_grad for p in self.bilm.parameters())
-
-    def forward(self, rows: Sequence[Sequence[str]]) -> Tensor:
-        bilm = self.bilm
+    def forward(self, rows: Sequence[Sequence[str]], bilm: Optional[BiLM] = None) -> Tensor:
+        """``bilm``: the biLM to run, taken once for a whole call (:func:`.bilm_layer._forward`): one
+        whose weights another thread replaced meanwhile; None = the current one."""
+        bilm = self.bilm if bilm is None else bilm
         assert bilm is not None, "ElmoRunner.forward before set_bilm"
         return torch.stack(run_rows(bilm, rows, self.cache).activations)
 

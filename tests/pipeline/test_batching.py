@@ -34,9 +34,9 @@ def test_long_doc_without_boundaries(tiny_dir, monkeypatch):
     shapes = []
     original = runner_mod.ElmoRunner.forward
 
-    def spy(self, rows):
+    def spy(self, rows, **kwargs):
         shapes.append((len(rows), max(len(r) for r in rows)))
-        return original(self, rows)
+        return original(self, rows, **kwargs)
 
     monkeypatch.setattr(runner_mod.ElmoRunner, "forward", spy)
     nlp = spacy.blank("en")

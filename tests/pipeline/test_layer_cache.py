@@ -57,9 +57,9 @@ def _count_rows(monkeypatch, nlp):
     calls = []
     forward = runner.forward
 
-    def counting(rows):
+    def counting(rows, **kwargs):
         calls.append([tuple(r) for r in rows])
-        return forward(rows)
+        return forward(rows, **kwargs)
 
     monkeypatch.setattr(runner, "forward", counting)
     return calls

@@ -1,12 +1,14 @@
 """A pipeline served: several threads calling ``nlp(text)`` / ``nlp.pipe`` at once (caches on and off),
-workers of ``nlp.pipe(n_process=2)`` under the spawn and forkserver start methods, a pipeline
-loaded in a spawned process, pickled and copied pipelines: the results of a serial run.
+weights swapped while a call runs, a child forked while another thread holds a lock, workers of
+``nlp.pipe(n_process=2)`` under the spawn and forkserver start methods, a pipeline loaded in a spawned
+process, pickled and copied pipelines: the results of a serial run.
 (The biLM from threads, without spaCy: tests/bilm/test_concurrency.py.)"""
 
 import copy
 import multiprocessing
 import pickle
 import random
+import threading
 
 import numpy
 import pytest
@@ -16,7 +18,9 @@ from spacy.language import Language
 from spacy.training import Example
 
 from spacy_elmo import BiLM, BiLMConfig
+from spacy_elmo.bilm.token_cache import TokenCache
 from spacy_elmo.pipeline import component as component_module
+from spacy_elmo.pipeline import runner as runner_module
 from spacy_elmo.pipeline.listener import ElmoListener
 from spacy_elmo.pipeline.bilm_layer import get_runner
 from tests.threads import meeting, run_in_threads
@@ -102,7 +106,8 @@ def test_threads_starting_with_a_call_load_the_weights_once(tiny_dir, monkeypatc
         return load(*args)
 
     monkeypatch.setattr(component_module, "load_weights", load_together)
-    monkeypatch.setattr(component_module, "_LOADING", meet.watch(component_module._LOADING))
+    elmo = nlp.get_pipe("elmo")
+    monkeypatch.setitem(component_module._LOADING, elmo, meet.watch(component_module._loading_lock(elmo)))
     texts = ["The bank .", "A river bank ."]
     got = run_in_threads(nlp, [(text,) for text in texts])
     assert len(loads) == 1
@@ -206,3 +211,176 @@ def test_saved_pipeline_loaded_in_a_spawned_process(served, tmp_path):
         got = pool.apply(_load_and_run, (str(tmp_path / "p"), texts))
     for results, expected in zip(got, want):
         _assert_same(results, expected)
+
+
+def _elmo_pipeline(weights, **model):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    nlp.add_pipe("elmo", config={"weights": str(weights), "store_dtype": "float32", "model": model})
+    return nlp
+
+
+def _layers(docs):
+    """Each doc's layers and its tokens' vectors (the layers mixed: doc._.elmo_mix)."""
+    return [array for doc in docs for array in (doc._.elmo, numpy.stack([token.vector for token in doc]))]
+
+
+def _all_close(got, want) -> bool:
+    return len(got) == len(want) and all(
+        g.shape == w.shape and numpy.allclose(g, w, rtol=1e-6, atol=1e-6) for g, w in zip(got, want)
+    )
+
+
+@pytest.mark.parametrize("shape", ["same shape", "other shape"])
+def test_weights_swapped_while_a_call_runs(tiny_dir, tmp_path, monkeypatch, shape):
+    """A thread's batch paused after the first of its biLM runs while another thread loads other
+    weights (load_weights): the batch gives what the old weights alone give it, and the next call
+    what the new ones give. The batch's later runs took the new biLM (or failed on its shape, as did
+    its token vectors, mixed by the new weights' layer count), and the layers of its runs went into the
+    layer cache after the swap had emptied it: calls of the new weights were served the old weights' layers."""
+    torch.manual_seed(2)
+    other = {} if shape == "same shape" else {"projection_dim": 6, "n_layers": 1}
+    BiLM(BiLMConfig(**{**TINY, **other})).save(tmp_path / "new")
+    texts = _texts(4, 21)
+    small = {"batch_tokens": 12}  # a run per sentence or two: a batch of these texts takes several
+    want_old = _layers(_elmo_pipeline(tiny_dir, **small).pipe(texts))
+    want_new = _layers(_elmo_pipeline(tmp_path / "new", **small).pipe(texts))
+    assert not _all_close(want_old, want_new)
+    nlp = _elmo_pipeline(tiny_dir, **small)
+    elmo = nlp.get_pipe("elmo")
+    elmo.layer_cache_mb = 1
+    nlp("Loaded before the batch .")
+    paused, resume, run_rows = threading.Event(), threading.Event(), runner_module.run_rows
+
+    def pausing(*args, **kwargs):  # the serving thread's first biLM run, done: wait for the swap
+        output = run_rows(*args, **kwargs)
+        if threading.current_thread().name == "serving" and not paused.is_set():
+            paused.set()
+            resume.wait(60)
+        return output
+
+    monkeypatch.setattr(runner_module, "run_rows", pausing)
+    got, errors = [], []
+
+    def serve():
+        try:
+            got.extend(_layers(nlp.pipe(texts, batch_size=len(texts))))
+        except BaseException as err:  # pragma: no cover - raised below
+            errors.append(err)
+            paused.set()
+
+    thread = threading.Thread(target=serve, name="serving")
+    thread.start()
+    assert paused.wait(60)
+    elmo.load_weights(str(tmp_path / "new"))
+    resume.set()
+    thread.join()
+    if errors:
+        raise errors[0]
+    assert _all_close(got, want_old) or _all_close(got, want_new), "one batch ran on both biLMs"
+    assert _all_close(_layers(nlp.pipe(texts, batch_size=len(texts))), want_new)
+
+
+@pytest.mark.parametrize("how", ["load_weights", "from_bytes", "from_disk"])
+def test_weights_set_while_a_call_loads_them_at_first_use(tiny_dir, tmp_path, monkeypatch, how):
+    """One thread's call loads the weights at first use while another thread sets other weights:
+    the weights set are the ones kept (the call may run either). The first-use load, done later,
+    replaced them after the setting had returned."""
+    torch.manual_seed(3)
+    BiLM(BiLMConfig(**TINY)).save(tmp_path / "new")
+    text = "Alice went to the river bank ."
+    new = _elmo_pipeline(tmp_path / "new")
+    want_new = new(text)._.elmo
+    new.get_pipe("elmo").to_disk(tmp_path / "saved")
+    swap = {
+        "load_weights": lambda elmo: elmo.load_weights(str(tmp_path / "new")),
+        "from_bytes": lambda elmo, data=new.get_pipe("elmo").to_bytes(): elmo.from_bytes(data),
+        "from_disk": lambda elmo: elmo.from_disk(tmp_path / "saved"),
+    }[how]
+    nlp = _elmo_pipeline(tiny_dir)
+    elmo = nlp.get_pipe("elmo")
+    meet, load = meeting(), component_module.load_weights
+
+    def first_use(*args):  # the serving thread's load waits until the other thread set its weights (or waits for the lock)
+        if threading.current_thread().name == "serving":
+            meet()
+        return load(*args)
+
+    def set_weights():
+        swap(elmo)
+        meet()
+
+    monkeypatch.setattr(component_module, "load_weights", first_use)
+    monkeypatch.setitem(component_module._LOADING, elmo, meet.watch(component_module._loading_lock(elmo)))
+    serving = threading.Thread(target=nlp, args=(text,), name="serving")
+    serving.start()
+    set_weights()
+    serving.join()
+    numpy.testing.assert_allclose(nlp(text)._.elmo, want_new, rtol=1e-6, atol=1e-6)
+
+
+_HOLDERS = {
+    # what another thread holds while this one forks: the lazy-loading lock, the char-CNN cache's and
+    # the layer cache's locks, rows of the char-CNN cache reserved for words it is encoding
+    "loading lock": component_module._loading_lock,
+    "char-CNN cache lock": lambda elmo: get_runner(elmo.model).cache.lock,
+    "layer cache lock": lambda elmo: get_runner(elmo.model).layer_cache.lock,
+}
+
+
+@pytest.mark.parametrize("held", [*_HOLDERS, "char-CNN cache rows"])
+def test_fork_while_another_thread_holds_a_lock(tiny_dir, tmp_path, monkeypatch, held):
+    """A child forked (nlp.pipe(n_process=N) under fork) while another thread holds one of the
+    component's locks, or has reserved rows of the char-CNN cache: the child runs the pipeline and
+    gives the parent's result. It inherited the lock locked, with no thread of its own to release it
+    (or rows no thread of its own would write), and hung for ever."""
+    if "fork" not in multiprocessing.get_all_start_methods():
+        pytest.skip("no fork on this platform")
+    text = "Alice went to the river bank ."
+    nlp = _elmo_pipeline(tiny_dir)
+    elmo = nlp.get_pipe("elmo")
+    if held != "loading lock":  # else the child loads the weights at first use
+        elmo.layer_cache_mb = 1
+        nlp("Loaded before the fork .")
+    holding, release = threading.Event(), threading.Event()
+    if held in _HOLDERS:
+        lock = _HOLDERS[held](elmo)
+
+        def hold():
+            with lock:
+                holding.set()
+                release.wait(120)
+    else:
+        encode = TokenCache._encode
+
+        def encoding(bilm, words, markers, device):  # the holder reserved the rows of the text's words
+            if threading.current_thread().name == "holder":
+                holding.set()
+                release.wait(120)
+            return encode(bilm, words, markers, device)
+
+        monkeypatch.setattr(TokenCache, "_encode", staticmethod(encoding))
+
+        def hold():
+            nlp(text)
+
+    def child():
+        numpy.save(tmp_path / "child.npy", nlp(text)._.elmo)
+
+    holder = threading.Thread(target=hold, name="holder")
+    holder.start()
+    try:
+        assert holding.wait(60)
+        process = multiprocessing.get_context("fork").Process(target=child)
+        process.start()
+        process.join(120)  # the tiny model runs in well under a second: only a hung child takes this long
+        hung = process.is_alive()
+        if hung:
+            process.kill()
+            process.join()
+    finally:
+        release.set()
+        holder.join()
+    assert not hung, f"the forked child hung on the {held} another thread held"
+    assert process.exitcode == 0
+    numpy.testing.assert_allclose(numpy.load(tmp_path / "child.npy"), nlp(text)._.elmo, rtol=1e-6, atol=1e-6)

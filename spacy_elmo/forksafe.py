@@ -1,0 +1,39 @@
+"""What a forked child process redoes (``nlp.pipe(n_process=N)`` under the fork start method, ``os.fork``).
+
+A child of ``fork()`` has only the thread that forked: a lock another thread of the parent held is
+locked in the child with no thread to release it, and work that thread had claimed (rows of the
+char-CNN cache it was encoding) is never done. The locks and caches of this package register a hook
+here that gives the child new locks and empty caches, as CPython's logging module renews its
+handlers' locks. No spaCy import.
+"""
+
+import os
+import types
+import weakref
+from typing import Callable, Dict, List
+
+_FUNCTIONS: List[Callable[[], None]] = []
+_METHODS: "Dict[int, weakref.WeakMethod]" = {}  # id of the reference -> it: an object's hook goes with the object
+
+
+def after_fork_in_child(hook: Callable[[], None]) -> None:
+    """Call ``hook()`` in every child this process forks from now on (an object's bound method is
+    held weakly: it is not called once the object is gone)."""
+    if isinstance(hook, types.MethodType):
+        method = weakref.WeakMethod(hook, lambda gone: _METHODS.pop(id(gone), None))
+        _METHODS[id(method)] = method
+    else:
+        _FUNCTIONS.append(hook)
+
+
+def _run_hooks() -> None:
+    for method in list(_METHODS.values()):
+        hook = method()
+        if hook is not None:
+            hook()
+    for function in _FUNCTIONS:
+        function()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which never forks
+    os.register_at_fork(after_in_child=_run_hooks)
