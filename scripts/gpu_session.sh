@@ -68,6 +68,10 @@ step() {
   if [ "$DEVICE" != cuda ] || [ "$cap" -gt "$left" ]; then cap=$left; fi
   if [ "$cap" -lt 15 ]; then
     echo "=== SKIPPED $name: the run's budget of ${BUDGET}s is spent"
+    if [ "${OPTIONAL:-0}" = 1 ]; then  # what is left over for it, if anything: no failure of the run
+      printf '%-22s skipped (budget spent; optional)\n' "$name" >>"$STEPS"
+      return 0
+    fi
     printf '%-22s skipped (budget spent)\n' "$name" >>"$STEPS"
     return 1
   fi
@@ -120,7 +124,9 @@ sys.exit(0 if '$DEVICE' != 'cuda' or (fused.built_with_cuda() and torch.cuda.is_
   if [ "$ok" = 0 ]; then
     fatal "the extension did not build, or (DEVICE=$DEVICE) has no CUDA kernels or sees no GPU: see build_ext above; nothing was timed"
   else
-    # Caps: a typical run (build ~2 min on 16 cores) gives every step its whole cap within BUDGET.
+    # Caps: after a build of up to ~2 min (16 cores) the GPU targets' steps get their whole caps
+    # (120 + 75 + 100 + 150 s); the CPU kernel tests after them are OPTIONAL: they get what is left,
+    # and a budget spent before them skips them without failing the run.
     step 120 $TESTS_STEP $PY -m pytest -q -rs -p no:cacheprovider $TESTS
     if [ "$DEVICE" = cuda ]; then
       step 75 kernels_bf16 $PY benchmarks/kernels.py --device cuda --whole-model --no-kernels --autocast bf16 --presets $PRESETS $BF16_SHAPES --out "$OUT/${STEM}_bf16"
@@ -128,7 +134,7 @@ sys.exit(0 if '$DEVICE' != 'cuda' or (fused.built_with_cuda() and torch.cuda.is_
     step 100 kernels $PY benchmarks/kernels.py --device "$DEVICE" --whole-model --presets $PRESETS $SHAPES --out "$OUT/$STEM"
     step 150 pretrain $PY benchmarks/pretrain.py --device "$DEVICE" --presets $PRESETS --batch-size 128 --out "$OUT/pretrain_$DEVICE.json"
     if [ "$DEVICE" = cuda ]; then
-      step 120 tests_ops_cpu $PY -m pytest -q -rs -p no:cacheprovider tests/ops --ignore=tests/ops/test_fused_cuda.py
+      OPTIONAL=1 step 120 tests_ops_cpu $PY -m pytest -q -rs -p no:cacheprovider tests/ops --ignore=tests/ops/test_fused_cuda.py
     fi
   fi
   summary
@@ -138,5 +144,5 @@ if grep -q '^!!! FATAL' "$STEPS"; then
   sed -n '/^!!! FATAL/p' "$STEPS" | sed -i "1r /dev/stdin" "$LOG"  # the FATAL line at the top of the log too
   exit 2
 fi
-if grep -vq ' exit   0 ' "$STEPS"; then exit 1; fi
+if grep -v ' exit   0 ' "$STEPS" | grep -vq 'optional)$'; then exit 1; fi  # an optional step skipped is no failure
 exit 0

@@ -957,6 +957,11 @@ class Errors:
 
 
 class Warnings:
+    W_FORK_HOOK_FAILED = (
+        "spacy-elmo: renewing {hook} in this forked child failed ({error}); the other locks and caches were "
+        "renewed. If the child hangs or misbehaves, use the spawn start method (nlp.pipe(n_process=N) under "
+        "multiprocessing.set_start_method('spawn')) and report this."
+    )
     W_INITIAL_STATE_NOT_EXPORTED = (
         "spacy-elmo: the AllenNLP/bilm-tf weight format has no place for the fitted initial state; "
         "{path} starts from zeros (save with BiLM.save to keep it)."

@@ -9,8 +9,11 @@ handlers' locks. No spaCy import.
 
 import os
 import types
+import warnings
 import weakref
 from typing import Callable, Dict, List
+
+from .errors import Warnings
 
 _FUNCTIONS: List[Callable[[], None]] = []
 _METHODS: "Dict[int, weakref.WeakMethod]" = {}  # id of the reference -> it: an object's hook goes with the object
@@ -27,12 +30,17 @@ def after_fork_in_child(hook: Callable[[], None]) -> None:
 
 
 def _run_hooks() -> None:
-    for method in list(_METHODS.values()):
-        hook = method()
-        if hook is not None:
+    """Every hook, each on its own: one that fails is reported and the others still run (the
+    child's thread count among them, without which it can hang in OpenMP)."""
+    hooks = [method() for method in list(_METHODS.values())] + list(_FUNCTIONS)
+    for hook in hooks:
+        if hook is None:
+            continue
+        try:
             hook()
-    for function in _FUNCTIONS:
-        function()
+        except Exception as err:
+            warnings.warn(Warnings.W_FORK_HOOK_FAILED.format(hook=getattr(hook, "__qualname__", hook), error=err),
+                          RuntimeWarning, stacklevel=1)
 
 
 if hasattr(os, "register_at_fork"):  # not on Windows, which never forks

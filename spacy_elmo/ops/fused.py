@@ -74,8 +74,8 @@ def release_cpu_buffers() -> int:
 
 
 # --------------------------------------------------------------------- fakes
-# The kernels' results are new contiguous tensors in the dtype of the operator's first
-# floating input, whatever the strides of the inputs: so are the fakes' (empty_like kept a
+# The kernels' results are new contiguous tensors in the dtype of the operator's main input
+# (the embedding, x or h; not the incoming gradients of a backward), whatever the strides of the inputs: so are the fakes' (empty_like kept a
 # transposed input's strides, and grad_hn's dtype where the kernels return x's).
 
 

@@ -199,7 +199,8 @@ def _forward(model: Model, docs: List[Doc], is_train: bool):
             outputs[p.doc][:, where[b]] = Y[:, b, : p.end - p.start]
             if cache is not None:
                 layers = model.ops.xp.ascontiguousarray(Y[:, b, : p.end - p.start])
-                cache.put(rows[p], layers, bilm)
+                if runner.bilm is bilm:  # a call on weights replaced meanwhile would empty the new biLM's entries
+                    cache.put(rows[p], layers, bilm)
                 for q in same[p][1:]:
                     outputs[q.doc][:, rows_of(q)] = layers
         callbacks.append((group, where, Y.shape, bp))

@@ -78,9 +78,11 @@ class LayerCache:
         """Keep the layers of ``key`` that the biLM ``owner`` gave (None: no biLM's): those of another go first."""
         size = int(array.nbytes)
         with self.lock:
+            if size > self.limit:  # kept by no biLM: the entries of the one owning the cache stay
+                return
             if not self._owned_by(owner):
                 self._drop(owner)
-            if size > self.limit or key in self.entries:
+            if key in self.entries:
                 return
             self._evict(size)
             self.entries[key] = array

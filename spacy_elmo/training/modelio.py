@@ -118,7 +118,12 @@ def has_softmax(directory: PathLike) -> bool:
     model that is missing, or a directory or softmax file that :func:`load_pretrained` would refuse
     before reading a tensor."""
     path = model_path(directory)
-    source = softmax_source(path, allennlp_files_of(path))
+    found = allennlp_files_of(path)
+    source = softmax_source(path, found)
+    if found is None:  # native: what load_pretrained reads before any tensor
+        read_meta(path)
+        if not source.exists():
+            raise FileNotFoundError(Errors.E_NATIVE_DIR_MISSING.format(path=path, filename=WEIGHTS_NAME))
     return source is not None and has_softmax_tensors(safetensors_names(source), source)
 
 

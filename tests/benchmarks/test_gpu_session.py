@@ -31,17 +31,18 @@ needs_bash = pytest.mark.skipif(shutil.which("bash") is None or shutil.which("ti
 STUB = """#!/usr/bin/env bash
 echo "ARCH=${TORCH_CUDA_ARCH_LIST:-} CUDA=${SPACY_ELMO_CUDA:-} :: $*" >>"$STUB_LOG"
 if [ "$1" = -c ]; then exit "${STUB_CHECK_RC:-0}"; fi
+case "$*" in *"${STUB_SLEEP_ON:-@nothing@}"*) sleep "${STUB_SLEEP:-0}";; esac
 exit 0
 """
 
 
-def _run_script(tmp_path, *, device="cuda", quick="0", check_rc=0):
+def _run_script(tmp_path, *, device="cuda", quick="0", check_rc=0, **extra_env):
     stub = tmp_path / "python"
     stub.write_text(STUB)
     stub.chmod(0o755)
     out = tmp_path / "out"
     env = dict(os.environ, DEVICE=device, QUICK=quick, OUT=str(out), PY=str(stub), STUB_LOG=str(tmp_path / "calls"),
-               STUB_CHECK_RC=str(check_rc), PATH=os.environ.get("PATH", "/usr/bin:/bin"))
+               STUB_CHECK_RC=str(check_rc), PATH=os.environ.get("PATH", "/usr/bin:/bin"), **extra_env)
     env.pop("TORCH_CUDA_ARCH_LIST", None)
     res = subprocess.run(["bash", str(SCRIPT)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     calls = (tmp_path / "calls").read_text().splitlines()
@@ -114,6 +115,23 @@ def test_the_gpu_targets_come_first_and_the_run_fits_the_device_limits(tmp_path)
     assert pre.presets[0] == "original" and pre.bf16
     assert run[5][:2] == ["-m", "pytest"] and "--ignore=tests/ops/test_fused_cuda.py" in run[5]
     assert len(run) == 6
+
+
+@needs_bash
+@pytest.mark.parametrize("slow_step, skipped, rc", [("benchmarks/pretrain.py", "tests_ops_cpu", 0),
+                                                    ("benchmarks/kernels.py --device cuda --whole-model --presets",
+                                                     "pretrain", 1)])
+def test_a_budget_spent_before_a_step_skips_it_and_fails_the_run_unless_it_is_optional(tmp_path, slow_step, skipped,
+                                                                                     rc):
+    """The CPU kernel tests come last and get what is left: the budget spent before them is no failure
+    of a run whose GPU targets all ran (it exited 1), while a target's step skipped still fails it.
+    BUDGET=30 and one step sleeping 20 s leave under 15 s for the steps after it."""
+    res, out, calls = _run_script(tmp_path, BUDGET="30", STUB_SLEEP_ON=slow_step, STUB_SLEEP="20")
+    log = res.stdout
+    assert f"=== SKIPPED {skipped}:" in log, log
+    assert res.returncode == rc, log
+    summary = log[log.index("=== steps"):]
+    assert re.search(rf"^{skipped}\s+skipped \(budget spent{'; optional' if rc == 0 else ''}\)$", summary, re.M), summary
 
 
 @needs_bash

@@ -126,6 +126,19 @@ def test_eviction_by_bytes_least_recently_used():
     assert list(cache.entries) == ["e"] and cache.nbytes == MB
 
 
+def test_layers_too_large_to_keep_leave_another_biLMs_entries():
+    """Layers over the limit are kept for no biLM: they no longer empty the entries of the biLM
+    owning the cache (nor make theirs its owner)."""
+
+    class Owner:  # a stand-in biLM: the cache holds its owner weakly
+        pass
+
+    cache, mine, other = LayerCache(1), Owner(), Owner()
+    cache.put("a", numpy.zeros(8, dtype="float32"), mine)
+    cache.put("big", numpy.zeros(MB // 4 + 1, dtype="float32"), other)
+    assert list(cache.entries) == ["a"] and cache.get("a", mine) is not None
+
+
 def test_a_lower_limit_drops_the_least_recently_used():
     cache = LayerCache(2)
     for key in "abcd":

@@ -192,6 +192,22 @@ def test_has_softmax_says_what_load_pretrained_finds_without_loading_weights(tmp
         has_softmax(half)
 
 
+@pytest.mark.parametrize("missing", ["config.json", "model.safetensors"])
+def test_has_softmax_refuses_a_native_directory_load_pretrained_refuses(tmp_path, missing):
+    """A native directory without its config.json or weights is no model: has_softmax refuses it
+    with load_pretrained's error (it answered from the header without a config.json, and called a
+    missing weights file damaged)."""
+    from spacy_elmo.training.modelio import has_softmax
+
+    native = pretrained(tmp_path / "native")
+    (native / missing).unlink()
+    with pytest.raises(FileNotFoundError, match=f"no {missing}") as loading:
+        load_pretrained(native, backend="reference")
+    with pytest.raises(FileNotFoundError) as checking:
+        has_softmax(native)
+    assert str(checking.value) == str(loading.value)
+
+
 @pytest.mark.parametrize("name", ["native", "native without softmax", "allennlp", "allennlp without softmax"])
 def test_resume_leaving_out_init_names_how_the_vocabulary_was_made_without_loading_it(tmp_path, monkeypatch, name):
     """The refusal of a --resume that leaves out the --init of a run whose vocabulary came from its corpus
