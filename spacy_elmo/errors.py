@@ -779,6 +779,11 @@ class Errors:
     )
     E_UNKNOWN_CONFIG = "No shipped training config named {name!r}; the configs are: {names}."
     E_CONFIG_EXISTS = "{path} exists. Pass --force to replace it, or another OUTPUT (- writes to stdout)."
+    E_CONFIG_IS_DIR = (
+        "{path} is a directory, but the config is one file (--force replaces a file, not a directory). "
+        "Give a file path such as {example}, or - for stdout."
+    )
+    E_CONFIG_WRITE = "Could not write {path}: {error}. Choose a writable OUTPUT, or - for stdout."
     E_EXPORT_FORMAT = "Unknown export format {name!r}: use 'allennlp' or 'native'."
     E_EXPORT_WRITE = "Could not write the model to {path}: {error}. Check the path and its permissions."
     E_EXPORT_NOT_A_DIR = "{path} is a file; export writes a directory. Choose another OUT_DIR."

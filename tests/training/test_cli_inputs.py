@@ -288,6 +288,22 @@ def test_config_writes_the_shipped_configs(tmp_path):
     assert "Which config: ner, parser, textcat." in help_text
 
 
+def test_config_to_a_directory_or_an_unwritable_path_is_a_clear_error(tmp_path):
+    """A directory as OUTPUT asked for --force, which then ended in an IsADirectoryError traceback, and a
+    path that cannot be written (below a file; a read-only directory) in a traceback too."""
+    folder = tmp_path / "configs"
+    folder.mkdir()
+    for extra in ([], ["--force"]):
+        output = clean_error(runner.invoke(app, ["config", "ner", str(folder), *extra]))
+        assert "is a directory" in output and str(folder / "ner.cfg") in output
+    assert list(folder.iterdir()) == []
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("kept")
+    output = clean_error(runner.invoke(app, ["config", "ner", str(a_file / "ner.cfg")]))
+    assert "Could not write" in output and "writable OUTPUT" in output
+    assert a_file.read_text() == "kept"
+
+
 # -- compressed text ---------------------------------------------------------------------------
 @pytest.mark.parametrize("suffix", FORMATS)
 def test_evaluate_and_fit_state_read_compressed_text_as_the_text(model, trained, tmp_path, suffix):
