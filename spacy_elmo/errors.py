@@ -232,6 +232,10 @@ class Errors:
         "explicitly with BiLM.from_allennlp(options_file, weight_file)."
     )
     E_MODEL_FILE_UNREADABLE = "{path} could not be read ({error}). It must be a readable file: restore it from the original model directory."
+    # No final full stop: callers embed it as the ``{error}`` of their own message, as an OSError's text.
+    E_SAFETENSORS_WRITE = (
+        "could not write {path} ({error}); check that its directory exists and is writable and that the disk has room"
+    )
     E_SAFETENSORS_DAMAGED = (
         "{path} is damaged or not a safetensors file ({error}); a copy or download may have been cut short. "
         "Copy the model directory again from its source, or write it again with BiLM.save()."

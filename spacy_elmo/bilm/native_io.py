@@ -187,8 +187,12 @@ def read_meta(directory: PathLike) -> Dict[str, Any]:
 
 def write_safetensors(tensors: Dict[str, torch.Tensor], path: PathLike) -> None:
     """Save ``tensors`` to ``path``, readable as any file the user creates (the umask's mode;
-    safetensors alone writes 0600, so other accounts could not load a shared model)."""
-    save_file(tensors, str(path))
+    safetensors alone writes 0600, so other accounts could not load a shared model). A failed write (a
+    read-only directory, a full disk) is an OSError, as of any other file: safetensors raises its own error."""
+    try:
+        save_file(tensors, str(path))
+    except SafetensorError as err:
+        raise OSError(Errors.E_SAFETENSORS_WRITE.format(path=path, error=err)) from err
     os.chmod(path, 0o666 & ~_umask())
 
 

@@ -390,6 +390,17 @@ def test_saved_files_take_the_umask_mode(files, tmp_path):
     assert modes and set(modes.values()) == {0o644}, modes
 
 
+def test_a_failed_safetensors_write_is_an_oserror_naming_the_file(tmp_path):
+    """safetensors' own SafetensorError (a read-only directory, a full disk) escaped every caller's
+    `except OSError`: `spacy-elmo fit-state` on a read-only model directory ended in a traceback."""
+    from spacy_elmo.bilm.native_io import write_safetensors
+
+    target = tmp_path / "missing" / "model.safetensors"  # a directory safetensors cannot write into
+    with pytest.raises(OSError, match="could not write .*writable") as err:
+        write_safetensors({"w": torch.zeros(2)}, target)
+    assert str(target) in str(err.value) and not target.parent.exists()
+
+
 @pytest.mark.parametrize("dtype", [torch.int32, torch.bool, "float16"])
 def test_save_refuses_a_dtype_that_is_not_a_float_dtype(files, tmp_path, dtype):
     """dtype=torch.int32 wrote every weight truncated to an integer without a word."""

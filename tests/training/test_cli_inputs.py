@@ -134,12 +134,14 @@ def test_fit_state_write_error_is_reported_and_keeps_the_old_state(model, traine
     assert runner.invoke(app, ["fit-state", str(model), str(trained["train"]), "--rows", "4"]).exit_code == 0
     before = files(model)
 
-    def refused(*args, **kwargs):
-        raise PermissionError(13, "Permission denied")
+    from safetensors.torch import save_file
 
-    monkeypatch.setattr("spacy_elmo.bilm.native_io.write_safetensors", refused)
+    def refused(tensors, path):  # safetensors' own error, as for a read-only directory (SafetensorError, no OSError)
+        save_file(tensors, str(model / "no-such-dir" / "x.safetensors"))
+
+    monkeypatch.setattr("spacy_elmo.bilm.native_io.save_file", refused)
     output = clean_error(runner.invoke(app, ["fit-state", str(model), str(trained["train"]), "--rows", "2"]))
-    assert "Could not write" in output and "Permission denied" in output
+    assert "Could not write the initial state" in output and "No such file or directory" in output
     assert files(model) == before
 
 
