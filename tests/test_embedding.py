@@ -328,6 +328,10 @@ def test_cli_interrupted_says_what_is_kept_and_a_rerun_goes_on(model_dir, corpus
     assert stopped.exit_code == 130, stopped.output
     assert f"finished parts are kept in {out}.parts: rerun the same command" in " ".join(stopped.output.split())
     assert len(list((tmp_path / "out.h5.parts").glob("part-*.hdf5"))) == 2 and not out.exists()
+    # The message is the last word, on a line of its own: the progress bar, left open, was drawn again
+    # after it (`embedding:   0%|...|Interrupted. The finished parts...` then a bar line below).
+    said = stopped.output.index("Interrupted.")
+    assert stopped.output[said - 1] == "\n" and "embedding" not in stopped.output[said:], stopped.output
     again = CliRunner().invoke(app, args)
     assert again.exit_code == 0 and "(2 parts from an earlier run)" in again.output, again.output
 
