@@ -970,6 +970,12 @@ class Warnings:
         "spacy-elmo: the AllenNLP/bilm-tf weight format has no place for the fitted initial state; "
         "{path} starts from zeros (save with BiLM.save to keep it)."
     )
+    W_PROVENANCE_NOT_EXPORTED = (
+        "spacy-elmo: {path} holds the weights only: the AllenNLP/bilm-tf files have no place for how the model "
+        "was trained ({what}; recorded in its config.json), so `spacy-elmo evaluate` reads text for them as one "
+        "stream in English unless told ({flags}), and the elmo component cannot check its pipeline's language "
+        "and tokenizer against the model's. Export with --format native (BiLM.save) to keep them."
+    )
     W_ALLENNLP_WILL_NOT_LOAD = (
         "spacy-elmo: {path} is a valid bilm-tf weight file (and spacy-elmo reads it), but AllenNLP will not "
         "run this model: {reasons}. Export with --format native to keep it for spacy-elmo alone."

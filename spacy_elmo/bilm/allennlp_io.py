@@ -323,6 +323,26 @@ def allennlp_refusals(config: BiLMConfig) -> List[str]:
     return reasons
 
 
+def _reading_settings(provenance: dict) -> Dict[str, str]:
+    """What ``provenance`` (config.json's) records of how the model reads text, which AllenNLP files drop:
+    ``{"what": ..., "flags": ...}`` (``flags``: the options that give ``evaluate`` that reading back), or {}."""
+    lang, reading = provenance.get("lang"), provenance.get("reading")
+    what, flags = [], []
+    if lang:
+        what.append(f"language {lang!r}")
+        flags.append(f"--lang {lang}")
+    if provenance.get("tokenizer"):
+        what.append("its tokenizer")
+    if reading == "sentences":
+        what.append("every sentence read alone")
+        flags.append("--per-sentence")
+    elif reading:
+        what.append("text read as streams")
+    if not what:
+        return {}
+    return {"what": ", ".join(what), "flags": " ".join(flags) or "--lang, --per-sentence"}
+
+
 def write_allennlp(
     model: "BiLM", options_file: PathLike, weight_file: PathLike, shown_as: Optional[PathLike] = None
 ) -> None:
@@ -333,6 +353,10 @@ def write_allennlp(
     shown = weight_file if shown_as is None else shown_as
     if getattr(model, "initial_state", None) is not None:
         warnings.warn(Warnings.W_INITIAL_STATE_NOT_EXPORTED.format(path=shown), UserWarning, stacklevel=3)
+    lost = _reading_settings(getattr(model, "provenance", None) or {})
+    if lost:
+        warnings.warn(Warnings.W_PROVENANCE_NOT_EXPORTED.format(path=shown, what=lost["what"], flags=lost["flags"]),
+                      UserWarning, stacklevel=3)
     reasons = allennlp_refusals(config)
     if reasons:
         warnings.warn(Warnings.W_ALLENNLP_WILL_NOT_LOAD.format(path=shown, reasons="; ".join(reasons)),
