@@ -74,4 +74,4 @@ def fit_state(
         return
     typer.echo(f"fitted the initial state of {model_dir} on {counted(len(sentences), 'sentence')}")
     if replaced:
-        typer.echo(Warnings.W_REPLACED_BYTES_TEXT.format(n_bytes=replaced))
+        echo_styled(Warnings.W_REPLACED_BYTES_TEXT.format(n_bytes=replaced), fg=typer.colors.YELLOW, err=True)
