@@ -30,6 +30,7 @@ import hashlib
 import io
 import itertools
 import json
+import tempfile
 import warnings
 from pathlib import Path
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union
@@ -147,7 +148,8 @@ def same_parts(path: Path, part_size: int, expected: Sequence[str]) -> Iterator[
 
 def check_paths(input_path: PathLike, output_path: PathLike, overwrite: bool = False) -> None:
     """Refuse, before any work, what :func:`embed_file` cannot read or write: an input that is no
-    file, an output that is a directory, lies below a file, is the input, or exists (without ``overwrite``)."""
+    file, an output that is a directory, lies below a file or in a directory where no file can be created, is the
+    input, or exists (without ``overwrite``)."""
     input_path, output_path = Path(input_path), Path(output_path)
     if output_path.is_dir():
         example = output_path / "vectors.h5"
@@ -164,6 +166,11 @@ def check_paths(input_path: PathLike, output_path: PathLike, overwrite: bool = F
         parent = parent.parent
     if not parent.is_dir():
         raise NotADirectoryError(Errors.E_EMBED_OUTPUT_PARENT.format(path=output_path, parent=parent))
+    try:  # a read-only directory failed only after the whole text was read and tokenized
+        with tempfile.TemporaryFile(dir=parent):
+            pass
+    except OSError as err:
+        raise PermissionError(Errors.E_EMBED_OUTPUT_NOT_WRITABLE.format(path=output_path, parent=parent, error=err)) from err
 
 
 def model_fingerprint(bilm: BiLM) -> str:

@@ -959,6 +959,10 @@ class Errors:
         "Choose another output path."
     )
     E_EMBED_OUTPUT_PARENT = "{path} cannot be created: {parent} is a file, not a directory. Choose another output path."
+    E_EMBED_OUTPUT_NOT_WRITABLE = (
+        "{path} cannot be written: no file can be created in {parent} ({error}). Choose an output path in a "
+        "writable directory."
+    )
     E_EMBED_OUTPUT_IS_DIR = (
         "{path} is a directory, but the output is one HDF5 file (--overwrite replaces a file, not a "
         "directory). Give a file path such as {example}, or remove the directory."
