@@ -417,7 +417,8 @@ class BiLM(nn.Module):
         extra_tensors: more named tensors to store beside the biLM (e.g. the
         softmax of a pretrained model); dtype: store floats in this dtype (e.g.
         torch.float16 for a compact bundle); provenance: JSON-able facts about
-        where the weights came from (stored in config.json); initial_state:
+        where the weights came from (stored in config.json; None: the model's own,
+        ``self.provenance``, which loading set); initial_state:
         ``(h, c)`` saved instead of the model's own (None: its own).
         """
         from .native_io import save_native

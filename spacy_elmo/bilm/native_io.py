@@ -67,7 +67,7 @@ def save_native(
     """Write the model into ``directory``. A save killed while writing leaves the directory as it
     was; one killed while moving the files in leaves it without ``config.json`` (loading says the
     model is incomplete), never the new weights with the old config or without their initial state.
-    initial_state: ``(h, c)`` written instead of the model's own (None: the model's own)."""
+    initial_state, provenance: written instead of the model's own (None: the model's own)."""
     if dtype is not None and (not isinstance(dtype, torch.dtype) or not dtype.is_floating_point):
         raise ValueError(Errors.E_SAVE_DTYPE.format(dtype=dtype))
     directory = Path(directory)
@@ -88,7 +88,8 @@ def save_native(
         "version": VERSION,
         "config": model.config.to_dict(),
         "extra": sorted(extra),
-        "provenance": provenance or {},
+        # None: the model's own (a loaded model saved again keeps the language and reading it was trained with)
+        "provenance": dict(getattr(model, "provenance", None) or {}) if provenance is None else provenance,
     }
     # The files are written in a temporary directory inside ``directory`` (so a killed save
     # leaves nothing beside it; the next save removes what a kill left) and moved into place.

@@ -390,6 +390,18 @@ def test_saved_files_take_the_umask_mode(files, tmp_path):
     assert modes and set(modes.values()) == {0o644}, modes
 
 
+def test_a_loaded_model_saved_again_keeps_its_provenance(files, tmp_path):
+    """BiLM.load(dir).save(copy) wrote an empty provenance: the copy lost the language (and reading) it was
+    trained with, which `evaluate` defaults to and the elmo component checks its pipeline against."""
+    recorded = {"trained_by": "spacy-elmo pretrain", "lang": "ko", "reading": "sentences"}
+    BiLM.from_allennlp(*files, backend="reference").save(tmp_path / "a", provenance=recorded)
+    BiLM.load(tmp_path / "a").save(tmp_path / "b")
+    assert BiLM.load(tmp_path / "b").provenance == recorded
+    assert json.loads((tmp_path / "b" / "config.json").read_text())["provenance"] == recorded
+    BiLM.load(tmp_path / "b").save(tmp_path / "c", provenance={})  # given: written as given
+    assert BiLM.load(tmp_path / "c").provenance == {}
+
+
 def test_a_failed_safetensors_write_is_an_oserror_naming_the_file(tmp_path):
     """safetensors' own SafetensorError (a read-only directory, a full disk) escaped every caller's
     `except OSError`: `spacy-elmo fit-state` on a read-only model directory ended in a traceback."""
