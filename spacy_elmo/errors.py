@@ -832,6 +832,12 @@ class Errors:
         "first: `spacy-elmo export default NEW_DIR --format native`, then `spacy-elmo fit-state NEW_DIR TEXT_PATH` "
         "and use NEW_DIR as the model."
     )
+    E_FIT_STATE_MAX_SENTENCES = (
+        "--max-sentences {max_sentences} is fewer than the {needed} sentences --rows {rows} needs ({rows} streams of "
+        "more than {warmup} warm-up sentences each), whatever the text: raise --max-sentences to {needed} or more"
+        "{or_rows}."
+    )
+    E_FIT_STATE_OR_FEWER_ROWS = ", or lower --rows to {max_rows} or fewer"
     E_FIT_STATE_WRITE = (
         "Could not write the initial state into {path}: {error}. The model directory must be writable: copy "
         "the model elsewhere (`spacy-elmo export {path} NEW_DIR --format native`) and fit the state there. "

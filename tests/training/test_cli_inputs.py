@@ -131,6 +131,23 @@ def test_fit_state_reports_replaced_bytes(model, tmp_path):
     assert f"{len(lines)} undecodable byte(s) replaced" in result.stderr and "undecodable" not in result.stdout
 
 
+def test_fit_state_max_sentences_too_few_for_the_rows_is_a_usage_error_naming_both(model, trained):
+    """--max-sentences below what --rows needs was read and tokenized first, then said 'Give it more running
+    text' of a text that had plenty. The bound is the fitting's own: one sentence more fits."""
+    before = files(model)
+    output = clean_error(runner.invoke(app, ["fit-state", str(model), str(trained["train"]), "--rows", "4",
+                                             "--max-sentences", "11"]), code=2)
+    said = plain(output)
+    assert "--max-sentences 11 is fewer than the 12 sentences --rows 4 needs" in said, said
+    assert "raise --max-sentences to 12 or more, or lower --rows to 3 or fewer" in said
+    output = clean_error(runner.invoke(app, ["fit-state", str(model), str(trained["train"]), "--max-sentences", "2"]), code=2)
+    assert "lower --rows" not in output  # no number of rows fits 2 sentences
+    assert files(model) == before
+    for args in (["--rows", "4", "--max-sentences", "12"], ["--rows", "3", "--max-sentences", "11"]):
+        result = runner.invoke(app, ["fit-state", str(model), str(trained["train"]), *args])
+        assert result.exit_code == 0, result.output
+
+
 def test_fit_state_write_error_is_reported_and_keeps_the_old_state(model, trained, monkeypatch):
     assert runner.invoke(app, ["fit-state", str(model), str(trained["train"]), "--rows", "4"]).exit_code == 0
     before = files(model)
