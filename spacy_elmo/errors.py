@@ -231,7 +231,10 @@ class Errors:
         "which may differ. Keep one model per directory (move one of them out), or load the AllenNLP files "
         "explicitly with BiLM.from_allennlp(options_file, weight_file)."
     )
-    E_MODEL_FILE_UNREADABLE = "{path} could not be read ({error}). It must be a readable file: restore it from the original model directory."
+    E_MODEL_FILE_UNREADABLE = (
+        "{path} could not be read ({error}). It must be a readable file: give this account read permission "
+        "(chmod), or restore it from the original model directory."
+    )
     # No final full stop: callers embed it as the ``{error}`` of their own message, as an OSError's text.
     E_SAFETENSORS_WRITE = (
         "could not write {path} ({error}); check that its directory exists and is writable and that the disk has room"

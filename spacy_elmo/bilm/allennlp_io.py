@@ -35,7 +35,7 @@ from ..atomic import atomic_write
 from ..chars import DEFAULT_MAX_CHARS, N_CHAR_IDS
 from ..errors import Errors, Warnings
 from .config import BiLMConfig
-from .native_io import require_finite
+from .native_io import check_readable, require_finite
 
 if TYPE_CHECKING:  # model.py imports this module when it reads or writes
     from .model import BiLM
@@ -99,6 +99,7 @@ def read_datasets(config: BiLMConfig, weight_file: PathLike) -> Dict[str, np.nda
         raise FileNotFoundError(Errors.E_WEIGHT_FILE_MISSING.format(path=path))
     if path.is_dir():
         raise ValueError(Errors.E_WEIGHT_FILE_IS_DIR.format(path=path))
+    check_readable(path)
     try:
         handle = h5py.File(path, "r")
     except OSError as err:

@@ -211,17 +211,28 @@ def _umask() -> int:
     return umask
 
 
+def check_readable(path: PathLike) -> None:
+    """A clear error for a model file that exists but cannot be opened (no read permission, a directory):
+    the readers' own errors read as a damaged file, whose fix (copy the model again) is not this one's."""
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as err:
+        raise ValueError(Errors.E_MODEL_FILE_UNREADABLE.format(path=path, error=err)) from err
+
+
 @contextmanager
 def _safetensors_errors(path: Path) -> Iterator[None]:
-    """A damaged safetensors file ``path`` read inside: a clear error naming it."""
+    """A damaged or unreadable safetensors file ``path`` read inside: a clear error naming it."""
+    check_readable(path)
     try:
         yield
-    except (SafetensorError, OSError) as err:  # OSError: e.g. a directory where the file belongs
+    except (SafetensorError, OSError) as err:
         raise ValueError(Errors.E_SAFETENSORS_DAMAGED.format(path=path, error=err)) from err
 
 
 def read_safetensors(path: Path) -> Dict[str, torch.Tensor]:
-    """Every tensor of the safetensors file ``path``; a damaged file is a clear error naming it."""
+    """Every tensor of the safetensors file ``path``; a damaged or unreadable file is a clear error naming it."""
     with _safetensors_errors(path):
         return load_file(str(path))
 
