@@ -23,7 +23,11 @@ def config(
     Then: python -m spacy train OUTPUT --paths.train train.spacy --paths.dev dev.spacy --paths.elmo MODEL_DIR (leave --paths.elmo out for the bundled default model)."""
     text = config_path(name).read_text(encoding="utf-8")
     if output == "-":
-        sys.stdout.write(text)
+        try:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        except OSError as err:  # redirected to a full disk (> ner.cfg), /dev/full
+            _fail(Errors.E_CONFIG_STDOUT.format(error=err))
         return
     path = Path(output)
     if path.is_dir():

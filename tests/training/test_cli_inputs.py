@@ -325,6 +325,24 @@ def test_config_to_a_directory_or_an_unwritable_path_is_a_clear_error(tmp_path):
     assert a_file.read_text() == "kept"
 
 
+def test_config_to_a_full_stdout_is_a_clear_error():
+    """`spacy-elmo config ner > ner.cfg` on a full disk ended in an OSError traceback."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full here")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "spacy_elmo", "config", "ner"], stdout=full, stderr=subprocess.PIPE,
+                              text=True, env=env, timeout=300)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.strip() == ("Could not write the config to stdout: [Errno 28] No space left on device. "
+                                   "Name a file as OUTPUT instead."), done.stderr
+
+
 # -- compressed text ---------------------------------------------------------------------------
 @pytest.mark.parametrize("suffix", FORMATS)
 def test_evaluate_and_fit_state_read_compressed_text_as_the_text(model, trained, tmp_path, suffix):
