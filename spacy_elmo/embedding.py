@@ -30,6 +30,7 @@ import hashlib
 import io
 import itertools
 import json
+import tempfile
 import warnings
 from pathlib import Path
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union
@@ -147,7 +148,8 @@ def same_parts(path: Path, part_size: int, expected: Sequence[str]) -> Iterator[
 
 def check_paths(input_path: PathLike, output_path: PathLike, overwrite: bool = False) -> None:
     """Refuse, before any work, what :func:`embed_file` cannot read or write: an input that is no
-    file, an output that is a directory, lies below a file, is the input, or exists (without ``overwrite``)."""
+    file, an output that is a directory, lies below a file or in a directory where no file can be created, is the
+    input, or exists (without ``overwrite``)."""
     input_path, output_path = Path(input_path), Path(output_path)
     if output_path.is_dir():
         example = output_path / "vectors.h5"
@@ -164,6 +166,11 @@ def check_paths(input_path: PathLike, output_path: PathLike, overwrite: bool = F
         parent = parent.parent
     if not parent.is_dir():
         raise NotADirectoryError(Errors.E_EMBED_OUTPUT_PARENT.format(path=output_path, parent=parent))
+    try:  # a read-only directory failed only after the whole text was read and tokenized
+        with tempfile.TemporaryFile(dir=parent):
+            pass
+    except OSError as err:
+        raise PermissionError(Errors.E_EMBED_OUTPUT_NOT_WRITABLE.format(path=output_path, parent=parent, error=err)) from err
 
 
 def model_fingerprint(bilm: BiLM) -> str:
@@ -330,30 +337,29 @@ def embed_file(
         # Reused lines are the bar's start, not progress: updating by them made the first
         # rate and time-left estimates count a whole earlier run as done in an instant.
         reused = sum(min(part_size, n_lines - k * part_size) for k, p in enumerate(part_files) if p.exists())
-        bar = progress_bar(total=n_lines, initial=reused, desc="embedding", unit="line", disable=not progress)
-        # Each part is checked against the text read at the start before it is tokenized: a part of
-        # another text (the file rewritten meanwhile) is never written under this text's manifest.
-        for (start, chunk), part in zip(parts(), part_files):
-            if part.exists():
-                continue
-            if stop_after_parts is not None and counts["parts_written"] >= stop_after_parts:
-                bar.close()
-                return {**counts, "finished": 0}
-            rows = tokenized(chunk, start)
-            # Longest first: similar lengths share a batch, and the biggest batch shows up front.
-            index = sorted(range(len(rows)), key=lambda j: -len(rows[j]))
-            cache.clear()  # a resumed part computes what it would have computed straight through
+        # Closed however the loop ends: a bar left open by Ctrl-C was drawn again after the CLI's message.
+        with progress_bar(total=n_lines, initial=reused, desc="embedding", unit="line", disable=not progress) as bar:
+            # Each part is checked against the text read at the start before it is tokenized: a part of
+            # another text (the file rewritten meanwhile) is never written under this text's manifest.
+            for (start, chunk), part in zip(parts(), part_files):
+                if part.exists():
+                    continue
+                if stop_after_parts is not None and counts["parts_written"] >= stop_after_parts:
+                    return {**counts, "finished": 0}
+                rows = tokenized(chunk, start)
+                # Longest first: similar lengths share a batch, and the biggest batch shows up front.
+                index = sorted(range(len(rows)), key=lambda j: -len(rows[j]))
+                cache.clear()  # a resumed part computes what it would have computed straight through
 
-            def write_part(tmp: Path) -> None:
-                with h5py.File(tmp, "w") as f:
-                    for batch in _batches(index, rows, batch_size, batch_tokens):
-                        for j, vec in zip(batch, embed_lines(bilm, [rows[j] for j in batch], layers, cache)):
-                            f.create_dataset(str(start + j), data=vec)
-                        bar.update(len(batch))
+                def write_part(tmp: Path) -> None:
+                    with h5py.File(tmp, "w") as f:
+                        for batch in _batches(index, rows, batch_size, batch_tokens):
+                            for j, vec in zip(batch, embed_lines(bilm, [rows[j] for j in batch], layers, cache)):
+                                f.create_dataset(str(start + j), data=vec)
+                            bar.update(len(batch))
 
-            atomic_write(part, write_part)
-            counts["parts_written"] += 1
-        bar.close()
+                atomic_write(part, write_part)
+                counts["parts_written"] += 1
         every_line = (line for _, chunk in parts() for line in chunk)
         _merge(part_files, every_line, n_lines, output_path, parts_dir, progress)
         remove_dir(parts_dir)

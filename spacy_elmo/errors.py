@@ -231,7 +231,14 @@ class Errors:
         "which may differ. Keep one model per directory (move one of them out), or load the AllenNLP files "
         "explicitly with BiLM.from_allennlp(options_file, weight_file)."
     )
-    E_MODEL_FILE_UNREADABLE = "{path} could not be read ({error}). It must be a readable file: restore it from the original model directory."
+    E_MODEL_FILE_UNREADABLE = (
+        "{path} could not be read ({error}). It must be a readable file: give this account read permission "
+        "(chmod), or restore it from the original model directory."
+    )
+    # No final full stop: callers embed it as the ``{error}`` of their own message, as an OSError's text.
+    E_SAFETENSORS_WRITE = (
+        "could not write {path} ({error}); check that its directory exists and is writable and that the disk has room"
+    )
     E_SAFETENSORS_DAMAGED = (
         "{path} is damaged or not a safetensors file ({error}); a copy or download may have been cut short. "
         "Copy the model directory again from its source, or write it again with BiLM.save()."
@@ -779,6 +786,12 @@ class Errors:
     )
     E_UNKNOWN_CONFIG = "No shipped training config named {name!r}; the configs are: {names}."
     E_CONFIG_EXISTS = "{path} exists. Pass --force to replace it, or another OUTPUT (- writes to stdout)."
+    E_CONFIG_IS_DIR = (
+        "{path} is a directory, but the config is one file (--force replaces a file, not a directory). "
+        "Give a file path such as {example}, or - for stdout."
+    )
+    E_CONFIG_WRITE = "Could not write {path}: {error}. Choose a writable OUTPUT, or - for stdout."
+    E_CONFIG_STDOUT = "Could not write the config to stdout: {error}. Name a file as OUTPUT instead."
     E_EXPORT_FORMAT = "Unknown export format {name!r}: use 'allennlp' or 'native'."
     E_EXPORT_WRITE = "Could not write the model to {path}: {error}. Check the path and its permissions."
     E_EXPORT_NOT_A_DIR = "{path} is a file; export writes a directory. Choose another OUT_DIR."
@@ -823,6 +836,12 @@ class Errors:
         "first: `spacy-elmo export default NEW_DIR --format native`, then `spacy-elmo fit-state NEW_DIR TEXT_PATH` "
         "and use NEW_DIR as the model."
     )
+    E_FIT_STATE_MAX_SENTENCES = (
+        "--max-sentences {max_sentences} is fewer than the {needed} sentences --rows {rows} needs ({rows} streams of "
+        "more than {warmup} warm-up sentences each), whatever the text: raise --max-sentences to {needed} or more"
+        "{or_rows}."
+    )
+    E_FIT_STATE_OR_FEWER_ROWS = ", or lower --rows to {max_rows} or fewer"
     E_FIT_STATE_WRITE = (
         "Could not write the initial state into {path}: {error}. The model directory must be writable: copy "
         "the model elsewhere (`spacy-elmo export {path} NEW_DIR --format native`) and fit the state there. "
@@ -950,6 +969,10 @@ class Errors:
         "Choose another output path."
     )
     E_EMBED_OUTPUT_PARENT = "{path} cannot be created: {parent} is a file, not a directory. Choose another output path."
+    E_EMBED_OUTPUT_NOT_WRITABLE = (
+        "{path} cannot be written: no file can be created in {parent} ({error}). Choose an output path in a "
+        "writable directory."
+    )
     E_EMBED_OUTPUT_IS_DIR = (
         "{path} is a directory, but the output is one HDF5 file (--overwrite replaces a file, not a "
         "directory). Give a file path such as {example}, or remove the directory."
@@ -965,6 +988,12 @@ class Warnings:
     W_INITIAL_STATE_NOT_EXPORTED = (
         "spacy-elmo: the AllenNLP/bilm-tf weight format has no place for the fitted initial state; "
         "{path} starts from zeros (save with BiLM.save to keep it)."
+    )
+    W_PROVENANCE_NOT_EXPORTED = (
+        "spacy-elmo: {path} holds the weights only: the AllenNLP/bilm-tf files have no place for how the model "
+        "was trained ({what}; recorded in its config.json), so `spacy-elmo evaluate` reads text for them as one "
+        "stream in English unless told ({flags}), and the elmo component cannot check its pipeline's language "
+        "and tokenizer against the model's. Export with --format native (BiLM.save) to keep them."
     )
     W_ALLENNLP_WILL_NOT_LOAD = (
         "spacy-elmo: {path} is a valid bilm-tf weight file (and spacy-elmo reads it), but AllenNLP will not "

@@ -3,6 +3,7 @@ alone, a killed run resumes to the identical file, bad input gets clear errors."
 
 import hashlib
 import json
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -328,6 +329,10 @@ def test_cli_interrupted_says_what_is_kept_and_a_rerun_goes_on(model_dir, corpus
     assert stopped.exit_code == 130, stopped.output
     assert f"finished parts are kept in {out}.parts: rerun the same command" in " ".join(stopped.output.split())
     assert len(list((tmp_path / "out.h5.parts").glob("part-*.hdf5"))) == 2 and not out.exists()
+    # The message is the last word, on a line of its own: the progress bar, left open, was drawn again
+    # after it (`embedding:   0%|...|Interrupted. The finished parts...` then a bar line below).
+    said = stopped.output.index("Interrupted.")
+    assert stopped.output[said - 1] == "\n" and "embedding" not in stopped.output[said:], stopped.output
     again = CliRunner().invoke(app, args)
     assert again.exit_code == 0 and "(2 parts from an earlier run)" in again.output, again.output
 
@@ -390,6 +395,30 @@ def test_cli_refuses_unusable_paths_before_loading_the_model(bilm, corpus, tmp_p
         embed_file(bilm, corpus, tmp_path / "link.h5", overwrite=True, progress=False)
     assert corpus.read_bytes() == text
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "link.h5", "model"]
+
+
+def test_cli_refuses_an_output_directory_where_no_file_can_be_created_before_reading_the_text(corpus, tmp_path):
+    """A read-only output directory failed only after the whole text was read and tokenized and the model
+    loaded, with a bare `[Errno 13] Permission denied: '.../.out.h5.parts.PID.tmp'`. /sys (sysfs) takes no
+    new file even from root, whom a chmod'ed directory would not stop."""
+    import tempfile
+
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli import app
+
+    if not Path("/sys").is_dir():
+        pytest.skip("no /sys (not Linux)")
+    try:
+        with tempfile.TemporaryFile(dir="/sys"):
+            pytest.skip("/sys takes new files here")
+    except OSError:
+        pass
+    out = "/sys/spacy-elmo-test-out.h5"
+    result = CliRunner().invoke(app, ["embed", str(corpus), out, "--model", str(tmp_path / "no-model")])
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.output
+    said = " ".join(result.output.split())
+    assert f"{out} cannot be written: no file can be created in /sys" in said and "writable directory" in said
 
 
 def test_a_resumed_runs_bar_starts_at_the_reused_lines(bilm, corpus, tmp_path, monkeypatch):

@@ -35,7 +35,7 @@ from ..atomic import atomic_write
 from ..chars import DEFAULT_MAX_CHARS, N_CHAR_IDS
 from ..errors import Errors, Warnings
 from .config import BiLMConfig
-from .native_io import require_finite
+from .native_io import check_readable, require_finite
 
 if TYPE_CHECKING:  # model.py imports this module when it reads or writes
     from .model import BiLM
@@ -99,6 +99,7 @@ def read_datasets(config: BiLMConfig, weight_file: PathLike) -> Dict[str, np.nda
         raise FileNotFoundError(Errors.E_WEIGHT_FILE_MISSING.format(path=path))
     if path.is_dir():
         raise ValueError(Errors.E_WEIGHT_FILE_IS_DIR.format(path=path))
+    check_readable(path)
     try:
         handle = h5py.File(path, "r")
     except OSError as err:
@@ -323,6 +324,26 @@ def allennlp_refusals(config: BiLMConfig) -> List[str]:
     return reasons
 
 
+def _reading_settings(provenance: dict) -> Dict[str, str]:
+    """What ``provenance`` (config.json's) records of how the model reads text, which AllenNLP files drop:
+    ``{"what": ..., "flags": ...}`` (``flags``: the options that give ``evaluate`` that reading back), or {}."""
+    lang, reading = provenance.get("lang"), provenance.get("reading")
+    what, flags = [], []
+    if lang:
+        what.append(f"language {lang!r}")
+        flags.append(f"--lang {lang}")
+    if provenance.get("tokenizer"):
+        what.append("its tokenizer")
+    if reading == "sentences":
+        what.append("every sentence read alone")
+        flags.append("--per-sentence")
+    elif reading:
+        what.append("text read as streams")
+    if not what:
+        return {}
+    return {"what": ", ".join(what), "flags": " ".join(flags) or "--lang, --per-sentence"}
+
+
 def write_allennlp(
     model: "BiLM", options_file: PathLike, weight_file: PathLike, shown_as: Optional[PathLike] = None
 ) -> None:
@@ -333,6 +354,10 @@ def write_allennlp(
     shown = weight_file if shown_as is None else shown_as
     if getattr(model, "initial_state", None) is not None:
         warnings.warn(Warnings.W_INITIAL_STATE_NOT_EXPORTED.format(path=shown), UserWarning, stacklevel=3)
+    lost = _reading_settings(getattr(model, "provenance", None) or {})
+    if lost:
+        warnings.warn(Warnings.W_PROVENANCE_NOT_EXPORTED.format(path=shown, what=lost["what"], flags=lost["flags"]),
+                      UserWarning, stacklevel=3)
     reasons = allennlp_refusals(config)
     if reasons:
         warnings.warn(Warnings.W_ALLENNLP_WILL_NOT_LOAD.format(path=shown, reasons="; ".join(reasons)),

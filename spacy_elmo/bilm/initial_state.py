@@ -28,6 +28,14 @@ from .lstm import LstmState
 if TYPE_CHECKING:
     from .model import BiLM
 
+#: Sentences each stream reads before its boundary states count (the default of fit_initial_state).
+WARMUP = 2
+
+
+def sentences_needed(rows: int, warmup: int = WARMUP) -> int:
+    """The fewest non-empty sentences that fit a state in ``rows`` streams: more than ``warmup`` each."""
+    return rows * (warmup + 1)
+
 
 def running_streams(sentences: Sequence[Sequence[str]], rows: int) -> List[List[Sequence[str]]]:
     """Cut consecutive ``sentences`` (empty ones dropped) into ``rows`` contiguous
@@ -39,7 +47,7 @@ def running_streams(sentences: Sequence[Sequence[str]], rows: int) -> List[List[
 
 @torch.no_grad()
 def boundary_state_mean(
-    bilm: "BiLM", sentences: Sequence[Sequence[str]], rows: int = 32, warmup: int = 2, progress: bool = False
+    bilm: "BiLM", sentences: Sequence[Sequence[str]], rows: int = 32, warmup: int = WARMUP, progress: bool = False
 ) -> LstmState:
     """Mean carried state of ``bilm`` after a sentence's ``</S>``.
 
@@ -64,7 +72,7 @@ def boundary_state_mean(
     per = len(streams[0])
     if per <= warmup:
         n = sum(1 for s in sentences if len(s))
-        raise ValueError(Errors.E_FIT_STATE_TOO_FEW.format(n=n, needed=rows * (warmup + 1), rows=rows, warmup=warmup))
+        raise ValueError(Errors.E_FIT_STATE_TOO_FEW.format(n=n, needed=sentences_needed(rows, warmup), rows=rows, warmup=warmup))
     saved = (bilm.stateful, bilm.carried_states, bilm.training, bilm.initial_state)
     device = bilm.token_encoder.char_embedding.device
     W = bilm.config.max_characters_per_token

@@ -11,6 +11,7 @@ from ..chars import BEGIN_OF_SENTENCE, BEGIN_OF_WORD, END_OF_SENTENCE, MAX_SHIFT
 from ..errors import Errors
 from .char_encoder import CharEncoder
 from .config import BiLMConfig, check_bool
+from .initial_state import WARMUP
 from .lstm import BiLstm, LstmCellWeights, LstmState
 
 PathLike = Union[str, Path]
@@ -175,7 +176,7 @@ class BiLM(nn.Module):
         self.initial_h = h.detach().to(device=like.device, dtype=like.dtype).clone()
         self.initial_c = c.detach().to(device=like.device, dtype=like.dtype).clone()
 
-    def fit_initial_state(self, sentences, rows: int = 32, warmup: int = 2, progress: bool = False) -> LstmState:
+    def fit_initial_state(self, sentences, rows: int = 32, warmup: int = WARMUP, progress: bool = False) -> LstmState:
         """Fit and set the initial state: the mean state at sentence boundaries of
         ``sentences`` (consecutive sentences of running text, token lists) read
         with carried states. See :func:`spacy_elmo.bilm.initial_state.boundary_state_mean`."""
@@ -417,7 +418,8 @@ class BiLM(nn.Module):
         extra_tensors: more named tensors to store beside the biLM (e.g. the
         softmax of a pretrained model); dtype: store floats in this dtype (e.g.
         torch.float16 for a compact bundle); provenance: JSON-able facts about
-        where the weights came from (stored in config.json); initial_state:
+        where the weights came from (stored in config.json; None: the model's own,
+        ``self.provenance``, which loading set); initial_state:
         ``(h, c)`` saved instead of the model's own (None: its own).
         """
         from .native_io import save_native

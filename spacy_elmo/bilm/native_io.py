@@ -67,7 +67,7 @@ def save_native(
     """Write the model into ``directory``. A save killed while writing leaves the directory as it
     was; one killed while moving the files in leaves it without ``config.json`` (loading says the
     model is incomplete), never the new weights with the old config or without their initial state.
-    initial_state: ``(h, c)`` written instead of the model's own (None: the model's own)."""
+    initial_state, provenance: written instead of the model's own (None: the model's own)."""
     if dtype is not None and (not isinstance(dtype, torch.dtype) or not dtype.is_floating_point):
         raise ValueError(Errors.E_SAVE_DTYPE.format(dtype=dtype))
     directory = Path(directory)
@@ -88,7 +88,8 @@ def save_native(
         "version": VERSION,
         "config": model.config.to_dict(),
         "extra": sorted(extra),
-        "provenance": provenance or {},
+        # None: the model's own (a loaded model saved again keeps the language and reading it was trained with)
+        "provenance": dict(getattr(model, "provenance", None) or {}) if provenance is None else provenance,
     }
     # The files are written in a temporary directory inside ``directory`` (so a killed save
     # leaves nothing beside it; the next save removes what a kill left) and moved into place.
@@ -187,8 +188,12 @@ def read_meta(directory: PathLike) -> Dict[str, Any]:
 
 def write_safetensors(tensors: Dict[str, torch.Tensor], path: PathLike) -> None:
     """Save ``tensors`` to ``path``, readable as any file the user creates (the umask's mode;
-    safetensors alone writes 0600, so other accounts could not load a shared model)."""
-    save_file(tensors, str(path))
+    safetensors alone writes 0600, so other accounts could not load a shared model). A failed write (a
+    read-only directory, a full disk) is an OSError, as of any other file: safetensors raises its own error."""
+    try:
+        save_file(tensors, str(path))
+    except SafetensorError as err:
+        raise OSError(Errors.E_SAFETENSORS_WRITE.format(path=path, error=err)) from err
     os.chmod(path, 0o666 & ~_umask())
 
 
@@ -206,17 +211,28 @@ def _umask() -> int:
     return umask
 
 
+def check_readable(path: PathLike) -> None:
+    """A clear error for a model file that exists but cannot be opened (no read permission, a directory):
+    the readers' own errors read as a damaged file, whose fix (copy the model again) is not this one's."""
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as err:
+        raise ValueError(Errors.E_MODEL_FILE_UNREADABLE.format(path=path, error=err)) from err
+
+
 @contextmanager
 def _safetensors_errors(path: Path) -> Iterator[None]:
-    """A damaged safetensors file ``path`` read inside: a clear error naming it."""
+    """A damaged or unreadable safetensors file ``path`` read inside: a clear error naming it."""
+    check_readable(path)
     try:
         yield
-    except (SafetensorError, OSError) as err:  # OSError: e.g. a directory where the file belongs
+    except (SafetensorError, OSError) as err:
         raise ValueError(Errors.E_SAFETENSORS_DAMAGED.format(path=path, error=err)) from err
 
 
 def read_safetensors(path: Path) -> Dict[str, torch.Tensor]:
-    """Every tensor of the safetensors file ``path``; a damaged file is a clear error naming it."""
+    """Every tensor of the safetensors file ``path``; a damaged or unreadable file is a clear error naming it."""
     with _safetensors_errors(path):
         return load_file(str(path))
 

@@ -2,6 +2,7 @@
 
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import typer
 
@@ -22,11 +23,24 @@ def config(
     Then: python -m spacy train OUTPUT --paths.train train.spacy --paths.dev dev.spacy --paths.elmo MODEL_DIR (leave --paths.elmo out for the bundled default model)."""
     text = config_path(name).read_text(encoding="utf-8")
     if output == "-":
-        sys.stdout.write(text)
+        try:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        except OSError as err:  # redirected to a full disk (> ner.cfg), /dev/full
+            _fail(Errors.E_CONFIG_STDOUT.format(error=err))
         return
     path = Path(output)
+    if path.is_dir():
+        _fail(Errors.E_CONFIG_IS_DIR.format(path=path, example=path / f"{name}.cfg"))
     if path.exists() and not force:
-        echo_styled(Errors.E_CONFIG_EXISTS.format(path=path), fg=typer.colors.RED, err=True)
-        raise typer.Exit(1)
-    atomic_write_text(path, text)
+        _fail(Errors.E_CONFIG_EXISTS.format(path=path))
+    try:
+        atomic_write_text(path, text)
+    except OSError as err:  # a read-only directory, a file where a directory belongs, a full disk
+        _fail(Errors.E_CONFIG_WRITE.format(path=path, error=err))
     typer.echo(f"wrote {path}")
+
+
+def _fail(message: str) -> NoReturn:
+    echo_styled(message, fg=typer.colors.RED, err=True)
+    raise typer.Exit(1)

@@ -49,4 +49,4 @@ def evaluate(
     typer.echo(f"tokens {result['n_tokens']:,} in {counted(result['n_sentences'], 'sentence')}; OOV rate {result['oov_rate']:.2%} (vocabulary {result['vocab_size']:,})")
     typer.echo(f"perplexity ({'every sentence alone' if result['mode'] == 'per_sentence' else 'one stream'}): forward {result['perplexity_forward']:.2f}, backward {result['perplexity_backward']:.2f}, mean {result['perplexity']:.2f}")
     if result.get("replaced_bytes"):
-        typer.echo(Warnings.W_REPLACED_BYTES_TEXT.format(n_bytes=result["replaced_bytes"]))
+        echo_styled(Warnings.W_REPLACED_BYTES_TEXT.format(n_bytes=result["replaced_bytes"]), fg=typer.colors.YELLOW, err=True)

@@ -25,6 +25,7 @@ def fit_state(
 
     The state is the mean carried state at sentence boundaries of running text (see docs/default-model.md). The file is replaced atomically: a killed or failed run leaves the model as it was."""
     from ..bilm import BiLM
+    from ..bilm.initial_state import WARMUP, sentences_needed
     from ..bilm.native_io import (
         DEFAULT_MODEL_DIR,
         allennlp_files_of,
@@ -40,6 +41,11 @@ def fit_state(
         raise typer.BadParameter(Errors.E_FIT_STATE_CLEAR_AND_TEXT.format(path=text_path))
     if not clear and text_path is None:
         raise typer.BadParameter(Errors.E_FIT_STATE_NO_TEXT)
+    if not clear and max_sentences < sentences_needed(rows):  # said "give it more running text" after reading it
+        max_rows = max_sentences // sentences_needed(1)
+        or_rows = Errors.E_FIT_STATE_OR_FEWER_ROWS.format(max_rows=max_rows) if max_rows else ""
+        raise typer.BadParameter(Errors.E_FIT_STATE_MAX_SENTENCES.format(
+            max_sentences=max_sentences, needed=sentences_needed(rows), rows=rows, warmup=WARMUP, or_rows=or_rows))
     replaced = 0
     try:
         path = model_path(model_dir)  # clear errors for a missing path or a file
@@ -74,4 +80,4 @@ def fit_state(
         return
     typer.echo(f"fitted the initial state of {model_dir} on {counted(len(sentences), 'sentence')}")
     if replaced:
-        typer.echo(Warnings.W_REPLACED_BYTES_TEXT.format(n_bytes=replaced))
+        echo_styled(Warnings.W_REPLACED_BYTES_TEXT.format(n_bytes=replaced), fg=typer.colors.YELLOW, err=True)

@@ -377,6 +377,46 @@ def test_damaged_safetensors_files_name_the_file(files, tmp_path, damage):
         assert str(path) in str(err.value)
 
 
+def _load_denied(directory):
+    """``BiLM.load(directory)``'s error in a process whose file permissions hold (root's override them:
+    its capabilities are dropped with setpriv), or a skip where no such process can be made."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    code = "import sys\nfrom spacy_elmo import BiLM\ntry:\n    BiLM.load(sys.argv[1])\nexcept ValueError as e:\n    print(e)"
+    command = [sys.executable, "-c", code, str(directory)]
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            pytest.skip("root without setpriv: file permissions cannot be made to hold")
+        drop = "-dac_override,-dac_read_search"
+        command = ["setpriv", f"--inh-caps={drop}", f"--bounding-set={drop}", *command]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    if done.returncode != 0 and "setpriv" in done.stderr:
+        pytest.skip(f"setpriv cannot drop capabilities here: {done.stderr.strip()}")
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.mark.parametrize("kind", ["native", "allennlp"])
+def test_a_model_file_without_read_permission_is_named_unreadable_not_damaged(files, tmp_path, kind):
+    """A weight file without read permission was 'damaged or not a safetensors file' (safetensors says
+    'No such file or directory'), or 'damaged ... or not hdf5': the fix given, copy the model again, was not it."""
+    model = BiLM.from_allennlp(*files, backend="reference")
+    if kind == "native":
+        model.save(tmp_path / "m")
+        weights = tmp_path / "m" / "model.safetensors"
+    else:
+        model.to_allennlp(tmp_path / "m" / "options.json", tmp_path / "m" / "weights.hdf5")
+        weights = tmp_path / "m" / "weights.hdf5"
+    weights.chmod(0)
+    said = _load_denied(tmp_path / "m")
+    assert f"{weights} could not be read" in said and "Permission denied" in said and "read permission" in said, said
+    assert "damaged" not in said
+
+
 def test_saved_files_take_the_umask_mode(files, tmp_path):
     """Every file of a saved model is as readable as config.json (safetensors alone writes 0600)."""
     import os
@@ -388,6 +428,29 @@ def test_saved_files_take_the_umask_mode(files, tmp_path):
         os.umask(old)
     modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "native").iterdir()}
     assert modes and set(modes.values()) == {0o644}, modes
+
+
+def test_a_loaded_model_saved_again_keeps_its_provenance(files, tmp_path):
+    """BiLM.load(dir).save(copy) wrote an empty provenance: the copy lost the language (and reading) it was
+    trained with, which `evaluate` defaults to and the elmo component checks its pipeline against."""
+    recorded = {"trained_by": "spacy-elmo pretrain", "lang": "ko", "reading": "sentences"}
+    BiLM.from_allennlp(*files, backend="reference").save(tmp_path / "a", provenance=recorded)
+    BiLM.load(tmp_path / "a").save(tmp_path / "b")
+    assert BiLM.load(tmp_path / "b").provenance == recorded
+    assert json.loads((tmp_path / "b" / "config.json").read_text())["provenance"] == recorded
+    BiLM.load(tmp_path / "b").save(tmp_path / "c", provenance={})  # given: written as given
+    assert BiLM.load(tmp_path / "c").provenance == {}
+
+
+def test_a_failed_safetensors_write_is_an_oserror_naming_the_file(tmp_path):
+    """safetensors' own SafetensorError (a read-only directory, a full disk) escaped every caller's
+    `except OSError`: `spacy-elmo fit-state` on a read-only model directory ended in a traceback."""
+    from spacy_elmo.bilm.native_io import write_safetensors
+
+    target = tmp_path / "missing" / "model.safetensors"  # a directory safetensors cannot write into
+    with pytest.raises(OSError, match="could not write .*writable") as err:
+        write_safetensors({"w": torch.zeros(2)}, target)
+    assert str(target) in str(err.value) and not target.parent.exists()
 
 
 @pytest.mark.parametrize("dtype", [torch.int32, torch.bool, "float16"])

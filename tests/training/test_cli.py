@@ -137,6 +137,16 @@ def test_evaluate_reads_text_the_way_the_model_was_trained(tmp_path):
     assert modes[""]["perplexity"] == modes["--per-sentence"]["perplexity"] != modes["--stream"]["perplexity"]
     text = runner.invoke(app, ["evaluate", str(out), str(held)])
     assert "every sentence alone" in text.output
+    # AllenNLP files cannot record the reading: the export says so and names the options that give it back
+    # (it said nothing, and evaluating the export gave the stream perplexity as the model's).
+    allen = tmp_path / "allen"
+    with pytest.warns(UserWarning, match="holds the weights only") as caught:
+        assert runner.invoke(app, ["export", str(out), str(allen)]).exit_code == 0
+    (said,) = [str(w.message) for w in caught if "holds the weights only" in str(w.message)]
+    flags = re.search(r"unless told \(([^)]*)\)", said).group(1).split()
+    assert flags == ["--lang", "en", "--per-sentence"], said
+    told = runner.invoke(app, ["evaluate", str(allen), str(held), "--json", *flags])
+    assert json.loads(told.output.strip().splitlines()[-1]) == modes[""]
 
 
 def test_export_guards_its_output(tmp_path):

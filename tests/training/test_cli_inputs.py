@@ -127,19 +127,39 @@ def test_fit_state_reports_replaced_bytes(model, tmp_path):
     text.write_bytes(b"\n".join(line.encode("utf-8") + b" caf\xe9 ." for line in lines) + b"\n")
     result = runner.invoke(app, ["fit-state", str(model), str(text), "--rows", "4"])
     assert result.exit_code == 0, result.output
-    assert f"{len(lines)} undecodable byte(s) replaced" in result.output
+    # a warning, on stderr: stdout holds the result alone
+    assert f"{len(lines)} undecodable byte(s) replaced" in result.stderr and "undecodable" not in result.stdout
+
+
+def test_fit_state_max_sentences_too_few_for_the_rows_is_a_usage_error_naming_both(model, trained):
+    """--max-sentences below what --rows needs was read and tokenized first, then said 'Give it more running
+    text' of a text that had plenty. The bound is the fitting's own: one sentence more fits."""
+    before = files(model)
+    output = clean_error(runner.invoke(app, ["fit-state", str(model), str(trained["train"]), "--rows", "4",
+                                             "--max-sentences", "11"]), code=2)
+    said = plain(output)
+    assert "--max-sentences 11 is fewer than the 12 sentences --rows 4 needs" in said, said
+    assert "raise --max-sentences to 12 or more, or lower --rows to 3 or fewer" in said
+    output = clean_error(runner.invoke(app, ["fit-state", str(model), str(trained["train"]), "--max-sentences", "2"]), code=2)
+    assert "lower --rows" not in output  # no number of rows fits 2 sentences
+    assert files(model) == before
+    for args in (["--rows", "4", "--max-sentences", "12"], ["--rows", "3", "--max-sentences", "11"]):
+        result = runner.invoke(app, ["fit-state", str(model), str(trained["train"]), *args])
+        assert result.exit_code == 0, result.output
 
 
 def test_fit_state_write_error_is_reported_and_keeps_the_old_state(model, trained, monkeypatch):
     assert runner.invoke(app, ["fit-state", str(model), str(trained["train"]), "--rows", "4"]).exit_code == 0
     before = files(model)
 
-    def refused(*args, **kwargs):
-        raise PermissionError(13, "Permission denied")
+    from safetensors.torch import save_file
 
-    monkeypatch.setattr("spacy_elmo.bilm.native_io.write_safetensors", refused)
+    def refused(tensors, path):  # safetensors' own error, as for a read-only directory (SafetensorError, no OSError)
+        save_file(tensors, str(model / "no-such-dir" / "x.safetensors"))
+
+    monkeypatch.setattr("spacy_elmo.bilm.native_io.save_file", refused)
     output = clean_error(runner.invoke(app, ["fit-state", str(model), str(trained["train"]), "--rows", "2"]))
-    assert "Could not write" in output and "Permission denied" in output
+    assert "Could not write the initial state" in output and "No such file or directory" in output
     assert files(model) == before
 
 
@@ -173,7 +193,8 @@ def test_evaluate_reports_replaced_bytes_and_oov(model, tmp_path):
     text.write_bytes(b"zzqx caf\xe9 ol\xe9 qqxz .\n")
     result = runner.invoke(app, ["evaluate", str(model), str(text)])
     assert result.exit_code == 0, result.output
-    assert "2 undecodable byte(s)" in result.output and "OOV rate" in result.output
+    assert "2 undecodable byte(s)" in result.stderr and "OOV rate" in result.stdout
+    assert "undecodable" not in result.stdout  # a warning, on stderr: stdout holds the result alone
 
 
 def test_evaluate_json_keys_are_documented(model, trained):
@@ -286,6 +307,40 @@ def test_config_writes_the_shipped_configs(tmp_path):
     assert "ner, parser, textcat" in output
     help_text = " ".join(runner.invoke(app, ["config", "--help"], terminal_width=200).output.split())
     assert "Which config: ner, parser, textcat." in help_text
+
+
+def test_config_to_a_directory_or_an_unwritable_path_is_a_clear_error(tmp_path):
+    """A directory as OUTPUT asked for --force, which then ended in an IsADirectoryError traceback, and a
+    path that cannot be written (below a file; a read-only directory) in a traceback too."""
+    folder = tmp_path / "configs"
+    folder.mkdir()
+    for extra in ([], ["--force"]):
+        output = clean_error(runner.invoke(app, ["config", "ner", str(folder), *extra]))
+        assert "is a directory" in output and str(folder / "ner.cfg") in output
+    assert list(folder.iterdir()) == []
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("kept")
+    output = clean_error(runner.invoke(app, ["config", "ner", str(a_file / "ner.cfg")]))
+    assert "Could not write" in output and "writable OUTPUT" in output
+    assert a_file.read_text() == "kept"
+
+
+def test_config_to_a_full_stdout_is_a_clear_error():
+    """`spacy-elmo config ner > ner.cfg` on a full disk ended in an OSError traceback."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full here")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "spacy_elmo", "config", "ner"], stdout=full, stderr=subprocess.PIPE,
+                              text=True, env=env, timeout=300)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.strip() == ("Could not write the config to stdout: [Errno 28] No space left on device. "
+                                   "Name a file as OUTPUT instead."), done.stderr
 
 
 # -- compressed text ---------------------------------------------------------------------------
