@@ -33,14 +33,18 @@ def _run_hooks() -> None:
     """Every hook, each on its own: one that fails is reported and the others still run (the
     child's thread count among them, without which it can hang in OpenMP)."""
     hooks = [method() for method in list(_METHODS.values())] + list(_FUNCTIONS)
+    failed = []
     for hook in hooks:
         if hook is None:
             continue
         try:
             hook()
         except Exception as err:
-            warnings.warn(Warnings.W_FORK_HOOK_FAILED.format(hook=getattr(hook, "__qualname__", hook), error=err),
-                          RuntimeWarning, stacklevel=1)
+            failed.append((hook, err))
+    # after every hook: where warnings are errors (-W error) the first one raises
+    for hook, err in failed:
+        warnings.warn(Warnings.W_FORK_HOOK_FAILED.format(hook=getattr(hook, "__qualname__", hook), error=err),
+                      RuntimeWarning, stacklevel=1)
 
 
 if hasattr(os, "register_at_fork"):  # not on Windows, which never forks

@@ -4,6 +4,7 @@ the component's locks does not hang: tests/pipeline/test_serving.py)."""
 import gc
 import multiprocessing
 import os
+import warnings
 
 import pytest
 
@@ -86,5 +87,10 @@ def test_a_failing_hook_warns_naming_it(recwarn, monkeypatch):
     forksafe.after_fork_in_child(counter.count)
     forksafe._run_hooks()  # as a forked child runs them
     assert counter.calls == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # -W error: the warning raises, after every hook ran
+        with pytest.raises(RuntimeWarning, match="planted failure"):
+            forksafe._run_hooks()
+    assert counter.calls == 2
     messages = [str(w.message) for w in recwarn.list]
     assert any("_Failing.fail" in m and "planted failure" in m for m in messages), messages

@@ -418,8 +418,10 @@ class BiLM(nn.Module):
         extra_tensors: more named tensors to store beside the biLM (e.g. the
         softmax of a pretrained model); dtype: store floats in this dtype (e.g.
         torch.float16 for a compact bundle); provenance: JSON-able facts about
-        where the weights came from (stored in config.json; None: the model's own,
-        ``self.provenance``, which loading set); initial_state:
+        where the weights came from (stored in config.json; None: how the model reads text,
+        from ``self.provenance``, which loading set: its ``trained_by``, ``lang``, ``tokenizer``
+        and ``reading``, not the facts of its training, which weights changed since loading may
+        no longer match: pass them to keep them); initial_state:
         ``(h, c)`` saved instead of the model's own (None: its own).
         """
         from .native_io import save_native

@@ -88,8 +88,7 @@ def save_native(
         "version": VERSION,
         "config": model.config.to_dict(),
         "extra": sorted(extra),
-        # None: the model's own (a loaded model saved again keeps the language and reading it was trained with)
-        "provenance": dict(getattr(model, "provenance", None) or {}) if provenance is None else provenance,
+        "provenance": _own_reading(model) if provenance is None else provenance,
     }
     # The files are written in a temporary directory inside ``directory`` (so a killed save
     # leaves nothing beside it; the next save removes what a kill left) and moved into place.
@@ -195,6 +194,19 @@ def write_safetensors(tensors: Dict[str, torch.Tensor], path: PathLike) -> None:
     except SafetensorError as err:
         raise OSError(Errors.E_SAFETENSORS_WRITE.format(path=path, error=err)) from err
     os.chmod(path, 0o666 & ~_umask())
+
+
+#: What a model's provenance says of how it reads text (what ``evaluate`` defaults to and the ``elmo``
+#: component checks a pipeline against): kept when a loaded model is saved without ``provenance=``.
+READING_PROVENANCE = ("trained_by", "lang", "tokenizer", "reading")
+
+
+def _own_reading(model: torch.nn.Module) -> Dict[str, Any]:
+    """The reading keys of ``model.provenance`` (loading set it): a loaded model saved again keeps the language,
+    tokenizer and reading it was trained with, and not the facts of a training (steps, held-out scores)
+    that its weights, changed since, may no longer match."""
+    own = getattr(model, "provenance", None) or {}
+    return {k: own[k] for k in READING_PROVENANCE if k in own}
 
 
 def _umask() -> int:

@@ -135,6 +135,19 @@ def test_a_budget_spent_before_a_step_skips_it_and_fails_the_run_unless_it_is_op
 
 
 @needs_bash
+def test_the_optional_last_step_stopped_by_the_budget_does_not_fail_the_run(tmp_path):
+    """The CPU kernel tests start with what is left of the budget; stopped at its end (timeout's 124)
+    they failed a run whose GPU targets all ran. BUDGET=25: the stub's other steps take no time, so the
+    tests get the about 25 s left, and they sleep 60."""
+    res, out, calls = _run_script(tmp_path, BUDGET="25", STUB_SLEEP_ON="--ignore=tests/ops/test_fused_cuda.py",
+                                  STUB_SLEEP="60")
+    log = res.stdout
+    assert res.returncode == 0, log
+    summary = log[log.index("=== steps"):]
+    assert re.search(r"^tests_ops_cpu\s+exit 124 .*TIMED OUT after \d+s \(optional\)$", summary, re.M), summary
+
+
+@needs_bash
 def test_a_cuda_run_without_cuda_kernels_stops_loudly(tmp_path):
     res, out, calls = _run_script(tmp_path, check_rc=1)
     assert res.returncode == 2
