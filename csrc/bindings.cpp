@@ -62,4 +62,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "The most bytes the recycled list of saved-tensor blocks holds");
   m.def("set_cpu_recycle_limit", &spacy_elmo::cpu::set_recycle_limit,
         "Set that limit (0: no recycling), freeing the oldest blocks above it; returns the previous limit");
+  m.def("_test_hold_pool_lock", &spacy_elmo::cpu::test_hold_pool_lock,
+        "Testing only: hold (True) the recycled blocks' lock in a thread of its own until called with False",
+        py::call_guard<py::gil_scoped_release>());
 }

@@ -6,8 +6,13 @@
 #include <c10/core/impl/alloc_cpu.h>
 #include <c10/util/accumulate.h>
 
+#include <pthread.h>
+
+#include <future>
 #include <list>
+#include <memory>
 #include <mutex>
+#include <thread>
 #include <utility>
 
 namespace spacy_elmo {
@@ -21,6 +26,9 @@ constexpr int64_t kRecycleMinBytes = int64_t(1) << 20;
 
 class Recycled {
  public:
+  Recycled() = default;
+  explicit Recycled(int64_t limit) : limit_(limit) {}
+
   // A free block of at least `bytes` and at most 5/4 of it (rows of a slightly
   // shorter batch fit), or null.
   std::pair<void*, int64_t> take(int64_t bytes) {
@@ -67,6 +75,17 @@ class Recycled {
     return freed;
   }
 
+  // Testing only (test_hold_pool_lock): take the lock, say so (`held`), keep it until `release`.
+  void hold(std::promise<void>& held, std::shared_future<void> release) {
+    std::lock_guard<std::mutex> lock(mu_);
+    held.set_value();
+    release.wait();
+  }
+
+  // The limit, read without the lock: in a forked child, whose parent's other threads
+  // may have held it (and never release it there).
+  int64_t limit_unlocked() const { return limit_; }
+
  private:
   void drop_oldest() {
     c10::free_cpu(blocks_.front().first);
@@ -81,10 +100,18 @@ class Recycled {
 };
 
 // Never destroyed: a tensor's deleter may run during interpreter shutdown.
-Recycled& recycled() {
-  static Recycled* r = new Recycled();
-  return *r;
-}
+Recycled* pool = new Recycled();
+
+// A child of fork() has only the thread that forked: the pool's mutex, locked by
+// another thread of the parent (a forward taking or a deleter giving back a
+// block), would stay locked in the child for ever. The child gets a new pool
+// with the same limit; the old one (its list may be mid-change) is left as it
+// is: its blocks stay allocated, never reused.
+void new_pool_in_child() { pool = new Recycled(pool->limit_unlocked()); }
+
+[[maybe_unused]] const int registered = pthread_atfork(nullptr, nullptr, new_pool_in_child);
+
+Recycled& recycled() { return *pool; }
 
 int64_t slot_bytes(const at::Tensor& t) { return t.defined() ? int64_t(t.numel() * t.element_size()) : 0; }
 
@@ -132,6 +159,21 @@ int64_t held_bytes() {
   int64_t n = recycled().held();
   for (const auto& t : work_slots) n += slot_bytes(t);
   return n;
+}
+
+void test_hold_pool_lock(bool hold) {
+  static std::promise<void> release;
+  static std::thread holder;
+  if (hold) {
+    TORCH_CHECK(!holder.joinable(), "test_hold_pool_lock: the lock is held already");
+    release = std::promise<void>();
+    auto held = std::make_shared<std::promise<void>>();
+    holder = std::thread([held, done = release.get_future().share()] { recycled().hold(*held, done); });
+    held->get_future().wait();
+  } else if (holder.joinable()) {
+    release.set_value();
+    holder.join();
+  }
 }
 
 int64_t release_buffers() {

@@ -43,5 +43,10 @@ int64_t held_bytes();
 // Frees both (the work buffers of the calling thread only); returns the bytes freed.
 int64_t release_buffers();
 
+// Testing only: hold (true) the lock of the recycled list in a thread of its own until
+// called with false; returns once it is held. A child forked meanwhile must not
+// inherit it locked: memory.cpp gives the child a new list.
+void test_hold_pool_lock(bool hold);
+
 }  // namespace cpu
 }  // namespace spacy_elmo

@@ -7,7 +7,8 @@ safetensors + config JSON (no pickle).
 """
 
 import contextlib
-from typing import Any, Dict, List, Optional, Sequence, Tuple, cast
+import weakref
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, cast
 
 import srsly
 import torch
@@ -119,6 +120,36 @@ def set_layer_cache_mb(model: Model, value: Any, name: str) -> None:
     if not is_int(value) or value < 0:
         raise ValueError(Errors.E_ELMO_LAYER_CACHE.format(name=name, value=value))
     get_runner(model).layer_cache.set_limit(value)
+
+
+#: runner -> what checks weights deserialized into it before they replace its own (:func:`weights_checked`)
+_CHECKS: "weakref.WeakKeyDictionary[ElmoRunner, Callable[[BiLM, str], None]]" = weakref.WeakKeyDictionary()
+
+
+@contextlib.contextmanager
+def weights_checked(model: Model, check: Callable[[BiLM, str], None]):
+    """Within: ``check(bilm, source)`` runs on weights that ``model.from_bytes`` reads, before they replace
+    the model's own (an error it raises leaves those in place, with their caches)."""
+    runner = get_runner(model)
+    _CHECKS[runner] = check
+    try:
+        yield
+    finally:
+        _CHECKS.pop(runner, None)
+
+
+class ModelSettings:
+    """The dims and attrs of a model's nodes (what thinc's ``from_bytes`` sets before any weights), to put back."""
+
+    def __init__(self, model: Model) -> None:
+        self.saved = [(node, dict(node._dims), dict(node.attrs)) for node in model.walk()]
+
+    def restore(self) -> None:
+        for node, dims, attrs in self.saved:
+            node._dims.clear()
+            node._dims.update(dims)
+            node.attrs.clear()
+            node.attrs.update(attrs)
 
 
 def get_bilm(model: Model) -> Optional[BiLM]:
@@ -304,6 +335,9 @@ def _deserialize_runner(runner: ElmoRunner, data: bytes, device: torch.device) -
     backend = getattr(runner, "backend_name", "auto")
     bilm = BiLM(BiLMConfig.from_dict(msg["config"]), backend=backend)
     bilm.load_state_dict(st_load(msg["weights"]))
+    check = _CHECKS.get(runner)
+    if check is not None:
+        check(bilm, msg.get("source", ""))
     runner.set_bilm(bilm.eval().to(device))
     runner.source = msg.get("source", "")
     return runner

@@ -9,6 +9,7 @@ trains (keep the component *out of* ``[training] frozen_components``: spaCy
 never initializes components listed there).
 """
 
+import contextlib
 import copy
 import functools
 import math
@@ -37,6 +38,7 @@ from ..errors import Errors, Warnings
 from ..forksafe import after_fork_in_child
 from ..training.data import tokenizer_settings
 from .bilm_layer import (
+    ModelSettings,
     get_bilm,
     get_runner,
     own_bilm_layer,
@@ -44,6 +46,7 @@ from .bilm_layer import (
     set_bilm,
     set_layer_cache_mb,
     step_bilm,
+    weights_checked,
 )
 from .callers import runs
 from .doc_data import ELMO_ATTR, install_extensions, install_hooks, set_doc_data
@@ -322,15 +325,16 @@ class ElmoComponent(TrainablePipe):
             if is_default or "bundled default" in str(err):
                 raise ValueError(Errors.E_ELMO_NO_WEIGHTS.format(name=self.name, reason=err)) from err
             raise
-        self._check_mix(bilm, source)
         self._check_tokens(bilm, source)
         bilm.requires_grad_(not self.cfg["frozen"])
         # loaded without the lock (calls of other threads go on meanwhile), set with it: a first-use load
-        # that another thread runs sets its weights before these, never after (see from_bytes)
+        # that another thread runs sets its weights before these, never after (see from_bytes). Checked
+        # before they are set: weights refused leave the old ones, their caches and the listeners as they were.
         with _loading_lock(self):
+            self._check_weights(bilm, source)
             set_bilm(self.model, bilm, source)
             for listener in self.listeners:
-                self._configure_listener(listener, self._component_of(listener))
+                self._size_listener(listener, bilm)
 
     def _ensure_weights(self) -> None:
         # Always under the lock (uncontended once loaded): load_weights sets the biLM before it sizes
@@ -354,6 +358,12 @@ class ElmoComponent(TrainablePipe):
                 UserWarning,
                 stacklevel=3,
             )
+
+    def _check_weights(self, bilm: BiLM, source: str) -> None:
+        """Raise unless ``bilm`` can replace the weights in place: its layers fit ``mix`` and every listener."""
+        self._check_mix(bilm, source)
+        for listener in self.listeners:
+            self._check_listener(listener, self._component_of(listener), bilm, source)
 
     def _check_mix(self, bilm: BiLM, source: str) -> None:
         """A given ``mix`` needs one weight per output layer of the biLM."""
@@ -477,26 +487,14 @@ class ElmoComponent(TrainablePipe):
         for node in self._listeners_in(component):
             self.add_listener(node, component.name)
 
-    def _check_trained_sizes(self, listener: ElmoListener, component_name: str) -> None:
-        """A listener with sizes from elsewhere (its component loaded or sourced) was trained on a biLM of that
-        shape: this component's weights must have it too."""
-        bilm = get_bilm(self.model)
-        trained = (listener.maybe_get_dim("nL"), listener.maybe_get_dim("nO"))
-        if bilm is not None and None not in trained and trained != (bilm.config.n_output_layers, bilm.config.output_dim):
-            raise ValueError(
-                Errors.E_LISTENER_OTHER_BILM.format(
-                    component=component_name, nL=trained[0], nO=trained[1], upstream=self.name,
-                    source=self.source, layers=bilm.config.n_output_layers, width=bilm.config.output_dim,
-                )
-            )
-
-    def _configure_listener(self, listener: ElmoListener, component_name: str) -> None:
-        """Give the listener the biLM's sizes; a configured width must match them."""
+    def _check_listener(self, listener: ElmoListener, component_name: str, bilm: Optional[BiLM], source: Optional[str]) -> None:
+        """Raise unless ``listener`` can read the layers of ``bilm`` (None: not loaded yet): all layers stored,
+        a configured width equal to its width, and sizes from elsewhere (its component loaded or sourced, so
+        trained on a biLM of that shape) equal to its own."""
         if self.cfg["store"] != "all":
             raise ValueError(
                 Errors.E_LISTENER_NEEDS_ALL.format(name=self.name, store=self.cfg["store"], component=component_name)
             )
-        bilm = get_bilm(self.model)
         if bilm is None:
             return
         width = bilm.config.output_dim
@@ -505,11 +503,30 @@ class ElmoComponent(TrainablePipe):
             raise ValueError(
                 Errors.E_LISTENER_WIDTH.format(component=component_name, width=configured, upstream=self.name, expected=width)
             )
-        if getattr(listener, "sized_by", None) != id(self):  # sizes it was loaded with, or set by another pipeline's upstream
-            self._check_trained_sizes(listener, component_name)
-        listener.set_dim("nO", width, force=True)
+        trained = (listener.maybe_get_dim("nL"), listener.maybe_get_dim("nO"))
+        if (
+            getattr(listener, "sized_by", None) != id(self)  # sizes it was loaded with, or set by another pipeline's upstream
+            and None not in trained
+            and trained != (bilm.config.n_output_layers, width)
+        ):
+            raise ValueError(
+                Errors.E_LISTENER_OTHER_BILM.format(
+                    component=component_name, nL=trained[0], nO=trained[1], upstream=self.name,
+                    source=source, layers=bilm.config.n_output_layers, width=width,
+                )
+            )
+
+    def _size_listener(self, listener: ElmoListener, bilm: BiLM) -> None:
+        listener.set_dim("nO", bilm.config.output_dim, force=True)
         listener.set_dim("nL", bilm.config.n_output_layers, force=True)
         listener.sized_by = id(self)
+
+    def _configure_listener(self, listener: ElmoListener, component_name: str) -> None:
+        """Give the listener the biLM's sizes, once it can read its layers (:meth:`_check_listener`)."""
+        bilm = get_bilm(self.model)
+        self._check_listener(listener, component_name, bilm, self.source)
+        if bilm is not None:
+            self._size_listener(listener, bilm)
 
     # -- prediction ------------------------------------------------------------
     def predict(self, docs: Iterable[Doc]) -> List[Floats3d]:
@@ -663,21 +680,35 @@ class ElmoComponent(TrainablePipe):
 
     # Under the lock of first-use loading: weights that another thread's call is loading at first use
     # are set before these, never after them (and that call runs on either, whole: bilm_layer._forward).
+    # The loaded weights are checked (:meth:`_check_weights`) before they replace the old ones; weights
+    # refused leave the component as it was (its cfg and model settings, read first, put back).
     def from_bytes(self, bytes_data, *, exclude=tuple()):
-        with _loading_lock(self):
+        with _loading_lock(self), self._all_or_nothing():
             super().from_bytes(bytes_data, exclude=exclude)
             self._after_load()
         return self
 
     def from_disk(self, path, *, exclude=tuple()):
-        with _loading_lock(self):
+        with _loading_lock(self), self._all_or_nothing():
             super().from_disk(path, exclude=exclude)
             self._after_load()
         return self
 
+    @contextlib.contextmanager
+    def _all_or_nothing(self):
+        cfg, settings = copy.deepcopy(self.cfg), ModelSettings(self.model)
+        try:
+            with weights_checked(self.model, self._check_weights):
+                yield
+        except BaseException:
+            self.cfg.clear()
+            self.cfg.update(cfg)
+            settings.restore()
+            raise
+
     def _after_load(self) -> None:
         bilm = get_bilm(self.model)
         if bilm is not None:
-            self._check_mix(bilm, self.source or "")
+            self._check_weights(bilm, self.source or "")  # also when only the cfg was loaded (exclude=["model"])
             bilm.requires_grad_(not self.cfg["frozen"])
             set_bilm(self.model, bilm, self.source or "")

@@ -3,6 +3,8 @@
 No spaCy anywhere here: these tests also run on the GPU machine.
 """
 
+import multiprocessing
+
 import numpy as np
 import pytest
 import torch
@@ -794,6 +796,49 @@ def test_recycle_limit_frees_the_oldest_blocks_and_zero_turns_recycling_off():
     finally:
         fused.set_cpu_recycle_limit(previous)
     assert previous == fused._C.DEFAULT_CPU_RECYCLE_LIMIT == fused.cpu_recycle_limit()
+
+
+def _forward_in_child(x, lengths, w, send):
+    """A forked child's training forwards (each takes a block of the pool; the first one's goes back to it
+    in between); sends the output and the pool's limit."""
+    torch.set_num_threads(1)  # as spacy_elmo.pipeline.runner's fork hook: OpenMP's threads do not survive fork
+    _training_forward(x, lengths, w)
+    out = _training_forward(x, lengths, w)
+    send.send((out[0][0].numpy(), fused.cpu_recycle_limit()))
+
+
+def test_a_child_forked_while_another_thread_holds_the_pool_lock_runs():
+    """A process forks (nlp.pipe(n_process=N) under fork) while another of its threads holds the lock of the
+    recycled blocks (a training forward taking one, a deleter giving one back): the child's own forwards,
+    which take and give blocks, run and give the reference's output, with the parent's limit. The child
+    inherited the lock locked, with no thread to release it, and hung for ever (killed here)."""
+    if "fork" not in multiprocessing.get_all_start_methods():
+        pytest.skip("no fork on this platform")
+    gen = torch.Generator().manual_seed(6)
+    B, T, P, C = RECYCLED_SHAPE
+    x = torch.randn(B, T, P, generator=gen)
+    w = list(lstm_params(gen, P, C, P))
+    lengths = torch.tensor([4, 0, 3, 1, 4, 2, 4, 4])
+    previous = fused.set_cpu_recycle_limit(64 << 20)
+    _training_forward(x, lengths, w)  # its saved tensors freed: the pool holds a block
+    context = multiprocessing.get_context("fork")
+    receive, send = context.Pipe(duplex=False)
+    fused._C._test_hold_pool_lock(True)
+    try:
+        child = context.Process(target=_forward_in_child, args=(x, lengths, w, send))
+        child.start()
+        got = receive.recv() if receive.poll(120) else None
+        if got is None:
+            child.kill()
+        child.join()
+    finally:
+        fused._C._test_hold_pool_lock(False)
+        fused.set_cpu_recycle_limit(previous)
+    assert got is not None, "the forked child hung on the pool's lock"
+    out, limit = got
+    assert child.exitcode == 0 and limit == 64 << 20
+    with torch.no_grad():
+        _close(out, R.lstm_layer(x, lengths, *w, cell_clip=1.0, proj_clip=1.0)[0])
 
 
 @pytest.mark.parametrize("bad", [-1, 1.5, True, "1024"])

@@ -325,6 +325,46 @@ def test_weights_set_while_a_call_loads_them_at_first_use(tiny_dir, tmp_path, mo
     numpy.testing.assert_allclose(nlp(text)._.elmo, want_new, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("how", ["load_weights", "from_bytes", "from_disk", "from_bytes cfg only"])
+def test_weights_refused_leave_the_component_as_it_was(tiny_dir, tmp_path, how):
+    """Weights the listeners cannot read (load_weights: another width than the listener's configured one;
+    from_bytes / from_disk: a saved component, of other weights of the same shape, that stores only the mix),
+    or a saved cfg whose mix does not fit the weights, are refused with the error, and the pipeline gives,
+    bitwise, what it gave before, from the old weights. load_weights set the new weights before it checked
+    the listeners (the pipeline then ran them: its output changed); from_bytes and from_disk checked no
+    listener (store "mix" was loaded; the listener found no layers) and kept the refused cfg."""
+    torch.manual_seed(4)
+    BiLM(BiLMConfig(**{**TINY, "projection_dim": 6})).save(tmp_path / "new")
+    BiLM(BiLMConfig(**TINY)).save(tmp_path / "same shape")
+    saved = spacy.blank("en")
+    saved.add_pipe("elmo", config={"weights": str(tmp_path / "same shape"), "store": "mix"})
+    saved("Loaded .")
+    saved.get_pipe("elmo").to_disk(tmp_path / "saved")
+    stores_mix = saved.get_pipe("elmo").to_bytes()
+    saved.get_pipe("elmo").cfg.update(store="all", mix=[0.0, 1.0])
+    mix_of_two = saved.get_pipe("elmo").to_bytes()
+    nlp = _nlp_with(tiny_dir, "ner", {**NER, "tok2vec": {**LISTENER, "width": 16}})
+    examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(8)]
+    nlp.initialize(lambda: examples)
+    text = "Yesterday Alice went home and it was good ."
+    elmo = nlp.get_pipe("elmo")
+    elmo.layer_cache_mb = 1
+    before, cfg, source = nlp(text), copy.deepcopy(elmo.cfg), elmo.source
+    refuse, error = {
+        "load_weights": (lambda: elmo.load_weights(str(tmp_path / "new")), "expects width 16"),
+        "from_bytes": (lambda: elmo.from_bytes(stores_mix), "stores 'mix'"),
+        "from_disk": (lambda: elmo.from_disk(tmp_path / "saved"), "stores 'mix'"),
+        "from_bytes cfg only": (lambda: elmo.from_bytes(mix_of_two, exclude=["model"]), "mix has 2 value"),
+    }[how]
+    with pytest.raises(ValueError, match=error):
+        refuse()
+    after = nlp(text)
+    assert elmo.source == source and elmo.cfg == cfg
+    numpy.testing.assert_array_equal(after._.elmo, before._.elmo)
+    numpy.testing.assert_array_equal(after.tensor, before.tensor)
+    assert [(e.start, e.end, e.label_) for e in after.ents] == [(e.start, e.end, e.label_) for e in before.ents]
+
+
 _HOLDERS = {
     # what another thread holds while this one forks: the lazy-loading lock, the char-CNN cache's and
     # the layer cache's locks, rows of the char-CNN cache reserved for words it is encoding
