@@ -11,7 +11,7 @@ import os
 import types
 import warnings
 import weakref
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Tuple
 
 from .errors import Warnings
 
@@ -33,7 +33,7 @@ def _run_hooks() -> None:
     """Every hook, each on its own: one that fails is reported and the others still run (the
     child's thread count among them, without which it can hang in OpenMP)."""
     hooks = [method() for method in list(_METHODS.values())] + list(_FUNCTIONS)
-    failed = []
+    failed: List[Tuple[Callable[[], None], Exception]] = []
     for hook in hooks:
         if hook is None:
             continue
@@ -42,8 +42,8 @@ def _run_hooks() -> None:
         except Exception as err:
             failed.append((hook, err))
     # after every hook: where warnings are errors (-W error) the first one raises
-    for hook, err in failed:
-        warnings.warn(Warnings.W_FORK_HOOK_FAILED.format(hook=getattr(hook, "__qualname__", hook), error=err),
+    for which, error in failed:
+        warnings.warn(Warnings.W_FORK_HOOK_FAILED.format(hook=getattr(which, "__qualname__", which), error=error),
                       RuntimeWarning, stacklevel=1)
 
 

@@ -122,7 +122,7 @@ def has_softmax(directory: PathLike) -> bool:
     source = softmax_source(path, found)
     if found is None:  # native: what load_pretrained reads before any tensor
         read_meta(path)
-        if not source.exists():
+        if source is None or not source.exists():
             raise FileNotFoundError(Errors.E_NATIVE_DIR_MISSING.format(path=path, filename=WEIGHTS_NAME))
     return source is not None and has_softmax_tensors(safetensors_names(source), source)
 
