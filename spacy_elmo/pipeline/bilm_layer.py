@@ -146,10 +146,16 @@ class ModelSettings:
 
     def restore(self) -> None:
         for node, dims, attrs in self.saved:
-            node._dims.clear()
-            node._dims.update(dims)
-            node.attrs.clear()
-            node.attrs.update(attrs)
+            put_back(node._dims, dims)
+            put_back(node.attrs, attrs)
+
+
+def put_back(target: Dict[str, Any], saved: Dict[str, Any]) -> None:
+    """Make ``target`` equal ``saved`` in place, never without a key both have: calls of other threads
+    (which take no lock) read it meanwhile. Updated first, then the keys ``saved`` lacks are deleted."""
+    target.update(saved)
+    for key in [key for key in target if key not in saved]:
+        target.pop(key, None)
 
 
 def get_bilm(model: Model) -> Optional[BiLM]:

@@ -42,6 +42,7 @@ from .bilm_layer import (
     get_bilm,
     get_runner,
     own_bilm_layer,
+    put_back,
     renew_shim_ids,
     set_bilm,
     set_layer_cache_mb,
@@ -701,8 +702,7 @@ class ElmoComponent(TrainablePipe):
             with weights_checked(self.model, self._check_weights):
                 yield
         except BaseException:
-            self.cfg.clear()
-            self.cfg.update(cfg)
+            put_back(self.cfg, cfg)
             settings.restore()
             raise
 

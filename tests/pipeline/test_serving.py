@@ -365,6 +365,61 @@ def test_weights_refused_leave_the_component_as_it_was(tiny_dir, tmp_path, how):
     assert [(e.start, e.end, e.label_) for e in after.ents] == [(e.start, e.end, e.label_) for e in before.ents]
 
 
+class _Watched(dict):
+    """A dict that records every moment a change of it leaves out one of the keys it started with."""
+
+    def __init__(self, data):
+        super().__init__(data)
+        self.first, self.gaps = set(data), []
+
+    def _changed(self, result=None):
+        if not self.first <= self.keys():
+            self.gaps.append(self.first - self.keys())
+        return result
+
+    def __setitem__(self, key, value):
+        self._changed(super().__setitem__(key, value))
+
+    def __delitem__(self, key):
+        self._changed(super().__delitem__(key))
+
+    def clear(self):
+        self._changed(super().clear())
+
+    def pop(self, *args):
+        return self._changed(super().pop(*args))
+
+    def popitem(self):
+        return self._changed(super().popitem())
+
+    def update(self, *args, **kwargs):
+        self._changed(super().update(*args, **kwargs))
+
+
+@pytest.mark.parametrize("exclude", [["vocab"], ["model", "vocab"]])
+def test_refused_load_never_leaves_a_setting_out(tiny_dir, tmp_path, exclude):
+    """Calls of other threads read cfg and the model's dims and attrs without the loading lock while a refused
+    load puts them back: at no moment may a key they had be missing (they were emptied, then refilled: a
+    serving thread got KeyError 'mix' / 'max_window')."""
+    saved = spacy.blank("en")
+    saved.add_pipe("elmo", config={"weights": str(tiny_dir)})
+    saved("Loaded .")
+    saved.get_pipe("elmo").cfg["mix"] = [0.0, 1.0]  # two values: the weights have three layers
+    refused = saved.get_pipe("elmo").to_bytes()
+    nlp = _elmo_pipeline(tiny_dir)
+    nlp("Loaded .")
+    elmo = nlp.get_pipe("elmo")
+    elmo.cfg = _Watched(elmo.cfg)
+    watched = [elmo.cfg]
+    for node in elmo.model.walk():
+        node._attrs, node._dims = _Watched(node._attrs), _Watched(node._dims)
+        watched += [node._attrs, node._dims]
+    with pytest.raises(ValueError, match="mix has 2 value"):
+        elmo.from_bytes(refused, exclude=exclude)
+    assert all(d.first <= d.keys() for d in watched)
+    assert [d.gaps for d in watched] == [[] for _ in watched]
+
+
 _HOLDERS = {
     # what another thread holds while this one forks: the lazy-loading lock, the char-CNN cache's and
     # the layer cache's locks, rows of the char-CNN cache reserved for words it is encoding
