@@ -25,6 +25,7 @@ from types import FrameType
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 import numpy
+from spacy import util as spacy_util
 from spacy.language import Language
 from spacy.pipeline import TrainablePipe
 from spacy.tokens import Doc
@@ -682,17 +683,24 @@ class ElmoComponent(TrainablePipe):
     # Under the lock of first-use loading: weights that another thread's call is loading at first use
     # are set before these, never after them (and that call runs on either, whole: bilm_layer._forward).
     # The loaded weights are checked (:meth:`_check_weights`) before they replace the old ones; weights
-    # refused leave the component as it was (its cfg and model settings, read first, put back).
+    # refused leave the component as it was (its cfg and model settings, read first, put back) and the
+    # shared vocab too: spaCy loads it before the model, so it is loaded here last, once they are accepted.
     def from_bytes(self, bytes_data, *, exclude=tuple()):
-        with _loading_lock(self), self._all_or_nothing():
-            super().from_bytes(bytes_data, exclude=exclude)
-            self._after_load()
+        with _loading_lock(self):
+            with self._all_or_nothing():
+                super().from_bytes(bytes_data, exclude=[*exclude, "vocab"])
+                self._after_load()
+            if "vocab" not in exclude:
+                spacy_util.from_bytes(bytes_data, {"vocab": lambda b: self.vocab.from_bytes(b, exclude=exclude)}, [])
         return self
 
     def from_disk(self, path, *, exclude=tuple()):
-        with _loading_lock(self), self._all_or_nothing():
-            super().from_disk(path, exclude=exclude)
-            self._after_load()
+        with _loading_lock(self):
+            with self._all_or_nothing():
+                super().from_disk(path, exclude=[*exclude, "vocab"])
+                self._after_load()
+            if "vocab" not in exclude:
+                spacy_util.from_disk(path, {"vocab": lambda p: self.vocab.from_disk(p, exclude=exclude)}, [])
         return self
 
     @contextlib.contextmanager

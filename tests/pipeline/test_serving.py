@@ -365,6 +365,31 @@ def test_weights_refused_leave_the_component_as_it_was(tiny_dir, tmp_path, how):
     assert [(e.start, e.end, e.label_) for e in after.ents] == [(e.start, e.end, e.label_) for e in before.ents]
 
 
+@pytest.mark.parametrize("how", ["from_bytes", "from_disk"])
+def test_refused_load_leaves_the_vocab(tiny_dir, tmp_path, how):
+    """The shared vocab (vectors, strings) is left as it was by a refused from_bytes / from_disk (spaCy loads it
+    before the model: it was replaced, the vectors emptied), and loaded by one accepted."""
+    saved = spacy.blank("en")
+    saved.add_pipe("elmo", config={"weights": str(tiny_dir), "store": "mix"})
+    saved("Zyxwv only here .")
+    elmo_saved = saved.get_pipe("elmo")
+    load = {
+        "from_bytes": lambda elmo, path: elmo.from_bytes(elmo_saved.to_bytes()),
+        "from_disk": lambda elmo, path: elmo.from_disk(elmo_saved.to_disk(path) or path),
+    }[how]
+    nlp = _nlp_with(tiny_dir, "ner", {**NER, "tok2vec": {**LISTENER}})
+    nlp.vocab.set_vector("home", numpy.ones(4, dtype="f"))
+    nlp.initialize(lambda: [Example(nlp.make_doc(d.text), d) for d in make_docs(8)])
+    elmo, strings, vectors = nlp.get_pipe("elmo"), set(nlp.vocab.strings), nlp.vocab.vectors.to_bytes()
+    with pytest.raises(ValueError, match="stores 'mix'"):
+        load(elmo, tmp_path / "refused")
+    assert nlp.vocab.vectors.to_bytes() == vectors and nlp.vocab.has_vector("home")
+    assert set(nlp.vocab.strings) == strings and "Zyxwv" not in nlp.vocab.strings
+    elmo_saved.cfg["store"] = "all"
+    load(elmo, tmp_path / "accepted")
+    assert nlp.vocab.vectors.shape == (0, 0) and "Zyxwv" in nlp.vocab.strings
+
+
 class _Watched(dict):
     """A dict that records every moment a change of it leaves out one of the keys it started with."""
 
