@@ -361,11 +361,12 @@ class ElmoComponent(TrainablePipe):
                 stacklevel=3,
             )
 
-    def _check_weights(self, bilm: BiLM, source: str) -> None:
-        """Raise unless ``bilm`` can replace the weights in place: its layers fit ``mix`` and every listener."""
+    def _check_weights(self, bilm: BiLM, source: str, saved_cfg: bool = False) -> None:
+        """Raise unless ``bilm`` can replace the weights in place: its layers fit ``mix`` and every listener
+        (``saved_cfg``: the cfg was just loaded with them, an error names it)."""
         self._check_mix(bilm, source)
         for listener in self.listeners:
-            self._check_listener(listener, self._component_of(listener), bilm, source)
+            self._check_listener(listener, self._component_of(listener), bilm, source, saved_cfg)
 
     def _check_mix(self, bilm: BiLM, source: str) -> None:
         """A given ``mix`` needs one weight per output layer of the biLM."""
@@ -489,14 +490,17 @@ class ElmoComponent(TrainablePipe):
         for node in self._listeners_in(component):
             self.add_listener(node, component.name)
 
-    def _check_listener(self, listener: ElmoListener, component_name: str, bilm: Optional[BiLM], source: Optional[str]) -> None:
+    def _check_listener(
+        self, listener: ElmoListener, component_name: str, bilm: Optional[BiLM], source: Optional[str],
+        saved_cfg: bool = False,
+    ) -> None:
         """Raise unless ``listener`` can read the layers of ``bilm`` (None: not loaded yet): all layers stored,
         a configured width equal to its width, and sizes from elsewhere (its component loaded or sourced, so
-        trained on a biLM of that shape) equal to its own."""
+        trained on a biLM of that shape) equal to its own. ``saved_cfg``: the cfg was just loaded (from_bytes /
+        from_disk), the store comes from the saved data, and a refusal puts this component's back."""
         if self.cfg["store"] != "all":
-            raise ValueError(
-                Errors.E_LISTENER_NEEDS_ALL.format(name=self.name, store=self.cfg["store"], component=component_name)
-            )
+            error = Errors.E_SAVED_STORE_NOT_ALL if saved_cfg else Errors.E_LISTENER_NEEDS_ALL
+            raise ValueError(error.format(name=self.name, store=self.cfg["store"], component=component_name))
         if bilm is None:
             return
         width = bilm.config.output_dim
@@ -687,36 +691,38 @@ class ElmoComponent(TrainablePipe):
     # shared vocab too: spaCy loads it before the model, so it is loaded here last, once they are accepted.
     def from_bytes(self, bytes_data, *, exclude=tuple()):
         with _loading_lock(self):
-            with self._all_or_nothing():
+            with self._all_or_nothing(exclude) as check:
                 super().from_bytes(bytes_data, exclude=[*exclude, "vocab"])
-                self._after_load()
+                self._after_load(check)
             if "vocab" not in exclude:
                 spacy_util.from_bytes(bytes_data, {"vocab": lambda b: self.vocab.from_bytes(b, exclude=exclude)}, [])
         return self
 
     def from_disk(self, path, *, exclude=tuple()):
         with _loading_lock(self):
-            with self._all_or_nothing():
+            with self._all_or_nothing(exclude) as check:
                 super().from_disk(path, exclude=[*exclude, "vocab"])
-                self._after_load()
+                self._after_load(check)
             if "vocab" not in exclude:
                 spacy_util.from_disk(path, {"vocab": lambda p: self.vocab.from_disk(p, exclude=exclude)}, [])
         return self
 
     @contextlib.contextmanager
-    def _all_or_nothing(self):
+    def _all_or_nothing(self, exclude: Iterable[str]):
+        """Within: a load (its exclude); yields the check of its weights. An error puts cfg and settings back."""
         cfg, settings = copy.deepcopy(self.cfg), ModelSettings(self.model)
+        check = functools.partial(self._check_weights, saved_cfg="cfg" not in exclude)
         try:
-            with weights_checked(self.model, self._check_weights):
-                yield
+            with weights_checked(self.model, check):
+                yield check
         except BaseException:
             put_back(self.cfg, cfg)
             settings.restore()
             raise
 
-    def _after_load(self) -> None:
+    def _after_load(self, check: Callable[[BiLM, str], None]) -> None:
         bilm = get_bilm(self.model)
         if bilm is not None:
-            self._check_weights(bilm, self.source or "")  # also when only the cfg was loaded (exclude=["model"])
+            check(bilm, self.source or "")  # also when only the cfg was loaded (exclude=["model"])
             bilm.requires_grad_(not self.cfg["frozen"])
             set_bilm(self.model, bilm, self.source or "")

@@ -390,6 +390,32 @@ def test_refused_load_leaves_the_vocab(tiny_dir, tmp_path, how):
     assert nlp.vocab.vectors.shape == (0, 0) and "Zyxwv" in nlp.vocab.strings
 
 
+@pytest.mark.parametrize("how", ["from_bytes", "from_disk"])
+def test_refused_saved_store_names_the_saved_data(tiny_dir, tmp_path, how):
+    """A saved component that stores only the mix is refused with a message that names the saved data and
+    its fixes (it said: set store = "all" on 'elmo', which it already had), and the fix it names works:
+    loaded with exclude=["cfg"], its weights are accepted and the component keeps store "all"."""
+    saved = spacy.blank("en")
+    saved.add_pipe("elmo", config={"weights": str(tiny_dir), "store": "mix"})
+    saved("Loaded .")
+    saved.get_pipe("elmo").to_disk(tmp_path / "saved")
+    load = {
+        "from_bytes": lambda elmo, **kw: elmo.from_bytes(saved.get_pipe("elmo").to_bytes(), **kw),
+        "from_disk": lambda elmo, **kw: elmo.from_disk(tmp_path / "saved", **kw),
+    }[how]
+    nlp = _nlp_with(tiny_dir, "ner", {**NER, "tok2vec": {**LISTENER}})
+    nlp.initialize(lambda: [Example(nlp.make_doc(d.text), d) for d in make_docs(8)])
+    elmo = nlp.get_pipe("elmo")
+    with pytest.raises(ValueError) as refused:
+        load(elmo)
+    message = str(refused.value)
+    assert "The saved 'elmo' component being loaded stores 'mix' (its saved cfg)" in message
+    assert "Save 'elmo' with store = \"all\", or load it with exclude=[\"cfg\"]" in message
+    assert "set store" not in message and elmo.cfg["store"] == "all"
+    load(elmo, exclude=["cfg"])
+    assert elmo.cfg["store"] == "all" and nlp("Alice went home .")._.elmo.shape[0] == 3
+
+
 class _Watched(dict):
     """A dict that records every moment a change of it leaves out one of the keys it started with."""
 
