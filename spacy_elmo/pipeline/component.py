@@ -40,6 +40,7 @@ from ..forksafe import after_fork_in_child
 from ..training.data import tokenizer_settings
 from .bilm_layer import (
     ModelSettings,
+    check_layer_cache_mb,
     get_bilm,
     get_runner,
     own_bilm_layer,
@@ -662,12 +663,14 @@ class ElmoComponent(TrainablePipe):
         layer_cache_mb: Any = 0,  # Any: spaCy's validation would turn true or "10" into an int
     ) -> None:
         """Load weights (``weights_loader`` first, else ``weights``, else the bundled default) and set
-        :attr:`layer_cache_mb` (``[initialize.components.NAME]``; 0 = off)."""
-        self.layer_cache_mb = layer_cache_mb
+        :attr:`layer_cache_mb` (``[initialize.components.NAME]``; 0 = off), once they are loaded: weights
+        refused leave the cache (limit and entries) as it was."""
+        check_layer_cache_mb(layer_cache_mb, self.name)
         if weights_loader is not None:
             self.load_weights(loader=weights_loader)
         else:
             self._ensure_weights()
+        self.layer_cache_mb = layer_cache_mb
         self.model.initialize()
         if nlp is not None:
             self._skipped_listeners = self._listeners_skipped_by(nlp)
