@@ -693,21 +693,22 @@ class ElmoComponent(TrainablePipe):
     # refused leave the component as it was (its cfg and model settings, read first, put back) and the
     # shared vocab too: spaCy loads it before the model, so it is loaded here last, once they are accepted.
     def from_bytes(self, bytes_data, *, exclude=tuple()):
-        with _loading_lock(self):
-            with self._all_or_nothing(exclude) as check:
-                super().from_bytes(bytes_data, exclude=[*exclude, "vocab"])
-                self._after_load(check)
-            if "vocab" not in exclude:
-                spacy_util.from_bytes(bytes_data, {"vocab": lambda b: self.vocab.from_bytes(b, exclude=exclude)}, [])
-        return self
+        vocab = {"vocab": lambda b: self.vocab.from_bytes(b, exclude=exclude)}
+        return self._load(super().from_bytes, bytes_data, exclude, lambda: spacy_util.from_bytes(bytes_data, vocab, []))
 
     def from_disk(self, path, *, exclude=tuple()):
+        vocab = {"vocab": lambda p: self.vocab.from_disk(p, exclude=exclude)}
+        return self._load(super().from_disk, path, exclude, lambda: spacy_util.from_disk(path, vocab, []))
+
+    def _load(self, load: Callable, data: Any, exclude: Iterable[str], load_vocab: Callable[[], Any]) -> "ElmoComponent":
+        """``load(data, exclude=...)`` (spaCy's from_bytes / from_disk) of all but the vocab, checked, then
+        ``load_vocab()`` (unless excluded) once cfg and weights are accepted."""
         with _loading_lock(self):
             with self._all_or_nothing(exclude) as check:
-                super().from_disk(path, exclude=[*exclude, "vocab"])
+                load(data, exclude=[*exclude, "vocab"])
                 self._after_load(check)
             if "vocab" not in exclude:
-                spacy_util.from_disk(path, {"vocab": lambda p: self.vocab.from_disk(p, exclude=exclude)}, [])
+                load_vocab()
         return self
 
     @contextlib.contextmanager
