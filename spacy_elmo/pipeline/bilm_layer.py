@@ -114,11 +114,16 @@ def get_runner(model: Model) -> ElmoRunner:
     return model.layers[0].shims[0]._model
 
 
-def set_layer_cache_mb(model: Model, value: Any, name: str) -> None:
-    """Set the limit (MB, 0 = off) of the model's layer cache; ``name``: the component it is checked for
-    (the ``elmo`` component's ``layer_cache_mb`` and ``spacy_elmo.ElmoBiLM.v1``'s setting)."""
+def check_layer_cache_mb(value: Any, name: str) -> None:
+    """Raise unless ``value`` is a layer cache limit (MB, an integer >= 0); ``name``: the component it is
+    checked for (the ``elmo`` component's ``layer_cache_mb`` and ``spacy_elmo.ElmoBiLM.v1``'s setting)."""
     if not is_int(value) or value < 0:
         raise ValueError(Errors.E_ELMO_LAYER_CACHE.format(name=name, value=value))
+
+
+def set_layer_cache_mb(model: Model, value: Any, name: str) -> None:
+    """Set the limit (MB, 0 = off) of the model's layer cache (checked: :func:`check_layer_cache_mb`)."""
+    check_layer_cache_mb(value, name)
     get_runner(model).layer_cache.set_limit(value)
 
 
@@ -146,10 +151,16 @@ class ModelSettings:
 
     def restore(self) -> None:
         for node, dims, attrs in self.saved:
-            node._dims.clear()
-            node._dims.update(dims)
-            node.attrs.clear()
-            node.attrs.update(attrs)
+            put_back(node._dims, dims)
+            put_back(node.attrs, attrs)
+
+
+def put_back(target: Dict[str, Any], saved: Dict[str, Any]) -> None:
+    """Make ``target`` equal ``saved`` in place, never without a key both have: calls of other threads
+    (which take no lock) read it meanwhile. Updated first, then the keys ``saved`` lacks are deleted."""
+    target.update(saved)
+    for key in [key for key in target if key not in saved]:
+        target.pop(key, None)
 
 
 def get_bilm(model: Model) -> Optional[BiLM]:

@@ -25,6 +25,7 @@ from types import FrameType
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 import numpy
+from spacy import util as spacy_util
 from spacy.language import Language
 from spacy.pipeline import TrainablePipe
 from spacy.tokens import Doc
@@ -39,9 +40,11 @@ from ..forksafe import after_fork_in_child
 from ..training.data import tokenizer_settings
 from .bilm_layer import (
     ModelSettings,
+    check_layer_cache_mb,
     get_bilm,
     get_runner,
     own_bilm_layer,
+    put_back,
     renew_shim_ids,
     set_bilm,
     set_layer_cache_mb,
@@ -359,11 +362,12 @@ class ElmoComponent(TrainablePipe):
                 stacklevel=3,
             )
 
-    def _check_weights(self, bilm: BiLM, source: str) -> None:
-        """Raise unless ``bilm`` can replace the weights in place: its layers fit ``mix`` and every listener."""
+    def _check_weights(self, bilm: BiLM, source: str, saved_cfg: bool = False) -> None:
+        """Raise unless ``bilm`` can replace the weights in place: its layers fit ``mix`` and every listener
+        (``saved_cfg``: the cfg was just loaded with them, an error names it)."""
         self._check_mix(bilm, source)
         for listener in self.listeners:
-            self._check_listener(listener, self._component_of(listener), bilm, source)
+            self._check_listener(listener, self._component_of(listener), bilm, source, saved_cfg)
 
     def _check_mix(self, bilm: BiLM, source: str) -> None:
         """A given ``mix`` needs one weight per output layer of the biLM."""
@@ -487,14 +491,17 @@ class ElmoComponent(TrainablePipe):
         for node in self._listeners_in(component):
             self.add_listener(node, component.name)
 
-    def _check_listener(self, listener: ElmoListener, component_name: str, bilm: Optional[BiLM], source: Optional[str]) -> None:
+    def _check_listener(
+        self, listener: ElmoListener, component_name: str, bilm: Optional[BiLM], source: Optional[str],
+        saved_cfg: bool = False,
+    ) -> None:
         """Raise unless ``listener`` can read the layers of ``bilm`` (None: not loaded yet): all layers stored,
         a configured width equal to its width, and sizes from elsewhere (its component loaded or sourced, so
-        trained on a biLM of that shape) equal to its own."""
+        trained on a biLM of that shape) equal to its own. ``saved_cfg``: the cfg was just loaded (from_bytes /
+        from_disk), the store comes from the saved data, and a refusal puts this component's back."""
         if self.cfg["store"] != "all":
-            raise ValueError(
-                Errors.E_LISTENER_NEEDS_ALL.format(name=self.name, store=self.cfg["store"], component=component_name)
-            )
+            error = Errors.E_SAVED_STORE_NOT_ALL if saved_cfg else Errors.E_LISTENER_NEEDS_ALL
+            raise ValueError(error.format(name=self.name, store=self.cfg["store"], component=component_name))
         if bilm is None:
             return
         width = bilm.config.output_dim
@@ -656,12 +663,14 @@ class ElmoComponent(TrainablePipe):
         layer_cache_mb: Any = 0,  # Any: spaCy's validation would turn true or "10" into an int
     ) -> None:
         """Load weights (``weights_loader`` first, else ``weights``, else the bundled default) and set
-        :attr:`layer_cache_mb` (``[initialize.components.NAME]``; 0 = off)."""
-        self.layer_cache_mb = layer_cache_mb
+        :attr:`layer_cache_mb` (``[initialize.components.NAME]``; 0 = off), once they are loaded: weights
+        refused leave the cache (limit and entries) as it was."""
+        check_layer_cache_mb(layer_cache_mb, self.name)
         if weights_loader is not None:
             self.load_weights(loader=weights_loader)
         else:
             self._ensure_weights()
+        self.layer_cache_mb = layer_cache_mb
         self.model.initialize()
         if nlp is not None:
             self._skipped_listeners = self._listeners_skipped_by(nlp)
@@ -681,34 +690,43 @@ class ElmoComponent(TrainablePipe):
     # Under the lock of first-use loading: weights that another thread's call is loading at first use
     # are set before these, never after them (and that call runs on either, whole: bilm_layer._forward).
     # The loaded weights are checked (:meth:`_check_weights`) before they replace the old ones; weights
-    # refused leave the component as it was (its cfg and model settings, read first, put back).
+    # refused leave the component as it was (its cfg and model settings, read first, put back) and the
+    # shared vocab too: spaCy loads it before the model, so it is loaded here last, once they are accepted.
     def from_bytes(self, bytes_data, *, exclude=tuple()):
-        with _loading_lock(self), self._all_or_nothing():
-            super().from_bytes(bytes_data, exclude=exclude)
-            self._after_load()
-        return self
+        vocab = {"vocab": lambda b: self.vocab.from_bytes(b, exclude=exclude)}
+        return self._load(super().from_bytes, bytes_data, exclude, lambda: spacy_util.from_bytes(bytes_data, vocab, []))
 
     def from_disk(self, path, *, exclude=tuple()):
-        with _loading_lock(self), self._all_or_nothing():
-            super().from_disk(path, exclude=exclude)
-            self._after_load()
+        vocab = {"vocab": lambda p: self.vocab.from_disk(p, exclude=exclude)}
+        return self._load(super().from_disk, path, exclude, lambda: spacy_util.from_disk(path, vocab, []))
+
+    def _load(self, load: Callable, data: Any, exclude: Iterable[str], load_vocab: Callable[[], Any]) -> "ElmoComponent":
+        """``load(data, exclude=...)`` (spaCy's from_bytes / from_disk) of all but the vocab, checked, then
+        ``load_vocab()`` (unless excluded) once cfg and weights are accepted."""
+        with _loading_lock(self):
+            with self._all_or_nothing(exclude) as check:
+                load(data, exclude=[*exclude, "vocab"])
+                self._after_load(check)
+            if "vocab" not in exclude:
+                load_vocab()
         return self
 
     @contextlib.contextmanager
-    def _all_or_nothing(self):
+    def _all_or_nothing(self, exclude: Iterable[str]):
+        """Within: a load (its exclude); yields the check of its weights. An error puts cfg and settings back."""
         cfg, settings = copy.deepcopy(self.cfg), ModelSettings(self.model)
+        check = functools.partial(self._check_weights, saved_cfg="cfg" not in exclude)
         try:
-            with weights_checked(self.model, self._check_weights):
-                yield
+            with weights_checked(self.model, check):
+                yield check
         except BaseException:
-            self.cfg.clear()
-            self.cfg.update(cfg)
+            put_back(self.cfg, cfg)
             settings.restore()
             raise
 
-    def _after_load(self) -> None:
+    def _after_load(self, check: Callable[[BiLM, str], None]) -> None:
         bilm = get_bilm(self.model)
         if bilm is not None:
-            self._check_weights(bilm, self.source or "")  # also when only the cfg was loaded (exclude=["model"])
+            check(bilm, self.source or "")  # also when only the cfg was loaded (exclude=["model"])
             bilm.requires_grad_(not self.cfg["frozen"])
             set_bilm(self.model, bilm, self.source or "")

@@ -3,6 +3,7 @@
 No spaCy anywhere here: these tests also run on the GPU machine.
 """
 
+import gc
 import multiprocessing
 
 import numpy as np
@@ -823,8 +824,13 @@ def test_a_child_forked_while_another_thread_holds_the_pool_lock_runs():
     _training_forward(x, lengths, w)  # its saved tensors freed: the pool holds a block
     context = multiprocessing.get_context("fork")
     receive, send = context.Pipe(duplex=False)
+    # No collection while the lock is held: one freeing a recycled tensor (in a cycle) would call its deleter,
+    # which waits for the lock with the GIL held, and the thread holding the lock could never let it go.
+    gc.collect()
+    gc_was_enabled = gc.isenabled()
     fused._C._test_hold_pool_lock(True)
     try:
+        gc.disable()
         child = context.Process(target=_forward_in_child, args=(x, lengths, w, send))
         child.start()
         got = receive.recv() if receive.poll(120) else None
@@ -833,6 +839,8 @@ def test_a_child_forked_while_another_thread_holds_the_pool_lock_runs():
         child.join()
     finally:
         fused._C._test_hold_pool_lock(False)
+        if gc_was_enabled:
+            gc.enable()
         fused.set_cpu_recycle_limit(previous)
     assert got is not None, "the forked child hung on the pool's lock"
     out, limit = got

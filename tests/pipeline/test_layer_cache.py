@@ -15,6 +15,7 @@ from thinc.api import ConfigValidationError, fix_random_seed
 from spacy_elmo.pipeline import architectures
 from spacy_elmo.pipeline.bilm_layer import get_bilm, get_runner, set_bilm
 from spacy_elmo.pipeline.layer_cache import MB, LayerCache
+from spacy_elmo.pipeline.loaders import load_weights
 
 from tests.threads import meeting, run_in_threads
 
@@ -315,3 +316,31 @@ def test_bad_layer_cache_mb_in_a_v1_model_block(tiny_dir):
     model = {**MODEL, "@architectures": "spacy_elmo.ElmoBiLM.v1", "layer_cache_mb": -1}
     with pytest.raises(ValueError, match=r"'elmo' component got layer_cache_mb = -1; it must be an integer >= 0"):
         spacy.blank("en").add_pipe("elmo", config={"weights": str(tiny_dir), "model": model})
+
+
+def test_initialize_sets_the_limit_once_weights_are_loaded(tiny_dir, tmp_path):
+    """initialize(layer_cache_mb=...) sets the limit after its weights are loaded: a loader that fails leaves
+    the cache (limit and entries) as it was (the limit was set first: entries over it dropped), a limit
+    that is no integer >= 0 is refused before any loading, and one that loads sets it."""
+    nlp = _nlp(tiny_dir, 1)
+    elmo = nlp.get_pipe("elmo")
+    cache = get_runner(elmo.model).layer_cache
+    _layers(nlp, TEXTS)
+    entries = len(cache)
+    loaded = []
+
+    def loader(path):
+        def load(backend):
+            loaded.append(path)
+            return load_weights(path, backend)
+
+        return load
+
+    with pytest.raises(FileNotFoundError):
+        elmo.initialize(lambda: [], weights_loader=loader(tmp_path / "missing"), layer_cache_mb=0)
+    assert elmo.layer_cache_mb == 1 and len(cache) == entries > 0
+    with pytest.raises(ValueError, match="layer_cache_mb = -1"):
+        elmo.initialize(lambda: [], weights_loader=loader(tiny_dir), layer_cache_mb=-1)
+    assert loaded == [tmp_path / "missing"] and elmo.layer_cache_mb == 1 and len(cache) == entries
+    elmo.initialize(lambda: [], weights_loader=loader(tiny_dir), layer_cache_mb=0)
+    assert elmo.layer_cache_mb == 0 and len(cache) == 0

@@ -365,6 +365,112 @@ def test_weights_refused_leave_the_component_as_it_was(tiny_dir, tmp_path, how):
     assert [(e.start, e.end, e.label_) for e in after.ents] == [(e.start, e.end, e.label_) for e in before.ents]
 
 
+@pytest.mark.parametrize("how", ["from_bytes", "from_disk"])
+def test_refused_load_leaves_the_vocab(tiny_dir, tmp_path, how):
+    """The shared vocab (vectors, strings) is left as it was by a refused from_bytes / from_disk (spaCy loads it
+    before the model: it was replaced, the vectors emptied), and loaded by one accepted."""
+    saved = spacy.blank("en")
+    saved.add_pipe("elmo", config={"weights": str(tiny_dir), "store": "mix"})
+    saved("Zyxwv only here .")
+    elmo_saved = saved.get_pipe("elmo")
+    load = {
+        "from_bytes": lambda elmo, path: elmo.from_bytes(elmo_saved.to_bytes()),
+        "from_disk": lambda elmo, path: elmo.from_disk(elmo_saved.to_disk(path) or path),
+    }[how]
+    nlp = _nlp_with(tiny_dir, "ner", {**NER, "tok2vec": {**LISTENER}})
+    nlp.vocab.set_vector("home", numpy.ones(4, dtype="f"))
+    nlp.initialize(lambda: [Example(nlp.make_doc(d.text), d) for d in make_docs(8)])
+    elmo, strings, vectors = nlp.get_pipe("elmo"), set(nlp.vocab.strings), nlp.vocab.vectors.to_bytes()
+    with pytest.raises(ValueError, match="stores 'mix'"):
+        load(elmo, tmp_path / "refused")
+    assert nlp.vocab.vectors.to_bytes() == vectors and nlp.vocab.has_vector("home")
+    assert set(nlp.vocab.strings) == strings and "Zyxwv" not in nlp.vocab.strings
+    elmo_saved.cfg["store"] = "all"
+    load(elmo, tmp_path / "accepted")
+    assert nlp.vocab.vectors.shape == (0, 0) and "Zyxwv" in nlp.vocab.strings
+
+
+@pytest.mark.parametrize("how", ["from_bytes", "from_disk"])
+def test_refused_saved_store_names_the_saved_data(tiny_dir, tmp_path, how):
+    """A saved component that stores only the mix is refused with a message that names the saved data and
+    its fixes (it said: set store = "all" on 'elmo', which it already had), and the fix it names works:
+    loaded with exclude=["cfg"], its weights are accepted and the component keeps store "all"."""
+    saved = spacy.blank("en")
+    saved.add_pipe("elmo", config={"weights": str(tiny_dir), "store": "mix"})
+    saved("Loaded .")
+    saved.get_pipe("elmo").to_disk(tmp_path / "saved")
+    load = {
+        "from_bytes": lambda elmo, **kw: elmo.from_bytes(saved.get_pipe("elmo").to_bytes(), **kw),
+        "from_disk": lambda elmo, **kw: elmo.from_disk(tmp_path / "saved", **kw),
+    }[how]
+    nlp = _nlp_with(tiny_dir, "ner", {**NER, "tok2vec": {**LISTENER}})
+    nlp.initialize(lambda: [Example(nlp.make_doc(d.text), d) for d in make_docs(8)])
+    elmo = nlp.get_pipe("elmo")
+    with pytest.raises(ValueError) as refused:
+        load(elmo)
+    message = str(refused.value)
+    assert "The saved 'elmo' component being loaded stores 'mix' (its saved cfg)" in message
+    assert "Save 'elmo' with store = \"all\", or load it with exclude=[\"cfg\"]" in message
+    assert "set store" not in message and elmo.cfg["store"] == "all"
+    load(elmo, exclude=["cfg"])
+    assert elmo.cfg["store"] == "all" and nlp("Alice went home .")._.elmo.shape[0] == 3
+
+
+class _Watched(dict):
+    """A dict that records every moment a change of it leaves out one of the keys it started with."""
+
+    def __init__(self, data):
+        super().__init__(data)
+        self.first, self.gaps = set(data), []
+
+    def _changed(self, result=None):
+        if not self.first <= self.keys():
+            self.gaps.append(self.first - self.keys())
+        return result
+
+    def __setitem__(self, key, value):
+        self._changed(super().__setitem__(key, value))
+
+    def __delitem__(self, key):
+        self._changed(super().__delitem__(key))
+
+    def clear(self):
+        self._changed(super().clear())
+
+    def pop(self, *args):
+        return self._changed(super().pop(*args))
+
+    def popitem(self):
+        return self._changed(super().popitem())
+
+    def update(self, *args, **kwargs):
+        self._changed(super().update(*args, **kwargs))
+
+
+@pytest.mark.parametrize("exclude", [["vocab"], ["model", "vocab"]])
+def test_refused_load_never_leaves_a_setting_out(tiny_dir, tmp_path, exclude):
+    """Calls of other threads read cfg and the model's dims and attrs without the loading lock while a refused
+    load puts them back: at no moment may a key they had be missing (they were emptied, then refilled: a
+    serving thread got KeyError 'mix' / 'max_window')."""
+    saved = spacy.blank("en")
+    saved.add_pipe("elmo", config={"weights": str(tiny_dir)})
+    saved("Loaded .")
+    saved.get_pipe("elmo").cfg["mix"] = [0.0, 1.0]  # two values: the weights have three layers
+    refused = saved.get_pipe("elmo").to_bytes()
+    nlp = _elmo_pipeline(tiny_dir)
+    nlp("Loaded .")
+    elmo = nlp.get_pipe("elmo")
+    elmo.cfg = _Watched(elmo.cfg)
+    watched = [elmo.cfg]
+    for node in elmo.model.walk():
+        node._attrs, node._dims = _Watched(node._attrs), _Watched(node._dims)
+        watched += [node._attrs, node._dims]
+    with pytest.raises(ValueError, match="mix has 2 value"):
+        elmo.from_bytes(refused, exclude=exclude)
+    assert all(d.first <= d.keys() for d in watched)
+    assert [d.gaps for d in watched] == [[] for _ in watched]
+
+
 _HOLDERS = {
     # what another thread holds while this one forks: the lazy-loading lock, the char-CNN cache's and
     # the layer cache's locks, rows of the char-CNN cache reserved for words it is encoding
