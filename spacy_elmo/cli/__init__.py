@@ -60,9 +60,11 @@ def _watch_stdout() -> Optional[_WatchedStdout]:
     """Put :class:`_WatchedStdout` under a new ``sys.stdout`` (the same encoding and buffering); None,
     and stdout left alone, where it is no plain file descriptor (closed, or captured in-process)."""
     stdout = sys.stdout
-    buffer = getattr(stdout, "buffer", None)
+    if stdout is not sys.__stdout__ or not isinstance(stdout, io.TextIOWrapper):
+        return None
+    buffer = stdout.buffer
     raw = getattr(buffer, "raw", buffer)  # python -u, PYTHONUNBUFFERED: no buffer between
-    if stdout is None or stdout is not sys.__stdout__ or type(raw) is not io.FileIO:
+    if type(raw) is not io.FileIO:
         return None
     stdout.flush()
     watched = _WatchedStdout(raw.fileno(), "w", closefd=False)
