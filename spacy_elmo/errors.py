@@ -796,7 +796,10 @@ class Errors:
         "Give a file path such as {example}, or - for stdout."
     )
     E_CONFIG_WRITE = "Could not write {path}: {error}. Choose a writable OUTPUT, or - for stdout."
-    E_CONFIG_STDOUT = "Could not write the config to stdout: {error}. Name a file as OUTPUT instead."
+    E_STDOUT = (
+        "Could not write the output to stdout: {error}. Redirect stdout to a file on a disk with free space "
+        "(config can also write the file itself: name it as OUTPUT)."
+    )
     E_EXPORT_FORMAT = "Unknown export format {name!r}: use 'allennlp' or 'native'."
     E_EXPORT_WRITE = "Could not write the model to {path}: {error}. Check the path and its permissions."
     E_EXPORT_NOT_A_DIR = "{path} is a file; export writes a directory. Choose another OUT_DIR."

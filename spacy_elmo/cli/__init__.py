@@ -3,12 +3,18 @@
 Each command lives in its own module and registers itself on ``app``.
 """
 
+import errno
+import io
+import os
 import sys
 import warnings
 from typing import Optional
 
+import typer
+
+from ..errors import Errors
 from ..ranks import printing_ranks
-from .app import COMMAND_LINE, app
+from .app import COMMAND_LINE, app, echo_styled
 
 # Importing a command module registers its command.
 from . import config, demo, embed, evaluate, export, fit_state, pretrain  # noqa: F401,E402
@@ -33,7 +39,85 @@ def _command(argv) -> Optional[str]:
     return next((word for word in argv if not word.startswith("-")), None)
 
 
+class _WatchedStdout(io.FileIO):
+    """stdout's file descriptor under ``sys.stdout`` while main() runs, keeping the error of the last write
+    of some output that failed (the output is incomplete from then on, even where rich then points stdout
+    at devnull; click's probe ``write(b"")``, which fails on /dev/full too, is no output): an OSError that
+    escapes a command is stdout's only if it is that one (an input file's read error keeps its own message)."""
+
+    failed: Optional[OSError] = None
+
+    def write(self, data):
+        try:
+            return super().write(data)
+        except OSError as err:
+            if len(data):
+                self.failed = err
+            raise
+
+
+def _watch_stdout() -> Optional[_WatchedStdout]:
+    """Put :class:`_WatchedStdout` under a new ``sys.stdout`` (the same encoding and buffering); None,
+    and stdout left alone, where it is no plain file descriptor (closed, or captured in-process)."""
+    stdout = sys.stdout
+    if stdout is not sys.__stdout__ or not isinstance(stdout, io.TextIOWrapper):
+        return None
+    buffer = stdout.buffer
+    raw = getattr(buffer, "raw", buffer)  # python -u, PYTHONUNBUFFERED: no buffer between
+    if type(raw) is not io.FileIO:
+        return None
+    stdout.flush()
+    watched = _WatchedStdout(raw.fileno(), "w", closefd=False)
+    sys.stdout = io.TextIOWrapper(watched if buffer is raw else io.BufferedWriter(watched), encoding=stdout.encoding,
+                                  errors=stdout.errors, line_buffering=stdout.line_buffering,
+                                  write_through=stdout.write_through)
+    return watched
+
+
 def main() -> None:
+    """The command line. A stdout that fails ends every command the same way, without a traceback: a
+    reader that stopped early (``| head``, a closed pipe) quietly with exit status 0, as when the output
+    fitted in the pipe before it closed; another write error (a full disk, EIO) with E_STDOUT and status 1."""
+    previous = sys.stdout
+    watched = _watch_stdout()
+    try:
+        _run()
+    except BaseException as end:  # typer's standalone mode ends every command in SystemExit
+        if watched is not None:
+            _finish(watched, previous, end)
+        raise
+    if watched is not None:
+        _finish(watched, previous, None)
+
+
+def _finish(watched: _WatchedStdout, previous, end: Optional[BaseException]) -> None:
+    """Flush stdout and give ``previous`` back as ``sys.stdout``; where a write to it failed and the command
+    ended by that (``end`` the error, or a SystemExit: click's for a closed pipe, 1), exit with 0 for a
+    closed pipe, else with 1 after E_STDOUT on stderr. Another end returns, for main() to raise it."""
+    by_stdout = end is None or isinstance(end, SystemExit) or end is watched.failed  # before the flush fails anew
+    try:
+        sys.stdout.flush()  # what is still buffered fails here, not at the interpreter's shutdown
+    except OSError:
+        pass  # kept in watched.failed
+    if watched.failed is not None:
+        # Python's docs ("Note on SIGPIPE"): stdout's descriptor on devnull, so that no later flush of what
+        # a failed write left buffered prints "Exception ignored ... BrokenPipeError" at shutdown.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, watched.fileno())
+        os.close(devnull)
+    sys.stdout = previous
+    if watched.failed is None or not by_stdout:
+        return
+    if watched.failed.errno == errno.EPIPE:
+        sys.exit(0)
+    try:
+        echo_styled(Errors.E_STDOUT.format(error=watched.failed), fg=typer.colors.RED, err=True)
+    except OSError:  # stderr fails as well: the status says it
+        pass
+    sys.exit(1)
+
+
+def _run() -> None:
     warnings.formatwarning = _format_warning
     # Only pretrain runs as one of torchrun's processes (DDP): another command (embed, --help) runs whole
     # wherever it is started, whatever WORLD_SIZE and RANK say, and pretrain refuses a malformed rank itself.

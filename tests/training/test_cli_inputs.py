@@ -325,8 +325,63 @@ def test_config_to_a_directory_or_an_unwritable_path_is_a_clear_error(tmp_path):
     assert a_file.read_text() == "kept"
 
 
-def test_config_to_a_full_stdout_is_a_clear_error():
-    """`spacy-elmo config ner > ner.cfg` on a full disk ended in an OSError traceback."""
+def _run_with_stdout(argv, sink, unbuffered=False):
+    """``python -m spacy_elmo ARGV`` with stdout to /dev/full (``sink`` "full") or to a pipe whose reader
+    closed before it started ("closed"): the finished process."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONUNBUFFERED"}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    if unbuffered:
+        env["PYTHONUNBUFFERED"] = "1"
+    if sink == "full":
+        if not Path("/dev/full").exists():
+            pytest.skip("no /dev/full here")
+        with open("/dev/full", "w") as full:
+            return subprocess.run([sys.executable, "-m", "spacy_elmo", *argv], stdout=full, stderr=subprocess.PIPE,
+                                  text=True, env=env, timeout=300)
+    reader, writer = os.pipe()
+    os.close(reader)
+    try:
+        return subprocess.run([sys.executable, "-m", "spacy_elmo", *argv], stdout=writer, stderr=subprocess.PIPE,
+                              text=True, env=env, timeout=300)
+    finally:
+        os.close(writer)
+
+
+def _stdout_commands(trained):
+    return {"evaluate --json": ["evaluate", str(trained["model"]), str(trained["held"]), "--json"],
+            "config": ["config", "ner"], "--help": ["--help"]}
+
+
+@pytest.mark.parametrize("command,unbuffered", [("evaluate --json", False), ("evaluate --json", True),
+                                                ("config", False), ("--help", False)])
+def test_a_full_stdout_is_one_clear_error(trained, command, unbuffered):
+    """`spacy-elmo evaluate MODEL TEXT --json > out.json` on a full disk ended in an OSError traceback
+    (config alone had its message): every command now gives E_STDOUT and exit status 1."""
+    from spacy_elmo.errors import Errors
+
+    done = _run_with_stdout(_stdout_commands(trained)[command], "full", unbuffered)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.strip() == Errors.E_STDOUT.format(error="[Errno 28] No space left on device"), done.stderr
+
+
+@pytest.mark.parametrize("command,unbuffered", [("evaluate --json", False), ("evaluate --json", True),
+                                                ("config", False), ("--help", False)])
+def test_a_closed_pipe_on_stdout_ends_quietly(trained, command, unbuffered):
+    """`spacy-elmo ... | head` whose reader stopped before the output was written: exit status 0 with nothing on
+    stderr, as a reader that stopped after it (config printed "Could not write ... Broken pipe" with 1, the others
+    exited 1, and no Python "Exception ignored ... BrokenPipeError" at shutdown)."""
+    done = _run_with_stdout(_stdout_commands(trained)[command], "closed", unbuffered)
+    assert (done.returncode, done.stderr) == (0, ""), done.stderr
+
+
+def test_an_oserror_not_of_stdout_keeps_its_own_report():
+    """An OSError a command raised without writing to stdout is no stdout error, even with stdout on /dev/full:
+    it keeps its traceback and message (an input file's read error: evaluate's own message)."""
     import os
     import subprocess
     import sys
@@ -334,13 +389,21 @@ def test_config_to_a_full_stdout_is_a_clear_error():
 
     if not Path("/dev/full").exists():
         pytest.skip("no /dev/full here")
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    script = ("import errno, sys, spacy_elmo.ops as ops\n"
+              "def fail(): raise OSError(errno.EIO, 'Input/output error', 'weights.bin')\n"
+              "ops.fused_available = fail\n"
+              "sys.argv = ['spacy-elmo', '--version']\n"
+              "from spacy_elmo.cli import main\n"
+              "main()\n")
     with open("/dev/full", "w") as full:
-        done = subprocess.run([sys.executable, "-m", "spacy_elmo", "config", "ner"], stdout=full, stderr=subprocess.PIPE,
-                              text=True, env=env, timeout=300)
+        done = subprocess.run([sys.executable, "-c", script], stdout=full, stderr=subprocess.PIPE, text=True, timeout=300,
+                              env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
     assert done.returncode == 1, done.stderr
-    assert done.stderr.strip() == ("Could not write the config to stdout: [Errno 28] No space left on device. "
-                                   "Name a file as OUTPUT instead."), done.stderr
+    assert done.stderr.rstrip().endswith("OSError: [Errno 5] Input/output error: 'weights.bin'"), done.stderr
+    assert "Could not write the output to stdout" not in done.stderr, done.stderr
+    missing = _run_with_stdout(["evaluate", "default", "no-such-text.txt", "--json"], "full")
+    assert missing.returncode == 1 and "no-such-text.txt does not exist" in missing.stderr, missing.stderr
+    assert "Could not write the output to stdout" not in missing.stderr, missing.stderr
 
 
 # -- compressed text ---------------------------------------------------------------------------
