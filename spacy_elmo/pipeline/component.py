@@ -21,6 +21,7 @@ import warnings
 import weakref
 from collections.abc import Container
 from numbers import Real
+from pathlib import Path
 from types import FrameType
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
@@ -702,24 +703,27 @@ class ElmoComponent(TrainablePipe):
 
     def from_disk(self, path, *, exclude=tuple()):
         def read(staged: Vocab) -> None:
-            spacy_util.from_disk(path, {"vocab": lambda p: staged.from_disk(p, exclude=exclude)}, [])
+            def read_dir(p: Path) -> None:
+                staged.from_disk(p, exclude=exclude)
+
+            spacy_util.from_disk(path, {"vocab": read_dir}, [])
 
         return self._load(super().from_disk, path, exclude, read)
 
     def _load(self, load: Callable, data: Any, exclude: Iterable[str], read_vocab: Callable[[Vocab], None]) -> "ElmoComponent":
         """``load(data, exclude=...)`` (spaCy's from_bytes / from_disk) of all but the vocab, checked; the vocab
         (unless excluded), read first by ``read_vocab(staged)``, is set once cfg and weights are accepted."""
-        staged = None
+        vocab_bytes: Optional[bytes] = None
         if "vocab" not in exclude:
             staged = Vocab()
             read_vocab(staged)
-            staged = staged.to_bytes(exclude=exclude)
+            vocab_bytes = staged.to_bytes(exclude=exclude)
         with _loading_lock(self):
             with self._all_or_nothing(exclude) as check:
                 load(data, exclude=[*exclude, "vocab"])
                 self._after_load(check)
-            if staged is not None:
-                self.vocab.from_bytes(staged, exclude=exclude)
+            if vocab_bytes is not None:
+                self.vocab.from_bytes(vocab_bytes, exclude=exclude)
         return self
 
     @contextlib.contextmanager
