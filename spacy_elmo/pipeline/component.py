@@ -21,6 +21,7 @@ import warnings
 import weakref
 from collections.abc import Container
 from numbers import Real
+from pathlib import Path
 from types import FrameType
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
@@ -30,6 +31,7 @@ from spacy.language import Language
 from spacy.pipeline import TrainablePipe
 from spacy.tokens import Doc
 from spacy.training import Example
+from spacy.vocab import Vocab
 
 from thinc.api import Config, Model, Optimizer, set_dropout_rate
 from thinc.types import Floats3d
@@ -691,24 +693,37 @@ class ElmoComponent(TrainablePipe):
     # are set before these, never after them (and that call runs on either, whole: bilm_layer._forward).
     # The loaded weights are checked (:meth:`_check_weights`) before they replace the old ones; weights
     # refused leave the component as it was (its cfg and model settings, read first, put back) and the
-    # shared vocab too: spaCy loads it before the model, so it is loaded here last, once they are accepted.
+    # shared vocab too: spaCy loads it before the model, so it is read first into a vocab of its own (a
+    # vocab that cannot be read is an error before anything changes) and set here last, once they are accepted.
     def from_bytes(self, bytes_data, *, exclude=tuple()):
-        vocab = {"vocab": lambda b: self.vocab.from_bytes(b, exclude=exclude)}
-        return self._load(super().from_bytes, bytes_data, exclude, lambda: spacy_util.from_bytes(bytes_data, vocab, []))
+        def read(staged: Vocab) -> None:
+            spacy_util.from_bytes(bytes_data, {"vocab": lambda b: staged.from_bytes(b, exclude=exclude)}, [])
+
+        return self._load(super().from_bytes, bytes_data, exclude, read)
 
     def from_disk(self, path, *, exclude=tuple()):
-        vocab = {"vocab": lambda p: self.vocab.from_disk(p, exclude=exclude)}
-        return self._load(super().from_disk, path, exclude, lambda: spacy_util.from_disk(path, vocab, []))
+        def read(staged: Vocab) -> None:
+            def read_dir(p: Path) -> None:
+                staged.from_disk(p, exclude=exclude)
 
-    def _load(self, load: Callable, data: Any, exclude: Iterable[str], load_vocab: Callable[[], Any]) -> "ElmoComponent":
-        """``load(data, exclude=...)`` (spaCy's from_bytes / from_disk) of all but the vocab, checked, then
-        ``load_vocab()`` (unless excluded) once cfg and weights are accepted."""
+            spacy_util.from_disk(path, {"vocab": read_dir}, [])
+
+        return self._load(super().from_disk, path, exclude, read)
+
+    def _load(self, load: Callable, data: Any, exclude: Iterable[str], read_vocab: Callable[[Vocab], None]) -> "ElmoComponent":
+        """``load(data, exclude=...)`` (spaCy's from_bytes / from_disk) of all but the vocab, checked; the vocab
+        (unless excluded), read first by ``read_vocab(staged)``, is set once cfg and weights are accepted."""
+        vocab_bytes: Optional[bytes] = None
+        if "vocab" not in exclude:
+            staged = Vocab()
+            read_vocab(staged)
+            vocab_bytes = staged.to_bytes(exclude=exclude)
         with _loading_lock(self):
             with self._all_or_nothing(exclude) as check:
                 load(data, exclude=[*exclude, "vocab"])
                 self._after_load(check)
-            if "vocab" not in exclude:
-                load_vocab()
+            if vocab_bytes is not None:
+                self.vocab.from_bytes(vocab_bytes, exclude=exclude)
         return self
 
     @contextlib.contextmanager

@@ -828,9 +828,9 @@ def test_a_child_forked_while_another_thread_holds_the_pool_lock_runs():
     # which waits for the lock with the GIL held, and the thread holding the lock could never let it go.
     gc.collect()
     gc_was_enabled = gc.isenabled()
-    fused._C._test_hold_pool_lock(True)
+    gc.disable()
     try:
-        gc.disable()
+        fused._C._test_hold_pool_lock(True)
         child = context.Process(target=_forward_in_child, args=(x, lengths, w, send))
         child.start()
         got = receive.recv() if receive.poll(120) else None

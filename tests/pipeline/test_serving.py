@@ -390,6 +390,29 @@ def test_refused_load_leaves_the_vocab(tiny_dir, tmp_path, how):
     assert nlp.vocab.vectors.shape == (0, 0) and "Zyxwv" in nlp.vocab.strings
 
 
+def test_a_component_directory_without_its_vocab_changes_nothing(tiny_dir, tmp_path):
+    """nlp.to_disk saves each component without its vocab: elmo.from_disk of such a directory fails on
+    the missing vocab, and must do so before anything changed (the vocab, read after the weights were
+    accepted, left the new weights and settings in place)."""
+    torch.manual_seed(4)
+    BiLM(BiLMConfig(**TINY)).save(tmp_path / "new")
+    other = _elmo_pipeline(tmp_path / "new")
+    other.get_pipe("elmo").cfg["mix"] = [1.0, 0.0, 0.0]
+    other("Loaded .")
+    other.to_disk(tmp_path / "pipeline")
+    assert not (tmp_path / "pipeline" / "elmo" / "vocab").exists()
+    nlp = _elmo_pipeline(tiny_dir)
+    elmo = nlp.get_pipe("elmo")
+    text = "Alice went to the river bank ."
+    before, cfg, source = _layers([nlp(text)]), copy.deepcopy(elmo.cfg), elmo.source
+    with pytest.raises(ValueError, match="vocab"):
+        elmo.from_disk(tmp_path / "pipeline" / "elmo")
+    assert elmo.source == source and elmo.cfg == cfg
+    assert _all_close(_layers([nlp(text)]), before)
+    elmo.from_disk(tmp_path / "pipeline" / "elmo", exclude=["vocab"])  # as nlp.from_disk loads it
+    assert elmo.cfg["mix"] == [1.0, 0.0, 0.0] and not _all_close(_layers([nlp(text)]), before)
+
+
 @pytest.mark.parametrize("how", ["from_bytes", "from_disk"])
 def test_refused_saved_store_names_the_saved_data(tiny_dir, tmp_path, how):
     """A saved component that stores only the mix is refused with a message that names the saved data and
