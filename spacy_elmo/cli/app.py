@@ -1,6 +1,7 @@
 """The typer application every command registers on, and option checks the commands share."""
 
 import os
+from typing import NoReturn
 
 import typer
 
@@ -112,3 +113,10 @@ def echo_styled(message: str, fg: str, err: bool = False) -> None:
         typer.echo(message, err=err)  # secho without a colour still ends the line with a reset code
     else:
         typer.secho(message, fg=fg, err=err)
+
+
+def fail(message: str, status: int = 1, fg: str = typer.colors.RED) -> NoReturn:
+    """End the command with exit ``status`` and ``message`` on stderr (stdout stays the command's result
+    alone): an error, red, status 1; or an interruption (yellow, 130) saying what was kept and how to go on."""
+    echo_styled(message, fg=fg, err=True)
+    raise typer.Exit(status)

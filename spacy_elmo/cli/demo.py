@@ -10,7 +10,7 @@ import typer
 from ..bilm import BiLM, BiLMConfig
 from ..bilm.native_io import DEFAULT_MODEL_DIR, CONFIG_NAME
 from ..chars import batch_to_ids
-from .app import app, echo_styled, positive_int
+from .app import app, echo_styled, fail, positive_int
 
 RIVER = [
     "We sat on the bank of the river and watched the water .".split(),
@@ -84,8 +84,7 @@ def demo(
         try:
             bilm = BiLM.load(model or "default")
         except (ValueError, OSError) as err:
-            echo_styled(str(err), fg=typer.colors.RED, err=True)
-            raise typer.Exit(1) from err
+            fail(str(err))
         source = model or "bundled default"
     bilm.eval()
     typer.echo(f"model: {source}; backend: {bilm.backend}; output width {bilm.config.output_dim}")

@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from ..errors import Warnings
-from .app import app, counted, echo_styled, known_device, positive_int, spacy_language
+from .app import app, counted, echo_styled, fail, known_device, positive_int, spacy_language
 
 
 @app.command()
@@ -41,8 +41,7 @@ def evaluate(
         result = evaluate_model_dir(model_dir, text_path, lang=lang, batch_size=batch_size, device=target,
                                     progress=not as_json, per_sentence=per_sentence)
     except (ValueError, OSError, RuntimeError) as err:
-        echo_styled(str(err), fg=typer.colors.RED, err=True)
-        raise typer.Exit(1) from err
+        fail(str(err))
     if as_json:
         typer.echo(json.dumps(result))
         return

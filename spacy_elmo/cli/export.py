@@ -6,7 +6,7 @@ import typer
 
 from ..atomic import replace_dir
 from ..errors import Errors
-from .app import app, echo_styled, one_of
+from .app import app, fail, one_of
 
 
 @app.command()
@@ -27,8 +27,7 @@ def export(
         check_output_dir(out_dir, overwrite)
         bilm, softmax, vocab, provenance = load_pretrained(model_dir, backend="reference")
     except (ValueError, FileNotFoundError, FileExistsError) as err:
-        echo_styled(str(err), fg=typer.colors.RED, err=True)
-        raise typer.Exit(1) from err
+        fail(str(err))
 
     def write(tmp: Path) -> None:
         if format == "native":
@@ -44,8 +43,7 @@ def export(
     try:
         replace_dir(out_dir, write)
     except OSError as err:
-        echo_styled(Errors.E_EXPORT_WRITE.format(path=out_dir, error=err), fg=typer.colors.RED, err=True)
-        raise typer.Exit(1) from err
+        fail(Errors.E_EXPORT_WRITE.format(path=out_dir, error=err))
     typer.echo(f"wrote {format} model to {out_dir}" + (" (with softmax and vocab.txt)" if softmax is not None else ""))
 
 

@@ -17,7 +17,7 @@ from ..ops import resolve_backend
 from ..ranks import Ranks, torchrun_ranks
 from ..training.data import AUTO_RULE
 from ..training.trainer import BOUNDS, OPTIMIZERS, raised_on_every_rank
-from .app import (COMMAND_LINE, app, checked_by, counted, echo_styled, known_device, non_negative_int, one_of, positive_int,
+from .app import (COMMAND_LINE, app, checked_by, counted, echo_styled, fail, known_device, non_negative_int, one_of, positive_int,
                   spacy_language)
 
 
@@ -170,8 +170,8 @@ def _report_end(err: BaseException, stop: _Stop, output_dir: Path, ranks: Ranks)
     stopped peer (gloo's or NCCL's error) says that error and exits 1."""
     if stop.signum is None and not isinstance(err, KeyboardInterrupt):
         if ranks.rank == 0 or not raised_on_every_rank(err):
-            echo_styled(str(err), fg=typer.colors.RED, err=True)
-        raise typer.Exit(1) from err
+            fail(str(err))
+        raise typer.Exit(1) from err  # an error every rank met: rank 0 says it
     # A signal (also one that came while this rank met its stopped peer's error): say what the directory holds
     from ..training.checkpoint import checkpoint_path
 
@@ -246,8 +246,7 @@ def pretrain(
     try:  # once: reporting the end must not meet a malformed environment again
         ranks = torchrun_ranks()
     except ValueError as err:  # WORLD_SIZE, RANK or LOCAL_RANK set to no rank of a job
-        echo_styled(str(err), fg=typer.colors.RED, err=True)
-        raise typer.Exit(1) from None
+        fail(str(err))
     if max_steps is not None and epochs is not None:
         raise typer.BadParameter(Errors.E_STEPS_AND_EPOCHS)
     if keep_freed_memory:

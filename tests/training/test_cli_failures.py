@@ -1,0 +1,127 @@
+"""Every command's way out when it cannot finish, through the shared ``cli.app.fail``: its errors.py message on
+stderr (stdout stays the command's result alone, so ``spacy-elmo config ner > x.cfg`` never holds an error)
+and its exit status: 1 for an error, 130 for Ctrl-C."""
+
+import errno
+
+import pytest
+from typer.testing import CliRunner
+
+from spacy_elmo import BiLM, BiLMConfig
+from spacy_elmo.cli import app
+from spacy_elmo.errors import Errors
+
+from .conftest import TINY, write_corpus
+
+runner = CliRunner()
+
+#: A write error with a known text, where the real one names a temporary file.
+READ_ONLY = OSError(errno.EROFS, "Read-only file system")
+
+
+def _raise(err):
+    def raising(*args, **kwargs):
+        raise err
+
+    return raising
+
+
+def ended(result, status: int, message: str) -> None:
+    """The command exited with ``status`` after ``message`` on stderr, nothing on stdout, no traceback."""
+    assert result.exit_code == status, result.output
+    assert isinstance(result.exception, SystemExit), repr(result.exception)
+    assert message in result.stderr, result.stderr
+    assert result.stdout == "", result.stdout
+
+
+def _config_dir(tmp_path, monkeypatch):
+    return ["config", "ner", str(tmp_path)], Errors.E_CONFIG_IS_DIR.format(path=tmp_path, example=tmp_path / "ner.cfg")
+
+
+def _config_exists(tmp_path, monkeypatch):
+    existing = tmp_path / "ner.cfg"
+    existing.write_text("mine\n", encoding="utf-8")
+    return ["config", "ner", str(existing)], Errors.E_CONFIG_EXISTS.format(path=existing)
+
+
+def _config_write(tmp_path, monkeypatch):
+    monkeypatch.setattr("spacy_elmo.cli.config.atomic_write_text", _raise(READ_ONLY))
+    out = tmp_path / "ner.cfg"
+    return ["config", "ner", str(out)], Errors.E_CONFIG_WRITE.format(path=out, error=READ_ONLY)
+
+
+def _demo(tmp_path, monkeypatch):
+    missing = tmp_path / "missing"
+    return ["demo", "--model", str(missing)], Errors.E_MODEL_PATH_MISSING.format(path=missing)
+
+
+def _embed(tmp_path, monkeypatch):
+    missing = tmp_path / "missing.txt"
+    return ["embed", str(missing), str(tmp_path / "out.h5")], Errors.E_EMBED_INPUT_MISSING.format(path=missing)
+
+
+def _evaluate(tmp_path, monkeypatch):
+    missing = tmp_path / "missing"
+    text = write_corpus(tmp_path / "text.txt", 10)
+    return ["evaluate", str(missing), str(text)], Errors.E_MODEL_PATH_MISSING.format(path=missing)
+
+
+def _export_load(tmp_path, monkeypatch):
+    missing = tmp_path / "missing"
+    return ["export", str(missing), str(tmp_path / "out")], Errors.E_MODEL_PATH_MISSING.format(path=missing)
+
+
+def _export_not_a_dir(tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    out.write_text("a file\n", encoding="utf-8")
+    return ["export", "default", str(out)], Errors.E_EXPORT_NOT_A_DIR.format(path=out)
+
+
+def _export_write(tmp_path, monkeypatch):
+    monkeypatch.setattr("spacy_elmo.cli.export.replace_dir", _raise(READ_ONLY))
+    out = tmp_path / "out"
+    return ["export", "default", str(out)], Errors.E_EXPORT_WRITE.format(path=out, error=READ_ONLY)
+
+
+def _fit_state_load(tmp_path, monkeypatch):
+    missing = tmp_path / "missing"
+    return ["fit-state", str(missing), "--clear"], Errors.E_MODEL_PATH_MISSING.format(path=missing)
+
+
+def _fit_state_write(tmp_path, monkeypatch):
+    model = tmp_path / "tiny"
+    BiLM(BiLMConfig(**TINY)).save(model)
+    monkeypatch.setattr("spacy_elmo.bilm.native_io.write_initial_state", _raise(READ_ONLY))
+    return ["fit-state", str(model), "--clear"], Errors.E_FIT_STATE_WRITE.format(path=model, error=READ_ONLY)
+
+
+def _pretrain_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "x")
+    train = write_corpus(tmp_path / "train.txt", 10)
+    message = Errors.E_TORCHRUN_ENV.format(name="WORLD_SIZE", value="x", lowest=1, highest=2**31 - 1)
+    return ["pretrain", str(train), str(tmp_path / "out")], message
+
+
+def _pretrain_run(tmp_path, monkeypatch):
+    missing = tmp_path / "missing.txt"
+    return ["pretrain", str(missing), str(tmp_path / "out"), "--no-progress"], Errors.E_TRAIN_PATH_MISSING.format(path=missing)
+
+
+FAILURES = [_config_dir, _config_exists, _config_write, _demo, _embed, _evaluate, _export_load, _export_not_a_dir,
+            _export_write, _fit_state_load, _fit_state_write, _pretrain_environment, _pretrain_run]
+
+
+@pytest.mark.parametrize("failure", FAILURES, ids=[f.__name__[1:] for f in FAILURES])
+def test_every_command_fails_with_its_message_on_stderr_and_status_1(tmp_path, monkeypatch, failure):
+    args, message = failure(tmp_path, monkeypatch)
+    ended(runner.invoke(app, args), 1, message)
+
+
+# -- Ctrl-C ------------------------------------------------------------------------------------
+def test_ctrl_c_in_embed_says_what_it_kept(tmp_path, monkeypatch):
+    text = write_corpus(tmp_path / "text.txt", 10)
+    out = tmp_path / "out.h5"
+    monkeypatch.setattr("spacy_elmo.embedding.check_paths", _raise(KeyboardInterrupt()))
+    ended(runner.invoke(app, ["embed", str(text), str(out)]), 130,
+          Errors.E_EMBED_INTERRUPTED_EARLY.format(parts=tmp_path / "out.h5.parts"))
+
