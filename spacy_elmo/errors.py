@@ -796,6 +796,9 @@ class Errors:
         "Give a file path such as {example}, or - for stdout."
     )
     E_CONFIG_WRITE = "Could not write {path}: {error}. Choose a writable OUTPUT, or - for stdout."
+    E_INTERRUPTED = (
+        "Interrupted: `spacy-elmo {command}` stopped before it finished. Rerun the same command for its result."
+    )
     E_STDOUT = (
         "Could not write the output to stdout: {error}. Redirect stdout to a file on a disk with free space "
         "(config can also write the file itself: name it as OUTPUT)."

@@ -3,12 +3,14 @@ stderr (stdout stays the command's result alone, so ``spacy-elmo config ner > x.
 and its exit status: 1 for an error, 130 for Ctrl-C."""
 
 import errno
+import signal
+import sys
 
 import pytest
 from typer.testing import CliRunner
 
 from spacy_elmo import BiLM, BiLMConfig
-from spacy_elmo.cli import app
+from spacy_elmo.cli import app, main
 from spacy_elmo.errors import Errors
 
 from .conftest import TINY, write_corpus
@@ -118,10 +120,52 @@ def test_every_command_fails_with_its_message_on_stderr_and_status_1(tmp_path, m
 
 
 # -- Ctrl-C ------------------------------------------------------------------------------------
+#: Per command: where a Ctrl-C comes (a function the command calls, raising KeyboardInterrupt), its arguments.
+INTERRUPTED = {
+    "config": ("spacy_elmo.cli.config.atomic_write_text", lambda tmp: ["ner", str(tmp / "ner.cfg")]),
+    "demo": ("spacy_elmo.bilm.BiLM.load", lambda tmp: ["--model", "default", "--threads", "1"]),
+    "evaluate": ("spacy_elmo.training.evaluate.evaluate_model_dir", lambda tmp: ["default", str(tmp)]),
+    "export": ("spacy_elmo.training.modelio.load_pretrained", lambda tmp: ["default", str(tmp / "out")]),
+    "fit-state": ("spacy_elmo.bilm.native_io.model_path", lambda tmp: [str(tmp), "--clear"]),
+    # before the run, whose own Ctrl-C says what the checkpoint holds (test_cli_inputs)
+    "pretrain": ("spacy_elmo.cli.pretrain.torchrun_ranks", lambda tmp: [str(tmp), str(tmp / "out")]),
+}
+
+
+@pytest.mark.parametrize("command", sorted(INTERRUPTED))
+def test_ctrl_c_ends_every_command_with_130_and_a_word_on_stderr(tmp_path, monkeypatch, command):
+    """typer (0.15.4 to 0.29) exits with 130 without a word (click's own main: "Aborted!" and 1), where
+    pretrain and embed say what they kept: every command now says it stopped and how to go on."""
+    where, args = INTERRUPTED[command]
+    monkeypatch.setattr(where, _raise(KeyboardInterrupt()))
+    ended(runner.invoke(app, [command, *args(tmp_path)]), 130, Errors.E_INTERRUPTED.format(command=command))
+
+
 def test_ctrl_c_in_embed_says_what_it_kept(tmp_path, monkeypatch):
     text = write_corpus(tmp_path / "text.txt", 10)
     out = tmp_path / "out.h5"
     monkeypatch.setattr("spacy_elmo.embedding.check_paths", _raise(KeyboardInterrupt()))
     ended(runner.invoke(app, ["embed", str(text), str(out)]), 130,
           Errors.E_EMBED_INTERRUPTED_EARLY.format(parts=tmp_path / "out.h5.parts"))
+
+
+def test_a_real_sigint_ends_the_command_line_with_130(tmp_path, monkeypatch, capsys):
+    """The console script's main(), and a SIGINT as the terminal sends it, not an exception put in its place."""
+
+    def interrupted(*args, **kwargs):
+        signal.raise_signal(signal.SIGINT)  # Python's own handler: KeyboardInterrupt
+        raise AssertionError("the signal was not delivered")
+
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    monkeypatch.setattr("spacy_elmo.training.evaluate.evaluate_model_dir", interrupted)
+    monkeypatch.setattr(sys, "argv", ["spacy-elmo", "evaluate", "default", str(tmp_path)])
+    try:
+        with pytest.raises(SystemExit) as exited:
+            main()
+    except KeyboardInterrupt:  # escaped main(): not pytest's own Ctrl-C
+        pytest.fail("Ctrl-C escaped main() as a KeyboardInterrupt")
+    assert exited.value.code == 130
+    captured = capsys.readouterr()
+    assert Errors.E_INTERRUPTED.format(command="evaluate") in captured.err
+    assert captured.out == ""
 
