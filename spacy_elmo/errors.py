@@ -1029,6 +1029,11 @@ class Warnings:
         "spacy-elmo: {n_bytes} undecodable byte(s) in {n_files} file(s) were replaced by U+FFFD "
         "(the text is read as UTF-8; re-encode the files to UTF-8 to keep those characters)."
     )
+    W_DEMO_RANDOM_MODEL = (
+        "The bundled default model is not installed (looked in {path}): the demo runs a randomly initialised "
+        "'small' biLM, so its similarities are not meaningful (the mechanics are real). Pass --model MODEL_DIR "
+        "for a trained model, or reinstall spacy-elmo with its data."
+    )
     W_REPLACED_BYTES_TEXT = (
         "{n_bytes:,} undecodable byte(s) replaced by U+FFFD in the text (re-encode it to UTF-8 to keep them)."
     )

@@ -135,3 +135,8 @@ def fail(message: str, status: int = 1, fg: str = typer.colors.RED) -> NoReturn:
     alone): an error, red, status 1; or an interruption (yellow, 130) saying what was kept and how to go on."""
     echo_styled(message, fg=fg, err=True)
     raise typer.Exit(status)
+
+
+def warn(message: str) -> None:
+    """``message``, a warning, in yellow on stderr: stdout stays the command's result alone."""
+    echo_styled(message, fg=typer.colors.YELLOW, err=True)

@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from ..errors import Warnings
-from .app import app, counted, echo_styled, fail, known_device, positive_int, spacy_language
+from .app import app, counted, fail, known_device, positive_int, spacy_language, warn
 
 
 @app.command()
@@ -48,4 +48,4 @@ def evaluate(
     typer.echo(f"tokens {result['n_tokens']:,} in {counted(result['n_sentences'], 'sentence')}; OOV rate {result['oov_rate']:.2%} (vocabulary {result['vocab_size']:,})")
     typer.echo(f"perplexity ({'every sentence alone' if result['mode'] == 'per_sentence' else 'one stream'}): forward {result['perplexity_forward']:.2f}, backward {result['perplexity_backward']:.2f}, mean {result['perplexity']:.2f}")
     if result.get("replaced_bytes"):
-        echo_styled(Warnings.W_REPLACED_BYTES_TEXT.format(n_bytes=result["replaced_bytes"]), fg=typer.colors.YELLOW, err=True)
+        warn(Warnings.W_REPLACED_BYTES_TEXT.format(n_bytes=result["replaced_bytes"]))

@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from ..errors import Errors, Warnings
-from .app import app, counted, echo_styled, fail, positive_int, spacy_language
+from .app import app, counted, fail, positive_int, spacy_language, warn
 
 
 @app.command("fit-state")
@@ -78,4 +78,4 @@ def fit_state(
         return
     typer.echo(f"fitted the initial state of {model_dir} on {counted(len(sentences), 'sentence')}")
     if replaced:
-        echo_styled(Warnings.W_REPLACED_BYTES_TEXT.format(n_bytes=replaced), fg=typer.colors.YELLOW, err=True)
+        warn(Warnings.W_REPLACED_BYTES_TEXT.format(n_bytes=replaced))

@@ -17,8 +17,8 @@ from ..ops import resolve_backend
 from ..ranks import Ranks, torchrun_ranks
 from ..training.data import AUTO_RULE
 from ..training.trainer import BOUNDS, OPTIMIZERS, raised_on_every_rank
-from .app import (COMMAND_LINE, app, checked_by, counted, echo_styled, fail, known_device, non_negative_int, one_of, positive_int,
-                  spacy_language)
+from .app import (COMMAND_LINE, app, checked_by, counted, fail, known_device, non_negative_int, one_of, positive_int,
+                  spacy_language, warn)
 
 
 def _bounded(name: str):
@@ -178,7 +178,7 @@ def _report_end(err: BaseException, stop: _Stop, output_dir: Path, ranks: Ranks)
     signum = stop.signum or (signal.SIGTERM if isinstance(err, _Terminated) else signal.SIGINT)
     if _first_to_stop(ranks):
         message = Errors.E_PRETRAIN_INTERRUPTED if checkpoint_path(output_dir).exists() else Errors.E_PRETRAIN_INTERRUPTED_EARLY
-        echo_styled(message.format(path=output_dir), fg=typer.colors.YELLOW, err=True)
+        warn(message.format(path=output_dir))
     stop.exit(signum, err)
 
 

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from spacy_elmo import BiLM, BiLMConfig
 from spacy_elmo.cli import app, main
-from spacy_elmo.errors import Errors
+from spacy_elmo.errors import Errors, Warnings
 
 from .conftest import TINY, write_corpus
 
@@ -169,3 +169,15 @@ def test_a_real_sigint_ends_the_command_line_with_130(tmp_path, monkeypatch, cap
     assert Errors.E_INTERRUPTED.format(command="evaluate") in captured.err
     assert captured.out == ""
 
+
+# -- warnings ----------------------------------------------------------------------------------
+def test_demo_without_the_bundled_model_warns_on_stderr(tmp_path, monkeypatch):
+    """The demo's warning went to stdout, between its results; every other warning goes to stderr."""
+    monkeypatch.setattr("spacy_elmo.cli.demo.DEFAULT_MODEL_DIR", tmp_path / "not-installed")
+    monkeypatch.setattr("spacy_elmo.cli.demo._tokens_per_second", lambda bilm: 1.0)
+    monkeypatch.setattr("spacy_elmo.cli.demo._pipeline_words_per_second", lambda model_dir: 1.0)
+    result = runner.invoke(app, ["demo", "--threads", "1"])
+    assert result.exit_code == 0, result.output
+    warning = Warnings.W_DEMO_RANDOM_MODEL.format(path=tmp_path / "not-installed")
+    assert warning in result.stderr and warning not in result.stdout
+    assert "random small preset" in result.stdout
