@@ -15,6 +15,15 @@ class _Commands(TyperGroup):
     ends it as theirs: status 130 and a line on stderr, E_INTERRUPTED (typer, 0.15.4 to 0.29, exits with 130
     without a word; click's own main, which typer's replaces, printed "Aborted!" and exited with 1)."""
 
+    def get_command(self, ctx, cmd_name):
+        """The command, its arguments shown (usage line, help, "Missing argument") in capitals, OUTPUT_DIR, as
+        its help and errors.py name them: typer 0.29 shows the parameter's own name, {output_dir}."""
+        command = super().get_command(ctx, cmd_name)
+        for param in getattr(command, "params", ()):
+            if param.param_type_name == "argument" and param.metavar is None:
+                param.metavar = param.name.upper()
+        return command
+
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)

@@ -211,7 +211,7 @@ BAD_OPTIONS = [
      "Could not read the model options"),
     (["export", "{tmp}/no-model", "{tmp}/out", "--format", "onnx"], "--format",
      "Unknown export format 'onnx': use 'allennlp' or 'native'."),
-    (["config", "coref", "{tmp}/out"], "name", "No shipped training config named 'coref'; the configs are: ner, parser, textcat."),
+    (["config", "coref", "{tmp}/out"], "NAME", "No shipped training config named 'coref'; the configs are: ner, parser, textcat."),
     (["pretrain", "{tmp}/no-text", "{tmp}/out", "--device", "tpu"], "--device", UNKNOWN_DEVICE),
     (["evaluate", "{tmp}/no-model", "{tmp}/no-text", "--device", "tpu"], "--device", UNKNOWN_DEVICE),
     (["embed", "{tmp}/no-text", "{tmp}/out", "--device", "tpu"], "--device", UNKNOWN_DEVICE),

@@ -3,10 +3,13 @@ stderr (stdout stays the command's result alone, so ``spacy-elmo config ner > x.
 and its exit status: 1 for an error, 130 for Ctrl-C."""
 
 import errno
+import re
 import signal
 import sys
 
+import click
 import pytest
+import typer
 from typer.testing import CliRunner
 
 from spacy_elmo import BiLM, BiLMConfig
@@ -181,3 +184,32 @@ def test_demo_without_the_bundled_model_warns_on_stderr(tmp_path, monkeypatch):
     warning = Warnings.W_DEMO_RANDOM_MODEL.format(path=tmp_path / "not-installed")
     assert warning in result.stderr and warning not in result.stdout
     assert "random small preset" in result.stdout
+
+
+# -- help and usage errors ---------------------------------------------------------------------
+#: Every command's arguments, as its help, README.md and errors.py name them ("Choose another OUTPUT_DIR").
+ARGUMENTS = {
+    "config": ["NAME", "OUTPUT"],
+    "demo": [],
+    "embed": ["INPUT_PATH", "OUTPUT_PATH"],
+    "evaluate": ["MODEL_DIR", "TEXT_PATH"],
+    "export": ["MODEL_DIR", "OUT_DIR"],
+    "fit-state": ["MODEL_DIR", "TEXT_PATH"],
+    "pretrain": ["TRAIN_PATH", "OUTPUT_DIR"],
+}
+
+
+def test_arguments_are_shown_and_named_in_usage_errors_as_the_messages_name_them():
+    """typer 0.29 showed ``{output_dir}`` in the usage line and said "Missing argument 'output_dir'", while
+    the help and errors.py ask for OUTPUT_DIR."""
+    group = typer.main.get_command(app)
+    assert sorted(group.list_commands(click.Context(group))) == sorted(ARGUMENTS)
+    for command, arguments in ARGUMENTS.items():
+        shown = runner.invoke(app, [command, "--help"], terminal_width=200)
+        assert shown.exit_code == 0, shown.output
+        usage = next(line for line in shown.stdout.splitlines() if "Usage:" in line)
+        assert re.findall(r"\b[A-Z_]{3,}\b", usage.split(command, 1)[1]) == ["OPTIONS", *arguments], usage
+        if arguments:
+            missing = runner.invoke(app, [command])
+            assert missing.exit_code == 2, missing.output
+            assert f"Missing argument '{arguments[0]}'" in missing.stderr, missing.stderr
