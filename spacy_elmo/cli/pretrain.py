@@ -247,10 +247,6 @@ def pretrain(
         ranks = torchrun_ranks()
     except ValueError as err:  # WORLD_SIZE, RANK or LOCAL_RANK set to no rank of a job
         fail(str(err))
-    if max_steps is not None and epochs is not None:
-        raise typer.BadParameter(Errors.E_STEPS_AND_EPOCHS)
-    if keep_freed_memory:
-        keep_freed()
     config = model_config(preset, options) if (preset or options) else None
     cfg = TrainConfig(
         train_path=str(train_path), output_dir=str(output_dir), heldout=str(heldout) if heldout else None, lang=lang,
@@ -260,6 +256,12 @@ def pretrain(
         checkpoint_every=checkpoint_every, state_sentences=state_sentences, sentences=sentences, max_length=max_length, log_every=log_every, threads=threads,
         tokenize_processes=tokenize_processes, progress=progress,
     )
+    try:  # options that do not go together (--max-steps with --epochs, --unroll with --sentences, --init with
+        cfg.validate()  # --preset): a usage error, as an option's value is, not a failed run
+    except ValueError as err:
+        raise typer.BadParameter(str(err)) from err
+    if keep_freed_memory:
+        keep_freed()
     with _signals_stop_the_run(command_line=ctx.obj == COMMAND_LINE) as stop:
         try:
             summary = train(cfg, on_step=stop.check)
