@@ -115,6 +115,8 @@ def non_negative_int(value: int) -> int:
 #: Option callback of --device: a usage error (exit 2) naming the option for a device torch does not
 #: know or this machine lacks (``tpu``, ``cuda`` without CUDA, ``cuda:99``), before any model or text is read.
 known_device = checked_by(torch_device, (RuntimeError,))
+#: --device's help, every command's: what known_device accepts.
+DEVICE_HELP = "cpu, cuda (the current GPU), cuda:N (GPU N) or mps (Apple GPU)."
 
 def spacy_language(value: str) -> str:
     """Option callback of --lang: a usage error (exit 2) naming the option unless spaCy has language

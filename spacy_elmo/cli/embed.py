@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from ..errors import Errors
-from .app import app, counted, fail, known_device, non_negative_int, positive_int, spacy_language
+from .app import DEVICE_HELP, app, counted, fail, known_device, non_negative_int, positive_int, spacy_language
 
 
 def _layer_mode(value: str) -> str:
@@ -35,7 +35,7 @@ def embed(
     max_tokens: int = typer.Option(10_000, callback=positive_int, help="Longest line accepted, in tokens."),
     cache_size: int = typer.Option(50_000, callback=non_negative_int,
                                    help="Token vectors kept for reuse (0: encode every token)."),
-    device: str = typer.Option("cpu", callback=known_device, help="cpu or cuda."),
+    device: str = typer.Option("cpu", callback=known_device, help=DEVICE_HELP),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace OUTPUT_PATH if it exists."),
     restart: bool = typer.Option(False, "--restart", help="Drop the parts of an earlier, unfinished run."),
 ) -> None:

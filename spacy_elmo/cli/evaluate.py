@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from ..errors import Warnings
-from .app import app, counted, fail, known_device, positive_int, spacy_language, warn
+from .app import DEVICE_HELP, app, counted, fail, known_device, positive_int, spacy_language, warn
 
 
 @app.command()
@@ -16,7 +16,7 @@ def evaluate(
     text_path: Path = typer.Argument(..., help="A UTF-8 text file (plain, .gz, .bz2 or .xz) or a directory of them."),
     lang: Optional[str] = typer.Option(None, callback=spacy_language, help="spaCy language (default: the one the model was trained with, else en)."),
     batch_size: int = typer.Option(32, callback=positive_int, help="Rows evaluated together."),
-    device: str = typer.Option("cpu", callback=known_device, help="cpu or cuda."),
+    device: str = typer.Option("cpu", callback=known_device, help=DEVICE_HELP),
     per_sentence: Optional[bool] = typer.Option(
         None, "--per-sentence/--stream",
         help="Read every sentence alone from the model's initial state (what a pipeline sees), or the text as "

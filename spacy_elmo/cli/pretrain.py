@@ -17,7 +17,7 @@ from ..ops import resolve_backend
 from ..ranks import Ranks, torchrun_ranks
 from ..training.data import AUTO_RULE
 from ..training.trainer import BOUNDS, OPTIMIZERS, raised_on_every_rank
-from .app import (COMMAND_LINE, app, checked_by, counted, fail, known_device, non_negative_int, one_of, positive_int,
+from .app import (COMMAND_LINE, DEVICE_HELP, app, checked_by, counted, fail, known_device, non_negative_int, one_of, positive_int,
                   spacy_language, warn)
 
 
@@ -217,7 +217,7 @@ def pretrain(
     clip: float = typer.Option(10.0, callback=_bounded("clip"), help="Global gradient-norm clip."),
     seed: int = typer.Option(0, callback=non_negative_int, help="Random seed (data order, init, sampling, dropout)."),
     resume: bool = typer.Option(False, help="Continue the run in OUTPUT_DIR from its checkpoint, exactly."),
-    device: str = typer.Option("cpu", callback=known_device, help="cpu or cuda (bf16 autocast on cuda)."),
+    device: str = typer.Option("cpu", callback=known_device, help=f"{DEVICE_HELP} CUDA trains with bf16 autocast."),
     backend: str = typer.Option("auto", callback=checked_by(resolve_backend, (ValueError, RuntimeError)),
                                 help="Kernels: auto, fused or reference (fused needs the compiled kernels)."),
     checkpoint_every: int = typer.Option(1000, callback=positive_int, help="Checkpoint (and save the model) every N steps."),

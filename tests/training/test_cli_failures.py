@@ -213,3 +213,19 @@ def test_arguments_are_shown_and_named_in_usage_errors_as_the_messages_name_them
             missing = runner.invoke(app, [command])
             assert missing.exit_code == 2, missing.output
             assert f"Missing argument '{arguments[0]}'" in missing.stderr, missing.stderr
+
+
+def test_device_help_lists_what_the_option_accepts():
+    """--device's help said "cpu or cuda." while the option takes cuda:N and mps too (E_UNKNOWN_DEVICE lists them)."""
+    forms = ["cpu", "cuda", "cuda:N", "mps"]
+    assert all(form in Errors.E_UNKNOWN_DEVICE for form in forms)
+    group = typer.main.get_command(app)
+    ctx = click.Context(group)
+    with_device = {}
+    for name in group.list_commands(ctx):
+        for param in group.get_command(ctx, name).params:
+            if param.name == "device":
+                with_device[name] = param.help
+    assert sorted(with_device) == ["embed", "evaluate", "pretrain"]
+    for name, help_text in with_device.items():
+        assert all(re.search(rf"(^|\s){re.escape(form)}\b", help_text) for form in forms), (name, help_text)
