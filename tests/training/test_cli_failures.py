@@ -39,58 +39,46 @@ def ended(result, status: int, message: str) -> None:
     assert result.stdout == "", result.stdout
 
 
+def _no_model(command, *args):
+    """A case: ``command ARGS``, MODEL in ARGS a model directory that does not exist."""
+
+    def case(tmp_path, monkeypatch):
+        missing = tmp_path / "missing"
+        filled = [str(missing) if arg == "MODEL" else arg.format(tmp=tmp_path) for arg in args]
+        return [command, *filled], Errors.E_MODEL_PATH_MISSING.format(path=missing)
+
+    return case
+
+
+def _unwritable(where, message, command, *args):
+    """A case: ``command ARGS OUT`` whose write (``where``) of OUT fails with READ_ONLY, said by ``message``."""
+
+    def case(tmp_path, monkeypatch):
+        monkeypatch.setattr(where, _raise(READ_ONLY))
+        out = tmp_path / "out"
+        return [command, *args, str(out)], message.format(path=out, error=READ_ONLY)
+
+    return case
+
+
 def _config_dir(tmp_path, monkeypatch):
     return ["config", "ner", str(tmp_path)], Errors.E_CONFIG_IS_DIR.format(path=tmp_path, example=tmp_path / "ner.cfg")
 
 
-def _config_exists(tmp_path, monkeypatch):
-    existing = tmp_path / "ner.cfg"
-    existing.write_text("mine\n", encoding="utf-8")
-    return ["config", "ner", str(existing)], Errors.E_CONFIG_EXISTS.format(path=existing)
+def _a_file_there(message, command, *args):
+    """A case: ``command ARGS OUT``, OUT a file already (config's output, export's directory)."""
 
+    def case(tmp_path, monkeypatch):
+        existing = tmp_path / "out"
+        existing.write_text("mine\n", encoding="utf-8")
+        return [command, *args, str(existing)], message.format(path=existing)
 
-def _config_write(tmp_path, monkeypatch):
-    monkeypatch.setattr("spacy_elmo.cli.config.atomic_write_text", _raise(READ_ONLY))
-    out = tmp_path / "ner.cfg"
-    return ["config", "ner", str(out)], Errors.E_CONFIG_WRITE.format(path=out, error=READ_ONLY)
-
-
-def _demo(tmp_path, monkeypatch):
-    missing = tmp_path / "missing"
-    return ["demo", "--model", str(missing)], Errors.E_MODEL_PATH_MISSING.format(path=missing)
+    return case
 
 
 def _embed(tmp_path, monkeypatch):
     missing = tmp_path / "missing.txt"
     return ["embed", str(missing), str(tmp_path / "out.h5")], Errors.E_EMBED_INPUT_MISSING.format(path=missing)
-
-
-def _evaluate(tmp_path, monkeypatch):
-    missing = tmp_path / "missing"
-    text = write_corpus(tmp_path / "text.txt", 10)
-    return ["evaluate", str(missing), str(text)], Errors.E_MODEL_PATH_MISSING.format(path=missing)
-
-
-def _export_load(tmp_path, monkeypatch):
-    missing = tmp_path / "missing"
-    return ["export", str(missing), str(tmp_path / "out")], Errors.E_MODEL_PATH_MISSING.format(path=missing)
-
-
-def _export_not_a_dir(tmp_path, monkeypatch):
-    out = tmp_path / "out"
-    out.write_text("a file\n", encoding="utf-8")
-    return ["export", "default", str(out)], Errors.E_EXPORT_NOT_A_DIR.format(path=out)
-
-
-def _export_write(tmp_path, monkeypatch):
-    monkeypatch.setattr("spacy_elmo.cli.export.replace_dir", _raise(READ_ONLY))
-    out = tmp_path / "out"
-    return ["export", "default", str(out)], Errors.E_EXPORT_WRITE.format(path=out, error=READ_ONLY)
-
-
-def _fit_state_load(tmp_path, monkeypatch):
-    missing = tmp_path / "missing"
-    return ["fit-state", str(missing), "--clear"], Errors.E_MODEL_PATH_MISSING.format(path=missing)
 
 
 def _fit_state_write(tmp_path, monkeypatch):
@@ -112,13 +100,26 @@ def _pretrain_run(tmp_path, monkeypatch):
     return ["pretrain", str(missing), str(tmp_path / "out"), "--no-progress"], Errors.E_TRAIN_PATH_MISSING.format(path=missing)
 
 
-FAILURES = [_config_dir, _config_exists, _config_write, _demo, _embed, _evaluate, _export_load, _export_not_a_dir,
-            _export_write, _fit_state_load, _fit_state_write, _pretrain_environment, _pretrain_run]
+FAILURES = {
+    "config-dir": _config_dir,
+    "config-exists": _a_file_there(Errors.E_CONFIG_EXISTS, "config", "ner"),
+    "config-write": _unwritable("spacy_elmo.cli.config.atomic_write_text", Errors.E_CONFIG_WRITE, "config", "ner"),
+    "demo": _no_model("demo", "--model", "MODEL"),
+    "embed": _embed,
+    "evaluate": _no_model("evaluate", "MODEL", "{tmp}/text.txt"),
+    "export-load": _no_model("export", "MODEL", "{tmp}/out"),
+    "export-not-a-dir": _a_file_there(Errors.E_EXPORT_NOT_A_DIR, "export", "default"),
+    "export-write": _unwritable("spacy_elmo.cli.export.replace_dir", Errors.E_EXPORT_WRITE, "export", "default"),
+    "fit-state-load": _no_model("fit-state", "MODEL", "--clear"),
+    "fit-state-write": _fit_state_write,
+    "pretrain-environment": _pretrain_environment,
+    "pretrain-run": _pretrain_run,
+}
 
 
-@pytest.mark.parametrize("failure", FAILURES, ids=[f.__name__[1:] for f in FAILURES])
+@pytest.mark.parametrize("failure", sorted(FAILURES))
 def test_every_command_fails_with_its_message_on_stderr_and_status_1(tmp_path, monkeypatch, failure):
-    args, message = failure(tmp_path, monkeypatch)
+    args, message = FAILURES[failure](tmp_path, monkeypatch)
     ended(runner.invoke(app, args), 1, message)
 
 
