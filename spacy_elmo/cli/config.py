@@ -26,12 +26,14 @@ def config(
         sys.stdout.flush()
         return
     path = Path(output)
-    if path.is_dir():
-        fail(Errors.E_CONFIG_IS_DIR.format(path=path, example=path / f"{name}.cfg"))
-    if path.exists() and not force:
-        fail(Errors.E_CONFIG_EXISTS.format(path=path))
     try:
+        if path.is_dir():
+            fail(Errors.E_CONFIG_IS_DIR.format(path=path, example=path / f"{name}.cfg"))
+        if path.exists() and not force:
+            fail(Errors.E_CONFIG_EXISTS.format(path=path))
         atomic_write_text(path, text)
-    except OSError as err:  # a read-only directory, a file where a directory belongs, a full disk
+    # a read-only directory, a file where a directory belongs, a full disk; and before the write, a path that
+    # cannot be looked at (a directory this account may not enter, a name too long): is_dir() raises those
+    except OSError as err:
         fail(Errors.E_CONFIG_WRITE.format(path=path, error=err))
     typer.echo(f"wrote {path}")

@@ -25,8 +25,13 @@ def export(
 
     try:
         check_output_dir(out_dir, overwrite)
+    except FileExistsError as err:  # OUT_DIR a file, or not empty without --overwrite
+        fail(str(err))
+    except OSError as err:  # OUT_DIR cannot be looked at (a directory this account may not enter, a name too long)
+        fail(Errors.E_EXPORT_WRITE.format(path=out_dir, error=err))
+    try:
         bilm, softmax, vocab, provenance = load_pretrained(model_dir, backend="reference")
-    except (ValueError, FileNotFoundError, FileExistsError) as err:
+    except (ValueError, OSError) as err:
         fail(str(err))
 
     def write(tmp: Path) -> None:

@@ -3,6 +3,7 @@ stderr (stdout stays the command's result alone, so ``spacy-elmo config ner > x.
 and its exit status: 1 for an error, 130 for Ctrl-C."""
 
 import errno
+import os
 import re
 import signal
 import sys
@@ -61,6 +62,19 @@ def _unwritable(where, message, command, *args):
     return case
 
 
+def _unreachable(message, command, *args):
+    """A case: ``command ARGS OUT``, OUT a path the system cannot look at (its name too long; for another
+    account than root, a directory it may not enter is the same), said by ``message`` with the stat's error."""
+
+    def case(tmp_path, monkeypatch):
+        out = tmp_path / ("x" * 300)
+        with pytest.raises(OSError) as stat:
+            os.stat(out)
+        return [command, *args, str(out)], message.format(path=out, error=stat.value)
+
+    return case
+
+
 def _config_dir(tmp_path, monkeypatch):
     return ["config", "ner", str(tmp_path)], Errors.E_CONFIG_IS_DIR.format(path=tmp_path, example=tmp_path / "ner.cfg")
 
@@ -103,12 +117,14 @@ def _pretrain_run(tmp_path, monkeypatch):
 FAILURES = {
     "config-dir": _config_dir,
     "config-exists": _a_file_there(Errors.E_CONFIG_EXISTS, "config", "ner"),
+    "config-unreachable": _unreachable(Errors.E_CONFIG_WRITE, "config", "ner"),
     "config-write": _unwritable("spacy_elmo.cli.config.atomic_write_text", Errors.E_CONFIG_WRITE, "config", "ner"),
     "demo": _no_model("demo", "--model", "MODEL"),
     "embed": _embed,
     "evaluate": _no_model("evaluate", "MODEL", "{tmp}/text.txt"),
     "export-load": _no_model("export", "MODEL", "{tmp}/out"),
     "export-not-a-dir": _a_file_there(Errors.E_EXPORT_NOT_A_DIR, "export", "default"),
+    "export-unreachable": _unreachable(Errors.E_EXPORT_WRITE, "export", "default"),
     "export-write": _unwritable("spacy_elmo.cli.export.replace_dir", Errors.E_EXPORT_WRITE, "export", "default"),
     "fit-state-load": _no_model("fit-state", "MODEL", "--clear"),
     "fit-state-write": _fit_state_write,
