@@ -19,7 +19,10 @@ from spacy_elmo.errors import Errors, Warnings
 
 from .conftest import TINY, write_corpus
 
-runner = CliRunner()
+try:
+    runner = CliRunner(mix_stderr=False)  # click < 8.2 (typer 0.15.4) mixes stderr into stdout unless told
+except TypeError:  # click 8.2 and typer's own copy of it keep them apart always
+    runner = CliRunner()
 
 #: A write error with a known text, where the real one names a temporary file.
 READ_ONLY = OSError(errno.EROFS, "Read-only file system")
