@@ -796,6 +796,9 @@ class Errors:
         "Give a file path such as {example}, or - for stdout."
     )
     E_CONFIG_WRITE = "Could not write {path}: {error}. Choose a writable OUTPUT, or - for stdout."
+    E_INTERRUPTED = (
+        "Interrupted: `spacy-elmo {command}` stopped before it finished. Rerun the same command for its result."
+    )
     E_STDOUT = (
         "Could not write the output to stdout: {error}. Redirect stdout to a file on a disk with free space "
         "(config can also write the file itself: name it as OUTPUT)."
@@ -1025,6 +1028,11 @@ class Warnings:
     W_REPLACED_BYTES = (
         "spacy-elmo: {n_bytes} undecodable byte(s) in {n_files} file(s) were replaced by U+FFFD "
         "(the text is read as UTF-8; re-encode the files to UTF-8 to keep those characters)."
+    )
+    W_DEMO_RANDOM_MODEL = (
+        "The bundled default model is not installed (looked in {path}): the demo runs a randomly initialised "
+        "'small' biLM, so its similarities are not meaningful (the mechanics are real). Pass --model MODEL_DIR "
+        "for a trained model, or reinstall spacy-elmo with its data."
     )
     W_REPLACED_BYTES_TEXT = (
         "{n_bytes:,} undecodable byte(s) replaced by U+FFFD in the text (re-encode it to UTF-8 to keep them)."
