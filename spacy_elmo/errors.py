@@ -235,6 +235,11 @@ class Errors:
         "{path} could not be read ({error}). It must be a readable file: give this account read permission "
         "(chmod), or restore it from the original model directory."
     )
+    E_MODEL_FILE_IS_DIR = (
+        "{path} is a directory, but the model's {name} is a file: a directory of that name stands where the "
+        "file belongs. Move that directory out of the way and put the model's {name} file there (copy it from "
+        "the original model directory)."
+    )
     # No final full stop: callers embed it as the ``{error}`` of their own message, as an OSError's text.
     E_SAFETENSORS_WRITE = (
         "could not write {path} ({error}); check that its directory exists and is writable and that the disk has room"
