@@ -497,6 +497,15 @@ class Errors:
         "source = PIPELINE), or set [initialize.components.{upstream}.weights_loader] path (--paths.elmo) to "
         "those weights; or train '{component}' anew instead of sourcing it."
     )
+    E_LISTENER_BUILT_UPON = (
+        "'{component}' was initialized on the layers of '{upstream}' ({nL} layers of width {nO}): its layers "
+        "after the ELMo listener are sized for them, but the weights being loaded ({source}) have {layers} "
+        "layers of width {width}, which they cannot read. Refused; '{upstream}' keeps its weights. Load "
+        "weights of width {nO} with {nL} layers, or give '{component}' layers sized for the new ones (it "
+        "cannot be re-initialized in place: thinc keeps the sizes of trained layers): remove it "
+        "(nlp.remove_pipe('{component}')), load the weights, then add it anew and initialize and train it "
+        "(or train the pipeline anew: spacy train with --paths.elmo naming the new weights)."
+    )
     E_LISTENER_NEEDS_ALL = (
         "The '{name}' component stores {store!r} but '{component}' listens to it and "
         "needs all layers: set store = \"all\" on '{name}'."

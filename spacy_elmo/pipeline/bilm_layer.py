@@ -134,8 +134,12 @@ _CHECKS: "weakref.WeakKeyDictionary[ElmoRunner, Callable[[BiLM, str], None]]" = 
 @contextlib.contextmanager
 def weights_checked(model: Model, check: Callable[[BiLM, str], None]):
     """Within: ``check(bilm, source)`` runs on weights that ``model.from_bytes`` reads, before they replace
-    the model's own (an error it raises leaves those in place, with their caches)."""
+    the model's own (an error it raises leaves those in place, with their caches). The model's sizes are
+    unset on entry, so that weights of another shape reach the check (thinc's ``from_bytes`` refuses to
+    change a size once set, before it reads any weights): a :class:`ModelSettings` taken first puts them back."""
     runner = get_runner(model)
+    for name in ("nO", "nL"):
+        model._dims[name] = None  # the key stays (serving threads read the dims without a lock)
     _CHECKS[runner] = check
     try:
         yield

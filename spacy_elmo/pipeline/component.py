@@ -56,7 +56,7 @@ from .bilm_layer import (
 from .callers import runs
 from .doc_data import ELMO_ATTR, install_extensions, install_hooks, set_doc_data
 from .layer_cache import MB
-from .listener import ElmoListener
+from .listener import BUILT_UPON, ElmoListener
 from .loaders import WeightsLoader, load_weights, weights_target
 
 STORE_CHOICES = ("all", "mix", "none")
@@ -498,9 +498,11 @@ class ElmoComponent(TrainablePipe):
         saved_cfg: bool = False,
     ) -> None:
         """Raise unless ``listener`` can read the layers of ``bilm`` (None: not loaded yet): all layers stored,
-        a configured width equal to its width, and sizes from elsewhere (its component loaded or sourced, so
-        trained on a biLM of that shape) equal to its own. ``saved_cfg``: the cfg was just loaded (from_bytes /
-        from_disk), the store comes from the saved data, and a refusal puts this component's back."""
+        a configured width equal to its width, and sizes it has equal to its own, unless this component set
+        them and nothing was built on them yet: sizes from elsewhere (its component loaded or sourced, so
+        trained on a biLM of that shape), or ones the layers after it were sized for (:attr:`built_upon`:
+        its component initialized) stay. ``saved_cfg``: the cfg was just loaded (from_bytes / from_disk), the
+        store comes from the saved data, and a refusal puts this component's back."""
         if self.cfg["store"] != "all":
             error = Errors.E_SAVED_STORE_NOT_ALL if saved_cfg else Errors.E_LISTENER_NEEDS_ALL
             raise ValueError(error.format(name=self.name, store=self.cfg["store"], component=component_name))
@@ -512,20 +514,20 @@ class ElmoComponent(TrainablePipe):
             raise ValueError(
                 Errors.E_LISTENER_WIDTH.format(component=component_name, width=configured, upstream=self.name, expected=width)
             )
-        trained = (listener.maybe_get_dim("nL"), listener.maybe_get_dim("nO"))
-        if (
-            getattr(listener, "sized_by", None) != id(self)  # sizes it was loaded with, or set by another pipeline's upstream
-            and None not in trained
-            and trained != (bilm.config.n_output_layers, width)
-        ):
-            raise ValueError(
-                Errors.E_LISTENER_OTHER_BILM.format(
-                    component=component_name, nL=trained[0], nO=trained[1], upstream=self.name,
-                    source=source, layers=bilm.config.n_output_layers, width=width,
-                )
-            )
+        trained, layers = listener.sizes, bilm.config.n_output_layers
+        if None in trained or trained == (layers, width):
+            return
+        sizes = dict(component=component_name, nL=trained[0], nO=trained[1], upstream=self.name, source=source,
+                     layers=layers, width=width)
+        if getattr(listener, "sized_by", None) != id(self):  # sizes it was loaded with, or set by another pipeline's upstream
+            raise ValueError(Errors.E_LISTENER_OTHER_BILM.format(**sizes))
+        if listener.built_upon:
+            raise ValueError(Errors.E_LISTENER_BUILT_UPON.format(**sizes))
 
     def _size_listener(self, listener: ElmoListener, bilm: BiLM) -> None:
+        if getattr(listener, "sized_by", None) != id(self) and None not in listener.sizes:
+            # sizes from elsewhere (:meth:`_check_listener`), of a component saved before BUILT_UPON was: trained on them
+            listener.attrs[BUILT_UPON] = True
         listener.set_dim("nO", bilm.config.output_dim, force=True)
         listener.set_dim("nL", bilm.config.n_output_layers, force=True)
         listener.sized_by = id(self)
@@ -745,3 +747,6 @@ class ElmoComponent(TrainablePipe):
             check(bilm, self.source or "")  # also when only the cfg was loaded (exclude=["model"])
             bilm.requires_grad_(not self.cfg["frozen"])
             set_bilm(self.model, bilm, self.source or "")
+            for listener in self.listeners:  # those it sized (checked: nothing built on them), not yet loaded ones
+                if getattr(listener, "sized_by", None) == id(self):
+                    self._size_listener(listener, bilm)
