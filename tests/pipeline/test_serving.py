@@ -445,6 +445,42 @@ def test_weights_of_another_width_are_accepted_before_the_listening_component_is
 
 
 @pytest.mark.parametrize("how", ["from_bytes", "from_disk"])
+@pytest.mark.parametrize("shape", ["same shape", "other width"])
+def test_a_vocab_that_fails_to_be_set_puts_the_weights_back(tiny_dir, tmp_path, monkeypatch, how, shape):
+    """A saved vocab that reads into a vocab of its own but fails while the shared one is set (here its
+    lookups) was set after the weights were accepted and put in: the component kept the new weights, cfg
+    and sizes. The error surfaces as raised, and weights, cfg and settings are the old ones."""
+    torch.manual_seed(6)
+    BiLM(BiLMConfig(**{**TINY, **({} if shape == "same shape" else {"projection_dim": 6})})).save(tmp_path / "new")
+    saved = _elmo_pipeline(tmp_path / "new")
+    saved.get_pipe("elmo").cfg["mix"] = [1.0, 0.0, 0.0]
+    saved("Loaded .")
+    saved.get_pipe("elmo").to_disk(tmp_path / "saved")
+    load = {
+        "from_bytes": lambda elmo, data=saved.get_pipe("elmo").to_bytes(): elmo.from_bytes(data),
+        "from_disk": lambda elmo: elmo.from_disk(tmp_path / "saved"),
+    }[how]
+    nlp = _elmo_pipeline(tiny_dir)
+    elmo = nlp.get_pipe("elmo")
+    text = "Alice went to the river bank ."
+    before, cfg, source, bilm = _layers([nlp(text)]), copy.deepcopy(elmo.cfg), elmo.source, get_runner(elmo.model).bilm
+    dims = dict(elmo.model._dims)
+
+    def broken(*args, **kwargs):
+        raise OSError("lookups could not be set")
+
+    monkeypatch.setattr(nlp.vocab.lookups, "from_bytes", broken)
+    with pytest.raises(OSError, match="lookups could not be set"):
+        load(elmo)
+    assert get_runner(elmo.model).bilm is bilm and elmo.source == source and elmo.cfg == cfg
+    assert dict(elmo.model._dims) == dims
+    numpy.testing.assert_array_equal(_layers([nlp(text)])[0], before[0])
+    monkeypatch.undo()
+    load(elmo)  # set, it loads
+    assert elmo.cfg["mix"] == [1.0, 0.0, 0.0] and not _all_close(_layers([nlp(text)]), before)
+
+
+@pytest.mark.parametrize("how", ["from_bytes", "from_disk"])
 def test_refused_load_leaves_the_vocab(tiny_dir, tmp_path, how):
     """The shared vocab (vectors, strings) is left as it was by a refused from_bytes / from_disk (spaCy loads it
     before the model: it was replaced, the vectors emptied), and loaded by one accepted."""
