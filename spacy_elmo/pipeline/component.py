@@ -517,12 +517,16 @@ class ElmoComponent(TrainablePipe):
         trained, layers = listener.sizes, bilm.config.n_output_layers
         if None in trained or trained == (layers, width):
             return
-        sizes = dict(component=component_name, nL=trained[0], nO=trained[1], upstream=self.name, source=source,
-                     layers=layers, width=width)
-        if getattr(listener, "sized_by", None) != id(self):  # sizes it was loaded with, or set by another pipeline's upstream
-            raise ValueError(Errors.E_LISTENER_OTHER_BILM.format(**sizes))
-        if listener.built_upon:
-            raise ValueError(Errors.E_LISTENER_BUILT_UPON.format(**sizes))
+        own = getattr(listener, "sized_by", None) == id(self)  # else loaded with them, or set by another pipeline's upstream
+        if own and not listener.built_upon:
+            return  # resized with the weights
+        refusal = Errors.E_LISTENER_BUILT_UPON if own else Errors.E_LISTENER_OTHER_BILM
+        raise ValueError(
+            refusal.format(
+                component=component_name, nL=trained[0], nO=trained[1], upstream=self.name, source=source,
+                layers=layers, width=width,
+            )
+        )
 
     def _size_listener(self, listener: ElmoListener, bilm: BiLM) -> None:
         if getattr(listener, "sized_by", None) != id(self) and None not in listener.sizes:
