@@ -8,6 +8,7 @@ from typer.core import TyperGroup
 
 from ..device import torch_device
 from ..errors import Errors
+from ..ranks import printing_ranks
 
 
 class _Commands(TyperGroup):
@@ -20,7 +21,7 @@ class _Commands(TyperGroup):
         its help and errors.py name them: typer 0.29 shows the parameter's own name, {output_dir}."""
         command = super().get_command(ctx, cmd_name)
         for param in getattr(command, "params", ()):
-            if param.param_type_name == "argument" and param.metavar is None:
+            if param.param_type_name == "argument" and param.metavar is None and _shown_lowercase(param, ctx):
                 param.metavar = param.name.upper()
         return command
 
@@ -28,7 +29,17 @@ class _Commands(TyperGroup):
         try:
             return super().invoke(ctx)
         except KeyboardInterrupt:
+            if ctx.obj == COMMAND_LINE and ctx.invoked_subcommand == "pretrain" and printing_ranks().rank != 0:
+                # Under torchrun every process gets the Ctrl-C: rank 0 says it once, as pretrain's own stops.
+                raise typer.Exit(130)
             fail(Errors.E_INTERRUPTED.format(command=ctx.invoked_subcommand), status=130, fg=typer.colors.YELLOW)
+
+
+def _shown_lowercase(param, ctx) -> bool:
+    """Whether typer shows argument ``param`` by its own, lowercase name: typer 0.29's (``display_name_raw``),
+    which brackets or braces whatever name it shows. Older typer (0.15) shows ``MODEL_DIR``, or ``[TEXT_PATH]``
+    when optional, itself, and an explicit metavar there would lose the brackets."""
+    return hasattr(param, "display_name_raw")
 
 
 app = typer.Typer(

@@ -168,8 +168,23 @@ def test_ctrl_c_in_embed_says_what_it_kept(tmp_path, monkeypatch):
     text = write_corpus(tmp_path / "text.txt", 10)
     out = tmp_path / "out.h5"
     monkeypatch.setattr("spacy_elmo.embedding.check_paths", _raise(KeyboardInterrupt()))
-    ended(runner.invoke(app, ["embed", str(text), str(out)]), 130,
-          Errors.E_EMBED_INTERRUPTED_EARLY.format(parts=tmp_path / "out.h5.parts"))
+    result = runner.invoke(app, ["embed", str(text), str(out)])
+    ended(result, 130, Errors.E_EMBED_INTERRUPTED_EARLY.format(parts=tmp_path / "out.h5.parts"))
+    assert Errors.E_INTERRUPTED.format(command="embed") not in result.stderr  # said once, by embed
+
+
+def test_ctrl_c_in_pretrain_on_another_rank_exits_130_unsaid(tmp_path, monkeypatch, capsys):
+    """Under torchrun every process gets the Ctrl-C: rank 0 says it stopped, the others exit quietly."""
+    where, args = INTERRUPTED["pretrain"]
+    monkeypatch.setattr(where, _raise(KeyboardInterrupt()))
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setattr(sys, "argv", ["spacy-elmo", "pretrain", *args(tmp_path)])
+    with pytest.raises(SystemExit) as exited:
+        main()
+    assert exited.value.code == 130
+    assert capsys.readouterr().err == ""
 
 
 def test_a_real_sigint_ends_the_command_line_with_130(tmp_path, monkeypatch, capsys):
@@ -179,14 +194,17 @@ def test_a_real_sigint_ends_the_command_line_with_130(tmp_path, monkeypatch, cap
         signal.raise_signal(signal.SIGINT)  # Python's own handler: KeyboardInterrupt
         raise AssertionError("the signal was not delivered")
 
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     monkeypatch.setattr("spacy_elmo.training.evaluate.evaluate_model_dir", interrupted)
     monkeypatch.setattr(sys, "argv", ["spacy-elmo", "evaluate", "default", str(tmp_path)])
+    # Python's own handler, as in a terminal: a shell's background job (`pytest &`) starts with SIGINT ignored
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with pytest.raises(SystemExit) as exited:
             main()
     except KeyboardInterrupt:  # escaped main(): not pytest's own Ctrl-C
         pytest.fail("Ctrl-C escaped main() as a KeyboardInterrupt")
+    finally:
+        signal.signal(signal.SIGINT, before)
     assert exited.value.code == 130
     captured = capsys.readouterr()
     assert Errors.E_INTERRUPTED.format(command="evaluate") in captured.err
@@ -209,12 +227,12 @@ def test_demo_without_the_bundled_model_warns_on_stderr(tmp_path, monkeypatch):
 # -- help and usage errors ---------------------------------------------------------------------
 #: Every command's arguments, as its help, README.md and errors.py name them ("Choose another OUTPUT_DIR").
 ARGUMENTS = {
-    "config": ["NAME", "OUTPUT"],
+    "config": ["NAME", "[OUTPUT]"],
     "demo": [],
     "embed": ["INPUT_PATH", "OUTPUT_PATH"],
     "evaluate": ["MODEL_DIR", "TEXT_PATH"],
     "export": ["MODEL_DIR", "OUT_DIR"],
-    "fit-state": ["MODEL_DIR", "TEXT_PATH"],
+    "fit-state": ["MODEL_DIR", "[TEXT_PATH]"],
     "pretrain": ["TRAIN_PATH", "OUTPUT_DIR"],
 }
 
@@ -228,7 +246,9 @@ def test_arguments_are_shown_and_named_in_usage_errors_as_the_messages_name_them
         shown = runner.invoke(app, [command, "--help"], terminal_width=200)
         assert shown.exit_code == 0, shown.output
         usage = next(line for line in shown.stdout.splitlines() if "Usage:" in line)
-        assert re.findall(r"\b[A-Z_]{3,}\b", usage.split(command, 1)[1]) == ["OPTIONS", *arguments], usage
+        # a required argument bare or in braces (typer 0.29), an optional one in brackets (every typer)
+        shown_arguments = re.findall(r"[\[{]?\b[A-Z_]{3,}\b[\]}]?", usage.split(command, 1)[1])
+        assert [name.strip("{}") for name in shown_arguments] == ["[OPTIONS]", *arguments], usage
         if arguments:
             missing = runner.invoke(app, [command])
             assert missing.exit_code == 2, missing.output
