@@ -1059,6 +1059,12 @@ class Warnings:
         "with `replace_listeners` to give them their own copy of it). To keep the sourced biLM, set "
         "--paths.elmo {source}."
     )
+    W_ELMO_WEIGHTS_TWICE = (
+        "spacy-elmo: the '{name}' component's weights setting ({weights!r}) is not loaded: "
+        "[initialize.components.{name}.weights_loader] names {requested!r} (--paths.elmo in the shipped configs), "
+        "and the loader wins at initialization. Name the weights in one place: leave --paths.elmo empty to load "
+        "[components.{name}] weights, or set weights = null."
+    )
     W_ELMO_V1_LAYER_CACHE = (
         "spacy-elmo: this pipeline's elmo model (spacy_elmo.ElmoBiLM.v1, as saved before the layer cache "
         "became a training-run setting) has layer_cache_mb = {value}, so it keeps a cache of up to {value} MB "

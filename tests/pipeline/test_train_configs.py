@@ -247,6 +247,32 @@ def test_sourced_elmo_with_other_requested_weights_warns_once(corpus_dir, tiny_d
             assert ours == []
 
 
+def test_component_weights_load_when_paths_elmo_is_empty(corpus_dir, tiny_dir, tmp_path):
+    """[components.elmo] weights = DIR (the setting nlp.add_pipe("elmo", config={"weights": ...}) takes) in a
+    shipped config, --paths.elmo left out: spacy train loaded the bundled default model instead, silently,
+    and saved a pipeline whose config still said DIR. An empty loader path now defers to the component's
+    weights; both set to other weights: the loader's load, with a warning naming both."""
+    torch.manual_seed(1)
+    BiLM(BiLMConfig(**TINY)).save(tmp_path / "other")
+    for paths_elmo, weights, runs, warns in (
+        ("", tiny_dir, tiny_dir, False),
+        (tiny_dir, tiny_dir, tiny_dir, False),
+        (tmp_path / "other", tiny_dir, tmp_path / "other", True),
+    ):
+        config = _config("ner.cfg", corpus_dir, paths_elmo, {"components.elmo.weights": str(weights)})
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            nlp = init_nlp(config)
+        ours = [str(w.message) for w in caught if "is not loaded" in str(w.message)]
+        assert nlp.get_pipe("elmo").source == str(runs)
+        loaded = get_bilm(nlp.get_pipe("elmo").model).state_dict()
+        assert all(torch.equal(v, BiLM.load(runs).state_dict()[k]) for k, v in loaded.items())
+        if warns:
+            assert len(ours) == 1 and f"({str(weights)!r})" in ours[0] and repr(str(runs)) in ours[0], ours
+        else:
+            assert ours == []
+
+
 def test_sourced_elmo_warns_in_init_nlp_only_not_when_an_assembled_pipeline_loads(corpus_dir, tiny_dir, first, tmp_path):
     """spacy assemble (load_model_from_config, to_disk) keeps spaCy's list of sourced components in the saved
     meta.json: every spacy.load of that pipeline, and every add_pipe after it, relinked it and warned that
