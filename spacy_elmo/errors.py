@@ -386,7 +386,10 @@ class Errors:
         "ScalarMix was built for {expected} layers but received {found}; the biLM has "
         "n_layers + 1 output layers."
     )
-    E_SCALAR_MIX_INIT = "initial_weights has {found} values; ScalarMix has {expected} layers."
+    E_SCALAR_MIX_INIT = (
+        "initial_weights has {found} values; ScalarMix has {expected} layers. Give one weight (before softmax) per "
+        "biLM output layer ({expected}: n_layers + 1), or initial_weights = null for equal weights."
+    )
     E_SCALAR_MIX_MASK = "ScalarMix with do_layer_norm=True needs the mask (batch, time)."
     E_SCALAR_MIX_SIZE = (
         "ScalarMix needs n_layers >= 1 (a whole number: the biLM's n_layers + 1 output layers); found {value!r}."
@@ -505,6 +508,11 @@ class Errors:
         "The elmo component's model (spacy_elmo.ElmoBiLM) got {setting} = {value!r}; it must be an "
         "integer >= {minimum} ({meaning}). Fix {setting} in the component's model config block (e.g. "
         "[components.elmo.model]), or leave it out for the default."
+    )
+    E_LISTENER_SETTING = (
+        "An ELMo listener's {setting} is {value!r}; it must be {rule}. Fix it in the config block of the "
+        "spacy_elmo.ElmoListener.v1 (e.g. [components.ner.model.tok2vec.elmo]) or spacy_elmo.ScalarMix.v1 that "
+        "sets it, or leave it out for the default."
     )
     E_ELMO_LAYER_CACHE = (
         "The '{name}' component got layer_cache_mb = {value!r}; it must be an integer >= 0 (MB of biLM "
