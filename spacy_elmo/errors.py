@@ -442,9 +442,13 @@ class Errors:
         "(inferred from the weights) or {expected} in its ElmoListener config."
     )
     E_LISTENER_NO_UPSTREAM = (
-        "An ELMo listener (upstream {upstream!r}) has no upstream 'elmo' component. Add "
-        "one before the listening component (nlp.add_pipe('elmo', first=True)), or set "
-        "the listener's upstream to the name of your elmo component."
+        "An ELMo listener (upstream {upstream!r}) is linked to no elmo component: spaCy links a listener only "
+        "to an elmo component{named} placed before the listening component in the pipeline. Put one there (in "
+        "a config, before the listening component in [nlp] pipeline and after any sentencizer; in Python, "
+        "nlp.add_pipe('elmo', before=COMPONENT)), or set the listener's upstream to your elmo component's name "
+        "('*': any). A pipeline loaded with exclude=['elmo'] has none: load it with its elmo component, or "
+        "give the listening component its own copy of the biLM before saving it without elmo "
+        "(nlp.replace_listeners('elmo', COMPONENT, ['model.tok2vec']))."
     )
     E_LISTENER_NO_DATA = (
         "An ELMo listener in '{component}' found no ELMo data on a document (doc._.elmo is empty). The "

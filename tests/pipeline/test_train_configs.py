@@ -210,6 +210,29 @@ def test_elmo_in_frozen_components_is_a_clear_error(corpus_dir, tiny_dir):
         init_nlp(config)
 
 
+@pytest.mark.parametrize(
+    "overrides, named",
+    [({"nlp.pipeline": ["sentencizer", "ner", "elmo"]}, "'elmo'"),
+     ({"components.ner.model.tok2vec.elmo.upstream": "elmoo"}, "'elmoo'"),
+     ({"nlp.pipeline": ["sentencizer", "ner"]}, "'elmo'")],
+)  # fmt: skip
+def test_unlinked_listener_names_where_elmo_goes(corpus_dir, tiny_dir, tmp_path, overrides, named):
+    """elmo after ner in [nlp] pipeline (spaCy links listeners only to an upstream before them), an upstream
+    naming no component, no elmo at all: the error said "has no upstream 'elmo' component" (there was one)
+    and told the user to add one first=True, i.e. before the sentencizer, where the biLM reads windows and
+    not the sentences it was trained on. It now says where it goes and names the upstream sought; a pipeline
+    loaded with exclude=["elmo"] is named too."""
+    config = _config("ner.cfg", corpus_dir, tiny_dir, overrides)
+    with pytest.raises(ValueError) as err:
+        init_nlp(config)
+    message = str(err.value)
+    assert f"elmo component named {named} placed before the listening component" in message
+    assert "after any sentencizer" in message and "first=True" not in message
+    _init("ner.cfg", corpus_dir, tiny_dir).to_disk(tmp_path / "trained")
+    with pytest.raises(ValueError, match=r"exclude=\['elmo'\].*replace_listeners"):
+        spacy.load(tmp_path / "trained", exclude=["elmo"])("Alice went home .")
+
+
 def test_sourced_elmo_frozen_without_annotating(corpus_dir, tiny_dir, first):
     """A sourced elmo in frozen_components but not in annotating_components feeds no listener in training:
     ner trained on zero layers without a word, then failed after the first evaluation with an error about
