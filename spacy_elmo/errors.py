@@ -391,7 +391,10 @@ class Errors:
         "ScalarMix was built for {expected} layers but received {found}; the biLM has "
         "n_layers + 1 output layers."
     )
-    E_SCALAR_MIX_INIT = "initial_weights has {found} values; ScalarMix has {expected} layers."
+    E_SCALAR_MIX_INIT = (
+        "initial_weights has {found} values; ScalarMix has {expected} layers. Give one weight (before softmax) per "
+        "biLM output layer ({expected}: n_layers + 1), or initial_weights = null for equal weights."
+    )
     E_SCALAR_MIX_MASK = "ScalarMix with do_layer_norm=True needs the mask (batch, time)."
     E_SCALAR_MIX_SIZE = (
         "ScalarMix needs n_layers >= 1 (a whole number: the biLM's n_layers + 1 output layers); found {value!r}."
@@ -444,9 +447,13 @@ class Errors:
         "(inferred from the weights) or {expected} in its ElmoListener config."
     )
     E_LISTENER_NO_UPSTREAM = (
-        "An ELMo listener (upstream {upstream!r}) has no upstream 'elmo' component. Add "
-        "one before the listening component (nlp.add_pipe('elmo', first=True)), or set "
-        "the listener's upstream to the name of your elmo component."
+        "An ELMo listener (upstream {upstream!r}) is linked to no elmo component: spaCy links a listener only "
+        "to an elmo component{named} placed before the listening component in the pipeline. Put one there (in "
+        "a config, before the listening component in [nlp] pipeline and after any sentencizer; in Python, "
+        "nlp.add_pipe('elmo', before=COMPONENT)), or set the listener's upstream to your elmo component's name "
+        "('*': any). A pipeline loaded with exclude=['elmo'] has none: load it with its elmo component, or "
+        "give the listening component its own copy of the biLM before saving it without elmo "
+        "(nlp.replace_listeners('elmo', COMPONENT, ['model.tok2vec']))."
     )
     E_LISTENER_NO_DATA = (
         "An ELMo listener in '{component}' found no ELMo data on a document (doc._.elmo is empty). The "
@@ -519,6 +526,11 @@ class Errors:
         "The elmo component's model (spacy_elmo.ElmoBiLM) got {setting} = {value!r}; it must be an "
         "integer >= {minimum} ({meaning}). Fix {setting} in the component's model config block (e.g. "
         "[components.elmo.model]), or leave it out for the default."
+    )
+    E_LISTENER_SETTING = (
+        "An ELMo listener's {setting} is {value!r}; it must be {rule}. Fix it in the config block of the "
+        "spacy_elmo.ElmoListener.v1 (e.g. [components.ner.model.tok2vec.elmo]) or spacy_elmo.ScalarMix.v1 that "
+        "sets it, or leave it out for the default."
     )
     E_ELMO_LAYER_CACHE = (
         "The '{name}' component got layer_cache_mb = {value!r}; it must be an integer >= 0 (MB of biLM "
@@ -1080,6 +1092,12 @@ class Warnings:
         "components sourced from the same pipeline were trained on {source}: retrain them, or source them "
         "with `replace_listeners` to give them their own copy of it). To keep the sourced biLM, set "
         "--paths.elmo {source}."
+    )
+    W_ELMO_WEIGHTS_TWICE = (
+        "spacy-elmo: the '{name}' component's weights setting ({weights!r}) is not loaded: "
+        "[initialize.components.{name}.weights_loader] names {requested!r} (--paths.elmo in the shipped configs), "
+        "and the loader wins at initialization. Name the weights in one place: leave --paths.elmo empty to load "
+        "[components.{name}] weights, or set weights = null."
     )
     W_ELMO_V1_LAYER_CACHE = (
         "spacy-elmo: this pipeline's elmo model (spacy_elmo.ElmoBiLM.v1, as saved before the layer cache "

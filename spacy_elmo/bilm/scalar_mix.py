@@ -1,6 +1,6 @@
 """ScalarMix: the task-specific weighting of the biLM layers (elmo-spec §7)."""
 
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -9,6 +9,20 @@ from ..errors import Errors
 from .config import check_bool, is_int
 
 LAYER_NORM_EPS = 1e-13
+
+
+def mix_weights_of(initial_weights: Sequence[float]) -> List[float]:
+    """``initial_weights`` as floats, checked: a sequence of numbers (no string) whose softmax is finite
+    (a NaN, +inf or only -inf would make every mixed vector NaN). Raises ValueError naming the fix."""
+    if isinstance(initial_weights, (str, bytes)):
+        raise ValueError(Errors.E_SCALAR_MIX_INIT_VALUES.format(value=initial_weights))
+    try:
+        values = [float(w) for w in initial_weights]
+    except (TypeError, ValueError) as err:
+        raise ValueError(Errors.E_SCALAR_MIX_INIT_VALUES.format(value=initial_weights)) from err
+    if not torch.softmax(torch.tensor(values), 0).isfinite().all():
+        raise ValueError(Errors.E_SCALAR_MIX_INIT_NAN.format(value=values))
+    return values
 
 
 def masked_layer_norm(tensor: Tensor, mask: Tensor) -> Tensor:
@@ -48,18 +62,9 @@ class ScalarMix(nn.Module):
             raise ValueError(Errors.E_SCALAR_MIX_SIZE.format(value=n_layers))
         check_bool("ScalarMix's do_layer_norm", do_layer_norm)  # "false" was truthy: layer norm on
         check_bool("ScalarMix's trainable", trainable)
-        if initial_weights is None:
-            initial_weights = [0.0] * n_layers
-        if isinstance(initial_weights, (str, bytes)):
-            raise ValueError(Errors.E_SCALAR_MIX_INIT_VALUES.format(value=initial_weights))
-        if len(initial_weights) != n_layers:
-            raise ValueError(Errors.E_SCALAR_MIX_INIT.format(found=len(initial_weights), expected=n_layers))
-        try:
-            values = [float(w) for w in initial_weights]
-        except (TypeError, ValueError) as err:
-            raise ValueError(Errors.E_SCALAR_MIX_INIT_VALUES.format(value=initial_weights)) from err
-        if not torch.softmax(torch.tensor(values), 0).isfinite().all():  # every mixed vector would be NaN
-            raise ValueError(Errors.E_SCALAR_MIX_INIT_NAN.format(value=values))
+        values = mix_weights_of([0.0] * n_layers if initial_weights is None else initial_weights)
+        if len(values) != n_layers:
+            raise ValueError(Errors.E_SCALAR_MIX_INIT.format(found=len(values), expected=n_layers))
         self.n_layers = n_layers
         self.do_layer_norm = do_layer_norm
         self.scalar_parameters = nn.Parameter(torch.tensor(values), requires_grad=trainable)

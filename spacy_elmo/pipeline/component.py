@@ -57,7 +57,7 @@ from .callers import runs
 from .doc_data import ELMO_ATTR, install_extensions, install_hooks, set_doc_data
 from .layer_cache import MB
 from .listener import BUILT_UPON, ElmoListener
-from .loaders import WeightsLoader, load_weights, weights_target
+from .loaders import WeightsLoader, load_weights, requests_nothing, weights_target
 
 STORE_CHOICES = ("all", "mix", "none")
 DTYPE_CHOICES = ("float16", "float32")
@@ -670,11 +670,22 @@ class ElmoComponent(TrainablePipe):
         weights_loader: Optional[WeightsLoader] = None,
         layer_cache_mb: Any = 0,  # Any: spaCy's validation would turn true or "10" into an int
     ) -> None:
-        """Load weights (``weights_loader`` first, else ``weights``, else the bundled default) and set
+        """Load weights (``weights_loader`` first, unless its path is empty; else ``weights``, else the bundled
+        default) and set
         :attr:`layer_cache_mb` (``[initialize.components.NAME]``; 0 = off), once they are loaded: weights
         refused leave the cache (limit and entries) as it was."""
         check_layer_cache_mb(layer_cache_mb, self.name)
-        if weights_loader is not None:
+        if weights_loader is not None and requests_nothing(weights_loader) and self.cfg["weights"] is not None:
+            # paths.elmo left empty: the component's own weights setting, not the bundled default
+            self.load_weights(self.cfg["weights"])
+        elif weights_loader is not None:
+            requested = getattr(weights_loader, "path", None)
+            if requested is not None and self.cfg["weights"] is not None and not _same_weights(requested, self.cfg["weights"]):
+                warnings.warn(
+                    Warnings.W_ELMO_WEIGHTS_TWICE.format(name=self.name, weights=self.cfg["weights"], requested=str(requested)),
+                    UserWarning,
+                    stacklevel=2,
+                )
             self.load_weights(loader=weights_loader)
         else:
             self._ensure_weights()

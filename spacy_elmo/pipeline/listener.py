@@ -98,12 +98,18 @@ class _Predicted(threading.local):
 
 def _init(model: ElmoListener, X=None, Y=None) -> None:
     if model.upstream is None:
-        raise ValueError(Errors.E_LISTENER_NO_UPSTREAM.format(upstream=model.upstream_name))
+        raise ValueError(_no_upstream(model))
     if not model.has_dim("nL"):  # the upstream has no weights yet: the layers after it cannot be sized
         raise ValueError(Errors.E_LISTENER_NO_SIZES.format(upstream=model.upstream, component=model.component))
     # Until the first real batch, docs without ELMo data (initialize's samples) get zeros.
     model.attrs["warming_up"] = True
     model.attrs[BUILT_UPON] = True  # the layers after it are sized from what it gives them now
+
+
+def _no_upstream(model: ElmoListener) -> str:
+    """:attr:`Errors.E_LISTENER_NO_UPSTREAM` for a listener that no elmo component linked."""
+    named = "" if model.upstream_name == "*" else f" named {model.upstream_name!r}"
+    return Errors.E_LISTENER_NO_UPSTREAM.format(upstream=model.upstream_name, named=named)
 
 
 def _forward(model: ElmoListener, docs: List[Doc], is_train: bool):
@@ -113,7 +119,7 @@ def _forward(model: ElmoListener, docs: List[Doc], is_train: bool):
             model.attrs["warming_up"] = False
             return model._outputs, model._backprop
     if model.upstream is None:
-        raise ValueError(Errors.E_LISTENER_NO_UPSTREAM.format(upstream=model.upstream_name))
+        raise ValueError(_no_upstream(model))
     outputs = []
     nL, nO = model.get_dim("nL"), model.get_dim("nO")
     predicted = _take_predicted(model, docs)

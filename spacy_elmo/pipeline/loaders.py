@@ -46,10 +46,18 @@ def weights_loader(path: Optional[str] = "") -> WeightsLoader:
     """``[initialize.components.elmo.weights_loader]``: ``@misc = "spacy_elmo.WeightsLoader.v1"``.
 
     path: a directory written by ``BiLM.save``, a directory with one AllenNLP
-    ``options.json`` + ``.hdf5``, or empty for the bundled default model.
+    ``options.json`` + ``.hdf5``, or empty for the component's ``weights`` (the bundled default
+    model when that is null too): the loader's ``path`` attribute, which the component reads.
     """
 
     def load(backend: str = "auto") -> Tuple[BiLM, str]:
         return load_weights(path, backend)
 
+    load.path = path  # type: ignore[attr-defined]
     return load
+
+
+def requests_nothing(loader: WeightsLoader) -> bool:
+    """Whether ``loader`` is this package's ``WeightsLoader.v1`` given an empty path (null, "" or spaces,
+    ``paths.elmo`` left out of a shipped config): it names no weights of its own."""
+    return hasattr(loader, "path") and (loader.path is None or not str(loader.path).strip())

@@ -14,12 +14,12 @@ batch (``nlp.pipe`` batches differently from training).
 ``[training] dropout``, and ELMo wants its own 0.5 after the mix.
 """
 
-from typing import List, Optional, Sequence, cast
+from typing import Any, Callable, List, Optional, Sequence, cast
 
 from thinc.api import Model
 from thinc.types import Floats2d, Floats3d
 
-from ..bilm.scalar_mix import LAYER_NORM_EPS
+from ..bilm.scalar_mix import LAYER_NORM_EPS, mix_weights_of
 from ..errors import Errors
 
 
@@ -34,6 +34,9 @@ def scalar_mix_layer(
 
     layer_norm: normalise each layer of each doc (one mean/variance per doc and layer) before mixing.
     """
+    check_setting("mix_l2 (l2 of ScalarMix.v1)", l2, lambda v: v >= 0, "a number >= 0 (the lambda of lambda * ||w||^2; 0: none)")
+    if initial_weights:
+        mix_weights_of(initial_weights)  # numbers with a finite softmax; their count is checked at initialize
     return Model(
         "elmo_scalar_mix",
         _mix_forward,
@@ -125,8 +128,17 @@ def _mix_forward(model: Model, Xs: List[Floats3d], is_train: bool):
 
 
 def elmo_dropout(rate: float = 0.5) -> Model[List[Floats2d], List[Floats2d]]:
-    """Inverted dropout on a list of 2d arrays; the rate is the attr ``elmo_rate``."""
+    """Inverted dropout on a list of 2d arrays; the rate is the attr ``elmo_rate``, in [0, 1): thinc's mask at
+    a rate >= 1 is all zeros, which would train the task without ELMo and run it with ELMo."""
+    check_setting("dropout", rate, lambda v: 0 <= v < 1, "a number >= 0 and < 1 (ELMo's dropout after the mix; 0: none)")
     return Model("elmo_dropout", _drop_forward, attrs={"elmo_rate": rate})
+
+
+def check_setting(setting: str, value: Any, ok: Callable[[float], bool], rule: str) -> None:
+    """Raise :attr:`Errors.E_LISTENER_SETTING` unless ``value`` is a number (not a bool) that passes ``ok``:
+    spaCy's config validation checks the type only."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not ok(value):
+        raise ValueError(Errors.E_LISTENER_SETTING.format(setting=setting, value=value, rule=rule))
 
 
 def _drop_forward(model: Model, Xs: List[Floats2d], is_train: bool):

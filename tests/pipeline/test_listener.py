@@ -89,7 +89,7 @@ def test_scalar_mix_layer_gradients(layer_norm):
 
 def test_scalar_mix_layer_checks_layer_counts():
     X = [numpy.ones((3, 2, 4), dtype="float32")]
-    with pytest.raises(ValueError, match="initial_weights has 2 values; ScalarMix has 3 layers"):
+    with pytest.raises(ValueError, match=r"initial_weights has 2 values; ScalarMix has 3 layers\. Give one weight"):
         scalar_mix_layer(initial_weights=[0.1, 0.2]).initialize(X=X)
     mix = scalar_mix_layer(initial_weights=[0.0, 0.0, 1.0])
     mix.initialize(X=X)
@@ -255,7 +255,7 @@ def test_listener_without_upstream():
     nlp = spacy.blank("en")
     nlp.add_pipe("ner", config={"model": {**NER, "tok2vec": LISTENER}})
     docs = make_docs(2)
-    with pytest.raises(ValueError, match="no upstream 'elmo'"):
+    with pytest.raises(ValueError, match="linked to no elmo component"):
         nlp.initialize(lambda: [Example(nlp.make_doc(d.text), d) for d in docs])
 
 
@@ -614,10 +614,29 @@ def test_renamed_upstream_is_a_clear_error_not_zeros(tiny_dir, frozen):
     assert nlp.get_pipe("elmo2").listening_components == []
     others = [Example(nlp.make_doc(d.text), d) for d in make_docs(4, seed=3)]
     for run in (lambda: nlp.update(examples, sgd=opt), lambda: nlp.update(others, sgd=opt), lambda: nlp("Alice went home .")):
-        with pytest.raises(ValueError, match=r"no upstream 'elmo' component"):
+        with pytest.raises(ValueError, match=r"linked to no elmo component: .* named 'elmo' placed before"):
             run()
     nlp.rename_pipe("elmo2", "elmo")  # linked again
     assert nlp.get_pipe("elmo").listening_components == ["ner"]
     nlp.update(examples, sgd=opt)
     nlp("Alice went home .")
+
+
+
+@pytest.mark.parametrize(
+    "setting, value",
+    [("dropout", 1.0), ("dropout", 1.5), ("dropout", -0.1), ("dropout", True), ("mix_l2", -0.01),
+     ("initial_weights", [0.0, float("inf"), 0.0]), ("initial_weights", ["a", "b", "c"])],
+)  # fmt: skip
+def test_listener_settings_out_of_range_are_refused(setting, value):
+    """spaCy's config checks only the types: ElmoListener.v1's dropout = 1 (or more) trained the task on
+    zeroed ELMo features (thinc's dropout mask) and ran it on the real ones, a negative mix_l2 rewarded large
+    mix weights, an infinite initial weight made every mixed vector NaN; each now fails when the model is
+    built, naming the setting."""
+    registered = spacy.util.registry.architectures.get("spacy_elmo.ElmoListener.v1")
+    with pytest.raises(ValueError, match=setting):
+        registered(upstream="elmo", **{setting: value})
+    if setting != "initial_weights":  # the thinc layers a config can also name on their own
+        with pytest.raises(ValueError, match=setting):
+            elmo_dropout(value) if setting == "dropout" else scalar_mix_layer(l2=value)
 

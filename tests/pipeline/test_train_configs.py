@@ -210,6 +210,29 @@ def test_elmo_in_frozen_components_is_a_clear_error(corpus_dir, tiny_dir):
         init_nlp(config)
 
 
+@pytest.mark.parametrize(
+    "overrides, named",
+    [({"nlp.pipeline": ["sentencizer", "ner", "elmo"]}, "'elmo'"),
+     ({"components.ner.model.tok2vec.elmo.upstream": "elmoo"}, "'elmoo'"),
+     ({"nlp.pipeline": ["sentencizer", "ner"]}, "'elmo'")],
+)  # fmt: skip
+def test_unlinked_listener_names_where_elmo_goes(corpus_dir, tiny_dir, tmp_path, overrides, named):
+    """elmo after ner in [nlp] pipeline (spaCy links listeners only to an upstream before them), an upstream
+    naming no component, no elmo at all: the error said "has no upstream 'elmo' component" (there was one)
+    and told the user to add one first=True, i.e. before the sentencizer, where the biLM reads windows and
+    not the sentences it was trained on. It now says where it goes and names the upstream sought; a pipeline
+    loaded with exclude=["elmo"] is named too."""
+    config = _config("ner.cfg", corpus_dir, tiny_dir, overrides)
+    with pytest.raises(ValueError) as err:
+        init_nlp(config)
+    message = str(err.value)
+    assert f"elmo component named {named} placed before the listening component" in message
+    assert "after any sentencizer" in message and "first=True" not in message
+    _init("ner.cfg", corpus_dir, tiny_dir).to_disk(tmp_path / "trained")
+    with pytest.raises(ValueError, match=r"exclude=\['elmo'\].*replace_listeners"):
+        spacy.load(tmp_path / "trained", exclude=["elmo"])("Alice went home .")
+
+
 def test_sourced_elmo_frozen_without_annotating(corpus_dir, tiny_dir, first):
     """A sourced elmo in frozen_components but not in annotating_components feeds no listener in training:
     ner trained on zero layers without a word, then failed after the first evaluation with an error about
@@ -243,6 +266,32 @@ def test_sourced_elmo_with_other_requested_weights_warns_once(corpus_dir, tiny_d
             assert f"({tiny_dir}), not '{tmp_path / 'other'}'" in ours[0] and "drop `source`" in ours[0]
             runs = get_bilm(nlp.get_pipe("elmo").model).state_dict()
             assert all(torch.equal(v, BiLM.load(tiny_dir).state_dict()[k]) for k, v in runs.items())
+        else:
+            assert ours == []
+
+
+def test_component_weights_load_when_paths_elmo_is_empty(corpus_dir, tiny_dir, tmp_path):
+    """[components.elmo] weights = DIR (the setting nlp.add_pipe("elmo", config={"weights": ...}) takes) in a
+    shipped config, --paths.elmo left out: spacy train loaded the bundled default model instead, silently,
+    and saved a pipeline whose config still said DIR. An empty loader path now defers to the component's
+    weights; both set to other weights: the loader's load, with a warning naming both."""
+    torch.manual_seed(1)
+    BiLM(BiLMConfig(**TINY)).save(tmp_path / "other")
+    for paths_elmo, weights, runs, warns in (
+        ("", tiny_dir, tiny_dir, False),
+        (tiny_dir, tiny_dir, tiny_dir, False),
+        (tmp_path / "other", tiny_dir, tmp_path / "other", True),
+    ):
+        config = _config("ner.cfg", corpus_dir, paths_elmo, {"components.elmo.weights": str(weights)})
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            nlp = init_nlp(config)
+        ours = [str(w.message) for w in caught if "is not loaded" in str(w.message)]
+        assert nlp.get_pipe("elmo").source == str(runs)
+        loaded = get_bilm(nlp.get_pipe("elmo").model).state_dict()
+        assert all(torch.equal(v, BiLM.load(runs).state_dict()[k]) for k, v in loaded.items())
+        if warns:
+            assert len(ours) == 1 and f"({str(weights)!r})" in ours[0] and repr(str(runs)) in ours[0], ours
         else:
             assert ours == []
 
@@ -291,3 +340,19 @@ def test_shipped_configs_share_every_setting_but_their_task():
     for (name, config), (_, tasks) in zip(configs.items(), TASKS):
         assert shared(config) == first, name
         assert config["nlp"]["pipeline"] == ["sentencizer", "elmo", *tasks]
+
+
+@pytest.mark.parametrize("cfg", [cfg for cfg, _ in TASKS])
+def test_debug_config_shows_the_functions_of_shipped_configs(cfg, corpus_dir, tiny_dir, capsys):
+    """`spacy debug config CFG --show-functions` (what the README says spaCy's CLI does on these configs)
+    failed with "Cant't find 'spacy.ConsoleLogger.v1' in registry loggers": spaCy's default logger name,
+    which training resolves from spacy-legacy but that lookup does not. The configs name ConsoleLogger.v3;
+    every function is listed with where it comes from, ours included."""
+    from spacy.cli.debug_config import debug_config
+
+    overrides = {"paths.train": str(corpus_dir / "train.spacy"), "paths.dev": str(corpus_dir / "dev.spacy"),
+                 "paths.elmo": str(tiny_dir)}  # fmt: skip
+    debug_config(CONFIGS / cfg, overrides=overrides, show_funcs=True, show_vars=True)
+    shown = capsys.readouterr().out
+    assert "spacy.ConsoleLogger.v3" in shown and "spacy_elmo.WeightsLoader.v1" in shown
+    assert "spacy_elmo.ElmoListener.v1" in shown and "spacy_elmo.pipeline.architectures" in shown
