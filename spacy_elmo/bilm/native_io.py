@@ -226,7 +226,7 @@ def _umask() -> int:
 def unreadable_file(path: PathLike, err: OSError) -> ValueError:
     """The error for a model file at ``path`` that exists but could not be opened (``err``): a directory where
     the file belongs is named so (with the file expected there), anything else (no read permission) unreadable."""
-    if isinstance(err, IsADirectoryError):
+    if Path(path).is_dir():  # IsADirectoryError on POSIX, PermissionError on Windows
         return ValueError(Errors.E_MODEL_FILE_IS_DIR.format(path=path, name=Path(path).name))
     return ValueError(Errors.E_MODEL_FILE_UNREADABLE.format(path=path, error=err))
 

@@ -56,7 +56,7 @@ from .bilm_layer import (
 from .callers import runs
 from .doc_data import ELMO_ATTR, install_extensions, install_hooks, set_doc_data
 from .layer_cache import MB
-from .listener import BUILT_UPON, ElmoListener
+from .listener import ElmoListener
 from .loaders import WeightsLoader, load_weights, requests_nothing, weights_target
 
 STORE_CHOICES = ("all", "mix", "none")
@@ -529,9 +529,6 @@ class ElmoComponent(TrainablePipe):
         )
 
     def _size_listener(self, listener: ElmoListener, bilm: BiLM) -> None:
-        if getattr(listener, "sized_by", None) != id(self) and None not in listener.sizes:
-            # sizes from elsewhere (:meth:`_check_listener`), of a component saved before BUILT_UPON was: trained on them
-            listener.attrs[BUILT_UPON] = True
         listener.set_dim("nO", bilm.config.output_dim, force=True)
         listener.set_dim("nL", bilm.config.n_output_layers, force=True)
         listener.sized_by = id(self)
@@ -552,7 +549,9 @@ class ElmoComponent(TrainablePipe):
     def mix_weights(self, nL: Optional[int] = None) -> numpy.ndarray:
         """``(L + 1,)`` float32: softmax of ``mix`` (uniform by default); nL: L + 1 of the layers to mix,
         None = the current weights'."""
-        nL = self.model.get_dim("nL") if nL is None else nL
+        if nL is None:  # the runner's biLM: the model's dims are unset while a load checks other weights
+            bilm = get_bilm(self.model)
+            nL = self.model.get_dim("nL") if bilm is None else bilm.config.n_output_layers
         w = numpy.zeros((nL,), dtype="float32") if self.cfg["mix"] is None else numpy.asarray(self.cfg["mix"], "float32")
         e = numpy.exp(w - w.max())
         return (e / e.sum()).astype("float32")

@@ -22,10 +22,6 @@ from .callers import called_from
 from .doc_data import ELMO_ATTR, aligned_layers
 
 
-#: attrs key, True once the layers after the listener were sized for its dims (thinc saves it with them)
-BUILT_UPON = "built_upon"
-
-
 class ElmoListener(Model):
     """dims: ``nO`` (2P) and ``nL`` (L + 1), set by the upstream component once it has weights."""
 
@@ -53,7 +49,9 @@ class ElmoListener(Model):
     def built_upon(self) -> bool:
         """Whether the layers after it were sized for its dims (its initialize ran, here or in the pipeline
         its component was saved from): the upstream may no longer give it layers of another shape."""
-        return bool(self.attrs.get(BUILT_UPON))
+        # _init's "warming_up", saved with the model since the first release: pipelines saved before this
+        # check existed carry it too, and a listener never initialized (added, or sourced so) has none
+        return "warming_up" in self.attrs
 
     @classmethod
     def get_batch_id(cls, inputs: Iterable[Doc]) -> int:
@@ -102,8 +100,7 @@ def _init(model: ElmoListener, X=None, Y=None) -> None:
     if not model.has_dim("nL"):  # the upstream has no weights yet: the layers after it cannot be sized
         raise ValueError(Errors.E_LISTENER_NO_SIZES.format(upstream=model.upstream, component=model.component))
     # Until the first real batch, docs without ELMo data (initialize's samples) get zeros.
-    model.attrs["warming_up"] = True
-    model.attrs[BUILT_UPON] = True  # the layers after it are sized from what it gives them now
+    model.attrs["warming_up"] = True  # also marks it built upon: the layers after it are sized from it now
 
 
 def _no_upstream(model: ElmoListener) -> str:

@@ -22,7 +22,7 @@ from spacy_elmo.bilm.token_cache import TokenCache
 from spacy_elmo.pipeline import component as component_module
 from spacy_elmo.pipeline import runner as runner_module
 from spacy_elmo.pipeline.listener import ElmoListener
-from spacy_elmo.pipeline.bilm_layer import get_runner
+from spacy_elmo.pipeline.bilm_layer import get_runner, weights_checked
 from tests.threads import meeting, run_in_threads
 
 from .conftest import TINY, make_docs
@@ -674,3 +674,55 @@ def test_fork_while_another_thread_holds_a_lock(tiny_dir, tmp_path, monkeypatch,
     assert not hung, f"the forked child hung on the {held} another thread held"
     assert process.exitcode == 0
     numpy.testing.assert_allclose(numpy.load(tmp_path / "child.npy"), nlp(text)._.elmo, rtol=1e-6, atol=1e-6)
+
+
+def test_a_pipeline_saved_before_the_mark_refuses_another_width_after_from_disk(tiny_dir, tmp_path):
+    """A listener carries only what releases before the check saved with it (its initialize's "warming_up",
+    no "built_upon"), loaded into a pipeline whose elmo had weights already, so that elmo sized it itself:
+    weights of another width were accepted and the next call failed in blis ('Shape mismatch')."""
+    load = _other_width_loads(tmp_path)["load_weights"]
+    trained = _task_pipeline(tiny_dir, "ner")
+    listener = next(n for n in trained.get_pipe("ner").model.walk() if isinstance(n, ElmoListener))
+    listener.attrs.pop("built_upon", None)  # as saved before the check
+    trained.to_disk(tmp_path / "pipeline")
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir)})
+    nlp("Loaded first .")
+    nlp.add_pipe("ner", config={"model": _TASKS["ner"]})
+    nlp.from_disk(tmp_path / "pipeline")
+    before = _task_results(nlp("Yesterday Alice went home ."))
+    with pytest.raises(ValueError, match="'ner' was initialized on the layers of 'elmo'"):
+        load(nlp.get_pipe("elmo"))
+    after = _task_results(nlp("Yesterday Alice went home ."))
+    numpy.testing.assert_array_equal(after[0], before[0])
+    assert after[1:] == before[1:]
+
+
+def test_a_sourced_listener_never_initialized_takes_another_width(tiny_dir, tmp_path):
+    """Sizes that came with a sourced component no one initialized are no sign that anything was built on
+    them: it takes weights of another width (it was refused, "was initialized", which it was not)."""
+    load = _other_width_loads(tmp_path)["load_weights"]
+    source = spacy.blank("en")
+    source.add_pipe("elmo", config={"weights": str(tiny_dir)})
+    source("Loaded first .")
+    source.add_pipe("ner", config={"model": _TASKS["ner"]})
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir)})
+    nlp("Loaded first .")
+    nlp.add_pipe("ner", source=source)
+    load(nlp.get_pipe("elmo"))
+    nlp.initialize(lambda: [Example(nlp.make_doc(d.text), d) for d in make_docs(8)])
+    assert nlp("Yesterday Alice went home .")._.elmo.shape == (3, 5, 12)
+
+
+def test_mix_weights_while_a_load_checks_other_weights(tiny_dir):
+    """The model's sizes are unset while a load reads and checks weights (they may be of another shape; for
+    from_disk, seconds of reading real ELMo weights); mix_weights() without a count, which takes no lock,
+    raised thinc's "Cannot get dimension 'nL'" meanwhile. It answers for the weights that serve."""
+    nlp = _elmo_pipeline(tiny_dir)
+    nlp("Serving .")
+    elmo = nlp.get_pipe("elmo")
+    expected = elmo.mix_weights()
+    with weights_checked(elmo.model, lambda bilm, source: None):
+        assert elmo.model._dims["nL"] is None  # the window
+        numpy.testing.assert_array_equal(elmo.mix_weights(), expected)
