@@ -745,6 +745,20 @@ class Errors:
         "{path} already holds a training run (checkpoint or model). Pass --resume to continue "
         "it, or choose a new OUTPUT_DIR."
     )
+    E_OUTPUT_HOLDS_ALLENNLP = (
+        "{path} holds AllenNLP weights ({options}, {weights}): the model pretrain writes there (config.json, "
+        "model.safetensors, vocab.txt) would stand beside them, replacing their vocab.txt, and the directory "
+        "would load as neither model. Choose a new OUTPUT_DIR (to fine-tune these weights: --init {path})."
+    )
+    E_TRAINING_DIVERGED = (
+        "Training diverged at step {step}: {what} is {value} (not a finite number), so the weights are no longer "
+        "usable, and they were not saved{kept}. Pretrain again with a lower --lr (or --clip){restart}."
+    )
+    E_TRAINING_DIVERGED_KEPT = " ({path} keeps its checkpoint and model of step {last})"
+    E_TRAINING_DIVERGED_RESTART = (
+        ": --resume must keep the settings, so go on from that model in a new OUTPUT_DIR with --init {path}, "
+        "or start over"
+    )
     E_PRETRAIN_INTERRUPTED = (
         "Interrupted. The last checkpoint in {path} (written every --checkpoint-every steps and atomically, so "
         "it is whole) continues exactly: rerun the same command with --resume."

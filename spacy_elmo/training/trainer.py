@@ -31,6 +31,7 @@ from ..atomic import atomic_write_text, remove_leftovers
 from ..bilm import BiLM, BiLMConfig
 from ..bilm.initial_state import boundary_state_mean
 from ..bilm.lstm import LstmState
+from ..bilm.native_io import find_allennlp_files
 from ..device import torch_device
 from ..errors import Errors, Warnings
 from ..ranks import torchrun_ranks
@@ -362,6 +363,27 @@ def _check_output_place(out: Path, train_path: Path) -> None:
     raise ValueError(Errors.E_CACHE_DIR_NOT_OURS.format(path=cache, found=found))
 
 
+def _refuse_allennlp_output(out: Path) -> None:
+    """Refuse an OUTPUT_DIR that holds AllenNLP weights (an ``export --format allennlp`` directory): the run's
+    model would be written beside them, its vocab.txt over theirs, and the directory would load as neither."""
+    try:
+        found = find_allennlp_files(out) if out.is_dir() else None
+    except ValueError:  # not one pair of options and weights (an embeddings .hdf5 alone): no model to hide
+        return
+    if found is not None:
+        raise FileExistsError(Errors.E_OUTPUT_HOLDS_ALLENNLP.format(path=out, options=found[0].name, weights=found[1].name))
+
+
+def _diverged(step: int, what: str, value: float, out: Path, last_saved: int) -> ValueError:
+    """The error of a run whose loss, gradient norm or weights stopped being finite at ``step``
+    (``last_saved``: the step of the checkpoint and model in ``out``, 0 when none was written)."""
+    kept = restart = ""
+    if last_saved:
+        kept = Errors.E_TRAINING_DIVERGED_KEPT.format(path=out, last=last_saved)
+        restart = Errors.E_TRAINING_DIVERGED_RESTART.format(path=out)
+    return ValueError(Errors.E_TRAINING_DIVERGED.format(step=step, what=what, value=value, kept=kept, restart=restart))
+
+
 def _warn_heldout_in_training(heldout: str, train_path: str) -> None:
     """Warn when a file of ``heldout`` is one of TRAIN_PATH's (by real path; both exist, read already)."""
     trained = {f.resolve() for f in corpus_data.list_text_files(train_path)}
@@ -464,6 +486,7 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
         if out.exists() and not out.is_dir():
             raise ValueError(Errors.E_OUTPUT_NOT_A_DIR.format(path=out))
         _check_output_place(out, Path(cfg.train_path))
+        _refuse_allennlp_output(out)
         payload = None
         if cfg.resume:
             payload = ckpt.load_checkpoint(out)
@@ -563,8 +586,15 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
     bar = progress_bar(total=total, initial=step, desc="pretraining", unit="step", disable=not (cfg.progress and is_main))
     window_loss, window_n, window_tokens, window_start = 0.0, 0, 0, time.perf_counter()
     last_heldout = None
+    last_saved = step  # the step of the checkpoint in OUTPUT_DIR (0: none)
 
     def save(final: bool) -> None:
+        nonlocal last_saved
+        # A step can leave a finite loss and gradient but weights that are not (an lr too large for them):
+        # never written over the last good checkpoint. The ranks' weights are equal: every rank refuses alike.
+        if not all(bool(torch.isfinite(p).all()) for p in lm.parameters()):
+            with _same_on_every_rank():
+                raise _diverged(step, "a weight", math.nan, out, last_saved)
         ranks = [ckpt.rank_state(sampler_rng, state, device)]
         if world > 1:
             gathered: List[Any] = [None] * world
@@ -577,6 +607,7 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
             # state; fitting it (eval mode, no randomness) leaves resumption exact.
             start = fit_start_state(bilm, corpus, cfg.state_sentences)
             save_pretrained(out, bilm, softmax, vocab, dict(provenance, steps=step), initial_state=start)
+        last_saved = step
         _barrier(world)
 
     def evaluate_heldout() -> Dict[str, Any]:
@@ -648,6 +679,12 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
         stats = stats.cpu()
         tokens_seen += step_tokens
         step_loss = float(stats[0])
+        # The loss is the ranks' mean and the gradient norm that of the all-reduced gradients: every rank stops alike,
+        # before this step is logged or checkpointed.
+        for what, value in (("the loss", step_loss), ("the gradient norm", float(grad_norm))):
+            if not math.isfinite(value):
+                with _same_on_every_rank():
+                    raise _diverged(step, what, value, out, last_saved)
         window_loss += step_loss
         window_n += 1
         window_tokens += step_tokens

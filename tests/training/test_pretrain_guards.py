@@ -1,0 +1,85 @@
+"""What pretrain refuses or stops on, found by using the command as a new user would: a run that diverged,
+an OUTPUT_DIR holding an exported AllenNLP model."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from spacy_elmo import BiLM
+from spacy_elmo.cli import app
+from spacy_elmo.training import checkpoint as ckpt
+from spacy_elmo.training.trainer import read_log, train
+from tests.cli_text import plain
+
+from .conftest import tiny_pretrain_args, tiny_train_config, write_corpus
+
+runner = CliRunner()
+
+
+def _losses(out):
+    return [(e["step"], e["loss"]) for e in read_log(out) if "loss" in e]
+
+
+def test_a_diverged_step_stops_the_run_before_it_overwrites_the_last_checkpoint(tmp_path, monkeypatch):
+    """A non-finite loss or gradient norm stops the run at that step: its checkpoint, model and log stay
+    those of the last checkpoint (they were overwritten with NaN weights, which no loader accepts),
+    and the error names the step and the way on; that checkpoint then resumes to the straight run."""
+    train_file = write_corpus(tmp_path / "train.txt", 200)
+    settings = dict(max_steps=6, checkpoint_every=2)
+    straight, diverged = tmp_path / "straight", tmp_path / "diverged"
+    train(tiny_train_config(train_file, straight, **settings))
+    real = torch.nn.utils.clip_grad_norm_
+    calls = []
+
+    def nan_at_step_3(parameters, clip):
+        calls.append(1)
+        norm = real(parameters, clip)
+        return norm * math.nan if len(calls) == 3 else norm
+
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", nan_at_step_3)
+    with pytest.raises(ValueError, match="diverged at step 3: the gradient norm is nan") as err:
+        train(tiny_train_config(train_file, diverged, **settings))
+    assert f"{diverged} keeps its checkpoint and model of step 2" in str(err.value)
+    assert f"--init {diverged}" in str(err.value)
+    monkeypatch.undo()
+    assert ckpt.load_checkpoint(diverged)["step"] == 2
+    assert max(e["step"] for e in read_log(diverged)) == 2  # nothing logged of the diverged step
+    BiLM.load(diverged)  # the model of step 2, finite
+    train(tiny_train_config(train_file, diverged, resume=True, **settings))
+    a, b = _losses(straight), _losses(diverged)
+    assert [s for s, _ in a] == [s for s, _ in b]
+    np.testing.assert_allclose([x for _, x in b], [x for _, x in a], rtol=1e-6, atol=1e-7)
+
+
+def test_weights_that_stopped_being_finite_are_never_saved(tmp_path):
+    """An infinite learning rate leaves step 1's loss and gradient finite but the weights not: the
+    checkpoint due at that step is refused, and OUTPUT_DIR holds no model that would fail to load."""
+    train_file = write_corpus(tmp_path / "train.txt", 200)
+    out = tmp_path / "out"
+    with pytest.raises(ValueError, match="diverged at step 1: a weight is nan") as err:
+        train(tiny_train_config(train_file, out, lr=math.inf, checkpoint_every=1))
+    assert "keeps its checkpoint" not in str(err.value) and "lower --lr" in str(err.value)
+    assert not ckpt.checkpoint_path(out).exists() and not (out / "config.json").exists()
+
+
+@pytest.mark.filterwarnings("ignore:.*holds the weights only:UserWarning", "ignore:.*AllenNLP will not run:UserWarning")
+def test_pretrain_refuses_an_output_dir_holding_allennlp_weights(tmp_path):
+    """pretrain into an `export --format allennlp` directory wrote its model beside the AllenNLP files, over
+    their vocab.txt: the directory then loaded as neither model. It is refused, untouched, by the command."""
+    model = tmp_path / "model"
+    args, train_file, _ = tiny_pretrain_args(tmp_path, model)
+    assert runner.invoke(app, args).exit_code == 0
+    exported = tmp_path / "exported"
+    result = runner.invoke(app, ["export", str(model), str(exported), "--format", "allennlp"])
+    assert result.exit_code == 0, result.output
+    before = {p.name: p.read_bytes() for p in exported.iterdir()}
+    for extra in ([], ["--resume"]):
+        other_args, _, _ = tiny_pretrain_args(tmp_path, exported, *extra)
+        result = runner.invoke(app, other_args)
+        assert result.exit_code == 1, result.output
+        assert f"{exported} holds AllenNLP weights (options.json, weights.hdf5)" in plain(result.output)
+        assert {p.name: p.read_bytes() for p in exported.iterdir()} == before
+    BiLM.load(exported)  # still one model
