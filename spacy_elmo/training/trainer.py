@@ -528,14 +528,17 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
         corpus = Corpus.load(source)
 
         torch.manual_seed(cfg.seed)  # same initial weights on every rank (DDP also broadcasts)
-        bilm, softmax, vocab, corpus, new_vocab = _build_model(cfg, corpus, payload, is_main)
+        batcher: Union[SentenceBatcher, StreamBatcher]
+        # Every rank read the same cache and --init: a vocabulary --min-count leaves empty, or a corpus too
+        # small for --batch-size x the processes, is refused by every rank alike (said once, by rank 0).
+        with _same_on_every_rank():
+            bilm, softmax, vocab, corpus, new_vocab = _build_model(cfg, corpus, payload, is_main)
+            if cfg.sentences:
+                batcher = SentenceBatcher(corpus, cfg.batch_size, cfg.max_length, cfg.seed, rank, world)
+            else:
+                batcher = StreamBatcher(corpus, cfg.batch_size, cfg.unroll, cfg.seed, rank, world)
         bilm.lstm.dropout = cfg.dropout
         char_table = CharTable(vocab, bilm.config.max_characters_per_token)
-        batcher: Union[SentenceBatcher, StreamBatcher]
-        if cfg.sentences:
-            batcher = SentenceBatcher(corpus, cfg.batch_size, cfg.max_length, cfg.seed, rank, world)
-        else:
-            batcher = StreamBatcher(corpus, cfg.batch_size, cfg.unroll, cfg.seed, rank, world)
         lm = BidirectionalLM(bilm, softmax).to(device)
         optimizer = build_optimizer(cfg.optimizer, cfg.lr, lm.parameters())
         settings = _resume_settings(cfg, world, new_vocab, vocab, bilm.config.to_dict(), corpus)
