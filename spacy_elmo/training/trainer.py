@@ -143,9 +143,10 @@ OPTIMIZERS = ("adagrad", "adam")
 #: TrainConfig fields with bounds other than "a positive integer": name -> (accepts, what it must be).
 #: ``TrainConfig.validate`` checks them, and the pretrain command's option callbacks the same way
 #: (naming the flag), so the two accept the same values. NaN is refused (no comparison holds); an
-#: infinite epochs, lr or clip is accepted (for clip: no clipping).
+#: infinite lr or clip is accepted (for clip: no clipping), an infinite epochs not (no step count:
+#: it crashed computing one).
 BOUNDS: Dict[str, Any] = {
-    "epochs": (lambda v: v is None or v > 0, "positive"),
+    "epochs": (lambda v: v is None or 0 < v < math.inf, "positive and finite (to train until stopped: a large --max-steps)"),
     "vocab_size": (lambda v: isinstance(v, int) and (v == 0 or v > len(SPECIALS)),
                    f"0 (no cap) or more than {len(SPECIALS)} (the markers and at least one word)"),
     "lr": (lambda v: v is None or v > 0, "positive"),

@@ -83,3 +83,18 @@ def test_pretrain_refuses_an_output_dir_holding_allennlp_weights(tmp_path):
         assert f"{exported} holds AllenNLP weights (options.json, weights.hdf5)" in plain(result.output)
         assert {p.name: p.read_bytes() for p in exported.iterdir()} == before
     BiLM.load(exported)  # still one model
+
+
+def test_infinite_epochs_is_a_usage_error(tmp_path):
+    """--epochs inf passed the option's check and crashed computing the number of steps (OverflowError)."""
+    from spacy_elmo.training.trainer import TrainConfig
+
+    args, _, _ = tiny_pretrain_args(tmp_path, tmp_path / "out")
+    steps = args.index("--max-steps")
+    args[steps:steps + 2] = ["--epochs", "inf"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert "--epochs" in plain(result.output) and "must be positive and finite" in plain(result.output)
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(ValueError, match="epochs must be positive and finite"):
+        TrainConfig(train_path="t", output_dir="o", epochs=math.inf).validate()
