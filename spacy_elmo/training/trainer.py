@@ -11,6 +11,7 @@ own rows of the streams. Rank 0 writes the log, checkpoints and the model; the
 held-out text is evaluated by all ranks, each its share (``evaluate_corpus``).
 """
 
+import hashlib
 import json
 import math
 import os
@@ -419,15 +420,26 @@ class _Log:
         elif resume_step is None and path.exists():
             path.unlink()
 
-    def heldout_at(self, step: int) -> Optional[Dict[str, Any]]:
-        """The kept held-out event of ``step`` (a resume), or None."""
-        found = [e for e in self.entries if e.get("event") == "heldout" and e.get("step") == step]
+    def heldout_at(self, step: int, digest: str) -> Optional[Dict[str, Any]]:
+        """The kept held-out event of ``step`` (a resume) on the text of ``digest`` (:func:`_heldout_digest`),
+        or None: a resume given another --heldout measures that one (older logs, which recorded no digest, too)."""
+        found = [e for e in self.entries if e.get("event") == "heldout" and e.get("step") == step
+                 and e.get(HELDOUT_DIGEST) == digest]
         return found[-1] if found else None
 
     def write(self, entry: Dict[str, Any]) -> None:
         if self.enabled:
             with open(self.path, "a", encoding="utf-8") as f:
                 f.write(json.dumps(entry) + "\n")
+
+
+#: The key of a held-out event of the log that identifies the text it measured.
+HELDOUT_DIGEST = "heldout_digest"
+
+
+def _heldout_digest(sentences: List[List[str]]) -> str:
+    """sha256 of the tokenized held-out text: a resume reuses a logged perplexity only of the same text."""
+    return hashlib.sha256(json.dumps(sentences, ensure_ascii=False).encode("utf-8")).hexdigest()
 
 
 def _parse_log(path: Path) -> List[Dict[str, Any]]:
@@ -506,6 +518,7 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
         if world > 1:
             dist.broadcast_object_list(read, src=0, group=tokenize_wait)
         heldout, heldout_stats = read[0]
+        heldout_digest = _heldout_digest(heldout)
         if is_main:
             _warn_heldout_in_training(cfg.heldout, cfg.train_path)
 
@@ -623,21 +636,21 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
         result = evaluate_sentences(lm, vocab, heldout, cfg.eval_batch_size, cfg.unroll, device, per_sentence=cfg.sentences,
                                     rank=rank, world=world)
         result["replaced_bytes"] = heldout_stats.replaced_bytes
-        log.write({"step": step, "event": "heldout", **result})
+        log.write({"step": step, "event": "heldout", **result, HELDOUT_DIGEST: heldout_digest})
         lm.train()
         return result
 
     if payload is not None and heldout is not None:
         # A run killed after writing its checkpoint but before logging that step's held-out
         # perplexity: measure it now, as the straight run did.
-        last_heldout = log.heldout_at(step) if is_main else None
+        last_heldout = log.heldout_at(step, heldout_digest) if is_main else None
         missing = [last_heldout is None]
         if world > 1:  # rank 0's log decides: the evaluation is collective
             dist.broadcast_object_list(missing, src=0)
         if missing[0]:
             last_heldout = evaluate_heldout()
         elif is_main and last_heldout is not None:  # rank 0 found it in the log
-            last_heldout = {k: v for k, v in last_heldout.items() if k not in ("step", "event")}
+            last_heldout = {k: v for k, v in last_heldout.items() if k not in ("step", "event", HELDOUT_DIGEST)}
 
     lm.train()
     while step < total:

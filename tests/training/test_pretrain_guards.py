@@ -98,3 +98,25 @@ def test_infinite_epochs_is_a_usage_error(tmp_path):
     assert not (tmp_path / "out").exists()
     with pytest.raises(ValueError, match="epochs must be positive and finite"):
         TrainConfig(train_path="t", output_dir="o", epochs=math.inf).validate()
+
+
+def test_a_resume_given_another_heldout_measures_that_text(tmp_path):
+    """Resuming a finished run with another --heldout printed (and returned) the perplexity its log held of
+    the first text. The resume measures the text it is given (evaluate's number on the same model), and
+    each held-out line of the log names its text by a digest."""
+    from spacy_elmo.training.evaluate import evaluate_model_dir
+
+    train_file = write_corpus(tmp_path / "train.txt", 200)
+    first, second = write_corpus(tmp_path / "first.txt", 30, seed=1), write_corpus(tmp_path / "second.txt", 30, seed=2)
+    out = tmp_path / "out"
+    settings = dict(max_steps=4, checkpoint_every=2)
+    done = train(tiny_train_config(train_file, out, heldout=str(first), **settings))
+    again = train(tiny_train_config(train_file, out, heldout=str(first), resume=True, **settings))
+    assert again["heldout"] == done["heldout"]  # the same text: the logged number, not measured again
+    other = train(tiny_train_config(train_file, out, heldout=str(second), resume=True, **settings))
+    expected = evaluate_model_dir(out, second)
+    assert other["heldout"]["perplexity"] == pytest.approx(expected["perplexity"], rel=1e-6)
+    assert other["heldout"]["perplexity"] != pytest.approx(done["heldout"]["perplexity"], rel=1e-6)
+    events = [e for e in read_log(out) if e.get("event") == "heldout"]
+    assert [e["step"] for e in events] == [2, 4, 4]
+    assert events[0]["heldout_digest"] == events[1]["heldout_digest"] != events[2]["heldout_digest"]
