@@ -120,3 +120,32 @@ def test_a_resume_given_another_heldout_measures_that_text(tmp_path):
     events = [e for e in read_log(out) if e.get("event") == "heldout"]
     assert [e["step"] for e in events] == [2, 4, 4]
     assert events[0]["heldout_digest"] == events[1]["heldout_digest"] != events[2]["heldout_digest"]
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    """A pretrained tiny model and text: ``(model, text)``."""
+    tmp_path = tmp_path_factory.mktemp("tiny_model")
+    model = tmp_path / "model"
+    args, train_file, _ = tiny_pretrain_args(tmp_path, model)
+    assert runner.invoke(app, args).exit_code == 0
+    return model, train_file
+
+
+@pytest.mark.parametrize("command, bar", [
+    (["evaluate", "{model}", "{text}"], "evaluating"),
+    (["fit-state", "{model}", "{text}", "--rows", "2"], "fitting the initial state"),
+    (["embed", "{text}", "{out}/vectors.h5", "--model", "{model}"], "embedding"),
+])
+def test_every_command_with_progress_bars_takes_no_progress(tiny_model, tmp_path, command, bar):
+    """README: "Progress bars (--no-progress turns them off) ... every command's alike"; evaluate, fit-state
+    and embed drew theirs with no way to turn them off (--no-progress was a usage error)."""
+    model, text = tiny_model
+    args = [a.format(model=model, text=text, out=tmp_path) for a in command]
+    drawn = runner.invoke(app, args)
+    assert drawn.exit_code == 0 and bar in drawn.output, drawn.output
+    if command[0] == "embed":
+        args.append("--overwrite")
+    quiet = runner.invoke(app, [*args, "--no-progress"])
+    assert quiet.exit_code == 0, quiet.output
+    assert bar not in quiet.output and "%|" not in quiet.output
