@@ -745,6 +745,11 @@ class Errors:
         "{path} already holds a training run (checkpoint or model). Pass --resume to continue "
         "it, or choose a new OUTPUT_DIR."
     )
+    E_OUTPUT_IN_USE = (
+        "{path} is in use by another pretrain run, still running (it holds the directory's lock): two runs in one "
+        "OUTPUT_DIR would mix their tokenized corpus, checkpoints and log. Wait for it to end, or stop it (Ctrl-C) "
+        "and rerun with --resume, or choose another OUTPUT_DIR."
+    )
     E_OUTPUT_HOLDS_ALLENNLP = (
         "{path} holds AllenNLP weights ({options}, {weights}): the model pretrain writes there (config.json, "
         "model.safetensors, vocab.txt) would stand beside them, replacing their vocab.txt, and the directory "

@@ -18,7 +18,7 @@ import os
 import shutil
 import time
 import warnings
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -485,6 +485,38 @@ def raised_on_every_rank(err: BaseException) -> bool:
 def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = None) -> Dict[str, Any]:
     """Run (or resume) pretraining; returns a summary. ``on_step(step, loss)`` is
     called after every optimizer step (step counts from 1)."""
+    with ExitStack() as held:  # OUTPUT_DIR's lock, from before the corpus is read until the run ends
+        return _train(cfg, on_step, held)
+
+
+#: Whether this platform has ``flock`` (POSIX): elsewhere OUTPUT_DIR is not locked.
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
+
+@contextmanager
+def _output_dir_lock(out: Path):
+    """An exclusive ``flock`` on the directory OUTPUT_DIR itself (no file is added; the kernel releases it when
+    the process ends, also by SIGKILL), held by rank 0 while the run reads and writes there: a second pretrain
+    into the same directory (another terminal, a job started again while the first runs) mixed its cache,
+    checkpoints and log with the first's, or failed on the first's half-written files."""
+    out.mkdir(parents=True, exist_ok=True)
+    fd = os.open(out, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise FileExistsError(Errors.E_OUTPUT_IN_USE.format(path=out)) from None
+        except OSError:  # a file system without flock (some network mounts): not locked
+            pass
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], held: ExitStack) -> Dict[str, Any]:
     from ..progress import progress_bar
 
     with _same_on_every_rank():
@@ -528,6 +560,8 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
     cache, staging = out / "data", out / STAGING_NAME
     try:
         if is_main:
+            if fcntl is not None:
+                held.enter_context(_output_dir_lock(out))
             for leftover in (staging, out / RETIRED_NAME):  # a run killed while staging or swapping
                 shutil.rmtree(leftover, ignore_errors=True)
             ckpt.remove_leftovers(out)  # a run killed while writing a checkpoint
@@ -559,7 +593,7 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
         sampler = LogUniformSampler(vocab.size, cfg.negatives)
         full_softmax = cfg.negatives >= vocab.size
         if full_softmax and is_main:
-            warnings.warn(Warnings.W_NEGATIVES_CLAMPED.format(negatives=cfg.negatives, vocab=vocab.size), RuntimeWarning, stacklevel=2)
+            warnings.warn(Warnings.W_NEGATIVES_CLAMPED.format(negatives=cfg.negatives, vocab=vocab.size), RuntimeWarning, stacklevel=3)  # train()'s caller
         sampler_rng = torch.Generator().manual_seed(cfg.seed * 1009 + rank)
         torch.manual_seed(cfg.seed * 7919 + rank)  # dropout streams differ per rank
         state = None

@@ -149,3 +149,36 @@ def test_every_command_with_progress_bars_takes_no_progress(tiny_model, tmp_path
     quiet = runner.invoke(app, [*args, "--no-progress"])
     assert quiet.exit_code == 0, quiet.output
     assert bar not in quiet.output and "%|" not in quiet.output
+
+
+def _snapshot(directory):
+    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def test_a_second_run_into_an_output_dir_in_use_is_refused(tmp_path):
+    """Two pretrain runs into one OUTPUT_DIR (another terminal, a job started again while the first runs)
+    mixed their cache, checkpoints and log, or one failed on the other's half-written cache with a bare
+    "[Errno 2] ... tokens.raw". The running one holds a lock on the directory: the second is refused and
+    changes nothing; once the first ends, even killed, the directory is free."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("fcntl")
+    train_file = write_corpus(tmp_path / "train.txt", 200)
+    out = tmp_path / "out"
+    train(tiny_train_config(train_file, out, max_steps=2, checkpoint_every=2))
+    before = _snapshot(out)
+    # Another process holding the lock, as a running pretrain does (flock on the directory).
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDONLY); "
+         "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(120)", str(out)],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(FileExistsError, match="in use by another pretrain run"):
+            train(tiny_train_config(train_file, out, max_steps=4, checkpoint_every=2, resume=True))
+        assert _snapshot(out) == before
+    finally:
+        holder.kill()  # as a SIGKILL of that run: the kernel releases its lock
+        holder.wait()
+    assert train(tiny_train_config(train_file, out, max_steps=4, checkpoint_every=2, resume=True))["steps"] == 4
