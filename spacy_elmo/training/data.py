@@ -702,10 +702,10 @@ def build_corpus(train_path: PathLike, lang: str, cache_dir: PathLike, progress:
             stats.n_tokens += len(sentence)
             if len(buf) > 1 << 20:
                 buf.tofile(raw)
-                bar.update(len(buf))
+                bar.update(stats.n_tokens - bar.n)  # words, as the summary counts them (not <S>, </S>)
                 buf = array("i")
         buf.tofile(raw)
-        bar.update(len(buf))
+        bar.update(stats.n_tokens - bar.n)
     bar.close()
     if stats.replaced_bytes:
         warnings.warn(

@@ -182,3 +182,24 @@ def test_a_second_run_into_an_output_dir_in_use_is_refused(tmp_path):
         holder.kill()  # as a SIGKILL of that run: the kernel releases its lock
         holder.wait()
     assert train(tiny_train_config(train_file, out, max_steps=4, checkpoint_every=2, resume=True))["steps"] == 4
+
+
+def test_the_tokenizing_bar_counts_the_words_the_summary_counts(tmp_path, monkeypatch):
+    """The bar counted the sentence markers too: "tokenizing: 3.60k tok" above "corpus 2,999 tokens"."""
+    import io
+
+    from tqdm import tqdm
+
+    from spacy_elmo.training import data
+
+    bars = []
+
+    def recorded(enabled, desc):
+        bars.append(tqdm(desc=desc, file=io.StringIO()))
+        return bars[-1]
+
+    monkeypatch.setattr(data, "_progress", recorded)
+    train_file = write_corpus(tmp_path / "train.txt", 200)
+    meta = data.build_corpus(train_file, "en", tmp_path / "cache", progress=True, processes=1)
+    words = sum(len(line.split()) for line in train_file.read_text(encoding="utf-8").splitlines())  # spaCy splits no word here
+    assert bars[0].n == meta["stats"]["n_tokens"] == words
