@@ -764,6 +764,16 @@ class Errors:
         ": --resume must keep the settings, so go on from that model in a new OUTPUT_DIR with --init {path}, "
         "or start over"
     )
+    E_PRETRAIN_NO_SPACE = (
+        "The run stopped: writing its files ran out of space ({error}). OUTPUT_DIR {path} holds the tokenized corpus "
+        "(4 bytes a token, twice that while it is built), the checkpoint (weights and optimizer state, each new one "
+        "written beside the last before replacing it), the model and the log. Free space on its disk (or choose an "
+        "OUTPUT_DIR on a larger one), then {on}"
+    )
+    E_PRETRAIN_NO_SPACE_RESUME = (
+        "rerun the same command with --resume: the last checkpoint is whole (written atomically) and continues exactly."
+    )
+    E_PRETRAIN_NO_SPACE_RERUN = "rerun the same command (no checkpoint was written yet; half-written files are replaced)."
     E_PRETRAIN_INTERRUPTED = (
         "Interrupted. The last checkpoint in {path} (written every --checkpoint-every steps and atomically, so "
         "it is whole) continues exactly: rerun the same command with --resume."

@@ -11,6 +11,7 @@ own rows of the streams. Rank 0 writes the log, checkpoints and the model; the
 held-out text is evaluated by all ranks, each its share (``evaluate_corpus``).
 """
 
+import errno
 import hashlib
 import json
 import math
@@ -485,8 +486,19 @@ def raised_on_every_rank(err: BaseException) -> bool:
 def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = None) -> Dict[str, Any]:
     """Run (or resume) pretraining; returns a summary. ``on_step(step, loss)`` is
     called after every optimizer step (step counts from 1)."""
-    with ExitStack() as held:  # OUTPUT_DIR's lock, from before the corpus is read until the run ends
-        return _train(cfg, on_step, held)
+    try:
+        with ExitStack() as held:  # OUTPUT_DIR's lock, from before the corpus is read until the run ends
+            return _train(cfg, on_step, held)
+    except OSError as err:
+        if err.errno not in OUT_OF_SPACE:
+            raise
+        out = Path(cfg.output_dir)
+        on = Errors.E_PRETRAIN_NO_SPACE_RESUME if ckpt.checkpoint_path(out).exists() else Errors.E_PRETRAIN_NO_SPACE_RERUN
+        raise OSError(Errors.E_PRETRAIN_NO_SPACE.format(path=out, error=err, on=on)) from err
+
+
+#: The errnos of a write that found no room: a full disk, a full quota.
+OUT_OF_SPACE = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
 
 
 #: Whether this platform has ``flock`` (POSIX): elsewhere OUTPUT_DIR is not locked.

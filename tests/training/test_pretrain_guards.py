@@ -1,7 +1,9 @@
 """What pretrain refuses or stops on, found by using the command as a new user would: a run that diverged,
 an OUTPUT_DIR holding an exported AllenNLP model."""
 
+import errno
 import math
+import os
 
 import numpy as np
 import pytest
@@ -203,3 +205,41 @@ def test_the_tokenizing_bar_counts_the_words_the_summary_counts(tmp_path, monkey
     meta = data.build_corpus(train_file, "en", tmp_path / "cache", progress=True, processes=1)
     words = sum(len(line.split()) for line in train_file.read_text(encoding="utf-8").splitlines())  # spaCy splits no word here
     assert bars[0].n == meta["stats"]["n_tokens"] == words
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux), which fails every write with ENOSPC")
+def test_a_full_disk_while_tokenizing_names_the_output_dir_and_the_way_on(tmp_path):
+    """A disk that filled up while the cache was written ended the run with numpy's "71818 requested and
+    29696 written" (no errno, no path, no advice). The cache's arrays are written with their errno, and pretrain
+    names OUTPUT_DIR, what it holds and how to go on (rerun: no checkpoint yet)."""
+    train_file = write_corpus(tmp_path / "train.txt", 200)
+    out = tmp_path / "out"
+    (out / "data").mkdir(parents=True)
+    (out / "data" / "tokens.i32").symlink_to("/dev/full")  # every write there: ENOSPC, as on a full disk
+    with pytest.raises(OSError, match="ran out of space") as err:
+        train(tiny_train_config(train_file, out))
+    assert err.value.__cause__.errno == errno.ENOSPC
+    assert f"OUTPUT_DIR {out}" in str(err.value) and "rerun the same command (no checkpoint was written yet" in str(err.value)
+
+
+def test_a_full_disk_at_a_checkpoint_says_the_last_one_resumes(tmp_path, monkeypatch):
+    """The bare "[Errno 28] No space left on device" of a checkpoint write: now the advice to --resume, whose
+    checkpoint (the last whole one) is the step before."""
+    train_file = write_corpus(tmp_path / "train.txt", 200)
+    out = tmp_path / "out"
+    real = ckpt.save_checkpoint
+    calls = []
+
+    def full_at_the_second(output_dir, payload):
+        calls.append(1)
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real(output_dir, payload)
+
+    monkeypatch.setattr(ckpt, "save_checkpoint", full_at_the_second)
+    with pytest.raises(OSError, match="ran out of space") as err:
+        train(tiny_train_config(train_file, out, max_steps=4, checkpoint_every=2))
+    assert "rerun the same command with --resume" in str(err.value)
+    monkeypatch.undo()
+    assert ckpt.load_checkpoint(out)["step"] == 2
+    assert train(tiny_train_config(train_file, out, max_steps=4, checkpoint_every=2, resume=True))["steps"] == 4
