@@ -830,7 +830,7 @@ class Errors:
         "(config can also write the file itself: name it as OUTPUT)."
     )
     E_EXPORT_FORMAT = "Unknown export format {name!r}: use 'allennlp' or 'native'."
-    E_EXPORT_WRITE = "Could not write the model to {path}: {error}. Check the path and its permissions."
+    E_EXPORT_WRITE = "Could not write the model to {path}: {error}. Check the path, its permissions and the room on its disk (nothing was left there: OUT_DIR is as it was)."
     E_EXPORT_NOT_A_DIR = "{path} is a file; export writes a directory. Choose another OUT_DIR."
     E_EXPORT_NOT_EMPTY = (
         "{path} is not empty: its files would mix with the exported model's. Choose a new OUT_DIR, "

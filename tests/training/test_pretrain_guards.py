@@ -4,6 +4,7 @@ an OUTPUT_DIR holding an exported AllenNLP model."""
 import errno
 import math
 import os
+import signal
 
 import numpy as np
 import pytest
@@ -243,3 +244,23 @@ def test_a_full_disk_at_a_checkpoint_says_the_last_one_resumes(tmp_path, monkeyp
     monkeypatch.undo()
     assert ckpt.load_checkpoint(out)["step"] == 2
     assert train(tiny_train_config(train_file, out, max_steps=4, checkpoint_every=2, resume=True))["steps"] == 4
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGXFSZ"), reason="POSIX file-size limits")
+def test_export_that_cannot_write_its_weights_fails_cleanly(tiny_model, tmp_path):
+    """export --format allennlp whose weights could not be written (a full disk; here a file-size limit) died
+    with HDF5's RuntimeError traceback, then a segmentation fault, leaving its temporary directory behind.
+    Now: the export's error (exit status 1), and nothing left in the parent directory."""
+    import subprocess
+    import sys
+
+    model, _ = tiny_model
+    out = tmp_path / "exported"
+    script = ("import resource, signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
+              "resource.setrlimit(resource.RLIMIT_FSIZE, (8192, 8192)); from spacy_elmo.cli import main; "
+              "sys.argv = ['spacy-elmo', 'export', sys.argv[1], sys.argv[2], '--format', 'allennlp']; main()")
+    result = subprocess.run([sys.executable, "-W", "ignore", "-c", script, str(model), str(out)], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 1, (result.returncode, result.stderr[-2000:])
+    assert "Could not write the model to" in result.stderr and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
