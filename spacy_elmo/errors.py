@@ -235,6 +235,11 @@ class Errors:
         "{path} could not be read ({error}). It must be a readable file: give this account read permission "
         "(chmod), or restore it from the original model directory."
     )
+    E_MODEL_FILE_IS_DIR = (
+        "{path} is a directory, but the model's {name} is a file: a directory of that name stands where the "
+        "file belongs. Move that directory out of the way and put the model's {name} file there (copy it from "
+        "the original model directory)."
+    )
     # No final full stop: callers embed it as the ``{error}`` of their own message, as an OSError's text.
     E_SAFETENSORS_WRITE = (
         "could not write {path} ({error}); check that its directory exists and is writable and that the disk has room"
@@ -491,6 +496,15 @@ class Errors:
         "weights '{component}' was trained with: source both from the same pipeline ([components.{upstream}] "
         "source = PIPELINE), or set [initialize.components.{upstream}.weights_loader] path (--paths.elmo) to "
         "those weights; or train '{component}' anew instead of sourcing it."
+    )
+    E_LISTENER_BUILT_UPON = (
+        "'{component}' was initialized on the layers of '{upstream}' ({nL} layers of width {nO}): its layers "
+        "after the ELMo listener are sized for them, but the weights being loaded ({source}) have {layers} "
+        "layers of width {width}, which they cannot read. Refused; '{upstream}' keeps its weights. Load "
+        "weights of width {nO} with {nL} layers, or give '{component}' layers sized for the new ones (it "
+        "cannot be re-initialized in place: thinc keeps the sizes of trained layers): remove it "
+        "(nlp.remove_pipe('{component}')), load the weights, then add it anew and initialize and train it "
+        "(or train the pipeline anew: spacy train with --paths.elmo naming the new weights)."
     )
     E_LISTENER_NEEDS_ALL = (
         "The '{name}' component stores {store!r} but '{component}' listens to it and "
@@ -825,6 +839,9 @@ class Errors:
         "Give a file path such as {example}, or - for stdout."
     )
     E_CONFIG_WRITE = "Could not write {path}: {error}. Choose a writable OUTPUT, or - for stdout."
+    E_INTERRUPTED = (
+        "Interrupted: `spacy-elmo {command}` stopped before it finished. Rerun the same command for its result."
+    )
     E_STDOUT = (
         "Could not write the output to stdout: {error}. Redirect stdout to a file on a disk with free space "
         "(config can also write the file itself: name it as OUTPUT)."
@@ -1054,6 +1071,11 @@ class Warnings:
     W_REPLACED_BYTES = (
         "spacy-elmo: {n_bytes} undecodable byte(s) in {n_files} file(s) were replaced by U+FFFD "
         "(the text is read as UTF-8; re-encode the files to UTF-8 to keep those characters)."
+    )
+    W_DEMO_RANDOM_MODEL = (
+        "The bundled default model is not installed (looked in {path}): the demo runs a randomly initialised "
+        "'small' biLM, so its similarities are not meaningful (the mechanics are real). Pass --model MODEL_DIR "
+        "for a trained model, or reinstall spacy-elmo with its data."
     )
     W_REPLACED_BYTES_TEXT = (
         "{n_bytes:,} undecodable byte(s) replaced by U+FFFD in the text (re-encode it to UTF-8 to keep them)."

@@ -167,7 +167,7 @@ def read_meta(directory: PathLike) -> Dict[str, Any]:
     try:
         meta = json.loads(path.read_text(encoding="utf-8"))
     except OSError as err:  # e.g. a directory named config.json
-        raise ValueError(Errors.E_MODEL_FILE_UNREADABLE.format(path=path, error=err)) from err
+        raise unreadable_file(path, err) from err
     except ValueError as err:  # JSONDecodeError, UnicodeDecodeError
         raise ValueError(Errors.E_NATIVE_CONFIG_NOT_JSON.format(path=path, error=err)) from err
     if not isinstance(meta, dict):
@@ -223,6 +223,14 @@ def _umask() -> int:
     return umask
 
 
+def unreadable_file(path: PathLike, err: OSError) -> ValueError:
+    """The error for a model file at ``path`` that exists but could not be opened (``err``): a directory where
+    the file belongs is named so (with the file expected there), anything else (no read permission) unreadable."""
+    if isinstance(err, IsADirectoryError):
+        return ValueError(Errors.E_MODEL_FILE_IS_DIR.format(path=path, name=Path(path).name))
+    return ValueError(Errors.E_MODEL_FILE_UNREADABLE.format(path=path, error=err))
+
+
 def check_readable(path: PathLike) -> None:
     """A clear error for a model file that exists but cannot be opened (no read permission, a directory):
     the readers' own errors read as a damaged file, whose fix (copy the model again) is not this one's."""
@@ -230,7 +238,7 @@ def check_readable(path: PathLike) -> None:
         with open(path, "rb"):
             pass
     except OSError as err:
-        raise ValueError(Errors.E_MODEL_FILE_UNREADABLE.format(path=path, error=err)) from err
+        raise unreadable_file(path, err) from err
 
 
 @contextmanager

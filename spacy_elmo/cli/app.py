@@ -1,13 +1,38 @@
 """The typer application every command registers on, and option checks the commands share."""
 
 import os
+from typing import NoReturn
 
 import typer
+from typer.core import TyperGroup
 
 from ..device import torch_device
 from ..errors import Errors
 
+
+class _Commands(TyperGroup):
+    """The application's commands. Ctrl-C in one that does not say itself what it kept (pretrain and embed do)
+    ends it as theirs: status 130 and a line on stderr, E_INTERRUPTED (typer, 0.15.4 to 0.29, exits with 130
+    without a word; click's own main, which typer's replaces, printed "Aborted!" and exited with 1)."""
+
+    def get_command(self, ctx, cmd_name):
+        """The command, its arguments shown (usage line, help, "Missing argument") in capitals, OUTPUT_DIR, as
+        its help and errors.py name them: typer 0.29 shows the parameter's own name, {output_dir}."""
+        command = super().get_command(ctx, cmd_name)
+        for param in getattr(command, "params", ()):
+            if param.param_type_name == "argument" and param.metavar is None:
+                param.metavar = param.name.upper()
+        return command
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            fail(Errors.E_INTERRUPTED.format(command=ctx.invoked_subcommand), status=130, fg=typer.colors.YELLOW)
+
+
 app = typer.Typer(
+    cls=_Commands,
     name="spacy-elmo",
     help="ELMo biLMs: pretrain on your corpus, evaluate, fit-state, export, embed, demo; config writes a spacy train config.",
     no_args_is_help=True,
@@ -95,6 +120,8 @@ def non_negative_int(value: int) -> int:
 #: Option callback of --device: a usage error (exit 2) naming the option for a device torch does not
 #: know or this machine lacks (``tpu``, ``cuda`` without CUDA, ``cuda:99``), before any model or text is read.
 known_device = checked_by(torch_device, (RuntimeError,))
+#: --device's help, every command's: what known_device accepts.
+DEVICE_HELP = "cpu, cuda (the current GPU), cuda:N (GPU N) or mps (Apple GPU)."
 
 def spacy_language(value: str) -> str:
     """Option callback of --lang: a usage error (exit 2) naming the option unless spaCy has language
@@ -117,3 +144,15 @@ def echo_styled(message: str, fg: str, err: bool = False) -> None:
         typer.echo(message, err=err)  # secho without a colour still ends the line with a reset code
     else:
         typer.secho(message, fg=fg, err=err)
+
+
+def fail(message: str, status: int = 1, fg: str = typer.colors.RED) -> NoReturn:
+    """End the command with exit ``status`` and ``message`` on stderr (stdout stays the command's result
+    alone): an error, red, status 1; or an interruption (yellow, 130) saying what was kept and how to go on."""
+    echo_styled(message, fg=fg, err=True)
+    raise typer.Exit(status)
+
+
+def warn(message: str) -> None:
+    """``message``, a warning, in yellow on stderr: stdout stays the command's result alone."""
+    echo_styled(message, fg=typer.colors.YELLOW, err=True)

@@ -2,14 +2,13 @@
 
 import sys
 from pathlib import Path
-from typing import NoReturn
 
 import typer
 
 from ..atomic import atomic_write_text
 from ..configs import config_names, config_path
 from ..errors import Errors
-from .app import app, checked_by, echo_styled
+from .app import app, checked_by, fail
 
 
 @app.command()
@@ -27,17 +26,14 @@ def config(
         sys.stdout.flush()
         return
     path = Path(output)
-    if path.is_dir():
-        _fail(Errors.E_CONFIG_IS_DIR.format(path=path, example=path / f"{name}.cfg"))
-    if path.exists() and not force:
-        _fail(Errors.E_CONFIG_EXISTS.format(path=path))
     try:
+        if path.is_dir():
+            fail(Errors.E_CONFIG_IS_DIR.format(path=path, example=path / f"{name}.cfg"))
+        if path.exists() and not force:
+            fail(Errors.E_CONFIG_EXISTS.format(path=path))
         atomic_write_text(path, text)
-    except OSError as err:  # a read-only directory, a file where a directory belongs, a full disk
-        _fail(Errors.E_CONFIG_WRITE.format(path=path, error=err))
+    # a read-only directory, a file where a directory belongs, a full disk; and before the write, a path that
+    # cannot be looked at (a directory this account may not enter, a name too long): is_dir() raises those
+    except OSError as err:
+        fail(Errors.E_CONFIG_WRITE.format(path=path, error=err))
     typer.echo(f"wrote {path}")
-
-
-def _fail(message: str) -> NoReturn:
-    echo_styled(message, fg=typer.colors.RED, err=True)
-    raise typer.Exit(1)

@@ -10,7 +10,8 @@ import typer
 from ..bilm import BiLM, BiLMConfig
 from ..bilm.native_io import DEFAULT_MODEL_DIR, CONFIG_NAME
 from ..chars import batch_to_ids
-from .app import app, echo_styled, positive_int
+from ..errors import Warnings
+from .app import app, fail, positive_int, warn
 
 RIVER = [
     "We sat on the bank of the river and watched the water .".split(),
@@ -73,19 +74,14 @@ def demo(
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     if model is None and not (DEFAULT_MODEL_DIR / CONFIG_NAME).exists():
-        echo_styled(
-            "The bundled default model is not installed yet: using a randomly initialised 'small' "
-            "biLM, so similarities are not meaningful (the mechanics are real).",
-            fg=typer.colors.YELLOW,
-        )
+        warn(Warnings.W_DEMO_RANDOM_MODEL.format(path=DEFAULT_MODEL_DIR))
         bilm = BiLM(BiLMConfig.preset("small"))
         source = "random small preset"
     else:
         try:
             bilm = BiLM.load(model or "default")
         except (ValueError, OSError) as err:
-            echo_styled(str(err), fg=typer.colors.RED, err=True)
-            raise typer.Exit(1) from err
+            fail(str(err))
         source = model or "bundled default"
     bilm.eval()
     typer.echo(f"model: {source}; backend: {bilm.backend}; output width {bilm.config.output_dim}")

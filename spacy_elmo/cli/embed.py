@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from ..errors import Errors
-from .app import app, counted, echo_styled, known_device, non_negative_int, positive_int, progress_option, spacy_language
+from .app import DEVICE_HELP, app, counted, fail, known_device, non_negative_int, positive_int, progress_option, spacy_language
 
 
 def _layer_mode(value: str) -> str:
@@ -35,7 +35,7 @@ def embed(
     max_tokens: int = typer.Option(10_000, callback=positive_int, help="Longest line accepted, in tokens."),
     cache_size: int = typer.Option(50_000, callback=non_negative_int,
                                    help="Token vectors kept for reuse (0: encode every token)."),
-    device: str = typer.Option("cpu", callback=known_device, help="cpu or cuda."),
+    device: str = typer.Option("cpu", callback=known_device, help=DEVICE_HELP),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace OUTPUT_PATH if it exists."),
     restart: bool = typer.Option(False, "--restart", help="Drop the parts of an earlier, unfinished run."),
     progress: bool = progress_option(),
@@ -66,12 +66,10 @@ def embed(
                             part_size=part_size, max_tokens=max_tokens, cache_size=cache_size, tokenize=tokenize, tokenizer_name=name,
                             overwrite=overwrite, restart=restart, progress=progress)
     except (ValueError, OSError, RuntimeError) as err:
-        echo_styled(str(err), fg=typer.colors.RED, err=True)
-        raise typer.Exit(1) from err
-    except KeyboardInterrupt as err:  # Ctrl-C: say what is kept and how to go on
+        fail(str(err))
+    except KeyboardInterrupt:  # Ctrl-C: say what is kept and how to go on
         parts = parts_path(output_path)
         message = Errors.E_EMBED_INTERRUPTED if parts.exists() else Errors.E_EMBED_INTERRUPTED_EARLY
-        echo_styled(message.format(parts=parts), fg=typer.colors.YELLOW, err=True)
-        raise typer.Exit(130) from err
+        fail(message.format(parts=parts), status=130, fg=typer.colors.YELLOW)
     reused = f" ({counted(counts['parts_reused'], 'part')} from an earlier run)" if counts["parts_reused"] else ""
     typer.echo(f"wrote {output_path}: {counted(counts['lines'], 'line')}, {counted(counts['tokens'], 'token')}{reused}")

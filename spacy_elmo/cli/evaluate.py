@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from ..errors import Warnings
-from .app import app, counted, echo_styled, known_device, positive_int, progress_option, spacy_language
+from .app import DEVICE_HELP, app, counted, fail, known_device, positive_int, progress_option, spacy_language, warn
 
 
 @app.command()
@@ -16,7 +16,7 @@ def evaluate(
     text_path: Path = typer.Argument(..., help="A UTF-8 text file (plain, .gz, .bz2 or .xz) or a directory of them."),
     lang: Optional[str] = typer.Option(None, callback=spacy_language, help="spaCy language (default: the one the model was trained with, else en)."),
     batch_size: int = typer.Option(32, callback=positive_int, help="Rows evaluated together."),
-    device: str = typer.Option("cpu", callback=known_device, help="cpu or cuda."),
+    device: str = typer.Option("cpu", callback=known_device, help=DEVICE_HELP),
     per_sentence: Optional[bool] = typer.Option(
         None, "--per-sentence/--stream",
         help="Read every sentence alone from the model's initial state (what a pipeline sees), or the text as "
@@ -42,12 +42,11 @@ def evaluate(
         result = evaluate_model_dir(model_dir, text_path, lang=lang, batch_size=batch_size, device=target,
                                     progress=progress and not as_json, per_sentence=per_sentence)
     except (ValueError, OSError, RuntimeError) as err:
-        echo_styled(str(err), fg=typer.colors.RED, err=True)
-        raise typer.Exit(1) from err
+        fail(str(err))
     if as_json:
         typer.echo(json.dumps(result))
         return
     typer.echo(f"tokens {result['n_tokens']:,} in {counted(result['n_sentences'], 'sentence')}; OOV rate {result['oov_rate']:.2%} (vocabulary {result['vocab_size']:,})")
     typer.echo(f"perplexity ({'every sentence alone' if result['mode'] == 'per_sentence' else 'one stream'}): forward {result['perplexity_forward']:.2f}, backward {result['perplexity_backward']:.2f}, mean {result['perplexity']:.2f}")
     if result.get("replaced_bytes"):
-        echo_styled(Warnings.W_REPLACED_BYTES_TEXT.format(n_bytes=result["replaced_bytes"]), fg=typer.colors.YELLOW, err=True)
+        warn(Warnings.W_REPLACED_BYTES_TEXT.format(n_bytes=result["replaced_bytes"]))

@@ -6,7 +6,7 @@ import typer
 
 from ..atomic import replace_dir
 from ..errors import Errors
-from .app import app, echo_styled, one_of
+from .app import app, fail, one_of
 
 
 @app.command()
@@ -25,10 +25,14 @@ def export(
 
     try:
         check_output_dir(out_dir, overwrite)
+    except FileExistsError as err:  # OUT_DIR a file, or not empty without --overwrite
+        fail(str(err))
+    except OSError as err:  # OUT_DIR cannot be looked at (a directory this account may not enter, a name too long)
+        fail(Errors.E_EXPORT_WRITE.format(path=out_dir, error=err))
+    try:
         bilm, softmax, vocab, provenance = load_pretrained(model_dir, backend="reference")
-    except (ValueError, FileNotFoundError, FileExistsError) as err:
-        echo_styled(str(err), fg=typer.colors.RED, err=True)
-        raise typer.Exit(1) from err
+    except (ValueError, OSError) as err:
+        fail(str(err))
 
     def write(tmp: Path) -> None:
         if format == "native":
@@ -44,8 +48,7 @@ def export(
     try:
         replace_dir(out_dir, write)
     except OSError as err:
-        echo_styled(Errors.E_EXPORT_WRITE.format(path=out_dir, error=err), fg=typer.colors.RED, err=True)
-        raise typer.Exit(1) from err
+        fail(Errors.E_EXPORT_WRITE.format(path=out_dir, error=err))
     typer.echo(f"wrote {format} model to {out_dir}" + (" (with softmax and vocab.txt)" if softmax is not None else ""))
 
 

@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from ..errors import Errors, Warnings
-from .app import app, counted, echo_styled, positive_int, progress_option, spacy_language
+from .app import app, counted, fail, positive_int, progress_option, spacy_language, warn
 
 
 @app.command("fit-state")
@@ -69,16 +69,14 @@ def fit_state(
                 raise ValueError(Errors.E_FIT_STATE_EMPTY_TEXT.format(path=text_path, n_files=stats.n_files, n_binary=stats.n_binary))
             bilm.fit_initial_state(sentences, rows=rows, progress=progress)
     except (ValueError, OSError) as err:
-        echo_styled(str(err), fg=typer.colors.RED, err=True)
-        raise typer.Exit(1) from err
+        fail(str(err))
     try:
         write_initial_state(bilm.initial_state, path)
     except OSError as err:
-        echo_styled(Errors.E_FIT_STATE_WRITE.format(path=path, error=err), fg=typer.colors.RED, err=True)
-        raise typer.Exit(1) from err
+        fail(Errors.E_FIT_STATE_WRITE.format(path=path, error=err))
     if clear:
         typer.echo(f"cleared the initial state of {model_dir}")
         return
     typer.echo(f"fitted the initial state of {model_dir} on {counted(len(sentences), 'sentence')}")
     if replaced:
-        echo_styled(Warnings.W_REPLACED_BYTES_TEXT.format(n_bytes=replaced), fg=typer.colors.YELLOW, err=True)
+        warn(Warnings.W_REPLACED_BYTES_TEXT.format(n_bytes=replaced))

@@ -17,8 +17,8 @@ from ..ops import resolve_backend
 from ..ranks import Ranks, torchrun_ranks
 from ..training.data import AUTO_RULE
 from ..training.trainer import BOUNDS, OPTIMIZERS, raised_on_every_rank
-from .app import (COMMAND_LINE, app, checked_by, counted, echo_styled, known_device, non_negative_int, one_of, positive_int,
-                  progress_option, spacy_language)
+from .app import (COMMAND_LINE, DEVICE_HELP, app, checked_by, counted, fail, known_device, non_negative_int, one_of, positive_int,
+                  progress_option, spacy_language, warn)
 
 
 def _bounded(name: str):
@@ -170,15 +170,15 @@ def _report_end(err: BaseException, stop: _Stop, output_dir: Path, ranks: Ranks)
     stopped peer (gloo's or NCCL's error) says that error and exits 1."""
     if stop.signum is None and not isinstance(err, KeyboardInterrupt):
         if ranks.rank == 0 or not raised_on_every_rank(err):
-            echo_styled(str(err), fg=typer.colors.RED, err=True)
-        raise typer.Exit(1) from err
+            fail(str(err))
+        raise typer.Exit(1) from err  # an error every rank met: rank 0 says it
     # A signal (also one that came while this rank met its stopped peer's error): say what the directory holds
     from ..training.checkpoint import checkpoint_path
 
     signum = stop.signum or (signal.SIGTERM if isinstance(err, _Terminated) else signal.SIGINT)
     if _first_to_stop(ranks):
         message = Errors.E_PRETRAIN_INTERRUPTED if checkpoint_path(output_dir).exists() else Errors.E_PRETRAIN_INTERRUPTED_EARLY
-        echo_styled(message.format(path=output_dir), fg=typer.colors.YELLOW, err=True)
+        warn(message.format(path=output_dir))
     stop.exit(signum, err)
 
 
@@ -217,7 +217,7 @@ def pretrain(
     clip: float = typer.Option(10.0, callback=_bounded("clip"), help="Global gradient-norm clip."),
     seed: int = typer.Option(0, callback=non_negative_int, help="Random seed (data order, init, sampling, dropout)."),
     resume: bool = typer.Option(False, help="Continue the run in OUTPUT_DIR from its checkpoint, exactly."),
-    device: str = typer.Option("cpu", callback=known_device, help="cpu or cuda (bf16 autocast on cuda)."),
+    device: str = typer.Option("cpu", callback=known_device, help=f"{DEVICE_HELP} CUDA trains with bf16 autocast."),
     backend: str = typer.Option("auto", callback=checked_by(resolve_backend, (ValueError, RuntimeError)),
                                 help="Kernels: auto, fused or reference (fused needs the compiled kernels)."),
     checkpoint_every: int = typer.Option(1000, callback=positive_int, help="Checkpoint (and save the model) every N steps."),
@@ -246,12 +246,7 @@ def pretrain(
     try:  # once: reporting the end must not meet a malformed environment again
         ranks = torchrun_ranks()
     except ValueError as err:  # WORLD_SIZE, RANK or LOCAL_RANK set to no rank of a job
-        echo_styled(str(err), fg=typer.colors.RED, err=True)
-        raise typer.Exit(1) from None
-    if max_steps is not None and epochs is not None:
-        raise typer.BadParameter(Errors.E_STEPS_AND_EPOCHS)
-    if keep_freed_memory:
-        keep_freed()
+        fail(str(err))
     config = model_config(preset, options) if (preset or options) else None
     cfg = TrainConfig(
         train_path=str(train_path), output_dir=str(output_dir), heldout=str(heldout) if heldout else None, lang=lang,
@@ -261,6 +256,12 @@ def pretrain(
         checkpoint_every=checkpoint_every, state_sentences=state_sentences, sentences=sentences, max_length=max_length, log_every=log_every, threads=threads,
         tokenize_processes=tokenize_processes, progress=progress,
     )
+    try:  # options that do not go together (--max-steps with --epochs, --unroll with --sentences, --init with
+        cfg.validate()  # --preset): a usage error, as an option's value is, not a failed run
+    except ValueError as err:
+        raise typer.BadParameter(str(err)) from err
+    if keep_freed_memory:
+        keep_freed()
     with _signals_stop_the_run(command_line=ctx.obj == COMMAND_LINE) as stop:
         try:
             summary = train(cfg, on_step=stop.check)

@@ -134,8 +134,12 @@ _CHECKS: "weakref.WeakKeyDictionary[ElmoRunner, Callable[[BiLM, str], None]]" = 
 @contextlib.contextmanager
 def weights_checked(model: Model, check: Callable[[BiLM, str], None]):
     """Within: ``check(bilm, source)`` runs on weights that ``model.from_bytes`` reads, before they replace
-    the model's own (an error it raises leaves those in place, with their caches)."""
+    the model's own (an error it raises leaves those in place, with their caches). The model's sizes are
+    unset on entry, so that weights of another shape reach the check (thinc's ``from_bytes`` refuses to
+    change a size once set, before it reads any weights): a :class:`ModelState` taken first puts them back."""
     runner = get_runner(model)
+    for name in ("nO", "nL"):
+        model._dims[name] = None  # the key stays (serving threads read the dims without a lock)
     _CHECKS[runner] = check
     try:
         yield
@@ -143,16 +147,23 @@ def weights_checked(model: Model, check: Callable[[BiLM, str], None]):
         _CHECKS.pop(runner, None)
 
 
-class ModelSettings:
-    """The dims and attrs of a model's nodes (what thinc's ``from_bytes`` sets before any weights), to put back."""
+class ModelState:
+    """The dims and attrs of a model's nodes (what thinc's ``from_bytes`` sets before any weights) and its
+    weights, to put back."""
 
     def __init__(self, model: Model) -> None:
         self.saved = [(node, dict(node._dims), dict(node.attrs)) for node in model.walk()]
+        self.runner = get_runner(model)
+        self.bilm, self.source = self.runner.bilm, getattr(self.runner, "source", None)
 
     def restore(self) -> None:
         for node, dims, attrs in self.saved:
             put_back(node._dims, dims)
             put_back(node.attrs, attrs)
+        if self.runner.bilm is not self.bilm:  # replaced: the caches, emptied then, are emptied again
+            self.runner.set_bilm(self.bilm)
+            if self.source is not None:
+                self.runner.source = self.source
 
 
 def put_back(target: Dict[str, Any], saved: Dict[str, Any]) -> None:

@@ -41,7 +41,7 @@ from ..errors import Errors, Warnings
 from ..forksafe import after_fork_in_child
 from ..training.data import tokenizer_settings
 from .bilm_layer import (
-    ModelSettings,
+    ModelState,
     check_layer_cache_mb,
     get_bilm,
     get_runner,
@@ -56,7 +56,7 @@ from .bilm_layer import (
 from .callers import runs
 from .doc_data import ELMO_ATTR, install_extensions, install_hooks, set_doc_data
 from .layer_cache import MB
-from .listener import ElmoListener
+from .listener import BUILT_UPON, ElmoListener
 from .loaders import WeightsLoader, load_weights, weights_target
 
 STORE_CHOICES = ("all", "mix", "none")
@@ -498,9 +498,11 @@ class ElmoComponent(TrainablePipe):
         saved_cfg: bool = False,
     ) -> None:
         """Raise unless ``listener`` can read the layers of ``bilm`` (None: not loaded yet): all layers stored,
-        a configured width equal to its width, and sizes from elsewhere (its component loaded or sourced, so
-        trained on a biLM of that shape) equal to its own. ``saved_cfg``: the cfg was just loaded (from_bytes /
-        from_disk), the store comes from the saved data, and a refusal puts this component's back."""
+        a configured width equal to its width, and sizes it has equal to its own, unless this component set
+        them and nothing was built on them yet: sizes from elsewhere (its component loaded or sourced, so
+        trained on a biLM of that shape), or ones the layers after it were sized for (:attr:`built_upon`:
+        its component initialized) stay. ``saved_cfg``: the cfg was just loaded (from_bytes / from_disk), the
+        store comes from the saved data, and a refusal puts this component's back."""
         if self.cfg["store"] != "all":
             error = Errors.E_SAVED_STORE_NOT_ALL if saved_cfg else Errors.E_LISTENER_NEEDS_ALL
             raise ValueError(error.format(name=self.name, store=self.cfg["store"], component=component_name))
@@ -512,20 +514,24 @@ class ElmoComponent(TrainablePipe):
             raise ValueError(
                 Errors.E_LISTENER_WIDTH.format(component=component_name, width=configured, upstream=self.name, expected=width)
             )
-        trained = (listener.maybe_get_dim("nL"), listener.maybe_get_dim("nO"))
-        if (
-            getattr(listener, "sized_by", None) != id(self)  # sizes it was loaded with, or set by another pipeline's upstream
-            and None not in trained
-            and trained != (bilm.config.n_output_layers, width)
-        ):
-            raise ValueError(
-                Errors.E_LISTENER_OTHER_BILM.format(
-                    component=component_name, nL=trained[0], nO=trained[1], upstream=self.name,
-                    source=source, layers=bilm.config.n_output_layers, width=width,
-                )
+        trained, layers = listener.sizes, bilm.config.n_output_layers
+        if None in trained or trained == (layers, width):
+            return
+        own = getattr(listener, "sized_by", None) == id(self)  # else loaded with them, or set by another pipeline's upstream
+        if own and not listener.built_upon:
+            return  # resized with the weights
+        refusal = Errors.E_LISTENER_BUILT_UPON if own else Errors.E_LISTENER_OTHER_BILM
+        raise ValueError(
+            refusal.format(
+                component=component_name, nL=trained[0], nO=trained[1], upstream=self.name, source=source,
+                layers=layers, width=width,
             )
+        )
 
     def _size_listener(self, listener: ElmoListener, bilm: BiLM) -> None:
+        if getattr(listener, "sized_by", None) != id(self) and None not in listener.sizes:
+            # sizes from elsewhere (:meth:`_check_listener`), of a component saved before BUILT_UPON was: trained on them
+            listener.attrs[BUILT_UPON] = True
         listener.set_dim("nO", bilm.config.output_dim, force=True)
         listener.set_dim("nL", bilm.config.n_output_layers, force=True)
         listener.sized_by = id(self)
@@ -694,7 +700,8 @@ class ElmoComponent(TrainablePipe):
     # The loaded weights are checked (:meth:`_check_weights`) before they replace the old ones; weights
     # refused leave the component as it was (its cfg and model settings, read first, put back) and the
     # shared vocab too: spaCy loads it before the model, so it is read first into a vocab of its own (a
-    # vocab that cannot be read is an error before anything changes) and set here last, once they are accepted.
+    # vocab that cannot be read is an error before anything changes) and set once they are accepted, within the
+    # same all-or-nothing: one that fails to be set puts weights, cfg and settings back (:meth:`_all_or_nothing`).
     def from_bytes(self, bytes_data, *, exclude=tuple()):
         def read(staged: Vocab) -> None:
             spacy_util.from_bytes(bytes_data, {"vocab": lambda b: staged.from_bytes(b, exclude=exclude)}, [])
@@ -712,36 +719,48 @@ class ElmoComponent(TrainablePipe):
 
     def _load(self, load: Callable, data: Any, exclude: Iterable[str], read_vocab: Callable[[Vocab], None]) -> "ElmoComponent":
         """``load(data, exclude=...)`` (spaCy's from_bytes / from_disk) of all but the vocab, checked; the vocab
-        (unless excluded), read first by ``read_vocab(staged)``, is set once cfg and weights are accepted."""
+        (unless excluded), read first by ``read_vocab(staged)``, is set once cfg and weights are accepted, within
+        the same all-or-nothing: setting it fails, and cfg, settings and weights are put back."""
         vocab_bytes: Optional[bytes] = None
         if "vocab" not in exclude:
             staged = Vocab()
             read_vocab(staged)
             vocab_bytes = staged.to_bytes(exclude=exclude)
+
+        def set_vocab() -> None:
+            if vocab_bytes is not None:
+                self.vocab.from_bytes(vocab_bytes, exclude=exclude)
+
         with _loading_lock(self):
             with self._all_or_nothing(exclude) as check:
                 load(data, exclude=[*exclude, "vocab"])
-                self._after_load(check)
-            if vocab_bytes is not None:
-                self.vocab.from_bytes(vocab_bytes, exclude=exclude)
+                self._after_load(check, set_vocab)
         return self
 
     @contextlib.contextmanager
     def _all_or_nothing(self, exclude: Iterable[str]):
-        """Within: a load (its exclude); yields the check of its weights. An error puts cfg and settings back."""
-        cfg, settings = copy.deepcopy(self.cfg), ModelSettings(self.model)
+        """Within: a load (its exclude); yields the check of its weights. An error puts cfg, the model's settings
+        and its weights back."""
+        cfg, state = copy.deepcopy(self.cfg), ModelState(self.model)
         check = functools.partial(self._check_weights, saved_cfg="cfg" not in exclude)
         try:
             with weights_checked(self.model, check):
                 yield check
         except BaseException:
             put_back(self.cfg, cfg)
-            settings.restore()
+            state.restore()
             raise
 
-    def _after_load(self, check: Callable[[BiLM, str], None]) -> None:
+    def _after_load(self, check: Callable[[BiLM, str], None], set_vocab: Callable[[], None]) -> None:
+        """The loaded weights checked (again), then the vocab set, then the weights set up: nothing after
+        ``set_vocab`` fails, so a failing vocab leaves the old weights' gradients and the listeners as they were."""
         bilm = get_bilm(self.model)
         if bilm is not None:
             check(bilm, self.source or "")  # also when only the cfg was loaded (exclude=["model"])
+        set_vocab()
+        if bilm is not None:
             bilm.requires_grad_(not self.cfg["frozen"])
             set_bilm(self.model, bilm, self.source or "")
+            for listener in self.listeners:  # those it sized (checked: nothing built on them), not yet loaded ones
+                if getattr(listener, "sized_by", None) == id(self):
+                    self._size_listener(listener, bilm)

@@ -22,6 +22,10 @@ from .callers import called_from
 from .doc_data import ELMO_ATTR, aligned_layers
 
 
+#: attrs key, True once the layers after the listener were sized for its dims (thinc saves it with them)
+BUILT_UPON = "built_upon"
+
+
 class ElmoListener(Model):
     """dims: ``nO`` (2P) and ``nL`` (L + 1), set by the upstream component once it has weights."""
 
@@ -39,6 +43,17 @@ class ElmoListener(Model):
         #: ``id()`` of the upstream component that set its sizes (None: none did, or they were loaded)
         self.sized_by: Optional[int] = None
         self.attrs["width_from_config"] = width
+
+    @property
+    def sizes(self) -> Tuple[Optional[int], Optional[int]]:
+        """``(nL, nO)``, each None while unset."""
+        return self.maybe_get_dim("nL"), self.maybe_get_dim("nO")
+
+    @property
+    def built_upon(self) -> bool:
+        """Whether the layers after it were sized for its dims (its initialize ran, here or in the pipeline
+        its component was saved from): the upstream may no longer give it layers of another shape."""
+        return bool(self.attrs.get(BUILT_UPON))
 
     @classmethod
     def get_batch_id(cls, inputs: Iterable[Doc]) -> int:
@@ -88,6 +103,7 @@ def _init(model: ElmoListener, X=None, Y=None) -> None:
         raise ValueError(Errors.E_LISTENER_NO_SIZES.format(upstream=model.upstream, component=model.component))
     # Until the first real batch, docs without ELMo data (initialize's samples) get zeros.
     model.attrs["warming_up"] = True
+    model.attrs[BUILT_UPON] = True  # the layers after it are sized from what it gives them now
 
 
 def _forward(model: ElmoListener, docs: List[Doc], is_train: bool):

@@ -65,7 +65,7 @@ class ElmoRunner(nn.Module):
         super().__setstate__(state)
         _single_thread_in_child_process()
 
-    def set_bilm(self, bilm: BiLM) -> None:
+    def set_bilm(self, bilm: Optional[BiLM]) -> None:  # None: back to no weights (a load put back)
         self.bilm = bilm
         self.clear_caches()
 

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from ..atomic import atomic_write_text
+from ..bilm.native_io import unreadable_file
 from ..chars import BEGIN_OF_SENTENCE, END_OF_SENTENCE, marker_char_ids, word_char_ids
 from ..errors import Errors
 
@@ -90,7 +91,7 @@ class Vocab:
         try:
             data = path.read_bytes()
         except OSError as err:  # e.g. a directory named vocab.txt
-            raise ValueError(Errors.E_MODEL_FILE_UNREADABLE.format(path=path, error=err)) from err
+            raise unreadable_file(path, err) from err
         try:
             # split("\n"), not splitlines(): a token may contain U+2028 and friends.
             text = data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")  # universal newlines

@@ -365,6 +365,121 @@ def test_weights_refused_leave_the_component_as_it_was(tiny_dir, tmp_path, how):
     assert [(e.start, e.end, e.label_) for e in after.ents] == [(e.start, e.end, e.label_) for e in before.ents]
 
 
+def _other_width_loads(tmp_path):
+    """``{how: load(elmo)}`` of weights of width 12 (TINY's is 16): load_weights, from_bytes, from_disk."""
+    torch.manual_seed(5)
+    BiLM(BiLMConfig(**{**TINY, "projection_dim": 6})).save(tmp_path / "wide")
+    saved = _elmo_pipeline(tmp_path / "wide")
+    saved("Loaded .")
+    saved.get_pipe("elmo").to_disk(tmp_path / "saved")
+    data = saved.get_pipe("elmo").to_bytes()
+    return {
+        "load_weights": lambda elmo: elmo.load_weights(str(tmp_path / "wide")),
+        "from_bytes": lambda elmo: elmo.from_bytes(data),
+        "from_disk": lambda elmo: elmo.from_disk(tmp_path / "saved"),
+    }
+
+
+_TASKS = {"ner": {**NER, "tok2vec": LISTENER}, "textcat": _textcat_model("textcat", TOK2VEC)}
+
+
+def _task_pipeline(tiny_dir, task):
+    nlp = _nlp_with(tiny_dir, task, _TASKS[task])
+    nlp.initialize(lambda: [Example(nlp.make_doc(d.text), d) for d in make_docs(8)])
+    return nlp
+
+
+def _task_results(doc):
+    return doc._.elmo, [(e.start, e.end, e.label_) for e in doc.ents], doc.cats
+
+
+@pytest.mark.parametrize("task", ["ner", "textcat"])
+@pytest.mark.parametrize("how", ["load_weights", "from_bytes", "from_disk"])
+@pytest.mark.parametrize("pipeline", ["initialized", "saved and loaded"])
+def test_weights_of_another_width_are_refused_once_a_listening_component_is_initialized(
+    tiny_dir, tmp_path, task, how, pipeline
+):
+    """A listener sized by 'elmo' itself took weights of another width (its check skipped the sizes the
+    component had set): the layers after it, initialized for width 16, then failed at the next call with
+    blis's 'Shape mismatch for blis.gemm'; from_bytes / from_disk failed with thinc's raw 'Attempt to change
+    dimension'. Refused now, naming both widths and the fix, with the pipeline unchanged; the fix named works."""
+    load = _other_width_loads(tmp_path)[how]
+    nlp = _task_pipeline(tiny_dir, task)
+    if pipeline == "saved and loaded":
+        nlp.to_disk(tmp_path / "pipeline")
+        nlp = spacy.load(tmp_path / "pipeline")
+    text = "Yesterday Alice went home and it was good ."
+    elmo = nlp.get_pipe("elmo")
+    before, cfg, source = _task_results(nlp(text)), copy.deepcopy(elmo.cfg), elmo.source
+    with pytest.raises(ValueError) as refused:
+        load(elmo)
+    said = str(refused.value)
+    assert f"'{task}' was initialized on the layers of 'elmo' (3 layers of width 16)" in said, said
+    assert "have 3 layers of width 12" in said and f"nlp.remove_pipe('{task}')" in said
+    after = _task_results(nlp(text))
+    assert elmo.source == source and elmo.cfg == cfg
+    numpy.testing.assert_array_equal(after[0], before[0])
+    assert after[1:] == before[1:]
+    # the fix: remove the component, load the weights, add it anew and initialize it
+    nlp.remove_pipe(task)
+    load(elmo)
+    nlp.add_pipe(task, config={"model": _TASKS[task]})
+    nlp.get_pipe(task).initialize(lambda: [Example(nlp.make_doc(d.text), d) for d in make_docs(8)], nlp=nlp)
+    assert nlp(text)._.elmo.shape == (3, 9, 12)
+
+
+@pytest.mark.parametrize("how", ["load_weights", "from_bytes", "from_disk"])
+def test_weights_of_another_width_are_accepted_before_the_listening_component_is_initialized(tiny_dir, tmp_path, how):
+    """Listeners 'elmo' sized (its weights loaded before 'ner' was added) and nothing built on them yet take
+    weights of any width: 'ner' is then initialized for the new one."""
+    load = _other_width_loads(tmp_path)[how]
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir)})
+    nlp("Loaded before .")
+    nlp.add_pipe("ner", config={"model": _TASKS["ner"]})
+    listener = next(n for n in nlp.get_pipe("ner").model.walk() if isinstance(n, ElmoListener))
+    assert listener.get_dim("nO") == 16
+    load(nlp.get_pipe("elmo"))
+    nlp.initialize(lambda: [Example(nlp.make_doc(d.text), d) for d in make_docs(8)])
+    assert listener.get_dim("nO") == 12 and nlp("Yesterday Alice went home .")._.elmo.shape == (3, 5, 12)
+
+
+@pytest.mark.parametrize("how", ["from_bytes", "from_disk"])
+@pytest.mark.parametrize("shape", ["same shape", "other width"])
+def test_a_vocab_that_fails_to_be_set_puts_the_weights_back(tiny_dir, tmp_path, monkeypatch, how, shape):
+    """A saved vocab that reads into a vocab of its own but fails while the shared one is set (here its
+    lookups) was set after the weights were accepted and put in: the component kept the new weights, cfg
+    and sizes. The error surfaces as raised, and weights, cfg and settings are the old ones."""
+    torch.manual_seed(6)
+    BiLM(BiLMConfig(**{**TINY, **({} if shape == "same shape" else {"projection_dim": 6})})).save(tmp_path / "new")
+    saved = _elmo_pipeline(tmp_path / "new")
+    saved.get_pipe("elmo").cfg["mix"] = [1.0, 0.0, 0.0]
+    saved("Loaded .")
+    saved.get_pipe("elmo").to_disk(tmp_path / "saved")
+    load = {
+        "from_bytes": lambda elmo, data=saved.get_pipe("elmo").to_bytes(): elmo.from_bytes(data),
+        "from_disk": lambda elmo: elmo.from_disk(tmp_path / "saved"),
+    }[how]
+    nlp = _elmo_pipeline(tiny_dir)
+    elmo = nlp.get_pipe("elmo")
+    text = "Alice went to the river bank ."
+    before, cfg, source, bilm = _layers([nlp(text)]), copy.deepcopy(elmo.cfg), elmo.source, get_runner(elmo.model).bilm
+    dims = dict(elmo.model._dims)
+
+    def broken(*args, **kwargs):
+        raise OSError("lookups could not be set")
+
+    monkeypatch.setattr(nlp.vocab.lookups, "from_bytes", broken)
+    with pytest.raises(OSError, match="lookups could not be set"):
+        load(elmo)
+    assert get_runner(elmo.model).bilm is bilm and elmo.source == source and elmo.cfg == cfg
+    assert dict(elmo.model._dims) == dims
+    numpy.testing.assert_array_equal(_layers([nlp(text)])[0], before[0])
+    monkeypatch.undo()
+    load(elmo)  # set, it loads
+    assert elmo.cfg["mix"] == [1.0, 0.0, 0.0] and not _all_close(_layers([nlp(text)]), before)
+
+
 @pytest.mark.parametrize("how", ["from_bytes", "from_disk"])
 def test_refused_load_leaves_the_vocab(tiny_dir, tmp_path, how):
     """The shared vocab (vectors, strings) is left as it was by a refused from_bytes / from_disk (spaCy loads it

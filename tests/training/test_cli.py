@@ -211,7 +211,7 @@ BAD_OPTIONS = [
      "Could not read the model options"),
     (["export", "{tmp}/no-model", "{tmp}/out", "--format", "onnx"], "--format",
      "Unknown export format 'onnx': use 'allennlp' or 'native'."),
-    (["config", "coref", "{tmp}/out"], "name", "No shipped training config named 'coref'; the configs are: ner, parser, textcat."),
+    (["config", "coref", "{tmp}/out"], "NAME", "No shipped training config named 'coref'; the configs are: ner, parser, textcat."),
     (["pretrain", "{tmp}/no-text", "{tmp}/out", "--device", "tpu"], "--device", UNKNOWN_DEVICE),
     (["evaluate", "{tmp}/no-model", "{tmp}/no-text", "--device", "tpu"], "--device", UNKNOWN_DEVICE),
     (["embed", "{tmp}/no-text", "{tmp}/out", "--device", "tpu"], "--device", UNKNOWN_DEVICE),
@@ -298,7 +298,7 @@ def test_pretrain_flag_errors(tmp_path):
     result = runner.invoke(app, ["pretrain", str(train), str(tmp_path / "a"), "--preset", "huge"])
     assert result.exit_code == 2 and "huge" in result.output and "small" in result.output
     result = runner.invoke(app, ["pretrain", str(train), str(tmp_path / "b"), "--init", "default", "--preset", "small"])
-    assert result.exit_code == 1 and "drop --preset/--options" in result.output
+    assert result.exit_code == 2 and "drop --preset/--options" in result.output
 
 
 def test_pretrain_init_from_a_damaged_model_is_a_clear_error(tmp_path):
@@ -316,14 +316,19 @@ def test_pretrain_init_from_a_damaged_model_is_a_clear_error(tmp_path):
     (["--sentences", "--unroll", "35"], "--unroll 35 has no effect with --sentences"),
     (["--max-length", "50"], "--max-length 50 only applies with --sentences"),
     (["--sentences", "--state-sentences", "2048"], "--state-sentences 2048 fits a start state for a stream-trained"),
+    (["--new-vocab"], "--new-vocab only applies with --init"),
+    (["--init", "default", "--preset", "small"], "--init fine-tunes an existing model"),
+    (["--max-steps", "3", "--epochs", "1"], "Pass either --max-steps or --epochs, not both."),
 ])
 def test_pretrain_refuses_an_option_its_reading_does_not_use(tmp_path, extra, named):
-    """An option the chosen reading ignores (streams or --sentences) was meant for the other reading:
-    an error naming it, before anything is read or written."""
+    """An option the chosen reading ignores (streams or --sentences) was meant for the other reading, and
+    --new-vocab or --preset go with a new run or a fine-tuning alone: a usage error (exit 2, as an option's
+    value; it was 1, a failed run's, but for --max-steps with --epochs) naming it, before anything is read
+    or written."""
     train = write_corpus(tmp_path / "train.txt", 50)
     out = tmp_path / "out"
     result = runner.invoke(app, ["pretrain", str(train), str(out), "--no-progress", *extra])
-    assert result.exit_code == 1 and named in result.output, result.output
+    assert result.exit_code == 2 and named in plain(result.output), result.output
     assert not out.exists()
 
 

@@ -1,0 +1,251 @@
+"""Every command's way out when it cannot finish, through the shared ``cli.app.fail``: its errors.py message on
+stderr (stdout stays the command's result alone, so ``spacy-elmo config ner > x.cfg`` never holds an error)
+and its exit status: 1 for an error, 130 for Ctrl-C."""
+
+import errno
+import os
+import re
+import signal
+import sys
+
+import click
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from spacy_elmo import BiLM, BiLMConfig
+from spacy_elmo.cli import app, main
+from spacy_elmo.errors import Errors, Warnings
+
+from .conftest import TINY, write_corpus
+
+try:
+    runner = CliRunner(mix_stderr=False)  # click < 8.2 (typer 0.15.4) mixes stderr into stdout unless told
+except TypeError:  # click 8.2 and typer's own copy of it keep them apart always
+    runner = CliRunner()
+
+#: A write error with a known text, where the real one names a temporary file.
+READ_ONLY = OSError(errno.EROFS, "Read-only file system")
+
+
+def _raise(err):
+    def raising(*args, **kwargs):
+        raise err
+
+    return raising
+
+
+def ended(result, status: int, message: str) -> None:
+    """The command exited with ``status`` after ``message`` on stderr, nothing on stdout, no traceback."""
+    assert result.exit_code == status, result.output
+    assert isinstance(result.exception, SystemExit), repr(result.exception)
+    assert message in result.stderr, result.stderr
+    assert result.stdout == "", result.stdout
+
+
+def _no_model(command, *args):
+    """A case: ``command ARGS``, MODEL in ARGS a model directory that does not exist."""
+
+    def case(tmp_path, monkeypatch):
+        missing = tmp_path / "missing"
+        filled = [str(missing) if arg == "MODEL" else arg.format(tmp=tmp_path) for arg in args]
+        return [command, *filled], Errors.E_MODEL_PATH_MISSING.format(path=missing)
+
+    return case
+
+
+def _unwritable(where, message, command, *args):
+    """A case: ``command ARGS OUT`` whose write (``where``) of OUT fails with READ_ONLY, said by ``message``."""
+
+    def case(tmp_path, monkeypatch):
+        monkeypatch.setattr(where, _raise(READ_ONLY))
+        out = tmp_path / "out"
+        return [command, *args, str(out)], message.format(path=out, error=READ_ONLY)
+
+    return case
+
+
+def _unreachable(message, command, *args):
+    """A case: ``command ARGS OUT``, OUT a path the system cannot look at (its name too long; for another
+    account than root, a directory it may not enter is the same), said by ``message`` with the stat's error."""
+
+    def case(tmp_path, monkeypatch):
+        out = tmp_path / ("x" * 300)
+        with pytest.raises(OSError) as stat:
+            os.stat(out)
+        return [command, *args, str(out)], message.format(path=out, error=stat.value)
+
+    return case
+
+
+def _config_dir(tmp_path, monkeypatch):
+    return ["config", "ner", str(tmp_path)], Errors.E_CONFIG_IS_DIR.format(path=tmp_path, example=tmp_path / "ner.cfg")
+
+
+def _a_file_there(message, command, *args):
+    """A case: ``command ARGS OUT``, OUT a file already (config's output, export's directory)."""
+
+    def case(tmp_path, monkeypatch):
+        existing = tmp_path / "out"
+        existing.write_text("mine\n", encoding="utf-8")
+        return [command, *args, str(existing)], message.format(path=existing)
+
+    return case
+
+
+def _embed(tmp_path, monkeypatch):
+    missing = tmp_path / "missing.txt"
+    return ["embed", str(missing), str(tmp_path / "out.h5")], Errors.E_EMBED_INPUT_MISSING.format(path=missing)
+
+
+def _fit_state_write(tmp_path, monkeypatch):
+    model = tmp_path / "tiny"
+    BiLM(BiLMConfig(**TINY)).save(model)
+    monkeypatch.setattr("spacy_elmo.bilm.native_io.write_initial_state", _raise(READ_ONLY))
+    return ["fit-state", str(model), "--clear"], Errors.E_FIT_STATE_WRITE.format(path=model, error=READ_ONLY)
+
+
+def _pretrain_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "x")
+    train = write_corpus(tmp_path / "train.txt", 10)
+    message = Errors.E_TORCHRUN_ENV.format(name="WORLD_SIZE", value="x", lowest=1, highest=2**31 - 1)
+    return ["pretrain", str(train), str(tmp_path / "out")], message
+
+
+def _pretrain_run(tmp_path, monkeypatch):
+    missing = tmp_path / "missing.txt"
+    return ["pretrain", str(missing), str(tmp_path / "out"), "--no-progress"], Errors.E_TRAIN_PATH_MISSING.format(path=missing)
+
+
+FAILURES = {
+    "config-dir": _config_dir,
+    "config-exists": _a_file_there(Errors.E_CONFIG_EXISTS, "config", "ner"),
+    "config-unreachable": _unreachable(Errors.E_CONFIG_WRITE, "config", "ner"),
+    "config-write": _unwritable("spacy_elmo.cli.config.atomic_write_text", Errors.E_CONFIG_WRITE, "config", "ner"),
+    "demo": _no_model("demo", "--model", "MODEL"),
+    "embed": _embed,
+    "evaluate": _no_model("evaluate", "MODEL", "{tmp}/text.txt"),
+    "export-load": _no_model("export", "MODEL", "{tmp}/out"),
+    "export-not-a-dir": _a_file_there(Errors.E_EXPORT_NOT_A_DIR, "export", "default"),
+    "export-unreachable": _unreachable(Errors.E_EXPORT_WRITE, "export", "default"),
+    "export-write": _unwritable("spacy_elmo.cli.export.replace_dir", Errors.E_EXPORT_WRITE, "export", "default"),
+    "fit-state-load": _no_model("fit-state", "MODEL", "--clear"),
+    "fit-state-write": _fit_state_write,
+    "pretrain-environment": _pretrain_environment,
+    "pretrain-run": _pretrain_run,
+}
+
+
+@pytest.mark.parametrize("failure", sorted(FAILURES))
+def test_every_command_fails_with_its_message_on_stderr_and_status_1(tmp_path, monkeypatch, failure):
+    args, message = FAILURES[failure](tmp_path, monkeypatch)
+    ended(runner.invoke(app, args), 1, message)
+
+
+# -- Ctrl-C ------------------------------------------------------------------------------------
+#: Per command: where a Ctrl-C comes (a function the command calls, raising KeyboardInterrupt), its arguments.
+INTERRUPTED = {
+    "config": ("spacy_elmo.cli.config.atomic_write_text", lambda tmp: ["ner", str(tmp / "ner.cfg")]),
+    "demo": ("spacy_elmo.bilm.BiLM.load", lambda tmp: ["--model", "default", "--threads", "1"]),
+    "evaluate": ("spacy_elmo.training.evaluate.evaluate_model_dir", lambda tmp: ["default", str(tmp)]),
+    "export": ("spacy_elmo.training.modelio.load_pretrained", lambda tmp: ["default", str(tmp / "out")]),
+    "fit-state": ("spacy_elmo.bilm.native_io.model_path", lambda tmp: [str(tmp), "--clear"]),
+    # before the run, whose own Ctrl-C says what the checkpoint holds (test_cli_inputs)
+    "pretrain": ("spacy_elmo.cli.pretrain.torchrun_ranks", lambda tmp: [str(tmp), str(tmp / "out")]),
+}
+
+
+@pytest.mark.parametrize("command", sorted(INTERRUPTED))
+def test_ctrl_c_ends_every_command_with_130_and_a_word_on_stderr(tmp_path, monkeypatch, command):
+    """typer (0.15.4 to 0.29) exits with 130 without a word (click's own main: "Aborted!" and 1), where
+    pretrain and embed say what they kept: every command now says it stopped and how to go on."""
+    where, args = INTERRUPTED[command]
+    monkeypatch.setattr(where, _raise(KeyboardInterrupt()))
+    ended(runner.invoke(app, [command, *args(tmp_path)]), 130, Errors.E_INTERRUPTED.format(command=command))
+
+
+def test_ctrl_c_in_embed_says_what_it_kept(tmp_path, monkeypatch):
+    text = write_corpus(tmp_path / "text.txt", 10)
+    out = tmp_path / "out.h5"
+    monkeypatch.setattr("spacy_elmo.embedding.check_paths", _raise(KeyboardInterrupt()))
+    ended(runner.invoke(app, ["embed", str(text), str(out)]), 130,
+          Errors.E_EMBED_INTERRUPTED_EARLY.format(parts=tmp_path / "out.h5.parts"))
+
+
+def test_a_real_sigint_ends_the_command_line_with_130(tmp_path, monkeypatch, capsys):
+    """The console script's main(), and a SIGINT as the terminal sends it, not an exception put in its place."""
+
+    def interrupted(*args, **kwargs):
+        signal.raise_signal(signal.SIGINT)  # Python's own handler: KeyboardInterrupt
+        raise AssertionError("the signal was not delivered")
+
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    monkeypatch.setattr("spacy_elmo.training.evaluate.evaluate_model_dir", interrupted)
+    monkeypatch.setattr(sys, "argv", ["spacy-elmo", "evaluate", "default", str(tmp_path)])
+    try:
+        with pytest.raises(SystemExit) as exited:
+            main()
+    except KeyboardInterrupt:  # escaped main(): not pytest's own Ctrl-C
+        pytest.fail("Ctrl-C escaped main() as a KeyboardInterrupt")
+    assert exited.value.code == 130
+    captured = capsys.readouterr()
+    assert Errors.E_INTERRUPTED.format(command="evaluate") in captured.err
+    assert captured.out == ""
+
+
+# -- warnings ----------------------------------------------------------------------------------
+def test_demo_without_the_bundled_model_warns_on_stderr(tmp_path, monkeypatch):
+    """The demo's warning went to stdout, between its results; every other warning goes to stderr."""
+    monkeypatch.setattr("spacy_elmo.cli.demo.DEFAULT_MODEL_DIR", tmp_path / "not-installed")
+    monkeypatch.setattr("spacy_elmo.cli.demo._tokens_per_second", lambda bilm: 1.0)
+    monkeypatch.setattr("spacy_elmo.cli.demo._pipeline_words_per_second", lambda model_dir: 1.0)
+    result = runner.invoke(app, ["demo", "--threads", "1"])
+    assert result.exit_code == 0, result.output
+    warning = Warnings.W_DEMO_RANDOM_MODEL.format(path=tmp_path / "not-installed")
+    assert warning in result.stderr and warning not in result.stdout
+    assert "random small preset" in result.stdout
+
+
+# -- help and usage errors ---------------------------------------------------------------------
+#: Every command's arguments, as its help, README.md and errors.py name them ("Choose another OUTPUT_DIR").
+ARGUMENTS = {
+    "config": ["NAME", "OUTPUT"],
+    "demo": [],
+    "embed": ["INPUT_PATH", "OUTPUT_PATH"],
+    "evaluate": ["MODEL_DIR", "TEXT_PATH"],
+    "export": ["MODEL_DIR", "OUT_DIR"],
+    "fit-state": ["MODEL_DIR", "TEXT_PATH"],
+    "pretrain": ["TRAIN_PATH", "OUTPUT_DIR"],
+}
+
+
+def test_arguments_are_shown_and_named_in_usage_errors_as_the_messages_name_them():
+    """typer 0.29 showed ``{output_dir}`` in the usage line and said "Missing argument 'output_dir'", while
+    the help and errors.py ask for OUTPUT_DIR."""
+    group = typer.main.get_command(app)
+    assert sorted(group.list_commands(click.Context(group))) == sorted(ARGUMENTS)
+    for command, arguments in ARGUMENTS.items():
+        shown = runner.invoke(app, [command, "--help"], terminal_width=200)
+        assert shown.exit_code == 0, shown.output
+        usage = next(line for line in shown.stdout.splitlines() if "Usage:" in line)
+        assert re.findall(r"\b[A-Z_]{3,}\b", usage.split(command, 1)[1]) == ["OPTIONS", *arguments], usage
+        if arguments:
+            missing = runner.invoke(app, [command])
+            assert missing.exit_code == 2, missing.output
+            assert f"Missing argument '{arguments[0]}'" in missing.stderr, missing.stderr
+
+
+def test_device_help_lists_what_the_option_accepts():
+    """--device's help said "cpu or cuda." while the option takes cuda:N and mps too (E_UNKNOWN_DEVICE lists them)."""
+    forms = ["cpu", "cuda", "cuda:N", "mps"]
+    assert all(form in Errors.E_UNKNOWN_DEVICE for form in forms)
+    group = typer.main.get_command(app)
+    ctx = click.Context(group)
+    with_device = {}
+    for name in group.list_commands(ctx):
+        for param in group.get_command(ctx, name).params:
+            if param.name == "device":
+                with_device[name] = param.help
+    assert sorted(with_device) == ["embed", "evaluate", "pretrain"]
+    for name, help_text in with_device.items():
+        assert all(re.search(rf"(^|\s){re.escape(form)}\b", help_text) for form in forms), (name, help_text)
