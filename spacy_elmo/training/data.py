@@ -739,7 +739,7 @@ def _write_array(values: np.ndarray, path: Path) -> None:
     """``values``' bytes into ``path`` (what ``ndarray.tofile`` writes), through a Python file: a full disk is then
     an OSError with its errno (ENOSPC), where tofile said only "71818 requested and 29696 written"."""
     with open(path, "wb") as f:
-        f.write(memoryview(np.ascontiguousarray(values)).cast("B"))
+        f.write(np.ascontiguousarray(values).data.cast("B"))
 
 
 @dataclass
