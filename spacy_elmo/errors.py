@@ -771,6 +771,35 @@ class Errors:
         "{path} already holds a training run (checkpoint or model). Pass --resume to continue "
         "it, or choose a new OUTPUT_DIR."
     )
+    E_OUTPUT_IN_USE = (
+        "{path} is in use by another pretrain run, still running (it holds the directory's lock): two runs in one "
+        "OUTPUT_DIR would mix their tokenized corpus, checkpoints and log. Wait for it to end, or stop it (Ctrl-C) "
+        "and rerun with --resume, or choose another OUTPUT_DIR."
+    )
+    E_OUTPUT_HOLDS_ALLENNLP = (
+        "{path} holds AllenNLP weights ({options}, {weights}): the model pretrain writes there (config.json, "
+        "model.safetensors, vocab.txt) would stand beside them, replacing their vocab.txt, and the directory "
+        "would load as neither model. Choose a new OUTPUT_DIR (to fine-tune these weights: --init {path})."
+    )
+    E_TRAINING_DIVERGED = (
+        "Training diverged at step {step}: {what} is {value} (not a finite number), so the weights are no longer "
+        "usable, and they were not saved{kept}. Pretrain again with a lower --lr (or --clip){restart}."
+    )
+    E_TRAINING_DIVERGED_KEPT = " ({path} keeps its checkpoint and model of step {last})"
+    E_TRAINING_DIVERGED_RESTART = (
+        ": --resume must keep the settings, so go on from that model in a new OUTPUT_DIR with --init {path}, "
+        "or start over"
+    )
+    E_PRETRAIN_NO_SPACE = (
+        "The run stopped: writing its files ran out of space ({error}). OUTPUT_DIR {path} holds the tokenized corpus "
+        "(4 bytes a token, twice that while it is built), the checkpoint (weights and optimizer state, each new one "
+        "written beside the last before replacing it), the model and the log. Free space on its disk (or choose an "
+        "OUTPUT_DIR on a larger one), then {on}"
+    )
+    E_PRETRAIN_NO_SPACE_RESUME = (
+        "rerun the same command with --resume: the last checkpoint is whole (written atomically) and continues exactly."
+    )
+    E_PRETRAIN_NO_SPACE_RERUN = "rerun the same command (no checkpoint was written yet; half-written files are replaced)."
     E_PRETRAIN_INTERRUPTED = (
         "Interrupted. The last checkpoint in {path} (written every --checkpoint-every steps and atomically, so "
         "it is whole) continues exactly: rerun the same command with --resume."
@@ -830,7 +859,7 @@ class Errors:
         "(config can also write the file itself: name it as OUTPUT)."
     )
     E_EXPORT_FORMAT = "Unknown export format {name!r}: use 'allennlp' or 'native'."
-    E_EXPORT_WRITE = "Could not write the model to {path}: {error}. Check the path and its permissions."
+    E_EXPORT_WRITE = "Could not write the model to {path}: {error}. Check the path, its permissions and the room on its disk (nothing was left there: OUT_DIR is as it was)."
     E_EXPORT_NOT_A_DIR = "{path} is a file; export writes a directory. Choose another OUT_DIR."
     E_EXPORT_NOT_EMPTY = (
         "{path} is not empty: its files would mix with the exported model's. Choose a new OUT_DIR, "

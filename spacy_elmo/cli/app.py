@@ -51,6 +51,11 @@ app = typer.Typer(
 )
 
 
+def progress_option():
+    """``--progress/--no-progress``, of every command that draws progress bars (README: "every command's alike")."""
+    return typer.Option(True, help="Show progress bars (on stderr; --no-progress: none).")
+
+
 #: Given by main() as the commands' ``ctx.obj``: this process is the command line, and ends with its command
 #: (pretrain may then leave its signals ignored while it exits; an in-process caller, CliRunner, goes on).
 COMMAND_LINE = "spacy-elmo command line"

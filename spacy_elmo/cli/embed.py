@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from ..errors import Errors
-from .app import DEVICE_HELP, app, counted, fail, known_device, non_negative_int, positive_int, spacy_language
+from .app import DEVICE_HELP, app, counted, fail, known_device, non_negative_int, positive_int, progress_option, spacy_language
 
 
 def _layer_mode(value: str) -> str:
@@ -38,6 +38,7 @@ def embed(
     device: str = typer.Option("cpu", callback=known_device, help=DEVICE_HELP),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace OUTPUT_PATH if it exists."),
     restart: bool = typer.Option(False, "--restart", help="Drop the parts of an earlier, unfinished run."),
+    progress: bool = progress_option(),
 ) -> None:
     """Embed every line of a text file into HDF5 (AllenNLP's `allennlp elmo` layout).
 
@@ -63,7 +64,7 @@ def embed(
             tokenize = lambda line: word_texts(tokenizer(line))
         counts = embed_file(bilm, input_path, output_path, layers=layers, batch_size=batch_size, batch_tokens=batch_tokens,
                             part_size=part_size, max_tokens=max_tokens, cache_size=cache_size, tokenize=tokenize, tokenizer_name=name,
-                            overwrite=overwrite, restart=restart)
+                            overwrite=overwrite, restart=restart, progress=progress)
     except (ValueError, OSError, RuntimeError) as err:
         fail(str(err))
     except KeyboardInterrupt:  # Ctrl-C: say what is kept and how to go on

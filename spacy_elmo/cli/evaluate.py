@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from ..errors import Warnings
-from .app import DEVICE_HELP, app, counted, fail, known_device, positive_int, spacy_language, warn
+from .app import DEVICE_HELP, app, counted, fail, known_device, positive_int, progress_option, spacy_language, warn
 
 
 @app.command()
@@ -29,6 +29,7 @@ def evaluate(
         "(predictions per direction), n_tokens (words, markers not counted), n_sentences, oov_rate (share of words "
         "outside the vocabulary; they are <UNK> targets), vocab_size, mode (stream or per_sentence), "
         "replaced_bytes (undecodable bytes read as U+FFFD), lang."),
+    progress: bool = progress_option(),
 ) -> None:
     """Forward, backward and mean perplexity (full softmax) and the OOV rate.
 
@@ -39,7 +40,7 @@ def evaluate(
     try:
         target = torch_device(device)  # known_device checked it when the options were parsed
         result = evaluate_model_dir(model_dir, text_path, lang=lang, batch_size=batch_size, device=target,
-                                    progress=not as_json, per_sentence=per_sentence)
+                                    progress=progress and not as_json, per_sentence=per_sentence)
     except (ValueError, OSError, RuntimeError) as err:
         fail(str(err))
     if as_json:

@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from ..errors import Errors, Warnings
-from .app import app, counted, fail, positive_int, spacy_language, warn
+from .app import app, counted, fail, positive_int, progress_option, spacy_language, warn
 
 
 @app.command("fit-state")
@@ -20,6 +20,7 @@ def fit_state(
     max_sentences: int = typer.Option(4096, callback=positive_int, help="Read at most this many sentences from the start of the text."),
     rows: int = typer.Option(32, callback=positive_int, help="Contiguous streams read in parallel (needs 3 x rows sentences)."),
     clear: bool = typer.Option(False, "--clear", help="Remove the fitted state: sentences start from zeros again."),
+    progress: bool = progress_option(),
 ) -> None:
     """Fit the state every sentence starts from (writes initial_state.safetensors).
 
@@ -66,7 +67,7 @@ def fit_state(
             replaced = replaced_bytes_so_far() - before
             if not sentences:
                 raise ValueError(Errors.E_FIT_STATE_EMPTY_TEXT.format(path=text_path, n_files=stats.n_files, n_binary=stats.n_binary))
-            bilm.fit_initial_state(sentences, rows=rows, progress=True)
+            bilm.fit_initial_state(sentences, rows=rows, progress=progress)
     except (ValueError, OSError) as err:
         fail(str(err))
     try:

@@ -18,7 +18,7 @@ from ..ranks import Ranks, torchrun_ranks
 from ..training.data import AUTO_RULE
 from ..training.trainer import BOUNDS, OPTIMIZERS, raised_on_every_rank
 from .app import (COMMAND_LINE, DEVICE_HELP, app, checked_by, counted, fail, known_device, non_negative_int, one_of, positive_int,
-                  spacy_language, warn)
+                  progress_option, spacy_language, warn)
 
 
 def _bounded(name: str):
@@ -230,7 +230,7 @@ def pretrain(
     tokenize_processes: int = typer.Option(
         0, callback=_bounded("tokenize_processes"),
         help=f"Processes that tokenize the corpus (the cache is the same whatever their number); {AUTO_RULE}."),
-    progress: bool = typer.Option(True, help="Show progress bars."),
+    progress: bool = progress_option(),
     keep_freed_memory: bool = typer.Option(
         True, "--keep-freed-memory/--return-freed-memory",
         help="glibc: keep freed memory for reuse instead of unmapping it (every step reallocates the same large "

@@ -702,10 +702,10 @@ def build_corpus(train_path: PathLike, lang: str, cache_dir: PathLike, progress:
             stats.n_tokens += len(sentence)
             if len(buf) > 1 << 20:
                 buf.tofile(raw)
-                bar.update(len(buf))
+                bar.update(stats.n_tokens - bar.n)  # words, as the summary counts them (not <S>, </S>)
                 buf = array("i")
         buf.tofile(raw)
-        bar.update(len(buf))
+        bar.update(stats.n_tokens - bar.n)
     bar.close()
     if stats.replaced_bytes:
         warnings.warn(
@@ -723,16 +723,23 @@ def build_corpus(train_path: PathLike, lang: str, cache_dir: PathLike, progress:
     remap = np.empty_like(order)
     remap[order] = np.arange(len(order))
     stream = np.fromfile(raw_path, dtype=np.int32)
-    remap[stream].astype(np.int32).tofile(cache / "tokens.i32")
+    _write_array(remap[stream].astype(np.int32), cache / "tokens.i32")
     del stream
     raw_path.unlink()
-    np.frombuffer(lengths, dtype=np.int64).tofile(cache / "sent_lengths.i64")
-    counts_np[order].tofile(cache / "counts.i64")
+    _write_array(np.frombuffer(lengths, dtype=np.int64), cache / "sent_lengths.i64")
+    _write_array(counts_np[order], cache / "counts.i64")
     (cache / "types.txt").write_text("".join(types[i] + "\n" for i in order), encoding="utf-8")
     meta = {"fingerprint": stamp, "stats": asdict(stats), "n_types": len(types), "n_stream": int(sum(lengths)),
             "tokenizer": tokenizer_settings(nlp)}
     atomic_write_text(meta_path, json.dumps(meta, indent=1))  # meta.json last: it marks a complete cache
     return meta
+
+
+def _write_array(values: np.ndarray, path: Path) -> None:
+    """``values``' bytes into ``path`` (what ``ndarray.tofile`` writes), through a Python file: a full disk is then
+    an OSError with its errno (ENOSPC), where tofile said only "71818 requested and 29696 written"."""
+    with open(path, "wb") as f:
+        f.write(np.ascontiguousarray(values).data.cast("B"))
 
 
 @dataclass

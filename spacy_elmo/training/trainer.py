@@ -11,13 +11,15 @@ own rows of the streams. Rank 0 writes the log, checkpoints and the model; the
 held-out text is evaluated by all ranks, each its share (``evaluate_corpus``).
 """
 
+import errno
+import hashlib
 import json
 import math
 import os
 import shutil
 import time
 import warnings
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -31,6 +33,7 @@ from ..atomic import atomic_write_text, remove_leftovers
 from ..bilm import BiLM, BiLMConfig
 from ..bilm.initial_state import boundary_state_mean
 from ..bilm.lstm import LstmState
+from ..bilm.native_io import find_allennlp_files
 from ..device import torch_device
 from ..errors import Errors, Warnings
 from ..ranks import torchrun_ranks
@@ -142,9 +145,10 @@ OPTIMIZERS = ("adagrad", "adam")
 #: TrainConfig fields with bounds other than "a positive integer": name -> (accepts, what it must be).
 #: ``TrainConfig.validate`` checks them, and the pretrain command's option callbacks the same way
 #: (naming the flag), so the two accept the same values. NaN is refused (no comparison holds); an
-#: infinite epochs, lr or clip is accepted (for clip: no clipping).
+#: infinite lr or clip is accepted (for clip: no clipping), an infinite epochs not (no step count:
+#: it crashed computing one).
 BOUNDS: Dict[str, Any] = {
-    "epochs": (lambda v: v is None or v > 0, "positive"),
+    "epochs": (lambda v: v is None or 0 < v < math.inf, "positive and finite (to train until stopped: a large --max-steps)"),
     "vocab_size": (lambda v: isinstance(v, int) and (v == 0 or v > len(SPECIALS)),
                    f"0 (no cap) or more than {len(SPECIALS)} (the markers and at least one word)"),
     "lr": (lambda v: v is None or v > 0, "positive"),
@@ -362,6 +366,27 @@ def _check_output_place(out: Path, train_path: Path) -> None:
     raise ValueError(Errors.E_CACHE_DIR_NOT_OURS.format(path=cache, found=found))
 
 
+def _refuse_allennlp_output(out: Path) -> None:
+    """Refuse an OUTPUT_DIR that holds AllenNLP weights (an ``export --format allennlp`` directory): the run's
+    model would be written beside them, its vocab.txt over theirs, and the directory would load as neither."""
+    try:
+        found = find_allennlp_files(out) if out.is_dir() else None
+    except ValueError:  # not one pair of options and weights (an embeddings .hdf5 alone): no model to hide
+        return
+    if found is not None:
+        raise FileExistsError(Errors.E_OUTPUT_HOLDS_ALLENNLP.format(path=out, options=found[0].name, weights=found[1].name))
+
+
+def _diverged(step: int, what: str, value: float, out: Path, last_saved: int) -> ValueError:
+    """The error of a run whose loss, gradient norm or weights stopped being finite at ``step``
+    (``last_saved``: the step of the checkpoint and model in ``out``, 0 when none was written)."""
+    kept = restart = ""
+    if last_saved:
+        kept = Errors.E_TRAINING_DIVERGED_KEPT.format(path=out, last=last_saved)
+        restart = Errors.E_TRAINING_DIVERGED_RESTART.format(path=out)
+    return ValueError(Errors.E_TRAINING_DIVERGED.format(step=step, what=what, value=value, kept=kept, restart=restart))
+
+
 def _warn_heldout_in_training(heldout: str, train_path: str) -> None:
     """Warn when a file of ``heldout`` is one of TRAIN_PATH's (by real path; both exist, read already)."""
     trained = {f.resolve() for f in corpus_data.list_text_files(train_path)}
@@ -396,15 +421,26 @@ class _Log:
         elif resume_step is None and path.exists():
             path.unlink()
 
-    def heldout_at(self, step: int) -> Optional[Dict[str, Any]]:
-        """The kept held-out event of ``step`` (a resume), or None."""
-        found = [e for e in self.entries if e.get("event") == "heldout" and e.get("step") == step]
+    def heldout_at(self, step: int, digest: str) -> Optional[Dict[str, Any]]:
+        """The kept held-out event of ``step`` (a resume) on the text of ``digest`` (:func:`_heldout_digest`),
+        or None: a resume given another --heldout measures that one (older logs, which recorded no digest, too)."""
+        found = [e for e in self.entries if e.get("event") == "heldout" and e.get("step") == step
+                 and e.get(HELDOUT_DIGEST) == digest]
         return found[-1] if found else None
 
     def write(self, entry: Dict[str, Any]) -> None:
         if self.enabled:
             with open(self.path, "a", encoding="utf-8") as f:
                 f.write(json.dumps(entry) + "\n")
+
+
+#: The key of a held-out event of the log that identifies the text it measured.
+HELDOUT_DIGEST = "heldout_digest"
+
+
+def _heldout_digest(sentences: List[List[str]]) -> str:
+    """sha256 of the tokenized held-out text: a resume reuses a logged perplexity only of the same text."""
+    return hashlib.sha256(json.dumps(sentences, ensure_ascii=False).encode("utf-8")).hexdigest()
 
 
 def _parse_log(path: Path) -> List[Dict[str, Any]]:
@@ -450,6 +486,49 @@ def raised_on_every_rank(err: BaseException) -> bool:
 def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = None) -> Dict[str, Any]:
     """Run (or resume) pretraining; returns a summary. ``on_step(step, loss)`` is
     called after every optimizer step (step counts from 1)."""
+    try:
+        with ExitStack() as held:  # OUTPUT_DIR's lock, from before the corpus is read until the run ends
+            return _train(cfg, on_step, held)
+    except OSError as err:
+        if err.errno not in OUT_OF_SPACE:
+            raise
+        out = Path(cfg.output_dir)
+        on = Errors.E_PRETRAIN_NO_SPACE_RESUME if ckpt.checkpoint_path(out).exists() else Errors.E_PRETRAIN_NO_SPACE_RERUN
+        raise OSError(Errors.E_PRETRAIN_NO_SPACE.format(path=out, error=err, on=on)) from err
+
+
+#: The errnos of a write that found no room: a full disk, a full quota.
+OUT_OF_SPACE = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
+
+
+#: Whether this platform has ``flock`` (POSIX): elsewhere OUTPUT_DIR is not locked.
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
+
+@contextmanager
+def _output_dir_lock(out: Path):
+    """An exclusive ``flock`` on the directory OUTPUT_DIR itself (no file is added; the kernel releases it when
+    the process ends, also by SIGKILL), held by rank 0 while the run reads and writes there: a second pretrain
+    into the same directory (another terminal, a job started again while the first runs) mixed its cache,
+    checkpoints and log with the first's, or failed on the first's half-written files."""
+    out.mkdir(parents=True, exist_ok=True)
+    fd = os.open(out, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise FileExistsError(Errors.E_OUTPUT_IN_USE.format(path=out)) from None
+        except OSError:  # a file system without flock (some network mounts): not locked
+            pass
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], held: ExitStack) -> Dict[str, Any]:
     from ..progress import progress_bar
 
     with _same_on_every_rank():
@@ -464,6 +543,7 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
         if out.exists() and not out.is_dir():
             raise ValueError(Errors.E_OUTPUT_NOT_A_DIR.format(path=out))
         _check_output_place(out, Path(cfg.train_path))
+        _refuse_allennlp_output(out)
         payload = None
         if cfg.resume:
             payload = ckpt.load_checkpoint(out)
@@ -482,6 +562,7 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
         if world > 1:
             dist.broadcast_object_list(read, src=0, group=tokenize_wait)
         heldout, heldout_stats = read[0]
+        heldout_digest = _heldout_digest(heldout)
         if is_main:
             _warn_heldout_in_training(cfg.heldout, cfg.train_path)
 
@@ -491,6 +572,8 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
     cache, staging = out / "data", out / STAGING_NAME
     try:
         if is_main:
+            if fcntl is not None:
+                held.enter_context(_output_dir_lock(out))
             for leftover in (staging, out / RETIRED_NAME):  # a run killed while staging or swapping
                 shutil.rmtree(leftover, ignore_errors=True)
             ckpt.remove_leftovers(out)  # a run killed while writing a checkpoint
@@ -505,21 +588,24 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
         corpus = Corpus.load(source)
 
         torch.manual_seed(cfg.seed)  # same initial weights on every rank (DDP also broadcasts)
-        bilm, softmax, vocab, corpus, new_vocab = _build_model(cfg, corpus, payload, is_main)
+        batcher: Union[SentenceBatcher, StreamBatcher]
+        # Every rank read the same cache and --init: a vocabulary --min-count leaves empty, or a corpus too
+        # small for --batch-size x the processes, is refused by every rank alike (said once, by rank 0).
+        with _same_on_every_rank():
+            bilm, softmax, vocab, corpus, new_vocab = _build_model(cfg, corpus, payload, is_main)
+            if cfg.sentences:
+                batcher = SentenceBatcher(corpus, cfg.batch_size, cfg.max_length, cfg.seed, rank, world)
+            else:
+                batcher = StreamBatcher(corpus, cfg.batch_size, cfg.unroll, cfg.seed, rank, world)
         bilm.lstm.dropout = cfg.dropout
         char_table = CharTable(vocab, bilm.config.max_characters_per_token)
-        batcher: Union[SentenceBatcher, StreamBatcher]
-        if cfg.sentences:
-            batcher = SentenceBatcher(corpus, cfg.batch_size, cfg.max_length, cfg.seed, rank, world)
-        else:
-            batcher = StreamBatcher(corpus, cfg.batch_size, cfg.unroll, cfg.seed, rank, world)
         lm = BidirectionalLM(bilm, softmax).to(device)
         optimizer = build_optimizer(cfg.optimizer, cfg.lr, lm.parameters())
         settings = _resume_settings(cfg, world, new_vocab, vocab, bilm.config.to_dict(), corpus)
         sampler = LogUniformSampler(vocab.size, cfg.negatives)
         full_softmax = cfg.negatives >= vocab.size
         if full_softmax and is_main:
-            warnings.warn(Warnings.W_NEGATIVES_CLAMPED.format(negatives=cfg.negatives, vocab=vocab.size), RuntimeWarning, stacklevel=2)
+            warnings.warn(Warnings.W_NEGATIVES_CLAMPED.format(negatives=cfg.negatives, vocab=vocab.size), RuntimeWarning, stacklevel=3)  # train()'s caller
         sampler_rng = torch.Generator().manual_seed(cfg.seed * 1009 + rank)
         torch.manual_seed(cfg.seed * 7919 + rank)  # dropout streams differ per rank
         state = None
@@ -563,8 +649,15 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
     bar = progress_bar(total=total, initial=step, desc="pretraining", unit="step", disable=not (cfg.progress and is_main))
     window_loss, window_n, window_tokens, window_start = 0.0, 0, 0, time.perf_counter()
     last_heldout = None
+    last_saved = step  # the step of the checkpoint in OUTPUT_DIR (0: none)
 
     def save(final: bool) -> None:
+        nonlocal last_saved
+        # A step can leave a finite loss and gradient but weights that are not (an lr too large for them):
+        # never written over the last good checkpoint. The ranks' weights are equal: every rank refuses alike.
+        if not all(bool(torch.isfinite(p).all()) for p in lm.parameters()):
+            with _same_on_every_rank():
+                raise _diverged(step, "a weight", math.nan, out, last_saved)
         ranks = [ckpt.rank_state(sampler_rng, state, device)]
         if world > 1:
             gathered: List[Any] = [None] * world
@@ -577,6 +670,7 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
             # state; fitting it (eval mode, no randomness) leaves resumption exact.
             start = fit_start_state(bilm, corpus, cfg.state_sentences)
             save_pretrained(out, bilm, softmax, vocab, dict(provenance, steps=step), initial_state=start)
+        last_saved = step
         _barrier(world)
 
     def evaluate_heldout() -> Dict[str, Any]:
@@ -588,21 +682,21 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
         result = evaluate_sentences(lm, vocab, heldout, cfg.eval_batch_size, cfg.unroll, device, per_sentence=cfg.sentences,
                                     rank=rank, world=world)
         result["replaced_bytes"] = heldout_stats.replaced_bytes
-        log.write({"step": step, "event": "heldout", **result})
+        log.write({"step": step, "event": "heldout", **result, HELDOUT_DIGEST: heldout_digest})
         lm.train()
         return result
 
     if payload is not None and heldout is not None:
         # A run killed after writing its checkpoint but before logging that step's held-out
         # perplexity: measure it now, as the straight run did.
-        last_heldout = log.heldout_at(step) if is_main else None
+        last_heldout = log.heldout_at(step, heldout_digest) if is_main else None
         missing = [last_heldout is None]
         if world > 1:  # rank 0's log decides: the evaluation is collective
             dist.broadcast_object_list(missing, src=0)
         if missing[0]:
             last_heldout = evaluate_heldout()
         elif is_main and last_heldout is not None:  # rank 0 found it in the log
-            last_heldout = {k: v for k, v in last_heldout.items() if k not in ("step", "event")}
+            last_heldout = {k: v for k, v in last_heldout.items() if k not in ("step", "event", HELDOUT_DIGEST)}
 
     lm.train()
     while step < total:
@@ -648,6 +742,12 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
         stats = stats.cpu()
         tokens_seen += step_tokens
         step_loss = float(stats[0])
+        # The loss is the ranks' mean and the gradient norm that of the all-reduced gradients: every rank stops alike,
+        # before this step is logged or checkpointed.
+        for what, value in (("the loss", step_loss), ("the gradient norm", float(grad_norm))):
+            if not math.isfinite(value):
+                with _same_on_every_rank():
+                    raise _diverged(step, what, value, out, last_saved)
         window_loss += step_loss
         window_n += 1
         window_tokens += step_tokens

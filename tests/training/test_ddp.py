@@ -370,15 +370,22 @@ def _main_worker(rank: int, world: int, port: int, args: list, result_dir: str, 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", ["refused_resume", "usage_error"])
+@pytest.mark.parametrize("case", ["refused_resume", "usage_error", "corpus_too_small", "empty_vocabulary"])
 def test_ddp_an_error_of_every_rank_is_printed_once(tmp_path, case):
-    """Under torchrun a refused resume, a usage error and a warning of every process were printed by
-    every rank: rank 0 prints them, and every rank still exits with the error's status."""
+    """Under torchrun a refused resume, a usage error, a corpus too small for the batches of every process,
+    a --min-count that leaves no word and a warning of every process were printed by every rank: rank 0
+    prints them, and every rank still exits with the error's status."""
     train_file = write_corpus(tmp_path / "train.txt", 50)
     args = ["pretrain", str(train_file), str(tmp_path / "out"), "--no-progress", "--threads", "1", "--backend", "auto"]
     if case == "refused_resume":
         args.append("--resume")  # OUTPUT_DIR holds no checkpoint: refused by every rank alike
         status, said = 1, "holds no checkpoint"
+    elif case == "corpus_too_small":
+        args += ["--batch-size", "128"]  # 2 x 128 rows of 21 tokens: more than the corpus's 400 or so
+        status, said = 1, "too few for 256 rows"
+    elif case == "empty_vocabulary":
+        args += ["--min-count", "100000"]
+        status, said = 1, "No word of the corpus occurs --min-count 100000 times"
     else:
         args += ["--batch-size", "0"]
         status, said = 2, "must be a positive integer"

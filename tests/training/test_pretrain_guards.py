@@ -1,0 +1,266 @@
+"""What pretrain refuses or stops on, found by using the command as a new user would: a run that diverged,
+an OUTPUT_DIR holding an exported AllenNLP model."""
+
+import errno
+import math
+import os
+import signal
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from spacy_elmo import BiLM
+from spacy_elmo.cli import app
+from spacy_elmo.training import checkpoint as ckpt
+from spacy_elmo.training.trainer import read_log, train
+from tests.cli_text import plain
+
+from .conftest import tiny_pretrain_args, tiny_train_config, write_corpus
+
+runner = CliRunner()
+
+
+def _losses(out):
+    return [(e["step"], e["loss"]) for e in read_log(out) if "loss" in e]
+
+
+def test_a_diverged_step_stops_the_run_before_it_overwrites_the_last_checkpoint(tmp_path, monkeypatch):
+    """A non-finite loss or gradient norm stops the run at that step: its checkpoint, model and log stay
+    those of the last checkpoint (they were overwritten with NaN weights, which no loader accepts),
+    and the error names the step and the way on; that checkpoint then resumes to the straight run."""
+    train_file = write_corpus(tmp_path / "train.txt", 200)
+    settings = dict(max_steps=6, checkpoint_every=2)
+    straight, diverged = tmp_path / "straight", tmp_path / "diverged"
+    train(tiny_train_config(train_file, straight, **settings))
+    real = torch.nn.utils.clip_grad_norm_
+    calls = []
+
+    def nan_at_step_3(parameters, clip):
+        calls.append(1)
+        norm = real(parameters, clip)
+        return norm * math.nan if len(calls) == 3 else norm
+
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", nan_at_step_3)
+    with pytest.raises(ValueError, match="diverged at step 3: the gradient norm is nan") as err:
+        train(tiny_train_config(train_file, diverged, **settings))
+    assert f"{diverged} keeps its checkpoint and model of step 2" in str(err.value)
+    assert f"--init {diverged}" in str(err.value)
+    monkeypatch.undo()
+    assert ckpt.load_checkpoint(diverged)["step"] == 2
+    assert max(e["step"] for e in read_log(diverged)) == 2  # nothing logged of the diverged step
+    BiLM.load(diverged)  # the model of step 2, finite
+    train(tiny_train_config(train_file, diverged, resume=True, **settings))
+    a, b = _losses(straight), _losses(diverged)
+    assert [s for s, _ in a] == [s for s, _ in b]
+    np.testing.assert_allclose([x for _, x in b], [x for _, x in a], rtol=1e-6, atol=1e-7)
+
+
+def test_weights_that_stopped_being_finite_are_never_saved(tmp_path):
+    """An infinite learning rate leaves step 1's loss and gradient finite but the weights not: the
+    checkpoint due at that step is refused, and OUTPUT_DIR holds no model that would fail to load."""
+    train_file = write_corpus(tmp_path / "train.txt", 200)
+    out = tmp_path / "out"
+    with pytest.raises(ValueError, match="diverged at step 1: a weight is nan") as err:
+        train(tiny_train_config(train_file, out, lr=math.inf, checkpoint_every=1))
+    assert "keeps its checkpoint" not in str(err.value) and "lower --lr" in str(err.value)
+    assert not ckpt.checkpoint_path(out).exists() and not (out / "config.json").exists()
+
+
+@pytest.mark.filterwarnings("ignore:.*holds the weights only:UserWarning", "ignore:.*AllenNLP will not run:UserWarning")
+def test_pretrain_refuses_an_output_dir_holding_allennlp_weights(tmp_path):
+    """pretrain into an `export --format allennlp` directory wrote its model beside the AllenNLP files, over
+    their vocab.txt: the directory then loaded as neither model. It is refused, untouched, by the command."""
+    model = tmp_path / "model"
+    args, train_file, _ = tiny_pretrain_args(tmp_path, model)
+    assert runner.invoke(app, args).exit_code == 0
+    exported = tmp_path / "exported"
+    result = runner.invoke(app, ["export", str(model), str(exported), "--format", "allennlp"])
+    assert result.exit_code == 0, result.output
+    before = {p.name: p.read_bytes() for p in exported.iterdir()}
+    for extra in ([], ["--resume"]):
+        other_args, _, _ = tiny_pretrain_args(tmp_path, exported, *extra)
+        result = runner.invoke(app, other_args)
+        assert result.exit_code == 1, result.output
+        assert f"{exported} holds AllenNLP weights (options.json, weights.hdf5)" in plain(result.output)
+        assert {p.name: p.read_bytes() for p in exported.iterdir()} == before
+    BiLM.load(exported)  # still one model
+
+
+def test_infinite_epochs_is_a_usage_error(tmp_path):
+    """--epochs inf passed the option's check and crashed computing the number of steps (OverflowError)."""
+    from spacy_elmo.training.trainer import TrainConfig
+
+    args, _, _ = tiny_pretrain_args(tmp_path, tmp_path / "out")
+    steps = args.index("--max-steps")
+    args[steps:steps + 2] = ["--epochs", "inf"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert "--epochs" in plain(result.output) and "must be positive and finite" in plain(result.output)
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(ValueError, match="epochs must be positive and finite"):
+        TrainConfig(train_path="t", output_dir="o", epochs=math.inf).validate()
+
+
+def test_a_resume_given_another_heldout_measures_that_text(tmp_path):
+    """Resuming a finished run with another --heldout printed (and returned) the perplexity its log held of
+    the first text. The resume measures the text it is given (evaluate's number on the same model), and
+    each held-out line of the log names its text by a digest."""
+    from spacy_elmo.training.evaluate import evaluate_model_dir
+
+    train_file = write_corpus(tmp_path / "train.txt", 200)
+    first, second = write_corpus(tmp_path / "first.txt", 30, seed=1), write_corpus(tmp_path / "second.txt", 30, seed=2)
+    out = tmp_path / "out"
+    settings = dict(max_steps=4, checkpoint_every=2)
+    done = train(tiny_train_config(train_file, out, heldout=str(first), **settings))
+    again = train(tiny_train_config(train_file, out, heldout=str(first), resume=True, **settings))
+    assert again["heldout"] == done["heldout"]  # the same text: the logged number, not measured again
+    other = train(tiny_train_config(train_file, out, heldout=str(second), resume=True, **settings))
+    expected = evaluate_model_dir(out, second)
+    assert other["heldout"]["perplexity"] == pytest.approx(expected["perplexity"], rel=1e-6)
+    assert other["heldout"]["perplexity"] != pytest.approx(done["heldout"]["perplexity"], rel=1e-6)
+    events = [e for e in read_log(out) if e.get("event") == "heldout"]
+    assert [e["step"] for e in events] == [2, 4, 4]
+    assert events[0]["heldout_digest"] == events[1]["heldout_digest"] != events[2]["heldout_digest"]
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    """A pretrained tiny model and text: ``(model, text)``."""
+    tmp_path = tmp_path_factory.mktemp("tiny_model")
+    model = tmp_path / "model"
+    args, train_file, _ = tiny_pretrain_args(tmp_path, model)
+    assert runner.invoke(app, args).exit_code == 0
+    return model, train_file
+
+
+@pytest.mark.parametrize("command, bar", [
+    (["evaluate", "{model}", "{text}"], "evaluating"),
+    (["fit-state", "{model}", "{text}", "--rows", "2"], "fitting the initial state"),
+    (["embed", "{text}", "{out}/vectors.h5", "--model", "{model}"], "embedding"),
+])
+def test_every_command_with_progress_bars_takes_no_progress(tiny_model, tmp_path, command, bar):
+    """README: "Progress bars (--no-progress turns them off) ... every command's alike"; evaluate, fit-state
+    and embed drew theirs with no way to turn them off (--no-progress was a usage error)."""
+    model, text = tiny_model
+    args = [a.format(model=model, text=text, out=tmp_path) for a in command]
+    drawn = runner.invoke(app, args)
+    assert drawn.exit_code == 0 and bar in drawn.output, drawn.output
+    if command[0] == "embed":
+        args.append("--overwrite")
+    quiet = runner.invoke(app, [*args, "--no-progress"])
+    assert quiet.exit_code == 0, quiet.output
+    assert bar not in quiet.output and "%|" not in quiet.output
+
+
+def _snapshot(directory):
+    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def test_a_second_run_into_an_output_dir_in_use_is_refused(tmp_path):
+    """Two pretrain runs into one OUTPUT_DIR (another terminal, a job started again while the first runs)
+    mixed their cache, checkpoints and log, or one failed on the other's half-written cache with a bare
+    "[Errno 2] ... tokens.raw". The running one holds a lock on the directory: the second is refused and
+    changes nothing; once the first ends, even killed, the directory is free."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("fcntl")
+    train_file = write_corpus(tmp_path / "train.txt", 200)
+    out = tmp_path / "out"
+    train(tiny_train_config(train_file, out, max_steps=2, checkpoint_every=2))
+    before = _snapshot(out)
+    # Another process holding the lock, as a running pretrain does (flock on the directory).
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDONLY); "
+         "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(120)", str(out)],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(FileExistsError, match="in use by another pretrain run"):
+            train(tiny_train_config(train_file, out, max_steps=4, checkpoint_every=2, resume=True))
+        assert _snapshot(out) == before
+    finally:
+        holder.kill()  # as a SIGKILL of that run: the kernel releases its lock
+        holder.wait()
+    assert train(tiny_train_config(train_file, out, max_steps=4, checkpoint_every=2, resume=True))["steps"] == 4
+
+
+def test_the_tokenizing_bar_counts_the_words_the_summary_counts(tmp_path, monkeypatch):
+    """The bar counted the sentence markers too: "tokenizing: 3.60k tok" above "corpus 2,999 tokens"."""
+    import io
+
+    from tqdm import tqdm
+
+    from spacy_elmo.training import data
+
+    bars = []
+
+    def recorded(enabled, desc):
+        bars.append(tqdm(desc=desc, file=io.StringIO()))
+        return bars[-1]
+
+    monkeypatch.setattr(data, "_progress", recorded)
+    train_file = write_corpus(tmp_path / "train.txt", 200)
+    meta = data.build_corpus(train_file, "en", tmp_path / "cache", progress=True, processes=1)
+    words = sum(len(line.split()) for line in train_file.read_text(encoding="utf-8").splitlines())  # spaCy splits no word here
+    assert bars[0].n == meta["stats"]["n_tokens"] == words
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux), which fails every write with ENOSPC")
+def test_a_full_disk_while_tokenizing_names_the_output_dir_and_the_way_on(tmp_path):
+    """A disk that filled up while the cache was written ended the run with numpy's "71818 requested and
+    29696 written" (no errno, no path, no advice). The cache's arrays are written with their errno, and pretrain
+    names OUTPUT_DIR, what it holds and how to go on (rerun: no checkpoint yet)."""
+    train_file = write_corpus(tmp_path / "train.txt", 200)
+    out = tmp_path / "out"
+    (out / "data").mkdir(parents=True)
+    (out / "data" / "tokens.i32").symlink_to("/dev/full")  # every write there: ENOSPC, as on a full disk
+    with pytest.raises(OSError, match="ran out of space") as err:
+        train(tiny_train_config(train_file, out))
+    assert err.value.__cause__.errno == errno.ENOSPC
+    assert f"OUTPUT_DIR {out}" in str(err.value) and "rerun the same command (no checkpoint was written yet" in str(err.value)
+
+
+def test_a_full_disk_at_a_checkpoint_says_the_last_one_resumes(tmp_path, monkeypatch):
+    """The bare "[Errno 28] No space left on device" of a checkpoint write: now the advice to --resume, whose
+    checkpoint (the last whole one) is the step before."""
+    train_file = write_corpus(tmp_path / "train.txt", 200)
+    out = tmp_path / "out"
+    real = ckpt.save_checkpoint
+    calls = []
+
+    def full_at_the_second(output_dir, payload):
+        calls.append(1)
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real(output_dir, payload)
+
+    monkeypatch.setattr(ckpt, "save_checkpoint", full_at_the_second)
+    with pytest.raises(OSError, match="ran out of space") as err:
+        train(tiny_train_config(train_file, out, max_steps=4, checkpoint_every=2))
+    assert "rerun the same command with --resume" in str(err.value)
+    monkeypatch.undo()
+    assert ckpt.load_checkpoint(out)["step"] == 2
+    assert train(tiny_train_config(train_file, out, max_steps=4, checkpoint_every=2, resume=True))["steps"] == 4
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGXFSZ"), reason="POSIX file-size limits")
+def test_export_that_cannot_write_its_weights_fails_cleanly(tiny_model, tmp_path):
+    """export --format allennlp whose weights could not be written (a full disk; here a file-size limit) died
+    with HDF5's RuntimeError traceback, then a segmentation fault, leaving its temporary directory behind.
+    Now: the export's error (exit status 1), and nothing left in the parent directory."""
+    import subprocess
+    import sys
+
+    model, _ = tiny_model
+    out = tmp_path / "exported"
+    script = ("import resource, signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
+              "resource.setrlimit(resource.RLIMIT_FSIZE, (8192, 8192)); from spacy_elmo.cli import main; "
+              "sys.argv = ['spacy-elmo', 'export', sys.argv[1], sys.argv[2], '--format', 'allennlp']; main()")
+    result = subprocess.run([sys.executable, "-W", "ignore", "-c", script, str(model), str(out)], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 1, (result.returncode, result.stderr[-2000:])
+    assert "Could not write the model to" in result.stderr and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
