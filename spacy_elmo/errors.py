@@ -403,8 +403,9 @@ class Errors:
         "initial_weights must be a list of numbers (one weight per layer, before softmax); found {value!r}."
     )
     E_SCALAR_MIX_INIT_NAN = (
-        "initial_weights {value} give no layer weights: the softmax of a NaN, of +inf or of only -inf is NaN, and "
-        "so would be every mixed vector. Use finite numbers; a very negative one (-1e9) leaves its layer out."
+        "initial_weights {value} must all be finite numbers (as float32): a NaN or +inf gives no layer weights "
+        "(every mixed vector NaN), and a -inf turns the mix weights NaN at the first training step. Use finite "
+        "numbers; a very negative one (-1e9) leaves its layer out."
     )
     E_FLAG_NOT_BOOL = "{name} must be True or False; found {value!r}."
     E_SCALAR_MIX_LAYER_TYPE = (
@@ -527,10 +528,20 @@ class Errors:
         "integer >= {minimum} ({meaning}). Fix {setting} in the component's model config block (e.g. "
         "[components.elmo.model]), or leave it out for the default."
     )
-    E_LISTENER_SETTING = (
-        "An ELMo listener's {setting} is {value!r}; it must be {rule}. Fix it in the config block of the "
-        "spacy_elmo.ElmoListener.v1 (e.g. [components.ner.model.tok2vec.elmo]) or spacy_elmo.ScalarMix.v1 that "
-        "sets it, or leave it out for the default."
+    E_LISTENER_DROPOUT = (
+        "The ELMo listener{of_component} has dropout = {value!r}; it must be a finite number >= 0 and < 1 (ELMo's "
+        "dropout after the mix; 0: none): at 1 or more the task would train on zeroed ELMo features and run "
+        "on the real ones. Fix dropout in its spacy_elmo.ElmoListener.v1 block ([components.{component}.model."
+        "tok2vec.elmo] in the shipped configs), or leave it out for the default 0.5. For a saved pipeline, fix "
+        "it in PIPELINE/config.cfg: dropout only matters in training, so any value in [0, 1) loads the "
+        "pipeline unchanged."
+    )
+    E_LISTENER_MIX_L2 = (
+        "The ELMo listener{of_component} has {key} = {value!r} (its {block} block); it must be a finite number >= 0 "
+        "(the lambda of lambda * ||w||^2 on the mix weights; 0: none): a negative one rewards large mix weights "
+        "and an infinite one makes them NaN. Fix {key} in that block, or leave it out for the default 0. For a "
+        "saved pipeline, fix it in PIPELINE/config.cfg: {key} only matters in training, so any finite value "
+        ">= 0 loads the pipeline unchanged."
     )
     E_ELMO_LAYER_CACHE = (
         "The '{name}' component got layer_cache_mb = {value!r}; it must be an integer >= 0 (MB of biLM "
