@@ -451,10 +451,16 @@ class Errors:
         "An ELMo listener (upstream {upstream!r}) is linked to no elmo component: spaCy links a listener only "
         "to an elmo component{named} placed before the listening component in the pipeline. Put one there (in "
         "a config, before the listening component in [nlp] pipeline and after any sentencizer; in Python, "
-        "nlp.add_pipe('elmo', before=COMPONENT)), or set the listener's upstream to your elmo component's name "
+        "nlp.add_pipe('elmo', before={component})), or set the listener's upstream to your elmo component's name "
         "('*': any). A pipeline loaded with exclude=['elmo'] has none: load it with its elmo component, or "
-        "give the listening component its own copy of the biLM before saving it without elmo "
-        "(nlp.replace_listeners('elmo', COMPONENT, ['model.tok2vec']))."
+        "give the listening component its own copy of the biLM before saving it without elmo: {replace}."
+    )
+    #: E_LISTENER_NO_UPSTREAM's ``replace`` (``path``: the listener's, when its config is known)
+    E_LISTENER_REPLACE_CALL = "nlp.replace_listeners({elmo}, {component}, [{path!r}])"
+    #: E_LISTENER_NO_UPSTREAM's ``replace`` when the listener's config path is not known
+    E_LISTENER_REPLACE_CALLS = (
+        "nlp.replace_listeners({elmo}, {component}, ['model.tok2vec.elmo']) with spacy_elmo.ElmoTok2Vec.v1 (as in "
+        "the shipped configs), or with ['model.tok2vec'] when the ElmoListener.v1 block is the component's tok2vec"
     )
     E_LISTENER_NO_DATA = (
         "An ELMo listener in '{component}' found no ELMo data on a document (doc._.elmo is empty). The "

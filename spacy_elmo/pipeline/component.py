@@ -56,7 +56,7 @@ from .bilm_layer import (
 from .callers import runs
 from .doc_data import ELMO_ATTR, install_extensions, install_hooks, set_doc_data
 from .layer_cache import MB
-from .listener import ElmoListener
+from .listener import ElmoListener, find_listener_path
 from .loaders import WeightsLoader, load_weights, requests_nothing, weights_target
 
 STORE_CHOICES = ("all", "mix", "none")
@@ -148,22 +148,6 @@ def _loading_lock(component: Any) -> Any:
     lock = _LOADING.get(component)
     return lock if lock is not None else _LOADING.setdefault(component, threading.RLock())
 
-LISTENER_ARCH = "spacy_elmo.ElmoListener.v1"
-
-
-def _find_listener_path(cfg: Any, path: Tuple[str, ...] = ()) -> Optional[Tuple[str, ...]]:
-    """The keys to the first ElmoListener.v1 block (without its own biLM) in a model config, depth first."""
-    if not isinstance(cfg, dict):
-        return None
-    if cfg.get("@architectures") == LISTENER_ARCH and cfg.get("bilm") is None:
-        return path
-    for key, value in cfg.items():
-        found = _find_listener_path(value, path + (key,))
-        if found is not None:
-            return found
-    return None
-
-
 LOADER = "spacy_elmo.WeightsLoader.v1"
 
 
@@ -234,7 +218,7 @@ def replace_listener_cfg(tok2vec_model_cfg: Dict[str, Any], listener_model_cfg: 
     spaCy passes the listening component's whole ``[model.tok2vec]`` block, which may
     hold the listener deeper (``ElmoTok2Vec.v1``'s ``elmo``).
     """
-    path = _find_listener_path(listener_model_cfg)
+    path = find_listener_path(listener_model_cfg)
     if path is None:
         raise ValueError(Errors.E_REPLACE_LISTENER_CFG.format(upstream=name))
     expected = ".".join(("model", "tok2vec") + path)

@@ -1,5 +1,7 @@
 """`spacy train` on the shipped configs (ner.cfg, parser.cfg, textcat.cfg) for a few steps on tiny data."""
 
+import re
+import shutil
 import subprocess
 import sys
 import warnings
@@ -228,9 +230,22 @@ def test_unlinked_listener_names_where_elmo_goes(corpus_dir, tiny_dir, tmp_path,
     message = str(err.value)
     assert f"elmo component named {named} placed before the listening component" in message
     assert "after any sentencizer" in message and "first=True" not in message
+    assert "before='ner'" in message
     _init("ner.cfg", corpus_dir, tiny_dir).to_disk(tmp_path / "trained")
-    with pytest.raises(ValueError, match=r"exclude=\['elmo'\].*replace_listeners"):
-        spacy.load(tmp_path / "trained", exclude=["elmo"])("Alice went home .")
+    text = "Alice went home ."
+    with pytest.raises(ValueError, match=r"exclude=\['elmo'\].*replace_listeners") as err:
+        spacy.load(tmp_path / "trained", exclude=["elmo"])(text)
+    # the advice, followed as written: it said ['model.tok2vec'], which ElmoTok2Vec.v1 refuses
+    call = re.search(r"nlp\.replace_listeners\('elmo', 'ner', \['([\w.]+)'\]\)\.$", str(err.value))
+    assert call is not None, str(err.value)
+    nlp = spacy.load(tmp_path / "trained")
+    expected = nlp(text).ents
+    nlp.replace_listeners("elmo", "ner", [call.group(1)])
+    nlp.remove_pipe("elmo")
+    nlp.to_disk(tmp_path / "own")
+    assert [(e.start, e.end, e.label_) for e in spacy.load(tmp_path / "own")(text).ents] == [
+        (e.start, e.end, e.label_) for e in expected
+    ]
 
 
 def test_sourced_elmo_frozen_without_annotating(corpus_dir, tiny_dir, first):
