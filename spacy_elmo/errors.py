@@ -221,6 +221,12 @@ class Errors:
         "{path} does not exist. Pass a model directory (written by BiLM.save, `spacy-elmo pretrain` or "
         "`spacy-elmo export`, or one holding an AllenNLP options.json + .hdf5) or \"default\" for the bundled model."
     )
+    E_ELMO_WEIGHTS_SETTING = (
+        "The '{name}' component's weights setting ([components.{name}] weights), loaded because "
+        "[initialize.components.{name}.weights_loader] names no path (--paths.elmo left empty in the shipped "
+        "configs), cannot be loaded: {reason} Fix [components.{name}] weights (null: the bundled default "
+        "model), or name the weights with --paths.elmo DIR."
+    )
     E_MODEL_PATH_IS_FILE = (
         "{path} is a file, but a model is a directory: pass the directory that holds it (config.json + "
         "model.safetensors, or one options.json + one .hdf5), or load AllenNLP files with "
@@ -1113,8 +1119,10 @@ class Warnings:
     W_ELMO_WEIGHTS_TWICE = (
         "spacy-elmo: the '{name}' component's weights setting ({weights!r}) is not loaded: "
         "[initialize.components.{name}.weights_loader] names {requested!r} (--paths.elmo in the shipped configs), "
-        "and the loader wins at initialization. Name the weights in one place: leave --paths.elmo empty to load "
-        "[components.{name}] weights, or set weights = null."
+        "and the loader wins at initialization. A pipeline saved from this run carries the loaded weights, but its "
+        "config.cfg still says weights = {weights!r}: a training run from that config without --paths.elmo loads "
+        "those. Name the weights in one place: leave --paths.elmo empty to load [components.{name}] weights, or "
+        "set weights = null."
     )
     W_ELMO_V1_LAYER_CACHE = (
         "spacy-elmo: this pipeline's elmo model (spacy_elmo.ElmoBiLM.v1, as saved before the layer cache "
