@@ -221,6 +221,12 @@ class Errors:
         "{path} does not exist. Pass a model directory (written by BiLM.save, `spacy-elmo pretrain` or "
         "`spacy-elmo export`, or one holding an AllenNLP options.json + .hdf5) or \"default\" for the bundled model."
     )
+    E_ELMO_WEIGHTS_SETTING = (
+        "The '{name}' component's weights setting ([components.{name}] weights), loaded because "
+        "[initialize.components.{name}.weights_loader] names no path (--paths.elmo left empty in the shipped "
+        "configs), cannot be loaded: {reason} Fix [components.{name}] weights (null: the bundled default "
+        "model), or name the weights with --paths.elmo DIR."
+    )
     E_MODEL_PATH_IS_FILE = (
         "{path} is a file, but a model is a directory: pass the directory that holds it (config.json + "
         "model.safetensors, or one options.json + one .hdf5), or load AllenNLP files with "
@@ -403,8 +409,9 @@ class Errors:
         "initial_weights must be a list of numbers (one weight per layer, before softmax); found {value!r}."
     )
     E_SCALAR_MIX_INIT_NAN = (
-        "initial_weights {value} give no layer weights: the softmax of a NaN, of +inf or of only -inf is NaN, and "
-        "so would be every mixed vector. Use finite numbers; a very negative one (-1e9) leaves its layer out."
+        "initial_weights {value} must all be finite numbers (as float32): a NaN or +inf gives no layer weights "
+        "(every mixed vector NaN), and a -inf turns the mix weights NaN at the first training step. Use finite "
+        "numbers; a very negative one (-1e9) leaves its layer out."
     )
     E_FLAG_NOT_BOOL = "{name} must be True or False; found {value!r}."
     E_SCALAR_MIX_LAYER_TYPE = (
@@ -450,10 +457,16 @@ class Errors:
         "An ELMo listener (upstream {upstream!r}) is linked to no elmo component: spaCy links a listener only "
         "to an elmo component{named} placed before the listening component in the pipeline. Put one there (in "
         "a config, before the listening component in [nlp] pipeline and after any sentencizer; in Python, "
-        "nlp.add_pipe('elmo', before=COMPONENT)), or set the listener's upstream to your elmo component's name "
+        "nlp.add_pipe('elmo', before={component})), or set the listener's upstream to your elmo component's name "
         "('*': any). A pipeline loaded with exclude=['elmo'] has none: load it with its elmo component, or "
-        "give the listening component its own copy of the biLM before saving it without elmo "
-        "(nlp.replace_listeners('elmo', COMPONENT, ['model.tok2vec']))."
+        "give the listening component its own copy of the biLM before saving it without elmo: {replace}."
+    )
+    #: E_LISTENER_NO_UPSTREAM's ``replace`` (``path``: the listener's, when its config is known)
+    E_LISTENER_REPLACE_CALL = "nlp.replace_listeners({elmo}, {component}, [{path!r}])"
+    #: E_LISTENER_NO_UPSTREAM's ``replace`` when the listener's config path is not known
+    E_LISTENER_REPLACE_CALLS = (
+        "nlp.replace_listeners({elmo}, {component}, ['model.tok2vec.elmo']) with spacy_elmo.ElmoTok2Vec.v1 (as in "
+        "the shipped configs), or with ['model.tok2vec'] when the ElmoListener.v1 block is the component's tok2vec"
     )
     E_LISTENER_NO_DATA = (
         "An ELMo listener in '{component}' found no ELMo data on a document (doc._.elmo is empty). The "
@@ -527,10 +540,20 @@ class Errors:
         "integer >= {minimum} ({meaning}). Fix {setting} in the component's model config block (e.g. "
         "[components.elmo.model]), or leave it out for the default."
     )
-    E_LISTENER_SETTING = (
-        "An ELMo listener's {setting} is {value!r}; it must be {rule}. Fix it in the config block of the "
-        "spacy_elmo.ElmoListener.v1 (e.g. [components.ner.model.tok2vec.elmo]) or spacy_elmo.ScalarMix.v1 that "
-        "sets it, or leave it out for the default."
+    E_LISTENER_DROPOUT = (
+        "The ELMo listener{of_component} has dropout = {value!r}; it must be a finite number >= 0 and < 1 (ELMo's "
+        "dropout after the mix; 0: none): at 1 or more the task would train on zeroed ELMo features and run "
+        "on the real ones. Fix dropout in its spacy_elmo.ElmoListener.v1 block ([components.{component}.model."
+        "tok2vec.elmo] in the shipped configs), or leave it out for the default 0.5. For a saved pipeline, fix "
+        "it in PIPELINE/config.cfg: dropout only matters in training, so any value in [0, 1) loads the "
+        "pipeline unchanged."
+    )
+    E_LISTENER_MIX_L2 = (
+        "The ELMo listener{of_component} has {key} = {value!r} (its {block} block); it must be a finite number >= 0 "
+        "(the lambda of lambda * ||w||^2 on the mix weights; 0: none): a negative one rewards large mix weights "
+        "and an infinite one makes them NaN. Fix {key} in that block, or leave it out for the default 0. For a "
+        "saved pipeline, fix it in PIPELINE/config.cfg: {key} only matters in training, so any finite value "
+        ">= 0 loads the pipeline unchanged."
     )
     E_ELMO_LAYER_CACHE = (
         "The '{name}' component got layer_cache_mb = {value!r}; it must be an integer >= 0 (MB of biLM "
@@ -1125,8 +1148,10 @@ class Warnings:
     W_ELMO_WEIGHTS_TWICE = (
         "spacy-elmo: the '{name}' component's weights setting ({weights!r}) is not loaded: "
         "[initialize.components.{name}.weights_loader] names {requested!r} (--paths.elmo in the shipped configs), "
-        "and the loader wins at initialization. Name the weights in one place: leave --paths.elmo empty to load "
-        "[components.{name}] weights, or set weights = null."
+        "and the loader wins at initialization. A pipeline saved from this run carries the loaded weights, but its "
+        "config.cfg still says weights = {weights!r}: a training run from that config without --paths.elmo loads "
+        "those. Name the weights in one place: leave --paths.elmo empty to load [components.{name}] weights, or "
+        "set weights = null."
     )
     W_ELMO_V1_LAYER_CACHE = (
         "spacy-elmo: this pipeline's elmo model (spacy_elmo.ElmoBiLM.v1, as saved before the layer cache "

@@ -12,15 +12,16 @@ LAYER_NORM_EPS = 1e-13
 
 
 def mix_weights_of(initial_weights: Sequence[float]) -> List[float]:
-    """``initial_weights`` as floats, checked: a sequence of numbers (no string) whose softmax is finite
-    (a NaN, +inf or only -inf would make every mixed vector NaN). Raises ValueError naming the fix."""
+    """``initial_weights`` as floats, checked: a sequence of numbers (no string), each finite in float32 (a NaN
+    or +inf makes every mixed vector NaN, a -inf the mix weights after one training step: its gradient, its
+    l2 term, Adam's moments and thinc's gradient clipping are NaN). Raises ValueError naming the fix."""
     if isinstance(initial_weights, (str, bytes)):
         raise ValueError(Errors.E_SCALAR_MIX_INIT_VALUES.format(value=initial_weights))
     try:
         values = [float(w) for w in initial_weights]
     except (TypeError, ValueError) as err:
         raise ValueError(Errors.E_SCALAR_MIX_INIT_VALUES.format(value=initial_weights)) from err
-    if not torch.softmax(torch.tensor(values), 0).isfinite().all():
+    if not torch.tensor(values, dtype=torch.float32).isfinite().all():  # 1e39 overflows float32
         raise ValueError(Errors.E_SCALAR_MIX_INIT_NAN.format(value=values))
     return values
 

@@ -25,7 +25,7 @@ from thinc.types import Floats2d, Floats3d
 from ..errors import Warnings
 from .bilm_layer import build_elmo_bilm, own_bilm_layer, set_layer_cache_mb
 from .listener import ElmoListener as ElmoListenerModel
-from .scalar_mix import elmo_dropout, scalar_mix_layer
+from .scalar_mix import elmo_dropout, mix_layer
 
 _V1_LAYER_CACHE_WARNED = False  # W_ELMO_V1_LAYER_CACHE: once per process
 
@@ -98,7 +98,7 @@ def ElmoListener(
         listener = own_bilm_layer(bilm, frozen)
     else:
         listener = ElmoListenerModel(upstream_name=upstream, width=width)
-    mix = scalar_mix_layer(initial_weights=initial_weights, trainable=trainable_mix, l2=mix_l2, layer_norm=layer_norm)
+    mix = mix_layer(None, initial_weights, trainable_mix, mix_l2, layer_norm, l2_key="mix_l2", block="spacy_elmo.ElmoListener.v1")
     model: Model[List[Doc], List[Floats2d]] = chain(listener, mix, elmo_dropout(dropout))
     if width is not None:
         model.set_dim("nO", width)

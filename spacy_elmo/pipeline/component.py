@@ -56,8 +56,8 @@ from .bilm_layer import (
 from .callers import runs
 from .doc_data import ELMO_ATTR, install_extensions, install_hooks, set_doc_data
 from .layer_cache import MB
-from .listener import ElmoListener
-from .loaders import WeightsLoader, load_weights, requests_nothing, weights_target
+from .listener import ElmoListener, find_listener_path
+from .loaders import WeightsLoader, load_weights, names_no_weights, requests_nothing, weights_target
 
 STORE_CHOICES = ("all", "mix", "none")
 DTYPE_CHOICES = ("float16", "float32")
@@ -148,22 +148,6 @@ def _loading_lock(component: Any) -> Any:
     lock = _LOADING.get(component)
     return lock if lock is not None else _LOADING.setdefault(component, threading.RLock())
 
-LISTENER_ARCH = "spacy_elmo.ElmoListener.v1"
-
-
-def _find_listener_path(cfg: Any, path: Tuple[str, ...] = ()) -> Optional[Tuple[str, ...]]:
-    """The keys to the first ElmoListener.v1 block (without its own biLM) in a model config, depth first."""
-    if not isinstance(cfg, dict):
-        return None
-    if cfg.get("@architectures") == LISTENER_ARCH and cfg.get("bilm") is None:
-        return path
-    for key, value in cfg.items():
-        found = _find_listener_path(value, path + (key,))
-        if found is not None:
-            return found
-    return None
-
-
 LOADER = "spacy_elmo.WeightsLoader.v1"
 
 
@@ -174,7 +158,7 @@ def _requested_weights(nlp: Language, name: str) -> Optional[str]:
         loader = nlp.config.interpolate()["initialize"]["components"][name]["weights_loader"]
     except (KeyError, TypeError):
         return None
-    if not isinstance(loader, dict) or loader.get("@misc") != LOADER or not loader.get("path"):
+    if not isinstance(loader, dict) or loader.get("@misc") != LOADER or names_no_weights(loader.get("path")):
         return None
     return str(loader["path"])
 
@@ -234,7 +218,7 @@ def replace_listener_cfg(tok2vec_model_cfg: Dict[str, Any], listener_model_cfg: 
     spaCy passes the listening component's whole ``[model.tok2vec]`` block, which may
     hold the listener deeper (``ElmoTok2Vec.v1``'s ``elmo``).
     """
-    path = _find_listener_path(listener_model_cfg)
+    path = find_listener_path(listener_model_cfg)
     if path is None:
         raise ValueError(Errors.E_REPLACE_LISTENER_CFG.format(upstream=name))
     expected = ".".join(("model", "tok2vec") + path)
@@ -674,14 +658,18 @@ class ElmoComponent(TrainablePipe):
         :attr:`layer_cache_mb` (``[initialize.components.NAME]``; 0 = off), once they are loaded: weights
         refused leave the cache (limit and entries) as it was."""
         check_layer_cache_mb(layer_cache_mb, self.name)
-        if weights_loader is not None and requests_nothing(weights_loader) and self.cfg["weights"] is not None:
+        weights = None if names_no_weights(self.cfg["weights"]) else self.cfg["weights"]
+        if weights_loader is not None and requests_nothing(weights_loader) and weights is not None:
             # paths.elmo left empty: the component's own weights setting, not the bundled default
-            self.load_weights(self.cfg["weights"])
+            try:
+                self.load_weights(weights)
+            except FileNotFoundError as err:  # the path alone did not say which setting named it
+                raise FileNotFoundError(Errors.E_ELMO_WEIGHTS_SETTING.format(name=self.name, reason=err)) from err
         elif weights_loader is not None:
             requested = getattr(weights_loader, "path", None)
-            if requested is not None and self.cfg["weights"] is not None and not _same_weights(requested, self.cfg["weights"]):
+            if not names_no_weights(requested) and weights is not None and not _same_weights(str(requested), weights):
                 warnings.warn(
-                    Warnings.W_ELMO_WEIGHTS_TWICE.format(name=self.name, weights=self.cfg["weights"], requested=str(requested)),
+                    Warnings.W_ELMO_WEIGHTS_TWICE.format(name=self.name, weights=weights, requested=str(requested)),
                     UserWarning,
                     stacklevel=2,
                 )

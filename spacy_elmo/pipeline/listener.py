@@ -104,9 +104,55 @@ def _init(model: ElmoListener, X=None, Y=None) -> None:
 
 
 def _no_upstream(model: ElmoListener) -> str:
-    """:attr:`Errors.E_LISTENER_NO_UPSTREAM` for a listener that no elmo component linked."""
-    named = "" if model.upstream_name == "*" else f" named {model.upstream_name!r}"
-    return Errors.E_LISTENER_NO_UPSTREAM.format(upstream=model.upstream_name, named=named)
+    """:attr:`Errors.E_LISTENER_NO_UPSTREAM` for a listener that no elmo component linked, with the
+    ``replace_listeners`` call that gives its component its own biLM (its name and the listener's path
+    when spaCy's frames tell them)."""
+    star = model.upstream_name == "*"
+    named = "" if star else f" named {model.upstream_name!r}"
+    component, path = _run_by(model)
+    elmo, quoted = "ELMO" if star else repr(model.upstream_name), repr(component) if component else "COMPONENT"
+    if path is None:
+        replace = Errors.E_LISTENER_REPLACE_CALLS.format(elmo=elmo, component=quoted)
+    else:
+        replace = Errors.E_LISTENER_REPLACE_CALL.format(elmo=elmo, component=quoted, path=path)
+    return Errors.E_LISTENER_NO_UPSTREAM.format(upstream=model.upstream_name, named=named, component=quoted, replace=replace)
+
+
+def _run_by(model: ElmoListener) -> Tuple[Optional[str], Optional[str]]:
+    """``(component, listener path)`` of the pipeline component whose model holds ``model``, read from the
+    spaCy ``Language`` method running it (``__call__``, ``initialize``, ``update``: locals ``name``, ``proc``
+    and ``self``); the path is the one ``nlp.replace_listeners`` takes. Either is None where not found."""
+    frame: Any = sys._getframe(1)
+    while frame is not None:
+        names = frame.f_locals
+        proc, nlp = names.get("proc"), names.get("self")
+        if frame.f_globals.get("__name__") == "spacy.language" and isinstance(names.get("name"), str):
+            proc_model = getattr(proc, "model", None)
+            if isinstance(proc_model, Model) and any(node is model for node in proc_model.walk()):
+                try:
+                    tok2vec = nlp.config["components"][names["name"]]["model"]["tok2vec"]
+                except (AttributeError, KeyError, TypeError):
+                    return names["name"], None
+                found = find_listener_path(tok2vec)
+                return names["name"], None if found is None else ".".join(("model", "tok2vec") + found)
+        frame = frame.f_back
+    return model.component, None
+
+
+LISTENER_ARCH = "spacy_elmo.ElmoListener.v1"
+
+
+def find_listener_path(cfg: Any, path: Tuple[str, ...] = ()) -> Optional[Tuple[str, ...]]:
+    """The keys to the first ElmoListener.v1 block (without its own biLM) in a model config, depth first."""
+    if not isinstance(cfg, dict):
+        return None
+    if cfg.get("@architectures") == LISTENER_ARCH and cfg.get("bilm") is None:
+        return path
+    for key, value in cfg.items():
+        found = find_listener_path(value, path + (key,))
+        if found is not None:
+            return found
+    return None
 
 
 def _forward(model: ElmoListener, docs: List[Doc], is_train: bool):

@@ -57,7 +57,13 @@ def weights_loader(path: Optional[str] = "") -> WeightsLoader:
     return load
 
 
+def names_no_weights(path: Optional[Union[str, Path]]) -> bool:
+    """Whether a weights setting (a loader's path, ``[components.NAME] weights``) is empty: null, "" or
+    spaces. The one rule for "names no weights" ("default" names the bundled model)."""
+    return path is None or not str(path).strip()
+
+
 def requests_nothing(loader: WeightsLoader) -> bool:
-    """Whether ``loader`` is this package's ``WeightsLoader.v1`` given an empty path (null, "" or spaces,
+    """Whether ``loader`` is this package's ``WeightsLoader.v1`` given an empty path (:func:`names_no_weights`:
     ``paths.elmo`` left out of a shipped config): it names no weights of its own."""
-    return hasattr(loader, "path") and (loader.path is None or not str(loader.path).strip())
+    return hasattr(loader, "path") and names_no_weights(loader.path)

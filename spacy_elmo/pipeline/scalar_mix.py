@@ -14,13 +14,17 @@ batch (``nlp.pipe`` batches differently from training).
 ``[training] dropout``, and ELMo wants its own 0.5 after the mix.
 """
 
-from typing import Any, Callable, List, Optional, Sequence, cast
+import math
+import sys
+from numbers import Real
+from typing import Any, Callable, List, Optional, Sequence, Tuple, cast
 
 from thinc.api import Model
 from thinc.types import Floats2d, Floats3d
 
 from ..bilm.scalar_mix import LAYER_NORM_EPS, mix_weights_of
 from ..errors import Errors
+from .callers import runs
 
 
 def scalar_mix_layer(
@@ -30,20 +34,37 @@ def scalar_mix_layer(
     l2: float = 0.0,
     layer_norm: bool = False,
 ) -> Model[List[Floats3d], List[Floats2d]]:
-    """n_layers: L + 1 (inferred from the data when None); l2: the paper's lambda * ||w||^2.
+    """``spacy_elmo.ScalarMix.v1``: :func:`mix_layer` whose ``l2`` is named so in its errors."""
+    return mix_layer(n_layers, initial_weights, trainable, l2, layer_norm, l2_key="l2", block="spacy_elmo.ScalarMix.v1")
+
+
+def mix_layer(
+    n_layers: Optional[int],
+    initial_weights: Optional[Sequence[float]],
+    trainable: bool,
+    l2: float,
+    layer_norm: bool,
+    *,
+    l2_key: str,
+    block: str,
+) -> Model[List[Floats3d], List[Floats2d]]:
+    """n_layers: L + 1 (inferred from the data when None); l2: the paper's lambda * ||w||^2, a finite number
+    >= 0, else an error naming ``l2_key`` of the config ``block`` that set it.
 
     layer_norm: normalise each layer of each doc (one mean/variance per doc and layer) before mixing.
     """
-    check_setting("mix_l2 (l2 of ScalarMix.v1)", l2, lambda v: v >= 0, "a number >= 0 (the lambda of lambda * ||w||^2; 0: none)")
-    if initial_weights:
-        mix_weights_of(initial_weights)  # numbers with a finite softmax; their count is checked at initialize
+    if not is_setting(l2, lambda v: v >= 0):
+        of_component, _ = building()
+        raise ValueError(Errors.E_LISTENER_MIX_L2.format(of_component=of_component, key=l2_key, value=l2, block=block))
+    # finite numbers; their count is checked at initialize (an empty list: equal weights, as null)
+    weights = mix_weights_of(initial_weights) if initial_weights is not None else None
     return Model(
         "elmo_scalar_mix",
         _mix_forward,
         init=_mix_init,
         dims={"nL": n_layers},
         params={"w": None, "gamma": None},
-        attrs={"initial_weights": list(initial_weights) if initial_weights else None, "trainable": trainable, "l2": l2, "layer_norm": layer_norm},
+        attrs={"initial_weights": weights or None, "trainable": trainable, "l2": float(l2), "layer_norm": layer_norm},
     )
 
 
@@ -130,15 +151,28 @@ def _mix_forward(model: Model, Xs: List[Floats3d], is_train: bool):
 def elmo_dropout(rate: float = 0.5) -> Model[List[Floats2d], List[Floats2d]]:
     """Inverted dropout on a list of 2d arrays; the rate is the attr ``elmo_rate``, in [0, 1): thinc's mask at
     a rate >= 1 is all zeros, which would train the task without ELMo and run it with ELMo."""
-    check_setting("dropout", rate, lambda v: 0 <= v < 1, "a number >= 0 and < 1 (ELMo's dropout after the mix; 0: none)")
-    return Model("elmo_dropout", _drop_forward, attrs={"elmo_rate": rate})
+    if not is_setting(rate, lambda v: 0 <= v < 1):
+        of_component, component = building()
+        raise ValueError(Errors.E_LISTENER_DROPOUT.format(of_component=of_component, component=component, value=rate))
+    return Model("elmo_dropout", _drop_forward, attrs={"elmo_rate": float(rate)})
 
 
-def check_setting(setting: str, value: Any, ok: Callable[[float], bool], rule: str) -> None:
-    """Raise :attr:`Errors.E_LISTENER_SETTING` unless ``value`` is a number (not a bool) that passes ``ok``:
-    spaCy's config validation checks the type only."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not ok(value):
-        raise ValueError(Errors.E_LISTENER_SETTING.format(setting=setting, value=value, rule=rule))
+def is_setting(value: Any, ok: Callable[[float], bool]) -> bool:
+    """Whether ``value`` is a finite real number (numpy's too; not a bool) that passes ``ok``: spaCy's config
+    validation checks the type only, and Python code may pass numpy scalars."""
+    return isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(float(value)) and ok(float(value))
+
+
+def building() -> Tuple[str, str]:
+    """``(of_component, component)`` for a listener setting's error: the pipeline component whose model
+    spaCy is building (``Language.create_pipe``'s ``name``); ``("", "NAME")`` where no such frame runs."""
+    frame: Any = sys._getframe(1)
+    while frame is not None:
+        if runs(frame, "spacy.language", "create_pipe") and isinstance(frame.f_locals.get("name"), str):
+            name = frame.f_locals["name"]
+            return f" of the '{name}' component", name
+        frame = frame.f_back
+    return "", "NAME"
 
 
 def _drop_forward(model: Model, Xs: List[Floats2d], is_train: bool):

@@ -625,18 +625,45 @@ def test_renamed_upstream_is_a_clear_error_not_zeros(tiny_dir, frozen):
 
 @pytest.mark.parametrize(
     "setting, value",
-    [("dropout", 1.0), ("dropout", 1.5), ("dropout", -0.1), ("dropout", True), ("mix_l2", -0.01),
-     ("initial_weights", [0.0, float("inf"), 0.0]), ("initial_weights", ["a", "b", "c"])],
+    [("dropout", 1.0), ("dropout", 1.5), ("dropout", -0.1), ("dropout", True), ("dropout", float("nan")),
+     ("mix_l2", -0.01), ("mix_l2", float("inf")), ("mix_l2", float("nan")),
+     ("initial_weights", [0.0, float("inf"), 0.0]), ("initial_weights", [0.0, float("-inf"), 0.0]),
+     ("initial_weights", ["a", "b", "c"])],
 )  # fmt: skip
 def test_listener_settings_out_of_range_are_refused(setting, value):
     """spaCy's config checks only the types: ElmoListener.v1's dropout = 1 (or more) trained the task on
     zeroed ELMo features (thinc's dropout mask) and ran it on the real ones, a negative mix_l2 rewarded large
-    mix weights, an infinite initial weight made every mixed vector NaN; each now fails when the model is
-    built, naming the setting."""
+    mix weights, an infinite initial weight made every mixed vector NaN, and an infinite mix_l2 or a -inf
+    initial weight made the mix weights NaN after one update; each now fails when the model is built,
+    naming the setting (ScalarMix.v1's own key, l2, when it sets mix_l2)."""
     registered = spacy.util.registry.architectures.get("spacy_elmo.ElmoListener.v1")
     with pytest.raises(ValueError, match=setting):
         registered(upstream="elmo", **{setting: value})
     if setting != "initial_weights":  # the thinc layers a config can also name on their own
-        with pytest.raises(ValueError, match=setting):
+        with pytest.raises(ValueError, match=r"dropout = |has l2 = .*spacy_elmo.ScalarMix.v1"):
             elmo_dropout(value) if setting == "dropout" else scalar_mix_layer(l2=value)
 
+
+@pytest.mark.parametrize(
+    "setting, value",
+    [("dropout", 0), ("dropout", 0.999), ("dropout", numpy.float32(0.5)), ("mix_l2", 0), ("mix_l2", numpy.float32(0.1)),
+     ("initial_weights", numpy.array([0.0, -1e9, 1.0]))],
+)  # fmt: skip
+def test_listener_settings_in_range_train(setting, value):
+    """The bounds' accepted sides (dropout 0 and just under 1, mix_l2 0) and numpy scalars, which Python code
+    passes (numpy.float32 was refused by the range check): the listener's mix and dropout train one step to
+    finite mix weights, and the values are kept as floats (a saved model's attrs)."""
+    registered = spacy.util.registry.architectures.get("spacy_elmo.ElmoListener.v1")
+    model = registered(upstream="elmo", **{setting: value})
+    _, mix, drop = model.layers
+    X = [numpy.random.RandomState(0).randn(3, 4, 5).astype("float32")]
+    mix.initialize(X=X)
+    Y, backprop = mix(X, is_train=True)
+    drop(Y, is_train=True)
+    backprop([numpy.ones_like(y) for y in Y])
+    mix.finish_update(Adam(0.001, grad_clip=1.0))
+    assert numpy.isfinite(mix.get_param("w")).all()
+    assert type(drop.attrs["elmo_rate"]) is float and type(mix.attrs["l2"]) is float
+    if setting != "initial_weights":
+        expected = float(value)
+        assert (drop.attrs["elmo_rate"] if setting == "dropout" else mix.attrs["l2"]) == expected

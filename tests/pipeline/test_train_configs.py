@@ -1,5 +1,7 @@
 """`spacy train` on the shipped configs (ner.cfg, parser.cfg, textcat.cfg) for a few steps on tiny data."""
 
+import re
+import shutil
 import subprocess
 import sys
 import warnings
@@ -13,6 +15,7 @@ from spacy.training import Corpus, Example
 from spacy.training.initialize import init_nlp
 
 from spacy_elmo import BiLM, BiLMConfig
+from spacy_elmo.bilm import native_io
 from spacy_elmo.pipeline.bilm_layer import get_bilm, get_runner
 from spacy_elmo.pipeline.layer_cache import MB
 
@@ -228,9 +231,22 @@ def test_unlinked_listener_names_where_elmo_goes(corpus_dir, tiny_dir, tmp_path,
     message = str(err.value)
     assert f"elmo component named {named} placed before the listening component" in message
     assert "after any sentencizer" in message and "first=True" not in message
+    assert "before='ner'" in message
     _init("ner.cfg", corpus_dir, tiny_dir).to_disk(tmp_path / "trained")
-    with pytest.raises(ValueError, match=r"exclude=\['elmo'\].*replace_listeners"):
-        spacy.load(tmp_path / "trained", exclude=["elmo"])("Alice went home .")
+    text = "Alice went home ."
+    with pytest.raises(ValueError, match=r"exclude=\['elmo'\].*replace_listeners") as err:
+        spacy.load(tmp_path / "trained", exclude=["elmo"])(text)
+    # the advice, followed as written: it said ['model.tok2vec'], which ElmoTok2Vec.v1 refuses
+    call = re.search(r"nlp\.replace_listeners\('elmo', 'ner', \['([\w.]+)'\]\)\.$", str(err.value))
+    assert call is not None, str(err.value)
+    nlp = spacy.load(tmp_path / "trained")
+    expected = nlp(text).ents
+    nlp.replace_listeners("elmo", "ner", [call.group(1)])
+    nlp.remove_pipe("elmo")
+    nlp.to_disk(tmp_path / "own")
+    assert [(e.start, e.end, e.label_) for e in spacy.load(tmp_path / "own")(text).ents] == [
+        (e.start, e.end, e.label_) for e in expected
+    ]
 
 
 def test_sourced_elmo_frozen_without_annotating(corpus_dir, tiny_dir, first):
@@ -250,11 +266,12 @@ def test_sourced_elmo_with_other_requested_weights_warns_once(corpus_dir, tiny_d
     """[components.elmo] source = PIPELINE with --paths.elmo OTHER: spaCy copies the component with its
     weights and never initializes it, so OTHER had no effect, silently. Now init_nlp (spacy train) warns
     once, naming both, also with elmo in frozen_components; no warning when --paths.elmo names the weights
-    it runs, or names none ("")."""
+    it runs, or names none ("", or spaces: warned before, as if they named the bundled default model)."""
     torch.manual_seed(1)
     BiLM(BiLMConfig(**TINY)).save(tmp_path / "other")
     frozen = {"training.frozen_components": ["elmo"], "training.annotating_components": ["sentencizer", "elmo"]}
-    for weights, overrides, warns in ((tmp_path / "other", frozen, True), (tiny_dir, {}, False), ("", {}, False)):
+    cases = ((tmp_path / "other", frozen, True), (tiny_dir, {}, False), ("", {}, False), ("  ", {}, False))
+    for weights, overrides, warns in cases:
         config = _config("ner.cfg", corpus_dir, weights, overrides)
         config["components"]["elmo"] = {"source": str(first)}
         with warnings.catch_warnings(record=True) as caught:
@@ -270,17 +287,24 @@ def test_sourced_elmo_with_other_requested_weights_warns_once(corpus_dir, tiny_d
             assert ours == []
 
 
-def test_component_weights_load_when_paths_elmo_is_empty(corpus_dir, tiny_dir, tmp_path):
+def test_component_weights_load_when_paths_elmo_is_empty(corpus_dir, tiny_dir, tmp_path, monkeypatch):
     """[components.elmo] weights = DIR (the setting nlp.add_pipe("elmo", config={"weights": ...}) takes) in a
     shipped config, --paths.elmo left out: spacy train loaded the bundled default model instead, silently,
     and saved a pipeline whose config still said DIR. An empty loader path now defers to the component's
-    weights; both set to other weights: the loader's load, with a warning naming both."""
+    weights; both set to other weights (--paths.elmo default too): the loader's load, with a warning naming
+    both. weights = "" or spaces name none, as an empty --paths.elmo does (they warned before)."""
     torch.manual_seed(1)
     BiLM(BiLMConfig(**TINY)).save(tmp_path / "other")
+    torch.manual_seed(2)
+    BiLM(BiLMConfig(**TINY)).save(tmp_path / "bundled")
+    monkeypatch.setattr(native_io, "DEFAULT_MODEL_DIR", tmp_path / "bundled")  # the bundled model, small
     for paths_elmo, weights, runs, warns in (
         ("", tiny_dir, tiny_dir, False),
         (tiny_dir, tiny_dir, tiny_dir, False),
         (tmp_path / "other", tiny_dir, tmp_path / "other", True),
+        ("default", tiny_dir, "default", True),
+        (tiny_dir, "", tiny_dir, False),
+        (tiny_dir, "  ", tiny_dir, False),
     ):
         config = _config("ner.cfg", corpus_dir, paths_elmo, {"components.elmo.weights": str(weights)})
         with warnings.catch_warnings(record=True) as caught:
@@ -289,11 +313,41 @@ def test_component_weights_load_when_paths_elmo_is_empty(corpus_dir, tiny_dir, t
         ours = [str(w.message) for w in caught if "is not loaded" in str(w.message)]
         assert nlp.get_pipe("elmo").source == str(runs)
         loaded = get_bilm(nlp.get_pipe("elmo").model).state_dict()
-        assert all(torch.equal(v, BiLM.load(runs).state_dict()[k]) for k, v in loaded.items())
+        want = BiLM.load(tmp_path / "bundled" if runs == "default" else runs).state_dict()
+        assert all(torch.equal(v, want[k]) for k, v in loaded.items())
         if warns:
             assert len(ours) == 1 and f"({str(weights)!r})" in ours[0] and repr(str(runs)) in ours[0], ours
         else:
             assert ours == []
+
+
+def test_missing_component_weights_name_their_setting(corpus_dir, tmp_path):
+    """[components.elmo] weights naming no directory, --paths.elmo empty: the FileNotFoundError named the
+    path only, not the setting it came from (the shipped configs' command lines name --paths.elmo)."""
+    config = _config("ner.cfg", corpus_dir, "", {"components.elmo.weights": str(tmp_path / "nope")})
+    with pytest.raises(FileNotFoundError, match=r"\[components.elmo\] weights.*names no path.*nope does not exist"):
+        init_nlp(config)
+
+
+def test_saved_pipeline_with_dropout_1_names_the_fix(first, tmp_path):
+    """A pipeline saved (before the range check) with the listener's dropout = 1 no longer loads: the error
+    named neither the component nor the saved config.cfg, and pointed to ScalarMix.v1, which has no dropout.
+    Following it (any dropout in [0, 1)) loads the pipeline with the same predictions."""
+    shutil.copytree(first, tmp_path / "p")
+    text = "Alice went home ."
+    expected = spacy.load(first)(text)._.elmo  # ner's listener reads these
+    cfg = tmp_path / "p" / "config.cfg"
+    saved = cfg.read_text()
+    assert saved.count("dropout = 0.5") == 1
+    cfg.write_text(saved.replace("dropout = 0.5", "dropout = 1.0"))
+    with pytest.raises(ValueError) as err:
+        spacy.load(tmp_path / "p")
+    message = str(err.value)
+    assert "of the 'ner' component has dropout = 1.0" in message and "[components.ner.model.tok2vec.elmo]" in message
+    assert "PIPELINE/config.cfg" in message and "ScalarMix" not in message and "mix_l2" not in message
+    cfg.write_text(saved.replace("dropout = 0.5", "dropout = 0.999"))
+    numpy.testing.assert_array_equal(spacy.load(tmp_path / "p")(text)._.elmo, expected)
+    assert _annotations(spacy.load(tmp_path / "p")(text)) == _annotations(spacy.load(first)(text))
 
 
 def test_sourced_elmo_warns_in_init_nlp_only_not_when_an_assembled_pipeline_loads(corpus_dir, tiny_dir, first, tmp_path):
