@@ -19,7 +19,7 @@ import os
 import shutil
 import time
 import warnings
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import asdict, dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -513,7 +513,11 @@ def _output_dir_lock(out: Path):
     """An exclusive ``flock`` on the directory OUTPUT_DIR itself (no file is added; the kernel releases it when
     the process ends, also by SIGKILL), held by rank 0 while the run reads and writes there: a second pretrain
     into the same directory (another terminal, a job started again while the first runs) mixed its cache,
-    checkpoints and log with the first's, or failed on the first's half-written files."""
+    checkpoints and log with the first's, or failed on the first's half-written files.
+
+    Taken before OUTPUT_DIR is checked or read (a run ending between the checks and the lock was overwritten).
+    An OUTPUT_DIR this run created is removed again when the run fails leaving it empty."""
+    created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     fd = os.open(out, os.O_RDONLY)
     try:
@@ -521,9 +525,15 @@ def _output_dir_lock(out: Path):
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise FileExistsError(Errors.E_OUTPUT_IN_USE.format(path=out)) from None
-        except OSError:  # a file system without flock (some network mounts): not locked
-            pass
-        yield
+        except OSError as err:  # a file system without flock (some network mounts): not locked
+            warnings.warn(Warnings.W_OUTPUT_NOT_LOCKED.format(path=out, error=err), RuntimeWarning, stacklevel=2)
+        try:
+            yield
+        except BaseException:
+            if created:
+                with suppress(OSError):  # not empty: what the run wrote stays
+                    out.rmdir()
+            raise
     finally:
         os.close(fd)  # releases the lock
 
@@ -542,6 +552,8 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
     with _same_on_every_rank():
         if out.exists() and not out.is_dir():
             raise ValueError(Errors.E_OUTPUT_NOT_A_DIR.format(path=out))
+        if is_main and fcntl is not None:  # before anything in OUTPUT_DIR is checked, read or written
+            held.enter_context(_output_dir_lock(out))
         _check_output_place(out, Path(cfg.train_path))
         _refuse_allennlp_output(out)
         payload = None
@@ -572,8 +584,6 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
     cache, staging = out / "data", out / STAGING_NAME
     try:
         if is_main:
-            if fcntl is not None:
-                held.enter_context(_output_dir_lock(out))
             for leftover in (staging, out / RETIRED_NAME):  # a run killed while staging or swapping
                 shutil.rmtree(leftover, ignore_errors=True)
             ckpt.remove_leftovers(out)  # a run killed while writing a checkpoint

@@ -162,14 +162,19 @@ def test_a_second_run_into_an_output_dir_in_use_is_refused(tmp_path):
     """Two pretrain runs into one OUTPUT_DIR (another terminal, a job started again while the first runs)
     mixed their cache, checkpoints and log, or one failed on the other's half-written cache with a bare
     "[Errno 2] ... tokens.raw". The running one holds a lock on the directory: the second is refused and
-    changes nothing; once the first ends, even killed, the directory is free."""
+    changes nothing, not even the running one's cache being staged (a resume building a new one, which the
+    refused run deleted); once the first ends, even killed, the directory is free."""
     import subprocess
     import sys
+
+    from spacy_elmo.training.trainer import STAGING_NAME
 
     pytest.importorskip("fcntl")
     train_file = write_corpus(tmp_path / "train.txt", 200)
     out = tmp_path / "out"
     train(tiny_train_config(train_file, out, max_steps=2, checkpoint_every=2))
+    (out / STAGING_NAME).mkdir()  # the running run's cache in the making
+    (out / STAGING_NAME / "tokens.raw").write_bytes(b"\0" * 1000)
     before = _snapshot(out)
     # Another process holding the lock, as a running pretrain does (flock on the directory).
     holder = subprocess.Popen(
@@ -185,6 +190,59 @@ def test_a_second_run_into_an_output_dir_in_use_is_refused(tmp_path):
         holder.kill()  # as a SIGKILL of that run: the kernel releases its lock
         holder.wait()
     assert train(tiny_train_config(train_file, out, max_steps=4, checkpoint_every=2, resume=True))["steps"] == 4
+
+
+def test_the_lock_is_held_while_output_dir_is_checked(tmp_path, monkeypatch):
+    """The lock was taken only after OUTPUT_DIR's checks (not empty, the --resume checkpoint) and the --heldout
+    tokenization: a run ending in that window was then overwritten by one it should have refused. Another run
+    into OUTPUT_DIR while this one reads its held-out text is refused; a run refused or failing before it wrote
+    anything leaves no OUTPUT_DIR it created."""
+    from spacy_elmo.training import evaluate
+
+    pytest.importorskip("fcntl")
+    train_file = write_corpus(tmp_path / "train.txt", 200)
+    heldout = write_corpus(tmp_path / "heldout.txt", 30, seed=3)
+    out = tmp_path / "out"
+    real, refused = evaluate.read_text, []
+
+    def read_while_another_run_starts(*args, **kwargs):
+        with pytest.raises(FileExistsError, match="in use by another pretrain run") as err:
+            train(tiny_train_config(train_file, out, max_steps=2, checkpoint_every=2))
+        refused.append(err.value)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(evaluate, "read_text", read_while_another_run_starts)
+    assert train(tiny_train_config(train_file, out, max_steps=2, checkpoint_every=2, heldout=str(heldout)))["steps"] == 2
+    assert len(refused) == 1
+    monkeypatch.undo()
+
+    def unreadable(*args, **kwargs):
+        raise ValueError("no text")
+
+    monkeypatch.setattr(evaluate, "read_text", unreadable)
+    fresh = tmp_path / "fresh"
+    with pytest.raises(ValueError, match="no text"):
+        train(tiny_train_config(train_file, fresh, heldout=str(heldout)))
+    assert not fresh.exists()
+
+
+def test_an_output_dir_that_cannot_be_locked_is_warned_of(tmp_path, monkeypatch):
+    """A file system without flock (some network mounts) left OUTPUT_DIR unlocked without a word."""
+    from spacy_elmo.training import trainer
+
+    pytest.importorskip("fcntl")
+
+    class NoLocks:
+        LOCK_EX, LOCK_NB = trainer.fcntl.LOCK_EX, trainer.fcntl.LOCK_NB
+
+        @staticmethod
+        def flock(fd, operation):
+            raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(trainer, "fcntl", NoLocks)
+    train_file = write_corpus(tmp_path / "train.txt", 200)
+    with pytest.warns(RuntimeWarning, match="could not lock OUTPUT_DIR"):
+        assert train(tiny_train_config(train_file, tmp_path / "out", max_steps=1))["steps"] == 1
 
 
 def test_the_tokenizing_bar_counts_the_words_the_summary_counts(tmp_path, monkeypatch):
