@@ -29,7 +29,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..atomic import atomic_write_text, remove_leftovers
+from ..atomic import atomic_write_text, naming, remove_leftovers
 from ..bilm import BiLM, BiLMConfig
 from ..bilm.initial_state import boundary_state_mean
 from ..bilm.lstm import LstmState
@@ -430,7 +430,7 @@ class _Log:
 
     def write(self, entry: Dict[str, Any]) -> None:
         if self.enabled:
-            with open(self.path, "a", encoding="utf-8") as f:
+            with naming(self.path), open(self.path, "a", encoding="utf-8") as f:
                 f.write(json.dumps(entry) + "\n")
 
 
@@ -490,11 +490,18 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
         with ExitStack() as held:  # OUTPUT_DIR's lock, from before the corpus is read until the run ends
             return _train(cfg, on_step, held)
     except OSError as err:
-        if err.errno not in OUT_OF_SPACE:
-            raise
         out = Path(cfg.output_dir)
+        if err.errno not in OUT_OF_SPACE or not _names_a_file_in(err, out):  # another disk's (a full /dev/shm)
+            raise
         on = Errors.E_PRETRAIN_NO_SPACE_RESUME if ckpt.checkpoint_path(out).exists() else Errors.E_PRETRAIN_NO_SPACE_RERUN
         raise OSError(Errors.E_PRETRAIN_NO_SPACE.format(path=out, error=err, on=on)) from err
+
+
+def _names_a_file_in(err: OSError, directory: Path) -> bool:
+    """Whether ``err`` names a file in ``directory`` (its writes name their file: :func:`~spacy_elmo.atomic.naming`)."""
+    inside = Path(os.path.abspath(directory))  # not resolved: the file's path as written, also a link (to elsewhere)
+    named = [Path(os.path.abspath(os.fsdecode(name))) for name in (err.filename, err.filename2) if isinstance(name, (str, bytes))]
+    return any(path == inside or inside in path.parents for path in named)
 
 
 #: The errnos of a write that found no room: a full disk, a full quota.

@@ -281,27 +281,93 @@ def test_a_full_disk_while_tokenizing_names_the_output_dir_and_the_way_on(tmp_pa
     assert f"OUTPUT_DIR {out}" in str(err.value) and "rerun the same command (no checkpoint was written yet" in str(err.value)
 
 
-def test_a_full_disk_at_a_checkpoint_says_the_last_one_resumes(tmp_path, monkeypatch):
-    """The bare "[Errno 28] No space left on device" of a checkpoint write: now the advice to --resume, whose
-    checkpoint (the last whole one) is the step before."""
+#: Run in a full disk: a tmpfs of a given size, mounted in a mount namespace of its own (root, Linux).
+_FULL_DISK_RUN = """
+import json, shutil, sys, warnings
+import torch
+from pathlib import Path
+from spacy_elmo.bilm.native_io import write_safetensors
+from spacy_elmo.training import checkpoint as ckpt
+from spacy_elmo.training.trainer import train
+from tests.training.conftest import tiny_train_config
+
+train_file, disk, kept = (Path(a) for a in sys.argv[1:4])
+warnings.simplefilter("ignore")
+found = {}
+try:
+    train(tiny_train_config(train_file, disk / "out", max_steps=4, checkpoint_every=2))
+except OSError as err:
+    found.update(message=str(err), errno=getattr(err.__cause__, "errno", None))
+found["checkpoint_step"] = ckpt.load_checkpoint(disk / "out")["step"]
+shutil.copytree(disk / "out", kept)
+for name, write in (("safetensors", lambda: write_safetensors({"w": torch.zeros(1 << 20)}, disk / "big.safetensors")),
+                    ("checkpoint", lambda: ckpt.save_checkpoint(disk / "big", {"w": torch.zeros(1 << 20)}))):
+    try:  # larger than the whole disk
+        write()
+    except OSError as err:
+        found[name + "_errno"] = err.errno
+print(json.dumps(found))
+"""
+
+
+def _in_a_full_disk(size, *args):
+    """The output (a JSON object) of :data:`_FULL_DISK_RUN` with ``args`` and a disk of ``size`` bytes mounted
+    at ``args[1]``; skips where no such disk can be mounted (not root, no mount namespaces)."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    unshare = shutil.which("unshare")
+    if unshare is None or sys.platform != "linux":
+        pytest.skip("needs unshare (Linux) to mount a small tmpfs as a full disk")
+    disk = args[1]
+    disk.mkdir()
+    root = str(Path(__file__).resolve().parents[2])
+    if subprocess.run([unshare, "-m", "sh", "-c", f"mount -t tmpfs -o size=4096 tmpfs {disk}"], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs in a mount namespace here (needs root)")
+    result = subprocess.run(
+        [unshare, "-m", "--propagation", "private", "sh", "-c", 'mount -t tmpfs -o size="$1" tmpfs "$2" && shift 2 && exec "$@"',
+         "sh", str(size), str(disk), sys.executable, "-c", _FULL_DISK_RUN, *(str(a) for a in args)],
+        capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONPATH=root), cwd=root)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_a_full_disk_at_a_checkpoint_says_the_last_one_resumes(tmp_path):
+    """The second checkpoint does not fit on OUTPUT_DIR's disk (a real one: a small tmpfs). torch's zip writer
+    made the ENOSPC a RuntimeError ("unexpected pos"), so the run ended without the advice; a model write that
+    failed (safetensors) kept no errno either. Now: ENOSPC named, with the advice to --resume from the last
+    checkpoint (step 2, whole), which then continues to the end."""
     train_file = write_corpus(tmp_path / "train.txt", 200)
-    out = tmp_path / "out"
-    real = ckpt.save_checkpoint
-    calls = []
+    first = tmp_path / "first"
+    train(tiny_train_config(train_file, first, max_steps=2, checkpoint_every=2))
+    pages = sum(-(-p.stat().st_size // 4096) for p in first.rglob("*") if p.is_file())
+    # Room for a run at step 2 and half a checkpoint more: the second one, written beside the first, does not fit.
+    size = 4096 * (pages + 8) + ckpt.checkpoint_path(first).stat().st_size // 2
+    kept = tmp_path / "kept"
+    found = _in_a_full_disk(size, train_file, tmp_path / "disk", kept)
+    assert "ran out of space" in found["message"] and "rerun the same command with --resume" in found["message"]
+    assert found["errno"] == errno.ENOSPC
+    assert found.get("safetensors_errno") == found.get("checkpoint_errno") == errno.ENOSPC  # also of a write alone
+    assert found["checkpoint_step"] == 2
+    assert train(tiny_train_config(train_file, kept, max_steps=4, checkpoint_every=2, resume=True))["steps"] == 4
 
-    def full_at_the_second(output_dir, payload):
-        calls.append(1)
-        if len(calls) == 2:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        real(output_dir, payload)
 
-    monkeypatch.setattr(ckpt, "save_checkpoint", full_at_the_second)
-    with pytest.raises(OSError, match="ran out of space") as err:
-        train(tiny_train_config(train_file, out, max_steps=4, checkpoint_every=2))
-    assert "rerun the same command with --resume" in str(err.value)
-    monkeypatch.undo()
-    assert ckpt.load_checkpoint(out)["step"] == 2
-    assert train(tiny_train_config(train_file, out, max_steps=4, checkpoint_every=2, resume=True))["steps"] == 4
+def test_running_out_of_space_elsewhere_is_not_said_of_output_dir(tmp_path, monkeypatch):
+    """Every ENOSPC was said to be OUTPUT_DIR's, also another disk's (the tokenizer processes' semaphores on a
+    full /dev/shm). An error that names no file in OUTPUT_DIR stays as it was."""
+    from spacy_elmo.training import trainer
+
+    def full_shm(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # what multiprocessing's SemLock raises
+
+    monkeypatch.setattr(trainer, "build_corpus", full_shm)
+    train_file = write_corpus(tmp_path / "train.txt", 200)
+    with pytest.raises(OSError) as err:
+        train(tiny_train_config(train_file, tmp_path / "out"))
+    assert err.value.errno == errno.ENOSPC and "OUTPUT_DIR" not in str(err.value)
 
 
 @pytest.mark.skipif(not hasattr(signal, "SIGXFSZ"), reason="POSIX file-size limits")
