@@ -145,13 +145,13 @@ OPTIMIZERS = ("adagrad", "adam")
 #: TrainConfig fields with bounds other than "a positive integer": name -> (accepts, what it must be).
 #: ``TrainConfig.validate`` checks them, and the pretrain command's option callbacks the same way
 #: (naming the flag), so the two accept the same values. NaN is refused (no comparison holds); an
-#: infinite lr or clip is accepted (for clip: no clipping), an infinite epochs not (no step count:
-#: it crashed computing one).
+#: infinite clip is accepted (no clipping), an infinite epochs not (no step count: it crashed computing
+#: one), nor an infinite lr (its first step makes every weight it moves infinite or NaN: the run always diverged).
 BOUNDS: Dict[str, Any] = {
     "epochs": (lambda v: v is None or 0 < v < math.inf, "positive and finite (to train until stopped: a large --max-steps)"),
     "vocab_size": (lambda v: isinstance(v, int) and (v == 0 or v > len(SPECIALS)),
                    f"0 (no cap) or more than {len(SPECIALS)} (the markers and at least one word)"),
-    "lr": (lambda v: v is None or v > 0, "positive"),
+    "lr": (lambda v: v is None or 0 < v < math.inf, "positive and finite"),
     "clip": (lambda v: v > 0, "positive (a global gradient-norm bound)"),
     "dropout": (lambda v: 0 <= v < 1, "in [0, 1)"),
     "tokenize_processes": (lambda v: isinstance(v, int) and v >= 0,
@@ -375,6 +375,18 @@ def _refuse_allennlp_output(out: Path) -> None:
         return
     if found is not None:
         raise FileExistsError(Errors.E_OUTPUT_HOLDS_ALLENNLP.format(path=out, options=found[0].name, weights=found[1].name))
+
+
+def _total_steps(cfg: TrainConfig, steps_per_epoch: int) -> int:
+    """The run's number of steps: --max-steps, or --epochs (default 10) of ``steps_per_epoch``; an --epochs
+    whose steps no number holds (1e308: the count overflowed) is refused."""
+    if cfg.max_steps is not None:
+        return cfg.max_steps
+    epochs = cfg.epochs or 10
+    steps = epochs * steps_per_epoch
+    if not math.isfinite(steps):
+        raise ValueError(Errors.E_EPOCHS_TOO_MANY.format(epochs=epochs, steps=steps_per_epoch))
+    return math.ceil(steps)
 
 
 def _diverged(step: int, what: str, value: float, out: Path, last_saved: int) -> ValueError:
@@ -614,6 +626,7 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
                 batcher = SentenceBatcher(corpus, cfg.batch_size, cfg.max_length, cfg.seed, rank, world)
             else:
                 batcher = StreamBatcher(corpus, cfg.batch_size, cfg.unroll, cfg.seed, rank, world)
+            total = _total_steps(cfg, batcher.steps_per_epoch)
         bilm.lstm.dropout = cfg.dropout
         char_table = CharTable(vocab, bilm.config.max_characters_per_token)
         lm = BidirectionalLM(bilm, softmax).to(device)
@@ -653,7 +666,6 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
     if world > 1:
         model = torch.nn.parallel.DistributedDataParallel(lm, device_ids=[device.index] if device.type == "cuda" else None)
 
-    total = cfg.max_steps if cfg.max_steps is not None else math.ceil((cfg.epochs or 10) * batcher.steps_per_epoch)
     provenance = {"trained_by": "spacy-elmo pretrain", "lang": cfg.lang, "tokenizer": meta.get("tokenizer"),
                   "vocab_size": vocab.size,
                   "reading": "sentences" if cfg.sentences else "streams",  # evaluate's default mode
@@ -672,9 +684,11 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
         nonlocal last_saved
         # A step can leave a finite loss and gradient but weights that are not (an lr too large for them):
         # never written over the last good checkpoint. The ranks' weights are equal: every rank refuses alike.
-        if not all(bool(torch.isfinite(p).all()) for p in lm.parameters()):
-            with _same_on_every_rank():
-                raise _diverged(step, "a weight", math.nan, out, last_saved)
+        for p in lm.parameters():
+            found = p.detach()[~torch.isfinite(p.detach())]
+            if found.numel():
+                with _same_on_every_rank():
+                    raise _diverged(step, "a weight", float(found[0]), out, last_saved)
         ranks = [ckpt.rank_state(sampler_rng, state, device)]
         if world > 1:
             gathered: List[Any] = [None] * world

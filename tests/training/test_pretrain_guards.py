@@ -57,15 +57,41 @@ def test_a_diverged_step_stops_the_run_before_it_overwrites_the_last_checkpoint(
     np.testing.assert_allclose([x for _, x in b], [x for _, x in a], rtol=1e-6, atol=1e-7)
 
 
-def test_weights_that_stopped_being_finite_are_never_saved(tmp_path):
-    """An infinite learning rate leaves step 1's loss and gradient finite but the weights not: the
-    checkpoint due at that step is refused, and OUTPUT_DIR holds no model that would fail to load."""
+def _weights_made_infinite(monkeypatch):
+    """Every optimizer step from now on leaves the first weight tensor infinite (a learning rate too large)."""
+    real = torch.optim.Adagrad.step
+
+    def step(self, *args, **kwargs):
+        result = real(self, *args, **kwargs)
+        with torch.no_grad():
+            self.param_groups[0]["params"][0].fill_(math.inf)
+        return result
+
+    monkeypatch.setattr(torch.optim.Adagrad, "step", step)
+
+
+def test_weights_that_stopped_being_finite_are_never_saved(tmp_path, monkeypatch):
+    """A step can leave its loss and gradient finite but the weights not: the checkpoint due at that step is
+    refused, naming the value found (it said "nan" of infinite weights too), and OUTPUT_DIR holds no model that
+    would fail to load. Where no checkpoint is due, the next step's loss is what diverges."""
     train_file = write_corpus(tmp_path / "train.txt", 200)
+    _weights_made_infinite(monkeypatch)
     out = tmp_path / "out"
-    with pytest.raises(ValueError, match="diverged at step 1: a weight is nan") as err:
-        train(tiny_train_config(train_file, out, lr=math.inf, checkpoint_every=1))
+    with pytest.raises(ValueError, match="diverged at step 1: a weight is inf ") as err:
+        train(tiny_train_config(train_file, out, checkpoint_every=1))
     assert "keeps its checkpoint" not in str(err.value) and "lower --lr" in str(err.value)
     assert not ckpt.checkpoint_path(out).exists() and not (out / "config.json").exists()
+    with pytest.raises(ValueError, match="diverged at step 2: the loss is (nan|inf) "):
+        train(tiny_train_config(train_file, tmp_path / "later", checkpoint_every=2))
+
+
+def test_epochs_too_many_to_count_are_refused(tmp_path):
+    """--epochs 1e308 (finite) crashed with an OverflowError counting its steps, after the corpus was read."""
+    train_file = write_corpus(tmp_path / "train.txt", 200)
+    out = tmp_path / "out"
+    with pytest.raises(ValueError, match="--epochs 1e[+]?308 of [0-9]+ steps each is more steps than can be counted.*--max-steps"):
+        train(tiny_train_config(train_file, out, max_steps=None, epochs=1e308))
+    assert not ckpt.checkpoint_path(out).exists() and not (out / "train_log.jsonl").exists()
 
 
 @pytest.mark.filterwarnings("ignore:.*holds the weights only:UserWarning", "ignore:.*AllenNLP will not run:UserWarning")
@@ -101,6 +127,19 @@ def test_infinite_epochs_is_a_usage_error(tmp_path):
     assert not (tmp_path / "out").exists()
     with pytest.raises(ValueError, match="epochs must be positive and finite"):
         TrainConfig(train_path="t", output_dir="o", epochs=math.inf).validate()
+
+
+def test_an_infinite_learning_rate_is_a_usage_error(tmp_path):
+    """--lr inf was accepted, and its first step always diverged (every weight it moved infinite or NaN)."""
+    from spacy_elmo.training.trainer import TrainConfig
+
+    args, _, _ = tiny_pretrain_args(tmp_path, tmp_path / "out")
+    result = runner.invoke(app, args + ["--lr", "inf"])
+    assert result.exit_code == 2, result.output
+    assert "--lr" in plain(result.output) and "must be positive and finite" in plain(result.output)
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(ValueError, match="lr must be positive and finite"):
+        TrainConfig(train_path="t", output_dir="o", lr=math.inf).validate()
 
 
 def test_a_resume_given_another_heldout_measures_that_text(tmp_path):
