@@ -13,6 +13,7 @@ held-out text is evaluated by all ranks, each its share (``evaluate_corpus``).
 
 import errno
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -535,8 +536,8 @@ def _output_dir_lock(out: Path):
     checkpoints and log with the first's, or failed on the first's half-written files.
 
     Taken before OUTPUT_DIR is checked or read (a run ending between the checks and the lock was overwritten).
-    An OUTPUT_DIR this run created is removed again when the run fails leaving it empty."""
-    created = not out.exists()
+    An OUTPUT_DIR this run created (with its parents) is removed again when the run fails leaving it empty."""
+    created = list(itertools.takewhile(lambda p: not p.exists(), (out, *out.parents)))  # the deepest first
     out.mkdir(parents=True, exist_ok=True)
     fd = os.open(out, os.O_RDONLY)
     try:
@@ -549,9 +550,9 @@ def _output_dir_lock(out: Path):
         try:
             yield
         except BaseException:
-            if created:
-                with suppress(OSError):  # not empty: what the run wrote stays
-                    out.rmdir()
+            with suppress(OSError):  # not empty: what the run wrote stays
+                for directory in created:
+                    directory.rmdir()
             raise
     finally:
         os.close(fd)  # releases the lock

@@ -259,10 +259,9 @@ def test_the_lock_is_held_while_output_dir_is_checked(tmp_path, monkeypatch):
         raise ValueError("no text")
 
     monkeypatch.setattr(evaluate, "read_text", unreadable)
-    fresh = tmp_path / "fresh"
     with pytest.raises(ValueError, match="no text"):
-        train(tiny_train_config(train_file, fresh, heldout=str(heldout)))
-    assert not fresh.exists()
+        train(tiny_train_config(train_file, tmp_path / "fresh" / "run", heldout=str(heldout)))
+    assert not (tmp_path / "fresh").exists()
 
 
 def test_an_output_dir_that_cannot_be_locked_is_warned_of(tmp_path, monkeypatch):
