@@ -3,8 +3,9 @@
 import glob
 import os
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, List, Tuple, Union
+from typing import Callable, Iterator, List, Tuple, Union
 
 PathLike = Union[str, Path]
 
@@ -13,6 +14,18 @@ def temporary_name(path: PathLike) -> Path:
     """``.NAME.PID.tmp`` beside ``path``: where :func:`atomic_write` writes before renaming."""
     path = Path(path)
     return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
+@contextmanager
+def naming(path: PathLike) -> Iterator[None]:
+    """An OSError of the OS's raised inside that names no file (a ``write`` on a full disk: "[Errno 28] No space
+    left on device") names ``path``: the message says which file, and a caller can tell whose disk filled up."""
+    try:
+        yield
+    except OSError as err:
+        if err.errno is not None and err.filename is None:
+            err.filename = str(path)
+        raise
 
 
 def atomic_write(path: PathLike, write: Callable[[Path], object]) -> None:
@@ -27,7 +40,8 @@ def atomic_write(path: PathLike, write: Callable[[Path], object]) -> None:
     remove_leftovers(path)
     tmp = temporary_name(path)
     try:
-        write(tmp)
+        with naming(tmp):
+            write(tmp)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)

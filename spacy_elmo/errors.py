@@ -808,6 +808,10 @@ class Errors:
         "Training diverged at step {step}: {what} is {value} (not a finite number), so the weights are no longer "
         "usable, and they were not saved{kept}. Pretrain again with a lower --lr (or --clip){restart}."
     )
+    E_EPOCHS_TOO_MANY = (
+        "--epochs {epochs} of {steps} steps each is more steps than can be counted. Pass a smaller --epochs, or "
+        "--max-steps instead (a large --max-steps trains until stopped)."
+    )
     E_TRAINING_DIVERGED_KEPT = " ({path} keeps its checkpoint and model of step {last})"
     E_TRAINING_DIVERGED_RESTART = (
         ": --resume must keep the settings, so go on from that model in a new OUTPUT_DIR with --init {path}, "
@@ -1200,4 +1204,9 @@ class Warnings:
     W_NEGATIVES_CLAMPED = (
         "spacy-elmo: --negatives {negatives} >= the vocabulary size {vocab}; using the full "
         "softmax instead of sampling."
+    )
+    W_OUTPUT_NOT_LOCKED = (
+        "spacy-elmo: could not lock OUTPUT_DIR {path} ({error}; some network file systems have no locks): a second "
+        "pretrain into it while this one runs is not refused and would mix their files. Run one pretrain per "
+        "OUTPUT_DIR, or choose an OUTPUT_DIR on a local disk."
     )

@@ -11,6 +11,7 @@ after training, it can be refitted without rewriting them. No pickle anywhere.
 
 import json
 import os
+import re
 import reprlib
 import shutil
 import tempfile
@@ -23,7 +24,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
-from ..atomic import atomic_write
+from ..atomic import atomic_write, naming
 from ..errors import Errors
 from .config import BiLMConfig, is_int
 
@@ -101,7 +102,8 @@ def save_native(
         state = model.initial_state if initial_state is None else initial_state
         if state is not None:
             write_safetensors(_initial_state_tensors(state), tmp / INITIAL_STATE_NAME)
-        (tmp / CONFIG_NAME).write_text(json.dumps(meta, indent=2), encoding="utf-8")
+        with naming(tmp / CONFIG_NAME):
+            (tmp / CONFIG_NAME).write_text(json.dumps(meta, indent=2), encoding="utf-8")
         # config.json marks a complete model: the old one goes first and the new one comes last,
         # so a save killed in between leaves an incomplete model (a clear error on load), never
         # new weights beside the old config, nor without their initial state (zeros, silently).
@@ -192,7 +194,10 @@ def write_safetensors(tensors: Dict[str, torch.Tensor], path: PathLike) -> None:
     try:
         save_file(tensors, str(path))
     except SafetensorError as err:
-        raise OSError(Errors.E_SAFETENSORS_WRITE.format(path=path, error=err)) from err
+        # Its I/O errors say "(os error 28)": kept as the errno (a full disk is ENOSPC, as of any other file).
+        code = re.search(r"\(os error (\d+)\)", str(err))
+        message = Errors.E_SAFETENSORS_WRITE.format(path=path, error=err)
+        raise (OSError(int(code.group(1)), message, str(path)) if code else OSError(message)) from err
     os.chmod(path, 0o666 & ~_umask())
 
 

@@ -58,6 +58,9 @@ def save_checkpoint(output_dir: PathLike, payload: Dict[str, Any]) -> None:
                 # ("unexpected pos"), and that error hid the interrupt (pretrain exited 1, not 130 / 143).
                 if isinstance(err.__context__, KeyboardInterrupt):
                     raise err.__context__ from None
+                # A full disk likewise: the OSError (ENOSPC) the zip writer met, not its "unexpected pos".
+                if isinstance(err.__context__, OSError):
+                    raise err.__context__ from None
                 raise
             f.flush()
             os.fsync(f.fileno())

@@ -61,7 +61,7 @@ from typing import Any, BinaryIO, Iterator, List, Optional, Union
 
 import numpy as np
 
-from ..atomic import atomic_write_text, temporary_files
+from ..atomic import atomic_write_text, naming, temporary_files
 from ..errors import Errors, Warnings
 from .vocab import BOS, EOS, SPECIALS
 
@@ -738,7 +738,7 @@ def build_corpus(train_path: PathLike, lang: str, cache_dir: PathLike, progress:
 def _write_array(values: np.ndarray, path: Path) -> None:
     """``values``' bytes into ``path`` (what ``ndarray.tofile`` writes), through a Python file: a full disk is then
     an OSError with its errno (ENOSPC), where tofile said only "71818 requested and 29696 written"."""
-    with open(path, "wb") as f:
+    with naming(path), open(path, "wb") as f:
         f.write(np.ascontiguousarray(values).data.cast("B"))
 
 

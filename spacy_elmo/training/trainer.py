@@ -13,13 +13,14 @@ held-out text is evaluated by all ranks, each its share (``evaluate_corpus``).
 
 import errno
 import hashlib
+import itertools
 import json
 import math
 import os
 import shutil
 import time
 import warnings
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import asdict, dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -29,7 +30,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..atomic import atomic_write_text, remove_leftovers
+from ..atomic import atomic_write_text, naming, remove_leftovers
 from ..bilm import BiLM, BiLMConfig
 from ..bilm.initial_state import boundary_state_mean
 from ..bilm.lstm import LstmState
@@ -145,13 +146,13 @@ OPTIMIZERS = ("adagrad", "adam")
 #: TrainConfig fields with bounds other than "a positive integer": name -> (accepts, what it must be).
 #: ``TrainConfig.validate`` checks them, and the pretrain command's option callbacks the same way
 #: (naming the flag), so the two accept the same values. NaN is refused (no comparison holds); an
-#: infinite lr or clip is accepted (for clip: no clipping), an infinite epochs not (no step count:
-#: it crashed computing one).
+#: infinite clip is accepted (no clipping), an infinite epochs not (no step count: it crashed computing
+#: one), nor an infinite lr (its first step makes every weight it moves infinite or NaN: the run always diverged).
 BOUNDS: Dict[str, Any] = {
     "epochs": (lambda v: v is None or 0 < v < math.inf, "positive and finite (to train until stopped: a large --max-steps)"),
     "vocab_size": (lambda v: isinstance(v, int) and (v == 0 or v > len(SPECIALS)),
                    f"0 (no cap) or more than {len(SPECIALS)} (the markers and at least one word)"),
-    "lr": (lambda v: v is None or v > 0, "positive"),
+    "lr": (lambda v: v is None or 0 < v < math.inf, "positive and finite"),
     "clip": (lambda v: v > 0, "positive (a global gradient-norm bound)"),
     "dropout": (lambda v: 0 <= v < 1, "in [0, 1)"),
     "tokenize_processes": (lambda v: isinstance(v, int) and v >= 0,
@@ -377,6 +378,18 @@ def _refuse_allennlp_output(out: Path) -> None:
         raise FileExistsError(Errors.E_OUTPUT_HOLDS_ALLENNLP.format(path=out, options=found[0].name, weights=found[1].name))
 
 
+def _total_steps(cfg: TrainConfig, steps_per_epoch: int) -> int:
+    """The run's number of steps: --max-steps, or --epochs (default 10) of ``steps_per_epoch``; an --epochs
+    whose steps no number holds (1e308: the count overflowed) is refused."""
+    if cfg.max_steps is not None:
+        return cfg.max_steps
+    epochs = cfg.epochs or 10
+    steps = epochs * steps_per_epoch
+    if not math.isfinite(steps):
+        raise ValueError(Errors.E_EPOCHS_TOO_MANY.format(epochs=epochs, steps=steps_per_epoch))
+    return math.ceil(steps)
+
+
 def _diverged(step: int, what: str, value: float, out: Path, last_saved: int) -> ValueError:
     """The error of a run whose loss, gradient norm or weights stopped being finite at ``step``
     (``last_saved``: the step of the checkpoint and model in ``out``, 0 when none was written)."""
@@ -430,7 +443,7 @@ class _Log:
 
     def write(self, entry: Dict[str, Any]) -> None:
         if self.enabled:
-            with open(self.path, "a", encoding="utf-8") as f:
+            with naming(self.path), open(self.path, "a", encoding="utf-8") as f:
                 f.write(json.dumps(entry) + "\n")
 
 
@@ -490,11 +503,18 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
         with ExitStack() as held:  # OUTPUT_DIR's lock, from before the corpus is read until the run ends
             return _train(cfg, on_step, held)
     except OSError as err:
-        if err.errno not in OUT_OF_SPACE:
-            raise
         out = Path(cfg.output_dir)
+        if err.errno not in OUT_OF_SPACE or not _names_a_file_in(err, out):  # another disk's (a full /dev/shm)
+            raise
         on = Errors.E_PRETRAIN_NO_SPACE_RESUME if ckpt.checkpoint_path(out).exists() else Errors.E_PRETRAIN_NO_SPACE_RERUN
         raise OSError(Errors.E_PRETRAIN_NO_SPACE.format(path=out, error=err, on=on)) from err
+
+
+def _names_a_file_in(err: OSError, directory: Path) -> bool:
+    """Whether ``err`` names a file in ``directory`` (its writes name their file: :func:`~spacy_elmo.atomic.naming`)."""
+    inside = Path(os.path.abspath(directory))  # not resolved: the file's path as written, also a link (to elsewhere)
+    named = [Path(os.path.abspath(os.fsdecode(name))) for name in (err.filename, err.filename2) if isinstance(name, (str, bytes))]
+    return any(path == inside or inside in path.parents for path in named)
 
 
 #: The errnos of a write that found no room: a full disk, a full quota.
@@ -513,7 +533,11 @@ def _output_dir_lock(out: Path):
     """An exclusive ``flock`` on the directory OUTPUT_DIR itself (no file is added; the kernel releases it when
     the process ends, also by SIGKILL), held by rank 0 while the run reads and writes there: a second pretrain
     into the same directory (another terminal, a job started again while the first runs) mixed its cache,
-    checkpoints and log with the first's, or failed on the first's half-written files."""
+    checkpoints and log with the first's, or failed on the first's half-written files.
+
+    Taken before OUTPUT_DIR is checked or read (a run ending between the checks and the lock was overwritten).
+    An OUTPUT_DIR this run created (with its parents) is removed again when the run fails leaving it empty."""
+    created = list(itertools.takewhile(lambda p: not p.exists(), (out, *out.parents)))  # the deepest first
     out.mkdir(parents=True, exist_ok=True)
     fd = os.open(out, os.O_RDONLY)
     try:
@@ -521,9 +545,15 @@ def _output_dir_lock(out: Path):
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise FileExistsError(Errors.E_OUTPUT_IN_USE.format(path=out)) from None
-        except OSError:  # a file system without flock (some network mounts): not locked
-            pass
-        yield
+        except OSError as err:  # a file system without flock (some network mounts): not locked
+            warnings.warn(Warnings.W_OUTPUT_NOT_LOCKED.format(path=out, error=err), RuntimeWarning, stacklevel=2)
+        try:
+            yield
+        except BaseException:
+            with suppress(OSError):  # not empty: what the run wrote stays
+                for directory in created:
+                    directory.rmdir()
+            raise
     finally:
         os.close(fd)  # releases the lock
 
@@ -542,6 +572,8 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
     with _same_on_every_rank():
         if out.exists() and not out.is_dir():
             raise ValueError(Errors.E_OUTPUT_NOT_A_DIR.format(path=out))
+        if is_main and fcntl is not None:  # before anything in OUTPUT_DIR is checked, read or written
+            held.enter_context(_output_dir_lock(out))
         _check_output_place(out, Path(cfg.train_path))
         _refuse_allennlp_output(out)
         payload = None
@@ -572,8 +604,6 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
     cache, staging = out / "data", out / STAGING_NAME
     try:
         if is_main:
-            if fcntl is not None:
-                held.enter_context(_output_dir_lock(out))
             for leftover in (staging, out / RETIRED_NAME):  # a run killed while staging or swapping
                 shutil.rmtree(leftover, ignore_errors=True)
             ckpt.remove_leftovers(out)  # a run killed while writing a checkpoint
@@ -597,6 +627,7 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
                 batcher = SentenceBatcher(corpus, cfg.batch_size, cfg.max_length, cfg.seed, rank, world)
             else:
                 batcher = StreamBatcher(corpus, cfg.batch_size, cfg.unroll, cfg.seed, rank, world)
+            total = _total_steps(cfg, batcher.steps_per_epoch)
         bilm.lstm.dropout = cfg.dropout
         char_table = CharTable(vocab, bilm.config.max_characters_per_token)
         lm = BidirectionalLM(bilm, softmax).to(device)
@@ -636,7 +667,6 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
     if world > 1:
         model = torch.nn.parallel.DistributedDataParallel(lm, device_ids=[device.index] if device.type == "cuda" else None)
 
-    total = cfg.max_steps if cfg.max_steps is not None else math.ceil((cfg.epochs or 10) * batcher.steps_per_epoch)
     provenance = {"trained_by": "spacy-elmo pretrain", "lang": cfg.lang, "tokenizer": meta.get("tokenizer"),
                   "vocab_size": vocab.size,
                   "reading": "sentences" if cfg.sentences else "streams",  # evaluate's default mode
@@ -655,9 +685,11 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
         nonlocal last_saved
         # A step can leave a finite loss and gradient but weights that are not (an lr too large for them):
         # never written over the last good checkpoint. The ranks' weights are equal: every rank refuses alike.
-        if not all(bool(torch.isfinite(p).all()) for p in lm.parameters()):
-            with _same_on_every_rank():
-                raise _diverged(step, "a weight", math.nan, out, last_saved)
+        for p in lm.parameters():
+            found = p.detach()[~torch.isfinite(p.detach())]
+            if found.numel():
+                with _same_on_every_rank():
+                    raise _diverged(step, "a weight", float(found[0]), out, last_saved)
         ranks = [ckpt.rank_state(sampler_rng, state, device)]
         if world > 1:
             gathered: List[Any] = [None] * world

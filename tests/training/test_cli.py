@@ -196,7 +196,7 @@ BAD_OPTIONS = [
     (["pretrain", "{tmp}/no-text", "{tmp}/out", "--vocab-size", "-1"], "--vocab-size", f"{BOUND}; found -1."),
     (["pretrain", "{tmp}/no-text", "{tmp}/out", "--epochs", "0"], "--epochs", "must be positive and finite (to train until stopped: a large --max-steps); found 0.0."),
     (["pretrain", "{tmp}/no-text", "{tmp}/out", "--epochs", "nan"], "--epochs", "must be positive and finite (to train until stopped: a large --max-steps); found nan."),
-    (["pretrain", "{tmp}/no-text", "{tmp}/out", "--lr", "-0.1"], "--lr", "must be positive; found -0.1."),
+    (["pretrain", "{tmp}/no-text", "{tmp}/out", "--lr", "-0.1"], "--lr", "must be positive and finite; found -0.1."),
     (["pretrain", "{tmp}/no-text", "{tmp}/out", "--clip", "0"], "--clip",
      "must be positive (a global gradient-norm bound); found 0.0."),
     (["pretrain", "{tmp}/no-text", "{tmp}/out", "--dropout", "1"], "--dropout", "must be in [0, 1); found 1.0."),

@@ -57,15 +57,41 @@ def test_a_diverged_step_stops_the_run_before_it_overwrites_the_last_checkpoint(
     np.testing.assert_allclose([x for _, x in b], [x for _, x in a], rtol=1e-6, atol=1e-7)
 
 
-def test_weights_that_stopped_being_finite_are_never_saved(tmp_path):
-    """An infinite learning rate leaves step 1's loss and gradient finite but the weights not: the
-    checkpoint due at that step is refused, and OUTPUT_DIR holds no model that would fail to load."""
+def _weights_made_infinite(monkeypatch):
+    """Every optimizer step from now on leaves the first weight tensor infinite (a learning rate too large)."""
+    real = torch.optim.Adagrad.step
+
+    def step(self, *args, **kwargs):
+        result = real(self, *args, **kwargs)
+        with torch.no_grad():
+            self.param_groups[0]["params"][0].fill_(math.inf)
+        return result
+
+    monkeypatch.setattr(torch.optim.Adagrad, "step", step)
+
+
+def test_weights_that_stopped_being_finite_are_never_saved(tmp_path, monkeypatch):
+    """A step can leave its loss and gradient finite but the weights not: the checkpoint due at that step is
+    refused, naming the value found (it said "nan" of infinite weights too), and OUTPUT_DIR holds no model that
+    would fail to load. Where no checkpoint is due, the next step's loss is what diverges."""
     train_file = write_corpus(tmp_path / "train.txt", 200)
+    _weights_made_infinite(monkeypatch)
     out = tmp_path / "out"
-    with pytest.raises(ValueError, match="diverged at step 1: a weight is nan") as err:
-        train(tiny_train_config(train_file, out, lr=math.inf, checkpoint_every=1))
+    with pytest.raises(ValueError, match="diverged at step 1: a weight is inf ") as err:
+        train(tiny_train_config(train_file, out, checkpoint_every=1))
     assert "keeps its checkpoint" not in str(err.value) and "lower --lr" in str(err.value)
     assert not ckpt.checkpoint_path(out).exists() and not (out / "config.json").exists()
+    with pytest.raises(ValueError, match="diverged at step 2: the loss is (nan|inf) "):
+        train(tiny_train_config(train_file, tmp_path / "later", checkpoint_every=2))
+
+
+def test_epochs_too_many_to_count_are_refused(tmp_path):
+    """--epochs 1e308 (finite) crashed with an OverflowError counting its steps, after the corpus was read."""
+    train_file = write_corpus(tmp_path / "train.txt", 200)
+    out = tmp_path / "out"
+    with pytest.raises(ValueError, match="--epochs 1e[+]?308 of [0-9]+ steps each is more steps than can be counted.*--max-steps"):
+        train(tiny_train_config(train_file, out, max_steps=None, epochs=1e308))
+    assert not ckpt.checkpoint_path(out).exists() and not (out / "train_log.jsonl").exists()
 
 
 @pytest.mark.filterwarnings("ignore:.*holds the weights only:UserWarning", "ignore:.*AllenNLP will not run:UserWarning")
@@ -101,6 +127,19 @@ def test_infinite_epochs_is_a_usage_error(tmp_path):
     assert not (tmp_path / "out").exists()
     with pytest.raises(ValueError, match="epochs must be positive and finite"):
         TrainConfig(train_path="t", output_dir="o", epochs=math.inf).validate()
+
+
+def test_an_infinite_learning_rate_is_a_usage_error(tmp_path):
+    """--lr inf was accepted, and its first step always diverged (every weight it moved infinite or NaN)."""
+    from spacy_elmo.training.trainer import TrainConfig
+
+    args, _, _ = tiny_pretrain_args(tmp_path, tmp_path / "out")
+    result = runner.invoke(app, args + ["--lr", "inf"])
+    assert result.exit_code == 2, result.output
+    assert "--lr" in plain(result.output) and "must be positive and finite" in plain(result.output)
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(ValueError, match="lr must be positive and finite"):
+        TrainConfig(train_path="t", output_dir="o", lr=math.inf).validate()
 
 
 def test_a_resume_given_another_heldout_measures_that_text(tmp_path):
@@ -162,14 +201,19 @@ def test_a_second_run_into_an_output_dir_in_use_is_refused(tmp_path):
     """Two pretrain runs into one OUTPUT_DIR (another terminal, a job started again while the first runs)
     mixed their cache, checkpoints and log, or one failed on the other's half-written cache with a bare
     "[Errno 2] ... tokens.raw". The running one holds a lock on the directory: the second is refused and
-    changes nothing; once the first ends, even killed, the directory is free."""
+    changes nothing, not even the running one's cache being staged (a resume building a new one, which the
+    refused run deleted); once the first ends, even killed, the directory is free."""
     import subprocess
     import sys
+
+    from spacy_elmo.training.trainer import STAGING_NAME
 
     pytest.importorskip("fcntl")
     train_file = write_corpus(tmp_path / "train.txt", 200)
     out = tmp_path / "out"
     train(tiny_train_config(train_file, out, max_steps=2, checkpoint_every=2))
+    (out / STAGING_NAME).mkdir()  # the running run's cache in the making
+    (out / STAGING_NAME / "tokens.raw").write_bytes(b"\0" * 1000)
     before = _snapshot(out)
     # Another process holding the lock, as a running pretrain does (flock on the directory).
     holder = subprocess.Popen(
@@ -185,6 +229,58 @@ def test_a_second_run_into_an_output_dir_in_use_is_refused(tmp_path):
         holder.kill()  # as a SIGKILL of that run: the kernel releases its lock
         holder.wait()
     assert train(tiny_train_config(train_file, out, max_steps=4, checkpoint_every=2, resume=True))["steps"] == 4
+
+
+def test_the_lock_is_held_while_output_dir_is_checked(tmp_path, monkeypatch):
+    """The lock was taken only after OUTPUT_DIR's checks (not empty, the --resume checkpoint) and the --heldout
+    tokenization: a run ending in that window was then overwritten by one it should have refused. Another run
+    into OUTPUT_DIR while this one reads its held-out text is refused; a run refused or failing before it wrote
+    anything leaves no OUTPUT_DIR it created."""
+    from spacy_elmo.training import evaluate
+
+    pytest.importorskip("fcntl")
+    train_file = write_corpus(tmp_path / "train.txt", 200)
+    heldout = write_corpus(tmp_path / "heldout.txt", 30, seed=3)
+    out = tmp_path / "out"
+    real, refused = evaluate.read_text, []
+
+    def read_while_another_run_starts(*args, **kwargs):
+        with pytest.raises(FileExistsError, match="in use by another pretrain run") as err:
+            train(tiny_train_config(train_file, out, max_steps=2, checkpoint_every=2))
+        refused.append(err.value)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(evaluate, "read_text", read_while_another_run_starts)
+    assert train(tiny_train_config(train_file, out, max_steps=2, checkpoint_every=2, heldout=str(heldout)))["steps"] == 2
+    assert len(refused) == 1
+    monkeypatch.undo()
+
+    def unreadable(*args, **kwargs):
+        raise ValueError("no text")
+
+    monkeypatch.setattr(evaluate, "read_text", unreadable)
+    with pytest.raises(ValueError, match="no text"):
+        train(tiny_train_config(train_file, tmp_path / "fresh" / "run", heldout=str(heldout)))
+    assert not (tmp_path / "fresh").exists()
+
+
+def test_an_output_dir_that_cannot_be_locked_is_warned_of(tmp_path, monkeypatch):
+    """A file system without flock (some network mounts) left OUTPUT_DIR unlocked without a word."""
+    from spacy_elmo.training import trainer
+
+    pytest.importorskip("fcntl")
+
+    class NoLocks:
+        LOCK_EX, LOCK_NB = trainer.fcntl.LOCK_EX, trainer.fcntl.LOCK_NB
+
+        @staticmethod
+        def flock(fd, operation):
+            raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(trainer, "fcntl", NoLocks)
+    train_file = write_corpus(tmp_path / "train.txt", 200)
+    with pytest.warns(RuntimeWarning, match="could not lock OUTPUT_DIR"):
+        assert train(tiny_train_config(train_file, tmp_path / "out", max_steps=1))["steps"] == 1
 
 
 def test_the_tokenizing_bar_counts_the_words_the_summary_counts(tmp_path, monkeypatch):
@@ -223,27 +319,93 @@ def test_a_full_disk_while_tokenizing_names_the_output_dir_and_the_way_on(tmp_pa
     assert f"OUTPUT_DIR {out}" in str(err.value) and "rerun the same command (no checkpoint was written yet" in str(err.value)
 
 
-def test_a_full_disk_at_a_checkpoint_says_the_last_one_resumes(tmp_path, monkeypatch):
-    """The bare "[Errno 28] No space left on device" of a checkpoint write: now the advice to --resume, whose
-    checkpoint (the last whole one) is the step before."""
+#: Run in a full disk: a tmpfs of a given size, mounted in a mount namespace of its own (root, Linux).
+_FULL_DISK_RUN = """
+import json, shutil, sys, warnings
+import torch
+from pathlib import Path
+from spacy_elmo.bilm.native_io import write_safetensors
+from spacy_elmo.training import checkpoint as ckpt
+from spacy_elmo.training.trainer import train
+from tests.training.conftest import tiny_train_config
+
+train_file, disk, kept = (Path(a) for a in sys.argv[1:4])
+warnings.simplefilter("ignore")
+found = {}
+try:
+    train(tiny_train_config(train_file, disk / "out", max_steps=4, checkpoint_every=2))
+except OSError as err:
+    found.update(message=str(err), errno=getattr(err.__cause__, "errno", None))
+found["checkpoint_step"] = ckpt.load_checkpoint(disk / "out")["step"]
+shutil.copytree(disk / "out", kept)
+for name, write in (("safetensors", lambda: write_safetensors({"w": torch.zeros(1 << 20)}, disk / "big.safetensors")),
+                    ("checkpoint", lambda: ckpt.save_checkpoint(disk / "big", {"w": torch.zeros(1 << 20)}))):
+    try:  # larger than the whole disk
+        write()
+    except OSError as err:
+        found[name + "_errno"] = err.errno
+print(json.dumps(found))
+"""
+
+
+def _in_a_full_disk(size, *args):
+    """The output (a JSON object) of :data:`_FULL_DISK_RUN` with ``args`` and a disk of ``size`` bytes mounted
+    at ``args[1]``; skips where no such disk can be mounted (not root, no mount namespaces)."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    unshare = shutil.which("unshare")
+    if unshare is None or sys.platform != "linux":
+        pytest.skip("needs unshare (Linux) to mount a small tmpfs as a full disk")
+    disk = args[1]
+    disk.mkdir()
+    root = str(Path(__file__).resolve().parents[2])
+    if subprocess.run([unshare, "-m", "sh", "-c", f"mount -t tmpfs -o size=4096 tmpfs {disk}"], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs in a mount namespace here (needs root)")
+    result = subprocess.run(
+        [unshare, "-m", "--propagation", "private", "sh", "-c", 'mount -t tmpfs -o size="$1" tmpfs "$2" && shift 2 && exec "$@"',
+         "sh", str(size), str(disk), sys.executable, "-c", _FULL_DISK_RUN, *(str(a) for a in args)],
+        capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONPATH=root), cwd=root)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_a_full_disk_at_a_checkpoint_says_the_last_one_resumes(tmp_path):
+    """The second checkpoint does not fit on OUTPUT_DIR's disk (a real one: a small tmpfs). torch's zip writer
+    made the ENOSPC a RuntimeError ("unexpected pos"), so the run ended without the advice; a model write that
+    failed (safetensors) kept no errno either. Now: ENOSPC named, with the advice to --resume from the last
+    checkpoint (step 2, whole), which then continues to the end."""
     train_file = write_corpus(tmp_path / "train.txt", 200)
-    out = tmp_path / "out"
-    real = ckpt.save_checkpoint
-    calls = []
+    first = tmp_path / "first"
+    train(tiny_train_config(train_file, first, max_steps=2, checkpoint_every=2))
+    pages = sum(-(-p.stat().st_size // 4096) for p in first.rglob("*") if p.is_file())
+    # Room for a run at step 2 and half a checkpoint more: the second one, written beside the first, does not fit.
+    size = 4096 * (pages + 8) + ckpt.checkpoint_path(first).stat().st_size // 2
+    kept = tmp_path / "kept"
+    found = _in_a_full_disk(size, train_file, tmp_path / "disk", kept)
+    assert "ran out of space" in found["message"] and "rerun the same command with --resume" in found["message"]
+    assert found["errno"] == errno.ENOSPC
+    assert found.get("safetensors_errno") == found.get("checkpoint_errno") == errno.ENOSPC  # also of a write alone
+    assert found["checkpoint_step"] == 2
+    assert train(tiny_train_config(train_file, kept, max_steps=4, checkpoint_every=2, resume=True))["steps"] == 4
 
-    def full_at_the_second(output_dir, payload):
-        calls.append(1)
-        if len(calls) == 2:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        real(output_dir, payload)
 
-    monkeypatch.setattr(ckpt, "save_checkpoint", full_at_the_second)
-    with pytest.raises(OSError, match="ran out of space") as err:
-        train(tiny_train_config(train_file, out, max_steps=4, checkpoint_every=2))
-    assert "rerun the same command with --resume" in str(err.value)
-    monkeypatch.undo()
-    assert ckpt.load_checkpoint(out)["step"] == 2
-    assert train(tiny_train_config(train_file, out, max_steps=4, checkpoint_every=2, resume=True))["steps"] == 4
+def test_running_out_of_space_elsewhere_is_not_said_of_output_dir(tmp_path, monkeypatch):
+    """Every ENOSPC was said to be OUTPUT_DIR's, also another disk's (the tokenizer processes' semaphores on a
+    full /dev/shm). An error that names no file in OUTPUT_DIR stays as it was."""
+    from spacy_elmo.training import trainer
+
+    def full_shm(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))  # what multiprocessing's SemLock raises
+
+    monkeypatch.setattr(trainer, "build_corpus", full_shm)
+    train_file = write_corpus(tmp_path / "train.txt", 200)
+    with pytest.raises(OSError) as err:
+        train(tiny_train_config(train_file, tmp_path / "out"))
+    assert err.value.errno == errno.ENOSPC and "OUTPUT_DIR" not in str(err.value)
 
 
 @pytest.mark.skipif(not hasattr(signal, "SIGXFSZ"), reason="POSIX file-size limits")
