@@ -19,7 +19,7 @@ def mix_weights_of(initial_weights: Sequence[float]) -> List[float]:
         raise ValueError(Errors.E_SCALAR_MIX_INIT_VALUES.format(value=initial_weights))
     try:
         values = [float(w) for w in initial_weights]
-    except (TypeError, ValueError) as err:
+    except (TypeError, ValueError, OverflowError) as err:  # OverflowError: an int beyond float's range
         raise ValueError(Errors.E_SCALAR_MIX_INIT_VALUES.format(value=initial_weights)) from err
     if not torch.tensor(values, dtype=torch.float32).isfinite().all():  # 1e39 overflows float32
         raise ValueError(Errors.E_SCALAR_MIX_INIT_NAN.format(value=values))

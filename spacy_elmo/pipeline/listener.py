@@ -13,6 +13,7 @@ import threading
 import warnings
 from typing import Any, Callable, Iterable, List, Optional, Tuple
 
+from spacy.language import Language
 from spacy.tokens import Doc
 from thinc.api import Model
 from thinc.types import Floats3d
@@ -119,24 +120,31 @@ def _no_upstream(model: ElmoListener) -> str:
 
 
 def _run_by(model: ElmoListener) -> Tuple[Optional[str], Optional[str]]:
-    """``(component, listener path)`` of the pipeline component whose model holds ``model``, read from the
-    spaCy ``Language`` method running it (``__call__``, ``initialize``, ``update``: locals ``name``, ``proc``
-    and ``self``); the path is the one ``nlp.replace_listeners`` takes. Either is None where not found."""
+    """``(component, listener path)`` of the pipeline component whose model holds ``model``, read from the spaCy
+    frames running it: the component's (locals ``name`` and ``proc``: ``Language.__call__``, ``initialize``,
+    ``update``, or ``spacy.util._pipe`` under ``nlp.pipe``), then the pipeline's (a ``Language`` ``self``, for its
+    config); the path is the one ``nlp.replace_listeners`` takes. Either is None where not found."""
     frame: Any = sys._getframe(1)
+    component: Optional[str] = None
     while frame is not None:
         names = frame.f_locals
-        proc, nlp = names.get("proc"), names.get("self")
-        if frame.f_globals.get("__name__") == "spacy.language" and isinstance(names.get("name"), str):
-            proc_model = getattr(proc, "model", None)
+        if component is None and frame.f_globals.get("__name__") in _SPACY_RUNNERS and isinstance(names.get("name"), str):
+            proc_model = getattr(names.get("proc"), "model", None)
             if isinstance(proc_model, Model) and any(node is model for node in proc_model.walk()):
-                try:
-                    tok2vec = nlp.config["components"][names["name"]]["model"]["tok2vec"]
-                except (AttributeError, KeyError, TypeError):
-                    return names["name"], None
-                found = find_listener_path(tok2vec)
-                return names["name"], None if found is None else ".".join(("model", "tok2vec") + found)
+                component = names["name"]
+        if component is not None and isinstance(names.get("self"), Language):
+            try:
+                tok2vec = names["self"].config["components"][component]["model"]["tok2vec"]
+            except (KeyError, TypeError):
+                return component, None
+            found = find_listener_path(tok2vec)
+            return component, None if found is None else ".".join(("model", "tok2vec") + found)
         frame = frame.f_back
-    return model.component, None
+    return component or model.component, None
+
+
+#: The modules whose functions run a pipeline's components (their locals ``name`` and ``proc``).
+_SPACY_RUNNERS = ("spacy.language", "spacy.util")
 
 
 LISTENER_ARCH = "spacy_elmo.ElmoListener.v1"

@@ -160,7 +160,13 @@ def elmo_dropout(rate: float = 0.5) -> Model[List[Floats2d], List[Floats2d]]:
 def is_setting(value: Any, ok: Callable[[float], bool]) -> bool:
     """Whether ``value`` is a finite real number (numpy's too; not a bool) that passes ``ok``: spaCy's config
     validation checks the type only, and Python code may pass numpy scalars."""
-    return isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(float(value)) and ok(float(value))
+    if not isinstance(value, Real) or isinstance(value, bool):
+        return False
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond float's range, 10**400
+        return False
+    return math.isfinite(number) and ok(number)
 
 
 def building() -> Tuple[str, str]:

@@ -701,10 +701,13 @@ def build_corpus(train_path: PathLike, lang: str, cache_dir: PathLike, progress:
             stats.n_sentences += 1
             stats.n_tokens += len(sentence)
             if len(buf) > 1 << 20:
-                buf.tofile(raw)
+                with naming(raw_path):  # a full disk names its file: OUTPUT_DIR's, the run says (not a worker's /dev/shm)
+                    buf.tofile(raw)
                 bar.update(stats.n_tokens - bar.n)  # words, as the summary counts them (not <S>, </S>)
                 buf = array("i")
-        buf.tofile(raw)
+        with naming(raw_path):
+            buf.tofile(raw)
+            raw.flush()  # here, not at the file's close, where the error would name no file
         bar.update(stats.n_tokens - bar.n)
     bar.close()
     if stats.replaced_bytes:
@@ -728,7 +731,8 @@ def build_corpus(train_path: PathLike, lang: str, cache_dir: PathLike, progress:
     raw_path.unlink()
     _write_array(np.frombuffer(lengths, dtype=np.int64), cache / "sent_lengths.i64")
     _write_array(counts_np[order], cache / "counts.i64")
-    (cache / "types.txt").write_text("".join(types[i] + "\n" for i in order), encoding="utf-8")
+    with naming(cache / "types.txt"):
+        (cache / "types.txt").write_text("".join(types[i] + "\n" for i in order), encoding="utf-8")
     meta = {"fingerprint": stamp, "stats": asdict(stats), "n_types": len(types), "n_stream": int(sum(lengths)),
             "tokenizer": tokenizer_settings(nlp)}
     atomic_write_text(meta_path, json.dumps(meta, indent=1))  # meta.json last: it marks a complete cache

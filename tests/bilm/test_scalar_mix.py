@@ -112,7 +112,7 @@ def test_one_layer_tensor_is_refused_and_stacked_layers_or_a_generator_work():
 
 
 def test_initial_weights_that_are_not_numbers():
-    for bad in ("abc", [0.0, "x", 1.0], [None, 0.0, 0.0]):
+    for bad in ("abc", [0.0, "x", 1.0], [None, 0.0, 0.0], [0, 10**400, 0]):  # an int beyond float's range
         with pytest.raises(ValueError, match="initial_weights must be a list of numbers"):
             ScalarMix(3, initial_weights=bad)
 

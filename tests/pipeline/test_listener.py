@@ -628,7 +628,8 @@ def test_renamed_upstream_is_a_clear_error_not_zeros(tiny_dir, frozen):
     [("dropout", 1.0), ("dropout", 1.5), ("dropout", -0.1), ("dropout", True), ("dropout", float("nan")),
      ("mix_l2", -0.01), ("mix_l2", float("inf")), ("mix_l2", float("nan")),
      ("initial_weights", [0.0, float("inf"), 0.0]), ("initial_weights", [0.0, float("-inf"), 0.0]),
-     ("initial_weights", ["a", "b", "c"])],
+     ("initial_weights", ["a", "b", "c"]), pytest.param("dropout", 10**400, id="dropout-huge-int"),
+     pytest.param("mix_l2", 10**400, id="mix_l2-huge-int"), pytest.param("initial_weights", [0, 10**400, 0], id="weights-huge-int")],
 )  # fmt: skip
 def test_listener_settings_out_of_range_are_refused(setting, value):
     """spaCy's config checks only the types: ElmoListener.v1's dropout = 1 (or more) trained the task on
@@ -667,3 +668,19 @@ def test_listener_settings_in_range_train(setting, value):
     if setting != "initial_weights":
         expected = float(value)
         assert (drop.attrs["elmo_rate"] if setting == "dropout" else mix.attrs["l2"]) == expected
+
+
+def test_unlinked_listener_under_nlp_pipe_names_its_component(tiny_dir, tmp_path):
+    """Under nlp.pipe spaCy runs each component from spacy.util._pipe; the error's replace_listeners call
+    fell back to COMPONENT there (the frame it read held the loop's last component, another one)."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir)})
+    for name in ("ner1", "ner2"):
+        nlp.add_pipe("ner", name=name, config={"model": {**NER, "tok2vec": LISTENER}})
+    nlp.initialize(lambda: [Example(nlp.make_doc(d.text), d) for d in make_docs(4)])
+    nlp.to_disk(tmp_path / "pipeline")
+    unlinked = spacy.load(tmp_path / "pipeline", exclude=["elmo"])
+    for run in (lambda: unlinked("Alice went home ."), lambda: list(unlinked.pipe(["Alice went home ."]))):
+        with pytest.raises(ValueError) as err:
+            run()
+        assert "nlp.replace_listeners(ELMO, 'ner1', ['model.tok2vec'])" in str(err.value), str(err.value)

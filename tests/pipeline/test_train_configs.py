@@ -239,6 +239,9 @@ def test_unlinked_listener_names_where_elmo_goes(corpus_dir, tiny_dir, tmp_path,
     # the advice, followed as written: it said ['model.tok2vec'], which ElmoTok2Vec.v1 refuses
     call = re.search(r"nlp\.replace_listeners\('elmo', 'ner', \['([\w.]+)'\]\)\.$", str(err.value))
     assert call is not None, str(err.value)
+    with pytest.raises(ValueError) as piped:  # nlp.pipe runs the components from spacy.util, not spacy.language
+        list(spacy.load(tmp_path / "trained", exclude=["elmo"]).pipe([text]))
+    assert call.group(0) in str(piped.value), str(piped.value)
     nlp = spacy.load(tmp_path / "trained")
     expected = nlp(text).ents
     nlp.replace_listeners("elmo", "ner", [call.group(1)])

@@ -305,14 +305,16 @@ def test_the_tokenizing_bar_counts_the_words_the_summary_counts(tmp_path, monkey
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux), which fails every write with ENOSPC")
-def test_a_full_disk_while_tokenizing_names_the_output_dir_and_the_way_on(tmp_path):
+@pytest.mark.parametrize("full", ["tokens.raw", "tokens.i32", "types.txt"])
+def test_a_full_disk_while_tokenizing_names_the_output_dir_and_the_way_on(tmp_path, full):
     """A disk that filled up while the cache was written ended the run with numpy's "71818 requested and
     29696 written" (no errno, no path, no advice). The cache's arrays are written with their errno, and pretrain
-    names OUTPUT_DIR, what it holds and how to go on (rerun: no checkpoint yet)."""
+    names OUTPUT_DIR, what it holds and how to go on (rerun: no checkpoint yet). Each file of the cache: the
+    token stream and the types, written by plain file writes, said only "[Errno 28]" (no file, so not OUTPUT_DIR's)."""
     train_file = write_corpus(tmp_path / "train.txt", 200)
     out = tmp_path / "out"
     (out / "data").mkdir(parents=True)
-    (out / "data" / "tokens.i32").symlink_to("/dev/full")  # every write there: ENOSPC, as on a full disk
+    (out / "data" / full).symlink_to("/dev/full")  # every write there: ENOSPC, as on a full disk
     with pytest.raises(OSError, match="ran out of space") as err:
         train(tiny_train_config(train_file, out))
     assert err.value.__cause__.errno == errno.ENOSPC
