@@ -114,32 +114,24 @@ def test_pretrain_refuses_an_output_dir_holding_allennlp_weights(tmp_path):
     BiLM.load(exported)  # still one model
 
 
-def test_infinite_epochs_is_a_usage_error(tmp_path):
-    """--epochs inf passed the option's check and crashed computing the number of steps (OverflowError)."""
+@pytest.mark.parametrize("option", ["epochs", "lr"])
+def test_an_infinite_epochs_or_learning_rate_is_a_usage_error(tmp_path, option):
+    """--epochs inf passed the option's check and crashed computing the number of steps (OverflowError);
+    --lr inf was accepted, and its first step always diverged (every weight it moved infinite or NaN)."""
     from spacy_elmo.training.trainer import TrainConfig
 
     args, _, _ = tiny_pretrain_args(tmp_path, tmp_path / "out")
-    steps = args.index("--max-steps")
-    args[steps:steps + 2] = ["--epochs", "inf"]
+    if option == "epochs":  # instead of --max-steps: one or the other
+        steps = args.index("--max-steps")
+        args[steps:steps + 2] = ["--epochs", "inf"]
+    else:
+        args += ["--lr", "inf"]
     result = runner.invoke(app, args)
     assert result.exit_code == 2, result.output
-    assert "--epochs" in plain(result.output) and "must be positive and finite" in plain(result.output)
+    assert f"--{option}" in plain(result.output) and "must be positive and finite" in plain(result.output)
     assert not (tmp_path / "out").exists()
-    with pytest.raises(ValueError, match="epochs must be positive and finite"):
-        TrainConfig(train_path="t", output_dir="o", epochs=math.inf).validate()
-
-
-def test_an_infinite_learning_rate_is_a_usage_error(tmp_path):
-    """--lr inf was accepted, and its first step always diverged (every weight it moved infinite or NaN)."""
-    from spacy_elmo.training.trainer import TrainConfig
-
-    args, _, _ = tiny_pretrain_args(tmp_path, tmp_path / "out")
-    result = runner.invoke(app, args + ["--lr", "inf"])
-    assert result.exit_code == 2, result.output
-    assert "--lr" in plain(result.output) and "must be positive and finite" in plain(result.output)
-    assert not (tmp_path / "out").exists()
-    with pytest.raises(ValueError, match="lr must be positive and finite"):
-        TrainConfig(train_path="t", output_dir="o", lr=math.inf).validate()
+    with pytest.raises(ValueError, match=f"{option} must be positive and finite"):
+        TrainConfig(train_path="t", output_dir="o", **{option: math.inf}).validate()
 
 
 def test_a_resume_given_another_heldout_measures_that_text(tmp_path):
