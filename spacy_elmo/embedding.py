@@ -42,6 +42,7 @@ from .atomic import atomic_write, atomic_write_text, remove_dir, remove_leftover
 from .bilm import BiLM
 from .bilm.token_cache import TokenCache, run_rows
 from .errors import Errors, Warnings
+from .hdf5 import hdf5_for_writing
 
 PathLike = Union[str, Path]
 LAYER_MODES = ("all", "top", "average")
@@ -249,7 +250,6 @@ def embed_file(
     (:data:`Errors.E_EMBED_INPUT_CHANGED`) at its first changed part, before any of it is written.
     Returns counts: lines, tokens, parts_written (now), parts_reused, finished (0/1).
     """
-    import h5py
     from .progress import progress_bar
 
     from .training.data import TOKEN_RULES
@@ -352,7 +352,7 @@ def embed_file(
                 cache.clear()  # a resumed part computes what it would have computed straight through
 
                 def write_part(tmp: Path) -> None:
-                    with h5py.File(tmp, "w") as f:
+                    with hdf5_for_writing(tmp) as f:  # a full disk: an OSError, where HDF5's own writes crashed
                         for batch in _batches(index, rows, batch_size, batch_tokens):
                             for j, vec in zip(batch, embed_lines(bilm, [rows[j] for j in batch], layers, cache)):
                                 f.create_dataset(str(start + j), data=vec)
@@ -450,7 +450,7 @@ def _merge(part_files: Sequence[Path], lines: Iterable[str], n_lines: int, outpu
     from .progress import progress_bar
 
     def write(tmp: Path) -> None:
-        with h5py.File(tmp, "w") as out, progress_bar(total=n_lines, desc="merging", unit="line", disable=not progress) as bar:
+        with hdf5_for_writing(tmp) as out, progress_bar(total=n_lines, desc="merging", unit="line", disable=not progress) as bar:
             for part in part_files:
                 with h5py.File(part, "r") as f:
                     for name in sorted(f, key=int):

@@ -818,3 +818,24 @@ def test_each_part_is_checked_against_the_digest_of_its_bytes_from_the_first_pas
     assert read_until_changed(b"".join(raw[:4])) == [0, 2]  # cut short: no part 2
     assert read_until_changed(b"".join(raw[:4]) + b"g\n", expected[:2]) == [0, 2]  # a part more
     assert read_until_changed(b"x\n", []) == []  # an empty file that got a line
+
+
+@pytest.mark.skipif(not hasattr(__import__("signal"), "SIGXFSZ"), reason="POSIX file-size limits")
+def test_a_full_disk_while_embedding_is_an_error_not_a_crash(model_dir, tmp_path):
+    """HDF5 writing a part itself met the full disk (here a file-size limit) while it flushed: a RuntimeError,
+    then a segmentation fault (exit -11 / 139) and no word of it. Parts go through Python's file now: the
+    command's error naming the file, exit 1."""
+    import subprocess
+    import sys
+
+    corpus = tmp_path / "in.txt"
+    corpus.write_text("".join(f"{LINES[i % len(LINES)]} {i}\n" for i in range(400)), encoding="utf-8")
+    out = tmp_path / "out.h5"
+    script = ("import resource, signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
+              "resource.setrlimit(resource.RLIMIT_FSIZE, (16384, 16384)); from spacy_elmo.cli import main; "
+              "sys.argv = ['spacy-elmo', 'embed', sys.argv[1], sys.argv[2], '--model', sys.argv[3], '--no-progress']; main()")
+    result = subprocess.run([sys.executable, "-W", "ignore", "-c", script, str(corpus), str(out), str(model_dir)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1, (result.returncode, result.stderr[-2000:])
+    assert "File too large" in result.stderr and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert not out.exists()

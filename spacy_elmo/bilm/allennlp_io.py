@@ -22,7 +22,6 @@ Two layouts differ between the tools, and the writer picks the one every loader 
   RNN_{d}/RNN/MultiRNNCell/Cell0/LSTMCell/...: the writer uses that; the reader takes either.
 """
 
-import io
 import json
 import warnings
 from pathlib import Path
@@ -35,6 +34,7 @@ import torch
 from ..atomic import atomic_write
 from ..chars import DEFAULT_MAX_CHARS, N_CHAR_IDS
 from ..errors import Errors, Warnings
+from ..hdf5 import hdf5_for_writing
 from .config import BiLMConfig
 from .native_io import check_readable, require_finite
 
@@ -366,15 +366,11 @@ def write_allennlp(
     arrays = datasets_from_state(config, dict(model.named_parameters()))
 
     def write_h5(tmp: Path) -> None:
-        # Built in memory, then written by Python: a full disk is then an OSError (ENOSPC) of that write. HDF5
-        # writing the file itself met it while closing, as a RuntimeError, and the process then died of a
-        # segmentation fault, leaving the export's temporary directory behind.
-        buffer = io.BytesIO()
-        with h5py.File(buffer, "w") as fout:
+        # Through Python's file (hdf5_for_writing): a full disk killed the process, leaving the export's
+        # temporary directory behind.
+        with hdf5_for_writing(tmp) as fout:
             for name, _ in expected_datasets(config):
                 fout.create_dataset(name, data=arrays[name])
-        with open(tmp, "wb") as f:
-            f.write(buffer.getbuffer())
 
     def write_json(tmp: Path) -> None:
         tmp.write_text(json.dumps(config.to_allennlp_options(), indent=2), encoding="utf-8")

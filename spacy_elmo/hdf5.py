@@ -1,0 +1,20 @@
+"""HDF5 files written through a Python file object.
+
+HDF5 writing to a path itself meets a full disk (or a file-size limit) while it flushes, raises a RuntimeError
+("Can't decrement id ref count ... errno = 28") and the process then dies of a segmentation fault (h5py 3.x, many
+small datasets: an ``embed`` part). Through a Python file object every write is Python's, so the same disk is an
+OSError with its errno (ENOSPC) naming the file, and the process goes on to say so."""
+
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+from .atomic import PathLike, naming
+
+
+@contextmanager
+def hdf5_for_writing(path: PathLike) -> Iterator[Any]:
+    """A new ``h5py.File`` at ``path`` (replaced if it exists), open for writing within, closed on exit."""
+    import h5py  # the torch modules' readers import it too; not every caller needs it
+
+    with naming(path), open(path, "w+b") as raw, h5py.File(raw, "w") as handle:  # HDF5 reads back what it wrote
+        yield handle
