@@ -839,3 +839,33 @@ def test_a_full_disk_while_embedding_is_an_error_not_a_crash(model_dir, tmp_path
     assert result.returncode == 1, (result.returncode, result.stderr[-2000:])
     assert "File too large" in result.stderr and "Traceback" not in result.stderr, result.stderr[-2000:]
     assert not out.exists()
+
+
+@pytest.mark.skipif(not hasattr(__import__("signal"), "SIGXFSZ"), reason="POSIX file-size limits")
+def test_a_full_disk_while_merging_goes_on_from_the_parts(model_dir, corpus, tmp_path):
+    """The README's promise: a full disk ends the command (exit 1), the parts written stay, and the same
+    command then goes on from them to the file an uninterrupted run writes. Here the parts fit under a
+    file-size limit and the merged file does not."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "out.h5"
+    args = [str(corpus), str(out), "--model", str(model_dir), "--no-progress", "--part-size", "2"]
+    script = ("import resource, signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
+              "resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[1]), int(sys.argv[1]))); "
+              "from spacy_elmo.cli import main; sys.argv = ['spacy-elmo', 'embed', *sys.argv[2:]]; main()")
+    straight = tmp_path / "straight.h5"
+    done = subprocess.run([sys.executable, "-W", "ignore", "-c", script, str(1 << 30), *args[:1], str(straight), *args[2:]],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    limit = straight.stat().st_size - 1  # each part (2 of the lines) fits, the merged file does not
+    stopped = subprocess.run([sys.executable, "-W", "ignore", "-c", script, str(limit), *args], capture_output=True, text=True,
+                             timeout=300)
+    assert stopped.returncode == 1 and "File too large" in stopped.stderr, (stopped.returncode, stopped.stderr[-2000:])
+    assert not out.exists()
+    resumed = subprocess.run([sys.executable, "-W", "ignore", "-c", script, str(1 << 30), *args], capture_output=True, text=True,
+                             timeout=300)
+    assert resumed.returncode == 0 and "parts from an earlier run" in resumed.stdout, resumed.stdout + resumed.stderr[-2000:]
+    (got, got_map), (want, want_map) = read_all(out), read_all(straight)
+    assert got_map == want_map and sorted(got) == sorted(want)
+    assert all(np.array_equal(got[name], want[name]) for name in want)
