@@ -52,6 +52,14 @@ def _describe(value) -> str:
     return f"{value.dtype} tensor" if isinstance(value, Tensor) else type(value).__name__
 
 
+def _marker_ids_follow_weights(module: "BiLM", incompatible_keys) -> None:
+    """After ``load_state_dict``: ``assign=True`` gives a model built on the meta device the state
+    dict's tensors but leaves the marker ids (no part of it) on meta; they follow the weights."""
+    device = module.token_encoder.char_embedding.device
+    if module.marker_ids.device != device:
+        module._marker_ids = module._fresh_marker_ids(device)
+
+
 def remove_boundaries(tensor: Tensor, mask: Tensor) -> Tuple[Tensor, Tensor]:
     """``tensor`` ``(B, T + 2, D)`` and ``mask`` ``(B, T + 2)`` of rows wrapped in ``<S> ... </S>``
     (``keep_boundaries=True``) -> ``(B, T, D)`` without the markers, zero at padded positions, and
@@ -103,12 +111,24 @@ class BiLM(nn.Module):
         self.lstm = BiLstm(config)
         self.backend = backend
         self._states: Optional[LstmState] = None
-        W = config.max_characters_per_token
-        markers = torch.tensor([marker_char_ids(BEGIN_OF_SENTENCE, W), marker_char_ids(END_OF_SENTENCE, W)]) + 1
-        self.register_buffer("_marker_ids", markers, persistent=False)
+        self.register_buffer("_marker_ids", self._fresh_marker_ids(None), persistent=False)
+        self.register_load_state_dict_post_hook(_marker_ids_follow_weights)
         # Fitted initial state: (2, L, P) and (2, L, C), or None for zeros.
         self.register_buffer("initial_h", None)
         self.register_buffer("initial_c", None)
+
+    def _fresh_marker_ids(self, device: Optional[torch.device]) -> Tensor:
+        """The shifted ids of ``<S>`` and ``</S>`` ``(2, W)`` on ``device`` (None: the default device)."""
+        W = self.config.max_characters_per_token
+        ids = [marker_char_ids(BEGIN_OF_SENTENCE, W), marker_char_ids(END_OF_SENTENCE, W)]
+        return torch.tensor(ids, device=device) + 1
+
+    def _apply(self, fn, recurse=True):
+        # The marker ids are a constant no state_dict restores: .to_empty() (how a model built on the
+        # meta device gets its memory) left them uninitialised, and <S> / </S> ran as garbage tokens.
+        super()._apply(fn, recurse)
+        self._marker_ids = self._fresh_marker_ids(self._marker_ids.device)
+        return self
 
     # -- backend ---------------------------------------------------------
     @property

@@ -21,7 +21,8 @@ def mix_weights_of(initial_weights: Sequence[float]) -> List[float]:
         values = [float(w) for w in initial_weights]
     except (TypeError, ValueError, OverflowError) as err:  # OverflowError: an int beyond float's range
         raise ValueError(Errors.E_SCALAR_MIX_INIT_VALUES.format(value=initial_weights)) from err
-    if not torch.tensor(values, dtype=torch.float32).isfinite().all():  # 1e39 overflows float32
+    # On the CPU, also where the default device is meta (a model built there for load_state_dict(assign=True)).
+    if not torch.tensor(values, dtype=torch.float32, device="cpu").isfinite().all():  # 1e39 overflows float32
         raise ValueError(Errors.E_SCALAR_MIX_INIT_NAN.format(value=values))
     return values
 
