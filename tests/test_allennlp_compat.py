@@ -119,6 +119,25 @@ def test_more_leading_dimensions_are_flattened_and_restored(files):
                                flat["elmo_representations"][0], atol=1e-6, rtol=0)
 
 
+@pytest.mark.parametrize("kwargs", [{}, {"keep_sentence_boundaries": True, "do_layer_norm": True}],
+                         ids=["plain", "boundaries-layer-norm"])
+def test_a_batch_of_empty_sentences(files, kwargs):
+    """Ids (B, 0, 50), every sentence empty (the BiLM gives (B, 0, 2P)): reshape(-1, 0, 50) failed,
+    "cannot reshape tensor of 0 elements"; with more leading dimensions too."""
+    elmo = Elmo(*files, 2, dropout=0.0, stateful=False, **kwargs).eval()
+    set_mixes(elmo, MIXES)
+    sentences = [[], []]
+    ids = batch_to_ids(sentences)
+    with torch.no_grad():
+        out, nested = elmo(ids), elmo(ids.view(1, 2, 0, 50))
+    keep = kwargs.get("keep_sentence_boundaries", False)
+    reps, mask = oracle_elmo(NumpyElmo(OPTS, files[1]), sentences, MIXES, kwargs.get("do_layer_norm", False),
+                             keep, stateful=False)
+    assert_output(out, reps, mask)
+    assert nested["mask"].shape == (1, 2, 2 if keep else 0)
+    assert all(r.shape == (1, *out["elmo_representations"][0].shape) for r in nested["elmo_representations"])
+
+
 def test_model_directory_and_default_in_place_of_the_files(files, tmp_path):
     """A spacy-elmo model directory (or "default") as options_file with weight_file=None, or module=BiLM."""
     BiLM.from_allennlp(*files).save(tmp_path / "native")
