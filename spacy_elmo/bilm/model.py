@@ -271,12 +271,16 @@ class BiLM(nn.Module):
         if self.stateful and getattr(torch.compiler, "is_exporting", bool)():
             raise RuntimeError(Errors.E_EXPORT_STATEFUL)
 
-    def _check_inputs(self, char_ids: Tensor) -> None:
+    def _check_shape(self, char_ids: Tensor) -> None:
+        """A TypeError for a non-tensor, a ValueError for ids not shaped ``(B, T, W)``."""
         W = self.config.max_characters_per_token
         if not isinstance(char_ids, Tensor):
             raise TypeError(Errors.E_CHAR_IDS_NOT_TENSOR.format(type_name=type(char_ids).__name__))
         if char_ids.dim() != 3 or char_ids.shape[-1] != W:
             raise ValueError(Errors.E_CHAR_IDS_SHAPE.format(max_chars=W, shape=tuple(char_ids.shape)))
+
+    def _check_inputs(self, char_ids: Tensor) -> None:
+        self._check_shape(char_ids)
         weights = self.token_encoder.char_embedding.device
         if char_ids.device != weights:
             raise ValueError(Errors.E_CHAR_IDS_DEVICE.format(found=char_ids.device, expected=weights))
@@ -288,6 +292,7 @@ class BiLM(nn.Module):
         char_ids: ``(B, T, W)``; mask: BoolTensor ``(B, T)``. Returns ``(B, T, P)``,
         zero where ``mask`` is False. Each distinct token is encoded once.
         """
+        self._check_shape(char_ids)  # (B, T): a ValueError "not enough values to unpack" below
         B, T, W = char_ids.shape
         if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
             raise TypeError(Errors.E_ENCODE_MASK_DTYPE.format(found=_describe(mask)))

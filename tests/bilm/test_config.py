@@ -1,3 +1,5 @@
+import re
+
 import pytest
 
 from spacy_elmo import BiLM, BiLMConfig, batch_to_ids
@@ -181,6 +183,13 @@ def test_encode_tokens_and_contextualize_check_their_shapes(backend):
         model.encode_tokens(ids, torch.ones(2, 1, dtype=torch.bool))
     out = model.contextualize(model.encode_tokens(ids, ids.gt(0).any(-1)).new_zeros(2, 4, 4), torch.tensor([2, 1]))
     assert out.activations[0].shape == (2, 2, 8)
+    # (B, W) ids: "not enough values to unpack"; 49 characters a token ran silently as other tokens
+    for bad in (ids[0], ids[..., :49]):
+        with pytest.raises(ValueError, match=r"character ids of shape \(batch, max_len, 50\) .*got shape "
+                                             + re.escape(str(tuple(bad.shape)))):
+            model.encode_tokens(bad, torch.ones(bad.shape[:2], dtype=torch.bool))
+    with pytest.raises(TypeError, match="a tensor of character ids .*got a list"):
+        model.encode_tokens(ids.tolist(), ids.gt(0).any(-1))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
