@@ -427,6 +427,10 @@ class Errors:
         "ScalarMix: the mask has shape {found} but the layers need {expected} (batch, time). Pass the mask "
         "of the same biLM output (out.mask)."
     )
+    E_SCALAR_MIX_DEVICE = (
+        "ScalarMix: {what} is on {found} but the mix's weights are on {expected}. Move the mix with the biLM "
+        "(mix.to(device)), or the activations to the mix."
+    )
     E_SCALAR_MIX_SHAPES = (
         "ScalarMix mixes layers of one shape, but layer {index} is {found} and layer 0 is {expected}. Pass the "
         "biLM's activations of one batch (every layer (batch, time, 2P))."

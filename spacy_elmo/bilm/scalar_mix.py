@@ -78,8 +78,9 @@ class ScalarMix(nn.Module):
 
         Returns ``(B, T, D)``, ``gamma * sum_j softmax(w)_j * activations[j]``, in the dtype the
         activations promote to with ``w`` and ``gamma`` (float32 for float16 input to a float32 mix).
-        Raises ValueError for another number of layers, unequal shapes or a mask of another shape,
-        TypeError for a layer that is not a tensor.
+        Raises ValueError for another number of layers, unequal shapes, a mask of another shape or a
+        layer (or, for layer norm, the mask) on another device than the mix, TypeError for a layer that is
+        not a tensor.
         """
         if isinstance(activations, Tensor):
             # One (B, T, D) tensor would be mixed over its batch rows when B == n_layers.
@@ -92,6 +93,9 @@ class ScalarMix(nn.Module):
         for index, layer in enumerate(activations):
             if not isinstance(layer, Tensor):
                 raise TypeError(Errors.E_SCALAR_MIX_LAYER_TYPE.format(index=index, type_name=type(layer).__name__))
+            if layer.device != self.gamma.device:  # torch's error named neither the mix nor the fix
+                raise ValueError(Errors.E_SCALAR_MIX_DEVICE.format(
+                    what=f"layer {index}", found=layer.device, expected=self.gamma.device))
             if layer.shape != activations[0].shape:
                 raise ValueError(
                     Errors.E_SCALAR_MIX_SHAPES.format(
@@ -106,6 +110,9 @@ class ScalarMix(nn.Module):
         if self.do_layer_norm:
             if mask is None:
                 raise ValueError(Errors.E_SCALAR_MIX_MASK)
+            if mask.device != self.gamma.device:
+                raise ValueError(Errors.E_SCALAR_MIX_DEVICE.format(
+                    what="the mask", found=mask.device, expected=self.gamma.device))
             activations = [masked_layer_norm(a, mask) for a in activations]
         mixed = sum(w * a for w, a in zip(weights, activations))
         return self.gamma * mixed
