@@ -90,12 +90,13 @@ class ScalarMix(nn.Module):
             activations = list(activations)  # a generator of layers
         if len(activations) != self.n_layers:
             raise ValueError(Errors.E_SCALAR_MIX_COUNT.format(expected=self.n_layers, found=len(activations)))
+        device = self.gamma.device
         for index, layer in enumerate(activations):
             if not isinstance(layer, Tensor):
                 raise TypeError(Errors.E_SCALAR_MIX_LAYER_TYPE.format(index=index, type_name=type(layer).__name__))
-            if layer.device != self.gamma.device:  # torch's error named neither the mix nor the fix
-                raise ValueError(Errors.E_SCALAR_MIX_DEVICE.format(
-                    what=f"layer {index}", found=layer.device, expected=self.gamma.device))
+            if layer.device != device:  # torch's error named neither the mix nor the fix
+                raise ValueError(Errors.E_SCALAR_MIX_DEVICE.format(what=f"layer {index}", found=layer.device,
+                                                                   expected=device))
             if layer.shape != activations[0].shape:
                 raise ValueError(
                     Errors.E_SCALAR_MIX_SHAPES.format(
@@ -110,9 +111,8 @@ class ScalarMix(nn.Module):
         if self.do_layer_norm:
             if mask is None:
                 raise ValueError(Errors.E_SCALAR_MIX_MASK)
-            if mask.device != self.gamma.device:
-                raise ValueError(Errors.E_SCALAR_MIX_DEVICE.format(
-                    what="the mask", found=mask.device, expected=self.gamma.device))
+            if mask.device != device:
+                raise ValueError(Errors.E_SCALAR_MIX_DEVICE.format(what="the mask", found=mask.device, expected=device))
             activations = [masked_layer_norm(a, mask) for a in activations]
         mixed = sum(w * a for w, a in zip(weights, activations))
         return self.gamma * mixed
