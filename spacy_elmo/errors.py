@@ -334,6 +334,14 @@ class Errors:
         "contextualize expects token vectors x (batch, max_len + 2, {proj}) (<S>, the tokens, </S>, then zeros) "
         "and lengths (batch,); got x {found_x} and lengths {found_lengths}."
     )
+    E_CONTEXTUALIZE_DEVICE = (
+        "contextualize: the token vectors x are on {found} but the biLM's weights are on {expected}: move x "
+        "there (x.to('{expected}')), or the model with bilm.to(device)."
+    )
+    E_CONTEXTUALIZE_X_DTYPE = (
+        "contextualize: the token vectors x are {found} but the biLM's weights are {expected}: convert x "
+        "(x.to({expected})), or the model (bilm.to({found})), or run both under torch.autocast."
+    )
     E_CONTEXTUALIZE_LENGTHS = (
         "contextualize: lengths count the tokens without the markers, so each must lie in 0..{max_len} "
         "(x.shape[1] - 2); got {found}."

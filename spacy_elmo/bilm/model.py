@@ -388,6 +388,7 @@ class BiLM(nn.Module):
         from a cache of :meth:`encode_tokens` outputs); lengths: LongTensor ``(B,)``
         of tokens without the markers. Returns the same :class:`BiLMOutput` as
         :meth:`forward` (and carries states in stateful mode); ``keep_boundaries`` as there.
+        ``x`` is on the weights' device and in their dtype (under autocast: any float dtype).
         """
         P = self.config.projection_dim
         if not (isinstance(x, Tensor) and x.is_floating_point() and isinstance(lengths, Tensor)
@@ -396,6 +397,12 @@ class BiLM(nn.Module):
         if x.dim() != 3 or x.shape[1] < 2 or x.shape[2] != P or lengths.shape != (x.shape[0],):
             raise ValueError(Errors.E_CONTEXTUALIZE_SHAPE.format(
                 proj=P, found_x=tuple(x.shape), found_lengths=tuple(lengths.shape)))
+        weights = cast(LstmCellWeights, self.lstm.forward_layers[0]).w_input  # nn.ModuleList items are untyped
+        if x.device != weights.device:  # fused: meta outputs from CPU weights; reference: torch's device error
+            raise ValueError(Errors.E_CONTEXTUALIZE_DEVICE.format(found=x.device, expected=weights.device))
+        if x.dtype != weights.dtype and not ops.reference.autocast_on(x.device.type):
+            # the backends differed: fused ran in x's dtype, the reference raised torch's matmul dtype error
+            raise TypeError(Errors.E_CONTEXTUALIZE_X_DTYPE.format(found=x.dtype, expected=weights.dtype))
         B, T = x.shape[0], x.shape[1] - 2
         if ops.reference.any_bad((lengths < 0) | (lengths > T), Errors.E_CONTEXTUALIZE_LENGTHS_IN_GRAPH):
             raise ValueError(Errors.E_CONTEXTUALIZE_LENGTHS.format(max_len=T, found=lengths.tolist()))
