@@ -311,6 +311,8 @@ class ElmoEmbedder:
     ) -> None:
         if not is_int(cuda_device) or cuda_device < -1:
             raise ValueError(Errors.E_COMPAT_CUDA_DEVICE.format(value=cuda_device))
+        if cuda_device >= torch.cuda.device_count():  # before loading: torch's AssertionError came after it
+            raise ValueError(Errors.E_COMPAT_NO_CUDA_DEVICE.format(value=cuda_device, count=torch.cuda.device_count()))
         check_bool("stateful", stateful)
         self.elmo_bilm = load_bilm("ElmoEmbedder", options_file, weight_file, stateful, backend)
         self.elmo_bilm.requires_grad_(False).eval()

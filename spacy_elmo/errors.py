@@ -998,6 +998,10 @@ class Errors:
     E_COMPAT_CUDA_DEVICE = (
         "cuda_device must be a whole number: -1 for the CPU, or the index of a CUDA device; found {value!r}."
     )
+    E_COMPAT_NO_CUDA_DEVICE = (
+        "cuda_device={value} names no CUDA device: torch sees {count} (torch.cuda.device_count(); 0 with a "
+        "CPU-only torch or no visible GPU). Pass cuda_device=-1 for the CPU, or a GPU's index below {count}."
+    )
     E_COMPAT_BATCH_SIZE = "batch_size must be a whole number of 1 or more; found {value!r}."
     E_COMPAT_STATE_TYPE = (
         "Elmo.load_allennlp_state_dict takes the state_dict of AllenNLP's Elmo (a dict of tensors, e.g. "

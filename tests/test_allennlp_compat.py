@@ -247,6 +247,19 @@ def test_bad_files_and_inputs_say_what_is_wrong(files, tmp_path):
         ElmoEmbedder(*files, cuda_device="0")
 
 
+def test_elmo_embedder_on_a_cuda_device_torch_does_not_see(files, monkeypatch):
+    """torch's "AssertionError: Torch not compiled with CUDA enabled" (or "invalid device ordinal"), after
+    the model had been loaded."""
+    count = torch.cuda.device_count()
+    with pytest.raises(ValueError, match=rf"cuda_device={count} names no CUDA device: torch sees {count} .*"
+                                         r"cuda_device=-1 for the CPU"):
+        ElmoEmbedder(*files, cuda_device=count)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    with pytest.raises(ValueError, match="cuda_device=0 names no CUDA device: torch sees 0"):
+        ElmoEmbedder(*files, cuda_device=0)
+    assert ElmoEmbedder(*files, cuda_device=-1).embed_sentence(["a"]).shape == (3, 1, 16)
+
+
 # -- against AllenNLP's real Elmo (allennlp 2.10.1 wheel) --------------------------------------------
 def allennlp_elmo(allennlp, files, **kwargs):
     module = allennlp.load_allennlp_elmo()["allennlp.modules.elmo"]
