@@ -25,6 +25,7 @@ with ``weight_file=None``. Not supported, each a clear error:
 place of local files, and ``ElmoEmbedder.embed_file`` (use :func:`spacy_elmo.embedding.embed_file`).
 """
 
+import math
 import warnings
 from itertools import islice
 from pathlib import Path
@@ -273,7 +274,8 @@ class Elmo(nn.Module):
             shape = tuple(inputs.shape) if isinstance(inputs, Tensor) else type(inputs).__name__
             raise ValueError(Errors.E_COMPAT_INPUT_SHAPE.format(max_chars=W, shape=shape))
         leading = tuple(inputs.shape[:-2])
-        out = self.bilm(inputs.reshape(-1, *inputs.shape[-2:]), keep_boundaries=True)
+        # math.prod, not -1: a batch of empty sentences (timesteps 0) has no element to infer it from
+        out = self.bilm(inputs.reshape(math.prod(leading), *inputs.shape[-2:]), keep_boundaries=True)
         representations = []
         for mix in self._scalar_mixes:
             mixed = mix(out.activations, out.mask)  # over the markers too, as AllenNLP mixes
@@ -309,6 +311,8 @@ class ElmoEmbedder:
     ) -> None:
         if not is_int(cuda_device) or cuda_device < -1:
             raise ValueError(Errors.E_COMPAT_CUDA_DEVICE.format(value=cuda_device))
+        if cuda_device >= torch.cuda.device_count():  # before loading: torch's AssertionError came after it
+            raise ValueError(Errors.E_COMPAT_NO_CUDA_DEVICE.format(value=cuda_device, count=torch.cuda.device_count()))
         check_bool("stateful", stateful)
         self.elmo_bilm = load_bilm("ElmoEmbedder", options_file, weight_file, stateful, backend)
         self.elmo_bilm.requires_grad_(False).eval()

@@ -334,6 +334,14 @@ class Errors:
         "contextualize expects token vectors x (batch, max_len + 2, {proj}) (<S>, the tokens, </S>, then zeros) "
         "and lengths (batch,); got x {found_x} and lengths {found_lengths}."
     )
+    E_CONTEXTUALIZE_DEVICE = (
+        "contextualize: the token vectors x are on {found} but the biLM's weights are on {expected}: move x "
+        "there (x.to('{expected}')), or the model with bilm.to(device)."
+    )
+    E_CONTEXTUALIZE_X_DTYPE = (
+        "contextualize: the token vectors x are {found} but the biLM's weights are {expected}: convert x "
+        "(x.to({expected})), or the model (bilm.to({found})), or run both under torch.autocast."
+    )
     E_CONTEXTUALIZE_LENGTHS = (
         "contextualize: lengths count the tokens without the markers, so each must lie in 0..{max_len} "
         "(x.shape[1] - 2); got {found}."
@@ -426,6 +434,10 @@ class Errors:
     E_SCALAR_MIX_MASK_SHAPE = (
         "ScalarMix: the mask has shape {found} but the layers need {expected} (batch, time). Pass the mask "
         "of the same biLM output (out.mask)."
+    )
+    E_SCALAR_MIX_DEVICE = (
+        "ScalarMix: {what} is on {found} but the mix's weights are on {expected}. Move the mix with the biLM "
+        "(mix.to(device)), or the activations to the mix."
     )
     E_SCALAR_MIX_SHAPES = (
         "ScalarMix mixes layers of one shape, but layer {index} is {found} and layer 0 is {expected}. Pass the "
@@ -985,6 +997,10 @@ class Errors:
     )
     E_COMPAT_CUDA_DEVICE = (
         "cuda_device must be a whole number: -1 for the CPU, or the index of a CUDA device; found {value!r}."
+    )
+    E_COMPAT_NO_CUDA_DEVICE = (
+        "cuda_device={value} names no CUDA device: torch sees {count} (torch.cuda.device_count(); 0 with a "
+        "CPU-only torch or no visible GPU). Pass cuda_device=-1 for the CPU, or a GPU's index below {count}."
     )
     E_COMPAT_BATCH_SIZE = "batch_size must be a whole number of 1 or more; found {value!r}."
     E_COMPAT_STATE_TYPE = (

@@ -119,6 +119,25 @@ def test_more_leading_dimensions_are_flattened_and_restored(files):
                                flat["elmo_representations"][0], atol=1e-6, rtol=0)
 
 
+@pytest.mark.parametrize("kwargs", [{}, {"keep_sentence_boundaries": True, "do_layer_norm": True}],
+                         ids=["plain", "boundaries-layer-norm"])
+def test_a_batch_of_empty_sentences(files, kwargs):
+    """Ids (B, 0, 50), every sentence empty (the BiLM gives (B, 0, 2P)): reshape(-1, 0, 50) failed,
+    "cannot reshape tensor of 0 elements"; with more leading dimensions too."""
+    elmo = Elmo(*files, 2, dropout=0.0, stateful=False, **kwargs).eval()
+    set_mixes(elmo, MIXES)
+    sentences = [[], []]
+    ids = batch_to_ids(sentences)
+    with torch.no_grad():
+        out, nested = elmo(ids), elmo(ids.view(1, 2, 0, 50))
+    keep = kwargs.get("keep_sentence_boundaries", False)
+    reps, mask = oracle_elmo(NumpyElmo(OPTS, files[1]), sentences, MIXES, kwargs.get("do_layer_norm", False),
+                             keep, stateful=False)
+    assert_output(out, reps, mask)
+    assert nested["mask"].shape == (1, 2, 2 if keep else 0)
+    assert all(r.shape == (1, *out["elmo_representations"][0].shape) for r in nested["elmo_representations"])
+
+
 def test_model_directory_and_default_in_place_of_the_files(files, tmp_path):
     """A spacy-elmo model directory (or "default") as options_file with weight_file=None, or module=BiLM."""
     BiLM.from_allennlp(*files).save(tmp_path / "native")
@@ -226,6 +245,19 @@ def test_bad_files_and_inputs_say_what_is_wrong(files, tmp_path):
         list(embedder.embed_sentences([["a"]], batch_size=0))
     with pytest.raises(ValueError, match="cuda_device"):
         ElmoEmbedder(*files, cuda_device="0")
+
+
+def test_elmo_embedder_on_a_cuda_device_torch_does_not_see(files, monkeypatch):
+    """torch's "AssertionError: Torch not compiled with CUDA enabled" (or "invalid device ordinal"), after
+    the model had been loaded."""
+    count = torch.cuda.device_count()
+    with pytest.raises(ValueError, match=rf"cuda_device={count} names no CUDA device: torch sees {count} .*"
+                                         r"cuda_device=-1 for the CPU"):
+        ElmoEmbedder(*files, cuda_device=count)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    with pytest.raises(ValueError, match="cuda_device=0 names no CUDA device: torch sees 0"):
+        ElmoEmbedder(*files, cuda_device=0)
+    assert ElmoEmbedder(*files, cuda_device=-1).embed_sentence(["a"]).shape == (3, 1, 16)
 
 
 # -- against AllenNLP's real Elmo (allennlp 2.10.1 wheel) --------------------------------------------

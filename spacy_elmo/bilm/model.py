@@ -52,6 +52,14 @@ def _describe(value) -> str:
     return f"{value.dtype} tensor" if isinstance(value, Tensor) else type(value).__name__
 
 
+def _marker_ids_follow_weights(module: "BiLM", incompatible_keys) -> None:
+    """After ``load_state_dict``: ``assign=True`` gives a model built on the meta device the state
+    dict's tensors but leaves the marker ids (no part of it) on meta; they follow the weights."""
+    device = module.token_encoder.char_embedding.device
+    if module.marker_ids.device != device:
+        module._marker_ids = module._fresh_marker_ids(device)
+
+
 def remove_boundaries(tensor: Tensor, mask: Tensor) -> Tuple[Tensor, Tensor]:
     """``tensor`` ``(B, T + 2, D)`` and ``mask`` ``(B, T + 2)`` of rows wrapped in ``<S> ... </S>``
     (``keep_boundaries=True``) -> ``(B, T, D)`` without the markers, zero at padded positions, and
@@ -103,12 +111,24 @@ class BiLM(nn.Module):
         self.lstm = BiLstm(config)
         self.backend = backend
         self._states: Optional[LstmState] = None
-        W = config.max_characters_per_token
-        markers = torch.tensor([marker_char_ids(BEGIN_OF_SENTENCE, W), marker_char_ids(END_OF_SENTENCE, W)]) + 1
-        self.register_buffer("_marker_ids", markers, persistent=False)
+        self.register_buffer("_marker_ids", self._fresh_marker_ids(None), persistent=False)
+        self.register_load_state_dict_post_hook(_marker_ids_follow_weights)
         # Fitted initial state: (2, L, P) and (2, L, C), or None for zeros.
         self.register_buffer("initial_h", None)
         self.register_buffer("initial_c", None)
+
+    def _fresh_marker_ids(self, device: Optional[torch.device]) -> Tensor:
+        """The shifted ids of ``<S>`` and ``</S>`` ``(2, W)`` on ``device`` (None: the default device)."""
+        W = self.config.max_characters_per_token
+        ids = [marker_char_ids(BEGIN_OF_SENTENCE, W), marker_char_ids(END_OF_SENTENCE, W)]
+        return torch.tensor(ids, device=device) + 1
+
+    def _apply(self, fn, recurse=True):
+        # The marker ids are a constant no state_dict restores: .to_empty() (how a model built on the
+        # meta device gets its memory) left them uninitialised, and <S> / </S> ran as garbage tokens.
+        super()._apply(fn, recurse)
+        self._marker_ids = self._fresh_marker_ids(self._marker_ids.device)
+        return self
 
     # -- backend ---------------------------------------------------------
     @property
@@ -251,12 +271,16 @@ class BiLM(nn.Module):
         if self.stateful and getattr(torch.compiler, "is_exporting", bool)():
             raise RuntimeError(Errors.E_EXPORT_STATEFUL)
 
-    def _check_inputs(self, char_ids: Tensor) -> None:
+    def _check_shape(self, char_ids: Tensor) -> None:
+        """A TypeError for a non-tensor, a ValueError for ids not shaped ``(B, T, W)``."""
         W = self.config.max_characters_per_token
         if not isinstance(char_ids, Tensor):
             raise TypeError(Errors.E_CHAR_IDS_NOT_TENSOR.format(type_name=type(char_ids).__name__))
         if char_ids.dim() != 3 or char_ids.shape[-1] != W:
             raise ValueError(Errors.E_CHAR_IDS_SHAPE.format(max_chars=W, shape=tuple(char_ids.shape)))
+
+    def _check_inputs(self, char_ids: Tensor) -> None:
+        self._check_shape(char_ids)
         weights = self.token_encoder.char_embedding.device
         if char_ids.device != weights:
             raise ValueError(Errors.E_CHAR_IDS_DEVICE.format(found=char_ids.device, expected=weights))
@@ -268,6 +292,7 @@ class BiLM(nn.Module):
         char_ids: ``(B, T, W)``; mask: BoolTensor ``(B, T)``. Returns ``(B, T, P)``,
         zero where ``mask`` is False. Each distinct token is encoded once.
         """
+        self._check_shape(char_ids)  # (B, T): a ValueError "not enough values to unpack" below
         B, T, W = char_ids.shape
         if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
             raise TypeError(Errors.E_ENCODE_MASK_DTYPE.format(found=_describe(mask)))
@@ -363,6 +388,7 @@ class BiLM(nn.Module):
         from a cache of :meth:`encode_tokens` outputs); lengths: LongTensor ``(B,)``
         of tokens without the markers. Returns the same :class:`BiLMOutput` as
         :meth:`forward` (and carries states in stateful mode); ``keep_boundaries`` as there.
+        ``x`` is on the weights' device and in their dtype (under autocast: any float dtype).
         """
         P = self.config.projection_dim
         if not (isinstance(x, Tensor) and x.is_floating_point() and isinstance(lengths, Tensor)
@@ -371,6 +397,12 @@ class BiLM(nn.Module):
         if x.dim() != 3 or x.shape[1] < 2 or x.shape[2] != P or lengths.shape != (x.shape[0],):
             raise ValueError(Errors.E_CONTEXTUALIZE_SHAPE.format(
                 proj=P, found_x=tuple(x.shape), found_lengths=tuple(lengths.shape)))
+        weights = cast(LstmCellWeights, self.lstm.forward_layers[0]).w_input  # nn.ModuleList items are untyped
+        if x.device != weights.device:  # fused: meta outputs from CPU weights; reference: torch's device error
+            raise ValueError(Errors.E_CONTEXTUALIZE_DEVICE.format(found=x.device, expected=weights.device))
+        if x.dtype != weights.dtype and not ops.reference.autocast_on(x.device.type):
+            # the backends differed: fused ran in x's dtype, the reference raised torch's matmul dtype error
+            raise TypeError(Errors.E_CONTEXTUALIZE_X_DTYPE.format(found=x.dtype, expected=weights.dtype))
         B, T = x.shape[0], x.shape[1] - 2
         if ops.reference.any_bad((lengths < 0) | (lengths > T), Errors.E_CONTEXTUALIZE_LENGTHS_IN_GRAPH):
             raise ValueError(Errors.E_CONTEXTUALIZE_LENGTHS.format(max_len=T, found=lengths.tolist()))

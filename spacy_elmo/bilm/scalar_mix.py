@@ -21,7 +21,8 @@ def mix_weights_of(initial_weights: Sequence[float]) -> List[float]:
         values = [float(w) for w in initial_weights]
     except (TypeError, ValueError, OverflowError) as err:  # OverflowError: an int beyond float's range
         raise ValueError(Errors.E_SCALAR_MIX_INIT_VALUES.format(value=initial_weights)) from err
-    if not torch.tensor(values, dtype=torch.float32).isfinite().all():  # 1e39 overflows float32
+    # On the CPU, also where the default device is meta (a model built there for load_state_dict(assign=True)).
+    if not torch.tensor(values, dtype=torch.float32, device="cpu").isfinite().all():  # 1e39 overflows float32
         raise ValueError(Errors.E_SCALAR_MIX_INIT_NAN.format(value=values))
     return values
 
@@ -77,8 +78,9 @@ class ScalarMix(nn.Module):
 
         Returns ``(B, T, D)``, ``gamma * sum_j softmax(w)_j * activations[j]``, in the dtype the
         activations promote to with ``w`` and ``gamma`` (float32 for float16 input to a float32 mix).
-        Raises ValueError for another number of layers, unequal shapes or a mask of another shape,
-        TypeError for a layer that is not a tensor.
+        Raises ValueError for another number of layers, unequal shapes, a mask of another shape or a
+        layer (or, for layer norm, the mask) on another device than the mix, TypeError for a layer that is
+        not a tensor.
         """
         if isinstance(activations, Tensor):
             # One (B, T, D) tensor would be mixed over its batch rows when B == n_layers.
@@ -88,9 +90,13 @@ class ScalarMix(nn.Module):
             activations = list(activations)  # a generator of layers
         if len(activations) != self.n_layers:
             raise ValueError(Errors.E_SCALAR_MIX_COUNT.format(expected=self.n_layers, found=len(activations)))
+        device = self.gamma.device
         for index, layer in enumerate(activations):
             if not isinstance(layer, Tensor):
                 raise TypeError(Errors.E_SCALAR_MIX_LAYER_TYPE.format(index=index, type_name=type(layer).__name__))
+            if layer.device != device:  # torch's error named neither the mix nor the fix
+                raise ValueError(Errors.E_SCALAR_MIX_DEVICE.format(what=f"layer {index}", found=layer.device,
+                                                                   expected=device))
             if layer.shape != activations[0].shape:
                 raise ValueError(
                     Errors.E_SCALAR_MIX_SHAPES.format(
@@ -105,6 +111,8 @@ class ScalarMix(nn.Module):
         if self.do_layer_norm:
             if mask is None:
                 raise ValueError(Errors.E_SCALAR_MIX_MASK)
+            if mask.device != device:
+                raise ValueError(Errors.E_SCALAR_MIX_DEVICE.format(what="the mask", found=mask.device, expected=device))
             activations = [masked_layer_norm(a, mask) for a in activations]
         mixed = sum(w * a for w, a in zip(weights, activations))
         return self.gamma * mixed

@@ -315,11 +315,6 @@ def _float64_on_gpu(t: Tensor, op: str, name: str) -> bool:
     return t.device.type == "cuda" and _run_dtype(t, op, name) == torch.float64
 
 
-def _autocast_on(device_type: str) -> bool:
-    """Whether autocast is on for the device (meta and other devices without autocast: no)."""
-    return torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type)
-
-
 def _no_autocast(device_type: str):
     """Autocast off for the kernels' own casts (a no-op where the device has no autocast, e.g. meta)."""
     if torch.amp.is_autocast_available(device_type):
@@ -347,7 +342,7 @@ def _as_input(t: Tensor, like: Tensor) -> Tensor:
     layer of one call then has one dtype, on both backends (the top layers came back float32
     beside a bfloat16 layer 0)."""
     device = like.device.type
-    if _autocast_on(device):
+    if reference.autocast_on(device):
         return t.to(torch.get_autocast_dtype(device)) if t.dtype == torch.float32 else t
     return t if t.dtype == like.dtype else t.to(like.dtype)
 

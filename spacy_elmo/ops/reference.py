@@ -41,6 +41,11 @@ def check_char_ids(char_ids: Tensor, max_id: int) -> None:
         raise ValueError(Errors.E_CHAR_IDS_RANGE.format(max_id=max_id, found=int(char_ids[bad][0])))
 
 
+def autocast_on(device_type: str) -> bool:
+    """Whether autocast is on for the device (meta and other devices without autocast: no)."""
+    return torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type)
+
+
 @torch.library.custom_op("spacy_elmo_checks::fail_if_any", mutates_args=())
 def fail_if_any(bad: Tensor, message: str) -> None:
     """RuntimeError(``message``) when bool tensor ``bad`` holds a True: :func:`any_bad`'s assertion in a

@@ -1,3 +1,5 @@
+import re
+
 import pytest
 
 from spacy_elmo import BiLM, BiLMConfig, batch_to_ids
@@ -181,6 +183,13 @@ def test_encode_tokens_and_contextualize_check_their_shapes(backend):
         model.encode_tokens(ids, torch.ones(2, 1, dtype=torch.bool))
     out = model.contextualize(model.encode_tokens(ids, ids.gt(0).any(-1)).new_zeros(2, 4, 4), torch.tensor([2, 1]))
     assert out.activations[0].shape == (2, 2, 8)
+    # (B, W) ids: "not enough values to unpack"; 49 characters a token ran silently as other tokens
+    for bad in (ids[0], ids[..., :49]):
+        with pytest.raises(ValueError, match=r"character ids of shape \(batch, max_len, 50\) .*got shape "
+                                             + re.escape(str(tuple(bad.shape)))):
+            model.encode_tokens(bad, torch.ones(bad.shape[:2], dtype=torch.bool))
+    with pytest.raises(TypeError, match="a tensor of character ids .*got a list"):
+        model.encode_tokens(ids.tolist(), ids.gt(0).any(-1))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -263,3 +272,27 @@ def test_encode_tokens_and_contextualize_check_their_dtypes(backend):
         with pytest.raises(TypeError, match=f"contextualize expects floating-point .*{found}"):
             model.contextualize(bad_x, lengths)
     assert model.contextualize(x, torch.tensor([2, 1], dtype=torch.int32)).mask.tolist() == [[True, True], [True, False]]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_contextualize_takes_vectors_of_the_weights_dtype_and_device(backend):
+    """Before, the backends differed: for float64 or float16 vectors on a float32 model the fused path ran in
+    the vectors' dtype and the reference raised torch's "expected m1 and m2 to have the same dtype"; vectors on
+    the meta device gave meta outputs from the fused path (CPU weights) and torch's device error from the
+    reference. Under autocast the vectors come in the autocast dtype (what encode_tokens returns there)."""
+    import torch
+
+    model = BiLM(TINY, backend=backend)
+    x, lengths = torch.randn(2, 4, 4), torch.tensor([2, 1])
+    for other in (torch.float64, torch.float16):
+        with pytest.raises(TypeError, match=f"x are {other} but the biLM's weights are torch.float32: convert x"):
+            model.contextualize(x.to(other), lengths)
+    with pytest.raises(ValueError, match=r"x are on meta but the biLM's weights are on cpu: move x there \(x.to\('cpu'\)\)"):
+        model.contextualize(x.to("meta"), lengths)
+    expected = model.contextualize(x, lengths)
+    torch.testing.assert_close(model.double().contextualize(x.double(), lengths).activations[2],
+                               expected.activations[2].double(), atol=1e-6, rtol=0)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        low = model.float().contextualize(x.bfloat16(), lengths)
+    assert all(a.dtype == torch.bfloat16 for a in low.activations)
+    torch.testing.assert_close(low.activations[2].float(), expected.activations[2], atol=0.05, rtol=0)

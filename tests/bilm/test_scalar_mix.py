@@ -151,3 +151,18 @@ def test_layers_that_are_not_tensors():
     layers, mask = layers_and_mask()
     with pytest.raises(TypeError, match="layer 1 is a list"):
         ScalarMix(3)([layers[0], layers[1].tolist(), layers[2]], mask)
+
+
+def test_layers_or_mask_on_another_device_than_the_mix():
+    """torch's "Tensor on device meta is not on the expected device cpu!" (CUDA layers on a CPU mix: "Expected
+    all tensors to be on the same device"), naming neither the mix nor the fix."""
+    layers, mask = layers_and_mask()
+    mix = ScalarMix(3, do_layer_norm=True).double()
+    with pytest.raises(ValueError, match=r"ScalarMix: layer 0 is on meta but the mix's weights are on cpu.*mix.to\(device\)"):
+        mix([a.to("meta") for a in layers], mask)
+    with pytest.raises(ValueError, match=r"ScalarMix: layer 2 is on meta"):
+        mix(layers[:2] + [layers[2].to("meta")], mask)
+    with pytest.raises(ValueError, match=r"ScalarMix: the mask is on meta but the mix's weights are on cpu"):
+        mix(layers, mask.to("meta"))
+    meta = mix.to("meta")(torch.stack(layers).to("meta"), mask.to("meta"))  # all on one device: mixed there
+    assert meta.is_meta and meta.shape == (3, 5, 4)
