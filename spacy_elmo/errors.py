@@ -555,6 +555,18 @@ class Errors:
         "saved pipeline, fix it in PIPELINE/config.cfg: {key} only matters in training, so any finite value "
         ">= 0 loads the pipeline unchanged."
     )
+    E_LISTENER_INITIAL_WEIGHTS = (
+        "The ELMo listener{of_component} has initial_weights = {value!r} (its {block} block); each must be a "
+        "number, the weight (before softmax) of one biLM output layer: true/false would be read as 1/0 and text "
+        "as the number it spells. Fix initial_weights in that block (e.g. [0.0, 0.0, 1.0]), or leave it out "
+        "(null) for equal weights."
+    )
+    E_LISTENER_WIDTH_SETTING = (
+        "The ELMo listener{of_component} has width = {value!r}; it must be a whole number >= 1 (2 x projection_dim "
+        "of the upstream biLM; true/false is no width) or null. Fix width in its spacy_elmo.ElmoListener.v1 "
+        "block ([components.{component}.model.tok2vec.elmo] in the shipped configs), or set it to null to take it "
+        "from the weights."
+    )
     E_ELMO_LAYER_CACHE = (
         "The '{name}' component got layer_cache_mb = {value!r}; it must be an integer >= 0 (MB of biLM "
         "output layers cached per sentence, 0 for none). It is a training-run setting: "
