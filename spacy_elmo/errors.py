@@ -222,10 +222,24 @@ class Errors:
         "`spacy-elmo export`, or one holding an AllenNLP options.json + .hdf5) or \"default\" for the bundled model."
     )
     E_ELMO_WEIGHTS_SETTING = (
-        "The '{name}' component's weights setting ([components.{name}] weights), loaded because "
+        "The '{name}' component's weights setting ({setting}), loaded because "
         "[initialize.components.{name}.weights_loader] names no path (--paths.elmo left empty in the shipped "
         "configs), cannot be loaded: {reason} Fix [components.{name}] weights (null: the bundled default "
         "model), or name the weights with --paths.elmo DIR."
+    )
+    E_ELMO_LOADER_PATH = (
+        "The '{name}' component cannot load the weights that {setting} names: {reason} Fix that path, or leave it "
+        "empty (\"\") to load [components.{name}] weights (null: the bundled default model)."
+    )
+    E_ELMO_WEIGHTS_PATH = (
+        "The '{name}' component cannot load its weights setting ({setting}, the 'weights' of "
+        "nlp.add_pipe('{name}', config={{'weights': ...}})): {reason} Fix that setting (null: the bundled default "
+        "model)."
+    )
+    E_ELMO_WEIGHTS_VARIABLE = (
+        "The '{name}' component cannot load the weights that --{section}.{key} names ({setting} = "
+        "${{{section}.{key}}} in the config reads [{section}] {key}): {reason} Fix --{section}.{key} on the command "
+        "line, or {key} in the config's [{section}] block."
     )
     E_MODEL_PATH_IS_FILE = (
         "{path} is a file, but a model is a directory: pass the directory that holds it (config.json + "

@@ -15,6 +15,7 @@ import functools
 import math
 import operator
 import os
+import re
 import sys
 import threading
 import warnings
@@ -161,6 +162,21 @@ def _requested_weights(nlp: Language, name: str) -> Optional[str]:
     if not isinstance(loader, dict) or loader.get("@misc") != LOADER or names_no_weights(loader.get("path")):
         return None
     return str(loader["path"])
+
+
+#: a setting that is one config variable, as the shipped configs' ``path = ${paths.elmo}``: its section and key
+_VARIABLE = re.compile(r"^\$\{(\w+)\.(\w+)\}$")
+
+
+def _variable_of(nlp: Optional[Language], keys: Sequence[str]) -> Optional[Tuple[str, str]]:
+    """``(section, key)`` of the variable (``${paths.elmo}``: ``("paths", "elmo")``) that the setting at ``keys`` of
+    ``nlp``'s config (not interpolated: spaCy keeps the variables) is; None for another value, or without ``nlp``."""
+    try:
+        value = functools.reduce(operator.getitem, keys, nlp.config) if nlp is not None else None
+    except (KeyError, TypeError):
+        return None
+    match = _VARIABLE.match(value.strip()) if isinstance(value, str) else None
+    return None if match is None else (match.group(1), match.group(2))
 
 
 def _same_weights(requested: str, source: Optional[str]) -> bool:
@@ -325,12 +341,34 @@ class ElmoComponent(TrainablePipe):
             for listener in self.listeners:
                 self._size_listener(listener, bilm)
 
-    def _ensure_weights(self) -> None:
+    def _ensure_weights(self, nlp: Optional[Language] = None) -> None:
+        """The weights of ``[components.NAME] weights`` loaded, unless loaded; ``nlp``: the pipeline (initialize),
+        whose config tells where a path that names nothing came from."""
         # Always under the lock (uncontended once loaded): load_weights sets the biLM before it sizes
         # the listeners, so a thread that saw is_loaded without the lock could run unsized listeners.
         with _loading_lock(self):
             if not self.is_loaded:  # not loaded by another thread meanwhile
-                self.load_weights(self.cfg.get("weights"))
+                weights = self.cfg.get("weights")
+                self._load_named(lambda: self.load_weights(weights), nlp, ("components", self.name, "weights"),
+                                 Errors.E_ELMO_WEIGHTS_PATH)  # fmt: skip
+
+    def _load_named(self, load: Callable[[], None], nlp: Optional[Language], keys: Tuple[str, ...], message: str) -> None:
+        """``load()``; a path that names nothing (FileNotFoundError) is raised again naming the setting it came from:
+        the one at ``keys`` of the pipeline config (``message``), or the config variable it reads (``${paths.elmo}``:
+        ``--paths.elmo``, which the user set)."""
+        try:
+            load()
+        except FileNotFoundError as err:
+            setting = f"[{'.'.join(keys[:-1])}] {keys[-1]}"
+            variable = _variable_of(nlp, keys)
+            if variable is None:
+                text = message.format(name=self.name, setting=setting, reason=err)
+            else:
+                section, key = variable
+                text = Errors.E_ELMO_WEIGHTS_VARIABLE.format(
+                    name=self.name, setting=setting, section=section, key=key, reason=err
+                )
+            raise FileNotFoundError(text) from err
 
     def _check_tokens(self, bilm: BiLM, source: str) -> None:
         """Warn when ``pretrain`` read the model's text with another language or tokenizer than this
@@ -661,10 +699,8 @@ class ElmoComponent(TrainablePipe):
         weights = None if names_no_weights(self.cfg["weights"]) else self.cfg["weights"]
         if weights_loader is not None and requests_nothing(weights_loader) and weights is not None:
             # paths.elmo left empty: the component's own weights setting, not the bundled default
-            try:
-                self.load_weights(weights)
-            except FileNotFoundError as err:  # the path alone did not say which setting named it
-                raise FileNotFoundError(Errors.E_ELMO_WEIGHTS_SETTING.format(name=self.name, reason=err)) from err
+            self._load_named(lambda: self.load_weights(weights), nlp, ("components", self.name, "weights"),
+                             Errors.E_ELMO_WEIGHTS_SETTING)  # fmt: skip
         elif weights_loader is not None:
             requested = getattr(weights_loader, "path", None)
             if not names_no_weights(requested) and weights is not None and not _same_weights(str(requested), weights):
@@ -673,9 +709,14 @@ class ElmoComponent(TrainablePipe):
                     UserWarning,
                     stacklevel=2,
                 )
-            self.load_weights(loader=weights_loader)
+            loader_path = ("initialize", "components", self.name, "weights_loader", "path")
+            if hasattr(weights_loader, "path"):  # this package's loader: a missing path is its path's
+                self._load_named(lambda: self.load_weights(loader=weights_loader), nlp, loader_path,
+                                 Errors.E_ELMO_LOADER_PATH)  # fmt: skip
+            else:
+                self.load_weights(loader=weights_loader)
         else:
-            self._ensure_weights()
+            self._ensure_weights(nlp)
         self.layer_cache_mb = layer_cache_mb
         self.model.initialize()
         if nlp is not None:
