@@ -43,9 +43,11 @@ from ..forksafe import after_fork_in_child
 from ..training.data import tokenizer_settings
 from .bilm_layer import (
     ModelState,
+    StagedWeights,
     check_layer_cache_mb,
     get_bilm,
     get_runner,
+    load_model_bytes,
     own_bilm_layer,
     put_back,
     renew_shim_ids,
@@ -745,7 +747,10 @@ class ElmoComponent(TrainablePipe):
         def read(staged: Vocab) -> None:
             spacy_util.from_bytes(bytes_data, {"vocab": lambda b: staged.from_bytes(b, exclude=exclude)}, [])
 
-        return self._load(super().from_bytes, bytes_data, exclude, read)
+        def read_model() -> None:
+            spacy_util.from_bytes(bytes_data, {"model": lambda b: load_model_bytes(self.model, b)}, exclude)
+
+        return self._load(super().from_bytes, bytes_data, exclude, read, read_model)
 
     def from_disk(self, path, *, exclude=tuple()):
         def read(staged: Vocab) -> None:
@@ -754,12 +759,19 @@ class ElmoComponent(TrainablePipe):
 
             spacy_util.from_disk(path, {"vocab": read_dir}, [])
 
-        return self._load(super().from_disk, path, exclude, read)
+        def read_model() -> None:
+            spacy_util.from_disk(path, {"model": lambda p: load_model_bytes(self.model, Path(p).read_bytes())}, exclude)
 
-    def _load(self, load: Callable, data: Any, exclude: Iterable[str], read_vocab: Callable[[Vocab], None]) -> "ElmoComponent":
-        """``load(data, exclude=...)`` (spaCy's from_bytes / from_disk) of all but the vocab, checked; the vocab
-        (unless excluded), read first by ``read_vocab(staged)``, is set once cfg and weights are accepted, within
-        the same all-or-nothing: setting it fails, and cfg, settings and weights are put back."""
+        return self._load(super().from_disk, path, exclude, read, read_model)
+
+    def _load(
+        self, load: Callable, data: Any, exclude: Iterable[str], read_vocab: Callable[[Vocab], None],
+        read_model: Callable[[], None],
+    ) -> "ElmoComponent":
+        """``load(data, exclude=...)`` (spaCy's from_bytes / from_disk) of the cfg, then ``read_model()`` (its weights
+        checked and staged, :func:`weights_checked`), within one all-or-nothing: the vocab (unless excluded), read
+        first by ``read_vocab(staged)``, is set once cfg and weights are accepted, then the weights with their sizes
+        (until then the old ones serve, with theirs); setting the vocab fails, and cfg and settings are put back."""
         vocab_bytes: Optional[bytes] = None
         if "vocab" not in exclude:
             staged = Vocab()
@@ -771,35 +783,37 @@ class ElmoComponent(TrainablePipe):
                 self.vocab.from_bytes(vocab_bytes, exclude=exclude)
 
         with _loading_lock(self):
-            with self._all_or_nothing(exclude) as check:
-                load(data, exclude=[*exclude, "vocab"])
-                self._after_load(check, set_vocab)
+            with self._all_or_nothing(exclude) as staged:
+                load(data, exclude=[*exclude, "vocab", "model"])  # the cfg
+                read_model()
+                self._after_load(staged, set_vocab)
         return self
 
     @contextlib.contextmanager
     def _all_or_nothing(self, exclude: Iterable[str]):
-        """Within: a load (its exclude); yields the check of its weights. An error puts cfg, the model's settings
-        and its weights back."""
+        """Within: a load (its exclude); yields its :class:`StagedWeights`, checked as read. An error puts cfg and
+        the model's settings back (and its weights, if they were set)."""
         cfg, state = copy.deepcopy(self.cfg), ModelState(self.model)
         check = functools.partial(self._check_weights, saved_cfg="cfg" not in exclude)
         try:
-            with weights_checked(self.model, check):
-                yield check
+            with weights_checked(self.model, check) as staged:
+                yield staged
         except BaseException:
             put_back(self.cfg, cfg)
             state.restore()
             raise
 
-    def _after_load(self, check: Callable[[BiLM, str], None], set_vocab: Callable[[], None]) -> None:
-        """The loaded weights checked (again), then the vocab set, then the weights set up: nothing after
-        ``set_vocab`` fails, so a failing vocab leaves the old weights' gradients and the listeners as they were."""
-        bilm = get_bilm(self.model)
+    def _after_load(self, staged: StagedWeights, set_vocab: Callable[[], None]) -> None:
+        """The loaded weights (else the current ones, when only the cfg was loaded) checked (again), then the vocab
+        set, then the weights set, with their sizes, and set up: nothing after ``set_vocab`` fails, so a failing
+        vocab leaves the old weights serving, with their sizes, gradients and listeners as they were."""
+        bilm, source = (staged.bilm, staged.source) if staged.bilm is not None else (get_bilm(self.model), self.source)
         if bilm is not None:
-            check(bilm, self.source or "")  # also when only the cfg was loaded (exclude=["model"])
+            staged.check(bilm, source or "")  # also when only the cfg was loaded (exclude=["model"])
         set_vocab()
         if bilm is not None:
             bilm.requires_grad_(not self.cfg["frozen"])
-            set_bilm(self.model, bilm, self.source or "")
+            set_bilm(self.model, bilm, source or "")
             for listener in self.listeners:  # those it sized (checked: nothing built on them), not yet loaded ones
                 if getattr(listener, "sized_by", None) == id(self):
                     self._size_listener(listener, bilm)
