@@ -32,6 +32,8 @@ from spacy.language import Language
 from spacy.pipeline import TrainablePipe
 from spacy.tokens import Doc
 from spacy.training import Example
+from spacy.lookups import Lookups
+from spacy.vectors import Vectors
 from spacy.vocab import Vocab
 
 from thinc.api import Config, Model, Optimizer, set_dropout_rate
@@ -266,6 +268,27 @@ def _is_number_list(values: Any) -> bool:
     return isinstance(values, (list, tuple)) and all(
         isinstance(v, Real) and not isinstance(v, bool) and math.isfinite(v) for v in values
     )
+
+
+def _set_vocab(vocab: Vocab, data: bytes, exclude: Iterable[str]) -> None:
+    """``vocab.from_bytes(data, exclude=exclude)``; should it fail, the vectors and lookups it replaces (spaCy sets the
+    strings, then the vectors, then the lookups) are put back as they were. Strings it added stay: a StringStore only
+    grows (the tokenizers of other threads add to it meanwhile, under no lock of ours), and a string that nothing
+    uses changes nothing."""
+    kept = {
+        part: getattr(vocab, part).to_bytes(**({"exclude": ["strings"]} if part == "vectors" else {}))
+        for part in ("vectors", "lookups")
+        if part not in exclude and isinstance(getattr(vocab, part), (Vectors, Lookups))  # not another vectors type
+    }
+    try:
+        vocab.from_bytes(data, exclude=exclude)
+    except BaseException:
+        if "vectors" in kept:  # spaCy's from_bytes adds to the table's keys: emptied first, it holds the old ones only
+            vocab.vectors.key2row.clear()
+            vocab.vectors.from_bytes(kept["vectors"], exclude=["strings"])
+        if "lookups" in kept:
+            vocab.lookups.from_bytes(kept["lookups"])
+        raise
 
 
 class ElmoComponent(TrainablePipe):
@@ -780,7 +803,7 @@ class ElmoComponent(TrainablePipe):
 
         def set_vocab() -> None:
             if vocab_bytes is not None:
-                self.vocab.from_bytes(vocab_bytes, exclude=exclude)
+                _set_vocab(self.vocab, vocab_bytes, exclude)
 
         with _loading_lock(self):
             with self._all_or_nothing(exclude) as staged:

@@ -554,6 +554,38 @@ def test_refused_saved_store_names_the_saved_data(tiny_dir, tmp_path, how):
     assert elmo.cfg["store"] == "all" and nlp("Alice went home .")._.elmo.shape[0] == 3
 
 
+def test_a_vocab_that_fails_to_be_set_leaves_the_shared_vectors_and_lookups(tiny_dir, monkeypatch):
+    """spaCy sets a saved vocab's strings, then its vectors, then its lookups: one whose lookups failed to be set
+    left the saved vectors in the pipeline's shared vocab (what token.vector and static-vector features read).
+    They and the lookups are put back; the load then succeeds and sets them."""
+    saved = _elmo_pipeline(tiny_dir)
+    saved.vocab.set_vector("river", numpy.full(4, 2.0, "float32"))
+    saved.vocab.lookups.add_table("saved", {"river": "RIVER"})
+    saved("Loaded .")
+    data = saved.get_pipe("elmo").to_bytes()
+    nlp = _elmo_pipeline(tiny_dir)
+    nlp("Serving .")
+    nlp.vocab.set_vector("bank", numpy.ones(4, "float32"))
+    nlp.vocab.lookups.add_table("mine", {"bank": "BANK"})
+    vectors, lookups = nlp.vocab.vectors.to_bytes(exclude=["strings"]), nlp.vocab.lookups.to_bytes()
+    shared_lookups = nlp.vocab.lookups
+    set_lookups, failures = type(shared_lookups).from_bytes, []
+
+    def fails_once(data, **kwargs):
+        if not failures:
+            failures.append(True)
+            raise OSError("lookups could not be set")
+        return set_lookups(shared_lookups, data, **kwargs)
+
+    monkeypatch.setattr(shared_lookups, "from_bytes", fails_once)
+    with pytest.raises(OSError, match="lookups could not be set"):
+        nlp.get_pipe("elmo").from_bytes(data)
+    assert nlp.vocab.vectors.to_bytes(exclude=["strings"]) == vectors and nlp.vocab.lookups.to_bytes() == lookups
+    assert not nlp.vocab.has_vector("river") and nlp.vocab.lookups.has_table("mine")
+    nlp.get_pipe("elmo").from_bytes(data)  # set, it loads
+    assert nlp.vocab.has_vector("river") and nlp.vocab.lookups.has_table("saved")
+
+
 class _Watched(dict):
     """A dict that records every moment a change of it leaves out one of the keys it started with."""
 
