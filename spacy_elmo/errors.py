@@ -222,10 +222,24 @@ class Errors:
         "`spacy-elmo export`, or one holding an AllenNLP options.json + .hdf5) or \"default\" for the bundled model."
     )
     E_ELMO_WEIGHTS_SETTING = (
-        "The '{name}' component's weights setting ([components.{name}] weights), loaded because "
+        "The '{name}' component's weights setting ({setting}), loaded because "
         "[initialize.components.{name}.weights_loader] names no path (--paths.elmo left empty in the shipped "
         "configs), cannot be loaded: {reason} Fix [components.{name}] weights (null: the bundled default "
         "model), or name the weights with --paths.elmo DIR."
+    )
+    E_ELMO_LOADER_PATH = (
+        "The '{name}' component cannot load the weights that {setting} names: {reason} Fix that path, or leave it "
+        "empty (\"\") to load [components.{name}] weights (null: the bundled default model)."
+    )
+    E_ELMO_WEIGHTS_PATH = (
+        "The '{name}' component cannot load its weights setting ({setting}, the 'weights' of "
+        "nlp.add_pipe('{name}', config={{'weights': ...}})): {reason} Fix that setting (null: the bundled default "
+        "model)."
+    )
+    E_ELMO_WEIGHTS_VARIABLE = (
+        "The '{name}' component cannot load the weights that --{section}.{key} names ({setting} = "
+        "${{{section}.{key}}} in the config reads [{section}] {key}): {reason} Fix --{section}.{key} on the command "
+        "line, or {key} in the config's [{section}] block."
     )
     E_MODEL_PATH_IS_FILE = (
         "{path} is a file, but a model is a directory: pass the directory that holds it (config.json + "
@@ -566,6 +580,18 @@ class Errors:
         "and an infinite one makes them NaN. Fix {key} in that block, or leave it out for the default 0. For a "
         "saved pipeline, fix it in PIPELINE/config.cfg: {key} only matters in training, so any finite value "
         ">= 0 loads the pipeline unchanged."
+    )
+    E_LISTENER_INITIAL_WEIGHTS = (
+        "The ELMo listener{of_component} has initial_weights = {value!r} (its {block} block); each must be a "
+        "number, the weight (before softmax) of one biLM output layer: true/false would be read as 1/0 and text "
+        "as the number it spells. Fix initial_weights in that block (e.g. [0.0, 0.0, 1.0]), or leave it out "
+        "(null) for equal weights."
+    )
+    E_LISTENER_WIDTH_SETTING = (
+        "The ELMo listener{of_component} has width = {value!r}; it must be a whole number >= 1 (2 x projection_dim "
+        "of the upstream biLM; true/false is no width) or null. Fix width in its spacy_elmo.ElmoListener.v1 "
+        "block ([components.{component}.model.tok2vec.elmo] in the shipped configs), or set it to null to take it "
+        "from the weights."
     )
     E_ELMO_LAYER_CACHE = (
         "The '{name}' component got layer_cache_mb = {value!r}; it must be an integer >= 0 (MB of biLM "

@@ -22,10 +22,10 @@ from spacy.util import registry
 from thinc.api import Maxout, Model, chain, concatenate, with_array
 from thinc.types import Floats2d, Floats3d
 
-from ..errors import Warnings
+from ..errors import Errors, Warnings
 from .bilm_layer import build_elmo_bilm, own_bilm_layer, set_layer_cache_mb
 from .listener import ElmoListener as ElmoListenerModel
-from .scalar_mix import elmo_dropout, mix_layer
+from .scalar_mix import building, elmo_dropout, is_setting, mix_layer
 
 _V1_LAYER_CACHE_WARNED = False  # W_ELMO_V1_LAYER_CACHE: once per process
 
@@ -94,6 +94,10 @@ def ElmoListener(
     weights come only with the component's saved model); frozen: with ``bilm``,
     keep it out of this component's training.
     """
+    if width is not None and not is_setting(width, lambda v: v >= 1, whole=True):
+        of_component, component = building()
+        raise ValueError(Errors.E_LISTENER_WIDTH_SETTING.format(of_component=of_component, component=component, value=width))
+    width = None if width is None else int(width)
     if bilm is not None:
         listener = own_bilm_layer(bilm, frozen)
     else:

@@ -19,6 +19,7 @@ from thinc.api import ArgsKwargs, Model, PyTorchShim, torch2xp, xp2torch
 from thinc.layers.pytorchwrapper import forward as pytorch_forward
 from thinc.shims.shim import Shim
 from thinc.types import Floats3d
+from thinc.util import convert_recursive, is_xp_array
 
 from ..bilm import BiLM, BiLMConfig
 from ..bilm.config import is_int
@@ -127,24 +128,50 @@ def set_layer_cache_mb(model: Model, value: Any, name: str) -> None:
     get_runner(model).layer_cache.set_limit(value)
 
 
-#: runner -> what checks weights deserialized into it before they replace its own (:func:`weights_checked`)
-_CHECKS: "weakref.WeakKeyDictionary[ElmoRunner, Callable[[BiLM, str], None]]" = weakref.WeakKeyDictionary()
+class StagedWeights:
+    """What a load (:func:`weights_checked`) read: the weights that ``check(bilm, source)`` accepted, kept here
+    instead of replacing the model's own (``bilm`` None: none read, as with ``exclude=["model"]``)."""
+
+    def __init__(self, check: Callable[[BiLM, str], None]) -> None:
+        self.check = check
+        self.bilm: Optional[BiLM] = None
+        self.source = ""
+
+
+#: runner -> the load whose weights are deserialized into it (:func:`weights_checked`)
+_STAGED: "weakref.WeakKeyDictionary[ElmoRunner, StagedWeights]" = weakref.WeakKeyDictionary()
 
 
 @contextlib.contextmanager
 def weights_checked(model: Model, check: Callable[[BiLM, str], None]):
-    """Within: ``check(bilm, source)`` runs on weights that ``model.from_bytes`` reads, before they replace
-    the model's own (an error it raises leaves those in place, with their caches). The model's sizes are
-    unset on entry, so that weights of another shape reach the check (thinc's ``from_bytes`` refuses to
-    change a size once set, before it reads any weights): a :class:`ModelState` taken first puts them back."""
+    """Within: weights that :func:`load_model_bytes` reads into ``model`` are checked by ``check(bilm, source)`` (an
+    error it raises is the load's) and kept in the :class:`StagedWeights` yielded, not set: the model serves its
+    own weights, with their sizes (``nO``, ``nL``: calls of other threads read them without a lock), until the
+    caller sets the new ones with :func:`set_bilm`. Reading them sets the model's attrs (thinc's ``from_dict``):
+    a :class:`ModelState` taken first puts those back."""
     runner = get_runner(model)
-    for name in ("nO", "nL"):
-        model._dims[name] = None  # the key stays (serving threads read the dims without a lock)
-    _CHECKS[runner] = check
+    staged = StagedWeights(check)
+    _STAGED[runner] = staged
     try:
-        yield
+        yield staged
     finally:
-        _CHECKS.pop(runner, None)
+        _STAGED.pop(runner, None)
+
+
+#: the sizes of the elmo model that its weights decide (:func:`set_bilm` sets them)
+_WEIGHTS_DIMS = ("nO", "nL")
+
+
+def load_model_bytes(model: Model, data: bytes) -> None:
+    """thinc's ``model.from_bytes(data)`` but for the model's own sizes (``nO``, ``nL``), which the weights decide:
+    :func:`set_bilm` sets them with the weights. thinc sets a model's sizes before it reads its weights and refuses
+    to change one once set, so weights of another shape would never reach the check, and sizes set then would
+    describe weights not yet (or never) serving."""
+    msg = srsly.msgpack_loads(data)
+    nodes = msg.get("nodes") if isinstance(msg, dict) else None
+    if isinstance(nodes, list) and nodes and isinstance(nodes[0], dict) and isinstance(nodes[0].get("dims"), dict):
+        nodes[0]["dims"] = {name: value for name, value in nodes[0]["dims"].items() if name not in _WEIGHTS_DIMS}
+    model.from_dict(convert_recursive(is_xp_array, model.ops.asarray, msg))
 
 
 class ModelState:
@@ -195,10 +222,12 @@ def step_bilm(model: Model, optimizer) -> None:
 
 
 def _set_dims(model: Model) -> None:
+    """The model's sizes set from its biLM, both in one store: a call of another thread (which takes no lock)
+    reads the old pair or the new one, never one of each."""
     bilm = get_bilm(model)
     if bilm is not None:
-        model.set_dim("nO", bilm.config.output_dim, force=True)
-        model.set_dim("nL", bilm.config.n_output_layers, force=True)
+        sizes = {"nO": bilm.config.output_dim, "nL": bilm.config.n_output_layers}
+        model._dims = {**model._dims, **sizes}  # thinc's set_dim(force=True) without params, in one step
 
 
 def _init(model: Model, X: Any = None, Y: Any = None) -> None:
@@ -357,9 +386,11 @@ def _deserialize_runner(runner: ElmoRunner, data: bytes, device: torch.device) -
     backend = getattr(runner, "backend_name", "auto")
     bilm = BiLM(BiLMConfig.from_dict(msg["config"]), backend=backend)
     bilm.load_state_dict(st_load(msg["weights"]))
-    check = _CHECKS.get(runner)
-    if check is not None:
-        check(bilm, msg.get("source", ""))
+    staged = _STAGED.get(runner)
+    if staged is not None:  # a checked load (weights_checked): its caller sets them
+        staged.check(bilm, msg.get("source", ""))
+        staged.bilm, staged.source = bilm.eval(), msg.get("source", "")
+        return runner
     runner.set_bilm(bilm.eval().to(device))
     runner.source = msg.get("source", "")
     return runner

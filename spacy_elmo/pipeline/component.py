@@ -15,6 +15,7 @@ import functools
 import math
 import operator
 import os
+import re
 import sys
 import threading
 import warnings
@@ -31,6 +32,8 @@ from spacy.language import Language
 from spacy.pipeline import TrainablePipe
 from spacy.tokens import Doc
 from spacy.training import Example
+from spacy.lookups import Lookups
+from spacy.vectors import Vectors
 from spacy.vocab import Vocab
 
 from thinc.api import Config, Model, Optimizer, set_dropout_rate
@@ -42,9 +45,11 @@ from ..forksafe import after_fork_in_child
 from ..training.data import tokenizer_settings
 from .bilm_layer import (
     ModelState,
+    StagedWeights,
     check_layer_cache_mb,
     get_bilm,
     get_runner,
+    load_model_bytes,
     own_bilm_layer,
     put_back,
     renew_shim_ids,
@@ -163,6 +168,21 @@ def _requested_weights(nlp: Language, name: str) -> Optional[str]:
     return str(loader["path"])
 
 
+#: a setting that is one config variable, as the shipped configs' ``path = ${paths.elmo}``: its section and key
+_VARIABLE = re.compile(r"^\$\{(\w+)\.(\w+)\}$")
+
+
+def _variable_of(nlp: Optional[Language], keys: Sequence[str]) -> Optional[Tuple[str, str]]:
+    """``(section, key)`` of the variable (``${paths.elmo}``: ``("paths", "elmo")``) that the setting at ``keys`` of
+    ``nlp``'s config (not interpolated: spaCy keeps the variables) is; None for another value, or without ``nlp``."""
+    try:
+        value = functools.reduce(operator.getitem, keys, nlp.config) if nlp is not None else None
+    except (KeyError, TypeError):
+        return None
+    match = _VARIABLE.match(value.strip()) if isinstance(value, str) else None
+    return None if match is None else (match.group(1), match.group(2))
+
+
 def _same_weights(requested: str, source: Optional[str]) -> bool:
     """Whether a requested weights path names the weights recorded as ``source`` (a path or "default")."""
     def canonical(path: Optional[str]) -> str:
@@ -250,6 +270,27 @@ def _is_number_list(values: Any) -> bool:
     )
 
 
+def _set_vocab(vocab: Vocab, data: bytes, exclude: Iterable[str]) -> None:
+    """``vocab.from_bytes(data, exclude=exclude)``; should it fail, the vectors and lookups it replaces (spaCy sets the
+    strings, then the vectors, then the lookups) are put back as they were. Strings it added stay: a StringStore only
+    grows (the tokenizers of other threads add to it meanwhile, under no lock of ours), and a string that nothing
+    uses changes nothing."""
+    kept = {
+        part: getattr(vocab, part).to_bytes(**({"exclude": ["strings"]} if part == "vectors" else {}))
+        for part in ("vectors", "lookups")
+        if part not in exclude and isinstance(getattr(vocab, part), (Vectors, Lookups))  # not another vectors type
+    }
+    try:
+        vocab.from_bytes(data, exclude=exclude)
+    except BaseException:
+        if "vectors" in kept:  # spaCy's from_bytes adds to the table's keys: emptied first, it holds the old ones only
+            vocab.vectors.key2row.clear()
+            vocab.vectors.from_bytes(kept["vectors"], exclude=["strings"])
+        if "lookups" in kept:
+            vocab.lookups.from_bytes(kept["lookups"])
+        raise
+
+
 class ElmoComponent(TrainablePipe):
     """predict: ``List[Doc] -> List[Floats3d (L + 1, n, 2P)]`` (float32, current ops)."""
 
@@ -325,12 +366,34 @@ class ElmoComponent(TrainablePipe):
             for listener in self.listeners:
                 self._size_listener(listener, bilm)
 
-    def _ensure_weights(self) -> None:
+    def _ensure_weights(self, nlp: Optional[Language] = None) -> None:
+        """The weights of ``[components.NAME] weights`` loaded, unless loaded; ``nlp``: the pipeline (initialize),
+        whose config tells where a path that names nothing came from."""
         # Always under the lock (uncontended once loaded): load_weights sets the biLM before it sizes
         # the listeners, so a thread that saw is_loaded without the lock could run unsized listeners.
         with _loading_lock(self):
             if not self.is_loaded:  # not loaded by another thread meanwhile
-                self.load_weights(self.cfg.get("weights"))
+                weights = self.cfg.get("weights")
+                self._load_named(lambda: self.load_weights(weights), nlp, ("components", self.name, "weights"),
+                                 Errors.E_ELMO_WEIGHTS_PATH)  # fmt: skip
+
+    def _load_named(self, load: Callable[[], None], nlp: Optional[Language], keys: Tuple[str, ...], message: str) -> None:
+        """``load()``; a path that names nothing (FileNotFoundError) is raised again naming the setting it came from:
+        the one at ``keys`` of the pipeline config (``message``), or the config variable it reads (``${paths.elmo}``:
+        ``--paths.elmo``, which the user set)."""
+        try:
+            load()
+        except FileNotFoundError as err:
+            setting = f"[{'.'.join(keys[:-1])}] {keys[-1]}"
+            variable = _variable_of(nlp, keys)
+            if variable is None:
+                text = message.format(name=self.name, setting=setting, reason=err)
+            else:
+                section, key = variable
+                text = Errors.E_ELMO_WEIGHTS_VARIABLE.format(
+                    name=self.name, setting=setting, section=section, key=key, reason=err
+                )
+            raise FileNotFoundError(text) from err
 
     def _check_tokens(self, bilm: BiLM, source: str) -> None:
         """Warn when ``pretrain`` read the model's text with another language or tokenizer than this
@@ -661,10 +724,8 @@ class ElmoComponent(TrainablePipe):
         weights = None if names_no_weights(self.cfg["weights"]) else self.cfg["weights"]
         if weights_loader is not None and requests_nothing(weights_loader) and weights is not None:
             # paths.elmo left empty: the component's own weights setting, not the bundled default
-            try:
-                self.load_weights(weights)
-            except FileNotFoundError as err:  # the path alone did not say which setting named it
-                raise FileNotFoundError(Errors.E_ELMO_WEIGHTS_SETTING.format(name=self.name, reason=err)) from err
+            self._load_named(lambda: self.load_weights(weights), nlp, ("components", self.name, "weights"),
+                             Errors.E_ELMO_WEIGHTS_SETTING)  # fmt: skip
         elif weights_loader is not None:
             requested = getattr(weights_loader, "path", None)
             if not names_no_weights(requested) and weights is not None and not _same_weights(str(requested), weights):
@@ -673,9 +734,14 @@ class ElmoComponent(TrainablePipe):
                     UserWarning,
                     stacklevel=2,
                 )
-            self.load_weights(loader=weights_loader)
+            loader_path = ("initialize", "components", self.name, "weights_loader", "path")
+            if hasattr(weights_loader, "path"):  # this package's loader: a missing path is its path's
+                self._load_named(lambda: self.load_weights(loader=weights_loader), nlp, loader_path,
+                                 Errors.E_ELMO_LOADER_PATH)  # fmt: skip
+            else:
+                self.load_weights(loader=weights_loader)
         else:
-            self._ensure_weights()
+            self._ensure_weights(nlp)
         self.layer_cache_mb = layer_cache_mb
         self.model.initialize()
         if nlp is not None:
@@ -704,7 +770,10 @@ class ElmoComponent(TrainablePipe):
         def read(staged: Vocab) -> None:
             spacy_util.from_bytes(bytes_data, {"vocab": lambda b: staged.from_bytes(b, exclude=exclude)}, [])
 
-        return self._load(super().from_bytes, bytes_data, exclude, read)
+        def read_model() -> None:
+            spacy_util.from_bytes(bytes_data, {"model": lambda b: load_model_bytes(self.model, b)}, exclude)
+
+        return self._load(super().from_bytes, bytes_data, exclude, read, read_model)
 
     def from_disk(self, path, *, exclude=tuple()):
         def read(staged: Vocab) -> None:
@@ -713,12 +782,19 @@ class ElmoComponent(TrainablePipe):
 
             spacy_util.from_disk(path, {"vocab": read_dir}, [])
 
-        return self._load(super().from_disk, path, exclude, read)
+        def read_model() -> None:
+            spacy_util.from_disk(path, {"model": lambda p: load_model_bytes(self.model, Path(p).read_bytes())}, exclude)
 
-    def _load(self, load: Callable, data: Any, exclude: Iterable[str], read_vocab: Callable[[Vocab], None]) -> "ElmoComponent":
-        """``load(data, exclude=...)`` (spaCy's from_bytes / from_disk) of all but the vocab, checked; the vocab
-        (unless excluded), read first by ``read_vocab(staged)``, is set once cfg and weights are accepted, within
-        the same all-or-nothing: setting it fails, and cfg, settings and weights are put back."""
+        return self._load(super().from_disk, path, exclude, read, read_model)
+
+    def _load(
+        self, load: Callable, data: Any, exclude: Iterable[str], read_vocab: Callable[[Vocab], None],
+        read_model: Callable[[], None],
+    ) -> "ElmoComponent":
+        """``load(data, exclude=...)`` (spaCy's from_bytes / from_disk) of the cfg, then ``read_model()`` (its weights
+        checked and staged, :func:`weights_checked`), within one all-or-nothing: the vocab (unless excluded), read
+        first by ``read_vocab(staged)``, is set once cfg and weights are accepted, then the weights with their sizes
+        (until then the old ones serve, with theirs); setting the vocab fails, and cfg and settings are put back."""
         vocab_bytes: Optional[bytes] = None
         if "vocab" not in exclude:
             staged = Vocab()
@@ -727,38 +803,40 @@ class ElmoComponent(TrainablePipe):
 
         def set_vocab() -> None:
             if vocab_bytes is not None:
-                self.vocab.from_bytes(vocab_bytes, exclude=exclude)
+                _set_vocab(self.vocab, vocab_bytes, exclude)
 
         with _loading_lock(self):
-            with self._all_or_nothing(exclude) as check:
-                load(data, exclude=[*exclude, "vocab"])
-                self._after_load(check, set_vocab)
+            with self._all_or_nothing(exclude) as staged:
+                load(data, exclude=[*exclude, "vocab", "model"])  # the cfg
+                read_model()
+                self._after_load(staged, set_vocab)
         return self
 
     @contextlib.contextmanager
     def _all_or_nothing(self, exclude: Iterable[str]):
-        """Within: a load (its exclude); yields the check of its weights. An error puts cfg, the model's settings
-        and its weights back."""
+        """Within: a load (its exclude); yields its :class:`StagedWeights`, checked as read. An error puts cfg and
+        the model's settings back (and its weights, if they were set)."""
         cfg, state = copy.deepcopy(self.cfg), ModelState(self.model)
         check = functools.partial(self._check_weights, saved_cfg="cfg" not in exclude)
         try:
-            with weights_checked(self.model, check):
-                yield check
+            with weights_checked(self.model, check) as staged:
+                yield staged
         except BaseException:
             put_back(self.cfg, cfg)
             state.restore()
             raise
 
-    def _after_load(self, check: Callable[[BiLM, str], None], set_vocab: Callable[[], None]) -> None:
-        """The loaded weights checked (again), then the vocab set, then the weights set up: nothing after
-        ``set_vocab`` fails, so a failing vocab leaves the old weights' gradients and the listeners as they were."""
-        bilm = get_bilm(self.model)
+    def _after_load(self, staged: StagedWeights, set_vocab: Callable[[], None]) -> None:
+        """The loaded weights (else the current ones, when only the cfg was loaded) checked (again), then the vocab
+        set, then the weights set, with their sizes, and set up: nothing after ``set_vocab`` fails, so a failing
+        vocab leaves the old weights serving, with their sizes, gradients and listeners as they were."""
+        bilm, source = (staged.bilm, staged.source) if staged.bilm is not None else (get_bilm(self.model), self.source)
         if bilm is not None:
-            check(bilm, self.source or "")  # also when only the cfg was loaded (exclude=["model"])
+            staged.check(bilm, source or "")  # also when only the cfg was loaded (exclude=["model"])
         set_vocab()
         if bilm is not None:
             bilm.requires_grad_(not self.cfg["frozen"])
-            set_bilm(self.model, bilm, self.source or "")
+            set_bilm(self.model, bilm, source or "")
             for listener in self.listeners:  # those it sized (checked: nothing built on them), not yet loaded ones
                 if getattr(listener, "sized_by", None) == id(self):
                     self._size_listener(listener, bilm)

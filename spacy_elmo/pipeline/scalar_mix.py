@@ -16,7 +16,7 @@ batch (``nlp.pipe`` batches differently from training).
 
 import math
 import sys
-from numbers import Real
+from numbers import Integral, Real
 from typing import Any, Callable, List, Optional, Sequence, Tuple, cast
 
 from thinc.api import Model
@@ -56,13 +56,20 @@ def mix_layer(
     if not is_setting(l2, lambda v: v >= 0):
         of_component, _ = building()
         raise ValueError(Errors.E_LISTENER_MIX_L2.format(of_component=of_component, key=l2_key, value=l2, block=block))
+    if n_layers is not None and not is_setting(n_layers, lambda v: v >= 1, whole=True):
+        raise ValueError(Errors.E_SCALAR_MIX_SIZE.format(value=n_layers))
+    if _holds_non_numbers(initial_weights):
+        of_component, _ = building()
+        raise ValueError(
+            Errors.E_LISTENER_INITIAL_WEIGHTS.format(of_component=of_component, value=initial_weights, block=block)
+        )
     # finite numbers; their count is checked at initialize (an empty list: equal weights, as null)
     weights = mix_weights_of(initial_weights) if initial_weights is not None else None
     return Model(
         "elmo_scalar_mix",
         _mix_forward,
         init=_mix_init,
-        dims={"nL": n_layers},
+        dims={"nL": None if n_layers is None else int(n_layers)},
         params={"w": None, "gamma": None},
         attrs={"initial_weights": weights or None, "trainable": trainable, "l2": float(l2), "layer_norm": layer_norm},
     )
@@ -157,16 +164,33 @@ def elmo_dropout(rate: float = 0.5) -> Model[List[Floats2d], List[Floats2d]]:
     return Model("elmo_dropout", _drop_forward, attrs={"elmo_rate": float(rate)})
 
 
-def is_setting(value: Any, ok: Callable[[float], bool]) -> bool:
-    """Whether ``value`` is a finite real number (numpy's too; not a bool) that passes ``ok``: spaCy's config
+def is_setting(value: Any, ok: Callable[[float], bool], whole: bool = False) -> bool:
+    """Whether ``value`` is a finite real number (numpy's too; not a bool: spaCy's config validation reads
+    ``true`` as a number) that passes ``ok``, and a whole one (``int`` or numpy's) if ``whole``: spaCy's config
     validation checks the type only, and Python code may pass numpy scalars."""
-    if not isinstance(value, Real) or isinstance(value, bool):
+    if not _is_number(value) or (whole and not isinstance(value, Integral)):
         return False
     try:
         number = float(value)
     except OverflowError:  # an int beyond float's range, 10**400
         return False
     return math.isfinite(number) and ok(number)
+
+
+def _is_number(value: Any) -> bool:
+    """A real number, numpy's too; not a bool (numpy's bool is no Real)."""
+    return isinstance(value, Real) and not isinstance(value, bool)
+
+
+def _holds_non_numbers(values: Any) -> bool:
+    """Whether a list of weights (a list, tuple or array; None: none given) holds anything but numbers (a bool,
+    text): ``float()`` would read them as numbers. What is no list at all is left to :func:`mix_weights_of`."""
+    if values is None or isinstance(values, (str, bytes)):
+        return False
+    try:
+        return not all(_is_number(v) for v in values)
+    except TypeError:  # not iterable
+        return False
 
 
 def building() -> Tuple[str, str]:

@@ -629,26 +629,53 @@ def test_renamed_upstream_is_a_clear_error_not_zeros(tiny_dir, frozen):
      ("mix_l2", -0.01), ("mix_l2", float("inf")), ("mix_l2", float("nan")),
      ("initial_weights", [0.0, float("inf"), 0.0]), ("initial_weights", [0.0, float("-inf"), 0.0]),
      ("initial_weights", ["a", "b", "c"]), pytest.param("dropout", 10**400, id="dropout-huge-int"),
-     pytest.param("mix_l2", 10**400, id="mix_l2-huge-int"), pytest.param("initial_weights", [0, 10**400, 0], id="weights-huge-int")],
+     pytest.param("mix_l2", 10**400, id="mix_l2-huge-int"), pytest.param("initial_weights", [0, 10**400, 0], id="weights-huge-int"),
+     ("mix_l2", True), ("initial_weights", [True, False, True]), ("initial_weights", numpy.array([True, False, True])),
+     ("initial_weights", ["1", "0", "0"]), ("width", True), ("width", 0), ("width", 16.0)],
 )  # fmt: skip
 def test_listener_settings_out_of_range_are_refused(setting, value):
     """spaCy's config checks only the types: ElmoListener.v1's dropout = 1 (or more) trained the task on
     zeroed ELMo features (thinc's dropout mask) and ran it on the real ones, a negative mix_l2 rewarded large
     mix weights, an infinite initial weight made every mixed vector NaN, and an infinite mix_l2 or a -inf
     initial weight made the mix weights NaN after one update; each now fails when the model is built,
-    naming the setting (ScalarMix.v1's own key, l2, when it sets mix_l2)."""
+    naming the setting (ScalarMix.v1's own key, l2, when it sets mix_l2). Bools (spaCy's config reads true as a
+    number), numpy's too, and text were read as numbers: initial_weights = [true, false, true] as [1, 0, 1],
+    width = true as 1; they are refused as well."""
     registered = spacy.util.registry.architectures.get("spacy_elmo.ElmoListener.v1")
     with pytest.raises(ValueError, match=setting):
         registered(upstream="elmo", **{setting: value})
-    if setting != "initial_weights":  # the thinc layers a config can also name on their own
-        with pytest.raises(ValueError, match=r"dropout = |has l2 = .*spacy_elmo.ScalarMix.v1"):
-            elmo_dropout(value) if setting == "dropout" else scalar_mix_layer(l2=value)
+    if setting != "width":  # the thinc layers a config can also name on their own
+        with pytest.raises(ValueError, match=r"dropout = |has l2 = .*spacy_elmo.ScalarMix.v1|initial_weights"):
+            if setting == "dropout":
+                elmo_dropout(value)
+            else:
+                scalar_mix_layer(**{"l2" if setting == "mix_l2" else setting: value})
+
+
+@pytest.mark.parametrize("setting, value", [("initial_weights", [True, False, True]), ("width", True), ("dropout", False)])
+def test_bool_listener_setting_names_the_setting_and_fix(setting, value):
+    """A bool listener setting from Python code (spaCy's config validation refuses bools in a config) is refused
+    as the other listener settings are: the setting, its value, the block and the fix."""
+    registered = spacy.util.registry.architectures.get("spacy_elmo.ElmoListener.v1")
+    with pytest.raises(ValueError) as err:
+        registered(upstream="elmo", **{setting: value})
+    message = str(err.value)
+    assert f"The ELMo listener has {setting} = {value!r}" in message, message
+    assert "spacy_elmo.ElmoListener.v1" in message and f"Fix {setting}" in message, message
+
+
+@pytest.mark.parametrize("n_layers", [True, 0, 2.0])
+def test_scalar_mix_layer_count_must_be_whole(n_layers):
+    """ScalarMix.v1's n_layers = true made a one-layer mix (and 2.0 a float size): refused, naming the value."""
+    with pytest.raises(ValueError, match=f"ScalarMix needs n_layers >= 1 .*found {n_layers!r}"):
+        scalar_mix_layer(n_layers=n_layers)
 
 
 @pytest.mark.parametrize(
     "setting, value",
     [("dropout", 0), ("dropout", 0.999), ("dropout", numpy.float32(0.5)), ("mix_l2", 0), ("mix_l2", numpy.float32(0.1)),
-     ("initial_weights", numpy.array([0.0, -1e9, 1.0]))],
+     ("initial_weights", numpy.array([0.0, -1e9, 1.0])), ("initial_weights", numpy.array([0, -9, 1])),
+     ("initial_weights", [numpy.float32(0.0), 0, 1.0]), ("width", numpy.int64(5)), ("width", 5)],
 )  # fmt: skip
 def test_listener_settings_in_range_train(setting, value):
     """The bounds' accepted sides (dropout 0 and just under 1, mix_l2 0) and numpy scalars, which Python code
@@ -665,7 +692,11 @@ def test_listener_settings_in_range_train(setting, value):
     mix.finish_update(Adam(0.001, grad_clip=1.0))
     assert numpy.isfinite(mix.get_param("w")).all()
     assert type(drop.attrs["elmo_rate"]) is float and type(mix.attrs["l2"]) is float
-    if setting != "initial_weights":
+    if setting == "width":
+        assert type(model.get_dim("nO")) is int and model.get_dim("nO") == value
+    elif setting == "initial_weights":
+        assert mix.attrs["initial_weights"] == [float(v) for v in value]
+    else:
         expected = float(value)
         assert (drop.attrs["elmo_rate"] if setting == "dropout" else mix.attrs["l2"]) == expected
 

@@ -22,7 +22,7 @@ from spacy_elmo.bilm.token_cache import TokenCache
 from spacy_elmo.pipeline import component as component_module
 from spacy_elmo.pipeline import runner as runner_module
 from spacy_elmo.pipeline.listener import ElmoListener
-from spacy_elmo.pipeline.bilm_layer import get_runner, weights_checked
+from spacy_elmo.pipeline.bilm_layer import get_runner
 from tests.threads import meeting, run_in_threads
 
 from .conftest import TINY, make_docs
@@ -554,6 +554,38 @@ def test_refused_saved_store_names_the_saved_data(tiny_dir, tmp_path, how):
     assert elmo.cfg["store"] == "all" and nlp("Alice went home .")._.elmo.shape[0] == 3
 
 
+def test_a_vocab_that_fails_to_be_set_leaves_the_shared_vectors_and_lookups(tiny_dir, monkeypatch):
+    """spaCy sets a saved vocab's strings, then its vectors, then its lookups: one whose lookups failed to be set
+    left the saved vectors in the pipeline's shared vocab (what token.vector and static-vector features read).
+    They and the lookups are put back; the load then succeeds and sets them."""
+    saved = _elmo_pipeline(tiny_dir)
+    saved.vocab.set_vector("river", numpy.full(4, 2.0, "float32"))
+    saved.vocab.lookups.add_table("saved", {"river": "RIVER"})
+    saved("Loaded .")
+    data = saved.get_pipe("elmo").to_bytes()
+    nlp = _elmo_pipeline(tiny_dir)
+    nlp("Serving .")
+    nlp.vocab.set_vector("bank", numpy.ones(4, "float32"))
+    nlp.vocab.lookups.add_table("mine", {"bank": "BANK"})
+    vectors, lookups = nlp.vocab.vectors.to_bytes(exclude=["strings"]), nlp.vocab.lookups.to_bytes()
+    shared_lookups = nlp.vocab.lookups
+    set_lookups, failures = type(shared_lookups).from_bytes, []
+
+    def fails_once(data, **kwargs):
+        if not failures:
+            failures.append(True)
+            raise OSError("lookups could not be set")
+        return set_lookups(shared_lookups, data, **kwargs)
+
+    monkeypatch.setattr(shared_lookups, "from_bytes", fails_once)
+    with pytest.raises(OSError, match="lookups could not be set"):
+        nlp.get_pipe("elmo").from_bytes(data)
+    assert nlp.vocab.vectors.to_bytes(exclude=["strings"]) == vectors and nlp.vocab.lookups.to_bytes() == lookups
+    assert not nlp.vocab.has_vector("river") and nlp.vocab.lookups.has_table("mine")
+    nlp.get_pipe("elmo").from_bytes(data)  # set, it loads
+    assert nlp.vocab.has_vector("river") and nlp.vocab.lookups.has_table("saved")
+
+
 class _Watched(dict):
     """A dict that records every moment a change of it leaves out one of the keys it started with."""
 
@@ -715,14 +747,54 @@ def test_a_sourced_listener_never_initialized_takes_another_width(tiny_dir, tmp_
     assert nlp("Yesterday Alice went home .")._.elmo.shape == (3, 5, 12)
 
 
-def test_mix_weights_while_a_load_checks_other_weights(tiny_dir):
-    """The model's sizes are unset while a load reads and checks weights (they may be of another shape; for
-    from_disk, seconds of reading real ELMo weights); mix_weights() without a count, which takes no lock,
-    raised thinc's "Cannot get dimension 'nL'" meanwhile. It answers for the weights that serve."""
+@pytest.mark.parametrize("how", ["from_bytes", "from_disk"])
+@pytest.mark.parametrize("outcome", ["accepted", "refused"])
+def test_sizes_stay_the_serving_weights_until_a_load_sets_new_ones(tiny_dir, tmp_path, monkeypatch, how, outcome):
+    """While from_bytes / from_disk checked other weights (width 12; TINY's is 16), the model's sizes were unset
+    (so that thinc could set the new ones): another thread's elmo.model.get_dim("nO"), which takes no lock, got
+    thinc's "Cannot get dimension". Read by a thread of its own at the checking point, they are the serving
+    weights' until the new weights are set, then the new ones; a refused load leaves the old ones."""
+    torch.manual_seed(5)
+    BiLM(BiLMConfig(**{**TINY, "projection_dim": 6})).save(tmp_path / "wide")
+    saved = _elmo_pipeline(tmp_path / "wide")
+    saved("Loaded .")
+    if outcome == "refused":
+        saved.get_pipe("elmo").cfg["mix"] = [0.0, 1.0]  # two values: the weights have three layers
+    saved.get_pipe("elmo").to_disk(tmp_path / "saved")
+    load = {
+        "from_bytes": lambda elmo, data=saved.get_pipe("elmo").to_bytes(): elmo.from_bytes(data),
+        "from_disk": lambda elmo: elmo.from_disk(tmp_path / "saved"),
+    }[how]
+    wide = BiLM.load(tmp_path / "wide").config
     nlp = _elmo_pipeline(tiny_dir)
     nlp("Serving .")
     elmo = nlp.get_pipe("elmo")
-    expected = elmo.mix_weights()
-    with weights_checked(elmo.model, lambda bilm, source: None):
-        assert elmo.model._dims["nL"] is None  # the window
-        numpy.testing.assert_array_equal(elmo.mix_weights(), expected)
+
+    def sizes():
+        try:
+            return elmo.model.get_dim("nO"), elmo.model.get_dim("nL")
+        except ValueError as err:  # thinc's "Cannot get dimension"
+            return str(err)
+
+    old, seen = sizes(), []
+    assert old == (16, 3)
+    check = component_module.ElmoComponent._check_weights
+
+    def checking(self, bilm, source, saved_cfg=False):
+        reader = threading.Thread(target=lambda: seen.append((sizes(), elmo.mix_weights().shape)))
+        reader.start()
+        reader.join()
+        return check(self, bilm, source, saved_cfg)
+
+    monkeypatch.setattr(component_module.ElmoComponent, "_check_weights", checking)
+    if outcome == "refused":
+        with pytest.raises(ValueError, match="mix has 2 value"):
+            load(elmo)
+    else:
+        load(elmo)
+    # the sizes are the old ones; so is the mix of the weights serving (mix_weights() takes the biLM's count; the
+    # refused load's mix is its own cfg's, which spaCy loads before the weights)
+    assert seen and all(got == old for got, _ in seen), seen
+    assert outcome == "refused" or all(mix == (3,) for _, mix in seen), seen
+    assert sizes() == (old if outcome == "refused" else (wide.output_dim, wide.n_output_layers))
+    assert nlp("Alice went home .")._.elmo.shape == (3, 4, sizes()[0])

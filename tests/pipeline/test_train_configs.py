@@ -332,6 +332,42 @@ def test_missing_component_weights_name_their_setting(corpus_dir, tmp_path):
         init_nlp(config)
 
 
+@pytest.mark.parametrize("through", ["loader", "component weights", "component weights, no loader"])
+def test_missing_paths_elmo_names_it(corpus_dir, tmp_path, through):
+    """--paths.elmo naming no directory: the FileNotFoundError named the path only, neither --paths.elmo (the
+    shipped configs' [initialize.components.elmo.weights_loader] path = ${paths.elmo}) nor the setting reading
+    it ([components.elmo] weights = ${paths.elmo} in a config of one's own, with the loader's path empty or no
+    loader at all); it names both, and how to fix it."""
+    config = _config("ner.cfg", corpus_dir, tmp_path / "nope")
+    setting = r"\[initialize.components.elmo.weights_loader\] path"
+    if through != "loader":
+        config["components"]["elmo"]["weights"] = "${paths.elmo}"
+        setting = r"\[components.elmo\] weights"
+        if through == "component weights":
+            config["initialize"]["components"]["elmo"]["weights_loader"]["path"] = ""
+        else:
+            del config["initialize"]["components"]["elmo"]["weights_loader"]
+    expected = rf"--paths.elmo names \({setting} = \$\{{paths.elmo\}} .*nope does not exist.*Fix --paths.elmo on "
+    with pytest.raises(FileNotFoundError, match=expected):
+        init_nlp(config)
+
+
+@pytest.mark.parametrize("where", ["loader path", "component weights, lazy"])
+def test_missing_literal_weights_name_their_setting(corpus_dir, tmp_path, where):
+    """A path written in the setting itself (no config variable): the loader's path, or [components.elmo]
+    weights loaded at first use (no nlp.initialize): the error named neither."""
+    if where == "loader path":
+        overrides = {"initialize.components.elmo.weights_loader.path": str(tmp_path / "nope")}
+        with pytest.raises(FileNotFoundError, match=r"that \[initialize.components.elmo.weights_loader\] path names: "
+                           r".*nope does not exist.*Fix that path, or leave it empty"):  # fmt: skip
+            init_nlp(_config("ner.cfg", corpus_dir, "", overrides))
+    else:
+        nlp = spacy.blank("en")
+        nlp.add_pipe("elmo", config={"weights": str(tmp_path / "nope")})
+        with pytest.raises(FileNotFoundError, match=r"its weights setting \(\[components.elmo\] weights, .*nope does not"):
+            nlp("Alice went home .")
+
+
 def test_saved_pipeline_with_dropout_1_names_the_fix(first, tmp_path):
     """A pipeline saved (before the range check) with the listener's dropout = 1 no longer loads: the error
     named neither the component nor the saved config.cfg, and pointed to ScalarMix.v1, which has no dropout.
