@@ -904,6 +904,10 @@ class Errors:
         "and its RANK and LOCAL_RANK below it). Launch with torchrun, or unset WORLD_SIZE, RANK and LOCAL_RANK "
         "to run one process."
     )
+    E_PEER_FAILED = (
+        "Rank {rank} of this torchrun job failed or refused the run, and this process stopped with it: that "
+        "rank's message says why and what to do."
+    )
     E_DDP_DEVICE = (
         "This process has rank {rank} of {world}; DDP on CUDA needs one GPU per process but "
         "only {n_gpus} are visible."
