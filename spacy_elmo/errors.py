@@ -808,10 +808,6 @@ class Errors:
         "Training diverged at step {step}: {what} is {value} (not a finite number), so the weights are no longer "
         "usable, and they were not saved{kept}. Pretrain again with a lower --lr (or --clip){restart}."
     )
-    E_EPOCHS_TOO_MANY = (
-        "--epochs {epochs} of {steps} steps each is more steps than can be counted. Pass a smaller --epochs, or "
-        "--max-steps instead (a large --max-steps trains until stopped)."
-    )
     E_TRAINING_DIVERGED_KEPT = " ({path} keeps its checkpoint and model of step {last})"
     E_TRAINING_DIVERGED_RESTART = (
         ": --resume must keep the settings, so go on from that model in a new OUTPUT_DIR with --init {path}, "

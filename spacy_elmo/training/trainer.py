@@ -18,6 +18,7 @@ import json
 import math
 import os
 import shutil
+import sys
 import time
 import warnings
 from contextlib import ExitStack, contextmanager, suppress
@@ -143,13 +144,24 @@ class TrainConfig:
 #: The optimizers ``TrainConfig.optimizer`` may name.
 OPTIMIZERS = ("adagrad", "adam")
 
+#: The most steps an epoch can have whatever the corpus: one per token at most (StreamBatcher: rows of
+#: its tokens, each step ``unroll`` of them; SentenceBatcher: batches of its sentences), and a corpus holds
+#: at most as many tokens as an array can index.
+MOST_STEPS_PER_EPOCH = np.iinfo(np.intp).max
+#: The largest --epochs whose step count (epochs x steps per epoch) is a number whatever the corpus: above
+#: it, the largest corpora's count overflows to infinity. Checked with the options, before the corpus is
+#: read: ``--epochs 1e308`` was refused only once the corpus was tokenized, the step count needing its size.
+MAX_EPOCHS = sys.float_info.max / MOST_STEPS_PER_EPOCH
+
 #: TrainConfig fields with bounds other than "a positive integer": name -> (accepts, what it must be).
 #: ``TrainConfig.validate`` checks them, and the pretrain command's option callbacks the same way
 #: (naming the flag), so the two accept the same values. NaN is refused (no comparison holds); an
 #: infinite clip is accepted (no clipping), an infinite epochs not (no step count: it crashed computing
 #: one), nor an infinite lr (its first step makes every weight it moves infinite or NaN: the run always diverged).
 BOUNDS: Dict[str, Any] = {
-    "epochs": (lambda v: v is None or 0 < v < math.inf, "positive and finite (to train until stopped: a large --max-steps)"),
+    "epochs": (lambda v: v is None or 0 < v <= MAX_EPOCHS,
+               f"positive and finite, at most {MAX_EPOCHS:.4g} (so that its steps, up to 2**63 an epoch, can be "
+               "counted; to train until stopped: a large --max-steps)"),
     "vocab_size": (lambda v: isinstance(v, int) and (v == 0 or v > len(SPECIALS)),
                    f"0 (no cap) or more than {len(SPECIALS)} (the markers and at least one word)"),
     "lr": (lambda v: v is None or 0 < v < math.inf, "positive and finite"),
@@ -418,15 +430,11 @@ def _refuse_allennlp_output(out: Path) -> None:
 
 
 def _total_steps(cfg: TrainConfig, steps_per_epoch: int) -> int:
-    """The run's number of steps: --max-steps, or --epochs (default 10) of ``steps_per_epoch``; an --epochs
-    whose steps no number holds (1e308: the count overflowed) is refused."""
+    """The run's number of steps: --max-steps, or --epochs (default 10) of ``steps_per_epoch``, a finite
+    product (``cfg.validate``: epochs at most :data:`MAX_EPOCHS`)."""
     if cfg.max_steps is not None:
         return cfg.max_steps
-    epochs = cfg.epochs or 10
-    steps = epochs * steps_per_epoch
-    if not math.isfinite(steps):
-        raise ValueError(Errors.E_EPOCHS_TOO_MANY.format(epochs=epochs, steps=steps_per_epoch))
-    return math.ceil(steps)
+    return math.ceil((cfg.epochs or 10) * steps_per_epoch)
 
 
 def _diverged(step: int, what: str, value: float, out: Path, last_saved: int) -> ValueError:
