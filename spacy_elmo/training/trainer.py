@@ -547,11 +547,14 @@ def leave_failed_run(err: BaseException) -> None:
     in a :func:`_settled` block, which every rank knows, wait until every rank got here, then leave the
     process group. torchrun stops the other ranks (SIGTERM) when the first one exits: a rank still saying
     its error could be cut short; and a process that exits in the group, its peers gone, can abort
-    ("terminate called without an active exception", SIGABRT). Any other error: nothing (a peer may be gone)."""
+    ("terminate called without an active exception", SIGABRT). Any other error: nothing (a peer may be gone).
+    A rank whose failure escaped the command line (an error it does not catch: a traceback) never comes: its
+    exit breaks the barrier, and this rank exits as before."""
     group = next((getattr(e, _SETTLED) for e in (err, err.__cause__) if hasattr(e, _SETTLED)), None)
     if group is not None and dist.is_initialized():
-        dist.barrier(group=group)
-        dist.destroy_process_group()
+        with suppress(RuntimeError):  # gloo's "Connection closed by peer": that rank is gone
+            dist.barrier(group=group)
+            dist.destroy_process_group()
 
 
 def said_by_this_rank(err: BaseException, rank: int) -> bool:

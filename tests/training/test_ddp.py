@@ -544,8 +544,9 @@ def test_torchrun_reports_every_rank_exiting_with_rank_0s_status(tmp_path):
     assert "terminate called" not in report and "Connection closed" not in report, report
 
 
-def _settled_worker(rank: int, world: int, port: int, failing: tuple, result_dir: str) -> None:
-    """A :func:`_settled` block that raises an error of every rank's on the ranks ``failing``: who says what."""
+def _settled_worker(rank: int, world: int, port: int, failing: tuple, result_dir: str, error: type = ValueError) -> None:
+    """A :func:`_settled` block that raises ``error`` (ValueError: one of every rank's) on the ranks ``failing``:
+    who says what. Another error escapes, as one the command line does not catch, ending the process."""
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     import torch.distributed as dist
 
@@ -555,7 +556,7 @@ def _settled_worker(rank: int, world: int, port: int, failing: tuple, result_dir
     try:
         with trainer._settled(trainer._wait_group(world)), trainer._same_on_every_rank():
             if rank in failing:
-                raise ValueError(f"refused on rank {rank}")
+                raise error(f"refused on rank {rank}")
         outcome = "ran"
     except (ValueError, trainer.PeerFailed) as err:
         outcome = f"{type(err).__name__}: {err}; says it: {trainer.said_by_this_rank(err, rank)}"
@@ -564,6 +565,15 @@ def _settled_worker(rank: int, world: int, port: int, failing: tuple, result_dir
         f.write(outcome)
     if dist.is_initialized():
         dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_a_rank_whose_failure_escapes_the_command_line_does_not_hold_the_others(tmp_path):
+    """A failure the command line does not catch (a bug's TypeError: a traceback) ends that rank without
+    :func:`leave_failed_run`: the others, waiting there for it, exit once it is gone, as they did before."""
+    _run_ranks(_settled_worker, (2, _free_port(), (0,), str(tmp_path), TypeError), timeout=120)
+    assert not (tmp_path / "settled0.txt").exists()
+    assert (tmp_path / "settled1.txt").read_text(encoding="utf-8").startswith("PeerFailed: Rank 0 of this torchrun job")
 
 
 @pytest.mark.slow
