@@ -846,10 +846,6 @@ class Errors:
         "Training diverged at step {step}: {what} is {value} (not a finite number), so the weights are no longer "
         "usable, and they were not saved{kept}. Pretrain again with a lower --lr (or --clip){restart}."
     )
-    E_EPOCHS_TOO_MANY = (
-        "--epochs {epochs} of {steps} steps each is more steps than can be counted. Pass a smaller --epochs, or "
-        "--max-steps instead (a large --max-steps trains until stopped)."
-    )
     E_TRAINING_DIVERGED_KEPT = " ({path} keeps its checkpoint and model of step {last})"
     E_TRAINING_DIVERGED_RESTART = (
         ": --resume must keep the settings, so go on from that model in a new OUTPUT_DIR with --init {path}, "
@@ -941,6 +937,10 @@ class Errors:
         "{lowest} to {highest} (torchrun gives every process it starts WORLD_SIZE, the number of processes, "
         "and its RANK and LOCAL_RANK below it). Launch with torchrun, or unset WORLD_SIZE, RANK and LOCAL_RANK "
         "to run one process."
+    )
+    E_PEER_FAILED = (
+        "Rank {rank} of this torchrun job failed or refused the run, and this process stopped with it: that "
+        "rank's message says why and what to do."
     )
     E_DDP_DEVICE = (
         "This process has rank {rank} of {world}; DDP on CUDA needs one GPU per process but "

@@ -16,7 +16,7 @@ from ..errors import Errors
 from ..ops import resolve_backend
 from ..ranks import Ranks, torchrun_ranks
 from ..training.data import AUTO_RULE
-from ..training.trainer import BOUNDS, OPTIMIZERS, raised_on_every_rank
+from ..training.trainer import BOUNDS, OPTIMIZERS, leave_failed_run, said_by_this_rank
 from .app import (COMMAND_LINE, DEVICE_HELP, app, checked_by, counted, fail, known_device, non_negative_int, one_of, positive_int,
                   progress_option, spacy_language, warn)
 
@@ -86,10 +86,16 @@ class _Stop:
         group, then torchrun's forwarded copy): a second one in the process's exit (atexit callbacks, the
         workers' joins) printed "Exception ignored in atexit callback ... KeyboardInterrupt" or killed it by
         SIGINT instead of 130, so the command line ignores both signals from here on."""
+        self.ignore_signals()
+        raise typer.Exit(128 + signum) from err
+
+    def ignore_signals(self) -> None:
+        """On the command line: ignore Ctrl-C and SIGTERM from here on, the process exiting (also a rank of torchrun
+        exiting with an error: torchrun stops the other ranks, SIGTERM, as soon as one exits, and a rank still
+        exiting with the same error was reported killed, exit code -15)."""
         if self.ignore_at_exit:
             for stopping in _STOPPING:
                 signal.signal(stopping, signal.SIG_IGN)
-        raise typer.Exit(128 + signum) from err
 
 
 #: The signals that stop a run.
@@ -166,12 +172,18 @@ def _first_to_stop(ranks: Ranks) -> bool:
 def _report_end(err: BaseException, stop: _Stop, output_dir: Path, ranks: Ranks) -> None:
     """Say why the run ended (an error, or the signal that stopped it, and how to go on) and exit: 1 for an
     error, 128 + the signal for a signal (130 Ctrl-C, 143 SIGTERM). Under torchrun, what every rank meets
-    alike is said once: an error by rank 0, a stop by the first rank it reached. A rank that merely lost its
-    stopped peer (gloo's or NCCL's error) says that error and exits 1."""
+    alike is said once: an error by rank 0, a stop by the first rank it reached, and a rank whose peer failed
+    or refused the run (rank 0's check of OUTPUT_DIR) exits 1 quietly, as that peer says why. A rank that
+    merely lost its stopped peer (gloo's or NCCL's error) says that error and exits 1."""
     if stop.signum is None and not isinstance(err, KeyboardInterrupt):
-        if ranks.rank == 0 or not raised_on_every_rank(err):
-            fail(str(err))
-        raise typer.Exit(1) from err  # an error every rank met: rank 0 says it
+        try:
+            if said_by_this_rank(err, ranks.rank):
+                fail(str(err))
+            raise typer.Exit(1) from err
+        finally:  # said: every rank may exit
+            leave_failed_run(err)
+            if ranks.world > 1:
+                stop.ignore_signals()
     # A signal (also one that came while this rank met its stopped peer's error): say what the directory holds
     from ..training.checkpoint import checkpoint_path
 

@@ -18,6 +18,7 @@ import json
 import math
 import os
 import shutil
+import sys
 import time
 import warnings
 from contextlib import ExitStack, contextmanager, suppress
@@ -143,13 +144,24 @@ class TrainConfig:
 #: The optimizers ``TrainConfig.optimizer`` may name.
 OPTIMIZERS = ("adagrad", "adam")
 
+#: The most steps an epoch can have whatever the corpus: one per token at most (StreamBatcher: rows of
+#: its tokens, each step ``unroll`` of them; SentenceBatcher: batches of its sentences), and a corpus holds
+#: at most as many tokens as an array can index.
+MOST_STEPS_PER_EPOCH = np.iinfo(np.intp).max
+#: The largest --epochs whose step count (epochs x steps per epoch) is a number whatever the corpus: above
+#: it, the largest corpora's count overflows to infinity. Checked with the options, before the corpus is
+#: read: ``--epochs 1e308`` was refused only once the corpus was tokenized, the step count needing its size.
+MAX_EPOCHS = sys.float_info.max / MOST_STEPS_PER_EPOCH
+
 #: TrainConfig fields with bounds other than "a positive integer": name -> (accepts, what it must be).
 #: ``TrainConfig.validate`` checks them, and the pretrain command's option callbacks the same way
 #: (naming the flag), so the two accept the same values. NaN is refused (no comparison holds); an
 #: infinite clip is accepted (no clipping), an infinite epochs not (no step count: it crashed computing
 #: one), nor an infinite lr (its first step makes every weight it moves infinite or NaN: the run always diverged).
 BOUNDS: Dict[str, Any] = {
-    "epochs": (lambda v: v is None or 0 < v < math.inf, "positive and finite (to train until stopped: a large --max-steps)"),
+    "epochs": (lambda v: v is None or 0 < v <= MAX_EPOCHS,
+               f"positive and finite, at most {MAX_EPOCHS:.4g} (so that its steps, up to 2**63 an epoch, can be "
+               "counted; to train until stopped: a large --max-steps)"),
     "vocab_size": (lambda v: isinstance(v, int) and (v == 0 or v > len(SPECIALS)),
                    f"0 (no cap) or more than {len(SPECIALS)} (the markers and at least one word)"),
     "lr": (lambda v: v is None or 0 < v < math.inf, "positive and finite"),
@@ -182,21 +194,60 @@ def _setup_distributed(cfg: TrainConfig):
     return rank, world, device
 
 
-def _barrier(world: int, group=None) -> None:
-    if world > 1:
-        dist.barrier(group=group)
-
-
 #: How long the other ranks wait for rank 0 to tokenize the corpus and the held-out text: hours
 #: for a large corpus, past the process group's default timeout (gloo: 30 minutes), which then
 #: killed the first run on it.
 TOKENIZE_TIMEOUT = timedelta(hours=48)
 
 
-def _tokenize_wait_group(world: int):
-    """A gloo group with :data:`TOKENIZE_TIMEOUT` for waiting on rank 0's tokenization (None: one process).
-    Every rank must call it, at the same point."""
+def _wait_group(world: int):
+    """A gloo group with :data:`TOKENIZE_TIMEOUT` for waiting on what rank 0 does alone (its tokenization,
+    its writes: :func:`_settled`), None for one process. Every rank must call it, at the same point."""
     return dist.new_group(backend="gloo", timeout=TOKENIZE_TIMEOUT) if world > 1 else None
+
+
+class PeerFailed(RuntimeError):
+    """This rank's part of a :func:`_settled` block went well, another rank's failed: that rank says why."""
+
+
+@contextmanager
+def _settled(group):
+    """A block after which every rank of ``group`` (:func:`_wait_group`; None: one process) knows whether it
+    failed on any rank, before any rank goes on to a collective that a failed rank would never join: rank 0's
+    checks of OUTPUT_DIR (its lock), its tokenization, its writes. The others waited in that collective until
+    rank 0's exit broke it (gloo's "Connection closed by peer") or torchrun killed them (SIGTERM, reported as
+    their failure). A rank whose block raised raises its error, which the lowest such rank says (also an
+    error of every rank's that rank 0 did not meet); the other ranks raise :class:`PeerFailed`, said by none
+    (:func:`said_by_this_rank`), and every rank then leaves the run together (:func:`leave_failed_run`).
+    One all-reduce of one number. Every rank must enter it, at the same point."""
+    if group is None:
+        yield
+        return
+    rank = dist.get_rank()
+    try:
+        yield
+    except Exception as err:
+        if _lowest_failed(group, rank) == rank:
+            setattr(err, "spacy_elmo_every_rank", False)  # the lowest rank that failed says it, rank 0 or not
+        setattr(err, _SETTLED, group)
+        raise
+    lowest = _lowest_failed(group, None)
+    if lowest is not None:
+        failed = PeerFailed(Errors.E_PEER_FAILED.format(rank=lowest))
+        setattr(failed, _SETTLED, group)
+        raise failed
+
+
+#: The attribute of an error raised by a :func:`_settled` block that failed: its group.
+_SETTLED = "spacy_elmo_settled"
+
+
+def _lowest_failed(group, failed: Optional[int]) -> Optional[int]:
+    """The lowest rank of ``group`` that failed (None: none), ``failed`` this rank's (None: it did not)."""
+    world = dist.get_world_size(group)
+    lowest = torch.tensor([world if failed is None else failed], dtype=torch.int64)
+    dist.all_reduce(lowest, op=dist.ReduceOp.MIN, group=group)
+    return int(lowest) if int(lowest) < world else None
 
 
 # -- model and vocabulary ---------------------------------------------------
@@ -379,15 +430,11 @@ def _refuse_allennlp_output(out: Path) -> None:
 
 
 def _total_steps(cfg: TrainConfig, steps_per_epoch: int) -> int:
-    """The run's number of steps: --max-steps, or --epochs (default 10) of ``steps_per_epoch``; an --epochs
-    whose steps no number holds (1e308: the count overflowed) is refused."""
+    """The run's number of steps: --max-steps, or --epochs (default 10) of ``steps_per_epoch``, a finite
+    product (``cfg.validate``: epochs at most :data:`MAX_EPOCHS`)."""
     if cfg.max_steps is not None:
         return cfg.max_steps
-    epochs = cfg.epochs or 10
-    steps = epochs * steps_per_epoch
-    if not math.isfinite(steps):
-        raise ValueError(Errors.E_EPOCHS_TOO_MANY.format(epochs=epochs, steps=steps_per_epoch))
-    return math.ceil(steps)
+    return math.ceil((cfg.epochs or 10) * steps_per_epoch)
 
 
 def _diverged(step: int, what: str, value: float, out: Path, last_saved: int) -> ValueError:
@@ -495,6 +542,28 @@ def raised_on_every_rank(err: BaseException) -> bool:
     return getattr(err, "spacy_elmo_every_rank", False)
 
 
+def leave_failed_run(err: BaseException) -> None:
+    """Once this rank said ``err``, :func:`train`'s (or left it to the rank that says it): when the run failed
+    in a :func:`_settled` block, which every rank knows, wait until every rank got here, then leave the
+    process group. torchrun stops the other ranks (SIGTERM) when the first one exits: a rank still saying
+    its error could be cut short; and a process that exits in the group, its peers gone, can abort
+    ("terminate called without an active exception", SIGABRT). Any other error: nothing (a peer may be gone).
+    A rank whose failure escaped the command line (an error it does not catch: a traceback) never comes: its
+    exit breaks the barrier, and this rank exits as before."""
+    group = next((getattr(e, _SETTLED) for e in (err, err.__cause__) if hasattr(e, _SETTLED)), None)
+    if group is not None and dist.is_initialized():
+        with suppress(RuntimeError):  # gloo's "Connection closed by peer": that rank is gone
+            dist.barrier(group=group)
+            dist.destroy_process_group()
+
+
+def said_by_this_rank(err: BaseException, rank: int) -> bool:
+    """Whether rank ``rank`` says ``err``, :func:`train`'s, under torchrun: not an error every rank met
+    alike (rank 0 says it, or the lowest rank that met it: :func:`_settled`), nor another rank's failure
+    (:class:`PeerFailed`: that rank says it)."""
+    return not isinstance(err, PeerFailed) and (rank == 0 or not raised_on_every_rank(err))
+
+
 # -- the loop ----------------------------------------------------------------
 def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = None) -> Dict[str, Any]:
     """Run (or resume) pretraining; returns a summary. ``on_step(step, loss)`` is
@@ -568,8 +637,9 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
     rank, world, device = _setup_distributed(cfg)
     out = Path(cfg.output_dir)
     is_main = rank == 0
-    tokenize_wait = _tokenize_wait_group(world)
-    with _same_on_every_rank():
+    wait = _wait_group(world)
+    # Every rank learns rank 0's verdict (its lock, OUTPUT_DIR not empty) before any rank goes on.
+    with _settled(wait), _same_on_every_rank():
         if out.exists() and not out.is_dir():
             raise ValueError(Errors.E_OUTPUT_NOT_A_DIR.format(path=out))
         if is_main and fcntl is not None:  # before anything in OUTPUT_DIR is checked, read or written
@@ -583,86 +653,92 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
             ckpt.check_settings(payload["settings"], _run_settings(cfg, world), out)
         elif is_main and (ckpt.checkpoint_path(out).exists() or (out / "config.json").exists()):
             raise FileExistsError(Errors.E_OUTPUT_NOT_EMPTY.format(path=out))
-    _barrier(world)
 
     heldout = None
     if cfg.heldout:  # read now: a bad file is an error before any training, not at the first checkpoint
         from .evaluate import read_text
 
         # Rank 0 tokenizes; every rank evaluates its share of it at the checkpoints.
-        read: List[Any] = [read_text(cfg.heldout, cfg.lang) if is_main else None]  # rank 0's, broadcast below
+        read: List[Any] = [None]
+        with _settled(wait):
+            if is_main:
+                read[0] = read_text(cfg.heldout, cfg.lang)  # rank 0's, broadcast below
+                _warn_heldout_in_training(cfg.heldout, cfg.train_path)
         if world > 1:
-            dist.broadcast_object_list(read, src=0, group=tokenize_wait)
+            dist.broadcast_object_list(read, src=0, group=wait)
         heldout, heldout_stats = read[0]
         heldout_digest = _heldout_digest(heldout)
-        if is_main:
-            _warn_heldout_in_training(cfg.heldout, cfg.train_path)
 
     # Data: rank 0 tokenizes into the cache, the others wait and read it. A resume that
     # needs a new cache builds it beside data/ and moves it in only once the checkpoint
     # accepted it: a refused resume leaves OUTPUT_DIR as it was.
     cache, staging = out / "data", out / STAGING_NAME
     try:
-        if is_main:
-            for leftover in (staging, out / RETIRED_NAME):  # a run killed while staging or swapping
-                shutil.rmtree(leftover, ignore_errors=True)
-            ckpt.remove_leftovers(out)  # a run killed while writing a checkpoint
-            nlp = corpus_data.make_nlp(cfg.lang)  # one pipeline for the freshness check and the tokenization
-            fresh = cache_is_current(cache, fingerprint(cfg.train_path, cfg.lang, nlp))
-            meta = build_corpus(cfg.train_path, cfg.lang, staging if payload is not None and not fresh else cache,
-                                progress=cfg.progress, nlp=nlp, processes=cfg.tokenize_processes)
-        _barrier(world, tokenize_wait)  # however long rank 0 tokenized
-        source = staging if (staging / "meta.json").exists() else cache
-        if not is_main:
-            meta = json.loads((source / "meta.json").read_text(encoding="utf-8"))
-        corpus = Corpus.load(source)
+        with _settled(wait):  # however long rank 0 tokenized
+            if is_main:
+                for leftover in (staging, out / RETIRED_NAME):  # a run killed while staging or swapping
+                    shutil.rmtree(leftover, ignore_errors=True)
+                ckpt.remove_leftovers(out)  # a run killed while writing a checkpoint
+                nlp = corpus_data.make_nlp(cfg.lang)  # one pipeline for the freshness check and the tokenization
+                fresh = cache_is_current(cache, fingerprint(cfg.train_path, cfg.lang, nlp))
+                meta = build_corpus(cfg.train_path, cfg.lang, staging if payload is not None and not fresh else cache,
+                                    progress=cfg.progress, nlp=nlp, processes=cfg.tokenize_processes)
+        # Each rank reads the cache (another machine's ranks may fail to) and builds its model.
+        with _settled(wait):
+            source = staging if (staging / "meta.json").exists() else cache
+            if not is_main:
+                meta = json.loads((source / "meta.json").read_text(encoding="utf-8"))
+            corpus = Corpus.load(source)
 
-        torch.manual_seed(cfg.seed)  # same initial weights on every rank (DDP also broadcasts)
-        batcher: Union[SentenceBatcher, StreamBatcher]
-        # Every rank read the same cache and --init: a vocabulary --min-count leaves empty, or a corpus too
-        # small for --batch-size x the processes, is refused by every rank alike (said once, by rank 0).
-        with _same_on_every_rank():
-            bilm, softmax, vocab, corpus, new_vocab = _build_model(cfg, corpus, payload, is_main)
-            if cfg.sentences:
-                batcher = SentenceBatcher(corpus, cfg.batch_size, cfg.max_length, cfg.seed, rank, world)
-            else:
-                batcher = StreamBatcher(corpus, cfg.batch_size, cfg.unroll, cfg.seed, rank, world)
-            total = _total_steps(cfg, batcher.steps_per_epoch)
-        bilm.lstm.dropout = cfg.dropout
-        char_table = CharTable(vocab, bilm.config.max_characters_per_token)
-        lm = BidirectionalLM(bilm, softmax).to(device)
-        optimizer = build_optimizer(cfg.optimizer, cfg.lr, lm.parameters())
-        settings = _resume_settings(cfg, world, new_vocab, vocab, bilm.config.to_dict(), corpus)
-        sampler = LogUniformSampler(vocab.size, cfg.negatives)
-        full_softmax = cfg.negatives >= vocab.size
-        if full_softmax and is_main:
-            warnings.warn(Warnings.W_NEGATIVES_CLAMPED.format(negatives=cfg.negatives, vocab=vocab.size), RuntimeWarning, stacklevel=3)  # train()'s caller
-        sampler_rng = torch.Generator().manual_seed(cfg.seed * 1009 + rank)
-        torch.manual_seed(cfg.seed * 7919 + rank)  # dropout streams differ per rank
-        state = None
-        step = 0
-        tokens_seen = 0
-        if payload is not None:
-            with _same_on_every_rank():  # every rank read the same cache
-                if source == staging and payload["settings"].get("data", settings["data"]) != settings["data"]:
-                    _refuse_other_tokenization(cache, meta["fingerprint"], out)
-                ckpt.check_settings(payload["settings"], settings, out)
-                if cfg.model and requested_model(cfg) != bilm.config:
-                    raise ValueError(Errors.E_RESUME_MODEL.format(path=out, found=bilm.config.to_dict(),
-                                                                  expected=requested_model(cfg).to_dict()))
-            lm.load_state_dict(payload["model"])
-            optimizer.load_state_dict(payload["optimizer"])
-            step = int(payload["step"])
-            tokens_seen = int(payload.get("tokens", step * cfg.batch_size * cfg.unroll * world))  # older checkpoints: streams
-            state = ckpt.restore_rank_state(payload["ranks"][rank], sampler_rng, device)
+            torch.manual_seed(cfg.seed)  # same initial weights on every rank (DDP also broadcasts)
+            batcher: Union[SentenceBatcher, StreamBatcher]
+            # Every rank read the same cache and --init: a vocabulary --min-count leaves empty, or a corpus too
+            # small for --batch-size x the processes, is refused by every rank alike (said once, by rank 0).
+            with _same_on_every_rank():
+                bilm, softmax, vocab, corpus, new_vocab = _build_model(cfg, corpus, payload, is_main)
+                if cfg.sentences:
+                    batcher = SentenceBatcher(corpus, cfg.batch_size, cfg.max_length, cfg.seed, rank, world)
+                else:
+                    batcher = StreamBatcher(corpus, cfg.batch_size, cfg.unroll, cfg.seed, rank, world)
+                total = _total_steps(cfg, batcher.steps_per_epoch)
+            bilm.lstm.dropout = cfg.dropout
+            char_table = CharTable(vocab, bilm.config.max_characters_per_token)
+            lm = BidirectionalLM(bilm, softmax).to(device)
+            optimizer = build_optimizer(cfg.optimizer, cfg.lr, lm.parameters())
+            settings = _resume_settings(cfg, world, new_vocab, vocab, bilm.config.to_dict(), corpus)
+            sampler = LogUniformSampler(vocab.size, cfg.negatives)
+            full_softmax = cfg.negatives >= vocab.size
+            if full_softmax and is_main:
+                warnings.warn(Warnings.W_NEGATIVES_CLAMPED.format(negatives=cfg.negatives, vocab=vocab.size), RuntimeWarning, stacklevel=3)  # train()'s caller
+            sampler_rng = torch.Generator().manual_seed(cfg.seed * 1009 + rank)
+            torch.manual_seed(cfg.seed * 7919 + rank)  # dropout streams differ per rank
+            state = None
+            step = 0
+            tokens_seen = 0
+            if payload is not None:
+                with _same_on_every_rank():  # every rank read the same cache
+                    if source == staging and payload["settings"].get("data", settings["data"]) != settings["data"]:
+                        _refuse_other_tokenization(cache, meta["fingerprint"], out)
+                    ckpt.check_settings(payload["settings"], settings, out)
+                    if cfg.model and requested_model(cfg) != bilm.config:
+                        raise ValueError(Errors.E_RESUME_MODEL.format(path=out, found=bilm.config.to_dict(),
+                                                                      expected=requested_model(cfg).to_dict()))
+                lm.load_state_dict(payload["model"])
+                optimizer.load_state_dict(payload["optimizer"])
+                step = int(payload["step"])
+                tokens_seen = int(payload.get("tokens", step * cfg.batch_size * cfg.unroll * world))  # older checkpoints: streams
+                state = ckpt.restore_rank_state(payload["ranks"][rank], sampler_rng, device)
     except BaseException:
         if is_main:
             shutil.rmtree(staging, ignore_errors=True)
         raise
-    if source == staging:
-        _barrier(world)  # every rank has read the staged cache
-        if is_main:
+    with _settled(wait):  # every rank has read the staged cache
+        if is_main and source == staging:
             _move_cache_into_place(staging, cache, out / RETIRED_NAME)
+        log = _Log(out / LOG_NAME, is_main, step if payload is not None else None)
+        if is_main and payload is None:
+            log.write({"event": "start", "step": 0, "world": world, "steps_per_epoch": batcher.steps_per_epoch,
+                       "total_steps": total, "vocab_size": vocab.size, "corpus": meta["stats"], "config": asdict(cfg)})
     model: torch.nn.Module = lm
     if world > 1:
         model = torch.nn.parallel.DistributedDataParallel(lm, device_ids=[device.index] if device.type == "cuda" else None)
@@ -671,10 +747,6 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
                   "vocab_size": vocab.size,
                   "reading": "sentences" if cfg.sentences else "streams",  # evaluate's default mode
                   "train_path": str(cfg.train_path), "init": cfg.init}
-    log = _Log(out / LOG_NAME, is_main, step if payload is not None else None)
-    if is_main and payload is None:
-        log.write({"event": "start", "step": 0, "world": world, "steps_per_epoch": batcher.steps_per_epoch,
-                   "total_steps": total, "vocab_size": vocab.size, "corpus": meta["stats"], "config": asdict(cfg)})
     use_amp = device.type == "cuda"
     bar = progress_bar(total=total, initial=step, desc="pretraining", unit="step", disable=not (cfg.progress and is_main))
     window_loss, window_n, window_tokens, window_start = 0.0, 0, 0, time.perf_counter()
@@ -695,15 +767,15 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
             gathered: List[Any] = [None] * world
             dist.all_gather_object(gathered, ranks[0])
             ranks = gathered
-        if is_main:
-            ckpt.save_checkpoint(out, {"step": step, "tokens": tokens_seen, "model": lm.state_dict(), "optimizer": optimizer.state_dict(),
-                                       "ranks": ranks, "settings": settings})
-            # Training reads streams with carried states and never uses the initial
-            # state; fitting it (eval mode, no randomness) leaves resumption exact.
-            start = fit_start_state(bilm, corpus, cfg.state_sentences)
-            save_pretrained(out, bilm, softmax, vocab, dict(provenance, steps=step), initial_state=start)
+        with _settled(wait):  # rank 0 writes (a full disk fails it alone)
+            if is_main:
+                ckpt.save_checkpoint(out, {"step": step, "tokens": tokens_seen, "model": lm.state_dict(),
+                                           "optimizer": optimizer.state_dict(), "ranks": ranks, "settings": settings})
+                # Training reads streams with carried states and never uses the initial
+                # state; fitting it (eval mode, no randomness) leaves resumption exact.
+                start = fit_start_state(bilm, corpus, cfg.state_sentences)
+                save_pretrained(out, bilm, softmax, vocab, dict(provenance, steps=step), initial_state=start)
         last_saved = step
-        _barrier(world)
 
     def evaluate_heldout() -> Dict[str, Any]:
         """Held-out perplexity of the model now, every rank evaluating its share; logged (rank 0).
@@ -714,7 +786,8 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
         result = evaluate_sentences(lm, vocab, heldout, cfg.eval_batch_size, cfg.unroll, device, per_sentence=cfg.sentences,
                                     rank=rank, world=world)
         result["replaced_bytes"] = heldout_stats.replaced_bytes
-        log.write({"step": step, "event": "heldout", **result, HELDOUT_DIGEST: heldout_digest})
+        with _settled(wait):
+            log.write({"step": step, "event": "heldout", **result, HELDOUT_DIGEST: heldout_digest})
         lm.train()
         return result
 
@@ -789,9 +862,10 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
             elapsed = time.perf_counter() - window_start
             tps = window_tokens / max(elapsed, 1e-9)
             ppl = math.exp(min(window_loss / window_n, 50.0))
-            log.write({"step": step, "epoch": epoch, "loss": step_loss, "loss_forward": float(stats[1]),
-                       "loss_backward": float(stats[2]), "running_perplexity": ppl, "grad_norm": float(grad_norm),
-                       "tokens": tokens_seen, "tokens_per_s": tps, "time": time.time()})
+            with _settled(wait):  # rank 0 appends (a full disk fails it alone)
+                log.write({"step": step, "epoch": epoch, "loss": step_loss, "loss_forward": float(stats[1]),
+                           "loss_backward": float(stats[2]), "running_perplexity": ppl, "grad_norm": float(grad_norm),
+                           "tokens": tokens_seen, "tokens_per_s": tps, "time": time.time()})
             bar.set_postfix({"tok/s": f"{tps:,.0f}", "ppl": f"{ppl:,.1f}"}, refresh=False)
             window_loss, window_n, window_tokens, window_start = 0.0, 0, 0, time.perf_counter()
         bar.update(1)

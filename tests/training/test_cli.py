@@ -194,8 +194,9 @@ BAD_OPTIONS = [
       for flag in ["--state-sentences", "--seed"]],
     (["pretrain", "{tmp}/no-text", "{tmp}/out", "--vocab-size", "3"], "--vocab-size", f"{BOUND}; found 3."),
     (["pretrain", "{tmp}/no-text", "{tmp}/out", "--vocab-size", "-1"], "--vocab-size", f"{BOUND}; found -1."),
-    (["pretrain", "{tmp}/no-text", "{tmp}/out", "--epochs", "0"], "--epochs", "must be positive and finite (to train until stopped: a large --max-steps); found 0.0."),
-    (["pretrain", "{tmp}/no-text", "{tmp}/out", "--epochs", "nan"], "--epochs", "must be positive and finite (to train until stopped: a large --max-steps); found nan."),
+    *[(["pretrain", "{tmp}/no-text", "{tmp}/out", "--epochs", value], "--epochs",
+       "must be positive and finite, at most 1.949e+289 (so that its steps, up to 2**63 an epoch, can be counted; to train "
+       f"until stopped: a large --max-steps); found {found}.") for value, found in [("0", "0.0"), ("nan", "nan"), ("1e308", "1e+308")]],
     (["pretrain", "{tmp}/no-text", "{tmp}/out", "--lr", "-0.1"], "--lr", "must be positive and finite; found -0.1."),
     (["pretrain", "{tmp}/no-text", "{tmp}/out", "--clip", "0"], "--clip",
      "must be positive (a global gradient-norm bound); found 0.0."),
@@ -250,7 +251,7 @@ def test_pretrain_fused_backend_without_the_extension_is_a_usage_error(tmp_path,
 
 @pytest.mark.parametrize("flag, values", [
     ("--vocab-size", ["-1", "0", "1", "3", "4", "1000"]),
-    ("--epochs", ["-1", "0", "1e-9", "0.5", "inf", "nan"]),
+    ("--epochs", ["-1", "0", "1e-9", "0.5", "1.949e289", "1.95e289", "1e308", "inf", "nan"]),
     ("--lr", ["-1", "0", "1e-9", "inf", "nan"]),
     ("--clip", ["-1", "0", "1e-9", "10", "inf", "nan"]),
     ("--dropout", ["-0.1", "-0.0", "0", "0.5", "0.999", "1", "inf", "nan"]),

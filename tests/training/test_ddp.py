@@ -1,7 +1,9 @@
 """DistributedDataParallel with 2 CPU processes (gloo), data sharded by rank."""
 
 import os
+import re
 import socket
+from pathlib import Path
 from typing import Optional
 
 import numpy as np
@@ -440,6 +442,155 @@ def test_ddp_a_sigterm_says_how_to_go_on_once(tmp_path, signalled):
         assert said == [0, 1] and status[0] == "1"  # rank 0 lost its peer: gloo's error, no word of a signal
     assert not [p.name for p in out.iterdir() if p.name.startswith(".")]
     del store
+
+
+def _full_disk_worker(rank: int, world: int, port: int, args: list, result_dir: str) -> None:
+    """:func:`_main_worker` whose rank 0 finds the disk full when it writes its first checkpoint."""
+    import errno
+
+    from spacy_elmo.training import checkpoint
+
+    def no_space(out, payload):
+        raise OSError(errno.ENOSPC, "No space left on device", os.path.join(out, "checkpoint.pt"))
+
+    if rank == 0:
+        checkpoint.save_checkpoint = no_space  # the trainer calls it as ckpt.save_checkpoint
+    _main_worker(rank, world, port, args, result_dir)
+
+
+def _run_ranks(worker, args: tuple, timeout: float = 240) -> None:
+    """``worker(rank, *args)`` as 2 processes; an assertion error, not a hang, when one outlives ``timeout``."""
+    import time
+
+    ranks = mp.spawn(worker, args=args, nprocs=2, join=False)
+    try:
+        deadline = time.monotonic() + timeout
+        for process in ranks.processes:
+            process.join(max(0.0, deadline - time.monotonic()))
+        assert not any(p.is_alive() for p in ranks.processes), "a rank still waits"
+    finally:
+        for process in ranks.processes:
+            process.kill()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["in_use", "not_empty", "heldout_missing", "no_text", "full_disk"])
+def test_ddp_a_failure_of_rank_0_alone_ends_every_rank_at_once_and_quietly(tmp_path, case):
+    """What rank 0 alone checks or does (OUTPUT_DIR's lock, OUTPUT_DIR already holding a run, the held-out
+    text and the corpus it alone tokenizes, the checkpoints it alone writes) failed rank 0 while the other
+    ranks waited in a collective: until torchrun killed them (SIGTERM, reported as their failure) or rank 0's
+    exit broke the connection, a second error ("Connection closed by peer"). Every rank now learns it: rank 0
+    says its error once, the others exit with the same status, saying nothing."""
+    import fcntl
+
+    from .conftest import tiny_pretrain_args
+
+    out = tmp_path / "out"
+    args, _, _ = tiny_pretrain_args(tmp_path, out, "--checkpoint-every", "2")
+    worker, held = _main_worker, None
+    if case == "in_use":  # another run holds the lock
+        out.mkdir()
+        held = os.open(out, os.O_RDONLY)
+        fcntl.flock(held, fcntl.LOCK_EX)
+        said = "is in use by another pretrain run"
+    elif case == "not_empty":
+        out.mkdir()
+        (out / "config.json").write_text("{}", encoding="utf-8")
+        said = "already holds a training run"
+    elif case == "heldout_missing":
+        args += ["--heldout", str(tmp_path / "no-such-heldout.txt")]
+        said = "no-such-heldout.txt does not exist"
+    elif case == "no_text":
+        (tmp_path / "empty").mkdir()
+        args[1] = str(tmp_path / "empty")
+        said = "No text to train on"
+    else:
+        worker, said = _full_disk_worker, "No space left on device"
+    try:
+        _run_ranks(worker, (2, _free_port(), args, str(tmp_path)))
+    finally:
+        if held is not None:
+            os.close(held)
+    stderr = [(tmp_path / f"stderr{r}.txt").read_text(encoding="utf-8") for r in range(2)]
+    assert [(tmp_path / f"status{r}.txt").read_text() for r in range(2)] == ["1", "1"], stderr
+    assert stderr[0].count(said) == 1, stderr
+    assert stderr[1] == "", stderr
+
+
+@pytest.mark.slow
+def test_torchrun_reports_every_rank_exiting_with_rank_0s_status(tmp_path):
+    """Under torchrun itself, which stops the other ranks (SIGTERM) as soon as one exits with an error: its report
+    named the rank that waited for a refused rank 0 killed (exitcode -15), or aborted on its way out ("terminate
+    called without an active exception", -6). Every rank now exits 1, and the error is printed once."""
+    import subprocess
+    import sys
+
+    import spacy_elmo
+
+    from .conftest import tiny_pretrain_args
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "config.json").write_text("{}", encoding="utf-8")  # already holds a run: rank 0 alone refuses it
+    args, _, _ = tiny_pretrain_args(tmp_path, out)
+    root = str(Path(spacy_elmo.__file__).resolve().parent.parent)  # this checkout's package
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+                             str(_free_port()), "-m", "spacy_elmo", *args], capture_output=True, text=True, env=env, timeout=300)
+    report = result.stdout + result.stderr
+    assert result.returncode == 1, report
+    assert re.findall(r"exitcode\s+: (-?[0-9]+)", report) == ["1", "1"], report
+    assert report.count("already holds a training run") == 1, report
+    assert "terminate called" not in report and "Connection closed" not in report, report
+
+
+def _settled_worker(rank: int, world: int, port: int, failing: tuple, result_dir: str, error: type = ValueError) -> None:
+    """A :func:`_settled` block that raises ``error`` (ValueError: one of every rank's) on the ranks ``failing``:
+    who says what. Another error escapes, as one the command line does not catch, ending the process."""
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    import torch.distributed as dist
+
+    from spacy_elmo.training import trainer
+
+    dist.init_process_group("gloo")
+    try:
+        with trainer._settled(trainer._wait_group(world)), trainer._same_on_every_rank():
+            if rank in failing:
+                raise error(f"refused on rank {rank}")
+        outcome = "ran"
+    except (ValueError, trainer.PeerFailed) as err:
+        outcome = f"{type(err).__name__}: {err}; says it: {trainer.said_by_this_rank(err, rank)}"
+        trainer.leave_failed_run(err)
+    with open(os.path.join(result_dir, f"settled{rank}.txt"), "w", encoding="utf-8") as f:
+        f.write(outcome)
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_a_rank_whose_failure_escapes_the_command_line_does_not_hold_the_others(tmp_path):
+    """A failure the command line does not catch (a bug's TypeError: a traceback) ends that rank without
+    :func:`leave_failed_run`: the others, waiting there for it, exit once it is gone, as they did before."""
+    _run_ranks(_settled_worker, (2, _free_port(), (0,), str(tmp_path), TypeError), timeout=120)
+    assert not (tmp_path / "settled0.txt").exists()
+    assert (tmp_path / "settled1.txt").read_text(encoding="utf-8").startswith("PeerFailed: Rank 0 of this torchrun job")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("failing", [(), (0,), (1,), (0, 1)], ids=["none", "rank_0", "rank_1", "both"])
+def test_a_settled_block_tells_every_rank_and_the_lowest_failed_rank_says_it(tmp_path, failing):
+    """The lowest rank that failed says its error, also one of every rank's that rank 0 did not meet (it is
+    said by rank 0 otherwise): the others raise PeerFailed naming that rank, said by none."""
+    _run_ranks(_settled_worker, (2, _free_port(), failing, str(tmp_path)), timeout=120)
+    outcomes = [(tmp_path / f"settled{r}.txt").read_text(encoding="utf-8") for r in range(2)]
+    lowest = min(failing, default=None)
+    for rank, outcome in enumerate(outcomes):
+        if lowest is None:
+            assert outcome == "ran"
+        elif rank in failing:
+            assert outcome == f"ValueError: refused on rank {rank}; says it: {rank == lowest}"
+        else:
+            assert outcome.startswith(f"PeerFailed: Rank {lowest} of this torchrun job failed") and outcome.endswith("says it: False")
 
 
 @pytest.mark.parametrize("error, ours", [

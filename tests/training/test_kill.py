@@ -223,6 +223,17 @@ def test_a_signal_ignored_by_the_starter_stays_ignored(own_handlers, ignored):
     assert signal.getsignal(ignored) == signal.SIG_IGN and signal.getsignal(other) is _catching
 
 
+def _assert_signals_ignored(ignored: bool) -> None:
+    """Ctrl-C and SIGTERM are ignored now (``ignored``), or reach the test's own handlers (:func:`own_handlers`)."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        if ignored:
+            signal.raise_signal(signum)  # ignored
+            assert signal.getsignal(signum) == signal.SIG_IGN
+        else:
+            with pytest.raises(_Caught):
+                signal.raise_signal(signum)
+
+
 @pytest.mark.parametrize("command_line", [True, False], ids=["main", "in_process"])
 def test_a_second_signal_while_the_stopped_command_exits_is_ignored(own_handlers, tmp_path, command_line):
     """torchrun delivers Ctrl-C twice (the terminal's to the process group, then its forwarded copy): the second,
@@ -242,10 +253,25 @@ def test_a_second_signal_while_the_stopped_command_exits_is_ignored(own_handlers
                 stop.reporting = True
                 _report_end(err, stop, tmp_path, Ranks(0, 1, 0))
     assert exited.value.exit_code == 128 + signal.SIGINT
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        if command_line:
-            signal.raise_signal(signum)  # ignored
-            assert signal.getsignal(signum) == signal.SIG_IGN
-        else:
-            with pytest.raises(_Caught):
-                signal.raise_signal(signum)
+    _assert_signals_ignored(command_line)
+
+
+@pytest.mark.parametrize("command_line", [True, False], ids=["main", "in_process"])
+def test_a_signal_while_a_failed_rank_of_torchrun_exits_is_ignored(own_handlers, tmp_path, command_line):
+    """torchrun stops the other ranks (SIGTERM) as soon as one exits with an error: a rank still exiting with
+    the same error (the refusal every rank learned) was reported killed, exit code -15. The command line (main())
+    of a torchrun rank ignores both signals once it ends with an error; an in-process caller gets its handlers back."""
+    import typer
+
+    from spacy_elmo.cli.pretrain import _report_end, _signals_stop_the_run
+    from spacy_elmo.ranks import Ranks
+
+    with pytest.raises(typer.Exit) as exited:
+        with _signals_stop_the_run(command_line=command_line) as stop:
+            try:
+                raise ValueError("refused")
+            except ValueError as err:
+                stop.reporting = True
+                _report_end(err, stop, tmp_path, Ranks(1, 2, 1))
+    assert exited.value.exit_code == 1
+    _assert_signals_ignored(command_line)

@@ -85,13 +85,45 @@ def test_weights_that_stopped_being_finite_are_never_saved(tmp_path, monkeypatch
         train(tiny_train_config(train_file, tmp_path / "later", checkpoint_every=2))
 
 
-def test_epochs_too_many_to_count_are_refused(tmp_path):
-    """--epochs 1e308 (finite) crashed with an OverflowError counting its steps, after the corpus was read."""
+def test_epochs_too_many_to_count_are_refused_before_the_corpus_is_read(tmp_path):
+    """--epochs 1e308 (finite) crashed with an OverflowError counting its steps, after the corpus was read; then it
+    was refused, but only once the corpus had been tokenized into OUTPUT_DIR (the count needed its size). The
+    bound that holds for every corpus refuses it first, OUTPUT_DIR untouched."""
     train_file = write_corpus(tmp_path / "train.txt", 200)
     out = tmp_path / "out"
-    with pytest.raises(ValueError, match="--epochs 1e[+]?308 of [0-9]+ steps each is more steps than can be counted.*--max-steps"):
+    with pytest.raises(ValueError, match="epochs must be positive and finite, at most 1.949e[+]289 .*--max-steps.*found 1e[+]308"):
         train(tiny_train_config(train_file, out, max_steps=None, epochs=1e308))
-    assert not ckpt.checkpoint_path(out).exists() and not (out / "train_log.jsonl").exists()
+    assert not out.exists()
+
+
+def test_the_epochs_bound_is_the_largest_whose_steps_are_counted_for_every_corpus():
+    """MAX_EPOCHS is no arbitrary cap: times the most steps an epoch can have it is a finite number, the next
+    number above it is not; the run's count at the bound is finite for every epoch length up to that most."""
+    from spacy_elmo.training.trainer import MAX_EPOCHS, MOST_STEPS_PER_EPOCH, TrainConfig, _total_steps
+
+    assert MOST_STEPS_PER_EPOCH == 2**63 - 1  # the most elements a 64-bit array indexes
+    above = math.nextafter(MAX_EPOCHS, math.inf)
+    assert math.isinf(above * MOST_STEPS_PER_EPOCH)
+    for steps in (1, 3, 2**53 + 1, MOST_STEPS_PER_EPOCH):
+        cfg = TrainConfig(train_path="t", output_dir="o", epochs=MAX_EPOCHS)
+        cfg.validate()
+        assert _total_steps(cfg, steps) >= steps  # an int: the float product was finite
+    with pytest.raises(ValueError, match="epochs must be positive and finite, at most"):
+        TrainConfig(train_path="t", output_dir="o", epochs=above).validate()
+
+
+@pytest.mark.parametrize("sentences", [False, True], ids=["streams", "sentences"])
+def test_an_epoch_has_no_more_steps_than_its_corpus_has_tokens(tmp_path, sentences):
+    """MOST_STEPS_PER_EPOCH's premise, at the smallest batches (one row of one token a step, one process)."""
+    from spacy_elmo.training.data import Corpus, build_corpus
+    from spacy_elmo.training.sentences import SentenceBatcher
+    from spacy_elmo.training.stream import StreamBatcher
+
+    train_file = write_corpus(tmp_path / "train.txt", 50)
+    build_corpus(str(train_file), "en", tmp_path / "data", progress=False)
+    corpus = Corpus.load(tmp_path / "data")
+    batcher = SentenceBatcher(corpus, 1, 1, 0, 0, 1) if sentences else StreamBatcher(corpus, 1, 1, 0, 0, 1)
+    assert 0 < batcher.steps_per_epoch <= len(corpus.tokens)
 
 
 @pytest.mark.filterwarnings("ignore:.*holds the weights only:UserWarning", "ignore:.*AllenNLP will not run:UserWarning")
