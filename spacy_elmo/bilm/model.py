@@ -388,7 +388,8 @@ class BiLM(nn.Module):
         from a cache of :meth:`encode_tokens` outputs); lengths: LongTensor ``(B,)``
         of tokens without the markers. Returns the same :class:`BiLMOutput` as
         :meth:`forward` (and carries states in stateful mode); ``keep_boundaries`` as there.
-        ``x`` is on the weights' device and in their dtype (under autocast: any float dtype).
+        ``x`` is on the weights' device and in their dtype (under autocast also in the autocast
+        dtype of that device, :func:`torch.get_autocast_dtype`, which :meth:`encode_tokens` returns there).
         """
         P = self.config.projection_dim
         if not (isinstance(x, Tensor) and x.is_floating_point() and isinstance(lengths, Tensor)
@@ -400,9 +401,14 @@ class BiLM(nn.Module):
         weights = cast(LstmCellWeights, self.lstm.forward_layers[0]).w_input  # nn.ModuleList items are untyped
         if x.device != weights.device:  # fused: meta outputs from CPU weights; reference: torch's device error
             raise ValueError(Errors.E_CONTEXTUALIZE_DEVICE.format(found=x.device, expected=weights.device))
-        if x.dtype != weights.dtype and not ops.reference.autocast_on(x.device.type):
-            # the backends differed: fused ran in x's dtype, the reference raised torch's matmul dtype error
-            raise TypeError(Errors.E_CONTEXTUALIZE_X_DTYPE.format(found=x.dtype, expected=weights.dtype))
+        # Under autocast also its dtype (what encode_tokens returns there), but no other: autocast never
+        # casts float64, and on the CPU float16 fails in it, where the backends differed (fused ran in x's
+        # dtype, the reference raised torch's matmul or autocast error), as they do without autocast.
+        low = torch.get_autocast_dtype(x.device.type) if ops.reference.autocast_on(x.device.type) else None
+        if x.dtype != weights.dtype and x.dtype != low:
+            accepted = f"{weights.dtype}" + ("" if low in (None, weights.dtype) else f" or, under this autocast, {low}")
+            raise TypeError(Errors.E_CONTEXTUALIZE_X_DTYPE.format(found=x.dtype, expected=weights.dtype,
+                                                                  accepted=accepted))
         B, T = x.shape[0], x.shape[1] - 2
         if ops.reference.any_bad((lengths < 0) | (lengths > T), Errors.E_CONTEXTUALIZE_LENGTHS_IN_GRAPH):
             raise ValueError(Errors.E_CONTEXTUALIZE_LENGTHS.format(max_len=T, found=lengths.tolist()))
