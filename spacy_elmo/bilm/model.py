@@ -125,9 +125,15 @@ class BiLM(nn.Module):
 
     def _apply(self, fn, recurse=True):
         # The marker ids are a constant no state_dict restores: .to_empty() (how a model built on the
-        # meta device gets its memory) left them uninitialised, and <S> / </S> ran as garbage tokens.
+        # meta device gets its memory) left them uninitialised, and <S> / </S> ran as garbage tokens. New
+        # memory gets the constant written in; a buffer fn kept (share_memory(), .to() where it already
+        # is, e.g. under inference_mode) stays that tensor: a new one was not shared, or an inference tensor.
+        before = self._marker_ids
         super()._apply(fn, recurse)
-        self._marker_ids = self._fresh_marker_ids(self._marker_ids.device)
+        after = self._marker_ids
+        if after is not before and after.device.type != "meta":
+            with torch.no_grad():
+                after.copy_(self._fresh_marker_ids(torch.device("cpu")))
         return self
 
     # -- backend ---------------------------------------------------------

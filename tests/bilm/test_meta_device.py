@@ -53,3 +53,19 @@ def test_elmo_built_on_meta_then_assigned_gives_the_same_vectors(tmp_path):
     assert torch.equal(got["mask"], expected["mask"])
     for a, b in zip(got["elmo_representations"], expected["elmo_representations"]):
         torch.testing.assert_close(a, b, atol=0, rtol=0)
+
+
+def test_marker_ids_stay_the_buffer_that_apply_kept():
+    """_apply replaced the marker ids with a new tensor every time: after share_memory() they were the one
+    buffer not in shared memory, and a .to() where the model already was, under inference_mode, made them
+    an inference tensor. (to_empty() still writes them: test_bilm_built_on_meta_then_loaded_matches_oracle.)"""
+    from tests.bilm.test_config import TINY
+
+    model = BiLM(TINY)
+    expected = model.marker_ids.clone()
+    model.share_memory()
+    assert model.marker_ids.is_shared()
+    with torch.inference_mode():
+        model.to("cpu")
+    assert not model.marker_ids.is_inference()
+    assert torch.equal(model.marker_ids, expected)
