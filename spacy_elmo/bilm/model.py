@@ -136,6 +136,13 @@ class BiLM(nn.Module):
                 after.copy_(self._fresh_marker_ids(torch.device("cpu")))
         return self
 
+    def __setstate__(self, state) -> None:
+        # A whole BiLM pickled (torch.save(model)) before the hook existed: __init__, which registers it,
+        # does not run on unpickling.
+        super().__setstate__(state)
+        if _marker_ids_follow_weights not in self._load_state_dict_post_hooks.values():
+            self.register_load_state_dict_post_hook(_marker_ids_follow_weights)
+
     # -- backend ---------------------------------------------------------
     @property
     def backend(self) -> str:

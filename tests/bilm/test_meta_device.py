@@ -69,3 +69,21 @@ def test_marker_ids_stay_the_buffer_that_apply_kept():
         model.to("cpu")
     assert not model.marker_ids.is_inference()
     assert torch.equal(model.marker_ids, expected)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bilm_pickled_without_the_marker_hook_follows_assigned_weights(backend):
+    """A whole BiLM pickled before the load_state_dict post-hook existed (torch.save(model)) lacks it, as
+    __init__ does not run on unpickling: its marker ids stayed on meta under load_state_dict(assign=True)
+    ("Cannot copy out of meta tensor"). Simulated by pickling a model with the hook removed."""
+    import pickle
+
+    from tests.bilm.test_config import TINY
+
+    model = BiLM(TINY, backend=backend)
+    model._load_state_dict_post_hooks.clear()
+    old = pickle.loads(pickle.dumps(model)).to("meta")
+    old.load_state_dict(model.state_dict(), assign=True)
+    ids = batch_to_ids(SENTENCES)
+    with torch.no_grad():
+        torch.testing.assert_close(old(ids).activations[2], model(ids).activations[2], atol=0, rtol=0)
