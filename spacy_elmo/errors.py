@@ -353,8 +353,8 @@ class Errors:
         "there (x.to('{expected}')), or the model with bilm.to(device)."
     )
     E_CONTEXTUALIZE_X_DTYPE = (
-        "contextualize: the token vectors x are {found} but the biLM's weights are {expected}: convert x "
-        "(x.to({expected})), or the model (bilm.to({found})), or run both under torch.autocast."
+        "contextualize: the token vectors x are {found} but the biLM takes {accepted}: convert x "
+        "(x.to({expected})), or the model (bilm.to({found}))."
     )
     E_CONTEXTUALIZE_LENGTHS = (
         "contextualize: lengths count the tokens without the markers, so each must lie in 0..{max_len} "

@@ -125,10 +125,23 @@ class BiLM(nn.Module):
 
     def _apply(self, fn, recurse=True):
         # The marker ids are a constant no state_dict restores: .to_empty() (how a model built on the
-        # meta device gets its memory) left them uninitialised, and <S> / </S> ran as garbage tokens.
+        # meta device gets its memory) left them uninitialised, and <S> / </S> ran as garbage tokens. New
+        # memory gets the constant written in; a buffer fn kept (share_memory(), .to() where it already
+        # is, e.g. under inference_mode) stays that tensor: a new one was not shared, or an inference tensor.
+        before = self._marker_ids
         super()._apply(fn, recurse)
-        self._marker_ids = self._fresh_marker_ids(self._marker_ids.device)
+        after = self._marker_ids
+        if after is not before and after.device.type != "meta":
+            with torch.no_grad():
+                after.copy_(self._fresh_marker_ids(torch.device("cpu")))
         return self
+
+    def __setstate__(self, state) -> None:
+        # A whole BiLM pickled (torch.save(model)) before the hook existed: __init__, which registers it,
+        # does not run on unpickling.
+        super().__setstate__(state)
+        if _marker_ids_follow_weights not in self._load_state_dict_post_hooks.values():
+            self.register_load_state_dict_post_hook(_marker_ids_follow_weights)
 
     # -- backend ---------------------------------------------------------
     @property
@@ -388,7 +401,8 @@ class BiLM(nn.Module):
         from a cache of :meth:`encode_tokens` outputs); lengths: LongTensor ``(B,)``
         of tokens without the markers. Returns the same :class:`BiLMOutput` as
         :meth:`forward` (and carries states in stateful mode); ``keep_boundaries`` as there.
-        ``x`` is on the weights' device and in their dtype (under autocast: any float dtype).
+        ``x`` is on the weights' device and in their dtype (under autocast also in the autocast
+        dtype of that device, :func:`torch.get_autocast_dtype`, which :meth:`encode_tokens` returns there).
         """
         P = self.config.projection_dim
         if not (isinstance(x, Tensor) and x.is_floating_point() and isinstance(lengths, Tensor)
@@ -400,9 +414,14 @@ class BiLM(nn.Module):
         weights = cast(LstmCellWeights, self.lstm.forward_layers[0]).w_input  # nn.ModuleList items are untyped
         if x.device != weights.device:  # fused: meta outputs from CPU weights; reference: torch's device error
             raise ValueError(Errors.E_CONTEXTUALIZE_DEVICE.format(found=x.device, expected=weights.device))
-        if x.dtype != weights.dtype and not ops.reference.autocast_on(x.device.type):
-            # the backends differed: fused ran in x's dtype, the reference raised torch's matmul dtype error
-            raise TypeError(Errors.E_CONTEXTUALIZE_X_DTYPE.format(found=x.dtype, expected=weights.dtype))
+        # Under autocast also its dtype (what encode_tokens returns there), but no other: autocast never
+        # casts float64, and on the CPU float16 fails in it, where the backends differed (fused ran in x's
+        # dtype, the reference raised torch's matmul or autocast error), as they do without autocast.
+        low = torch.get_autocast_dtype(x.device.type) if ops.reference.autocast_on(x.device.type) else None
+        if x.dtype != weights.dtype and x.dtype != low:
+            accepted = f"{weights.dtype}" + ("" if low in (None, weights.dtype) else f" or, under this autocast, {low}")
+            raise TypeError(Errors.E_CONTEXTUALIZE_X_DTYPE.format(found=x.dtype, expected=weights.dtype,
+                                                                  accepted=accepted))
         B, T = x.shape[0], x.shape[1] - 2
         if ops.reference.any_bad((lengths < 0) | (lengths > T), Errors.E_CONTEXTUALIZE_LENGTHS_IN_GRAPH):
             raise ValueError(Errors.E_CONTEXTUALIZE_LENGTHS.format(max_len=T, found=lengths.tolist()))

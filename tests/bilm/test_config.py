@@ -279,13 +279,19 @@ def test_contextualize_takes_vectors_of_the_weights_dtype_and_device(backend):
     """Before, the backends differed: for float64 or float16 vectors on a float32 model the fused path ran in
     the vectors' dtype and the reference raised torch's "expected m1 and m2 to have the same dtype"; vectors on
     the meta device gave meta outputs from the fused path (CPU weights) and torch's device error from the
-    reference. Under autocast the vectors come in the autocast dtype (what encode_tokens returns there)."""
+    reference. Under autocast the vectors come in the autocast dtype (what encode_tokens returns there), but
+    no other: before, any dtype passed there, and float64 (which autocast never casts) or float16 (which CPU
+    autocast fails on) ran on the fused path (float64 outputs) while the reference raised torch's errors."""
     import torch
 
     model = BiLM(TINY, backend=backend)
     x, lengths = torch.randn(2, 4, 4), torch.tensor([2, 1])
     for other in (torch.float64, torch.float16):
-        with pytest.raises(TypeError, match=f"x are {other} but the biLM's weights are torch.float32: convert x"):
+        with pytest.raises(TypeError, match=f"x are {other} but the biLM takes torch.float32: convert x"):
+            model.contextualize(x.to(other), lengths)
+        with torch.autocast("cpu", dtype=torch.bfloat16), pytest.raises(
+                TypeError, match=f"x are {other} but the biLM takes torch.float32 or, under this autocast, "
+                                 r"torch.bfloat16: convert x \(x.to\(torch.float32\)\)"):
             model.contextualize(x.to(other), lengths)
     with pytest.raises(ValueError, match=r"x are on meta but the biLM's weights are on cpu: move x there \(x.to\('cpu'\)\)"):
         model.contextualize(x.to("meta"), lengths)

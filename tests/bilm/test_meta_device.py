@@ -53,3 +53,37 @@ def test_elmo_built_on_meta_then_assigned_gives_the_same_vectors(tmp_path):
     assert torch.equal(got["mask"], expected["mask"])
     for a, b in zip(got["elmo_representations"], expected["elmo_representations"]):
         torch.testing.assert_close(a, b, atol=0, rtol=0)
+
+
+def test_marker_ids_stay_the_buffer_that_apply_kept():
+    """_apply replaced the marker ids with a new tensor every time: after share_memory() they were the one
+    buffer not in shared memory, and a .to() where the model already was, under inference_mode, made them
+    an inference tensor. (to_empty() still writes them: test_bilm_built_on_meta_then_loaded_matches_oracle.)"""
+    from tests.bilm.test_config import TINY
+
+    model = BiLM(TINY)
+    expected = model.marker_ids.clone()
+    model.share_memory()
+    assert model.marker_ids.is_shared()
+    with torch.inference_mode():
+        model.to("cpu")
+    assert not model.marker_ids.is_inference()
+    assert torch.equal(model.marker_ids, expected)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bilm_pickled_without_the_marker_hook_follows_assigned_weights(backend):
+    """A whole BiLM pickled before the load_state_dict post-hook existed (torch.save(model)) lacks it, as
+    __init__ does not run on unpickling: its marker ids stayed on meta under load_state_dict(assign=True)
+    ("Cannot copy out of meta tensor"). Simulated by pickling a model with the hook removed."""
+    import pickle
+
+    from tests.bilm.test_config import TINY
+
+    model = BiLM(TINY, backend=backend)
+    model._load_state_dict_post_hooks.clear()
+    old = pickle.loads(pickle.dumps(model)).to("meta")
+    old.load_state_dict(model.state_dict(), assign=True)
+    ids = batch_to_ids(SENTENCES)
+    with torch.no_grad():
+        torch.testing.assert_close(old(ids).activations[2], model(ids).activations[2], atol=0, rtol=0)
