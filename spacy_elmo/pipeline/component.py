@@ -270,24 +270,42 @@ def _is_number_list(values: Any) -> bool:
     )
 
 
+#: the settings of a :class:`Vectors` table that ``Vectors._set_cfg`` sets (all of them: its ``_get_cfg`` leaves
+#: out those of floret mode in default mode, which from_bytes would then reset)
+_VECTORS_CFG = ("mode", "minn", "maxn", "hash_count", "hash_seed", "bow", "eow", "attr")
+
+
 def _set_vocab(vocab: Vocab, data: bytes, exclude: Iterable[str]) -> None:
     """``vocab.from_bytes(data, exclude=exclude)``; should it fail, the vectors and lookups it replaces (spaCy sets the
     strings, then the vectors, then the lookups) are put back as they were. Strings it added stay: a StringStore only
     grows (the tokenizers of other threads add to it meanwhile, under no lock of ours), and a string that nothing
-    uses changes nothing."""
-    kept = {
-        part: getattr(vocab, part).to_bytes(**({"exclude": ["strings"]} if part == "vectors" else {}))
-        for part in ("vectors", "lookups")
-        if part not in exclude and isinstance(getattr(vocab, part), (Vectors, Lookups))  # not another vectors type
-    }
+    uses changes nothing.
+
+    Kept by reference, not serialized (a copy of the table per load, and lookups msgpack cannot write would fail
+    it): spaCy's ``Vectors.from_bytes`` assigns a new ``data`` array and its settings, and adds to ``key2row`` (so
+    its entries are copied); ``Lookups.from_bytes`` assigns a new dict of tables. Put back, the table holds the
+    same array (writeable as before) and the same ``key2row`` dict."""
+    vectors = vocab.vectors if "vectors" not in exclude and isinstance(vocab.vectors, Vectors) else None
+    lookups = vocab.lookups if "lookups" not in exclude and isinstance(vocab.lookups, Lookups) else None
+    if vectors is not None:  # not another vectors type
+        kept_data, key2row, rows = vectors.data, vectors.key2row, dict(vectors.key2row)
+        settings = {name: getattr(vectors, name) for name in _VECTORS_CFG}
+    tables = lookups._tables if lookups is not None else None
     try:
         vocab.from_bytes(data, exclude=exclude)
     except BaseException:
-        if "vectors" in kept:  # spaCy's from_bytes adds to the table's keys: emptied first, it holds the old ones only
-            vocab.vectors.key2row.clear()
-            vocab.vectors.from_bytes(kept["vectors"], exclude=["strings"])
-        if "lookups" in kept:
-            vocab.lookups.from_bytes(kept["lookups"])
+        if vectors is not None and (
+            vectors.data is not kept_data or vectors.key2row is not key2row or vectors.key2row != rows
+            or any(getattr(vectors, name) != value for name, value in settings.items())
+        ):  # else not reached: its rows left unset (``_unset``, which Python cannot read) stay as they were
+            vectors.data = kept_data
+            key2row.clear()
+            key2row.update(rows)
+            vectors.key2row = key2row
+            vectors._set_cfg(settings)
+            vectors._sync_unset()  # as spaCy's from_bytes leaves it: the rows no key maps
+        if lookups is not None:
+            lookups._tables = tables
         raise
 
 
