@@ -118,6 +118,7 @@ def make_elmo(
         set_doc_tensor=set_doc_tensor,
     )
     component.pipeline_tokens = {"lang": nlp.lang, "tokenizer": tokenizer_settings(nlp)}
+    _PIPELINES[component] = weakref.ref(nlp)
     return component
 
 
@@ -147,6 +148,12 @@ _BATCHES: "weakref.WeakKeyDictionary[Any, _TrainingBatch]" = weakref.WeakKeyDict
 #: (another thread of the parent may hold one, which nothing would release in the child).
 _LOADING: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
 after_fork_in_child(_LOADING.clear)
+
+
+#: component -> (a weak reference to) the pipeline the factory built it for, whose config tells where a weights path
+#: loaded without ``nlp`` at hand (first use, to_bytes / to_disk of ``spacy assemble``) came from. Kept off the
+#: component, which pickles; weak both ways: neither keeps the other alive.
+_PIPELINES: "weakref.WeakKeyDictionary[Any, weakref.ref]" = weakref.WeakKeyDictionary()
 
 
 def _loading_lock(component: Any) -> Any:
@@ -385,15 +392,26 @@ class ElmoComponent(TrainablePipe):
                 self._size_listener(listener, bilm)
 
     def _ensure_weights(self, nlp: Optional[Language] = None) -> None:
-        """The weights of ``[components.NAME] weights`` loaded, unless loaded; ``nlp``: the pipeline (initialize),
-        whose config tells where a path that names nothing came from."""
+        """The weights of ``[components.NAME] weights`` loaded, unless loaded; ``nlp``: the pipeline (initialize;
+        None: the one the factory built this component for, if it still holds it), whose config tells where a path
+        that names nothing came from."""
         # Always under the lock (uncontended once loaded): load_weights sets the biLM before it sizes
         # the listeners, so a thread that saw is_loaded without the lock could run unsized listeners.
         with _loading_lock(self):
             if not self.is_loaded:  # not loaded by another thread meanwhile
                 weights = self.cfg.get("weights")
-                self._load_named(lambda: self.load_weights(weights), nlp, ("components", self.name, "weights"),
+                pipeline = nlp if nlp is not None else self._pipeline()
+                self._load_named(lambda: self.load_weights(weights), pipeline, ("components", self.name, "weights"),
                                  Errors.E_ELMO_WEIGHTS_PATH)  # fmt: skip
+
+    def _pipeline(self) -> Optional[Language]:
+        """The pipeline the factory built this component for, while it holds it under its name (not one it was
+        copied from: ``source``, pickling, another name), else None."""
+        ref = _PIPELINES.get(self)
+        nlp = ref() if ref is not None else None
+        if nlp is None or self.name not in nlp.component_names or nlp.get_pipe(self.name) is not self:
+            return None
+        return nlp
 
     def _load_named(self, load: Callable[[], None], nlp: Optional[Language], keys: Tuple[str, ...], message: str) -> None:
         """``load()``; a path that names nothing (FileNotFoundError) is raised again naming the setting it came from:
