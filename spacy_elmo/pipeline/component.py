@@ -632,7 +632,7 @@ class ElmoComponent(TrainablePipe):
     def mix_weights(self, nL: Optional[int] = None) -> numpy.ndarray:
         """``(L + 1,)`` float32: softmax of ``mix`` (uniform by default); nL: L + 1 of the layers to mix,
         None = the current weights'."""
-        if nL is None:  # the runner's biLM: the model's dims are unset while a load checks other weights
+        if nL is None:  # the runner's biLM, as its layers are sized: set_bilm sets the model's dims just after it
             bilm = get_bilm(self.model)
             nL = self.model.get_dim("nL") if bilm is None else bilm.config.n_output_layers
         w = numpy.zeros((nL,), dtype="float32") if self.cfg["mix"] is None else numpy.asarray(self.cfg["mix"], "float32")
