@@ -232,9 +232,9 @@ class Errors:
         "empty (\"\") to load [components.{name}] weights (null: the bundled default model)."
     )
     E_ELMO_WEIGHTS_PATH = (
-        "The '{name}' component cannot load its weights setting ({setting}, the 'weights' of "
-        "nlp.add_pipe('{name}', config={{'weights': ...}})): {reason} Fix that setting (null: the bundled default "
-        "model)."
+        "The '{name}' component cannot load its weights setting ({setting} of the pipeline's config, set by a "
+        "config file or as the 'weights' of nlp.add_pipe('{name}', config={{'weights': ...}})): {reason} Fix that "
+        "setting (null: the bundled default model)."
     )
     E_ELMO_WEIGHTS_VARIABLE = (
         "The '{name}' component cannot load the weights that --{section}.{key} names ({setting} = "

@@ -206,7 +206,9 @@ def get_bilm(model: Model) -> Optional[BiLM]:
 
 
 def set_bilm(model: Model, bilm: BiLM, source: str) -> None:
-    """Put loaded weights into the model (on the current thinc device) and set the dims."""
+    """Put loaded weights into the model (on the current thinc device), then set the dims: a call of another thread
+    (which takes no lock) that reads both in between sees the new weights with the old dims, never the reverse
+    (readers that need both read the sizes from the biLM they run, as :func:`_forward` does)."""
     shim = cast(PyTorchShim, model.layers[0].shims[0])  # thinc types shims as the base Shim
     bilm.backend = model.attrs["backend"]
     runner = get_runner(model)

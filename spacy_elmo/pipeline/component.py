@@ -118,6 +118,7 @@ def make_elmo(
         set_doc_tensor=set_doc_tensor,
     )
     component.pipeline_tokens = {"lang": nlp.lang, "tokenizer": tokenizer_settings(nlp)}
+    _PIPELINES[component] = weakref.ref(nlp)
     return component
 
 
@@ -147,6 +148,12 @@ _BATCHES: "weakref.WeakKeyDictionary[Any, _TrainingBatch]" = weakref.WeakKeyDict
 #: (another thread of the parent may hold one, which nothing would release in the child).
 _LOADING: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
 after_fork_in_child(_LOADING.clear)
+
+
+#: component -> (a weak reference to) the pipeline the factory built it for, whose config tells where a weights path
+#: loaded without ``nlp`` at hand (first use, to_bytes / to_disk of ``spacy assemble``) came from. Kept off the
+#: component, which pickles; weak both ways: neither keeps the other alive.
+_PIPELINES: "weakref.WeakKeyDictionary[Any, weakref.ref]" = weakref.WeakKeyDictionary()
 
 
 def _loading_lock(component: Any) -> Any:
@@ -270,24 +277,42 @@ def _is_number_list(values: Any) -> bool:
     )
 
 
+#: the settings of a :class:`Vectors` table that ``Vectors._set_cfg`` sets (all of them: its ``_get_cfg`` leaves
+#: out those of floret mode in default mode, which from_bytes would then reset)
+_VECTORS_CFG = ("mode", "minn", "maxn", "hash_count", "hash_seed", "bow", "eow", "attr")
+
+
 def _set_vocab(vocab: Vocab, data: bytes, exclude: Iterable[str]) -> None:
     """``vocab.from_bytes(data, exclude=exclude)``; should it fail, the vectors and lookups it replaces (spaCy sets the
     strings, then the vectors, then the lookups) are put back as they were. Strings it added stay: a StringStore only
     grows (the tokenizers of other threads add to it meanwhile, under no lock of ours), and a string that nothing
-    uses changes nothing."""
-    kept = {
-        part: getattr(vocab, part).to_bytes(**({"exclude": ["strings"]} if part == "vectors" else {}))
-        for part in ("vectors", "lookups")
-        if part not in exclude and isinstance(getattr(vocab, part), (Vectors, Lookups))  # not another vectors type
-    }
+    uses changes nothing.
+
+    Kept by reference, not serialized (a copy of the table per load, and lookups msgpack cannot write would fail
+    it): spaCy's ``Vectors.from_bytes`` assigns a new ``data`` array and its settings, and adds to ``key2row`` (so
+    its entries are copied); ``Lookups.from_bytes`` assigns a new dict of tables. Put back, the table holds the
+    same array (writeable as before) and the same ``key2row`` dict."""
+    vectors = vocab.vectors if "vectors" not in exclude and isinstance(vocab.vectors, Vectors) else None
+    lookups = vocab.lookups if "lookups" not in exclude and isinstance(vocab.lookups, Lookups) else None
+    if vectors is not None:  # not another vectors type
+        kept_data, key2row, rows = vectors.data, vectors.key2row, dict(vectors.key2row)
+        settings = {name: getattr(vectors, name) for name in _VECTORS_CFG}
+    tables = lookups._tables if lookups is not None else None
     try:
         vocab.from_bytes(data, exclude=exclude)
     except BaseException:
-        if "vectors" in kept:  # spaCy's from_bytes adds to the table's keys: emptied first, it holds the old ones only
-            vocab.vectors.key2row.clear()
-            vocab.vectors.from_bytes(kept["vectors"], exclude=["strings"])
-        if "lookups" in kept:
-            vocab.lookups.from_bytes(kept["lookups"])
+        if vectors is not None and (
+            vectors.data is not kept_data or vectors.key2row is not key2row or vectors.key2row != rows
+            or any(getattr(vectors, name) != value for name, value in settings.items())
+        ):  # else not reached: its rows left unset (``_unset``, which Python cannot read) stay as they were
+            vectors.data = kept_data
+            key2row.clear()
+            key2row.update(rows)
+            vectors.key2row = key2row
+            vectors._set_cfg(settings)
+            vectors._sync_unset()  # as spaCy's from_bytes leaves it: the rows no key maps
+        if lookups is not None:
+            lookups._tables = tables
         raise
 
 
@@ -367,15 +392,26 @@ class ElmoComponent(TrainablePipe):
                 self._size_listener(listener, bilm)
 
     def _ensure_weights(self, nlp: Optional[Language] = None) -> None:
-        """The weights of ``[components.NAME] weights`` loaded, unless loaded; ``nlp``: the pipeline (initialize),
-        whose config tells where a path that names nothing came from."""
+        """The weights of ``[components.NAME] weights`` loaded, unless loaded; ``nlp``: the pipeline (initialize;
+        None: the one the factory built this component for, if it still holds it), whose config tells where a path
+        that names nothing came from."""
         # Always under the lock (uncontended once loaded): load_weights sets the biLM before it sizes
         # the listeners, so a thread that saw is_loaded without the lock could run unsized listeners.
         with _loading_lock(self):
             if not self.is_loaded:  # not loaded by another thread meanwhile
                 weights = self.cfg.get("weights")
-                self._load_named(lambda: self.load_weights(weights), nlp, ("components", self.name, "weights"),
+                pipeline = nlp if nlp is not None else self._pipeline()
+                self._load_named(lambda: self.load_weights(weights), pipeline, ("components", self.name, "weights"),
                                  Errors.E_ELMO_WEIGHTS_PATH)  # fmt: skip
+
+    def _pipeline(self) -> Optional[Language]:
+        """The pipeline the factory built this component for, while it holds it under its name (not one it was
+        copied from: ``source``, pickling, another name), else None."""
+        ref = _PIPELINES.get(self)
+        nlp = ref() if ref is not None else None
+        if nlp is None or self.name not in nlp.component_names or nlp.get_pipe(self.name) is not self:
+            return None
+        return nlp
 
     def _load_named(self, load: Callable[[], None], nlp: Optional[Language], keys: Tuple[str, ...], message: str) -> None:
         """``load()``; a path that names nothing (FileNotFoundError) is raised again naming the setting it came from:
@@ -596,7 +632,7 @@ class ElmoComponent(TrainablePipe):
     def mix_weights(self, nL: Optional[int] = None) -> numpy.ndarray:
         """``(L + 1,)`` float32: softmax of ``mix`` (uniform by default); nL: L + 1 of the layers to mix,
         None = the current weights'."""
-        if nL is None:  # the runner's biLM: the model's dims are unset while a load checks other weights
+        if nL is None:  # the runner's biLM, as its layers are sized: set_bilm sets the model's dims just after it
             bilm = get_bilm(self.model)
             nL = self.model.get_dim("nL") if bilm is None else bilm.config.n_output_layers
         w = numpy.zeros((nL,), dtype="float32") if self.cfg["mix"] is None else numpy.asarray(self.cfg["mix"], "float32")

@@ -16,6 +16,7 @@ import spacy
 import torch
 from spacy.language import Language
 from spacy.training import Example
+from spacy.vectors import Vectors
 
 from spacy_elmo import BiLM, BiLMConfig
 from spacy_elmo.bilm.token_cache import TokenCache
@@ -568,22 +569,81 @@ def test_a_vocab_that_fails_to_be_set_leaves_the_shared_vectors_and_lookups(tiny
     nlp.vocab.set_vector("bank", numpy.ones(4, "float32"))
     nlp.vocab.lookups.add_table("mine", {"bank": "BANK"})
     vectors, lookups = nlp.vocab.vectors.to_bytes(exclude=["strings"]), nlp.vocab.lookups.to_bytes()
-    shared_lookups = nlp.vocab.lookups
-    set_lookups, failures = type(shared_lookups).from_bytes, []
-
-    def fails_once(data, **kwargs):
-        if not failures:
-            failures.append(True)
-            raise OSError("lookups could not be set")
-        return set_lookups(shared_lookups, data, **kwargs)
-
-    monkeypatch.setattr(shared_lookups, "from_bytes", fails_once)
+    _lookups_fail_once(nlp.vocab.lookups, monkeypatch)
     with pytest.raises(OSError, match="lookups could not be set"):
         nlp.get_pipe("elmo").from_bytes(data)
     assert nlp.vocab.vectors.to_bytes(exclude=["strings"]) == vectors and nlp.vocab.lookups.to_bytes() == lookups
     assert not nlp.vocab.has_vector("river") and nlp.vocab.lookups.has_table("mine")
     nlp.get_pipe("elmo").from_bytes(data)  # set, it loads
     assert nlp.vocab.has_vector("river") and nlp.vocab.lookups.has_table("saved")
+
+
+def _lookups_fail_once(lookups, monkeypatch) -> None:
+    """The next ``lookups.from_bytes`` fails (spaCy sets a vocab's lookups after its vectors); later ones set them."""
+    set_lookups, failures = type(lookups).from_bytes, []
+
+    def fails_once(data, **kwargs):
+        if not failures:
+            failures.append(True)
+            raise OSError("lookups could not be set")
+        return set_lookups(lookups, data, **kwargs)
+
+    monkeypatch.setattr(lookups, "from_bytes", fails_once)
+
+
+def _saved_elmo_bytes(weights) -> bytes:
+    saved = _elmo_pipeline(weights)
+    saved.vocab.set_vector("river", numpy.full(4, 2.0, "float32"))
+    saved("Loaded .")
+    return saved.get_pipe("elmo").to_bytes()
+
+
+@pytest.mark.parametrize("mode", ["default", "floret"])
+def test_vectors_put_back_after_a_failed_vocab_set_stay_writeable(tiny_dir, monkeypatch, mode):
+    """The shared vectors put back after a vocab that failed to be set are the same table as before: the same
+    array, still writeable (they came back as a new, read-only copy: nlp.vocab.set_vector then raised "assignment
+    destination is read-only"), and the same settings (the token attribute of default-mode vectors came back as
+    ORTH). The vectors of the failed load were set meanwhile (spaCy sets them before the lookups)."""
+    data = _saved_elmo_bytes(tiny_dir)
+    nlp = _elmo_pipeline(tiny_dir)
+    nlp("Serving .")
+    if mode == "default":
+        nlp.vocab.vectors = Vectors(strings=nlp.vocab.strings, shape=(10, 4), attr="LOWER")
+        nlp.vocab.set_vector("bank", numpy.ones(4, "float32"))
+    else:
+        nlp.vocab.vectors = Vectors(
+            strings=nlp.vocab.strings, mode="floret", data=numpy.ones((10, 4), "float32"), minn=1, maxn=2, hash_seed=3
+        )
+    vectors = nlp.vocab.vectors
+    table, key2row, attr, settings = vectors.data, vectors.key2row, vectors.attr, vectors._get_cfg()
+    _lookups_fail_once(nlp.vocab.lookups, monkeypatch)
+    with pytest.raises(OSError, match="lookups could not be set"):
+        nlp.get_pipe("elmo").from_bytes(data)
+    assert nlp.vocab.vectors is vectors and vectors.data is table and vectors.data.flags.writeable
+    assert vectors.key2row is key2row and vectors.attr == attr and vectors._get_cfg() == settings
+    if mode == "default":  # (floret has a vector for every word)
+        assert not nlp.vocab.has_vector("river") and vectors.is_full is False
+        assert nlp("BANK")[0].has_vector  # LOWER: "BANK" reads "bank"
+        nlp.vocab.set_vector("shore", numpy.full(4, 3.0, "float32"))  # a spare row
+        assert vectors.data is table and nlp.vocab.get_vector("shore").tolist() == [3.0] * 4
+    else:
+        vectors.data[0] = 3.0  # floret: rows of n-grams, written in place
+        assert nlp.vocab.vectors.data[0].tolist() == [3.0] * 4
+
+
+def test_lookups_msgpack_cannot_write_do_not_stop_a_load(tiny_dir, monkeypatch):
+    """The shared lookups may hold tables msgpack cannot write (a set): a component load that brings a vocab
+    failed on them (TypeError "can not serialize 'set' object") before it read anything. A failed set puts the
+    same tables back; one that succeeds sets the saved lookups."""
+    data = _saved_elmo_bytes(tiny_dir)
+    nlp = _elmo_pipeline(tiny_dir)
+    mine = nlp.vocab.lookups.add_table("mine", {"a": {1, 2}})
+    _lookups_fail_once(nlp.vocab.lookups, monkeypatch)
+    with pytest.raises(OSError, match="lookups could not be set"):
+        nlp.get_pipe("elmo").from_bytes(data)
+    assert nlp.vocab.lookups.get_table("mine") is mine and mine["a"] == {1, 2}
+    nlp.get_pipe("elmo").from_bytes(data)
+    assert nlp.vocab.has_vector("river") and not nlp.vocab.lookups.has_table("mine")
 
 
 class _Watched(dict):

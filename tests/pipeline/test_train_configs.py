@@ -1,10 +1,12 @@
 """`spacy train` on the shipped configs (ner.cfg, parser.cfg, textcat.cfg) for a few steps on tiny data."""
 
+import gc
 import re
 import shutil
 import subprocess
 import sys
 import warnings
+import weakref
 
 import numpy
 import pytest
@@ -364,8 +366,46 @@ def test_missing_literal_weights_name_their_setting(corpus_dir, tmp_path, where)
     else:
         nlp = spacy.blank("en")
         nlp.add_pipe("elmo", config={"weights": str(tmp_path / "nope")})
-        with pytest.raises(FileNotFoundError, match=r"its weights setting \(\[components.elmo\] weights, .*nope does not"):
+        setting = r"its weights setting \(\[components.elmo\] weights of the pipeline.*nope does not"
+        with pytest.raises(FileNotFoundError, match=setting):
             nlp("Alice went home .")
+
+
+@pytest.mark.parametrize("when", ["first use", "to_bytes (spacy assemble)", "replace_listeners"])
+def test_missing_paths_elmo_loaded_without_initialize_names_it(corpus_dir, tmp_path, when):
+    """[components.elmo] weights = ${paths.elmo} naming no directory, loaded without nlp.initialize (at first use,
+    by to_bytes / to_disk as `spacy assemble` saves, by replace_listeners): the error told to fix the 'weights' of
+    nlp.add_pipe, which the pipeline never called; it names --paths.elmo, as initialize does. The pipeline is not
+    kept alive by its component for that."""
+    config = _config("ner.cfg", corpus_dir, tmp_path / "nope", {"components.elmo.weights": "${paths.elmo}"})
+    nlp = spacy.util.load_model_from_config(config, auto_fill=True)
+    load = {
+        "first use": lambda: nlp("Alice went home ."),
+        "to_bytes (spacy assemble)": nlp.to_bytes,
+        "replace_listeners": lambda: nlp.replace_listeners("elmo", "ner", ["model.tok2vec.elmo"]),
+    }[when]
+    expected = r"--paths.elmo names \(\[components.elmo\] weights = \$\{paths.elmo\} .*nope does not exist.*Fix --paths"
+    with pytest.raises(FileNotFoundError, match=expected):
+        load()
+    pipeline = weakref.ref(nlp)
+    del nlp, load
+    gc.collect()
+    assert pipeline() is None
+
+
+def test_missing_weights_of_a_component_moved_elsewhere_name_the_setting(corpus_dir, tmp_path):
+    """A component moved to another pipeline (``source``, then removed from the first) names its own setting, not
+    the config variable that the first pipeline's new 'elmo' reads: that config says nothing of this component."""
+    first = spacy.util.load_model_from_config(
+        _config("ner.cfg", corpus_dir, tmp_path / "nope", {"components.elmo.weights": "${paths.elmo}"}), auto_fill=True
+    )
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", source=first)
+    nlp.get_pipe("elmo").cfg["weights"] = str(tmp_path / "other")
+    first.replace_pipe("elmo", "elmo", config={"weights": "${paths.elmo}"})
+    setting = r"its weights setting \(\[components.elmo\] weights of the pipeline.*other does not exist"
+    with pytest.raises(FileNotFoundError, match=setting):
+        nlp("Alice went home .")
 
 
 def test_saved_pipeline_with_dropout_1_names_the_fix(first, tmp_path):
