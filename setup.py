@@ -7,18 +7,31 @@ Install with ``pip install --no-build-isolation -e .`` after installing torch
 Environment switches:
   SPACY_ELMO_NO_EXTENSION=1  build nothing (pure-PyTorch reference path only)
   SPACY_ELMO_CUDA=0|1|auto   CUDA kernels: never, always, or when torch has CUDA and nvcc exists
+
+The compiler and linker flags per platform (Linux, macOS with or without torch's
+libomp, no extension on Windows) come from build_flags.py beside this file.
 """
 
 import glob
 import os
+import sys
 
 from setuptools import setup
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import build_flags  # noqa: E402  (beside this file; the package itself may not import yet)
 
 
 def _extensions():
     if os.environ.get("SPACY_ELMO_NO_EXTENSION") == "1":
         return [], {}
     import torch
+
+    flags = build_flags.host_flags(os.path.dirname(torch.__file__))
+    if flags.message:
+        print(flags.message, file=sys.stderr)
+    if not flags.build:
+        return [], {}
     from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
 
     sources = sorted(glob.glob("csrc/*.cpp") + glob.glob("csrc/cpu/*.cpp"))
@@ -29,12 +42,7 @@ def _extensions():
     use_cuda = bool(cuda_sources) and (
         want_cuda == "1" or (want_cuda == "auto" and torch.version.cuda is not None and CUDA_HOME is not None)
     )
-    # Portable: no -march=native in anything that may become a wheel.
-    # -fno-trapping-math / -fno-math-errno (as PyTorch itself) let GCC vectorise
-    # the branch-free exp/tanh/clip loops; neither changes any computed value.
-    # No -std: BuildExtension adds the standard this torch's headers are written
-    # for (C++17 up to some 2.x releases, C++20 in torch 2.13).
-    cxx_flags = ["-O3", "-fopenmp", "-fno-trapping-math", "-fno-math-errno"]
+    cxx_flags = flags.cxx
     define_macros = [("SPACY_ELMO_WITH_CUDA", "1")] if use_cuda else []
     if use_cuda:
         nvcc_flags = ["-O3"]  # no --use_fast_math: exactness first
@@ -43,14 +51,14 @@ def _extensions():
             sources + cuda_sources,
             extra_compile_args={"cxx": cxx_flags, "nvcc": nvcc_flags},
             define_macros=define_macros,
-            extra_link_args=["-fopenmp"],
+            extra_link_args=flags.link,
         )
     else:
         ext = CppExtension(
             "spacy_elmo._C",
             sources,
             extra_compile_args={"cxx": cxx_flags},
-            extra_link_args=["-fopenmp"],
+            extra_link_args=flags.link,
         )
     return [ext], {"build_ext": BuildExtension.with_options(use_ninja=True)}
 

@@ -42,6 +42,25 @@ def torch_cxx_std():
         return "c++17"
 
 
+def torch_include_flags():
+    """-I flags for torch's C++ headers and Python's (what every extension source
+    compiles against); raises when torch is not importable."""
+    import torch.utils.cpp_extension as ce
+
+    return [f"-I{p}" for p in ce.include_paths()] + [f"-I{sysconfig.get_paths()['include']}"]
+
+
+def report(failures, name, what):
+    """Print each failure (source, command, compiler output) and a summary line; the exit status."""
+    for rel, cmd, out in failures:
+        print(f"\n=== {rel} failed ===\n$ {' '.join(cmd)}\n{out}", file=sys.stderr)
+    if failures:
+        print(f"\n{name}: {len(failures)} of the {what} failed to compile", file=sys.stderr)
+        return 1
+    print(f"{name}: all {what} compile")
+    return 0
+
+
 def cuda_include(nvcc):
     home = os.path.dirname(os.path.dirname(os.path.realpath(nvcc)))
     for cand in (os.path.join(home, "include"), "/usr/local/cuda/include"):
@@ -80,9 +99,7 @@ def main(argv=None):
         glue = sorted(glob.glob(os.path.join(ROOT, "csrc", "cuda", "*.cpp")))
         if glue and not args.no_glue:
             try:
-                import torch.utils.cpp_extension as ce
-
-                torch_includes = ce.include_paths()
+                torch_includes = torch_include_flags()
             except Exception as err:  # torch missing: nothing to check against
                 torch_includes = None
                 print(f"skip  glue syntax check (torch headers unavailable: {err})")
@@ -93,7 +110,7 @@ def main(argv=None):
                 with open(os.path.join(stub, "cuda_cmake_macros.h"), "w") as fh:
                     fh.write("#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n")
                 flags = [std, "-fsyntax-only", "-DSPACY_ELMO_WITH_CUDA"]
-                incs = [f"-I{p}" for p in torch_includes] + [f"-I{inc}", f"-I{sysconfig.get_paths()['include']}"]
+                incs = [*torch_includes, f"-I{inc}"]
                 incs.append(f"-idirafter{os.path.join(tmp, 'stub')}")
                 for src in glue:
                     cmd = [args.cxx, *flags, *incs, src]
@@ -104,13 +121,7 @@ def main(argv=None):
                         print(f"FAIL  {rel} (host syntax check)")
                     else:
                         print(f"ok    {rel} (host syntax check against torch headers)")
-    for rel, cmd, out in failures:
-        print(f"\n=== {rel} failed ===\n$ {' '.join(cmd)}\n{out}", file=sys.stderr)
-    if failures:
-        print(f"\ncuda-check: {len(failures)} of the CUDA sources failed to compile", file=sys.stderr)
-        return 1
-    print("cuda-check: all CUDA sources compile")
-    return 0
+    return report(failures, "cuda-check", "CUDA sources")
 
 
 if __name__ == "__main__":

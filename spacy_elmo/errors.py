@@ -3,16 +3,10 @@
 Each message names the problem and the fix. Format them with ``str.format``
 keyword arguments. Add new messages to the class of your layer; keep the
 names descriptive (``E_<WHAT>``) so grepping finds the raise site.
+
+Stdlib only, no imports: build_flags.py (run by setup.py before the package is
+importable) reads the build's messages from this file by path.
 """
-
-
-# How to (re)build spacy_elmo._C, shared by the messages that say it is missing.
-_BUILD_EXTENSION = (
-    "Build it against the installed torch (needs a C++ compiler and ninja): in a source "
-    "checkout `pip install --no-build-isolation -e .`; for an installed copy "
-    "`pip install --no-build-isolation --no-deps --force-reinstall SOURCE`, SOURCE the "
-    "spacy-elmo sdist or checkout."
-)
 
 
 # What a check of the input's values says when it runs inside a graph that torch.compile or
@@ -413,7 +407,7 @@ class Errors:
     )
     E_FUSED_UNAVAILABLE = (
         "backend='fused' needs the compiled extension spacy_elmo._C, which is not "
-        "available ({reason}). " + _BUILD_EXTENSION + " Or use backend='reference'."
+        "available ({reason}). {fix} Or use backend='reference'."
     )
     E_SCALAR_MIX_COUNT = (
         "ScalarMix was built for {expected} layers but received {found}; the biLM has "
@@ -1138,9 +1132,34 @@ class Warnings:
     W_ALLENNLP_REASON_MAX_CHARS = (
         "max_characters_per_token is {value} (AllenNLP always spells a token in 50 character slots)"
     )
+    # {fix} of W_NO_EXTENSION and E_FUSED_UNAVAILABLE: W_FIX_BUILD, on Windows W_FIX_WINDOWS
+    # (spacy_elmo.ops.extension.extension_fix).
     W_NO_EXTENSION = (
         "spacy-elmo: the compiled extension spacy_elmo._C is not available ({reason}); "
-        "using the pure-PyTorch reference path (exact, but slower). " + _BUILD_EXTENSION
+        "using the pure-PyTorch reference path (exact, but slower). {fix}"
+    )
+    W_FIX_BUILD = (
+        "Build it against the installed torch (needs a C++ compiler and ninja): in a source "
+        "checkout `pip install --no-build-isolation -e .`; for an installed copy "
+        "`pip install --no-build-isolation --no-deps --force-reinstall SOURCE`, SOURCE the "
+        "spacy-elmo sdist or checkout."
+    )
+    W_NOT_BUILT_ON_WINDOWS = "spacy-elmo builds none on Windows, see the README's Platforms; {reason}"
+    W_FIX_WINDOWS = (
+        "MSVC cannot compile its kernels (GCC vector extensions): for the fused kernels install and run "
+        "spacy-elmo under WSL2 (Linux), where it builds."
+    )
+    # Printed by setup.py (through build_flags.py).
+    W_BUILD_NO_EXTENSION_WINDOWS = (
+        "spacy-elmo: building no compiled extension on Windows: MSVC cannot compile the kernels' GCC vector "
+        "extensions (csrc/include/kernels_impl.h). The package installs with the pure-PyTorch reference path "
+        "(exact, but slower); for the fused kernels install it under WSL2 (Linux)."
+    )
+    W_BUILD_NO_OPENMP = (
+        "spacy-elmo: building spacy_elmo._C without OpenMP: the torch at {torch_dir} ships no libomp "
+        "(include/omp.h and lib/libomp.dylib, which torch's macOS wheels from pypi.org have) and Apple clang "
+        "brings none. The fused kernels' own loops will run on one thread (the matrix products inside them "
+        "still use torch's threads). For threaded kernels install a torch wheel from pypi.org and rebuild."
     )
     W_EXTENSION_OTHER_TORCH = (
         "{reason}: most likely a build for another torch than the installed {torch} "

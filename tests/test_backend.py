@@ -74,3 +74,30 @@ def test_extension_built_for_another_torch_says_so_and_how_to_rebuild_an_install
         assert "undefined symbol: _ZN3c104impl3fooEv" in text
         assert f"another torch than the installed {torch.__version__}" in text
         assert "--force-reinstall SOURCE" in text and "-e ." in text
+
+
+def test_extension_built_for_another_torch_on_macos_says_so(monkeypatch):
+    """macOS's loader words the missing symbol of another torch's ABI differently from glibc's."""
+    import torch
+
+    _, (module, reason) = _load_failing(
+        monkeypatch, "dlopen(/x/spacy_elmo/_C.cpython-311-darwin.so, 0x0002): symbol not found in flat "
+        "namespace '__ZN3c104impl3fooEv'")
+    assert module is None
+    assert f"another torch than the installed {torch.__version__}" in reason
+
+
+def test_no_extension_on_windows_says_none_is_built_there_and_not_to_rebuild(monkeypatch):
+    """setup.py builds no extension on Windows: the warning and the 'fused' error say so and
+    point to WSL2, not to a rebuild that would build nothing again."""
+    monkeypatch.setattr(extension.sys, "platform", "win32")
+    messages, (module, reason) = _load_failing(monkeypatch, "cannot import name '_C' from 'spacy_elmo'")
+    assert module is None and len(messages) == 1
+    monkeypatch.setattr(extension.sys, "platform", "win32")  # _load_failing undid it
+    monkeypatch.setattr(ops, "fused_available", lambda: False)
+    monkeypatch.setattr(ops, "load_extension", lambda: (None, reason))
+    with pytest.raises(RuntimeError) as err:
+        ops.resolve_backend("fused")
+    for text in (messages[0], str(err.value)):
+        assert "builds none on Windows" in text and "cannot import name '_C'" in text
+        assert "WSL2" in text and "--no-build-isolation" not in text

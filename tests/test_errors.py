@@ -334,7 +334,9 @@ def check(modules: List[Module], known: Dict[Tuple[str, str], str]) -> List[str]
 
 
 def package_modules() -> List[Module]:
-    return [Module(path) for path in sorted(PACKAGE.rglob("*.py")) if path != PACKAGE / "errors.py"]
+    """The package's modules, and build_flags.py (setup.py's messages, read from errors.py by path)."""
+    paths = [path for path in sorted(PACKAGE.rglob("*.py")) if path != PACKAGE / "errors.py"]
+    return [Module(path) for path in paths + [PACKAGE.parent / "build_flags.py"]]
 
 
 def test_messages_match_their_uses():

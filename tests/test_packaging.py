@@ -47,7 +47,7 @@ def test_sdist_carries_every_kernel_source_and_the_package_data(tmp_path, env):
     data = files_under("spacy_elmo/data/default") | files_under("spacy_elmo/configs")
     assert {"spacy_elmo/data/default/model.safetensors", "spacy_elmo/configs/ner.cfg"} <= data
     assert data - listed == set()
-    assert {"setup.py", "pyproject.toml", "README.md", "LICENSE"} <= listed
+    assert {"setup.py", "build_flags.py", "pyproject.toml", "README.md", "LICENSE"} <= listed
     assert not [f for f in listed if f.startswith(("tests/", "benchmarks/"))]
 
 

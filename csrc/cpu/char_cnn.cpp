@@ -229,7 +229,7 @@ std::tuple<at::Tensor, std::vector<at::Tensor>, std::vector<at::Tensor>> char_cn
   // Filter-major: a task owns a block of filters of one width and runs every
   // token through it, so it writes its filters' gradient once (no per-thread
   // partial copies of all filters to sum); float32 runs the block in the ISA's
-  // vector kernel (this file is built for baseline x86-64, SSE2 only, which is
+  // vector kernel (this file is built for the baseline ISA, SSE2 on x86-64, which is
   // where the time went: released filters, 1,135 tokens, 36 -> 25-27 ms; the
   // filter-major order alone measured no faster). The window gradients go to
   // per-thread (N, W, D) position buffers, scattered to the table at the end.

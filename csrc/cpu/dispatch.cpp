@@ -10,6 +10,7 @@ namespace spacy_elmo {
 namespace cpu {
 
 static const KernelTable* choose() {
+#if SPACY_ELMO_X86
   // SPACY_ELMO_CPU_ISA=base|avx2|avx512 caps the choice (testing, benchmarking).
   const char* cap = std::getenv("SPACY_ELMO_CPU_ISA");
   std::string want = cap ? cap : "avx512";
@@ -19,7 +20,8 @@ static const KernelTable* choose() {
                           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq");
   if (want == "avx512" && has_avx512) return &isa_avx512::table;
   if ((want == "avx512" || want == "avx2") && has_avx2) return &isa_avx2::table;
-  return &isa_base::table;
+#endif
+  return &isa_base::table;  // elsewhere the only table (any SPACY_ELMO_CPU_ISA: nothing above it)
 }
 
 const KernelTable& kernels() {

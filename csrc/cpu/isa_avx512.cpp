@@ -1,12 +1,20 @@
 // CPU kernels compiled for one ISA level (avx512); see csrc/include/kernels_impl.h.
+// x86 only: elsewhere this file compiles to nothing (dispatch.cpp picks the base table).
 #include <cstdint>
 #include <cstring>
 
-#include <immintrin.h>
-
 #include "../include/cpu_kernels.h"
 
+#if SPACY_ELMO_X86
+#include <immintrin.h>
+
+// GCC takes the ISA from the pragma; clang (Apple's on x86-64 macOS) ignores it and
+// needs the attribute on every function of the kernels.
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma"))), apply_to = function)
+#else
 #pragma GCC target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")
+#endif
 #define SE_NS isa_avx512
 #define SE_NAME "avx512"
 #define SE_VBYTES 64
@@ -14,3 +22,7 @@
 #define SE_NVMAX 4
 #define SE_STEP_PT 6
 #include "../include/kernels_impl.h"
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif
+#endif  // SPACY_ELMO_X86

@@ -1,7 +1,16 @@
 // Raw-pointer CPU compute kernels of spacy_elmo._C, compiled once per ISA
-// (baseline x86-64, AVX2+FMA, AVX-512) and picked at run time.
+// (baseline: SSE2 on x86-64, NEON on aarch64, whatever 16-byte vectors the
+// target has elsewhere; on x86 also AVX2+FMA and AVX-512) and picked at run time.
 #pragma once
 #include <cstdint>
+
+// The AVX2 / AVX-512 tables (csrc/cpu/isa_avx2.cpp, isa_avx512.cpp) exist on x86
+// only; every other target has the baseline table alone.
+#if defined(__x86_64__) || defined(__i386__)
+#define SPACY_ELMO_X86 1
+#else
+#define SPACY_ELMO_X86 0
+#endif
 
 namespace spacy_elmo {
 namespace cpu {
@@ -258,8 +267,10 @@ namespace spacy_elmo {
 namespace cpu {
 
 namespace isa_base { extern const KernelTable table; }
+#if SPACY_ELMO_X86
 namespace isa_avx2 { extern const KernelTable table; }
 namespace isa_avx512 { extern const KernelTable table; }
+#endif
 
 }  // namespace cpu
 }  // namespace spacy_elmo

@@ -1,11 +1,17 @@
 // Body of the per-ISA CPU kernels. Included by csrc/cpu/isa_*.cpp after
-// `#pragma GCC target(...)`, with SE_NS (namespace), SE_VBYTES (vector bytes),
+// `#pragma GCC target(...)` (clang: `#pragma clang attribute`), with SE_NS (namespace), SE_VBYTES (vector bytes),
 // SE_PT (positions per conv tile) and SE_NVMAX (vectors per channel block)
 // defined. Only raw pointers here, no ATen: every function compiles for the
 // target ISA of the including file.
 //
 // Exactness: exp/tanh/sigmoid use Cephes-style polynomials (about 2 ulp in
 // float32), far inside the project's 1e-5 tolerance against a float64 oracle.
+
+// Wider than 16 bytes only where the x86 intrinsics below (SE_VBYTES 32 / 64)
+// exist; the 16-byte base table uses GCC vector extensions alone (SSE2, NEON, ...).
+#if SE_VBYTES > 16 && !SPACY_ELMO_X86
+#error "SE_VBYTES > 16 uses x86 intrinsics: x86 targets only"
+#endif
 
 namespace spacy_elmo {
 namespace cpu {

@@ -11,7 +11,7 @@ from types import ModuleType
 
 from ..errors import Errors
 from . import reference
-from .extension import fused_available, load_extension
+from .extension import extension_fix, fused_available, load_extension
 from .reference import check_char_ids
 
 BACKENDS = ("auto", "fused", "reference")
@@ -28,7 +28,7 @@ def resolve_backend(name: str) -> str:
     if name == "auto":
         return "fused" if fused_available() else "reference"
     if name == "fused" and not fused_available():
-        raise RuntimeError(Errors.E_FUSED_UNAVAILABLE.format(reason=load_extension()[1]))
+        raise RuntimeError(Errors.E_FUSED_UNAVAILABLE.format(reason=load_extension()[1], fix=extension_fix()))
     return name
 
 

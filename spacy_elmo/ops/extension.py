@@ -1,6 +1,7 @@
 """Loading the compiled extension ``spacy_elmo._C`` (once, lazily)."""
 
 import functools
+import sys
 import warnings
 from types import ModuleType
 from typing import Optional, Tuple
@@ -19,13 +20,23 @@ def load_extension() -> Tuple[Optional[ModuleType], str]:
         from .. import _C  # type: ignore[attr-defined]
     except ImportError as err:
         reason = str(err) or type(err).__name__
-        if "undefined symbol" in reason:  # what a build for another torch's ABI fails with
+        # What a build for another torch's ABI fails with: glibc's loader says "undefined symbol",
+        # macOS's dyld "symbol not found" (in flat namespace) / "Symbol not found".
+        if "undefined symbol" in reason or "symbol not found" in reason.lower():
             import torch
 
             reason = Warnings.W_EXTENSION_OTHER_TORCH.format(reason=reason, torch=torch.__version__)
-        warnings.warn(Warnings.W_NO_EXTENSION.format(reason=reason), RuntimeWarning, stacklevel=3)
+        elif sys.platform == "win32":  # setup.py builds none there
+            reason = Warnings.W_NOT_BUILT_ON_WINDOWS.format(reason=reason)
+        warnings.warn(Warnings.W_NO_EXTENSION.format(reason=reason, fix=extension_fix()), RuntimeWarning,
+                      stacklevel=3)
         return None, reason
     return _C, ""
+
+
+def extension_fix() -> str:
+    """How to get the extension on this platform (the {fix} of the messages that say it is missing)."""
+    return Warnings.W_FIX_WINDOWS if sys.platform == "win32" else Warnings.W_FIX_BUILD
 
 
 def fused_available() -> bool:

@@ -25,11 +25,11 @@ from torch import Tensor
 
 from ..errors import Errors
 from . import reference
-from .extension import load_extension
+from .extension import extension_fix, load_extension
 
 _LOADED, _REASON = load_extension()
 if _LOADED is None:  # pragma: no cover - dispatch only imports this module when available
-    raise ImportError(Errors.E_FUSED_UNAVAILABLE.format(reason=_REASON))
+    raise ImportError(Errors.E_FUSED_UNAVAILABLE.format(reason=_REASON, fix=extension_fix()))
 _C: ModuleType = _LOADED
 
 _ops = torch.ops.spacy_elmo

@@ -1,0 +1,113 @@
+"""Compiler and linker flags of spacy_elmo._C for one platform.
+
+One place for them, read by setup.py (which builds the extension) and by
+scripts/cross_compile_check.py (which compiles every source for aarch64 Linux and
+macOS with zig's clang). setup.py runs before the package is importable, so this
+module sits beside it (the sdist carries it: MANIFEST.in) and imports nothing of
+spacy_elmo but its messages, read from spacy_elmo/errors.py by path (stdlib only).
+
+* Linux (x86-64, aarch64, ...): GCC or clang with OpenMP, as always.
+* macOS (Apple clang, arm64 and x86-64): Apple clang has no ``-fopenmp``; torch's
+  macOS wheels ship LLVM's libomp (``torch/include/omp.h``, ``torch/lib/libomp.dylib``),
+  used through ``-Xpreprocessor -fopenmp`` when present. Without it the extension is
+  built without OpenMP (``-fopenmp-simd`` where the compiler takes it, so the
+  ``#pragma omp simd`` loops stay vectorised): the kernels' own loops run on one
+  thread (``at::parallel_for`` is serial without ``_OPENMP``), the matrix products
+  they call still use torch's threads.
+* Windows: no extension. MSVC cannot compile the GCC vector extensions the kernels
+  are written in (csrc/include/kernels_impl.h); the reference path runs.
+"""
+
+import importlib.util
+import os
+import platform
+import shlex
+import subprocess
+import sysconfig
+import tempfile
+from typing import Callable, List, NamedTuple, Optional
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# -fno-trapping-math / -fno-math-errno (as PyTorch itself) let the compiler vectorise
+# the branch-free exp/tanh/clip loops; neither changes any computed value.
+# No -march=native in anything that may become a wheel; no -std: BuildExtension adds
+# the standard this torch's headers are written for.
+OPTIMISE = ["-O3", "-fno-trapping-math", "-fno-math-errno"]
+
+
+class Flags(NamedTuple):
+    build: bool  # False: no extension on this platform (message says why)
+    cxx: List[str]  # compile flags of the C++ sources
+    link: List[str]  # extra link arguments
+    openmp: str  # "openmp" (the compiler's), "libomp" (torch's), "simd" (only omp simd), "none"
+    message: str  # what setup.py prints about the choice, "" when nothing is worth saying
+
+
+def _load_warnings():
+    """spacy_elmo.errors.Warnings, loaded from its file (the package may not import yet)."""
+    spec = importlib.util.spec_from_file_location("_spacy_elmo_errors", os.path.join(HERE, "spacy_elmo", "errors.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.Warnings
+
+
+Warnings = _load_warnings()
+
+
+def torch_libomp(torch_dir: str) -> Optional[str]:
+    """The lib directory of the libomp a macOS torch wheel ships (``include/omp.h``
+    beside ``lib/libomp.dylib``), or None when this torch has none."""
+    lib = os.path.join(torch_dir, "lib")
+    if os.path.exists(os.path.join(torch_dir, "include", "omp.h")) and os.path.exists(
+            os.path.join(lib, "libomp.dylib")):
+        return lib
+    return None
+
+
+def compiler_accepts(cxx: List[str], flag: str) -> bool:
+    """Whether the C++ compiler ``cxx`` (a command line) compiles an empty file with ``flag``
+    (to an object: zig's c++ mishandles -fsyntax-only and input from stdin)."""
+    with tempfile.TemporaryDirectory(prefix="spacy_elmo_probe_") as tmp:
+        src = os.path.join(tmp, "probe.cpp")
+        with open(src, "w"):
+            pass
+        try:
+            res = subprocess.run([*cxx, flag, "-c", src, "-o", os.path.join(tmp, "probe.o")], capture_output=True,
+                                 text=True, timeout=120)
+        except (OSError, subprocess.SubprocessError):
+            return False
+    return res.returncode == 0
+
+
+def host_cxx() -> List[str]:
+    """The C++ compiler setuptools builds with: $CXX, else Python's configured one."""
+    return shlex.split(os.environ.get("CXX") or sysconfig.get_config_var("CXX") or "c++")
+
+
+def flags_for(system: str, libomp_dir: Optional[str], accepts: Callable[[str], bool],
+              torch_dir: str = "") -> Flags:
+    """The flags for ``system`` (platform.system(): Linux, Darwin, Windows, ...).
+
+    libomp_dir: torch's libomp (:func:`torch_libomp`), looked at on macOS only;
+    accepts(flag): whether the compiler takes a flag (asked only where it decides);
+    torch_dir: named in the messages."""
+    if system == "Windows":
+        return Flags(False, [], [], "none", Warnings.W_BUILD_NO_EXTENSION_WINDOWS)
+    if system == "Darwin":
+        if libomp_dir is not None:
+            # omp.h is in torch's include directory, which every extension compiles with.
+            return Flags(True, OPTIMISE + ["-Xpreprocessor", "-fopenmp"],
+                         [f"-L{libomp_dir}", "-lomp", f"-Wl,-rpath,{libomp_dir}"], "libomp", "")
+        simd = accepts("-fopenmp-simd")
+        return Flags(True, OPTIMISE + (["-fopenmp-simd"] if simd else []), [], "simd" if simd else "none",
+                     Warnings.W_BUILD_NO_OPENMP.format(torch_dir=torch_dir or "?"))
+    # Linux and the rest: exactly the flags of every earlier release (order included).
+    return Flags(True, ["-O3", "-fopenmp", "-fno-trapping-math", "-fno-math-errno"], ["-fopenmp"], "openmp", "")
+
+
+def host_flags(torch_dir: str) -> Flags:
+    """The flags setup.py builds with on this machine, against the torch in ``torch_dir``."""
+    system = platform.system()
+    return flags_for(system, torch_libomp(torch_dir) if system == "Darwin" else None,
+                     lambda flag: compiler_accepts(host_cxx(), flag), torch_dir)

@@ -1,0 +1,106 @@
+"""build_flags.py (the flags setup.py builds spacy_elmo._C with, per platform) and setup.py's use of
+them: setup.py is run in a subprocess with platform.system() answering another platform and
+setuptools.setup replaced by a recorder, so the extension it would declare there is seen without
+compiling anything. The sources' compiling for those platforms is scripts/cross_compile_check.py's
+job (`make cross-check`)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import build_flags
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Runs setup.py with platform.system() -> argv[1] and prints the extension it declares
+# (or null) and what it wrote on stderr.
+_DECLARED = """
+import contextlib, io, json, platform, runpy, sys
+import setuptools
+import torch.utils.cpp_extension  # imported as itself first: torch reads platform.system() too
+platform.system = lambda: sys.argv[1]
+seen = {}
+setuptools.setup = lambda **kw: seen.update(kw)
+err = io.StringIO()
+with contextlib.redirect_stderr(err):
+    runpy.run_path("setup.py")
+ext = (seen.get("ext_modules") or [None])[0]
+print(json.dumps({"ext": None if ext is None else {"cxx": ext.extra_compile_args["cxx"],
+                  "link": ext.extra_link_args}, "stderr": err.getvalue()}))
+"""
+
+
+def declared(system):
+    res = subprocess.run([sys.executable, "-c", _DECLARED, system], cwd=ROOT, capture_output=True, text=True,
+                         check=True)
+    return json.loads(res.stdout.splitlines()[-1])
+
+
+def test_linux_keeps_gcc_openmp_flags():
+    """Linux (x86-64 and aarch64 alike) builds with the compiler's OpenMP, as every release did."""
+    got = declared("Linux")
+    assert got["ext"] == {"cxx": ["-O3", "-fopenmp", "-fno-trapping-math", "-fno-math-errno"], "link": ["-fopenmp"]}
+    assert got["stderr"] == ""
+
+
+def test_windows_builds_no_extension_and_says_why():
+    got = declared("Windows")
+    assert got["ext"] is None
+    assert "no compiled extension on Windows" in got["stderr"] and "MSVC" in got["stderr"]
+    assert "WSL2" in got["stderr"]
+
+
+def test_macos_without_torch_libomp_builds_without_openmp_and_says_so():
+    """This machine's torch (a Linux wheel) has no libomp.dylib: what a macOS torch without one
+    gives. Apple clang rejects -fopenmp, so no flag of OpenMP's runtime; the omp simd loops keep
+    -fopenmp-simd where the compiler takes it (this machine's does)."""
+    import torch
+
+    got = declared("Darwin")
+    cxx = got["ext"]["cxx"]
+    assert "-fopenmp" not in cxx and "-Xpreprocessor" not in cxx
+    assert "-fopenmp-simd" in cxx and got["ext"]["link"] == []
+    assert "without OpenMP" in got["stderr"] and str(Path(torch.__file__).parent) in got["stderr"]
+    assert "one thread" in got["stderr"]
+
+
+def _fake_torch(root: Path, *files):
+    for name in files:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text("")
+    return str(root)
+
+
+def test_macos_uses_the_libomp_torch_ships(tmp_path):
+    """A torch wheel for macOS ships omp.h and libomp.dylib: OpenMP through the preprocessor
+    (Apple clang's driver has no -fopenmp) and that libomp linked, found again at run time."""
+    torch_dir = _fake_torch(tmp_path, "include/omp.h", "lib/libomp.dylib")
+    lib = build_flags.torch_libomp(torch_dir)
+    assert lib == str(tmp_path / "lib")
+    flags = build_flags.flags_for("Darwin", lib, accepts=lambda flag: pytest.fail("no probe needed"))
+    assert flags.build and flags.openmp == "libomp" and flags.message == ""
+    assert flags.cxx[-2:] == ["-Xpreprocessor", "-fopenmp"]
+    assert flags.link == [f"-L{lib}", "-lomp", f"-Wl,-rpath,{lib}"]
+
+
+@pytest.mark.parametrize("files", [["include/omp.h"], ["lib/libomp.dylib"], []])
+def test_libomp_needs_both_its_header_and_its_library(tmp_path, files):
+    assert build_flags.torch_libomp(_fake_torch(tmp_path, *files)) is None
+
+
+def test_no_openmp_simd_flag_for_a_compiler_that_rejects_it():
+    flags = build_flags.flags_for("Darwin", None, accepts=lambda flag: False, torch_dir="/t")
+    assert flags.build and flags.openmp == "none"
+    assert not [f for f in flags.cxx if "openmp" in f]
+    assert "/t" in flags.message
+
+
+def test_compiler_probe_tells_a_known_flag_from_an_unknown_one():
+    """The probe behind -fopenmp-simd, asked of this machine's compiler."""
+    cxx = build_flags.host_cxx()
+    assert build_flags.compiler_accepts(cxx, "-O2")
+    assert not build_flags.compiler_accepts(cxx, "-fno-such-flag-spacy-elmo")
+    assert not build_flags.compiler_accepts(["no-such-compiler-spacy-elmo"], "-O2")
