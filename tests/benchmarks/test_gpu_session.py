@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import kernels, pretrain  # noqa: E402
+from scripts import profile_pretrain_step  # noqa: E402
 from spacy_elmo.ops import fused_available  # noqa: E402
 
 SCRIPT = ROOT / "scripts" / "gpu_session.sh"
@@ -82,6 +83,11 @@ def test_every_benchmark_call_parses_and_writes_into_out(tmp_path, quick):
             json_path = args.out
             files.add(json_path.name)
         assert json_path.parent == out, f"{name} writes outside $OUT: {json_path}"
+    profiles = [shlex.split(c.partition(" :: ")[2])[1:] for c in calls if "scripts/profile_pretrain_step.py" in c]
+    assert len(profiles) == 1
+    profile_out = profile_pretrain_step.build_parser().parse_args(profiles[0]).out
+    assert profile_out.parent == out, f"the profile writes outside $OUT: {profile_out}"
+    files.add(profile_out.name)
     assert len(files) <= 8  # what the device tool brings back
     log = (out / "gpu_session.log").read_text()
     assert "=== steps" in log and "FATAL" not in log
@@ -94,7 +100,7 @@ def test_the_gpu_targets_come_first_and_the_run_fits_the_device_limits(tmp_path)
     step), and a step past the budget is skipped, so the order decides what a short run keeps. After
     the build: the CUDA tests (the kernels' and the whole model's; the CPU ones last), the whole original model in bf16 at
     256 x 20, the kernels in float32 (the fused biLSTM layer against cuDNN's nn.LSTM) at batch >= 32,
-    then pretraining, original preset first."""
+    then pretraining, original preset first, and a profile of its step."""
     budget = int(re.search(r"BUDGET=\$\{BUDGET:-(\d+)\}; else", SCRIPT.read_text()).group(1))
     assert budget + 10 < 600
     res, out, calls = _run_script(tmp_path)
@@ -113,8 +119,9 @@ def test_the_gpu_targets_come_first_and_the_run_fits_the_device_limits(tmp_path)
     assert fp32.autocast is None and not fp32.no_kernels and fp32.presets[0] == "original"
     assert fp32.batches[0] == 32 and min(fp32.batches) >= 32
     assert pre.presets[0] == "original" and pre.bf16
-    assert run[5][:2] == ["-m", "pytest"] and "--ignore=tests/ops/test_fused_cuda.py" in run[5]
-    assert len(run) == 6
+    assert run[5][0] == "scripts/profile_pretrain_step.py"
+    assert run[6][:2] == ["-m", "pytest"] and "--ignore=tests/ops/test_fused_cuda.py" in run[6]
+    assert len(run) == 7
 
 
 @needs_bash

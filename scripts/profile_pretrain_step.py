@@ -1,0 +1,80 @@
+"""Where a pretraining step's time goes (torch.profiler), per backend and preset.
+
+    python scripts/profile_pretrain_step.py --device cuda --out $OUT/profile_pretrain_step.txt
+
+Builds the step of benchmarks/pretrain.py (B x 20 tokens, 8192 sampled negatives of a
+50k vocabulary, Adagrad; bf16 autocast on CUDA), warms up 3 steps, profiles --steps
+steps, prints per step the top ops and kernels by self device time (self CPU time on
+the CPU) and the top CPU ops, and writes the profiler's full tables to --out.
+The first GPU run (2026-11-26, H200) found the fused CUDA char-CNN backward kernel
+taking 76-80 ms of a ~106 ms step: benchmarks/results/profile_pretrain_step_h200_s31/.
+"""
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks import pretrain as P  # noqa: E402
+from torch.profiler import ProfilerActivity, profile  # noqa: E402
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--runs", nargs="+", default=["fused:small", "reference:small", "fused:original"],
+                    help="BACKEND:PRESET pairs")
+    ap.add_argument("--batch-size", type=int, default=128)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--rows", type=int, default=12)
+    ap.add_argument("--out", type=Path, default=Path("/tmp/profile_pretrain_step.txt"))
+    return ap
+
+
+def main(argv=None) -> None:
+    args = build_parser().parse_args(argv)
+    out = args.out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tables = []
+    device = torch.device(args.device)
+    cuda = device.type == "cuda"
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    for run in args.runs:
+        backend, preset = run.split(":")
+        config = P.BiLMConfig.preset(preset)
+        vocab = P.synthetic_vocab(50000)
+        data = P.batches(vocab, args.batch_size, 20, 3 + args.steps)
+        torch.manual_seed(0)
+        bilm = P.BiLM(config, backend=backend)
+        bilm.lstm.dropout = 0.1
+        lm = P.BidirectionalLM(bilm, P.SoftmaxLayer(len(vocab), config.projection_dim)).to(device).train()
+        opt = P.build_optimizer("adagrad", None, lm.parameters())
+        step = P.make_step(lm, opt, P.LogUniformSampler(len(vocab), 8192),
+                           P.CharTable(vocab, config.max_characters_per_token), vocab, device, cuda,
+                           torch.Generator().manual_seed(0))
+        for f, b in data[:3]:
+            step(f, b)
+        with profile(activities=acts) as prof:
+            for f, b in data[3:]:
+                step(f, b)
+        ka = prof.key_averages()
+        key = "device_time_total" if cuda else "self_cpu_time_total"
+        tables.append(f"##### {backend} {preset} B={args.batch_size}, {args.steps} steps\n"
+                      + ka.table(sort_by=key, row_limit=60) + "\n\n" + ka.table(sort_by="self_cpu_time_total", row_limit=60))
+        out.write_text("\n\n".join(tables))  # what was profiled so far survives a run stopped at its limit
+        total_cpu = sum(e.self_cpu_time_total for e in ka) / 1e3 / args.steps
+        total_dev = sum(getattr(e, "self_device_time_total", 0) for e in ka) / 1e3 / args.steps
+        print(f"\n##### {backend} {preset} B={args.batch_size}: per step self CPU {total_cpu:.1f} ms, self device {total_dev:.1f} ms")
+        rows = sorted(ka, key=lambda e: -getattr(e, "self_device_time_total" if cuda else "self_cpu_time_total", 0))
+        for e in rows[:args.rows]:
+            d = getattr(e, "self_device_time_total", 0) / 1e3 / args.steps
+            print(f"  dev {d:8.2f} ms  cpu {e.self_cpu_time_total / 1e3 / args.steps:8.2f} ms  n {e.count // args.steps:6d}  {e.key[:90]}")
+        rows = sorted(ka, key=lambda e: -e.self_cpu_time_total)
+        print("  -- top self CPU")
+        for e in rows[:args.rows]:
+            print(f"  cpu {e.self_cpu_time_total / 1e3 / args.steps:8.2f} ms  n {e.count // args.steps:6d}  {e.key[:90]}")
+
+
+if __name__ == "__main__":
+    main()
