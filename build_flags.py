@@ -23,7 +23,6 @@ import os
 import platform
 import shlex
 import subprocess
-import sysconfig
 import tempfile
 from typing import Callable, List, NamedTuple, Optional
 
@@ -81,8 +80,9 @@ def compiler_accepts(cxx: List[str], flag: str) -> bool:
 
 
 def host_cxx() -> List[str]:
-    """The C++ compiler setuptools builds with: $CXX, else Python's configured one."""
-    return shlex.split(os.environ.get("CXX") or sysconfig.get_config_var("CXX") or "c++")
+    """The C++ compiler torch's BuildExtension compiles with (ninja): $CXX, else ``c++``
+    (torch.utils.cpp_extension.get_cxx_compiler)."""
+    return shlex.split(os.environ.get("CXX") or "c++")
 
 
 def flags_for(system: str, libomp_dir: Optional[str], accepts: Callable[[str], bool],
@@ -98,7 +98,9 @@ def flags_for(system: str, libomp_dir: Optional[str], accepts: Callable[[str], b
         if libomp_dir is not None:
             # omp.h is in torch's include directory, which every extension compiles with.
             return Flags(True, OPTIMISE + ["-Xpreprocessor", "-fopenmp"],
-                         [f"-L{libomp_dir}", "-lomp", f"-Wl,-rpath,{libomp_dir}"], "libomp", "")
+                         # the file itself, not -L/-lomp: an LDFLAGS=-L.../homebrew/.../libomp (distutils puts
+                         # LDFLAGS first) would link a second OpenMP runtime, and libomp aborts with two loaded
+                         [os.path.join(libomp_dir, "libomp.dylib"), f"-Wl,-rpath,{libomp_dir}"], "libomp", "")
         simd = accepts("-fopenmp-simd")
         return Flags(True, OPTIMISE + (["-fopenmp-simd"] if simd else []), [], "simd" if simd else "none",
                      Warnings.W_BUILD_NO_OPENMP.format(torch_dir=torch_dir or "?"))

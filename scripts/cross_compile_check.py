@@ -88,7 +88,7 @@ def main(argv=None):
         # zig's caches in the temporary directory (its probes' and compiles'): every run starts cold
         os.environ["ZIG_GLOBAL_CACHE_DIR"] = os.path.join(tmp, "zig-global")
         os.environ["ZIG_LOCAL_CACHE_DIR"] = os.path.join(tmp, "zig-local")
-        jobs = []
+        jobs, failures = [], []
         for target, system, libomp in VARIANTS:
             if args.targets and target not in args.targets:
                 continue
@@ -98,15 +98,18 @@ def main(argv=None):
             label = f"{target}, {flags.openmp}"
             extra = []
             if flags.openmp in ("openmp", "libomp"):
-                if omp_inc is None:
-                    print(f"skip  {label}: no omp.h in torch's include directory or the host compiler's")
+                if omp_inc is None:  # a variant not compiled is not a pass
+                    failures.append((f"every source ({label})", [], "no omp.h in torch's include directory or the "
+                                     "host compiler's: install the host compiler's OpenMP headers (libgomp)"))
+                    print(f"FAIL  {label}: no omp.h in torch's include directory or the host compiler's")
                     continue
                 extra = [f"-idirafter{omp_inc}"]
             for src in sources:
                 obj = os.path.join(tmp, f"{target}-{flags.openmp}-{os.path.basename(src)}.o")
                 jobs.append((os.path.relpath(src, ROOT), label,
-                             [*zig, std, *flags.cxx, "-fPIC", *incs, *extra, "-c", src, "-o", obj]))
-        failures = []
+                             # the defines torch's BuildExtension adds to every source of spacy_elmo._C
+                             [*zig, std, *flags.cxx, "-fPIC", "-DTORCH_API_INCLUDE_EXTENSION_H",
+                              "-DTORCH_EXTENSION_NAME=_C", *incs, *extra, "-c", src, "-o", obj]))
 
         def compile_one(job):
             rel, label, cmd = job

@@ -5,6 +5,7 @@ compiling anything. The sources' compiling for those platforms is scripts/cross_
 job (`make cross-check`)."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -83,7 +84,8 @@ def test_macos_uses_the_libomp_torch_ships(tmp_path):
     flags = build_flags.flags_for("Darwin", lib, accepts=lambda flag: pytest.fail("no probe needed"))
     assert flags.build and flags.openmp == "libomp" and flags.message == ""
     assert flags.cxx[-2:] == ["-Xpreprocessor", "-fopenmp"]
-    assert flags.link == [f"-L{lib}", "-lomp", f"-Wl,-rpath,{lib}"]
+    # the file itself: an LDFLAGS -L to Homebrew's libomp would make -lomp a second OpenMP runtime
+    assert flags.link == [os.path.join(lib, "libomp.dylib"), f"-Wl,-rpath,{lib}"]
 
 
 @pytest.mark.parametrize("files", [["include/omp.h"], ["lib/libomp.dylib"], []])

@@ -132,8 +132,11 @@ class BiLM(nn.Module):
         super()._apply(fn, recurse)
         after = self._marker_ids
         if after is not before and after.device.type != "meta":
-            with torch.no_grad():
-                after.copy_(self._fresh_marker_ids(torch.device("cpu")))
+            if after.dtype != before.dtype:  # .type(torch.float64) converts integer buffers too
+                self._marker_ids = self._fresh_marker_ids(after.device)
+            else:
+                with torch.no_grad():
+                    after.copy_(self._fresh_marker_ids(torch.device("cpu")))
         return self
 
     def __setstate__(self, state) -> None:
@@ -415,8 +418,9 @@ class BiLM(nn.Module):
         if x.device != weights.device:  # fused: meta outputs from CPU weights; reference: torch's device error
             raise ValueError(Errors.E_CONTEXTUALIZE_DEVICE.format(found=x.device, expected=weights.device))
         # Under autocast also its dtype (what encode_tokens returns there), but no other: autocast never
-        # casts float64, and on the CPU float16 fails in it, where the backends differed (fused ran in x's
-        # dtype, the reference raised torch's matmul or autocast error), as they do without autocast.
+        # casts float64, and on the CPU float16 vectors under bfloat16 autocast fail in it, where the
+        # backends differed (fused ran in x's dtype, the reference raised torch's matmul or autocast
+        # error), as they do without autocast.
         low = torch.get_autocast_dtype(x.device.type) if ops.reference.autocast_on(x.device.type) else None
         if x.dtype != weights.dtype and x.dtype != low:
             accepted = f"{weights.dtype}" + ("" if low in (None, weights.dtype) else f" or, under this autocast, {low}")

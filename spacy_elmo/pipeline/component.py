@@ -311,7 +311,7 @@ def _set_vocab(vocab: Vocab, data: bytes, exclude: Iterable[str]) -> None:
             vectors.key2row = key2row
             vectors._set_cfg(settings)
             vectors._sync_unset()  # as spaCy's from_bytes leaves it: the rows no key maps
-        if lookups is not None:
+        if lookups is not None and tables is not None:
             lookups._tables = tables
         raise
 
@@ -405,8 +405,9 @@ class ElmoComponent(TrainablePipe):
                                  Errors.E_ELMO_WEIGHTS_PATH)  # fmt: skip
 
     def _pipeline(self) -> Optional[Language]:
-        """The pipeline the factory built this component for, while it holds it under its name (not one it was
-        copied from: ``source``, pickling, another name), else None."""
+        """The pipeline the factory built this component for, while it holds it under its name (not after
+        pickling or a rename), else None. spaCy's ``source`` shares the component object: while the pipeline it
+        was built for still holds it, a message reached through the other pipeline names that one's setting."""
         ref = _PIPELINES.get(self)
         nlp = ref() if ref is not None else None
         if nlp is None or self.name not in nlp.component_names or nlp.get_pipe(self.name) is not self:

@@ -281,7 +281,7 @@ def test_contextualize_takes_vectors_of_the_weights_dtype_and_device(backend):
     the meta device gave meta outputs from the fused path (CPU weights) and torch's device error from the
     reference. Under autocast the vectors come in the autocast dtype (what encode_tokens returns there), but
     no other: before, any dtype passed there, and float64 (which autocast never casts) or float16 (which CPU
-    autocast fails on) ran on the fused path (float64 outputs) while the reference raised torch's errors."""
+    bfloat16 autocast fails on) ran on the fused path (float64 outputs) while the reference raised torch's errors."""
     import torch
 
     model = BiLM(TINY, backend=backend)

@@ -87,3 +87,18 @@ def test_bilm_pickled_without_the_marker_hook_follows_assigned_weights(backend):
     ids = batch_to_ids(SENTENCES)
     with torch.no_grad():
         torch.testing.assert_close(old(ids).activations[2], model(ids).activations[2], atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_module_type_keeps_the_marker_ids_integer(tmp_path, backend):
+    """nn.Module.type(dtype) converts integer buffers too: once _apply copied the constant into the
+    float64 tensor it returned, and the next forward failed ("Index put requires the source and
+    destination dtypes match"). The model converted by .type() gives what .double() gives."""
+    opt_path, weight_path = write_model_files(tmp_path, options())
+    typed = BiLM.from_allennlp(opt_path, weight_path, backend=backend).type(torch.float64)
+    doubled = BiLM.from_allennlp(opt_path, weight_path, backend=backend).double()
+    assert typed.marker_ids.dtype == torch.int64
+    ids = batch_to_ids(SENTENCES)
+    with torch.no_grad():
+        for a, b in zip(typed(ids).activations, doubled(ids).activations):
+            torch.testing.assert_close(a, b, atol=0, rtol=0)
