@@ -25,7 +25,7 @@ from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import asdict, dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Union
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Union
 
 import numpy as np
 import torch
@@ -198,47 +198,72 @@ def _setup_distributed(cfg: TrainConfig):
 #: for a large corpus, past the process group's default timeout (gloo: 30 minutes), which then
 #: killed the first run on it.
 TOKENIZE_TIMEOUT = timedelta(hours=48)
+#: How long a failed rank waits for its peers in :func:`leave_failed_run`: it ignores Ctrl-C and SIGTERM
+#: there, so a peer hung but alive must not hold it (and a ``kill`` of it) for :data:`TOKENIZE_TIMEOUT`.
+LEAVE_TIMEOUT = timedelta(seconds=60)
 
 
-def _wait_group(world: int):
-    """A gloo group with :data:`TOKENIZE_TIMEOUT` for waiting on what rank 0 does alone (its tokenization,
-    its writes: :func:`_settled`), None for one process. Every rank must call it, at the same point."""
-    return dist.new_group(backend="gloo", timeout=TOKENIZE_TIMEOUT) if world > 1 else None
+class _Groups(NamedTuple):
+    """The gloo groups of :func:`_settled` blocks (:func:`_wait_groups`)."""
+
+    setup: Any  #: :data:`TOKENIZE_TIMEOUT`: the blocks before the loop (rank 0 checks OUTPUT_DIR, reads the held-out text, tokenizes, moves the cache)
+    loop: Any  #: the default timeout (gloo: 30 minutes): rank 0's writes in the loop (checkpoints, the log)
+    leave: Any  #: :data:`LEAVE_TIMEOUT`: :func:`leave_failed_run`'s barrier
+
+
+def _wait_groups(world: int) -> Optional[_Groups]:
+    """The groups for waiting on what rank 0 does alone (:func:`_settled`), None for one process. Only the
+    blocks before the loop may wait hours; one in the loop (a checkpoint, a log line) waits as long as the
+    process group's collectives. Every rank must call it, at the same point."""
+    if world == 1:
+        return None
+    return _Groups(dist.new_group(backend="gloo", timeout=TOKENIZE_TIMEOUT), dist.new_group(backend="gloo"),
+                   dist.new_group(backend="gloo", timeout=LEAVE_TIMEOUT))
 
 
 class PeerFailed(RuntimeError):
-    """This rank's part of a :func:`_settled` block went well, another rank's failed: that rank says why."""
+    """This rank's part of a :func:`_settled` block went well, another rank's failed: that rank says why
+    (and rank 0 says which rank failed: on a job of several machines only rank 0's terminal may be watched)."""
 
 
 @contextmanager
-def _settled(group):
-    """A block after which every rank of ``group`` (:func:`_wait_group`; None: one process) knows whether it
+def _settled(groups: Optional[_Groups], setup: bool = False):
+    """A block after which every rank (``groups``: :func:`_wait_groups`; None: one process) knows whether it
     failed on any rank, before any rank goes on to a collective that a failed rank would never join: rank 0's
     checks of OUTPUT_DIR (its lock), its tokenization, its writes. The others waited in that collective until
     rank 0's exit broke it (gloo's "Connection closed by peer") or torchrun killed them (SIGTERM, reported as
-    their failure). A rank whose block raised raises its error, which the lowest such rank says (also an
-    error of every rank's that rank 0 did not meet); the other ranks raise :class:`PeerFailed`, said by none
-    (:func:`said_by_this_rank`), and every rank then leaves the run together (:func:`leave_failed_run`).
-    One all-reduce of one number. Every rank must enter it, at the same point."""
-    if group is None:
+    their failure). ``setup``: a block before the loop, which may take hours (:data:`TOKENIZE_TIMEOUT`).
+    A rank whose block raised raises its error and says it (:func:`said_by_this_rank`), except an error of
+    every rank's (:func:`_same_on_every_rank`), which only the lowest rank that met it says. A peer gone
+    in the same block (its exit breaks the all-reduce) leaves this rank's error to this rank to say. The ranks
+    whose block went well raise :class:`PeerFailed`, which rank 0 alone says, and every rank then leaves the
+    run together (:func:`leave_failed_run`). One all-reduce of one number. Every rank must enter it, at the
+    same point."""
+    if groups is None:
         yield
         return
+    group = groups.setup if setup else groups.loop
     rank = dist.get_rank()
     try:
         yield
     except Exception as err:
-        if _lowest_failed(group, rank) == rank:
+        try:
+            lowest = _lowest_failed(group, rank)
+        except RuntimeError:  # gloo's "Connection closed by peer": a peer gone in this block, which says nothing
+            lowest = None
+        if lowest in (rank, None):
             setattr(err, "spacy_elmo_every_rank", False)  # the lowest rank that failed says it, rank 0 or not
-        setattr(err, _SETTLED, group)
+        if lowest is not None:  # else no peer to wait for
+            setattr(err, _SETTLED, groups.leave)
         raise
     lowest = _lowest_failed(group, None)
     if lowest is not None:
         failed = PeerFailed(Errors.E_PEER_FAILED.format(rank=lowest))
-        setattr(failed, _SETTLED, group)
+        setattr(failed, _SETTLED, groups.leave)
         raise failed
 
 
-#: The attribute of an error raised by a :func:`_settled` block that failed: its group.
+#: The attribute of an error raised by a :func:`_settled` block that failed: the group to leave the run on.
 _SETTLED = "spacy_elmo_settled"
 
 
@@ -549,10 +574,12 @@ def leave_failed_run(err: BaseException) -> None:
     its error could be cut short; and a process that exits in the group, its peers gone, can abort
     ("terminate called without an active exception", SIGABRT). Any other error: nothing (a peer may be gone).
     A rank whose failure escaped the command line (an error it does not catch: a traceback) never comes: its
-    exit breaks the barrier, and this rank exits as before."""
+    exit breaks the barrier, and this rank exits as before. A peer hung but alive is waited for
+    :data:`LEAVE_TIMEOUT` at most: the command line, which ignores Ctrl-C and SIGTERM meanwhile, exits right after."""
     group = next((getattr(e, _SETTLED) for e in (err, err.__cause__) if hasattr(e, _SETTLED)), None)
     if group is not None and dist.is_initialized():
-        with suppress(RuntimeError):  # gloo's "Connection closed by peer": that rank is gone
+        # gloo's "Connection closed by peer" (that rank is gone) or its timeout (that rank hangs)
+        with suppress(RuntimeError):
             dist.barrier(group=group)
             dist.destroy_process_group()
 
@@ -560,8 +587,11 @@ def leave_failed_run(err: BaseException) -> None:
 def said_by_this_rank(err: BaseException, rank: int) -> bool:
     """Whether rank ``rank`` says ``err``, :func:`train`'s, under torchrun: not an error every rank met
     alike (rank 0 says it, or the lowest rank that met it: :func:`_settled`), nor another rank's failure
-    (:class:`PeerFailed`: that rank says it)."""
-    return not isinstance(err, PeerFailed) and (rank == 0 or not raised_on_every_rank(err))
+    (:class:`PeerFailed`: that rank says it, and rank 0 names it, the terminal of a job of several machines
+    showing rank 0's words alone)."""
+    if isinstance(err, PeerFailed):
+        return rank == 0
+    return rank == 0 or not raised_on_every_rank(err)
 
 
 # -- the loop ----------------------------------------------------------------
@@ -637,9 +667,9 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
     rank, world, device = _setup_distributed(cfg)
     out = Path(cfg.output_dir)
     is_main = rank == 0
-    wait = _wait_group(world)
+    wait = _wait_groups(world)
     # Every rank learns rank 0's verdict (its lock, OUTPUT_DIR not empty) before any rank goes on.
-    with _settled(wait), _same_on_every_rank():
+    with _settled(wait, setup=True), _same_on_every_rank():
         if out.exists() and not out.is_dir():
             raise ValueError(Errors.E_OUTPUT_NOT_A_DIR.format(path=out))
         if is_main and fcntl is not None:  # before anything in OUTPUT_DIR is checked, read or written
@@ -660,12 +690,12 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
 
         # Rank 0 tokenizes; every rank evaluates its share of it at the checkpoints.
         read: List[Any] = [None]
-        with _settled(wait):
+        with _settled(wait, setup=True):
             if is_main:
                 read[0] = read_text(cfg.heldout, cfg.lang)  # rank 0's, broadcast below
                 _warn_heldout_in_training(cfg.heldout, cfg.train_path)
         if world > 1:
-            dist.broadcast_object_list(read, src=0, group=wait)
+            dist.broadcast_object_list(read, src=0, group=wait.setup)
         heldout, heldout_stats = read[0]
         heldout_digest = _heldout_digest(heldout)
 
@@ -674,7 +704,7 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
     # accepted it: a refused resume leaves OUTPUT_DIR as it was.
     cache, staging = out / "data", out / STAGING_NAME
     try:
-        with _settled(wait):  # however long rank 0 tokenized
+        with _settled(wait, setup=True):  # however long rank 0 tokenized
             if is_main:
                 for leftover in (staging, out / RETIRED_NAME):  # a run killed while staging or swapping
                     shutil.rmtree(leftover, ignore_errors=True)
@@ -684,7 +714,7 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
                 meta = build_corpus(cfg.train_path, cfg.lang, staging if payload is not None and not fresh else cache,
                                     progress=cfg.progress, nlp=nlp, processes=cfg.tokenize_processes)
         # Each rank reads the cache (another machine's ranks may fail to) and builds its model.
-        with _settled(wait):
+        with _settled(wait, setup=True):
             source = staging if (staging / "meta.json").exists() else cache
             if not is_main:
                 meta = json.loads((source / "meta.json").read_text(encoding="utf-8"))
@@ -732,7 +762,7 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
         if is_main:
             shutil.rmtree(staging, ignore_errors=True)
         raise
-    with _settled(wait):  # every rank has read the staged cache
+    with _settled(wait, setup=True):  # every rank has read the staged cache
         if is_main and source == staging:
             _move_cache_into_place(staging, cache, out / RETIRED_NAME)
         log = _Log(out / LOG_NAME, is_main, step if payload is not None else None)

@@ -544,22 +544,36 @@ def test_torchrun_reports_every_rank_exiting_with_rank_0s_status(tmp_path):
     assert "terminate called" not in report and "Connection closed" not in report, report
 
 
-def _settled_worker(rank: int, world: int, port: int, failing: tuple, result_dir: str, error: type = ValueError) -> None:
+def _settled_worker(rank: int, world: int, port: int, failing: tuple, result_dir: str, error: type = ValueError,
+                    gone: tuple = (), late: float = 0.0) -> None:
     """A :func:`_settled` block that raises ``error`` (ValueError: one of every rank's) on the ranks ``failing``:
-    who says what. Another error escapes, as one the command line does not catch, ending the process."""
+    who says what. Another error escapes, as one the command line does not catch, ending the process. The ranks
+    ``gone`` exit in the block, as a killed process does. ``late``: the ranks that did not fail wait that many
+    seconds before they leave the run (hung but alive), the failed ones waiting for them 1 s at most; they then
+    say whether a failed rank left before them."""
+    import time
+    from datetime import timedelta
+
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     import torch.distributed as dist
 
     from spacy_elmo.training import trainer
 
+    trainer.LEAVE_TIMEOUT = timedelta(seconds=1)
     dist.init_process_group("gloo")
     try:
-        with trainer._settled(trainer._wait_group(world)), trainer._same_on_every_rank():
+        with trainer._settled(trainer._wait_groups(world)), trainer._same_on_every_rank():
+            if rank in gone:
+                time.sleep(0.5)  # the others are in the block's all-reduce
+                os._exit(9)
             if rank in failing:
                 raise error(f"refused on rank {rank}")
         outcome = "ran"
     except (ValueError, trainer.PeerFailed) as err:
         outcome = f"{type(err).__name__}: {err}; says it: {trainer.said_by_this_rank(err, rank)}"
+        if late and rank not in failing:
+            time.sleep(late)
+            outcome += f"; left after the failed rank: {all(os.path.exists(os.path.join(result_dir, f'settled{r}.txt')) for r in failing)}"
         trainer.leave_failed_run(err)
     with open(os.path.join(result_dir, f"settled{rank}.txt"), "w", encoding="utf-8") as f:
         f.write(outcome)
@@ -580,7 +594,8 @@ def test_a_rank_whose_failure_escapes_the_command_line_does_not_hold_the_others(
 @pytest.mark.parametrize("failing", [(), (0,), (1,), (0, 1)], ids=["none", "rank_0", "rank_1", "both"])
 def test_a_settled_block_tells_every_rank_and_the_lowest_failed_rank_says_it(tmp_path, failing):
     """The lowest rank that failed says its error, also one of every rank's that rank 0 did not meet (it is
-    said by rank 0 otherwise): the others raise PeerFailed naming that rank, said by none."""
+    said by rank 0 otherwise): the others raise PeerFailed naming that rank, which rank 0 says (the terminal
+    of a job of several machines shows rank 0's words alone) and no other rank."""
     _run_ranks(_settled_worker, (2, _free_port(), failing, str(tmp_path)), timeout=120)
     outcomes = [(tmp_path / f"settled{r}.txt").read_text(encoding="utf-8") for r in range(2)]
     lowest = min(failing, default=None)
@@ -590,7 +605,27 @@ def test_a_settled_block_tells_every_rank_and_the_lowest_failed_rank_says_it(tmp
         elif rank in failing:
             assert outcome == f"ValueError: refused on rank {rank}; says it: {rank == lowest}"
         else:
-            assert outcome.startswith(f"PeerFailed: Rank {lowest} of this torchrun job failed") and outcome.endswith("says it: False")
+            assert outcome.startswith(f"PeerFailed: Rank {lowest} of this torchrun job failed") and outcome.endswith(f"says it: {rank == 0}")
+
+
+@pytest.mark.slow
+def test_a_peer_gone_in_a_settled_block_leaves_this_ranks_error_to_say(tmp_path):
+    """A peer that dies in the block (killed, out of memory) broke its all-reduce: gloo's "Connection closed by
+    peer" replaced this rank's own error, which no rank then said. This rank's error now stays, said by it,
+    also one of every rank's (the lowest failed rank, which would say it, may be the one gone)."""
+    _run_ranks(_settled_worker, (2, _free_port(), (1,), str(tmp_path), ValueError, (0,)), timeout=120)
+    assert not (tmp_path / "settled0.txt").exists()
+    assert (tmp_path / "settled1.txt").read_text(encoding="utf-8") == "ValueError: refused on rank 1; says it: True"
+
+
+@pytest.mark.slow
+def test_a_failed_rank_waits_for_a_hung_peer_a_bounded_time(tmp_path):
+    """A failed rank waited in :func:`leave_failed_run`, ignoring Ctrl-C and SIGTERM, for a peer hung but alive:
+    up to the 48 hours of the tokenization's group. It now waits :data:`LEAVE_TIMEOUT` (here 1 s) and exits
+    before that peer comes."""
+    _run_ranks(_settled_worker, (2, _free_port(), (0,), str(tmp_path), ValueError, (), 10.0), timeout=120)
+    assert (tmp_path / "settled0.txt").read_text(encoding="utf-8") == "ValueError: refused on rank 0; says it: True"
+    assert (tmp_path / "settled1.txt").read_text(encoding="utf-8").endswith("says it: False; left after the failed rank: True")
 
 
 @pytest.mark.parametrize("error, ours", [
@@ -791,3 +826,33 @@ def test_a_store_that_does_not_answer_leaves_the_word_to_rank_0(monkeypatch):
         assert [pretrain._first_to_stop(Ranks(r, 2, r)) for r in (1, 0)] == [False, True]
     finally:
         answered.set()
+
+
+def test_only_the_blocks_before_the_loop_wait_hours(tmp_path, monkeypatch):
+    """Every :func:`_settled` block waited on the group of the tokenization's 48-hour timeout, also a checkpoint's,
+    a held-out evaluation's and a log line's: a rank hung in the loop held the others 48 hours, not the process
+    group's timeout as before. The blocks before the loop (OUTPUT_DIR, the held-out text, the corpus, its cache)
+    wait hours; those in the loop wait on a group of the default timeout."""
+    import inspect
+
+    from spacy_elmo.training import trainer
+
+    used = []
+
+    def lowest_failed(group, failed):  # what _settled all-reduces on, and for which block
+        caller = next(f.function for f in inspect.stack() if f.filename == trainer.__file__
+                      and f.function not in ("_settled", "lowest_failed"))
+        used.append((caller, group))
+        return None
+
+    monkeypatch.setattr(trainer, "_wait_groups", lambda world: trainer._Groups("setup", "loop", "leave"))
+    monkeypatch.setattr(trainer, "_lowest_failed", lowest_failed)
+    monkeypatch.setattr(trainer.dist, "get_rank", lambda group=None: 0)
+    held = write_corpus(tmp_path / "held.txt", 30, seed=1)
+    trainer.train(tiny_train_config(write_corpus(tmp_path / "train.txt", 200), tmp_path / "out", max_steps=4,
+                                    checkpoint_every=2, log_every=1, heldout=str(held)))
+    groups = [group for _, group in used]
+    in_loop = groups.index("loop")  # the first log line's
+    assert set(groups[:in_loop]) == {"setup"} and set(groups[in_loop:]) == {"loop"}, used
+    assert {caller for caller, _ in used[:in_loop]} == {"_train"}, used
+    assert {caller for caller, _ in used[in_loop:]} == {"_train", "save", "evaluate_heldout"}, used
