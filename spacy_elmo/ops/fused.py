@@ -208,13 +208,84 @@ def _char_cnn_setup(ctx, inputs, output):
     ctx.save_for_backward(char_ids, embedding, out, argmax, *weights)
 
 
+@contextlib.contextmanager
+def _cudnn_without_tf32(device_type: str):
+    """cuDNN's float32 convolutions in full float32 on CUDA (PyTorch lets them round to TF32 by
+    default), as the fused kernels compute; the previous setting is restored. A no-op elsewhere."""
+    if device_type != "cuda":
+        yield
+        return
+    # torch >= 2.9 sets it per operator; there reading the legacy flag raises once a user has set
+    # conv and RNN apart through the new one
+    conv = getattr(torch.backends.cudnn, "conv", None)
+    holder, name, off = (conv, "fp32_precision", "ieee") if hasattr(conv, "fp32_precision") else (
+        torch.backends.cudnn, "allow_tf32", False)
+    before = getattr(holder, name)
+    setattr(holder, name, off)
+    try:
+        yield
+    finally:
+        setattr(holder, name, before)
+
+
+def char_cnn_backward_composed(grad: Tensor, out: Tensor, argmax: Tensor, char_ids: Tensor, embedding: Tensor,
+                               weights: Sequence[Tensor], activation: int):
+    """``char_cnn_backward`` (same arguments, results, dtypes and shapes) as ATen operators on any
+    device: the gradient at each channel's maximum is scattered to its window position, and
+    ``aten.convolution_backward`` (cuDNN on CUDA) gives the embedded characters' and the filters'
+    gradients, one filter at a time (so only one filter's (N, count, positions) float32 gradient is
+    alive: 1112 tokens x 1024 channels x 44 positions = 0.2 GB; all 2048 channels at once, 0.4 GB).
+    The characters' gradients go to the table by ``index_add_``; id 0 (no character) has no row,
+    padding ids are real rows.
+    The CUDA autograd backward runs this: the CUDA kernel's global atomics (every token's padding
+    character lands on the same table row) took 76-80 ms of a 106 ms pretraining step
+    (docs/benchmarks.md). Computes in float32 (float64 for float64 inputs) without TF32. Trusts
+    its inputs as the autograd backward may (the forward checked the ids and made argmax);
+    the operator checks them."""
+    device = embedding.device
+    acc = torch.float64 if embedding.dtype == torch.float64 else torch.float32
+    n, width_all = char_ids.shape
+    dim = embedding.shape[1]
+    with _no_autocast(device.type), _cudnn_without_tf32(device.type):
+        o = out.to(acc)
+        g = grad.to(acc) * (o > 0) if activation == _ACTIVATIONS["relu"] else grad.to(acc) * (1 - o * o)
+        ids = char_ids.to(device=device, dtype=torch.long).reshape(-1)
+        table = torch.nn.functional.pad(embedding.to(acc), (0, 0, 1, 0))  # row 0: id 0, no character
+        x = table.index_select(0, ids).view(n, width_all, dim).transpose(1, 2)  # (N, D, W)
+        d_x = torch.zeros_like(x)
+        d_ws, d_bs, first = [], [], 0
+        for w in weights:
+            count, width = w.shape[0], w.shape[2]
+            g_i = g[:, first : first + count]
+            d_bs.append(g_i.sum(0).to(w.dtype))
+            if n == 0:
+                d_ws.append(torch.zeros(w.shape, dtype=w.dtype, device=device))
+            else:
+                g_full = x.new_zeros(n, count, width_all - width + 1)
+                g_full.scatter_(2, argmax[:, first : first + count].to(torch.long).unsqueeze(2), g_i.unsqueeze(2))
+                d_xi, d_w, _ = torch.ops.aten.convolution_backward(
+                    g_full, x, w.to(acc), None, [1], [0], [1], False, [0], 1, [True, True, False])
+                del g_full
+                d_x += d_xi
+                d_ws.append(d_w.to(w.dtype).contiguous())
+            first += count
+        d_table = table.new_zeros(table.shape).index_add_(0, ids, d_x.transpose(1, 2).reshape(n * width_all, dim))
+    return d_table[1:].to(embedding.dtype), d_ws, d_bs
+
+
+def _char_cnn_backward_for(device: torch.device):
+    """The char CNN's backward for tensors on ``device``: on CUDA the ATen composition, elsewhere the op."""
+    return char_cnn_backward_composed if device.type == "cuda" else _ops.char_cnn_backward
+
+
 @_first_order_only("char_cnn")
 def _char_cnn_backward(ctx, grad_out, _grad_argmax):
     char_ids, embedding, out, argmax, *weights = ctx.saved_tensors
     if grad_out is None:
         nones = [None] * len(weights)
         return None, None, nones, list(nones), None
-    d_emb, d_w, d_b = _ops.char_cnn_backward(grad_out, out, argmax, char_ids, embedding, weights, ctx.activation)
+    backward = _char_cnn_backward_for(embedding.device)
+    d_emb, d_w, d_b = backward(grad_out, out, argmax, char_ids, embedding, weights, ctx.activation)
     # A width-1 filter's (C, D, 1) gradient comes with strides (D, 1, D): contiguous to PyTorch,
     # but DDP compares strides with its buckets' and warns on every rank of every run.
     d_w = [g if g.stride() == w.stride() else g.clone(memory_format=torch.contiguous_format) for g, w in zip(d_w, weights)]

@@ -36,6 +36,35 @@ def char_cnn(char_ids, embedding, weights, biases, activation="relu"):
     return np.concatenate(outs, 1)
 
 
+def char_cnn_backward(char_ids, embedding, weights, grad, out, argmax, activation="relu"):
+    """Gradients (table, weights, biases) of :func:`char_cnn` for the output gradient ``grad``,
+    the output ``out`` and each channel's window position ``argmax`` (N, F), by loops."""
+    ids = np.asarray(char_ids)
+    emb = np.asarray(embedding, dtype=np.float64)
+    grad = np.asarray(grad, dtype=np.float64)
+    out = np.asarray(out, dtype=np.float64)
+    argmax = np.asarray(argmax)
+    g = grad * (out > 0) if activation == "relu" else grad * (1.0 - out * out)
+    d_emb = np.zeros_like(emb)
+    d_ws, d_bs, first = [], [], 0
+    for w in weights:
+        w = np.asarray(w, dtype=np.float64)
+        count, dim, width = w.shape
+        d_w = np.zeros_like(w)
+        for n in range(ids.shape[0]):
+            for c in range(count):
+                gv, p = g[n, first + c], argmax[n, first + c]
+                for k in range(width):
+                    row = ids[n, p + k]
+                    if row > 0:  # id 0: no character, no table row
+                        d_w[c, :, k] += gv * emb[row - 1]
+                        d_emb[row - 1] += gv * w[c, :, k]
+        d_ws.append(d_w)
+        d_bs.append(g[:, first : first + count].sum(0))
+        first += count
+    return d_emb, d_ws, d_bs
+
+
 def highway(x, weight, bias):
     """TF semantics: y = g * relu(t) + (1 - g) * x; weight rows [transform; carry]."""
     x = np.asarray(x, dtype=np.float64)

@@ -181,6 +181,124 @@ def test_char_cnn_gradcheck_float64(activation):
     assert torch.autograd.gradcheck(fn, tuple(params))
 
 
+# The CUDA autograd backward runs char_cnn_backward_composed (ATen ops, cuDNN's convolution_backward)
+# instead of the CUDA kernel, whose atomics took 76-80 ms a step: checked here on the CPU against
+# the CPU op and the float64 oracle (tests/ops/test_fused_cuda.py checks it against the kernel).
+COMPOSED_CASES = {
+    "small_filters": ([(1, 3), (2, 17), (3, 16), (4, 40)], 7, 12, 5),
+    "width_equals_token": ([(1, 2), (6, 3), (9, 4)], 4, 9, 3),  # one window position for width 9
+    "small": ("small", 5, 50, 16),
+    "original": ("original", 3, 50, 16),
+}
+
+
+def _composed_case(name, dtype, seed=23):
+    filters, n_tok, n_chars, dim = COMPOSED_CASES[name]
+    filters = _preset_filters()[filters] if isinstance(filters, str) else filters
+    gen = torch.Generator().manual_seed(seed)
+    lengths = [min(n_chars - 2, k) for k in (1, 48, 0, 3, 7, 2, 20)[:n_tok]]
+    ids = random_char_ids(gen, n_tok, n_chars, zero_rows=[n_tok - 1], word_lengths=lengths)
+    emb, ws, bs = char_params(gen, filters, dim, dtype=dtype, scale=0.3)
+    return ids, emb, ws, bs, gen
+
+
+@pytest.mark.parametrize("activation", ["relu", "tanh"])
+@pytest.mark.parametrize("case", sorted(COMPOSED_CASES))
+def test_char_cnn_backward_composed_matches_the_op_and_the_oracle(activation, case):
+    act = 0 if activation == "relu" else 1
+    for dtype in (torch.float32, torch.float64):
+        ids, emb, ws, bs, gen = _composed_case(case, dtype)
+        out, arg = torch.ops.spacy_elmo.char_cnn_forward(ids, emb, ws, bs, act)
+        grad = (torch.rand(out.shape, generator=gen, dtype=torch.float64) - 0.5).to(dtype)
+        got = fused.char_cnn_backward_composed(grad, out, arg, ids, emb, ws, act)
+        d_emb, d_ws, d_bs = got
+        assert d_emb.dtype == dtype and d_emb.shape == emb.shape
+        assert [t.shape for t in d_ws] == [w.shape for w in ws] and [t.shape for t in d_bs] == [b.shape for b in bs]
+        assert all(t.dtype == dtype for t in [*d_ws, *d_bs])
+        if dtype == torch.float32:
+            op = torch.ops.spacy_elmo.char_cnn_backward(grad, out, arg, ids, emb, ws, act)
+            for a, e in zip([d_emb, *d_ws, *d_bs], [op[0], *op[1], *op[2]]):
+                _close(a, e, rtol=1e-5, atol=1e-5)
+        else:
+            o_emb, o_ws, o_bs = O.char_cnn_backward(ids.numpy(), emb.numpy(), [w.numpy() for w in ws], grad.numpy(),
+                                                    out.numpy(), arg.numpy(), activation)
+            for a, e in zip([d_emb, *d_ws, *d_bs], [o_emb, *o_ws, *o_bs]):
+                _close(a, e, rtol=1e-10, atol=1e-12)
+
+
+def test_char_cnn_backward_composed_dtypes_and_no_tokens():
+    """Low-precision inputs (CUDA autocast's) come back in their dtypes, computed in float32;
+    int32 ids are fine; no tokens give zero gradients."""
+    ids, emb, ws, bs, gen = _composed_case("small_filters", torch.float32)
+    out, arg = torch.ops.spacy_elmo.char_cnn_forward(ids, emb, ws, bs, 1)
+    grad = torch.rand(out.shape, generator=gen) - 0.5
+    ref = fused.char_cnn_backward_composed(grad, out, arg, ids, emb, ws, 1)
+    low = fused.char_cnn_backward_composed(grad.bfloat16(), out.bfloat16(), arg, ids.int(), emb.bfloat16(),
+                                           [w.bfloat16() for w in ws], 1)
+    for a, e in zip([low[0], *low[1], *low[2]], [ref[0], *ref[1], *ref[2]]):
+        assert a.dtype == torch.bfloat16 and a.shape == e.shape
+        _close(a, e, rtol=5e-2, atol=2e-2)
+    empty = fused.char_cnn_backward_composed(out[:0], out[:0], arg[:0], ids[:0], emb, ws, 1)
+    for a, e in zip([empty[0], *empty[1], *empty[2]], [emb, *ws, *bs]):
+        assert a.shape == e.shape and not a.any()
+
+
+def test_cuda_char_cnn_autograd_runs_the_composition(monkeypatch):
+    """The CUDA autograd backward runs the ATen composition, the CPU one the CPU op; and the
+    autograd glue around it (arguments, results, the width-1 strides) gives the reference's
+    gradients when the composition runs (forced here on the CPU)."""
+    assert fused._char_cnn_backward_for(torch.device("cuda", 0)) is fused.char_cnn_backward_composed
+    assert fused._char_cnn_backward_for(torch.device("cpu")) is torch.ops.spacy_elmo.char_cnn_backward
+    ids, emb, ws, bs, gen = _composed_case("small_filters", torch.float32)
+    calls = []
+
+    def composed(*args):
+        calls.append(True)
+        return fused.char_cnn_backward_composed(*args)
+
+    monkeypatch.setattr(fused, "_char_cnn_backward_for", lambda device: composed)
+    grads = []
+    for impl in (fused, R):
+        params = [p.clone().requires_grad_() for p in [emb, *ws, *bs]]
+        out = impl.char_cnn(ids, params[0], params[1:5], params[5:], "tanh")
+        (out * torch.linspace(-1, 2, out.numel()).view_as(out)).sum().backward()
+        grads.append([p.grad for p in params])
+    assert calls
+    for a, e, p in zip(*grads, [emb, *ws, *bs]):
+        assert a.stride() == p.stride()
+        _close(a, e, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("user_setting", [None, "tf32", "ieee"])
+def test_char_cnn_composed_turns_tf32_off_for_cuda_only_and_restores_it(user_setting):
+    """cuDNN's float32 convolutions in the CUDA composition run without TF32 (the tolerance the
+    CUDA tests hold the kernels to); the user's setting comes back after, and reading it still works
+    after a user set it through the per-operator API (where the legacy flag raises)."""
+    conv = getattr(torch.backends.cudnn, "conv", None)
+    new_api = hasattr(conv, "fp32_precision")
+    if user_setting is not None and not new_api:
+        pytest.skip("torch < 2.9: no per-operator TF32 setting")
+
+    def read():
+        return conv.fp32_precision if new_api else torch.backends.cudnn.allow_tf32
+
+    before = read()
+    try:
+        if user_setting is not None:
+            conv.fp32_precision = user_setting
+        outside = read()
+        with fused._cudnn_without_tf32("cpu"):
+            assert read() == outside
+        with fused._cudnn_without_tf32("cuda"):
+            assert read() == ("ieee" if new_api else False)
+        assert read() == outside
+    finally:
+        if new_api:
+            conv.fp32_precision = before
+        else:
+            torch.backends.cudnn.allow_tf32 = before
+
+
 # ------------------------------------------------------------------ highway
 
 

@@ -561,3 +561,33 @@ def test_cuda_range_checks_sync_once_per_call():
                     None, None, [0, 1], False, True)
     assert _syncs(lambda: ops.lstm_forward(*forward_args)) == 1
     assert _syncs(lambda: ops.lstm_backward(*args.values())) == 1
+
+
+@pytest.mark.parametrize("activation", [0, 1])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_char_cnn_autograd_backward_on_cuda_matches_the_kernel(activation, dtype):
+    """The CUDA autograd backward runs fused.char_cnn_backward_composed (ATen ops, cuDNN), not the
+    CUDA kernel (76-80 ms of global atomics a pretraining step): the two agree, in the op's dtypes,
+    and the composition never synchronizes."""
+    from spacy_elmo.bilm.config import BiLMConfig
+
+    assert fused._char_cnn_backward_for(torch.device(DEV)) is fused.char_cnn_backward_composed
+    gen = torch.Generator().manual_seed(21)
+    filters = BiLMConfig.preset("small").filters
+    ids = _ids(gen, 40).to(DEV)
+    emb, *p = [t.to(DEV, dtype) for t in _params(gen, [(261, 16)] + [(c, 16, w) for w, c in filters]
+                                                  + [(c,) for _, c in filters], scale=0.1)]
+    ws, bs = p[: len(filters)], p[len(filters):]
+    ops = torch.ops.spacy_elmo
+    out, arg = ops.char_cnn_forward(ids, emb, ws, bs, activation)
+    grad = (torch.rand(out.shape, generator=gen) - 0.5).to(DEV, dtype)
+    args = (grad, out, arg, ids, emb, ws, activation)
+    kernel = ops.char_cnn_backward(*args)
+    composed = fused.char_cnn_backward_composed(*args)
+    assert _syncs(lambda: fused.char_cnn_backward_composed(*args)) == 0
+    for a, e in zip([composed[0], *composed[1], *composed[2]], [kernel[0], *kernel[1], *kernel[2]]):
+        assert a.dtype == e.dtype and a.shape == e.shape and a.device == e.device
+        if dtype == torch.float32:
+            torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-5)
+        else:
+            assert _rel(a, e) < 1e-2
