@@ -208,26 +208,6 @@ def _char_cnn_setup(ctx, inputs, output):
     ctx.save_for_backward(char_ids, embedding, out, argmax, *weights)
 
 
-@contextlib.contextmanager
-def _cudnn_without_tf32(device_type: str):
-    """cuDNN's float32 convolutions in full float32 on CUDA (PyTorch lets them round to TF32 by
-    default), as the fused kernels compute; the previous setting is restored. A no-op elsewhere."""
-    if device_type != "cuda":
-        yield
-        return
-    # torch >= 2.9 sets it per operator; there reading the legacy flag raises once a user has set
-    # conv and RNN apart through the new one
-    conv = getattr(torch.backends.cudnn, "conv", None)
-    holder, name, off = (conv, "fp32_precision", "ieee") if hasattr(conv, "fp32_precision") else (
-        torch.backends.cudnn, "allow_tf32", False)
-    before = getattr(holder, name)
-    setattr(holder, name, off)
-    try:
-        yield
-    finally:
-        setattr(holder, name, before)
-
-
 def char_cnn_backward_composed(grad: Tensor, out: Tensor, argmax: Tensor, char_ids: Tensor, embedding: Tensor,
                                weights: Sequence[Tensor], activation: int):
     """``char_cnn_backward`` (same arguments, results, dtypes and shapes) as ATen operators on any
@@ -239,19 +219,26 @@ def char_cnn_backward_composed(grad: Tensor, out: Tensor, argmax: Tensor, char_i
     padding ids are real rows.
     The CUDA autograd backward runs this: the CUDA kernel's global atomics (every token's padding
     character lands on the same table row) took 76-80 ms of a 106 ms pretraining step
-    (docs/benchmarks.md). Computes in float32 (float64 for float64 inputs) without TF32. Trusts
-    its inputs as the autograd backward may (the forward checked the ids and made argmax);
-    the operator checks them."""
+    (docs/benchmarks.md). Computes in float32 (float64 for float64 inputs); on CUDA cuDNN rounds
+    float32 to TF32 where torch lets it (``torch.backends.cudnn.allow_tf32``, on by default, or
+    ``torch.backends.cudnn.conv.fp32_precision``), as for every cuDNN convolution, the reference's
+    included: turn it off for float32 gradients. (A switch here would be process-wide state that
+    other threads' convolutions see, and torch.compile traces it away.) Trusts its inputs as the
+    autograd backward may (the forward checked the ids and made argmax); the operator checks them."""
     device = embedding.device
     acc = torch.float64 if embedding.dtype == torch.float64 else torch.float32
     n, width_all = char_ids.shape
     dim = embedding.shape[1]
-    with _no_autocast(device.type), _cudnn_without_tf32(device.type):
+    with _no_autocast(device.type):
         o = out.to(acc)
-        g = grad.to(acc) * (o > 0) if activation == _ACTIVATIONS["relu"] else grad.to(acc) * (1 - o * o)
+        # relu: where, not a product, so an inf gradient at a zero output gives 0, not inf * 0 = NaN
+        # (fp16 loss scaling), as the kernel's branch and torch's threshold_backward do
+        g = torch.where(o > 0, grad.to(acc), 0) if activation == _ACTIVATIONS["relu"] else grad.to(acc) * (1 - o * o)
         ids = char_ids.to(device=device, dtype=torch.long).reshape(-1)
         table = torch.nn.functional.pad(embedding.to(acc), (0, 0, 1, 0))  # row 0: id 0, no character
-        x = table.index_select(0, ids).view(n, width_all, dim).transpose(1, 2)  # (N, D, W)
+        # (N, D, W), contiguous: as a transposed view cuDNN would read it as channels-last and copy each
+        # filter's (N, count, positions) gradient to match
+        x = table.index_select(0, ids).view(n, width_all, dim).transpose(1, 2).contiguous()
         d_x = torch.zeros_like(x)
         d_ws, d_bs, first = [], [], 0
         for w in weights:
@@ -270,7 +257,7 @@ def char_cnn_backward_composed(grad: Tensor, out: Tensor, argmax: Tensor, char_i
                 d_ws.append(d_w.to(w.dtype).contiguous())
             first += count
         d_table = table.new_zeros(table.shape).index_add_(0, ids, d_x.transpose(1, 2).reshape(n * width_all, dim))
-    return d_table[1:].to(embedding.dtype), d_ws, d_bs
+    return d_table[1:].to(embedding.dtype, copy=True), d_ws, d_bs  # a tensor of its own, as the op's
 
 
 def _char_cnn_backward_for(device: torch.device):

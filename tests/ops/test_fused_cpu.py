@@ -269,34 +269,31 @@ def test_cuda_char_cnn_autograd_runs_the_composition(monkeypatch):
         _close(a, e, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("user_setting", [None, "tf32", "ieee"])
-def test_char_cnn_composed_turns_tf32_off_for_cuda_only_and_restores_it(user_setting):
-    """cuDNN's float32 convolutions in the CUDA composition run without TF32 (the tolerance the
-    CUDA tests hold the kernels to); the user's setting comes back after, and reading it still works
-    after a user set it through the per-operator API (where the legacy flag raises)."""
-    conv = getattr(torch.backends.cudnn, "conv", None)
-    new_api = hasattr(conv, "fp32_precision")
-    if user_setting is not None and not new_api:
-        pytest.skip("torch < 2.9: no per-operator TF32 setting")
+def test_char_cnn_composed_relu_passes_no_nan_for_an_inf_gradient_at_a_zero_output():
+    """ReLU's backward masked by a product: an inf gradient (fp16 loss scaling) at a channel whose output
+    is 0 gave inf * 0 = NaN in the table and filter gradients; the kernel's branch and torch's
+    threshold_backward give 0 there. The table gradient is a tensor of its own, as the op returns (it was a
+    view one row into the padded table)."""
+    from spacy_elmo.bilm.config import BiLMConfig
 
-    def read():
-        return conv.fp32_precision if new_api else torch.backends.cudnn.allow_tf32
-
-    before = read()
-    try:
-        if user_setting is not None:
-            conv.fp32_precision = user_setting
-        outside = read()
-        with fused._cudnn_without_tf32("cpu"):
-            assert read() == outside
-        with fused._cudnn_without_tf32("cuda"):
-            assert read() == ("ieee" if new_api else False)
-        assert read() == outside
-    finally:
-        if new_api:
-            conv.fp32_precision = before
-        else:
-            torch.backends.cudnn.allow_tf32 = before
+    gen = torch.Generator().manual_seed(5)
+    filters = BiLMConfig.preset("small").filters
+    ids = torch.randint(1, 262, (6, 50), generator=gen)
+    emb = torch.randn(261, 16, generator=gen) * 0.1
+    ws = [torch.randn(c, 16, w, generator=gen) * 0.1 for w, c in filters]
+    bs = [torch.randn(c, generator=gen) * 0.1 - 0.3 for _, c in filters]
+    out, arg = torch.ops.spacy_elmo.char_cnn_forward(ids, emb, ws, bs, 0)
+    dead = out == 0
+    assert dead.any() and (~dead).any()
+    grad = torch.where(dead, torch.tensor(float("inf")), torch.rand(out.shape, generator=gen))
+    d_emb, d_ws, d_bs = fused.char_cnn_backward_composed(grad, out, arg, ids, emb, ws, 0)
+    for t in [d_emb, *d_ws, *d_bs]:
+        assert torch.isfinite(t).all()
+    finite = torch.where(dead, torch.zeros(()), grad)
+    expected = fused.char_cnn_backward_composed(finite, out, arg, ids, emb, ws, 0)
+    for a, e in zip([d_emb, *d_ws, *d_bs], [expected[0], *expected[1], *expected[2]]):
+        torch.testing.assert_close(a, e, rtol=0, atol=0)
+    assert d_emb.storage_offset() == 0 and d_emb.untyped_storage().nbytes() == d_emb.numel() * 4
 
 
 # ------------------------------------------------------------------ highway

@@ -20,6 +20,22 @@ pytestmark = [
 DEV = "cuda"
 
 
+@pytest.fixture(autouse=True)
+def _float32_convolutions():
+    """cuDNN's float32 convolutions in float32: torch lets them round to TF32 by default, and the CUDA
+    char-CNN backward goes through cuDNN (fused.char_cnn_backward_composed); the kernels' tolerance is
+    float32's."""
+    conv = getattr(torch.backends.cudnn, "conv", None)
+    holder, name, off = ((conv, "fp32_precision", "ieee") if hasattr(conv, "fp32_precision")
+                         else (torch.backends.cudnn, "allow_tf32", False))
+    before = getattr(holder, name)
+    setattr(holder, name, off)
+    try:
+        yield
+    finally:
+        setattr(holder, name, before)
+
+
 def _params(gen, shapes, scale=0.3, dtype=torch.float32):
     return [((torch.rand(*s, generator=gen, dtype=torch.float64) * 2 - 1) * scale).to(dtype) for s in shapes]
 
