@@ -694,7 +694,8 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
             if is_main:
                 read[0] = read_text(cfg.heldout, cfg.lang)  # rank 0's, broadcast below
                 _warn_heldout_in_training(cfg.heldout, cfg.train_path)
-        if wait is not None:  # more than one process
+        if world > 1:
+            assert wait is not None  # _wait_groups made them for more than one process
             dist.broadcast_object_list(read, src=0, group=wait.setup)
         heldout, heldout_stats = read[0]
         heldout_digest = _heldout_digest(heldout)
