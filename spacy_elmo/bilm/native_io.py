@@ -96,8 +96,9 @@ def save_native(
     directory.mkdir(parents=True, exist_ok=True)
     for stale in directory.glob(f"{SAVE_TMP_PREFIX}*"):
         shutil.rmtree(stale, ignore_errors=True)
-    tmp = Path(tempfile.mkdtemp(dir=directory, prefix=SAVE_TMP_PREFIX))
+    tmp: Optional[Path] = None
     try:
+        tmp = Path(tempfile.mkdtemp(dir=directory, prefix=SAVE_TMP_PREFIX))
         write_safetensors(tensors, tmp / WEIGHTS_NAME)
         state = model.initial_state if initial_state is None else initial_state
         if state is not None:
@@ -113,7 +114,23 @@ def save_native(
             if (tmp / name).exists():
                 os.replace(tmp / name, directory / name)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            _remove_tree(tmp)
+
+
+def _remove_tree(path: Path) -> None:
+    """``shutil.rmtree(path)``, finished even when a signal's exception interrupts it (pretrain's stop handler
+    raises wherever the main thread is: a SIGTERM during a checkpoint's cleanup left the temporary directory);
+    that exception is raised once the directory is gone."""
+    pending: Optional[BaseException] = None
+    while True:
+        try:
+            shutil.rmtree(path, ignore_errors=True)
+            break
+        except BaseException as err:  # KeyboardInterrupt, pretrain's _Terminated
+            pending = err
+    if pending is not None:
+        raise pending
 
 
 def cast_for_save(name: str, value: torch.Tensor, dtype: Optional[torch.dtype]) -> torch.Tensor:

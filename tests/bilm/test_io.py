@@ -128,6 +128,32 @@ def test_a_killed_save_leaves_nothing_beside_the_model_and_the_next_save_cleans_
     BiLM.load(out)
 
 
+def test_a_signal_during_a_saves_cleanup_still_removes_its_temporary_directory(files, tmp_path, monkeypatch):
+    """pretrain's stop handler raises wherever the main thread is: a SIGTERM that came while a checkpoint's save
+    removed its temporary directory cut the removal short and left .saving.* in OUTPUT_DIR (seen once in a
+    clean-clone run of test_sigterm_stops_pretraining_as_ctrl_c_does). The removal finishes, then the signal's
+    exception goes on."""
+    from spacy_elmo.bilm import native_io
+
+    model = BiLM.from_allennlp(*files, backend="reference")
+    out = tmp_path / "model"
+    model.save(out)
+    real_rmtree, calls = native_io.shutil.rmtree, []
+
+    def interrupted_once(path, *args, **kwargs):
+        calls.append(path)
+        if len(calls) == 1:  # the cleanup's first try (no stale directory to sweep before it)
+            raise KeyboardInterrupt
+        return real_rmtree(path, *args, **kwargs)
+
+    monkeypatch.setattr(native_io.shutil, "rmtree", interrupted_once)
+    monkeypatch.setattr(native_io, "write_safetensors", lambda tensors, path: (_ for _ in ()).throw(OSError("disk")))
+    with pytest.raises(KeyboardInterrupt):
+        model.save(out)
+    monkeypatch.undo()
+    assert not list(out.glob(".saving.*")), "temporary directory left behind"
+
+
 def test_a_save_killed_between_its_moves_never_pairs_new_weights_with_the_old_config(files, tmp_path, monkeypatch):
     from spacy_elmo.bilm import native_io
 
