@@ -15,7 +15,7 @@ Against the installed torch's headers and this Python's: their generated headers
 (ATen/Config.h, pyconfig.h) are this machine's, standing in for the target's, which
 differ in nothing the sources use. The OpenMP variants read the omp.h of torch's
 include directory or of the host C++ compiler (``$CXX``, else c++); without either
-they are skipped. Nothing is linked and nothing runs: this proves the sources
+they fail (a variant not compiled is no pass). Nothing is linked and nothing runs: this proves the sources
 compile there, not that the kernels are right there.
 
 Exit status 0 when everything compiles; otherwise the failing commands and their
@@ -99,9 +99,10 @@ def main(argv=None):
             extra = []
             if flags.openmp in ("openmp", "libomp"):
                 if omp_inc is None:  # a variant not compiled is not a pass
-                    failures.append((f"every source ({label})", [], "no omp.h in torch's include directory or the "
-                                     "host compiler's: install the host compiler's OpenMP headers (libgomp)"))
-                    print(f"FAIL  {label}: no omp.h in torch's include directory or the host compiler's")
+                    missing = "no omp.h in torch's include directory or the host compiler's"
+                    failures.append((f"every source ({label})", [], f"{missing}: install the host compiler's "
+                                     "OpenMP headers (libgomp)"))
+                    print(f"FAIL  {label}: {missing}")
                     continue
                 extra = [f"-idirafter{omp_inc}"]
             for src in sources:
