@@ -5,7 +5,8 @@
 #   1. the whole original model in bf16 autocast at 256 x 20 (target: above 500k tokens/s);
 #   2. the kernels in float32 at batch 32 and 256 (the fused biLSTM layer against cuDNN's
 #      nn.LSTM: at least as fast at batch >= 32), with the whole model and the training step;
-#   3. pretraining in bf16, original preset first (target: above 100k tokens/s), and a profile of its step;
+#   3. pretraining in bf16, original preset first (target: above 100k tokens/s), and a profile of its step and
+#      of the bf16 inference forward;
 #   4. the CPU kernel tests (tests/ops), with whatever time is left.
 # Results and the log go straight to $OUT (7 files; at most 8 come back); commit them under
 # benchmarks/results/.
@@ -101,6 +102,25 @@ fatal() {
   echo "!!! FATAL: $*" >>"$STEPS"
 }
 
+# exception_probe: whether a C++ exception of the extension reaches Python (a RuntimeError) or kills the process.
+exception_probe() {
+  local rc
+  $PY -c "
+import torch
+from spacy_elmo.ops import fused
+try:
+    fused.char_cnn(torch.ones(2, 5, dtype=torch.long), torch.zeros(262, 4), [torch.zeros(3, 4, 0)], [torch.zeros(3)])
+except RuntimeError:
+    raise SystemExit(0)
+raise SystemExit(3)
+"
+  rc=$?
+  if [ "$rc" = 0 ]; then echo "=== C++ exceptions: raised as RuntimeError (CXX=${CXX:-c++})"; return 0; fi
+  echo "=== C++ exceptions: the probe ended with exit $rc (139: SIGSEGV) (CXX=${CXX:-c++})"
+  printf '%-22s exit %3d     0 s  %s\n' exception_probe "$rc" "C++ exceptions crash (CXX=${CXX:-c++})" >>"$STEPS"
+  return 1
+}
+
 summary() {
   echo
   echo "=== steps ($DEVICE, QUICK=$QUICK, $(($(date +%s) - START)) s in all; files in $OUT)"
@@ -120,6 +140,19 @@ summary() {
 
   ok=1
   step 300 build_ext $PY setup.py -q build_ext --inplace || ok=0
+  # 2026-11-26 (torch 2.11+cu130, built by the image's CXX=/opt/gcc/bin/g++): every C++ exception thrown from
+  # the extension ended the process with SIGSEGV. Probe one in a child process; when it crashes and the
+  # system compiler is another, rebuild with that one (nvcc's -ccbin follows CC) and probe again.
+  if [ "$ok" = 1 ] && ! exception_probe && [ "$DEVICE" = cuda ]; then
+    sys_cxx=$(command -v g++ || true) sys_cc=$(command -v gcc || true)
+    if [ -n "$sys_cxx" ] && [ "$(readlink -f "$sys_cxx")" != "$(readlink -f "$(command -v "${CXX:-c++}")")" ]; then
+      echo "=== C++ exceptions crash with CXX=${CXX:-c++}: rebuilding with $sys_cxx ($($sys_cxx --version | head -1))"
+      export CXX=$sys_cxx CC=$sys_cc
+      # --force: every object again (ninja would also see the changed compile commands), then the link
+      step 300 build_ext_syscxx $PY setup.py -q build_ext --inplace --force || ok=0
+      [ "$ok" = 1 ] && exception_probe
+    fi
+  fi
   # What was built, and whether it can run here: a CUDA run without CUDA kernels stops now.
   $PY -c "
 import sys, torch

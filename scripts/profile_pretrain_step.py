@@ -1,4 +1,4 @@
-"""Where a pretraining step's time goes (torch.profiler), per backend and preset.
+"""Where a pretraining step's time goes (torch.profiler), per backend and preset; and the inference forward's.
 
     python scripts/profile_pretrain_step.py --device cuda --out $OUT/profile_pretrain_step.txt
 
@@ -6,17 +6,24 @@ Builds the step of benchmarks/pretrain.py (B x 20 tokens, 8192 sampled negatives
 50k vocabulary, Adagrad; bf16 autocast on CUDA), warms up 3 steps, profiles --steps
 steps, prints per step the top ops and kernels by self device time (self CPU time on
 the CPU) and the top CPU ops, and writes the profiler's full tables to --out.
+Then the same for the whole biLM's inference forward (--forward-runs, --forward-batch x 20
+tokens, as benchmarks/kernels.py's bf16 target row). Each run also prints its wall time a
+step without the profiler: against the profiled device time it says whether the host
+(launches, syncs) or the device bounds it.
 The first GPU run (2026-11-26, H200) found the fused CUDA char-CNN backward kernel
 taking 76-80 ms of a ~106 ms step: benchmarks/results/profile_pretrain_step_h200_s31/.
 """
 import argparse
+import statistics
 import sys
+import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks import pretrain as P  # noqa: E402
+from benchmarks.kernels import char_ids_of, random_sentences  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 
@@ -25,6 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--runs", nargs="+", default=["fused:small", "reference:small", "fused:original"],
                     help="BACKEND:PRESET pairs")
+    ap.add_argument("--forward-runs", nargs="*", default=["fused:original"],
+                    help="BACKEND:PRESET pairs whose inference forward is profiled (none: skip)")
+    ap.add_argument("--forward-batch", type=int, default=256)
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--rows", type=int, default=12)
@@ -32,14 +42,60 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def wall_ms(run, inputs, device) -> float:
+    """Median wall milliseconds of ``run(*x)`` over ``inputs``, without the profiler (synchronised)."""
+    times = []
+    for x in inputs:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        run(*x)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def profile_run(title, run, inputs, args, device, tables, out) -> None:
+    """Warm up on 3 inputs, time the rest without the profiler, profile them, print and keep the tables."""
+    cuda = device.type == "cuda"
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    for x in inputs[:3]:
+        run(*x)
+    wall = wall_ms(run, inputs[3:], device)
+    with profile(activities=acts) as prof:
+        for x in inputs[3:]:
+            run(*x)
+    if cuda:
+        torch.cuda.synchronize(device)
+    n = len(inputs) - 3
+    ka = prof.key_averages()
+    key = "device_time_total" if cuda else "self_cpu_time_total"
+    tables.append(f"##### {title}, {n} steps\n"
+                  + ka.table(sort_by=key, row_limit=60) + "\n\n" + ka.table(sort_by="self_cpu_time_total", row_limit=60))
+    out.write_text("\n\n".join(tables))  # what was profiled so far survives a run stopped at its limit
+    total_cpu = sum(e.self_cpu_time_total for e in ka) / 1e3 / n
+    total_dev = sum(getattr(e, "self_device_time_total", 0) for e in ka) / 1e3 / n
+    launches = sum(e.count for e in ka if getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA) // n
+    print(f"\n##### {title}: per step wall {wall:.1f} ms unprofiled; profiled: self CPU {total_cpu:.1f} ms,"
+          f" self device {total_dev:.1f} ms, {launches} device kernels")
+    rows = sorted(ka, key=lambda e: -getattr(e, "self_device_time_total" if cuda else "self_cpu_time_total", 0))
+    for e in rows[:args.rows]:
+        d = getattr(e, "self_device_time_total", 0) / 1e3 / n
+        print(f"  dev {d:8.2f} ms  cpu {e.self_cpu_time_total / 1e3 / n:8.2f} ms  n {e.count // n:6d}  {e.key[:90]}")
+    rows = sorted(ka, key=lambda e: -e.self_cpu_time_total)
+    print("  -- top self CPU")
+    for e in rows[:args.rows]:
+        print(f"  cpu {e.self_cpu_time_total / 1e3 / n:8.2f} ms  n {e.count // n:6d}  {e.key[:90]}")
+
+
 def main(argv=None) -> None:
     args = build_parser().parse_args(argv)
     out = args.out
     out.parent.mkdir(parents=True, exist_ok=True)
-    tables = []
+    tables: list = []
     device = torch.device(args.device)
     cuda = device.type == "cuda"
-    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     for run in args.runs:
         backend, preset = run.split(":")
         config = P.BiLMConfig.preset(preset)
@@ -53,27 +109,22 @@ def main(argv=None) -> None:
         step = P.make_step(lm, opt, P.LogUniformSampler(len(vocab), 8192),
                            P.CharTable(vocab, config.max_characters_per_token), vocab, device, cuda,
                            torch.Generator().manual_seed(0))
-        for f, b in data[:3]:
-            step(f, b)
-        with profile(activities=acts) as prof:
-            for f, b in data[3:]:
-                step(f, b)
-        ka = prof.key_averages()
-        key = "device_time_total" if cuda else "self_cpu_time_total"
-        tables.append(f"##### {backend} {preset} B={args.batch_size}, {args.steps} steps\n"
-                      + ka.table(sort_by=key, row_limit=60) + "\n\n" + ka.table(sort_by="self_cpu_time_total", row_limit=60))
-        out.write_text("\n\n".join(tables))  # what was profiled so far survives a run stopped at its limit
-        total_cpu = sum(e.self_cpu_time_total for e in ka) / 1e3 / args.steps
-        total_dev = sum(getattr(e, "self_device_time_total", 0) for e in ka) / 1e3 / args.steps
-        print(f"\n##### {backend} {preset} B={args.batch_size}: per step self CPU {total_cpu:.1f} ms, self device {total_dev:.1f} ms")
-        rows = sorted(ka, key=lambda e: -getattr(e, "self_device_time_total" if cuda else "self_cpu_time_total", 0))
-        for e in rows[:args.rows]:
-            d = getattr(e, "self_device_time_total", 0) / 1e3 / args.steps
-            print(f"  dev {d:8.2f} ms  cpu {e.self_cpu_time_total / 1e3 / args.steps:8.2f} ms  n {e.count // args.steps:6d}  {e.key[:90]}")
-        rows = sorted(ka, key=lambda e: -e.self_cpu_time_total)
-        print("  -- top self CPU")
-        for e in rows[:args.rows]:
-            print(f"  cpu {e.self_cpu_time_total / 1e3 / args.steps:8.2f} ms  n {e.count // args.steps:6d}  {e.key[:90]}")
+        # the first 3 batches warm up; the wall time and the profile see the same later ones
+        profile_run(f"pretraining step {backend} {preset} B={args.batch_size}", step,
+                    data, args, device, tables, out)
+    for run in args.forward_runs:
+        backend, preset = run.split(":")
+        torch.manual_seed(0)
+        model = P.BiLM(P.BiLMConfig.preset(preset), backend=backend).to(device).eval()
+        ids = char_ids_of(random_sentences(args.forward_batch, 20)).to(device)
+
+        def forward(ids, model=model):
+            with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda):
+                return model(ids)
+
+        profile_run(f"inference forward {backend} {preset} B={args.forward_batch} x 20"
+                    + (" (bf16 autocast)" if cuda else ""), forward, [(ids,)] * (3 + args.steps),
+                    args, device, tables, out)
 
 
 if __name__ == "__main__":

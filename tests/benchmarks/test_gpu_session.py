@@ -31,6 +31,7 @@ needs_bash = pytest.mark.skipif(shutil.which("bash") is None or shutil.which("ti
 
 STUB = """#!/usr/bin/env bash
 echo "ARCH=${TORCH_CUDA_ARCH_LIST:-} CUDA=${SPACY_ELMO_CUDA:-} :: $*" >>"$STUB_LOG"
+case "$*" in *"fused.char_cnn(torch.ones"*) exit "${STUB_PROBE_RC:-0}";; esac
 if [ "$1" = -c ]; then exit "${STUB_CHECK_RC:-0}"; fi
 case "$*" in *"${STUB_SLEEP_ON:-@nothing@}"*) sleep "${STUB_SLEEP:-0}";; esac
 exit 0
@@ -166,6 +167,35 @@ def test_a_cuda_run_without_cuda_kernels_stops_loudly(tmp_path):
     assert "FATAL" in res.stdout  # and in what the device tool shows (the end of the output)
 
 
+@needs_bash
+@pytest.mark.parametrize("probe_rc", [0, 139])
+def test_a_build_whose_cxx_exceptions_crash_is_rebuilt_with_the_system_compiler(tmp_path, probe_rc):
+    """2026-11-26 on the lent machine's image (its CXX=/opt/gcc/bin/g++): every C++ exception from the
+    extension was a SIGSEGV. The probe after the build throws one; a crash (exit 139) rebuilds with
+    the system's g++ (CXX and CC, which nvcc's -ccbin follows) and probes again, and the run reports it."""
+    if shutil.which("g++") is None:
+        pytest.skip("needs a system g++")
+    image_cxx = tmp_path / "image-g++"
+    image_cxx.write_text("#!/bin/sh\nexit 0\n")
+    image_cxx.chmod(0o755)
+    res, out, calls = _run_script(tmp_path, CXX=str(image_cxx), STUB_PROBE_RC=str(probe_rc))
+    builds = [c for c in calls if "setup.py" in c]
+    probes = [c for c in calls if "fused.char_cnn(torch.ones" in c]
+    log = res.stdout
+    if probe_rc == 0:
+        assert len(builds) == 1 and len(probes) == 1, calls
+        assert "C++ exceptions: raised as RuntimeError" in log and res.returncode == 0, log
+        return
+    assert len(builds) == 2 and len(probes) == 2, calls
+    assert "build_ext --inplace --force" in builds[1], builds  # every object again, with the other compiler
+    assert f"rebuilding with {shutil.which('g++')}" in log, log
+    summary = log[log.index("=== steps"):]
+    assert re.search(r"^build_ext_syscxx\s+exit   0 ", summary, re.M), summary
+    assert re.search(r"^exception_probe\s+exit 139 .*C\+\+ exceptions crash", summary, re.M), summary
+    assert res.returncode == 1  # the crash is reported as a failure of the run, whatever the rebuild gave
+    assert _bench_calls(calls)  # and the targets are still timed
+
+
 def test_result_paths():
     assert kernels.result_paths(None, "kernels_cuda") == (kernels.RESULTS / "kernels_cuda.json",
                                                           kernels.RESULTS / "kernels_cuda.png")
@@ -202,3 +232,20 @@ def test_kernels_writes_to_a_path_out(tmp_path):
     payload = json.loads((tmp_path / "sub" / "k.json").read_text())
     assert payload["complete"] is True and payload["rows"]
     assert not (kernels.RESULTS / "k.json").exists()
+
+
+@pytest.mark.skipif(not fused_available(), reason="spacy_elmo._C is not built")
+def test_profile_script_profiles_a_pretraining_step_and_the_inference_forward(tmp_path, capsys):
+    """The lease's profile step: both parts write their tables to --out, and each prints its
+    unprofiled wall time beside the profiled totals (the host-or-device question)."""
+    out = tmp_path / "prof.txt"
+    profile_pretrain_step.main(["--device", "cpu", "--runs", "fused:small", "--batch-size", "2", "--steps", "1",
+                                "--forward-runs", "fused:small", "--forward-batch", "2", "--rows", "3",
+                                "--out", str(out)])
+    tables = out.read_text()
+    assert "##### pretraining step fused small B=2, 1 steps" in tables
+    assert "##### inference forward fused small B=2 x 20, 1 steps" in tables
+    printed = capsys.readouterr().out
+    walls = re.findall(r"^##### (.+): per step wall ([\d.]+) ms unprofiled; profiled: self CPU ([\d.]+) ms", printed, re.M)
+    assert [w[0] for w in walls] == ["pretraining step fused small B=2", "inference forward fused small B=2 x 20"]
+    assert all(float(w[1]) > 0 and float(w[2]) > 0 for w in walls)
