@@ -196,11 +196,11 @@ def lstm_layer(
         h_new = _clip((torch.sigmoid(o) * torch.tanh(c_new)).matmul(w_proj), proj_clip)
         c = torch.where(active, c_new, c)
         h = torch.where(active, h_new, h)
-        steps.append(h_new * active)
+        steps.append(torch.where(active, h_new, h_new.new_zeros(())))  # a select: no inf * 0 = NaN gradient
     out = torch.stack(steps, 1) if steps else x.new_zeros(batch, 0, proj)
     if residual:
         valid = (torch.arange(total, device=x.device).unsqueeze(0) < lengths.unsqueeze(1)).unsqueeze(-1)
-        out = out + x_run * valid
+        out = out + torch.where(valid, x_run, x_run.new_zeros(()))
     if reverse:
         out = out.gather(1, index.unsqueeze(-1).expand_as(out))
     return out, h, c
