@@ -270,8 +270,8 @@ class Errors:
         "were built with another max_characters_per_token than the model's."
     )
     E_CHAR_IDS_DTYPE = (
-        "BiLM expects integer character ids (torch.long or torch.int32) from spacy_elmo.batch_to_ids; got "
-        "{dtype}. Build them with batch_to_ids, or convert with ids.long()."
+        "BiLM expects integer character ids (torch.long or torch.int32, on every backend; batch_to_ids gives "
+        "torch.long); got {dtype}. Build them with spacy_elmo.batch_to_ids, or convert with ids.long()."
     )
     E_CHAR_IDS_NOT_TENSOR = (
         "BiLM expects a tensor of character ids (batch, max_len, W); got a {type_name}. Convert token lists "

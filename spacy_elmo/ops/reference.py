@@ -28,14 +28,26 @@ from ..errors import Errors
 FORGET_BIAS = 1.0
 
 
+# The dtypes character ids may have, on every backend and entry point (BiLM.forward, encode_tokens,
+# token_encoder, ops.char_cnn): checked by check_char_ids_dtype alone.
+CHAR_ID_DTYPES = (torch.long, torch.int32)
+
+
+def check_char_ids_dtype(char_ids: Tensor) -> None:
+    """A TypeError (``Errors.E_CHAR_IDS_DTYPE``) unless ``char_ids`` hold one of :data:`CHAR_ID_DTYPES`:
+    the one rule both backends apply (the fused op alone took any integer dtype, int8 too, and
+    ``BiLM.forward`` refused those). A dtype is known while tracing: no host sync, no graph break."""
+    if char_ids.dtype not in CHAR_ID_DTYPES:
+        raise TypeError(Errors.E_CHAR_IDS_DTYPE.format(dtype=char_ids.dtype))
+
+
 def check_char_ids(char_ids: Tensor, max_id: int) -> None:
-    """A TypeError unless ``char_ids`` hold torch.long or torch.int32 ids, a ValueError naming the
+    """:func:`check_char_ids_dtype`, then a ValueError naming the
     first id outside ``0..max_id``; vectorised, one host sync (traced by torch.compile or torch.export: an
     assertion in the graph, :func:`any_bad`). :func:`char_cnn` checks its ids with
     it (``F.embedding`` gave a bare IndexError, on CUDA a device-side assert), as does
-    ``BiLM.forward``; the fused ops check theirs in C++ (``csrc/include/checks.h``)."""
-    if char_ids.dtype not in (torch.long, torch.int32):
-        raise TypeError(Errors.E_CHAR_IDS_DTYPE.format(dtype=char_ids.dtype))
+    ``BiLM.forward``; the fused ops check the range of theirs in C++ (``csrc/include/checks.h``)."""
+    check_char_ids_dtype(char_ids)
     bad = (char_ids < 0) | (char_ids > max_id)
     if any_bad(bad, Errors.E_CHAR_IDS_RANGE_IN_GRAPH.format(max_id=max_id)):
         raise ValueError(Errors.E_CHAR_IDS_RANGE.format(max_id=max_id, found=int(char_ids[bad][0])))

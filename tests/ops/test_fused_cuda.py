@@ -457,7 +457,7 @@ def test_cuda_char_ids_without_a_table_row_are_an_error(bad_id, rows):
     inputs.test_char_ids_without_a_table_row_are_an_error(bad_id, rows, device=DEV)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bool])
+@pytest.mark.parametrize("dtype", inputs.NOT_CHAR_ID_DTYPES)
 def test_cuda_char_ids_must_be_integers(dtype):
     inputs.test_char_ids_must_be_integers(dtype, device=DEV)
 
