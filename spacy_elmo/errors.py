@@ -1165,6 +1165,15 @@ class Warnings:
         "{reason}: most likely a build for another torch than the installed {torch} "
         "(torch was upgraded or downgraded after spacy-elmo was built)"
     )
+    # What `spacy-elmo info` says of a build that lacks something (spacy_elmo.cli.info).
+    W_INFO_NO_EXTENSION = (
+        "no, the pure-PyTorch reference path runs (exact, but slower). Reason: {reason}. Fix: {fix}"
+    )
+    W_INFO_NO_OPENMP = (
+        "no: the fused kernels' own loops run on one thread (the matrix products inside them still use torch's "
+        "threads). A macOS build against a torch without libomp (include/omp.h, lib/libomp.dylib) lacks it: "
+        "install a torch wheel from pypi.org, which ships libomp, and rebuild spacy-elmo."
+    )
 
     # --- pretraining and CLI (spacy_elmo.training, spacy_elmo.cli) ----------
     W_BINARY_SKIPPED = "spacy-elmo: skipped {path}: it looks binary (NUL bytes), not text."

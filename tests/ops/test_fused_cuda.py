@@ -607,3 +607,14 @@ def test_char_cnn_autograd_backward_on_cuda_matches_the_kernel(activation, dtype
             torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-5)
         else:
             assert _rel(a, e) < 1e-2
+
+
+def test_build_info_names_the_architectures_the_kernels_were_compiled_for():
+    """spacy-elmo info's CUDA line: nvcc's __CUDA_ARCH_LIST__ (csrc/cuda/build_info.cu), as compute
+    capabilities; this GPU runs the kernels (the tests above), so one of them is at most its own."""
+    from spacy_elmo.ops import build_info
+
+    info = build_info()
+    assert info.cuda and info.cuda_archs, info
+    major, minor = torch.cuda.get_device_capability()
+    assert min(tuple(map(int, a.split("."))) for a in info.cuda_archs) <= (major, minor)
