@@ -1,20 +1,18 @@
 """BiLM: the complete ELMo biLM (token encoder + two LSTM stacks)."""
 
-from pathlib import Path
-from typing import List, NamedTuple, Optional, Tuple, Union, cast
+from typing import List, NamedTuple, Optional, Tuple, cast
 
 import torch
 from torch import Tensor, nn
 
 from .. import ops
+from .._typing import PathLike
 from ..chars import BEGIN_OF_SENTENCE, BEGIN_OF_WORD, END_OF_SENTENCE, MAX_SHIFTED_ID, marker_char_ids
 from ..errors import Errors
 from .char_encoder import CharEncoder
 from .config import BiLMConfig, check_bool
 from .initial_state import WARMUP
 from .lstm import BiLstm, LstmCellWeights, LstmState
-
-PathLike = Union[str, Path]
 
 
 class BiLMOutput(NamedTuple):
