@@ -19,13 +19,15 @@ from spacy_elmo.ops import extension
 from .cli_text import plain
 
 
-def _info(*args, env=None):
-    """``python -m spacy_elmo info --json`` in a process of its own (the kernel table is chosen once per
-    process, from SPACY_ELMO_CPU_ISA): its parsed output."""
-    res = subprocess.run([sys.executable, "-m", "spacy_elmo", "info", "--json", *args], capture_output=True,
-                         text=True, env=dict(os.environ, **(env or {})))
+def _info(*args, cap=None):
+    """The output of ``python -m spacy_elmo info *args`` in a process of its own (the kernel table is chosen
+    once per process) with SPACY_ELMO_CPU_ISA set to ``cap`` (None: unset)."""
+    env = {k: v for k, v in os.environ.items() if k != "SPACY_ELMO_CPU_ISA"}
+    if cap is not None:
+        env["SPACY_ELMO_CPU_ISA"] = cap
+    res = subprocess.run([sys.executable, "-m", "spacy_elmo", "info", *args], capture_output=True, text=True, env=env)
     assert res.returncode == 0, res.stderr[-2000:]
-    return json.loads(res.stdout)
+    return res.stdout
 
 
 def _cpu_flags():
@@ -89,18 +91,13 @@ def test_info_json_agrees_with_independent_sources():
 def test_info_reports_the_isa_this_cpu_supports_and_the_one_picked():
     """The dispatch's pick against /proc/cpuinfo's flags: the widest table unless SPACY_ELMO_CPU_ISA caps it."""
     widest = _widest_isa(_cpu_flags())
-    env = {k: v for k, v in os.environ.items() if k != "SPACY_ELMO_CPU_ISA"}
-    res = subprocess.run([sys.executable, "-m", "spacy_elmo", "info", "--json"], capture_output=True, text=True,
-                         env=env)
-    assert res.returncode == 0, res.stderr[-2000:]
-    build = json.loads(res.stdout)["build"]
+    build = json.loads(_info("--json"))["build"]
     assert (build["cpu_isa"], build["cpu_isa_supported"], build["cpu_isa_cap"]) == (widest, widest, None)
-    capped = _info(env={"SPACY_ELMO_CPU_ISA": "base"})["build"]
+    capped = json.loads(_info("--json", cap="base"))["build"]
     assert (capped["cpu_isa"], capped["cpu_isa_supported"], capped["cpu_isa_cap"]) == ("base", widest, "base")
     if widest != "base":
-        text = subprocess.run([sys.executable, "-m", "spacy_elmo", "info"], capture_output=True, text=True,
-                              env=dict(os.environ, SPACY_ELMO_CPU_ISA="base")).stdout
-        assert f"CPU kernels: base (capped by SPACY_ELMO_CPU_ISA=base; this CPU runs {widest})" in plain(text)
+        text = plain(_info(cap="base"))
+        assert f"CPU kernels: base (capped by SPACY_ELMO_CPU_ISA=base; this CPU runs {widest})" in text
 
 
 def test_cuda_arch_list_reads_as_compute_capabilities():
