@@ -76,9 +76,11 @@ def _rows(facts: Dict[str, Any]) -> List[Tuple[str, str]]:
 def info(
     as_json: bool = typer.Option(False, "--json", help="Print the facts as JSON (machine-readable)."),
 ) -> None:
-    """Print the versions (spacy-elmo, torch, spaCy) and what runs: whether the compiled kernels load (if not,
-    why and the fix), the CPU kernel variant in use, OpenMP, torch's threads, the CUDA kernels' architectures
-    and the GPUs torch sees. Paste it into a bug report."""
+    """Print the versions and what runs here (paste it into a bug report).
+
+    The spacy-elmo, Python, torch and spaCy versions; whether the compiled kernels load (if not, why and the
+    fix), the CPU kernel variant in use, OpenMP, torch's threads, the CUDA kernels' architectures and the GPUs
+    torch sees."""
     facts = info_facts()
     if as_json:
         typer.echo(json.dumps(facts, indent=2))
