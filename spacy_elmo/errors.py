@@ -1169,6 +1169,14 @@ class Warnings:
     W_INFO_NO_EXTENSION = (
         "no, the pure-PyTorch reference path runs (exact, but slower). Reason: {reason}. Fix: {fix}"
     )
+    W_INFO_STALE_EXTENSION = (
+        "spacy_elmo._C loads but was built from an older spacy-elmo (it has no build_info()), so its kernels "
+        "may not be this version's. Rebuild it: {fix}"
+    )
+    W_INFO_UNKNOWN_ISA_CAP = (
+        "SPACY_ELMO_CPU_ISA={cap!r} is none of base, avx2, avx512, so the base table runs; unset it, or name "
+        "one of the three"
+    )
     W_INFO_NO_OPENMP = (
         "no: the fused kernels' own loops run on one thread (the matrix products inside them still use torch's "
         "threads). A macOS build against a torch without libomp (include/omp.h, lib/libomp.dylib) lacks it: "

@@ -134,3 +134,29 @@ def test_info_says_when_the_kernels_have_no_openmp(monkeypatch):
                                                                                   openmp_version=None))
     text = plain(CliRunner().invoke(app, ["info"]).output)
     assert "OpenMP: " + " ".join(Warnings.W_INFO_NO_OPENMP.split()) in text
+
+
+def test_info_on_an_extension_built_before_build_info_says_to_rebuild(monkeypatch):
+    """An editable install pulled without a rebuild: its _C loads, with no build_info(). info crashed
+    with an AttributeError and a traceback."""
+    stale = type(sys)("spacy_elmo._C")  # a module with none of the new functions
+    monkeypatch.setattr(extension, "load_extension", lambda: (stale, ""))
+    result = CliRunner().invoke(app, ["info"])
+    assert result.exit_code == 0, result.output
+    text = plain(result.output)
+    stale_text = " ".join(Warnings.W_INFO_STALE_EXTENSION.format(fix=extension.extension_fix()).split())
+    assert "Compiled kernels: yes (spacy_elmo._C), but " + stale_text in text
+    assert "CPU kernels:" not in text
+    build = json.loads(CliRunner().invoke(app, ["info", "--json"]).output)["build"]
+    assert build["extension"] is True and build["cpu_isa"] is None and build["fix"] == extension.extension_fix()
+
+
+@pytest.mark.skipif(not ops.fused_available(), reason="spacy_elmo._C is not built")
+@pytest.mark.parametrize("cap", ["", "AVX2"])
+def test_info_names_a_cpu_isa_setting_the_dispatch_does_not_know(cap):
+    """Any value but base, avx2 or avx512 (the empty one too) runs the base table; info said 'capped by
+    SPACY_ELMO_CPU_ISA=None' for the empty value, and called an unknown one a cap."""
+    build = json.loads(_info("--json", cap=cap))["build"]
+    assert (build["cpu_isa"], build["cpu_isa_cap"]) == ("base", cap)
+    text = plain(_info(cap=cap))
+    assert "CPU kernels: base (" + " ".join(Warnings.W_INFO_UNKNOWN_ISA_CAP.format(cap=cap).split()) + ")" in text

@@ -56,15 +56,20 @@ def _rows(facts: Dict[str, Any]) -> List[Tuple[str, str]]:
             ("spaCy", facts["spacy"] or "not installed"), ("torch threads", str(facts["torch_threads"]))]
     if not build["extension"]:
         rows.append(("Compiled kernels", Warnings.W_INFO_NO_EXTENSION.format(reason=build["reason"], fix=build["fix"])))
+    elif build["cpu_isa"] is None:  # an older build: it loads, and says nothing of itself
+        rows.append(("Compiled kernels", "yes (spacy_elmo._C), but " + build["reason"]))
     else:
-        isa = build["cpu_isa"]
-        if isa != build["cpu_isa_supported"]:
-            isa += f" (capped by SPACY_ELMO_CPU_ISA={build['cpu_isa_cap']}; this CPU runs {build['cpu_isa_supported']})"
+        isa, cap = build["cpu_isa"], build["cpu_isa_cap"]
+        if cap is not None and cap not in ("base", "avx2", "avx512"):
+            isa += " (" + Warnings.W_INFO_UNKNOWN_ISA_CAP.format(cap=cap) + ")"
+        elif isa != build["cpu_isa_supported"]:
+            isa += f" (capped by SPACY_ELMO_CPU_ISA={cap}; this CPU runs {build['cpu_isa_supported']})"
         openmp = f"yes (_OPENMP {build['openmp_version']})" if build["openmp"] else Warnings.W_INFO_NO_OPENMP
         if not build["cuda"]:
             cuda = "not compiled in"
         else:
-            cuda = "compiled for " + (", ".join(build["cuda_archs"]) or "architectures nvcc did not list (CUDA < 11.5)")
+            cuda = "compiled for the virtual architectures compute_" + (", compute_".join(a.replace(".", "") for a in build["cuda_archs"])
+                                              or "? (nvcc did not list its targets: CUDA < 11.5)")
         rows += [("Compiled kernels", "yes (spacy_elmo._C)"), ("CPU kernels", isa), ("OpenMP", openmp),
                  ("CUDA kernels", cuda)]
     gpus = [f"{gpu['name']} (compute capability {gpu['capability']})" for gpu in facts["gpus"]]

@@ -56,11 +56,12 @@ class BuildInfo:
     fix: str  #: how to get it (:func:`extension_fix`; "" where it loaded)
     cpu_isa: Optional[str]  #: the CPU kernel table in use: base, avx2 or avx512
     cpu_isa_supported: Optional[str]  #: the widest table this CPU runs
-    cpu_isa_cap: Optional[str]  #: SPACY_ELMO_CPU_ISA, which caps cpu_isa (None: unset)
+    cpu_isa_cap: Optional[str]  #: SPACY_ELMO_CPU_ISA, which caps cpu_isa (None: unset; a value not named base,
+    #: avx2 or avx512, "" included, means base), as this process's environment holds it now
     openmp: Optional[bool]  #: compiled with OpenMP (without: the kernels' own loops run on one thread)
     openmp_version: Optional[int]  #: the compiler's _OPENMP (e.g. 201511, OpenMP 4.5); None without
     cuda: Optional[bool]  #: the CUDA kernels compiled in
-    cuda_archs: List[str]  #: the compute capabilities they were compiled for, e.g. ["7.5", "9.0"]
+    cuda_archs: List[str]  #: the virtual architectures (PTX targets, nvcc's __CUDA_ARCH_LIST__), e.g. ["7.5", "9.0"]
 
     def as_dict(self) -> Dict[str, Any]:
         return dataclasses.asdict(self)
@@ -77,9 +78,12 @@ def build_info() -> BuildInfo:
     OpenMP, and the CUDA kernels' architectures. Loads the extension (:func:`load_extension`) if
     nothing has yet."""
     module, reason = load_extension()
-    cap = os.environ.get("SPACY_ELMO_CPU_ISA") or None
+    cap = os.environ.get("SPACY_ELMO_CPU_ISA")
     if module is None:
         return BuildInfo(False, reason, extension_fix(), None, None, cap, None, None, None, [])
+    if not hasattr(module, "build_info"):  # built before build_info() existed: it loads, its facts are unknown
+        return BuildInfo(True, Warnings.W_INFO_STALE_EXTENSION.format(fix=extension_fix()), extension_fix(), None,
+                         None, cap, None, None, None, [])
     facts = module.build_info()
     openmp = int(facts["openmp"])
     return BuildInfo(True, "", "", str(facts["cpu_isa"]), str(facts["cpu_isa_supported"]), cap, openmp > 0,
