@@ -19,6 +19,27 @@ static bool built_with_cuda() {
 #endif
 }
 
+// What this build of the extension is, for spacy_elmo.ops.build_info(): the CPU kernel table in use
+// and the widest this CPU runs, whether OpenMP was on (a macOS build without libomp runs the kernels'
+// own loops on one thread: build_flags.py) and which CUDA architectures the kernels were compiled for.
+static py::dict build_info() {
+  py::dict info;
+  info["cpu_isa"] = cpu_isa();
+  info["cpu_isa_supported"] = cpu_isa_supported();
+#ifdef _OPENMP
+  info["openmp"] = _OPENMP;  // the version date, e.g. 201511 (OpenMP 4.5)
+#else
+  info["openmp"] = 0;
+#endif
+  info["cuda"] = built_with_cuda();
+#ifdef SPACY_ELMO_WITH_CUDA
+  info["cuda_arch_list"] = std::string(cuda::arch_list());
+#else
+  info["cuda_arch_list"] = std::string();
+#endif
+  return info;
+}
+
 }  // namespace spacy_elmo
 
 TORCH_LIBRARY(spacy_elmo, m) {
@@ -53,6 +74,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "spacy_elmo fused kernels (custom operators in torch.ops.spacy_elmo)";
   m.def("cpu_isa", &spacy_elmo::cpu_isa, "The CPU kernel variant in use: base, avx2 or avx512");
   m.def("built_with_cuda", &spacy_elmo::built_with_cuda, "Whether the CUDA kernels were compiled in");
+  m.def("build_info", &spacy_elmo::build_info,
+        "This build: cpu_isa, cpu_isa_supported, openmp (_OPENMP, 0: none), cuda, cuda_arch_list");
   m.def("cpu_buffer_bytes", &spacy_elmo::cpu::held_bytes,
         "Bytes the CPU kernels keep between calls (recycled blocks + this thread's work buffers)");
   m.def("release_cpu_buffers", &spacy_elmo::cpu::release_buffers,

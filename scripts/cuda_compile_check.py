@@ -96,7 +96,8 @@ def main(argv=None):
             else:
                 print(f"ok    {rel} (sm_{args.arch}, {std})")
 
-        glue = sorted(glob.glob(os.path.join(ROOT, "csrc", "cuda", "*.cpp")))
+        # the host code that exists only in a CUDA build: the ops' glue, and the bindings' CUDA branch
+        glue = sorted(glob.glob(os.path.join(ROOT, "csrc", "cuda", "*.cpp"))) + [os.path.join(ROOT, "csrc", "bindings.cpp")]
         if glue and not args.no_glue:
             try:
                 torch_includes = torch_include_flags()
@@ -109,7 +110,7 @@ def main(argv=None):
                 os.makedirs(stub)
                 with open(os.path.join(stub, "cuda_cmake_macros.h"), "w") as fh:
                     fh.write("#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n")
-                flags = [std, "-fsyntax-only", "-DSPACY_ELMO_WITH_CUDA"]
+                flags = [std, "-fsyntax-only", "-DSPACY_ELMO_WITH_CUDA", "-DTORCH_EXTENSION_NAME=_C"]
                 incs = [*torch_includes, f"-I{inc}"]
                 incs.append(f"-idirafter{os.path.join(tmp, 'stub')}")
                 for src in glue:

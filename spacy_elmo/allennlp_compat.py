@@ -35,6 +35,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from ._typing import PathLike
 from .bilm import BiLM, ScalarMix
 from .bilm.allennlp_io import (
     allennlp_parameter_shapes,
@@ -52,7 +53,6 @@ from .errors import Errors, Warnings
 
 __all__ = ["AllenNLPKeys", "Elmo", "ElmoEmbedder", "batch_to_ids"]
 
-PathLike = Union[str, Path]
 #: ``ElmoEmbedder.embed_sentences``' default batch size (allennlp 0.9's DEFAULT_BATCH_SIZE).
 DEFAULT_BATCH_SIZE = 64
 #: Where AllenNLP's ``Elmo`` keeps its ``_ElmoBiLm`` (the biLM's parameters) in its state_dict.

@@ -5,9 +5,9 @@ import os
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, List, Tuple, Union
+from typing import Callable, Iterator, List, Tuple
 
-PathLike = Union[str, Path]
+from ._typing import PathLike
 
 
 def temporary_name(path: PathLike) -> Path:

@@ -33,18 +33,18 @@ import json
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence
 
 import numpy as np
 import torch
 
+from ._typing import PathLike
 from .atomic import atomic_write, atomic_write_text, remove_dir, remove_leftovers, replace_dir, temporary_files
 from .bilm import BiLM
 from .bilm.token_cache import TokenCache, run_rows
 from .errors import Errors, Warnings
 from .hdf5 import hdf5_for_writing
 
-PathLike = Union[str, Path]
 LAYER_MODES = ("all", "top", "average")
 MANIFEST = "manifest.json"
 MERGED = "merged.json"

@@ -270,8 +270,8 @@ class Errors:
         "were built with another max_characters_per_token than the model's."
     )
     E_CHAR_IDS_DTYPE = (
-        "BiLM expects integer character ids (torch.long or torch.int32) from spacy_elmo.batch_to_ids; got "
-        "{dtype}. Build them with batch_to_ids, or convert with ids.long()."
+        "BiLM expects integer character ids (torch.long or torch.int32, on every backend; batch_to_ids gives "
+        "torch.long); got {dtype}. Build them with spacy_elmo.batch_to_ids, or convert with ids.long()."
     )
     E_CHAR_IDS_NOT_TENSOR = (
         "BiLM expects a tensor of character ids (batch, max_len, W); got a {type_name}. Convert token lists "
@@ -1164,6 +1164,23 @@ class Warnings:
     W_EXTENSION_OTHER_TORCH = (
         "{reason}: most likely a build for another torch than the installed {torch} "
         "(torch was upgraded or downgraded after spacy-elmo was built)"
+    )
+    # What `spacy-elmo info` says of a build that lacks something (spacy_elmo.cli.info).
+    W_INFO_NO_EXTENSION = (
+        "no, the pure-PyTorch reference path runs (exact, but slower). Reason: {reason}. Fix: {fix}"
+    )
+    W_INFO_STALE_EXTENSION = (
+        "spacy_elmo._C loads but was built from an older spacy-elmo (it has no build_info()), so its kernels "
+        "may not be this version's. Rebuild it: {fix}"
+    )
+    W_INFO_UNKNOWN_ISA_CAP = (
+        "SPACY_ELMO_CPU_ISA={cap!r} is none of base, avx2, avx512, so the base table runs; unset it, or name "
+        "one of the three"
+    )
+    W_INFO_NO_OPENMP = (
+        "no: the fused kernels' own loops run on one thread (the matrix products inside them still use torch's "
+        "threads). A macOS build against a torch without libomp (include/omp.h, lib/libomp.dylib) lacks it: "
+        "install a torch wheel from pypi.org, which ships libomp, and rebuild spacy-elmo."
     )
 
     # --- pretraining and CLI (spacy_elmo.training, spacy_elmo.cli) ----------

@@ -8,7 +8,8 @@ OSError with its errno (ENOSPC) naming the file, and the process goes on to say 
 from contextlib import contextmanager, suppress
 from typing import Any, Iterator
 
-from .atomic import PathLike, naming
+from ._typing import PathLike
+from .atomic import naming
 
 
 @contextmanager

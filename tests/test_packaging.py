@@ -117,3 +117,17 @@ def test_type_hints_hold():
     )
     assert "No module named mypy" not in result.stderr, "install the test tools: pip install -e '.[test]'"
     assert (result.returncode, result.stdout + result.stderr) == (0, "")
+
+
+def test_type_aliases_are_defined_once():
+    """``PathLike = Union[str, Path]`` was written out in 11 modules: now spacy_elmo/_typing.py alone
+    defines a module-level alias (an assignment of a typing construct), and the modules import it."""
+    definitions = []
+    for path in sorted((ROOT / "spacy_elmo").rglob("*.py")):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Subscript):
+                base = node.value.value
+                if isinstance(base, ast.Name) and base.id in ("Union", "Optional"):
+                    definitions += [(path.relative_to(ROOT).as_posix(), t.id) for t in node.targets
+                                    if isinstance(t, ast.Name)]
+    assert definitions == [("spacy_elmo/_typing.py", "PathLike")]

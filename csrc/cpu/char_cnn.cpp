@@ -217,8 +217,9 @@ std::tuple<at::Tensor, std::vector<at::Tensor>, std::vector<at::Tensor>> char_cn
   const at::Tensor out = out_in.contiguous();
   const at::Tensor arg = arg_in.contiguous();
   check_window_positions(op, arg.data_ptr<int32_t>(), N, W, F, weights_in);  // they index the tokens' characters
-  // Gradient at the pre-activation maximum.
-  at::Tensor g = activation == 0 ? grad_in * (out > 0) : grad_in * (1 - out * out);
+  // Gradient at the pre-activation maximum. ReLU's is a select, not a product with a 0/1 mask:
+  // an inf gradient (fp16 loss scaling) at a zero output gives 0 there, not inf * 0 = NaN.
+  at::Tensor g = activation == 0 ? at::where(out > 0, grad_in, at::Scalar(0.0)) : grad_in * (1 - out * out);
   g = g.to(emb.scalar_type()).contiguous();
   std::vector<at::Tensor> dws, dbs;
   at::Tensor db_all = g.sum(0);

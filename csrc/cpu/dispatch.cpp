@@ -9,19 +9,28 @@
 namespace spacy_elmo {
 namespace cpu {
 
-static const KernelTable* choose() {
+// The widest table this CPU runs, whatever SPACY_ELMO_CPU_ISA says.
+static const KernelTable* widest() {
 #if SPACY_ELMO_X86
-  // SPACY_ELMO_CPU_ISA=base|avx2|avx512 caps the choice (testing, benchmarking).
-  const char* cap = std::getenv("SPACY_ELMO_CPU_ISA");
-  std::string want = cap ? cap : "avx512";
   __builtin_cpu_init();
   const bool has_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   const bool has_avx512 = has_avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
                           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq");
-  if (want == "avx512" && has_avx512) return &isa_avx512::table;
-  if ((want == "avx512" || want == "avx2") && has_avx2) return &isa_avx2::table;
+  if (has_avx512) return &isa_avx512::table;
+  if (has_avx2) return &isa_avx2::table;
 #endif
-  return &isa_base::table;  // elsewhere the only table (any SPACY_ELMO_CPU_ISA: nothing above it)
+  return &isa_base::table;  // elsewhere the only table
+}
+
+static const KernelTable* choose() {
+  const KernelTable* best = widest();
+  // SPACY_ELMO_CPU_ISA=base|avx2|avx512 caps the choice (testing, benchmarking).
+  const char* cap = std::getenv("SPACY_ELMO_CPU_ISA");
+  const std::string want = cap ? cap : "avx512";
+#if SPACY_ELMO_X86
+  if (want == "avx2" && best == &isa_avx512::table) return &isa_avx2::table;
+#endif
+  return (want == "avx512" || want == "avx2") ? best : &isa_base::table;
 }
 
 const KernelTable& kernels() {
@@ -32,5 +41,7 @@ const KernelTable& kernels() {
 }  // namespace cpu
 
 std::string cpu_isa() { return cpu::kernels().name; }
+
+std::string cpu_isa_supported() { return cpu::widest()->name; }
 
 }  // namespace spacy_elmo

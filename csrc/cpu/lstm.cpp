@@ -804,7 +804,7 @@ LstmBackwardResult lstm_backward_cpu(at::TensorList grad_outs, const at::Tensor&
     dws.push_back(at::mm(m.select(0, d).reshape({T * B, C}).t(), dhp.select(0, d).reshape({T * B, P})));
     if (residual) {
       at::Tensor valid = at::arange(T, lengths.options()).unsqueeze(0).lt(lengths.unsqueeze(1));
-      dxs[d].add_(go[d] * valid.unsqueeze(-1).to(opts));
+      dxs[d].add_(at::where(valid.unsqueeze(-1), go[d], at::Scalar(0.0)));  // select: inf * 0 is NaN
     }
   }
   return {dxs, dws, dh, dc};

@@ -386,7 +386,7 @@ LstmBackwardResult lstm_backward_cuda(at::TensorList grad_outs, const at::Tensor
     at::Tensor dx = at::mm(dz, weights[4 * d].t()).view({B, T, I});
     if (residual) {
       at::Tensor valid = at::arange(T, lengths.options()).unsqueeze(0).lt(lengths.unsqueeze(1));
-      dx.add_(go[d] * valid.unsqueeze(-1).to(opts));
+      dx.add_(at::where(valid.unsqueeze(-1), go[d], at::Scalar(0.0)));  // select: inf * 0 is NaN
     }
     dxs[d] = dx;
   }

@@ -48,7 +48,7 @@ inline void check_same_float(const at::Tensor& t, at::ScalarType dtype, const ch
 // Whole numbers (indices, lengths): a float would be truncated and a bool read as 0/1.
 inline void check_integer(const at::Tensor& t, const char* op, const char* name) {
   TORCH_CHECK(at::isIntegralType(t.scalar_type(), /*includeBool=*/false), op, ": ", name,
-              " must be an integer tensor (int64 or int32), got ", t.scalar_type());
+              " must be an integer tensor (any integer dtype, read as int64), got ", t.scalar_type());
 }
 
 // Every value of `values` (n int64s on the host) lies in [lo, hi]; `meaning` says

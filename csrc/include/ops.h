@@ -51,7 +51,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> sampled_logsumexp_backward_cpu(co
                                                                               const at::Tensor& w,
                                                                               const at::Tensor& p);
 
-// Which CPU kernel table is in use ("base", "avx2", "avx512").
+// Which CPU kernel table is in use ("base", "avx2", "avx512"): the widest this CPU runs
+// (cpu_isa_supported), unless SPACY_ELMO_CPU_ISA caps it.
 std::string cpu_isa();
+std::string cpu_isa_supported();
+
+#ifdef SPACY_ELMO_WITH_CUDA
+namespace cuda {
+// The virtual architectures nvcc compiled the kernels for, nvcc's __CUDA_ARCH_LIST__ ("750,900":
+// compute_75, compute_90); "" where nvcc predates it (CUDA < 11.5). csrc/cuda/build_info.cu.
+const char* arch_list();
+}  // namespace cuda
+#endif
 
 }  // namespace spacy_elmo

@@ -25,12 +25,13 @@ Two layouts differ between the tools, and the writer picks the one every loader 
 import json
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Tuple
 
 import h5py
 import numpy as np
 import torch
 
+from .._typing import PathLike
 from ..atomic import atomic_write
 from ..chars import DEFAULT_MAX_CHARS, N_CHAR_IDS
 from ..errors import Errors, Warnings
@@ -40,8 +41,6 @@ from .native_io import check_readable, require_finite
 
 if TYPE_CHECKING:  # model.py imports this module when it reads or writes
     from .model import BiLM
-
-PathLike = Union[str, Path]
 
 
 def lstm_prefix(direction: int, layer: int) -> str:

@@ -1,20 +1,18 @@
 """BiLM: the complete ELMo biLM (token encoder + two LSTM stacks)."""
 
-from pathlib import Path
-from typing import List, NamedTuple, Optional, Tuple, Union, cast
+from typing import List, NamedTuple, Optional, Tuple, cast
 
 import torch
 from torch import Tensor, nn
 
 from .. import ops
+from .._typing import PathLike
 from ..chars import BEGIN_OF_SENTENCE, BEGIN_OF_WORD, END_OF_SENTENCE, MAX_SHIFTED_ID, marker_char_ids
 from ..errors import Errors
 from .char_encoder import CharEncoder
 from .config import BiLMConfig, check_bool
 from .initial_state import WARMUP
 from .lstm import BiLstm, LstmCellWeights, LstmState
-
-PathLike = Union[str, Path]
 
 
 class BiLMOutput(NamedTuple):
@@ -65,7 +63,8 @@ def remove_boundaries(tensor: Tensor, mask: Tensor) -> Tuple[Tensor, Tensor]:
     (``keep_boundaries=True``) -> ``(B, T, D)`` without the markers, zero at padded positions, and
     the mask ``(B, T)`` (AllenNLP's ``remove_sentence_boundaries``)."""
     inner = mask[:, 2:]
-    return tensor[:, 1 : tensor.shape[1] - 1] * inner.unsqueeze(-1).to(tensor.dtype), inner
+    # a select, not a product with the mask: an inf gradient at a padded position must give 0, not NaN
+    return torch.where(inner.unsqueeze(-1), tensor[:, 1 : tensor.shape[1] - 1], tensor.new_zeros(())), inner
 
 
 class BiLM(nn.Module):
@@ -437,8 +436,8 @@ class BiLM(nn.Module):
         layers = [torch.cat([x, x], -1)] + [torch.cat([f, b], -1) for f, b in zip(outs_f, outs_b)]
         mask = torch.arange(T + 2, device=x.device).unsqueeze(0) < (lengths + 2).unsqueeze(1)
         if keep_boundaries:
-            keep = mask.unsqueeze(-1).to(x.dtype)
-            return BiLMOutput([layer * keep for layer in layers], mask)
+            keep = mask.unsqueeze(-1)
+            return BiLMOutput([torch.where(keep, layer, layer.new_zeros(())) for layer in layers], mask)
         return BiLMOutput([remove_boundaries(layer, mask)[0] for layer in layers], mask[:, 2:])
 
     # -- persistence (implemented in allennlp_io / native_io) ----------------

@@ -18,12 +18,13 @@ import tempfile
 from contextlib import contextmanager
 from dataclasses import fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Optional, Union
+from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Optional
 
 import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
+from .._typing import PathLike
 from ..atomic import atomic_write, naming
 from ..errors import Errors
 from .config import BiLMConfig, is_int
@@ -31,7 +32,6 @@ from .config import BiLMConfig, is_int
 if TYPE_CHECKING:  # model.py imports this module when it saves or loads
     from .model import BiLM
 
-PathLike = Union[str, Path]
 FORMAT = "spacy-elmo/bilm"
 VERSION = 1
 CONFIG_NAME = "config.json"

@@ -41,7 +41,7 @@ def masked_layer_norm(tensor: Tensor, mask: Tensor) -> Tensor:
     mean = (x * m).sum() / safe
     var = (((x - mean) * m) ** 2).sum() / safe
     normed = (x - mean) / torch.sqrt(var + LAYER_NORM_EPS)
-    return (normed * (count > 0)).to(tensor.dtype)
+    return torch.where(count > 0, normed, normed.new_zeros(())).to(tensor.dtype)  # a select: inf * 0 is NaN
 
 
 class ScalarMix(nn.Module):

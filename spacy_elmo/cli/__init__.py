@@ -17,7 +17,7 @@ from ..ranks import printing_ranks
 from .app import COMMAND_LINE, app, echo_styled
 
 # Importing a command module registers its command.
-from . import config, demo, embed, evaluate, export, fit_state, pretrain  # noqa: F401,E402
+from . import config, demo, embed, evaluate, export, fit_state, info, pretrain  # noqa: F401,E402
 
 
 def _format_warning(message, category, filename, lineno, line=None) -> str:

@@ -45,7 +45,7 @@ def _shown_lowercase(param, ctx) -> bool:
 app = typer.Typer(
     cls=_Commands,
     name="spacy-elmo",
-    help="ELMo biLMs: pretrain on your corpus, evaluate, fit-state, export, embed, demo; config writes a spacy train config.",
+    help="ELMo biLMs: pretrain on your corpus, evaluate, fit-state, export, embed, demo; config writes a spacy train config; info prints what is installed (for bug reports).",
     no_args_is_help=True,
     add_completion=False,
 )

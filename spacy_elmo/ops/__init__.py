@@ -11,7 +11,7 @@ from types import ModuleType
 
 from ..errors import Errors
 from . import reference
-from .extension import extension_fix, fused_available, load_extension
+from .extension import BuildInfo, build_info, extension_fix, fused_available, load_extension
 from .reference import check_char_ids
 
 BACKENDS = ("auto", "fused", "reference")
@@ -63,5 +63,6 @@ highway.__doc__ = reference.highway.__doc__
 bilstm_layer.__doc__ = reference.bilstm_layer.__doc__
 sampled_logsumexp.__doc__ = reference.sampled_logsumexp.__doc__
 
-__all__ = ["BACKENDS", "resolve_backend", "fused_available", "check_char_ids", "char_cnn", "highway", "bilstm_layer",
+__all__ = ["BACKENDS", "resolve_backend", "fused_available", "build_info", "BuildInfo", "extension_fix",
+           "check_char_ids", "char_cnn", "highway", "bilstm_layer",
            "sampled_logsumexp", "reference"]

@@ -1,10 +1,12 @@
 """Loading the compiled extension ``spacy_elmo._C`` (once, lazily)."""
 
+import dataclasses
 import functools
+import os
 import sys
 import warnings
 from types import ModuleType
-from typing import Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from ..errors import Warnings
 
@@ -42,3 +44,47 @@ def extension_fix() -> str:
 def fused_available() -> bool:
     """Whether the compiled extension (the fused kernels) is loaded."""
     return load_extension()[0] is not None
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildInfo:
+    """What the compiled extension of this install is (:func:`build_info`); the build facts are None
+    (``cuda_archs`` empty) where it did not load."""
+
+    extension: bool  #: whether spacy_elmo._C loaded (else the reference path runs)
+    reason: str  #: why it did not load ("" where it did)
+    fix: str  #: how to get it (:func:`extension_fix`; "" where it loaded)
+    cpu_isa: Optional[str]  #: the CPU kernel table in use: base, avx2 or avx512
+    cpu_isa_supported: Optional[str]  #: the widest table this CPU runs
+    cpu_isa_cap: Optional[str]  #: SPACY_ELMO_CPU_ISA, which caps cpu_isa (None: unset; a value not named base,
+    #: avx2 or avx512, "" included, means base), as this process's environment holds it now
+    openmp: Optional[bool]  #: compiled with OpenMP (without: the kernels' own loops run on one thread)
+    openmp_version: Optional[int]  #: the compiler's _OPENMP (e.g. 201511, OpenMP 4.5); None without
+    cuda: Optional[bool]  #: the CUDA kernels compiled in
+    cuda_archs: List[str]  #: the virtual architectures (PTX targets, nvcc's __CUDA_ARCH_LIST__), e.g. ["7.5", "9.0"]
+
+    def as_dict(self) -> Dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def cuda_archs(arch_list: str) -> List[str]:
+    """nvcc's ``__CUDA_ARCH_LIST__`` ("750,900") as compute capabilities (["7.5", "9.0"])."""
+    return [f"{int(a) // 100}.{int(a) % 100 // 10}" for a in arch_list.split(",") if a.strip()]
+
+
+def build_info() -> BuildInfo:
+    """The extension's build facts (``spacy-elmo info`` prints them): whether it loaded (if not, why
+    and the fix), the CPU kernel variant the run-time dispatch picked and the widest this CPU runs,
+    OpenMP, and the CUDA kernels' architectures. Loads the extension (:func:`load_extension`) if
+    nothing has yet."""
+    module, reason = load_extension()
+    cap = os.environ.get("SPACY_ELMO_CPU_ISA")
+    if module is None:
+        return BuildInfo(False, reason, extension_fix(), None, None, cap, None, None, None, [])
+    if not hasattr(module, "build_info"):  # built before build_info() existed: it loads, its facts are unknown
+        return BuildInfo(True, Warnings.W_INFO_STALE_EXTENSION.format(fix=extension_fix()), extension_fix(), None,
+                         None, cap, None, None, None, [])
+    facts = module.build_info()
+    openmp = int(facts["openmp"])
+    return BuildInfo(True, "", "", str(facts["cpu_isa"]), str(facts["cpu_isa_supported"]), cap, openmp > 0,
+                     openmp or None, bool(facts["cuda"]), cuda_archs(str(facts["cuda_arch_list"])))

@@ -415,6 +415,7 @@ def char_cnn(
     """Fused :func:`spacy_elmo.ops.reference.char_cnn` (same arguments and result)."""
     if activation not in _ACTIVATIONS:
         raise ValueError(Errors.E_BAD_ACTIVATION.format(value=activation))
+    reference.check_char_ids_dtype(char_ids)  # the range: the op, in C++
     if _float64_on_gpu(embedding, "char_cnn", "embedding"):
         return reference.char_cnn(char_ids, embedding, weights, biases, activation)
     dtype = _run_dtype(embedding, "char_cnn", "embedding")

@@ -28,14 +28,26 @@ from ..errors import Errors
 FORGET_BIAS = 1.0
 
 
+# The dtypes character ids may have, on every backend and entry point (BiLM.forward, encode_tokens,
+# token_encoder, ops.char_cnn): checked by check_char_ids_dtype alone.
+CHAR_ID_DTYPES = (torch.long, torch.int32)
+
+
+def check_char_ids_dtype(char_ids: Tensor) -> None:
+    """A TypeError (``Errors.E_CHAR_IDS_DTYPE``) unless ``char_ids`` hold one of :data:`CHAR_ID_DTYPES`:
+    the one rule both backends apply (the fused op alone took any integer dtype, int8 too, and
+    ``BiLM.forward`` refused those). A dtype is known while tracing: no host sync, no graph break."""
+    if char_ids.dtype not in CHAR_ID_DTYPES:
+        raise TypeError(Errors.E_CHAR_IDS_DTYPE.format(dtype=char_ids.dtype))
+
+
 def check_char_ids(char_ids: Tensor, max_id: int) -> None:
-    """A TypeError unless ``char_ids`` hold torch.long or torch.int32 ids, a ValueError naming the
+    """:func:`check_char_ids_dtype`, then a ValueError naming the
     first id outside ``0..max_id``; vectorised, one host sync (traced by torch.compile or torch.export: an
     assertion in the graph, :func:`any_bad`). :func:`char_cnn` checks its ids with
     it (``F.embedding`` gave a bare IndexError, on CUDA a device-side assert), as does
-    ``BiLM.forward``; the fused ops check theirs in C++ (``csrc/include/checks.h``)."""
-    if char_ids.dtype not in (torch.long, torch.int32):
-        raise TypeError(Errors.E_CHAR_IDS_DTYPE.format(dtype=char_ids.dtype))
+    ``BiLM.forward``; the fused ops check the range of theirs in C++ (``csrc/include/checks.h``)."""
+    check_char_ids_dtype(char_ids)
     bad = (char_ids < 0) | (char_ids > max_id)
     if any_bad(bad, Errors.E_CHAR_IDS_RANGE_IN_GRAPH.format(max_id=max_id)):
         raise ValueError(Errors.E_CHAR_IDS_RANGE.format(max_id=max_id, found=int(char_ids[bad][0])))
@@ -196,11 +208,11 @@ def lstm_layer(
         h_new = _clip((torch.sigmoid(o) * torch.tanh(c_new)).matmul(w_proj), proj_clip)
         c = torch.where(active, c_new, c)
         h = torch.where(active, h_new, h)
-        steps.append(h_new * active)
+        steps.append(torch.where(active, h_new, h_new.new_zeros(())))  # a select: no inf * 0 = NaN gradient
     out = torch.stack(steps, 1) if steps else x.new_zeros(batch, 0, proj)
     if residual:
         valid = (torch.arange(total, device=x.device).unsqueeze(0) < lengths.unsqueeze(1)).unsqueeze(-1)
-        out = out + x_run * valid
+        out = out + torch.where(valid, x_run, x_run.new_zeros(()))
     if reverse:
         out = out.gather(1, index.unsqueeze(-1).expand_as(out))
     return out, h, c

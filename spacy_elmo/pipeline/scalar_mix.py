@@ -114,7 +114,7 @@ def _layer_norm(xp, X: Floats3d):
     def backprop(dXn: Floats3d) -> Floats3d:
         # d/dx of (x - mean) / std over one group's word rows:
         # (dxn - mean(dxn) - xn * mean(dxn * xn)) / std; whitespace rows get none
-        dXn = dXn * keep
+        dXn = xp.where(words[None, :, None], dXn, 0).astype(dXn.dtype, copy=False)  # a select: inf * 0 is NaN
         mean_d = dXn.sum(axis=axes, keepdims=True) / count
         mean_dx = (dXn * Xn).sum(axis=axes, keepdims=True) / count
         return inv_std * (dXn - mean_d - Xn * mean_dx) * keep

@@ -7,17 +7,17 @@ the carried LSTM states. Loaded with ``weights_only=True`` (no arbitrary pickle)
 
 import os
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple, Union
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 
+from .._typing import PathLike
 from ..atomic import atomic_write
 from ..atomic import remove_leftovers as atomic_remove_leftovers
 from ..bilm.native_io import read_meta
 from ..errors import Errors
 
 CHECKPOINT_NAME = "checkpoint.pt"
-PathLike = Union[str, Path]
 
 
 def checkpoint_path(output_dir: PathLike) -> Path:

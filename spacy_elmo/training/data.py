@@ -57,15 +57,15 @@ from array import array
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Iterator, List, Optional, Union
+from typing import Any, BinaryIO, Iterator, List, Optional
 
 import numpy as np
 
+from .._typing import PathLike
 from ..atomic import atomic_write_text, naming, temporary_files
 from ..errors import Errors, Warnings
 from .vocab import BOS, EOS, SPECIALS
 
-PathLike = Union[str, Path]
 BINARY_PROBE = 8192
 #: Longest piece of text handed to spaCy at once (its own limit is 1,000,000).
 PIECE_CHARS = 100_000

@@ -18,19 +18,18 @@ process reading it all, and no rank waits in a collective while another evaluate
 """
 
 import math
-from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 import torch
 
+from .._typing import PathLike
 from ..errors import Errors
 from .data import Corpus, ReadStats, tokenize_file
 from .lm import BidirectionalLM, encode_batch
 from .sentences import sentence_rows
 from .vocab import BOS, EOS, CharTable, Vocab
 
-PathLike = Union[str, Path]
 #: Per-sentence evaluation calls the LM on at most ``batch_size * ROW_TOKENS`` padded tokens
 #: (or on one sentence): a text without sentence ends gives sentences of thousands of tokens,
 #: and 32 of them in one call would need tens of GB. ``pretrain --max-length``'s default.

@@ -10,10 +10,11 @@ the directory still holds exactly one) and ``vocab.txt`` (both written by
 """
 
 from pathlib import Path
-from typing import Any, Collection, Dict, Optional, Tuple, Union
+from typing import Any, Collection, Dict, Optional, Tuple
 
 import torch
 
+from .._typing import PathLike
 from ..bilm import BiLM
 from ..bilm.native_io import (
     WEIGHTS_NAME,
@@ -31,7 +32,6 @@ from ..errors import Errors
 from .softmax import SoftmaxLayer
 from .vocab import Vocab
 
-PathLike = Union[str, Path]
 SOFTMAX_FILE = "softmax.safetensors"
 
 

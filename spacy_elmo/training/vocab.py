@@ -14,6 +14,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Union
 import numpy as np
 import torch
 
+from .._typing import PathLike
 from ..atomic import atomic_write_text
 from ..bilm.native_io import unreadable_file
 from ..chars import BEGIN_OF_SENTENCE, END_OF_SENTENCE, marker_char_ids, word_char_ids
@@ -22,7 +23,6 @@ from ..errors import Errors
 BOS, EOS, UNK = 0, 1, 2
 SPECIALS = ["<S>", "</S>", "<UNK>"]
 VOCAB_NAME = "vocab.txt"
-PathLike = Union[str, Path]
 
 
 class Vocab:

@@ -201,11 +201,11 @@ def test_encode_tokens_refuses_ids_outside_the_table(backend, value):
     (csrc/include/checks.h, the same message as torch.ops.spacy_elmo.char_cnn_forward)."""
     import torch
 
+    bad_dtype = (TypeError, "integer character ids")  # one rule, checked in Python on both backends
     if backend == "reference":
-        bad_id, bad_dtype = (ValueError, f"must lie in 0..261 .*found {value}\\."), (TypeError, "integer character ids")
+        bad_id = (ValueError, f"must lie in 0..261 .*found {value}\\.")
     else:
         bad_id = (RuntimeError, f"char_ids holds {value} at flat index \\d+; its values must lie in \\[0, 261\\]")
-        bad_dtype = (RuntimeError, "char_ids must be an integer tensor")
     model = BiLM(TINY, backend=backend)
     ids = batch_to_ids([["a", "b"]])
     ids[0, 1, 3] = value
@@ -218,6 +218,28 @@ def test_encode_tokens_refuses_ids_outside_the_table(backend, value):
         model.token_encoder(batch_to_ids([["a"]])[0].float())  # the fused kernel truncated floats
     with pytest.raises(ValueError, match=f"must lie in 0..261 .*found {value}\\."):  # forward: on both backends
         model(ids)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_every_entry_point_takes_the_same_char_id_dtypes(backend):
+    """The fused char CNN took int8 / int16 / uint8 ids through encode_tokens and token_encoder
+    (its message said int64 or int32) while forward refused them: now torch.long and torch.int32
+    everywhere, on both backends, and int32 gives what torch.long gives."""
+    import torch
+
+    model = BiLM(TINY, backend=backend)
+    ids = batch_to_ids([["a", "bc"], ["d"]])
+    mask = (ids > 0).any(-1)
+    expected = (model(ids).activations, model.encode_tokens(ids, mask), model.token_encoder(ids[0]))
+    got = (model(ids.int()).activations, model.encode_tokens(ids.int(), mask), model.token_encoder(ids[0].int()))
+    for e, g in zip(expected, got):
+        torch.testing.assert_close(g, e, rtol=0, atol=0)
+    for dtype in (torch.int8, torch.int16, torch.uint8, torch.bool, torch.float32):
+        narrow = ids.clamp(max=127).to(dtype)  # values that fit (int8: ids up to 261 do not)
+        for call in (lambda: model(narrow), lambda: model.encode_tokens(narrow, mask),
+                     lambda: model.token_encoder(narrow[0])):
+            with pytest.raises(TypeError, match=rf"integer character ids \(torch.long or torch.int32.*got {dtype}"):
+                call()
 
 
 def test_ids_on_another_device_than_the_weights_are_a_clear_error():

@@ -44,7 +44,9 @@ def char_cnn_backward(char_ids, embedding, weights, grad, out, argmax, activatio
     grad = np.asarray(grad, dtype=np.float64)
     out = np.asarray(out, dtype=np.float64)
     argmax = np.asarray(argmax)
-    g = grad * (out > 0) if activation == "relu" else grad * (1.0 - out * out)
+    # ReLU's derivative as a select: 0 where the output is 0, whatever the incoming gradient
+    # (inf included: a 0/1 mask would give inf * 0 = NaN), as torch's threshold_backward
+    g = np.where(out > 0, grad, 0.0) if activation == "relu" else grad * (1.0 - out * out)
     d_emb = np.zeros_like(emb)
     d_ws, d_bs, first = [], [], 0
     for w in weights:

@@ -296,6 +296,62 @@ def test_char_cnn_composed_relu_passes_no_nan_for_an_inf_gradient_at_a_zero_outp
     assert d_emb.storage_offset() == 0 and d_emb.untyped_storage().nbytes() == d_emb.numel() * 4
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_char_cnn_cpu_relu_backward_selects_for_an_inf_gradient_at_a_zero_output(dtype):
+    """The CPU op masked ReLU's gradient by a product, grad * (out > 0): an inf gradient (fp16 loss
+    scaling) at a channel whose output is 0 gave inf * 0 = NaN in every gradient. Now a select, as
+    the composed CUDA backward and the oracle: the op and the autograd path give the oracle's
+    (finite) gradients, and the same as a gradient that is 0 there."""
+    ids, emb, ws, bs, gen = _composed_case("small", dtype, seed=5)
+    bs = [b - 0.3 for b in bs]  # plenty of dead channels
+    out, arg = torch.ops.spacy_elmo.char_cnn_forward(ids, emb, ws, bs, 0)
+    dead = out == 0
+    assert dead.any() and (~dead).any()
+    grad = torch.where(dead, torch.tensor(float("inf"), dtype=dtype), torch.rand(out.shape, generator=gen, dtype=dtype))
+    d_emb, d_ws, d_bs = torch.ops.spacy_elmo.char_cnn_backward(grad, out, arg, ids, emb, ws, 0)
+    o_emb, o_ws, o_bs = O.char_cnn_backward(ids.numpy(), emb.numpy(), [w.numpy() for w in ws], grad.numpy(),
+                                            out.numpy(), arg.numpy(), "relu")
+    tol = TOL32 if dtype == torch.float32 else dict(rtol=1e-10, atol=1e-12)
+    for a, e in zip([d_emb, *d_ws, *d_bs], [o_emb, *o_ws, *o_bs]):
+        assert np.isfinite(e).all()
+        _close(a, e, **tol)
+    params = [p.clone().requires_grad_() for p in [emb, *ws, *bs]]
+    fused.char_cnn(ids, params[0], params[1 : 1 + len(ws)], params[1 + len(ws) :]).backward(grad)
+    for p, e in zip(params, [o_emb, *o_ws, *o_bs]):
+        _close(p.grad, e, **tol)
+
+
+def _lstm_padded_inf_grads(impl, residual, inf):
+    """Gradients of an LSTM layer (x and weights) for an output gradient that is inf at the padded
+    positions (``inf``) or 0 there, random elsewhere."""
+    gen = torch.Generator().manual_seed(12)
+    B, T, I, C, P = 3, 5, 4, 6, 4
+    lengths = torch.tensor([5, 2, 0])
+    base = [torch.randn(B, T, I, generator=gen), *lstm_params(gen, I, C, P, scale=0.8)]
+    padded = (torch.arange(T).unsqueeze(0) >= lengths.unsqueeze(1)).unsqueeze(-1).expand(B, T, P)
+    grad = torch.where(padded, torch.tensor(float("inf") if inf else 0.0), torch.randn(B, T, P, generator=gen))
+    ts = [t.clone().requires_grad_() for t in base]
+    out, _, _ = impl.lstm_layer(ts[0], lengths, *ts[1:], None, None, 0.5, 0.5, True, residual)
+    assert not out[padded].any()  # the padded outputs are 0 whatever the input: their derivative is 0
+    out.backward(grad)
+    return [t.grad for t in ts]
+
+
+@pytest.mark.parametrize("impl", ["fused", "reference"])
+@pytest.mark.parametrize("residual", [False, True])
+def test_lstm_backward_passes_no_nan_for_an_inf_gradient_at_padded_positions(impl, residual):
+    """The padded outputs are 0 whatever the input, but the backward masked their gradient by a product
+    with the 0/1 valid mask (the fused ops' residual term, the reference's steps and residual): an inf
+    gradient there (fp16 loss scaling) gave inf * 0 = NaN in the input and weight gradients. Now
+    selects: the gradients are those of a gradient that is 0 there."""
+    impl = fused if impl == "fused" else R
+    got = _lstm_padded_inf_grads(impl, residual, inf=True)
+    expected = _lstm_padded_inf_grads(impl, residual, inf=False)
+    for a, e in zip(got, expected):
+        assert torch.isfinite(a).all()
+        torch.testing.assert_close(a, e, rtol=0, atol=0)
+
+
 # ------------------------------------------------------------------ highway
 
 

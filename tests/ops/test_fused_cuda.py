@@ -457,7 +457,7 @@ def test_cuda_char_ids_without_a_table_row_are_an_error(bad_id, rows):
     inputs.test_char_ids_without_a_table_row_are_an_error(bad_id, rows, device=DEV)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bool])
+@pytest.mark.parametrize("dtype", inputs.NOT_CHAR_ID_DTYPES)
 def test_cuda_char_ids_must_be_integers(dtype):
     inputs.test_char_ids_must_be_integers(dtype, device=DEV)
 
@@ -607,3 +607,21 @@ def test_char_cnn_autograd_backward_on_cuda_matches_the_kernel(activation, dtype
             torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-5)
         else:
             assert _rel(a, e) < 1e-2
+
+
+def test_build_info_names_the_architectures_the_kernels_were_compiled_for():
+    """spacy-elmo info's CUDA line: nvcc's __CUDA_ARCH_LIST__ (csrc/cuda/build_info.cu), the virtual
+    architectures; where TORCH_CUDA_ARCH_LIST chose them (scripts/gpu_session.sh sets it), exactly those;
+    this GPU runs the kernels (the tests above), so one of them is at most its own capability."""
+    import os
+    import re
+
+    from spacy_elmo.ops import build_info
+
+    info = build_info()
+    assert info.cuda and info.cuda_archs, info
+    major, minor = torch.cuda.get_device_capability()
+    assert min(tuple(map(int, a.split("."))) for a in info.cuda_archs) <= (major, minor)
+    asked = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    if asked:  # "9.0", "8.6+PTX 9.0a", "7.5;9.0": the arch-specific "a" is no other virtual architecture
+        assert sorted(set(info.cuda_archs)) == sorted({re.sub(r"(\+PTX|a)$", "", a) for a in re.split(r"[ ;]+", asked.strip())})

@@ -75,12 +75,22 @@ def test_the_dispatcher_leaves_the_ids_to_each_backend():
     assert torch.equal(compiled(ids, emb), fused.char_cnn(ids, emb, ws, bs))
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bool])
+NOT_CHAR_ID_DTYPES = [torch.float32, torch.bool, torch.int8, torch.int16, torch.uint8]
+
+
+@pytest.mark.parametrize("dtype", NOT_CHAR_ID_DTYPES)
 def test_char_ids_must_be_integers(dtype, device="cpu"):
-    """Float ids were truncated, bool ids read as 0/1; the reference refuses both."""
+    """Float ids were truncated, bool ids read as 0/1; int8 / int16 / uint8 ran, though BiLM.forward
+    refuses them: the fused wrapper applies the reference's rule (torch.long or torch.int32), with its
+    message. The op itself still refuses what is not an integer."""
     ids, emb, ws, bs = _char_inputs(device=device)
-    with pytest.raises(RuntimeError, match="char_ids must be an integer tensor"):
-        fused.char_cnn(ids.to(dtype), emb, ws, bs)
+    narrow = ids.clamp(max=100).to(dtype)
+    for backend in ("fused", "reference"):
+        with pytest.raises(TypeError, match=rf"integer character ids \(torch.long or torch.int32.*got {dtype}"):
+            dispatch.char_cnn(narrow, emb, ws, bs, backend=backend)
+    if dtype in (torch.float32, torch.bool):
+        with pytest.raises(RuntimeError, match="char_ids must be an integer tensor"):
+            ops.char_cnn_forward(narrow, emb, ws, bs, 0)
 
 
 def test_char_ids_int32_and_the_last_row_are_fine(device="cpu"):

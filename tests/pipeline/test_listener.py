@@ -135,6 +135,12 @@ def test_layer_norm_leaves_whitespace_rows_out():
     (dX,), (dXs,) = bp([dY]), bps([dYs])
     numpy.testing.assert_allclose(dXs[:, at], dX, rtol=1e-4, atol=1e-5)
     assert not dXs[:, [1, 4, 6]].any()
+    # an inf gradient at whitespace rows changes nothing in the input gradient (the normalisation's
+    # backward dropped those rows by a product with 0/1: inf * 0 = NaN spread over the whole doc)
+    dYi = dYs.copy()
+    dYi[[1, 4, 6]] = numpy.inf
+    (dXi,) = bps([dYi])
+    numpy.testing.assert_array_equal(dXi, dXs)
     assert Ys.dtype == dXs.dtype == numpy.float32
     # a doc of whitespace only (or no tokens) passes through as zeros, and gets no gradient, as the
     # whitespace rows above (its gradient went through unnormalised)

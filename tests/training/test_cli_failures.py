@@ -233,6 +233,7 @@ ARGUMENTS = {
     "evaluate": ["MODEL_DIR", "TEXT_PATH"],
     "export": ["MODEL_DIR", "OUT_DIR"],
     "fit-state": ["MODEL_DIR", "[TEXT_PATH]"],
+    "info": [],
     "pretrain": ["TRAIN_PATH", "OUTPUT_DIR"],
 }
 

@@ -1,0 +1,95 @@
+"""``spacy-elmo info``: what is installed and what runs, for a bug report (as ``spacy info``)."""
+
+import importlib.metadata
+import json
+import platform
+import warnings
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+import typer
+
+from .. import __version__, ops
+from ..errors import Warnings
+from .app import app
+
+
+def _spacy_version() -> Optional[str]:
+    """The installed spaCy's version, None when it is not installed (read from its metadata: no import)."""
+    try:
+        return importlib.metadata.version("spacy")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _gpus() -> List[Dict[str, str]]:
+    """The GPUs torch sees: name and compute capability."""
+    if not torch.cuda.is_available():
+        return []
+    return [{"name": torch.cuda.get_device_name(i), "capability": "{}.{}".format(*torch.cuda.get_device_capability(i))}
+            for i in range(torch.cuda.device_count())]
+
+
+def info_facts() -> Dict[str, Any]:
+    """Everything ``spacy-elmo info`` prints, as ``--json`` writes it."""
+    with warnings.catch_warnings():
+        # W_NO_EXTENSION: the reason and the fix are among the facts, printed once
+        warnings.filterwarnings("ignore", message="spacy-elmo: the compiled extension")
+        build = ops.build_info()
+    return {
+        "spacy_elmo": __version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "spacy": _spacy_version(),
+        "torch_threads": torch.get_num_threads(),
+        "build": build.as_dict(),
+        "gpus": _gpus(),
+    }
+
+
+def _rows(facts: Dict[str, Any]) -> List[Tuple[str, str]]:
+    build = facts["build"]
+    rows = [("spacy-elmo", facts["spacy_elmo"]), ("Python", facts["python"]), ("Platform", facts["platform"]),
+            ("torch", facts["torch"] + (f" (CUDA {facts['torch_cuda']})" if facts["torch_cuda"] else " (CPU only)")),
+            ("spaCy", facts["spacy"] or "not installed"), ("torch threads", str(facts["torch_threads"]))]
+    if not build["extension"]:
+        rows.append(("Compiled kernels", Warnings.W_INFO_NO_EXTENSION.format(reason=build["reason"], fix=build["fix"])))
+    elif build["cpu_isa"] is None:  # an older build: it loads, and says nothing of itself
+        rows.append(("Compiled kernels", "yes (spacy_elmo._C), but " + build["reason"]))
+    else:
+        isa, cap = build["cpu_isa"], build["cpu_isa_cap"]
+        if cap is not None and cap not in ("base", "avx2", "avx512"):
+            isa += " (" + Warnings.W_INFO_UNKNOWN_ISA_CAP.format(cap=cap) + ")"
+        elif isa != build["cpu_isa_supported"]:
+            isa += f" (capped by SPACY_ELMO_CPU_ISA={cap}; this CPU runs {build['cpu_isa_supported']})"
+        openmp = f"yes (_OPENMP {build['openmp_version']})" if build["openmp"] else Warnings.W_INFO_NO_OPENMP
+        if not build["cuda"]:
+            cuda = "not compiled in"
+        else:
+            cuda = "compiled for the virtual architectures compute_" + (", compute_".join(a.replace(".", "") for a in build["cuda_archs"])
+                                              or "? (nvcc did not list its targets: CUDA < 11.5)")
+        rows += [("Compiled kernels", "yes (spacy_elmo._C)"), ("CPU kernels", isa), ("OpenMP", openmp),
+                 ("CUDA kernels", cuda)]
+    gpus = [f"{gpu['name']} (compute capability {gpu['capability']})" for gpu in facts["gpus"]]
+    rows.append(("GPU", "; ".join(gpus) or "none visible"))
+    return rows
+
+
+@app.command()
+def info(
+    as_json: bool = typer.Option(False, "--json", help="Print the facts as JSON (machine-readable)."),
+) -> None:
+    """Print the versions and what runs here (paste it into a bug report).
+
+    The spacy-elmo, Python, torch and spaCy versions; whether the compiled kernels load (if not, why and the
+    fix), the CPU kernel variant in use, OpenMP, torch's threads, the CUDA kernels' architectures and the GPUs
+    torch sees."""
+    facts = info_facts()
+    if as_json:
+        typer.echo(json.dumps(facts, indent=2))
+        return
+    rows = _rows(facts)
+    width = max(len(label) for label, _ in rows) + 2
+    typer.echo("\n".join(f"{label + ':':<{width}}{value}" for label, value in rows))

@@ -1,0 +1,162 @@
+"""`spacy-elmo info`: the versions and the build facts, checked against sources of their own."""
+
+import importlib.metadata
+import json
+import os
+import platform
+import subprocess
+import sys
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from spacy_elmo import __version__, ops
+from spacy_elmo.cli import app
+from spacy_elmo.errors import Warnings
+from spacy_elmo.ops import extension
+
+from .cli_text import plain
+
+
+def _info(*args, cap=None):
+    """The output of ``python -m spacy_elmo info *args`` in a process of its own (the kernel table is chosen
+    once per process) with SPACY_ELMO_CPU_ISA set to ``cap`` (None: unset)."""
+    env = {k: v for k, v in os.environ.items() if k != "SPACY_ELMO_CPU_ISA"}
+    if cap is not None:
+        env["SPACY_ELMO_CPU_ISA"] = cap
+    res = subprocess.run([sys.executable, "-m", "spacy_elmo", "info", *args], capture_output=True, text=True, env=env)
+    assert res.returncode == 0, res.stderr[-2000:]
+    return res.stdout
+
+
+def _cpu_flags():
+    """The flags of /proc/cpuinfo's first processor (None where there is none: not Linux)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        return None
+    return None
+
+
+def _widest_isa(flags):
+    """The widest kernel table a CPU with ``flags`` runs, by the rule of csrc/cpu/dispatch.cpp."""
+    if {"avx2", "fma"} <= flags:
+        return "avx512" if {"avx512f", "avx512vl", "avx512bw", "avx512dq"} <= flags else "avx2"
+    return "base"
+
+
+def test_info_prints_the_versions_and_what_runs():
+    result = CliRunner().invoke(app, ["info"])
+    assert result.exit_code == 0, result.output
+    text = plain(result.output)
+    assert f"spacy-elmo: {__version__}" in text and f"torch: {torch.__version__}" in text
+    assert f"torch threads: {torch.get_num_threads()}" in text
+    if ops.fused_available():
+        assert "Compiled kernels: yes" in text and f"CPU kernels: {ops.build_info().cpu_isa}" in text
+
+
+def test_info_json_agrees_with_independent_sources():
+    result = CliRunner().invoke(app, ["info", "--json"])
+    assert result.exit_code == 0, result.output
+    facts = json.loads(result.output)
+    assert facts["spacy_elmo"] == __version__ and facts["python"] == platform.python_version()
+    assert facts["torch"] == torch.__version__ and facts["torch_cuda"] == torch.version.cuda
+    assert facts["torch_threads"] == torch.get_num_threads()
+    try:
+        assert facts["spacy"] == importlib.metadata.version("spacy")
+    except importlib.metadata.PackageNotFoundError:
+        assert facts["spacy"] is None
+    build = facts["build"]
+    assert build["extension"] == ops.fused_available()
+    assert len(facts["gpus"]) == (torch.cuda.device_count() if torch.cuda.is_available() else 0)
+    if not build["extension"]:
+        return
+    assert build["reason"] == "" and build["fix"] == ""
+    from spacy_elmo.ops import fused
+
+    assert build["cpu_isa"] == fused.cpu_isa() and build["cuda"] == fused.built_with_cuda()
+    if torch.version.cuda is None:  # a CUDA extension builds only against a CUDA torch
+        assert not build["cuda"] and build["cuda_archs"] == []
+    if platform.system() == "Linux":  # build_flags.py: Linux always builds with the compiler's OpenMP
+        assert build["openmp"] is True and build["openmp_version"] >= 200805
+
+
+@pytest.mark.skipif(not ops.fused_available(), reason="spacy_elmo._C is not built")
+@pytest.mark.skipif(_cpu_flags() is None or platform.machine() not in ("x86_64", "AMD64"),
+                    reason="x86 /proc/cpuinfo needed")
+def test_info_reports_the_isa_this_cpu_supports_and_the_one_picked():
+    """The dispatch's pick against /proc/cpuinfo's flags: the widest table unless SPACY_ELMO_CPU_ISA caps it."""
+    widest = _widest_isa(_cpu_flags())
+    build = json.loads(_info("--json"))["build"]
+    assert (build["cpu_isa"], build["cpu_isa_supported"], build["cpu_isa_cap"]) == (widest, widest, None)
+    capped = json.loads(_info("--json", cap="base"))["build"]
+    assert (capped["cpu_isa"], capped["cpu_isa_supported"], capped["cpu_isa_cap"]) == ("base", widest, "base")
+    if widest != "base":
+        text = plain(_info(cap="base"))
+        assert f"CPU kernels: base (capped by SPACY_ELMO_CPU_ISA=base; this CPU runs {widest})" in text
+
+
+def test_cuda_arch_list_reads_as_compute_capabilities():
+    assert extension.cuda_archs("750,800,900") == ["7.5", "8.0", "9.0"]
+    assert extension.cuda_archs("1000,1200") == ["10.0", "12.0"]
+    assert extension.cuda_archs("") == []
+
+
+def test_info_without_the_extension_says_why_and_how_to_fix(monkeypatch):
+    monkeypatch.setattr(extension, "load_extension", lambda: (None, "simulated: not built"))
+    result = CliRunner().invoke(app, ["info"])
+    assert result.exit_code == 0, result.output
+    text = plain(result.output)
+    fix = " ".join(extension.extension_fix().split())
+    assert "Compiled kernels: no, the pure-PyTorch reference path runs" in text
+    assert "Reason: simulated: not built." in text and fix in text
+    assert "CPU kernels:" not in text  # no build facts without a build
+    build = json.loads(CliRunner().invoke(app, ["info", "--json"]).output)["build"]
+    assert build == {"extension": False, "reason": "simulated: not built", "fix": extension.extension_fix(),
+                     "cpu_isa": None, "cpu_isa_supported": None, "cpu_isa_cap": os.environ.get("SPACY_ELMO_CPU_ISA"),
+                     "openmp": None, "openmp_version": None, "cuda": None, "cuda_archs": []}
+
+
+def test_info_says_when_the_kernels_have_no_openmp(monkeypatch):
+    """A macOS build without libomp (build_flags.py) was invisible at run time."""
+    real = ops.build_info()
+    if not real.extension:
+        pytest.skip("spacy_elmo._C is not built")
+    import dataclasses
+
+    from spacy_elmo.cli import info as info_module
+
+    monkeypatch.setattr(info_module.ops, "build_info", lambda: dataclasses.replace(real, openmp=False,
+                                                                                  openmp_version=None))
+    text = plain(CliRunner().invoke(app, ["info"]).output)
+    assert "OpenMP: " + " ".join(Warnings.W_INFO_NO_OPENMP.split()) in text
+
+
+def test_info_on_an_extension_built_before_build_info_says_to_rebuild(monkeypatch):
+    """An editable install pulled without a rebuild: its _C loads, with no build_info(). info crashed
+    with an AttributeError and a traceback."""
+    stale = type(sys)("spacy_elmo._C")  # a module with none of the new functions
+    monkeypatch.setattr(extension, "load_extension", lambda: (stale, ""))
+    result = CliRunner().invoke(app, ["info"])
+    assert result.exit_code == 0, result.output
+    text = plain(result.output)
+    stale_text = " ".join(Warnings.W_INFO_STALE_EXTENSION.format(fix=extension.extension_fix()).split())
+    assert "Compiled kernels: yes (spacy_elmo._C), but " + stale_text in text
+    assert "CPU kernels:" not in text
+    build = json.loads(CliRunner().invoke(app, ["info", "--json"]).output)["build"]
+    assert build["extension"] is True and build["cpu_isa"] is None and build["fix"] == extension.extension_fix()
+
+
+@pytest.mark.skipif(not ops.fused_available(), reason="spacy_elmo._C is not built")
+@pytest.mark.parametrize("cap", ["", "AVX2"])
+def test_info_names_a_cpu_isa_setting_the_dispatch_does_not_know(cap):
+    """Any value but base, avx2 or avx512 (the empty one too) runs the base table; info said 'capped by
+    SPACY_ELMO_CPU_ISA=None' for the empty value, and called an unknown one a cap."""
+    build = json.loads(_info("--json", cap=cap))["build"]
+    assert (build["cpu_isa"], build["cpu_isa_cap"]) == ("base", cap)
+    text = plain(_info(cap=cap))
+    assert "CPU kernels: base (" + " ".join(Warnings.W_INFO_UNKNOWN_ISA_CAP.format(cap=cap).split()) + ")" in text
