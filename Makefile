@@ -17,11 +17,13 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 
 # Build tools and torch first: the extension build needs them without isolation
-# (numpy too: torch warns while building without it, and spaCy needs it anyway).
+# (numpy too: torch warns while building without it, and spaCy needs it anyway). The build tools
+# as pyproject's [build-system] requires them: a venv comes with an older setuptools (65 with
+# Python 3.11), which fails on pyproject's license field; only some torch releases pull a newer one.
 $(VENV)/.deps-stamp: | $(PY)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH_SPEC)"
-	$(PIP) install -q setuptools wheel ninja numpy
+	$(PIP) install -q "setuptools>=77" wheel ninja numpy
 	touch $@
 
 install: $(VENV)/.deps-stamp
