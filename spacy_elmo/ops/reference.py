@@ -41,9 +41,17 @@ def check_char_ids(char_ids: Tensor, max_id: int) -> None:
         raise ValueError(Errors.E_CHAR_IDS_RANGE.format(max_id=max_id, found=int(char_ids[bad][0])))
 
 
+@torch.compiler.assume_constant_result
+def autocast_available(device_type: str) -> bool:
+    """Whether the device type has autocast (meta and some others: no). A constant to torch.compile and
+    torch.export (it never changes in a process): their tracer up to torch 2.11 (2.13 can) does not trace
+    ``torch.amp.is_autocast_available``, a graph break, so fullgraph and export failed on every model."""
+    return torch.amp.is_autocast_available(device_type)
+
+
 def autocast_on(device_type: str) -> bool:
     """Whether autocast is on for the device (meta and other devices without autocast: no)."""
-    return torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type)
+    return autocast_available(device_type) and torch.is_autocast_enabled(device_type)
 
 
 @torch.library.custom_op("spacy_elmo_checks::fail_if_any", mutates_args=())
