@@ -49,6 +49,15 @@ def autocast_available(device_type: str) -> bool:
     return torch.amp.is_autocast_available(device_type)
 
 
+def exporting() -> bool:
+    """Whether torch.export traces the caller (not torch.compile). ``torch.compiler.is_exporting()``
+    says so from torch 2.13 on, but torch 2.7 to 2.11 answer True under every torch.compile too (their
+    tracer folds the call to a constant): inductor then got ``torch._assert_async`` on the CPU, and bad
+    ids aborted the process (see :func:`any_bad`). So this reads the flag torch.export sets, the one
+    ``is_exporting()`` returns; torch < 2.7 has neither (False)."""
+    return bool(getattr(torch.compiler, "_is_exporting_flag", False))
+
+
 def autocast_on(device_type: str) -> bool:
     """Whether autocast is on for the device (meta and other devices without autocast: no)."""
     return autocast_available(device_type) and torch.is_autocast_enabled(device_type)
@@ -85,8 +94,7 @@ def any_bad(bad: Tensor, in_graph: str) -> bool:
     :func:`fail_if_any`, which the compiled code calls in Python. torch.export keeps
     ``torch._assert_async``: an exported program needs no operator of this package for its checks."""
     if torch.compiler.is_compiling():
-        exporting = getattr(torch.compiler, "is_exporting", lambda: False)()  # torch >= 2.5
-        if bad.device.type == "cpu" and not exporting:
+        if bad.device.type == "cpu" and not exporting():
             fail_if_any(bad, in_graph)
         else:
             torch._assert_async(torch.logical_not(bad.any()), in_graph)
@@ -171,7 +179,7 @@ def lstm_layer(
     processed token (its initial state when its length is 0).
     """
     batch, total, _ = x.shape
-    if isinstance(total, torch.SymInt) and getattr(torch.compiler, "is_exporting", bool)():
+    if isinstance(total, torch.SymInt) and exporting():
         # The loop below runs once per time step: traced, it is unrolled for one length.
         raise RuntimeError(Errors.E_REFERENCE_EXPORT_DYNAMIC_TIME)
     cells = w_proj.shape[0]

@@ -252,3 +252,22 @@ def test_autocast_checks_trace_into_one_graph():
         assert torch.equal(compiled(x), x * 2)
     assert torch.equal(compiled(x), x + 1)
     assert compiled(torch.ones(2, device="meta")).device.type == "meta"  # meta has no autocast
+
+
+class _ExportProbe(torch.nn.Module):
+    def forward(self, x):
+        return x + 1 if reference.exporting() else x - 1
+
+
+def test_exporting_is_true_under_export_only():
+    """torch 2.7 to 2.11 fold ``torch.compiler.is_exporting()`` to True under every torch.compile: compiled
+    on the CPU by inductor, bad ids then aborted the process (``test_inductor_keeps_the_checks_of_the_ids``).
+    ``exporting()`` is True in torch.export's trace only, strict or not, and False in eager mode and under
+    torch.compile."""
+    probe, x = _ExportProbe(), torch.zeros(2)
+    torch._dynamo.reset()
+    assert torch.equal(probe(x), x - 1)
+    assert torch.equal(torch.compile(probe, backend="eager", fullgraph=True)(x), x - 1)
+    for strict in (False, True):
+        assert torch.equal(torch.export.export(probe, (x,), strict=strict).module()(x), x + 1), strict
+
