@@ -11,7 +11,7 @@ TORCH_INDEX ?=
 NVCC ?= $(shell command -v nvcc 2>/dev/null)
 PYTEST_ARGS ?=
 
-.PHONY: demo test install cuda-check cross-check bench clean
+.PHONY: demo test install cuda-check cross-check bench compat clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,14 @@ ZIGLANG_SPEC ?= ziglang==0.17.1
 cross-check: install
 	$(PIP) install -q "$(ZIGLANG_SPEC)"
 	$(PY) scripts/cross_compile_check.py
+
+# Build and test under another torch release (`make compat TORCH=2.15.0`): a throwaway venv and copy
+# of the checkout under /tmp (scripts/torch_compat.sh says more). Not part of `make test`: on x86-64
+# Linux pip fetches torch's multi-GB CUDA build.
+TORCH ?=
+
+compat:
+	PYTHON="$(PYTHON)" bash scripts/torch_compat.sh "$(TORCH)"
 
 test: install cuda-check
 	$(PY) -m pytest -q $(PYTEST_ARGS) tests

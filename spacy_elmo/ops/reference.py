@@ -54,7 +54,8 @@ def exporting() -> bool:
     says so from torch 2.13 on, but torch 2.7 to 2.11 answer True under every torch.compile too (their
     tracer folds the call to a constant): inductor then got ``torch._assert_async`` on the CPU, and bad
     ids aborted the process (see :func:`any_bad`). So this reads the flag torch.export sets, the one
-    ``is_exporting()`` returns; torch < 2.7 has neither (False)."""
+    ``is_exporting()`` returns (torch < 2.7 has neither, and 2.7 sets it in non-strict exports only:
+    False there; pyproject requires 2.11)."""
     return bool(getattr(torch.compiler, "_is_exporting_flag", False))
 
 
