@@ -11,17 +11,19 @@ TORCH_INDEX ?=
 NVCC ?= $(shell command -v nvcc 2>/dev/null)
 PYTEST_ARGS ?=
 
-.PHONY: demo test install cuda-check cross-check bench clean
+.PHONY: demo test install cuda-check cross-check bench compat clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
 # Build tools and torch first: the extension build needs them without isolation
-# (numpy too: torch warns while building without it, and spaCy needs it anyway).
+# (numpy too: torch warns while building without it, and spaCy needs it anyway). The build tools
+# as pyproject's [build-system] requires them: a venv comes with an older setuptools (65 with
+# Python 3.11), which fails on pyproject's license field; only some torch releases pull a newer one.
 $(VENV)/.deps-stamp: | $(PY)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH_SPEC)"
-	$(PIP) install -q setuptools wheel ninja numpy
+	$(PIP) install -q "setuptools>=77" wheel ninja numpy
 	touch $@
 
 install: $(VENV)/.deps-stamp
@@ -44,6 +46,14 @@ ZIGLANG_SPEC ?= ziglang==0.17.1
 cross-check: install
 	$(PIP) install -q "$(ZIGLANG_SPEC)"
 	$(PY) scripts/cross_compile_check.py
+
+# Build and test under another torch release (`make compat TORCH=2.15.0`): a throwaway venv and copy
+# of the checkout under /tmp (scripts/torch_compat.sh says more). Not part of `make test`: on x86-64
+# Linux pip fetches torch's multi-GB CUDA build.
+TORCH ?=
+
+compat:
+	PYTHON="$(PYTHON)" bash scripts/torch_compat.sh "$(TORCH)"
 
 test: install cuda-check
 	$(PY) -m pytest -q $(PYTEST_ARGS) tests

@@ -7,6 +7,7 @@ import ast
 import importlib.metadata
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -96,6 +97,25 @@ def test_every_imported_distribution_is_a_declared_dependency(tmp_path):
         if not {d.lower().replace("_", "-") for d in owners.get(top, [top])} & declared
     }
     assert undeclared == {}
+
+
+def test_installs_without_isolation_take_the_declared_build_tools():
+    """``make install`` and the README's build by hand install the build tools themselves (the build runs
+    with --no-build-isolation), as pyproject's [build-system] requires them: with a bare ``setuptools`` the
+    venv's own (65 with Python 3.11) stayed unless torch pulled a newer one (2.13 does, 2.4 does not), and
+    the build failed on pyproject's license field."""
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    requires = re.search(r"^\[build-system\]\nrequires = \[(.*?)\]", pyproject, re.M | re.S).group(1)
+    tools = [r for r in re.findall(r'"([^"]+)"', requires) if not r.startswith("torch")]
+    assert any(r.startswith("setuptools>=") for r in tools)
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    lines = [line for text in (readme, makefile) for line in text.splitlines()
+             if re.search(r"\bpip\b.* install .*\bsetuptools\b", line, re.I) and not line.lstrip().startswith("#")]
+    assert len(lines) >= 2
+    for line in lines:
+        words = shlex.split(line.split(" #")[0])
+        assert [tool for tool in tools if tool not in words] == [], line
 
 
 def test_sdist_and_package_data_carry_the_typing_marker(tmp_path):

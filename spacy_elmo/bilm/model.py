@@ -283,7 +283,7 @@ class BiLM(nn.Module):
         stateful model (the states carried between calls live in Python, outside the program)."""
         if torch.jit.is_tracing():
             raise RuntimeError(Errors.E_BILM_TORCHSCRIPT.format(tool="torch.jit.trace"))
-        if self.stateful and getattr(torch.compiler, "is_exporting", bool)():
+        if self.stateful and ops.reference.exporting():
             raise RuntimeError(Errors.E_EXPORT_STATEFUL)
 
     def _check_shape(self, char_ids: Tensor) -> None:

@@ -375,7 +375,7 @@ def _float64_on_gpu(t: Tensor, op: str, name: str) -> bool:
 
 def _no_autocast(device_type: str):
     """Autocast off for the kernels' own casts (a no-op where the device has no autocast, e.g. meta)."""
-    if torch.amp.is_autocast_available(device_type):
+    if reference.autocast_available(device_type):
         return torch.autocast(device_type, enabled=False)
     return contextlib.nullcontext()
 

@@ -53,9 +53,27 @@ def check_char_ids(char_ids: Tensor, max_id: int) -> None:
         raise ValueError(Errors.E_CHAR_IDS_RANGE.format(max_id=max_id, found=int(char_ids[bad][0])))
 
 
+@torch.compiler.assume_constant_result
+def autocast_available(device_type: str) -> bool:
+    """Whether the device type has autocast (meta and some others: no). A constant to torch.compile and
+    torch.export (it never changes in a process): their tracer up to torch 2.11 (2.13 can) does not trace
+    ``torch.amp.is_autocast_available``, a graph break, so fullgraph and export failed on every model."""
+    return torch.amp.is_autocast_available(device_type)
+
+
+def exporting() -> bool:
+    """Whether torch.export traces the caller (not torch.compile). ``torch.compiler.is_exporting()``
+    says so from torch 2.13 on, but torch 2.7 to 2.11 answer True under every torch.compile too (their
+    tracer folds the call to a constant): inductor then got ``torch._assert_async`` on the CPU, and bad
+    ids aborted the process (see :func:`any_bad`). So this reads the flag torch.export sets, the one
+    ``is_exporting()`` returns (torch < 2.7 has neither, and 2.7 sets it in non-strict exports only:
+    False there; pyproject requires 2.11)."""
+    return bool(getattr(torch.compiler, "_is_exporting_flag", False))
+
+
 def autocast_on(device_type: str) -> bool:
     """Whether autocast is on for the device (meta and other devices without autocast: no)."""
-    return torch.amp.is_autocast_available(device_type) and torch.is_autocast_enabled(device_type)
+    return autocast_available(device_type) and torch.is_autocast_enabled(device_type)
 
 
 @torch.library.custom_op("spacy_elmo_checks::fail_if_any", mutates_args=())
@@ -89,8 +107,7 @@ def any_bad(bad: Tensor, in_graph: str) -> bool:
     :func:`fail_if_any`, which the compiled code calls in Python. torch.export keeps
     ``torch._assert_async``: an exported program needs no operator of this package for its checks."""
     if torch.compiler.is_compiling():
-        exporting = getattr(torch.compiler, "is_exporting", lambda: False)()  # torch >= 2.5
-        if bad.device.type == "cpu" and not exporting:
+        if bad.device.type == "cpu" and not exporting():
             fail_if_any(bad, in_graph)
         else:
             torch._assert_async(torch.logical_not(bad.any()), in_graph)
@@ -175,7 +192,7 @@ def lstm_layer(
     processed token (its initial state when its length is 0).
     """
     batch, total, _ = x.shape
-    if isinstance(total, torch.SymInt) and getattr(torch.compiler, "is_exporting", bool)():
+    if isinstance(total, torch.SymInt) and exporting():
         # The loop below runs once per time step: traced, it is unrolled for one length.
         raise RuntimeError(Errors.E_REFERENCE_EXPORT_DYNAMIC_TIME)
     cells = w_proj.shape[0]

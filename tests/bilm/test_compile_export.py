@@ -19,7 +19,7 @@ from torch._dynamo.testing import CompileCounterWithBackend
 from torch.export import Dim
 
 from spacy_elmo import BiLM, BiLMConfig, batch_to_ids
-from spacy_elmo.ops import fused_available
+from spacy_elmo.ops import fused_available, reference
 
 TINY = BiLMConfig(projection_dim=8, cell_dim=12, char_embedding_dim=4, filters=[(1, 4), (2, 6), (3, 8)], n_highway=1)
 BATCHES = [  # batch and sentence length both change (sizes >= 2: torch specialises sizes 0 and 1)
@@ -236,3 +236,38 @@ def test_torchscript_is_refused_with_the_way_out():
         torch.jit.script(model)
     with pytest.raises(RuntimeError, match=r"torch.jit.trace does not support BiLM.*torch.compile"):
         torch.jit.trace(model, (batch_to_ids(BATCHES[0]),))
+
+
+def test_autocast_checks_trace_into_one_graph():
+    """torch 2.4 to 2.11 could not trace ``torch.amp.is_autocast_available`` (which every forward asks): a
+    graph break, so fullgraph compiles and exports of every model failed there. Its answer is a constant to
+    the tracer now; whether autocast is on still is not (the compiled function follows it)."""
+    def step(x):
+        return x * 2 if reference.autocast_on(x.device.type) else x + 1
+
+    compiled = torch.compile(step, backend="eager", fullgraph=True)
+    x = torch.ones(2)
+    assert torch.equal(compiled(x), x + 1)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert torch.equal(compiled(x), x * 2)
+    assert torch.equal(compiled(x), x + 1)
+    assert compiled(torch.ones(2, device="meta")).device.type == "meta"  # meta has no autocast
+
+
+class _ExportProbe(torch.nn.Module):
+    def forward(self, x):
+        return x + 1 if reference.exporting() else x - 1
+
+
+def test_exporting_is_true_under_export_only():
+    """torch 2.7 to 2.11 fold ``torch.compiler.is_exporting()`` to True under every torch.compile: compiled
+    on the CPU by inductor, bad ids then aborted the process (``test_inductor_keeps_the_checks_of_the_ids``).
+    ``exporting()`` is True in torch.export's trace only, strict or not, and False in eager mode and under
+    torch.compile."""
+    probe, x = _ExportProbe(), torch.zeros(2)
+    torch._dynamo.reset()
+    assert torch.equal(probe(x), x - 1)
+    assert torch.equal(torch.compile(probe, backend="eager", fullgraph=True)(x), x - 1)
+    for strict in (False, True):
+        assert torch.equal(torch.export.export(probe, (x,), strict=strict).module()(x), x + 1), strict
+
