@@ -67,7 +67,7 @@ def exporting() -> bool:
     tracer folds the call to a constant): inductor then got ``torch._assert_async`` on the CPU, and bad
     ids aborted the process (see :func:`any_bad`). So this reads the flag torch.export sets, the one
     ``is_exporting()`` returns (torch < 2.7 has neither, and 2.7 sets it in non-strict exports only:
-    False there; pyproject requires 2.11)."""
+    False there; compiling or exporting the model needs 2.11, README)."""
     return bool(getattr(torch.compiler, "_is_exporting_flag", False))
 
 
