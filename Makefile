@@ -17,11 +17,12 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 
 # Build tools and torch first: the extension build needs them without isolation
-# (numpy too: torch warns while building without it, and spaCy needs it anyway).
+# (numpy too: torch warns while building without it, and spaCy needs it anyway), setuptools
+# with pyproject's bound: a Python <= 3.11 venv comes with an older one, which pip keeps.
 $(VENV)/.deps-stamp: | $(PY)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH_SPEC)"
-	$(PIP) install -q setuptools wheel ninja numpy
+	$(PIP) install -q "setuptools>=77" wheel ninja numpy
 	touch $@
 
 install: $(VENV)/.deps-stamp

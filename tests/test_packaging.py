@@ -117,3 +117,26 @@ def test_type_hints_hold():
     )
     assert "No module named mypy" not in result.stderr, "install the test tools: pip install -e '.[test]'"
     assert (result.returncode, result.stdout + result.stderr) == (0, "")
+
+
+def build_requirements():
+    """pyproject's [build-system] requires, as written (``setuptools>=77``, ...)."""
+    block = re.search(r"^\[build-system\]\s*\nrequires = \[(.*?)\]", (ROOT / "pyproject.toml").read_text(), re.M | re.S)
+    return re.findall(r'"([^"]+)"', block.group(1))
+
+
+@pytest.mark.parametrize("where", ["Makefile", "README.md"])
+def test_no_isolation_installs_take_the_build_requirements_as_pyproject_pins_them(where):
+    """``--no-build-isolation`` builds with what the venv has, so the commands that prepare it
+    (the Makefile's deps step, the README's "Building by hand") install each build requirement
+    with pyproject's bound. A bare ``setuptools`` is "already satisfied" in a Python <= 3.11 venv,
+    which comes with an old one (66 on Debian bookworm's 3.11), and the build then stops at the
+    SPDX ``license`` string (setuptools >= 77 reads it). torch has its own pin (TORCH_SPEC)."""
+    text = (ROOT / where).read_text()
+    lines = [line for line in text.splitlines() if re.search(r"\binstall\b.*\bwheel ninja", line)]
+    assert lines, f"no venv set-up line in {where}"
+    for line in lines:
+        for req in build_requirements():
+            if re.match(r"torch\b", req):
+                continue
+            assert req in {word.strip("\"'") for word in line.split()}, (where, line, req)
