@@ -106,3 +106,27 @@ def test_compiler_probe_tells_a_known_flag_from_an_unknown_one():
     assert build_flags.compiler_accepts(cxx, "-O2")
     assert not build_flags.compiler_accepts(cxx, "-fno-such-flag-spacy-elmo")
     assert not build_flags.compiler_accepts(["no-such-compiler-spacy-elmo"], "-O2")
+
+
+@pytest.mark.parametrize("where", ["torch.libs/libgomp-a49a47f9.so.1.0.0", "torch/lib/libgomp-947d5fa1.so.1.0.0"])
+def test_linux_links_the_renamed_libgomp_torch_ships(tmp_path, where):
+    """pypi's aarch64 torch wheels ship GNU OpenMP as ``libgomp-HASH.so.1.0.0`` (its soname too):
+    the extension links that file, so it shares torch's runtime; ``-fopenmp``'s ``-lgomp`` would
+    load the system's libgomp.so.1 beside it, whose teams ignore torch.set_num_threads (seen on
+    emulated aarch64: scripts/arm_emulated_check.sh counts the runtimes loaded)."""
+    torch_dir = _fake_torch(tmp_path, where, "torch/lib/libtorch_cpu.so")
+    torch_dir = os.path.join(torch_dir, "torch")
+    gomp = build_flags.torch_gomp(torch_dir)
+    assert gomp == str(tmp_path / where)
+    flags = build_flags.flags_for("Linux", None, accepts=lambda flag: pytest.fail("no probe needed"), gomp=gomp)
+    assert flags.build and flags.openmp == "openmp" and flags.message == ""
+    assert flags.cxx == ["-O3", "-fopenmp", "-fno-trapping-math", "-fno-math-errno"]
+    assert flags.link == [gomp]
+
+
+def test_linux_keeps_fopenmp_where_torch_ships_libgomp_by_its_own_name(tmp_path):
+    """x86-64 wheels (and newer aarch64 ones) ship ``torch/lib/libgomp.so.1``: the soname
+    ``-fopenmp`` links, already torch's runtime once torch is loaded."""
+    torch_dir = os.path.join(_fake_torch(tmp_path, "torch/lib/libgomp.so.1", "torch/lib/libtorch_cpu.so"), "torch")
+    assert build_flags.torch_gomp(torch_dir) is None
+    assert build_flags.flags_for("Linux", None, accepts=lambda flag: False).link == ["-fopenmp"]
