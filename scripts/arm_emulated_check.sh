@@ -21,7 +21,7 @@
 #      (aarch64 has the portable `base` one only) and that the process has one OpenMP runtime, torch's
 #      (a fused kernel adds no thread under torch.set_num_threads(2) with OMP_NUM_THREADS=6), then runs
 #      ARM_TESTS under pytest, emulated: on 2 cores shared with other work (2026-11-26) the build took
-#      about 12 minutes, the biLM tests 4, tests/ops about 35.
+#      6 to 12 minutes, the biLM tests 4, tests/ops 27.
 # The mounts it makes under ARM_ROOT are undone at the end. Exit status: pytest's (2 when the build
 # or the load check fails).
 set -euo pipefail
