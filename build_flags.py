@@ -10,8 +10,10 @@ spacy_elmo but its messages, read from spacy_elmo/errors.py by path (stdlib only
   GNU OpenMP runtime where its wheel ships one under a name of its own (pypi's aarch64 wheels:
   ``torch.libs/libgomp-HASH.so.1.0.0``): ``-fopenmp`` would link the system's ``libgomp.so.1``, a
   second runtime in the process, whose thread teams ignore ``torch.set_num_threads``
-  (pytorch/pytorch#166087 is the same for torch.compile's kernels). x86-64 wheels ship
-  ``torch/lib/libgomp.so.1``, the name ``-fopenmp`` links: one runtime, nothing to do.
+  (pytorch/pytorch#166087 is the same for torch.compile's kernels). Other wheels (x86-64 from torch
+  2.9 on, as far as checked: 2.13) ship ``torch/lib/libgomp.so.1``, the name ``-fopenmp`` links: one
+  runtime, the flags of every earlier release. x86-64 wheels of about 2.5-2.8 shipped a renamed one too
+  (pytorch/pytorch#149422): there the extension links it as well (not tried on x86-64).
 * macOS (Apple clang, arm64 and x86-64): Apple clang has no ``-fopenmp``; torch's
   macOS wheels ship LLVM's libomp (``torch/include/omp.h``, ``torch/lib/libomp.dylib``),
   used through ``-Xpreprocessor -fopenmp`` when present. Without it the extension is
@@ -23,7 +25,6 @@ spacy_elmo but its messages, read from spacy_elmo/errors.py by path (stdlib only
   are written in (csrc/include/kernels_impl.h); the reference path runs.
 """
 
-import glob
 import importlib.util
 import os
 import platform
@@ -70,14 +71,23 @@ def torch_libomp(torch_dir: str) -> Optional[str]:
     return None
 
 
-def torch_gomp(torch_dir: str) -> Optional[str]:
-    """The GNU OpenMP runtime a Linux torch wheel ships under a name of its own
-    (auditwheel's ``libgomp-HASH.so*``, in ``torch.libs`` beside ``torch`` or in ``torch/lib``),
-    or None: none, or one named ``libgomp.so.1``, which ``-fopenmp``'s own link shares."""
-    for folder in (os.path.join(torch_dir, "lib"), os.path.join(os.path.dirname(torch_dir), "torch.libs")):
-        found = sorted(glob.glob(os.path.join(folder, "libgomp-*.so*")))
-        if found:
-            return found[0]
+def torch_gomp(torch_dir: str, maps: str = "/proc/self/maps") -> Optional[str]:
+    """The GNU OpenMP runtime torch loaded into this process (setup.py imports torch before it asks)
+    where its wheel ships it under a name of its own (auditwheel's ``libgomp-HASH.so*``, in
+    ``torch/lib`` or in ``torch.libs`` beside ``torch``), or None: a runtime named ``libgomp.so.1``,
+    which ``-fopenmp``'s own link shares, none loaded, or no ``maps`` to read. The loaded file, not a
+    file that merely lies there: a copy left by an earlier wheel would be a second runtime again."""
+    try:
+        with open(maps, encoding="utf-8", errors="replace") as fh:
+            loaded = {line.split(None, 5)[5].strip() for line in fh if len(line.split(None, 5)) == 6}
+    except OSError:
+        return None
+    real = os.path.realpath(torch_dir)  # maps names files by their real paths (a venv's lib64 is a link)
+    folders = (os.path.join(real, "lib"), os.path.join(os.path.dirname(real), "torch.libs"))
+    for path in sorted(loaded):
+        name = os.path.basename(path)
+        if name.startswith("libgomp-") and ".so" in name and os.path.dirname(os.path.realpath(path)) in folders:
+            return path
     return None
 
 

@@ -22,7 +22,9 @@
 #      (a fused kernel adds no thread under torch.set_num_threads(2) with OMP_NUM_THREADS=6), then runs
 #      ARM_TESTS under pytest, emulated: on 2 cores shared with other work (2026-11-26) the build took
 #      6 to 12 minutes, the biLM tests 4, tests/ops 27.
-# The mounts it makes under ARM_ROOT are undone at the end. Exit status: pytest's (2 when the build
+# The mounts it makes under ARM_ROOT (and any a killed run left there) are undone at the end; check
+# `mount | grep "$ARM_ROOT"` shows none before deleting ARM_ROOT. It also registers qemu-aarch64 with
+# the host's binfmt_misc (binfmt-support), host-wide. Exit status: pytest's (2 when the build
 # or the load check fails).
 set -euo pipefail
 ROOT_DIR=$(cd "$(dirname "$0")/.." && pwd)
@@ -72,10 +74,12 @@ fi
 MOUNTED=()
 bind() {  # bind SRC DEST [ro]
   mkdir -p "$ARM_ROOT$2"
+  # one left by a killed run is undone at this run's end too (a later `rm -rf` of ARM_ROOT would
+  # otherwise delete through it into the host's /dev or /usr)
+  MOUNTED=("$ARM_ROOT$2" "${MOUNTED[@]}")
   mountpoint -q "$ARM_ROOT$2" && return 0
   mount --bind "$1" "$ARM_ROOT$2"
-  [ "${3:-}" = ro ] && mount -o remount,bind,ro "$ARM_ROOT$2"
-  MOUNTED=("$ARM_ROOT$2" "${MOUNTED[@]}")
+  if [ "${3:-}" = ro ]; then mount -o remount,bind,ro "$ARM_ROOT$2"; fi
 }
 cleanup() { for m in "${MOUNTED[@]}"; do umount -l "$m" 2>/dev/null || true; done; }
 trap cleanup EXIT
