@@ -11,7 +11,7 @@ TORCH_INDEX ?=
 NVCC ?= $(shell command -v nvcc 2>/dev/null)
 PYTEST_ARGS ?=
 
-.PHONY: demo test install cuda-check cross-check bench compat clean
+.PHONY: demo test install cuda-check cross-check arm-check bench compat clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -54,6 +54,12 @@ TORCH ?=
 
 compat:
 	PYTHON="$(PYTHON)" bash scripts/torch_compat.sh "$(TORCH)"
+
+# Build the extension for aarch64 Linux and run its kernel tests there, emulated: an arm64 Debian
+# chroot under qemu-user, built with the host's cross g++ (scripts/arm_emulated_check.sh says how).
+# Needs root, apt and PyPI; not part of `make test` (tens of minutes: the tests run emulated).
+arm-check:
+	bash scripts/arm_emulated_check.sh
 
 test: install cuda-check
 	$(PY) -m pytest -q $(PYTEST_ARGS) tests

@@ -6,7 +6,14 @@ macOS with zig's clang). setup.py runs before the package is importable, so this
 module sits beside it (the sdist carries it: MANIFEST.in) and imports nothing of
 spacy_elmo but its messages, read from spacy_elmo/errors.py by path (stdlib only).
 
-* Linux (x86-64, aarch64, ...): GCC or clang with OpenMP, as always.
+* Linux (x86-64, aarch64, ...): GCC or clang with OpenMP, as always. Linked with torch's own
+  GNU OpenMP runtime where its wheel ships one under a name of its own (pypi's aarch64 wheels:
+  ``torch.libs/libgomp-HASH.so.1.0.0``): ``-fopenmp`` would link the system's ``libgomp.so.1``, a
+  second runtime in the process, whose thread teams ignore ``torch.set_num_threads``
+  (pytorch/pytorch#166087 is the same for torch.compile's kernels). Other wheels (x86-64 from torch
+  2.9 on, as far as checked: 2.13) ship ``torch/lib/libgomp.so.1``, the name ``-fopenmp`` links: one
+  runtime, the flags of every earlier release. x86-64 wheels of about 2.5-2.8 shipped a renamed one too
+  (pytorch/pytorch#149422): there the extension links it as well (not tried on x86-64).
 * macOS (Apple clang, arm64 and x86-64): Apple clang has no ``-fopenmp``; torch's
   macOS wheels ship LLVM's libomp (``torch/include/omp.h``, ``torch/lib/libomp.dylib``),
   used through ``-Xpreprocessor -fopenmp`` when present. Without it the extension is
@@ -64,6 +71,26 @@ def torch_libomp(torch_dir: str) -> Optional[str]:
     return None
 
 
+def torch_gomp(torch_dir: str, maps: str = "/proc/self/maps") -> Optional[str]:
+    """The GNU OpenMP runtime torch loaded into this process (setup.py imports torch before it asks)
+    where its wheel ships it under a name of its own (auditwheel's ``libgomp-HASH.so*``, in
+    ``torch/lib`` or in ``torch.libs`` beside ``torch``), or None: a runtime named ``libgomp.so.1``,
+    which ``-fopenmp``'s own link shares, none loaded, or no ``maps`` to read. The loaded file, not a
+    file that merely lies there: a copy left by an earlier wheel would be a second runtime again."""
+    try:
+        with open(maps, encoding="utf-8", errors="replace") as fh:
+            loaded = {line.split(None, 5)[5].strip() for line in fh if len(line.split(None, 5)) == 6}
+    except OSError:
+        return None
+    real = os.path.realpath(torch_dir)  # maps names files by their real paths (a venv's lib64 is a link)
+    folders = (os.path.join(real, "lib"), os.path.join(os.path.dirname(real), "torch.libs"))
+    for path in sorted(loaded):
+        name = os.path.basename(path)
+        if name.startswith("libgomp-") and ".so" in name and os.path.dirname(os.path.realpath(path)) in folders:
+            return path
+    return None
+
+
 def compiler_accepts(cxx: List[str], flag: str) -> bool:
     """Whether the C++ compiler ``cxx`` (a command line) compiles an empty file with ``flag``
     (to an object: zig's c++ mishandles -fsyntax-only and input from stdin)."""
@@ -86,12 +113,12 @@ def host_cxx() -> List[str]:
 
 
 def flags_for(system: str, libomp_dir: Optional[str], accepts: Callable[[str], bool],
-              torch_dir: str = "") -> Flags:
+              torch_dir: str = "", gomp: Optional[str] = None) -> Flags:
     """The flags for ``system`` (platform.system(): Linux, Darwin, Windows, ...).
 
     libomp_dir: torch's libomp (:func:`torch_libomp`), looked at on macOS only;
     accepts(flag): whether the compiler takes a flag (asked only where it decides);
-    torch_dir: named in the messages."""
+    torch_dir: named in the messages; gomp: torch's renamed libgomp (:func:`torch_gomp`), on Linux."""
     if system == "Windows":
         return Flags(False, [], [], "none", Warnings.W_BUILD_NO_EXTENSION_WINDOWS)
     if system == "Darwin":
@@ -104,12 +131,18 @@ def flags_for(system: str, libomp_dir: Optional[str], accepts: Callable[[str], b
         simd = accepts("-fopenmp-simd")
         return Flags(True, OPTIMISE + (["-fopenmp-simd"] if simd else []), [], "simd" if simd else "none",
                      Warnings.W_BUILD_NO_OPENMP.format(torch_dir=torch_dir or "?"))
-    # Linux and the rest: exactly the flags of every earlier release (order included).
-    return Flags(True, ["-O3", "-fopenmp", "-fno-trapping-math", "-fno-math-errno"], ["-fopenmp"], "openmp", "")
+    # Linux and the rest: the compile flags of every earlier release (order included).
+    cxx = ["-O3", "-fopenmp", "-fno-trapping-math", "-fno-math-errno"]
+    if gomp is not None:
+        # the file itself, not -fopenmp's -lgomp: the extension needs its soname, which names the
+        # runtime torch has loaded before it (libtorch_cpu needs it), found again by that name
+        return Flags(True, cxx, [gomp], "openmp", "")
+    return Flags(True, cxx, ["-fopenmp"], "openmp", "")
 
 
 def host_flags(torch_dir: str) -> Flags:
     """The flags setup.py builds with on this machine, against the torch in ``torch_dir``."""
     system = platform.system()
     return flags_for(system, torch_libomp(torch_dir) if system == "Darwin" else None,
-                     lambda flag: compiler_accepts(host_cxx(), flag), torch_dir)
+                     lambda flag: compiler_accepts(host_cxx(), flag), torch_dir,
+                     torch_gomp(torch_dir) if system == "Linux" else None)

@@ -41,9 +41,14 @@ def declared(system):
 
 
 def test_linux_keeps_gcc_openmp_flags():
-    """Linux (x86-64 and aarch64 alike) builds with the compiler's OpenMP, as every release did."""
+    """Linux builds with the compiler's OpenMP, as every release did; linked with the runtime torch
+    loaded where its wheel renamed it (:func:`build_flags.torch_gomp`), else with ``-fopenmp``."""
+    import torch
+
     got = declared("Linux")
-    assert got["ext"] == {"cxx": ["-O3", "-fopenmp", "-fno-trapping-math", "-fno-math-errno"], "link": ["-fopenmp"]}
+    renamed = build_flags.torch_gomp(os.path.dirname(torch.__file__))
+    assert got["ext"] == {"cxx": ["-O3", "-fopenmp", "-fno-trapping-math", "-fno-math-errno"],
+                          "link": ["-fopenmp"] if renamed is None else [renamed]}
     assert got["stderr"] == ""
 
 
@@ -106,3 +111,45 @@ def test_compiler_probe_tells_a_known_flag_from_an_unknown_one():
     assert build_flags.compiler_accepts(cxx, "-O2")
     assert not build_flags.compiler_accepts(cxx, "-fno-such-flag-spacy-elmo")
     assert not build_flags.compiler_accepts(["no-such-compiler-spacy-elmo"], "-O2")
+
+
+def _maps(tmp_path, *loaded):
+    """A /proc/self/maps of a process that loaded ``loaded`` (paths under tmp_path)."""
+    lines = [f"7f00{i:08x}-7f01{i:08x} r-xp 00000000 00:1f 42   {tmp_path / p}" for i, p in enumerate(loaded)]
+    lines.append("7ffd0000-7ffd1000 rw-p 00000000 00:00 0                          [stack]")
+    (tmp_path / "maps").write_text("\n".join(lines) + "\n")
+    return str(tmp_path / "maps")
+
+
+@pytest.mark.parametrize("where", ["torch.libs/libgomp-a49a47f9.so.1.0.0", "torch/lib/libgomp-947d5fa1.so.1.0.0"])
+def test_linux_links_the_renamed_libgomp_torch_ships(tmp_path, where):
+    """pypi's aarch64 torch wheels (2.9.1 here; x86-64 ones of about 2.5-2.8 too) ship GNU OpenMP as
+    ``libgomp-HASH.so.1.0.0`` (its soname too): the extension links the file torch loaded, so it shares
+    torch's runtime; ``-fopenmp``'s ``-lgomp`` would load the system's libgomp.so.1 beside it, whose
+    teams ignore torch.set_num_threads (seen on emulated aarch64: scripts/arm_emulated_check.sh counts
+    the runtimes loaded)."""
+    torch_dir = os.path.join(_fake_torch(tmp_path, where, "torch/lib/libtorch_cpu.so"), "torch")
+    gomp = build_flags.torch_gomp(torch_dir, maps=_maps(tmp_path, "torch/lib/libtorch_cpu.so", where))
+    assert gomp == str(tmp_path / where)
+    flags = build_flags.flags_for("Linux", None, accepts=lambda flag: pytest.fail("no probe needed"), gomp=gomp)
+    assert flags.build and flags.openmp == "openmp" and flags.message == ""
+    assert flags.cxx == ["-O3", "-fopenmp", "-fno-trapping-math", "-fno-math-errno"]
+    assert flags.link == [gomp]
+
+
+def test_linux_keeps_fopenmp_where_torch_loaded_libgomp_by_its_own_name(tmp_path):
+    """x86-64 wheels (2.13 here; aarch64 ones from about 2.10) ship ``torch/lib/libgomp.so.1``: the
+    soname ``-fopenmp`` links, already torch's runtime once torch is loaded. A renamed copy left
+    beside it by an earlier wheel is no runtime of this process: linking it made two again."""
+    torch_dir = os.path.join(_fake_torch(tmp_path, "torch/lib/libgomp.so.1", "torch/lib/libtorch_cpu.so",
+                                         "torch.libs/libgomp-0ld.so.1.0.0"), "torch")
+    maps = _maps(tmp_path, "torch/lib/libtorch_cpu.so", "torch/lib/libgomp.so.1")
+    assert build_flags.torch_gomp(torch_dir, maps=maps) is None
+    assert build_flags.torch_gomp(torch_dir, maps=str(tmp_path / "no-maps")) is None
+    assert build_flags.flags_for("Linux", None, accepts=lambda flag: False).link == ["-fopenmp"]
+
+
+def test_a_renamed_libgomp_of_another_package_is_not_torchs(tmp_path):
+    torch_dir = os.path.join(_fake_torch(tmp_path, "torch/lib/libtorch_cpu.so", "numpy.libs/libgomp-1234.so.1"),
+                             "torch")
+    assert build_flags.torch_gomp(torch_dir, maps=_maps(tmp_path, "numpy.libs/libgomp-1234.so.1")) is None
