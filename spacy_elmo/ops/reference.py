@@ -53,7 +53,14 @@ def check_char_ids(char_ids: Tensor, max_id: int) -> None:
         raise ValueError(Errors.E_CHAR_IDS_RANGE.format(max_id=max_id, found=int(char_ids[bad][0])))
 
 
-@torch.compiler.assume_constant_result
+#: From this torch release on, :func:`any_bad` puts its checks into the graphs torch.compile and
+#: torch.export trace. Before it they were dropped (2.4, 2.5: inductor ran bad ids without a word) or
+#: the model did not compile or export (2.7; README, "Building by hand"): there a compiled caller checks
+#: in Python, through a graph break (fullgraph and torch.export then fail, with torch's message).
+GRAPH_CHECKS_SINCE = (2, 11)
+GRAPH_CHECKS = torch.__version__ >= GRAPH_CHECKS_SINCE  # type: ignore[operator]  # TorchVersion compares with tuples
+
+
 def autocast_available(device_type: str) -> bool:
     """Whether the device type has autocast (meta and some others: no). A constant to torch.compile and
     torch.export (it never changes in a process): their tracer up to torch 2.11 (2.13 can) does not trace
@@ -61,14 +68,21 @@ def autocast_available(device_type: str) -> bool:
     return torch.amp.is_autocast_available(device_type)
 
 
+# What torch.compiler.assume_constant_result does, without the import of torch._dynamo it makes when it
+# is applied (about 1.2 s added to every `import spacy_elmo`); a test checks the decorator still sets it.
+autocast_available._dynamo_marked_constant = True  # type: ignore[attr-defined]
+
+
 def exporting() -> bool:
     """Whether torch.export traces the caller (not torch.compile). ``torch.compiler.is_exporting()``
     says so from torch 2.13 on, but torch 2.7 to 2.11 answer True under every torch.compile too (their
     tracer folds the call to a constant): inductor then got ``torch._assert_async`` on the CPU, and bad
     ids aborted the process (see :func:`any_bad`). So this reads the flag torch.export sets, the one
-    ``is_exporting()`` returns (torch < 2.7 has neither, and 2.7 sets it in non-strict exports only:
-    False there; compiling or exporting the model needs 2.11, README)."""
-    return bool(getattr(torch.compiler, "_is_exporting_flag", False))
+    ``is_exporting()`` returns; a torch without the flag (before 2.7) is asked ``is_exporting()`` (from 2.5)."""
+    flag = getattr(torch.compiler, "_is_exporting_flag", None)
+    if flag is None:
+        return bool(getattr(torch.compiler, "is_exporting", bool)())
+    return bool(flag)
 
 
 def autocast_on(device_type: str) -> bool:
@@ -105,8 +119,9 @@ def any_bad(bad: Tensor, in_graph: str) -> bool:
     that torch.compile traces: inductor's C++ code throws it from inside an OpenMP parallel region,
     where an exception ends the process (std::terminate) instead of raising. There it is
     :func:`fail_if_any`, which the compiled code calls in Python. torch.export keeps
-    ``torch._assert_async``: an exported program needs no operator of this package for its checks."""
-    if torch.compiler.is_compiling():
+    ``torch._assert_async``: an exported program needs no operator of this package for its checks.
+    Before torch :data:`GRAPH_CHECKS_SINCE` the check stays in Python (a graph break) when compiled."""
+    if torch.compiler.is_compiling() and GRAPH_CHECKS:
         if bad.device.type == "cpu" and not exporting():
             fail_if_any(bad, in_graph)
         else:

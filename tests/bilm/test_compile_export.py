@@ -271,3 +271,53 @@ def test_exporting_is_true_under_export_only():
     for strict in (False, True):
         assert torch.equal(torch.export.export(probe, (x,), strict=strict).module()(x), x + 1), strict
 
+
+
+def test_exporting_ignores_is_exporting_folded_to_true_under_compile(monkeypatch):
+    """torch 2.7 to 2.11's ``is_exporting()`` is True under every torch.compile (as stubbed here):
+    ``exporting()`` must not follow it, or inductor gets ``torch._assert_async`` on the CPU again."""
+    if getattr(torch.compiler, "_is_exporting_flag", None) is None:
+        pytest.skip("this torch has no torch.export flag: exporting() asks is_exporting() (before 2.7)")
+    # called eagerly: stubbed, is_exporting() would also make torch.compile itself step aside
+    monkeypatch.setattr(torch.compiler, "is_exporting", lambda: True)
+    assert reference.exporting() is False
+
+
+def test_autocast_available_is_marked_as_the_decorator_marks_it():
+    """reference.py sets what ``assume_constant_result`` sets, without importing torch._dynamo when the
+    package is imported; this torch's decorator must still mean that attribute."""
+    marked = torch.compiler.assume_constant_result(lambda device_type: True)
+    assert marked._dynamo_marked_constant is True
+    assert reference.autocast_available._dynamo_marked_constant is True
+
+
+def test_importing_the_package_does_not_import_dynamo():
+    """``torch.compiler.assume_constant_result`` imported torch._dynamo at the package's import: about
+    1.2 s more for every process (the CLI, spaCy's entry points, DDP and tokenizer workers)."""
+    code = "import sys, spacy_elmo, spacy_elmo.ops.reference; print('torch._dynamo' in sys.modules)"
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert res.stdout.strip() == "False"
+
+
+def test_before_graph_checks_a_compiled_model_checks_the_ids_in_python(monkeypatch):
+    """Before torch 2.11 (as stubbed here) the checks stay out of the graph: a compiled model breaks the
+    graph there and raises the eager forward's ValueError on bad ids (2.4 and 2.5's inductor dropped
+    the in-graph check: bad ids ran), and a fullgraph compile fails instead of running without it."""
+    monkeypatch.setattr(reference, "GRAPH_CHECKS", False)
+    torch._dynamo.reset()
+    model = _model("reference")
+    ids = batch_to_ids(SHORT)
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(model, backend="eager")(ids).activations[-1],
+                                   model(ids).activations[-1])
+        ids[0, 0, 3] = 300  # outside the character table
+        with pytest.raises(ValueError) as eager:
+            model(ids)
+        torch._dynamo.reset()
+        with pytest.raises(ValueError) as compiled:
+            torch.compile(model, backend="eager")(ids)
+        assert str(compiled.value) == str(eager.value)
+        torch._dynamo.reset()
+        with pytest.raises(Exception) as full:
+            torch.compile(model, backend="eager", fullgraph=True)(ids)
+        assert not isinstance(full.value, ValueError)  # torch's refusal of the graph break, not a run
