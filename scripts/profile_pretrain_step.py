@@ -14,16 +14,14 @@ The first GPU run (2026-11-26, H200) found the fused CUDA char-CNN backward kern
 taking 76-80 ms of a ~106 ms step: benchmarks/results/profile_pretrain_step_h200_s31/.
 """
 import argparse
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks import pretrain as P  # noqa: E402
-from benchmarks.kernels import char_ids_of, random_sentences  # noqa: E402
+from benchmarks.kernels import char_ids_of, random_sentences, sync, timeit  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 
@@ -42,32 +40,18 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def wall_ms(run, inputs, device) -> float:
-    """Median wall milliseconds of ``run(*x)`` over ``inputs``, without the profiler (synchronised)."""
-    times = []
-    for x in inputs:
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        t0 = time.perf_counter()
-        run(*x)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
-
-
 def profile_run(title, run, inputs, args, device, tables, out) -> None:
     """Warm up on 3 inputs, time the rest without the profiler, profile them, print and keep the tables."""
     cuda = device.type == "cuda"
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     for x in inputs[:3]:
         run(*x)
-    wall = wall_ms(run, inputs[3:], device)
+    timed = iter(inputs[3:])
+    wall = timeit(lambda: run(*next(timed)), len(inputs) - 3, 0, device)[0] * 1e3  # median, synchronised
     with profile(activities=acts) as prof:
         for x in inputs[3:]:
             run(*x)
-    if cuda:
-        torch.cuda.synchronize(device)
+        sync(device)
     n = len(inputs) - 3
     ka = prof.key_averages()
     key = "device_time_total" if cuda else "self_cpu_time_total"
