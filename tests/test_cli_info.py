@@ -160,3 +160,18 @@ def test_info_names_a_cpu_isa_setting_the_dispatch_does_not_know(cap):
     assert (build["cpu_isa"], build["cpu_isa_cap"]) == ("base", cap)
     text = plain(_info(cap=cap))
     assert "CPU kernels: base (" + " ".join(Warnings.W_INFO_UNKNOWN_ISA_CAP.format(cap=cap).split()) + ")" in text
+
+
+@pytest.mark.parametrize("archs, line", [(["7.5", "9.0"], "compiled for the virtual architectures compute_75, compute_90"),
+                                         ([], "compiled in (nvcc did not list its targets: CUDA < 11.5)")])
+def test_info_cuda_line(monkeypatch, archs, line):
+    """The CUDA kernels' line, from the facts alone (no GPU here); an empty list printed 'compute_? (...)'."""
+    import dataclasses
+
+    from spacy_elmo.cli import info as info_module
+
+    real = ops.build_info()
+    if not real.extension:
+        pytest.skip("spacy_elmo._C is not built")
+    monkeypatch.setattr(info_module.ops, "build_info", lambda: dataclasses.replace(real, cuda=True, cuda_archs=archs))
+    assert f"CUDA kernels: {line}" in plain(CliRunner().invoke(app, ["info"]).output)

@@ -68,8 +68,9 @@ def _rows(facts: Dict[str, Any]) -> List[Tuple[str, str]]:
         if not build["cuda"]:
             cuda = "not compiled in"
         else:
-            cuda = "compiled for the virtual architectures compute_" + (", compute_".join(a.replace(".", "") for a in build["cuda_archs"])
-                                              or "? (nvcc did not list its targets: CUDA < 11.5)")
+            archs = ", ".join("compute_" + a.replace(".", "") for a in build["cuda_archs"])
+            cuda = (f"compiled for the virtual architectures {archs}" if archs
+                    else "compiled in (nvcc did not list its targets: CUDA < 11.5)")
         rows += [("Compiled kernels", "yes (spacy_elmo._C)"), ("CPU kernels", isa), ("OpenMP", openmp),
                  ("CUDA kernels", cuda)]
     gpus = [f"{gpu['name']} (compute capability {gpu['capability']})" for gpu in facts["gpus"]]
