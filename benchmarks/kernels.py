@@ -250,6 +250,19 @@ class Recorder:
 # ---------------------------------------------------------------- sections
 
 
+def _without_tensor_cores(fn):
+    """fn() with the CUDA char CNN's tensor-core kernel off (SPACY_ELMO_CHAR_CNN_MMA=0, read at each call)."""
+    before = os.environ.get("SPACY_ELMO_CHAR_CNN_MMA")
+    os.environ["SPACY_ELMO_CHAR_CNN_MMA"] = "0"
+    try:
+        return fn()
+    finally:
+        if before is None:
+            del os.environ["SPACY_ELMO_CHAR_CNN_MMA"]
+        else:
+            os.environ["SPACY_ELMO_CHAR_CNN_MMA"] = before
+
+
 def bench_kernels(rec, preset, batch, length, args, device):
     from spacy_elmo.ops import fused
 
@@ -271,6 +284,9 @@ def bench_kernels(rec, preset, batch, length, args, device):
              "nn.Conv1d (AllenNLP-style)": lambda: enc.char_cnn(ids)}
     if slow_ok:
         impls["reference"] = lambda: R.char_cnn(ids, emb, ws, bs)
+    if device.type == "cuda" and AUTOCAST["dtype"] is not None:
+        # the same op on the CUDA-core kernel: what the tensor-core one (fp16/bf16, csrc/cuda/char_cnn.cu) gains
+        impls["fused, CUDA cores"] = lambda: _without_tensor_cores(lambda: fused.char_cnn(ids, emb, ws, bs))
     with torch.no_grad():
         for name, (s, ts) in time_side_by_side(impls, args.repeats, args.warmup, device).items():
             rec.add("char_cnn", preset, batch, length, name, s, ts, n_tok, cnn_flops(n_tok))

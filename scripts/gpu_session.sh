@@ -5,10 +5,11 @@
 #   1. the whole original model in bf16 autocast at 256 x 20 (target: above 500k tokens/s);
 #   2. the kernels in float32 at batch 32 and 256 (the fused biLSTM layer against cuDNN's
 #      nn.LSTM: at least as fast at batch >= 32), with the whole model and the training step;
-#   3. pretraining in bf16, original preset first (target: above 100k tokens/s), and a profile of its step and
-#      of the bf16 inference forward;
+#   3. pretraining in bf16, original preset first (target: above 100k tokens/s), at batch 128 (bilm-tf's per
+#      GPU) and 384 (the released models' batch: 3 GPUs x 128, here on one), and a profile of its step and of
+#      the bf16 inference forward;
 #   4. the CPU kernel tests (tests/ops), with whatever time is left.
-# Results and the log go straight to $OUT (7 files; at most 8 come back); commit them under
+# Results and the log go straight to $OUT (8 files; at most 8 come back); commit them under
 # benchmarks/results/.
 #
 #   device run:  bash scripts/gpu_session.sh            (about 6-8 minutes on an H100; stops itself by 570 s)
@@ -167,14 +168,16 @@ sys.exit(0 if '$DEVICE' != 'cuda' or (fused.built_with_cuda() and torch.cuda.is_
     fatal "the extension did not build, or (DEVICE=$DEVICE) has no CUDA kernels or sees no GPU: see build_ext above; nothing was timed"
   else
     # Caps: after a build of up to ~2 min (16 cores) the GPU targets' steps get their whole caps
-    # (120 + 75 + 100 + 150 + 60 s); the CPU kernel tests after them are OPTIONAL: they get what is left,
+    # (120 + 75 + 100 + 150 + 60 + 60 s); the CPU kernel tests after them are OPTIONAL: they get what is left,
     # and a budget spent before them skips them, or during them stops them, without failing the run.
     step 120 $TESTS_STEP $PY -m pytest -q -rs -p no:cacheprovider $TESTS
     if [ "$DEVICE" = cuda ]; then
-      step 75 kernels_bf16 $PY benchmarks/kernels.py --device cuda --whole-model --no-kernels --autocast bf16 --presets $PRESETS $BF16_SHAPES --out "$OUT/${STEM}_bf16"
+      step 75 kernels_bf16 $PY benchmarks/kernels.py --device cuda --whole-model --autocast bf16 --presets $PRESETS $BF16_SHAPES --out "$OUT/${STEM}_bf16"
     fi
     step 100 kernels $PY benchmarks/kernels.py --device "$DEVICE" --whole-model --presets $PRESETS $SHAPES --out "$OUT/$STEM"
     step 150 pretrain $PY benchmarks/pretrain.py --device "$DEVICE" --presets $PRESETS --batch-size 128 --out "$OUT/pretrain_$DEVICE.json"
+    if [ "$QUICK" = 1 ]; then BIG_BATCH=8; else BIG_BATCH=384; fi
+    step 60 pretrain_b$BIG_BATCH $PY benchmarks/pretrain.py --device "$DEVICE" --presets original --batch-size $BIG_BATCH --out "$OUT/pretrain_${DEVICE}_b$BIG_BATCH.json"
     if [ "$DEVICE" = cuda ]; then
       # where a pretraining step's device time goes (top kernels), to aim the next change; no target: optional
       OPTIONAL=1 step 60 profile $PY scripts/profile_pretrain_step.py --device cuda --out "$OUT/profile_pretrain_step.txt"

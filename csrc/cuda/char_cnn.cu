@@ -1,7 +1,16 @@
-// Char CNN on the GPU: one block per token (embeddings gathered to shared
-// memory once), one thread per output channel across every filter; running
-// max over positions in registers, bias + activation at the end, fp32
-// accumulation for every input dtype. No im2col buffer.
+// Char CNN on the GPU, two forward kernels, neither with an im2col buffer:
+// - fp16/bf16 on sm_80+ (the autocast path), when the shapes allow it: tensor
+//   cores (WMMA, fp32 accumulation). With a token's embeddings (W, D) in shared
+//   memory row-major, the im2col row of position p is the D * width elements
+//   from p * D on, so the matrix A[p, k] = E[p * D + k] is read in place with
+//   leading dimension D: overlapping rows, no copy.
+// - otherwise (float32: exact CUDA-core FMAs; other shapes or older GPUs): one
+//   block per token, one thread per output channel, a running max in registers.
+// Both keep the first position of the maximum and add bias + activation last.
+#include <cstdlib>
+
+#include <mma.h>
+
 #include "common.cuh"
 
 namespace spacy_elmo {
@@ -63,6 +72,131 @@ __global__ void char_cnn_forward_kernel(const int64_t* __restrict__ ids, const T
   }
 }
 
+// ---- tensor-core forward (fp16 / bf16)
+constexpr int kMmaWarps = 8;       // warps per block, each one 16-channel tile of one filter
+constexpr int kMmaTokens = 8;      // tokens per block: a warp's filter fragments serve all of them
+constexpr int kMmaMaxKTiles = 8;   // width * D / 16 of the widest filter (fragments held in registers)
+constexpr int kMmaMaxMTiles = 4;   // 16-position tiles: W <= 64
+constexpr size_t kMmaShmemLimit = 48 * 1024;
+
+__host__ __device__ constexpr size_t round32(size_t n) { return (n + 31) / 32 * 32; }
+
+// Shared memory (tokens' embeddings, then one 16 x 16 fp32 tile per warp) for `rows` rows of D.
+inline size_t mma_shmem(int rows, int D, size_t elem) {
+  return round32((size_t)kMmaTokens * rows * D * elem) + (size_t)kMmaWarps * 256 * sizeof(float);
+}
+
+// out[n, fc] for 16 channels fc0.. of one filter and kMmaTokens tokens n0..: A (npos, width * D) is the
+// token's embeddings read in place (leading dimension D), B (width * D, 16) the packed filter's columns.
+// Rows of shared memory past the token (W..rows) are zero, positions past npos are left out of the max.
+template <typename T>
+__global__ void __launch_bounds__(kMmaWarps * 32)
+    char_cnn_forward_mma_kernel(const int64_t* __restrict__ ids, const T* __restrict__ emb, CharFilters f,
+                                const T* __restrict__ bias, int64_t N, int W, int D, int F, int rows,
+                                int activation, T* __restrict__ out, int32_t* __restrict__ arg) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  using namespace nvcuda;
+  extern __shared__ __align__(32) unsigned char smem[];
+  T* e = reinterpret_cast<T*>(smem);  // (kMmaTokens, rows, D)
+  float* scratch = reinterpret_cast<float*>(smem + round32((size_t)kMmaTokens * rows * D * sizeof(T)));
+  const int64_t n0 = (int64_t)blockIdx.x * kMmaTokens;
+  const int per_token = rows * D;
+  for (int i = threadIdx.x; i < kMmaTokens * per_token; i += blockDim.x) {
+    const int tk = i / per_token, r = (i % per_token) / D;
+    const int64_t n = n0 + tk;
+    const int64_t id = (n < N && r < W) ? ids[n * W + r] : 0;
+    if (id > 0) e[i] = emb[(id - 1) * D + i % D];
+    else st(e + i, 0.0f);
+  }
+  __syncthreads();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int fc0 = (blockIdx.y * kMmaWarps + warp) * 16;
+  if (fc0 >= F) return;  // warp-uniform, after the block's only barrier
+  const int fi = filter_of(f, fc0);
+  const int width = f.width[fi], count = f.count[fi];
+  const int KT = width * D / 16, npos = W - width + 1, MT = (npos + 15) / 16;
+  const T* wp = static_cast<const T*>(f.wp[fi]) + (fc0 - f.offset[fi]);
+  wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> b[kMmaMaxKTiles];
+#pragma unroll
+  for (int kt = 0; kt < kMmaMaxKTiles; ++kt)
+    if (kt < KT) wmma::load_matrix_sync(b[kt], wp + (int64_t)kt * 16 * count, count);
+  float* tile = scratch + warp * 256;
+  const int col = lane % 16, half = lane / 16;  // each lane scans 8 of a tile's 16 rows of one column
+  const float bv = ld(bias + fc0 + col);
+  for (int tk = 0; tk < kMmaTokens; ++tk) {
+    const int64_t n = n0 + tk;
+    if (n >= N) break;
+    const T* et = e + tk * per_token;
+    float best = -INFINITY;
+    int bi = 0;
+#pragma unroll
+    for (int m = 0; m < kMmaMaxMTiles; ++m) {
+      if (m < MT) {
+        wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+        wmma::fill_fragment(acc, 0.0f);
+#pragma unroll
+        for (int kt = 0; kt < kMmaMaxKTiles; ++kt) {
+          if (kt < KT) {
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
+            wmma::load_matrix_sync(a, et + m * 16 * D + kt * 16, D);
+            wmma::mma_sync(acc, a, b[kt], acc);
+          }
+        }
+        wmma::store_matrix_sync(tile, acc, 16, wmma::mem_row_major);
+        __syncwarp();
+        for (int r = half * 8; r < half * 8 + 8; ++r) {
+          const int p = m * 16 + r;
+          const float v = tile[r * 16 + col];
+          if (p < npos && v > best) { best = v; bi = p; }
+        }
+        __syncwarp();  // the tile is overwritten next
+      }
+    }
+    // the two lanes of a column: the larger, on a tie the first position (the other kernel's rule)
+    const float ob = __shfl_down_sync(0xffffffffu, best, 16);
+    const int oi = __shfl_down_sync(0xffffffffu, bi, 16);
+    if (half == 0) {
+      if (ob > best || (ob == best && oi < bi)) { best = ob; bi = oi; }
+      const float v = best + bv;
+      st(out + n * F + fc0 + col, activation == 0 ? fmaxf(v, 0.0f) : tanhf(v));
+      arg[n * F + fc0 + col] = bi;
+    }
+  }
+#endif
+}
+
+// Whether this device runs the tensor-core kernel's real body: compiled for sm_80+ (an older
+// architecture's build, or its PTX JIT-compiled here, holds an empty kernel).
+template <typename T>
+bool mma_compiled_for_device() {
+  static int cached[64];  // per device: 0 unknown, 1 yes, 2 no (a race only repeats the query)
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return false;
+  if (cached[dev] == 0) {
+    cudaFuncAttributes a;
+    const bool ok = cudaFuncGetAttributes(&a, char_cnn_forward_mma_kernel<T>) == cudaSuccess &&
+                    a.binaryVersion >= 80 && a.ptxVersion >= 80;
+    cached[dev] = ok ? 1 : 2;
+  }
+  return cached[dev] == 1;
+}
+
+// Rows of shared memory per token for the tensor-core kernel, or 0 where it cannot run: D and every
+// filter's count multiples of 16, the widest filter's K in registers, W <= 64, shared memory <= 48 KB.
+// SPACY_ELMO_CHAR_CNN_MMA=0 turns it off (to compare the two kernels).
+int mma_rows(const CharFilters& f, int W, int D) {
+  const char* off = std::getenv("SPACY_ELMO_CHAR_CNN_MMA");
+  if (off != nullptr && off[0] == '0') return 0;
+  if (D % 16 != 0 || W > 16 * kMmaMaxMTiles) return 0;
+  int widest = 1;
+  for (int i = 0; i < f.n; ++i) {
+    if (f.count[i] % 16 != 0 || f.width[i] * D / 16 > kMmaMaxKTiles) return 0;
+    widest = f.width[i] > widest ? f.width[i] : widest;
+  }
+  const int rows = 16 * ((W + 15) / 16) + widest - 1;
+  return mma_shmem(rows, D, 2) <= kMmaShmemLimit ? rows : 0;
+}
+
 template <typename T>
 __global__ void char_cnn_backward_kernel(const int64_t* __restrict__ ids, const T* __restrict__ emb, CharFilters f,
                                          const T* __restrict__ grad, const T* __restrict__ out,
@@ -92,11 +226,34 @@ __global__ void char_cnn_backward_kernel(const int64_t* __restrict__ ids, const 
   }
 }
 
+// Launches the tensor-core kernel where it can run (mma_rows, mma_compiled_for_device); false elsewhere.
+template <typename T>
+bool forward_mma(const int64_t* ids, const void* emb, const CharFilters& f, const void* bias, int64_t N, int W,
+                 int D, int F, int activation, void* out, int32_t* arg, cudaStream_t stream) {
+  const int rows = mma_rows(f, W, D);
+  if (rows == 0 || !mma_compiled_for_device<T>()) return false;
+  const dim3 grid(blocks_for(N, kMmaTokens), blocks_for(F / 16, kMmaWarps));
+  char_cnn_forward_mma_kernel<T><<<grid, kMmaWarps * 32, mma_shmem(rows, D, sizeof(T)), stream>>>(
+      ids, static_cast<const T*>(emb), f, static_cast<const T*>(bias), N, W, D, F, rows, activation,
+      static_cast<T*>(out), arg);
+  return true;
+}
+
+// float32 stays exact: CUDA-core FMAs (TF32 tensor cores would round the inputs).
+template <>
+bool forward_mma<float>(const int64_t*, const void*, const CharFilters&, const void*, int64_t, int, int, int, int,
+                        void*, int32_t*, cudaStream_t) {
+  return false;
+}
+
 }  // namespace
 
 void char_cnn_forward(DType dt, const int64_t* ids, const void* emb, const CharFilters& f, const void* bias,
                       int64_t N, int W, int D, int F, int activation, void* out, int32_t* arg, cudaStream_t stream) {
   if (N == 0) return;
+  bool ran = false;
+  SE_DISPATCH(dt, ran = forward_mma<T>(ids, emb, f, bias, N, W, D, F, activation, out, arg, stream));
+  if (ran) return;
   const dim3 grid((unsigned)N, blocks_for(F, kThreads));
   const size_t shmem = (size_t)W * D * sizeof(float);
   // more than 48 KB of dynamic shared memory needs the kernel's limit raised first

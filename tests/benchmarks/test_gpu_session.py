@@ -71,7 +71,7 @@ def test_every_benchmark_call_parses_and_writes_into_out(tmp_path, quick):
     assert build and all(c.startswith("ARCH=9.0 CUDA=1 ") for c in build), calls
     benches = _bench_calls(calls)
     assert [name for name, _, _ in benches] == ["benchmarks/kernels.py", "benchmarks/kernels.py",
-                                                 "benchmarks/pretrain.py"]
+                                                 "benchmarks/pretrain.py", "benchmarks/pretrain.py"]
     files = {"gpu_session.log"}
     for name, argv, _ in benches:
         module = kernels if name.endswith("kernels.py") else pretrain
@@ -89,7 +89,7 @@ def test_every_benchmark_call_parses_and_writes_into_out(tmp_path, quick):
     profile_out = profile_pretrain_step.build_parser().parse_args(profiles[0]).out
     assert profile_out.parent == out, f"the profile writes outside $OUT: {profile_out}"
     files.add(profile_out.name)
-    assert len(files) <= 8  # what the device tool brings back
+    assert len(files) == 8  # what the device tool brings back (at most 8): none overwrites another
     log = (out / "gpu_session.log").read_text()
     assert "=== steps" in log and "FATAL" not in log
 
@@ -101,7 +101,8 @@ def test_the_gpu_targets_come_first_and_the_run_fits_the_device_limits(tmp_path)
     step), and a step past the budget is skipped, so the order decides what a short run keeps. After
     the build: the CUDA tests (the kernels' and the whole model's; the CPU ones last), the whole original model in bf16 at
     256 x 20, the kernels in float32 (the fused biLSTM layer against cuDNN's nn.LSTM) at batch >= 32,
-    then pretraining, original preset first, and a profile of its step."""
+    then pretraining, original preset first, at batch 128 and at the released models' 384, and a profile of
+    its step."""
     budget = int(re.search(r"BUDGET=\$\{BUDGET:-(\d+)\}; else", SCRIPT.read_text()).group(1))
     assert budget + 10 < 600
     res, out, calls = _run_script(tmp_path)
@@ -119,14 +120,17 @@ def test_the_gpu_targets_come_first_and_the_run_fits_the_device_limits(tmp_path)
     assert (bf16.presets[0], bf16.batches[0], bf16.lengths[0]) == ("original", 256, 20)
     assert fp32.autocast is None and not fp32.no_kernels and fp32.presets[0] == "original"
     assert fp32.batches[0] == 32 and min(fp32.batches) >= 32
-    assert pre.presets[0] == "original" and pre.bf16
-    assert run[5][0] == "scripts/profile_pretrain_step.py"
-    assert run[6][:2] == ["-m", "pytest"] and "--ignore=tests/ops/test_fused_cuda.py" in run[6]
-    assert len(run) == 7
+    assert pre.presets[0] == "original" and pre.bf16 and pre.batch_size == 128
+    big = pp.parse_args(run[5][1:])
+    assert run[5][0] == "benchmarks/pretrain.py" and big.presets == ["original"] and big.batch_size == 384
+    assert big.out != pre.out
+    assert run[6][0] == "scripts/profile_pretrain_step.py"
+    assert run[7][:2] == ["-m", "pytest"] and "--ignore=tests/ops/test_fused_cuda.py" in run[7]
+    assert len(run) == 8
 
 
 @needs_bash
-@pytest.mark.parametrize("slow_step, skipped, rc", [("benchmarks/pretrain.py", "tests_ops_cpu", 0),
+@pytest.mark.parametrize("slow_step, skipped, rc", [("--batch-size 384", "tests_ops_cpu", 0),
                                                     ("benchmarks/kernels.py --device cuda --whole-model --presets",
                                                      "pretrain", 1)])
 def test_a_budget_spent_before_a_step_skips_it_and_fails_the_run_unless_it_is_optional(tmp_path, slow_step, skipped,

@@ -45,14 +45,24 @@ def _cuda_kernels() -> bool:
     return fused.built_with_cuda()
 
 
+@pytest.fixture(scope="module")
+def files_tensor_cores(tmp_path_factory):
+    """Char dimension 16 and filter counts that are multiples of 16, as in every preset: under
+    autocast the char CNN runs on tensor cores (csrc/cuda/char_cnn.cu)."""
+    opts = options(filters=((1, 16), (2, 16), (3, 32), (5, 16)), D=16)
+    opt_path, weight_path = write_model_files(tmp_path_factory.mktemp("stateful_tc"), opts, seed=5)
+    return opts, opt_path, weight_path
+
+
 @pytest.mark.cuda
 @pytest.mark.skipif(not _cuda_kernels(), reason="needs a CUDA GPU and the extension's CUDA kernels")
+@pytest.mark.parametrize("shapes", ["files", "files_tensor_cores"])
 @pytest.mark.parametrize("autocast", [False, True], ids=["float32", "bf16_autocast"])
-def test_stateful_batches_on_the_gpu_match_oracle(files, autocast):
+def test_stateful_batches_on_the_gpu_match_oracle(shapes, autocast, request):
     """The whole biLM on CUDA (fused kernels; the marker ids, the carried states and the new rows'
     zeros on the GPU), stateful over batches of changing sizes, against the float64 oracle; under
     bf16 autocast within bf16's precision."""
-    opts, opt_path, weight_path = files
+    opts, opt_path, weight_path = request.getfixturevalue(shapes)
     model = BiLM.from_allennlp(opt_path, weight_path, stateful=True, backend="fused").to("cuda")
     oracle = NumpyElmo(opts, weight_path)
     for sentences in BATCHES:

@@ -548,10 +548,16 @@ def test_float64_on_the_gpu_runs_the_reference():
             torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-8)  # the losses weigh in float32
 
 
-def _syncs(fn):
-    """The synchronizing CUDA calls fn makes (torch's sync debug mode warns at each)."""
+SYNC_WARNING = "called a synchronizing CUDA operation"
+
+
+def _syncs(fn, capfd):
+    """The synchronizing CUDA calls fn makes: torch's sync debug mode warns at each, as a Python
+    warning or, where C++ warnings are not routed to Python (a custom op's own sync under torch 2.11),
+    on stderr, so both are counted (2026-11-26, H200: stderr only, and the count read 0)."""
     torch.cuda.synchronize()
     previous = torch.cuda.get_sync_debug_mode()
+    capfd.readouterr()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         torch.cuda.set_sync_debug_mode("warn")
@@ -559,29 +565,29 @@ def _syncs(fn):
             fn()
         finally:
             torch.cuda.set_sync_debug_mode(previous)
-    return sum("synchronizing CUDA operation" in str(w.message) for w in caught)
+    return sum(SYNC_WARNING in str(w.message) for w in caught) + capfd.readouterr().err.count(SYNC_WARNING)
 
 
-def test_cuda_range_checks_sync_once_per_call():
+def test_cuda_range_checks_sync_once_per_call(capfd):
     """The ids (and argmax) / lengths range checks copy one small tensor of minima and maxima
     to the host: one sync per op call, none more (inputs already on the device)."""
     ops = torch.ops.spacy_elmo
     ids, emb, ws, bs = inputs._char_inputs(device=DEV)
     out, arg = ops.char_cnn_forward(ids, emb, ws, bs, 0)
-    assert _syncs(lambda: ops.char_cnn_forward(ids, emb, ws, bs, 0)) == 1
-    assert _syncs(lambda: ops.char_cnn_backward(torch.ones_like(out), out, arg, ids, emb, ws, 0)) == 1
+    assert _syncs(lambda: ops.char_cnn_forward(ids, emb, ws, bs, 0), capfd) == 1
+    assert _syncs(lambda: ops.char_cnn_backward(torch.ones_like(out), out, arg, ids, emb, ws, 0), capfd) == 1
     # through the dispatcher: it leaves the ids to the op (it synced once more for its own check)
-    assert _syncs(lambda: inputs.dispatch.char_cnn(ids, emb, ws, bs, backend="fused")) == 1
+    assert _syncs(lambda: inputs.dispatch.char_cnn(ids, emb, ws, bs, backend="fused"), capfd) == 1
     args = inputs._lstm_saved(device=DEV)
     forward_args = (args["xs"], args["lengths"], args["weights"], torch.zeros(2, 3, 4, device=DEV), args["c0"],
                     None, None, [0, 1], False, True)
-    assert _syncs(lambda: ops.lstm_forward(*forward_args)) == 1
-    assert _syncs(lambda: ops.lstm_backward(*args.values())) == 1
+    assert _syncs(lambda: ops.lstm_forward(*forward_args), capfd) == 1
+    assert _syncs(lambda: ops.lstm_backward(*args.values()), capfd) == 1
 
 
 @pytest.mark.parametrize("activation", [0, 1])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_char_cnn_autograd_backward_on_cuda_matches_the_kernel(activation, dtype):
+def test_char_cnn_autograd_backward_on_cuda_matches_the_kernel(activation, dtype, capfd):
     """The CUDA autograd backward runs fused.char_cnn_backward_composed (ATen ops, cuDNN), not the
     CUDA kernel (76-80 ms of global atomics a pretraining step): the two agree, in the op's dtypes,
     and the composition never synchronizes."""
@@ -600,7 +606,7 @@ def test_char_cnn_autograd_backward_on_cuda_matches_the_kernel(activation, dtype
     args = (grad, out, arg, ids, emb, ws, activation)
     kernel = ops.char_cnn_backward(*args)
     composed = fused.char_cnn_backward_composed(*args)
-    assert _syncs(lambda: fused.char_cnn_backward_composed(*args)) == 0
+    assert _syncs(lambda: fused.char_cnn_backward_composed(*args), capfd) == 0
     for a, e in zip([composed[0], *composed[1], *composed[2]], [kernel[0], *kernel[1], *kernel[2]]):
         assert a.dtype == e.dtype and a.shape == e.shape and a.device == e.device
         if dtype == torch.float32:
@@ -625,3 +631,93 @@ def test_build_info_names_the_architectures_the_kernels_were_compiled_for():
     asked = os.environ.get("TORCH_CUDA_ARCH_LIST")
     if asked:  # "9.0", "8.6+PTX 9.0a", "7.5;9.0": the arch-specific "a" is no other virtual architecture
         assert sorted(set(info.cuda_archs)) == sorted({re.sub(r"(\+PTX|a)$", "", a) for a in re.split(r"[ ;]+", asked.strip())})
+
+
+# ------------------------------------------------------------ tensor-core char CNN
+# fp16 / bf16 (autocast) with D a multiple of 16 and every filter count one (every preset) run
+# char_cnn_forward_mma_kernel (csrc/cuda/char_cnn.cu); float32 and other shapes the CUDA-core kernel.
+
+
+def _char_cnn_float64(ids, emb, ws, bs, activation):
+    """``(out (N, F), convs)`` in float64 on the CPU; ``convs[i]`` ``(N, count_i, npos_i)`` before the max."""
+    table = torch.cat([torch.zeros(1, emb.shape[1], dtype=torch.float64), emb.double().cpu()])
+    e = table[ids.cpu()].transpose(1, 2)  # (N, D, W); id 0 is the zero vector
+    convs = [torch.nn.functional.conv1d(e, w.double().cpu()) for w in ws]
+    pre = torch.cat([c.max(-1).values + b.double().cpu() for c, b in zip(convs, bs)], 1)
+    return (pre.relu() if activation == 0 else pre.tanh()), convs
+
+
+def _forward_kernels(fn):
+    """fn's result and the names of the CUDA kernels it launched."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        result = fn()
+        torch.cuda.synchronize()
+    return result, [e.name for e in prof.events()]
+
+
+def _preset_char_inputs(gen, preset, n, dtype):
+    from spacy_elmo.bilm.config import BiLMConfig
+
+    filters = BiLMConfig.preset(preset).filters
+    ids = _ids(gen, n)
+    ids[-2] = 261  # every window of this token is the same: the first position is the argmax
+    emb, *p = [t.to(DEV, dtype) for t in _params(gen, [(261, 16)] + [(c, 16, w) for w, c in filters]
+                                                  + [(c,) for _, c in filters], scale=0.3)]
+    return ids.to(DEV), emb, p[: len(filters)], p[len(filters):]
+
+
+@pytest.mark.parametrize("preset", ["original", "small"])
+@pytest.mark.parametrize("activation", [0, 1])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_char_cnn_tensor_core_kernel_matches_float64(preset, activation, dtype, monkeypatch):
+    """The tensor-core kernel runs (the profiler names it) and matches a float64 oracle fed the same
+    rounded values, within the output dtype's rounding; each argmax holds its filter's maximum (to fp32
+    accumulation), the first position where every window is equal. 203 tokens: the last token group
+    is partial; a token of only id 0 gives act(bias). With SPACY_ELMO_CHAR_CNN_MMA=0 the CUDA-core kernel
+    runs instead and agrees."""
+    gen = torch.Generator().manual_seed(41)
+    ids, emb, ws, bs = _preset_char_inputs(gen, preset, 203, dtype)
+    ops = torch.ops.spacy_elmo
+    (out, arg), names = _forward_kernels(lambda: ops.char_cnn_forward(ids, emb, ws, bs, activation))
+    assert any("char_cnn_forward_mma_kernel" in n for n in names), names
+    expected, convs = _char_cnn_float64(ids, emb, ws, bs, activation)
+    tol = 1e-2 if dtype == torch.bfloat16 else 2e-3
+    assert out.dtype == dtype and arg.dtype == torch.int32
+    torch.testing.assert_close(out.double().cpu(), expected, rtol=tol, atol=tol)
+    arg = arg.long().cpu()
+    start = 0
+    for conv in convs:
+        count, npos = conv.shape[1:]
+        a = arg[:, start : start + count]
+        assert a.min() >= 0 and a.max() < npos
+        at_arg = conv.gather(2, a.unsqueeze(-1)).squeeze(-1)
+        assert (conv.max(-1).values - at_arg).abs().max() <= 1e-4
+        start += count
+    assert (arg[-2] == 0).all()
+    bias = torch.cat([b.double().cpu() for b in bs])
+    torch.testing.assert_close(out[-1].double().cpu(), bias.relu() if activation == 0 else bias.tanh(),
+                               rtol=tol, atol=tol)
+
+    monkeypatch.setenv("SPACY_ELMO_CHAR_CNN_MMA", "0")
+    (out0, arg0), names0 = _forward_kernels(lambda: ops.char_cnn_forward(ids, emb, ws, bs, activation))
+    assert not any("char_cnn_forward_mma_kernel" in n for n in names0)
+    assert any("char_cnn_forward_kernel" in n for n in names0), names0
+    torch.testing.assert_close(out0.double().cpu(), expected, rtol=tol, atol=tol)
+    assert (arg0.long().cpu()[-2] == 0).all()
+
+
+def test_char_cnn_tensor_core_kernel_only_where_it_applies():
+    """float32 stays on the exact CUDA-core kernel; bf16 with a count that is no multiple of 16, or a
+    char dimension that is none, too (and still matches the oracle)."""
+    gen = torch.Generator().manual_seed(42)
+    ops = torch.ops.spacy_elmo
+    ids, emb, ws, bs = _preset_char_inputs(gen, "small", 37, torch.float32)
+    (out, _), names = _forward_kernels(lambda: ops.char_cnn_forward(ids, emb, ws, bs, 0))
+    assert not any("mma_kernel" in n for n in names) and any("char_cnn_forward_kernel" in n for n in names)
+    torch.testing.assert_close(out.double().cpu(), _char_cnn_float64(ids, emb, ws, bs, 0)[0], rtol=1e-5, atol=1e-5)
+    for shapes in ([(261, 16), (24, 16, 3), (24,)], [(261, 8), (32, 8, 3), (32,)]):
+        emb, w, b = [t.to(DEV, torch.bfloat16) for t in _params(gen, shapes)]
+        (out, _), names = _forward_kernels(lambda: ops.char_cnn_forward(ids, emb, [w], [b], 0))
+        assert not any("mma_kernel" in n for n in names), shapes
+        torch.testing.assert_close(out.double().cpu(), _char_cnn_float64(ids, emb, [w], [b], 0)[0],
+                                   rtol=1e-2, atol=1e-2)
