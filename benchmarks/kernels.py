@@ -250,17 +250,18 @@ class Recorder:
 # ---------------------------------------------------------------- sections
 
 
-def _without_tensor_cores(fn):
-    """fn() with the CUDA char CNN's tensor-core kernel off (SPACY_ELMO_CHAR_CNN_MMA=0, read at each call)."""
-    before = os.environ.get("SPACY_ELMO_CHAR_CNN_MMA")
-    os.environ["SPACY_ELMO_CHAR_CNN_MMA"] = "0"
+def _with_env(name, value, fn):
+    """fn() with the environment variable ``name`` set to ``value``: the CUDA kernels' diagnostic
+    switches, read at each call (SPACY_ELMO_CHAR_CNN_MMA, SPACY_ELMO_LSTM_PRODUCTS)."""
+    before = os.environ.get(name)
+    os.environ[name] = value
     try:
         return fn()
     finally:
         if before is None:
-            del os.environ["SPACY_ELMO_CHAR_CNN_MMA"]
+            del os.environ[name]
         else:
-            os.environ["SPACY_ELMO_CHAR_CNN_MMA"] = before
+            os.environ[name] = before
 
 
 def bench_kernels(rec, preset, batch, length, args, device):
@@ -286,7 +287,8 @@ def bench_kernels(rec, preset, batch, length, args, device):
         impls["reference"] = lambda: R.char_cnn(ids, emb, ws, bs)
     if device.type == "cuda" and AUTOCAST["dtype"] is not None:
         # the same op on the CUDA-core kernel: what the tensor-core one (fp16/bf16, csrc/cuda/char_cnn.cu) gains
-        impls["fused, CUDA cores"] = lambda: _without_tensor_cores(lambda: fused.char_cnn(ids, emb, ws, bs))
+        impls["fused, CUDA cores"] = lambda: _with_env("SPACY_ELMO_CHAR_CNN_MMA", "0",
+                                                       lambda: fused.char_cnn(ids, emb, ws, bs))
     with torch.no_grad():
         for name, (s, ts) in time_side_by_side(impls, args.repeats, args.warmup, device).items():
             rec.add("char_cnn", preset, batch, length, name, s, ts, n_tok, cnn_flops(n_tok))
@@ -302,7 +304,13 @@ def bench_kernels(rec, preset, batch, length, args, device):
         wts = [(torch.rand(*s, generator=g) * 2 - 1).mul(0.05).to(device)
                for s in [(P, 4 * C), (P, 4 * C), (4 * C,), (C, P)] * 2]
         flops = lstm_layer_flops(n_tok, C, P)
-        impls = {"fused": lambda: fused.bilstm_layer(xs, xs, lengths, wts[:4], wts[4:], None, 3.0, 3.0, True, True)}
+        def bilstm():
+            return fused.bilstm_layer(xs, xs, lengths, wts[:4], wts[4:], None, 3.0, 3.0, True, True)
+
+        impls = {"fused": bilstm}
+        if device.type == "cuda":  # the two directions' products: one batched GEMM or one per direction
+            for how in ("batched", "per-direction"):
+                impls[f"fused, {how} products"] = lambda how=how: _with_env("SPACY_ELMO_LSTM_PRODUCTS", how, bilstm)
         if slow_ok:
             impls["reference"] = lambda: R.bilstm_layer(xs, xs, lengths, wts[:4], wts[4:], None, 3.0, 3.0, True, True)
             steps = [StepLstmWithProjection(P, C, P, 3.0, 3.0).to(device) for _ in range(2)]

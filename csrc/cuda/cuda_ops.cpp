@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <initializer_list>
 #include <vector>
 
@@ -247,18 +249,34 @@ at::Tensor stack_dirs(const std::vector<at::Tensor>& w) {
   return w.size() == 1 ? w[0].unsqueeze(0) : at::stack(w);
 }
 
+// Inner dimension from which a float32 product runs per direction rather than batched.
+constexpr int64_t kFloat32BatchedMaxK = 2048;
+
 // out[d] = a[d] @ w[d] for every direction d; all three (ndir, rows, cols), out and a
 // may be strided views such as a step's slice (ndir, B, P) of a (ndir, T, B, P) buffer
 // (bmm and mm read and write through the strides when the rows are contiguous, as here:
 // no copy). Two directions: ONE batched GEMM (one dispatcher call and one cuBLAS launch
-// per step instead of two); one direction: the plain mm, as before. Same dtypes, the
-// same products (bf16 / fp16 under autocast arrive as such; out= variants are not cast).
+// per step instead of two), except in float32 with a deep inner dimension: there
+// cuBLAS's batched float32 GEMM splits no K, and a few output tiles each ran the whole
+// K (H200, 2026-11-26: the original preset's biLSTM layer at 32 x 20 took 5.1 ms
+// batched against 2.9 ms per direction; its products of K = 4096 and 16384, the
+// projection and the backward's dz @ W_rec^T); bf16 and the shallow products gained.
+// One direction: the plain mm. Same dtypes, the same products (bf16 / fp16 under
+// autocast arrive as such; out= variants are not cast). SPACY_ELMO_LSTM_PRODUCTS=batched
+// or =per-direction overrides the choice (benchmarks/kernels.py compares the three).
 void dirs_mm(at::Tensor out, const at::Tensor& a, const at::Tensor& w) {
-  if (out.size(0) == 1) {
-    at::Tensor o = out.select(0, 0);
-    at::mm_out(o, a.select(0, 0), w.select(0, 0));
-  } else {
+  const char* force = std::getenv("SPACY_ELMO_LSTM_PRODUCTS");
+  bool batched = out.scalar_type() != at::kFloat || a.size(2) < kFloat32BatchedMaxK;
+  if (force != nullptr && std::strcmp(force, "batched") == 0) batched = true;
+  if (force != nullptr && std::strcmp(force, "per-direction") == 0) batched = false;
+  batched = batched && out.size(0) > 1;
+  if (batched) {
     at::bmm_out(out, a, w);
+    return;
+  }
+  for (int64_t d = 0; d < out.size(0); ++d) {
+    at::Tensor o = out.select(0, d);
+    at::mm_out(o, a.select(0, d), w.select(0, d));
   }
 }
 

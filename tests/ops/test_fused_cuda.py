@@ -721,3 +721,18 @@ def test_char_cnn_tensor_core_kernel_only_where_it_applies():
         assert not any("mma_kernel" in n for n in names), shapes
         torch.testing.assert_close(out.double().cpu(), _char_cnn_float64(ids, emb, [w], [b], 0)[0],
                                    rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("products", [None, "batched", "per-direction"])
+def test_bilstm_cuda_direction_products_batched_or_not(products, monkeypatch):
+    """The time loop's products for both directions: one batched GEMM, or one per direction (float32
+    with an inner dimension >= 2048: 4C = 2400 here, the backward's dz @ W_rec^T; the recurrent product,
+    K = P, stays batched); forced either way by SPACY_ELMO_LSTM_PRODUCTS, forward and backward match the
+    float64 oracle."""
+    if products is not None:
+        monkeypatch.setenv("SPACY_ELMO_LSTM_PRODUCTS", products)
+    gen = torch.Generator().manual_seed(43)
+    B, T, P, C = 6, 5, 16, 600
+    lengths = torch.tensor([5, 2, 0, 5, 1, 4])
+    ps = _params(gen, _bilstm_shapes(B, T, P, C), scale=0.2)
+    _assert_matches_float64(_bilstm_from_state(fused, lengths, DEV), _bilstm_from_state(R, lengths, "cpu"), ps)
