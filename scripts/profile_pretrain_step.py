@@ -59,8 +59,8 @@ def profile_run(title, run, inputs, args, device, tables, out) -> None:
                   + ka.table(sort_by=key, row_limit=60) + "\n\n" + ka.table(sort_by="self_cpu_time_total", row_limit=60))
     out.write_text("\n\n".join(tables))  # what was profiled so far survives a run stopped at its limit
     total_cpu = sum(e.self_cpu_time_total for e in ka) / 1e3 / n
-    total_dev = sum(getattr(e, "self_device_time_total", 0) for e in ka) / 1e3 / n
-    launches = sum(e.count for e in ka if getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA) // n
+    device_us, launches = device_totals(ka)
+    total_dev, launches = device_us / 1e3 / n, launches // n
     print(f"\n##### {title}: per step wall {wall:.1f} ms unprofiled; profiled: self CPU {total_cpu:.1f} ms,"
           f" self device {total_dev:.1f} ms, {launches} device kernels")
     rows = sorted(ka, key=lambda e: -getattr(e, "self_device_time_total" if cuda else "self_cpu_time_total", 0))
@@ -71,6 +71,15 @@ def profile_run(title, run, inputs, args, device, tables, out) -> None:
     print("  -- top self CPU")
     for e in rows[:args.rows]:
         print(f"  cpu {e.self_cpu_time_total / 1e3 / n:8.2f} ms  n {e.count // n:6d}  {e.key[:90]}")
+
+
+def device_totals(events) -> tuple:
+    """``(microseconds, count)`` of the device's own work among ``key_averages()`` rows: the kernels
+    (and copies), not the CPU ops or annotations that launched them, whose self device time repeats
+    the kernels' (summing every row counted each kernel about twice), as torch's own table total does."""
+    rows = [e for e in events if getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA
+            and not getattr(e, "is_user_annotation", False)]
+    return sum(e.self_device_time_total for e in rows), sum(e.count for e in rows)
 
 
 def main(argv=None) -> None:

@@ -253,3 +253,17 @@ def test_profile_script_profiles_a_pretraining_step_and_the_inference_forward(tm
     walls = re.findall(r"^##### (.+): per step wall ([\d.]+) ms unprofiled; profiled: self CPU ([\d.]+) ms", printed, re.M)
     assert [w[0] for w in walls] == ["pretraining step fused small B=2", "inference forward fused small B=2 x 20"]
     assert all(float(w[1]) > 0 and float(w[2]) > 0 for w in walls)
+
+
+def test_profile_device_totals_count_each_kernel_once():
+    """The profile's per-step device time: the first GPU runs printed 25.7 ms a step where torch's table
+    said 12.0, adding the ops' self device time (their kernels') to the kernels' rows and the optimizer's
+    annotation on the GPU timeline."""
+    from types import SimpleNamespace as E
+
+    cpu, cuda = torch.autograd.DeviceType.CPU, torch.autograd.DeviceType.CUDA
+    events = [E(device_type=cpu, is_user_annotation=False, self_device_time_total=500.0, count=3),  # aten::mm
+              E(device_type=cuda, is_user_annotation=False, self_device_time_total=500.0, count=3),  # its kernel
+              E(device_type=cuda, is_user_annotation=True, self_device_time_total=200.0, count=1),  # Optimizer.step#
+              E(device_type=cuda, is_user_annotation=False, self_device_time_total=40.0, count=2)]  # a copy
+    assert profile_pretrain_step.device_totals(events) == (540.0, 5)
