@@ -1177,6 +1177,14 @@ class Warnings:
         "SPACY_ELMO_CPU_ISA={cap!r} is none of base, avx2, avx512, so the base table runs; unset it, or name "
         "one of the three"
     )
+    W_INFO_GPU_NO_CODE = (
+        "the CUDA kernels cannot run on it: they were compiled for {archs} only, none at or below its "
+        "capability; rebuild with TORCH_CUDA_ARCH_LIST={cap} (pip install --no-build-isolation -e .)"
+    )
+    W_INFO_GPU_NO_TENSOR_CORES = (
+        "the fp16/bf16 char CNN runs on CUDA cores, about 4x slower: the kernels it runs were compiled for "
+        "{arch}, and the tensor-core kernel needs 8.0 or later; rebuild with TORCH_CUDA_ARCH_LIST={cap}"
+    )
     W_INFO_NO_OPENMP = (
         "no: the fused kernels' own loops run on one thread (the matrix products inside them still use torch's "
         "threads). A macOS build against a torch without libomp (include/omp.h, lib/libomp.dylib) lacks it: "

@@ -175,3 +175,25 @@ def test_info_cuda_line(monkeypatch, archs, line):
         pytest.skip("spacy_elmo._C is not built")
     monkeypatch.setattr(info_module.ops, "build_info", lambda: dataclasses.replace(real, cuda=True, cuda_archs=archs))
     assert f"CUDA kernels: {line}" in plain(CliRunner().invoke(app, ["info"]).output)
+
+
+@pytest.mark.parametrize("capability, archs, note", [
+    ("9.0", ["8.0", "9.0"], "the fp16/bf16 char CNN runs on tensor cores"),
+    ("8.6", ["7.5", "9.0"], Warnings.W_INFO_GPU_NO_TENSOR_CORES.format(arch="7.5", cap="8.6")),
+    ("7.0", ["8.0", "9.0"], Warnings.W_INFO_GPU_NO_CODE.format(archs="8.0, 9.0", cap="7.0")),
+    ("12.0", ["9.0"], "the fp16/bf16 char CNN runs on tensor cores"),  # 12.0 > 9.0 as numbers, not as text
+])
+def test_info_says_whether_a_gpu_runs_the_char_cnn_on_tensor_cores(capability, archs, note):
+    """From the facts alone (no GPU here): the driver runs the highest compiled architecture at or below the
+    GPU's capability; below 8.0 the tensor-core kernel is empty, and with none at or below, nothing runs."""
+    from spacy_elmo.cli.info import _rows, info_facts
+
+    facts = info_facts()
+    if not facts["build"]["extension"]:
+        pytest.skip("spacy_elmo._C is not built")
+    facts["build"] = {**facts["build"], "cuda": True, "cuda_archs": archs}
+    facts["gpus"] = [{"name": "Some GPU", "capability": capability}]
+    gpu = dict(_rows(facts))["GPU"]
+    assert gpu == f"Some GPU (compute capability {capability}; {note})"
+    facts["build"] = {**facts["build"], "cuda": False}
+    assert dict(_rows(facts))["GPU"] == f"Some GPU (compute capability {capability})"

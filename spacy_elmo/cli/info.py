@@ -30,6 +30,25 @@ def _gpus() -> List[Dict[str, str]]:
             for i in range(torch.cuda.device_count())]
 
 
+def _version(text: str) -> Tuple[int, int]:
+    """"9.0" -> (9, 0)."""
+    major, _, minor = text.partition(".")
+    return int(major), int(minor[:1] or 0)
+
+
+def _gpu_note(capability: str, archs: List[str]) -> str:
+    """What of the CUDA kernels runs on a GPU of ``capability``: the driver runs the code of the highest
+    compiled architecture at or below it (its own, or PTX compiled at load), and the char CNN's fp16/bf16
+    tensor-core kernel is empty in code for an architecture below 8.0 (csrc/cuda/char_cnn.cu)."""
+    cap = _version(capability)
+    runs = max((_version(a) for a in archs if _version(a) <= cap), default=None)
+    if runs is None:
+        return Warnings.W_INFO_GPU_NO_CODE.format(archs=", ".join(archs), cap=capability)
+    if runs < (8, 0):
+        return Warnings.W_INFO_GPU_NO_TENSOR_CORES.format(arch="{}.{}".format(*runs), cap=capability)
+    return "the fp16/bf16 char CNN runs on tensor cores"
+
+
 def info_facts() -> Dict[str, Any]:
     """Everything ``spacy-elmo info`` prints, as ``--json`` writes it."""
     with warnings.catch_warnings():
@@ -73,7 +92,9 @@ def _rows(facts: Dict[str, Any]) -> List[Tuple[str, str]]:
                     else "compiled in (nvcc did not list its targets: CUDA < 11.5)")
         rows += [("Compiled kernels", "yes (spacy_elmo._C)"), ("CPU kernels", isa), ("OpenMP", openmp),
                  ("CUDA kernels", cuda)]
-    gpus = [f"{gpu['name']} (compute capability {gpu['capability']})" for gpu in facts["gpus"]]
+    archs = build.get("cuda_archs") if build["extension"] and build.get("cuda") else None
+    gpus = [f"{gpu['name']} (compute capability {gpu['capability']}"
+            + (f"; {_gpu_note(gpu['capability'], archs)})" if archs else ")") for gpu in facts["gpus"]]
     rows.append(("GPU", "; ".join(gpus) or "none visible"))
     return rows
 
