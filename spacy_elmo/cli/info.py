@@ -92,9 +92,9 @@ def _rows(facts: Dict[str, Any]) -> List[Tuple[str, str]]:
                     else "compiled in (nvcc did not list its targets: CUDA < 11.5)")
         rows += [("Compiled kernels", "yes (spacy_elmo._C)"), ("CPU kernels", isa), ("OpenMP", openmp),
                  ("CUDA kernels", cuda)]
-    archs = build.get("cuda_archs") if build["extension"] and build.get("cuda") else None
+    compiled: List[str] = (build.get("cuda_archs") or []) if build["extension"] and build.get("cuda") else []
     gpus = [f"{gpu['name']} (compute capability {gpu['capability']}"
-            + (f"; {_gpu_note(gpu['capability'], archs)})" if archs else ")") for gpu in facts["gpus"]]
+            + (f"; {_gpu_note(gpu['capability'], compiled)})" if compiled else ")") for gpu in facts["gpus"]]
     rows.append(("GPU", "; ".join(gpus) or "none visible"))
     return rows
 
