@@ -996,8 +996,8 @@ class Errors:
     )
     E_COMPAT_VOCAB_TO_CACHE = (
         "Elmo(vocab_to_cache=...) is not supported: spacy-elmo takes character ids only, never word ids. Pass "
-        "vocab_to_cache=None and feed elmo(batch_to_ids(sentences)): each distinct token of a batch is encoded "
-        "once already, and for inference over a corpus spacy_elmo.embedding.embed_file / `spacy-elmo embed` "
+        "vocab_to_cache=None and feed elmo(batch_to_ids(sentences)): on the CPU each distinct token of a batch is "
+        "encoded once already (a GPU encodes them all faster than it finds the distinct ones), and for inference over a corpus spacy_elmo.embedding.embed_file / `spacy-elmo embed` "
         "reuse the vectors of repeated words across batches (--cache-size)."
     )
     E_COMPAT_WORD_INPUTS = (

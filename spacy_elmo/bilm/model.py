@@ -301,12 +301,21 @@ class BiLM(nn.Module):
             raise ValueError(Errors.E_CHAR_IDS_DEVICE.format(found=char_ids.device, expected=weights))
         ops.check_char_ids(char_ids, MAX_SHIFTED_ID)
 
+    @staticmethod
+    def _encodes_every_position(char_ids: Tensor) -> bool:
+        """Whether :meth:`encode_tokens` encodes every position (padding too) rather than each distinct
+        token once. Traced by torch.compile / torch.export: no shapes that depend on the ids' values (the
+        selection and torch.unique). On a GPU: there torch.unique's sort took 3 ms of a 15 ms bf16 forward
+        of the original preset at 256 x 20 (H200), and the selection and the scatter each wait for the device."""
+        return torch.compiler.is_compiling() or char_ids.is_cuda
+
     def encode_tokens(self, char_ids: Tensor, mask: Tensor) -> Tensor:
         """Token vectors of the valid positions.
 
         char_ids: ``(B, T, W)``; mask: BoolTensor ``(B, T)``. Returns ``(B, T, P)``,
-        zero where ``mask`` is False. On the CPU each distinct token is encoded once; on a GPU every
-        position is (padding too), which is cheaper there than finding the distinct ones.
+        zero where ``mask`` is False. Eagerly on the CPU each distinct token is encoded once; on a GPU,
+        and under torch.compile / torch.export, every position is (padding too): cheaper on a GPU than
+        finding the distinct ones, and shapes that do not depend on the ids' values when traced.
         """
         self._check_shape(char_ids)  # (B, T): a ValueError "not enough values to unpack" below
         B, T, W = char_ids.shape
@@ -314,12 +323,9 @@ class BiLM(nn.Module):
             raise TypeError(Errors.E_ENCODE_MASK_DTYPE.format(found=_describe(mask)))
         if tuple(mask.shape) != (B, T):
             raise ValueError(Errors.E_ENCODE_MASK_SHAPE.format(found=tuple(mask.shape), expected=(B, T)))
-        if torch.compiler.is_compiling() or char_ids.is_cuda:
-            # Traced by torch.compile / torch.export: no shapes that depend on the ids' values (the
-            # selection and torch.unique below), so every position is encoded (padding too). On a GPU
-            # likewise: there torch.unique's sort took 3 ms of a 15 ms bf16 forward of the original
-            # preset at 256 x 20 (H200), and the selection and the scatter each wait for the device.
-            encoded = self.token_encoder(char_ids.reshape(B * T, W)).reshape(B, T, -1)
+        if self._encodes_every_position(char_ids):
+            encoded = self.token_encoder(char_ids.reshape(B * T, W))
+            encoded = encoded.reshape(B, T, encoded.shape[-1])  # not -1: B or T may be 0
             return torch.where(mask.unsqueeze(-1), encoded, encoded.new_zeros(()))
         valid = char_ids[mask]
         if valid.shape[0] == 0:

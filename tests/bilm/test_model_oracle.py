@@ -192,3 +192,27 @@ def test_keep_boundaries_returns_the_marker_positions(tmp_path, backend):
         torch.testing.assert_close(stripped, inner.activations[layer], atol=1e-6, rtol=0)
     with pytest.raises(TypeError, match="keep_boundaries must be True or False; found 'false'"):
         model(ids, keep_boundaries="false")  # truthy: would have returned the markers
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_encoding_every_position_equals_encoding_each_distinct_token(tmp_path, backend, monkeypatch):
+    """A GPU (and torch.compile) encodes every position, the CPU each distinct token once: the same
+    vectors, zeros at padding; forced here on the CPU. Batches of no rows or no positions: the first
+    version asked reshape(B, T, -1) of 0 elements ('cannot reshape tensor of 0 elements')."""
+    opts = options()
+    opt_path, weight_path = write_model_files(tmp_path, opts)
+    model = BiLM.from_allennlp(opt_path, weight_path, backend=backend)
+    ids = batch_to_ids([["the", "bank", "the"], ["bank"], []])
+    mask = ids.gt(0).any(-1)
+    with torch.no_grad():
+        distinct = model.encode_tokens(ids, mask)
+        monkeypatch.setattr(model, "_encodes_every_position", lambda char_ids: True)
+        every = model.encode_tokens(ids, mask)
+        torch.testing.assert_close(every, distinct, rtol=1e-6, atol=1e-6)
+        assert torch.all(every[~mask] == 0)
+        for B, T in ((0, 3), (2, 0), (0, 0)):
+            empty = torch.zeros(B, T, ids.shape[-1], dtype=torch.long)
+            got = model.encode_tokens(empty, torch.zeros(B, T, dtype=torch.bool))
+            assert got.shape == (B, T, opts["lstm"]["projection_dim"])
+        out = model(torch.zeros(0, 3, ids.shape[-1], dtype=torch.long))
+        assert all(a.shape[0] == 0 for a in out.activations)
