@@ -7,6 +7,8 @@
 // - otherwise (float32: exact CUDA-core FMAs; other shapes or older GPUs): one
 //   block per token, one thread per output channel, a running max in registers.
 // Both keep the first position of the maximum and add bias + activation last.
+#include <atomic>
+#include <cstdint>
 #include <cstdlib>
 
 #include <mma.h>
@@ -169,20 +171,24 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
 // architecture's build, or its PTX JIT-compiled here, holds an empty kernel).
 template <typename T>
 bool mma_compiled_for_device() {
-  static int cached[64];  // per device: 0 unknown, 1 yes, 2 no (a race only repeats the query)
+  static std::atomic<int> cached[64];  // per device: 0 unknown, 1 yes, 2 no (a race only repeats the query)
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return false;
-  if (cached[dev] == 0) {
+  int known = cached[dev].load(std::memory_order_relaxed);
+  if (known == 0) {
     cudaFuncAttributes a;
     const bool ok = cudaFuncGetAttributes(&a, char_cnn_forward_mma_kernel<T>) == cudaSuccess &&
                     a.binaryVersion >= 80 && a.ptxVersion >= 80;
-    cached[dev] = ok ? 1 : 2;
+    known = ok ? 1 : 2;
+    cached[dev].store(known, std::memory_order_relaxed);
   }
-  return cached[dev] == 1;
+  return known == 1;
 }
 
 // Rows of shared memory per token for the tensor-core kernel, or 0 where it cannot run: D and every
-// filter's count multiples of 16, the widest filter's K in registers, W <= 64, shared memory <= 48 KB.
+// filter's count multiples of 16, the widest filter's K in registers, W <= 64, shared memory <= 48 KB,
+// every packed filter 32-byte aligned (wmma::load_matrix_sync's rule: pack_filters keeps a caller's
+// weight that is already a view in the packed layout, storage offset and all).
 // SPACY_ELMO_CHAR_CNN_MMA=0 turns it off (to compare the two kernels).
 int mma_rows(const CharFilters& f, int W, int D) {
   const char* off = std::getenv("SPACY_ELMO_CHAR_CNN_MMA");
@@ -190,6 +196,7 @@ int mma_rows(const CharFilters& f, int W, int D) {
   if (D % 16 != 0 || W > 16 * kMmaMaxMTiles) return 0;
   int widest = 1;
   for (int i = 0; i < f.n; ++i) {
+    if (reinterpret_cast<std::uintptr_t>(f.wp[i]) % 32 != 0) return 0;
     if (f.count[i] % 16 != 0 || f.width[i] * D / 16 > kMmaMaxKTiles) return 0;
     widest = f.width[i] > widest ? f.width[i] : widest;
   }

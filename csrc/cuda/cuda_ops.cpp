@@ -243,40 +243,53 @@ void* ptr_at(const at::Tensor& x, std::initializer_list<int64_t> idx) {
   return static_cast<char*>(x.data_ptr()) + off * (int64_t)x.element_size();
 }
 
-// The directions' weights as one (ndir, rows, cols) tensor for dirs_mm: stacked once per
-// call (one copy, before the time loop) for two directions; a view of the weight for one.
-at::Tensor stack_dirs(const std::vector<at::Tensor>& w) {
-  return w.size() == 1 ? w[0].unsqueeze(0) : at::stack(w);
-}
-
 // Inner dimension from which a float32 product runs per direction rather than batched.
 constexpr int64_t kFloat32BatchedMaxK = 2048;
 
-// out[d] = a[d] @ w[d] for every direction d; all three (ndir, rows, cols), out and a
-// may be strided views such as a step's slice (ndir, B, P) of a (ndir, T, B, P) buffer
-// (bmm and mm read and write through the strides when the rows are contiguous, as here:
-// no copy). Two directions: ONE batched GEMM (one dispatcher call and one cuBLAS launch
-// per step instead of two), except in float32 with a deep inner dimension: there
-// cuBLAS's batched float32 GEMM splits no K, and a few output tiles each ran the whole
-// K (H200, 2026-11-26: the original preset's biLSTM layer at 32 x 20 took 5.1 ms
-// batched against 2.9 ms per direction; its products of K = 4096 and 16384, the
-// projection and the backward's dz @ W_rec^T); bf16 and the shallow products gained.
-// One direction: the plain mm. Same dtypes, the same products (bf16 / fp16 under
-// autocast arrive as such; out= variants are not cast). SPACY_ELMO_LSTM_PRODUCTS=batched
-// or =per-direction overrides the choice (benchmarks/kernels.py compares the three).
-void dirs_mm(at::Tensor out, const at::Tensor& a, const at::Tensor& w) {
+// The directions' weights of one product out[d] = a[d] @ w[d] (w[d] (K, N), or its transpose):
+// stacked (ndir, K, N) once per call, before the time loop, when the product runs batched.
+//
+// Two directions run ONE batched GEMM (one dispatcher call and one cuBLAS launch per step
+// instead of two), except in float32 with a deep inner dimension: there cuBLAS's batched
+// float32 GEMM splits no K, and a few output tiles each ran the whole K (H200, 2026-11-26:
+// the original preset's biLSTM layer at 32 x 20 took 5.0 ms batched against 2.8 ms per
+// direction; its products of K = 4096 and 16384, the projection and the backward's
+// dz @ W_rec^T); bf16 and the shallow products gained. SPACY_ELMO_LSTM_PRODUCTS=batched or
+// =per-direction overrides the choice (benchmarks/kernels.py compares the three).
+struct DirWeights {
+  bool batched = false;
+  at::Tensor stacked;             // (ndir, K, N) when batched
+  std::vector<at::Tensor> each;   // (K, N) per direction otherwise
+};
+
+DirWeights dir_weights(const std::vector<at::Tensor>& w, bool transpose) {
+  DirWeights r;
+  const int64_t K = transpose ? w[0].size(1) : w[0].size(0);
+  r.batched = w.size() > 1 && (w[0].scalar_type() != at::kFloat || K < kFloat32BatchedMaxK);
   const char* force = std::getenv("SPACY_ELMO_LSTM_PRODUCTS");
-  bool batched = out.scalar_type() != at::kFloat || a.size(2) < kFloat32BatchedMaxK;
-  if (force != nullptr && std::strcmp(force, "batched") == 0) batched = true;
-  if (force != nullptr && std::strcmp(force, "per-direction") == 0) batched = false;
-  batched = batched && out.size(0) > 1;
-  if (batched) {
-    at::bmm_out(out, a, w);
+  if (w.size() > 1 && force != nullptr && std::strcmp(force, "batched") == 0) r.batched = true;
+  if (force != nullptr && std::strcmp(force, "per-direction") == 0) r.batched = false;
+  if (r.batched) {
+    r.stacked = at::stack(w);  // the one copy; its transpose is a view, as mm's w.t() is
+    if (transpose) r.stacked = r.stacked.transpose(1, 2);
+  } else {
+    for (const auto& x : w) r.each.push_back(transpose ? x.t() : x);
+  }
+  return r;
+}
+
+// out[d] = a[d] @ w[d] for every direction d; out (ndir, rows, N) and a (ndir, rows, K) may be
+// strided views such as a step's slice (ndir, B, P) of a (ndir, T, B, P) buffer (bmm and mm
+// read and write through the strides when the rows are contiguous, as here: no copy). Same
+// dtypes, the same products (bf16 / fp16 under autocast arrive as such; out= variants are not cast).
+void dirs_mm(at::Tensor out, const at::Tensor& a, const DirWeights& w) {
+  if (w.batched) {
+    at::bmm_out(out, a, w.stacked);
     return;
   }
   for (int64_t d = 0; d < out.size(0); ++d) {
     at::Tensor o = out.select(0, d);
-    at::mm_out(o, a.select(0, d), w.select(0, d));
+    at::mm_out(o, a.select(0, d), w.each[d]);
   }
 }
 
@@ -327,7 +340,7 @@ LstmForwardResult lstm_forward_cuda(at::TensorList xs, const at::Tensor& lengths
   at::Tensor hp_step = save ? at::Tensor() : at::empty({ndir, B, P}, opts);
   at::Tensor z = at::empty({ndir, B, 4 * C}, opts);
   const DType dt = dtype_of(xs[0]);
-  const at::Tensor wrec_s = stack_dirs(wrec), wproj_s = stack_dirs(wproj);
+  const DirWeights wrec_s = dir_weights(wrec, false), wproj_s = dir_weights(wproj, false);
   cuda::LstmStep s;
   fill_common(s, ndir, B, T, I, C, P, lengths, reverse, cell_clip, proj_clip, residual);
   for (int64_t t = 0; t < tmax; ++t) {
@@ -394,8 +407,8 @@ LstmBackwardResult lstm_backward_cuda(at::TensorList grad_outs, const at::Tensor
   at::Tensor dz_step = at::empty({ndir, B, 4 * C}, opts);
   at::Tensor dh_tmp = at::empty({ndir, B, P}, opts);
   const DType dt = dtype_of(xs[0]);
-  // (ndir, 4C, P) and (ndir, P, C): transposed views of the stacked weights, as mm's wrec[d].t()
-  const at::Tensor wrec_t = stack_dirs(wrec).transpose(1, 2), wproj_t = stack_dirs(wproj).transpose(1, 2);
+  // W_rec^T (4C, P) and W_proj^T (P, C) per direction: views of the weights, as mm's wrec[d].t()
+  const DirWeights wrec_t = dir_weights(wrec, true), wproj_t = dir_weights(wproj, true);
   cuda::LstmStep s;
   fill_common(s, ndir, B, T, I, C, P, lengths, reverse, cell_clip, proj_clip, residual);
   for (int64_t t = tmax - 1; t >= 0; --t) {

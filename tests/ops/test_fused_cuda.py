@@ -647,6 +647,20 @@ def _char_cnn_float64(ids, emb, ws, bs, activation):
     return (pre.relu() if activation == 0 else pre.tanh()), convs
 
 
+def _assert_first_of_equal_windows(arg, ids, widths):
+    """The argmax is the first position of its window's ids: identical windows (the tokens' tails of
+    padding ids) give the kernel identical values, and it keeps the first position of the maximum. (An
+    oracle's values cannot say so: float64 convolutions sum identical windows in different orders.)"""
+    start, ids = 0, ids.cpu()
+    for width, count in widths:
+        windows = ids.unfold(1, width, 1)  # (N, npos, width)
+        same = (windows[:, :, None, :] == windows[:, None, :, :]).all(-1)  # (N, npos, npos)
+        first_same = same.double().argmax(-1)  # the first position with each position's window
+        a = arg[:, start : start + count]
+        assert torch.equal(first_same.gather(1, a), a)
+        start += count
+
+
 def _forward_kernels(fn):
     """fn's result and the names of the CUDA kernels it launched."""
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
@@ -694,6 +708,7 @@ def test_char_cnn_tensor_core_kernel_matches_float64(preset, activation, dtype, 
         assert (conv.max(-1).values - at_arg).abs().max() <= 1e-4
         start += count
     assert (arg[-2] == 0).all()
+    _assert_first_of_equal_windows(arg, ids, [(w.shape[2], w.shape[0]) for w in ws])
     bias = torch.cat([b.double().cpu() for b in bs])
     torch.testing.assert_close(out[-1].double().cpu(), bias.relu() if activation == 0 else bias.tanh(),
                                rtol=tol, atol=tol)
@@ -704,6 +719,7 @@ def test_char_cnn_tensor_core_kernel_matches_float64(preset, activation, dtype, 
     assert any("char_cnn_forward_kernel" in n for n in names0), names0
     torch.testing.assert_close(out0.double().cpu(), expected, rtol=tol, atol=tol)
     assert (arg0.long().cpu()[-2] == 0).all()
+    _assert_first_of_equal_windows(arg0.long().cpu(), ids, [(w.shape[2], w.shape[0]) for w in ws])
 
 
 def test_char_cnn_tensor_core_kernel_only_where_it_applies():
@@ -735,4 +751,25 @@ def test_bilstm_cuda_direction_products_batched_or_not(products, monkeypatch):
     B, T, P, C = 6, 5, 16, 600
     lengths = torch.tensor([5, 2, 0, 5, 1, 4])
     ps = _params(gen, _bilstm_shapes(B, T, P, C), scale=0.2)
-    _assert_matches_float64(_bilstm_from_state(fused, lengths, DEV), _bilstm_from_state(R, lengths, "cpu"), ps)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        _assert_matches_float64(_bilstm_from_state(fused, lengths, DEV), _bilstm_from_state(R, lengths, "cpu"), ps)
+    bmm = sum(e.count for e in prof.key_averages() if e.key == "aten::bmm")
+    # forward: the recurrent product (K = P) and the projection (K = C), backward: dhp @ W_proj^T (K = P)
+    # and dz @ W_rec^T (K = 4C = 2400), each once a step; the CPU reference runs no bmm
+    steps = int(lengths.max())
+    assert bmm == {None: 3, "batched": 4, "per-direction": 0}[products] * steps
+
+
+def test_char_cnn_tensor_core_kernel_falls_back_for_misaligned_filters():
+    """wmma::load_matrix_sync needs 32-byte aligned addresses, and a weight that is already a view in the
+    packed (width * D, count) layout reaches the kernel as it is, its storage offset too: 2 bytes here.
+    The CUDA-core kernel runs then (a misaligned tensor-core load would break the CUDA context)."""
+    gen = torch.Generator().manual_seed(44)
+    ids, emb, _, _ = _preset_char_inputs(gen, "small", 19, torch.bfloat16)
+    width, D, count = 3, 16, 32
+    base = _params(gen, [(1 + width * D * count,)])[0].to(DEV, torch.bfloat16)
+    w = base[1:].view(width, D, count).permute(2, 1, 0)  # (count, D, width), packed layout underneath
+    b = _params(gen, [(count,)])[0].to(DEV, torch.bfloat16)
+    (out, _), names = _forward_kernels(lambda: torch.ops.spacy_elmo.char_cnn_forward(ids, emb, [w], [b], 0))
+    assert not any("mma_kernel" in n for n in names) and any("char_cnn_forward_kernel" in n for n in names)
+    torch.testing.assert_close(out.double().cpu(), _char_cnn_float64(ids, emb, [w], [b], 0)[0], rtol=1e-2, atol=1e-2)
