@@ -8,6 +8,9 @@
 
 #include "include/cpu_memory.h"
 #include "include/ops.h"
+#ifdef SPACY_ELMO_WITH_CUDA
+#include "include/cuda_kernels.h"  // cuda::arch_list
+#endif
 
 namespace spacy_elmo {
 

@@ -84,5 +84,10 @@ void lstm_proj_backward(DType dt, const LstmStep& s, cudaStream_t stream);
 void lstm_gates_backward(DType dt, const LstmStep& s, cudaStream_t stream);
 void lstm_dh_update(DType dt, const LstmStep& s, cudaStream_t stream);
 
+// The virtual architectures nvcc compiled the kernels for, nvcc's __CUDA_ARCH_LIST__ ("750,900":
+// compute_75, compute_90); "" where nvcc predates it (CUDA < 11.5). csrc/cuda/build_info.cu,
+// read by csrc/bindings.cpp (build_info()).
+const char* arch_list();
+
 }  // namespace cuda
 }  // namespace spacy_elmo

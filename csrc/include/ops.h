@@ -56,12 +56,4 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> sampled_logsumexp_backward_cpu(co
 std::string cpu_isa();
 std::string cpu_isa_supported();
 
-#ifdef SPACY_ELMO_WITH_CUDA
-namespace cuda {
-// The virtual architectures nvcc compiled the kernels for, nvcc's __CUDA_ARCH_LIST__ ("750,900":
-// compute_75, compute_90); "" where nvcc predates it (CUDA < 11.5). csrc/cuda/build_info.cu.
-const char* arch_list();
-}  // namespace cuda
-#endif
-
 }  // namespace spacy_elmo

@@ -94,13 +94,24 @@ def _softmax(ops, w):
     return e / e.sum()
 
 
-def _layer_norm(xp, X: Floats3d):
+def _word_rows(X: Floats3d):
+    """``(L + 1, n, D)`` -> ``(n,)`` bool: the rows that are not zero in every layer. The all-zero
+    rows are the component's whitespace tokens (the biLM never reads them)."""
+    return (X != 0).any(axis=(0, 2))
+
+
+def _on_words(xp, keep, d):
+    """``d`` with 0 wherever the bool ``keep`` (broadcast to ``d``) is False: a select, so that an
+    inf or NaN gradient at a whitespace row is dropped (a product with a 0/1 mask, or with the
+    row's zeros, makes it NaN: inf * 0)."""
+    return xp.where(keep, d, 0).astype(d.dtype, copy=False)
+
+
+def _layer_norm(xp, X: Floats3d, words):
     """``(L + 1, n, D)`` -> the same normalised per layer, and its backprop (AllenNLP's form, per doc).
 
-    Rows that are zero in every layer are the component's whitespace tokens (the biLM
-    never reads them): like AllenNLP's padding they are left out of the statistics
-    and stay zero, so a doc's word vectors do not depend on its spacing."""
-    words = (X != 0).any(axis=(0, 2))  # (n,)
+    ``words``: :func:`_word_rows` of ``X``. The whitespace rows are, like AllenNLP's padding,
+    left out of the statistics and stay zero, so a doc's word vectors do not depend on its spacing."""
     axes = (1, 2)
     # the statistics' element count, kept as an array (a GPU doc is not read back to the host):
     # at least one row, so that a doc without words (zeros) stays zeros, with zero gradients
@@ -114,7 +125,7 @@ def _layer_norm(xp, X: Floats3d):
     def backprop(dXn: Floats3d) -> Floats3d:
         # d/dx of (x - mean) / std over one group's word rows:
         # (dxn - mean(dxn) - xn * mean(dxn * xn)) / std; whitespace rows get none
-        dXn = xp.where(words[None, :, None], dXn, 0).astype(dXn.dtype, copy=False)  # a select: inf * 0 is NaN
+        dXn = _on_words(xp, words[None, :, None], dXn)
         mean_d = dXn.sum(axis=axes, keepdims=True) / count
         mean_dx = (dXn * Xn).sum(axis=axes, keepdims=True) / count
         return inv_std * (dXn - mean_d - Xn * mean_dx) * keep
@@ -130,17 +141,21 @@ def _mix_forward(model: Model, Xs: List[Floats3d], is_train: bool):
     s = _softmax(model.ops, w)
     xp = model.ops.xp
     Xs = [cast(Floats3d, X.astype("float32", copy=False)) for X in Xs]  # thinc types astype() as Floats3d | Ints3d
+    words = [_word_rows(X) for X in Xs]
     norm_bps = None
     if model.attrs.get("layer_norm", False):
-        normed = [_layer_norm(xp, X) for X in Xs]
+        normed = [_layer_norm(xp, X, k) for X, k in zip(Xs, words)]
         Xs, norm_bps = [n[0] for n in normed], [n[1] for n in normed]
     mixed = [xp.tensordot(s, X, axes=(0, 0)) for X in Xs]  # (n, D), without gamma
     Ys = [gamma[0] * m for m in mixed]
 
     def backprop(dYs: List[Floats2d]) -> List[Floats3d]:
         if model.attrs["trainable"]:
-            dgamma = sum(float((dY * m).sum()) for dY, m in zip(dYs, mixed))
-            ds = sum((xp.tensordot(X, dY, axes=((1, 2), (0, 1))) for X, dY in zip(Xs, dYs)), xp.zeros_like(s))
+            # whitespace rows are zeros in X and in the mix: they add nothing to dgamma and dw,
+            # also where their gradient is inf (a product with their zeros would be NaN)
+            dWs = [_on_words(xp, k[:, None], dY) for k, dY in zip(words, dYs)]
+            dgamma = sum(float((dY * m).sum()) for dY, m in zip(dWs, mixed))
+            ds = sum((xp.tensordot(X, dY, axes=((1, 2), (0, 1))) for X, dY in zip(Xs, dWs)), xp.zeros_like(s))
             ds = ds * gamma[0]
             dw = s * (ds - (s * ds).sum())  # softmax Jacobian
             dw = dw + 2.0 * model.attrs["l2"] * w

@@ -151,6 +151,49 @@ def test_layer_norm_leaves_whitespace_rows_out():
         assert dXw.shape == (3, n, 6) and not dXw.any()
 
 
+def _mix_grads(layer_norm, X, dY, w, gamma):
+    """``(dw, dgamma, dX)`` of a fresh ScalarMix layer with params ``w``, ``gamma`` on one doc."""
+    mix = scalar_mix_layer(layer_norm=layer_norm)
+    mix.initialize(X=[X])
+    mix.set_param("w", w.astype("float32"))
+    mix.set_param("gamma", numpy.asarray([gamma], dtype="float32"))
+    _, bp = mix.begin_update([X])
+    (dX,) = bp([dY])
+    return mix.get_grad("w"), mix.get_grad("gamma"), dX
+
+
+@pytest.mark.parametrize("layer_norm", [False, True])
+def test_mix_param_gradients_leave_whitespace_rows_out(layer_norm):
+    """dgamma and dw take nothing from the whitespace (all-zero) rows: an inf or NaN gradient arriving
+    there leaves them finite and equal to those with that row's gradient 0 (they summed products with
+    the rows' zeros: inf * 0 = NaN in both parameters' gradients); a float64 oracle for the finite case."""
+    rng = numpy.random.default_rng(5)
+    at = [0, 2, 3, 5, 7]  # rows 1, 4 and 6 are whitespace
+    space = [1, 4, 6]
+    X = numpy.zeros((3, 8, 6), dtype="float32")
+    X[:, at] = (rng.normal(size=(3, 5, 6)) * numpy.asarray([3.0, 0.5, 8.0])[:, None, None] + 2.0).astype("float32")
+    w, gamma = numpy.asarray([0.4, -0.3, 0.2]), 1.5
+    dY = rng.normal(size=(8, 6)).astype("float32")
+    dY[space] = 0
+    dw0, dgamma0, dX0 = _mix_grads(layer_norm, X, dY, w, gamma)
+    # float64 oracle: the word rows alone (normalised by their own statistics) mixed, then the chain rule
+    H = X[:, at].astype(numpy.float64)
+    H = _numpy_layer_norm(H) if layer_norm else H
+    s = numpy.exp(w) / numpy.exp(w).sum()
+    dYw = dY[at].astype(numpy.float64)
+    ds = gamma * numpy.tensordot(H, dYw, axes=((1, 2), (0, 1)))
+    numpy.testing.assert_allclose(dgamma0, [(numpy.tensordot(s, H, axes=(0, 0)) * dYw).sum()], rtol=1e-5, atol=1e-5)
+    numpy.testing.assert_allclose(dw0, s * (ds - (s * ds).sum()), rtol=1e-5, atol=1e-5)
+    for bad in (numpy.inf, -numpy.inf, numpy.nan, 3.0e38, 2.5):
+        dYb = dY.copy()
+        dYb[space] = bad
+        dw, dgamma, dX = _mix_grads(layer_norm, X, dYb, w, gamma)
+        assert numpy.isfinite(dw).all() and numpy.isfinite(dgamma).all(), bad
+        numpy.testing.assert_array_equal(dw, dw0)
+        numpy.testing.assert_array_equal(dgamma, dgamma0)
+        numpy.testing.assert_array_equal(dX[:, at], dX0[:, at])
+
+
 def test_elmo_dropout_not_overwritten():
     drop = elmo_dropout(0.5)
     set_dropout_rate(drop, 0.1)  # what spaCy does with [training] dropout

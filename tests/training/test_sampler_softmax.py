@@ -49,21 +49,26 @@ def test_accidental_hits_removed():
     assert torch.allclose(with_hit[0], without[0], atol=1e-6)
 
 
-def _numpy_sampled_nll(h, weight, bias, targets, cand, true_logq, cand_logq):
-    """float64 oracle of TF's sampled softmax with accidental hits removed."""
-    import numpy as np
-
+def _oracle_sampled_nll(h, weight, bias, targets, cand, true_logq, cand_logq):
+    """float64 oracle of TF's sampled softmax with accidental hits removed (plain torch ops, for
+    autograd): the full ``(N, S)`` logits, each hit selected to -inf, the true logit as column 0."""
     true = (h * weight[targets]).sum(-1) + bias[targets] - true_logq
     logits = h @ weight[cand].T + bias[cand] - cand_logq
-    logits[targets[:, None] == cand[None, :]] = -np.inf
-    full = np.concatenate([true[:, None], logits], 1)
-    m = full.max(1)
-    return np.log(np.exp(full - m[:, None]).sum(1)) + m - true
+    logits = torch.where(targets[:, None] == cand[None, :], -math.inf, logits)
+    return torch.logsumexp(torch.cat([true[:, None], logits], 1), 1) - true
 
 
-def test_sampled_nll_and_gradients_match_numpy_oracle():
-    import numpy as np
+def _oracle_grads(softmax, h, targets, sample, sampler, g):
+    """``(nll, dh, dweight, dbias)`` of ``sum(g * nll)`` by float64 autograd through the oracle."""
+    h, w, b = (t.detach().double().requires_grad_() for t in (h, softmax.weight, softmax.bias))
+    tq = torch.log(sampler.expected_count(targets, sample.num_tries)).double()
+    cq = torch.log(sampler.expected_count(sample.candidates, sample.num_tries)).double()
+    nll = _oracle_sampled_nll(h, w, b, targets, sample.candidates, tq, cq)
+    (nll * g.double()).sum().backward()
+    return nll.detach(), h.grad, w.grad, b.grad
 
+
+def test_sampled_nll_and_gradients_match_float64_oracle():
     torch.manual_seed(3)
     V, P, N = 40, 6, 25
     softmax = SoftmaxLayer(V, P).double()
@@ -72,31 +77,40 @@ def test_sampled_nll_and_gradients_match_numpy_oracle():
     targets = torch.cat([sample.candidates[:5], torch.randint(V, (N - 5,))])  # several hits
     h = torch.randn(N, P, dtype=torch.float64, requires_grad=True)
     nll = softmax.sampled_nll(h, targets, sample, sampler)
-    tq = torch.log(sampler.expected_count(targets, sample.num_tries)).double().numpy()
-    cq = torch.log(sampler.expected_count(sample.candidates, sample.num_tries)).double().numpy()
-    args = (softmax.weight.detach().numpy(), softmax.bias.detach().numpy(), targets.numpy(), sample.candidates.numpy(), tq, cq)
-    want = _numpy_sampled_nll(h.detach().numpy(), *args)
+    want = _oracle_grads(softmax, h, targets, sample, sampler, torch.ones(N))
     # the logits are float32 whatever the model's dtype: compare to float32 precision
-    np.testing.assert_allclose(nll.detach().numpy(), want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(nll.detach().double(), want[0], rtol=1e-5, atol=1e-5)
     nll.sum().backward()
     # every gradient, the softmax's own included (the accidental hits' zeros reach them)
-    h0, w0, b0 = h.detach().numpy(), args[0], args[1]
-    for got, which in ((h.grad, 0), (softmax.weight.grad, 1), (softmax.bias.grad, 2)):
-        np.testing.assert_allclose(got.numpy(), _numeric_grad(h0, w0, b0, args[2:], which), rtol=1e-4, atol=1e-5)
+    for got, expected in zip((h.grad, softmax.weight.grad, softmax.bias.grad), want[1:]):
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
 
 
-def _numeric_grad(h, weight, bias, rest, which, eps=1e-6):
-    """Central differences of the oracle's summed loss wrt (h, weight, bias)[which]."""
-    import numpy as np
+@pytest.mark.parametrize("backend", ["reference", "fused"])
+@pytest.mark.parametrize("num_sampled", [1, 3, 12])
+def test_accidental_hits_give_finite_gradients_on_both_backends(backend, num_sampled):
+    """A removed accidental hit is the lowest float, not -inf, and its softmax an exact 0 that only
+    multiplies finite numbers: finite inputs with hits (at num_sampled = 1 rows whose every candidate
+    is a hit, whose lse is the lowest float) give finite gradients equal to float64 autograd."""
+    from spacy_elmo.ops import fused_available
 
-    arrays = [h, weight, bias]
-    grad = np.zeros_like(arrays[which])
-    for idx in np.ndindex(grad.shape):
-        up, down = [a.copy() for a in arrays], [a.copy() for a in arrays]
-        up[which][idx] += eps
-        down[which][idx] -= eps
-        grad[idx] = (_numpy_sampled_nll(*up, *rest).sum() - _numpy_sampled_nll(*down, *rest).sum()) / (2 * eps)
-    return grad
+    if backend == "fused" and not fused_available():
+        pytest.skip("spacy_elmo._C is not built")
+    torch.manual_seed(num_sampled)
+    V, P, N = 40, 6, 25
+    softmax = SoftmaxLayer(V, P)
+    sampler = LogUniformSampler(V, num_sampled)
+    sample = sampler.sample(torch.Generator().manual_seed(num_sampled))
+    targets = torch.cat([sample.candidates[torch.arange(6) % num_sampled], torch.randint(V, (N - 6,))])
+    h = (torch.randn(N, P) * 3).requires_grad_()
+    g = torch.rand(N) + 0.5
+    nll = softmax.sampled_nll(h, targets, sample, sampler, backend=backend)
+    nll.backward(g)
+    want = _oracle_grads(softmax, h, targets, sample, sampler, g)
+    torch.testing.assert_close(nll.detach().double(), want[0], rtol=1e-5, atol=1e-5)
+    for got, expected in zip((h.grad, softmax.weight.grad, softmax.bias.grad), want[1:]):
+        assert bool(got.isfinite().all())
+        torch.testing.assert_close(got.double(), expected, rtol=1e-4, atol=1e-5)
 
 
 def test_every_candidate_a_hit_stays_finite():
@@ -152,6 +166,54 @@ def test_lm_scores_both_directions_like_separate_softmax_calls(backend):
             total = total + weight * want.sum()
         total.backward()
         torch.testing.assert_close(got_grad, lm.softmax.weight.grad)
+
+
+@pytest.mark.parametrize("backend", ["reference", "fused"])
+def test_lm_padded_positions_take_no_gradient(backend):
+    """The padded positions of a window are left out of the softmax by a gather and their losses put
+    back by a scatter (selects): an inf or NaN gradient arriving at a padded loss (fp16 loss scaling)
+    changes no parameter's gradient, and the softmax's gradients equal float64 autograd over the
+    window's real positions, accidental hits included."""
+    from spacy_elmo.bilm import BiLM, BiLMConfig
+    from spacy_elmo.ops import fused_available
+    from spacy_elmo.training.lm import BidirectionalLM
+
+    from .conftest import TINY
+
+    if backend == "fused" and not fused_available():
+        pytest.skip("spacy_elmo._C is not built")
+    torch.manual_seed(0)
+    config = BiLMConfig.from_dict(dict(TINY, cell_clip=3.0, proj_clip=3.0))
+    V, B, T, U = 40, 3, 5, 9
+    lm = BidirectionalLM(BiLM(config, backend=backend), SoftmaxLayer(V, config.projection_dim))
+    chars = torch.randint(1, 200, (U, config.max_characters_per_token))
+    idx_f, idx_b = torch.randint(U, (B, T)), torch.randint(U, (B, T))
+    sampler = LogUniformSampler(V, 12)
+    sample = sampler.sample(torch.Generator().manual_seed(1))
+    tg_f, tg_b = sample.candidates[torch.randint(12, (B, T))], torch.randint(V, (B, T))  # forward: all hits
+    lengths = torch.tensor([5, 2, 4])
+    mask = torch.arange(T).unsqueeze(0) < lengths.unsqueeze(1)
+    grads = []
+    for pad in (0.0, math.inf, -math.inf, math.nan):
+        lm.zero_grad()
+        out = lm(chars, idx_f, idx_b, tg_f, tg_b, lengths, None, sample, sampler)
+        g = torch.where(mask, torch.linspace(0.5, 1.5, B * T).reshape(B, T), torch.full((B, T), pad))
+        torch.autograd.backward([out.nll_fwd, out.nll_bwd], [g, 2 * g])
+        grads.append({name: p.grad.clone() for name, p in lm.named_parameters() if p.grad is not None})
+    assert len(grads[0]) == len(list(lm.parameters()))
+    for got in grads[1:]:
+        for name, grad in got.items():
+            assert bool(grad.isfinite().all()), name
+            assert torch.equal(grad, grads[0][name]), name
+    # the softmax's gradients against the oracle on the real positions' top-layer states
+    with torch.no_grad():
+        tokens = lm.bilm.token_encoder(chars)
+        outs_f, outs_b, _ = lm.bilm.lstm(tokens[idx_f], tokens[idx_b], lengths, None, reverse_backward=False)
+    h = torch.cat([outs_f[-1][mask], outs_b[-1][mask]])
+    targets, weights = torch.cat([tg_f[mask], tg_b[mask]]), torch.cat([g[mask], 2 * g[mask]])
+    _, _, dw, db = _oracle_grads(lm.softmax, h, targets, sample, sampler, weights)
+    torch.testing.assert_close(grads[0]["softmax.weight"].double(), dw, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(grads[0]["softmax.bias"].double(), db, rtol=1e-4, atol=1e-5)
 
 
 def test_lm_refuses_a_sample_without_its_sampler():
