@@ -21,6 +21,9 @@ Real AllenNLP files executed as they are (nothing of them is copied here):
 * ``allennlp/modules/lstm_cell_with_projection.py``,
 * ``allennlp/modules/encoder_base.py`` (``_EncoderBase``: sorting, stateful
   state bookkeeping),
+* ``allennlp/modules/token_embedders/elmo_token_embedder.py`` (``ElmoTokenEmbedder``),
+  ``allennlp/modules/token_embedders/token_embedder.py`` (its base class),
+  ``allennlp/modules/time_distributed.py`` (its projection per position),
 * ``allennlp/modules/highway.py``, ``allennlp/modules/scalar_mix.py``,
 * ``allennlp/nn/util.py`` (``add_sentence_boundary_token_ids``,
   ``remove_sentence_boundaries``, ``sort_batch_by_length``, ...),
@@ -78,6 +81,10 @@ _REAL_FILES = [
     ("allennlp.modules.lstm_cell_with_projection", "allennlp/modules/lstm_cell_with_projection.py"),
     ("allennlp.modules.elmo_lstm", "allennlp/modules/elmo_lstm.py"),
     ("allennlp.modules.elmo", "allennlp/modules/elmo.py"),
+    ("allennlp.modules.time_distributed", "allennlp/modules/time_distributed.py"),
+    ("allennlp.modules.token_embedders.token_embedder", "allennlp/modules/token_embedders/token_embedder.py"),
+    ("allennlp.modules.token_embedders.elmo_token_embedder",
+     "allennlp/modules/token_embedders/elmo_token_embedder.py"),
 ]
 _UTIL_FUNCTIONS = ("int_to_device", "is_distributed", "is_global_primary", "lazy_groups_of", "pad_sequence_to_length")
 
@@ -154,7 +161,7 @@ def _stub_modules(site: Path) -> Dict[str, types.ModuleType]:
 
     mods: Dict[str, types.ModuleType] = {}
     for name in ("allennlp", "allennlp.common", "allennlp.data", "allennlp.data.tokenizers",
-                 "allennlp.data.token_indexers", "allennlp.modules", "allennlp.nn"):
+                 "allennlp.data.token_indexers", "allennlp.modules", "allennlp.modules.token_embedders", "allennlp.nn"):
         mods[name] = _package(name)
 
     class FromParams:

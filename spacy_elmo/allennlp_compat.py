@@ -7,20 +7,26 @@
     elmo = Elmo(options_file, weight_file, num_output_representations=2, dropout=0.5)
     out = elmo(batch_to_ids(sentences))  # {"elmo_representations": [(B, T, 2P)] * 2, "mask": (B, T)}
 
+    # from allennlp.modules.token_embedders import ElmoTokenEmbedder
+    from spacy_elmo.allennlp_compat import ElmoTokenEmbedder
+    embedder = ElmoTokenEmbedder(options_file, weight_file, projection_dim=128)
+    vectors = embedder(batch_to_ids(sentences))  # (B, T, 128); (B, T, 2P) without projection_dim
+
     # from allennlp.commands.elmo import ElmoEmbedder   (allennlp 0.9)
     from spacy_elmo.allennlp_compat import ElmoEmbedder
     ElmoEmbedder(options_file, weight_file).embed_sentence(tokens)  # float32 (L + 1, n, 2P)
 
 :class:`Elmo` has allennlp 2.10.1's constructor and ``forward``: the same dict, shapes, masking,
 dropout (one draw per representation, after the sentence markers are removed), layer norm (mixed
-over the ``<S>`` / ``</S>`` positions too, one mean and variance per layer over the batch's
-unmasked elements), ``keep_sentence_boundaries``, fixed ``scalar_mix_parameters`` and
-``requires_grad``; :meth:`Elmo.load_allennlp_state_dict` loads a trained AllenNLP ``Elmo``'s
-parameters (and :meth:`Elmo.allennlp_state_dict` gives ours by AllenNLP's names). Like AllenNLP's,
-both classes carry each batch row's final LSTM states into the next call (``stateful=False``,
-keyword only, for vectors that do not depend on earlier calls; ``reset_states()`` forgets them).
-``options_file`` may instead be a spacy-elmo model directory or ``"default"`` (the bundled model),
-with ``weight_file=None``. Not supported, each a clear error:
+over the ``<S>`` / ``</S>`` positions too, one mean and variance per layer over the batch's unmasked
+elements), ``keep_sentence_boundaries``, fixed ``scalar_mix_parameters`` and ``requires_grad``.
+:class:`ElmoTokenEmbedder` is allennlp 2.10.1's: one such ``Elmo`` representation, optionally
+projected by a trained ``Linear``. :meth:`Elmo.load_allennlp_state_dict` loads a trained AllenNLP
+``Elmo``'s parameters (and :meth:`Elmo.allennlp_state_dict` gives ours by AllenNLP's names). Like
+AllenNLP's, all three classes carry each batch row's final LSTM states into the next call
+(``stateful=False``, keyword only, for vectors that do not depend on earlier calls;
+``reset_states()`` forgets them). ``options_file`` may instead be a spacy-elmo model directory or
+``"default"`` (the bundled model), with ``weight_file=None``. Not supported, each a clear error:
 ``vocab_to_cache`` / ``word_inputs``, a ``module`` other than a spacy-elmo :class:`BiLM`, URLs in
 place of local files, and ``ElmoEmbedder.embed_file`` (use :func:`spacy_elmo.embedding.embed_file`).
 """
@@ -51,7 +57,7 @@ from .chars import batch_to_ids
 from .embedding import embed_lines
 from .errors import Errors, Warnings
 
-__all__ = ["AllenNLPKeys", "Elmo", "ElmoEmbedder", "batch_to_ids"]
+__all__ = ["AllenNLPKeys", "Elmo", "ElmoEmbedder", "ElmoTokenEmbedder", "batch_to_ids"]
 
 #: ``ElmoEmbedder.embed_sentences``' default batch size (allennlp 0.9's DEFAULT_BATCH_SIZE).
 DEFAULT_BATCH_SIZE = 64
@@ -133,7 +139,7 @@ class Elmo(nn.Module):
     ) -> None:
         super().__init__()
         if vocab_to_cache is not None:
-            raise ValueError(Errors.E_COMPAT_VOCAB_TO_CACHE)
+            raise ValueError(Errors.E_COMPAT_VOCAB_TO_CACHE.format(cls="Elmo"))
         if not is_int(num_output_representations) or num_output_representations < 0:
             raise ValueError(Errors.E_COMPAT_NUM_OUTPUTS.format(value=num_output_representations))
         for name, value in (("requires_grad", requires_grad), ("do_layer_norm", do_layer_norm),
@@ -268,7 +274,7 @@ class Elmo(nn.Module):
         "mask": BoolTensor (batch, timesteps)}`` (``timesteps + 2`` with keep_sentence_boundaries).
         """
         if word_inputs is not None:
-            raise ValueError(Errors.E_COMPAT_WORD_INPUTS)
+            raise ValueError(Errors.E_COMPAT_WORD_INPUTS.format(cls="Elmo"))
         W = self.bilm.config.max_characters_per_token
         if not isinstance(inputs, Tensor) or inputs.dim() < 3 or inputs.shape[-1] != W:
             shape = tuple(inputs.shape) if isinstance(inputs, Tensor) else type(inputs).__name__
@@ -287,6 +293,64 @@ class Elmo(nn.Module):
             "elmo_representations": [r.reshape(*leading, *r.shape[1:]) for r in representations],
             "mask": mask.reshape(*leading, mask.shape[-1]),
         }
+
+
+class ElmoTokenEmbedder(nn.Module):
+    """allennlp 2.10.1's ``ElmoTokenEmbedder`` (a ``TokenEmbedder`` of a ``TextFieldEmbedder``): one
+    ELMo representation per token, ``(batch, timesteps, 2P)``, or projected to ``projection_dim``.
+
+    It wraps ``Elmo(options_file, weight_file, 1, ...)`` as ``self._elmo`` (AllenNLP's name), with
+    its defaults and ``keep_sentence_boundaries=False``: requires_grad fine-tunes the biLM (the mix
+    learns either way, unless ``scalar_mix_parameters`` fixes it); do_layer_norm, dropout,
+    scalar_mix_parameters as for :class:`Elmo`. projection_dim: a trained ``torch.nn.Linear(2P,
+    projection_dim)`` applied to each position's vector (``self._projection``; None or 0: none).
+    Keyword only, not in AllenNLP: stateful and backend, as for :class:`Elmo`.
+    """
+
+    def __init__(
+        self,
+        options_file: Optional[PathLike],
+        weight_file: Optional[PathLike],
+        do_layer_norm: bool = False,
+        dropout: float = 0.5,
+        requires_grad: bool = False,
+        projection_dim: Optional[int] = None,
+        vocab_to_cache: Optional[List[str]] = None,
+        scalar_mix_parameters: Optional[List[float]] = None,
+        *,
+        stateful: bool = True,
+        backend: str = "auto",
+    ) -> None:
+        super().__init__()
+        if vocab_to_cache is not None:
+            raise ValueError(Errors.E_COMPAT_VOCAB_TO_CACHE.format(cls="ElmoTokenEmbedder"))
+        if projection_dim is not None and (not is_int(projection_dim) or projection_dim < 0):
+            raise ValueError(Errors.E_COMPAT_PROJECTION_DIM.format(value=projection_dim))
+        self._elmo = Elmo(options_file, weight_file, 1, requires_grad=requires_grad, do_layer_norm=do_layer_norm,
+                          dropout=dropout, scalar_mix_parameters=scalar_mix_parameters, stateful=stateful,
+                          backend=backend)
+        # AllenNLP: ``if projection_dim:``, so 0 means no projection as None does
+        self._projection = nn.Linear(self._elmo.get_output_dim(), projection_dim) if projection_dim else None
+        self.output_dim = projection_dim or self._elmo.get_output_dim()
+
+    def get_output_dim(self) -> int:
+        """Width of each token's vector: projection_dim, or the ELMo width ``2P`` without one."""
+        return self.output_dim
+
+    def reset_states(self) -> None:
+        """Forget the LSTM states carried from earlier calls (stateful mode)."""
+        self._elmo.reset_states()
+
+    def forward(self, elmo_tokens: Tensor, word_inputs: Optional[Tensor] = None) -> Tensor:
+        """elmo_tokens: character ids ``(batch, timesteps, 50)`` from :func:`batch_to_ids` (more
+        leading dimensions are kept, as in AllenNLP). Returns ``(batch, timesteps, get_output_dim())``,
+        zeros at padded positions without a projection (its bias there with one, as in AllenNLP)."""
+        if word_inputs is not None:
+            raise ValueError(Errors.E_COMPAT_WORD_INPUTS.format(cls="ElmoTokenEmbedder"))
+        representation = self._elmo(elmo_tokens)["elmo_representations"][0]
+        if self._projection is None:
+            return representation
+        return self._projection(representation)  # per position: AllenNLP's TimeDistributed(Linear)
 
 
 class ElmoEmbedder:

@@ -995,14 +995,18 @@ class Errors:
         "files with Elmo(options_file, weight_file, ...) instead."
     )
     E_COMPAT_VOCAB_TO_CACHE = (
-        "Elmo(vocab_to_cache=...) is not supported: spacy-elmo takes character ids only, never word ids. Pass "
-        "vocab_to_cache=None and feed elmo(batch_to_ids(sentences)): on the CPU each distinct token of a batch is "
+        "{cls}(vocab_to_cache=...) is not supported: spacy-elmo takes character ids only, never word ids. Pass "
+        "vocab_to_cache=None and feed it batch_to_ids(sentences): on the CPU each distinct token of a batch is "
         "encoded once already (a GPU encodes them all faster than it finds the distinct ones), and for inference over a corpus spacy_elmo.embedding.embed_file / `spacy-elmo embed` "
         "reuse the vectors of repeated words across batches (--cache-size)."
     )
     E_COMPAT_WORD_INPUTS = (
-        "Elmo.forward(word_inputs=...) is not supported (AllenNLP used it only with vocab_to_cache, which "
-        "spacy-elmo does not take): call elmo(character_ids) with the ids from batch_to_ids(sentences)."
+        "{cls}.forward(word_inputs=...) is not supported (AllenNLP used it only with vocab_to_cache, which "
+        "spacy-elmo does not take): call it on the character ids alone, from batch_to_ids(sentences)."
+    )
+    E_COMPAT_PROJECTION_DIM = (
+        "ElmoTokenEmbedder(projection_dim=...) must be None (or 0, as in AllenNLP) for the ELMo vectors as they "
+        "are, or a whole number of 1 or more for a trained linear projection to that width; found {value!r}."
     )
     E_COMPAT_NUM_OUTPUTS = (
         "num_output_representations must be a whole number of 0 or more (typically 1 or 2); found {value!r}."

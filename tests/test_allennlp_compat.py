@@ -1,4 +1,4 @@
-"""spacy_elmo.allennlp_compat: AllenNLP's ``Elmo`` (2.10.1) and ``ElmoEmbedder`` (0.9) APIs.
+"""spacy_elmo.allennlp_compat: AllenNLP's ``Elmo`` and ``ElmoTokenEmbedder`` (2.10.1) and ``ElmoEmbedder`` (0.9) APIs.
 
 Against AllenNLP's real ``Elmo`` class run from its wheel (the ``allennlp`` fixture of
 tests/conftest.py: skipped offline), and against the NumPy float64 oracle (always).
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from spacy_elmo import BiLM
-from spacy_elmo.allennlp_compat import Elmo, ElmoEmbedder, batch_to_ids
+from spacy_elmo.allennlp_compat import Elmo, ElmoEmbedder, ElmoTokenEmbedder, batch_to_ids
 from tests.backends import BACKENDS
 from tests.bilm.oracle import NumpyElmo, numpy_scalar_mix, options, write_model_files
 
@@ -494,3 +494,135 @@ def test_allennlp_projection_must_be_the_identity_when_cnn_width_equals_projecti
     state["_elmo_lstm._token_embedder._projection.bias"] = torch.full((8,), 0.1)
     with pytest.raises(ValueError, match="has no projection to hold it"):
         elmo.load_allennlp_state_dict(state)
+
+
+# -- ElmoTokenEmbedder (allennlp 2.10.1's TokenEmbedder of one Elmo representation) --------------------
+TOKEN_EMBEDDER_KWARGS = [{}, {"do_layer_norm": True}, {"scalar_mix_parameters": FIXED}]
+TOKEN_EMBEDDER_IDS = ["plain", "layer-norm", "fixed-mix"]
+
+
+def matching_mixes(kwargs, *elmos, allennlp_side=False):
+    """The mix the outputs are checked with: MIXES[0] set on each Elmo, or the fixed one (gamma 1)."""
+    if "scalar_mix_parameters" in kwargs:
+        return [(np.array(kwargs["scalar_mix_parameters"]), 1.0)]
+    for elmo in elmos:
+        set_mixes(elmo, MIXES[:1], allennlp_side=allennlp_side)
+    return MIXES[:1]
+
+
+@pytest.mark.parametrize("stateful", [True, False], ids=["stateful", "stateless"])
+@pytest.mark.parametrize("kwargs", TOKEN_EMBEDDER_KWARGS, ids=TOKEN_EMBEDDER_IDS)
+def test_token_embedder_is_elmos_one_representation(files, kwargs, stateful):
+    """No projection: Elmo(..., 1)'s representation as it is (on the same weights, the same mix), and the
+    oracle's; states carried from batch to batch as Elmo carries them."""
+    embedder = ElmoTokenEmbedder(*files, dropout=0.0, stateful=stateful, **kwargs).eval()
+    elmo = Elmo(*files, 1, dropout=0.0, stateful=stateful, **kwargs).eval()
+    mixes = matching_mixes(kwargs, embedder._elmo, elmo)
+    assert embedder.get_output_dim() == elmo.get_output_dim() == 16
+    oracle = NumpyElmo(OPTS, files[1])
+    for sentences in BATCHES:
+        ids = batch_to_ids(sentences)
+        with torch.no_grad():
+            got, expected = embedder(ids), elmo(ids)["elmo_representations"][0]
+        torch.testing.assert_close(got, expected, atol=1e-6, rtol=0)
+        reps, _ = oracle_elmo(oracle, sentences, mixes, kwargs.get("do_layer_norm", False), stateful=stateful)
+        np.testing.assert_allclose(got.double().numpy(), reps[0], atol=ATOL, rtol=0)
+
+
+def test_token_embedder_projects_each_position(files):
+    """projection_dim: a Linear(2P, projection_dim) on each position's vector (AllenNLP's
+    TimeDistributed: the (B * T, 2P) rows), more leading dimensions and a batch of empty sentences too."""
+    embedder = ElmoTokenEmbedder(*files, dropout=0.0, projection_dim=5, stateful=False).eval()
+    set_mixes(embedder._elmo, MIXES[:1])
+    assert embedder.get_output_dim() == 5
+    assert isinstance(embedder._projection, torch.nn.Linear) and embedder._projection.weight.shape == (5, 16)
+    sentences = BATCHES[0] + [["z"], ["y", "x"]]
+    ids = batch_to_ids(sentences)  # (6, T, 50)
+    with torch.no_grad():
+        got, nested, empty = embedder(ids), embedder(ids.view(2, 3, *ids.shape[1:])), embedder(batch_to_ids([[], []]))
+    B, T = ids.shape[:2]
+    assert got.shape == (B, T, 5) and nested.shape == (2, 3, T, 5) and empty.shape == (2, 0, 5)
+    reps, _ = oracle_elmo(NumpyElmo(OPTS, files[1]), sentences, MIXES[:1], stateful=False)
+    weight, bias = (p.detach().double().numpy() for p in (embedder._projection.weight, embedder._projection.bias))
+    rows = reps[0].reshape(B * T, 16) @ weight.T + bias  # padded positions get the bias, as in AllenNLP
+    np.testing.assert_allclose(got.double().numpy(), rows.reshape(B, T, 5), atol=ATOL, rtol=0)
+    torch.testing.assert_close(nested.reshape(B, T, 5), got, atol=1e-6, rtol=0)
+    for no_projection in (None, 0):  # AllenNLP's ``if projection_dim:``
+        plain = ElmoTokenEmbedder(*files, projection_dim=no_projection)
+        assert plain._projection is None and plain.get_output_dim() == 16
+
+
+@pytest.mark.parametrize("projection_dim", [None, 4], ids=["no-projection", "projection"])
+def test_token_embedder_requires_grad_freezes_only_the_bilm(files, projection_dim):
+    """As in AllenNLP: requires_grad=False freezes the biLM, but the scalar mix and the projection
+    learn; True fine-tunes the biLM too; fixed scalar_mix_parameters leave the projection alone trainable."""
+    ids = batch_to_ids(BATCHES[0])
+    projection = {"_projection.weight", "_projection.bias"} if projection_dim else set()
+    mix = {"_elmo.scalar_mix_0.scalar_parameters", "_elmo.scalar_mix_0.gamma"}
+    bilm = {"_elmo.bilm." + name for name, _ in BiLM.from_allennlp(*files).named_parameters()}
+    for kwargs, trained in (({}, mix | projection), ({"requires_grad": True}, bilm | mix | projection),
+                            ({"scalar_mix_parameters": FIXED}, projection)):
+        embedder = ElmoTokenEmbedder(*files, dropout=0.0, projection_dim=projection_dim, **kwargs)
+        assert {name for name, _ in embedder.named_parameters()} == bilm | mix | projection
+        assert {name for name, p in embedder.named_parameters() if p.requires_grad} == trained, kwargs
+        if not trained:
+            continue
+        embedder(ids).sum().backward()
+        grads = {name: p.grad for name, p in embedder.named_parameters()}
+        assert {name for name, g in grads.items() if g is not None and g.abs().sum() > 0} == trained, kwargs
+
+
+def test_token_embedder_dropout(files):
+    """dropout=0: the same vectors in train and eval mode, call after call; dropout=0.5 in train mode
+    zeroes about half of them and doubles the rest (Elmo's dropout, passed on)."""
+    ids = batch_to_ids(BATCHES[0])
+    embedder = ElmoTokenEmbedder(*files, dropout=0.0, stateful=False)
+    with torch.no_grad():
+        clean = embedder.eval()(ids)
+        torch.testing.assert_close(embedder.eval()(ids), clean, atol=0, rtol=0)
+        torch.testing.assert_close(embedder.train()(ids), clean, atol=0, rtol=0)
+        noisy = ElmoTokenEmbedder(*files, dropout=0.5, stateful=False).train()(ids)
+    kept = noisy != 0
+    assert 0.3 < kept[clean != 0].float().mean() < 0.7
+    torch.testing.assert_close(noisy[kept], 2 * clean[kept])
+
+
+def test_token_embedder_refuses_what_it_does_not_support(files):
+    with pytest.raises(ValueError, match=r"ElmoTokenEmbedder\(vocab_to_cache=\.\.\.\) is not supported"):
+        ElmoTokenEmbedder(*files, vocab_to_cache=["the"])
+    embedder = ElmoTokenEmbedder(*files)
+    with pytest.raises(ValueError, match=r"ElmoTokenEmbedder\.forward\(word_inputs=\.\.\.\) is not supported"):
+        embedder(batch_to_ids([["a"]]), word_inputs=torch.ones(1, 1, dtype=torch.long))
+    for bad in (-1, 2.5, True, "8"):
+        with pytest.raises(ValueError, match=rf"projection_dim=\.\.\.\) must be None .*found {bad!r}"):
+            ElmoTokenEmbedder(*files, projection_dim=bad)
+    with pytest.raises(ValueError, match="has 2 values, but this biLM has 3 layers"):  # Elmo's checks apply
+        ElmoTokenEmbedder(*files, scalar_mix_parameters=[1.0, 2.0])
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{}, {"do_layer_norm": True, "projection_dim": 5}, {"scalar_mix_parameters": FIXED, "projection_dim": 3}],
+    ids=["plain", "layer-norm-projection", "fixed-mix-projection"],
+)
+def test_token_embedder_matches_allennlp(allennlp, files, kwargs):
+    """AllenNLP's real ElmoTokenEmbedder, its projection's weights copied: the same vectors over ragged
+    batches (states carried on both sides) and with more leading dimensions, the same output width,
+    and as many trainable numbers (frozen biLM: the mix and the projection)."""
+    module = allennlp.load_allennlp_elmo()["allennlp.modules.token_embedders.elmo_token_embedder"]
+    theirs = module.ElmoTokenEmbedder(str(files[0]), str(files[1]), dropout=0.0, **kwargs).eval()
+    ours = ElmoTokenEmbedder(*files, dropout=0.0, **kwargs).eval()
+    matching_mixes(kwargs, theirs._elmo, allennlp_side=True)
+    matching_mixes(kwargs, ours._elmo)
+    if "projection_dim" in kwargs:
+        ours._projection.load_state_dict(theirs._projection.state_dict())
+    assert ours.get_output_dim() == theirs.get_output_dim() == kwargs.get("projection_dim", 16)
+    trainable = [sum(p.numel() for p in m.parameters() if p.requires_grad) for m in (ours, theirs)]
+    assert trainable[0] == trainable[1] > 0
+    for sentences in BATCHES:
+        ids = batch_to_ids(sentences)
+        with torch.no_grad():
+            torch.testing.assert_close(ours(ids), theirs(ids), atol=ATOL, rtol=0)
+    nested = batch_to_ids(BATCHES[0]).view(2, 2, -1, 50)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(nested), theirs(nested), atol=ATOL, rtol=0)
