@@ -267,14 +267,14 @@ class Elmo(nn.Module):
             if found is not None and not torch.equal(torch.as_tensor(found).cpu().long(), expected.long()):
                 raise ValueError(Errors.E_COMPAT_STATE_MARKERS.format(
                     name=name, found=torch.as_tensor(found).tolist(), expected=expected.tolist()))
-        bilm = {k[len(ALLENNLP_BILM):]: v for k, v in given.items() if k in shapes and k.startswith(ALLENNLP_BILM)}
-        if bilm:
-            bilm = datasets_from_allennlp_state(self.bilm.config, bilm)
-            config = self.bilm.config
-            if config.n_filters == config.projection_dim and not projection_is_identity(config, bilm):
+        config, arrays = self.bilm.config, {}
+        if bilm_given:
+            arrays = datasets_from_allennlp_state(config, {k[len(ALLENNLP_BILM):]: v for k, v in given.items()
+                                                           if k in shapes and k.startswith(ALLENNLP_BILM)})
+            if config.n_filters == config.projection_dim and not projection_is_identity(config, arrays):
                 raise ValueError(Errors.E_COMPAT_STATE_PROJECTION.format(n=config.projection_dim))
         mixes = {k: v for k, v in given.items() if k in shapes and not k.startswith(ALLENNLP_BILM)}
-        return _ElmoState(bilm, mixes, AllenNLPKeys(missing, unexpected))
+        return _ElmoState(arrays, mixes, AllenNLPKeys(missing, unexpected))
 
     def _apply_allennlp_state(self, state: "_ElmoState") -> None:
         """Load what :meth:`_check_allennlp_state` checked: the biLM's weights (if given; it then forgets
