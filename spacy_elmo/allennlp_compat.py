@@ -22,7 +22,8 @@ over the ``<S>`` / ``</S>`` positions too, one mean and variance per layer over 
 elements), ``keep_sentence_boundaries``, fixed ``scalar_mix_parameters`` and ``requires_grad``.
 :class:`ElmoTokenEmbedder` is allennlp 2.10.1's: one such ``Elmo`` representation, optionally
 projected by a trained ``Linear``. :meth:`Elmo.load_allennlp_state_dict` loads a trained AllenNLP
-``Elmo``'s parameters (and :meth:`Elmo.allennlp_state_dict` gives ours by AllenNLP's names). Like
+``Elmo``'s parameters (and :meth:`Elmo.allennlp_state_dict` gives ours by AllenNLP's names), and
+:class:`ElmoTokenEmbedder`'s pair does the same for AllenNLP's ``ElmoTokenEmbedder``. Like
 AllenNLP's, all three classes carry each batch row's final LSTM states into the next call
 (``stateful=False``, keyword only, for vectors that do not depend on earlier calls;
 ``reset_states()`` forgets them). ``options_file`` may instead be a spacy-elmo model directory or
@@ -69,14 +70,28 @@ ALLENNLP_MARK = ALLENNLP_BILM + "_token_embedder._char_embedding_weights"
 #: a state_dict that has them anyway (another AllenNLP version or a fork) must have this biLM's: checked.
 ALLENNLP_MARKERS = (ALLENNLP_BILM + "_token_embedder._beginning_of_sentence_characters",
                     ALLENNLP_BILM + "_token_embedder._end_of_sentence_characters")
+#: Where AllenNLP's ``ElmoTokenEmbedder`` keeps its ``Elmo`` and its projection (a plain ``Linear`` in
+#: allennlp 0.9 to 2.10.1: the ``TimeDistributed`` around it is made in ``forward``, not stored).
+ELMO_KEY = "_elmo."
+PROJECTION_KEY = "_projection."
+PROJECTION_WEIGHT, PROJECTION_BIAS = PROJECTION_KEY + "weight", PROJECTION_KEY + "bias"
 LISTED_KEYS = 8  # keys named per kind in an error; the rest counted
 
 
 class AllenNLPKeys(NamedTuple):
-    """What :meth:`Elmo.load_allennlp_state_dict` skipped (names without the prefix), as torch's ``load_state_dict``."""
+    """What ``load_allennlp_state_dict`` skipped (names without the prefix), as torch's ``load_state_dict``."""
 
     missing_keys: List[str]
     unexpected_keys: List[str]
+
+
+class _ElmoState(NamedTuple):
+    """What :meth:`Elmo._check_allennlp_state` found: the biLM's arrays (empty: not given), the given
+    scalar-mix values by AllenNLP's names, and the skipped keys."""
+
+    bilm: Dict[str, np.ndarray]
+    mixes: Dict[str, Tensor]
+    keys: AllenNLPKeys
 
 
 def _listed(kind: str, names: Sequence[str]) -> str:
@@ -84,12 +99,34 @@ def _listed(kind: str, names: Sequence[str]) -> str:
     return f"{kind} " + ", ".join(names[:LISTED_KEYS]) + (f" and {more} more" if more > 0 else "")
 
 
-def _prefix_hint(state_dict: Mapping, prefix: str) -> str:
-    """Where the state_dict holds AllenNLP Elmo weights, if not (only) under ``prefix``; "" otherwise."""
-    found = sorted(k[: -len(ALLENNLP_MARK)] for k in state_dict if isinstance(k, str) and k.endswith(ALLENNLP_MARK))
+def _prefix_hint(state_dict: Mapping, prefix: str, mark: str = ALLENNLP_MARK, cls: str = "Elmo") -> str:
+    """Where the state_dict holds AllenNLP ``cls`` weights (the keys ending in ``mark``), if not (only)
+    under ``prefix``; "" otherwise."""
+    found = sorted(k[: -len(mark)] for k in state_dict if isinstance(k, str) and k.endswith(mark))
     if not found or found == [prefix]:
         return ""
-    return Errors.E_COMPAT_STATE_PREFIX_HINT.format(found=", ".join(repr(f) for f in found))
+    return Errors.E_COMPAT_STATE_PREFIX_HINT.format(cls=cls, found=", ".join(repr(f) for f in found))
+
+
+def _read_state(state_dict: Union[Mapping[str, Tensor], PathLike], cls: str) -> Mapping[str, Tensor]:
+    """A state_dict as given, or read from its file (``torch.load(weights_only=True)``)."""
+    if isinstance(state_dict, (str, Path)):
+        state_dict = torch.load(state_dict, map_location="cpu", weights_only=True)
+    if not isinstance(state_dict, Mapping):
+        raise TypeError(Errors.E_COMPAT_STATE_TYPE.format(cls=cls, type_name=type(state_dict).__name__))
+    return state_dict
+
+
+def _under(state_dict: Mapping[str, Tensor], prefix: str) -> Dict[str, Tensor]:
+    """The entries whose keys start with ``prefix``, by the rest of their keys."""
+    return {k[len(prefix):]: v for k, v in state_dict.items() if isinstance(k, str) and k.startswith(prefix)}
+
+
+def _shape_problem(name: str, value: object, expected: Tuple[int, ...]) -> Optional[str]:
+    """``"name (found) (expected (...))"`` when ``value`` is not a tensor of shape ``expected``; None when it is."""
+    if isinstance(value, Tensor) and tuple(value.shape) == expected:
+        return None
+    return f"{name} {tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__} (expected {expected})"
 
 
 def load_bilm(
@@ -201,19 +238,21 @@ class Elmo(nn.Module):
         Returns the skipped keys.
         """
         check_bool("strict", strict)
-        if isinstance(state_dict, (str, Path)):
-            state_dict = torch.load(state_dict, map_location="cpu", weights_only=True)
-        if not isinstance(state_dict, Mapping):
-            raise TypeError(Errors.E_COMPAT_STATE_TYPE.format(type_name=type(state_dict).__name__))
-        given = {k[len(prefix):]: v for k, v in state_dict.items() if isinstance(k, str) and k.startswith(prefix)}
+        state = self._check_allennlp_state(_read_state(state_dict, "Elmo"), strict, prefix)
+        self._apply_allennlp_state(state)
+        return state.keys
+
+    def _check_allennlp_state(self, state_dict: Mapping[str, Tensor], strict: bool, prefix: str) -> "_ElmoState":
+        """What :meth:`load_allennlp_state_dict` loads, every check done (the errors raised here) and
+        nothing changed yet."""
+        given = _under(state_dict, prefix)
         if not given:
             raise ValueError(Errors.E_COMPAT_STATE_PREFIX.format(prefix=prefix, hint=_prefix_hint(state_dict, prefix)))
         shapes = self._allennlp_shapes()
         missing = [k for k in shapes if k not in given]
         unexpected = [k for k in given if k not in shapes and k not in ALLENNLP_MARKERS]
-        misshapen = [f"{k} {tuple(v.shape) if isinstance(v, Tensor) else type(v).__name__} (expected {shapes[k]})"
-                     for k, v in given.items()
-                     if k in shapes and (not isinstance(v, Tensor) or tuple(v.shape) != shapes[k])]
+        misshapen = [problem for k, v in given.items() if k in shapes
+                     for problem in [_shape_problem(k, v, shapes[k])] if problem]
         bilm_missing = [k for k in missing if k.startswith(ALLENNLP_BILM)]
         bilm_given = len(bilm_missing) < sum(k.startswith(ALLENNLP_BILM) for k in shapes)
         refused = (("missing:", missing if strict else bilm_missing if bilm_given else []),
@@ -228,27 +267,29 @@ class Elmo(nn.Module):
             if found is not None and not torch.equal(torch.as_tensor(found).cpu().long(), expected.long()):
                 raise ValueError(Errors.E_COMPAT_STATE_MARKERS.format(
                     name=name, found=torch.as_tensor(found).tolist(), expected=expected.tolist()))
+        config, arrays = self.bilm.config, {}
         if bilm_given:
-            self._load_allennlp_bilm({k[len(ALLENNLP_BILM):]: v for k, v in given.items() if k in shapes
-                                      and k.startswith(ALLENNLP_BILM)})
+            arrays = datasets_from_allennlp_state(config, {k[len(ALLENNLP_BILM):]: v for k, v in given.items()
+                                                           if k in shapes and k.startswith(ALLENNLP_BILM)})
+            if config.n_filters == config.projection_dim and not projection_is_identity(config, arrays):
+                raise ValueError(Errors.E_COMPAT_STATE_PROJECTION.format(n=config.projection_dim))
+        mixes = {k: v for k, v in given.items() if k in shapes and not k.startswith(ALLENNLP_BILM)}
+        return _ElmoState(arrays, mixes, AllenNLPKeys(missing, unexpected))
+
+    def _apply_allennlp_state(self, state: "_ElmoState") -> None:
+        """Load what :meth:`_check_allennlp_state` checked: the biLM's weights (if given; it then forgets
+        its carried states and fitted initial state) and the scalar mixes' given values."""
+        if state.bilm:
+            copy_datasets(self.bilm, state.bilm)
+            self.bilm.set_initial_state(None)
+            self.bilm.reset_states()
         with torch.no_grad():
             for k, mix in enumerate(self._scalar_mixes):
                 weights = mix.scalar_parameters.detach().clone()
                 for j in range(mix.n_layers):
-                    weights[j] = given.get(f"scalar_mix_{k}.scalar_parameters.{j}", weights[j:j + 1])[0]
+                    weights[j] = state.mixes.get(f"scalar_mix_{k}.scalar_parameters.{j}", weights[j:j + 1])[0]
                 mix.scalar_parameters.copy_(weights)
-                mix.gamma.copy_(given.get(f"scalar_mix_{k}.gamma", mix.gamma))
-        return AllenNLPKeys(missing, unexpected)
-
-    def _load_allennlp_bilm(self, state: Dict[str, Tensor]) -> None:
-        """The biLM's weights from AllenNLP's ``_ElmoBiLm`` parameters (all of them, shapes checked)."""
-        config = self.bilm.config
-        arrays = datasets_from_allennlp_state(config, state)
-        if config.n_filters == config.projection_dim and not projection_is_identity(config, arrays):
-            raise ValueError(Errors.E_COMPAT_STATE_PROJECTION.format(n=config.projection_dim))
-        copy_datasets(self.bilm, arrays)
-        self.bilm.set_initial_state(None)
-        self.bilm.reset_states()
+                mix.gamma.copy_(state.mixes.get(f"scalar_mix_{k}.gamma", mix.gamma))
 
     def allennlp_state_dict(self) -> Dict[str, Tensor]:
         """This Elmo's parameters by AllenNLP's names (float32, on the CPU): AllenNLP's ``Elmo`` built
@@ -340,6 +381,73 @@ class ElmoTokenEmbedder(nn.Module):
     def reset_states(self) -> None:
         """Forget the LSTM states carried from earlier calls (stateful mode)."""
         self._elmo.reset_states()
+
+    def load_allennlp_state_dict(
+        self, state_dict: Union[Mapping[str, Tensor], PathLike], strict: bool = True, prefix: str = ""
+    ) -> AllenNLPKeys:
+        """Load the parameters of AllenNLP's ``ElmoTokenEmbedder``: its ``_elmo.`` keys as
+        :meth:`Elmo.load_allennlp_state_dict` loads them, and its projection's ``_projection.weight`` /
+        ``_projection.bias``. ``state_dict`` is its ``state_dict()`` or a file of one (``best.th``);
+        ``prefix`` selects it in a whole model's, e.g. ``"_text_field_embedder.token_embedder_elmo."``.
+        Build this embedder from the options file and with the ``projection_dim`` (or none) the
+        AllenNLP model was built with.
+
+        strict (default): a key missing or left over is an error naming them (a projection in the
+        state_dict but not in this embedder, or the reverse, says which projection_dim to build it
+        with). strict=False skips unexpected keys (a projection this embedder lacks included) and keeps
+        the current values of missing scalar-mix keys and of a missing projection. Either way a shape
+        mismatch, or a biLM or projection only partly present, is an error, and nothing is changed
+        then. Returns the skipped keys (names after ``prefix``).
+        """
+        check_bool("strict", strict)
+        state_dict = _read_state(state_dict, "ElmoTokenEmbedder")
+        given = _under(state_dict, prefix)
+        if not any(k.startswith(ELMO_KEY) for k in given):
+            raise ValueError(Errors.E_COMPAT_TOKEN_STATE_PREFIX.format(prefix=prefix, hint=_prefix_hint(
+                state_dict, prefix, mark=ELMO_KEY + ALLENNLP_MARK, cls="ElmoTokenEmbedder")))
+        elmo = self._elmo._check_allennlp_state(state_dict, strict, prefix + ELMO_KEY)
+        projection = {} if self._projection is None else dict(self._projection.named_parameters())
+        shapes = {PROJECTION_KEY + k: tuple(v.shape) for k, v in projection.items()}
+        found = {k: v for k, v in given.items() if k in (PROJECTION_WEIGHT, PROJECTION_BIAS)}
+        missing = [k for k in shapes if k not in found]
+        unexpected = [k for k in given if not k.startswith(ELMO_KEY) and k not in shapes]
+        misshapen = [problem for k, v in found.items() if k in shapes
+                     for problem in [_shape_problem(k, v, shapes[k])] if problem]
+        # a projection only partly given is refused either way, as a partly given biLM is
+        refused = (("missing:", missing if strict or found else []), ("unexpected:", unexpected if strict else []),
+                   ("wrong shape:", misshapen))
+        problems = [_listed(kind, names) for kind, names in refused if names]
+        if problems:
+            raise ValueError(Errors.E_COMPAT_TOKEN_STATE_KEYS.format(
+                prefix=prefix, problems="; ".join(problems), fix=self._projection_fix(found)))
+        self._elmo._apply_allennlp_state(elmo)
+        if projection and found:
+            with torch.no_grad():
+                for k, parameter in projection.items():
+                    parameter.copy_(found[PROJECTION_KEY + k])
+        return AllenNLPKeys([ELMO_KEY + k for k in elmo.keys.missing_keys] + missing,
+                            [ELMO_KEY + k for k in elmo.keys.unexpected_keys] + unexpected)
+
+    def _projection_fix(self, found: Mapping[str, Tensor]) -> str:
+        """How to build this embedder for the state_dict's projection keys ``found``; "" when it is built so."""
+        if not found:
+            return "" if self._projection is None else Errors.E_COMPAT_TOKEN_STATE_NO_PROJECTION
+        weight = found.get(PROJECTION_WEIGHT)
+        if not isinstance(weight, Tensor) or weight.dim() != 2:
+            return ""
+        dim = weight.shape[0]
+        ours = None if self._projection is None else self._projection.out_features
+        return "" if dim == ours else Errors.E_COMPAT_TOKEN_STATE_PROJECTION_DIM.format(dim=dim)
+
+    def allennlp_state_dict(self) -> Dict[str, Tensor]:
+        """This embedder's parameters by AllenNLP's names (float32, on the CPU): AllenNLP's
+        ``ElmoTokenEmbedder`` built from the same options file and ``projection_dim`` loads it with
+        ``load_state_dict``."""
+        out = {ELMO_KEY + k: v for k, v in self._elmo.allennlp_state_dict().items()}
+        if self._projection is not None:
+            for k, parameter in self._projection.named_parameters():
+                out[PROJECTION_KEY + k] = parameter.detach().cpu().float().clone()
+        return out
 
     def forward(self, elmo_tokens: Tensor, word_inputs: Optional[Tensor] = None) -> Tensor:
         """elmo_tokens: character ids ``(batch, timesteps, 50)`` from :func:`batch_to_ids` (more

@@ -1028,19 +1028,39 @@ class Errors:
     )
     E_COMPAT_BATCH_SIZE = "batch_size must be a whole number of 1 or more; found {value!r}."
     E_COMPAT_STATE_TYPE = (
-        "Elmo.load_allennlp_state_dict takes the state_dict of AllenNLP's Elmo (a dict of tensors, e.g. "
+        "{cls}.load_allennlp_state_dict takes the state_dict of AllenNLP's {cls} (a dict of tensors, e.g. "
         "torch.load('best.th', map_location='cpu')) or the path of a file holding one; found a {type_name}."
     )
     E_COMPAT_STATE_PREFIX = (
         "No key of the state_dict starts with prefix={prefix!r}.{hint} Print the keys (list(state_dict)) and "
         "pass prefix= the part before 'scalar_mix_0.gamma', e.g. '_text_field_embedder.token_embedder_elmo._elmo.'."
     )
-    E_COMPAT_STATE_PREFIX_HINT = " AllenNLP Elmo weights are under prefix={found}: pass one of those."
+    E_COMPAT_STATE_PREFIX_HINT = " AllenNLP {cls} weights are under prefix={found}: pass one of those."
     E_COMPAT_STATE_KEYS = (
         "The state_dict (prefix={prefix!r}) does not match AllenNLP's Elmo with this biLM and {n} output "
         "representation(s): {problems}.{hint} Build this Elmo from the options file the AllenNLP model was trained "
         "with and with its num_output_representations; strict=False skips unexpected keys and missing scalar "
         "mixes (a shape mismatch or a biLM only partly present is an error either way)."
+    )
+    E_COMPAT_TOKEN_STATE_PREFIX = (
+        "No key of the state_dict starts with prefix={prefix!r} followed by '_elmo.'.{hint} Print the keys "
+        "(list(state_dict)) and pass prefix= the part before '_elmo.scalar_mix_0.gamma', e.g. "
+        "'_text_field_embedder.token_embedder_elmo.' (Elmo.load_allennlp_state_dict takes the part before "
+        "'scalar_mix_0.gamma')."
+    )
+    E_COMPAT_TOKEN_STATE_KEYS = (
+        "The state_dict (prefix={prefix!r}) does not match AllenNLP's ElmoTokenEmbedder as this one is built: "
+        "{problems}.{fix} Build the ElmoTokenEmbedder from the options file and with the projection_dim the "
+        "AllenNLP model was trained with; strict=False skips unexpected keys and keeps a missing projection (a "
+        "shape mismatch or a projection only partly present is an error either way)."
+    )
+    E_COMPAT_TOKEN_STATE_PROJECTION_DIM = (
+        " The AllenNLP model projects its ELMo vectors to {dim}: build this ElmoTokenEmbedder with "
+        "projection_dim={dim}."
+    )
+    E_COMPAT_TOKEN_STATE_NO_PROJECTION = (
+        " The AllenNLP model has no projection (no _projection.weight / .bias): build this ElmoTokenEmbedder "
+        "without projection_dim."
     )
     E_COMPAT_STATE_PROJECTION = (
         "The state_dict's _elmo_lstm._token_embedder._projection is not the identity, but this biLM's char-CNN "

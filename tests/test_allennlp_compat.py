@@ -626,3 +626,134 @@ def test_token_embedder_matches_allennlp(allennlp, files, kwargs):
     nested = batch_to_ids(BATCHES[0]).view(2, 2, -1, 50)
     with torch.no_grad():
         torch.testing.assert_close(ours(nested), theirs(nested), atol=ATOL, rtol=0)
+
+
+# -- ElmoTokenEmbedder's AllenNLP state_dicts (load_allennlp_state_dict / allennlp_state_dict) ---------
+MODEL_PREFIX = "_text_field_embedder.token_embedder_elmo."  # where a model keeps its ElmoTokenEmbedder
+PROJECTION = ["_projection.weight", "_projection.bias"]
+
+
+def run_embedder(embedder, batches=BATCHES):
+    with torch.no_grad():
+        return [embedder(batch_to_ids(sentences)) for sentences in batches]
+
+
+def assert_vectors_equal(ours, theirs, atol=ATOL):
+    for a, b in zip(ours, theirs):
+        torch.testing.assert_close(a, b, atol=atol, rtol=0)
+
+
+def trained_embedder(files, seed, stateful=False, **kwargs):
+    """Ours with the mix set and every parameter (biLM, mix, projection) moved: as after training."""
+    embedder = ElmoTokenEmbedder(*files, dropout=0.0, stateful=stateful, **kwargs).eval()
+    set_mixes(embedder._elmo, MIXES[:1])
+    perturb(embedder, seed=seed)
+    return embedder
+
+
+@pytest.mark.parametrize("projection_dim", [None, 5], ids=["no-projection", "projection"])
+def test_token_embedder_allennlp_state_dict_round_trips(files, projection_dim):
+    """Ours -> AllenNLP's names (Elmo's under _elmo., then the projection) -> a fresh embedder: the same
+    vectors; AllenNLP's names come back exactly."""
+    source = trained_embedder(files, seed=10, projection_dim=projection_dim)
+    state = source.allennlp_state_dict()
+    elmo_keys = ["_elmo." + k for k in source._elmo.allennlp_state_dict()]
+    assert list(state) == elmo_keys + (PROJECTION if projection_dim else [])
+    target = ElmoTokenEmbedder(*files, dropout=0.0, stateful=False, projection_dim=projection_dim).eval()
+    before = run_embedder(target)
+    assert target.load_allennlp_state_dict(state) == ([], [])
+    expected = run_embedder(source)
+    assert_vectors_equal(run_embedder(target), expected, atol=1e-6)
+    for name, value in target.allennlp_state_dict().items():
+        assert torch.equal(value, state[name]), name
+    assert not torch.allclose(before[0], expected[0], atol=1e-3)  # not vacuous
+
+
+@pytest.mark.parametrize("projection_dim", [None, 5], ids=["no-projection", "projection"])
+def test_trained_allennlp_token_embedder_gives_allennlps_vectors(allennlp, files, tmp_path, projection_dim):
+    """AllenNLP's real ElmoTokenEmbedder fine-tuned (mix, biLM, projection all moved), saved inside a whole
+    model's state_dict as best.th: loaded with the model's prefix, ours gives its vectors (states carried)."""
+    module = allennlp.load_allennlp_elmo()["allennlp.modules.token_embedders.elmo_token_embedder"]
+    theirs = module.ElmoTokenEmbedder(str(files[0]), str(files[1]), dropout=0.0, do_layer_norm=True,
+                                      requires_grad=True, projection_dim=projection_dim).eval()
+    set_mixes(theirs._elmo, MIXES[:1], allennlp_side=True)
+    perturb(theirs, seed=11)
+    model_state = {MODEL_PREFIX + k: v for k, v in theirs.state_dict().items()}
+    model_state["_classifier.weight"] = torch.ones(3, 16)  # the rest of the model: not selected by the prefix
+    torch.save(model_state, tmp_path / "best.th")
+    ours = ElmoTokenEmbedder(*files, dropout=0.0, do_layer_norm=True, requires_grad=True,
+                             projection_dim=projection_dim).eval()
+    before = run_embedder(ours)
+    assert ours.load_allennlp_state_dict(tmp_path / "best.th", prefix=MODEL_PREFIX) == ([], [])
+    expected = run_embedder(theirs)
+    assert_vectors_equal(run_embedder(ours), expected)
+    assert not torch.allclose(before[0], expected[0], atol=1e-3)  # not vacuous
+
+
+@pytest.mark.parametrize("projection_dim", [None, 5], ids=["no-projection", "projection"])
+def test_token_embedder_allennlp_state_dict_is_what_allennlp_loads(allennlp, files, projection_dim):
+    """The reverse: AllenNLP's real ElmoTokenEmbedder takes ours with its strict load_state_dict (the same
+    names in the same order) and then gives our vectors."""
+    module = allennlp.load_allennlp_elmo()["allennlp.modules.token_embedders.elmo_token_embedder"]
+    theirs = module.ElmoTokenEmbedder(str(files[0]), str(files[1]), dropout=0.0,
+                                      projection_dim=projection_dim).eval()
+    ours = trained_embedder(files, seed=12, stateful=True, projection_dim=projection_dim)  # AllenNLP's always is
+    state = ours.allennlp_state_dict()
+    assert list(state) == list(theirs.state_dict())
+    theirs.load_state_dict(state)  # strict
+    assert_vectors_equal(run_embedder(ours), run_embedder(theirs))
+
+
+def refused(embedder, state, match, error=ValueError, **kwargs):
+    """load_allennlp_state_dict raises ``error`` matching ``match`` and changes no parameter or buffer."""
+    unchanged = {k: v.clone() for k, v in embedder.state_dict().items()}
+    with pytest.raises(error, match=match):
+        embedder.load_allennlp_state_dict(state, **kwargs)
+    assert all(torch.equal(v, unchanged[k]) for k, v in embedder.state_dict().items())
+
+
+def test_bad_token_embedder_state_dicts_say_what_is_wrong_and_change_nothing(files):
+    """A projection the embedder lacks (or the reverse), a misshapen or partial projection, a key left over
+    or missing, a wrong prefix: errors naming the fix, and nothing changed, the _elmo part included."""
+    good = trained_embedder(files, seed=13, projection_dim=5).allennlp_state_dict()
+    plain = {k: v for k, v in good.items() if k not in PROJECTION}
+    for projection_dim, state, match in [
+        (None, good, r"unexpected: _projection\.weight, _projection\.bias\. .* with projection_dim=5\."),
+        (5, plain, r"missing: _projection\.weight, _projection\.bias\. .* without projection_dim\."),
+        (4, good, r"wrong shape: _projection\.weight \(5, 16\) \(expected \(4, 16\)\), _projection\.bias \(5,\) "
+                  r"\(expected \(4,\)\)\. .* with projection_dim=5\."),
+    ]:
+        embedder = trained_embedder(files, seed=14, projection_dim=projection_dim)
+        refused(embedder, state, match)
+        if projection_dim == 4:
+            refused(embedder, state, "wrong shape", strict=False)
+    embedder = trained_embedder(files, seed=15, projection_dim=5)
+    partial = {k: v for k, v in good.items() if k != "_projection.bias"}
+    refused(embedder, partial, r"missing: _projection\.bias", strict=False)  # a partial projection: either way
+    refused(embedder, dict(good, _extra=torch.ones(1)), r"unexpected: _extra")
+    no_gamma = {k: v for k, v in good.items() if k != "_elmo.scalar_mix_0.gamma"}
+    refused(embedder, no_gamma, r"prefix='_elmo\.'\) does not match AllenNLP's Elmo .*missing: scalar_mix_0\.gamma")
+    model = {MODEL_PREFIX + k: v for k, v in good.items()}
+    refused(embedder, model, rf"followed by '_elmo\.'\. AllenNLP ElmoTokenEmbedder .*under prefix='{MODEL_PREFIX}'")
+    refused(embedder, model, rf"under prefix='{MODEL_PREFIX}'", prefix=MODEL_PREFIX + "_elmo.")  # Elmo's prefix
+    refused(embedder, [("_projection.bias", torch.ones(5))], "ElmoTokenEmbedder.load_allennlp_state_dict takes",
+            error=TypeError)
+    refused(embedder, good, "strict must be True or False", strict="yes", error=TypeError)
+
+
+def test_lenient_token_embedder_state_dict_skips_or_keeps_the_projection(files):
+    """strict=False: a projection the embedder lacks is skipped, a missing one kept as it is; the
+    _elmo part loaded either way; the skipped keys returned by the embedder's names."""
+    source = trained_embedder(files, seed=16, projection_dim=5)
+    good = source.allennlp_state_dict()
+    without = ElmoTokenEmbedder(*files, dropout=0.0, stateful=False).eval()
+    assert without.load_allennlp_state_dict(good, strict=False) == ([], PROJECTION)
+    kept = ElmoTokenEmbedder(*files, dropout=0.0, stateful=False, projection_dim=5).eval()
+    projection = {k: v.clone() for k, v in kept._projection.state_dict().items()}
+    state = {k: v for k, v in good.items() if k not in PROJECTION + ["_elmo.scalar_mix_0.gamma"]}
+    assert kept.load_allennlp_state_dict(state, strict=False) == (["_elmo.scalar_mix_0.gamma"] + PROJECTION, [])
+    assert all(torch.equal(v, projection[k]) for k, v in kept._projection.state_dict().items())
+    for target in (without, kept):
+        for name, value in target._elmo.allennlp_state_dict().items():
+            if name != "scalar_mix_0.gamma":
+                assert torch.equal(value, good["_elmo." + name]), name
