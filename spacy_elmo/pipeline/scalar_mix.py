@@ -141,9 +141,11 @@ def _mix_forward(model: Model, Xs: List[Floats3d], is_train: bool):
     s = _softmax(model.ops, w)
     xp = model.ops.xp
     Xs = [cast(Floats3d, X.astype("float32", copy=False)) for X in Xs]  # thinc types astype() as Floats3d | Ints3d
-    words = [_word_rows(X) for X in Xs]
+    raw = Xs
+    # the whitespace rows: for the layer norm now, else only in a trainable mix's backprop (not at inference)
+    words = [_word_rows(X) for X in raw] if model.attrs.get("layer_norm", False) else None
     norm_bps = None
-    if model.attrs.get("layer_norm", False):
+    if words is not None:
         normed = [_layer_norm(xp, X, k) for X, k in zip(Xs, words)]
         Xs, norm_bps = [n[0] for n in normed], [n[1] for n in normed]
     mixed = [xp.tensordot(s, X, axes=(0, 0)) for X in Xs]  # (n, D), without gamma
@@ -153,7 +155,8 @@ def _mix_forward(model: Model, Xs: List[Floats3d], is_train: bool):
         if model.attrs["trainable"]:
             # whitespace rows are zeros in X and in the mix: they add nothing to dgamma and dw,
             # also where their gradient is inf (a product with their zeros would be NaN)
-            dWs = [_on_words(xp, k[:, None], dY) for k, dY in zip(words, dYs)]
+            rows = words if words is not None else [_word_rows(X) for X in raw]
+            dWs = [_on_words(xp, k[:, None], dY) for k, dY in zip(rows, dYs)]
             dgamma = sum(float((dY * m).sum()) for dY, m in zip(dWs, mixed))
             ds = sum((xp.tensordot(X, dY, axes=((1, 2), (0, 1))) for X, dY in zip(Xs, dWs)), xp.zeros_like(s))
             ds = ds * gamma[0]
