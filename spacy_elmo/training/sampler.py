@@ -8,10 +8,14 @@ expected count of id ``k`` is ``1 - (1 - P(k)) ** num_tries``.
 """
 
 import math
+import threading
 from typing import NamedTuple
 
 import torch
 from torch import Tensor
+
+
+_NEVER = torch.iinfo(torch.long).max
 
 
 class Sample(NamedTuple):
@@ -26,6 +30,11 @@ class LogUniformSampler:
         self.vocab_size = vocab_size
         self.num_sampled = min(num_sampled, vocab_size)
         self._log_range = math.log(vocab_size + 1)
+        # (V,) first draw position of each id, all "never" between calls: allocating and filling it
+        # per call cost more than the search at V = 793k (6 MB of fresh pages). The lock keeps two
+        # threads that share a sampler from interleaving their scatters.
+        self._first = torch.full((vocab_size,), _NEVER, dtype=torch.long)
+        self._lock = threading.Lock()
 
     def probability(self, ids: Tensor) -> Tensor:
         ids = ids.double()
@@ -42,17 +51,28 @@ class LogUniformSampler:
         return ids.clamp_(0, self.vocab_size - 1)
 
     def sample(self, generator: torch.Generator) -> Sample:
-        """``num_sampled`` distinct ids (CPU), drawn in chunks until enough are distinct."""
+        """``num_sampled`` distinct ids (CPU), drawn in chunks until enough are distinct.
+
+        The sample is the first ``num_sampled`` distinct ids in draw order. Each id's
+        first draw is found by a scatter into a ``(V,)`` table kept between calls rather
+        than by sorting the draws (``torch.unique``): O(draws), and this runs on the
+        host before every training step (benchmarks/sampler.py compares the two).
+        """
         want = self.num_sampled
         draws = self._draw(max(2 * want, 64), generator)
-        while True:
-            unique, inverse = torch.unique(draws, return_inverse=True)
-            if unique.numel() >= want:
-                break
-            draws = torch.cat([draws, self._draw(max(draws.numel(), 64), generator)])
-        # First draw index of each distinct id: the sample is the first `want` distinct ids.
-        first = torch.full((unique.numel(),), draws.numel(), dtype=torch.long)
-        first.scatter_reduce_(0, inverse, torch.arange(draws.numel()), reduce="amin")
-        order = first.argsort()[:want]
-        num_tries = int(first[order[-1]]) + 1
-        return Sample(unique[order], num_tries)
+        with self._lock:
+            first = self._first
+            done = 0  # draws already scattered: a new chunk's positions only lower ids not seen before
+            try:
+                while True:
+                    n = draws.numel()
+                    first.scatter_reduce_(0, draws[done:], torch.arange(done, n), reduce="amin")
+                    done = n
+                    firsts = (first.index_select(0, draws) == torch.arange(n)).nonzero().squeeze(1)
+                    if firsts.numel() >= want:
+                        break
+                    draws = torch.cat([draws, self._draw(max(n, 64), generator)])
+            finally:
+                first.index_fill_(0, draws[:done], _NEVER)
+        firsts = firsts[:want]
+        return Sample(draws.index_select(0, firsts), int(firsts[-1]) + 1)

@@ -23,6 +23,32 @@ def test_sampler_unique_and_log_uniform():
     assert math.isclose(float(p.sum()), 1.0, rel_tol=1e-9)
 
 
+def _oracle_sample(sampler, seed):
+    """TF's unique sampling, one draw at a time in plain Python over the same chunked draws
+    (``max(2 * S, 64)``, then as many again as drawn so far): the first S distinct ids and
+    the draws it took to see them."""
+    gen = torch.Generator().manual_seed(seed)
+    draws, size = [], max(2 * sampler.num_sampled, 64)
+    while True:
+        draws += sampler._draw(size, gen).tolist()
+        seen = {}
+        for i, d in enumerate(draws):
+            seen.setdefault(d, i)
+            if len(seen) == sampler.num_sampled:
+                return list(seen), i + 1
+        size = max(len(draws), 64)
+
+
+@pytest.mark.parametrize("vocab_size,num_sampled", [(50_000, 8192), (1000, 50), (300, 300), (200, 150), (5, 3), (70, 64)])
+def test_sampler_takes_the_first_distinct_draws_in_order(vocab_size, num_sampled):
+    sampler = LogUniformSampler(vocab_size, num_sampled)
+    for seed in range(3):
+        s = sampler.sample(torch.Generator().manual_seed(seed))
+        candidates, tries = _oracle_sample(sampler, seed)
+        assert s.candidates.tolist() == candidates and s.num_tries == tries
+        assert s.candidates.dtype == torch.long
+
+
 def test_sampled_softmax_with_every_candidate_is_the_full_softmax():
     torch.manual_seed(0)
     V, P, N = 12, 5, 7

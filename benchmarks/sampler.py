@@ -1,0 +1,90 @@
+"""The log-uniform sampler's draw, which runs on the host before every pretraining step:
+``LogUniformSampler.sample`` (first draws found by a scatter into a ``(V,)`` table)
+against the sort-based way it replaced (``torch.unique`` of every draw, then an argsort
+of the first positions), on the same generator seeds, interleaved, medians. Both must
+return the same sample; the run fails otherwise.
+
+    python benchmarks/sampler.py [--vocab-sizes 50000 793471] [--negatives 8192] [--threads 2]
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from spacy_elmo.training.sampler import LogUniformSampler, Sample  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def sort_based_sample(sampler: LogUniformSampler, generator: torch.Generator) -> Sample:
+    """The baseline: the same chunked draws, distinct ids by ``torch.unique`` (a sort)."""
+    want = sampler.num_sampled
+    draws = sampler._draw(max(2 * want, 64), generator)
+    while True:
+        unique, inverse = torch.unique(draws, return_inverse=True)
+        if unique.numel() >= want:
+            break
+        draws = torch.cat([draws, sampler._draw(max(draws.numel(), 64), generator)])
+    first = torch.full((unique.numel(),), draws.numel(), dtype=torch.long)
+    first.scatter_reduce_(0, inverse, torch.arange(draws.numel()), reduce="amin")
+    order = first.argsort()[:want]
+    return Sample(unique[order], int(first[order[-1]]) + 1)
+
+
+def bench(vocab_size: int, negatives: int, repeats: int) -> dict:
+    sampler = LogUniformSampler(vocab_size, negatives)
+    impls = {"scatter": lambda g: sampler.sample(g), "sort": lambda g: sort_based_sample(sampler, g)}
+    times = {name: [] for name in impls}
+    tries = []
+    for i in range(repeats + 3):
+        results = {}
+        for name, fn in impls.items():
+            gen = torch.Generator().manual_seed(i)
+            start = time.perf_counter()
+            results[name] = fn(gen)
+            if i >= 3:
+                times[name].append(time.perf_counter() - start)
+        a, b = results["scatter"], results["sort"]
+        if not (torch.equal(a.candidates, b.candidates) and a.num_tries == b.num_tries):
+            raise SystemExit(f"the two samplers differ at seed {i} (V={vocab_size}, S={negatives})")
+        tries.append(a.num_tries)
+    row = {"vocab_size": vocab_size, "negatives": negatives, "draws_mean": statistics.mean(tries)}
+    row.update({f"{name}_ms": statistics.median(ts) * 1e3 for name, ts in times.items()})
+    row["speedup"] = row["sort_ms"] / row["scatter_ms"]
+    return row
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--vocab-sizes", type=int, nargs="+", default=[50_000, 793_471])
+    parser.add_argument("--negatives", type=int, default=8192)
+    parser.add_argument("--repeats", type=int, default=50)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=RESULTS / "sampler_cpu.json")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    rows = []
+    for v in args.vocab_sizes:
+        row = bench(v, args.negatives, args.repeats)
+        rows.append(row)
+        print(f"V={v:>8,} S={args.negatives}: scatter {row['scatter_ms']:.2f} ms, sort {row['sort_ms']:.2f} ms, "
+              f"{row['speedup']:.2f}x ({row['draws_mean']:,.0f} draws)", flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"benchmark": "sampler", "threads": args.threads, "torch": torch.__version__,
+                                    # a loaded machine slows the sort's parallel regions most: say how loaded
+                                    "load_average": os.getloadavg(), "rows": rows}, indent=2))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
