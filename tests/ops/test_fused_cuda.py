@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from spacy_elmo.ops import reference as R
+from tests.cuda_kernels import launched
 
 from . import test_fused_inputs as inputs
 
@@ -661,14 +662,6 @@ def _assert_first_of_equal_windows(arg, ids, widths):
         start += count
 
 
-def _forward_kernels(fn):
-    """fn's result and the names of the CUDA kernels it launched."""
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        result = fn()
-        torch.cuda.synchronize()
-    return result, [e.name for e in prof.events()]
-
-
 def _preset_char_inputs(gen, preset, n, dtype):
     from spacy_elmo.bilm.config import BiLMConfig
 
@@ -692,7 +685,7 @@ def test_char_cnn_tensor_core_kernel_matches_float64(preset, activation, dtype, 
     gen = torch.Generator().manual_seed(41)
     ids, emb, ws, bs = _preset_char_inputs(gen, preset, 203, dtype)
     ops = torch.ops.spacy_elmo
-    (out, arg), names = _forward_kernels(lambda: ops.char_cnn_forward(ids, emb, ws, bs, activation))
+    (out, arg), names = launched(lambda: ops.char_cnn_forward(ids, emb, ws, bs, activation))
     assert any("char_cnn_forward_mma_kernel" in n for n in names), names
     expected, convs = _char_cnn_float64(ids, emb, ws, bs, activation)
     tol = 1e-2 if dtype == torch.bfloat16 else 2e-3
@@ -714,7 +707,7 @@ def test_char_cnn_tensor_core_kernel_matches_float64(preset, activation, dtype, 
                                rtol=tol, atol=tol)
 
     monkeypatch.setenv("SPACY_ELMO_CHAR_CNN_MMA", "0")
-    (out0, arg0), names0 = _forward_kernels(lambda: ops.char_cnn_forward(ids, emb, ws, bs, activation))
+    (out0, arg0), names0 = launched(lambda: ops.char_cnn_forward(ids, emb, ws, bs, activation))
     assert not any("char_cnn_forward_mma_kernel" in n for n in names0)
     assert any("char_cnn_forward_kernel" in n for n in names0), names0
     torch.testing.assert_close(out0.double().cpu(), expected, rtol=tol, atol=tol)
@@ -728,12 +721,12 @@ def test_char_cnn_tensor_core_kernel_only_where_it_applies():
     gen = torch.Generator().manual_seed(42)
     ops = torch.ops.spacy_elmo
     ids, emb, ws, bs = _preset_char_inputs(gen, "small", 37, torch.float32)
-    (out, _), names = _forward_kernels(lambda: ops.char_cnn_forward(ids, emb, ws, bs, 0))
+    (out, _), names = launched(lambda: ops.char_cnn_forward(ids, emb, ws, bs, 0))
     assert not any("mma_kernel" in n for n in names) and any("char_cnn_forward_kernel" in n for n in names)
     torch.testing.assert_close(out.double().cpu(), _char_cnn_float64(ids, emb, ws, bs, 0)[0], rtol=1e-5, atol=1e-5)
     for shapes in ([(261, 16), (24, 16, 3), (24,)], [(261, 8), (32, 8, 3), (32,)]):
         emb, w, b = [t.to(DEV, torch.bfloat16) for t in _params(gen, shapes)]
-        (out, _), names = _forward_kernels(lambda: ops.char_cnn_forward(ids, emb, [w], [b], 0))
+        (out, _), names = launched(lambda: ops.char_cnn_forward(ids, emb, [w], [b], 0))
         assert not any("mma_kernel" in n for n in names), shapes
         torch.testing.assert_close(out.double().cpu(), _char_cnn_float64(ids, emb, [w], [b], 0)[0],
                                    rtol=1e-2, atol=1e-2)
@@ -770,6 +763,6 @@ def test_char_cnn_tensor_core_kernel_falls_back_for_misaligned_filters():
     base = _params(gen, [(1 + width * D * count,)])[0].to(DEV, torch.bfloat16)
     w = base[1:].view(width, D, count).permute(2, 1, 0)  # (count, D, width), packed layout underneath
     b = _params(gen, [(count,)])[0].to(DEV, torch.bfloat16)
-    (out, _), names = _forward_kernels(lambda: torch.ops.spacy_elmo.char_cnn_forward(ids, emb, [w], [b], 0))
+    (out, _), names = launched(lambda: torch.ops.spacy_elmo.char_cnn_forward(ids, emb, [w], [b], 0))
     assert not any("mma_kernel" in n for n in names) and any("char_cnn_forward_kernel" in n for n in names)
     torch.testing.assert_close(out.double().cpu(), _char_cnn_float64(ids, emb, [w], [b], 0)[0], rtol=1e-2, atol=1e-2)
