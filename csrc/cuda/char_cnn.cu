@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 
 #include <mma.h>
 
@@ -189,10 +190,11 @@ bool mma_compiled_for_device() {
 // filter's count multiples of 16, the widest filter's K in registers, W <= 64, shared memory <= 48 KB,
 // every packed filter 32-byte aligned (wmma::load_matrix_sync's rule: pack_filters keeps a caller's
 // weight that is already a view in the packed layout, storage offset and all).
-// SPACY_ELMO_CHAR_CNN_MMA=0 turns it off (to compare the two kernels).
+// SPACY_ELMO_CHAR_CNN_MMA=0 turns it off (to compare the two kernels); 1, unset or any other value
+// leaves it on (exactly "0": spacy_elmo/switches.py takes 0 | 1 and warns for another value).
 int mma_rows(const CharFilters& f, int W, int D) {
-  const char* off = std::getenv("SPACY_ELMO_CHAR_CNN_MMA");
-  if (off != nullptr && off[0] == '0') return 0;
+  const char* mma = std::getenv("SPACY_ELMO_CHAR_CNN_MMA");
+  if (mma != nullptr && std::strcmp(mma, "0") == 0) return 0;
   if (D % 16 != 0 || W > 16 * kMmaMaxMTiles) return 0;
   int widest = 1;
   for (int i = 0; i < f.n; ++i) {
