@@ -30,6 +30,7 @@ import os
 import platform
 import shlex
 import subprocess
+import sys
 import tempfile
 from typing import Callable, List, NamedTuple, Optional
 
@@ -50,15 +51,20 @@ class Flags(NamedTuple):
     message: str  # what setup.py prints about the choice, "" when nothing is worth saying
 
 
-def _load_warnings():
-    """spacy_elmo.errors.Warnings, loaded from its file (the package may not import yet)."""
-    spec = importlib.util.spec_from_file_location("_spacy_elmo_errors", os.path.join(HERE, "spacy_elmo", "errors.py"))
+def _load(name: str):
+    """spacy_elmo/NAME.py, loaded from its file as the module ``_spacy_elmo_NAME`` (the package may not
+    import yet)."""
+    spec = importlib.util.spec_from_file_location(f"_spacy_elmo_{name}", os.path.join(HERE, "spacy_elmo", f"{name}.py"))
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
     spec.loader.exec_module(module)
-    return module.Warnings
+    return module
 
 
-Warnings = _load_warnings()
+Warnings = _load("errors").Warnings
+#: spacy_elmo/switches.py (it imports errors.py as ``_spacy_elmo_errors`` when loaded so): setup.py reads
+#: SPACY_ELMO_NO_EXTENSION and SPACY_ELMO_CUDA with its read()
+switches = _load("switches")
 
 
 def torch_libomp(torch_dir: str) -> Optional[str]:

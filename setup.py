@@ -4,9 +4,10 @@ All metadata lives in pyproject.toml; this file only declares the extension.
 Install with ``pip install --no-build-isolation -e .`` after installing torch
 (a bare ``torch`` requirement in an isolated build would pull a CUDA wheel).
 
-Environment switches:
-  SPACY_ELMO_NO_EXTENSION=1  build nothing (pure-PyTorch reference path only)
-  SPACY_ELMO_CUDA=0|1|auto   CUDA kernels: never, always, or when torch has CUDA and nvcc exists
+Environment switches (read and checked by spacy_elmo/switches.py, through build_flags.py: another
+value warns and runs the default):
+  SPACY_ELMO_NO_EXTENSION=0|1   1: build nothing (pure-PyTorch reference path only); unset: 0
+  SPACY_ELMO_CUDA=0|1|auto      CUDA kernels: never, always, or when torch has CUDA and nvcc exists; unset: auto
 
 The compiler and linker flags per platform (Linux, macOS with or without torch's
 libomp, no extension on Windows) come from build_flags.py beside this file.
@@ -23,7 +24,7 @@ import build_flags  # noqa: E402  (beside this file; the package itself may not 
 
 
 def _extensions():
-    if os.environ.get("SPACY_ELMO_NO_EXTENSION") == "1":
+    if build_flags.switches.read(build_flags.switches.NO_EXTENSION) == "1":
         return [], {}
     import torch
 
@@ -38,7 +39,7 @@ def _extensions():
     if not sources:
         return [], {}
     cuda_sources = sorted(glob.glob("csrc/cuda/*.cu") + glob.glob("csrc/cuda/*.cpp"))
-    want_cuda = os.environ.get("SPACY_ELMO_CUDA", "auto")
+    want_cuda = build_flags.switches.read(build_flags.switches.CUDA)
     use_cuda = bool(cuda_sources) and (
         want_cuda == "1" or (want_cuda == "auto" and torch.version.cuda is not None and CUDA_HOME is not None)
     )

@@ -61,6 +61,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Union
 
 from benchmarks.fetch import sha256_file
+from spacy_elmo import switches
 
 ALLENNLP_VERSION = "2.10.1"
 WHEEL_NAME = f"allennlp-{ALLENNLP_VERSION}-py3-none-any.whl"
@@ -97,9 +98,7 @@ class AllenNLPUnavailable(RuntimeError):
 
 # -- fetching -----------------------------------------------------------------
 def default_cache_dir() -> Path:
-    root = os.environ.get("SPACY_ELMO_CACHE")
-    base = Path(root).expanduser() if root else Path.home() / ".cache" / "spacy-elmo"
-    return base / f"allennlp-{ALLENNLP_VERSION}"
+    return Path(switches.read(switches.CACHE)).expanduser() / f"allennlp-{ALLENNLP_VERSION}"
 
 
 def fetch_allennlp(cache_dir: Optional[PathLike] = None, timeout: float = 300.0) -> Path:

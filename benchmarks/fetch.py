@@ -10,7 +10,8 @@ client and unpacks it into a cache directory outside the repository:
 * :func:`debian_package` -- ``apt-get download NAME[=VERSION]`` (``apt-get update`` once if
   the package is unknown), then ``dpkg -x``.
 
-The cache root is ``$SPACY_ELMO_CACHE`` or ``~/.cache/spacy-elmo``.  Each fetch is
+The cache root is ``$SPACY_ELMO_CACHE`` or ``~/.cache/spacy-elmo`` (an empty value warns and means the
+latter: :mod:`spacy_elmo.switches`).  Each fetch is
 
 * idempotent: a second call finds ``<cache>/<registry>/<name>-<version>/`` and returns it;
 * atomic: download and extraction happen in a temporary sibling directory that is renamed
@@ -26,7 +27,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -55,8 +55,9 @@ class FetchError(RuntimeError):
 
 def cache_dir() -> Path:
     """Return the cache root: ``$SPACY_ELMO_CACHE`` or ``~/.cache/spacy-elmo`` (created)."""
-    root = os.environ.get("SPACY_ELMO_CACHE") or Path.home() / ".cache" / "spacy-elmo"
-    root = Path(root).expanduser()
+    from spacy_elmo import switches  # here: importing spacy_elmo imports torch, which a fetch does not need
+
+    root = Path(switches.read(switches.CACHE)).expanduser()
     root.mkdir(parents=True, exist_ok=True)
     return root
 

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+from spacy_elmo import switches
 from spacy_elmo.configs import CONFIG_DIR
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,8 +48,7 @@ SETTING_DOCS = {
 
 def bench_cache() -> Path:
     """Work directory root for benchmark data and trained pipelines (outside git)."""
-    root = os.environ.get("SPACY_ELMO_CACHE") or Path.home() / ".cache" / "spacy-elmo"
-    return Path(root).expanduser() / "bench"
+    return Path(switches.read(switches.CACHE)).expanduser() / "bench"
 
 
 # ---------------------------------------------------------------------------------------

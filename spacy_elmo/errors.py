@@ -1197,10 +1197,28 @@ class Warnings:
         "spacy_elmo._C loads but was built from an older spacy-elmo (it has no build_info()), so its kernels "
         "may not be this version's. Rebuild it: {fix}"
     )
-    W_INFO_UNKNOWN_ISA_CAP = (
-        "SPACY_ELMO_CPU_ISA={cap!r} is none of base, avx2, avx512, so the base table runs; unset it, or name "
-        "one of the three"
+    # The SPACY_ELMO_* environment switches (spacy_elmo.switches): a value a switch does not take, and
+    # what runs instead (each switch's fallback).
+    W_SWITCH_UNKNOWN = (
+        "{name}={value!r} is none of the values spacy-elmo takes for it ({accepted}), so {instead}. "
+        "Unset it, or set one of those."
     )
+    W_SWITCH_ANY_PATH = "a directory path, not empty"
+    W_SWITCH_INSTEAD_NO_EXTENSION = "spacy_elmo._C is built, as when it is unset"
+    W_SWITCH_INSTEAD_CUDA = (
+        "the CUDA kernels are built when torch has CUDA and nvcc exists (auto), as when it is unset"
+    )
+    W_SWITCH_INSTEAD_CPU_ISA = "the base CPU kernel table runs (the narrowest one)"
+    W_SWITCH_INSTEAD_CHAR_CNN_MMA = (
+        "the fp16/bf16 char CNN runs on tensor cores where it can (1), as when it is unset"
+    )
+    W_SWITCH_INSTEAD_LSTM_PRODUCTS = (
+        "the CUDA LSTM picks batched or per-direction products by dtype and size (auto), as when it is unset"
+    )
+    W_SWITCH_INSTEAD_KEEP_FREED_MEMORY = (
+        "pretrain keeps freed memory for reuse (1), as when it is unset"
+    )
+    W_SWITCH_INSTEAD_CACHE = "~/.cache/spacy-elmo is used, as when it is unset"
     W_INFO_GPU_NO_CODE = (
         "the CUDA kernels cannot run on it: they were compiled for {archs} only, none at or below its "
         "capability; rebuild with TORCH_CUDA_ARCH_LIST={cap} (pip install --no-build-isolation -e .)"

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import build_flags
+from spacy_elmo import switches
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -34,10 +35,27 @@ print(json.dumps({"ext": None if ext is None else {"cxx": ext.extra_compile_args
 """
 
 
-def declared(system):
+def declared(system, switches_set=None):
+    """What setup.py declares on ``system``, with the SPACY_ELMO_* switches ``switches_set`` and no other."""
+    env = {k: v for k, v in os.environ.items() if k not in switches.SWITCHES}
     res = subprocess.run([sys.executable, "-c", _DECLARED, system], cwd=ROOT, capture_output=True, text=True,
-                         check=True)
+                         check=True, env={**env, **(switches_set or {})})
     return json.loads(res.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize("name, value, builds", [
+    ("SPACY_ELMO_NO_EXTENSION", "1", False), ("SPACY_ELMO_NO_EXTENSION", "0", True),
+    ("SPACY_ELMO_NO_EXTENSION", "true", True), ("SPACY_ELMO_CUDA", "yes", True), ("SPACY_ELMO_CUDA", "0", True)])
+def test_setup_py_takes_its_switches_exactly_and_warns_for_another_value(name, value, builds):
+    """setup.py's two switches through spacy_elmo/switches.py (loaded by path): a value they do not take
+    ("true", "yes": silently a build, silently no CUDA) is a warning naming it, and the default runs."""
+    got = declared("Linux", {name: value})
+    assert (got["ext"] is not None) == builds
+    said = switches.problem(name, value)
+    if said is None:
+        assert got["stderr"] == ""
+    else:
+        assert f"{name}={value!r} is none of the values" in said and said in got["stderr"]
 
 
 def test_linux_keeps_gcc_openmp_flags():

@@ -11,7 +11,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from spacy_elmo import __version__, ops
+from spacy_elmo import __version__, ops, switches
 from spacy_elmo.cli import app
 from spacy_elmo.errors import Warnings
 from spacy_elmo.ops import extension
@@ -19,15 +19,17 @@ from spacy_elmo.ops import extension
 from .cli_text import plain
 
 
-def _info(*args, cap=None):
+def _info(*args, cap=None, switches_set=None, stderr=False):
     """The output of ``python -m spacy_elmo info *args`` in a process of its own (the kernel table is chosen
-    once per process) with SPACY_ELMO_CPU_ISA set to ``cap`` (None: unset)."""
-    env = {k: v for k, v in os.environ.items() if k != "SPACY_ELMO_CPU_ISA"}
+    once per process) with SPACY_ELMO_CPU_ISA set to ``cap`` (None: unset), the other SPACY_ELMO_* switches
+    ``switches_set`` and no other; with its stderr too if ``stderr``."""
+    env = {k: v for k, v in os.environ.items() if k not in switches.SWITCHES}
+    env.update(switches_set or {})
     if cap is not None:
         env["SPACY_ELMO_CPU_ISA"] = cap
     res = subprocess.run([sys.executable, "-m", "spacy_elmo", "info", *args], capture_output=True, text=True, env=env)
     assert res.returncode == 0, res.stderr[-2000:]
-    return res.stdout
+    return (res.stdout, res.stderr) if stderr else res.stdout
 
 
 def _cpu_flags():
@@ -158,8 +160,34 @@ def test_info_names_a_cpu_isa_setting_the_dispatch_does_not_know(cap):
     SPACY_ELMO_CPU_ISA=None' for the empty value, and called an unknown one a cap."""
     build = json.loads(_info("--json", cap=cap))["build"]
     assert (build["cpu_isa"], build["cpu_isa_cap"]) == ("base", cap)
-    text = plain(_info(cap=cap))
-    assert "CPU kernels: base (" + " ".join(Warnings.W_INFO_UNKNOWN_ISA_CAP.format(cap=cap).split()) + ")" in text
+    text, stderr = _info(cap=cap, stderr=True)
+    said = " ".join(switches.problem("SPACY_ELMO_CPU_ISA", cap).split())
+    assert "CPU kernels: base (" + said + ")" in plain(text)
+    assert "SPACY_ELMO_CPU_ISA" not in stderr  # info says it once, not also as the warning of the load
+
+
+def test_info_lists_the_switches_set_and_what_is_wrong_with_each(monkeypatch):
+    """Every SPACY_ELMO_* switch set, valid or not, on one line and in the JSON; an unknown value with the
+    warning's text (which names the value, the values it takes and what runs instead)."""
+    for name in switches.SWITCHES:
+        monkeypatch.delenv(name, raising=False)
+    assert "SPACY_ELMO_* set: none" in plain(CliRunner().invoke(app, ["info"]).output)
+    for name, value in {"SPACY_ELMO_CHAR_CNN_MMA": "false", "SPACY_ELMO_LSTM_PRODUCTS": "per-direction",
+                        "SPACY_ELMO_KEEP_FREED_MEMORY": "0", "SPACY_ELMO_CACHE": ""}.items():
+        monkeypatch.setenv(name, value)
+    facts = json.loads(CliRunner().invoke(app, ["info", "--json"]).output)["switches"]
+    mma = "SPACY_ELMO_CHAR_CNN_MMA='false' is none of the values spacy-elmo takes for it (0 | 1)"
+    cache = "SPACY_ELMO_CACHE='' is none of the values spacy-elmo takes for it (a directory path, not empty)"
+    assert {name: (f["value"], f["problem"] is None) for name, f in facts.items()} == {
+        "SPACY_ELMO_CHAR_CNN_MMA": ("false", False), "SPACY_ELMO_LSTM_PRODUCTS": ("per-direction", True),
+        "SPACY_ELMO_KEEP_FREED_MEMORY": ("0", True), "SPACY_ELMO_CACHE": ("", False)}
+    assert facts["SPACY_ELMO_CHAR_CNN_MMA"]["problem"].startswith(mma)
+    assert facts["SPACY_ELMO_CACHE"]["problem"].startswith(cache)
+    output = CliRunner().invoke(app, ["info"]).output
+    line = [row for row in output.splitlines() if row.startswith("SPACY_ELMO_* set:")]
+    assert len(line) == 1, output
+    assert f"SPACY_ELMO_CHAR_CNN_MMA=false ({mma}" in line[0] and "; SPACY_ELMO_LSTM_PRODUCTS=per-direction; " in line[0]
+    assert "; SPACY_ELMO_KEEP_FREED_MEMORY=0; " in line[0] and f"; SPACY_ELMO_CACHE= ({cache}" in line[0]
 
 
 @pytest.mark.parametrize("archs, line", [(["7.5", "9.0"], "compiled for the virtual architectures compute_75, compute_90"),

@@ -56,8 +56,10 @@ def test_distribution_version_is_the_package_version(tmp_path):
     """One version: the distribution's metadata reads spacy_elmo.__version__."""
     source = tmp_path / "src"
     (source / "spacy_elmo").mkdir(parents=True)
-    # what the sdist carries for setup.py: build_flags.py reads its messages from spacy_elmo/errors.py
-    for name in ("pyproject.toml", "setup.py", "build_flags.py", "README.md", "LICENSE", "spacy_elmo/errors.py"):
+    # what the sdist carries for setup.py: build_flags.py reads its messages from spacy_elmo/errors.py and
+    # its switches through spacy_elmo/switches.py
+    for name in ("pyproject.toml", "setup.py", "build_flags.py", "README.md", "LICENSE", "spacy_elmo/errors.py",
+                 "spacy_elmo/switches.py"):
         shutil.copy(ROOT / name, source / name)
     init = (ROOT / "spacy_elmo" / "__init__.py").read_text()
     bumped, n = re.subn(r'^__version__ = "[^"]*"', '__version__ = "9.9.9"', init, flags=re.M)

@@ -24,7 +24,8 @@ static const KernelTable* widest() {
 
 static const KernelTable* choose() {
   const KernelTable* best = widest();
-  // SPACY_ELMO_CPU_ISA=base|avx2|avx512 caps the choice (testing, benchmarking).
+  // SPACY_ELMO_CPU_ISA=base|avx2|avx512 caps the choice (testing, benchmarking); any other value
+  // (the empty one too) runs base, and spacy_elmo/switches.py warns for it when the extension loads.
   const char* cap = std::getenv("SPACY_ELMO_CPU_ISA");
   const std::string want = cap ? cap : "avx512";
 #if SPACY_ELMO_X86

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 
 #include <mma.h>
 
@@ -185,14 +186,17 @@ bool mma_compiled_for_device() {
   return known == 1;
 }
 
-// Rows of shared memory per token for the tensor-core kernel, or 0 where it cannot run: D and every
+// Rows of shared memory per token for the tensor-core kernel on elements T (its shared memory sized as the
+// launch sizes it, sizeof(T) bytes each), or 0 where it cannot run: D and every
 // filter's count multiples of 16, the widest filter's K in registers, W <= 64, shared memory <= 48 KB,
 // every packed filter 32-byte aligned (wmma::load_matrix_sync's rule: pack_filters keeps a caller's
 // weight that is already a view in the packed layout, storage offset and all).
-// SPACY_ELMO_CHAR_CNN_MMA=0 turns it off (to compare the two kernels).
+// SPACY_ELMO_CHAR_CNN_MMA=0 turns it off (to compare the two kernels); 1, unset or any other value
+// leaves it on (exactly "0": spacy_elmo/switches.py takes 0 | 1 and warns for another value).
+template <typename T>
 int mma_rows(const CharFilters& f, int W, int D) {
-  const char* off = std::getenv("SPACY_ELMO_CHAR_CNN_MMA");
-  if (off != nullptr && off[0] == '0') return 0;
+  const char* mma = std::getenv("SPACY_ELMO_CHAR_CNN_MMA");
+  if (mma != nullptr && std::strcmp(mma, "0") == 0) return 0;
   if (D % 16 != 0 || W > 16 * kMmaMaxMTiles) return 0;
   int widest = 1;
   for (int i = 0; i < f.n; ++i) {
@@ -201,7 +205,7 @@ int mma_rows(const CharFilters& f, int W, int D) {
     widest = f.width[i] > widest ? f.width[i] : widest;
   }
   const int rows = 16 * ((W + 15) / 16) + widest - 1;
-  return mma_shmem(rows, D, 2) <= kMmaShmemLimit ? rows : 0;
+  return mma_shmem(rows, D, sizeof(T)) <= kMmaShmemLimit ? rows : 0;
 }
 
 template <typename T>
@@ -237,7 +241,7 @@ __global__ void char_cnn_backward_kernel(const int64_t* __restrict__ ids, const 
 template <typename T>
 bool forward_mma(const int64_t* ids, const void* emb, const CharFilters& f, const void* bias, int64_t N, int W,
                  int D, int F, int activation, void* out, int32_t* arg, cudaStream_t stream) {
-  const int rows = mma_rows(f, W, D);
+  const int rows = mma_rows<T>(f, W, D);
   if (rows == 0 || !mma_compiled_for_device<T>()) return false;
   const dim3 grid(blocks_for(N, kMmaTokens), blocks_for(F / 16, kMmaWarps));
   char_cnn_forward_mma_kernel<T><<<grid, kMmaWarps * 32, mma_shmem(rows, D, sizeof(T)), stream>>>(

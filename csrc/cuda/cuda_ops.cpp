@@ -255,7 +255,8 @@ constexpr int64_t kFloat32BatchedMaxK = 2048;
 // the original preset's biLSTM layer at 32 x 20 took 5.0 ms batched against 2.8 ms per
 // direction; its products of K = 4096 and 16384, the projection and the backward's
 // dz @ W_rec^T); bf16 and the shallow products gained. SPACY_ELMO_LSTM_PRODUCTS=batched or
-// =per-direction overrides the choice (benchmarks/kernels.py compares the three).
+// =per-direction overrides the choice (benchmarks/kernels.py compares the three); auto, unset or
+// any other value keeps it (exact names: spacy_elmo/switches.py warns for another value).
 struct DirWeights {
   bool batched = false;
   at::Tensor stacked;             // (ndir, K, N) when batched

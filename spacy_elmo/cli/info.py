@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 import typer
 
-from .. import __version__, ops
+from .. import __version__, ops, switches
 from ..errors import Warnings
 from .app import app
 
@@ -54,6 +54,7 @@ def info_facts() -> Dict[str, Any]:
     with warnings.catch_warnings():
         # W_NO_EXTENSION: the reason and the fix are among the facts, printed once
         warnings.filterwarnings("ignore", message="spacy-elmo: the compiled extension")
+        warnings.simplefilter("ignore", switches.SwitchWarning)  # among the facts too ("switches")
         build = ops.build_info()
     return {
         "spacy_elmo": __version__,
@@ -65,6 +66,8 @@ def info_facts() -> Dict[str, Any]:
         "torch_threads": torch.get_num_threads(),
         "build": build.as_dict(),
         "gpus": _gpus(),
+        # the SPACY_ELMO_* switches set: value, and what is wrong with it (None: valid)
+        "switches": {name: {"value": value, "problem": problem} for name, (value, problem) in switches.set_now().items()},
     }
 
 
@@ -79,8 +82,9 @@ def _rows(facts: Dict[str, Any]) -> List[Tuple[str, str]]:
         rows.append(("Compiled kernels", "yes (spacy_elmo._C), but " + build["reason"]))
     else:
         isa, cap = build["cpu_isa"], build["cpu_isa_cap"]
-        if cap is not None and cap not in ("base", "avx2", "avx512"):
-            isa += " (" + Warnings.W_INFO_UNKNOWN_ISA_CAP.format(cap=cap) + ")"
+        cap_problem = switches.problem(switches.CPU_ISA, cap)
+        if cap_problem is not None:
+            isa += f" ({cap_problem})"
         elif isa != build["cpu_isa_supported"]:
             isa += f" (capped by SPACY_ELMO_CPU_ISA={cap}; this CPU runs {build['cpu_isa_supported']})"
         openmp = f"yes (_OPENMP {build['openmp_version']})" if build["openmp"] else Warnings.W_INFO_NO_OPENMP
@@ -96,6 +100,8 @@ def _rows(facts: Dict[str, Any]) -> List[Tuple[str, str]]:
     gpus = [f"{gpu['name']} (compute capability {gpu['capability']}"
             + (f"; {_gpu_note(gpu['capability'], compiled)})" if compiled else ")") for gpu in facts["gpus"]]
     rows.append(("GPU", "; ".join(gpus) or "none visible"))
+    rows.append(("SPACY_ELMO_* set", "; ".join(f"{name}={s['value']}" + (f" ({s['problem']})" if s["problem"] else "")
+                                                for name, s in facts["switches"].items()) or "none"))
     return rows
 
 
@@ -106,8 +112,8 @@ def info(
     """Print the versions and what runs here (paste it into a bug report).
 
     The spacy-elmo, Python, torch and spaCy versions; whether the compiled kernels load (if not, why and the
-    fix), the CPU kernel variant in use, OpenMP, torch's threads, the CUDA kernels' architectures and the GPUs
-    torch sees."""
+    fix), the CPU kernel variant in use, OpenMP, torch's threads, the CUDA kernels' architectures, the GPUs
+    torch sees, and the SPACY_ELMO_* switches set (each with what is wrong with it, where something is)."""
     facts = info_facts()
     if as_json:
         typer.echo(json.dumps(facts, indent=2))

@@ -8,6 +8,7 @@ import warnings
 from types import ModuleType
 from typing import Any, Dict, List, Optional, Tuple
 
+from .. import switches
 from ..errors import Warnings
 
 
@@ -33,6 +34,7 @@ def load_extension() -> Tuple[Optional[ModuleType], str]:
         warnings.warn(Warnings.W_NO_EXTENSION.format(reason=reason, fix=extension_fix()), RuntimeWarning,
                       stacklevel=3)
         return None, reason
+    switches.read(switches.CPU_ISA)  # warns for a value the kernel dispatch does not take (it runs base)
     return _C, ""
 
 
@@ -57,7 +59,7 @@ class BuildInfo:
     cpu_isa: Optional[str]  #: the CPU kernel table in use: base, avx2 or avx512
     cpu_isa_supported: Optional[str]  #: the widest table this CPU runs
     cpu_isa_cap: Optional[str]  #: SPACY_ELMO_CPU_ISA, which caps cpu_isa (None: unset; a value not named base,
-    #: avx2 or avx512, "" included, means base), as this process's environment holds it now
+    #: avx2 or avx512, "" included, means base: spacy_elmo.switches), as this process's environment holds it now
     openmp: Optional[bool]  #: compiled with OpenMP (without: the kernels' own loops run on one thread)
     openmp_version: Optional[int]  #: the compiler's _OPENMP (e.g. 201511, OpenMP 4.5); None without
     cuda: Optional[bool]  #: the CUDA kernels compiled in
@@ -78,7 +80,7 @@ def build_info() -> BuildInfo:
     OpenMP, and the CUDA kernels' architectures. Loads the extension (:func:`load_extension`) if
     nothing has yet."""
     module, reason = load_extension()
-    cap = os.environ.get("SPACY_ELMO_CPU_ISA")
+    cap = os.environ.get(switches.CPU_ISA)
     if module is None:
         return BuildInfo(False, reason, extension_fix(), None, None, cap, None, None, None, [])
     if not hasattr(module, "build_info"):  # built before build_info() existed: it loads, its facts are unknown

@@ -23,6 +23,7 @@ from typing import List, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
+from .. import switches
 from ..errors import Errors
 from . import reference
 from .extension import extension_fix, load_extension
@@ -419,6 +420,7 @@ def char_cnn(
     if _float64_on_gpu(embedding, "char_cnn", "embedding"):
         return reference.char_cnn(char_ids, embedding, weights, biases, activation)
     dtype = _run_dtype(embedding, "char_cnn", "embedding")
+    _check_switch(switches.CHAR_CNN_MMA, embedding)
     with _no_autocast(embedding.device.type):
         emb, *params = _cast([embedding, *weights, *biases], dtype)
         n = len(weights)
@@ -436,6 +438,13 @@ def highway(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
         x2, w, b = _cast([x.reshape(-1, shape[-1]), weight, bias], dtype)
         y, _ = _ops.highway_forward(x2, w, b)
     return _as_input(y.reshape(shape), x)
+
+
+def _check_switch(name: str, t: Tensor) -> None:
+    """Warn (once per value) where ``t``'s CUDA kernel reads the switch ``name`` and it holds a value the
+    kernel does not take (:func:`spacy_elmo.switches.read`); not inside a graph being compiled."""
+    if t.device.type == "cuda" and not torch.compiler.is_compiling():
+        switches.read(name)
 
 
 def _needs_grad(*tensors) -> bool:
@@ -458,6 +467,7 @@ def _lstm(
     c, p = weights[3].shape[0], weights[3].shape[-1]  # (C, P): the kernel names any other shape
     like = xs[0]
     dtype = _run_dtype(like, "lstm", "x")
+    _check_switch(switches.LSTM_PRODUCTS, like)
     with _no_autocast(like.device.type):
         xs = _cast(xs, dtype)
         weights = _cast(weights, dtype)

@@ -14,19 +14,19 @@ threshold, so freed blocks stay in the heap and are reused. The cost is that
 the process keeps its peak heap until it exits, which is what a training
 process wants and a library imported into someone else's process must not
 decide: only the ``pretrain`` command (and the benchmark that measures it) call
-it. ``SPACY_ELMO_KEEP_FREED_MEMORY=0`` turns it off.
+it. ``SPACY_ELMO_KEEP_FREED_MEMORY=0`` turns it off (``1`` or unset: on; another value warns and
+leaves it on: :mod:`spacy_elmo.switches`).
 """
 
 import ctypes
 import ctypes.util
-import os
 import platform
+
+from .. import switches
 
 M_TRIM_THRESHOLD = -1  # glibc's mallopt parameter numbers (malloc.h)
 M_MMAP_MAX = -4
 TRIM_THRESHOLD = 2**31 - 1  # mallopt takes a C int: trim only past 2 GiB of free heap top
-
-ENV_SWITCH = "SPACY_ELMO_KEEP_FREED_MEMORY"
 
 
 def _glibc():
@@ -45,7 +45,7 @@ def keep_freed_memory() -> bool:
     Returns True when the setting took effect; False on other C libraries, when
     ``SPACY_ELMO_KEEP_FREED_MEMORY=0`` or when glibc refused it.
     """
-    if os.environ.get(ENV_SWITCH, "1").strip().lower() in ("0", "false", "no", "off"):
+    if switches.read(switches.KEEP_FREED_MEMORY) == "0":
         return False
     libc = _glibc()
     if libc is None:

@@ -1,6 +1,8 @@
 """Stateful mode on both backends against the float64 oracle: batch sizes that change, a batch of
 only empty rows, and a module cast or moved after its states exist."""
 
+import functools
+
 import numpy as np
 import pytest
 import torch
@@ -61,13 +63,19 @@ def files_tensor_cores(tmp_path_factory):
 def test_stateful_batches_on_the_gpu_match_oracle(shapes, autocast, request):
     """The whole biLM on CUDA (fused kernels; the marker ids, the carried states and the new rows'
     zeros on the GPU), stateful over batches of changing sizes, against the float64 oracle; under
-    bf16 autocast within bf16's precision."""
+    bf16 autocast within bf16's precision. The char CNN runs on tensor cores exactly where the shapes
+    allow it under autocast (the profiler names the kernel), so the tensor-core kernel is what matched."""
+    from tests.cuda_kernels import launched
+
     opts, opt_path, weight_path = request.getfixturevalue(shapes)
     model = BiLM.from_allennlp(opt_path, weight_path, stateful=True, backend="fused").to("cuda")
     oracle = NumpyElmo(opts, weight_path)
+    tensor_cores = autocast and shapes == "files_tensor_cores"
     for sentences in BATCHES:
         with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
-            out = model(batch_to_ids(sentences).to("cuda"))
+            out, names = launched(functools.partial(model, batch_to_ids(sentences).to("cuda")))
+        assert any("char_cnn_forward_mma_kernel" in n for n in names) == tensor_cores, names
+        assert tensor_cores or any("char_cnn_forward_kernel" in n for n in names), names  # CUDA cores
         assert _worst(out, oracle.batch(sentences, stateful=True), sentences) < (5e-2 if autocast else 1e-5)
     assert model.carried_states[0].device.type == "cuda" and model.carried_states[0].shape[2] == 4
 

@@ -5,7 +5,9 @@ import warnings
 import pytest
 import torch
 
+from spacy_elmo import switches
 from spacy_elmo.ops import reference as R
+from tests.cuda_kernels import launched
 
 from . import test_fused_inputs as inputs
 
@@ -661,14 +663,6 @@ def _assert_first_of_equal_windows(arg, ids, widths):
         start += count
 
 
-def _forward_kernels(fn):
-    """fn's result and the names of the CUDA kernels it launched."""
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        result = fn()
-        torch.cuda.synchronize()
-    return result, [e.name for e in prof.events()]
-
-
 def _preset_char_inputs(gen, preset, n, dtype):
     from spacy_elmo.bilm.config import BiLMConfig
 
@@ -692,7 +686,7 @@ def test_char_cnn_tensor_core_kernel_matches_float64(preset, activation, dtype, 
     gen = torch.Generator().manual_seed(41)
     ids, emb, ws, bs = _preset_char_inputs(gen, preset, 203, dtype)
     ops = torch.ops.spacy_elmo
-    (out, arg), names = _forward_kernels(lambda: ops.char_cnn_forward(ids, emb, ws, bs, activation))
+    (out, arg), names = launched(lambda: ops.char_cnn_forward(ids, emb, ws, bs, activation))
     assert any("char_cnn_forward_mma_kernel" in n for n in names), names
     expected, convs = _char_cnn_float64(ids, emb, ws, bs, activation)
     tol = 1e-2 if dtype == torch.bfloat16 else 2e-3
@@ -714,12 +708,30 @@ def test_char_cnn_tensor_core_kernel_matches_float64(preset, activation, dtype, 
                                rtol=tol, atol=tol)
 
     monkeypatch.setenv("SPACY_ELMO_CHAR_CNN_MMA", "0")
-    (out0, arg0), names0 = _forward_kernels(lambda: ops.char_cnn_forward(ids, emb, ws, bs, activation))
+    (out0, arg0), names0 = launched(lambda: ops.char_cnn_forward(ids, emb, ws, bs, activation))
     assert not any("char_cnn_forward_mma_kernel" in n for n in names0)
     assert any("char_cnn_forward_kernel" in n for n in names0), names0
     torch.testing.assert_close(out0.double().cpu(), expected, rtol=tol, atol=tol)
     assert (arg0.long().cpu()[-2] == 0).all()
     _assert_first_of_equal_windows(arg0.long().cpu(), ids, [(w.shape[2], w.shape[0]) for w in ws])
+
+
+@pytest.mark.parametrize("value", ["1", "0x", "false", "off", ""])
+def test_char_cnn_mma_switch_takes_exactly_0_or_1(value, monkeypatch):
+    """SPACY_ELMO_CHAR_CNN_MMA turns the tensor-core kernel off for exactly "0" (the C++ looked at the
+    first character: "0x" turned it off, "false" and "off" did not, silently); 1 leaves it on, and any
+    other value leaves it on with a warning naming the variable and the value."""
+    gen = torch.Generator().manual_seed(45)
+    ids, emb, ws, bs = _preset_char_inputs(gen, "small", 37, torch.bfloat16)
+    monkeypatch.setattr(switches, "_warned", set())
+    monkeypatch.setenv("SPACY_ELMO_CHAR_CNN_MMA", value)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _, names = launched(lambda: fused.char_cnn(ids, emb, ws, bs, "relu"))
+    assert any("char_cnn_forward_mma_kernel" in n for n in names), names
+    said = [str(w.message) for w in caught if issubclass(w.category, switches.SwitchWarning)]
+    assert said == ([] if value == "1" else [switches.problem("SPACY_ELMO_CHAR_CNN_MMA", value)])
+    assert value == "1" or f"SPACY_ELMO_CHAR_CNN_MMA={value!r}" in said[0]
 
 
 def test_char_cnn_tensor_core_kernel_only_where_it_applies():
@@ -728,36 +740,43 @@ def test_char_cnn_tensor_core_kernel_only_where_it_applies():
     gen = torch.Generator().manual_seed(42)
     ops = torch.ops.spacy_elmo
     ids, emb, ws, bs = _preset_char_inputs(gen, "small", 37, torch.float32)
-    (out, _), names = _forward_kernels(lambda: ops.char_cnn_forward(ids, emb, ws, bs, 0))
+    (out, _), names = launched(lambda: ops.char_cnn_forward(ids, emb, ws, bs, 0))
     assert not any("mma_kernel" in n for n in names) and any("char_cnn_forward_kernel" in n for n in names)
     torch.testing.assert_close(out.double().cpu(), _char_cnn_float64(ids, emb, ws, bs, 0)[0], rtol=1e-5, atol=1e-5)
     for shapes in ([(261, 16), (24, 16, 3), (24,)], [(261, 8), (32, 8, 3), (32,)]):
         emb, w, b = [t.to(DEV, torch.bfloat16) for t in _params(gen, shapes)]
-        (out, _), names = _forward_kernels(lambda: ops.char_cnn_forward(ids, emb, [w], [b], 0))
+        (out, _), names = launched(lambda: ops.char_cnn_forward(ids, emb, [w], [b], 0))
         assert not any("mma_kernel" in n for n in names), shapes
         torch.testing.assert_close(out.double().cpu(), _char_cnn_float64(ids, emb, [w], [b], 0)[0],
                                    rtol=1e-2, atol=1e-2)
 
 
-@pytest.mark.parametrize("products", [None, "batched", "per-direction"])
+@pytest.mark.parametrize("products", [None, "batched", "per-direction", "auto", "Batched", "per_direction"])
 def test_bilstm_cuda_direction_products_batched_or_not(products, monkeypatch):
     """The time loop's products for both directions: one batched GEMM, or one per direction (float32
     with an inner dimension >= 2048: 4C = 2400 here, the backward's dz @ W_rec^T; the recurrent product,
     K = P, stays batched); forced either way by SPACY_ELMO_LSTM_PRODUCTS, forward and backward match the
-    float64 oracle."""
+    float64 oracle. auto is the choice unset; another value (it was ignored without a word) the same,
+    with a warning naming it."""
+    monkeypatch.setattr(switches, "_warned", set())
     if products is not None:
         monkeypatch.setenv("SPACY_ELMO_LSTM_PRODUCTS", products)
+    unknown = products not in (None, "batched", "per-direction", "auto")
     gen = torch.Generator().manual_seed(43)
     B, T, P, C = 6, 5, 16, 600
     lengths = torch.tensor([5, 2, 0, 5, 1, 4])
     ps = _params(gen, _bilstm_shapes(B, T, P, C), scale=0.2)
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof, \
+            warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         _assert_matches_float64(_bilstm_from_state(fused, lengths, DEV), _bilstm_from_state(R, lengths, "cpu"), ps)
     bmm = sum(e.count for e in prof.key_averages() if e.key == "aten::bmm")
     # forward: the recurrent product (K = P) and the projection (K = C), backward: dhp @ W_proj^T (K = P)
     # and dz @ W_rec^T (K = 4C = 2400), each once a step; the CPU reference runs no bmm
     steps = int(lengths.max())
-    assert bmm == {None: 3, "batched": 4, "per-direction": 0}[products] * steps
+    assert bmm == {"batched": 4, "per-direction": 0}.get(products, 3) * steps
+    said = [str(w.message) for w in caught if issubclass(w.category, switches.SwitchWarning)]
+    assert said == ([switches.problem("SPACY_ELMO_LSTM_PRODUCTS", products)] if unknown else [])
 
 
 def test_char_cnn_tensor_core_kernel_falls_back_for_misaligned_filters():
@@ -770,6 +789,6 @@ def test_char_cnn_tensor_core_kernel_falls_back_for_misaligned_filters():
     base = _params(gen, [(1 + width * D * count,)])[0].to(DEV, torch.bfloat16)
     w = base[1:].view(width, D, count).permute(2, 1, 0)  # (count, D, width), packed layout underneath
     b = _params(gen, [(count,)])[0].to(DEV, torch.bfloat16)
-    (out, _), names = _forward_kernels(lambda: torch.ops.spacy_elmo.char_cnn_forward(ids, emb, [w], [b], 0))
+    (out, _), names = launched(lambda: torch.ops.spacy_elmo.char_cnn_forward(ids, emb, [w], [b], 0))
     assert not any("mma_kernel" in n for n in names) and any("char_cnn_forward_kernel" in n for n in names)
     torch.testing.assert_close(out.double().cpu(), _char_cnn_float64(ids, emb, [w], [b], 0)[0], rtol=1e-2, atol=1e-2)

@@ -64,3 +64,11 @@ def test_environment_switch_turns_it_off():
     r = _probe("keep", {"SPACY_ELMO_KEEP_FREED_MEMORY": "0"})
     assert not r["applied"]
     assert r["mmap_during"] >= 100 * 2**20
+
+
+def test_environment_switch_takes_exactly_0():
+    """Only 0 turns it off; another value ("false" and "off" did, any case, unsaid) leaves it on with a
+    warning naming the value (spacy_elmo.switches)."""
+    r = _probe("keep", {"SPACY_ELMO_KEEP_FREED_MEMORY": "false"})
+    assert r["applied"]
+    assert r["mmap_during"] < 100 * 2**20
