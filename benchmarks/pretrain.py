@@ -3,8 +3,13 @@
 One training step = both LMs forward + backward over a ``(B, U)`` window, the
 sampled softmax (8192 log-uniform negatives of a 50k vocabulary), global-norm
 clipping and an Adagrad update: exactly what ``spacy-elmo pretrain`` runs
-(the data pipeline excluded). tokens/s counts ``B * U`` tokens per step (each
-token is read by both directions, as in bilm-tf's words-per-second).
+(the data pipeline excluded), its inputs prepared by the same function
+(``prepare_step``: char encoding, targets, the sampler's draw) and, as
+``pretrain`` does on the device (``--prefetch auto``: on with CUDA), one step
+ahead on a thread. ``host_prepare_ms``: that preparation alone, per step;
+``--prefetch both`` times each backend with the other setting too. tokens/s
+counts ``B * U`` tokens per step (each token is read by both directions, as in
+bilm-tf's words-per-second).
 
 Both backends run in one process, side by side, from the same weights and
 batches (the machines are shared: compare the ratio). Synthetic words of
@@ -33,6 +38,7 @@ from spacy_elmo.bilm import BiLM, BiLMConfig  # noqa: E402
 from spacy_elmo.ops import fused_available  # noqa: E402
 from spacy_elmo.training.lm import BidirectionalLM, encode_batch  # noqa: E402
 from spacy_elmo.training.malloc import keep_freed_memory  # noqa: E402
+from spacy_elmo.training.prefetch import StepPrefetcher, prefetch_default, prepare_step  # noqa: E402
 from spacy_elmo.training.sampler import LogUniformSampler  # noqa: E402
 from spacy_elmo.training.softmax import SoftmaxLayer  # noqa: E402
 from spacy_elmo.training.trainer import build_optimizer  # noqa: E402
@@ -79,16 +85,22 @@ def step_flops(config: BiLMConfig, n_unique: int, n_tokens: int, negatives: int)
     return 3.0 * (encoder + lstm + softmax)
 
 
-def make_step(lm, optimizer, sampler, char_table, vocab, device, use_amp, gen):
+def make_step(lm, optimizer, sampler, char_table, vocab, device, use_amp, gen, data, prefetch=False):
+    """``step(i)``: one training step on window ``data[i]`` (asked in order), its inputs prepared as
+    ``pretrain`` prepares them (:func:`~spacy_elmo.training.prefetch.prepare_step`), with ``prefetch`` one
+    step ahead on a thread (:class:`~spacy_elmo.training.prefetch.StepPrefetcher`). A prefetching step ends
+    once the next step's preparation, which overlaps it, is done too: its time is counted in this step's,
+    not in the next one's nor in another stepper's interleaved between them. ``step.close()`` stops the thread."""
     state = [None]
+    pin = device.type == "cuda"
+    prefetcher = StepPrefetcher(lambda i: prepare_step(data[i], vocab, char_table, sampler, gen, pin), gen, len(data),
+                                prefetch, device)
 
-    def step(fwd, bwd):
-        chars, i_f, i_b = encode_batch(fwd[:, :-1], bwd[:, :-1], char_table)
-        tg_f, tg_b = vocab.target_ids(fwd[:, 1:]).to(device), vocab.target_ids(bwd[:, 1:]).to(device)
-        lengths = torch.full((fwd.shape[0],), fwd.shape[1] - 1, dtype=torch.long, device=device)
-        sample = sampler.sample(gen)
+    def step(i):
+        inputs = prefetcher.get(i).to(device)
         with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=use_amp):
-            res = lm(chars.to(device), i_f.to(device), i_b.to(device), tg_f, tg_b, lengths, state[0], sample, sampler)
+            res = lm(inputs.chars, inputs.index_fwd, inputs.index_bwd, inputs.targets_fwd, inputs.targets_bwd,
+                     inputs.lengths, state[0], inputs.sample, sampler, inputs.logq)
         loss = (res.nll_fwd.mean() + res.nll_bwd.mean()) / 2
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -97,9 +109,33 @@ def make_step(lm, optimizer, sampler, char_table, vocab, device, use_amp, gen):
         state[0] = (res.state[0].detach(), res.state[1].detach())
         if device.type == "cuda":
             torch.cuda.synchronize()
+        prefetcher.wait()
         return float(loss.detach())
 
+    step.close = prefetcher.close
     return step
+
+
+def _rng_state(device):
+    return torch.get_rng_state(), (torch.cuda.get_rng_state(device) if device.type == "cuda" else None)
+
+
+def _set_rng_state(device, state):
+    torch.set_rng_state(state[0])
+    if device.type == "cuda":
+        torch.cuda.set_rng_state(state[1], device)
+
+
+def host_prepare_seconds(data, sampler, char_table, vocab, device):
+    """Median seconds of one step's host preparation alone (:func:`prepare_step`, pinned on CUDA), on the
+    main thread, nothing else running: what prefetching takes off the step's critical path."""
+    gen = torch.Generator().manual_seed(1)
+    times = []
+    for batch in data:
+        start = time.perf_counter()
+        prepare_step(batch, vocab, char_table, sampler, gen, pin=device.type == "cuda")
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
 
 
 def bench_preset(preset, backends, args, device):
@@ -111,8 +147,13 @@ def bench_preset(preset, backends, args, device):
     softmax0 = SoftmaxLayer(len(vocab), config.projection_dim)
     # One character table for every backend and the floor (it fills lazily, in the untimed warm-up).
     table = CharTable(vocab, config.max_characters_per_token)
-    steppers, times, losses = {}, {b: [] for b in backends}, {b: [] for b in backends}
-    for name in backends:
+    # The steppers: one per backend with steps prepared as `pretrain` prepares them on this device
+    # (--prefetch), and with --prefetch both one more per backend with the other setting.
+    main_prefetch = prefetch_default(device) if args.prefetch in ("auto", "both") else args.prefetch == "on"
+    settings = [main_prefetch] + ([not main_prefetch] if args.prefetch == "both" else [])
+    keys = [(name, p) for name in backends for p in settings]
+    steppers, times, losses = {}, {key: [] for key in keys}, {key: [] for key in keys}
+    for name, prefetch in keys:
         bilm = BiLM(config, backend=name)
         bilm.load_state_dict(base.state_dict())
         bilm.lstm.dropout = 0.1
@@ -121,15 +162,24 @@ def bench_preset(preset, backends, args, device):
         lm = BidirectionalLM(bilm, softmax).to(device).train()
         opt = build_optimizer("adagrad", None, lm.parameters())  # what `pretrain` uses
         sampler = LogUniformSampler(len(vocab), args.negatives)
-        steppers[name] = make_step(lm, opt, sampler, table, vocab, device,
-                                   device.type == "cuda" and args.bf16, torch.Generator().manual_seed(0))
-    # Interleave the backends step by step so both see the same machine load.
-    for i, (fwd, bwd) in enumerate(data):
-        for name in backends:
-            start = time.perf_counter()
-            losses[name].append(steppers[name](fwd, bwd))
-            if i >= args.warmup:
-                times[name].append(time.perf_counter() - start)
+        steppers[name, prefetch] = make_step(lm, opt, sampler, table, vocab, device, device.type == "cuda" and args.bf16,
+                                             torch.Generator().manual_seed(0), data, prefetch)
+    # Interleave the steppers step by step so all see the same machine load; each draws its dropout masks from
+    # its own copy of the RNG (swapped outside the timed step), so all see the same masks.
+    rng = {key: _rng_state(device) for key in keys}
+    try:
+        for i in range(len(data)):
+            for key in keys:
+                _set_rng_state(device, rng[key])
+                start = time.perf_counter()
+                losses[key].append(steppers[key](i))
+                if i >= args.warmup:
+                    times[key].append(time.perf_counter() - start)
+                rng[key] = _rng_state(device)
+    finally:
+        for stepper in steppers.values():
+            stepper.close()
+    prepare_s = host_prepare_seconds(data[args.warmup:], LogUniformSampler(len(vocab), args.negatives), table, vocab, device)
     tokens = args.batch_size * args.unroll
     # The floor: this step's FLOPs at the GEMM rate (the encoder's share depends on
     # how many distinct tokens each window holds).
@@ -138,12 +188,22 @@ def bench_preset(preset, backends, args, device):
     floor_tokens_per_s = tokens / (flops / (args.peak_gflops * 1e9))
     row = {"preset": preset, "batch": args.batch_size, "unroll": args.unroll, "negatives": args.negatives,
            "vocab": len(vocab), "unique_tokens_mean": statistics.mean(unique), "gflop_per_step": flops / 1e9,
-           "floor_tokens_per_s": floor_tokens_per_s, "backends": {}}
+           "floor_tokens_per_s": floor_tokens_per_s, "host_prepare_ms": prepare_s * 1e3, "prefetch": main_prefetch,
+           "backends": {}}
+
+    def measured(key):
+        median = statistics.median(times[key])
+        return {"tokens_per_s": tokens / median, "step_s_median": median, "step_s_all": times[key],
+                "gflops": flops / median / 1e9, "floor_fraction": tokens / median / floor_tokens_per_s,
+                "first_loss": losses[key][0]}
+
     for name in backends:
-        median = statistics.median(times[name])
-        row["backends"][name] = {"tokens_per_s": tokens / median, "step_s_median": median, "step_s_all": times[name],
-                                 "gflops": flops / median / 1e9, "floor_fraction": tokens / median / floor_tokens_per_s,
-                                 "first_loss": losses[name][0]}
+        row["backends"][name] = measured((name, main_prefetch))
+    if len(settings) > 1:  # --prefetch both: each backend with the other setting too, and whether the losses agree
+        other = not main_prefetch
+        row["other_prefetch"] = {"prefetch": other, "backends": {name: measured((name, other)) for name in backends},
+                                 "loss_max_abs_diff": max(abs(a - b) for name in backends
+                                                          for a, b in zip(losses[name, True], losses[name, False]))}
     if "fused" in backends and "reference" in backends:
         row["speedup_fused_vs_reference"] = row["backends"]["fused"]["tokens_per_s"] / row["backends"]["reference"]["tokens_per_s"]
     if "reference" in backends:
@@ -200,6 +260,9 @@ def build_parser():
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--prefetch", choices=["auto", "on", "off", "both"], default="auto",
+                        help="prepare each step's inputs one step ahead on a thread (auto: as pretrain does on this "
+                             "device, on with CUDA); both: auto's setting, and each backend with the other one beside it")
     parser.add_argument("--peak-gflops", type=float, default=None,
                         help="GFLOP/s of the floor (default: a GEMM measured at start, as benchmarks/kernels.py, in "
                              "the dtype the steps run in: bfloat16 on CUDA with --bf16, else float32)")
@@ -237,7 +300,14 @@ def main(argv=None) -> int:
                           for b in backends)
         ratio = row.get("speedup_fused_vs_reference")
         print(f"{preset:>9}  B={args.batch_size} U={args.unroll}  {cells}" + (f"  fused/reference {ratio:.2f}x" if ratio else "")
-              + f"  floor {row['floor_tokens_per_s']:.0f} tok/s = {row['floor_vs_reference']:.2f}x reference", flush=True)
+              + f"  floor {row['floor_tokens_per_s']:.0f} tok/s = {row['floor_vs_reference']:.2f}x reference"
+              + f"  host prep {row['host_prepare_ms']:.1f} ms/step, prefetch {'on' if row['prefetch'] else 'off'}", flush=True)
+        if "other_prefetch" in row:
+            other = row["other_prefetch"]
+            print(f"{'':>9}  " + "  ".join(
+                f"{b}: {1 / row['backends'][b]['step_s_median']:.3f} steps/s prefetch {'on' if row['prefetch'] else 'off'}, "
+                f"{1 / other['backends'][b]['step_s_median']:.3f} {'on' if other['prefetch'] else 'off'}" for b in backends)
+                + f"  losses differ by {other['loss_max_abs_diff']:.3g} at most", flush=True)
     lse = bench_logsumexp(args, device)
     print(f"sampled-softmax logsumexp ({lse['rows']} x {lse['negatives']}, fwd+bwd with its product): "
           f"torch {lse['torch.logsumexp'] * 1e3:.0f} ms, consuming {lse['ConsumingLogSumExp'] * 1e3:.0f} ms, "
@@ -256,7 +326,9 @@ def _result(args, device, kept, bf16, peak_dtype, rows, lse):
         "peak_gflops": args.peak_gflops, "peak_dtype": str(peak_dtype).replace("torch.", ""),
         "floor_note": "floor = tokens/s at peak_gflops (step_flops)",
         "rows": rows, "logsumexp": lse,
-        "note": "tokens/s = batch*unroll per training step (fwd+bwd LMs, sampled softmax, clip, Adagrad); medians",
+        "note": "tokens/s = batch*unroll per training step (fwd+bwd LMs, sampled softmax, clip, Adagrad, its inputs "
+                "prepared as pretrain does: prefetched one step ahead where a row's prefetch is true); medians; "
+                "host_prepare_ms: one step's input preparation alone (prepare_step), median",
     }
     if device.type == "cuda":
         result["gpu"] = torch.cuda.get_device_name(device)

@@ -3,8 +3,9 @@
     python scripts/profile_pretrain_step.py --device cuda --out $OUT/profile_pretrain_step.txt
 
 Builds the step of benchmarks/pretrain.py (B x 20 tokens, 8192 sampled negatives of a
-50k vocabulary, Adagrad; bf16 autocast on CUDA), warms up 3 steps, profiles --steps
-steps, prints per step the top ops and kernels by self device time (self CPU time on
+50k vocabulary, Adagrad; bf16 autocast on CUDA; its inputs prepared one step ahead on a thread
+where pretrain does, --prefetch), warms up 3 steps, times --steps steps, profiles the --steps
+after them, prints per step the top ops and kernels by self device time (self CPU time on
 the CPU) and the top CPU ops, and writes the profiler's full tables to --out.
 Then the same for the whole biLM's inference forward (--forward-runs, --forward-batch x 20
 tokens, as benchmarks/kernels.py's bf16 target row). Each run also prints its wall time a
@@ -36,23 +37,26 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--rows", type=int, default=12)
+    ap.add_argument("--prefetch", choices=["auto", "on", "off"], default="auto",
+                    help="the step's inputs prepared one step ahead on a thread (auto: as pretrain does, on with CUDA)")
     ap.add_argument("--out", type=Path, default=Path("/tmp/profile_pretrain_step.txt"))
     return ap
 
 
 def profile_run(title, run, inputs, args, device, tables, out) -> None:
-    """Warm up on 3 inputs, time the rest without the profiler, profile them, print and keep the tables."""
+    """Warm up on 3 inputs, time the next ``args.steps`` without the profiler, profile the ``args.steps`` after
+    them (``inputs``: 3 + 2 x steps), print and keep the tables."""
     cuda = device.type == "cuda"
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    n = args.steps
     for x in inputs[:3]:
         run(*x)
-    timed = iter(inputs[3:])
-    wall = timeit(lambda: run(*next(timed)), len(inputs) - 3, 0, device)[0] * 1e3  # median, synchronised
+    timed = iter(inputs[3 : 3 + n])
+    wall = timeit(lambda: run(*next(timed)), n, 0, device)[0] * 1e3  # median, synchronised
     with profile(activities=acts) as prof:
-        for x in inputs[3:]:
+        for x in inputs[3 + n : 3 + 2 * n]:
             run(*x)
         sync(device)
-    n = len(inputs) - 3
     ka = prof.key_averages()
     key = "device_time_total" if cuda else "self_cpu_time_total"
     tables.append(f"##### {title}, {n} steps\n"
@@ -89,11 +93,12 @@ def main(argv=None) -> None:
     tables: list = []
     device = torch.device(args.device)
     cuda = device.type == "cuda"
+    prefetch = P.prefetch_default(device) if args.prefetch == "auto" else args.prefetch == "on"
     for run in args.runs:
         backend, preset = run.split(":")
         config = P.BiLMConfig.preset(preset)
         vocab = P.synthetic_vocab(50000)
-        data = P.batches(vocab, args.batch_size, 20, 3 + args.steps)
+        data = P.batches(vocab, args.batch_size, 20, 3 + 2 * args.steps)
         torch.manual_seed(0)
         bilm = P.BiLM(config, backend=backend)
         bilm.lstm.dropout = 0.1
@@ -101,10 +106,14 @@ def main(argv=None) -> None:
         opt = P.build_optimizer("adagrad", None, lm.parameters())
         step = P.make_step(lm, opt, P.LogUniformSampler(len(vocab), 8192),
                            P.CharTable(vocab, config.max_characters_per_token), vocab, device, cuda,
-                           torch.Generator().manual_seed(0))
-        # the first 3 batches warm up; the wall time and the profile see the same later ones
-        profile_run(f"pretraining step {backend} {preset} B={args.batch_size}", step,
-                    data, args, device, tables, out)
+                           torch.Generator().manual_seed(0), data, prefetch)
+        # the first 3 batches warm up, the next steps are timed, the last ones profiled
+        try:
+            profile_run(f"pretraining step {backend} {preset} B={args.batch_size}"
+                        + (" (prefetched)" if prefetch else ""), step, [(i,) for i in range(len(data))],
+                        args, device, tables, out)
+        finally:
+            step.close()
     for run in args.forward_runs:
         backend, preset = run.split(":")
         torch.manual_seed(0)
@@ -116,7 +125,7 @@ def main(argv=None) -> None:
                 return model(ids)
 
         profile_run(f"inference forward {backend} {preset} B={args.forward_batch} x 20"
-                    + (" (bf16 autocast)" if cuda else ""), forward, [(ids,)] * (3 + args.steps),
+                    + (" (bf16 autocast)" if cuda else ""), forward, [(ids,)] * (3 + 2 * args.steps),
                     args, device, tables, out)
 
 

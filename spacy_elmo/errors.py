@@ -627,6 +627,10 @@ class Errors:
     )
 
     # --- pretraining and CLI (spacy_elmo.training, spacy_elmo.cli) ----------
+    E_PREFETCH_ORDER = (
+        "StepPrefetcher.get was asked for step {step} while step {ahead} was prepared ahead: ask for the steps in "
+        "order, from the first, or make a new StepPrefetcher starting at step {step}."
+    )
     E_SAMPLE_WITHOUT_SAMPLER = (
         "BidirectionalLM was given a sample but no sampler (sampled softmax): the sampled loss corrects every "
         "logit by the sampler's expected counts. Pass the LogUniformSampler that drew the sample as sampler=, "

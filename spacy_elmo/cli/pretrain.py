@@ -242,6 +242,10 @@ def pretrain(
     tokenize_processes: int = typer.Option(
         0, callback=_bounded("tokenize_processes"),
         help=f"Processes that tokenize the corpus (the cache is the same whatever their number); {AUTO_RULE}."),
+    prefetch: Optional[bool] = typer.Option(
+        None, "--prefetch/--no-prefetch",
+        help="Prepare each step's inputs (char encoding, targets, the sampler's draw) on a background thread while the "
+        "step before runs; the same losses either way (default: on with CUDA, off on the CPU)."),
     progress: bool = progress_option(),
     keep_freed_memory: bool = typer.Option(
         True, "--keep-freed-memory/--return-freed-memory",
@@ -266,7 +270,7 @@ def pretrain(
         unroll=unroll, negatives=negatives, optimizer=optimizer, lr=lr, dropout=dropout, clip=clip, seed=seed,
         resume=resume, device=device, backend=backend, init=init, new_vocab=new_vocab, model=config,
         checkpoint_every=checkpoint_every, state_sentences=state_sentences, sentences=sentences, max_length=max_length, log_every=log_every, threads=threads,
-        tokenize_processes=tokenize_processes, progress=progress,
+        tokenize_processes=tokenize_processes, progress=progress, prefetch=prefetch,
     )
     try:  # options that do not go together (--max-steps with --epochs, --unroll with --sentences, --init with
         cfg.validate()  # --preset): a usage error, as an option's value is, not a failed run

@@ -24,9 +24,11 @@ def checkpoint_path(output_dir: PathLike) -> Path:
     return Path(output_dir) / CHECKPOINT_NAME
 
 
-def rank_state(sampler_rng: torch.Generator, lstm_state, device: torch.device) -> Dict[str, Any]:
-    """This process's RNG states and carried LSTM state, on CPU."""
-    state: Dict[str, Any] = {"torch_rng": torch.get_rng_state(), "sampler_rng": sampler_rng.get_state()}
+def rank_state(sampler_state: torch.Tensor, lstm_state, device: torch.device) -> Dict[str, Any]:
+    """This process's RNG states and carried LSTM state, on CPU. ``sampler_state``: the sampler generator's
+    state as of the step boundary (:meth:`~.prefetch.StepPrefetcher.boundary_state`: before any draw made
+    ahead for the next step), the state a resume draws that step from."""
+    state: Dict[str, Any] = {"torch_rng": torch.get_rng_state(), "sampler_rng": sampler_state}
     if device.type == "cuda":
         state["cuda_rng"] = torch.cuda.get_rng_state(device)
     if lstm_state is not None:

@@ -23,6 +23,15 @@ class LMOutput(NamedTuple):
     state: LstmState
 
 
+class SampleLogQ(NamedTuple):
+    """The sampled softmax's corrections (:func:`~.softmax.log_expected_count`, float32) of a step's sample,
+    computed with its draw: of every target position ``(B, T)`` of each direction, and of the candidates ``(S,)``."""
+
+    targets_fwd: Tensor
+    targets_bwd: Tensor
+    candidates: Tensor
+
+
 class BidirectionalLM(nn.Module):
     def __init__(self, bilm: BiLM, softmax: SoftmaxLayer) -> None:
         super().__init__()
@@ -40,6 +49,7 @@ class BidirectionalLM(nn.Module):
         state: Optional[LstmState] = None,
         sample: Optional[Sample] = None,
         sampler: Optional[LogUniformSampler] = None,
+        logq: Optional[SampleLogQ] = None,
     ) -> LMOutput:
         """One truncated-BPTT window of both LMs.
 
@@ -47,7 +57,8 @@ class BidirectionalLM(nn.Module):
         (each encoded once); index_fwd / index_bwd: ``(B, T)`` rows of
         ``unique_chars`` read by each direction (the backward stream is already
         reversed); targets_*: ``(B, T)`` target ids; lengths: ``(B,)`` valid
-        prefix of each row. ``sample`` None means the full softmax.
+        prefix of each row. ``sample`` None means the full softmax; ``logq``: its corrections computed
+        beforehand (None: computed from the targets, on their device).
         """
         # Gathers by index_select / embedding rather than tensor[index] or tensor[mask]:
         # their backwards are index_add_ where indexing's is an accumulating index_put_
@@ -62,13 +73,18 @@ class BidirectionalLM(nn.Module):
         # gathered once, the logits are one product, and the softmax weight gets one dense
         # gradient instead of one per direction and lookup.
         h = torch.cat([o[-1].reshape(B * T, -1).index_select(0, valid) for o in (outs_f, outs_b)])
-        targets = torch.cat([targets_fwd.reshape(-1)[valid], targets_bwd.reshape(-1)[valid]])
+
+        def both(fwd: Tensor, bwd: Tensor) -> Tensor:  # the valid positions of both directions, as the rows of h
+            return torch.cat([fwd.reshape(-1)[valid], bwd.reshape(-1)[valid]])
+
+        targets = both(targets_fwd, targets_bwd)
         if sample is None:
             values = self.softmax.full_nll(h, targets)
         elif sampler is None:
             raise ValueError(Errors.E_SAMPLE_WITHOUT_SAMPLER)
         else:
-            values = self.softmax.sampled_nll(h, targets, sample, sampler, backend=self.bilm.backend)
+            corrections = None if logq is None else (both(logq.targets_fwd, logq.targets_bwd), logq.candidates)
+            values = self.softmax.sampled_nll(h, targets, sample, sampler, backend=self.bilm.backend, logq=corrections)
         n = values.shape[0] // 2
         nll = [values.new_zeros(B, T).masked_scatter(mask, part) for part in (values[:n], values[n:])]
         return LMOutput(nll[0], nll[1], final)

@@ -1,6 +1,7 @@
 """The output softmax shared by both LM directions: sampled for training, full for evaluation."""
 
 import math
+from typing import Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -8,6 +9,12 @@ from torch import Tensor, nn
 
 from .. import ops
 from .sampler import LogUniformSampler, Sample
+
+
+def log_expected_count(sampler: LogUniformSampler, ids: Tensor, num_tries: int) -> Tensor:
+    """The sampled softmax's correction of ``ids``: log of their expected count among ``num_tries`` draws
+    (float32), computed on ``ids``' device (float64 arithmetic there)."""
+    return torch.log(sampler.expected_count(ids, num_tries))
 
 
 class SoftmaxLayer(nn.Module):
@@ -35,7 +42,8 @@ class SoftmaxLayer(nn.Module):
         return torch.cat(out) if out else h.new_zeros(0, dtype=torch.float32)
 
     def sampled_nll(
-        self, h: Tensor, targets: Tensor, sample: Sample, sampler: LogUniformSampler, backend: str = "reference"
+        self, h: Tensor, targets: Tensor, sample: Sample, sampler: LogUniformSampler, backend: str = "reference",
+        logq: Optional[Tuple[Tensor, Tensor]] = None,
     ) -> Tensor:
         """TF's ``sampled_softmax_loss`` with ``remove_accidental_hits=True``.
 
@@ -43,11 +51,16 @@ class SoftmaxLayer(nn.Module):
         Every logit is corrected by ``-log(expected count)``; a candidate equal
         to the row's target is removed (its logit set to the lowest float). Returns ``(N,)``.
         ``backend`` (resolved, as ``BiLM.backend``) picks the candidates' log-sum-exp:
-        :func:`spacy_elmo.ops.sampled_logsumexp`.
+        :func:`spacy_elmo.ops.sampled_logsumexp`. ``logq``: the corrections ``(of targets (N,), of the
+        candidates (S,))`` as :func:`log_expected_count` gives them, computed beforehand (the training step's
+        host preparation, :func:`spacy_elmo.training.prefetch.prepare_step`); None: computed here, where the
+        ids are. Nothing is copied back to the host: a step on a GPU does not wait here for its kernels.
         """
         cand = sample.candidates.to(h.device)
-        true_logq = torch.log(sampler.expected_count(targets.cpu(), sample.num_tries)).to(h.device)
-        cand_logq = torch.log(sampler.expected_count(sample.candidates, sample.num_tries)).to(h.device)
+        if logq is None:
+            logq = (log_expected_count(sampler, targets, sample.num_tries),
+                    log_expected_count(sampler, sample.candidates, sample.num_tries))
+        true_logq, cand_logq = (q.to(h.device) for q in logq)
         # One lookup for targets and candidates: the (V, P) weight gets one dense gradient.
         # index_select, not w[rows]: its backward is an index_add_ (2.4 ms at V = 50,000,
         # 13,312 rows) where indexing's is an accumulating index_put_ (13 ms).

@@ -42,8 +42,9 @@ from ..ranks import torchrun_ranks
 from . import checkpoint as ckpt
 from . import data as corpus_data
 from .data import Corpus, build_corpus, cache_is_current, fingerprint, tokenization_change
-from .lm import BidirectionalLM, encode_batch
+from .lm import BidirectionalLM
 from .modelio import load_pretrained, save_pretrained
+from .prefetch import StepInputs, StepPrefetcher, prefetch_default, prepare_step
 from .sampler import LogUniformSampler
 from .sentences import SentenceBatcher
 from .softmax import SoftmaxLayer
@@ -92,6 +93,9 @@ class TrainConfig:
     progress: bool = True
     threads: Optional[int] = None
     tokenize_processes: int = 0  # worker processes tokenizing the corpus; 0: auto (data.tokenize_processes)
+    # Prepare each step's host-side inputs (char encoding, targets, the sampler's draw) one step ahead on a
+    # background thread (training.prefetch; the same losses either way). None: on with CUDA, off on the CPU.
+    prefetch: Optional[bool] = None
 
     def validate(self) -> None:
         positive = {"batch_size": self.batch_size, "unroll": self.unroll, "negatives": self.negatives,
@@ -121,6 +125,9 @@ class TrainConfig:
         if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
             raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name="threads", what="a positive integer (leave it out for torch's default)",
                                                              value=self.threads))
+        if self.prefetch not in (None, True, False):
+            raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name="prefetch", what="True, False or None (on with CUDA)",
+                                                             value=self.prefetch))
         if not isinstance(self.min_count, int) or self.min_count < 1:
             raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name="min_count", what="a positive integer", value=self.min_count))
         self._check_bound("lr")
@@ -793,7 +800,7 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
             if found.numel():
                 with _same_on_every_rank():
                     raise _diverged(step, "a weight", float(found[0]), out, last_saved)
-        ranks = [ckpt.rank_state(sampler_rng, state, device)]
+        ranks = [ckpt.rank_state(prefetcher.boundary_state(), state, device)]
         if world > 1:
             gathered: List[Any] = [None] * world
             dist.all_gather_object(gathered, ranks[0])
@@ -835,30 +842,35 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
             last_heldout = {k: v for k, v in last_heldout.items() if k not in ("step", "event", HELDOUT_DIGEST)}
 
     lm.train()
+    # Each step's host-side inputs (char encoding, targets, the sampler's draw) are prepared one step ahead on
+    # a thread (cfg.prefetch; by default on a GPU), in the same order as without: the same losses, bit for bit.
+    pin = device.type == "cuda"
+
+    def prepare(at: int) -> StepInputs:
+        epoch, k = divmod(at, batcher.steps_per_epoch)
+        return prepare_step(batcher.batch(epoch, k), vocab, char_table, None if full_softmax else sampler, sampler_rng, pin)
+
+    background = prefetch_default(device) if cfg.prefetch is None else cfg.prefetch
+    prefetcher = held.enter_context(StepPrefetcher(prepare, sampler_rng, total, background, device))  # stopped on every way out
     while step < total:
         epoch, k = divmod(step, batcher.steps_per_epoch)
+        host = prefetcher.get(step)
         if k == 0:
             state = None  # a new epoch reshuffles the streams: nothing to carry
         if isinstance(batcher, SentenceBatcher):  # cfg.sentences: every row a sentence from the start state, as the component reads them
-            fwd, bwd, lengths = batcher.batch(epoch, k)
-            state = bilm.start_state(fwd.shape[0], lm.softmax.weight)
-        else:
-            fwd, bwd = batcher.batch(epoch, k)
-            lengths = torch.full((cfg.batch_size,), cfg.unroll, dtype=torch.long)
-        chars, idx_f, idx_b = encode_batch(fwd[:, :-1], bwd[:, :-1], char_table)
-        tg_f, tg_b = vocab.target_ids(fwd[:, 1:]).to(device), vocab.target_ids(bwd[:, 1:]).to(device)
+            state = bilm.start_state(host.lengths.shape[0], lm.softmax.weight)
+        inputs = host.to(device)  # from the main thread: non-blocking from pinned memory on CUDA
         # Corpus tokens the step reads (each by both LMs): bilm-tf's count and
         # benchmarks/pretrain.py's, so the bar, the log and the benchmark agree.
-        n_targets = int(lengths.sum())
+        n_targets = host.n_targets
         step_tokens = n_targets * world
         if world > 1 and cfg.sentences:  # the ranks' batches differ in length: count every rank's targets
             count = torch.tensor([float(n_targets)], dtype=torch.float64, device=device)
             dist.all_reduce(count)
             step_tokens = int(count.item())
-        lengths = lengths.to(device)
-        sample = None if full_softmax else sampler.sample(sampler_rng)
         with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=use_amp):
-            res = model(chars.to(device), idx_f.to(device), idx_b.to(device), tg_f, tg_b, lengths, state, sample, sampler)
+            res = model(inputs.chars, inputs.index_fwd, inputs.index_bwd, inputs.targets_fwd, inputs.targets_bwd,
+                        inputs.lengths, state, inputs.sample, sampler, inputs.logq)
         # The mean over every rank's targets (padding is zero): DDP averages the ranks' gradients,
         # so each rank divides its sum by the mean count per rank, and a target weighs the same
         # whichever rank's batch it is in.

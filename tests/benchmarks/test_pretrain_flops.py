@@ -32,9 +32,9 @@ def test_step_flops_matches_torchs_flop_counter():
     sampler = LogUniformSampler(len(vocab), negatives)
     step = pb.make_step(lm, build_optimizer("adagrad", None, lm.parameters()), sampler,
                         CharTable(vocab, config.max_characters_per_token), vocab, torch.device("cpu"), False,
-                        torch.Generator().manual_seed(0))
+                        torch.Generator().manual_seed(0), [(fwd, bwd)])
     with FlopCounterMode(display=False) as counter:
-        step(fwd, bwd)
+        step(0)
     n_unique = torch.unique(torch.cat([fwd[:, :-1], bwd[:, :-1]], 1)).numel()
     B, n_tokens = fwd.shape[0], fwd.shape[0] * (fwd.shape[1] - 1)
     expected = pb.step_flops(config, n_unique, n_tokens, negatives)

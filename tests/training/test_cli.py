@@ -277,6 +277,16 @@ def test_pretrain_option_callbacks_accept_what_train_config_accepts(tmp_path, mo
         assert result.exit_code == (0 if valid else 2), (value, result.output)
 
 
+@pytest.mark.parametrize("flags, expected", [([], None), (["--prefetch"], True), (["--no-prefetch"], False)])
+def test_pretrain_prefetch_flags_reach_the_train_config(tmp_path, monkeypatch, flags, expected):
+    """--prefetch / --no-prefetch force the step preparation ahead on or off; neither: None (on with CUDA)."""
+    seen = []
+    monkeypatch.setattr("spacy_elmo.training.trainer.train", lambda cfg, on_step=None: seen.append(cfg) or {"rank": 1})
+    result = runner.invoke(app, ["pretrain", str(tmp_path / "t"), str(tmp_path / "o"), *flags, "--return-freed-memory"])
+    assert result.exit_code == 0, result.output
+    assert [cfg.prefetch for cfg in seen] == [expected]
+
+
 @pytest.mark.parametrize("lang", ["en", "de", "ja", "xx", "eng", "EN", "zz", "en.stop_words", ""])
 def test_lang_is_refused_at_parse_time_exactly_when_spacy_cannot_build_it(tmp_path, monkeypatch, lang):
     """--lang's callback is no stricter and no looser than make_nlp (spacy.blank, with the rule-based

@@ -66,7 +66,9 @@ def _resume_worker(rank: int, world: int, port: int, train_path: str, root: str)
     from spacy_elmo.training.trainer import train
 
     def run(out, on_step=None, **kw):
-        cfg = tiny_train_config(train_path, os.path.join(root, out), max_steps=6, checkpoint_every=3, log_every=1, **kw)
+        # each rank's steps prepared ahead (off by default on the CPU): its sampler state saved at the step boundary
+        cfg = tiny_train_config(train_path, os.path.join(root, out), max_steps=6, checkpoint_every=3, log_every=1,
+                                prefetch=True, **kw)
         train(cfg, on_step=on_step)
 
     run("straight")

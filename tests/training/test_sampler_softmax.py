@@ -5,6 +5,8 @@ import math
 import pytest
 import torch
 
+from torch.utils._python_dispatch import TorchDispatchMode
+
 from spacy_elmo.training.sampler import LogUniformSampler, Sample
 from spacy_elmo.training.softmax import SoftmaxLayer
 
@@ -258,3 +260,42 @@ def test_lm_refuses_a_sample_without_its_sampler():
     sample = LogUniformSampler(V, 12).sample(torch.Generator().manual_seed(1))
     with pytest.raises(ValueError, match=r"a sample but no sampler.*sampler=.*sample=None"):
         lm(chars, idx, idx, tg, tg, lengths, None, sample)
+
+
+class _HostCopies(TorchDispatchMode):
+    """Records every copy of a tensor from another device to the CPU (a ``.cpu()``, ``.to("cpu")``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.found = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.ops.aten._to_copy.default:
+            source, target = args[0], kwargs.get("device")
+        elif func is torch.ops.aten.copy_.default:
+            source, target = args[1], args[0].device
+        else:
+            source = target = None
+        if isinstance(source, torch.Tensor) and source.device.type != "cpu" and target is not None \
+                and torch.device(target).type == "cpu":
+            self.found.append(func)
+        return func(*args, **kwargs)
+
+
+def test_sampled_softmax_copies_nothing_back_to_the_host(monkeypatch):
+    """On a device that is not the host (meta: shapes only) the sampled loss runs without a copy to the
+    host: on a GPU each such copy waited for every kernel queued before it. (The reference backend's
+    accidental-hit rows are a nonzero, whose data-dependent size meta can only assume.)"""
+    import torch.fx.experimental._config as fx_config
+
+    monkeypatch.setattr(fx_config, "meta_nonzero_assume_all_nonzero", True, raising=False)
+    V, P, N = 40, 6, 25
+    softmax = SoftmaxLayer(V, P).to("meta")
+    sampler = LogUniformSampler(V, 12)
+    sample = sampler.sample(torch.Generator().manual_seed(0))  # drawn on the host, as always
+    h, targets = torch.empty(N, P, device="meta"), torch.empty(N, dtype=torch.long, device="meta")
+    with _HostCopies() as copies:
+        nll = softmax.sampled_nll(h, targets, sample, sampler)
+    assert nll.shape == (N,) and nll.device.type == "meta"
+    assert copies.found == []

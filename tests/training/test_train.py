@@ -87,13 +87,17 @@ def test_per_sentence_evaluation_of_one_sentence_equals_the_stream(tmp_path):
         assert alone[key] == pytest.approx(stream[key], abs=1e-5)
 
 
+@pytest.mark.parametrize("prefetch", [None, True], ids=["default", "prefetch"])
 @pytest.mark.parametrize("sentences", [False, True], ids=["streams", "sentences"])
-def test_resume_after_kill_continues_exactly(tmp_path, sentences):
+def test_resume_after_kill_continues_exactly(tmp_path, sentences, prefetch):
+    """Also with each step's inputs prepared ahead (forced on: off by default on the CPU), whose draw
+    for the step after the checkpoint is made before the checkpoint is written."""
     train_file = write_corpus(tmp_path / "train.txt", 300)
     N = 5
     straight = tmp_path / "straight"
     # with sentences: long ones are cut; log windows of 3 steps straddle the checkpoints
     mode = dict(sentences=True, max_length=7, log_every=3) if sentences else dict(log_every=3)
+    mode["prefetch"] = prefetch
     train(tiny_train_config(train_file, straight, max_steps=2 * N, checkpoint_every=N, **mode))
 
     killed = tmp_path / "killed"
