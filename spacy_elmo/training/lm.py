@@ -97,6 +97,6 @@ def encode_batch(type_fwd: Tensor, type_bwd: Tensor, char_table) -> Tuple[Tensor
     # region that, on busy cores, waits for a scheduler slice (LogUniformSampler says more).
     both = np.concatenate([type_fwd.numpy(), type_bwd.numpy()], 1)
     unique, inverse = np.unique(both, return_inverse=True)
-    inverse = torch.from_numpy(inverse.reshape(both.shape).astype(np.int64, copy=False))
+    rows = torch.from_numpy(inverse.reshape(both.shape).astype(np.int64, copy=False))
     T = type_fwd.shape[1]
-    return char_table(torch.from_numpy(unique)), inverse[:, :T], inverse[:, T:]
+    return char_table(torch.from_numpy(unique)), rows[:, :T], rows[:, T:]
