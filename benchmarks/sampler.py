@@ -1,8 +1,9 @@
 """The log-uniform sampler's draw, which runs on the host before every pretraining step:
-``LogUniformSampler.sample`` (first draws found by a scatter into a ``(V,)`` table)
-against the sort-based way it replaced (``torch.unique`` of every draw, then an argsort
-of the first positions), on the same generator seeds, interleaved, medians. Both must
-return the same sample; the run fails otherwise.
+``LogUniformSampler.sample`` (NumPy, one thread; first draws found by a minimum scattered
+into a ``(V,)`` table) against the way it replaced (torch ops, ``torch.unique`` of every
+draw, then an argsort of the first positions), on the same generator seeds, interleaved,
+medians. Both must return the same sample; the run fails otherwise. Run it with
+``--threads 1`` and ``2``: torch's ops enter OpenMP regions, which wait on busy cores.
 
     python benchmarks/sampler.py [--vocab-sizes 50000 793471] [--negatives 8192] [--threads 2]
 """
@@ -26,14 +27,20 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def sort_based_sample(sampler: LogUniformSampler, generator: torch.Generator) -> Sample:
-    """The baseline: the same chunked draws, distinct ids by ``torch.unique`` (a sort)."""
+    """The baseline, as the sampler was before session 34: the same chunked draws computed by torch
+    ops, distinct ids by ``torch.unique`` (a sort), their first draws by an argsort."""
     want = sampler.num_sampled
-    draws = sampler._draw(max(2 * want, 64), generator)
+
+    def draw(n: int) -> torch.Tensor:
+        u = torch.rand(n, generator=generator, dtype=torch.float64)
+        return (torch.floor(torch.exp(u * sampler._log_range)).long() - 1).clamp_(0, sampler.vocab_size - 1)
+
+    draws = draw(max(2 * want, 64))
     while True:
         unique, inverse = torch.unique(draws, return_inverse=True)
         if unique.numel() >= want:
             break
-        draws = torch.cat([draws, sampler._draw(max(draws.numel(), 64), generator)])
+        draws = torch.cat([draws, draw(max(draws.numel(), 64))])
     first = torch.full((unique.numel(),), draws.numel(), dtype=torch.long)
     first.scatter_reduce_(0, inverse, torch.arange(draws.numel()), reduce="amin")
     order = first.argsort()[:want]
@@ -42,7 +49,7 @@ def sort_based_sample(sampler: LogUniformSampler, generator: torch.Generator) ->
 
 def bench(vocab_size: int, negatives: int, repeats: int) -> dict:
     sampler = LogUniformSampler(vocab_size, negatives)
-    impls = {"scatter": lambda g: sampler.sample(g), "sort": lambda g: sort_based_sample(sampler, g)}
+    impls = {"numpy_scatter": lambda g: sampler.sample(g), "torch_sort": lambda g: sort_based_sample(sampler, g)}
     times = {name: [] for name in impls}
     tries = []
     for i in range(repeats + 3):
@@ -53,13 +60,13 @@ def bench(vocab_size: int, negatives: int, repeats: int) -> dict:
             results[name] = fn(gen)
             if i >= 3:
                 times[name].append(time.perf_counter() - start)
-        a, b = results["scatter"], results["sort"]
+        a, b = results["numpy_scatter"], results["torch_sort"]
         if not (torch.equal(a.candidates, b.candidates) and a.num_tries == b.num_tries):
             raise SystemExit(f"the two samplers differ at seed {i} (V={vocab_size}, S={negatives})")
         tries.append(a.num_tries)
     row = {"vocab_size": vocab_size, "negatives": negatives, "draws_mean": statistics.mean(tries)}
     row.update({f"{name}_ms": statistics.median(ts) * 1e3 for name, ts in times.items()})
-    row["speedup"] = row["sort_ms"] / row["scatter_ms"]
+    row["speedup"] = row["torch_sort_ms"] / row["numpy_scatter_ms"]
     return row
 
 
@@ -76,7 +83,8 @@ def main(argv=None) -> int:
     for v in args.vocab_sizes:
         row = bench(v, args.negatives, args.repeats)
         rows.append(row)
-        print(f"V={v:>8,} S={args.negatives}: scatter {row['scatter_ms']:.2f} ms, sort {row['sort_ms']:.2f} ms, "
+        print(f"V={v:>8,} S={args.negatives}: numpy scatter {row['numpy_scatter_ms']:.2f} ms, "
+              f"torch sort {row['torch_sort_ms']:.2f} ms, "
               f"{row['speedup']:.2f}x ({row['draws_mean']:,.0f} draws)", flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"benchmark": "sampler", "threads": args.threads, "torch": torch.__version__,

@@ -3,6 +3,7 @@ stacks) plus one softmax shared by both directions. No spaCy here."""
 
 from typing import NamedTuple, Optional, Tuple
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -24,7 +25,7 @@ class LMOutput(NamedTuple):
 
 
 class SampleLogQ(NamedTuple):
-    """The sampled softmax's corrections (:func:`~.softmax.log_expected_count`, float32) of a step's sample,
+    """The sampled softmax's corrections (:meth:`~.sampler.LogUniformSampler.log_expected_count`, float32) of a step's sample,
     computed with its draw: of every target position ``(B, T)`` of each direction, and of the candidates ``(S,)``."""
 
     targets_fwd: Tensor
@@ -92,7 +93,10 @@ class BidirectionalLM(nn.Module):
 
 def encode_batch(type_fwd: Tensor, type_bwd: Tensor, char_table) -> Tuple[Tensor, Tensor, Tensor]:
     """Input type ids ``(B, T)`` of both directions -> ``(unique_chars (U, W), index_fwd, index_bwd)``."""
-    both = torch.cat([type_fwd, type_bwd], 1)
-    unique, inverse = torch.unique(both, return_inverse=True)
+    # NumPy's unique (one thread) for the host's preparation of a step: torch's sort enters an OpenMP
+    # region that, on busy cores, waits for a scheduler slice (LogUniformSampler says more).
+    both = np.concatenate([type_fwd.numpy(), type_bwd.numpy()], 1)
+    unique, inverse = np.unique(both, return_inverse=True)
+    rows = torch.from_numpy(inverse.reshape(both.shape).astype(np.int64, copy=False))
     T = type_fwd.shape[1]
-    return char_table(unique), inverse[:, :T], inverse[:, T:]
+    return char_table(torch.from_numpy(unique)), rows[:, :T], rows[:, T:]

@@ -24,7 +24,6 @@ from torch import Tensor
 from ..errors import Errors
 from .lm import SampleLogQ, encode_batch
 from .sampler import LogUniformSampler, Sample
-from .softmax import log_expected_count
 from .vocab import CharTable, Vocab
 
 #: The name (prefix) of the preparing thread.
@@ -74,7 +73,7 @@ def prepare_step(
     sample = logq = None
     if sampler is not None:
         sample = sampler.sample(generator)
-        logq = SampleLogQ(*(log_expected_count(sampler, ids, sample.num_tries)
+        logq = SampleLogQ(*(sampler.log_expected_count(ids, sample.num_tries)
                             for ids in (targets_fwd, targets_bwd, sample.candidates)))
     inputs = StepInputs(chars, index_fwd, index_bwd, targets_fwd, targets_bwd, lengths, int(lengths.sum()), sample, logq)
     return _each_tensor(inputs, Tensor.pin_memory) if pin else inputs

@@ -11,12 +11,6 @@ from .. import ops
 from .sampler import LogUniformSampler, Sample
 
 
-def log_expected_count(sampler: LogUniformSampler, ids: Tensor, num_tries: int) -> Tensor:
-    """The sampled softmax's correction of ``ids``: log of their expected count among ``num_tries`` draws
-    (float32), computed on ``ids``' device (float64 arithmetic there)."""
-    return torch.log(sampler.expected_count(ids, num_tries))
-
-
 class SoftmaxLayer(nn.Module):
     """``weight (V, P)``, ``bias (V,)``; bilm-tf init: N(0, 1/sqrt(P)), bias 0."""
 
@@ -52,14 +46,14 @@ class SoftmaxLayer(nn.Module):
         to the row's target is removed (its logit set to the lowest float). Returns ``(N,)``.
         ``backend`` (resolved, as ``BiLM.backend``) picks the candidates' log-sum-exp:
         :func:`spacy_elmo.ops.sampled_logsumexp`. ``logq``: the corrections ``(of targets (N,), of the
-        candidates (S,))`` as :func:`log_expected_count` gives them, computed beforehand (the training step's
+        candidates (S,))`` as :meth:`LogUniformSampler.log_expected_count` gives them, computed beforehand (the training step's
         host preparation, :func:`spacy_elmo.training.prefetch.prepare_step`); None: computed here, where the
         ids are. Nothing is copied back to the host: a step on a GPU does not wait here for its kernels.
         """
         cand = sample.candidates.to(h.device)
         if logq is None:
-            logq = (log_expected_count(sampler, targets, sample.num_tries),
-                    log_expected_count(sampler, sample.candidates, sample.num_tries))
+            logq = (sampler.log_expected_count(targets, sample.num_tries),
+                    sampler.log_expected_count(sample.candidates, sample.num_tries))
         true_logq, cand_logq = (q.to(h.device) for q in logq)
         # One lookup for targets and candidates: the (V, P) weight gets one dense gradient.
         # index_select, not w[rows]: its backward is an index_add_ (2.4 ms at V = 50,000,

@@ -145,4 +145,6 @@ class CharTable:
         if needed > self._rows.shape[0]:
             # Grow to all known types at once: one pass, not one per batch.
             self._grow(max(needed, len(self.vocab.types)))
-        return self._rows[type_ids.reshape(-1).cpu()].long().reshape(*type_ids.shape, self.max_chars)
+        # NumPy's gather (one thread): see encode_batch
+        rows = self._rows.numpy()[type_ids.reshape(-1).cpu().numpy()].astype(np.int64)
+        return torch.from_numpy(rows).reshape(*type_ids.shape, self.max_chars)

@@ -2,11 +2,13 @@
 the same draws and losses as without, the checkpoint's sampler state at the step boundary, errors and
 interrupts that leave no thread behind."""
 
+import math
 import threading
 import traceback
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from spacy_elmo.training import trainer as trainer_module
 from spacy_elmo.training.prefetch import THREAD_NAME, StepPrefetcher
@@ -192,3 +194,46 @@ def test_lm_with_corrections_prepared_on_the_host_equals_computing_them():
     for a, b in zip(given[:2], computed[:2]):
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
         assert bool((a > 0).any())
+
+
+class _TorchOps(TorchDispatchMode):
+    """The names of the torch ops dispatched inside the block."""
+
+    def __init__(self):
+        super().__init__()
+        self.names = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.add(func.overloadpacket.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+def test_prepare_step_does_its_math_in_numpy():
+    # torch's sort, gathers and transcendental ops on a step's ~10^4 draws enter OpenMP regions that wait
+    # for a scheduler slice on busy cores (ms each); NumPy's run in the calling thread. What torch still
+    # does here is creation, views, the generator's uniforms and a few elementwise ops on the (B, T) ids.
+    from spacy_elmo.training.prefetch import prepare_step
+    from spacy_elmo.training.vocab import CharTable, Vocab
+
+    vocab = Vocab(["<S>", "</S>", "<UNK>"] + [f"w{i}" for i in range(300)], size=200)
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 303, (2, 8, 11), generator=gen)
+    table = CharTable(vocab, 50)
+    sampler = LogUniformSampler(200, 64)
+    prepare_step((ids[0], ids[1]), vocab, table, sampler, gen)  # the char table fills on first use
+    with _TorchOps() as ops:
+        inputs = prepare_step((ids[0], ids[1]), vocab, table, sampler, gen)
+    allowed = {"full", "full_like", "slice", "select", "view", "detach", "lift_fresh", "alias", "max", "_local_scalar_dense",
+               "lt", "where", "rand", "_to_copy", "sum"}
+    assert ops.names <= allowed, ops.names - allowed
+    # and the inputs are what the torch path gives
+    both = torch.cat([ids[0][:, :-1], ids[1][:, :-1]], 1)
+    unique, inverse = torch.unique(both, return_inverse=True)
+    assert torch.equal(inputs.index_fwd, inverse[:, :10]) and torch.equal(inputs.index_bwd, inverse[:, 10:])
+    assert torch.equal(inputs.chars, table(unique)) and inputs.chars.dtype == torch.long
+    # log q against float64 arithmetic of its own: log(1 - (1 - P(k)) ** tries)
+    k = inputs.targets_fwd.double()
+    p = torch.log((k + 2) / (k + 1)) / math.log(200 + 1)
+    want = torch.log(1 - (1 - p) ** inputs.sample.num_tries)
+    assert inputs.logq.targets_fwd.dtype == torch.float32
+    assert torch.allclose(inputs.logq.targets_fwd.double(), want, rtol=1e-6, atol=0)
