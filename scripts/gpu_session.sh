@@ -57,7 +57,7 @@ if [ "$QUICK" = 1 ]; then PRESETS="small"; else PRESETS="original small"; fi
 # reported as failed and the others still run (2026-11-26, torch 2.11+cu130 on that image: every C++
 # exception thrown from the extension, a minimal load_inline one included, ended the process with SIGSEGV).
 if [ "$DEVICE" = cuda ]; then
-  TESTS_STEP=tests_cuda TESTS="-m cuda tests/ops/test_fused_cuda.py tests/bilm/test_stateful.py"
+  TESTS_STEP=tests_cuda TESTS="-m cuda tests/ops/test_fused_cuda.py tests/bilm/test_stateful.py tests/training/test_prefetch.py"
   if $PY -c "import xdist" 2>/dev/null; then TESTS="-n 4 $TESTS"; fi
 else
   TESTS_STEP=tests_ops TESTS="tests/ops"
@@ -178,7 +178,9 @@ sys.exit(0 if '$DEVICE' != 'cuda' or (fused.built_with_cuda() and torch.cuda.is_
       step 75 kernels_bf16 $PY benchmarks/kernels.py --device cuda --whole-model --autocast bf16 --presets $PRESETS $BF16_SHAPES --out "$OUT/${STEM}_bf16"
     fi
     step 100 kernels $PY benchmarks/kernels.py --device "$DEVICE" --whole-model --presets $PRESETS $SHAPES --out "$OUT/$STEM"
-    step 150 pretrain $PY benchmarks/pretrain.py --device "$DEVICE" --presets $PRESETS --batch-size 128 --out "$OUT/pretrain_$DEVICE.json"
+    # --prefetch both: each backend with the step's inputs prepared one step ahead (pretrain's default on a
+    # GPU) and without, side by side, and the host preparation alone (host_prepare_ms)
+    step 150 pretrain $PY benchmarks/pretrain.py --device "$DEVICE" --presets $PRESETS --batch-size 128 --prefetch both --out "$OUT/pretrain_$DEVICE.json"
     if [ "$QUICK" = 1 ]; then BIG_BATCH=8; else BIG_BATCH=384; fi
     step 60 pretrain_b$BIG_BATCH $PY benchmarks/pretrain.py --device "$DEVICE" --presets "${PRESETS%% *}" --batch-size $BIG_BATCH --out "$OUT/pretrain_${DEVICE}_b$BIG_BATCH.json"
     if [ "$DEVICE" = cuda ]; then

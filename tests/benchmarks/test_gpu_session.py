@@ -110,8 +110,9 @@ def test_the_gpu_targets_come_first_and_the_run_fits_the_device_limits(tmp_path)
     argvs = [shlex.split(line.partition(" :: ")[2]) for line in calls if " :: " in line]
     run = [a for a in argvs if a[:1] != ["-c"]]  # not the checks in between (their code spans lines)
     assert run[0][:2] == ["setup.py", "-q"]
-    assert run[1][:2] == ["-m", "pytest"] and run[1][-3:] == ["cuda", "tests/ops/test_fused_cuda.py",
-                                                             "tests/bilm/test_stateful.py"]
+    assert run[1][:2] == ["-m", "pytest"] and run[1][-4:] == ["cuda", "tests/ops/test_fused_cuda.py",
+                                                             "tests/bilm/test_stateful.py",
+                                                             "tests/training/test_prefetch.py"]
     assert [run[2][0], run[3][0], run[4][0]] == ["benchmarks/kernels.py", "benchmarks/kernels.py",
                                                  "benchmarks/pretrain.py"]
     kp, pp = kernels.build_parser(), pretrain.build_parser()
@@ -121,6 +122,7 @@ def test_the_gpu_targets_come_first_and_the_run_fits_the_device_limits(tmp_path)
     assert fp32.autocast is None and not fp32.no_kernels and fp32.presets[0] == "original"
     assert fp32.batches[0] == 32 and min(fp32.batches) >= 32
     assert pre.presets[0] == "original" and pre.bf16 and pre.batch_size == 128
+    assert pre.prefetch == "both"  # pretrain's GPU default (prepared one step ahead) and without, side by side
     big = pp.parse_args(run[5][1:])
     assert run[5][0] == "benchmarks/pretrain.py" and big.presets == ["original"] and big.batch_size == 384
     assert big.out != pre.out

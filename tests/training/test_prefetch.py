@@ -11,7 +11,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from spacy_elmo.training import trainer as trainer_module
-from spacy_elmo.training.prefetch import THREAD_NAME, StepPrefetcher
+from spacy_elmo.training.prefetch import THREAD_NAME, StepPrefetcher, prepare_step
 from spacy_elmo.training.sampler import LogUniformSampler
 from spacy_elmo.training.softmax import SoftmaxLayer
 from spacy_elmo.training.trainer import TrainConfig, train
@@ -208,18 +208,21 @@ class _TorchOps(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+def _tiny_preparation(n_batches=2):
+    """``(vocab, char table, sampler, ids (n_batches, 8, 11))``: 300 types, 200 of them targets, 64 negatives."""
+    from spacy_elmo.training.vocab import CharTable, Vocab
+
+    vocab = Vocab(["<S>", "</S>", "<UNK>"] + [f"w{i}" for i in range(300)], size=200)
+    ids = torch.randint(0, 303, (n_batches, 8, 11), generator=torch.Generator().manual_seed(0))
+    return vocab, CharTable(vocab, 50), LogUniformSampler(200, 64), ids
+
+
 def test_prepare_step_does_its_math_in_numpy():
     # torch's sort, gathers and transcendental ops on a step's ~10^4 draws enter OpenMP regions that wait
     # for a scheduler slice on busy cores (ms each); NumPy's run in the calling thread. What torch still
     # does here is creation, views, the generator's uniforms and a few elementwise ops on the (B, T) ids.
-    from spacy_elmo.training.prefetch import prepare_step
-    from spacy_elmo.training.vocab import CharTable, Vocab
-
-    vocab = Vocab(["<S>", "</S>", "<UNK>"] + [f"w{i}" for i in range(300)], size=200)
+    vocab, table, sampler, ids = _tiny_preparation()
     gen = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, 303, (2, 8, 11), generator=gen)
-    table = CharTable(vocab, 50)
-    sampler = LogUniformSampler(200, 64)
     prepare_step((ids[0], ids[1]), vocab, table, sampler, gen)  # the char table fills on first use
     with _TorchOps() as ops:
         inputs = prepare_step((ids[0], ids[1]), vocab, table, sampler, gen)
@@ -237,3 +240,25 @@ def test_prepare_step_does_its_math_in_numpy():
     want = torch.log(1 - (1 - p) ** inputs.sample.num_tries)
     assert inputs.logq.targets_fwd.dtype == torch.float32
     assert torch.allclose(inputs.logq.targets_fwd.double(), want, rtol=1e-6, atol=0)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_prefetched_inputs_reach_the_gpu_from_pinned_memory_unchanged():
+    # what pretrain does on a GPU: prepared on the thread in pinned memory, copied without waiting
+    vocab, table, sampler, ids = _tiny_preparation(4)
+    device = torch.device("cuda")
+    gen_plain, gen_ahead = torch.Generator().manual_seed(7), torch.Generator().manual_seed(7)
+    prepare = lambda i: prepare_step((ids[i, :4], ids[i, 4:]), vocab, table, sampler, gen_ahead, pin=True)  # noqa: E731
+    with StepPrefetcher(prepare, gen_ahead, len(ids), background=True, device=device) as prefetcher:
+        for i in range(len(ids)):
+            host = prefetcher.get(i)
+            assert host.chars.is_pinned() and host.sample.candidates.is_pinned() and host.logq.candidates.is_pinned()
+            on_gpu = host.to(device)
+            want = prepare_step((ids[i, :4], ids[i, 4:]), vocab, table, sampler, gen_plain)
+            torch.cuda.synchronize()
+            for got, ref in ((on_gpu.chars, want.chars), (on_gpu.index_fwd, want.index_fwd),
+                             (on_gpu.targets_bwd, want.targets_bwd), (on_gpu.sample.candidates, want.sample.candidates),
+                             (on_gpu.logq.targets_fwd, want.logq.targets_fwd)):
+                assert got.device.type == "cuda" and torch.equal(got.cpu(), ref)
+            assert on_gpu.sample.num_tries == want.sample.num_tries
