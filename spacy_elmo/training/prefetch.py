@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from ..errors import Errors
-from .lm import SampleLogQ, encode_batch
+from .lm import SampleLogQ, encode_batch, target_positions
 from .sampler import LogUniformSampler, Sample
 from .vocab import CharTable, Vocab
 
@@ -40,6 +40,7 @@ class StepInputs(NamedTuple):
     targets_bwd: Tensor
     lengths: Tensor  #: ``(B,)`` targets per row
     n_targets: int  #: their sum
+    positions: Tensor  #: ``(n_targets,)`` their flat positions in ``(B, T)`` (:func:`~.lm.target_positions`)
     sample: Optional[Sample]  #: the sampler's draw; None: the full softmax
     logq: Optional[SampleLogQ]  #: its corrections (None with the full softmax)
 
@@ -55,7 +56,7 @@ def _each_tensor(inputs: StepInputs, fn: Callable[[Tensor], Tensor]) -> StepInpu
     logq = None if inputs.logq is None else SampleLogQ(*[fn(t) for t in inputs.logq])
     return inputs._replace(chars=fn(inputs.chars), index_fwd=fn(inputs.index_fwd), index_bwd=fn(inputs.index_bwd),
                            targets_fwd=fn(inputs.targets_fwd), targets_bwd=fn(inputs.targets_bwd),
-                           lengths=fn(inputs.lengths), sample=sample, logq=logq)
+                           lengths=fn(inputs.lengths), positions=fn(inputs.positions), sample=sample, logq=logq)
 
 
 def prepare_step(
@@ -75,7 +76,9 @@ def prepare_step(
         sample = sampler.sample(generator)
         logq = SampleLogQ(*(sampler.log_expected_count(ids, sample.num_tries)
                             for ids in (targets_fwd, targets_bwd, sample.candidates)))
-    inputs = StepInputs(chars, index_fwd, index_bwd, targets_fwd, targets_bwd, lengths, int(lengths.sum()), sample, logq)
+    positions = target_positions(lengths, fwd.shape[1] - 1)
+    inputs = StepInputs(chars, index_fwd, index_bwd, targets_fwd, targets_bwd, lengths, int(lengths.sum()), positions,
+                        sample, logq)
     return _each_tensor(inputs, Tensor.pin_memory) if pin else inputs
 
 

@@ -8,8 +8,8 @@ import traceback
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from tests.torch_ops import TorchOps
 from spacy_elmo.training import trainer as trainer_module
 from spacy_elmo.training.prefetch import THREAD_NAME, StepPrefetcher, prepare_step
 from spacy_elmo.training.sampler import LogUniformSampler
@@ -196,17 +196,6 @@ def test_lm_with_corrections_prepared_on_the_host_equals_computing_them():
         assert bool((a > 0).any())
 
 
-class _TorchOps(TorchDispatchMode):
-    """The names of the torch ops dispatched inside the block."""
-
-    def __init__(self):
-        super().__init__()
-        self.names = set()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.names.add(func.overloadpacket.__name__)
-        return func(*args, **(kwargs or {}))
-
 
 def _tiny_preparation(n_batches=2):
     """``(vocab, char table, sampler, ids (n_batches, 8, 11))``: 300 types, 200 of them targets, 64 negatives."""
@@ -224,7 +213,7 @@ def test_prepare_step_does_its_math_in_numpy():
     vocab, table, sampler, ids = _tiny_preparation()
     gen = torch.Generator().manual_seed(0)
     prepare_step((ids[0], ids[1]), vocab, table, sampler, gen)  # the char table fills on first use
-    with _TorchOps() as ops:
+    with TorchOps() as ops:
         inputs = prepare_step((ids[0], ids[1]), vocab, table, sampler, gen)
     allowed = {"full", "full_like", "slice", "select", "view", "detach", "lift_fresh", "alias", "max", "_local_scalar_dense",
                "lt", "where", "rand", "_to_copy", "sum"}
