@@ -109,6 +109,8 @@ def encode_batch(type_fwd: Tensor, type_bwd: Tensor, char_table) -> Tuple[Tensor
     # region that, on busy cores, waits for a scheduler slice (LogUniformSampler says more).
     both = np.concatenate([type_fwd.numpy(), type_bwd.numpy()], 1)
     unique, inverse = np.unique(both, return_inverse=True)
-    rows = torch.from_numpy(inverse.reshape(both.shape).astype(np.int64, copy=False))
+    rows = inverse.reshape(both.shape).astype(np.int64, copy=False)
     T = type_fwd.shape[1]
-    return char_table(torch.from_numpy(unique)), rows[:, :T], rows[:, T:]
+    # each direction's rows contiguous: a strided view would not copy to a GPU from pinned memory as one block
+    index_fwd, index_bwd = (torch.from_numpy(np.ascontiguousarray(r)) for r in (rows[:, :T], rows[:, T:]))
+    return char_table(torch.from_numpy(unique)), index_fwd, index_bwd

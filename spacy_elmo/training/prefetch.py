@@ -2,9 +2,10 @@
 
 :func:`prepare_step` turns a batch of type ids into everything the step reads: the distinct input
 tokens' characters and each direction's rows of them (:func:`~.lm.encode_batch`), the target ids, the
-lengths, the sampler's draw and its softmax corrections (:class:`~.lm.SampleLogQ`). It is CPU work
-(``torch.unique``'s sorts, the sampler's exp and floor): on a GPU, where the step's kernels take a
-fraction of the host's time, it was a large part of every step. Both ``spacy-elmo pretrain`` and
+lengths, the targets' positions, the sampler's draw and its softmax corrections (:class:`~.lm.SampleLogQ`).
+It is CPU work, in NumPy in the calling thread (the sorts, gathers and float64 exp/log of torch's ops entered
+OpenMP regions that wait for a scheduler slice on busy cores): on a GPU, where the step's kernels take a
+fraction of the host's time, it was a large part of every step (session 33's profile). Both ``spacy-elmo pretrain`` and
 ``benchmarks/pretrain.py`` prepare their steps with it.
 
 :class:`StepPrefetcher` runs :func:`prepare_step` of step ``s + 1`` on one background thread while the
@@ -84,7 +85,8 @@ def prepare_step(
 
 def prefetch_default(device: torch.device) -> bool:
     """Whether steps are prepared ahead when ``TrainConfig.prefetch`` is None: on a GPU, where the host bounds
-    the step; not on the CPU, where the thread's torch ops would compete with the step's for the cores."""
+    the step; not on the CPU, where the thread would take a core from the step's own threads for a
+    preparation that costs about a millisecond."""
     return device.type == "cuda"
 
 
@@ -104,7 +106,10 @@ class StepPrefetcher:
         self._executor: Optional[ThreadPoolExecutor] = None
         if background:
             # the thread pins memory for this rank's GPU (a new thread's current device is GPU 0)
-            initializer = partial(torch.cuda.set_device, device) if device is not None and device.type == "cuda" else None
+            initializer = None
+            if device is not None and device.type == "cuda":  # "cuda" alone (one GPU, no torchrun): the caller's current one
+                index = device.index if device.index is not None else torch.cuda.current_device()
+                initializer = partial(torch.cuda.set_device, index)
             self._executor = ThreadPoolExecutor(1, thread_name_prefix=THREAD_NAME, initializer=initializer)
         #: The step being prepared on the thread, the generator's state before its draw, and its future.
         self._pending: Optional[Tuple[int, Tensor, "Future[StepInputs]"]] = None

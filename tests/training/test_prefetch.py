@@ -223,6 +223,8 @@ def test_prepare_step_does_its_math_in_numpy():
     unique, inverse = torch.unique(both, return_inverse=True)
     assert torch.equal(inputs.index_fwd, inverse[:, :10]) and torch.equal(inputs.index_bwd, inverse[:, 10:])
     assert torch.equal(inputs.chars, table(unique)) and inputs.chars.dtype == torch.long
+    # contiguous, each one block for a copy from pinned memory
+    assert all(t.is_contiguous() for t in (inputs.chars, inputs.index_fwd, inputs.index_bwd, inputs.positions))
     # log q against float64 arithmetic of its own: log(1 - (1 - P(k)) ** tries)
     k = inputs.targets_fwd.double()
     p = torch.log((k + 2) / (k + 1)) / math.log(200 + 1)
@@ -251,3 +253,14 @@ def test_prefetched_inputs_reach_the_gpu_from_pinned_memory_unchanged():
                              (on_gpu.logq.targets_fwd, want.logq.targets_fwd)):
                 assert got.device.type == "cuda" and torch.equal(got.cpu(), ref)
             assert on_gpu.sample.num_tries == want.sample.num_tries
+
+
+def test_the_thread_pins_for_the_callers_gpu_when_the_device_names_no_index(monkeypatch):
+    # `pretrain --device cuda` on one GPU (no torchrun) passes torch.device("cuda"): torch.cuda.set_device
+    # refuses a device without an index, which broke the thread pool at step 1. The caller's current GPU is meant.
+    seen = []
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
+    monkeypatch.setattr(torch._C, "_cuda_setDevice", lambda i: seen.append(i), raising=False)
+    with StepPrefetcher(lambda s: s, torch.Generator(), 4, background=True, device=torch.device("cuda")) as p:
+        assert [p.get(i) for i in range(4)] == [0, 1, 2, 3]
+    assert seen == [3]

@@ -342,3 +342,24 @@ def test_lm_with_precomputed_positions_waits_for_nothing(backend):
         assert torch.equal(grad, grads_b[name]), name
     if backend == "fused":  # the reference LSTM's own Python (ragged rows) is not the step's GPU path
         assert not names & {"nonzero", "masked_scatter", "masked_select"}, names
+
+
+def test_an_interrupted_draw_leaves_the_sampler_as_new(monkeypatch):
+    # An interrupt (Ctrl-C) between a chunk's scatter into the kept table and its bookkeeping must not leave
+    # entries set: every later sample from that sampler would be wrong, silently.
+    sampler = LogUniformSampler(300, 100)
+    real = np.minimum
+
+    class ScatterThenInterrupt:
+        @staticmethod
+        def at(*args):
+            real.at(*args)
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(np, "minimum", ScatterThenInterrupt)
+    with pytest.raises(KeyboardInterrupt):
+        sampler.sample(torch.Generator().manual_seed(0))
+    monkeypatch.undo()
+    got = sampler.sample(torch.Generator().manual_seed(1))
+    want = LogUniformSampler(300, 100).sample(torch.Generator().manual_seed(1))
+    assert torch.equal(got.candidates, want.candidates) and got.num_tries == want.num_tries
