@@ -100,7 +100,7 @@ def make_step(lm, optimizer, sampler, char_table, vocab, device, use_amp, gen, d
         inputs = prefetcher.get(i).to(device)
         with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=use_amp):
             res = lm(inputs.chars, inputs.index_fwd, inputs.index_bwd, inputs.targets_fwd, inputs.targets_bwd,
-                     inputs.lengths, state[0], inputs.sample, sampler, inputs.logq)
+                     inputs.lengths, state[0], inputs.sample, sampler, inputs.logq, inputs.positions)
         loss = (res.nll_fwd.mean() + res.nll_bwd.mean()) / 2
         optimizer.zero_grad(set_to_none=True)
         loss.backward()

@@ -51,6 +51,7 @@ class BidirectionalLM(nn.Module):
         sample: Optional[Sample] = None,
         sampler: Optional[LogUniformSampler] = None,
         logq: Optional[SampleLogQ] = None,
+        positions: Optional[Tensor] = None,
     ) -> LMOutput:
         """One truncated-BPTT window of both LMs.
 
@@ -59,7 +60,10 @@ class BidirectionalLM(nn.Module):
         ``unique_chars`` read by each direction (the backward stream is already
         reversed); targets_*: ``(B, T)`` target ids; lengths: ``(B,)`` valid
         prefix of each row. ``sample`` None means the full softmax; ``logq``: its corrections computed
-        beforehand (None: computed from the targets, on their device).
+        beforehand (None: computed from the targets, on their device). ``positions``: ``(N,)`` the flat
+        positions ``b * T + t`` of the targets (``t < lengths[b]``), ascending, computed beforehand
+        (:func:`target_positions`; None: from ``lengths`` here, which on a GPU waits for the kernels
+        queued before it).
         """
         # Gathers by index_select / embedding rather than tensor[index] or tensor[mask]:
         # their backwards are index_add_ where indexing's is an accumulating index_put_
@@ -68,8 +72,10 @@ class BidirectionalLM(nn.Module):
         x_fwd, x_bwd = F.embedding(index_fwd, tokens), F.embedding(index_bwd, tokens)
         outs_f, outs_b, final = self.bilm.lstm(x_fwd, x_bwd, lengths, state, reverse_backward=False)
         B, T = targets_fwd.shape
-        mask = torch.arange(T, device=lengths.device).unsqueeze(0) < lengths.unsqueeze(1)
-        valid = mask.reshape(-1).nonzero().squeeze(1)
+        if positions is None:
+            mask = torch.arange(T, device=lengths.device).unsqueeze(0) < lengths.unsqueeze(1)
+            positions = mask.reshape(-1).nonzero().squeeze(1)
+        valid = positions
         # Both directions in one softmax call: the candidates are shared, so their rows are
         # gathered once, the logits are one product, and the softmax weight gets one dense
         # gradient instead of one per direction and lookup.
@@ -87,8 +93,14 @@ class BidirectionalLM(nn.Module):
             corrections = None if logq is None else (both(logq.targets_fwd, logq.targets_bwd), logq.candidates)
             values = self.softmax.sampled_nll(h, targets, sample, sampler, backend=self.bilm.backend, logq=corrections)
         n = values.shape[0] // 2
-        nll = [values.new_zeros(B, T).masked_scatter(mask, part) for part in (values[:n], values[n:])]
+        # index_copy, not masked_scatter: on a GPU the latter's backward (masked_select) waits for the device
+        nll = [values.new_zeros(B * T).index_copy(0, valid, part).view(B, T) for part in (values[:n], values[n:])]
         return LMOutput(nll[0], nll[1], final)
+
+
+def target_positions(lengths: Tensor, T: int) -> Tensor:
+    """``(N,)`` int64: the flat positions ``b * T + t`` with ``t < lengths[b]``, ascending (host ``lengths``)."""
+    return torch.from_numpy(np.flatnonzero(np.arange(T)[None, :] < lengths.numpy()[:, None]).astype(np.int64))
 
 
 def encode_batch(type_fwd: Tensor, type_bwd: Tensor, char_table) -> Tuple[Tensor, Tensor, Tensor]:
@@ -97,6 +109,8 @@ def encode_batch(type_fwd: Tensor, type_bwd: Tensor, char_table) -> Tuple[Tensor
     # region that, on busy cores, waits for a scheduler slice (LogUniformSampler says more).
     both = np.concatenate([type_fwd.numpy(), type_bwd.numpy()], 1)
     unique, inverse = np.unique(both, return_inverse=True)
-    rows = torch.from_numpy(inverse.reshape(both.shape).astype(np.int64, copy=False))
+    rows = inverse.reshape(both.shape).astype(np.int64, copy=False)
     T = type_fwd.shape[1]
-    return char_table(torch.from_numpy(unique)), rows[:, :T], rows[:, T:]
+    # each direction's rows contiguous: a strided view would not copy to a GPU from pinned memory as one block
+    index_fwd, index_bwd = (torch.from_numpy(np.ascontiguousarray(r)) for r in (rows[:, :T], rows[:, T:]))
+    return char_table(torch.from_numpy(unique)), index_fwd, index_bwd

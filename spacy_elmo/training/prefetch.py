@@ -2,9 +2,10 @@
 
 :func:`prepare_step` turns a batch of type ids into everything the step reads: the distinct input
 tokens' characters and each direction's rows of them (:func:`~.lm.encode_batch`), the target ids, the
-lengths, the sampler's draw and its softmax corrections (:class:`~.lm.SampleLogQ`). It is CPU work
-(``torch.unique``'s sorts, the sampler's exp and floor): on a GPU, where the step's kernels take a
-fraction of the host's time, it was a large part of every step. Both ``spacy-elmo pretrain`` and
+lengths, the targets' positions, the sampler's draw and its softmax corrections (:class:`~.lm.SampleLogQ`).
+It is CPU work, in NumPy in the calling thread (the sorts, gathers and float64 exp/log of torch's ops entered
+OpenMP regions that wait for a scheduler slice on busy cores): on a GPU, where the step's kernels take a
+fraction of the host's time, it was a large part of every step (session 33's profile). Both ``spacy-elmo pretrain`` and
 ``benchmarks/pretrain.py`` prepare their steps with it.
 
 :class:`StepPrefetcher` runs :func:`prepare_step` of step ``s + 1`` on one background thread while the
@@ -22,7 +23,7 @@ import torch
 from torch import Tensor
 
 from ..errors import Errors
-from .lm import SampleLogQ, encode_batch
+from .lm import SampleLogQ, encode_batch, target_positions
 from .sampler import LogUniformSampler, Sample
 from .vocab import CharTable, Vocab
 
@@ -40,6 +41,7 @@ class StepInputs(NamedTuple):
     targets_bwd: Tensor
     lengths: Tensor  #: ``(B,)`` targets per row
     n_targets: int  #: their sum
+    positions: Tensor  #: ``(n_targets,)`` their flat positions in ``(B, T)`` (:func:`~.lm.target_positions`)
     sample: Optional[Sample]  #: the sampler's draw; None: the full softmax
     logq: Optional[SampleLogQ]  #: its corrections (None with the full softmax)
 
@@ -55,7 +57,7 @@ def _each_tensor(inputs: StepInputs, fn: Callable[[Tensor], Tensor]) -> StepInpu
     logq = None if inputs.logq is None else SampleLogQ(*[fn(t) for t in inputs.logq])
     return inputs._replace(chars=fn(inputs.chars), index_fwd=fn(inputs.index_fwd), index_bwd=fn(inputs.index_bwd),
                            targets_fwd=fn(inputs.targets_fwd), targets_bwd=fn(inputs.targets_bwd),
-                           lengths=fn(inputs.lengths), sample=sample, logq=logq)
+                           lengths=fn(inputs.lengths), positions=fn(inputs.positions), sample=sample, logq=logq)
 
 
 def prepare_step(
@@ -75,13 +77,16 @@ def prepare_step(
         sample = sampler.sample(generator)
         logq = SampleLogQ(*(sampler.log_expected_count(ids, sample.num_tries)
                             for ids in (targets_fwd, targets_bwd, sample.candidates)))
-    inputs = StepInputs(chars, index_fwd, index_bwd, targets_fwd, targets_bwd, lengths, int(lengths.sum()), sample, logq)
+    positions = target_positions(lengths, fwd.shape[1] - 1)
+    inputs = StepInputs(chars, index_fwd, index_bwd, targets_fwd, targets_bwd, lengths, int(lengths.sum()), positions,
+                        sample, logq)
     return _each_tensor(inputs, Tensor.pin_memory) if pin else inputs
 
 
 def prefetch_default(device: torch.device) -> bool:
     """Whether steps are prepared ahead when ``TrainConfig.prefetch`` is None: on a GPU, where the host bounds
-    the step; not on the CPU, where the thread's torch ops would compete with the step's for the cores."""
+    the step; not on the CPU, where the thread would take a core from the step's own threads for a
+    preparation that costs about a millisecond."""
     return device.type == "cuda"
 
 
@@ -101,7 +106,10 @@ class StepPrefetcher:
         self._executor: Optional[ThreadPoolExecutor] = None
         if background:
             # the thread pins memory for this rank's GPU (a new thread's current device is GPU 0)
-            initializer = partial(torch.cuda.set_device, device) if device is not None and device.type == "cuda" else None
+            initializer = None
+            if device is not None and device.type == "cuda":  # "cuda" alone (one GPU, no torchrun): the caller's current one
+                index = device.index if device.index is not None else torch.cuda.current_device()
+                initializer = partial(torch.cuda.set_device, index)
             self._executor = ThreadPoolExecutor(1, thread_name_prefix=THREAD_NAME, initializer=initializer)
         #: The step being prepared on the thread, the generator's state before its draw, and its future.
         self._pending: Optional[Tuple[int, Tensor, "Future[StepInputs]"]] = None

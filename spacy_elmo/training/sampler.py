@@ -98,7 +98,7 @@ class LogUniformSampler:
                     if firsts.size >= want:
                         break
                     draws = np.concatenate([draws, self._draw(max(n, 64), generator)])
-            finally:
-                first[draws[:done]] = _NEVER
+            finally:  # every draw, not just those scattered: an interrupt mid-scatter leaves none set
+                first[draws] = _NEVER
         firsts = firsts[:want]
         return Sample(torch.from_numpy(draws[firsts]), int(firsts[-1]) + 1)

@@ -870,7 +870,7 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
             step_tokens = int(count.item())
         with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=use_amp):
             res = model(inputs.chars, inputs.index_fwd, inputs.index_bwd, inputs.targets_fwd, inputs.targets_bwd,
-                        inputs.lengths, state, inputs.sample, sampler, inputs.logq)
+                        inputs.lengths, state, inputs.sample, sampler, inputs.logq, inputs.positions)
         # The mean over every rank's targets (padding is zero): DDP averages the ranks' gradients,
         # so each rank divides its sum by the mean count per rank, and a target weighs the same
         # whichever rank's batch it is in.

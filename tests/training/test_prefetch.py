@@ -8,8 +8,8 @@ import traceback
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from tests.torch_ops import TorchOps
 from spacy_elmo.training import trainer as trainer_module
 from spacy_elmo.training.prefetch import THREAD_NAME, StepPrefetcher, prepare_step
 from spacy_elmo.training.sampler import LogUniformSampler
@@ -196,17 +196,6 @@ def test_lm_with_corrections_prepared_on_the_host_equals_computing_them():
         assert bool((a > 0).any())
 
 
-class _TorchOps(TorchDispatchMode):
-    """The names of the torch ops dispatched inside the block."""
-
-    def __init__(self):
-        super().__init__()
-        self.names = set()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.names.add(func.overloadpacket.__name__)
-        return func(*args, **(kwargs or {}))
-
 
 def _tiny_preparation(n_batches=2):
     """``(vocab, char table, sampler, ids (n_batches, 8, 11))``: 300 types, 200 of them targets, 64 negatives."""
@@ -224,7 +213,7 @@ def test_prepare_step_does_its_math_in_numpy():
     vocab, table, sampler, ids = _tiny_preparation()
     gen = torch.Generator().manual_seed(0)
     prepare_step((ids[0], ids[1]), vocab, table, sampler, gen)  # the char table fills on first use
-    with _TorchOps() as ops:
+    with TorchOps() as ops:
         inputs = prepare_step((ids[0], ids[1]), vocab, table, sampler, gen)
     allowed = {"full", "full_like", "slice", "select", "view", "detach", "lift_fresh", "alias", "max", "_local_scalar_dense",
                "lt", "where", "rand", "_to_copy", "sum"}
@@ -234,6 +223,8 @@ def test_prepare_step_does_its_math_in_numpy():
     unique, inverse = torch.unique(both, return_inverse=True)
     assert torch.equal(inputs.index_fwd, inverse[:, :10]) and torch.equal(inputs.index_bwd, inverse[:, 10:])
     assert torch.equal(inputs.chars, table(unique)) and inputs.chars.dtype == torch.long
+    # contiguous, each one block for a copy from pinned memory
+    assert all(t.is_contiguous() for t in (inputs.chars, inputs.index_fwd, inputs.index_bwd, inputs.positions))
     # log q against float64 arithmetic of its own: log(1 - (1 - P(k)) ** tries)
     k = inputs.targets_fwd.double()
     p = torch.log((k + 2) / (k + 1)) / math.log(200 + 1)
@@ -262,3 +253,14 @@ def test_prefetched_inputs_reach_the_gpu_from_pinned_memory_unchanged():
                              (on_gpu.logq.targets_fwd, want.logq.targets_fwd)):
                 assert got.device.type == "cuda" and torch.equal(got.cpu(), ref)
             assert on_gpu.sample.num_tries == want.sample.num_tries
+
+
+def test_the_thread_pins_for_the_callers_gpu_when_the_device_names_no_index(monkeypatch):
+    # `pretrain --device cuda` on one GPU (no torchrun) passes torch.device("cuda"): torch.cuda.set_device
+    # refuses a device without an index, which broke the thread pool at step 1. The caller's current GPU is meant.
+    seen = []
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
+    monkeypatch.setattr(torch._C, "_cuda_setDevice", lambda i: seen.append(i), raising=False)
+    with StepPrefetcher(lambda s: s, torch.Generator(), 4, background=True, device=torch.device("cuda")) as p:
+        assert [p.get(i) for i in range(4)] == [0, 1, 2, 3]
+    assert seen == [3]

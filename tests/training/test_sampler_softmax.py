@@ -5,9 +5,9 @@ import math
 import numpy as np
 import pytest
 import torch
-
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from tests.torch_ops import TorchOps
 from spacy_elmo.training.sampler import LogUniformSampler, Sample
 from spacy_elmo.training.softmax import SoftmaxLayer
 
@@ -300,3 +300,66 @@ def test_sampled_softmax_copies_nothing_back_to_the_host(monkeypatch):
         nll = softmax.sampled_nll(h, targets, sample, sampler)
     assert nll.shape == (N,) and nll.device.type == "meta"
     assert copies.found == []
+
+
+
+@pytest.mark.parametrize("backend", ["reference", "fused"])
+def test_lm_with_precomputed_positions_waits_for_nothing(backend):
+    """The training step passes the targets' positions computed on the host: the same losses and
+    gradients, bit for bit, as positions found from the lengths, and none of the ops that wait for a
+    GPU (nonzero, masked_scatter and its backward's masked_select) in the LM's forward and backward."""
+    from spacy_elmo.bilm import BiLM, BiLMConfig
+    from spacy_elmo.ops import fused_available
+    from spacy_elmo.training.lm import BidirectionalLM, target_positions
+
+    from .conftest import TINY
+
+    if backend == "fused" and not fused_available():
+        pytest.skip("spacy_elmo._C is not built")
+    torch.manual_seed(0)
+    config = BiLMConfig.from_dict(TINY)
+    V, B, T, U = 40, 4, 5, 9
+    lm = BidirectionalLM(BiLM(config, backend=backend), SoftmaxLayer(V, config.projection_dim))
+    chars = torch.randint(1, 200, (U, config.max_characters_per_token))
+    idx_f, idx_b = torch.randint(U, (B, T)), torch.randint(U, (B, T))
+    tg_f, tg_b = torch.randint(V, (B, T)), torch.randint(V, (B, T))
+    sampler = LogUniformSampler(V, 12)
+    sample = sampler.sample(torch.Generator().manual_seed(1))
+    lengths = torch.tensor([5, 0, 3, 1])
+    positions = target_positions(lengths, T)
+    assert positions.tolist() == [0, 1, 2, 3, 4, 10, 11, 12, 15]
+    runs = []
+    for given in (None, positions):
+        lm.zero_grad()
+        with TorchOps() as ops:
+            out = lm(chars, idx_f, idx_b, tg_f, tg_b, lengths, None, sample, sampler, positions=given)
+            (out.nll_fwd.sum() + 2 * out.nll_bwd.sum()).backward()
+        runs.append((out, {n: p.grad.clone() for n, p in lm.named_parameters()}, ops.names))
+    (a, grads_a, _), (b, grads_b, names) = runs
+    assert torch.equal(a.nll_fwd, b.nll_fwd) and torch.equal(a.nll_bwd, b.nll_bwd)
+    assert bool((b.nll_fwd[1] == 0).all()) and bool((b.nll_fwd[3, 1:] == 0).all())
+    for name, grad in grads_a.items():
+        assert torch.equal(grad, grads_b[name]), name
+    if backend == "fused":  # the reference LSTM's own Python (ragged rows) is not the step's GPU path
+        assert not names & {"nonzero", "masked_scatter", "masked_select"}, names
+
+
+def test_an_interrupted_draw_leaves_the_sampler_as_new(monkeypatch):
+    # An interrupt (Ctrl-C) between a chunk's scatter into the kept table and its bookkeeping must not leave
+    # entries set: every later sample from that sampler would be wrong, silently.
+    sampler = LogUniformSampler(300, 100)
+    real = np.minimum
+
+    class ScatterThenInterrupt:
+        @staticmethod
+        def at(*args):
+            real.at(*args)
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(np, "minimum", ScatterThenInterrupt)
+    with pytest.raises(KeyboardInterrupt):
+        sampler.sample(torch.Generator().manual_seed(0))
+    monkeypatch.undo()
+    got = sampler.sample(torch.Generator().manual_seed(1))
+    want = LogUniformSampler(300, 100).sample(torch.Generator().manual_seed(1))
+    assert torch.equal(got.candidates, want.candidates) and got.num_tries == want.num_tries
