@@ -31,6 +31,12 @@ SHORT = [["a", "b"], ["c"]]  # the reference backend unrolls its loop over time:
 needs_fused = pytest.mark.skipif(not fused_available(), reason="the compiled extension is not built")
 # Before torch 2.11 the checks of the ids stay in Python (reference.GRAPH_CHECKS): a fullgraph compile or an
 # export of the model fails there by design (2.9.1's inductor ran bad ids when they were in the graph).
+# torch 2.7 added the flag torch.export sets (reference.exporting): before it nothing tells an export from a
+# compile, so the model cannot refuse an export with its own error; torch's (a data-dependent branch in the
+# checks of the ids) stops every export of the model there instead.
+needs_export_flag = pytest.mark.skipif(
+    getattr(torch.compiler, "_is_exporting_flag", None) is None,
+    reason=f"torch {torch.__version__} has no torch.export flag (from 2.7): exporting() cannot tell an export")
 needs_graph_checks = pytest.mark.skipif(
     not reference.GRAPH_CHECKS,
     reason=f"torch {torch.__version__} < {'.'.join(map(str, reference.GRAPH_CHECKS_SINCE))}: "
@@ -233,6 +239,7 @@ def test_export_reference_needs_a_fixed_length():
         _assert_matches_eager(model, program.module(), batch_to_ids([["d", "e"], ["f"], ["g", "h"]]))
 
 
+@needs_export_flag
 def test_before_graph_checks_export_names_the_torch_it_needs(monkeypatch):
     """Before torch 2.11 (as stubbed here) export failed with torch's error about a data-dependent branch in
     the checks of the ids; now one that names the release it needs and what runs instead."""
@@ -242,6 +249,7 @@ def test_before_graph_checks_export_names_the_torch_it_needs(monkeypatch):
         torch.export.export(_model("reference"), (batch_to_ids(SHORT),))
 
 
+@needs_export_flag
 def test_export_of_a_stateful_model_is_refused():
     """The exported program silently dropped the carried states: every call started afresh."""
     model = _model("reference", stateful=True)
@@ -281,6 +289,7 @@ class _ExportProbe(torch.nn.Module):
         return x + 1 if reference.exporting() else x - 1
 
 
+@needs_export_flag
 def test_exporting_is_true_under_export_only():
     """torch 2.7 to 2.11 fold ``torch.compiler.is_exporting()`` to True under every torch.compile: compiled
     on the CPU by inductor, bad ids then aborted the process (``test_inductor_keeps_the_checks_of_the_ids``).
@@ -295,11 +304,10 @@ def test_exporting_is_true_under_export_only():
 
 
 
+@needs_export_flag
 def test_exporting_ignores_is_exporting_folded_to_true_under_compile(monkeypatch):
     """torch 2.7 to 2.11's ``is_exporting()`` is True under every torch.compile (as stubbed here):
     ``exporting()`` must not follow it, or inductor gets ``torch._assert_async`` on the CPU again."""
-    if getattr(torch.compiler, "_is_exporting_flag", None) is None:
-        pytest.skip("this torch has no torch.export flag: exporting() asks is_exporting() (before 2.7)")
     # called eagerly: stubbed, is_exporting() would also make torch.compile itself step aside
     monkeypatch.setattr(torch.compiler, "is_exporting", lambda: True)
     assert reference.exporting() is False
