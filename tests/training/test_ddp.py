@@ -539,7 +539,11 @@ def test_torchrun_reports_every_rank_exiting_with_rank_0s_status(tmp_path):
                              str(_free_port()), "-m", "spacy_elmo", *args], capture_output=True, text=True, env=env, timeout=300)
     report = result.stdout + result.stderr
     assert result.returncode == 1, report
-    assert re.findall(r"exitcode\s+: (-?[0-9]+)", report) == ["1", "1"], report
+    # torchrun records the exit of the ranks it stopped only where it has _capture_process_failures (not in
+    # 2.6.0, in 2.9.1): before, its report names the first failed rank alone, the one that exited by itself
+    from torch.distributed.elastic.multiprocessing.api import SubprocessContext
+    reported = 2 if hasattr(SubprocessContext, "_capture_process_failures") else 1
+    assert re.findall(r"exitcode\s+: (-?[0-9]+)", report) == ["1"] * reported, report
     assert report.count("already holds a training run") == 1, report
     assert "terminate called" not in report and "Connection closed" not in report, report
 
