@@ -20,10 +20,12 @@ $(PY):
 # (numpy too: torch warns while building without it, and spaCy needs it anyway). The build tools
 # as pyproject's [build-system] requires them: a venv comes with an older setuptools (65 with
 # Python 3.11), which fails on pyproject's license field; only some torch releases pull a newer one.
+# The torch just installed is named again (already satisfied: nothing fetched) so that pip keeps its
+# requirements: 2.12 caps setuptools < 82, and an upgrade alone took the newest (84) past the cap.
 $(VENV)/.deps-stamp: | $(PY)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) "$(TORCH_SPEC)"
-	$(PIP) install -q "setuptools>=77" wheel ninja numpy
+	$(PIP) install -q "setuptools>=77" wheel ninja numpy "$(TORCH_SPEC)"
 	touch $@
 
 install: $(VENV)/.deps-stamp

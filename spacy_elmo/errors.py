@@ -374,6 +374,12 @@ class Errors:
         "Python, outside the exported program, which would silently start every call from the initial "
         "state. Export a stateless model (BiLM(config, stateful=False), or set bilm.stateful = False)."
     )
+    E_EXPORT_NEEDS_GRAPH_CHECKS = (
+        "torch.export of BiLM needs torch >= {since} (this is torch {torch}): before it the checks of the "
+        "ids' values cannot go into the exported graph (they are dropped or fail to trace), so the model "
+        "checks them in Python, which an exported program cannot keep. Upgrade torch, or run the model "
+        "eagerly or under torch.compile without fullgraph=True (it checks the ids through a graph break)."
+    )
     E_UNKNOWN_BACKEND = "Unknown backend {name!r}: use 'auto', 'fused' or 'reference'."
     E_BAD_RECYCLE_LIMIT = (
         "set_cpu_recycle_limit expects a whole number of bytes >= 0 (0 turns recycling "

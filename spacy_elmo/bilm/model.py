@@ -279,12 +279,17 @@ class BiLM(nn.Module):
 
     def _check_traceable(self) -> None:
         """A RuntimeError for the tracers that would record a wrong program: torch.jit.trace (it
-        fixes the sentence length and drops the checks of the ids' values) and torch.export of a
-        stateful model (the states carried between calls live in Python, outside the program)."""
+        fixes the sentence length and drops the checks of the ids' values), torch.export of a
+        stateful model (the states carried between calls live in Python, outside the program) and
+        torch.export under a torch before ``reference.GRAPH_CHECKS_SINCE`` (the checks of the ids would
+        break the graph: torch's own error named a data-dependent branch, not the release)."""
         if torch.jit.is_tracing():
             raise RuntimeError(Errors.E_BILM_TORCHSCRIPT.format(tool="torch.jit.trace"))
         if self.stateful and ops.reference.exporting():
             raise RuntimeError(Errors.E_EXPORT_STATEFUL)
+        if not ops.reference.GRAPH_CHECKS and ops.reference.exporting():
+            since = ".".join(map(str, ops.reference.GRAPH_CHECKS_SINCE))
+            raise RuntimeError(Errors.E_EXPORT_NEEDS_GRAPH_CHECKS.format(since=since, torch=torch.__version__))
 
     def _check_shape(self, char_ids: Tensor) -> None:
         """A TypeError for a non-tensor, a ValueError for ids not shaped ``(B, T, W)``."""

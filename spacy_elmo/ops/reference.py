@@ -54,7 +54,7 @@ def check_char_ids(char_ids: Tensor, max_id: int) -> None:
 
 
 #: From this torch release on, :func:`any_bad` puts its checks into the graphs torch.compile and
-#: torch.export trace. Before it they were dropped (2.4, 2.5: inductor ran bad ids without a word) or
+#: torch.export trace. Before it they were dropped (2.4, 2.5 and 2.9: inductor ran bad ids without a word) or
 #: the model did not compile or export (2.7; README, "Building by hand"): there a compiled caller checks
 #: in Python, through a graph break (fullgraph and torch.export then fail, with torch's message).
 GRAPH_CHECKS_SINCE = (2, 11)
@@ -78,7 +78,9 @@ def exporting() -> bool:
     says so from torch 2.13 on, but torch 2.7 to 2.11 answer True under every torch.compile too (their
     tracer folds the call to a constant): inductor then got ``torch._assert_async`` on the CPU, and bad
     ids aborted the process (see :func:`any_bad`). So this reads the flag torch.export sets, the one
-    ``is_exporting()`` returns; a torch without the flag (before 2.7) is asked ``is_exporting()`` (from 2.5)."""
+    ``is_exporting()`` returns. Before 2.7 torch has neither (2.6.0: no ``torch.compiler.is_exporting``): False,
+    and the model's export refusals (a stateful model, a dynamic time on the reference backend, a torch before
+    :data:`GRAPH_CHECKS_SINCE`) give way to torch's own error on the data-dependent checks of the ids."""
     flag = getattr(torch.compiler, "_is_exporting_flag", None)
     if flag is None:
         return bool(getattr(torch.compiler, "is_exporting", bool)())

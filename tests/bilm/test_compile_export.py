@@ -29,6 +29,18 @@ BATCHES = [  # batch and sentence length both change (sizes >= 2: torch speciali
 ]
 SHORT = [["a", "b"], ["c"]]  # the reference backend unrolls its loop over time: few steps to trace
 needs_fused = pytest.mark.skipif(not fused_available(), reason="the compiled extension is not built")
+# Before torch 2.11 the checks of the ids stay in Python (reference.GRAPH_CHECKS): a fullgraph compile or an
+# export of the model fails there by design (2.9.1's inductor ran bad ids when they were in the graph).
+# torch 2.7 added the flag torch.export sets (reference.exporting): before it nothing tells an export from a
+# compile, so the model cannot refuse an export with its own error; torch's (a data-dependent branch in the
+# checks of the ids) stops every export of the model there instead.
+needs_export_flag = pytest.mark.skipif(
+    getattr(torch.compiler, "_is_exporting_flag", None) is None,
+    reason=f"torch {torch.__version__} has no torch.export flag (from 2.7): exporting() cannot tell an export")
+needs_graph_checks = pytest.mark.skipif(
+    not reference.GRAPH_CHECKS,
+    reason=f"torch {torch.__version__} < {'.'.join(map(str, reference.GRAPH_CHECKS_SINCE))}: "
+           "no fullgraph compile or export of the model (README, Building by hand)")
 
 
 def _model(backend, stateful=False):
@@ -69,6 +81,7 @@ def compiled_fused():
     return model, torch.compile(model, backend=counter, fullgraph=True, dynamic=True), counter
 
 
+@needs_graph_checks
 @needs_fused
 def test_compile_fullgraph_dynamic_compiles_once_for_every_batch_and_length(compiled_fused):
     """The input checks branched on tensor values (graph breaks: fullgraph raised) and the token
@@ -89,6 +102,7 @@ BAD_IDS = {  # name: (an edit of batch_to_ids(BATCHES[0]) that makes it bad, the
 IN_GRAPH = r".*bilm\.check_ids\(ids\)"  # what an assertion in a graph adds to the message
 
 
+@needs_graph_checks
 @needs_fused
 @pytest.mark.parametrize("edit, message", BAD_IDS.values(), ids=BAD_IDS.keys())
 def test_compiled_model_still_checks_the_ids(compiled_fused, edit, message):
@@ -149,6 +163,7 @@ def inductor_run():
     return items, done.returncode, done.stderr[-3000:]
 
 
+@needs_graph_checks
 @needs_fused
 def test_inductor_outputs_equal_eager_for_every_batch_and_length(inductor_run):
     items, returncode, stderr = inductor_run
@@ -159,6 +174,7 @@ def test_inductor_outputs_equal_eager_for_every_batch_and_length(inductor_run):
     assert batches[0]["frames"] == batches[-1]["frames"]  # no recompile for another batch size or length
 
 
+@needs_graph_checks
 @needs_fused
 @pytest.mark.parametrize("name", BAD_IDS)
 def test_inductor_keeps_the_checks_of_the_ids(inductor_run, name):
@@ -173,6 +189,7 @@ def test_inductor_keeps_the_checks_of_the_ids(inductor_run, name):
     assert returncode == 0, stderr
 
 
+@needs_graph_checks
 def test_compile_fullgraph_reference():
     """The reference backend compiles without graph breaks too (one sentence length: its time
     loop is unrolled, so each new length compiles again; the README says to use the fused one)."""
@@ -181,6 +198,7 @@ def test_compile_fullgraph_reference():
     _assert_matches_eager(model, torch.compile(model, backend="aot_eager", fullgraph=True), batch_to_ids(SHORT))
 
 
+@needs_graph_checks
 @needs_fused
 def test_export_dynamic_batch_and_time_save_and_load(tmp_path):
     """torch.export failed on the data-dependent checks; torch.export.save refused the output
@@ -207,6 +225,7 @@ def test_export_dynamic_batch_and_time_save_and_load(tmp_path):
     torch.testing.assert_close(torch.load(tmp_path / "out.pt"), expected, rtol=1e-5, atol=1e-6)
 
 
+@needs_graph_checks
 def test_export_reference_needs_a_fixed_length():
     """The reference LSTM's Python loop is unrolled for the traced length: a dynamic time dimension
     gave PyTorch's 'Constraints violated (time)'; now an error that says why and what to do. A fixed
@@ -220,6 +239,17 @@ def test_export_reference_needs_a_fixed_length():
         _assert_matches_eager(model, program.module(), batch_to_ids([["d", "e"], ["f"], ["g", "h"]]))
 
 
+@needs_export_flag
+def test_before_graph_checks_export_names_the_torch_it_needs(monkeypatch):
+    """Before torch 2.11 (as stubbed here) export failed with torch's error about a data-dependent branch in
+    the checks of the ids; now one that names the release it needs and what runs instead."""
+    monkeypatch.setattr(reference, "GRAPH_CHECKS", False)
+    with pytest.raises(RuntimeError, match=rf"torch.export of BiLM needs torch >= 2\.11 \(this is torch "
+                                           rf"{re.escape(torch.__version__)}\).*without fullgraph=True"):
+        torch.export.export(_model("reference"), (batch_to_ids(SHORT),))
+
+
+@needs_export_flag
 def test_export_of_a_stateful_model_is_refused():
     """The exported program silently dropped the carried states: every call started afresh."""
     model = _model("reference", stateful=True)
@@ -259,6 +289,7 @@ class _ExportProbe(torch.nn.Module):
         return x + 1 if reference.exporting() else x - 1
 
 
+@needs_export_flag
 def test_exporting_is_true_under_export_only():
     """torch 2.7 to 2.11 fold ``torch.compiler.is_exporting()`` to True under every torch.compile: compiled
     on the CPU by inductor, bad ids then aborted the process (``test_inductor_keeps_the_checks_of_the_ids``).
@@ -273,11 +304,10 @@ def test_exporting_is_true_under_export_only():
 
 
 
+@needs_export_flag
 def test_exporting_ignores_is_exporting_folded_to_true_under_compile(monkeypatch):
     """torch 2.7 to 2.11's ``is_exporting()`` is True under every torch.compile (as stubbed here):
     ``exporting()`` must not follow it, or inductor gets ``torch._assert_async`` on the CPU again."""
-    if getattr(torch.compiler, "_is_exporting_flag", None) is None:
-        pytest.skip("this torch has no torch.export flag: exporting() asks is_exporting() (before 2.7)")
     # called eagerly: stubbed, is_exporting() would also make torch.compile itself step aside
     monkeypatch.setattr(torch.compiler, "is_exporting", lambda: True)
     assert reference.exporting() is False

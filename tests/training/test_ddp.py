@@ -541,7 +541,14 @@ def test_torchrun_reports_every_rank_exiting_with_rank_0s_status(tmp_path):
                              str(_free_port()), "-m", "spacy_elmo", *args], capture_output=True, text=True, env=env, timeout=300)
     report = result.stdout + result.stderr
     assert result.returncode == 1, report
-    assert re.findall(r"exitcode\s+: (-?[0-9]+)", report) == ["1", "1"], report
+    # torchrun records the exit of the ranks it stopped only where it has _capture_process_failures (not in
+    # 2.6.0, in 2.9.1): before, its report names only the ranks that had exited when it polled, one or both
+    from torch.distributed.elastic.multiprocessing.api import SubprocessContext
+    codes = re.findall(r"exitcode\s+: (-?[0-9]+)", report)
+    if hasattr(SubprocessContext, "_capture_process_failures"):
+        assert codes == ["1", "1"], report
+    else:
+        assert codes in (["1"], ["1", "1"]), report
     assert report.count("already holds a training run") == 1, report
     assert "terminate called" not in report and "Connection closed" not in report, report
 

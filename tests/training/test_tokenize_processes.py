@@ -197,7 +197,10 @@ def test_parent_killed_while_tokenizing_leaves_no_worker_and_no_cache(tmp_path, 
     path = tmp_path / "t.txt"
     path.write_text("The cat sat on the mat, didn't it? Yes.\n" * 400_000, encoding="utf-8")  # ~16 MB
     cache = tmp_path / "cache"
-    script = (f"from spacy_elmo.training.data import build_corpus\n"
+    # Python keeps SIGINT ignored when it starts so (under `nohup cmd &` or a job runner): the test's
+    # Ctrl-C then did nothing and the corpus was built. A terminal's Ctrl-C reaches a default handler.
+    script = (f"import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+              f"from spacy_elmo.training.data import build_corpus\n"
               f"build_corpus({str(path)!r}, 'en', {str(cache)!r}, progress=False, processes=2)\n")
     parent = subprocess.Popen([sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     try:
