@@ -40,10 +40,14 @@ class StepInputs(NamedTuple):
     targets_fwd: Tensor  #: ``(B, T)`` target ids
     targets_bwd: Tensor
     lengths: Tensor  #: ``(B,)`` targets per row
-    n_targets: int  #: their sum
     positions: Tensor  #: ``(n_targets,)`` their flat positions in ``(B, T)`` (:func:`~.lm.target_positions`)
     sample: Optional[Sample]  #: the sampler's draw; None: the full softmax
     logq: Optional[SampleLogQ]  #: its corrections (None with the full softmax)
+
+    @property
+    def n_targets(self) -> int:
+        """The targets in the step, ``lengths.sum()`` (a shape: no wait for a device)."""
+        return self.positions.numel()
 
     def to(self, device: torch.device) -> "StepInputs":
         """The tensors on ``device``; from pinned memory to a GPU without waiting (``non_blocking``)."""
@@ -78,8 +82,7 @@ def prepare_step(
         logq = SampleLogQ(*(sampler.log_expected_count(ids, sample.num_tries)
                             for ids in (targets_fwd, targets_bwd, sample.candidates)))
     positions = target_positions(lengths, fwd.shape[1] - 1)
-    inputs = StepInputs(chars, index_fwd, index_bwd, targets_fwd, targets_bwd, lengths, int(lengths.sum()), positions,
-                        sample, logq)
+    inputs = StepInputs(chars, index_fwd, index_bwd, targets_fwd, targets_bwd, lengths, positions, sample, logq)
     return _each_tensor(inputs, Tensor.pin_memory) if pin else inputs
 
 
