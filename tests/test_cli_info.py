@@ -162,7 +162,10 @@ def test_info_names_a_cpu_isa_setting_the_dispatch_does_not_know(cap):
     assert (build["cpu_isa"], build["cpu_isa_cap"]) == ("base", cap)
     text, stderr = _info(cap=cap, stderr=True)
     said = " ".join(switches.problem("SPACY_ELMO_CPU_ISA", cap).split())
-    assert "CPU kernels: base (" + said + ")" in plain(text)
+    text = plain(text)
+    assert f"CPU kernels: base (SPACY_ELMO_CPU_ISA={cap!r} is not a value it takes: see 'SPACY_ELMO_* set')" in text
+    assert f"SPACY_ELMO_CPU_ISA={cap} (" + said + ")" in text
+    assert " ".join(text.split()).count(said) == 1  # the problem is told once, on the switches' row
     assert "SPACY_ELMO_CPU_ISA" not in stderr  # info says it once, not also as the warning of the load
 
 

@@ -83,8 +83,8 @@ def _rows(facts: Dict[str, Any]) -> List[Tuple[str, str]]:
     else:
         isa, cap = build["cpu_isa"], build["cpu_isa_cap"]
         cap_problem = switches.problem(switches.CPU_ISA, cap)
-        if cap_problem is not None:
-            isa += f" ({cap_problem})"
+        if cap_problem is not None:  # the problem itself is on the switches' row: said once
+            isa += f" (SPACY_ELMO_CPU_ISA={cap!r} is not a value it takes: see 'SPACY_ELMO_* set')"
         elif isa != build["cpu_isa_supported"]:
             isa += f" (capped by SPACY_ELMO_CPU_ISA={cap}; this CPU runs {build['cpu_isa_supported']})"
         openmp = f"yes (_OPENMP {build['openmp_version']})" if build["openmp"] else Warnings.W_INFO_NO_OPENMP
