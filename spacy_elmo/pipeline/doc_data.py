@@ -100,7 +100,10 @@ def source_rows(
     # Tokens are contiguous: tokens start..end-1 are unchanged when they and the token after them
     # start where they did.
     stop = min(end + 1, len(doc))
-    idx = numpy.array([doc[i].idx for i in range(start, stop)], dtype="int64")
+    if start == 0 and stop == len(doc):  # the whole doc (a listener's read): one call, no loop over tokens
+        idx = doc.to_array(IDX).astype("int64")
+    else:
+        idx = numpy.array([doc[i].idx for i in range(start, stop)], dtype="int64")
     if n_rows == len(doc) and numpy.array_equal(idx, starts[start:stop]):
         return None
     idx = idx[: end - start]
