@@ -14,7 +14,7 @@ import sys
 import threading
 import warnings
 import weakref
-from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple, cast
 
 from spacy.language import Language
 from spacy.tokens import Doc
@@ -206,7 +206,7 @@ def _forward(model: ElmoListener, docs: List[Doc], is_train: bool):
                 )
             )
         if data is not None and data.ndim == 3:
-            outputs.append(model.ops.asarray3f(data.astype("float32")))
+            outputs.append(model.ops.asarray3f(cast(Floats3d, data.astype("float32"))))  # ndim checked above
             model.attrs["warming_up"] = False
         elif len(doc) == 0:
             outputs.append(model.ops.alloc3f(nL, len(doc), nO))
