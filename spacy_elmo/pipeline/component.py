@@ -59,7 +59,7 @@ from .bilm_layer import (
     weights_checked,
 )
 from .callers import runs
-from .doc_data import ELMO_ATTR, install_extensions, install_hooks, set_doc_data
+from .doc_data import ELMO_ATTR, IDX_ATTR, install_extensions, install_hooks, set_doc_data
 from .layer_cache import MB
 from .listener import ElmoListener, find_listener_path
 from .loaders import WeightsLoader, load_weights, names_no_weights, requests_nothing, weights_target
@@ -651,11 +651,10 @@ class ElmoComponent(TrainablePipe):
             if self.cfg["set_doc_tensor"]:
                 doc.tensor = numpy.tensordot(mix, layers, axes=(0, 0)).astype("float32")
         listeners = self.listeners
-        if listeners:  # each listener reads this batch's layers even if another elmo component overwrites doc._.elmo
-            batch_id = ElmoListener.get_batch_id(docs)
-            stored = [getattr(doc._, ELMO_ATTR) for doc in docs]
+        if listeners:  # each listener reads these layers even if another elmo component overwrites doc._.elmo
+            stored = [(getattr(doc._, ELMO_ATTR), getattr(doc._, IDX_ATTR)) for doc in docs]
             for listener in listeners:
-                listener.receive_predicted(batch_id, stored)
+                listener.receive_predicted(docs, stored)
 
     # -- training ----------------------------------------------------------------
     # Fine-tuning (frozen = false): each listener sends the gradient of the layers it read; the

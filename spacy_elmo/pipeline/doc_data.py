@@ -19,7 +19,7 @@ computed from these; the ``vector`` / ``has_vector`` / ``similarity`` user
 hooks use them (module-level functions, so that docs stay picklable).
 """
 
-from typing import Optional, Tuple, Union
+from typing import Any, Optional, Tuple, Union
 
 import numpy
 import torch
@@ -31,6 +31,7 @@ from ..errors import Errors
 ELMO_ATTR = "elmo"
 MIX_ATTR = "elmo_mix"
 IDX_ATTR = "elmo_idx"
+_ON_DOC: Any = object()  # a default: read from the doc's extension
 
 
 def install_extensions() -> None:
@@ -83,10 +84,14 @@ def stored_copy(data: numpy.ndarray, dtype: str) -> numpy.ndarray:
     return numpy.array(data, dtype=dtype, copy=True)
 
 
-def source_rows(doc: Doc, start: int, end: int, n_rows: int) -> Optional[Tuple[numpy.ndarray, numpy.ndarray]]:
+def source_rows(
+    doc: Doc, start: int, end: int, n_rows: int, starts: Any = _ON_DOC
+) -> Optional[Tuple[numpy.ndarray, numpy.ndarray]]:
     """None when tokens ``start:end`` are the ones their rows were computed for; else (the doc was
-    retokenized) the row ranges ``lo[i]:hi[i]`` that each of them covers."""
-    starts = getattr(doc._, IDX_ATTR, None) if Doc.has_extension(IDX_ATTR) else None
+    retokenized) the row ranges ``lo[i]:hi[i]`` that each of them covers. starts: the rows' character
+    offsets (``doc._.elmo_idx`` unless given)."""
+    if starts is _ON_DOC:
+        starts = getattr(doc._, IDX_ATTR, None) if Doc.has_extension(IDX_ATTR) else None
     if starts is None or len(starts) != n_rows:
         if n_rows == len(doc):
             return None  # no offsets to check (data set by hand): trust the token count
@@ -95,7 +100,10 @@ def source_rows(doc: Doc, start: int, end: int, n_rows: int) -> Optional[Tuple[n
     # Tokens are contiguous: tokens start..end-1 are unchanged when they and the token after them
     # start where they did.
     stop = min(end + 1, len(doc))
-    idx = numpy.array([doc[i].idx for i in range(start, stop)], dtype="int64")
+    if start == 0 and stop == len(doc):  # the whole doc (a listener's read): one call, no loop over tokens
+        idx = doc.to_array(IDX).astype("int64")
+    else:
+        idx = numpy.array([doc[i].idx for i in range(start, stop)], dtype="int64")
     if n_rows == len(doc) and numpy.array_equal(idx, starts[start:stop]):
         return None
     idx = idx[: end - start]
@@ -112,12 +120,14 @@ def _mean_rows(data: numpy.ndarray, lo: numpy.ndarray, hi: numpy.ndarray) -> num
     return numpy.stack([data[..., a:b, :].astype("float32").mean(-2) for a, b in zip(lo, hi)], axis=-2)
 
 
-def aligned_layers(doc: Doc) -> Optional[numpy.ndarray]:
-    """``doc._.elmo`` with one row per current token (the stored array itself when none changed)."""
-    data = _stored(doc)
+def aligned_layers(doc: Doc, data: Any = _ON_DOC, starts: Any = _ON_DOC) -> Optional[numpy.ndarray]:
+    """``doc._.elmo`` with one row per current token (the stored array itself when none changed); or
+    ``data`` stored for ``doc`` elsewhere, its rows at character offsets ``starts``."""
+    if data is _ON_DOC:
+        data = _stored(doc)
     if data is None:
         return None
-    ranges = source_rows(doc, 0, len(doc), data.shape[-2])
+    ranges = source_rows(doc, 0, len(doc), data.shape[-2], starts)
     return data if ranges is None else _mean_rows(data, *ranges)
 
 

@@ -2,7 +2,9 @@
 
 ``List[Doc] -> List[Floats3d (L + 1, n, 2P)]``. In training it returns what
 the upstream ``elmo`` component handed over with :meth:`receive` (same batch);
-otherwise it reads ``doc._.elmo``. Its backprop returns the gradient of its
+otherwise, per doc, the layers the upstream stored on that doc (handed over with
+:meth:`receive_predicted`: another elmo component may have overwritten
+``doc._.elmo`` since), else ``doc._.elmo``. Its backprop returns the gradient of its
 output to the upstream (used only when the biLM is fine-tuned); the task's
 ScalarMix after it computes its own gradients from the layers it saw, so the
 mix trains whichever way the layers arrived.
@@ -11,7 +13,8 @@ mix trains whichever way the layers arrived.
 import sys
 import threading
 import warnings
-from typing import Any, Callable, Iterable, List, Optional, Tuple
+import weakref
+from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple, cast
 
 from spacy.language import Language
 from spacy.tokens import Doc
@@ -64,12 +67,13 @@ class ElmoListener(Model):
         self._outputs = outputs
         self._backprop = backprop
 
-    def receive_predicted(self, batch_id: int, layers: List[Any]) -> None:
-        """The layers the upstream stored on a batch of docs at prediction (``doc._.elmo``), kept
-        until this listener reads that batch: another elmo component may overwrite ``doc._.elmo``.
-        Kept per thread: threads serving one pipeline each run their batch through it (spaCy runs
-        a batch's components in the calling thread), and another thread's batch must not replace it."""
-        self._predicted.batch = (batch_id, layers)
+    def receive_predicted(self, docs: Sequence[Doc], stored: Sequence[Tuple[Any, Any]]) -> None:
+        """What the upstream stored on each doc at prediction (``(doc._.elmo, doc._.elmo_idx)``), kept
+        per doc until this listener reads that doc at prediction: another elmo component may overwrite
+        ``doc._.elmo`` meanwhile. Per doc, not per batch: the listening component may batch the docs
+        otherwise (spaCy's parser and ner sort a batch by length into smaller ones; a component's own
+        ``batch_size``), and threads serving one pipeline each hand over their own docs."""
+        self._predicted.put(docs, stored)
 
     def clear(self) -> None:
         self._batch_id, self._outputs, self._backprop, self._predicted = None, None, None, _Predicted()
@@ -89,10 +93,25 @@ class ElmoListener(Model):
             setattr(self, key, value)
 
 
-class _Predicted(threading.local):
-    """The upstream's hand-over at prediction, one per thread: ``batch``, ``(batch id, layers)`` or None."""
+class _Predicted:
+    """The upstream's hand-over at prediction: ``doc -> (doc._.elmo, doc._.elmo_idx)`` as it stored them,
+    keyed by the doc itself through a weak reference, so an entry goes with its doc (never keeps it alive)."""
 
-    batch: Optional[Tuple[int, List[Any]]] = None
+    def __init__(self) -> None:
+        self._by_doc: "weakref.WeakKeyDictionary[Doc, Tuple[Any, Any]]" = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()  # threads serving one pipeline hand over and read at once
+
+    def put(self, docs: Sequence[Doc], stored: Sequence[Tuple[Any, Any]]) -> None:
+        with self._lock:
+            self._by_doc.update(zip(docs, stored))
+
+    def take(self, doc: Doc, keep: bool) -> Optional[Tuple[Any, Any]]:
+        """The doc's entry (None: none), removed unless ``keep``."""
+        with self._lock:
+            return self._by_doc.get(doc) if keep else self._by_doc.pop(doc, None)
+
+    def __len__(self) -> int:
+        return len(self._by_doc)
 
 
 def _init(model: ElmoListener, X=None, Y=None) -> None:
@@ -173,10 +192,11 @@ def _forward(model: ElmoListener, docs: List[Doc], is_train: bool):
         raise ValueError(_no_upstream(model))
     outputs = []
     nL, nO = model.get_dim("nL"), model.get_dim("nO")
-    predicted = _take_predicted(model, docs)
-    for i, doc in enumerate(docs):
-        if predicted is not None:
-            data = predicted[i]
+    for doc in docs:
+        # in training kept: an annotating listening component predicts on the same docs after its update
+        handed = model._predicted.take(doc, keep=is_train)
+        if handed is not None:
+            data = aligned_layers(doc, *handed)
         else:
             data = aligned_layers(doc) if Doc.has_extension(ELMO_ATTR) else None
         if data is not None and data.ndim == 3 and data.shape[0::2] != (nL, nO):
@@ -186,7 +206,7 @@ def _forward(model: ElmoListener, docs: List[Doc], is_train: bool):
                 )
             )
         if data is not None and data.ndim == 3:
-            outputs.append(model.ops.asarray3f(data.astype("float32")))
+            outputs.append(model.ops.asarray3f(cast(Floats3d, data.astype("float32"))))  # ndim checked above
             model.attrs["warming_up"] = False
         elif len(doc) == 0:
             outputs.append(model.ops.alloc3f(nL, len(doc), nO))
@@ -218,17 +238,6 @@ def _in_rehearse() -> bool:
     """Whether spaCy's ``Language.rehearse`` runs this forward pass (looked up the stack on a path that
     fails anyway): it feeds no listener, so a listening component cannot rehearse."""
     return called_from(sys._getframe(1), "spacy.language", "rehearse")
-
-
-def _take_predicted(model: ElmoListener, docs: List[Doc]) -> Optional[List[Any]]:
-    """The upstream's stored layers of this very batch (its last prediction), once; else None."""
-    if model._predicted.batch is None:
-        return None
-    batch_id, layers = model._predicted.batch
-    if batch_id != model.get_batch_id(docs) or [x.shape[-2] for x in layers] != [len(doc) for doc in docs]:
-        return None
-    model._predicted.batch = None
-    return layers
 
 
 def _no_grad(d_outputs) -> List[Doc]:  # module level: picklable

@@ -1,11 +1,14 @@
 """Listeners: ScalarMix layer, ELMo dropout, ner/textcat/textcat_multilabel/spancat, errors."""
 
 import collections
+import gc
+import weakref
 
 import numpy
 import pytest
 import spacy
 import torch
+from spacy.language import Language
 from spacy.training import Example
 from spacy.training.loop import train_while_improving
 from thinc.api import Adam, set_dropout_rate
@@ -617,6 +620,136 @@ def test_two_elmo_components_each_listener_reads_its_upstream(tiny_dir, tmp_path
     if "projection_dim" in other:
         with pytest.raises(ValueError, match="another elmo component wrote doc._.elmo"):
             tok2vec("a", docs[0])
+
+
+#: docs of mixed lengths, longest first: spaCy's parser and ner sort a batch by length into smaller ones
+MIXED_TEXTS = [
+    "Bob was in London and it was good today , as it was yesterday .",
+    "Alice went home .",
+    "Yesterday Bob went to Paris and it was bad .",
+    "Paris .",
+    "It was good and Alice was in London .",
+    "Bob went home and it was good .",
+]
+
+
+def _listener_of(component) -> ElmoListener:
+    (listener,) = [n for n in component.model.walk() if isinstance(n, ElmoListener)]
+    return listener
+
+
+def _two_elmo_listening_pipeline(tiny_dir, tmp_path, projection_dim):
+    """elmo_a, elmo_b (another random biLM of projection_dim), then ner and textcat listening to elmo_a
+    and ner_b listening to elmo_b."""
+    torch.manual_seed(1)
+    BiLM(BiLMConfig(**{**TINY, "projection_dim": projection_dim})).save(tmp_path / "b")
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", name="elmo_a", config={"weights": str(tiny_dir)})
+    nlp.add_pipe("elmo", name="elmo_b", config={"weights": str(tmp_path / "b")})
+    to_a, to_b = {**LISTENER, "upstream": "elmo_a"}, {**LISTENER, "upstream": "elmo_b"}
+    nlp.add_pipe("ner", config={"model": {**NER, "tok2vec": to_a}})
+    nlp.add_pipe("textcat", config={"model": _textcat_model("textcat", to_a)})
+    nlp.add_pipe("ner", name="ner_b", config={"model": {**NER, "tok2vec": to_b}})
+    nlp.initialize(lambda: [Example(nlp.make_doc(d.text), d) for d in make_docs(4)])
+    return nlp
+
+
+def _record_listener_inputs(monkeypatch, listener: ElmoListener) -> dict:
+    """``doc text -> (L + 1, n, 2P)`` layers the listener returned for it, each time it runs."""
+    read, forward = {}, listener._func
+
+    def recording(model, docs, is_train):
+        outputs, backprop = forward(model, docs, is_train)
+        read.update((doc.text, model.ops.to_numpy(out)) for doc, out in zip(docs, outputs))
+        return outputs, backprop
+
+    monkeypatch.setattr(listener, "_func", recording)
+    return read
+
+
+@pytest.mark.parametrize("projection_dim", [8, 4], ids=["same_width", "other_width"])
+@pytest.mark.parametrize("textcat_batch_size", [None, 2])
+def test_two_elmo_components_listeners_read_their_upstream_in_batches(
+    tiny_dir, tmp_path, monkeypatch, projection_dim, textcat_batch_size
+):
+    """nlp.pipe with batches of several docs: ner re-sorts each batch by length into sub-batches (and textcat
+    may be given its own batch_size), so the upstream's batch is not the listener's. Each listener still reads
+    its own upstream's layers per doc (it read elmo_b's doc._.elmo: silently wrong vectors, or a shape error)."""
+    nlp = _two_elmo_listening_pipeline(tiny_dir, tmp_path, projection_dim)
+    upstreams = {"ner": "elmo_a", "textcat": "elmo_a", "ner_b": "elmo_b"}
+    read = {name: _record_listener_inputs(monkeypatch, _listener_of(nlp.get_pipe(name))) for name in upstreams}
+    cfg = {} if textcat_batch_size is None else {"textcat": {"batch_size": textcat_batch_size}}
+    docs = list(nlp.pipe(MIXED_TEXTS, batch_size=8, component_cfg=cfg))
+    assert [d._.elmo.shape[-1] for d in docs] == [2 * projection_dim] * len(docs)  # elmo_b's, written last
+    # the oracle: each biLM alone on a fresh doc of the text (float32; the listeners read float16 doc data)
+    alone = {
+        (elmo, text): nlp.get_pipe(elmo).predict([nlp.make_doc(text)])[0]
+        for elmo in ("elmo_a", "elmo_b")
+        for text in MIXED_TEXTS
+    }
+    for name, elmo in upstreams.items():
+        assert sorted(read[name]) == sorted(MIXED_TEXTS)
+        for text in MIXED_TEXTS:
+            numpy.testing.assert_allclose(read[name][text], alone[elmo, text], rtol=2e-3, atol=2e-3, err_msg=name)
+    if projection_dim == 8:  # the two biLMs' layers are told apart by these tolerances
+        assert not numpy.allclose(alone["elmo_a", MIXED_TEXTS[0]], alone["elmo_b", MIXED_TEXTS[0]], rtol=2e-3, atol=2e-3)
+
+
+@Language.component("test_listener_merge_first_two")
+def _merge_first_two(doc):
+    with doc.retokenize() as retokenizer:
+        retokenizer.merge(doc[0:2])
+    return doc
+
+
+def test_two_elmo_components_listener_after_a_retokenizer(tiny_dir, tmp_path, monkeypatch):
+    """A component merging tokens between the elmo components and the listening one: the listener reads its
+    own upstream's layers for the current tokens (a merged token: the mean of its rows), not elmo_b's."""
+    nlp = _two_elmo_listening_pipeline(tiny_dir, tmp_path, 8)
+    nlp.add_pipe("test_listener_merge_first_two", after="elmo_b")
+    read = _record_listener_inputs(monkeypatch, _listener_of(nlp.get_pipe("ner")))
+    docs = list(nlp.pipe(MIXED_TEXTS, batch_size=8))
+    for doc, text in zip(docs, MIXED_TEXTS):
+        rows = nlp.get_pipe("elmo_a").predict([nlp.make_doc(text)])[0]
+        expected = numpy.concatenate([rows[:, :2].mean(1, keepdims=True), rows[:, 2:]], axis=1)
+        numpy.testing.assert_allclose(read[doc.text], expected, rtol=2e-3, atol=2e-3)
+
+
+def test_two_elmo_components_annotating_in_training(tiny_dir, tmp_path, monkeypatch):
+    """nlp.update with the elmo components annotating but not updated (no receive): the listener reads its
+    upstream's per-doc layers in ner's update, and again when ner annotates the same docs right after (it
+    keeps them through the read in training; taken there, ner read elmo_b's doc._.elmo when annotating)."""
+    nlp = _two_elmo_listening_pipeline(tiny_dir, tmp_path, 8)
+    listener = _listener_of(nlp.get_pipe("ner"))
+    read, forward = [], listener._func
+
+    def recording(model, docs, is_train):
+        outputs, backprop = forward(model, docs, is_train)
+        read.extend((is_train, doc.text, model.ops.to_numpy(out)) for doc, out in zip(docs, outputs))
+        return outputs, backprop
+
+    monkeypatch.setattr(listener, "_func", recording)
+    examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(4, seed=3)]
+    nlp.update(examples, sgd=Adam(0.001), exclude=["elmo_a", "elmo_b"], annotates=["elmo_a", "elmo_b", "ner"])
+    assert sorted({is_train for is_train, _, _ in read}) == [False, True]
+    for _, text, layers in read:
+        numpy.testing.assert_allclose(layers, nlp.get_pipe("elmo_a").predict([nlp.make_doc(text)])[0], rtol=2e-3, atol=2e-3)
+
+
+def test_layers_handed_to_listeners_do_not_keep_docs(tiny_dir, tmp_path):
+    """The upstream hands each listener its layers per doc; that keeps no doc alive, and a listener that read
+    a doc at prediction keeps nothing of it."""
+    nlp = _two_elmo_listening_pipeline(tiny_dir, tmp_path, 8)
+    listener = _listener_of(nlp.get_pipe("ner"))
+    docs = list(nlp.pipe(MIXED_TEXTS, batch_size=8, disable=["ner"]))  # handed over, never read
+    assert len(listener._predicted) == len(MIXED_TEXTS)
+    refs = [weakref.ref(doc) for doc in docs]
+    del docs
+    gc.collect()
+    assert [ref() for ref in refs] == [None] * len(refs)
+    assert len(listener._predicted) == 0
+    kept = list(nlp.pipe(MIXED_TEXTS, batch_size=8))  # read by ner at prediction
+    assert len(kept) == len(MIXED_TEXTS) and len(listener._predicted) == 0
 
 
 @pytest.mark.parametrize("exclude", [[], ["textcat"]])
