@@ -175,11 +175,13 @@ def check_paths(input_path: PathLike, output_path: PathLike, overwrite: bool = F
 
 
 def model_fingerprint(bilm: BiLM) -> str:
-    """sha256 over the biLM's config and every tensor of its state dict."""
+    """sha256 over the biLM's config and every tensor of its state dict: each tensor's raw bytes, read as
+    uint8 (numpy has no bfloat16, so ``.numpy()`` of a bfloat16 biLM failed; the bytes of a float32 one
+    are the ones ``.numpy().tobytes()`` gave, so parts written before stay valid)."""
     h = hashlib.sha256(json.dumps(bilm.config.to_dict(), sort_keys=True).encode())
     for name, tensor in sorted(bilm.state_dict().items()):
         h.update(name.encode())
-        h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+        h.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy())
     return h.hexdigest()
 
 
@@ -267,6 +269,10 @@ def embed_file(
     if tokenizer_name is None:
         tokenizer_name = "whitespace" if tokenize is None else _callable_name(tokenize)
     tokenize = tokenize or _whitespace
+    # What can refuse the model is done before the passes over the text (which take minutes for a big file).
+    if bilm.stateful:
+        raise ValueError(Errors.E_EMBED_STATEFUL)
+    fingerprint = model_fingerprint(bilm)
     digests = PartDigests(part_size)  # of the text (decompressed) and of each part's, read with its lines
     n_lines = scan_lines(input_path, digests)
     sha256, part_digests = digests.whole.hexdigest(), digests.parts()
@@ -291,8 +297,6 @@ def embed_file(
         for start, chunk in parts():
             n_tokens += sum(map(len, tokenized(chunk, start)))
             lines_bar.update(len(chunk))
-    if bilm.stateful:
-        raise ValueError(Errors.E_EMBED_STATEFUL)
     was_training = bilm.training
     bilm.eval()
     try:
@@ -302,7 +306,7 @@ def embed_file(
         parts_dir = parts_path(output_path)
         manifest = {
             # The parts' digests are not recorded: "input" and "part_size" decide them.
-            "format": FORMAT, "model": model_fingerprint(bilm), "input": sha256,
+            "format": FORMAT, "model": fingerprint, "input": sha256,
             "n_lines": n_lines, "layers": layers, "part_size": part_size, "tokenizer": tokenizer_name,
             "token_rules": TOKEN_RULES,  # what the reading (a leading BOM) and --lang (whitespace tokens) drop
             # which lines share a biLM call (and a cached token vector) changes the last bits

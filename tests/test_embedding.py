@@ -286,8 +286,42 @@ def test_bad_input_gets_clear_errors(bilm, model_dir, corpus, tmp_path):
     with pytest.raises(FileExistsError, match="--overwrite"):
         embed_file(bilm, corpus, existing, progress=False)
     assert embed_file(bilm, corpus, existing, overwrite=True, progress=False)["finished"] == 1
-    with pytest.raises(ValueError, match="stateful=False"):
-        embed_file(BiLM.load(model_dir, stateful=True), corpus, tmp_path / "o.h5", progress=False)
+    tokenized = []
+    with pytest.raises(ValueError, match="stateful=False"):  # refused before the passes over the text
+        embed_file(BiLM.load(model_dir, stateful=True), corpus, tmp_path / "o.h5", progress=False,
+                   tokenize=lambda line: tokenized.append(line) or line.split())
+    assert tokenized == []
+
+
+def test_a_bfloat16_bilm_embeds_a_file(bilm, corpus, tmp_path):
+    """The manifest's model fingerprint hashed ``.numpy()`` of each tensor, which numpy refuses for
+    bfloat16: embed_file of a bfloat16 biLM (which runs) died after reading and tokenizing the whole file.
+    Its datasets are the bfloat16 biLM's own vectors, as float32."""
+    low = bilm.to(torch.bfloat16)
+    out = tmp_path / "o.h5"
+    assert embed_file(low, corpus, out, layers="top", progress=False)["finished"] == 1
+    data, _ = read_all(out)
+    for i, line in enumerate(LINES):
+        want = embed_lines(low, [line.split()], layers="top")[0]
+        assert data[str(i)].dtype == np.float32 and np.array_equal(data[str(i)], want)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+def test_the_model_fingerprint_hashes_each_tensors_bytes(bilm, dtype):
+    """sha256 of the config and of each tensor's raw bytes, in name order: for float32 the bytes that
+    ``.numpy().tobytes()`` gave, so the fingerprints in the manifests of parts written before are the same."""
+    from spacy_elmo.embedding import model_fingerprint
+
+    bilm = bilm.to(dtype)
+    want = hashlib.sha256(json.dumps(bilm.config.to_dict(), sort_keys=True).encode())
+    for name, tensor in sorted(bilm.state_dict().items()):
+        want.update(name.encode())
+        if dtype == torch.float32:  # the fingerprint as the earlier releases took it
+            want.update(tensor.numpy().tobytes())
+        else:  # bfloat16: the upper half of each value's float32 bits, little-endian
+            bits = tensor.float().numpy().view(np.uint32) >> 16
+            want.update(bits.astype("<u2").tobytes())
+    assert model_fingerprint(bilm) == want.hexdigest()
 
 
 def test_undecodable_bytes_are_replaced_and_reported(bilm, tmp_path):
@@ -733,7 +767,7 @@ def test_an_input_changed_during_the_run_is_an_error_and_its_parts_are_dropped(b
     text (the earlier run's, and all of them when the map found the change) are kept."""
     out = tmp_path / "o.h5"
     assert embed_file(bilm, corpus, out, part_size=2, progress=False, stop_after_parts=1)["finished"] == 0
-    name = {"before the parts": "model_fingerprint", "before the map": "_merge"}[moment]
+    name = {"before the parts": "TokenCache", "before the map": "_merge"}[moment]
     real = getattr(spacy_elmo.embedding, name)
 
     def rewriting(*args, **kwargs):
@@ -764,7 +798,7 @@ def test_a_run_stopped_otherwise_after_the_input_changed_leaves_no_part_of_the_o
     other = list(LINES)
     other[2] = other[2].replace("river", "sea")  # part 1 differs from the first text's
     other[4] = " ".join(["long"] * (max_tokens + 1))  # part 2 is refused
-    name = {"after the first pass": "scan_lines", "before the parts": "model_fingerprint"}[moment]
+    name = {"after the first pass": "scan_lines", "before the parts": "TokenCache"}[moment]
     real = getattr(spacy_elmo.embedding, name)
 
     def rewriting(*args, **kwargs):
