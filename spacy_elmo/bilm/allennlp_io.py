@@ -324,6 +324,22 @@ def allennlp_refusals(config: BiLMConfig) -> List[str]:
     return reasons
 
 
+def bilm_tf_refusals(config: BiLMConfig) -> List[str]:
+    """What bilm-tf's model.py does with a file of ``config`` that AllenNLP and this project run, when that
+    is not this model; [] if none. bilm-tf builds its LSTM cells with the projection only when
+    projection_dim < dim (P < C), and a char-CNN projection only when n_filters != projection_dim,
+    asserting n_filters > projection_dim then."""
+    reasons = []
+    F, P, C = config.n_filters, config.projection_dim, config.cell_dim
+    if F < P:
+        reasons.append(Warnings.W_BILM_TF_REASON_FEW_FILTERS.format(n_filters=F, projection_dim=P))
+    if P == C:
+        reasons.append(Warnings.W_BILM_TF_REASON_P_EQUALS_C.format(projection_dim=P))
+    elif P > C:
+        reasons.append(Warnings.W_BILM_TF_REASON_P_ABOVE_C.format(projection_dim=P, dim=C))
+    return reasons
+
+
 def _reading_settings(provenance: dict) -> Dict[str, str]:
     """What ``provenance`` (config.json's) records of how the model reads text, which AllenNLP files drop:
     ``{"what": ..., "flags": ...}`` (``flags``: the options that give ``evaluate`` that reading back), or {}."""
@@ -361,6 +377,10 @@ def write_allennlp(
     reasons = allennlp_refusals(config)
     if reasons:
         warnings.warn(Warnings.W_ALLENNLP_WILL_NOT_LOAD.format(path=shown, reasons="; ".join(reasons)),
+                      UserWarning, stacklevel=3)
+    reasons = bilm_tf_refusals(config)
+    if reasons:
+        warnings.warn(Warnings.W_BILM_TF_WILL_NOT_RUN.format(path=shown, reasons="; ".join(reasons)),
                       UserWarning, stacklevel=3)
     arrays = datasets_from_state(config, dict(model.named_parameters()))
 

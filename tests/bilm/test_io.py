@@ -66,7 +66,7 @@ def test_one_layer_file_is_written_where_the_inference_loaders_read_it(tmp_path)
 def test_f_equals_p_file_has_an_identity_projection_and_other_ones_are_refused(tmp_path):
     """F == P: AllenNLP always reads CNN_proj, bilm-tf has none. The writer stores the identity (the same
     model to both); the reader takes a file with or without it, and refuses a CNN_proj that is not it."""
-    model = BiLM(BiLMConfig(projection_dim=6, cell_dim=5, filters=[(1, 3), (2, 3)], n_highway=1))
+    model = BiLM(BiLMConfig(projection_dim=6, cell_dim=7, filters=[(1, 3), (2, 3)], n_highway=1))  # P < C: bilm-tf runs it
     model.to_allennlp(tmp_path / "o.json", tmp_path / "w.hdf5")
     names = datasets(tmp_path / "w.hdf5")
     assert np.array_equal(names["CNN_proj/W_proj"], np.eye(6)) and not names["CNN_proj/b_proj"].any()
