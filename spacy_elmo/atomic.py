@@ -1,11 +1,12 @@
 """Writing a file so that readers, and a writer killed half-way, see the old file or the new one, never half."""
 
+import fnmatch
 import glob
 import os
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, List, Tuple
+from typing import Callable, Iterator, List, Sequence, Tuple
 
 from ._typing import PathLike
 
@@ -103,13 +104,16 @@ def remove_dir(path: PathLike) -> None:
     shutil.rmtree(trash)
 
 
-def replace_dir(path: PathLike, write: Callable[[Path], None]) -> None:
+def replace_dir(path: PathLike, write: Callable[[Path], None], last: Sequence[str] = ()) -> None:
     """Make the directory ``path`` hold exactly what ``write(tmp)`` puts into a new directory.
 
     A new ``path`` is renamed into place whole. An existing one (``.``, a symlink to a
     directory, a mount point) is kept as a directory: ``write`` fills a hidden directory
     inside it, and only once that succeeded are the old entries removed and the new ones
-    moved up, so a failed ``write`` leaves the old contents as they were.
+    moved up, so a failed ``write`` leaves the old contents as they were. ``last``: glob patterns
+    of the names that mark the contents complete (a model's ``config.json``): the old ones are
+    removed first and the new ones moved in last, so a process killed in between leaves a
+    directory without them (an error for its readers), never new files mixed with old ones.
     """
     path = Path(path).resolve()
     if not path.exists():
@@ -120,14 +124,18 @@ def replace_dir(path: PathLike, write: Callable[[Path], None]) -> None:
         return
     tmp = path / f".replace.{os.getpid()}.tmp"
     _write_fresh(tmp, write)
-    for old in path.iterdir():
+
+    def marks(entry: Path) -> bool:
+        return any(fnmatch.fnmatchcase(entry.name, pattern) for pattern in last)
+
+    for old in sorted(path.iterdir(), key=lambda entry: not marks(entry)):  # the markers first
         if old == tmp:
             continue
         if old.is_dir() and not old.is_symlink():
             shutil.rmtree(old)
         else:
             old.unlink()
-    for new in tmp.iterdir():
+    for new in sorted(tmp.iterdir(), key=marks):  # the markers last
         os.replace(new, path / new.name)
     tmp.rmdir()
 
