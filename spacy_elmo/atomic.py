@@ -114,22 +114,29 @@ def replace_dir(path: PathLike, write: Callable[[Path], None], last: Sequence[st
     of the names that mark the contents complete (a model's ``config.json``): the old ones are
     removed first and the new ones moved in last, so a process killed in between leaves a
     directory without them (an error for its readers), never new files mixed with old ones.
+
+    What killed writes left is removed first (of processes that no longer run): ``.NAME.PID.tmp``
+    beside ``path`` (a whole copy, when it was new) and ``.replace.PID.tmp`` inside it.
     """
     path = Path(path).resolve()
+    remove_leftovers(path)
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = temporary_name(path)
         _write_fresh(tmp, write)
         os.replace(tmp, path)
         return
-    tmp = path / f".replace.{os.getpid()}.tmp"
+    inner = path / "replace"  # its temporary names are .replace.PID.tmp
+    remove_leftovers(inner)
+    tmp = temporary_name(inner)
     _write_fresh(tmp, write)
 
     def marks(entry: Path) -> bool:
         return any(fnmatch.fnmatchcase(entry.name, pattern) for pattern in last)
 
+    running = {stale for stale, _ in temporary_files(inner)}  # another live writer's (removed above if not)
     for old in sorted(path.iterdir(), key=lambda entry: not marks(entry)):  # the markers first
-        if old == tmp:
+        if old in running:
             continue
         if old.is_dir() and not old.is_symlink():
             shutil.rmtree(old)

@@ -97,6 +97,37 @@ def test_replace_dir_new_existing_dot_and_symlink(tmp_path, monkeypatch):
     assert [p.name for p in new.iterdir()] == ["d"]  # old contents untouched, no leftovers
 
 
+def test_replace_dir_removes_what_killed_replacements_left_and_keeps_a_running_ones(tmp_path, ended_pid):
+    """A replacement killed while writing a new directory left ``.NAME.PID.tmp`` beside it (a whole model
+    copy) for good, and one killed inside an existing directory its ``.replace.PID.tmp`` (kept, too, when
+    the next write failed). Both are removed before the next write, unless their process still runs."""
+    running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        new = tmp_path / "new"
+        (tmp_path / f".new.{ended_pid}.tmp").mkdir()
+        (tmp_path / f".new.{ended_pid}.tmp" / "model.safetensors").write_text("a killed export's copy")
+        (tmp_path / f".new.{running.pid}.tmp").mkdir()
+        replace_dir(new, lambda tmp: tmp.mkdir())
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["new", f".new.{running.pid}.tmp"])
+
+        (new / f".replace.{ended_pid}.tmp").mkdir()
+        (new / f".replace.{running.pid}.tmp").mkdir()
+        (new / "kept").write_text("old")
+
+        def fail(tmp):
+            tmp.mkdir()
+            raise RuntimeError("disk full")
+
+        with pytest.raises(RuntimeError, match="disk full"):
+            replace_dir(new, fail)
+        assert sorted(p.name for p in new.iterdir()) == sorted(["kept", f".replace.{running.pid}.tmp"])
+        replace_dir(new, lambda tmp: (tmp.mkdir(), (tmp / "a").write_text("1")))
+        assert sorted(p.name for p in new.iterdir()) == sorted(["a", f".replace.{running.pid}.tmp"])
+    finally:
+        running.kill()
+        running.wait()
+
+
 class Killed(BaseException):
     """What a SIGKILL leaves: raised after a file operation, caught by nothing on its way out."""
 
