@@ -390,6 +390,11 @@ def write_allennlp(
         with hdf5_for_writing(tmp) as fout:
             for name, _ in expected_datasets(config):
                 fout.create_dataset(name, data=arrays[name])
+        # The pair is written in two renames: the old options go before the new weights take the old ones'
+        # place, so a kill between them leaves weights without options (an error to load), never the new
+        # weights under the old options (other clips or activation, loading silently). A write that failed
+        # (a full disk) never got here: the old pair is intact.
+        Path(options_file).unlink(missing_ok=True)
 
     def write_json(tmp: Path) -> None:
         tmp.write_text(json.dumps(config.to_allennlp_options(), indent=2), encoding="utf-8")
