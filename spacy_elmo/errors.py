@@ -1118,6 +1118,12 @@ class Errors:
         "{parts} holds parts of an earlier run with a different {keys}, so they cannot be reused. "
         "Rerun with the earlier settings to finish it, or delete {parts} (or pass --restart) to start over."
     )
+    E_EMBED_PARTS_TOKENIZED = (
+        "{part} (lines {first}-{last} of {path}) was written from other tokens than this run's tokenizer "
+        "({tokenizer}) gives for those lines: the earlier run used another tokenizer of the same name (two "
+        "lambdas share one). Rerun with the earlier tokenizer to finish it, or delete {parts} (or pass --restart) "
+        "to start over; give each tokenizer its own tokenizer_name so that a resume tells them apart by name."
+    )
     E_EMBED_PARTS_OLD = (
         "{parts} holds parts written by an older spacy-elmo, which did not record {keys}, so they cannot "
         "be checked against this run. Pass --restart (or delete {parts}) to embed from the start."

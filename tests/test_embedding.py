@@ -257,6 +257,42 @@ def test_parts_of_an_older_version_ask_for_restart(bilm, corpus, tmp_path):
     assert embed_file(bilm, corpus, out, part_size=2, progress=False, restart=True)["parts_reused"] == 0
 
 
+def test_parts_of_another_tokenizer_of_the_same_name_are_refused_naming_the_part(bilm, corpus, tmp_path):
+    """The manifest named a tokenize callable by its module and qualified name, which every lambda of a
+    function shares: a run resumed with another one reused the parts of the first, one output of two
+    tokenizations. The manifest now holds the sha256 of each part's token rows: a written part whose lines
+    this run splits otherwise is refused, naming it; parts not written yet take this run's tokens, so a
+    tokenizer that splits the written parts' lines alike finishes to an uninterrupted run's file."""
+    out, straight = tmp_path / "out.h5", tmp_path / "straight.h5"
+    words, lower = (lambda line: line.split()), (lambda line: line.lower().split())  # both "...<locals>.<lambda>"
+    x_upper = lambda line: [w.upper() if w == "x" else w for w in line.split()]  # noqa: E731 (line 5: part 2)
+    assert embed_file(bilm, corpus, out, tokenize=words, part_size=2, progress=False, stop_after_parts=1)["finished"] == 0
+    with pytest.raises(ValueError, match=r"part-000000.hdf5 \(lines 1-2 of .*in.txt\) was written from other tokens"
+                                         r".*tokenizer_name"):
+        embed_file(bilm, corpus, out, tokenize=lower, part_size=2, progress=False)
+    assert embed_file(bilm, corpus, out, tokenize=words, part_size=2, progress=False, stop_after_parts=0)["finished"] == 0
+    assert embed_file(bilm, corpus, out, tokenize=x_upper, part_size=2, progress=False) == {
+        "lines": len(LINES), "tokens": sum(len(line.split()) for line in LINES), "parts_written": 3, "parts_reused": 1,
+        "finished": 1}
+    embed_file(bilm, corpus, straight, tokenize=x_upper, part_size=2, progress=False)
+    assert out.read_bytes() == straight.read_bytes()
+
+
+def test_parts_of_a_manifest_without_token_digests_are_trusted_and_it_gets_them(bilm, corpus, tmp_path):
+    """A manifest of an earlier release (everything but the digests): its parts are reused, as that release
+    would, and the digests of this run's tokens are recorded for the resumes after it."""
+    out, straight = tmp_path / "out.h5", tmp_path / "straight.h5"
+    embed_file(bilm, corpus, out, part_size=2, progress=False, stop_after_parts=1)
+    manifest = parts_path(out) / "manifest.json"
+    recorded = json.loads(manifest.read_text())
+    manifest.write_text(json.dumps({k: v for k, v in recorded.items() if k != "part_tokens"}))
+    assert embed_file(bilm, corpus, out, part_size=2, progress=False, stop_after_parts=1)["parts_reused"] == 1
+    assert json.loads(manifest.read_text()) == recorded
+    assert embed_file(bilm, corpus, out, part_size=2, progress=False)["parts_reused"] == 2
+    embed_file(bilm, corpus, straight, part_size=2, progress=False)
+    assert out.read_bytes() == straight.read_bytes()
+
+
 def test_a_directory_as_output_is_refused_before_any_work(bilm, corpus, tmp_path):
     out = tmp_path / "vectors"
     out.mkdir()
