@@ -285,7 +285,16 @@ def embed_file(
     # What can refuse the model is done before the passes over the text (which take minutes for a big file).
     if bilm.stateful:
         raise ValueError(Errors.E_EMBED_STATEFUL)
-    fingerprint = model_fingerprint(bilm)
+    settings = {  # the manifest's entries known before the text is read
+        "format": FORMAT, "model": model_fingerprint(bilm), "layers": layers, "part_size": part_size,
+        "tokenizer": tokenizer_name,
+        "token_rules": TOKEN_RULES,  # what the reading (a leading BOM) and --lang (whitespace tokens) drop
+        # which lines share a biLM call (and a cached token vector) changes the last bits
+        "batch_size": batch_size, "batch_tokens": batch_tokens, "cache_size": cache_size,
+    }
+    parts_dir = parts_path(output_path)
+    if not restart and parts_dir.is_dir() and not (parts_dir / MERGED).exists():  # a resume of other settings
+        _check_settings(_read_manifest(parts_dir), settings, parts_dir)
     digests = PartDigests(part_size)  # of the text (decompressed) and of each part's, read with its lines
     n_lines = scan_lines(input_path, digests)
     sha256, part_digests = digests.whole.hexdigest(), digests.parts()
@@ -318,14 +327,9 @@ def embed_file(
         cache = TokenCache(cache_size)
         counts = {"lines": n_lines, "tokens": n_tokens, "parts_written": 0, "parts_reused": 0}
 
-        parts_dir = parts_path(output_path)
         manifest = {
             # The digests of the parts' text are not recorded: "input" and "part_size" decide them.
-            "format": FORMAT, "model": fingerprint, "input": sha256,
-            "n_lines": n_lines, "layers": layers, "part_size": part_size, "tokenizer": tokenizer_name,
-            "token_rules": TOKEN_RULES,  # what the reading (a leading BOM) and --lang (whitespace tokens) drop
-            # which lines share a biLM call (and a cached token vector) changes the last bits
-            "batch_size": batch_size, "batch_tokens": batch_tokens, "cache_size": cache_size,
+            **settings, "input": sha256, "n_lines": n_lines,
             # each part's tokens: another tokenizer of the same name (two lambdas) gives other ones
             TOKENS: token_digests,
         }
@@ -344,14 +348,7 @@ def embed_file(
         part_files = [parts_dir / f"part-{k:06d}.hdf5" for k in range(n_parts)]
         if parts_dir.exists():
             found = _read_manifest(parts_dir)
-            settings = {k: v for k, v in manifest.items() if k != TOKENS}
-            if {k: found.get(k) for k in settings} != settings:
-                missing = sorted(k for k in settings if k not in found)
-                if missing:  # written before these settings were recorded
-                    raise ValueError(Errors.E_EMBED_PARTS_OLD.format(parts=parts_dir, keys=", ".join(missing)))
-                diff = sorted(k for k in settings if found.get(k) != manifest[k])
-                shown = [k if k in ("model", "input") else f"{k} (earlier {found.get(k)!r})" for k in diff]
-                raise ValueError(Errors.E_EMBED_PARTS_MISMATCH.format(parts=parts_dir, keys=", ".join(shown)))
+            _check_settings(found, {k: v for k, v in manifest.items() if k != TOKENS}, parts_dir)
             recorded = found.get(TOKENS)
             if recorded is not None:  # None: a manifest of an earlier release, without them: its parts are trusted
                 for k, part in enumerate(part_files):
@@ -454,6 +451,18 @@ def _earlier_merge(output_path: Path) -> Optional[Path]:
         except (OSError, ValueError):
             continue
     return None
+
+
+def _check_settings(found: dict, settings: dict, parts_dir: Path) -> None:
+    """Refuse the parts of ``parts_dir``, whose manifest is ``found``, unless it records ``settings``."""
+    if {k: found.get(k) for k in settings} == settings:
+        return
+    missing = sorted(k for k in settings if k not in found)
+    if missing:  # written before these settings were recorded
+        raise ValueError(Errors.E_EMBED_PARTS_OLD.format(parts=parts_dir, keys=", ".join(missing)))
+    diff = sorted(k for k in settings if found.get(k) != settings[k])
+    shown = [k if k in ("model", "input") else f"{k} (earlier {found.get(k)!r})" for k in diff]
+    raise ValueError(Errors.E_EMBED_PARTS_MISMATCH.format(parts=parts_dir, keys=", ".join(shown)))
 
 
 def _same_manifest(found: dict, manifest: dict) -> bool:

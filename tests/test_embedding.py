@@ -234,6 +234,17 @@ def test_parts_of_other_settings_are_refused_and_restart_drops_them(bilm, corpus
     assert read_all(out)[0]["0"].ndim == 2
 
 
+def test_parts_of_other_settings_are_refused_before_the_text_is_read(bilm, corpus, tmp_path, monkeypatch):
+    """The settings known up front (the model, layers, sizes, tokenizer) were compared with the parts'
+    manifest only after the whole text was read and tokenized (minutes for a big file)."""
+    out, tokenized = tmp_path / "out.h5", []
+    embed_file(bilm, corpus, out, part_size=2, progress=False, stop_after_parts=1)
+    monkeypatch.setattr(spacy_elmo.embedding, "scan_lines", lambda *args: tokenized.append(args) or 0)
+    with pytest.raises(ValueError, match=r"different layers \(earlier 'all'\), part_size \(earlier 2\).*--restart"):
+        embed_file(bilm, corpus, out, layers="top", part_size=3, progress=False)
+    assert tokenized == []
+
+
 @pytest.mark.parametrize("setting,value", [("batch_size", 3), ("batch_tokens", 100), ("cache_size", 0)])
 def test_parts_of_other_batch_settings_are_refused(bilm, corpus, tmp_path, setting, value):
     """They decide which lines share a biLM call, and so the vectors' last bits."""
