@@ -1,11 +1,12 @@
 """Writing a file so that readers, and a writer killed half-way, see the old file or the new one, never half."""
 
+import fnmatch
 import glob
 import os
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, List, Tuple
+from typing import Callable, Iterator, List, Sequence, Tuple
 
 from ._typing import PathLike
 
@@ -103,31 +104,45 @@ def remove_dir(path: PathLike) -> None:
     shutil.rmtree(trash)
 
 
-def replace_dir(path: PathLike, write: Callable[[Path], None]) -> None:
+def replace_dir(path: PathLike, write: Callable[[Path], None], last: Sequence[str] = ()) -> None:
     """Make the directory ``path`` hold exactly what ``write(tmp)`` puts into a new directory.
 
     A new ``path`` is renamed into place whole. An existing one (``.``, a symlink to a
     directory, a mount point) is kept as a directory: ``write`` fills a hidden directory
     inside it, and only once that succeeded are the old entries removed and the new ones
-    moved up, so a failed ``write`` leaves the old contents as they were.
+    moved up, so a failed ``write`` leaves the old contents as they were. ``last``: glob patterns
+    of the names that mark the contents complete (a model's ``config.json``): the old ones are
+    removed first and the new ones moved in last, so a process killed in between leaves a
+    directory without them (an error for its readers), never new files mixed with old ones.
+
+    What killed writes left is removed first (of processes that no longer run): ``.NAME.PID.tmp``
+    beside ``path`` (a whole copy, when it was new) and ``.replace.PID.tmp`` inside it.
     """
     path = Path(path).resolve()
+    remove_leftovers(path)
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = temporary_name(path)
         _write_fresh(tmp, write)
         os.replace(tmp, path)
         return
-    tmp = path / f".replace.{os.getpid()}.tmp"
+    inner = path / "replace"  # its temporary names are .replace.PID.tmp
+    remove_leftovers(inner)
+    tmp = temporary_name(inner)
     _write_fresh(tmp, write)
-    for old in path.iterdir():
-        if old == tmp:
+
+    def marks(entry: Path) -> bool:
+        return any(fnmatch.fnmatchcase(entry.name, pattern) for pattern in last)
+
+    running = {stale for stale, _ in temporary_files(inner)}  # another live writer's (removed above if not)
+    for old in sorted(path.iterdir(), key=lambda entry: not marks(entry)):  # the markers first
+        if old in running:
             continue
         if old.is_dir() and not old.is_symlink():
             shutil.rmtree(old)
         else:
             old.unlink()
-    for new in tmp.iterdir():
+    for new in sorted(tmp.iterdir(), key=marks):  # the markers last
         os.replace(new, path / new.name)
     tmp.rmdir()
 

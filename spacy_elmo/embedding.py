@@ -48,6 +48,7 @@ from .hdf5 import hdf5_for_writing
 LAYER_MODES = ("all", "top", "average")
 MANIFEST = "manifest.json"
 MERGED = "merged.json"
+TOKENS = "part_tokens"  # the manifest's key for the sha256 of each part's token rows (rows_digest)
 FORMAT = "spacy-elmo/embedding-parts-v1"
 
 
@@ -59,6 +60,16 @@ def _callable_name(function: Callable) -> str:
     """``module.qualname`` of a tokenize callable (its class's for an object such as a spaCy tokenizer)."""
     named = function if hasattr(function, "__qualname__") else type(function)
     return f"{getattr(named, '__module__', '?')}.{getattr(named, '__qualname__', '?')}"
+
+
+def rows_digest(rows: Iterable[Sequence[str]]) -> str:
+    """The sha256 of token rows (each row's JSON list, one a line): what the manifest records of each part's
+    tokens, so that a resume whose tokenizer splits a written part's lines otherwise is refused."""
+    h = hashlib.sha256()
+    for row in rows:
+        h.update(json.dumps(list(row), ensure_ascii=False).encode("utf-8"))
+        h.update(b"\n")
+    return h.hexdigest()
 
 
 def _tokens(result, path: Path, line: int) -> List[str]:
@@ -175,11 +186,13 @@ def check_paths(input_path: PathLike, output_path: PathLike, overwrite: bool = F
 
 
 def model_fingerprint(bilm: BiLM) -> str:
-    """sha256 over the biLM's config and every tensor of its state dict."""
+    """sha256 over the biLM's config and every tensor of its state dict: each tensor's raw bytes, read as
+    uint8 (numpy has no bfloat16, so ``.numpy()`` of a bfloat16 biLM failed; the bytes of a float32 one
+    are the ones ``.numpy().tobytes()`` gave, so parts written before stay valid)."""
     h = hashlib.sha256(json.dumps(bilm.config.to_dict(), sort_keys=True).encode())
     for name, tensor in sorted(bilm.state_dict().items()):
         h.update(name.encode())
-        h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+        h.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy())
     return h.hexdigest()
 
 
@@ -239,7 +252,9 @@ def embed_file(
     accepted (a clear error names the line otherwise); tokenize: line ->
     tokens (default: whitespace), named by ``tokenizer_name`` in the manifest (default: "whitespace",
     or the module and name of ``tokenize``: parts of another tokenizer are not reused, nor parts of
-    another ``training.data.TOKEN_RULES``, which the manifest records too);
+    another ``training.data.TOKEN_RULES``, which the manifest records too, nor parts whose lines
+    ``tokenize`` splits otherwise than the run that wrote them: the manifest holds the sha256 of each
+    part's tokens, :func:`rows_digest`, and a resume refuses a written part of other tokens);
     overwrite: replace an existing ``output_path``; restart: drop parts of an
     earlier run instead of resuming; stop_after_parts: stop (as if killed)
     after writing that many new parts. The input is read in passes (its lines counted and digested, then
@@ -267,6 +282,19 @@ def embed_file(
     if tokenizer_name is None:
         tokenizer_name = "whitespace" if tokenize is None else _callable_name(tokenize)
     tokenize = tokenize or _whitespace
+    # What can refuse the model is done before the passes over the text (which take minutes for a big file).
+    if bilm.stateful:
+        raise ValueError(Errors.E_EMBED_STATEFUL)
+    settings = {  # the manifest's entries known before the text is read
+        "format": FORMAT, "model": model_fingerprint(bilm), "layers": layers, "part_size": part_size,
+        "tokenizer": tokenizer_name,
+        "token_rules": TOKEN_RULES,  # what the reading (a leading BOM) and --lang (whitespace tokens) drop
+        # which lines share a biLM call (and a cached token vector) changes the last bits
+        "batch_size": batch_size, "batch_tokens": batch_tokens, "cache_size": cache_size,
+    }
+    parts_dir = parts_path(output_path)
+    if not restart and parts_dir.is_dir() and not (parts_dir / MERGED).exists():  # a resume of other settings
+        _check_settings(_read_manifest(parts_dir), settings, parts_dir)
     digests = PartDigests(part_size)  # of the text (decompressed) and of each part's, read with its lines
     n_lines = scan_lines(input_path, digests)
     sha256, part_digests = digests.whole.hexdigest(), digests.parts()
@@ -286,32 +314,29 @@ def embed_file(
 
     # Every line is tokenized once before any work (a line over max_tokens is an error up front), and the
     # lines of each part written again when it is embedded: only one part's lines and tokens are in memory.
-    n_tokens = 0
+    n_tokens, token_digests = 0, []  # the digest of each part's token rows, for the manifest
     with progress_bar(total=n_lines, desc="tokenizing", unit="line", disable=not progress) as lines_bar:  # spaCy's: minutes
         for start, chunk in parts():
-            n_tokens += sum(map(len, tokenized(chunk, start)))
+            rows = tokenized(chunk, start)
+            n_tokens += sum(map(len, rows))
+            token_digests.append(rows_digest(rows))
             lines_bar.update(len(chunk))
-    if bilm.stateful:
-        raise ValueError(Errors.E_EMBED_STATEFUL)
     was_training = bilm.training
     bilm.eval()
     try:
         cache = TokenCache(cache_size)
         counts = {"lines": n_lines, "tokens": n_tokens, "parts_written": 0, "parts_reused": 0}
 
-        parts_dir = parts_path(output_path)
         manifest = {
-            # The parts' digests are not recorded: "input" and "part_size" decide them.
-            "format": FORMAT, "model": model_fingerprint(bilm), "input": sha256,
-            "n_lines": n_lines, "layers": layers, "part_size": part_size, "tokenizer": tokenizer_name,
-            "token_rules": TOKEN_RULES,  # what the reading (a leading BOM) and --lang (whitespace tokens) drop
-            # which lines share a biLM call (and a cached token vector) changes the last bits
-            "batch_size": batch_size, "batch_tokens": batch_tokens, "cache_size": cache_size,
+            # The digests of the parts' text are not recorded: "input" and "part_size" decide them.
+            **settings, "input": sha256, "n_lines": n_lines,
+            # each part's tokens: another tokenizer of the same name (two lambdas) gives other ones
+            TOKENS: token_digests,
         }
         n_parts = (n_lines + part_size - 1) // part_size
         earlier = _earlier_merge(output_path)
         if earlier is not None:  # a run killed after writing OUTPUT, before removing its parts
-            if _read_manifest(earlier) == manifest and not restart:
+            if _same_manifest(_read_manifest(earlier), manifest) and not restart:
                 remove_dir(earlier)
                 return {**counts, "parts_reused": n_parts, "finished": 1}
             if not overwrite:  # the finished output of other settings
@@ -320,19 +345,22 @@ def embed_file(
         remove_leftovers(parts_dir)  # a parts directory being created or removed when a run was killed
         if parts_dir.exists() and restart:
             remove_dir(parts_dir)
+        part_files = [parts_dir / f"part-{k:06d}.hdf5" for k in range(n_parts)]
         if parts_dir.exists():
             found = _read_manifest(parts_dir)
-            if found != manifest:
-                missing = sorted(k for k in manifest if k not in found)
-                if missing:  # written before these settings were recorded
-                    raise ValueError(Errors.E_EMBED_PARTS_OLD.format(parts=parts_dir, keys=", ".join(missing)))
-                diff = sorted(k for k in manifest if found.get(k) != manifest[k])
-                shown = [k if k in ("model", "input") else f"{k} (earlier {found.get(k)!r})" for k in diff]
-                raise ValueError(Errors.E_EMBED_PARTS_MISMATCH.format(parts=parts_dir, keys=", ".join(shown)))
+            _check_settings(found, {k: v for k, v in manifest.items() if k != TOKENS}, parts_dir)
+            recorded = found.get(TOKENS)
+            if recorded is not None:  # None: a manifest of an earlier release, without them: its parts are trusted
+                for k, part in enumerate(part_files):
+                    if part.exists() and (k >= len(recorded) or recorded[k] != token_digests[k]):
+                        raise ValueError(Errors.E_EMBED_PARTS_TOKENIZED.format(
+                            part=part, first=k * part_size + 1, last=min((k + 1) * part_size, n_lines),
+                            path=input_path, tokenizer=tokenizer_name, parts=parts_dir))
+            if recorded != token_digests:  # the parts still to write are this run's tokens
+                atomic_write_text(parts_dir / MANIFEST, json.dumps(manifest, indent=1))
         else:  # created whole: a parts directory always has its manifest
             replace_dir(parts_dir, lambda tmp: _new_parts_dir(tmp, manifest))
 
-        part_files = [parts_dir / f"part-{k:06d}.hdf5" for k in range(n_parts)]
         counts["parts_reused"] = sum(1 for p in part_files if p.exists())
         # Reused lines are the bar's start, not progress: updating by them made the first
         # rate and time-left estimates count a whole earlier run as done in an instant.
@@ -423,6 +451,24 @@ def _earlier_merge(output_path: Path) -> Optional[Path]:
         except (OSError, ValueError):
             continue
     return None
+
+
+def _check_settings(found: dict, settings: dict, parts_dir: Path) -> None:
+    """Refuse the parts of ``parts_dir``, whose manifest is ``found``, unless it records ``settings``."""
+    if {k: found.get(k) for k in settings} == settings:
+        return
+    missing = sorted(k for k in settings if k not in found)
+    if missing:  # written before these settings were recorded
+        raise ValueError(Errors.E_EMBED_PARTS_OLD.format(parts=parts_dir, keys=", ".join(missing)))
+    diff = sorted(k for k in settings if found.get(k) != settings[k])
+    shown = [k if k in ("model", "input") else f"{k} (earlier {found.get(k)!r})" for k in diff]
+    raise ValueError(Errors.E_EMBED_PARTS_MISMATCH.format(parts=parts_dir, keys=", ".join(shown)))
+
+
+def _same_manifest(found: dict, manifest: dict) -> bool:
+    """Whether the manifest ``found`` on disk is this run's ``manifest``: one written without the parts'
+    token digests (an earlier release's) is, when all else is the same."""
+    return found == manifest or (TOKENS not in found and found == {k: v for k, v in manifest.items() if k != TOKENS})
 
 
 def _read_manifest(parts_dir: Path) -> dict:

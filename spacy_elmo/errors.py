@@ -1118,6 +1118,12 @@ class Errors:
         "{parts} holds parts of an earlier run with a different {keys}, so they cannot be reused. "
         "Rerun with the earlier settings to finish it, or delete {parts} (or pass --restart) to start over."
     )
+    E_EMBED_PARTS_TOKENIZED = (
+        "{part} (lines {first}-{last} of {path}) was written from other tokens than this run's tokenizer "
+        "({tokenizer}) gives for those lines: the earlier run used another tokenizer of the same name (two "
+        "lambdas share one). Rerun with the earlier tokenizer to finish it, or delete {parts} (or pass --restart) "
+        "to start over; give each tokenizer its own tokenizer_name so that a resume tells them apart by name."
+    )
     E_EMBED_PARTS_OLD = (
         "{parts} holds parts written by an older spacy-elmo, which did not record {keys}, so they cannot "
         "be checked against this run. Pass --restart (or delete {parts}) to embed from the start."
@@ -1165,6 +1171,23 @@ class Warnings:
     W_ALLENNLP_REASON_NO_SKIP = "use_skip_connections is false (AllenNLP loads only biLMs with residual connections)"
     W_ALLENNLP_REASON_MAX_CHARS = (
         "max_characters_per_token is {value} (AllenNLP always spells a token in 50 character slots)"
+    )
+    W_BILM_TF_WILL_NOT_RUN = (
+        "spacy-elmo: {path} is a valid AllenNLP weight file (AllenNLP and spacy-elmo run it as this model), but "
+        "bilm-tf {reasons}. For a file bilm-tf runs too, train with projection_dim below the LSTM's dim and "
+        "filters whose counts sum to at least projection_dim; otherwise use it with AllenNLP or spacy-elmo only."
+    )
+    W_BILM_TF_REASON_FEW_FILTERS = (
+        "builds no graph for it: its char-CNN has {n_filters} filters, fewer than projection_dim {projection_dim} "
+        "(bilm-tf asserts n_filters > projection_dim when they differ)"
+    )
+    W_BILM_TF_REASON_P_EQUALS_C = (
+        "loads it without error and computes another model: projection_dim equals the LSTM's dim ({projection_dim}), "
+        "where bilm-tf builds its LSTM cells without a projection (it never reads W_P_0, nor applies proj_clip)"
+    )
+    W_BILM_TF_REASON_P_ABOVE_C = (
+        "refuses to load it: projection_dim {projection_dim} is above the LSTM's dim {dim}, where bilm-tf builds its "
+        "LSTM cells without a projection, whose W_0 has another shape than the file's"
     )
     # {fix} of W_NO_EXTENSION and E_FUSED_UNAVAILABLE: W_FIX_BUILD, on Windows W_FIX_WINDOWS
     # (spacy_elmo.ops.extension.extension_fix).

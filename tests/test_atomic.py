@@ -95,3 +95,117 @@ def test_replace_dir_new_existing_dot_and_symlink(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="disk full"):
         replace_dir(new, fail)
     assert [p.name for p in new.iterdir()] == ["d"]  # old contents untouched, no leftovers
+
+
+def test_replace_dir_removes_what_killed_replacements_left_and_keeps_a_running_ones(tmp_path, ended_pid):
+    """A replacement killed while writing a new directory left ``.NAME.PID.tmp`` beside it (a whole model
+    copy) for good, and one killed inside an existing directory its ``.replace.PID.tmp`` (kept, too, when
+    the next write failed). Both are removed before the next write, unless their process still runs."""
+    running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        new = tmp_path / "new"
+        (tmp_path / f".new.{ended_pid}.tmp").mkdir()
+        (tmp_path / f".new.{ended_pid}.tmp" / "model.safetensors").write_text("a killed export's copy")
+        (tmp_path / f".new.{running.pid}.tmp").mkdir()
+        replace_dir(new, lambda tmp: tmp.mkdir())
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["new", f".new.{running.pid}.tmp"])
+
+        (new / f".replace.{ended_pid}.tmp").mkdir()
+        (new / f".replace.{running.pid}.tmp").mkdir()
+        (new / "kept").write_text("old")
+
+        def fail(tmp):
+            tmp.mkdir()
+            raise RuntimeError("disk full")
+
+        with pytest.raises(RuntimeError, match="disk full"):
+            replace_dir(new, fail)
+        assert sorted(p.name for p in new.iterdir()) == sorted(["kept", f".replace.{running.pid}.tmp"])
+        replace_dir(new, lambda tmp: (tmp.mkdir(), (tmp / "a").write_text("1")))
+        assert sorted(p.name for p in new.iterdir()) == sorted(["a", f".replace.{running.pid}.tmp"])
+    finally:
+        running.kill()
+        running.wait()
+
+
+class Killed(BaseException):
+    """What a SIGKILL leaves: raised after a file operation, caught by nothing on its way out."""
+
+
+@pytest.mark.parametrize("old_format,new_format", [("native", "native"), ("allennlp", "native"), ("native", "allennlp")])
+def test_an_export_over_a_model_killed_after_any_file_operation_leaves_one_model_or_none(
+        tmp_path, monkeypatch, old_format, new_format):
+    """``export --overwrite`` into an existing model directory removes the old entries and moves the new
+    ones in, one file at a time. It did so in directory order: killed after moving model.safetensors and
+    config.json, before initial_state.safetensors, the directory loaded without error as the new weights
+    from a zero initial state. The markers of a complete model (config.json, the options file) now go
+    first and come last: after a kill at any operation the directory loads as the old model, as the new one, or
+    not at all."""
+    import os
+    import shutil
+    from pathlib import Path
+
+    import torch
+    from typer.testing import CliRunner
+
+    from spacy_elmo import BiLM, BiLMConfig, batch_to_ids
+    from spacy_elmo.cli import app
+
+    config = BiLMConfig(projection_dim=4, cell_dim=6, char_embedding_dim=3, filters=[(1, 3), (2, 4)], n_highway=1)
+    torch.manual_seed(0)
+    old, new = BiLM(config, backend="reference").eval(), BiLM(config, backend="reference").eval()
+    new.set_initial_state((torch.full((2, 2, 4), 0.5), torch.full((2, 2, 6), 0.5)))
+    ids = batch_to_ids([["a", "bank"]])
+
+    def top(model):
+        with torch.no_grad():
+            return model(ids).activations[-1]
+
+    source = tmp_path / "source"
+    if new_format == "native":
+        new.save(source)
+    else:
+        new.set_initial_state(None)  # the format has none
+        new.to_allennlp(source / "options.json", source / "weights.hdf5")
+    out = tmp_path / "out"
+    write_old = old.save if old_format == "native" else lambda d: old.to_allennlp(d / "options.json", d / "weights.hdf5")
+    real = {"replace": os.replace, "unlink": Path.unlink, "rmtree": shutil.rmtree}
+    outcomes, n = [], 0
+    while True:
+        n += 1
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir()
+        write_old(out)
+        done = []
+
+        def counted(name, target):
+            def operation(*args, **kwargs):
+                result = real[name](*args, **kwargs)
+                if Path(target(args)).parent == out:  # an entry of the model directory, not of the temporary one
+                    done.append(name)
+                    if len(done) == n:
+                        raise Killed
+                return result
+            return operation
+
+        with monkeypatch.context() as patch:
+            patch.setattr(os, "replace", counted("replace", lambda a: a[1]))
+            patch.setattr(Path, "unlink", counted("unlink", lambda a: a[0]))
+            patch.setattr(shutil, "rmtree", counted("rmtree", lambda a: a[0]))
+            try:
+                result = CliRunner().invoke(app, ["export", str(source), str(out), "--format", new_format, "--overwrite"])
+            except Killed:
+                result = None
+        if result is not None:  # every operation done: the new model
+            assert result.exit_code == 0, result.output
+            assert torch.equal(top(BiLM.load(out, backend="reference")), top(new))
+            break
+        try:
+            loaded = top(BiLM.load(out, backend="reference"))
+        except (ValueError, FileNotFoundError):
+            outcomes.append("none")
+            continue
+        which = [name for name, model in (("old", old), ("new", new)) if torch.equal(loaded, top(model))]
+        assert which, f"killed after operation {n} ({done[-1]}): neither model"
+        outcomes.append(which[0])
+    assert "none" in outcomes and outcomes[-1] == "new" and n > 3, outcomes

@@ -234,6 +234,17 @@ def test_parts_of_other_settings_are_refused_and_restart_drops_them(bilm, corpus
     assert read_all(out)[0]["0"].ndim == 2
 
 
+def test_parts_of_other_settings_are_refused_before_the_text_is_read(bilm, corpus, tmp_path, monkeypatch):
+    """The settings known up front (the model, layers, sizes, tokenizer) were compared with the parts'
+    manifest only after the whole text was read and tokenized (minutes for a big file)."""
+    out, tokenized = tmp_path / "out.h5", []
+    embed_file(bilm, corpus, out, part_size=2, progress=False, stop_after_parts=1)
+    monkeypatch.setattr(spacy_elmo.embedding, "scan_lines", lambda *args: tokenized.append(args) or 0)
+    with pytest.raises(ValueError, match=r"different layers \(earlier 'all'\), part_size \(earlier 2\).*--restart"):
+        embed_file(bilm, corpus, out, layers="top", part_size=3, progress=False)
+    assert tokenized == []
+
+
 @pytest.mark.parametrize("setting,value", [("batch_size", 3), ("batch_tokens", 100), ("cache_size", 0)])
 def test_parts_of_other_batch_settings_are_refused(bilm, corpus, tmp_path, setting, value):
     """They decide which lines share a biLM call, and so the vectors' last bits."""
@@ -255,6 +266,42 @@ def test_parts_of_an_older_version_ask_for_restart(bilm, corpus, tmp_path):
     with pytest.raises(ValueError, match=r"older spacy-elmo, which did not record batch_size, batch_tokens, cache_size.*--restart"):
         embed_file(bilm, corpus, out, part_size=2, progress=False)
     assert embed_file(bilm, corpus, out, part_size=2, progress=False, restart=True)["parts_reused"] == 0
+
+
+def test_parts_of_another_tokenizer_of_the_same_name_are_refused_naming_the_part(bilm, corpus, tmp_path):
+    """The manifest named a tokenize callable by its module and qualified name, which every lambda of a
+    function shares: a run resumed with another one reused the parts of the first, one output of two
+    tokenizations. The manifest now holds the sha256 of each part's token rows: a written part whose lines
+    this run splits otherwise is refused, naming it; parts not written yet take this run's tokens, so a
+    tokenizer that splits the written parts' lines alike finishes to an uninterrupted run's file."""
+    out, straight = tmp_path / "out.h5", tmp_path / "straight.h5"
+    words, lower = (lambda line: line.split()), (lambda line: line.lower().split())  # both "...<locals>.<lambda>"
+    x_upper = lambda line: [w.upper() if w == "x" else w for w in line.split()]  # noqa: E731 (line 5: part 2)
+    assert embed_file(bilm, corpus, out, tokenize=words, part_size=2, progress=False, stop_after_parts=1)["finished"] == 0
+    with pytest.raises(ValueError, match=r"part-000000.hdf5 \(lines 1-2 of .*in.txt\) was written from other tokens"
+                                         r".*tokenizer_name"):
+        embed_file(bilm, corpus, out, tokenize=lower, part_size=2, progress=False)
+    assert embed_file(bilm, corpus, out, tokenize=words, part_size=2, progress=False, stop_after_parts=0)["finished"] == 0
+    assert embed_file(bilm, corpus, out, tokenize=x_upper, part_size=2, progress=False) == {
+        "lines": len(LINES), "tokens": sum(len(line.split()) for line in LINES), "parts_written": 3, "parts_reused": 1,
+        "finished": 1}
+    embed_file(bilm, corpus, straight, tokenize=x_upper, part_size=2, progress=False)
+    assert out.read_bytes() == straight.read_bytes()
+
+
+def test_parts_of_a_manifest_without_token_digests_are_trusted_and_it_gets_them(bilm, corpus, tmp_path):
+    """A manifest of an earlier release (everything but the digests): its parts are reused, as that release
+    would, and the digests of this run's tokens are recorded for the resumes after it."""
+    out, straight = tmp_path / "out.h5", tmp_path / "straight.h5"
+    embed_file(bilm, corpus, out, part_size=2, progress=False, stop_after_parts=1)
+    manifest = parts_path(out) / "manifest.json"
+    recorded = json.loads(manifest.read_text())
+    manifest.write_text(json.dumps({k: v for k, v in recorded.items() if k != "part_tokens"}))
+    assert embed_file(bilm, corpus, out, part_size=2, progress=False, stop_after_parts=1)["parts_reused"] == 1
+    assert json.loads(manifest.read_text()) == recorded
+    assert embed_file(bilm, corpus, out, part_size=2, progress=False)["parts_reused"] == 2
+    embed_file(bilm, corpus, straight, part_size=2, progress=False)
+    assert out.read_bytes() == straight.read_bytes()
 
 
 def test_a_directory_as_output_is_refused_before_any_work(bilm, corpus, tmp_path):
@@ -286,8 +333,42 @@ def test_bad_input_gets_clear_errors(bilm, model_dir, corpus, tmp_path):
     with pytest.raises(FileExistsError, match="--overwrite"):
         embed_file(bilm, corpus, existing, progress=False)
     assert embed_file(bilm, corpus, existing, overwrite=True, progress=False)["finished"] == 1
-    with pytest.raises(ValueError, match="stateful=False"):
-        embed_file(BiLM.load(model_dir, stateful=True), corpus, tmp_path / "o.h5", progress=False)
+    tokenized = []
+    with pytest.raises(ValueError, match="stateful=False"):  # refused before the passes over the text
+        embed_file(BiLM.load(model_dir, stateful=True), corpus, tmp_path / "o.h5", progress=False,
+                   tokenize=lambda line: tokenized.append(line) or line.split())
+    assert tokenized == []
+
+
+def test_a_bfloat16_bilm_embeds_a_file(bilm, corpus, tmp_path):
+    """The manifest's model fingerprint hashed ``.numpy()`` of each tensor, which numpy refuses for
+    bfloat16: embed_file of a bfloat16 biLM (which runs) died after reading and tokenizing the whole file.
+    Its datasets are the bfloat16 biLM's own vectors, as float32."""
+    low = bilm.to(torch.bfloat16)
+    out = tmp_path / "o.h5"
+    assert embed_file(low, corpus, out, layers="top", progress=False)["finished"] == 1
+    data, _ = read_all(out)
+    for i, line in enumerate(LINES):
+        want = embed_lines(low, [line.split()], layers="top")[0]
+        assert data[str(i)].dtype == np.float32 and np.array_equal(data[str(i)], want)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+def test_the_model_fingerprint_hashes_each_tensors_bytes(bilm, dtype):
+    """sha256 of the config and of each tensor's raw bytes, in name order: for float32 the bytes that
+    ``.numpy().tobytes()`` gave, so the fingerprints in the manifests of parts written before are the same."""
+    from spacy_elmo.embedding import model_fingerprint
+
+    bilm = bilm.to(dtype)
+    want = hashlib.sha256(json.dumps(bilm.config.to_dict(), sort_keys=True).encode())
+    for name, tensor in sorted(bilm.state_dict().items()):
+        want.update(name.encode())
+        if dtype == torch.float32:  # the fingerprint as the earlier releases took it
+            want.update(tensor.numpy().tobytes())
+        else:  # bfloat16: the upper half of each value's float32 bits, little-endian
+            bits = tensor.float().numpy().view(np.uint32) >> 16
+            want.update(bits.astype("<u2").tobytes())
+    assert model_fingerprint(bilm) == want.hexdigest()
 
 
 def test_undecodable_bytes_are_replaced_and_reported(bilm, tmp_path):
@@ -733,7 +814,7 @@ def test_an_input_changed_during_the_run_is_an_error_and_its_parts_are_dropped(b
     text (the earlier run's, and all of them when the map found the change) are kept."""
     out = tmp_path / "o.h5"
     assert embed_file(bilm, corpus, out, part_size=2, progress=False, stop_after_parts=1)["finished"] == 0
-    name = {"before the parts": "model_fingerprint", "before the map": "_merge"}[moment]
+    name = {"before the parts": "TokenCache", "before the map": "_merge"}[moment]
     real = getattr(spacy_elmo.embedding, name)
 
     def rewriting(*args, **kwargs):
@@ -764,7 +845,7 @@ def test_a_run_stopped_otherwise_after_the_input_changed_leaves_no_part_of_the_o
     other = list(LINES)
     other[2] = other[2].replace("river", "sea")  # part 1 differs from the first text's
     other[4] = " ".join(["long"] * (max_tokens + 1))  # part 2 is refused
-    name = {"after the first pass": "scan_lines", "before the parts": "model_fingerprint"}[moment]
+    name = {"after the first pass": "scan_lines", "before the parts": "TokenCache"}[moment]
     real = getattr(spacy_elmo.embedding, name)
 
     def rewriting(*args, **kwargs):

@@ -324,6 +324,22 @@ def allennlp_refusals(config: BiLMConfig) -> List[str]:
     return reasons
 
 
+def bilm_tf_refusals(config: BiLMConfig) -> List[str]:
+    """What bilm-tf's model.py does with a file of ``config`` that AllenNLP and this project run, when that
+    is not this model; [] if none. bilm-tf builds its LSTM cells with the projection only when
+    projection_dim < dim (P < C), and a char-CNN projection only when n_filters != projection_dim,
+    asserting n_filters > projection_dim then."""
+    reasons = []
+    F, P, C = config.n_filters, config.projection_dim, config.cell_dim
+    if F < P:
+        reasons.append(Warnings.W_BILM_TF_REASON_FEW_FILTERS.format(n_filters=F, projection_dim=P))
+    if P == C:
+        reasons.append(Warnings.W_BILM_TF_REASON_P_EQUALS_C.format(projection_dim=P))
+    elif P > C:
+        reasons.append(Warnings.W_BILM_TF_REASON_P_ABOVE_C.format(projection_dim=P, dim=C))
+    return reasons
+
+
 def _reading_settings(provenance: dict) -> Dict[str, str]:
     """What ``provenance`` (config.json's) records of how the model reads text, which AllenNLP files drop:
     ``{"what": ..., "flags": ...}`` (``flags``: the options that give ``evaluate`` that reading back), or {}."""
@@ -362,6 +378,10 @@ def write_allennlp(
     if reasons:
         warnings.warn(Warnings.W_ALLENNLP_WILL_NOT_LOAD.format(path=shown, reasons="; ".join(reasons)),
                       UserWarning, stacklevel=3)
+    reasons = bilm_tf_refusals(config)
+    if reasons:
+        warnings.warn(Warnings.W_BILM_TF_WILL_NOT_RUN.format(path=shown, reasons="; ".join(reasons)),
+                      UserWarning, stacklevel=3)
     arrays = datasets_from_state(config, dict(model.named_parameters()))
 
     def write_h5(tmp: Path) -> None:
@@ -370,6 +390,11 @@ def write_allennlp(
         with hdf5_for_writing(tmp) as fout:
             for name, _ in expected_datasets(config):
                 fout.create_dataset(name, data=arrays[name])
+        # The pair is written in two renames: the old options go before the new weights take the old ones'
+        # place, so a kill between them leaves weights without options (an error to load), never the new
+        # weights under the old options (other clips or activation, loading silently). A write that failed
+        # (a full disk) never got here: the old pair is intact.
+        Path(options_file).unlink(missing_ok=True)
 
     def write_json(tmp: Path) -> None:
         tmp.write_text(json.dumps(config.to_allennlp_options(), indent=2), encoding="utf-8")

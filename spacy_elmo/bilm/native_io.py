@@ -35,6 +35,9 @@ if TYPE_CHECKING:  # model.py imports this module when it saves or loads
 FORMAT = "spacy-elmo/bilm"
 VERSION = 1
 CONFIG_NAME = "config.json"
+OPTIONS_GLOB = "*options*.json"  # the options file of a directory of AllenNLP weights
+# What makes a directory a model to the loader: written last and removed first when a directory is replaced.
+MODEL_MARKERS = (CONFIG_NAME, OPTIONS_GLOB)
 WEIGHTS_NAME = "model.safetensors"
 INITIAL_STATE_NAME = "initial_state.safetensors"
 INITIAL_STATE_KEYS = ("initial_h", "initial_c")
@@ -326,7 +329,7 @@ def load_state_into(
 def find_allennlp_files(directory: Path):
     """``(options.json, weights.hdf5)`` of a directory of AllenNLP weights, or None."""
     hdf5 = sorted(directory.glob("*.hdf5")) + sorted(directory.glob("*.h5"))
-    options = sorted(directory.glob("*options*.json"))
+    options = sorted(directory.glob(OPTIONS_GLOB))
     if not hdf5 and not options:
         return None
     if len(hdf5) != 1 or len(options) != 1:

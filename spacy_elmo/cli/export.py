@@ -21,6 +21,7 @@ def export(
 
     The files are written to a temporary directory and moved into OUT_DIR only when complete, so OUT_DIR never mixes them with another model's files."""
     from ..bilm.allennlp_io import write_allennlp
+    from ..bilm.native_io import MODEL_MARKERS
     from ..training.modelio import SOFTMAX_FILE, load_pretrained, save_pretrained, write_softmax
 
     try:
@@ -46,7 +47,7 @@ def export(
                 vocab.save(tmp)
 
     try:
-        replace_dir(out_dir, write)
+        replace_dir(out_dir, write, last=MODEL_MARKERS)  # a kill in between leaves no model, not a mixed one
     except OSError as err:
         fail(Errors.E_EXPORT_WRITE.format(path=out_dir, error=err))
     typer.echo(f"wrote {format} model to {out_dir}" + (" (with softmax and vocab.txt)" if softmax is not None else ""))

@@ -240,7 +240,8 @@ def list_text_files(path: PathLike) -> List[Path]:
     """TRAIN_PATH itself, or every non-hidden regular file under it, sorted.
 
     Symbolic links to directories are followed, each directory read once (by its real path: a link
-    back up is no loop, and a second link to a directory no second copy of its text). Entries that are
+    back up is no loop, and a second link to a directory no second copy of its text), and each file too
+    (the first of the names that reach it, in sorted order). Entries that are
     neither files nor directories (FIFOs, sockets, devices) are no text: reading a FIFO waited forever.
     A broken link stays in the list, so reading it is an error naming it. TRAIN_PATH itself must be a
     file or a directory: a pipe (``<(zcat ...)``) cannot be read the several times the text is.
@@ -258,7 +259,13 @@ def list_text_files(path: PathLike) -> List[Path]:
             file = Path(root) / name
             if not name.startswith(".") and (file.is_file() or not file.exists()):
                 files.append(file)
-    return sorted(files)
+    kept, seen = [], set()
+    for file in sorted(files):  # a file reached through two links is read once
+        real = os.path.realpath(file)
+        if real not in seen:
+            seen.add(real)
+            kept.append(file)
+    return kept
 
 
 def walk_text_dirs(path: PathLike) -> Iterator[tuple]:

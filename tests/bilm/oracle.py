@@ -9,6 +9,9 @@ masking, marker handling and reversal as well as the arithmetic.
 loader transforms the same file (negated carry gate, gates reordered to
 i, f, j, o, forget bias folded into the bias): if the package's exported file
 gives the same numbers both ways, AllenNLP reads it as this project does.
+``convention="bilm-tf"`` is ``"tf"`` with the graph bilm-tf's model.py builds for the options: LSTM cells
+without a projection unless projection_dim < dim (no W_P_0, no proj_clip; a W_0 of another shape when
+projection_dim > dim is its loader's ValueError), and n_filters < projection_dim its AssertionError.
 """
 
 import json
@@ -93,7 +96,8 @@ class NumpyElmo:
         self.cell_clip = lstm.get("cell_clip") or None
         self.proj_clip = lstm.get("proj_clip") or None
         self.skip = bool(lstm.get("use_skip_connections"))
-        self.convention = convention
+        self.bilm_tf_graph = convention == "bilm-tf"  # stored semantics "tf", as model.py builds the graph
+        self.convention = "tf" if self.bilm_tf_graph else convention
         self.clip_hits = {"cell": 0, "proj": 0}
         self.states: Dict[int, Dict[Tuple[int, int], Tuple[np.ndarray, np.ndarray]]] = {}
 
@@ -120,6 +124,8 @@ class NumpyElmo:
             else:
                 carry = sigmoid(x @ Wc + bc)
                 x = carry * np.maximum(x @ Wt + bt, 0) + (1 - carry) * x
+        if self.bilm_tf_graph and len(x) < self.P:
+            raise AssertionError("bilm-tf: assert n_filters > projection_dim")
         # AllenNLP always reads CNN_proj (KeyError when absent); bilm-tf only when F != P.
         if self.convention == "allennlp" or len(x) != self.P:
             x = x @ self.w["CNN_proj/W_proj"] + self.w["CNN_proj/b_proj"]
@@ -157,6 +163,10 @@ class NumpyElmo:
             i, j, f, o = z[:C], z[C : 2 * C], z[2 * C : 3 * C], z[3 * C :]
             c = sigmoid(f + 1.0) * c + sigmoid(i) * np.tanh(j)
         c = self._clip(c, self.cell_clip, "cell")
+        if self.bilm_tf_graph and self.P >= self.C:  # LSTMCell(dim) without num_proj
+            if W.shape[0] != len(x) + C:
+                raise ValueError(f"bilm-tf: invalid shape initializing {p}/W_0: {W.shape}")
+            return sigmoid(o) * np.tanh(c), c
         h = self._clip((sigmoid(o) * np.tanh(c)) @ WP, self.proj_clip, "proj")
         return h, c
 

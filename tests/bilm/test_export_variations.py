@@ -6,7 +6,9 @@ bit-identical outputs, and that the independent NumPy oracle reads to the same n
 both readers' rules (bilm-tf's, and AllenNLP's: CNN_proj always, MultiRNNCell/Cell{l} always,
 negated carry gate, reordered gates). AllenNLP itself runs the same files in
 test_allennlp_parity.py. ``ALLENNLP_RUNS`` False: the file is a valid bilm-tf file that
-AllenNLP will not run, and the export warns so.
+AllenNLP will not run, and the export warns so. ``BILM_TF``: what bilm-tf's model.py does with the
+exported file when that is not this model (the oracle's ``"bilm-tf"`` convention builds its graph), and
+the export warns so.
 """
 
 import json
@@ -34,6 +36,7 @@ VARIATIONS = {
     "f-equals-p": ({"filters": [(1, 3), (2, 3)]}, True),
     "f-below-p": ({"filters": [(1, 2), (2, 2)]}, True),
     "p-equals-c": ({"cell_dim": 6}, True),
+    "p-above-c": ({"cell_dim": 4}, True),
     "no-highway": ({"n_highway": 0}, True),
     "two-highway": ({"n_highway": 2}, True),
     "no-clips": ({"cell_clip": None, "proj_clip": None}, True),
@@ -43,6 +46,9 @@ VARIATIONS = {
     "max-chars-20": ({"max_characters_per_token": 20}, False),
     "one-layer-f-equals-p-no-highway": ({"n_layers": 1, "filters": [(1, 3), (2, 3)], "n_highway": 0}, True),
 }
+
+# name: what bilm-tf does with the exported file (an exception it raises, or "computes another model")
+BILM_TF = {"f-below-p": AssertionError, "p-equals-c": "computes another model", "p-above-c": ValueError}
 
 
 def make_model(changes, backend="reference"):
@@ -67,13 +73,39 @@ def assert_identical(a, b):
         assert torch.equal(x, y), f"layer {layer}"
 
 
-def export_allennlp(model_dir, out):
-    """``spacy-elmo export MODEL OUT --format allennlp``: the warnings it gave."""
+def export_allennlp(model_dir, out, about="AllenNLP will not run"):
+    """``spacy-elmo export MODEL OUT --format allennlp``: the warnings it gave that say ``about``."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         result = CliRunner().invoke(app, ["export", str(model_dir), str(out), "--format", "allennlp"])
     assert result.exit_code == 0, result.output
-    return [str(w.message) for w in caught if "AllenNLP will not run" in str(w.message)]
+    return [str(w.message) for w in caught if about in str(w.message)]
+
+
+@pytest.mark.parametrize("name", list(VARIATIONS))
+def test_the_export_warns_when_bilm_tf_would_not_run_the_file_as_this_model(tmp_path, name):
+    """bilm-tf builds LSTM cells with a projection only when projection_dim < dim, and asserts
+    n_filters > projection_dim when they differ: with P == C it read the exported file without error
+    and computed h = o * tanh(c) (W_P_0 unread), with P > C or F < P it failed, and the export said
+    nothing. The bilm-tf oracle gives this model's numbers exactly when the export does not warn."""
+    model = make_model(VARIATIONS[name][0])
+    model.save(tmp_path / "native")
+    shown = export_allennlp(tmp_path / "native", tmp_path / "allen", about="but bilm-tf")
+    assert len(shown) == (1 if name in BILM_TF else 0), shown
+    opts = json.loads((tmp_path / "allen" / "options.json").read_text())
+    oracle = NumpyElmo(opts, tmp_path / "allen" / "weights.hdf5", convention="bilm-tf")
+    expected = outputs(model).activations[-1]
+    if BILM_TF.get(name, "") in (AssertionError, ValueError):
+        assert "refuses to load it" in shown[0] or "builds no graph" in shown[0]
+        with pytest.raises(BILM_TF[name]):
+            oracle.batch(SENTENCES)
+        return
+    top = [o[-1] for o in oracle.batch(SENTENCES)]
+    same = all(np.allclose(expected[i, : len(s)].double().numpy(), top[i], atol=ATOL, rtol=0)
+               for i, s in enumerate(SENTENCES))
+    assert same == (name not in BILM_TF)
+    if name in BILM_TF:
+        assert "computes another model" in shown[0] and "projection_dim below the LSTM's dim" in shown[0]
 
 
 @pytest.mark.parametrize("name", list(VARIATIONS))

@@ -66,7 +66,7 @@ def test_one_layer_file_is_written_where_the_inference_loaders_read_it(tmp_path)
 def test_f_equals_p_file_has_an_identity_projection_and_other_ones_are_refused(tmp_path):
     """F == P: AllenNLP always reads CNN_proj, bilm-tf has none. The writer stores the identity (the same
     model to both); the reader takes a file with or without it, and refuses a CNN_proj that is not it."""
-    model = BiLM(BiLMConfig(projection_dim=6, cell_dim=5, filters=[(1, 3), (2, 3)], n_highway=1))
+    model = BiLM(BiLMConfig(projection_dim=6, cell_dim=7, filters=[(1, 3), (2, 3)], n_highway=1))  # P < C: bilm-tf runs it
     model.to_allennlp(tmp_path / "o.json", tmp_path / "w.hdf5")
     names = datasets(tmp_path / "w.hdf5")
     assert np.array_equal(names["CNN_proj/W_proj"], np.eye(6)) and not names["CNN_proj/b_proj"].any()
@@ -625,3 +625,51 @@ def test_a_directory_where_a_model_file_belongs_is_a_clear_error(files, tmp_path
     said = str(err.value)
     assert f"{tmp_path / 'm' / name} is a directory, but the model's {name} is a file" in said, said
     assert "chmod" not in said and "permission" not in said
+
+
+class Killed(BaseException):
+    """What a SIGKILL leaves: raised at a chosen point, caught by nothing on its way out."""
+
+
+def test_to_allennlp_over_a_pair_killed_between_its_two_writes_leaves_no_pair_that_loads(tmp_path, monkeypatch):
+    """The weights and the options are two atomic writes. Killed between them, the new weights stood
+    under the old options and loaded without error as another model (the old clips and activation).
+    The old options now go before the new weights take their place: a kill leaves weights without
+    options, which do not load; a write that fails before its rename (a full disk) keeps the old pair."""
+    import spacy_elmo.bilm.allennlp_io as allennlp_io
+
+    base = dict(projection_dim=4, cell_dim=6, char_embedding_dim=3, filters=[(1, 3), (2, 4)], n_highway=1)
+    torch.manual_seed(0)
+    old = BiLM(BiLMConfig(**base), backend="reference").eval()  # relu, clips 3
+    new = BiLM(BiLMConfig(**base, activation="tanh", cell_clip=None, proj_clip=None), backend="reference").eval()
+    opts, weights = tmp_path / "options.json", tmp_path / "weights.hdf5"
+    old.to_allennlp(opts, weights)
+    ids = batch_to_ids(SENTS)
+    real = allennlp_io.atomic_write
+
+    def killed_before_the_options(path, write):
+        if Path(path) == opts:
+            raise Killed
+        real(path, write)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(allennlp_io, "atomic_write", killed_before_the_options)
+        with pytest.raises(Killed):
+            new.to_allennlp(opts, weights)
+    with pytest.raises(ValueError, match="Could not read ELMo options.*No such file"):
+        BiLM.from_allennlp(opts, weights, backend="reference")
+
+    old.to_allennlp(opts, weights)
+
+    def disk_full(path, write):
+        def failing(tmp):
+            raise OSError(28, "No space left on device")
+        real(path, failing)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(allennlp_io, "atomic_write", disk_full)
+        with pytest.raises(OSError, match="No space"):
+            new.to_allennlp(opts, weights)
+    with torch.no_grad():
+        again = BiLM.from_allennlp(opts, weights, backend="reference").eval()(ids).activations[-1]
+        assert torch.equal(again, old(ids).activations[-1])

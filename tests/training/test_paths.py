@@ -98,6 +98,24 @@ def test_linked_directories_are_read_once_and_other_entries_are_no_text(tmp_path
     assert list(iter_text(corpus, ReadStats())) == lines
 
 
+def test_a_file_reached_through_two_links_is_read_once_under_its_first_name(tmp_path):
+    """Directories were deduplicated by real path and files were not: a file linked from a
+    subdirectory (corpus/sub/link_to_a.txt -> corpus/a.txt) was read twice, once through every name."""
+    from spacy_elmo.training.data import ReadStats, iter_text, list_text_files
+
+    corpus = tmp_path / "corpus"
+    (corpus / "sub").mkdir(parents=True)
+    a = write_corpus(corpus / "a.txt", 20)
+    b = write_corpus(corpus / "b.txt", 10, seed=1)
+    (corpus / "sub" / "link_to_a.txt").symlink_to(a)
+    (corpus / "z_link_to_b.txt").symlink_to(corpus / "sub" / ".." / "b.txt")  # after b.txt, sorted
+    (corpus / "link_to_sub").symlink_to(corpus / "sub", target_is_directory=True)
+    assert list_text_files(corpus) == [a, b]
+    stats = ReadStats()
+    lines = [line for f in (a, b) for line in f.read_text(encoding="utf-8").splitlines()]
+    assert list(iter_text(corpus, stats)) == lines and stats.n_files == 2
+
+
 def test_a_pipe_as_train_path_is_refused_naming_it(tmp_path):
     """``pretrain <(zcat corpus.gz) out`` said 'No text to train on: 0 file(s) read'."""
     import os
