@@ -556,11 +556,6 @@ class Errors:
         "The '{name}' component stores {store!r} but '{component}' listens to it and "
         "needs all layers: set store = \"all\" on '{name}'."
     )
-    E_SAVED_STORE_NOT_ALL = (
-        "The saved '{name}' component being loaded stores {store!r} (its saved cfg), but '{component}' "
-        "listens to '{name}' and needs all layers: the load was refused and '{name}' left as it was. Save "
-        "'{name}' with store = \"all\", or load it with exclude=[\"cfg\"] to keep this component's settings."
-    )
     E_ELMO_MODEL_SETTING = (
         "The elmo component's model (spacy_elmo.ElmoBiLM) got {setting} = {value!r}; it must be an "
         "integer >= {minimum} ({meaning}). Fix {setting} in the component's model config block (e.g. "

@@ -1,19 +1,23 @@
 """Settings given when a saved pipeline is loaded (``spacy.load(path, config=...)``, a config that trains a loaded
-pipeline further) are the ones that run: the ``[model]`` block of ``[components.elmo]``, the listener blocks of the
-components that listen to it and the biLM of their own that ``nlp.replace_listeners`` gives them. thinc put the
-saved attrs over the values built from the config, while ``nlp.config`` showed the values given."""
+pipeline further) are the ones that run: ``[components.elmo]`` (the component's cfg), its ``[model]`` block, the
+listener blocks of the components that listen to it and the biLM of their own that ``nlp.replace_listeners`` gives
+them. spaCy put the saved cfg over the first, thinc the saved attrs over the others, while ``nlp.config`` showed
+the values given."""
 
 import numpy
 import pytest
 import spacy
+import torch
 from spacy.training import Example
 from thinc.api import Adam
 
 import spacy_elmo.ops as ops
+from spacy_elmo import BiLM, BiLMConfig
 from spacy_elmo.pipeline import bilm_layer
 from spacy_elmo.pipeline.bilm_layer import get_bilm
+from spacy_elmo.pipeline.loaders import weights_loader
 
-from .conftest import N_LAYERS, WIDTH, make_docs
+from .conftest import N_LAYERS, TINY, WIDTH, make_docs
 from .test_listener import LISTENER, NER, _nlp_with
 
 TEXT = "one two three four five six seven eight nine ten"
@@ -79,6 +83,83 @@ def test_fused_pipeline_loads_with_the_reference_backend_given_where_the_kernels
     assert get_bilm(loaded.get_pipe("elmo").model).backend == "reference"
     built = _elmo_pipeline(tiny_dir, model={"@architectures": V2, "backend": "reference"})
     numpy.testing.assert_allclose(loaded(TEXT)._.elmo, built(TEXT)._.elmo, rtol=1e-6, atol=1e-6)
+
+
+def _softmax(values):
+    e = numpy.exp(numpy.asarray(values, "float64") - max(values))
+    return e / e.sum()
+
+
+#: [components.elmo] setting -> (a value other than the default, whether a loaded pipeline's doc shows it)
+_RUNS = {
+    "store": ("none", lambda nlp, doc: doc._.elmo is None),
+    "store_dtype": ("float32", lambda nlp, doc: doc._.elmo.dtype == numpy.float32),
+    "user_hooks": (False, lambda nlp, doc: not doc[0].has_vector),  # spacy.blank has no vectors of its own
+    "set_doc_tensor": (True, lambda nlp, doc: doc.tensor.shape == (len(doc), WIDTH)),
+    "mix": ([0.0, 0.0, 5.0], lambda nlp, doc: numpy.allclose(doc._.elmo_mix, _softmax([0.0, 0.0, 5.0]))),
+    "frozen": (False, lambda nlp, doc: all(p.requires_grad for p in get_bilm(nlp.get_pipe("elmo").model).parameters())),
+}
+
+
+@pytest.mark.parametrize("key", list(_RUNS))
+def test_component_settings_given_at_load_run(tiny_dir, tmp_path, key):
+    """Each [components.elmo] setting given at load: the saved cfg (the defaults here) ran instead."""
+    value, shows = _RUNS[key]
+    path = _saved(_elmo_pipeline(tiny_dir), tmp_path / "p")
+    nlp = spacy.load(path, config={"components": {"elmo": {key: value}}})
+    assert nlp.config["components"]["elmo"][key] == value and nlp.get_pipe("elmo").cfg[key] == value
+    assert shows(nlp, nlp("Alice went home ."))
+    saved = spacy.load(path)
+    assert not shows(saved, saved("Alice went home ."))
+
+
+def test_weights_setting_given_at_load_is_the_one_initialize_reads(tiny_dir, tmp_path):
+    """[components.elmo] weights given at load: initialize with an empty loader path (a training config's
+    --paths.elmo left out) loads the component's weights setting, which was the saved one."""
+    torch.manual_seed(7)
+    BiLM(BiLMConfig(**TINY)).save(tmp_path / "other")
+    path = _saved(_elmo_pipeline(tiny_dir), tmp_path / "p")
+    nlp = spacy.load(path, config={"components": {"elmo": {"weights": str(tmp_path / "other")}}})
+    elmo = nlp.get_pipe("elmo")
+    assert elmo.cfg["weights"] == str(tmp_path / "other")
+    elmo.initialize(lambda: [], nlp=nlp, weights_loader=weights_loader(""))
+    assert elmo.source == str(tmp_path / "other")
+    other = _elmo_pipeline(tmp_path / "other")
+    numpy.testing.assert_array_equal(nlp(TEXT)._.elmo, other(TEXT)._.elmo)
+
+
+def test_store_given_at_load_is_checked_against_the_listeners(tiny_dir, tmp_path):
+    """A store other than "all" given at load, with a component listening: refused as when built so (the saved
+    store ran, and the override was shown by nlp.config only)."""
+    path = _ner_pipeline(tiny_dir, tmp_path / "p")
+    with pytest.raises(ValueError, match="The 'elmo' component stores 'mix' but 'ner' listens to it"):
+        spacy.load(path, config={"components": {"elmo": {"store": "mix"}}})
+    doc = spacy.load(path, config={"components": {"elmo": {"store_dtype": "float32"}}})("Alice went home .")
+    assert doc._.elmo.dtype == numpy.float32 and doc._.elmo.shape == (N_LAYERS, 4, WIDTH)
+
+
+def _own_bilm_trains(nlp) -> bool:
+    """Whether ner's own biLM (``replace_listeners``) gets gradients from a training pass."""
+    (own,) = _nodes(nlp.get_pipe("ner"), "elmo_own_bilm")
+    bilm = get_bilm(own.layers[0])
+    bilm.zero_grad()
+    outputs, backprop = own.begin_update([nlp.make_doc("Alice went home .")])
+    backprop([numpy.ones_like(o) for o in outputs])
+    return any(p.grad is not None and bool(p.grad.abs().sum()) for p in bilm.parameters())
+
+
+def test_frozen_given_at_load_runs_also_in_the_biLM_replace_listeners_gives(tiny_dir, tmp_path):
+    """frozen = false given at load: the biLM stayed frozen (the saved cfg), and replace_listeners wrote
+    frozen = false into ner's config but built a frozen copy; saved and loaded, its own block's frozen runs."""
+    path = _ner_pipeline(tiny_dir, tmp_path / "p")
+    nlp = spacy.load(path, config={"components": {"elmo": {"frozen": False}}})
+    assert all(p.requires_grad for p in get_bilm(nlp.get_pipe("elmo").model).parameters())
+    nlp.replace_listeners("elmo", "ner", ["model.tok2vec"])
+    assert nlp.config["components"]["ner"]["model"]["tok2vec"]["frozen"] is False and _own_bilm_trains(nlp)
+    nlp.to_disk(tmp_path / "replaced")
+    assert _own_bilm_trains(spacy.load(tmp_path / "replaced"))
+    frozen = spacy.load(tmp_path / "replaced", config={"components": {"ner": {"model": {"tok2vec": {"frozen": True}}}}})
+    assert not _own_bilm_trains(frozen)
 
 
 def test_listener_settings_given_at_load_run(tiny_dir, tmp_path):
