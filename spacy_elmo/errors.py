@@ -561,6 +561,11 @@ class Errors:
         "integer >= {minimum} ({meaning}). Fix {setting} in the component's model config block (e.g. "
         "[components.elmo.model]), or leave it out for the default."
     )
+    E_ELMO_MODEL_BACKEND = (
+        "The elmo component's model (spacy_elmo.ElmoBiLM) got backend = {value!r}; it must be one of {choices} "
+        "(\"auto\": the compiled kernels when they load, else the pure-PyTorch reference). Fix backend in the "
+        "component's model config block (e.g. [components.elmo.model]), or leave it out for the default."
+    )
     E_LISTENER_DROPOUT = (
         "The ELMo listener{of_component} has dropout = {value!r}; it must be a finite number >= 0 and < 1 (ELMo's "
         "dropout after the mix; 0: none): at 1 or more the task would train on zeroed ELMo features and run "

@@ -24,6 +24,7 @@ from thinc.util import convert_recursive, is_xp_array
 from ..bilm import BiLM, BiLMConfig
 from ..bilm.config import is_int
 from ..errors import Errors
+from ..ops import BACKENDS
 from .batching import Piece, group_pieces, make_pieces, word_positions
 from .runner import ElmoRunner, trains
 from .settings import setting
@@ -46,6 +47,8 @@ def build_elmo_bilm(
             raise ValueError(
                 Errors.E_ELMO_MODEL_SETTING.format(setting=name, value=value, minimum=minimum, meaning=meaning)
             )
+    if not isinstance(backend, str) or backend not in BACKENDS:  # whether "fused" can run is checked when it runs
+        raise ValueError(Errors.E_ELMO_MODEL_BACKEND.format(value=backend, choices=", ".join(map(repr, BACKENDS))))
     runner = ElmoRunner(cache_size)
     runner.backend_name = backend
     # thinc's PyTorchWrapper_v3, with the shim that swaps in the optimizer's averages
