@@ -467,6 +467,14 @@ class Errors:
         "config set [initialize.components.{name}.weights_loader] path (e.g. "
         "`--paths.elmo PATH`) before nlp.initialize()."
     )
+    E_CLI_MODEL_IS_PIPELINE = (
+        "{path} is (in) the saved spaCy pipeline {pipeline}, not a biLM model directory (one written by "
+        "BiLM.save or pretrain, or one with an AllenNLP options.json + .hdf5), which {command} reads. To use "
+        "the biLM of the pipeline's elmo component (with the weights it was trained or fine-tuned with "
+        "there), save it as one first: python -c \"import spacy; from spacy_elmo.pipeline.bilm_layer import "
+        "get_bilm; get_bilm(spacy.load('{pipeline}').get_pipe('elmo').model).save('ELMO_DIR')\", then give "
+        "ELMO_DIR (it has no softmax: evaluate needs a model written by pretrain)."
+    )
     E_WEIGHTS_ARE_PIPELINE = (
         "{path} is (in) the saved spaCy pipeline {pipeline}, not biLM weights (a directory written by "
         "BiLM.save, or one with an AllenNLP options.json + .hdf5). To reuse the biLM of its elmo component "
