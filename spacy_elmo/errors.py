@@ -467,6 +467,14 @@ class Errors:
         "config set [initialize.components.{name}.weights_loader] path (e.g. "
         "`--paths.elmo PATH`) before nlp.initialize()."
     )
+    E_CLI_MODEL_IS_PIPELINE = (
+        "{path} is (in) the saved spaCy pipeline {pipeline}, not a biLM model directory (one written by "
+        "BiLM.save or pretrain, or one with an AllenNLP options.json + .hdf5), which {command} reads. To use "
+        "the biLM of the pipeline's elmo component (with the weights it was trained or fine-tuned with "
+        "there), save it as one first: python -c \"import spacy; from spacy_elmo.pipeline.bilm_layer import "
+        "get_bilm; get_bilm(spacy.load('{pipeline}').get_pipe('elmo').model).save('ELMO_DIR')\", then give "
+        "ELMO_DIR (it has no softmax: evaluate needs a model written by pretrain)."
+    )
     E_WEIGHTS_ARE_PIPELINE = (
         "{path} is (in) the saved spaCy pipeline {pipeline}, not biLM weights (a directory written by "
         "BiLM.save, or one with an AllenNLP options.json + .hdf5). To reuse the biLM of its elmo component "
@@ -556,15 +564,15 @@ class Errors:
         "The '{name}' component stores {store!r} but '{component}' listens to it and "
         "needs all layers: set store = \"all\" on '{name}'."
     )
-    E_SAVED_STORE_NOT_ALL = (
-        "The saved '{name}' component being loaded stores {store!r} (its saved cfg), but '{component}' "
-        "listens to '{name}' and needs all layers: the load was refused and '{name}' left as it was. Save "
-        "'{name}' with store = \"all\", or load it with exclude=[\"cfg\"] to keep this component's settings."
-    )
     E_ELMO_MODEL_SETTING = (
         "The elmo component's model (spacy_elmo.ElmoBiLM) got {setting} = {value!r}; it must be an "
         "integer >= {minimum} ({meaning}). Fix {setting} in the component's model config block (e.g. "
         "[components.elmo.model]), or leave it out for the default."
+    )
+    E_ELMO_MODEL_BACKEND = (
+        "The elmo component's model (spacy_elmo.ElmoBiLM) got backend = {value!r}; it must be one of {choices} "
+        "(\"auto\": the compiled kernels when they load, else the pure-PyTorch reference). Fix backend in the "
+        "component's model config block (e.g. [components.elmo.model]), or leave it out for the default."
     )
     E_LISTENER_DROPOUT = (
         "The ELMo listener{of_component} has dropout = {value!r}; it must be a finite number >= 0 and < 1 (ELMo's "

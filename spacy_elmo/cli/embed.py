@@ -7,7 +7,8 @@ from typing import Optional
 import typer
 
 from ..errors import Errors
-from .app import DEVICE_HELP, app, counted, fail, known_device, non_negative_int, positive_int, progress_option, spacy_language
+from .app import (DEVICE_HELP, app, counted, fail, known_device, non_negative_int, positive_int, progress_option,
+                  refuse_pipeline, spacy_language)
 
 
 def _layer_mode(value: str) -> str:
@@ -50,6 +51,7 @@ def embed(
     try:
         check_paths(input_path, output_path, overwrite)  # before loading: the cheaper errors first
         target = torch_device(device)
+        refuse_pipeline(model, "embed")
         bilm = BiLM.load(model).to(target)
         tokenize, name = None, "whitespace"
         if lang:

@@ -7,7 +7,8 @@ from typing import Optional
 import typer
 
 from ..errors import Warnings
-from .app import DEVICE_HELP, app, counted, fail, known_device, positive_int, progress_option, spacy_language, warn
+from .app import (DEVICE_HELP, app, counted, fail, known_device, positive_int, progress_option, refuse_pipeline,
+                  spacy_language, warn)
 
 
 @app.command()
@@ -39,6 +40,7 @@ def evaluate(
 
     try:
         target = torch_device(device)  # known_device checked it when the options were parsed
+        refuse_pipeline(model_dir, "evaluate")
         result = evaluate_model_dir(model_dir, text_path, lang=lang, batch_size=batch_size, device=target,
                                     progress=progress and not as_json, per_sentence=per_sentence)
     except (ValueError, OSError, RuntimeError) as err:

@@ -6,7 +6,7 @@ import typer
 
 from ..atomic import replace_dir
 from ..errors import Errors
-from .app import app, fail, one_of
+from .app import app, fail, one_of, refuse_pipeline
 
 
 @app.command()
@@ -31,6 +31,7 @@ def export(
     except OSError as err:  # OUT_DIR cannot be looked at (a directory this account may not enter, a name too long)
         fail(Errors.E_EXPORT_WRITE.format(path=out_dir, error=err))
     try:
+        refuse_pipeline(model_dir, "export")
         bilm, softmax, vocab, provenance = load_pretrained(model_dir, backend="reference")
     except (ValueError, OSError) as err:
         fail(str(err))

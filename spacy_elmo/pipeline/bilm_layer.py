@@ -24,8 +24,10 @@ from thinc.util import convert_recursive, is_xp_array
 from ..bilm import BiLM, BiLMConfig
 from ..bilm.config import is_int
 from ..errors import Errors
+from ..ops import BACKENDS
 from .batching import Piece, group_pieces, make_pieces, word_positions
 from .runner import ElmoRunner, trains
+from .settings import setting
 
 
 def build_elmo_bilm(
@@ -34,16 +36,19 @@ def build_elmo_bilm(
     backend: str = "auto",
     cache_size: int = 50000,
 ) -> Model[List[Doc], List[Floats3d]]:
-    """The component model; the biLM arrives later through :func:`set_bilm` (weights decide its shape)."""
-    for setting, value, minimum, meaning in (
+    """The component model; the biLM arrives later through :func:`set_bilm` (weights decide its shape).
+    Its settings are the config's also when a saved model is loaded into it (:mod:`.settings`)."""
+    for name, value, minimum, meaning in (
         ("batch_tokens", batch_tokens, 1, "padded tokens per biLM call"),
         ("max_window", max_window, 1, "the longest row of tokens the biLM reads at once"),
         ("cache_size", cache_size, 0, "char-CNN cache entries, 0 for none"),
     ):
         if not is_int(value) or value < minimum:
             raise ValueError(
-                Errors.E_ELMO_MODEL_SETTING.format(setting=setting, value=value, minimum=minimum, meaning=meaning)
+                Errors.E_ELMO_MODEL_SETTING.format(setting=name, value=value, minimum=minimum, meaning=meaning)
             )
+    if not isinstance(backend, str) or backend not in BACKENDS:  # whether "fused" can run is checked when it runs
+        raise ValueError(Errors.E_ELMO_MODEL_BACKEND.format(value=backend, choices=", ".join(map(repr, BACKENDS))))
     runner = ElmoRunner(cache_size)
     runner.backend_name = backend
     # thinc's PyTorchWrapper_v3, with the shim that swaps in the optimizer's averages
@@ -59,7 +64,7 @@ def build_elmo_bilm(
         _forward,
         layers=[wrapper],
         dims={"nO": None, "nL": None},
-        attrs={"batch_tokens": batch_tokens, "max_window": max_window, "backend": backend},
+        attrs={"batch_tokens": setting(batch_tokens), "max_window": setting(max_window), "backend": setting(backend)},
         init=_init,
     )
 
@@ -314,7 +319,7 @@ def own_bilm_layer(bilm: Model[List[Doc], List[Floats3d]], frozen: bool = True) 
     ``elmo`` component with ``frozen = true`` did); else the component's
     optimizer fine-tunes it.
     """
-    return Model("elmo_own_bilm", _own_forward, layers=[bilm], init=_own_init, attrs={"frozen": bool(frozen)})
+    return Model("elmo_own_bilm", _own_forward, layers=[bilm], init=_own_init, attrs={"frozen": setting(bool(frozen))})
 
 
 def _check_own_weights(model: Model) -> Model:

@@ -51,7 +51,6 @@ from .bilm_layer import (
     get_runner,
     load_model_bytes,
     own_bilm_layer,
-    put_back,
     renew_shim_ids,
     set_bilm,
     set_layer_cache_mb,
@@ -448,12 +447,11 @@ class ElmoComponent(TrainablePipe):
                 stacklevel=3,
             )
 
-    def _check_weights(self, bilm: BiLM, source: str, saved_cfg: bool = False) -> None:
-        """Raise unless ``bilm`` can replace the weights in place: its layers fit ``mix`` and every listener
-        (``saved_cfg``: the cfg was just loaded with them, an error names it)."""
+    def _check_weights(self, bilm: BiLM, source: str) -> None:
+        """Raise unless ``bilm`` can replace the weights in place: its layers fit ``mix`` and every listener."""
         self._check_mix(bilm, source)
         for listener in self.listeners:
-            self._check_listener(listener, self._component_of(listener), bilm, source, saved_cfg)
+            self._check_listener(listener, self._component_of(listener), bilm, source)
 
     def _check_mix(self, bilm: BiLM, source: str) -> None:
         """A given ``mix`` needs one weight per output layer of the biLM."""
@@ -578,18 +576,15 @@ class ElmoComponent(TrainablePipe):
             self.add_listener(node, component.name)
 
     def _check_listener(
-        self, listener: ElmoListener, component_name: str, bilm: Optional[BiLM], source: Optional[str],
-        saved_cfg: bool = False,
+        self, listener: ElmoListener, component_name: str, bilm: Optional[BiLM], source: Optional[str]
     ) -> None:
         """Raise unless ``listener`` can read the layers of ``bilm`` (None: not loaded yet): all layers stored,
         a configured width equal to its width, and sizes it has equal to its own, unless this component set
         them and nothing was built on them yet: sizes from elsewhere (its component loaded or sourced, so
         trained on a biLM of that shape), or ones the layers after it were sized for (:attr:`built_upon`:
-        its component initialized) stay. ``saved_cfg``: the cfg was just loaded (from_bytes / from_disk), the
-        store comes from the saved data, and a refusal puts this component's back."""
+        its component initialized) stay."""
         if self.cfg["store"] != "all":
-            error = Errors.E_SAVED_STORE_NOT_ALL if saved_cfg else Errors.E_LISTENER_NEEDS_ALL
-            raise ValueError(error.format(name=self.name, store=self.cfg["store"], component=component_name))
+            raise ValueError(Errors.E_LISTENER_NEEDS_ALL.format(name=self.name, store=self.cfg["store"], component=component_name))
         if bilm is None:
             return
         width = bilm.config.output_dim
@@ -798,10 +793,13 @@ class ElmoComponent(TrainablePipe):
     # Under the lock of first-use loading: weights that another thread's call is loading at first use
     # are set before these, never after them (and that call runs on either, whole: bilm_layer._forward).
     # The loaded weights are checked (:meth:`_check_weights`) before they replace the old ones; weights
-    # refused leave the component as it was (its cfg and model settings, read first, put back) and the
-    # shared vocab too: spaCy loads it before the model, so it is read first into a vocab of its own (a
-    # vocab that cannot be read is an error before anything changes) and set once they are accepted, within the
-    # same all-or-nothing: one that fails to be set puts weights, cfg and settings back (:meth:`_all_or_nothing`).
+    # refused leave the component as it was and the shared vocab too: spaCy loads it before the model, so it
+    # is read first into a vocab of its own (a vocab that cannot be read is an error before anything changes)
+    # and set once they are accepted, within the same all-or-nothing: one that fails to be set puts weights and
+    # model state back (:meth:`_all_or_nothing`). The saved cfg is not read: the settings (``[components.NAME]``)
+    # are those the component was built with, as its model's are (.settings). spacy.load builds it from the
+    # saved config.cfg with the overrides given, so what nlp.config says runs; spaCy's own loading put the
+    # saved cfg over them. (The cfg is still saved, for versions that read it.)
     def from_bytes(self, bytes_data, *, exclude=tuple()):
         def read(staged: Vocab) -> None:
             spacy_util.from_bytes(bytes_data, {"vocab": lambda b: staged.from_bytes(b, exclude=exclude)}, [])
@@ -809,7 +807,7 @@ class ElmoComponent(TrainablePipe):
         def read_model() -> None:
             spacy_util.from_bytes(bytes_data, {"model": lambda b: load_model_bytes(self.model, b)}, exclude)
 
-        return self._load(super().from_bytes, bytes_data, exclude, read, read_model)
+        return self._load(exclude, read, read_model)
 
     def from_disk(self, path, *, exclude=tuple()):
         def read(staged: Vocab) -> None:
@@ -821,16 +819,15 @@ class ElmoComponent(TrainablePipe):
         def read_model() -> None:
             spacy_util.from_disk(path, {"model": lambda p: load_model_bytes(self.model, Path(p).read_bytes())}, exclude)
 
-        return self._load(super().from_disk, path, exclude, read, read_model)
+        return self._load(exclude, read, read_model)
 
     def _load(
-        self, load: Callable, data: Any, exclude: Iterable[str], read_vocab: Callable[[Vocab], None],
-        read_model: Callable[[], None],
+        self, exclude: Iterable[str], read_vocab: Callable[[Vocab], None], read_model: Callable[[], None]
     ) -> "ElmoComponent":
-        """``load(data, exclude=...)`` (spaCy's from_bytes / from_disk) of the cfg, then ``read_model()`` (its weights
-        checked and staged, :func:`weights_checked`), within one all-or-nothing: the vocab (unless excluded), read
-        first by ``read_vocab(staged)``, is set once cfg and weights are accepted, then the weights with their sizes
-        (until then the old ones serve, with theirs); setting the vocab fails, and cfg and settings are put back."""
+        """``read_model()`` (its weights checked and staged, :func:`weights_checked`) within one all-or-nothing: the
+        vocab (unless excluded), read first by ``read_vocab(staged)``, is set once the weights are accepted, then the
+        weights with their sizes (until then the old ones serve, with theirs); setting the vocab fails, and the
+        model's state is put back."""
         vocab_bytes: Optional[bytes] = None
         if "vocab" not in exclude:
             staged = Vocab()
@@ -842,33 +839,30 @@ class ElmoComponent(TrainablePipe):
                 _set_vocab(self.vocab, vocab_bytes, exclude)
 
         with _loading_lock(self):
-            with self._all_or_nothing(exclude) as staged:
-                load(data, exclude=[*exclude, "vocab", "model"])  # the cfg
+            with self._all_or_nothing() as staged:
                 read_model()
                 self._after_load(staged, set_vocab)
         return self
 
     @contextlib.contextmanager
-    def _all_or_nothing(self, exclude: Iterable[str]):
-        """Within: a load (its exclude); yields its :class:`StagedWeights`, checked as read. An error puts cfg and
-        the model's settings back (and its weights, if they were set)."""
-        cfg, state = copy.deepcopy(self.cfg), ModelState(self.model)
-        check = functools.partial(self._check_weights, saved_cfg="cfg" not in exclude)
+    def _all_or_nothing(self):
+        """Within: a load; yields its :class:`StagedWeights`, checked as read. An error puts the model's state back
+        (and its weights, if they were set)."""
+        state = ModelState(self.model)
         try:
-            with weights_checked(self.model, check) as staged:
+            with weights_checked(self.model, self._check_weights) as staged:
                 yield staged
         except BaseException:
-            put_back(self.cfg, cfg)
             state.restore()
             raise
 
     def _after_load(self, staged: StagedWeights, set_vocab: Callable[[], None]) -> None:
-        """The loaded weights (else the current ones, when only the cfg was loaded) checked (again), then the vocab
+        """The loaded weights (else the current ones, when the model was excluded) checked (again), then the vocab
         set, then the weights set, with their sizes, and set up: nothing after ``set_vocab`` fails, so a failing
         vocab leaves the old weights serving, with their sizes, gradients and listeners as they were."""
         bilm, source = (staged.bilm, staged.source) if staged.bilm is not None else (get_bilm(self.model), self.source)
         if bilm is not None:
-            staged.check(bilm, source or "")  # also when only the cfg was loaded (exclude=["model"])
+            staged.check(bilm, source or "")  # also when the model was excluded
         set_vocab()
         if bilm is not None:
             bilm.requires_grad_(not self.cfg["frozen"])

@@ -18,11 +18,18 @@ def load_weights(path: Optional[Union[str, Path]], backend: str = "auto") -> Tup
     Raises FileNotFoundError when no default model is installed.
     """
     target = weights_target(path)
-    pipeline = None if target == "default" else saved_pipeline_of(Path(target))
+    pipeline = pipeline_named(target)
     if pipeline is not None:
         raise ValueError(Errors.E_WEIGHTS_ARE_PIPELINE.format(path=target, pipeline=pipeline))
     bilm = BiLM.load(target, stateful=False, backend=backend).eval()
     return bilm, target
+
+
+def pipeline_named(path: Optional[Union[str, Path]]) -> Optional[Path]:
+    """The saved spaCy pipeline that a model path (as :func:`load_weights` and the CLI take it, "default"
+    allowed) names instead of biLM weights (:func:`saved_pipeline_of`); None for weights or the default."""
+    target = weights_target(path)
+    return None if target == "default" else saved_pipeline_of(Path(target))
 
 
 def weights_target(path: Optional[Union[str, Path]]) -> str:

@@ -25,6 +25,7 @@ from thinc.types import Floats2d, Floats3d
 from ..bilm.scalar_mix import LAYER_NORM_EPS, mix_weights_of
 from ..errors import Errors
 from .callers import runs
+from .settings import setting
 
 
 def scalar_mix_layer(
@@ -71,7 +72,12 @@ def mix_layer(
         init=_mix_init,
         dims={"nL": None if n_layers is None else int(n_layers)},
         params={"w": None, "gamma": None},
-        attrs={"initial_weights": weights or None, "trainable": trainable, "l2": float(l2), "layer_norm": layer_norm},
+        # trainable and l2 are the config's also when a saved model is loaded (.settings); layer_norm, which the
+        # saved weights were trained with, and initial_weights (read at initialize only) are saved with them
+        attrs={
+            "initial_weights": weights or None, "trainable": setting(bool(trainable)), "l2": setting(float(l2)),
+            "layer_norm": layer_norm,
+        },
     )
 
 
@@ -179,7 +185,7 @@ def elmo_dropout(rate: float = 0.5) -> Model[List[Floats2d], List[Floats2d]]:
     if not is_setting(rate, lambda v: 0 <= v < 1):
         of_component, component = building()
         raise ValueError(Errors.E_LISTENER_DROPOUT.format(of_component=of_component, component=component, value=rate))
-    return Model("elmo_dropout", _drop_forward, attrs={"elmo_rate": float(rate)})
+    return Model("elmo_dropout", _drop_forward, attrs={"elmo_rate": setting(float(rate))})  # the config's (.settings)
 
 
 def is_setting(value: Any, ok: Callable[[float], bool], whole: bool = False) -> bool:

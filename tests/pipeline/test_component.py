@@ -190,6 +190,22 @@ def test_bad_model_settings_fail_at_construction(tiny_dir, setting, value):
         nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "model": model})
 
 
+@pytest.mark.parametrize("value", ["fusd", "", "Fused", " auto"])
+def test_unknown_backend_fails_at_construction(tiny_dir, value):
+    """An unknown backend was accepted when the pipeline was built (and by spacy debug config): it failed only at
+    the first call, with ops' message, which names no config setting. Refused now as the other model settings are,
+    naming the choices and the block; the names it lists build."""
+    nlp = spacy.blank("en")
+    model = {"@architectures": "spacy_elmo.ElmoBiLM.v2", "backend": value}
+    with pytest.raises(ValueError) as refused:
+        nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "model": model})
+    said = str(refused.value)
+    assert f"got backend = {value!r}; it must be one of 'auto', 'fused', 'reference'" in said, said
+    assert "[components.elmo.model]" in said
+    for backend in ("auto", "fused", "reference"):  # whether fused can run is checked where it runs
+        spacy.blank("en").add_pipe("elmo", config={"weights": str(tiny_dir), "model": {**model, "backend": backend}})
+
+
 def test_mix_is_checked(tiny_dir):
     from spacy_elmo.pipeline import ElmoComponent
     from spacy_elmo.pipeline.bilm_layer import build_elmo_bilm

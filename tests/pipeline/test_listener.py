@@ -862,7 +862,7 @@ def test_scalar_mix_layer_count_must_be_whole(n_layers):
 def test_listener_settings_in_range_train(setting, value):
     """The bounds' accepted sides (dropout 0 and just under 1, mix_l2 0) and numpy scalars, which Python code
     passes (numpy.float32 was refused by the range check): the listener's mix and dropout train one step to
-    finite mix weights, and the values are kept as floats (a saved model's attrs)."""
+    finite mix weights, and the values are kept as Python floats (FloatSetting)."""
     registered = spacy.util.registry.architectures.get("spacy_elmo.ElmoListener.v1")
     model = registered(upstream="elmo", **{setting: value})
     _, mix, drop = model.layers
@@ -873,7 +873,7 @@ def test_listener_settings_in_range_train(setting, value):
     backprop([numpy.ones_like(y) for y in Y])
     mix.finish_update(Adam(0.001, grad_clip=1.0))
     assert numpy.isfinite(mix.get_param("w")).all()
-    assert type(drop.attrs["elmo_rate"]) is float and type(mix.attrs["l2"]) is float
+    assert isinstance(drop.attrs["elmo_rate"], float) and isinstance(mix.attrs["l2"], float)
     if setting == "width":
         assert type(model.get_dim("nO")) is int and model.get_dim("nO") == value
     elif setting == "initial_weights":

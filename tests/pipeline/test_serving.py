@@ -326,24 +326,20 @@ def test_weights_set_while_a_call_loads_them_at_first_use(tiny_dir, tmp_path, mo
     numpy.testing.assert_allclose(nlp(text)._.elmo, want_new, rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("how", ["load_weights", "from_bytes", "from_disk", "from_bytes cfg only"])
+@pytest.mark.parametrize("how", ["load_weights", "from_bytes", "from_disk"])
 def test_weights_refused_leave_the_component_as_it_was(tiny_dir, tmp_path, how):
-    """Weights the listeners cannot read (load_weights: another width than the listener's configured one;
-    from_bytes / from_disk: a saved component, of other weights of the same shape, that stores only the mix),
-    or a saved cfg whose mix does not fit the weights, are refused with the error, and the pipeline gives,
-    bitwise, what it gave before, from the old weights. load_weights set the new weights before it checked
-    the listeners (the pipeline then ran them: its output changed); from_bytes and from_disk checked no
-    listener (store "mix" was loaded; the listener found no layers) and kept the refused cfg."""
+    """Weights the listeners cannot read (another width than the listener's configured one) are refused with the
+    error, and the pipeline gives, bitwise, what it gave before, from the old weights. load_weights set the new
+    weights before it checked the listeners (the pipeline then ran them: its output changed); from_bytes and
+    from_disk checked no listener (the saved cfg, then loaded, stored "mix": the listener found no layers) and
+    kept the refused cfg."""
     torch.manual_seed(4)
     BiLM(BiLMConfig(**{**TINY, "projection_dim": 6})).save(tmp_path / "new")
-    BiLM(BiLMConfig(**TINY)).save(tmp_path / "same shape")
     saved = spacy.blank("en")
-    saved.add_pipe("elmo", config={"weights": str(tmp_path / "same shape"), "store": "mix"})
+    saved.add_pipe("elmo", config={"weights": str(tmp_path / "new"), "store": "mix"})
     saved("Loaded .")
     saved.get_pipe("elmo").to_disk(tmp_path / "saved")
     stores_mix = saved.get_pipe("elmo").to_bytes()
-    saved.get_pipe("elmo").cfg.update(store="all", mix=[0.0, 1.0])
-    mix_of_two = saved.get_pipe("elmo").to_bytes()
     nlp = _nlp_with(tiny_dir, "ner", {**NER, "tok2vec": {**LISTENER, "width": 16}})
     examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(8)]
     nlp.initialize(lambda: examples)
@@ -353,9 +349,8 @@ def test_weights_refused_leave_the_component_as_it_was(tiny_dir, tmp_path, how):
     before, cfg, source = nlp(text), copy.deepcopy(elmo.cfg), elmo.source
     refuse, error = {
         "load_weights": (lambda: elmo.load_weights(str(tmp_path / "new")), "expects width 16"),
-        "from_bytes": (lambda: elmo.from_bytes(stores_mix), "stores 'mix'"),
-        "from_disk": (lambda: elmo.from_disk(tmp_path / "saved"), "stores 'mix'"),
-        "from_bytes cfg only": (lambda: elmo.from_bytes(mix_of_two, exclude=["model"]), "mix has 2 value"),
+        "from_bytes": (lambda: elmo.from_bytes(stores_mix), "expects width 16"),
+        "from_disk": (lambda: elmo.from_disk(tmp_path / "saved"), "expects width 16"),
     }[how]
     with pytest.raises(ValueError, match=error):
         refuse()
@@ -454,7 +449,6 @@ def test_a_vocab_that_fails_to_be_set_puts_the_weights_back(tiny_dir, tmp_path, 
     torch.manual_seed(6)
     BiLM(BiLMConfig(**{**TINY, **({} if shape == "same shape" else {"projection_dim": 6})})).save(tmp_path / "new")
     saved = _elmo_pipeline(tmp_path / "new")
-    saved.get_pipe("elmo").cfg["mix"] = [1.0, 0.0, 0.0]
     saved("Loaded .")
     saved.get_pipe("elmo").to_disk(tmp_path / "saved")
     load = {
@@ -478,31 +472,33 @@ def test_a_vocab_that_fails_to_be_set_puts_the_weights_back(tiny_dir, tmp_path, 
     numpy.testing.assert_array_equal(_layers([nlp(text)])[0], before[0])
     monkeypatch.undo()
     load(elmo)  # set, it loads
-    assert elmo.cfg["mix"] == [1.0, 0.0, 0.0] and not _all_close(_layers([nlp(text)]), before)
+    assert elmo.source == str(tmp_path / "new") and elmo.cfg == cfg and not _all_close(_layers([nlp(text)]), before)
 
 
 @pytest.mark.parametrize("how", ["from_bytes", "from_disk"])
 def test_refused_load_leaves_the_vocab(tiny_dir, tmp_path, how):
     """The shared vocab (vectors, strings) is left as it was by a refused from_bytes / from_disk (spaCy loads it
     before the model: it was replaced, the vectors emptied), and loaded by one accepted."""
-    saved = spacy.blank("en")
-    saved.add_pipe("elmo", config={"weights": str(tiny_dir), "store": "mix"})
-    saved("Zyxwv only here .")
-    elmo_saved = saved.get_pipe("elmo")
+    torch.manual_seed(4)
+    BiLM(BiLMConfig(**{**TINY, "projection_dim": 6})).save(tmp_path / "wide")
+    saved = {}
+    for weights in (tmp_path / "wide", tiny_dir):  # other weights of width 12, refused once ner is initialized
+        saved[weights] = spacy.blank("en")
+        saved[weights].add_pipe("elmo", config={"weights": str(weights)})
+        saved[weights]("Zyxwv only here .")
     load = {
-        "from_bytes": lambda elmo, path: elmo.from_bytes(elmo_saved.to_bytes()),
-        "from_disk": lambda elmo, path: elmo.from_disk(elmo_saved.to_disk(path) or path),
+        "from_bytes": lambda elmo, path, weights: elmo.from_bytes(saved[weights].get_pipe("elmo").to_bytes()),
+        "from_disk": lambda elmo, path, weights: elmo.from_disk(saved[weights].get_pipe("elmo").to_disk(path) or path),
     }[how]
     nlp = _nlp_with(tiny_dir, "ner", {**NER, "tok2vec": {**LISTENER}})
     nlp.vocab.set_vector("home", numpy.ones(4, dtype="f"))
     nlp.initialize(lambda: [Example(nlp.make_doc(d.text), d) for d in make_docs(8)])
     elmo, strings, vectors = nlp.get_pipe("elmo"), set(nlp.vocab.strings), nlp.vocab.vectors.to_bytes()
-    with pytest.raises(ValueError, match="stores 'mix'"):
-        load(elmo, tmp_path / "refused")
+    with pytest.raises(ValueError, match="was initialized on the layers of 'elmo'"):
+        load(elmo, tmp_path / "refused", tmp_path / "wide")
     assert nlp.vocab.vectors.to_bytes() == vectors and nlp.vocab.has_vector("home")
     assert set(nlp.vocab.strings) == strings and "Zyxwv" not in nlp.vocab.strings
-    elmo_saved.cfg["store"] = "all"
-    load(elmo, tmp_path / "accepted")
+    load(elmo, tmp_path / "accepted", tiny_dir)
     assert nlp.vocab.vectors.shape == (0, 0) and "Zyxwv" in nlp.vocab.strings
 
 
@@ -513,7 +509,6 @@ def test_a_component_directory_without_its_vocab_changes_nothing(tiny_dir, tmp_p
     torch.manual_seed(4)
     BiLM(BiLMConfig(**TINY)).save(tmp_path / "new")
     other = _elmo_pipeline(tmp_path / "new")
-    other.get_pipe("elmo").cfg["mix"] = [1.0, 0.0, 0.0]
     other("Loaded .")
     other.to_disk(tmp_path / "pipeline")
     assert not (tmp_path / "pipeline" / "elmo" / "vocab").exists()
@@ -526,33 +521,36 @@ def test_a_component_directory_without_its_vocab_changes_nothing(tiny_dir, tmp_p
     assert elmo.source == source and elmo.cfg == cfg
     assert _all_close(_layers([nlp(text)]), before)
     elmo.from_disk(tmp_path / "pipeline" / "elmo", exclude=["vocab"])  # as nlp.from_disk loads it
-    assert elmo.cfg["mix"] == [1.0, 0.0, 0.0] and not _all_close(_layers([nlp(text)]), before)
+    assert elmo.source == str(tmp_path / "new") and not _all_close(_layers([nlp(text)]), before)
 
 
 @pytest.mark.parametrize("how", ["from_bytes", "from_disk"])
-def test_refused_saved_store_names_the_saved_data(tiny_dir, tmp_path, how):
-    """A saved component that stores only the mix is refused with a message that names the saved data and
-    its fixes (it said: set store = "all" on 'elmo', which it already had), and the fix it names works:
-    loaded with exclude=["cfg"], its weights are accepted and the component keeps store "all"."""
+def test_a_saved_component_brings_its_weights_not_its_settings(tiny_dir, tmp_path, how):
+    """A saved component that stores only the mix, float32, with a mix of its own, loaded into one that a listener
+    reads: its weights are taken and this component's settings stay (its config's; spacy.load builds it from the
+    saved config.cfg). The saved cfg was loaded: refused for its store ("load it with exclude=["cfg"]"), or, with
+    no listener, taken."""
+    torch.manual_seed(4)
+    BiLM(BiLMConfig(**TINY)).save(tmp_path / "new")
     saved = spacy.blank("en")
-    saved.add_pipe("elmo", config={"weights": str(tiny_dir), "store": "mix"})
+    saved.add_pipe("elmo", config={"weights": str(tmp_path / "new"), "store": "mix", "store_dtype": "float32",
+                                   "mix": [1.0, 0.0, 0.0]})  # fmt: skip
     saved("Loaded .")
     saved.get_pipe("elmo").to_disk(tmp_path / "saved")
     load = {
-        "from_bytes": lambda elmo, **kw: elmo.from_bytes(saved.get_pipe("elmo").to_bytes(), **kw),
-        "from_disk": lambda elmo, **kw: elmo.from_disk(tmp_path / "saved", **kw),
+        "from_bytes": lambda elmo: elmo.from_bytes(saved.get_pipe("elmo").to_bytes()),
+        "from_disk": lambda elmo: elmo.from_disk(tmp_path / "saved"),
     }[how]
     nlp = _nlp_with(tiny_dir, "ner", {**NER, "tok2vec": {**LISTENER}})
     nlp.initialize(lambda: [Example(nlp.make_doc(d.text), d) for d in make_docs(8)])
     elmo = nlp.get_pipe("elmo")
-    with pytest.raises(ValueError) as refused:
-        load(elmo)
-    message = str(refused.value)
-    assert "The saved 'elmo' component being loaded stores 'mix' (its saved cfg)" in message
-    assert "Save 'elmo' with store = \"all\", or load it with exclude=[\"cfg\"]" in message
-    assert "set store" not in message and elmo.cfg["store"] == "all"
-    load(elmo, exclude=["cfg"])
-    assert elmo.cfg["store"] == "all" and nlp("Alice went home .")._.elmo.shape[0] == 3
+    cfg = copy.deepcopy(elmo.cfg)
+    load(elmo)
+    assert elmo.source == str(tmp_path / "new") and elmo.cfg == cfg
+    doc = nlp("Alice went home .")
+    assert doc._.elmo.shape == (3, 4, 16) and doc._.elmo.dtype == numpy.float16
+    want = _elmo_pipeline(tmp_path / "new")("Alice went home .")._.elmo  # the new weights' layers, float32
+    numpy.testing.assert_allclose(doc._.elmo, want, rtol=1e-3, atol=1e-3)
 
 
 def test_a_vocab_that_fails_to_be_set_leaves_the_shared_vectors_and_lookups(tiny_dir, monkeypatch):
@@ -677,17 +675,17 @@ class _Watched(dict):
         self._changed(super().update(*args, **kwargs))
 
 
-@pytest.mark.parametrize("exclude", [["vocab"], ["model", "vocab"]])
-def test_refused_load_never_leaves_a_setting_out(tiny_dir, tmp_path, exclude):
+def test_refused_load_never_leaves_a_setting_out(tiny_dir, tmp_path):
     """Calls of other threads read cfg and the model's dims and attrs without the loading lock while a refused
     load puts them back: at no moment may a key they had be missing (they were emptied, then refilled: a
     serving thread got KeyError 'mix' / 'max_window')."""
-    saved = spacy.blank("en")
-    saved.add_pipe("elmo", config={"weights": str(tiny_dir)})
+    torch.manual_seed(4)
+    BiLM(BiLMConfig(**{**TINY, "n_layers": 1})).save(tmp_path / "shallow")
+    saved = _elmo_pipeline(tmp_path / "shallow")
     saved("Loaded .")
-    saved.get_pipe("elmo").cfg["mix"] = [0.0, 1.0]  # two values: the weights have three layers
-    refused = saved.get_pipe("elmo").to_bytes()
-    nlp = _elmo_pipeline(tiny_dir)
+    refused = saved.get_pipe("elmo").to_bytes()  # two output layers
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "mix": [0.0, 0.0, 0.0]})  # three values
     nlp("Loaded .")
     elmo = nlp.get_pipe("elmo")
     elmo.cfg = _Watched(elmo.cfg)
@@ -695,8 +693,8 @@ def test_refused_load_never_leaves_a_setting_out(tiny_dir, tmp_path, exclude):
     for node in elmo.model.walk():
         node._attrs, node._dims = _Watched(node._attrs), _Watched(node._dims)
         watched += [node._attrs, node._dims]
-    with pytest.raises(ValueError, match="mix has 2 value"):
-        elmo.from_bytes(refused, exclude=exclude)
+    with pytest.raises(ValueError, match="mix has 3 value"):
+        elmo.from_bytes(refused, exclude=["vocab"])
     assert all(d.first <= d.keys() for d in watched)
     assert [d.gaps for d in watched] == [[] for _ in watched]
 
@@ -818,8 +816,6 @@ def test_sizes_stay_the_serving_weights_until_a_load_sets_new_ones(tiny_dir, tmp
     BiLM(BiLMConfig(**{**TINY, "projection_dim": 6})).save(tmp_path / "wide")
     saved = _elmo_pipeline(tmp_path / "wide")
     saved("Loaded .")
-    if outcome == "refused":
-        saved.get_pipe("elmo").cfg["mix"] = [0.0, 1.0]  # two values: the weights have three layers
     saved.get_pipe("elmo").to_disk(tmp_path / "saved")
     load = {
         "from_bytes": lambda elmo, data=saved.get_pipe("elmo").to_bytes(): elmo.from_bytes(data),
@@ -828,6 +824,8 @@ def test_sizes_stay_the_serving_weights_until_a_load_sets_new_ones(tiny_dir, tmp
     wide = BiLM.load(tmp_path / "wide").config
     nlp = _elmo_pipeline(tiny_dir)
     nlp("Serving .")
+    if outcome == "refused":  # a listener of width 16 reads it (its component runs in none of the calls below)
+        nlp.add_pipe("ner", config={"model": {**NER, "tok2vec": {**LISTENER, "width": 16}}})
     elmo = nlp.get_pipe("elmo")
 
     def sizes():
@@ -840,21 +838,20 @@ def test_sizes_stay_the_serving_weights_until_a_load_sets_new_ones(tiny_dir, tmp
     assert old == (16, 3)
     check = component_module.ElmoComponent._check_weights
 
-    def checking(self, bilm, source, saved_cfg=False):
+    def checking(self, bilm, source):
         reader = threading.Thread(target=lambda: seen.append((sizes(), elmo.mix_weights().shape)))
         reader.start()
         reader.join()
-        return check(self, bilm, source, saved_cfg)
+        return check(self, bilm, source)
 
     monkeypatch.setattr(component_module.ElmoComponent, "_check_weights", checking)
     if outcome == "refused":
-        with pytest.raises(ValueError, match="mix has 2 value"):
+        with pytest.raises(ValueError, match="expects width 16"):
             load(elmo)
     else:
         load(elmo)
-    # the sizes are the old ones; so is the mix of the weights serving (mix_weights() takes the biLM's count; the
-    # refused load's mix is its own cfg's, which spaCy loads before the weights)
+    # the sizes are the old ones; so is the mix of the weights serving (mix_weights() takes the biLM's count)
     assert seen and all(got == old for got, _ in seen), seen
-    assert outcome == "refused" or all(mix == (3,) for _, mix in seen), seen
+    assert all(mix == (3,) for _, mix in seen), seen
     assert sizes() == (old if outcome == "refused" else (wide.output_dim, wide.n_output_layers))
-    assert nlp("Alice went home .")._.elmo.shape == (3, 4, sizes()[0])
+    assert elmo(nlp.make_doc("Alice went home ."))._.elmo.shape == (3, 4, sizes()[0])

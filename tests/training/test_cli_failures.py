@@ -270,3 +270,36 @@ def test_device_help_lists_what_the_option_accepts():
     assert sorted(with_device) == ["embed", "evaluate", "pretrain"]
     for name, help_text in with_device.items():
         assert all(re.search(rf"(^|\s){re.escape(form)}\b", help_text) for form in forms), (name, help_text)
+
+
+@pytest.mark.parametrize("inside", ["", "elmo"])
+@pytest.mark.parametrize("command", ["embed", "export", "evaluate"])
+def test_a_saved_pipeline_given_as_model_is_named_with_how_to_get_its_biLM(tmp_path, command, inside):
+    """A saved spaCy pipeline (model-last) or its elmo directory as the model: the command said only "not a
+    spacy-elmo model directory (no config.json)", where loading it as weights names the pipeline. Said so here
+    too, with how to save its biLM, and the directory saved so works."""
+    import spacy
+
+    from spacy_elmo.pipeline.bilm_layer import get_bilm
+
+    BiLM(BiLMConfig(**TINY)).save(tmp_path / "tiny")
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tmp_path / "tiny")})
+    nlp.to_disk(tmp_path / "trained")
+    text = write_corpus(tmp_path / "text.txt", 3)
+    model = str(tmp_path / "trained" / inside) if inside else str(tmp_path / "trained")
+    args = {
+        "embed": ["embed", str(text), str(tmp_path / "out.h5"), "--model", model, "--no-progress"],
+        "export": ["export", model, str(tmp_path / "out"), "--format", "native"],
+        "evaluate": ["evaluate", model, str(text), "--no-progress"],
+    }[command]
+    message = Errors.E_CLI_MODEL_IS_PIPELINE.format(path=model, pipeline=tmp_path / "trained", command=command)
+    ended(runner.invoke(app, args), 1, message)
+    assert f"get_bilm(spacy.load('{tmp_path / 'trained'}').get_pipe('elmo').model).save('ELMO_DIR')" in message
+    get_bilm(spacy.load(tmp_path / "trained").get_pipe("elmo").model).save(tmp_path / "saved")  # what it says
+    saved = [str(tmp_path / "saved") if arg == model else arg for arg in args]
+    result = runner.invoke(app, saved)
+    if command == "evaluate":  # a biLM of a pipeline has no softmax
+        ended(result, 1, Errors.E_NO_SOFTMAX.format(path=tmp_path / "saved"))
+    else:
+        assert result.exit_code == 0, result.output
