@@ -215,6 +215,10 @@ class Errors:
         "{path} does not exist. Pass a model directory (written by BiLM.save, `spacy-elmo pretrain` or "
         "`spacy-elmo export`, or one holding an AllenNLP options.json + .hdf5) or \"default\" for the bundled model."
     )
+    E_MODEL_PATH_TILDE = (
+        "{path} does not exist: a leading ~ is expanded by a shell, not here (nor in a spaCy config). Write the "
+        "directory out, {expanded}, or pass os.path.expanduser(path)."
+    )
     E_ELMO_WEIGHTS_SETTING = (
         "The '{name}' component's weights setting ({setting}), loaded because "
         "[initialize.components.{name}.weights_loader] names no path (--paths.elmo left empty in the shipped "

@@ -156,6 +156,9 @@ def model_path(directory: PathLike) -> Path:
     exist or is a file."""
     path = resolve_model_dir(directory)
     if not path.exists():
+        expanded = os.path.expanduser(directory)
+        if str(directory).startswith("~") and expanded != str(directory):
+            raise FileNotFoundError(Errors.E_MODEL_PATH_TILDE.format(path=directory, expanded=expanded))
         raise FileNotFoundError(Errors.E_MODEL_PATH_MISSING.format(path=path))
     if not path.is_dir():
         raise ValueError(Errors.E_MODEL_PATH_IS_FILE.format(path=path))
