@@ -95,6 +95,13 @@ class Errors:
         "{path} is not a spacy-elmo model directory (no {filename}). Write one with "
         "BiLM.save(directory), or load AllenNLP weights with BiLM.from_allennlp(options, weights)."
     )
+    E_MODEL_IS_PIPELINE = (
+        "{path} is (in) the saved spaCy pipeline {pipeline}, not biLM weights: BiLM.load and the spacy-elmo "
+        "commands read a directory written by BiLM.save, `spacy-elmo pretrain` or `spacy-elmo export`, or one "
+        "holding an AllenNLP options.json + .hdf5. Pass the weights the pipeline was trained from (its training's "
+        "--paths.elmo, else \"default\": the bundled model), or run the pipeline itself: spacy.load('{pipeline}') "
+        "gives each doc its ELMo layers in doc._.elmo."
+    )
     E_NATIVE_TENSOR_MISSING = (
         "The model file {path} lacks the tensor {name!r} (expected shape {expected}); "
         "the file is incomplete or belongs to another configuration."
