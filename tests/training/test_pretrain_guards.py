@@ -477,3 +477,19 @@ def test_a_run_refused_for_its_text_leaves_no_output_dir_behind(tmp_path, text):
     with pytest.raises(ValueError):
         build_corpus(path, "en", cache, progress=False)
     assert cache.is_dir() and not (cache / "tokens.raw").exists()
+
+
+@pytest.mark.parametrize("init", ["missing", "pipeline"])
+def test_an_init_model_that_cannot_load_is_refused_before_the_corpus_is_tokenized(tmp_path, init):
+    """--init naming no model (a typo, a saved spaCy pipeline) was refused only after the whole corpus was
+    tokenized into OUTPUT_DIR (hours for a large one), which it left behind; now before OUTPUT_DIR is made."""
+    train_file = write_corpus(tmp_path / "train.txt", 200)
+    model = tmp_path / "model"
+    if init == "pipeline":  # what spacy train writes (model-best): config.cfg and meta.json, no config.json
+        model.mkdir()
+        (model / "config.cfg").write_text("[nlp]\n", encoding="utf-8")
+        (model / "meta.json").write_text("{}", encoding="utf-8")
+    out = tmp_path / "out"
+    with pytest.raises((FileNotFoundError, ValueError), match="does not exist" if init == "missing" else "saved spaCy pipeline"):
+        train(tiny_train_config(train_file, out, model=None, init=str(model)))
+    assert not out.exists()
