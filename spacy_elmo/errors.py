@@ -1345,6 +1345,13 @@ class Warnings:
         "to predict <UNK> for them. Add --new-vocab to build the vocabulary from this corpus (words the model "
         "knew keep their softmax rows)."
     )
+    W_EVAL_OOV = (
+        "spacy-elmo: {rate:.1%} of the words of {path} (read with spaCy's '{lang}' tokenizer) are not in the vocabulary "
+        "of {model} ({size:,} entries): they are all one target, <UNK>, which is easy to predict, so this perplexity "
+        "is far below the text's own and compares with no other text or model. Evaluate text in the model's "
+        "language (its config.json records {trained}; --lang chooses the tokenizer), or a model whose vocabulary covers "
+        "this text (fine-tune one on it: `spacy-elmo pretrain TEXT NEW_DIR --init {model} --new-vocab`)."
+    )
     W_HELDOUT_IN_TRAINING = (
         "spacy-elmo: --heldout {path} is training text too ({n} of its file(s) under TRAIN_PATH, e.g. {file}): the "
         "held-out perplexity is then that of text the model trains on, not of unseen text. Pass held-out text "

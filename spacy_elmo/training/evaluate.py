@@ -18,13 +18,14 @@ process reading it all, and no rank waits in a collective while another evaluate
 """
 
 import math
+import warnings
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 import torch
 
 from .._typing import PathLike
-from ..errors import Errors
+from ..errors import Errors, Warnings
 from .data import Corpus, ReadStats, tokenize_file
 from .lm import BidirectionalLM, encode_batch
 from .sentences import sentence_rows
@@ -203,6 +204,12 @@ def evaluate_text(
     return result
 
 
+#: The share of a text's words outside the model's vocabulary above which :func:`evaluate_model_dir` warns
+#: that its perplexity means little: a Korean model read English text at 96% OOV and 39.5, "better" than the
+#: bundled English model's 273 on that text.
+EVAL_OOV_WARNING_RATE = 0.5
+
+
 def evaluate_model_dir(
     model_dir: PathLike, text_path: PathLike, lang: Optional[str] = None, batch_size: int = 32, unroll: int = 20,
     device: Union[str, torch.device] = "cpu", progress: bool = False, per_sentence: Optional[bool] = None,
@@ -222,4 +229,8 @@ def evaluate_model_dir(
         per_sentence = provenance.get("reading") == "sentences"
     result = evaluate_text(lm, vocab, text_path, lang, batch_size, unroll, device, progress, per_sentence)
     result["lang"] = lang
+    if result["oov_rate"] > EVAL_OOV_WARNING_RATE:
+        trained = repr(provenance["lang"]) if provenance.get("lang") else "no language"
+        warnings.warn(Warnings.W_EVAL_OOV.format(rate=result["oov_rate"], path=text_path, lang=lang, model=model_dir,
+                                                 size=vocab.size, trained=trained), RuntimeWarning, stacklevel=2)
     return result
