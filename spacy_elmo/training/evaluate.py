@@ -105,7 +105,8 @@ def _stream_nll_sums(lm, vocab, tokens, char_table, batch_size, unroll, device, 
     ends = np.minimum((mine + 1) * seg, n_total)
     state = None
     sums, n_pred = [0.0, 0.0], int((ends - mine * seg).sum())
-    for k in progress_bar(range(math.ceil(seg / unroll)) if len(mine) else [], desc="evaluating", disable=not progress):
+    for k in progress_bar(range(math.ceil(seg / unroll)) if len(mine) else [], desc="evaluating", unit="window",
+                          leave=None, disable=not progress):
         pos = mine[:, None] * seg + k * unroll + np.arange(unroll)[None, :]
         valid = pos < ends[:, None]
         pos = np.minimum(pos, n_total - 1)
@@ -129,7 +130,7 @@ def _sentence_nll_sums(lm, vocab, corpus, tokens, char_table, batch_size, device
     sums, n_pred = [0.0, 0.0], 0
     order = np.argsort(corpus.lengths, kind="stable")  # similar lengths together: less padding
     batches = _sentence_batches(order, corpus.lengths, batch_size)[rank::world]
-    for rows in progress_bar(batches, desc="evaluating", unit="batch", disable=not progress):
+    for rows in progress_bar(batches, desc="evaluating", unit="batch", leave=None, disable=not progress):
         fwd, bwd, lengths = sentence_rows(tokens, corpus.starts[rows], corpus.lengths[rows])
         inputs = (fwd[:, :-1], bwd[:, :-1])
         targets = vocab.target_ids(torch.stack([fwd[:, 1:], bwd[:, 1:]])).to(device)
