@@ -1268,6 +1268,12 @@ class Warnings:
     W_REPLACED_BYTES_TEXT = (
         "{n_bytes:,} undecodable byte(s) replaced by U+FFFD in the text (re-encode it to UTF-8 to keep them)."
     )
+    W_FIT_STATE_SENTENCES_MODEL = (
+        "{model} was pretrained with --sentences, to read every sentence from the zero state (the elmo component's "
+        "way): the fitted state replaces the start it learnt, and may read sentences worse (the bundled model "
+        "fine-tuned with --sentences: 328.16 per sentence, 374.38 with a fitted state). Compare `spacy-elmo evaluate {model} "
+        "HELDOUT` with and without it: `spacy-elmo fit-state {model} --clear` removes it."
+    )
     W_LONG_LINE = (
         "spacy-elmo: {path} has a line of {n_chars} characters; it is tokenized in pieces of "
         "at most {piece} characters (split at whitespace)."
