@@ -95,6 +95,13 @@ class Errors:
         "{path} is not a spacy-elmo model directory (no {filename}). Write one with "
         "BiLM.save(directory), or load AllenNLP weights with BiLM.from_allennlp(options, weights)."
     )
+    E_MODEL_IS_PIPELINE = (
+        "{path} is (in) the saved spaCy pipeline {pipeline}, not biLM weights: BiLM.load and the spacy-elmo "
+        "commands read a directory written by BiLM.save, `spacy-elmo pretrain` or `spacy-elmo export`, or one "
+        "holding an AllenNLP options.json + .hdf5. Pass the weights the pipeline was trained from (its training's "
+        "--paths.elmo, else \"default\": the bundled model), or run the pipeline itself: spacy.load('{pipeline}') "
+        "gives each doc its ELMo layers in doc._.elmo."
+    )
     E_NATIVE_TENSOR_MISSING = (
         "The model file {path} lacks the tensor {name!r} (expected shape {expected}); "
         "the file is incomplete or belongs to another configuration."
@@ -214,6 +221,10 @@ class Errors:
     E_MODEL_PATH_MISSING = (
         "{path} does not exist. Pass a model directory (written by BiLM.save, `spacy-elmo pretrain` or "
         "`spacy-elmo export`, or one holding an AllenNLP options.json + .hdf5) or \"default\" for the bundled model."
+    )
+    E_MODEL_PATH_TILDE = (
+        "{path} does not exist: a leading ~ is expanded by a shell, not here (nor in a spaCy config). Write the "
+        "directory out, {expanded}, or pass os.path.expanduser(path)."
     )
     E_ELMO_WEIGHTS_SETTING = (
         "The '{name}' component's weights setting ({setting}), loaded because "
@@ -1288,6 +1299,12 @@ class Warnings:
     W_REPLACED_BYTES_TEXT = (
         "{n_bytes:,} undecodable byte(s) replaced by U+FFFD in the text (re-encode it to UTF-8 to keep them)."
     )
+    W_FIT_STATE_SENTENCES_MODEL = (
+        "{model} was pretrained with --sentences, to read every sentence from the zero state (the elmo component's "
+        "way): the fitted state replaces the start it learnt, and may read sentences worse (the bundled model "
+        "fine-tuned with --sentences: 328.16 per sentence, 374.38 with a fitted state). Compare `spacy-elmo evaluate {model} "
+        "HELDOUT` with and without it: `spacy-elmo fit-state {model} --clear` removes it."
+    )
     W_LONG_LINE = (
         "spacy-elmo: {path} has a line of {n_chars} characters; it is tokenized in pieces of "
         "at most {piece} characters (split at whitespace)."
@@ -1364,6 +1381,13 @@ class Warnings:
         "{path} ({size:,} entries), which is kept with its softmax: they are all <UNK> targets, and the model learns "
         "to predict <UNK> for them. Add --new-vocab to build the vocabulary from this corpus (words the model "
         "knew keep their softmax rows)."
+    )
+    W_EVAL_OOV = (
+        "spacy-elmo: {rate:.1%} of the words of {path} (read with spaCy's '{lang}' tokenizer) are not in the vocabulary "
+        "of {model} ({size:,} entries): they are all one target, <UNK>, which is easy to predict, so this perplexity "
+        "is far below the text's own and compares with no other text or model. Evaluate text in the model's "
+        "language (its config.json records {trained}; --lang chooses the tokenizer), or a model whose vocabulary covers "
+        "this text (fine-tune one on it: `spacy-elmo pretrain TEXT NEW_DIR --init {model} --new-vocab`)."
     )
     W_HELDOUT_IN_TRAINING = (
         "spacy-elmo: --heldout {path} is training text too ({n} of its file(s) under TRAIN_PATH, e.g. {file}): the "

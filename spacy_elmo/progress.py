@@ -31,4 +31,9 @@ def progress_bar(iterable=None, **kwargs):
         # maxinterval too: tqdm's monitor thread otherwise forces a redraw every 10 s of a slow loop.
         kwargs["mininterval"] = max(kwargs.get("mininterval", 0.1), LOG_INTERVAL)
         kwargs["maxinterval"] = max(kwargs.get("maxinterval", 10.0), LOG_INTERVAL)
+        # No cursor moves in a log: a bar opened below another (pretrain's held-out evaluation) is written on
+        # its own lines, as every bar there, not with the terminal's escape codes; and its last state stays.
+        kwargs["position"] = 0
+        if kwargs.get("leave", True) is None:
+            kwargs["leave"] = True
     return tqdm(iterable, **kwargs)

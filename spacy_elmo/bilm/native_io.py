@@ -159,6 +159,9 @@ def model_path(directory: PathLike) -> Path:
     exist or is a file."""
     path = resolve_model_dir(directory)
     if not path.exists():
+        expanded = os.path.expanduser(directory)
+        if str(directory).startswith("~") and expanded != str(directory):
+            raise FileNotFoundError(Errors.E_MODEL_PATH_TILDE.format(path=directory, expanded=expanded))
         raise FileNotFoundError(Errors.E_MODEL_PATH_MISSING.format(path=path))
     if not path.is_dir():
         raise ValueError(Errors.E_MODEL_PATH_IS_FILE.format(path=path))
@@ -181,10 +184,25 @@ def allennlp_files_of(path: Path):
     return None
 
 
+def saved_pipeline_of(path: Path) -> Optional[Path]:
+    """The saved spaCy pipeline that ``path`` is, or whose component directory it is; else None.
+    (A pipeline has config.cfg and meta.json; a native model config.json.)"""
+    if (path / CONFIG_NAME).is_file():
+        return None
+    for pipeline, is_component in ((path, False), (path.parent, True)):
+        if (pipeline / "meta.json").is_file() and (pipeline / "config.cfg").is_file():
+            if not is_component or (path / "cfg").is_file():
+                return pipeline
+    return None
+
+
 def read_meta(directory: PathLike) -> Dict[str, Any]:
     directory = resolve_model_dir(directory)
     path = directory / CONFIG_NAME
     if not path.exists():
+        pipeline = saved_pipeline_of(directory)
+        if pipeline is not None:
+            raise FileNotFoundError(Errors.E_MODEL_IS_PIPELINE.format(path=directory, pipeline=pipeline))
         raise FileNotFoundError(Errors.E_NATIVE_DIR_MISSING.format(path=directory, filename=CONFIG_NAME))
     try:
         meta = json.loads(path.read_text(encoding="utf-8"))

@@ -78,5 +78,7 @@ def fit_state(
         typer.echo(f"cleared the initial state of {model_dir}")
         return
     typer.echo(f"fitted the initial state of {model_dir} on {counted(len(sentences), 'sentence')}")
+    if (meta.get("provenance") or {}).get("reading") == "sentences":
+        warn(Warnings.W_FIT_STATE_SENTENCES_MODEL.format(model=model_dir))
     if replaced:
         warn(Warnings.W_REPLACED_BYTES_TEXT.format(n_bytes=replaced))

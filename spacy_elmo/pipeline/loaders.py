@@ -4,7 +4,7 @@ from pathlib import Path
 from typing import Callable, Optional, Tuple, Union
 
 from ..bilm import BiLM
-from ..bilm.native_io import CONFIG_NAME
+from ..bilm.native_io import saved_pipeline_of
 from ..errors import Errors
 
 #: ``loader(backend) -> (BiLM, source)``
@@ -35,18 +35,6 @@ def pipeline_named(path: Optional[Union[str, Path]]) -> Optional[Path]:
 def weights_target(path: Optional[Union[str, Path]]) -> str:
     """``"default"`` for the bundled model (None, "" or "default", spaces around ignored), else the path as given."""
     return "default" if path is None or str(path).strip() in ("", "default") else str(path)
-
-
-def saved_pipeline_of(path: Path) -> Optional[Path]:
-    """The saved spaCy pipeline that ``path`` is, or whose component directory it is; else None.
-    (A pipeline has config.cfg and meta.json; a native model config.json.)"""
-    if (path / CONFIG_NAME).is_file():
-        return None
-    for pipeline, is_component in ((path, False), (path.parent, True)):
-        if (pipeline / "meta.json").is_file() and (pipeline / "config.cfg").is_file():
-            if not is_component or (path / "cfg").is_file():
-                return pipeline
-    return None
 
 
 def weights_loader(path: Optional[str] = "") -> WeightsLoader:

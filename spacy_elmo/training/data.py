@@ -49,6 +49,7 @@ import multiprocessing
 import os
 import queue
 import re
+import shutil
 import signal
 import traceback
 import warnings
@@ -679,7 +680,31 @@ def build_corpus(train_path: PathLike, lang: str, cache_dir: PathLike, progress:
     stamp = fingerprint(train_path, lang, nlp)
     if cache_is_current(cache, stamp):
         return json.loads(meta_path.read_text(encoding="utf-8"))
+    with _removed_unless_finished(cache):
+        return _tokenize_into(cache, stamp, train_path, nlp, progress, processes)
+
+
+@contextmanager
+def _removed_unless_finished(cache: Path):
+    """Creates ``cache`` for :func:`build_corpus`; a build that fails (text that holds no token, a binary file,
+    a broken archive, Ctrl-C) removes what it wrote: the whole directory when this build created it (a pretrain
+    that failed on its text left ``OUTPUT_DIR/data`` behind, so an OUTPUT_DIR new for the run was not removed
+    again), else the raw token file."""
+    created = not cache.exists()
     cache.mkdir(parents=True, exist_ok=True)
+    try:
+        yield
+    except BaseException:
+        if created:
+            shutil.rmtree(cache, ignore_errors=True)
+        else:
+            (cache / "tokens.raw").unlink(missing_ok=True)
+        raise
+
+
+def _tokenize_into(cache: Path, stamp: dict, train_path: PathLike, nlp, progress: bool, processes: int) -> dict:
+    """:func:`build_corpus`'s work once the cache is not current: tokenize ``train_path`` into ``cache``."""
+    meta_path = cache / "meta.json"
     # The files below are rewritten in place: drop the old marker first, so that a run killed
     # half-way leaves no complete-looking cache of the old text beside the new text's files.
     meta_path.unlink(missing_ok=True)
@@ -721,10 +746,9 @@ def build_corpus(train_path: PathLike, lang: str, cache_dir: PathLike, progress:
         warnings.warn(
             Warnings.W_REPLACED_BYTES.format(n_bytes=stats.replaced_bytes, n_files=stats.files_with_replacements),
             RuntimeWarning,
-            stacklevel=2,
+            stacklevel=3,  # build_corpus's caller
         )
     if stats.n_tokens == 0:
-        raw_path.unlink()
         raise ValueError(Errors.E_EMPTY_CORPUS.format(path=train_path, n_files=stats.n_files, n_binary=stats.n_binary))
     # Final order: specials, then (-count, string); remap the stream in chunks.
     counts_np = np.frombuffer(counts, dtype=np.int64).copy()

@@ -18,13 +18,14 @@ process reading it all, and no rank waits in a collective while another evaluate
 """
 
 import math
+import warnings
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 import torch
 
 from .._typing import PathLike
-from ..errors import Errors
+from ..errors import Errors, Warnings
 from .data import Corpus, ReadStats, tokenize_file
 from .lm import BidirectionalLM, encode_batch
 from .sentences import sentence_rows
@@ -104,7 +105,8 @@ def _stream_nll_sums(lm, vocab, tokens, char_table, batch_size, unroll, device, 
     ends = np.minimum((mine + 1) * seg, n_total)
     state = None
     sums, n_pred = [0.0, 0.0], int((ends - mine * seg).sum())
-    for k in progress_bar(range(math.ceil(seg / unroll)) if len(mine) else [], desc="evaluating", disable=not progress):
+    for k in progress_bar(range(math.ceil(seg / unroll)) if len(mine) else [], desc="evaluating", unit="window",
+                          leave=None, disable=not progress):
         pos = mine[:, None] * seg + k * unroll + np.arange(unroll)[None, :]
         valid = pos < ends[:, None]
         pos = np.minimum(pos, n_total - 1)
@@ -128,7 +130,7 @@ def _sentence_nll_sums(lm, vocab, corpus, tokens, char_table, batch_size, device
     sums, n_pred = [0.0, 0.0], 0
     order = np.argsort(corpus.lengths, kind="stable")  # similar lengths together: less padding
     batches = _sentence_batches(order, corpus.lengths, batch_size)[rank::world]
-    for rows in progress_bar(batches, desc="evaluating", unit="batch", disable=not progress):
+    for rows in progress_bar(batches, desc="evaluating", unit="batch", leave=None, disable=not progress):
         fwd, bwd, lengths = sentence_rows(tokens, corpus.starts[rows], corpus.lengths[rows])
         inputs = (fwd[:, :-1], bwd[:, :-1])
         targets = vocab.target_ids(torch.stack([fwd[:, 1:], bwd[:, 1:]])).to(device)
@@ -203,6 +205,12 @@ def evaluate_text(
     return result
 
 
+#: The share of a text's words outside the model's vocabulary above which :func:`evaluate_model_dir` warns
+#: that its perplexity means little: a Korean model read English text at 96% OOV and 39.5, "better" than the
+#: bundled English model's 273 on that text.
+EVAL_OOV_WARNING_RATE = 0.5
+
+
 def evaluate_model_dir(
     model_dir: PathLike, text_path: PathLike, lang: Optional[str] = None, batch_size: int = 32, unroll: int = 20,
     device: Union[str, torch.device] = "cpu", progress: bool = False, per_sentence: Optional[bool] = None,
@@ -222,4 +230,8 @@ def evaluate_model_dir(
         per_sentence = provenance.get("reading") == "sentences"
     result = evaluate_text(lm, vocab, text_path, lang, batch_size, unroll, device, progress, per_sentence)
     result["lang"] = lang
+    if result["oov_rate"] > EVAL_OOV_WARNING_RATE:
+        trained = repr(provenance["lang"]) if provenance.get("lang") else "no language"
+        warnings.warn(Warnings.W_EVAL_OOV.format(rate=result["oov_rate"], path=text_path, lang=lang, model=model_dir,
+                                                 size=vocab.size, trained=trained), RuntimeWarning, stacklevel=2)
     return result

@@ -1,6 +1,7 @@
 """Weight files: round trips, exact released layout, and clear errors on bad files."""
 
 import json
+import os
 from pathlib import Path
 
 import h5py
@@ -518,6 +519,17 @@ def test_load_of_a_file_or_a_missing_path_says_which(files, tmp_path):
         assert str(path) in str(err.value) and "from_allennlp" in str(err.value)
     with pytest.raises(FileNotFoundError, match="nowhere does not exist"):
         BiLM.load(tmp_path / "nowhere")
+
+
+def test_a_model_path_with_a_leading_tilde_names_the_path_written_out(files, tmp_path, monkeypatch):
+    """weights = "~/models/elmo" in a spaCy config (or BiLM.load("~/...") in Python) said only that the path
+    does not exist: nothing expands ~ there as a shell does. The error names the expanded path, which loads."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    BiLM.from_allennlp(*files).save(tmp_path / "m")
+    with pytest.raises(FileNotFoundError, match="a leading ~ is expanded by a shell, not here") as err:
+        BiLM.load("~/m")
+    assert "~/m does not exist: " in str(err.value) and str(tmp_path / "m") in str(err.value)
+    assert BiLM.load(os.path.expanduser("~/m")).config == BiLM.load(tmp_path / "m").config
 
 
 def test_a_directory_with_a_native_and_an_allennlp_model_is_refused(files, tmp_path):

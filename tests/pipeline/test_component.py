@@ -143,6 +143,17 @@ def test_saved_pipeline_as_weights_names_sourcing(nlp, tmp_path, inside):
         other("a")
 
 
+@pytest.mark.parametrize("inside", ["", "elmo"])
+def test_a_saved_pipeline_given_to_bilm_load_is_named_as_such(nlp, tmp_path, inside):
+    """BiLM.load and every spacy-elmo command given a saved pipeline (spacy-elmo embed --model model-best) said
+    it was "not a spacy-elmo model directory (no config.json)", beside spaCy's config.cfg: the error says what
+    the directory is and what to pass instead."""
+    nlp.to_disk(tmp_path / "trained")
+    with pytest.raises(FileNotFoundError, match=r"is \(in\) the saved spaCy pipeline .*trained, not biLM weights") as err:
+        BiLM.load(tmp_path / "trained" / inside)
+    assert "--paths.elmo" in str(err.value) and "doc._.elmo" in str(err.value)
+
+
 def test_allennlp_dir(tmp_path, tiny_dir):
     bilm = BiLM.load(tiny_dir, backend="reference")
     bilm.to_allennlp(tmp_path / "options.json", tmp_path / "weights.hdf5")

@@ -122,6 +122,22 @@ def test_a_gpu_index_that_is_not_there_is_a_usage_error(tmp_path, monkeypatch, c
     assert not (tmp_path / "out").exists()
 
 
+def test_fit_state_on_a_sentences_model_warns_that_it_replaces_the_start_it_learnt(tmp_path):
+    """pretrain refuses --state-sentences with --sentences (such a model learns to start from zeros), but
+    fit-state fitted a state into such a model without a word, and it read sentences worse (328.16 -> 374.38).
+    It warns (naming --clear), and not for a stream model, whose start state fit-state is for."""
+    for reading in ("streams", "sentences"):
+        (tmp_path / reading).mkdir()
+        result, train, _, _, out = pretrain_tiny(tmp_path / reading, *(["--sentences"] if reading == "sentences" else []))
+        assert result.exit_code == 0, result.output
+        assert json.loads((out / "config.json").read_text())["provenance"]["reading"] == reading
+        result = runner.invoke(app, ["fit-state", str(out), str(train), "--rows", "4"])
+        assert result.exit_code == 0, result.output
+        assert ("was pretrained with --sentences" in plain(result.stderr)) == (reading == "sentences"), result.stderr
+        assert ("--clear" in plain(result.stderr)) == (reading == "sentences")
+        assert BiLM.load(out).initial_state is not None  # fitted either way: a warning, not a refusal
+
+
 def test_evaluate_reads_text_the_way_the_model_was_trained(tmp_path):
     """A model of `pretrain --sentences` is evaluated per sentence unless --stream is given;
     a stream-trained model the other way round."""
@@ -147,6 +163,30 @@ def test_evaluate_reads_text_the_way_the_model_was_trained(tmp_path):
     assert flags == ["--lang", "en", "--per-sentence"], said
     told = runner.invoke(app, ["evaluate", str(allen), str(held), "--json", *flags])
     assert json.loads(told.output.strip().splitlines()[-1]) == modes[""]
+
+
+def test_evaluate_warns_when_most_words_are_outside_the_vocabulary(tmp_path, recwarn):
+    """Text the model's vocabulary hardly covers (another language) is nearly all <UNK> targets, which are easy
+    to predict: evaluate printed a perplexity far "better" than the model's on its own language, without a word.
+    It warns above EVAL_OOV_WARNING_RATE, naming the rate, and not on text of the model's language."""
+    from spacy_elmo.training.evaluate import EVAL_OOV_WARNING_RATE
+
+    result, _, held, _, out = pretrain_tiny(tmp_path, max_steps=1)
+    assert result.exit_code == 0, result.output
+    korean = tmp_path / "ko.txt"
+    korean.write_text("은행에서 돈을 찾았어요 .\n강가에 앉아서 물을 바라보았다 .\n" * 5, encoding="utf-8")
+    for text in (held, korean):
+        recwarn.clear()
+        res = runner.invoke(app, ["evaluate", str(out), str(text), "--json"])
+        assert res.exit_code == 0, res.output
+        rate = json.loads(res.output.strip().splitlines()[-1])["oov_rate"]
+        said = [str(w.message) for w in recwarn if "are not in the vocabulary of" in str(w.message)]
+        assert (rate > EVAL_OOV_WARNING_RATE) == (text == korean), rate
+        if text == korean:
+            (warned,) = said
+            assert warned.startswith(f"spacy-elmo: {rate:.1%} of the words of {text} "), warned
+        else:
+            assert said == [], said
 
 
 def test_export_guards_its_output(tmp_path):

@@ -2,6 +2,7 @@
 an OUTPUT_DIR holding an exported AllenNLP model."""
 
 import errno
+import gzip
 import math
 import os
 import signal
@@ -14,6 +15,7 @@ from typer.testing import CliRunner
 from spacy_elmo import BiLM
 from spacy_elmo.cli import app
 from spacy_elmo.training import checkpoint as ckpt
+from spacy_elmo.training.data import build_corpus
 from spacy_elmo.training.trainer import read_log, train
 from tests.cli_text import plain
 
@@ -452,3 +454,42 @@ def test_export_that_cannot_write_its_weights_fails_cleanly(tiny_model, tmp_path
     assert result.returncode == 1, (result.returncode, result.stderr[-2000:])
     assert "Could not write the model to" in result.stderr and "Traceback" not in result.stderr, result.stderr[-2000:]
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("text", ["empty", "binary", "broken gzip"])
+def test_a_run_refused_for_its_text_leaves_no_output_dir_behind(tmp_path, text):
+    """A new OUTPUT_DIR is removed again when the run fails before writing anything there, but a corpus without
+    text (an empty file, a binary file, a truncated download) left ``OUTPUT_DIR/data`` (empty, or holding
+    ``tokens.raw``) behind."""
+    path = tmp_path / "corpus.txt"
+    if text == "empty":
+        path.write_text("\n \n", encoding="utf-8")
+    elif text == "binary":
+        path.write_bytes(b"\x00\x01binary\x00" * 100)
+    else:
+        path.write_bytes(gzip.compress(write_corpus(tmp_path / "plain.txt", 200).read_bytes())[:200])
+    out = tmp_path / "new" / "out"
+    with pytest.raises(ValueError):
+        train(tiny_train_config(path, out))
+    assert not (tmp_path / "new").exists()
+    cache = tmp_path / "cache"  # an existing cache (of other text) stays a directory; only the raw tokens go
+    build_corpus(write_corpus(tmp_path / "other.txt", 60), "en", cache, progress=False)
+    with pytest.raises(ValueError):
+        build_corpus(path, "en", cache, progress=False)
+    assert cache.is_dir() and not (cache / "tokens.raw").exists()
+
+
+@pytest.mark.parametrize("init", ["missing", "pipeline"])
+def test_an_init_model_that_cannot_load_is_refused_before_the_corpus_is_tokenized(tmp_path, init):
+    """--init naming no model (a typo, a saved spaCy pipeline) was refused only after the whole corpus was
+    tokenized into OUTPUT_DIR (hours for a large one), which it left behind; now before OUTPUT_DIR is made."""
+    train_file = write_corpus(tmp_path / "train.txt", 200)
+    model = tmp_path / "model"
+    if init == "pipeline":  # what spacy train writes (model-best): config.cfg and meta.json, no config.json
+        model.mkdir()
+        (model / "config.cfg").write_text("[nlp]\n", encoding="utf-8")
+        (model / "meta.json").write_text("{}", encoding="utf-8")
+    out = tmp_path / "out"
+    with pytest.raises((FileNotFoundError, ValueError), match="does not exist" if init == "missing" else "saved spaCy pipeline"):
+        train(tiny_train_config(train_file, out, model=None, init=str(model)))
+    assert not out.exists()

@@ -43,3 +43,17 @@ def test_a_notebook_bar_keeps_tqdms_pace(monkeypatch):
     monkeypatch.setattr(sys, "stderr", stream)
     with progress_bar(range(3), desc="x") as bar:
         assert bar.mininterval == 0.1 and bar.maxinterval == 10.0
+
+
+def test_the_held_out_evaluation_of_pretrain_shows_its_progress(tmp_path, capsys):
+    """At each checkpoint pretrain measures --heldout (260 s for the bundled model's held-out text) while its own
+    bar stood still, with no bar of the evaluation; now there is one, for each checkpoint's evaluation."""
+    train_file = write_corpus(tmp_path / "train.txt", 100)
+    heldout = write_corpus(tmp_path / "held.txt", 30, seed=2)
+    train(tiny_train_config(train_file, tmp_path / "out", max_steps=4, checkpoint_every=2, progress=True,
+                            heldout=str(heldout)))
+    err = capsys.readouterr().err
+    assert "pretraining:" in err and err.count("evaluating: 100%") == 2 and "\x1b[A" not in err, err
+    train(tiny_train_config(train_file, tmp_path / "quiet", max_steps=4, checkpoint_every=2, progress=False,
+                            heldout=str(heldout)))
+    assert "evaluating" not in capsys.readouterr().err
