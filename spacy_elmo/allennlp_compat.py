@@ -199,12 +199,18 @@ class Elmo(nn.Module):
                 found=len(scalar_mix_parameters), expected=n_layers, example=example))
         self._keep_sentence_boundaries = keep_sentence_boundaries
         self._dropout = nn.Dropout(p=dropout)
-        self._scalar_mixes: List[ScalarMix] = []
+        self._num_output_representations = num_output_representations
         for k in range(num_output_representations):
             mix = ScalarMix(n_layers, do_layer_norm=do_layer_norm, initial_weights=scalar_mix_parameters,
                             trainable=scalar_mix_parameters is None)
             self.add_module(f"scalar_mix_{k}", mix)  # AllenNLP's names
-            self._scalar_mixes.append(mix)
+
+    @property
+    def _scalar_mixes(self) -> List[ScalarMix]:
+        """The mixes by their registered names (AllenNLP's ``getattr(self, f"scalar_mix_{k}")``): a list
+        kept as an attribute would be shared by nn.DataParallel's replicas (a shallow copy of the
+        attributes), each replica then mixing with the original's parameters, on the original's device."""
+        return [getattr(self, f"scalar_mix_{k}") for k in range(self._num_output_representations)]
 
     def get_output_dim(self) -> int:
         """Width of each representation: ``2 * projection_dim`` (1024 for the original ELMo)."""

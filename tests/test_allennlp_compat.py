@@ -4,6 +4,8 @@ Against AllenNLP's real ``Elmo`` class run from its wheel (the ``allennlp`` fixt
 tests/conftest.py: skipped offline), and against the NumPy float64 oracle (always).
 """
 
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -151,6 +153,27 @@ def test_model_directory_and_default_in_place_of_the_files(files, tmp_path):
     default = Elmo("default", None, 2)
     assert default.get_output_dim() == BiLM.load("default").config.output_dim == 256
     assert ElmoEmbedder().embed_sentence(["Hello", "world"]).shape == (3, 2, 256)
+
+
+def test_data_parallel_replicas_mix_with_their_own_scalar_mixes(files, monkeypatch):
+    """nn.DataParallel's replicate() (its CUDA broadcast replaced by per-replica clones, to run on the
+    CPU): the mixes were kept in a plain list too, which replicas share (a shallow copy of the
+    attributes), so each replica mixed with the original's parameters (on multiple GPUs: a device
+    error) and ignored its own; AllenNLP looks them up by name."""
+    replicate_module = sys.modules["torch.nn.parallel.replicate"]
+    monkeypatch.setattr(replicate_module, "_broadcast_coalesced_reshape", lambda tensors, devices, detach=False: [
+        [t.detach().clone() if detach else t.clone() for t in tensors] for _ in devices])
+    elmo = Elmo(*files, 2, dropout=0.0, stateful=False).eval()
+    set_mixes(elmo, MIXES)
+    replicas = replicate_module.replicate(elmo, [0, 1])
+    other = [(weights[::-1].copy(), 2 * gamma) for weights, gamma in MIXES]
+    set_mixes(replicas[1], other)
+    oracle = NumpyElmo(OPTS, files[1])
+    for replica, mixes in zip(replicas, (MIXES, other)):
+        assert replica.scalar_mix_0 is not elmo.scalar_mix_0
+        with torch.no_grad():
+            out = replica(batch_to_ids(BATCHES[0]))
+        assert_output(out, *oracle_elmo(oracle, BATCHES[0], mixes, stateful=False))
 
 
 def test_requires_grad_fine_tunes_the_bilm(files):
