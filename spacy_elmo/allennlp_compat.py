@@ -298,7 +298,7 @@ class Elmo(nn.Module):
                 mix.gamma.copy_(state.mixes.get(f"scalar_mix_{k}.gamma", mix.gamma))
 
     def allennlp_state_dict(self) -> Dict[str, Tensor]:
-        """This Elmo's parameters by AllenNLP's names (float32, on the CPU): AllenNLP's ``Elmo`` built
+        """This Elmo's parameters by AllenNLP's names (float32 copies, on the CPU): AllenNLP's ``Elmo`` built
         from the same options file and ``num_output_representations`` loads it with ``load_state_dict``.
         A fitted initial state has no place there (a warning says so)."""
         config = self.bilm.config

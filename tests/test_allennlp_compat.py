@@ -450,6 +450,19 @@ def test_allennlp_state_dict_round_trips(files):
         source.allennlp_state_dict()
 
 
+def test_allennlp_state_dict_is_a_snapshot(files):
+    """The exported tensors are copies: the char-CNN's biases and its projection's bias shared the
+    live parameters' memory, so a kept export moved on with training."""
+    for module in (Elmo(*files, 1), ElmoTokenEmbedder(*files, projection_dim=4)):
+        state = module.allennlp_state_dict()
+        kept = {name: value.clone() for name, value in state.items()}
+        with torch.no_grad():
+            for parameter in module.parameters():
+                parameter.add_(1.0)
+        for name, value in state.items():
+            assert torch.equal(value, kept[name]), name
+
+
 def test_bad_allennlp_state_dicts_say_what_is_wrong_and_change_nothing(files):
     elmo = Elmo(*files, 2, dropout=0.0)
     good = elmo.allennlp_state_dict()
