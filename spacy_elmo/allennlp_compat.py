@@ -504,10 +504,11 @@ class ElmoEmbedder:
 
     @torch.no_grad()
     def batch_to_embeddings(self, batch: Sequence[Sequence[str]]) -> Tuple[Tensor, Tensor]:
-        """``(activations (B, L + 1, T, 2P), mask (B, T))`` as torch tensors on the biLM's device."""
+        """``(activations (B, L + 1, T, 2P), mask (B, T))`` as torch tensors on the biLM's device; the
+        mask is int64 (1: a token, 0: padding), as 0.9's was (``1 - mask`` works), not bool as in 2.x."""
         ids = batch_to_ids(batch, self.elmo_bilm.config.max_characters_per_token)
         out = self.elmo_bilm(ids.to(self.elmo_bilm.marker_ids.device))
-        return torch.stack(out.activations, 1), out.mask
+        return torch.stack(out.activations, 1), out.mask.long()
 
     def embed_sentence(self, sentence: Sequence[str]) -> np.ndarray:
         """One sentence's layers: float32 ``(L + 1, n, 2P)``."""

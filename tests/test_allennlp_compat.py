@@ -220,6 +220,8 @@ def test_elmo_embedder_matches_oracle(files):
     np.testing.assert_allclose(single.embed_sentence(["a"]), oracle.sentence(["a"]), atol=ATOL, rtol=0)
     activations, mask = single.batch_to_embeddings(BATCHES[0])
     assert activations.shape == (4, 3, 6, 16) and mask.sum(1).tolist() == [6, 3, 0, 1]
+    # 0.9's mask (remove_sentence_boundaries) was int64, and code inverted it with ``1 - mask``
+    assert mask.dtype == torch.int64 and (1 - mask).sum(1).tolist() == [0, 3, 6, 5]
 
 
 # -- errors ----------------------------------------------------------------------------------------
