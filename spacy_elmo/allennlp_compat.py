@@ -199,7 +199,7 @@ class Elmo(nn.Module):
                 found=len(scalar_mix_parameters), expected=n_layers, example=example))
         self._keep_sentence_boundaries = keep_sentence_boundaries
         self._dropout = nn.Dropout(p=dropout)
-        self._num_output_representations = num_output_representations
+        self._num_output_representations = int(num_output_representations)
         for k in range(num_output_representations):
             mix = ScalarMix(n_layers, do_layer_norm=do_layer_norm, initial_weights=scalar_mix_parameters,
                             trainable=scalar_mix_parameters is None)
@@ -376,6 +376,7 @@ class ElmoTokenEmbedder(nn.Module):
         self._elmo = Elmo(options_file, weight_file, 1, requires_grad=requires_grad, do_layer_norm=do_layer_norm,
                           dropout=dropout, scalar_mix_parameters=scalar_mix_parameters, stateful=stateful,
                           backend=backend)
+        projection_dim = None if projection_dim is None else int(projection_dim)
         # AllenNLP: ``if projection_dim:``, so 0 means no projection as None does
         self._projection = nn.Linear(self._elmo.get_output_dim(), projection_dim) if projection_dim else None
         self.output_dim = projection_dim or self._elmo.get_output_dim()
@@ -491,6 +492,7 @@ class ElmoEmbedder:
             raise ValueError(Errors.E_COMPAT_CUDA_DEVICE.format(value=cuda_device))
         if cuda_device >= torch.cuda.device_count():  # before loading: torch's AssertionError came after it
             raise ValueError(Errors.E_COMPAT_NO_CUDA_DEVICE.format(value=cuda_device, count=torch.cuda.device_count()))
+        cuda_device = int(cuda_device)
         check_bool("stateful", stateful)
         self.elmo_bilm = load_bilm("ElmoEmbedder", options_file, weight_file, stateful, backend)
         self.elmo_bilm.requires_grad_(False).eval()

@@ -248,6 +248,23 @@ def test_elmo_refuses_what_it_does_not_support(files, kwargs, error, match):
         Elmo(*args, **kwargs)
 
 
+def test_numpy_integers_are_whole_numbers_as_in_allennlp(files):
+    """np.int64 (a hyper-parameter grid's) was refused as "not a whole number"; AllenNLP takes it.
+    A bool is still no size."""
+    ids = batch_to_ids(BATCHES[0])
+    elmo = Elmo(*files, np.int64(2), dropout=0.0, stateful=False).eval()
+    assert len(elmo(ids)["elmo_representations"]) == 2 and elmo.scalar_mix_1.n_layers == 3
+    embedder = ElmoTokenEmbedder(*files, projection_dim=np.int64(8), dropout=0.0, stateful=False)
+    assert embedder.get_output_dim() == 8 and type(embedder.get_output_dim()) is int
+    assert embedder(ids).shape == (4, 6, 8)
+    embedder = ElmoEmbedder(*files, cuda_device=np.int64(-1), stateful=False)
+    assert [v.shape[1] for v in embedder.embed_sentences(BATCHES[0], batch_size=np.int64(3))] == [6, 3, 0, 1]
+    with pytest.raises(ValueError, match="0 or more"):
+        Elmo(*files, True)
+    with pytest.raises(ValueError, match="projection_dim"):
+        ElmoTokenEmbedder(*files, projection_dim=np.True_)
+
+
 def test_bad_files_and_inputs_say_what_is_wrong(files, tmp_path):
     options_file, weight_file = files
     with pytest.raises(ValueError, match="Could not read ELMo options"):

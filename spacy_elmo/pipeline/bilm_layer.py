@@ -44,6 +44,7 @@ def build_elmo_bilm(
             raise ValueError(
                 Errors.E_ELMO_MODEL_SETTING.format(setting=setting, value=value, minimum=minimum, meaning=meaning)
             )
+    batch_tokens, max_window, cache_size = int(batch_tokens), int(max_window), int(cache_size)  # attrs: msgpack
     runner = ElmoRunner(cache_size)
     runner.backend_name = backend
     # thinc's PyTorchWrapper_v3, with the shim that swaps in the optimizer's averages

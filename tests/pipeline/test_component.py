@@ -190,6 +190,15 @@ def test_bad_model_settings_fail_at_construction(tiny_dir, setting, value):
         nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "model": model})
 
 
+def test_numpy_integer_model_settings_are_stored_as_ints():
+    """is_int takes NumPy integers (a hyper-parameter grid's): the model keeps them as Python ints."""
+    from spacy_elmo.pipeline.bilm_layer import build_elmo_bilm
+
+    model = build_elmo_bilm(batch_tokens=numpy.int64(64), max_window=numpy.int32(16), cache_size=numpy.int64(3))
+    assert [(model.attrs[k], type(model.attrs[k])) for k in ("batch_tokens", "max_window")] == [(64, int), (16, int)]
+    assert get_runner(model).cache.capacity == 3
+
+
 def test_mix_is_checked(tiny_dir):
     from spacy_elmo.pipeline import ElmoComponent
     from spacy_elmo.pipeline.bilm_layer import build_elmo_bilm
