@@ -27,7 +27,10 @@ projected by a trained ``Linear``. :meth:`Elmo.load_allennlp_state_dict` loads a
 AllenNLP's, all three classes carry each batch row's final LSTM states into the next call
 (``stateful=False``, keyword only, for vectors that do not depend on earlier calls;
 ``reset_states()`` forgets them). ``options_file`` may instead be a spacy-elmo model directory or
-``"default"`` (the bundled model), with ``weight_file=None``. Not supported, each a clear error:
+``"default"`` (the bundled model), with ``weight_file=None``. Each ``scalar_mix_k.scalar_parameters``
+is one ``(L + 1,)`` tensor, not AllenNLP's list of ``(1,)`` tensors, and the biLM is ``elmo.bilm``
+(AllenNLP's private ``elmo._elmo_lstm`` is an error naming ``elmo.reset_states()``). Not supported,
+each a clear error:
 ``vocab_to_cache`` / ``word_inputs``, a ``module`` other than a spacy-elmo :class:`BiLM`, URLs in
 place of local files, and ``ElmoEmbedder.embed_file`` (use :func:`spacy_elmo.embedding.embed_file`).
 """
@@ -212,6 +215,17 @@ class Elmo(nn.Module):
         attributes), each replica then mixing with the original's parameters, on the original's device."""
         return [getattr(self, f"scalar_mix_{k}") for k in range(self._num_output_representations)]
 
+    def __getattr__(self, name: str) -> Union[Tensor, nn.Module]:
+        """nn.Module's lookup (parameters, buffers, submodules); AllenNLP's private ``_elmo_lstm`` (code
+        from allennlp-models calls ``elmo._elmo_lstm._elmo_lstm.reset_states()``) gets an error naming
+        what to use instead, not a bare AttributeError."""
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            if name == ALLENNLP_BILM.rstrip("."):
+                raise AttributeError(Errors.E_COMPAT_ELMO_LSTM.format(cls=type(self).__name__, name=name)) from None
+            raise
+
     def get_output_dim(self) -> int:
         """Width of each representation: ``2 * projection_dim`` (1024 for the original ELMo)."""
         return self.bilm.config.output_dim
@@ -347,7 +361,9 @@ class ElmoTokenEmbedder(nn.Module):
     ELMo representation per token, ``(batch, timesteps, 2P)``, or projected to ``projection_dim``.
 
     It wraps ``Elmo(options_file, weight_file, 1, ...)`` as ``self._elmo`` (AllenNLP's name), with
-    its defaults and ``keep_sentence_boundaries=False``: requires_grad fine-tunes the biLM (the mix
+    its defaults and ``keep_sentence_boundaries=False``. options_file, weight_file: as for
+    :class:`Elmo`; the default, as :class:`ElmoEmbedder`'s, is the bundled model (2.10.1's downloaded
+    the original ELMo: pass its files for that). requires_grad fine-tunes the biLM (the mix
     learns either way, unless ``scalar_mix_parameters`` fixes it); do_layer_norm, dropout,
     scalar_mix_parameters as for :class:`Elmo`. projection_dim: a trained ``torch.nn.Linear(2P,
     projection_dim)`` applied to each position's vector (``self._projection``; None or 0: none).
@@ -356,8 +372,8 @@ class ElmoTokenEmbedder(nn.Module):
 
     def __init__(
         self,
-        options_file: Optional[PathLike],
-        weight_file: Optional[PathLike],
+        options_file: Optional[PathLike] = "default",
+        weight_file: Optional[PathLike] = None,
         do_layer_norm: bool = False,
         dropout: float = 0.5,
         requires_grad: bool = False,

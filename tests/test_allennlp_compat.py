@@ -153,6 +153,11 @@ def test_model_directory_and_default_in_place_of_the_files(files, tmp_path):
     default = Elmo("default", None, 2)
     assert default.get_output_dim() == BiLM.load("default").config.output_dim == 256
     assert ElmoEmbedder().embed_sentence(["Hello", "world"]).shape == (3, 2, 256)
+    # ElmoTokenEmbedder() as ElmoEmbedder(): the bundled model (AllenNLP's default URLs; was a TypeError)
+    embedder = ElmoTokenEmbedder(dropout=0.0, stateful=False).eval()
+    elmo = Elmo("default", None, 1, dropout=0.0, stateful=False).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(embedder(ids), elmo(ids)["elmo_representations"][0], atol=0, rtol=0)
 
 
 def test_data_parallel_replicas_mix_with_their_own_scalar_mixes(files, monkeypatch):
@@ -263,6 +268,24 @@ def test_numpy_integers_are_whole_numbers_as_in_allennlp(files):
         Elmo(*files, True)
     with pytest.raises(ValueError, match="projection_dim"):
         ElmoTokenEmbedder(*files, projection_dim=np.True_)
+
+
+def test_allennlps_private_bilm_names_the_api_to_use(files):
+    """allennlp-models' ``elmo._elmo_lstm._elmo_lstm.reset_states()`` was a bare "'Elmo' object has no
+    attribute '_elmo_lstm'"; the reset it names forgets the carried states."""
+    ids = batch_to_ids(BATCHES[0])
+    elmo = Elmo(*files, 1, dropout=0.0).eval()
+    with torch.no_grad():
+        first = elmo(ids)["elmo_representations"][0]
+        elmo(ids)
+        for module in (elmo, ElmoTokenEmbedder(*files)._elmo):
+            with pytest.raises(AttributeError, match=r"has no _elmo_lstm .*call elmo\.reset_states\(\)"):
+                module._elmo_lstm._elmo_lstm.reset_states()
+        elmo.reset_states()
+        torch.testing.assert_close(elmo(ids)["elmo_representations"][0], first, atol=0, rtol=0)
+    assert not hasattr(elmo, "_elmo_lstm")
+    with pytest.raises(AttributeError, match="'Elmo' object has no attribute 'elmo_lstm'"):
+        elmo.elmo_lstm
 
 
 def test_bad_files_and_inputs_say_what_is_wrong(files, tmp_path):
