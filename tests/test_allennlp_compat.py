@@ -212,7 +212,8 @@ def test_elmo_embedder_matches_oracle(files):
     """0.9's ElmoEmbedder: float32 (L + 1, n, 2P) per sentence, markers removed, states carried per row."""
     embedder = ElmoEmbedder(*files)
     oracle = NumpyElmo(OPTS, files[1])
-    for sentences in BATCHES:  # an empty sentence keeps its row's states, as in AllenNLP
+    # an empty sentence carries its row's states on, as in AllenNLP, in a batch of empty ones too
+    for sentences in [BATCHES[0], [[], []], *BATCHES[1:]]:
         got = embedder.embed_batch(sentences)
         for vec, expected in zip(got, oracle.batch(sentences, stateful=True)):
             assert vec.dtype == np.float32 and vec.shape == expected.shape
