@@ -83,7 +83,7 @@ class BiLMConfig:
             if is_int(getattr(self, f.name)):
                 setattr(self, f.name, int(getattr(self, f.name)))
         if isinstance(self.filters, list):
-            self.filters = [tuple(int(v) if is_int(v) else v for v in f) if isinstance(f, tuple) else f
+            self.filters = [tuple(int(v) if is_int(v) else v for v in f) if isinstance(f, tuple) else f  # type: ignore[misc]
                             for f in self.filters]
         for name in ("projection_dim", "cell_dim", "n_layers", "char_embedding_dim", "max_characters_per_token"):
             value = getattr(self, name)
