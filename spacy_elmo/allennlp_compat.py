@@ -27,7 +27,10 @@ projected by a trained ``Linear``. :meth:`Elmo.load_allennlp_state_dict` loads a
 AllenNLP's, all three classes carry each batch row's final LSTM states into the next call
 (``stateful=False``, keyword only, for vectors that do not depend on earlier calls;
 ``reset_states()`` forgets them). ``options_file`` may instead be a spacy-elmo model directory or
-``"default"`` (the bundled model), with ``weight_file=None``. Not supported, each a clear error:
+``"default"`` (the bundled model), with ``weight_file=None``. Each ``scalar_mix_k.scalar_parameters``
+is one ``(L + 1,)`` tensor, not AllenNLP's list of ``(1,)`` tensors, and the biLM is ``elmo.bilm``
+(AllenNLP's private ``elmo._elmo_lstm`` is an error naming ``elmo.reset_states()``). Not supported,
+each a clear error:
 ``vocab_to_cache`` / ``word_inputs``, a ``module`` other than a spacy-elmo :class:`BiLM`, URLs in
 place of local files, and ``ElmoEmbedder.embed_file`` (use :func:`spacy_elmo.embedding.embed_file`).
 """
@@ -199,12 +202,29 @@ class Elmo(nn.Module):
                 found=len(scalar_mix_parameters), expected=n_layers, example=example))
         self._keep_sentence_boundaries = keep_sentence_boundaries
         self._dropout = nn.Dropout(p=dropout)
-        self._scalar_mixes: List[ScalarMix] = []
+        self._num_output_representations = int(num_output_representations)
         for k in range(num_output_representations):
             mix = ScalarMix(n_layers, do_layer_norm=do_layer_norm, initial_weights=scalar_mix_parameters,
                             trainable=scalar_mix_parameters is None)
             self.add_module(f"scalar_mix_{k}", mix)  # AllenNLP's names
-            self._scalar_mixes.append(mix)
+
+    @property
+    def _scalar_mixes(self) -> List[ScalarMix]:
+        """The mixes by their registered names (AllenNLP's ``getattr(self, f"scalar_mix_{k}")``): a list
+        kept as an attribute would be shared by nn.DataParallel's replicas (a shallow copy of the
+        attributes), each replica then mixing with the original's parameters, on the original's device."""
+        return [getattr(self, f"scalar_mix_{k}") for k in range(self._num_output_representations)]
+
+    def __getattr__(self, name: str) -> Union[Tensor, nn.Module]:
+        """nn.Module's lookup (parameters, buffers, submodules); AllenNLP's private ``_elmo_lstm`` (code
+        from allennlp-models calls ``elmo._elmo_lstm._elmo_lstm.reset_states()``) gets an error naming
+        what to use instead, not a bare AttributeError."""
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            if name == ALLENNLP_BILM.rstrip("."):
+                raise AttributeError(Errors.E_COMPAT_ELMO_LSTM.format(cls=type(self).__name__, name=name)) from None
+            raise
 
     def get_output_dim(self) -> int:
         """Width of each representation: ``2 * projection_dim`` (1024 for the original ELMo)."""
@@ -292,7 +312,7 @@ class Elmo(nn.Module):
                 mix.gamma.copy_(state.mixes.get(f"scalar_mix_{k}.gamma", mix.gamma))
 
     def allennlp_state_dict(self) -> Dict[str, Tensor]:
-        """This Elmo's parameters by AllenNLP's names (float32, on the CPU): AllenNLP's ``Elmo`` built
+        """This Elmo's parameters by AllenNLP's names (float32 copies, on the CPU): AllenNLP's ``Elmo`` built
         from the same options file and ``num_output_representations`` loads it with ``load_state_dict``.
         A fitted initial state has no place there (a warning says so)."""
         config = self.bilm.config
@@ -341,7 +361,9 @@ class ElmoTokenEmbedder(nn.Module):
     ELMo representation per token, ``(batch, timesteps, 2P)``, or projected to ``projection_dim``.
 
     It wraps ``Elmo(options_file, weight_file, 1, ...)`` as ``self._elmo`` (AllenNLP's name), with
-    its defaults and ``keep_sentence_boundaries=False``: requires_grad fine-tunes the biLM (the mix
+    its defaults and ``keep_sentence_boundaries=False``. options_file, weight_file: as for
+    :class:`Elmo`; the default, as :class:`ElmoEmbedder`'s, is the bundled model (2.10.1's downloaded
+    the original ELMo: pass its files for that). requires_grad fine-tunes the biLM (the mix
     learns either way, unless ``scalar_mix_parameters`` fixes it); do_layer_norm, dropout,
     scalar_mix_parameters as for :class:`Elmo`. projection_dim: a trained ``torch.nn.Linear(2P,
     projection_dim)`` applied to each position's vector (``self._projection``; None or 0: none).
@@ -350,8 +372,8 @@ class ElmoTokenEmbedder(nn.Module):
 
     def __init__(
         self,
-        options_file: Optional[PathLike],
-        weight_file: Optional[PathLike],
+        options_file: Optional[PathLike] = "default",
+        weight_file: Optional[PathLike] = None,
         do_layer_norm: bool = False,
         dropout: float = 0.5,
         requires_grad: bool = False,
@@ -370,6 +392,7 @@ class ElmoTokenEmbedder(nn.Module):
         self._elmo = Elmo(options_file, weight_file, 1, requires_grad=requires_grad, do_layer_norm=do_layer_norm,
                           dropout=dropout, scalar_mix_parameters=scalar_mix_parameters, stateful=stateful,
                           backend=backend)
+        projection_dim = None if projection_dim is None else int(projection_dim)
         # AllenNLP: ``if projection_dim:``, so 0 means no projection as None does
         self._projection = nn.Linear(self._elmo.get_output_dim(), projection_dim) if projection_dim else None
         self.output_dim = projection_dim or self._elmo.get_output_dim()
@@ -485,6 +508,7 @@ class ElmoEmbedder:
             raise ValueError(Errors.E_COMPAT_CUDA_DEVICE.format(value=cuda_device))
         if cuda_device >= torch.cuda.device_count():  # before loading: torch's AssertionError came after it
             raise ValueError(Errors.E_COMPAT_NO_CUDA_DEVICE.format(value=cuda_device, count=torch.cuda.device_count()))
+        cuda_device = int(cuda_device)
         check_bool("stateful", stateful)
         self.elmo_bilm = load_bilm("ElmoEmbedder", options_file, weight_file, stateful, backend)
         self.elmo_bilm.requires_grad_(False).eval()
@@ -498,10 +522,11 @@ class ElmoEmbedder:
 
     @torch.no_grad()
     def batch_to_embeddings(self, batch: Sequence[Sequence[str]]) -> Tuple[Tensor, Tensor]:
-        """``(activations (B, L + 1, T, 2P), mask (B, T))`` as torch tensors on the biLM's device."""
+        """``(activations (B, L + 1, T, 2P), mask (B, T))`` as torch tensors on the biLM's device; the
+        mask is int64 (1: a token, 0: padding), as 0.9's was (``1 - mask`` works), not bool as in 2.x."""
         ids = batch_to_ids(batch, self.elmo_bilm.config.max_characters_per_token)
         out = self.elmo_bilm(ids.to(self.elmo_bilm.marker_ids.device))
-        return torch.stack(out.activations, 1), out.mask
+        return torch.stack(out.activations, 1), out.mask.long()
 
     def embed_sentence(self, sentence: Sequence[str]) -> np.ndarray:
         """One sentence's layers: float32 ``(L + 1, n, 2P)``."""

@@ -204,14 +204,15 @@ def embed_lines(
 
     Rows are run together as given (the caller batches); empty rows give ``n = 0``.
     With ``cache`` the token vectors of words seen before are reused. A stateful biLM runs the
-    empty rows too (``<S> </S>``, as AllenNLP does), so that row ``i`` carries batch row ``i``'s states.
+    empty rows too (``<S> </S>``, as AllenNLP does), so that row ``i`` carries batch row ``i``'s states,
+    also in a batch of empty rows only.
     """
     if layers not in LAYER_MODES:
         raise ValueError(Errors.E_EMBED_LAYERS.format(layers=layers))
     L1, D = bilm.config.n_output_layers, bilm.config.output_dim
     out: List[Optional[np.ndarray]] = [None] * len(rows)
     filled = [i for i, r in enumerate(rows) if len(r) or bilm.stateful]
-    if any(len(rows[i]) for i in filled):
+    if filled:
         stacked = torch.stack(run_rows(bilm, [rows[i] for i in filled], cache).activations)  # (L + 1, B, T, 2P)
         if layers == "top":
             stacked = stacked[-1:]

@@ -1101,6 +1101,11 @@ class Errors:
         "ELMoCharacterMapper + 1): the state_dict comes from a biLM with another character vocabulary or "
         "max_characters_per_token, which spacy-elmo does not run."
     )
+    E_COMPAT_ELMO_LSTM = (
+        "{cls} has no {name} (AllenNLP's _ElmoBiLm): spacy-elmo's biLM is elmo.bilm, a spacy_elmo BiLM. "
+        "For elmo._elmo_lstm._elmo_lstm.reset_states() call elmo.reset_states() (it forgets the carried LSTM "
+        "states); for the biLM's parameters by AllenNLP's names, elmo.allennlp_state_dict()."
+    )
     E_COMPAT_EMBED_FILE = (
         "ElmoEmbedder.embed_file is not provided. Embed a file with spacy_elmo.embedding.embed_file(bilm, "
         "input_path, output_path, layers='all') or `spacy-elmo embed INPUT OUTPUT --model MODEL`: they write "

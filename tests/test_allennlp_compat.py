@@ -4,6 +4,8 @@ Against AllenNLP's real ``Elmo`` class run from its wheel (the ``allennlp`` fixt
 tests/conftest.py: skipped offline), and against the NumPy float64 oracle (always).
 """
 
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -151,6 +153,32 @@ def test_model_directory_and_default_in_place_of_the_files(files, tmp_path):
     default = Elmo("default", None, 2)
     assert default.get_output_dim() == BiLM.load("default").config.output_dim == 256
     assert ElmoEmbedder().embed_sentence(["Hello", "world"]).shape == (3, 2, 256)
+    # ElmoTokenEmbedder() as ElmoEmbedder(): the bundled model (AllenNLP's default URLs; was a TypeError)
+    embedder = ElmoTokenEmbedder(dropout=0.0, stateful=False).eval()
+    elmo = Elmo("default", None, 1, dropout=0.0, stateful=False).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(embedder(ids), elmo(ids)["elmo_representations"][0], atol=0, rtol=0)
+
+
+def test_data_parallel_replicas_mix_with_their_own_scalar_mixes(files, monkeypatch):
+    """nn.DataParallel's replicate() (its CUDA broadcast replaced by per-replica clones, to run on the
+    CPU): the mixes were kept in a plain list too, which replicas share (a shallow copy of the
+    attributes), so each replica mixed with the original's parameters (on multiple GPUs: a device
+    error) and ignored its own; AllenNLP looks them up by name."""
+    replicate_module = sys.modules["torch.nn.parallel.replicate"]
+    monkeypatch.setattr(replicate_module, "_broadcast_coalesced_reshape", lambda tensors, devices, detach=False: [
+        [t.detach().clone() if detach else t.clone() for t in tensors] for _ in devices])
+    elmo = Elmo(*files, 2, dropout=0.0, stateful=False).eval()
+    set_mixes(elmo, MIXES)
+    replicas = replicate_module.replicate(elmo, [0, 1])
+    other = [(weights[::-1].copy(), 2 * gamma) for weights, gamma in MIXES]
+    set_mixes(replicas[1], other)
+    oracle = NumpyElmo(OPTS, files[1])
+    for replica, mixes in zip(replicas, (MIXES, other)):
+        assert replica.scalar_mix_0 is not elmo.scalar_mix_0
+        with torch.no_grad():
+            out = replica(batch_to_ids(BATCHES[0]))
+        assert_output(out, *oracle_elmo(oracle, BATCHES[0], mixes, stateful=False))
 
 
 def test_requires_grad_fine_tunes_the_bilm(files):
@@ -184,7 +212,8 @@ def test_elmo_embedder_matches_oracle(files):
     """0.9's ElmoEmbedder: float32 (L + 1, n, 2P) per sentence, markers removed, states carried per row."""
     embedder = ElmoEmbedder(*files)
     oracle = NumpyElmo(OPTS, files[1])
-    for sentences in BATCHES:  # an empty sentence keeps its row's states, as in AllenNLP
+    # an empty sentence carries its row's states on, as in AllenNLP, in a batch of empty ones too
+    for sentences in [BATCHES[0], [[], []], *BATCHES[1:]]:
         got = embedder.embed_batch(sentences)
         for vec, expected in zip(got, oracle.batch(sentences, stateful=True)):
             assert vec.dtype == np.float32 and vec.shape == expected.shape
@@ -197,6 +226,8 @@ def test_elmo_embedder_matches_oracle(files):
     np.testing.assert_allclose(single.embed_sentence(["a"]), oracle.sentence(["a"]), atol=ATOL, rtol=0)
     activations, mask = single.batch_to_embeddings(BATCHES[0])
     assert activations.shape == (4, 3, 6, 16) and mask.sum(1).tolist() == [6, 3, 0, 1]
+    # 0.9's mask (remove_sentence_boundaries) was int64, and code inverted it with ``1 - mask``
+    assert mask.dtype == torch.int64 and (1 - mask).sum(1).tolist() == [0, 3, 6, 5]
 
 
 # -- errors ----------------------------------------------------------------------------------------
@@ -221,6 +252,41 @@ def test_elmo_refuses_what_it_does_not_support(files, kwargs, error, match):
     kwargs.setdefault("num_output_representations", 1)
     with pytest.raises(error, match=match):
         Elmo(*args, **kwargs)
+
+
+def test_numpy_integers_are_whole_numbers_as_in_allennlp(files):
+    """np.int64 (a hyper-parameter grid's) was refused as "not a whole number"; AllenNLP takes it.
+    A bool is still no size."""
+    ids = batch_to_ids(BATCHES[0])
+    elmo = Elmo(*files, np.int64(2), dropout=0.0, stateful=False).eval()
+    assert len(elmo(ids)["elmo_representations"]) == 2 and elmo.scalar_mix_1.n_layers == 3
+    embedder = ElmoTokenEmbedder(*files, projection_dim=np.int64(8), dropout=0.0, stateful=False)
+    assert embedder.get_output_dim() == 8 and type(embedder.get_output_dim()) is int
+    assert embedder(ids).shape == (4, 6, 8)
+    embedder = ElmoEmbedder(*files, cuda_device=np.int64(-1), stateful=False)
+    assert [v.shape[1] for v in embedder.embed_sentences(BATCHES[0], batch_size=np.int64(3))] == [6, 3, 0, 1]
+    with pytest.raises(ValueError, match="0 or more"):
+        Elmo(*files, True)
+    with pytest.raises(ValueError, match="projection_dim"):
+        ElmoTokenEmbedder(*files, projection_dim=np.True_)
+
+
+def test_allennlps_private_bilm_names_the_api_to_use(files):
+    """allennlp-models' ``elmo._elmo_lstm._elmo_lstm.reset_states()`` was a bare "'Elmo' object has no
+    attribute '_elmo_lstm'"; the reset it names forgets the carried states."""
+    ids = batch_to_ids(BATCHES[0])
+    elmo = Elmo(*files, 1, dropout=0.0).eval()
+    with torch.no_grad():
+        first = elmo(ids)["elmo_representations"][0]
+        elmo(ids)
+        for module in (elmo, ElmoTokenEmbedder(*files)._elmo):
+            with pytest.raises(AttributeError, match=r"has no _elmo_lstm .*call elmo\.reset_states\(\)"):
+                module._elmo_lstm._elmo_lstm.reset_states()
+        elmo.reset_states()
+        torch.testing.assert_close(elmo(ids)["elmo_representations"][0], first, atol=0, rtol=0)
+    assert not hasattr(elmo, "_elmo_lstm")
+    with pytest.raises(AttributeError, match="'Elmo' object has no attribute 'elmo_lstm'"):
+        elmo.elmo_lstm
 
 
 def test_bad_files_and_inputs_say_what_is_wrong(files, tmp_path):
@@ -425,6 +491,19 @@ def test_allennlp_state_dict_round_trips(files):
     source.bilm.set_initial_state((torch.ones(2, 2, 8), torch.ones(2, 2, 12)))
     with pytest.warns(UserWarning, match="starts from zeros"):
         source.allennlp_state_dict()
+
+
+def test_allennlp_state_dict_is_a_snapshot(files):
+    """The exported tensors are copies: the char-CNN's biases and its projection's bias shared the
+    live parameters' memory, so a kept export moved on with training."""
+    for module in (Elmo(*files, 1), ElmoTokenEmbedder(*files, projection_dim=4)):
+        state = module.allennlp_state_dict()
+        kept = {name: value.clone() for name, value in state.items()}
+        with torch.no_grad():
+            for parameter in module.parameters():
+                parameter.add_(1.0)
+        for name, value in state.items():
+            assert torch.equal(value, kept[name]), name
 
 
 def test_bad_allennlp_state_dicts_say_what_is_wrong_and_change_nothing(files):

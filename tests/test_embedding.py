@@ -96,10 +96,11 @@ def test_every_line_is_its_own_dataset_equal_to_the_bilm_alone(bilm, corpus, tmp
 
 def test_embed_lines_of_a_stateful_bilm_keeps_each_rows_states(model_dir):
     """A stateful biLM runs an empty row too (as AllenNLP does): row i of the next batch starts from
-    row i's states, not from those of the row after an empty one."""
+    row i's states, not from those of the row after an empty one; a batch of empty rows only was
+    skipped, its rows' states not carried on."""
     bilm = BiLM.load(model_dir, stateful=True)
     oracle = NumpyElmo(options(), model_dir / "weights.hdf5")
-    for rows in ([["a", "b"], [], ["c"]], [["d"], ["e", "f"], ["g"]]):
+    for rows in ([["a", "b"], [], ["c"]], [[], [], []], [["d"], ["e", "f"], ["g"]]):
         for vec, expected in zip(embed_lines(bilm, rows), oracle.batch(rows, stateful=True)):
             assert vec.shape == expected.shape
             np.testing.assert_allclose(vec, expected, atol=1e-5, rtol=0)

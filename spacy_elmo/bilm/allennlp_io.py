@@ -242,9 +242,11 @@ def _swap_gates(array: np.ndarray, cell_dim: int) -> np.ndarray:
 
 
 def allennlp_state_from_datasets(config: BiLMConfig, arrays: Dict[str, np.ndarray]) -> Dict[str, torch.Tensor]:
-    """The ``_ElmoBiLm`` state_dict AllenNLP builds from TF-layout datasets (float32, as its loaders compute it)."""
+    """The ``_ElmoBiLm`` state_dict AllenNLP builds from TF-layout datasets (float32, as its loaders
+    compute it), in tensors of its own: the arrays of :func:`datasets_from_state` may be views of a
+    model's live parameters, and an exported state_dict must not move with them."""
     D, P, C = config.char_embedding_dim, config.projection_dim, config.cell_dim
-    t = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32))  # noqa: E731
+    t = lambda a: torch.tensor(np.asarray(a, dtype=np.float32))  # noqa: E731  (a copy, C-contiguous)
     out = {"_token_embedder._char_embedding_weights": t(np.concatenate([np.zeros((1, D), np.float32),
                                                                          arrays["char_embed"]]))}
     for i in range(len(config.filters)):

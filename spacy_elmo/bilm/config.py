@@ -2,6 +2,7 @@
 
 import json
 import math
+import numbers
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
@@ -20,8 +21,9 @@ _PRESETS = {
 
 
 def is_int(value: Any) -> bool:
-    """A whole number, not a bool (JSON ``true`` is not a size)."""
-    return isinstance(value, int) and not isinstance(value, bool)
+    """A whole number (a Python or NumPy integer: any ``numbers.Integral``), not a bool (JSON ``true`` is
+    not a size). Store what it accepts as ``int(value)``: a NumPy integer is no JSON number."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def check_bool(name: str, value: Any) -> None:
@@ -76,6 +78,13 @@ class BiLMConfig:
 
     # -- validation ------------------------------------------------------
     def validate(self) -> None:
+        """Refuse a value no biLM can have (a ValueError naming it); NumPy integers become ints (JSON numbers)."""
+        for f in fields(self):
+            if is_int(getattr(self, f.name)):
+                setattr(self, f.name, int(getattr(self, f.name)))
+        if isinstance(self.filters, list):
+            self.filters = [tuple(int(v) if is_int(v) else v for v in f) if isinstance(f, tuple) else f  # type: ignore[misc]
+                            for f in self.filters]
         for name in ("projection_dim", "cell_dim", "n_layers", "char_embedding_dim", "max_characters_per_token"):
             value = getattr(self, name)
             if not is_int(value) or value <= 0:

@@ -67,6 +67,7 @@ def boundary_state_mean(
 
     if not is_int(rows) or not is_int(warmup) or rows < 1 or warmup < 0:
         raise ValueError(Errors.E_FIT_STATE_ARGS.format(rows=rows, warmup=warmup))
+    rows, warmup = int(rows), int(warmup)
     sentences = list(sentences)  # read twice below: a generator only once
     streams = running_streams(sentences, rows)
     per = len(streams[0])

@@ -67,7 +67,7 @@ class ScalarMix(nn.Module):
         values = mix_weights_of([0.0] * n_layers if initial_weights is None else initial_weights)
         if len(values) != n_layers:
             raise ValueError(Errors.E_SCALAR_MIX_INIT.format(found=len(values), expected=n_layers))
-        self.n_layers = n_layers
+        self.n_layers = int(n_layers)
         self.do_layer_norm = do_layer_norm
         self.scalar_parameters = nn.Parameter(torch.tensor(values), requires_grad=trainable)
         self.gamma = nn.Parameter(torch.tensor([1.0]), requires_grad=trainable)

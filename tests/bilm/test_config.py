@@ -1,5 +1,7 @@
+import json
 import re
 
+import numpy as np
 import pytest
 
 from spacy_elmo import BiLM, BiLMConfig, batch_to_ids
@@ -32,6 +34,19 @@ def test_options_round_trip_and_defaults():
     del opts["char_cnn"]["n_highway"]
     opts["lstm"]["unknown_training_key"] = 1
     assert BiLMConfig.from_allennlp_options(opts).n_highway == 0
+
+
+def test_numpy_integers_are_stored_as_ints():
+    """A NumPy integer is a whole number (is_int), kept as a Python int so that the config stays JSON,
+    whether given to the constructor or set before the biLM is built (which validates it)."""
+    as_ints = BiLMConfig(projection_dim=4, cell_dim=6, filters=[(1, 2), (2, 2)], n_highway=0)
+    config = BiLMConfig(projection_dim=np.int64(4), cell_dim=np.int32(6), filters=[(np.int64(1), 2), (2, np.int64(2))],
+                        n_highway=np.int64(0))
+    assert config == as_ints and json.loads(json.dumps(config.to_dict())) == as_ints.to_dict()
+    config.cell_dim = np.int64(6)
+    assert BiLM(config).config.cell_dim == 6 and type(config.cell_dim) is int
+    with pytest.raises(ValueError, match="n_highway"):
+        BiLMConfig(n_highway=True)
 
 
 @pytest.mark.parametrize(

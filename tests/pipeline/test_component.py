@@ -217,6 +217,17 @@ def test_unknown_backend_fails_at_construction(tiny_dir, value):
         spacy.blank("en").add_pipe("elmo", config={"weights": str(tiny_dir), "model": {**model, "backend": backend}})
 
 
+def test_numpy_integer_model_settings_are_stored_as_ints():
+    """is_int takes NumPy integers (a hyper-parameter grid's): the model keeps them as Python ints."""
+    from spacy_elmo.pipeline.bilm_layer import build_elmo_bilm
+
+    model = build_elmo_bilm(batch_tokens=numpy.int64(64), max_window=numpy.int32(16), cache_size=numpy.int64(3))
+    for key, value in (("batch_tokens", 64), ("max_window", 16)):
+        assert model.attrs[key] == value and isinstance(model.attrs[key], int)
+        assert not isinstance(model.attrs[key], numpy.integer)
+    assert get_runner(model).cache.capacity == 3
+
+
 def test_mix_is_checked(tiny_dir):
     from spacy_elmo.pipeline import ElmoComponent
     from spacy_elmo.pipeline.bilm_layer import build_elmo_bilm
