@@ -492,6 +492,19 @@ class Errors:
         "(with the weights it was trained or fine-tuned with there), source the component: [components.elmo] "
         "source = \"{pipeline}\" in a training config, or nlp.add_pipe('elmo', source=spacy.load('{pipeline}'))."
     )
+    E_PIPELINE_NO_BILM = (
+        "The saved spaCy pipeline {pipeline} holds no biLM: none of its components ({components}) is an elmo "
+        "component or one given its own copy of the biLM by nlp.replace_listeners. Export the weights the "
+        "pipeline was built with instead (its [components.elmo] weights, or its training's --paths.elmo)."
+    )
+    E_PIPELINE_WHICH_BILM = (
+        "The saved spaCy pipeline {pipeline} has {n_elmo} elmo components, and the biLMs it holds are those of "
+        "{choices}: name the one to export with --component NAME."
+    )
+    E_PIPELINE_COMPONENT_NO_BILM = (
+        "The saved spaCy pipeline {pipeline} has no component {component!r} that holds a biLM (its components: "
+        "{components}); those that do: {choices}. Name one of them with --component NAME."
+    )
     E_ELMO_BAD_OPTION = "The '{name}' component: {option} must be one of {choices}; got {value!r}."
     E_LISTENER_WIDTH = (
         "The ELMo listener in '{component}' expects width {width}, but the upstream "
@@ -944,6 +957,10 @@ class Errors:
     )
     E_EXPORT_FORMAT = "Unknown export format {name!r}: use 'allennlp' or 'native'."
     E_EXPORT_WRITE = "Could not write the model to {path}: {error}. Check the path, its permissions and the room on its disk (nothing was left there: OUT_DIR is as it was)."
+    E_EXPORT_COMPONENT_NOT_PIPELINE = (
+        "--component {component} names a component of a saved spaCy pipeline, but {path} is a model directory, "
+        "not a pipeline: leave --component out to export it."
+    )
     E_EXPORT_NOT_A_DIR = "{path} is a file; export writes a directory. Choose another OUT_DIR."
     E_EXPORT_NOT_EMPTY = (
         "{path} is not empty: its files would mix with the exported model's. Choose a new OUT_DIR, "
@@ -1179,9 +1196,9 @@ class Warnings:
     )
     W_PROVENANCE_NOT_EXPORTED = (
         "spacy-elmo: {path} holds the weights only: the AllenNLP/bilm-tf files have no place for how the model "
-        "was trained ({what}; recorded in its config.json), so `spacy-elmo evaluate` reads text for them as one "
-        "stream in English unless told ({flags}), and the elmo component cannot check its pipeline's language "
-        "and tokenizer against the model's. Export with --format native (BiLM.save) to keep them."
+        "was trained ({what}), so `spacy-elmo evaluate` reads text for them as one stream in English unless "
+        "told ({flags}), and the elmo component cannot check its pipeline's language and tokenizer against the "
+        "model's. Export with --format native (BiLM.save) to keep them."
     )
     W_ALLENNLP_WILL_NOT_LOAD = (
         "spacy-elmo: {path} is a valid bilm-tf weight file (and spacy-elmo reads it), but AllenNLP will not "

@@ -11,18 +11,14 @@ import sys
 import click
 import pytest
 import typer
-from typer.testing import CliRunner
 
 from spacy_elmo import BiLM, BiLMConfig
 from spacy_elmo.cli import app, main
 from spacy_elmo.errors import Errors, Warnings
 
-from .conftest import TINY, write_corpus
+from tests.cli_text import ended, runner
 
-try:
-    runner = CliRunner(mix_stderr=False)  # click < 8.2 (typer 0.15.4) mixes stderr into stdout unless told
-except TypeError:  # click 8.2 and typer's own copy of it keep them apart always
-    runner = CliRunner()
+from .conftest import TINY, write_corpus
 
 #: A write error with a known text, where the real one names a temporary file.
 READ_ONLY = OSError(errno.EROFS, "Read-only file system")
@@ -33,14 +29,6 @@ def _raise(err):
         raise err
 
     return raising
-
-
-def ended(result, status: int, message: str) -> None:
-    """The command exited with ``status`` after ``message`` on stderr, nothing on stdout, no traceback."""
-    assert result.exit_code == status, result.output
-    assert isinstance(result.exception, SystemExit), repr(result.exception)
-    assert message in result.stderr, result.stderr
-    assert result.stdout == "", result.stdout
 
 
 def _no_model(command, *args):
@@ -273,7 +261,7 @@ def test_device_help_lists_what_the_option_accepts():
 
 
 @pytest.mark.parametrize("inside", ["", "elmo"])
-@pytest.mark.parametrize("command", ["embed", "export", "evaluate"])
+@pytest.mark.parametrize("command", ["embed", "evaluate"])
 def test_a_saved_pipeline_given_as_model_is_named_with_how_to_get_its_biLM(tmp_path, command, inside):
     """A saved spaCy pipeline (model-last) or its elmo directory as the model: the command said only "not a
     spacy-elmo model directory (no config.json)", where loading it as weights names the pipeline. Said so here
@@ -290,7 +278,6 @@ def test_a_saved_pipeline_given_as_model_is_named_with_how_to_get_its_biLM(tmp_p
     model = str(tmp_path / "trained" / inside) if inside else str(tmp_path / "trained")
     args = {
         "embed": ["embed", str(text), str(tmp_path / "out.h5"), "--model", model, "--no-progress"],
-        "export": ["export", model, str(tmp_path / "out"), "--format", "native"],
         "evaluate": ["evaluate", model, str(text), "--no-progress"],
     }[command]
     message = Errors.E_CLI_MODEL_IS_PIPELINE.format(path=model, pipeline=tmp_path / "trained", command=command)
