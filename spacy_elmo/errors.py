@@ -98,9 +98,10 @@ class Errors:
     E_MODEL_IS_PIPELINE = (
         "{path} is (in) the saved spaCy pipeline {pipeline}, not biLM weights: BiLM.load and the spacy-elmo "
         "commands read a directory written by BiLM.save, `spacy-elmo pretrain` or `spacy-elmo export`, or one "
-        "holding an AllenNLP options.json + .hdf5. Pass the weights the pipeline was trained from (its training's "
-        "--paths.elmo, else \"default\": the bundled model), or run the pipeline itself: spacy.load('{pipeline}') "
-        "gives each doc its ELMo layers in doc._.elmo."
+        "holding an AllenNLP options.json + .hdf5. Export the biLM of the pipeline's elmo component (with the "
+        "weights it was trained or fine-tuned with there) as one first: `spacy-elmo export {pipeline} ELMO_DIR "
+        "--format native`, then give ELMO_DIR; or run the pipeline itself: spacy.load('{pipeline}') gives each "
+        "doc its ELMo layers in doc._.elmo."
     )
     E_NATIVE_TENSOR_MISSING = (
         "The model file {path} lacks the tensor {name!r} (expected shape {expected}); "
@@ -478,19 +479,13 @@ class Errors:
         "config set [initialize.components.{name}.weights_loader] path (e.g. "
         "`--paths.elmo PATH`) before nlp.initialize()."
     )
-    E_CLI_MODEL_IS_PIPELINE = (
-        "{path} is (in) the saved spaCy pipeline {pipeline}, not a biLM model directory (one written by "
-        "BiLM.save or pretrain, or one with an AllenNLP options.json + .hdf5), which {command} reads. To use "
-        "the biLM of the pipeline's elmo component (with the weights it was trained or fine-tuned with "
-        "there), save it as one first: python -c \"import spacy; from spacy_elmo.pipeline.bilm_layer import "
-        "get_bilm; get_bilm(spacy.load('{pipeline}').get_pipe('elmo').model).save('ELMO_DIR')\", then give "
-        "ELMO_DIR (it has no softmax: evaluate needs a model written by pretrain)."
-    )
     E_WEIGHTS_ARE_PIPELINE = (
         "{path} is (in) the saved spaCy pipeline {pipeline}, not biLM weights (a directory written by "
-        "BiLM.save, or one with an AllenNLP options.json + .hdf5). To reuse the biLM of its elmo component "
-        "(with the weights it was trained or fine-tuned with there), source the component: [components.elmo] "
-        "source = \"{pipeline}\" in a training config, or nlp.add_pipe('elmo', source=spacy.load('{pipeline}'))."
+        "BiLM.save or `spacy-elmo export`, or one with an AllenNLP options.json + .hdf5). To reuse the biLM of "
+        "its elmo component (with the weights it was trained or fine-tuned with there), source the component: "
+        "[components.elmo] source = \"{pipeline}\" in a training config, or nlp.add_pipe('elmo', "
+        "source=spacy.load('{pipeline}')); or export it as weights, `spacy-elmo export {pipeline} ELMO_DIR "
+        "--format native`, and give ELMO_DIR."
     )
     E_PIPELINE_NO_BILM = (
         "The saved spaCy pipeline {pipeline} holds no biLM: none of its components ({components}) is an elmo "
@@ -911,6 +906,14 @@ class Errors:
         "the next word over vocab.txt. Models written by `spacy-elmo pretrain` have both; other weights "
         "(BiLM.save, the released AllenNLP files) get them by fine-tuning first: `spacy-elmo pretrain TEXT "
         "NEW_DIR --init {path}` (`pretrain --init`), then evaluate NEW_DIR."
+    )
+    E_EVALUATE_PIPELINE = (
+        "{path} is (in) the saved spaCy pipeline {pipeline}, and a perplexity needs a model with a softmax (the "
+        "layer that predicts the next word over vocab.txt), which a pipeline's biLM has not: `spacy-elmo export "
+        "{pipeline} ELMO_DIR --format native` writes its biLM without one. Evaluate the model written by "
+        "`spacy-elmo pretrain` that the pipeline was built with (its training's --paths.elmo), or fit a softmax "
+        "to the exported biLM first: `spacy-elmo pretrain TEXT NEW_DIR --init ELMO_DIR`, then evaluate NEW_DIR "
+        "(that trains the biLM further too)."
     )
     E_VOCAB_MISSING = (
         "{path} has no vocab.txt, which its softmax needs (row i of the softmax is line i of vocab.txt). "

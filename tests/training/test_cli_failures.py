@@ -265,10 +265,8 @@ def test_device_help_lists_what_the_option_accepts():
 def test_a_saved_pipeline_given_as_model_is_named_with_how_to_get_its_biLM(tmp_path, command, inside):
     """A saved spaCy pipeline (model-last) or its elmo directory as the model: the command said only "not a
     spacy-elmo model directory (no config.json)", where loading it as weights names the pipeline. Said so here
-    too, with how to save its biLM, and the directory saved so works."""
+    too, with how to export its biLM (evaluate: that it has no softmax), and the directory exported so works."""
     import spacy
-
-    from spacy_elmo.pipeline.bilm_layer import get_bilm
 
     BiLM(BiLMConfig(**TINY)).save(tmp_path / "tiny")
     nlp = spacy.blank("en")
@@ -280,10 +278,13 @@ def test_a_saved_pipeline_given_as_model_is_named_with_how_to_get_its_biLM(tmp_p
         "embed": ["embed", str(text), str(tmp_path / "out.h5"), "--model", model, "--no-progress"],
         "evaluate": ["evaluate", model, str(text), "--no-progress"],
     }[command]
-    message = Errors.E_CLI_MODEL_IS_PIPELINE.format(path=model, pipeline=tmp_path / "trained", command=command)
+    pipeline = tmp_path / "trained"
+    message = {"embed": Errors.E_MODEL_IS_PIPELINE, "evaluate": Errors.E_EVALUATE_PIPELINE}[command]
+    message = message.format(path=model, pipeline=pipeline)
     ended(runner.invoke(app, args), 1, message)
-    assert f"get_bilm(spacy.load('{tmp_path / 'trained'}').get_pipe('elmo').model).save('ELMO_DIR')" in message
-    get_bilm(spacy.load(tmp_path / "trained").get_pipe("elmo").model).save(tmp_path / "saved")  # what it says
+    assert f"`spacy-elmo export {pipeline} ELMO_DIR --format native`" in message
+    exported = runner.invoke(app, ["export", str(pipeline), str(tmp_path / "saved"), "--format", "native"])  # what it says
+    assert exported.exit_code == 0, exported.output
     saved = [str(tmp_path / "saved") if arg == model else arg for arg in args]
     result = runner.invoke(app, saved)
     if command == "evaluate":  # a biLM of a pipeline has no softmax
