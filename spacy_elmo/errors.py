@@ -98,9 +98,10 @@ class Errors:
     E_MODEL_IS_PIPELINE = (
         "{path} is (in) the saved spaCy pipeline {pipeline}, not biLM weights: BiLM.load and the spacy-elmo "
         "commands read a directory written by BiLM.save, `spacy-elmo pretrain` or `spacy-elmo export`, or one "
-        "holding an AllenNLP options.json + .hdf5. Pass the weights the pipeline was trained from (its training's "
-        "--paths.elmo, else \"default\": the bundled model), or run the pipeline itself: spacy.load('{pipeline}') "
-        "gives each doc its ELMo layers in doc._.elmo."
+        "holding an AllenNLP options.json + .hdf5. Export the biLM of the pipeline's elmo component (with the "
+        "weights it was trained or fine-tuned with there) as one first: `spacy-elmo export {pipeline} ELMO_DIR "
+        "--format native`, then give ELMO_DIR; or run the pipeline itself: spacy.load('{pipeline}') gives each "
+        "doc its ELMo layers in doc._.elmo."
     )
     E_NATIVE_TENSOR_MISSING = (
         "The model file {path} lacks the tensor {name!r} (expected shape {expected}); "
@@ -478,19 +479,26 @@ class Errors:
         "config set [initialize.components.{name}.weights_loader] path (e.g. "
         "`--paths.elmo PATH`) before nlp.initialize()."
     )
-    E_CLI_MODEL_IS_PIPELINE = (
-        "{path} is (in) the saved spaCy pipeline {pipeline}, not a biLM model directory (one written by "
-        "BiLM.save or pretrain, or one with an AllenNLP options.json + .hdf5), which {command} reads. To use "
-        "the biLM of the pipeline's elmo component (with the weights it was trained or fine-tuned with "
-        "there), save it as one first: python -c \"import spacy; from spacy_elmo.pipeline.bilm_layer import "
-        "get_bilm; get_bilm(spacy.load('{pipeline}').get_pipe('elmo').model).save('ELMO_DIR')\", then give "
-        "ELMO_DIR (it has no softmax: evaluate needs a model written by pretrain)."
-    )
     E_WEIGHTS_ARE_PIPELINE = (
         "{path} is (in) the saved spaCy pipeline {pipeline}, not biLM weights (a directory written by "
-        "BiLM.save, or one with an AllenNLP options.json + .hdf5). To reuse the biLM of its elmo component "
-        "(with the weights it was trained or fine-tuned with there), source the component: [components.elmo] "
-        "source = \"{pipeline}\" in a training config, or nlp.add_pipe('elmo', source=spacy.load('{pipeline}'))."
+        "BiLM.save or `spacy-elmo export`, or one with an AllenNLP options.json + .hdf5). To reuse the biLM of "
+        "its elmo component (with the weights it was trained or fine-tuned with there), source the component: "
+        "[components.elmo] source = \"{pipeline}\" in a training config, or nlp.add_pipe('elmo', "
+        "source=spacy.load('{pipeline}')); or export it as weights, `spacy-elmo export {pipeline} ELMO_DIR "
+        "--format native`, and give ELMO_DIR."
+    )
+    E_PIPELINE_NO_BILM = (
+        "The saved spaCy pipeline {pipeline} holds no biLM: none of its components ({components}) is an elmo "
+        "component or one given its own copy of the biLM by nlp.replace_listeners. Export the weights the "
+        "pipeline was built with instead (its [components.elmo] weights, or its training's --paths.elmo)."
+    )
+    E_PIPELINE_WHICH_BILM = (
+        "The saved spaCy pipeline {pipeline} has {n_elmo} elmo components, and the biLMs it holds are those of "
+        "{choices}: name the one to export with --component NAME."
+    )
+    E_PIPELINE_COMPONENT_NO_BILM = (
+        "The saved spaCy pipeline {pipeline} has no component {component!r} that holds a biLM (its components: "
+        "{components}); those that do: {choices}. Name one of them with --component NAME."
     )
     E_ELMO_BAD_OPTION = "The '{name}' component: {option} must be one of {choices}; got {value!r}."
     E_LISTENER_WIDTH = (
@@ -899,6 +907,14 @@ class Errors:
         "(BiLM.save, the released AllenNLP files) get them by fine-tuning first: `spacy-elmo pretrain TEXT "
         "NEW_DIR --init {path}` (`pretrain --init`), then evaluate NEW_DIR."
     )
+    E_EVALUATE_PIPELINE = (
+        "{path} is (in) the saved spaCy pipeline {pipeline}, and a perplexity needs a model with a softmax (the "
+        "layer that predicts the next word over vocab.txt), which a pipeline's biLM has not: `spacy-elmo export "
+        "{pipeline} ELMO_DIR --format native` writes its biLM without one. Evaluate the model written by "
+        "`spacy-elmo pretrain` that the pipeline was built with (its training's --paths.elmo), or fit a softmax "
+        "to the exported biLM first: `spacy-elmo pretrain TEXT NEW_DIR --init ELMO_DIR`, then evaluate NEW_DIR "
+        "(that trains the biLM further too)."
+    )
     E_VOCAB_MISSING = (
         "{path} has no vocab.txt, which its softmax needs (row i of the softmax is line i of vocab.txt). "
         "Restore vocab.txt from where the model was written (pretrain and export put it beside the weights), "
@@ -944,6 +960,10 @@ class Errors:
     )
     E_EXPORT_FORMAT = "Unknown export format {name!r}: use 'allennlp' or 'native'."
     E_EXPORT_WRITE = "Could not write the model to {path}: {error}. Check the path, its permissions and the room on its disk (nothing was left there: OUT_DIR is as it was)."
+    E_EXPORT_COMPONENT_NOT_PIPELINE = (
+        "--component {component} names a component of a saved spaCy pipeline, but {path} is a model directory, "
+        "not a pipeline: leave --component out to export it."
+    )
     E_EXPORT_NOT_A_DIR = "{path} is a file; export writes a directory. Choose another OUT_DIR."
     E_EXPORT_NOT_EMPTY = (
         "{path} is not empty: its files would mix with the exported model's. Choose a new OUT_DIR, "
@@ -1184,9 +1204,9 @@ class Warnings:
     )
     W_PROVENANCE_NOT_EXPORTED = (
         "spacy-elmo: {path} holds the weights only: the AllenNLP/bilm-tf files have no place for how the model "
-        "was trained ({what}; recorded in its config.json), so `spacy-elmo evaluate` reads text for them as one "
-        "stream in English unless told ({flags}), and the elmo component cannot check its pipeline's language "
-        "and tokenizer against the model's. Export with --format native (BiLM.save) to keep them."
+        "was trained ({what}), so `spacy-elmo evaluate` reads text for them as one stream in English unless "
+        "told ({flags}), and the elmo component cannot check its pipeline's language and tokenizer against the "
+        "model's. Export with --format native (BiLM.save) to keep them."
     )
     W_ALLENNLP_WILL_NOT_LOAD = (
         "spacy-elmo: {path} is a valid bilm-tf weight file (and spacy-elmo reads it), but AllenNLP will not "

@@ -184,6 +184,22 @@ def allennlp_files_of(path: Path):
     return None
 
 
+class SavedPipelineGiven(FileNotFoundError):
+    """A saved spaCy pipeline, or one of its component directories, given where biLM weights are read
+    (:func:`read_meta`, so ``BiLM.load`` and every model loader): ``path`` as read, ``pipeline`` its pipeline.
+    The one check of that; callers that know the situation better (a component's weights setting,
+    ``spacy-elmo evaluate``) say it in their own words, and ``spacy-elmo export`` writes the pipeline's biLM."""
+
+    def __init__(self, path: Path, pipeline: Path) -> None:
+        super().__init__(Errors.E_MODEL_IS_PIPELINE.format(path=path, pipeline=pipeline))
+        self.path, self.pipeline = path, pipeline
+
+    @property
+    def component(self) -> Optional[str]:
+        """The component whose directory ``path`` is; None when it is the pipeline itself."""
+        return None if self.path == self.pipeline else self.path.name
+
+
 def saved_pipeline_of(path: Path) -> Optional[Path]:
     """The saved spaCy pipeline that ``path`` is, or whose component directory it is; else None.
     (A pipeline has config.cfg and meta.json; a native model config.json.)"""
@@ -202,7 +218,7 @@ def read_meta(directory: PathLike) -> Dict[str, Any]:
     if not path.exists():
         pipeline = saved_pipeline_of(directory)
         if pipeline is not None:
-            raise FileNotFoundError(Errors.E_MODEL_IS_PIPELINE.format(path=directory, pipeline=pipeline))
+            raise SavedPipelineGiven(directory, pipeline)
         raise FileNotFoundError(Errors.E_NATIVE_DIR_MISSING.format(path=directory, filename=CONFIG_NAME))
     try:
         meta = json.loads(path.read_text(encoding="utf-8"))

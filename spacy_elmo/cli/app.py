@@ -164,16 +164,6 @@ def fail(message: str, status: int = 1, fg: str = typer.colors.RED) -> NoReturn:
     raise typer.Exit(status)
 
 
-def refuse_pipeline(model: str, command: str) -> None:
-    """ValueError when ``model`` (a model argument) names a saved spaCy pipeline or one of its component
-    directories: loading it said only that config.json was missing."""
-    from ..pipeline.loaders import pipeline_named
-
-    pipeline = pipeline_named(model)
-    if pipeline is not None:
-        raise ValueError(Errors.E_CLI_MODEL_IS_PIPELINE.format(path=model, pipeline=pipeline, command=command))
-
-
 def warn(message: str) -> None:
     """``message``, a warning, in yellow on stderr: stdout stays the command's result alone."""
     echo_styled(message, fg=typer.colors.YELLOW, err=True)

@@ -8,7 +8,7 @@ import typer
 
 from ..errors import Errors
 from .app import (DEVICE_HELP, app, counted, fail, known_device, non_negative_int, positive_int, progress_option,
-                  refuse_pipeline, spacy_language)
+                  spacy_language)
 
 
 def _layer_mode(value: str) -> str:
@@ -51,8 +51,7 @@ def embed(
     try:
         check_paths(input_path, output_path, overwrite)  # before loading: the cheaper errors first
         target = torch_device(device)
-        refuse_pipeline(model, "embed")
-        bilm = BiLM.load(model).to(target)
+        bilm = BiLM.load(model).to(target)  # a saved pipeline: an error saying to export its biLM
         tokenize, name = None, "whitespace"
         if lang:
             from ..training.data import make_nlp, spacy_rules, tokenizer_settings, word_texts

@@ -6,9 +6,8 @@ from typing import Optional
 
 import typer
 
-from ..errors import Warnings
-from .app import (DEVICE_HELP, app, counted, fail, known_device, positive_int, progress_option, refuse_pipeline,
-                  spacy_language, warn)
+from ..errors import Errors, Warnings
+from .app import DEVICE_HELP, app, counted, fail, known_device, positive_int, progress_option, spacy_language, warn
 
 
 @app.command()
@@ -35,14 +34,16 @@ def evaluate(
     """Forward, backward and mean perplexity (full softmax) and the OOV rate.
 
     The model needs its softmax and vocab.txt (models written by pretrain have both)."""
+    from ..bilm.native_io import SavedPipelineGiven
     from ..device import torch_device
     from ..training.evaluate import evaluate_model_dir
 
     try:
         target = torch_device(device)  # known_device checked it when the options were parsed
-        refuse_pipeline(model_dir, "evaluate")
         result = evaluate_model_dir(model_dir, text_path, lang=lang, batch_size=batch_size, device=target,
                                     progress=progress and not as_json, per_sentence=per_sentence)
+    except SavedPipelineGiven as err:  # exporting its biLM is not enough here: it has no softmax
+        fail(Errors.E_EVALUATE_PIPELINE.format(path=err.path, pipeline=err.pipeline))
     except (ValueError, OSError, RuntimeError) as err:
         fail(str(err))
     if as_json:

@@ -1,27 +1,35 @@
 """``spacy-elmo export``: write a model as AllenNLP/bilm-tf files or in the native format."""
 
 from pathlib import Path
+from typing import Optional
 
 import typer
 
 from ..atomic import replace_dir
 from ..errors import Errors
-from .app import app, fail, one_of, refuse_pipeline
+from .app import app, fail, one_of
 
 
 @app.command()
 def export(
-    model_dir: str = typer.Argument(..., help="Native model dir, AllenNLP weights dir, or 'default'."),
+    model_dir: str = typer.Argument(
+        ..., help="Native model dir, AllenNLP weights dir, 'default', or a saved spaCy pipeline (or its component's dir)."),
     out_dir: Path = typer.Argument(..., help="Where to write."),
     format: str = typer.Option("allennlp", "--format", callback=one_of(("allennlp", "native"), Errors.E_EXPORT_FORMAT),
                                help="allennlp (options.json + weights.hdf5) or native."),
+    component: Optional[str] = typer.Option(
+        None, help="Of a saved pipeline: the component whose biLM to write, an elmo component or one given its own "
+        "biLM by nlp.replace_listeners (default: the pipeline's one elmo component; a component's dir names it)."),
     overwrite: bool = typer.Option(False, help="Replace OUT_DIR if it exists (all of its contents)."),
 ) -> None:
     """Export a model; the softmax and vocab.txt go along when the model has them.
 
+    Given a saved spaCy pipeline, it writes the biLM of its elmo component with the weights saved there
+    (fine-tuned ones included), without a softmax: a pipeline has none.
+
     The files are written to a temporary directory and moved into OUT_DIR only when complete, so OUT_DIR never mixes them with another model's files."""
     from ..bilm.allennlp_io import write_allennlp
-    from ..bilm.native_io import MODEL_MARKERS
+    from ..bilm.native_io import MODEL_MARKERS, SavedPipelineGiven
     from ..training.modelio import SOFTMAX_FILE, load_pretrained, save_pretrained, write_softmax
 
     try:
@@ -30,9 +38,19 @@ def export(
         fail(str(err))
     except OSError as err:  # OUT_DIR cannot be looked at (a directory this account may not enter, a name too long)
         fail(Errors.E_EXPORT_WRITE.format(path=out_dir, error=err))
+    what = "the model has none"  # said when it has no softmax
     try:
-        refuse_pipeline(model_dir, "export")
-        bilm, softmax, vocab, provenance = load_pretrained(model_dir, backend="reference")
+        try:
+            bilm, softmax, vocab, provenance = load_pretrained(model_dir, backend="reference")
+        except SavedPipelineGiven as given:
+            from ..pipeline.saved_bilm import pipeline_bilm  # spaCy: imported for a pipeline only
+
+            bilm, name = pipeline_bilm(given.pipeline, component or given.component)
+            softmax, vocab, provenance = None, None, bilm.provenance
+            what = f"written from component {name!r} of the saved pipeline {given.pipeline}, whose biLM has none"
+        else:
+            if component is not None:
+                raise ValueError(Errors.E_EXPORT_COMPONENT_NOT_PIPELINE.format(component=component, path=model_dir))
     except (ValueError, OSError) as err:
         fail(str(err))
 
@@ -51,7 +69,8 @@ def export(
         replace_dir(out_dir, write, last=MODEL_MARKERS)  # a kill in between leaves no model, not a mixed one
     except OSError as err:
         fail(Errors.E_EXPORT_WRITE.format(path=out_dir, error=err))
-    typer.echo(f"wrote {format} model to {out_dir}" + (" (with softmax and vocab.txt)" if softmax is not None else ""))
+    typer.echo(f"wrote {format} model to {out_dir} "
+               + ("(with softmax and vocab.txt)" if softmax is not None else f"(no softmax: {what})"))
 
 
 def check_output_dir(out_dir: Path, overwrite: bool) -> None:

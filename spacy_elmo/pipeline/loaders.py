@@ -4,7 +4,7 @@ from pathlib import Path
 from typing import Callable, Optional, Tuple, Union
 
 from ..bilm import BiLM
-from ..bilm.native_io import saved_pipeline_of
+from ..bilm.native_io import SavedPipelineGiven
 from ..errors import Errors
 
 #: ``loader(backend) -> (BiLM, source)``
@@ -15,21 +15,16 @@ def load_weights(path: Optional[Union[str, Path]], backend: str = "auto") -> Tup
     """Load a native directory, an AllenNLP directory, or the bundled default ("" / None / "default").
 
     Returns the biLM in eval mode and a description of the source.
-    Raises FileNotFoundError when no default model is installed.
+    Raises FileNotFoundError when no default model is installed; ValueError naming sourcing the component
+    for a saved pipeline (a path that names something, unlike a FileNotFoundError, which the component
+    words as a setting naming nothing).
     """
     target = weights_target(path)
-    pipeline = pipeline_named(target)
-    if pipeline is not None:
-        raise ValueError(Errors.E_WEIGHTS_ARE_PIPELINE.format(path=target, pipeline=pipeline))
-    bilm = BiLM.load(target, stateful=False, backend=backend).eval()
+    try:
+        bilm = BiLM.load(target, stateful=False, backend=backend).eval()
+    except SavedPipelineGiven as err:
+        raise ValueError(Errors.E_WEIGHTS_ARE_PIPELINE.format(path=err.path, pipeline=err.pipeline)) from err
     return bilm, target
-
-
-def pipeline_named(path: Optional[Union[str, Path]]) -> Optional[Path]:
-    """The saved spaCy pipeline that a model path (as :func:`load_weights` and the CLI take it, "default"
-    allowed) names instead of biLM weights (:func:`saved_pipeline_of`); None for weights or the default."""
-    target = weights_target(path)
-    return None if target == "default" else saved_pipeline_of(Path(target))
 
 
 def weights_target(path: Optional[Union[str, Path]]) -> str:

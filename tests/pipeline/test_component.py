@@ -7,6 +7,7 @@ import torch
 
 from spacy_elmo import BiLM, batch_to_ids
 from spacy_elmo.bilm import native_io
+from spacy_elmo.errors import Errors
 from spacy_elmo.pipeline.bilm_layer import get_bilm, get_runner
 
 from .conftest import N_LAYERS, WIDTH
@@ -135,12 +136,15 @@ def test_bad_path_error(tmp_path):
 @pytest.mark.parametrize("inside", ["", "elmo"])
 def test_saved_pipeline_as_weights_names_sourcing(nlp, tmp_path, inside):
     """A saved pipeline (model-last) or its elmo directory given as weights (--paths.elmo) is not a
-    model directory ("no config.json" before): the error names sourcing the trained component."""
+    model directory ("no config.json" before): the error names sourcing the trained component, or exporting it."""
     nlp.to_disk(tmp_path / "trained")
     other = spacy.blank("en")
     other.add_pipe("elmo", config={"weights": str(tmp_path / "trained" / inside)})
-    with pytest.raises(ValueError, match=r"saved spaCy pipeline .*trained.*source = .*trained"):
+    with pytest.raises(ValueError, match=r"saved spaCy pipeline .*trained.*source = .*trained") as err:
         other("a")
+    assert str(err.value) == Errors.E_WEIGHTS_ARE_PIPELINE.format(path=tmp_path / "trained" / inside,
+                                                                  pipeline=tmp_path / "trained")
+    assert f"`spacy-elmo export {tmp_path / 'trained'} ELMO_DIR --format native`" in str(err.value)
 
 
 @pytest.mark.parametrize("inside", ["", "elmo"])
@@ -151,7 +155,8 @@ def test_a_saved_pipeline_given_to_bilm_load_is_named_as_such(nlp, tmp_path, ins
     nlp.to_disk(tmp_path / "trained")
     with pytest.raises(FileNotFoundError, match=r"is \(in\) the saved spaCy pipeline .*trained, not biLM weights") as err:
         BiLM.load(tmp_path / "trained" / inside)
-    assert "--paths.elmo" in str(err.value) and "doc._.elmo" in str(err.value)
+    assert f"spacy-elmo export {tmp_path / 'trained'} ELMO_DIR --format native" in str(err.value)
+    assert "doc._.elmo" in str(err.value)
 
 
 def test_allennlp_dir(tmp_path, tiny_dir):

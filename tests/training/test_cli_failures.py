@@ -11,18 +11,14 @@ import sys
 import click
 import pytest
 import typer
-from typer.testing import CliRunner
 
 from spacy_elmo import BiLM, BiLMConfig
 from spacy_elmo.cli import app, main
 from spacy_elmo.errors import Errors, Warnings
 
-from .conftest import TINY, write_corpus
+from tests.cli_text import ended, runner
 
-try:
-    runner = CliRunner(mix_stderr=False)  # click < 8.2 (typer 0.15.4) mixes stderr into stdout unless told
-except TypeError:  # click 8.2 and typer's own copy of it keep them apart always
-    runner = CliRunner()
+from .conftest import TINY, write_corpus
 
 #: A write error with a known text, where the real one names a temporary file.
 READ_ONLY = OSError(errno.EROFS, "Read-only file system")
@@ -33,14 +29,6 @@ def _raise(err):
         raise err
 
     return raising
-
-
-def ended(result, status: int, message: str) -> None:
-    """The command exited with ``status`` after ``message`` on stderr, nothing on stdout, no traceback."""
-    assert result.exit_code == status, result.output
-    assert isinstance(result.exception, SystemExit), repr(result.exception)
-    assert message in result.stderr, result.stderr
-    assert result.stdout == "", result.stdout
 
 
 def _no_model(command, *args):
@@ -273,14 +261,12 @@ def test_device_help_lists_what_the_option_accepts():
 
 
 @pytest.mark.parametrize("inside", ["", "elmo"])
-@pytest.mark.parametrize("command", ["embed", "export", "evaluate"])
+@pytest.mark.parametrize("command", ["embed", "evaluate"])
 def test_a_saved_pipeline_given_as_model_is_named_with_how_to_get_its_biLM(tmp_path, command, inside):
     """A saved spaCy pipeline (model-last) or its elmo directory as the model: the command said only "not a
     spacy-elmo model directory (no config.json)", where loading it as weights names the pipeline. Said so here
-    too, with how to save its biLM, and the directory saved so works."""
+    too, with how to export its biLM (evaluate: that it has no softmax), and the directory exported so works."""
     import spacy
-
-    from spacy_elmo.pipeline.bilm_layer import get_bilm
 
     BiLM(BiLMConfig(**TINY)).save(tmp_path / "tiny")
     nlp = spacy.blank("en")
@@ -290,13 +276,15 @@ def test_a_saved_pipeline_given_as_model_is_named_with_how_to_get_its_biLM(tmp_p
     model = str(tmp_path / "trained" / inside) if inside else str(tmp_path / "trained")
     args = {
         "embed": ["embed", str(text), str(tmp_path / "out.h5"), "--model", model, "--no-progress"],
-        "export": ["export", model, str(tmp_path / "out"), "--format", "native"],
         "evaluate": ["evaluate", model, str(text), "--no-progress"],
     }[command]
-    message = Errors.E_CLI_MODEL_IS_PIPELINE.format(path=model, pipeline=tmp_path / "trained", command=command)
+    pipeline = tmp_path / "trained"
+    message = {"embed": Errors.E_MODEL_IS_PIPELINE, "evaluate": Errors.E_EVALUATE_PIPELINE}[command]
+    message = message.format(path=model, pipeline=pipeline)
     ended(runner.invoke(app, args), 1, message)
-    assert f"get_bilm(spacy.load('{tmp_path / 'trained'}').get_pipe('elmo').model).save('ELMO_DIR')" in message
-    get_bilm(spacy.load(tmp_path / "trained").get_pipe("elmo").model).save(tmp_path / "saved")  # what it says
+    assert f"`spacy-elmo export {pipeline} ELMO_DIR --format native`" in message
+    exported = runner.invoke(app, ["export", str(pipeline), str(tmp_path / "saved"), "--format", "native"])  # what it says
+    assert exported.exit_code == 0, exported.output
     saved = [str(tmp_path / "saved") if arg == model else arg for arg in args]
     result = runner.invoke(app, saved)
     if command == "evaluate":  # a biLM of a pipeline has no softmax
