@@ -84,9 +84,12 @@ def boundary_state_mean(
     bilm.reset_states()
     bilm.set_initial_state(None)  # streams start from zeros: the mean depends on the weights and text only
     bilm.eval()
+    # The bar counts the sentences read: each call reads one of every stream (the remainder is left out).
+    bar = progress_bar(total=per * rows, desc="fitting the initial state", unit="sentence", disable=not progress)
     try:
-        for k in progress_bar(range(per), desc="fitting the initial state", unit="sentence row", disable=not progress):
+        for k in range(per):
             bilm(batch_to_ids([stream[k] for stream in streams], W).to(device))
+            bar.update(rows)
             if k < warmup:
                 continue
             carried = bilm.carried_states
@@ -96,6 +99,7 @@ def boundary_state_mean(
             sum_c = c if sum_c is None else sum_c + c
             count += rows
     finally:
+        bar.close()
         bilm.stateful = saved[0]
         bilm.carried_states = saved[1]
         bilm.train(saved[2])

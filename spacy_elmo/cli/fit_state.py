@@ -1,6 +1,5 @@
 """``spacy-elmo fit-state``: fit (or clear) the initial LSTM state of a native model."""
 
-import itertools
 from pathlib import Path
 from typing import Optional
 
@@ -36,7 +35,7 @@ def fit_state(
         read_meta,
         write_initial_state,
     )
-    from ..training.data import ReadStats, iter_sentences, iter_text, make_nlp, replaced_bytes_so_far
+    from ..training.data import ReadStats, replaced_bytes_so_far, tokenize_file
 
     if clear and text_path is not None:
         raise typer.BadParameter(Errors.E_FIT_STATE_CLEAR_AND_TEXT.format(path=text_path))
@@ -63,7 +62,7 @@ def fit_state(
             lang = lang or (meta.get("provenance") or {}).get("lang", "en")
             stats = ReadStats()
             before = replaced_bytes_so_far()  # the reading stops early: stats count whole files only
-            sentences = list(itertools.islice(iter_sentences(iter_text(text_path, stats), make_nlp(lang)), max_sentences))
+            sentences = tokenize_file(text_path, lang, stats, progress, limit=max_sentences)
             replaced = replaced_bytes_so_far() - before
             if not sentences:
                 raise ValueError(Errors.E_FIT_STATE_EMPTY_TEXT.format(path=text_path, n_files=stats.n_files, n_binary=stats.n_binary))

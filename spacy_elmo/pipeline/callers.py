@@ -1,9 +1,14 @@
 """Which spaCy function called us: the component reads a few facts from spaCy's own frames that spaCy
 does not pass on (which components ``Language.update`` trains, whether ``init_nlp`` relinks, whether
 ``Language.rehearse`` runs). Another spaCy version's frames simply do not match: the caller then falls
-back to the behaviour that assumes nothing."""
+back to the behaviour that assumes nothing. And where a warning for the user points: at the user's own call.
+"""
 
+import sys
 from typing import Any
+
+#: Top-level packages whose frames are library code, not the user's: a warning points past them.
+LIBRARIES = frozenset({"spacy_elmo", "spacy", "thinc"})
 
 
 def runs(frame: Any, module: str, function: str) -> bool:
@@ -18,3 +23,14 @@ def called_from(frame: Any, module: str, function: str) -> bool:
             return True
         frame = frame.f_back
     return False
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` for ``warnings.warn`` in the function that calls this one that names the first frame
+    outside spacy-elmo, spaCy and thinc (:data:`LIBRARIES`): the user's line (``nlp(text)``, ``nlp.initialize()``),
+    however many library frames lie between, not a line of library code. The outermost frame when all are
+    library frames (e.g. ``spacy train``'s)."""
+    frame, level = sys._getframe(1), 1  # the function that warns: stacklevel 1
+    while frame.f_back is not None and str(frame.f_globals.get("__name__", "")).split(".")[0] in LIBRARIES:
+        frame, level = frame.f_back, level + 1
+    return level

@@ -57,7 +57,7 @@ from .bilm_layer import (
     step_bilm,
     weights_checked,
 )
-from .callers import runs
+from .callers import runs, user_stacklevel
 from .doc_data import ELMO_ATTR, IDX_ATTR, install_extensions, install_hooks, set_doc_data
 from .layer_cache import MB
 from .listener import ElmoListener, find_listener_path
@@ -444,7 +444,7 @@ class ElmoComponent(TrainablePipe):
                 message.format(name=self.name, source=source, lang=trained["lang"], tokenizer=tokenizer,
                                nlp_lang=here["lang"], nlp_tokenizer=here["tokenizer"]),
                 UserWarning,
-                stacklevel=3,
+                stacklevel=user_stacklevel(),  # the user's nlp(text) or load_weights, not the loading's frames
             )
 
     def _check_weights(self, bilm: BiLM, source: str) -> None:

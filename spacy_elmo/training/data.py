@@ -579,10 +579,19 @@ def sentence_stream(texts: Iterator[str], nlp, processes: int = 1) -> Iterator[I
             q.close()
 
 
-def tokenize_file(path: PathLike, lang: str, stats: Optional[ReadStats] = None) -> List[List[str]]:
-    """All sentences of a (small) text file or directory, in memory (evaluation)."""
+def tokenize_file(
+    path: PathLike, lang: str, stats: Optional[ReadStats] = None, progress: bool = False, limit: Optional[int] = None
+) -> List[List[str]]:
+    """All sentences of a (small) text file or directory, in memory (``evaluate``, ``fit-state``, ``pretrain
+    --heldout``); the first ``limit`` only when given (the reading stops there). ``progress``: a bar of the
+    words read (spaCy's tokenizing: minutes on a big file)."""
     stats = stats if stats is not None else ReadStats()
-    return list(iter_sentences(iter_text(path, stats), make_nlp(lang)))
+    sentences: List[List[str]] = []
+    with _progress(progress, f"tokenizing {Path(path).name}") as bar:
+        for sentence in itertools.islice(iter_sentences(iter_text(path, stats), make_nlp(lang)), limit):
+            sentences.append(sentence)
+            bar.update(len(sentence))
+    return sentences
 
 
 def _file_stamp(file: Path) -> list:

@@ -158,11 +158,11 @@ def _sentence_batches(order: np.ndarray, lengths: np.ndarray, batch_size: int) -
     return batches
 
 
-def read_text(text_path: PathLike, lang: str = "en") -> Tuple[List[List[str]], ReadStats]:
-    """The sentences of ``text_path`` tokenized with spaCy ``lang`` (as in pretraining);
-    ValueError when there are none (empty, blank or binary text)."""
+def read_text(text_path: PathLike, lang: str = "en", progress: bool = False) -> Tuple[List[List[str]], ReadStats]:
+    """The sentences of ``text_path`` tokenized with spaCy ``lang`` (as in pretraining; ``progress``: a bar of
+    the tokenizing); ValueError when there are none (empty, blank or binary text)."""
     stats = ReadStats()
-    sentences = tokenize_file(text_path, lang, stats)
+    sentences = tokenize_file(text_path, lang, stats, progress)
     if not sentences:
         raise ValueError(Errors.E_NO_EVAL_TOKENS.format(path=text_path))
     return sentences, stats
@@ -199,7 +199,7 @@ def evaluate_text(
     per_sentence: bool = False,
 ) -> Dict[str, Any]:
     """Tokenize ``text_path`` with spaCy ``lang`` (as in pretraining) and evaluate."""
-    sentences, stats = read_text(text_path, lang)
+    sentences, stats = read_text(text_path, lang, progress)
     result = evaluate_sentences(lm, vocab, sentences, batch_size, unroll, device, progress, per_sentence)
     result["replaced_bytes"] = stats.replaced_bytes
     return result

@@ -701,7 +701,7 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
         read: List[Any] = [None]
         with _settled(wait, setup=True):
             if is_main:
-                read[0] = read_text(cfg.heldout, cfg.lang)  # rank 0's, broadcast below
+                read[0] = read_text(cfg.heldout, cfg.lang, cfg.progress)  # rank 0's, broadcast below
                 _warn_heldout_in_training(cfg.heldout, cfg.train_path)
         if world > 1:
             assert wait is not None  # _wait_groups made them for more than one process

@@ -196,3 +196,15 @@ def test_bad_states_and_too_little_text_are_clear_errors(files):
     with pytest.raises(ValueError, match="at least 6 non-empty sentences .* found 4"):  # a generator's were counted as 0
         model.fit_initial_state((s for s in TEXT[:5]), rows=2, warmup=2)
     assert model.initial_state is None
+
+
+def test_the_fitting_bar_counts_the_sentences_it_reads(files, capsys):
+    """Its unit read "sentence row" and it counted calls (one sentence of every stream each): now it counts
+    the sentences read, those of the streams (the empty ones and the remainder left out)."""
+    _, (opt_path, weight_path) = files
+    model = BiLM.from_allennlp(opt_path, weight_path, backend="reference")
+    model.fit_initial_state(TEXT, rows=3, warmup=1, progress=True)
+    read = sum(len(stream) for stream in running_streams(TEXT, 3))  # 12 sentences of words: 4 a stream
+    shown = capsys.readouterr().err.replace("\r", "\n")
+    assert f"| {read}/{read} [" in shown.split("fitting the initial state: 100%")[1], shown
+    assert "sentence/s" in shown and "row" not in shown, shown

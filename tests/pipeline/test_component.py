@@ -399,6 +399,28 @@ def test_other_language_of_a_model_without_its_tokenizer_recorded_warns_in_plain
     assert "spacy.blank('zh')" in messages[0]
 
 
+@pytest.mark.parametrize("call", ["nlp(text)", "nlp.initialize()", "load_weights"])
+def test_the_other_language_warning_points_at_the_users_call(tmp_path, tiny_dir, call):
+    """The warning named a line of spacy_elmo/pipeline/component.py (the loading's own frames), not the user's
+    call that loaded the weights: Python prints that line under the warning, so the user saw library code."""
+    import warnings
+
+    BiLM.load(tiny_dir).save(tmp_path / "zh", provenance={"trained_by": "spacy-elmo pretrain", "lang": "zh"})
+    nlp = spacy.blank("en")
+    elmo = nlp.add_pipe("elmo", config={"weights": str(tmp_path / "zh")})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if call == "nlp(text)":
+            nlp("tea please")
+        elif call == "nlp.initialize()":
+            nlp.initialize()
+        else:
+            elmo.load_weights(str(tmp_path / "zh"))
+    shown = [w for w in caught if "pretrained on the tokens" in str(w.message)]
+    assert len(shown) == 1
+    assert shown[0].filename == __file__, shown[0].filename
+
+
 def test_outputs_are_the_bilm_rows_exactly(tiny_dir):
     """Each doc's rows are, bit for bit, what the biLM gives its sub-batch (run directly on the same rows
     with the same cached token vectors); whitespace tokens stay zero; doc._.elmo is numpy's float16

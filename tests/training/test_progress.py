@@ -57,3 +57,43 @@ def test_the_held_out_evaluation_of_pretrain_shows_its_progress(tmp_path, capsys
     train(tiny_train_config(train_file, tmp_path / "quiet", max_steps=4, checkpoint_every=2, progress=False,
                             heldout=str(heldout)))
     assert "evaluating" not in capsys.readouterr().err
+
+
+def _words(path) -> str:
+    """The words of a generated corpus (spaCy splits none of them), as a bar of unit_scale shows them ("1.54k")."""
+    return tqdm.std.tqdm.format_sizeof(sum(len(line.split()) for line in path.read_text(encoding="utf-8").splitlines()))
+
+
+def test_pretrain_shows_the_tokenizing_of_its_held_out_text(tmp_path, capsys):
+    """--heldout was tokenized with no bar (200k tokens: 2.8 s, a big file minutes of nothing); now it has one, of
+    the words read, written without cursor moves in a log, and none with progress off."""
+    train_file = write_corpus(tmp_path / "train.txt", 100)
+    heldout = write_corpus(tmp_path / "held.txt", 30, seed=2)
+    train(tiny_train_config(train_file, tmp_path / "out", max_steps=2, checkpoint_every=2, progress=True,
+                            heldout=str(heldout)))
+    err = capsys.readouterr().err
+    assert f"tokenizing held.txt: {_words(heldout)} tok " in err and "\x1b[A" not in err, err
+    train(tiny_train_config(train_file, tmp_path / "quiet", max_steps=2, checkpoint_every=2, progress=False,
+                            heldout=str(heldout)))
+    assert "tokenizing" not in capsys.readouterr().err
+
+
+def test_evaluate_and_fit_state_show_the_tokenizing_of_their_text(tmp_path):
+    """evaluate and fit-state tokenized their text with no bar; now one counts its words, and --no-progress
+    (evaluate's --json too) turns it off."""
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli import app
+
+    runner = CliRunner()
+    model = tmp_path / "model"
+    train(tiny_train_config(write_corpus(tmp_path / "train.txt", 100), model, max_steps=2, checkpoint_every=2))
+    text = write_corpus(tmp_path / "text.txt", 200, seed=3)
+    shown = f"tokenizing text.txt: {_words(text)} tok "
+    for command in (["evaluate", str(model), str(text)], ["fit-state", str(model), str(text), "--rows", "2"]):
+        drawn = runner.invoke(app, command)
+        assert drawn.exit_code == 0 and shown in drawn.output, drawn.output
+        for quiet in (["--no-progress"], ["--json"] if command[0] == "evaluate" else []):
+            if quiet:
+                result = runner.invoke(app, [*command, *quiet])
+                assert result.exit_code == 0 and "tokenizing" not in result.output, result.output
