@@ -24,6 +24,7 @@ from thinc.types import Floats2d, Floats3d
 
 from ..errors import Errors, Warnings
 from .bilm_layer import build_elmo_bilm, own_bilm_layer, set_layer_cache_mb
+from .callers import user_stacklevel
 from .listener import ElmoListener as ElmoListenerModel
 from .scalar_mix import building, elmo_dropout, is_setting, mix_layer
 
@@ -69,7 +70,7 @@ def ElmoBiLM(
     set_layer_cache_mb(model, layer_cache_mb, "elmo")
     if layer_cache_mb > 0 and not _V1_LAYER_CACHE_WARNED:
         _V1_LAYER_CACHE_WARNED = True
-        warnings.warn(Warnings.W_ELMO_V1_LAYER_CACHE.format(value=layer_cache_mb), UserWarning, stacklevel=2)
+        warnings.warn(Warnings.W_ELMO_V1_LAYER_CACHE.format(value=layer_cache_mb), UserWarning, stacklevel=user_stacklevel())
     return model
 
 

@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 #: Top-level packages whose frames are library code, not the user's: a warning points past them.
-LIBRARIES = frozenset({"spacy_elmo", "spacy", "thinc"})
+LIBRARIES = frozenset({"spacy_elmo", "spacy", "thinc", "confection", "catalogue"})  # confection: spaCy's configs
 
 
 def runs(frame: Any, module: str, function: str) -> bool:
@@ -27,7 +27,7 @@ def called_from(frame: Any, module: str, function: str) -> bool:
 
 def user_stacklevel() -> int:
     """The ``stacklevel`` for ``warnings.warn`` in the function that calls this one that names the first frame
-    outside spacy-elmo, spaCy and thinc (:data:`LIBRARIES`): the user's line (``nlp(text)``, ``nlp.initialize()``),
+    outside spacy-elmo, spaCy, thinc and their config libraries (:data:`LIBRARIES`): the user's line (``nlp(text)``, ``nlp.initialize()``),
     however many library frames lie between, not a line of library code. The outermost frame when all are
     library frames (e.g. ``spacy train``'s)."""
     frame, level = sys._getframe(1), 1  # the function that warns: stacklevel 1

@@ -517,7 +517,7 @@ class ElmoComponent(TrainablePipe):
             warnings.warn(
                 Warnings.W_ELMO_SOURCED_OTHER_WEIGHTS.format(name=self.name, source=self.source, requested=requested),
                 UserWarning,
-                stacklevel=3,
+                stacklevel=user_stacklevel(),
             )
 
     def _listeners_skipped_by(self, nlp: Language) -> List[Tuple[str, ElmoListener]]:
@@ -763,7 +763,7 @@ class ElmoComponent(TrainablePipe):
                 warnings.warn(
                     Warnings.W_ELMO_WEIGHTS_TWICE.format(name=self.name, weights=weights, requested=str(requested)),
                     UserWarning,
-                    stacklevel=2,
+                    stacklevel=user_stacklevel(),
                 )
             loader_path = ("initialize", "components", self.name, "weights_loader", "path")
             if hasattr(weights_loader, "path"):  # this package's loader: a missing path is its path's

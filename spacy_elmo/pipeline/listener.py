@@ -22,7 +22,7 @@ from thinc.api import Model
 from thinc.types import Floats3d
 
 from ..errors import Errors, Warnings
-from .callers import called_from
+from .callers import called_from, user_stacklevel
 from .doc_data import ELMO_ATTR, aligned_layers
 
 
@@ -224,7 +224,7 @@ def _forward(model: ElmoListener, docs: List[Doc], is_train: bool):
                 warnings.warn(
                     Warnings.W_LISTENER_ZEROS.format(upstream=model.upstream, component=model.component),
                     UserWarning,
-                    stacklevel=2,
+                    stacklevel=user_stacklevel(),
                 )
             outputs.append(model.ops.alloc3f(nL, len(doc), nO))
         elif is_train:

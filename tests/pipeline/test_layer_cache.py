@@ -271,7 +271,9 @@ def _loads_warned(load):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         nlp = load()
-    return nlp, [str(w.message) for w in caught if "ElmoBiLM.v1" in str(w.message)]
+    ours = [w for w in caught if "ElmoBiLM.v1" in str(w.message)]
+    assert all(w.filename == __file__ for w in ours), [w.filename for w in ours]  # the user's call, not spaCy's
+    return nlp, [str(w.message) for w in ours]
 
 
 def test_pipeline_saved_with_v1_and_a_layer_cache_loads_with_it(tiny_dir, tmp_path, monkeypatch):

@@ -260,8 +260,9 @@ def test_sourced_elmo_frozen_without_annotating(corpus_dir, tiny_dir, first):
     a removed or disabled upstream. Now the zeros warn, and the error names the training settings."""
     nlp = _init("ner.cfg", corpus_dir, tiny_dir, {"elmo": {"source": str(first)}})
     examples = list(Corpus(str(corpus_dir / "train.spacy"))(nlp))[:4]
-    with pytest.warns(UserWarning, match=r"reads zeros.*annotating_components"):
+    with pytest.warns(UserWarning, match=r"reads zeros.*annotating_components") as warned:
         nlp.update(examples, exclude=["elmo"])  # what spacy train does with frozen_components
+    assert {w.filename for w in warned if "reads zeros" in str(w.message)} == {__file__}  # the user's call
     nlp("Alice went home .")  # an evaluation: the listener has seen real layers
     with pytest.raises(ValueError, match=r"no ELMo layers for a training batch.*annotating_components"):
         nlp.update(examples, exclude=["elmo"])
@@ -285,6 +286,7 @@ def test_sourced_elmo_with_other_requested_weights_warns_once(corpus_dir, tiny_d
         ours = [str(w.message) for w in caught if "sourced with" in str(w.message)]
         if warns:
             assert len(ours) == 1, ours
+            assert [w.filename for w in caught if "sourced with" in str(w.message)] == [__file__]  # the user's call
             assert f"({tiny_dir}), not '{tmp_path / 'other'}'" in ours[0] and "drop `source`" in ours[0]
             runs = get_bilm(nlp.get_pipe("elmo").model).state_dict()
             assert all(torch.equal(v, BiLM.load(tiny_dir).state_dict()[k]) for k, v in runs.items())
@@ -316,6 +318,7 @@ def test_component_weights_load_when_paths_elmo_is_empty(corpus_dir, tiny_dir, t
             warnings.simplefilter("always")
             nlp = init_nlp(config)
         ours = [str(w.message) for w in caught if "is not loaded" in str(w.message)]
+        assert {w.filename for w in caught if "is not loaded" in str(w.message)} <= {__file__}  # the user's call
         assert nlp.get_pipe("elmo").source == str(runs)
         loaded = get_bilm(nlp.get_pipe("elmo").model).state_dict()
         want = BiLM.load(tmp_path / "bundled" if runs == "default" else runs).state_dict()
