@@ -857,12 +857,12 @@ class ElmoComponent(TrainablePipe):
             raise
 
     def _after_load(self, staged: StagedWeights, set_vocab: Callable[[], None]) -> None:
-        """The loaded weights (else the current ones, when the model was excluded) checked (again), then the vocab
-        set, then the weights set, with their sizes, and set up: nothing after ``set_vocab`` fails, so a failing
-        vocab leaves the old weights serving, with their sizes, gradients and listeners as they were."""
+        """The vocab set, then the loaded weights (else the current ones, when the model was excluded) set, with
+        their sizes, and set up: nothing after ``set_vocab`` fails, so a failing vocab leaves the old weights
+        serving, with their sizes, gradients and listeners as they were. The loaded weights were checked as they
+        were read (:func:`weights_checked`), and nothing the check reads changes in between: the saved cfg is not
+        read. A load that excluded the model changes no setting, so the current weights need no new check."""
         bilm, source = (staged.bilm, staged.source) if staged.bilm is not None else (get_bilm(self.model), self.source)
-        if bilm is not None:
-            staged.check(bilm, source or "")  # also when the model was excluded
         set_vocab()
         if bilm is not None:
             bilm.requires_grad_(not self.cfg["frozen"])
