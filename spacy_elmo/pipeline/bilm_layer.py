@@ -49,8 +49,7 @@ def build_elmo_bilm(
             )
     if not isinstance(backend, str) or backend not in BACKENDS:  # whether "fused" can run is checked when it runs
         raise ValueError(Errors.E_ELMO_MODEL_BACKEND.format(value=backend, choices=", ".join(map(repr, BACKENDS))))
-    batch_tokens, max_window, cache_size = int(batch_tokens), int(max_window), int(cache_size)
-    runner = ElmoRunner(cache_size)
+    runner = ElmoRunner(int(cache_size))  # a NumPy integer as an int (setting() makes the attrs below ints)
     runner.backend_name = backend
     # thinc's PyTorchWrapper_v3, with the shim that swaps in the optimizer's averages
     wrapper: Model[Any, Any] = Model(
