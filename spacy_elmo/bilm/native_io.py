@@ -25,7 +25,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from .._typing import PathLike
-from ..atomic import atomic_write, naming
+from ..atomic import atomic_write, naming, sync, sync_dir
 from ..errors import Errors
 from .config import BiLMConfig, is_int
 
@@ -108,6 +108,8 @@ def save_native(
             write_safetensors(_initial_state_tensors(state), tmp / INITIAL_STATE_NAME)
         with naming(tmp / CONFIG_NAME):
             (tmp / CONFIG_NAME).write_text(json.dumps(meta, indent=2), encoding="utf-8")
+        with naming(tmp):
+            sync(tmp)  # on the disk before the renames publish it (a power loss: not an empty config.json)
         # config.json marks a complete model: the old one goes first and the new one comes last,
         # so a save killed in between leaves an incomplete model (a clear error on load), never
         # new weights beside the old config, nor without their initial state (zeros, silently).
@@ -116,6 +118,7 @@ def save_native(
         for name in (WEIGHTS_NAME, INITIAL_STATE_NAME, CONFIG_NAME):
             if (tmp / name).exists():
                 os.replace(tmp / name, directory / name)
+        sync_dir(directory)
     finally:
         if tmp is not None:
             _remove_tree(tmp)

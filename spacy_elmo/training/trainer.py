@@ -31,7 +31,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..atomic import atomic_write_text, naming, remove_leftovers
+from ..atomic import atomic_write_text, naming, remove_leftovers, sync, sync_dir
 from ..bilm import BiLM, BiLMConfig
 from ..bilm.initial_state import boundary_state_mean
 from ..bilm.lstm import LstmState
@@ -489,10 +489,14 @@ def _warn_heldout_in_training(heldout: str, train_path: str) -> None:
 
 
 def _move_cache_into_place(staging: Path, cache: Path, retired: Path) -> None:
-    """Replace the corpus cache ``cache`` by ``staging`` (the old one goes through ``retired``)."""
+    """Replace the corpus cache ``cache`` by ``staging`` (the old one goes through ``retired``), flushed to the
+    disk first: after a power loss, its meta.json (which marks it complete) never names empty token files."""
+    with naming(staging):
+        sync(staging)
     if cache.exists():
         os.replace(cache, retired)
     os.replace(staging, cache)
+    sync_dir(cache.parent)
     shutil.rmtree(retired, ignore_errors=True)
 
 
