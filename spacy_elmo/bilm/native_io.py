@@ -92,7 +92,7 @@ def save_native(
         "version": VERSION,
         "config": model.config.to_dict(),
         "extra": sorted(extra),
-        "provenance": _own_reading(model) if provenance is None else provenance,
+        "provenance": reading_provenance(model) if provenance is None else provenance,
     }
     # The files are written in a temporary directory inside ``directory`` (so a killed save
     # leaves nothing beside it; the next save removes what a kill left) and moved into place.
@@ -263,10 +263,10 @@ def write_safetensors(tensors: Dict[str, torch.Tensor], path: PathLike) -> None:
 READING_PROVENANCE = ("trained_by", "lang", "tokenizer", "reading")
 
 
-def _own_reading(model: torch.nn.Module) -> Dict[str, Any]:
+def reading_provenance(model: torch.nn.Module) -> Dict[str, Any]:
     """The reading keys of ``model.provenance`` (loading set it): a loaded model saved again keeps the language,
     tokenizer and reading it was trained with, and not the facts of a training (steps, held-out scores)
-    that its weights, changed since, may no longer match."""
+    that its weights, changed since, may no longer match. A saved spaCy pipeline keeps them with its biLM."""
     own = getattr(model, "provenance", None) or {}
     return {k: own[k] for k in READING_PROVENANCE if k in own}
 
