@@ -1206,7 +1206,7 @@ class Warnings:
     )
     W_INITIAL_STATE_NOT_EXPORTED = (
         "spacy-elmo: the AllenNLP/bilm-tf weight format has no place for the fitted initial state; "
-        "{path} starts from zeros (save with BiLM.save to keep it)."
+        "{path} starts from zeros (export with --format native, or save with BiLM.save, to keep it)."
     )
     W_PROVENANCE_NOT_EXPORTED = (
         "spacy-elmo: {path} holds the weights only: the AllenNLP/bilm-tf files have no place for how the model "
