@@ -15,7 +15,7 @@ from spacy_elmo.cli import app
 from tests.cli_text import plain
 from tests.compressed import FORMATS, compressed
 
-from .conftest import TINY, write_corpus
+from .conftest import TINY, locked_by_another_process, write_corpus
 
 runner = CliRunner()
 
@@ -114,26 +114,14 @@ def test_fit_state_refuses_a_model_a_running_pretrain_holds(model, trained):
     """fit-state took no lock: it wrote its state into a model directory that a running pretrain rewrites at every
     checkpoint (lost there, or left beside weights it was not fitted to). It takes pretrain's lock on the
     directory: refused while a pretrain holds it, naming the fix; a lock of a run that ended (killed) is none."""
-    import subprocess
-    import sys
-
     pytest.importorskip("fcntl")
     before = files(model)
-    # Another process holding the lock, as a running pretrain does (flock on the directory).
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDONLY); "
-         "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(120)", str(model)],
-        stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "held"
+    with locked_by_another_process(model):  # a running pretrain; then killed
         for args in ([str(trained["train"]), "--rows", "4"], ["--clear"]):
             output = plain(clean_error(runner.invoke(app, ["fit-state", str(model), *args])))
             assert "in use by a pretrain run" in output and "Wait for the run to end" in output
             assert f"spacy-elmo export {model} NEW_DIR --format native" in output  # or a copy
         assert files(model) == before
-    finally:
-        holder.kill()  # as a SIGKILL of that run: the kernel releases its lock
-        holder.wait()
     result = runner.invoke(app, ["fit-state", str(model), str(trained["train"]), "--rows", "4"])
     assert result.exit_code == 0, result.output
     assert INITIAL_STATE_NAME in files(model)
