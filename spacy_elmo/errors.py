@@ -864,9 +864,9 @@ class Errors:
         "it, or choose a new OUTPUT_DIR."
     )
     E_OUTPUT_IN_USE = (
-        "{path} is in use by another pretrain run, still running (it holds the directory's lock): two runs in one "
-        "OUTPUT_DIR would mix their tokenized corpus, checkpoints and log. Wait for it to end, or stop it (Ctrl-C) "
-        "and rerun with --resume, or choose another OUTPUT_DIR."
+        "{path} is in use by another pretrain run (or a fit-state of the model in it), still running (it holds the "
+        "directory's lock): two runs in one OUTPUT_DIR would mix their tokenized corpus, checkpoints and log. Wait "
+        "for it to end, or stop it (Ctrl-C) and rerun with --resume, or choose another OUTPUT_DIR."
     )
     E_OUTPUT_HOLDS_ALLENNLP = (
         "{path} holds AllenNLP weights ({options}, {weights}): the model pretrain writes there (config.json, "
@@ -1016,6 +1016,12 @@ class Errors:
         "{or_rows}."
     )
     E_FIT_STATE_OR_FEWER_ROWS = ", or lower --rows to {max_rows} or fewer"
+    E_FIT_STATE_IN_USE = (
+        "{path} is in use by a pretrain run, still running (it holds the directory's lock): it rewrites the model "
+        "there at every checkpoint, over the state fit-state would write (or with it, beside other weights). Wait "
+        "for the run to end and run fit-state then, or fit the state of a copy: `spacy-elmo export {path} NEW_DIR "
+        "--format native`, then `spacy-elmo fit-state NEW_DIR TEXT_PATH`."
+    )
     E_FIT_STATE_WRITE = (
         "Could not write the initial state into {path}: {error}. The model directory must be writable: copy "
         "the model elsewhere (`spacy-elmo export {path} NEW_DIR --format native`) and fit the state there. "
@@ -1200,7 +1206,7 @@ class Warnings:
     )
     W_INITIAL_STATE_NOT_EXPORTED = (
         "spacy-elmo: the AllenNLP/bilm-tf weight format has no place for the fitted initial state; "
-        "{path} starts from zeros (save with BiLM.save to keep it)."
+        "{path} starts from zeros (export with --format native, or save with BiLM.save, to keep it)."
     )
     W_PROVENANCE_NOT_EXPORTED = (
         "spacy-elmo: {path} holds the weights only: the AllenNLP/bilm-tf files have no place for how the model "

@@ -209,3 +209,143 @@ def test_an_export_over_a_model_killed_after_any_file_operation_leaves_one_model
         assert which, f"killed after operation {n} ({done[-1]}): neither model"
         outcomes.append(which[0])
     assert "none" in outcomes and outcomes[-1] == "new" and n > 3, outcomes
+
+
+def _record_syncs(monkeypatch):
+    """Record os.fsync (the inode and kind of what it flushed) and os.replace, in order."""
+    import os
+    import stat
+
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd):
+        st = os.fstat(fd)
+        events.append(("fsync", st.st_ino, "dir" if stat.S_ISDIR(st.st_mode) else "file"))
+        real_fsync(fd)
+
+    def replace(src, dst):
+        events.append(("replace", os.stat(src).st_ino, str(dst)))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    return events
+
+
+def test_an_atomic_write_is_on_the_disk_before_its_rename_and_the_rename_after_it(tmp_path, monkeypatch):
+    """Only checkpoints were fsynced: after a power loss, a file system that commits a rename before the data
+    (ext4, XFS) could show any other file (config.json, vocab.txt, the initial state) empty or half-written,
+    and the rename itself could be lost. Now the written file is fsynced before its rename and the directory
+    after it."""
+    import os
+
+    path = tmp_path / "out.txt"
+    events = _record_syncs(monkeypatch)
+    atomic_write_text(path, "new")
+    ino, dir_ino = os.stat(path).st_ino, os.stat(tmp_path).st_ino
+    assert events == [("fsync", ino, "file"), ("replace", ino, str(path)), ("fsync", dir_ino, "dir")]
+
+
+def test_a_replaced_directory_is_on_the_disk_before_its_renames_and_they_after_them(tmp_path, monkeypatch):
+    """replace_dir's files (all the way down) and directories are fsynced before the renames that publish
+    them, and the directory that holds the new names after them: a new directory and an existing one."""
+    import os
+
+    def fill(tmp):
+        (tmp / "sub").mkdir(parents=True)
+        (tmp / "config.json").write_text("{}")
+        (tmp / "sub" / "w").write_text("1")
+
+    out = tmp_path / "out"
+    events = _record_syncs(monkeypatch)
+    replace_dir(out, fill)
+    ino = {name: os.stat(out / name).st_ino for name in ("", "sub", "config.json", "sub/w")}
+    flushed = {e[1] for e in events[:-2] if e[0] == "fsync"}
+    assert flushed == set(ino.values()) and [e[0] for e in events[:-2]] == ["fsync"] * 4
+    assert events[-2:] == [("replace", ino[""], str(out)), ("fsync", os.stat(tmp_path).st_ino, "dir")]
+
+    events.clear()
+    replace_dir(out, fill, last=("config.json",))  # an existing directory: its entries moved up into it
+    ino = {name: os.stat(out / name).st_ino for name in ("sub", "config.json", "sub/w")}
+    moves = [i for i, e in enumerate(events) if e[0] == "replace"]
+    assert [events[i][1:] for i in moves] == [(ino["sub"], str(out / "sub")), (ino["config.json"], str(out / "config.json"))]
+    assert {e[1] for e in events[: moves[0]] if e[0] == "fsync"} >= {ino["sub"], ino["config.json"], ino["sub/w"]}
+    assert events[moves[-1] + 1:] == [("fsync", os.stat(out).st_ino, "dir")]
+
+
+def test_a_directory_that_cannot_be_opened_or_fsynced_is_not_an_error(tmp_path, monkeypatch):
+    """Windows opens no directory and some file systems refuse a directory's fsync (EINVAL): the write goes
+    on, as durable as the OS makes it."""
+    import errno
+    import os
+
+    real_open, real_fsync = os.open, os.fsync
+    dirs = set()
+
+    def refusing_open(path, flags, *args):
+        if os.path.isdir(path):
+            dirs.add(str(path))
+            raise PermissionError(errno.EACCES, "a directory")
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(os, "open", refusing_open)
+    atomic_write_text(tmp_path / "a.txt", "1")
+    assert (tmp_path / "a.txt").read_text() == "1" and dirs == {str(tmp_path)}
+    monkeypatch.setattr(os, "open", real_open)
+
+    def refusing_fsync(fd):
+        import stat
+
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "no fsync of a directory here")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", refusing_fsync)
+    atomic_write_text(tmp_path / "a.txt", "2")
+    replace_dir(tmp_path / "d", lambda tmp: (tmp.mkdir(), (tmp / "x").write_text("3")))
+    assert (tmp_path / "a.txt").read_text() == "2" and (tmp_path / "d" / "x").read_text() == "3"
+
+
+def test_a_saved_model_and_a_checkpoint_are_on_the_disk_before_their_renames(tmp_path, monkeypatch):
+    """The model files (save_native moves them out of its temporary directory) and a checkpoint (which fsynced
+    itself, the one write that did) go through the same flush: each file before its rename, the directory after."""
+    import os
+
+    import torch
+
+    from spacy_elmo import BiLM, BiLMConfig
+    from spacy_elmo.training.checkpoint import save_checkpoint
+
+    config = BiLMConfig(projection_dim=4, cell_dim=6, char_embedding_dim=3, filters=[(1, 3), (2, 4)], n_highway=1)
+    model = BiLM(config, backend="reference")
+    model.set_initial_state((torch.zeros(2, 2, 4), torch.zeros(2, 2, 6)))
+    events = _record_syncs(monkeypatch)
+    model.save(tmp_path / "m")
+    save_checkpoint(tmp_path / "m", {"step": 1})
+    out = tmp_path / "m"
+    dir_ino = os.stat(out).st_ino
+    for name in ("model.safetensors", "initial_state.safetensors", "config.json", "checkpoint.pt"):
+        ino = os.stat(out / name).st_ino
+        moved = events.index(("replace", ino, str(out / name)))
+        assert ("fsync", ino, "file") in events[:moved], name
+        assert ("fsync", dir_ino, "dir") in events[moved + 1:], name
+
+
+def test_a_corpus_cache_is_on_the_disk_before_it_is_moved_into_place(tmp_path, monkeypatch):
+    """pretrain's tokenized corpus is staged in a directory renamed into place: its token files are flushed before
+    that rename (else a power loss could leave its meta.json, which marks it complete, beside empty ones)."""
+    import os
+
+    from spacy_elmo.training.trainer import _move_cache_into_place
+
+    staging, cache = tmp_path / "staging", tmp_path / "cache"
+    staging.mkdir()
+    (staging / "tokens.raw").write_bytes(b"\0" * 8)
+    (staging / "meta.json").write_text("{}")
+    events = _record_syncs(monkeypatch)
+    _move_cache_into_place(staging, cache, tmp_path / "retired")
+    ino = {name: os.stat(cache / name).st_ino for name in ("", "tokens.raw", "meta.json")}
+    moved = events.index(("replace", ino[""], str(cache)))
+    assert {e[1] for e in events[:moved] if e[0] == "fsync"} == set(ino.values())
+    assert events[moved + 1:] == [("fsync", os.stat(tmp_path).st_ino, "dir")]

@@ -342,21 +342,26 @@ def bilm_tf_refusals(config: BiLMConfig) -> List[str]:
     return reasons
 
 
+#: The tokenizer block of ``spacy.blank("en")``, which a reader of AllenNLP files (``evaluate``'s default, AllenNLP's
+#: released English models) reads their text with (tests/training/test_cli.py checks it against spaCy).
+ENGLISH_TOKENIZER = {"@tokenizers": "spacy.Tokenizer.v1"}
+
+
 def _reading_settings(provenance: dict) -> Dict[str, str]:
-    """What ``provenance`` (config.json's) records of how the model reads text, which AllenNLP files drop:
-    ``{"what": ..., "flags": ...}`` (``flags``: the options that give ``evaluate`` that reading back), or {}."""
-    lang, reading = provenance.get("lang"), provenance.get("reading")
+    """What ``provenance`` (config.json's) records of how the model reads text that AllenNLP files drop and their
+    readers would not assume: ``{"what": ..., "flags": ...}`` (``flags``: the options that give ``evaluate`` that
+    reading back), or {} for English streams read with spaCy's English tokenizer (``evaluate``'s defaults: the
+    same reading without the record), the reading of every ``pretrain`` without ``--lang`` or ``--sentences``."""
+    lang, tokenizer, reading = provenance.get("lang"), provenance.get("tokenizer"), provenance.get("reading")
     what, flags = [], []
-    if lang:
+    if lang and lang != "en":
         what.append(f"language {lang!r}")
         flags.append(f"--lang {lang}")
-    if provenance.get("tokenizer"):
+    if tokenizer and (what or tokenizer != ENGLISH_TOKENIZER):
         what.append("its tokenizer")
     if reading == "sentences":
         what.append("every sentence read alone")
         flags.append("--per-sentence")
-    elif reading:
-        what.append("text read as streams")
     if not what:
         return {}
     return {"what": ", ".join(what), "flags": " ".join(flags) or "--lang, --per-sentence"}

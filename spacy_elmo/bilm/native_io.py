@@ -25,7 +25,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from .._typing import PathLike
-from ..atomic import atomic_write, naming
+from ..atomic import atomic_write, naming, sync, sync_dir
 from ..errors import Errors
 from .config import BiLMConfig, is_int
 
@@ -92,7 +92,7 @@ def save_native(
         "version": VERSION,
         "config": model.config.to_dict(),
         "extra": sorted(extra),
-        "provenance": _own_reading(model) if provenance is None else provenance,
+        "provenance": reading_provenance(model) if provenance is None else provenance,
     }
     # The files are written in a temporary directory inside ``directory`` (so a killed save
     # leaves nothing beside it; the next save removes what a kill left) and moved into place.
@@ -108,6 +108,8 @@ def save_native(
             write_safetensors(_initial_state_tensors(state), tmp / INITIAL_STATE_NAME)
         with naming(tmp / CONFIG_NAME):
             (tmp / CONFIG_NAME).write_text(json.dumps(meta, indent=2), encoding="utf-8")
+        with naming(tmp):
+            sync(tmp)  # on the disk before the renames publish it (a power loss: not an empty config.json)
         # config.json marks a complete model: the old one goes first and the new one comes last,
         # so a save killed in between leaves an incomplete model (a clear error on load), never
         # new weights beside the old config, nor without their initial state (zeros, silently).
@@ -116,6 +118,7 @@ def save_native(
         for name in (WEIGHTS_NAME, INITIAL_STATE_NAME, CONFIG_NAME):
             if (tmp / name).exists():
                 os.replace(tmp / name, directory / name)
+        sync_dir(directory)
     finally:
         if tmp is not None:
             _remove_tree(tmp)
@@ -260,10 +263,10 @@ def write_safetensors(tensors: Dict[str, torch.Tensor], path: PathLike) -> None:
 READING_PROVENANCE = ("trained_by", "lang", "tokenizer", "reading")
 
 
-def _own_reading(model: torch.nn.Module) -> Dict[str, Any]:
+def reading_provenance(model: torch.nn.Module) -> Dict[str, Any]:
     """The reading keys of ``model.provenance`` (loading set it): a loaded model saved again keeps the language,
     tokenizer and reading it was trained with, and not the facts of a training (steps, held-out scores)
-    that its weights, changed since, may no longer match."""
+    that its weights, changed since, may no longer match. A saved spaCy pipeline keeps them with its biLM."""
     own = getattr(model, "provenance", None) or {}
     return {k: own[k] for k in READING_PROVENANCE if k in own}
 

@@ -16,7 +16,8 @@ def export(
         ..., help="Native model dir, AllenNLP weights dir, 'default', or a saved spaCy pipeline (or its component's dir)."),
     out_dir: Path = typer.Argument(..., help="Where to write."),
     format: str = typer.Option("allennlp", "--format", callback=one_of(("allennlp", "native"), Errors.E_EXPORT_FORMAT),
-                               help="allennlp (options.json + weights.hdf5) or native."),
+                               help="allennlp (options.json + weights.hdf5, as AllenNLP and bilm-tf read them; without the record of the "
+                               "training in config.json, nor a fitted initial state) or native (keeps both)."),
     component: Optional[str] = typer.Option(
         None, help="Of a saved pipeline: the component whose biLM to write, an elmo component or one given its own "
         "biLM by nlp.replace_listeners (default: the pipeline's one elmo component; a component's dir names it)."),

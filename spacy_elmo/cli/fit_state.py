@@ -1,5 +1,6 @@
 """``spacy-elmo fit-state``: fit (or clear) the initial LSTM state of a native model."""
 
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Optional
 
@@ -23,7 +24,7 @@ def fit_state(
 ) -> None:
     """Fit the state every sentence starts from (writes initial_state.safetensors).
 
-    The state is the mean carried state at sentence boundaries of running text (see docs/default-model.md). The file is replaced atomically: a killed or failed run leaves the model as it was."""
+    The state is the mean carried state at sentence boundaries of running text (see docs/default-model.md). The file is replaced atomically: a killed or failed run leaves the model as it was. A model directory that a running pretrain writes is refused (it holds the directory's lock)."""
     from ..bilm import BiLM
     from ..bilm.initial_state import WARMUP, sentences_needed
     from ..bilm.native_io import (
@@ -36,6 +37,7 @@ def fit_state(
         write_initial_state,
     )
     from ..training.data import ReadStats, replaced_bytes_so_far, tokenize_file
+    from ..training.trainer import model_dir_lock
 
     if clear and text_path is not None:
         raise typer.BadParameter(Errors.E_FIT_STATE_CLEAR_AND_TEXT.format(path=text_path))
@@ -47,32 +49,36 @@ def fit_state(
         raise typer.BadParameter(Errors.E_FIT_STATE_MAX_SENTENCES.format(
             max_sentences=max_sentences, needed=sentences_needed(rows), rows=rows, warmup=WARMUP, or_rows=or_rows))
     replaced = 0
-    try:
-        path = model_path(model_dir)  # clear errors for a missing path or a file
-        if path.resolve() == DEFAULT_MODEL_DIR:
-            raise ValueError(Errors.E_FIT_STATE_BUNDLED.format(model=model_dir, path=DEFAULT_MODEL_DIR))
-        if allennlp_files_of(path) is not None:  # an error too when native and AllenNLP files share it
-            raise ValueError(Errors.E_FIT_STATE_ALLENNLP.format(path=path))
-        meta = read_meta(path)  # a native directory: AllenNLP files have no place for the state
-        bilm = model_from_native(BiLM, path, meta, load_tensors(path))
-        if clear:
-            bilm.set_initial_state(None)
-        else:
-            assert text_path is not None  # refused above without --clear
-            lang = lang or (meta.get("provenance") or {}).get("lang", "en")
-            stats = ReadStats()
-            before = replaced_bytes_so_far()  # the reading stops early: stats count whole files only
-            sentences = tokenize_file(text_path, lang, stats, progress, limit=max_sentences)
-            replaced = replaced_bytes_so_far() - before
-            if not sentences:
-                raise ValueError(Errors.E_FIT_STATE_EMPTY_TEXT.format(path=text_path, n_files=stats.n_files, n_binary=stats.n_binary))
-            bilm.fit_initial_state(sentences, rows=rows, progress=progress)
-    except (ValueError, OSError) as err:
-        fail(str(err))
-    try:
-        write_initial_state(bilm.initial_state, path)
-    except OSError as err:
-        fail(Errors.E_FIT_STATE_WRITE.format(path=path, error=err))
+    with ExitStack() as held:
+        try:
+            path = model_path(model_dir)  # clear errors for a missing path or a file
+            if path.resolve() == DEFAULT_MODEL_DIR:
+                raise ValueError(Errors.E_FIT_STATE_BUNDLED.format(model=model_dir, path=DEFAULT_MODEL_DIR))
+            if allennlp_files_of(path) is not None:  # an error too when native and AllenNLP files share it
+                raise ValueError(Errors.E_FIT_STATE_ALLENNLP.format(path=path))
+            # From the read of the model to the write of its state: a pretrain running there rewrites the model at
+            # every checkpoint (the state written would be lost, or land beside weights it was not fitted to).
+            held.enter_context(model_dir_lock(path))
+            meta = read_meta(path)  # a native directory: AllenNLP files have no place for the state
+            bilm = model_from_native(BiLM, path, meta, load_tensors(path))
+            if clear:
+                bilm.set_initial_state(None)
+            else:
+                assert text_path is not None  # refused above without --clear
+                lang = lang or (meta.get("provenance") or {}).get("lang", "en")
+                stats = ReadStats()
+                before = replaced_bytes_so_far()  # the reading stops early: stats count whole files only
+                sentences = tokenize_file(text_path, lang, stats, progress, limit=max_sentences)
+                replaced = replaced_bytes_so_far() - before
+                if not sentences:
+                    raise ValueError(Errors.E_FIT_STATE_EMPTY_TEXT.format(path=text_path, n_files=stats.n_files, n_binary=stats.n_binary))
+                bilm.fit_initial_state(sentences, rows=rows, progress=progress)
+        except (ValueError, OSError) as err:
+            fail(str(err))
+        try:
+            write_initial_state(bilm.initial_state, path)
+        except OSError as err:
+            fail(Errors.E_FIT_STATE_WRITE.format(path=path, error=err))
     if clear:
         typer.echo(f"cleared the initial state of {model_dir}")
         return

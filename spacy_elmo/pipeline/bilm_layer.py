@@ -23,6 +23,7 @@ from thinc.util import convert_recursive, is_xp_array
 
 from ..bilm import BiLM, BiLMConfig
 from ..bilm.config import is_int
+from ..bilm.native_io import reading_provenance
 from ..errors import Errors
 from ..ops import BACKENDS
 from .batching import Piece, group_pieces, make_pieces, word_positions
@@ -382,7 +383,9 @@ def _serialize_runner(runner: ElmoRunner) -> bytes:
         return srsly.msgpack_dumps({"config": None})
     state = {k: _compact(v.detach().cpu().contiguous()) for k, v in runner.bilm.state_dict().items()}
     return srsly.msgpack_dumps(
-        {"config": runner.bilm.config.to_dict(), "source": getattr(runner, "source", ""), "weights": st_save(state)}
+        {"config": runner.bilm.config.to_dict(), "source": getattr(runner, "source", ""), "weights": st_save(state),
+         # how the biLM reads text (pretrain's language and tokenizer): export writes it, the language check reads it
+         "provenance": reading_provenance(runner.bilm)}
     )
 
 
@@ -393,6 +396,8 @@ def _deserialize_runner(runner: ElmoRunner, data: bytes, device: torch.device) -
     backend = getattr(runner, "backend_name", "auto")
     bilm = BiLM(BiLMConfig.from_dict(msg["config"]), backend=backend)
     bilm.load_state_dict(st_load(msg["weights"]))
+    provenance = msg.get("provenance")  # absent in pipelines saved before it was kept
+    bilm.provenance = dict(provenance) if isinstance(provenance, dict) else {}
     staged = _STAGED.get(runner)
     if staged is not None:  # a checked load (weights_checked): its caller sets them
         staged.check(bilm, msg.get("source", ""))

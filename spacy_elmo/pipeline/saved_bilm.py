@@ -6,6 +6,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from thinc.api import Model
 
 from ..bilm import BiLM
+from ..bilm.native_io import reading_provenance
 from ..errors import Errors
 from ..training.data import tokenizer_settings
 from .bilm_layer import get_bilm, get_runner
@@ -16,9 +17,10 @@ def pipeline_bilm(pipeline: Path, component: Optional[str] = None) -> Tuple[BiLM
     """``(biLM, component name)`` of the saved pipeline ``pipeline``: the biLM of its ``component``, an elmo
     component or one that ``nlp.replace_listeners`` gave its own copy (None: the pipeline's one elmo component),
     on the CPU in eval mode, with the weights saved there (fine-tuned ones included). Its ``provenance`` says
-    where it came from and how the pipeline reads text (``lang``, ``tokenizer``). ValueError naming the
-    components that hold a biLM when ``component`` holds none, or when it is None and the pipeline has no elmo
-    component or several."""
+    where it came from and how the pipeline reads text (``lang``, ``tokenizer``), with what the biLM's own said of
+    its training (``trained_by``, ``reading``; the ``elmo`` component checks a pipeline's language against a
+    pretrained model's). ValueError naming the components that hold a biLM when ``component`` holds none, or
+    when it is None and the pipeline has no elmo component or several."""
     import spacy
 
     nlp = spacy.load(pipeline)
@@ -39,6 +41,7 @@ def pipeline_bilm(pipeline: Path, component: Optional[str] = None) -> Tuple[BiLM
     assert bilm is not None  # _bilm_nodes keeps loaded ones only
     bilm = bilm.cpu().eval()
     bilm.provenance = {
+        **reading_provenance(bilm),  # the biLM's own (trained_by, reading), which the pipeline saved with it
         "exported_from": str(Path(pipeline).resolve()),
         "component": component,
         "frozen": _frozen(nlp.get_pipe(component)),

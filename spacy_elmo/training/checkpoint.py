@@ -5,7 +5,6 @@ optimizer state, the step, and per rank the RNG states (dropout, sampler) and
 the carried LSTM states. Loaded with ``weights_only=True`` (no arbitrary pickle).
 """
 
-import os
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
@@ -48,7 +47,8 @@ def restore_rank_state(state: Dict[str, Any], sampler_rng: torch.Generator, devi
 
 
 def save_checkpoint(output_dir: PathLike, payload: Dict[str, Any]) -> None:
-    """Write ``checkpoint.pt`` atomically: a kill leaves the old or the new file, never half.
+    """Write ``checkpoint.pt`` atomically: a kill (or a power loss: :func:`~spacy_elmo.atomic.atomic_write` flushes it
+    to the disk) leaves the old or the new file, never half.
     An exception (Ctrl-C) removes the temporary file; :func:`remove_leftovers` removes what a SIGKILL left."""
 
     def write(tmp: Path) -> None:
@@ -64,8 +64,6 @@ def save_checkpoint(output_dir: PathLike, payload: Dict[str, Any]) -> None:
                 if isinstance(err.__context__, OSError):
                     raise err.__context__ from None
                 raise
-            f.flush()
-            os.fsync(f.fileno())
 
     atomic_write(checkpoint_path(output_dir), write)
 

@@ -25,13 +25,13 @@ from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import asdict, dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Union
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Union
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..atomic import atomic_write_text, naming, remove_leftovers
+from ..atomic import atomic_write_text, naming, remove_leftovers, sync, sync_dir
 from ..bilm import BiLM, BiLMConfig
 from ..bilm.initial_state import boundary_state_mean
 from ..bilm.lstm import LstmState
@@ -489,10 +489,14 @@ def _warn_heldout_in_training(heldout: str, train_path: str) -> None:
 
 
 def _move_cache_into_place(staging: Path, cache: Path, retired: Path) -> None:
-    """Replace the corpus cache ``cache`` by ``staging`` (the old one goes through ``retired``)."""
+    """Replace the corpus cache ``cache`` by ``staging`` (the old one goes through ``retired``), flushed to the
+    disk first: after a power loss, its meta.json (which marks it complete) never names empty token files."""
+    with naming(staging):
+        sync(staging)
     if cache.exists():
         os.replace(cache, retired)
     os.replace(staging, cache)
+    sync_dir(cache.parent)
     shutil.rmtree(retired, ignore_errors=True)
 
 
@@ -647,11 +651,8 @@ def _output_dir_lock(out: Path):
     out.mkdir(parents=True, exist_ok=True)
     fd = os.open(out, os.O_RDONLY)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise FileExistsError(Errors.E_OUTPUT_IN_USE.format(path=out)) from None
-        except OSError as err:  # a file system without flock (some network mounts): not locked
+        err = _lock(fd, out, Errors.E_OUTPUT_IN_USE)
+        if err is not None:  # a file system without flock (some network mounts): not locked
             warnings.warn(Warnings.W_OUTPUT_NOT_LOCKED.format(path=out, error=err), RuntimeWarning, stacklevel=2)
         try:
             yield
@@ -662,6 +663,37 @@ def _output_dir_lock(out: Path):
             raise
     finally:
         os.close(fd)  # releases the lock
+
+
+@contextmanager
+def model_dir_lock(directory: Path) -> Iterator[None]:
+    """pretrain's lock on OUTPUT_DIR (:func:`_output_dir_lock`), held by a command that rewrites a file of the model
+    in ``directory`` (``fit-state``): FileExistsError (:data:`~spacy_elmo.errors.Errors.E_FIT_STATE_IN_USE`) while
+    a pretrain runs there, which rewrites the model at every checkpoint; a pretrain started meanwhile is refused.
+    A lock left by a process that ended (even by SIGKILL) is none: the kernel released it. Not locked where
+    there is no flock (Windows, some network file systems)."""
+    if fcntl is None:
+        yield
+        return
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        _lock(fd, directory, Errors.E_FIT_STATE_IN_USE)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _lock(fd: int, directory: Path, in_use: str) -> Optional[OSError]:
+    """Take an exclusive ``flock`` on ``fd`` (the directory ``directory``) without waiting: FileExistsError
+    ``in_use`` when another process holds it; the OSError of a file system without flock, which locks nothing
+    (None: locked)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise FileExistsError(in_use.format(path=directory)) from None
+    except OSError as err:
+        return err
+    return None
 
 
 def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], held: ExitStack) -> Dict[str, Any]:

@@ -64,6 +64,41 @@ def test_export_writes_the_fine_tuned_biLM_of_a_saved_pipeline(nlp, tiny_dir, tm
         assert meta["provenance"]["weights_source"] == str(tiny_dir)
 
 
+def test_an_exported_pipeline_biLM_keeps_how_it_was_pretrained_and_the_language_check_fires(tiny_dir, tmp_path):
+    """The pipeline saved no provenance with its biLM, so an export of it recorded no ``trained_by``: loaded into a
+    pipeline of another language, the elmo component's language check (which checks pretrained models only) said
+    nothing. The pipeline now keeps its biLM's reading provenance, and export writes it."""
+    import warnings
+
+    from spacy_elmo.training.data import tokenizer_settings
+
+    pretrained = tmp_path / "pretrained"
+    reading = {"trained_by": "spacy-elmo pretrain", "lang": "en", "tokenizer": tokenizer_settings(spacy.blank("en")),
+               "reading": "streams"}
+    BiLM.load(tiny_dir).save(pretrained, provenance={**reading, "steps": 7})
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(pretrained)})
+    nlp("warm up")
+    nlp.to_disk(tmp_path / "trained")
+    result = export(tmp_path / "trained", tmp_path / "out", "--format", "native")
+    assert result.exit_code == 0, result.output
+    provenance = json.loads((tmp_path / "out" / "config.json").read_text())["provenance"]
+    assert {key: provenance.get(key) for key in reading} == reading and "steps" not in provenance
+    assert provenance["exported_from"] == str((tmp_path / "trained").resolve())
+
+    def warned(lang):
+        other = spacy.blank(lang)
+        other.add_pipe("elmo", config={"weights": str(tmp_path / "out")})
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            other("Tee bitte")
+        return [str(w.message) for w in caught if "pretrained on the tokens" in str(w.message)]
+
+    (message,) = warned("de")
+    assert "spaCy's 'en' tokenizer" in message and "this pipeline is 'de'" in message
+    assert warned("en") == []
+
+
 def test_export_writes_the_copy_that_replace_listeners_gave_a_component(tiny_dir, tmp_path):
     """A component given its own biLM by nlp.replace_listeners (the elmo component then removed): export names it
     as the one to choose, and --component writes that copy, with its own weights."""

@@ -121,6 +121,33 @@ def test_nlp_to_disk_and_bytes(nlp, tmp_path):
     numpy.testing.assert_array_equal(fresh("I went to the bank .")._.elmo, doc._.elmo)
 
 
+def test_a_saved_pipeline_keeps_how_its_biLM_reads_text(tiny_dir, tmp_path):
+    """The biLM's reading provenance (pretrain's language and tokenizer) goes with the pipeline's bytes, not the
+    facts of its training (steps); a pipeline saved before it was kept loads with none."""
+    import srsly
+
+    reading = {"trained_by": "spacy-elmo pretrain", "lang": "en", "reading": "streams"}
+    BiLM.load(tiny_dir).save(tmp_path / "pretrained", provenance={**reading, "steps": 3})
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tmp_path / "pretrained")})
+    nlp("warm up")
+    fresh = spacy.blank("en")
+    fresh.add_pipe("elmo")
+    fresh.from_bytes(nlp.to_bytes())
+    assert get_bilm(fresh.get_pipe("elmo").model).provenance == reading
+    data = srsly.msgpack_loads(nlp.get_pipe("elmo").model.to_bytes())
+    for node in data["shims"]:
+        for i, shim in enumerate(node):
+            outer = srsly.msgpack_loads(shim)
+            state = srsly.msgpack_loads(outer["state"])
+            del state["provenance"]  # as an older pipeline saved it
+            node[i] = srsly.msgpack_dumps({**outer, "state": srsly.msgpack_dumps(state)})
+    older = spacy.blank("en")
+    older.add_pipe("elmo")
+    older.get_pipe("elmo").model.from_bytes(srsly.msgpack_dumps(data))
+    assert get_bilm(older.get_pipe("elmo").model).provenance == {}
+
+
 def test_saved_before_first_use_needs_no_weight_files(tiny_dir, tmp_path, monkeypatch):
     """to_disk / to_bytes before the first call store the weights, not their (relative) path."""
     shutil.copytree(tiny_dir, tmp_path / "weights")

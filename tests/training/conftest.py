@@ -2,6 +2,9 @@
 
 import json
 import random
+import subprocess
+import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -62,6 +65,22 @@ def tiny_pretrain_args(tmp_path, out, *extra, max_steps=3):
     args = ["pretrain", str(train), str(out), "--options", str(options), "--max-steps", str(max_steps), "--batch-size", "4",
             *windows, "--negatives", "8", "--threads", "1", "--backend", "reference", "--no-progress", *extra]
     return args, train, options
+
+
+@contextmanager
+def locked_by_another_process(directory: Path):
+    """Within: another process holds the lock on ``directory``, as a running pretrain does (flock on the directory
+    itself); killed on leaving, as by a SIGKILL of that run (the kernel releases its lock). POSIX only."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDONLY); "
+         "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(120)", str(directory)],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        yield
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 def tiny_train_config(train_path, output_dir, **overrides):

@@ -2,6 +2,7 @@
 
 import json
 import re
+import warnings
 
 import pytest
 import torch
@@ -160,9 +161,45 @@ def test_evaluate_reads_text_the_way_the_model_was_trained(tmp_path):
         assert runner.invoke(app, ["export", str(out), str(allen)]).exit_code == 0
     (said,) = [str(w.message) for w in caught if "holds the weights only" in str(w.message)]
     flags = re.search(r"unless told \(([^)]*)\)", said).group(1).split()
-    assert flags == ["--lang", "en", "--per-sentence"], said
+    assert flags == ["--per-sentence"], said  # English, evaluate's default: no --lang to give
     told = runner.invoke(app, ["evaluate", str(allen), str(held), "--json", *flags])
     assert json.loads(told.output.strip().splitlines()[-1]) == modes[""]
+
+
+def test_an_allennlp_export_warns_only_of_a_reading_its_readers_would_not_assume(tmp_path):
+    """The export of every pretrain model warned that AllenNLP files drop how it reads text, also of an English
+    stream model, which evaluate's defaults (English, spaCy's English tokenizer, one stream) read the same way
+    without the record: noise, naming `--lang en`, the default. It warns where a reader would read the text
+    otherwise (another language or tokenizer, sentences), naming what and the options that give it back."""
+    import spacy
+
+    from spacy_elmo.bilm.allennlp_io import ENGLISH_TOKENIZER
+    from spacy_elmo.training.data import tokenizer_settings
+
+    assert ENGLISH_TOKENIZER == tokenizer_settings(spacy.blank("en"))
+    result, _, _, _, out = pretrain_tiny(tmp_path, max_steps=1)
+    assert result.exit_code == 0, result.output
+    provenance = json.loads((out / "config.json").read_text())["provenance"]
+    assert provenance["lang"] == "en" and provenance["reading"] == "streams" and provenance["tokenizer"]
+
+    def said(model):
+        allen = tmp_path / "allen"
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            result = runner.invoke(app, ["export", str(model), str(allen), "--overwrite"])
+        assert result.exit_code == 0, result.output
+        return [str(w.message) for w in caught if "holds the weights only" in str(w.message)]
+
+    assert said(out) == []
+    model = BiLM.load(out)
+    for changed, what, flags in (
+        ({"lang": "de", "tokenizer": {"@tokenizers": "spacy.Tokenizer.v1"}}, "language 'de', its tokenizer", "--lang de"),
+        ({"tokenizer": {"@tokenizers": "spacy.Tokenizer.v1", "custom": 1}}, "its tokenizer", "--lang, --per-sentence"),
+    ):
+        model.save(tmp_path / "other", provenance={**provenance, **changed})
+        (message,) = said(tmp_path / "other")
+        assert f"how the model was trained ({what})" in message and f"unless told ({flags})" in message
+        assert "Export with --format native" in message
 
 
 def test_evaluate_warns_when_most_words_are_outside_the_vocabulary(tmp_path, recwarn):

@@ -15,7 +15,7 @@ from spacy_elmo.cli import app
 from tests.cli_text import plain
 from tests.compressed import FORMATS, compressed
 
-from .conftest import TINY, write_corpus
+from .conftest import TINY, locked_by_another_process, write_corpus
 
 runner = CliRunner()
 
@@ -108,6 +108,46 @@ def test_fit_state_needs_a_native_model_dir(trained, model, tmp_path):
     output = clean_error(runner.invoke(app, ["fit-state", str(model), str(trained["train"]), "--rows", "4"]))
     assert "holds two models" in output
     assert files(model) == before
+
+
+def test_fit_state_refuses_a_model_a_running_pretrain_holds(model, trained):
+    """fit-state took no lock: it wrote its state into a model directory that a running pretrain rewrites at every
+    checkpoint (lost there, or left beside weights it was not fitted to). It takes pretrain's lock on the
+    directory: refused while a pretrain holds it, naming the fix; a lock of a run that ended (killed) is none."""
+    pytest.importorskip("fcntl")
+    before = files(model)
+    with locked_by_another_process(model):  # a running pretrain; then killed
+        for args in ([str(trained["train"]), "--rows", "4"], ["--clear"]):
+            output = plain(clean_error(runner.invoke(app, ["fit-state", str(model), *args])))
+            assert "in use by a pretrain run" in output and "Wait for the run to end" in output
+            assert f"spacy-elmo export {model} NEW_DIR --format native" in output  # or a copy
+        assert files(model) == before
+    result = runner.invoke(app, ["fit-state", str(model), str(trained["train"]), "--rows", "4"])
+    assert result.exit_code == 0, result.output
+    assert INITIAL_STATE_NAME in files(model)
+
+
+def test_a_pretrain_into_a_model_that_fit_state_is_writing_is_refused(model, trained, monkeypatch):
+    """fit-state holds the lock from its read of the model to its write: a pretrain --resume started meanwhile
+    (which would rewrite the model) is refused, naming fit-state."""
+    from spacy_elmo.training import data, trainer
+
+    pytest.importorskip("fcntl")
+    real, refused = data.tokenize_file, []
+
+    def tokenize_while_pretrain_starts(*args, **kwargs):
+        with pytest.raises(FileExistsError, match="or a fit-state of the model in it") as err:
+            with trainer._output_dir_lock(model):
+                pass
+        refused.append(err.value)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(data, "tokenize_file", tokenize_while_pretrain_starts)
+    result = runner.invoke(app, ["fit-state", str(model), str(trained["train"]), "--rows", "4"])
+    assert result.exit_code == 0, result.output
+    assert len(refused) == 1
+    with trainer._output_dir_lock(model):  # released at the end
+        pass
 
 
 @pytest.mark.parametrize("option, value", [("--max-sentences", "0"), ("--max-sentences", "-1"), ("--rows", "0")])

@@ -19,7 +19,7 @@ from spacy_elmo.training.data import build_corpus
 from spacy_elmo.training.trainer import read_log, train
 from tests.cli_text import plain
 
-from .conftest import tiny_pretrain_args, tiny_train_config, write_corpus
+from .conftest import locked_by_another_process, tiny_pretrain_args, tiny_train_config, write_corpus
 
 runner = CliRunner()
 
@@ -229,9 +229,6 @@ def test_a_second_run_into_an_output_dir_in_use_is_refused(tmp_path):
     "[Errno 2] ... tokens.raw". The running one holds a lock on the directory: the second is refused and
     changes nothing, not even the running one's cache being staged (a resume building a new one, which the
     refused run deleted); once the first ends, even killed, the directory is free."""
-    import subprocess
-    import sys
-
     from spacy_elmo.training.trainer import STAGING_NAME
 
     pytest.importorskip("fcntl")
@@ -241,19 +238,10 @@ def test_a_second_run_into_an_output_dir_in_use_is_refused(tmp_path):
     (out / STAGING_NAME).mkdir()  # the running run's cache in the making
     (out / STAGING_NAME / "tokens.raw").write_bytes(b"\0" * 1000)
     before = _snapshot(out)
-    # Another process holding the lock, as a running pretrain does (flock on the directory).
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDONLY); "
-         "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(120)", str(out)],
-        stdout=subprocess.PIPE, text=True)
-    try:
-        assert holder.stdout.readline().strip() == "held"
+    with locked_by_another_process(out):  # a running pretrain; then killed
         with pytest.raises(FileExistsError, match="in use by another pretrain run"):
             train(tiny_train_config(train_file, out, max_steps=4, checkpoint_every=2, resume=True))
         assert _snapshot(out) == before
-    finally:
-        holder.kill()  # as a SIGKILL of that run: the kernel releases its lock
-        holder.wait()
     assert train(tiny_train_config(train_file, out, max_steps=4, checkpoint_every=2, resume=True))["steps"] == 4
 
 
