@@ -17,9 +17,9 @@ def pipeline_bilm(pipeline: Path, component: Optional[str] = None) -> Tuple[BiLM
     """``(biLM, component name)`` of the saved pipeline ``pipeline``: the biLM of its ``component``, an elmo
     component or one that ``nlp.replace_listeners`` gave its own copy (None: the pipeline's one elmo component),
     on the CPU in eval mode, with the weights saved there (fine-tuned ones included). Its ``provenance`` says
-    where it came from and how the pipeline reads text (``lang``, ``tokenizer``), with what the biLM's own said of
-    its training (``trained_by``, ``reading``; the ``elmo`` component checks a pipeline's language against a
-    pretrained model's). ValueError naming the components that hold a biLM when ``component`` holds none, or
+    where it came from and how the pipeline reads text (``lang``, ``tokenizer``), overridden by what the biLM's own
+    said of its training where it said it (``trained_by``, ``lang``, ``tokenizer``, ``reading``; the ``elmo``
+    component checks a pipeline's language against a pretrained model's). ValueError naming the components that hold a biLM when ``component`` holds none, or
     when it is None and the pipeline has no elmo component or several."""
     import spacy
 
@@ -41,13 +41,16 @@ def pipeline_bilm(pipeline: Path, component: Optional[str] = None) -> Tuple[BiLM
     assert bilm is not None  # _bilm_nodes keeps loaded ones only
     bilm = bilm.cpu().eval()
     bilm.provenance = {
-        **reading_provenance(bilm),  # the biLM's own (trained_by, reading), which the pipeline saved with it
         "exported_from": str(Path(pipeline).resolve()),
         "component": component,
         "frozen": _frozen(nlp.get_pipe(component)),
         "weights_source": getattr(get_runner(node), "source", "") or "",
         "lang": nlp.lang,
         "tokenizer": tokenizer_settings(nlp),
+        # The biLM's own reading (trained_by, and the lang and tokenizer pretrain read its text with), which the
+        # pipeline saved with it, wins over the pipeline's: a model pretrained on German and put in an English
+        # pipeline still knows German tokens, and the component's language check must go on saying so.
+        **reading_provenance(bilm),
     }
     return bilm, component
 

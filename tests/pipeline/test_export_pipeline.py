@@ -99,6 +99,28 @@ def test_an_exported_pipeline_biLM_keeps_how_it_was_pretrained_and_the_language_
     assert warned("en") == []
 
 
+def test_an_exported_pipeline_biLM_keeps_the_language_it_was_pretrained_on(tiny_dir, tmp_path):
+    """A biLM pretrained on German text in an English pipeline: the export says German, the language pretrain read
+    (the pipeline's would hide the mismatch from every pipeline that loads the export)."""
+    import warnings
+
+    from spacy_elmo.training.data import tokenizer_settings
+
+    german = {"trained_by": "spacy-elmo pretrain", "lang": "de", "tokenizer": tokenizer_settings(spacy.blank("de")),
+              "reading": "streams"}
+    BiLM.load(tiny_dir).save(tmp_path / "pretrained", provenance=german)
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tmp_path / "pretrained")})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the component's own warning of the mismatch
+        nlp("warm up")
+    nlp.to_disk(tmp_path / "trained")
+    result = export(tmp_path / "trained", tmp_path / "out", "--format", "native")
+    assert result.exit_code == 0, result.output
+    provenance = json.loads((tmp_path / "out" / "config.json").read_text())["provenance"]
+    assert {key: provenance.get(key) for key in german} == german
+
+
 def test_export_writes_the_copy_that_replace_listeners_gave_a_component(tiny_dir, tmp_path):
     """A component given its own biLM by nlp.replace_listeners (the elmo component then removed): export names it
     as the one to choose, and --component writes that copy, with its own weights."""
