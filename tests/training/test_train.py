@@ -314,6 +314,7 @@ RESUME_MISMATCHES = {
     "--sentences added": ("scratch", dict(sentences=True), r"streams \(no --sentences\), but this run uses --sentences"),
     "--sentences left out": ("sentences", dict(sentences=False), r"--sentences --max-length 100, but this run uses streams"),
     "--max-length": ("sentences", dict(max_length=50), r"--max-length 100, but this run uses --sentences --max-length 50"),
+    "--length-pool": ("sentences", dict(length_pool=4), r"--length-pool 1, but this run uses --length-pool 4"),
     "--init added": ("scratch", dict(init="BASE"), r"trained from scratch \(started without --init\), but this --resume adds --init"),
     "--init left out": ("tuned", dict(init=None), r"leaves --init out: its vocabulary would come from the corpus"),
     "--new-vocab added": ("tuned", dict(new_vocab=True), r"without --new-vocab\), but this --resume adds --new-vocab"),
@@ -634,6 +635,39 @@ def test_sentences_run_resumes_whatever_unroll_its_checkpoint_recorded(tmp_path)
     payload["settings"]["unroll"] = 5  # as written by a `--sentences --unroll 5` run of an older version
     ckpt.save_checkpoint(out, payload)
     assert train(tiny_train_config(train_file, out, max_steps=4, resume=True, **mode))["steps"] == 4
+
+
+def _losses(out):
+    return [e["loss"] for e in read_log(out) if "loss" in e]
+
+
+def test_a_sentence_resume_keeps_the_length_pool_of_its_checkpoint(tmp_path):
+    """--length-pool left out: 1 for a new run, the checkpoint's on --resume, which continues exactly; a
+    checkpoint written before the option (no record) was sorted in pools of 50 and resumes so, and another
+    --length-pool on its resume is refused as any changed option is."""
+    from spacy_elmo.training import checkpoint as ckpt
+    from spacy_elmo.training.sentences import UNRECORDED_POOL
+
+    train_file = write_corpus(tmp_path / "train.txt", 300)
+    mode = dict(sentences=True, max_length=7, checkpoint_every=2, log_every=1)
+    default = tmp_path / "default"
+    train(tiny_train_config(train_file, default, max_steps=2, **mode))
+    assert ckpt.load_checkpoint(default)["settings"]["length_pool"] == 1
+    assert next(e for e in read_log(default) if e.get("event") == "start")["config"]["length_pool"] == 1
+    for pool in (4, UNRECORDED_POOL):
+        straight, resumed = tmp_path / f"straight{pool}", tmp_path / f"resumed{pool}"
+        train(tiny_train_config(train_file, straight, max_steps=4, length_pool=pool, **mode))
+        train(tiny_train_config(train_file, resumed, max_steps=2, length_pool=pool, **mode))
+        if pool == UNRECORDED_POOL:  # as an older version wrote it
+            payload = ckpt.load_checkpoint(resumed)
+            del payload["settings"]["length_pool"]
+            ckpt.save_checkpoint(resumed, payload)
+            with pytest.raises(ValueError, match="--length-pool 50, but this run uses --length-pool 1"):
+                train(tiny_train_config(train_file, resumed, max_steps=4, length_pool=1, resume=True, **mode))
+        train(tiny_train_config(train_file, resumed, max_steps=4, resume=True, **mode))
+        assert ckpt.load_checkpoint(resumed)["settings"]["length_pool"] == pool
+        np.testing.assert_allclose(_losses(resumed), _losses(straight), rtol=1e-6, atol=1e-7)
+    assert not np.allclose(_losses(tmp_path / "straight4")[:2], _losses(default))  # the pool changes the batches
 
 
 def test_vocabulary_options_unused_by_init_warn(tmp_path):
