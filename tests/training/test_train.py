@@ -528,6 +528,74 @@ def test_per_sentence_evaluation_bounds_the_padded_tokens_of_a_call(monkeypatch)
         assert batched[key] == pytest.approx(alone[key], abs=1e-5)
 
 
+def test_stream_rows_start_at_the_sentence_start_nearest_each_cut():
+    """Oracle: each multiple of ceil(targets / batch_size) (below the targets) moved to its nearest sentence
+    start by brute force, the left one on a tie; 0 first, no row twice, at most batch_size rows."""
+    from spacy_elmo.training.evaluate import stream_row_starts
+
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        lengths = rng.integers(3, 40, size=int(rng.integers(1, 30)))
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+        n = int(lengths.sum())
+        batch = int(rng.integers(1, 70))
+        seg = -(-(n - 1) // batch)
+        want = {0}
+        for k in range(1, batch):
+            if k * seg < n - 1:
+                want.add(min(starts.tolist(), key=lambda s: (abs(s - k * seg), s)))
+        got = stream_row_starts(starts, n, batch)
+        assert got.tolist() == sorted(want) and len(got) <= batch
+
+
+def test_stream_evaluation_starts_every_row_at_a_sentence(monkeypatch):
+    """evaluate --stream cut the stream into rows of ceil(targets / batch_size) tokens, each read from
+    the zero state mid-sentence, so the result moved with --batch-size (the bundled model on 62 lines:
+    211.04 at 1 row, 225.13 at 128). Every forward row now starts at an <S>, every backward row at an </S>. Oracle for the sums: the
+    same sentence three times, 4 rows asked: each row is one sentence from the zero state, so the stream's
+    NLL is three per-sentence readings (evaluated independently, per_sentence=True) plus two boundary
+    targets per direction (the next row's first token, read with the row's state), and two sentences
+    (2 rows) give the boundary's value."""
+    from spacy_elmo import BiLMConfig
+    from spacy_elmo.training import evaluate as ev
+    from spacy_elmo.training.lm import BidirectionalLM
+    from spacy_elmo.training.softmax import SoftmaxLayer
+    from spacy_elmo.training.vocab import BOS, EOS, Vocab
+
+    torch.manual_seed(0)
+    words = ["the", "cat", "sees", "a", "dog", "."]
+    vocab = Vocab(["<S>", "</S>", "<UNK>", *words])
+    lm = BidirectionalLM(BiLM(BiLMConfig(**TINY), backend="reference"), SoftmaxLayer(vocab.size, TINY["projection_dim"]))
+    rng = random.Random(0)
+    firsts = []
+    encode = ev.encode_batch
+
+    def spy(fwd, bwd, table):
+        firsts.append((fwd[:, 0].tolist(), bwd[:, 0].tolist()))
+        return encode(fwd, bwd, table)
+
+    monkeypatch.setattr(ev, "encode_batch", spy)
+    mixed = [[rng.choice(words) for _ in range(rng.randint(3, 9))] for _ in range(40)]
+    result = ev.evaluate_sentences(lm, vocab, mixed, batch_size=8, unroll=5)
+    fwd, bwd = firsts[0]
+    assert len(fwd) == 8 and set(fwd) == {BOS} and set(bwd) == {EOS}
+    assert result["n_targets"] == sum(len(s) + 2 for s in mixed) - 1
+
+    one = ["the", "cat", "sees", "a", "dog", "."]
+    alone = ev.evaluate_sentences(lm, vocab, [one], per_sentence=True)
+    totals = {}
+    for n, rows in ((2, 2), (3, 4)):
+        firsts.clear()
+        res = ev.evaluate_sentences(lm, vocab, [one] * n, batch_size=rows, unroll=3)
+        assert firsts[0] == ([BOS] * n, [EOS] * n)
+        assert res["n_targets"] == n * (len(one) + 2) - 1
+        totals[n] = {d: res[f"loss_{d}"] * res["n_targets"] for d in ("forward", "backward")}
+    for d in ("forward", "backward"):
+        per_sentence = alone[f"loss_{d}"] * alone["n_targets"]
+        boundary = totals[2][d] - 2 * per_sentence
+        assert totals[3][d] == pytest.approx(3 * per_sentence + 2 * boundary, rel=1e-5)
+
+
 def test_resume_after_a_kill_inside_a_log_line(tmp_path):
     """A run killed while appending to train_log.jsonl leaves half a line; the resume drops it
     (its step is redone) and the log ends as a straight run's."""
