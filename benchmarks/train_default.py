@@ -85,6 +85,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="train and select on whole sentences from the start state (what the elmo component reads); "
                    "held-out perplexity per sentence")
     p.add_argument("--max-length", type=int, default=100, help="with --sentences: longest piece of a sentence")
+    p.add_argument("--length-pool", type=int, default=None,
+                   help="with --sentences: pretrain --length-pool (default pretrain's, 1: random batches; the shipped "
+                   "model was trained in pools of 50, the only behaviour then)")
     p.add_argument("--chunk-steps", type=int, default=2000, help="steps between held-out evaluations (default 2000)")
     p.add_argument("--patience", type=int, default=2, help="chunks without improvement before stopping (default 2)")
     p.add_argument("--min-improvement", type=float, default=0.005, help="relative perplexity drop that counts (default 0.5%%)")
@@ -171,6 +174,8 @@ def pretrain_chunk(args, train: Path, heldout: Path, target: int, resume: bool) 
         cmd += ["--options", str(args.options)] if args.options else ["--preset", args.preset]
     if args.sentences:  # (pretrain refuses --unroll with --sentences, --max-length without)
         cmd += ["--sentences", "--max-length", str(args.max_length)]
+        if args.length_pool is not None:  # not in recipe.json: pretrain's --resume keeps its checkpoint's, or refuses
+            cmd += ["--length-pool", str(args.length_pool)]
     else:
         cmd += ["--unroll", str(args.unroll)]
     if args.lr is not None:

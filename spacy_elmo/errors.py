@@ -832,6 +832,10 @@ class Errors:
         "--max-length {value} only applies with --sentences; streams (the default reading) are read in "
         "--unroll windows with carried states. Add --sentences, or drop --max-length."
     )
+    E_LENGTH_POOL_WITHOUT_SENTENCES = (
+        "--length-pool {value} only applies with --sentences (it sorts sentences by length into batches); streams "
+        "(the default reading) are read in --unroll windows of one length. Add --sentences, or drop --length-pool."
+    )
     E_STATE_SENTENCES_WITH_SENTENCES = (
         "--state-sentences {value} fits a start state for a stream-trained model, but with --sentences the "
         "model learns to read every sentence from the zero state, and its held-out perplexity is measured from "

@@ -15,7 +15,10 @@ def evaluate(
     model_dir: str = typer.Argument(..., help="Model directory written by pretrain, or 'default'."),
     text_path: Path = typer.Argument(..., help="A UTF-8 text file (plain, .gz, .bz2 or .xz) or a directory of them."),
     lang: Optional[str] = typer.Option(None, callback=spacy_language, help="spaCy language (default: the one the model was trained with, else en)."),
-    batch_size: int = typer.Option(32, callback=positive_int, help="Rows evaluated together."),
+    batch_size: int = typer.Option(
+        32, callback=positive_int,
+        help="Rows evaluated together. With --stream: the text is cut at sentence starts into at most this many rows, "
+        "each read from the zero state, so the result moves a little with it (1: one unbroken stream)."),
     device: str = typer.Option("cpu", callback=known_device, help=DEVICE_HELP),
     per_sentence: Optional[bool] = typer.Option(
         None, "--per-sentence/--stream",

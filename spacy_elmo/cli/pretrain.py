@@ -222,6 +222,13 @@ def pretrain(
     max_length: int = typer.Option(
         100, callback=positive_int, help="With --sentences (another value is an error without): longer sentences are cut into pieces of "
         "this many targets."),
+    length_pool: Optional[int] = typer.Option(
+        None, callback=positive_int,
+        help="With --sentences (an error without): sort the sentences by length within pools of this many batches "
+        "before cutting them into batches. 1 (the default of a new run): random batches of mixed lengths; larger "
+        "pads less (faster) but gives every batch one narrow band of lengths, and steps on short sentences can "
+        "make the model worse. With --resume: the checkpoint's (50 for runs from before this option); another "
+        "value is refused."),
     negatives: int = typer.Option(8192, callback=positive_int, help="Sampled-softmax negatives per batch (bilm-tf: 8192)."),
     optimizer: str = typer.Option("adagrad", callback=one_of(OPTIMIZERS, Errors.E_UNKNOWN_OPTIMIZER), help="adagrad (bilm-tf, lr 0.2, accumulator 1.0) or adam."),
     lr: Optional[float] = typer.Option(None, callback=_bounded("lr"), help="Learning rate (default: 0.2 adagrad, 1e-3 adam)."),
@@ -269,7 +276,7 @@ def pretrain(
         vocab_size=vocab_size, min_count=min_count, max_steps=max_steps, epochs=epochs, batch_size=batch_size,
         unroll=unroll, negatives=negatives, optimizer=optimizer, lr=lr, dropout=dropout, clip=clip, seed=seed,
         resume=resume, device=device, backend=backend, init=init, new_vocab=new_vocab, model=config,
-        checkpoint_every=checkpoint_every, state_sentences=state_sentences, sentences=sentences, max_length=max_length, log_every=log_every, threads=threads,
+        checkpoint_every=checkpoint_every, state_sentences=state_sentences, sentences=sentences, max_length=max_length, length_pool=length_pool, log_every=log_every, threads=threads,
         tokenize_processes=tokenize_processes, progress=progress, prefetch=prefetch,
     )
     try:  # options that do not go together (--max-steps with --epochs, --unroll with --sentences, --init with

@@ -108,11 +108,12 @@ def _saved_model_provenance(output_dir: PathLike) -> Dict[str, Any]:
     return provenance if isinstance(provenance, dict) else {}
 
 
-#: Settings recorded only since a later version: an older checkpoint without them still resumes.
+#: Settings recorded only since a later version: an older checkpoint without them still resumes. (A sentence
+#: run's ``length_pool`` is not one: trainer._length_pool fills in the pool such checkpoints' runs used.)
 ADDED_SETTINGS = ("data", "lang", "optimizer", "lr", "dropout", "clip", "init", "new_vocab")
 #: Command-line spelling of a setting in error messages.
 _OPTION = {"batch_size": "--batch-size", "unroll": "--unroll", "seed": "--seed", "negatives": "--negatives",
-           "lang": "--lang", "optimizer": "--optimizer", "lr": "--lr",
+           "lang": "--lang", "optimizer": "--optimizer", "lr": "--lr", "length_pool": "--length-pool",
            "dropout": "--dropout", "clip": "--clip", "world": "number of processes"}
 #: Settings that a run either has (a value) or not (None, False): a resume that adds or leaves one out is
 #: refused naming it, by its ``(left out, added)`` message.

@@ -22,7 +22,7 @@ import sys
 import time
 import warnings
 from contextlib import ExitStack, contextmanager, suppress
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Union
@@ -46,7 +46,7 @@ from .lm import BidirectionalLM
 from .modelio import has_softmax, load_pretrained, save_pretrained
 from .prefetch import StepInputs, StepPrefetcher, prefetch_default, prepare_step
 from .sampler import LogUniformSampler
-from .sentences import SentenceBatcher
+from .sentences import UNRECORDED_POOL, SentenceBatcher
 from .softmax import SoftmaxLayer
 from .stream import StreamBatcher
 from .vocab import SPECIALS, CharTable, Vocab
@@ -88,6 +88,9 @@ class TrainConfig:
     state_sentences: int = 0  # fit the saved model's initial state on this many corpus sentences; 0: zeros
     sentences: bool = False  # rows are whole sentences from the start state (what the component sees), not streams
     max_length: int = 100  # with sentences: longer sentences are cut into pieces of this many targets
+    # With sentences: batches sorted by length within pools of this many (sentences.SentenceBatcher); 1: random
+    # batches. None: 1 for a new run, the checkpoint's on resume (sentences.UNRECORDED_POOL if it recorded none).
+    length_pool: Optional[int] = None
     log_every: int = 10
     eval_batch_size: int = 32
     progress: bool = True
@@ -100,6 +103,8 @@ class TrainConfig:
     def validate(self) -> None:
         positive = {"batch_size": self.batch_size, "unroll": self.unroll, "negatives": self.negatives,
                     "checkpoint_every": self.checkpoint_every, "log_every": self.log_every, "max_length": self.max_length}
+        if self.length_pool is not None:
+            positive["length_pool"] = self.length_pool
         for name, value in positive.items():
             if not isinstance(value, int) or value < 1:
                 raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name=name, what="a positive integer", value=value))
@@ -113,6 +118,8 @@ class TrainConfig:
                 raise ValueError(Errors.E_STATE_SENTENCES_WITH_SENTENCES.format(value=self.state_sentences))
         elif self.max_length != _default("max_length"):
             raise ValueError(Errors.E_MAX_LENGTH_WITHOUT_SENTENCES.format(value=self.max_length))
+        elif self.length_pool is not None:
+            raise ValueError(Errors.E_LENGTH_POOL_WITHOUT_SENTENCES.format(value=self.length_pool))
         if not isinstance(self.state_sentences, int) or self.state_sentences < 0:
             raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name="state_sentences", what="0 (no fitted state) or a positive integer",
                                                              value=self.state_sentences))
@@ -395,7 +402,24 @@ def _run_settings(cfg: TrainConfig, world: int) -> Dict[str, Any]:
                 "init": cfg.init}
     if cfg.sentences:  # sentence batches do not depend on --unroll (which older checkpoints recorded anyway)
         del settings["unroll"]
+        settings["length_pool"] = cfg.length_pool  # resolved by _length_pool: never None here
     return settings
+
+
+def _length_pool(cfg: TrainConfig, saved: Optional[Dict[str, Any]]) -> TrainConfig:
+    """``cfg`` with --length-pool resolved (a sentence run's; streams have none): given, it stays (a resume
+    that changes it is refused by the settings check); left out, 1 for a new run and the checkpoint's on a
+    resume (``saved``: its settings). A sentence checkpoint written before the option recorded none: its
+    batches were sorted in pools of :data:`~.sentences.UNRECORDED_POOL`, recorded into ``saved`` here so that
+    the resume continues it exactly, and an explicit other value is refused as any changed option is."""
+    if not cfg.sentences:
+        return cfg
+    if saved is not None and saved.get("sentences") is not None:
+        saved.setdefault("length_pool", UNRECORDED_POOL)
+    if cfg.length_pool is not None:
+        return cfg
+    pool = saved.get("length_pool", 1) if saved is not None else 1  # a stream checkpoint: refused for its reading
+    return replace(cfg, length_pool=pool)
 
 
 def _resume_settings(cfg: TrainConfig, world: int, new_vocab: bool, vocab: Vocab, model: Dict[str, Any],
@@ -717,9 +741,9 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
             held.enter_context(_output_dir_lock(out))
         _check_output_place(out, Path(cfg.train_path))
         _refuse_allennlp_output(out)
-        payload = None
-        if cfg.resume:
-            payload = ckpt.load_checkpoint(out)
+        payload = ckpt.load_checkpoint(out) if cfg.resume else None
+        cfg = _length_pool(cfg, None if payload is None else payload["settings"])
+        if payload is not None:
             # What does not depend on the corpus is refused before the corpus is read.
             ckpt.check_settings(payload["settings"], _run_settings(cfg, world), out)
         elif is_main and (ckpt.checkpoint_path(out).exists() or (out / "config.json").exists()):
@@ -769,7 +793,8 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
             with _same_on_every_rank():
                 bilm, softmax, vocab, corpus, new_vocab = _build_model(cfg, corpus, payload, is_main)
                 if cfg.sentences:
-                    batcher = SentenceBatcher(corpus, cfg.batch_size, cfg.max_length, cfg.seed, rank, world)
+                    assert cfg.length_pool is not None  # _length_pool resolved it
+                    batcher = SentenceBatcher(corpus, cfg.batch_size, cfg.max_length, cfg.seed, rank, world, cfg.length_pool)
                 else:
                     batcher = StreamBatcher(corpus, cfg.batch_size, cfg.unroll, cfg.seed, rank, world)
                 total = _total_steps(cfg, batcher.steps_per_epoch)

@@ -265,7 +265,7 @@ UNKNOWN_LANG = ("spaCy could not load language 'zz' (ImportError: [E048] Can't i
 
 BAD_OPTIONS = [
     *[(["pretrain", "{tmp}/no-text", "{tmp}/out", flag, "0"], flag, "must be a positive integer (1 or more); found 0.")
-      for flag in ["--min-count", "--max-steps", "--batch-size", "--unroll", "--max-length", "--negatives",
+      for flag in ["--min-count", "--max-steps", "--batch-size", "--unroll", "--max-length", "--length-pool", "--negatives",
                    "--checkpoint-every", "--log-every", "--threads"]],
     *[(["pretrain", "{tmp}/no-text", "{tmp}/out", flag, "-1"], flag, "must be an integer of 0 or more; found -1.")
       for flag in ["--state-sentences", "--seed"]],
@@ -403,6 +403,7 @@ def test_pretrain_init_from_a_damaged_model_is_a_clear_error(tmp_path):
 @pytest.mark.parametrize("extra, named", [
     (["--sentences", "--unroll", "35"], "--unroll 35 has no effect with --sentences"),
     (["--max-length", "50"], "--max-length 50 only applies with --sentences"),
+    (["--length-pool", "1"], "--length-pool 1 only applies with --sentences"),
     (["--sentences", "--state-sentences", "2048"], "--state-sentences 2048 fits a start state for a stream-trained"),
     (["--new-vocab"], "--new-vocab only applies with --init"),
     (["--init", "default", "--preset", "small"], "--init fine-tunes an existing model"),
@@ -431,7 +432,7 @@ def test_pretrain_defaults_are_the_trainers():
     command = typer.main.get_command(app).commands["pretrain"]
     fields = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
     shared = {p.name: p.default for p in command.params if p.name in fields and p.name not in ("train_path", "output_dir")}
-    assert {"unroll", "max_length", "vocab_size", "min_count", "state_sentences"} <= set(shared)
+    assert {"unroll", "max_length", "length_pool", "vocab_size", "min_count", "state_sentences"} <= set(shared)
     assert shared == {name: fields[name] for name in shared}
 
 

@@ -314,6 +314,7 @@ RESUME_MISMATCHES = {
     "--sentences added": ("scratch", dict(sentences=True), r"streams \(no --sentences\), but this run uses --sentences"),
     "--sentences left out": ("sentences", dict(sentences=False), r"--sentences --max-length 100, but this run uses streams"),
     "--max-length": ("sentences", dict(max_length=50), r"--max-length 100, but this run uses --sentences --max-length 50"),
+    "--length-pool": ("sentences", dict(length_pool=4), r"--length-pool 1, but this run uses --length-pool 4"),
     "--init added": ("scratch", dict(init="BASE"), r"trained from scratch \(started without --init\), but this --resume adds --init"),
     "--init left out": ("tuned", dict(init=None), r"leaves --init out: its vocabulary would come from the corpus"),
     "--new-vocab added": ("tuned", dict(new_vocab=True), r"without --new-vocab\), but this --resume adds --new-vocab"),
@@ -527,6 +528,74 @@ def test_per_sentence_evaluation_bounds_the_padded_tokens_of_a_call(monkeypatch)
         assert batched[key] == pytest.approx(alone[key], abs=1e-5)
 
 
+def test_stream_rows_start_at_the_sentence_start_nearest_each_cut():
+    """Oracle: each multiple of ceil(targets / batch_size) (below the targets) moved to its nearest sentence
+    start by brute force, the left one on a tie; 0 first, no row twice, at most batch_size rows."""
+    from spacy_elmo.training.evaluate import stream_row_starts
+
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        lengths = rng.integers(3, 40, size=int(rng.integers(1, 30)))
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+        n = int(lengths.sum())
+        batch = int(rng.integers(1, 70))
+        seg = -(-(n - 1) // batch)
+        want = {0}
+        for k in range(1, batch):
+            if k * seg < n - 1:
+                want.add(min(starts.tolist(), key=lambda s: (abs(s - k * seg), s)))
+        got = stream_row_starts(starts, n, batch)
+        assert got.tolist() == sorted(want) and len(got) <= batch
+
+
+def test_stream_evaluation_starts_every_row_at_a_sentence(monkeypatch):
+    """evaluate --stream cut the stream into rows of ceil(targets / batch_size) tokens, each read from
+    the zero state mid-sentence, so the result moved with --batch-size (the bundled model on 62 lines:
+    211.04 at 1 row, 225.13 at 128). Every forward row now starts at an <S>, every backward row at an </S>. Oracle for the sums: the
+    same sentence three times, 4 rows asked: each row is one sentence from the zero state, so the stream's
+    NLL is three per-sentence readings (evaluated independently, per_sentence=True) plus two boundary
+    targets per direction (the next row's first token, read with the row's state), and two sentences
+    (2 rows) give the boundary's value."""
+    from spacy_elmo import BiLMConfig
+    from spacy_elmo.training import evaluate as ev
+    from spacy_elmo.training.lm import BidirectionalLM
+    from spacy_elmo.training.softmax import SoftmaxLayer
+    from spacy_elmo.training.vocab import BOS, EOS, Vocab
+
+    torch.manual_seed(0)
+    words = ["the", "cat", "sees", "a", "dog", "."]
+    vocab = Vocab(["<S>", "</S>", "<UNK>", *words])
+    lm = BidirectionalLM(BiLM(BiLMConfig(**TINY), backend="reference"), SoftmaxLayer(vocab.size, TINY["projection_dim"]))
+    rng = random.Random(0)
+    firsts = []
+    encode = ev.encode_batch
+
+    def spy(fwd, bwd, table):
+        firsts.append((fwd[:, 0].tolist(), bwd[:, 0].tolist()))
+        return encode(fwd, bwd, table)
+
+    monkeypatch.setattr(ev, "encode_batch", spy)
+    mixed = [[rng.choice(words) for _ in range(rng.randint(3, 9))] for _ in range(40)]
+    result = ev.evaluate_sentences(lm, vocab, mixed, batch_size=8, unroll=5)
+    fwd, bwd = firsts[0]
+    assert len(fwd) == 8 and set(fwd) == {BOS} and set(bwd) == {EOS}
+    assert result["n_targets"] == sum(len(s) + 2 for s in mixed) - 1
+
+    one = ["the", "cat", "sees", "a", "dog", "."]
+    alone = ev.evaluate_sentences(lm, vocab, [one], per_sentence=True)
+    totals = {}
+    for n, rows in ((2, 2), (3, 4)):
+        firsts.clear()
+        res = ev.evaluate_sentences(lm, vocab, [one] * n, batch_size=rows, unroll=3)
+        assert firsts[0] == ([BOS] * n, [EOS] * n)
+        assert res["n_targets"] == n * (len(one) + 2) - 1
+        totals[n] = {d: res[f"loss_{d}"] * res["n_targets"] for d in ("forward", "backward")}
+    for d in ("forward", "backward"):
+        per_sentence = alone[f"loss_{d}"] * alone["n_targets"]
+        boundary = totals[2][d] - 2 * per_sentence
+        assert totals[3][d] == pytest.approx(3 * per_sentence + 2 * boundary, rel=1e-5)
+
+
 def test_resume_after_a_kill_inside_a_log_line(tmp_path):
     """A run killed while appending to train_log.jsonl leaves half a line; the resume drops it
     (its step is redone) and the log ends as a straight run's."""
@@ -634,6 +703,39 @@ def test_sentences_run_resumes_whatever_unroll_its_checkpoint_recorded(tmp_path)
     payload["settings"]["unroll"] = 5  # as written by a `--sentences --unroll 5` run of an older version
     ckpt.save_checkpoint(out, payload)
     assert train(tiny_train_config(train_file, out, max_steps=4, resume=True, **mode))["steps"] == 4
+
+
+def _losses(out):
+    return [e["loss"] for e in read_log(out) if "loss" in e]
+
+
+def test_a_sentence_resume_keeps_the_length_pool_of_its_checkpoint(tmp_path):
+    """--length-pool left out: 1 for a new run, the checkpoint's on --resume, which continues exactly; a
+    checkpoint written before the option (no record) was sorted in pools of 50 and resumes so, and another
+    --length-pool on its resume is refused as any changed option is."""
+    from spacy_elmo.training import checkpoint as ckpt
+    from spacy_elmo.training.sentences import UNRECORDED_POOL
+
+    train_file = write_corpus(tmp_path / "train.txt", 300)
+    mode = dict(sentences=True, max_length=7, checkpoint_every=2, log_every=1)
+    default = tmp_path / "default"
+    train(tiny_train_config(train_file, default, max_steps=2, **mode))
+    assert ckpt.load_checkpoint(default)["settings"]["length_pool"] == 1
+    assert next(e for e in read_log(default) if e.get("event") == "start")["config"]["length_pool"] == 1
+    for pool in (4, UNRECORDED_POOL):
+        straight, resumed = tmp_path / f"straight{pool}", tmp_path / f"resumed{pool}"
+        train(tiny_train_config(train_file, straight, max_steps=4, length_pool=pool, **mode))
+        train(tiny_train_config(train_file, resumed, max_steps=2, length_pool=pool, **mode))
+        if pool == UNRECORDED_POOL:  # as an older version wrote it
+            payload = ckpt.load_checkpoint(resumed)
+            del payload["settings"]["length_pool"]
+            ckpt.save_checkpoint(resumed, payload)
+            with pytest.raises(ValueError, match="--length-pool 50, but this run uses --length-pool 1"):
+                train(tiny_train_config(train_file, resumed, max_steps=4, length_pool=1, resume=True, **mode))
+        train(tiny_train_config(train_file, resumed, max_steps=4, resume=True, **mode))
+        assert ckpt.load_checkpoint(resumed)["settings"]["length_pool"] == pool
+        np.testing.assert_allclose(_losses(resumed), _losses(straight), rtol=1e-6, atol=1e-7)
+    assert not np.allclose(_losses(tmp_path / "straight4")[:2], _losses(default))  # the pool changes the batches
 
 
 def test_vocabulary_options_unused_by_init_warn(tmp_path):

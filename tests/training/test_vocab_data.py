@@ -3,6 +3,7 @@
 import os
 from collections import Counter
 
+import numpy as np
 import pytest
 import torch
 
@@ -196,6 +197,23 @@ def test_sentence_batches_cover_every_target_once_per_epoch():
     assert shards[0] and shards[1] and not shards[0] & shards[1] and shards[0] | shards[1] <= set(pieces)
 
 
+@pytest.mark.parametrize("pool", [1, 8])
+def test_length_pools_sort_batches_by_length_only_above_one(pool):
+    """pool 1 (pretrain's default): every batch a random draw of pieces, of mixed lengths; a larger pool
+    sorts the pieces by length within it, so every batch holds one narrow band of lengths."""
+    vocab = Vocab(["<S>", "</S>", "<UNK>", "a"])
+    lengths = np.random.default_rng(0).integers(1, 30, size=640)
+    corpus = Corpus.from_sentences([["a"] * int(n) for n in lengths], vocab)
+    batcher = SentenceBatcher(corpus, batch_size=16, max_length=100, seed=1, pool=pool)
+    pieces = batcher.lengths
+    within = np.mean([pieces[rows].var() for rows in batcher._epoch_batches(0)])
+    assert sorted(np.concatenate(batcher._epoch_batches(0)).tolist()) == list(range(len(pieces)))  # every piece once
+    if pool == 1:  # as random batches: the mean within-batch variance is the corpus's less a 1/16 (sampling)
+        assert within > 0.8 * pieces.var()
+    else:
+        assert within < 0.05 * pieces.var()
+
+
 def test_sentence_batches_need_enough_sentences():
     vocab = Vocab(["<S>", "</S>", "<UNK>", "a"])
     corpus = Corpus.from_sentences([["a"], ["a", "a"]], vocab)
@@ -203,6 +221,8 @@ def test_sentence_batches_need_enough_sentences():
         SentenceBatcher(corpus, batch_size=2, max_length=10, world=2)
     with pytest.raises(ValueError, match="max_length"):
         SentenceBatcher(corpus, batch_size=1, max_length=0)
+    with pytest.raises(ValueError, match="length_pool must be a positive integer"):
+        SentenceBatcher(corpus, batch_size=1, max_length=10, pool=0)
 
 
 def test_cache_killed_while_rebuilding_is_not_reused(tmp_path, monkeypatch):
