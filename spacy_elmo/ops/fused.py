@@ -233,8 +233,9 @@ def char_cnn_backward_composed(grad: Tensor, out: Tensor, argmax: Tensor, char_i
     with _no_autocast(device.type):
         o = out.to(acc)
         # relu: where, not a product, so an inf gradient at a zero output gives 0, not inf * 0 = NaN
-        # (fp16 loss scaling), as the kernel's branch and torch's threshold_backward do
-        g = torch.where(o > 0, grad.to(acc), 0) if activation == _ACTIVATIONS["relu"] else grad.to(acc) * (1 - o * o)
+        # (fp16 loss scaling), and it passes at a NaN output, as the kernel's branch and torch's
+        # threshold_backward do
+        g = torch.where(o <= 0, 0, grad.to(acc)) if activation == _ACTIVATIONS["relu"] else grad.to(acc) * (1 - o * o)
         ids = char_ids.to(device=device, dtype=torch.long).reshape(-1)
         table = torch.nn.functional.pad(embedding.to(acc), (0, 0, 1, 0))  # row 0: id 0, no character
         # (N, D, W), contiguous: as a transposed view cuDNN would read it as channels-last and copy each

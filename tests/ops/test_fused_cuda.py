@@ -486,6 +486,29 @@ def test_cuda_lstm_state_and_lengths_are_not_broadcast(backend, which, bad, matc
     inputs.test_lstm_state_and_lengths_are_not_broadcast(backend, which, bad, match, device=DEV)
 
 
+# bfloat16 with counts of whole 16s: the tensor-core kernel (float32: the CUDA-core kernel)
+@pytest.mark.parametrize("dtype,filters,kernel", [
+    (torch.float32, inputs.NAN_CHAR_FILTERS, "char_cnn_forward_kernel"),
+    (torch.bfloat16, [(1, 16), (2, 32), (3, 48), (7, 16)], "char_cnn_forward_mma_kernel"),
+], ids=["float32", "bfloat16"])
+@pytest.mark.parametrize("activation", ["relu", "tanh"])
+def test_cuda_nan_in_char_cnn_stays_nan(activation, dtype, filters, kernel):
+    """The window max and relu of each CUDA kernel keep a NaN (``> best`` and fmaxf(v, 0) dropped it).
+    bfloat16 under autocast: outside it a bfloat16 module runs the float32 kernels."""
+    def run():
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
+            inputs.test_nan_in_char_cnn_stays_nan(activation, dtype, filters=filters, device=DEV)
+
+    _, names = launched(run)
+    assert any(kernel in n for n in names), names
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cuda_nan_in_highway_stays_nan(dtype):
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):  # the bfloat16 kernel
+        inputs.test_nan_in_highway_stays_nan(dtype, device=DEV)
+
+
 # sampled_logsumexp has no CUDA kernel: on the GPU fused runs the reference
 @pytest.mark.parametrize("which", ["highway", "char_cnn", "lstm_layer"])
 def test_cuda_integer_inputs_are_an_error_not_truncated(which):
