@@ -423,6 +423,18 @@ class Errors:
         "being differentiated (a gradient penalty, a Hessian-vector product, ...). Run that model with "
         "backend='reference', whose operations PyTorch differentiates twice."
     )
+    E_SAMPLED_LOGSUMEXP_DOUBLE_BACKWARD = (
+        "sampled_logsumexp has no second derivative on either backend (its backward reuses, in place, the "
+        "softmax its forward saved; the fused kernel has no formula of its own): a gradient computed through it "
+        "with create_graph=True is being differentiated (a gradient penalty, a Hessian-vector product, ...). "
+        "Where a second derivative is needed, take torch.logsumexp of the logits h @ weight.T + offset, with "
+        "each row's hit column set to the lowest float, instead."
+    )
+    E_SAMPLED_LOGSUMEXP_BACKWARD_TWICE = (
+        "sampled_logsumexp's backward ran a second time through one graph (a backward with retain_graph=True, "
+        "then another): the first one consumed the softmax it saved, overwriting it in place with the "
+        "gradient. Sum the losses and call backward once, or compute the loss again for each backward."
+    )
     E_FUSED_UNAVAILABLE = (
         "backend='fused' needs the compiled extension spacy_elmo._C, which is not "
         "available ({reason}). {fix} Or use backend='reference'."

@@ -16,7 +16,6 @@ kernels have no float64 version: float64 on a GPU runs the reference.
 """
 
 import contextlib
-import functools
 from types import ModuleType
 from typing import List, Optional, Sequence, Tuple
 
@@ -27,6 +26,7 @@ from .. import switches
 from ..errors import Errors
 from . import reference
 from .extension import extension_fix, load_extension
+from .reference import first_order_only
 
 _LOADED, _REASON = load_extension()
 if _LOADED is None:  # pragma: no cover - dispatch only imports this module when available
@@ -156,50 +156,6 @@ def _sampled_logsumexp_backward_fake(grad, h, weight, softmax):
 # ------------------------------------------------------------------ autograd
 
 
-class _NotTwiceDifferentiable(torch.autograd.Function):
-    """The identity on gradients that a fused backward computed under ``create_graph=True``:
-    differentiating them raises instead of silently giving no second-order term (the
-    backward kernels have no autograd formulas of their own)."""
-
-    @staticmethod
-    def forward(ctx, op: str, *grads: Tensor):
-        ctx.op = op
-        return grads
-
-    @staticmethod
-    def backward(ctx, *_grads):
-        raise RuntimeError(Errors.E_FUSED_DOUBLE_BACKWARD.format(op=ctx.op))
-
-
-def _first_order_only(op: str):
-    """Decorates the backward formula of fused ``op``: it runs without recording a graph,
-    and under ``create_graph=True`` its gradients (tensors, lists of tensors, None) come
-    back through :class:`_NotTwiceDifferentiable`."""
-
-    def decorate(backward):
-        @functools.wraps(backward)
-        def wrapper(ctx, *grads):
-            with torch.no_grad():
-                result = backward(ctx, *grads)
-            if not torch.is_grad_enabled():
-                return result
-            flat = [t for item in result for t in (item if isinstance(item, list) else [item]) if t is not None]
-            if not flat:
-                return result
-            marked = iter(_NotTwiceDifferentiable.apply(op, *[t.detach().requires_grad_() for t in flat]))
-
-            def mark(item):
-                if isinstance(item, list):
-                    return [mark(t) for t in item]
-                return None if item is None else next(marked)
-
-            return tuple(mark(item) for item in result)
-
-        return wrapper
-
-    return decorate
-
-
 def _char_cnn_setup(ctx, inputs, output):
     char_ids, embedding, weights, biases, activation = inputs
     out, argmax = output
@@ -267,7 +223,7 @@ def _char_cnn_backward_for(device: torch.device):
     return char_cnn_backward_composed if device.type == "cuda" else _ops.char_cnn_backward
 
 
-@_first_order_only("char_cnn")
+@first_order_only(Errors.E_FUSED_DOUBLE_BACKWARD.format(op="char_cnn"))
 def _char_cnn_backward(ctx, grad_out, _grad_argmax):
     char_ids, embedding, out, argmax, *weights = ctx.saved_tensors
     if grad_out is None:
@@ -291,7 +247,7 @@ def _highway_setup(ctx, inputs, output):
     ctx.save_for_backward(x, weight, h)
 
 
-@_first_order_only("highway")
+@first_order_only(Errors.E_FUSED_DOUBLE_BACKWARD.format(op="highway"))
 def _highway_backward(ctx, grad_y, _grad_h):
     x, weight, h = ctx.saved_tensors
     if grad_y is None:
@@ -313,7 +269,7 @@ def _lstm_setup(ctx, inputs, output):
     ctx.save_for_backward(lengths, c0, gates, c_raw, hp_raw, h_prev, m, *xs, *weights)
 
 
-@_first_order_only("lstm")
+@first_order_only(Errors.E_FUSED_DOUBLE_BACKWARD.format(op="lstm"))
 def _lstm_backward(ctx, grad_outs, grad_hn, grad_cn, *_unused):
     lengths, c0, gates, c_raw, hp_raw, h_prev, m, *rest = ctx.saved_tensors
     xs, weights = rest[: ctx.ndir], rest[ctx.ndir :]
@@ -342,7 +298,7 @@ def _sampled_logsumexp_setup(ctx, inputs, output):
     ctx.save_for_backward(h, weight, softmax)
 
 
-@_first_order_only("sampled_logsumexp")
+@first_order_only(Errors.E_SAMPLED_LOGSUMEXP_DOUBLE_BACKWARD)
 def _sampled_logsumexp_backward(ctx, grad_lse, _grad_softmax):
     if grad_lse is None:
         return None, None, None, None
