@@ -10,8 +10,10 @@ exactly the signatures and semantics of :mod:`spacy_elmo.ops.reference`.
 
 Autocast: on CUDA the kernels run in the autocast dtype (bf16/fp16 inputs, fp32
 accumulation inside); on the CPU they always run in float32 (or float64), and a
-float16/bfloat16 input gets its results back in its own dtype, as does a float32
-input under autocast (the autocast dtype, as the reference path returns). The CUDA
+float16/bfloat16 input gets its results back in its own dtype. Under autocast every result
+has the reference's dtype: the autocast dtype of its products, promoted with the dtype of
+what the reference adds to them (highway's ``x``, the LSTM's initial state and bias:
+a float32 cell state stays float32, unrounded, for a stateful model's next call). The CUDA
 kernels have no float64 version: float64 on a GPU runs the reference.
 """
 
@@ -350,16 +352,24 @@ def _cast(ts, dtype):
     return [x if x.dtype == dtype else x.to(dtype) for x in ts]
 
 
-def _as_input(t: Tensor, like: Tensor) -> Tensor:
+def _as_input(t: Tensor, like: Tensor, *mixed: torch.dtype) -> Tensor:
     """A kernel result ``t`` in the dtype of the input ``like``: a float16/bfloat16 module on
     the CPU runs the kernels in float32 and gets its own dtype back, as from the reference
-    path. Under autocast a float32 result comes back in the autocast dtype, as from a product
-    that autocast runs lower: on the CPU the kernels still compute in float32, but every
-    layer of one call then has one dtype, on both backends (the top layers came back float32
-    beside a bfloat16 layer 0)."""
+    path. Under autocast (``t`` not float64, which autocast leaves alone) it comes back in
+    the dtype the reference's result has there: the autocast dtype of its products,
+    promoted with ``mixed``, the dtypes of the tensors the reference combines with them
+    (highway's ``x``: float32 for a float32 ``x``). On the CPU the kernels still compute in
+    float32, but every layer of one call has the reference's dtypes (the top layers came
+    back float32 beside a bfloat16 layer 0; a float32 cell state came back rounded to
+    bfloat16)."""
     device = like.device.type
     if reference.autocast_on(device):
-        return t.to(torch.get_autocast_dtype(device)) if t.dtype == torch.float32 else t
+        if t.dtype == torch.float64:
+            return t
+        dtype = torch.get_autocast_dtype(device)
+        for other in mixed:
+            dtype = torch.promote_types(dtype, other)
+        return t if t.dtype == dtype else t.to(dtype)
     return t if t.dtype == like.dtype else t.to(like.dtype)
 
 
@@ -394,7 +404,7 @@ def highway(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
     with _no_autocast(x.device.type):
         x2, w, b = _cast([x.reshape(-1, shape[-1]), weight, bias], dtype)
         y, _ = _ops.highway_forward(x2, w, b)
-    return _as_input(y.reshape(shape), x)
+    return _as_input(y.reshape(shape), x, x.dtype)  # the reference's g * relu(t) + (1 - g) * x
 
 
 def _check_switch(name: str, t: Tensor) -> None:
@@ -423,6 +433,12 @@ def _lstm(
     b = xs[0].shape[0]
     c, p = weights[3].shape[0], weights[3].shape[-1]  # (C, P): the kernel names any other shape
     like = xs[0]
+    # Under autocast the reference's dtypes (_as_input): its outputs are products (plus x with a
+    # residual), its h_n a product or h0 (x's zeros without one), its c_n a sum of the bias's
+    # pre-activations and c0 (x's zeros).
+    out_mixed = (like.dtype,) if residual else ()
+    h_mixed = (like.dtype if h0 is None else h0.dtype,)
+    c_mixed = (weights[2].dtype, like.dtype if c0 is None else c0.dtype)
     dtype = _run_dtype(like, "lstm", "x")
     _check_switch(switches.LSTM_PRODUCTS, like)
     with _no_autocast(like.device.type):
@@ -438,7 +454,8 @@ def _lstm(
             None if proj_clip is None else float(proj_clip),
             reverse, bool(residual), save,
         )
-    return [_as_input(o, like) for o in outs], _as_input(h_n, like), _as_input(c_n, like)
+    return ([_as_input(o, like, *out_mixed) for o in outs], _as_input(h_n, like, *h_mixed),
+            _as_input(c_n, like, *c_mixed))
 
 
 def lstm_layer(

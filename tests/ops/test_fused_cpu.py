@@ -668,6 +668,39 @@ def test_torch_compile_fullgraph():
     _close(e.grad, e2.grad, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("residual", [False, True])
+@pytest.mark.parametrize("state", [False, True])
+@pytest.mark.parametrize("x_dtype", [torch.float32, torch.bfloat16])
+def test_cpu_autocast_results_have_the_reference_dtypes(x_dtype, state, residual):
+    """Under CPU autocast each fused result has the reference's dtype: the autocast dtype of its
+    products promoted with what it adds to them (x for highway and a residual, the initial state,
+    the bias). The kernels compute in float32 there, so a float32 h_n / c_n is that computation's,
+    unrounded: it came back in bfloat16 (a stateful model carries it to its next call), as did
+    highway's output for a float32 x."""
+    gen = torch.Generator().manual_seed(21)
+    B, T, P, C = 3, 4, 8, 16
+    x = torch.randn(B, T, P, generator=gen).to(x_dtype)
+    w = [t.to(x_dtype) for t in lstm_params(gen, P, C, P)]
+    lengths = torch.tensor([4, 2, 0])
+    st = (torch.randn(2, B, P, generator=gen), torch.randn(2, B, C, generator=gen)) if state else None
+
+    def bilstm(impl, x, w):
+        return impl.bilstm_layer(x, x, lengths, w, w, st, 3.0, 3.0, True, residual)
+
+    hx, hw, hb = torch.randn(5, P, generator=gen).to(x_dtype), torch.randn(2 * P, P, generator=gen), torch.randn(2 * P)
+    ids, emb, ws, bs = random_char_ids(gen, 4, 10), *char_params(gen, [(1, 3), (2, 4)], 4)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got, expected = bilstm(fused, x, w), bilstm(R, x, w)
+        assert fused.highway(hx, hw, hb).dtype == R.highway(hx, hw, hb).dtype
+        assert fused.char_cnn(ids, emb, ws, bs).dtype == R.char_cnn(ids, emb, ws, bs).dtype == torch.bfloat16
+    assert [t.dtype for t in got] == [t.dtype for t in expected]
+    for a, e in zip(got, expected):
+        _close(a, e, rtol=3e-2, atol=3e-2)
+    plain = bilstm(fused, x.float(), [t.float() for t in w])  # the same float32 computation
+    for a, p in zip(got, plain):
+        assert torch.equal(a, p.to(a.dtype))
+
+
 def test_no_grad_skips_saved_tensors_and_matches():
     gen = torch.Generator().manual_seed(3)
     x = torch.randn(2, 4, 3, generator=gen)
