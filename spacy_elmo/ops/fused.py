@@ -317,13 +317,25 @@ torch.library.register_autograd("spacy_elmo::sampled_logsumexp_forward", _sample
 
 
 def _run_dtype(t: Tensor, op: str, name: str) -> torch.dtype:
-    """The dtype the kernels run in: the autocast dtype on CUDA, else float32/float64.
+    """The dtype the kernels run in for floating ``t`` (:func:`_kernel_dtype`).
     Raises TypeError for a non-floating ``t`` (argument ``name`` of ``op``)."""
     if not t.is_floating_point():
         raise TypeError(Errors.E_FUSED_NOT_FLOAT.format(op=op, name=name, dtype=t.dtype))
-    if t.device.type == "cuda" and torch.is_autocast_enabled("cuda"):
-        return torch.get_autocast_dtype("cuda")
-    return t.dtype if t.dtype in (torch.float32, torch.float64) else torch.float32
+    cuda_autocast = t.device.type == "cuda" and torch.is_autocast_enabled("cuda")
+    return _kernel_dtype(t.dtype, t.device.type, torch.get_autocast_dtype("cuda") if cuda_autocast else None)
+
+
+def _kernel_dtype(dtype: torch.dtype, device_type: str, autocast_dtype: Optional[torch.dtype]) -> torch.dtype:
+    """The dtype the kernels run in for an input of floating ``dtype`` on ``device_type``, with
+    ``autocast_dtype`` the dtype of the autocast that is on there (None: off). float64 stays float64
+    (autocast never casts it; on CUDA the wrappers then run the reference, as the float64
+    reference under autocast runs): it was checked after autocast, so a float64 module ran the
+    bfloat16 kernels under CUDA autocast. Else the autocast dtype on CUDA, and float32."""
+    if dtype == torch.float64:
+        return dtype
+    if device_type == "cuda" and autocast_dtype is not None:
+        return autocast_dtype
+    return torch.float32
 
 
 def _float64_on_gpu(t: Tensor, op: str, name: str) -> bool:

@@ -551,10 +551,12 @@ def test_cuda_ops_name_the_argument_left_on_the_cpu():
         fused.lstm_layer(x, lengths, *w, h0=torch.zeros(3, 4, device=DEV))
 
 
-def test_float64_on_the_gpu_runs_the_reference():
+@pytest.mark.parametrize("autocast", [False, True], ids=["plain", "bf16_autocast"])
+def test_float64_on_the_gpu_runs_the_reference(autocast):
     """The CUDA kernels have no float64 version (the op refuses it, above): a float64 module on the GPU
     (bilm.double(), for checks) failed in every fused call. The wrappers run the reference there:
-    float64 results and gradients, the CPU's float64 reference's."""
+    float64 results and gradients, the CPU's float64 reference's; under autocast too, which leaves
+    float64 alone (the bfloat16 kernels ran: the autocast dtype was chosen before float64 was seen)."""
     gen = torch.Generator().manual_seed(17)
     lengths = torch.tensor([4, 0, 2])
     ps = _params(gen, _bilstm_shapes(3, 4, 6, 7), dtype=torch.float64)
@@ -566,10 +568,16 @@ def test_float64_on_the_gpu_runs_the_reference():
     def one_direction(impl, dev):
         return lambda x, wi, wr, b, wp: impl.lstm_layer(x, lengths.to(dev), wi, wr, b, wp, None, None, 3.0, 3.0, True)
 
+    def under_autocast(fn):
+        def run(*args):
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+                return fn(*args)
+        return run
+
     for fused_fn, ref_fn, args in ((_bilstm_from_state(fused, lengths, DEV), _bilstm_from_state(R, lengths, "cpu"), ps),
                                    (one_direction(fused, DEV), one_direction(R, "cpu"), ps[:1] + ps[2:6]),
                                    (_char_cnn_highway(fused, ids, DEV), _char_cnn_highway(R, ids, "cpu"), cps)):
-        (o1, g1), (o2, g2) = _against_float64(fused_fn, ref_fn, args)
+        (o1, g1), (o2, g2) = _against_float64(under_autocast(fused_fn), ref_fn, args)
         for a, b in zip(o1 + g1, o2 + g2):
             assert a.dtype == torch.float64
             torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-8)  # the losses weigh in float32

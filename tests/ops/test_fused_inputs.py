@@ -490,6 +490,20 @@ def test_double_backward_is_a_clear_error(index):
             torch.autograd.grad(sum(g.pow(2).sum() for g in grads), t)
 
 
+def test_kernel_dtype_keeps_float64_under_cuda_autocast():
+    """float64 runs in float64 whatever autocast is on (autocast never casts it; on CUDA the wrappers
+    then run the reference): under CUDA autocast a float64 module ran the bfloat16 kernels, the
+    autocast dtype being chosen before float64 was looked at. The other choices stay: CUDA autocast's
+    dtype, else float32 (CPU autocast included: the CPU kernels compute in float32)."""
+    k = fused._kernel_dtype
+    assert k(torch.float64, "cuda", torch.bfloat16) == k(torch.float64, "cuda", None) == torch.float64
+    assert k(torch.float64, "cpu", torch.bfloat16) == k(torch.float64, "cpu", None) == torch.float64
+    assert k(torch.float32, "cuda", torch.bfloat16) == torch.bfloat16
+    assert k(torch.bfloat16, "cuda", torch.float16) == torch.float16
+    assert k(torch.bfloat16, "cuda", None) == k(torch.float16, "cpu", None) == torch.float32
+    assert k(torch.float32, "cpu", torch.bfloat16) == torch.float32
+
+
 def test_meta_tensors_give_shapes():
     """The wrappers opened torch.autocast('meta'), which failed with 'unsupported scalarType'."""
     ids, emb, ws, bs = _char_inputs()
