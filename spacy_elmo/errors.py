@@ -406,6 +406,20 @@ class Errors:
         "lstm: {name} must have shape {expected}, got {found} (B from x (B, T, I), C and P from w_proj (C, P)). "
         "Nothing is broadcast over the rows: expand a state shared by every row to B rows first."
     )
+    # The fused op's words (csrc/include/checks.h: check_integer, check_lstm_lengths), with the fix.
+    E_LSTM_LENGTHS_DTYPE = (
+        "lstm: lengths must be an integer tensor (any integer dtype, read as int64), got {dtype}: a fractional "
+        "length would run part of a step. Pass each row's number of valid positions as whole numbers, e.g. "
+        "lengths.long()."
+    )
+    E_LSTM_LENGTHS_RANGE = (
+        "lstm: lengths holds {value} at flat index {index}; its values must lie in [0, {T}] (a row's number of "
+        "valid positions, at most T). Pass each row's count of valid positions of x (B, T, I)."
+    )
+    E_LSTM_LENGTHS_RANGE_IN_GRAPH = (
+        "lstm: lengths must lie in [0, T] (a row's number of valid positions, at most T); some do not. Pass "
+        "each row's count of valid positions of x (B, T, I)." + _IN_GRAPH
+    )
     E_LSTM_NO_UNITS = (
         "lstm: w_proj (C, P) must have at least one cell and one projection unit, got {found}: a layer of none "
         "has nothing to compute (check the config's cell_dim and projection_dim)."

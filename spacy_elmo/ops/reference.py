@@ -223,6 +223,7 @@ def lstm_layer(
     _check_shape(h0, (batch, proj), "h0 (B, P)")
     _check_shape(c0, (batch, cells), "c0 (B, C)")
     lengths = lengths.to(x.device)
+    check_lstm_lengths(lengths, total)
     if reverse:
         index = reversal_index(lengths, total)
         x_run = x.gather(1, index.unsqueeze(-1).expand_as(x))
@@ -251,6 +252,20 @@ def lstm_layer(
     if reverse:
         out = out.gather(1, index.unsqueeze(-1).expand_as(out))
     return out, h, c
+
+
+def check_lstm_lengths(lengths: Tensor, total: int) -> None:
+    """The fused op's checks of an LSTM's ``(B,)`` lengths (``check_integer`` and ``check_lstm_lengths``
+    in ``csrc/include/checks.h``), in its words: a TypeError unless they are integers (a float length
+    2.5 ran ``t < 2.5``, 3 steps, or failed in the reversal's gather), a ValueError naming the first
+    outside ``[0, T]`` (a longer row ran T steps as if complete, or failed to reverse; a negative one
+    none). One host sync (:func:`any_bad`: an assertion where torch.compile or torch.export traces)."""
+    if lengths.is_floating_point() or lengths.is_complex() or lengths.dtype == torch.bool:
+        raise TypeError(Errors.E_LSTM_LENGTHS_DTYPE.format(dtype=lengths.dtype))
+    bad = (lengths < 0) | (lengths > total)
+    if any_bad(bad, Errors.E_LSTM_LENGTHS_RANGE_IN_GRAPH):
+        index = int(bad.nonzero()[0, 0])
+        raise ValueError(Errors.E_LSTM_LENGTHS_RANGE.format(value=int(lengths[index]), index=index, T=total))
 
 
 def _check_shape(t: Optional[Tensor], expected: Tuple[int, ...], name: str) -> None:

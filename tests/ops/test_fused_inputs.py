@@ -377,6 +377,27 @@ def test_lstm_lengths_must_be_integers(device="cpu"):
         _close(a, b)
 
 
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("backend", ["reference", "fused"])
+@pytest.mark.parametrize("bad,error,match", [
+    ([6, 2, 0], ValueError, r"lstm: lengths holds 6 at flat index 0; its values must lie in \[0, 5\]"),
+    ([5, -1, 0], ValueError, r"lstm: lengths holds -1 at flat index 1; its values must lie in \[0, 5\]"),
+    ([2.5, 1.0, 0.0], TypeError, r"lstm: lengths must be an integer tensor \(any integer dtype, read as int64\)"),
+], ids=["past_T", "negative", "float"])
+def test_lstm_lengths_are_checked_alike_on_both_backends(bad, error, match, backend, reverse, device="cpu"):
+    """The reference ran a length past T (as if the row were complete; reversed: an IndexError), a
+    negative one (no step) and a float one (2.5: 3 steps; reversed: a gather error) without a word,
+    where the op refused them: both give the op's message now (the reference a ValueError or
+    TypeError, the op a RuntimeError), in lstm_layer and bilstm_layer."""
+    x, _, w = _lstm_case(device=device)
+    lengths = torch.tensor(bad, device=device)
+    impl, error = (R, error) if backend == "reference" else (fused, RuntimeError)
+    with pytest.raises(error, match=match):
+        impl.lstm_layer(x, lengths, *w, reverse=reverse)
+    with pytest.raises(error, match=match):
+        impl.bilstm_layer(x, x, lengths, w, w, reverse_backward=reverse)
+
+
 def _lstm_saved(device="cpu"):
     x, lengths, w = _lstm_case(device=device)
     w2 = [t.to(device) for t in lstm_params(torch.Generator().manual_seed(9), 4, 6, 4)]
