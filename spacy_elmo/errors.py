@@ -406,6 +406,20 @@ class Errors:
         "lstm: {name} must have shape {expected}, got {found} (B from x (B, T, I), C and P from w_proj (C, P)). "
         "Nothing is broadcast over the rows: expand a state shared by every row to B rows first."
     )
+    # The fused op's words (csrc/include/checks.h: check_integer, check_lstm_lengths), with the fix.
+    E_LSTM_LENGTHS_DTYPE = (
+        "lstm: lengths must be an integer tensor (any integer dtype, read as int64), got {dtype}: a fractional "
+        "length would run part of a step. Pass each row's number of valid positions as whole numbers, e.g. "
+        "lengths.long()."
+    )
+    E_LSTM_LENGTHS_RANGE = (
+        "lstm: lengths holds {value} at flat index {index}; its values must lie in [0, {T}] (a row's number of "
+        "valid positions, at most T). Pass each row's count of valid positions of x (B, T, I)."
+    )
+    E_LSTM_LENGTHS_RANGE_IN_GRAPH = (
+        "lstm: lengths must lie in [0, T] (a row's number of valid positions, at most T); some do not. Pass "
+        "each row's count of valid positions of x (B, T, I)." + _IN_GRAPH
+    )
     E_LSTM_NO_UNITS = (
         "lstm: w_proj (C, P) must have at least one cell and one projection unit, got {found}: a layer of none "
         "has nothing to compute (check the config's cell_dim and projection_dim)."
@@ -422,6 +436,18 @@ class Errors:
         "The fused {op} kernel has no second derivative: a gradient computed through it with create_graph=True is "
         "being differentiated (a gradient penalty, a Hessian-vector product, ...). Run that model with "
         "backend='reference', whose operations PyTorch differentiates twice."
+    )
+    E_SAMPLED_LOGSUMEXP_DOUBLE_BACKWARD = (
+        "sampled_logsumexp has no second derivative on either backend (its backward reuses, in place, the "
+        "softmax its forward saved; the fused kernel has no formula of its own): a gradient computed through it "
+        "with create_graph=True is being differentiated (a gradient penalty, a Hessian-vector product, ...). "
+        "Where a second derivative is needed, take torch.logsumexp of the logits h @ weight.T + offset, with "
+        "each row's hit column set to the lowest float, instead."
+    )
+    E_SAMPLED_LOGSUMEXP_BACKWARD_TWICE = (
+        "sampled_logsumexp's backward ran a second time through one graph (a backward with retain_graph=True, "
+        "then another): the first one consumed the softmax it saved, overwriting it in place with the "
+        "gradient. Sum the losses and call backward once, or compute the loss again for each backward."
     )
     E_FUSED_UNAVAILABLE = (
         "backend='fused' needs the compiled extension spacy_elmo._C, which is not "

@@ -3,6 +3,7 @@
 import warnings
 
 import pytest
+import torch
 
 from spacy_elmo import BiLM, BiLMConfig, ops
 from spacy_elmo.ops import extension
@@ -24,6 +25,26 @@ def test_fused_without_extension_names_the_fix(no_extension):
     with pytest.raises(RuntimeError, match="--no-build-isolation") as err:
         ops.resolve_backend("fused")
     assert "simulated: not built" in str(err.value)
+
+
+@pytest.mark.parametrize("name", ["fussed", "cuda", "Fused", ""])
+def test_ops_refuse_an_unknown_backend_name(name):
+    """ops.char_cnn(..., backend=...) and the others ran the reference for any name but "fused" (a
+    typo silently ran the slow path): the error resolve_backend gives for it."""
+    with pytest.raises(ValueError, match=f"Unknown backend {name!r}"):
+        ops.implementation(name)
+    x, w, b = torch.randn(2, 3), torch.randn(6, 3), torch.randn(6)
+    with pytest.raises(ValueError, match="use 'auto', 'fused' or 'reference'"):
+        ops.highway(x, w, b, backend=name)
+
+
+def test_ops_resolve_auto():
+    """backend="auto" is what resolve_backend picks (it ran the reference whatever was built)."""
+    assert ops.implementation("auto").__name__ == f"spacy_elmo.ops.{ops.resolve_backend('auto')}"
+
+
+def test_ops_auto_without_the_extension_is_the_reference(no_extension):
+    assert ops.implementation("auto") is ops.reference
 
 
 def _load_failing(monkeypatch, message):

@@ -65,9 +65,10 @@ inline void gather_token(const int64_t* row, const T* table, int64_t W, int64_t 
   }
 }
 
+// relu as `v < 0 ? 0 : v`: a NaN stays NaN (as torch.relu)
 template <typename scalar_t>
 inline scalar_t activate(scalar_t v, int64_t activation) {
-  return activation == 0 ? (v > 0 ? v : scalar_t(0)) : std::tanh(v);
+  return activation == 0 ? (v < 0 ? scalar_t(0) : v) : std::tanh(v);
 }
 
 // Generic (any float type) direct convolution with running max: the float64
@@ -90,7 +91,7 @@ void forward_generic(const int64_t* ids, const scalar_t* table, int64_t N, int64
             scalar_t acc = 0;
             for (int64_t d = 0; d < D; ++d)
               for (int64_t k = 0; k < width; ++k) acc += wd[(f * D + d) * width + k] * e[(p + k) * D + d];
-            if (acc > best) {
+            if (acc > best || std::isnan(acc)) {  // NaN-sticky as torch.max; a tie keeps the first
               best = acc;
               bi = (int32_t)p;
             }
@@ -104,8 +105,35 @@ void forward_generic(const int64_t* ids, const scalar_t* table, int64_t N, int64
   });
 }
 
+// The largest magnitude of an embedding value or a filter weight for which no window sum of the
+// float32 kernel can overflow (each of its k_max products then stays within FLT_MAX / (2 k_max)),
+// and so none is NaN: the ISA kernels' window max (`acc > mx`, which a NaN never wins; checking
+// every window for NaN there cost 5% of the forward) is then torch.max's.
+inline float safe_magnitude(int64_t k_max) {
+  return std::sqrt(std::numeric_limits<float>::max() / (2.0f * (float)k_max));
+}
+
+// Whether every one of the n values has a magnitude of at most lim (a NaN has none).
+inline bool all_within(const float* p, int64_t n, float lim) {
+  bool ok = true;
+  for (int64_t i = 0; i < n; ++i) ok &= std::fabs(p[i]) <= lim;
+  return ok;
+}
+
 void forward_float(const int64_t* ids, const float* table, int64_t N, int64_t W, int64_t D,
                    const std::vector<at::Tensor>& weights, float* out, int32_t* arg, int64_t F) {
+  // NaN, infinities and values large enough to overflow a window (safe_magnitude) take
+  // forward_generic, whose max keeps a NaN as torch.max does: every token when a filter holds
+  // one (checked here, once), else each token whose characters do (checked as gathered).
+  int64_t k_max = 1;
+  for (const auto& wt : weights) k_max = std::max(k_max, wt.size(1) * wt.size(2));
+  const float lim = safe_magnitude(k_max);
+  bool filters_ok = true;
+  for (const auto& wt : weights) filters_ok = filters_ok && all_within(wt.data_ptr<float>(), wt.numel(), lim);
+  if (!filters_ok) {
+    forward_generic<float>(ids, table, N, W, D, weights, out, arg, F);
+    return;
+  }
   // Pack each filter to (width * D, ldw): channel-contiguous rows, zero-padded
   // to whole vectors. Repacked every call (tiny next to the convolution), so
   // weight updates are always seen.
@@ -128,12 +156,14 @@ void forward_float(const int64_t* ids, const float* table, int64_t N, int64_t W,
       const int64_t n0 = b * kTokenBlock;
       const int64_t nt = std::min(kTokenBlock, N - n0);
       int32_t run[kTokenBlock];
+      bool careful[kTokenBlock];
       for (int64_t t = 0; t < nt; ++t) {
         const int64_t* row = ids + (n0 + t) * W;
         int64_t r = W - 1;
         while (r > 0 && row[r - 1] == row[W - 1]) --r;
         run[t] = (int32_t)r;
         gather_token(row, table, W, D, e.data() + t * W * D);
+        careful[t] = !all_within(e.data() + t * W * D, W * D, lim);
       }
       int64_t off = 0;
       for (size_t i = 0; i < weights.size(); ++i) {
@@ -153,6 +183,10 @@ void forward_float(const int64_t* ids, const float* table, int64_t N, int64_t W,
         kt.char_conv(a);
         off += a.count;
       }
+      for (int64_t t = 0; t < nt; ++t)
+        if (careful[t])  // its outputs again, NaN-sticky
+          forward_generic<float>(ids + (n0 + t) * W, table, 1, W, D, weights, out + (n0 + t) * F,
+                                 arg + (n0 + t) * F, F);
     }
   });
 }
@@ -218,8 +252,9 @@ std::tuple<at::Tensor, std::vector<at::Tensor>, std::vector<at::Tensor>> char_cn
   const at::Tensor arg = arg_in.contiguous();
   check_window_positions(op, arg.data_ptr<int32_t>(), N, W, F, weights_in);  // they index the tokens' characters
   // Gradient at the pre-activation maximum. ReLU's is a select, not a product with a 0/1 mask:
-  // an inf gradient (fp16 loss scaling) at a zero output gives 0 there, not inf * 0 = NaN.
-  at::Tensor g = activation == 0 ? at::where(out > 0, grad_in, at::Scalar(0.0)) : grad_in * (1 - out * out);
+  // an inf gradient (fp16 loss scaling) at a zero output gives 0 there, not inf * 0 = NaN. It
+  // passes at a NaN output, as torch.relu's (`out <= 0 ? 0 : grad`).
+  at::Tensor g = activation == 0 ? at::where(out <= 0, at::Scalar(0.0), grad_in) : grad_in * (1 - out * out);
   g = g.to(emb.scalar_type()).contiguous();
   std::vector<at::Tensor> dws, dbs;
   at::Tensor db_all = g.sum(0);

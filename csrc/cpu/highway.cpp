@@ -35,7 +35,8 @@ std::tuple<at::Tensor, at::Tensor> highway_forward_cpu(const at::Tensor& x_in, c
       at::parallel_for(0, N, 16, [&](int64_t n0, int64_t n1) {
         for (int64_t n = n0; n < n1; ++n)
           for (int64_t k = 0; k < F; ++k) {
-            const scalar_t t = hp[n * 2 * F + k] > 0 ? hp[n * 2 * F + k] : scalar_t(0);
+            // relu as `v < 0 ? 0 : v`: a NaN stays NaN (as torch.relu)
+            const scalar_t t = hp[n * 2 * F + k] < 0 ? scalar_t(0) : hp[n * 2 * F + k];
             const scalar_t g = scalar_t(1) / (scalar_t(1) + std::exp(-hp[n * 2 * F + F + k]));
             yp[n * F + k] = g * t + (scalar_t(1) - g) * xp[n * F + k];
           }
@@ -71,10 +72,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> highway_backward_cpu(const at::Te
         for (int64_t n = n0; n < n1; ++n)
           for (int64_t k = 0; k < F; ++k) {
             const scalar_t ht = hp[n * 2 * F + k];
-            const scalar_t t = ht > 0 ? ht : scalar_t(0);
+            const scalar_t t = ht < 0 ? scalar_t(0) : ht;
             const scalar_t g = scalar_t(1) / (scalar_t(1) + std::exp(-hp[n * 2 * F + F + k]));
             const scalar_t d = dyp[n * F + k];
-            dhp[n * 2 * F + k] = ht > 0 ? d * g : scalar_t(0);
+            dhp[n * 2 * F + k] = ht <= 0 ? scalar_t(0) : d * g;  // passes at a NaN, as torch.relu's
             dhp[n * 2 * F + F + k] = d * (t - xp[n * F + k]) * g * (scalar_t(1) - g);
             dxp[n * F + k] = d * (scalar_t(1) - g);
           }

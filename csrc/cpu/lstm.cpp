@@ -291,7 +291,10 @@ LstmForwardResult lstm_forward_cpu(at::TensorList xs, const at::Tensor& lengths_
   at::Tensor c = c0.to(opts).reshape({ndir, B, C}).clone().contiguous();
   at::Tensor gates, c_raw, hp_raw, h_prev, m;
   if (save) {
-    // Saved for the backward: recycled memory (cpu_memory.h), same shapes every step.
+    // Saved for the backward: recycled memory (cpu_memory.h), same shapes every step. A row's steps
+    // past its length write nothing to gates, c_raw and hp_raw, and the backward never reads there:
+    // those regions stay uninitialised (not zeroed: no use for the cost), so two calls' saved
+    // tensors differ there (why the opcheck test leaves out test_aot_dispatch_*).
     gates = cpu::recycled_empty({ndir, T, B, 4 * C}, opts);
     c_raw = cpu::recycled_empty({ndir, T, B, C}, opts);
     hp_raw = cpu::recycled_empty({ndir, T, B, P}, opts);

@@ -21,6 +21,8 @@ __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf
 // Like torch.clamp: NaN stays NaN (fminf/fmaxf return the other operand for a NaN,
 // which turned a NaN cell into -clip, or -inf with no clip at all).
 __device__ __forceinline__ float clipf_(float x, float lo, float hi) { return x < lo ? lo : (x > hi ? hi : x); }
+// Like torch.relu: NaN stays NaN (fmaxf(v, 0) returned 0 for a NaN).
+__device__ __forceinline__ float relu_keep_nan(float v) { return v < 0.0f ? 0.0f : v; }
 
 #define SE_DISPATCH(dt, ...)                          \
   switch (dt) {                                       \

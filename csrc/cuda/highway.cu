@@ -13,7 +13,7 @@ __global__ void highway_epilogue_kernel(const T* __restrict__ h, const T* __rest
   const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= N * F) return;
   const int64_t n = i / F, k = i % F;
-  const float t = fmaxf(ld(h + n * 2 * F + k), 0.0f);
+  const float t = relu_keep_nan(ld(h + n * 2 * F + k));
   const float g = sigmoidf_(ld(h + n * 2 * F + F + k));
   st(y + i, g * t + (1.0f - g) * ld(x + i));
 }
@@ -27,8 +27,8 @@ __global__ void highway_backward_kernel(const T* __restrict__ dy, const T* __res
   const float ht = ld(h + n * 2 * F + k);
   const float g = sigmoidf_(ld(h + n * 2 * F + F + k));
   const float d = ld(dy + i);
-  st(dh + n * 2 * F + k, ht > 0.0f ? d * g : 0.0f);
-  st(dh + n * 2 * F + F + k, d * (fmaxf(ht, 0.0f) - ld(x + i)) * g * (1.0f - g));
+  st(dh + n * 2 * F + k, ht <= 0.0f ? 0.0f : d * g);  // passes at a NaN, as torch.relu's
+  st(dh + n * 2 * F + F + k, d * (relu_keep_nan(ht) - ld(x + i)) * g * (1.0f - g));
   st(dx + i, d * (1.0f - g));
 }
 

@@ -235,6 +235,9 @@ static inline void conv_tile(const float* e, int64_t D, const float* wp, int64_t
     const vi pos = (vi){} + (p0 + p);
 #pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) {
+      // a tie keeps the first position (strict >), the reference's argmax; a NaN never wins, but no
+      // window is NaN here: tokens and filters that could give one take the generic path
+      // (csrc/cpu/char_cnn.cpp, forward_float)
       vi gt = acc[p][v] > mx[v];
       mx[v] = gt ? acc[p][v] : mx[v];
       ix[v] = gt ? pos : ix[v];
@@ -437,10 +440,12 @@ static void gates_backward(const GateBackwardArgs& a) {
 
 // ---------------------------------------------------------------- highway
 
+// relu as `v < 0 ? 0 : v`, so that a NaN stays NaN (torch.relu's); its gradient passes at a NaN
+// (torch's `v <= 0 ? 0 : grad`)
 static void highway_epilogue(const float* ht, const float* hg, const float* x, float* y, int64_t n) {
 #pragma omp simd
   for (int64_t k = 0; k < n; ++k) {
-    const float t = ht[k] > 0.0f ? ht[k] : 0.0f;
+    const float t = ht[k] < 0.0f ? 0.0f : ht[k];
     const float g = se_sigmoid(hg[k]);
     y[k] = g * t + (1.0f - g) * x[k];
   }
@@ -450,9 +455,9 @@ static void highway_backward(const float* dy, const float* ht, const float* hg, 
                              float* dhg, float* dx, int64_t n) {
 #pragma omp simd
   for (int64_t k = 0; k < n; ++k) {
-    const float t = ht[k] > 0.0f ? ht[k] : 0.0f;
+    const float t = ht[k] < 0.0f ? 0.0f : ht[k];
     const float g = se_sigmoid(hg[k]);
-    dht[k] = ht[k] > 0.0f ? dy[k] * g : 0.0f;
+    dht[k] = ht[k] <= 0.0f ? 0.0f : dy[k] * g;
     dhg[k] = dy[k] * (t - x[k]) * g * (1.0f - g);
     dx[k] = dy[k] * (1.0f - g);
   }

@@ -1,8 +1,9 @@
 """The kernels of the biLM, dispatched to the compiled extension or the reference.
 
 Every function takes ``backend``: ``"reference"`` (pure PyTorch) or
-``"fused"`` (the compiled ``spacy_elmo._C`` kernels). Modules resolve
-``"auto"`` once with :func:`resolve_backend`. The reference functions in
+``"fused"`` (the compiled ``spacy_elmo._C`` kernels); ``"auto"`` is resolved
+on each call, another name is a ValueError. Modules resolve ``"auto"`` once
+with :func:`resolve_backend`. The reference functions in
 :mod:`spacy_elmo.ops.reference` define the semantics; see their docstrings for
 shapes and weight layouts.
 """
@@ -34,12 +35,15 @@ def resolve_backend(name: str) -> str:
 
 def implementation(backend: str) -> ModuleType:
     """The module implementing ``char_cnn``, ``highway``, ``bilstm_layer`` and
-    ``sampled_logsumexp`` for a resolved backend."""
+    ``sampled_logsumexp`` for ``backend``: a resolved name, or ``"auto"`` (resolved here, by
+    :func:`resolve_backend`, as is any other name: a ValueError, where a typo ran the reference)."""
     if backend == "fused":
         from . import fused
 
         return fused
-    return reference
+    if backend == "reference":
+        return reference
+    return implementation(resolve_backend(backend))
 
 
 def char_cnn(*args, backend: str = "reference", **kwargs):

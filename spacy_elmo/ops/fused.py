@@ -10,13 +10,14 @@ exactly the signatures and semantics of :mod:`spacy_elmo.ops.reference`.
 
 Autocast: on CUDA the kernels run in the autocast dtype (bf16/fp16 inputs, fp32
 accumulation inside); on the CPU they always run in float32 (or float64), and a
-float16/bfloat16 input gets its results back in its own dtype, as does a float32
-input under autocast (the autocast dtype, as the reference path returns). The CUDA
+float16/bfloat16 input gets its results back in its own dtype. Under autocast every result
+has the reference's dtype: the autocast dtype of its products, promoted with the dtype of
+what the reference adds to them (highway's ``x``, the LSTM's initial state and bias:
+a float32 cell state stays float32, unrounded, for a stateful model's next call). The CUDA
 kernels have no float64 version: float64 on a GPU runs the reference.
 """
 
 import contextlib
-import functools
 from types import ModuleType
 from typing import List, Optional, Sequence, Tuple
 
@@ -27,6 +28,7 @@ from .. import switches
 from ..errors import Errors
 from . import reference
 from .extension import extension_fix, load_extension
+from .reference import first_order_only
 
 _LOADED, _REASON = load_extension()
 if _LOADED is None:  # pragma: no cover - dispatch only imports this module when available
@@ -156,50 +158,6 @@ def _sampled_logsumexp_backward_fake(grad, h, weight, softmax):
 # ------------------------------------------------------------------ autograd
 
 
-class _NotTwiceDifferentiable(torch.autograd.Function):
-    """The identity on gradients that a fused backward computed under ``create_graph=True``:
-    differentiating them raises instead of silently giving no second-order term (the
-    backward kernels have no autograd formulas of their own)."""
-
-    @staticmethod
-    def forward(ctx, op: str, *grads: Tensor):
-        ctx.op = op
-        return grads
-
-    @staticmethod
-    def backward(ctx, *_grads):
-        raise RuntimeError(Errors.E_FUSED_DOUBLE_BACKWARD.format(op=ctx.op))
-
-
-def _first_order_only(op: str):
-    """Decorates the backward formula of fused ``op``: it runs without recording a graph,
-    and under ``create_graph=True`` its gradients (tensors, lists of tensors, None) come
-    back through :class:`_NotTwiceDifferentiable`."""
-
-    def decorate(backward):
-        @functools.wraps(backward)
-        def wrapper(ctx, *grads):
-            with torch.no_grad():
-                result = backward(ctx, *grads)
-            if not torch.is_grad_enabled():
-                return result
-            flat = [t for item in result for t in (item if isinstance(item, list) else [item]) if t is not None]
-            if not flat:
-                return result
-            marked = iter(_NotTwiceDifferentiable.apply(op, *[t.detach().requires_grad_() for t in flat]))
-
-            def mark(item):
-                if isinstance(item, list):
-                    return [mark(t) for t in item]
-                return None if item is None else next(marked)
-
-            return tuple(mark(item) for item in result)
-
-        return wrapper
-
-    return decorate
-
-
 def _char_cnn_setup(ctx, inputs, output):
     char_ids, embedding, weights, biases, activation = inputs
     out, argmax = output
@@ -233,8 +191,9 @@ def char_cnn_backward_composed(grad: Tensor, out: Tensor, argmax: Tensor, char_i
     with _no_autocast(device.type):
         o = out.to(acc)
         # relu: where, not a product, so an inf gradient at a zero output gives 0, not inf * 0 = NaN
-        # (fp16 loss scaling), as the kernel's branch and torch's threshold_backward do
-        g = torch.where(o > 0, grad.to(acc), 0) if activation == _ACTIVATIONS["relu"] else grad.to(acc) * (1 - o * o)
+        # (fp16 loss scaling), and it passes at a NaN output, as the kernel's branch and torch's
+        # threshold_backward do
+        g = torch.where(o <= 0, 0, grad.to(acc)) if activation == _ACTIVATIONS["relu"] else grad.to(acc) * (1 - o * o)
         ids = char_ids.to(device=device, dtype=torch.long).reshape(-1)
         table = torch.nn.functional.pad(embedding.to(acc), (0, 0, 1, 0))  # row 0: id 0, no character
         # (N, D, W), contiguous: as a transposed view cuDNN would read it as channels-last and copy each
@@ -266,7 +225,7 @@ def _char_cnn_backward_for(device: torch.device):
     return char_cnn_backward_composed if device.type == "cuda" else _ops.char_cnn_backward
 
 
-@_first_order_only("char_cnn")
+@first_order_only(Errors.E_FUSED_DOUBLE_BACKWARD.format(op="char_cnn"))
 def _char_cnn_backward(ctx, grad_out, _grad_argmax):
     char_ids, embedding, out, argmax, *weights = ctx.saved_tensors
     if grad_out is None:
@@ -290,7 +249,7 @@ def _highway_setup(ctx, inputs, output):
     ctx.save_for_backward(x, weight, h)
 
 
-@_first_order_only("highway")
+@first_order_only(Errors.E_FUSED_DOUBLE_BACKWARD.format(op="highway"))
 def _highway_backward(ctx, grad_y, _grad_h):
     x, weight, h = ctx.saved_tensors
     if grad_y is None:
@@ -312,7 +271,7 @@ def _lstm_setup(ctx, inputs, output):
     ctx.save_for_backward(lengths, c0, gates, c_raw, hp_raw, h_prev, m, *xs, *weights)
 
 
-@_first_order_only("lstm")
+@first_order_only(Errors.E_FUSED_DOUBLE_BACKWARD.format(op="lstm"))
 def _lstm_backward(ctx, grad_outs, grad_hn, grad_cn, *_unused):
     lengths, c0, gates, c_raw, hp_raw, h_prev, m, *rest = ctx.saved_tensors
     xs, weights = rest[: ctx.ndir], rest[ctx.ndir :]
@@ -341,7 +300,7 @@ def _sampled_logsumexp_setup(ctx, inputs, output):
     ctx.save_for_backward(h, weight, softmax)
 
 
-@_first_order_only("sampled_logsumexp")
+@first_order_only(Errors.E_SAMPLED_LOGSUMEXP_DOUBLE_BACKWARD)
 def _sampled_logsumexp_backward(ctx, grad_lse, _grad_softmax):
     if grad_lse is None:
         return None, None, None, None
@@ -358,13 +317,25 @@ torch.library.register_autograd("spacy_elmo::sampled_logsumexp_forward", _sample
 
 
 def _run_dtype(t: Tensor, op: str, name: str) -> torch.dtype:
-    """The dtype the kernels run in: the autocast dtype on CUDA, else float32/float64.
+    """The dtype the kernels run in for floating ``t`` (:func:`_kernel_dtype`).
     Raises TypeError for a non-floating ``t`` (argument ``name`` of ``op``)."""
     if not t.is_floating_point():
         raise TypeError(Errors.E_FUSED_NOT_FLOAT.format(op=op, name=name, dtype=t.dtype))
-    if t.device.type == "cuda" and torch.is_autocast_enabled("cuda"):
-        return torch.get_autocast_dtype("cuda")
-    return t.dtype if t.dtype in (torch.float32, torch.float64) else torch.float32
+    cuda_autocast = t.device.type == "cuda" and torch.is_autocast_enabled("cuda")
+    return _kernel_dtype(t.dtype, t.device.type, torch.get_autocast_dtype("cuda") if cuda_autocast else None)
+
+
+def _kernel_dtype(dtype: torch.dtype, device_type: str, autocast_dtype: Optional[torch.dtype]) -> torch.dtype:
+    """The dtype the kernels run in for an input of floating ``dtype`` on ``device_type``, with
+    ``autocast_dtype`` the dtype of the autocast that is on there (None: off). float64 stays float64
+    (autocast never casts it; on CUDA the wrappers then run the reference, as the float64
+    reference under autocast runs): it was checked after autocast, so a float64 module ran the
+    bfloat16 kernels under CUDA autocast. Else the autocast dtype on CUDA, and float32."""
+    if dtype == torch.float64:
+        return dtype
+    if device_type == "cuda" and autocast_dtype is not None:
+        return autocast_dtype
+    return torch.float32
 
 
 def _float64_on_gpu(t: Tensor, op: str, name: str) -> bool:
@@ -393,16 +364,24 @@ def _cast(ts, dtype):
     return [x if x.dtype == dtype else x.to(dtype) for x in ts]
 
 
-def _as_input(t: Tensor, like: Tensor) -> Tensor:
+def _as_input(t: Tensor, like: Tensor, *mixed: torch.dtype) -> Tensor:
     """A kernel result ``t`` in the dtype of the input ``like``: a float16/bfloat16 module on
     the CPU runs the kernels in float32 and gets its own dtype back, as from the reference
-    path. Under autocast a float32 result comes back in the autocast dtype, as from a product
-    that autocast runs lower: on the CPU the kernels still compute in float32, but every
-    layer of one call then has one dtype, on both backends (the top layers came back float32
-    beside a bfloat16 layer 0)."""
+    path. Under autocast (``t`` not float64, which autocast leaves alone) it comes back in
+    the dtype the reference's result has there: the autocast dtype of its products,
+    promoted with ``mixed``, the dtypes of the tensors the reference combines with them
+    (highway's ``x``: float32 for a float32 ``x``). On the CPU the kernels still compute in
+    float32, but every layer of one call has the reference's dtypes (the top layers came
+    back float32 beside a bfloat16 layer 0; a float32 cell state came back rounded to
+    bfloat16)."""
     device = like.device.type
     if reference.autocast_on(device):
-        return t.to(torch.get_autocast_dtype(device)) if t.dtype == torch.float32 else t
+        if t.dtype == torch.float64:
+            return t
+        dtype = torch.get_autocast_dtype(device)
+        for other in mixed:
+            dtype = torch.promote_types(dtype, other)
+        return t if t.dtype == dtype else t.to(dtype)
     return t if t.dtype == like.dtype else t.to(like.dtype)
 
 
@@ -437,7 +416,7 @@ def highway(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
     with _no_autocast(x.device.type):
         x2, w, b = _cast([x.reshape(-1, shape[-1]), weight, bias], dtype)
         y, _ = _ops.highway_forward(x2, w, b)
-    return _as_input(y.reshape(shape), x)
+    return _as_input(y.reshape(shape), x, x.dtype)  # the reference's g * relu(t) + (1 - g) * x
 
 
 def _check_switch(name: str, t: Tensor) -> None:
@@ -466,6 +445,12 @@ def _lstm(
     b = xs[0].shape[0]
     c, p = weights[3].shape[0], weights[3].shape[-1]  # (C, P): the kernel names any other shape
     like = xs[0]
+    # Under autocast the reference's dtypes (_as_input): its outputs are products (plus x with a
+    # residual), its h_n a product or h0 (x's zeros without one), its c_n a sum of the bias's
+    # pre-activations and c0 (x's zeros).
+    out_mixed = (like.dtype,) if residual else ()
+    h_mixed = (like.dtype if h0 is None else h0.dtype,)
+    c_mixed = (weights[2].dtype, like.dtype if c0 is None else c0.dtype)
     dtype = _run_dtype(like, "lstm", "x")
     _check_switch(switches.LSTM_PRODUCTS, like)
     with _no_autocast(like.device.type):
@@ -481,7 +466,8 @@ def _lstm(
             None if proj_clip is None else float(proj_clip),
             reverse, bool(residual), save,
         )
-    return [_as_input(o, like) for o in outs], _as_input(h_n, like), _as_input(c_n, like)
+    return ([_as_input(o, like, *out_mixed) for o in outs], _as_input(h_n, like, *h_mixed),
+            _as_input(c_n, like, *c_mixed))
 
 
 def lstm_layer(

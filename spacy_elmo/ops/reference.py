@@ -17,7 +17,8 @@ Conventions shared with the fused kernels:
   the forget bias of 1.0 is added at run time (it is not in ``bias``).
 """
 
-from typing import List, Optional, Sequence, Tuple, Union
+import functools
+from typing import Callable, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn.functional as F
@@ -222,6 +223,7 @@ def lstm_layer(
     _check_shape(h0, (batch, proj), "h0 (B, P)")
     _check_shape(c0, (batch, cells), "c0 (B, C)")
     lengths = lengths.to(x.device)
+    check_lstm_lengths(lengths, total)
     if reverse:
         index = reversal_index(lengths, total)
         x_run = x.gather(1, index.unsqueeze(-1).expand_as(x))
@@ -250,6 +252,20 @@ def lstm_layer(
     if reverse:
         out = out.gather(1, index.unsqueeze(-1).expand_as(out))
     return out, h, c
+
+
+def check_lstm_lengths(lengths: Tensor, total: int) -> None:
+    """The fused op's checks of an LSTM's ``(B,)`` lengths (``check_integer`` and ``check_lstm_lengths``
+    in ``csrc/include/checks.h``), in its words: a TypeError unless they are integers (a float length
+    2.5 ran ``t < 2.5``, 3 steps, or failed in the reversal's gather), a ValueError naming the first
+    outside ``[0, T]`` (a longer row ran T steps as if complete, or failed to reverse; a negative one
+    none). One host sync (:func:`any_bad`: an assertion where torch.compile or torch.export traces)."""
+    if lengths.is_floating_point() or lengths.is_complex() or lengths.dtype == torch.bool:
+        raise TypeError(Errors.E_LSTM_LENGTHS_DTYPE.format(dtype=lengths.dtype))
+    bad = (lengths < 0) | (lengths > total)
+    if any_bad(bad, Errors.E_LSTM_LENGTHS_RANGE_IN_GRAPH):
+        index = int(bad.nonzero()[0, 0])
+        raise ValueError(Errors.E_LSTM_LENGTHS_RANGE.format(value=int(lengths[index]), index=index, T=total))
 
 
 def _check_shape(t: Optional[Tensor], expected: Tuple[int, ...], name: str) -> None:
@@ -331,6 +347,62 @@ def bilstm_layer(
     return out_f, out_b, torch.stack([h_f, h_b]), torch.stack([c_f, c_b])
 
 
+class NotTwiceDifferentiable(torch.autograd.Function):
+    """The identity on gradients that a backward formula without a second derivative computed under
+    ``create_graph=True`` (:func:`first_order_only`): differentiating them raises
+    RuntimeError(``message``) instead of silently giving no second-order term, or a wrong one."""
+
+    @staticmethod
+    def forward(ctx, message: str, count: int, *tensors: Tensor):
+        # tensors: the ``count`` gradients, then the anchors (first_order_only), not returned
+        ctx.message = message
+        return tensors[:count]
+
+    @staticmethod
+    def backward(ctx, *_grads):
+        raise RuntimeError(ctx.message)
+
+
+def first_order_only(message: str) -> Callable[[Callable], Callable]:
+    """Decorates a backward formula that has no second derivative: the fused ops' (their backward
+    kernels have no autograd formulas of their own) and :class:`ConsumingLogSumExp`'s (an in-place
+    product on a saved tensor). It runs without recording a graph, and under ``create_graph=True``
+    its gradients (tensors, lists of tensors, None; a tuple of them) come back through
+    :class:`NotTwiceDifferentiable`, which raises RuntimeError(``message``) when they are
+    differentiated. The marks hang from the saved tensors that require grad (read before the
+    backward runs: the forward's inputs, ConsumingLogSumExp's anchors), so a second derivative
+    with respect to any of them meets the error: ``autograd.grad`` follows only the paths to the
+    tensors it is asked about, and marks hanging from nothing gave torch's "appears to not have
+    been used in the graph", or (the reference's sampled_logsumexp, whose product's backward is
+    differentiable in h and weight) a number without the marked term."""
+
+    def decorate(backward):
+        @functools.wraps(backward)
+        def wrapper(ctx, *grads):
+            graph = torch.is_grad_enabled()
+            anchors = [t for t in ctx.saved_tensors if t.requires_grad] if graph else []
+            with torch.no_grad():
+                result = backward(ctx, *grads)
+            if not graph:
+                return result
+            flat = [t for item in result for t in (item if isinstance(item, list) else [item]) if t is not None]
+            if not flat:
+                return result
+            marked = iter(NotTwiceDifferentiable.apply(message, len(flat),
+                                                       *[t.detach().requires_grad_() for t in flat], *anchors))
+
+            def mark(item):
+                if isinstance(item, list):
+                    return [mark(t) for t in item]
+                return None if item is None else next(marked)
+
+            return tuple(mark(item) for item in result)
+
+        return wrapper
+
+    return decorate
+
+
 def sampled_logsumexp(h: Tensor, weight: Tensor, offset: Tensor, hit: Tensor) -> Tensor:
     """The log-sum-exp over the sampled candidates of TF's ``sampled_softmax_loss``.
 
@@ -354,22 +426,32 @@ def sampled_logsumexp(h: Tensor, weight: Tensor, offset: Tensor, hit: Tensor) ->
     rows = (hit >= 0).nonzero().squeeze(1)
     with torch.no_grad():
         logits.index_put_((rows, hit[rows]), logits.new_tensor(torch.finfo(logits.dtype).min))
-    return ConsumingLogSumExp.apply(logits)[0]
+    # h and weight ride along as anchors only (ConsumingLogSumExp): F.linear's backward takes the
+    # logits' gradient on to them, differentiably, so a second derivative reaches them that way too
+    return ConsumingLogSumExp.apply(logits, h, weight)[0]
 
 
 class ConsumingLogSumExp(torch.autograd.Function):
     """``logsumexp(x, 1)`` of a ``(N, S)`` float tensor that nothing else needs: ``x`` is
     overwritten with ``exp(x - max)`` and reused as the softmax of the backward.
     Returns ``(lse (N,), x)``; the overwritten ``x`` comes back only because
-    autograd wants every input changed in place among the outputs.
+    autograd wants every input changed in place among the outputs. ``anchors``: tensors
+    ``x`` was computed from (they get no gradient here), for the error of a second
+    derivative (:func:`first_order_only`).
 
     ``torch.logsumexp`` and its backward make about five ``(N, S)`` temporaries; at
     ``N = B * U = 2560``, ``S = 8192`` that is 84 MB each, per direction and step, all
     freshly mapped (page faults) and streamed through memory. Here: none.
+
+    So the backward runs once per forward (a second one, after ``retain_graph=True``, raises
+    ``Errors.E_SAMPLED_LOGSUMEXP_BACKWARD_TWICE``: the softmax is gone) and has no second
+    derivative (:func:`first_order_only`: differentiating its gradient raises
+    ``Errors.E_SAMPLED_LOGSUMEXP_DOUBLE_BACKWARD``; autograd through the in-place product gave a
+    wrong number).
     """
 
     @staticmethod
-    def forward(ctx, x: Tensor) -> Tuple[Tensor, Tensor]:
+    def forward(ctx, x: Tensor, *anchors: Tensor) -> Tuple[Tensor, Tensor]:
         top = x.amax(1, keepdim=True)
         # A row of only the lowest float (every candidate a hit) keeps a finite max.
         x.sub_(top).exp_()
@@ -379,11 +461,18 @@ class ConsumingLogSumExp(torch.autograd.Function):
         # The second output never gets a gradient: without this, autograd would fill an
         # (N, S) tensor of zeros for it on every backward.
         ctx.set_materialize_grads(False)
-        ctx.save_for_backward(x, total)
+        ctx.save_for_backward(x, total, *anchors)
+        ctx.consumed = False
         return (total.log() + top).squeeze(1), x
 
     @staticmethod
-    def backward(ctx, grad: Tensor, _unused: Optional[Tensor]) -> Tensor:
-        x, total = ctx.saved_tensors
+    @first_order_only(Errors.E_SAMPLED_LOGSUMEXP_DOUBLE_BACKWARD)
+    def backward(ctx, grad: Tensor, _unused: Optional[Tensor]) -> Tuple[Optional[Tensor], ...]:
+        # Checked before the saved tensors are read: torch's own error there (a saved tensor
+        # modified by an in-place operation) names neither the op nor the fix.
+        if ctx.consumed:
+            raise RuntimeError(Errors.E_SAMPLED_LOGSUMEXP_BACKWARD_TWICE)
+        ctx.consumed = True
+        x, total, *anchors = ctx.saved_tensors
         # d lse / dx = softmax = exp(x - max) / total, scaled in place.
-        return x.mul_(grad.unsqueeze(1) / total)
+        return (x.mul_(grad.unsqueeze(1) / total), *[None] * len(anchors))

@@ -142,7 +142,9 @@ def test_autocast_low_precision(dtype):
     ps = [p.to(DEV) for p in _params(gen, [(B, T, P)] + [(P, 4 * C), (P, 4 * C), (4 * C,), (C, P)] * 2, scale=0.3)]
     with torch.autocast("cuda", dtype=dtype):
         of, ob, h, c = fused.bilstm_layer(ps[0], ps[0], lengths, ps[1:5], ps[5:9], None, 3.0, 3.0, True, True)
-    assert of.dtype == dtype
+        ref = R.bilstm_layer(ps[0], ps[0], lengths, ps[1:5], ps[5:9], None, 3.0, 3.0, True, True)
+    # the reference's dtypes (float32 here: the residual adds the float32 x, the states start from its zeros)
+    assert [t.dtype for t in (of, ob, h, c)] == [t.dtype for t in ref] == [torch.float32] * 4
     rf, rb, rh, rc = R.bilstm_layer(ps[0].double(), ps[0].double(), lengths.to(DEV), [p.double() for p in ps[1:5]],
                                     [p.double() for p in ps[5:9]], None, 3.0, 3.0, True, True)
     tol = 5e-2 if dtype == torch.bfloat16 else 1e-2
@@ -486,6 +488,29 @@ def test_cuda_lstm_state_and_lengths_are_not_broadcast(backend, which, bad, matc
     inputs.test_lstm_state_and_lengths_are_not_broadcast(backend, which, bad, match, device=DEV)
 
 
+# bfloat16 with counts of whole 16s: the tensor-core kernel (float32: the CUDA-core kernel)
+@pytest.mark.parametrize("dtype,filters,kernel", [
+    (torch.float32, inputs.NAN_CHAR_FILTERS, "char_cnn_forward_kernel"),
+    (torch.bfloat16, [(1, 16), (2, 32), (3, 48), (7, 16)], "char_cnn_forward_mma_kernel"),
+], ids=["float32", "bfloat16"])
+@pytest.mark.parametrize("activation", ["relu", "tanh"])
+def test_cuda_nan_in_char_cnn_stays_nan(activation, dtype, filters, kernel):
+    """The window max and relu of each CUDA kernel keep a NaN (``> best`` and fmaxf(v, 0) dropped it).
+    bfloat16 under autocast: outside it a bfloat16 module runs the float32 kernels."""
+    def run():
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
+            inputs.test_nan_in_char_cnn_stays_nan(activation, dtype, filters=filters, device=DEV)
+
+    _, names = launched(run)
+    assert any(kernel in n for n in names), names
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cuda_nan_in_highway_stays_nan(dtype):
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):  # the bfloat16 kernel
+        inputs.test_nan_in_highway_stays_nan(dtype, device=DEV)
+
+
 # sampled_logsumexp has no CUDA kernel: on the GPU fused runs the reference
 @pytest.mark.parametrize("which", ["highway", "char_cnn", "lstm_layer"])
 def test_cuda_integer_inputs_are_an_error_not_truncated(which):
@@ -526,10 +551,12 @@ def test_cuda_ops_name_the_argument_left_on_the_cpu():
         fused.lstm_layer(x, lengths, *w, h0=torch.zeros(3, 4, device=DEV))
 
 
-def test_float64_on_the_gpu_runs_the_reference():
+@pytest.mark.parametrize("autocast", [False, True], ids=["plain", "bf16_autocast"])
+def test_float64_on_the_gpu_runs_the_reference(autocast):
     """The CUDA kernels have no float64 version (the op refuses it, above): a float64 module on the GPU
     (bilm.double(), for checks) failed in every fused call. The wrappers run the reference there:
-    float64 results and gradients, the CPU's float64 reference's."""
+    float64 results and gradients, the CPU's float64 reference's; under autocast too, which leaves
+    float64 alone (the bfloat16 kernels ran: the autocast dtype was chosen before float64 was seen)."""
     gen = torch.Generator().manual_seed(17)
     lengths = torch.tensor([4, 0, 2])
     ps = _params(gen, _bilstm_shapes(3, 4, 6, 7), dtype=torch.float64)
@@ -541,10 +568,16 @@ def test_float64_on_the_gpu_runs_the_reference():
     def one_direction(impl, dev):
         return lambda x, wi, wr, b, wp: impl.lstm_layer(x, lengths.to(dev), wi, wr, b, wp, None, None, 3.0, 3.0, True)
 
+    def under_autocast(fn):
+        def run(*args):
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+                return fn(*args)
+        return run
+
     for fused_fn, ref_fn, args in ((_bilstm_from_state(fused, lengths, DEV), _bilstm_from_state(R, lengths, "cpu"), ps),
                                    (one_direction(fused, DEV), one_direction(R, "cpu"), ps[:1] + ps[2:6]),
                                    (_char_cnn_highway(fused, ids, DEV), _char_cnn_highway(R, ids, "cpu"), cps)):
-        (o1, g1), (o2, g2) = _against_float64(fused_fn, ref_fn, args)
+        (o1, g1), (o2, g2) = _against_float64(under_autocast(fused_fn), ref_fn, args)
         for a, b in zip(o1 + g1, o2 + g2):
             assert a.dtype == torch.float64
             torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-8)  # the losses weigh in float32

@@ -9,13 +9,15 @@ CUDA ops must refuse the same input with the same message (csrc/include/checks.h
 
 import functools
 
+import numpy as np
 import pytest
 import torch
 
 import spacy_elmo.ops as dispatch
 from spacy_elmo.ops import reference as R
 
-from .test_fused_cpu import _close, char_params, lstm_params, random_char_ids
+from . import numpy_oracle as O
+from .test_fused_cpu import TOL32, _close, _run_with_isa, char_params, lstm_params, random_char_ids
 
 fused = pytest.importorskip("spacy_elmo.ops.fused", reason="spacy_elmo._C is not built")
 ops = torch.ops.spacy_elmo
@@ -170,6 +172,86 @@ def test_highway_backward_op_checks_its_shapes(device="cpu"):
             ops.highway_backward(*args)
 
 
+# ---------------------------------------------------------------------- NaN
+
+# Filters of counts that are whole vectors of every ISA and partial ones (5, 37), widths 1 to 7, over a
+# 16-wide char dimension: the float32 vector kernels (and on CUDA with bfloat16, filters_mma: the
+# tensor-core kernel, which needs counts of whole 16s).
+NAN_CHAR_FILTERS = [(1, 5), (2, 16), (3, 37), (7, 32)]
+NAN_CHAR = 67  # a shifted id: table row 66
+NAN_TOL = {torch.float32: TOL32, torch.float64: TOL32, torch.bfloat16: dict(rtol=1e-2, atol=1e-2)}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("activation", ["relu", "tanh"])
+def test_nan_in_char_cnn_stays_nan(activation, dtype, filters=NAN_CHAR_FILTERS, device="cpu"):
+    """A NaN in the char table or in a filter is NaN in every output whose windows read it, as in the
+    NumPy oracle (and the reference: torch.max and relu keep a NaN). The max over windows skipped a NaN
+    window (``acc > best`` is false for a NaN) and relu made a NaN 0, so a corrupt table gave finite
+    numbers. The NaN char at a token's first window, mid-token, and as its trailing run (where the
+    float32 kernel computes one window of the run); the other outputs are unchanged. An infinite char
+    too (its windows are NaN, inf - inf, where its products have both signs): the float32 kernel sends
+    such tokens, and every token for such a filter, to the generic path, whose max keeps a NaN."""
+    gen = torch.Generator().manual_seed(7)
+    ids = random_char_ids(gen, 6, 20, zero_rows=[5], word_lengths=[3, 9, 4, 12, 6, 1])
+    ids[ids == NAN_CHAR] = NAN_CHAR + 1
+    ids[0, 1] = NAN_CHAR
+    ids[1, 6] = NAN_CHAR
+    ids[2, 8:] = NAN_CHAR
+    emb, ws, bs = char_params(gen, filters, 16, dtype=dtype)
+    bad_emb = emb.clone()
+    bad_emb[NAN_CHAR - 1] = float("nan")
+    inf_emb = emb.clone()
+    inf_emb[NAN_CHAR - 1] = float("inf")
+    bad_ws = [w.clone() for w in ws]
+    bad_ws[2][3, 5, 1] = float("nan")  # channel 3 of the third filter, for every token (0 * NaN too)
+    channel = filters[0][1] + filters[1][1] + 3
+    for table, filts in [(bad_emb, ws), (inf_emb, ws), (emb, bad_ws)]:
+        out = fused.char_cnn(ids.to(device), table.to(device), [w.to(device) for w in filts],
+                             [b.to(device) for b in bs], activation).cpu()
+        expected = O.char_cnn(ids.numpy(), table.double().numpy(), [w.double().numpy() for w in filts],
+                              [b.double().numpy() for b in bs], activation)
+        assert out.dtype == dtype
+        _close(out, expected, **NAN_TOL[dtype])  # NaN where the oracle has NaN (equal_nan), nowhere else
+        assert np.isnan(expected).any() and not np.isnan(expected).all()
+    assert torch.isnan(out[:, channel]).all()
+    # The gradient passes relu at a NaN output (torch's does; a zero there hid the NaN from every
+    # filter's gradient): each filter's holds a NaN, as the reference's.
+    filts = [w.to(device).requires_grad_() for w in ws]
+    fused.char_cnn(ids.to(device), bad_emb.to(device), filts, [b.to(device) for b in bs], activation).sum().backward()
+    assert all(torch.isnan(w.grad).any() for w in filts)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_nan_in_highway_stays_nan(dtype, device="cpu"):
+    """A NaN in a transform row of the weight is NaN in its output column, as in the NumPy oracle (relu
+    keeps a NaN): ``t > 0 ? t : 0`` made it 0 and the column came out (1 - g) * x. A NaN in a carry row
+    (the gate) and in x too; 37 columns: the vector loop's tail."""
+    gen = torch.Generator().manual_seed(8)
+    F = 37
+    x = (torch.rand(5, F, generator=gen, dtype=torch.float64) * 2 - 1).to(dtype)
+    w = ((torch.rand(2 * F, F, generator=gen, dtype=torch.float64) * 2 - 1) * 0.3).to(dtype)
+    b = ((torch.rand(2 * F, generator=gen, dtype=torch.float64) * 2 - 1) * 0.1).to(dtype)
+    w[3, 7] = float("nan")  # the transform of column 3
+    w[F + 5, 2] = float("nan")  # the gate of column 5
+    x[4, 1] = float("nan")  # every column of row 4
+    y = fused.highway(x.to(device), w.to(device), b.to(device)).cpu()
+    expected = O.highway(x.double().numpy(), w.double().numpy(), b.double().numpy())
+    assert y.dtype == dtype
+    _close(y, expected, **NAN_TOL[dtype])
+    assert torch.isnan(y[:, 3]).all() and torch.isnan(y[:, 5]).all() and torch.isnan(y[4]).all()
+    assert torch.isnan(y).sum() == 5 + 5 + F - 2
+
+
+@pytest.mark.parametrize("isa", ["base", "avx2"])
+def test_nan_stays_nan_other_isas(isa):
+    """The two tests above with the other kernel tables (each has its own vector window max and relu;
+    this process runs the widest the CPU has)."""
+    res = _run_with_isa(isa, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k",
+                        "test_nan_in_char_cnn_stays_nan or test_nan_in_highway_stays_nan")
+    assert res.returncode == 0 and "6 passed" in res.stdout, res.stdout[-3000:] + res.stderr[-2000:]
+
+
 @pytest.mark.parametrize("which", ["highway", "char_cnn", "lstm_layer", "sampled_logsumexp"])
 def test_integer_inputs_are_an_error_not_truncated(which, device="cpu"):
     """Integer activations were run in float32 and truncated back (highway: 10 for the reference's 10.9997)."""
@@ -295,6 +377,27 @@ def test_lstm_lengths_must_be_integers(device="cpu"):
         _close(a, b)
 
 
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("backend", ["reference", "fused"])
+@pytest.mark.parametrize("bad,error,match", [
+    ([6, 2, 0], ValueError, r"lstm: lengths holds 6 at flat index 0; its values must lie in \[0, 5\]"),
+    ([5, -1, 0], ValueError, r"lstm: lengths holds -1 at flat index 1; its values must lie in \[0, 5\]"),
+    ([2.5, 1.0, 0.0], TypeError, r"lstm: lengths must be an integer tensor \(any integer dtype, read as int64\)"),
+], ids=["past_T", "negative", "float"])
+def test_lstm_lengths_are_checked_alike_on_both_backends(bad, error, match, backend, reverse, device="cpu"):
+    """The reference ran a length past T (as if the row were complete; reversed: an IndexError), a
+    negative one (no step) and a float one (2.5: 3 steps; reversed: a gather error) without a word,
+    where the op refused them: both give the op's message now (the reference a ValueError or
+    TypeError, the op a RuntimeError), in lstm_layer and bilstm_layer."""
+    x, _, w = _lstm_case(device=device)
+    lengths = torch.tensor(bad, device=device)
+    impl, error = (R, error) if backend == "reference" else (fused, RuntimeError)
+    with pytest.raises(error, match=match):
+        impl.lstm_layer(x, lengths, *w, reverse=reverse)
+    with pytest.raises(error, match=match):
+        impl.bilstm_layer(x, x, lengths, w, w, reverse_backward=reverse)
+
+
 def _lstm_saved(device="cpu"):
     x, lengths, w = _lstm_case(device=device)
     w2 = [t.to(device) for t in lstm_params(torch.Generator().manual_seed(9), 4, 6, 4)]
@@ -389,14 +492,37 @@ def _every_op(dtype=torch.float64):
 def test_double_backward_is_a_clear_error(index):
     """create_graph=True through a fused op gave gradients without their second-order term (highway,
     char_cnn, sampled_logsumexp: silently; lstm: an error about mm() out= arguments). The first-order
-    gradients are still right (the reference; its sampled_logsumexp runs in float32)."""
+    gradients are still right (the reference; its sampled_logsumexp runs in float32). A second
+    derivative with respect to one input (autograd.grad follows only the paths to it) gave torch's
+    "appears to not have been used in the graph": the error too now."""
     name, ins, f, ref = _every_op()[index]
     grads = torch.autograd.grad(f(*ins), ins, create_graph=True)
     expected = torch.autograd.grad(ref(*ins), ins)
     for g, e in zip(grads, expected):
         _close(g, e)
-    with pytest.raises(RuntimeError, match=f"fused {name} kernel has no second derivative"):
+    # sampled_logsumexp has none on either backend (tests/ops/test_reference.py)
+    message = f"{name} has no second derivative" if name == "sampled_logsumexp" else (
+        f"fused {name} kernel has no second derivative")
+    with pytest.raises(RuntimeError, match=message):
         sum(g.pow(2).sum() for g in grads).backward()
+    for t in ins:
+        grads = torch.autograd.grad(f(*ins), ins, create_graph=True)
+        with pytest.raises(RuntimeError, match=message):
+            torch.autograd.grad(sum(g.pow(2).sum() for g in grads), t)
+
+
+def test_kernel_dtype_keeps_float64_under_cuda_autocast():
+    """float64 runs in float64 whatever autocast is on (autocast never casts it; on CUDA the wrappers
+    then run the reference): under CUDA autocast a float64 module ran the bfloat16 kernels, the
+    autocast dtype being chosen before float64 was looked at. The other choices stay: CUDA autocast's
+    dtype, else float32 (CPU autocast included: the CPU kernels compute in float32)."""
+    k = fused._kernel_dtype
+    assert k(torch.float64, "cuda", torch.bfloat16) == k(torch.float64, "cuda", None) == torch.float64
+    assert k(torch.float64, "cpu", torch.bfloat16) == k(torch.float64, "cpu", None) == torch.float64
+    assert k(torch.float32, "cuda", torch.bfloat16) == torch.bfloat16
+    assert k(torch.bfloat16, "cuda", torch.float16) == torch.float16
+    assert k(torch.bfloat16, "cuda", None) == k(torch.float16, "cpu", None) == torch.float32
+    assert k(torch.float32, "cpu", torch.bfloat16) == torch.float32
 
 
 def test_meta_tensors_give_shapes():
