@@ -71,7 +71,9 @@ def reference_instead(device: torch.device, cuda_kernels: Callable[[], bool], n_
     if not on_cuda(device):
         return False
     kernels = cuda_kernels()
-    limit = shared_memory_limit(device) if kernels and width is not None else None
+    # not while torch.compile traces (the device query): the op then checks it and names W, D and the limit
+    check_memory = kernels and width is not None and not torch.compiler.is_compiling()
+    limit = shared_memory_limit(device) if check_memory else None
     why = reason("cuda", kernels, n_filters, width, dim, limit)
     if why is None:
         return False

@@ -48,8 +48,12 @@ def cpu_isa() -> str:
     return _C.cpu_isa()
 
 
+_BUILT_WITH_CUDA = bool(_C.built_with_cuda())  # read once: torch.compile cannot trace the pybind call
+
+
 def built_with_cuda() -> bool:
-    return bool(_C.built_with_cuda())
+    """Whether spacy_elmo._C has its CUDA kernels (setup.py builds them where it finds a CUDA toolkit)."""
+    return _BUILT_WITH_CUDA
 
 
 def cpu_buffer_bytes() -> int:
