@@ -427,6 +427,12 @@ class Errors:
         "backend='fused' needs the compiled extension spacy_elmo._C, which is not "
         "available ({reason}). {fix} Or use backend='reference'."
     )
+    E_FUSED_NO_CUDA_KERNELS = (
+        "backend='fused' on CUDA tensors needs the CUDA kernels of spacy_elmo._C, which this build lacks (it "
+        "found no CUDA toolkit: nvcc / CUDA_HOME). Install the CUDA toolkit of torch's CUDA ({cuda}) and "
+        "rebuild: `SPACY_ELMO_CUDA=1 pip install --no-build-isolation -e .` (`spacy-elmo info` shows what was "
+        "built). Or use backend='auto', which runs the reference path on CUDA here, or backend='reference'."
+    )
     E_SCALAR_MIX_COUNT = (
         "ScalarMix was built for {expected} layers but received {found}; the biLM has "
         "n_layers + 1 output layers."

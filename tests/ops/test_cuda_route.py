@@ -6,7 +6,7 @@ import warnings
 import pytest
 import torch
 
-from spacy_elmo.errors import Warnings
+from spacy_elmo.errors import Errors, Warnings
 from spacy_elmo.ops import cuda_route
 from spacy_elmo.ops import reference as R
 
@@ -136,3 +136,49 @@ def test_cpu_tensors_run_the_kernels_whatever_the_build():
     """The real device check: CPU tensors never take the route (a CPU-only build runs them fused)."""
     assert not cuda_route.reference_instead(torch.device("cpu"), lambda: False, 40, 1000, 512)
     assert cuda_route.on_cuda(torch.device("cuda")) and not cuda_route.on_cuda(torch.device("meta"))
+
+
+def test_explicit_fused_on_cuda_with_a_build_without_cuda_kernels_raises(fake_gpu, monkeypatch):
+    """backend='fused' asked for the kernels: a clear error naming the rebuild (as resolve_backend's for
+    'fused' without the extension), where 'auto' (handed on as ops.AUTO_FUSED) runs the reference."""
+    from spacy_elmo import ops
+
+    monkeypatch.setattr(fused, "built_with_cuda", lambda: False)
+    ids, emb, ws, bs = _char_case([(1, 4), (2, 4)])
+    x = torch.randn(3, 8)
+    hw, hb = torch.randn(16, 8), torch.randn(16)
+    expected = Errors.E_FUSED_NO_CUDA_KERNELS.format(cuda=torch.version.cuda)
+    for call in (lambda b: ops.char_cnn(ids, emb, ws, bs, "relu", backend=b),
+                 lambda b: ops.char_cnn(ids, embedding=emb, weights=ws, biases=bs, backend=b),
+                 lambda b: ops.highway(x, hw, hb, backend=b)):
+        with pytest.raises(RuntimeError) as err:
+            call("fused")
+        assert str(err.value) == expected
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            call(ops.AUTO_FUSED)
+    assert fake_gpu.called == []
+    assert "SPACY_ELMO_CUDA=1 pip install --no-build-isolation -e ." in expected
+
+
+def test_bilm_auto_runs_the_reference_and_fused_raises_on_cuda_with_a_build_without_cuda_kernels(fake_gpu,
+                                                                                                   monkeypatch):
+    from spacy_elmo import BiLM, BiLMConfig, batch_to_ids, ops
+
+    monkeypatch.setattr(fused, "built_with_cuda", lambda: False)
+    cfg = BiLMConfig(projection_dim=4, cell_dim=6, filters=[(1, 2), (2, 2)], n_highway=1, n_layers=2)
+    torch.manual_seed(0)
+    auto = BiLM(cfg, backend="auto")
+    assert auto.backend == "fused" and auto.token_encoder.backend == auto.lstm.backend == ops.AUTO_FUSED
+    ref = BiLM(cfg, backend="reference")
+    ref.load_state_dict(auto.state_dict())
+    ids = batch_to_ids([["a", "bc"], ["d"]])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = auto(ids).activations
+    assert [str(w.message) for w in caught] == [NO_KERNELS] and fake_gpu.called == []
+    assert all(torch.equal(a, e) for a, e in zip(got, ref(ids).activations))
+    explicit = BiLM(cfg, backend="fused")
+    assert explicit.token_encoder.backend == explicit.lstm.backend == "fused"
+    with pytest.raises(RuntimeError, match="backend='fused' on CUDA tensors needs the CUDA kernels"):
+        explicit(ids)
