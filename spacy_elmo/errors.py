@@ -453,6 +453,12 @@ class Errors:
         "backend='fused' needs the compiled extension spacy_elmo._C, which is not "
         "available ({reason}). {fix} Or use backend='reference'."
     )
+    E_FUSED_NO_CUDA_KERNELS = (
+        "backend='fused' on CUDA tensors needs the CUDA kernels of spacy_elmo._C, which this build lacks (it "
+        "found no CUDA toolkit: nvcc / CUDA_HOME). Install the CUDA toolkit of torch's CUDA ({cuda}) and "
+        "rebuild: `SPACY_ELMO_CUDA=1 pip install --no-build-isolation -e .` (`spacy-elmo info` shows what was "
+        "built). Or use backend='auto', which runs the reference path on CUDA here, or backend='reference'."
+    )
     E_SCALAR_MIX_COUNT = (
         "ScalarMix was built for {expected} layers but received {found}; the biLM has "
         "n_layers + 1 output layers."
@@ -1281,6 +1287,25 @@ class Warnings:
         "`pip install --no-build-isolation --no-deps --force-reinstall SOURCE`, SOURCE the "
         "spacy-elmo sdist or checkout."
     )
+    # The fused ops on CUDA tensors that run the reference instead (spacy_elmo.ops.cuda_route): once each.
+    W_FUSED_NO_CUDA_KERNELS = (
+        "spacy-elmo: spacy_elmo._C was built without its CUDA kernels (its build found no CUDA toolkit: "
+        "nvcc / CUDA_HOME), so the fused ops on CUDA tensors run the pure-PyTorch reference path (exact, but "
+        "slower); on the CPU they still run the fused kernels. For the CUDA kernels install the CUDA toolkit "
+        "of torch's CUDA ({cuda}) and rebuild: `SPACY_ELMO_CUDA=1 pip install --no-build-isolation -e .` "
+        "(`spacy-elmo info` shows what was built)."
+    )
+    W_FUSED_CUDA_MANY_FILTERS = (
+        "spacy-elmo: the char CNN has {n} filters and its CUDA kernel takes at most {limit}, so on CUDA it runs "
+        "the pure-PyTorch reference path (exact, but slower). For the fused kernel use at most {limit} "
+        "filters (BiLMConfig.filters)."
+    )
+    W_FUSED_CUDA_SHARED_MEMORY = (
+        "spacy-elmo: the char CNN's CUDA kernel needs {need} bytes of shared memory per block ({width} "
+        "characters per token x {dim} embedding dims x 4 bytes), above the {limit} this GPU allows, so on "
+        "CUDA it runs the pure-PyTorch reference path (exact, but slower). For the fused kernel keep "
+        "max_characters_per_token x char_embedding_dim at most {fit}."
+    )
     W_NOT_BUILT_ON_WINDOWS = "spacy-elmo builds none on Windows, see the README's Platforms; {reason}"
     W_FIX_WINDOWS = (
         "MSVC cannot compile its kernels (GCC vector extensions): for the fused kernels install and run "
@@ -1335,6 +1360,11 @@ class Warnings:
     W_INFO_GPU_NO_CODE = (
         "the CUDA kernels cannot run on it: they were compiled for {archs} only, none at or below its "
         "capability; rebuild with TORCH_CUDA_ARCH_LIST={cap} (pip install --no-build-isolation -e .)"
+    )
+    W_INFO_GPU_NO_CUDA_KERNELS = (
+        "the fused ops run the reference path on it: spacy_elmo._C was built without its CUDA kernels (no CUDA "
+        "toolkit found); install the CUDA toolkit and rebuild with SPACY_ELMO_CUDA=1 "
+        "(pip install --no-build-isolation -e .)"
     )
     W_INFO_GPU_NO_TENSOR_CORES = (
         "the fp16/bf16 char CNN runs on CUDA cores, about 4x slower: the kernels it runs were compiled for "

@@ -21,6 +21,19 @@ def test_auto_falls_back_to_reference(no_extension):
     assert model.token_encoder.backend == "reference" and model.lstm.backend == "reference"
 
 
+def test_auto_with_the_extension_hands_its_modules_auto_fused():
+    """'auto' resolved to fused: the modules get ops.AUTO_FUSED (the fused kernels, which on CUDA tensors a
+    build without CUDA kernels replaces by the reference), an explicit 'fused' stays 'fused' (which raises there)."""
+    if not ops.fused_available():
+        pytest.skip("spacy_elmo._C is not built")
+    cfg = BiLMConfig(projection_dim=4, cell_dim=6, filters=[(1, 2), (2, 2)], n_highway=0)
+    auto, fused = BiLM(cfg), BiLM(cfg, backend="fused")
+    assert auto.backend == fused.backend == "fused"
+    assert auto.token_encoder.backend == auto.lstm.backend == ops.AUTO_FUSED
+    assert fused.token_encoder.backend == fused.lstm.backend == "fused"
+    assert ops.implementation(ops.AUTO_FUSED) is ops.implementation("fused")
+
+
 def test_fused_without_extension_names_the_fix(no_extension):
     with pytest.raises(RuntimeError, match="--no-build-isolation") as err:
         ops.resolve_backend("fused")

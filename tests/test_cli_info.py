@@ -226,5 +226,9 @@ def test_info_says_whether_a_gpu_runs_the_char_cnn_on_tensor_cores(capability, a
     facts["gpus"] = [{"name": "Some GPU", "capability": capability}]
     gpu = dict(_rows(facts))["GPU"]
     assert gpu == f"Some GPU (compute capability {capability}; {note})"
+    # a CPU-only build: its fused ops run the reference on the GPU (ops.cuda_route), and the row says so
     facts["build"] = {**facts["build"], "cuda": False}
+    assert dict(_rows(facts))["GPU"] == (f"Some GPU (compute capability {capability}; "
+                                         f"{Warnings.W_INFO_GPU_NO_CUDA_KERNELS})")
+    facts["build"] = {**facts["build"], "cuda": None}  # an older build that says nothing of itself
     assert dict(_rows(facts))["GPU"] == f"Some GPU (compute capability {capability})"

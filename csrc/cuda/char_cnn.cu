@@ -269,9 +269,12 @@ void char_cnn_forward(DType dt, const int64_t* ids, const void* emb, const CharF
   if (ran) return;
   const dim3 grid((unsigned)N, blocks_for(F, kThreads));
   const size_t shmem = (size_t)W * D * sizeof(float);
-  // more than 48 KB of dynamic shared memory needs the kernel's limit raised first
-  SE_DISPATCH(dt, if (shmem > 48 * 1024) cudaFuncSetAttribute(char_cnn_forward_kernel<T>,
-                                                              cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shmem);
+  // more than 48 KB of dynamic shared memory needs the kernel's limit raised first; where that fails (past
+  // the GPU's opt-in limit, which cuda_ops.cpp checks first) nothing launches and the caller's
+  // cudaGetLastError reports the error
+  SE_DISPATCH(dt, if (shmem > 48 * 1024 && cudaFuncSetAttribute(char_cnn_forward_kernel<T>,
+                                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                                (int)shmem) != cudaSuccess) return;
               char_cnn_forward_kernel<T><<<grid, kThreads, shmem, stream>>>(
                   ids, static_cast<const T*>(emb), f, static_cast<const T*>(bias), W, D, F, activation,
                   static_cast<T*>(out), arg));

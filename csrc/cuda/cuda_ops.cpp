@@ -38,7 +38,30 @@ cudaStream_t stream() { return c10::cuda::getCurrentCUDAStream().stream(); }
 
 void check_launch() {
   const cudaError_t err = cudaGetLastError();
-  TORCH_CHECK(err == cudaSuccess, "spacy_elmo CUDA kernel launch failed: ", cudaGetErrorString(err));
+  // a build for other architectures than this GPU's: say the fix (as `spacy-elmo info` does)
+  TORCH_CHECK(err == cudaSuccess, "spacy_elmo CUDA kernel launch failed: ", cudaGetErrorString(err),
+              err == cudaErrorNoKernelImageForDevice
+                  ? ". spacy_elmo._C has no code for this GPU's architecture (`spacy-elmo info` lists what it was "
+                    "compiled for): rebuild it with TORCH_CUDA_ARCH_LIST set to this GPU's compute capability, "
+                    "e.g. TORCH_CUDA_ARCH_LIST=8.6 pip install --no-build-isolation -e ."
+                  : "");
+}
+
+// The char CNN's CUDA-core forward keeps a token's embeddings, (W, D) float32, in dynamic shared memory
+// (csrc/cuda/char_cnn.cu; its tensor-core kernel runs only within 48 KB). Past the GPU's opt-in limit per
+// block the launch would fail with "invalid argument": the Python wrapper runs the reference there
+// (spacy_elmo/ops/cuda_route.py), the op itself says why.
+void check_char_cnn_shared_memory(int64_t W, int64_t D, int device) {
+  int limit = 0;
+  if (cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
+    (void)cudaGetLastError();  // unknown: the launch says what fails
+    return;
+  }
+  const int64_t need = W * D * (int64_t)sizeof(float);
+  TORCH_CHECK(need <= limit, "char_cnn (CUDA): a token's embeddings need ", need, " bytes of shared memory (W=", W,
+              " characters x D=", D, " dims x 4), above this GPU's limit of ", limit,
+              " per block; use fewer characters per token or a smaller char_embedding_dim "
+              "(W x D at most ", limit / (int)sizeof(float), "), or backend='reference'");
 }
 
 struct Packed {
@@ -48,7 +71,8 @@ struct Packed {
 };
 
 Packed pack_filters(at::TensorList weights, int64_t D, at::ScalarType dt) {
-  TORCH_CHECK((int)weights.size() <= cuda::kMaxFilters, "char_cnn (CUDA): at most ", cuda::kMaxFilters, " filters");
+  TORCH_CHECK((int)weights.size() <= cuda::kMaxFilters, "char_cnn (CUDA): at most ", cuda::kMaxFilters, " filters, got ",
+              weights.size(), " (the fused Python wrapper runs the reference for more; or backend='reference')");
   Packed p;
   p.f.n = (int)weights.size();
   for (size_t i = 0; i < weights.size(); ++i) {
@@ -103,6 +127,7 @@ std::tuple<at::Tensor, at::Tensor> char_cnn_forward_cuda(const at::Tensor& ids_i
   check_min_max(ids, range[0], range[1], 0, emb_in.size(0), op, "char_ids", kCharIdsMeaning);
   const at::Tensor emb = emb_in.contiguous();
   const int64_t N = ids.size(0), W = ids.size(1), D = emb.size(1);
+  check_char_cnn_shared_memory(W, D, emb.device().index());
   Packed p = pack_filters(weights, D, emb.scalar_type());
   const at::Tensor bias = at::cat(biases.vec(), 0).to(emb.scalar_type()).contiguous();
   at::Tensor out = at::empty({N, p.F}, emb.options());

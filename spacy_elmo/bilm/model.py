@@ -155,8 +155,11 @@ class BiLM(nn.Module):
     def backend(self, name: str) -> None:
         resolved = ops.resolve_backend(name)
         self._backend = resolved
-        self.token_encoder.backend = resolved
-        self.lstm.backend = resolved
+        # "auto" that resolved to fused: on CUDA tensors a build without CUDA kernels runs the reference
+        # for it, and raises for an explicit "fused" (spacy_elmo.ops)
+        inner = ops.AUTO_FUSED if name == "auto" and resolved == "fused" else resolved
+        self.token_encoder.backend = inner
+        self.lstm.backend = inner
 
     # -- states ------------------------------------------------------------
     def reset_states(self) -> None:

@@ -97,8 +97,11 @@ def _rows(facts: Dict[str, Any]) -> List[Tuple[str, str]]:
         rows += [("Compiled kernels", "yes (spacy_elmo._C)"), ("CPU kernels", isa), ("OpenMP", openmp),
                  ("CUDA kernels", cuda)]
     compiled: List[str] = (build.get("cuda_archs") or []) if build["extension"] and build.get("cuda") else []
+    # a build whose CUDA kernels are known to be missing (False; None: no build facts)
+    no_cuda = build["extension"] and build.get("cuda") is False
     gpus = [f"{gpu['name']} (compute capability {gpu['capability']}"
-            + (f"; {_gpu_note(gpu['capability'], compiled)})" if compiled else ")") for gpu in facts["gpus"]]
+            + (f"; {_gpu_note(gpu['capability'], compiled)})" if compiled
+               else f"; {Warnings.W_INFO_GPU_NO_CUDA_KERNELS})" if no_cuda else ")") for gpu in facts["gpus"]]
     rows.append(("GPU", "; ".join(gpus) or "none visible"))
     rows.append(("SPACY_ELMO_* set", "; ".join(f"{name}={s['value']}" + (f" ({s['problem']})" if s["problem"] else "")
                                                 for name, s in facts["switches"].items()) or "none"))

@@ -14,7 +14,13 @@ float16/bfloat16 input gets its results back in its own dtype. Under autocast ev
 has the reference's dtype: the autocast dtype of its products, promoted with the dtype of
 what the reference adds to them (highway's ``x``, the LSTM's initial state and bias:
 a float32 cell state stays float32, unrounded, for a stateful model's next call). The CUDA
-kernels have no float64 version: float64 on a GPU runs the reference.
+kernels have no float64 version: float64 on a GPU runs the reference. A float16/bfloat16 module on
+CUDA outside autocast runs the float32 kernels too (its weights cast to float32 on every call, its
+results cast back): exact results; autocast runs the low-precision kernels.
+
+Where this build or GPU cannot run a CUDA kernel (an extension built without them, a char CNN with
+more than 16 filters or a token past the GPU's shared memory), CUDA tensors run the reference, with a
+warning once (:mod:`spacy_elmo.ops.cuda_route`).
 """
 
 import contextlib
@@ -26,7 +32,7 @@ from torch import Tensor
 
 from .. import switches
 from ..errors import Errors
-from . import reference
+from . import cuda_route, reference
 from .extension import extension_fix, load_extension
 from .reference import first_order_only
 
@@ -44,8 +50,12 @@ def cpu_isa() -> str:
     return _C.cpu_isa()
 
 
+_BUILT_WITH_CUDA = bool(_C.built_with_cuda())  # read once: torch.compile cannot trace the pybind call
+
+
 def built_with_cuda() -> bool:
-    return bool(_C.built_with_cuda())
+    """Whether spacy_elmo._C has its CUDA kernels (setup.py builds them where it finds a CUDA toolkit)."""
+    return _BUILT_WITH_CUDA
 
 
 def cpu_buffer_bytes() -> int:
@@ -345,6 +355,17 @@ def _float64_on_gpu(t: Tensor, op: str, name: str) -> bool:
     return t.device.type == "cuda" and _run_dtype(t, op, name) == torch.float64
 
 
+def _reference_instead(t: Tensor, weights: Optional[Sequence[Tensor]] = None,
+                       char_ids: Optional[Tensor] = None) -> bool:
+    """Whether the op on ``t`` runs the reference where this build or GPU cannot run its CUDA kernel: no
+    CUDA kernels compiled in; for the char CNN (``t`` the (V, D) embedding, its filter ``weights`` and
+    (N, W) ``char_ids``) also too many filters or too much shared memory
+    (:func:`spacy_elmo.ops.cuda_route.reference_instead`, which warns). Other shapes: the op names them."""
+    width = char_ids.shape[1] if char_ids is not None and char_ids.dim() == 2 and t.dim() == 2 else None
+    return cuda_route.reference_instead(t.device, built_with_cuda, None if weights is None else len(weights),
+                                        width, None if width is None else t.shape[1])
+
+
 def _no_autocast(device_type: str):
     """Autocast off for the kernels' own casts (a no-op where the device has no autocast, e.g. meta)."""
     if reference.autocast_available(device_type):
@@ -396,7 +417,8 @@ def char_cnn(
     if activation not in _ACTIVATIONS:
         raise ValueError(Errors.E_BAD_ACTIVATION.format(value=activation))
     reference.check_char_ids_dtype(char_ids)  # the range: the op, in C++
-    if _float64_on_gpu(embedding, "char_cnn", "embedding"):
+    if _float64_on_gpu(embedding, "char_cnn", "embedding") or _reference_instead(
+            embedding, weights, char_ids):
         return reference.char_cnn(char_ids, embedding, weights, biases, activation)
     dtype = _run_dtype(embedding, "char_cnn", "embedding")
     _check_switch(switches.CHAR_CNN_MMA, embedding)
@@ -409,7 +431,7 @@ def char_cnn(
 
 def highway(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
     """Fused :func:`spacy_elmo.ops.reference.highway` (same arguments and result)."""
-    if _float64_on_gpu(x, "highway", "x"):
+    if _float64_on_gpu(x, "highway", "x") or _reference_instead(x):
         return reference.highway(x, weight, bias)
     dtype = _run_dtype(x, "highway", "x")
     shape = x.shape
@@ -485,7 +507,7 @@ def lstm_layer(
     residual: bool = False,
 ) -> Tuple[Tensor, Tensor, Tensor]:
     """Fused :func:`spacy_elmo.ops.reference.lstm_layer` (same arguments and result)."""
-    if _float64_on_gpu(x, "lstm", "x"):
+    if _float64_on_gpu(x, "lstm", "x") or _reference_instead(x):
         return reference.lstm_layer(x, lengths, w_input, w_recurrent, bias, w_proj, h0, c0, cell_clip, proj_clip,
                                     reverse, residual)
     h0 = None if h0 is None else h0.unsqueeze(0)
@@ -509,7 +531,7 @@ def bilstm_layer(
 ) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     """Fused :func:`spacy_elmo.ops.reference.bilstm_layer`: both directions in one
     kernel call, interleaved step by step (they run concurrently)."""
-    if _float64_on_gpu(x_fwd, "lstm", "x"):
+    if _float64_on_gpu(x_fwd, "lstm", "x") or _reference_instead(x_fwd):
         return reference.bilstm_layer(x_fwd, x_bwd, lengths, fwd, bwd, state, cell_clip, proj_clip, reverse_backward,
                                       residual)
     h0, c0 = reference.bilstm_state(state)

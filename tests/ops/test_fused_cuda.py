@@ -190,6 +190,30 @@ def test_char_cnn_cuda_rejects_filter_wider_than_tokens():
                                               [torch.zeros(3, device=DEV)], 0)
 
 
+def test_char_cnn_cuda_past_the_kernels_limits_runs_the_reference(monkeypatch):
+    """17 filters (the op takes 16) and a token past the GPU's opt-in shared memory (W * D * 4 bytes): the
+    wrapper runs the reference, warned once each; the op itself names W, D and the limit."""
+    from spacy_elmo.ops import cuda_route
+
+    monkeypatch.setattr(cuda_route, "_warned", set())
+    limit = cuda_route.shared_memory_limit(torch.device(DEV))
+    assert limit is not None and limit >= 48 * 1024
+    gen = torch.Generator().manual_seed(11)
+    for n_filters, w, d in ((17, 20, 16), (2, limit // 64 + 1, 16)):
+        ids = _ids(gen, 3, w).to(DEV)
+        emb, *wb = _params(gen, [(261, d)] + [(2, d, 1 + k % 5) for k in range(n_filters)] + [(2,)] * n_filters)
+        emb, wb = emb.to(DEV), [t.to(DEV) for t in wb]
+        ws, bs = wb[:n_filters], wb[n_filters:]
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            out = fused.char_cnn(ids, emb, ws, bs)
+            fused.char_cnn(ids, emb, ws, bs)
+        assert len([w_ for w_ in caught if "reference path" in str(w_.message)]) == 1
+        torch.testing.assert_close(out, R.char_cnn(ids, emb, ws, bs))
+    with pytest.raises(RuntimeError, match=f"W={w} characters x D={d} dims x 4.*limit of {limit}"):
+        torch.ops.spacy_elmo.char_cnn_forward(ids, emb, ws, bs, 0)
+
+
 def test_highway_cuda_ragged_size():
     gen = torch.Generator().manual_seed(5)
     ps = _params(gen, [(3, 2, 37), (74, 37), (74,)], scale=0.8)  # N*F = 222: one partial block; 3-d input
