@@ -420,13 +420,31 @@ def test_lstm_layer_forward_vs_oracle(case):
 
 
 def test_clipping_binds():
-    """The clip cases above must really clip (else they test nothing)."""
-    gen = torch.Generator().manual_seed(1)
-    x = torch.randn(4, 6, 5, generator=gen)
-    w = lstm_params(gen, 5, 7, 3, scale=0.8)
-    _, _, c_free = R.lstm_layer(x, torch.tensor([6, 6, 6, 6]), *w)
-    out_free, _, _ = R.lstm_layer(x, torch.tensor([6, 6, 6, 6]), *w)
-    assert c_free.abs().max() > 0.4 and out_free.abs().max() > 0.25
+    """The clip cases above must really clip (else they test nothing): on each case's own inputs (those of
+    test_lstm_layer_forward_vs_oracle), the oracle without its clips gives other outputs; so does it without
+    each clip below ELMo's 3.0 (put there to bind) alone."""
+    binding = 0
+    for B, T, I, C, P, lens, reverse, residual, state, cc, pc in LSTM_CASES:
+        if (cc is None and pc is None) or max(lens) == 0:
+            continue  # nothing to clip
+        gen = torch.Generator().manual_seed(B * 100 + T * 10 + C)
+        x = torch.randn(B, T, I, generator=gen)
+        w = lstm_params(gen, I, C, P, scale=0.8)
+        h0 = torch.randn(B, P, generator=gen).numpy() if state else None
+        c0 = (torch.randn(B, C, generator=gen) * 2).numpy() if state else None
+        args = (x.numpy(), lens, *[t.numpy() for t in w], h0, c0)
+        clipped = O.lstm_layer(*args, cc, pc, reverse, residual)
+
+        def change(cell_clip, proj_clip):
+            free = O.lstm_layer(*args, cell_clip, proj_clip, reverse, residual)
+            return max(float(np.abs(a - b).max()) for a, b in zip(clipped, free))
+
+        assert change(None, None) > 0.1, (B, T, C, cc, pc)
+        for name, clip, removed in (("cell", cc, change(None, pc)), ("proj", pc, change(cc, None))):
+            if clip is not None and clip < 3.0:
+                assert removed > 0.1, (B, T, C, name, clip)
+                binding += 1
+    assert binding == 6  # two cases' cell and proj clips, one case's cell clip, one's proj clip
 
 
 @pytest.mark.parametrize("case", LSTM_CASES)
