@@ -5,7 +5,6 @@ import pytest
 import torch
 
 from spacy_elmo import BiLM, batch_to_ids
-from spacy_elmo.bilm.initial_state import running_streams
 from spacy_elmo.bilm.native_io import INITIAL_STATE_NAME
 from tests.backends import BACKENDS
 from tests.bilm.oracle import NumpyElmo, options, write_model_files
@@ -28,6 +27,18 @@ TEXT = [
     ["Good", "night", "!"],
     ["Another", "day", "began", "."],
 ]
+
+
+def streams_of(text, rows):
+    """The docstring's split, written here (not the implementation's): empty sentences dropped, then
+    ``rows`` contiguous streams of ``len(kept) // rows`` sentences each, the remainder left out."""
+    kept = [s for s in text if s]
+    per = len(kept) // rows
+    return [kept[r * per : (r + 1) * per] for r in range(rows)]
+
+
+#: TEXT's 12 non-empty sentences in 3 streams: 4 sentences each (13 // 3 with the empty one counted: also 4).
+TEXT_PER_STREAM = 4
 
 
 def random_state(model, seed=0):
@@ -95,7 +106,9 @@ def test_fitted_state_is_the_oracle_mean_at_sentence_boundaries(files, backend):
     assert model.initial_state is not None and not model.stateful and model.carried_states is None
     oracle = NumpyElmo(opts, weight_path)
     sums_h, sums_c, n = 0.0, 0.0, 0
-    for row, stream in enumerate(running_streams(TEXT, rows)):
+    streams = streams_of(TEXT, rows)
+    assert [len(stream) for stream in streams] == [TEXT_PER_STREAM] * rows
+    for row, stream in enumerate(streams):
         for k, sentence in enumerate(stream):
             oracle.sentence(sentence, row=row)
             if k >= warmup:
@@ -103,7 +116,7 @@ def test_fitted_state_is_the_oracle_mean_at_sentence_boundaries(files, backend):
                 sums_h = sums_h + np.stack([[st[(d, k2)][0] for k2 in range(2)] for d in range(2)])
                 sums_c = sums_c + np.stack([[st[(d, k2)][1] for k2 in range(2)] for d in range(2)])
                 n += 1
-    assert n == rows * (len(running_streams(TEXT, rows)[0]) - warmup)
+    assert n == rows * (TEXT_PER_STREAM - warmup)
     np.testing.assert_allclose(h.double().numpy(), sums_h / n, atol=1e-5, rtol=0)
     np.testing.assert_allclose(c.double().numpy(), sums_c / n, atol=1e-5, rtol=0)
     assert oracle.clip_hits["cell"] > 0  # the clipped regime, not just the linear one
@@ -204,7 +217,8 @@ def test_the_fitting_bar_counts_the_sentences_it_reads(files, capsys):
     _, (opt_path, weight_path) = files
     model = BiLM.from_allennlp(opt_path, weight_path, backend="reference")
     model.fit_initial_state(TEXT, rows=3, warmup=1, progress=True)
-    read = sum(len(stream) for stream in running_streams(TEXT, 3))  # 12 sentences of words: 4 a stream
+    read = sum(len(stream) for stream in streams_of(TEXT, 3))
+    assert read == 3 * TEXT_PER_STREAM  # 12 sentences of words: 4 a stream
     shown = capsys.readouterr().err.replace("\r", "\n")
     assert f"| {read}/{read} [" in shown.split("fitting the initial state: 100%")[1], shown
     assert "sentence/s" in shown and "row" not in shown, shown

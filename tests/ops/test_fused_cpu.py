@@ -420,13 +420,31 @@ def test_lstm_layer_forward_vs_oracle(case):
 
 
 def test_clipping_binds():
-    """The clip cases above must really clip (else they test nothing)."""
-    gen = torch.Generator().manual_seed(1)
-    x = torch.randn(4, 6, 5, generator=gen)
-    w = lstm_params(gen, 5, 7, 3, scale=0.8)
-    _, _, c_free = R.lstm_layer(x, torch.tensor([6, 6, 6, 6]), *w)
-    out_free, _, _ = R.lstm_layer(x, torch.tensor([6, 6, 6, 6]), *w)
-    assert c_free.abs().max() > 0.4 and out_free.abs().max() > 0.25
+    """The clip cases above must really clip (else they test nothing): on each case's own inputs (those of
+    test_lstm_layer_forward_vs_oracle), the oracle without its clips gives other outputs; so does it without
+    each clip below ELMo's 3.0 (put there to bind) alone."""
+    binding = 0
+    for B, T, I, C, P, lens, reverse, residual, state, cc, pc in LSTM_CASES:
+        if (cc is None and pc is None) or max(lens) == 0:
+            continue  # nothing to clip
+        gen = torch.Generator().manual_seed(B * 100 + T * 10 + C)
+        x = torch.randn(B, T, I, generator=gen)
+        w = lstm_params(gen, I, C, P, scale=0.8)
+        h0 = torch.randn(B, P, generator=gen).numpy() if state else None
+        c0 = (torch.randn(B, C, generator=gen) * 2).numpy() if state else None
+        args = (x.numpy(), lens, *[t.numpy() for t in w], h0, c0)
+        clipped = O.lstm_layer(*args, cc, pc, reverse, residual)
+
+        def change(cell_clip, proj_clip):
+            free = O.lstm_layer(*args, cell_clip, proj_clip, reverse, residual)
+            return max(float(np.abs(a - b).max()) for a, b in zip(clipped, free))
+
+        assert change(None, None) > 0.1, (B, T, C, cc, pc)
+        for name, clip, removed in (("cell", cc, change(None, pc)), ("proj", pc, change(cc, None))):
+            if clip is not None and clip < 3.0:
+                assert removed > 0.1, (B, T, C, name, clip)
+                binding += 1
+    assert binding == 6  # two cases' cell and proj clips, one case's cell clip, one's proj clip
 
 
 @pytest.mark.parametrize("case", LSTM_CASES)
@@ -745,11 +763,23 @@ def test_isa_variants_agree(monkeypatch):
         "o=torch.cat([o,fused.sampled_logsumexp(h,sw,so,hit)]); r=torch.cat([r,R.sampled_logsumexp(h,sw,so,hit)]);"
         "print(fused.cpu_isa(), float((a-b).abs().max()), float((o-r).abs().max()))"
     )
+    # what csrc/cpu/dispatch.cpp requires of each table: where /proc/cpuinfo lists it, that table must be the one run
+    needs = {"base": set(), "avx2": {"avx2", "fma"}, "avx512": {"avx2", "fma", "avx512f", "avx512vl", "avx512bw", "avx512dq"}}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            flags = set(f.read().split())
+    except OSError:  # not Linux: which table ran is not checked beyond base
+        flags = set()
+    ran = []
     for isa in ("base", "avx2", "avx512"):
         res = _run_with_isa(isa, "-c", code)
         assert res.returncode == 0, res.stderr[-2000:]
-        _name, e1, e2 = res.stdout.split()
+        name, e1, e2 = res.stdout.split()
         assert float(e1) < 1e-5 and float(e2) < 1e-5, (isa, res.stdout)
+        if needs[isa] <= flags:
+            assert name == isa, (isa, res.stdout)
+            ran.append(isa)
+    assert ran[0] == "base"
 
 
 def _bilstm_grads_vs_float64(B, T, C, P, lengths, seed, dtype=torch.float32):

@@ -488,13 +488,14 @@ def test_replace_listeners(tiny_dir, tmp_path, tok2vec, path, frozen):
     nlp.replace_listeners("elmo", "ner", [path])
     assert nlp.get_pipe("elmo").listening_components == []
     assert not any(isinstance(n, ElmoListener) for n in nlp.get_pipe("ner").model.walk())
-    numpy.testing.assert_allclose(_tok2vec_output(nlp, text), expected, atol=1e-2)
+    # float32 rounding only: differences up to ~7e-5 measured over many runs (values up to ~4)
+    numpy.testing.assert_allclose(_tok2vec_output(nlp, text), expected, rtol=1e-4, atol=1e-4)
     nlp.remove_pipe("elmo")
-    numpy.testing.assert_allclose(_tok2vec_output(nlp, text), expected, atol=1e-2)
+    numpy.testing.assert_allclose(_tok2vec_output(nlp, text), expected, rtol=1e-4, atol=1e-4)
     nlp.to_disk(tmp_path / "p")
     loaded = spacy.load(tmp_path / "p")
     assert loaded.pipe_names == ["sentencizer", "ner"]
-    numpy.testing.assert_allclose(_tok2vec_output(loaded, text), expected, atol=1e-2)
+    numpy.testing.assert_allclose(_tok2vec_output(loaded, text), expected, rtol=1e-4, atol=1e-4)
     # training the component afterwards moves its own biLM only when the elmo component was not frozen
     (bilm,) = [get_bilm(n) for n in loaded.get_pipe("ner").model.walk() if n.name == "elmo_bilm"]
     before = {k: v.clone() for k, v in bilm.state_dict().items()}

@@ -96,6 +96,32 @@ def tiny_train_config(train_path, output_dir, **overrides):
     return TrainConfig(**settings)
 
 
+def first_step_nll(config, corpus, batches):
+    """What the first step of ``train(config)`` on ``corpus`` (its ``data`` directory) computes, per batch of ``batches``
+    (:meth:`SentenceBatcher.batch`'s ``(fwd, bwd, lengths)``): ``(summed forward NLL, summed backward NLL, targets)``
+    of the initial weights (seeded as the trainer seeds them), every row from the start state, over the full softmax.
+    These are the step's losses when it is deterministic: a ``--sentences`` run with negatives >= the vocabulary
+    and dropout 0."""
+    import torch
+
+    from spacy_elmo.training.lm import BidirectionalLM, encode_batch
+    from spacy_elmo.training.trainer import _build_model
+    from spacy_elmo.training.vocab import CharTable
+
+    torch.manual_seed(config.seed)
+    bilm, softmax, vocab, *_ = _build_model(config, corpus, None)
+    lm = BidirectionalLM(bilm, softmax).eval()
+    char_table = CharTable(vocab, bilm.config.max_characters_per_token)
+    result = []
+    with torch.no_grad():
+        for fwd, bwd, lengths in batches:
+            chars, i_f, i_b = encode_batch(fwd[:, :-1], bwd[:, :-1], char_table)
+            res = lm(chars, i_f, i_b, vocab.target_ids(fwd[:, 1:]), vocab.target_ids(bwd[:, 1:]), lengths,
+                     bilm.start_state(fwd.shape[0], lm.softmax.weight), None, None)
+            result.append((float(res.nll_fwd.double().sum()), float(res.nll_bwd.double().sum()), int(lengths.sum())))
+    return result
+
+
 @pytest.fixture(autouse=True)
 def _one_thread():
     """Tiny models on shared cores: one thread avoids oversubscription stalls (60x here)."""

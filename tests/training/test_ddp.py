@@ -12,11 +12,9 @@ import torch
 import torch.multiprocessing as mp
 
 from spacy_elmo import BiLM
-from spacy_elmo.training.lm import BidirectionalLM
-from spacy_elmo.training.vocab import CharTable
 from spacy_elmo.training.trainer import read_log
 
-from .conftest import tiny_train_config, write_corpus
+from .conftest import first_step_nll, tiny_train_config, write_corpus
 
 
 def _free_port() -> int:
@@ -228,21 +226,8 @@ def test_ddp_sentences_count_every_ranks_tokens(tmp_path):
     assert [e["tokens"] for e in log] == list(np.cumsum(per_step))
     # Every target weighs the same: step 1's loss (on the initial weights) is the mean over both
     # ranks' targets, not the mean of the ranks' means.
-    from spacy_elmo.training.lm import encode_batch
-    from spacy_elmo.training.trainer import _build_model
-
-    torch.manual_seed(0)
-    bilm, softmax, vocab, *_ = _build_model(tiny_train_config(train_file, out, **_SENTENCES), corpus, None)
-    lm = BidirectionalLM(bilm, softmax).eval()
-    sums, counts = [], []
-    with torch.no_grad():
-        for b in batchers:
-            fwd, bwd, lengths = b.batch(0, 0)
-            chars, i_f, i_b = encode_batch(fwd[:, :-1], bwd[:, :-1], CharTable(vocab, bilm.config.max_characters_per_token))
-            res = lm(chars, i_f, i_b, vocab.target_ids(fwd[:, 1:]), vocab.target_ids(bwd[:, 1:]), lengths,
-                     bilm.start_state(fwd.shape[0], lm.softmax.weight), None, None)
-            sums.append(float(res.nll_fwd.double().sum()))
-            counts.append(int(lengths.sum()))
+    nll = first_step_nll(tiny_train_config(train_file, out, **_SENTENCES), corpus, [b.batch(0, 0) for b in batchers])
+    sums, counts = [f for f, _, _ in nll], [n for _, _, n in nll]
     assert counts[0] != counts[1]
     expected = sum(sums) / sum(counts)
     assert log[0]["loss_forward"] == pytest.approx(expected, rel=1e-5)

@@ -444,8 +444,11 @@ def test_export_that_cannot_write_its_weights_fails_cleanly(tiny_model, tmp_path
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("text", ["empty", "binary", "broken gzip"])
-def test_a_run_refused_for_its_text_leaves_no_output_dir_behind(tmp_path, text):
+@pytest.mark.parametrize("text,problem", [("empty", "No text to train on in .*corpus.txt"),
+                                          ("binary", "corpus.txt looks like a binary file"),
+                                          ("broken gzip", "corpus.txt is a broken gzip file")],
+                         ids=["empty", "binary", "broken gzip"])
+def test_a_run_refused_for_its_text_leaves_no_output_dir_behind(tmp_path, text, problem):
     """A new OUTPUT_DIR is removed again when the run fails before writing anything there, but a corpus without
     text (an empty file, a binary file, a truncated download) left ``OUTPUT_DIR/data`` (empty, or holding
     ``tokens.raw``) behind."""
@@ -457,12 +460,12 @@ def test_a_run_refused_for_its_text_leaves_no_output_dir_behind(tmp_path, text):
     else:
         path.write_bytes(gzip.compress(write_corpus(tmp_path / "plain.txt", 200).read_bytes())[:200])
     out = tmp_path / "new" / "out"
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=problem):
         train(tiny_train_config(path, out))
     assert not (tmp_path / "new").exists()
     cache = tmp_path / "cache"  # an existing cache (of other text) stays a directory; only the raw tokens go
     build_corpus(write_corpus(tmp_path / "other.txt", 60), "en", cache, progress=False)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=problem):
         build_corpus(path, "en", cache, progress=False)
     assert cache.is_dir() and not (cache / "tokens.raw").exists()
 

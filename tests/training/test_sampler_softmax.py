@@ -87,11 +87,19 @@ def _oracle_sampled_nll(h, weight, bias, targets, cand, true_logq, cand_logq):
     return torch.logsumexp(torch.cat([true[:, None], logits], 1), 1) - true
 
 
+def _oracle_log_expected_count(ids, vocab_size, num_tries):
+    """float64 log of the expected count of each id among ``num_tries`` log-uniform draws, from the closed
+    form: ``P(k) = (log(k + 2) - log(k + 1)) / log(V + 1)``, expected count ``1 - (1 - P(k)) ** num_tries``."""
+    k = ids.cpu().numpy().astype(np.float64)
+    p = (np.log(k + 2) - np.log(k + 1)) / np.log(vocab_size + 1)
+    return torch.from_numpy(np.log(1 - (1 - p) ** num_tries))
+
+
 def _oracle_grads(softmax, h, targets, sample, sampler, g):
     """``(nll, dh, dweight, dbias)`` of ``sum(g * nll)`` by float64 autograd through the oracle."""
     h, w, b = (t.detach().double().requires_grad_() for t in (h, softmax.weight, softmax.bias))
-    tq = torch.log(sampler.expected_count(targets, sample.num_tries)).double()
-    cq = torch.log(sampler.expected_count(sample.candidates, sample.num_tries)).double()
+    tq = _oracle_log_expected_count(targets, sampler.vocab_size, sample.num_tries).to(h.device)
+    cq = _oracle_log_expected_count(sample.candidates, sampler.vocab_size, sample.num_tries).to(h.device)
     nll = _oracle_sampled_nll(h, w, b, targets, sample.candidates, tq, cq)
     (nll * g.double()).sum().backward()
     return nll.detach(), h.grad, w.grad, b.grad

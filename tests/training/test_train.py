@@ -18,7 +18,7 @@ from spacy_elmo.training.data import Corpus
 from spacy_elmo.training.evaluate import evaluate_model_dir
 from spacy_elmo.training.trainer import LOG_NAME, read_log, train
 
-from .conftest import TINY, tiny_train_config, write_corpus
+from .conftest import TINY, first_step_nll, tiny_train_config, write_corpus
 
 
 def unigram_perplexity(train_dir, heldout_sentences_vocab_ids):
@@ -85,6 +85,36 @@ def test_per_sentence_evaluation_of_one_sentence_equals_the_stream(tmp_path):
     assert stream["n_targets"] == alone["n_targets"] == 10  # 9 tokens and </S> (<S> backward)
     for key in ("loss_forward", "loss_backward"):
         assert alone[key] == pytest.approx(stream[key], abs=1e-5)
+
+
+def test_logged_loss_is_the_mean_of_the_directions_and_running_perplexity_that_of_the_window(tmp_path):
+    """A deterministic run (sentence batches from the start state, full softmax, no dropout): step 1's logged
+    losses are those of the initial weights on its batch, ``loss`` the mean of the two directions', and the
+    running perplexity ``exp`` of the mean loss of the steps since the last log line."""
+    from spacy_elmo.training.sentences import SentenceBatcher
+
+    train_file = write_corpus(tmp_path / "train.txt", 200)
+    settings = dict(max_steps=2, checkpoint_every=2, sentences=True, max_length=7, negatives=10_000, dropout=0.0)
+    config = tiny_train_config(train_file, tmp_path / "every", log_every=1, **settings)
+    with pytest.warns(RuntimeWarning, match="using the full softmax"):
+        train(config)
+    corpus = Corpus.load(tmp_path / "every" / "data")
+    ((sum_f, sum_b, n),) = first_step_nll(config, corpus, [SentenceBatcher(corpus, 8, 7, 0).batch(0, 0)])
+    every = [e for e in read_log(tmp_path / "every") if "loss" in e]
+    assert [e["step"] for e in every] == [1, 2]
+    first = every[0]
+    assert first["loss_forward"] == pytest.approx(sum_f / n, rel=1e-5)
+    assert first["loss_backward"] == pytest.approx(sum_b / n, rel=1e-5)
+    assert first["loss"] == pytest.approx((sum_f / n + sum_b / n) / 2, rel=1e-5)
+    for e in every:
+        assert e["running_perplexity"] == pytest.approx(math.exp(e["loss"]), rel=1e-9)
+    # logged every 2 steps: the same (deterministic) steps, one line whose perplexity is of their mean loss
+    with pytest.warns(RuntimeWarning, match="using the full softmax"):
+        train(tiny_train_config(train_file, tmp_path / "pairs", log_every=2, **settings))
+    (pair,) = [e for e in read_log(tmp_path / "pairs") if "loss" in e]
+    assert pair["loss"] == pytest.approx(every[1]["loss"], rel=1e-6)
+    assert pair["running_perplexity"] == pytest.approx(math.exp((every[0]["loss"] + every[1]["loss"]) / 2), rel=1e-6)
+    assert abs(every[0]["loss"] - every[1]["loss"]) > 1e-3  # the mean of two differing losses, not the last one
 
 
 @pytest.mark.parametrize("prefetch", [None, True], ids=["default", "prefetch"])

@@ -1,0 +1,92 @@
+"""Stream evaluation against an independent float64 oracle: the whole row read in one call of the biLM,
+and the full softmax's log-likelihoods of its targets computed in NumPy float64. Every test reads one row
+(batch_size=1): how a stream is cut into rows is not what they check."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from spacy_elmo.training.evaluate import evaluate_sentences
+from spacy_elmo.training.lm import BidirectionalLM
+from spacy_elmo.training.modelio import load_pretrained
+from spacy_elmo.training.trainer import train
+from spacy_elmo.training.vocab import BOS, EOS, UNK, CharTable, Vocab
+
+from .conftest import generated_sentences, tiny_train_config, write_corpus
+
+#: Held-out sentences in order, one with words the model's vocabulary lacks (UNK targets count).
+HELD = [s.split() for s in generated_sentences(12, seed=7)] + [["Zebras", "quietly", "sees", "the", "ball", "."]]
+
+
+@pytest.fixture(scope="module")
+def lm_and_vocab(tmp_path_factory):
+    """A tiny model trained for 10 steps (no fitted initial state: rows start from zeros), in eval mode, its
+    backward LM made worse than its forward one: the mean of the two perplexities is then far from the
+    perplexity of the mean loss, which is the one reported."""
+    tmp = tmp_path_factory.mktemp("evaluate_oracle")
+    train_file = write_corpus(tmp / "train.txt", 120)
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        train(tiny_train_config(train_file, tmp / "out", max_steps=10, checkpoint_every=10, state_sentences=0))
+    finally:
+        torch.set_num_threads(before)
+    bilm, softmax, vocab, _ = load_pretrained(tmp / "out", backend="reference")
+    assert bilm.initial_state is None
+    with torch.no_grad():
+        bilm.lstm.backward_layers[-1].w_proj.mul_(-3.0)
+    return BidirectionalLM(bilm, softmax).eval(), vocab
+
+
+def _oracle_losses(lm, vocab, sentences):
+    """``(mean NLL forward, mean NLL backward, targets)`` of the stream ``<S> s1 </S> <S> s2 </S> ...``
+    (the backward LM reads it reversed), each direction's row read by the biLM in one call from zeros,
+    and the log-softmax of its top layer's outputs over the whole vocabulary in NumPy float64."""
+    vocab = Vocab(list(vocab.types), vocab.size)  # the evaluation's unknown strings become non-target types
+    stream = np.array([t for s in sentences for t in [BOS, *vocab.lookup(s), EOS]], dtype=np.int64)
+    char_table = CharTable(vocab, lm.bilm.config.max_characters_per_token)
+    weight = lm.softmax.weight.detach().double().numpy()  # (V, P)
+    bias = lm.softmax.bias.detach().double().numpy()  # (V,)
+    rows = (stream, stream[::-1].copy())  # the backward LM's row: the stream reversed
+    inputs = [torch.from_numpy(row[:-1]) for row in rows]
+    with torch.no_grad():
+        x_f, x_b = (lm.bilm.token_encoder(char_table(i)).unsqueeze(0) for i in inputs)  # (1, T, D)
+        # the forward stack reads the stream, the backward stack the reversed stream, both from zeros
+        outs_f, outs_b, _ = lm.bilm.lstm(x_f, x_b, torch.tensor([len(stream) - 1]), None, reverse_backward=False)
+    losses = []
+    for row, outs in zip(rows, (outs_f, outs_b)):
+        targets = np.where(row[1:] < vocab.size, row[1:], UNK)
+        h = outs[-1][0].double().numpy()  # (T, P): the top layer
+        logits = h @ weight.T + bias  # (T, V)
+        top = logits.max(1, keepdims=True)
+        log_softmax = logits - top - np.log(np.exp(logits - top).sum(1, keepdims=True))
+        losses.append(float(-log_softmax[np.arange(len(targets)), targets].mean()))
+    return losses[0], losses[1], len(stream) - 1
+
+
+@pytest.mark.parametrize("unroll", [3, 20, None], ids=["3", "20", "one_window"])
+def test_stream_losses_and_perplexity_match_the_float64_oracle(lm_and_vocab, unroll):
+    lm, vocab = lm_and_vocab
+    loss_f, loss_b, n = _oracle_losses(lm, vocab, HELD)
+    unroll = unroll or n  # the whole row in one window (a longer one would only pad it)
+    result = evaluate_sentences(lm, vocab, HELD, batch_size=1, unroll=unroll)
+    assert result["n_targets"] == n and result["oov_rate"] > 0
+    assert result["loss_forward"] == pytest.approx(loss_f, rel=1e-5)
+    assert result["loss_backward"] == pytest.approx(loss_b, rel=1e-5)
+    assert loss_b - loss_f > 0.5  # (exp(loss_f) + exp(loss_b)) / 2 is then > 1.03 x the perplexity
+    assert result["perplexity_forward"] == pytest.approx(math.exp(loss_f), rel=1e-5)
+    assert result["perplexity_backward"] == pytest.approx(math.exp(loss_b), rel=1e-5)
+    assert result["perplexity"] == pytest.approx(math.exp((loss_f + loss_b) / 2), rel=1e-5)
+
+
+def test_stream_perplexity_does_not_depend_on_the_window(lm_and_vocab):
+    """States carry from window to window: windows of 3 tokens read the row as one window does."""
+    lm, vocab = lm_and_vocab
+    windows = evaluate_sentences(lm, vocab, HELD, batch_size=1, unroll=3)
+    n = windows["n_targets"]
+    assert n == sum(len(s) + 2 for s in HELD) - 1 and n > 3 * 20
+    whole = evaluate_sentences(lm, vocab, HELD, batch_size=1, unroll=n)
+    for key in ("perplexity", "perplexity_forward", "perplexity_backward"):
+        assert windows[key] == pytest.approx(whole[key], rel=1e-5), key
