@@ -141,7 +141,8 @@ def _stream_nll_sums(lm, vocab, tokens, cuts, char_table, unroll, device, progre
     sums, n_pred = [0.0, 0.0], int(n_fwd.sum())  # the backward's total (over the ranks) is the same
     for k in progress_bar(range(math.ceil(length.max() / unroll)) if len(mine) else [], desc="evaluating", unit="window",
                           leave=None, disable=not progress):
-        t = k * unroll + np.arange(unroll)[None, :]
+        # The last window is as wide as the longest row still needs: a large --unroll reads no padding past it.
+        t = k * unroll + np.arange(min(unroll, int(length.max()) - k * unroll))[None, :]
         pos = [np.minimum(f[:, None] + t, n_tokens - 1) for f in first]
         inputs = [torch.from_numpy(s[p]) for s, p in zip(streams, pos)]
         targets = [vocab.target_ids(torch.from_numpy(s[np.minimum(p + 1, n_tokens - 1)])).to(device) for s, p in zip(streams, pos)]
