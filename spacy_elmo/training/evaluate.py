@@ -105,7 +105,9 @@ def stream_row_starts(starts: np.ndarray, n_tokens: int, batch_size: int) -> np.
     ``starts``: the sentences' first tokens (``Corpus.starts``: each an ``<S>``) in a stream of
     ``n_tokens``. Row ``r`` is tokens ``[cuts[r], cuts[r + 1])`` (the last to the end): the sentence
     start nearest each multiple of ``ceil((n_tokens - 1) / batch_size)``, so every row is whole sentences
-    (fewer rows than ``batch_size`` when sentences are long or few)."""
+    (fewer rows than ``batch_size`` when sentences are long or few); where that start is a row's
+    length or more from the multiple (in a sentence of two rows or longer: text the sentencizer found few ends in), the
+    multiple itself, mid-sentence, so that such a text is still read in ``batch_size`` rows, not one."""
     starts = np.asarray(starts, dtype=np.int64)
     seg = math.ceil((n_tokens - 1) / batch_size)
     points = np.arange(1, batch_size, dtype=np.int64) * seg
@@ -113,6 +115,7 @@ def stream_row_starts(starts: np.ndarray, n_tokens: int, batch_size: int) -> np.
     right = np.clip(np.searchsorted(starts, points), 0, len(starts) - 1)
     left = np.maximum(right - 1, 0)
     nearest = np.where(np.abs(starts[left] - points) <= np.abs(starts[right] - points), starts[left], starts[right])
+    nearest = np.where(np.abs(nearest - points) < seg, nearest, points)
     return np.unique(np.concatenate([[0], nearest]))
 
 
@@ -141,7 +144,8 @@ def _stream_nll_sums(lm, vocab, tokens, cuts, char_table, unroll, device, progre
     sums, n_pred = [0.0, 0.0], int(n_fwd.sum())  # the backward's total (over the ranks) is the same
     for k in progress_bar(range(math.ceil(length.max() / unroll)) if len(mine) else [], desc="evaluating", unit="window",
                           leave=None, disable=not progress):
-        t = k * unroll + np.arange(unroll)[None, :]
+        # The last window is as wide as the longest row still needs: a large --unroll reads no padding past it.
+        t = k * unroll + np.arange(min(unroll, int(length.max()) - k * unroll))[None, :]
         pos = [np.minimum(f[:, None] + t, n_tokens - 1) for f in first]
         inputs = [torch.from_numpy(s[p]) for s, p in zip(streams, pos)]
         targets = [vocab.target_ids(torch.from_numpy(s[np.minimum(p + 1, n_tokens - 1)])).to(device) for s, p in zip(streams, pos)]

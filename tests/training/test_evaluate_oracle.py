@@ -90,3 +90,20 @@ def test_stream_perplexity_does_not_depend_on_the_window(lm_and_vocab):
     whole = evaluate_sentences(lm, vocab, HELD, batch_size=1, unroll=n)
     for key in ("perplexity", "perplexity_forward", "perplexity_backward"):
         assert windows[key] == pytest.approx(whole[key], rel=1e-5), key
+
+
+def test_a_window_longer_than_the_stream_reads_no_padding(lm_and_vocab):
+    """--unroll past the stream's length gave the same numbers but padded its one window to ``unroll``
+    positions (10**5 took 20-36 s on a 113-token row): the last window is as wide as the row needs."""
+    lm, vocab = lm_and_vocab
+    widths = []
+    hook = lm.register_forward_pre_hook(lambda module, args: widths.append(args[1].shape[1]))  # idx_f: (batch, time)
+    try:
+        whole = evaluate_sentences(lm, vocab, HELD, batch_size=1, unroll=10**5)
+        windows = evaluate_sentences(lm, vocab, HELD, batch_size=1, unroll=40)
+    finally:
+        hook.remove()
+    n = whole["n_targets"]
+    assert widths == [n, 40, 40, n - 80] and n > 80
+    for key in ("perplexity", "perplexity_forward", "perplexity_backward"):
+        assert whole[key] == pytest.approx(windows[key], rel=1e-5), key

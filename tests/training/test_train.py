@@ -573,9 +573,21 @@ def test_stream_rows_start_at_the_sentence_start_nearest_each_cut():
         want = {0}
         for k in range(1, batch):
             if k * seg < n - 1:
-                want.add(min(starts.tolist(), key=lambda s: (abs(s - k * seg), s)))
+                nearest = min(starts.tolist(), key=lambda s: (abs(s - k * seg), s))
+                want.add(nearest if abs(nearest - k * seg) < seg else k * seg)
         got = stream_row_starts(starts, n, batch)
         assert got.tolist() == sorted(want) and len(got) <= batch
+
+
+def test_a_stream_with_few_sentence_ends_is_still_read_in_batch_size_rows():
+    """Rows start at the sentence start nearest each cut, but a text the sentencizer found no end in (one
+    sentence) was one row whatever --batch-size said; where the nearest start is a row or more away, the
+    row starts at the cut itself."""
+    from spacy_elmo.training.evaluate import stream_row_starts
+
+    assert stream_row_starts(np.array([0]), 1001, 4).tolist() == [0, 250, 500, 750]
+    # a short sentence, then one of 900 tokens: the cut at 250 snaps to the start at 100; 500 and 750 cannot
+    assert stream_row_starts(np.array([0, 100]), 1001, 4).tolist() == [0, 100, 500, 750]
 
 
 def test_stream_evaluation_starts_every_row_at_a_sentence(monkeypatch):
