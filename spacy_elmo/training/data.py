@@ -301,10 +301,10 @@ def walk_text_dirs(path: PathLike, outputs: Optional[List[Path]] = None) -> Iter
 
 
 def is_spacy_elmo_output(directory: Path) -> bool:
-    """Whether ``directory`` is one spacy-elmo wrote: a pretrain OUTPUT_DIR (its checkpoint, or its corpus cache
-    ``data/meta.json``), a model (a config.json of spacy-elmo's format, or one AllenNLP options.json + .hdf5 pair
-    as ``export`` writes: :func:`native_io.find_allennlp_files`) or the parts of an unfinished ``embed``
-    (``OUTPUT.parts`` with its manifest)."""
+    """Whether ``directory`` holds a model or spacy-elmo's output, no corpus text: a pretrain OUTPUT_DIR (its
+    checkpoint, or its corpus cache ``data/meta.json``), a model (a config.json of spacy-elmo's format, or one
+    AllenNLP options.json + .hdf5 pair, as ``export`` writes or AllenNLP publishes: :func:`native_io.find_allennlp_files`)
+    or the parts of an unfinished ``embed`` (``OUTPUT.parts`` with its manifest)."""
     from ..bilm.native_io import CONFIG_NAME, FORMAT, find_allennlp_files
     from ..embedding import MANIFEST
     from .checkpoint import CHECKPOINT_NAME

@@ -182,12 +182,12 @@ def test_an_earlier_runs_output_dir_inside_a_corpus_directory_is_skipped_with_on
         warnings.simplefilter("always")
         files = list_text_files(corpus)
     assert files == [a, b, corpus / "sub" / "config.json"]
-    said = [str(w.message) for w in caught if "that spacy-elmo wrote" in str(w.message)]
+    said = [str(w.message) for w in caught if "holding a model or spacy-elmo's output" in str(w.message)]
     assert len(said) == 1 and "skipped 4 director(y/ies)" in said[0]
     for name in ("export", "model", "run1"):
         assert str(corpus / name) in said[0]
     shutil.rmtree(corpus / "sub")
-    with pytest.warns(RuntimeWarning, match=r"skipped 4 director\(y/ies\) under .*that spacy-elmo wrote"):
+    with pytest.warns(RuntimeWarning, match=r"skipped 4 director\(y/ies\) under .*holding a model or spacy-elmo's output"):
         nested = train(tiny_train_config(corpus, tmp_path / "out2", max_steps=2, checkpoint_every=2))
     assert nested["vocab_size"] == alone["vocab_size"] and nested["corpus"]["n_files"] == 1
     vocab = (tmp_path / "out2" / "vocab.txt").read_text(encoding="utf-8").split("\n")
