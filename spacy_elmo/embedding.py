@@ -44,6 +44,7 @@ from .bilm import BiLM
 from .bilm.token_cache import TokenCache, run_rows
 from .errors import Errors, Warnings
 from .hdf5 import hdf5_for_writing
+from .paths import missing_path_error
 
 LAYER_MODES = ("all", "top", "average")
 MANIFEST = "manifest.json"
@@ -125,8 +126,7 @@ def scan_lines(path: PathLike, digests: PartDigests) -> int:
     from .training.data import is_binary, iter_lines, replaced_bytes_so_far
 
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(Errors.E_EMBED_INPUT_MISSING.format(path=path))
+    check_input_file(path)
     if is_binary(path):
         raise ValueError(Errors.E_BINARY_FILE.format(path=path))
     before = replaced_bytes_so_far()
@@ -158,6 +158,15 @@ def same_parts(path: Path, part_size: int, expected: Sequence[str]) -> Iterator[
         raise InputChanged(Errors.E_EMBED_INPUT_CHANGED.format(path=path))
 
 
+def check_input_file(path: Path) -> None:
+    """Refuse an input that does not exist (naming a ~ no shell expanded) or is no regular file: the text is
+    read twice, which a directory or a pipe cannot give."""
+    if not path.exists():
+        raise missing_path_error(path, Errors.E_EMBED_INPUT_MISSING)
+    if not path.is_file():
+        raise ValueError(Errors.E_EMBED_INPUT_NOT_A_FILE.format(path=path))
+
+
 def check_paths(input_path: PathLike, output_path: PathLike, overwrite: bool = False) -> None:
     """Refuse, before any work, what :func:`embed_file` cannot read or write: an input that is no
     file, an output that is a directory, lies below a file or in a directory where no file can be created, is the
@@ -166,8 +175,7 @@ def check_paths(input_path: PathLike, output_path: PathLike, overwrite: bool = F
     if output_path.is_dir():
         example = output_path / "vectors.h5"
         raise IsADirectoryError(Errors.E_EMBED_OUTPUT_IS_DIR.format(path=output_path, example=example))
-    if not input_path.is_file():
-        raise FileNotFoundError(Errors.E_EMBED_INPUT_MISSING.format(path=input_path))
+    check_input_file(input_path)
     if output_path.exists():
         if output_path.samefile(input_path):
             raise FileExistsError(Errors.E_EMBED_OUTPUT_IS_INPUT.format(path=output_path))

@@ -128,7 +128,18 @@ class Errors:
         "{warmup} warm-up sentences each); found {n}. Give it more running text or fewer rows."
     )
     E_NATIVE_BAD_FORMAT = (
-        "{path} was not written by spacy-elmo (format {found!r}, expected {expected!r})."
+        "{path} was not written by spacy-elmo: {found}, where spacy-elmo's has \"format\": \"{expected}\". The "
+        "directory looks like another tool's model (a Hugging Face transformers config.json, say). Pass a "
+        "directory written by `spacy-elmo pretrain`, `spacy-elmo export` or BiLM.save, or one holding an AllenNLP "
+        "options.json + .hdf5 weights (or load those files with BiLM.from_allennlp(options, weights))."
+    )
+    E_NATIVE_FORMAT_ABSENT = "it has no \"format\" key"
+    E_NATIVE_FORMAT_OTHER = "its \"format\" is {found}"
+    E_TF_CHECKPOINT_DIR = (
+        "{path} holds a TensorFlow checkpoint ({files}: bilm-tf's training output), which spacy-elmo does not "
+        "read. Dump its weights to hdf5 with bilm-tf's dump_weights (python bin/dump_weights.py --save_dir {path} "
+        "--outfile weights.hdf5), then pass a directory holding that weights.hdf5 and the run's options.json, or "
+        "load the two files with BiLM.from_allennlp(options, weights)."
     )
     E_NO_DEFAULT_MODEL = (
         "The bundled default model is not installed (looked in {path}). Pass a model "
@@ -223,9 +234,16 @@ class Errors:
         "{path} does not exist. Pass a model directory (written by BiLM.save, `spacy-elmo pretrain` or "
         "`spacy-elmo export`, or one holding an AllenNLP options.json + .hdf5) or \"default\" for the bundled model."
     )
-    E_MODEL_PATH_TILDE = (
-        "{path} does not exist: a leading ~ is expanded by a shell, not here (nor in a spaCy config). Write the "
-        "directory out, {expanded}, or pass os.path.expanduser(path)."
+    E_PATH_TILDE = (
+        "{path} does not exist: a leading ~ is expanded by a shell, and only where it starts a word unquoted "
+        "(not \"~/x\", nor --option=~/x), never by spacy-elmo, Python or a spaCy config. Write the path out, "
+        "{expanded} ($HOME/... on a command line), or in Python pass os.path.expanduser(path)."
+    )
+    E_OUTPUT_PATH_TILDE = (
+        "{path} starts with a ~ that no shell expanded (it was quoted, or followed an = as in --option=~/x): "
+        "spacy-elmo would create a directory named ~ in the current directory. Write the path out, {expanded}, "
+        "or leave the ~ unquoted at the start of a word, or use $HOME/...; for a directory really named ~, "
+        "write ./{path}."
     )
     E_ELMO_WEIGHTS_SETTING = (
         "The '{name}' component's weights setting ({setting}), loaded because "
@@ -1176,7 +1194,11 @@ class Errors:
     )
 
     # --- embedding a corpus (spacy_elmo.embedding, spacy-elmo embed) ---------
-    E_EMBED_INPUT_MISSING = "{path} is not a file. Pass a UTF-8 text file with one sentence per line."
+    E_EMBED_INPUT_MISSING = "{path} does not exist. Pass a UTF-8 text file with one sentence per line."
+    E_EMBED_INPUT_NOT_A_FILE = (
+        "{path} is not a file (a directory, a pipe or a device): embed reads its input twice, one UTF-8 text file "
+        "with one sentence per line. Pass such a file (gzip, bzip2 and xz files are read as they are)."
+    )
     E_EMBED_INPUT_CHANGED = (
         "{path} changed while it was embedded: its text is no longer the one read at the start (each part is "
         "checked before it is embedded, so none was written from the changed text). Run again once nothing "
@@ -1378,6 +1400,11 @@ class Warnings:
 
     # --- pretraining and CLI (spacy_elmo.training, spacy_elmo.cli) ----------
     W_BINARY_SKIPPED = "spacy-elmo: skipped {path}: it looks binary (NUL bytes), not text."
+    W_TRAIN_PATH_OUTPUTS_SKIPPED = (
+        "spacy-elmo: skipped {n} director(y/ies) under {path} holding a model or spacy-elmo's output (a pretrain "
+        "OUTPUT_DIR, a native or AllenNLP model, embed's parts): {dirs}. Their files (config.json, options.json, "
+        "vocab.txt, the log) are no corpus text. Move them out of the corpus directory to silence this."
+    )
     W_REPLACED_BYTES = (
         "spacy-elmo: {n_bytes} undecodable byte(s) in {n_files} file(s) were replaced by U+FFFD "
         "(the text is read as UTF-8; re-encode the files to UTF-8 to keep those characters)."

@@ -315,7 +315,7 @@ def test_a_directory_as_output_is_refused_before_any_work(bilm, corpus, tmp_path
 
 
 def test_bad_input_gets_clear_errors(bilm, model_dir, corpus, tmp_path):
-    with pytest.raises(FileNotFoundError, match="not a file"):
+    with pytest.raises(FileNotFoundError, match="missing.txt does not exist"):
         embed_file(bilm, tmp_path / "missing.txt", tmp_path / "o.h5", progress=False)
     binary = tmp_path / "bin.txt"
     binary.write_bytes(b"abc\x00def\n")
@@ -463,7 +463,7 @@ def test_cli_refuses_unusable_paths_before_loading_the_model(bilm, corpus, tmp_p
     cases = [
         ([str(corpus), str(corpus / "out.h5")], f"{corpus} is a file, not a directory"),
         ([str(corpus), str(tmp_path / "link.h5"), "--overwrite"], "is the input itself"),
-        ([str(tmp_path / "missing.txt"), str(tmp_path / "o.h5")], "missing.txt is not a file"),
+        ([str(tmp_path / "missing.txt"), str(tmp_path / "o.h5")], "missing.txt does not exist"),
         ([str(tmp_path), str(tmp_path / "o.h5")], f"{tmp_path} is not a file"),
     ]
     (tmp_path / "link.h5").symlink_to(corpus)

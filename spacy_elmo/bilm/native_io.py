@@ -27,6 +27,7 @@ from safetensors.torch import load_file, save_file
 from .._typing import PathLike
 from ..atomic import atomic_write, naming, sync, sync_dir
 from ..errors import Errors
+from ..paths import missing_path_error
 from .config import BiLMConfig, is_int
 
 if TYPE_CHECKING:  # model.py imports this module when it saves or loads
@@ -162,10 +163,7 @@ def model_path(directory: PathLike) -> Path:
     exist or is a file."""
     path = resolve_model_dir(directory)
     if not path.exists():
-        expanded = os.path.expanduser(directory)
-        if str(directory).startswith("~") and expanded != str(directory):
-            raise FileNotFoundError(Errors.E_MODEL_PATH_TILDE.format(path=directory, expanded=expanded))
-        raise FileNotFoundError(Errors.E_MODEL_PATH_MISSING.format(path=path))
+        raise missing_path_error(path, Errors.E_MODEL_PATH_MISSING)
     if not path.is_dir():
         raise ValueError(Errors.E_MODEL_PATH_IS_FILE.format(path=path))
     return path
@@ -175,7 +173,14 @@ def allennlp_files_of(path: Path):
     """``(options.json, weights.hdf5)`` when the model directory ``path`` holds AllenNLP weights, None
     when it is a native model directory; an error when it holds both (which one is meant is unknown)."""
     if not (path / CONFIG_NAME).exists():
-        return find_allennlp_files(path)
+        try:
+            found = find_allennlp_files(path)
+        except ValueError:  # bilm-tf's save_dir holds its options.json beside the checkpoint, no .hdf5
+            refuse_tf_checkpoint(path)
+            raise
+        if found is None:
+            refuse_tf_checkpoint(path)
+        return found
     try:
         found = find_allennlp_files(path)
     except ValueError:  # not one complete pair (e.g. an embeddings .hdf5 beside the model): native
@@ -232,7 +237,12 @@ def read_meta(directory: PathLike) -> Dict[str, Any]:
     if not isinstance(meta, dict):
         raise ValueError(Errors.E_NATIVE_CONFIG_NOT_OBJECT.format(path=path, found=reprlib.repr(meta)))
     if meta.get("format") != FORMAT:
-        raise ValueError(Errors.E_NATIVE_BAD_FORMAT.format(path=path, found=meta.get("format"), expected=FORMAT))
+        if "format" in meta:
+            shown = json.dumps(meta["format"], ensure_ascii=False)  # as the file spells it: "bert", null, 3
+            found = Errors.E_NATIVE_FORMAT_OTHER.format(found=shown if len(shown) <= 60 else shown[:57] + "...")
+        else:
+            found = Errors.E_NATIVE_FORMAT_ABSENT
+        raise NotAModelDir(Errors.E_NATIVE_BAD_FORMAT.format(path=path, found=found, expected=FORMAT))
     version: Any = meta.get("version")  # a JSON value: is_int() checks it
     if not (is_int(version) and 1 <= version <= VERSION):
         raise ValueError(Errors.E_NATIVE_VERSION.format(path=path, found=version, supported=VERSION))
@@ -363,6 +373,26 @@ def load_state_into(
         raise ValueError(Errors.E_NATIVE_TENSOR_UNEXPECTED.format(path=source, names=", ".join(unexpected)))
 
 
+class NotAModelDir(ValueError):
+    """A directory given as a model that holds no model spacy-elmo reads (a foreign config.json, a TensorFlow
+    checkpoint, AllenNLP files that are not one pair): the spaCy component says it naming the setting that gave
+    it, as it does a path that names nothing."""
+
+
+#: The files of a TensorFlow checkpoint (bilm-tf's ``save_dir``): the ``checkpoint`` index and each save's
+#: ``.index``, ``.data-*`` (and ``.meta``) files.
+TF_CHECKPOINT_GLOBS = ("checkpoint", "*.index", "*.data-*", "*.meta")
+
+
+def refuse_tf_checkpoint(path: Path) -> None:
+    """:class:`NotAModelDir` (:data:`Errors.E_TF_CHECKPOINT_DIR`) when the directory ``path`` holds a TensorFlow
+    checkpoint: its ``checkpoint`` file and a save's ``.index`` or ``.data-*`` file."""
+    found = sorted({f.name for pattern in TF_CHECKPOINT_GLOBS for f in path.glob(pattern) if f.is_file()})
+    if "checkpoint" in found and any(name.endswith(".index") or ".data-" in name for name in found):
+        shown = ", ".join(found[:4]) + (", ..." if len(found) > 4 else "")
+        raise NotAModelDir(Errors.E_TF_CHECKPOINT_DIR.format(path=path, files=shown))
+
+
 def find_allennlp_files(directory: Path):
     """``(options.json, weights.hdf5)`` of a directory of AllenNLP weights, or None."""
     hdf5 = sorted(directory.glob("*.hdf5")) + sorted(directory.glob("*.h5"))
@@ -370,7 +400,7 @@ def find_allennlp_files(directory: Path):
     if not hdf5 and not options:
         return None
     if len(hdf5) != 1 or len(options) != 1:
-        raise ValueError(Errors.E_ALLENNLP_DIR.format(path=directory, n_hdf5=len(hdf5), n_options=len(options)))
+        raise NotAModelDir(Errors.E_ALLENNLP_DIR.format(path=directory, n_hdf5=len(hdf5), n_options=len(options)))
     return options[0], hdf5[0]
 
 

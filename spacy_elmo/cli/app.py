@@ -8,6 +8,7 @@ from typer.core import TyperGroup
 
 from ..device import torch_device
 from ..errors import Errors
+from ..paths import check_output_path
 from ..ranks import printing_ranks
 
 
@@ -128,6 +129,10 @@ def non_negative_int(value: int) -> int:
     return value
 
 
+#: Callback of every output path argument (pretrain's OUTPUT_DIR, export's OUT_DIR, embed's OUTPUT_PATH, config's
+#: OUTPUT): a usage error (exit 2) naming it for a path that starts with a ~ no shell expanded ("~/out", --x=~/out),
+#: which would create a directory named ~ in the current directory.
+checked_output = checked_by(check_output_path)
 #: Option callback of --device: a usage error (exit 2) naming the option for a device torch does not
 #: know or this machine lacks (``tpu``, ``cuda`` without CUDA, ``cuda:99``), before any model or text is read.
 known_device = checked_by(torch_device, (RuntimeError,))

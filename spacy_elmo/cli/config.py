@@ -8,13 +8,13 @@ import typer
 from ..atomic import atomic_write_text
 from ..configs import config_names, config_path
 from ..errors import Errors
-from .app import app, checked_by, fail
+from .app import app, checked_by, checked_output, fail
 
 
 @app.command()
 def config(
     name: str = typer.Argument(..., callback=checked_by(config_path), help=f"Which config: {', '.join(config_names())}."),
-    output: str = typer.Argument("-", help="File to write, or - for stdout."),
+    output: str = typer.Argument("-", callback=checked_output, help="File to write, or - for stdout."),
     force: bool = typer.Option(False, "--force", help="Replace OUTPUT if it exists."),
 ) -> None:
     """Write a shipped spacy train config (ELMo listener + sentencizer) to OUTPUT.

@@ -7,8 +7,8 @@ from typing import Optional
 import typer
 
 from ..errors import Errors
-from .app import (DEVICE_HELP, app, counted, fail, known_device, non_negative_int, positive_int, progress_option,
-                  spacy_language)
+from .app import (DEVICE_HELP, app, checked_output, counted, fail, known_device, non_negative_int, positive_int,
+                  progress_option, spacy_language)
 
 
 def _layer_mode(value: str) -> str:
@@ -23,7 +23,7 @@ def _layer_mode(value: str) -> str:
 @app.command()
 def embed(
     input_path: Path = typer.Argument(..., help="UTF-8 text, one sentence per line (plain, .gz, .bz2 or .xz)."),
-    output_path: Path = typer.Argument(..., help="HDF5 file to write: dataset 'i' holds line i."),
+    output_path: Path = typer.Argument(..., callback=checked_output, help="HDF5 file to write: dataset 'i' holds line i."),
     model: str = typer.Option("default", help="Model directory (native or AllenNLP files), or 'default'."),
     layers: str = typer.Option("all", callback=_layer_mode,
                                help="all: (L+1, n, 2P) per line; top: the last layer; average: their mean."),

@@ -7,14 +7,14 @@ import typer
 
 from ..atomic import replace_dir
 from ..errors import Errors
-from .app import app, fail, one_of
+from .app import app, checked_output, fail, one_of
 
 
 @app.command()
 def export(
     model_dir: str = typer.Argument(
         ..., help="Native model dir, AllenNLP weights dir, 'default', or a saved spaCy pipeline (or its component's dir)."),
-    out_dir: Path = typer.Argument(..., help="Where to write."),
+    out_dir: Path = typer.Argument(..., callback=checked_output, help="Where to write."),
     format: str = typer.Option("allennlp", "--format", callback=one_of(("allennlp", "native"), Errors.E_EXPORT_FORMAT),
                                help="allennlp (options.json + weights.hdf5, as AllenNLP and bilm-tf read them; without the record of the "
                                "training in config.json, nor a fitted initial state) or native (keeps both)."),

@@ -17,8 +17,8 @@ from ..ops import resolve_backend
 from ..ranks import Ranks, torchrun_ranks
 from ..training.data import AUTO_RULE
 from ..training.trainer import BOUNDS, OPTIMIZERS, leave_failed_run, said_by_this_rank
-from .app import (COMMAND_LINE, DEVICE_HELP, app, checked_by, counted, fail, known_device, non_negative_int, one_of, positive_int,
-                  progress_option, spacy_language, warn)
+from .app import (COMMAND_LINE, DEVICE_HELP, app, checked_by, checked_output, counted, fail, known_device, non_negative_int,
+                  one_of, positive_int, progress_option, spacy_language, warn)
 
 
 def _bounded(name: str):
@@ -198,7 +198,7 @@ def _report_end(err: BaseException, stop: _Stop, output_dir: Path, ranks: Ranks)
 def pretrain(
     ctx: typer.Context,
     train_path: Path = typer.Argument(..., help="A UTF-8 text file (plain, .gz, .bz2 or .xz), or a directory of them."),
-    output_dir: Path = typer.Argument(..., help="Where the model, vocab.txt, checkpoint and log go."),
+    output_dir: Path = typer.Argument(..., callback=checked_output, help="Where the model, vocab.txt, checkpoint and log go."),
     heldout: Optional[Path] = typer.Option(None, help="Held-out text: full-softmax perplexity at every checkpoint."),
     lang: str = typer.Option("en", callback=spacy_language, help="spaCy language of the tokenizer (the pipeline's tokens)."),
     preset: Optional[str] = typer.Option(None, callback=checked_by(BiLMConfig.preset), help="Model size: small, medium or original (default small)."),

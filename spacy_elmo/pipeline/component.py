@@ -40,6 +40,7 @@ from thinc.api import Config, Model, Optimizer, set_dropout_rate
 from thinc.types import Floats3d
 
 from ..bilm import BiLM
+from ..bilm.native_io import NotAModelDir
 from ..errors import Errors, Warnings
 from ..forksafe import after_fork_in_child
 from ..training.data import tokenizer_settings
@@ -414,12 +415,13 @@ class ElmoComponent(TrainablePipe):
         return nlp
 
     def _load_named(self, load: Callable[[], None], nlp: Optional[Language], keys: Tuple[str, ...], message: str) -> None:
-        """``load()``; a path that names nothing (FileNotFoundError) is raised again naming the setting it came from:
-        the one at ``keys`` of the pipeline config (``message``), or the config variable it reads (``${paths.elmo}``:
-        ``--paths.elmo``, which the user set)."""
+        """``load()``; a path that names nothing (FileNotFoundError) or another tool's model (NotAModelDir: a foreign
+        config.json, a TensorFlow checkpoint) is raised again naming the setting it came from: the one at ``keys`` of
+        the pipeline config (``message``), or the config variable it reads (``${paths.elmo}``: ``--paths.elmo``, which
+        the user set). Other errors say what to do in their own words (a saved pipeline: source its component)."""
         try:
             load()
-        except FileNotFoundError as err:
+        except (FileNotFoundError, NotAModelDir) as err:
             setting = f"[{'.'.join(keys[:-1])}] {keys[-1]}"
             variable = _variable_of(nlp, keys)
             if variable is None:
@@ -429,7 +431,7 @@ class ElmoComponent(TrainablePipe):
                 text = Errors.E_ELMO_WEIGHTS_VARIABLE.format(
                     name=self.name, setting=setting, section=section, key=key, reason=err
                 )
-            raise FileNotFoundError(text) from err
+            raise (NotAModelDir if isinstance(err, NotAModelDir) else FileNotFoundError)(text) from err
 
     def _check_tokens(self, bilm: BiLM, source: str) -> None:
         """Warn when ``pretrain`` read the model's text with another language or tokenizer than this

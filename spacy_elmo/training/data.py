@@ -65,6 +65,7 @@ import numpy as np
 from .._typing import PathLike
 from ..atomic import atomic_write_text, naming, temporary_files
 from ..errors import Errors, Warnings
+from ..paths import missing_path_error
 from .vocab import BOS, EOS, SPECIALS
 
 BINARY_PROBE = 8192
@@ -73,6 +74,8 @@ PIECE_CHARS = 100_000
 CACHE_VERSION = 1
 #: The files of a corpus cache (:func:`build_corpus`; ``tokens.raw`` only while it is built).
 CACHE_FILES = ("meta.json", "tokens.raw", "tokens.i32", "sent_lengths.i64", "counts.i64", "types.txt")
+#: The corpus cache's directory in a pretrain OUTPUT_DIR (``OUTPUT_DIR/data``); its ``meta.json`` marks it complete.
+CACHE_DIR = "data"
 #: Version of what spacy-elmo does to text around spaCy's tokenizer; bump it when that changes the tokens
 #: (corpus caches and embed's parts of another version are not reused). 2: a leading byte order mark
 #: is dropped (it stuck to the first token), spaCy's whitespace tokens are left out.
@@ -249,13 +252,14 @@ def list_text_files(path: PathLike) -> List[Path]:
     """
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(Errors.E_TRAIN_PATH_MISSING.format(path=path))
+        raise missing_path_error(path, Errors.E_TRAIN_PATH_MISSING)
     if path.is_file():
         return [path]
     if not path.is_dir():
         raise ValueError(Errors.E_TRAIN_PATH_NOT_A_FILE.format(path=path))
-    files = []
-    for root, names in walk_text_dirs(path):
+    files: List[Path] = []
+    outputs: List[Path] = []
+    for root, names in walk_text_dirs(path, outputs):
         for name in names:
             file = Path(root) / name
             if not name.startswith(".") and (file.is_file() or not file.exists()):
@@ -266,12 +270,21 @@ def list_text_files(path: PathLike) -> List[Path]:
         if real not in seen:
             seen.add(real)
             kept.append(file)
+    if outputs:
+        shown = ", ".join(str(d) for d in outputs[:3]) + (", ..." if len(outputs) > 3 else "")
+        # stacklevel 1: a run lists its corpus several times (fingerprint, reading, --heldout's overlap), from as
+        # many callers; one line of this module, the same text, is one warning (Python's default filter).
+        warnings.warn(Warnings.W_TRAIN_PATH_OUTPUTS_SKIPPED.format(path=path, n=len(outputs), dirs=shown),
+                      RuntimeWarning, stacklevel=1)
     return kept
 
 
-def walk_text_dirs(path: PathLike) -> Iterator[tuple]:
+def walk_text_dirs(path: PathLike, outputs: Optional[List[Path]] = None) -> Iterator[tuple]:
     """``(root, file names)`` of every directory :func:`list_text_files` reads under the directory ``path``:
-    non-hidden ones, symbolic links to directories followed, each directory once (by its real path)."""
+    non-hidden ones, symbolic links to directories followed, each directory once (by its real path). With
+    ``outputs`` (a list), subdirectories that spacy-elmo wrote (:func:`is_spacy_elmo_output`) are not entered
+    but appended to it: their files (a model's config.json, vocab.txt, a run's log) are no corpus text.
+    Without it every directory is walked (where an OUTPUT_DIR may not lie, whatever it holds yet)."""
     seen = {os.path.realpath(path)}
     for root, dirs, names in os.walk(path, followlinks=True):
         kept = []
@@ -279,9 +292,36 @@ def walk_text_dirs(path: PathLike) -> Iterator[tuple]:
             real = os.path.realpath(os.path.join(root, name))
             if not name.startswith(".") and real not in seen:
                 seen.add(real)
-                kept.append(name)
+                if outputs is not None and is_spacy_elmo_output(Path(root) / name):
+                    outputs.append(Path(root) / name)
+                else:
+                    kept.append(name)
         dirs[:] = kept
         yield root, names
+
+
+def is_spacy_elmo_output(directory: Path) -> bool:
+    """Whether ``directory`` holds a model or spacy-elmo's output, no corpus text: a pretrain OUTPUT_DIR (its
+    checkpoint, or its corpus cache ``data/meta.json``), a model (a config.json of spacy-elmo's format, or one
+    AllenNLP options.json + .hdf5 pair, as ``export`` writes or AllenNLP publishes: :func:`native_io.find_allennlp_files`)
+    or the parts of an unfinished ``embed`` (``OUTPUT.parts`` with its manifest)."""
+    from ..bilm.native_io import CONFIG_NAME, FORMAT, find_allennlp_files
+    from ..embedding import MANIFEST
+    from .checkpoint import CHECKPOINT_NAME
+
+    if (directory / CHECKPOINT_NAME).is_file() or (directory / CACHE_DIR / CACHE_FILES[0]).is_file():
+        return True
+    if directory.name.endswith(".parts") and (directory / MANIFEST).is_file():
+        return True
+    try:
+        if json.loads((directory / CONFIG_NAME).read_text(encoding="utf-8")).get("format") == FORMAT:
+            return True
+    except (OSError, ValueError, AttributeError):  # none, unreadable, not JSON, not an object: another file
+        pass
+    try:
+        return find_allennlp_files(directory) is not None
+    except ValueError:  # not one pair (a corpus may hold a .h5 of its own): no model
+        return False
 
 
 #: Files an operating system or file system puts in any directory it touches: Finder's ``.DS_Store`` and

@@ -463,7 +463,7 @@ def _check_output_place(out: Path, train_path: Path) -> None:
             if resolved == real or (real in resolved.parents
                                     and not any(part.startswith(".") for part in resolved.relative_to(real).parts)):
                 raise ValueError(Errors.E_OUTPUT_INSIDE_TRAIN_PATH.format(path=out, train_path=train_path))
-    cache = out / "data"
+    cache = out / corpus_data.CACHE_DIR
     if cache.exists() and not cache.is_dir():
         found = Errors.E_CACHE_DIR_IS_FILE
     else:
@@ -768,7 +768,7 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
     # Data: rank 0 tokenizes into the cache, the others wait and read it. A resume that
     # needs a new cache builds it beside data/ and moves it in only once the checkpoint
     # accepted it: a refused resume leaves OUTPUT_DIR as it was.
-    cache, staging = out / "data", out / STAGING_NAME
+    cache, staging = out / corpus_data.CACHE_DIR, out / STAGING_NAME
     try:
         with _settled(wait, setup=True):  # however long rank 0 tokenized
             if is_main:

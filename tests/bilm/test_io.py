@@ -526,7 +526,7 @@ def test_a_model_path_with_a_leading_tilde_names_the_path_written_out(files, tmp
     does not exist: nothing expands ~ there as a shell does. The error names the expanded path, which loads."""
     monkeypatch.setenv("HOME", str(tmp_path))
     BiLM.from_allennlp(*files).save(tmp_path / "m")
-    with pytest.raises(FileNotFoundError, match="a leading ~ is expanded by a shell, not here") as err:
+    with pytest.raises(FileNotFoundError, match="a leading ~ is expanded by a shell, .*never by spacy-elmo") as err:
         BiLM.load("~/m")
     assert "~/m does not exist: " in str(err.value) and str(tmp_path / "m") in str(err.value)
     assert BiLM.load(os.path.expanduser("~/m")).config == BiLM.load(tmp_path / "m").config
@@ -685,3 +685,44 @@ def test_to_allennlp_over_a_pair_killed_between_its_two_writes_leaves_no_pair_th
     with torch.no_grad():
         again = BiLM.from_allennlp(opts, weights, backend="reference").eval()(ids).activations[-1]
         assert torch.equal(again, old(ids).activations[-1])
+
+
+@pytest.mark.parametrize("config, found", [
+    ({"architectures": ["BertModel"], "model_type": "bert"}, 'it has no "format" key'),
+    ({"format": "transformers", "model_type": "bert"}, 'its "format" is "transformers"'),
+    ({"format": None}, 'its "format" is null'),
+])
+def test_another_tools_model_dir_says_what_it_found_and_what_to_pass(tmp_path, config, found):
+    """A Hugging Face style directory said "(format None, expected 'spacy-elmo/bilm')": a Python repr, no word of
+    what the directory is or what to give instead."""
+    from spacy_elmo.bilm.native_io import NotAModelDir
+
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(NotAModelDir) as err:
+        BiLM.load(tmp_path)
+    message = str(err.value)
+    assert f"{tmp_path / 'config.json'} was not written by spacy-elmo: {found}, " in message
+    assert "another tool's model" in message and "spacy-elmo pretrain" in message and "options.json + .hdf5" in message
+    assert "None" not in message and "'spacy-elmo/bilm'" not in message
+
+
+@pytest.mark.parametrize("with_options", [False, True])
+def test_a_bilm_tf_checkpoint_dir_says_to_dump_its_weights(tmp_path, with_options):
+    """bilm-tf's save_dir (checkpoint, model.ckpt-N.index/.data-*/.meta, and its options.json) said "no
+    config.json. Write one with BiLM.save" (or "0 .hdf5 file(s) and 1 options.json"): it needs dump_weights."""
+    from spacy_elmo.bilm.native_io import NotAModelDir
+
+    (tmp_path / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-935588"\n')
+    for suffix in (".index", ".data-00000-of-00001", ".meta"):
+        (tmp_path / f"model.ckpt-935588{suffix}").write_bytes(b"\x00")
+    if with_options:
+        (tmp_path / "options.json").write_text("{}")
+    with pytest.raises(NotAModelDir, match="holds a TensorFlow checkpoint") as err:
+        BiLM.load(tmp_path)
+    assert "dump_weights.py --save_dir" in str(err.value) and "model.ckpt-935588.index" in str(err.value)
+    # Once dumped beside it, the pair is the model: no error about the checkpoint.
+    (tmp_path / "options.json").write_text("{}")
+    (tmp_path / "weights.hdf5").write_bytes(b"")
+    with pytest.raises(Exception) as err:
+        BiLM.load(tmp_path)
+    assert "TensorFlow checkpoint" not in str(err.value)

@@ -492,3 +492,25 @@ def test_debug_config_shows_the_functions_of_shipped_configs(cfg, corpus_dir, ti
     shown = capsys.readouterr().out
     assert "spacy.ConsoleLogger.v3" in shown and "spacy_elmo.WeightsLoader.v1" in shown
     assert "spacy_elmo.ElmoListener.v1" in shown and "spacy_elmo.pipeline.architectures" in shown
+
+
+@pytest.mark.parametrize("content, found", [
+    ({"config.json": '{"architectures": ["BertModel"], "model_type": "bert"}'}, "was not written by spacy-elmo"),
+    ({"options.json": "{}"}, "holds 0 .hdf5 file(s) and 1 options.json"),
+    ({"checkpoint": "x", "model.ckpt-1.index": "x"}, "holds a TensorFlow checkpoint"),
+])
+def test_weights_setting_of_another_tools_model_names_the_setting(tmp_path, content, found):
+    """A weights setting naming a Hugging Face directory, a lone options.json or a bilm-tf checkpoint raised the
+    loader's ValueError alone: only a path that names nothing said which setting to fix."""
+    from spacy_elmo.bilm.native_io import NotAModelDir
+
+    weights = tmp_path / "other_tool"
+    weights.mkdir()
+    for name, text in content.items():
+        (weights / name).write_text(text)
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(weights)})
+    setting = r"cannot load its weights setting \(\[components.elmo\] weights of the pipeline.*other_tool.*"
+    with pytest.raises(NotAModelDir, match=setting + re.escape(found) + r".*Fix that setting") as err:
+        nlp("Alice went home .")
+    assert str(err.value).count("cannot load its weights setting") == 1

@@ -469,3 +469,60 @@ def test_evaluate_and_fit_state_name_a_broken_archive(model, trained, tmp_path, 
     output = clean_error(runner.invoke(app, [command, str(model), str(broken)]))
     assert f"{broken} is a broken gzip file" in plain(output)
     assert files(model) == before
+
+
+def _tilde_commands(trained, name):
+    """Each command with ``name`` (a path starting with a literal ~) as its output argument."""
+    return {
+        "pretrain": ["pretrain", str(trained["train"]), name, "--options", str(trained["model"].parent / "tiny.json"),
+                     "--max-steps", "1", "--batch-size", "4", "--negatives", "8", "--no-progress"],
+        "export": ["export", str(trained["model"]), name],
+        "embed": ["embed", str(trained["held"]), name, "--model", str(trained["model"]), "--no-progress"],
+        "config": ["config", "ner", name],
+    }
+
+
+@pytest.mark.parametrize("command", ["pretrain", "export", "embed", "config"])
+def test_an_output_path_with_a_tilde_no_shell_expanded_is_a_usage_error(trained, tmp_path, monkeypatch, command):
+    """``pretrain corpus.txt "~/o"`` (or ``--opt=~/o``, which bash does not expand) exited 0 having created a
+    directory named ~ in the current directory, "model written to ~/o". A usage error now, naming the path written
+    out and $HOME; nothing is written. ``./~/o`` still names a directory ``~`` on purpose."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(tmp_path)
+    name = "~/out.h5" if command == "embed" else "~/out"
+    output = plain(clean_error(runner.invoke(app, _tilde_commands(trained, name)[command]), code=2))
+    assert "~/out" in output and "starts with a ~ that no shell expanded" in output, output
+    assert str(home / "out") in output and "$HOME" in output and "./~/out" in output
+    assert not (tmp_path / "~").exists() and list(home.iterdir()) == []
+
+
+@pytest.mark.parametrize("where", ["train_path", "heldout", "evaluate", "fit-state", "embed"])
+def test_a_text_path_with_a_tilde_no_shell_expanded_names_the_path_written_out(trained, model, tmp_path, monkeypatch,
+                                                                                where):
+    """``--heldout=~/held.txt`` (no shell expands a ~ after =) said only "~/held.txt does not exist", though a
+    model path says what the ~ is and the path written out; ``embed "~/s.txt"`` said "is not a file"."""
+    monkeypatch.setenv("HOME", str(trained["held"].parent))  # ~/held.txt is the held-out text
+    monkeypatch.chdir(tmp_path)
+    options = str(trained["model"].parent / "tiny.json")
+    argv = {
+        "train_path": ["pretrain", "~/held.txt", str(tmp_path / "out"), "--options", options, "--no-progress"],
+        "heldout": ["pretrain", str(trained["train"]), str(tmp_path / "out"), "--options", options,
+                    "--heldout=~/held.txt", "--max-steps", "1", "--no-progress"],
+        "evaluate": ["evaluate", str(model), "~/held.txt", "--no-progress"],
+        "fit-state": ["fit-state", str(model), "~/held.txt", "--no-progress"],
+        "embed": ["embed", "~/held.txt", str(tmp_path / "v.h5"), "--model", str(model), "--no-progress"],
+    }[where]
+    output = plain(clean_error(runner.invoke(app, argv)))
+    assert "~/held.txt does not exist: a leading ~ is expanded by a shell" in output, output
+    assert str(trained["held"]) in output and "--option=~/x" in output
+
+
+def test_embed_says_a_missing_input_does_not_exist_and_a_directory_is_no_file(model, tmp_path):
+    """A missing input said "is not a file", where every other command says "does not exist"."""
+    missing = tmp_path / "missing.txt"
+    output = plain(clean_error(runner.invoke(app, ["embed", str(missing), str(tmp_path / "v.h5"), "--model", str(model)])))
+    assert f"{missing} does not exist. Pass a UTF-8 text file" in output, output
+    output = plain(clean_error(runner.invoke(app, ["embed", str(tmp_path), str(tmp_path / "v.h5"), "--model", str(model)])))
+    assert f"{tmp_path} is not a file (a directory" in output, output

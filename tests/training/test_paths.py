@@ -1,6 +1,8 @@
 """Where pretrain reads and writes: OUTPUT_DIR against TRAIN_PATH and the user's own files,
 and which files of a TRAIN_PATH directory are the corpus."""
 
+import shutil
+
 import pytest
 
 from spacy_elmo.training.trainer import train
@@ -149,3 +151,44 @@ def test_heldout_text_that_is_training_text_warns(tmp_path, where):
         (corpus / "more").symlink_to(held.parent, target_is_directory=True)  # corpus/more/held.txt is held.txt
     with pytest.warns(RuntimeWarning, match=r"--heldout .*(held|a).txt is training text too \(1 of its file"):
         train(tiny_train_config(train_path, tmp_path / "out", max_steps=1, heldout=str(held)))
+
+
+def test_an_earlier_runs_output_dir_inside_a_corpus_directory_is_skipped_with_one_warning(tmp_path):
+    """repro_nested_run.sh: ``pretrain corpus/a.txt corpus/run1`` then ``pretrain corpus/ out2`` read run1's
+    config.json, vocab.txt and train_log.jsonl as text (vocabulary 46 -> 207, with ", :, { as words). Every
+    directory spacy-elmo writes is skipped, named in one warning: a run, a model, a corpus cache, embed's parts."""
+    import warnings
+
+    from spacy_elmo import BiLM
+    from spacy_elmo.bilm.native_io import find_allennlp_files
+    from spacy_elmo.training.data import list_text_files
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    a = write_corpus(corpus / "a.txt", 60)
+    alone = train(tiny_train_config(a, tmp_path / "alone", max_steps=2, checkpoint_every=2))
+    train(tiny_train_config(a, corpus / "run1", max_steps=2, checkpoint_every=2))
+    BiLM.load(corpus / "run1").save(corpus / "model")  # a model alone
+    with warnings.catch_warnings():  # TINY's token width, which AllenNLP would not run
+        warnings.simplefilter("ignore")
+        BiLM.load(corpus / "run1").to_allennlp(corpus / "export" / "options.json", corpus / "export" / "weights.hdf5")
+    assert find_allennlp_files(corpus / "export") is not None
+    (corpus / "v.h5.parts").mkdir()
+    (corpus / "v.h5.parts" / "manifest.json").write_text('{"version": 1}')
+    (corpus / "sub").mkdir()  # a plain subdirectory of text stays corpus, its config.json too
+    b = write_corpus(corpus / "sub" / "b.txt", 10, seed=1)
+    (corpus / "sub" / "config.json").write_text('{"format": "mine"}')
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        files = list_text_files(corpus)
+    assert files == [a, b, corpus / "sub" / "config.json"]
+    said = [str(w.message) for w in caught if "holding a model or spacy-elmo's output" in str(w.message)]
+    assert len(said) == 1 and "skipped 4 director(y/ies)" in said[0]
+    for name in ("export", "model", "run1"):
+        assert str(corpus / name) in said[0]
+    shutil.rmtree(corpus / "sub")
+    with pytest.warns(RuntimeWarning, match=r"skipped 4 director\(y/ies\) under .*holding a model or spacy-elmo's output"):
+        nested = train(tiny_train_config(corpus, tmp_path / "out2", max_steps=2, checkpoint_every=2))
+    assert nested["vocab_size"] == alone["vocab_size"] and nested["corpus"]["n_files"] == 1
+    vocab = (tmp_path / "out2" / "vocab.txt").read_text(encoding="utf-8").split("\n")
+    assert not {'"', ":", "{", "}"} & set(vocab)

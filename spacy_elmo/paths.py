@@ -1,0 +1,41 @@
+"""A ``~`` no shell expanded, in a path the user gave: one check for every command and loader.
+
+A shell expands a leading ``~`` only where it starts a word and is not quoted: ``"~/out"`` and
+``--heldout=~/x.txt`` reach spacy-elmo with the ``~`` in them, and Python (like a spaCy config) never
+expands it. Read, such a path names nothing (the error says so); written, it would create a directory
+named ``~`` in the current directory, so the commands refuse it as an output.
+"""
+
+import os
+from typing import Optional
+
+from ._typing import PathLike
+from .errors import Errors
+
+
+def unexpanded_home(path: PathLike) -> Optional[str]:
+    """What a shell would have made of ``path`` when its first component is a ``~`` (or ``~user``) that no
+    shell expanded; None when it starts otherwise, or names no home directory (``~nosuchuser``).
+    ``./~/x`` names a directory ``~`` on purpose: its first component is ``.``."""
+    text = os.fspath(path)
+    if not text.startswith("~"):
+        return None
+    expanded = os.path.expanduser(text)
+    return expanded if expanded != text else None
+
+
+def missing_path_error(path: PathLike, message: str) -> FileNotFoundError:
+    """The error of an input ``path`` that does not exist: :data:`Errors.E_PATH_TILDE` where an unexpanded
+    ``~`` explains it, else ``message`` formatted with ``path``."""
+    expanded = unexpanded_home(path)
+    if expanded is not None:
+        return FileNotFoundError(Errors.E_PATH_TILDE.format(path=path, expanded=expanded))
+    return FileNotFoundError(message.format(path=path))
+
+
+def check_output_path(path: PathLike) -> None:
+    """ValueError (:data:`Errors.E_OUTPUT_PATH_TILDE`) for an output path that starts with an unexpanded
+    ``~``, whether or not a directory ``~`` exists here already (an earlier run may have made it)."""
+    expanded = unexpanded_home(path)
+    if expanded is not None:
+        raise ValueError(Errors.E_OUTPUT_PATH_TILDE.format(path=path, expanded=expanded))
