@@ -720,6 +720,11 @@ class Errors:
         "or sample=None for the full softmax."
     )
     E_TRAIN_PATH_MISSING = "{path} does not exist. Pass a UTF-8 text file or a directory of them."
+    E_TRAIN_PATH_IS_OUTPUT = (
+        "{path} holds a model or spacy-elmo's output (a pretrain OUTPUT_DIR, a native or AllenNLP model, embed's "
+        "parts), no text: its config.json, vocab.txt and log would be read as corpus text. Pass the text file or "
+        "the directory of text files you meant."
+    )
     E_TRAIN_PATH_NOT_A_FILE = (
         "{path} is neither a file nor a directory (a pipe such as <(zcat ...), a FIFO or a device): the text is "
         "read more than once (its first bytes tell its compression), which a pipe cannot give. Write it to a file "

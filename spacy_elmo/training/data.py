@@ -241,7 +241,9 @@ class ReadStats:
 
 
 def list_text_files(path: PathLike) -> List[Path]:
-    """TRAIN_PATH itself, or every non-hidden regular file under it, sorted.
+    """TRAIN_PATH itself, or every non-hidden regular file under it, sorted; a ValueError where it is a
+    directory spacy-elmo wrote or a model (:func:`is_spacy_elmo_output`), whose subdirectories of that kind are
+    skipped with one warning.
 
     Symbolic links to directories are followed, each directory read once (by its real path: a link
     back up is no loop, and a second link to a directory no second copy of its text), and each file too
@@ -257,6 +259,8 @@ def list_text_files(path: PathLike) -> List[Path]:
         return [path]
     if not path.is_dir():
         raise ValueError(Errors.E_TRAIN_PATH_NOT_A_FILE.format(path=path))
+    if is_spacy_elmo_output(path):  # a model or run directory given for the text (its subdirectories are skipped)
+        raise ValueError(Errors.E_TRAIN_PATH_IS_OUTPUT.format(path=path))
     files: List[Path] = []
     outputs: List[Path] = []
     for root, names in walk_text_dirs(path, outputs):

@@ -192,3 +192,21 @@ def test_an_earlier_runs_output_dir_inside_a_corpus_directory_is_skipped_with_on
     assert nested["vocab_size"] == alone["vocab_size"] and nested["corpus"]["n_files"] == 1
     vocab = (tmp_path / "out2" / "vocab.txt").read_text(encoding="utf-8").split("\n")
     assert not {'"', ":", "{", "}"} & set(vocab)
+
+
+def test_a_run_or_model_directory_given_as_the_text_is_refused(tmp_path):
+    """The subdirectories of a corpus that spacy-elmo wrote are skipped, but a run or model directory given as
+    TRAIN_PATH itself (``pretrain out/ out2/`` for ``pretrain corpus.txt out2/``) was read whole: its config.json,
+    vocab.txt and log as corpus text."""
+    from spacy_elmo import BiLM
+    from spacy_elmo.training.data import list_text_files
+
+    run = tmp_path / "run"
+    train(tiny_train_config(write_corpus(tmp_path / "a.txt", 60), run, max_steps=2, checkpoint_every=2))
+    BiLM.load(run).save(tmp_path / "model")
+    for given in (run, tmp_path / "model"):
+        with pytest.raises(ValueError, match=r"holds a model or spacy-elmo's output .*Pass the text file"):
+            list_text_files(given)
+    with pytest.raises(ValueError, match=r"holds a model or spacy-elmo's output"):
+        train(tiny_train_config(run, tmp_path / "out2", max_steps=2))
+    assert not (tmp_path / "out2").exists()
