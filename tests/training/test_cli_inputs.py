@@ -2,6 +2,7 @@
 traceback) that name the problem and the fix, nothing dropped without a word."""
 
 import json
+import re
 import shutil
 
 import click
@@ -270,6 +271,23 @@ def test_command_list_shows_one_line_per_command():
         command = group.get_command(ctx, name)
         first = (command.help or "").strip().split("\n\n")[0]
         assert first and "\n" not in first, (name, first)  # the short help in `spacy-elmo --help`
+
+
+def test_help_texts_keep_their_brackets():
+    """rich, which renders typer's help, read ``[components.elmo]`` in config's help as a markup tag and
+    dropped it: every bracketed span of every help text (the application's, each command's and option's)
+    shows in ``--help``."""
+    group = typer.main.get_command(app)
+    ctx = click.Context(group)
+    texts = {None: [group.help or ""]}
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
+        texts[name] = [command.help or "", *(getattr(param, "help", None) or "" for param in command.params)]
+    for name, helps in texts.items():
+        shown = " ".join(runner.invoke(app, [*([name] if name else []), "--help"], terminal_width=400).output.split())
+        for text in helps:
+            for span in re.findall(r"\[[^\]]*\]", " ".join(text.split())):
+                assert span in shown, (name, span)
 
 
 def test_no_arguments_shows_the_commands():
