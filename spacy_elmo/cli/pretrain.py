@@ -263,6 +263,7 @@ def pretrain(
 
     Run under `torchrun --nproc-per-node N` for DistributedDataParallel.
     """
+    from ..training.evaluate import perplexity_text
     from ..training.malloc import keep_freed_memory as keep_freed
     from ..training.trainer import TrainConfig, train
 
@@ -302,7 +303,5 @@ def pretrain(
     )
     if summary.get("heldout"):
         h = summary["heldout"]
-        reading = "every sentence alone" if h["mode"] == "per_sentence" else "one stream"
-        typer.echo(f"held-out perplexity ({reading}): forward {h['perplexity_forward']:.2f}, backward {h['perplexity_backward']:.2f}, "
-                   f"mean {h['perplexity']:.2f}; OOV rate {h['oov_rate']:.2%} (<UNK> targets count)")
+        typer.echo(f"held-out {perplexity_text(h)}; OOV rate {h['oov_rate']:.2%} (<UNK> targets count)")
     typer.echo(f"model written to {summary['output_dir']} (load with BiLM.load)")

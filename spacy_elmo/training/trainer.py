@@ -875,9 +875,9 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
         last_saved = step
 
     def evaluate_heldout() -> Dict[str, Any]:
-        """Held-out perplexity of the model now, every rank evaluating its share; logged (rank 0).
-        Eval mode draws no random numbers."""
-        from .evaluate import evaluate_sentences
+        """Held-out perplexity of the model now, every rank evaluating its share; logged, and with progress
+        shown, printed on a line of its own above the bar (rank 0). Eval mode draws no random numbers."""
+        from .evaluate import evaluate_sentences, perplexity_text
 
         assert heldout is not None  # called only with --heldout
         # Its bar, below the pretraining bar (and gone when done: leave=None), shows the wait: 260 s a checkpoint
@@ -887,6 +887,8 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
         result["replaced_bytes"] = heldout_stats.replaced_bytes
         with _settled(wait):
             log.write({"step": step, "event": "heldout", **result, HELDOUT_DIGEST: heldout_digest})
+        if cfg.progress and is_main:  # the evaluation's own bar is gone: the value stays on the screen (or log)
+            bar.write(f"step {step:,}: held-out {perplexity_text(result)}", file=sys.stderr)
         lm.train()
         return result
 

@@ -27,13 +27,18 @@ def pretrain_tiny(tmp_path, *extra, max_steps=3):
 
 
 def test_pretrain_evaluate_export(tmp_path):
-    result, train, held, options, out = pretrain_tiny(tmp_path, "--heldout", str(tmp_path / "held.txt"))
+    # --progress (after the helper's --no-progress): the held-out line printed at each evaluation comes with the bars
+    result, train, held, options, out = pretrain_tiny(tmp_path, "--heldout", str(tmp_path / "held.txt"), "--progress")
     assert result.exit_code == 0, result.output
     assert "held-out perplexity" in result.output
     assert "trained 3 steps; corpus " in result.output and " sentences from 1 file (0 binary skipped, " in result.output
     (event,) = [e for e in read_log(out) if e.get("event") == "heldout"]
     # <UNK> targets count in the perplexity (bilm-tf): a small vocabulary's low perplexity is read with its OOV rate
-    assert f"OOV rate {event['oov_rate']:.2%}" in result.output and "one stream" in result.output
+    # the held-out text (30 sentences) is read as a stream cut into up to --eval-batch-size (32) rows: said so,
+    # not "one stream"; and the value is printed when measured, not only on the evaluation's bar
+    assert 1 < event["n_rows"] <= 32
+    assert f"OOV rate {event['oov_rate']:.2%}" in result.stdout and f"perplexity (stream in {event['n_rows']} rows)" in result.stdout
+    assert f"step 3: held-out perplexity (stream in {event['n_rows']} rows): forward {event['perplexity_forward']:.2f}" in result.stderr
     assert event["replaced_bytes"] == 0 and event["perplexity"] > 1
     result = runner.invoke(app, ["pretrain", str(train), str(out), "--options", str(options)])
     assert result.exit_code == 1 and "--resume" in result.output
@@ -54,6 +59,24 @@ def test_pretrain_evaluate_export(tmp_path):
 
     result = runner.invoke(app, ["pretrain", str(tmp_path / "nope.txt"), str(tmp_path / "x"), "--options", str(options)])
     assert result.exit_code == 1 and "does not exist" in result.output
+
+
+def test_evaluate_says_how_many_rows_it_read(tmp_path):
+    """`evaluate --stream` said "perplexity (one stream)" also at --batch-size 32, where it cuts the text into
+    up to 32 rows read from the zero state: the line says the rows, as n_rows in the JSON."""
+    result, _, held, _, out = pretrain_tiny(tmp_path)
+    assert result.exit_code == 0, result.output
+    seen = {}
+    for flags in (["--stream", "--batch-size", "1"], ["--stream", "--batch-size", "4"], ["--per-sentence"]):
+        as_json = runner.invoke(app, ["evaluate", str(out), str(held), "--json", *flags])
+        text = runner.invoke(app, ["evaluate", str(out), str(held), *flags])
+        assert as_json.exit_code == text.exit_code == 0, (as_json.output, text.output)
+        seen[flags[-1]] = (json.loads(as_json.stdout.strip().splitlines()[-1]), text.stdout)
+    (one, one_text), (four, four_text), (alone, alone_text) = seen.values()
+    assert one["n_rows"] == 1 and "perplexity (one stream): forward" in one_text
+    assert 1 < four["n_rows"] <= 4 and f"perplexity (stream in {four['n_rows']} rows): forward" in four_text
+    assert "one stream" not in four_text
+    assert alone["n_rows"] == alone["n_sentences"] == 30 and "perplexity (every sentence alone): forward" in alone_text
 
 
 def test_fit_state_and_per_sentence_evaluate(tmp_path):
