@@ -194,6 +194,14 @@ def _report_end(err: BaseException, stop: _Stop, output_dir: Path, ranks: Ranks)
     stop.exit(signum, err)
 
 
+def _trained(steps: int, resumed_from: int) -> str:
+    """How far the run trained: ``trained 8 steps``, or resumed from step 6, ``trained to step 8 (2 steps this run)``
+    (it said "trained 8 steps", as if this run had made them all)."""
+    if not resumed_from:
+        return f"trained {counted(steps, 'step')}"
+    return f"trained to step {steps:,} ({counted(steps - resumed_from, 'step')} this run)"
+
+
 @app.command()
 def pretrain(
     ctx: typer.Context,
@@ -297,7 +305,7 @@ def pretrain(
         return
     stats = summary["corpus"]
     typer.echo(
-        f"trained {counted(summary['steps'], 'step')}; corpus {counted(stats['n_tokens'], 'token')} in "
+        f"{_trained(summary['steps'], summary['resumed_from'])}; corpus {counted(stats['n_tokens'], 'token')} in "
         f"{counted(stats['n_sentences'], 'sentence')} from {counted(stats['n_files'], 'file')} ({stats['n_binary']:,} "
         f"binary skipped, {counted(stats['replaced_bytes'], 'undecodable byte')} replaced); vocabulary {summary['vocab_size']:,}"
     )

@@ -631,8 +631,9 @@ def said_by_this_rank(err: BaseException, rank: int) -> bool:
 
 # -- the loop ----------------------------------------------------------------
 def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = None) -> Dict[str, Any]:
-    """Run (or resume) pretraining; returns a summary. ``on_step(step, loss)`` is
-    called after every optimizer step (step counts from 1)."""
+    """Run (or resume) pretraining; returns a summary: ``steps`` (the step the model is at), ``resumed_from``
+    (the checkpoint's step with ``--resume``, else 0), ``vocab_size``, ``corpus``, ``heldout``, ``output_dir``,
+    ``rank``. ``on_step(step, loss)`` is called after every optimizer step (step counts from 1)."""
     try:
         with ExitStack() as held:  # OUTPUT_DIR's lock, from before the corpus is read until the run ends
             return _train(cfg, on_step, held)
@@ -984,5 +985,5 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
     bar.close()
     if payload is not None and step == int(payload["step"]):
         save(final=True)  # resumed a finished run: make sure the model is written
-    return {"steps": step, "vocab_size": vocab.size, "corpus": meta["stats"], "heldout": last_heldout,
+    return {"steps": step, "resumed_from": 0 if payload is None else int(payload["step"]), "vocab_size": vocab.size, "corpus": meta["stats"], "heldout": last_heldout,
             "output_dir": str(out), "rank": rank}

@@ -249,6 +249,19 @@ def test_evaluate_warns_when_most_words_are_outside_the_vocabulary(tmp_path, rec
             assert said == [], said
 
 
+def test_a_resumed_run_says_how_far_it_trained_and_how_much_of_it_now(tmp_path):
+    """Resumed from step 2 to 4, pretrain said "trained 4 steps", as if this run had made them all."""
+    result, _, _, _, out = pretrain_tiny(tmp_path, max_steps=2)
+    assert result.exit_code == 0, result.output
+    args, _, _ = tiny_pretrain_args(tmp_path, out, "--resume", max_steps=4)
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "trained to step 4 (2 steps this run); corpus " in result.stdout, result.stdout
+    result = runner.invoke(app, args)  # a finished run resumed: nothing more to train
+    assert result.exit_code == 0, result.output
+    assert "trained to step 4 (0 steps this run); corpus " in result.stdout, result.stdout
+
+
 def test_export_guards_its_output(tmp_path):
     result, _, held, _, out = pretrain_tiny(tmp_path, max_steps=1)
     assert result.exit_code == 0, result.output
