@@ -95,8 +95,11 @@ class Errors:
         "{path} is not a spacy-elmo model directory (no {filename}). Write one with "
         "BiLM.save(directory), or load AllenNLP weights with BiLM.from_allennlp(options, weights)."
     )
+    # {given} of the messages below: what a directory given where biLM weights are read is (SavedPipelineGiven.given)
+    E_GIVEN_PIPELINE = "{path} is a saved spaCy pipeline"
+    E_GIVEN_PIPELINE_COMPONENT = "{path} is the directory of the {component!r} component of the saved spaCy pipeline {pipeline}"
     E_MODEL_IS_PIPELINE = (
-        "{path} is (in) the saved spaCy pipeline {pipeline}, not biLM weights: BiLM.load and the spacy-elmo "
+        "{given}, not biLM weights: BiLM.load and the spacy-elmo "
         "commands read a directory written by BiLM.save, `spacy-elmo pretrain` or `spacy-elmo export`, or one "
         "holding an AllenNLP options.json + .hdf5. Export the biLM of the pipeline's elmo component (with the "
         "weights it was trained or fine-tuned with there) as one first: `spacy-elmo export {pipeline} ELMO_DIR "
@@ -512,7 +515,7 @@ class Errors:
         "`--paths.elmo PATH`) before nlp.initialize()."
     )
     E_WEIGHTS_ARE_PIPELINE = (
-        "{path} is (in) the saved spaCy pipeline {pipeline}, not biLM weights (a directory written by "
+        "{given}, not biLM weights (a directory written by "
         "BiLM.save or `spacy-elmo export`, or one with an AllenNLP options.json + .hdf5). To reuse the biLM of "
         "its elmo component (with the weights it was trained or fine-tuned with there), source the component: "
         "[components.elmo] source = \"{pipeline}\" in a training config, or nlp.add_pipe('elmo', "
@@ -944,7 +947,7 @@ class Errors:
         "NEW_DIR --init {path}` (`pretrain --init`), then evaluate NEW_DIR."
     )
     E_EVALUATE_PIPELINE = (
-        "{path} is (in) the saved spaCy pipeline {pipeline}, and a perplexity needs a model with a softmax (the "
+        "{given}, and a perplexity needs a model with a softmax (the "
         "layer that predicts the next word over vocab.txt), which a pipeline's biLM has not: `spacy-elmo export "
         "{pipeline} ELMO_DIR --format native` writes its biLM without one. Evaluate the model written by "
         "`spacy-elmo pretrain` that the pipeline was built with (its training's --paths.elmo), or fit a softmax "

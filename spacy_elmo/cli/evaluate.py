@@ -47,7 +47,7 @@ def evaluate(
         result = evaluate_model_dir(model_dir, text_path, lang=lang, batch_size=batch_size, device=target,
                                     progress=progress and not as_json, per_sentence=per_sentence)
     except SavedPipelineGiven as err:  # exporting its biLM is not enough here: it has no softmax
-        fail(Errors.E_EVALUATE_PIPELINE.format(path=err.path, pipeline=err.pipeline))
+        fail(Errors.E_EVALUATE_PIPELINE.format(given=err.given, pipeline=err.pipeline))
     except (ValueError, OSError, RuntimeError) as err:
         fail(str(err))
     if as_json:
