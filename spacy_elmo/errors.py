@@ -1028,7 +1028,14 @@ class Errors:
         "This process has rank {rank} of {world}; DDP on CUDA needs one GPU per process but "
         "only {n_gpus} are visible."
     )
-    E_NO_EVAL_TOKENS = "{path} contains no tokens to evaluate on."
+    E_NO_EVAL_TOKENS = (
+        "{path} contains no tokens to evaluate on ({n_files} file(s) read, {n_binary} skipped as binary). Pass "
+        "UTF-8 text with at least one word: a text file (plain, .gz, .bz2 or .xz) or a directory holding such files."
+    )
+    E_NO_EVAL_WORDS = (
+        "There are no tokens to evaluate on: no sentence holds a word. Pass at least one non-empty sentence "
+        "(a list of token strings)."
+    )
     E_FIT_STATE_NO_TEXT = "Pass TEXT_PATH (the text to fit the initial state on), or --clear to remove the state."
     E_FIT_STATE_CLEAR_AND_TEXT = (
         "--clear removes the fitted state and reads no text, but TEXT_PATH {path} was given too: drop TEXT_PATH "
@@ -1055,6 +1062,10 @@ class Errors:
         "{or_rows}."
     )
     E_FIT_STATE_OR_FEWER_ROWS = ", or lower --rows to {max_rows} or fewer"
+    E_FIT_STATE_TEXT_TOO_SHORT = (
+        "{path} holds {n} non-empty sentence(s), fewer than the {needed} --rows {rows} needs ({rows} streams of "
+        "more than {warmup} warm-up sentences each): give it more running text{or_rows}."
+    )
     E_FIT_STATE_IN_USE = (
         "{path} is in use by a pretrain run, still running (it holds the directory's lock): it rewrites the model "
         "there at every checkpoint, over the state fit-state would write (or with it, beside other weights). Wait "

@@ -68,7 +68,7 @@ def evaluate_corpus(
     words = tokens[(tokens != BOS) & (tokens != EOS)]
     oov = int((words >= vocab.size).sum())
     if len(tokens) < 2 or len(words) == 0:
-        raise ValueError(Errors.E_NO_EVAL_TOKENS.format(path="the evaluation text"))
+        raise ValueError(Errors.E_NO_EVAL_WORDS)
     was_training = lm.training
     lm.eval()
     if per_sentence:
@@ -219,7 +219,7 @@ def read_text(text_path: PathLike, lang: str = "en", progress: bool = False) -> 
     stats = ReadStats()
     sentences = tokenize_file(text_path, lang, stats, progress)
     if not sentences:
-        raise ValueError(Errors.E_NO_EVAL_TOKENS.format(path=text_path))
+        raise ValueError(Errors.E_NO_EVAL_TOKENS.format(path=text_path, n_files=stats.n_files, n_binary=stats.n_binary))
     return sentences, stats
 
 
