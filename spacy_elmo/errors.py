@@ -764,6 +764,11 @@ class Errors:
         "Could not read the model options {path}: {error}. Pass an AllenNLP options.json or a "
         "JSON object of BiLMConfig fields (e.g. {{\"projection_dim\": 16, \"cell_dim\": 32}})."
     )
+    E_OPTIONS_UNKNOWN_FIELD = (
+        "The model options {path} have key(s) {names}, which are no model options: --options reads an AllenNLP "
+        "options.json (one with an 'lstm' section) or a JSON object of these keys alone: {choices}. Remove or "
+        "rename them, or pass the options.json that came with an AllenNLP model."
+    )
     E_PRESET_AND_OPTIONS = "Pass either --preset or --options, not both."
     E_STEPS_AND_EPOCHS = "Pass either --max-steps or --epochs, not both."
     # A command-line option's value out of bounds (typer names the option before it).

@@ -12,6 +12,7 @@ from typing import Optional
 import typer
 
 from ..bilm import BiLMConfig
+from ..bilm.config import UnknownConfigFields
 from ..errors import Errors
 from ..ops import resolve_backend
 from ..ranks import Ranks, torchrun_ranks
@@ -43,8 +44,12 @@ def model_config(preset: Optional[str], options: Optional[Path]) -> dict:
     try:
         data = json.loads(Path(options).read_text(encoding="utf-8"))
         config = BiLMConfig.from_allennlp_options(data) if "lstm" in data else BiLMConfig.from_dict(data)
-    except (OSError, ValueError, TypeError) as err:
-        raise typer.BadParameter(Errors.E_OPTIONS_FILE.format(path=options, error=err), param_hint="'--options'") from err
+    except UnknownConfigFields as err:  # its own words name from_dict and from_allennlp_options, the Python API's
+        raise typer.BadParameter(Errors.E_OPTIONS_UNKNOWN_FIELD.format(path=options, names=err.names, choices=err.choices),
+                                 param_hint="'--options'") from err
+    except (OSError, ValueError, TypeError) as err:  # a message's own full stop is the sentence's: not "..", once
+        raise typer.BadParameter(Errors.E_OPTIONS_FILE.format(path=options, error=str(err).rstrip(".")),
+                                 param_hint="'--options'") from err
     return config.to_dict()
 
 

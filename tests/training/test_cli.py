@@ -352,6 +352,25 @@ def test_option_errors_name_the_flag_as_typed(tmp_path, args, flag, expected):
     assert not (tmp_path / "out").exists()
 
 
+def test_options_errors_are_said_in_the_command_lines_words(tmp_path):
+    """--options with a key that is no field (a Hugging Face config.json) said "... not from_dict).. Pass": a
+    double full stop, and the Python API's advice (from_allennlp_options, from_dict). BiLMConfig.from_dict
+    itself still says the Python API's words."""
+    options = tmp_path / "config.json"
+    options.write_text(json.dumps({"architectures": ["X"], "model_type": "bert", "cell_dim": 32}))
+    said = plain(runner.invoke(app, ["pretrain", str(tmp_path / "no-text"), str(tmp_path / "out"), "--options", str(options)]).output)
+    assert f"Invalid value for '--options': The model options {options} have key(s) 'architectures', 'model_type'" in said, said
+    assert "from_dict" not in said and "from_allennlp_options" not in said and ".." not in said
+    with pytest.raises(ValueError, match=r"from_allennlp_options, not from_dict\)\.$"):
+        BiLMConfig.from_dict({"model_type": "bert"})
+    # a message of its own, ending in a full stop, is one sentence of the command's: no ".."
+    options.write_text(json.dumps({"n_layers": -1}))
+    result = runner.invoke(app, ["pretrain", str(tmp_path / "no-text"), str(tmp_path / "out"), "--options", str(options)])
+    said = plain(result.output)
+    assert result.exit_code == 2 and "Could not read the model options" in said and "n_layers" in said, said
+    assert ".." not in said, said
+
+
 def test_pretrain_fused_backend_without_the_extension_is_a_usage_error(tmp_path, monkeypatch):
     """It was refused only when the model was built, after the corpus had been tokenized."""
     monkeypatch.setattr("spacy_elmo.ops.fused_available", lambda: False)
