@@ -1481,6 +1481,12 @@ class Warnings:
         "corpus and the softmax starts from random values, so the first steps' perplexity is that of an "
         "untrained softmax."
     )
+    W_INIT_READS_SENTENCES = (
+        "spacy-elmo: --init {path} was pretrained with --sentences, to read every sentence from its start state "
+        "(the elmo component's way), but this run trains without --sentences, on streams with carried states: "
+        "the model it writes reads text as streams (and evaluate reads it so by default). Add --sentences to "
+        "keep its reading."
+    )
     W_VOCAB_OPTIONS_WITH_INIT = (
         "spacy-elmo: {options} unused: --init {path} brings its vocabulary with its softmax, and this corpus's "
         "other words are <UNK> targets. Add --new-vocab to build the vocabulary from this corpus with "

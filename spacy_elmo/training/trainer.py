@@ -43,7 +43,7 @@ from . import checkpoint as ckpt
 from . import data as corpus_data
 from .data import Corpus, build_corpus, cache_is_current, fingerprint, tokenization_change
 from .lm import BidirectionalLM
-from .modelio import has_softmax, load_pretrained, save_pretrained
+from .modelio import has_softmax, load_pretrained, recorded_reading, save_pretrained
 from .prefetch import StepInputs, StepPrefetcher, prefetch_default, prepare_step
 from .sampler import LogUniformSampler
 from .sentences import UNRECORDED_POOL, SentenceBatcher
@@ -749,6 +749,11 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
             ckpt.check_settings(payload["settings"], _run_settings(cfg, world), out)
         elif is_main and (ckpt.checkpoint_path(out).exists() or (out / "config.json").exists()):
             raise FileExistsError(Errors.E_OUTPUT_NOT_EMPTY.format(path=out))
+    if is_main and cfg.init and payload is None and not cfg.sentences and recorded_reading(cfg.init) == "sentences":
+        # Said as the run begins: a sentence model (the bundled default) fine-tuned on streams became a stream
+        # model without a word, and evaluate then read it as one by default. The other way round is a choice
+        # the README describes (a stream model fine-tuned with --sentences, as the bundled model's stage 2).
+        warnings.warn(Warnings.W_INIT_READS_SENTENCES.format(path=cfg.init), RuntimeWarning, stacklevel=2)
 
     heldout = None
     if cfg.heldout:  # read now: a bad file is an error before any training, not at the first checkpoint

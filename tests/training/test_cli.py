@@ -444,6 +444,31 @@ def test_pretrain_flag_errors(tmp_path):
     assert result.exit_code == 2 and "drop --preset/--options" in result.output
 
 
+@pytest.mark.parametrize("reading", ["sentences", "streams"])
+def test_fine_tuning_a_sentence_model_without_sentences_warns(tmp_path, reading):
+    """`pretrain domain.txt tuned/ --init default` fine-tuned the bundled sentence model on streams and wrote a
+    stream model (provenance "reading": "streams", evaluate's default then the stream), without a word. Said
+    at the start, naming --sentences; not with --sentences, and not of a stream model's init (a choice the
+    README describes both ways round)."""
+    result, train, _, _, base = pretrain_tiny(tmp_path, *(["--sentences"] if reading == "sentences" else []), max_steps=1)
+    assert result.exit_code == 0, result.output
+    for n, extra in enumerate([[], ["--sentences"]]):
+        args = ["pretrain", str(train), str(tmp_path / f"tuned{n}"), "--init", str(base), "--max-steps", "1", "--batch-size", "4",
+                "--negatives", "8", "--threads", "1", "--backend", "reference", "--no-progress", *extra]
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            result = runner.invoke(app, args)
+        assert result.exit_code == 0, result.output
+        said = [str(w.message) for w in caught if "was pretrained with --sentences" in str(w.message)]
+        if reading == "sentences" and not extra:
+            (message,) = said
+            assert message.startswith(f"spacy-elmo: --init {base} was pretrained with --sentences") and "Add --sentences" in message
+        else:
+            assert said == [], said
+        written = json.loads((tmp_path / f"tuned{n}" / "config.json").read_text())["provenance"]["reading"]
+        assert written == ("sentences" if extra else "streams")
+
+
 def test_pretrain_init_from_a_damaged_model_is_a_clear_error(tmp_path):
     model = tmp_path / "damaged"
     BiLM(BiLMConfig(**TINY)).save(model)
