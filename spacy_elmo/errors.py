@@ -95,8 +95,11 @@ class Errors:
         "{path} is not a spacy-elmo model directory (no {filename}). Write one with "
         "BiLM.save(directory), or load AllenNLP weights with BiLM.from_allennlp(options, weights)."
     )
+    # {given} of the messages below: what a directory given where biLM weights are read is (SavedPipelineGiven.given)
+    E_GIVEN_PIPELINE = "{path} is a saved spaCy pipeline"
+    E_GIVEN_PIPELINE_COMPONENT = "{path} is the directory of the {component!r} component of the saved spaCy pipeline {pipeline}"
     E_MODEL_IS_PIPELINE = (
-        "{path} is (in) the saved spaCy pipeline {pipeline}, not biLM weights: BiLM.load and the spacy-elmo "
+        "{given}, not biLM weights: BiLM.load and the spacy-elmo "
         "commands read a directory written by BiLM.save, `spacy-elmo pretrain` or `spacy-elmo export`, or one "
         "holding an AllenNLP options.json + .hdf5. Export the biLM of the pipeline's elmo component (with the "
         "weights it was trained or fine-tuned with there) as one first: `spacy-elmo export {pipeline} ELMO_DIR "
@@ -530,7 +533,7 @@ class Errors:
         "`--paths.elmo PATH`) before nlp.initialize()."
     )
     E_WEIGHTS_ARE_PIPELINE = (
-        "{path} is (in) the saved spaCy pipeline {pipeline}, not biLM weights (a directory written by "
+        "{given}, not biLM weights (a directory written by "
         "BiLM.save or `spacy-elmo export`, or one with an AllenNLP options.json + .hdf5). To reuse the biLM of "
         "its elmo component (with the weights it was trained or fine-tuned with there), source the component: "
         "[components.elmo] source = \"{pipeline}\" in a training config, or nlp.add_pipe('elmo', "
@@ -784,6 +787,11 @@ class Errors:
         "Could not read the model options {path}: {error}. Pass an AllenNLP options.json or a "
         "JSON object of BiLMConfig fields (e.g. {{\"projection_dim\": 16, \"cell_dim\": 32}})."
     )
+    E_OPTIONS_UNKNOWN_FIELD = (
+        "The model options {path} have key(s) {names}, which are no model options: --options reads an AllenNLP "
+        "options.json (one with an 'lstm' section) or a JSON object of these keys alone: {choices}. Remove or "
+        "rename them, or pass the options.json that came with an AllenNLP model."
+    )
     E_PRESET_AND_OPTIONS = "Pass either --preset or --options, not both."
     E_STEPS_AND_EPOCHS = "Pass either --max-steps or --epochs, not both."
     # A command-line option's value out of bounds (typer names the option before it).
@@ -967,7 +975,7 @@ class Errors:
         "NEW_DIR --init {path}` (`pretrain --init`), then evaluate NEW_DIR."
     )
     E_EVALUATE_PIPELINE = (
-        "{path} is (in) the saved spaCy pipeline {pipeline}, and a perplexity needs a model with a softmax (the "
+        "{given}, and a perplexity needs a model with a softmax (the "
         "layer that predicts the next word over vocab.txt), which a pipeline's biLM has not: `spacy-elmo export "
         "{pipeline} ELMO_DIR --format native` writes its biLM without one. Evaluate the model written by "
         "`spacy-elmo pretrain` that the pipeline was built with (its training's --paths.elmo), or fit a softmax "
@@ -1048,7 +1056,14 @@ class Errors:
         "This process has rank {rank} of {world}; DDP on CUDA needs one GPU per process but "
         "only {n_gpus} are visible."
     )
-    E_NO_EVAL_TOKENS = "{path} contains no tokens to evaluate on."
+    E_NO_EVAL_TOKENS = (
+        "{path} contains no tokens to evaluate on ({n_files} file(s) read, {n_binary} skipped as binary). Pass "
+        "UTF-8 text with at least one word: a text file (plain, .gz, .bz2 or .xz) or a directory holding such files."
+    )
+    E_NO_EVAL_WORDS = (
+        "There are no tokens to evaluate on: no sentence holds a word. Pass at least one non-empty sentence "
+        "(a list of token strings)."
+    )
     E_FIT_STATE_NO_TEXT = "Pass TEXT_PATH (the text to fit the initial state on), or --clear to remove the state."
     E_FIT_STATE_CLEAR_AND_TEXT = (
         "--clear removes the fitted state and reads no text, but TEXT_PATH {path} was given too: drop TEXT_PATH "
@@ -1075,6 +1090,10 @@ class Errors:
         "{or_rows}."
     )
     E_FIT_STATE_OR_FEWER_ROWS = ", or lower --rows to {max_rows} or fewer"
+    E_FIT_STATE_TEXT_TOO_SHORT = (
+        "{path} holds {n} non-empty sentence(s), fewer than the {needed} --rows {rows} needs ({rows} streams of "
+        "more than {warmup} warm-up sentences each): give it more running text{or_rows}."
+    )
     E_FIT_STATE_IN_USE = (
         "{path} is in use by a pretrain run, still running (it holds the directory's lock): it rewrites the model "
         "there at every checkpoint, over the state fit-state would write (or with it, beside other weights). Wait "
@@ -1493,6 +1512,12 @@ class Warnings:
         "or a BiLM.save directory): the biLM starts from its weights, the vocabulary is built from this "
         "corpus and the softmax starts from random values, so the first steps' perplexity is that of an "
         "untrained softmax."
+    )
+    W_INIT_READS_SENTENCES = (
+        "spacy-elmo: --init {path} was pretrained with --sentences, to read every sentence from its start state "
+        "(the elmo component's way), but this run trains without --sentences, on streams with carried states: "
+        "the model it writes reads text as streams (and evaluate reads it so by default). Add --sentences to "
+        "keep its reading."
     )
     W_VOCAB_OPTIONS_WITH_INIT = (
         "spacy-elmo: {options} unused: --init {path} brings its vocabulary with its softmax, and this corpus's "

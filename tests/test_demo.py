@@ -14,5 +14,5 @@ def test_demo_prints_layers_and_speeds():
     assert [r[0] for r in rows] == ["0", "1", "2"]
     assert rows[0][1:] == ("1.000", "1.000", "1.000")  # layer 0 is context-independent
     assert any(float(v) < 0.999 for v in rows[1][1:])  # upper layers depend on context
-    assert re.search(r"biLM: [\d,]+ tokens/s", result.output)
+    assert re.search(r"biLM: [\d,]+ tokens/s \(batch 32 x 20 tokens, 1 thread, ", result.output)  # not "1 threads"
     assert re.search(r"spaCy pipeline \(sentencizer \+ elmo\): [\d,]+ words/s", result.output)

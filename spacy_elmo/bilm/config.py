@@ -32,6 +32,15 @@ def check_bool(name: str, value: Any) -> None:
         raise TypeError(Errors.E_FLAG_NOT_BOOL.format(name=name, value=value))
 
 
+class UnknownConfigFields(ValueError):
+    """:meth:`BiLMConfig.from_dict` given keys that are no field: ``names`` (repr'd, comma-separated) and the
+    fields there are, ``choices``; said in the Python API's words, which ``pretrain --options`` rewords as its own."""
+
+    def __init__(self, names: str, choices: str) -> None:
+        super().__init__(Errors.E_CONFIG_UNKNOWN_FIELD.format(names=names, choices=choices))
+        self.names, self.choices = names, choices
+
+
 @dataclass
 class BiLMConfig:
     """Hyperparameters of the biLM (names follow the AllenNLP options file).
@@ -194,7 +203,5 @@ class BiLMConfig:
         known = [f.name for f in fields(cls)]
         unknown = sorted(set(data) - set(known))
         if unknown:
-            raise ValueError(
-                Errors.E_CONFIG_UNKNOWN_FIELD.format(names=", ".join(map(repr, unknown)), choices=", ".join(known))
-            )
+            raise UnknownConfigFields(", ".join(map(repr, unknown)), ", ".join(known))
         return cls(**data)

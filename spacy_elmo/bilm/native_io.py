@@ -199,13 +199,21 @@ class SavedPipelineGiven(FileNotFoundError):
     ``spacy-elmo evaluate``) say it in their own words, and ``spacy-elmo export`` writes the pipeline's biLM."""
 
     def __init__(self, path: Path, pipeline: Path) -> None:
-        super().__init__(Errors.E_MODEL_IS_PIPELINE.format(path=path, pipeline=pipeline))
         self.path, self.pipeline = path, pipeline
+        super().__init__(Errors.E_MODEL_IS_PIPELINE.format(given=self.given, pipeline=pipeline))
 
     @property
     def component(self) -> Optional[str]:
         """The component whose directory ``path`` is; None when it is the pipeline itself."""
         return None if self.path == self.pipeline else self.path.name
+
+    @property
+    def given(self) -> str:
+        """What ``path`` is, for the ``{given}`` of a message: the pipeline, or its component's directory
+        (one wording for both read "model-last is (in) the saved spaCy pipeline model-last")."""
+        if self.component is None:
+            return Errors.E_GIVEN_PIPELINE.format(path=self.path)
+        return Errors.E_GIVEN_PIPELINE_COMPONENT.format(path=self.path, component=self.component, pipeline=self.pipeline)
 
 
 def saved_pipeline_of(path: Path) -> Optional[Path]:

@@ -19,7 +19,7 @@ def config(
 ) -> None:
     """Write a shipped spacy train config (ELMo listener + sentencizer) to OUTPUT.
 
-    Then: python -m spacy train OUTPUT --paths.train train.spacy --paths.dev dev.spacy --paths.elmo MODEL_DIR (leave --paths.elmo out to load [components.elmo] weights: null, the bundled default model, as written)."""
+    Then: python -m spacy train OUTPUT --paths.train train.spacy --paths.dev dev.spacy --paths.elmo MODEL_DIR (leave --paths.elmo out to load the bundled default model: as written, the config's components.elmo weights are null)."""
     text = config_path(name).read_text(encoding="utf-8")
     if output == "-":  # a stdout that fails (a full disk, a closed pipe) is main()'s to report, as every command's
         sys.stdout.write(text)

@@ -11,7 +11,7 @@ from ..bilm import BiLM, BiLMConfig
 from ..bilm.native_io import DEFAULT_MODEL_DIR, CONFIG_NAME
 from ..chars import batch_to_ids
 from ..errors import Warnings
-from .app import app, fail, positive_int, warn
+from .app import app, counted, fail, positive_int, warn
 
 RIVER = [
     "We sat on the bank of the river and watched the water .".split(),
@@ -99,7 +99,7 @@ def demo(
         typer.echo(f"{k:>8} {same_r:>12.3f} {same_m:>12.3f} {cross:>12.3f}")
     typer.echo("(layer 0 is context-independent: every 'bank' is the same vector there)")
     tps = _tokens_per_second(bilm)
-    typer.echo(f"\nbiLM: {tps:,.0f} tokens/s (batch 32 x 20 tokens, {threads} threads, {bilm.backend} backend)")
+    typer.echo(f"\nbiLM: {tps:,.0f} tokens/s (batch 32 x 20 tokens, {counted(threads, 'thread')}, {bilm.backend} backend)")
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = model or ("default" if source == "bundled default" else tmp)
         if model_dir == tmp:

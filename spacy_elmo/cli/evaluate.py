@@ -29,7 +29,8 @@ def evaluate(
         False, "--json",
         help="Print one JSON object instead: perplexity (exp of the mean of the two losses), perplexity_forward, "
         "perplexity_backward, loss_forward, loss_backward (mean negative log-likelihood, nats), n_targets "
-        "(predictions per direction), n_tokens (words, markers not counted), n_sentences, oov_rate (share of words "
+        "(predictions per direction), n_tokens (words, markers not counted), n_sentences, n_rows (rows read: with "
+        "--stream the pieces the text was cut into, else its sentences), oov_rate (share of words "
         "outside the vocabulary; they are <UNK> targets), vocab_size, mode (stream or per_sentence), "
         "replaced_bytes (undecodable bytes read as U+FFFD), lang."),
     progress: bool = progress_option(),
@@ -39,20 +40,20 @@ def evaluate(
     The model needs its softmax and vocab.txt (models written by pretrain have both)."""
     from ..bilm.native_io import SavedPipelineGiven
     from ..device import torch_device
-    from ..training.evaluate import evaluate_model_dir
+    from ..training.evaluate import evaluate_model_dir, perplexity_text
 
     try:
         target = torch_device(device)  # known_device checked it when the options were parsed
         result = evaluate_model_dir(model_dir, text_path, lang=lang, batch_size=batch_size, device=target,
                                     progress=progress and not as_json, per_sentence=per_sentence)
     except SavedPipelineGiven as err:  # exporting its biLM is not enough here: it has no softmax
-        fail(Errors.E_EVALUATE_PIPELINE.format(path=err.path, pipeline=err.pipeline))
+        fail(Errors.E_EVALUATE_PIPELINE.format(given=err.given, pipeline=err.pipeline))
     except (ValueError, OSError, RuntimeError) as err:
         fail(str(err))
     if as_json:
         typer.echo(json.dumps(result))
         return
     typer.echo(f"tokens {result['n_tokens']:,} in {counted(result['n_sentences'], 'sentence')}; OOV rate {result['oov_rate']:.2%} (vocabulary {result['vocab_size']:,})")
-    typer.echo(f"perplexity ({'every sentence alone' if result['mode'] == 'per_sentence' else 'one stream'}): forward {result['perplexity_forward']:.2f}, backward {result['perplexity_backward']:.2f}, mean {result['perplexity']:.2f}")
+    typer.echo(perplexity_text(result))
     if result.get("replaced_bytes"):
         warn(Warnings.W_REPLACED_BYTES_TEXT.format(n_bytes=result["replaced_bytes"]))

@@ -10,6 +10,14 @@ from ..errors import Errors, Warnings
 from .app import app, counted, fail, positive_int, progress_option, spacy_language, warn
 
 
+def _or_fewer_rows(n_sentences: int) -> str:
+    """", or lower --rows to R or fewer": the most rows ``n_sentences`` fit; "" when they fit none."""
+    from ..bilm.initial_state import sentences_needed
+
+    max_rows = n_sentences // sentences_needed(1)
+    return Errors.E_FIT_STATE_OR_FEWER_ROWS.format(max_rows=max_rows) if max_rows else ""
+
+
 @app.command("fit-state")
 def fit_state(
     model_dir: str = typer.Argument(
@@ -44,10 +52,9 @@ def fit_state(
     if not clear and text_path is None:
         raise typer.BadParameter(Errors.E_FIT_STATE_NO_TEXT)
     if not clear and max_sentences < sentences_needed(rows):  # said "give it more running text" after reading it
-        max_rows = max_sentences // sentences_needed(1)
-        or_rows = Errors.E_FIT_STATE_OR_FEWER_ROWS.format(max_rows=max_rows) if max_rows else ""
         raise typer.BadParameter(Errors.E_FIT_STATE_MAX_SENTENCES.format(
-            max_sentences=max_sentences, needed=sentences_needed(rows), rows=rows, warmup=WARMUP, or_rows=or_rows))
+            max_sentences=max_sentences, needed=sentences_needed(rows), rows=rows, warmup=WARMUP,
+            or_rows=_or_fewer_rows(max_sentences)))
     replaced = 0
     with ExitStack() as held:
         try:
@@ -72,6 +79,11 @@ def fit_state(
                 replaced = replaced_bytes_so_far() - before
                 if not sentences:
                     raise ValueError(Errors.E_FIT_STATE_EMPTY_TEXT.format(path=text_path, n_files=stats.n_files, n_binary=stats.n_binary))
+                n = sum(1 for sentence in sentences if sentence)  # the fitting drops empty ones
+                if n < sentences_needed(rows):  # the whole text (--max-sentences is checked above): said with --rows
+                    raise ValueError(Errors.E_FIT_STATE_TEXT_TOO_SHORT.format(
+                        path=text_path, n=n, needed=sentences_needed(rows), rows=rows, warmup=WARMUP,
+                        or_rows=_or_fewer_rows(n)))
                 bilm.fit_initial_state(sentences, rows=rows, progress=progress)
         except (ValueError, OSError) as err:
             fail(str(err))

@@ -12,6 +12,7 @@ from typing import Optional
 import typer
 
 from ..bilm import BiLMConfig
+from ..bilm.config import UnknownConfigFields
 from ..errors import Errors
 from ..ops import resolve_backend
 from ..ranks import Ranks, torchrun_ranks
@@ -43,8 +44,12 @@ def model_config(preset: Optional[str], options: Optional[Path]) -> dict:
     try:
         data = json.loads(Path(options).read_text(encoding="utf-8"))
         config = BiLMConfig.from_allennlp_options(data) if "lstm" in data else BiLMConfig.from_dict(data)
-    except (OSError, ValueError, TypeError) as err:
-        raise typer.BadParameter(Errors.E_OPTIONS_FILE.format(path=options, error=err), param_hint="'--options'") from err
+    except UnknownConfigFields as err:  # its own words name from_dict and from_allennlp_options, the Python API's
+        raise typer.BadParameter(Errors.E_OPTIONS_UNKNOWN_FIELD.format(path=options, names=err.names, choices=err.choices),
+                                 param_hint="'--options'") from err
+    except (OSError, ValueError, TypeError) as err:  # a message's own full stop is the sentence's: not "..", once
+        raise typer.BadParameter(Errors.E_OPTIONS_FILE.format(path=options, error=str(err).rstrip(".")),
+                                 param_hint="'--options'") from err
     return config.to_dict()
 
 
@@ -194,6 +199,14 @@ def _report_end(err: BaseException, stop: _Stop, output_dir: Path, ranks: Ranks)
     stop.exit(signum, err)
 
 
+def _trained(steps: int, resumed_from: int) -> str:
+    """How far the run trained: ``trained 8 steps``, or resumed from step 6, ``trained to step 8 (2 steps this run)``
+    (it said "trained 8 steps", as if this run had made them all)."""
+    if not resumed_from:
+        return f"trained {counted(steps, 'step')}"
+    return f"trained to step {steps:,} ({counted(steps - resumed_from, 'step')} this run)"
+
+
 @app.command()
 def pretrain(
     ctx: typer.Context,
@@ -263,6 +276,7 @@ def pretrain(
 
     Run under `torchrun --nproc-per-node N` for DistributedDataParallel.
     """
+    from ..training.evaluate import perplexity_text
     from ..training.malloc import keep_freed_memory as keep_freed
     from ..training.trainer import TrainConfig, train
 
@@ -296,13 +310,11 @@ def pretrain(
         return
     stats = summary["corpus"]
     typer.echo(
-        f"trained {counted(summary['steps'], 'step')}; corpus {counted(stats['n_tokens'], 'token')} in "
+        f"{_trained(summary['steps'], summary['resumed_from'])}; corpus {counted(stats['n_tokens'], 'token')} in "
         f"{counted(stats['n_sentences'], 'sentence')} from {counted(stats['n_files'], 'file')} ({stats['n_binary']:,} "
         f"binary skipped, {counted(stats['replaced_bytes'], 'undecodable byte')} replaced); vocabulary {summary['vocab_size']:,}"
     )
     if summary.get("heldout"):
         h = summary["heldout"]
-        reading = "every sentence alone" if h["mode"] == "per_sentence" else "one stream"
-        typer.echo(f"held-out perplexity ({reading}): forward {h['perplexity_forward']:.2f}, backward {h['perplexity_backward']:.2f}, "
-                   f"mean {h['perplexity']:.2f}; OOV rate {h['oov_rate']:.2%} (<UNK> targets count)")
+        typer.echo(f"held-out {perplexity_text(h)}; OOV rate {h['oov_rate']:.2%} (<UNK> targets count)")
     typer.echo(f"model written to {summary['output_dir']} (load with BiLM.load)")

@@ -23,7 +23,7 @@ def load_weights(path: Optional[Union[str, Path]], backend: str = "auto") -> Tup
     try:
         bilm = BiLM.load(target, stateful=False, backend=backend).eval()
     except SavedPipelineGiven as err:
-        raise ValueError(Errors.E_WEIGHTS_ARE_PIPELINE.format(path=err.path, pipeline=err.pipeline)) from err
+        raise ValueError(Errors.E_WEIGHTS_ARE_PIPELINE.format(given=err.given, pipeline=err.pipeline)) from err
     return bilm, target
 
 

@@ -68,14 +68,16 @@ def evaluate_corpus(
     words = tokens[(tokens != BOS) & (tokens != EOS)]
     oov = int((words >= vocab.size).sum())
     if len(tokens) < 2 or len(words) == 0:
-        raise ValueError(Errors.E_NO_EVAL_TOKENS.format(path="the evaluation text"))
+        raise ValueError(Errors.E_NO_EVAL_WORDS)
     was_training = lm.training
     lm.eval()
     if per_sentence:
         sums, n_pred = _sentence_nll_sums(lm, vocab, corpus, tokens, char_table, batch_size, device, progress, rank, world)
+        n_rows = len(corpus.lengths)
     else:
         cuts = stream_row_starts(corpus.starts, len(tokens), batch_size)
         sums, n_pred = _stream_nll_sums(lm, vocab, tokens, cuts, char_table, unroll, device, progress, rank, world)
+        n_rows = len(cuts)  # the same on every rank: each cuts the whole stream alike
     lm.train(was_training)
     if world > 1:
         import torch.distributed as dist
@@ -93,10 +95,25 @@ def evaluate_corpus(
         "n_targets": n_pred,
         "n_tokens": int(len(words)),
         "n_sentences": int(len(corpus.lengths)),
+        "n_rows": int(n_rows),
         "oov_rate": oov / len(words),
         "vocab_size": vocab.size,
         "mode": "per_sentence" if per_sentence else "stream",
     }
+
+
+def perplexity_text(result: Dict[str, Any]) -> str:
+    """``perplexity (<how the text was read>): forward F, backward B, mean M`` of an :func:`evaluate_corpus`
+    result: its reading is every sentence alone, one stream, or a stream cut into ``n_rows`` rows (a result
+    logged before ``n_rows`` was recorded: a stream)."""
+    if result["mode"] == "per_sentence":
+        reading = "every sentence alone"
+    elif result.get("n_rows") is None:
+        reading = "stream"
+    else:
+        reading = "one stream" if result["n_rows"] == 1 else f"stream in {result['n_rows']:,} rows"
+    return (f"perplexity ({reading}): forward {result['perplexity_forward']:.2f}, "
+            f"backward {result['perplexity_backward']:.2f}, mean {result['perplexity']:.2f}")
 
 
 def stream_row_starts(starts: np.ndarray, n_tokens: int, batch_size: int) -> np.ndarray:
@@ -202,7 +219,7 @@ def read_text(text_path: PathLike, lang: str = "en", progress: bool = False) -> 
     stats = ReadStats()
     sentences = tokenize_file(text_path, lang, stats, progress)
     if not sentences:
-        raise ValueError(Errors.E_NO_EVAL_TOKENS.format(path=text_path))
+        raise ValueError(Errors.E_NO_EVAL_TOKENS.format(path=text_path, n_files=stats.n_files, n_binary=stats.n_binary))
     return sentences, stats
 
 

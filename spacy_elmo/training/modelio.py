@@ -127,6 +127,16 @@ def has_softmax(directory: PathLike) -> bool:
     return source is not None and has_softmax_tensors(safetensors_names(source), source)
 
 
+def recorded_reading(directory: PathLike) -> Optional[str]:
+    """How the model in ``directory`` (or ``"default"``) was trained to read text, as its provenance records it
+    (``"sentences"``: ``pretrain --sentences``; ``"streams"``), from its config.json alone; None where nothing
+    records it (AllenNLP files, a ``BiLM.save`` directory)."""
+    path = model_path(directory)
+    if allennlp_files_of(path) is not None:
+        return None
+    return (read_meta(path).get("provenance") or {}).get("reading")
+
+
 def softmax_tensors(tensors: Dict[str, torch.Tensor], source: Optional[Path], P: int):
     """``(weight (V, P), bias (V,))`` of a model's tensors, or ``(None, None)`` when it has no softmax;
     clear errors when one of them is missing or their shapes, dtypes or values cannot be a softmax."""

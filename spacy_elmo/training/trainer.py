@@ -43,7 +43,7 @@ from . import checkpoint as ckpt
 from . import data as corpus_data
 from .data import Corpus, build_corpus, cache_is_current, fingerprint, tokenization_change
 from .lm import BidirectionalLM
-from .modelio import has_softmax, load_pretrained, save_pretrained
+from .modelio import has_softmax, load_pretrained, recorded_reading, save_pretrained
 from .prefetch import StepInputs, StepPrefetcher, prefetch_default, prepare_step
 from .sampler import LogUniformSampler
 from .sentences import UNRECORDED_POOL, SentenceBatcher
@@ -631,8 +631,9 @@ def said_by_this_rank(err: BaseException, rank: int) -> bool:
 
 # -- the loop ----------------------------------------------------------------
 def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = None) -> Dict[str, Any]:
-    """Run (or resume) pretraining; returns a summary. ``on_step(step, loss)`` is
-    called after every optimizer step (step counts from 1)."""
+    """Run (or resume) pretraining; returns a summary: ``steps`` (the step the model is at), ``resumed_from``
+    (the checkpoint's step with ``--resume``, else 0), ``vocab_size``, ``corpus``, ``heldout``, ``output_dir``,
+    ``rank``. ``on_step(step, loss)`` is called after every optimizer step (step counts from 1)."""
     try:
         with ExitStack() as held:  # OUTPUT_DIR's lock, from before the corpus is read until the run ends
             return _train(cfg, on_step, held)
@@ -748,6 +749,11 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
             ckpt.check_settings(payload["settings"], _run_settings(cfg, world), out)
         elif is_main and (ckpt.checkpoint_path(out).exists() or (out / "config.json").exists()):
             raise FileExistsError(Errors.E_OUTPUT_NOT_EMPTY.format(path=out))
+    if is_main and cfg.init and payload is None and not cfg.sentences and recorded_reading(cfg.init) == "sentences":
+        # Said as the run begins: a sentence model (the bundled default) fine-tuned on streams became a stream
+        # model without a word, and evaluate then read it as one by default. The other way round is a choice
+        # the README describes (a stream model fine-tuned with --sentences, as the bundled model's stage 2).
+        warnings.warn(Warnings.W_INIT_READS_SENTENCES.format(path=cfg.init), RuntimeWarning, stacklevel=2)
 
     heldout = None
     if cfg.heldout:  # read now: a bad file is an error before any training, not at the first checkpoint
@@ -875,9 +881,9 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
         last_saved = step
 
     def evaluate_heldout() -> Dict[str, Any]:
-        """Held-out perplexity of the model now, every rank evaluating its share; logged (rank 0).
-        Eval mode draws no random numbers."""
-        from .evaluate import evaluate_sentences
+        """Held-out perplexity of the model now, every rank evaluating its share; logged, and with progress
+        shown, printed on a line of its own above the bar (rank 0). Eval mode draws no random numbers."""
+        from .evaluate import evaluate_sentences, perplexity_text
 
         assert heldout is not None  # called only with --heldout
         # Its bar, below the pretraining bar (and gone when done: leave=None), shows the wait: 260 s a checkpoint
@@ -887,6 +893,8 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
         result["replaced_bytes"] = heldout_stats.replaced_bytes
         with _settled(wait):
             log.write({"step": step, "event": "heldout", **result, HELDOUT_DIGEST: heldout_digest})
+        if cfg.progress and is_main:  # the evaluation's own bar is gone: the value stays on the screen (or log)
+            bar.write(f"step {step:,}: held-out {perplexity_text(result)}", file=sys.stderr)
         lm.train()
         return result
 
@@ -982,5 +990,5 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
     bar.close()
     if payload is not None and step == int(payload["step"]):
         save(final=True)  # resumed a finished run: make sure the model is written
-    return {"steps": step, "vocab_size": vocab.size, "corpus": meta["stats"], "heldout": last_heldout,
+    return {"steps": step, "resumed_from": 0 if payload is None else int(payload["step"]), "vocab_size": vocab.size, "corpus": meta["stats"], "heldout": last_heldout,
             "output_dir": str(out), "rank": rank}

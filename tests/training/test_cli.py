@@ -27,13 +27,18 @@ def pretrain_tiny(tmp_path, *extra, max_steps=3):
 
 
 def test_pretrain_evaluate_export(tmp_path):
-    result, train, held, options, out = pretrain_tiny(tmp_path, "--heldout", str(tmp_path / "held.txt"))
+    # --progress (after the helper's --no-progress): the held-out line printed at each evaluation comes with the bars
+    result, train, held, options, out = pretrain_tiny(tmp_path, "--heldout", str(tmp_path / "held.txt"), "--progress")
     assert result.exit_code == 0, result.output
     assert "held-out perplexity" in result.output
     assert "trained 3 steps; corpus " in result.output and " sentences from 1 file (0 binary skipped, " in result.output
     (event,) = [e for e in read_log(out) if e.get("event") == "heldout"]
     # <UNK> targets count in the perplexity (bilm-tf): a small vocabulary's low perplexity is read with its OOV rate
-    assert f"OOV rate {event['oov_rate']:.2%}" in result.output and "one stream" in result.output
+    # the held-out text (30 sentences) is read as a stream cut into up to --eval-batch-size (32) rows: said so,
+    # not "one stream"; and the value is printed when measured, not only on the evaluation's bar
+    assert 1 < event["n_rows"] <= 32
+    assert f"OOV rate {event['oov_rate']:.2%}" in result.stdout and f"perplexity (stream in {event['n_rows']} rows)" in result.stdout
+    assert f"step 3: held-out perplexity (stream in {event['n_rows']} rows): forward {event['perplexity_forward']:.2f}" in result.stderr
     assert event["replaced_bytes"] == 0 and event["perplexity"] > 1
     result = runner.invoke(app, ["pretrain", str(train), str(out), "--options", str(options)])
     assert result.exit_code == 1 and "--resume" in result.output
@@ -54,6 +59,24 @@ def test_pretrain_evaluate_export(tmp_path):
 
     result = runner.invoke(app, ["pretrain", str(tmp_path / "nope.txt"), str(tmp_path / "x"), "--options", str(options)])
     assert result.exit_code == 1 and "does not exist" in result.output
+
+
+def test_evaluate_says_how_many_rows_it_read(tmp_path):
+    """`evaluate --stream` said "perplexity (one stream)" also at --batch-size 32, where it cuts the text into
+    up to 32 rows read from the zero state: the line says the rows, as n_rows in the JSON."""
+    result, _, held, _, out = pretrain_tiny(tmp_path)
+    assert result.exit_code == 0, result.output
+    seen = {}
+    for flags in (["--stream", "--batch-size", "1"], ["--stream", "--batch-size", "4"], ["--per-sentence"]):
+        as_json = runner.invoke(app, ["evaluate", str(out), str(held), "--json", *flags])
+        text = runner.invoke(app, ["evaluate", str(out), str(held), *flags])
+        assert as_json.exit_code == text.exit_code == 0, (as_json.output, text.output)
+        seen[flags[-1]] = (json.loads(as_json.stdout.strip().splitlines()[-1]), text.stdout)
+    (one, one_text), (four, four_text), (alone, alone_text) = seen.values()
+    assert one["n_rows"] == 1 and "perplexity (one stream): forward" in one_text
+    assert 1 < four["n_rows"] <= 4 and f"perplexity (stream in {four['n_rows']} rows): forward" in four_text
+    assert "one stream" not in four_text
+    assert alone["n_rows"] == alone["n_sentences"] == 30 and "perplexity (every sentence alone): forward" in alone_text
 
 
 def test_fit_state_and_per_sentence_evaluate(tmp_path):
@@ -84,7 +107,7 @@ def test_fit_state_and_per_sentence_evaluate(tmp_path):
     short = tmp_path / "short.txt"
     short.write_text("One sentence only .\n", encoding="utf-8")
     result = runner.invoke(app, ["fit-state", str(out), str(short)])
-    assert result.exit_code == 1 and "non-empty sentences" in result.output
+    assert result.exit_code == 1 and "holds 1 non-empty sentence(s), fewer than the 96 --rows 32 needs" in plain(result.output)
     assert BiLM.load(out).initial_state is None
     result = runner.invoke(app, ["fit-state", str(out)])
     assert result.exit_code == 2 and "Pass TEXT_PATH" in result.output
@@ -226,6 +249,19 @@ def test_evaluate_warns_when_most_words_are_outside_the_vocabulary(tmp_path, rec
             assert said == [], said
 
 
+def test_a_resumed_run_says_how_far_it_trained_and_how_much_of_it_now(tmp_path):
+    """Resumed from step 2 to 4, pretrain said "trained 4 steps", as if this run had made them all."""
+    result, _, _, _, out = pretrain_tiny(tmp_path, max_steps=2)
+    assert result.exit_code == 0, result.output
+    args, _, _ = tiny_pretrain_args(tmp_path, out, "--resume", max_steps=4)
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "trained to step 4 (2 steps this run); corpus " in result.stdout, result.stdout
+    result = runner.invoke(app, args)  # a finished run resumed: nothing more to train
+    assert result.exit_code == 0, result.output
+    assert "trained to step 4 (0 steps this run); corpus " in result.stdout, result.stdout
+
+
 def test_export_guards_its_output(tmp_path):
     result, _, held, _, out = pretrain_tiny(tmp_path, max_steps=1)
     assert result.exit_code == 0, result.output
@@ -316,6 +352,25 @@ def test_option_errors_name_the_flag_as_typed(tmp_path, args, flag, expected):
     assert not (tmp_path / "out").exists()
 
 
+def test_options_errors_are_said_in_the_command_lines_words(tmp_path):
+    """--options with a key that is no field (a Hugging Face config.json) said "... not from_dict).. Pass": a
+    double full stop, and the Python API's advice (from_allennlp_options, from_dict). BiLMConfig.from_dict
+    itself still says the Python API's words."""
+    options = tmp_path / "config.json"
+    options.write_text(json.dumps({"architectures": ["X"], "model_type": "bert", "cell_dim": 32}))
+    said = plain(runner.invoke(app, ["pretrain", str(tmp_path / "no-text"), str(tmp_path / "out"), "--options", str(options)]).output)
+    assert f"Invalid value for '--options': The model options {options} have key(s) 'architectures', 'model_type'" in said, said
+    assert "from_dict" not in said and "from_allennlp_options" not in said and ".." not in said
+    with pytest.raises(ValueError, match=r"from_allennlp_options, not from_dict\)\.$"):
+        BiLMConfig.from_dict({"model_type": "bert"})
+    # a message of its own, ending in a full stop, is one sentence of the command's: no ".."
+    options.write_text(json.dumps({"n_layers": -1}))
+    result = runner.invoke(app, ["pretrain", str(tmp_path / "no-text"), str(tmp_path / "out"), "--options", str(options)])
+    said = plain(result.output)
+    assert result.exit_code == 2 and "Could not read the model options" in said and "n_layers" in said, said
+    assert ".." not in said, said
+
+
 def test_pretrain_fused_backend_without_the_extension_is_a_usage_error(tmp_path, monkeypatch):
     """It was refused only when the model was built, after the corpus had been tokenized."""
     monkeypatch.setattr("spacy_elmo.ops.fused_available", lambda: False)
@@ -387,6 +442,31 @@ def test_pretrain_flag_errors(tmp_path):
     assert result.exit_code == 2 and "huge" in result.output and "small" in result.output
     result = runner.invoke(app, ["pretrain", str(train), str(tmp_path / "b"), "--init", "default", "--preset", "small"])
     assert result.exit_code == 2 and "drop --preset/--options" in result.output
+
+
+@pytest.mark.parametrize("reading", ["sentences", "streams"])
+def test_fine_tuning_a_sentence_model_without_sentences_warns(tmp_path, reading):
+    """`pretrain domain.txt tuned/ --init default` fine-tuned the bundled sentence model on streams and wrote a
+    stream model (provenance "reading": "streams", evaluate's default then the stream), without a word. Said
+    at the start, naming --sentences; not with --sentences, and not of a stream model's init (a choice the
+    README describes both ways round)."""
+    result, train, _, _, base = pretrain_tiny(tmp_path, *(["--sentences"] if reading == "sentences" else []), max_steps=1)
+    assert result.exit_code == 0, result.output
+    for n, extra in enumerate([[], ["--sentences"]]):
+        args = ["pretrain", str(train), str(tmp_path / f"tuned{n}"), "--init", str(base), "--max-steps", "1", "--batch-size", "4",
+                "--negatives", "8", "--threads", "1", "--backend", "reference", "--no-progress", *extra]
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            result = runner.invoke(app, args)
+        assert result.exit_code == 0, result.output
+        said = [str(w.message) for w in caught if "was pretrained with --sentences" in str(w.message)]
+        if reading == "sentences" and not extra:
+            (message,) = said
+            assert message.startswith(f"spacy-elmo: --init {base} was pretrained with --sentences") and "Add --sentences" in message
+        else:
+            assert said == [], said
+        written = json.loads((tmp_path / f"tuned{n}" / "config.json").read_text())["provenance"]["reading"]
+        assert written == ("sentences" if extra else "streams")
 
 
 def test_pretrain_init_from_a_damaged_model_is_a_clear_error(tmp_path):

@@ -280,7 +280,9 @@ def test_a_saved_pipeline_given_as_model_is_named_with_how_to_get_its_biLM(tmp_p
     }[command]
     pipeline = tmp_path / "trained"
     message = {"embed": Errors.E_MODEL_IS_PIPELINE, "evaluate": Errors.E_EVALUATE_PIPELINE}[command]
-    message = message.format(path=model, pipeline=pipeline)
+    given = (f"{pipeline} is a saved spaCy pipeline" if not inside
+             else f"{pipeline / 'elmo'} is the directory of the 'elmo' component of the saved spaCy pipeline {pipeline}")
+    message = message.format(given=given, pipeline=pipeline)
     ended(runner.invoke(app, args), 1, message)
     assert f"`spacy-elmo export {pipeline} ELMO_DIR --format native`" in message
     exported = runner.invoke(app, ["export", str(pipeline), str(tmp_path / "saved"), "--format", "native"])  # what it says

@@ -2,6 +2,7 @@
 traceback) that name the problem and the fix, nothing dropped without a word."""
 
 import json
+import re
 import shutil
 
 import click
@@ -188,6 +189,22 @@ def test_fit_state_max_sentences_too_few_for_the_rows_is_a_usage_error_naming_bo
         assert result.exit_code == 0, result.output
 
 
+def test_fit_state_on_too_short_a_text_names_rows(model, tmp_path):
+    """A text of fewer sentences than --rows needs ended "Give it more running text or fewer rows", naming
+    no option: the CLI says --rows, and how many rows the text fits."""
+    before = files(model)
+    short = write_corpus(tmp_path / "short.txt", 7)
+    output = plain(clean_error(runner.invoke(app, ["fit-state", str(model), str(short), "--rows", "4", "--no-progress"])))
+    assert f"{short} holds 7 non-empty sentence(s), fewer than the 12 --rows 4 needs" in output, output
+    assert output.endswith("give it more running text, or lower --rows to 2 or fewer."), output
+    assert files(model) == before
+    result = runner.invoke(app, ["fit-state", str(model), str(short), "--rows", "2", "--no-progress"])  # what it says
+    assert result.exit_code == 0, result.output
+    two = write_corpus(tmp_path / "two.txt", 2)
+    output = plain(clean_error(runner.invoke(app, ["fit-state", str(model), str(two), "--rows", "1", "--no-progress"])))
+    assert "lower --rows" not in output and output.endswith("give it more running text."), output
+
+
 def test_fit_state_write_error_is_reported_and_keeps_the_old_state(model, trained, monkeypatch):
     assert runner.invoke(app, ["fit-state", str(model), str(trained["train"]), "--rows", "4"]).exit_code == 0
     before = files(model)
@@ -224,8 +241,12 @@ def test_evaluate_model_without_its_vocabulary(model, trained):
 def test_evaluate_empty_text(model, tmp_path):
     empty = tmp_path / "empty.txt"
     empty.write_text("")
-    output = clean_error(runner.invoke(app, ["evaluate", str(model), str(empty)]))
-    assert "contains no tokens" in output and str(empty) in output
+    folder = tmp_path / "nothing"
+    folder.mkdir()
+    # said what to pass (it said only "contains no tokens to evaluate on."), also of a directory without files
+    for path, read in ((empty, "1 file(s) read"), (folder, "0 file(s) read")):
+        output = plain(clean_error(runner.invoke(app, ["evaluate", str(model), str(path)])))
+        assert f"{path} contains no tokens to evaluate on ({read}, 0 skipped as binary). Pass UTF-8 text" in output, output
 
 
 def test_evaluate_reports_replaced_bytes_and_oov(model, tmp_path):
@@ -270,6 +291,23 @@ def test_command_list_shows_one_line_per_command():
         command = group.get_command(ctx, name)
         first = (command.help or "").strip().split("\n\n")[0]
         assert first and "\n" not in first, (name, first)  # the short help in `spacy-elmo --help`
+
+
+def test_help_texts_keep_their_brackets():
+    """rich, which renders typer's help, read ``[components.elmo]`` in config's help as a markup tag and
+    dropped it: every bracketed span of every help text (the application's, each command's and option's)
+    shows in ``--help``."""
+    group = typer.main.get_command(app)
+    ctx = click.Context(group)
+    texts = {None: [group.help or ""]}
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
+        texts[name] = [command.help or "", *(getattr(param, "help", None) or "" for param in command.params)]
+    for name, helps in texts.items():
+        shown = " ".join(runner.invoke(app, [*([name] if name else []), "--help"], terminal_width=400).output.split())
+        for text in helps:
+            for span in re.findall(r"\[[^\]]*\]", " ".join(text.split())):
+                assert span in shown, (name, span)
 
 
 def test_no_arguments_shows_the_commands():
