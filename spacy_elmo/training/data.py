@@ -306,14 +306,20 @@ def walk_text_dirs(path: PathLike, outputs: Optional[List[Path]] = None) -> Iter
 
 def is_spacy_elmo_output(directory: Path) -> bool:
     """Whether ``directory`` holds a model or spacy-elmo's output, no corpus text: a pretrain OUTPUT_DIR (its
-    checkpoint, or its corpus cache ``data/meta.json``), a model (a config.json of spacy-elmo's format, or one
-    AllenNLP options.json + .hdf5 pair, as ``export`` writes or AllenNLP publishes: :func:`native_io.find_allennlp_files`)
-    or the parts of an unfinished ``embed`` (``OUTPUT.parts`` with its manifest)."""
+    checkpoint beside its log, or its corpus cache: a ``data/meta.json`` holding a fingerprint), a model (a
+    config.json of spacy-elmo's format, or one AllenNLP options.json + .hdf5 pair, as ``export`` writes or AllenNLP
+    publishes: :func:`native_io.find_allennlp_files`) or the parts of an unfinished ``embed`` (``OUTPUT.parts`` with its manifest)."""
     from ..bilm.native_io import CONFIG_NAME, FORMAT, find_allennlp_files
     from ..embedding import MANIFEST
     from .checkpoint import CHECKPOINT_NAME
+    from .trainer import LOG_NAME
 
-    if (directory / CHECKPOINT_NAME).is_file() or (directory / CACHE_DIR / CACHE_FILES[0]).is_file():
+    # By content, not names alone: a dataset's own data/meta.json or another tool's checkpoint.pt is no mark.
+    try:
+        cache = _cached_stamp(directory / CACHE_DIR) is not None
+    except OSError:  # an unreadable data/meta.json: no cache this could read either
+        cache = False
+    if cache or ((directory / CHECKPOINT_NAME).is_file() and (directory / LOG_NAME).is_file()):
         return True
     if directory.name.endswith(".parts") and (directory / MANIFEST).is_file():
         return True

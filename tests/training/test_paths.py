@@ -210,3 +210,31 @@ def test_a_run_or_model_directory_given_as_the_text_is_refused(tmp_path):
     with pytest.raises(ValueError, match=r"holds a model or spacy-elmo's output"):
         train(tiny_train_config(run, tmp_path / "out2", max_steps=2))
     assert not (tmp_path / "out2").exists()
+
+
+def test_a_users_data_meta_json_or_checkpoint_pt_marks_no_output(tmp_path):
+    """A directory counted as spacy-elmo's output by its file names alone: a dataset's own ``data/meta.json`` or
+    another tool's ``checkpoint.pt`` refused the text beside them (given as the text) or skipped it (a
+    subdirectory). A corpus cache's meta.json holds its fingerprint, a run's checkpoint lies beside its log."""
+    import warnings
+
+    from spacy_elmo.training.data import is_spacy_elmo_output, list_text_files
+
+    wiki = tmp_path / "corpus" / "wiki"
+    (wiki / "data").mkdir(parents=True)
+    (wiki / "data" / "meta.json").write_text('{"source": "wikipedia"}')
+    part = write_corpus(wiki / "data" / "part-000.txt", 5)
+    notes = tmp_path / "corpus" / "notes"
+    notes.mkdir()
+    (notes / "checkpoint.pt").write_bytes(b"\x80\x02}q\x00.")
+    text = write_corpus(notes / "text.txt", 5, seed=1)
+    assert not is_spacy_elmo_output(wiki) and not is_spacy_elmo_output(notes)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the binary checkpoint.pt is skipped as such
+        assert text in list_text_files(notes) and part in list_text_files(wiki)
+        assert {part, text} <= set(list_text_files(tmp_path / "corpus"))
+    run = tmp_path / "run"
+    train(tiny_train_config(write_corpus(tmp_path / "a.txt", 60), run, max_steps=2, checkpoint_every=2))
+    assert is_spacy_elmo_output(run)
+    shutil.rmtree(run / "data")  # the checkpoint beside the log still marks it
+    assert is_spacy_elmo_output(run)
