@@ -75,7 +75,7 @@ def evaluate_corpus(
         sums, n_pred = _sentence_nll_sums(lm, vocab, corpus, tokens, char_table, batch_size, device, progress, rank, world)
         n_rows = len(corpus.lengths)
     else:
-        cuts = stream_row_starts(corpus.starts, len(tokens), batch_size)
+        cuts = stream_row_starts(corpus.starts, len(tokens), batch_size, unroll)
         sums, n_pred = _stream_nll_sums(lm, vocab, tokens, cuts, char_table, unroll, device, progress, rank, world)
         n_rows = len(cuts)  # the same on every rank: each cuts the whole stream alike
     lm.train(was_training)
@@ -116,15 +116,17 @@ def perplexity_text(result: Dict[str, Any]) -> str:
             f"backward {result['perplexity_backward']:.2f}, mean {result['perplexity']:.2f}")
 
 
-def stream_row_starts(starts: np.ndarray, n_tokens: int, batch_size: int) -> np.ndarray:
+def stream_row_starts(starts: np.ndarray, n_tokens: int, batch_size: int, unroll: int = 1) -> np.ndarray:
     """Where the stream's rows start: int64 ``(R,)``, ascending, ``R <= batch_size``, the first 0.
 
     ``starts``: the sentences' first tokens (``Corpus.starts``: each an ``<S>``) in a stream of
     ``n_tokens``. Row ``r`` is tokens ``[cuts[r], cuts[r + 1])`` (the last to the end): the sentence
     start nearest each multiple of ``ceil((n_tokens - 1) / batch_size)``, so every row is whole sentences
-    (fewer rows than ``batch_size`` when sentences are long or few); where that start is a row's
-    length or more from the multiple (in a sentence of two rows or longer: text the sentencizer found few ends in), the
-    multiple itself, mid-sentence, so that such a text is still read in ``batch_size`` rows, not one."""
+    (fewer rows than ``batch_size`` when sentences are long or few); where that start is both a row's length
+    and a window (``unroll``) or more from the multiple (in a sentence that long: text the sentencizer found
+    few ends in), the multiple itself, mid-sentence, so that such a text is still read in ``batch_size`` rows,
+    not one. (The LSTM reads ``unroll`` positions a call: a row up to a window long costs no more than a
+    shorter one, so a short text keeps its sentences whole, in fewer rows.)"""
     starts = np.asarray(starts, dtype=np.int64)
     seg = math.ceil((n_tokens - 1) / batch_size)
     points = np.arange(1, batch_size, dtype=np.int64) * seg
@@ -132,7 +134,7 @@ def stream_row_starts(starts: np.ndarray, n_tokens: int, batch_size: int) -> np.
     right = np.clip(np.searchsorted(starts, points), 0, len(starts) - 1)
     left = np.maximum(right - 1, 0)
     nearest = np.where(np.abs(starts[left] - points) <= np.abs(starts[right] - points), starts[left], starts[right])
-    nearest = np.where(np.abs(nearest - points) < seg, nearest, points)
+    nearest = np.where(np.abs(nearest - points) < max(seg, unroll), nearest, points)
     return np.unique(np.concatenate([[0], nearest]))
 
 

@@ -569,13 +569,14 @@ def test_stream_rows_start_at_the_sentence_start_nearest_each_cut():
         starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
         n = int(lengths.sum())
         batch = int(rng.integers(1, 70))
+        unroll = int(rng.choice([1, 5, 20]))
         seg = -(-(n - 1) // batch)
         want = {0}
         for k in range(1, batch):
             if k * seg < n - 1:
                 nearest = min(starts.tolist(), key=lambda s: (abs(s - k * seg), s))
-                want.add(nearest if abs(nearest - k * seg) < seg else k * seg)
-        got = stream_row_starts(starts, n, batch)
+                want.add(nearest if abs(nearest - k * seg) < max(seg, unroll) else k * seg)
+        got = stream_row_starts(starts, n, batch, unroll)
         assert got.tolist() == sorted(want) and len(got) <= batch
 
 
@@ -585,9 +586,11 @@ def test_a_stream_with_few_sentence_ends_is_still_read_in_batch_size_rows():
     row starts at the cut itself."""
     from spacy_elmo.training.evaluate import stream_row_starts
 
-    assert stream_row_starts(np.array([0]), 1001, 4).tolist() == [0, 250, 500, 750]
+    assert stream_row_starts(np.array([0]), 1001, 4, unroll=20).tolist() == [0, 250, 500, 750]
     # a short sentence, then one of 900 tokens: the cut at 250 snaps to the start at 100; 500 and 750 cannot
-    assert stream_row_starts(np.array([0, 100]), 1001, 4).tolist() == [0, 100, 500, 750]
+    assert stream_row_starts(np.array([0, 100]), 1001, 4, unroll=20).tolist() == [0, 100, 500, 750]
+    # a short text: 3 sentences of 12 tokens at 32 rows of 2 tokens stay whole, 3 rows (each within a window)
+    assert stream_row_starts(np.array([0, 12, 24]), 36, 32, unroll=20).tolist() == [0, 12, 24]
 
 
 def test_stream_evaluation_starts_every_row_at_a_sentence(monkeypatch):
