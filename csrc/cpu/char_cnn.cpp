@@ -91,7 +91,8 @@ void forward_generic(const int64_t* ids, const scalar_t* table, int64_t N, int64
             scalar_t acc = 0;
             for (int64_t d = 0; d < D; ++d)
               for (int64_t k = 0; k < width; ++k) acc += wd[(f * D + d) * width + k] * e[(p + k) * D + d];
-            if (acc > best || std::isnan(acc)) {  // NaN-sticky as torch.max; a tie keeps the first
+            // NaN-sticky as torch.max, which returns the first NaN; a tie keeps the first
+            if (acc > best || (std::isnan(acc) && !std::isnan(best))) {
               best = acc;
               bi = (int32_t)p;
             }

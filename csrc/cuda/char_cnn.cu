@@ -60,15 +60,15 @@ __global__ void char_cnn_forward_kernel(const int64_t* __restrict__ ids, const T
         a2 = fmaf(ep[r + 2 * D], w, a2);
         a3 = fmaf(ep[r + 3 * D], w, a3);
       }
-      if (a0 > best || isnan(a0)) { best = a0; bi = p; }
-      if (a1 > best || isnan(a1)) { best = a1; bi = p + 1; }
-      if (a2 > best || isnan(a2)) { best = a2; bi = p + 2; }
-      if (a3 > best || isnan(a3)) { best = a3; bi = p + 3; }
+      if (a0 > best || (isnan(a0) && !isnan(best))) { best = a0; bi = p; }
+      if (a1 > best || (isnan(a1) && !isnan(best))) { best = a1; bi = p + 1; }
+      if (a2 > best || (isnan(a2) && !isnan(best))) { best = a2; bi = p + 2; }
+      if (a3 > best || (isnan(a3) && !isnan(best))) { best = a3; bi = p + 3; }
     }
     for (; p < npos; ++p) {
       float a = 0.f;
       for (int r = 0; r < K; ++r) a = fmaf(e[p * D + r], ld(wp + (int64_t)r * count), a);
-      if (a > best || isnan(a)) { best = a; bi = p; }
+      if (a > best || (isnan(a) && !isnan(best))) { best = a; bi = p; }
     }
     const float v = best + ld(bias + fc);
     st(out + n * F + fc, activation == 0 ? relu_keep_nan(v) : tanhf(v));
@@ -151,17 +151,21 @@ __global__ void __launch_bounds__(kMmaWarps * 32)
         for (int r = half * 8; r < half * 8 + 8; ++r) {
           const int p = m * 16 + r;
           const float v = tile[r * 16 + col];
-          if (p < npos && (v > best || isnan(v))) { best = v; bi = p; }  // NaN-sticky
+          if (p < npos && (v > best || (isnan(v) && !isnan(best)))) { best = v; bi = p; }  // the first NaN sticks
         }
         __syncwarp();  // the tile is overwritten next
       }
     }
-    // the two lanes of a column: the larger (a NaN over a number), on a tie the first position (the other
-    // kernel's rule)
+    // the two lanes of a column: the larger (a NaN over a number), on a tie or two NaNs the first position
+    // (the other kernel's rule, and torch.max's)
     const float ob = __shfl_down_sync(0xffffffffu, best, 16);
     const int oi = __shfl_down_sync(0xffffffffu, bi, 16);
     if (half == 0) {
-      if (ob > best || (isnan(ob) && !isnan(best)) || (ob == best && oi < bi)) { best = ob; bi = oi; }
+      if (ob > best || (isnan(ob) && !isnan(best)) || (isnan(ob) && isnan(best) && oi < bi) ||
+          (ob == best && oi < bi)) {
+        best = ob;
+        bi = oi;
+      }
       const float v = best + bv;
       st(out + n * F + fc0 + col, activation == 0 ? relu_keep_nan(v) : tanhf(v));
       arg[n * F + fc0 + col] = bi;

@@ -529,6 +529,14 @@ def test_cuda_nan_in_char_cnn_stays_nan(activation, dtype, filters, kernel):
     assert any(kernel in n for n in names), names
 
 
+@pytest.mark.parametrize("activation", ["relu", "tanh"])
+def test_cuda_several_nan_windows_send_the_gradient_to_the_first(activation):
+    """The CUDA-core kernel's max keeps the first NaN window, as torch.max (it took the last)."""
+    _, names = launched(lambda: inputs.test_several_nan_windows_send_the_gradient_to_the_first(
+        activation, torch.float32, device=DEV))
+    assert any("char_cnn_forward_kernel" in n for n in names), names
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_cuda_nan_in_highway_stays_nan(dtype):
     with torch.autocast("cuda", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):  # the bfloat16 kernel

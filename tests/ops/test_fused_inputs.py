@@ -223,6 +223,35 @@ def test_nan_in_char_cnn_stays_nan(activation, dtype, filters=NAN_CHAR_FILTERS, 
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("activation", ["relu", "tanh"])
+def test_several_nan_windows_send_the_gradient_to_the_first(activation, dtype, filters=((2, 5), (3, 37)),
+                                                            device="cpu"):
+    """Where several windows of a token are NaN, the max is the first of them, as torch.max's (the
+    reference's): the kernels took the last (``acc > best || isnan(acc)`` replaced a NaN by a later one),
+    so the table's gradient went to other characters' rows. A NaN char at position 2 of a 9-char token
+    makes windows 1-2 (width 2) and 0-2 (width 3) NaN; the table's and the filters' gradients agree with
+    the reference's, NaN for NaN."""
+    gen = torch.Generator().manual_seed(11)
+    ids = random_char_ids(gen, 3, 12, zero_rows=[], word_lengths=[9, 5, 11])
+    ids[ids == NAN_CHAR] = NAN_CHAR + 1
+    ids[0, 2] = NAN_CHAR
+    emb, ws, bs = char_params(gen, list(filters), 16, dtype=dtype)
+    emb[NAN_CHAR - 1] = float("nan")
+    grads = []
+    for impl in (fused, R):
+        table = emb.to(device).requires_grad_()
+        filts = [w.to(device).requires_grad_() for w in ws]
+        impl.char_cnn(ids.to(device), table, filts, [b.to(device) for b in bs], activation).sum().backward()
+        grads.append([table.grad.cpu(), *(w.grad.cpu() for w in filts)])
+    for got, want in zip(*grads):
+        assert torch.equal(torch.isnan(got), torch.isnan(want))
+        torch.testing.assert_close(got, want, equal_nan=True, **NAN_TOL[dtype])
+    # the first NaN window of width 2 (0) reads the token's first char, the last (1) does not: the reference's
+    # gradient reaches that char's row (a number for relu, NaN for tanh), so the check above could tell
+    assert (grads[1][0][ids[0, 0] - 1] != 0).any()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_nan_in_highway_stays_nan(dtype, device="cpu"):
     """A NaN in a transform row of the weight is NaN in its output column, as in the NumPy oracle (relu
     keeps a NaN): ``t > 0 ? t : 0`` made it 0 and the column came out (1 - g) * x. A NaN in a carry row
