@@ -351,10 +351,12 @@ def bench_kernels(rec, preset, batch, length, args, device):
                 impls[f"fused, {how} products"] = lambda how=how: _with_env("SPACY_ELMO_LSTM_PRODUCTS", how, bilstm)
         if slow_ok:
             impls["reference"] = lambda: R.bilstm_layer(xs, xs, lengths, wts[:4], wts[4:], None, 3.0, 3.0, True, True)
-            steps = [StepLstmWithProjection(P, C, P, 3.0, 3.0).to(device) for _ in range(2)]
+            steps = [StepLstmWithProjection(P, C, P, 3.0, 3.0).to(device).eval() for _ in range(2)]
             lens_d = lengths.to(device)
             impls["AllenNLP-style loop"] = lambda: [m(xs, lens_d) for m in steps]
-        lstm = torch.nn.LSTM(P, C, batch_first=True, bidirectional=True, proj_size=P).to(device)
+        # eval(): cuDNN picks its mode by the module's train flag, not by grad mode; in training mode it runs
+        # CUDNN_FWD_MODE_TRAINING and fills a reserve buffer for a backward that never comes
+        lstm = torch.nn.LSTM(P, C, batch_first=True, bidirectional=True, proj_size=P).to(device).eval()
         impls["nn.LSTM(proj_size) [no clip, inexact]"] = lambda: lstm(xs)
         for name, (s, ts) in time_side_by_side(impls, args.repeats, args.warmup, device).items():
             rec.add("bilstm_layer", preset, batch, length, name, s, ts, n_tok, flops, exact="nn.LSTM" not in name)

@@ -81,3 +81,24 @@ def test_whole_model_rows_count_the_work_each_implementation_does(monkeypatch):
     for row in rows.values():
         assert row["nominal_flops"] == nominal
         assert row["floor_fraction"] == pytest.approx(nominal / 0.5 / 1e9 / 100.0)
+
+
+@pytest.mark.skipif(not fused_available(), reason="the fused kernels need the compiled extension")
+def test_the_lstm_baselines_run_in_inference_mode(monkeypatch):
+    """Every module timed under no_grad is in eval mode: cuDNN decides by the train flag (training
+    mode keeps a reserve buffer for the backward), not by grad mode."""
+    seen = []
+    for cls in (torch.nn.LSTM, kb.StepLstmWithProjection):
+        forward = cls.forward
+
+        def spy(self, *args, _forward=forward, _name=cls.__name__, **kwargs):
+            seen.append((_name, self.training))
+            return _forward(self, *args, **kwargs)
+
+        monkeypatch.setattr(cls, "forward", spy)
+    monkeypatch.setattr(kb, "time_side_by_side",  # each implementation once, no timing
+                        lambda impls, *a: {name: (fn(), (0.5, [0.5]))[1] for name, fn in impls.items()})
+    args = argparse.Namespace(max_slow_tokens=10_000, repeats=1, warmup=0)
+    kb.bench_kernels(kb.Recorder(peak_gflops=100.0), "small", 2, 3, args, torch.device("cpu"))
+    assert {name for name, _ in seen} == {"LSTM", "StepLstmWithProjection"}
+    assert not any(training for _, training in seen)
