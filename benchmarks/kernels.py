@@ -14,8 +14,9 @@ chart to ``benchmarks/results/`` with machine info, threads and shapes.
 
 FLOP counts follow docs/performance.md (multiply-add = 2 FLOP); the floor is
 the token rate at ``--peak-gflops``, by default the float32 GEMM rate measured
-at start on this machine and thread count (a 2048^3 ``torch.mm``: 245 GFLOP/s
-on the AVX-512 development machines, ~140 on AVX2 ones). Each row records two rates:
+at start on this machine and thread count (a 2048^3 ``torch.mm``; with 2 threads
+328-356 GFLOP/s recorded on the Intel Xeons with AVX-512 and AMX, 175-190 on the
+AMD EPYC Zen 4s: docs/benchmarks.md, "Machines"). Each row records two rates:
 ``floor_fraction``, tokens/s against the nominal per-token floor (the whole model
 counted at every position, as AllenNLP runs it): the one that compares
 implementations; and ``gflops`` / ``work_fraction``, the rate of the FLOPs the
