@@ -14,11 +14,18 @@ chart to ``benchmarks/results/`` with machine info, threads and shapes.
 
 FLOP counts follow docs/performance.md (multiply-add = 2 FLOP); the floor is
 the token rate at ``--peak-gflops``, by default the float32 GEMM rate measured
-at start on this machine and thread count (a 2048^3 ``torch.mm``: 245 GFLOP/s
-on the AVX-512 development machines, ~140 on AVX2 ones). The char CNN's FLOPs
-are those of every window; the fused kernel skips the repeated windows inside
-a token's padding, so its "GFLOP/s" (and floor fraction) can exceed the GEMM
-rate. ``nn.LSTM(proj_size=...)`` has no projection clip, so it is not exact
+at start on this machine and thread count (a 2048^3 ``torch.mm``; with 2 threads
+328-356 GFLOP/s recorded on the Intel Xeons with AVX-512 and AMX, 175-190 on the
+AMD EPYC Zen 4s: docs/benchmarks.md, "Machines"). Each row records two rates:
+``floor_fraction``, tokens/s against the nominal per-token floor (the whole model
+counted at every position, as AllenNLP runs it): the one that compares
+implementations; and ``gflops`` / ``work_fraction``, the rate of the FLOPs the
+implementation does. They differ for the whole model and the training step on
+the CPU, where ``BiLM`` encodes each distinct token once (the markers of all
+sentences are 2 rows, repeated words one): the encoder's rows are counted on one
+untimed call. The char CNN's FLOPs are those of every window; the fused kernel
+skips the repeated windows inside a token's padding, so its rates can exceed the
+GEMM rate. ``nn.LSTM(proj_size=...)`` has no projection clip, so it is not exact
 ELMo: shown for speed only.
 """
 
@@ -132,9 +139,32 @@ def lstm_layer_flops(n_tok, C, P):  # both directions
     return 2 * 2 * n_tok * (P * 4 * C + P * 4 * C + C * P)
 
 
-def model_flops_per_token(preset):
-    C, P, n_hw = PRESETS[preset]
-    return (cnn_flops(1) + n_hw * highway_flops(1) + 2 * 2048 * P + 2 * lstm_layer_flops(1, C, P))
+def bilm_flops(config, n_encoded, n_positions):
+    """FLOPs of one biLM forward: the token encoder (char CNN on every window, highways,
+    projection) on ``n_encoded`` token rows and the ``config.n_layers`` biLSTM layers (both
+    directions) on ``n_positions`` positions. ``BiLM.encode_tokens`` encodes each distinct token
+    once eagerly on the CPU (``n_encoded`` < ``n_positions``: the markers of every sentence are 2
+    rows), every position on a GPU and in AllenNLP (``n_encoded == n_positions``)."""
+    if [tuple(f) for f in config.filters] != FILTERS:
+        raise ValueError("bilm_flops counts the released filter set only")
+    n_filters, P, C = config.n_filters, config.projection_dim, config.cell_dim
+    encoder = cnn_flops(n_encoded) + config.n_highway * highway_flops(n_encoded, n_filters)
+    if n_filters != P:
+        encoder += 2 * n_encoded * n_filters * P
+    return encoder + config.n_layers * lstm_layer_flops(n_positions, C, P)
+
+
+def encoder_rows(encoder, run):
+    """Token rows ``encoder`` (a token-encoder module) encodes in one call of ``run()``, without
+    gradients: what an implementation really runs its encoder on (the FLOPs it does)."""
+    rows = []
+    handle = encoder.register_forward_pre_hook(lambda module, args: rows.append(args[0].shape[0]))
+    try:
+        with torch.no_grad():
+            run()
+    finally:
+        handle.remove()
+    return sum(rows)
 
 
 def measure_gemm_gflops(device, n=2048, repeats=5, dtype=torch.float32):
@@ -239,10 +269,19 @@ class Recorder:
         self.rows = []
         self.peak = peak_gflops
 
-    def add(self, section, preset, batch, length, impl, seconds, times, tokens, flops, exact=True):
+    def add(self, section, preset, batch, length, impl, seconds, times, tokens, flops, exact=True, nominal_flops=None):
+        """One row. ``flops``: the work this implementation does; ``nominal_flops`` (default
+        ``flops``): the section's per-token count, the same for every implementation (the whole
+        model: every position encoded). ``gflops`` / ``work_fraction``: the rate of the work done,
+        against the peak; ``floor_fraction``: tokens/s against the nominal per-token floor (tokens/s
+        at the peak for ``nominal_flops``), comparable across implementations: above 1 where an
+        implementation does less work than the nominal count (the whole model on the CPU encodes
+        each distinct token once)."""
+        nominal = flops if nominal_flops is None else nominal_flops
         row = dict(section=section, preset=preset, batch=batch, length=length, impl=impl, seconds=seconds,
-                   times=times, tokens=tokens, tokens_per_s=tokens / seconds, gflops=flops / seconds / 1e9,
-                   floor_fraction=(flops / seconds / 1e9) / self.peak, exact=exact)
+                   times=times, tokens=tokens, tokens_per_s=tokens / seconds, flops=flops, nominal_flops=nominal,
+                   gflops=flops / seconds / 1e9, work_fraction=(flops / seconds / 1e9) / self.peak,
+                   floor_fraction=(nominal / seconds / 1e9) / self.peak, exact=exact)
         self.rows.append(row)
         return row
 
@@ -313,10 +352,12 @@ def bench_kernels(rec, preset, batch, length, args, device):
                 impls[f"fused, {how} products"] = lambda how=how: _with_env("SPACY_ELMO_LSTM_PRODUCTS", how, bilstm)
         if slow_ok:
             impls["reference"] = lambda: R.bilstm_layer(xs, xs, lengths, wts[:4], wts[4:], None, 3.0, 3.0, True, True)
-            steps = [StepLstmWithProjection(P, C, P, 3.0, 3.0).to(device) for _ in range(2)]
+            steps = [StepLstmWithProjection(P, C, P, 3.0, 3.0).to(device).eval() for _ in range(2)]
             lens_d = lengths.to(device)
             impls["AllenNLP-style loop"] = lambda: [m(xs, lens_d) for m in steps]
-        lstm = torch.nn.LSTM(P, C, batch_first=True, bidirectional=True, proj_size=P).to(device)
+        # eval(): cuDNN picks its mode by the module's train flag, not by grad mode; in training mode it runs
+        # CUDNN_FWD_MODE_TRAINING and fills a reserve buffer for a backward that never comes
+        lstm = torch.nn.LSTM(P, C, batch_first=True, bidirectional=True, proj_size=P).to(device).eval()
         impls["nn.LSTM(proj_size) [no clip, inexact]"] = lambda: lstm(xs)
         for name, (s, ts) in time_side_by_side(impls, args.repeats, args.warmup, device).items():
             rec.add("bilstm_layer", preset, batch, length, name, s, ts, n_tok, flops, exact="nn.LSTM" not in name)
@@ -328,21 +369,24 @@ def bench_whole(rec, preset, batch, length, args, device):
     config = BiLMConfig.preset(preset)
     n_tok = batch * length
     ids = char_ids_of(random_sentences(batch, length)).to(device)
-    fpt = model_flops_per_token(preset)
-    flops = fpt * batch * (length + 2)  # the <S>, </S> markers are run too
+    positions = batch * (length + 2)  # the <S>, </S> markers are run too
+    nominal = bilm_flops(config, positions, positions)  # every position encoded, as AllenNLP does
     torch.manual_seed(0)
     fused_model = BiLM(config, backend="fused").to(device).eval()
-    impls = {"fused": lambda: fused_model(ids)}
+    impls = {"fused": (lambda: fused_model(ids), fused_model.token_encoder)}
     if n_tok <= args.max_slow_tokens:
         ref_model = BiLM(config, backend="reference").to(device).eval()
         ref_model.load_state_dict(fused_model.state_dict())
-        impls["reference"] = lambda: ref_model(ids)
+        impls["reference"] = (lambda: ref_model(ids), ref_model.token_encoder)
         style = AllenNLPStyleBiLM(config).to(device).eval()
         wrapped = char_ids_of([["<S>"] + s + ["</S>"] for s in random_sentences(batch, length)]).to(device)
-        impls["AllenNLP-style loop"] = lambda: style(wrapped)
+        impls["AllenNLP-style loop"] = (lambda: style(wrapped), style.encoder)
+    # The FLOPs each one does: its encoder's rows counted on one untimed call.
+    flops = {name: bilm_flops(config, encoder_rows(encoder, fn), positions) for name, (fn, encoder) in impls.items()}
     with torch.no_grad():
-        for name, (s, ts) in time_side_by_side(impls, args.repeats, args.warmup, device).items():
-            rec.add("whole_model", preset, batch, length, name, s, ts, n_tok, flops)
+        timed = time_side_by_side({name: fn for name, (fn, _) in impls.items()}, args.repeats, args.warmup, device)
+        for name, (s, ts) in timed.items():
+            rec.add("whole_model", preset, batch, length, name, s, ts, n_tok, flops[name], nominal_flops=nominal)
     if args.allennlp and device.type == "cpu" and n_tok <= args.max_slow_tokens:
         try:
             from benchmarks.allennlp_timing import allennlp_tokens_per_second
@@ -350,8 +394,9 @@ def bench_whole(rec, preset, batch, length, args, device):
             details = {}
             tps = allennlp_tokens_per_second(preset, batch, length, threads=torch.get_num_threads(),
                                              repeats=args.repeats, warmup=args.warmup, details=details)
+            # _ElmoBiLm's character encoder runs on every position
             rec.add("whole_model", preset, batch, length, "AllenNLP _ElmoBiLm", n_tok / tps, details.get("seconds"),
-                    n_tok, flops)
+                    n_tok, nominal)
         except Exception as err:  # AllenNLP not fetchable here: say so, keep going
             print(f"  (AllenNLP _ElmoBiLm skipped: {type(err).__name__}: {err})")
 
@@ -362,11 +407,14 @@ def bench_train(rec, preset, batch, length, args, device):
     config = BiLMConfig.preset(preset)
     ids = char_ids_of(random_sentences(batch, length)).to(device)
     n_tok = batch * length
-    flops = 3 * model_flops_per_token(preset) * batch * (length + 2)  # forward + ~2x backward
+    positions = batch * (length + 2)
+    nominal = 3 * bilm_flops(config, positions, positions)  # forward + ~2x backward, every position encoded
     torch.manual_seed(0)
     models = {"fused": BiLM(config, backend="fused").to(device).train()}
     models["reference"] = BiLM(config, backend="reference").to(device).train()
     models["reference"].load_state_dict(models["fused"].state_dict())
+    flops = {name: 3 * bilm_flops(config, encoder_rows(model.token_encoder, lambda m=model: m(ids)), positions)
+             for name, model in models.items()}
 
     def step(model):
         def run():
@@ -378,7 +426,7 @@ def bench_train(rec, preset, batch, length, args, device):
 
     impls = {name: step(model) for name, model in models.items()}
     for name, (s, ts) in time_side_by_side(impls, args.repeats, args.warmup, device).items():
-        rec.add("train_step", preset, batch, length, name, s, ts, n_tok, flops)
+        rec.add("train_step", preset, batch, length, name, s, ts, n_tok, flops[name], nominal_flops=nominal)
 
 
 # ------------------------------------------------------------------ report
@@ -400,15 +448,27 @@ def add_ratios(rows):
         r["fused_speedup_vs_this"] = None if f is None or r["impl"] == "fused" else r["seconds"] / f["seconds"]
 
 
+FLOOR_NOTE = ("floor_fraction: tokens/s against the nominal per-token floor (tokens/s at peak_gflops for "
+              "nominal_flops, which counts every position, as AllenNLP runs it): comparable across implementations; "
+              "gflops / work_fraction: the rate of the FLOPs this implementation does (flops: on the CPU the biLM "
+              "encodes each distinct token once), against peak_gflops. The char CNN's count is every window; the "
+              "fused kernel skips the repeated windows of a token's padding, so its rates can exceed the peak.")
+
+
 def print_table(rows):
-    hdr = f"{'section':13} {'preset':8} {'B':>4} {'T':>3} {'impl':40} {'ms':>9} {'tok/s':>9} {'GF/s':>7} {'floor':>6} {'fused x':>8}"
+    """The rows as a table: ``GF/s`` and ``work`` are the rate of the FLOPs this implementation does
+    (``work`` against the peak); ``floor`` is tokens/s against the nominal per-token floor, the one
+    column that compares implementations that do different work (FLOOR_NOTE)."""
+    hdr = (f"{'section':13} {'preset':8} {'B':>4} {'T':>3} {'impl':40} {'ms':>9} {'tok/s':>9} {'GF/s':>7} {'work':>5} "
+           f"{'floor':>6} {'fused x':>8}")
     print(hdr)
     print("-" * len(hdr))
     for r in rows:
         sp = r.get("fused_speedup_vs_this")
         print(f"{r['section']:13} {r['preset']:8} {r['batch']:4d} {r['length']:3d} {r['impl']:40} "
-              f"{r['seconds'] * 1e3:9.1f} {r['tokens_per_s']:9.0f} {r['gflops']:7.1f} {r['floor_fraction']:6.2f} "
-              f"{'' if sp is None else f'{sp:8.2f}'}")
+              f"{r['seconds'] * 1e3:9.1f} {r['tokens_per_s']:9.0f} {r['gflops']:7.1f} {r['work_fraction']:5.2f} "
+              f"{r['floor_fraction']:6.2f} {'' if sp is None else f'{sp:8.2f}'}")
+    print(FLOOR_NOTE)
 
 
 def plot(rows, path):
@@ -519,7 +579,7 @@ def main(argv=None):
         machine["loadavg_at_start"] = load_start
         payload = {"machine": machine, "args": vars(args), "complete": complete,
                    "dtype": "float32" if args.autocast is None else f"autocast {args.autocast}",
-                   "floor_note": f"floor = tokens/s at {args.peak_gflops} GFLOP/s", "rows": rec.rows}
+                   "peak_gflops": args.peak_gflops, "floor_note": FLOOR_NOTE, "rows": rec.rows}
         json_path.write_text(json.dumps(payload, indent=1, default=str))
 
     for preset in args.presets:

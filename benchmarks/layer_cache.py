@@ -2,7 +2,7 @@
 of a frozen-biLM training see them), the component's layer_cache_mb (what [initialize.components.elmo]
 sets in spacy train) on vs off, runs alternating.
 
-    python -m benchmarks.layer_cache [--docs 400] [--rounds 3] [--threads 2]
+    python -m benchmarks.layer_cache [--docs 40] [--rounds 3] [--threads 2]
 """
 
 import argparse
@@ -15,7 +15,7 @@ from .pipeline import build_nlp, make_texts
 
 
 def two_passes(nlp, docs) -> str:
-    """Seconds of each pass (make_texts draws from few sentences: the first pass has repeats too)."""
+    """Seconds of each pass (make_texts: generated text, so the first pass hardly repeats a sentence)."""
     elmo = nlp.get_pipe("elmo")
     seconds = []
     for _ in range(2):
@@ -28,7 +28,7 @@ def two_passes(nlp, docs) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--docs", type=int, default=400)
+    ap.add_argument("--docs", type=int, default=40)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args(argv)

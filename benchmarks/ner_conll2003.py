@@ -17,7 +17,9 @@ Each setting at every ``--fractions`` of the training sentences (default 1.0 and
 seeded sample, ``--data-seed``) and every ``--seeds`` (training seed).  The configs are
 generated from ``spacy_elmo/configs/ner.cfg`` (see :mod:`benchmarks.taskbench`), written beside each
 run.  Finished runs are cached in the work directory (``result.json``) and re-used when the
-same command is run again, so a long benchmark can be continued across sessions.
+same command is run again with the same biLM and data files (``taskbench.run_ident`` hashes
+their content: another model saved at the same path trains anew), so a long benchmark can be
+continued across sessions.
 
 Outputs ``benchmarks/results/ner_conll2003.{json,md,png}`` (``--quick``: a smoke run on a
 tiny subset, written to the work directory and labelled SMOKE RUN).
@@ -110,29 +112,17 @@ def prepare_data(args) -> dict:
     return paths
 
 
-def train_subset(paths: dict, fraction: float, seed: int, work: Path) -> tuple[Path, int]:
-    """The training ``.spacy`` file at ``fraction`` (a seeded sample of docs) and its size."""
-    docs = tb.read_docs(paths["train"])
-    if fraction == 1.0:
-        return paths["train"], len(docs)
-    sub = tb.sample_docs(docs, fraction, seed)
-    path = work / "data" / f"train-{fraction:g}-seed{seed}.spacy"
-    if not path.exists():
-        tb.write_docbin(sub, path)
-    return path, len(sub)
-
-
 # -- one run ------------------------------------------------------------------------------
 
 
 def run_one(args, base, setting: str, fraction: float, seed: int, paths: dict, elmo: Path | None, gpu_id: int) -> dict:
     """Train (or re-use) one pipeline and evaluate it on test once."""
-    train_path, n_train = train_subset(paths, fraction, args.data_seed, args.work_dir)
+    train_path, n_train = tb.train_subset(paths["train"], fraction, args.data_seed)
     cfg = tb.task_config(base, "ner", setting)
     overrides = tb.training_overrides(
         train=train_path, dev=paths["dev"], elmo=elmo, seed=seed, max_steps=args.max_steps,
         eval_frequency=args.eval_frequency, patience=args.patience)
-    ident = {"config": cfg.to_str(), "overrides": overrides}
+    ident = tb.run_ident(cfg, overrides, elmo, {"train": train_path, "dev": paths["dev"], "test": paths["test"]})
     run_dir = tb.run_dir_for(args.work_dir / "runs", f"{setting}-f{fraction:g}-seed{seed}", ident)
     cached = tb.cached_result(run_dir, ident, args.force)
     if cached is not None:

@@ -3,10 +3,16 @@
 Compares the small and original presets, fused and reference backends (fused
 only when the compiled extension loads: ``spacy_elmo.ops.fused_available()``),
 against the same blank pipeline with spaCy's own ``tok2vec``. Weights are
-random (speed does not depend on their values). Text: ordinary English prose
-sentences, ~25 words per doc, with a sentencizer so the biLM runs per sentence.
+random (speed does not depend on their values). Text: ``make_texts``, the lines
+of ``benchmarks/tokenize_corpus.py``'s generator (sentences of this repository's
+README and docs, 30% of their words replaced by Zipf-distributed pseudo-words):
+1-6 sentences, about 230 spaCy tokens a doc, with a sentencizer so the biLM runs
+per sentence. Every setting pipes its texts ``--repeats`` times, the settings
+interleaved round-robin (``benchmarks.kernels.time_side_by_side``), each pass
+after a short warm-up and with the component's caches emptied; words/s is of
+the median pass.
 
-    python benchmarks/pipeline.py --threads 2 [--quick] [--memory-docs 50000]
+    python benchmarks/pipeline.py --threads 2 [--quick] [--memory-docs 5000]
 
 Writes benchmarks/results/pipeline.json (+ pipeline.png when matplotlib exists).
 """
@@ -15,34 +21,32 @@ import argparse
 import json
 import os
 import platform
-import random
 import resource
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-PROSE = """The river bank was quiet in the early morning, and a few boats drifted past the old mill.
-She walked to the bank to deposit her wages before the doors closed for the weekend.
-Researchers at the university published a study on how children learn new words from context.
-The committee will meet again next Tuesday to discuss the budget for the coming year.
-Heavy rain caused flooding in several villages, and the roads were closed for two days.
-He said that the new policy would help small businesses hire more workers in rural areas.
-After the concert, the musicians signed autographs and talked with fans outside the hall.
-The company reported higher profits this quarter, driven by strong sales of its software.
-Many people believe that reading every day improves both memory and concentration.
-The museum opened a new exhibition of paintings from the nineteenth century last month.
-Scientists warned that rising temperatures could threaten coral reefs around the world.
-The train was delayed by an hour because of a signal failure near the central station.
-Local farmers sell fresh vegetables, bread and cheese at the market every Saturday morning.
-The minister promised to answer questions from journalists at a press conference tomorrow.
-Our neighbours adopted a small dog that barks whenever someone walks past the garden gate.
-The football team won the final match after a dramatic penalty shootout in the rain.""".split("\n")
+if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.tokenize_corpus import generate  # noqa: E402
+
+WORDS_PER_DOC = 170  # whitespace words of a line of generate's text, about (spaCy tokens: ~230)
 
 
-def make_texts(n_docs: int, seed: int = 0):
-    rng = random.Random(seed)
-    return [" ".join(rng.sample(PROSE, 2)) for _ in range(n_docs)]
+def make_texts(n_docs: int, seed: int = 0) -> list:
+    """``n_docs`` documents: the first lines of ``tokenize_corpus.generate``'s text for ``seed`` (the same
+    lines for any ``n_docs``, since more words only continue the text)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "texts.txt"
+        lines: list = []
+        n_words = max(1, n_docs) * WORDS_PER_DOC
+        while len(lines) < n_docs:
+            generate(path, n_words, seed)
+            lines = path.read_text(encoding="utf-8").splitlines()
+            n_words *= 2
+    return lines[:n_docs]
 
 
 def rss_mb() -> float:
@@ -74,25 +78,33 @@ def build_nlp(
     return nlp
 
 
-def words_per_second(nlp, texts, batch_size: int = 64, warmup: int = 32):
-    for _ in nlp.pipe(texts[:warmup], batch_size=batch_size):
-        pass
-    n_words = 0
-    start = time.perf_counter()
-    for doc in nlp.pipe(texts, batch_size=batch_size):
-        n_words += len(doc)
-    seconds = time.perf_counter() - start
-    return n_words / seconds, n_words, seconds
+def clear_caches(nlp) -> None:
+    """Empty the ``elmo`` component's token and layer caches (none in a ``tok2vec`` pipeline)."""
+    if "elmo" in nlp.pipe_names:
+        from spacy_elmo.pipeline.bilm_layer import get_runner
+
+        get_runner(nlp.get_pipe("elmo").model).clear_caches()
 
 
-def memory_run(nlp, n_docs: int, batch_size: int = 64, every: int = 2500):
+def pipe_pass(nlp, texts, batch_size: int = 64):
+    """A call that pipes ``texts`` through ``nlp`` once, its caches emptied first (each pass sees the
+    text new, as the first pass over a stream does); returns the words (tokens) piped."""
+
+    def run() -> int:
+        clear_caches(nlp)
+        return sum(len(doc) for doc in nlp.pipe(texts, batch_size=batch_size))
+
+    return run
+
+
+def memory_run(nlp, n_docs: int, batch_size: int = 64, every: int = 250):
     """RSS (MiB) sampled every ``every`` docs while streaming n_docs through nlp.pipe."""
     import tracemalloc
 
+    texts = make_texts(n_docs, seed=1)
     tracemalloc.start()
     samples = []
     start = time.perf_counter()
-    texts = (t for t in make_texts(n_docs, seed=1))
     n_words = 0
     for i, doc in enumerate(nlp.pipe(texts, batch_size=batch_size), 1):
         n_words += len(doc)
@@ -115,45 +127,59 @@ def memory_run(nlp, n_docs: int, batch_size: int = 64, every: int = 2500):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--docs", type=int, default=400, help="docs per small/tok2vec timing")
-    ap.add_argument("--original-docs", type=int, default=48, help="docs per original-preset timing")
-    ap.add_argument("--memory-docs", type=int, default=50000, help="0 = skip the memory run")
-    ap.add_argument("--quick", action="store_true", help="fewer docs, 5,000-doc memory run")
+    ap.add_argument("--docs", type=int, default=40, help="docs per small/tok2vec timing")
+    ap.add_argument("--original-docs", type=int, default=16, help="docs per original-preset timing")
+    ap.add_argument("--repeats", type=int, default=3, help="timed passes per setting (the median is reported)")
+    ap.add_argument("--memory-docs", type=int, default=5000, help="0 = skip the memory run")
+    ap.add_argument("--quick", action="store_true", help="fewer docs and repeats, 500-doc memory run")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "pipeline.json"))
     args = ap.parse_args(argv)
     if args.quick:
-        args.docs, args.original_docs, args.memory_docs = 160, 16, min(args.memory_docs, 5000)
+        args.docs, args.original_docs, args.repeats = 16, 2, 2
+        args.memory_docs = min(args.memory_docs, 500)
 
     import torch
 
     torch.set_num_threads(args.threads)
-    from benchmarks.kernels import cpu_identity
+    from benchmarks.kernels import cpu_identity, time_side_by_side
     from spacy_elmo.ops import fused_available
 
     backends = (["fused"] if fused_available() else []) + ["reference"]
+    texts = make_texts(max(args.docs, args.original_docs))
     results = {
         "machine": {"cpu_threads": args.threads, "platform": platform.platform(), "python": sys.version.split()[0],
                     "torch": torch.__version__, "fused_available": fused_available(), **cpu_identity()},
         "command": " ".join(["python", "benchmarks/pipeline.py"] + (argv if argv is not None else sys.argv[1:])),
+        "text": "benchmarks/pipeline.py make_texts: the first lines of benchmarks/tokenize_corpus.py generate(seed=0)",
+        "repeats": args.repeats,
         "throughput": [],
     }  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
-        # The prose has a small vocabulary, so the char-CNN cache nearly always hits;
-        # the cache_size=0 rows show the cost without it (every token encoded).
+        # cache_size=0: no token cache, so nothing is carried from one batch to the next; the biLM's
+        # forward still encodes each distinct token of a batch once (BiLM.encode_tokens on the CPU).
         runs = [("tok2vec", "-", "-", args.docs, 0)]
         runs += [("elmo", "small", b, args.docs, c) for b in backends for c in (50000, 0)]
         runs += [("elmo", "original", b, args.original_docs, 50000) for b in backends]
-        for kind, preset, backend, n_docs, cache in runs:
+        passes, words = {}, {}
+        for run in runs:
+            kind, preset, backend, n_docs, cache = run
             nlp = build_nlp(kind, preset, backend, tmp, cache)
-            wps, n_words, seconds = words_per_second(nlp, make_texts(n_docs))
+            for _ in nlp.pipe(texts[:2]):  # loads and warms the weights; the timed passes empty the caches
+                pass
+            passes[run] = pipe_pass(nlp, texts[:n_docs])
+            words[run] = sum(len(nlp.make_doc(t)) for t in texts[:n_docs])
+        timed = time_side_by_side(passes, args.repeats, 0, torch.device("cpu"))
+        for run, (seconds, all_seconds) in timed.items():
+            kind, preset, backend, n_docs, cache = run
             row = {"pipeline": kind, "preset": preset, "backend": backend, "char_cache": cache > 0, "docs": n_docs,
-                   "words": n_words, "seconds": round(seconds, 2), "words_per_s": round(wps, 1)}  # fmt: skip
+                   "words": words[run], "seconds": round(seconds, 2), "seconds_all": [round(t, 3) for t in all_seconds],
+                   "words_per_s": round(words[run] / seconds, 1)}  # fmt: skip
             print(json.dumps(row), flush=True)
             results["throughput"].append(row)
         if args.memory_docs:
             backend = backends[0]
             nlp = build_nlp("elmo", "small", backend, tmp)
-            mem = memory_run(nlp, args.memory_docs)
+            mem = memory_run(nlp, args.memory_docs, every=max(1, args.memory_docs // 20))
             mem.update({"preset": "small", "backend": backend})
             s = mem["samples"]
             mem["rss_growth_after_first_sample_mb"] = round(s[-1]["rss_mb"] - s[0]["rss_mb"], 1) if s else None

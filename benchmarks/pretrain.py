@@ -32,8 +32,7 @@ import torch
 if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.kernels import (FILTERS, cnn_flops, cpu_identity, device_problem, highway_flops, lstm_layer_flops,  # noqa: E402
-                               measure_gemm_gflops)
+from benchmarks.kernels import bilm_flops, cpu_identity, device_problem, measure_gemm_gflops  # noqa: E402
 from spacy_elmo.bilm import BiLM, BiLMConfig  # noqa: E402
 from spacy_elmo.ops import fused_available  # noqa: E402
 from spacy_elmo.training.lm import BidirectionalLM, encode_batch  # noqa: E402
@@ -71,18 +70,11 @@ def batches(vocab: Vocab, batch: int, unroll: int, n: int, seed: int = 0):
 
 def step_flops(config: BiLMConfig, n_unique: int, n_tokens: int, negatives: int) -> float:
     """FLOPs of one training step (multiply-add = 2, backward = 2x forward, as in
-    benchmarks/kernels.py): the token encoder on the ``n_unique`` distinct input
-    tokens (each encoded once), both LSTM stacks on ``n_tokens`` positions per
-    direction, and the sampled softmax's ``(2 n_tokens, negatives)`` product."""
-    if [tuple(f) for f in config.filters] != FILTERS:
-        raise ValueError("step_flops counts the released filter set only")
-    n_filters, P, C = config.n_filters, config.projection_dim, config.cell_dim
-    encoder = cnn_flops(n_unique) + config.n_highway * highway_flops(n_unique, n_filters)
-    if n_filters != P:
-        encoder += 2 * n_unique * n_filters * P
-    lstm = config.n_layers * lstm_layer_flops(n_tokens, C, P)
-    softmax = 2 * (2 * n_tokens) * (negatives + 1) * P
-    return 3.0 * (encoder + lstm + softmax)
+    benchmarks/kernels.py): the biLM forward (:func:`~benchmarks.kernels.bilm_flops`) with the token
+    encoder on the ``n_unique`` distinct input tokens (each encoded once) and both LSTM stacks on
+    ``n_tokens`` positions per direction, and the sampled softmax's ``(2 n_tokens, negatives)`` product."""
+    softmax = 2 * (2 * n_tokens) * (negatives + 1) * config.projection_dim
+    return 3.0 * (bilm_flops(config, n_unique, n_tokens) + softmax)
 
 
 def make_step(lm, optimizer, sampler, char_table, vocab, device, use_amp, gen, data, prefetch=False):

@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -95,9 +96,43 @@ def display_path(path: Path) -> str:
     return str(path)
 
 
+def bilm_files(path: Path) -> list[Path]:
+    """The files a biLM directory's model is read from: ``config.json``, ``model.safetensors`` and
+    ``initial_state.safetensors`` where present (what ``BiLM.load`` reads), or AllenNLP's options
+    ``.json`` and ``.hdf5``."""
+    from spacy_elmo.bilm.native_io import CONFIG_NAME, INITIAL_STATE_NAME, WEIGHTS_NAME, allennlp_files_of
+
+    found = allennlp_files_of(Path(path))
+    if found is not None:
+        return list(found)
+    return [Path(path) / n for n in (CONFIG_NAME, WEIGHTS_NAME, INITIAL_STATE_NAME) if (Path(path) / n).exists()]
+
+
+@functools.lru_cache(maxsize=None)
+def _sha1_of(path: str, size: int, mtime_ns: int) -> str:
+    digest = hashlib.sha1()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def file_digest(path: Path) -> str:
+    """The SHA-1 of a file's bytes (read once per path, size and modification time: a model's
+    weights are hashed once a benchmark run, not once per training run)."""
+    st = Path(path).stat()
+    return _sha1_of(str(Path(path).resolve()), st.st_size, st.st_mtime_ns)
+
+
+def bilm_digest(path: Path) -> dict[str, str]:
+    """``{file name: SHA-1}`` of the biLM directory's model files (:func:`bilm_files`)."""
+    return {f.name: file_digest(f) for f in bilm_files(path)}
+
+
 def elmo_description(path: Path) -> dict:
-    """What the results record about a biLM directory: path, sizes and provenance."""
-    info: dict[str, Any] = {"path": str(path)}
+    """What the results record about a biLM directory: path, sizes, provenance and its files'
+    SHA-1 (the same as in the idents of the runs that read it)."""
+    info: dict[str, Any] = {"path": str(path), "files_sha1": bilm_digest(path)}
     cfg = path / "config.json"
     if cfg.exists():
         meta = json.loads(cfg.read_text(encoding="utf-8"))
@@ -172,6 +207,16 @@ def training_overrides(
         o["training.patience"] = patience
     o.update(extra or {})
     return o
+
+
+def run_ident(cfg, overrides: dict, bilm: Path | None, data: dict[str, Path]) -> dict:
+    """What names one training run's result (its cache key, :func:`run_dir_for`): the config, the
+    overrides and the content of what the run reads, the biLM's model files (:func:`bilm_digest`)
+    and the ``data`` files (``{"train": path, ...}``), so that another model or data set written at
+    the same paths trains anew instead of re-using the result of the old one."""
+    return {"config": cfg.to_str(), "overrides": overrides,
+            "bilm": None if bilm is None else bilm_digest(bilm),
+            "data": {name: file_digest(path) for name, path in data.items()}}
 
 
 def short_hash(obj) -> str:
@@ -313,6 +358,20 @@ def sample_docs(docs: Sequence, fraction: float, seed: int, key: Callable | None
         idx = groups[k]
         keep.extend(rng.sample(idx, max(1, round(fraction * len(idx)))))
     return [docs[i] for i in sorted(keep)]
+
+
+def train_subset(train: Path, fraction: float, seed: int, key: Callable | None = None) -> tuple[Path, int]:
+    """The training ``.spacy`` file at ``fraction`` (a seeded :func:`sample_docs` of ``train``'s docs,
+    stratified by ``key``) and its size. The sample is written beside ``train``, named by the
+    fraction, the seed and ``train``'s content: a rewritten ``train`` gets a new sample."""
+    docs = read_docs(train)
+    if fraction == 1.0:
+        return train, len(docs)
+    sub = sample_docs(docs, fraction, seed, key=key)
+    path = Path(train).parent / f"train-{fraction:g}-seed{seed}-{file_digest(train)[:10]}.spacy"
+    if not path.exists():
+        write_docbin(sub, path)
+    return path, len(sub)
 
 
 def write_docbin(docs: Iterable, path: Path) -> Path:

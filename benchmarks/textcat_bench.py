@@ -17,7 +17,8 @@ settings:
 
 Optionally at ``--fractions`` < 1 of the training examples (stratified seeded sample) and
 several ``--seeds``.  Configs are generated from ``spacy_elmo/configs/textcat.cfg`` (see
-:mod:`benchmarks.taskbench`); finished runs are cached in the work directory and re-used.
+:mod:`benchmarks.taskbench`); finished runs are cached in the work directory and re-used while
+the biLM's and the data's files are the same (``taskbench.run_ident`` hashes their content).
 
 Outputs ``benchmarks/results/textcat.{json,md,png}`` (``--quick``: a smoke run on tiny
 subsets, written to the work directory and labelled SMOKE RUN).
@@ -115,25 +116,14 @@ def prepare_data(args, name: str) -> dict:
     return paths
 
 
-def train_subset(paths: dict, fraction: float, seed: int, data_dir: Path) -> tuple[Path, int]:
-    docs = tb.read_docs(paths["train"])
-    if fraction == 1.0:
-        return paths["train"], len(docs)
-    path = data_dir / f"train-{fraction:g}-seed{seed}.spacy"
-    sub = tb.sample_docs(docs, fraction, seed, key=gold_label)
-    if not path.exists():
-        tb.write_docbin(sub, path)
-    return path, len(sub)
-
-
 def run_one(args, base, dataset: str, setting: str, fraction: float, seed: int, paths: dict, elmo, gpu_id: int) -> dict:
     """Train (or re-use) one pipeline and evaluate it on test once."""
-    train_path, n_train = train_subset(paths, fraction, args.data_seed, paths["train"].parent)
+    train_path, n_train = tb.train_subset(paths["train"], fraction, args.data_seed, key=gold_label)
     cfg = tb.task_config(base, "textcat", setting)
     overrides = tb.training_overrides(
         train=train_path, dev=paths["dev"], elmo=elmo, seed=seed, max_steps=args.max_steps,
         eval_frequency=args.eval_frequency, patience=args.patience)
-    ident = {"config": cfg.to_str(), "overrides": overrides}
+    ident = tb.run_ident(cfg, overrides, elmo, {"train": train_path, "dev": paths["dev"], "test": paths["test"]})
     run_dir = tb.run_dir_for(args.work_dir / "runs", f"{dataset}-{setting}-f{fraction:g}-seed{seed}", ident)
     cached = tb.cached_result(run_dir, ident, args.force)
     if cached is not None:

@@ -120,3 +120,94 @@ def test_quick_finetune_passes_unroll_only_to_streams(tmp_path, monkeypatch, rea
     cmd = fake.calls[0]
     assert ("--sentences" in cmd) == (reading == "sentences")
     assert ("--unroll" in cmd) == (reading == "stream")
+
+
+def _tiny_bilm(seed, projection_dim=4):
+    import torch
+
+    from spacy_elmo import BiLM, BiLMConfig
+
+    torch.manual_seed(seed)
+    return BiLM(BiLMConfig(projection_dim=projection_dim, cell_dim=8, n_layers=1, char_embedding_dim=4,
+                           filters=[(1, 4), (2, 4)], n_highway=0))
+
+
+def _write_train(path, n_words, label=None):
+    import spacy
+    from spacy.tokens import Doc
+
+    nlp = spacy.blank("en")
+    docs = [Doc(nlp.vocab, words=[f"w{i}"] * n_words) for i in range(50)]
+    for i, doc in enumerate(docs):
+        doc.cats = {"A": float(i % 2 == 0), "B": float(i % 2 == 1)}
+    tb.write_docbin(docs, path)
+
+
+def _fake_training(monkeypatch):
+    """train_pipeline / evaluate_pipeline stand-ins: count the trainings, nothing trained."""
+    trained = []
+
+    def train(cfg, run_dir, overrides, gpu_id):
+        trained.append(run_dir)
+        Path(run_dir).mkdir(parents=True, exist_ok=True)
+        return {"model": str(run_dir), "best_dev": {}}
+
+    monkeypatch.setattr(tb, "train_pipeline", train)
+    monkeypatch.setattr(tb, "evaluate_pipeline", lambda *a, **k: {"ents_f": 0.5, "cats_accuracy": 0.5})
+    return trained
+
+
+@pytest.mark.parametrize("bench", ["ner", "textcat"])
+def test_a_run_is_not_reused_after_another_model_or_data_is_written_at_the_same_path(tmp_path, monkeypatch, bench):
+    import argparse
+
+    from benchmarks import ner_conll2003, textcat_bench
+
+    trained = _fake_training(monkeypatch)
+    data = tmp_path / "data"
+    data.mkdir()
+    paths = {s: data / f"{s}.spacy" for s in ("train", "dev", "test")}
+    for split in paths.values():
+        _write_train(split, 3)
+    elmo = tmp_path / "elmo"
+    _tiny_bilm(0).save(elmo)
+    args = argparse.Namespace(data_seed=0, max_steps=10, eval_frequency=None, patience=None, work_dir=tmp_path, force=False)
+
+    def run(fraction=1.0):
+        if bench == "ner":
+            base = tb.load_base_config(tb.CONFIGS / "ner.cfg")
+            return ner_conll2003.run_one(args, base, "tok2vec", fraction, 0, paths, elmo, -1)
+        base = tb.load_base_config(tb.CONFIGS / "textcat.cfg")
+        return textcat_bench.run_one(args, base, "bbc", "tok2vec", fraction, 0, paths, elmo, -1)
+
+    run()
+    run()
+    assert len(trained) == 1  # the same model and data: re-used
+    before = tb.elmo_description(elmo)["files_sha1"]
+    _tiny_bilm(1, projection_dim=8).save(elmo)  # another model at the same path
+    assert tb.elmo_description(elmo)["files_sha1"] != before
+    run()
+    assert len(trained) == 2 and trained[1] != trained[0]
+    _write_train(paths["dev"], 5)  # other dev data at the same path
+    run()
+    assert len(trained) == 3
+    run(0.1)
+    _write_train(paths["train"], 7)  # train.spacy rewritten: a new subset, a new run
+    run(0.1)
+    assert len(trained) == 5
+
+
+def test_train_subset_is_rebuilt_when_train_spacy_changes(tmp_path):
+    train = tmp_path / "train.spacy"
+    _write_train(train, 3)
+    first, n1 = tb.train_subset(train, 0.1, 0)
+    assert n1 == 5 and [len(d) for d in tb.read_docs(first)] == [3] * 5
+    assert tb.train_subset(train, 0.1, 0) == (first, n1)  # the same file again
+    _write_train(train, 7)
+    second, n2 = tb.train_subset(train, 0.1, 0)
+    assert second != first and [len(d) for d in tb.read_docs(second)] == [7] * 5
+    # stratified by a key: each label keeps its share
+    by_label, n = tb.train_subset(train, 0.2, 0, key=lambda d: max(d.cats, key=d.cats.get))
+    labels = [max(d.cats, key=d.cats.get) for d in tb.read_docs(by_label)]
+    assert n == 10 and labels.count("A") == labels.count("B") == 5
+    assert tb.train_subset(train, 1.0, 0) == (train, 50)
