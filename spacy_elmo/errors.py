@@ -1091,7 +1091,7 @@ class Errors:
     )
     E_FIT_STATE_OR_FEWER_ROWS = ", or lower --rows to {max_rows} or fewer"
     E_FIT_STATE_TEXT_TOO_SHORT = (
-        "{path} holds {n} non-empty sentence(s), fewer than the {needed} --rows {rows} needs ({rows} streams of "
+        "{path} holds {n} non-empty sentence(s), fewer than the {needed} --rows {rows} needs ({streams} of "
         "more than {warmup} warm-up sentences each): give it more running text{or_rows}."
     )
     E_FIT_STATE_IN_USE = (

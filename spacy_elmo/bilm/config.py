@@ -40,6 +40,10 @@ class UnknownConfigFields(ValueError):
         super().__init__(Errors.E_CONFIG_UNKNOWN_FIELD.format(names=names, choices=choices))
         self.names, self.choices = names, choices
 
+    def __reduce__(self):
+        # pickled (a worker process's error) with its own arguments: the default passes the message alone
+        return type(self), (self.names, self.choices)
+
 
 @dataclass
 class BiLMConfig:

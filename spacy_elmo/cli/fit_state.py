@@ -82,7 +82,8 @@ def fit_state(
                 n = sum(1 for sentence in sentences if sentence)  # the fitting drops empty ones
                 if n < sentences_needed(rows):  # the whole text (--max-sentences is checked above): said with --rows
                     raise ValueError(Errors.E_FIT_STATE_TEXT_TOO_SHORT.format(
-                        path=text_path, n=n, needed=sentences_needed(rows), rows=rows, warmup=WARMUP,
+                        path=text_path, n=n, needed=sentences_needed(rows), rows=rows, streams=counted(rows, "stream"),
+                        warmup=WARMUP,
                         or_rows=_or_fewer_rows(n)))
                 bilm.fit_initial_state(sentences, rows=rows, progress=progress)
         except (ValueError, OSError) as err:

@@ -134,7 +134,9 @@ def recorded_reading(directory: PathLike) -> Optional[str]:
     path = model_path(directory)
     if allennlp_files_of(path) is not None:
         return None
-    return (read_meta(path).get("provenance") or {}).get("reading")
+    provenance = read_meta(path).get("provenance")
+    # one that is no object (hand-edited, another tool's) records nothing, as BiLM.load takes it
+    return provenance.get("reading") if isinstance(provenance, dict) else None
 
 
 def softmax_tensors(tensors: Dict[str, torch.Tensor], source: Optional[Path], P: int):

@@ -339,3 +339,17 @@ def test_contextualize_takes_vectors_of_the_weights_dtype_and_device(backend):
         low = model.float().contextualize(x.bfloat16(), lengths)
     assert all(a.dtype == torch.bfloat16 for a in low.activations)
     torch.testing.assert_close(low.activations[2].float(), expected.activations[2], atol=0.05, rtol=0)
+
+
+def test_an_unknown_field_error_survives_pickling():
+    """A worker process's error is pickled back to its parent: UnknownConfigFields(message) failed to unpickle
+    (TypeError: its two arguments), so a ProcessPoolExecutor reported BrokenProcessPool, not the message."""
+    import pickle
+
+    from spacy_elmo.bilm.config import UnknownConfigFields
+
+    with pytest.raises(UnknownConfigFields) as caught:
+        BiLMConfig.from_dict({"no_such_field": 1})
+    again = pickle.loads(pickle.dumps(caught.value))
+    assert type(again) is UnknownConfigFields and str(again) == str(caught.value)
+    assert (again.names, again.choices) == (caught.value.names, caught.value.choices)

@@ -203,6 +203,7 @@ def test_fit_state_on_too_short_a_text_names_rows(model, tmp_path):
     two = write_corpus(tmp_path / "two.txt", 2)
     output = plain(clean_error(runner.invoke(app, ["fit-state", str(model), str(two), "--rows", "1", "--no-progress"])))
     assert "lower --rows" not in output and output.endswith("give it more running text."), output
+    assert "(1 stream of more than" in output, output  # not "1 streams"
 
 
 def test_fit_state_write_error_is_reported_and_keeps_the_old_state(model, trained, monkeypatch):

@@ -230,3 +230,19 @@ def test_resume_leaving_out_init_names_how_the_vocabulary_was_made_without_loadi
         check_settings({"init": init, "new_vocab": True}, {"init": None}, "out")
     assert str(err.value) == Errors.E_RESUME_INIT_MISSING.format(
         path="out", init=init, started=started, resume_with=resume_with, why=Errors.E_RESUME_INIT_MISSING_RECORD.format(init=init))
+
+
+def test_a_provenance_that_is_no_object_records_no_reading(tmp_path):
+    """BiLM.load takes a config.json whose "provenance" is a list (hand-edited, another tool's); pretrain --init
+    asked it for its reading with .get and ended in an AttributeError traceback."""
+    import json
+
+    from spacy_elmo.training.modelio import recorded_reading
+
+    BiLM(BiLMConfig.preset("small")).save(tmp_path / "m", provenance={"reading": "sentences"})
+    assert recorded_reading(tmp_path / "m") == "sentences"
+    config = json.loads((tmp_path / "m" / "config.json").read_text())
+    for odd in (["sentences"], "sentences", 3):
+        (tmp_path / "m" / "config.json").write_text(json.dumps({**config, "provenance": odd}))
+        assert isinstance(BiLM.load(tmp_path / "m"), BiLM)
+        assert recorded_reading(tmp_path / "m") is None
