@@ -173,8 +173,11 @@ def _stub_modules(site: Path) -> Dict[str, types.ModuleType]:
         def register(cls, name, constructor=None, exist_ok=False):
             return lambda subclass: subclass
 
+    # The stand-ins' attributes are set with setattr: a type checker knows a ModuleType's attributes
+    # only from a source file, and these modules have none.
     common = mods["allennlp.common"]
-    common.FromParams, common.Registrable = FromParams, Registrable
+    setattr(common, "FromParams", FromParams)
+    setattr(common, "Registrable", Registrable)
 
     # allennlp/common/util.py imports spaCy and dill at the top: execute only the
     # five real function definitions the ELMo files use.
@@ -187,13 +190,13 @@ def _stub_modules(site: Path) -> Dict[str, types.ModuleType]:
     namespace = {name: getattr(typing, name) for name in typing.__all__}
     namespace.update(torch=torch, dist=torch.distributed, islice=itertools.islice, A=typing.TypeVar("A"),
                      __name__=util.__name__)
-    exec(compile(ast.Module(body=defs, type_ignores=[]), str(site / "allennlp/common/util.py"), "exec"), namespace)
+    exec(compile(ast.Module(body=[*defs], type_ignores=[]), str(site / "allennlp/common/util.py"), "exec"), namespace)
     for name in _UTIL_FUNCTIONS:
         setattr(util, name, namespace[name])
     mods[util.__name__] = util
 
     file_utils = types.ModuleType("allennlp.common.file_utils")
-    file_utils.cached_path = lambda path, *args, **kwargs: path  # local files only
+    setattr(file_utils, "cached_path", lambda path, *args, **kwargs: path)  # local files only
     mods[file_utils.__name__] = file_utils
 
     def unavailable(qualname):
@@ -216,8 +219,8 @@ def _stub_modules(site: Path) -> Dict[str, types.ModuleType]:
         def __init__(self, token_min_padding_length: int = 0) -> None:
             self._token_min_padding_length = token_min_padding_length
 
-    token_indexer.TokenIndexer = TokenIndexer
-    token_indexer.IndexedTokenList = Dict[str, List[typing.Any]]
+    setattr(token_indexer, "TokenIndexer", TokenIndexer)
+    setattr(token_indexer, "IndexedTokenList", Dict[str, List[typing.Any]])
     mods[token_indexer.__name__] = token_indexer
     return mods
 
@@ -236,12 +239,13 @@ def load_allennlp_elmo(cache_dir: Optional[PathLike] = None) -> Dict[str, types.
         sys.modules.update(mods)
         for name, relpath in _REAL_FILES:
             spec = importlib.util.spec_from_file_location(name, site / relpath)
+            assert spec is not None and spec.loader is not None  # a .py path always gets a source loader
             module = importlib.util.module_from_spec(spec)
             sys.modules[name] = module
             spec.loader.exec_module(module)
             mods[name] = module
             if name == "allennlp.data.tokenizers.token_class":
-                mods["allennlp.data.tokenizers"].Token = module.Token
+                setattr(mods["allennlp.data.tokenizers"], "Token", module.Token)
     finally:
         for name in [n for n in sys.modules if n == "allennlp" or n.startswith("allennlp.")]:
             del sys.modules[name]

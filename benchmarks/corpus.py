@@ -51,7 +51,7 @@ import xml.etree.ElementTree as ET
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 if __package__ in (None, ""):  # run as a script: make ``benchmarks`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -181,7 +181,8 @@ def brown_lines(raw: str) -> list[str]:
     readable sentences.  Tags are removed with ``rsplit('/', 1)`` (words may contain ``/``).
     Brown ends a "sentence" at a semicolon and writes it twice (``;/. ;/.``): the doubled
     semicolon is collapsed and the sentence continues on the same output line."""
-    out, pending = [], []
+    out: list[str] = []
+    pending: list[str] = []
     for line in raw.splitlines():
         toks = [t.rsplit("/", 1)[0] if "/" in t else t for t in line.split()]
         for tok in toks:
@@ -274,11 +275,11 @@ def wiki_pages(xml_stream) -> Iterator[tuple[str, str]]:
         el.clear()
 
 
-def read_r_lazyload(rdx: Path) -> dict[str, object]:
+def read_r_lazyload(rdx: Path) -> dict[str, Any]:
     """Objects of an R lazy-load database (``Rdata.rdx`` + ``Rdata.rdb`` of an installed R
-    package's ``data/``), converted with ``rdata``: the ``.rdx`` index gives each object's
-    (offset, length) in the ``.rdb``; a blob is a 4-byte length plus zlib-compressed R
-    serialization."""
+    package's ``data/``), converted with ``rdata`` (Python objects whose type follows the R
+    object's): the ``.rdx`` index gives each object's (offset, length) in the ``.rdb``; a blob is
+    a 4-byte length plus zlib-compressed R serialization."""
     try:
         import rdata
     except ImportError as exc:

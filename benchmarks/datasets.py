@@ -82,8 +82,8 @@ def parse_conll(text: str) -> list[ConllSentence]:
 
     def flush() -> None:
         if rows:
-            cols = list(zip(*rows))
-            sentences.append(ConllSentence(*(tuple(c) for c in cols), document=document))
+            words, pos, chunks, ner = (tuple(c) for c in zip(*rows))  # every row has 4 columns (checked below)
+            sentences.append(ConllSentence(words, pos, chunks, ner, document=document))
             rows.clear()
 
     for lineno, line in enumerate(text.splitlines(), 1):
@@ -119,7 +119,7 @@ def conll_to_docs(vocab, sentences: Sequence[ConllSentence], n_sents: int = 1) -
 
     def emit() -> None:
         words = [w for s in group for w in s.words]
-        starts = [i == 0 for s in group for i in range(len(s.words))]
+        starts: list[bool | int | None] = [i == 0 for s in group for i in range(len(s.words))]  # Doc's sent_starts type
         biluo = [t for s in group for t in iob_to_biluo(list(s.ner))]
         doc = Doc(vocab, words=words, spaces=[True] * (len(words) - 1) + [False], sent_starts=starts)
         doc.ents = biluo_tags_to_spans(doc, biluo)

@@ -62,8 +62,9 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     source = out / f"input-{args.mb:g}mb.txt"
     if not source.exists():
-        sys.path.insert(0, str(ROOT / "benchmarks"))
-        from tokenize_corpus import generate
+        if str(ROOT) not in sys.path:  # run as a script: make `benchmarks` importable
+            sys.path.insert(0, str(ROOT))
+        from benchmarks.tokenize_corpus import generate
 
         generate(source, int(args.mb * 1e6 / BYTES_PER_WORD))
     output = out / "output.h5"

@@ -266,7 +266,7 @@ def _main(argv: list[str] | None = None) -> int:
         parser.error(f"{args.registry} packages need an exact VERSION")
     fn = {"pip": pip_package, "npm": npm_package, "debian": debian_package}[args.registry]
     try:
-        path = fn(args.name, args.version) if args.version else fn(args.name)
+        path = fn(args.name, args.version)  # only debian gets here without a VERSION (None: the newest)
     except FetchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

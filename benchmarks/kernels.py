@@ -30,6 +30,7 @@ ELMo: shown for speed only.
 """
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -38,6 +39,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import torch
 
@@ -84,7 +86,8 @@ def timeit(fn, repeats, warmup, device):
     return statistics.median(times), times
 
 
-AUTOCAST = {"dtype": None}
+#: the dtype every implementation runs under (torch.autocast; None: none), set by main from --autocast
+AUTOCAST: Dict[str, Optional[torch.dtype]] = {"dtype": None}
 
 
 def _autocast_wrap(fn, device):
@@ -107,7 +110,7 @@ def time_side_by_side(impls, repeats, warmup, device):
         for _ in range(warmup):
             fn()
     sync(device)
-    times = {name: [] for name in impls}
+    times: Dict[str, List[float]] = {name: [] for name in impls}
     for _ in range(repeats):
         for name, fn in impls.items():
             times[name].append(timeit(fn, 1, 0, device)[0])
@@ -200,7 +203,7 @@ def cpu_identity(cpuinfo="/proc/cpuinfo"):
                 fields[key.strip()] = value.strip()
     except OSError:
         return {}
-    info = {}
+    info: Dict[str, Union[str, List[str]]] = {}
     if "model name" in fields:
         info["cpu"] = fields["model name"]
     if "vendor_id" in fields:
@@ -317,11 +320,14 @@ def bench_kernels(rec, preset, batch, length, args, device):
     with torch.no_grad():
         enc.embedding.weight[1:] = emb
         for conv, w, b in zip(enc.convs, ws, bs):
+            # for the type checker: a ModuleList yields Modules; nn.Conv1d has a bias unless told not to
+            assert isinstance(conv, torch.nn.Conv1d) and conv.bias is not None
             conv.weight.copy_(w)
             conv.bias.copy_(b)
     slow_ok = n_tok <= args.max_slow_tokens
-    impls = {"fused": lambda: fused.char_cnn(ids, emb, ws, bs),
-             "nn.Conv1d (AllenNLP-style)": lambda: enc.char_cnn(ids)}
+    # what each implementation returns differs (a tensor, a tuple, a list): only its time counts
+    impls: Dict[str, Callable[[], object]] = {"fused": lambda: fused.char_cnn(ids, emb, ws, bs),
+                                              "nn.Conv1d (AllenNLP-style)": lambda: enc.char_cnn(ids)}
     if slow_ok:
         impls["reference"] = lambda: R.char_cnn(ids, emb, ws, bs)
     if device.type == "cuda" and AUTOCAST["dtype"] is not None:
@@ -349,7 +355,7 @@ def bench_kernels(rec, preset, batch, length, args, device):
         impls = {"fused": bilstm}
         if device.type == "cuda":  # the two directions' products: one batched GEMM or one per direction
             for how in ("batched", "per-direction"):
-                impls[f"fused, {how} products"] = lambda how=how: _with_env("SPACY_ELMO_LSTM_PRODUCTS", how, bilstm)
+                impls[f"fused, {how} products"] = functools.partial(_with_env, "SPACY_ELMO_LSTM_PRODUCTS", how, bilstm)
         if slow_ok:
             impls["reference"] = lambda: R.bilstm_layer(xs, xs, lengths, wts[:4], wts[4:], None, 3.0, 3.0, True, True)
             steps = [StepLstmWithProjection(P, C, P, 3.0, 3.0).to(device).eval() for _ in range(2)]
@@ -373,7 +379,9 @@ def bench_whole(rec, preset, batch, length, args, device):
     nominal = bilm_flops(config, positions, positions)  # every position encoded, as AllenNLP does
     torch.manual_seed(0)
     fused_model = BiLM(config, backend="fused").to(device).eval()
-    impls = {"fused": (lambda: fused_model(ids), fused_model.token_encoder)}
+    # name -> (run the model, its token encoder)
+    impls: Dict[str, Tuple[Callable[[], object], torch.nn.Module]] = {
+        "fused": (lambda: fused_model(ids), fused_model.token_encoder)}
     if n_tok <= args.max_slow_tokens:
         ref_model = BiLM(config, backend="reference").to(device).eval()
         ref_model.load_state_dict(fused_model.state_dict())
@@ -391,7 +399,7 @@ def bench_whole(rec, preset, batch, length, args, device):
         try:
             from benchmarks.allennlp_timing import allennlp_tokens_per_second
 
-            details = {}
+            details: Dict[str, Any] = {}
             tps = allennlp_tokens_per_second(preset, batch, length, threads=torch.get_num_threads(),
                                              repeats=args.repeats, warmup=args.warmup, details=details)
             # _ElmoBiLm's character encoder runs on every position

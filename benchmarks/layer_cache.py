@@ -41,7 +41,7 @@ def main(argv=None) -> int:
         docs = [sentencizer(nlps[0].make_doc(t)) for t in make_texts(args.docs)]
         for nlp in nlps.values():
             nlp.get_pipe("elmo").predict(docs[:8])  # load the weights, warm up
-        times = {0: [], 1024: []}
+        times: dict[int, list[str]] = {0: [], 1024: []}
         for _ in range(args.rounds):
             for mb, nlp in nlps.items():
                 get_runner(nlp.get_pipe("elmo").model).clear_caches()

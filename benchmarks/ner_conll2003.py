@@ -146,8 +146,10 @@ def main(argv=None) -> int:
     gpu_id = tb.pick_gpu(args.gpu_id)
     base = tb.load_base_config(args.config)
     paths = prepare_data(args)
-    tuned = (tb.finetune_bilm(args, elmo, paths["train_text"], paths["dev_text"], gpu_id >= 0, "the CoNLL-2003 training text")
-             if "finetuned" in args.settings else None)
+    tuned = None
+    if "finetuned" in args.settings:
+        assert elmo is not None  # resolved above for every setting but baseline
+        tuned = tb.finetune_bilm(args, elmo, paths["train_text"], paths["dev_text"], gpu_id >= 0, "the CoNLL-2003 training text")
     runs = []
     start = time.perf_counter()
     for fraction in args.fractions:

@@ -68,12 +68,14 @@ def build_nlp(
     import torch
 
     from spacy_elmo import BiLM, BiLMConfig
+    from spacy_elmo.pipeline.component import ElmoComponent
 
     path = Path(tmp) / preset
     if not (path / "config.json").exists():
         torch.manual_seed(0)
         BiLM(BiLMConfig.preset(preset), backend="reference").save(path)
     elmo = nlp.add_pipe("elmo", config={"weights": str(path), "model": {"backend": backend, "cache_size": cache_size}})
+    assert isinstance(elmo, ElmoComponent)  # for the type checker: add_pipe's hint is a Doc -> Doc callable
     elmo.layer_cache_mb = layer_cache_mb  # what [initialize.components.elmo] sets in spacy train
     return nlp
 

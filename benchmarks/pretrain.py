@@ -25,6 +25,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Callable, Dict, List, Optional, Set, Tuple
 
 import numpy as np
 import torch
@@ -49,7 +50,8 @@ RESULTS = Path(__file__).resolve().parent / "results"
 def synthetic_vocab(n: int, seed: int = 0) -> Vocab:
     rng = np.random.default_rng(seed)
     letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
-    words, seen = [], set()
+    words: List[str] = []
+    seen: Set[str] = set()
     while len(words) < n:
         w = "".join(rng.choice(letters, size=int(rng.integers(1, 12))))
         if w not in seen:
@@ -77,13 +79,24 @@ def step_flops(config: BiLMConfig, n_unique: int, n_tokens: int, negatives: int)
     return 3.0 * (bilm_flops(config, n_unique, n_tokens) + softmax)
 
 
-def make_step(lm, optimizer, sampler, char_table, vocab, device, use_amp, gen, data, prefetch=False):
+class Stepper:
+    """What :func:`make_step` returns: ``stepper(i)`` runs step ``i`` (its loss), ``stepper.close()`` stops
+    its prefetch thread."""
+
+    def __init__(self, step: Callable[[int], float], close: Callable[[], None]) -> None:
+        self.step, self.close = step, close
+
+    def __call__(self, i: int) -> float:
+        return self.step(i)
+
+
+def make_step(lm, optimizer, sampler, char_table, vocab, device, use_amp, gen, data, prefetch=False) -> Stepper:
     """``step(i)``: one training step on window ``data[i]`` (asked in order), its inputs prepared as
     ``pretrain`` prepares them (:func:`~spacy_elmo.training.prefetch.prepare_step`), with ``prefetch`` one
     step ahead on a thread (:class:`~spacy_elmo.training.prefetch.StepPrefetcher`). A prefetching step ends
     once the next step's preparation, which overlaps it, is done too: its time is counted in this step's,
     not in the next one's nor in another stepper's interleaved between them. ``step.close()`` stops the thread."""
-    state = [None]
+    state: List[Optional[Tuple[torch.Tensor, torch.Tensor]]] = [None]  # the LSTM state step to step
     pin = device.type == "cuda"
     prefetcher = StepPrefetcher(lambda i: prepare_step(data[i], vocab, char_table, sampler, gen, pin), gen, len(data),
                                 prefetch, device)
@@ -104,8 +117,7 @@ def make_step(lm, optimizer, sampler, char_table, vocab, device, use_amp, gen, d
         prefetcher.wait()
         return float(loss.detach())
 
-    step.close = prefetcher.close
-    return step
+    return Stepper(step, prefetcher.close)
 
 
 def _rng_state(device):
@@ -144,7 +156,9 @@ def bench_preset(preset, backends, args, device):
     main_prefetch = prefetch_default(device) if args.prefetch in ("auto", "both") else args.prefetch == "on"
     settings = [main_prefetch] + ([not main_prefetch] if args.prefetch == "both" else [])
     keys = [(name, p) for name in backends for p in settings]
-    steppers, times, losses = {}, {key: [] for key in keys}, {key: [] for key in keys}
+    steppers: Dict[Tuple[str, bool], Stepper] = {}
+    times: Dict[Tuple[str, bool], List[float]] = {key: [] for key in keys}
+    losses: Dict[Tuple[str, bool], List[float]] = {key: [] for key in keys}
     for name, prefetch in keys:
         bilm = BiLM(config, backend=name)
         bilm.load_state_dict(base.state_dict())
@@ -223,7 +237,7 @@ def bench_logsumexp(args, device, repeats=10):
              "ConsumingLogSumExp": lambda: ConsumingLogSumExp.apply(torch.nn.functional.linear(h, w))[0]}
     if ops.fused_available():
         impls["fused"] = lambda: ops.sampled_logsumexp(h, w, off, hit, backend="fused")
-    times = {name: [] for name in impls}
+    times: Dict[str, List[float]] = {name: [] for name in impls}
     for i in range(repeats + 2):
         for name, lse in impls.items():
             start = time.perf_counter()

@@ -50,7 +50,7 @@ def sort_based_sample(sampler: LogUniformSampler, generator: torch.Generator) ->
 def bench(vocab_size: int, negatives: int, repeats: int) -> dict:
     sampler = LogUniformSampler(vocab_size, negatives)
     impls = {"numpy_scatter": lambda g: sampler.sample(g), "torch_sort": lambda g: sort_based_sample(sampler, g)}
-    times = {name: [] for name in impls}
+    times: dict[str, list[float]] = {name: [] for name in impls}
     tries = []
     for i in range(repeats + 3):
         results = {}

@@ -431,8 +431,8 @@ def evaluate_pipeline(model_dir: Path, test_path: Path, gpu_id: int = -1, exclus
     if exclusive_cats:
         hits = 0
         for eg in examples:
-            gold = max(eg.reference.cats, key=eg.reference.cats.get)
-            pred = max(eg.predicted.cats, key=eg.predicted.cats.get) if eg.predicted.cats else None
+            gold = max(eg.reference.cats, key=eg.reference.cats.__getitem__)
+            pred = max(eg.predicted.cats, key=eg.predicted.cats.__getitem__) if eg.predicted.cats else None
             hits += int(gold == pred)
         out["cats_accuracy"] = hits / max(1, len(examples))
     return out

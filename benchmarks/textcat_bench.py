@@ -34,6 +34,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 if __package__ in (None, ""):  # run as a script: make ``benchmarks`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -43,9 +44,9 @@ from benchmarks import taskbench as tb  # noqa: E402
 SETTINGS = ("baseline", "listener", "tok2vec", "finetuned")
 DATASETS = ("bbc", "tweets")
 METRICS = {"cats_macro_f": "macro-F1", "cats_accuracy": "accuracy"}
-#: --quick: examples per split (stratified sample) and training schedule.
-QUICK = {"bbc": {"train": 60, "dev": 20, "test": 20}, "tweets": {"train": 200, "dev": 60, "test": 60},
-         "max_chars": 1500, "max_steps": 40, "eval_frequency": 20, "patience": 100}
+#: --quick: examples per split (stratified sample; a dict per data set) and training schedule (ints).
+QUICK: dict[str, Any] = {"bbc": {"train": 60, "dev": 20, "test": 20}, "tweets": {"train": 200, "dev": 60, "test": 60},
+                         "max_chars": 1500, "max_steps": 40, "eval_frequency": 20, "patience": 100}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -149,8 +150,11 @@ def main(argv=None) -> int:
     tuned: dict = {}
     for dataset in args.datasets:
         paths = prepare_data(args, dataset)
-        tuned[dataset] = (tb.finetune_bilm(args, elmo, paths["train_text"], paths["dev_text"], gpu_id >= 0,
-                                           f"the {dataset} training text") if "finetuned" in args.settings else None)
+        tuned[dataset] = None
+        if "finetuned" in args.settings:
+            assert elmo is not None  # resolved above for every setting but baseline
+            tuned[dataset] = tb.finetune_bilm(args, elmo, paths["train_text"], paths["dev_text"], gpu_id >= 0,
+                                              f"the {dataset} training text")
         for fraction in args.fractions:
             for setting in args.settings:
                 weights = tb.bilm_for(setting, elmo, tuned[dataset])

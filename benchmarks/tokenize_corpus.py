@@ -39,7 +39,7 @@ def generate(path: Path, n_words: int, seed: int = 0) -> None:
     words = 0
     with open(path, "w", encoding="utf-8") as f:
         while words < n_words:
-            out = []
+            out: list[str] = []
             for _ in range(rng.randint(1, 6)):
                 ws = rng.choice(sents).split()
                 picks = rng.choices(vocab, cum_weights=cum, k=len(ws))
