@@ -783,6 +783,7 @@ class Errors:
         "spaCy could not load language {lang!r} ({error}): use a language code spaCy supports (en, de, ko, "
         "ja, xx for multi-language, ...: https://spacy.io/usage/models#languages)."
     )
+    E_OPTIONS_MISSING = "The model options file {path} does not exist: pass the path of an options.json."
     E_OPTIONS_FILE = (
         "Could not read the model options {path}: {error}. Pass an AllenNLP options.json or a "
         "JSON object of BiLMConfig fields (e.g. {{\"projection_dim\": 16, \"cell_dim\": 32}})."

@@ -15,6 +15,7 @@ from ..bilm import BiLMConfig
 from ..bilm.config import UnknownConfigFields
 from ..errors import Errors
 from ..ops import resolve_backend
+from ..paths import missing_path_error
 from ..ranks import Ranks, torchrun_ranks
 from ..training.data import AUTO_RULE
 from ..training.trainer import BOUNDS, OPTIMIZERS, leave_failed_run, said_by_this_rank
@@ -41,6 +42,8 @@ def model_config(preset: Optional[str], options: Optional[Path]) -> dict:
         raise typer.BadParameter(Errors.E_PRESET_AND_OPTIONS)
     if options is None:
         return BiLMConfig.preset(preset or "small").to_dict()  # --preset's callback checked the name
+    if not Path(options).exists():  # a quoted ~ is the likely cause, and the error says so
+        raise typer.BadParameter(str(missing_path_error(options, Errors.E_OPTIONS_MISSING)), param_hint="'--options'")
     try:
         data = json.loads(Path(options).read_text(encoding="utf-8"))
         config = BiLMConfig.from_allennlp_options(data) if "lstm" in data else BiLMConfig.from_dict(data)

@@ -637,8 +637,12 @@ def tokenize_file(
     words read (spaCy's tokenizing: minutes on a big file)."""
     stats = stats if stats is not None else ReadStats()
     sentences: List[List[str]] = []
+    nlp = make_nlp(lang)
+    texts = iter_text(path, stats)
+    # its first piece read before the bar is drawn: a missing or binary file is an error under no empty bar
+    texts = itertools.chain(list(itertools.islice(texts, 1)), texts)
     with _progress(progress, f"tokenizing {Path(path).name}") as bar:
-        for sentence in itertools.islice(iter_sentences(iter_text(path, stats), make_nlp(lang)), limit):
+        for sentence in itertools.islice(iter_sentences(texts, nlp), limit):
             sentences.append(sentence)
             bar.update(len(sentence))
     return sentences

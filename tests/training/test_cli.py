@@ -322,7 +322,7 @@ BAD_OPTIONS = [
     (["pretrain", "{tmp}/no-text", "{tmp}/out", "--preset", "huge"], "--preset",
      "Unknown preset 'huge'. Choose one of: small, medium, original."),
     (["pretrain", "{tmp}/no-text", "{tmp}/out", "--options", "{tmp}/no-options.json"], "--options",
-     "Could not read the model options"),
+     "The model options file"),
     (["export", "{tmp}/no-model", "{tmp}/out", "--format", "onnx"], "--format",
      "Unknown export format 'onnx': use 'allennlp' or 'native'."),
     (["config", "coref", "{tmp}/out"], "NAME", "No shipped training config named 'coref'; the configs are: ner, parser, textcat."),

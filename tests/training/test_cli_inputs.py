@@ -558,6 +558,17 @@ def test_a_text_path_with_a_tilde_no_shell_expanded_names_the_path_written_out(t
     assert str(trained["held"]) in output and "--option=~/x" in output
 
 
+def test_an_options_path_with_a_tilde_no_shell_expanded_names_the_path_written_out(trained, tmp_path, monkeypatch):
+    """``--options=~/tiny.json`` said "[Errno 2] No such file or directory: '~/tiny.json'", not what the ~ is."""
+    monkeypatch.setenv("HOME", str(trained["model"].parent))  # ~/tiny.json exists, written out
+    monkeypatch.chdir(tmp_path)
+    argv = ["pretrain", str(trained["train"]), str(tmp_path / "out"), "--options=~/tiny.json", "--no-progress"]
+    output = plain(clean_error(runner.invoke(app, argv), code=2))
+    assert "~/tiny.json does not exist: a leading ~ is expanded by a shell" in output, output
+    assert str(trained["model"].parent / "tiny.json") in output and "Errno" not in output
+    assert not (tmp_path / "out").exists()
+
+
 def test_embed_says_a_missing_input_does_not_exist_and_a_directory_is_no_file(model, tmp_path):
     """A missing input said "is not a file", where every other command says "does not exist"."""
     missing = tmp_path / "missing.txt"

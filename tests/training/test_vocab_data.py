@@ -386,3 +386,20 @@ def test_a_cache_with_whole_second_times_stays_current_while_the_files_do(tmp_pa
     assert build_corpus(path, "en", cache, progress=False) == meta  # reused, not rebuilt
     _set_mtime_ns(path, 1_700_000_002 * 10**9 + nsec)
     assert not data.cache_is_current(cache, data.fingerprint(path, "en"))
+
+
+@pytest.mark.parametrize("content", [None, b"\x00\x01\x02binary"], ids=["missing", "binary"])
+def test_tokenize_file_fails_before_drawing_its_bar(tmp_path, capsys, content):
+    """``pretrain --heldout missing.txt`` drew "tokenizing missing.txt: 0.00 tok" (twice: opened and closed)
+    above the error saying the file does not exist; the text's first piece is now read before the bar."""
+    from spacy_elmo.training import data
+
+    path = tmp_path / "held.txt"
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises((FileNotFoundError, ValueError), match="does not exist" if content is None else "binary"):
+        data.tokenize_file(path, "en", progress=True)
+    assert "tokenizing" not in capsys.readouterr().err
+    path.write_text("One sentence here. And another one.\n", encoding="utf-8")
+    assert data.tokenize_file(path, "en", progress=True) == [["One", "sentence", "here", "."], ["And", "another", "one", "."]]
+    assert "tokenizing held.txt" in capsys.readouterr().err
