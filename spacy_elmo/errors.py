@@ -1164,6 +1164,26 @@ class Errors:
         "{cls}.load_allennlp_state_dict takes the state_dict of AllenNLP's {cls} (a dict of tensors, e.g. "
         "torch.load('best.th', map_location='cpu')) or the path of a file holding one; found a {type_name}."
     )
+    E_COMPAT_STATE_FILE_MISSING = (
+        "The state_dict file {path} does not exist. Pass the file AllenNLP's trainer wrote (best.th, "
+        "model_state_epoch_N.th in the serialization directory) or the dict of tensors itself."
+    )
+    E_COMPAT_STATE_FILE_IS_DIR = (
+        "{path} is a directory; {cls}.load_allennlp_state_dict reads the state_dict file inside an AllenNLP "
+        "serialization directory (best.th): pass that file. A spacy-elmo model directory loads with "
+        "{cls}(directory, None, ...)."
+    )
+    E_COMPAT_STATE_NOT_TORCH = (
+        "{path} is not a torch state_dict file ({error}). {cls}.load_allennlp_state_dict reads the file of "
+        "AllenNLP's trainer (best.th, model_state_epoch_N.th: tensors only) or a dict of tensors. For the "
+        "released .hdf5 weights and their options.json use {cls}(options_file, weight_file, ...); a damaged "
+        "best.th must be copied again from its source."
+    )
+    E_COMPAT_STATE_DTYPE = (
+        "{path}: {name!r} holds {dtype} values, but weights are floating point (AllenNLP's are float32). The "
+        "state_dict is damaged or not an AllenNLP model's: load the state_dict the AllenNLP model saved, "
+        "unchanged (torch.load('best.th'))."
+    )
     E_COMPAT_STATE_PREFIX = (
         "No key of the state_dict starts with prefix={prefix!r}.{hint} Print the keys (list(state_dict)) and "
         "pass prefix= the part before 'scalar_mix_0.gamma', e.g. '_text_field_embedder.token_embedder_elmo._elmo.'."
