@@ -101,7 +101,10 @@ def read_datasets(config: BiLMConfig, weight_file: PathLike) -> Dict[str, np.nda
         raise ValueError(Errors.E_WEIGHT_FILE_IS_DIR.format(path=path))
     check_readable(path)
     try:
-        handle = h5py.File(path, "r")
+        # Read without HDF5's file lock: a file another process holds open for writing (h5py "r+", a
+        # notebook inspecting it) or a filesystem without locks (NFS, Lustre) refused the read as
+        # "damaged, or not hdf5". h5py >= 3.5 takes locking= (pyproject requires 3.8).
+        handle = h5py.File(path, "r", locking=False)
     except OSError as err:
         raise ValueError(Errors.E_WEIGHT_FILE_NOT_HDF5.format(path=path, error=err)) from err
     arrays, stored = {}, set()

@@ -726,3 +726,16 @@ def test_a_bilm_tf_checkpoint_dir_says_to_dump_its_weights(tmp_path, with_option
     with pytest.raises(Exception) as err:
         BiLM.load(tmp_path)
     assert "TensorFlow checkpoint" not in str(err.value)
+
+
+def test_a_weight_file_locked_by_another_writer_still_loads(files, monkeypatch):
+    """A weight file another process holds open for writing (h5py "r+" takes an exclusive lock) or a
+    filesystem without locks (NFS, Lustre) was refused as "damaged, or not hdf5": the reader takes no lock."""
+    fcntl = pytest.importorskip("fcntl")
+    monkeypatch.delenv("HDF5_USE_FILE_LOCKING", raising=False)
+    opt_path, weight_path = files
+    expected = BiLM.from_allennlp(opt_path, weight_path).state_dict()
+    with open(weight_path, "rb") as holder:
+        fcntl.flock(holder, fcntl.LOCK_EX)  # HDF5's own lock (flock) of a writer elsewhere
+        loaded = BiLM.from_allennlp(opt_path, weight_path).state_dict()
+    assert all(torch.equal(loaded[k], v) for k, v in expected.items())
