@@ -68,6 +68,15 @@ class Errors:
         "Could not read ELMo options from {path}: {error}. Pass the options.json that came "
         "with the weight file."
     )
+    E_OPTIONS_FILE_MISSING = (
+        "The ELMo options file {path} does not exist. Check the path: pass the options.json that came with the "
+        "weight file."
+    )
+    E_OPTIONS_IS_DIR = (
+        "{path} is a directory, but the ELMo options are the options.json file inside it: pass that file, or "
+        "load the whole directory with BiLM.load(directory) (one options.json + one .hdf5, or a directory "
+        "written by BiLM.save)."
+    )
     E_BAD_BOOL = "{name} must be true or false (a JSON boolean, not a string or number); found {value!r}."
     E_CONFIG_UNKNOWN_FIELD = (
         "Unknown BiLMConfig field(s) {names}; the fields are {choices}. Remove or rename them (AllenNLP "

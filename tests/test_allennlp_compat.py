@@ -294,7 +294,7 @@ def test_bad_files_and_inputs_say_what_is_wrong(files, tmp_path):
     options_file, weight_file = files
     with pytest.raises(ValueError, match="Could not read ELMo options"):
         Elmo(weight_file, options_file, 1)  # swapped
-    with pytest.raises(ValueError, match="Could not read ELMo options"):
+    with pytest.raises(FileNotFoundError, match="options file .*missing.json does not exist"):
         Elmo(tmp_path / "missing.json", weight_file, 1)
     (tmp_path / "other").mkdir()
     other_options, _ = write_model_files(tmp_path / "other", options(filters=((1, 4), (2, 6), (3, 8)), P=16))

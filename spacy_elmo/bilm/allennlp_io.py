@@ -36,6 +36,7 @@ from ..atomic import atomic_write
 from ..chars import DEFAULT_MAX_CHARS, N_CHAR_IDS
 from ..errors import Errors, Warnings
 from ..hdf5 import hdf5_for_writing
+from ..paths import missing_path_error
 from .config import BiLMConfig
 from .native_io import check_readable, require_finite
 
@@ -96,7 +97,7 @@ def read_datasets(config: BiLMConfig, weight_file: PathLike) -> Dict[str, np.nda
     a dataset that ``config`` does not describe is an error too."""
     path = Path(weight_file)
     if not path.exists():
-        raise FileNotFoundError(Errors.E_WEIGHT_FILE_MISSING.format(path=path))
+        raise missing_path_error(path, Errors.E_WEIGHT_FILE_MISSING)
     if path.is_dir():
         raise ValueError(Errors.E_WEIGHT_FILE_IS_DIR.format(path=path))
     check_readable(path)

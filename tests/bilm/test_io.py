@@ -668,7 +668,7 @@ def test_to_allennlp_over_a_pair_killed_between_its_two_writes_leaves_no_pair_th
         patch.setattr(allennlp_io, "atomic_write", killed_before_the_options)
         with pytest.raises(Killed):
             new.to_allennlp(opts, weights)
-    with pytest.raises(ValueError, match="Could not read ELMo options.*No such file"):
+    with pytest.raises(FileNotFoundError, match="options file .* does not exist"):
         BiLM.from_allennlp(opts, weights, backend="reference")
 
     old.to_allennlp(opts, weights)
@@ -739,3 +739,19 @@ def test_a_weight_file_locked_by_another_writer_still_loads(files, monkeypatch):
         fcntl.flock(holder, fcntl.LOCK_EX)  # HDF5's own lock (flock) of a writer elsewhere
         loaded = BiLM.from_allennlp(opt_path, weight_path).state_dict()
     assert all(torch.equal(loaded[k], v) for k, v in expected.items())
+
+
+def test_missing_options_and_weights_with_a_leading_tilde_name_the_path_written_out(files, tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    opt_path, weight_path = files
+    for options_file, weight_file, missing in [("~/options.json", weight_path, "~/options.json"),
+                                               (opt_path, "~/weights.hdf5", "~/weights.hdf5")]:
+        with pytest.raises(FileNotFoundError, match="a leading ~ is expanded by a shell") as err:
+            BiLM.from_allennlp(options_file, weight_file)
+        assert f"{missing} does not exist: " in str(err.value) and str(tmp_path / missing[2:]) in str(err.value)
+
+
+def test_a_directory_given_as_the_options_file_says_to_load_the_directory(files, tmp_path):
+    with pytest.raises(ValueError, match=r"is a directory, but the ELMo options are the options\.json file inside "
+                                         r"it: .* BiLM\.load\(directory\)"):
+        BiLM.from_allennlp(tmp_path, files[1])
