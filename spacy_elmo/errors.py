@@ -227,7 +227,18 @@ class Errors:
     E_SAVE_EXTRA_TYPE = "BiLM.save(extra_tensors=...) stores tensors; {name!r} is a {type_name}. Pass torch tensors."
     E_SAVE_DTYPE_OVERFLOW = (
         "Cannot save {name!r} as {dtype}: its values reach {max_abs:.4g}, beyond {dtype}'s range, so the file "
-        "would hold infinities. Save in torch.float32 or torch.bfloat16 (dtype=None keeps the model's dtype)."
+        "would hold infinities. {fix}"
+    )
+    # {fix} of E_SAVE_DTYPE_OVERFLOW: a narrower dtype than the values need; none but the model's own holds them
+    E_SAVE_DTYPE_OVERFLOW_WIDER = "Save in {dtypes} (dtype=None keeps the model's {model_dtype})."
+    E_SAVE_DTYPE_OVERFLOW_KEEP = (
+        "Only the model's own {model_dtype} holds them: save with dtype=None to keep it (BiLM.load reads weights "
+        "as float32 and refuses such a file, though). Weights this large mean the training diverged: save an "
+        "earlier checkpoint."
+    )
+    E_SAVE_DTYPE_OVERFLOW_ALLENNLP = (
+        "AllenNLP/bilm-tf weights are float32 and cannot hold them. Weights this large mean the training "
+        "diverged: export an earlier checkpoint."
     )
     E_NATIVE_CONFIG_FIELDS_MISSING = (
         "The \"config\" of {path} lacks the field(s) {names}; BiLM.save() writes every BiLMConfig field, so "

@@ -38,7 +38,7 @@ from ..errors import Errors, Warnings
 from ..hdf5 import hdf5_for_writing
 from ..paths import missing_path_error
 from .config import BiLMConfig
-from .native_io import check_readable, require_finite
+from .native_io import cast_for_save, check_readable, require_finite
 
 if TYPE_CHECKING:  # model.py imports this module when it reads or writes
     from .model import BiLM
@@ -179,9 +179,11 @@ def tensors_from_datasets(config: BiLMConfig, arrays: Dict[str, np.ndarray]) -> 
 
 
 def datasets_from_state(config: BiLMConfig, state: Dict[str, torch.Tensor]) -> Dict[str, np.ndarray]:
-    """Inverse of :func:`tensors_from_datasets`: TF-layout float32 arrays."""
+    """Inverse of :func:`tensors_from_datasets`: TF-layout float32 arrays (an error for a value beyond
+    float32's range: as inf, the written file read back as damaged)."""
     P = config.projection_dim
-    a = lambda name: state[name].detach().cpu().float().numpy()  # noqa: E731
+    fix = Errors.E_SAVE_DTYPE_OVERFLOW_ALLENNLP
+    a = lambda name: cast_for_save(name, state[name].detach().cpu(), torch.float32, fix).numpy()  # noqa: E731
     out = {"char_embed": a("token_encoder.char_embedding")}
     for i in range(len(config.filters)):
         out[f"CNN/W_cnn_{i}"] = a(f"token_encoder.conv_weights.{i}").transpose(2, 1, 0)[None]

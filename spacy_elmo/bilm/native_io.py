@@ -140,14 +140,23 @@ def _remove_tree(path: Path) -> None:
         raise pending
 
 
-def cast_for_save(name: str, value: torch.Tensor, dtype: Optional[torch.dtype]) -> torch.Tensor:
-    """``value`` in ``dtype`` (floating tensors only); an error where the cast overflows to infinity."""
+#: The dtypes E_SAVE_DTYPE_OVERFLOW suggests saving in instead of a narrower one, widest range first.
+WIDE_SAVE_DTYPES = (torch.float32, torch.bfloat16)
+
+
+def cast_for_save(name: str, value: torch.Tensor, dtype: Optional[torch.dtype], fix: Optional[str] = None) -> torch.Tensor:
+    """``value`` in ``dtype`` (floating tensors only); an error where the cast overflows to infinity, ending
+    with ``fix`` (default: the dtypes that hold the values, or dtype=None where only the model's own does)."""
     if dtype is None or not value.is_floating_point():
         return value
     cast = value.to(dtype)
     if not torch.isfinite(cast).all() and (torch.isfinite(value) & ~torch.isfinite(cast)).any():
         max_abs = float(value[torch.isfinite(value)].abs().max())
-        raise ValueError(Errors.E_SAVE_DTYPE_OVERFLOW.format(name=name, dtype=dtype, max_abs=max_abs))
+        if fix is None:
+            wider = [str(d) for d in WIDE_SAVE_DTYPES if d != dtype and torch.finfo(d).max >= max_abs]
+            fix = (Errors.E_SAVE_DTYPE_OVERFLOW_WIDER.format(dtypes=" or ".join(wider), model_dtype=value.dtype)
+                   if wider else Errors.E_SAVE_DTYPE_OVERFLOW_KEEP.format(model_dtype=value.dtype))
+        raise ValueError(Errors.E_SAVE_DTYPE_OVERFLOW.format(name=name, dtype=dtype, max_abs=max_abs, fix=fix))
     return cast
 
 

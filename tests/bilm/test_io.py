@@ -755,3 +755,40 @@ def test_a_directory_given_as_the_options_file_says_to_load_the_directory(files,
     with pytest.raises(ValueError, match=r"is a directory, but the ELMo options are the options\.json file inside "
                                          r"it: .* BiLM\.load\(directory\)"):
         BiLM.from_allennlp(tmp_path, files[1])
+
+
+def test_to_allennlp_of_weights_beyond_float32_is_refused_and_writes_nothing(files, tmp_path):
+    """A float64 weight beyond float32's range became inf in the hdf5 (read back as damaged) and in
+    Elmo.allennlp_state_dict."""
+    from spacy_elmo.allennlp_compat import Elmo
+
+    model = BiLM.from_allennlp(*files).double()
+    with torch.no_grad():
+        model.token_encoder.conv_biases[1][0] = -1e39
+    match = (r"Cannot save 'token_encoder\.conv_biases\.1' as torch\.float32: its values reach 1e\+39.* "
+             r"AllenNLP/bilm-tf weights are float32")
+    with pytest.raises(ValueError, match=match):
+        model.to_allennlp(tmp_path / "o.json", tmp_path / "w.hdf5")
+    assert not (tmp_path / "o.json").exists() and not (tmp_path / "w.hdf5").exists()
+    with pytest.raises(ValueError, match=match):
+        Elmo(None, None, 1, module=model).allennlp_state_dict()
+    with torch.no_grad():
+        model.token_encoder.conv_biases[1][0] = -3e38  # within float32's range: written
+    model.to_allennlp(tmp_path / "o.json", tmp_path / "w.hdf5")
+    assert BiLM.from_allennlp(tmp_path / "o.json", tmp_path / "w.hdf5").token_encoder.conv_biases[1][0] == np.float32(-3e38)
+
+
+def test_save_overflow_suggests_a_dtype_that_holds_the_values(files, tmp_path):
+    """With dtype=torch.float32 the error suggested float32 or bfloat16: only dtype=None holds a float64 1e39."""
+    model = BiLM.from_allennlp(*files).double()
+    with torch.no_grad():
+        model.lstm.forward_layers[0].bias[2] = 1e39
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        with pytest.raises(ValueError, match=r"Only the model's own torch\.float64 holds them: save with dtype=None") as err:
+            model.save(tmp_path / "m", dtype=dtype)
+        assert "Save in" not in str(err.value)
+    with torch.no_grad():
+        model.lstm.forward_layers[0].bias[2] = 1e5
+    with pytest.raises(ValueError, match=r"Save in torch\.float32 or torch\.bfloat16 \(dtype=None keeps the model's "
+                                         r"torch\.float64\)"):
+        model.save(tmp_path / "m", dtype=torch.float16)
