@@ -127,6 +127,16 @@ class Errors:
         "The initial state must be h {expected_h} and c {expected_c} (direction, layer, width) for this "
         "biLM; found h {found_h} and c {found_c}. Fit it on this model with BiLM.fit_initial_state."
     )
+    E_INITIAL_STATE_FILE_SHAPE = (
+        "{path} holds an initial state h {found_h} and c {found_c}, but the model's config.json implies h "
+        "{expected_h} and c {expected_c} (direction, layer, width): the file belongs to another model. Delete it "
+        "(sentences then start from zeros) or fit it again on this model: spacy-elmo fit-state {directory} TEXT_PATH."
+    )
+    E_INITIAL_STATE_FILE_DTYPE = (
+        "{path}: {name!r} holds {dtype} values, but an initial state is floating point (BiLM.save writes "
+        "float32): the file is damaged or was not written by spacy-elmo. Delete it (sentences then start from "
+        "zeros) or fit it again on this model: spacy-elmo fit-state {directory} TEXT_PATH."
+    )
     E_CARRIED_STATE_SHAPE = (
         "Carried states must be h (2, {layers}, B, {proj}) and c (2, {layers}, B, {cell}) (direction, layer, "
         "row, width) with the same B; found h {found_h} and c {found_c}. Restore a value read from "

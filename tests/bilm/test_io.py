@@ -792,3 +792,32 @@ def test_save_overflow_suggests_a_dtype_that_holds_the_values(files, tmp_path):
     with pytest.raises(ValueError, match=r"Save in torch\.float32 or torch\.bfloat16 \(dtype=None keeps the model's "
                                          r"torch\.float64\)"):
         model.save(tmp_path / "m", dtype=torch.float16)
+
+
+def test_a_float64_file_beyond_float32_is_refused_not_loaded_as_inf(files, tmp_path):
+    """A float64 model saved with dtype=None holding 1e39 loaded as inf weights into the float32 model."""
+    model = BiLM.from_allennlp(*files).double()
+    with torch.no_grad():
+        model.token_encoder.conv_biases[0][1] = 1e39
+    model.save(tmp_path / "m")
+    with pytest.raises(ValueError, match=r"'token_encoder\.conv_biases\.0' holds 1 NaN or infinite value"):
+        BiLM.load(tmp_path / "m")
+
+
+@pytest.mark.parametrize("state, match", [
+    ((torch.zeros(2, 2, 6), torch.zeros(2, 2, 12)), r"holds an initial state h \(2, 2, 6\) and c \(2, 2, 12\), but "
+                                                     r"the model's config\.json implies h \(2, 2, 8\) and c \(2, 2, 12\)"),
+    ((torch.zeros(2, 1, 8), torch.zeros(2, 1, 12)), r"h \(2, 1, 8\) and c \(2, 1, 12\), but .* h \(2, 2, 8\)"),
+    ((torch.zeros(2, 2, 8, dtype=torch.int32), torch.zeros(2, 2, 12)), r"'initial_h' holds torch\.int32 values"),
+    ((torch.zeros(2, 2, 8), torch.zeros(2, 2, 12, dtype=torch.bool)), r"'initial_c' holds torch\.bool values"),
+])
+def test_an_initial_state_file_that_does_not_fit_the_model_names_the_file(files, tmp_path, state, match):
+    """One copied from another model was refused without the file's name (nor how to fix it); an integer one
+    loaded silently."""
+    BiLM.from_allennlp(*files).save(tmp_path / "m")
+    path = tmp_path / "m" / "initial_state.safetensors"
+    save_file(dict(zip(("initial_h", "initial_c"), state)), str(path))
+    with pytest.raises(ValueError, match=match) as err:
+        BiLM.load(tmp_path / "m")
+    assert str(path) in str(err.value) and f"Delete it (sentences then start from zeros) or fit it again on this " \
+        f"model: spacy-elmo fit-state {tmp_path / 'm'} TEXT_PATH." in str(err.value)
