@@ -95,6 +95,23 @@ class Errors:
         "The file does not match the options: check that options and weights come from "
         "the same model (e.g. n_highway, n_layers, filters)."
     )
+    E_NOT_ELMO_WEIGHTS = (
+        "{path} is not an ELMo weight file: it has none of the datasets of one (char_embed, CNN/..., RNN_0/...), "
+        "but {datasets}. Pass the .hdf5 weights that came with the options.json (an embeddings file written by "
+        "`spacy-elmo embed` or `allennlp elmo` holds vectors, not weights)."
+    )
+    E_CHAR_EMBED_PADDING_ROW = (
+        "Dataset 'char_embed' in {path} has {rows} rows, the first all zeros: it is AllenNLP's in-memory table, "
+        "with the padding row 0 it adds kept. The weight file stores the {expected} rows without it (AllenNLP and "
+        "bilm-tf would read this one shifted by a row: other vectors). Drop row 0, e.g. with h5py: "
+        "t = f['char_embed'][1:]; del f['char_embed']; f['char_embed'] = t."
+    )
+    E_CHAR_EMBED_ROWS = (
+        "Dataset 'char_embed' in {path} has {rows} rows where a weight file has {expected}: AllenNLP's in-memory "
+        "table has {rows} (a padding row 0 of zeros added), but this row 0 is not zeros, so which rows are the "
+        "weights is unknown. Use the .hdf5 that came with the options.json, or write the file again from the "
+        "model (BiLM.to_allennlp)."
+    )
     E_DATASET_SHAPE = (
         "Dataset {dataset!r} in {path} has shape {found}, but the options imply {expected}. "
         "The options file does not belong to this weight file (compare lstm.dim, "

@@ -92,6 +92,21 @@ def dataset_names(handle: h5py.File) -> List[str]:
     return names
 
 
+#: Names of a hdf5 file's datasets shown in an error; the rest counted.
+LISTED_DATASETS = 5
+
+
+def refuse_foreign(handle: h5py.File, path: Path) -> None:
+    """An error naming what the open hdf5 file holds when it has no dataset of an ELMo weight file at all (an
+    embeddings file of ``spacy-elmo embed`` or ``allennlp elmo``, say): not options that do not fit it."""
+    names = dataset_names(handle)
+    if "char_embed" in names or any(n.startswith(("CNN", "RNN_")) for n in names):
+        return
+    more = len(names) - LISTED_DATASETS
+    shown = ", ".join(repr(n) for n in names[:LISTED_DATASETS]) + (f" and {more} more" if more > 0 else "")
+    raise ValueError(Errors.E_NOT_ELMO_WEIGHTS.format(path=path, datasets=shown or "no dataset"))
+
+
 def read_datasets(config: BiLMConfig, weight_file: PathLike) -> Dict[str, np.ndarray]:
     """All datasets for ``config`` as float32 arrays, shape-checked with clear errors;
     a dataset that ``config`` does not describe is an error too."""
@@ -113,6 +128,7 @@ def read_datasets(config: BiLMConfig, weight_file: PathLike) -> Dict[str, np.nda
     # h5py reports damaged metadata as OSError, KeyError or RuntimeError from whichever access meets it.
     try:
         with handle:
+            refuse_foreign(handle, path)
             for name, shape in expected_datasets(config):
                 found = [n for n in file_names(config, name) if n in handle and isinstance(handle[n], h5py.Dataset)]
                 if not found:
@@ -121,6 +137,11 @@ def read_datasets(config: BiLMConfig, weight_file: PathLike) -> Dict[str, np.nda
                     raise ValueError(Errors.E_DATASET_MISSING.format(path=path, dataset=name, expected=shape))
                 data = handle[found[0]]
                 if tuple(data.shape) != shape:
+                    if name == "char_embed" and tuple(data.shape) == (N_CHAR_IDS + 1, shape[1]):
+                        # AllenNLP's table in memory (its padding row 0 added): AllenNLP and bilm-tf read such a
+                        # file shifted by a row, so it is refused as the other files two tools read apart are
+                        message = Errors.E_CHAR_EMBED_PADDING_ROW if not data[0].any() else Errors.E_CHAR_EMBED_ROWS
+                        raise ValueError(message.format(path=path, rows=N_CHAR_IDS + 1, expected=N_CHAR_IDS))
                     raise ValueError(
                         Errors.E_DATASET_SHAPE.format(dataset=found[0], path=path, found=tuple(data.shape), expected=shape)
                     )

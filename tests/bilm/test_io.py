@@ -757,6 +757,39 @@ def test_a_directory_given_as_the_options_file_says_to_load_the_directory(files,
         BiLM.from_allennlp(tmp_path, files[1])
 
 
+def test_an_hdf5_file_without_elmo_weights_says_what_it_holds(files, tmp_path):
+    """An embeddings file passed as the weights said "no dataset 'char_embed' ... check n_highway, n_layers"."""
+    embeddings = tmp_path / "embeddings.hdf5"
+    with h5py.File(embeddings, "w") as f:
+        for i in range(7):
+            f.create_dataset(str(i), data=np.zeros((3, 2, 16), np.float32))
+        f.create_dataset("sentence_to_index", data=np.array(['{"a b": "0"}'], dtype=h5py.string_dtype()))
+    with pytest.raises(ValueError, match=r"embeddings\.hdf5 is not an ELMo weight file: .* but '0', '1', '2', '3', "
+                                         r"'4' and 3 more\. .*`spacy-elmo embed`"):
+        BiLM.from_allennlp(files[0], embeddings)
+    with h5py.File(tmp_path / "empty.hdf5", "w"):
+        pass
+    with pytest.raises(ValueError, match="is not an ELMo weight file: .* but no dataset"):
+        BiLM.from_allennlp(files[0], tmp_path / "empty.hdf5")
+
+
+def test_a_char_embed_with_allennlps_padding_row_says_to_drop_it(files):
+    """AllenNLP's in-memory table (262 rows, row 0 zeros) written as char_embed: "the options imply (261, D)"
+    sent the user to the options. AllenNLP and bilm-tf read such a file shifted by a row: refused, naming it."""
+    opt_path, weight_path = files
+    with h5py.File(weight_path, "a") as f:
+        table = f["char_embed"][...]
+        del f["char_embed"]
+        f["char_embed"] = np.concatenate([np.zeros((1, table.shape[1]), np.float32), table])
+    with pytest.raises(ValueError, match=r"'char_embed' in .* has 262 rows, the first all zeros: it is AllenNLP's "
+                                         r"in-memory table.* Drop row 0"):
+        BiLM.from_allennlp(opt_path, weight_path)
+    with h5py.File(weight_path, "a") as f:
+        f["char_embed"][0] = 1.0  # not a padding row: which row is which is unknown
+    with pytest.raises(ValueError, match=r"has 262 rows where a weight file has 261: .* this row 0 is not zeros"):
+        BiLM.from_allennlp(opt_path, weight_path)
+
+
 def test_to_allennlp_of_weights_beyond_float32_is_refused_and_writes_nothing(files, tmp_path):
     """A float64 weight beyond float32's range became inf in the hdf5 (read back as damaged) and in
     Elmo.allennlp_state_dict."""
