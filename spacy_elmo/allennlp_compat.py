@@ -36,6 +36,9 @@ place of local files, and ``ElmoEmbedder.embed_file`` (use :func:`spacy_elmo.emb
 """
 
 import math
+import os
+import pickle
+import re
 import warnings
 from itertools import islice
 from pathlib import Path
@@ -55,11 +58,13 @@ from .bilm.allennlp_io import (
     datasets_from_state,
     projection_is_identity,
 )
+from .bilm.native_io import check_readable, require_finite
 from .bilm.config import check_bool, is_int
 from .bilm.model import remove_boundaries
 from .chars import batch_to_ids
 from .embedding import embed_lines
 from .errors import Errors, Warnings
+from .paths import missing_path_error
 
 __all__ = ["AllenNLPKeys", "Elmo", "ElmoEmbedder", "ElmoTokenEmbedder", "batch_to_ids"]
 
@@ -111,13 +116,57 @@ def _prefix_hint(state_dict: Mapping, prefix: str, mark: str = ALLENNLP_MARK, cl
     return Errors.E_COMPAT_STATE_PREFIX_HINT.format(cls=cls, found=", ".join(repr(f) for f in found))
 
 
-def _read_state(state_dict: Union[Mapping[str, Tensor], PathLike], cls: str) -> Mapping[str, Tensor]:
-    """A state_dict as given, or read from its file (``torch.load(weights_only=True)``)."""
+class _GivenState(NamedTuple):
+    """A state_dict to load and what errors call it: its file's path, or "the state_dict"."""
+
+    tensors: Mapping[str, Tensor]
+    source: str
+
+
+def _read_state(state_dict: Union[Mapping[str, Tensor], PathLike], cls: str) -> _GivenState:
+    """A state_dict as given, or read from its file (``torch.load(weights_only=True)``; a file that is none,
+    an hdf5 weight file say, is a clear error naming it, not torch's, which advises ``weights_only=False``)."""
+    source = "the state_dict"
     if isinstance(state_dict, (str, Path)):
-        state_dict = torch.load(state_dict, map_location="cpu", weights_only=True)
+        path = Path(state_dict)
+        if not path.exists():
+            raise missing_path_error(path, Errors.E_COMPAT_STATE_FILE_MISSING)
+        if path.is_dir():
+            raise ValueError(Errors.E_COMPAT_STATE_FILE_IS_DIR.format(path=path, cls=cls))
+        check_readable(path)
+        try:
+            state_dict = torch.load(path, map_location="cpu", weights_only=True)
+        except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError) as err:
+            raise ValueError(Errors.E_COMPAT_STATE_NOT_TORCH.format(path=path, cls=cls, error=_load_error(err))) from err
+        source = str(path)
     if not isinstance(state_dict, Mapping):
         raise TypeError(Errors.E_COMPAT_STATE_TYPE.format(cls=cls, type_name=type(state_dict).__name__))
-    return state_dict
+    return _GivenState(state_dict, source)
+
+
+def _load_error(err: Exception) -> str:
+    """What ``torch.load(weights_only=True)`` said of a file it could not read, for an error: its own
+    sentence, but not the advice to retry with ``weights_only=False`` (arbitrary code run from the file)
+    that its UnpicklingError leads with."""
+    text = str(err)
+    if isinstance(err, pickle.UnpicklingError):
+        found = re.search(r"WeightsUnpickler error:\s*(.*?)\s*(?:\n\n|$)", text, re.S)
+        text = found.group(1) if found else ""
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    return f"{type(err).__name__}: {first}" if first else type(err).__name__
+
+
+def _check_values(given: Mapping[str, object], names: Iterable[str], prefix: str, source: str) -> None:
+    """A clear error, naming the state_dict's key, for a tensor of ``given`` (by the keys ``names``) that is
+    not floating point or holds NaN or infinite values: copied into a float parameter it would load silently
+    (an integer table truncated, a NaN giving NaN vectors), where the hdf5 and native readers refuse both."""
+    for name in names:
+        value = given[name]
+        if not isinstance(value, Tensor):  # the shape check refused it already
+            continue
+        if not value.is_floating_point():
+            raise ValueError(Errors.E_COMPAT_STATE_DTYPE.format(name=prefix + name, path=source, dtype=value.dtype))
+        require_finite(value, prefix + name, source)
 
 
 def _under(state_dict: Mapping[str, Tensor], prefix: str) -> Dict[str, Tensor]:
@@ -132,6 +181,11 @@ def _shape_problem(name: str, value: object, expected: Tuple[int, ...]) -> Optio
     return f"{name} {tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__} (expected {expected})"
 
 
+def _expand_home(path: PathLike) -> PathLike:
+    """``path`` with a leading ``~`` expanded, as AllenNLP's cached_path does (``"default"`` unchanged)."""
+    return Path(path).expanduser() if isinstance(path, Path) else os.path.expanduser(path)
+
+
 def load_bilm(
     cls_name: str, options_file: Optional[PathLike], weight_file: Optional[PathLike], stateful: bool, backend: str
 ) -> BiLM:
@@ -142,6 +196,10 @@ def load_bilm(
     for path in (options_file, weight_file):
         if isinstance(path, str) and "://" in path:
             raise ValueError(Errors.E_COMPAT_URL.format(path=path))
+    # AllenNLP reads both through cached_path, which expands a leading ~: code written for it passes
+    # "~/elmo/options.json". Only here: spacy-elmo's own loaders take paths as given (paths.py).
+    options_file = _expand_home(options_file)
+    weight_file = None if weight_file is None else _expand_home(weight_file)
     if weight_file is None:
         return BiLM.load(options_file, stateful=stateful, backend=backend)
     return BiLM.from_allennlp(options_file, weight_file, stateful=stateful, backend=backend)
@@ -151,7 +209,8 @@ class Elmo(nn.Module):
     """``num_output_representations`` ELMo mixes of one biLM run (allennlp 2.10.1's ``Elmo``).
 
     options_file, weight_file: the released ``options.json`` and ``.hdf5`` (or a spacy-elmo model
-    directory or ``"default"`` and ``None``); requires_grad: fine-tune the biLM (otherwise only the
+    directory or ``"default"`` and ``None``; a leading ``~`` is expanded, as AllenNLP's ``cached_path``
+    expands it); requires_grad: fine-tune the biLM (otherwise only the
     mixes learn); do_layer_norm: normalise each layer before mixing; dropout: applied to each
     representation; keep_sentence_boundaries: keep the ``<S>`` / ``</S>`` positions (``T + 2``);
     scalar_mix_parameters: fixed pre-softmax layer weights (not trained, gamma fixed at 1);
@@ -258,13 +317,16 @@ class Elmo(nn.Module):
         Returns the skipped keys.
         """
         check_bool("strict", strict)
-        state = self._check_allennlp_state(_read_state(state_dict, "Elmo"), strict, prefix)
+        given = _read_state(state_dict, "Elmo")
+        state = self._check_allennlp_state(given.tensors, strict, prefix, given.source)
         self._apply_allennlp_state(state)
         return state.keys
 
-    def _check_allennlp_state(self, state_dict: Mapping[str, Tensor], strict: bool, prefix: str) -> "_ElmoState":
+    def _check_allennlp_state(
+        self, state_dict: Mapping[str, Tensor], strict: bool, prefix: str, source: str = "the state_dict"
+    ) -> "_ElmoState":
         """What :meth:`load_allennlp_state_dict` loads, every check done (the errors raised here) and
-        nothing changed yet."""
+        nothing changed yet; ``source`` names the state_dict (its file) in the errors."""
         given = _under(state_dict, prefix)
         if not given:
             raise ValueError(Errors.E_COMPAT_STATE_PREFIX.format(prefix=prefix, hint=_prefix_hint(state_dict, prefix)))
@@ -287,6 +349,7 @@ class Elmo(nn.Module):
             if found is not None and not torch.equal(torch.as_tensor(found).cpu().long(), expected.long()):
                 raise ValueError(Errors.E_COMPAT_STATE_MARKERS.format(
                     name=name, found=torch.as_tensor(found).tolist(), expected=expected.tolist()))
+        _check_values(given, [k for k in given if k in shapes], prefix, source)
         config, arrays = self.bilm.config, {}
         if bilm_given:
             arrays = datasets_from_allennlp_state(config, {k[len(ALLENNLP_BILM):]: v for k, v in given.items()
@@ -423,12 +486,12 @@ class ElmoTokenEmbedder(nn.Module):
         then. Returns the skipped keys (names after ``prefix``).
         """
         check_bool("strict", strict)
-        state_dict = _read_state(state_dict, "ElmoTokenEmbedder")
+        state_dict, source = _read_state(state_dict, "ElmoTokenEmbedder")
         given = _under(state_dict, prefix)
         if not any(k.startswith(ELMO_KEY) for k in given):
             raise ValueError(Errors.E_COMPAT_TOKEN_STATE_PREFIX.format(prefix=prefix, hint=_prefix_hint(
                 state_dict, prefix, mark=ELMO_KEY + ALLENNLP_MARK, cls="ElmoTokenEmbedder")))
-        elmo = self._elmo._check_allennlp_state(state_dict, strict, prefix + ELMO_KEY)
+        elmo = self._elmo._check_allennlp_state(state_dict, strict, prefix + ELMO_KEY, source)
         projection = {} if self._projection is None else dict(self._projection.named_parameters())
         shapes = {PROJECTION_KEY + k: tuple(v.shape) for k, v in projection.items()}
         found = {k: v for k, v in given.items() if k in (PROJECTION_WEIGHT, PROJECTION_BIAS)}
@@ -443,6 +506,7 @@ class ElmoTokenEmbedder(nn.Module):
         if problems:
             raise ValueError(Errors.E_COMPAT_TOKEN_STATE_KEYS.format(
                 prefix=prefix, problems="; ".join(problems), fix=self._projection_fix(found)))
+        _check_values(found, list(found) if projection else [], prefix, source)
         self._elmo._apply_allennlp_state(elmo)
         if projection and found:
             with torch.no_grad():

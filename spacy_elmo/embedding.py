@@ -507,7 +507,7 @@ def _merge(part_files: Sequence[Path], lines: Iterable[str], n_lines: int, outpu
     def write(tmp: Path) -> None:
         with hdf5_for_writing(tmp) as out, progress_bar(total=n_lines, desc="merging", unit="line", disable=not progress) as bar:
             for part in part_files:
-                with h5py.File(part, "r") as f:
+                with h5py.File(part, "r", locking=False) as f:  # as allennlp_io reads: no lock (NFS, Lustre)
                     for name in sorted(f, key=int):
                         f.copy(f[name], out, name=name)
                     bar.update(len(f))

@@ -68,6 +68,15 @@ class Errors:
         "Could not read ELMo options from {path}: {error}. Pass the options.json that came "
         "with the weight file."
     )
+    E_OPTIONS_FILE_MISSING = (
+        "The ELMo options file {path} does not exist. Check the path: pass the options.json that came with the "
+        "weight file."
+    )
+    E_OPTIONS_IS_DIR = (
+        "{path} is a directory, but the ELMo options are the options.json file inside it: pass that file, or "
+        "load the whole directory with BiLM.load(directory) (one options.json + one .hdf5, or a directory "
+        "written by BiLM.save)."
+    )
     E_BAD_BOOL = "{name} must be true or false (a JSON boolean, not a string or number); found {value!r}."
     E_CONFIG_UNKNOWN_FIELD = (
         "Unknown BiLMConfig field(s) {names}; the fields are {choices}. Remove or rename them (AllenNLP "
@@ -85,6 +94,23 @@ class Errors:
         "The weight file {path} has no dataset {dataset!r} (expected shape {expected}). "
         "The file does not match the options: check that options and weights come from "
         "the same model (e.g. n_highway, n_layers, filters)."
+    )
+    E_NOT_ELMO_WEIGHTS = (
+        "{path} is not an ELMo weight file: it has none of the datasets of one (char_embed, CNN/..., RNN_0/...), "
+        "but {datasets}. Pass the .hdf5 weights that came with the options.json (an embeddings file written by "
+        "`spacy-elmo embed` or `allennlp elmo` holds vectors, not weights)."
+    )
+    E_CHAR_EMBED_PADDING_ROW = (
+        "Dataset 'char_embed' in {path} has {rows} rows, the first all zeros: it is AllenNLP's in-memory table, "
+        "with the padding row 0 it adds kept. The weight file stores the {expected} rows without it (AllenNLP and "
+        "bilm-tf would read this one shifted by a row: other vectors). Drop row 0, e.g. with h5py: "
+        "t = f['char_embed'][1:]; del f['char_embed']; f['char_embed'] = t."
+    )
+    E_CHAR_EMBED_ROWS = (
+        "Dataset 'char_embed' in {path} has {rows} rows where a weight file has {expected}: AllenNLP's in-memory "
+        "table has {rows} (a padding row 0 of zeros added), but this row 0 is not zeros, so which rows are the "
+        "weights is unknown. Use the .hdf5 that came with the options.json, or write the file again from the "
+        "model (BiLM.to_allennlp)."
     )
     E_DATASET_SHAPE = (
         "Dataset {dataset!r} in {path} has shape {found}, but the options imply {expected}. "
@@ -117,6 +143,16 @@ class Errors:
     E_INITIAL_STATE_SHAPE = (
         "The initial state must be h {expected_h} and c {expected_c} (direction, layer, width) for this "
         "biLM; found h {found_h} and c {found_c}. Fit it on this model with BiLM.fit_initial_state."
+    )
+    E_INITIAL_STATE_FILE_SHAPE = (
+        "{path} holds an initial state h {found_h} and c {found_c}, but the model's config.json implies h "
+        "{expected_h} and c {expected_c} (direction, layer, width): the file belongs to another model. Delete it "
+        "(sentences then start from zeros) or fit it again on this model: spacy-elmo fit-state {directory} TEXT_PATH."
+    )
+    E_INITIAL_STATE_FILE_DTYPE = (
+        "{path}: {name!r} holds {dtype} values, but an initial state is floating point (BiLM.save writes "
+        "float32): the file is damaged or was not written by spacy-elmo. Delete it (sentences then start from "
+        "zeros) or fit it again on this model: spacy-elmo fit-state {directory} TEXT_PATH."
     )
     E_CARRIED_STATE_SHAPE = (
         "Carried states must be h (2, {layers}, B, {proj}) and c (2, {layers}, B, {cell}) (direction, layer, "
@@ -218,7 +254,18 @@ class Errors:
     E_SAVE_EXTRA_TYPE = "BiLM.save(extra_tensors=...) stores tensors; {name!r} is a {type_name}. Pass torch tensors."
     E_SAVE_DTYPE_OVERFLOW = (
         "Cannot save {name!r} as {dtype}: its values reach {max_abs:.4g}, beyond {dtype}'s range, so the file "
-        "would hold infinities. Save in torch.float32 or torch.bfloat16 (dtype=None keeps the model's dtype)."
+        "would hold infinities. {fix}"
+    )
+    # {fix} of E_SAVE_DTYPE_OVERFLOW: a narrower dtype than the values need; none but the model's own holds them
+    E_SAVE_DTYPE_OVERFLOW_WIDER = "Save in {dtypes} (dtype=None keeps the model's {model_dtype})."
+    E_SAVE_DTYPE_OVERFLOW_KEEP = (
+        "Only the model's own {model_dtype} holds them: save with dtype=None to keep it (BiLM.load reads weights "
+        "as float32 and refuses such a file, though). Weights this large mean the training diverged: save an "
+        "earlier checkpoint."
+    )
+    E_SAVE_DTYPE_OVERFLOW_ALLENNLP = (
+        "AllenNLP/bilm-tf weights are float32 and cannot hold them. Weights this large mean the training "
+        "diverged: export an earlier checkpoint."
     )
     E_NATIVE_CONFIG_FIELDS_MISSING = (
         "The \"config\" of {path} lacks the field(s) {names}; BiLM.save() writes every BiLMConfig field, so "
@@ -1164,6 +1211,26 @@ class Errors:
     E_COMPAT_STATE_TYPE = (
         "{cls}.load_allennlp_state_dict takes the state_dict of AllenNLP's {cls} (a dict of tensors, e.g. "
         "torch.load('best.th', map_location='cpu')) or the path of a file holding one; found a {type_name}."
+    )
+    E_COMPAT_STATE_FILE_MISSING = (
+        "The state_dict file {path} does not exist. Pass the file AllenNLP's trainer wrote (best.th, "
+        "model_state_epoch_N.th in the serialization directory) or the dict of tensors itself."
+    )
+    E_COMPAT_STATE_FILE_IS_DIR = (
+        "{path} is a directory; {cls}.load_allennlp_state_dict reads the state_dict file inside an AllenNLP "
+        "serialization directory (best.th): pass that file. A spacy-elmo model directory loads with "
+        "{cls}(directory, None, ...)."
+    )
+    E_COMPAT_STATE_NOT_TORCH = (
+        "{path} is not a torch state_dict file ({error}). {cls}.load_allennlp_state_dict reads the file of "
+        "AllenNLP's trainer (best.th, model_state_epoch_N.th: tensors only) or a dict of tensors. For the "
+        "released .hdf5 weights and their options.json use {cls}(options_file, weight_file, ...); a damaged "
+        "best.th must be copied again from its source."
+    )
+    E_COMPAT_STATE_DTYPE = (
+        "{path}: {name!r} holds {dtype} values, but weights are floating point (AllenNLP's are float32). The "
+        "state_dict is damaged or not an AllenNLP model's: load the state_dict the AllenNLP model saved, "
+        "unchanged (torch.load('best.th'))."
     )
     E_COMPAT_STATE_PREFIX = (
         "No key of the state_dict starts with prefix={prefix!r}.{hint} Print the keys (list(state_dict)) and "

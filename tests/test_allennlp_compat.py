@@ -5,6 +5,7 @@ tests/conftest.py: skipped offline), and against the NumPy float64 oracle (alway
 """
 
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -293,7 +294,7 @@ def test_bad_files_and_inputs_say_what_is_wrong(files, tmp_path):
     options_file, weight_file = files
     with pytest.raises(ValueError, match="Could not read ELMo options"):
         Elmo(weight_file, options_file, 1)  # swapped
-    with pytest.raises(ValueError, match="Could not read ELMo options"):
+    with pytest.raises(FileNotFoundError, match="options file .*missing.json does not exist"):
         Elmo(tmp_path / "missing.json", weight_file, 1)
     (tmp_path / "other").mkdir()
     other_options, _ = write_model_files(tmp_path / "other", options(filters=((1, 4), (2, 6), (3, 8)), P=16))
@@ -836,3 +837,74 @@ def test_lenient_token_embedder_state_dict_skips_or_keeps_the_projection(files):
         for name, value in target._elmo.allennlp_state_dict().items():
             if name != "scalar_mix_0.gamma":
                 assert torch.equal(value, good["_elmo." + name]), name
+
+
+@pytest.mark.parametrize("key", ["_elmo_lstm._token_embedder.char_conv_0.bias",
+                                 "_elmo_lstm._elmo_lstm.forward_layer_0.state_linearity.bias", "scalar_mix_0.gamma",
+                                 "scalar_mix_1.scalar_parameters.2"])
+@pytest.mark.parametrize("bad", ["nan", "inf", "int64", "bool"])
+def test_allennlp_state_dict_of_non_finite_or_integer_tensors_is_refused_naming_the_key(files, tmp_path, key, bad):
+    """A NaN (or an integer tensor, truncated) in the biLM or a scalar mix loaded silently: NaN vectors, where
+    the hdf5 and native readers refuse both. The error names the state_dict's key (and the file read)."""
+    elmo = Elmo(*files, 2, dropout=0.0)
+    state = elmo.allennlp_state_dict()
+    if bad in ("nan", "inf"):
+        state[key] = state[key].clone()
+        state[key][0] = float(bad)
+        match = rf"'{key}' holds 1 NaN or infinite value"
+    else:
+        state[key] = state[key].round().to(getattr(torch, bad))
+        match = rf"'{key}' holds torch\.{bad} values, but weights are floating point"
+    perturb(elmo, seed=9)
+    refused(elmo, state, "^the state_dict: " + match)
+    torch.save(state, tmp_path / "best.th")
+    refused(elmo, tmp_path / "best.th", "^" + str(tmp_path / "best.th") + ": " + match)
+    prefixed = {PREFIX + k: v for k, v in state.items()}
+    refused(elmo, prefixed, rf"'{PREFIX}{match[1:]}", prefix=PREFIX)
+
+
+def test_token_embedder_state_dict_of_a_non_finite_projection_is_refused(files):
+    embedder = trained_embedder(files, seed=16, projection_dim=5)
+    state = embedder.allennlp_state_dict()
+    state["_projection.bias"] = state["_projection.bias"].clone()
+    state["_projection.bias"][1] = float("nan")
+    refused(embedder, state, r"'_projection\.bias' holds 1 NaN")
+    state["_projection.bias"] = torch.ones(5, dtype=torch.int32)
+    refused(embedder, state, r"'_projection\.bias' holds torch\.int32 values")
+    state = embedder.allennlp_state_dict()
+    state["_elmo.scalar_mix_0.gamma"] = torch.tensor([float("inf")])
+    refused(embedder, state, r"'_elmo\.scalar_mix_0\.gamma' holds 1 NaN")
+
+
+def test_allennlp_state_dict_file_that_is_no_torch_file_says_so(files, tmp_path):
+    """An hdf5 weight file, a damaged file or a directory given as the state_dict file raised torch's errors,
+    one advising weights_only=False (running code from the file)."""
+    elmo = Elmo(*files, 1)
+    (tmp_path / "truncated.th").write_bytes(b"PK\x03\x04garbage")
+    (tmp_path / "empty.th").write_bytes(b"")
+    for path in (files[1], tmp_path / "truncated.th", tmp_path / "empty.th"):
+        for module in (elmo, ElmoTokenEmbedder(*files)):
+            cls = type(module).__name__
+            with pytest.raises(ValueError, match=rf"is not a torch state_dict file .* use {cls}\(options_file, "
+                                                 r"weight_file, \.\.\.\)") as err:
+                module.load_allennlp_state_dict(path)
+            assert str(path) in str(err.value) and "weights_only" not in str(err.value)
+    with pytest.raises(ValueError, match=r"is a directory; Elmo\.load_allennlp_state_dict reads the state_dict file"):
+        elmo.load_allennlp_state_dict(tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"state_dict file .*best\.th does not exist"):
+        elmo.load_allennlp_state_dict(tmp_path / "best.th")
+
+
+def test_a_leading_tilde_is_expanded_as_allennlp_expands_it(files, tmp_path, monkeypatch):
+    """AllenNLP's cached_path expands ~: Elmo("~/elmo/options.json", "~/elmo/weights.hdf5", 1) failed here."""
+    monkeypatch.setenv("HOME", str(tmp_path.parent))
+    home = "~/" + tmp_path.name
+    options_file, weight_file = (f"{home}/{path.name}" for path in files)
+    expected = Elmo(*files, 1, dropout=0.0, stateful=False)(batch_to_ids(BATCHES[0]))["elmo_representations"][0]
+    for module in (Elmo(options_file, weight_file, 1, dropout=0.0, stateful=False),
+                   Elmo(Path(options_file), Path(weight_file), 1, dropout=0.0, stateful=False)):
+        out = module(batch_to_ids(BATCHES[0]))["elmo_representations"][0]
+        torch.testing.assert_close(out, expected, atol=0, rtol=0)
+    assert ElmoEmbedder(options_file, weight_file).elmo_bilm.config == BiLM.from_allennlp(*files).config
+    BiLM.from_allennlp(*files).save(tmp_path / "m")
+    assert Elmo(f"{home}/m", None, 1).bilm.config == BiLM.from_allennlp(*files).config

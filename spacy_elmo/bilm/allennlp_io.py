@@ -36,8 +36,9 @@ from ..atomic import atomic_write
 from ..chars import DEFAULT_MAX_CHARS, N_CHAR_IDS
 from ..errors import Errors, Warnings
 from ..hdf5 import hdf5_for_writing
+from ..paths import missing_path_error
 from .config import BiLMConfig
-from .native_io import check_readable, require_finite
+from .native_io import cast_for_save, check_readable, require_finite
 
 if TYPE_CHECKING:  # model.py imports this module when it reads or writes
     from .model import BiLM
@@ -91,17 +92,35 @@ def dataset_names(handle: h5py.File) -> List[str]:
     return names
 
 
+#: Names of a hdf5 file's datasets shown in an error; the rest counted.
+LISTED_DATASETS = 5
+
+
+def refuse_foreign(handle: h5py.File, path: Path) -> None:
+    """An error naming what the open hdf5 file holds when it has no dataset of an ELMo weight file at all (an
+    embeddings file of ``spacy-elmo embed`` or ``allennlp elmo``, say): not options that do not fit it."""
+    names = dataset_names(handle)
+    if "char_embed" in names or any(n.startswith(("CNN", "RNN_")) for n in names):
+        return
+    more = len(names) - LISTED_DATASETS
+    shown = ", ".join(repr(n) for n in names[:LISTED_DATASETS]) + (f" and {more} more" if more > 0 else "")
+    raise ValueError(Errors.E_NOT_ELMO_WEIGHTS.format(path=path, datasets=shown or "no dataset"))
+
+
 def read_datasets(config: BiLMConfig, weight_file: PathLike) -> Dict[str, np.ndarray]:
     """All datasets for ``config`` as float32 arrays, shape-checked with clear errors;
     a dataset that ``config`` does not describe is an error too."""
     path = Path(weight_file)
     if not path.exists():
-        raise FileNotFoundError(Errors.E_WEIGHT_FILE_MISSING.format(path=path))
+        raise missing_path_error(path, Errors.E_WEIGHT_FILE_MISSING)
     if path.is_dir():
         raise ValueError(Errors.E_WEIGHT_FILE_IS_DIR.format(path=path))
     check_readable(path)
     try:
-        handle = h5py.File(path, "r")
+        # Read without HDF5's file lock: a file another process holds open for writing (h5py "r+", a
+        # notebook inspecting it) or a filesystem without locks (NFS, Lustre) refused the read as
+        # "damaged, or not hdf5". h5py >= 3.5 takes locking= (pyproject requires 3.8).
+        handle = h5py.File(path, "r", locking=False)
     except OSError as err:
         raise ValueError(Errors.E_WEIGHT_FILE_NOT_HDF5.format(path=path, error=err)) from err
     arrays, stored = {}, set()
@@ -109,6 +128,7 @@ def read_datasets(config: BiLMConfig, weight_file: PathLike) -> Dict[str, np.nda
     # h5py reports damaged metadata as OSError, KeyError or RuntimeError from whichever access meets it.
     try:
         with handle:
+            refuse_foreign(handle, path)
             for name, shape in expected_datasets(config):
                 found = [n for n in file_names(config, name) if n in handle and isinstance(handle[n], h5py.Dataset)]
                 if not found:
@@ -117,6 +137,11 @@ def read_datasets(config: BiLMConfig, weight_file: PathLike) -> Dict[str, np.nda
                     raise ValueError(Errors.E_DATASET_MISSING.format(path=path, dataset=name, expected=shape))
                 data = handle[found[0]]
                 if tuple(data.shape) != shape:
+                    if name == "char_embed" and tuple(data.shape) == (N_CHAR_IDS + 1, shape[1]):
+                        # AllenNLP's table in memory (its padding row 0 added): AllenNLP and bilm-tf read such a
+                        # file shifted by a row, so it is refused as the other files two tools read apart are
+                        message = Errors.E_CHAR_EMBED_PADDING_ROW if not data[0].any() else Errors.E_CHAR_EMBED_ROWS
+                        raise ValueError(message.format(path=path, rows=N_CHAR_IDS + 1, expected=N_CHAR_IDS))
                     raise ValueError(
                         Errors.E_DATASET_SHAPE.format(dataset=found[0], path=path, found=tuple(data.shape), expected=shape)
                     )
@@ -175,9 +200,11 @@ def tensors_from_datasets(config: BiLMConfig, arrays: Dict[str, np.ndarray]) -> 
 
 
 def datasets_from_state(config: BiLMConfig, state: Dict[str, torch.Tensor]) -> Dict[str, np.ndarray]:
-    """Inverse of :func:`tensors_from_datasets`: TF-layout float32 arrays."""
+    """Inverse of :func:`tensors_from_datasets`: TF-layout float32 arrays (an error for a value beyond
+    float32's range: as inf, the written file read back as damaged)."""
     P = config.projection_dim
-    a = lambda name: state[name].detach().cpu().float().numpy()  # noqa: E731
+    fix = Errors.E_SAVE_DTYPE_OVERFLOW_ALLENNLP
+    a = lambda name: cast_for_save(name, state[name].detach().cpu(), torch.float32, fix).numpy()  # noqa: E731
     out = {"char_embed": a("token_encoder.char_embedding")}
     for i in range(len(config.filters)):
         out[f"CNN/W_cnn_{i}"] = a(f"token_encoder.conv_weights.{i}").transpose(2, 1, 0)[None]

@@ -9,6 +9,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 from ..chars import DEFAULT_MAX_CHARS, N_CHAR_IDS
 from ..errors import Errors
+from ..paths import missing_path_error
 
 RELEASED_FILTERS: List[Tuple[int, int]] = [(1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024)]
 
@@ -146,6 +147,10 @@ class BiLMConfig:
         source = "dict"
         if not isinstance(options, dict):
             source = str(options)
+            if not Path(options).exists():
+                raise missing_path_error(options, Errors.E_OPTIONS_FILE_MISSING)
+            if Path(options).is_dir():
+                raise ValueError(Errors.E_OPTIONS_IS_DIR.format(path=options))
             try:
                 options = json.loads(Path(options).read_text(encoding="utf-8"))
             except (OSError, ValueError) as err:

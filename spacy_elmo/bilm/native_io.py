@@ -140,14 +140,23 @@ def _remove_tree(path: Path) -> None:
         raise pending
 
 
-def cast_for_save(name: str, value: torch.Tensor, dtype: Optional[torch.dtype]) -> torch.Tensor:
-    """``value`` in ``dtype`` (floating tensors only); an error where the cast overflows to infinity."""
+#: The dtypes E_SAVE_DTYPE_OVERFLOW suggests saving in instead of a narrower one, widest range first.
+WIDE_SAVE_DTYPES = (torch.float32, torch.bfloat16)
+
+
+def cast_for_save(name: str, value: torch.Tensor, dtype: Optional[torch.dtype], fix: Optional[str] = None) -> torch.Tensor:
+    """``value`` in ``dtype`` (floating tensors only); an error where the cast overflows to infinity, ending
+    with ``fix`` (default: the dtypes that hold the values, or dtype=None where only the model's own does)."""
     if dtype is None or not value.is_floating_point():
         return value
     cast = value.to(dtype)
     if not torch.isfinite(cast).all() and (torch.isfinite(value) & ~torch.isfinite(cast)).any():
         max_abs = float(value[torch.isfinite(value)].abs().max())
-        raise ValueError(Errors.E_SAVE_DTYPE_OVERFLOW.format(name=name, dtype=dtype, max_abs=max_abs))
+        if fix is None:
+            wider = [str(d) for d in WIDE_SAVE_DTYPES if d != dtype and torch.finfo(d).max >= max_abs]
+            fix = (Errors.E_SAVE_DTYPE_OVERFLOW_WIDER.format(dtypes=" or ".join(wider), model_dtype=value.dtype)
+                   if wider else Errors.E_SAVE_DTYPE_OVERFLOW_KEEP.format(model_dtype=value.dtype))
+        raise ValueError(Errors.E_SAVE_DTYPE_OVERFLOW.format(name=name, dtype=dtype, max_abs=max_abs, fix=fix))
     return cast
 
 
@@ -371,8 +380,9 @@ def load_state_into(
                 )
             if not value.is_floating_point():
                 raise ValueError(Errors.E_NATIVE_TENSOR_DTYPE.format(name=name, path=source, dtype=value.dtype))
+            value = value.to(param.dtype)  # cast first: a float64 value beyond the model's range is inf there
             require_finite(value, name, source)
-            param.copy_(value.to(param.dtype))
+            param.copy_(value)
     absent = sorted(set(extra) - set(tensors))
     if absent:
         raise ValueError(Errors.E_NATIVE_EXTRA_MISSING.format(path=source, names=", ".join(absent)))
@@ -435,24 +445,36 @@ def model_from_native(
         raise ValueError(Errors.E_NATIVE_BAD_CONFIG.format(path=path / CONFIG_NAME, error=err)) from err
     model = cls(config, stateful=stateful, backend=backend)
     load_state_into(model, tensors, path / WEIGHTS_NAME, extra=meta.get("extra") or ())
-    model.set_initial_state(read_initial_state(path))
+    model.set_initial_state(read_initial_state(path, config))
     provenance = meta.get("provenance")
     model.provenance = dict(provenance) if isinstance(provenance, dict) else {}
     return model
 
 
-def read_initial_state(directory: PathLike):
-    """``(h, c)`` from ``initial_state.safetensors`` of a native model directory, or None."""
+def read_initial_state(directory: PathLike, config: BiLMConfig):
+    """``(h (2, L, P), c (2, L, C))`` from ``initial_state.safetensors`` of a native model directory whose
+    model has ``config``, or None; errors naming the file for one that does not fit ``config`` (copied from
+    another model), is not floating point or not finite."""
     path = resolve_model_dir(directory) / INITIAL_STATE_NAME
     if not path.exists():
         return None
     tensors = read_safetensors(path)
+    L, P, C = config.n_layers, config.projection_dim, config.cell_dim
+    expected = {"initial_h": (2, L, P), "initial_c": (2, L, C)}
     missing = [k for k in INITIAL_STATE_KEYS if k not in tensors]
     if missing:
-        raise ValueError(Errors.E_NATIVE_TENSOR_MISSING.format(path=path, name=missing[0], expected="(2, L, width)"))
+        raise ValueError(Errors.E_NATIVE_TENSOR_MISSING.format(path=path, name=missing[0], expected=expected[missing[0]]))
+    h, c = tensors["initial_h"], tensors["initial_c"]
+    if tuple(h.shape) != expected["initial_h"] or tuple(c.shape) != expected["initial_c"]:
+        raise ValueError(Errors.E_INITIAL_STATE_FILE_SHAPE.format(
+            path=path, found_h=tuple(h.shape), found_c=tuple(c.shape), expected_h=expected["initial_h"],
+            expected_c=expected["initial_c"], directory=path.parent))
     for name in INITIAL_STATE_KEYS:
+        if not tensors[name].is_floating_point():
+            raise ValueError(Errors.E_INITIAL_STATE_FILE_DTYPE.format(
+                path=path, name=name, dtype=tensors[name].dtype, directory=path.parent))
         require_finite(tensors[name], name, path)
-    return tensors["initial_h"], tensors["initial_c"]
+    return h, c
 
 
 def write_initial_state(state, directory: PathLike) -> None:

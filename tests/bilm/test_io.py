@@ -668,7 +668,7 @@ def test_to_allennlp_over_a_pair_killed_between_its_two_writes_leaves_no_pair_th
         patch.setattr(allennlp_io, "atomic_write", killed_before_the_options)
         with pytest.raises(Killed):
             new.to_allennlp(opts, weights)
-    with pytest.raises(ValueError, match="Could not read ELMo options.*No such file"):
+    with pytest.raises(FileNotFoundError, match="options file .* does not exist"):
         BiLM.from_allennlp(opts, weights, backend="reference")
 
     old.to_allennlp(opts, weights)
@@ -726,3 +726,131 @@ def test_a_bilm_tf_checkpoint_dir_says_to_dump_its_weights(tmp_path, with_option
     with pytest.raises(Exception) as err:
         BiLM.load(tmp_path)
     assert "TensorFlow checkpoint" not in str(err.value)
+
+
+def test_a_weight_file_locked_by_another_writer_still_loads(files, monkeypatch):
+    """A weight file another process holds open for writing (h5py "r+" takes an exclusive lock) or a
+    filesystem without locks (NFS, Lustre) was refused as "damaged, or not hdf5": the reader takes no lock."""
+    fcntl = pytest.importorskip("fcntl")
+    monkeypatch.delenv("HDF5_USE_FILE_LOCKING", raising=False)
+    opt_path, weight_path = files
+    expected = BiLM.from_allennlp(opt_path, weight_path).state_dict()
+    with open(weight_path, "rb") as holder:
+        fcntl.flock(holder, fcntl.LOCK_EX)  # HDF5's own lock (flock) of a writer elsewhere
+        loaded = BiLM.from_allennlp(opt_path, weight_path).state_dict()
+    assert all(torch.equal(loaded[k], v) for k, v in expected.items())
+
+
+def test_missing_options_and_weights_with_a_leading_tilde_name_the_path_written_out(files, tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    opt_path, weight_path = files
+    for options_file, weight_file, missing in [("~/options.json", weight_path, "~/options.json"),
+                                               (opt_path, "~/weights.hdf5", "~/weights.hdf5")]:
+        with pytest.raises(FileNotFoundError, match="a leading ~ is expanded by a shell") as err:
+            BiLM.from_allennlp(options_file, weight_file)
+        assert f"{missing} does not exist: " in str(err.value) and str(tmp_path / missing[2:]) in str(err.value)
+
+
+def test_a_directory_given_as_the_options_file_says_to_load_the_directory(files, tmp_path):
+    with pytest.raises(ValueError, match=r"is a directory, but the ELMo options are the options\.json file inside "
+                                         r"it: .* BiLM\.load\(directory\)"):
+        BiLM.from_allennlp(tmp_path, files[1])
+
+
+def test_an_hdf5_file_without_elmo_weights_says_what_it_holds(files, tmp_path):
+    """An embeddings file passed as the weights said "no dataset 'char_embed' ... check n_highway, n_layers"."""
+    embeddings = tmp_path / "embeddings.hdf5"
+    with h5py.File(embeddings, "w") as f:
+        for i in range(7):
+            f.create_dataset(str(i), data=np.zeros((3, 2, 16), np.float32))
+        f.create_dataset("sentence_to_index", data=np.array(['{"a b": "0"}'], dtype=h5py.string_dtype()))
+    with pytest.raises(ValueError, match=r"embeddings\.hdf5 is not an ELMo weight file: .* but '0', '1', '2', '3', "
+                                         r"'4' and 3 more\. .*`spacy-elmo embed`"):
+        BiLM.from_allennlp(files[0], embeddings)
+    with h5py.File(tmp_path / "empty.hdf5", "w"):
+        pass
+    with pytest.raises(ValueError, match="is not an ELMo weight file: .* but no dataset"):
+        BiLM.from_allennlp(files[0], tmp_path / "empty.hdf5")
+
+
+def test_a_char_embed_with_allennlps_padding_row_says_to_drop_it(files):
+    """AllenNLP's in-memory table (262 rows, row 0 zeros) written as char_embed: "the options imply (261, D)"
+    sent the user to the options. AllenNLP and bilm-tf read such a file shifted by a row: refused, naming it."""
+    opt_path, weight_path = files
+    with h5py.File(weight_path, "a") as f:
+        table = f["char_embed"][...]
+        del f["char_embed"]
+        f["char_embed"] = np.concatenate([np.zeros((1, table.shape[1]), np.float32), table])
+    with pytest.raises(ValueError, match=r"'char_embed' in .* has 262 rows, the first all zeros: it is AllenNLP's "
+                                         r"in-memory table.* Drop row 0"):
+        BiLM.from_allennlp(opt_path, weight_path)
+    with h5py.File(weight_path, "a") as f:
+        f["char_embed"][0] = 1.0  # not a padding row: which row is which is unknown
+    with pytest.raises(ValueError, match=r"has 262 rows where a weight file has 261: .* this row 0 is not zeros"):
+        BiLM.from_allennlp(opt_path, weight_path)
+
+
+def test_to_allennlp_of_weights_beyond_float32_is_refused_and_writes_nothing(files, tmp_path):
+    """A float64 weight beyond float32's range became inf in the hdf5 (read back as damaged) and in
+    Elmo.allennlp_state_dict."""
+    from spacy_elmo.allennlp_compat import Elmo
+
+    model = BiLM.from_allennlp(*files).double()
+    with torch.no_grad():
+        model.token_encoder.conv_biases[1][0] = -1e39
+    match = (r"Cannot save 'token_encoder\.conv_biases\.1' as torch\.float32: its values reach 1e\+39.* "
+             r"AllenNLP/bilm-tf weights are float32")
+    with pytest.raises(ValueError, match=match):
+        model.to_allennlp(tmp_path / "o.json", tmp_path / "w.hdf5")
+    assert not (tmp_path / "o.json").exists() and not (tmp_path / "w.hdf5").exists()
+    with pytest.raises(ValueError, match=match):
+        Elmo(None, None, 1, module=model).allennlp_state_dict()
+    with torch.no_grad():
+        model.token_encoder.conv_biases[1][0] = -3e38  # within float32's range: written
+    model.to_allennlp(tmp_path / "o.json", tmp_path / "w.hdf5")
+    assert BiLM.from_allennlp(tmp_path / "o.json", tmp_path / "w.hdf5").token_encoder.conv_biases[1][0] == np.float32(-3e38)
+
+
+def test_save_overflow_suggests_a_dtype_that_holds_the_values(files, tmp_path):
+    """With dtype=torch.float32 the error suggested float32 or bfloat16: only dtype=None holds a float64 1e39."""
+    model = BiLM.from_allennlp(*files).double()
+    with torch.no_grad():
+        model.lstm.forward_layers[0].bias[2] = 1e39
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        with pytest.raises(ValueError, match=r"Only the model's own torch\.float64 holds them: save with dtype=None") as err:
+            model.save(tmp_path / "m", dtype=dtype)
+        assert "Save in" not in str(err.value)
+    with torch.no_grad():
+        model.lstm.forward_layers[0].bias[2] = 1e5
+    with pytest.raises(ValueError, match=r"Save in torch\.float32 or torch\.bfloat16 \(dtype=None keeps the model's "
+                                         r"torch\.float64\)"):
+        model.save(tmp_path / "m", dtype=torch.float16)
+
+
+def test_a_float64_file_beyond_float32_is_refused_not_loaded_as_inf(files, tmp_path):
+    """A float64 model saved with dtype=None holding 1e39 loaded as inf weights into the float32 model."""
+    model = BiLM.from_allennlp(*files).double()
+    with torch.no_grad():
+        model.token_encoder.conv_biases[0][1] = 1e39
+    model.save(tmp_path / "m")
+    with pytest.raises(ValueError, match=r"'token_encoder\.conv_biases\.0' holds 1 NaN or infinite value"):
+        BiLM.load(tmp_path / "m")
+
+
+@pytest.mark.parametrize("state, match", [
+    ((torch.zeros(2, 2, 6), torch.zeros(2, 2, 12)), r"holds an initial state h \(2, 2, 6\) and c \(2, 2, 12\), but "
+                                                     r"the model's config\.json implies h \(2, 2, 8\) and c \(2, 2, 12\)"),
+    ((torch.zeros(2, 1, 8), torch.zeros(2, 1, 12)), r"h \(2, 1, 8\) and c \(2, 1, 12\), but .* h \(2, 2, 8\)"),
+    ((torch.zeros(2, 2, 8, dtype=torch.int32), torch.zeros(2, 2, 12)), r"'initial_h' holds torch\.int32 values"),
+    ((torch.zeros(2, 2, 8), torch.zeros(2, 2, 12, dtype=torch.bool)), r"'initial_c' holds torch\.bool values"),
+])
+def test_an_initial_state_file_that_does_not_fit_the_model_names_the_file(files, tmp_path, state, match):
+    """One copied from another model was refused without the file's name (nor how to fix it); an integer one
+    loaded silently."""
+    BiLM.from_allennlp(*files).save(tmp_path / "m")
+    path = tmp_path / "m" / "initial_state.safetensors"
+    save_file(dict(zip(("initial_h", "initial_c"), state)), str(path))
+    with pytest.raises(ValueError, match=match) as err:
+        BiLM.load(tmp_path / "m")
+    assert str(path) in str(err.value) and f"Delete it (sentences then start from zeros) or fit it again on this " \
+        f"model: spacy-elmo fit-state {tmp_path / 'm'} TEXT_PATH." in str(err.value)
