@@ -1493,7 +1493,7 @@ class Warnings:
     # --- pretraining and CLI (spacy_elmo.training, spacy_elmo.cli) ----------
     W_BINARY_SKIPPED = "spacy-elmo: skipped {path}: it looks binary (NUL bytes), not text."
     W_TRAIN_PATH_OUTPUTS_SKIPPED = (
-        "spacy-elmo: skipped {n} director(y/ies) under {path} holding a model or spacy-elmo's output (a pretrain "
+        "spacy-elmo: skipped {n_dirs} under {path} holding a model or spacy-elmo's output (a pretrain "
         "OUTPUT_DIR, a native or AllenNLP model, embed's parts): {dirs}. Their files (config.json, options.json, "
         "vocab.txt, the log) are no corpus text. Move them out of the corpus directory to silence this."
     )
