@@ -944,7 +944,7 @@ class Errors:
         "--unroll windows with carried states. Add --sentences, or drop --max-length."
     )
     E_LENGTH_POOL_WITHOUT_SENTENCES = (
-        "--length-pool {value} only applies with --sentences (it sorts sentences by length into batches); streams "
+        "--length-pool {value} only applies with --sentences (how sentences are batched: 1 at random, more sorted by length within pools of that many batches); streams "
         "(the default reading) are read in --unroll windows of one length. Add --sentences, or drop --length-pool."
     )
     E_STATE_SENTENCES_WITH_SENTENCES = (
