@@ -6,7 +6,8 @@ against the same blank pipeline with spaCy's own ``tok2vec``. Weights are
 random (speed does not depend on their values). Text: ``make_texts``, the lines
 of ``benchmarks/tokenize_corpus.py``'s generator (sentences of this repository's
 README and docs, 30% of their words replaced by Zipf-distributed pseudo-words):
-1-6 sentences, about 230 spaCy tokens a doc, with a sentencizer so the biLM runs
+1-6 sentences, some 200-290 spaCy tokens a doc as the docs change (a result file records the
+text's digest and commit), with a sentencizer so the biLM runs
 per sentence. Every setting pipes its texts ``--repeats`` times, the settings
 interleaved round-robin (``benchmarks.kernels.time_side_by_side``), each pass
 after a short warm-up and with the component's caches emptied; words/s is of
@@ -18,10 +19,12 @@ Writes benchmarks/results/pipeline.json (+ pipeline.png when matplotlib exists).
 """
 
 import argparse
+import hashlib
 import json
 import os
 import platform
 import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -33,6 +36,25 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
 from benchmarks.tokenize_corpus import generate  # noqa: E402
 
 WORDS_PER_DOC = 170  # whitespace words of a line of generate's text, about (spaCy tokens: ~230)
+
+
+def checkout_commit() -> str:
+    """The checkout's commit, ``+dirty`` when README.md or docs/ differ from it ("unknown" outside git)."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "README.md", "docs"], cwd=root).returncode != 0
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return commit + ("+dirty" if dirty else "")
+
+
+def describe_text(texts: list) -> dict:
+    """A result file's record of the timed ``texts``. ``generate`` takes its sentence shapes from README.md and
+    docs/*.md as checked out, so a docs edit changes the text: the digest and commit say which text it was."""
+    return {"text": "benchmarks/pipeline.py make_texts: the first lines of benchmarks/tokenize_corpus.py generate(seed=0), "
+                    "built from the README and docs of text_commit",
+            "text_sha1": hashlib.sha1("\n".join(texts).encode("utf-8")).hexdigest(), "text_commit": checkout_commit()}
 
 
 def make_texts(n_docs: int, seed: int = 0) -> list:
@@ -152,7 +174,7 @@ def main(argv=None) -> int:
         "machine": {"cpu_threads": args.threads, "platform": platform.platform(), "python": sys.version.split()[0],
                     "torch": torch.__version__, "fused_available": fused_available(), **cpu_identity()},
         "command": " ".join(["python", "benchmarks/pipeline.py"] + (argv if argv is not None else sys.argv[1:])),
-        "text": "benchmarks/pipeline.py make_texts: the first lines of benchmarks/tokenize_corpus.py generate(seed=0)",
+        **describe_text(texts),
         "repeats": args.repeats,
         "throughput": [],
     }  # fmt: skip

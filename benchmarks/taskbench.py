@@ -268,6 +268,10 @@ def finetune_bilm(args, elmo: Path, train_text: Path, heldout_text: Path, gpu: b
     elif args.quick:
         extra += QUICK_FINETUNE["stream_extra"]
     extra += args.finetune_args.split()
+    if "--sentences" in extra and not any(a.split("=")[0] == "--length-pool" for a in extra):
+        # pretrain's default batching changed (pools of 50, then random batches: --length-pool 1); naming it puts
+        # it in the key, so a run of the old default (whose key had no --length-pool) is not re-used for this one
+        extra += ["--length-pool", "1"]
     params = {"elmo": str(elmo), "steps": steps, "extra": extra, "text": str(train_text)}
     out = args.work_dir / f"finetuned-{short_hash(params)}"
     done = out / "finetune.json"

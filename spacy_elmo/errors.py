@@ -944,7 +944,7 @@ class Errors:
         "--unroll windows with carried states. Add --sentences, or drop --max-length."
     )
     E_LENGTH_POOL_WITHOUT_SENTENCES = (
-        "--length-pool {value} only applies with --sentences (it sorts sentences by length into batches); streams "
+        "--length-pool {value} only applies with --sentences (how sentences are batched: 1 at random, more sorted by length within pools of that many batches); streams "
         "(the default reading) are read in --unroll windows of one length. Add --sentences, or drop --length-pool."
     )
     E_STATE_SENTENCES_WITH_SENTENCES = (
@@ -1493,7 +1493,7 @@ class Warnings:
     # --- pretraining and CLI (spacy_elmo.training, spacy_elmo.cli) ----------
     W_BINARY_SKIPPED = "spacy-elmo: skipped {path}: it looks binary (NUL bytes), not text."
     W_TRAIN_PATH_OUTPUTS_SKIPPED = (
-        "spacy-elmo: skipped {n} director(y/ies) under {path} holding a model or spacy-elmo's output (a pretrain "
+        "spacy-elmo: skipped {n_dirs} under {path} holding a model or spacy-elmo's output (a pretrain "
         "OUTPUT_DIR, a native or AllenNLP model, embed's parts): {dirs}. Their files (config.json, options.json, "
         "vocab.txt, the log) are no corpus text. Move them out of the corpus directory to silence this."
     )

@@ -51,6 +51,12 @@ class _FakePretrain:
         return subprocess.CompletedProcess(cmd, self.code)
 
 
+def _old_key(text):
+    """The key the fine-tuning of ``test_finetune_bilm_runs_pretrain_once_then_reuses_it`` had before the batching
+    was named."""
+    return {"elmo": "/models/elmo", "steps": ["--epochs", "2.0"], "extra": ["--sentences", "--lr", "0.1"], "text": str(text)}
+
+
 def test_finetune_bilm_runs_pretrain_once_then_reuses_it(tmp_path, monkeypatch):
     fake = _FakePretrain()
     monkeypatch.setattr(tb.subprocess, "run", fake)
@@ -60,14 +66,20 @@ def test_finetune_bilm_runs_pretrain_once_then_reuses_it(tmp_path, monkeypatch):
     cmd = fake.calls[0]
     assert cmd[cmd.index("pretrain") + 1:cmd.index("pretrain") + 3] == [str(text), str(out)]
     assert cmd[cmd.index("--init") + 1] == "/models/elmo" and cmd[cmd.index("--heldout") + 1] == str(dev)
-    assert cmd[cmd.index("--epochs") + 1] == "2.0" and "--sentences" in cmd and cmd[-2:] == ["--lr", "0.1"]
+    assert cmd[cmd.index("--epochs") + 1] == "2.0" and "--sentences" in cmd and cmd[-4:-2] == ["--lr", "0.1"]
+    # the batching is named (pretrain's default changed from pools of 50 to random batches): the recorded
+    # tweets fine-tuning in pools of 50 had this key without it, and was re-used for the new default
+    assert cmd[-2:] == ["--length-pool", "1"] and out.name != f"finetuned-{tb.short_hash(_old_key(text))}"
     assert "--resume" not in cmd and cmd[cmd.index("--device") + 1] == "cpu"
     assert tb.finetune_bilm(args, Path("/models/elmo"), text, dev, False, "the test text") == out
     assert len(fake.calls) == 1  # the finished fine-tuning is re-used
     # other parameters, another directory; the stream reading drops --sentences
     other = tb.finetune_bilm(_finetune_args(tmp_path / "work", finetune_reading="stream"), Path("/models/elmo"),
                              text, dev, False, "the test text")
-    assert other != out and "--sentences" not in fake.calls[1]
+    assert other != out and "--sentences" not in fake.calls[1] and "--length-pool" not in fake.calls[1]
+    pools = tb.finetune_bilm(_finetune_args(tmp_path / "work", finetune_args="--length-pool=50"), Path("/models/elmo"),
+                             text, dev, False, "the test text")
+    assert pools != out and fake.calls[2][-1] == "--length-pool=50" and fake.calls[2].count("--length-pool") == 0
 
 
 def test_finetune_bilm_resumes_an_interrupted_run_and_names_a_failed_command(tmp_path, monkeypatch):

@@ -183,15 +183,19 @@ def test_an_earlier_runs_output_dir_inside_a_corpus_directory_is_skipped_with_on
         files = list_text_files(corpus)
     assert files == [a, b, corpus / "sub" / "config.json"]
     said = [str(w.message) for w in caught if "holding a model or spacy-elmo's output" in str(w.message)]
-    assert len(said) == 1 and "skipped 4 director(y/ies)" in said[0]
+    assert len(said) == 1 and "skipped 4 directories under" in said[0]
     for name in ("export", "model", "run1"):
         assert str(corpus / name) in said[0]
     shutil.rmtree(corpus / "sub")
-    with pytest.warns(RuntimeWarning, match=r"skipped 4 director\(y/ies\) under .*holding a model or spacy-elmo's output"):
+    with pytest.warns(RuntimeWarning, match=r"skipped 4 directories under .*holding a model or spacy-elmo's output"):
         nested = train(tiny_train_config(corpus, tmp_path / "out2", max_steps=2, checkpoint_every=2))
     assert nested["vocab_size"] == alone["vocab_size"] and nested["corpus"]["n_files"] == 1
     vocab = (tmp_path / "out2" / "vocab.txt").read_text(encoding="utf-8").split("\n")
     assert not {'"', ":", "{", "}"} & set(vocab)
+    for name in ("export", "model", "v.h5.parts"):  # one left: "1 directory", not "1 director(y/ies)"
+        shutil.rmtree(corpus / name)
+    with pytest.warns(RuntimeWarning, match=r"skipped 1 directory under .*holding a model"):
+        assert list_text_files(corpus) == [a]
 
 
 def test_a_run_or_model_directory_given_as_the_text_is_refused(tmp_path):
