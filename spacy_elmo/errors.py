@@ -694,6 +694,11 @@ class Errors:
         "data came without offsets (set by hand, or by an older spacy-elmo). Run the elmo component again on "
         "the doc (nlp.get_pipe('elmo')(doc))."
     )
+    E_ELMO_SIMILARITY_WIDTHS = (
+        "similarity() compares ELMo vectors of width {width} and {other}: the two were annotated by elmo "
+        "components with other weights, whose vectors cannot be compared. Annotate both with the same weights "
+        "(run one elmo component on both docs)."
+    )
     E_OWN_BILM_NO_WEIGHTS = (
         "An ELMo listener with its own biLM (the 'bilm' setting of spacy_elmo.ElmoListener.v1, written by "
         "nlp.replace_listeners) has no weights: they come only with the component's saved model. Load the "

@@ -201,8 +201,11 @@ def _vec(obj) -> Optional[numpy.ndarray]:
 
 
 def hook_similarity(obj, other) -> float:
-    """Cosine of the ELMo vectors; falls back to spaCy's own when ``other`` has none."""
+    """Cosine of the ELMo vectors; falls back to spaCy's own when ``other`` has none. ELMo vectors of two
+    widths (docs annotated with other weights) are an error: their cosine means nothing."""
     a, b = _vec(obj), _vec(other)
+    if a is not None and b is not None and a.shape != b.shape:
+        raise ValueError(Errors.E_ELMO_SIMILARITY_WIDTHS.format(width=a.shape[-1], other=b.shape[-1]))
     if a is None or b is None:
         b = getattr(other, "vector", None)
         if a is None or b is None or b.shape != a.shape:

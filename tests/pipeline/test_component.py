@@ -5,12 +5,12 @@ import pytest
 import spacy
 import torch
 
-from spacy_elmo import BiLM, batch_to_ids
+from spacy_elmo import BiLM, BiLMConfig, batch_to_ids
 from spacy_elmo.bilm import native_io
 from spacy_elmo.errors import Errors
 from spacy_elmo.pipeline.bilm_layer import get_bilm, get_runner
 
-from .conftest import N_LAYERS, WIDTH
+from .conftest import N_LAYERS, TINY, WIDTH
 
 
 def test_weights_without_initialize(nlp, tiny_dir):
@@ -105,6 +105,21 @@ def test_vectors_and_hooks(nlp):
     assert 0 < doc.similarity(doc[0:5]) <= 1.0 + 1e-6
     # mixed vector = uniform mix of the stored layers
     numpy.testing.assert_allclose(a._.elmo_vector, doc._.elmo[:, 4].astype("float32").mean(0), atol=1e-5)
+
+
+def test_similarity_of_vectors_from_other_weights_names_both_widths(nlp, tmp_path):
+    """Docs annotated by elmo components of two widths: similarity() failed in numpy ("shapes (16,) and (6,)
+    not aligned"); now the error names both widths and the fix."""
+    torch.manual_seed(0)
+    BiLM(BiLMConfig(**{**TINY, "projection_dim": 3})).save(tmp_path / "narrow")
+    other = spacy.blank("en")
+    other.add_pipe("elmo", config={"weights": str(tmp_path / "narrow")})
+    a, b = nlp("the bank ."), other("the bank .")
+    assert b.vector.shape == (6,) != a.vector.shape
+    for x, y in ((a, b), (a[1], b[1]), (a[0:2], b[0:2]), (b, a[0:2])):
+        with pytest.raises(ValueError, match=r"ELMo vectors of width (16 and 6|6 and 16): .*same weights"):
+            x.similarity(y)
+    assert abs(a.similarity(nlp("the bank ."))) <= 1.0 + 1e-6  # same weights: a cosine
 
 
 def test_hooks_off(tiny_dir):
