@@ -188,8 +188,12 @@ def hook_span_vector(span: Union[Span, Doc]) -> numpy.ndarray:
 
 
 def hook_has_vector(obj) -> bool:
+    """Whether the token / span / doc has an ELMo vector: ELMo data stored, and (as spaCy's own ``has_vector``
+    for a token without a vector) not whitespace only: a whitespace token's vector is all zeros."""
     doc = obj if isinstance(obj, Doc) else obj.doc
-    return _stored(doc) is not None and (isinstance(obj, Token) or len(obj) > 0)
+    if _stored(doc) is None:
+        return False
+    return not obj.is_space if isinstance(obj, Token) else any(not token.is_space for token in obj)
 
 
 def _vec(obj) -> Optional[numpy.ndarray]:

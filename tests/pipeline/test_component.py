@@ -217,6 +217,17 @@ def test_empty_docs(nlp):
     assert docs[0].vector.shape == (WIDTH,)
 
 
+def test_whitespace_has_no_vector(nlp):
+    """A whitespace token's ELMo vector is all zeros: has_vector said True; spaCy's convention for a token
+    without a vector is False. A span or doc of whitespace only has none either; one word among them does."""
+    doc = nlp("hello   world \n")
+    assert [t.is_space for t in doc] == [False, True, False, True]
+    assert [t.has_vector for t in doc] == [True, False, True, False]
+    assert float(doc[1].vector_norm) == 0.0 and float(doc[0].vector_norm) > 0.0
+    assert not doc[1:2].has_vector and not doc[3:4].has_vector and doc[1:3].has_vector and doc.has_vector
+    assert not nlp("  \n ").has_vector and not doc[1:1].has_vector
+
+
 @pytest.mark.parametrize(
     "setting,value",
     [("max_window", 0), ("max_window", -1), ("batch_tokens", 0), ("batch_tokens", -5), ("cache_size", -1)],
