@@ -667,6 +667,11 @@ class Errors:
         "as the number it spells. Fix initial_weights in that block (e.g. [0.0, 0.0, 1.0]), or leave it out "
         "(null) for equal weights."
     )
+    E_LISTENER_INITIAL_WEIGHTS_COUNT = (
+        "The ELMo listener{of_component} has {found} initial_weights (its {block} block), but the layers it "
+        "mixes are {expected}: give one weight (before softmax) per biLM output layer ({expected}: the biLM's "
+        "n_layers + 1), or leave initial_weights out (null) for equal weights."
+    )
     E_LISTENER_WIDTH_SETTING = (
         "The ELMo listener{of_component} has width = {value!r}; it must be a whole number >= 1 (2 x projection_dim "
         "of the upstream biLM; true/false is no width) or null. Fix width in its spacy_elmo.ElmoListener.v1 "

@@ -93,9 +93,18 @@ def test_scalar_mix_layer_gradients(layer_norm):
         numpy.testing.assert_allclose(dx, tx.grad.numpy(), rtol=1e-4, atol=1e-5)
 
 
+def test_initial_weights_of_another_count_name_the_component_and_block(tiny_dir):
+    """initialize's error on the count of initial_weights did not say whose they were, as the listener's other
+    setting errors do: it names the component and the block to fix."""
+    nlp = _nlp_with(tiny_dir, "ner", {**NER, "tok2vec": {**LISTENER, "initial_weights": [0.0, 1.0]}})
+    with pytest.raises(ValueError, match=r"listener of the 'ner' component has 2 initial_weights \(its spacy_elmo\."
+                       r"ElmoListener\.v1 block\), but the layers it mixes are 3"):  # fmt: skip
+        nlp.initialize(lambda: [Example(nlp.make_doc(d.text), d) for d in make_docs(2)])
+
+
 def test_scalar_mix_layer_checks_layer_counts():
     X = [numpy.ones((3, 2, 4), dtype="float32")]
-    with pytest.raises(ValueError, match=r"initial_weights has 2 values; ScalarMix has 3 layers\. Give one weight"):
+    with pytest.raises(ValueError, match=r"has 2 initial_weights \(its spacy_elmo\.ScalarMix\.v1 block\), but the layers it mixes are 3"):
         scalar_mix_layer(initial_weights=[0.1, 0.2]).initialize(X=X)
     mix = scalar_mix_layer(initial_weights=[0.0, 0.0, 1.0])
     mix.initialize(X=X)
