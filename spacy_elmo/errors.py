@@ -714,6 +714,11 @@ class Errors:
         "as the number it spells. Fix initial_weights in that block (e.g. [0.0, 0.0, 1.0]), or leave it out "
         "(null) for equal weights."
     )
+    E_LISTENER_INITIAL_WEIGHTS_COUNT = (
+        "The ELMo listener{of_component} has {found} initial_weights (its {block} block), but the layers it "
+        "mixes are {expected}: give one weight (before softmax) per biLM output layer ({expected}: the biLM's "
+        "n_layers + 1), or leave initial_weights out (null) for equal weights."
+    )
     E_LISTENER_WIDTH_SETTING = (
         "The ELMo listener{of_component} has width = {value!r}; it must be a whole number >= 1 (2 x projection_dim "
         "of the upstream biLM; true/false is no width) or null. Fix width in its spacy_elmo.ElmoListener.v1 "
@@ -740,6 +745,11 @@ class Errors:
         "(doc._.elmo_idx) to match them up: the doc was retokenized after the elmo component ran and its ELMo "
         "data came without offsets (set by hand, or by an older spacy-elmo). Run the elmo component again on "
         "the doc (nlp.get_pipe('elmo')(doc))."
+    )
+    E_ELMO_SIMILARITY_WIDTHS = (
+        "similarity() compares ELMo vectors of width {width} and {other}: the two were annotated by elmo "
+        "components with other weights, whose vectors cannot be compared. Annotate both with the same weights "
+        "(run one elmo component on both docs)."
     )
     E_OWN_BILM_NO_WEIGHTS = (
         "An ELMo listener with its own biLM (the 'bilm' setting of spacy_elmo.ElmoListener.v1, written by "

@@ -174,7 +174,7 @@ def model_path(directory: PathLike) -> Path:
     if not path.exists():
         raise missing_path_error(path, Errors.E_MODEL_PATH_MISSING)
     if not path.is_dir():
-        raise ValueError(Errors.E_MODEL_PATH_IS_FILE.format(path=path))
+        raise NotAModelDir(Errors.E_MODEL_PATH_IS_FILE.format(path=path))
     return path
 
 
@@ -393,8 +393,8 @@ def load_state_into(
 
 class NotAModelDir(ValueError):
     """A directory given as a model that holds no model spacy-elmo reads (a foreign config.json, a TensorFlow
-    checkpoint, AllenNLP files that are not one pair): the spaCy component says it naming the setting that gave
-    it, as it does a path that names nothing."""
+    checkpoint, AllenNLP files that are not one pair), or a file given as one: the spaCy component says it naming
+    the setting that gave it, as it does a path that names nothing."""
 
 
 #: The files of a TensorFlow checkpoint (bilm-tf's ``save_dir``): the ``checkpoint`` index and each save's

@@ -188,8 +188,12 @@ def hook_span_vector(span: Union[Span, Doc]) -> numpy.ndarray:
 
 
 def hook_has_vector(obj) -> bool:
+    """Whether the token / span / doc has an ELMo vector: ELMo data stored, and (as spaCy's own ``has_vector``
+    for a token without a vector) not whitespace only: a whitespace token's vector is all zeros."""
     doc = obj if isinstance(obj, Doc) else obj.doc
-    return _stored(doc) is not None and (isinstance(obj, Token) or len(obj) > 0)
+    if _stored(doc) is None:
+        return False
+    return not obj.is_space if isinstance(obj, Token) else any(not token.is_space for token in obj)
 
 
 def _vec(obj) -> Optional[numpy.ndarray]:
@@ -201,8 +205,11 @@ def _vec(obj) -> Optional[numpy.ndarray]:
 
 
 def hook_similarity(obj, other) -> float:
-    """Cosine of the ELMo vectors; falls back to spaCy's own when ``other`` has none."""
+    """Cosine of the ELMo vectors; falls back to spaCy's own when ``other`` has none. ELMo vectors of two
+    widths (docs annotated with other weights) are an error: their cosine means nothing."""
     a, b = _vec(obj), _vec(other)
+    if a is not None and b is not None and a.shape != b.shape:
+        raise ValueError(Errors.E_ELMO_SIMILARITY_WIDTHS.format(width=a.shape[-1], other=b.shape[-1]))
     if a is None or b is None:
         b = getattr(other, "vector", None)
         if a is None or b is None or b.shape != a.shape:

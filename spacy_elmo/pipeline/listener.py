@@ -119,7 +119,8 @@ def _init(model: ElmoListener, X=None, Y=None) -> None:
         raise ValueError(_no_upstream(model))
     if not model.has_dim("nL"):  # the upstream has no weights yet: the layers after it cannot be sized
         raise ValueError(Errors.E_LISTENER_NO_SIZES.format(upstream=model.upstream, component=model.component))
-    # Until the first real batch, docs without ELMo data (initialize's samples) get zeros.
+    # Until the first real batch, docs without ELMo data get zeros in training and while a model initializes
+    # (its samples: see _initializing); at prediction elsewhere they are an error.
     model.attrs["warming_up"] = True  # also marks it built upon: the layers after it are sized from it now
 
 
@@ -219,7 +220,7 @@ def _forward(model: ElmoListener, docs: List[Doc], is_train: bool):
                     component=model.component,
                 )
             )
-        elif model.attrs.get("warming_up", False):
+        elif model.attrs.get("warming_up", False) and (is_train or _initializing()):
             if is_train:  # spacy debug model updates a component alone; in spacy train it is a mistake
                 warnings.warn(
                     Warnings.W_LISTENER_ZEROS.format(upstream=model.upstream, component=model.component),
@@ -232,6 +233,16 @@ def _forward(model: ElmoListener, docs: List[Doc], is_train: bool):
         else:
             raise ValueError(Errors.E_LISTENER_NO_DATA.format(upstream=model.upstream, component=model.component))
     return outputs, _no_grad
+
+
+def _initializing() -> bool:
+    """Whether a model's ``initialize`` (thinc's ``Model.initialize``: spaCy's ``nlp.initialize``, a component's
+    own, ``spacy debug model``'s) or ``spacy debug model`` runs this prediction, looked up the stack on a path
+    that fails otherwise: shape inference runs the layers on sample docs no elmo annotated, and debug model
+    predicts with its listening component alone. Anywhere else docs without ELMo data are an error, also for
+    a listener saved or left "warming up" by its initialize: its component would predict from zeros."""
+    frame = sys._getframe(1)
+    return called_from(frame, "thinc.model", "initialize") or called_from(frame, "spacy.cli.debug_model", "debug_model")
 
 
 def _in_rehearse() -> bool:

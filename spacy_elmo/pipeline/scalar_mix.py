@@ -54,13 +54,12 @@ def mix_layer(
 
     layer_norm: normalise each layer of each doc (one mean/variance per doc and layer) before mixing.
     """
+    of_component, _ = building()
     if not is_setting(l2, lambda v: v >= 0):
-        of_component, _ = building()
         raise ValueError(Errors.E_LISTENER_MIX_L2.format(of_component=of_component, key=l2_key, value=l2, block=block))
     if n_layers is not None and not is_setting(n_layers, lambda v: v >= 1, whole=True):
         raise ValueError(Errors.E_SCALAR_MIX_SIZE.format(value=n_layers))
     if _holds_non_numbers(initial_weights):
-        of_component, _ = building()
         raise ValueError(
             Errors.E_LISTENER_INITIAL_WEIGHTS.format(of_component=of_component, value=initial_weights, block=block)
         )
@@ -77,6 +76,8 @@ def mix_layer(
         attrs={
             "initial_weights": weights or None, "trainable": setting(bool(trainable)), "l2": setting(float(l2)),
             "layer_norm": layer_norm,
+            # where its settings were given, for initialize's error on the count of initial_weights
+            "block": setting(block), "of_component": setting(of_component),
         },
     )
 
@@ -89,7 +90,12 @@ def _mix_init(model: Model, X: Optional[List[Floats3d]] = None, Y=None) -> None:
     initial = model.attrs["initial_weights"]
     if initial is not None:
         if len(initial) != nL:
-            raise ValueError(Errors.E_SCALAR_MIX_INIT.format(found=len(initial), expected=nL))
+            raise ValueError(
+                Errors.E_LISTENER_INITIAL_WEIGHTS_COUNT.format(
+                    of_component=model.attrs.get("of_component", ""), block=model.attrs.get("block", "ScalarMix"),
+                    found=len(initial), expected=nL,
+                )
+            )
         w[:] = model.ops.asarray1f(initial)
     model.set_param("w", w)
     model.set_param("gamma", model.ops.asarray1f([1.0]))

@@ -5,12 +5,12 @@ import pytest
 import spacy
 import torch
 
-from spacy_elmo import BiLM, batch_to_ids
+from spacy_elmo import BiLM, BiLMConfig, batch_to_ids
 from spacy_elmo.bilm import native_io
 from spacy_elmo.errors import Errors
 from spacy_elmo.pipeline.bilm_layer import get_bilm, get_runner
 
-from .conftest import N_LAYERS, WIDTH
+from .conftest import N_LAYERS, TINY, WIDTH
 
 
 def test_weights_without_initialize(nlp, tiny_dir):
@@ -107,6 +107,21 @@ def test_vectors_and_hooks(nlp):
     numpy.testing.assert_allclose(a._.elmo_vector, doc._.elmo[:, 4].astype("float32").mean(0), atol=1e-5)
 
 
+def test_similarity_of_vectors_from_other_weights_names_both_widths(nlp, tmp_path):
+    """Docs annotated by elmo components of two widths: similarity() failed in numpy ("shapes (16,) and (6,)
+    not aligned"); now the error names both widths and the fix."""
+    torch.manual_seed(0)
+    BiLM(BiLMConfig(**{**TINY, "projection_dim": 3})).save(tmp_path / "narrow")
+    other = spacy.blank("en")
+    other.add_pipe("elmo", config={"weights": str(tmp_path / "narrow")})
+    a, b = nlp("the bank ."), other("the bank .")
+    assert b.vector.shape == (6,) != a.vector.shape
+    for x, y in ((a, b), (a[1], b[1]), (a[0:2], b[0:2]), (b, a[0:2])):
+        with pytest.raises(ValueError, match=r"ELMo vectors of width (16 and 6|6 and 16): .*same weights"):
+            x.similarity(y)
+    assert abs(a.similarity(nlp("the bank ."))) <= 1.0 + 1e-6  # same weights: a cosine
+
+
 def test_hooks_off(tiny_dir):
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "user_hooks": False, "set_doc_tensor": True})
@@ -200,6 +215,17 @@ def test_empty_docs(nlp):
     docs = list(nlp.pipe(["", "a b", "", " "]))
     assert [d._.elmo.shape[1] for d in docs] == [0, 2, 0, 1]
     assert docs[0].vector.shape == (WIDTH,)
+
+
+def test_whitespace_has_no_vector(nlp):
+    """A whitespace token's ELMo vector is all zeros: has_vector said True; spaCy's convention for a token
+    without a vector is False. A span or doc of whitespace only has none either; one word among them does."""
+    doc = nlp("hello   world \n")
+    assert [t.is_space for t in doc] == [False, True, False, True]
+    assert [t.has_vector for t in doc] == [True, False, True, False]
+    assert float(doc[1].vector_norm) == 0.0 and float(doc[0].vector_norm) > 0.0
+    assert not doc[1:2].has_vector and not doc[3:4].has_vector and doc[1:3].has_vector and doc.has_vector
+    assert not nlp("  \n ").has_vector and not doc[1:1].has_vector
 
 
 @pytest.mark.parametrize(

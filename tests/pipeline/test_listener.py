@@ -8,9 +8,12 @@ import numpy
 import pytest
 import spacy
 import torch
+from spacy.cli.debug_model import debug_model
 from spacy.language import Language
+from spacy.schemas import ConfigSchemaTraining
 from spacy.training import Example
 from spacy.training.loop import train_while_improving
+from spacy.util import registry
 from thinc.api import Adam, set_dropout_rate
 
 from spacy_elmo import BiLM, BiLMConfig
@@ -90,9 +93,18 @@ def test_scalar_mix_layer_gradients(layer_norm):
         numpy.testing.assert_allclose(dx, tx.grad.numpy(), rtol=1e-4, atol=1e-5)
 
 
+def test_initial_weights_of_another_count_name_the_component_and_block(tiny_dir):
+    """initialize's error on the count of initial_weights did not say whose they were, as the listener's other
+    setting errors do: it names the component and the block to fix."""
+    nlp = _nlp_with(tiny_dir, "ner", {**NER, "tok2vec": {**LISTENER, "initial_weights": [0.0, 1.0]}})
+    with pytest.raises(ValueError, match=r"listener of the 'ner' component has 2 initial_weights \(its spacy_elmo\."
+                       r"ElmoListener\.v1 block\), but the layers it mixes are 3"):  # fmt: skip
+        nlp.initialize(lambda: [Example(nlp.make_doc(d.text), d) for d in make_docs(2)])
+
+
 def test_scalar_mix_layer_checks_layer_counts():
     X = [numpy.ones((3, 2, 4), dtype="float32")]
-    with pytest.raises(ValueError, match=r"initial_weights has 2 values; ScalarMix has 3 layers\. Give one weight"):
+    with pytest.raises(ValueError, match=r"has 2 initial_weights \(its spacy_elmo\.ScalarMix\.v1 block\), but the layers it mixes are 3"):
         scalar_mix_layer(initial_weights=[0.1, 0.2]).initialize(X=X)
     mix = scalar_mix_layer(initial_weights=[0.0, 0.0, 1.0])
     mix.initialize(X=X)
@@ -320,6 +332,35 @@ def test_listener_with_disabled_upstream(tiny_dir):
     with nlp.select_pipes(disable=["elmo"]):
         with pytest.raises(ValueError, match="no ELMo data"):
             nlp("Yesterday Alice went home .")
+
+
+def test_listener_with_disabled_upstream_right_after_initialize(tiny_dir, tmp_path):
+    """Its initialize leaves the listener "warming up" (zeros for docs without ELMo data) until a real batch, and
+    saves it so: with elmo disabled right after nlp.initialize (spacy init nlp, spacy assemble), ner predicted
+    from zero vectors without a word, also loaded from disk. Zeros are for a model's initialize only."""
+    nlp = _nlp_with(tiny_dir, "ner", {**NER, "tok2vec": LISTENER})
+    nlp.initialize(lambda: [Example(nlp.make_doc(d.text), d) for d in make_docs(4)])
+    nlp.to_disk(tmp_path / "p")
+    for pipeline in (nlp, spacy.load(tmp_path / "p")):
+        with pipeline.select_pipes(disable=["elmo"]):
+            with pytest.raises(ValueError, match="'ner' found no ELMo data"):
+                pipeline("Yesterday Alice went home .")
+    with pytest.raises(ValueError, match="'ner' found no ELMo data"):
+        spacy.load(tmp_path / "p", disable=["elmo"])("Yesterday Alice went home .")
+    # still zeros for a model's initialize (the samples no elmo annotated), here the component's own
+    nlp.get_pipe("ner").initialize(lambda: [Example(nlp.make_doc(d.text), d) for d in make_docs(4)], nlp=nlp)
+
+
+def test_spacy_debug_model_runs_a_listening_component(tiny_dir, corpus_dir):
+    """spacy debug model initializes, updates and predicts with the listening component alone (no elmo runs):
+    its listener reads zeros there, with a warning for the updates, and the final prediction is no error."""
+    nlp = _nlp_with(tiny_dir, "ner", {**NER, "tok2vec": LISTENER})
+    config = nlp.config
+    config["paths"].update(train=str(corpus_dir / "train.spacy"), dev=str(corpus_dir / "dev.spacy"))
+    config = config.interpolate()  # as debug_model_cli
+    training = registry.resolve(config["training"], schema=ConfigSchemaTraining)
+    with pytest.warns(UserWarning, match="spacy debug model updates 'ner' alone"):
+        debug_model(config, training, nlp, nlp.get_pipe("ner"), print_settings={})
 
 
 def test_listener_needs_all_layers(tiny_dir):

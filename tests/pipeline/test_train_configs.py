@@ -374,6 +374,32 @@ def test_missing_literal_weights_name_their_setting(corpus_dir, tmp_path, where)
             nlp("Alice went home .")
 
 
+@pytest.mark.parametrize("where", ["component weights, lazy", "paths.elmo", "loader path"])
+def test_weights_naming_a_file_name_their_setting(corpus_dir, tmp_path, where):
+    """A weights setting naming a file (model.safetensors, not its directory): the loader's ValueError named the
+    file only, not the setting ([components.elmo] weights, --paths.elmo, the loader's path) to fix."""
+    from spacy_elmo.bilm.native_io import NotAModelDir
+
+    file = tmp_path / "model.safetensors"
+    file.write_bytes(b"x")
+    found = re.escape(f"{file} is a file, but a model is a directory")
+    if where == "component weights, lazy":
+        nlp = spacy.blank("en")
+        nlp.add_pipe("elmo", config={"weights": str(file)})
+        with pytest.raises(NotAModelDir, match=r"its weights setting \(\[components.elmo\] weights of the pipeline.*"
+                           + found + r".*Fix that setting"):  # fmt: skip
+            nlp("Alice went home .")
+    elif where == "paths.elmo":
+        with pytest.raises(NotAModelDir, match=r"--paths.elmo names \(\[initialize.components.elmo.weights_loader\] "
+                           r"path = \$\{paths.elmo\}.*" + found + r".*Fix --paths.elmo on "):  # fmt: skip
+            init_nlp(_config("ner.cfg", corpus_dir, file))
+    else:
+        overrides = {"initialize.components.elmo.weights_loader.path": str(file)}
+        with pytest.raises(NotAModelDir, match=r"that \[initialize.components.elmo.weights_loader\] path names: .*"
+                           + found):  # fmt: skip
+            init_nlp(_config("ner.cfg", corpus_dir, "", overrides))
+
+
 @pytest.mark.parametrize("when", ["first use", "to_bytes (spacy assemble)", "replace_listeners"])
 def test_missing_paths_elmo_loaded_without_initialize_names_it(corpus_dir, tmp_path, when):
     """[components.elmo] weights = ${paths.elmo} naming no directory, loaded without nlp.initialize (at first use,
