@@ -32,6 +32,7 @@ import itertools
 import json
 import tempfile
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence
 
@@ -180,6 +181,8 @@ def check_paths(input_path: PathLike, output_path: PathLike, overwrite: bool = F
         if output_path.samefile(input_path):
             raise FileExistsError(Errors.E_EMBED_OUTPUT_IS_INPUT.format(path=output_path))
         if not overwrite and _earlier_merge(output_path) is None:
+            # What a run killed (or interrupted) while deleting its parts left: never reused, and it stayed for good.
+            remove_leftovers(parts_path(output_path))
             raise FileExistsError(Errors.E_EMBED_OUTPUT_EXISTS.format(path=output_path))
     parent = output_path.absolute().parent
     while not parent.exists():  # created when the first part is written
@@ -346,9 +349,12 @@ def embed_file(
         earlier = _earlier_merge(output_path)
         if earlier is not None:  # a run killed after writing OUTPUT, before removing its parts
             if _same_manifest(_read_manifest(earlier), manifest) and not restart:
-                remove_dir(earlier)
+                with _finished_once_merged(output_path):
+                    remove_dir(earlier)
                 return {**counts, "parts_reused": n_parts, "finished": 1}
             if not overwrite:  # the finished output of other settings
+                if not _read_manifest(earlier):  # or what a killed removal left of its parts: no longer telling which
+                    remove_leftovers(parts_dir)
                 raise FileExistsError(Errors.E_EMBED_OUTPUT_EXISTS.format(path=output_path))
             remove_dir(earlier)
         remove_leftovers(parts_dir)  # a parts directory being created or removed when a run was killed
@@ -398,11 +404,31 @@ def embed_file(
                 atomic_write(part, write_part)
                 counts["parts_written"] += 1
         every_line = (line for _, chunk in parts() for line in chunk)
-        _merge(part_files, every_line, n_lines, output_path, parts_dir, progress)
-        remove_dir(parts_dir)
+        with _finished_once_merged(output_path):
+            _merge(part_files, every_line, n_lines, output_path, parts_dir, progress)
+            remove_dir(parts_dir)
         return {**counts, "finished": 1}
     finally:
         bilm.train(was_training)  # the caller's model comes back in its own mode
+
+
+@contextmanager
+def _finished_once_merged(output_path: Path) -> Iterator[None]:
+    """Around the merge and the removal of the parts: Ctrl-C once OUTPUT is in place (complete) ends a finished
+    run, with :data:`Warnings.W_EMBED_CLEANUP_INTERRUPTED` naming what is left of the parts (which the next run
+    into OUTPUT removes: :func:`check_paths`). It said "nothing was written", and the parts renamed away for
+    deletion stayed for good, the rerun refusing OUTPUT as existing. Before the rename it stays an interrupt."""
+    parts_dir = parts_path(output_path)
+    try:
+        yield
+    except KeyboardInterrupt:
+        # Not in place yet: the parts directory is there and no merged.json in it (or in what a removal left of
+        # it) records OUTPUT as it is. In place: merged.json records it, or the parts were already renamed away.
+        if parts_dir.exists() and _earlier_merge(output_path) is None:
+            raise
+        left = [str(path) for path in (parts_dir, *(tmp for tmp, _ in temporary_files(parts_dir))) if path.exists()]
+        warnings.warn(Warnings.W_EMBED_CLEANUP_INTERRUPTED.format(path=output_path, parts=", ".join(left)),
+                      RuntimeWarning, stacklevel=3)
 
 
 def _parts(lines: Iterator[str], part_size: int) -> Iterator[tuple]:

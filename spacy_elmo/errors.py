@@ -1439,6 +1439,10 @@ class Warnings:
         "'small' biLM, so its similarities are not meaningful (the mechanics are real). Pass --model MODEL_DIR "
         "for a trained model, or reinstall spacy-elmo with its data."
     )
+    W_EMBED_CLEANUP_INTERRUPTED = (
+        "spacy-elmo: interrupted while removing the parts of {path}, after it was complete: it holds every line. "
+        "The next embed into {path} removes what is left of them ({parts}); or delete it."
+    )
     W_REPLACED_BYTES_TEXT = (
         "{n_bytes:,} undecodable byte(s) replaced by U+FFFD in the text (re-encode it to UTF-8 to keep them)."
     )

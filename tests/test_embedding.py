@@ -206,6 +206,49 @@ def test_a_run_killed_while_finishing_is_finished_by_a_rerun(bilm, corpus, tmp_p
         embed_file(bilm, corpus, out, part_size=3, progress=False)
 
 
+def _interrupted_deleting_parts(patch, first):
+    """shutil.rmtree of the parts renamed away for deletion (atomic.remove_dir) stops with Ctrl-C after deleting
+    ``first`` of them (its order is the directory's, any)."""
+    import shutil
+
+    import spacy_elmo.atomic
+
+    real = shutil.rmtree
+
+    def rmtree(path, *args, **kwargs):
+        if Path(path).name.startswith(".") and Path(path).is_dir() and any(Path(path).iterdir()):
+            (Path(path) / first).unlink()
+            raise KeyboardInterrupt
+        return real(path, *args, **kwargs)
+
+    patch.setattr(spacy_elmo.atomic.shutil, "rmtree", rmtree)
+
+
+@pytest.mark.parametrize("first", ["part-000000.hdf5", "manifest.json", "merged.json"])
+def test_ctrl_c_while_removing_the_parts_of_a_complete_output_ends_a_finished_run(bilm, corpus, tmp_path, monkeypatch,
+                                                                                   first):
+    """Ctrl-C while the parts were deleted, OUTPUT complete, reached the CLI as an interrupt ("nothing was
+    written"); and what was left of them (a hidden .OUTPUT.parts.PID.tmp as big as OUTPUT) stayed for good, each
+    rerun refusing OUTPUT as existing. The run is now finished, a warning names the leftover, and the next run
+    into OUTPUT removes it, whether it can tell that it finished OUTPUT (merged.json still there) or not."""
+    straight, out = tmp_path / "straight.h5", tmp_path / "out.h5"
+    embed_file(bilm, corpus, straight, part_size=3, progress=False)
+    with monkeypatch.context() as patch:
+        _interrupted_deleting_parts(patch, first)
+        with pytest.warns(RuntimeWarning, match="after it was complete: it holds every line") as caught:
+            counts = embed_file(bilm, corpus, out, part_size=3, progress=False)
+    assert counts["finished"] == 1 and out.read_bytes() == straight.read_bytes()
+    left = [p for p in tmp_path.iterdir() if p.name.startswith(".out.h5.parts.")]
+    assert len(left) == 1 and str(left[0]) in str(caught[0].message)
+    if first in ("merged.json", "manifest.json"):  # not known as this output's, or its settings not: refused
+        with pytest.raises(FileExistsError, match="--overwrite"):
+            embed_file(bilm, corpus, out, part_size=3, progress=False)
+    else:
+        assert embed_file(bilm, corpus, out, part_size=3, progress=False)["parts_reused"] == 3
+    assert out.read_bytes() == straight.read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "model", "out.h5", "straight.h5"]
+
+
 def test_a_run_killed_while_creating_its_parts_directory_starts_afresh(bilm, corpus, tmp_path, monkeypatch, ended_pid):
     """The parts directory was created, then its manifest written: killed between the two, a
     rerun refused the empty directory as parts "written by an older spacy-elmo"."""
@@ -417,6 +460,23 @@ def test_cli_interrupted_says_what_is_kept_and_a_rerun_goes_on(model_dir, corpus
     assert stopped.output[said - 1] == "\n" and "embedding" not in stopped.output[said:], stopped.output
     again = CliRunner().invoke(app, args)
     assert again.exit_code == 0 and "(2 parts from an earlier run)" in again.output, again.output
+
+
+def test_cli_ctrl_c_while_removing_the_parts_of_a_complete_output_says_it_is_complete(model_dir, corpus, tmp_path,
+                                                                                     monkeypatch):
+    """It said "Interrupted before any part was started: nothing was written." (exit 130) of a complete OUTPUT."""
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli import app
+
+    out = tmp_path / "out.h5"
+    args = ["embed", str(corpus), str(out), "--model", str(model_dir), "--part-size", "3", "--no-progress"]
+    with monkeypatch.context() as patch:
+        _interrupted_deleting_parts(patch, "merged.json")
+        with pytest.warns(RuntimeWarning, match="after it was complete"):
+            result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0 and f"wrote {out}: {len(LINES)} lines" in result.output, result.output
+    assert "nothing was written" not in result.output and len(read_all(out)[0]) == len(LINES)
 
 
 def test_cli_really_killed_again_and_again_writes_the_identical_file(model_dir, corpus, tmp_path, kill_runner):
