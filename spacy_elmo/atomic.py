@@ -12,9 +12,15 @@ import os
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, List, Sequence, Tuple
+from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 
 from ._typing import PathLike
+
+#: ``flock`` where the platform has it (POSIX); None elsewhere (Windows), where nothing is locked.
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
 
 
 def temporary_name(path: PathLike) -> Path:
@@ -148,6 +154,21 @@ def _ended(pid: int) -> bool:
     # "PID (COMM) STATE ...": COMM (the program's name) may hold spaces and ")", so the state follows the last ")"
     state = stat[stat.rfind(b")") + 1 :].split()[:1]
     return state in ([b"Z"], [b"X"])
+
+
+def try_lock(fd: int) -> Optional[OSError]:
+    """Take an exclusive ``flock`` on ``fd`` without waiting: BlockingIOError while another process holds it (the
+    kernel releases a lock when its process ends, also by SIGKILL); the OSError of a file system without flock
+    (some network mounts), which locks nothing, is returned (None: locked, or no flock on this platform)."""
+    if fcntl is None:  # pragma: no cover - Windows
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise
+    except OSError as err:
+        return err
+    return None
 
 
 def remove_dir(path: PathLike) -> None:

@@ -30,9 +30,11 @@ import hashlib
 import io
 import itertools
 import json
+import os
 import tempfile
+import time
 import warnings
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence
 
@@ -40,7 +42,8 @@ import numpy as np
 import torch
 
 from ._typing import PathLike
-from .atomic import atomic_write, atomic_write_text, remove_dir, remove_leftovers, replace_dir, temporary_files
+from .atomic import (atomic_write, atomic_write_text, remove_dir, remove_leftovers, replace_dir, temporary_files,
+                     try_lock)
 from .bilm import BiLM
 from .bilm.token_cache import TokenCache, run_rows
 from .errors import Errors, Warnings
@@ -275,12 +278,9 @@ def embed_file(
     pass takes the sha256 of each part's text too, and every later pass checks each part against it
     before using it (:func:`same_parts`): a file rewritten during the run is an error
     (:data:`Errors.E_EMBED_INPUT_CHANGED`) at its first changed part, before any of it is written.
-    Returns counts: lines, tokens, parts_written (now), parts_reused, finished (0/1).
+    Returns counts: lines, tokens, parts_written (now), parts_reused, finished (0/1). A second run into the same
+    OUTPUT while one runs is refused (FileExistsError, :func:`_output_lock`).
     """
-    from .progress import progress_bar
-
-    from .training.data import TOKEN_RULES
-
     if layers not in LAYER_MODES:
         raise ValueError(Errors.E_EMBED_LAYERS.format(layers=layers))
     for name, value in (("batch_size", batch_size), ("batch_tokens", batch_tokens), ("part_size", part_size),
@@ -291,6 +291,20 @@ def embed_file(
         raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name="cache_size", what="0 or more", value=cache_size))
     input_path, output_path = Path(input_path), Path(output_path)
     check_paths(input_path, output_path, overwrite)
+    with _output_lock(output_path):
+        check_paths(input_path, output_path, overwrite)  # again: another run may have finished OUTPUT meanwhile
+        return _embed_locked(bilm, input_path, output_path, layers, batch_size, batch_tokens, part_size, max_tokens,
+                             cache_size, tokenize, tokenizer_name, progress, overwrite, restart, stop_after_parts)
+
+
+def _embed_locked(bilm: BiLM, input_path: Path, output_path: Path, layers: str, batch_size: int, batch_tokens: int,
+                  part_size: int, max_tokens: int, cache_size: int, tokenize: Optional[Callable[[str], List[str]]],
+                  tokenizer_name: Optional[str], progress: bool, overwrite: bool, restart: bool,
+                  stop_after_parts: Optional[int]) -> Dict[str, int]:
+    """:func:`embed_file`'s work, its arguments checked, under the lock on OUTPUT (:func:`_output_lock`)."""
+    from .progress import progress_bar
+    from .training.data import TOKEN_RULES
+
     if tokenizer_name is None:
         tokenizer_name = "whitespace" if tokenize is None else _callable_name(tokenize)
     tokenize = tokenize or _whitespace
@@ -410,6 +424,66 @@ def embed_file(
         return {**counts, "finished": 1}
     finally:
         bilm.train(was_training)  # the caller's model comes back in its own mode
+
+
+@contextmanager
+def _output_lock(output_path: Path) -> Iterator[None]:
+    """An exclusive ``flock`` (:func:`~spacy_elmo.atomic.try_lock`, pretrain's) on ``.OUTPUT.lock`` beside OUTPUT,
+    which holds the run's pid, held while :func:`embed_file` reads and writes OUTPUT's parts and OUTPUT: a second
+    run into the same OUTPUT (a job started twice) failed on the first's parts with HDF5's "Unable to synchronously
+    open file"; it is refused (FileExistsError, :data:`Errors.E_EMBED_IN_USE`, naming the running one's pid).
+
+    The file is removed at the end, before the lock is released (a run that then locks the removed file sees that
+    it is no longer at that name, and takes the one there now); one that a killed run left (the kernel released its
+    lock) is taken over and removed by the next run into OUTPUT. Directories made for it are removed again when the
+    run leaves them empty. Not locked where there is no flock (Windows, some network file systems)."""
+    lock = output_path.with_name(f".{output_path.name}.lock")
+    created = list(itertools.takewhile(lambda p: not p.exists(), lock.parents))  # the deepest first
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        while True:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                unlocked = try_lock(fd)
+            except BlockingIOError:
+                pid = _lock_holder(fd)
+                os.close(fd)
+                raise FileExistsError(Errors.E_EMBED_IN_USE.format(pid=pid, path=output_path)) from None
+            if unlocked is not None or _is_at(fd, lock):
+                break
+            os.close(fd)
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+            yield
+        finally:
+            with suppress(OSError):  # Windows removes no open file
+                lock.unlink()
+            os.close(fd)  # releases the lock
+    finally:
+        with suppress(OSError):  # not empty: what the run wrote stays
+            for directory in created:
+                directory.rmdir()
+
+
+def _is_at(fd: int, path: Path) -> bool:
+    """Whether the file open as ``fd`` is the one named ``path`` (not removed, nor replaced by another)."""
+    try:
+        st, at = os.fstat(fd), os.stat(path)
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) == (at.st_dev, at.st_ino)
+
+
+def _lock_holder(fd: int) -> str:
+    """The pid written in the lock file ``fd`` by the run holding it ("unknown" if it wrote none within a second:
+    it writes its pid just after taking the lock)."""
+    for _ in range(100):
+        pid = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        if pid:
+            return pid
+        time.sleep(0.01)
+    return "unknown"
 
 
 @contextmanager

@@ -1247,6 +1247,10 @@ class Errors:
         "Embedding a corpus reads every line on its own; load the biLM with stateful=False."
     )
     E_EMBED_OUTPUT_EXISTS = "{path} already exists. Pass --overwrite to replace it, or choose another output."
+    E_EMBED_IN_USE = (
+        "Another embed (pid {pid}) is writing {path}: two runs into one output would mix their parts. Wait for it "
+        "to end, or stop it and rerun this command (it goes on from the parts written), or choose another output."
+    )
     E_EMBED_PARTS_MISMATCH = (
         "{parts} holds parts of an earlier run with a different {keys}, so they cannot be reused. "
         "Rerun with the earlier settings to finish it, or delete {parts} (or pass --restart) to start over."

@@ -268,6 +268,59 @@ def test_a_run_killed_while_creating_its_parts_directory_starts_afresh(bilm, cor
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "model", "out.h5", "straight.h5"]
 
 
+HOLD_LOCK = """
+import sys, time
+from pathlib import Path
+from spacy_elmo.embedding import _output_lock
+with _output_lock(Path(sys.argv[1])):
+    print("held", flush=True)
+    time.sleep(120)
+"""
+
+
+def test_a_second_run_into_the_same_output_is_refused_naming_the_running_one(bilm, corpus, tmp_path):
+    """Two runs into one OUTPUT (a job started twice): the second failed on the first's parts with HDF5's "Unable to
+    synchronously open file ... No such file"; it is refused, naming the running one's pid, before touching them.
+    A lock file that a killed run left is taken over, and the lock file is removed at the end."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("fcntl")
+    out = tmp_path / "sub" / "out.h5"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(out)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        with pytest.raises(FileExistsError, match=f"Another embed \\(pid {holder.pid}\\) is writing {out}"):
+            embed_file(bilm, corpus, out, part_size=3, progress=False)
+        assert sorted(p.name for p in out.parent.iterdir()) == [".out.h5.lock"]  # the holder's, and nothing else
+    finally:
+        holder.kill()
+        holder.wait()
+    assert (out.parent / ".out.h5.lock").exists()  # a SIGKILL removes nothing
+    assert embed_file(bilm, corpus, out, part_size=3, progress=False)["finished"] == 1
+    assert sorted(p.name for p in out.parent.iterdir()) == ["out.h5"]
+
+
+def test_a_lock_file_removed_as_it_was_locked_is_taken_again(bilm, corpus, tmp_path, monkeypatch):
+    """The run holding the lock removes its file and then releases the lock: a run that opened the file before the
+    removal and locked it after the release holds the lock on a file no longer there, which a third run would not
+    see. It opens the file at that name again."""
+    pytest.importorskip("fcntl")
+    out, calls = tmp_path / "out.h5", []
+    real = spacy_elmo.embedding.try_lock
+
+    def removed_meanwhile(fd):
+        calls.append(fd)
+        if len(calls) == 1:
+            (tmp_path / ".out.h5.lock").unlink()  # the last holder's removal, between our open and our lock
+        return real(fd)
+
+    monkeypatch.setattr(spacy_elmo.embedding, "try_lock", removed_meanwhile)
+    assert embed_file(bilm, corpus, out, part_size=3, progress=False, stop_after_parts=1)["finished"] == 0
+    assert len(calls) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "model", "out.h5.parts"]
+
+
 def test_parts_of_other_settings_are_refused_and_restart_drops_them(bilm, corpus, tmp_path):
     out = tmp_path / "out.h5"
     embed_file(bilm, corpus, out, part_size=2, progress=False, stop_after_parts=1)
