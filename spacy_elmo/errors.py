@@ -1224,6 +1224,10 @@ class Errors:
         "{path} is not a file (a directory, a pipe or a device): embed reads its input twice, one UTF-8 text file "
         "with one sentence per line. Pass such a file (gzip, bzip2 and xz files are read as they are)."
     )
+    E_EMBED_INPUT_STDIN = (
+        "embed does not read standard input ('-'): it reads its input twice (its lines counted and digested, then "
+        "embedded), which a pipe cannot give. Write the text to a file (e.g. `... > text.txt`) and pass that file."
+    )
     E_EMBED_INPUT_CHANGED = (
         "{path} changed while it was embedded: its text is no longer the one read at the start (each part is "
         "checked before it is embedded, so none was written from the changed text). Run again once nothing "

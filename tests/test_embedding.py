@@ -567,7 +567,8 @@ def test_cli_really_killed_again_and_again_writes_the_identical_file(model_dir, 
 def test_cli_refuses_unusable_paths_before_loading_the_model(bilm, corpus, tmp_path):
     """An output below a file ended in a NotADirectoryError traceback; the input as output with
     --overwrite replaced the text with its vectors; a missing input was found only after loading
-    the model (here a model that does not exist: the path error comes first)."""
+    the model (here a model that does not exist: the path error comes first). `embed - OUT` said "- does not
+    exist"."""
     from typer.testing import CliRunner
 
     from spacy_elmo.cli import app
@@ -578,6 +579,7 @@ def test_cli_refuses_unusable_paths_before_loading_the_model(bilm, corpus, tmp_p
         ([str(corpus), str(tmp_path / "link.h5"), "--overwrite"], "is the input itself"),
         ([str(tmp_path / "missing.txt"), str(tmp_path / "o.h5")], "missing.txt does not exist"),
         ([str(tmp_path), str(tmp_path / "o.h5")], f"{tmp_path} is not a file"),
+        (["-", str(tmp_path / "o.h5")], "embed does not read standard input ('-')"),  # it said "- does not exist"
     ]
     (tmp_path / "link.h5").symlink_to(corpus)
     for args, message in cases:
