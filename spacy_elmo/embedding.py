@@ -125,7 +125,8 @@ def scan_lines(path: PathLike, digests: PartDigests) -> int:
 
     Line ``i`` of the file is item ``i``, empty lines included: lines end at ``\n`` only (with
     any ``\r`` before it), as for ``wc -l``; a leading byte order mark is not text (as in
-    pretraining: ``training.data.iter_lines``).
+    pretraining: ``training.data.iter_lines``). A ``\r`` inside a line is warned of, once
+    (:data:`Warnings.W_EMBED_CARRIAGE_RETURN`): a file whose lines end in ``\r`` alone (classic Mac OS) is one line.
     """
     from .training.data import is_binary, iter_lines, replaced_bytes_so_far
 
@@ -134,7 +135,13 @@ def scan_lines(path: PathLike, digests: PartDigests) -> int:
     if is_binary(path):
         raise ValueError(Errors.E_BINARY_FILE.format(path=path))
     before = replaced_bytes_so_far()
-    n_lines = sum(1 for _ in iter_lines(path, digests))
+    n_lines, with_cr = 0, 0
+    for line in iter_lines(path, digests):
+        n_lines += 1
+        if not with_cr and "\r" in line:  # one at its end is part of the line's end
+            with_cr = n_lines
+    if with_cr:
+        warnings.warn(Warnings.W_EMBED_CARRIAGE_RETURN.format(path=path, line=with_cr), RuntimeWarning, stacklevel=2)
     replaced = replaced_bytes_so_far() - before
     if replaced:
         warnings.warn(Warnings.W_REPLACED_BYTES.format(n_bytes=replaced, n_files=1), RuntimeWarning, stacklevel=2)

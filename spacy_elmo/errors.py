@@ -1237,7 +1237,8 @@ class Errors:
     E_EMBED_LAYERS = "Unknown layers {layers!r}: use 'all' (every layer), 'top' or 'average'."
     E_EMBED_LINE_TOO_LONG = (
         "{path} line {line} has {n} tokens, more than --max-tokens {max_tokens}. The input is one sentence "
-        "per line: split that line, or raise --max-tokens if you really want it embedded in one piece."
+        "per line: split that line, or raise --max-tokens if you really want it embedded in one piece. Lines end "
+        "at \\n only: a file whose lines end in \\r alone (classic Mac OS) is one line; convert it (tr '\\r' '\\n')."
     )
     E_EMBED_TOKENIZE_RESULT = (
         "tokenize returned a {type_name} for {path} line {line}; it must return the line's tokens as a list "
@@ -1446,6 +1447,11 @@ class Warnings:
         "The bundled default model is not installed (looked in {path}): the demo runs a randomly initialised "
         "'small' biLM, so its similarities are not meaningful (the mechanics are real). Pass --model MODEL_DIR "
         "for a trained model, or reinstall spacy-elmo with its data."
+    )
+    W_EMBED_CARRIAGE_RETURN = (
+        "spacy-elmo: {path} line {line} (and maybe others) holds a carriage return (\\r) inside it: lines end at \\n "
+        "only, so a file whose lines end in \\r alone (classic Mac OS) is read as one line. Convert it, e.g. "
+        "`tr '\\r' '\\n' < IN > OUT`, if its lines end so."
     )
     W_EMBED_CLEANUP_INTERRUPTED = (
         "spacy-elmo: interrupted while removing the parts of {path}, after it was complete: it holds every line. "

@@ -690,6 +690,22 @@ def test_progress_shows_every_stage_that_takes_time_on_a_long_input(bilm, corpus
     assert capsys.readouterr().err == ""
 
 
+def test_a_carriage_return_inside_a_line_is_warned_of_once(bilm, tmp_path, recwarn):
+    """A file whose lines end in \\r alone (classic Mac OS) became one line without a word."""
+    mac = tmp_path / "mac.txt"
+    mac.write_bytes(b"a b\rc d\re f\r")
+    counts = embed_file(bilm, mac, tmp_path / "mac.h5", progress=False)
+    said = [str(w.message) for w in recwarn if "carriage return" in str(w.message)]
+    assert counts["lines"] == 1 and len(said) == 1 and f"{mac} line 1 " in said[0], said
+    windows = tmp_path / "windows.txt"  # \r\n ends, and \r at the end of the last line: line ends, no warning
+    windows.write_bytes(b"a b\r\nc d\r\n\r\ne\r")
+    recwarn.clear()
+    assert embed_file(bilm, windows, tmp_path / "windows.h5", progress=False)["lines"] == 4
+    assert not [w for w in recwarn if "carriage return" in str(w.message)]
+    with pytest.raises(ValueError, match=r"line 1 has 6 tokens.*whose lines end in \\r alone"):
+        embed_file(bilm, mac, tmp_path / "long.h5", max_tokens=2, progress=False)
+
+
 def test_batches_respect_rows_and_padded_tokens_and_keep_every_line():
     from spacy_elmo.embedding import _batches
 
