@@ -681,13 +681,49 @@ def test_cli_numeric_options_are_named_as_typed(corpus, tmp_path, flag, value, e
 
 def test_progress_shows_every_stage_that_takes_time_on_a_long_input(bilm, corpus, tmp_path, capsys):
     """Only the embedding had a bar: tokenizing (spaCy's, with --lang: minutes on a big file)
-    and merging the parts were silent."""
+    and merging the parts were silent, and so was the first pass (reading: 11 minutes for 10 GB of bzip2)."""
     embed_file(bilm, corpus, tmp_path / "o.h5", part_size=3, progress=True)
     shown = capsys.readouterr().err.replace("\r", "\n")
     for stage in ("tokenizing", "embedding", "merging"):
         assert f"{stage}: 100%" in shown and f"{len(LINES)}/{len(LINES)}" in shown.split(f"{stage}: 100%")[1]
+    size = corpus.stat().st_size
+    assert "reading: 100%" in shown and f"{size}/{size}" in shown.split("reading: 100%")[1]
     embed_file(bilm, corpus, tmp_path / "quiet.h5", progress=False)
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("suffix", ["", *FORMATS])
+def test_the_first_pass_shows_how_much_of_the_file_was_read(tmp_path, monkeypatch, suffix):
+    """The first pass (lines counted, digested, decompressed) had no bar: its bar is of the file's bytes on the
+    disk (compressed or not), at the file's position as it is read, and ends at its size."""
+    import tqdm
+
+    import spacy_elmo.training.data
+    from spacy_elmo.embedding import PartDigests, scan_lines
+
+    rng = np.random.default_rng(0)
+    text = tmp_path / "text.txt"
+    text.write_text("".join(" ".join(f"w{k}" for k in rng.integers(0, 10**6, 12)) + "\n" for _ in range(40_000)))
+    path = compressed(text, suffix) if suffix else text
+    bars = []
+
+    class Bar(tqdm.tqdm):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.positions = []
+            bars.append(self)
+
+        def update(self, n=1):
+            super().update(n)
+            self.positions.append(self.n)
+
+    monkeypatch.setattr(tqdm, "tqdm", Bar)
+    monkeypatch.setattr(spacy_elmo.training.data, "ON_READ_BYTES", 1 << 12)
+    assert scan_lines(path, PartDigests(100), progress=True) == 40_000
+    size = path.stat().st_size
+    (bar,) = bars
+    assert bar.total == size and bar.unit == "B" and bar.positions[-1] == size
+    assert bar.positions == sorted(bar.positions) and any(0 < p < size // 2 for p in bar.positions), bar.positions[:9]
 
 
 def test_a_carriage_return_inside_a_line_is_warned_of_once(bilm, tmp_path, recwarn):
