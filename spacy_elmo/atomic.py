@@ -12,9 +12,15 @@ import os
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, List, Sequence, Tuple
+from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 
 from ._typing import PathLike
+
+#: ``flock`` where the platform has it (POSIX); None elsewhere (Windows), where nothing is locked.
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
 
 
 def temporary_name(path: PathLike) -> Path:
@@ -123,7 +129,9 @@ def temporary_files(path: PathLike) -> List[Tuple[Path, int]]:
 
 
 def _running(pid: int) -> bool:
-    """Whether another process ``pid`` runs (on POSIX; elsewhere taken as not)."""
+    """Whether another process ``pid`` runs (on POSIX; elsewhere taken as not). A zombie (ended, not yet
+    waited for by its parent: a SIGKILLed writer for a moment, or for good under a parent that never waits)
+    does not: ``os.kill(pid, 0)`` succeeds for it, so its half-written file was kept as a write in progress."""
     if pid == os.getpid() or os.name != "posix":
         return False
     try:
@@ -131,8 +139,36 @@ def _running(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except OSError:  # PermissionError: another user's
-        return True
-    return True
+        pass
+    return not _ended(pid)
+
+
+def _ended(pid: int) -> bool:
+    """Whether the process ``pid`` ended and only its exit status is left: state Z (zombie) or X (dead) in Linux's
+    ``/proc/PID/stat``. False where there is no such file to tell (other systems: taken as running)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    # "PID (COMM) STATE ...": COMM (the program's name) may hold spaces and ")", so the state follows the last ")"
+    state = stat[stat.rfind(b")") + 1 :].split()[:1]
+    return state in ([b"Z"], [b"X"])
+
+
+def try_lock(fd: int) -> Optional[OSError]:
+    """Take an exclusive ``flock`` on ``fd`` without waiting: BlockingIOError while another process holds it (the
+    kernel releases a lock when its process ends, also by SIGKILL); the OSError of a file system without flock
+    (some network mounts), which locks nothing, is returned (None: locked, or no flock on this platform)."""
+    if fcntl is None:  # pragma: no cover - Windows
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise
+    except OSError as err:
+        return err
+    return None
 
 
 def remove_dir(path: PathLike) -> None:

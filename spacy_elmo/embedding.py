@@ -30,8 +30,11 @@ import hashlib
 import io
 import itertools
 import json
+import os
 import tempfile
+import time
 import warnings
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence
 
@@ -39,7 +42,8 @@ import numpy as np
 import torch
 
 from ._typing import PathLike
-from .atomic import atomic_write, atomic_write_text, remove_dir, remove_leftovers, replace_dir, temporary_files
+from .atomic import (atomic_write, atomic_write_text, remove_dir, remove_leftovers, replace_dir, temporary_files,
+                     try_lock)
 from .bilm import BiLM
 from .bilm.token_cache import TokenCache, run_rows
 from .errors import Errors, Warnings
@@ -113,7 +117,7 @@ class PartDigests:
         return self._done + [self.last()] if self.n_lines else []
 
 
-def scan_lines(path: PathLike, digests: PartDigests) -> int:
+def scan_lines(path: PathLike, digests: PartDigests, progress: bool = False) -> int:
     """The number of lines of ``path`` (UTF-8; undecodable bytes become U+FFFD, with one warning; gzip,
     bzip2 and xz files are decompressed: ``training.data.open_text_file``), updating ``digests`` with
     the text's bytes (``training.data.iter_lines``): its sha256 and each part's. Nothing is kept: the
@@ -121,8 +125,12 @@ def scan_lines(path: PathLike, digests: PartDigests) -> int:
 
     Line ``i`` of the file is item ``i``, empty lines included: lines end at ``\n`` only (with
     any ``\r`` before it), as for ``wc -l``; a leading byte order mark is not text (as in
-    pretraining: ``training.data.iter_lines``).
+    pretraining: ``training.data.iter_lines``). A ``\r`` inside a line is warned of, once
+    (:data:`Warnings.W_EMBED_CARRIAGE_RETURN`): a file whose lines end in ``\r`` alone (classic Mac OS) is one line.
+    ``progress``: a bar of the bytes of the file read (compressed, as on the disk), of its size: this pass
+    took minutes on a big file without a word (10 GB of bzip2: 11 minutes).
     """
+    from .progress import progress_bar
     from .training.data import is_binary, iter_lines, replaced_bytes_so_far
 
     path = Path(path)
@@ -130,7 +138,15 @@ def scan_lines(path: PathLike, digests: PartDigests) -> int:
     if is_binary(path):
         raise ValueError(Errors.E_BINARY_FILE.format(path=path))
     before = replaced_bytes_so_far()
-    n_lines = sum(1 for _ in iter_lines(path, digests))
+    n_lines, with_cr = 0, 0
+    with progress_bar(total=path.stat().st_size, desc="reading", unit="B", unit_scale=True, unit_divisor=1024,
+                      disable=not progress) as bar:
+        for line in iter_lines(path, digests, on_read=lambda position: bar.update(position - bar.n)):
+            n_lines += 1
+            if not with_cr and "\r" in line:  # one at its end is part of the line's end
+                with_cr = n_lines
+    if with_cr:
+        warnings.warn(Warnings.W_EMBED_CARRIAGE_RETURN.format(path=path, line=with_cr), RuntimeWarning, stacklevel=2)
     replaced = replaced_bytes_so_far() - before
     if replaced:
         warnings.warn(Warnings.W_REPLACED_BYTES.format(n_bytes=replaced, n_files=1), RuntimeWarning, stacklevel=2)
@@ -159,9 +175,11 @@ def same_parts(path: Path, part_size: int, expected: Sequence[str]) -> Iterator[
 
 
 def check_input_file(path: Path) -> None:
-    """Refuse an input that does not exist (naming a ~ no shell expanded) or is no regular file: the text is
-    read twice, which a directory or a pipe cannot give."""
+    """Refuse an input that does not exist (naming a ~ no shell expanded; ``-``, standard input elsewhere, saying
+    so) or is no regular file: the text is read twice, which a directory or a pipe cannot give."""
     if not path.exists():
+        if str(path) == "-":  # the shell's "standard input": said to be missing
+            raise ValueError(Errors.E_EMBED_INPUT_STDIN)
         raise missing_path_error(path, Errors.E_EMBED_INPUT_MISSING)
     if not path.is_file():
         raise ValueError(Errors.E_EMBED_INPUT_NOT_A_FILE.format(path=path))
@@ -180,6 +198,8 @@ def check_paths(input_path: PathLike, output_path: PathLike, overwrite: bool = F
         if output_path.samefile(input_path):
             raise FileExistsError(Errors.E_EMBED_OUTPUT_IS_INPUT.format(path=output_path))
         if not overwrite and _earlier_merge(output_path) is None:
+            # What a run killed (or interrupted) while deleting its parts left: never reused, and it stayed for good.
+            remove_leftovers(parts_path(output_path))
             raise FileExistsError(Errors.E_EMBED_OUTPUT_EXISTS.format(path=output_path))
     parent = output_path.absolute().parent
     while not parent.exists():  # created when the first part is written
@@ -272,12 +292,9 @@ def embed_file(
     pass takes the sha256 of each part's text too, and every later pass checks each part against it
     before using it (:func:`same_parts`): a file rewritten during the run is an error
     (:data:`Errors.E_EMBED_INPUT_CHANGED`) at its first changed part, before any of it is written.
-    Returns counts: lines, tokens, parts_written (now), parts_reused, finished (0/1).
+    Returns counts: lines, tokens, parts_written (now), parts_reused, finished (0/1). A second run into the same
+    OUTPUT while one runs is refused (FileExistsError, :func:`_output_lock`).
     """
-    from .progress import progress_bar
-
-    from .training.data import TOKEN_RULES
-
     if layers not in LAYER_MODES:
         raise ValueError(Errors.E_EMBED_LAYERS.format(layers=layers))
     for name, value in (("batch_size", batch_size), ("batch_tokens", batch_tokens), ("part_size", part_size),
@@ -288,6 +305,20 @@ def embed_file(
         raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name="cache_size", what="0 or more", value=cache_size))
     input_path, output_path = Path(input_path), Path(output_path)
     check_paths(input_path, output_path, overwrite)
+    with _output_lock(output_path):
+        check_paths(input_path, output_path, overwrite)  # again: another run may have finished OUTPUT meanwhile
+        return _embed_locked(bilm, input_path, output_path, layers, batch_size, batch_tokens, part_size, max_tokens,
+                             cache_size, tokenize, tokenizer_name, progress, overwrite, restart, stop_after_parts)
+
+
+def _embed_locked(bilm: BiLM, input_path: Path, output_path: Path, layers: str, batch_size: int, batch_tokens: int,
+                  part_size: int, max_tokens: int, cache_size: int, tokenize: Optional[Callable[[str], List[str]]],
+                  tokenizer_name: Optional[str], progress: bool, overwrite: bool, restart: bool,
+                  stop_after_parts: Optional[int]) -> Dict[str, int]:
+    """:func:`embed_file`'s work, its arguments checked, under the lock on OUTPUT (:func:`_output_lock`)."""
+    from .progress import progress_bar
+    from .training.data import TOKEN_RULES
+
     if tokenizer_name is None:
         tokenizer_name = "whitespace" if tokenize is None else _callable_name(tokenize)
     tokenize = tokenize or _whitespace
@@ -305,7 +336,7 @@ def embed_file(
     if not restart and parts_dir.is_dir() and not (parts_dir / MERGED).exists():  # a resume of other settings
         _check_settings(_read_manifest(parts_dir), settings, parts_dir)
     digests = PartDigests(part_size)  # of the text (decompressed) and of each part's, read with its lines
-    n_lines = scan_lines(input_path, digests)
+    n_lines = scan_lines(input_path, digests, progress)
     sha256, part_digests = digests.whole.hexdigest(), digests.parts()
 
     def parts() -> Iterator[tuple]:
@@ -346,9 +377,12 @@ def embed_file(
         earlier = _earlier_merge(output_path)
         if earlier is not None:  # a run killed after writing OUTPUT, before removing its parts
             if _same_manifest(_read_manifest(earlier), manifest) and not restart:
-                remove_dir(earlier)
+                with _finished_once_merged(output_path):
+                    remove_dir(earlier)
                 return {**counts, "parts_reused": n_parts, "finished": 1}
             if not overwrite:  # the finished output of other settings
+                if not _read_manifest(earlier):  # or what a killed removal left of its parts: no longer telling which
+                    remove_leftovers(parts_dir)
                 raise FileExistsError(Errors.E_EMBED_OUTPUT_EXISTS.format(path=output_path))
             remove_dir(earlier)
         remove_leftovers(parts_dir)  # a parts directory being created or removed when a run was killed
@@ -398,11 +432,91 @@ def embed_file(
                 atomic_write(part, write_part)
                 counts["parts_written"] += 1
         every_line = (line for _, chunk in parts() for line in chunk)
-        _merge(part_files, every_line, n_lines, output_path, parts_dir, progress)
-        remove_dir(parts_dir)
+        with _finished_once_merged(output_path):
+            _merge(part_files, every_line, n_lines, output_path, parts_dir, progress)
+            remove_dir(parts_dir)
         return {**counts, "finished": 1}
     finally:
         bilm.train(was_training)  # the caller's model comes back in its own mode
+
+
+@contextmanager
+def _output_lock(output_path: Path) -> Iterator[None]:
+    """An exclusive ``flock`` (:func:`~spacy_elmo.atomic.try_lock`, pretrain's) on ``.OUTPUT.lock`` beside OUTPUT,
+    which holds the run's pid, held while :func:`embed_file` reads and writes OUTPUT's parts and OUTPUT: a second
+    run into the same OUTPUT (a job started twice) failed on the first's parts with HDF5's "Unable to synchronously
+    open file"; it is refused (FileExistsError, :data:`Errors.E_EMBED_IN_USE`, naming the running one's pid).
+
+    The file is removed at the end, before the lock is released (a run that then locks the removed file sees that
+    it is no longer at that name, and takes the one there now); one that a killed run left (the kernel released its
+    lock) is taken over and removed by the next run into OUTPUT. Directories made for it are removed again when the
+    run leaves them empty. Not locked where there is no flock (Windows, some network file systems)."""
+    lock = output_path.with_name(f".{output_path.name}.lock")
+    created = list(itertools.takewhile(lambda p: not p.exists(), lock.parents))  # the deepest first
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        while True:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                unlocked = try_lock(fd)
+            except BlockingIOError:
+                pid = _lock_holder(fd)
+                os.close(fd)
+                raise FileExistsError(Errors.E_EMBED_IN_USE.format(pid=pid, path=output_path)) from None
+            if unlocked is not None or _is_at(fd, lock):
+                break
+            os.close(fd)
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+            yield
+        finally:
+            with suppress(OSError):  # Windows removes no open file
+                lock.unlink()
+            os.close(fd)  # releases the lock
+    finally:
+        with suppress(OSError):  # not empty: what the run wrote stays
+            for directory in created:
+                directory.rmdir()
+
+
+def _is_at(fd: int, path: Path) -> bool:
+    """Whether the file open as ``fd`` is the one named ``path`` (not removed, nor replaced by another)."""
+    try:
+        st, at = os.fstat(fd), os.stat(path)
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) == (at.st_dev, at.st_ino)
+
+
+def _lock_holder(fd: int) -> str:
+    """The pid written in the lock file ``fd`` by the run holding it ("unknown" if it wrote none within a second:
+    it writes its pid just after taking the lock)."""
+    for _ in range(100):
+        pid = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        if pid:
+            return pid
+        time.sleep(0.01)
+    return "unknown"
+
+
+@contextmanager
+def _finished_once_merged(output_path: Path) -> Iterator[None]:
+    """Around the merge and the removal of the parts: Ctrl-C once OUTPUT is in place (complete) ends a finished
+    run, with :data:`Warnings.W_EMBED_CLEANUP_INTERRUPTED` naming what is left of the parts (which the next run
+    into OUTPUT removes: :func:`check_paths`). It said "nothing was written", and the parts renamed away for
+    deletion stayed for good, the rerun refusing OUTPUT as existing. Before the rename it stays an interrupt."""
+    parts_dir = parts_path(output_path)
+    try:
+        yield
+    except KeyboardInterrupt:
+        # Not in place yet: the parts directory is there and no merged.json in it (or in what a removal left of
+        # it) records OUTPUT as it is. In place: merged.json records it, or the parts were already renamed away.
+        if parts_dir.exists() and _earlier_merge(output_path) is None:
+            raise
+        left = [str(path) for path in (parts_dir, *(tmp for tmp, _ in temporary_files(parts_dir))) if path.exists()]
+        warnings.warn(Warnings.W_EMBED_CLEANUP_INTERRUPTED.format(path=output_path, parts=", ".join(left)),
+                      RuntimeWarning, stacklevel=3)
 
 
 def _parts(lines: Iterator[str], part_size: int) -> Iterator[tuple]:

@@ -1301,6 +1301,10 @@ class Errors:
         "{path} is not a file (a directory, a pipe or a device): embed reads its input twice, one UTF-8 text file "
         "with one sentence per line. Pass such a file (gzip, bzip2 and xz files are read as they are)."
     )
+    E_EMBED_INPUT_STDIN = (
+        "embed does not read standard input ('-'): it reads its input twice (its lines counted and digested, then "
+        "embedded), which a pipe cannot give. Write the text to a file (e.g. `... > text.txt`) and pass that file."
+    )
     E_EMBED_INPUT_CHANGED = (
         "{path} changed while it was embedded: its text is no longer the one read at the start (each part is "
         "checked before it is embedded, so none was written from the changed text). Run again once nothing "
@@ -1310,7 +1314,8 @@ class Errors:
     E_EMBED_LAYERS = "Unknown layers {layers!r}: use 'all' (every layer), 'top' or 'average'."
     E_EMBED_LINE_TOO_LONG = (
         "{path} line {line} has {n} tokens, more than --max-tokens {max_tokens}. The input is one sentence "
-        "per line: split that line, or raise --max-tokens if you really want it embedded in one piece."
+        "per line: split that line, or raise --max-tokens if you really want it embedded in one piece. Lines end "
+        "at \\n only: a file whose lines end in \\r alone (classic Mac OS) is one line; convert it (tr '\\r' '\\n')."
     )
     E_EMBED_TOKENIZE_RESULT = (
         "tokenize returned a {type_name} for {path} line {line}; it must return the line's tokens as a list "
@@ -1324,6 +1329,10 @@ class Errors:
         "Embedding a corpus reads every line on its own; load the biLM with stateful=False."
     )
     E_EMBED_OUTPUT_EXISTS = "{path} already exists. Pass --overwrite to replace it, or choose another output."
+    E_EMBED_IN_USE = (
+        "Another embed (pid {pid}) is writing {path}: two runs into one output would mix their parts. Wait for it "
+        "to end, or stop it and rerun this command (it goes on from the parts written), or choose another output."
+    )
     E_EMBED_PARTS_MISMATCH = (
         "{parts} holds parts of an earlier run with a different {keys}, so they cannot be reused. "
         "Rerun with the earlier settings to finish it, or delete {parts} (or pass --restart) to start over."
@@ -1515,6 +1524,15 @@ class Warnings:
         "The bundled default model is not installed (looked in {path}): the demo runs a randomly initialised "
         "'small' biLM, so its similarities are not meaningful (the mechanics are real). Pass --model MODEL_DIR "
         "for a trained model, or reinstall spacy-elmo with its data."
+    )
+    W_EMBED_CARRIAGE_RETURN = (
+        "spacy-elmo: {path} line {line} (and maybe others) holds a carriage return (\\r) inside it: lines end at \\n "
+        "only, so a file whose lines end in \\r alone (classic Mac OS) is read as one line. Convert it, e.g. "
+        "`tr '\\r' '\\n' < IN > OUT`, if its lines end so."
+    )
+    W_EMBED_CLEANUP_INTERRUPTED = (
+        "spacy-elmo: interrupted while removing the parts of {path}, after it was complete: it holds every line. "
+        "The next embed into {path} removes what is left of them ({parts}); or delete it."
     )
     W_REPLACED_BYTES_TEXT = (
         "{n_bytes:,} undecodable byte(s) replaced by U+FFFD in the text (re-encode it to UTF-8 to keep them)."

@@ -1,5 +1,6 @@
 """Atomic writes: the target is the old file or the new one, never half of one."""
 
+import os
 import subprocess
 import sys
 
@@ -63,6 +64,29 @@ def test_a_write_keeps_a_running_writers_file_and_another_files_leftovers(tmp_pa
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         [path.name, f".{path.name}.{running.pid}.tmp", f".{path.name}.x.{ended}.tmp", f".{path.name}.parts.{ended}.tmp"]
     )
+
+
+@pytest.mark.skipif(not hasattr(os, "waitid") or not os.path.exists("/proc/self/stat"), reason="Linux's /proc")
+@pytest.mark.parametrize("name", ["python", "a) Z b"])  # the state follows the program's name, which may hold ") Z"
+def test_a_killed_writer_not_yet_waited_for_is_not_running(tmp_path, name):
+    """A writer SIGKILLed and not yet waited for by its parent (a zombie: `timeout -s KILL` gives one for a
+    moment, a supervisor that restarts before it waits one for longer) still answers ``os.kill(pid, 0)``: its
+    half-written file was kept as a running write's, and stayed for good."""
+    path = tmp_path / "out.h5"
+    program = tmp_path / name  # the process's name (/proc's comm) is its program file's
+    program.symlink_to(os.path.realpath(sys.executable))
+    writer = subprocess.Popen([str(program), "-c", "import time; time.sleep(60)"])
+    try:
+        (tmp_path / f".{path.name}.{writer.pid}.tmp").write_text("half")
+        remove_leftovers(path)  # running: kept
+        assert (tmp_path / f".{path.name}.{writer.pid}.tmp").exists()
+        writer.kill()
+        os.waitid(os.P_PID, writer.pid, os.WEXITED | os.WNOWAIT)  # ended, not reaped: a zombie
+        remove_leftovers(path)
+        assert not (tmp_path / f".{path.name}.{writer.pid}.tmp").exists()
+    finally:
+        writer.kill()
+        writer.wait()
 
 
 def test_replace_dir_new_existing_dot_and_symlink(tmp_path, monkeypatch):

@@ -206,6 +206,49 @@ def test_a_run_killed_while_finishing_is_finished_by_a_rerun(bilm, corpus, tmp_p
         embed_file(bilm, corpus, out, part_size=3, progress=False)
 
 
+def _interrupted_deleting_parts(patch, first):
+    """shutil.rmtree of the parts renamed away for deletion (atomic.remove_dir) stops with Ctrl-C after deleting
+    ``first`` of them (its order is the directory's, any)."""
+    import shutil
+
+    import spacy_elmo.atomic
+
+    real = shutil.rmtree
+
+    def rmtree(path, *args, **kwargs):
+        if Path(path).name.startswith(".") and Path(path).is_dir() and any(Path(path).iterdir()):
+            (Path(path) / first).unlink()
+            raise KeyboardInterrupt
+        return real(path, *args, **kwargs)
+
+    patch.setattr(spacy_elmo.atomic.shutil, "rmtree", rmtree)
+
+
+@pytest.mark.parametrize("first", ["part-000000.hdf5", "manifest.json", "merged.json"])
+def test_ctrl_c_while_removing_the_parts_of_a_complete_output_ends_a_finished_run(bilm, corpus, tmp_path, monkeypatch,
+                                                                                   first):
+    """Ctrl-C while the parts were deleted, OUTPUT complete, reached the CLI as an interrupt ("nothing was
+    written"); and what was left of them (a hidden .OUTPUT.parts.PID.tmp as big as OUTPUT) stayed for good, each
+    rerun refusing OUTPUT as existing. The run is now finished, a warning names the leftover, and the next run
+    into OUTPUT removes it, whether it can tell that it finished OUTPUT (merged.json still there) or not."""
+    straight, out = tmp_path / "straight.h5", tmp_path / "out.h5"
+    embed_file(bilm, corpus, straight, part_size=3, progress=False)
+    with monkeypatch.context() as patch:
+        _interrupted_deleting_parts(patch, first)
+        with pytest.warns(RuntimeWarning, match="after it was complete: it holds every line") as caught:
+            counts = embed_file(bilm, corpus, out, part_size=3, progress=False)
+    assert counts["finished"] == 1 and out.read_bytes() == straight.read_bytes()
+    left = [p for p in tmp_path.iterdir() if p.name.startswith(".out.h5.parts.")]
+    assert len(left) == 1 and str(left[0]) in str(caught[0].message)
+    if first in ("merged.json", "manifest.json"):  # not known as this output's, or its settings not: refused
+        with pytest.raises(FileExistsError, match="--overwrite"):
+            embed_file(bilm, corpus, out, part_size=3, progress=False)
+    else:
+        assert embed_file(bilm, corpus, out, part_size=3, progress=False)["parts_reused"] == 3
+    assert out.read_bytes() == straight.read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "model", "out.h5", "straight.h5"]
+
+
 def test_a_run_killed_while_creating_its_parts_directory_starts_afresh(bilm, corpus, tmp_path, monkeypatch, ended_pid):
     """The parts directory was created, then its manifest written: killed between the two, a
     rerun refused the empty directory as parts "written by an older spacy-elmo"."""
@@ -223,6 +266,59 @@ def test_a_run_killed_while_creating_its_parts_directory_starts_afresh(bilm, cor
     assert embed_file(bilm, corpus, out, part_size=3, progress=False)["parts_written"] == 3
     assert out.read_bytes() == straight.read_bytes()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "model", "out.h5", "straight.h5"]
+
+
+HOLD_LOCK = """
+import sys, time
+from pathlib import Path
+from spacy_elmo.embedding import _output_lock
+with _output_lock(Path(sys.argv[1])):
+    print("held", flush=True)
+    time.sleep(120)
+"""
+
+
+def test_a_second_run_into_the_same_output_is_refused_naming_the_running_one(bilm, corpus, tmp_path):
+    """Two runs into one OUTPUT (a job started twice): the second failed on the first's parts with HDF5's "Unable to
+    synchronously open file ... No such file"; it is refused, naming the running one's pid, before touching them.
+    A lock file that a killed run left is taken over, and the lock file is removed at the end."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("fcntl")
+    out = tmp_path / "sub" / "out.h5"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(out)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        with pytest.raises(FileExistsError, match=f"Another embed \\(pid {holder.pid}\\) is writing {out}"):
+            embed_file(bilm, corpus, out, part_size=3, progress=False)
+        assert sorted(p.name for p in out.parent.iterdir()) == [".out.h5.lock"]  # the holder's, and nothing else
+    finally:
+        holder.kill()
+        holder.wait()
+    assert (out.parent / ".out.h5.lock").exists()  # a SIGKILL removes nothing
+    assert embed_file(bilm, corpus, out, part_size=3, progress=False)["finished"] == 1
+    assert sorted(p.name for p in out.parent.iterdir()) == ["out.h5"]
+
+
+def test_a_lock_file_removed_as_it_was_locked_is_taken_again(bilm, corpus, tmp_path, monkeypatch):
+    """The run holding the lock removes its file and then releases the lock: a run that opened the file before the
+    removal and locked it after the release holds the lock on a file no longer there, which a third run would not
+    see. It opens the file at that name again."""
+    pytest.importorskip("fcntl")
+    out, calls = tmp_path / "out.h5", []
+    real = spacy_elmo.embedding.try_lock
+
+    def removed_meanwhile(fd):
+        calls.append(fd)
+        if len(calls) == 1:
+            (tmp_path / ".out.h5.lock").unlink()  # the last holder's removal, between our open and our lock
+        return real(fd)
+
+    monkeypatch.setattr(spacy_elmo.embedding, "try_lock", removed_meanwhile)
+    assert embed_file(bilm, corpus, out, part_size=3, progress=False, stop_after_parts=1)["finished"] == 0
+    assert len(calls) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "model", "out.h5.parts"]
 
 
 def test_parts_of_other_settings_are_refused_and_restart_drops_them(bilm, corpus, tmp_path):
@@ -419,6 +515,23 @@ def test_cli_interrupted_says_what_is_kept_and_a_rerun_goes_on(model_dir, corpus
     assert again.exit_code == 0 and "(2 parts from an earlier run)" in again.output, again.output
 
 
+def test_cli_ctrl_c_while_removing_the_parts_of_a_complete_output_says_it_is_complete(model_dir, corpus, tmp_path,
+                                                                                     monkeypatch):
+    """It said "Interrupted before any part was started: nothing was written." (exit 130) of a complete OUTPUT."""
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli import app
+
+    out = tmp_path / "out.h5"
+    args = ["embed", str(corpus), str(out), "--model", str(model_dir), "--part-size", "3", "--no-progress"]
+    with monkeypatch.context() as patch:
+        _interrupted_deleting_parts(patch, "merged.json")
+        with pytest.warns(RuntimeWarning, match="after it was complete"):
+            result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0 and f"wrote {out}: {len(LINES)} lines" in result.output, result.output
+    assert "nothing was written" not in result.output and len(read_all(out)[0]) == len(LINES)
+
+
 def test_cli_really_killed_again_and_again_writes_the_identical_file(model_dir, corpus, tmp_path, kill_runner):
     """The command SIGKILLed (tests/kill_runner.py) in a biLM call, half-way through writing a
     part, half-way through writing the merged file and while removing the parts, each time rerun
@@ -454,7 +567,8 @@ def test_cli_really_killed_again_and_again_writes_the_identical_file(model_dir, 
 def test_cli_refuses_unusable_paths_before_loading_the_model(bilm, corpus, tmp_path):
     """An output below a file ended in a NotADirectoryError traceback; the input as output with
     --overwrite replaced the text with its vectors; a missing input was found only after loading
-    the model (here a model that does not exist: the path error comes first)."""
+    the model (here a model that does not exist: the path error comes first). `embed - OUT` said "- does not
+    exist"."""
     from typer.testing import CliRunner
 
     from spacy_elmo.cli import app
@@ -465,6 +579,7 @@ def test_cli_refuses_unusable_paths_before_loading_the_model(bilm, corpus, tmp_p
         ([str(corpus), str(tmp_path / "link.h5"), "--overwrite"], "is the input itself"),
         ([str(tmp_path / "missing.txt"), str(tmp_path / "o.h5")], "missing.txt does not exist"),
         ([str(tmp_path), str(tmp_path / "o.h5")], f"{tmp_path} is not a file"),
+        (["-", str(tmp_path / "o.h5")], "embed does not read standard input ('-')"),  # it said "- does not exist"
     ]
     (tmp_path / "link.h5").symlink_to(corpus)
     for args, message in cases:
@@ -566,13 +681,65 @@ def test_cli_numeric_options_are_named_as_typed(corpus, tmp_path, flag, value, e
 
 def test_progress_shows_every_stage_that_takes_time_on_a_long_input(bilm, corpus, tmp_path, capsys):
     """Only the embedding had a bar: tokenizing (spaCy's, with --lang: minutes on a big file)
-    and merging the parts were silent."""
+    and merging the parts were silent, and so was the first pass (reading: 11 minutes for 10 GB of bzip2)."""
     embed_file(bilm, corpus, tmp_path / "o.h5", part_size=3, progress=True)
     shown = capsys.readouterr().err.replace("\r", "\n")
     for stage in ("tokenizing", "embedding", "merging"):
         assert f"{stage}: 100%" in shown and f"{len(LINES)}/{len(LINES)}" in shown.split(f"{stage}: 100%")[1]
+    size = corpus.stat().st_size
+    assert "reading: 100%" in shown and f"{size}/{size}" in shown.split("reading: 100%")[1]
     embed_file(bilm, corpus, tmp_path / "quiet.h5", progress=False)
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("suffix", ["", *FORMATS])
+def test_the_first_pass_shows_how_much_of_the_file_was_read(tmp_path, monkeypatch, suffix):
+    """The first pass (lines counted, digested, decompressed) had no bar: its bar is of the file's bytes on the
+    disk (compressed or not), at the file's position as it is read, and ends at its size."""
+    import tqdm
+
+    import spacy_elmo.training.data
+    from spacy_elmo.embedding import PartDigests, scan_lines
+
+    rng = np.random.default_rng(0)
+    text = tmp_path / "text.txt"
+    text.write_text("".join(" ".join(f"w{k}" for k in rng.integers(0, 10**6, 12)) + "\n" for _ in range(40_000)))
+    path = compressed(text, suffix) if suffix else text
+    bars = []
+
+    class Bar(tqdm.tqdm):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.positions = []
+            bars.append(self)
+
+        def update(self, n=1):
+            super().update(n)
+            self.positions.append(self.n)
+
+    monkeypatch.setattr(tqdm, "tqdm", Bar)
+    monkeypatch.setattr(spacy_elmo.training.data, "ON_READ_BYTES", 1 << 12)
+    assert scan_lines(path, PartDigests(100), progress=True) == 40_000
+    size = path.stat().st_size
+    (bar,) = bars
+    assert bar.total == size and bar.unit == "B" and bar.positions[-1] == size
+    assert bar.positions == sorted(bar.positions) and any(0 < p < size // 2 for p in bar.positions), bar.positions[:9]
+
+
+def test_a_carriage_return_inside_a_line_is_warned_of_once(bilm, tmp_path, recwarn):
+    """A file whose lines end in \\r alone (classic Mac OS) became one line without a word."""
+    mac = tmp_path / "mac.txt"
+    mac.write_bytes(b"a b\rc d\re f\r")
+    counts = embed_file(bilm, mac, tmp_path / "mac.h5", progress=False)
+    said = [str(w.message) for w in recwarn if "carriage return" in str(w.message)]
+    assert counts["lines"] == 1 and len(said) == 1 and f"{mac} line 1 " in said[0], said
+    windows = tmp_path / "windows.txt"  # \r\n ends, and \r at the end of the last line: line ends, no warning
+    windows.write_bytes(b"a b\r\nc d\r\n\r\ne\r")
+    recwarn.clear()
+    assert embed_file(bilm, windows, tmp_path / "windows.h5", progress=False)["lines"] == 4
+    assert not [w for w in recwarn if "carriage return" in str(w.message)]
+    with pytest.raises(ValueError, match=r"line 1 has 6 tokens.*whose lines end in \\r alone"):
+        embed_file(bilm, mac, tmp_path / "long.h5", max_tokens=2, progress=False)
 
 
 def test_batches_respect_rows_and_padded_tokens_and_keep_every_line():

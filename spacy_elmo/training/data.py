@@ -58,7 +58,7 @@ from array import array
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Iterator, List, Optional
+from typing import Any, BinaryIO, Callable, Iterator, List, Optional
 
 import numpy as np
 
@@ -83,6 +83,8 @@ TOKEN_RULES = 2
 BOM = "\ufeff"
 
 READ_BLOCK = 1 << 16
+#: Bytes of text between two reports of :func:`iter_lines`'s ``on_read`` (a progress bar's position).
+ON_READ_BYTES = 1 << 20
 
 
 class _Streams(io.RawIOBase):
@@ -100,6 +102,10 @@ class _Streams(io.RawIOBase):
 
     def readable(self) -> bool:
         return True
+
+    def fileno(self) -> int:
+        """The compressed file's descriptor (its position: how much of the file was read, :func:`iter_lines`)."""
+        return self._fp.fileno()
 
     def readinto(self, buffer) -> int:
         while True:
@@ -168,7 +174,7 @@ def replaced_bytes_so_far() -> int:
     return _replaced[0]
 
 
-def iter_lines(path: PathLike, digest: Optional[Any] = None) -> Iterator[str]:
+def iter_lines(path: PathLike, digest: Optional[Any] = None, on_read: Optional[Callable[[int], None]] = None) -> Iterator[str]:
     """Every line of the file ``path`` (:func:`decode_utf8`), without its ``\\n`` and any ``\\r`` before it.
 
     Lines end at ``\\n`` only (UTF-8 never has 0x0A inside a character). A byte order mark at the
@@ -176,14 +182,24 @@ def iter_lines(path: PathLike, digest: Optional[Any] = None) -> Iterator[str]:
     elsewhere is the character U+FEFF and is kept. ``digest`` (a ``hashlib`` object), when given, is
     updated with every byte read (decompressed, before decoding): read to the end, it is the digest of
     the file's text in the same pass (``embed``'s parts manifest: the same text gzipped, bzipped or plain
-    has the same digest).
+    has the same digest). ``on_read``, when given, is called with how many bytes of the file itself (as on the
+    disk, compressed or not) were read so far, after about every MiB of text and at the end: a progress bar's
+    position in the file's size.
     """
     with open_text_file(path) as f:
+        since = 0  # bytes of text since the last on_read
         for n, raw in enumerate(f):
             if digest is not None:
                 digest.update(raw)
+            if on_read is not None:
+                since += len(raw)
+                if since >= ON_READ_BYTES:
+                    on_read(os.lseek(f.fileno(), 0, os.SEEK_CUR))  # read ahead by the buffers: at most a block
+                    since = 0
             line = decode_utf8(raw).rstrip("\r\n")
             yield line.removeprefix(BOM) if n == 0 else line
+        if on_read is not None:
+            on_read(os.lseek(f.fileno(), 0, os.SEEK_CUR))
 
 
 def compression(path: PathLike) -> Optional[str]:

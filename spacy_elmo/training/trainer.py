@@ -31,7 +31,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..atomic import atomic_write_text, naming, remove_leftovers, sync, sync_dir
+from ..atomic import atomic_write_text, fcntl, naming, remove_leftovers, sync, sync_dir, try_lock
 from ..bilm import BiLM, BiLMConfig
 from ..bilm.initial_state import boundary_state_mean
 from ..bilm.lstm import LstmState
@@ -656,13 +656,6 @@ def _names_a_file_in(err: OSError, directory: Path) -> bool:
 OUT_OF_SPACE = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
 
 
-#: Whether this platform has ``flock`` (POSIX): elsewhere OUTPUT_DIR is not locked.
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - Windows
-    fcntl = None  # type: ignore[assignment]
-
-
 @contextmanager
 def _output_dir_lock(out: Path):
     """An exclusive ``flock`` on the directory OUTPUT_DIR itself (no file is added; the kernel releases it when
@@ -709,16 +702,13 @@ def model_dir_lock(directory: Path) -> Iterator[None]:
 
 
 def _lock(fd: int, directory: Path, in_use: str) -> Optional[OSError]:
-    """Take an exclusive ``flock`` on ``fd`` (the directory ``directory``) without waiting: FileExistsError
-    ``in_use`` when another process holds it; the OSError of a file system without flock, which locks nothing
-    (None: locked)."""
+    """Take an exclusive ``flock`` on ``fd`` (the directory ``directory``) without waiting
+    (:func:`~spacy_elmo.atomic.try_lock`): FileExistsError ``in_use`` when another process holds it; the OSError
+    of a file system without flock, which locks nothing (None: locked)."""
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return try_lock(fd)
     except BlockingIOError:
         raise FileExistsError(in_use.format(path=directory)) from None
-    except OSError as err:
-        return err
-    return None
 
 
 def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], held: ExitStack) -> Dict[str, Any]:
