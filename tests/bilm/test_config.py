@@ -49,6 +49,22 @@ def test_numpy_integers_are_stored_as_ints():
         BiLMConfig(n_highway=True)
 
 
+def test_clips_take_any_real_number_and_are_stored_as_floats():
+    """np.float32(3.0) was refused ("must be a finite positive number") while np.float64 (a float subclass) and
+    np.int64 passed, each stored as given; now any real number but a bool, stored as a float (JSON, and an int
+    clip is the same clip)."""
+    for value in (np.float32(3.0), np.float64(3.0), np.int64(3), 3, 3.0, np.float16(3.0)):
+        config = BiLMConfig(cell_clip=value, proj_clip=value)
+        assert type(config.cell_clip) is float and type(config.proj_clip) is float and config.cell_clip == 3.0
+        assert json.loads(json.dumps(config.to_dict()))["cell_clip"] == 3.0 and config == BiLMConfig()
+    config = BiLMConfig()
+    config.proj_clip = np.float32(2.5)  # set after validation: the biLM validates it
+    assert BiLM(config).config.proj_clip == 2.5 and type(config.proj_clip) is float
+    for bad in (True, np.float32("nan"), np.float32(-1.0), "3.0"):
+        with pytest.raises(ValueError, match="cell_clip must be a finite positive number"):
+            BiLMConfig(cell_clip=bad)
+
+
 @pytest.mark.parametrize(
     "kwargs,match",
     [
