@@ -357,6 +357,32 @@ def test_contextualize_takes_vectors_of_the_weights_dtype_and_device(backend):
     torch.testing.assert_close(low.activations[2].float(), expected.activations[2], atol=0.05, rtol=0)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_half_model_under_an_autocast_in_the_other_dtype_is_refused(backend):
+    """A float16 model under CPU bfloat16 autocast (or bfloat16 under float16): the fused backend ran, the
+    reference raised torch's "Unexpected floating ScalarType in at::autocast::prioritize". Now both raise
+    the same TypeError naming the fixes, in forward, encode_tokens and contextualize (the check
+    contextualize runs on its x); the module in the autocast's dtype, or float32, still runs."""
+    import torch
+
+    ids = batch_to_ids([["a", "bb"], ["c"]])
+    mask = ids.gt(0).any(-1)
+    for weights, autocast in ((torch.float16, torch.bfloat16), (torch.bfloat16, torch.float16)):
+        torch.manual_seed(0)
+        model = BiLM(TINY, backend=backend).to(weights).eval()
+        message = (rf"weights are {weights} but cpu autocast is on in {autocast}.*bilm.float\(\).*"
+                   rf"torch.autocast\('cpu', dtype={weights}\)")
+        with torch.no_grad(), torch.autocast("cpu", dtype=autocast):
+            for call in (lambda: model(ids), lambda: model.encode_tokens(ids, mask),
+                         lambda: model.contextualize(torch.zeros(2, 4, 4, dtype=autocast), torch.tensor([2, 1]))):
+                with pytest.raises(TypeError, match=message):
+                    call()
+        with torch.no_grad(), torch.autocast("cpu", dtype=weights):
+            assert all(a.dtype == weights for a in model(ids).activations)
+        with torch.no_grad(), torch.autocast("cpu", dtype=autocast):
+            assert all(a.dtype == autocast for a in model.float()(ids).activations)
+
+
 def test_an_unknown_field_error_survives_pickling():
     """A worker process's error is pickled back to its parent: UnknownConfigFields(message) failed to unpickle
     (TypeError: its two arguments), so a ProcessPoolExecutor reported BrokenProcessPool, not the message."""
