@@ -4,7 +4,9 @@ Repeated words are encoded once: in running text most tokens are frequent
 ones, so inference (the spaCy component, ``spacy-elmo embed``) skips most of
 the char CNN, highway and projection. Only for inference: the vectors are
 computed without gradients and are stale once the weights change (call
-:meth:`TokenCache.clear`); a cache filled by one biLM starts over for another.
+:meth:`TokenCache.clear`); a cache filled by one biLM starts over for another. The vectors keep the
+weights' precision under autocast too (encoded with it off; handed out in the autocast dtype, as
+``encode_tokens`` gives them there).
 
 One cache may serve several threads at once (a served spaCy pipeline). Its lock covers the
 bookkeeping, never the char CNN: a thread reserves rows for its new words under the lock, encodes
@@ -23,6 +25,7 @@ import torch
 from torch import Tensor
 
 from ..chars import _token_list, batch_to_ids
+from ..ops import reference
 from ..forksafe import after_fork_in_child
 
 _MARKERS = (("<S>",), ("</S>",))  # the keys of rows 0 and 1 while they are reserved: no token's (a str)
@@ -73,8 +76,15 @@ class TokenCache:
         type(self).__init__(self, state["capacity"])
 
     def vectors(self, bilm, rows: Sequence[Sequence[str]], device: torch.device) -> Tensor:
-        """``(B, T + 2, P)`` token vectors of the wrapped rows (:meth:`lookup`'s rows of the matrix)."""
-        return self._lookup(bilm, rows, device, gather=True)
+        """``(B, T + 2, P)`` token vectors of the wrapped rows (:meth:`lookup`'s rows of the matrix), in
+        the dtype ``bilm.encode_tokens`` returns: the weights', under autocast the autocast dtype (but
+        float64, which autocast leaves alone). The matrix keeps the weights' precision whatever the
+        autocast: rows filled under bfloat16 autocast were bfloat16-rounded, and a later float32 call
+        read them so (layer 0 off by 4e-3 relative to the biLM's), and under autocast layer 0 came back
+        float32 with a cache, bfloat16 without."""
+        low = bilm._autocast_dtype(bilm.token_encoder.char_embedding)  # first: a module it refuses fills nothing
+        x = self._lookup(bilm, rows, device, gather=True)
+        return x if low is None or x.dtype in (low, torch.float64) else x.to(low)
 
     def lookup(self, bilm, rows: Sequence[Sequence[str]], device: torch.device) -> Tensor:
         """Row indices ``(B, T + 2)`` for sentences wrapped in ``<S> ... </S>``, padding -> 2.
@@ -163,9 +173,11 @@ class TokenCache:
     @staticmethod
     def _encode(bilm, words: List[str], markers: bool, device: torch.device):
         """The vectors ``(2, P)`` of ``<S>`` and ``</S>`` (None unless ``markers``), and ``(len(words), P)``
-        of ``words`` (None for none): the char CNN, run without the lock."""
+        of ``words`` (None for none): the char CNN, run without the lock and without autocast (in the
+        weights' dtype, the matrix's: :meth:`vectors` casts what it hands out)."""
         def encode(ids):
-            return bilm.encode_tokens(ids, torch.ones(ids.shape[:2], dtype=torch.bool, device=device))[0]
+            with reference.no_autocast(device.type):
+                return bilm.encode_tokens(ids, torch.ones(ids.shape[:2], dtype=torch.bool, device=device))[0]
 
         return (encode(bilm.marker_ids.unsqueeze(0).to(device)) if markers else None,
                 encode(batch_to_ids([words], bilm.config.max_characters_per_token).to(device)) if words else None)
