@@ -286,3 +286,40 @@ def test_a_cache_filled_under_autocast_keeps_the_weights_precision(backend):
             with pytest.raises(TypeError, match="weights are torch.float16 but cpu autocast is on in torch.bfloat16"):
                 run_rows(half, rows, use)
     assert cache.matrix is None and not cache.index
+
+
+def test_the_cache_starts_over_when_the_weights_change():
+    """After an optimizer step the cache handed out the old weights' vectors (layer 0 off by 0.7) until
+    cleared by hand; now a change of any char-encoder weight's version counter (an in-place edit:
+    optimizer step, load_state_dict) or storage (``.data = ...``) starts it over. Calls between which
+    nothing changed keep it (the same generation), also for a model built under inference mode (its
+    weights keep no version counter)."""
+    bilm = _tiny_bilm()
+    rows = [["The", "bank"], ["the", "river", "."]]
+    cache = TokenCache(100)
+    with torch.no_grad():
+        run_rows(bilm, rows, cache)
+        generation = cache.generation
+        run_rows(bilm, rows, cache)
+        run_rows(bilm, [["bank", "rose"]], cache)
+    assert cache.generation == generation and "rose" in cache.index  # nothing changed: kept
+    optimizer = torch.optim.SGD(bilm.parameters(), lr=0.5)
+    sum(layer.pow(2).sum() for layer in run_rows(bilm, rows).activations).backward()
+    optimizer.step()
+    _assert_cached_rows_equal_whole_bilm(bilm, rows, cache)
+    torch.manual_seed(1)
+    bilm.load_state_dict(BiLM(BiLMConfig(**TINY), backend="reference").state_dict())
+    _assert_cached_rows_equal_whole_bilm(bilm, rows, cache)
+    embedding = bilm.token_encoder.char_embedding
+    embedding.data = embedding.data * 2  # a new storage, the version counter of the new tensor
+    _assert_cached_rows_equal_whole_bilm(bilm, rows, cache)
+    with torch.no_grad():
+        embedding.mul_(-1)
+    _assert_cached_rows_equal_whole_bilm(bilm, rows, cache)
+    with torch.inference_mode():
+        torch.manual_seed(0)
+        frozen, cache = BiLM(BiLMConfig(**TINY), backend="reference").eval(), TokenCache(100)
+        run_rows(frozen, rows, cache)
+        generation = cache.generation
+        run_rows(frozen, rows, cache)
+        assert cache.generation == generation
