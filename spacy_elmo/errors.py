@@ -430,6 +430,11 @@ class Errors:
         "contextualize: the token vectors x are {found} but the biLM takes {accepted}: convert x "
         "(x.to({expected})), or the model (bilm.to({found}))."
     )
+    E_BILM_AUTOCAST_DTYPE = (
+        "The biLM's weights are {weights} but {device} autocast is on in {autocast}, which torch does not mix "
+        "with them (only float32 and float64 weights run under any autocast): run a float32 model under autocast "
+        "(bilm.float()), or autocast in the weights' dtype (torch.autocast('{device}', dtype={weights}))."
+    )
     E_CONTEXTUALIZE_LENGTHS = (
         "contextualize: lengths count the tokens without the markers, so each must lie in 0..{max_len} "
         "(x.shape[1] - 2); got {found}."

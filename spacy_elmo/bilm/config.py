@@ -92,7 +92,8 @@ class BiLMConfig:
 
     # -- validation ------------------------------------------------------
     def validate(self) -> None:
-        """Refuse a value no biLM can have (a ValueError naming it); NumPy integers become ints (JSON numbers)."""
+        """Refuse a value no biLM can have (a ValueError naming it); NumPy integers become ints and clips
+        floats (JSON numbers)."""
         for f in fields(self):
             if is_int(getattr(self, f.name)):
                 setattr(self, f.name, int(getattr(self, f.name)))
@@ -107,9 +108,14 @@ class BiLMConfig:
             raise ValueError(Errors.E_BAD_NON_NEGATIVE.format(name="n_highway", value=self.n_highway))
         for name in ("cell_clip", "proj_clip"):
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                      or not math.isfinite(value) or value <= 0):  # NaN clips gave NaN vectors
+            if value is None:
+                continue
+            # any real number (np.float32 was refused, np.float64, a float subclass, was not), stored as a
+            # float: a NumPy number is no JSON number, and an int clip is the same clip
+            if (isinstance(value, bool) or not isinstance(value, numbers.Real)
+                    or not math.isfinite(value) or value <= 0):  # NaN clips gave NaN vectors
                 raise ValueError(Errors.E_BAD_CLIP.format(name=name, value=value))
+            setattr(self, name, float(value))
         if not isinstance(self.use_skip_connections, bool):
             raise ValueError(Errors.E_BAD_BOOL.format(name="use_skip_connections", value=self.use_skip_connections))
         if self.activation not in ("relu", "tanh"):

@@ -317,13 +317,28 @@ class BiLM(nn.Module):
         of the original preset at 256 x 20 (H200), and the selection and the scatter each wait for the device."""
         return torch.compiler.is_compiling() or char_ids.is_cuda
 
+    def _autocast_dtype(self, weights: Tensor) -> Optional[torch.dtype]:
+        """The dtype of the autocast that is on for the device of ``weights`` (one of the biLM's), None
+        where it is off (or the device has none). A TypeError for float16 weights under bfloat16 autocast
+        or bfloat16 weights under float16 autocast: torch's autocast cannot combine the two (its cat
+        raised "Unexpected floating ScalarType in at::autocast::prioritize" on the reference backend,
+        while the fused one ran). float32 and float64 weights run under either."""
+        device = weights.device.type
+        if not ops.reference.autocast_on(device):
+            return None
+        low = torch.get_autocast_dtype(device)
+        if weights.dtype in (torch.float16, torch.bfloat16) and weights.dtype != low:
+            raise TypeError(Errors.E_BILM_AUTOCAST_DTYPE.format(weights=weights.dtype, device=device, autocast=low))
+        return low
+
     def encode_tokens(self, char_ids: Tensor, mask: Tensor) -> Tensor:
         """Token vectors of the valid positions.
 
         char_ids: ``(B, T, W)``; mask: BoolTensor ``(B, T)``. Returns ``(B, T, P)``,
         zero where ``mask`` is False. Eagerly on the CPU each distinct token is encoded once; on a GPU,
         and under torch.compile / torch.export, every position is (padding too): cheaper on a GPU than
-        finding the distinct ones, and shapes that do not depend on the ids' values when traced.
+        finding the distinct ones, and shapes that do not depend on the ids' values when traced. A
+        float16 or bfloat16 biLM under an autocast in the other dtype is a TypeError (:meth:`_autocast_dtype`).
         """
         self._check_shape(char_ids)  # (B, T): a ValueError "not enough values to unpack" below
         B, T, W = char_ids.shape
@@ -331,6 +346,7 @@ class BiLM(nn.Module):
             raise TypeError(Errors.E_ENCODE_MASK_DTYPE.format(found=_describe(mask)))
         if tuple(mask.shape) != (B, T):
             raise ValueError(Errors.E_ENCODE_MASK_SHAPE.format(found=tuple(mask.shape), expected=(B, T)))
+        self._autocast_dtype(self.token_encoder.char_embedding)
         if self._encodes_every_position(char_ids):
             encoded = self.token_encoder(char_ids.reshape(B * T, W))
             encoded = encoded.reshape(B, T, encoded.shape[-1])  # not -1: B or T may be 0
@@ -383,8 +399,8 @@ class BiLM(nn.Module):
         left-aligned, padding rows all zero. Returns :class:`BiLMOutput`: ``activations``, ``L + 1``
         tensors ``(batch, max_len, 2P)`` in the weights' dtype (under autocast, its dtype) (layer 0 ``[x; x]``, then
         ``[forward_l; backward_l]``; zero at padded positions), and ``mask``, BoolTensor
-        ``(batch, max_len)``. Raises TypeError for a non-tensor or non-integer input and
-        ValueError for another shape or device than the weights', ids out of range, padding
+        ``(batch, max_len)``. Raises TypeError for a non-tensor or non-integer input or a float16
+        (bfloat16) biLM under bfloat16 (float16) autocast, and ValueError for another shape or device than the weights', ids out of range, padding
         before a real token or a token not spelled as batch_to_ids spells it (in a graph that
         torch.compile or torch.export traced, these checks of the ids' values are assertions: a
         RuntimeError on the CPU, a device-side assert on CUDA, which breaks the CUDA context: there
@@ -437,7 +453,7 @@ class BiLM(nn.Module):
         # casts float64, and on the CPU float16 vectors under bfloat16 autocast fail in it, where the
         # backends differed (fused ran in x's dtype, the reference raised torch's matmul or autocast
         # error), as they do without autocast.
-        low = torch.get_autocast_dtype(x.device.type) if ops.reference.autocast_on(x.device.type) else None
+        low = self._autocast_dtype(weights)
         if x.dtype != weights.dtype and x.dtype != low:
             accepted = f"{weights.dtype}" + ("" if low in (None, weights.dtype) else f" or, under this autocast, {low}")
             raise TypeError(Errors.E_CONTEXTUALIZE_X_DTYPE.format(found=x.dtype, expected=weights.dtype,

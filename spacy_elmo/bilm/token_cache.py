@@ -3,8 +3,13 @@
 Repeated words are encoded once: in running text most tokens are frequent
 ones, so inference (the spaCy component, ``spacy-elmo embed``) skips most of
 the char CNN, highway and projection. Only for inference: the vectors are
-computed without gradients and are stale once the weights change (call
-:meth:`TokenCache.clear`); a cache filled by one biLM starts over for another.
+computed without gradients. It starts over for another biLM than the one that filled it, and when
+the char encoder's weights changed since (an optimizer step, ``load_state_dict``, any in-place
+edit: their version counters and storage addresses say so). Edits it cannot see: through ``.data``
+(a tensor with its own version counter), and of weights that are inference tensors (a model built
+under ``torch.inference_mode()``, which keep no version); after those call :meth:`TokenCache.clear`.
+The vectors keep the weights' precision under autocast too (encoded with it off; handed out in the
+autocast dtype, as ``encode_tokens`` gives them there).
 
 One cache may serve several threads at once (a served spaCy pipeline). Its lock covers the
 bookkeeping, never the char CNN: a thread reserves rows for its new words under the lock, encodes
@@ -23,6 +28,7 @@ import torch
 from torch import Tensor
 
 from ..chars import _token_list, batch_to_ids
+from ..ops import reference
 from ..forksafe import after_fork_in_child
 
 _MARKERS = (("<S>",), ("</S>",))  # the keys of rows 0 and 1 while they are reserved: no token's (a str)
@@ -30,6 +36,13 @@ _MARKERS = (("<S>",), ("</S>",))  # the keys of rows 0 and 1 while they are rese
 
 def _nobody():
     return None
+
+
+def _weights_key(bilm) -> Tuple[Tuple[int, int], ...]:
+    """The version counter and storage address of each char-encoder weight: another key once a weight
+    changed in place (optimizer step, ``load_state_dict``) or was replaced (``.data = ...``). An
+    inference tensor keeps no version (-1). About 15 us for the released encoder's 19 weights, per batch."""
+    return tuple([(-1 if p.is_inference() else p._version, p.data_ptr()) for p in bilm.token_encoder.parameters()])
 
 
 class TokenCache:
@@ -61,6 +74,7 @@ class TokenCache:
         self.used = 3  # rows written or reserved
         self.matrix: Optional[Tensor] = None
         self.owner = _nobody  # a weak reference to the biLM that fills the matrix
+        self.weights: Optional[Tuple[Tuple[int, int], ...]] = None  # _weights_key of its weights then
         self.generation += 1
         self.written.notify_all()
 
@@ -73,8 +87,15 @@ class TokenCache:
         type(self).__init__(self, state["capacity"])
 
     def vectors(self, bilm, rows: Sequence[Sequence[str]], device: torch.device) -> Tensor:
-        """``(B, T + 2, P)`` token vectors of the wrapped rows (:meth:`lookup`'s rows of the matrix)."""
-        return self._lookup(bilm, rows, device, gather=True)
+        """``(B, T + 2, P)`` token vectors of the wrapped rows (:meth:`lookup`'s rows of the matrix), in
+        the dtype ``bilm.encode_tokens`` returns: the weights', under autocast the autocast dtype (but
+        float64, which autocast leaves alone). The matrix keeps the weights' precision whatever the
+        autocast: rows filled under bfloat16 autocast were bfloat16-rounded, and a later float32 call
+        read them so (layer 0 off by 4e-3 relative to the biLM's), and under autocast layer 0 came back
+        float32 with a cache, bfloat16 without."""
+        low = bilm._autocast_dtype(bilm.token_encoder.char_embedding)  # first: a module it refuses fills nothing
+        x = self._lookup(bilm, rows, device, gather=True)
+        return x if low is None or x.dtype in (low, torch.float64) else x.to(low)
 
     def lookup(self, bilm, rows: Sequence[Sequence[str]], device: torch.device) -> Tensor:
         """Row indices ``(B, T + 2)`` for sentences wrapped in ``<S> ... </S>``, padding -> 2.
@@ -88,9 +109,10 @@ class TokenCache:
 
     def _lookup(self, bilm, rows, device: torch.device, gather: bool) -> Tensor:
         rows = [_token_list(row, i) for i, row in enumerate(rows)]  # read more than once below
+        weights = _weights_key(bilm)
         while True:
             with self.lock:
-                generation, missing, mine, start, new_matrix = self._reserve(bilm, rows, device)
+                generation, missing, mine, start, new_matrix = self._reserve(bilm, rows, device, weights)
             try:
                 markers, vectors = self._encode(bilm, mine, new_matrix, device)
             except BaseException:
@@ -112,9 +134,11 @@ class TokenCache:
             if gather:
                 return TokenCache(0).vectors(bilm, rows, device)
 
-    def _reserve(self, bilm, rows: List[List[str]], device: torch.device) -> Tuple[int, Set[str], List[str], int, bool]:
+    def _reserve(self, bilm, rows: List[List[str]], device: torch.device,
+                 weights: Tuple[Tuple[int, int], ...]) -> Tuple[int, Set[str], List[str], int, bool]:
         """Under the lock: rows ``start, start + 1, ...`` of the matrix for the words of ``rows`` neither
-        written nor reserved, in a new matrix when this one is full or not the biLM's, whose rows 0 and 1
+        written nor reserved, in a new matrix when this one is full or not of the biLM's ``weights``
+        (:func:`_weights_key`), whose rows 0 and 1
         (the markers) are this thread's to write too. The generation, the words not written (some
         maybe reserved by other threads), those reserved here, ``start`` and whether the markers."""
         matrix = self.matrix
@@ -123,7 +147,9 @@ class TokenCache:
                  # built under torch.inference_mode(): written in place, which only inference mode allows
                  or (matrix.is_inference() and not torch.is_inference_mode_enabled())
                  # another biLM's: a thread that still held it refilled the cache after set_bilm cleared it
-                 or self.owner() is not bilm)
+                 or self.owner() is not bilm
+                 # its weights changed since (an optimizer step, load_state_dict): the vectors are stale
+                 or self.weights != weights)
         index, pending = self.index, self.pending
         missing = {tok for row in rows for tok in row if tok not in index}  # one pass: mostly cached
         mine = [w for w in missing if w not in pending] if pending else list(missing)
@@ -136,6 +162,7 @@ class TokenCache:
             size = max(self.capacity, len(mine) + 3)
             self.matrix = bilm.token_encoder.char_embedding.new_zeros(size, bilm.config.projection_dim)
             self.owner = weakref.ref(bilm)
+            self.weights = weights
             self.pending = {key: row for row, key in enumerate(_MARKERS)}
         self.pending.update((w, start + i) for i, w in enumerate(mine))
         self.used = start + len(mine)
@@ -163,9 +190,11 @@ class TokenCache:
     @staticmethod
     def _encode(bilm, words: List[str], markers: bool, device: torch.device):
         """The vectors ``(2, P)`` of ``<S>`` and ``</S>`` (None unless ``markers``), and ``(len(words), P)``
-        of ``words`` (None for none): the char CNN, run without the lock."""
+        of ``words`` (None for none): the char CNN, run without the lock and without autocast (in the
+        weights' dtype, the matrix's: :meth:`vectors` casts what it hands out)."""
         def encode(ids):
-            return bilm.encode_tokens(ids, torch.ones(ids.shape[:2], dtype=torch.bool, device=device))[0]
+            with reference.no_autocast(device.type):
+                return bilm.encode_tokens(ids, torch.ones(ids.shape[:2], dtype=torch.bool, device=device))[0]
 
         return (encode(bilm.marker_ids.unsqueeze(0).to(device)) if markers else None,
                 encode(batch_to_ids([words], bilm.config.max_characters_per_token).to(device)) if words else None)

@@ -23,7 +23,6 @@ more than 16 filters or a token past the GPU's shared memory), CUDA tensors run 
 warning once (:mod:`spacy_elmo.ops.cuda_route`).
 """
 
-import contextlib
 from types import ModuleType
 from typing import List, Optional, Sequence, Tuple
 
@@ -198,7 +197,7 @@ def char_cnn_backward_composed(grad: Tensor, out: Tensor, argmax: Tensor, char_i
     acc = torch.float64 if embedding.dtype == torch.float64 else torch.float32
     n, width_all = char_ids.shape
     dim = embedding.shape[1]
-    with _no_autocast(device.type):
+    with reference.no_autocast(device.type):
         o = out.to(acc)
         # relu: where, not a product, so an inf gradient at a zero output gives 0, not inf * 0 = NaN
         # (fp16 loss scaling), and it passes at a NaN output, as the kernel's branch and torch's
@@ -366,13 +365,6 @@ def _reference_instead(t: Tensor, weights: Optional[Sequence[Tensor]] = None,
                                         width, None if width is None else t.shape[1])
 
 
-def _no_autocast(device_type: str):
-    """Autocast off for the kernels' own casts (a no-op where the device has no autocast, e.g. meta)."""
-    if reference.autocast_available(device_type):
-        return torch.autocast(device_type, enabled=False)
-    return contextlib.nullcontext()
-
-
 def _as_long(t: Tensor, op: str, name: str) -> Tensor:
     """Integer tensor ``t`` as the int64 the op takes (sampled_logsumexp's hit); TypeError for floats
     and bools, which a cast would truncate. (The LSTM op takes any integer lengths and checks them.)"""
@@ -422,7 +414,7 @@ def char_cnn(
         return reference.char_cnn(char_ids, embedding, weights, biases, activation)
     dtype = _run_dtype(embedding, "char_cnn", "embedding")
     _check_switch(switches.CHAR_CNN_MMA, embedding)
-    with _no_autocast(embedding.device.type):
+    with reference.no_autocast(embedding.device.type):
         emb, *params = _cast([embedding, *weights, *biases], dtype)
         n = len(weights)
         out, _ = _ops.char_cnn_forward(char_ids, emb, params[:n], params[n:], _ACTIVATIONS[activation])
@@ -435,7 +427,7 @@ def highway(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
         return reference.highway(x, weight, bias)
     dtype = _run_dtype(x, "highway", "x")
     shape = x.shape
-    with _no_autocast(x.device.type):
+    with reference.no_autocast(x.device.type):
         x2, w, b = _cast([x.reshape(-1, shape[-1]), weight, bias], dtype)
         y, _ = _ops.highway_forward(x2, w, b)
     return _as_input(y.reshape(shape), x, x.dtype)  # the reference's g * relu(t) + (1 - g) * x
@@ -475,7 +467,7 @@ def _lstm(
     c_mixed = (weights[2].dtype, like.dtype if c0 is None else c0.dtype)
     dtype = _run_dtype(like, "lstm", "x")
     _check_switch(switches.LSTM_PRODUCTS, like)
-    with _no_autocast(like.device.type):
+    with reference.no_autocast(like.device.type):
         xs = _cast(xs, dtype)
         weights = _cast(weights, dtype)
         h0 = xs[0].new_zeros(ndir, b, p) if h0 is None else h0.to(dtype)

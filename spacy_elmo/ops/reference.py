@@ -17,6 +17,7 @@ Conventions shared with the fused kernels:
   the forget bias of 1.0 is added at run time (it is not in ``bias``).
 """
 
+import contextlib
 import functools
 from typing import Callable, List, Optional, Sequence, Tuple, Union
 
@@ -91,6 +92,14 @@ def exporting() -> bool:
 def autocast_on(device_type: str) -> bool:
     """Whether autocast is on for the device (meta and other devices without autocast: no)."""
     return autocast_available(device_type) and torch.is_autocast_enabled(device_type)
+
+
+def no_autocast(device_type: str):
+    """Autocast off on the device (a no-op where the device has none, e.g. meta): for the fused kernels'
+    own casts, and the token cache's vectors, kept in the weights' dtype."""
+    if autocast_available(device_type):
+        return torch.autocast(device_type, enabled=False)
+    return contextlib.nullcontext()
 
 
 @torch.library.custom_op("spacy_elmo_checks::fail_if_any", mutates_args=())

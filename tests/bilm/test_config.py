@@ -49,6 +49,22 @@ def test_numpy_integers_are_stored_as_ints():
         BiLMConfig(n_highway=True)
 
 
+def test_clips_take_any_real_number_and_are_stored_as_floats():
+    """np.float32(3.0) was refused ("must be a finite positive number") while np.float64 (a float subclass) and
+    np.int64 passed, each stored as given; now any real number but a bool, stored as a float (JSON, and an int
+    clip is the same clip)."""
+    for value in (np.float32(3.0), np.float64(3.0), np.int64(3), 3, 3.0, np.float16(3.0)):
+        config = BiLMConfig(cell_clip=value, proj_clip=value)
+        assert type(config.cell_clip) is float and type(config.proj_clip) is float and config.cell_clip == 3.0
+        assert json.loads(json.dumps(config.to_dict()))["cell_clip"] == 3.0 and config == BiLMConfig()
+    config = BiLMConfig()
+    config.proj_clip = np.float32(2.5)  # set after validation: the biLM validates it
+    assert BiLM(config).config.proj_clip == 2.5 and type(config.proj_clip) is float
+    for bad in (True, np.float32("nan"), np.float32(-1.0), "3.0"):
+        with pytest.raises(ValueError, match="cell_clip must be a finite positive number"):
+            BiLMConfig(cell_clip=bad)
+
+
 @pytest.mark.parametrize(
     "kwargs,match",
     [
@@ -339,6 +355,32 @@ def test_contextualize_takes_vectors_of_the_weights_dtype_and_device(backend):
         low = model.float().contextualize(x.bfloat16(), lengths)
     assert all(a.dtype == torch.bfloat16 for a in low.activations)
     torch.testing.assert_close(low.activations[2].float(), expected.activations[2], atol=0.05, rtol=0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_half_model_under_an_autocast_in_the_other_dtype_is_refused(backend):
+    """A float16 model under CPU bfloat16 autocast (or bfloat16 under float16): the fused backend ran, the
+    reference raised torch's "Unexpected floating ScalarType in at::autocast::prioritize". Now both raise
+    the same TypeError naming the fixes, in forward, encode_tokens and contextualize (the check
+    contextualize runs on its x); the module in the autocast's dtype, or float32, still runs."""
+    import torch
+
+    ids = batch_to_ids([["a", "bb"], ["c"]])
+    mask = ids.gt(0).any(-1)
+    for weights, autocast in ((torch.float16, torch.bfloat16), (torch.bfloat16, torch.float16)):
+        torch.manual_seed(0)
+        model = BiLM(TINY, backend=backend).to(weights).eval()
+        message = (rf"weights are {weights} but cpu autocast is on in {autocast}.*bilm.float\(\).*"
+                   rf"torch.autocast\('cpu', dtype={weights}\)")
+        with torch.no_grad(), torch.autocast("cpu", dtype=autocast):
+            for call in (lambda: model(ids), lambda: model.encode_tokens(ids, mask),
+                         lambda: model.contextualize(torch.zeros(2, 4, 4, dtype=autocast), torch.tensor([2, 1]))):
+                with pytest.raises(TypeError, match=message):
+                    call()
+        with torch.no_grad(), torch.autocast("cpu", dtype=weights):
+            assert all(a.dtype == weights for a in model(ids).activations)
+        with torch.no_grad(), torch.autocast("cpu", dtype=autocast):
+            assert all(a.dtype == autocast for a in model.float()(ids).activations)
 
 
 def test_an_unknown_field_error_survives_pickling():

@@ -7,6 +7,7 @@ import torch
 
 from spacy_elmo import BiLM, BiLMConfig
 from spacy_elmo.bilm.token_cache import TokenCache, run_rows
+from tests.backends import BACKENDS
 from tests.threads import meeting, run_in_threads
 
 TINY = dict(projection_dim=8, cell_dim=16, filters=[[1, 4], [2, 4]])
@@ -255,3 +256,70 @@ def test_a_cache_filled_by_another_bilm_starts_over():
         run_rows(old, rows, cache)  # after the clear, by the thread holding the old biLM
     _assert_cached_rows_equal_whole_bilm(new, rows, cache)
     _assert_cached_rows_equal_whole_bilm(old, rows, cache)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_cache_filled_under_autocast_keeps_the_weights_precision(backend):
+    """Filled under CPU bfloat16 autocast, the float32 matrix held bfloat16-rounded vectors, which later
+    float32 calls read (layer 0 off by 1.6e-3, 4e-3 relative, from the biLM's); and under autocast layer 0
+    came back float32 with a cache, bfloat16 without. Now every layer has the same dtype with and without a
+    cache, and a float64 model (autocast leaves it alone) float64; a float16 model under bfloat16 autocast
+    is refused as without a cache, before it fills anything."""
+    torch.manual_seed(0)
+    bilm = BiLM(BiLMConfig(**TINY), backend=backend).eval()
+    rows = [["The", "bank", "of", "the", "river"], ["It", "rose"]]
+    cache = TokenCache(100)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        cached, whole = run_rows(bilm, rows, cache).activations, run_rows(bilm, rows).activations
+    assert [a.dtype for a in cached] == [a.dtype for a in whole] == [torch.bfloat16] * 3
+    for a, b in zip(cached, whole):
+        torch.testing.assert_close(a.float(), b.float(), atol=0.05, rtol=0)
+    _assert_cached_rows_equal_whole_bilm(bilm, rows, cache)  # read without autocast: the float32 vectors
+    _assert_cached_rows_equal_whole_bilm(bilm, [["the", "bank", "rose"]], cache)
+    double, cache = bilm.double(), TokenCache(100)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        cached, whole = run_rows(double, rows, cache).activations, run_rows(double, rows).activations
+    assert [a.dtype for a in cached] == [a.dtype for a in whole] == [torch.float64] * 3
+    half, cache = double.half(), TokenCache(100)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        for use in (None, cache):
+            with pytest.raises(TypeError, match="weights are torch.float16 but cpu autocast is on in torch.bfloat16"):
+                run_rows(half, rows, use)
+    assert cache.matrix is None and not cache.index
+
+
+def test_the_cache_starts_over_when_the_weights_change():
+    """After an optimizer step the cache handed out the old weights' vectors (layer 0 off by 0.7) until
+    cleared by hand; now a change of any char-encoder weight's version counter (an in-place edit:
+    optimizer step, load_state_dict) or storage (``.data = ...``) starts it over. Calls between which
+    nothing changed keep it (the same generation), also for a model built under inference mode (its
+    weights keep no version counter)."""
+    bilm = _tiny_bilm()
+    rows = [["The", "bank"], ["the", "river", "."]]
+    cache = TokenCache(100)
+    with torch.no_grad():
+        run_rows(bilm, rows, cache)
+        generation = cache.generation
+        run_rows(bilm, rows, cache)
+        run_rows(bilm, [["bank", "rose"]], cache)
+    assert cache.generation == generation and "rose" in cache.index  # nothing changed: kept
+    optimizer = torch.optim.SGD(bilm.parameters(), lr=0.5)
+    sum(layer.pow(2).sum() for layer in run_rows(bilm, rows).activations).backward()
+    optimizer.step()
+    _assert_cached_rows_equal_whole_bilm(bilm, rows, cache)
+    torch.manual_seed(1)
+    bilm.load_state_dict(BiLM(BiLMConfig(**TINY), backend="reference").state_dict())
+    _assert_cached_rows_equal_whole_bilm(bilm, rows, cache)
+    embedding = bilm.token_encoder.char_embedding
+    embedding.data = embedding.data * 2  # a new storage, the version counter of the new tensor
+    _assert_cached_rows_equal_whole_bilm(bilm, rows, cache)
+    with torch.no_grad():
+        embedding.mul_(-1)
+    _assert_cached_rows_equal_whole_bilm(bilm, rows, cache)
+    with torch.inference_mode():
+        torch.manual_seed(0)
+        frozen, cache = BiLM(BiLMConfig(**TINY), backend="reference").eval(), TokenCache(100)
+        run_rows(frozen, rows, cache)
+        generation = cache.generation
+        run_rows(frozen, rows, cache)
+        assert cache.generation == generation
