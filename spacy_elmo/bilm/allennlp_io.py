@@ -125,7 +125,8 @@ def read_datasets(config: BiLMConfig, weight_file: PathLike) -> Dict[str, np.nda
         raise ValueError(Errors.E_WEIGHT_FILE_NOT_HDF5.format(path=path, error=err)) from err
     arrays, stored = {}, set()
     no_projection = config.n_filters == config.projection_dim
-    # h5py reports damaged metadata as OSError, KeyError or RuntimeError from whichever access meets it.
+    # h5py reports damaged metadata as OSError, KeyError or RuntimeError from whichever access meets it, and a
+    # damaged link name as a UnicodeDecodeError (h5py decodes names as UTF-8; its bytes can be anything then).
     try:
         with handle:
             refuse_foreign(handle, path)
@@ -151,7 +152,7 @@ def read_datasets(config: BiLMConfig, weight_file: PathLike) -> Dict[str, np.nda
                 stored.add(found[0])
                 require_finite(torch.from_numpy(arrays[name]), found[0], path)
             unexpected = sorted(set(dataset_names(handle)) - stored)
-    except (OSError, KeyError, RuntimeError) as err:
+    except (OSError, KeyError, RuntimeError, UnicodeDecodeError) as err:
         raise ValueError(Errors.E_WEIGHT_FILE_DAMAGED.format(path=path, error=err)) from err
     if unexpected:
         raise ValueError(Errors.E_DATASET_UNEXPECTED.format(path=path, datasets=", ".join(unexpected)))

@@ -505,6 +505,21 @@ def test_damaged_hdf5_metadata_is_a_clear_error(files, signature, which):
     assert str(weight_path) in str(err.value) and "Download or copy the .hdf5 again" in str(err.value)
 
 
+def test_a_damaged_name_in_an_hdf5_file_is_a_clear_error(files, monkeypatch):
+    """A file damaged at a TREE node let h5py decode garbage as a name: "'utf-8' codec can't decode byte 0xff in
+    position 0" (a UnicodeDecodeError, a ValueError, so it passed as one; the full suite met it once, as HDF5's
+    slack bytes in the file differ from run to run). Simulated here: which bytes meet the decoder is not stable."""
+    from spacy_elmo.bilm import allennlp_io
+
+    def damaged(handle):
+        raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte")
+
+    monkeypatch.setattr(allennlp_io, "dataset_names", damaged)
+    with pytest.raises(ValueError, match="opens as hdf5 but its contents could not be read") as err:
+        BiLM.from_allennlp(*files)
+    assert "can't decode byte 0xff" in str(err.value) and "Download or copy the .hdf5 again" in str(err.value)
+
+
 def test_weight_file_that_is_a_directory_says_to_pass_the_file(files):
     opt_path, weight_path = files
     with pytest.raises(ValueError, match="is a directory, but the weight file is the .hdf5 file inside it"):
