@@ -989,8 +989,8 @@ class Errors:
         "it, or choose a new OUTPUT_DIR."
     )
     E_OUTPUT_IN_USE = (
-        "{path} is in use by another pretrain run (or a fit-state of the model in it), still running (it holds the "
-        "directory's lock): two runs in one OUTPUT_DIR would mix their tokenized corpus, checkpoints and log. Wait "
+        "{path} is in use by another pretrain run (or a fit-state of the model in it, or an export into it), still "
+        "running (it holds the directory's lock): two runs in one OUTPUT_DIR would mix their tokenized corpus, checkpoints and log. Wait "
         "for it to end, or stop it (Ctrl-C) and rerun with --resume, or choose another OUTPUT_DIR."
     )
     E_OUTPUT_HOLDS_ALLENNLP = (
@@ -1090,6 +1090,21 @@ class Errors:
         "not a pipeline: leave --component out to export it."
     )
     E_EXPORT_NOT_A_DIR = "{path} is a file; export writes a directory. Choose another OUT_DIR."
+    E_EXPORT_IN_USE = (
+        "{path} is in use by a pretrain run, still running (it holds the directory's lock): --overwrite would delete "
+        "its checkpoint, log and tokenized corpus while it writes them. Wait for the run to end, or choose another "
+        "OUT_DIR."
+    )
+    E_EXPORT_ONTO_RUN = (
+        "{path} is both MODEL_DIR and OUT_DIR, and holds a pretrain run's checkpoint ({checkpoint}): --overwrite "
+        "would replace the whole directory with the exported model, deleting the checkpoint, train_log.jsonl and "
+        "data/ that `spacy-elmo pretrain --resume` continues from. Export elsewhere: choose another OUT_DIR."
+    )
+    E_EXPORT_BUNDLED = (
+        "{path} is (or lies inside) the bundled default model's directory in the installed package ({bundled}): "
+        "writing there would change nlp.add_pipe(\"elmo\") and BiLM.load(\"default\") for every user of this "
+        "environment. Choose another OUT_DIR and use it as the model (--paths.elmo OUT_DIR, BiLM.load(OUT_DIR))."
+    )
     E_EXPORT_NOT_EMPTY = (
         "{path} is not empty: its files would mix with the exported model's. Choose a new OUT_DIR, "
         "or pass --overwrite to replace {path} and everything in it."

@@ -128,6 +128,61 @@ def test_fit_state_refuses_a_model_a_running_pretrain_holds(model, trained):
     assert INITIAL_STATE_NAME in files(model)
 
 
+def _tree(directory):
+    """Every path under ``directory`` (relative) with its bytes (None for a directory)."""
+    return {str(p.relative_to(directory)): (None if p.is_dir() else p.read_bytes()) for p in sorted(directory.rglob("*"))}
+
+
+def test_export_overwrite_refuses_an_out_dir_a_running_pretrain_holds(trained, tmp_path):
+    """export --overwrite took no lock: it replaced a directory a running pretrain writes, deleting its
+    checkpoint.pt, train_log.jsonl and data/. It takes pretrain's lock, as fit-state does: refused while held,
+    OUT_DIR untouched; a lock of a run that ended (killed) is none."""
+    pytest.importorskip("fcntl")
+    running = tmp_path / "running"
+    shutil.copytree(trained["model"], running)
+    before = _tree(running)
+    args = ["export", str(trained["model"]), str(running), "--overwrite", "--format", "native"]
+    with locked_by_another_process(running):
+        output = plain(clean_error(runner.invoke(app, args)))
+        assert "in use by a pretrain run" in output and "choose another OUT_DIR" in output
+        assert _tree(running) == before
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "checkpoint.pt" not in _tree(running)
+
+
+def test_export_in_place_keeps_a_run_resumable(trained, model):
+    """`export M M --overwrite` replaced M whole: a pretrain run's checkpoint.pt, data/ and train_log.jsonl went
+    with it, and `pretrain --resume` could not continue. Refused where M holds a checkpoint; a model without one
+    (nothing to resume) is still converted in place."""
+    run = model.parent / "run"
+    shutil.copytree(trained["model"], run)
+    before = _tree(run)
+    output = plain(clean_error(runner.invoke(app, ["export", str(run), str(run), "--overwrite", "--format", "native"])))
+    assert "holds a pretrain run's checkpoint (checkpoint.pt)" in output and "Export elsewhere" in output
+    assert _tree(run) == before
+    before = files(model)
+    result = runner.invoke(app, ["export", str(model), str(model), "--overwrite", "--format", "native"])
+    assert result.exit_code == 0, result.output
+    assert files(model) == before  # the same model, written anew
+
+
+def test_export_refuses_the_bundled_model_dir(model, tmp_path, monkeypatch):
+    """export --overwrite replaced the bundled default model (what nlp.add_pipe("elmo") and BiLM.load("default")
+    load for every user of the environment), which fit-state refuses. Refused, and a directory inside it too;
+    a stand-in for the bundled directory here, never the installed one."""
+    from spacy_elmo.bilm import native_io
+
+    bundled = tmp_path / "package" / "data" / "default"
+    shutil.copytree(model, bundled)
+    monkeypatch.setattr(native_io, "DEFAULT_MODEL_DIR", bundled.resolve())
+    before = _tree(bundled)
+    for out in (bundled, bundled / "copy", bundled / "sub" / ".."):
+        output = plain(clean_error(runner.invoke(app, ["export", str(model), str(out), "--overwrite", "--format", "native"])))
+        assert "bundled default model's directory" in output and "Choose another OUT_DIR" in output, output
+    assert _tree(bundled) == before
+
+
 def test_a_pretrain_into_a_model_that_fit_state_is_writing_is_refused(model, trained, monkeypatch):
     """fit-state holds the lock from its read of the model to its write: a pretrain --resume started meanwhile
     (which would rewrite the model) is refused, naming fit-state."""
