@@ -114,9 +114,7 @@ def info(
 ) -> None:
     """Print the versions and what runs here (paste it into a bug report).
 
-    The spacy-elmo, Python, torch and spaCy versions; whether the compiled kernels load (if not, why and the
-    fix), the CPU kernel variant in use, OpenMP, torch's threads, the CUDA kernels' architectures, the GPUs
-    torch sees, and the SPACY_ELMO_* switches set (each with what is wrong with it, where something is)."""
+    The spacy-elmo, Python, torch and spaCy versions; whether the compiled kernels load (if not, why and the fix), the CPU kernel variant in use, OpenMP, torch's threads, the CUDA kernels' architectures, the GPUs torch sees, and the SPACY_ELMO_* switches set (each with what is wrong with it, where something is)."""
     facts = info_facts()
     if as_json:
         typer.echo(json.dumps(facts, indent=2))
