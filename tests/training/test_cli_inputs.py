@@ -464,8 +464,9 @@ def test_config_to_a_directory_or_an_unwritable_path_is_a_clear_error(tmp_path):
 
 
 def _run_with_stdout(argv, sink, unbuffered=False):
-    """``python -m spacy_elmo ARGV`` with stdout to /dev/full (``sink`` "full") or to a pipe whose reader
-    closed before it started ("closed"): the finished process."""
+    """``python -m spacy_elmo ARGV`` with stdout to /dev/full (``sink`` "full"), to a pipe whose reader
+    closed before it started ("closed"), or no stdout at all ("none": descriptor 1 closed, as ``>&-``): the
+    finished process."""
     import os
     import subprocess
     import sys
@@ -481,6 +482,9 @@ def _run_with_stdout(argv, sink, unbuffered=False):
         with open("/dev/full", "w") as full:
             return subprocess.run([sys.executable, "-m", "spacy_elmo", *argv], stdout=full, stderr=subprocess.PIPE,
                                   text=True, env=env, timeout=300)
+    if sink == "none":
+        return subprocess.run([sys.executable, "-m", "spacy_elmo", *argv], stderr=subprocess.PIPE, text=True, env=env,
+                              timeout=300, preexec_fn=lambda: os.close(1))
     reader, writer = os.pipe()
     os.close(reader)
     try:
@@ -515,6 +519,18 @@ def test_a_closed_pipe_on_stdout_ends_quietly(trained, command, unbuffered):
     exited 1, and no Python "Exception ignored ... BrokenPipeError" at shutdown)."""
     done = _run_with_stdout(_stdout_commands(trained)[command], "closed", unbuffered)
     assert (done.returncode, done.stderr) == (0, ""), done.stderr
+
+
+@pytest.mark.parametrize("argv", [["config", "ner"], ["info"], ["--help"]])
+def test_a_closed_stdout_is_one_clear_error(argv):
+    """`spacy-elmo config ner >&-` (stdout closed, as some daemon wrappers leave it) ended in an AttributeError
+    traceback ('NoneType' object has no attribute 'write'), and `info >&-` exited 0 having printed nothing: both
+    now end as on any failing stdout, E_STDOUT and status 1."""
+    from spacy_elmo.errors import Errors
+
+    done = _run_with_stdout(argv, "none")
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.strip() == Errors.E_STDOUT.format(error="[Errno 9] Bad file descriptor"), done.stderr
 
 
 def test_an_oserror_not_of_stdout_keeps_its_own_report():
