@@ -14,6 +14,7 @@ import typer
 
 from ..errors import Errors
 from ..ranks import printing_ranks
+from ..switches import SwitchWarning
 from .app import COMMAND_LINE, app, echo_styled
 
 # Importing a command module registers its command.
@@ -21,11 +22,12 @@ from . import config, demo, embed, evaluate, export, fit_state, info, pretrain  
 
 
 def _format_warning(message, category, filename, lineno, line=None) -> str:
-    """spacy-elmo's own warnings as one line, ``UserWarning: spacy-elmo: ...``: Python's
-    default adds the file, line number and source line of whichever module raised it,
-    which tells a command-line user nothing. Other libraries' warnings keep that form."""
+    """spacy-elmo's own warnings as one line, ``UserWarning: spacy-elmo: ...`` (and a SPACY_ELMO_* switch's,
+    ``SwitchWarning: SPACY_ELMO_CPU_ISA='AVX2' is ...``): Python's default adds the file, line number and
+    source line of whichever module raised it, which tells a command-line user nothing. Other libraries'
+    warnings keep that form."""
     text = str(message)
-    if text.startswith("spacy-elmo:"):
+    if text.startswith("spacy-elmo:") or issubclass(category, SwitchWarning):
         return f"{category.__name__}: {text}\n"
     return _python_format_warning(message, category, filename, lineno, line)
 
