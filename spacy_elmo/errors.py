@@ -325,6 +325,7 @@ class Errors:
         "which may differ. Keep one model per directory (move one of them out), or load the AllenNLP files "
         "explicitly with BiLM.from_allennlp(options_file, weight_file)."
     )
+    E_PARENT_IS_FILE = "{path} is a file, not a directory, so nothing can be written below it"
     E_MODEL_DIR_NOT_ENTERABLE = (
         "The model directory {path} cannot be entered ({error}): this account needs permission to enter it and "
         "each directory above it, and to read it. Give it that (chmod u+rx, or a+rx, on each), or copy the model "

@@ -460,6 +460,7 @@ def test_config_to_a_directory_or_an_unwritable_path_is_a_clear_error(tmp_path):
     a_file.write_text("kept")
     output = clean_error(runner.invoke(app, ["config", "ner", str(a_file / "ner.cfg")]))
     assert "Could not write" in output and "writable OUTPUT" in output
+    assert f"{a_file} is a file, not a directory" in plain(output) and "Errno" not in output
     assert a_file.read_text() == "kept"
 
 
