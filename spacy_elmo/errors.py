@@ -284,6 +284,10 @@ class Errors:
         "{path} does not exist. Pass a model directory (written by BiLM.save, `spacy-elmo pretrain` or "
         "`spacy-elmo export`, or one holding an AllenNLP options.json + .hdf5) or \"default\" for the bundled model."
     )
+    E_PATH_STDIN = (
+        "'-' names standard input, which spacy-elmo does not read: it reads text and models from files and "
+        "directories. Write what you would pipe in to a file (e.g. `... > text.txt`) and pass that file."
+    )
     E_PATH_TILDE = (
         "{path} does not exist: a leading ~ is expanded by a shell, and only where it starts a word unquoted "
         "(not \"~/x\", nor --option=~/x), never by spacy-elmo, Python or a spaCy config. Write the path out, "

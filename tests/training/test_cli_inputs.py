@@ -111,6 +111,18 @@ def test_fit_state_needs_a_native_model_dir(trained, model, tmp_path):
     assert files(model) == before
 
 
+def test_standard_input_is_named_not_a_missing_file(model, trained):
+    """`fit-state MODEL -` (and evaluate's, pretrain's TEXT) said "- does not exist": '-' is standard input
+    elsewhere, which no command reads; it says so, with the fix (a file), as embed's own message does."""
+    from spacy_elmo.errors import Errors
+
+    for args in (["fit-state", str(model), "-", "--rows", "4"], ["evaluate", str(model), "-"],
+                 ["evaluate", "-", str(trained["held"])]):
+        output = plain(clean_error(runner.invoke(app, args, input="some text\n")))
+        assert " ".join(Errors.E_PATH_STDIN.split()) in " ".join(output.split()), (args, output)
+        assert "does not exist" not in output
+
+
 def test_fit_state_refuses_a_model_a_running_pretrain_holds(model, trained):
     """fit-state took no lock: it wrote its state into a model directory that a running pretrain rewrites at every
     checkpoint (lost there, or left beside weights it was not fitted to). It takes pretrain's lock on the
