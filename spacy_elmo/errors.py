@@ -1485,6 +1485,11 @@ class Warnings:
         "{reason}: most likely a build for another torch than the installed {torch} "
         "(torch was upgraded or downgraded after spacy-elmo was built)"
     )
+    # `spacy-elmo info` of SPACY_ELMO_NO_EXTENSION and SPACY_ELMO_CUDA, which only a build reads.
+    W_INFO_SWITCH_BUILD_TIME = (
+        "read by setup.py alone, when it builds the extension: at run time it changes nothing; to apply it, "
+        "rebuild with it set."
+    )
     # What `spacy-elmo info` says of a build that lacks something (spacy_elmo.cli.info).
     W_INFO_NO_EXTENSION = (
         "no, the pure-PyTorch reference path runs (exact, but slower). Reason: {reason}. Fix: {fix}"
