@@ -175,7 +175,7 @@ def model_path(directory: PathLike) -> Path:
     try:  # EACCES where path, or a directory above it, cannot be entered (the first file read raised it bare)
         os.stat(path / CONFIG_NAME)
     except PermissionError as err:
-        raise PermissionError(Errors.E_MODEL_DIR_NOT_ENTERABLE.format(path=path, error=os.strerror(err.errno))) from None
+        raise PermissionError(Errors.E_MODEL_DIR_NOT_ENTERABLE.format(path=path, error=err.strerror or err)) from None
     except OSError:
         pass  # no config.json (AllenNLP files), no such path, a file: said below
     if not path.exists():
