@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 
 from ._typing import PathLike
+from .errors import Errors
 
 #: ``flock`` where the platform has it (POSIX); None elsewhere (Windows), where nothing is locked.
 try:
@@ -41,6 +42,19 @@ def naming(path: PathLike) -> Iterator[None]:
         raise
 
 
+def make_dirs(directory: Path) -> None:
+    """``directory.mkdir(parents=True, exist_ok=True)``; where it or a directory above it is a file,
+    NotADirectoryError :data:`~spacy_elmo.errors.Errors.E_PARENT_IS_FILE` naming that file, where mkdir said
+    "[Errno 17] File exists: 'a/file'" or "[Errno 20] Not a directory: 'a/file/sub'"."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        found = next((path for path in (directory, *directory.parents) if path.exists()), None)  # the deepest
+        if found is None or found.is_dir():  # not a file in the way (made or removed meanwhile)
+            raise
+        raise NotADirectoryError(Errors.E_PARENT_IS_FILE.format(path=found)) from None
+
+
 def atomic_write(path: PathLike, write: Callable[[Path], object]) -> None:
     """Call ``write(tmp)`` on a temporary name beside ``path``, then rename it to ``path``.
 
@@ -49,7 +63,7 @@ def atomic_write(path: PathLike, write: Callable[[Path], object]) -> None:
     (so no writer has to remember to: a killed write cannot leave a file forever).
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(path.parent)
     remove_leftovers(path)
     tmp = temporary_name(path)
     try:
@@ -198,7 +212,7 @@ def replace_dir(path: PathLike, write: Callable[[Path], None], last: Sequence[st
     path = Path(path).resolve()
     remove_leftovers(path)
     if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_dirs(path.parent)
         tmp = temporary_name(path)
         _write_fresh(tmp, write)
         os.replace(tmp, path)

@@ -284,6 +284,10 @@ class Errors:
         "{path} does not exist. Pass a model directory (written by BiLM.save, `spacy-elmo pretrain` or "
         "`spacy-elmo export`, or one holding an AllenNLP options.json + .hdf5) or \"default\" for the bundled model."
     )
+    E_PATH_STDIN = (
+        "'-' names standard input, which spacy-elmo does not read: it reads text and models from files and "
+        "directories. Write what you would pipe in to a file (e.g. `... > text.txt`) and pass that file."
+    )
     E_PATH_TILDE = (
         "{path} does not exist: a leading ~ is expanded by a shell, and only where it starts a word unquoted "
         "(not \"~/x\", nor --option=~/x), never by spacy-elmo, Python or a spaCy config. Write the path out, "
@@ -324,6 +328,12 @@ class Errors:
         "{path} holds two models: a spacy-elmo model ({config}) and AllenNLP weights ({options}, {weights}), "
         "which may differ. Keep one model per directory (move one of them out), or load the AllenNLP files "
         "explicitly with BiLM.from_allennlp(options_file, weight_file)."
+    )
+    E_PARENT_IS_FILE = "{path} is a file, not a directory, so nothing can be written below it"
+    E_MODEL_DIR_NOT_ENTERABLE = (
+        "The model directory {path} cannot be entered ({error}): this account needs permission to enter it and "
+        "each directory above it, and to read it. Give it that (chmod u+rx, or a+rx, on each), or copy the model "
+        "to a directory of yours."
     )
     E_MODEL_FILE_UNREADABLE = (
         "{path} could not be read ({error}). It must be a readable file: give this account read permission "
@@ -994,8 +1004,8 @@ class Errors:
         "it, or choose a new OUTPUT_DIR."
     )
     E_OUTPUT_IN_USE = (
-        "{path} is in use by another pretrain run (or a fit-state of the model in it), still running (it holds the "
-        "directory's lock): two runs in one OUTPUT_DIR would mix their tokenized corpus, checkpoints and log. Wait "
+        "{path} is in use by another pretrain run (or a fit-state of the model in it, or an export into it), still "
+        "running (it holds the directory's lock): two runs in one OUTPUT_DIR would mix their tokenized corpus, checkpoints and log. Wait "
         "for it to end, or stop it (Ctrl-C) and rerun with --resume, or choose another OUTPUT_DIR."
     )
     E_OUTPUT_HOLDS_ALLENNLP = (
@@ -1095,6 +1105,21 @@ class Errors:
         "not a pipeline: leave --component out to export it."
     )
     E_EXPORT_NOT_A_DIR = "{path} is a file; export writes a directory. Choose another OUT_DIR."
+    E_EXPORT_IN_USE = (
+        "{path} is in use by a pretrain run, still running (it holds the directory's lock): --overwrite would delete "
+        "its checkpoint, log and tokenized corpus while it writes them. Wait for the run to end, or choose another "
+        "OUT_DIR."
+    )
+    E_EXPORT_ONTO_RUN = (
+        "{path} is both MODEL_DIR and OUT_DIR, and holds a pretrain run's checkpoint ({checkpoint}): --overwrite "
+        "would replace the whole directory with the exported model, deleting the checkpoint, train_log.jsonl and "
+        "data/ that `spacy-elmo pretrain --resume` continues from. Export elsewhere: choose another OUT_DIR."
+    )
+    E_EXPORT_BUNDLED = (
+        "{path} is (or lies inside) the bundled default model's directory in the installed package ({bundled}): "
+        "writing there would change nlp.add_pipe(\"elmo\") and BiLM.load(\"default\") for every user of this "
+        "environment. Choose another OUT_DIR and use it as the model (--paths.elmo OUT_DIR, BiLM.load(OUT_DIR))."
+    )
     E_EXPORT_NOT_EMPTY = (
         "{path} is not empty: its files would mix with the exported model's. Choose a new OUT_DIR, "
         "or pass --overwrite to replace {path} and everything in it."
@@ -1464,6 +1489,11 @@ class Warnings:
     W_EXTENSION_OTHER_TORCH = (
         "{reason}: most likely a build for another torch than the installed {torch} "
         "(torch was upgraded or downgraded after spacy-elmo was built)"
+    )
+    # `spacy-elmo info` of SPACY_ELMO_NO_EXTENSION and SPACY_ELMO_CUDA, which only a build reads.
+    W_INFO_SWITCH_BUILD_TIME = (
+        "read by setup.py alone, when it builds the extension: at run time it changes nothing; to apply it, "
+        "rebuild with it set."
     )
     # What `spacy-elmo info` says of a build that lacks something (spacy_elmo.cli.info).
     W_INFO_NO_EXTENSION = (

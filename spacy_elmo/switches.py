@@ -71,6 +71,10 @@ SWITCHES: Dict[str, Switch] = {s.name: s for s in (
     Switch(CACHE, (), "~/.cache/spacy-elmo", "~/.cache/spacy-elmo", Warnings.W_SWITCH_INSTEAD_CACHE),
 )}
 
+#: The switches setup.py alone reads (through build_flags.py), when it builds the extension: set at run time, they
+#: change nothing (``spacy-elmo info`` says so).
+BUILD_TIME = (NO_EXTENSION, CUDA)
+
 _warned: Set[Tuple[str, str]] = set()
 
 

@@ -24,6 +24,19 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_nothing(tmp_path):
     assert path.read_text() == "new"
 
 
+def test_a_file_where_a_parent_directory_belongs_is_named(tmp_path):
+    """A regular file where a parent directory should be gave mkdir's "[Errno 17] File exists: 'fap/afile'"
+    (config OUTPUT, export OUT_DIR): it says which path is a file, not a directory."""
+    afile = tmp_path / "afile"
+    afile.write_text("kept")
+    for write in (lambda: atomic_write_text(afile / "sub" / "x.cfg", "text"),
+                  lambda: replace_dir(afile / "out", lambda tmp: tmp.mkdir())):
+        with pytest.raises(NotADirectoryError) as err:
+            write()
+        assert str(err.value) == f"{afile} is a file, not a directory, so nothing can be written below it"
+    assert afile.read_text() == "kept"
+
+
 def test_leftovers_of_a_killed_write_are_found_and_only_they(tmp_path):
     path = tmp_path / "out.h5"
     temporary_name(path).write_text("half")

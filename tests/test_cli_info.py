@@ -123,6 +123,37 @@ def test_info_without_the_extension_says_why_and_how_to_fix(monkeypatch):
                      "openmp": None, "openmp_version": None, "cuda": None, "cuda_archs": []}
 
 
+def test_version_without_the_extension_says_so_once(monkeypatch):
+    """--version said "compiled kernels: no" and printed W_NO_EXTENSION (some 500 characters) on stderr as well:
+    it is hidden there, as info hides it, and the line points at info for the reason."""
+    import warnings
+
+    def missing():
+        warnings.warn(Warnings.W_NO_EXTENSION.format(reason="simulated: not built", fix=extension.extension_fix()),
+                      RuntimeWarning)
+        return None, "simulated: not built"
+
+    monkeypatch.setattr(extension, "load_extension", missing)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = CliRunner().invoke(app, ["--version"])
+    assert result.exit_code == 0, result.output
+    assert "compiled kernels: no, the reference path runs: spacy-elmo info says why" in result.output
+    assert [str(w.message) for w in caught if "spacy_elmo._C" in str(w.message)] == []
+
+
+def test_info_says_the_build_switches_change_nothing_at_run_time(monkeypatch):
+    """SPACY_ELMO_NO_EXTENSION and SPACY_ELMO_CUDA were listed as set, though setup.py alone reads them: info says
+    so; a switch read at run time has no such note."""
+    for name in switches.SWITCHES:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in {"SPACY_ELMO_NO_EXTENSION": "1", "SPACY_ELMO_CUDA": "0", "SPACY_ELMO_KEEP_FREED_MEMORY": "0"}.items():
+        monkeypatch.setenv(name, value)
+    line = [row for row in CliRunner().invoke(app, ["info"]).output.splitlines() if row.startswith("SPACY_ELMO_* set:")]
+    note = Warnings.W_INFO_SWITCH_BUILD_TIME
+    assert f"SPACY_ELMO_NO_EXTENSION=1 ({note}); SPACY_ELMO_CUDA=0 ({note}); SPACY_ELMO_KEEP_FREED_MEMORY=0" in line[0]
+
+
 def test_info_says_when_the_kernels_have_no_openmp(monkeypatch):
     """A macOS build without libomp (build_flags.py) was invisible at run time."""
     real = ops.build_info()

@@ -169,8 +169,15 @@ def require_finite(value: torch.Tensor, name: str, path: PathLike) -> None:
 
 def model_path(directory: PathLike) -> Path:
     """The directory of a model to load (``"default"`` resolved); clear errors when it does not
-    exist or is a file."""
+    exist, is a file, or cannot be entered (PermissionError: it, or a directory above it, lacks the search
+    permission this account needs)."""
     path = resolve_model_dir(directory)
+    try:  # EACCES where path, or a directory above it, cannot be entered (the first file read raised it bare)
+        os.stat(path / CONFIG_NAME)
+    except PermissionError as err:
+        raise PermissionError(Errors.E_MODEL_DIR_NOT_ENTERABLE.format(path=path, error=err.strerror or err)) from None
+    except OSError:
+        pass  # no config.json (AllenNLP files), no such path, a file: said below
     if not path.exists():
         raise missing_path_error(path, Errors.E_MODEL_PATH_MISSING)
     if not path.is_dir():

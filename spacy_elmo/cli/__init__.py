@@ -8,12 +8,13 @@ import io
 import os
 import sys
 import warnings
-from typing import Optional
+from typing import Optional, Union
 
 import typer
 
 from ..errors import Errors
 from ..ranks import printing_ranks
+from ..switches import SwitchWarning
 from .app import COMMAND_LINE, app, echo_styled
 
 # Importing a command module registers its command.
@@ -21,11 +22,12 @@ from . import config, demo, embed, evaluate, export, fit_state, info, pretrain  
 
 
 def _format_warning(message, category, filename, lineno, line=None) -> str:
-    """spacy-elmo's own warnings as one line, ``UserWarning: spacy-elmo: ...``: Python's
-    default adds the file, line number and source line of whichever module raised it,
-    which tells a command-line user nothing. Other libraries' warnings keep that form."""
+    """spacy-elmo's own warnings as one line, ``UserWarning: spacy-elmo: ...`` (and a SPACY_ELMO_* switch's,
+    ``SwitchWarning: SPACY_ELMO_CPU_ISA='AVX2' is ...``): Python's default adds the file, line number and
+    source line of whichever module raised it, which tells a command-line user nothing. Other libraries'
+    warnings keep that form."""
     text = str(message)
-    if text.startswith("spacy-elmo:"):
+    if text.startswith("spacy-elmo:") or issubclass(category, SwitchWarning):
         return f"{category.__name__}: {text}\n"
     return _python_format_warning(message, category, filename, lineno, line)
 
@@ -56,10 +58,34 @@ class _WatchedStdout(io.FileIO):
             raise
 
 
-def _watch_stdout() -> Optional[_WatchedStdout]:
-    """Put :class:`_WatchedStdout` under a new ``sys.stdout`` (the same encoding and buffering); None,
-    and stdout left alone, where it is no plain file descriptor (closed, or captured in-process)."""
+class _ClosedStdout(io.TextIOBase):
+    """``sys.stdout`` while main() runs where stdout is closed (``cmd >&-``, as some daemon wrappers leave it),
+    for which Python gives None: config's write raised AttributeError, and typer.echo wrote nothing and exited 0.
+    A write of some text fails here as a write to the closed descriptor would (EBADF), kept in ``failed`` as
+    :class:`_WatchedStdout` keeps it, so that the command ends as on any failing stdout (E_STDOUT, status 1)."""
+
+    failed: Optional[OSError] = None
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text):
+        if not isinstance(text, str):  # no binary stream: click probes for one with write(b"")
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        if text:
+            self.failed = OSError(errno.EBADF, os.strerror(errno.EBADF))
+            raise self.failed
+        return 0
+
+
+def _watch_stdout() -> Union[_WatchedStdout, _ClosedStdout, None]:
+    """Put :class:`_WatchedStdout` under a new ``sys.stdout`` (the same encoding and buffering), or
+    :class:`_ClosedStdout` in place of a closed one (None); None, and stdout left alone, where it is no plain
+    file descriptor (captured in-process)."""
     stdout = sys.stdout
+    if stdout is None:
+        sys.stdout = _ClosedStdout()
+        return sys.stdout
     if stdout is not sys.__stdout__ or not isinstance(stdout, io.TextIOWrapper):
         return None
     buffer = stdout.buffer
@@ -77,7 +103,8 @@ def _watch_stdout() -> Optional[_WatchedStdout]:
 def main() -> None:
     """The command line. A stdout that fails ends every command the same way, without a traceback: a
     reader that stopped early (``| head``, a closed pipe) quietly with exit status 0, as when the output
-    fitted in the pipe before it closed; another write error (a full disk, EIO) with E_STDOUT and status 1."""
+    fitted in the pipe before it closed; another write error (a full disk, EIO, a closed stdout: ``>&-``) with
+    E_STDOUT and status 1."""
     previous = sys.stdout
     watched = _watch_stdout()
     try:
@@ -90,7 +117,7 @@ def main() -> None:
         _finish(watched, previous, None)
 
 
-def _finish(watched: _WatchedStdout, previous, end: Optional[BaseException]) -> None:
+def _finish(watched: Union[_WatchedStdout, _ClosedStdout], previous, end: Optional[BaseException]) -> None:
     """Flush stdout and give ``previous`` back as ``sys.stdout``; where a write to it failed and the command
     ended by that (``end`` the error, or a SystemExit: click's for a closed pipe, 1), exit with 0 for a
     closed pipe, else with 1 after E_STDOUT on stderr. Another end returns, for main() to raise it."""
@@ -99,7 +126,7 @@ def _finish(watched: _WatchedStdout, previous, end: Optional[BaseException]) -> 
         sys.stdout.flush()  # what is still buffered fails here, not at the interpreter's shutdown
     except OSError:
         pass  # kept in watched.failed
-    if watched.failed is not None:
+    if watched.failed is not None and isinstance(watched, _WatchedStdout):  # a closed stdout has no descriptor
         # Python's docs ("Note on SIGPIPE"): stdout's descriptor on devnull, so that no later flush of what
         # a failed write left buffered prints "Exception ignored ... BrokenPipeError" at shutdown.
         devnull = os.open(os.devnull, os.O_WRONLY)

@@ -1,7 +1,9 @@
 """The typer application every command registers on, and option checks the commands share."""
 
 import os
-from typing import NoReturn
+import warnings
+from contextlib import contextmanager
+from typing import Iterator, NoReturn
 
 import typer
 from typer.core import TyperGroup
@@ -62,6 +64,15 @@ def progress_option():
 COMMAND_LINE = "spacy-elmo command line"
 
 
+@contextmanager
+def extension_warning_hidden() -> Iterator[None]:
+    """Within: the compiled extension's missing (W_NO_EXTENSION, some 500 characters) is not warned, for the
+    commands whose output says it themselves (``--version``, ``info`` with the reason and the fix)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="spacy-elmo: the compiled extension")
+        yield
+
+
 def _print_version(value: bool) -> None:
     if value:
         import torch
@@ -69,8 +80,10 @@ def _print_version(value: bool) -> None:
         from .. import __version__
         from ..ops import fused_available
 
+        with extension_warning_hidden():
+            fused = fused_available()
         typer.echo(f"spacy-elmo {__version__} (torch {torch.__version__}, compiled kernels: "
-                   f"{'yes' if fused_available() else 'no, the reference path runs'})")
+                   f"{'yes' if fused else 'no, the reference path runs: spacy-elmo info says why'})")
         raise typer.Exit()
 
 

@@ -1,5 +1,6 @@
 """``spacy-elmo export``: write a model as AllenNLP/bilm-tf files or in the native format."""
 
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Optional
 
@@ -25,58 +26,72 @@ def export(
 ) -> None:
     """Export a model; the softmax and vocab.txt go along when the model has them.
 
-    Given a saved spaCy pipeline, it writes the biLM of its elmo component with the weights saved there
-    (fine-tuned ones included), without a softmax: a pipeline has none.
+    Given a saved spaCy pipeline, it writes the biLM of its elmo component with the weights saved there (fine-tuned ones included), without a softmax: a pipeline has none.
 
-    The files are written to a temporary directory and moved into OUT_DIR only when complete, so OUT_DIR never mixes them with another model's files."""
+    The files are written to a temporary directory and moved into OUT_DIR only when complete, so OUT_DIR never mixes them with another model's files. An OUT_DIR that a running pretrain writes (it holds the directory's lock), the bundled default model's directory, and MODEL_DIR itself where it holds a pretrain checkpoint are refused."""
     from ..bilm.allennlp_io import write_allennlp
     from ..bilm.native_io import MODEL_MARKERS, SavedPipelineGiven
     from ..training.modelio import SOFTMAX_FILE, load_pretrained, save_pretrained, write_softmax
+    from ..training.trainer import model_dir_lock
 
-    try:
-        check_output_dir(out_dir, overwrite)
-    except FileExistsError as err:  # OUT_DIR a file, or not empty without --overwrite
-        fail(str(err))
-    except OSError as err:  # OUT_DIR cannot be looked at (a directory this account may not enter, a name too long)
-        fail(Errors.E_EXPORT_WRITE.format(path=out_dir, error=err))
-    what = "the model has none"  # said when it has no softmax
-    try:
+    with ExitStack() as held:
         try:
-            bilm, softmax, vocab, provenance = load_pretrained(model_dir, backend="reference")
-        except SavedPipelineGiven as given:
-            from ..pipeline.saved_bilm import pipeline_bilm  # spaCy: imported for a pipeline only
+            check_output_dir(out_dir, overwrite, model_dir)
+            if out_dir.is_dir():  # replaced below: not while a pretrain writes there (it holds the lock)
+                held.enter_context(model_dir_lock(out_dir, Errors.E_EXPORT_IN_USE))
+        except FileExistsError as err:  # OUT_DIR a file, not empty without --overwrite, in use, the bundled model's
+            fail(str(err))
+        except OSError as err:  # OUT_DIR cannot be looked at (a directory this account may not enter, a name too long)
+            fail(Errors.E_EXPORT_WRITE.format(path=out_dir, error=err))
+        what = "the model has none"  # said when it has no softmax
+        try:
+            try:
+                bilm, softmax, vocab, provenance = load_pretrained(model_dir, backend="reference")
+            except SavedPipelineGiven as given:
+                from ..pipeline.saved_bilm import pipeline_bilm  # spaCy: imported for a pipeline only
 
-            bilm, name = pipeline_bilm(given.pipeline, component or given.component)
-            softmax, vocab, provenance = None, None, bilm.provenance
-            what = f"written from component {name!r} of the saved pipeline {given.pipeline}, whose biLM has none"
-        else:
-            if component is not None:
-                raise ValueError(Errors.E_EXPORT_COMPONENT_NOT_PIPELINE.format(component=component, path=model_dir))
-    except (ValueError, OSError) as err:
-        fail(str(err))
+                bilm, name = pipeline_bilm(given.pipeline, component or given.component)
+                softmax, vocab, provenance = None, None, bilm.provenance
+                what = f"written from component {name!r} of the saved pipeline {given.pipeline}, whose biLM has none"
+            else:
+                if component is not None:
+                    raise ValueError(Errors.E_EXPORT_COMPONENT_NOT_PIPELINE.format(component=component, path=model_dir))
+        except (ValueError, OSError) as err:
+            fail(str(err))
 
-    def write(tmp: Path) -> None:
-        if format == "native":
-            save_pretrained(tmp, bilm, softmax, vocab, provenance)
-        else:
-            tmp.mkdir(parents=True)
-            # Warnings (what the format cannot hold, what AllenNLP will not run) name the final path.
-            write_allennlp(bilm, tmp / "options.json", tmp / "weights.hdf5", shown_as=out_dir / "weights.hdf5")
-            if softmax is not None and vocab is not None:  # load_pretrained gives both or neither
-                write_softmax(tmp / SOFTMAX_FILE, softmax)
-                vocab.save(tmp)
+        def write(tmp: Path) -> None:
+            if format == "native":
+                save_pretrained(tmp, bilm, softmax, vocab, provenance)
+            else:
+                tmp.mkdir(parents=True)
+                # Warnings (what the format cannot hold, what AllenNLP will not run) name the final path.
+                write_allennlp(bilm, tmp / "options.json", tmp / "weights.hdf5", shown_as=out_dir / "weights.hdf5")
+                if softmax is not None and vocab is not None:  # load_pretrained gives both or neither
+                    write_softmax(tmp / SOFTMAX_FILE, softmax)
+                    vocab.save(tmp)
 
-    try:
-        replace_dir(out_dir, write, last=MODEL_MARKERS)  # a kill in between leaves no model, not a mixed one
-    except OSError as err:
-        fail(Errors.E_EXPORT_WRITE.format(path=out_dir, error=err))
+        try:
+            replace_dir(out_dir, write, last=MODEL_MARKERS)  # a kill in between leaves no model, not a mixed one
+        except OSError as err:
+            fail(Errors.E_EXPORT_WRITE.format(path=out_dir, error=err))
     typer.echo(f"wrote {format} model to {out_dir} "
                + ("(with softmax and vocab.txt)" if softmax is not None else f"(no softmax: {what})"))
 
 
-def check_output_dir(out_dir: Path, overwrite: bool) -> None:
-    """FileExistsError when ``out_dir`` is a file, or a non-empty directory without ``overwrite``."""
+def check_output_dir(out_dir: Path, overwrite: bool, model_dir: str) -> None:
+    """FileExistsError when ``out_dir`` is a file, a non-empty directory without ``overwrite``, (inside) the
+    bundled default model's directory, or ``model_dir`` itself holding a pretrain run's checkpoint (replaced
+    whole, the run could no longer be resumed)."""
+    from ..bilm.native_io import DEFAULT_MODEL_DIR
+    from ..training.checkpoint import CHECKPOINT_NAME
+
+    real = out_dir.resolve()
+    if real == DEFAULT_MODEL_DIR or DEFAULT_MODEL_DIR in real.parents:  # as fit-state refuses it (E_FIT_STATE_BUNDLED)
+        raise FileExistsError(Errors.E_EXPORT_BUNDLED.format(path=out_dir, bundled=DEFAULT_MODEL_DIR))
     if out_dir.exists() and not out_dir.is_dir():
         raise FileExistsError(Errors.E_EXPORT_NOT_A_DIR.format(path=out_dir))
     if out_dir.is_dir() and any(out_dir.iterdir()) and not overwrite:
         raise FileExistsError(Errors.E_EXPORT_NOT_EMPTY.format(path=out_dir))
+    # "default" is the bundled model, refused above as OUT_DIR
+    if model_dir != "default" and Path(model_dir).resolve() == real and (out_dir / CHECKPOINT_NAME).exists():
+        raise FileExistsError(Errors.E_EXPORT_ONTO_RUN.format(path=out_dir, checkpoint=CHECKPOINT_NAME))

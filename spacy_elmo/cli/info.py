@@ -11,7 +11,7 @@ import typer
 
 from .. import __version__, ops, switches
 from ..errors import Warnings
-from .app import app
+from .app import app, extension_warning_hidden
 
 
 def _spacy_version() -> Optional[str]:
@@ -51,9 +51,8 @@ def _gpu_note(capability: str, archs: List[str]) -> str:
 
 def info_facts() -> Dict[str, Any]:
     """Everything ``spacy-elmo info`` prints, as ``--json`` writes it."""
-    with warnings.catch_warnings():
-        # W_NO_EXTENSION: the reason and the fix are among the facts, printed once
-        warnings.filterwarnings("ignore", message="spacy-elmo: the compiled extension")
+    # W_NO_EXTENSION: the reason and the fix are among the facts, printed once
+    with extension_warning_hidden(), warnings.catch_warnings():
         warnings.simplefilter("ignore", switches.SwitchWarning)  # among the facts too ("switches")
         build = ops.build_info()
     return {
@@ -103,9 +102,17 @@ def _rows(facts: Dict[str, Any]) -> List[Tuple[str, str]]:
             + (f"; {_gpu_note(gpu['capability'], compiled)})" if compiled
                else f"; {Warnings.W_INFO_GPU_NO_CUDA_KERNELS})" if no_cuda else ")") for gpu in facts["gpus"]]
     rows.append(("GPU", "; ".join(gpus) or "none visible"))
-    rows.append(("SPACY_ELMO_* set", "; ".join(f"{name}={s['value']}" + (f" ({s['problem']})" if s["problem"] else "")
+    rows.append(("SPACY_ELMO_* set", "; ".join(_switch(name, s["value"], s["problem"])
                                                 for name, s in facts["switches"].items()) or "none"))
     return rows
+
+
+def _switch(name: str, value: str, problem: Optional[str]) -> str:
+    """``NAME=value`` of the switches' row, with what is wrong with the value, and for a switch setup.py alone
+    reads (SPACY_ELMO_NO_EXTENSION, SPACY_ELMO_CUDA) that it changed nothing here unless set for the build."""
+    notes = [Warnings.W_INFO_SWITCH_BUILD_TIME] if name in switches.BUILD_TIME else []
+    notes += [problem] if problem else []
+    return f"{name}={value}" + (f" ({' '.join(notes)})" if notes else "")
 
 
 @app.command()
@@ -114,9 +121,7 @@ def info(
 ) -> None:
     """Print the versions and what runs here (paste it into a bug report).
 
-    The spacy-elmo, Python, torch and spaCy versions; whether the compiled kernels load (if not, why and the
-    fix), the CPU kernel variant in use, OpenMP, torch's threads, the CUDA kernels' architectures, the GPUs
-    torch sees, and the SPACY_ELMO_* switches set (each with what is wrong with it, where something is)."""
+    The spacy-elmo, Python, torch and spaCy versions; whether the compiled kernels load (if not, why and the fix), the CPU kernel variant in use, OpenMP, torch's threads, the CUDA kernels' architectures, the GPUs torch sees, and the SPACY_ELMO_* switches set (each with what is wrong with it, where something is)."""
     facts = info_facts()
     if as_json:
         typer.echo(json.dumps(facts, indent=2))

@@ -684,18 +684,18 @@ def _output_dir_lock(out: Path):
 
 
 @contextmanager
-def model_dir_lock(directory: Path) -> Iterator[None]:
+def model_dir_lock(directory: Path, in_use: str) -> Iterator[None]:
     """pretrain's lock on OUTPUT_DIR (:func:`_output_dir_lock`), held by a command that rewrites a file of the model
-    in ``directory`` (``fit-state``): FileExistsError (:data:`~spacy_elmo.errors.Errors.E_FIT_STATE_IN_USE`) while
-    a pretrain runs there, which rewrites the model at every checkpoint; a pretrain started meanwhile is refused.
-    A lock left by a process that ended (even by SIGKILL) is none: the kernel released it. Not locked where
-    there is no flock (Windows, some network file systems)."""
+    in ``directory`` (``fit-state``, ``export`` replacing the directory): FileExistsError ``in_use`` (the command's
+    message, formatted with ``path``) while a pretrain runs there, which rewrites the model at every checkpoint;
+    a pretrain started meanwhile is refused. A lock left by a process that ended (even by SIGKILL) is none: the
+    kernel released it. Not locked where there is no flock (Windows, some network file systems)."""
     if fcntl is None:
         yield
         return
     fd = os.open(directory, os.O_RDONLY)
     try:
-        _lock(fd, directory, Errors.E_FIT_STATE_IN_USE)
+        _lock(fd, directory, in_use)
         yield
     finally:
         os.close(fd)  # releases the lock

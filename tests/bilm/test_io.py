@@ -412,7 +412,7 @@ def _load_denied(directory):
     import subprocess
     import sys
 
-    code = "import sys\nfrom spacy_elmo import BiLM\ntry:\n    BiLM.load(sys.argv[1])\nexcept ValueError as e:\n    print(e)"
+    code = "import sys\nfrom spacy_elmo import BiLM\ntry:\n    BiLM.load(sys.argv[1])\nexcept (ValueError, OSError) as e:\n    print(e)"
     command = [sys.executable, "-c", code, str(directory)]
     if os.geteuid() == 0:
         if shutil.which("setpriv") is None:
@@ -442,6 +442,20 @@ def test_a_model_file_without_read_permission_is_named_unreadable_not_damaged(fi
     said = _load_denied(tmp_path / "m")
     assert f"{weights} could not be read" in said and "Permission denied" in said and "read permission" in said, said
     assert "damaged" not in said
+
+
+@pytest.mark.parametrize("locked", ["m", "."])
+def test_a_model_dir_this_account_cannot_enter_is_named(files, tmp_path, locked):
+    """A model directory (or one above it) without the search permission gave a bare "[Errno 13] Permission
+    denied: 'up/m'" (or 'up/m/config.json'), in every command too: now what cannot be entered, and chmod."""
+    BiLM.from_allennlp(*files, backend="reference").save(tmp_path / "up" / "m")
+    (tmp_path / "up" / locked).chmod(0o600)  # readable, not searchable
+    try:
+        said = _load_denied(tmp_path / "up" / "m")
+    finally:
+        (tmp_path / "up" / locked).chmod(0o700)
+    assert f"The model directory {tmp_path / 'up' / 'm'} cannot be entered (Permission denied)" in said, said
+    assert "chmod u+rx" in said and "Errno" not in said
 
 
 def test_saved_files_take_the_umask_mode(files, tmp_path):

@@ -111,6 +111,18 @@ def test_fit_state_needs_a_native_model_dir(trained, model, tmp_path):
     assert files(model) == before
 
 
+def test_standard_input_is_named_not_a_missing_file(model, trained):
+    """`fit-state MODEL -` (and evaluate's, pretrain's TEXT) said "- does not exist": '-' is standard input
+    elsewhere, which no command reads; it says so, with the fix (a file), as embed's own message does."""
+    from spacy_elmo.errors import Errors
+
+    for args in (["fit-state", str(model), "-", "--rows", "4"], ["evaluate", str(model), "-"],
+                 ["evaluate", "-", str(trained["held"])]):
+        output = plain(clean_error(runner.invoke(app, args, input="some text\n")))
+        assert " ".join(Errors.E_PATH_STDIN.split()) in " ".join(output.split()), (args, output)
+        assert "does not exist" not in output
+
+
 def test_fit_state_refuses_a_model_a_running_pretrain_holds(model, trained):
     """fit-state took no lock: it wrote its state into a model directory that a running pretrain rewrites at every
     checkpoint (lost there, or left beside weights it was not fitted to). It takes pretrain's lock on the
@@ -126,6 +138,61 @@ def test_fit_state_refuses_a_model_a_running_pretrain_holds(model, trained):
     result = runner.invoke(app, ["fit-state", str(model), str(trained["train"]), "--rows", "4"])
     assert result.exit_code == 0, result.output
     assert INITIAL_STATE_NAME in files(model)
+
+
+def _tree(directory):
+    """Every path under ``directory`` (relative) with its bytes (None for a directory)."""
+    return {str(p.relative_to(directory)): (None if p.is_dir() else p.read_bytes()) for p in sorted(directory.rglob("*"))}
+
+
+def test_export_overwrite_refuses_an_out_dir_a_running_pretrain_holds(trained, tmp_path):
+    """export --overwrite took no lock: it replaced a directory a running pretrain writes, deleting its
+    checkpoint.pt, train_log.jsonl and data/. It takes pretrain's lock, as fit-state does: refused while held,
+    OUT_DIR untouched; a lock of a run that ended (killed) is none."""
+    pytest.importorskip("fcntl")
+    running = tmp_path / "running"
+    shutil.copytree(trained["model"], running)
+    before = _tree(running)
+    args = ["export", str(trained["model"]), str(running), "--overwrite", "--format", "native"]
+    with locked_by_another_process(running):
+        output = plain(clean_error(runner.invoke(app, args)))
+        assert "in use by a pretrain run" in output and "choose another OUT_DIR" in output
+        assert _tree(running) == before
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "checkpoint.pt" not in _tree(running)
+
+
+def test_export_in_place_keeps_a_run_resumable(trained, model):
+    """`export M M --overwrite` replaced M whole: a pretrain run's checkpoint.pt, data/ and train_log.jsonl went
+    with it, and `pretrain --resume` could not continue. Refused where M holds a checkpoint; a model without one
+    (nothing to resume) is still converted in place."""
+    run = model.parent / "run"
+    shutil.copytree(trained["model"], run)
+    before = _tree(run)
+    output = plain(clean_error(runner.invoke(app, ["export", str(run), str(run), "--overwrite", "--format", "native"])))
+    assert "holds a pretrain run's checkpoint (checkpoint.pt)" in output and "Export elsewhere" in output
+    assert _tree(run) == before
+    before = files(model)
+    result = runner.invoke(app, ["export", str(model), str(model), "--overwrite", "--format", "native"])
+    assert result.exit_code == 0, result.output
+    assert files(model) == before  # the same model, written anew
+
+
+def test_export_refuses_the_bundled_model_dir(model, tmp_path, monkeypatch):
+    """export --overwrite replaced the bundled default model (what nlp.add_pipe("elmo") and BiLM.load("default")
+    load for every user of the environment), which fit-state refuses. Refused, and a directory inside it too;
+    a stand-in for the bundled directory here, never the installed one."""
+    from spacy_elmo.bilm import native_io
+
+    bundled = tmp_path / "package" / "data" / "default"
+    shutil.copytree(model, bundled)
+    monkeypatch.setattr(native_io, "DEFAULT_MODEL_DIR", bundled.resolve())
+    before = _tree(bundled)
+    for out in (bundled, bundled / "copy", bundled / "sub" / ".."):
+        output = plain(clean_error(runner.invoke(app, ["export", str(model), str(out), "--overwrite", "--format", "native"])))
+        assert "bundled default model's directory" in output and "Choose another OUT_DIR" in output, output
+    assert _tree(bundled) == before
 
 
 def test_a_pretrain_into_a_model_that_fit_state_is_writing_is_refused(model, trained, monkeypatch):
@@ -286,12 +353,16 @@ def test_demo_runs_a_model_with_other_token_width(tmp_path):
 
 # -- help --------------------------------------------------------------------------------------
 def test_command_list_shows_one_line_per_command():
+    """The short help in `spacy-elmo --help` is one line; and every paragraph of a command's help is one line:
+    rich keeps a docstring's line breaks, so export's and info's broke mid-sentence at any terminal width."""
     group = typer.main.get_command(app)
     ctx = click.Context(group)
     for name in group.list_commands(ctx):
         command = group.get_command(ctx, name)
-        first = (command.help or "").strip().split("\n\n")[0]
-        assert first and "\n" not in first, (name, first)  # the short help in `spacy-elmo --help`
+        paragraphs = (command.help or "").strip().split("\n\n")
+        assert paragraphs[0], name
+        for paragraph in paragraphs:
+            assert "\n" not in paragraph.strip(), (name, paragraph)
 
 
 def test_help_texts_keep_their_brackets():
@@ -401,12 +472,14 @@ def test_config_to_a_directory_or_an_unwritable_path_is_a_clear_error(tmp_path):
     a_file.write_text("kept")
     output = clean_error(runner.invoke(app, ["config", "ner", str(a_file / "ner.cfg")]))
     assert "Could not write" in output and "writable OUTPUT" in output
+    assert f"{a_file} is a file, not a directory" in plain(output) and "Errno" not in output
     assert a_file.read_text() == "kept"
 
 
 def _run_with_stdout(argv, sink, unbuffered=False):
-    """``python -m spacy_elmo ARGV`` with stdout to /dev/full (``sink`` "full") or to a pipe whose reader
-    closed before it started ("closed"): the finished process."""
+    """``python -m spacy_elmo ARGV`` with stdout to /dev/full (``sink`` "full"), to a pipe whose reader
+    closed before it started ("closed"), or no stdout at all ("none": descriptor 1 closed, as ``>&-``): the
+    finished process."""
     import os
     import subprocess
     import sys
@@ -422,6 +495,9 @@ def _run_with_stdout(argv, sink, unbuffered=False):
         with open("/dev/full", "w") as full:
             return subprocess.run([sys.executable, "-m", "spacy_elmo", *argv], stdout=full, stderr=subprocess.PIPE,
                                   text=True, env=env, timeout=300)
+    if sink == "none":
+        return subprocess.run([sys.executable, "-m", "spacy_elmo", *argv], stderr=subprocess.PIPE, text=True, env=env,
+                              timeout=300, preexec_fn=lambda: os.close(1))
     reader, writer = os.pipe()
     os.close(reader)
     try:
@@ -456,6 +532,18 @@ def test_a_closed_pipe_on_stdout_ends_quietly(trained, command, unbuffered):
     exited 1, and no Python "Exception ignored ... BrokenPipeError" at shutdown)."""
     done = _run_with_stdout(_stdout_commands(trained)[command], "closed", unbuffered)
     assert (done.returncode, done.stderr) == (0, ""), done.stderr
+
+
+@pytest.mark.parametrize("argv", [["config", "ner"], ["info"], ["--help"]])
+def test_a_closed_stdout_is_one_clear_error(argv):
+    """`spacy-elmo config ner >&-` (stdout closed, as some daemon wrappers leave it) ended in an AttributeError
+    traceback ('NoneType' object has no attribute 'write'), and `info >&-` exited 0 having printed nothing: both
+    now end as on any failing stdout, E_STDOUT and status 1."""
+    from spacy_elmo.errors import Errors
+
+    done = _run_with_stdout(argv, "none")
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.strip() == Errors.E_STDOUT.format(error="[Errno 9] Bad file descriptor"), done.stderr
 
 
 def test_an_oserror_not_of_stdout_keeps_its_own_report():
