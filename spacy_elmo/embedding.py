@@ -42,7 +42,7 @@ import numpy as np
 import torch
 
 from ._typing import PathLike
-from .atomic import (atomic_write, atomic_write_text, remove_dir, remove_leftovers, replace_dir, temporary_files,
+from .atomic import (atomic_write, atomic_write_text, make_dirs, remove_dir, remove_leftovers, replace_dir, temporary_files,
                      try_lock)
 from .bilm import BiLM
 from .bilm.token_cache import TokenCache, run_rows
@@ -451,7 +451,7 @@ def _output_lock(output_path: Path) -> Iterator[None]:
     run leaves them empty. Not locked where there is no flock (Windows, some network file systems)."""
     lock = output_path.with_name(f".{output_path.name}.lock")
     created = list(itertools.takewhile(lambda p: not p.exists(), lock.parents))  # the deepest first
-    lock.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(lock.parent)
     try:
         while True:
             fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)

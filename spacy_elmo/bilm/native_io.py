@@ -25,7 +25,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from .._typing import PathLike
-from ..atomic import atomic_write, naming, sync, sync_dir
+from ..atomic import atomic_write, make_dirs, naming, sync, sync_dir
 from ..errors import Errors
 from ..paths import missing_path_error
 from .config import BiLMConfig, is_int
@@ -97,7 +97,7 @@ def save_native(
     }
     # The files are written in a temporary directory inside ``directory`` (so a killed save
     # leaves nothing beside it; the next save removes what a kill left) and moved into place.
-    directory.mkdir(parents=True, exist_ok=True)
+    make_dirs(directory)
     for stale in directory.glob(f"{SAVE_TMP_PREFIX}*"):
         shutil.rmtree(stale, ignore_errors=True)
     tmp: Optional[Path] = None

@@ -15,6 +15,7 @@ from typing import Any, Collection, Dict, Optional, Tuple
 import torch
 
 from .._typing import PathLike
+from ..atomic import make_dirs
 from ..bilm import BiLM
 from ..bilm.native_io import (
     WEIGHTS_NAME,
@@ -50,7 +51,7 @@ def save_pretrained(
     initial_state: ``(h, c)`` saved instead of the biLM's own (None: its own).
     """
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+    make_dirs(directory)
     if vocab is not None:
         vocab.save(directory)
     extra = None

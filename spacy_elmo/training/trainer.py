@@ -31,7 +31,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..atomic import atomic_write_text, fcntl, naming, remove_leftovers, sync, sync_dir, try_lock
+from ..atomic import atomic_write_text, fcntl, make_dirs, naming, remove_leftovers, sync, sync_dir, try_lock
 from ..bilm import BiLM, BiLMConfig
 from ..bilm.initial_state import boundary_state_mean
 from ..bilm.lstm import LstmState
@@ -666,7 +666,7 @@ def _output_dir_lock(out: Path):
     Taken before OUTPUT_DIR is checked or read (a run ending between the checks and the lock was overwritten).
     An OUTPUT_DIR this run created (with its parents) is removed again when the run fails leaving it empty."""
     created = list(itertools.takewhile(lambda p: not p.exists(), (out, *out.parents)))  # the deepest first
-    out.mkdir(parents=True, exist_ok=True)
+    make_dirs(out)
     fd = os.open(out, os.O_RDONLY)
     try:
         err = _lock(fd, out, Errors.E_OUTPUT_IN_USE)

@@ -664,3 +664,23 @@ def test_embed_says_a_missing_input_does_not_exist_and_a_directory_is_no_file(mo
     assert f"{missing} does not exist. Pass a UTF-8 text file" in output, output
     output = plain(clean_error(runner.invoke(app, ["embed", str(tmp_path), str(tmp_path / "v.h5"), "--model", str(model)])))
     assert f"{tmp_path} is not a file (a directory" in output, output
+
+
+@pytest.mark.parametrize("command", ["pretrain", "embed", "save"])
+def test_a_file_where_an_output_directory_belongs_is_named(trained, model, tmp_path, command):
+    """pretrain's OUTPUT_DIR, embed's lock beside OUTPUT and BiLM.save made their directories with a bare mkdir:
+    "[Errno 17] File exists: '.../afile'" or "[Errno 20] Not a directory", not which path is the file."""
+    afile = tmp_path / "afile"
+    afile.write_text("kept")
+    said = f"{afile} is a file, not a directory, so nothing can be written below it"
+    if command == "save":
+        with pytest.raises(NotADirectoryError) as err:
+            BiLM.load(model).save(afile / "sub" / "m")
+        assert str(err.value) == said
+    else:
+        argv = {"pretrain": ["pretrain", str(trained["train"]), str(afile / "out"), "--options",
+                             str(trained["model"].parent / "tiny.json"), "--max-steps", "1", "--no-progress"],
+                "embed": ["embed", str(trained["held"]), str(afile / "sub" / "v.h5"), "--model", str(model), "--no-progress"]}
+        output = plain(clean_error(runner.invoke(app, argv[command])))
+        assert str(afile) in output and "is a file, not a directory" in output and "Errno" not in output, output
+    assert afile.read_text() == "kept"
