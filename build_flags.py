@@ -29,6 +29,7 @@ import importlib.util
 import os
 import platform
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -61,7 +62,8 @@ def _load(name: str):
     return module
 
 
-Warnings = _load("errors").Warnings
+_errors = _load("errors")
+Errors, Warnings = _errors.Errors, _errors.Warnings
 #: spacy_elmo/switches.py (it imports errors.py as ``_spacy_elmo_errors`` when loaded so): setup.py reads
 #: SPACY_ELMO_NO_EXTENSION and SPACY_ELMO_CUDA with its read()
 switches = _load("switches")
@@ -116,6 +118,27 @@ def host_cxx() -> List[str]:
     """The C++ compiler torch's BuildExtension compiles with (ninja): $CXX, else ``c++``
     (torch.utils.cpp_extension.get_cxx_compiler)."""
     return shlex.split(os.environ.get("CXX") or "c++")
+
+
+def import_torch():
+    """torch, which the build compiles against; without it, stop with a message that says how to get it
+    (instead of a bare ModuleNotFoundError from setup.py)."""
+    try:
+        import torch
+    except ImportError as err:
+        sys.exit(Errors.E_BUILD_NO_TORCH.format(error=err))
+    return torch
+
+
+def compiler_problem(which: Callable[[str], Optional[str]] = shutil.which) -> str:
+    """What is wrong with the C++ compiler the build would use (:func:`host_cxx`): "" where ``which``
+    (shutil.which, which takes a path too) finds it, else the message setup.py stops with (instead of
+    torch's ninja traceback, "c++: not found" deep inside it)."""
+    cxx = host_cxx()
+    if cxx and which(cxx[0]) is not None:
+        return ""
+    source = "$CXX" if os.environ.get("CXX") else "the default; set CXX to choose another"
+    return Errors.E_BUILD_NO_COMPILER.format(cxx=cxx[0] if cxx else os.environ.get("CXX", ""), source=source)
 
 
 def flags_for(system: str, libomp_dir: Optional[str], accepts: Callable[[str], bool],

@@ -1395,6 +1395,20 @@ class Errors:
         "{path} is a directory, but the output is one HDF5 file (--overwrite replaces a file, not a "
         "directory). Give a file path such as {example}, or remove the directory."
     )
+    # --- building spacy_elmo._C: printed by setup.py (through build_flags.py), which then stops ---------
+    E_BUILD_NO_TORCH = (
+        "spacy-elmo: building spacy_elmo._C needs torch, which this Python cannot import ({error}). Install "
+        "torch first (`pip install torch==2.13.0`, or the CPU build: `pip install torch==2.13.0 --index-url "
+        "https://download.pytorch.org/whl/cpu`), then `pip install --no-build-isolation` again; or set "
+        "SPACY_ELMO_NO_EXTENSION=1 to install without the compiled extension (the pure-PyTorch reference path: "
+        "exact, but slower)."
+    )
+    E_BUILD_NO_COMPILER = (
+        "spacy-elmo: building spacy_elmo._C needs a C++ compiler, and {cxx!r} ({source}) is not on PATH. "
+        "Install one (e.g. `apt install g++`, `dnf install gcc-c++`, or clang; on macOS `xcode-select "
+        "--install`) or point CXX at it, then install again; or set SPACY_ELMO_NO_EXTENSION=1 to install "
+        "without the compiled extension (the pure-PyTorch reference path: exact, but slower)."
+    )
 
 
 class Warnings:
