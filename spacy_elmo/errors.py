@@ -1459,7 +1459,8 @@ class Warnings:
         "using the pure-PyTorch reference path (exact, but slower). {fix}"
     )
     W_FIX_BUILD = (
-        "Build it against the installed torch (needs a C++ compiler and ninja): in a source "
+        "Build it against the installed torch (needs a C++ compiler and ninja), with SPACY_ELMO_NO_EXTENSION "
+        "unset: in a source "
         "checkout `pip install --no-build-isolation -e .`; for an installed copy "
         "`pip install --no-build-isolation --no-deps --force-reinstall SOURCE`, SOURCE the "
         "spacy-elmo sdist or checkout."
@@ -1482,6 +1483,11 @@ class Warnings:
         "characters per token x {dim} embedding dims x 4 bytes), above the {limit} this GPU allows, so on "
         "CUDA it runs the pure-PyTorch reference path (exact, but slower). For the fused kernel keep "
         "max_characters_per_token x char_embedding_dim at most {fit}."
+    )
+    # The {reason} where the package has no _C file at all (not a file that fails to load).
+    W_EXTENSION_NOT_BUILT = (
+        "not built: {folder} has no _C file; an install with SPACY_ELMO_NO_EXTENSION=1 builds none, as does "
+        "one on Windows, and a source checkout has none until it is built"
     )
     W_NOT_BUILT_ON_WINDOWS = "spacy-elmo builds none on Windows, see the README's Platforms; {reason}"
     W_FIX_WINDOWS = (
