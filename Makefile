@@ -1,7 +1,8 @@
 # The two commands of the README: `make demo` and `make test`.
 # Both create .venv if missing and install torch (TORCH_INDEX: a pip index to take it
 # from, e.g. https://download.pytorch.org/whl/cpu for the CPU build), the package with
-# its compiled extension (--no-build-isolation) and the test tools.
+# its compiled extension (--no-build-isolation) and the test tools. torch is installed once per .venv
+# (.deps-stamp): TORCH_SPEC and TORCH_INDEX apply to a fresh .venv only (the README says so).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
