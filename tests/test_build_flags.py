@@ -65,7 +65,7 @@ def test_linux_keeps_gcc_openmp_flags():
 
     got = declared("Linux")
     renamed = build_flags.torch_gomp(os.path.dirname(torch.__file__))
-    assert got["ext"] == {"cxx": ["-O3", "-fopenmp", "-fno-trapping-math", "-fno-math-errno"],
+    assert got["ext"] == {"cxx": ["-O3", "-fopenmp", "-fno-trapping-math", "-fno-math-errno", "-g0"],
                           "link": ["-fopenmp"] if renamed is None else [renamed]}
     assert got["stderr"] == ""
 
@@ -91,6 +91,15 @@ def test_macos_without_torch_libomp_builds_without_openmp_and_says_so():
     assert "one thread" in got["stderr"]
 
 
+@pytest.mark.parametrize("system, libomp", [("Linux", None), ("Darwin", "/t/lib"), ("Darwin", None), ("FreeBSD", None)])
+def test_the_extension_is_built_without_debug_info(system, libomp):
+    """Python's sysconfig CFLAGS (-g) come before the extension's own flags on the compile line, and the last
+    -g option wins: -g0 last keeps _C at about 1 MB instead of 21 MB of DWARF in every wheel."""
+    flags = build_flags.flags_for(system, libomp, accepts=lambda flag: True)
+    assert flags.build and flags.cxx[-1] == "-g0"
+    assert [f for f in flags.cxx if f.startswith("-g")] == ["-g0"]
+
+
 def _fake_torch(root: Path, *files):
     for name in files:
         (root / name).parent.mkdir(parents=True, exist_ok=True)
@@ -106,7 +115,7 @@ def test_macos_uses_the_libomp_torch_ships(tmp_path):
     assert lib == str(tmp_path / "lib")
     flags = build_flags.flags_for("Darwin", lib, accepts=lambda flag: pytest.fail("no probe needed"))
     assert flags.build and flags.openmp == "libomp" and flags.message == ""
-    assert flags.cxx[-2:] == ["-Xpreprocessor", "-fopenmp"]
+    assert flags.cxx[-3:] == ["-Xpreprocessor", "-fopenmp", "-g0"]
     # the file itself: an LDFLAGS -L to Homebrew's libomp would make -lomp a second OpenMP runtime
     assert flags.link == [os.path.join(lib, "libomp.dylib"), f"-Wl,-rpath,{lib}"]
 
@@ -151,7 +160,7 @@ def test_linux_links_the_renamed_libgomp_torch_ships(tmp_path, where):
     assert gomp == str(tmp_path / where)
     flags = build_flags.flags_for("Linux", None, accepts=lambda flag: pytest.fail("no probe needed"), gomp=gomp)
     assert flags.build and flags.openmp == "openmp" and flags.message == ""
-    assert flags.cxx == ["-O3", "-fopenmp", "-fno-trapping-math", "-fno-math-errno"]
+    assert flags.cxx == ["-O3", "-fopenmp", "-fno-trapping-math", "-fno-math-errno", "-g0"]
     assert flags.link == [gomp]
 
 
