@@ -1,7 +1,8 @@
 # The two commands of the README: `make demo` and `make test`.
 # Both create .venv if missing and install torch (TORCH_INDEX: a pip index to take it
 # from, e.g. https://download.pytorch.org/whl/cpu for the CPU build), the package with
-# its compiled extension (--no-build-isolation) and the test tools.
+# its compiled extension (--no-build-isolation) and the test tools. torch is installed once per .venv
+# (.deps-stamp): TORCH_SPEC and TORCH_INDEX apply to a fresh .venv only (the README says so).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -11,7 +12,7 @@ TORCH_INDEX ?=
 NVCC ?= $(shell command -v nvcc 2>/dev/null)
 PYTEST_ARGS ?=
 
-.PHONY: demo test install cuda-check cross-check arm-check bench compat clean
+.PHONY: demo test install FORCE cuda-check cross-check arm-check bench compat clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -28,8 +29,31 @@ $(VENV)/.deps-stamp: | $(PY)
 	$(PIP) install -q "setuptools>=77" wheel ninja numpy "$(TORCH_SPEC)"
 	touch $@
 
-install: $(VENV)/.deps-stamp
-	$(PIP) install -q --no-build-isolation -e ".[test]"
+# The editable install (metadata, entry points, the test tools), once per change of the files it is made
+# from. It builds no extension (SPACY_ELMO_NO_EXTENSION=1): pip's editable build compiles in a fresh
+# temporary folder, so every `make test` recompiled all of csrc/. The extension is built below, in place.
+$(VENV)/.install-stamp: $(VENV)/.deps-stamp pyproject.toml setup.py build_flags.py
+	SPACY_ELMO_NO_EXTENSION=1 $(PIP) install -q --no-build-isolation -e ".[test]"
+	touch $@
+
+# spacy_elmo/_C*.so, built in place, where the editable install imports it from: again whenever a file of
+# csrc/ or the build changed, or the .so is missing (after `make clean`). build/ keeps ninja's objects, so
+# only what changed compiles (--force: distutils looks at the .cpp files only, not at the headers ninja
+# follows). A new .venv or a torch installed since (its version.py newer) clears build/ first: its objects
+# were compiled against another torch's headers.
+CSRC := $(shell find csrc -type f 2>/dev/null)
+TORCH_VERSION_PY := $(wildcard $(VENV)/lib/python*/site-packages/torch/version.py)
+EXT_BUILT := $(wildcard spacy_elmo/_C*.so)
+
+$(VENV)/.ext-stamp: $(VENV)/.deps-stamp $(TORCH_VERSION_PY) $(CSRC) setup.py build_flags.py $(if $(EXT_BUILT),,FORCE) \
+		| $(VENV)/.install-stamp
+	$(if $(filter $(VENV)/.deps-stamp $(TORCH_VERSION_PY),$?),rm -rf build)
+	$(PY) setup.py -q build_ext --inplace --force
+	touch $@
+
+install: $(VENV)/.ext-stamp
+
+FORCE:
 
 # Compile every CUDA source with the machine's nvcc (compile-only: no GPU here).
 cuda-check:
@@ -73,4 +97,4 @@ bench: install
 	$(PY) benchmarks/kernels.py
 
 clean:
-	rm -rf build *.egg-info spacy_elmo/_C*.so
+	rm -rf build *.egg-info spacy_elmo/_C*.so $(VENV)/.ext-stamp

@@ -29,6 +29,7 @@ import importlib.util
 import os
 import platform
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -41,6 +42,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # No -march=native in anything that may become a wheel; no -std: BuildExtension adds
 # the standard this torch's headers are written for.
 OPTIMISE = ["-O3", "-fno-trapping-math", "-fno-math-errno"]
+# Python's sysconfig CFLAGS carry -g, which torch's build puts before these flags: the last -g option wins,
+# so -g0 keeps debug info out of _C (21.4 MB with it, under 1 MB without, for a wheel nobody debugs).
+# nvcc gets no sysconfig CFLAGS, so the CUDA objects have none either.
+NO_DEBUG_INFO = ["-g0"]
 
 
 class Flags(NamedTuple):
@@ -61,7 +66,8 @@ def _load(name: str):
     return module
 
 
-Warnings = _load("errors").Warnings
+_errors = _load("errors")
+Errors, Warnings = _errors.Errors, _errors.Warnings
 #: spacy_elmo/switches.py (it imports errors.py as ``_spacy_elmo_errors`` when loaded so): setup.py reads
 #: SPACY_ELMO_NO_EXTENSION and SPACY_ELMO_CUDA with its read()
 switches = _load("switches")
@@ -118,6 +124,27 @@ def host_cxx() -> List[str]:
     return shlex.split(os.environ.get("CXX") or "c++")
 
 
+def import_torch():
+    """torch, which the build compiles against; without it, stop with a message that says how to get it
+    (instead of a bare ModuleNotFoundError from setup.py)."""
+    try:
+        import torch
+    except ImportError as err:
+        sys.exit(Errors.E_BUILD_NO_TORCH.format(error=err))
+    return torch
+
+
+def compiler_problem(which: Callable[[str], Optional[str]] = shutil.which) -> str:
+    """What is wrong with the C++ compiler the build would use (:func:`host_cxx`): "" where ``which``
+    (shutil.which, which takes a path too) finds it, else the message setup.py stops with (instead of
+    torch's ninja traceback, "c++: not found" deep inside it)."""
+    cxx = host_cxx()
+    if cxx and which(cxx[0]) is not None:
+        return ""
+    source = "$CXX" if os.environ.get("CXX") else "the default; set CXX to choose another"
+    return Errors.E_BUILD_NO_COMPILER.format(cxx=cxx[0] if cxx else os.environ.get("CXX", ""), source=source)
+
+
 def flags_for(system: str, libomp_dir: Optional[str], accepts: Callable[[str], bool],
               torch_dir: str = "", gomp: Optional[str] = None) -> Flags:
     """The flags for ``system`` (platform.system(): Linux, Darwin, Windows, ...).
@@ -130,15 +157,16 @@ def flags_for(system: str, libomp_dir: Optional[str], accepts: Callable[[str], b
     if system == "Darwin":
         if libomp_dir is not None:
             # omp.h is in torch's include directory, which every extension compiles with.
-            return Flags(True, OPTIMISE + ["-Xpreprocessor", "-fopenmp"],
+            return Flags(True, OPTIMISE + ["-Xpreprocessor", "-fopenmp"] + NO_DEBUG_INFO,
                          # the file itself, not -L/-lomp: an LDFLAGS=-L.../homebrew/.../libomp (distutils puts
                          # LDFLAGS first) would link a second OpenMP runtime, and libomp aborts with two loaded
                          [os.path.join(libomp_dir, "libomp.dylib"), f"-Wl,-rpath,{libomp_dir}"], "libomp", "")
         simd = accepts("-fopenmp-simd")
-        return Flags(True, OPTIMISE + (["-fopenmp-simd"] if simd else []), [], "simd" if simd else "none",
+        return Flags(True, OPTIMISE + (["-fopenmp-simd"] if simd else []) + NO_DEBUG_INFO, [],
+                     "simd" if simd else "none",
                      Warnings.W_BUILD_NO_OPENMP.format(torch_dir=torch_dir or "?"))
-    # Linux and the rest: the compile flags of every earlier release (order included).
-    cxx = ["-O3", "-fopenmp", "-fno-trapping-math", "-fno-math-errno"]
+    # Linux and the rest: the compile flags of every earlier release (order included), less the debug info.
+    cxx = ["-O3", "-fopenmp", "-fno-trapping-math", "-fno-math-errno"] + NO_DEBUG_INFO
     if gomp is not None:
         # the file itself, not -fopenmp's -lgomp: the extension needs its soname, which names the
         # runtime torch has loaded before it (libtorch_cpu needs it), found again by that name

@@ -26,7 +26,7 @@ import build_flags  # noqa: E402  (beside this file; the package itself may not 
 def _extensions():
     if build_flags.switches.read(build_flags.switches.NO_EXTENSION) == "1":
         return [], {}
-    import torch
+    torch = build_flags.import_torch()  # without torch: stops, saying how to install it
 
     flags = build_flags.host_flags(os.path.dirname(torch.__file__))
     if flags.message:
@@ -61,7 +61,17 @@ def _extensions():
             extra_compile_args={"cxx": cxx_flags},
             extra_link_args=flags.link,
         )
-    return [ext], {"build_ext": BuildExtension.with_options(use_ninja=True)}
+
+    class BuildExt(BuildExtension.with_options(use_ninja=True)):
+        def build_extensions(self):
+            # Asked only when compiling (egg_info and sdist need no compiler): without one, torch's ninja
+            # build fails with a traceback that names no fix.
+            problem = build_flags.compiler_problem()
+            if problem:
+                sys.exit(problem)
+            super().build_extensions()
+
+    return [ext], {"build_ext": BuildExt}
 
 
 ext_modules, cmdclass = _extensions()

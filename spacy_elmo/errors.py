@@ -1395,6 +1395,20 @@ class Errors:
         "{path} is a directory, but the output is one HDF5 file (--overwrite replaces a file, not a "
         "directory). Give a file path such as {example}, or remove the directory."
     )
+    # --- building spacy_elmo._C: printed by setup.py (through build_flags.py), which then stops ---------
+    E_BUILD_NO_TORCH = (
+        "spacy-elmo: building spacy_elmo._C needs torch, which this Python cannot import ({error}). Install "
+        "torch first (`pip install torch==2.13.0`, or the CPU build: `pip install torch==2.13.0 --index-url "
+        "https://download.pytorch.org/whl/cpu`), then `pip install --no-build-isolation` again; or set "
+        "SPACY_ELMO_NO_EXTENSION=1 to install without the compiled extension (the pure-PyTorch reference path: "
+        "exact, but slower)."
+    )
+    E_BUILD_NO_COMPILER = (
+        "spacy-elmo: building spacy_elmo._C needs a C++ compiler, and {cxx!r} ({source}) is not on PATH. "
+        "Install one (e.g. `apt install g++`, `dnf install gcc-c++`, or clang; on macOS `xcode-select "
+        "--install`) or point CXX at it, then install again; or set SPACY_ELMO_NO_EXTENSION=1 to install "
+        "without the compiled extension (the pure-PyTorch reference path: exact, but slower)."
+    )
 
 
 class Warnings:
@@ -1445,7 +1459,8 @@ class Warnings:
         "using the pure-PyTorch reference path (exact, but slower). {fix}"
     )
     W_FIX_BUILD = (
-        "Build it against the installed torch (needs a C++ compiler and ninja): in a source "
+        "Build it against the installed torch (needs a C++ compiler and ninja), with SPACY_ELMO_NO_EXTENSION "
+        "unset: in a source "
         "checkout `pip install --no-build-isolation -e .`; for an installed copy "
         "`pip install --no-build-isolation --no-deps --force-reinstall SOURCE`, SOURCE the "
         "spacy-elmo sdist or checkout."
@@ -1468,6 +1483,11 @@ class Warnings:
         "characters per token x {dim} embedding dims x 4 bytes), above the {limit} this GPU allows, so on "
         "CUDA it runs the pure-PyTorch reference path (exact, but slower). For the fused kernel keep "
         "max_characters_per_token x char_embedding_dim at most {fit}."
+    )
+    # The {reason} where the package has no _C file at all (not a file that fails to load).
+    W_EXTENSION_NOT_BUILT = (
+        "not built: {folder} has no _C file; an install with SPACY_ELMO_NO_EXTENSION=1 builds none, as does "
+        "one on Windows, and a source checkout has none until it is built"
     )
     W_NOT_BUILT_ON_WINDOWS = "spacy-elmo builds none on Windows, see the README's Platforms; {reason}"
     W_FIX_WINDOWS = (

@@ -1,5 +1,7 @@
 """Backend selection: works without the extension, says so once, and refuses 'fused' clearly."""
 
+import os
+import sys
 import warnings
 
 import pytest
@@ -135,3 +137,31 @@ def test_no_extension_on_windows_says_none_is_built_there_and_not_to_rebuild(mon
     for text in (messages[0], str(err.value)):
         assert "builds none on Windows" in text and "cannot import name '_C'" in text
         assert "WSL2" in text and "--no-build-isolation" not in text
+
+
+def test_an_install_without_the_extension_says_it_was_not_built_and_how_to_build_it(monkeypatch):
+    """No _C file at all (an install with SPACY_ELMO_NO_EXTENSION=1, a checkout never built): the warning
+    says it was not built, instead of Python's bare "cannot import name '_C'", and the fix says to build
+    with the switch unset (else the rebuild builds nothing again)."""
+    if sys.platform == "win32":
+        pytest.skip("Windows has its own message (builds none there)")
+    monkeypatch.setattr(extension, "built_file", lambda: None)
+    messages, (module, reason) = _load_failing(monkeypatch, "cannot import name '_C' from 'spacy_elmo'")
+    assert module is None and len(messages) == 1
+    assert "not built" in reason and "has no _C file" in reason and "SPACY_ELMO_NO_EXTENSION=1" in reason
+    assert "cannot import name" not in reason
+    assert "with SPACY_ELMO_NO_EXTENSION unset" in messages[0] and "--no-build-isolation" in messages[0]
+
+
+def test_built_file_finds_the_extension_file_without_loading_it():
+    """The check behind the message above: this checkout's _C where a build put one, None where none."""
+    import glob
+    import importlib.machinery
+
+    folder = os.path.dirname(os.path.dirname(extension.__file__))
+    present = [f for suffix in importlib.machinery.EXTENSION_SUFFIXES
+               for f in glob.glob(os.path.join(folder, "_C" + suffix))]
+    found = extension.built_file()
+    assert (found is None) == (not present)
+    if present:
+        assert os.path.samefile(found, present[0])

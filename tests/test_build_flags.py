@@ -65,7 +65,7 @@ def test_linux_keeps_gcc_openmp_flags():
 
     got = declared("Linux")
     renamed = build_flags.torch_gomp(os.path.dirname(torch.__file__))
-    assert got["ext"] == {"cxx": ["-O3", "-fopenmp", "-fno-trapping-math", "-fno-math-errno"],
+    assert got["ext"] == {"cxx": ["-O3", "-fopenmp", "-fno-trapping-math", "-fno-math-errno", "-g0"],
                           "link": ["-fopenmp"] if renamed is None else [renamed]}
     assert got["stderr"] == ""
 
@@ -91,6 +91,15 @@ def test_macos_without_torch_libomp_builds_without_openmp_and_says_so():
     assert "one thread" in got["stderr"]
 
 
+@pytest.mark.parametrize("system, libomp", [("Linux", None), ("Darwin", "/t/lib"), ("Darwin", None), ("FreeBSD", None)])
+def test_the_extension_is_built_without_debug_info(system, libomp):
+    """Python's sysconfig CFLAGS (-g) come before the extension's own flags on the compile line, and the last
+    -g option wins: -g0 last keeps _C at about 1 MB instead of 21 MB of DWARF in every wheel."""
+    flags = build_flags.flags_for(system, libomp, accepts=lambda flag: True)
+    assert flags.build and flags.cxx[-1] == "-g0"
+    assert [f for f in flags.cxx if f.startswith("-g")] == ["-g0"]
+
+
 def _fake_torch(root: Path, *files):
     for name in files:
         (root / name).parent.mkdir(parents=True, exist_ok=True)
@@ -106,7 +115,7 @@ def test_macos_uses_the_libomp_torch_ships(tmp_path):
     assert lib == str(tmp_path / "lib")
     flags = build_flags.flags_for("Darwin", lib, accepts=lambda flag: pytest.fail("no probe needed"))
     assert flags.build and flags.openmp == "libomp" and flags.message == ""
-    assert flags.cxx[-2:] == ["-Xpreprocessor", "-fopenmp"]
+    assert flags.cxx[-3:] == ["-Xpreprocessor", "-fopenmp", "-g0"]
     # the file itself: an LDFLAGS -L to Homebrew's libomp would make -lomp a second OpenMP runtime
     assert flags.link == [os.path.join(lib, "libomp.dylib"), f"-Wl,-rpath,{lib}"]
 
@@ -151,7 +160,7 @@ def test_linux_links_the_renamed_libgomp_torch_ships(tmp_path, where):
     assert gomp == str(tmp_path / where)
     flags = build_flags.flags_for("Linux", None, accepts=lambda flag: pytest.fail("no probe needed"), gomp=gomp)
     assert flags.build and flags.openmp == "openmp" and flags.message == ""
-    assert flags.cxx == ["-O3", "-fopenmp", "-fno-trapping-math", "-fno-math-errno"]
+    assert flags.cxx == ["-O3", "-fopenmp", "-fno-trapping-math", "-fno-math-errno", "-g0"]
     assert flags.link == [gomp]
 
 
@@ -171,3 +180,66 @@ def test_a_renamed_libgomp_of_another_package_is_not_torchs(tmp_path):
     torch_dir = os.path.join(_fake_torch(tmp_path, "torch/lib/libtorch_cpu.so", "numpy.libs/libgomp-1234.so.1"),
                              "torch")
     assert build_flags.torch_gomp(torch_dir, maps=_maps(tmp_path, "numpy.libs/libgomp-1234.so.1")) is None
+
+
+# Runs setup.py (setuptools.setup recorded, not run) in a Python where ``import torch`` fails.
+_WITHOUT_TORCH = """
+import runpy, sys
+import setuptools
+sys.modules["torch"] = None  # import torch -> ImportError, as where torch is not installed
+setuptools.setup = lambda **kw: None
+runpy.run_path("setup.py")
+"""
+
+
+def test_setup_py_without_torch_stops_saying_how_to_install_it():
+    """`pip install --no-build-isolation .` before torch: a message with the fix, not a bare
+    ModuleNotFoundError from setup.py."""
+    env = {k: v for k, v in os.environ.items() if k not in switches.SWITCHES}
+    res = subprocess.run([sys.executable, "-c", _WITHOUT_TORCH], cwd=ROOT, capture_output=True, text=True, env=env)
+    assert res.returncode == 1
+    assert "needs torch" in res.stderr and "pip install torch==" in res.stderr
+    assert "SPACY_ELMO_NO_EXTENSION=1" in res.stderr and "Traceback" not in res.stderr
+    # the switch builds nothing, so it needs no torch
+    res = subprocess.run([sys.executable, "-c", _WITHOUT_TORCH], cwd=ROOT, capture_output=True, text=True,
+                         env={**env, "SPACY_ELMO_NO_EXTENSION": "1"})
+    assert res.returncode == 0, res.stderr
+
+
+def test_compiler_problem_names_the_missing_compiler(monkeypatch):
+    monkeypatch.setenv("CXX", "/no/such/dir/g++ -m64")
+    said = build_flags.compiler_problem()
+    assert "'/no/such/dir/g++'" in said and "$CXX" in said and "SPACY_ELMO_NO_EXTENSION=1" in said
+    monkeypatch.delenv("CXX")
+    said = build_flags.compiler_problem(which=lambda name: None)
+    assert "'c++'" in said and "set CXX" in said
+    assert build_flags.compiler_problem(which=lambda name: f"/usr/bin/{name}") == ""
+    assert build_flags.compiler_problem() == ""  # this machine's c++, which the other tests compile with
+
+
+@pytest.mark.parametrize("cxx", ["/no/such/dir/c++", None])
+def test_build_without_a_compiler_stops_with_the_fix(tmp_path, cxx):
+    """setup.py build_ext with no C++ compiler ($CXX a missing file, or no ``c++`` on PATH): the message
+    that says what to install or set, not torch's "Error compiling objects for extension" traceback.
+    Run on a copy holding what setup.py reads and one source file, which is never compiled."""
+    for name in ["setup.py", "build_flags.py", "spacy_elmo/errors.py", "spacy_elmo/switches.py"]:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text((ROOT / name).read_text())
+    (tmp_path / "csrc").mkdir()
+    (tmp_path / "csrc" / "bindings.cpp").write_text("#error never compiled here\n")
+    env = {k: v for k, v in os.environ.items() if k not in switches.SWITCHES and k not in ("CXX", "CC")}
+    env["SPACY_ELMO_CUDA"] = "0"
+    if cxx is None:
+        (tmp_path / "bin").mkdir()  # a PATH with ninja (torch's build needs it) and no compiler
+        ninja = Path(sys.executable).parent / "ninja"
+        if ninja.exists():
+            (tmp_path / "bin" / "ninja").symlink_to(ninja)
+        env["PATH"] = str(tmp_path / "bin")
+    else:
+        env["CXX"] = cxx
+    res = subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=tmp_path, capture_output=True,
+                         text=True, env=env, timeout=300)
+    assert res.returncode == 1
+    assert "needs a C++ compiler" in res.stderr and repr(cxx or "c++") in res.stderr
+    assert "SPACY_ELMO_NO_EXTENSION=1" in res.stderr and "Error compiling objects" not in res.stderr
+    assert not list(tmp_path.glob("spacy_elmo/_C*"))

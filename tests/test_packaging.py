@@ -153,3 +153,69 @@ def test_type_aliases_are_defined_once():
                     definitions += [(path.relative_to(ROOT).as_posix(), t.id) for t in node.targets
                                     if isinstance(t, ast.Name)]
     assert definitions == [("spacy_elmo/_typing.py", "PathLike")]
+
+
+# A stand-in for .venv/bin/python: logs each call (pip or setup.py) to calls.log, and `setup.py build_ext`
+# puts a _C file where the real build would.
+_FAKE_PYTHON = """#!/bin/sh
+echo "${SPACY_ELMO_NO_EXTENSION:+NO_EXTENSION=$SPACY_ELMO_NO_EXTENSION }$*" >> calls.log
+case "$*" in *build_ext*) mkdir -p build && : > spacy_elmo/_C.cpython-311-x86_64-linux-gnu.so ;; esac
+"""
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_make_install_compiles_once_and_again_only_what_changed(tmp_path):
+    """``make test`` and ``make demo`` run ``make install`` every time: a clean clone sets up torch, the
+    editable install and the extension; after that nothing runs until something changes: the packaging
+    files redo the editable install (which builds nothing: pip's editable build compiled every source again
+    in a fresh temporary folder), a kernel source or a missing _C rebuilds it in place (build/ keeps
+    ninja's objects), a new torch clears build/ first. Run on a copy with a logging stand-in for the venv's
+    python."""
+    for name in ["Makefile", "pyproject.toml", "setup.py", "build_flags.py"]:
+        shutil.copy(ROOT / name, tmp_path / name)
+    for name in ["csrc/bindings.cpp", "csrc/include/ops.h"]:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+    (tmp_path / "spacy_elmo").mkdir()
+    (tmp_path / ".venv" / "bin").mkdir(parents=True)
+    python = tmp_path / ".venv" / "bin" / "python"
+    python.write_text(_FAKE_PYTHON)
+    python.chmod(0o755)
+    torch_version = tmp_path / ".venv" / "lib" / "python3.11" / "site-packages" / "torch" / "version.py"
+    log = tmp_path / "calls.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SPACY_ELMO_", "MAKE", "TORCH_"))}
+
+    def make_install(*after):
+        """What `make install` runs (and whether it cleared build/), after touching ``after`` (paths in the
+        copy): newer than the stamps of the last run, which are put 10 s back (file times tick coarsely)."""
+        for path in tmp_path.rglob("*"):
+            if path.is_file():
+                old = path.stat().st_mtime - 10
+                os.utime(path, (old, old))
+        for name in after:
+            path = tmp_path / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.touch()
+        log.write_text("")
+        (tmp_path / "build").mkdir(exist_ok=True)
+        (tmp_path / "build" / "object.o").touch()
+        res = subprocess.run(["make", "install"], cwd=tmp_path, env=env, capture_output=True, text=True)
+        assert res.returncode == 0, res.stdout + res.stderr
+        cleared = ["build/ cleared"] if not (tmp_path / "build" / "object.o").exists() else []
+        return log.read_text().splitlines() + cleared
+
+    pip_e = "NO_EXTENSION=1 -m pip install -q --no-build-isolation -e .[test]"
+    build = "setup.py -q build_ext --inplace --force"
+    first = make_install()  # torch and the build tools, the editable install, the extension
+    assert first[0] == "-m pip install -q --upgrade pip" and first[-3:] == [pip_e, build, "build/ cleared"]
+    assert [c for c in first if "-e" in c.split() or "build_ext" in c] == [pip_e, build]
+    assert make_install(torch_version.relative_to(tmp_path)) == [build, "build/ cleared"]
+    assert make_install() == []
+    assert make_install("csrc/include/ops.h") == [build]  # a header: ninja finds what includes it
+    assert make_install("pyproject.toml") == [pip_e]
+    assert make_install("build_flags.py") == [pip_e, build]
+    (tmp_path / "spacy_elmo" / "_C.cpython-311-x86_64-linux-gnu.so").unlink()
+    assert make_install() == [build]
+    assert subprocess.run(["make", "clean"], cwd=tmp_path, env=env, capture_output=True).returncode == 0
+    assert make_install() == [build, "build/ cleared"]
+    assert make_install() == []

@@ -2,6 +2,7 @@
 
 import dataclasses
 import functools
+import importlib.util
 import os
 import sys
 import warnings
@@ -31,11 +32,23 @@ def load_extension() -> Tuple[Optional[ModuleType], str]:
             reason = Warnings.W_EXTENSION_OTHER_TORCH.format(reason=reason, torch=torch.__version__)
         elif sys.platform == "win32":  # setup.py builds none there
             reason = Warnings.W_NOT_BUILT_ON_WINDOWS.format(reason=reason)
+        elif built_file() is None:  # Python's "cannot import name '_C'" says nothing of why
+            reason = Warnings.W_EXTENSION_NOT_BUILT.format(folder=os.path.dirname(os.path.dirname(__file__)))
         warnings.warn(Warnings.W_NO_EXTENSION.format(reason=reason, fix=extension_fix()), RuntimeWarning,
                       stacklevel=3)
         return None, reason
     switches.read(switches.CPU_ISA)  # warns for a value the kernel dispatch does not take (it runs base)
     return _C, ""
+
+
+def built_file() -> Optional[str]:
+    """The file of spacy_elmo._C that an import would load (found, not loaded), or None where there is none:
+    the install built none (SPACY_ELMO_NO_EXTENSION=1, Windows) or the checkout was never built."""
+    try:
+        spec = importlib.util.find_spec(f"{__package__.rsplit('.', 1)[0]}._C")
+    except (ImportError, ValueError):
+        return None
+    return None if spec is None else spec.origin
 
 
 def extension_fix() -> str:
