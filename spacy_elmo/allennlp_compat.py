@@ -136,7 +136,9 @@ def _read_state(state_dict: Union[Mapping[str, Tensor], PathLike], cls: str) -> 
         check_readable(path)
         try:
             state_dict = torch.load(path, map_location="cpu", weights_only=True)
-        except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError) as err:
+        # a text file met torch's legacy unpickler, which fails on its first bytes with anything, IndexError and
+        # KeyError too ("hello ..." gave a bare KeyError: 101)
+        except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError, IndexError, KeyError) as err:
             raise ValueError(Errors.E_COMPAT_STATE_NOT_TORCH.format(path=path, cls=cls, error=_load_error(err))) from err
         source = str(path)
     if not isinstance(state_dict, Mapping):

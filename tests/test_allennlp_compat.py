@@ -882,7 +882,11 @@ def test_allennlp_state_dict_file_that_is_no_torch_file_says_so(files, tmp_path)
     elmo = Elmo(*files, 1)
     (tmp_path / "truncated.th").write_bytes(b"PK\x03\x04garbage")
     (tmp_path / "empty.th").write_bytes(b"")
-    for path in (files[1], tmp_path / "truncated.th", tmp_path / "empty.th"):
+    # text met torch's legacy unpickler: a bare KeyError: 101 ("hello") or IndexError ("t...", "(", "]")
+    texts = [tmp_path / f"text{i}.th" for i in range(3)]
+    for path, text in zip(texts, ("hello world\n", "the corpus\n", "(a) list\n")):
+        path.write_text(text, encoding="utf-8")
+    for path in (files[1], tmp_path / "truncated.th", tmp_path / "empty.th", *texts):
         for module in (elmo, ElmoTokenEmbedder(*files)):
             cls = type(module).__name__
             with pytest.raises(ValueError, match=rf"is not a torch state_dict file .* use {cls}\(options_file, "

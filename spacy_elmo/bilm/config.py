@@ -110,12 +110,14 @@ class BiLMConfig:
             value = getattr(self, name)
             if value is None:
                 continue
-            # any real number (np.float32 was refused, np.float64, a float subclass, was not), stored as a
-            # float: a NumPy number is no JSON number, and an int clip is the same clip
+            # any real number (np.float32 was refused, np.float64, a float subclass, was not). Another type than
+            # int or float is stored as a float (a NumPy number is no JSON number); an int stays one: the released
+            # options.json's "cell_clip": 3 is in the config's JSON, which fingerprints embed's parts
             if (isinstance(value, bool) or not isinstance(value, numbers.Real)
                     or not math.isfinite(value) or value <= 0):  # NaN clips gave NaN vectors
                 raise ValueError(Errors.E_BAD_CLIP.format(name=name, value=value))
-            setattr(self, name, float(value))
+            if type(value) not in (int, float):
+                setattr(self, name, float(value))
         if not isinstance(self.use_skip_connections, bool):
             raise ValueError(Errors.E_BAD_BOOL.format(name="use_skip_connections", value=self.use_skip_connections))
         if self.activation not in ("relu", "tanh"):

@@ -5,7 +5,8 @@ ones, so inference (the spaCy component, ``spacy-elmo embed``) skips most of
 the char CNN, highway and projection. Only for inference: the vectors are
 computed without gradients. It starts over for another biLM than the one that filled it, and when
 the char encoder's weights changed since (an optimizer step, ``load_state_dict``, any in-place
-edit: their version counters and storage addresses say so). Edits it cannot see: through ``.data``
+edit: their version counters and storage addresses say so, and a count of every ``torch.optim`` step,
+since fused optimizers update weights without bumping their versions). Edits it cannot see: through ``.data``
 (a tensor with its own version counter), and of weights that are inference tensors (a model built
 under ``torch.inference_mode()``, which keep no version); after those call :meth:`TokenCache.clear`.
 The vectors keep the weights' precision under autocast too (encoded with it off; handed out in the
@@ -25,6 +26,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy
 import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch import Tensor
 
 from ..chars import _token_list, batch_to_ids
@@ -38,11 +40,39 @@ def _nobody():
     return None
 
 
-def _weights_key(bilm) -> Tuple[Tuple[int, int], ...]:
-    """The version counter and storage address of each char-encoder weight: another key once a weight
-    changed in place (optimizer step, ``load_state_dict``) or was replaced (``.data = ...``). An
-    inference tensor keeps no version (-1). About 15 us for the released encoder's 19 weights, per batch."""
-    return tuple([(-1 if p.is_inference() else p._version, p.data_ptr()) for p in bilm.token_encoder.parameters()])
+class _OptimizerSteps:
+    """Steps taken by any ``torch.optim`` optimizer in this process, counted by a global post-step hook
+    registered with the first cache: a fused optimizer (``fused=True``; the CPU Adagrad of ``pretrain``)
+    updates the weights in place without bumping their version counters, which is all the key saw
+    otherwise. A step of another model's optimizer makes a cache start over too: only its speed is lost."""
+
+    count = 0
+    _registered = False
+    _lock = threading.Lock()
+
+    @classmethod
+    def watch(cls) -> None:
+        with cls._lock:
+            if not cls._registered:
+                register_optimizer_step_post_hook(cls._stepped)
+                cls._registered = True
+
+    @classmethod
+    def _stepped(cls, optimizer, args, kwargs) -> None:
+        cls.count += 1  # a lost increment of two threads at once still changes it
+
+
+#: :func:`_weights_key`'s value: optimizer steps, and (version, storage address) of each char-encoder weight.
+WeightsKey = Tuple[int, Tuple[Tuple[int, int], ...]]
+
+
+def _weights_key(bilm) -> WeightsKey:
+    """The optimizer steps taken so far and the version counter and storage address of each char-encoder
+    weight: another key once a weight changed in place (optimizer step, ``load_state_dict``) or was replaced
+    (``.data = ...``). An inference tensor keeps no version (-1). About 15 us for the released encoder's 19
+    weights, per batch."""
+    weights = tuple([(-1 if p.is_inference() else p._version, p.data_ptr()) for p in bilm.token_encoder.parameters()])
+    return _OptimizerSteps.count, weights
 
 
 class TokenCache:
@@ -54,6 +84,7 @@ class TokenCache:
 
     def __init__(self, capacity: int) -> None:
         self.capacity = max(int(capacity), 0)
+        _OptimizerSteps.watch()
         self.generation = 0  # bumped whenever the matrix is dropped: rows reserved in it are no one's then
         self._start_over()
         after_fork_in_child(self._start_over)
@@ -74,7 +105,7 @@ class TokenCache:
         self.used = 3  # rows written or reserved
         self.matrix: Optional[Tensor] = None
         self.owner = _nobody  # a weak reference to the biLM that fills the matrix
-        self.weights: Optional[Tuple[Tuple[int, int], ...]] = None  # _weights_key of its weights then
+        self.weights: Optional[WeightsKey] = None  # _weights_key of its weights then
         self.generation += 1
         self.written.notify_all()
 
@@ -135,7 +166,7 @@ class TokenCache:
                 return TokenCache(0).vectors(bilm, rows, device)
 
     def _reserve(self, bilm, rows: List[List[str]], device: torch.device,
-                 weights: Tuple[Tuple[int, int], ...]) -> Tuple[int, Set[str], List[str], int, bool]:
+                 weights: WeightsKey) -> Tuple[int, Set[str], List[str], int, bool]:
         """Under the lock: rows ``start, start + 1, ...`` of the matrix for the words of ``rows`` neither
         written nor reserved, in a new matrix when this one is full or not of the biLM's ``weights``
         (:func:`_weights_key`), whose rows 0 and 1

@@ -138,7 +138,10 @@ def _finish(watched: Union[_WatchedStdout, _ClosedStdout], previous, end: Option
     if watched.failed.errno == errno.EPIPE:
         sys.exit(0)
     try:
-        echo_styled(Errors.E_STDOUT.format(error=watched.failed), fg=typer.colors.RED, err=True)
+        # a full disk or a vanished file system wants another place; a closed stdout wants one at all
+        closed = watched.failed.errno == errno.EBADF
+        said = Errors.E_STDOUT_CLOSED if closed else Errors.E_STDOUT.format(error=watched.failed)
+        echo_styled(said, fg=typer.colors.RED, err=True)
     except OSError:  # stderr fails as well: the status says it
         pass
     sys.exit(1)

@@ -51,12 +51,14 @@ def test_numpy_integers_are_stored_as_ints():
 
 def test_clips_take_any_real_number_and_are_stored_as_floats():
     """np.float32(3.0) was refused ("must be a finite positive number") while np.float64 (a float subclass) and
-    np.int64 passed, each stored as given; now any real number but a bool, stored as a float (JSON, and an int
-    clip is the same clip)."""
+    np.int64 passed, each stored as given; now any real number but a bool, a NumPy one stored as a float (JSON).
+    A Python int stays an int: the released options.json has "cell_clip": 3, and the config's JSON is part of
+    embed's model fingerprint (turned into 3.0, it refused to resume parts written before)."""
     for value in (np.float32(3.0), np.float64(3.0), np.int64(3), 3, 3.0, np.float16(3.0)):
         config = BiLMConfig(cell_clip=value, proj_clip=value)
-        assert type(config.cell_clip) is float and type(config.proj_clip) is float and config.cell_clip == 3.0
+        assert type(config.cell_clip) in (int, float) and type(config.proj_clip) in (int, float) and config.cell_clip == 3.0
         assert json.loads(json.dumps(config.to_dict()))["cell_clip"] == 3.0 and config == BiLMConfig()
+    assert json.dumps(BiLMConfig(cell_clip=3, proj_clip=3).to_dict()["cell_clip"]) == "3"
     config = BiLMConfig()
     config.proj_clip = np.float32(2.5)  # set after validation: the biLM validates it
     assert BiLM(config).config.proj_clip == 2.5 and type(config.proj_clip) is float

@@ -538,12 +538,13 @@ def test_a_closed_pipe_on_stdout_ends_quietly(trained, command, unbuffered):
 def test_a_closed_stdout_is_one_clear_error(argv):
     """`spacy-elmo config ner >&-` (stdout closed, as some daemon wrappers leave it) ended in an AttributeError
     traceback ('NoneType' object has no attribute 'write'), and `info >&-` exited 0 having printed nothing: both
-    now end as on any failing stdout, E_STDOUT and status 1."""
+    now end with status 1 and E_STDOUT_CLOSED, which says to redirect stdout (E_STDOUT's "a disk with free
+    space" is for a full one)."""
     from spacy_elmo.errors import Errors
 
     done = _run_with_stdout(argv, "none")
     assert done.returncode == 1, done.stderr
-    assert done.stderr.strip() == Errors.E_STDOUT.format(error="[Errno 9] Bad file descriptor"), done.stderr
+    assert done.stderr.strip() == Errors.E_STDOUT_CLOSED, done.stderr
 
 
 def test_an_oserror_not_of_stdout_keeps_its_own_report():
