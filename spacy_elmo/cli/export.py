@@ -37,8 +37,9 @@ def export(
     with ExitStack() as held:
         try:
             check_output_dir(out_dir, overwrite, model_dir)
-            if out_dir.is_dir():  # replaced below: not while a pretrain writes there (it holds the lock)
-                held.enter_context(model_dir_lock(out_dir, Errors.E_EXPORT_IN_USE))
+            # the directory replace_dir replaces: resolved (RUN/missing/.. is RUN to it, and no directory to the kernel)
+            if out_dir.resolve().is_dir():  # replaced below: not while a pretrain writes there (it holds the lock)
+                held.enter_context(model_dir_lock(out_dir.resolve(), Errors.E_EXPORT_IN_USE))
         except FileExistsError as err:  # OUT_DIR a file, not empty without --overwrite, in use, the bundled model's
             fail(str(err))
         except OSError as err:  # OUT_DIR cannot be looked at (a directory this account may not enter, a name too long)
@@ -85,13 +86,15 @@ def check_output_dir(out_dir: Path, overwrite: bool, model_dir: str) -> None:
     from ..bilm.native_io import DEFAULT_MODEL_DIR
     from ..training.checkpoint import CHECKPOINT_NAME
 
+    # Each check on the resolved path, the one replace_dir replaces: RUN/missing/.. is RUN to resolve(), but the
+    # kernel cannot enter "missing", so out_dir.exists() was False and RUN, checkpoint and all, was replaced.
     real = out_dir.resolve()
     if real == DEFAULT_MODEL_DIR or DEFAULT_MODEL_DIR in real.parents:  # as fit-state refuses it (E_FIT_STATE_BUNDLED)
         raise FileExistsError(Errors.E_EXPORT_BUNDLED.format(path=out_dir, bundled=DEFAULT_MODEL_DIR))
-    if out_dir.exists() and not out_dir.is_dir():
+    if real.exists() and not real.is_dir():
         raise FileExistsError(Errors.E_EXPORT_NOT_A_DIR.format(path=out_dir))
-    if out_dir.is_dir() and any(out_dir.iterdir()) and not overwrite:
+    if real.is_dir() and any(real.iterdir()) and not overwrite:
         raise FileExistsError(Errors.E_EXPORT_NOT_EMPTY.format(path=out_dir))
     # "default" is the bundled model, refused above as OUT_DIR
-    if model_dir != "default" and Path(model_dir).resolve() == real and (out_dir / CHECKPOINT_NAME).exists():
+    if model_dir != "default" and Path(model_dir).resolve() == real and (real / CHECKPOINT_NAME).exists():
         raise FileExistsError(Errors.E_EXPORT_ONTO_RUN.format(path=out_dir, checkpoint=CHECKPOINT_NAME))

@@ -155,24 +155,30 @@ def test_export_overwrite_refuses_an_out_dir_a_running_pretrain_holds(trained, t
     before = _tree(running)
     args = ["export", str(trained["model"]), str(running), "--overwrite", "--format", "native"]
     with locked_by_another_process(running):
-        output = plain(clean_error(runner.invoke(app, args)))
-        assert "in use by a pretrain run" in output and "choose another OUT_DIR" in output
-        assert _tree(running) == before
+        for out in (running, running / "missing" / ".."):  # the lock was not taken for the second spelling
+            output = plain(clean_error(runner.invoke(app, args[:2] + [str(out)] + args[3:])))
+            assert "in use by a pretrain run" in output and "choose another OUT_DIR" in output, output
+            assert _tree(running) == before
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "checkpoint.pt" not in _tree(running)
 
 
-def test_export_in_place_keeps_a_run_resumable(trained, model):
+def test_export_in_place_keeps_a_run_resumable(trained, model, monkeypatch):
     """`export M M --overwrite` replaced M whole: a pretrain run's checkpoint.pt, data/ and train_log.jsonl went
     with it, and `pretrain --resume` could not continue. Refused where M holds a checkpoint; a model without one
     (nothing to resume) is still converted in place."""
     run = model.parent / "run"
     shutil.copytree(trained["model"], run)
     before = _tree(run)
-    output = plain(clean_error(runner.invoke(app, ["export", str(run), str(run), "--overwrite", "--format", "native"])))
-    assert "holds a pretrain run's checkpoint (checkpoint.pt)" in output and "Export elsewhere" in output
-    assert _tree(run) == before
+    # the same directory spelt alike, relative against absolute, and through a missing directory and ".."
+    # (resolved to RUN, but no directory to the kernel: the checks were skipped and RUN replaced whole)
+    for model_arg, out_arg in [(str(run), str(run)), ("run", str(run)), (str(run), str(run / "missing" / ".."))]:
+        with monkeypatch.context() as m:
+            m.chdir(model.parent)
+            output = plain(clean_error(runner.invoke(app, ["export", model_arg, out_arg, "--overwrite", "--format", "native"])))
+        assert "holds a pretrain run's checkpoint (checkpoint.pt)" in output and "Export elsewhere" in output, output
+        assert _tree(run) == before
     before = files(model)
     result = runner.invoke(app, ["export", str(model), str(model), "--overwrite", "--format", "native"])
     assert result.exit_code == 0, result.output
