@@ -8,9 +8,10 @@ half-written file after a crash; without the second, the rename itself may be lo
 
 import fnmatch
 import glob
+import itertools
 import os
 import shutil
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 
@@ -42,10 +43,12 @@ def naming(path: PathLike) -> Iterator[None]:
         raise
 
 
-def make_dirs(directory: Path) -> None:
+def make_dirs(directory: Path) -> List[Path]:
     """``directory.mkdir(parents=True, exist_ok=True)``; where it or a directory above it is a file,
     NotADirectoryError :data:`~spacy_elmo.errors.Errors.E_PARENT_IS_FILE` naming that file, where mkdir said
-    "[Errno 17] File exists: 'a/file'" or "[Errno 20] Not a directory: 'a/file/sub'"."""
+    "[Errno 17] File exists: 'a/file'" or "[Errno 20] Not a directory: 'a/file/sub'". Returns the directories
+    it created, the deepest first (for :func:`remove_empty_dirs`)."""
+    created = list(itertools.takewhile(lambda p: not p.exists(), (directory, *directory.parents)))
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
@@ -53,6 +56,16 @@ def make_dirs(directory: Path) -> None:
         if found is None or found.is_dir():  # not a file in the way (made or removed meanwhile)
             raise
         raise NotADirectoryError(Errors.E_PARENT_IS_FILE.format(path=found)) from None
+    return created
+
+
+def remove_empty_dirs(created: Sequence[Path]) -> None:
+    """Remove the directories :func:`make_dirs` created (``created``, the deepest first) as long as they are
+    empty: a run that made its output's directories and wrote nothing there leaves none behind; what it wrote
+    stays (the first directory not empty stops it, and so every one above)."""
+    with suppress(OSError):
+        for directory in created:
+            directory.rmdir()
 
 
 def atomic_write(path: PathLike, write: Callable[[Path], object]) -> None:

@@ -42,8 +42,8 @@ import numpy as np
 import torch
 
 from ._typing import PathLike
-from .atomic import (atomic_write, atomic_write_text, make_dirs, remove_dir, remove_leftovers, replace_dir, temporary_files,
-                     try_lock)
+from .atomic import (atomic_write, atomic_write_text, make_dirs, remove_dir, remove_empty_dirs, remove_leftovers, replace_dir,
+                     temporary_files, try_lock)
 from .bilm import BiLM
 from .bilm.token_cache import TokenCache, run_rows
 from .errors import Errors, Warnings
@@ -450,8 +450,7 @@ def _output_lock(output_path: Path) -> Iterator[None]:
     lock) is taken over and removed by the next run into OUTPUT. Directories made for it are removed again when the
     run leaves them empty. Not locked where there is no flock (Windows, some network file systems)."""
     lock = output_path.with_name(f".{output_path.name}.lock")
-    created = list(itertools.takewhile(lambda p: not p.exists(), lock.parents))  # the deepest first
-    make_dirs(lock.parent)
+    created = make_dirs(lock.parent)
     try:
         while True:
             fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
@@ -473,9 +472,7 @@ def _output_lock(output_path: Path) -> Iterator[None]:
                 lock.unlink()
             os.close(fd)  # releases the lock
     finally:
-        with suppress(OSError):  # not empty: what the run wrote stays
-            for directory in created:
-                directory.rmdir()
+        remove_empty_dirs(created)
 
 
 def _is_at(fd: int, path: Path) -> bool:

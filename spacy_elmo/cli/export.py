@@ -38,8 +38,9 @@ def export(
         try:
             check_output_dir(out_dir, overwrite, model_dir)
             # the directory replace_dir replaces: resolved (RUN/missing/.. is RUN to it, and no directory to the kernel)
-            if out_dir.resolve().is_dir():  # replaced below: not while a pretrain writes there (it holds the lock)
-                held.enter_context(model_dir_lock(out_dir.resolve(), Errors.E_EXPORT_IN_USE))
+            real = out_dir.resolve()
+            if real.is_dir():  # replaced below: not while a pretrain writes there (it holds the lock)
+                held.enter_context(model_dir_lock(real, Errors.E_EXPORT_IN_USE))
         except FileExistsError as err:  # OUT_DIR a file, not empty without --overwrite, in use, the bundled model's
             fail(str(err))
         except OSError as err:  # OUT_DIR cannot be looked at (a directory this account may not enter, a name too long)

@@ -13,7 +13,6 @@ held-out text is evaluated by all ranks, each its share (``evaluate_corpus``).
 
 import errno
 import hashlib
-import itertools
 import json
 import math
 import os
@@ -31,7 +30,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..atomic import atomic_write_text, fcntl, make_dirs, naming, remove_leftovers, sync, sync_dir, try_lock
+from ..atomic import atomic_write_text, fcntl, make_dirs, naming, remove_empty_dirs, remove_leftovers, sync, sync_dir, try_lock
 from ..bilm import BiLM, BiLMConfig
 from ..bilm.initial_state import boundary_state_mean
 from ..bilm.lstm import LstmState
@@ -665,8 +664,7 @@ def _output_dir_lock(out: Path):
 
     Taken before OUTPUT_DIR is checked or read (a run ending between the checks and the lock was overwritten).
     An OUTPUT_DIR this run created (with its parents) is removed again when the run fails leaving it empty."""
-    created = list(itertools.takewhile(lambda p: not p.exists(), (out, *out.parents)))  # the deepest first
-    make_dirs(out)
+    created = make_dirs(out)
     fd = os.open(out, os.O_RDONLY)
     try:
         err = _lock(fd, out, Errors.E_OUTPUT_IN_USE)
@@ -675,9 +673,7 @@ def _output_dir_lock(out: Path):
         try:
             yield
         except BaseException:
-            with suppress(OSError):  # not empty: what the run wrote stays
-                for directory in created:
-                    directory.rmdir()
+            remove_empty_dirs(created)
             raise
     finally:
         os.close(fd)  # releases the lock
