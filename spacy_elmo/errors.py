@@ -1094,6 +1094,7 @@ class Errors:
     E_INTERRUPTED = (
         "Interrupted: `spacy-elmo {command}` stopped before it finished. Rerun the same command for its result."
     )
+    E_INTERRUPTED_STARTING = "Interrupted while spacy-elmo was starting: nothing was done. Rerun the command."
     E_STDOUT_CLOSED = (
         "Could not write the output to stdout: it is closed (as `>&-` leaves it). Redirect it instead, to a file "
         "or to /dev/null (config can also write the file itself: name it as OUTPUT)."
