@@ -1085,9 +1085,9 @@ class Errors:
         "weight (V, {P}) and bias (V,). The softmax belongs to another model: restore the files written together."
     )
     E_UNKNOWN_CONFIG = "No shipped training config named {name!r}; the configs are: {names}."
-    E_CONFIG_EXISTS = "{path} exists. Pass --force to replace it, or another OUTPUT (- writes to stdout)."
+    E_CONFIG_EXISTS = "{path} exists. Pass --overwrite to replace it, or another OUTPUT (- writes to stdout)."
     E_CONFIG_IS_DIR = (
-        "{path} is a directory, but the config is one file (--force replaces a file, not a directory). "
+        "{path} is a directory, but the config is one file (--overwrite replaces a file, not a directory). "
         "Give a file path such as {example}, or - for stdout."
     )
     E_CONFIG_WRITE = "Could not write {path}: {error}. Choose a writable OUTPUT, or - for stdout."
@@ -1580,6 +1580,7 @@ class Warnings:
         "spacy-elmo: {n_bytes} undecodable byte(s) in {n_files} file(s) were replaced by U+FFFD "
         "(the text is read as UTF-8; re-encode the files to UTF-8 to keep those characters)."
     )
+    W_CONFIG_FORCE = "config's --force is deprecated: pass --overwrite, as export and embed spell it."
     W_DEMO_RANDOM_MODEL = (
         "The bundled default model is not installed (looked in {path}): the demo runs a randomly initialised "
         "'small' biLM, so its similarities are not meaningful (the mechanics are real). Pass --model MODEL_DIR "
