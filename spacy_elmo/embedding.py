@@ -44,7 +44,7 @@ import torch
 
 from ._typing import PathLike
 from .atomic import (atomic_write, atomic_write_text, make_dirs, remove_dir, remove_empty_dirs, remove_leftovers, replace_dir,
-                     temporary_files, try_lock)
+                     temporary_files, try_lock, warn_if_not_locked)
 from .bilm import BiLM
 from .bilm.token_cache import TokenCache, run_rows
 from .errors import Errors, Warnings
@@ -476,6 +476,7 @@ def output_lock(output_path: Path) -> Iterator[None]:
             if unlocked is not None or _is_at(fd, lock):
                 break
             os.close(fd)
+        warn_if_not_locked(unlocked, output_path, "OUTPUT", "embed")
         try:
             os.ftruncate(fd, 0)
             os.write(fd, f"{os.getpid()}\n".encode())

@@ -1703,8 +1703,8 @@ class Warnings:
         "spacy-elmo: --negatives {negatives} >= the vocabulary size {vocab}; using the full "
         "softmax instead of sampling."
     )
-    W_OUTPUT_NOT_LOCKED = (
-        "spacy-elmo: could not lock OUTPUT_DIR {path} ({error}; some network file systems have no locks): a second "
-        "pretrain into it while this one runs is not refused and would mix their files. Run one pretrain per "
-        "OUTPUT_DIR, or choose an OUTPUT_DIR on a local disk."
+    W_OUTPUT_NOT_LOCKED = (  # pretrain's OUTPUT_DIR, embed's OUTPUT (atomic.warn_if_not_locked)
+        "spacy-elmo: could not lock {name} {path} ({error}; some network file systems have no locks): a second "
+        "{command} into it while this one runs is not refused and would mix their files. Run one {command} per "
+        "{name}, or choose an {name} on a local disk."
     )

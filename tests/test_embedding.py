@@ -331,6 +331,24 @@ def test_under_a_hold_of_the_lock_the_same_thread_embeds_and_another_is_refused(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "model", "out.h5"]
 
 
+def test_an_output_that_cannot_be_locked_is_warned_of_as_pretrain_warns(model_dir, corpus, tmp_path, no_flock):
+    """A file system without flock (some network mounts): pretrain warned that its OUTPUT_DIR was not locked,
+    embed went on without a word. The command warns once (its embed_file runs under its hold) and finishes."""
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli import app
+    from spacy_elmo.errors import Warnings
+    from tests.conftest import NO_FLOCK
+
+    out = tmp_path / "out.h5"
+    with pytest.warns(RuntimeWarning) as said:
+        result = CliRunner().invoke(app, ["embed", str(corpus), str(out), "--model", str(model_dir), "--no-progress"])
+    assert result.exit_code == 0 and read_all(out)[0].keys() == {str(i) for i in range(len(LINES))}, result.output
+    expected = Warnings.W_OUTPUT_NOT_LOCKED.format(name="OUTPUT", path=out, error=NO_FLOCK, command="embed")
+    assert [str(w.message) for w in said] == [expected]
+    assert "a second embed into it while this one runs is not refused" in expected
+
+
 def test_a_lock_file_removed_as_it_was_locked_is_taken_again(bilm, corpus, tmp_path, monkeypatch):
     """The run holding the lock removes its file and then releases the lock: a run that opened the file before the
     removal and locked it after the release holds the lock on a file no longer there, which a third run would not
