@@ -11,12 +11,13 @@ import glob
 import itertools
 import os
 import shutil
+import warnings
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 
 from ._typing import PathLike
-from .errors import Errors
+from .errors import Errors, Warnings
 
 #: ``flock`` where the platform has it (POSIX); None elsewhere (Windows), where nothing is locked.
 try:
@@ -196,6 +197,15 @@ def try_lock(fd: int) -> Optional[OSError]:
     except OSError as err:
         return err
     return None
+
+
+def warn_if_not_locked(unlocked: Optional[OSError], path: PathLike, name: str, command: str) -> None:
+    """Where :func:`try_lock` could not lock (``unlocked``, the error of a file system without flock, some network
+    mounts), warn that a second run of ``command`` into ``path`` (its argument ``name``: OUTPUT_DIR) is not
+    refused (:data:`Warnings.W_OUTPUT_NOT_LOCKED`); nothing where it locked."""
+    if unlocked is not None:
+        warnings.warn(Warnings.W_OUTPUT_NOT_LOCKED.format(name=name, path=path, error=unlocked, command=command),
+                      RuntimeWarning, stacklevel=3)
 
 
 def remove_dir(path: PathLike) -> None:

@@ -32,6 +32,7 @@ import itertools
 import json
 import os
 import tempfile
+import threading
 import time
 import warnings
 from contextlib import contextmanager, suppress
@@ -43,7 +44,7 @@ import torch
 
 from ._typing import PathLike
 from .atomic import (atomic_write, atomic_write_text, make_dirs, remove_dir, remove_empty_dirs, remove_leftovers, replace_dir,
-                     temporary_files, try_lock)
+                     temporary_files, try_lock, warn_if_not_locked)
 from .bilm import BiLM
 from .bilm.token_cache import TokenCache, run_rows
 from .errors import Errors, Warnings
@@ -291,7 +292,7 @@ def embed_file(
     before using it (:func:`same_parts`): a file rewritten during the run is an error
     (:data:`Errors.E_EMBED_INPUT_CHANGED`) at its first changed part, before any of it is written.
     Returns counts: lines, tokens, parts_written (now), parts_reused, finished (0/1). A second run into the same
-    OUTPUT while one runs is refused (FileExistsError, :func:`_output_lock`).
+    OUTPUT while one runs is refused (FileExistsError, :func:`output_lock`).
     """
     if layers not in LAYER_MODES:
         raise ValueError(Errors.E_EMBED_LAYERS.format(layers=layers))
@@ -303,7 +304,7 @@ def embed_file(
         raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name="cache_size", what="0 or more", value=cache_size))
     input_path, output_path = Path(input_path), Path(output_path)
     check_paths(input_path, output_path, overwrite)
-    with _output_lock(output_path):
+    with output_lock(output_path):
         check_paths(input_path, output_path, overwrite)  # again: another run may have finished OUTPUT meanwhile
         return _embed_locked(bilm, input_path, output_path, layers, batch_size, batch_tokens, part_size, max_tokens,
                              cache_size, tokenize, tokenizer_name, progress, overwrite, restart, stop_after_parts)
@@ -313,7 +314,7 @@ def _embed_locked(bilm: BiLM, input_path: Path, output_path: Path, layers: str, 
                   part_size: int, max_tokens: int, cache_size: int, tokenize: Optional[Callable[[str], List[str]]],
                   tokenizer_name: Optional[str], progress: bool, overwrite: bool, restart: bool,
                   stop_after_parts: Optional[int]) -> Dict[str, int]:
-    """:func:`embed_file`'s work, its arguments checked, under the lock on OUTPUT (:func:`_output_lock`)."""
+    """:func:`embed_file`'s work, its arguments checked, under the lock on OUTPUT (:func:`output_lock`)."""
     from .progress import progress_bar
     from .training.data import TOKEN_RULES
 
@@ -438,18 +439,30 @@ def _embed_locked(bilm: BiLM, input_path: Path, output_path: Path, layers: str, 
         bilm.train(was_training)  # the caller's model comes back in its own mode
 
 
+#: The output locks this process holds (:func:`output_lock`): the lock file's absolute path -> the thread holding it.
+_HELD: Dict[str, int] = {}
+
+
 @contextmanager
-def _output_lock(output_path: Path) -> Iterator[None]:
+def output_lock(output_path: Path) -> Iterator[None]:
     """An exclusive ``flock`` (:func:`~spacy_elmo.atomic.try_lock`, pretrain's) on ``.OUTPUT.lock`` beside OUTPUT,
     which holds the run's pid, held while :func:`embed_file` reads and writes OUTPUT's parts and OUTPUT: a second
     run into the same OUTPUT (a job started twice) failed on the first's parts with HDF5's "Unable to synchronously
     open file"; it is refused (FileExistsError, :data:`Errors.E_EMBED_IN_USE`, naming the running one's pid).
+
+    ``spacy-elmo embed`` takes it before loading the model (a second run is refused at once, not seconds later):
+    :func:`embed_file` within, in the same thread, goes on under that hold (another thread, as another process,
+    is refused).
 
     The file is removed at the end, before the lock is released (a run that then locks the removed file sees that
     it is no longer at that name, and takes the one there now); one that a killed run left (the kernel released its
     lock) is taken over and removed by the next run into OUTPUT. Directories made for it are removed again when the
     run leaves them empty. Not locked where there is no flock (Windows, some network file systems)."""
     lock = output_path.with_name(f".{output_path.name}.lock")
+    key = os.path.abspath(lock)
+    if _HELD.get(key) == threading.get_ident():  # this thread's own hold, taken around this one
+        yield
+        return
     created = make_dirs(lock.parent)
     try:
         while True:
@@ -463,11 +476,14 @@ def _output_lock(output_path: Path) -> Iterator[None]:
             if unlocked is not None or _is_at(fd, lock):
                 break
             os.close(fd)
+        warn_if_not_locked(unlocked, output_path, "OUTPUT", "embed")
         try:
             os.ftruncate(fd, 0)
             os.write(fd, f"{os.getpid()}\n".encode())
+            _HELD[key] = threading.get_ident()
             yield
         finally:
+            _HELD.pop(key, None)
             with suppress(OSError):  # Windows removes no open file
                 lock.unlink()
             os.close(fd)  # releases the lock

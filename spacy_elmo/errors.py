@@ -1085,15 +1085,16 @@ class Errors:
         "weight (V, {P}) and bias (V,). The softmax belongs to another model: restore the files written together."
     )
     E_UNKNOWN_CONFIG = "No shipped training config named {name!r}; the configs are: {names}."
-    E_CONFIG_EXISTS = "{path} exists. Pass --force to replace it, or another OUTPUT (- writes to stdout)."
+    E_CONFIG_EXISTS = "{path} exists. Pass --overwrite to replace it, or another OUTPUT (- writes to stdout)."
     E_CONFIG_IS_DIR = (
-        "{path} is a directory, but the config is one file (--force replaces a file, not a directory). "
+        "{path} is a directory, but the config is one file (--overwrite replaces a file, not a directory). "
         "Give a file path such as {example}, or - for stdout."
     )
     E_CONFIG_WRITE = "Could not write {path}: {error}. Choose a writable OUTPUT, or - for stdout."
     E_INTERRUPTED = (
         "Interrupted: `spacy-elmo {command}` stopped before it finished. Rerun the same command for its result."
     )
+    E_INTERRUPTED_STARTING = "Interrupted while spacy-elmo was starting: nothing was done. Rerun the command."
     E_STDOUT_CLOSED = (
         "Could not write the output to stdout: it is closed (as `>&-` leaves it). Redirect it instead, to a file "
         "or to /dev/null (config can also write the file itself: name it as OUTPUT)."
@@ -1579,6 +1580,7 @@ class Warnings:
         "spacy-elmo: {n_bytes} undecodable byte(s) in {n_files} file(s) were replaced by U+FFFD "
         "(the text is read as UTF-8; re-encode the files to UTF-8 to keep those characters)."
     )
+    W_CONFIG_FORCE = "config's --force is deprecated: pass --overwrite, as export and embed spell it."
     W_DEMO_RANDOM_MODEL = (
         "The bundled default model is not installed (looked in {path}): the demo runs a randomly initialised "
         "'small' biLM, so its similarities are not meaningful (the mechanics are real). Pass --model MODEL_DIR "
@@ -1701,8 +1703,8 @@ class Warnings:
         "spacy-elmo: --negatives {negatives} >= the vocabulary size {vocab}; using the full "
         "softmax instead of sampling."
     )
-    W_OUTPUT_NOT_LOCKED = (
-        "spacy-elmo: could not lock OUTPUT_DIR {path} ({error}; some network file systems have no locks): a second "
-        "pretrain into it while this one runs is not refused and would mix their files. Run one pretrain per "
-        "OUTPUT_DIR, or choose an OUTPUT_DIR on a local disk."
+    W_OUTPUT_NOT_LOCKED = (  # pretrain's OUTPUT_DIR, embed's OUTPUT (atomic.warn_if_not_locked)
+        "spacy-elmo: could not lock {name} {path} ({error}; some network file systems have no locks): a second "
+        "{command} into it while this one runs is not refused and would mix their files. Run one {command} per "
+        "{name}, or choose an {name} on a local disk."
     )

@@ -1,5 +1,7 @@
 """Fixtures shared by the test directories."""
 
+import errno
+import os
 import subprocess
 import sys
 
@@ -24,6 +26,28 @@ def ended_pid():
     process = subprocess.Popen([sys.executable, "-c", ""])
     process.wait()
     return process.pid
+
+
+#: The error of flock on a file system without locks (some network mounts), which :func:`no_flock` gives.
+NO_FLOCK = OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+
+@pytest.fixture
+def no_flock(monkeypatch):
+    """A file system without flock: every ``flock`` of pretrain's and embed's locks (``spacy_elmo.atomic.fcntl``)
+    fails with :data:`NO_FLOCK`'s error. Skipped where there is no fcntl (Windows)."""
+    from spacy_elmo import atomic
+
+    pytest.importorskip("fcntl")
+
+    class NoLocks:
+        LOCK_EX, LOCK_NB = atomic.fcntl.LOCK_EX, atomic.fcntl.LOCK_NB
+
+        @staticmethod
+        def flock(fd, operation):
+            raise OSError(NO_FLOCK.errno, NO_FLOCK.strerror)
+
+    monkeypatch.setattr(atomic, "fcntl", NoLocks)
 
 
 @pytest.fixture(scope="session")

@@ -274,8 +274,8 @@ def test_a_run_killed_while_creating_its_parts_directory_starts_afresh(bilm, cor
 HOLD_LOCK = """
 import sys, time
 from pathlib import Path
-from spacy_elmo.embedding import _output_lock
-with _output_lock(Path(sys.argv[1])):
+from spacy_elmo.embedding import output_lock
+with output_lock(Path(sys.argv[1])):
     print("held", flush=True)
     time.sleep(120)
 """
@@ -302,6 +302,51 @@ def test_a_second_run_into_the_same_output_is_refused_naming_the_running_one(bil
     assert (out.parent / ".out.h5.lock").exists()  # a SIGKILL removes nothing
     assert embed_file(bilm, corpus, out, part_size=3, progress=False)["finished"] == 1
     assert sorted(p.name for p in out.parent.iterdir()) == ["out.h5"]
+
+
+def test_under_a_hold_of_the_lock_the_same_thread_embeds_and_another_is_refused(bilm, corpus, tmp_path):
+    """The CLI holds the lock from before its model loads and calls embed_file within: that call goes on under
+    the hold, where another thread's (a second embed in this process) is refused as another process's is."""
+    import os
+    import threading
+
+    from spacy_elmo.embedding import output_lock
+
+    pytest.importorskip("fcntl")
+    out, refused = tmp_path / "out.h5", []
+
+    def other_thread():
+        try:
+            embed_file(bilm, corpus, out, progress=False)
+        except FileExistsError as err:
+            refused.append(str(err))
+
+    with output_lock(out):
+        thread = threading.Thread(target=other_thread)
+        thread.start()
+        thread.join()
+        assert embed_file(bilm, corpus, out, part_size=3, progress=False)["finished"] == 1
+        assert (tmp_path / ".out.h5.lock").exists()  # still held: the inner call released nothing
+    assert len(refused) == 1 and f"Another embed (pid {os.getpid()}) is writing {out}" in refused[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "model", "out.h5"]
+
+
+def test_an_output_that_cannot_be_locked_is_warned_of_as_pretrain_warns(model_dir, corpus, tmp_path, no_flock):
+    """A file system without flock (some network mounts): pretrain warned that its OUTPUT_DIR was not locked,
+    embed went on without a word. The command warns once (its embed_file runs under its hold) and finishes."""
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli import app
+    from spacy_elmo.errors import Warnings
+    from tests.conftest import NO_FLOCK
+
+    out = tmp_path / "out.h5"
+    with pytest.warns(RuntimeWarning) as said:
+        result = CliRunner().invoke(app, ["embed", str(corpus), str(out), "--model", str(model_dir), "--no-progress"])
+    assert result.exit_code == 0 and read_all(out)[0].keys() == {str(i) for i in range(len(LINES))}, result.output
+    expected = Warnings.W_OUTPUT_NOT_LOCKED.format(name="OUTPUT", path=out, error=NO_FLOCK, command="embed")
+    assert [str(w.message) for w in said] == [expected]
+    assert "a second embed into it while this one runs is not refused" in expected
 
 
 def test_a_lock_file_removed_as_it_was_locked_is_taken_again(bilm, corpus, tmp_path, monkeypatch):
@@ -493,6 +538,47 @@ def test_cli_embeds_and_reports_errors(model_dir, corpus, tmp_path):
     assert again.exit_code == 1 and "--overwrite" in again.output
     into_dir = CliRunner().invoke(app, ["embed", str(corpus), str(tmp_path), "--model", str(model_dir), "--overwrite"])
     assert into_dir.exit_code == 1 and "is a directory" in into_dir.output
+
+
+def test_cli_refuses_a_second_run_into_the_same_output_before_loading_the_model(model_dir, corpus, tmp_path,
+                                                                                 monkeypatch):
+    """The second embed into an OUTPUT being written was refused (E_EMBED_IN_USE) only after loading its model,
+    seconds for a big one: the lock is taken before. Held by this run while the model loads, and released (its
+    file and the directories made for it removed) when the load fails."""
+    import os
+    import subprocess
+    import sys
+
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli import app
+
+    pytest.importorskip("fcntl")
+    out = tmp_path / "sub" / "out.h5"
+    lock = out.parent / ".out.h5.lock"
+    loads = []
+
+    def load(path, *args, **kwargs):
+        loads.append(lock.read_text() if lock.exists() else None)  # the lock file, as the load began
+        raise ValueError("not a model")
+
+    monkeypatch.setattr(BiLM, "load", load)
+    args = ["embed", str(corpus), str(out), "--model", str(model_dir), "--no-progress"]
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(out)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        refused = CliRunner().invoke(app, args)
+        assert refused.exit_code == 1 and loads == [], refused.output
+        assert f"Another embed (pid {holder.pid}) is writing {out}" in plain(refused.stderr)
+    finally:
+        holder.kill()
+        holder.wait()
+    lock.unlink()  # as the kill left it
+    out.parent.rmdir()
+    failed = CliRunner().invoke(app, args)
+    assert failed.exit_code == 1 and "not a model" in failed.stderr, failed.output
+    assert loads == [f"{os.getpid()}\n"]  # this run held the lock while it loaded
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "model"]  # no lock file, no sub/
 
 
 def test_cli_interrupted_says_what_is_kept_and_a_rerun_goes_on(model_dir, corpus, tmp_path, monkeypatch):

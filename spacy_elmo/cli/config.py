@@ -7,19 +7,24 @@ import typer
 
 from ..atomic import atomic_write_text
 from ..configs import config_names, config_path
-from ..errors import Errors
-from .app import app, checked_by, checked_output, fail
+from ..errors import Errors, Warnings
+from .app import app, checked_by, checked_output, fail, warn
 
 
 @app.command()
 def config(
     name: str = typer.Argument(..., callback=checked_by(config_path), help=f"Which config: {', '.join(config_names())}."),
     output: str = typer.Argument("-", callback=checked_output, help="File to write, or - for stdout."),
-    force: bool = typer.Option(False, "--force", help="Replace OUTPUT if it exists."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace OUTPUT if it exists."),
+    # the flag's first name, before export's and embed's --overwrite: still taken, with a warning, not shown
+    force: bool = typer.Option(False, "--force", hidden=True, help="Deprecated: --overwrite."),
 ) -> None:
     """Write a shipped spacy train config (ELMo listener + sentencizer) to OUTPUT.
 
     Then: python -m spacy train OUTPUT --paths.train train.spacy --paths.dev dev.spacy --paths.elmo MODEL_DIR (leave --paths.elmo out to load the bundled default model: as written, the config's components.elmo weights are null)."""
+    if force:
+        warn(Warnings.W_CONFIG_FORCE)
+        overwrite = True
     text = config_path(name).read_text(encoding="utf-8")
     if output == "-":  # a stdout that fails (a full disk, a closed pipe) is main()'s to report, as every command's
         sys.stdout.write(text)
@@ -29,7 +34,7 @@ def config(
     try:
         if path.is_dir():
             fail(Errors.E_CONFIG_IS_DIR.format(path=path, example=path / f"{name}.cfg"))
-        if path.exists() and not force:
+        if path.exists() and not overwrite:
             fail(Errors.E_CONFIG_EXISTS.format(path=path))
         atomic_write_text(path, text)
     # a read-only directory, a file where a directory belongs, a full disk; and before the write, a path that

@@ -46,26 +46,28 @@ def embed(
     A killed run resumes where it stopped when rerun with the same arguments (finished parts are kept in OUTPUT_PATH.parts/ until the end), --batch-size, --batch-tokens and --cache-size included: which lines share a biLM call changes the vectors' last bits (float32 rounding), so parts written with other values are refused."""
     from ..bilm import BiLM
     from ..device import torch_device
-    from ..embedding import check_paths, embed_file, parts_path
+    from ..embedding import check_paths, embed_file, output_lock, parts_path
 
     try:
         check_paths(input_path, output_path, overwrite)  # before loading: the cheaper errors first
-        target = torch_device(device)
-        bilm = BiLM.load(model).to(target)  # a saved pipeline: an error saying to export its biLM
-        tokenize, name = None, "whitespace"
-        if lang:
-            from ..training.data import make_nlp, spacy_rules, tokenizer_settings, word_texts
+        with output_lock(output_path):  # before loading too: a second embed into OUTPUT is refused at once
+            target = torch_device(device)
+            bilm = BiLM.load(model).to(target)  # a saved pipeline: an error saying to export its biLM
+            tokenize, name = None, "whitespace"
+            if lang:
+                from ..training.data import make_nlp, spacy_rules, tokenizer_settings, word_texts
 
-            nlp = make_nlp(lang)
-            tokenizer = nlp.tokenizer  # whitespace tokens dropped, as in pretraining
-            # The tokenizer block tells a fallback from, say, SudachiPy's ja, and the rules' digest a spaCy
-            # whose exceptions or punctuation rules changed: parts of the other are not reused.
-            block = json.dumps(tokenizer_settings(nlp), sort_keys=True)
-            name = f"spacy:{lang} {block} rules {spacy_rules(nlp)[:16]}"
-            tokenize = lambda line: word_texts(tokenizer(line))
-        counts = embed_file(bilm, input_path, output_path, layers=layers, batch_size=batch_size, batch_tokens=batch_tokens,
-                            part_size=part_size, max_tokens=max_tokens, cache_size=cache_size, tokenize=tokenize, tokenizer_name=name,
-                            overwrite=overwrite, restart=restart, progress=progress)
+                nlp = make_nlp(lang)
+                tokenizer = nlp.tokenizer  # whitespace tokens dropped, as in pretraining
+                # The tokenizer block tells a fallback from, say, SudachiPy's ja, and the rules' digest a spaCy
+                # whose exceptions or punctuation rules changed: parts of the other are not reused.
+                block = json.dumps(tokenizer_settings(nlp), sort_keys=True)
+                name = f"spacy:{lang} {block} rules {spacy_rules(nlp)[:16]}"
+                tokenize = lambda line: word_texts(tokenizer(line))
+            counts = embed_file(bilm, input_path, output_path, layers=layers, batch_size=batch_size,
+                                batch_tokens=batch_tokens, part_size=part_size, max_tokens=max_tokens,
+                                cache_size=cache_size, tokenize=tokenize, tokenizer_name=name, overwrite=overwrite,
+                                restart=restart, progress=progress)
     except (ValueError, OSError, RuntimeError) as err:
         fail(str(err))
     except KeyboardInterrupt:  # Ctrl-C: say what is kept and how to go on

@@ -30,7 +30,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..atomic import atomic_write_text, fcntl, make_dirs, naming, remove_empty_dirs, remove_leftovers, sync, sync_dir, try_lock
+from ..atomic import (atomic_write_text, fcntl, make_dirs, naming, remove_empty_dirs, remove_leftovers, sync, sync_dir, try_lock,
+                      warn_if_not_locked)
 from ..bilm import BiLM, BiLMConfig
 from ..bilm.initial_state import boundary_state_mean
 from ..bilm.lstm import LstmState
@@ -667,9 +668,7 @@ def _output_dir_lock(out: Path):
     created = make_dirs(out)
     fd = os.open(out, os.O_RDONLY)
     try:
-        err = _lock(fd, out, Errors.E_OUTPUT_IN_USE)
-        if err is not None:  # a file system without flock (some network mounts): not locked
-            warnings.warn(Warnings.W_OUTPUT_NOT_LOCKED.format(path=out, error=err), RuntimeWarning, stacklevel=2)
+        warn_if_not_locked(_lock(fd, out, Errors.E_OUTPUT_IN_USE), out, "OUTPUT_DIR", "pretrain")
         try:
             yield
         except BaseException:

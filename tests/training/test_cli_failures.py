@@ -199,6 +199,56 @@ def test_a_real_sigint_ends_the_command_line_with_130(tmp_path, monkeypatch, cap
     assert captured.out == ""
 
 
+#: Run in a process of its own: a real SIGINT (Python's own handler, as in a terminal) once the module named by
+#: argv[1] starts importing, then the command line entered as argv[2] says: ``-m`` (``python -m spacy_elmo``), or
+#: ``MODULE:FUNCTION``, the console script's entry in pyproject.toml, called as pip's script calls it.
+_INTERRUPTED_STARTING = """
+import importlib.abc, runpy, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)  # a background job starts with SIGINT ignored
+at, entry = sys.argv[1], sys.argv[2]
+
+class Interrupting(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == at:
+            signal.raise_signal(signal.SIGINT)
+        return None
+
+sys.meta_path.insert(0, Interrupting())
+sys.argv = ["spacy-elmo", "info"]
+if entry == "-m":
+    runpy.run_module("spacy_elmo", run_name="__main__", alter_sys=True)
+else:
+    module, function = entry.split(":")
+    sys.exit(getattr(__import__(module, fromlist=[function]), function)())
+"""
+
+
+def _console_script() -> str:
+    """The console script's entry (``MODULE:FUNCTION``), as pyproject.toml declares it."""
+    import tomllib
+    from pathlib import Path
+
+    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    return tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["scripts"]["spacy-elmo"]
+
+
+@pytest.mark.parametrize("entry", ["-m", "script"])
+@pytest.mark.parametrize("module", ["torch", "typer", "spacy_elmo.cli.pretrain"])
+def test_ctrl_c_while_the_command_line_starts_exits_130_with_one_line(tmp_path, entry, module):
+    """A Ctrl-C in the first 1-2 s, while torch and the commands' modules import (before any command could
+    catch it), printed Python's traceback: it now ends as a command's Ctrl-C does, with one line and 130."""
+    import subprocess
+    from pathlib import Path
+
+    import spacy_elmo
+
+    root = str(Path(spacy_elmo.__file__).resolve().parent.parent)  # this checkout's package
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+    argv = [sys.executable, "-c", _INTERRUPTED_STARTING, module, "-m" if entry == "-m" else _console_script()]
+    res = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert (res.returncode, res.stderr, res.stdout) == (130, Errors.E_INTERRUPTED_STARTING + "\n", "")
+
+
 # -- warnings ----------------------------------------------------------------------------------
 def test_demo_without_the_bundled_model_warns_on_stderr(tmp_path, monkeypatch):
     """The demo's warning went to stdout, between its results; every other warning goes to stderr."""

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from spacy_elmo import BiLM, BiLMConfig
 from spacy_elmo.bilm.native_io import INITIAL_STATE_NAME
 from spacy_elmo.cli import app
+from spacy_elmo.errors import Warnings
 from tests.cli_text import plain
 from tests.compressed import FORMATS, compressed
 
@@ -455,22 +456,37 @@ def test_config_writes_the_shipped_configs(tmp_path):
         assert runner.invoke(app, ["config", name, str(out)]).exit_code == 0
         parsed = Config().from_disk(out, interpolate=False)
         assert parsed["components"]["elmo"]["factory"] == "elmo" and name in parsed["components"]
-        # an existing file is kept unless --force
+        # an existing file is kept unless --overwrite
         output = clean_error(runner.invoke(app, ["config", name, str(out)]))
-        assert "--force" in output
-        assert runner.invoke(app, ["config", name, str(out), "--force"]).exit_code == 0
+        assert "--overwrite" in output
+        assert runner.invoke(app, ["config", name, str(out), "--overwrite"]).exit_code == 0
     output = clean_error(runner.invoke(app, ["config", "coref"]), code=2)
     assert "ner, parser, textcat" in output
     help_text = " ".join(runner.invoke(app, ["config", "--help"], terminal_width=200).output.split())
     assert "Which config: ner, parser, textcat." in help_text
 
 
+def test_config_overwrites_as_export_and_embed_do_and_force_still_works_with_a_warning(tmp_path):
+    """config alone spelt it --force, export and embed --overwrite: --overwrite is config's flag now, and
+    --force, hidden from the help, still replaces the file, saying once to use --overwrite."""
+    out = tmp_path / "ner.cfg"
+    out.write_text("old", encoding="utf-8")
+    shown = plain(runner.invoke(app, ["config", "--help"], terminal_width=200).output)
+    assert re.search(r"--overwrite (<bool> )?Replace OUTPUT if it exists\.", shown) and "--force" not in shown, shown
+    result = runner.invoke(app, ["config", "ner", str(out), "--overwrite"])
+    assert (result.exit_code, result.stderr) == (0, "") and out.read_text(encoding="utf-8") != "old"
+    out.write_text("old", encoding="utf-8")
+    result = runner.invoke(app, ["config", "ner", str(out), "--force"])
+    assert result.exit_code == 0 and result.stderr == Warnings.W_CONFIG_FORCE + "\n"
+    assert out.read_text(encoding="utf-8") != "old" and result.stdout == f"wrote {out}\n"
+
+
 def test_config_to_a_directory_or_an_unwritable_path_is_a_clear_error(tmp_path):
-    """A directory as OUTPUT asked for --force, which then ended in an IsADirectoryError traceback, and a
+    """A directory as OUTPUT asked for --force (now --overwrite), which then ended in an IsADirectoryError traceback, and a
     path that cannot be written (below a file; a read-only directory) in a traceback too."""
     folder = tmp_path / "configs"
     folder.mkdir()
-    for extra in ([], ["--force"]):
+    for extra in ([], ["--overwrite"]):
         output = clean_error(runner.invoke(app, ["config", "ner", str(folder), *extra]))
         assert "is a directory" in output and str(folder / "ner.cfg") in output
     assert list(folder.iterdir()) == []

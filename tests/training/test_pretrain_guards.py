@@ -278,20 +278,8 @@ def test_the_lock_is_held_while_output_dir_is_checked(tmp_path, monkeypatch):
     assert not (tmp_path / "fresh").exists()
 
 
-def test_an_output_dir_that_cannot_be_locked_is_warned_of(tmp_path, monkeypatch):
+def test_an_output_dir_that_cannot_be_locked_is_warned_of(tmp_path, no_flock):
     """A file system without flock (some network mounts) left OUTPUT_DIR unlocked without a word."""
-    from spacy_elmo import atomic
-
-    pytest.importorskip("fcntl")
-
-    class NoLocks:
-        LOCK_EX, LOCK_NB = atomic.fcntl.LOCK_EX, atomic.fcntl.LOCK_NB
-
-        @staticmethod
-        def flock(fd, operation):
-            raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
-
-    monkeypatch.setattr(atomic, "fcntl", NoLocks)  # where pretrain's and embed's locks take it
     train_file = write_corpus(tmp_path / "train.txt", 200)
     with pytest.warns(RuntimeWarning, match="could not lock OUTPUT_DIR"):
         assert train(tiny_train_config(train_file, tmp_path / "out", max_steps=1))["steps"] == 1
