@@ -256,6 +256,11 @@ class Errors:
         "Cannot save {name!r} as {dtype}: its values reach {max_abs:.4g}, beyond {dtype}'s range, so the file "
         "would hold infinities. {fix}"
     )
+    E_SAVE_NOT_FINITE = (
+        "Cannot save {name!r}: it holds {count} NaN or infinite value(s), so the model would give NaN vectors and "
+        "no loader accepts the file. The training that made these weights diverged: save the model of an earlier "
+        "checkpoint, or train again from it with a lower learning rate (pretrain --init MODEL_DIR --lr ...)."
+    )
     # {fix} of E_SAVE_DTYPE_OVERFLOW: a narrower dtype than the values need; none but the model's own holds them
     E_SAVE_DTYPE_OVERFLOW_WIDER = "Save in {dtypes} (dtype=None keeps the model's {model_dtype})."
     E_SAVE_DTYPE_OVERFLOW_KEEP = (

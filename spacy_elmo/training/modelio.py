@@ -20,6 +20,7 @@ from ..bilm import BiLM
 from ..bilm.native_io import (
     WEIGHTS_NAME,
     allennlp_files_of,
+    cast_for_save,
     load_tensors,
     model_from_native,
     model_path,
@@ -160,5 +161,6 @@ def softmax_tensors(tensors: Dict[str, torch.Tensor], source: Optional[Path], P:
 
 def write_softmax(path: PathLike, softmax: SoftmaxLayer) -> None:
     """The softmax alone, beside exported AllenNLP weights."""
-    write_safetensors({"softmax.weight": softmax.weight.detach().cpu().float().contiguous(),
-                       "softmax.bias": softmax.bias.detach().cpu().float().contiguous()}, path)
+    fix = Errors.E_SAVE_DTYPE_OVERFLOW_ALLENNLP
+    write_safetensors({name: cast_for_save(name, value.detach().cpu(), torch.float32, fix).contiguous()
+                       for name, value in (("softmax.weight", softmax.weight), ("softmax.bias", softmax.bias))}, path)
