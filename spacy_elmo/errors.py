@@ -17,6 +17,13 @@ _IN_GRAPH = (
 )
 
 
+def counted(n: int, singular: str, plural: str = "") -> str:
+    """``n`` and its noun in agreement, for a message or a summary line: ``1 step``, ``2 steps``, ``1,024 tokens``,
+    ``3 directories`` (``plural``: where an "s" does not make it; default ``singular + "s"``). Here, beside the
+    messages, so that every layer (the kernels' checks to the CLI) can word its counts alike."""
+    return f"{n:,} {singular if n == 1 else plural or singular + 's'}"
+
+
 class Errors:
     # --- characters (spacy_elmo.chars) -------------------------------------
     E_SENTENCES_NOT_LISTS = (
