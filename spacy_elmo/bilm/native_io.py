@@ -175,6 +175,22 @@ def require_finite(value: torch.Tensor, name: str, path: PathLike) -> None:
         raise ValueError(Errors.E_WEIGHTS_NOT_FINITE.format(path=path, name=name, count=int((~finite).sum())))
 
 
+def check_weight(value: torch.Tensor, name: str, path: PathLike, not_float: str, dtype: Optional[torch.dtype] = None,
+                 directory: PathLike = "") -> torch.Tensor:
+    """``value``, a weight read as ``name`` from ``path`` (a file, or where a state_dict came from; ``name``: its
+    tensor's or state_dict key), checked as every reader checks one: floating point, else ValueError ``not_float``
+    (the reader's message: formatted with ``name``, ``path``, the ``dtype`` found and ``directory``, the model
+    directory where it names one), an integer table copied into a float parameter loading silently; and finite
+    (:func:`require_finite`), a NaN giving NaN vectors. ``dtype``: cast to it first (the model's), a float64 value
+    beyond its range being inf there. Returns the value (cast)."""
+    if not value.is_floating_point():
+        raise ValueError(not_float.format(name=name, path=path, dtype=value.dtype, directory=directory))
+    if dtype is not None:
+        value = value.to(dtype)
+    require_finite(value, name, path)
+    return value
+
+
 def model_path(directory: PathLike) -> Path:
     """The directory of a model to load (``"default"`` resolved); clear errors when it does not
     exist, is a file, or cannot be entered (PermissionError: it, or a directory above it, lacks the search
@@ -393,11 +409,7 @@ def load_state_into(
                         name=name, path=source, found=tuple(value.shape), expected=tuple(param.shape)
                     )
                 )
-            if not value.is_floating_point():
-                raise ValueError(Errors.E_NATIVE_TENSOR_DTYPE.format(name=name, path=source, dtype=value.dtype))
-            value = value.to(param.dtype)  # cast first: a float64 value beyond the model's range is inf there
-            require_finite(value, name, source)
-            param.copy_(value)
+            param.copy_(check_weight(value, name, source, Errors.E_NATIVE_TENSOR_DTYPE, dtype=param.dtype))
     absent = sorted(set(extra) - set(tensors))
     if absent:
         raise ValueError(Errors.E_NATIVE_EXTRA_MISSING.format(path=source, names=", ".join(absent)))
@@ -485,10 +497,7 @@ def read_initial_state(directory: PathLike, config: BiLMConfig):
             path=path, found_h=tuple(h.shape), found_c=tuple(c.shape), expected_h=expected["initial_h"],
             expected_c=expected["initial_c"], directory=path.parent))
     for name in INITIAL_STATE_KEYS:
-        if not tensors[name].is_floating_point():
-            raise ValueError(Errors.E_INITIAL_STATE_FILE_DTYPE.format(
-                path=path, name=name, dtype=tensors[name].dtype, directory=path.parent))
-        require_finite(tensors[name], name, path)
+        check_weight(tensors[name], name, path, Errors.E_INITIAL_STATE_FILE_DTYPE, directory=path.parent)
     return h, c
 
 

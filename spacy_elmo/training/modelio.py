@@ -21,12 +21,12 @@ from ..bilm.native_io import (
     WEIGHTS_NAME,
     allennlp_files_of,
     cast_for_save,
+    check_weight,
     load_tensors,
     model_from_native,
     model_path,
     read_meta,
     read_safetensors,
-    require_finite,
     safetensors_names,
     write_safetensors,
 )
@@ -153,9 +153,7 @@ def softmax_tensors(tensors: Dict[str, torch.Tensor], source: Optional[Path], P:
             Errors.E_SOFTMAX_SHAPE.format(path=source, weight=tuple(weight.shape), bias=tuple(bias.shape), P=P)
         )
     for name in SOFTMAX_NAMES:
-        if not tensors[name].is_floating_point():
-            raise ValueError(Errors.E_NATIVE_TENSOR_DTYPE.format(name=name, path=source, dtype=tensors[name].dtype))
-        require_finite(tensors[name], name, source)
+        check_weight(tensors[name], name, source, Errors.E_NATIVE_TENSOR_DTYPE)
     return weight, bias
 
 
