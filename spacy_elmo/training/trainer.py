@@ -151,7 +151,12 @@ class TrainConfig:
         if self.threads is not None and (not is_int(self.threads) or self.threads < 1):
             raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name="threads", what="a positive integer (leave it out for torch's default)",
                                                              value=self.threads))
-        if self.prefetch not in (None, True, False):
+        # Flags are bools: a string such as "false" is truthy (sentences="false" trained on sentences), and
+        # `1 in (True, False)` holds, so 1 passed the membership test that checked prefetch.
+        for name in ("resume", "new_vocab", "sentences", "progress"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name=name, what="True or False", value=getattr(self, name)))
+        if self.prefetch is not None and not isinstance(self.prefetch, bool):
             raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name="prefetch", what="True, False or None (on with CUDA)",
                                                              value=self.prefetch))
         if not is_int(self.min_count) or self.min_count < 1:

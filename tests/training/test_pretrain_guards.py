@@ -534,3 +534,13 @@ def test_a_run_configured_with_numpy_numbers_trains_and_logs_them_as_json_number
     config = next(e["config"] for e in read_log(out) if "config" in e)
     assert (config["max_steps"], config["batch_size"], config["lr"]) == (2, 4, 0.25)
     assert [step for step, _ in _losses(out)] == [1, 2]
+
+
+@pytest.mark.parametrize("name", ["resume", "new_vocab", "sentences", "progress", "prefetch"])
+def test_train_config_flags_must_be_bools(name):
+    """sentences="false" (truthy) trained on sentences, and prefetch=1 passed ``in (None, True, False)``."""
+    from spacy_elmo.training.trainer import TrainConfig
+
+    for wrong in ("false", 1, 0, np.bool_(True)):
+        with pytest.raises(ValueError, match=f"^{name} must be True(, False or None| or False).*; found "):
+            TrainConfig(train_path="t", output_dir="o", **{name: wrong}).validate()
