@@ -58,7 +58,7 @@ from .bilm.allennlp_io import (
     datasets_from_state,
     projection_is_identity,
 )
-from .bilm.native_io import check_readable, require_finite
+from .bilm.native_io import check_readable, check_weight
 from .bilm.config import check_bool, is_int
 from .bilm.model import remove_boundaries
 from .chars import batch_to_ids
@@ -159,16 +159,15 @@ def _load_error(err: Exception) -> str:
 
 
 def _check_values(given: Mapping[str, object], names: Iterable[str], prefix: str, source: str) -> None:
-    """A clear error, naming the state_dict's key, for a tensor of ``given`` (by the keys ``names``) that is
-    not floating point or holds NaN or infinite values: copied into a float parameter it would load silently
-    (an integer table truncated, a NaN giving NaN vectors), where the hdf5 and native readers refuse both."""
+    """The tensors of ``given`` (by the keys ``names``) checked as the hdf5 and native readers check weights
+    (:func:`~spacy_elmo.bilm.native_io.check_weight`: floating point and finite), an error naming the
+    state_dict's key (``prefix`` + name) and ``source``. Finite in float32, as the native reader checks in the
+    model's dtype: AllenNLP's weights are float32 and the biLM's pass through float32 arrays
+    (``datasets_from_allennlp_state``), where a float64 1e39 became inf and loaded silently."""
     for name in names:
         value = given[name]
-        if not isinstance(value, Tensor):  # the shape check refused it already
-            continue
-        if not value.is_floating_point():
-            raise ValueError(Errors.E_COMPAT_STATE_DTYPE.format(name=prefix + name, path=source, dtype=value.dtype))
-        require_finite(value, prefix + name, source)
+        if isinstance(value, Tensor):  # else the shape check refused it already
+            check_weight(value, prefix + name, source, Errors.E_COMPAT_STATE_DTYPE, dtype=torch.float32)
 
 
 def _under(state_dict: Mapping[str, Tensor], prefix: str) -> Dict[str, Tensor]:

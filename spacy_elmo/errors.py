@@ -17,6 +17,13 @@ _IN_GRAPH = (
 )
 
 
+def counted(n: int, singular: str, plural: str = "") -> str:
+    """``n`` and its noun in agreement, for a message or a summary line: ``1 step``, ``2 steps``, ``1,024 tokens``,
+    ``3 directories`` (``plural``: where an "s" does not make it; default ``singular + "s"``). Here, beside the
+    messages, so that every layer (the kernels' checks to the CLI) can word its counts alike."""
+    return f"{n:,} {singular if n == 1 else plural or singular + 's'}"
+
+
 class Errors:
     # --- characters (spacy_elmo.chars) -------------------------------------
     E_SENTENCES_NOT_LISTS = (
@@ -255,6 +262,11 @@ class Errors:
     E_SAVE_DTYPE_OVERFLOW = (
         "Cannot save {name!r} as {dtype}: its values reach {max_abs:.4g}, beyond {dtype}'s range, so the file "
         "would hold infinities. {fix}"
+    )
+    E_SAVE_NOT_FINITE = (
+        "Cannot save {name!r}: it holds {count} NaN or infinite value(s), so the model would give NaN vectors and "
+        "no loader accepts the file. The training that made these weights diverged: save the model of an earlier "
+        "checkpoint, or train again from it with a lower learning rate (pretrain --init MODEL_DIR --lr ...)."
     )
     # {fix} of E_SAVE_DTYPE_OVERFLOW: a narrower dtype than the values need; none but the model's own holds them
     E_SAVE_DTYPE_OVERFLOW_WIDER = "Save in {dtypes} (dtype=None keeps the model's {model_dtype})."

@@ -430,3 +430,21 @@ def test_check_follows_messages_across_modules_and_classes(tmp_path, files, expe
 def test_check_finds_a_broken_message():
     assert any("not a keyword" in p for p in check([], {("Errors", "E_X"): "at {0}"}))
     assert any("Single '}'" in p for p in check([], {("Errors", "E_X"): "a } b"}))
+
+
+def test_counted_words_a_count_and_every_layer_uses_the_one_helper():
+    """The CLI had its own ``counted`` (an "s" only) and training/data.py wrote "1 directory"/"N directories"
+    inline, as ops' describe_state did "item"/"items": one helper, beside the messages, for every layer."""
+    import importlib
+
+    assert errors.counted(1, "step") == "1 step" and errors.counted(0, "step") == "0 steps"
+    assert errors.counted(1024, "token") == "1,024 tokens"
+    assert errors.counted(1, "directory", "directories") == "1 directory"
+    assert errors.counted(3, "directory", "directories") == "3 directories"
+    for name in ("spacy_elmo.cli.pretrain", "spacy_elmo.cli.embed", "spacy_elmo.cli.evaluate", "spacy_elmo.cli.fit_state",
+                 "spacy_elmo.cli.demo", "spacy_elmo.training.data", "spacy_elmo.ops.reference"):
+        assert importlib.import_module(name).counted is errors.counted, name
+    assert not hasattr(importlib.import_module("spacy_elmo.cli.app"), "counted")  # no second copy
+    from spacy_elmo.ops.reference import describe_state
+
+    assert describe_state(([],)) == "a tuple of 1 item (a list of 0 items ())"

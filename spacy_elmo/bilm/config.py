@@ -27,6 +27,12 @@ def is_int(value: Any) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
+def is_real(value: Any) -> bool:
+    """A real number (a Python or NumPy one: any ``numbers.Real``; ``np.float32`` is no float subclass), not a
+    bool. Store what it accepts as ``float(value)`` unless it is an int or float already."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
 def check_bool(name: str, value: Any) -> None:
     """TypeError naming ``name`` unless ``value`` is True or False: a string such as ``"false"`` is truthy."""
     if not isinstance(value, bool):
@@ -113,8 +119,7 @@ class BiLMConfig:
             # any real number (np.float32 was refused, np.float64, a float subclass, was not). Another type than
             # int or float is stored as a float (a NumPy number is no JSON number); an int stays one: the released
             # options.json's "cell_clip": 3 is in the config's JSON, which fingerprints embed's parts
-            if (isinstance(value, bool) or not isinstance(value, numbers.Real)
-                    or not math.isfinite(value) or value <= 0):  # NaN clips gave NaN vectors
+            if not is_real(value) or not math.isfinite(value) or value <= 0:  # NaN clips gave NaN vectors
                 raise ValueError(Errors.E_BAD_CLIP.format(name=name, value=value))
             if type(value) not in (int, float):
                 setattr(self, name, float(value))

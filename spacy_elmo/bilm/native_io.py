@@ -88,6 +88,8 @@ def save_native(
             raise TypeError(Errors.E_SAVE_EXTRA_TYPE.format(name=name, type_name=type(value).__name__))
         tensors[name] = value.detach()
     tensors = {k: cast_for_save(k, v, dtype).cpu().contiguous() for k, v in tensors.items()}
+    state = model.initial_state if initial_state is None else initial_state
+    state_tensors = None if state is None else _initial_state_tensors(state)  # checked before anything is written
     meta = {
         "format": FORMAT,
         "version": VERSION,
@@ -104,9 +106,8 @@ def save_native(
     try:
         tmp = Path(tempfile.mkdtemp(dir=directory, prefix=SAVE_TMP_PREFIX))
         write_safetensors(tensors, tmp / WEIGHTS_NAME)
-        state = model.initial_state if initial_state is None else initial_state
-        if state is not None:
-            write_safetensors(_initial_state_tensors(state), tmp / INITIAL_STATE_NAME)
+        if state_tensors is not None:
+            write_safetensors(state_tensors, tmp / INITIAL_STATE_NAME)
         with naming(tmp / CONFIG_NAME):
             (tmp / CONFIG_NAME).write_text(json.dumps(meta, indent=2), encoding="utf-8")
         with naming(tmp):
@@ -145,13 +146,20 @@ WIDE_SAVE_DTYPES = (torch.float32, torch.bfloat16)
 
 
 def cast_for_save(name: str, value: torch.Tensor, dtype: Optional[torch.dtype], fix: Optional[str] = None) -> torch.Tensor:
-    """``value`` in ``dtype`` (floating tensors only); an error where the cast overflows to infinity, ending
-    with ``fix`` (default: the dtypes that hold the values, or dtype=None where only the model's own does)."""
-    if dtype is None or not value.is_floating_point():
+    """``value`` in ``dtype`` (floating tensors only; None: as it is), for every writer of weights (BiLM.save,
+    the AllenNLP export, the softmax beside it). An error for a value that holds NaN or infinities (a diverged
+    training's: it was written, and refused only when read back) and for a cast that overflows to infinity,
+    ending with ``fix`` (default: the dtypes that hold the values, or dtype=None where only the model's own does)."""
+    if not value.is_floating_point():
+        return value
+    finite = torch.isfinite(value)
+    if not finite.all():
+        raise ValueError(Errors.E_SAVE_NOT_FINITE.format(name=name, count=int((~finite).sum())))
+    if dtype is None:
         return value
     cast = value.to(dtype)
-    if not torch.isfinite(cast).all() and (torch.isfinite(value) & ~torch.isfinite(cast)).any():
-        max_abs = float(value[torch.isfinite(value)].abs().max())
+    if not torch.isfinite(cast).all():  # value is finite: the cast overflowed
+        max_abs = float(value.abs().max())
         if fix is None:
             wider = [str(d) for d in WIDE_SAVE_DTYPES if d != dtype and torch.finfo(d).max >= max_abs]
             fix = (Errors.E_SAVE_DTYPE_OVERFLOW_WIDER.format(dtypes=" or ".join(wider), model_dtype=value.dtype)
@@ -165,6 +173,22 @@ def require_finite(value: torch.Tensor, name: str, path: PathLike) -> None:
     finite = torch.isfinite(value)
     if not finite.all():
         raise ValueError(Errors.E_WEIGHTS_NOT_FINITE.format(path=path, name=name, count=int((~finite).sum())))
+
+
+def check_weight(value: torch.Tensor, name: str, path: PathLike, not_float: str, dtype: Optional[torch.dtype] = None,
+                 directory: PathLike = "") -> torch.Tensor:
+    """``value``, a weight read as ``name`` from ``path`` (a file, or where a state_dict came from; ``name``: its
+    tensor's or state_dict key), checked as every reader checks one: floating point, else ValueError ``not_float``
+    (the reader's message: formatted with ``name``, ``path``, the ``dtype`` found and ``directory``, the model
+    directory where it names one), an integer table copied into a float parameter loading silently; and finite
+    (:func:`require_finite`), a NaN giving NaN vectors. ``dtype``: cast to it first (the model's), a float64 value
+    beyond its range being inf there. Returns the value (cast)."""
+    if not value.is_floating_point():
+        raise ValueError(not_float.format(name=name, path=path, dtype=value.dtype, directory=directory))
+    if dtype is not None:
+        value = value.to(dtype)
+    require_finite(value, name, path)
+    return value
 
 
 def model_path(directory: PathLike) -> Path:
@@ -385,11 +409,7 @@ def load_state_into(
                         name=name, path=source, found=tuple(value.shape), expected=tuple(param.shape)
                     )
                 )
-            if not value.is_floating_point():
-                raise ValueError(Errors.E_NATIVE_TENSOR_DTYPE.format(name=name, path=source, dtype=value.dtype))
-            value = value.to(param.dtype)  # cast first: a float64 value beyond the model's range is inf there
-            require_finite(value, name, source)
-            param.copy_(value)
+            param.copy_(check_weight(value, name, source, Errors.E_NATIVE_TENSOR_DTYPE, dtype=param.dtype))
     absent = sorted(set(extra) - set(tensors))
     if absent:
         raise ValueError(Errors.E_NATIVE_EXTRA_MISSING.format(path=source, names=", ".join(absent)))
@@ -477,10 +497,7 @@ def read_initial_state(directory: PathLike, config: BiLMConfig):
             path=path, found_h=tuple(h.shape), found_c=tuple(c.shape), expected_h=expected["initial_h"],
             expected_c=expected["initial_c"], directory=path.parent))
     for name in INITIAL_STATE_KEYS:
-        if not tensors[name].is_floating_point():
-            raise ValueError(Errors.E_INITIAL_STATE_FILE_DTYPE.format(
-                path=path, name=name, dtype=tensors[name].dtype, directory=path.parent))
-        require_finite(tensors[name], name, path)
+        check_weight(tensors[name], name, path, Errors.E_INITIAL_STATE_FILE_DTYPE, directory=path.parent)
     return h, c
 
 
@@ -499,4 +516,4 @@ def write_initial_state(state, directory: PathLike) -> None:
 
 def _initial_state_tensors(state) -> Dict[str, torch.Tensor]:
     """The tensors of ``initial_state.safetensors`` for ``state = (h, c)``."""
-    return {k: v.detach().float().cpu().contiguous() for k, v in zip(INITIAL_STATE_KEYS, state)}
+    return {k: cast_for_save(k, v.detach(), torch.float32).cpu().contiguous() for k, v in zip(INITIAL_STATE_KEYS, state)}

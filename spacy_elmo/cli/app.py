@@ -96,11 +96,6 @@ def _root(
     # A callback keeps typer in multi-command mode even while one command exists.
 
 
-def counted(n: int, noun: str) -> str:
-    """``n`` and ``noun`` in agreement for a summary line: ``1 step``, ``2 steps``, ``1,024 tokens``."""
-    return f"{n:,} {noun if n == 1 else noun + 's'}"
-
-
 def positive_int(value: int) -> int:
     """Option callback: a usage error (exit 2) naming the option unless ``value >= 1``."""
     if value is not None and value < 1:

@@ -10,8 +10,8 @@ import typer
 from ..bilm import BiLM, BiLMConfig
 from ..bilm.native_io import DEFAULT_MODEL_DIR, CONFIG_NAME
 from ..chars import batch_to_ids
-from ..errors import Warnings
-from .app import app, counted, fail, positive_int, warn
+from ..errors import Warnings, counted
+from .app import app, fail, positive_int, warn
 
 RIVER = [
     "We sat on the bank of the river and watched the water .".split(),

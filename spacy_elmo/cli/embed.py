@@ -6,8 +6,8 @@ from typing import Optional
 
 import typer
 
-from ..errors import Errors
-from .app import (DEVICE_HELP, app, checked_output, counted, fail, known_device, non_negative_int, positive_int,
+from ..errors import Errors, counted
+from .app import (DEVICE_HELP, app, checked_output, fail, known_device, non_negative_int, positive_int,
                   progress_option, spacy_language)
 
 

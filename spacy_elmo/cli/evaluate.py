@@ -6,8 +6,8 @@ from typing import Optional
 
 import typer
 
-from ..errors import Errors, Warnings
-from .app import DEVICE_HELP, app, counted, fail, known_device, positive_int, progress_option, spacy_language, warn
+from ..errors import Errors, Warnings, counted
+from .app import DEVICE_HELP, app, fail, known_device, positive_int, progress_option, spacy_language, warn
 
 
 @app.command()

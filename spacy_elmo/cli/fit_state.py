@@ -6,8 +6,8 @@ from typing import Optional
 
 import typer
 
-from ..errors import Errors, Warnings
-from .app import app, counted, fail, positive_int, progress_option, spacy_language, warn
+from ..errors import Errors, Warnings, counted
+from .app import app, fail, positive_int, progress_option, spacy_language, warn
 
 
 def _or_fewer_rows(n_sentences: int) -> str:

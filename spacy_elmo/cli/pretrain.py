@@ -13,13 +13,13 @@ import typer
 
 from ..bilm import BiLMConfig
 from ..bilm.config import UnknownConfigFields
-from ..errors import Errors
+from ..errors import Errors, counted
 from ..ops import resolve_backend
 from ..paths import missing_path_error
 from ..ranks import Ranks, torchrun_ranks
 from ..training.data import AUTO_RULE
 from ..training.trainer import BOUNDS, OPTIMIZERS, leave_failed_run, said_by_this_rank
-from .app import (COMMAND_LINE, DEVICE_HELP, app, checked_by, checked_output, counted, fail, known_device, non_negative_int,
+from .app import (COMMAND_LINE, DEVICE_HELP, app, checked_by, checked_output, fail, known_device, non_negative_int,
                   one_of, positive_int, progress_option, spacy_language, warn)
 
 

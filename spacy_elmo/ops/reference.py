@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..errors import Errors
+from ..errors import Errors, counted
 
 FORGET_BIAS = 1.0
 
@@ -314,8 +314,7 @@ def describe_state(state) -> str:
     if isinstance(state, Tensor):
         return f"a tensor of shape {tuple(state.shape)}"
     if isinstance(state, (tuple, list)):
-        items = "item" if len(state) == 1 else "items"
-        return f"a {type(state).__name__} of {len(state)} {items} ({', '.join(describe_state(s) for s in state)})"
+        return f"a {type(state).__name__} of {counted(len(state), 'item')} ({', '.join(describe_state(s) for s in state)})"
     return f"a {type(state).__name__}"
 
 

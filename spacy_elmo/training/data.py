@@ -64,7 +64,7 @@ import numpy as np
 
 from .._typing import PathLike
 from ..atomic import atomic_write_text, naming, temporary_files
-from ..errors import Errors, Warnings
+from ..errors import Errors, Warnings, counted
 from ..paths import missing_path_error
 from .vocab import BOS, EOS, SPECIALS
 
@@ -294,7 +294,7 @@ def list_text_files(path: PathLike) -> List[Path]:
         shown = ", ".join(str(d) for d in outputs[:3]) + (", ..." if len(outputs) > 3 else "")
         # stacklevel 1: a run lists its corpus several times (fingerprint, reading, --heldout's overlap), from as
         # many callers; one line of this module, the same text, is one warning (Python's default filter).
-        n_dirs = "1 directory" if len(outputs) == 1 else f"{len(outputs)} directories"
+        n_dirs = counted(len(outputs), "directory", "directories")
         warnings.warn(Warnings.W_TRAIN_PATH_OUTPUTS_SKIPPED.format(path=path, n_dirs=n_dirs, dirs=shown), RuntimeWarning,
                       stacklevel=1)
     return kept

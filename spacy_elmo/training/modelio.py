@@ -20,12 +20,13 @@ from ..bilm import BiLM
 from ..bilm.native_io import (
     WEIGHTS_NAME,
     allennlp_files_of,
+    cast_for_save,
+    check_weight,
     load_tensors,
     model_from_native,
     model_path,
     read_meta,
     read_safetensors,
-    require_finite,
     safetensors_names,
     write_safetensors,
 )
@@ -152,13 +153,12 @@ def softmax_tensors(tensors: Dict[str, torch.Tensor], source: Optional[Path], P:
             Errors.E_SOFTMAX_SHAPE.format(path=source, weight=tuple(weight.shape), bias=tuple(bias.shape), P=P)
         )
     for name in SOFTMAX_NAMES:
-        if not tensors[name].is_floating_point():
-            raise ValueError(Errors.E_NATIVE_TENSOR_DTYPE.format(name=name, path=source, dtype=tensors[name].dtype))
-        require_finite(tensors[name], name, source)
+        check_weight(tensors[name], name, source, Errors.E_NATIVE_TENSOR_DTYPE)
     return weight, bias
 
 
 def write_softmax(path: PathLike, softmax: SoftmaxLayer) -> None:
     """The softmax alone, beside exported AllenNLP weights."""
-    write_safetensors({"softmax.weight": softmax.weight.detach().cpu().float().contiguous(),
-                       "softmax.bias": softmax.bias.detach().cpu().float().contiguous()}, path)
+    fix = Errors.E_SAVE_DTYPE_OVERFLOW_ALLENNLP
+    write_safetensors({name: cast_for_save(name, value.detach().cpu(), torch.float32, fix).contiguous()
+                       for name, value in (("softmax.weight", softmax.weight), ("softmax.bias", softmax.bias))}, path)

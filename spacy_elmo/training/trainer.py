@@ -21,7 +21,7 @@ import sys
 import time
 import warnings
 from contextlib import ExitStack, contextmanager, suppress
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Union
@@ -33,6 +33,7 @@ import torch.distributed as dist
 from ..atomic import (atomic_write_text, fcntl, make_dirs, naming, remove_empty_dirs, remove_leftovers, sync, sync_dir, try_lock,
                       warn_if_not_locked)
 from ..bilm import BiLM, BiLMConfig
+from ..bilm.config import is_int, is_real
 from ..bilm.initial_state import boundary_state_mean
 from ..bilm.lstm import LstmState
 from ..bilm.native_io import find_allennlp_files
@@ -100,13 +101,32 @@ class TrainConfig:
     # background thread (training.prefetch; the same losses either way). None: on with CUDA, off on the CPU.
     prefetch: Optional[bool] = None
 
+    def __post_init__(self) -> None:
+        self._plain_numbers()
+
+    def _plain_numbers(self) -> None:
+        """NumPy's number scalars (a sweep's ``np.arange``/``np.linspace``) as Python's int and float: an
+        ``np.int64`` batch size was refused as no integer, and one kept would reach the run's JSON log
+        (``asdict(cfg)``), which cannot write it. Bools, strings and floats for integer fields are left
+        for :meth:`validate` to refuse."""
+        for field in fields(self):
+            value = getattr(self, field.name)
+            if type(value) in (int, float):
+                continue
+            if is_int(value):
+                setattr(self, field.name, int(value))
+            elif is_real(value):  # an int field's float stays one, for validate to refuse
+                setattr(self, field.name, float(value))
+
     def validate(self) -> None:
+        self._plain_numbers()  # a field set after construction
         positive = {"batch_size": self.batch_size, "unroll": self.unroll, "negatives": self.negatives,
-                    "checkpoint_every": self.checkpoint_every, "log_every": self.log_every, "max_length": self.max_length}
+                    "checkpoint_every": self.checkpoint_every, "log_every": self.log_every, "max_length": self.max_length,
+                    "eval_batch_size": self.eval_batch_size}
         if self.length_pool is not None:
             positive["length_pool"] = self.length_pool
         for name, value in positive.items():
-            if not isinstance(value, int) or value < 1:
+            if not is_int(value) or value < 1:
                 raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name=name, what="a positive integer", value=value))
         if self.max_steps is not None and self.epochs is not None:
             raise ValueError(Errors.E_STEPS_AND_EPOCHS)
@@ -120,22 +140,27 @@ class TrainConfig:
             raise ValueError(Errors.E_MAX_LENGTH_WITHOUT_SENTENCES.format(value=self.max_length))
         elif self.length_pool is not None:
             raise ValueError(Errors.E_LENGTH_POOL_WITHOUT_SENTENCES.format(value=self.length_pool))
-        if not isinstance(self.state_sentences, int) or self.state_sentences < 0:
+        if not is_int(self.state_sentences) or self.state_sentences < 0:
             raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name="state_sentences", what="0 (no fitted state) or a positive integer",
                                                              value=self.state_sentences))
-        if not isinstance(self.seed, int) or self.seed < 0:  # NumPy seeds the data order: it refused -1 once the corpus was read
+        if not is_int(self.seed) or self.seed < 0:  # NumPy seeds the data order: it refused -1 once the corpus was read
             raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name="seed", what="an integer of 0 or more", value=self.seed))
-        if self.max_steps is not None and self.max_steps < 1:
+        if self.max_steps is not None and (not is_int(self.max_steps) or self.max_steps < 1):
             raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name="max_steps", what="a positive integer", value=self.max_steps))
         self._check_bound("epochs")
         self._check_bound("vocab_size")
-        if self.threads is not None and (not isinstance(self.threads, int) or self.threads < 1):
+        if self.threads is not None and (not is_int(self.threads) or self.threads < 1):
             raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name="threads", what="a positive integer (leave it out for torch's default)",
                                                              value=self.threads))
-        if self.prefetch not in (None, True, False):
+        # Flags are bools: a string such as "false" is truthy (sentences="false" trained on sentences), and
+        # `1 in (True, False)` holds, so 1 passed the membership test that checked prefetch.
+        for name in ("resume", "new_vocab", "sentences", "progress"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name=name, what="True or False", value=getattr(self, name)))
+        if self.prefetch is not None and not isinstance(self.prefetch, bool):
             raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name="prefetch", what="True, False or None (on with CUDA)",
                                                              value=self.prefetch))
-        if not isinstance(self.min_count, int) or self.min_count < 1:
+        if not is_int(self.min_count) or self.min_count < 1:
             raise ValueError(Errors.E_BAD_TRAIN_VALUE.format(name="min_count", what="a positive integer", value=self.min_count))
         self._check_bound("lr")
         self._check_bound("clip")
@@ -173,15 +198,15 @@ MAX_EPOCHS = sys.float_info.max / MOST_STEPS_PER_EPOCH
 #: infinite clip is accepted (no clipping), an infinite epochs not (no step count: it crashed computing
 #: one), nor an infinite lr (its first step makes every weight it moves infinite or NaN: the run always diverged).
 BOUNDS: Dict[str, Any] = {
-    "epochs": (lambda v: v is None or 0 < v <= MAX_EPOCHS,
+    "epochs": (lambda v: v is None or (is_real(v) and 0 < v <= MAX_EPOCHS),
                f"positive and finite, at most {MAX_EPOCHS:.4g} (so that its steps, up to 2**63 an epoch, can be "
                "counted; to train until stopped: a large --max-steps)"),
-    "vocab_size": (lambda v: isinstance(v, int) and (v == 0 or v > len(SPECIALS)),
+    "vocab_size": (lambda v: is_int(v) and (v == 0 or v > len(SPECIALS)),
                    f"0 (no cap) or more than {len(SPECIALS)} (the markers and at least one word)"),
-    "lr": (lambda v: v is None or 0 < v < math.inf, "positive and finite"),
-    "clip": (lambda v: v > 0, "positive (a global gradient-norm bound)"),
-    "dropout": (lambda v: 0 <= v < 1, "in [0, 1)"),
-    "tokenize_processes": (lambda v: isinstance(v, int) and v >= 0,
+    "lr": (lambda v: v is None or (is_real(v) and 0 < v < math.inf), "positive and finite"),
+    "clip": (lambda v: is_real(v) and v > 0, "positive (a global gradient-norm bound)"),
+    "dropout": (lambda v: is_real(v) and 0 <= v < 1, "in [0, 1)"),
+    "tokenize_processes": (lambda v: is_int(v) and v >= 0,
                            f"a positive integer or 0 ({corpus_data.AUTO_RULE})"),
 }
 

@@ -601,6 +601,37 @@ def test_non_finite_weights_are_refused_naming_the_tensor(files, tmp_path, value
         BiLM.load(tmp_path / "s")
 
 
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")])
+def test_non_finite_weights_are_refused_when_saved_not_only_when_read_back(files, tmp_path, value):
+    """A model with a NaN weight (a diverged training's) was written by BiLM.save and to_allennlp, and refused
+    only by the load that followed. Each writer refuses it up front naming the tensor, and writes nothing: a
+    directory that held a model keeps it."""
+    model = BiLM.from_allennlp(*files)
+    model.save(tmp_path / "kept")
+    before = {p.name: p.read_bytes() for p in (tmp_path / "kept").iterdir()}
+    with torch.no_grad():
+        model.lstm.backward_layers[1].bias[[0, 5]] = value
+    said = r"Cannot save 'lstm\.backward_layers\.1\.bias': it holds 2 NaN or infinite value\(s\).* --lr"
+    for dtype in (None, torch.float16):
+        with pytest.raises(ValueError, match=said):
+            model.save(tmp_path / "m", dtype=dtype)
+        with pytest.raises(ValueError, match=said):
+            model.save(tmp_path / "kept", dtype=dtype)
+    with pytest.raises(ValueError, match=said):
+        model.to_allennlp(tmp_path / "o.json", tmp_path / "w.hdf5")
+    assert not (tmp_path / "m").exists() and not (tmp_path / "o.json").exists() and not (tmp_path / "w.hdf5").exists()
+    assert {p.name: p.read_bytes() for p in (tmp_path / "kept").iterdir()} == before
+
+    good = BiLM.from_allennlp(*files)
+    with pytest.raises(ValueError, match=r"Cannot save 'softmax\.bias': it holds 1 NaN"):
+        good.save(tmp_path / "m", extra_tensors={"softmax.weight": torch.zeros(5, 8),
+                                                 "softmax.bias": torch.tensor([0.0, value, 0, 0, 0])})
+    with pytest.raises(ValueError, match=r"Cannot save 'initial_c': it holds 12 NaN"):  # given, not set: unchecked
+        good.save(tmp_path / "m", initial_state=(torch.zeros(2, 2, 8), torch.full((2, 2, 12), 0.0).index_fill_(
+            2, torch.arange(3), value)))
+    assert not (tmp_path / "m").exists()
+
+
 def test_float16_save_that_would_overflow_is_refused(files, tmp_path):
     """save(dtype=torch.float16) turned a weight beyond 65504 into inf without a word."""
     model = BiLM.from_allennlp(*files)

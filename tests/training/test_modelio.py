@@ -246,3 +246,16 @@ def test_a_provenance_that_is_no_object_records_no_reading(tmp_path):
         (tmp_path / "m" / "config.json").write_text(json.dumps({**config, "provenance": odd}))
         assert isinstance(BiLM.load(tmp_path / "m"), BiLM)
         assert recorded_reading(tmp_path / "m") is None
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_a_non_finite_softmax_is_refused_when_written_beside_allennlp_weights(tmp_path, value):
+    """The softmax export writes beside AllenNLP weights refuses NaN/inf as BiLM.save does, and writes nothing."""
+    from spacy_elmo.training.modelio import write_softmax
+
+    softmax = SoftmaxLayer(5, 8)
+    with torch.no_grad():
+        softmax.weight[1, 2] = value
+    with pytest.raises(ValueError, match=r"Cannot save 'softmax\.weight': it holds 1 NaN or infinite value"):
+        write_softmax(tmp_path / SOFTMAX_FILE, softmax)
+    assert not (tmp_path / SOFTMAX_FILE).exists()

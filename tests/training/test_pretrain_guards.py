@@ -472,3 +472,63 @@ def test_an_init_model_that_cannot_load_is_refused_before_the_corpus_is_tokenize
     with pytest.raises((FileNotFoundError, ValueError), match="does not exist" if init == "missing" else "saved spaCy pipeline"):
         train(tiny_train_config(train_file, out, model=None, init=str(model)))
     assert not out.exists()
+
+
+INT_FIELDS = ["batch_size", "unroll", "negatives", "checkpoint_every", "log_every", "eval_batch_size", "min_count",
+              "seed", "state_sentences", "max_steps", "threads", "vocab_size", "tokenize_processes"]
+REAL_FIELDS = ["epochs", "lr", "clip", "dropout"]
+
+
+@pytest.mark.parametrize("name", INT_FIELDS)
+def test_train_config_takes_numpy_integers_as_ints_and_refuses_bools_strings_and_floats(name):
+    """A sweep's ``np.arange`` value (np.int64) was refused as no integer; True was taken as 1 and a float
+    max_steps passed. NumPy integers are stored as Python ints (the run's JSON log writes the config)."""
+    from spacy_elmo.training.trainer import TrainConfig
+
+    value = 1000 if name == "vocab_size" else 2
+    for numpy_int in (np.int64(value), np.int32(value), np.uint16(value)):
+        cfg = TrainConfig(train_path="t", output_dir="o", **{name: numpy_int})
+        cfg.validate()
+        assert type(getattr(cfg, name)) is int and getattr(cfg, name) == value
+    cfg = TrainConfig(train_path="t", output_dir="o")
+    setattr(cfg, name, np.int64(value))  # set after construction: validate makes it an int too
+    cfg.validate()
+    assert type(getattr(cfg, name)) is int
+    for wrong in (True, str(value), float(value), np.float32(value)):
+        with pytest.raises(ValueError, match=f"^{name} must be .*; found "):
+            TrainConfig(train_path="t", output_dir="o", **{name: wrong}).validate()
+
+
+@pytest.mark.parametrize("name", REAL_FIELDS)
+def test_train_config_takes_numpy_reals_as_floats_and_refuses_bools_and_strings(name):
+    """np.float32 (no float subclass) is stored as a float; a bool was taken as 0 or 1 and a string crashed
+    with a TypeError from the comparison (clip='1') instead of the field's message."""
+    from spacy_elmo.training.trainer import TrainConfig
+
+    for number in (np.float32(0.5), np.float64(0.5), np.int64(1) if name != "dropout" else np.int64(0)):
+        cfg = TrainConfig(train_path="t", output_dir="o", **{name: number})
+        cfg.validate()
+        assert type(getattr(cfg, name)) in (int, float) and getattr(cfg, name) == number
+    for wrong in (True, False, "0.5"):
+        with pytest.raises(ValueError, match=f"^{name} must be .*; found "):
+            TrainConfig(train_path="t", output_dir="o", **{name: wrong}).validate()
+
+
+def test_a_run_configured_with_numpy_numbers_trains_and_logs_them_as_json_numbers(tmp_path):
+    train_file = write_corpus(tmp_path / "train.txt", 50)
+    out = tmp_path / "out"
+    train(tiny_train_config(train_file, out, max_steps=np.int64(2), batch_size=np.int32(4), checkpoint_every=np.int64(2),
+                            lr=np.float32(0.25)))
+    config = next(e["config"] for e in read_log(out) if "config" in e)
+    assert (config["max_steps"], config["batch_size"], config["lr"]) == (2, 4, 0.25)
+    assert [step for step, _ in _losses(out)] == [1, 2]
+
+
+@pytest.mark.parametrize("name", ["resume", "new_vocab", "sentences", "progress", "prefetch"])
+def test_train_config_flags_must_be_bools(name):
+    """sentences="false" (truthy) trained on sentences, and prefetch=1 passed ``in (None, True, False)``."""
+    from spacy_elmo.training.trainer import TrainConfig
+
+    for wrong in ("false", 1, 0, np.bool_(True)):
+        with pytest.raises(ValueError, match=f"^{name} must be True(, False or None| or False).*; found "):
+            TrainConfig(train_path="t", output_dir="o", **{name: wrong}).validate()
