@@ -1732,8 +1732,10 @@ class Warnings:
         "spacy-elmo: --negatives {negatives} >= the vocabulary size {vocab}; using the full "
         "softmax instead of sampling."
     )
-    W_OUTPUT_NOT_LOCKED = (  # pretrain's OUTPUT_DIR, embed's OUTPUT (atomic.warn_if_not_locked)
-        "spacy-elmo: could not lock {name} {path} ({error}; some network file systems have no locks): a second "
-        "{command} into it while this one runs is not refused and would mix their files. Run one {command} per "
-        "{name}, or choose an {name} on a local disk."
+    # pretrain's OUTPUT_DIR, embed's OUTPUT, fit-state's MODEL_DIR, export's OUT_DIR (atomic.warn_if_not_locked);
+    # {rival}: what is not refused meanwhile ("a second embed"; "a pretrain (or a second export)")
+    W_OUTPUT_NOT_LOCKED = (
+        "spacy-elmo: could not lock {name} {path} ({error}; some network file systems have no locks): {rival} "
+        "into it while this {command} runs is not refused and would mix their files. Run one of them at a time "
+        "there, or keep {name} on a local disk."
     )
