@@ -199,12 +199,15 @@ def try_lock(fd: int) -> Optional[OSError]:
     return None
 
 
-def warn_if_not_locked(unlocked: Optional[OSError], path: PathLike, name: str, command: str) -> None:
+def warn_if_not_locked(unlocked: Optional[OSError], path: PathLike, name: str, command: str,
+                       rival: Optional[str] = None) -> None:
     """Where :func:`try_lock` could not lock (``unlocked``, the error of a file system without flock, some network
-    mounts), warn that a second run of ``command`` into ``path`` (its argument ``name``: OUTPUT_DIR) is not
-    refused (:data:`Warnings.W_OUTPUT_NOT_LOCKED`); nothing where it locked."""
+    mounts), warn that ``rival`` (default: a second run of ``command``) writing into ``path`` (``command``'s argument
+    ``name``: OUTPUT_DIR) while ``command`` runs is not refused (:data:`Warnings.W_OUTPUT_NOT_LOCKED`); nothing where
+    it locked."""
     if unlocked is not None:
-        warnings.warn(Warnings.W_OUTPUT_NOT_LOCKED.format(name=name, path=path, error=unlocked, command=command),
+        warnings.warn(Warnings.W_OUTPUT_NOT_LOCKED.format(name=name, path=path, error=unlocked, command=command,
+                                                          rival=rival or f"a second {command}"),
                       RuntimeWarning, stacklevel=3)
 
 

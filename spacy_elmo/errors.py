@@ -766,6 +766,23 @@ class Errors:
         "The '{name}' component: mix has {found} value(s), but its biLM ({source}) has {expected} output "
         "layers (n_layers + 1). Give {expected} weights (before softmax), or mix = null for the average."
     )
+    # a saved pipeline's biLM (bilm_layer._serialize_runner / _deserialize_runner); {path}: the component read
+    E_ELMO_SAVE_NOT_FINITE = (
+        "Cannot save the elmo biLM: its weight {name!r} holds {count} NaN or infinite value(s), so the saved "
+        "pipeline would give NaN vectors. Its training diverged: spacy train stops at its first checkpoint after "
+        "that (the directory nlp.to_disk began is incomplete and does not load). Use the pipeline saved before "
+        "(spacy train's model-best), or train again with a lower learning rate or the biLM frozen "
+        "([components.elmo] frozen = true)."
+    )
+    E_ELMO_LOAD_NOT_FINITE = (
+        "{path}: the saved biLM weight {name!r} holds {count} NaN or infinite value(s), so the pipeline would "
+        "give NaN vectors. It was saved after its training diverged, or the file is damaged: load an earlier "
+        "save of the pipeline (spacy train's model-best), or train again with a lower learning rate."
+    )
+    E_ELMO_LOAD_DTYPE = (
+        "{path}: the saved biLM weight {name!r} holds {dtype} values, but weights are floating point. The saved "
+        "pipeline is damaged or was not written by spacy-elmo: save it again with nlp.to_disk()."
+    )
 
     E_ELMO_TOKENS_CHANGED = (
         "doc._.elmo has rows for {rows} tokens but the doc now has {n_tokens}, and it carries no token offsets "
@@ -1715,8 +1732,10 @@ class Warnings:
         "spacy-elmo: --negatives {negatives} >= the vocabulary size {vocab}; using the full "
         "softmax instead of sampling."
     )
-    W_OUTPUT_NOT_LOCKED = (  # pretrain's OUTPUT_DIR, embed's OUTPUT (atomic.warn_if_not_locked)
-        "spacy-elmo: could not lock {name} {path} ({error}; some network file systems have no locks): a second "
-        "{command} into it while this one runs is not refused and would mix their files. Run one {command} per "
-        "{name}, or choose an {name} on a local disk."
+    # pretrain's OUTPUT_DIR, embed's OUTPUT, fit-state's MODEL_DIR, export's OUT_DIR (atomic.warn_if_not_locked);
+    # {rival}: what is not refused meanwhile ("a second embed"; "a pretrain (or a second export)")
+    W_OUTPUT_NOT_LOCKED = (
+        "spacy-elmo: could not lock {name} {path} ({error}; some network file systems have no locks): {rival} "
+        "into it while this {command} runs is not refused and would mix their files. Run one of them at a time "
+        "there, or keep {name} on a local disk."
     )

@@ -344,9 +344,10 @@ def test_an_output_that_cannot_be_locked_is_warned_of_as_pretrain_warns(model_di
     with pytest.warns(RuntimeWarning) as said:
         result = CliRunner().invoke(app, ["embed", str(corpus), str(out), "--model", str(model_dir), "--no-progress"])
     assert result.exit_code == 0 and read_all(out)[0].keys() == {str(i) for i in range(len(LINES))}, result.output
-    expected = Warnings.W_OUTPUT_NOT_LOCKED.format(name="OUTPUT", path=out, error=NO_FLOCK, command="embed")
+    expected = Warnings.W_OUTPUT_NOT_LOCKED.format(name="OUTPUT", path=out, error=NO_FLOCK, command="embed",
+                                                   rival="a second embed")
     assert [str(w.message) for w in said] == [expected]
-    assert "a second embed into it while this one runs is not refused" in expected
+    assert "a second embed into it while this embed runs is not refused" in expected
 
 
 def test_a_lock_file_removed_as_it_was_locked_is_taken_again(bilm, corpus, tmp_path, monkeypatch):

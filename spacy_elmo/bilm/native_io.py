@@ -145,16 +145,19 @@ def _remove_tree(path: Path) -> None:
 WIDE_SAVE_DTYPES = (torch.float32, torch.bfloat16)
 
 
-def cast_for_save(name: str, value: torch.Tensor, dtype: Optional[torch.dtype], fix: Optional[str] = None) -> torch.Tensor:
+def cast_for_save(name: str, value: torch.Tensor, dtype: Optional[torch.dtype], fix: Optional[str] = None,
+                  not_finite: Optional[str] = None) -> torch.Tensor:
     """``value`` in ``dtype`` (floating tensors only; None: as it is), for every writer of weights (BiLM.save,
-    the AllenNLP export, the softmax beside it). An error for a value that holds NaN or infinities (a diverged
-    training's: it was written, and refused only when read back) and for a cast that overflows to infinity,
-    ending with ``fix`` (default: the dtypes that hold the values, or dtype=None where only the model's own does)."""
+    the AllenNLP export, the softmax beside it, a saved pipeline's elmo layer). An error for a value that holds NaN
+    or infinities (a diverged training's: it was written, and refused only when read back), ``not_finite`` (the
+    writer's message, formatted with ``name`` and ``count``; default E_SAVE_NOT_FINITE), and for a cast that overflows to infinity, ending with
+    ``fix`` (default: the dtypes that hold the values, or dtype=None where only the model's own does)."""
     if not value.is_floating_point():
         return value
     finite = torch.isfinite(value)
     if not finite.all():
-        raise ValueError(Errors.E_SAVE_NOT_FINITE.format(name=name, count=int((~finite).sum())))
+        template = not_finite or Errors.E_SAVE_NOT_FINITE
+        raise ValueError(template.format(name=name, count=int((~finite).sum())))
     if dtype is None:
         return value
     cast = value.to(dtype)
@@ -168,26 +171,28 @@ def cast_for_save(name: str, value: torch.Tensor, dtype: Optional[torch.dtype], 
     return cast
 
 
-def require_finite(value: torch.Tensor, name: str, path: PathLike) -> None:
-    """A clear error when the weight ``name`` read from ``path`` holds NaN or infinite values."""
+def require_finite(value: torch.Tensor, name: str, path: PathLike, message: Optional[str] = None) -> None:
+    """A clear error (``message``, formatted with ``path``, ``name`` and ``count``; default E_WEIGHTS_NOT_FINITE)
+    when the weight ``name`` read from ``path`` holds NaN or infinite values."""
     finite = torch.isfinite(value)
     if not finite.all():
-        raise ValueError(Errors.E_WEIGHTS_NOT_FINITE.format(path=path, name=name, count=int((~finite).sum())))
+        template = message or Errors.E_WEIGHTS_NOT_FINITE
+        raise ValueError(template.format(path=path, name=name, count=int((~finite).sum())))
 
 
 def check_weight(value: torch.Tensor, name: str, path: PathLike, not_float: str, dtype: Optional[torch.dtype] = None,
-                 directory: PathLike = "") -> torch.Tensor:
+                 directory: PathLike = "", not_finite: Optional[str] = None) -> torch.Tensor:
     """``value``, a weight read as ``name`` from ``path`` (a file, or where a state_dict came from; ``name``: its
     tensor's or state_dict key), checked as every reader checks one: floating point, else ValueError ``not_float``
     (the reader's message: formatted with ``name``, ``path``, the ``dtype`` found and ``directory``, the model
     directory where it names one), an integer table copied into a float parameter loading silently; and finite
-    (:func:`require_finite`), a NaN giving NaN vectors. ``dtype``: cast to it first (the model's), a float64 value
-    beyond its range being inf there. Returns the value (cast)."""
+    (:func:`require_finite`, with the reader's message ``not_finite``), a NaN giving NaN vectors. ``dtype``: cast to
+    it first (the model's), a float64 value beyond its range being inf there. Returns the value (cast)."""
     if not value.is_floating_point():
         raise ValueError(not_float.format(name=name, path=path, dtype=value.dtype, directory=directory))
     if dtype is not None:
         value = value.to(dtype)
-    require_finite(value, name, path)
+    require_finite(value, name, path, not_finite)
     return value
 
 

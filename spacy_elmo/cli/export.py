@@ -40,7 +40,7 @@ def export(
             # the directory replace_dir replaces: resolved (RUN/missing/.. is RUN to it, and no directory to the kernel)
             real = out_dir.resolve()
             if real.is_dir():  # replaced below: not while a pretrain writes there (it holds the lock)
-                held.enter_context(model_dir_lock(real, Errors.E_EXPORT_IN_USE))
+                held.enter_context(model_dir_lock(real, Errors.E_EXPORT_IN_USE, "OUT_DIR", "export"))
         except FileExistsError as err:  # OUT_DIR a file, not empty without --overwrite, in use, the bundled model's
             fail(str(err))
         except OSError as err:  # OUT_DIR cannot be looked at (a directory this account may not enter, a name too long)

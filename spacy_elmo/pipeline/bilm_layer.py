@@ -23,7 +23,7 @@ from thinc.util import convert_recursive, is_xp_array
 
 from ..bilm import BiLM, BiLMConfig
 from ..bilm.config import is_int
-from ..bilm.native_io import reading_provenance
+from ..bilm.native_io import cast_for_save, check_weight, reading_provenance
 from ..errors import Errors
 from ..ops import BACKENDS
 from .batching import Piece, group_pieces, make_pieces, word_positions
@@ -134,12 +134,18 @@ def set_layer_cache_mb(model: Model, value: Any, name: str) -> None:
     get_runner(model).layer_cache.set_limit(value)
 
 
+#: what a load reads, for its errors, where no component names it (``spacy_elmo.ElmoBiLM.v1`` in another component)
+_SAVED_LAYER = "The saved elmo biLM layer"
+
+
 class StagedWeights:
     """What a load (:func:`weights_checked`) read: the weights that ``check(bilm, source)`` accepted, kept here
-    instead of replacing the model's own (``bilm`` None: none read, as with ``exclude=["model"]``)."""
+    instead of replacing the model's own (``bilm`` None: none read, as with ``exclude=["model"]``). ``where``: what
+    is read (e.g. "The 'elmo' component"), named by the errors for weights that cannot serve."""
 
-    def __init__(self, check: Callable[[BiLM, str], None]) -> None:
+    def __init__(self, check: Callable[[BiLM, str], None], where: str = _SAVED_LAYER) -> None:
         self.check = check
+        self.where = where
         self.bilm: Optional[BiLM] = None
         self.source = ""
 
@@ -149,14 +155,14 @@ _STAGED: "weakref.WeakKeyDictionary[ElmoRunner, StagedWeights]" = weakref.WeakKe
 
 
 @contextlib.contextmanager
-def weights_checked(model: Model, check: Callable[[BiLM, str], None]):
+def weights_checked(model: Model, check: Callable[[BiLM, str], None], where: str = _SAVED_LAYER):
     """Within: weights that :func:`load_model_bytes` reads into ``model`` are checked by ``check(bilm, source)`` (an
     error it raises is the load's) and kept in the :class:`StagedWeights` yielded, not set: the model serves its
     own weights, with their sizes (``nO``, ``nL``: calls of other threads read them without a lock), until the
     caller sets the new ones with :func:`set_bilm`. Reading them sets the model's attrs (thinc's ``from_dict``):
-    a :class:`ModelState` taken first puts those back."""
+    a :class:`ModelState` taken first puts those back. ``where``: what is read, for the errors."""
     runner = get_runner(model)
-    staged = StagedWeights(check)
+    staged = StagedWeights(check, where)
     _STAGED[runner] = staged
     try:
         yield staged
@@ -379,9 +385,15 @@ def _compact(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def _serialize_runner(runner: ElmoRunner) -> bytes:
+    """The biLM (config, weights, where they came from); refused (:func:`cast_for_save`) when a weight holds NaN or
+    infinities: a fine-tuning that diverged is saved by ``spacy train`` at every checkpoint, and a pipeline so saved
+    gives NaN vectors. ``spacy train`` stops at the first such checkpoint, its earlier model-best kept."""
     if runner.bilm is None:
         return srsly.msgpack_dumps({"config": None})
-    state = {k: _compact(v.detach().cpu().contiguous()) for k, v in runner.bilm.state_dict().items()}
+    state = {
+        k: _compact(cast_for_save(k, v.detach().cpu(), None, not_finite=Errors.E_ELMO_SAVE_NOT_FINITE).contiguous())
+        for k, v in runner.bilm.state_dict().items()
+    }
     return srsly.msgpack_dumps(
         {"config": runner.bilm.config.to_dict(), "source": getattr(runner, "source", ""), "weights": st_save(state),
          # how the biLM reads text (pretrain's language and tokenizer): export writes it, the language check reads it
@@ -395,10 +407,19 @@ def _deserialize_runner(runner: ElmoRunner, data: bytes, device: torch.device) -
         return runner
     backend = getattr(runner, "backend_name", "auto")
     bilm = BiLM(BiLMConfig.from_dict(msg["config"]), backend=backend)
-    bilm.load_state_dict(st_load(msg["weights"]))
+    staged = _STAGED.get(runner)
+    own = bilm.state_dict()
+    where = staged.where if staged is not None else _SAVED_LAYER
+    # checked as every reader checks a weight, before load_state_dict copies an integer table into a float parameter
+    # without a word: a NaN (a pipeline saved by an older spacy-elmo after its fine-tuning diverged) gives NaN vectors
+    weights = {
+        name: check_weight(value, name, where, Errors.E_ELMO_LOAD_DTYPE, dtype=own[name].dtype if name in own else None,
+                           not_finite=Errors.E_ELMO_LOAD_NOT_FINITE)
+        for name, value in st_load(msg["weights"]).items()
+    }
+    bilm.load_state_dict(weights)
     provenance = msg.get("provenance")  # absent in pipelines saved before it was kept
     bilm.provenance = dict(provenance) if isinstance(provenance, dict) else {}
-    staged = _STAGED.get(runner)
     if staged is not None:  # a checked load (weights_checked): its caller sets them
         staged.check(bilm, msg.get("source", ""))
         staged.bilm, staged.source = bilm.eval(), msg.get("source", "")

@@ -852,7 +852,7 @@ class ElmoComponent(TrainablePipe):
         (and its weights, if they were set)."""
         state = ModelState(self.model)
         try:
-            with weights_checked(self.model, self._check_weights) as staged:
+            with weights_checked(self.model, self._check_weights, f"The '{self.name}' component") as staged:
                 yield staged
         except BaseException:
             state.restore()

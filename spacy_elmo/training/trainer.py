@@ -704,18 +704,21 @@ def _output_dir_lock(out: Path):
 
 
 @contextmanager
-def model_dir_lock(directory: Path, in_use: str) -> Iterator[None]:
+def model_dir_lock(directory: Path, in_use: str, name: str, command: str) -> Iterator[None]:
     """pretrain's lock on OUTPUT_DIR (:func:`_output_dir_lock`), held by a command that rewrites a file of the model
     in ``directory`` (``fit-state``, ``export`` replacing the directory): FileExistsError ``in_use`` (the command's
     message, formatted with ``path``) while a pretrain runs there, which rewrites the model at every checkpoint;
     a pretrain started meanwhile is refused. A lock left by a process that ended (even by SIGKILL) is none: the
-    kernel released it. Not locked where there is no flock (Windows, some network file systems)."""
+    kernel released it. Not locked where there is no flock (Windows); a file system without flock (some network
+    mounts) is warned of as pretrain warns (:func:`~spacy_elmo.atomic.warn_if_not_locked`: ``directory`` is
+    ``command``'s argument ``name``)."""
     if fcntl is None:
         yield
         return
     fd = os.open(directory, os.O_RDONLY)
     try:
-        _lock(fd, directory, in_use)
+        warn_if_not_locked(_lock(fd, directory, in_use), directory, name, command,
+                           rival=f"a pretrain (or a second {command})")
         yield
     finally:
         os.close(fd)  # releases the lock

@@ -9,7 +9,10 @@ import sys
 import numpy
 import pytest
 import spacy
+import srsly
 import torch
+from safetensors.torch import load as st_load
+from safetensors.torch import save as st_save
 from spacy.tokens import Doc, DocBin
 
 from spacy_elmo import BiLM, batch_to_ids
@@ -211,3 +214,71 @@ def test_float16_weights_stay_float16_in_a_saved_pipeline(tiny_dir, tmp_path):
             assert value.dtype == weights[name][key].dtype == torch.float32
             assert torch.equal(weights[name][key], value), key
     assert sizes["half"] < 0.6 * sizes["float32"]
+
+
+BIAS = "lstm.forward_layers.0.bias"
+
+
+def _nan_at_first(weight: torch.Tensor) -> torch.Tensor:
+    weight = weight.clone()
+    weight[0] = float("nan")
+    return weight
+
+
+def _with_weight(model_bytes: bytes, change) -> bytes:
+    """The elmo model's bytes (thinc's; its one shim holds the biLM, bilm_layer._serialize_runner's) with the weight
+    :data:`BIAS` replaced by ``change(weight)``: what a spacy-elmo that checked nothing on save wrote."""
+    msg = srsly.msgpack_loads(model_bytes)
+    (node,) = [i for i, shims in enumerate(msg["shims"]) if shims]
+    shim = srsly.msgpack_loads(msg["shims"][node][0])
+    state = srsly.msgpack_loads(shim["state"])
+    weights = st_load(state["weights"])
+    weights[BIAS] = change(weights[BIAS])
+    state["weights"] = st_save(weights)
+    shim["state"] = srsly.msgpack_dumps(state)
+    msg["shims"][node][0] = srsly.msgpack_dumps(shim)
+    return srsly.msgpack_dumps(msg)
+
+
+@pytest.mark.parametrize(
+    "change,error",
+    [
+        (_nan_at_first, r"holds 1 NaN or infinite value\(s\), so the pipeline would give NaN vectors"),
+        (lambda w: torch.full_like(w, float("inf")), r"holds 64 NaN or infinite value"),
+        # load_state_dict would copy it into the float parameter without a word
+        (lambda w: w.round().to(torch.int32), r"holds torch\.int32 values, but weights are floating point"),
+    ],
+)
+def test_a_saved_biLM_weight_that_cannot_serve_is_refused_on_load(nlp, tmp_path, change, error):
+    """A pipeline saved with a NaN biLM weight (fine-tuning that diverged, saved by a spacy-elmo that did not
+    refuse it) loaded without a word and gave NaN vectors: refused, naming the component and the weight."""
+    doc = nlp("I went to the bank .")
+    nlp.to_disk(tmp_path / "p")
+    model = tmp_path / "p" / "elmo" / "model"
+    model.write_bytes(_with_weight(model.read_bytes(), change))
+    error = r"the saved biLM weight 'lstm\.forward_layers\.0\.bias' " + error
+    with pytest.raises(ValueError, match="The 'elmo' component: " + error):
+        spacy.load(tmp_path / "p")
+    # into a pipeline that runs: refused before they replace its own, which serve on
+    with pytest.raises(ValueError, match=error):
+        nlp.from_disk(tmp_path / "p")
+    numpy.testing.assert_array_equal(nlp("I went to the bank .")._.elmo, doc._.elmo)
+    # the layer read by thinc alone (spacy_elmo.ElmoBiLM.v1 inside another component): the same check
+    fresh = spacy.blank("en")
+    fresh.add_pipe("elmo")
+    with pytest.raises(ValueError, match="The saved elmo biLM layer: " + error):
+        fresh.get_pipe("elmo").model.from_bytes(model.read_bytes())
+
+
+def test_a_biLM_with_a_non_finite_weight_is_not_saved(nlp, tmp_path):
+    """Saved, it gave NaN vectors at every use; the error says so before anything of it is written."""
+    nlp("I went to the bank .")
+    with torch.no_grad():
+        get_bilm(nlp.get_pipe("elmo").model).lstm.forward_layers[0].bias[3] = float("-inf")
+    error = r"Cannot save the elmo biLM: its weight 'lstm\.forward_layers\.0\.bias' holds 1 NaN or infinite value"
+    with pytest.raises(ValueError, match=error):
+        nlp.to_disk(tmp_path / "p")
+    with pytest.raises(ValueError, match=error):
+        nlp.to_bytes()
+    with pytest.raises(ValueError, match=error):
+        nlp.get_pipe("elmo").model.to_bytes()

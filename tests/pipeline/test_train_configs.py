@@ -1,6 +1,7 @@
 """`spacy train` on the shipped configs (ner.cfg, parser.cfg, textcat.cfg) for a few steps on tiny data."""
 
 import gc
+import io
 import re
 import shutil
 import subprocess
@@ -140,6 +141,35 @@ def test_config_gives_elmo_sentences_in_training(cfg, annotating, corpus_dir, ti
     seen.clear()
     nlp(text)  # prediction runs the whole pipeline: sentences
     assert seen == [[(0, 4), (4, 8)]]
+
+
+@spacy.registry.callbacks("spacy_elmo_test.nan_at_step_3.v1")
+def _make_nan_at_step_3():
+    def before_update(nlp, args):  # a fine-tuning that diverged at step 3 (a NaN in the biLM)
+        if args["step"] == 3:
+            with torch.no_grad():
+                get_bilm(nlp.get_pipe("elmo").model).lstm.forward_layers[0].bias[0] = float("nan")
+
+    return before_update
+
+
+def test_spacy_train_stops_at_a_diverged_biLM_keeping_the_best_model(corpus_dir, tiny_dir, tmp_path):
+    """spacy train saved a biLM with NaN weights at every checkpoint (model-last, and model-best while the scores
+    tie), each loaded without a word and giving NaN vectors. Saving one is refused: training stops at the first
+    checkpoint after the divergence, the model-best saved before it intact."""
+    from spacy.training.loop import train
+
+    overrides = {"training.max_steps": 8, "training.eval_frequency": 2, "nlp.batch_size": 8,
+                 "training.before_update": {"@callbacks": "spacy_elmo_test.nan_at_step_3.v1"}}  # fmt: skip
+    nlp = init_nlp(_config("ner.cfg", corpus_dir, tiny_dir, overrides))
+    (tmp_path / "out").mkdir()
+    with pytest.raises(ValueError, match=r"Cannot save the elmo biLM: its weight 'lstm\.forward_layers\.0\.bias'"):
+        train(nlp, tmp_path / "out", stdout=io.StringIO(), stderr=io.StringIO())
+    best = spacy.load(tmp_path / "out" / "model-best")  # saved at step 2
+    original = BiLM.load(tiny_dir, backend="reference").state_dict()
+    for name, value in get_bilm(best.get_pipe("elmo").model).state_dict().items():
+        assert torch.equal(value.cpu(), original[name]), name
+    assert numpy.isfinite(best("Alice went home .")._.elmo).all()
 
 
 def _init(cfg, corpus_dir, weights, components=()):

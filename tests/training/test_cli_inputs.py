@@ -165,6 +165,28 @@ def test_export_overwrite_refuses_an_out_dir_a_running_pretrain_holds(trained, t
     assert "checkpoint.pt" not in _tree(running)
 
 
+@pytest.mark.parametrize("command", ["fit-state", "export"])
+def test_a_model_dir_that_cannot_be_locked_is_warned_of_as_pretrain_warns(command, model, trained, tmp_path, no_flock):
+    """A file system without flock (some network mounts): pretrain and embed warned that their output was not
+    locked, fit-state and export (--overwrite) went on without a word, though a pretrain running there is then not
+    refused. They warn once, as pretrain does, and finish."""
+    from tests.conftest import NO_FLOCK
+
+    if command == "fit-state":
+        path, name, args = model, "MODEL_DIR", ["fit-state", str(model), str(trained["train"]), "--rows", "4"]
+    else:
+        path, name = tmp_path / "out", "OUT_DIR"
+        shutil.copytree(model, path)
+        args = ["export", str(model), str(path), "--overwrite", "--format", "native"]
+    with pytest.warns(RuntimeWarning) as said:
+        result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    expected = Warnings.W_OUTPUT_NOT_LOCKED.format(name=name, path=path.resolve(), error=NO_FLOCK, command=command,
+                                                   rival=f"a pretrain (or a second {command})")
+    assert [str(w.message) for w in said if "could not lock" in str(w.message)] == [expected]
+    assert f"a pretrain (or a second {command}) into it while this {command} runs is not refused" in expected
+
+
 def test_export_in_place_keeps_a_run_resumable(trained, model, monkeypatch):
     """`export M M --overwrite` replaced M whole: a pretrain run's checkpoint.pt, data/ and train_log.jsonl went
     with it, and `pretrain --resume` could not continue. Refused where M holds a checkpoint; a model without one
