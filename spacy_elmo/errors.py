@@ -1637,6 +1637,12 @@ class Warnings:
         "spacy-elmo: {path} has a line of {n_chars} characters; it is tokenized in pieces of "
         "at most {piece} characters (split at whitespace)."
     )
+    W_LONG_RUNS = (
+        "spacy-elmo: {path} has {n_runs} of more than {cap} characters without whitespace (undecodable bytes "
+        "read as U+FFFD, minified code, a run of '!'); each is cut every {cap} characters, as spaCy's tokenizer "
+        "takes time quadratic in one. A token longer than {cap} characters becomes several (a model reads at most "
+        "50 characters of a token anyway); characters spaCy splits one by one give the same tokens."
+    )
     W_TOKENIZER_FALLBACK = (
         "spacy-elmo: spaCy's tokenizer for --lang {lang} needs packages that are not installed ({error}); "
         "reading the text with spaCy's rule-based tokenizer instead (whitespace, then punctuation and the "

@@ -32,7 +32,9 @@ sentences back in the text's order, so the cache is the same whatever their numb
 Defined behaviour for bad input: undecodable bytes are replaced by U+FFFD and
 counted (reported once, never an error); a file with NUL bytes in its first
 8 KiB (decompressed) is binary: an error when it is TRAIN_PATH itself, skipped with a warning
-inside a directory; a line longer than ``PIECE_CHARS`` characters is tokenized
+inside a directory; a stretch of more than ``RUN_CHARS`` characters without whitespace is cut every
+``RUN_CHARS`` characters (:func:`cut_runs`: spaCy's tokenizer takes time quadratic in one), counted and
+reported once per file; a line longer than ``PIECE_CHARS`` characters is tokenized
 in whitespace-split pieces; a corpus without tokens is an error.
 """
 
@@ -71,6 +73,12 @@ from .vocab import BOS, EOS, SPECIALS
 BINARY_PROBE = 8192
 #: Longest piece of text handed to spaCy at once (its own limit is 1,000,000).
 PIECE_CHARS = 100_000
+#: Longest stretch of text without whitespace handed to spaCy (:func:`cut_runs`). spaCy's tokenizer takes
+#: time quadratic in one (it strips a prefix or suffix at a time and copies the rest): 20,000 U+FFFD (what
+#: undecodable bytes become), ``!`` or emoji took 27 s, a 40 KB file of 0xFF bytes 121 s; cut at 200, a
+#: stretch costs about 3 ms (measured: 1,000: 60-150 ms). Tokens that long are no words (a model reads
+#: at most ``max_characters_per_token`` characters of one, 50 in the released models).
+RUN_CHARS = 200
 CACHE_VERSION = 1
 #: The files of a corpus cache (:func:`build_corpus`; ``tokens.raw`` only while it is built).
 CACHE_FILES = ("meta.json", "tokens.raw", "tokens.i32", "sent_lengths.i64", "counts.i64", "types.txt")
@@ -79,7 +87,8 @@ CACHE_DIR = "data"
 #: Version of what spacy-elmo does to text around spaCy's tokenizer; bump it when that changes the tokens
 #: (corpus caches and embed's parts of another version are not reused). 2: a leading byte order mark
 #: is dropped (it stuck to the first token), spaCy's whitespace tokens are left out.
-TOKEN_RULES = 2
+#: 3: a stretch of more than ``RUN_CHARS`` characters without whitespace is cut (:func:`cut_runs`).
+TOKEN_RULES = 3
 BOM = "\ufeff"
 
 READ_BLOCK = 1 << 16
@@ -252,6 +261,7 @@ class ReadStats:
     files_with_replacements: int = 0
     n_lines: int = 0
     long_lines: int = 0
+    long_runs: int = 0  # stretches without whitespace cut by cut_runs
     n_sentences: int = 0
     n_tokens: int = 0  # word tokens, markers not included
 
@@ -375,15 +385,43 @@ def is_binary(path: Path) -> bool:
         return b"\x00" in f.read(BINARY_PROBE)
 
 
+#: A stretch of more than RUN_CHARS characters without whitespace; from its start only (no match is tried
+#: inside one), so the search is linear in the line.
+_LONG_RUN = re.compile(r"(?<!\S)\S{%d,}" % (RUN_CHARS + 1))
+
+
+def cut_runs(line: str) -> tuple:
+    """``(text, n)``: ``line`` with a space put after every ``RUN_CHARS`` characters of each of its ``n``
+    stretches of more than ``RUN_CHARS`` characters without whitespace (``n`` 0: ``line`` itself).
+
+    A token longer than ``RUN_CHARS`` becomes several; characters spaCy splits one by one (U+FFFD,
+    ``!``, emoji, CJK punctuation) give the same tokens as before, in the same sentence."""
+    if len(line) <= RUN_CHARS:
+        return line, 0
+    n = 0
+
+    def cut(match) -> str:
+        nonlocal n
+        n += 1
+        run = match.group()
+        return " ".join(run[i:i + RUN_CHARS] for i in range(0, len(run), RUN_CHARS))
+
+    return _LONG_RUN.sub(cut, line), n
+
+
 def split_long(line: str, limit: int = PIECE_CHARS) -> List[str]:
-    """Pieces of at most ``limit`` characters, cut at the last whitespace when there is one."""
+    """Pieces of at most ``limit`` characters, cut at the last space or tab when there is one (the
+    whitespace starts the next piece). Walked with an index: copying the rest of the line per piece
+    was quadratic (2.9 s for a 40 MB line)."""
     pieces = []
-    while len(line) > limit:
-        cut = max(line.rfind(" ", 0, limit), line.rfind("\t", 0, limit))
-        cut = cut if cut > 0 else limit
-        pieces.append(line[:cut])
-        line = line[cut:]
-    pieces.append(line)
+    start = 0
+    while len(line) - start > limit:
+        end = start + limit
+        cut = max(line.rfind(" ", start, end), line.rfind("\t", start, end))
+        cut = cut if cut > start else end
+        pieces.append(line[start:cut])
+        start = cut
+    pieces.append(line[start:])
     return pieces
 
 
@@ -402,18 +440,26 @@ def iter_text(path: PathLike, stats: ReadStats) -> Iterator[str]:
         stats.n_files += 1
         before = replaced_bytes_so_far()
         warned = False
+        runs = 0
         for line in iter_lines(file):
             stats.n_lines += 1
             if not line.strip():
                 continue
-            if len(line) > PIECE_CHARS:
+            length = len(line)
+            line, n_runs = cut_runs(line)
+            runs += n_runs
+            if length > PIECE_CHARS:
                 stats.long_lines += 1
                 if not warned:
-                    warnings.warn(Warnings.W_LONG_LINE.format(path=file, n_chars=len(line), piece=PIECE_CHARS), RuntimeWarning, stacklevel=2)
+                    warnings.warn(Warnings.W_LONG_LINE.format(path=file, n_chars=length, piece=PIECE_CHARS), RuntimeWarning, stacklevel=2)
                     warned = True
                 yield from split_long(line)
             else:
                 yield line
+        if runs:
+            stats.long_runs += runs
+            n_runs = counted(runs, "stretch", "stretches")
+            warnings.warn(Warnings.W_LONG_RUNS.format(path=file, n_runs=n_runs, cap=RUN_CHARS), RuntimeWarning, stacklevel=2)
         if replaced_bytes_so_far() > before:
             stats.replaced_bytes += replaced_bytes_so_far() - before
             stats.files_with_replacements += 1

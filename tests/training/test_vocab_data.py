@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from spacy_elmo.chars import BEGIN_OF_SENTENCE, marker_char_ids, word_char_ids
-from spacy_elmo.training.data import PIECE_CHARS, Corpus, build_corpus
+from spacy_elmo.training.data import PIECE_CHARS, RUN_CHARS, Corpus, build_corpus, cut_runs, split_long
 from spacy_elmo.training.sentences import SentenceBatcher
 from spacy_elmo.training.stream import StreamBatcher
 from spacy_elmo.training.vocab import BOS, EOS, UNK, CharTable, Vocab
@@ -132,6 +132,38 @@ def test_one_megabyte_line(tmp_path):
     # Split at whitespace only: every word survives intact.
     assert set(Corpus.load(tmp_path / "cache").types[3:]) == {"alpha", "beta", "gamma", "delta", "."}
     assert stats["n_tokens"] > 200_000
+
+
+def test_stretches_without_whitespace_are_cut():
+    """spaCy's tokenizer is quadratic in a stretch without whitespace (20,000 U+FFFD: 27 s): one longer than
+    RUN_CHARS gets a space after every RUN_CHARS characters; shorter ones and whitespace stay as they are."""
+    assert RUN_CHARS == 200
+    line = "a " + "x" * 450 + " b\t" + "!" * 201 + " " + "y" * 200
+    text, n = cut_runs(line)
+    assert n == 2
+    assert text == "a " + "x" * 200 + " " + "x" * 200 + " " + "x" * 50 + " b\t" + "!" * 200 + " ! " + "y" * 200
+    assert cut_runs("z" * 200) == ("z" * 200, 0)
+    assert cut_runs("\ufffd" * 401) == ("\ufffd" * 200 + " " + "\ufffd" * 200 + " \ufffd", 1)
+
+
+def test_a_long_stretch_gives_the_tokens_of_its_cuts(tmp_path):
+    """Read from a file: undecodable bytes (U+FFFD, each its own token) give the same tokens as uncut;
+    a 450-character word becomes 3 tokens; both counted and warned of with the file."""
+    path = tmp_path / "runs.txt"
+    path.write_bytes(b"ok " + b"\xff" * 450 + b" then " + b"q" * 450 + b" end\n")
+    with pytest.warns(RuntimeWarning, match=r"runs.txt has 2 stretches of more than 200 characters without whitespace"):
+        meta = build_corpus(path, "en", tmp_path / "cache", progress=False)
+    assert meta["stats"]["long_runs"] == 2
+    counts = dict(zip(Corpus.load(tmp_path / "cache").types, Corpus.load(tmp_path / "cache").counts.tolist()))
+    assert counts["\ufffd"] == 450 and counts["q" * 200] == 2 and counts["q" * 50] == 1
+    assert meta["stats"]["n_tokens"] == 1 + 450 + 1 + 3 + 1
+
+
+def test_split_long_pieces():
+    assert split_long("aa bb cc dd", limit=5) == ["aa", " bb", " cc", " dd"]
+    assert split_long("aa\tbbbbbbbb c", limit=5) == ["aa", "\tbbbb", "bbbb", " c"]
+    assert split_long("x" * 12, limit=5) == ["xxxxx", "xxxxx", "xx"]
+    assert split_long("short", limit=5) == ["short"]
 
 
 def test_corpus_too_small_for_batch():
