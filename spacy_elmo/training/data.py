@@ -31,8 +31,8 @@ sentences back in the text's order, so the cache is the same whatever their numb
 
 Defined behaviour for bad input: undecodable bytes are replaced by U+FFFD and
 counted (reported once, never an error); a file with NUL bytes in its first
-8 KiB (decompressed) is binary: an error when it is TRAIN_PATH itself, skipped with a warning
-inside a directory; a stretch of more than ``RUN_CHARS`` characters without whitespace is cut every
+8 KiB (decompressed) is binary, or UTF-16 or UTF-32 text when they say so (:func:`not_utf8`): an error
+when it is TRAIN_PATH itself, skipped with a warning inside a directory; a stretch of more than ``RUN_CHARS`` characters without whitespace is cut every
 ``RUN_CHARS`` characters (:func:`cut_runs`: spaCy's tokenizer takes time quadratic in one), counted and
 reported once per file; a line longer than ``PIECE_CHARS`` characters is tokenized
 in whitespace-split pieces; a corpus without tokens is an error.
@@ -379,10 +379,48 @@ def foreign_entries(cache_dir: PathLike) -> List[str]:
                   if entry.name not in ours and not any(fnmatch.fnmatchcase(entry.name, p) for p in SYSTEM_FILES))
 
 
-def is_binary(path: Path) -> bool:
-    """Whether the first ``BINARY_PROBE`` bytes of ``path`` (decompressed: :func:`open_text_file`) hold a NUL."""
+#: Byte order marks of UTF-32 and UTF-16 (the 4-byte ones first: UTF-32LE's starts with UTF-16LE's).
+WIDE_BOMS = ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"), (b"\xff\xfe", "UTF-16"), (b"\xfe\xff", "UTF-16"))
+#: What :func:`not_utf8` calls a file with NUL bytes that is no UTF-16 or UTF-32 text.
+BINARY = "binary"
+
+
+def _wide_encoding(head: bytes) -> Optional[str]:
+    """The iconv name of the UTF-16 or UTF-32 encoding of text whose first bytes are ``head`` (None: neither):
+    by its byte order mark (Notepad's "Unicode" and PowerShell's ``>`` write one), else when the NUL bytes
+    are where they fall between characters (UTF-16: at one parity only, whose side gives the byte order;
+    UTF-32: the order that decodes) and the decoded text is printable (95% of it) with a space or line break."""
+    for bom, name in WIDE_BOMS:
+        if head.startswith(bom):
+            return name
+    odd_nuls = head[1::2].count(0)
+    utf16 = "LE" if odd_nuls and not head[0::2].count(0) else "BE" if not odd_nuls else None
+    candidates = [("UTF-32", order) for order in ("LE", "BE")] + ([("UTF-16", utf16)] if utf16 else [])
+    for name, order in candidates:
+        width = 4 if name == "UTF-32" else 2
+        text = head[: len(head) // width * width].decode(f"{name}-{order}", errors="replace")
+        printable = sum(c.isprintable() or c.isspace() for c in text)
+        if text and printable >= 0.95 * len(text) and any(c in text for c in " \n"):
+            return name + order
+    return None
+
+
+def not_utf8(path: Path) -> Optional[str]:
+    """None when the file ``path`` may be read as UTF-8 text; else what it is by its first ``BINARY_PROBE``
+    bytes (decompressed: :func:`open_text_file`): the iconv name of its UTF-16 or UTF-32 encoding
+    (:func:`_wide_encoding`), or :data:`BINARY` when they hold another NUL byte."""
     with open_text_file(path) as f:
-        return b"\x00" in f.read(BINARY_PROBE)
+        head = f.read(BINARY_PROBE)
+    if b"\x00" not in head and not head.startswith((b"\xff\xfe", b"\xfe\xff")):  # both are no UTF-8
+        return None
+    return _wide_encoding(head) or BINARY
+
+
+def not_text_error(path: Path, kind: str) -> str:
+    """The error for the file ``path`` that is no UTF-8 text, ``kind`` as :func:`not_utf8` says it."""
+    if kind == BINARY:
+        return Errors.E_BINARY_FILE.format(path=path)
+    return Errors.E_WIDE_TEXT_FILE.format(path=path, encoding=kind)
 
 
 #: A stretch of more than RUN_CHARS characters without whitespace; from its start only (no match is tried
@@ -430,12 +468,14 @@ def iter_text(path: PathLike, stats: ReadStats) -> Iterator[str]:
     files = list_text_files(path)
     single = Path(path).is_file()
     for file in files:
-        if is_binary(file):
+        kind = not_utf8(file)
+        if kind is not None:
             if single:
-                raise ValueError(Errors.E_BINARY_FILE.format(path=file))
-            stats.n_binary += 1
+                raise ValueError(not_text_error(file, kind))
+            stats.n_binary += 1  # UTF-16 and UTF-32 files too: skipped as no UTF-8 text
             stats.binary_files.append(str(file))
-            warnings.warn(Warnings.W_BINARY_SKIPPED.format(path=file), RuntimeWarning, stacklevel=2)
+            skipped = Warnings.W_BINARY_SKIPPED if kind == BINARY else Warnings.W_WIDE_TEXT_SKIPPED
+            warnings.warn(skipped.format(path=file, encoding=kind), RuntimeWarning, stacklevel=2)
             continue
         stats.n_files += 1
         before = replaced_bytes_so_far()

@@ -111,6 +111,38 @@ def test_binary_file(tmp_path):
     assert meta["stats"]["n_binary"] == 1 and meta["stats"]["n_tokens"] == 4
 
 
+TEXT = "The cat sees a ball.\nA second line, with \u00e9 and \u4e2d.\n"
+
+
+@pytest.mark.parametrize("python_codec, encoding", [
+    ("utf-16", "UTF-16"), ("utf-16-le", "UTF-16LE"), ("utf-16-be", "UTF-16BE"),
+    ("utf-32", "UTF-32"), ("utf-32-le", "UTF-32LE"), ("utf-32-be", "UTF-32BE"),
+])
+def test_utf16_and_utf32_text_is_named_not_called_binary(tmp_path, python_codec, encoding):
+    """Notepad's "Unicode" and PowerShell's > write UTF-16 (with a byte order mark): it has NUL bytes, and was
+    called a binary file. Its encoding is named, with the command that re-encodes it (for a BOM-less file
+    the byte order: iconv reads UTF-16 without one as big-endian)."""
+    path = tmp_path / "u.txt"
+    path.write_bytes(TEXT.encode(python_codec))
+    with pytest.raises(ValueError, match=rf"u.txt looks like {encoding} text, not UTF-8.*`iconv -f {encoding} -t UTF-8 "):
+        build_corpus(path, "en", tmp_path / "cache", progress=False)
+    d = tmp_path / "dir"
+    d.mkdir()
+    (d / "u.txt").write_bytes(TEXT.encode(python_codec))
+    (d / "text.txt").write_text("Some words here.\n", encoding="utf-8")
+    with pytest.warns(RuntimeWarning, match=rf"skipped .*u.txt: it looks like {encoding} text, not UTF-8"):
+        meta = build_corpus(d, "en", tmp_path / "cache2", progress=False)
+    assert meta["stats"]["n_binary"] == 1 and meta["stats"]["n_tokens"] == 4
+
+
+@pytest.mark.parametrize("data", [b"abc\x00def\n", b"\x00\x01\x02 not text \x00", bytes(range(256)) * 8,
+                                  b"tar header\x00\x00" * 50, b"\x00\x00\x00\x01" * 100])
+def test_binary_data_stays_binary(tmp_path, data):
+    (tmp_path / "b.bin").write_bytes(data)
+    with pytest.raises(ValueError, match="looks like a binary file"):
+        build_corpus(tmp_path / "b.bin", "en", tmp_path / "cache", progress=False)
+
+
 def test_undecodable_bytes_are_replaced_and_counted(tmp_path):
     path = tmp_path / "latin1.txt"
     path.write_bytes("caf\u00e9 ol\u00e9 ok\n".encode("latin-1") + b"bad \xff\xfe end\n")
