@@ -986,12 +986,14 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
         if step % cfg.log_every == 0 or step == total:
             elapsed = time.perf_counter() - window_start
             tps = window_tokens / max(elapsed, 1e-9)
+            # exp of the window's training loss: of the sampled softmax, far below the full-softmax perplexity with few
+            # negatives (201.3 in full: 165.6 with 8,192, 11.3 with 64), so named so; --heldout and evaluate give the full one.
             ppl = math.exp(min(window_loss / window_n, 50.0))
             with _settled(wait):  # rank 0 appends (a full disk fails it alone)
                 log.write({"step": step, "epoch": epoch, "loss": step_loss, "loss_forward": float(stats[1]),
-                           "loss_backward": float(stats[2]), "running_perplexity": ppl, "grad_norm": float(grad_norm),
+                           "loss_backward": float(stats[2]), "sampled_perplexity": ppl, "grad_norm": float(grad_norm),
                            "tokens": tokens_seen, "tokens_per_s": tps, "time": time.time()})
-            bar.set_postfix({"tok/s": f"{tps:,.0f}", "ppl": f"{ppl:,.1f}"}, refresh=False)
+            bar.set_postfix({"tok/s": f"{tps:,.0f}", "ppl" if full_softmax else "sampled ppl": f"{ppl:,.1f}"}, refresh=False)
             window_loss, window_n, window_tokens, window_start = 0.0, 0, 0, time.perf_counter()
         bar.update(1)
         if step % cfg.checkpoint_every == 0 or step == total:
