@@ -44,7 +44,7 @@ from . import checkpoint as ckpt
 from . import data as corpus_data
 from .data import Corpus, build_corpus, cache_is_current, fingerprint, tokenization_change
 from .lm import BidirectionalLM
-from .modelio import has_softmax, load_pretrained, recorded_reading, save_pretrained
+from .modelio import check_init_model, load_pretrained, recorded_reading, save_pretrained
 from .prefetch import StepInputs, StepPrefetcher, prefetch_default, prepare_step
 from .sampler import LogUniformSampler
 from .sentences import UNRECORDED_POOL, SentenceBatcher
@@ -740,7 +740,7 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
     with _same_on_every_rank():
         cfg.validate()
         if cfg.init:  # a missing or unloadable --init is refused before OUTPUT_DIR is made and the corpus tokenized
-            has_softmax(cfg.init)
+            check_init_model(cfg.init)
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
     rank, world, device = _setup_distributed(cfg)

@@ -474,6 +474,35 @@ def test_an_init_model_that_cannot_load_is_refused_before_the_corpus_is_tokenize
     assert not out.exists()
 
 
+@pytest.mark.parametrize("vocab", ["missing", "short"])
+def test_an_init_softmax_without_its_vocabulary_is_refused_before_the_corpus_is_tokenized(tmp_path, monkeypatch, vocab):
+    """An --init model whose softmax has no vocab.txt, or one of another length, was refused only after the whole
+    corpus was tokenized (load_pretrained's check); now at the start, with the same error, nothing tokenized."""
+    from spacy_elmo.training import trainer
+    from spacy_elmo.training.modelio import save_pretrained
+    from spacy_elmo.training.softmax import SoftmaxLayer
+    from spacy_elmo.training.vocab import Vocab
+
+    from .test_modelio import CONFIG, TOKENS
+
+    model = tmp_path / "model"
+    save_pretrained(model, BiLM(CONFIG, backend="reference"), SoftmaxLayer(len(TOKENS), CONFIG.projection_dim),
+                    Vocab(TOKENS), {})
+    if vocab == "missing":
+        (model / "vocab.txt").unlink()
+    else:
+        (model / "vocab.txt").write_text("\n".join(TOKENS[:-1]) + "\n", encoding="utf-8")
+    def tokenize(*args, **kwargs):
+        raise AssertionError("the corpus was tokenized before the --init model was checked")
+
+    monkeypatch.setattr(trainer, "build_corpus", tokenize)
+    train_file = write_corpus(tmp_path / "train.txt", 200)
+    match = "has no vocab.txt" if vocab == "missing" else "vocab.txt in .* has 4 entries but the softmax has 5 rows"
+    with pytest.raises((FileNotFoundError, ValueError), match=match):
+        train(tiny_train_config(train_file, tmp_path / "out", model=None, init=str(model)))
+    assert not (tmp_path / "out").exists()
+
+
 INT_FIELDS = ["batch_size", "unroll", "negatives", "checkpoint_every", "log_every", "eval_batch_size", "min_count",
               "seed", "state_sentences", "max_steps", "threads", "vocab_size", "tokenize_processes"]
 REAL_FIELDS = ["epochs", "lr", "clip", "dropout"]
