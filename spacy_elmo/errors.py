@@ -1646,6 +1646,11 @@ class Warnings:
         "spacy-elmo: {path} has a line of {n_chars} characters; it is tokenized in pieces of "
         "at most {piece} characters (split at whitespace)."
     )
+    W_RESUME_NOTHING_TO_TRAIN = (
+        "spacy-elmo: the checkpoint in {path} is at step {step:,} and this run ends at step {total:,} ({option}): "
+        "nothing was trained, and the checkpoint and model were left as they are. To train on, resume with "
+        "--max-steps above {step:,} (or more --epochs)."
+    )
     W_LONG_RUNS = (
         "spacy-elmo: {path} has {n_runs} of more than {cap} characters without whitespace (undecodable bytes "
         "read as U+FFFD, minified code, a run of '!'); each is cut every {cap} characters, as spaCy's tokenizer "

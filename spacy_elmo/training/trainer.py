@@ -36,7 +36,7 @@ from ..bilm import BiLM, BiLMConfig
 from ..bilm.config import is_int, is_real
 from ..bilm.initial_state import boundary_state_mean
 from ..bilm.lstm import LstmState
-from ..bilm.native_io import find_allennlp_files
+from ..bilm.native_io import find_allennlp_files, read_meta
 from ..device import torch_device
 from ..errors import Errors, Warnings
 from ..ranks import torchrun_ranks
@@ -518,6 +518,16 @@ def _total_steps(cfg: TrainConfig, steps_per_epoch: int) -> int:
     return math.ceil((cfg.epochs or 10) * steps_per_epoch)
 
 
+def _model_steps(out: Path) -> Optional[int]:
+    """The steps the model in OUTPUT_DIR ``out`` was saved at (its config.json's provenance); None when there is
+    none or it cannot be read."""
+    try:
+        provenance = read_meta(out).get("provenance")
+    except (OSError, ValueError):
+        return None
+    return provenance.get("steps") if isinstance(provenance, dict) else None
+
+
 def _diverged(step: int, what: str, value: float, out: Path, last_saved: int) -> ValueError:
     """The error of a run whose loss, gradient norm or weights stopped being finite at ``step``
     (``last_saved``: the step of the checkpoint and model in ``out``, 0 when none was written)."""
@@ -844,6 +854,10 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
                 step = int(payload["step"])
                 tokens_seen = int(payload.get("tokens", step * cfg.batch_size * cfg.unroll * world))  # older checkpoints: streams
                 state = ckpt.restore_rank_state(payload["ranks"][rank], sampler_rng, device)
+                if total <= step and is_main:  # it rewrote checkpoint.pt and the model, saying only "0 steps this run"
+                    option = "--max-steps" if cfg.max_steps is not None else "--epochs"
+                    warnings.warn(Warnings.W_RESUME_NOTHING_TO_TRAIN.format(path=out, step=step, total=total, option=option),
+                                  RuntimeWarning, stacklevel=3)  # train()'s caller
     except BaseException:
         if is_main:
             shutil.rmtree(staging, ignore_errors=True)
@@ -1004,6 +1018,12 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
             window_loss, window_n, window_tokens, window_start = 0.0, 0, 0, time.perf_counter()
     bar.close()
     if payload is not None and step == int(payload["step"]):
-        save(final=True)  # resumed a finished run: make sure the model is written
+        # Nothing trained: the files stay as they are, unless a kill between the checkpoint and the model that
+        # follows it left the model of an earlier step (its config.json, written last, records the steps).
+        stale = [is_main and _model_steps(out) != step]
+        if world > 1:  # rank 0's files decide: saving is collective
+            dist.broadcast_object_list(stale, src=0)
+        if stale[0]:
+            save(final=True)
     return {"steps": step, "resumed_from": 0 if payload is None else int(payload["step"]), "vocab_size": vocab.size, "corpus": meta["stats"], "heldout": last_heldout,
             "output_dir": str(out), "rank": rank}

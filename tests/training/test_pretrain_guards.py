@@ -561,3 +561,32 @@ def test_train_config_flags_must_be_bools(name):
     for wrong in ("false", 1, 0, np.bool_(True)):
         with pytest.raises(ValueError, match=f"^{name} must be True(, False or None| or False).*; found "):
             TrainConfig(train_path="t", output_dir="o", **{name: wrong}).validate()
+
+
+def test_a_resume_that_trains_nothing_says_so_and_leaves_the_files(tmp_path):
+    """--resume with --max-steps at or below the checkpoint's step trained nothing, rewrote checkpoint.pt and the
+    model, and said only "0 steps this run". It warns naming both steps and writes nothing; only a model older than
+    the checkpoint (a kill between the two writes) is written again."""
+    import json
+
+    train_file = write_corpus(tmp_path / "train.txt", 200)
+    out = tmp_path / "out"
+    train(tiny_train_config(train_file, out, max_steps=4, checkpoint_every=2))
+    files = ("checkpoint.pt", "model.safetensors", "config.json", "vocab.txt")
+
+    def stamps():
+        return {name: ((out / name).stat().st_mtime_ns, (out / name).read_bytes()) for name in files}
+
+    before = stamps()
+    for max_steps in (2, 4):
+        with pytest.warns(RuntimeWarning, match=rf"checkpoint in {out} is at step 4 and this run ends at step {max_steps} "
+                                                r"\(--max-steps\): nothing was trained"):
+            result = train(tiny_train_config(train_file, out, max_steps=max_steps, checkpoint_every=2, resume=True))
+        assert result["steps"] == 4 and stamps() == before
+    config = json.loads((out / "config.json").read_text(encoding="utf-8"))
+    config["provenance"]["steps"] = 2  # the model of step 2: killed after the checkpoint of step 4 was written
+    (out / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    with pytest.warns(RuntimeWarning, match="nothing was trained"):
+        train(tiny_train_config(train_file, out, max_steps=4, checkpoint_every=2, resume=True))
+    assert json.loads((out / "config.json").read_text(encoding="utf-8"))["provenance"]["steps"] == 4
+    assert (out / "model.safetensors").read_bytes() == before["model.safetensors"][1]
