@@ -132,12 +132,13 @@ def scan_lines(path: PathLike, digests: PartDigests, progress: bool = False) -> 
     took minutes on a big file without a word (10 GB of bzip2: 11 minutes).
     """
     from .progress import progress_bar
-    from .training.data import is_binary, iter_lines, replaced_bytes_so_far
+    from .training.data import iter_lines, not_text_error, not_utf8, replaced_bytes_so_far
 
     path = Path(path)
     check_input_file(path)
-    if is_binary(path):
-        raise ValueError(Errors.E_BINARY_FILE.format(path=path))
+    kind = not_utf8(path)
+    if kind is not None:
+        raise ValueError(not_text_error(path, kind))
     before = replaced_bytes_so_far()
     n_lines, with_cr = 0, 0
     with progress_bar(total=path.stat().st_size, desc="reading", unit="B", unit_scale=True, unit_divisor=1024,

@@ -835,7 +835,7 @@ class Errors:
         "first; gzip, bzip2 and xz files are read as they are, decompressed while reading."
     )
     E_EMPTY_CORPUS = (
-        "No text to train on in {path}: {n_files} file(s) read, {n_binary} skipped as binary, "
+        "No text to train on in {path}: {n_files} file(s) read, {n_binary} skipped as binary or UTF-16/32, "
         "0 tokens. Pass UTF-8 text (one or more sentences per line)."
     )
     E_TOKENIZE_WORKER_DIED = (
@@ -850,6 +850,11 @@ class Errors:
     E_BINARY_FILE = (
         "{path} looks like a binary file (it contains NUL bytes), not UTF-8 text. Pass plain "
         "text (or gzip, bzip2 or xz of it); in a directory, binary files are skipped with a warning."
+    )
+    E_WIDE_TEXT_FILE = (
+        "{path} looks like {encoding} text, not UTF-8 (Notepad's \"Unicode\" and PowerShell's > write UTF-16). "
+        "Re-encode it to UTF-8, e.g. `iconv -f {encoding} -t UTF-8 {path} > NEW.txt`, and pass NEW.txt; in a "
+        "directory, such files are skipped with a warning."
     )
     E_NOT_COMPRESSED = (
         "{path} is named {suffix} but is not {format} data (its first bytes are no gzip, bzip2 or xz "
@@ -1179,7 +1184,7 @@ class Errors:
         "only {n_gpus} are visible."
     )
     E_NO_EVAL_TOKENS = (
-        "{path} contains no tokens to evaluate on ({n_files} file(s) read, {n_binary} skipped as binary). Pass "
+        "{path} contains no tokens to evaluate on ({n_files} file(s) read, {n_binary} skipped as binary or UTF-16/32). Pass "
         "UTF-8 text with at least one word: a text file (plain, .gz, .bz2 or .xz) or a directory holding such files."
     )
     E_NO_EVAL_WORDS = (
@@ -1192,8 +1197,8 @@ class Errors:
         "to clear the state, or drop --clear to fit a new state on the text."
     )
     E_FIT_STATE_EMPTY_TEXT = (
-        "{path} holds no text to fit the initial state on ({n_files} file(s) read, {n_binary} skipped as "
-        "binary, 0 sentences). Pass UTF-8 running text like the training text (one or more sentences per line)."
+        "{path} holds no text to fit the initial state on ({n_files} file(s) read, {n_binary} skipped as binary or "
+        "UTF-16/32, 0 sentences). Pass UTF-8 running text like the training text (one or more sentences per line)."
     )
     E_FIT_STATE_ALLENNLP = (
         "{path} holds AllenNLP/bilm-tf weights, whose format has no place for a fitted initial state. Convert "
@@ -1600,6 +1605,10 @@ class Warnings:
 
     # --- pretraining and CLI (spacy_elmo.training, spacy_elmo.cli) ----------
     W_BINARY_SKIPPED = "spacy-elmo: skipped {path}: it looks binary (NUL bytes), not text."
+    W_WIDE_TEXT_SKIPPED = (
+        "spacy-elmo: skipped {path}: it looks like {encoding} text, not UTF-8. Re-encode it to UTF-8 to train on "
+        "it: `iconv -f {encoding} -t UTF-8 {path} > NEW.txt`."
+    )
     W_TRAIN_PATH_OUTPUTS_SKIPPED = (
         "spacy-elmo: skipped {n_dirs} under {path} holding a model or spacy-elmo's output (a pretrain "
         "OUTPUT_DIR, a native or AllenNLP model, embed's parts): {dirs}. Their files (config.json, options.json, "
@@ -1636,6 +1645,17 @@ class Warnings:
     W_LONG_LINE = (
         "spacy-elmo: {path} has a line of {n_chars} characters; it is tokenized in pieces of "
         "at most {piece} characters (split at whitespace)."
+    )
+    W_RESUME_NOTHING_TO_TRAIN = (
+        "spacy-elmo: the checkpoint in {path} is at step {step:,} and this run ends at step {total:,} ({option}): "
+        "nothing was trained, and the checkpoint and model were left as they are. To train on, resume with "
+        "--max-steps above {step:,} (or more --epochs)."
+    )
+    W_LONG_RUNS = (
+        "spacy-elmo: {path} has {n_runs} of more than {cap} characters without whitespace (undecodable bytes "
+        "read as U+FFFD, minified code, a run of '!'); each is cut every {cap} characters, as spaCy's tokenizer "
+        "takes time quadratic in one. A token longer than {cap} characters becomes several (a model reads at most "
+        "50 characters of a token anyway); characters spaCy splits one by one give the same tokens."
     )
     W_TOKENIZER_FALLBACK = (
         "spacy-elmo: spaCy's tokenizer for --lang {lang} needs packages that are not installed ({error}); "

@@ -466,6 +466,10 @@ def test_bad_input_gets_clear_errors(bilm, model_dir, corpus, tmp_path):
     binary.write_bytes(b"abc\x00def\n")
     with pytest.raises(ValueError, match="binary"):
         embed_file(bilm, binary, tmp_path / "o.h5", progress=False)
+    wide = tmp_path / "u16.txt"
+    wide.write_bytes("Some text\n".encode("utf-16"))
+    with pytest.raises(ValueError, match=r"looks like UTF-16 text, not UTF-8.*`iconv -f UTF-16 -t UTF-8"):
+        embed_file(bilm, wide, tmp_path / "o.h5", progress=False)
     long = tmp_path / "long.txt"
     long.write_text("short line\n" + "w " * 50 + "\n", encoding="utf-8")
     with pytest.raises(ValueError, match=r"line 2 has 50 tokens, more than --max-tokens 20"):

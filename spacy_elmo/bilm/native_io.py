@@ -382,11 +382,16 @@ def read_safetensors(path: Path) -> Dict[str, torch.Tensor]:
         return load_file(str(path))
 
 
-def safetensors_names(path: Path) -> List[str]:
-    """The tensor names of the safetensors file ``path``, read from its header: no tensor is loaded."""
+def safetensors_shapes(path: Path) -> Dict[str, List[int]]:
+    """The shape of every tensor of the safetensors file ``path``, by name, read from its header: no tensor is loaded."""
     with _safetensors_errors(path):
         with safe_open(str(path), framework="pt") as f:
-            return list(f.keys())
+            return {name: list(f.get_slice(name).get_shape()) for name in f.keys()}
+
+
+def safetensors_names(path: Path) -> List[str]:
+    """The tensor names of the safetensors file ``path``, read from its header: no tensor is loaded."""
+    return list(safetensors_shapes(path))
 
 
 def load_tensors(directory: PathLike) -> Dict[str, torch.Tensor]:

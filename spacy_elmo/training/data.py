@@ -31,8 +31,10 @@ sentences back in the text's order, so the cache is the same whatever their numb
 
 Defined behaviour for bad input: undecodable bytes are replaced by U+FFFD and
 counted (reported once, never an error); a file with NUL bytes in its first
-8 KiB (decompressed) is binary: an error when it is TRAIN_PATH itself, skipped with a warning
-inside a directory; a line longer than ``PIECE_CHARS`` characters is tokenized
+8 KiB (decompressed) is binary, or UTF-16 or UTF-32 text when they say so (:func:`not_utf8`): an error
+when it is TRAIN_PATH itself, skipped with a warning inside a directory; a stretch of more than ``RUN_CHARS`` characters without whitespace is cut every
+``RUN_CHARS`` characters (:func:`cut_runs`: spaCy's tokenizer takes time quadratic in one), counted and
+reported once per file; a line longer than ``PIECE_CHARS`` characters is tokenized
 in whitespace-split pieces; a corpus without tokens is an error.
 """
 
@@ -71,6 +73,12 @@ from .vocab import BOS, EOS, SPECIALS
 BINARY_PROBE = 8192
 #: Longest piece of text handed to spaCy at once (its own limit is 1,000,000).
 PIECE_CHARS = 100_000
+#: Longest stretch of text without whitespace handed to spaCy (:func:`cut_runs`). spaCy's tokenizer takes
+#: time quadratic in one (it strips a prefix or suffix at a time and copies the rest): 20,000 U+FFFD (what
+#: undecodable bytes become), ``!`` or emoji took 27 s, a 40 KB file of 0xFF bytes 121 s; cut at 200, a
+#: stretch costs about 3 ms (measured: 1,000: 60-150 ms). Tokens that long are no words (a model reads
+#: at most ``max_characters_per_token`` characters of one, 50 in the released models).
+RUN_CHARS = 200
 CACHE_VERSION = 1
 #: The files of a corpus cache (:func:`build_corpus`; ``tokens.raw`` only while it is built).
 CACHE_FILES = ("meta.json", "tokens.raw", "tokens.i32", "sent_lengths.i64", "counts.i64", "types.txt")
@@ -79,7 +87,8 @@ CACHE_DIR = "data"
 #: Version of what spacy-elmo does to text around spaCy's tokenizer; bump it when that changes the tokens
 #: (corpus caches and embed's parts of another version are not reused). 2: a leading byte order mark
 #: is dropped (it stuck to the first token), spaCy's whitespace tokens are left out.
-TOKEN_RULES = 2
+#: 3: a stretch of more than ``RUN_CHARS`` characters without whitespace is cut (:func:`cut_runs`).
+TOKEN_RULES = 3
 BOM = "\ufeff"
 
 READ_BLOCK = 1 << 16
@@ -252,6 +261,7 @@ class ReadStats:
     files_with_replacements: int = 0
     n_lines: int = 0
     long_lines: int = 0
+    long_runs: int = 0  # stretches without whitespace cut by cut_runs
     n_sentences: int = 0
     n_tokens: int = 0  # word tokens, markers not included
 
@@ -369,21 +379,87 @@ def foreign_entries(cache_dir: PathLike) -> List[str]:
                   if entry.name not in ours and not any(fnmatch.fnmatchcase(entry.name, p) for p in SYSTEM_FILES))
 
 
-def is_binary(path: Path) -> bool:
-    """Whether the first ``BINARY_PROBE`` bytes of ``path`` (decompressed: :func:`open_text_file`) hold a NUL."""
+#: Byte order marks of UTF-32 and UTF-16 (the 4-byte ones first: UTF-32LE's starts with UTF-16LE's).
+WIDE_BOMS = ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"), (b"\xff\xfe", "UTF-16"), (b"\xfe\xff", "UTF-16"))
+#: What :func:`not_utf8` calls a file with NUL bytes that is no UTF-16 or UTF-32 text.
+BINARY = "binary"
+
+
+def _wide_encoding(head: bytes) -> Optional[str]:
+    """The iconv name of the UTF-16 or UTF-32 encoding of text whose first bytes are ``head`` (None: neither):
+    by its byte order mark (Notepad's "Unicode" and PowerShell's ``>`` write one), else when the NUL bytes
+    are where they fall between characters (UTF-16: at one parity only, whose side gives the byte order;
+    UTF-32: the order that decodes) and the decoded text is printable (95% of it) with a space or line break."""
+    for bom, name in WIDE_BOMS:
+        if head.startswith(bom):
+            return name
+    odd_nuls = head[1::2].count(0)
+    utf16 = "LE" if odd_nuls and not head[0::2].count(0) else "BE" if not odd_nuls else None
+    candidates = [("UTF-32", order) for order in ("LE", "BE")] + ([("UTF-16", utf16)] if utf16 else [])
+    for name, order in candidates:
+        width = 4 if name == "UTF-32" else 2
+        text = head[: len(head) // width * width].decode(f"{name}-{order}", errors="replace")
+        printable = sum(c.isprintable() or c.isspace() for c in text)
+        if text and printable >= 0.95 * len(text) and any(c in text for c in " \n"):
+            return name + order
+    return None
+
+
+def not_utf8(path: Path) -> Optional[str]:
+    """None when the file ``path`` may be read as UTF-8 text; else what it is by its first ``BINARY_PROBE``
+    bytes (decompressed: :func:`open_text_file`): the iconv name of its UTF-16 or UTF-32 encoding
+    (:func:`_wide_encoding`), or :data:`BINARY` when they hold another NUL byte."""
     with open_text_file(path) as f:
-        return b"\x00" in f.read(BINARY_PROBE)
+        head = f.read(BINARY_PROBE)
+    if b"\x00" not in head and not head.startswith((b"\xff\xfe", b"\xfe\xff")):  # both are no UTF-8
+        return None
+    return _wide_encoding(head) or BINARY
+
+
+def not_text_error(path: Path, kind: str) -> str:
+    """The error for the file ``path`` that is no UTF-8 text, ``kind`` as :func:`not_utf8` says it."""
+    if kind == BINARY:
+        return Errors.E_BINARY_FILE.format(path=path)
+    return Errors.E_WIDE_TEXT_FILE.format(path=path, encoding=kind)
+
+
+#: A stretch of more than RUN_CHARS characters without whitespace; from its start only (no match is tried
+#: inside one), so the search is linear in the line.
+_LONG_RUN = re.compile(r"(?<!\S)\S{%d,}" % (RUN_CHARS + 1))
+
+
+def cut_runs(line: str) -> tuple:
+    """``(text, n)``: ``line`` with a space put after every ``RUN_CHARS`` characters of each of its ``n``
+    stretches of more than ``RUN_CHARS`` characters without whitespace (``n`` 0: ``line`` itself).
+
+    A token longer than ``RUN_CHARS`` becomes several; characters spaCy splits one by one (U+FFFD,
+    ``!``, emoji, CJK punctuation) give the same tokens as before, in the same sentence."""
+    if len(line) <= RUN_CHARS:
+        return line, 0
+    n = 0
+
+    def cut(match) -> str:
+        nonlocal n
+        n += 1
+        run = match.group()
+        return " ".join(run[i:i + RUN_CHARS] for i in range(0, len(run), RUN_CHARS))
+
+    return _LONG_RUN.sub(cut, line), n
 
 
 def split_long(line: str, limit: int = PIECE_CHARS) -> List[str]:
-    """Pieces of at most ``limit`` characters, cut at the last whitespace when there is one."""
+    """Pieces of at most ``limit`` characters, cut at the last space or tab when there is one (the
+    whitespace starts the next piece). Walked with an index: copying the rest of the line per piece
+    was quadratic (2.9 s for a 40 MB line)."""
     pieces = []
-    while len(line) > limit:
-        cut = max(line.rfind(" ", 0, limit), line.rfind("\t", 0, limit))
-        cut = cut if cut > 0 else limit
-        pieces.append(line[:cut])
-        line = line[cut:]
-    pieces.append(line)
+    start = 0
+    while len(line) - start > limit:
+        end = start + limit
+        cut = max(line.rfind(" ", start, end), line.rfind("\t", start, end))
+        cut = cut if cut > start else end
+        pieces.append(line[start:cut])
+        start = cut
+    pieces.append(line[start:])
     return pieces
 
 
@@ -392,28 +468,38 @@ def iter_text(path: PathLike, stats: ReadStats) -> Iterator[str]:
     files = list_text_files(path)
     single = Path(path).is_file()
     for file in files:
-        if is_binary(file):
+        kind = not_utf8(file)
+        if kind is not None:
             if single:
-                raise ValueError(Errors.E_BINARY_FILE.format(path=file))
-            stats.n_binary += 1
+                raise ValueError(not_text_error(file, kind))
+            stats.n_binary += 1  # UTF-16 and UTF-32 files too: skipped as no UTF-8 text
             stats.binary_files.append(str(file))
-            warnings.warn(Warnings.W_BINARY_SKIPPED.format(path=file), RuntimeWarning, stacklevel=2)
+            skipped = Warnings.W_BINARY_SKIPPED if kind == BINARY else Warnings.W_WIDE_TEXT_SKIPPED
+            warnings.warn(skipped.format(path=file, encoding=kind), RuntimeWarning, stacklevel=2)
             continue
         stats.n_files += 1
         before = replaced_bytes_so_far()
         warned = False
+        runs = 0
         for line in iter_lines(file):
             stats.n_lines += 1
             if not line.strip():
                 continue
-            if len(line) > PIECE_CHARS:
+            length = len(line)
+            line, n_runs = cut_runs(line)
+            runs += n_runs
+            if length > PIECE_CHARS:
                 stats.long_lines += 1
                 if not warned:
-                    warnings.warn(Warnings.W_LONG_LINE.format(path=file, n_chars=len(line), piece=PIECE_CHARS), RuntimeWarning, stacklevel=2)
+                    warnings.warn(Warnings.W_LONG_LINE.format(path=file, n_chars=length, piece=PIECE_CHARS), RuntimeWarning, stacklevel=2)
                     warned = True
                 yield from split_long(line)
             else:
                 yield line
+        if runs:
+            stats.long_runs += runs
+            n_runs = counted(runs, "stretch", "stretches")
+            warnings.warn(Warnings.W_LONG_RUNS.format(path=file, n_runs=n_runs, cap=RUN_CHARS), RuntimeWarning, stacklevel=2)
         if replaced_bytes_so_far() > before:
             stats.replaced_bytes += replaced_bytes_so_far() - before
             stats.files_with_replacements += 1

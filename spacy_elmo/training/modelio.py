@@ -28,6 +28,7 @@ from ..bilm.native_io import (
     read_meta,
     read_safetensors,
     safetensors_names,
+    safetensors_shapes,
     write_safetensors,
 )
 from ..errors import Errors
@@ -81,9 +82,7 @@ def load_pretrained(
     weight, bias = softmax_tensors(tensors, source, bilm.config.projection_dim)
     softmax = vocab = None
     if weight is not None:
-        vocab = Vocab.load(path)
-        if len(vocab) != weight.shape[0]:
-            raise ValueError(Errors.E_VOCAB_SIZE_MISMATCH.format(path=path, n_vocab=len(vocab), n_softmax=weight.shape[0]))
+        vocab = softmax_vocab(path, weight.shape[0])
         softmax = SoftmaxLayer(weight.shape[0], weight.shape[1])
         with torch.no_grad():
             softmax.weight.copy_(weight.float())
@@ -92,6 +91,30 @@ def load_pretrained(
 
 
 SOFTMAX_NAMES = ("softmax.weight", "softmax.bias")
+
+
+def softmax_vocab(path: Path, n_rows: int) -> Vocab:
+    """The vocab.txt of the model directory ``path``, whose softmax has ``n_rows`` rows: an error where it is
+    missing, unreadable (:meth:`Vocab.load`) or not one token per row."""
+    vocab = Vocab.load(path)
+    if len(vocab) != n_rows:
+        raise ValueError(Errors.E_VOCAB_SIZE_MISMATCH.format(path=path, n_vocab=len(vocab), n_softmax=n_rows))
+    return vocab
+
+
+def check_init_model(directory: PathLike) -> None:
+    """Refuse, reading the safetensors headers and vocab.txt alone, what :func:`load_pretrained` would refuse of
+    the ``pretrain --init`` model ``directory`` before its weights: :func:`has_softmax`'s errors and, with a
+    softmax, a vocab.txt that is missing or not one token per softmax row (:func:`softmax_vocab`). pretrain
+    checks it before OUTPUT_DIR is made and the corpus tokenized (it was refused only after)."""
+    if not has_softmax(directory):
+        return
+    path = model_path(directory)
+    source = softmax_source(path, allennlp_files_of(path))
+    assert source is not None  # has_softmax found the tensors in it
+    shape = safetensors_shapes(source)["softmax.weight"]
+    if len(shape) == 2:  # another shape is load_pretrained's error (softmax_tensors), with the weights read
+        softmax_vocab(path, shape[0])
 
 
 def softmax_source(path: Path, allennlp_files) -> Optional[Path]:

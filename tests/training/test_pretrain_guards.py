@@ -474,6 +474,35 @@ def test_an_init_model_that_cannot_load_is_refused_before_the_corpus_is_tokenize
     assert not out.exists()
 
 
+@pytest.mark.parametrize("vocab", ["missing", "short"])
+def test_an_init_softmax_without_its_vocabulary_is_refused_before_the_corpus_is_tokenized(tmp_path, monkeypatch, vocab):
+    """An --init model whose softmax has no vocab.txt, or one of another length, was refused only after the whole
+    corpus was tokenized (load_pretrained's check); now at the start, with the same error, nothing tokenized."""
+    from spacy_elmo.training import trainer
+    from spacy_elmo.training.modelio import save_pretrained
+    from spacy_elmo.training.softmax import SoftmaxLayer
+    from spacy_elmo.training.vocab import Vocab
+
+    from .test_modelio import CONFIG, TOKENS
+
+    model = tmp_path / "model"
+    save_pretrained(model, BiLM(CONFIG, backend="reference"), SoftmaxLayer(len(TOKENS), CONFIG.projection_dim),
+                    Vocab(TOKENS), {})
+    if vocab == "missing":
+        (model / "vocab.txt").unlink()
+    else:
+        (model / "vocab.txt").write_text("\n".join(TOKENS[:-1]) + "\n", encoding="utf-8")
+    def tokenize(*args, **kwargs):
+        raise AssertionError("the corpus was tokenized before the --init model was checked")
+
+    monkeypatch.setattr(trainer, "build_corpus", tokenize)
+    train_file = write_corpus(tmp_path / "train.txt", 200)
+    match = "has no vocab.txt" if vocab == "missing" else "vocab.txt in .* has 4 entries but the softmax has 5 rows"
+    with pytest.raises((FileNotFoundError, ValueError), match=match):
+        train(tiny_train_config(train_file, tmp_path / "out", model=None, init=str(model)))
+    assert not (tmp_path / "out").exists()
+
+
 INT_FIELDS = ["batch_size", "unroll", "negatives", "checkpoint_every", "log_every", "eval_batch_size", "min_count",
               "seed", "state_sentences", "max_steps", "threads", "vocab_size", "tokenize_processes"]
 REAL_FIELDS = ["epochs", "lr", "clip", "dropout"]
@@ -532,3 +561,32 @@ def test_train_config_flags_must_be_bools(name):
     for wrong in ("false", 1, 0, np.bool_(True)):
         with pytest.raises(ValueError, match=f"^{name} must be True(, False or None| or False).*; found "):
             TrainConfig(train_path="t", output_dir="o", **{name: wrong}).validate()
+
+
+def test_a_resume_that_trains_nothing_says_so_and_leaves_the_files(tmp_path):
+    """--resume with --max-steps at or below the checkpoint's step trained nothing, rewrote checkpoint.pt and the
+    model, and said only "0 steps this run". It warns naming both steps and writes nothing; only a model older than
+    the checkpoint (a kill between the two writes) is written again."""
+    import json
+
+    train_file = write_corpus(tmp_path / "train.txt", 200)
+    out = tmp_path / "out"
+    train(tiny_train_config(train_file, out, max_steps=4, checkpoint_every=2))
+    files = ("checkpoint.pt", "model.safetensors", "config.json", "vocab.txt")
+
+    def stamps():
+        return {name: ((out / name).stat().st_mtime_ns, (out / name).read_bytes()) for name in files}
+
+    before = stamps()
+    for max_steps in (2, 4):
+        with pytest.warns(RuntimeWarning, match=rf"checkpoint in {out} is at step 4 and this run ends at step {max_steps} "
+                                                r"\(--max-steps\): nothing was trained"):
+            result = train(tiny_train_config(train_file, out, max_steps=max_steps, checkpoint_every=2, resume=True))
+        assert result["steps"] == 4 and stamps() == before
+    config = json.loads((out / "config.json").read_text(encoding="utf-8"))
+    config["provenance"]["steps"] = 2  # the model of step 2: killed after the checkpoint of step 4 was written
+    (out / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    with pytest.warns(RuntimeWarning, match="nothing was trained"):
+        train(tiny_train_config(train_file, out, max_steps=4, checkpoint_every=2, resume=True))
+    assert json.loads((out / "config.json").read_text(encoding="utf-8"))["provenance"]["steps"] == 4
+    assert (out / "model.safetensors").read_bytes() == before["model.safetensors"][1]

@@ -4,6 +4,7 @@ import io
 import itertools
 import sys
 
+import pytest
 import tqdm.std
 
 from spacy_elmo.progress import LOG_INTERVAL, progress_bar
@@ -97,3 +98,17 @@ def test_evaluate_and_fit_state_show_the_tokenizing_of_their_text(tmp_path):
             if quiet:
                 result = runner.invoke(app, [*command, *quiet])
                 assert result.exit_code == 0 and "tokenizing" not in result.output, result.output
+
+
+def test_the_pretraining_bar_says_its_perplexity_is_of_the_sampled_softmax(tmp_path, capsys):
+    """exp of the sampled-softmax loss is far below the model's perplexity with few negatives (201.3 in full:
+    11.3 with 64): the bar called it ``ppl``. It says ``sampled ppl``, and ``ppl`` where the softmax is full."""
+    train_file = write_corpus(tmp_path / "train.txt", 100)
+    train(tiny_train_config(train_file, tmp_path / "sampled", max_steps=2, checkpoint_every=2, progress=True, log_every=1))
+    err = capsys.readouterr().err
+    assert ", sampled ppl=" in err, err
+    with pytest.warns(RuntimeWarning, match="using the full softmax"):
+        train(tiny_train_config(train_file, tmp_path / "full", max_steps=2, checkpoint_every=2, progress=True, log_every=1,
+                                negatives=10_000))
+    err = capsys.readouterr().err
+    assert ", ppl=" in err and "sampled" not in err, err

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from spacy_elmo.chars import BEGIN_OF_SENTENCE, marker_char_ids, word_char_ids
-from spacy_elmo.training.data import PIECE_CHARS, Corpus, build_corpus
+from spacy_elmo.training.data import PIECE_CHARS, RUN_CHARS, Corpus, build_corpus, cut_runs, split_long
 from spacy_elmo.training.sentences import SentenceBatcher
 from spacy_elmo.training.stream import StreamBatcher
 from spacy_elmo.training.vocab import BOS, EOS, UNK, CharTable, Vocab
@@ -111,6 +111,38 @@ def test_binary_file(tmp_path):
     assert meta["stats"]["n_binary"] == 1 and meta["stats"]["n_tokens"] == 4
 
 
+TEXT = "The cat sees a ball.\nA second line, with \u00e9 and \u4e2d.\n"
+
+
+@pytest.mark.parametrize("python_codec, encoding", [
+    ("utf-16", "UTF-16"), ("utf-16-le", "UTF-16LE"), ("utf-16-be", "UTF-16BE"),
+    ("utf-32", "UTF-32"), ("utf-32-le", "UTF-32LE"), ("utf-32-be", "UTF-32BE"),
+])
+def test_utf16_and_utf32_text_is_named_not_called_binary(tmp_path, python_codec, encoding):
+    """Notepad's "Unicode" and PowerShell's > write UTF-16 (with a byte order mark): it has NUL bytes, and was
+    called a binary file. Its encoding is named, with the command that re-encodes it (for a BOM-less file
+    the byte order: iconv reads UTF-16 without one as big-endian)."""
+    path = tmp_path / "u.txt"
+    path.write_bytes(TEXT.encode(python_codec))
+    with pytest.raises(ValueError, match=rf"u.txt looks like {encoding} text, not UTF-8.*`iconv -f {encoding} -t UTF-8 "):
+        build_corpus(path, "en", tmp_path / "cache", progress=False)
+    d = tmp_path / "dir"
+    d.mkdir()
+    (d / "u.txt").write_bytes(TEXT.encode(python_codec))
+    (d / "text.txt").write_text("Some words here.\n", encoding="utf-8")
+    with pytest.warns(RuntimeWarning, match=rf"skipped .*u.txt: it looks like {encoding} text, not UTF-8"):
+        meta = build_corpus(d, "en", tmp_path / "cache2", progress=False)
+    assert meta["stats"]["n_binary"] == 1 and meta["stats"]["n_tokens"] == 4
+
+
+@pytest.mark.parametrize("data", [b"abc\x00def\n", b"\x00\x01\x02 not text \x00", bytes(range(256)) * 8,
+                                  b"tar header\x00\x00" * 50, b"\x00\x00\x00\x01" * 100])
+def test_binary_data_stays_binary(tmp_path, data):
+    (tmp_path / "b.bin").write_bytes(data)
+    with pytest.raises(ValueError, match="looks like a binary file"):
+        build_corpus(tmp_path / "b.bin", "en", tmp_path / "cache", progress=False)
+
+
 def test_undecodable_bytes_are_replaced_and_counted(tmp_path):
     path = tmp_path / "latin1.txt"
     path.write_bytes("caf\u00e9 ol\u00e9 ok\n".encode("latin-1") + b"bad \xff\xfe end\n")
@@ -132,6 +164,38 @@ def test_one_megabyte_line(tmp_path):
     # Split at whitespace only: every word survives intact.
     assert set(Corpus.load(tmp_path / "cache").types[3:]) == {"alpha", "beta", "gamma", "delta", "."}
     assert stats["n_tokens"] > 200_000
+
+
+def test_stretches_without_whitespace_are_cut():
+    """spaCy's tokenizer is quadratic in a stretch without whitespace (20,000 U+FFFD: 27 s): one longer than
+    RUN_CHARS gets a space after every RUN_CHARS characters; shorter ones and whitespace stay as they are."""
+    assert RUN_CHARS == 200
+    line = "a " + "x" * 450 + " b\t" + "!" * 201 + " " + "y" * 200
+    text, n = cut_runs(line)
+    assert n == 2
+    assert text == "a " + "x" * 200 + " " + "x" * 200 + " " + "x" * 50 + " b\t" + "!" * 200 + " ! " + "y" * 200
+    assert cut_runs("z" * 200) == ("z" * 200, 0)
+    assert cut_runs("\ufffd" * 401) == ("\ufffd" * 200 + " " + "\ufffd" * 200 + " \ufffd", 1)
+
+
+def test_a_long_stretch_gives_the_tokens_of_its_cuts(tmp_path):
+    """Read from a file: undecodable bytes (U+FFFD, each its own token) give the same tokens as uncut;
+    a 450-character word becomes 3 tokens; both counted and warned of with the file."""
+    path = tmp_path / "runs.txt"
+    path.write_bytes(b"ok " + b"\xff" * 450 + b" then " + b"q" * 450 + b" end\n")
+    with pytest.warns(RuntimeWarning, match=r"runs.txt has 2 stretches of more than 200 characters without whitespace"):
+        meta = build_corpus(path, "en", tmp_path / "cache", progress=False)
+    assert meta["stats"]["long_runs"] == 2
+    counts = dict(zip(Corpus.load(tmp_path / "cache").types, Corpus.load(tmp_path / "cache").counts.tolist()))
+    assert counts["\ufffd"] == 450 and counts["q" * 200] == 2 and counts["q" * 50] == 1
+    assert meta["stats"]["n_tokens"] == 1 + 450 + 1 + 3 + 1
+
+
+def test_split_long_pieces():
+    assert split_long("aa bb cc dd", limit=5) == ["aa", " bb", " cc", " dd"]
+    assert split_long("aa\tbbbbbbbb c", limit=5) == ["aa", "\tbbbb", "bbbb", " c"]
+    assert split_long("x" * 12, limit=5) == ["xxxxx", "xxxxx", "xx"]
+    assert split_long("short", limit=5) == ["short"]
 
 
 def test_corpus_too_small_for_batch():
