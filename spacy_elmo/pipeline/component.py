@@ -684,7 +684,7 @@ class ElmoComponent(TrainablePipe):
         if self.cfg["frozen"] or not training:
             outputs = self.model.predict(docs)  # no autograd graph at all
             for listener in listeners:
-                listener.receive(batch_id, outputs, _no_backprop)
+                listener.receive(batch_id, outputs, _no_backprop, docs)
             return losses
         self._run_backward()  # the last batch's, if a listening component did not train on it
         self._step_with = sgd
@@ -693,7 +693,7 @@ class ElmoComponent(TrainablePipe):
         batch = _TrainingBatch(bp_outputs, [self.model.ops.alloc3f(*o.shape) for o in outputs], training)
         _BATCHES[self] = batch
         for i, listener in enumerate(listeners):
-            listener.receive(batch_id, outputs, functools.partial(self._receive_gradient, batch, i, losses))
+            listener.receive(batch_id, outputs, functools.partial(self._receive_gradient, batch, i, losses), docs)
         return losses
 
     def _receive_gradient(self, batch: "_TrainingBatch", index: int, losses: Dict[str, float], d_outputs: List[Floats3d]) -> List[Doc]:

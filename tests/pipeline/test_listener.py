@@ -19,6 +19,7 @@ from thinc.api import Adam, set_dropout_rate
 from spacy_elmo import BiLM, BiLMConfig
 from spacy_elmo.bilm.token_cache import run_rows
 from spacy_elmo.pipeline.bilm_layer import get_bilm
+from spacy_elmo.pipeline.doc_data import set_doc_data
 from spacy_elmo.pipeline.listener import ElmoListener
 from spacy_elmo.pipeline.scalar_mix import elmo_dropout, scalar_mix_layer
 
@@ -368,6 +369,49 @@ def test_listener_needs_all_layers(tiny_dir):
     nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "store": "mix"})
     with pytest.raises(ValueError, match='store = "all"'):
         nlp.add_pipe("ner", config={"model": {**NER, "tok2vec": LISTENER}})
+
+
+_ANNOTATED: list = []  # the docs that reached "_record_annotated" (Language.update annotates copies of its examples)
+
+
+@Language.component("_record_annotated")
+def _record_annotated(doc):
+    _ANNOTATED.append(doc)
+    return doc
+
+
+@pytest.mark.parametrize("frozen", [True, False])
+def test_listening_components_annotate_without_elmo_annotating(tiny_dir, frozen):
+    """Listening components in ``annotates`` without elmo there (``annotating_components = ["ner", ...]``):
+    spaCy has them predict on the docs they just trained on, which elmo left bare; they read the layers
+    their update read, and annotate as they predict from those layers on docs that carry them."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "frozen": frozen})
+    nlp.add_pipe("ner", config={"model": {**NER, "tok2vec": LISTENER}})
+    nlp.add_pipe("textcat", config={"model": _textcat_model("textcat", LISTENER)})
+    nlp.add_pipe("_record_annotated")
+    examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(6, seed=2)]
+    opt = nlp.initialize(lambda: examples)
+    for _ in range(3):  # away from the initial predictions
+        nlp.update(examples, sgd=opt)
+    _ANNOTATED.clear()
+    nlp.update(examples, sgd=opt, annotates=["ner", "textcat", "_record_annotated"])
+    listener = _listener_of(nlp.get_pipe("ner"))
+    handed = [listener.ops.to_numpy(layers).copy() for layers in listener._outputs]
+    mix = nlp.get_pipe("elmo").mix_weights()
+    assert len(_ANNOTATED) == len(examples)
+    for annotated, layers in zip(_ANNOTATED, handed):
+        assert annotated._.elmo is None  # elmo did not annotate
+        doc = nlp.make_doc(annotated.text)
+        set_doc_data(doc, layers, mix, "all", "float32")
+        doc = nlp.get_pipe("textcat")(nlp.get_pipe("ner")(doc))
+        assert [(e.start, e.end, e.label_) for e in annotated.ents] == [(e.start, e.end, e.label_) for e in doc.ents]
+        assert set(annotated.cats) == {"POS", "NEG"}
+        for label, score in doc.cats.items():  # continuous: equal only from the same layers
+            assert annotated.cats[label] == pytest.approx(score, rel=1e-6, abs=1e-7)
+    with nlp.select_pipes(disable=["elmo"]):  # a doc no update saw still has no layers
+        with pytest.raises(ValueError, match="no ELMo data"):
+            nlp(examples[0].predicted.text)
 
 
 def _fine_tuned_ner(weights):
