@@ -758,6 +758,10 @@ class Errors:
         "[initialize.components.{name}] layer_cache_mb = N in a training config, or "
         "nlp.get_pipe('{name}').layer_cache_mb = N in Python."
     )
+    E_ELMO_LEARN_RATE_SCALE = (
+        "The '{name}' component: learn_rate_scale must be a number above 0 (the fine-tuned biLM's learning rate "
+        "over the optimizer's, e.g. 0.01); got {value!r}."
+    )
     E_ELMO_MIX_VALUES = (
         "The '{name}' component: mix must be null (the average of the layers) or a list of numbers, one "
         "weight per biLM output layer (before softmax); got {value!r}."

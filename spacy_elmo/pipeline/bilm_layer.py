@@ -7,6 +7,7 @@ safetensors + config JSON (no pickle).
 """
 
 import contextlib
+import functools
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, cast
 
@@ -15,7 +16,7 @@ import torch
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 from spacy.tokens import Doc
-from thinc.api import ArgsKwargs, Model, PyTorchShim, torch2xp, xp2torch
+from thinc.api import ArgsKwargs, Model, Optimizer, PyTorchShim, torch2xp, xp2torch
 from thinc.layers.pytorchwrapper import forward as pytorch_forward
 from thinc.shims.shim import Shim
 from thinc.types import Floats3d
@@ -229,9 +230,11 @@ def set_bilm(model: Model, bilm: BiLM, source: str) -> None:
     _set_dims(model)
 
 
-def step_bilm(model: Model, optimizer) -> None:
-    """Apply the biLM's gradients with ``optimizer``; the token and layer caches are stale after it."""
-    model.finish_update(optimizer)
+def step_bilm(model: Model, optimizer, lr_scale: float = 1.0) -> None:
+    """Apply the biLM's gradients with ``optimizer``, its learning rate times ``lr_scale`` (thinc's ``Optimizer``
+    takes ``lr_scale`` per call; its PyTorch shim never passes one); the token and layer caches are stale after it."""
+    # Model.finish_update only calls the optimizer (key, weights, gradient), as the partial does
+    model.finish_update(optimizer if lr_scale == 1.0 else cast(Optimizer, functools.partial(optimizer, lr_scale=lr_scale)))
     get_runner(model).clear_caches()
 
 

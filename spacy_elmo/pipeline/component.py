@@ -65,6 +65,10 @@ from .listener import ElmoListener, find_listener_path
 from .loaders import WeightsLoader, load_weights, names_no_weights, requests_nothing, weights_target
 
 STORE_CHOICES = ("all", "mix", "none")
+#: a fine-tuned biLM's learning rate over the optimizer's. The task's Adam rate (0.001 in the shipped configs)
+#: rewrites a pretrained biLM within a few steps (three steps changed a small biLM's output layers by 60-120%,
+#: relative RMS); 0.01 of it (1e-5, the range pretrained encoders are fine-tuned at) by 0.5%
+DEFAULT_LEARN_RATE_SCALE = 0.01
 DTYPE_CHOICES = ("float16", "float32")
 
 DEFAULT_MODEL = """
@@ -83,6 +87,7 @@ cache_size = 50000
         "model": Config().from_str(DEFAULT_MODEL)["model"],
         "weights": None,
         "frozen": True,
+        "learn_rate_scale": DEFAULT_LEARN_RATE_SCALE,
         "store": "all",
         "store_dtype": "float16",
         "mix": None,
@@ -96,6 +101,7 @@ def make_elmo(
     model: Model,
     weights: Optional[str],
     frozen: bool,
+    learn_rate_scale: float,
     store: str,
     store_dtype: str,
     mix: Optional[List[float]],
@@ -104,13 +110,15 @@ def make_elmo(
 ) -> "ElmoComponent":
     """weights: a model directory (native or AllenNLP), loaded at first use; None = the
     bundled default or an initialize-time ``weights_loader``. mix: the layer weights
-    (before softmax) of ``token._.elmo_vector`` and store "mix"; None = average."""
+    (before softmax) of ``token._.elmo_vector`` and store "mix"; None = average.
+    learn_rate_scale: the fine-tuned biLM's learning rate over the optimizer's (frozen = false)."""
     component = ElmoComponent(
         nlp.vocab,
         model,
         name,
         weights=weights,
         frozen=frozen,
+        learn_rate_scale=learn_rate_scale,
         store=store,
         store_dtype=store_dtype,
         mix=mix,
@@ -327,6 +335,7 @@ class ElmoComponent(TrainablePipe):
         *,
         weights: Optional[str] = None,
         frozen: bool = True,
+        learn_rate_scale: float = DEFAULT_LEARN_RATE_SCALE,
         store: str = "all",
         store_dtype: str = "float16",
         mix: Optional[Sequence[float]] = None,
@@ -338,6 +347,8 @@ class ElmoComponent(TrainablePipe):
                 raise ValueError(Errors.E_ELMO_BAD_OPTION.format(name=name, option=option, choices=choices, value=value))
         if mix is not None and not _is_number_list(mix):
             raise ValueError(Errors.E_ELMO_MIX_VALUES.format(name=name, value=mix))
+        if not _is_number_list([learn_rate_scale]) or not learn_rate_scale > 0:
+            raise ValueError(Errors.E_ELMO_LEARN_RATE_SCALE.format(name=name, value=learn_rate_scale))
         self.vocab = vocab
         self.model = model
         self.name = name
@@ -348,6 +359,7 @@ class ElmoComponent(TrainablePipe):
         self.cfg: Dict[str, Any] = {
             "weights": None if weights is None else str(weights),
             "frozen": bool(frozen),
+            "learn_rate_scale": float(learn_rate_scale),
             "store": store,
             "store_dtype": store_dtype,
             "mix": list(mix) if mix is not None else None,
@@ -684,7 +696,7 @@ class ElmoComponent(TrainablePipe):
         if self.cfg["frozen"] or not training:
             outputs = self.model.predict(docs)  # no autograd graph at all
             for listener in listeners:
-                listener.receive(batch_id, outputs, _no_backprop)
+                listener.receive(batch_id, outputs, _no_backprop, docs)
             return losses
         self._run_backward()  # the last batch's, if a listening component did not train on it
         self._step_with = sgd
@@ -693,7 +705,7 @@ class ElmoComponent(TrainablePipe):
         batch = _TrainingBatch(bp_outputs, [self.model.ops.alloc3f(*o.shape) for o in outputs], training)
         _BATCHES[self] = batch
         for i, listener in enumerate(listeners):
-            listener.receive(batch_id, outputs, functools.partial(self._receive_gradient, batch, i, losses))
+            listener.receive(batch_id, outputs, functools.partial(self._receive_gradient, batch, i, losses), docs)
         return losses
 
     def _receive_gradient(self, batch: "_TrainingBatch", index: int, losses: Dict[str, float], d_outputs: List[Floats3d]) -> List[Doc]:
@@ -720,7 +732,7 @@ class ElmoComponent(TrainablePipe):
 
     def _apply_gradients(self, sgd: Optimizer) -> None:
         if getattr(self, "_unapplied", False):
-            step_bilm(self.model, sgd)
+            step_bilm(self.model, sgd, self.cfg["learn_rate_scale"])
             self._unapplied = False
 
     def finish_update(self, sgd: Optimizer) -> None:

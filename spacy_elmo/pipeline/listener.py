@@ -4,8 +4,10 @@
 the upstream ``elmo`` component handed over with :meth:`receive` (same batch);
 otherwise, per doc, the layers the upstream stored on that doc (handed over with
 :meth:`receive_predicted`: another elmo component may have overwritten
-``doc._.elmo`` since), else ``doc._.elmo``. Its backprop returns the gradient of its
-output to the upstream (used only when the biLM is fine-tuned); the task's
+``doc._.elmo`` since), else ``doc._.elmo``, else the layers that doc got in the
+last training batch (an annotating listening component predicts on the docs it
+just trained on, which an upstream not listed as annotating left bare). Its
+backprop returns the gradient of its output to the upstream (used only when the biLM is fine-tuned); the task's
 ScalarMix after it computes its own gradients from the layers it saw, so the
 mix trains whichever way the layers arrived.
 """
@@ -39,6 +41,8 @@ class ElmoListener(Model):
         self._batch_id: Optional[int] = None
         self._outputs: Optional[List[Floats3d]] = None
         self._backprop: Optional[Callable] = None
+        #: doc of the last received batch -> its layers, by the doc itself (weakly), replaced with the batch
+        self._trained: "weakref.WeakKeyDictionary[Doc, Floats3d]" = weakref.WeakKeyDictionary()
         self._predicted = _Predicted()
         #: ``id()`` of the upstream component that set its sizes (None: none did, or they were loaded)
         self.sized_by: Optional[int] = None
@@ -62,10 +66,14 @@ class ElmoListener(Model):
         """A content hash of a batch of docs (as spaCy's Tok2VecListener)."""
         return sum(sum(token.orth for token in doc) for doc in inputs)
 
-    def receive(self, batch_id: int, outputs: List[Floats3d], backprop) -> None:
+    def receive(self, batch_id: int, outputs: List[Floats3d], backprop, docs: Sequence[Doc]) -> None:
+        """The upstream's layers of a training batch (``outputs[i]``: ``docs[i]``'s) and their backprop. Also kept
+        per doc until the next batch: spaCy's ``Language.update`` has an annotating listening component predict
+        on these same docs after its update, which the upstream annotates only when it is annotating too."""
         self._batch_id = batch_id
         self._outputs = outputs
         self._backprop = backprop
+        self._trained = weakref.WeakKeyDictionary(zip(docs, outputs))
 
     def receive_predicted(self, docs: Sequence[Doc], stored: Sequence[Tuple[Any, Any]]) -> None:
         """What the upstream stored on each doc at prediction (``(doc._.elmo, doc._.elmo_idx)``), kept
@@ -77,18 +85,20 @@ class ElmoListener(Model):
 
     def clear(self) -> None:
         self._batch_id, self._outputs, self._backprop, self._predicted = None, None, None, _Predicted()
+        self._trained = weakref.WeakKeyDictionary()
 
     def __getstate__(self):
         # What the upstream handed over for one batch (its arrays and a closure over the
         # component) is no model state: pickle the listener without it.
         state = super().__getstate__()
         attrs, slots = state if isinstance(state, tuple) else (state, None)
-        attrs = {**attrs, "_batch_id": None, "_outputs": None, "_backprop": None, "_predicted": None}
+        attrs = {**attrs, "_batch_id": None, "_outputs": None, "_backprop": None, "_predicted": None,
+                 "_trained": None}
         return (attrs, slots) if isinstance(state, tuple) else attrs
 
     def __setstate__(self, state) -> None:
         attrs, slots = state if isinstance(state, tuple) else (state, None)
-        self.__dict__.update(attrs, _predicted=_Predicted())
+        self.__dict__.update(attrs, _predicted=_Predicted(), _trained=weakref.WeakKeyDictionary())
         for key, value in (slots or {}).items():
             setattr(self, key, value)
 
@@ -200,6 +210,9 @@ def _forward(model: ElmoListener, docs: List[Doc], is_train: bool):
             data = aligned_layers(doc, *handed)
         else:
             data = aligned_layers(doc) if Doc.has_extension(ELMO_ATTR) else None
+        if (data is None or data.ndim != 3) and not is_train:
+            trained = model._trained.get(doc)  # as its update read them: one row per token, float32 (copied below)
+            data = model.ops.to_numpy(trained) if trained is not None and trained.shape[1] == len(doc) else data
         if data is not None and data.ndim == 3 and data.shape[0::2] != (nL, nO):
             raise ValueError(
                 Errors.E_LISTENER_OTHER_DATA.format(

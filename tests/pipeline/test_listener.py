@@ -14,11 +14,13 @@ from spacy.schemas import ConfigSchemaTraining
 from spacy.training import Example
 from spacy.training.loop import train_while_improving
 from spacy.util import registry
-from thinc.api import Adam, set_dropout_rate
+from thinc.api import SGD, Adam, fix_random_seed, set_dropout_rate
 
 from spacy_elmo import BiLM, BiLMConfig
 from spacy_elmo.bilm.token_cache import run_rows
 from spacy_elmo.pipeline.bilm_layer import get_bilm
+from spacy_elmo.pipeline.component import ElmoComponent
+from spacy_elmo.pipeline.doc_data import set_doc_data
 from spacy_elmo.pipeline.listener import ElmoListener
 from spacy_elmo.pipeline.scalar_mix import elmo_dropout, scalar_mix_layer
 
@@ -370,6 +372,49 @@ def test_listener_needs_all_layers(tiny_dir):
         nlp.add_pipe("ner", config={"model": {**NER, "tok2vec": LISTENER}})
 
 
+_ANNOTATED: list = []  # the docs that reached "_record_annotated" (Language.update annotates copies of its examples)
+
+
+@Language.component("_record_annotated")
+def _record_annotated(doc):
+    _ANNOTATED.append(doc)
+    return doc
+
+
+@pytest.mark.parametrize("frozen", [True, False])
+def test_listening_components_annotate_without_elmo_annotating(tiny_dir, frozen):
+    """Listening components in ``annotates`` without elmo there (``annotating_components = ["ner", ...]``):
+    spaCy has them predict on the docs they just trained on, which elmo left bare; they read the layers
+    their update read, and annotate as they predict from those layers on docs that carry them."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "frozen": frozen})
+    nlp.add_pipe("ner", config={"model": {**NER, "tok2vec": LISTENER}})
+    nlp.add_pipe("textcat", config={"model": _textcat_model("textcat", LISTENER)})
+    nlp.add_pipe("_record_annotated")
+    examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(6, seed=2)]
+    opt = nlp.initialize(lambda: examples)
+    for _ in range(3):  # away from the initial predictions
+        nlp.update(examples, sgd=opt)
+    _ANNOTATED.clear()
+    nlp.update(examples, sgd=opt, annotates=["ner", "textcat", "_record_annotated"])
+    listener = _listener_of(nlp.get_pipe("ner"))
+    handed = [listener.ops.to_numpy(layers).copy() for layers in listener._outputs]
+    mix = nlp.get_pipe("elmo").mix_weights()
+    assert len(_ANNOTATED) == len(examples)
+    for annotated, layers in zip(_ANNOTATED, handed):
+        assert annotated._.elmo is None  # elmo did not annotate
+        doc = nlp.make_doc(annotated.text)
+        set_doc_data(doc, layers, mix, "all", "float32")
+        doc = nlp.get_pipe("textcat")(nlp.get_pipe("ner")(doc))
+        assert [(e.start, e.end, e.label_) for e in annotated.ents] == [(e.start, e.end, e.label_) for e in doc.ents]
+        assert set(annotated.cats) == {"POS", "NEG"}
+        for label, score in doc.cats.items():  # continuous: equal only from the same layers
+            assert annotated.cats[label] == pytest.approx(score, rel=1e-6, abs=1e-7)
+    with nlp.select_pipes(disable=["elmo"]):  # a doc no update saw still has no layers
+        with pytest.raises(ValueError, match="no ELMo data"):
+            nlp(examples[0].predicted.text)
+
+
 def _fine_tuned_ner(weights):
     """elmo (fine-tuned) loading ``weights`` (None: no weights, a pipeline to load into) and a listening ner."""
     nlp = spacy.blank("en")
@@ -387,6 +432,50 @@ def test_fine_tuning_changes_bilm(tiny_dir):
     before = bilm.lstm.forward_layers[0].w_proj.detach().clone()
     nlp.update(examples, sgd=opt)
     assert not torch.equal(before, bilm.lstm.forward_layers[0].w_proj.detach())
+
+
+def _one_sgd_step(tiny_dir, scale):
+    """``(biLM parameter changes, task parameter changes)`` of one SGD step of a fine-tuned elmo (``learn_rate_scale
+    = scale``) and a listening ner, from the same start: float64 numpy arrays by name."""
+    fix_random_seed(0)
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "frozen": False, "learn_rate_scale": scale})
+    nlp.add_pipe("ner", config={"model": {**NER, "tok2vec": LISTENER}})
+    examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(4)]
+    nlp.initialize(lambda: examples)
+    bilm, ner = get_bilm(nlp.get_pipe("elmo").model), nlp.get_pipe("ner").model
+    rng = numpy.random.default_rng(0)
+    for node in ner.walk():  # the parser's output layer starts at zero, which sends the biLM no gradient
+        for p in node.param_names:
+            if not node.get_param(p).any():
+                node.set_param(p, rng.normal(0, 0.1, node.get_param(p).shape).astype("float32"))
+    bilm_before = {k: v.detach().double().numpy().copy() for k, v in bilm.named_parameters()}
+    task_before = {(n.id, p): n.get_param(p).astype("float64") for n in ner.walk() for p in n.param_names}
+    nlp.update(examples, sgd=SGD(0.5, L2=0.0, grad_clip=0.0, use_averages=False))
+    bilm_d = {k: v.detach().double().numpy() - bilm_before[k] for k, v in bilm.named_parameters()}
+    task_d = {(i, p): n.get_param(p).astype("float64") - task_before[(n.id, p)]
+              for i, n in enumerate(ner.walk()) for p in n.param_names}
+    return bilm_d, task_d
+
+
+def test_learn_rate_scale_scales_the_fine_tuned_bilms_step_only(tiny_dir):
+    """learn_rate_scale multiplies the biLM's step (the optimizer's lr_scale) and leaves the task layers' alone."""
+    bilm_1, task_1 = _one_sgd_step(tiny_dir, 1.0)
+    bilm_s, task_s = _one_sgd_step(tiny_dir, 0.25)
+    moved = [k for k, d in bilm_1.items() if numpy.abs(d).max() > 1e-4]
+    assert len(moved) > len(bilm_1) // 2, "the biLM barely moved: nothing to compare"
+    for k in bilm_1:  # float32 weights: the change is off by their rounding (about 1e-7 of a weight near 1)
+        numpy.testing.assert_allclose(bilm_s[k], 0.25 * bilm_1[k], rtol=1e-3, atol=1e-6, err_msg=k)
+    assert set(task_s) == set(task_1) and any(numpy.abs(d).max() > 0 for d in task_1.values())
+    for k in task_1:
+        numpy.testing.assert_array_equal(task_s[k], task_1[k])
+
+
+@pytest.mark.parametrize("value", [0, -0.1, float("nan"), float("inf"), True, "0.1", None])
+def test_learn_rate_scale_out_of_range_is_refused(value):
+    nlp = spacy.blank("en")
+    with pytest.raises(ValueError, match="learn_rate_scale must be a number above 0"):
+        ElmoComponent(nlp.vocab, nlp.add_pipe("elmo").model, "elmo", learn_rate_scale=value)
 
 
 def _fine_tuned_ner_and_textcat(tiny_dir):

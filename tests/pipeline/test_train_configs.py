@@ -570,3 +570,23 @@ def test_weights_setting_of_another_tools_model_names_the_setting(tmp_path, cont
     with pytest.raises(NotAModelDir, match=setting + re.escape(found) + r".*Fix that setting") as err:
         nlp("Alice went home .")
     assert str(err.value).count("cannot load its weights setting") == 1
+
+
+def _flat(block, prefix=""):
+    """A config block as ``{"a.b.c": value}``."""
+    out = {}
+    for key, value in block.items():
+        out.update(_flat(value, f"{prefix}{key}.") if isinstance(value, dict) else {prefix + key: value})
+    return out
+
+
+@pytest.mark.parametrize("cfg", [cfg for cfg, _ in TASKS])
+def test_fill_config_adds_no_setting_of_ours_to_shipped_configs(cfg, tmp_path):
+    """`spacy init fill-config` of a shipped config adds nothing to the elmo component or a listener
+    (it added each listener's layer_norm, bilm and frozen): what the run uses is written out, for users to see."""
+    from spacy.cli.init_config import fill_config
+
+    given, filled = fill_config(tmp_path / cfg, CONFIGS / cfg, silent=True)
+    added = set(_flat(filled.copy()["components"])) - set(_flat(given.copy()["components"]))
+    ours = {key for key in added if not key.startswith("sentencizer.")}  # spaCy's own component's defaults
+    assert ours == set(), ours
