@@ -783,6 +783,11 @@ class Errors:
         "give NaN vectors. It was saved after its training diverged, or the file is damaged: load an earlier "
         "save of the pipeline (spacy train's model-best), or train again with a lower learning rate."
     )
+    E_ELMO_MODEL_INCOMPLETE = (
+        "{path} cannot be read ({err}): the elmo component's saved model is incomplete or damaged. A save that "
+        "was refused (a biLM weight held NaN or infinite values) or interrupted leaves it so: load the pipeline "
+        "saved before (spacy train's model-best), or save the pipeline again with nlp.to_disk()."
+    )
     E_ELMO_LOAD_DTYPE = (
         "{path}: the saved biLM weight {name!r} holds {dtype} values, but weights are floating point. The saved "
         "pipeline is damaged or was not written by spacy-elmo: save it again with nlp.to_disk()."
