@@ -249,6 +249,12 @@ class Errors:
         "damaged (copy it again from its source), or the model was written after its training diverged (use an "
         "earlier checkpoint, or pretrain again with a lower learning rate)."
     )
+    E_WEIGHT_DTYPE_OVERFLOW = (
+        "{path}: {name!r} holds values reaching {max_abs:.4g}, beyond {dtype}'s range (the model's weights are "
+        "{dtype}), so they would be infinite there and the model would give NaN vectors. Weights this large mean "
+        "the training that wrote them diverged: use an earlier checkpoint, or pretrain again with a lower "
+        "learning rate."
+    )
     E_NATIVE_TENSOR_DTYPE = (
         "Tensor {name!r} in {path} holds {dtype} values, but weights are floating point (float32, float16, "
         "bfloat16). The file is damaged or was not written by BiLM.save(): write the model again with BiLM.save()."

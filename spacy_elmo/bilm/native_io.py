@@ -187,12 +187,17 @@ def check_weight(value: torch.Tensor, name: str, path: PathLike, not_float: str,
     (the reader's message: formatted with ``name``, ``path``, the ``dtype`` found and ``directory``, the model
     directory where it names one), an integer table copied into a float parameter loading silently; and finite
     (:func:`require_finite`, with the reader's message ``not_finite``), a NaN giving NaN vectors. ``dtype``: cast to
-    it first (the model's), a float64 value beyond its range being inf there. Returns the value (cast)."""
+    it (the model's), a finite float64 value beyond its range being inf there: E_WEIGHT_DTYPE_OVERFLOW, not the
+    message for a NaN in the file, which has none. Returns the value (cast)."""
     if not value.is_floating_point():
         raise ValueError(not_float.format(name=name, path=path, dtype=value.dtype, directory=directory))
-    if dtype is not None:
-        value = value.to(dtype)
     require_finite(value, name, path, not_finite)
+    if dtype is not None:
+        cast = value.to(dtype)
+        if not torch.isfinite(cast).all():  # value is finite: the cast overflowed
+            max_abs = float(value.abs().max())
+            raise ValueError(Errors.E_WEIGHT_DTYPE_OVERFLOW.format(path=path, name=name, max_abs=max_abs, dtype=dtype))
+        value = cast
     return value
 
 
