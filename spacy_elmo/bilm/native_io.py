@@ -150,14 +150,12 @@ def cast_for_save(name: str, value: torch.Tensor, dtype: Optional[torch.dtype], 
     """``value`` in ``dtype`` (floating tensors only; None: as it is), for every writer of weights (BiLM.save,
     the AllenNLP export, the softmax beside it, a saved pipeline's elmo layer). An error for a value that holds NaN
     or infinities (a diverged training's: it was written, and refused only when read back), ``not_finite`` (the
-    writer's message, formatted with ``name`` and ``count``; default E_SAVE_NOT_FINITE), and for a cast that overflows to infinity, ending with
-    ``fix`` (default: the dtypes that hold the values, or dtype=None where only the model's own does)."""
+    writer's message, formatted with ``name`` and ``count``; default E_SAVE_NOT_FINITE; :func:`require_finite`),
+    and for a cast that overflows to infinity, ending with ``fix`` (default: the dtypes that hold the values, or
+    dtype=None where only the model's own does)."""
     if not value.is_floating_point():
         return value
-    finite = torch.isfinite(value)
-    if not finite.all():
-        template = not_finite or Errors.E_SAVE_NOT_FINITE
-        raise ValueError(template.format(name=name, count=int((~finite).sum())))
+    require_finite(value, name, "", not_finite or Errors.E_SAVE_NOT_FINITE)  # the writers' messages name no path
     if dtype is None:
         return value
     cast = value.to(dtype)
