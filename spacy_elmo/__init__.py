@@ -31,3 +31,7 @@ if not TYPE_CHECKING:  # hidden from mypy, which took it as giving any name (spa
         value = getattr(importlib.import_module(_API[name], __name__), name)
         globals()[name] = value  # imported once: later lookups do not come here
         return value
+
+    def __dir__() -> list:
+        """The module's names and the API's not yet imported (help(), tab completion), without importing them."""
+        return sorted(set(globals()) | set(_API))

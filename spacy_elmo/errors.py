@@ -249,6 +249,12 @@ class Errors:
         "damaged (copy it again from its source), or the model was written after its training diverged (use an "
         "earlier checkpoint, or pretrain again with a lower learning rate)."
     )
+    E_WEIGHT_DTYPE_OVERFLOW = (
+        "{path}: {name!r} holds values reaching {max_abs:.4g}, beyond {dtype}'s range (the model's weights are "
+        "{dtype}), so they would be infinite there and the model would give NaN vectors. Weights this large mean "
+        "the training that wrote them diverged: use an earlier checkpoint, or pretrain again with a lower "
+        "learning rate."
+    )
     E_NATIVE_TENSOR_DTYPE = (
         "Tensor {name!r} in {path} holds {dtype} values, but weights are floating point (float32, float16, "
         "bfloat16). The file is damaged or was not written by BiLM.save(): write the model again with BiLM.save()."
@@ -782,6 +788,11 @@ class Errors:
         "{path}: the saved biLM weight {name!r} holds {count} NaN or infinite value(s), so the pipeline would "
         "give NaN vectors. It was saved after its training diverged, or the file is damaged: load an earlier "
         "save of the pipeline (spacy train's model-best), or train again with a lower learning rate."
+    )
+    E_ELMO_MODEL_INCOMPLETE = (
+        "{path} cannot be read ({err}): the elmo component's saved model is incomplete or damaged. A save that "
+        "was refused (a biLM weight held NaN or infinite values) or interrupted leaves it so: load the pipeline "
+        "saved before (spacy train's model-best), or save the pipeline again with nlp.to_disk()."
     )
     E_ELMO_LOAD_DTYPE = (
         "{path}: the saved biLM weight {name!r} holds {dtype} values, but weights are floating point. The saved "

@@ -918,11 +918,12 @@ def test_a_leading_tilde_is_expanded_as_allennlp_expands_it(files, tmp_path, mon
                                  "_elmo_lstm._elmo_lstm.forward_layer_0.state_linearity.bias", "scalar_mix_0.gamma"])
 def test_allennlp_state_dict_beyond_float32_is_refused_not_loaded_as_inf(files, key):
     """A float64 state_dict holding 1e39 loaded as inf weights (the biLM's through float32 arrays): its check
-    is the native reader's (native_io.check_weight), which checks in the dtype the values land in."""
+    is the native reader's (native_io.check_weight), which checks the values in the dtype they land in too. The
+    error names the overflow (the state_dict holds no NaN nor inf, which it said before)."""
     elmo = Elmo(*files, 2, dropout=0.0)
     state = {k: v.double() for k, v in elmo.allennlp_state_dict().items()}
     state[key][0] = 1e39
-    refused(elmo, state, rf"^the state_dict: '{key}' holds 1 NaN or infinite value")
+    refused(elmo, state, rf"^the state_dict: '{key}' holds values reaching 1e\+39, beyond torch\.float32's range")
     state[key][0] = 3e38  # within float32's range: loaded
     elmo.load_allennlp_state_dict(state)
     assert all(bool(torch.isfinite(p).all()) for p in elmo.parameters())

@@ -331,6 +331,35 @@ def test_under_a_hold_of_the_lock_the_same_thread_embeds_and_another_is_refused(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "model", "out.h5"]
 
 
+def test_the_lock_taken_again_by_the_same_thread_after_a_run_is_really_taken(tmp_path):
+    """The hold is forgotten when it ends: a second run into the same OUTPUT in this thread (a notebook's next
+    cell) takes the lock again, its file holding our pid, and another thread is refused meanwhile; a hold
+    remembered past its end let the second run go on unlocked."""
+    import os
+    import threading
+
+    from spacy_elmo.embedding import output_lock
+
+    pytest.importorskip("fcntl")
+    out, lock, refused = tmp_path / "out.h5", tmp_path / ".out.h5.lock", []
+
+    def other_thread():
+        try:
+            with output_lock(out):
+                pass
+        except FileExistsError as err:
+            refused.append(str(err))
+
+    for run in range(2):
+        with output_lock(out):
+            assert lock.read_text() == f"{os.getpid()}\n"
+            thread = threading.Thread(target=other_thread)
+            thread.start()
+            thread.join()
+            assert len(refused) == run + 1 and f"Another embed (pid {os.getpid()}) is writing {out}" in refused[-1]
+        assert not lock.exists()
+
+
 def test_an_output_that_cannot_be_locked_is_warned_of_as_pretrain_warns(model_dir, corpus, tmp_path, no_flock):
     """A file system without flock (some network mounts): pretrain warned that its OUTPUT_DIR was not locked,
     embed went on without a word. The command warns once (its embed_file runs under its hold) and finishes."""

@@ -69,6 +69,18 @@ def test_distribution_version_is_the_package_version(tmp_path):
     assert re.search(r"^Version: (.*)$", (info / "PKG-INFO").read_text(), re.M).group(1) == "9.9.9"
 
 
+def test_dir_of_the_package_lists_its_api_before_it_is_imported():
+    """The API is imported on first use (PEP 562 ``__getattr__``): dir() (help(), tab completion) still lists it,
+    and listing it imports nothing (torch stays unimported, as the command line's start needs)."""
+    code = ("import sys, spacy_elmo; names = dir(spacy_elmo); print(sorted(names) == names); "
+            "print(sorted(set(spacy_elmo.__all__) - set(names))); print('torch' in sys.modules, 'BiLM' in "
+            "vars(spacy_elmo), '__getattr__' in names)")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    # sorted, as dir() is; every name of the API, none imported; the module's own names too
+    assert out.split("\n")[:3] == ["True", "[]", "False False True"]
+
+
 @pytest.mark.skipif(sys.version_info < (3, 10),
                     reason="importlib.metadata.packages_distributions and sys.stdlib_module_names need Python 3.10")
 def test_every_imported_distribution_is_a_declared_dependency(tmp_path):

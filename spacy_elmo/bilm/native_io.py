@@ -150,14 +150,12 @@ def cast_for_save(name: str, value: torch.Tensor, dtype: Optional[torch.dtype], 
     """``value`` in ``dtype`` (floating tensors only; None: as it is), for every writer of weights (BiLM.save,
     the AllenNLP export, the softmax beside it, a saved pipeline's elmo layer). An error for a value that holds NaN
     or infinities (a diverged training's: it was written, and refused only when read back), ``not_finite`` (the
-    writer's message, formatted with ``name`` and ``count``; default E_SAVE_NOT_FINITE), and for a cast that overflows to infinity, ending with
-    ``fix`` (default: the dtypes that hold the values, or dtype=None where only the model's own does)."""
+    writer's message, formatted with ``name`` and ``count``; default E_SAVE_NOT_FINITE; :func:`require_finite`),
+    and for a cast that overflows to infinity, ending with ``fix`` (default: the dtypes that hold the values, or
+    dtype=None where only the model's own does)."""
     if not value.is_floating_point():
         return value
-    finite = torch.isfinite(value)
-    if not finite.all():
-        template = not_finite or Errors.E_SAVE_NOT_FINITE
-        raise ValueError(template.format(name=name, count=int((~finite).sum())))
+    require_finite(value, name, "", not_finite or Errors.E_SAVE_NOT_FINITE)  # the writers' messages name no path
     if dtype is None:
         return value
     cast = value.to(dtype)
@@ -187,12 +185,17 @@ def check_weight(value: torch.Tensor, name: str, path: PathLike, not_float: str,
     (the reader's message: formatted with ``name``, ``path``, the ``dtype`` found and ``directory``, the model
     directory where it names one), an integer table copied into a float parameter loading silently; and finite
     (:func:`require_finite`, with the reader's message ``not_finite``), a NaN giving NaN vectors. ``dtype``: cast to
-    it first (the model's), a float64 value beyond its range being inf there. Returns the value (cast)."""
+    it (the model's), a finite float64 value beyond its range being inf there: E_WEIGHT_DTYPE_OVERFLOW, not the
+    message for a NaN in the file, which has none. Returns the value (cast)."""
     if not value.is_floating_point():
         raise ValueError(not_float.format(name=name, path=path, dtype=value.dtype, directory=directory))
-    if dtype is not None:
-        value = value.to(dtype)
     require_finite(value, name, path, not_finite)
+    if dtype is not None:
+        cast = value.to(dtype)
+        if not torch.isfinite(cast).all():  # value is finite: the cast overflowed
+            max_abs = float(value.abs().max())
+            raise ValueError(Errors.E_WEIGHT_DTYPE_OVERFLOW.format(path=path, name=name, max_abs=max_abs, dtype=dtype))
+        value = cast
     return value
 
 

@@ -175,12 +175,17 @@ def weights_checked(model: Model, check: Callable[[BiLM, str], None], where: str
 _WEIGHTS_DIMS = ("nO", "nL")
 
 
-def load_model_bytes(model: Model, data: bytes) -> None:
+def load_model_bytes(model: Model, data: bytes, path: str = "The elmo component's saved model") -> None:
     """thinc's ``model.from_bytes(data)`` but for the model's own sizes (``nO``, ``nL``), which the weights decide:
     :func:`set_bilm` sets them with the weights. thinc sets a model's sizes before it reads its weights and refuses
     to change one once set, so weights of another shape would never reach the check, and sizes set then would
-    describe weights not yet (or never) serving."""
-    msg = srsly.msgpack_loads(data)
+    describe weights not yet (or never) serving. ``path``: the file read (or what the bytes are), for the error
+    when they cannot be unpacked: thinc opens ``elmo/model`` before the save that :func:`_serialize_runner`
+    refuses, which leaves it empty."""
+    try:
+        msg = srsly.msgpack_loads(data)
+    except ValueError as err:  # srsly's msgpack errors (incomplete input, extra data, format) are all ValueErrors
+        raise ValueError(Errors.E_ELMO_MODEL_INCOMPLETE.format(path=path, err=str(err) or type(err).__name__)) from err
     nodes = msg.get("nodes") if isinstance(msg, dict) else None
     if isinstance(nodes, list) and nodes and isinstance(nodes[0], dict) and isinstance(nodes[0].get("dims"), dict):
         nodes[0]["dims"] = {name: value for name, value in nodes[0]["dims"].items() if name not in _WEIGHTS_DIMS}

@@ -831,7 +831,10 @@ class ElmoComponent(TrainablePipe):
             spacy_util.from_disk(path, {"vocab": read_dir}, [])
 
         def read_model() -> None:
-            spacy_util.from_disk(path, {"model": lambda p: load_model_bytes(self.model, Path(p).read_bytes())}, exclude)
+            def read_file(p: Path) -> None:
+                load_model_bytes(self.model, Path(p).read_bytes(), str(p))  # the file named by its errors
+
+            spacy_util.from_disk(path, {"model": read_file}, exclude)
 
         return self._load(exclude, read, read_model)
 

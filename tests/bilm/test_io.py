@@ -893,7 +893,8 @@ def test_a_float64_file_beyond_float32_is_refused_not_loaded_as_inf(files, tmp_p
     with torch.no_grad():
         model.token_encoder.conv_biases[0][1] = 1e39
     model.save(tmp_path / "m")
-    with pytest.raises(ValueError, match=r"'token_encoder\.conv_biases\.0' holds 1 NaN or infinite value"):
+    with pytest.raises(ValueError, match=r"'token_encoder\.conv_biases\.0' holds values reaching 1e\+39, beyond "
+                                         r"torch\.float32's range .* the training that wrote them diverged"):
         BiLM.load(tmp_path / "m")
 
 

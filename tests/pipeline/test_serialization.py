@@ -2,6 +2,7 @@
 
 import json
 import pickle
+import re
 import shutil
 import subprocess
 import sys
@@ -282,3 +283,30 @@ def test_a_biLM_with_a_non_finite_weight_is_not_saved(nlp, tmp_path):
         nlp.to_bytes()
     with pytest.raises(ValueError, match=error):
         nlp.get_pipe("elmo").model.to_bytes()
+
+
+def test_a_pipeline_whose_save_was_refused_says_its_model_file_is_incomplete(nlp, tmp_path):
+    """thinc opens elmo/model before the biLM's weights are checked, so a refused save (as spacy train's model-last,
+    rewritten at each checkpoint, over a good one) leaves it empty: loading names the file, not msgpack's error."""
+    nlp("I went to the bank .")
+    nlp.to_disk(tmp_path / "p")
+    bias = get_bilm(nlp.get_pipe("elmo").model).lstm.forward_layers[0].bias
+    keep = bias.detach().clone()
+    with torch.no_grad():
+        bias[3] = float("nan")
+    with pytest.raises(ValueError, match="Cannot save the elmo biLM"):
+        nlp.to_disk(tmp_path / "p")
+    with torch.no_grad():
+        bias.copy_(keep)
+    doc = nlp("I went to the bank .")
+    model = tmp_path / "p" / "elmo" / "model"
+    error = re.escape(f"{model} cannot be read (Unpack failed: incomplete input): ") + ".* incomplete .* model-best"
+    with pytest.raises(ValueError, match=error):
+        spacy.load(tmp_path / "p")
+    with pytest.raises(ValueError, match=error):  # into a pipeline that runs: its own weights serve on
+        nlp.get_pipe("elmo").from_disk(tmp_path / "p" / "elmo", exclude=["vocab"])
+    numpy.testing.assert_array_equal(nlp("I went to the bank .")._.elmo, doc._.elmo)
+    saved = srsly.msgpack_loads(nlp.get_pipe("elmo").to_bytes())
+    saved["model"] = saved["model"][:-10]  # its model's bytes cut short
+    with pytest.raises(ValueError, match="The elmo component's saved model cannot be read"):
+        nlp.get_pipe("elmo").from_bytes(srsly.msgpack_dumps(saved))

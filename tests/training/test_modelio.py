@@ -259,3 +259,26 @@ def test_a_non_finite_softmax_is_refused_when_written_beside_allennlp_weights(tm
     with pytest.raises(ValueError, match=r"Cannot save 'softmax\.weight': it holds 1 NaN or infinite value"):
         write_softmax(tmp_path / SOFTMAX_FILE, softmax)
     assert not (tmp_path / SOFTMAX_FILE).exists()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float64])
+def test_the_softmax_beside_allennlp_weights_is_written_as_float32(tmp_path, dtype):
+    """AllenNLP/bilm-tf weights are float32, and so is the softmax written beside them, whatever the model's
+    dtype; a float64 value beyond float32's range is refused (it would be inf in the file), nothing written."""
+    from spacy_elmo.training.modelio import write_softmax
+
+    softmax = SoftmaxLayer(5, 8).to(dtype)
+    write_softmax(tmp_path / SOFTMAX_FILE, softmax)
+    written = load_file(str(tmp_path / SOFTMAX_FILE))
+    assert {name: t.dtype for name, t in written.items()} == {"softmax.weight": torch.float32,
+                                                            "softmax.bias": torch.float32}
+    torch.testing.assert_close(written["softmax.weight"], softmax.weight.detach().float(), rtol=0, atol=0)
+    if dtype == torch.float64:
+        (tmp_path / SOFTMAX_FILE).unlink()
+        with torch.no_grad():
+            softmax.bias[3] = 1e39
+        with pytest.raises(ValueError, match=r"Cannot save 'softmax\.bias' as torch\.float32: its values reach "
+                                             r"1e\+39, beyond torch\.float32's range.* AllenNLP/bilm-tf weights are "
+                                             r"float32"):
+            write_softmax(tmp_path / SOFTMAX_FILE, softmax)
+        assert not (tmp_path / SOFTMAX_FILE).exists()

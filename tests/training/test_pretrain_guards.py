@@ -543,6 +543,21 @@ def test_train_config_takes_numpy_reals_as_floats_and_refuses_bools_and_strings(
             TrainConfig(train_path="t", output_dir="o", **{name: wrong}).validate()
 
 
+def test_train_config_holds_plain_numbers_from_construction_without_validate():
+    """Converted when built (``__post_init__``), not only by validate(): asdict(cfg) of a config never validated
+    (written to a sweep's own JSON record) held the np.int64 that json cannot write."""
+    import json
+    from dataclasses import asdict
+
+    from spacy_elmo.training.trainer import TrainConfig
+
+    cfg = TrainConfig(train_path="t", output_dir="o", batch_size=np.int64(4), lr=np.float32(0.5))
+    record = asdict(cfg)
+    assert type(record["batch_size"]) is int and record["batch_size"] == 4
+    assert type(record["lr"]) is float and record["lr"] == 0.5
+    assert json.loads(json.dumps(record))["batch_size"] == 4
+
+
 def test_a_run_configured_with_numpy_numbers_trains_and_logs_them_as_json_numbers(tmp_path):
     train_file = write_corpus(tmp_path / "train.txt", 50)
     out = tmp_path / "out"
