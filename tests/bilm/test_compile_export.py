@@ -203,7 +203,8 @@ def test_compile_fullgraph_reference():
 def test_export_dynamic_batch_and_time_save_and_load(tmp_path):
     """torch.export failed on the data-dependent checks; torch.export.save refused the output
     namedtuple. The program runs on other batch sizes and lengths, saved and loaded again, also in a
-    fresh process (which imports spacy_elmo.ops.fused to register the ops)."""
+    fresh process through load_exported (the package imports nothing until used: the fused ops and the
+    output type are registered by it)."""
     model = _model("fused")
     program = torch.export.export(model, (batch_to_ids(BATCHES[0]),),
                                   dynamic_shapes=({0: Dim("batch"), 1: Dim("time")},))
@@ -216,9 +217,10 @@ def test_export_dynamic_batch_and_time_save_and_load(tmp_path):
             _assert_matches_eager(model, loaded, batch_to_ids(sentences))
     expected = model(batch_to_ids(BATCHES[1])).activations[-1]
     code = (
-        "import sys, torch, spacy_elmo.ops.fused\n"
+        "import sys, torch\n"
         "from spacy_elmo import batch_to_ids\n"
-        f"out = torch.export.load(sys.argv[1]).module()(batch_to_ids({BATCHES[1]!r}))\n"
+        "from spacy_elmo.bilm import load_exported\n"
+        f"out = load_exported(sys.argv[1]).module()(batch_to_ids({BATCHES[1]!r}))\n"
         "torch.save(out.activations[-1], sys.argv[2])\n"
     )
     subprocess.run([sys.executable, "-c", code, str(path), str(tmp_path / "out.pt")], check=True)
@@ -351,3 +353,14 @@ def test_before_graph_checks_a_compiled_model_checks_the_ids_in_python(monkeypat
         with pytest.raises(Exception) as full:
             torch.compile(model, backend="eager", fullgraph=True)(ids)
         assert not isinstance(full.value, ValueError)  # torch's refusal of the graph break, not a run
+
+
+def test_load_exported_without_the_extension_names_it(monkeypatch, tmp_path):
+    """An exported fused biLM calls torch.ops.spacy_elmo: without the extension, load_exported says so
+    before torch.export.load fails on an unknown operator."""
+    from spacy_elmo import ops
+    from spacy_elmo.bilm import load_exported
+
+    monkeypatch.setattr(ops, "fused_available", lambda: False)
+    with pytest.raises(RuntimeError, match=r"needs the compiled extension spacy_elmo\._C"):
+        load_exported(tmp_path / "bilm.pt2")
