@@ -758,6 +758,12 @@ class Errors:
         "block ([components.{component}.model.tok2vec.elmo] in the shipped configs), or set it to null to take it "
         "from the weights."
     )
+    E_LISTENER_LEARN_RATE_SCALE = (
+        "The ELMo listener{of_component} has learn_rate_scale = {value!r}; it must be a number above 0 (the learning "
+        "rate of the biLM it owns over the optimizer's, e.g. 0.01; true/false is no number). Fix learn_rate_scale in "
+        "its spacy_elmo.ElmoListener.v1 block ([components.{component}.model.tok2vec.elmo] in the shipped configs); "
+        "frozen = true keeps the biLM fixed."
+    )
     E_ELMO_LAYER_CACHE = (
         "The '{name}' component got layer_cache_mb = {value!r}; it must be an integer >= 0 (MB of biLM "
         "output layers cached per sentence, 0 for none). It is a training-run setting: "

@@ -23,7 +23,7 @@ from thinc.api import Maxout, Model, chain, concatenate, with_array
 from thinc.types import Floats2d, Floats3d
 
 from ..errors import Errors, Warnings
-from .bilm_layer import build_elmo_bilm, own_bilm_layer, set_layer_cache_mb
+from .bilm_layer import DEFAULT_LEARN_RATE_SCALE, build_elmo_bilm, own_bilm_layer, set_layer_cache_mb
 from .callers import user_stacklevel
 from .listener import ElmoListener as ElmoListenerModel
 from .scalar_mix import building, elmo_dropout, is_setting, mix_layer
@@ -84,6 +84,7 @@ def ElmoListener(
     layer_norm: bool = False,
     bilm: Optional[Model[List[Doc], List[Floats3d]]] = None,
     frozen: bool = True,
+    learn_rate_scale: float = DEFAULT_LEARN_RATE_SCALE,
 ) -> Model[List[Doc], List[Floats2d]]:
     """width: 2 x projection_dim of the upstream biLM, or None to take it from the weights.
 
@@ -93,14 +94,21 @@ def ElmoListener(
     bilm: None (listen to the ``upstream`` component), or a ``spacy_elmo.ElmoBiLM.v2``
     model that this component owns instead (``nlp.replace_listeners`` writes it; its
     weights come only with the component's saved model); frozen: with ``bilm``,
-    keep it out of this component's training.
+    keep it out of this component's training; learn_rate_scale: with ``bilm`` and
+    ``frozen = false``, its learning rate over the optimizer's (``nlp.replace_listeners``
+    writes the ``elmo`` component's, as it writes ``frozen``); above 0.
     """
     if width is not None and not is_setting(width, lambda v: v >= 1, whole=True):
         of_component, component = building()
         raise ValueError(Errors.E_LISTENER_WIDTH_SETTING.format(of_component=of_component, component=component, value=width))
+    if not is_setting(learn_rate_scale, lambda v: v > 0):
+        of_component, component = building()
+        raise ValueError(
+            Errors.E_LISTENER_LEARN_RATE_SCALE.format(of_component=of_component, component=component, value=learn_rate_scale)
+        )
     width = None if width is None else int(width)
     if bilm is not None:
-        listener = own_bilm_layer(bilm, frozen)
+        listener = own_bilm_layer(bilm, frozen, learn_rate_scale)
     else:
         listener = ElmoListenerModel(upstream_name=upstream, width=width)
     mix = mix_layer(None, initial_weights, trainable_mix, mix_l2, layer_norm, l2_key="mix_l2", block="spacy_elmo.ElmoListener.v1")

@@ -71,8 +71,16 @@ def build_elmo_bilm(
     )
 
 
+#: a fine-tuned biLM's learning rate over the optimizer's (the ``elmo`` component's ``learn_rate_scale`` and
+#: ``spacy_elmo.ElmoListener.v1``'s, for a biLM of its own). The task's Adam rate (0.001 in the shipped configs)
+#: rewrites a pretrained biLM within a few steps (three steps changed a small biLM's output layers by 60-120%,
+#: relative RMS); 0.01 of it (1e-5, the range pretrained encoders are fine-tuned at) by 0.5%
+DEFAULT_LEARN_RATE_SCALE = 0.01
+
+
 class AveragingPyTorchShim(PyTorchShim):
-    """thinc's PyTorchShim whose ``use_params`` swaps in the parameter averages the optimizer keeps.
+    """thinc's PyTorchShim whose ``use_params`` swaps in the parameter averages the optimizer keeps, and whose
+    ``finish_update`` steps the biLM at the optimizer's learning rate times :attr:`lr_scale`.
 
     thinc's optimizer records a torch parameter's average under ``(shim.id, name)`` (the key
     ``PyTorchShim.finish_update`` passes it), but ``PyTorchShim.use_params`` reads only keys
@@ -80,7 +88,20 @@ class AveragingPyTorchShim(PyTorchShim):
     (``spacy train`` with ``use_averages = true`` evaluates and saves inside it) left a fine-tuned
     biLM at its raw weights next to averaged task layers. The token and layer caches hold
     outputs of the weights in place: they are emptied on entering and leaving.
+
+    thinc's ``PyTorchShim.finish_update`` calls the optimizer without ``lr_scale``, and every ``finish_update`` of a
+    model that holds the biLM (the ``elmo`` component's, or that of a component owning a copy) reaches the shim
+    through thinc's ``Model.finish_update``, once per call: the scale is applied here, so that each of them steps
+    the biLM once, at the rate of the setting that owns it (:func:`step_bilm`, :func:`_own_forward` set it).
     """
+
+    #: the biLM's learning rate over the optimizer's (thinc's ``lr_scale``); 1.0 until its owner sets it
+    lr_scale: float = 1.0
+
+    def finish_update(self, optimizer: Optimizer) -> None:
+        # Model.finish_update only calls the optimizer (key, weights, gradient), as the partial does
+        scaled = optimizer if self.lr_scale == 1.0 else functools.partial(optimizer, lr_scale=self.lr_scale)
+        super().finish_update(cast(Optimizer, scaled))
 
     @contextlib.contextmanager
     def use_params(self, params):
@@ -120,6 +141,11 @@ def renew_shim_ids(model: Model) -> None:
 
 def get_runner(model: Model) -> ElmoRunner:
     return model.layers[0].shims[0]._model
+
+
+def get_shim(model: Model) -> AveragingPyTorchShim:
+    """The shim of an ``elmo_bilm`` model (thinc types shims as the base Shim)."""
+    return cast(AveragingPyTorchShim, model.layers[0].shims[0])
 
 
 def check_layer_cache_mb(value: Any, name: str) -> None:
@@ -227,7 +253,7 @@ def set_bilm(model: Model, bilm: BiLM, source: str) -> None:
     """Put loaded weights into the model (on the current thinc device), then set the dims: a call of another thread
     (which takes no lock) that reads both in between sees the new weights with the old dims, never the reverse
     (readers that need both read the sizes from the biLM they run, as :func:`_forward` does)."""
-    shim = cast(PyTorchShim, model.layers[0].shims[0])  # thinc types shims as the base Shim
+    shim = get_shim(model)
     bilm.backend = model.attrs["backend"]
     runner = get_runner(model)
     runner.set_bilm(bilm.to(shim.device))
@@ -237,9 +263,10 @@ def set_bilm(model: Model, bilm: BiLM, source: str) -> None:
 
 def step_bilm(model: Model, optimizer, lr_scale: float = 1.0) -> None:
     """Apply the biLM's gradients with ``optimizer``, its learning rate times ``lr_scale`` (thinc's ``Optimizer``
-    takes ``lr_scale`` per call; its PyTorch shim never passes one); the token and layer caches are stale after it."""
-    # Model.finish_update only calls the optimizer (key, weights, gradient), as the partial does
-    model.finish_update(optimizer if lr_scale == 1.0 else cast(Optimizer, functools.partial(optimizer, lr_scale=lr_scale)))
+    takes ``lr_scale`` per call: :class:`AveragingPyTorchShim` passes it); the token and layer caches are stale
+    after it."""
+    get_shim(model).lr_scale = lr_scale
+    model.finish_update(optimizer)
     get_runner(model).clear_caches()
 
 
@@ -326,15 +353,19 @@ def _token_index(ops, positions):
     return slice(first, last + 1) if last - first + 1 == len(positions) else ops.xp.asarray(positions)
 
 
-def own_bilm_layer(bilm: Model[List[Doc], List[Floats3d]], frozen: bool = True) -> Model[List[Doc], List[Floats3d]]:
+def own_bilm_layer(
+    bilm: Model[List[Doc], List[Floats3d]], frozen: bool = True, learn_rate_scale: float = DEFAULT_LEARN_RATE_SCALE
+) -> Model[List[Doc], List[Floats3d]]:
     """A component's own biLM (what ``nlp.replace_listeners`` puts where an ElmoListener was).
 
     ``bilm`` is an ``elmo_bilm`` model; its weights come with the component's
     saved model. frozen: run it without gradients also in training (as the
     ``elmo`` component with ``frozen = true`` did); else the component's
-    optimizer fine-tunes it.
+    optimizer fine-tunes it, at its learning rate times ``learn_rate_scale``
+    (above 0, checked by the caller).
     """
-    return Model("elmo_own_bilm", _own_forward, layers=[bilm], init=_own_init, attrs={"frozen": setting(bool(frozen))})
+    attrs = {"frozen": setting(bool(frozen)), "learn_rate_scale": setting(float(learn_rate_scale))}
+    return Model("elmo_own_bilm", _own_forward, layers=[bilm], init=_own_init, attrs=attrs)
 
 
 def _check_own_weights(model: Model) -> Model:
@@ -354,6 +385,8 @@ def _own_forward(model: Model, docs: List[Doc], is_train: bool):
         return bilm.predict(docs), _no_input_grad
     runner = get_runner(bilm)
     runner.clear_caches()  # the weights change at the next finish_update
+    # the component's model.finish_update steps the biLM through its shim: at the scale of these gradients' run
+    get_shim(bilm).lr_scale = float(model.attrs["learn_rate_scale"])
     outputs, bp = bilm.begin_update(docs)
 
     def backprop(d_outputs: List[Floats3d]) -> List[Doc]:

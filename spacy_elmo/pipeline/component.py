@@ -45,6 +45,7 @@ from ..errors import Errors, Warnings
 from ..forksafe import after_fork_in_child
 from ..training.data import tokenizer_settings
 from .bilm_layer import (
+    DEFAULT_LEARN_RATE_SCALE,
     ModelState,
     StagedWeights,
     check_layer_cache_mb,
@@ -63,12 +64,9 @@ from .doc_data import ELMO_ATTR, IDX_ATTR, install_extensions, install_hooks, se
 from .layer_cache import MB
 from .listener import ElmoListener, find_listener_path
 from .loaders import WeightsLoader, load_weights, names_no_weights, requests_nothing, weights_target
+from .scalar_mix import is_setting
 
 STORE_CHOICES = ("all", "mix", "none")
-#: a fine-tuned biLM's learning rate over the optimizer's. The task's Adam rate (0.001 in the shipped configs)
-#: rewrites a pretrained biLM within a few steps (three steps changed a small biLM's output layers by 60-120%,
-#: relative RMS); 0.01 of it (1e-5, the range pretrained encoders are fine-tuned at) by 0.5%
-DEFAULT_LEARN_RATE_SCALE = 0.01
 DTYPE_CHOICES = ("float16", "float32")
 
 DEFAULT_MODEL = """
@@ -247,7 +245,9 @@ def _path_being_replaced() -> Optional[Tuple[str, str]]:
     return None
 
 
-def replace_listener_cfg(tok2vec_model_cfg: Dict[str, Any], listener_model_cfg: Dict[str, Any], *, name: str, frozen: bool):
+def replace_listener_cfg(
+    tok2vec_model_cfg: Dict[str, Any], listener_model_cfg: Dict[str, Any], *, name: str, frozen: bool, learn_rate_scale: float
+):
     """``nlp.replace_listeners``: the config of the listener block with the biLM's own config in it.
 
     spaCy passes the listening component's whole ``[model.tok2vec]`` block, which may
@@ -266,6 +266,7 @@ def replace_listener_cfg(tok2vec_model_cfg: Dict[str, Any], listener_model_cfg: 
     result = copy.deepcopy(dict(functools.reduce(operator.getitem, path, listener_model_cfg)))
     result["bilm"] = copy.deepcopy(dict(tok2vec_model_cfg))
     result["frozen"] = frozen
+    result["learn_rate_scale"] = learn_rate_scale
     return result
 
 
@@ -275,7 +276,7 @@ def replace_listener(model: Model, listener: Model, component: "ElmoComponent") 
         component._ensure_weights()
         model = component.model.copy()
     renew_shim_ids(model)
-    return own_bilm_layer(model, component.cfg["frozen"])
+    return own_bilm_layer(model, component.cfg["frozen"], component.cfg["learn_rate_scale"])
 
 
 def _is_number_list(values: Any) -> bool:
@@ -347,7 +348,7 @@ class ElmoComponent(TrainablePipe):
                 raise ValueError(Errors.E_ELMO_BAD_OPTION.format(name=name, option=option, choices=choices, value=value))
         if mix is not None and not _is_number_list(mix):
             raise ValueError(Errors.E_ELMO_MIX_VALUES.format(name=name, value=mix))
-        if not _is_number_list([learn_rate_scale]) or not learn_rate_scale > 0:
+        if not is_setting(learn_rate_scale, lambda v: v > 0):
             raise ValueError(Errors.E_ELMO_LEARN_RATE_SCALE.format(name=name, value=learn_rate_scale))
         self.vocab = vocab
         self.model = model
@@ -368,7 +369,9 @@ class ElmoComponent(TrainablePipe):
         }
         # spaCy's nlp.replace_listeners reads these (as for tok2vec / transformer)
         model.attrs["replace_listener"] = replace_listener
-        model.attrs["replace_listener_cfg"] = functools.partial(replace_listener_cfg, name=name, frozen=bool(frozen))
+        model.attrs["replace_listener_cfg"] = functools.partial(
+            replace_listener_cfg, name=name, frozen=bool(frozen), learn_rate_scale=float(learn_rate_scale)
+        )
         install_extensions()
 
     # -- weights -------------------------------------------------------------

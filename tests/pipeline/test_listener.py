@@ -18,7 +18,7 @@ from thinc.api import SGD, Adam, fix_random_seed, set_dropout_rate
 
 from spacy_elmo import BiLM, BiLMConfig
 from spacy_elmo.bilm.token_cache import run_rows
-from spacy_elmo.pipeline.bilm_layer import get_bilm
+from spacy_elmo.pipeline.bilm_layer import DEFAULT_LEARN_RATE_SCALE, get_bilm
 from spacy_elmo.pipeline.component import ElmoComponent
 from spacy_elmo.pipeline.doc_data import set_doc_data
 from spacy_elmo.pipeline.listener import ElmoListener
@@ -434,21 +434,49 @@ def test_fine_tuning_changes_bilm(tiny_dir):
     assert not torch.equal(before, bilm.lstm.forward_layers[0].w_proj.detach())
 
 
-def _one_sgd_step(tiny_dir, scale):
-    """``(biLM parameter changes, task parameter changes)`` of one SGD step of a fine-tuned elmo (``learn_rate_scale
-    = scale``) and a listening ner, from the same start: float64 numpy arrays by name."""
+def _randomize_zero_params(model):
+    """The parser's output layer starts at zero, which sends the biLM no gradient: give zero parameters values."""
+    rng = numpy.random.default_rng(0)
+    for node in model.walk():
+        for p in node.param_names:
+            if not node.get_param(p).any():
+                node.set_param(p, rng.normal(0, 0.1, node.get_param(p).shape).astype("float32"))
+
+
+def _own_bilm_step(nlp, examples):
+    """The change (float64 numpy arrays by name) that one plain SGD step makes to the biLM that ner owns."""
+    (bilm,) = [get_bilm(n) for n in nlp.get_pipe("ner").model.walk() if n.name == "elmo_bilm"]
+    before = {k: v.detach().double().numpy().copy() for k, v in bilm.named_parameters()}
+    fix_random_seed(0)  # the same ELMo dropout masks in each run
+    nlp.update(examples, sgd=SGD(0.5, L2=0.0, grad_clip=0.0, use_averages=False))
+    return {k: v.detach().double().numpy() - before[k] for k, v in bilm.named_parameters()}
+
+
+def _assert_scaled(step_s, step_1, scale):
+    moved = [k for k, d in step_1.items() if numpy.abs(d).max() > 1e-4]
+    assert len(moved) > len(step_1) // 2, "the biLM barely moved: nothing to compare"
+    for k in step_1:  # float32 weights: the change is off by their rounding (about 1e-7 of a weight near 1)
+        numpy.testing.assert_allclose(step_s[k], scale * step_1[k], rtol=1e-3, atol=1e-6, err_msg=k)
+
+
+def _fine_tuned_ner_at(tiny_dir, scale):
+    """An initialized fine-tuned elmo (``learn_rate_scale = scale``) and a listening ner without zero parameters,
+    from the same start for every ``scale``; and the examples."""
     fix_random_seed(0)
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "frozen": False, "learn_rate_scale": scale})
     nlp.add_pipe("ner", config={"model": {**NER, "tok2vec": LISTENER}})
     examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(4)]
     nlp.initialize(lambda: examples)
+    _randomize_zero_params(nlp.get_pipe("ner").model)
+    return nlp, examples
+
+
+def _one_sgd_step(tiny_dir, scale):
+    """``(biLM parameter changes, task parameter changes)`` of one SGD step of a fine-tuned elmo (``learn_rate_scale
+    = scale``) and a listening ner, from the same start: float64 numpy arrays by name."""
+    nlp, examples = _fine_tuned_ner_at(tiny_dir, scale)
     bilm, ner = get_bilm(nlp.get_pipe("elmo").model), nlp.get_pipe("ner").model
-    rng = numpy.random.default_rng(0)
-    for node in ner.walk():  # the parser's output layer starts at zero, which sends the biLM no gradient
-        for p in node.param_names:
-            if not node.get_param(p).any():
-                node.set_param(p, rng.normal(0, 0.1, node.get_param(p).shape).astype("float32"))
     bilm_before = {k: v.detach().double().numpy().copy() for k, v in bilm.named_parameters()}
     task_before = {(n.id, p): n.get_param(p).astype("float64") for n in ner.walk() for p in n.param_names}
     nlp.update(examples, sgd=SGD(0.5, L2=0.0, grad_clip=0.0, use_averages=False))
@@ -462,10 +490,7 @@ def test_learn_rate_scale_scales_the_fine_tuned_bilms_step_only(tiny_dir):
     """learn_rate_scale multiplies the biLM's step (the optimizer's lr_scale) and leaves the task layers' alone."""
     bilm_1, task_1 = _one_sgd_step(tiny_dir, 1.0)
     bilm_s, task_s = _one_sgd_step(tiny_dir, 0.25)
-    moved = [k for k, d in bilm_1.items() if numpy.abs(d).max() > 1e-4]
-    assert len(moved) > len(bilm_1) // 2, "the biLM barely moved: nothing to compare"
-    for k in bilm_1:  # float32 weights: the change is off by their rounding (about 1e-7 of a weight near 1)
-        numpy.testing.assert_allclose(bilm_s[k], 0.25 * bilm_1[k], rtol=1e-3, atol=1e-6, err_msg=k)
+    _assert_scaled(bilm_s, bilm_1, 0.25)
     assert set(task_s) == set(task_1) and any(numpy.abs(d).max() > 0 for d in task_1.values())
     for k in task_1:
         numpy.testing.assert_array_equal(task_s[k], task_1[k])
@@ -476,6 +501,43 @@ def test_learn_rate_scale_out_of_range_is_refused(value):
     nlp = spacy.blank("en")
     with pytest.raises(ValueError, match="learn_rate_scale must be a number above 0"):
         ElmoComponent(nlp.vocab, nlp.add_pipe("elmo").model, "elmo", learn_rate_scale=value)
+
+
+def _replaced_ner(tiny_dir, scale):
+    """A fine-tuned elmo (learn_rate_scale = scale) whose listening ner was given its own biLM by
+    nlp.replace_listeners, then elmo removed; and the examples."""
+    nlp, examples = _fine_tuned_ner_at(tiny_dir, scale)
+    nlp.replace_listeners("elmo", "ner", ["model.tok2vec"])
+    nlp.remove_pipe("elmo")
+    return nlp, examples
+
+
+def test_learn_rate_scale_scales_the_step_of_a_biLM_replace_listeners_copied(tiny_dir):
+    """nlp.replace_listeners carries elmo's learn_rate_scale over to the copy, as it carries frozen (the listener
+    block's setting): ner's optimizer stepped its own biLM at the full task rate, overwriting it within a few
+    steps. One SGD step at scale s changes it by s times the change at scale 1."""
+    nlp_1, examples = _replaced_ner(tiny_dir, 1.0)
+    nlp_s, _ = _replaced_ner(tiny_dir, 0.25)
+    assert nlp_s.config["components"]["ner"]["model"]["tok2vec"]["learn_rate_scale"] == 0.25
+    _assert_scaled(_own_bilm_step(nlp_s, examples), _own_bilm_step(nlp_1, examples), 0.25)
+
+
+def test_learn_rate_scale_of_an_own_biLM_config_scales_its_step(tiny_dir, tmp_path):
+    """A listener block with its own biLM (a saved pipeline's, frozen = false) steps it at the optimizer's rate
+    times the block's learn_rate_scale, the config's at load (default 0.01), never a saved one."""
+    nlp, examples = _replaced_ner(tiny_dir, 1.0)
+    nlp.to_disk(tmp_path / "p")
+    # as a pipeline saved before the setting existed: its block has none
+    config = spacy.util.load_config(tmp_path / "p" / "config.cfg")
+    del config["components"]["ner"]["model"]["tok2vec"]["learn_rate_scale"]
+    config.to_disk(tmp_path / "p" / "config.cfg")
+    block = "components.ner.model.tok2vec"
+    steps = {scale: _own_bilm_step(spacy.load(tmp_path / "p", config={f"{block}.learn_rate_scale": scale}), examples)
+             for scale in (1.0, 0.25)}
+    _assert_scaled(steps[0.25], steps[1.0], 0.25)
+    default = spacy.load(tmp_path / "p")
+    assert default.config["components"]["ner"]["model"]["tok2vec"]["learn_rate_scale"] == DEFAULT_LEARN_RATE_SCALE
+    _assert_scaled(_own_bilm_step(default, examples), steps[1.0], DEFAULT_LEARN_RATE_SCALE)
 
 
 def _fine_tuned_ner_and_textcat(tiny_dir):
@@ -944,7 +1006,9 @@ def test_renamed_upstream_is_a_clear_error_not_zeros(tiny_dir, frozen):
      ("initial_weights", ["a", "b", "c"]), pytest.param("dropout", 10**400, id="dropout-huge-int"),
      pytest.param("mix_l2", 10**400, id="mix_l2-huge-int"), pytest.param("initial_weights", [0, 10**400, 0], id="weights-huge-int"),
      ("mix_l2", True), ("initial_weights", [True, False, True]), ("initial_weights", numpy.array([True, False, True])),
-     ("initial_weights", ["1", "0", "0"]), ("width", True), ("width", 0), ("width", 16.0)],
+     ("initial_weights", ["1", "0", "0"]), ("width", True), ("width", 0), ("width", 16.0),
+     ("learn_rate_scale", 0), ("learn_rate_scale", -0.1), ("learn_rate_scale", float("nan")),
+     ("learn_rate_scale", float("inf")), ("learn_rate_scale", "0.1"), ("learn_rate_scale", None)],
 )  # fmt: skip
 def test_listener_settings_out_of_range_are_refused(setting, value):
     """spaCy's config checks only the types: ElmoListener.v1's dropout = 1 (or more) trained the task on
@@ -957,7 +1021,7 @@ def test_listener_settings_out_of_range_are_refused(setting, value):
     registered = spacy.util.registry.architectures.get("spacy_elmo.ElmoListener.v1")
     with pytest.raises(ValueError, match=setting):
         registered(upstream="elmo", **{setting: value})
-    if setting != "width":  # the thinc layers a config can also name on their own
+    if setting not in ("width", "learn_rate_scale"):  # the thinc layers a config can also name on their own
         with pytest.raises(ValueError, match=r"dropout = |has l2 = .*spacy_elmo.ScalarMix.v1|initial_weights"):
             if setting == "dropout":
                 elmo_dropout(value)
@@ -965,7 +1029,10 @@ def test_listener_settings_out_of_range_are_refused(setting, value):
                 scalar_mix_layer(**{"l2" if setting == "mix_l2" else setting: value})
 
 
-@pytest.mark.parametrize("setting, value", [("initial_weights", [True, False, True]), ("width", True), ("dropout", False)])
+@pytest.mark.parametrize(
+    "setting, value",
+    [("initial_weights", [True, False, True]), ("width", True), ("dropout", False), ("learn_rate_scale", True)],
+)
 def test_bool_listener_setting_names_the_setting_and_fix(setting, value):
     """A bool listener setting from Python code (spaCy's config validation refuses bools in a config) is refused
     as the other listener settings are: the setting, its value, the block and the fix."""
