@@ -554,6 +554,11 @@ class Errors:
         "backend='fused' needs the compiled extension spacy_elmo._C, which is not "
         "available ({reason}). {fix} Or use backend='reference'."
     )
+    E_EXPORTED_NEEDS_FUSED = (
+        "torch.export.load could not read {path} ({error}). A biLM exported with the fused backend calls "
+        "the kernels of spacy_elmo._C (torch.ops.spacy_elmo), which is not available here ({reason}). {fix} "
+        "Or export the model again with backend='reference', whose program needs no extension."
+    )
     E_FUSED_NO_CUDA_KERNELS = (
         "backend='fused' on CUDA tensors needs the CUDA kernels of spacy_elmo._C, which this build lacks (it "
         "found no CUDA toolkit: nvcc / CUDA_HOME). Install the CUDA toolkit of torch's CUDA ({cuda}) and "
