@@ -1171,9 +1171,9 @@ class Errors:
     )
     E_EXPORT_NOT_A_DIR = "{path} is a file; export writes a directory. Choose another OUT_DIR."
     E_EXPORT_IN_USE = (
-        "{path} is in use by a pretrain run, still running (it holds the directory's lock): --overwrite would delete "
-        "its checkpoint, log and tokenized corpus while it writes them. Wait for the run to end, or choose another "
-        "OUT_DIR."
+        "{path} is in use: another process holds the directory's lock, a pretrain run (or a fit-state or export "
+        "there). --overwrite would delete what it is writing (a pretrain's checkpoint, log and tokenized corpus). "
+        "Wait for it to end, or choose another OUT_DIR."
     )
     E_EXPORT_ONTO_RUN = (
         "{path} is both MODEL_DIR and OUT_DIR, and holds a pretrain run's checkpoint ({checkpoint}): --overwrite "
@@ -1248,9 +1248,9 @@ class Errors:
         "more than {warmup} warm-up sentences each): give it more running text{or_rows}."
     )
     E_FIT_STATE_IN_USE = (
-        "{path} is in use by a pretrain run, still running (it holds the directory's lock): it rewrites the model "
-        "there at every checkpoint, over the state fit-state would write (or with it, beside other weights). Wait "
-        "for the run to end and run fit-state then, or fit the state of a copy: `spacy-elmo export {path} NEW_DIR "
+        "{path} is in use: another process holds the directory's lock, a pretrain run (it rewrites the model there "
+        "at every checkpoint, over the state fit-state would write) or an export or a second fit-state there. Wait "
+        "for it to end and run fit-state then, or fit the state of a copy: `spacy-elmo export {path} NEW_DIR "
         "--format native`, then `spacy-elmo fit-state NEW_DIR TEXT_PATH`."
     )
     E_FIT_STATE_WRITE = (

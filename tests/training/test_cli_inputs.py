@@ -133,7 +133,8 @@ def test_fit_state_refuses_a_model_a_running_pretrain_holds(model, trained):
     with locked_by_another_process(model):  # a running pretrain; then killed
         for args in ([str(trained["train"]), "--rows", "4"], ["--clear"]):
             output = plain(clean_error(runner.invoke(app, ["fit-state", str(model), *args])))
-            assert "in use by a pretrain run" in output and "Wait for the run to end" in output
+            assert "is in use: another process holds the directory's lock, a pretrain run" in output
+            assert "or an export or a second fit-state there. Wait for it to end" in output
             assert f"spacy-elmo export {model} NEW_DIR --format native" in output  # or a copy
         assert files(model) == before
     result = runner.invoke(app, ["fit-state", str(model), str(trained["train"]), "--rows", "4"])
@@ -158,7 +159,8 @@ def test_export_overwrite_refuses_an_out_dir_a_running_pretrain_holds(trained, t
     with locked_by_another_process(running):
         for out in (running, running / "missing" / ".."):  # the lock was not taken for the second spelling
             output = plain(clean_error(runner.invoke(app, args[:2] + [str(out)] + args[3:])))
-            assert "in use by a pretrain run" in output and "choose another OUT_DIR" in output, output
+            assert "is in use: another process holds the directory's lock, a pretrain run (or a fit-state" in output
+            assert "choose another OUT_DIR" in output, output
             assert _tree(running) == before
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
