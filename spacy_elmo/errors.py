@@ -1677,6 +1677,12 @@ class Warnings:
         "nothing was trained, and the checkpoint and model were left as they are. To train on, resume with "
         "--max-steps above {step:,} (or more --epochs)."
     )
+    W_RESUME_NOTHING_TO_TRAIN_STALE = (
+        "spacy-elmo: the checkpoint in {path} is at step {step:,} and this run ends at step {total:,} ({option}): "
+        "nothing was trained. The checkpoint was left as it is; the model was written again from it, since a run "
+        "stopped between the two writes had left {model}. To train on, resume with "
+        "--max-steps above {step:,} (or more --epochs)."
+    )
     W_LONG_RUNS = (
         "spacy-elmo: {path} has {n_runs} of more than {cap} characters without whitespace (undecodable bytes "
         "read as U+FFFD, minified code, a run of '!'); each is cut every {cap} characters, as spaCy's tokenizer "

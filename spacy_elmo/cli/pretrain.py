@@ -315,9 +315,10 @@ def pretrain(
     typer.echo(
         f"{_trained(summary['steps'], summary['resumed_from'])}; corpus {counted(stats['n_tokens'], 'token')} in "
         f"{counted(stats['n_sentences'], 'sentence')} from {counted(stats['n_files'], 'file')} ({stats['n_binary']:,} "
-        f"binary skipped, {counted(stats['replaced_bytes'], 'undecodable byte')} replaced); vocabulary {summary['vocab_size']:,}"
+        f"skipped as binary or UTF-16/32, {counted(stats['replaced_bytes'], 'undecodable byte')} replaced); vocabulary {summary['vocab_size']:,}"
     )
     if summary.get("heldout"):
         h = summary["heldout"]
         typer.echo(f"held-out {perplexity_text(h)}; OOV rate {h['oov_rate']:.2%} (<UNK> targets count)")
-    typer.echo(f"model written to {summary['output_dir']} (load with BiLM.load)")
+    done = "written to" if summary["model_written"] else "left as it was in"
+    typer.echo(f"model {done} {summary['output_dir']} (load with BiLM.load)")

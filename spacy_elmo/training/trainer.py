@@ -667,8 +667,8 @@ def said_by_this_rank(err: BaseException, rank: int) -> bool:
 # -- the loop ----------------------------------------------------------------
 def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = None) -> Dict[str, Any]:
     """Run (or resume) pretraining; returns a summary: ``steps`` (the step the model is at), ``resumed_from``
-    (the checkpoint's step with ``--resume``, else 0), ``vocab_size``, ``corpus``, ``heldout``, ``output_dir``,
-    ``rank``. ``on_step(step, loss)`` is called after every optimizer step (step counts from 1)."""
+    (the checkpoint's step with ``--resume``, else 0), ``model_written`` (False: a resume that trained nothing
+    left the model as it was), ``vocab_size``, ``corpus``, ``heldout``, ``output_dir``, ``rank``. ``on_step(step, loss)`` is called after every optimizer step (step counts from 1)."""
     try:
         with ExitStack() as held:  # OUTPUT_DIR's lock, from before the corpus is read until the run ends
             return _train(cfg, on_step, held)
@@ -854,10 +854,6 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
                 step = int(payload["step"])
                 tokens_seen = int(payload.get("tokens", step * cfg.batch_size * cfg.unroll * world))  # older checkpoints: streams
                 state = ckpt.restore_rank_state(payload["ranks"][rank], sampler_rng, device)
-                if total <= step and is_main:  # it rewrote checkpoint.pt and the model, saying only "0 steps this run"
-                    option = "--max-steps" if cfg.max_steps is not None else "--epochs"
-                    warnings.warn(Warnings.W_RESUME_NOTHING_TO_TRAIN.format(path=out, step=step, total=total, option=option),
-                                  RuntimeWarning, stacklevel=3)  # train()'s caller
     except BaseException:
         if is_main:
             shutil.rmtree(staging, ignore_errors=True)
@@ -1020,10 +1016,18 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
     if payload is not None and step == int(payload["step"]):
         # Nothing trained: the files stay as they are, unless a kill between the checkpoint and the model that
         # follows it left the model of an earlier step (its config.json, written last, records the steps).
-        stale = [is_main and _model_steps(out) != step]
+        model_step = _model_steps(out) if is_main else None
+        stale = [is_main and model_step != step]
         if world > 1:  # rank 0's files decide: saving is collective
             dist.broadcast_object_list(stale, src=0)
         if stale[0]:
             save(final=True)
-    return {"steps": step, "resumed_from": 0 if payload is None else int(payload["step"]), "vocab_size": vocab.size, "corpus": meta["stats"], "heldout": last_heldout,
+        if is_main:  # a resume at or below the checkpoint rewrote both files, saying only "0 steps this run"
+            option = "--max-steps" if cfg.max_steps is not None else "--epochs"
+            message = Warnings.W_RESUME_NOTHING_TO_TRAIN_STALE if stale[0] else Warnings.W_RESUME_NOTHING_TO_TRAIN
+            model = "no model" if model_step is None else f"the model of step {model_step:,}"
+            warnings.warn(message.format(path=out, step=step, total=total, option=option, model=model),
+                          RuntimeWarning, stacklevel=3)  # train()'s caller
+    written = payload is None or step != int(payload["step"]) or stale[0]
+    return {"steps": step, "resumed_from": 0 if payload is None else int(payload["step"]), "model_written": written, "vocab_size": vocab.size, "corpus": meta["stats"], "heldout": last_heldout,
             "output_dir": str(out), "rank": rank}

@@ -31,7 +31,9 @@ def test_pretrain_evaluate_export(tmp_path):
     result, train, held, options, out = pretrain_tiny(tmp_path, "--heldout", str(tmp_path / "held.txt"), "--progress")
     assert result.exit_code == 0, result.output
     assert "held-out perplexity" in result.output
-    assert "trained 3 steps; corpus " in result.output and " sentences from 1 file (0 binary skipped, " in result.output
+    assert "trained 3 steps; corpus " in result.output
+    assert " sentences from 1 file (0 skipped as binary or UTF-16/32, " in result.output
+    assert f"model written to {out} (load with BiLM.load)" in result.output
     (event,) = [e for e in read_log(out) if e.get("event") == "heldout"]
     # <UNK> targets count in the perplexity (bilm-tf): a small vocabulary's low perplexity is read with its OOV rate
     # the held-out text (30 sentences) is read as a stream cut into up to --eval-batch-size (32) rows: said so,
@@ -42,6 +44,12 @@ def test_pretrain_evaluate_export(tmp_path):
     assert event["replaced_bytes"] == 0 and event["perplexity"] > 1
     result = runner.invoke(app, ["pretrain", str(train), str(out), "--options", str(options)])
     assert result.exit_code == 1 and "--resume" in result.output
+    # a resume that trains nothing leaves the model: the last line said "model written" under the warning
+    with pytest.warns(RuntimeWarning, match="nothing was trained"):
+        result = runner.invoke(app, [*tiny_pretrain_args(tmp_path, out, max_steps=3)[0], "--resume"])
+    assert result.exit_code == 0, result.output
+    assert "trained to step 3 (0 steps this run)" in result.output
+    assert f"model left as it was in {out} (load with BiLM.load)" in result.output and "written" not in result.output
 
     result = runner.invoke(app, ["evaluate", str(out), str(held), "--json"])
     assert result.exit_code == 0, result.output

@@ -597,11 +597,13 @@ def test_a_resume_that_trains_nothing_says_so_and_leaves_the_files(tmp_path):
         with pytest.warns(RuntimeWarning, match=rf"checkpoint in {out} is at step 4 and this run ends at step {max_steps} "
                                                 r"\(--max-steps\): nothing was trained"):
             result = train(tiny_train_config(train_file, out, max_steps=max_steps, checkpoint_every=2, resume=True))
-        assert result["steps"] == 4 and stamps() == before
+        assert result["steps"] == 4 and not result["model_written"] and stamps() == before
     config = json.loads((out / "config.json").read_text(encoding="utf-8"))
     config["provenance"]["steps"] = 2  # the model of step 2: killed after the checkpoint of step 4 was written
     (out / "config.json").write_text(json.dumps(config), encoding="utf-8")
-    with pytest.warns(RuntimeWarning, match="nothing was trained"):
-        train(tiny_train_config(train_file, out, max_steps=4, checkpoint_every=2, resume=True))
+    with pytest.warns(RuntimeWarning, match=r"nothing was trained\. The checkpoint was left as it is; the model was "
+                                            r"written again from it, since .* had left the model of step 2\."):
+        result = train(tiny_train_config(train_file, out, max_steps=4, checkpoint_every=2, resume=True))
+    assert result["model_written"]
     assert json.loads((out / "config.json").read_text(encoding="utf-8"))["provenance"]["steps"] == 4
     assert (out / "model.safetensors").read_bytes() == before["model.safetensors"][1]
