@@ -1025,8 +1025,8 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
         if is_main:  # a resume at or below the checkpoint rewrote both files, saying only "0 steps this run"
             option = "--max-steps" if cfg.max_steps is not None else "--epochs"
             message = Warnings.W_RESUME_NOTHING_TO_TRAIN_STALE if stale[0] else Warnings.W_RESUME_NOTHING_TO_TRAIN
-            model = "no model" if model_step is None else f"the model of step {model_step:,}"
-            warnings.warn(message.format(path=out, step=step, total=total, option=option, model=model),
+            left = "no model" if model_step is None else f"the model of step {model_step:,}"
+            warnings.warn(message.format(path=out, step=step, total=total, option=option, model=left),
                           RuntimeWarning, stacklevel=3)  # train()'s caller
     written = payload is None or step != int(payload["step"]) or stale[0]
     return {"steps": step, "resumed_from": 0 if payload is None else int(payload["step"]), "model_written": written, "vocab_size": vocab.size, "corpus": meta["stats"], "heldout": last_heldout,
