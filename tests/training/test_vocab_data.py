@@ -1,6 +1,7 @@
 """Vocabulary order, corpus reading and the bad-input cases."""
 
 import os
+import warnings
 from collections import Counter
 
 import numpy as np
@@ -179,16 +180,78 @@ def test_stretches_without_whitespace_are_cut():
 
 
 def test_a_long_stretch_gives_the_tokens_of_its_cuts(tmp_path):
-    """Read from a file: undecodable bytes (U+FFFD, each its own token) give the same tokens as uncut;
-    a 450-character word becomes 3 tokens; both counted and warned of with the file."""
+    """Read from a file: undecodable bytes (U+FFFD, each its own token, stripped one at a time by spaCy) are cut
+    and give the same tokens as uncut, counted and warned of with the file; a 450-character word, which spaCy
+    keeps whole in linear time, stays one token, as the pipeline sees it."""
     path = tmp_path / "runs.txt"
     path.write_bytes(b"ok " + b"\xff" * 450 + b" then " + b"q" * 450 + b" end\n")
-    with pytest.warns(RuntimeWarning, match=r"runs.txt has 2 stretches of more than 200 characters without whitespace"):
+    with pytest.warns(RuntimeWarning, match=r"runs.txt has 1 stretch of more than 200 characters without whitespace"):
         meta = build_corpus(path, "en", tmp_path / "cache", progress=False)
-    assert meta["stats"]["long_runs"] == 2
+    assert meta["stats"]["long_runs"] == 1
     counts = dict(zip(Corpus.load(tmp_path / "cache").types, Corpus.load(tmp_path / "cache").counts.tolist()))
-    assert counts["\ufffd"] == 450 and counts["q" * 200] == 2 and counts["q" * 50] == 1
-    assert meta["stats"]["n_tokens"] == 1 + 450 + 1 + 3 + 1
+    assert counts["\ufffd"] == 450 and counts["q" * 450] == 1
+    assert meta["stats"]["n_tokens"] == 1 + 450 + 1 + 1 + 1
+
+
+URL = ("https://www.example.com/search/results?query=elmo+contextual+embeddings&utm_source=newsletter&utm_medium=email"
+       "&utm_campaign=2026-11-spring-sale&session=0f8a9c2d4e6b1a3c5e7f9a0b2c4d6e8f&ref=homepage-banner-top&lang=en-US")
+
+
+def test_stretches_spacy_tokenizes_fast_stay_whole(tmp_path):
+    """Only a stretch spaCy's rule-based tokenizer strips more than AFFIX_ROUNDS prefixes or suffixes from (the
+    quadratic cost) is cut: a 219-character URL, in brackets before a full stop too, gives spaCy's tokens (one
+    URL token), not 2 cut pieces; a URL followed by 1,000 U+FFFD, which url_match matches whole but spaCy strips
+    one by one, is cut."""
+    from spacy_elmo.training import data
+
+    tokenizer = data.make_nlp("en").tokenizer
+    assert len(URL) == 219
+    for line in (f"Read more at {URL} today.", f"Read more ({URL}).", "a " + "(" * data.AFFIX_ROUNDS + "z" * 300):
+        text, n = cut_runs(line, tokenizer)
+        assert (text, n) == (line, 0)
+    assert URL in [t.text for t in tokenizer(f"Read more ({URL}).")]
+    assert cut_runs("a " + "(" * (data.AFFIX_ROUNDS + 1) + "z" * 300, tokenizer)[1] == 1
+    text, n = cut_runs(URL + "\ufffd" * 1000, tokenizer)
+    assert n == 1 and text == " ".join((URL + "\ufffd" * 1000)[i:i + RUN_CHARS] for i in range(0, 1219, RUN_CHARS))
+    assert tokenizer.url_match(URL + "\ufffd" * 1000)
+    path = tmp_path / "url.txt"
+    path.write_text(f"Read more at {URL} today.\n", encoding="utf-8")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no W_LONG_RUNS
+        assert data.tokenize_file(path, "en") == [["Read", "more", "at", URL, "today", "."]]
+
+
+def test_stretches_are_not_cut_for_another_tokenizer(tmp_path, monkeypatch):
+    """A tokenizer other than spaCy's rule-based one (SudachiPy's ja, PyThaiNLP's th, zh's segmenters) reads a
+    stretch without whitespace as it is: a cut split its words. Here one that makes a token of each line."""
+    import spacy
+    from spacy.tokens import Doc
+
+    from spacy_elmo.training import data
+
+    class LineTokenizer:
+        def __init__(self, vocab):
+            self.vocab = vocab
+
+        def __call__(self, text):
+            return Doc(self.vocab, words=[text.strip()])
+
+    def make_nlp(lang):
+        nlp = spacy.blank("en")
+        nlp.tokenizer = LineTokenizer(nlp.vocab)
+        nlp.add_pipe("sentencizer")
+        return nlp
+
+    assert not data.cuts_runs(make_nlp("en").tokenizer) and data.cuts_runs(data.make_nlp("en").tokenizer)
+    assert not data.cuts_runs(data.make_nlp("zh").tokenizer)  # zh's default char segmenter
+    monkeypatch.setattr(data, "make_nlp", make_nlp)
+    path = tmp_path / "words.txt"
+    path.write_text("!" * 300 + "\n", encoding="utf-8")
+    stats = data.ReadStats()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no W_LONG_RUNS
+        assert data.tokenize_file(path, "xx", stats) == [["!" * 300]]
+    assert stats.long_runs == 0
 
 
 def test_split_long_pieces():
