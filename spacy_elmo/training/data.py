@@ -391,7 +391,7 @@ def _wide_encoding(head: bytes) -> Optional[str]:
     """The iconv name of the UTF-16 or UTF-32 encoding of text whose first bytes are ``head`` (None: neither):
     by its byte order mark (Notepad's "Unicode" and PowerShell's ``>`` write one), else when the NUL bytes
     are where they fall between characters (UTF-16: at one parity only, whose side gives the byte order;
-    UTF-32: the order that decodes) and the decoded text is printable (95% of it) with a space or line break."""
+    UTF-32: the order that decodes) and the decoded text is printable (95% of it, U+FFFD not) with a space or line break."""
     for bom, name in WIDE_BOMS:
         if head.startswith(bom):
             return name
@@ -401,7 +401,9 @@ def _wide_encoding(head: bytes) -> Optional[str]:
     for name, order in candidates:
         width = 4 if name == "UTF-32" else 2
         text = head[: len(head) // width * width].decode(f"{name}-{order}", errors="replace")
-        printable = sum(c.isprintable() or c.isspace() for c in text)
+        # U+FFFD is what errors="replace" makes of what is no character (most of random bytes read as UTF-32):
+        # isprintable() says True of it, which called a binary file with one aligned 0A 00 00 00 UTF-32 text.
+        printable = sum((c.isprintable() or c.isspace()) and c != "\ufffd" for c in text)
         if text and printable >= 0.95 * len(text) and any(c in text for c in " \n"):
             return name + order
     return None

@@ -144,6 +144,31 @@ def test_binary_data_stays_binary(tmp_path, data):
         build_corpus(tmp_path / "b.bin", "en", tmp_path / "cache", progress=False)
 
 
+@pytest.mark.parametrize("order", ["little", "big"])
+def test_binary_with_an_aligned_line_break_is_no_utf32(tmp_path, order):
+    """Random bytes (a jar, a PNG, compressed data) holding one aligned int32 10 (``0A 00 00 00``): read as UTF-32
+    they are mostly U+FFFD, which isprintable() says True of; they were called UTF-32 text with an iconv command."""
+    from spacy_elmo.training.data import BINARY, not_utf8
+
+    rng = np.random.default_rng(0)
+    for k in range(20):
+        blob = bytearray(rng.integers(0, 256, 8192, dtype=np.uint8).tobytes())
+        i = 4 * int(rng.integers(0, 2048))
+        blob[i:i + 4] = (10).to_bytes(4, order)
+        (tmp_path / "r.bin").write_bytes(bytes(blob))
+        assert not_utf8(tmp_path / "r.bin") == BINARY
+
+
+@pytest.mark.parametrize("control_every, found", [(20, "UTF-16LE"), (10, "binary")])
+def test_wide_text_needs_95_percent_printable(tmp_path, control_every, found):
+    """One control character in 20 (95% printable) is still UTF-16 text, one in 10 no text."""
+    from spacy_elmo.training.data import not_utf8
+
+    text = ("abcd efgh " * 4)[:control_every - 1] + "\x01"
+    (tmp_path / "t.txt").write_bytes((text * 300).encode("utf-16-le"))
+    assert not_utf8(tmp_path / "t.txt") == found
+
+
 def test_undecodable_bytes_are_replaced_and_counted(tmp_path):
     path = tmp_path / "latin1.txt"
     path.write_bytes("caf\u00e9 ol\u00e9 ok\n".encode("latin-1") + b"bad \xff\xfe end\n")
