@@ -390,13 +390,16 @@ BINARY = "binary"
 def _wide_encoding(head: bytes) -> Optional[str]:
     """The iconv name of the UTF-16 or UTF-32 encoding of text whose first bytes are ``head`` (None: neither):
     by its byte order mark (Notepad's "Unicode" and PowerShell's ``>`` write one), else when the NUL bytes
-    are where they fall between characters (UTF-16: at one parity only, whose side gives the byte order;
+    are where they fall between characters (UTF-16: mostly at one parity, the high bytes of its byte order;
     UTF-32: the order that decodes) and the decoded text is printable (95% of it, U+FFFD not) with a space or line break."""
     for bom, name in WIDE_BOMS:
         if head.startswith(bom):
             return name
-    odd_nuls = head[1::2].count(0)
-    utf16 = "LE" if odd_nuls and not head[0::2].count(0) else "BE" if not odd_nuls else None
+    # UTF-16's NULs are the high bytes of ASCII (odd offsets in LE); a character U+xx00 (一 U+4E00, Ā, Ѐ) puts
+    # one at the other parity, so the byte order is the parity with more (a tie, as in short binary data:
+    # neither), and the printable check below decides.
+    odd_nuls, even_nuls = head[1::2].count(0), head[0::2].count(0)
+    utf16 = "LE" if odd_nuls > even_nuls else "BE" if even_nuls > odd_nuls else None
     candidates = [("UTF-32", order) for order in ("LE", "BE")] + ([("UTF-16", utf16)] if utf16 else [])
     for name, order in candidates:
         width = 4 if name == "UTF-32" else 2

@@ -136,6 +136,30 @@ def test_utf16_and_utf32_text_is_named_not_called_binary(tmp_path, python_codec,
     assert meta["stats"]["n_binary"] == 1 and meta["stats"]["n_tokens"] == 4
 
 
+@pytest.mark.parametrize("text", ["中文的句子。\n这是第二行。\n" * 30, "一个中文的句子。\n这是第二行。\n" * 30,
+                                  "Ein Satz.\n" * 30 + "最后一句。\n", "Ā ok Ѐ\n" * 30])
+@pytest.mark.parametrize("python_codec, encoding", [("utf-16-le", "UTF-16LE"), ("utf-16-be", "UTF-16BE"), ("utf-16", "UTF-16")])
+def test_utf16_with_nuls_at_both_parities_is_named(tmp_path, text, python_codec, encoding):
+    """A character U+xx00 (一 U+4E00, Ā U+0100, Ѐ U+0400) puts a NUL at the parity of the low bytes: BOM-less
+    UTF-16 holding one was called binary (NULs at both parities); the parity with more NULs gives the order."""
+    from spacy_elmo.training.data import not_utf8
+
+    (tmp_path / "t.txt").write_bytes(text.encode(python_codec))
+    assert not_utf8(tmp_path / "t.txt") == encoding
+
+
+@pytest.mark.parametrize("python_codec", ["utf-16", "utf-16-be"])
+def test_utf16_with_a_bom_and_no_nul_is_named(tmp_path, python_codec):
+    """Chinese without ASCII in UTF-16 has no NUL byte: its byte order mark alone tells it from UTF-8 (which
+    neither FF FE nor FE FF starts)."""
+    from spacy_elmo.training.data import not_utf8
+
+    data = ("\ufeff" if python_codec == "utf-16-be" else "").encode(python_codec) + "中文的句子。这是第二行。".encode(python_codec) * 50
+    assert b"\x00" not in data
+    (tmp_path / "t.txt").write_bytes(data)
+    assert not_utf8(tmp_path / "t.txt") == "UTF-16"
+
+
 @pytest.mark.parametrize("data", [b"abc\x00def\n", b"\x00\x01\x02 not text \x00", bytes(range(256)) * 8,
                                   b"tar header\x00\x00" * 50, b"\x00\x00\x00\x01" * 100])
 def test_binary_data_stays_binary(tmp_path, data):
