@@ -84,8 +84,9 @@ CACHE_VERSION = 1
 CACHE_FILES = ("meta.json", "tokens.raw", "tokens.i32", "sent_lengths.i64", "counts.i64", "types.txt")
 #: The corpus cache's directory in a pretrain OUTPUT_DIR (``OUTPUT_DIR/data``); its ``meta.json`` marks it complete.
 CACHE_DIR = "data"
-#: Version of what spacy-elmo does to text around spaCy's tokenizer; bump it when that changes the tokens
-#: (corpus caches and embed's parts of another version are not reused). 2: a leading byte order mark
+#: Version of what pretraining (and evaluate, fit-state) does to text around spaCy's tokenizer; bump it when
+#: that changes the tokens (corpus caches of another version are not reused; embed, which tokenizes as the
+#: pipeline does, has its own: ``embedding.EMBED_TOKEN_RULES``). 2: a leading byte order mark
 #: is dropped (it stuck to the first token), spaCy's whitespace tokens are left out.
 #: 3: a stretch of more than ``RUN_CHARS`` characters without whitespace is cut (:func:`cut_runs`).
 #: 4: cut for spaCy's rule-based tokenizer only, and only a stretch it is slow on (3 cut Japanese and Thai
