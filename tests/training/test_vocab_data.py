@@ -308,6 +308,26 @@ def test_split_long_pieces():
     assert split_long("aa\tbbbbbbbb c", limit=5) == ["aa", "\tbbbb", "bbbb", " c"]
     assert split_long("x" * 12, limit=5) == ["xxxxx", "xxxxx", "xx"]
     assert split_long("short", limit=5) == ["short"]
+    # whitespace at a piece's second character: the piece is its first character alone
+    assert split_long("a bbbbbbbb", limit=5) == ["a", " bbbb", "bbbb"]
+    assert split_long("xxxxx\tyyyyy", limit=7) == ["xxxxx", "\tyyyyy"]
+
+
+def test_a_long_line_is_reported_with_its_length_as_read(tmp_path):
+    """W_LONG_LINE names the line's length in the file, not after cut_runs put spaces into it."""
+    from spacy_elmo.training.data import ReadStats, iter_text, make_nlp
+
+    line = "!" * 1000 + " " + "w" * (PIECE_CHARS - 1000)  # PIECE_CHARS + 1 characters; the run of "!" is cut
+    (tmp_path / "long.txt").write_text(line + "\n", encoding="utf-8")
+    stats = ReadStats()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        pieces = list(iter_text(tmp_path / "long.txt", stats, make_nlp("en").tokenizer))
+    said = [str(w.message) for w in caught]
+    assert any(f"has a line of {PIECE_CHARS + 1} characters" in m for m in said), said
+    assert any("has 1 stretch of more than 200 characters" in m for m in said), said
+    assert stats.long_runs == 1 and stats.long_lines == 1
+    assert "".join(pieces) == " ".join("!" * 200 for _ in range(5)) + " " + "w" * (PIECE_CHARS - 1000)
 
 
 def test_corpus_too_small_for_batch():
