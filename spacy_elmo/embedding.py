@@ -56,6 +56,12 @@ MANIFEST = "manifest.json"
 MERGED = "merged.json"
 TOKENS = "part_tokens"  # the manifest's key for the sha256 of each part's token rows (rows_digest)
 FORMAT = "spacy-elmo/embedding-parts-v1"
+#: Version of what ``embed`` does to text around its tokenizer (the manifest's ``token_rules``); bump it when
+#: that changes a line's tokens, so parts of another version are not reused. 2: a leading byte order mark
+#: is dropped, and with ``--lang`` spaCy's whitespace tokens are left out. Pretraining's own
+#: ``training.data.TOKEN_RULES`` (3 and 4: :func:`training.data.cut_runs`) is not this: embed tokenizes as
+#: the pipeline does, no stretch cut, so its parts stay current when only pretraining's reading changes.
+EMBED_TOKEN_RULES = 2
 
 
 def _whitespace(line: str) -> List[str]:
@@ -281,7 +287,7 @@ def embed_file(
     accepted (a clear error names the line otherwise); tokenize: line ->
     tokens (default: whitespace), named by ``tokenizer_name`` in the manifest (default: "whitespace",
     or the module and name of ``tokenize``: parts of another tokenizer are not reused, nor parts of
-    another ``training.data.TOKEN_RULES``, which the manifest records too, nor parts whose lines
+    another :data:`EMBED_TOKEN_RULES`, which the manifest records too, nor parts whose lines
     ``tokenize`` splits otherwise than the run that wrote them: the manifest holds the sha256 of each
     part's tokens, :func:`rows_digest`, and a resume refuses a written part of other tokens);
     overwrite: replace an existing ``output_path``; restart: drop parts of an
@@ -317,7 +323,6 @@ def _embed_locked(bilm: BiLM, input_path: Path, output_path: Path, layers: str, 
                   stop_after_parts: Optional[int]) -> Dict[str, int]:
     """:func:`embed_file`'s work, its arguments checked, under the lock on OUTPUT (:func:`output_lock`)."""
     from .progress import progress_bar
-    from .training.data import TOKEN_RULES
 
     if tokenizer_name is None:
         tokenizer_name = "whitespace" if tokenize is None else _callable_name(tokenize)
@@ -328,7 +333,7 @@ def _embed_locked(bilm: BiLM, input_path: Path, output_path: Path, layers: str, 
     settings = {  # the manifest's entries known before the text is read
         "format": FORMAT, "model": model_fingerprint(bilm), "layers": layers, "part_size": part_size,
         "tokenizer": tokenizer_name,
-        "token_rules": TOKEN_RULES,  # what the reading (a leading BOM) and --lang (whitespace tokens) drop
+        "token_rules": EMBED_TOKEN_RULES,  # what the reading (a leading BOM) and --lang (whitespace tokens) drop
         # which lines share a biLM call (and a cached token vector) changes the last bits
         "batch_size": batch_size, "batch_tokens": batch_tokens, "cache_size": cache_size,
     }

@@ -1684,10 +1684,10 @@ class Warnings:
         "--max-steps above {step:,} (or more --epochs)."
     )
     W_LONG_RUNS = (
-        "spacy-elmo: {path} has {n_runs} of more than {cap} characters without whitespace (undecodable bytes "
-        "read as U+FFFD, minified code, a run of '!'); each is cut every {cap} characters, as spaCy's tokenizer "
-        "takes time quadratic in one. A token longer than {cap} characters becomes several (a model reads at most "
-        "50 characters of a token anyway); characters spaCy splits one by one give the same tokens."
+        "spacy-elmo: {path} has {n_runs} of more than {cap} characters without whitespace that spaCy's rule-based "
+        "tokenizer strips one character at a time (undecodable bytes read as U+FFFD, a run of '!' or emoji), in "
+        "time quadratic in its length; each is cut every {cap} characters. Characters spaCy splits one by one "
+        "give the same tokens; other stretches (a URL, a long word) are tokenized whole, as the pipeline does."
     )
     W_TOKENIZER_FALLBACK = (
         "spacy-elmo: spaCy's tokenizer for --lang {lang} needs packages that are not installed ({error}); "

@@ -974,7 +974,7 @@ def test_cli_spacy_parts_of_another_tokenizer_or_older_token_rules_are_not_reuse
     manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
     block = 'spacy:de {"@tokenizers": "spacy.Tokenizer.v1"}'
     assert manifest["tokenizer"] == f"{block} rules {data.spacy_rules(data.make_nlp('de'))[:16]}"
-    assert manifest["token_rules"] == data.TOKEN_RULES
+    assert manifest["token_rules"] == spacy_elmo.embedding.EMBED_TOKEN_RULES == 2
     with monkeypatch.context() as m:
         m.setattr(data, "tokenizer_settings", lambda nlp: {"@tokenizers": "spacy.de.OtherTokenizer"})
         other = CliRunner().invoke(app, args)
@@ -989,7 +989,9 @@ def test_cli_spacy_parts_of_another_tokenizer_or_older_token_rules_are_not_reuse
     old = CliRunner().invoke(app, args)
     assert old.exit_code == 1 and "older spacy-elmo, which did not record token_rules" in " ".join(old.output.split())
     manifest_path.write_text(json.dumps(manifest), encoding="utf-8")
-    again = CliRunner().invoke(app, args)
+    with monkeypatch.context() as m:  # pretraining's token rules (cut_runs) are no part of embed's tokens
+        m.setattr(data, "TOKEN_RULES", data.TOKEN_RULES + 1)
+        again = CliRunner().invoke(app, args)
     assert again.exit_code == 0 and "(1 part from an earlier run)" in again.output, again.output
 
 

@@ -58,7 +58,9 @@ def embed(
                 from ..training.data import make_nlp, spacy_rules, tokenizer_settings, word_texts
 
                 nlp = make_nlp(lang)
-                tokenizer = nlp.tokenizer  # whitespace tokens dropped, as in pretraining
+                # whitespace tokens dropped, as in pretraining; no stretch cut (pretraining cuts one spaCy is
+                # quadratically slow on, cut_runs): a line's tokens are the pipeline's
+                tokenizer = nlp.tokenizer
                 # The tokenizer block tells a fallback from, say, SudachiPy's ja, and the rules' digest a spaCy
                 # whose exceptions or punctuation rules changed: parts of the other are not reused.
                 block = json.dumps(tokenizer_settings(nlp), sort_keys=True)

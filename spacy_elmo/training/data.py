@@ -32,9 +32,9 @@ sentences back in the text's order, so the cache is the same whatever their numb
 Defined behaviour for bad input: undecodable bytes are replaced by U+FFFD and
 counted (reported once, never an error); a file with NUL bytes in its first
 8 KiB (decompressed) is binary, or UTF-16 or UTF-32 text when they say so (:func:`not_utf8`): an error
-when it is TRAIN_PATH itself, skipped with a warning inside a directory; a stretch of more than ``RUN_CHARS`` characters without whitespace is cut every
-``RUN_CHARS`` characters (:func:`cut_runs`: spaCy's tokenizer takes time quadratic in one), counted and
-reported once per file; a line longer than ``PIECE_CHARS`` characters is tokenized
+when it is TRAIN_PATH itself, skipped with a warning inside a directory; a stretch of more than ``RUN_CHARS`` characters without whitespace that spaCy's
+rule-based tokenizer strips affixes from one at a time (time quadratic in it) is cut every ``RUN_CHARS``
+characters (:func:`cut_runs`; other tokenizers and other stretches: none), counted and reported once per file; a line longer than ``PIECE_CHARS`` characters is tokenized
 in whitespace-split pieces; a corpus without tokens is an error.
 """
 
@@ -73,22 +73,25 @@ from .vocab import BOS, EOS, SPECIALS
 BINARY_PROBE = 8192
 #: Longest piece of text handed to spaCy at once (its own limit is 1,000,000).
 PIECE_CHARS = 100_000
-#: Longest stretch of text without whitespace handed to spaCy (:func:`cut_runs`). spaCy's tokenizer takes
-#: time quadratic in one (it strips a prefix or suffix at a time and copies the rest): 20,000 U+FFFD (what
-#: undecodable bytes become), ``!`` or emoji took 27 s, a 40 KB file of 0xFF bytes 121 s; cut at 200, a
-#: stretch costs about 3 ms (measured: 1,000: 60-150 ms). Tokens that long are no words (a model reads
-#: at most ``max_characters_per_token`` characters of one, 50 in the released models).
+#: Longest stretch of text without whitespace handed to spaCy's rule-based tokenizer when it would strip
+#: more than ``AFFIX_ROUNDS`` affixes from it (:func:`cut_runs`): it strips a prefix or suffix at a time and
+#: copies the rest, in time quadratic in the stretch: 20,000 U+FFFD (what undecodable bytes become), ``!`` or
+#: emoji took 27 s, a 40 KB file of 0xFF bytes 121 s; cut at 200, a stretch costs about 3 ms (measured: 1,000:
+#: 60-150 ms). Deciding to cut a 40 KB stretch costs about 0.1 s (``AFFIX_ROUNDS + 1`` regex searches).
 RUN_CHARS = 200
 CACHE_VERSION = 1
 #: The files of a corpus cache (:func:`build_corpus`; ``tokens.raw`` only while it is built).
 CACHE_FILES = ("meta.json", "tokens.raw", "tokens.i32", "sent_lengths.i64", "counts.i64", "types.txt")
 #: The corpus cache's directory in a pretrain OUTPUT_DIR (``OUTPUT_DIR/data``); its ``meta.json`` marks it complete.
 CACHE_DIR = "data"
-#: Version of what spacy-elmo does to text around spaCy's tokenizer; bump it when that changes the tokens
-#: (corpus caches and embed's parts of another version are not reused). 2: a leading byte order mark
+#: Version of what pretraining (and evaluate, fit-state) does to text around spaCy's tokenizer; bump it when
+#: that changes the tokens (corpus caches of another version are not reused; embed, which tokenizes as the
+#: pipeline does, has its own: ``embedding.EMBED_TOKEN_RULES``). 2: a leading byte order mark
 #: is dropped (it stuck to the first token), spaCy's whitespace tokens are left out.
 #: 3: a stretch of more than ``RUN_CHARS`` characters without whitespace is cut (:func:`cut_runs`).
-TOKEN_RULES = 3
+#: 4: cut for spaCy's rule-based tokenizer only, and only a stretch it is slow on (3 cut Japanese and Thai
+#: words, and URLs spaCy keeps whole).
+TOKEN_RULES = 4
 BOM = "\ufeff"
 
 READ_BLOCK = 1 << 16
@@ -388,18 +391,23 @@ BINARY = "binary"
 def _wide_encoding(head: bytes) -> Optional[str]:
     """The iconv name of the UTF-16 or UTF-32 encoding of text whose first bytes are ``head`` (None: neither):
     by its byte order mark (Notepad's "Unicode" and PowerShell's ``>`` write one), else when the NUL bytes
-    are where they fall between characters (UTF-16: at one parity only, whose side gives the byte order;
-    UTF-32: the order that decodes) and the decoded text is printable (95% of it) with a space or line break."""
+    are where they fall between characters (UTF-16: mostly at one parity, the high bytes of its byte order;
+    UTF-32: the order that decodes) and the decoded text is printable (95% of it, U+FFFD not) with a space or line break."""
     for bom, name in WIDE_BOMS:
         if head.startswith(bom):
             return name
-    odd_nuls = head[1::2].count(0)
-    utf16 = "LE" if odd_nuls and not head[0::2].count(0) else "BE" if not odd_nuls else None
+    # UTF-16's NULs are the high bytes of ASCII (odd offsets in LE); a character U+xx00 (一 U+4E00, Ā, Ѐ) puts
+    # one at the other parity, so the byte order is the parity with more (a tie, as in short binary data:
+    # neither), and the printable check below decides.
+    odd_nuls, even_nuls = head[1::2].count(0), head[0::2].count(0)
+    utf16 = "LE" if odd_nuls > even_nuls else "BE" if even_nuls > odd_nuls else None
     candidates = [("UTF-32", order) for order in ("LE", "BE")] + ([("UTF-16", utf16)] if utf16 else [])
     for name, order in candidates:
         width = 4 if name == "UTF-32" else 2
         text = head[: len(head) // width * width].decode(f"{name}-{order}", errors="replace")
-        printable = sum(c.isprintable() or c.isspace() for c in text)
+        # U+FFFD is what errors="replace" makes of what is no character (most of random bytes read as UTF-32):
+        # isprintable() says True of it, which called a binary file with one aligned 0A 00 00 00 UTF-32 text.
+        printable = sum((c.isprintable() or c.isspace()) and c != "\ufffd" for c in text)
         if text and printable >= 0.95 * len(text) and any(c in text for c in " \n"):
             return name + order
     return None
@@ -426,22 +434,65 @@ def not_text_error(path: Path, kind: str) -> str:
 #: A stretch of more than RUN_CHARS characters without whitespace; from its start only (no match is tried
 #: inside one), so the search is linear in the line.
 _LONG_RUN = re.compile(r"(?<!\S)\S{%d,}" % (RUN_CHARS + 1))
+#: Rounds of prefix/suffix stripping spaCy's rule-based tokenizer may take on a long stretch before
+#: :func:`cut_runs` cuts it: each round copies the rest of the stretch (the quadratic cost), so a stretch of
+#: at most this many is tokenized in linear time; real ones take a few (``("https://...").``: 3).
+AFFIX_ROUNDS = 8
 
 
-def cut_runs(line: str) -> tuple:
+def cuts_runs(tokenizer) -> bool:
+    """Whether :func:`cut_runs` applies to text for ``tokenizer``: spaCy's rule-based ``Tokenizer`` only (its
+    affix stripping is the quadratic cost). Japanese (SudachiPy), Thai (PyThaiNLP), Chinese (``char`` or
+    another segmenter) and other tokenizers read a stretch as it is: a cut would split their words."""
+    from spacy.tokenizer import Tokenizer
+
+    return isinstance(tokenizer, Tokenizer)
+
+
+def _affix_rounds(tokenizer, run: str) -> int:
+    """How many rounds of prefix/suffix stripping spaCy's rule-based ``tokenizer`` takes on the stretch ``run``
+    (as ``Tokenizer._split_affixes`` does: a whole ``token_match`` stops it; special cases, which only stop it
+    sooner, are left out), counted up to ``AFFIX_ROUNDS + 1``: its cost is this many regex searches."""
+    token_match, find_prefix, find_suffix = tokenizer.token_match, tokenizer.prefix_search, tokenizer.suffix_search
+    rounds = 0
+    while run and rounds <= AFFIX_ROUNDS:
+        if token_match is not None and token_match(run):
+            break
+        prefix = find_prefix(run) if find_prefix is not None else None
+        pre = prefix.end() - prefix.start() if prefix else 0
+        suffix = find_suffix(run[pre:]) if find_suffix is not None else None
+        suf = suffix.end() - suffix.start() if suffix else 0
+        if not pre and not suf:
+            break
+        rounds += 1
+        if pre and suf and pre + suf <= len(run):
+            run = run[pre:len(run) - suf]
+        else:
+            run = run[pre:] if pre else run[:-suf]
+    return rounds
+
+
+def cut_runs(line: str, tokenizer=None) -> tuple:
     """``(text, n)``: ``line`` with a space put after every ``RUN_CHARS`` characters of each of its ``n``
-    stretches of more than ``RUN_CHARS`` characters without whitespace (``n`` 0: ``line`` itself).
+    stretches of more than ``RUN_CHARS`` characters without whitespace that spaCy's rule-based ``tokenizer``
+    would strip more than ``AFFIX_ROUNDS`` prefixes or suffixes from one at a time (undecodable bytes read as
+    U+FFFD, a run of ``!`` or emoji), or longer than ``PIECE_CHARS`` (:func:`split_long` would cut it anyway);
+    ``tokenizer`` None: every such stretch. ``n`` 0: ``line`` itself.
 
-    A token longer than ``RUN_CHARS`` becomes several; characters spaCy splits one by one (U+FFFD,
-    ``!``, emoji, CJK punctuation) give the same tokens as before, in the same sentence."""
+    A stretch spaCy tokenizes in linear time (a long URL, its ``url_match`` keeps whole; a hash; a word in
+    brackets) stays whole, so pretraining reads the tokens the pipeline sees; one that is cut: characters spaCy
+    splits one by one (U+FFFD, ``!``, emoji, CJK punctuation) give the same tokens as before, in the same
+    sentence."""
     if len(line) <= RUN_CHARS:
         return line, 0
     n = 0
 
     def cut(match) -> str:
         nonlocal n
-        n += 1
         run = match.group()
+        if tokenizer is not None and len(run) <= PIECE_CHARS and _affix_rounds(tokenizer, run) <= AFFIX_ROUNDS:
+            return run
+        n += 1
         return " ".join(run[i:i + RUN_CHARS] for i in range(0, len(run), RUN_CHARS))
 
     return _LONG_RUN.sub(cut, line), n
@@ -463,10 +514,13 @@ def split_long(line: str, limit: int = PIECE_CHARS) -> List[str]:
     return pieces
 
 
-def iter_text(path: PathLike, stats: ReadStats) -> Iterator[str]:
-    """Non-empty text pieces (lines, long ones split) of every file, updating ``stats``."""
+def iter_text(path: PathLike, stats: ReadStats, tokenizer=None) -> Iterator[str]:
+    """Non-empty text pieces (lines, long ones split) of every file, updating ``stats``; for ``tokenizer``,
+    the one that reads them: stretches without whitespace it is slow on are cut when it is spaCy's
+    rule-based one (:func:`cuts_runs`, :func:`cut_runs`), none for another (None: none either)."""
     files = list_text_files(path)
     single = Path(path).is_file()
+    rule_based = tokenizer is not None and cuts_runs(tokenizer)
     for file in files:
         kind = not_utf8(file)
         if kind is not None:
@@ -486,8 +540,9 @@ def iter_text(path: PathLike, stats: ReadStats) -> Iterator[str]:
             if not line.strip():
                 continue
             length = len(line)
-            line, n_runs = cut_runs(line)
-            runs += n_runs
+            if rule_based:
+                line, n_runs = cut_runs(line, tokenizer)
+                runs += n_runs
             if length > PIECE_CHARS:
                 stats.long_lines += 1
                 if not warned:
@@ -741,7 +796,7 @@ def tokenize_file(
     stats = stats if stats is not None else ReadStats()
     sentences: List[List[str]] = []
     nlp = make_nlp(lang)
-    texts = iter_text(path, stats)
+    texts = iter_text(path, stats, nlp.tokenizer)
     # its first piece read before the bar is drawn: a missing or binary file is an error under no empty bar
     texts = itertools.chain(list(itertools.islice(texts, 1)), texts)
     with _progress(progress, f"tokenizing {Path(path).name}") as bar:
@@ -883,7 +938,7 @@ def _tokenize_into(cache: Path, stamp: dict, train_path: PathLike, nlp, progress
     bar = _progress(progress, "tokenizing")
     raw_path = cache / "tokens.raw"
     processes = tokenize_processes(processes, train_path)
-    with open(raw_path, "wb") as raw, sentence_stream(iter_text(train_path, stats), nlp, processes) as sentences:
+    with open(raw_path, "wb") as raw, sentence_stream(iter_text(train_path, stats, nlp.tokenizer), nlp, processes) as sentences:
         for sentence in sentences:
             buf.append(BOS)
             for tok in sentence:

@@ -1095,3 +1095,59 @@ def test_unlinked_listener_under_nlp_pipe_names_its_component(tiny_dir, tmp_path
         with pytest.raises(ValueError) as err:
             run()
         assert "nlp.replace_listeners(ELMO, 'ner1', ['model.tok2vec'])" in str(err.value), str(err.value)
+
+
+def _fed_listener(n_docs: int = 2):
+    """A listener of "elmo" (nL 3, nO 4) for "ner" that received a training batch of ``n_docs`` docs; the
+    docs and their layers."""
+    from spacy_elmo.pipeline.doc_data import install_extensions
+
+    install_extensions()
+    nlp = spacy.blank("en")
+    docs = [nlp.make_doc(text) for text in ("Alice lives in New York .", "Bob went home .")[:n_docs]]
+    rng = numpy.random.default_rng(0)
+    layers = [rng.standard_normal((3, len(doc), 4)).astype("float32") for doc in docs]
+    listener = ElmoListener(upstream_name="elmo")
+    listener.upstream, listener.component = "elmo", "ner"
+    listener.set_dim("nL", 3)
+    listener.set_dim("nO", 4)
+    listener.receive(ElmoListener.get_batch_id(docs), layers, None, docs)
+    return listener, docs, layers
+
+
+def test_the_kept_training_layers_serve_only_their_docs_as_tokenized():
+    """At prediction a doc without layers of its own gets the layers of the last training batch (an annotating
+    listening component predicting on the docs it trained on), one row per token: a doc retokenized since (a
+    merge_entities between components) gets none rather than rows of other tokens; a doc whose ``doc._.elmo``
+    holds the mixed vectors only (store = "mix", 2-D) gets them too; clear() drops them."""
+    listener, docs, layers = _fed_listener()
+    predicted = listener.predict(docs)
+    for got, want in zip(predicted, layers):
+        numpy.testing.assert_array_equal(listener.ops.to_numpy(got), want)
+    mixed = docs[1]
+    set_doc_data(mixed, layers[1], numpy.full(3, 1 / 3, dtype="float32"), "mix", "float32")
+    assert mixed._.elmo.ndim == 2
+    numpy.testing.assert_array_equal(listener.ops.to_numpy(listener.predict([mixed])[0]), layers[1])
+    merged = docs[0]
+    with merged.retokenize() as retokenizer:
+        retokenizer.merge(merged[3:5])  # "New York": 5 tokens, the layers 6 rows
+    with pytest.raises(ValueError, match="no ELMo data"):
+        listener.predict([merged])
+    listener, docs, layers = _fed_listener()
+    listener.clear()
+    with pytest.raises(ValueError, match="no ELMo data"):
+        listener.predict(docs[:1])
+
+
+@pytest.mark.parametrize("copy_of", ["pickle", "deepcopy"])
+def test_a_copied_listener_without_layers_for_a_doc_says_so(copy_of):
+    """An unpickled or deep-copied listener keeps no training batch (no model state) and still has its
+    per-doc stores: predicting on a doc without layers is E_LISTENER_NO_DATA, no AttributeError."""
+    import copy
+    import pickle
+
+    listener, docs, _ = _fed_listener()
+    copied = pickle.loads(pickle.dumps(listener)) if copy_of == "pickle" else copy.deepcopy(listener)
+    assert len(copied._trained) == 0 and len(copied._predicted) == 0
+    with pytest.raises(ValueError, match="no ELMo data"):
+        copied.predict(docs[:1])

@@ -1,6 +1,7 @@
 """Vocabulary order, corpus reading and the bad-input cases."""
 
 import os
+import warnings
 from collections import Counter
 
 import numpy as np
@@ -135,12 +136,61 @@ def test_utf16_and_utf32_text_is_named_not_called_binary(tmp_path, python_codec,
     assert meta["stats"]["n_binary"] == 1 and meta["stats"]["n_tokens"] == 4
 
 
+@pytest.mark.parametrize("text", ["中文的句子。\n这是第二行。\n" * 30, "一个中文的句子。\n这是第二行。\n" * 30,
+                                  "Ein Satz.\n" * 30 + "最后一句。\n", "Ā ok Ѐ\n" * 30])
+@pytest.mark.parametrize("python_codec, encoding", [("utf-16-le", "UTF-16LE"), ("utf-16-be", "UTF-16BE"), ("utf-16", "UTF-16")])
+def test_utf16_with_nuls_at_both_parities_is_named(tmp_path, text, python_codec, encoding):
+    """A character U+xx00 (一 U+4E00, Ā U+0100, Ѐ U+0400) puts a NUL at the parity of the low bytes: BOM-less
+    UTF-16 holding one was called binary (NULs at both parities); the parity with more NULs gives the order."""
+    from spacy_elmo.training.data import not_utf8
+
+    (tmp_path / "t.txt").write_bytes(text.encode(python_codec))
+    assert not_utf8(tmp_path / "t.txt") == encoding
+
+
+@pytest.mark.parametrize("python_codec", ["utf-16", "utf-16-be"])
+def test_utf16_with_a_bom_and_no_nul_is_named(tmp_path, python_codec):
+    """Chinese without ASCII in UTF-16 has no NUL byte: its byte order mark alone tells it from UTF-8 (which
+    neither FF FE nor FE FF starts)."""
+    from spacy_elmo.training.data import not_utf8
+
+    data = ("\ufeff" if python_codec == "utf-16-be" else "").encode(python_codec) + "中文的句子。这是第二行。".encode(python_codec) * 50
+    assert b"\x00" not in data
+    (tmp_path / "t.txt").write_bytes(data)
+    assert not_utf8(tmp_path / "t.txt") == "UTF-16"
+
+
 @pytest.mark.parametrize("data", [b"abc\x00def\n", b"\x00\x01\x02 not text \x00", bytes(range(256)) * 8,
                                   b"tar header\x00\x00" * 50, b"\x00\x00\x00\x01" * 100])
 def test_binary_data_stays_binary(tmp_path, data):
     (tmp_path / "b.bin").write_bytes(data)
     with pytest.raises(ValueError, match="looks like a binary file"):
         build_corpus(tmp_path / "b.bin", "en", tmp_path / "cache", progress=False)
+
+
+@pytest.mark.parametrize("order", ["little", "big"])
+def test_binary_with_an_aligned_line_break_is_no_utf32(tmp_path, order):
+    """Random bytes (a jar, a PNG, compressed data) holding one aligned int32 10 (``0A 00 00 00``): read as UTF-32
+    they are mostly U+FFFD, which isprintable() says True of; they were called UTF-32 text with an iconv command."""
+    from spacy_elmo.training.data import BINARY, not_utf8
+
+    rng = np.random.default_rng(0)
+    for k in range(20):
+        blob = bytearray(rng.integers(0, 256, 8192, dtype=np.uint8).tobytes())
+        i = 4 * int(rng.integers(0, 2048))
+        blob[i:i + 4] = (10).to_bytes(4, order)
+        (tmp_path / "r.bin").write_bytes(bytes(blob))
+        assert not_utf8(tmp_path / "r.bin") == BINARY
+
+
+@pytest.mark.parametrize("control_every, found", [(20, "UTF-16LE"), (10, "binary")])
+def test_wide_text_needs_95_percent_printable(tmp_path, control_every, found):
+    """One control character in 20 (95% printable) is still UTF-16 text, one in 10 no text."""
+    from spacy_elmo.training.data import not_utf8
+
+    text = ("abcd efgh " * 4)[:control_every - 1] + "\x01"
+    (tmp_path / "t.txt").write_bytes((text * 300).encode("utf-16-le"))
+    assert not_utf8(tmp_path / "t.txt") == found
 
 
 def test_undecodable_bytes_are_replaced_and_counted(tmp_path):
@@ -179,16 +229,78 @@ def test_stretches_without_whitespace_are_cut():
 
 
 def test_a_long_stretch_gives_the_tokens_of_its_cuts(tmp_path):
-    """Read from a file: undecodable bytes (U+FFFD, each its own token) give the same tokens as uncut;
-    a 450-character word becomes 3 tokens; both counted and warned of with the file."""
+    """Read from a file: undecodable bytes (U+FFFD, each its own token, stripped one at a time by spaCy) are cut
+    and give the same tokens as uncut, counted and warned of with the file; a 450-character word, which spaCy
+    keeps whole in linear time, stays one token, as the pipeline sees it."""
     path = tmp_path / "runs.txt"
     path.write_bytes(b"ok " + b"\xff" * 450 + b" then " + b"q" * 450 + b" end\n")
-    with pytest.warns(RuntimeWarning, match=r"runs.txt has 2 stretches of more than 200 characters without whitespace"):
+    with pytest.warns(RuntimeWarning, match=r"runs.txt has 1 stretch of more than 200 characters without whitespace"):
         meta = build_corpus(path, "en", tmp_path / "cache", progress=False)
-    assert meta["stats"]["long_runs"] == 2
+    assert meta["stats"]["long_runs"] == 1
     counts = dict(zip(Corpus.load(tmp_path / "cache").types, Corpus.load(tmp_path / "cache").counts.tolist()))
-    assert counts["\ufffd"] == 450 and counts["q" * 200] == 2 and counts["q" * 50] == 1
-    assert meta["stats"]["n_tokens"] == 1 + 450 + 1 + 3 + 1
+    assert counts["\ufffd"] == 450 and counts["q" * 450] == 1
+    assert meta["stats"]["n_tokens"] == 1 + 450 + 1 + 1 + 1
+
+
+URL = ("https://www.example.com/search/results?query=elmo+contextual+embeddings&utm_source=newsletter&utm_medium=email"
+       "&utm_campaign=2026-11-spring-sale&session=0f8a9c2d4e6b1a3c5e7f9a0b2c4d6e8f&ref=homepage-banner-top&lang=en-US")
+
+
+def test_stretches_spacy_tokenizes_fast_stay_whole(tmp_path):
+    """Only a stretch spaCy's rule-based tokenizer strips more than AFFIX_ROUNDS prefixes or suffixes from (the
+    quadratic cost) is cut: a 219-character URL, in brackets before a full stop too, gives spaCy's tokens (one
+    URL token), not 2 cut pieces; a URL followed by 1,000 U+FFFD, which url_match matches whole but spaCy strips
+    one by one, is cut."""
+    from spacy_elmo.training import data
+
+    tokenizer = data.make_nlp("en").tokenizer
+    assert len(URL) == 219
+    for line in (f"Read more at {URL} today.", f"Read more ({URL}).", "a " + "(" * data.AFFIX_ROUNDS + "z" * 300):
+        text, n = cut_runs(line, tokenizer)
+        assert (text, n) == (line, 0)
+    assert URL in [t.text for t in tokenizer(f"Read more ({URL}).")]
+    assert cut_runs("a " + "(" * (data.AFFIX_ROUNDS + 1) + "z" * 300, tokenizer)[1] == 1
+    text, n = cut_runs(URL + "\ufffd" * 1000, tokenizer)
+    assert n == 1 and text == " ".join((URL + "\ufffd" * 1000)[i:i + RUN_CHARS] for i in range(0, 1219, RUN_CHARS))
+    assert tokenizer.url_match(URL + "\ufffd" * 1000)
+    path = tmp_path / "url.txt"
+    path.write_text(f"Read more at {URL} today.\n", encoding="utf-8")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no W_LONG_RUNS
+        assert data.tokenize_file(path, "en") == [["Read", "more", "at", URL, "today", "."]]
+
+
+def test_stretches_are_not_cut_for_another_tokenizer(tmp_path, monkeypatch):
+    """A tokenizer other than spaCy's rule-based one (SudachiPy's ja, PyThaiNLP's th, zh's segmenters) reads a
+    stretch without whitespace as it is: a cut split its words. Here one that makes a token of each line."""
+    import spacy
+    from spacy.tokens import Doc
+
+    from spacy_elmo.training import data
+
+    class LineTokenizer:
+        def __init__(self, vocab):
+            self.vocab = vocab
+
+        def __call__(self, text):
+            return Doc(self.vocab, words=[text.strip()])
+
+    def make_nlp(lang):
+        nlp = spacy.blank("en")
+        nlp.tokenizer = LineTokenizer(nlp.vocab)
+        nlp.add_pipe("sentencizer")
+        return nlp
+
+    assert not data.cuts_runs(make_nlp("en").tokenizer) and data.cuts_runs(data.make_nlp("en").tokenizer)
+    assert not data.cuts_runs(data.make_nlp("zh").tokenizer)  # zh's default char segmenter
+    monkeypatch.setattr(data, "make_nlp", make_nlp)
+    path = tmp_path / "words.txt"
+    path.write_text("!" * 300 + "\n", encoding="utf-8")
+    stats = data.ReadStats()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no W_LONG_RUNS
+        assert data.tokenize_file(path, "xx", stats) == [["!" * 300]]
+    assert stats.long_runs == 0
 
 
 def test_split_long_pieces():
@@ -196,6 +308,26 @@ def test_split_long_pieces():
     assert split_long("aa\tbbbbbbbb c", limit=5) == ["aa", "\tbbbb", "bbbb", " c"]
     assert split_long("x" * 12, limit=5) == ["xxxxx", "xxxxx", "xx"]
     assert split_long("short", limit=5) == ["short"]
+    # whitespace at a piece's second character: the piece is its first character alone
+    assert split_long("a bbbbbbbb", limit=5) == ["a", " bbbb", "bbbb"]
+    assert split_long("xxxxx\tyyyyy", limit=7) == ["xxxxx", "\tyyyyy"]
+
+
+def test_a_long_line_is_reported_with_its_length_as_read(tmp_path):
+    """W_LONG_LINE names the line's length in the file, not after cut_runs put spaces into it."""
+    from spacy_elmo.training.data import ReadStats, iter_text, make_nlp
+
+    line = "!" * 1000 + " " + "w" * (PIECE_CHARS - 1000)  # PIECE_CHARS + 1 characters; the run of "!" is cut
+    (tmp_path / "long.txt").write_text(line + "\n", encoding="utf-8")
+    stats = ReadStats()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        pieces = list(iter_text(tmp_path / "long.txt", stats, make_nlp("en").tokenizer))
+    said = [str(w.message) for w in caught]
+    assert any(f"has a line of {PIECE_CHARS + 1} characters" in m for m in said), said
+    assert any("has 1 stretch of more than 200 characters" in m for m in said), said
+    assert stats.long_runs == 1 and stats.long_lines == 1
+    assert "".join(pieces) == " ".join("!" * 200 for _ in range(5)) + " " + "w" * (PIECE_CHARS - 1000)
 
 
 def test_corpus_too_small_for_batch():
