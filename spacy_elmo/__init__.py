@@ -10,6 +10,7 @@ import (1-2 s) ends the command with one line instead of a traceback.
 """
 
 import importlib
+import importlib.util
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what __getattr__ gives, for type checkers
@@ -26,9 +27,12 @@ _API = {"batch_to_ids": ".chars", "BiLMConfig": ".bilm", "BiLM": ".bilm", "BiLMO
 if not TYPE_CHECKING:  # hidden from mypy, which took it as giving any name (spacy_elmo._C, a typo) as Any
 
     def __getattr__(name: str) -> Any:
-        if name not in _API:
+        if name in _API:
+            value = getattr(importlib.import_module(_API[name], __name__), name)
+        elif not name.startswith("__") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+            value = importlib.import_module(f"{__name__}.{name}")  # spacy_elmo.bilm etc., as an eager package gave
+        else:
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(_API[name], __name__), name)
         globals()[name] = value  # imported once: later lookups do not come here
         return value
 

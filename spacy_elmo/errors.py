@@ -879,8 +879,8 @@ class Errors:
     )
     E_WIDE_TEXT_FILE = (
         "{path} looks like {encoding} text, not UTF-8 (Notepad's \"Unicode\" and PowerShell's > write UTF-16). "
-        "Re-encode it to UTF-8, e.g. `iconv -f {encoding} -t UTF-8 {path} > NEW.txt`, and pass NEW.txt; in a "
-        "directory, such files are skipped with a warning."
+        "Re-encode it to UTF-8, e.g. `iconv -f {encoding} -t UTF-8 {path} > NEW.txt`, and pass NEW.txt (in a "
+        "directory pretrain, evaluate and fit-state read, such files are skipped with a warning)."
     )
     E_NOT_COMPRESSED = (
         "{path} is named {suffix} but is not {format} data (its first bytes are no gzip, bzip2 or xz "

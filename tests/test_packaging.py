@@ -81,6 +81,17 @@ def test_dir_of_the_package_lists_its_api_before_it_is_imported():
     assert out.split("\n")[:3] == ["True", "[]", "False False True"]
 
 
+def test_submodules_are_attributes_of_the_package_after_import_spacy_elmo():
+    """``import spacy_elmo`` then ``spacy_elmo.bilm.load_exported`` / ``spacy_elmo.ops.fused_available()``: the
+    eager package imported its submodules, the lazy one imports one on first use; a name that is neither API nor
+    submodule is still an AttributeError (hasattr() probes, typos)."""
+    code = ("import spacy_elmo; print(spacy_elmo.bilm.load_exported.__module__, spacy_elmo.ops.fused_available.__name__); "
+            "print(hasattr(spacy_elmo, 'bilmm'), hasattr(spacy_elmo, '__wrapped__'))")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split("\n")[:2] == ["spacy_elmo.bilm.exported fused_available", "False False"]
+
+
 @pytest.mark.skipif(sys.version_info < (3, 10),
                     reason="importlib.metadata.packages_distributions and sys.stdlib_module_names need Python 3.10")
 def test_every_imported_distribution_is_a_declared_dependency(tmp_path):

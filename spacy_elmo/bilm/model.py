@@ -24,7 +24,8 @@ class BiLMOutput(NamedTuple):
 
 
 # torch.export.save stores the structure of an exported program's output by this name (it refused
-# an unnamed namedtuple); torch.export.load finds it again once spacy_elmo is imported. A private
+# an unnamed namedtuple); torch.export.load finds it again once this module is imported (spacy_elmo.bilm,
+# as load_exported does; ``import spacy_elmo`` alone imports nothing until used). A private
 # torch function: a torch without it (or a second import, already registered) must not stop
 # `import spacy_elmo`, only the saving of an exported program.
 try:
