@@ -555,8 +555,8 @@ class Errors:
         "available ({reason}). {fix} Or use backend='reference'."
     )
     E_EXPORTED_NEEDS_FUSED = (
-        "torch.export.load could not read {path} ({error}). A biLM exported with the fused backend calls "
-        "the kernels of spacy_elmo._C (torch.ops.spacy_elmo), which is not available here ({reason}). {fix} "
+        "{path} is a biLM exported with the fused backend: it calls the kernels of spacy_elmo._C "
+        "(torch.ops.spacy_elmo), which is not available here ({reason}). {fix} "
         "Or export the model again with backend='reference', whose program needs no extension."
     )
     E_FUSED_NO_CUDA_KERNELS = (

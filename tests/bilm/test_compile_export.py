@@ -356,20 +356,31 @@ def test_before_graph_checks_a_compiled_model_checks_the_ids_in_python(monkeypat
 
 
 @needs_graph_checks
+@needs_fused
 def test_load_exported_without_the_extension(monkeypatch, tmp_path):
     """A fused program calls torch.ops.spacy_elmo: where the extension is missing (here: said to be, in a
     process that has registered the ops) load_exported still loads a reference-backend program, which calls
-    none, and for one torch cannot read says the extension is missing, not only torch's 'error when
-    deserializing'."""
+    none, says of a fused one that it needs the extension (torch's error names no cause), and leaves a damaged
+    file to torch's own error, whatever the backend it was exported with."""
     from spacy_elmo import ops
     from spacy_elmo.bilm import load_exported
+    from spacy_elmo.bilm.exported import calls_fused_ops
 
-    model = _model("reference")
-    program = torch.export.export(model, (batch_to_ids(SHORT),))
-    torch.export.save(program, tmp_path / "reference.pt2")
-    (tmp_path / "damaged.pt2").write_bytes((tmp_path / "reference.pt2").read_bytes()[:-200])
+    models = {backend: _model(backend) for backend in ("reference", "fused")}
+    for backend, model in models.items():
+        torch.export.save(torch.export.export(model, (batch_to_ids(SHORT),)), tmp_path / f"{backend}.pt2")
+        (tmp_path / f"{backend}-damaged.pt2").write_bytes((tmp_path / f"{backend}.pt2").read_bytes()[:-200])
+    assert calls_fused_ops(tmp_path / "fused.pt2") and not calls_fused_ops(tmp_path / "reference.pt2")
+    with torch.no_grad():
+        run = load_exported(tmp_path / "fused.pt2").module()
+        _assert_matches_eager(models["fused"], run, batch_to_ids(SHORT))
     monkeypatch.setattr(ops, "fused_available", lambda: False)
     with torch.no_grad():
-        _assert_matches_eager(model, load_exported(tmp_path / "reference.pt2").module(), batch_to_ids(SHORT))
-    with pytest.raises(RuntimeError, match=r"damaged\.pt2 .*not available here .*backend='reference'"):
-        load_exported(tmp_path / "damaged.pt2")
+        run = load_exported(tmp_path / "reference.pt2").module()
+        _assert_matches_eager(models["reference"], run, batch_to_ids(SHORT))
+    with pytest.raises(RuntimeError, match=r"fused\.pt2 is a biLM exported with the fused backend.*not available here"):
+        load_exported(tmp_path / "fused.pt2")
+    for name in ("reference-damaged.pt2", "fused-damaged.pt2"):
+        with pytest.raises(RuntimeError) as refused:
+            load_exported(tmp_path / name)
+        assert "exported with the fused backend" not in str(refused.value), name
