@@ -1683,6 +1683,12 @@ class Warnings:
         "stopped between the two writes had left {model}. To train on, resume with "
         "--max-steps above {step:,} (or more --epochs)."
     )
+    W_RESUME_REMOVES_INITIAL_STATE = (
+        "spacy-elmo: {path} (an initial state fitted by `spacy-elmo fit-state` or --state-sentences to the weights "
+        "before this run) was removed with the model of step {step:,}: it does not fit the weights trained since. "
+        "Run `spacy-elmo fit-state {out} TEXT` again once training is done to fit one to them (or resume with "
+        "--state-sentences N: every checkpoint then fits one)."
+    )
     W_LONG_RUNS = (
         "spacy-elmo: {path} has {n_runs} of more than {cap} characters without whitespace that spaCy's rule-based "
         "tokenizer strips one character at a time (undecodable bytes read as U+FFFD, a run of '!' or emoji), in "
