@@ -300,8 +300,10 @@ class Errors:
     )
     E_MODEL_PATH_MISSING = (
         "{path} does not exist. Pass a model directory (written by BiLM.save, `spacy-elmo pretrain` or "
-        "`spacy-elmo export`, or one holding an AllenNLP options.json + .hdf5) or \"default\" for the bundled model."
+        "`spacy-elmo export`, or one holding an AllenNLP options.json + .hdf5){or_default}."
     )
+    #: E_MODEL_PATH_MISSING's {or_default} where the caller takes the bundled model (fit-state refuses it).
+    E_MODEL_PATH_OR_DEFAULT = " or \"default\" for the bundled model"
     E_PATH_STDIN = (
         "'-' names standard input, which spacy-elmo does not read: it reads text and models from files and "
         "directories. Write what you would pipe in to a file (e.g. `... > text.txt`) and pass that file."

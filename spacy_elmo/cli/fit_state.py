@@ -58,7 +58,7 @@ def fit_state(
     replaced = 0
     with ExitStack() as held:
         try:
-            path = model_path(model_dir)  # clear errors for a missing path or a file
+            path = model_path(model_dir, offer_default=False)  # clear errors for a missing path or a file; "default" is refused below
             if path.resolve() == DEFAULT_MODEL_DIR:
                 raise ValueError(Errors.E_FIT_STATE_BUNDLED.format(model=model_dir, path=DEFAULT_MODEL_DIR))
             if allennlp_files_of(path) is not None:  # an error too when native and AllenNLP files share it
