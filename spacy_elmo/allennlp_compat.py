@@ -130,7 +130,7 @@ def _read_state(state_dict: Union[Mapping[str, Tensor], PathLike], cls: str) -> 
     if isinstance(state_dict, (str, Path)):
         path = Path(state_dict)
         if not path.exists():
-            raise missing_path_error(path, Errors.E_COMPAT_STATE_FILE_MISSING)
+            raise missing_path_error(path, Errors.E_COMPAT_STATE_FILE_MISSING.format(path=path))
         if path.is_dir():
             raise ValueError(Errors.E_COMPAT_STATE_FILE_IS_DIR.format(path=path, cls=cls))
         check_readable(path)

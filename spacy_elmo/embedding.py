@@ -186,7 +186,7 @@ def check_input_file(path: Path) -> None:
     """Refuse an input that does not exist (naming a ~ no shell expanded; ``-``, standard input elsewhere, saying
     so) or is no regular file: the text is read twice, which a directory or a pipe cannot give."""
     if not path.exists():
-        raise missing_path_error(path, Errors.E_EMBED_INPUT_MISSING, stdin=Errors.E_EMBED_INPUT_STDIN)
+        raise missing_path_error(path, Errors.E_EMBED_INPUT_MISSING.format(path=path), stdin=Errors.E_EMBED_INPUT_STDIN)
     if not path.is_file():
         raise ValueError(Errors.E_EMBED_INPUT_NOT_A_FILE.format(path=path))
 

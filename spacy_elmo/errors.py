@@ -300,8 +300,10 @@ class Errors:
     )
     E_MODEL_PATH_MISSING = (
         "{path} does not exist. Pass a model directory (written by BiLM.save, `spacy-elmo pretrain` or "
-        "`spacy-elmo export`, or one holding an AllenNLP options.json + .hdf5) or \"default\" for the bundled model."
+        "`spacy-elmo export`, or one holding an AllenNLP options.json + .hdf5){or_default}."
     )
+    #: E_MODEL_PATH_MISSING's {or_default} where the caller takes the bundled model (fit-state refuses it).
+    E_MODEL_PATH_OR_DEFAULT = " or \"default\" for the bundled model"
     E_PATH_STDIN = (
         "'-' names standard input, which spacy-elmo does not read: it reads text and models from files and "
         "directories. Write what you would pipe in to a file (e.g. `... > text.txt`) and pass that file."
@@ -1682,6 +1684,12 @@ class Warnings:
         "nothing was trained. The checkpoint was left as it is; the model was written again from it, since a run "
         "stopped between the two writes had left {model}. To train on, resume with "
         "--max-steps above {step:,} (or more --epochs)."
+    )
+    W_RESUME_REMOVES_INITIAL_STATE = (
+        "spacy-elmo: {path} (an initial state fitted by `spacy-elmo fit-state` or --state-sentences to the weights "
+        "before this run) was removed with the model of step {step:,}: it does not fit the weights trained since. "
+        "Run `spacy-elmo fit-state {out} TEXT` again once training is done to fit one to them (or resume with "
+        "--state-sentences N: every checkpoint then fits one)."
     )
     W_LONG_RUNS = (
         "spacy-elmo: {path} has {n_runs} of more than {cap} characters without whitespace that spaCy's rule-based "

@@ -27,13 +27,13 @@ def unexpanded_home(path: PathLike) -> Optional[str]:
 def missing_path_error(path: PathLike, message: str, stdin: str = Errors.E_PATH_STDIN) -> FileNotFoundError:
     """The error of an input ``path`` that does not exist: ``stdin`` for ``-`` (standard input elsewhere, which
     no command reads: "- does not exist" said nothing), :data:`Errors.E_PATH_TILDE` where an unexpanded ``~``
-    explains it, else ``message`` formatted with ``path``."""
+    explains it, else ``message``, formatted by the caller (with ``path`` and whatever else it names)."""
     if os.fspath(path) == "-":
         return FileNotFoundError(stdin)
     expanded = unexpanded_home(path)
     if expanded is not None:
         return FileNotFoundError(Errors.E_PATH_TILDE.format(path=path, expanded=expanded))
-    return FileNotFoundError(message.format(path=path))
+    return FileNotFoundError(message)
 
 
 def check_output_path(path: PathLike) -> None:

@@ -112,7 +112,7 @@ def read_datasets(config: BiLMConfig, weight_file: PathLike) -> Dict[str, np.nda
     a dataset that ``config`` does not describe is an error too."""
     path = Path(weight_file)
     if not path.exists():
-        raise missing_path_error(path, Errors.E_WEIGHT_FILE_MISSING)
+        raise missing_path_error(path, Errors.E_WEIGHT_FILE_MISSING.format(path=path))
     if path.is_dir():
         raise ValueError(Errors.E_WEIGHT_FILE_IS_DIR.format(path=path))
     check_readable(path)

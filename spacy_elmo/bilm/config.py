@@ -161,7 +161,7 @@ class BiLMConfig:
         if not isinstance(options, dict):
             source = str(options)
             if not Path(options).exists():
-                raise missing_path_error(options, Errors.E_OPTIONS_FILE_MISSING)
+                raise missing_path_error(options, Errors.E_OPTIONS_FILE_MISSING.format(path=options))
             if Path(options).is_dir():
                 raise ValueError(Errors.E_OPTIONS_IS_DIR.format(path=options))
             try:

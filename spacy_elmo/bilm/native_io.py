@@ -199,10 +199,11 @@ def check_weight(value: torch.Tensor, name: str, path: PathLike, not_float: str,
     return value
 
 
-def model_path(directory: PathLike) -> Path:
+def model_path(directory: PathLike, offer_default: bool = True) -> Path:
     """The directory of a model to load (``"default"`` resolved); clear errors when it does not
     exist, is a file, or cannot be entered (PermissionError: it, or a directory above it, lacks the search
-    permission this account needs)."""
+    permission this account needs). ``offer_default=False``: the error of a missing path does not suggest
+    ``"default"`` (for a caller that refuses the bundled model)."""
     path = resolve_model_dir(directory)
     try:  # EACCES where path, or a directory above it, cannot be entered (the first file read raised it bare)
         os.stat(path / CONFIG_NAME)
@@ -211,7 +212,8 @@ def model_path(directory: PathLike) -> Path:
     except OSError:
         pass  # no config.json (AllenNLP files), no such path, a file: said below
     if not path.exists():
-        raise missing_path_error(path, Errors.E_MODEL_PATH_MISSING)
+        or_default = Errors.E_MODEL_PATH_OR_DEFAULT if offer_default else ""
+        raise missing_path_error(path, Errors.E_MODEL_PATH_MISSING.format(path=path, or_default=or_default))
     if not path.is_dir():
         raise NotAModelDir(Errors.E_MODEL_PATH_IS_FILE.format(path=path))
     return path

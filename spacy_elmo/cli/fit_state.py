@@ -34,7 +34,7 @@ def fit_state(
 
     The state is the mean carried state at sentence boundaries of running text (see docs/default-model.md). The file is replaced atomically: a killed or failed run leaves the model as it was. A model directory that a running pretrain writes is refused (it holds the directory's lock)."""
     from ..bilm import BiLM
-    from ..bilm.initial_state import WARMUP, sentences_needed
+    from ..bilm.initial_state import WARMUP, running_streams, sentences_needed
     from ..bilm.native_io import (
         DEFAULT_MODEL_DIR,
         allennlp_files_of,
@@ -58,7 +58,7 @@ def fit_state(
     replaced = 0
     with ExitStack() as held:
         try:
-            path = model_path(model_dir)  # clear errors for a missing path or a file
+            path = model_path(model_dir, offer_default=False)  # clear errors for a missing path or a file; "default" is refused below
             if path.resolve() == DEFAULT_MODEL_DIR:
                 raise ValueError(Errors.E_FIT_STATE_BUNDLED.format(model=model_dir, path=DEFAULT_MODEL_DIR))
             if allennlp_files_of(path) is not None:  # an error too when native and AllenNLP files share it
@@ -95,7 +95,13 @@ def fit_state(
     if clear:
         typer.echo(f"cleared the initial state of {model_dir}")
         return
-    typer.echo(f"fitted the initial state of {model_dir} on {counted(len(sentences), 'sentence')}")
+    # The fitting reads ``rows`` streams of equal length: the sentences past the last whole one per stream are left out.
+    per = len(running_streams(sentences, rows)[0])
+    left_out = n - per * rows
+    rest = f"; the last {counted(left_out, 'sentence')} left out, fewer than one per stream" if left_out else ""
+    typer.echo(f"fitted the initial state of {model_dir} on {counted(per * rows, 'sentence')} "
+               f"({counted(rows, 'stream')} of {per:,}; the mean of {counted((per - WARMUP) * rows, 'boundary state')}, "
+               f"past each stream's first {WARMUP}{rest})")
     if (meta.get("provenance") or {}).get("reading") == "sentences":
         warn(Warnings.W_FIT_STATE_SENTENCES_MODEL.format(model=model_dir))
     if replaced:

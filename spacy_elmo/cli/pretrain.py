@@ -43,7 +43,7 @@ def model_config(preset: Optional[str], options: Optional[Path]) -> dict:
     if options is None:
         return BiLMConfig.preset(preset or "small").to_dict()  # --preset's callback checked the name
     if not Path(options).exists():  # a quoted ~ is the likely cause, and the error says so
-        raise typer.BadParameter(str(missing_path_error(options, Errors.E_OPTIONS_MISSING)), param_hint="'--options'")
+        raise typer.BadParameter(str(missing_path_error(options, Errors.E_OPTIONS_MISSING.format(path=options))), param_hint="'--options'")
     try:
         data = json.loads(Path(options).read_text(encoding="utf-8"))
         config = BiLMConfig.from_allennlp_options(data) if "lstm" in data else BiLMConfig.from_dict(data)

@@ -283,7 +283,7 @@ def list_text_files(path: PathLike) -> List[Path]:
     """
     path = Path(path)
     if not path.exists():
-        raise missing_path_error(path, Errors.E_TRAIN_PATH_MISSING)
+        raise missing_path_error(path, Errors.E_TRAIN_PATH_MISSING.format(path=path))
     if path.is_file():
         return [path]
     if not path.is_dir():

@@ -7,7 +7,8 @@ cut into at most ``batch_size`` rows of consecutive sentences, evaluated in
 ``unroll``-token windows with carried states, as bilm-tf evaluates. Each row starts
 at a sentence (its ``<S>``, the backward row at its ``</S>``) from the zero state,
 the cut at the sentence start nearest each multiple of ``ceil(targets / batch_size)``
-(but where that start is farther than two shares and two windows away, in text the
+(none where the stream's end is nearer; but where the start or end is a share and a window
+or more away, in a sentence at least two shares and two windows long, in text the
 sentencizer found few ends in: there the cut is at the multiple, mid-sentence):
 rows cut at those points exactly began mid-sentence from zeros, and the result rose
 with the batch size (the bundled model on 3,723 targets: 211.04 at 1 row, 225.13 at 128;
@@ -123,21 +124,23 @@ def stream_row_starts(starts: np.ndarray, n_tokens: int, batch_size: int, unroll
 
     ``starts``: the sentences' first tokens (``Corpus.starts``: each an ``<S>``) in a stream of
     ``n_tokens``. Row ``r`` is tokens ``[cuts[r], cuts[r + 1])`` (the last to the end): the sentence
-    start nearest each multiple of ``ceil((n_tokens - 1) / batch_size)``, so every row is whole sentences
-    (fewer rows than ``batch_size`` when sentences are long or few); where that start is both a row's length
-    and a window (``unroll``) or more from the multiple (in a sentence that long: text the sentencizer found
-    few ends in), the multiple itself, mid-sentence, so that such a text is still read in ``batch_size`` rows,
-    not one. (The LSTM reads ``unroll`` positions a call: a row up to a window long costs no more than a
+    start nearest each multiple of ``ceil((n_tokens - 1) / batch_size)`` (or the stream's end: no row starts
+    there), so every row is whole sentences (fewer rows than ``batch_size`` when sentences are long or few);
+    where that start or end is both a row's length and a window (``unroll``) or more from the multiple (in a
+    sentence at least two rows and two windows long: text the sentencizer found few ends in), the multiple
+    itself, mid-sentence, so that such a text is still read in ``batch_size`` rows, not one. (The LSTM reads ``unroll`` positions a call: a row up to a window long costs no more than a
     shorter one, so a short text keeps its sentences whole, in fewer rows.)"""
-    starts = np.asarray(starts, dtype=np.int64)
+    # The stream's end is a sentence boundary too: a point near it moves there, and that row is dropped
+    # (the last sentence stays whole in the row before), rather than cutting the last sentence at the point.
+    bounds = np.append(np.asarray(starts, dtype=np.int64), n_tokens)
     seg = math.ceil((n_tokens - 1) / batch_size)
     points = np.arange(1, batch_size, dtype=np.int64) * seg
     points = points[points < n_tokens - 1]
-    right = np.clip(np.searchsorted(starts, points), 0, len(starts) - 1)
+    right = np.clip(np.searchsorted(bounds, points), 0, len(bounds) - 1)
     left = np.maximum(right - 1, 0)
-    nearest = np.where(np.abs(starts[left] - points) <= np.abs(starts[right] - points), starts[left], starts[right])
+    nearest = np.where(np.abs(bounds[left] - points) <= np.abs(bounds[right] - points), bounds[left], bounds[right])
     nearest = np.where(np.abs(nearest - points) < max(seg, unroll), nearest, points)
-    return np.unique(np.concatenate([[0], nearest]))
+    return np.unique(np.concatenate([[0], nearest[nearest < n_tokens]]))
 
 
 def _stream_nll_sums(lm, vocab, tokens, cuts, char_table, unroll, device, progress, rank=0, world=1):

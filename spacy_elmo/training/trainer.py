@@ -36,7 +36,7 @@ from ..bilm import BiLM, BiLMConfig
 from ..bilm.config import is_int, is_real
 from ..bilm.initial_state import boundary_state_mean
 from ..bilm.lstm import LstmState
-from ..bilm.native_io import find_allennlp_files, read_meta
+from ..bilm.native_io import INITIAL_STATE_NAME, find_allennlp_files, read_meta
 from ..device import torch_device
 from ..errors import Errors, Warnings
 from ..ranks import torchrun_ranks
@@ -900,6 +900,10 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
                 # Training reads streams with carried states and never uses the initial
                 # state; fitting it (eval mode, no randomness) leaves resumption exact.
                 start = fit_start_state(bilm, corpus, cfg.state_sentences)
+                fitted = out / INITIAL_STATE_NAME
+                if start is None and fitted.exists():  # the save removes it: once (the next saves find none)
+                    warnings.warn(Warnings.W_RESUME_REMOVES_INITIAL_STATE.format(path=fitted, step=step, out=out),
+                                  RuntimeWarning, stacklevel=2)
                 save_pretrained(out, bilm, softmax, vocab, dict(provenance, steps=step), initial_state=start)
         last_saved = step
 

@@ -270,6 +270,31 @@ def test_a_resumed_run_says_how_far_it_trained_and_how_much_of_it_now(tmp_path):
     assert "trained to step 4 (0 steps this run); corpus " in result.stdout, result.stdout
 
 
+def test_a_resume_that_removes_a_fitted_state_says_so_once(tmp_path):
+    """A state fit-state had fitted into the output folder was deleted without a word by the resume's first
+    save (it belongs to the old weights: removing it is right). A warning names the file and fit-state, once."""
+    from spacy_elmo.bilm.native_io import INITIAL_STATE_NAME
+
+    result, train, _, _, out = pretrain_tiny(tmp_path, max_steps=2)
+    assert result.exit_code == 0, result.output
+    assert runner.invoke(app, ["fit-state", str(out), str(train), "--rows", "4", "--no-progress"]).exit_code == 0
+    assert (out / INITIAL_STATE_NAME).exists()
+    args, _, _ = tiny_pretrain_args(tmp_path, out, "--resume", "--checkpoint-every", "1", max_steps=4)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    said = [str(w.message) for w in caught if INITIAL_STATE_NAME in str(w.message)]
+    assert len(said) == 1, said  # saved at steps 3 and 4: warned at the first alone
+    assert said[0].startswith(f"spacy-elmo: {out / INITIAL_STATE_NAME} (an initial state fitted by `spacy-elmo fit-state`")
+    assert "removed with the model of step 3" in said[0] and f"Run `spacy-elmo fit-state {out} TEXT` again" in said[0]
+    assert not (out / INITIAL_STATE_NAME).exists() and BiLM.load(out).initial_state is None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = runner.invoke(app, tiny_pretrain_args(tmp_path, out, "--resume", max_steps=5)[0])  # nothing to remove
+    assert result.exit_code == 0 and not [w for w in caught if INITIAL_STATE_NAME in str(w.message)], result.output
+
+
 def test_export_guards_its_output(tmp_path):
     result, _, held, _, out = pretrain_tiny(tmp_path, max_steps=1)
     assert result.exit_code == 0, result.output

@@ -37,7 +37,9 @@ def _no_model(command, *args):
     def case(tmp_path, monkeypatch):
         missing = tmp_path / "missing"
         filled = [str(missing) if arg == "MODEL" else arg.format(tmp=tmp_path) for arg in args]
-        return [command, *filled], Errors.E_MODEL_PATH_MISSING.format(path=missing)
+        # fit-state refuses the bundled model: its message does not offer "default"
+        or_default = "" if command == "fit-state" else Errors.E_MODEL_PATH_OR_DEFAULT
+        return [command, *filled], Errors.E_MODEL_PATH_MISSING.format(path=missing, or_default=or_default)
 
     return case
 

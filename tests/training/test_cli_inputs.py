@@ -304,6 +304,20 @@ def test_fit_state_on_too_short_a_text_names_rows(model, tmp_path):
     assert "(1 stream of more than" in output, output  # not "1 streams"
 
 
+def test_fit_state_says_how_many_sentences_it_read_and_left_out(model, tmp_path):
+    """fit-state said "on 43 sentences" with --rows 4, but the fitting reads 4 streams of 43 // 4 = 10 and
+    leaves the last 3 out (they change nothing: boundary_state_mean of the first 40 is the same)."""
+    text = write_corpus(tmp_path / "text.txt", 43)
+    result = runner.invoke(app, ["fit-state", str(model), str(text), "--rows", "4", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    said = plain(result.stdout)
+    assert f"fitted the initial state of {model} on 40 sentences (4 streams of 10; the mean of 32 boundary states, " \
+        "past each stream's first 2; the last 3 sentences left out, fewer than one per stream)" in said, said
+    result = runner.invoke(app, ["fit-state", str(model), str(write_corpus(tmp_path / "even.txt", 40)), "--rows", "4",
+                                 "--no-progress"])
+    assert result.exit_code == 0 and "on 40 sentences" in result.stdout and "left out" not in result.stdout
+
+
 def test_fit_state_write_error_is_reported_and_keeps_the_old_state(model, trained, monkeypatch):
     assert runner.invoke(app, ["fit-state", str(model), str(trained["train"]), "--rows", "4"]).exit_code == 0
     before = files(model)

@@ -560,7 +560,8 @@ def test_per_sentence_evaluation_bounds_the_padded_tokens_of_a_call(monkeypatch)
 
 def test_stream_rows_start_at_the_sentence_start_nearest_each_cut():
     """Oracle: each multiple of ceil(targets / batch_size) (below the targets) moved to its nearest sentence
-    start by brute force, the left one on a tie; 0 first, no row twice, at most batch_size rows."""
+    start or the stream's end (no row there) by brute force, the left one on a tie; 0 first, no row twice,
+    at most batch_size rows."""
     from spacy_elmo.training.evaluate import stream_row_starts
 
     rng = np.random.default_rng(0)
@@ -574,8 +575,9 @@ def test_stream_rows_start_at_the_sentence_start_nearest_each_cut():
         want = {0}
         for k in range(1, batch):
             if k * seg < n - 1:
-                nearest = min(starts.tolist(), key=lambda s: (abs(s - k * seg), s))
+                nearest = min(starts.tolist() + [n], key=lambda s: (abs(s - k * seg), s))
                 want.add(nearest if abs(nearest - k * seg) < max(seg, unroll) else k * seg)
+        want.discard(n)
         got = stream_row_starts(starts, n, batch, unroll)
         assert got.tolist() == sorted(want) and len(got) <= batch
 
@@ -591,6 +593,22 @@ def test_a_stream_with_few_sentence_ends_is_still_read_in_batch_size_rows():
     assert stream_row_starts(np.array([0, 100]), 1001, 4, unroll=20).tolist() == [0, 100, 500, 750]
     # a short text: 3 sentences of 12 tokens at 32 rows of 2 tokens stay whole, 3 rows (each within a window)
     assert stream_row_starts(np.array([0, 12, 24]), 36, 32, unroll=20).tolist() == [0, 12, 24]
+
+
+def test_the_last_sentence_is_cut_no_sooner_than_any_other():
+    """The stream's end was no candidate: a share point in the last sentence nearer its end than its start
+    cut it mid-sentence though it was shorter than two shares (17 tokens) and two windows, where the same
+    sentence anywhere else stayed whole. The end is a boundary now, and no row starts there."""
+    from spacy_elmo.training.evaluate import stream_row_starts
+
+    # six sentences, the last tokens 65..99 (35); the point at 85 is 20 from 65 and 15 from the end at 100
+    assert stream_row_starts(np.array([0, 13, 26, 39, 52, 65]), 100, 6, unroll=20).tolist() == [0, 13, 39, 52, 65]
+    # the same 35 tokens between two sentences stay whole
+    assert stream_row_starts(np.array([0, 13, 26, 39, 52, 65, 100, 113]), 126, 7, unroll=20).tolist() == [
+        0, 13, 39, 52, 65, 100, 113]
+    # a last sentence over two shares (250) long is still cut at a share a share from both its ends:
+    # 250 and 500 move to its start at 300, 750 is 450 from it and 251 from the end
+    assert stream_row_starts(np.array([0, 300]), 1001, 4, unroll=20).tolist() == [0, 300, 750]
 
 
 def test_stream_evaluation_starts_every_row_at_a_sentence(monkeypatch):
