@@ -605,5 +605,8 @@ def test_a_resume_that_trains_nothing_says_so_and_leaves_the_files(tmp_path):
                                             r"written again from it, since .* had left the model of step 2\."):
         result = train(tiny_train_config(train_file, out, max_steps=4, checkpoint_every=2, resume=True))
     assert result["model_written"]
+    (out / "config.json").unlink()  # killed after its first checkpoint, before any model was written
+    with pytest.warns(RuntimeWarning, match=r"written again from it, since .* had left no model\."):
+        assert train(tiny_train_config(train_file, out, max_steps=4, checkpoint_every=2, resume=True))["model_written"]
     assert json.loads((out / "config.json").read_text(encoding="utf-8"))["provenance"]["steps"] == 4
     assert (out / "model.safetensors").read_bytes() == before["model.safetensors"][1]
