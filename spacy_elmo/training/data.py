@@ -33,8 +33,8 @@ Defined behaviour for bad input: undecodable bytes are replaced by U+FFFD and
 counted (reported once, never an error); a file with NUL bytes in its first
 8 KiB (decompressed) is binary, or UTF-16 or UTF-32 text when they say so (:func:`not_utf8`): an error
 when it is TRAIN_PATH itself, skipped with a warning inside a directory; a stretch of more than ``RUN_CHARS`` characters without whitespace that spaCy's
-rule-based tokenizer strips affixes from one at a time (time quadratic in it) is cut every ``RUN_CHARS``
-characters (:func:`cut_runs`; other tokenizers and other stretches: none), counted and reported once per file; a line longer than ``PIECE_CHARS`` characters is tokenized
+rule-based tokenizer strips affixes from one at a time (time quadratic in it), or longer than ``RUN_CAP``, is cut
+every ``RUN_CHARS`` characters (:func:`cut_runs`; other tokenizers and other stretches: none), counted and reported once per file; a line longer than ``PIECE_CHARS`` characters is tokenized
 in whitespace-split pieces; a corpus without tokens is an error.
 """
 
@@ -74,11 +74,16 @@ BINARY_PROBE = 8192
 #: Longest piece of text handed to spaCy at once (its own limit is 1,000,000).
 PIECE_CHARS = 100_000
 #: Longest stretch of text without whitespace handed to spaCy's rule-based tokenizer when it would strip
-#: more than ``AFFIX_ROUNDS`` affixes from it (:func:`cut_runs`): it strips a prefix or suffix at a time and
+#: more than ``AFFIX_ROUNDS`` affixes from it or it is longer than ``RUN_CAP`` (:func:`cut_runs`): it strips a prefix or suffix at a time and
 #: copies the rest, in time quadratic in the stretch: 20,000 U+FFFD (what undecodable bytes become), ``!`` or
 #: emoji took 27 s, a 40 KB file of 0xFF bytes 121 s; cut at 200, a stretch costs about 3 ms (measured: 1,000:
-#: 60-150 ms). Deciding to cut a 40 KB stretch costs about 0.1 s (``AFFIX_ROUNDS + 1`` regex searches).
+#: 60-150 ms).
 RUN_CHARS = 200
+#: Longest stretch without whitespace :func:`cut_runs` may leave whole (a long URL is well under it): a
+#: longer one is cut undecided. Its ``url_match`` alone is quadratic in a stretch with many colons (80,000
+#: characters of ``a:`` took 22 s, 40 KB of minified CSS or JSON about 1 s) and deciding costs ``AFFIX_ROUNDS + 1``
+#: regex searches of it (0.7 s on 100,000 emoji); on 2,000 characters each is at most about 0.02 s.
+RUN_CAP = 2_000
 CACHE_VERSION = 1
 #: The files of a corpus cache (:func:`build_corpus`; ``tokens.raw`` only while it is built).
 CACHE_FILES = ("meta.json", "tokens.raw", "tokens.i32", "sent_lengths.i64", "counts.i64", "types.txt")
@@ -90,8 +95,9 @@ CACHE_DIR = "data"
 #: is dropped (it stuck to the first token), spaCy's whitespace tokens are left out.
 #: 3: a stretch of more than ``RUN_CHARS`` characters without whitespace is cut (:func:`cut_runs`).
 #: 4: cut for spaCy's rule-based tokenizer only, and only a stretch it is slow on (3 cut Japanese and Thai
-#: words, and URLs spaCy keeps whole).
-TOKEN_RULES = 4
+#: words, and URLs spaCy keeps whole). 5: a stretch longer than ``RUN_CAP`` is cut too (4 left one of any
+#: length whole when it took few affixes, and spaCy's ``url_match`` is quadratic on colons).
+TOKEN_RULES = 5
 BOM = "\ufeff"
 
 READ_BLOCK = 1 << 16
@@ -476,7 +482,8 @@ def cut_runs(line: str, tokenizer=None) -> tuple:
     """``(text, n)``: ``line`` with a space put after every ``RUN_CHARS`` characters of each of its ``n``
     stretches of more than ``RUN_CHARS`` characters without whitespace that spaCy's rule-based ``tokenizer``
     would strip more than ``AFFIX_ROUNDS`` prefixes or suffixes from one at a time (undecodable bytes read as
-    U+FFFD, a run of ``!`` or emoji), or longer than ``PIECE_CHARS`` (:func:`split_long` would cut it anyway);
+    U+FFFD, a run of ``!`` or emoji), or longer than ``RUN_CAP`` (minified CSS or JSON, hex dumps: spaCy's
+    ``url_match`` is quadratic on their colons);
     ``tokenizer`` None: every such stretch. ``n`` 0: ``line`` itself.
 
     A stretch spaCy tokenizes in linear time (a long URL, its ``url_match`` keeps whole; a hash; a word in
@@ -490,7 +497,7 @@ def cut_runs(line: str, tokenizer=None) -> tuple:
     def cut(match) -> str:
         nonlocal n
         run = match.group()
-        if tokenizer is not None and len(run) <= PIECE_CHARS and _affix_rounds(tokenizer, run) <= AFFIX_ROUNDS:
+        if tokenizer is not None and len(run) <= RUN_CAP and _affix_rounds(tokenizer, run) <= AFFIX_ROUNDS:
             return run
         n += 1
         return " ".join(run[i:i + RUN_CHARS] for i in range(0, len(run), RUN_CHARS))
@@ -554,7 +561,7 @@ def iter_text(path: PathLike, stats: ReadStats, tokenizer=None) -> Iterator[str]
         if runs:
             stats.long_runs += runs
             n_runs = counted(runs, "stretch", "stretches")
-            warnings.warn(Warnings.W_LONG_RUNS.format(path=file, n_runs=n_runs, cap=RUN_CHARS), RuntimeWarning, stacklevel=2)
+            warnings.warn(Warnings.W_LONG_RUNS.format(path=file, n_runs=n_runs, cap=RUN_CHARS, long=f"{RUN_CAP:,}"), RuntimeWarning, stacklevel=2)
         if replaced_bytes_so_far() > before:
             stats.replaced_bytes += replaced_bytes_so_far() - before
             stats.files_with_replacements += 1

@@ -270,6 +270,20 @@ def test_stretches_spacy_tokenizes_fast_stay_whole(tmp_path):
         assert data.tokenize_file(path, "en") == [["Read", "more", "at", URL, "today", "."]]
 
 
+def test_stretches_longer_than_the_cap_are_cut():
+    """spaCy's url_match is quadratic in a stretch with many colons (80,000 characters of "a:" took 22 s, one
+    affix round): a stretch longer than RUN_CAP is cut every RUN_CHARS characters whatever its affixes; a word
+    of RUN_CAP characters, which spaCy keeps whole, stays whole."""
+    from spacy_elmo.training import data
+
+    tokenizer = data.make_nlp("en").tokenizer
+    assert data.RUN_CAP == 2000
+    word = "z" * data.RUN_CAP
+    assert cut_runs("a " + word, tokenizer) == ("a " + word, 0)
+    for run in (word + "z", "a:" * (data.RUN_CAP // 2 + 1)):
+        assert cut_runs("a " + run, tokenizer) == ("a " + " ".join(run[i:i + RUN_CHARS] for i in range(0, len(run), RUN_CHARS)), 1)
+
+
 def test_stretches_are_not_cut_for_another_tokenizer(tmp_path, monkeypatch):
     """A tokenizer other than spaCy's rule-based one (SudachiPy's ja, PyThaiNLP's th, zh's segmenters) reads a
     stretch without whitespace as it is: a cut split its words. Here one that makes a token of each line."""
@@ -317,7 +331,8 @@ def test_a_long_line_is_reported_with_its_length_as_read(tmp_path):
     """W_LONG_LINE names the line's length in the file, not after cut_runs put spaces into it."""
     from spacy_elmo.training.data import ReadStats, iter_text, make_nlp
 
-    line = "!" * 1000 + " " + "w" * (PIECE_CHARS - 1000)  # PIECE_CHARS + 1 characters; the run of "!" is cut
+    words = " ".join(["w" * 99] * ((PIECE_CHARS - 1000) // 100))  # not cut
+    line = "!" * 1000 + " " + words + " "  # PIECE_CHARS + 1 characters; the run of "!" is cut
     (tmp_path / "long.txt").write_text(line + "\n", encoding="utf-8")
     stats = ReadStats()
     with warnings.catch_warnings(record=True) as caught:
@@ -327,7 +342,7 @@ def test_a_long_line_is_reported_with_its_length_as_read(tmp_path):
     assert any(f"has a line of {PIECE_CHARS + 1} characters" in m for m in said), said
     assert any("has 1 stretch of more than 200 characters" in m for m in said), said
     assert stats.long_runs == 1 and stats.long_lines == 1
-    assert "".join(pieces) == " ".join("!" * 200 for _ in range(5)) + " " + "w" * (PIECE_CHARS - 1000)
+    assert "".join(pieces) == " ".join("!" * 200 for _ in range(5)) + " " + words + " "
 
 
 def test_corpus_too_small_for_batch():
