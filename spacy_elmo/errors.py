@@ -1687,7 +1687,7 @@ class Warnings:
         "spacy-elmo: {path} has {n_runs} of more than {cap} characters without whitespace that spaCy's rule-based "
         "tokenizer strips one character at a time (undecodable bytes read as U+FFFD, a run of '!' or emoji) or of "
         "more than {long} characters (minified CSS or JSON), in time quadratic in its length; each is cut every "
-        "{cap} characters. Characters spaCy splits one by one give the same tokens; other stretches (a URL, a "
+        "{cap} characters. Most characters spaCy splits one by one give the same tokens; other stretches (a URL, a "
         "long word) are tokenized whole, as the pipeline does."
     )
     W_TOKENIZER_FALLBACK = (

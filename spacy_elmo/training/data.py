@@ -440,9 +440,11 @@ def not_text_error(path: Path, kind: str) -> str:
 #: A stretch of more than RUN_CHARS characters without whitespace; from its start only (no match is tried
 #: inside one), so the search is linear in the line.
 _LONG_RUN = re.compile(r"(?<!\S)\S{%d,}" % (RUN_CHARS + 1))
-#: Rounds of prefix/suffix stripping spaCy's rule-based tokenizer may take on a long stretch before
-#: :func:`cut_runs` cuts it: each round copies the rest of the stretch (the quadratic cost), so a stretch of
-#: at most this many is tokenized in linear time; real ones take a few (``("https://...").``: 3).
+#: Rounds of prefix/suffix stripping spaCy's rule-based tokenizer may take on a stretch of ``RUN_CAP``
+#: characters before :func:`cut_runs` cuts it; a shorter one may take more, up to ``AFFIX_ROUNDS * RUN_CAP //
+#: len(stretch)``: each round copies the rest of the stretch (the quadratic cost), so no stretch left whole
+#: costs more than one of ``RUN_CAP`` characters with this many; real ones take a few (``("https://...").``:
+#: 3, a 254-character word and ten ``!``: 10, of 60 allowed).
 AFFIX_ROUNDS = 8
 
 
@@ -455,13 +457,13 @@ def cuts_runs(tokenizer) -> bool:
     return isinstance(tokenizer, Tokenizer)
 
 
-def _affix_rounds(tokenizer, run: str) -> int:
+def _affix_rounds(tokenizer, run: str, most: int) -> int:
     """How many rounds of prefix/suffix stripping spaCy's rule-based ``tokenizer`` takes on the stretch ``run``
     (as ``Tokenizer._split_affixes`` does: a whole ``token_match`` stops it; special cases, which only stop it
-    sooner, are left out), counted up to ``AFFIX_ROUNDS + 1``: its cost is this many regex searches."""
+    sooner, are left out), counted up to ``most + 1``: its cost is this many regex searches."""
     token_match, find_prefix, find_suffix = tokenizer.token_match, tokenizer.prefix_search, tokenizer.suffix_search
     rounds = 0
-    while run and rounds <= AFFIX_ROUNDS:
+    while run and rounds <= most:
         if token_match is not None and token_match(run):
             break
         prefix = find_prefix(run) if find_prefix is not None else None
@@ -481,15 +483,16 @@ def _affix_rounds(tokenizer, run: str) -> int:
 def cut_runs(line: str, tokenizer=None) -> tuple:
     """``(text, n)``: ``line`` with a space put after every ``RUN_CHARS`` characters of each of its ``n``
     stretches of more than ``RUN_CHARS`` characters without whitespace that spaCy's rule-based ``tokenizer``
-    would strip more than ``AFFIX_ROUNDS`` prefixes or suffixes from one at a time (undecodable bytes read as
+    would strip more than ``AFFIX_ROUNDS`` (more for a stretch shorter than ``RUN_CAP``: ``AFFIX_ROUNDS * RUN_CAP
+    // len(stretch)``) prefixes or suffixes from one at a time (undecodable bytes read as
     U+FFFD, a run of ``!`` or emoji), or longer than ``RUN_CAP`` (minified CSS or JSON, hex dumps: spaCy's
     ``url_match`` is quadratic on their colons);
     ``tokenizer`` None: every such stretch. ``n`` 0: ``line`` itself.
 
     A stretch spaCy tokenizes in linear time (a long URL, its ``url_match`` keeps whole; a hash; a word in
-    brackets) stays whole, so pretraining reads the tokens the pipeline sees; one that is cut: characters spaCy
-    splits one by one (U+FFFD, ``!``, emoji, CJK punctuation) give the same tokens as before, in the same
-    sentence."""
+    brackets, a word and ten ``!``) stays whole, so pretraining reads the tokens the pipeline sees; one that is
+    cut: most characters spaCy splits one by one (U+FFFD, ``!``, emoji, CJK punctuation; not ``'`` nor ``…``)
+    give the same tokens as before, in the same sentence."""
     if len(line) <= RUN_CHARS:
         return line, 0
     n = 0
@@ -497,7 +500,8 @@ def cut_runs(line: str, tokenizer=None) -> tuple:
     def cut(match) -> str:
         nonlocal n
         run = match.group()
-        if tokenizer is not None and len(run) <= RUN_CAP and _affix_rounds(tokenizer, run) <= AFFIX_ROUNDS:
+        most = AFFIX_ROUNDS * RUN_CAP // len(run)  # rounds x length: the cost of tokenizing it whole
+        if tokenizer is not None and len(run) <= RUN_CAP and _affix_rounds(tokenizer, run, most) <= most:
             return run
         n += 1
         return " ".join(run[i:i + RUN_CHARS] for i in range(0, len(run), RUN_CHARS))

@@ -255,11 +255,12 @@ def test_stretches_spacy_tokenizes_fast_stay_whole(tmp_path):
 
     tokenizer = data.make_nlp("en").tokenizer
     assert len(URL) == 219
-    for line in (f"Read more at {URL} today.", f"Read more ({URL}).", "a " + "(" * data.AFFIX_ROUNDS + "z" * 300):
+    rounds, cap = data.AFFIX_ROUNDS, data.RUN_CAP
+    for line in (f"Read more at {URL} today.", f"Read more ({URL}).", "a " + "(" * rounds + "z" * (cap - rounds)):
         text, n = cut_runs(line, tokenizer)
         assert (text, n) == (line, 0)
     assert URL in [t.text for t in tokenizer(f"Read more ({URL}).")]
-    assert cut_runs("a " + "(" * (data.AFFIX_ROUNDS + 1) + "z" * 300, tokenizer)[1] == 1
+    assert cut_runs("a " + "(" * (rounds + 1) + "z" * (cap - rounds - 1), tokenizer)[1] == 1
     text, n = cut_runs(URL + "\ufffd" * 1000, tokenizer)
     assert n == 1 and text == " ".join((URL + "\ufffd" * 1000)[i:i + RUN_CHARS] for i in range(0, 1219, RUN_CHARS))
     assert tokenizer.url_match(URL + "\ufffd" * 1000)
@@ -268,6 +269,20 @@ def test_stretches_spacy_tokenizes_fast_stay_whole(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no W_LONG_RUNS
         assert data.tokenize_file(path, "en") == [["Read", "more", "at", URL, "today", "."]]
+
+
+def test_a_shorter_stretch_may_take_more_affix_rounds():
+    """Tokenizing a stretch whole costs its affix rounds times its length: one shorter than RUN_CAP may take
+    up to AFFIX_ROUNDS * RUN_CAP // its length rounds. A 254-character word and ten "!" (10 rounds, 1 ms)
+    stays whole and gives the pipeline's tokens; 300 "!" (300 rounds) is cut."""
+    from spacy_elmo.training import data
+
+    tokenizer = data.make_nlp("en").tokenizer
+    run = "Sooo" + "o" * 250 + "!" * 10
+    assert data.AFFIX_ROUNDS < 10 <= data.AFFIX_ROUNDS * data.RUN_CAP // len(run)
+    assert cut_runs("a " + run, tokenizer) == ("a " + run, 0)
+    assert [t.text for t in tokenizer(run)] == ["Sooo" + "o" * 250] + ["!"] * 10
+    assert cut_runs("a " + "!" * 300, tokenizer)[1] == 1
 
 
 def test_stretches_longer_than_the_cap_are_cut():
