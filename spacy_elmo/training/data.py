@@ -397,17 +397,18 @@ BINARY = "binary"
 def _wide_encoding(head: bytes) -> Optional[str]:
     """The iconv name of the UTF-16 or UTF-32 encoding of text whose first bytes are ``head`` (None: neither):
     by its byte order mark (Notepad's "Unicode" and PowerShell's ``>`` write one), else when the NUL bytes
-    are where they fall between characters (UTF-16: mostly at one parity, the high bytes of its byte order;
-    UTF-32: the order that decodes) and the decoded text is printable (95% of it, U+FFFD not) with a space or line break."""
+    are where they fall between characters (UTF-16: the order that decodes, the parity with more NULs, the
+    high bytes of ASCII, tried first; UTF-32: the order that decodes) and the decoded text is printable (95% of it, U+FFFD not) with a space or line break."""
     for bom, name in WIDE_BOMS:
         if head.startswith(bom):
             return name
     # UTF-16's NULs are the high bytes of ASCII (odd offsets in LE); a character U+xx00 (一 U+4E00, Ā, Ѐ) puts
-    # one at the other parity, so the byte order is the parity with more (a tie, as in short binary data:
-    # neither), and the printable check below decides.
+    # one at the other parity, and Chinese with line breaks its only ASCII can have more there: both orders
+    # are tried, the parity with more NULs first, and the printable check below decides (a tie, as in short
+    # binary data: neither; 14 bytes of b"\x00\x01\x02 not text \x00" read as UTF-16LE are printable).
     odd_nuls, even_nuls = head[1::2].count(0), head[0::2].count(0)
-    utf16 = "LE" if odd_nuls > even_nuls else "BE" if even_nuls > odd_nuls else None
-    candidates = [("UTF-32", order) for order in ("LE", "BE")] + ([("UTF-16", utf16)] if utf16 else [])
+    utf16 = ("LE", "BE") if odd_nuls > even_nuls else ("BE", "LE") if even_nuls > odd_nuls else ()
+    candidates = [("UTF-32", order) for order in ("LE", "BE")] + [("UTF-16", order) for order in utf16]
     for name, order in candidates:
         width = 4 if name == "UTF-32" else 2
         text = head[: len(head) // width * width].decode(f"{name}-{order}", errors="replace")

@@ -137,11 +137,13 @@ def test_utf16_and_utf32_text_is_named_not_called_binary(tmp_path, python_codec,
 
 
 @pytest.mark.parametrize("text", ["中文的句子。\n这是第二行。\n" * 30, "一个中文的句子。\n这是第二行。\n" * 30,
-                                  "Ein Satz.\n" * 30 + "最后一句。\n", "Ā ok Ѐ\n" * 30])
+                                  "Ein Satz.\n" * 30 + "最后一句。\n", "Ā ok Ѐ\n" * 30,
+                                  "这是一个最新开放的一年一度的会议，大家一起讨论。\n第一章\u3000开始。\n" * 30])
 @pytest.mark.parametrize("python_codec, encoding", [("utf-16-le", "UTF-16LE"), ("utf-16-be", "UTF-16BE"), ("utf-16", "UTF-16")])
 def test_utf16_with_nuls_at_both_parities_is_named(tmp_path, text, python_codec, encoding):
     """A character U+xx00 (一 U+4E00, Ā U+0100, Ѐ U+0400) puts a NUL at the parity of the low bytes: BOM-less
-    UTF-16 holding one was called binary (NULs at both parities); the parity with more NULs gives the order."""
+    UTF-16 holding one was called binary (NULs at both parities); the order that decodes is the one, whichever
+    parity has more NULs (Chinese whose only ASCII is the line break has more at the low bytes)."""
     from spacy_elmo.training.data import not_utf8
 
     (tmp_path / "t.txt").write_bytes(text.encode(python_codec))
