@@ -1,6 +1,7 @@
 """Vocabulary order, corpus reading and the bad-input cases."""
 
 import os
+import re
 import warnings
 from collections import Counter
 
@@ -299,6 +300,44 @@ def test_stretches_longer_than_the_cap_are_cut():
     assert cut_runs("a " + word, tokenizer) == ("a " + word, 0)
     for run in (word + "z", "a:" * (data.RUN_CAP // 2 + 1)):
         assert cut_runs("a " + run, tokenizer) == ("a " + " ".join(run[i:i + RUN_CHARS] for i in range(0, len(run), RUN_CHARS)), 1)
+
+
+def _affix_tokenizer(prefix: str, suffix: str):
+    """spaCy's rule-based Tokenizer with only these prefix and suffix patterns."""
+    import spacy
+    from spacy.tokenizer import Tokenizer
+
+    return Tokenizer(spacy.blank("en").vocab, prefix_search=re.compile(prefix).search, suffix_search=re.compile(suffix).search)
+
+
+def test_affix_rounds_are_counted_as_spacy_strips_them():
+    """A stretch of RUN_CAP characters spaCy strips in exactly AFFIX_ROUNDS rounds stays whole, each as spaCy's
+    Tokenizer._split_affixes counts them: a prefix and a suffix stripped together are one round, also when they
+    are all that is left (prefix + suffix == the stretch); the suffix is searched after the prefix (here the
+    suffix pattern would match the prefix too); a whole token_match stops the stripping (300 "!" one token)."""
+    import spacy
+
+    from spacy_elmo.training import data
+
+    rounds, cap = data.AFFIX_ROUNDS, data.RUN_CAP
+    assert rounds == 8
+    nlp = data.make_nlp("en")
+    paired = "(" * 5 + "z" * (cap - 10) + ")" * 5
+    whole_left = "a" * 7 + "m" * (cap - 15) + "c" * 8  # the 8th round strips "m"*1985 and "c", all that is left
+    after_prefix = "a" * 7 + "x" + "y" * (cap - 16) + "c" * 7  # "x" + "y"*1984 matches the suffix pattern whole
+    for tokenizer, run, tokens in (
+        (nlp.tokenizer, paired, ["("] * 5 + ["z" * (cap - 10)] + [")"] * 5),
+        (_affix_tokenizer(r"^(?:a|m+)", r"c$"), whole_left, ["a"] * 7 + ["m" * (cap - 15)] + ["c"] * 8),
+        (_affix_tokenizer(r"^(?:a|x)", r"c$|(?<![xy])[xy]+$"), after_prefix, ["a"] * 7 + ["x", "y" * (cap - 16)] + ["c"] * 7),
+    ):
+        assert len(run) <= cap and rounds == rounds * cap // len(run)
+        assert [t.text for t in tokenizer(run)] == tokens
+        assert cut_runs("a " + run, tokenizer) == ("a " + run, 0)
+    matched = spacy.blank("en").tokenizer
+    matched.token_match = re.compile(r"!+$").match
+    assert [t.text for t in matched("!" * 300)] == ["!" * 300]
+    assert cut_runs("a " + "!" * 300, matched) == ("a " + "!" * 300, 0)
+    assert cut_runs("a " + "!" * 300, nlp.tokenizer)[1] == 1
 
 
 def test_stretches_are_not_cut_for_another_tokenizer(tmp_path, monkeypatch):
