@@ -1693,9 +1693,10 @@ class Warnings:
     )
     W_LONG_RUNS = (
         "spacy-elmo: {path} has {n_runs} of more than {cap} characters without whitespace that spaCy's rule-based "
-        "tokenizer strips one character at a time (undecodable bytes read as U+FFFD, a run of '!' or emoji), in "
-        "time quadratic in its length; each is cut every {cap} characters. Characters spaCy splits one by one "
-        "give the same tokens; other stretches (a URL, a long word) are tokenized whole, as the pipeline does."
+        "tokenizer strips one character at a time (undecodable bytes read as U+FFFD, a run of '!' or emoji) or of "
+        "more than {long} characters (minified CSS or JSON), in time quadratic in its length; each is cut every "
+        "{cap} characters. Most characters spaCy splits one by one give the same tokens; other stretches (a URL, a "
+        "long word) are tokenized whole, as the pipeline does."
     )
     W_TOKENIZER_FALLBACK = (
         "spacy-elmo: spaCy's tokenizer for --lang {lang} needs packages that are not installed ({error}); "

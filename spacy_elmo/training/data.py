@@ -33,8 +33,8 @@ Defined behaviour for bad input: undecodable bytes are replaced by U+FFFD and
 counted (reported once, never an error); a file with NUL bytes in its first
 8 KiB (decompressed) is binary, or UTF-16 or UTF-32 text when they say so (:func:`not_utf8`): an error
 when it is TRAIN_PATH itself, skipped with a warning inside a directory; a stretch of more than ``RUN_CHARS`` characters without whitespace that spaCy's
-rule-based tokenizer strips affixes from one at a time (time quadratic in it) is cut every ``RUN_CHARS``
-characters (:func:`cut_runs`; other tokenizers and other stretches: none), counted and reported once per file; a line longer than ``PIECE_CHARS`` characters is tokenized
+rule-based tokenizer strips affixes from one at a time (time quadratic in it), or longer than ``RUN_CAP``, is cut
+every ``RUN_CHARS`` characters (:func:`cut_runs`; other tokenizers and other stretches: none), counted and reported once per file; a line longer than ``PIECE_CHARS`` characters is tokenized
 in whitespace-split pieces; a corpus without tokens is an error.
 """
 
@@ -74,11 +74,16 @@ BINARY_PROBE = 8192
 #: Longest piece of text handed to spaCy at once (its own limit is 1,000,000).
 PIECE_CHARS = 100_000
 #: Longest stretch of text without whitespace handed to spaCy's rule-based tokenizer when it would strip
-#: more than ``AFFIX_ROUNDS`` affixes from it (:func:`cut_runs`): it strips a prefix or suffix at a time and
+#: more than ``AFFIX_ROUNDS`` affixes from it or it is longer than ``RUN_CAP`` (:func:`cut_runs`): it strips a prefix or suffix at a time and
 #: copies the rest, in time quadratic in the stretch: 20,000 U+FFFD (what undecodable bytes become), ``!`` or
 #: emoji took 27 s, a 40 KB file of 0xFF bytes 121 s; cut at 200, a stretch costs about 3 ms (measured: 1,000:
-#: 60-150 ms). Deciding to cut a 40 KB stretch costs about 0.1 s (``AFFIX_ROUNDS + 1`` regex searches).
+#: 60-150 ms).
 RUN_CHARS = 200
+#: Longest stretch without whitespace :func:`cut_runs` may leave whole (a long URL is well under it): a
+#: longer one is cut undecided. Its ``url_match`` alone is quadratic in a stretch with many colons (80,000
+#: characters of ``a:`` took 22 s, 40 KB of minified CSS or JSON about 1 s) and deciding costs ``AFFIX_ROUNDS + 1``
+#: regex searches of it (0.7 s on 100,000 emoji); on 2,000 characters each is at most about 0.02 s.
+RUN_CAP = 2_000
 CACHE_VERSION = 1
 #: The files of a corpus cache (:func:`build_corpus`; ``tokens.raw`` only while it is built).
 CACHE_FILES = ("meta.json", "tokens.raw", "tokens.i32", "sent_lengths.i64", "counts.i64", "types.txt")
@@ -90,8 +95,9 @@ CACHE_DIR = "data"
 #: is dropped (it stuck to the first token), spaCy's whitespace tokens are left out.
 #: 3: a stretch of more than ``RUN_CHARS`` characters without whitespace is cut (:func:`cut_runs`).
 #: 4: cut for spaCy's rule-based tokenizer only, and only a stretch it is slow on (3 cut Japanese and Thai
-#: words, and URLs spaCy keeps whole).
-TOKEN_RULES = 4
+#: words, and URLs spaCy keeps whole). 5: a stretch longer than ``RUN_CAP`` is cut too (4 left one of any
+#: length whole when it took few affixes, and spaCy's ``url_match`` is quadratic on colons).
+TOKEN_RULES = 5
 BOM = "\ufeff"
 
 READ_BLOCK = 1 << 16
@@ -391,17 +397,18 @@ BINARY = "binary"
 def _wide_encoding(head: bytes) -> Optional[str]:
     """The iconv name of the UTF-16 or UTF-32 encoding of text whose first bytes are ``head`` (None: neither):
     by its byte order mark (Notepad's "Unicode" and PowerShell's ``>`` write one), else when the NUL bytes
-    are where they fall between characters (UTF-16: mostly at one parity, the high bytes of its byte order;
-    UTF-32: the order that decodes) and the decoded text is printable (95% of it, U+FFFD not) with a space or line break."""
+    are where they fall between characters (UTF-16: the order that decodes, the parity with more NULs, the
+    high bytes of ASCII, tried first; UTF-32: the order that decodes) and the decoded text is printable (95% of it, U+FFFD not) with a space or line break."""
     for bom, name in WIDE_BOMS:
         if head.startswith(bom):
             return name
     # UTF-16's NULs are the high bytes of ASCII (odd offsets in LE); a character U+xx00 (一 U+4E00, Ā, Ѐ) puts
-    # one at the other parity, so the byte order is the parity with more (a tie, as in short binary data:
-    # neither), and the printable check below decides.
+    # one at the other parity, and Chinese with line breaks its only ASCII can have more there: both orders
+    # are tried, the parity with more NULs first, and the printable check below decides (a tie, as in short
+    # binary data: neither; 14 bytes of b"\x00\x01\x02 not text \x00" read as UTF-16LE are printable).
     odd_nuls, even_nuls = head[1::2].count(0), head[0::2].count(0)
-    utf16 = "LE" if odd_nuls > even_nuls else "BE" if even_nuls > odd_nuls else None
-    candidates = [("UTF-32", order) for order in ("LE", "BE")] + ([("UTF-16", utf16)] if utf16 else [])
+    utf16 = ("LE", "BE") if odd_nuls > even_nuls else ("BE", "LE") if even_nuls > odd_nuls else ()
+    candidates = [("UTF-32", order) for order in ("LE", "BE")] + [("UTF-16", order) for order in utf16]
     for name, order in candidates:
         width = 4 if name == "UTF-32" else 2
         text = head[: len(head) // width * width].decode(f"{name}-{order}", errors="replace")
@@ -434,9 +441,11 @@ def not_text_error(path: Path, kind: str) -> str:
 #: A stretch of more than RUN_CHARS characters without whitespace; from its start only (no match is tried
 #: inside one), so the search is linear in the line.
 _LONG_RUN = re.compile(r"(?<!\S)\S{%d,}" % (RUN_CHARS + 1))
-#: Rounds of prefix/suffix stripping spaCy's rule-based tokenizer may take on a long stretch before
-#: :func:`cut_runs` cuts it: each round copies the rest of the stretch (the quadratic cost), so a stretch of
-#: at most this many is tokenized in linear time; real ones take a few (``("https://...").``: 3).
+#: Rounds of prefix/suffix stripping spaCy's rule-based tokenizer may take on a stretch of ``RUN_CAP``
+#: characters before :func:`cut_runs` cuts it; a shorter one may take more, up to ``AFFIX_ROUNDS * RUN_CAP //
+#: len(stretch)``: each round copies the rest of the stretch (the quadratic cost), so no stretch left whole
+#: costs more than one of ``RUN_CAP`` characters with this many; real ones take a few (``("https://...").``:
+#: 3, a 254-character word and ten ``!``: 10, of 60 allowed).
 AFFIX_ROUNDS = 8
 
 
@@ -449,13 +458,13 @@ def cuts_runs(tokenizer) -> bool:
     return isinstance(tokenizer, Tokenizer)
 
 
-def _affix_rounds(tokenizer, run: str) -> int:
+def _affix_rounds(tokenizer, run: str, most: int) -> int:
     """How many rounds of prefix/suffix stripping spaCy's rule-based ``tokenizer`` takes on the stretch ``run``
     (as ``Tokenizer._split_affixes`` does: a whole ``token_match`` stops it; special cases, which only stop it
-    sooner, are left out), counted up to ``AFFIX_ROUNDS + 1``: its cost is this many regex searches."""
+    sooner, are left out), counted up to ``most + 1``: its cost is this many regex searches."""
     token_match, find_prefix, find_suffix = tokenizer.token_match, tokenizer.prefix_search, tokenizer.suffix_search
     rounds = 0
-    while run and rounds <= AFFIX_ROUNDS:
+    while run and rounds <= most:
         if token_match is not None and token_match(run):
             break
         prefix = find_prefix(run) if find_prefix is not None else None
@@ -475,14 +484,16 @@ def _affix_rounds(tokenizer, run: str) -> int:
 def cut_runs(line: str, tokenizer=None) -> tuple:
     """``(text, n)``: ``line`` with a space put after every ``RUN_CHARS`` characters of each of its ``n``
     stretches of more than ``RUN_CHARS`` characters without whitespace that spaCy's rule-based ``tokenizer``
-    would strip more than ``AFFIX_ROUNDS`` prefixes or suffixes from one at a time (undecodable bytes read as
-    U+FFFD, a run of ``!`` or emoji), or longer than ``PIECE_CHARS`` (:func:`split_long` would cut it anyway);
+    would strip more than ``AFFIX_ROUNDS`` (more for a stretch shorter than ``RUN_CAP``: ``AFFIX_ROUNDS * RUN_CAP
+    // len(stretch)``) prefixes or suffixes from one at a time (undecodable bytes read as
+    U+FFFD, a run of ``!`` or emoji), or longer than ``RUN_CAP`` (minified CSS or JSON, hex dumps: spaCy's
+    ``url_match`` is quadratic on their colons);
     ``tokenizer`` None: every such stretch. ``n`` 0: ``line`` itself.
 
     A stretch spaCy tokenizes in linear time (a long URL, its ``url_match`` keeps whole; a hash; a word in
-    brackets) stays whole, so pretraining reads the tokens the pipeline sees; one that is cut: characters spaCy
-    splits one by one (U+FFFD, ``!``, emoji, CJK punctuation) give the same tokens as before, in the same
-    sentence."""
+    brackets, a word and ten ``!``) stays whole, so pretraining reads the tokens the pipeline sees; one that is
+    cut: most characters spaCy splits one by one (U+FFFD, ``!``, emoji, CJK punctuation; not ``'`` nor ``…``)
+    give the same tokens as before, in the same sentence."""
     if len(line) <= RUN_CHARS:
         return line, 0
     n = 0
@@ -490,7 +501,8 @@ def cut_runs(line: str, tokenizer=None) -> tuple:
     def cut(match) -> str:
         nonlocal n
         run = match.group()
-        if tokenizer is not None and len(run) <= PIECE_CHARS and _affix_rounds(tokenizer, run) <= AFFIX_ROUNDS:
+        most = AFFIX_ROUNDS * RUN_CAP // len(run)  # rounds x length: the cost of tokenizing it whole
+        if tokenizer is not None and len(run) <= RUN_CAP and _affix_rounds(tokenizer, run, most) <= most:
             return run
         n += 1
         return " ".join(run[i:i + RUN_CHARS] for i in range(0, len(run), RUN_CHARS))
@@ -554,7 +566,7 @@ def iter_text(path: PathLike, stats: ReadStats, tokenizer=None) -> Iterator[str]
         if runs:
             stats.long_runs += runs
             n_runs = counted(runs, "stretch", "stretches")
-            warnings.warn(Warnings.W_LONG_RUNS.format(path=file, n_runs=n_runs, cap=RUN_CHARS), RuntimeWarning, stacklevel=2)
+            warnings.warn(Warnings.W_LONG_RUNS.format(path=file, n_runs=n_runs, cap=RUN_CHARS, long=f"{RUN_CAP:,}"), RuntimeWarning, stacklevel=2)
         if replaced_bytes_so_far() > before:
             stats.replaced_bytes += replaced_bytes_so_far() - before
             stats.files_with_replacements += 1

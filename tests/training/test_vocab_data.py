@@ -1,6 +1,7 @@
 """Vocabulary order, corpus reading and the bad-input cases."""
 
 import os
+import re
 import warnings
 from collections import Counter
 
@@ -137,11 +138,13 @@ def test_utf16_and_utf32_text_is_named_not_called_binary(tmp_path, python_codec,
 
 
 @pytest.mark.parametrize("text", ["中文的句子。\n这是第二行。\n" * 30, "一个中文的句子。\n这是第二行。\n" * 30,
-                                  "Ein Satz.\n" * 30 + "最后一句。\n", "Ā ok Ѐ\n" * 30])
+                                  "Ein Satz.\n" * 30 + "最后一句。\n", "Ā ok Ѐ\n" * 30,
+                                  "这是一个最新开放的一年一度的会议，大家一起讨论。\n第一章\u3000开始。\n" * 30])
 @pytest.mark.parametrize("python_codec, encoding", [("utf-16-le", "UTF-16LE"), ("utf-16-be", "UTF-16BE"), ("utf-16", "UTF-16")])
 def test_utf16_with_nuls_at_both_parities_is_named(tmp_path, text, python_codec, encoding):
     """A character U+xx00 (一 U+4E00, Ā U+0100, Ѐ U+0400) puts a NUL at the parity of the low bytes: BOM-less
-    UTF-16 holding one was called binary (NULs at both parities); the parity with more NULs gives the order."""
+    UTF-16 holding one was called binary (NULs at both parities); the order that decodes is the one, whichever
+    parity has more NULs (Chinese whose only ASCII is the line break has more at the low bytes)."""
     from spacy_elmo.training.data import not_utf8
 
     (tmp_path / "t.txt").write_bytes(text.encode(python_codec))
@@ -255,11 +258,12 @@ def test_stretches_spacy_tokenizes_fast_stay_whole(tmp_path):
 
     tokenizer = data.make_nlp("en").tokenizer
     assert len(URL) == 219
-    for line in (f"Read more at {URL} today.", f"Read more ({URL}).", "a " + "(" * data.AFFIX_ROUNDS + "z" * 300):
+    rounds, cap = data.AFFIX_ROUNDS, data.RUN_CAP
+    for line in (f"Read more at {URL} today.", f"Read more ({URL}).", "a " + "(" * rounds + "z" * (cap - rounds)):
         text, n = cut_runs(line, tokenizer)
         assert (text, n) == (line, 0)
     assert URL in [t.text for t in tokenizer(f"Read more ({URL}).")]
-    assert cut_runs("a " + "(" * (data.AFFIX_ROUNDS + 1) + "z" * 300, tokenizer)[1] == 1
+    assert cut_runs("a " + "(" * (rounds + 1) + "z" * (cap - rounds - 1), tokenizer)[1] == 1
     text, n = cut_runs(URL + "\ufffd" * 1000, tokenizer)
     assert n == 1 and text == " ".join((URL + "\ufffd" * 1000)[i:i + RUN_CHARS] for i in range(0, 1219, RUN_CHARS))
     assert tokenizer.url_match(URL + "\ufffd" * 1000)
@@ -268,6 +272,72 @@ def test_stretches_spacy_tokenizes_fast_stay_whole(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no W_LONG_RUNS
         assert data.tokenize_file(path, "en") == [["Read", "more", "at", URL, "today", "."]]
+
+
+def test_a_shorter_stretch_may_take_more_affix_rounds():
+    """Tokenizing a stretch whole costs its affix rounds times its length: one shorter than RUN_CAP may take
+    up to AFFIX_ROUNDS * RUN_CAP // its length rounds. A 254-character word and ten "!" (10 rounds, 1 ms)
+    stays whole and gives the pipeline's tokens; 300 "!" (300 rounds) is cut."""
+    from spacy_elmo.training import data
+
+    tokenizer = data.make_nlp("en").tokenizer
+    run = "Sooo" + "o" * 250 + "!" * 10
+    assert data.AFFIX_ROUNDS < 10 <= data.AFFIX_ROUNDS * data.RUN_CAP // len(run)
+    assert cut_runs("a " + run, tokenizer) == ("a " + run, 0)
+    assert [t.text for t in tokenizer(run)] == ["Sooo" + "o" * 250] + ["!"] * 10
+    assert cut_runs("a " + "!" * 300, tokenizer)[1] == 1
+
+
+def test_stretches_longer_than_the_cap_are_cut():
+    """spaCy's url_match is quadratic in a stretch with many colons (80,000 characters of "a:" took 22 s, one
+    affix round): a stretch longer than RUN_CAP is cut every RUN_CHARS characters whatever its affixes; a word
+    of RUN_CAP characters, which spaCy keeps whole, stays whole."""
+    from spacy_elmo.training import data
+
+    tokenizer = data.make_nlp("en").tokenizer
+    assert data.RUN_CAP == 2000
+    word = "z" * data.RUN_CAP
+    assert cut_runs("a " + word, tokenizer) == ("a " + word, 0)
+    for run in (word + "z", "a:" * (data.RUN_CAP // 2 + 1)):
+        assert cut_runs("a " + run, tokenizer) == ("a " + " ".join(run[i:i + RUN_CHARS] for i in range(0, len(run), RUN_CHARS)), 1)
+
+
+def _affix_tokenizer(prefix: str, suffix: str):
+    """spaCy's rule-based Tokenizer with only these prefix and suffix patterns."""
+    import spacy
+    from spacy.tokenizer import Tokenizer
+
+    return Tokenizer(spacy.blank("en").vocab, prefix_search=re.compile(prefix).search, suffix_search=re.compile(suffix).search)
+
+
+def test_affix_rounds_are_counted_as_spacy_strips_them():
+    """A stretch of RUN_CAP characters spaCy strips in exactly AFFIX_ROUNDS rounds stays whole, each as spaCy's
+    Tokenizer._split_affixes counts them: a prefix and a suffix stripped together are one round, also when they
+    are all that is left (prefix + suffix == the stretch); the suffix is searched after the prefix (here the
+    suffix pattern would match the prefix too); a whole token_match stops the stripping (300 "!" one token)."""
+    import spacy
+
+    from spacy_elmo.training import data
+
+    rounds, cap = data.AFFIX_ROUNDS, data.RUN_CAP
+    assert rounds == 8
+    nlp = data.make_nlp("en")
+    paired = "(" * 5 + "z" * (cap - 10) + ")" * 5
+    whole_left = "a" * 7 + "m" * (cap - 15) + "c" * 8  # the 8th round strips "m"*1985 and "c", all that is left
+    after_prefix = "a" * 7 + "x" + "y" * (cap - 16) + "c" * 7  # "x" + "y"*1984 matches the suffix pattern whole
+    for tokenizer, run, tokens in (
+        (nlp.tokenizer, paired, ["("] * 5 + ["z" * (cap - 10)] + [")"] * 5),
+        (_affix_tokenizer(r"^(?:a|m+)", r"c$"), whole_left, ["a"] * 7 + ["m" * (cap - 15)] + ["c"] * 8),
+        (_affix_tokenizer(r"^(?:a|x)", r"c$|(?<![xy])[xy]+$"), after_prefix, ["a"] * 7 + ["x", "y" * (cap - 16)] + ["c"] * 7),
+    ):
+        assert len(run) <= cap and rounds == rounds * cap // len(run)
+        assert [t.text for t in tokenizer(run)] == tokens
+        assert cut_runs("a " + run, tokenizer) == ("a " + run, 0)
+    matched = spacy.blank("en").tokenizer
+    matched.token_match = re.compile(r"!+$").match
+    assert [t.text for t in matched("!" * 300)] == ["!" * 300]
+    assert cut_runs("a " + "!" * 300, matched) == ("a " + "!" * 300, 0)
+    assert cut_runs("a " + "!" * 300, nlp.tokenizer)[1] == 1
 
 
 def test_stretches_are_not_cut_for_another_tokenizer(tmp_path, monkeypatch):
@@ -317,7 +387,8 @@ def test_a_long_line_is_reported_with_its_length_as_read(tmp_path):
     """W_LONG_LINE names the line's length in the file, not after cut_runs put spaces into it."""
     from spacy_elmo.training.data import ReadStats, iter_text, make_nlp
 
-    line = "!" * 1000 + " " + "w" * (PIECE_CHARS - 1000)  # PIECE_CHARS + 1 characters; the run of "!" is cut
+    words = " ".join(["w" * 99] * ((PIECE_CHARS - 1000) // 100))  # not cut
+    line = "!" * 1000 + " " + words + " "  # PIECE_CHARS + 1 characters; the run of "!" is cut
     (tmp_path / "long.txt").write_text(line + "\n", encoding="utf-8")
     stats = ReadStats()
     with warnings.catch_warnings(record=True) as caught:
@@ -327,7 +398,7 @@ def test_a_long_line_is_reported_with_its_length_as_read(tmp_path):
     assert any(f"has a line of {PIECE_CHARS + 1} characters" in m for m in said), said
     assert any("has 1 stretch of more than 200 characters" in m for m in said), said
     assert stats.long_runs == 1 and stats.long_lines == 1
-    assert "".join(pieces) == " ".join("!" * 200 for _ in range(5)) + " " + "w" * (PIECE_CHARS - 1000)
+    assert "".join(pieces) == " ".join("!" * 200 for _ in range(5)) + " " + words + " "
 
 
 def test_corpus_too_small_for_batch():
