@@ -29,7 +29,9 @@ if not TYPE_CHECKING:  # hidden from mypy, which took it as giving any name (spa
     def __getattr__(name: str) -> Any:
         if name in _API:
             value = getattr(importlib.import_module(_API[name], __name__), name)
-        elif not name.startswith("__") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        # public submodules only: a private one (_C, the extension) stays an AttributeError for hasattr() probes,
+        # and a dotted name is no attribute (find_spec would import its parent)
+        elif name.isidentifier() and not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}"):
             value = importlib.import_module(f"{__name__}.{name}")  # spacy_elmo.bilm etc., as an eager package gave
         else:
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

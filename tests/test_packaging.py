@@ -86,10 +86,11 @@ def test_submodules_are_attributes_of_the_package_after_import_spacy_elmo():
     eager package imported its submodules, the lazy one imports one on first use; a name that is neither API nor
     submodule is still an AttributeError (hasattr() probes, typos)."""
     code = ("import spacy_elmo; print(spacy_elmo.bilm.load_exported.__module__, spacy_elmo.ops.fused_available.__name__); "
-            "print(hasattr(spacy_elmo, 'bilmm'), hasattr(spacy_elmo, '__wrapped__'))")
+            "print(hasattr(spacy_elmo, 'bilmm'), hasattr(spacy_elmo, '__wrapped__'), hasattr(spacy_elmo, '_C'), "
+            "hasattr(spacy_elmo, 'nope.x'), 'bilm.model' in dir(spacy_elmo))")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
-    assert out.split("\n")[:2] == ["spacy_elmo.bilm.exported fused_available", "False False"]
+    assert out.split("\n")[:2] == ["spacy_elmo.bilm.exported fused_available", "False False False False False"]
 
 
 @pytest.mark.skipif(sys.version_info < (3, 10),

@@ -380,6 +380,8 @@ def test_load_exported_without_the_extension(monkeypatch, tmp_path):
         _assert_matches_eager(models["reference"], run, batch_to_ids(SHORT))
     with pytest.raises(RuntimeError, match=r"fused\.pt2 is a biLM exported with the fused backend.*not available here"):
         load_exported(tmp_path / "fused.pt2")
+    (tmp_path / "text.pt2").write_text("no archive\n")
+    assert not calls_fused_ops(tmp_path / "text.pt2")  # no BadZipFile of its own: torch's load says what it is
     for name in ("reference-damaged.pt2", "fused-damaged.pt2"):
         with pytest.raises(RuntimeError) as refused:
             load_exported(tmp_path / name)

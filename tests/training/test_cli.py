@@ -293,6 +293,15 @@ def test_a_resume_that_removes_a_fitted_state_says_so_once(tmp_path):
         warnings.simplefilter("always")
         result = runner.invoke(app, tiny_pretrain_args(tmp_path, out, "--resume", max_steps=5)[0])  # nothing to remove
     assert result.exit_code == 0 and not [w for w in caught if INITIAL_STATE_NAME in str(w.message)], result.output
+    # a resume that fits a state of its own (--state-sentences) replaces the file: nothing was lost, no warning
+    assert runner.invoke(app, ["fit-state", str(out), str(train), "--rows", "4", "--no-progress"]).exit_code == 0
+    fitted = (out / INITIAL_STATE_NAME).read_bytes()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        args = tiny_pretrain_args(tmp_path, out, "--resume", "--state-sentences", "40", max_steps=6)[0]
+        result = runner.invoke(app, args)
+    assert result.exit_code == 0 and not [w for w in caught if INITIAL_STATE_NAME in str(w.message)], result.output
+    assert (out / INITIAL_STATE_NAME).read_bytes() != fitted and BiLM.load(out).initial_state is not None
 
 
 def test_export_guards_its_output(tmp_path):

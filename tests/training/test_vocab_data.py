@@ -139,7 +139,10 @@ def test_utf16_and_utf32_text_is_named_not_called_binary(tmp_path, python_codec,
 
 @pytest.mark.parametrize("text", ["中文的句子。\n这是第二行。\n" * 30, "一个中文的句子。\n这是第二行。\n" * 30,
                                   "Ein Satz.\n" * 30 + "最后一句。\n", "Ā ok Ѐ\n" * 30,
-                                  "这是一个最新开放的一年一度的会议，大家一起讨论。\n第一章\u3000开始。\n" * 30])
+                                  "这是一个最新开放的一年一度的会议，大家一起讨论。\n第一章\u3000开始。\n" * 30,
+                                  # read in the other order U+2000 is a space too and the text as printable: the
+                                  # parity with more NULs is tried first
+                                  "the cat sat\u2000on the mat. a dog ran\u2000to it.\n" * 4])
 @pytest.mark.parametrize("python_codec, encoding", [("utf-16-le", "UTF-16LE"), ("utf-16-be", "UTF-16BE"), ("utf-16", "UTF-16")])
 def test_utf16_with_nuls_at_both_parities_is_named(tmp_path, text, python_codec, encoding):
     """A character U+xx00 (一 U+4E00, Ā U+0100, Ѐ U+0400) puts a NUL at the parity of the low bytes: BOM-less
