@@ -18,7 +18,7 @@ import tempfile
 from contextlib import contextmanager
 from dataclasses import fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
 import torch
 from safetensors import SafetensorError, safe_open
@@ -158,15 +158,21 @@ def cast_for_save(name: str, value: torch.Tensor, dtype: Optional[torch.dtype], 
     require_finite(value, name, "", not_finite or Errors.E_SAVE_NOT_FINITE)  # the writers' messages name no path
     if dtype is None:
         return value
-    cast = value.to(dtype)
-    if not torch.isfinite(cast).all():  # value is finite: the cast overflowed
-        max_abs = float(value.abs().max())
+    cast, max_abs = cast_finite(value, dtype)
+    if max_abs is not None:
         if fix is None:
             wider = [str(d) for d in WIDE_SAVE_DTYPES if d != dtype and torch.finfo(d).max >= max_abs]
             fix = (Errors.E_SAVE_DTYPE_OVERFLOW_WIDER.format(dtypes=" or ".join(wider), model_dtype=value.dtype)
                    if wider else Errors.E_SAVE_DTYPE_OVERFLOW_KEEP.format(model_dtype=value.dtype))
         raise ValueError(Errors.E_SAVE_DTYPE_OVERFLOW.format(name=name, dtype=dtype, max_abs=max_abs, fix=fix))
     return cast
+
+
+def cast_finite(value: torch.Tensor, dtype: torch.dtype) -> Tuple[torch.Tensor, Optional[float]]:
+    """``value`` (finite: :func:`require_finite` checked it) in ``dtype``, and the largest magnitude of ``value``
+    where the cast overflowed to infinity (None: it did not), for the writers' and the readers' errors."""
+    cast = value.to(dtype)
+    return cast, None if torch.isfinite(cast).all() else float(value.abs().max())
 
 
 def require_finite(value: torch.Tensor, name: str, path: PathLike, message: Optional[str] = None) -> None:
@@ -191,9 +197,8 @@ def check_weight(value: torch.Tensor, name: str, path: PathLike, not_float: str,
         raise ValueError(not_float.format(name=name, path=path, dtype=value.dtype, directory=directory))
     require_finite(value, name, path, not_finite)
     if dtype is not None:
-        cast = value.to(dtype)
-        if not torch.isfinite(cast).all():  # value is finite: the cast overflowed
-            max_abs = float(value.abs().max())
+        cast, max_abs = cast_finite(value, dtype)
+        if max_abs is not None:
             raise ValueError(Errors.E_WEIGHT_DTYPE_OVERFLOW.format(path=path, name=name, max_abs=max_abs, dtype=dtype))
         value = cast
     return value
