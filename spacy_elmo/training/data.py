@@ -426,7 +426,7 @@ def not_utf8(path: Path) -> Optional[str]:
     (:func:`_wide_encoding`), or :data:`BINARY` when they hold another NUL byte."""
     with open_text_file(path) as f:
         head = f.read(BINARY_PROBE)
-    if b"\x00" not in head and not head.startswith((b"\xff\xfe", b"\xfe\xff")):  # both are no UTF-8
+    if b"\x00" not in head and not head.startswith(tuple(bom for bom, _ in WIDE_BOMS)):  # no BOM starts UTF-8
         return None
     return _wide_encoding(head) or BINARY
 
