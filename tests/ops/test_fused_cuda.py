@@ -781,22 +781,24 @@ def test_char_cnn_tensor_core_kernel_matches_float64(preset, activation, dtype, 
     _assert_first_of_equal_windows(arg0.long().cpu(), ids, [(w.shape[2], w.shape[0]) for w in ws])
 
 
-@pytest.mark.parametrize("value", ["1", "0x", "false", "off", ""])
+@pytest.mark.parametrize("value", ["0", "1", "0x", "false", "off", ""])
 def test_char_cnn_mma_switch_takes_exactly_0_or_1(value, monkeypatch):
     """SPACY_ELMO_CHAR_CNN_MMA turns the tensor-core kernel off for exactly "0" (the C++ looked at the
     first character: "0x" turned it off, "false" and "off" did not, silently); 1 leaves it on, and any
-    other value leaves it on with a warning naming the variable and the value."""
+    other value leaves it on with a warning naming the variable and the value. Run under bf16 autocast:
+    outside it the wrapper computes a bfloat16 input in float32 (``_kernel_dtype``), on CUDA cores."""
     gen = torch.Generator().manual_seed(45)
     ids, emb, ws, bs = _preset_char_inputs(gen, "small", 37, torch.bfloat16)
     monkeypatch.setattr(switches, "_warned", set())
     monkeypatch.setenv("SPACY_ELMO_CHAR_CNN_MMA", value)
-    with warnings.catch_warnings(record=True) as caught:
+    with warnings.catch_warnings(record=True) as caught, torch.autocast("cuda", dtype=torch.bfloat16):
         warnings.simplefilter("always")
         _, names = launched(lambda: fused.char_cnn(ids, emb, ws, bs, "relu"))
-    assert any("char_cnn_forward_mma_kernel" in n for n in names), names
+    assert any("char_cnn_forward_mma_kernel" in n for n in names) == (value != "0"), names
+    assert any("char_cnn_forward_kernel" in n for n in names) == (value == "0"), names
     said = [str(w.message) for w in caught if issubclass(w.category, switches.SwitchWarning)]
-    assert said == ([] if value == "1" else [switches.problem("SPACY_ELMO_CHAR_CNN_MMA", value)])
-    assert value == "1" or f"SPACY_ELMO_CHAR_CNN_MMA={value!r}" in said[0]
+    assert said == ([] if value in ("0", "1") else [switches.problem("SPACY_ELMO_CHAR_CNN_MMA", value)])
+    assert value in ("0", "1") or f"SPACY_ELMO_CHAR_CNN_MMA={value!r}" in said[0]
 
 
 def test_char_cnn_tensor_core_kernel_only_where_it_applies():
