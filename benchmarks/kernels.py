@@ -3,7 +3,8 @@
 Per kernel (char CNN, one highway layer, one biLSTM layer with both
 directions) and, with ``--whole-model``, the whole biLM and a training step
 (forward + backward) of the small preset. Every comparison is measured side
-by side in one process: median of ``--repeats`` after ``--warmup`` calls, on
+by side in one process: median of ``--repeats`` after ``--warmup`` calls, the
+implementations interleaved in an order rotated each round (``round_order``), on
 random word-like tokens (never zeros). Prints a table, writes JSON and a PNG
 chart to ``benchmarks/results/`` with machine info, threads and shapes.
 
@@ -39,7 +40,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar, Union
 
 import torch
 
@@ -102,18 +103,57 @@ def _autocast_wrap(fn, device):
     return run
 
 
+T = TypeVar("T")
+
+
+def order_period(n: int) -> int:
+    """Rounds after which :func:`round_order` repeats for ``n`` items: ``n`` when ``n`` is even, ``2 n`` when odd
+    (1 for one item)."""
+    if n <= 1:
+        return 1
+    return n if n % 2 == 0 else 2 * n
+
+
+def round_order(items: Sequence[T], round_index: int) -> List[T]:
+    """``items`` in the order an interleaved benchmark runs them in round ``round_index``: row
+    ``round_index`` of a balanced Latin square (Williams' design), so over any :func:`order_period`
+    consecutive rounds each item comes first equally often and right after each other item
+    equally often. Round ``i`` (``i < n``) starts with item ``i``.
+
+    With a fixed order, on an H200 (session 39), the fused pretraining step with prefetching (always
+    third, right after the reference without it) timed 38 against 23.5 ms without, and a probe found
+    whichever stepper ran first in a round slow early in the process (docs/benchmarks.md). A plain
+    rotation (``i, i+1, ...``) still leaves each item right after the same one in ``n - 1`` of ``n`` rounds."""
+    n = len(items)
+    if n == 0:
+        return []
+    # Williams' first row 0, 1, n-1, 2, n-2, ...; row r adds r (mod n); for odd n the rows
+    # n..2n-1 are the first n reversed (an odd square alone cannot balance the neighbours).
+    first, low, high = [0], 1, n - 1
+    while len(first) < n:
+        first.append(low)
+        low += 1
+        if len(first) < n:
+            first.append(high)
+            high -= 1
+    r = round_index % order_period(n)
+    row = [(x + r % n) % n for x in first]
+    return [items[k] for k in (row if r < n else row[::-1])]
+
+
 def time_side_by_side(impls, repeats, warmup, device):
-    """Median seconds of each implementation, interleaved round-robin so that the
-    machine's noise hits every implementation alike."""
+    """Median seconds of each implementation, interleaved so that the machine's noise
+    hits every implementation alike: one call of each per round, in :func:`round_order`
+    (each first, and right after each other, equally often)."""
     impls = {name: _autocast_wrap(fn, device) for name, fn in impls.items()}
     for fn in impls.values():
         for _ in range(warmup):
             fn()
     sync(device)
     times: Dict[str, List[float]] = {name: [] for name in impls}
-    for _ in range(repeats):
-        for name, fn in impls.items():
-            times[name].append(timeit(fn, 1, 0, device)[0])
+    for i in range(repeats):
+        for name in round_order(list(impls), i):
+            times[name].append(timeit(impls[name], 1, 0, device)[0])
     return {name: (statistics.median(ts), ts) for name, ts in times.items()}
 
 
@@ -587,7 +627,10 @@ def main(argv=None):
         machine["loadavg_at_start"] = load_start
         payload = {"machine": machine, "args": vars(args), "complete": complete,
                    "dtype": "float32" if args.autocast is None else f"autocast {args.autocast}",
-                   "peak_gflops": args.peak_gflops, "floor_note": FLOOR_NOTE, "rows": rec.rows}
+                   "peak_gflops": args.peak_gflops, "floor_note": FLOOR_NOTE,
+                   "order_note": "implementations interleaved one call each per round, the order rotated each round "
+                                 "(round_order: each first, and right after each other one, equally often)",
+                   "rows": rec.rows}
         json_path.write_text(json.dumps(payload, indent=1, default=str))
 
     for preset in args.presets:

@@ -9,7 +9,7 @@ README and docs, 30% of their words replaced by Zipf-distributed pseudo-words):
 1-6 sentences, some 200-290 spaCy tokens a doc as the docs change (a result file records the
 text's digest and commit), with a sentencizer so the biLM runs
 per sentence. Every setting pipes its texts ``--repeats`` times, the settings
-interleaved round-robin (``benchmarks.kernels.time_side_by_side``), each pass
+interleaved, the order rotated each round (``benchmarks.kernels.time_side_by_side``), each pass
 after a short warm-up and with the component's caches emptied; words/s is of
 the median pass.
 

@@ -11,11 +11,36 @@ ahead on a thread. ``host_prepare_ms``: that preparation alone, per step;
 counts ``B * U`` tokens per step (each token is read by both directions, as in
 bilm-tf's words-per-second).
 
-Both backends run in one process, side by side, from the same weights and
-batches (the machines are shared: compare the ratio). Synthetic words of
-realistic lengths (Zipf-distributed), never zeros. No spaCy import.
+Both backends (``--backends``: one of them alone too) run in one process, side by
+side, from the same weights and batches (the machines are shared: compare the
+ratio). The steppers (one per backend and prefetch setting, and with ``--twin`` a
+second copy of each backend's main one) are interleaved step by step: one step
+of each per round, the order rotated each round (``benchmarks.kernels.round_order``,
+a balanced Latin square: each stepper first, and right after each other one,
+equally often). With a fixed order, on an H200 (session 39), the fused stepper
+with prefetching, always third and always right after the reference without it,
+timed 38-39 ms a step against 23.5 ms without prefetching; a probe that changed
+which came first found them equal or prefetching 0.5-1.6 ms faster, and whichever
+stepper came first in a round slow early in the process.
 
-    python benchmarks/pretrain.py [--presets small original] [--threads 2]
+Warm-up (untimed rounds): 1 on the CPU; on CUDA, by default, enough rounds for
+``CUDA_WARMUP_STEPS`` (64) steps of the process, since in that probe a process's
+first ~60 steps were the slow ones (the process's start, whichever stepper ran
+first), and ``CUDA_REPEATS`` (20) timed rounds, a whole number of the order's
+periods (each stepper first equally often among the timed rounds): the GPU step
+times varied 2x from one step to the next, which leaves a median of 3 to chance.
+Every step's loss is recorded
+(``losses``, warm-up included) with how each pair that must agree differs
+(``loss_diff``: the step-0 difference, where weights and inputs are the same,
+the first timed step's and the first step past ``LOSS_TOLERANCE``): prefetching
+on and off (``--prefetch both``) and a stepper and its ``--twin`` (the same
+setting; on a GPU their difference is the device's own nondeterminism, atomics
+adding in another order, grown through training: the floor the on/off
+difference is read against). On the CPU all are 0.
+
+Synthetic words of realistic lengths (Zipf-distributed), never zeros. No spaCy import.
+
+    python benchmarks/pretrain.py [--presets small original] [--threads 2] [--backends fused] [--twin]
 """
 
 import argparse
@@ -25,7 +50,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 import numpy as np
 import torch
@@ -33,7 +58,8 @@ import torch
 if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.kernels import bilm_flops, cpu_identity, device_problem, measure_gemm_gflops  # noqa: E402
+from benchmarks.kernels import (  # noqa: E402
+    bilm_flops, cpu_identity, device_problem, measure_gemm_gflops, order_period, round_order)
 from spacy_elmo.bilm import BiLM, BiLMConfig  # noqa: E402
 from spacy_elmo.ops import fused_available  # noqa: E402
 from spacy_elmo.training.lm import BidirectionalLM, encode_batch  # noqa: E402
@@ -45,6 +71,56 @@ from spacy_elmo.training.trainer import build_optimizer  # noqa: E402
 from spacy_elmo.training.vocab import SPECIALS, CharTable, Vocab  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
+BACKENDS = ("reference", "fused")
+#: CUDA's default warm-up: rounds enough for this many steps of the process (module docstring)
+CUDA_WARMUP_STEPS = 64
+#: CUDA's default timed rounds, rounded up to a whole number of the interleaving order's periods
+CUDA_REPEATS = 20
+#: the loss difference past which two steppers that must agree are reported as parted (``first_step_above``)
+LOSS_TOLERANCE = 1e-3
+
+
+class StepperKey(NamedTuple):
+    """One interleaved stepper: its backend, whether it prefetches, and its copy (1: the ``--twin``)."""
+
+    backend: str
+    prefetch: bool
+    copy: int = 0
+
+
+def stepper_keys(backends: Sequence[str], main_prefetch: bool, both: bool, twin: bool) -> List[StepperKey]:
+    """The steppers of one preset, in the order of round 0: each backend with ``main_prefetch``, with
+    ``both`` also with the other setting, with ``twin`` also a second copy of the main one."""
+    keys = []
+    for name in backends:
+        keys.append(StepperKey(name, main_prefetch))
+        if both:
+            keys.append(StepperKey(name, not main_prefetch))
+        if twin:
+            keys.append(StepperKey(name, main_prefetch, 1))
+    return keys
+
+
+def step_counts(warmup: Optional[int], repeats: Optional[int], device: torch.device, n_steppers: int) -> Tuple[int, int]:
+    """(warm-up rounds, timed rounds): ``warmup`` and ``repeats`` where given, else the device's defaults:
+    1 and 3 on the CPU; on CUDA enough rounds for ``CUDA_WARMUP_STEPS`` steps of the process and
+    ``CUDA_REPEATS`` rounded up to a whole number of :func:`~benchmarks.kernels.order_period`'s rounds."""
+    if device.type != "cuda":
+        return (1 if warmup is None else warmup), (3 if repeats is None else repeats)
+    period = order_period(n_steppers)
+    return (-(-CUDA_WARMUP_STEPS // n_steppers) if warmup is None else warmup,
+            period * -(-CUDA_REPEATS // period) if repeats is None else repeats)
+
+
+def loss_diff(a: Sequence[float], b: Sequence[float], warmup: int) -> Dict[str, Any]:
+    """How two steppers' per-step losses (every step, warm-up included) differ: the largest difference, the
+    one at step 0 (the same weights and inputs: only the forward's rounding can differ), at the first timed
+    step (``warmup``), and the first step where it exceeds ``LOSS_TOLERANCE`` (None: none). A difference
+    that grows smoothly from step 0 is nondeterminism compounding through the updates; one that jumps at a
+    step, or is large at step 0, is different inputs."""
+    diffs = [abs(x - y) for x, y in zip(a, b)]
+    return {"max_abs": max(diffs), "step0": diffs[0], "first_timed": diffs[warmup],
+            "first_step_above": next((i for i, d in enumerate(diffs) if d > LOSS_TOLERANCE), None)}
 
 
 def synthetic_vocab(n: int, seed: int = 0) -> Vocab:
@@ -142,7 +218,9 @@ def host_prepare_seconds(data, sampler, char_table, vocab, device):
     return statistics.median(times)
 
 
-def bench_preset(preset, backends, args, device):
+def bench_preset(preset, keys, main_prefetch, args, device):
+    """One preset's row: ``keys`` (:func:`stepper_keys`) interleaved step by step in :func:`round_order`,
+    ``args.warmup`` untimed rounds then ``args.repeats`` timed ones."""
     config = BiLMConfig.preset(preset)
     vocab = synthetic_vocab(args.vocab_size)
     data = batches(vocab, args.batch_size, args.unroll, args.warmup + args.repeats)
@@ -151,16 +229,13 @@ def bench_preset(preset, backends, args, device):
     softmax0 = SoftmaxLayer(len(vocab), config.projection_dim)
     # One character table for every backend and the floor (it fills lazily, in the untimed warm-up).
     table = CharTable(vocab, config.max_characters_per_token)
-    # The steppers: one per backend with steps prepared as `pretrain` prepares them on this device
-    # (--prefetch), and with --prefetch both one more per backend with the other setting.
-    main_prefetch = prefetch_default(device) if args.prefetch in ("auto", "both") else args.prefetch == "on"
-    settings = [main_prefetch] + ([not main_prefetch] if args.prefetch == "both" else [])
-    keys = [(name, p) for name in backends for p in settings]
-    steppers: Dict[Tuple[str, bool], Stepper] = {}
-    times: Dict[Tuple[str, bool], List[float]] = {key: [] for key in keys}
-    losses: Dict[Tuple[str, bool], List[float]] = {key: [] for key in keys}
-    for name, prefetch in keys:
-        bilm = BiLM(config, backend=name)
+    # The steppers: one per key, each its own model from the same weights, with steps prepared as `pretrain`
+    # prepares them on this device (--prefetch: one step ahead on a thread or not).
+    steppers: Dict[StepperKey, Stepper] = {}
+    times: Dict[StepperKey, List[float]] = {key: [] for key in keys}
+    losses: Dict[StepperKey, List[float]] = {key: [] for key in keys}
+    for key in keys:
+        bilm = BiLM(config, backend=key.backend)
         bilm.load_state_dict(base.state_dict())
         bilm.lstm.dropout = 0.1
         softmax = SoftmaxLayer(len(vocab), config.projection_dim)
@@ -168,14 +243,16 @@ def bench_preset(preset, backends, args, device):
         lm = BidirectionalLM(bilm, softmax).to(device).train()
         opt = build_optimizer("adagrad", None, lm.parameters())  # what `pretrain` uses
         sampler = LogUniformSampler(len(vocab), args.negatives)
-        steppers[name, prefetch] = make_step(lm, opt, sampler, table, vocab, device, device.type == "cuda" and args.bf16,
-                                             torch.Generator().manual_seed(0), data, prefetch)
-    # Interleave the steppers step by step so all see the same machine load; each draws its dropout masks from
-    # its own copy of the RNG (swapped outside the timed step), so all see the same masks.
+        steppers[key] = make_step(lm, opt, sampler, table, vocab, device, device.type == "cuda" and args.bf16,
+                                  torch.Generator().manual_seed(0), data, key.prefetch)
+    # Interleave the steppers step by step so all see the same machine load, the order rotated each round
+    # (round_order: each first, and right after each other one, equally often; on an H200 a fixed order left
+    # one stepper slow, docs/benchmarks.md). Each draws its dropout masks from its own copy of the RNG
+    # (swapped outside the timed step), so all see the same masks.
     rng = {key: _rng_state(device) for key in keys}
     try:
         for i in range(len(data)):
-            for key in keys:
+            for key in round_order(keys, i):
                 _set_rng_state(device, rng[key])
                 start = time.perf_counter()
                 losses[key].append(steppers[key](i))
@@ -195,21 +272,30 @@ def bench_preset(preset, backends, args, device):
     row = {"preset": preset, "batch": args.batch_size, "unroll": args.unroll, "negatives": args.negatives,
            "vocab": len(vocab), "unique_tokens_mean": statistics.mean(unique), "gflop_per_step": flops / 1e9,
            "floor_tokens_per_s": floor_tokens_per_s, "host_prepare_ms": prepare_s * 1e3, "prefetch": main_prefetch,
-           "backends": {}}
+           "warmup": args.warmup, "repeats": args.repeats, "steppers": [list(k) for k in keys], "backends": {}}
 
     def measured(key):
         median = statistics.median(times[key])
         return {"tokens_per_s": tokens / median, "step_s_median": median, "step_s_all": times[key],
                 "gflops": flops / median / 1e9, "floor_fraction": tokens / median / floor_tokens_per_s,
-                "first_loss": losses[key][0]}
+                "first_loss": losses[key][0], "losses": losses[key]}
 
+    backends = list(dict.fromkeys(key.backend for key in keys))
     for name in backends:
-        row["backends"][name] = measured((name, main_prefetch))
-    if len(settings) > 1:  # --prefetch both: each backend with the other setting too, and whether the losses agree
-        other = not main_prefetch
-        row["other_prefetch"] = {"prefetch": other, "backends": {name: measured((name, other)) for name in backends},
-                                 "loss_max_abs_diff": max(abs(a - b) for name in backends
-                                                          for a, b in zip(losses[name, True], losses[name, False]))}
+        row["backends"][name] = measured(StepperKey(name, main_prefetch))
+    other = not main_prefetch
+    if StepperKey(backends[0], other) in steppers:
+        # --prefetch both: each backend with the other setting too, and whether the losses agree
+        diffs = {name: loss_diff(losses[StepperKey(name, True)], losses[StepperKey(name, False)], args.warmup)
+                 for name in backends}
+        row["other_prefetch"] = {"prefetch": other, "backends": {name: measured(StepperKey(name, other)) for name in backends},
+                                 "loss_max_abs_diff": max(d["max_abs"] for d in diffs.values()), "loss_diff": diffs}
+    if StepperKey(backends[0], main_prefetch, 1) in steppers:
+        # --twin: a second copy of each main stepper; their losses differ by the device's own nondeterminism only
+        twin = [StepperKey(name, main_prefetch, 1) for name in backends]
+        row["twin"] = {"prefetch": main_prefetch, "backends": {key.backend: measured(key) for key in twin},
+                       "loss_diff": {key.backend: loss_diff(losses[key._replace(copy=0)], losses[key], args.warmup)
+                                     for key in twin}}
     if "fused" in backends and "reference" in backends:
         row["speedup_fused_vs_reference"] = row["backends"]["fused"]["tokens_per_s"] / row["backends"]["reference"]["tokens_per_s"]
     if "reference" in backends:
@@ -223,7 +309,8 @@ def bench_logsumexp(args, device, repeats=10):
     """The sampled softmax's ``(B*U, S)`` log-sum-exp with its product, forward + backward:
     torch's, the reference backend's consuming one (it reuses the logits buffer, no
     temporaries) and, when built, the fused op (product and softmax per block of rows
-    in cache; the backward folds the softmax scale into its products). Interleaved, medians."""
+    in cache; the backward folds the softmax scale into its products). Interleaved in
+    :func:`round_order`, medians."""
     from spacy_elmo import ops
     from spacy_elmo.ops.reference import ConsumingLogSumExp
 
@@ -239,9 +326,9 @@ def bench_logsumexp(args, device, repeats=10):
         impls["fused"] = lambda: ops.sampled_logsumexp(h, w, off, hit, backend="fused")
     times: Dict[str, List[float]] = {name: [] for name in impls}
     for i in range(repeats + 2):
-        for name, lse in impls.items():
+        for name in round_order(list(impls), i):
             start = time.perf_counter()
-            lse().sum().backward()
+            impls[name]().sum().backward()
             if device.type == "cuda":
                 torch.cuda.synchronize()
             if i >= 2:
@@ -261,8 +348,18 @@ def build_parser():
     parser.add_argument("--unroll", type=int, default=20)
     parser.add_argument("--negatives", type=int, default=8192)
     parser.add_argument("--vocab-size", type=int, default=50_000)
-    parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--backends", nargs="+", choices=BACKENDS, default=None,
+                        help="the backends to time (default: reference, and fused when spacy_elmo._C loads)")
+    parser.add_argument("--warmup", type=int, default=None,
+                        help="untimed rounds (one step of each stepper each) before the timed ones (default: 1 on the "
+                             f"CPU; on CUDA enough for {CUDA_WARMUP_STEPS} steps of the process, whose first tens of "
+                             "steps run slow on a GPU)")
+    parser.add_argument("--repeats", type=int, default=None,
+                        help=f"timed rounds (default: 3 on the CPU; on CUDA {CUDA_REPEATS}, rounded up to a whole "
+                             "number of the interleaving order's periods)")
+    parser.add_argument("--twin", action="store_true",
+                        help="a second copy of each backend's main stepper, the same setting: the loss difference "
+                             "between the two is the device's own nondeterminism (twin.loss_diff)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=True)
@@ -286,34 +383,50 @@ def main(argv=None) -> int:
         # without a GPU or the CUDA kernels the fused steps die in the dispatcher mid-run
         print(problem, file=sys.stderr)
         return 1
+    backends = list(dict.fromkeys(args.backends or [b for b in BACKENDS if b != "fused" or fused_available()]))
+    if "fused" in backends and not fused_available():
+        print("--backends fused: spacy_elmo._C is not built (pip install --no-build-isolation -e .)", file=sys.stderr)
+        return 1
+    main_prefetch = prefetch_default(device) if args.prefetch in ("auto", "both") else args.prefetch == "on"
+    keys = stepper_keys(backends, main_prefetch, args.prefetch == "both", args.twin)
+    args.warmup, args.repeats = step_counts(args.warmup, args.repeats, device, len(keys))
+    if args.warmup < 0 or args.repeats < 1:
+        print(f"--warmup {args.warmup} --repeats {args.repeats}: at least 0 and 1", file=sys.stderr)
+        return 1
     kept = keep_freed_memory() if args.keep_freed_memory else False
     torch.set_num_threads(args.threads)
-    backends = ["reference"] + (["fused"] if fused_available() else [])
     bf16 = device.type == "cuda" and args.bf16
     peak_dtype = torch.bfloat16 if bf16 else torch.float32
     if args.peak_gflops is None:
         args.peak_gflops = round(measure_gemm_gflops(device, repeats=20, dtype=peak_dtype), 1)
-    print(f"{peak_dtype} GEMM rate here: {args.peak_gflops} GFLOP/s (the floor's peak)", flush=True)
+    print(f"{peak_dtype} GEMM rate here: {args.peak_gflops} GFLOP/s (the floor's peak); {len(keys)} steppers, "
+          f"{args.warmup} warm-up and {args.repeats} timed rounds, the order rotated each round", flush=True)
     out = args.out or RESULTS / f"pretrain_{device.type}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     rows = []
     for preset in args.presets:
-        row = bench_preset(preset, backends, args, device)
+        row = bench_preset(preset, keys, main_prefetch, args, device)
         rows.append(row)
         # the presets so far survive a run stopped at a time limit ("complete": false)
         out.write_text(json.dumps(_result(args, device, kept, bf16, peak_dtype, rows, None), indent=2))
         cells = "  ".join(f"{b}: {row['backends'][b]['tokens_per_s']:8.0f} tok/s ({row['backends'][b]['floor_fraction']:.2f} of floor)"
                           for b in backends)
         ratio = row.get("speedup_fused_vs_reference")
+        floor_ratio = row.get("floor_vs_reference")
         print(f"{preset:>9}  B={args.batch_size} U={args.unroll}  {cells}" + (f"  fused/reference {ratio:.2f}x" if ratio else "")
-              + f"  floor {row['floor_tokens_per_s']:.0f} tok/s = {row['floor_vs_reference']:.2f}x reference"
+              + f"  floor {row['floor_tokens_per_s']:.0f} tok/s" + (f" = {floor_ratio:.2f}x reference" if floor_ratio else "")
               + f"  host prep {row['host_prepare_ms']:.1f} ms/step, prefetch {'on' if row['prefetch'] else 'off'}", flush=True)
-        if "other_prefetch" in row:
-            other = row["other_prefetch"]
-            print(f"{'':>9}  " + "  ".join(
-                f"{b}: {1 / row['backends'][b]['step_s_median']:.3f} steps/s prefetch {'on' if row['prefetch'] else 'off'}, "
-                f"{1 / other['backends'][b]['step_s_median']:.3f} {'on' if other['prefetch'] else 'off'}" for b in backends)
-                + f"  losses differ by {other['loss_max_abs_diff']:.3g} at most", flush=True)
+        for part, label in (("other_prefetch", "prefetch {}"), ("twin", "twin, prefetch {}")):
+            if part in row:
+                other = row[part]
+                print(f"{'':>9}  " + "  ".join(
+                    f"{b}: {1 / row['backends'][b]['step_s_median']:.3f} steps/s prefetch {'on' if row['prefetch'] else 'off'}, "
+                    f"{1 / other['backends'][b]['step_s_median']:.3f} {label.format('on' if other['prefetch'] else 'off')}"
+                    for b in backends) + "; losses differ by " + ", ".join(
+                    f"{b} {d['max_abs']:.3g} at most ({d['step0']:.2g} at step 0, {d['first_timed']:.2g} at step "
+                    f"{args.warmup}, above {LOSS_TOLERANCE:g} " + ("never" if d["first_step_above"] is None
+                                                                else f"from step {d['first_step_above']}") + ")"
+                    for b, d in other["loss_diff"].items()), flush=True)
     lse = bench_logsumexp(args, device)
     print(f"sampled-softmax logsumexp ({lse['rows']} x {lse['negatives']}, fwd+bwd with its product): "
           f"torch {lse['torch.logsumexp'] * 1e3:.0f} ms, consuming {lse['ConsumingLogSumExp'] * 1e3:.0f} ms, "
@@ -332,8 +445,14 @@ def _result(args, device, kept, bf16, peak_dtype, rows, lse):
         "peak_gflops": args.peak_gflops, "peak_dtype": str(peak_dtype).replace("torch.", ""),
         "floor_note": "floor = tokens/s at peak_gflops (step_flops)",
         "rows": rows, "logsumexp": lse,
+        "loss_tolerance": LOSS_TOLERANCE,
         "note": "tokens/s = batch*unroll per training step (fwd+bwd LMs, sampled softmax, clip, Adagrad, its inputs "
-                "prepared as pretrain does: prefetched one step ahead where a row's prefetch is true); medians; "
+                "prepared as pretrain does: prefetched one step ahead where a row's prefetch is true); medians of "
+                "the timed rounds (step_s_all) after a row's warmup rounds; the steppers (a row's steppers: backend, "
+                "prefetch, copy) interleaved one step each per round, the order rotated each round "
+                "(benchmarks.kernels.round_order: each first, and right after each other one, equally often); "
+                "losses: every step's, warm-up included; loss_diff: how two steppers that must agree differ "
+                "(step 0, the first timed step, the first step past loss_tolerance); "
                 "host_prepare_ms: one step's input preparation alone (prepare_step), median",
     }
     if device.type == "cuda":

@@ -1,9 +1,10 @@
 """The log-uniform sampler's draw, which runs on the host before every pretraining step:
 ``LogUniformSampler.sample`` (NumPy, one thread; first draws found by a minimum scattered
 into a ``(V,)`` table) against the way it replaced (torch ops, ``torch.unique`` of every
-draw, then an argsort of the first positions), on the same generator seeds, interleaved,
-medians. Both must return the same sample; the run fails otherwise. Run it with
-``--threads 1`` and ``2``: torch's ops enter OpenMP regions, which wait on busy cores.
+draw, then an argsort of the first positions), on the same generator seeds, interleaved
+(the order rotated each round: ``benchmarks.kernels.round_order``), medians. Both must
+return the same sample; the run fails otherwise. Run it with ``--threads 1`` and ``2``:
+torch's ops enter OpenMP regions, which wait on busy cores.
 
     python benchmarks/sampler.py [--vocab-sizes 50000 793471] [--negatives 8192] [--threads 2]
 """
@@ -21,6 +22,7 @@ import torch
 if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.kernels import round_order  # noqa: E402
 from spacy_elmo.training.sampler import LogUniformSampler, Sample  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -54,10 +56,10 @@ def bench(vocab_size: int, negatives: int, repeats: int) -> dict:
     tries = []
     for i in range(repeats + 3):
         results = {}
-        for name, fn in impls.items():
+        for name in round_order(list(impls), i):  # each first in every other round
             gen = torch.Generator().manual_seed(i)
             start = time.perf_counter()
-            results[name] = fn(gen)
+            results[name] = impls[name](gen)
             if i >= 3:
                 times[name].append(time.perf_counter() - start)
         a, b = results["numpy_scatter"], results["torch_sort"]

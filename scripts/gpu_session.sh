@@ -6,8 +6,9 @@
 #   2. the kernels in float32 at batch 32 and 256 (the fused biLSTM layer against cuDNN's
 #      nn.LSTM: at least as fast at batch >= 32), with the whole model and the training step;
 #   3. pretraining in bf16, original preset first (target: above 100k tokens/s), at batch 128 (bilm-tf's per
-#      GPU) and 384 (the released models' batch: 3 GPUs x 128, here on one), and a profile of its step and of
-#      the bf16 inference forward;
+#      GPU; prefetching on and off, and a twin of each backend's prefetching stepper, whose loss difference is the
+#      GPU's own nondeterminism) and 384 (the released models' batch: 3 GPUs x 128, here on one), and a profile of
+#      its step and of the bf16 inference forward;
 #   4. the CPU kernel tests (tests/ops), with whatever time is left.
 # Results and the log go straight to $OUT (8 files; at most 8 come back); commit them under
 # benchmarks/results/.
@@ -171,6 +172,9 @@ sys.exit(0 if '$DEVICE' != 'cuda' or (fused.built_with_cuda() and torch.cuda.is_
   else
     # Caps (120 + 75 + 100 + 150 + 60 + 60 s) are ceilings, not what the steps take: on an H200
     # (2026-11-26) the build took 44 s, then 32 + 23 + 17 + 16 + 14 + 27 s for these steps, 189 s in all.
+    # The pretrain steps then ran 4 rounds (1 warm-up); they now run pretrain.py's CUDA defaults (2026-11-27:
+    # warm-up for 64 steps of the process, 20 timed rounds or more), 35 rounds of 6 steppers at batch 128 and 52
+    # of 2 at 384: about 50 s and 25 s by session 39's H200 step times (not yet run), within their caps.
     # The CPU kernel tests after them are OPTIONAL: they get what is left, and a budget spent before
     # them skips them, or during them stops them, without failing the run.
     step 120 $TESTS_STEP $PY -m pytest -q -rs -p no:cacheprovider $TESTS
@@ -179,8 +183,11 @@ sys.exit(0 if '$DEVICE' != 'cuda' or (fused.built_with_cuda() and torch.cuda.is_
     fi
     step 100 kernels $PY benchmarks/kernels.py --device "$DEVICE" --whole-model --presets $PRESETS $SHAPES --out "$OUT/$STEM"
     # --prefetch both: each backend with the step's inputs prepared one step ahead (pretrain's default on a
-    # GPU) and without, side by side, and the host preparation alone (host_prepare_ms)
-    step 150 pretrain $PY benchmarks/pretrain.py --device "$DEVICE" --presets $PRESETS --batch-size 128 --prefetch both --out "$OUT/pretrain_$DEVICE.json"
+    # GPU) and without, side by side, and the host preparation alone (host_prepare_ms); on CUDA --twin: a second
+    # copy of each prefetching stepper, whose loss difference (twin.loss_diff) is the GPU's nondeterminism, the
+    # floor for the on/off one (other_prefetch.loss_diff); on the CPU both are 0, and the twins cost minutes
+    if [ "$DEVICE" = cuda ]; then TWIN=--twin; else TWIN=; fi
+    step 150 pretrain $PY benchmarks/pretrain.py --device "$DEVICE" --presets $PRESETS --batch-size 128 --prefetch both $TWIN --out "$OUT/pretrain_$DEVICE.json"
     if [ "$QUICK" = 1 ]; then BIG_BATCH=8; else BIG_BATCH=384; fi
     step 60 pretrain_b$BIG_BATCH $PY benchmarks/pretrain.py --device "$DEVICE" --presets "${PRESETS%% *}" --batch-size $BIG_BATCH --out "$OUT/pretrain_${DEVICE}_b$BIG_BATCH.json"
     if [ "$DEVICE" = cuda ]; then

@@ -123,9 +123,16 @@ def test_the_gpu_targets_come_first_and_the_run_fits_the_device_limits(tmp_path)
     assert fp32.batches[0] == 32 and min(fp32.batches) >= 32
     assert pre.presets[0] == "original" and pre.bf16 and pre.batch_size == 128
     assert pre.prefetch == "both"  # pretrain's GPU default (prepared one step ahead) and without, side by side
+    assert pre.twin  # and a twin of each prefetching stepper: the GPU's own loss difference, to read on/off against
     big = pp.parse_args(run[5][1:])
     assert run[5][0] == "benchmarks/pretrain.py" and big.presets == ["original"] and big.batch_size == 384
     assert big.out != pre.out
+    # CUDA's warm-up and repeats (pretrain.py's defaults there): the first ~60 steps of a process ran slow on an
+    # H200, and 3 timed steps gave medians of a bimodal step time
+    for args in (pre, big):
+        steppers = len(pretrain.stepper_keys(["reference", "fused"], True, args.prefetch == "both", args.twin))
+        warmup, repeats = pretrain.step_counts(args.warmup, args.repeats, torch.device("cuda"), steppers)
+        assert warmup * steppers >= 64 and repeats >= 20 and repeats % kernels.order_period(steppers) == 0
     assert run[6][0] == "scripts/profile_pretrain_step.py"
     assert run[7][:2] == ["-m", "pytest"] and "--ignore=tests/ops/test_fused_cuda.py" in run[7]
     assert len(run) == 8

@@ -26,7 +26,10 @@ def test_pretrain_benchmark_reports_host_preparation_and_prefetch_both(tmp_path)
     assert row["prefetch"] is False  # pretrain's default on the CPU
     other = row["other_prefetch"]
     assert other["prefetch"] is True and set(other["backends"]) == set(row["backends"])
-    # the same draws, masks and updates: prefetching changes no loss
+    # the same draws, masks and updates: prefetching changes no loss, at any step
     assert other["loss_max_abs_diff"] == 0.0
     for name, measured in other["backends"].items():
         assert len(measured["step_s_all"]) == 2 and measured["first_loss"] == row["backends"][name]["first_loss"]
+        assert len(measured["losses"]) == 3 and measured["losses"] == row["backends"][name]["losses"]
+        assert len(set(measured["losses"])) == 3  # they train: each step's loss its own
+        assert other["loss_diff"][name]["first_step_above"] is None

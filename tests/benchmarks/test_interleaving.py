@@ -1,0 +1,141 @@
+"""The interleaved benchmarks rotate their order each round (benchmarks.kernels.round_order), and
+benchmarks/pretrain.py records every step's loss and how the steppers that must agree differ.
+
+On an H200 (session 39) a fixed order timed the same stepper apart: the fused one with prefetching,
+always third and always after the reference without, took 38-39 ms a step against 23.5 ms; a probe that
+let each come first found them about equal. No timing is checked here: the order and the records."""
+
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from benchmarks import kernels as kb  # noqa: E402
+from benchmarks import pretrain as pb  # noqa: E402
+from spacy_elmo.ops import fused_available  # noqa: E402
+
+TINY = ["--presets", "small", "--batch-size", "2", "--unroll", "3", "--negatives", "64", "--vocab-size", "300",
+        "--threads", "1", "--peak-gflops", "1", "--no-keep-freed-memory"]
+
+
+@pytest.mark.parametrize("n", range(1, 8))
+def test_round_order_balances_who_comes_first_and_who_follows_whom(n):
+    items = [f"s{k}" for k in range(n)]
+    period = kb.order_period(n)
+    rows = [kb.round_order(items, i) for i in range(period)]
+    assert all(sorted(row) == items for row in rows)  # each round runs every item once
+    assert [kb.round_order(items, i)[0] for i in range(n)] == items  # round i starts with item i
+    firsts = Counter(row[0] for row in rows)
+    assert set(firsts) == set(items) and len(set(firsts.values())) == 1
+    follows = Counter((a, b) for row in rows for a, b in zip(row, row[1:]))
+    if n > 1:
+        # every ordered pair, each equally often: no item always right after the same one
+        assert set(follows) == {(a, b) for a in items for b in items if a != b}
+        assert len(set(follows.values())) == 1
+    # any `period` consecutive rounds are the same rows (a run's timed rounds start after its warm-up)
+    assert sorted(kb.round_order(items, i) for i in range(5, 5 + period)) == sorted(rows)
+
+
+def test_time_side_by_side_runs_each_round_in_round_order():
+    calls = []
+    impls = {name: (lambda name=name: calls.append(name)) for name in "abcd"}
+    kb.time_side_by_side(impls, 8, 0, torch.device("cpu"))
+    rounds = [calls[k:k + 4] for k in range(0, len(calls), 4)]
+    assert rounds == [kb.round_order(list("abcd"), i) for i in range(8)]
+    assert Counter(r[0] for r in rounds) == {name: 2 for name in "abcd"}
+
+
+def test_step_counts_give_cuda_a_longer_warm_up_and_whole_periods():
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert pb.step_counts(None, None, cpu, 4) == (1, 3)  # the CPU runs stay short
+    assert pb.step_counts(None, None, cuda, 4) == (16, 20)  # 64 steps of the process before timing
+    assert pb.step_counts(None, None, cuda, 6) == (11, 24)  # 24: a whole number of 6-round periods
+    assert pb.step_counts(None, None, cuda, 3) == (22, 24)  # an odd count's period is 6
+    assert pb.step_counts(2, 5, cuda, 4) == (2, 5)  # as given
+
+
+def test_loss_diff_reports_step_zero_the_first_timed_step_and_where_they_part():
+    a = [10.0, 9.5, 9.0, 8.5, 8.0]
+    b = [10.0, 9.5 + 1e-4, 9.0 + 2e-3, 8.5 - 0.5, 8.0]
+    d = pb.loss_diff(a, b, warmup=1)
+    assert d["step0"] == 0.0 and d["first_timed"] == pytest.approx(1e-4)
+    assert d["first_step_above"] == 2 and d["max_abs"] == pytest.approx(0.5)
+    assert pb.loss_diff(a, a, warmup=3)["first_step_above"] is None
+
+
+def _fake_steppers(monkeypatch, loss_of):
+    """make_step replaced: stepper j (in creation order, the keys' order) records (j, step) and returns
+    ``loss_of(j, step)``; no training runs."""
+    calls = []
+    made = []
+
+    def fake_make_step(lm, optimizer, sampler, char_table, vocab, device, use_amp, gen, data, prefetch=False):
+        j = len(made)
+        made.append(prefetch)
+        return pb.Stepper(lambda i: (calls.append((j, i)), loss_of(j, i))[1], lambda: None)
+
+    monkeypatch.setattr(pb, "make_step", fake_make_step)
+    return calls
+
+
+@pytest.mark.skipif(not fused_available(), reason="the fused backend needs the compiled extension")
+def test_pretrain_rotates_the_steppers_and_records_every_loss(monkeypatch, tmp_path):
+    """Four steppers (two backends, prefetch off and on): round i starts with stepper i mod 4 and
+    no stepper always runs right after the same one (the old fixed order did both). Each stepper's
+    every loss is in the JSON, and the on/off difference is located: here fused's prefetching stepper
+    (index 3: reference off, on, fused off, on) parts from step 2."""
+    calls = _fake_steppers(monkeypatch, lambda j, i: 5.0 - i + (0.25 if j == 3 and i >= 2 else 0.0))
+    out = tmp_path / "p.json"
+    threads = torch.get_num_threads()
+    try:
+        assert pb.main(TINY + ["--prefetch", "both", "--warmup", "1", "--repeats", "7", "--out", str(out)]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    rounds = [[j for j, _ in calls[k:k + 4]] for k in range(0, len(calls), 4)]
+    assert all({i for _, i in calls[4 * r:4 * r + 4]} == {r} for r in range(8))  # step r in round r
+    assert rounds == [kb.round_order(list(range(4)), r) for r in range(8)]
+    assert [r[0] for r in rounds[:4]] == [0, 1, 2, 3]
+    row, = json.loads(out.read_text())["rows"]
+    assert row["steppers"] == [["reference", False, 0], ["reference", True, 0], ["fused", False, 0],
+                               ["fused", True, 0]]
+    assert row["warmup"] == 1 and row["repeats"] == 7
+    assert row["backends"]["fused"]["losses"] == [5.0 - i for i in range(8)]
+    assert len(row["backends"]["fused"]["step_s_all"]) == 7
+    other = row["other_prefetch"]
+    assert other["backends"]["fused"]["losses"][1:3] == [4.0, 3.25]
+    assert other["loss_diff"]["reference"] == {"max_abs": 0.0, "step0": 0.0, "first_timed": 0.0,
+                                               "first_step_above": None}
+    assert other["loss_diff"]["fused"]["first_step_above"] == 2 and other["loss_max_abs_diff"] == 0.25
+
+
+@pytest.mark.skipif(not fused_available(), reason="the fused backend needs the compiled extension")
+def test_pretrain_times_one_backend_alone_with_a_twin(monkeypatch, tmp_path, capsys):
+    """--backends fused: no reference stepper and no ratio to it (the report printed it unconditionally);
+    --twin: a second copy of the main stepper, compared with the first."""
+    calls = _fake_steppers(monkeypatch, lambda j, i: 3.0 + (1e-2 * i if j == 1 else 0.0))
+    out = tmp_path / "p.json"
+    threads = torch.get_num_threads()
+    try:
+        assert pb.main(TINY + ["--backends", "fused", "--twin", "--repeats", "2", "--out", str(out)]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    assert len(calls) == 2 * 3
+    row, = json.loads(out.read_text())["rows"]
+    assert set(row["backends"]) == {"fused"} and "other_prefetch" not in row
+    assert "speedup_fused_vs_reference" not in row and "floor_vs_reference" not in row
+    assert row["steppers"] == [["fused", False, 0], ["fused", False, 1]]
+    twin = row["twin"]
+    assert twin["prefetch"] is False and twin["backends"]["fused"]["losses"] == pytest.approx([3.0, 3.01, 3.02])
+    assert twin["loss_diff"]["fused"]["first_step_above"] == 1
+    assert "twin, prefetch off" in capsys.readouterr().out
+
+
+def test_pretrain_refuses_a_bad_backend_and_no_timed_round():
+    with pytest.raises(SystemExit):
+        pb.build_parser().parse_args(["--backends", "cudnn"])
+    assert pb.main(TINY + ["--backends", "reference", "--repeats", "0"]) == 1
