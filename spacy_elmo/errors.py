@@ -673,7 +673,10 @@ class Errors:
         "expected {expected}). Keep the '{upstream}' component in the pipeline (not removed or disabled) and "
         "out of [training] frozen_components (it freezes itself: frozen = true) so that its update() feeds "
         "the listeners, or list it in annotating_components. To train '{component}' without '{upstream}', "
-        "first nlp.replace_listeners('{upstream}', '{component}', ['model.tok2vec'])."
+        "first nlp.replace_listeners('{upstream}', '{component}', ['model.tok2vec']). An annotating component "
+        "between them that retokenizes the docs is fine when it changes them in place (doc.retokenize(), as "
+        "merge_entities does): one that returns new Doc objects with other tokens gives the listener docs it "
+        "has no layers for."
     )
     E_LISTENER_REHEARSE = (
         "nlp.rehearse cannot train '{component}' through its ELMo listener: spaCy's rehearsal calls the "
