@@ -13,6 +13,7 @@ ScalarMix after it computes its own gradients from the layers it saw, so the
 mix trains whichever way the layers arrived.
 """
 
+import copy
 import functools
 import sys
 import threading
@@ -51,6 +52,8 @@ class ElmoListener(Model):
         self._predicted = _Predicted()
         #: ``id()`` of the upstream component that set its sizes (None: none did, or they were loaded)
         self.sized_by: Optional[int] = None
+        #: made by :meth:`_copy` and not linked since (an elmo component's ``add_listener`` clears it)
+        self.copied = False
         self.attrs["width_from_config"] = width
 
     @property
@@ -96,6 +99,20 @@ class ElmoListener(Model):
     def clear(self) -> None:
         self._batch_id, self._outputs, self._backprop, self._predicted = None, None, None, _Predicted()
         self._trained = weakref.WeakKeyDictionary()
+
+    def _copy(self, seen: Optional[dict] = None) -> "ElmoListener":
+        """thinc's ``Model.copy`` of this listener or of a model holding it (``nlp.replace_listeners`` copies
+        a listening ``tok2vec`` component's model, e.g. ``ElmoTok2Vec.v1``, into each component listening to
+        that one): thinc's own builds a plain ``Model``, which no elmo component links and whose forward
+        fails on the missing listener state. An ElmoListener with the same settings, sizes and attrs (built
+        upon or not), as spaCy builds from the config when it loads the pipeline: linked, as that one, by the
+        pipeline it runs in (``nlp.add_pipe``, loading, ``nlp.initialize``), nothing received."""
+        copied = ElmoListener(self.upstream_name)
+        copied._dims = dict(self._dims)  # ints or None
+        copied._attrs = copy.deepcopy(self._attrs)
+        copied.sized_by = self.sized_by
+        copied.copied = True
+        return copied
 
     def __getstate__(self):
         # What the upstream handed over for one batch (its arrays and a closure over the
@@ -160,6 +177,8 @@ def _no_upstream(model: ElmoListener) -> str:
     star = model.upstream_name == "*"
     named = "" if star else f" named {model.upstream_name!r}"
     component, path = _run_by(model)
+    if getattr(model, "copied", False):  # getattr: a listener pickled before copies were ElmoListeners has none
+        return Errors.E_LISTENER_COPY_UNLINKED.format(component=repr(component) if component else "a component")
     elmo, quoted = "ELMO" if star else repr(model.upstream_name), repr(component) if component else "COMPONENT"
     if path is None:
         replace = Errors.E_LISTENER_REPLACE_CALLS.format(elmo=elmo, component=quoted)

@@ -1256,3 +1256,74 @@ def test_a_retokenizer_between_elmo_and_a_listening_component_at_prediction(tiny
         nlp.get_pipe("tagger")(doc)
         numpy.testing.assert_allclose(read[doc.text], want, rtol=2e-3, atol=2e-3)
 
+
+def test_a_copied_listener_is_a_listener_with_its_settings_and_nothing_received():
+    """thinc's Model.copy (of the listener or of a model holding it) gives an ElmoListener with the same
+    settings, sizes and attrs, linked to nothing and fed nothing (thinc's own gave a plain Model, as it does
+    for spaCy's Tok2VecListener); used before a pipeline links it, it says so."""
+    from thinc.api import chain, Linear
+
+    listener, docs, _ = _fed_listener()
+    listener.initialize()
+    for copied in (listener.copy(), chain(listener, Linear()).copy().layers[0]):
+        assert type(copied) is ElmoListener and copied is not listener and copied.id != listener.id
+        assert copied.upstream_name == "elmo" and copied.sizes == (3, 4) and copied.built_upon
+        assert copied.attrs == listener.attrs and copied.attrs is not listener.attrs
+        assert copied.upstream is None and copied.component is None and copied._batch_id is None
+        assert len(copied._trained) == 0 and len(copied._predicted) == 0
+        with pytest.raises(ValueError, match="is a copy"):
+            copied.predict(docs)
+    assert listener.upstream == "elmo" and len(listener._trained) == len(docs)  # the original as it was
+
+
+def test_replace_listeners_of_a_tok2vec_that_listens_to_elmo(tiny_dir, tmp_path):
+    """A tok2vec component with spacy_elmo.ElmoTok2Vec.v1 listening to elmo, ner listening to tok2vec:
+    nlp.replace_listeners("tok2vec", "ner", ...) copies tok2vec's model, its ElmoListener with it, into ner.
+    The copy (a plain thinc Model before: AttributeError at nlp(text)) is linked by the next link (a reload
+    here; a config that sources ner with replace_listeners links it as it adds ner), then ner reads elmo's
+    layers through it as tok2vec did, without the tok2vec component, and trains."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir)})
+    nlp.add_pipe("tok2vec", config={"model": TOK2VEC})
+    t2v_listener = {"@architectures": "spacy.Tok2VecListener.v1", "width": 16, "upstream": "*"}
+    nlp.add_pipe("ner", config={"model": {**NER, "tok2vec": t2v_listener}})
+    examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(4)]
+    opt = nlp.initialize(lambda: examples)
+    nlp.update(examples, sgd=opt)
+    text = "Yesterday Alice went home . It was good ."
+
+
+    def ner_tok2vec_output(nlp):  # ner's tok2vec, then its projection (reading doc.tensor through Tok2VecListener)
+        return nlp.get_pipe("ner").model.get_ref("tok2vec").predict([nlp(text)])
+
+    expected = ner_tok2vec_output(nlp)
+    nlp.to_disk(tmp_path / "source")
+    nlp.replace_listeners("tok2vec", "ner", ["model.tok2vec"])
+    (copied,) = [n for n in nlp.get_pipe("ner").model.walk() if n.name == "elmo_listener"]
+    assert type(copied) is ElmoListener
+    with pytest.raises(ValueError, match="The ELMo listener in 'ner' is a copy"):
+        nlp(text)
+    nlp.from_bytes(nlp.to_bytes())
+    assert nlp.get_pipe("elmo").listener_map["ner"] == [copied]
+    nlp.remove_pipe("tok2vec")
+    numpy.testing.assert_allclose(ner_tok2vec_output(nlp), expected, rtol=1e-4, atol=1e-4)
+    nlp.update(examples, sgd=opt)  # elmo feeds the copy
+    assert copied._batch_id is not None
+    sourced = spacy.util.load_model_from_config(
+        spacy.util.Config().from_str(
+            f"""
+            [nlp]
+            lang = "en"
+            pipeline = ["elmo", "ner"]
+            [components]
+            [components.elmo]
+            source = "{tmp_path / 'source'}"
+            [components.ner]
+            source = "{tmp_path / 'source'}"
+            replace_listeners = ["model.tok2vec"]
+            """
+        ),
+        auto_fill=True,
+    )
+    assert sourced.get_pipe("elmo").listener_map["ner"]
+    numpy.testing.assert_allclose(ner_tok2vec_output(sourced), expected, rtol=1e-4, atol=1e-4)
