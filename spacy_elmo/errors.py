@@ -654,6 +654,14 @@ class Errors:
         "('*': any). A pipeline loaded with exclude=['elmo'] has none: load it with its elmo component, or "
         "give the listening component its own copy of the biLM before saving it without elmo: {replace}."
     )
+    E_LISTENER_COPY_UNLINKED = (
+        "The ELMo listener in {component} is a copy (thinc's Model.copy: nlp.replace_listeners copies a component "
+        "that listens to elmo itself, such as a tok2vec with spacy_elmo.ElmoTok2Vec.v1, into each component "
+        "listening to it) that no elmo component has linked yet: spaCy links listeners when it builds, loads or "
+        "initializes a pipeline and when a component is added, renamed or removed, not in replace_listeners. "
+        "Reload the pipeline to link it: nlp.from_bytes(nlp.to_bytes()), or nlp.to_disk(PATH) and "
+        "spacy.load(PATH). (A component sourced with replace_listeners in a config is linked as it is added.)"
+    )
     #: E_LISTENER_NO_UPSTREAM's ``replace`` (``path``: the listener's, when its config is known)
     E_LISTENER_REPLACE_CALL = "nlp.replace_listeners({elmo}, {component}, [{path!r}])"
     #: E_LISTENER_NO_UPSTREAM's ``replace`` when the listener's config path is not known
@@ -673,7 +681,10 @@ class Errors:
         "expected {expected}). Keep the '{upstream}' component in the pipeline (not removed or disabled) and "
         "out of [training] frozen_components (it freezes itself: frozen = true) so that its update() feeds "
         "the listeners, or list it in annotating_components. To train '{component}' without '{upstream}', "
-        "first nlp.replace_listeners('{upstream}', '{component}', ['model.tok2vec'])."
+        "first nlp.replace_listeners('{upstream}', '{component}', ['model.tok2vec']). An annotating component "
+        "between them that retokenizes the docs is fine when it changes them in place (doc.retokenize(), as "
+        "merge_entities does): one that returns new Doc objects with other tokens gives the listener docs it "
+        "has no layers for."
     )
     E_LISTENER_REHEARSE = (
         "nlp.rehearse cannot train '{component}' through its ELMo listener: spaCy's rehearsal calls the "

@@ -566,6 +566,7 @@ class ElmoComponent(TrainablePipe):
             self.listener_map[component_name].append(listener)
         listener.upstream = self.name
         listener.component = component_name
+        listener.copied = False
         self._configure_listener(listener, component_name)
 
     def remove_listener(self, listener: ElmoListener, component_name: str) -> bool:

@@ -113,11 +113,21 @@ def source_rows(
     return lo, hi
 
 
-def _mean_rows(data: numpy.ndarray, lo: numpy.ndarray, hi: numpy.ndarray) -> numpy.ndarray:
+def mean_rows(data: numpy.ndarray, lo: numpy.ndarray, hi: numpy.ndarray) -> numpy.ndarray:
     """``data[..., lo[i]:hi[i], :].mean(-2)`` for each i, stacked on axis -2 (float32)."""
     if len(lo) == 0:
         return numpy.zeros(data.shape[:-2] + (0, data.shape[-1]), dtype="float32")
     return numpy.stack([data[..., a:b, :].astype("float32").mean(-2) for a, b in zip(lo, hi)], axis=-2)
+
+
+def mean_rows_grad(d_out: numpy.ndarray, lo: numpy.ndarray, hi: numpy.ndarray, n_rows: int) -> numpy.ndarray:
+    """The gradient of :func:`mean_rows` ``(..., len(lo), W)`` -> ``(..., n_rows, W)`` float32: each row gets
+    ``d_out[..., i, :] / (hi[i] - lo[i])`` from every i whose range holds it (a row split into pieces sums
+    theirs)."""
+    d_rows = numpy.zeros(d_out.shape[:-2] + (n_rows, d_out.shape[-1]), dtype="float32")
+    for i, (a, b) in enumerate(zip(lo, hi)):
+        d_rows[..., a:b, :] += d_out[..., i : i + 1, :].astype("float32") / (b - a)
+    return d_rows
 
 
 def aligned_layers(doc: Doc, data: Any = _ON_DOC, starts: Any = _ON_DOC) -> Optional[numpy.ndarray]:
@@ -128,7 +138,7 @@ def aligned_layers(doc: Doc, data: Any = _ON_DOC, starts: Any = _ON_DOC) -> Opti
     if data is None:
         return None
     ranges = source_rows(doc, 0, len(doc), data.shape[-2], starts)
-    return data if ranges is None else _mean_rows(data, *ranges)
+    return data if ranges is None else mean_rows(data, *ranges)
 
 
 def _mixed(doc: Doc, data: numpy.ndarray) -> numpy.ndarray:
@@ -152,7 +162,7 @@ def _rows(doc: Doc, start: int, end: int) -> Optional[numpy.ndarray]:
     if len(lo) == 0:
         return numpy.zeros((0, data.shape[-1]), dtype="float32")
     first = int(lo.min())
-    return _mean_rows(_mixed(doc, data[..., first : int(hi.max()), :]), lo - first, hi - first)
+    return mean_rows(_mixed(doc, data[..., first : int(hi.max()), :]), lo - first, hi - first)
 
 
 def token_vector(token: Token) -> Optional[numpy.ndarray]:

@@ -1,7 +1,8 @@
 """ElmoListener: the proxy through which a downstream component reads the biLM layers.
 
 ``List[Doc] -> List[Floats3d (L + 1, n, 2P)]``. In training it returns what
-the upstream ``elmo`` component handed over with :meth:`receive` (same batch);
+the upstream ``elmo`` component handed over with :meth:`receive` (same batch; the
+same docs retokenized since get it aligned to their current tokens);
 otherwise, per doc, the layers the upstream stored on that doc (handed over with
 :meth:`receive_predicted`: another elmo component may have overwritten
 ``doc._.elmo`` since), else ``doc._.elmo``, else the layers that doc got in the
@@ -12,12 +13,16 @@ ScalarMix after it computes its own gradients from the layers it saw, so the
 mix trains whichever way the layers arrived.
 """
 
+import copy
+import functools
 import sys
 import threading
 import warnings
 import weakref
-from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple, cast
+from typing import Any, Callable, Iterable, List, NamedTuple, Optional, Sequence, Tuple, cast
 
+import numpy
+from spacy.attrs import IDX
 from spacy.language import Language
 from spacy.tokens import Doc
 from thinc.api import Model
@@ -25,7 +30,7 @@ from thinc.types import Floats3d
 
 from ..errors import Errors, Warnings
 from .callers import called_from, user_stacklevel
-from .doc_data import ELMO_ATTR, aligned_layers
+from .doc_data import ELMO_ATTR, aligned_layers, mean_rows, mean_rows_grad, source_rows
 
 
 class ElmoListener(Model):
@@ -41,11 +46,14 @@ class ElmoListener(Model):
         self._batch_id: Optional[int] = None
         self._outputs: Optional[List[Floats3d]] = None
         self._backprop: Optional[Callable] = None
-        #: doc of the last received batch -> its layers, by the doc itself (weakly), replaced with the batch
-        self._trained: "weakref.WeakKeyDictionary[Doc, Floats3d]" = weakref.WeakKeyDictionary()
+        #: doc of the last received batch -> its place there, layers and token offsets, by the doc itself
+        #: (weakly), replaced with the batch
+        self._trained: "weakref.WeakKeyDictionary[Doc, _Received]" = weakref.WeakKeyDictionary()
         self._predicted = _Predicted()
         #: ``id()`` of the upstream component that set its sizes (None: none did, or they were loaded)
         self.sized_by: Optional[int] = None
+        #: made by :meth:`_copy` and not linked since (an elmo component's ``add_listener`` clears it)
+        self.copied = False
         self.attrs["width_from_config"] = width
 
     @property
@@ -68,12 +76,17 @@ class ElmoListener(Model):
 
     def receive(self, batch_id: int, outputs: List[Floats3d], backprop, docs: Sequence[Doc]) -> None:
         """The upstream's layers of a training batch (``outputs[i]``: ``docs[i]``'s) and their backprop. Also kept
-        per doc until the next batch: spaCy's ``Language.update`` has an annotating listening component predict
-        on these same docs after its update, which the upstream annotates only when it is annotating too."""
+        per doc until the next batch, with its tokens' character offsets: spaCy's ``Language.update`` has an
+        annotating listening component predict on these same docs after its update, which the upstream
+        annotates only when it is annotating too, and an annotating component between the upstream and this
+        listener's (``merge_entities``, ``doc.retokenize()``) may retokenize them first."""
         self._batch_id = batch_id
         self._outputs = outputs
         self._backprop = backprop
-        self._trained = weakref.WeakKeyDictionary(zip(docs, outputs))
+        self._trained = weakref.WeakKeyDictionary(
+            (doc, _Received(i, layers, doc.to_array(IDX).astype("int64")))
+            for i, (doc, layers) in enumerate(zip(docs, outputs))
+        )
 
     def receive_predicted(self, docs: Sequence[Doc], stored: Sequence[Tuple[Any, Any]]) -> None:
         """What the upstream stored on each doc at prediction (``(doc._.elmo, doc._.elmo_idx)``), kept
@@ -86,6 +99,20 @@ class ElmoListener(Model):
     def clear(self) -> None:
         self._batch_id, self._outputs, self._backprop, self._predicted = None, None, None, _Predicted()
         self._trained = weakref.WeakKeyDictionary()
+
+    def _copy(self, seen: Optional[dict] = None) -> "ElmoListener":
+        """thinc's ``Model.copy`` of this listener or of a model holding it (``nlp.replace_listeners`` copies
+        a listening ``tok2vec`` component's model, e.g. ``ElmoTok2Vec.v1``, into each component listening to
+        that one): thinc's own builds a plain ``Model``, which no elmo component links and whose forward
+        fails on the missing listener state. An ElmoListener with the same settings, sizes and attrs (built
+        upon or not), as spaCy builds from the config when it loads the pipeline: linked, as that one, by the
+        pipeline it runs in (``nlp.add_pipe``, loading, ``nlp.initialize``), nothing received."""
+        copied = ElmoListener(self.upstream_name)
+        copied._dims = dict(self._dims)  # ints or None
+        copied._attrs = copy.deepcopy(self._attrs)
+        copied.sized_by = self.sized_by
+        copied.copied = True
+        return copied
 
     def __getstate__(self):
         # What the upstream handed over for one batch (its arrays and a closure over the
@@ -101,6 +128,15 @@ class ElmoListener(Model):
         self.__dict__.update(attrs, _predicted=_Predicted(), _trained=weakref.WeakKeyDictionary())
         for key, value in (slots or {}).items():
             setattr(self, key, value)
+
+
+class _Received(NamedTuple):
+    """A doc's part of the last training batch: its place in the batch, its layers ``(L + 1, n, 2P)`` and the
+    character offsets ``(n,)`` int64 of the tokens they were computed for."""
+
+    place: int
+    layers: Floats3d
+    starts: numpy.ndarray
 
 
 class _Predicted:
@@ -141,6 +177,8 @@ def _no_upstream(model: ElmoListener) -> str:
     star = model.upstream_name == "*"
     named = "" if star else f" named {model.upstream_name!r}"
     component, path = _run_by(model)
+    if getattr(model, "copied", False):  # getattr: a listener pickled before copies were ElmoListeners has none
+        return Errors.E_LISTENER_COPY_UNLINKED.format(component=repr(component) if component else "a component")
     elmo, quoted = "ELMO" if star else repr(model.upstream_name), repr(component) if component else "COMPONENT"
     if path is None:
         replace = Errors.E_LISTENER_REPLACE_CALLS.format(elmo=elmo, component=quoted)
@@ -196,9 +234,14 @@ def find_listener_path(cfg: Any, path: Tuple[str, ...] = ()) -> Optional[Tuple[s
 def _forward(model: ElmoListener, docs: List[Doc], is_train: bool):
     if is_train and model._batch_id is not None:
         batch_id = model.get_batch_id(docs)
-        if batch_id == model._batch_id:
+        same_lengths = all(len(doc) == out.shape[1] for doc, out in zip(docs, model._outputs or []))
+        if batch_id == model._batch_id and same_lengths:
             model.attrs["warming_up"] = False
             return model._outputs, model._backprop
+        realigned = _realigned(model, docs)
+        if realigned is not None:
+            model.attrs["warming_up"] = False
+            return realigned
     if model.upstream is None:
         raise ValueError(_no_upstream(model))
     outputs = []
@@ -211,8 +254,9 @@ def _forward(model: ElmoListener, docs: List[Doc], is_train: bool):
         else:
             data = aligned_layers(doc) if Doc.has_extension(ELMO_ATTR) else None
         if (data is None or data.ndim != 3) and not is_train:
-            trained = model._trained.get(doc)  # as its update read them: one row per token, float32 (copied below)
-            data = model.ops.to_numpy(trained) if trained is not None and trained.shape[1] == len(doc) else data
+            trained = model._trained.get(doc)  # as its update read them, float32 (copied below)
+            if trained is not None:  # one row per current token: the doc may have been retokenized since
+                data = aligned_layers(doc, model.ops.to_numpy(trained.layers), trained.starts)
         if data is not None and data.ndim == 3 and data.shape[0::2] != (nL, nO):
             raise ValueError(
                 Errors.E_LISTENER_OTHER_DATA.format(
@@ -246,6 +290,49 @@ def _forward(model: ElmoListener, docs: List[Doc], is_train: bool):
         else:
             raise ValueError(Errors.E_LISTENER_NO_DATA.format(upstream=model.upstream, component=model.component))
     return outputs, _no_grad
+
+
+def _realigned(model: ElmoListener, docs: List[Doc]) -> Optional[Tuple[List[Floats3d], Callable]]:
+    """In training, the layers received for ``docs`` when each is a doc of the received batch (the same object)
+    that a component between the upstream and this listener's retokenized since (spaCy's ``Language.update``
+    runs annotating components, e.g. ``merge_entities``, on the docs in place), with one row per current token
+    as at prediction (:func:`aligned_layers`: a merged token the mean of its rows, a split piece its token's
+    row), and the backprop that hands the gradient back to the received rows. None unless all are such docs."""
+    if not docs or model._outputs is None:
+        return None
+    received = [model._trained.get(doc) for doc in docs]
+    outputs: List[Floats3d] = []
+    picks: List[Tuple[int, Optional[Tuple[numpy.ndarray, numpy.ndarray]]]] = []
+    for doc, entry in zip(docs, received):
+        if entry is None:
+            return None
+        ranges = source_rows(doc, 0, len(doc), entry.layers.shape[1], entry.starts)
+        layers = entry.layers if ranges is None else mean_rows(model.ops.to_numpy(entry.layers), *ranges)
+        outputs.append(model.ops.asarray3f(cast(Floats3d, layers)))
+        picks.append((entry.place, ranges))
+    shapes = [out.shape for out in model._outputs]
+    backprop = _no_grad if model._backprop is None else model._backprop
+    return outputs, functools.partial(_realigned_backprop, model.ops, backprop, shapes, picks)
+
+
+def _realigned_backprop(
+    ops,
+    backprop: Callable,
+    shapes: Sequence[Tuple[int, ...]],
+    picks: Sequence[Tuple[int, Any]],
+    d_outputs: List[Floats3d],
+) -> List[Doc]:
+    """:func:`_realigned`'s backprop: ``d_outputs[j]`` (one row per current token of the listener's doc j) added
+    to the gradient of the received batch's doc ``picks[j][0]`` (zeros for a doc the listener was not given),
+    through the mean of :func:`mean_rows` when that doc was retokenized; then the upstream's backprop."""
+    d_received = [ops.alloc3f(*shape) for shape in shapes]
+    for (index, ranges), d in zip(picks, d_outputs):
+        if ranges is None:
+            d_received[index] += d
+        else:
+            lo, hi = ranges
+            d_received[index] += ops.asarray3f(mean_rows_grad(ops.to_numpy(d), lo, hi, shapes[index][1]))
+    return backprop(d_received)
 
 
 def _initializing() -> bool:

@@ -1117,9 +1117,10 @@ def _fed_listener(n_docs: int = 2):
 
 def test_the_kept_training_layers_serve_only_their_docs_as_tokenized():
     """At prediction a doc without layers of its own gets the layers of the last training batch (an annotating
-    listening component predicting on the docs it trained on), one row per token: a doc retokenized since (a
-    merge_entities between components) gets none rather than rows of other tokens; a doc whose ``doc._.elmo``
-    holds the mixed vectors only (store = "mix", 2-D) gets them too; clear() drops them."""
+    listening component predicting on the docs it trained on), one row per current token: a doc retokenized
+    since (a merge_entities between components) gets them aligned by character offset (a merged token: the mean
+    of its rows), never rows of other tokens; a doc whose ``doc._.elmo`` holds the mixed vectors only
+    (store = "mix", 2-D) gets them too; clear() drops them."""
     listener, docs, layers = _fed_listener()
     predicted = listener.predict(docs)
     for got, want in zip(predicted, layers):
@@ -1131,8 +1132,8 @@ def test_the_kept_training_layers_serve_only_their_docs_as_tokenized():
     merged = docs[0]
     with merged.retokenize() as retokenizer:
         retokenizer.merge(merged[3:5])  # "New York": 5 tokens, the layers 6 rows
-    with pytest.raises(ValueError, match="no ELMo data"):
-        listener.predict([merged])
+    got = listener.ops.to_numpy(listener.predict([merged])[0])
+    numpy.testing.assert_allclose(got, _merged_rows(layers[0], 3, 5), rtol=1e-6)
     listener, docs, layers = _fed_listener()
     listener.clear()
     with pytest.raises(ValueError, match="no ELMo data"):
@@ -1151,3 +1152,178 @@ def test_a_copied_listener_without_layers_for_a_doc_says_so(copy_of):
     assert len(copied._trained) == 0 and len(copied._predicted) == 0
     with pytest.raises(ValueError, match="no ELMo data"):
         copied.predict(docs[:1])
+
+
+def _merged_rows(layers, start, end):
+    """``layers`` ``(L + 1, n, W)`` with rows start..end-1 replaced by their mean (NumPy float64 oracle)."""
+    layers = layers.astype("float64")
+    return numpy.concatenate([layers[:, :start], layers[:, start:end].mean(1, keepdims=True), layers[:, end:]], axis=1)
+
+
+def test_a_training_batch_retokenized_after_the_upstream_reads_its_layers_and_sends_their_gradient():
+    """A component between the upstream and the listening one that retokenizes the docs in place (spaCy's
+    Language.update runs annotating ones, e.g. merge_entities, on the same docs): the listener's update reads the
+    received layers for the current tokens, as at prediction (a merged token: the mean of its rows; a split piece:
+    its token's row), and hands the gradient back to the received rows (a merged token's to each of its rows over
+    their count). spaCy's Tok2VecListener raises E953 (mismatched IDs) there; ours raised E_LISTENER_BATCH."""
+    listener, docs, layers = _fed_listener()
+    sent = []
+    listener._backprop = lambda d_layers: sent.append(d_layers) or []
+    with docs[0].retokenize() as retokenizer:
+        retokenizer.merge(docs[0][3:5])  # "New York": 5 tokens, the layers 6 rows
+    with docs[1].retokenize() as retokenizer:  # "Bob" -> "B", "ob": 5 tokens, the layers 4 rows
+        retokenizer.split(docs[1][0], ["B", "ob"], heads=[(docs[1][0], 1), (docs[1][0], 0)])
+    split = numpy.concatenate([layers[1][:, :1], layers[1]], axis=1)
+    outputs, backprop = listener.begin_update(docs)
+    numpy.testing.assert_allclose(listener.ops.to_numpy(outputs[0]), _merged_rows(layers[0], 3, 5), rtol=1e-6)
+    numpy.testing.assert_array_equal(listener.ops.to_numpy(outputs[1]), split)
+    rng = numpy.random.default_rng(1)
+    d_outputs = [rng.standard_normal(out.shape).astype("float32") for out in outputs]
+    assert backprop(d_outputs) == []
+    (d_layers,) = sent
+    d0, d1 = d_outputs
+    want0 = numpy.concatenate([d0[:, :3], d0[:, 3:4] / 2, d0[:, 3:4] / 2, d0[:, 4:]], axis=1)
+    want1 = numpy.concatenate([d1[:, :1] + d1[:, 1:2], d1[:, 2:]], axis=1)
+    numpy.testing.assert_allclose(listener.ops.to_numpy(d_layers[0]), want0, rtol=1e-6)
+    numpy.testing.assert_allclose(listener.ops.to_numpy(d_layers[1]), want1, rtol=1e-6)
+    # a doc the listener reads in a batch of its own: zeros for the other one
+    sent.clear()
+    _, backprop = listener.begin_update(docs[1:])
+    backprop(d_outputs[1:])
+    numpy.testing.assert_array_equal(listener.ops.to_numpy(sent[0][0]), numpy.zeros_like(layers[0]))
+    numpy.testing.assert_allclose(listener.ops.to_numpy(sent[0][1]), want1, rtol=1e-6)
+    # docs of another batch (not the received doc objects) are still E_LISTENER_BATCH
+    other = [spacy.blank("en").make_doc(doc.text + " Hi") for doc in docs]
+    with pytest.raises(ValueError, match="no upstream output"):
+        listener.begin_update(other)
+
+
+@pytest.mark.parametrize("frozen", [True, False])
+@pytest.mark.parametrize("elmo_annotates", [False, True])
+def test_update_with_a_retokenizer_between_elmo_and_a_listening_component(tiny_dir, frozen, elmo_annotates):
+    """nlp.update with a component merging tokens annotating between elmo and a listening tagger (spacy train
+    with annotating_components): the tagger trains on the merged docs from elmo's layers for the current tokens
+    (before: E_LISTENER_BATCH; with elmo annotating and fine-tuned, no gradient from the tagger at all), and
+    its gradient fine-tunes the biLM when elmo is not frozen."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "frozen": frozen})
+    nlp.add_pipe("test_listener_merge_first_two")
+    nlp.add_pipe("tagger", config={"model": {"@architectures": "spacy.Tagger.v2", "nO": None, "tok2vec": LISTENER}})
+    examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(4, parsed=True)]
+    opt = nlp.initialize(lambda: examples)
+    listener = _listener_of(nlp.get_pipe("tagger"))
+    read = []
+    forward = listener._func
+
+    def recording(model, docs, is_train):
+        outputs, backprop = forward(model, docs, is_train)
+        read.extend((doc, model.ops.to_numpy(out).copy()) for doc, out in zip(docs, outputs))
+        return outputs, backprop
+
+    listener._func = recording
+    elmo = nlp.get_pipe("elmo")
+    expected = [elmo.predict([nlp.make_doc(eg.predicted.text)])[0] for eg in examples]
+    bilm = get_bilm(elmo.model)
+    before = {k: v.clone() for k, v in bilm.state_dict().items()}
+    annotates = ["elmo", "test_listener_merge_first_two"] if elmo_annotates else ["test_listener_merge_first_two"]
+    nlp.update(examples, sgd=opt, drop=0.0, annotates=annotates)
+    assert [len(doc) for doc, _ in read] == [8] * len(examples)  # merged (Language.update's copies), 9 tokens before
+    for (doc, got), eg, layers in zip(read, examples, expected):
+        assert doc.text == eg.predicted.text
+        numpy.testing.assert_allclose(got, _merged_rows(layers, 0, 2), rtol=1e-4, atol=1e-5)
+    moved = any(not torch.equal(v, before[k]) for k, v in bilm.state_dict().items())
+    assert moved == (not frozen)
+
+
+@pytest.mark.parametrize("call", ["nlp", "pipe"])
+def test_a_retokenizer_between_elmo_and_a_listening_component_at_prediction(tiny_dir, monkeypatch, call):
+    """nlp(text) and nlp.pipe with a component merging tokens between elmo and the listening one: the listener
+    reads elmo's layers for the current tokens (a merged token: the mean of its rows), and so does the listening
+    component run again on the doc later (from doc._.elmo and doc._.elmo_idx)."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir)})
+    nlp.add_pipe("test_listener_merge_first_two")
+    nlp.add_pipe("tagger", config={"model": {"@architectures": "spacy.Tagger.v2", "nO": None, "tok2vec": LISTENER}})
+    nlp.initialize(lambda: [Example(nlp.make_doc(d.text), d) for d in make_docs(4, parsed=True)])
+    read = _record_listener_inputs(monkeypatch, _listener_of(nlp.get_pipe("tagger")))
+    texts = MIXED_TEXTS[:3]
+    docs = [nlp(text) for text in texts] if call == "nlp" else list(nlp.pipe(texts, batch_size=2))
+    first = dict(read)
+    for doc, text in zip(docs, texts):
+        want = _merged_rows(nlp.get_pipe("elmo").predict([nlp.make_doc(text)])[0], 0, 2)
+        numpy.testing.assert_allclose(first[doc.text], want, rtol=2e-3, atol=2e-3)  # float16 doc data
+        read.clear()
+        nlp.get_pipe("tagger")(doc)
+        numpy.testing.assert_allclose(read[doc.text], want, rtol=2e-3, atol=2e-3)
+
+
+def test_a_copied_listener_is_a_listener_with_its_settings_and_nothing_received():
+    """thinc's Model.copy (of the listener or of a model holding it) gives an ElmoListener with the same
+    settings, sizes and attrs, linked to nothing and fed nothing (thinc's own gave a plain Model, as it does
+    for spaCy's Tok2VecListener); used before a pipeline links it, it says so."""
+    from thinc.api import chain, Linear
+
+    listener, docs, _ = _fed_listener()
+    listener.initialize()
+    for copied in (listener.copy(), chain(listener, Linear()).copy().layers[0]):
+        assert type(copied) is ElmoListener and copied is not listener and copied.id != listener.id
+        assert copied.upstream_name == "elmo" and copied.sizes == (3, 4) and copied.built_upon
+        assert copied.attrs == listener.attrs and copied.attrs is not listener.attrs
+        assert copied.upstream is None and copied.component is None and copied._batch_id is None
+        assert len(copied._trained) == 0 and len(copied._predicted) == 0
+        with pytest.raises(ValueError, match="is a copy"):
+            copied.predict(docs)
+    assert listener.upstream == "elmo" and len(listener._trained) == len(docs)  # the original as it was
+
+
+def test_replace_listeners_of_a_tok2vec_that_listens_to_elmo(tiny_dir, tmp_path):
+    """A tok2vec component with spacy_elmo.ElmoTok2Vec.v1 listening to elmo, ner listening to tok2vec:
+    nlp.replace_listeners("tok2vec", "ner", ...) copies tok2vec's model, its ElmoListener with it, into ner.
+    The copy (a plain thinc Model before: AttributeError at nlp(text)) is linked by the next link (a reload
+    here; a config that sources ner with replace_listeners links it as it adds ner), then ner reads elmo's
+    layers through it as tok2vec did, without the tok2vec component, and trains."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir)})
+    nlp.add_pipe("tok2vec", config={"model": TOK2VEC})
+    t2v_listener = {"@architectures": "spacy.Tok2VecListener.v1", "width": 16, "upstream": "*"}
+    nlp.add_pipe("ner", config={"model": {**NER, "tok2vec": t2v_listener}})
+    examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(4)]
+    opt = nlp.initialize(lambda: examples)
+    nlp.update(examples, sgd=opt)
+    text = "Yesterday Alice went home . It was good ."
+
+
+    def ner_tok2vec_output(nlp):  # ner's tok2vec, then its projection (reading doc.tensor through Tok2VecListener)
+        return nlp.get_pipe("ner").model.get_ref("tok2vec").predict([nlp(text)])
+
+    expected = ner_tok2vec_output(nlp)
+    nlp.to_disk(tmp_path / "source")
+    nlp.replace_listeners("tok2vec", "ner", ["model.tok2vec"])
+    (copied,) = [n for n in nlp.get_pipe("ner").model.walk() if n.name == "elmo_listener"]
+    assert type(copied) is ElmoListener
+    with pytest.raises(ValueError, match="The ELMo listener in 'ner' is a copy"):
+        nlp(text)
+    nlp.from_bytes(nlp.to_bytes())
+    assert nlp.get_pipe("elmo").listener_map["ner"] == [copied]
+    nlp.remove_pipe("tok2vec")
+    numpy.testing.assert_allclose(ner_tok2vec_output(nlp), expected, rtol=1e-4, atol=1e-4)
+    nlp.update(examples, sgd=opt)  # elmo feeds the copy
+    assert copied._batch_id is not None
+    sourced = spacy.util.load_model_from_config(
+        spacy.util.Config().from_str(
+            f"""
+            [nlp]
+            lang = "en"
+            pipeline = ["elmo", "ner"]
+            [components]
+            [components.elmo]
+            source = "{tmp_path / 'source'}"
+            [components.ner]
+            source = "{tmp_path / 'source'}"
+            replace_listeners = ["model.tok2vec"]
+            """
+        ),
+        auto_fill=True,
+    )
+    assert sourced.get_pipe("elmo").listener_map["ner"]
+    numpy.testing.assert_allclose(ner_tok2vec_output(sourced), expected, rtol=1e-4, atol=1e-4)
