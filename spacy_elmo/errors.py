@@ -930,13 +930,20 @@ class Errors:
     )
     E_OPTIONS_MISSING = "The model options file {path} does not exist: pass the path of an options.json."
     E_OPTIONS_FILE = (
-        "Could not read the model options {path}: {error}. Pass an AllenNLP options.json or a "
-        "JSON object of BiLMConfig fields (e.g. {{\"projection_dim\": 16, \"cell_dim\": 32}})."
+        "Could not read the model options {path}: {error}. Pass an AllenNLP options.json, a spacy-elmo model's "
+        "config.json (or its directory) or a JSON object of BiLMConfig fields (e.g. {{\"projection_dim\": 16, "
+        "\"cell_dim\": 32}})."
     )
     E_OPTIONS_UNKNOWN_FIELD = (
         "The model options {path} have key(s) {names}, which are no model options: --options reads an AllenNLP "
-        "options.json (one with an 'lstm' section) or a JSON object of these keys alone: {choices}. Remove or "
-        "rename them, or pass the options.json that came with an AllenNLP model."
+        "options.json (one with an 'lstm' section), a spacy-elmo model's config.json (\"format\": "
+        "\"spacy-elmo/bilm\") or a JSON object of these keys alone: {choices}. Remove or rename them, or pass the "
+        "options.json that came with an AllenNLP model."
+    )
+    E_OPTIONS_DIR = (
+        "{path} is a directory holding neither a spacy-elmo {config} nor one AllenNLP *options*.json ({n_options} "
+        "found), where the model's sizes are read from: pass a spacy-elmo model directory (pretrain's "
+        "OUTPUT_DIR, BiLM.save's), a directory of AllenNLP files (one options.json), or the options file itself."
     )
     E_PRESET_AND_OPTIONS = "Pass either --preset or --options, not both."
     E_STEPS_AND_EPOCHS = "Pass either --max-steps or --epochs, not both."

@@ -291,6 +291,12 @@ def read_meta(directory: PathLike) -> Dict[str, Any]:
         if pipeline is not None:
             raise SavedPipelineGiven(directory, pipeline)
         raise FileNotFoundError(Errors.E_NATIVE_DIR_MISSING.format(path=directory, filename=CONFIG_NAME))
+    return read_config_json(path)
+
+
+def read_config_json(path: Path) -> Dict[str, Any]:
+    """The checked contents of a native model's ``config.json`` at ``path`` (named so or copied under another
+    name: ``pretrain --options`` reads one for the model's sizes)."""
     try:
         meta = json.loads(path.read_text(encoding="utf-8"))
     except OSError as err:  # e.g. a directory named config.json
