@@ -1692,6 +1692,10 @@ class Warnings:
         "spacy-elmo: {path} has a line of {n_chars} characters; it is tokenized in pieces of "
         "at most {piece} characters (split at whitespace)."
     )
+    W_RESUME_WITHOUT_HELDOUT = (
+        "spacy-elmo: the run in {path} measured held-out perplexity on {heldout} (last at step {step:,}); resumed "
+        "without --heldout, it measures none from here on. To go on measuring it, resume with --heldout {heldout}."
+    )
     W_RESUME_NOTHING_TO_TRAIN = (
         "spacy-elmo: the checkpoint in {path} is at step {step:,} and this run ends at step {total:,} ({option}): "
         "nothing was trained, and the checkpoint and model were left as they are. To train on, resume with "
