@@ -206,6 +206,27 @@ def test_python_block_runs(block, user_files, tmp_path, monkeypatch):
             check(ns)
 
 
+def test_the_first_python_block_runs_without_files_of_the_users_own(tmp_path, monkeypatch):
+    """The README's first Python block opened with BiLM.from_allennlp("options.json", "weights.hdf5"), files a new
+    user does not have (FileNotFoundError as pasted): it runs in an empty directory, on the bundled model."""
+    block = next(b for b in PYTHON if b.path.name == "README.md")
+    monkeypatch.chdir(tmp_path)
+    ns = {"__name__": "__readme__"}
+    with pytest.warns(UserWarning, match="AllenNLP/bilm-tf files have no place"):  # said by its comment
+        exec(compile("\n" * (block.line - 1) + block.text, str(block.path), "exec"), ns)
+    assert ns["bilm"].provenance.get("reading") == "sentences"  # the bundled model
+
+
+def test_the_contents_link_every_section():
+    """The README's contents line (near the top) links every ``## `` section."""
+    text = prose(ROOT / "README.md")
+    contents = next(line for line in text.split("\n\n") if line.startswith("Contents: "))
+    linked = set(re.findall(r"\]\(#([^)]+)\)", contents))
+    sections = {github_anchor(h) for h in re.findall(r"^##\s+(.+)$", text, re.M)}
+    assert sections <= linked, sorted(sections - linked)
+    assert text.index("Contents: ") < text.index("\n## ")
+
+
 def test_every_claim_names_one_python_block():
     for key in CLAIMS:
         assert sum(key in block.text for block in PYTHON) == 1, f"no single python block holds {key!r}"
