@@ -304,6 +304,10 @@ class Errors:
     )
     #: E_MODEL_PATH_MISSING's {or_default} where the caller takes the bundled model (fit-state refuses it).
     E_MODEL_PATH_OR_DEFAULT = " or \"default\" for the bundled model"
+    #: E_MODEL_PATH_OR_DEFAULT where a Path (not the string) named "default" was given.
+    E_MODEL_PATH_OR_DEFAULT_STR = (
+        ", or the string \"default\" for the bundled model: a Path(\"default\") names a directory \"default\" here"
+    )
     E_PATH_STDIN = (
         "'-' names standard input, which spacy-elmo does not read: it reads text and models from files and "
         "directories. Write what you would pipe in to a file (e.g. `... > text.txt`) and pass that file."
@@ -338,6 +342,12 @@ class Errors:
         "The '{name}' component cannot load the weights that --{section}.{key} names ({setting} = "
         "${{{section}.{key}}} in the config reads [{section}] {key}): {reason} Fix --{section}.{key} on the command "
         "line, or {key} in the config's [{section}] block."
+    )
+    E_MODEL_PATH_IS_EMBEDDINGS = (
+        "{path} is a file of ELMo vectors (the layout `spacy-elmo embed` and `allennlp elmo` write: a dataset of "
+        "vectors per input line and sentence_to_index), not a model. Read it with h5py (f[\"0\"] holds line 0's "
+        "vectors; json.loads(f[\"sentence_to_index\"][0]) maps a line to its dataset), and load the model that "
+        "wrote it with BiLM.load (embed's --model; \"default\" unless given)."
     )
     E_MODEL_PATH_IS_FILE = (
         "{path} is a file, but a model is a directory: pass the directory that holds it (config.json + "
@@ -594,8 +604,8 @@ class Errors:
     )
     E_SCALAR_MIX_TENSOR = (
         "ScalarMix got one tensor of shape {shape}; it mixes a list of layers (the biLM's out.activations) or "
-        "one stacked (n_layers, batch, time, dim) tensor. A single layer (batch, time, dim) would be mixed over "
-        "its batch rows: pass out.activations, or torch.stack(out.activations)."
+        "one stacked (n_layers, batch, time, dim) tensor. A single layer (batch, time, dim) would be mixed over its batch rows: pass "
+        "out.activations, or torch.stack(out.activations)."
     )
     E_SCALAR_MIX_MASK_SHAPE = (
         "ScalarMix: the mask has shape {found} but the layers need {expected} (batch, time). Pass the mask "
