@@ -604,7 +604,9 @@ class Errors:
     )
     E_SCALAR_MIX_TENSOR = (
         "ScalarMix got one tensor of shape {shape}; it mixes a list of layers (the biLM's out.activations) or "
-        "one stacked (n_layers, batch, time, dim) tensor. A single layer (batch, time, dim) would be mixed over its batch rows: pass "
+        "one stacked (n_layers, batch, time, dim) tensor. One doc's layers (n_layers, time, dim), as spaCy's "
+        "doc._.elmo holds them, need a batch dimension: mix(torch.from_numpy(doc._.elmo)[:, None]) gives "
+        "(1, time, dim). A single layer (batch, time, dim) would be mixed over its batch rows: pass "
         "out.activations, or torch.stack(out.activations)."
     )
     E_SCALAR_MIX_MASK_SHAPE = (
