@@ -953,7 +953,7 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
         if missing[0]:
             last_heldout = evaluate_heldout()
         elif is_main and last_heldout is not None:  # rank 0 found it in the log
-            last_heldout = {k: v for k, v in last_heldout.items() if k not in ("step", "event", HELDOUT_DIGEST)}
+            last_heldout = {k: v for k, v in last_heldout.items() if k not in ("step", "event", HELDOUT_DIGEST, HELDOUT_PATH)}
 
     lm.train()
     # Each step's host-side inputs (char encoding, targets, the sampler's draw) are prepared one step ahead on
