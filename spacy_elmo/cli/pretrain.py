@@ -2,6 +2,7 @@
 
 import json
 import os
+import shlex
 import signal
 import threading
 from contextlib import contextmanager
@@ -345,8 +346,6 @@ def sentence_stage(train_path: Path, output_dir: Path, heldout: Optional[Path], 
     """The ``pretrain --sentences --init`` command that goes on from the stream model in ``output_dir`` (the
     recipe's second stage: the bundled model's per-sentence perplexity went from 1,632.65 to 232.25), into a
     directory beside it."""
-    import shlex
-
     beside = output_dir.parent / f"{output_dir.name or 'model'}-sentences"
     words = ["spacy-elmo", "pretrain", str(train_path), str(beside), "--init", str(output_dir), "--sentences"]
     words += ["--heldout", str(heldout)] if heldout else []
