@@ -48,7 +48,7 @@ from .atomic import (atomic_write, atomic_write_text, make_dirs, remove_dir, rem
 from .bilm import BiLM
 from .bilm.token_cache import TokenCache, run_rows
 from .errors import Errors, Warnings
-from .hdf5 import hdf5_for_writing
+from .hdf5 import SENTENCE_TO_INDEX, hdf5_for_writing
 from .paths import missing_path_error
 
 LAYER_MODES = ("all", "top", "average")
@@ -645,7 +645,7 @@ def _merge(part_files: Sequence[Path], lines: Iterable[str], n_lines: int, outpu
             # AllenNLP's mapping, as its command writes it: the stripped line -> its dataset's name
             # (a str), the last line winning for repeated text, JSON in element 0 of a (1,) string
             # dataset, so ``json.loads(f["sentence_to_index"][0])`` and ``f[mapping[sentence]]`` work.
-            text = out.create_dataset("sentence_to_index", (1,), dtype=h5py.string_dtype())
+            text = out.create_dataset(SENTENCE_TO_INDEX, (1,), dtype=h5py.string_dtype())
             text[0] = _json_utf8({line.strip(): str(i) for i, line in enumerate(lines)})
         atomic_write_text(parts_dir / MERGED, json.dumps(_file_identity(tmp)))
 

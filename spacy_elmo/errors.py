@@ -304,6 +304,10 @@ class Errors:
     )
     #: E_MODEL_PATH_MISSING's {or_default} where the caller takes the bundled model (fit-state refuses it).
     E_MODEL_PATH_OR_DEFAULT = " or \"default\" for the bundled model"
+    #: E_MODEL_PATH_OR_DEFAULT where a Path (not the string) named "default" was given.
+    E_MODEL_PATH_OR_DEFAULT_STR = (
+        ", or the string \"default\" for the bundled model: a Path(\"default\") names a directory \"default\" here"
+    )
     E_PATH_STDIN = (
         "'-' names standard input, which spacy-elmo does not read: it reads text and models from files and "
         "directories. Write what you would pipe in to a file (e.g. `... > text.txt`) and pass that file."
@@ -338,6 +342,12 @@ class Errors:
         "The '{name}' component cannot load the weights that --{section}.{key} names ({setting} = "
         "${{{section}.{key}}} in the config reads [{section}] {key}): {reason} Fix --{section}.{key} on the command "
         "line, or {key} in the config's [{section}] block."
+    )
+    E_MODEL_PATH_IS_EMBEDDINGS = (
+        "{path} is a file of ELMo vectors (the layout `spacy-elmo embed` and `allennlp elmo` write: a dataset of "
+        "vectors per input line and sentence_to_index), not a model. Read it with h5py (f[\"0\"] holds line 0's "
+        "vectors; json.loads(f[\"sentence_to_index\"][0]) maps a line to its dataset), and load the model that "
+        "wrote it with BiLM.load (embed's --model; \"default\" unless given)."
     )
     E_MODEL_PATH_IS_FILE = (
         "{path} is a file, but a model is a directory: pass the directory that holds it (config.json + "
@@ -594,8 +604,10 @@ class Errors:
     )
     E_SCALAR_MIX_TENSOR = (
         "ScalarMix got one tensor of shape {shape}; it mixes a list of layers (the biLM's out.activations) or "
-        "one stacked (n_layers, batch, time, dim) tensor. A single layer (batch, time, dim) would be mixed over "
-        "its batch rows: pass out.activations, or torch.stack(out.activations)."
+        "one stacked (n_layers, batch, time, dim) tensor. One doc's layers (n_layers, time, dim), as spaCy's "
+        "doc._.elmo holds them, need a batch dimension: mix(torch.from_numpy(doc._.elmo)[:, None]) gives "
+        "(1, time, dim). A single layer (batch, time, dim) would be mixed over its batch rows: pass "
+        "out.activations, or torch.stack(out.activations)."
     )
     E_SCALAR_MIX_MASK_SHAPE = (
         "ScalarMix: the mask has shape {found} but the layers need {expected} (batch, time). Pass the mask "
@@ -930,13 +942,20 @@ class Errors:
     )
     E_OPTIONS_MISSING = "The model options file {path} does not exist: pass the path of an options.json."
     E_OPTIONS_FILE = (
-        "Could not read the model options {path}: {error}. Pass an AllenNLP options.json or a "
-        "JSON object of BiLMConfig fields (e.g. {{\"projection_dim\": 16, \"cell_dim\": 32}})."
+        "Could not read the model options {path}: {error}. Pass an AllenNLP options.json, a spacy-elmo model's "
+        "config.json (or its directory) or a JSON object of BiLMConfig fields (e.g. {{\"projection_dim\": 16, "
+        "\"cell_dim\": 32}})."
     )
     E_OPTIONS_UNKNOWN_FIELD = (
         "The model options {path} have key(s) {names}, which are no model options: --options reads an AllenNLP "
-        "options.json (one with an 'lstm' section) or a JSON object of these keys alone: {choices}. Remove or "
-        "rename them, or pass the options.json that came with an AllenNLP model."
+        "options.json (one with an 'lstm' section), a spacy-elmo model's config.json (\"format\": "
+        "\"spacy-elmo/bilm\") or a JSON object of these keys alone: {choices}. Remove or rename them, or pass the "
+        "options.json that came with an AllenNLP model."
+    )
+    E_OPTIONS_DIR = (
+        "{path} is a directory holding neither a spacy-elmo {config} nor one AllenNLP *options*.json ({n_options} "
+        "found), where the model's sizes are read from: pass a spacy-elmo model directory (pretrain's "
+        "OUTPUT_DIR, BiLM.save's), a directory of AllenNLP files (one options.json), or the options file itself."
     )
     E_PRESET_AND_OPTIONS = "Pass either --preset or --options, not both."
     E_STEPS_AND_EPOCHS = "Pass either --max-steps or --epochs, not both."
@@ -1684,6 +1703,10 @@ class Warnings:
     W_LONG_LINE = (
         "spacy-elmo: {path} has a line of {n_chars} characters; it is tokenized in pieces of "
         "at most {piece} characters (split at whitespace)."
+    )
+    W_RESUME_WITHOUT_HELDOUT = (
+        "spacy-elmo: the run in {path} measured held-out perplexity on {heldout} (last at step {step:,}); resumed "
+        "without --heldout, it measures none from here on. To go on measuring it, resume with --heldout {heldout}."
     )
     W_RESUME_NOTHING_TO_TRAIN = (
         "spacy-elmo: the checkpoint in {path} is at step {step:,} and this run ends at step {total:,} ({option}): "

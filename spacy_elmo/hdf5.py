@@ -11,6 +11,22 @@ from typing import Any, Iterator
 from ._typing import PathLike
 from .atomic import naming
 
+#: The dataset of an embeddings file (``spacy-elmo embed``'s and ``allennlp elmo``'s layout) that maps each line's
+#: text to the name of its dataset of vectors.
+SENTENCE_TO_INDEX = "sentence_to_index"
+
+
+def is_embeddings_file(path: PathLike) -> bool:
+    """Whether ``path`` is an HDF5 file of ELMo vectors in the layout ``spacy-elmo embed`` and ``allennlp elmo``
+    write (it holds :data:`SENTENCE_TO_INDEX`); False for any other file, one that cannot be read included."""
+    import h5py
+
+    try:
+        with h5py.File(path, "r", locking=False) as handle:  # no lock, as the readers: NFS, Lustre
+            return SENTENCE_TO_INDEX in handle
+    except Exception:  # noqa: BLE001 - not HDF5, damaged, unreadable: not an embeddings file to name
+        return False
+
 
 @contextmanager
 def hdf5_for_writing(path: PathLike) -> Iterator[Any]:

@@ -206,6 +206,27 @@ def test_python_block_runs(block, user_files, tmp_path, monkeypatch):
             check(ns)
 
 
+def test_the_first_python_block_runs_without_files_of_the_users_own(tmp_path, monkeypatch):
+    """The README's first Python block opened with BiLM.from_allennlp("options.json", "weights.hdf5"), files a new
+    user does not have (FileNotFoundError as pasted): it runs in an empty directory, on the bundled model."""
+    block = next(b for b in PYTHON if b.path.name == "README.md")
+    monkeypatch.chdir(tmp_path)
+    ns = {"__name__": "__readme__"}
+    with pytest.warns(UserWarning, match="AllenNLP/bilm-tf files have no place"):  # said by its comment
+        exec(compile("\n" * (block.line - 1) + block.text, str(block.path), "exec"), ns)
+    assert ns["bilm"].provenance.get("reading") == "sentences"  # the bundled model
+
+
+def test_the_contents_link_every_section():
+    """The README's contents line (near the top) links every ``## `` section."""
+    text = prose(ROOT / "README.md")
+    contents = next(line for line in text.split("\n\n") if line.startswith("Contents: "))
+    linked = set(re.findall(r"\]\(#([^)]+)\)", contents))
+    sections = {github_anchor(h) for h in re.findall(r"^##\s+(.+)$", text, re.M)}
+    assert sections <= linked, sorted(sections - linked)
+    assert text.index("Contents: ") < text.index("\n## ")
+
+
 def test_every_claim_names_one_python_block():
     for key in CLAIMS:
         assert sum(key in block.text for block in PYTHON) == 1, f"no single python block holds {key!r}"
@@ -365,10 +386,18 @@ def make_targets_and_variables() -> set:
     return set(re.findall(r"^([\w.-]+):(?!=)", text, re.M)) | {f"{v}=" for v in re.findall(r"^(\w+)\s*[?:]?=", text, re.M)}
 
 
+def spacy_train_options() -> set:
+    """The options of spaCy's own ``spacy train`` command (``--output``, ``--code``, ...), from its CLI."""
+    import spacy.cli
+    import typer.main
+
+    return command_options(typer.main.get_command(spacy.cli.app).commands["train"])
+
+
 def test_benchmark_make_and_spacy_train_lines_name_existing_options():
     """``python benchmarks/X.py --flag``: X has the option; ``make T VAR=...``: the Makefile has T and
-    VAR; ``spacy train X.cfg --a.b``: the shipped config X has the setting."""
-    wrong, make = [], make_targets_and_variables()
+    VAR; ``spacy train X.cfg --a.b``: the shipped config X has the setting, or ``spacy train`` the option."""
+    wrong, make, train_options = [], make_targets_and_variables(), spacy_train_options()
     for where, words in other_tool_lines():
         if words[0] == "make":
             wrong += [f"{where}: the Makefile has no {w}" for w in words[1:] if re.sub(r"=.*", "=", w) not in make]
@@ -380,7 +409,44 @@ def test_benchmark_make_and_spacy_train_lines_name_existing_options():
         if train is not None and len(words) > train + 2 and words[train + 2].endswith(".cfg"):
             keys = shipped_config_keys(Path(words[train + 2]).stem)
             if keys is not None:
-                wrong += [f"{where}: {words[train + 2]} has no {flag[2:]}" for flag in flags(words) if flag not in keys]
+                wrong += [f"{where}: {words[train + 2]} has no {flag[2:]}" for flag in flags(words)
+                          if flag not in keys | train_options]
+    assert not wrong, "\n".join(wrong)
+
+
+def spacy_train_lines(tmp_path: Path):
+    """``(where, words)`` of every ``spacy train CONFIG`` command the user is shown: in the docs (code blocks,
+    their comments, inline spans), in the shipped configs' comments, and printed by ``spacy-elmo config``
+    (its help and what it says after writing a file)."""
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli import app
+    from spacy_elmo.configs import config_names, config_path
+
+    shown = [(where, words) for where, words in other_tool_lines()]
+    for name in config_names():
+        for n, line in enumerate(config_path(name).read_text(encoding="utf-8").splitlines(), 1):
+            if line.startswith("#"):
+                shown.append((f"{name}.cfg:{n}", line.lstrip("# ").split()))
+    runner = CliRunner()
+    said = runner.invoke(app, ["config", "ner", str(tmp_path / "ner.cfg")]).output
+    helped = runner.invoke(app, ["config", "--help"], terminal_width=1000).output
+    shown += [("spacy-elmo config", line.split()) for line in said.splitlines() + [" ".join(helped.split())]]
+    for where, words in shown:
+        for i in range(len(words) - 2):
+            # a command (``python -m spacy train X``, ``spacy train X.cfg``), not prose ("a spacy train config")
+            if words[i : i + 2] == ["spacy", "train"] and (words[i - 1 : i] == ["-m"] or words[i + 2].endswith(".cfg")):
+                yield where, words[i:]
+
+
+def test_every_spacy_train_line_saves_the_pipeline(tmp_path):
+    """spaCy's ``train`` saves model-best and model-last only where ``--output`` (``-o``) names a directory:
+    every command shown without it trained and saved nothing."""
+    lines = list(spacy_train_lines(tmp_path))
+    assert sum(where == "spacy-elmo config" for where, _ in lines) == 2  # its help and what it printed
+    assert {"--output", "--output-path"} <= spacy_train_options()
+    wrong = [f"{where}: {' '.join(words)}" for where, words in lines
+             if not {"--output", "--output-path", "-o"} & {w.split("=", 1)[0] for w in words}]
     assert not wrong, "\n".join(wrong)
 
 

@@ -27,6 +27,7 @@ from safetensors.torch import load_file, save_file
 from .._typing import PathLike
 from ..atomic import atomic_write, make_dirs, naming, sync, sync_dir
 from ..errors import Errors
+from ..hdf5 import is_embeddings_file
 from ..paths import missing_path_error
 from .config import BiLMConfig, is_int
 
@@ -218,9 +219,12 @@ def model_path(directory: PathLike, offer_default: bool = True) -> Path:
         pass  # no config.json (AllenNLP files), no such path, a file: said below
     if not path.exists():
         or_default = Errors.E_MODEL_PATH_OR_DEFAULT if offer_default else ""
+        if offer_default and not isinstance(directory, str) and os.fspath(directory) == "default":
+            or_default = Errors.E_MODEL_PATH_OR_DEFAULT_STR  # Path("default"): only the string names the bundled model
         raise missing_path_error(path, Errors.E_MODEL_PATH_MISSING.format(path=path, or_default=or_default))
-    if not path.is_dir():
-        raise NotAModelDir(Errors.E_MODEL_PATH_IS_FILE.format(path=path))
+    if not path.is_dir():  # an embeddings file (embed's OUTPUT, say) is named as what it is: no weights in it
+        raise NotAModelDir((Errors.E_MODEL_PATH_IS_EMBEDDINGS if is_embeddings_file(path) else Errors.E_MODEL_PATH_IS_FILE)
+                           .format(path=path))
     return path
 
 
@@ -291,6 +295,12 @@ def read_meta(directory: PathLike) -> Dict[str, Any]:
         if pipeline is not None:
             raise SavedPipelineGiven(directory, pipeline)
         raise FileNotFoundError(Errors.E_NATIVE_DIR_MISSING.format(path=directory, filename=CONFIG_NAME))
+    return read_config_json(path)
+
+
+def read_config_json(path: Path) -> Dict[str, Any]:
+    """The checked contents of a native model's ``config.json`` at ``path`` (named so or copied under another
+    name: ``pretrain --options`` reads one for the model's sizes)."""
     try:
         meta = json.loads(path.read_text(encoding="utf-8"))
     except OSError as err:  # e.g. a directory named config.json

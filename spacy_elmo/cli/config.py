@@ -1,5 +1,6 @@
 """``spacy-elmo config``: write one of the shipped ``spacy train`` configs."""
 
+import shlex
 import sys
 from pathlib import Path
 
@@ -21,7 +22,7 @@ def config(
 ) -> None:
     """Write a shipped spacy train config (ELMo listener + sentencizer) to OUTPUT.
 
-    Then: python -m spacy train OUTPUT --paths.train train.spacy --paths.dev dev.spacy --paths.elmo MODEL_DIR (leave --paths.elmo out to load the bundled default model: as written, the config's components.elmo weights are null)."""
+    Then: python -m spacy train OUTPUT --output training/NAME --paths.train train.spacy --paths.dev dev.spacy --paths.elmo MODEL_DIR (without --output spaCy trains and saves nothing; leave --paths.elmo out to load the bundled default model: as written, the config's components.elmo weights are null). Written to a file, the command prints that line."""
     if force:
         warn(Warnings.W_CONFIG_FORCE)
         overwrite = True
@@ -42,3 +43,12 @@ def config(
     except OSError as err:
         fail(Errors.E_CONFIG_WRITE.format(path=path, error=err))
     typer.echo(f"wrote {path}")
+    typer.echo(f"train it with: {train_command(path, name)}")
+    typer.echo("(add --paths.elmo MODEL_DIR for weights other than the bundled default model)")
+
+
+def train_command(path: Path, name: str) -> str:
+    """The ``spacy train`` command line of the shipped config ``name`` written to ``path``, with ``--output``:
+    without it spaCy trains and saves nothing (no model-best, no model-last)."""
+    return (f"python -m spacy train {shlex.quote(str(path))} --output training/{name} --paths.train train.spacy "
+            "--paths.dev dev.spacy")

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shlex
 import signal
 import threading
 from contextlib import contextmanager
@@ -37,21 +38,33 @@ def _bounded(name: str):
 
 
 def model_config(preset: Optional[str], options: Optional[Path]) -> dict:
-    """A BiLMConfig dict from ``--preset`` or ``--options`` (AllenNLP options.json or BiLMConfig JSON)."""
+    """A BiLMConfig dict from ``--preset`` or ``--options``: an AllenNLP options.json, a JSON object of BiLMConfig
+    fields, a spacy-elmo model's ``config.json`` (its ``config``), or a model directory holding one of the files."""
+    from ..bilm.native_io import CONFIG_NAME, FORMAT, OPTIONS_GLOB, read_config_json
+
     if preset and options:
         raise typer.BadParameter(Errors.E_PRESET_AND_OPTIONS)
     if options is None:
         return BiLMConfig.preset(preset or "small").to_dict()  # --preset's callback checked the name
     if not Path(options).exists():  # a quoted ~ is the likely cause, and the error says so
         raise typer.BadParameter(str(missing_path_error(options, Errors.E_OPTIONS_MISSING.format(path=options))), param_hint="'--options'")
+    path = Path(options)
     try:
-        data = json.loads(Path(options).read_text(encoding="utf-8"))
+        if path.is_dir():  # a model directory (pretrain's OUTPUT_DIR, BiLM.save's, AllenNLP files): its options
+            found = [path / CONFIG_NAME] if (path / CONFIG_NAME).is_file() else sorted(path.glob(OPTIONS_GLOB))
+            if len(found) != 1:
+                raise typer.BadParameter(Errors.E_OPTIONS_DIR.format(path=path, n_options=len(found), config=CONFIG_NAME),
+                                         param_hint="'--options'")
+            path = found[0]
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(data, dict) and data.get("format") == FORMAT:  # a spacy-elmo model's config.json: its sizes
+            data = read_config_json(path)["config"]
         config = BiLMConfig.from_allennlp_options(data) if "lstm" in data else BiLMConfig.from_dict(data)
     except UnknownConfigFields as err:  # its own words name from_dict and from_allennlp_options, the Python API's
-        raise typer.BadParameter(Errors.E_OPTIONS_UNKNOWN_FIELD.format(path=options, names=err.names, choices=err.choices),
+        raise typer.BadParameter(Errors.E_OPTIONS_UNKNOWN_FIELD.format(path=path, names=err.names, choices=err.choices),
                                  param_hint="'--options'") from err
     except (OSError, ValueError, TypeError) as err:  # a message's own full stop is the sentence's: not "..", once
-        raise typer.BadParameter(Errors.E_OPTIONS_FILE.format(path=options, error=str(err).rstrip(".")),
+        raise typer.BadParameter(Errors.E_OPTIONS_FILE.format(path=path, error=str(err).rstrip(".")),
                                  param_hint="'--options'") from err
     return config.to_dict()
 
@@ -218,7 +231,9 @@ def pretrain(
     heldout: Optional[Path] = typer.Option(None, help="Held-out text: full-softmax perplexity at every checkpoint."),
     lang: str = typer.Option("en", callback=spacy_language, help="spaCy language of the tokenizer (the pipeline's tokens)."),
     preset: Optional[str] = typer.Option(None, callback=checked_by(BiLMConfig.preset), help="Model size: small, medium or original (default small)."),
-    options: Optional[Path] = typer.Option(None, help="Model options: AllenNLP options.json or BiLMConfig JSON."),
+    options: Optional[Path] = typer.Option(
+        None, help="Model sizes: an AllenNLP options.json, a JSON object of BiLMConfig fields, or a spacy-elmo model's "
+        "config.json or directory (its sizes only, trained from the start: --init fine-tunes the model itself)."),
     init: Optional[str] = typer.Option(None, help="Fine-tune this model (native dir, AllenNLP dir or 'default')."),
     new_vocab: bool = typer.Option(False, help="With --init: vocabulary from this corpus (known words keep their softmax rows)."),
     vocab_size: int = typer.Option(
@@ -322,3 +337,17 @@ def pretrain(
         typer.echo(f"held-out {perplexity_text(h)}; OOV rate {h['oov_rate']:.2%} (<UNK> targets count)")
     done = "written to" if summary["model_written"] else "left as it was in"
     typer.echo(f"model {done} {summary['output_dir']} (load with BiLM.load)")
+    if not sentences:  # a stream model reads a sentence alone, as the elmo component does, badly: say the next stage
+        typer.echo(f"for the spaCy elmo component, which reads every sentence alone, go on with whole sentences: "
+                   f"{sentence_stage(train_path, output_dir, heldout, lang)}")
+
+
+def sentence_stage(train_path: Path, output_dir: Path, heldout: Optional[Path], lang: str) -> str:
+    """The ``pretrain --sentences --init`` command that goes on from the stream model in ``output_dir`` (the
+    recipe's second stage: the bundled model's per-sentence perplexity went from 1,632.65 to 232.25), into a
+    directory beside it."""
+    beside = output_dir.parent / f"{output_dir.name or 'model'}-sentences"
+    words = ["spacy-elmo", "pretrain", str(train_path), str(beside), "--init", str(output_dir), "--sentences"]
+    words += ["--heldout", str(heldout)] if heldout else []
+    words += ["--lang", lang] if lang != "en" else []
+    return " ".join(shlex.quote(word) for word in words)

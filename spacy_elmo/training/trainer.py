@@ -591,6 +591,22 @@ class _Log:
 
 #: The key of a held-out event of the log that identifies the text it measured.
 HELDOUT_DIGEST = "heldout_digest"
+#: The key of a held-out event of the log that names the text it measured (``--heldout`` as given).
+HELDOUT_PATH = "heldout_path"
+
+
+def _warn_heldout_dropped(log: _Log, out: Path, step: int) -> None:
+    """Warn once when a resume without ``--heldout`` continues a run that measured a held-out text: from here on
+    it measures none, which said nothing. Named by the last held-out event the resume kept (logs of an older
+    spacy-elmo, whose events named no path: the run's start)."""
+    measured = [e for e in log.entries if e.get("event") == "heldout"]
+    if not measured:
+        return
+    start = next((e for e in log.entries if e.get("event") == "start"), {})
+    path = measured[-1].get(HELDOUT_PATH) or start.get("config", {}).get("heldout")
+    warnings.warn(Warnings.W_RESUME_WITHOUT_HELDOUT.format(path=out, heldout=path or "its held-out text",
+                                                           step=measured[-1].get("step", step)),
+                  RuntimeWarning, stacklevel=4)  # train()'s caller
 
 
 def _heldout_digest(sentences: List[List[str]]) -> str:
@@ -865,6 +881,8 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
         if is_main and payload is None:
             log.write({"event": "start", "step": 0, "world": world, "steps_per_epoch": batcher.steps_per_epoch,
                        "total_steps": total, "vocab_size": vocab.size, "corpus": meta["stats"], "config": asdict(cfg)})
+        if is_main and payload is not None and cfg.heldout is None:
+            _warn_heldout_dropped(log, out, step)
     model: torch.nn.Module = lm
     if world > 1:
         model = torch.nn.parallel.DistributedDataParallel(lm, device_ids=[device.index] if device.type == "cuda" else None)
@@ -919,7 +937,7 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
                                     per_sentence=cfg.sentences, rank=rank, world=world)
         result["replaced_bytes"] = heldout_stats.replaced_bytes
         with _settled(wait):
-            log.write({"step": step, "event": "heldout", **result, HELDOUT_DIGEST: heldout_digest})
+            log.write({"step": step, "event": "heldout", **result, HELDOUT_DIGEST: heldout_digest, HELDOUT_PATH: cfg.heldout})
         if cfg.progress and is_main:  # the evaluation's own bar is gone: the value stays on the screen (or log)
             bar.write(f"step {step:,}: held-out {perplexity_text(result)}", file=sys.stderr)
         lm.train()
@@ -935,7 +953,7 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
         if missing[0]:
             last_heldout = evaluate_heldout()
         elif is_main and last_heldout is not None:  # rank 0 found it in the log
-            last_heldout = {k: v for k, v in last_heldout.items() if k not in ("step", "event", HELDOUT_DIGEST)}
+            last_heldout = {k: v for k, v in last_heldout.items() if k not in ("step", "event", HELDOUT_DIGEST, HELDOUT_PATH)}
 
     lm.train()
     # Each step's host-side inputs (char encoding, targets, the sampler's draw) are prepared one step ahead on

@@ -550,6 +550,31 @@ def test_load_of_a_file_or_a_missing_path_says_which(files, tmp_path):
         BiLM.load(tmp_path / "nowhere")
 
 
+def test_load_of_an_embeddings_file_or_a_missing_path_named_default_says_what_it_is(files, tmp_path, monkeypatch):
+    """BiLM.load("vectors.h5"), an `embed` output, was told to use BiLM.from_allennlp (which refuses it: no
+    weights in it); it is named as a file of ELMo vectors, saying how to read it. BiLM.load(Path("default"))
+    where no directory default exists offered "or "default" for the bundled model", which it was: it says that
+    only the string names the bundled model."""
+    from spacy_elmo.embedding import embed_file
+
+    text = tmp_path / "lines.txt"
+    text.write_text("The bank of the river .\nA bank loan .\n", encoding="utf-8")
+    vectors = tmp_path / "vectors.h5"
+    embed_file(BiLM.from_allennlp(*files), text, vectors)
+    with h5py.File(vectors, "r") as handle:  # what the message says to read
+        assert json.loads(handle["sentence_to_index"][0])["A bank loan ."] == "1" and handle["0"].shape[1] == 6
+    with pytest.raises(ValueError, match="is a file of ELMo vectors") as err:
+        BiLM.load(vectors)
+    assert str(vectors) in str(err.value) and "from_allennlp" not in str(err.value) and "h5py" in str(err.value)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError) as err:
+        BiLM.load(Path("default"))
+    assert 'or the string "default" for the bundled model: a Path("default") names a directory' in str(err.value)
+    with pytest.raises(FileNotFoundError) as err:
+        BiLM.load(Path("nowhere"))
+    assert 'or "default" for the bundled model.' in str(err.value) and "Path(" not in str(err.value)
+
+
 def test_a_model_path_with_a_leading_tilde_names_the_path_written_out(files, tmp_path, monkeypatch):
     """weights = "~/models/elmo" in a spaCy config (or BiLM.load("~/...") in Python) said only that the path
     does not exist: nothing expands ~ there as a shell does. The error names the expanded path, which loads."""

@@ -111,6 +111,26 @@ def test_one_layer_tensor_is_refused_and_stacked_layers_or_a_generator_work():
     torch.testing.assert_close(mix((a for a in layers), mask), expected)
 
 
+def test_one_docs_layers_are_refused_saying_how_to_add_the_batch_dimension():
+    """ScalarMix(3)(torch.from_numpy(doc._.elmo)), one doc's (layers, time, dim) float16 array as the spaCy component
+    stores it, was told about (batch, time, dim) only: the message gives the reshaping, which then mixes that doc's
+    layers (numpy float64 oracle)."""
+    g = torch.Generator().manual_seed(1)
+    doc_layers = (torch.randn(3, 7, 4, generator=g) * 2).half()  # (layers, time, dim), as doc._.elmo
+    mix = ScalarMix(3, initial_weights=[0.5, -1.0, 2.0])
+    with torch.no_grad():
+        mix.gamma.fill_(1.5)
+    with pytest.raises(ValueError, match=r"\(3, 7, 4\).*doc\._\.elmo.*mix\(torch\.from_numpy\(doc\._\.elmo\)\[:, None\]\) gives "
+                       r"\(1, time, dim\)"):
+        mix(doc_layers)
+    mixed = mix(doc_layers[:, None])
+    assert mixed.shape == (1, 7, 4)
+    w = np.exp([0.5, -1.0, 2.0]) / np.exp([0.5, -1.0, 2.0]).sum()
+    expected = 1.5 * np.einsum("l,ltd->td", w, doc_layers.double().numpy())
+    # float16 layers: the weighted sum is float16 (a 0-d weight does not promote them), the result float32 (gamma)
+    np.testing.assert_allclose(mixed[0].detach().double().numpy(), expected, rtol=2e-3, atol=2e-3)
+
+
 def test_initial_weights_that_are_not_numbers():
     for bad in ("abc", [0.0, "x", 1.0], [None, 0.0, 0.0], [0, 10**400, 0]):  # an int beyond float's range
         with pytest.raises(ValueError, match="initial_weights must be a list of numbers"):

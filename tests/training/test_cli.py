@@ -570,3 +570,61 @@ def test_pretrain_output_dir_that_is_a_file_is_a_clear_error(tmp_path):
     said = plain(result.output)
     assert result.exit_code == 1 and f"{afile} is a file, not a directory" in said and "Errno" not in said, said
     assert isinstance(result.exception, SystemExit)  # reported, not a traceback
+
+
+def test_options_takes_a_spacy_elmo_model_its_config_json_or_an_allennlp_directory(tmp_path):
+    """`--options out/config.json` (a pretrain model's own config.json, which "options" suggests) was refused as
+    having no model options, with advice about AllenNLP files, and `--options out` was "[Errno 21] Is a
+    directory": both give the model's sizes, as does a directory of AllenNLP files; the weights are not taken
+    (a new model; --init fine-tunes one). A directory holding none of these is a usage error saying what to pass."""
+    sizes = dict(TINY, cell_dim=24, projection_dim=6)
+    base = tmp_path / "base"
+    BiLM(BiLMConfig(**sizes)).save(base)
+    with pytest.warns(UserWarning, match="AllenNLP will not run this model"):  # TINY's 20 characters a token
+        BiLM.load(base).to_allennlp(tmp_path / "allen_options.json", tmp_path / "allen_weights.hdf5")
+    allen = tmp_path / "allen"
+    allen.mkdir()
+    for name in ("allen_options.json", "allen_weights.hdf5"):
+        (tmp_path / name).rename(allen / name)
+    for n, given in enumerate([base / "config.json", base, allen]):
+        out = tmp_path / f"out{n}"
+        args = [a if a != str(tmp_path / "tiny.json") else str(given) for a in tiny_pretrain_args(tmp_path, out, max_steps=1)[0]]
+        assert str(given) in args
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, result.output
+        trained = BiLM.load(out)
+        assert trained.config == BiLM.load(base).config and trained.config.cell_dim == 24
+        first = next(iter(trained.state_dict()))  # a new model's weights, not the directory's
+        assert not torch.equal(trained.state_dict()[first], BiLM.load(base).state_dict()[first])
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    args = [a if a != str(tmp_path / "tiny.json") else str(empty) for a in tiny_pretrain_args(tmp_path, tmp_path / "x")[0]]
+    result = runner.invoke(app, args)
+    said = " ".join(plain(result.output).replace("│", " ").split())
+    assert result.exit_code == 2 and "holding neither a spacy-elmo config.json nor one AllenNLP" in said, said
+    assert "Errno" not in said and not (tmp_path / "x").exists()
+
+
+def test_a_stream_run_ends_naming_the_sentence_stage_for_the_component(tmp_path):
+    """The README's first pretraining command trains on streams, which the elmo component reads a sentence at a
+    time badly (the bundled model: 1,632.65 per sentence after streams, 232.25 after the sentence stage), and the
+    run ended saying nothing of it. Its summary ends with the next command (`--init OUT --sentences`, the run's
+    --heldout and --lang kept), which runs as printed and writes a sentence model; a --sentences run's does not."""
+    import shlex
+
+    from .conftest import write_corpus as corpus
+
+    held = corpus(tmp_path / "held out.txt", 30, seed=2)
+    result, train, _, _, out = pretrain_tiny(tmp_path, "--heldout", str(held), "--lang", "xx", max_steps=1)
+    assert result.exit_code == 0, result.output
+    last = result.stdout.splitlines()[-1]
+    assert last.startswith("for the spaCy elmo component, which reads every sentence alone, go on with whole sentences: ")
+    words = shlex.split(last.split(": ", 1)[1])
+    beside = tmp_path / "model-sentences"
+    assert words == ["spacy-elmo", "pretrain", str(train), str(beside), "--init", str(out), "--sentences",
+                     "--heldout", str(held), "--lang", "xx"]
+    tiny = ["--max-steps", "1", "--batch-size", "4", "--negatives", "8", "--threads", "1", "--backend", "reference", "--no-progress"]
+    again = runner.invoke(app, words[1:] + tiny)
+    assert again.exit_code == 0, again.output
+    assert json.loads((beside / "config.json").read_text())["provenance"]["reading"] == "sentences"
+    assert "go on with whole sentences" not in again.stdout

@@ -516,7 +516,35 @@ def test_config_overwrites_as_export_and_embed_do_and_force_still_works_with_a_w
     out.write_text("old", encoding="utf-8")
     result = runner.invoke(app, ["config", "ner", str(out), "--force"])
     assert result.exit_code == 0 and result.stderr == Warnings.W_CONFIG_FORCE + "\n"
-    assert out.read_text(encoding="utf-8") != "old" and result.stdout == f"wrote {out}\n"
+    assert out.read_text(encoding="utf-8") != "old" and result.stdout.startswith(f"wrote {out}\n")
+
+
+def test_config_says_the_train_command_that_saves_the_pipeline(tmp_path):
+    """Its help's "Then:" line had no --output, without which spacy train trains and saves nothing: written to a
+    file, the config is followed by the command to train it, which spaCy's own train command parses, naming the
+    file written and an --output directory; written to stdout, the config alone."""
+    import shlex
+
+    import spacy.cli
+    import typer.main
+
+    train = typer.main.get_command(spacy.cli.app).commands["train"]
+    for name in ("ner", "parser"):
+        out = tmp_path / "my configs" / f"{name}.cfg"  # a space: the path is quoted
+        out.parent.mkdir(exist_ok=True)
+        result = runner.invoke(app, ["config", name, str(out)])
+        assert result.exit_code == 0 and result.stderr == "", result.output
+        wrote, command, extra = result.stdout.splitlines()
+        assert wrote == f"wrote {out}" and command.startswith("train it with: python -m spacy train ")
+        assert "--paths.elmo MODEL_DIR" in extra
+        words = shlex.split(command.split(": ", 1)[1])
+        params = train.make_context("train", words[4:]).params
+        assert params["config_path"] == out and str(params["output_path"]) == f"training/{name}"
+    from spacy_elmo.configs import config_path
+
+    assert runner.invoke(app, ["config", "ner"]).stdout == config_path("ner").read_text(encoding="utf-8")
+    help_text = " ".join(runner.invoke(app, ["config", "--help"], terminal_width=200).output.split())
+    assert "python -m spacy train OUTPUT --output training/NAME" in help_text
 
 
 def test_config_to_a_directory_or_an_unwritable_path_is_a_clear_error(tmp_path):

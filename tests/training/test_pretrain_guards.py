@@ -190,6 +190,43 @@ def test_a_resume_given_another_heldout_measures_that_text(tmp_path):
     assert events[0]["heldout_digest"] == events[1]["heldout_digest"] != events[2]["heldout_digest"]
 
 
+def test_a_resume_without_the_runs_heldout_says_it_measures_none(tmp_path):
+    """`pretrain --resume` without the --heldout the run had (the README's resume example) stopped measuring
+    held-out perplexity without a word. It warns once, naming the text the run measured last (a resume may have
+    changed it) and its step; a resume given --heldout, and a run that measured none, say nothing. A log of an
+    older spacy-elmo, whose held-out lines name no path, is named by the run's start."""
+    import json
+    import warnings
+
+    train_file = write_corpus(tmp_path / "train.txt", 200)
+    first, second = write_corpus(tmp_path / "first.txt", 30, seed=1), write_corpus(tmp_path / "second.txt", 30, seed=2)
+    out = tmp_path / "out"
+
+    def run(max_steps, **settings):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            train(tiny_train_config(train_file, out, max_steps=max_steps, checkpoint_every=2, **settings))
+        return [str(w.message) for w in caught if "held-out" in str(w.message)]
+
+    assert run(2, heldout=str(first)) == []
+    assert run(4, heldout=str(second), resume=True) == []
+    (said,) = run(6, resume=True)
+    assert said.startswith(f"spacy-elmo: the run in {out} measured held-out perplexity on {second} (last at step 4)")
+    assert said.endswith(f"resume with --heldout {second}.")
+    assert run(8, resume=True) == [said]  # once a resume, naming the text measured last (step 4)
+    log = out / "train_log.jsonl"
+    older = [{k: v for k, v in json.loads(line).items() if k != "heldout_path"} for line in log.read_text().splitlines()]
+    log.write_text("".join(json.dumps(e) + "\n" for e in older))
+    (said,) = run(10, resume=True)
+    assert f"measured held-out perplexity on {first} (last at step 4)" in said
+    never = tmp_path / "never"
+    train(tiny_train_config(train_file, never, max_steps=2, checkpoint_every=2))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        train(tiny_train_config(train_file, never, max_steps=4, checkpoint_every=2, resume=True))
+    assert not [w for w in caught if "held-out" in str(w.message)]
+
+
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
     """A pretrained tiny model and text: ``(model, text)``."""
