@@ -527,6 +527,10 @@ class Errors:
         "lstm: w_proj (C, P) must have at least one cell and one projection unit, got {found}: a layer of none "
         "has nothing to compute (check the config's cell_dim and projection_dim)."
     )
+    E_CHAR_CNN_BIASES = (
+        "char_cnn: one bias per filter, got {biases} biases for {filters} filters: each filter weight "
+        "(count_i, D, width_i) takes a bias (count_i,). Pass the biases in the filters' order."
+    )
     E_FUSED_NOT_FLOAT = (
         "The fused {op} computes in floating point, but {name} is {dtype} (it would be run in float32 and an "
         "integer result truncated). Pass float32/float64 (or float16/bfloat16) tensors, e.g. {name}.float()."

@@ -153,12 +153,14 @@ def char_cnn(
 
     char_ids: LongTensor ``(N, W)``, shifted ids 0..261.
     embedding: ``(261, D)``, the stored table (row ``id - 1``).
-    weights[i]: ``(count_i, D, width_i)``; biases[i]: ``(count_i,)``.
+    weights[i]: ``(count_i, D, width_i)``; biases[i]: ``(count_i,)``, one per filter.
     Returns ``(N, sum(count_i))``. Padding characters are real inputs:
     every convolution runs over all W slots.
     """
     if activation not in ("relu", "tanh"):  # as the fused op: anything else is not silently tanh
         raise ValueError(Errors.E_BAD_ACTIVATION.format(value=activation))
+    if len(biases) != len(weights):  # as the fused op: zip below dropped the filters without a bias
+        raise ValueError(Errors.E_CHAR_CNN_BIASES.format(biases=len(biases), filters=len(weights)))
     check_char_ids(char_ids, embedding.shape[0])  # shifted ids: 0 (no character) .. the table's rows
     table = torch.cat([embedding.new_zeros(1, embedding.shape[1]), embedding], 0)
     x = F.embedding(char_ids, table).transpose(1, 2)  # (N, D, W)

@@ -124,6 +124,18 @@ def test_char_filter_without_channels_is_an_error(device="cpu"):
         ops.char_cnn_backward(out[:, :0], out[:, :0], arg[:, :0], ids, emb, [empty_w], 0)
 
 
+def test_char_cnn_needs_one_bias_per_filter(device="cpu"):
+    """Fewer biases than filters: the reference's zip dropped the filters without one (an output of 3
+    channels for 7, silently), and ignored extra biases; the fused op refused. Both name the counts."""
+    ids, emb, ws, bs = _char_inputs(device=device)  # filters of 3 and 4 channels
+    for biases in (bs[:1], [*bs, bs[0]]):
+        match = rf"char_cnn: one bias per filter, got {len(biases)} biases for 2 filters"
+        with pytest.raises(RuntimeError, match=match):
+            fused.char_cnn(ids, emb, ws, biases)
+        with pytest.raises(ValueError, match=match):
+            R.char_cnn(ids, emb, ws, biases)
+
+
 def test_char_cnn_backward_op_checks_what_it_indexes_with(device="cpu"):
     """argmax positions and the gradient's shape index raw pointers: a negative position crashed."""
     ids, emb, ws, bs = _char_inputs(device=device)
