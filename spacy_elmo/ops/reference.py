@@ -218,7 +218,9 @@ def lstm_layer(
 
     Returns ``(out (B, T, P), h_n (B, P), c_n (B, C))``: outputs are zero at
     padded positions; the final state of a row is its state after its last
-    processed token (its initial state when its length is 0).
+    processed token (its initial state when its length is 0). ``x`` at a padded
+    position and the state of a row past its length enter no product: a NaN
+    there reaches no other row and no weight's gradient, as in the fused kernels.
     """
     batch, total, _ = x.shape
     if isinstance(total, torch.SymInt) and exporting():
@@ -240,6 +242,11 @@ def lstm_layer(
         x_run = x.gather(1, index.unsqueeze(-1).expand_as(x))
     else:
         x_run = x
+    # Padded positions (at or past a row's length: in place when reversed) are never used, as in the fused
+    # kernels: selected to 0 here, so that a NaN there does not reach the weights' gradients (0 * NaN through
+    # the masked steps made every one NaN). A select: the valid positions are unchanged, bit for bit.
+    valid = (torch.arange(total, device=x.device).unsqueeze(0) < lengths.unsqueeze(1)).unsqueeze(-1)
+    x_run = torch.where(valid, x_run, x_run.new_zeros(()))
     forget = torch.zeros_like(bias)
     forget[2 * cells : 3 * cells] = FORGET_BIAS
     # The input-to-hidden product for every timestep at once: one GEMM.
@@ -249,17 +256,21 @@ def lstm_layer(
     steps: List[Tensor] = []
     for t in range(total):
         active = (t < lengths).unsqueeze(1)
-        z = xi[:, t] + h.matmul(w_recurrent)
+        # An inactive row's state (h0 / c0 of a row of length 0, a finished row's final state) enters this
+        # step's products as 0, for the same reason: its results are discarded below, and a NaN there made
+        # the weights' gradients NaN. Selects: an active row's state is unchanged.
+        h_in = torch.where(active, h, h.new_zeros(()))
+        c_in = torch.where(active, c, c.new_zeros(()))
+        z = xi[:, t] + h_in.matmul(w_recurrent)
         i, j, f, o = z.split(cells, dim=1)
-        c_new = _clip(torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(j), cell_clip)
+        c_new = _clip(torch.sigmoid(f) * c_in + torch.sigmoid(i) * torch.tanh(j), cell_clip)
         h_new = _clip((torch.sigmoid(o) * torch.tanh(c_new)).matmul(w_proj), proj_clip)
         c = torch.where(active, c_new, c)
         h = torch.where(active, h_new, h)
         steps.append(torch.where(active, h_new, h_new.new_zeros(())))  # a select: no inf * 0 = NaN gradient
     out = torch.stack(steps, 1) if steps else x.new_zeros(batch, 0, proj)
     if residual:
-        valid = (torch.arange(total, device=x.device).unsqueeze(0) < lengths.unsqueeze(1)).unsqueeze(-1)
-        out = out + torch.where(valid, x_run, x_run.new_zeros(()))
+        out = out + x_run  # zero at the padded positions (above)
     if reverse:
         out = out.gather(1, index.unsqueeze(-1).expand_as(out))
     return out, h, c
