@@ -544,6 +544,13 @@ def test_cuda_nan_in_highway_stays_nan(dtype):
         inputs.test_nan_in_highway_stays_nan(dtype, device=DEV)
 
 
+@pytest.mark.parametrize("clips", inputs.NAN_LSTM_CLIPS, ids=inputs.NAN_LSTM_CLIP_IDS)
+def test_cuda_nan_cell_without_a_clip_passes_the_gradient(clips):
+    """The CUDA LSTM backward's clip tests pass a NaN where there is no clip (``lo <= v <= hi`` with
+    infinite bounds stopped it), as the CPU kernels' and the reference's."""
+    inputs.test_nan_cell_without_a_clip_passes_the_gradient(clips, device=DEV)
+
+
 # sampled_logsumexp has no CUDA kernel: on the GPU fused runs the reference
 @pytest.mark.parametrize("which", ["highway", "char_cnn", "lstm_layer"])
 def test_cuda_integer_inputs_are_an_error_not_truncated(which):
