@@ -527,6 +527,12 @@ class Errors:
         "lstm: w_proj (C, P) must have at least one cell and one projection unit, got {found}: a layer of none "
         "has nothing to compute (check the config's cell_dim and projection_dim)."
     )
+    # The fused op's words (csrc/include/checks.h: check_lstm), with the fix.
+    E_LSTM_NO_INPUT = (
+        "lstm: x (B, T, I) must have at least one input feature, got {found}: an LSTM layer of no inputs is "
+        "refused (a biLM layer reads projection_dim features). Pass the token vectors (B, T, I >= 1) as x, with "
+        "w_input (I, 4C)."
+    )
     E_CHAR_CNN_BIASES = (
         "char_cnn: one bias per filter, got {biases} biases for {filters} filters: each filter weight "
         "(count_i, D, width_i) takes a bias (count_i,). Pass the biases in the filters' order."

@@ -230,6 +230,8 @@ def lstm_layer(
     proj = w_proj.shape[1]
     if cells == 0 or proj == 0:  # as the fused op (csrc/include/checks.h): no split of zero cells below
         raise ValueError(Errors.E_LSTM_NO_UNITS.format(found=list(w_proj.shape)))
+    if x.shape[2] == 0:  # as the fused op, whose float32 kernels gave wrong numbers for it
+        raise ValueError(Errors.E_LSTM_NO_INPUT.format(found=list(x.shape)))
     # Exact shapes, as the fused op (csrc/include/checks.h): a (P,) or (1, P) state or a short
     # lengths broadcast over the rows. Shapes only: no host sync.
     _check_shape(lengths, (batch,), "lengths (B,)")

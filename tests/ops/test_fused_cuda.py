@@ -500,6 +500,7 @@ def test_cuda_char_ids_must_be_integers(dtype):
     inputs.test_lstm_state_of_the_wrong_shape_is_an_error_not_reshaped,
     inputs.test_lstm_lengths_must_be_integers,
     inputs.test_lstm_without_cells_or_projection_is_an_error,
+    inputs.test_lstm_without_input_features_is_an_error,
     inputs.test_char_cnn_needs_one_bias_per_filter,
     inputs.test_fakes_match_the_kernels_for_transposed_inputs,
 ], ids=lambda case: case.__name__[len("test_"):])

@@ -403,13 +403,33 @@ def test_lstm_without_cells_or_projection_is_an_error(device="cpu"):
     lengths = torch.tensor([3, 1], device=device)
     for C, P in ((0, 4), (6, 0)):
         w = [torch.zeros(*s, device=device) for s in ((4, 4 * C), (P, 4 * C), (4 * C,), (C, P))]
-        match = rf"lstm: w_proj \(C, P\) must have at least one cell and one projection unit, got \[{C}, {P}\]"
-        with pytest.raises(RuntimeError, match=match):
-            fused.lstm_layer(x, lengths, *w)
-        with pytest.raises(RuntimeError, match=match):
-            fused.bilstm_layer(x, x, lengths, w, w)
-        with pytest.raises(ValueError, match=match):
-            R.lstm_layer(x, lengths, *w)
+        _both_refuse(x, lengths, w, rf"lstm: w_proj \(C, P\) must have at least one cell and one projection unit, "
+                                    rf"got \[{C}, {P}\]")
+
+
+def _both_refuse(x, lengths, w, match, **kwargs):
+    """Both backends' lstm_layer and bilstm_layer refuse ``x, lengths, w`` (``kwargs``: the clips) with
+    ``match``: the fused ops a RuntimeError (csrc/include/checks.h), the reference a ValueError."""
+    with pytest.raises(RuntimeError, match=match):
+        fused.lstm_layer(x, lengths, *w, **kwargs)
+    with pytest.raises(RuntimeError, match=match):
+        fused.bilstm_layer(x, x, lengths, w, w, **kwargs)
+    with pytest.raises(ValueError, match=match):
+        R.lstm_layer(x, lengths, *w, **kwargs)
+    with pytest.raises(ValueError, match=match):
+        R.bilstm_layer(x, x, lengths, w, w, **kwargs)
+
+
+def test_lstm_without_input_features_is_an_error(device="cpu"):
+    """x (B, T, 0): the float32 kernels' input product of width 0 never wrote its accumulator, and
+    each row after the first added the one before it into its gates (wrong numbers for B > 1, no
+    error); the reference ran. No biLM layer reads none (its input is projection_dim wide): both
+    backends refuse it, naming the problem."""
+    B, T, C, P = 3, 4, 6, 4
+    x = torch.zeros(B, T, 0, device=device)
+    lengths = torch.tensor([4, 2, 3], device=device)
+    w = [torch.randn(*s).to(device) for s in ((0, 4 * C), (P, 4 * C), (4 * C,), (C, P))]
+    _both_refuse(x, lengths, w, r"lstm: x \(B, T, I\) must have at least one input feature, got \[3, 4, 0\]")
 
 
 # (which, make the bad argument from (B, P, C), what both backends' messages name)
