@@ -232,6 +232,7 @@ def lstm_layer(
         raise ValueError(Errors.E_LSTM_NO_UNITS.format(found=list(w_proj.shape)))
     if x.shape[2] == 0:  # as the fused op, whose float32 kernels gave wrong numbers for it
         raise ValueError(Errors.E_LSTM_NO_INPUT.format(found=list(x.shape)))
+    check_clips(cell_clip, proj_clip)
     # Exact shapes, as the fused op (csrc/include/checks.h): a (P,) or (1, P) state or a short
     # lengths broadcast over the rows. Shapes only: no host sync.
     _check_shape(lengths, (batch,), "lengths (B,)")
@@ -290,6 +291,15 @@ def check_lstm_lengths(lengths: Tensor, total: int) -> None:
     if any_bad(bad, Errors.E_LSTM_LENGTHS_RANGE_IN_GRAPH):
         index = int(bad.nonzero()[0, 0])
         raise ValueError(Errors.E_LSTM_LENGTHS_RANGE.format(value=int(lengths[index]), index=index, T=total))
+
+
+def check_clips(cell_clip: Optional[float], proj_clip: Optional[float]) -> None:
+    """The fused op's check of an LSTM's clips (``check_lstm`` in ``csrc/include/checks.h``), in its
+    words: a ValueError (``Errors.E_LSTM_CLIP``) for a negative or NaN one (the reference clamped to an
+    empty range, or to NaN). None: no clip. Python numbers: no host sync."""
+    for name, value in (("cell_clip", cell_clip), ("proj_clip", proj_clip)):
+        if value is not None and not value >= 0:
+            raise ValueError(Errors.E_LSTM_CLIP.format(name=name, value=value))
 
 
 def _check_shape(t: Optional[Tensor], expected: Tuple[int, ...], name: str) -> None:
@@ -358,6 +368,8 @@ def bilstm_layer(
     Returns ``(out_fwd (B, T, P), out_bwd (B, T, P), h_n (2, B, P), c_n (2, B, C))``.
     """
     h0, c0 = bilstm_state(state)
+    if x_bwd.shape != x_fwd.shape:  # as the fused op: a backward stream of another T ran unnoticed
+        raise ValueError(Errors.E_BILSTM_INPUT_SHAPES.format(fwd=list(x_fwd.shape), bwd=list(x_bwd.shape)))
     batch = x_fwd.shape[0]
     _check_shape(h0, (2, batch, fwd[3].shape[1]), "h0 (2, B, P)")  # a third direction was ignored
     _check_shape(c0, (2, batch, fwd[3].shape[0]), "c0 (2, B, C)")
@@ -447,6 +459,16 @@ def sampled_logsumexp(h: Tensor, weight: Tensor, offset: Tensor, hit: Tensor) ->
     # from the caller's logaddexp with its true logit), and index_put_'s backward
     # would clone the whole (N, S) gradient to write those zeros.
     rows = (hit >= 0).nonzero().squeeze(1)
+    if hit.device.type == "cpu":
+        # As the fused op, which runs on the CPU only (elsewhere it runs this function): a hit below -1 was
+        # taken for none, one past the candidates failed in index_put_. Not on a GPU, where reading the
+        # check's answer would be a copy to the host, which the training step never makes (its hits are
+        # built in range: SoftmaxLayer.sampled_nll).
+        candidates = weight.shape[0]
+        bad = (hit < -1) | (hit >= candidates)
+        if any_bad(bad, Errors.E_SAMPLED_HIT_RANGE_IN_GRAPH.format(S=candidates)):
+            index = int(bad.nonzero()[0, 0])
+            raise ValueError(Errors.E_SAMPLED_HIT_RANGE.format(index=index, value=int(hit[index]), S=candidates))
     with torch.no_grad():
         logits.index_put_((rows, hit[rows]), logits.new_tensor(torch.finfo(logits.dtype).min))
     # h and weight ride along as anchors only (ConsumingLogSumExp): F.linear's backward takes the

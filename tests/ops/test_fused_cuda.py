@@ -501,6 +501,8 @@ def test_cuda_char_ids_must_be_integers(dtype):
     inputs.test_lstm_lengths_must_be_integers,
     inputs.test_lstm_without_cells_or_projection_is_an_error,
     inputs.test_lstm_without_input_features_is_an_error,
+    inputs.test_lstm_negative_or_nan_clip_is_an_error,
+    inputs.test_bilstm_directions_of_other_shapes_are_an_error,
     inputs.test_char_cnn_needs_one_bias_per_filter,
     inputs.test_fakes_match_the_kernels_for_transposed_inputs,
 ], ids=lambda case: case.__name__[len("test_"):])

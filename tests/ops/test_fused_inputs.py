@@ -432,6 +432,30 @@ def test_lstm_without_input_features_is_an_error(device="cpu"):
     _both_refuse(x, lengths, w, r"lstm: x \(B, T, I\) must have at least one input feature, got \[3, 4, 0\]")
 
 
+def test_lstm_negative_or_nan_clip_is_an_error(device="cpu"):
+    """A negative or NaN clip: the fused op refused it, the reference clamped to an empty range (a
+    negative one: every value the clip's negative) or to NaN, silently. Both refuse it."""
+    x, lengths, w = _lstm_case(device=device)
+    for name in ("cell_clip", "proj_clip"):
+        for value in (-1.0, float("nan")):
+            _both_refuse(x, lengths, w, rf"lstm: {name} must be >= 0", **{name: value})
+    for a, b in zip(fused.lstm_layer(x, lengths, *w, cell_clip=0.0, proj_clip=0.0),
+                    _reference(R.lstm_layer, x, lengths, *w, cell_clip=0.0, proj_clip=0.0)):
+        _close(a, b)  # 0 is a clip (every output 0), not an error
+
+
+def test_bilstm_directions_of_other_shapes_are_an_error(device="cpu"):
+    """x_bwd of another T (shorter or longer): the fused op refused it, the reference ran each direction over
+    its own positions and returned outputs of two lengths. Both refuse it."""
+    x, lengths, w = _lstm_case(device=device)
+    match = r"lstm: every direction's input must have the same shape"
+    for other in (x[:, :-1], torch.cat([x, x[:, :1]], 1)):
+        with pytest.raises(RuntimeError, match=match):
+            fused.bilstm_layer(x, other, lengths, w, w)
+        with pytest.raises(ValueError, match=match + r", got x_fwd \[.*\] and x_bwd \[.*\]"):
+            R.bilstm_layer(x, other, lengths, w, w)
+
+
 # (which, make the bad argument from (B, P, C), what both backends' messages name)
 LSTM_BROADCAST_STATES = [
     ("lstm", lambda B, P, C: dict(h0=torch.randn(P)), r"h0 \(.*B, P\) must have shape"),
@@ -571,6 +595,21 @@ def test_sampled_logsumexp_hit_must_be_integers():
         fused.sampled_logsumexp(h, w, off, torch.tensor([0.0, 4.0, -1.0]))
     hit = torch.tensor([0, 4, -1])
     _close(fused.sampled_logsumexp(h, w, off, hit.int()), R.sampled_logsumexp(h, w, off, hit))
+
+
+def test_sampled_logsumexp_hit_outside_the_candidates_is_an_error():
+    """A hit below -1: the fused op refused it, the reference took it for none (a number, silently);
+    one past the candidates: the reference failed in index_put_ (IndexError; on CUDA a device-side
+    assert). Both name the row and the range."""
+    h, w, off = torch.randn(3, 4), torch.randn(5, 4), torch.randn(5)
+    for index, bad in ((0, -2), (2, 5), (1, 10**9)):
+        hit = torch.tensor([0, 4, -1])
+        hit[index] = bad
+        match = rf"sampled_logsumexp: hit\[{index}\] = {bad} is outside \[-1, 5\)"
+        with pytest.raises(RuntimeError, match=match):
+            fused.sampled_logsumexp(h, w, off, hit)
+        with pytest.raises(ValueError, match=match):
+            R.sampled_logsumexp(h, w, off, hit)
 
 
 # -------------------------------------------------------------- autograd
