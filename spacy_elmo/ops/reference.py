@@ -155,7 +155,8 @@ def char_cnn(
     embedding: ``(261, D)``, the stored table (row ``id - 1``).
     weights[i]: ``(count_i, D, width_i)``; biases[i]: ``(count_i,)``, one per filter.
     Returns ``(N, sum(count_i))``. Padding characters are real inputs:
-    every convolution runs over all W slots.
+    every convolution runs over all W slots. A NaN bias: the same NaN outputs as
+    the fused kernels', its gradient through another window (docs/architecture.md).
     """
     if activation not in ("relu", "tanh"):  # as the fused op: anything else is not silently tanh
         raise ValueError(Errors.E_BAD_ACTIVATION.format(value=activation))
