@@ -537,6 +537,32 @@ class Errors:
         "lstm: w_proj (C, P) must have at least one cell and one projection unit, got {found}: a layer of none "
         "has nothing to compute (check the config's cell_dim and projection_dim)."
     )
+    # The fused op's words (csrc/include/checks.h: check_lstm), with the fix.
+    E_LSTM_NO_INPUT = (
+        "lstm: x (B, T, I) must have at least one input feature, got {found}: an LSTM layer of no inputs is "
+        "refused (a biLM layer reads projection_dim features). Pass the token vectors (B, T, I >= 1) as x, with "
+        "w_input (I, 4C)."
+    )
+    E_LSTM_CLIP = (
+        "lstm: {name} must be >= 0, got {value!r}: a clip bounds the values to [-{name}, {name}]. Pass a "
+        "non-negative number, or None for no clip."
+    )
+    E_BILSTM_INPUT_SHAPES = (
+        "lstm: every direction's input must have the same shape, got x_fwd {fwd} and x_bwd {bwd}: both "
+        "directions run over the same rows, positions and lengths. Pass the two streams of one batch (B, T, I)."
+    )
+    E_CHAR_CNN_BIASES = (
+        "char_cnn: one bias per filter, got {biases} biases for {filters} filters: each filter weight "
+        "(count_i, D, width_i) takes a bias (count_i,). Pass the biases in the filters' order."
+    )
+    E_SAMPLED_HIT_RANGE = (
+        "sampled_logsumexp: hit[{index}] = {value} is outside [-1, {S}): a row's hit is the column of its own "
+        "target among the S candidates, or -1 for none. Pass each row's candidate column or -1."
+    )
+    E_SAMPLED_HIT_RANGE_IN_GRAPH = (
+        "sampled_logsumexp: hit must lie in [-1, {S}) (a row's candidate column, or -1 for none); some do not. "
+        "Pass each row's candidate column or -1." + _IN_GRAPH
+    )
     E_FUSED_NOT_FLOAT = (
         "The fused {op} computes in floating point, but {name} is {dtype} (it would be run in float32 and an "
         "integer result truncated). Pass float32/float64 (or float16/bfloat16) tensors, e.g. {name}.float()."

@@ -243,6 +243,8 @@ void fill_common(cuda::LstmStep& s, int64_t ndir, int64_t B, int64_t T, int64_t 
   s.cell_lo = -s.cell_hi;
   s.proj_hi = pc.has_value() ? (float)*pc : INFINITY;
   s.proj_lo = -s.proj_hi;
+  s.cell_clipped = cc.has_value();
+  s.proj_clipped = pc.has_value();
   s.residual = residual;
 }
 

@@ -89,7 +89,7 @@ __global__ void proj_backward_kernel(const LstmStep s) {
   const int64_t src = src_pos(s, d, len);
   const float hr = ld(static_cast<const T*>(s.hp[d]) + b * s.P + p);
   const float v = ld(static_cast<const T*>(s.go[d]) + (b * s.T + src) * s.P + p) + s.dh[d][b * s.P + p];
-  st(dhp, (hr >= s.proj_lo && hr <= s.proj_hi) ? v : 0.0f);
+  st(dhp, (!s.proj_clipped || (hr >= s.proj_lo && hr <= s.proj_hi)) ? v : 0.0f);
 }
 
 template <typename T>
@@ -113,7 +113,7 @@ __global__ void gates_backward_kernel(const LstmStep s) {
   const float dm = ld(static_cast<const T*>(s.dm[d]) + b * C + c);
   float* dcp = s.dc[d] + b * C + c;
   const float dcn = *dcp + dm * so * (1.0f - tc * tc);
-  const float dcr = (cr >= s.cell_lo && cr <= s.cell_hi) ? dcn : 0.0f;
+  const float dcr = (!s.cell_clipped || (cr >= s.cell_lo && cr <= s.cell_hi)) ? dcn : 0.0f;
   const float cprev = s.t == 0 ? s.c0[d][b * C + c]
                                : clipf_(ld(static_cast<const T*>(s.c_prev[d]) + b * C + c), s.cell_lo, s.cell_hi);
   const float v[4] = {dcr * tj * si * (1.0f - si), dcr * si * (1.0f - tj * tj), dcr * cprev * sf * (1.0f - sf),

@@ -229,6 +229,11 @@ inline LstmDims check_lstm(const char* op, at::TensorList xs, const at::Tensor& 
   TORCH_CHECK(d.C >= 1 && d.P >= 1, op, ": w_proj (C, P) must have at least one cell and one projection unit, got ",
               weights[3].sizes(), ": a layer of none has nothing to compute (check the config's cell_dim and ",
               "projection_dim)");
+  // No input features: the float32 kernels' input product of width 0 never wrote its
+  // accumulator, and the next row's added into it (wrong numbers for B > 1).
+  TORCH_CHECK(d.I >= 1, op, ": x (B, T, I) must have at least one input feature, got ", xs[0].sizes(),
+              ": an LSTM layer of no inputs is refused (a biLM layer reads projection_dim features). Pass the ",
+              "token vectors (B, T, I >= 1) as x, with w_input (I, 4C)");
   TORCH_CHECK(lengths.dim() == 1 && lengths.size(0) == d.B, op, ": lengths must be (B,) = (", d.B, ",), got ",
               lengths.sizes());
   check_integer(lengths, op, "lengths");

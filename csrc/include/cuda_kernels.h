@@ -50,6 +50,8 @@ struct LstmStep {
   const int64_t* lengths;  // (B) on the device
   int reverse[2];
   float cell_lo, cell_hi, proj_lo, proj_hi;
+  // no clip: the backward passes every value, a NaN one too (the bounds test alone is false at NaN)
+  bool cell_clipped, proj_clipped;
   bool residual;
   // forward
   const void* z[2];      // (B, 4C) recurrent product

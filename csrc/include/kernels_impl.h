@@ -415,6 +415,8 @@ static void gates_backward(const GateBackwardArgs& a) {
   const int64_t C = a.C;
   const float* g = a.gates;
   const float hi = se_hi(a.cell_clip), lo = -hi;
+  // without a clip every cell passes, a NaN one too (the bounds test alone is false at NaN)
+  const int no_clip = a.cell_clip < 0.0f;
   const float* cp = a.c_prev;
   // the previous cell is clipped when it is a raw saved value (no-op bounds otherwise)
   const float phi = a.prev_is_raw ? hi : __builtin_inff(), plo = -phi;
@@ -427,7 +429,7 @@ static void gates_backward(const GateBackwardArgs& a) {
     const float dm = a.dm[c];
     const float d_o = dm * tc * so * (1.0f - so);
     float dcn = a.dc[c] + dm * so * (1.0f - tc * tc);
-    const int pass = (int)(cr >= lo) & (int)(cr <= hi);
+    const int pass = no_clip | ((int)(cr >= lo) & (int)(cr <= hi));
     const float dcr = pass ? dcn : 0.0f;
     const float cprev = se_clip(cp[c], plo, phi);
     a.dz[c] = dcr * tj * si * (1.0f - si);
@@ -816,6 +818,8 @@ static void step_proj(const StepProjArgs& a) {
 static void step_gates_back(const StepGatesBackArgs& a) {
   const int64_t C = a.C, c0 = a.c0, nc = a.nc;
   const float hi = se_hi(a.cell_clip), lo = -hi;
+  // without a clip every cell passes, a NaN one too (the bounds test alone is false at NaN)
+  const int no_clip = a.cell_clip < 0.0f;
   const float phi = a.prev_is_raw ? hi : __builtin_inff(), plo = -phi;
   float dmt[kChunkRows * 4 * SE_VL];
   Ahead pf = Ahead::of(a.wp_next, a.next_floats);
@@ -845,7 +849,7 @@ static void step_gates_back(const StepGatesBackArgs& a) {
         const float tc = se_tanh(cn);
         const float dm = dmv[u];
         const float dcn = dc[u] + dm * so * (1.0f - tc * tc);
-        const int pass = (int)(cr >= lo) & (int)(cr <= hi);
+        const int pass = no_clip | ((int)(cr >= lo) & (int)(cr <= hi));
         const float dcr = pass ? dcn : 0.0f;
         const float cprev = se_clip(cp[u], plo, phi);
         const float di = dcr * tj * si * (1.0f - si);
@@ -864,6 +868,8 @@ static void step_gates_back(const StepGatesBackArgs& a) {
 
 static void step_dh(const StepDhArgs& a) {
   const float hi = se_hi(a.proj_clip), lo = -hi;
+  // without a clip every output passes, a NaN one too (the bounds test alone is false at NaN)
+  const int no_clip = a.proj_clip < 0.0f;
   const int64_t p0 = a.p0, np = a.np;
   float acc[kChunkRows * 4 * SE_VL];
   Ahead pf = Ahead::of(a.wp_next, a.next_floats);
@@ -883,7 +889,7 @@ static void step_dh(const StepDhArgs& a) {
       const float* hp = a.hp_rows[b] + p0;
 #pragma omp simd
       for (int64_t u = 0; u < np; ++u) {
-        const int pass = (int)(hp[u] >= lo) & (int)(hp[u] <= hi);
+        const int pass = no_clip | ((int)(hp[u] >= lo) & (int)(hp[u] <= hi));
         dhp[u] = pass ? go[u] + dh[u] : 0.0f;
       }
     }

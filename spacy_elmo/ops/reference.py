@@ -153,12 +153,15 @@ def char_cnn(
 
     char_ids: LongTensor ``(N, W)``, shifted ids 0..261.
     embedding: ``(261, D)``, the stored table (row ``id - 1``).
-    weights[i]: ``(count_i, D, width_i)``; biases[i]: ``(count_i,)``.
+    weights[i]: ``(count_i, D, width_i)``; biases[i]: ``(count_i,)``, one per filter.
     Returns ``(N, sum(count_i))``. Padding characters are real inputs:
-    every convolution runs over all W slots.
+    every convolution runs over all W slots. A NaN bias: the same NaN outputs as
+    the fused kernels', its gradient through another window (docs/architecture.md).
     """
     if activation not in ("relu", "tanh"):  # as the fused op: anything else is not silently tanh
         raise ValueError(Errors.E_BAD_ACTIVATION.format(value=activation))
+    if len(biases) != len(weights):  # as the fused op: zip below dropped the filters without a bias
+        raise ValueError(Errors.E_CHAR_CNN_BIASES.format(biases=len(biases), filters=len(weights)))
     check_char_ids(char_ids, embedding.shape[0])  # shifted ids: 0 (no character) .. the table's rows
     table = torch.cat([embedding.new_zeros(1, embedding.shape[1]), embedding], 0)
     x = F.embedding(char_ids, table).transpose(1, 2)  # (N, D, W)
@@ -216,7 +219,9 @@ def lstm_layer(
 
     Returns ``(out (B, T, P), h_n (B, P), c_n (B, C))``: outputs are zero at
     padded positions; the final state of a row is its state after its last
-    processed token (its initial state when its length is 0).
+    processed token (its initial state when its length is 0). ``x`` at a padded
+    position and the state of a row past its length enter no product: a NaN
+    there reaches no other row and no weight's gradient, as in the fused kernels.
     """
     batch, total, _ = x.shape
     if isinstance(total, torch.SymInt) and exporting():
@@ -226,6 +231,9 @@ def lstm_layer(
     proj = w_proj.shape[1]
     if cells == 0 or proj == 0:  # as the fused op (csrc/include/checks.h): no split of zero cells below
         raise ValueError(Errors.E_LSTM_NO_UNITS.format(found=list(w_proj.shape)))
+    if x.shape[2] == 0:  # as the fused op, whose float32 kernels gave wrong numbers for it
+        raise ValueError(Errors.E_LSTM_NO_INPUT.format(found=list(x.shape)))
+    check_clips(cell_clip, proj_clip)
     # Exact shapes, as the fused op (csrc/include/checks.h): a (P,) or (1, P) state or a short
     # lengths broadcast over the rows. Shapes only: no host sync.
     _check_shape(lengths, (batch,), "lengths (B,)")
@@ -238,6 +246,11 @@ def lstm_layer(
         x_run = x.gather(1, index.unsqueeze(-1).expand_as(x))
     else:
         x_run = x
+    # Padded positions (at or past a row's length: in place when reversed) are never used, as in the fused
+    # kernels: selected to 0 here, so that a NaN there does not reach the weights' gradients (0 * NaN through
+    # the masked steps made every one NaN). A select: the valid positions are unchanged, bit for bit.
+    valid = (torch.arange(total, device=x.device).unsqueeze(0) < lengths.unsqueeze(1)).unsqueeze(-1)
+    x_run = torch.where(valid, x_run, x_run.new_zeros(()))
     forget = torch.zeros_like(bias)
     forget[2 * cells : 3 * cells] = FORGET_BIAS
     # The input-to-hidden product for every timestep at once: one GEMM.
@@ -247,17 +260,21 @@ def lstm_layer(
     steps: List[Tensor] = []
     for t in range(total):
         active = (t < lengths).unsqueeze(1)
-        z = xi[:, t] + h.matmul(w_recurrent)
+        # An inactive row's state (h0 / c0 of a row of length 0, a finished row's final state) enters this
+        # step's products as 0, for the same reason: its results are discarded below, and a NaN there made
+        # the weights' gradients NaN. Selects: an active row's state is unchanged.
+        h_in = torch.where(active, h, h.new_zeros(()))
+        c_in = torch.where(active, c, c.new_zeros(()))
+        z = xi[:, t] + h_in.matmul(w_recurrent)
         i, j, f, o = z.split(cells, dim=1)
-        c_new = _clip(torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(j), cell_clip)
+        c_new = _clip(torch.sigmoid(f) * c_in + torch.sigmoid(i) * torch.tanh(j), cell_clip)
         h_new = _clip((torch.sigmoid(o) * torch.tanh(c_new)).matmul(w_proj), proj_clip)
         c = torch.where(active, c_new, c)
         h = torch.where(active, h_new, h)
         steps.append(torch.where(active, h_new, h_new.new_zeros(())))  # a select: no inf * 0 = NaN gradient
     out = torch.stack(steps, 1) if steps else x.new_zeros(batch, 0, proj)
     if residual:
-        valid = (torch.arange(total, device=x.device).unsqueeze(0) < lengths.unsqueeze(1)).unsqueeze(-1)
-        out = out + torch.where(valid, x_run, x_run.new_zeros(()))
+        out = out + x_run  # zero at the padded positions (above)
     if reverse:
         out = out.gather(1, index.unsqueeze(-1).expand_as(out))
     return out, h, c
@@ -275,6 +292,15 @@ def check_lstm_lengths(lengths: Tensor, total: int) -> None:
     if any_bad(bad, Errors.E_LSTM_LENGTHS_RANGE_IN_GRAPH):
         index = int(bad.nonzero()[0, 0])
         raise ValueError(Errors.E_LSTM_LENGTHS_RANGE.format(value=int(lengths[index]), index=index, T=total))
+
+
+def check_clips(cell_clip: Optional[float], proj_clip: Optional[float]) -> None:
+    """The fused op's check of an LSTM's clips (``check_lstm`` in ``csrc/include/checks.h``), in its
+    words: a ValueError (``Errors.E_LSTM_CLIP``) for a negative or NaN one (the reference clamped to an
+    empty range, or to NaN). None: no clip. Python numbers: no host sync."""
+    for name, value in (("cell_clip", cell_clip), ("proj_clip", proj_clip)):
+        if value is not None and not value >= 0:
+            raise ValueError(Errors.E_LSTM_CLIP.format(name=name, value=value))
 
 
 def _check_shape(t: Optional[Tensor], expected: Tuple[int, ...], name: str) -> None:
@@ -343,6 +369,8 @@ def bilstm_layer(
     Returns ``(out_fwd (B, T, P), out_bwd (B, T, P), h_n (2, B, P), c_n (2, B, C))``.
     """
     h0, c0 = bilstm_state(state)
+    if x_bwd.shape != x_fwd.shape:  # as the fused op: a backward stream of another T ran unnoticed
+        raise ValueError(Errors.E_BILSTM_INPUT_SHAPES.format(fwd=list(x_fwd.shape), bwd=list(x_bwd.shape)))
     batch = x_fwd.shape[0]
     _check_shape(h0, (2, batch, fwd[3].shape[1]), "h0 (2, B, P)")  # a third direction was ignored
     _check_shape(c0, (2, batch, fwd[3].shape[0]), "c0 (2, B, C)")
@@ -432,6 +460,16 @@ def sampled_logsumexp(h: Tensor, weight: Tensor, offset: Tensor, hit: Tensor) ->
     # from the caller's logaddexp with its true logit), and index_put_'s backward
     # would clone the whole (N, S) gradient to write those zeros.
     rows = (hit >= 0).nonzero().squeeze(1)
+    if hit.device.type == "cpu":
+        # As the fused op, which runs on the CPU only (elsewhere it runs this function): a hit below -1 was
+        # taken for none, one past the candidates failed in index_put_. Not on a GPU, where reading the
+        # check's answer would be a copy to the host, which the training step never makes (its hits are
+        # built in range: SoftmaxLayer.sampled_nll).
+        candidates = weight.shape[0]
+        bad = (hit < -1) | (hit >= candidates)
+        if any_bad(bad, Errors.E_SAMPLED_HIT_RANGE_IN_GRAPH.format(S=candidates)):
+            index = int(bad.nonzero()[0, 0])
+            raise ValueError(Errors.E_SAMPLED_HIT_RANGE.format(index=index, value=int(hit[index]), S=candidates))
     with torch.no_grad():
         logits.index_put_((rows, hit[rows]), logits.new_tensor(torch.finfo(logits.dtype).min))
     # h and weight ride along as anchors only (ConsumingLogSumExp): F.linear's backward takes the

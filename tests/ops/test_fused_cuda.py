@@ -500,6 +500,10 @@ def test_cuda_char_ids_must_be_integers(dtype):
     inputs.test_lstm_state_of_the_wrong_shape_is_an_error_not_reshaped,
     inputs.test_lstm_lengths_must_be_integers,
     inputs.test_lstm_without_cells_or_projection_is_an_error,
+    inputs.test_lstm_without_input_features_is_an_error,
+    inputs.test_lstm_negative_or_nan_clip_is_an_error,
+    inputs.test_bilstm_directions_of_other_shapes_are_an_error,
+    inputs.test_char_cnn_needs_one_bias_per_filter,
     inputs.test_fakes_match_the_kernels_for_transposed_inputs,
 ], ids=lambda case: case.__name__[len("test_"):])
 def test_cuda_bad_input(case):
@@ -541,6 +545,13 @@ def test_cuda_several_nan_windows_send_the_gradient_to_the_first(activation):
 def test_cuda_nan_in_highway_stays_nan(dtype):
     with torch.autocast("cuda", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):  # the bfloat16 kernel
         inputs.test_nan_in_highway_stays_nan(dtype, device=DEV)
+
+
+@pytest.mark.parametrize("clips", inputs.NAN_LSTM_CLIPS, ids=inputs.NAN_LSTM_CLIP_IDS)
+def test_cuda_nan_cell_without_a_clip_passes_the_gradient(clips):
+    """The CUDA LSTM backward's clip tests pass a NaN where there is no clip (``lo <= v <= hi`` with
+    infinite bounds stopped it), as the CPU kernels' and the reference's."""
+    inputs.test_nan_cell_without_a_clip_passes_the_gradient(clips, device=DEV)
 
 
 # sampled_logsumexp has no CUDA kernel: on the GPU fused runs the reference

@@ -124,6 +124,18 @@ def test_char_filter_without_channels_is_an_error(device="cpu"):
         ops.char_cnn_backward(out[:, :0], out[:, :0], arg[:, :0], ids, emb, [empty_w], 0)
 
 
+def test_char_cnn_needs_one_bias_per_filter(device="cpu"):
+    """Fewer biases than filters: the reference's zip dropped the filters without one (an output of 3
+    channels for 7, silently), and ignored extra biases; the fused op refused. Both name the counts."""
+    ids, emb, ws, bs = _char_inputs(device=device)  # filters of 3 and 4 channels
+    for biases in (bs[:1], [*bs, bs[0]]):
+        match = rf"char_cnn: one bias per filter, got {len(biases)} biases for 2 filters"
+        with pytest.raises(RuntimeError, match=match):
+            fused.char_cnn(ids, emb, ws, biases)
+        with pytest.raises(ValueError, match=match):
+            R.char_cnn(ids, emb, ws, biases)
+
+
 def test_char_cnn_backward_op_checks_what_it_indexes_with(device="cpu"):
     """argmax positions and the gradient's shape index raw pointers: a negative position crashed."""
     ids, emb, ws, bs = _char_inputs(device=device)
@@ -279,13 +291,55 @@ def test_nan_in_highway_stays_nan(dtype, device="cpu"):
     assert torch.isnan(y).sum() == 5 + 5 + F - 2
 
 
+# (cell_clip, proj_clip): no clip at all; a NaN cell past no cell clip into a clipped projection; a NaN
+# cell stopped by a cell clip (where the gradient is 0 in both), its NaN output past no projection clip.
+# The first two failed before. (The projection's test, step_dh in kernels_impl.h, changes no gradient
+# here: the NaN it let through reaches the same entries through the next step's NaN state anyway.)
+NAN_LSTM_CLIPS = [(None, None), (None, 3.0), (3.0, None)]
+NAN_LSTM_CLIP_IDS = ["no_clips", "proj_clip", "cell_clip"]
+
+
+@pytest.mark.parametrize("clips", NAN_LSTM_CLIPS, ids=NAN_LSTM_CLIP_IDS)
+def test_nan_cell_without_a_clip_passes_the_gradient(clips, device="cpu"):
+    """Without a clip, a NaN cell or projected output passes the gradient on, NaN, as the reference's
+    (no clamp there, so nothing stops it) and the float64 kernel's do: the float32 kernels tested
+    ``lo <= v <= hi`` with infinite bounds, false at a NaN, and the gradient stopped there (0), so
+    ``c0``'s and the weights' gradients were finite where the reference's are NaN. A NaN in one channel
+    of row 0's ``c0``; every gradient against the reference's float64 autograd, NaN for NaN (with a
+    clip, a NaN value stops the gradient in both: clamp's is 0 outside its bounds)."""
+    gen = torch.Generator().manual_seed(17)
+    B, T, I, C, P = 3, 4, 5, 20, 6
+    cell_clip, proj_clip = clips
+    base = [torch.randn(B, T, I, generator=gen, dtype=torch.float64),
+            *lstm_params(gen, I, C, P, dtype=torch.float64, scale=0.4),
+            torch.randn(B, C, generator=gen, dtype=torch.float64)]
+    base[-1][0, 3] = float("nan")
+    lengths = torch.tensor([4, 2, 3])
+    weight = torch.randn(B, T, P, generator=gen, dtype=torch.float64)  # d loss / d out
+    grads = []
+    for impl, dtype, dev in ((fused, torch.float32, device), (R, torch.float64, "cpu")):
+        ts = [t.to(dtype).to(dev).requires_grad_() for t in base]
+        out, h_n, c_n = impl.lstm_layer(ts[0], lengths.to(dev), *ts[1:5], None, ts[5], cell_clip, proj_clip)
+        # the outputs' gradient given (a loss summing them is NaN, and nansum's gradient is 0 at a NaN)
+        seeds = [weight.to(out), torch.ones_like(h_n), torch.ones_like(c_n)]
+        grads.append([g.cpu() for g in torch.autograd.grad([out, h_n, c_n], ts, seeds)])
+    tol = 1e-4 if device == "cpu" else 1e-3  # the CUDA LSTM tests' tolerance for gradients
+    for got, want in zip(*grads):
+        assert torch.equal(torch.isnan(got), torch.isnan(want))
+        _close(got, want, rtol=tol, atol=tol, equal_nan=True)
+    # row 0's gradients are NaN, the other rows' finite: the check above could tell a stopped gradient
+    assert torch.isnan(grads[1][0][0]).any() and not torch.isnan(grads[1][0][1:]).any()
+    assert all(torch.isnan(g).any() for g in grads[1][1:])
+
+
 @pytest.mark.parametrize("isa", ["base", "avx2"])
 def test_nan_stays_nan_other_isas(isa):
-    """The two tests above with the other kernel tables (each has its own vector window max and relu;
-    this process runs the widest the CPU has)."""
+    """The NaN tests above with the other kernel tables (each has its own vector window max and relu,
+    and its own LSTM step kernels; this process runs the widest the CPU has)."""
     res = _run_with_isa(isa, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k",
-                        "test_nan_in_char_cnn_stays_nan or test_nan_in_highway_stays_nan")
-    assert res.returncode == 0 and "6 passed" in res.stdout, res.stdout[-3000:] + res.stderr[-2000:]
+                        "test_nan_in_char_cnn_stays_nan or test_nan_in_highway_stays_nan or "
+                        "test_nan_cell_without_a_clip_passes_the_gradient")
+    assert res.returncode == 0 and "9 passed" in res.stdout, res.stdout[-3000:] + res.stderr[-2000:]
 
 
 @pytest.mark.parametrize("which", ["highway", "char_cnn", "lstm_layer", "sampled_logsumexp"])
@@ -349,13 +403,57 @@ def test_lstm_without_cells_or_projection_is_an_error(device="cpu"):
     lengths = torch.tensor([3, 1], device=device)
     for C, P in ((0, 4), (6, 0)):
         w = [torch.zeros(*s, device=device) for s in ((4, 4 * C), (P, 4 * C), (4 * C,), (C, P))]
-        match = rf"lstm: w_proj \(C, P\) must have at least one cell and one projection unit, got \[{C}, {P}\]"
+        _both_refuse(x, lengths, w, rf"lstm: w_proj \(C, P\) must have at least one cell and one projection unit, "
+                                    rf"got \[{C}, {P}\]")
+
+
+def _both_refuse(x, lengths, w, match, **kwargs):
+    """Both backends' lstm_layer and bilstm_layer refuse ``x, lengths, w`` (``kwargs``: the clips) with
+    ``match``: the fused ops a RuntimeError (csrc/include/checks.h), the reference a ValueError."""
+    with pytest.raises(RuntimeError, match=match):
+        fused.lstm_layer(x, lengths, *w, **kwargs)
+    with pytest.raises(RuntimeError, match=match):
+        fused.bilstm_layer(x, x, lengths, w, w, **kwargs)
+    with pytest.raises(ValueError, match=match):
+        R.lstm_layer(x, lengths, *w, **kwargs)
+    with pytest.raises(ValueError, match=match):
+        R.bilstm_layer(x, x, lengths, w, w, **kwargs)
+
+
+def test_lstm_without_input_features_is_an_error(device="cpu"):
+    """x (B, T, 0): the float32 kernels' input product of width 0 never wrote its accumulator, and
+    each row after the first added the one before it into its gates (wrong numbers for B > 1, no
+    error); the reference ran. No biLM layer reads none (its input is projection_dim wide): both
+    backends refuse it, naming the problem."""
+    B, T, C, P = 3, 4, 6, 4
+    x = torch.zeros(B, T, 0, device=device)
+    lengths = torch.tensor([4, 2, 3], device=device)
+    w = [torch.randn(*s).to(device) for s in ((0, 4 * C), (P, 4 * C), (4 * C,), (C, P))]
+    _both_refuse(x, lengths, w, r"lstm: x \(B, T, I\) must have at least one input feature, got \[3, 4, 0\]")
+
+
+def test_lstm_negative_or_nan_clip_is_an_error(device="cpu"):
+    """A negative or NaN clip: the fused op refused it, the reference clamped to an empty range (a
+    negative one: every value the clip's negative) or to NaN, silently. Both refuse it."""
+    x, lengths, w = _lstm_case(device=device)
+    for name in ("cell_clip", "proj_clip"):
+        for value in (-1.0, float("nan")):
+            _both_refuse(x, lengths, w, rf"lstm: {name} must be >= 0", **{name: value})
+    for a, b in zip(fused.lstm_layer(x, lengths, *w, cell_clip=0.0, proj_clip=0.0),
+                    _reference(R.lstm_layer, x, lengths, *w, cell_clip=0.0, proj_clip=0.0)):
+        _close(a, b)  # 0 is a clip (every output 0), not an error
+
+
+def test_bilstm_directions_of_other_shapes_are_an_error(device="cpu"):
+    """x_bwd of another T (shorter or longer): the fused op refused it, the reference ran each direction over
+    its own positions and returned outputs of two lengths. Both refuse it."""
+    x, lengths, w = _lstm_case(device=device)
+    match = r"lstm: every direction's input must have the same shape"
+    for other in (x[:, :-1], torch.cat([x, x[:, :1]], 1)):
         with pytest.raises(RuntimeError, match=match):
-            fused.lstm_layer(x, lengths, *w)
-        with pytest.raises(RuntimeError, match=match):
-            fused.bilstm_layer(x, x, lengths, w, w)
-        with pytest.raises(ValueError, match=match):
-            R.lstm_layer(x, lengths, *w)
+            fused.bilstm_layer(x, other, lengths, w, w)
+        with pytest.raises(ValueError, match=match + r", got x_fwd \[.*\] and x_bwd \[.*\]"):
+            R.bilstm_layer(x, other, lengths, w, w)
 
 
 # (which, make the bad argument from (B, P, C), what both backends' messages name)
@@ -497,6 +595,21 @@ def test_sampled_logsumexp_hit_must_be_integers():
         fused.sampled_logsumexp(h, w, off, torch.tensor([0.0, 4.0, -1.0]))
     hit = torch.tensor([0, 4, -1])
     _close(fused.sampled_logsumexp(h, w, off, hit.int()), R.sampled_logsumexp(h, w, off, hit))
+
+
+def test_sampled_logsumexp_hit_outside_the_candidates_is_an_error():
+    """A hit below -1: the fused op refused it, the reference took it for none (a number, silently);
+    one past the candidates: the reference failed in index_put_ (IndexError; on CUDA a device-side
+    assert). Both name the row and the range."""
+    h, w, off = torch.randn(3, 4), torch.randn(5, 4), torch.randn(5)
+    for index, bad in ((0, -2), (2, 5), (1, 10**9)):
+        hit = torch.tensor([0, 4, -1])
+        hit[index] = bad
+        match = rf"sampled_logsumexp: hit\[{index}\] = {bad} is outside \[-1, 5\)"
+        with pytest.raises(RuntimeError, match=match):
+            fused.sampled_logsumexp(h, w, off, hit)
+        with pytest.raises(ValueError, match=match):
+            R.sampled_logsumexp(h, w, off, hit)
 
 
 # -------------------------------------------------------------- autograd

@@ -1,9 +1,12 @@
 """The reference ops (spacy_elmo.ops.reference) on their own: no extension, no spaCy."""
 
+import numpy as np
 import pytest
 import torch
 
 from spacy_elmo.ops import reference as R
+
+from . import numpy_oracle as O
 
 
 def _sampled_case():
@@ -54,3 +57,65 @@ def test_sampled_logsumexp_backward_twice_is_a_clear_error():
     torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-6)
     with pytest.raises(RuntimeError, match="backward ran a second time .*retain_graph=True"):
         torch.autograd.grad(loss, h)
+
+
+def _lstm_loss_oracle(x, lengths, w, h0, c0, clip, reverse, residual, seeds):
+    """The NumPy float64 oracle's ``sum(out * seeds[0]) + sum(h_n * seeds[1]) + sum(c_n * seeds[2])``
+    over the rows of non-zero length (a row of length 0 returns its initial state, NaN here)."""
+    out, h_n, c_n = O.lstm_layer(x, lengths, *w, h0, c0, clip, clip, reverse, residual)
+    rows = np.asarray(lengths) > 0
+    return float((out * seeds[0]).sum() + (h_n * seeds[1])[rows].sum() + (c_n * seeds[2])[rows].sum())
+
+
+@pytest.mark.parametrize("reverse,residual", [(False, False), (True, True)])
+def test_lstm_unused_nan_does_not_reach_the_gradients(reverse, residual):
+    """A NaN where the LSTM never reads (x at a padded position, the initial state of a row of
+    length 0) made every weight gradient NaN: the masked steps multiplied it by 0 (0 * NaN). The fused
+    kernels never read it. Now the gradients are finite and those of the NumPy float64 oracle's loss
+    (central differences; the oracle reads only each row's valid positions), bit for bit those of a run
+    with other finite values there, and the outputs the oracle's."""
+    gen = torch.Generator().manual_seed(5)
+    B, T, I, C, P = 3, 5, 3, 4, 3
+    x = torch.randn(B, T, I, generator=gen, dtype=torch.float64)
+    w = [t * 0.4 for t in (torch.randn(I, 4 * C, generator=gen, dtype=torch.float64),
+                           torch.randn(P, 4 * C, generator=gen, dtype=torch.float64),
+                           torch.randn(4 * C, generator=gen, dtype=torch.float64),
+                           torch.randn(C, P, generator=gen, dtype=torch.float64))]
+    h0, c0 = torch.randn(B, P, generator=gen, dtype=torch.float64), torch.randn(B, C, generator=gen, dtype=torch.float64)
+    lengths = torch.tensor([5, 2, 0])
+    seeds = [torch.randn(B, T, P, generator=gen, dtype=torch.float64), torch.randn(B, P, generator=gen,
+             dtype=torch.float64), torch.randn(B, C, generator=gen, dtype=torch.float64)]
+    seeds[1][2], seeds[2][2] = 0.0, 0.0  # the length-0 row's final state is its NaN initial state
+
+    def unused(value):
+        xx, hh, cc = x.clone(), h0.clone(), c0.clone()
+        xx[1, 3], xx[2, 0] = value, value  # padded positions of rows 1 and 2
+        hh[2], cc[2] = value, value  # the initial state of the row of length 0
+        return xx, hh, cc
+
+    grads = []
+    for value in (float("nan"), 7.0):
+        xx, hh, cc = unused(value)
+        ws = [t.clone().requires_grad_() for t in w]
+        out, h_n, c_n = R.lstm_layer(xx, lengths, *ws, hh, cc, 3.0, 3.0, reverse, residual)
+        grads.append(torch.autograd.grad([out, h_n, c_n], ws, seeds))
+        if len(grads) == 1:  # NaN there
+            want = O.lstm_layer(xx.numpy(), lengths.numpy(), *[t.numpy() for t in w], hh.numpy(), cc.numpy(),
+                                3.0, 3.0, reverse, residual)
+            np.testing.assert_allclose(out.detach().numpy(), want[0], rtol=1e-12, atol=1e-12)
+    for got, other in zip(*grads):
+        assert torch.isfinite(got).all()
+        assert torch.equal(got, other)
+    xx, hh, cc = (t.numpy() for t in unused(float("nan")))
+    args = [t.numpy() for t in seeds]
+    eps = 1e-6
+    for k, g in enumerate(grads[0]):
+        fd = np.empty(g.shape)
+        for idx in np.ndindex(*g.shape):
+            loss = []
+            for step in (eps, -eps):
+                ws = [t.numpy().copy() for t in w]
+                ws[k][idx] += step
+                loss.append(_lstm_loss_oracle(xx, lengths.numpy(), ws, hh, cc, 3.0, reverse, residual, args))
+            fd[idx] = (loss[0] - loss[1]) / (2 * eps)
+        np.testing.assert_allclose(g.numpy(), fd, rtol=1e-6, atol=1e-7)
