@@ -75,7 +75,7 @@ struct GateArgs {
   int64_t C;
   int64_t c_begin;
   int64_t c_end;
-  float cell_clip;  // <= 0: none
+  float cell_clip;  // < 0: none (0 clips every cell to 0)
 };
 
 struct GateBackwardArgs {
