@@ -605,6 +605,29 @@ def test_options_takes_a_spacy_elmo_model_its_config_json_or_an_allennlp_directo
     assert "Errno" not in said and not (tmp_path / "x").exists()
 
 
+def test_options_refuses_a_directory_of_two_allennlp_options_and_a_config_json_of_another_version(tmp_path):
+    """A directory of two AllenNLP *options*.json files (which one?) is refused naming the count, not read as its
+    first; a spacy-elmo config.json is checked as BiLM.load checks it (read_config_json): another format version
+    (a newer spacy-elmo's) is its version error, not sizes read from a file this version may read otherwise."""
+    base = tmp_path / "base"
+    BiLM(BiLMConfig(**TINY)).save(base)
+    two = tmp_path / "two"
+    two.mkdir()
+    for name in ("a_options.json", "b_options.json"):
+        (two / name).write_text(json.dumps(TINY))
+    newer = tmp_path / "newer"
+    newer.mkdir()
+    meta = json.loads((base / "config.json").read_text())
+    (newer / "config.json").write_text(json.dumps({**meta, "version": 99}))
+    for given, words in [(two, "nor one AllenNLP *options*.json (2 found)"), (newer, "has format version 99")]:
+        out = tmp_path / f"out-{given.name}"
+        args = [a if a != str(tmp_path / "tiny.json") else str(given) for a in tiny_pretrain_args(tmp_path, out, max_steps=1)[0]]
+        result = runner.invoke(app, args)
+        said = " ".join(plain(result.output).replace("│", " ").split())
+        assert result.exit_code == 2 and words in said, said
+        assert not out.exists()
+
+
 def test_a_stream_run_ends_naming_the_sentence_stage_for_the_component(tmp_path):
     """The README's first pretraining command trains on streams, which the elmo component reads a sentence at a
     time badly (the bundled model: 1,632.65 per sentence after streams, 232.25 after the sentence stage), and the
