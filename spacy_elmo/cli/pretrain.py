@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from typer.core import TyperOption
 
 from ..bilm import BiLMConfig
 from ..bilm.config import UnknownConfigFields
@@ -365,7 +366,7 @@ def sentence_stage(ctx: typer.Context, train_path: Path, output_dir: Path) -> st
     words = ["spacy-elmo", "pretrain", str(train_path), str(beside), "--init", str(output_dir), "--sentences"]
     for param in ctx.command.params:
         value = ctx.params.get(param.name)
-        if param.name not in STAGE_CARRIES or param.param_type_name != "option" or value == param.default:
+        if param.name not in STAGE_CARRIES or not isinstance(param, TyperOption) or value == param.default:
             continue
         if param.is_flag:  # --prefetch/--no-prefetch: the name that sets the value
             words.append(param.opts[0] if value else param.secondary_opts[0])
