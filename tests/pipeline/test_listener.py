@@ -1284,6 +1284,34 @@ def test_a_training_batch_read_in_another_order_or_twice_gets_each_docs_layers_a
     numpy.testing.assert_allclose(listener.ops.to_numpy(sent[0][1]), d_a + d_b, rtol=1e-6)
 
 
+def test_a_training_batch_of_docs_of_one_length_read_reversed_gets_each_docs_layers():
+    """Docs of the same length read in another order than received: the same batch id and the same lengths, and
+    the listener handed back the batch's outputs as received (each doc the other's layers, and its gradient)."""
+    from spacy_elmo.pipeline.doc_data import install_extensions
+
+    install_extensions()
+    nlp = spacy.blank("en")
+    docs = [nlp.make_doc(text) for text in ("Alice went home .", "Bob is here .")]
+    rng = numpy.random.default_rng(3)
+    layers = [rng.standard_normal((3, 4, 4)).astype("float32") for _ in docs]
+    listener = ElmoListener(upstream_name="elmo")
+    listener.upstream, listener.component = "elmo", "ner"
+    listener.set_dim("nL", 3)
+    listener.set_dim("nO", 4)
+    listener.receive(ElmoListener.get_batch_id(docs), layers, None, docs)
+    sent = []
+    listener._backprop = lambda d_layers: sent.append(d_layers) or []
+    outputs, backprop = listener.begin_update(docs[::-1])
+    for got, want in zip(outputs, layers[::-1]):
+        numpy.testing.assert_array_equal(listener.ops.to_numpy(got), want)
+    d_outputs = [rng.standard_normal(out.shape).astype("float32") for out in outputs]
+    backprop(d_outputs)
+    for got, want in zip(sent[0], d_outputs[::-1]):
+        numpy.testing.assert_array_equal(listener.ops.to_numpy(got), want)
+    outputs, _ = listener.begin_update(docs)  # in their order: the batch's own outputs
+    assert all(got is want for got, want in zip(outputs, layers))
+
+
 def test_a_copied_listener_is_a_listener_with_its_settings_and_nothing_received():
     """thinc's Model.copy (of the listener or of a model holding it) gives an ElmoListener with the same
     settings, sizes and attrs, linked to nothing and fed nothing (thinc's own gave a plain Model, as it does
