@@ -45,6 +45,7 @@ Synthetic words of realistic lengths (Zipf-distributed), never zeros. No spaCy i
 
 import argparse
 import json
+import math
 import platform
 import statistics
 import sys
@@ -117,8 +118,10 @@ def loss_diff(a: Sequence[float], b: Sequence[float], warmup: int) -> Dict[str, 
     one at step 0 (the same weights and inputs: only the forward's rounding can differ), at the first timed
     step (``warmup``), and the first step where it exceeds ``LOSS_TOLERANCE`` (None: none). A difference
     that grows smoothly from step 0 is nondeterminism compounding through the updates; one that jumps at a
-    step, or is large at step 0, is different inputs."""
-    diffs = [abs(x - y) for x, y in zip(a, b)]
+    step, or is large at step 0, is different inputs. A NaN or infinite loss on either side counts as an
+    infinite difference: above the tolerance, and the maximum (``abs(nan) > tol`` is False, and ``max`` of a
+    list with a NaN depends on where the NaN stands: a NaN loss read as agreement)."""
+    diffs = [d if math.isfinite(d) else math.inf for d in (abs(x - y) for x, y in zip(a, b))]
     return {"max_abs": max(diffs), "step0": diffs[0], "first_timed": diffs[warmup],
             "first_step_above": next((i for i, d in enumerate(diffs) if d > LOSS_TOLERANCE), None)}
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from typer.core import TyperOption
 
 from ..bilm import BiLMConfig
 from ..bilm.config import UnknownConfigFields
@@ -19,7 +20,7 @@ from ..ops import resolve_backend
 from ..paths import missing_path_error
 from ..ranks import Ranks, torchrun_ranks
 from ..training.data import AUTO_RULE
-from ..training.trainer import BOUNDS, OPTIMIZERS, leave_failed_run, said_by_this_rank
+from ..training.trainer import BOUNDS, DEFAULT_EPOCHS, OPTIMIZERS, leave_failed_run, said_by_this_rank
 from .app import (COMMAND_LINE, DEVICE_HELP, app, checked_by, checked_output, fail, known_device, non_negative_int,
                   one_of, positive_int, progress_option, spacy_language, warn)
 
@@ -241,7 +242,7 @@ def pretrain(
         "softmax, unless --new-vocab."),
     min_count: int = typer.Option(1, callback=positive_int, help="Smallest count of a vocabulary word (as --vocab-size with --init)."),
     max_steps: Optional[int] = typer.Option(None, callback=positive_int, help="Stop after this many steps."),
-    epochs: Optional[float] = typer.Option(None, callback=_bounded("epochs"), help="Stop after this many epochs (default 10)."),
+    epochs: Optional[float] = typer.Option(None, callback=_bounded("epochs"), help=f"Stop after this many epochs (default {DEFAULT_EPOCHS})."),
     batch_size: int = typer.Option(128, callback=positive_int, help="Rows per process (bilm-tf: 128)."),
     unroll: int = typer.Option(
         20, callback=positive_int, help="Truncated-BPTT window (bilm-tf: 20); streams only (another value is an error with --sentences)."),
@@ -338,16 +339,37 @@ def pretrain(
     done = "written to" if summary["model_written"] else "left as it was in"
     typer.echo(f"model {done} {summary['output_dir']} (load with BiLM.load)")
     if not sentences:  # a stream model reads a sentence alone, as the elmo component does, badly: say the next stage
-        typer.echo(f"for the spaCy elmo component, which reads every sentence alone, go on with whole sentences: "
-                   f"{sentence_stage(train_path, output_dir, heldout, lang)}")
+        typer.echo(f"for the spaCy elmo component, which reads every sentence alone, go on with whole sentences "
+                   f"({DEFAULT_EPOCHS} epochs unless you add --max-steps or --epochs): {sentence_stage(ctx, train_path, output_dir)}")
 
 
-def sentence_stage(train_path: Path, output_dir: Path, heldout: Optional[Path], lang: str) -> str:
+#: pretrain's options that the sentence stage takes from the stream run when given another value than their default:
+#: the text it measures and tokenizes, how it trains (bilm-tf's settings, which the bundled model's stage 2 kept) and
+#: where and how it runs.
+STAGE_CARRIES = ("heldout", "lang", "batch_size", "negatives", "optimizer", "lr", "dropout", "clip", "seed", "device",
+                 "backend", "checkpoint_every", "log_every", "threads", "tokenize_processes", "prefetch", "progress",
+                 "keep_freed_memory")
+#: and those it does not: its own arguments and length (an epoch of streams is not a step count of sentences), the
+#: model and vocabulary, which come with --init (--preset and --options are errors with it, --vocab-size and
+#: --min-count unused), the stream-only options (errors with --sentences) and the sentence-only ones (errors without,
+#: so at their defaults here), and --resume (a new run).
+STAGE_LEAVES = ("train_path", "output_dir", "max_steps", "epochs", "preset", "options", "init", "new_vocab", "vocab_size",
+                "min_count", "unroll", "state_sentences", "sentences", "max_length", "length_pool", "resume")
+
+
+def sentence_stage(ctx: typer.Context, train_path: Path, output_dir: Path) -> str:
     """The ``pretrain --sentences --init`` command that goes on from the stream model in ``output_dir`` (the
     recipe's second stage: the bundled model's per-sentence perplexity went from 1,632.65 to 232.25), into a
-    directory beside it."""
+    directory beside it, with the run's options of ``STAGE_CARRIES`` (``ctx.params``) that differ from their
+    defaults, written as the command line takes them."""
     beside = output_dir.parent / f"{output_dir.name or 'model'}-sentences"
     words = ["spacy-elmo", "pretrain", str(train_path), str(beside), "--init", str(output_dir), "--sentences"]
-    words += ["--heldout", str(heldout)] if heldout else []
-    words += ["--lang", lang] if lang != "en" else []
+    for param in ctx.command.params:
+        value = ctx.params.get(param.name)
+        if param.name not in STAGE_CARRIES or not isinstance(param, TyperOption) or value == param.default:
+            continue
+        if param.is_flag:  # --prefetch/--no-prefetch: the name that sets the value
+            words.append(param.opts[0] if value else param.secondary_opts[0])
+        else:
+            words += [param.opts[0], str(value)]
     return " ".join(shlex.quote(word) for word in words)

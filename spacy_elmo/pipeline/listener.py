@@ -234,8 +234,13 @@ def find_listener_path(cfg: Any, path: Tuple[str, ...] = ()) -> Optional[Tuple[s
 def _forward(model: ElmoListener, docs: List[Doc], is_train: bool):
     if is_train and model._batch_id is not None:
         batch_id = model.get_batch_id(docs)
-        same_lengths = all(len(doc) == out.shape[1] for doc, out in zip(docs, model._outputs or []))
-        if batch_id == model._batch_id and same_lengths:
+        # the received docs themselves, in their places and as tokenized then: the batch id (a sum over the docs'
+        # words) is the same for the docs in another order, and may be for other docs
+        received = model._outputs or []
+        same_docs = len(docs) == len(received) and all(
+            getattr(model._trained.get(doc), "place", None) == i and len(doc) == out.shape[1]
+            for i, (doc, out) in enumerate(zip(docs, received)))
+        if batch_id == model._batch_id and same_docs:
             model.attrs["warming_up"] = False
             return model._outputs, model._backprop
         realigned = _realigned(model, docs)

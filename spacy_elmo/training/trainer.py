@@ -71,7 +71,7 @@ class TrainConfig:
     vocab_size: int = 100_000  # 0: no cap
     min_count: int = 1
     max_steps: Optional[int] = None
-    epochs: Optional[float] = None  # default 10 (bilm-tf) when max_steps is None too
+    epochs: Optional[float] = None  # DEFAULT_EPOCHS (bilm-tf's 10) when max_steps is None too
     batch_size: int = 128
     unroll: int = 20
     negatives: int = 8192
@@ -187,6 +187,8 @@ OPTIMIZERS = ("adagrad", "adam")
 #: its tokens, each step ``unroll`` of them; SentenceBatcher: batches of its sentences), and a corpus holds
 #: at most as many tokens as an array can index.
 MOST_STEPS_PER_EPOCH = np.iinfo(np.intp).max
+#: The run's length when neither --max-steps nor --epochs is given: bilm-tf's 10 epochs.
+DEFAULT_EPOCHS = 10
 #: The largest --epochs whose step count (epochs x steps per epoch) is a number whatever the corpus: above
 #: it, the largest corpora's count overflows to infinity. Checked with the options, before the corpus is
 #: read: ``--epochs 1e308`` was refused only once the corpus was tokenized, the step count needing its size.
@@ -515,7 +517,7 @@ def _total_steps(cfg: TrainConfig, steps_per_epoch: int) -> int:
     product (``cfg.validate``: epochs at most :data:`MAX_EPOCHS`)."""
     if cfg.max_steps is not None:
         return cfg.max_steps
-    return math.ceil((cfg.epochs or 10) * steps_per_epoch)
+    return math.ceil((cfg.epochs or DEFAULT_EPOCHS) * steps_per_epoch)
 
 
 def _model_steps(out: Path) -> Optional[int]:

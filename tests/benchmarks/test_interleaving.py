@@ -41,6 +41,14 @@ def test_round_order_balances_who_comes_first_and_who_follows_whom(n):
     assert sorted(kb.round_order(items, i) for i in range(5, 5 + period)) == sorted(rows)
 
 
+def test_an_odd_count_runs_its_first_rows_reversed_next_not_item_i_mod_n_first():
+    """docs/benchmarks.md said round i starts with item i mod n; for an odd n, rounds n to 2n - 1 are the first n
+    rows reversed (its example: with 3, rounds 3, 4, 5 start with items 2, 0, 1)."""
+    items = list("abc")
+    assert [kb.round_order(items, i) for i in range(3, 6)] == [kb.round_order(items, i)[::-1] for i in range(3)]
+    assert [kb.round_order(items, i)[0] for i in range(3, 6)] == list("cab")
+
+
 def test_time_side_by_side_runs_each_round_in_round_order():
     calls = []
     impls = {name: (lambda name=name: calls.append(name)) for name in "abcd"}
@@ -66,6 +74,19 @@ def test_loss_diff_reports_step_zero_the_first_timed_step_and_where_they_part():
     assert d["step0"] == 0.0 and d["first_timed"] == pytest.approx(1e-4)
     assert d["first_step_above"] == 2 and d["max_abs"] == pytest.approx(0.5)
     assert pb.loss_diff(a, a, warmup=3)["first_step_above"] is None
+
+
+def test_loss_diff_counts_a_nan_or_infinite_loss_as_a_difference_above_tolerance():
+    """A stepper whose loss turned NaN agreed with one that trained on: abs(nan) > tol is False, and max over
+    the differences dropped the NaN when it came after a number."""
+    a, b = [5.0, 4.0, 3.0, 2.9], [5.0, 4.0, float("nan"), float("nan")]
+    for x, y in ((a, b), (b, a)):
+        d = pb.loss_diff(x, y, warmup=1)
+        assert d["first_step_above"] == 2 and d["max_abs"] == float("inf") and d["first_timed"] == 0.0
+    d = pb.loss_diff([5.0, float("nan")], [5.0, 4.0], warmup=1)
+    assert d["first_step_above"] == 1 and d["first_timed"] == d["max_abs"] == float("inf")
+    d = pb.loss_diff([float("inf"), 1.0], [float("inf"), 1.0], warmup=1)  # inf - inf is NaN: not agreement either
+    assert d["step0"] == float("inf") and d["first_step_above"] == 0
 
 
 def _fake_steppers(monkeypatch, loss_of):

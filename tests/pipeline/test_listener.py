@@ -1257,6 +1257,61 @@ def test_a_retokenizer_between_elmo_and_a_listening_component_at_prediction(tiny
         numpy.testing.assert_allclose(read[doc.text], want, rtol=2e-3, atol=2e-3)
 
 
+def test_a_training_batch_read_in_another_order_or_twice_gets_each_docs_layers_and_sums_its_gradient():
+    """The batch id is a sum over the docs' words: the received docs reversed have the same id, and the batch's
+    outputs handed back as they came gave each doc the other's layers (here of other lengths: the guard on the
+    lengths sends them through the per-doc path). A doc read twice sends the sum of both gradients. The listener
+    that reads a received batch is warmed up (its attrs, saved with the model: docs without layers then are
+    errors, not zeros), through the per-doc path too."""
+    listener, docs, layers = _fed_listener()
+    assert len(docs[0]) != len(docs[1]) and ElmoListener.get_batch_id(docs[::-1]) == listener._batch_id
+    sent = []
+    listener._backprop = lambda d_layers: sent.append(d_layers) or []
+    listener.attrs["warming_up"] = True  # as initialize leaves it
+    outputs, backprop = listener.begin_update(docs[::-1])
+    assert listener.attrs["warming_up"] is False
+    for got, want in zip(outputs, layers[::-1]):
+        numpy.testing.assert_array_equal(listener.ops.to_numpy(got), want)
+    rng = numpy.random.default_rng(2)
+    d_outputs = [rng.standard_normal(out.shape).astype("float32") for out in outputs]
+    backprop(d_outputs)
+    for got, want in zip(sent.pop(), d_outputs[::-1]):
+        numpy.testing.assert_array_equal(listener.ops.to_numpy(got), want)
+    outputs, backprop = listener.begin_update([docs[1], docs[1]])
+    d_a, d_b = (rng.standard_normal(out.shape).astype("float32") for out in outputs)
+    backprop([d_a, d_b])
+    numpy.testing.assert_array_equal(listener.ops.to_numpy(sent[0][0]), numpy.zeros_like(layers[0]))
+    numpy.testing.assert_allclose(listener.ops.to_numpy(sent[0][1]), d_a + d_b, rtol=1e-6)
+
+
+def test_a_training_batch_of_docs_of_one_length_read_reversed_gets_each_docs_layers():
+    """Docs of the same length read in another order than received: the same batch id and the same lengths, and
+    the listener handed back the batch's outputs as received (each doc the other's layers, and its gradient)."""
+    from spacy_elmo.pipeline.doc_data import install_extensions
+
+    install_extensions()
+    nlp = spacy.blank("en")
+    docs = [nlp.make_doc(text) for text in ("Alice went home .", "Bob is here .")]
+    rng = numpy.random.default_rng(3)
+    layers = [rng.standard_normal((3, 4, 4)).astype("float32") for _ in docs]
+    listener = ElmoListener(upstream_name="elmo")
+    listener.upstream, listener.component = "elmo", "ner"
+    listener.set_dim("nL", 3)
+    listener.set_dim("nO", 4)
+    listener.receive(ElmoListener.get_batch_id(docs), layers, None, docs)
+    sent = []
+    listener._backprop = lambda d_layers: sent.append(d_layers) or []
+    outputs, backprop = listener.begin_update(docs[::-1])
+    for got, want in zip(outputs, layers[::-1]):
+        numpy.testing.assert_array_equal(listener.ops.to_numpy(got), want)
+    d_outputs = [rng.standard_normal(out.shape).astype("float32") for out in outputs]
+    backprop(d_outputs)
+    for got, want in zip(sent[0], d_outputs[::-1]):
+        numpy.testing.assert_array_equal(listener.ops.to_numpy(got), want)
+    outputs, _ = listener.begin_update(docs)  # in their order: the batch's own outputs
+    assert all(got is want for got, want in zip(outputs, layers))
+
+
 def test_a_copied_listener_is_a_listener_with_its_settings_and_nothing_received():
     """thinc's Model.copy (of the listener or of a model holding it) gives an ElmoListener with the same
     settings, sizes and attrs, linked to nothing and fed nothing (thinc's own gave a plain Model, as it does
@@ -1327,3 +1382,9 @@ def test_replace_listeners_of_a_tok2vec_that_listens_to_elmo(tiny_dir, tmp_path)
     )
     assert sourced.get_pipe("elmo").listener_map["ner"]
     numpy.testing.assert_allclose(ner_tok2vec_output(sourced), expected, rtol=1e-4, atol=1e-4)
+    # the copy, once linked, is a listener as any: unlinked again (remove_listener, as spaCy's replace_listeners
+    # calls it), it says it is linked to no elmo component, not that it is a copy no elmo component linked yet
+    assert nlp.get_pipe("elmo").remove_listener(copied, "ner") and copied.upstream is None
+    with pytest.raises(ValueError, match="linked to no elmo component") as refused:
+        copied.predict([nlp.make_doc(text)])
+    assert "is a copy" not in str(refused.value)

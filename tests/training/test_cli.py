@@ -605,26 +605,85 @@ def test_options_takes_a_spacy_elmo_model_its_config_json_or_an_allennlp_directo
     assert "Errno" not in said and not (tmp_path / "x").exists()
 
 
+def test_options_refuses_a_directory_of_two_allennlp_options_and_a_config_json_of_another_version(tmp_path):
+    """A directory of two AllenNLP *options*.json files (which one?) is refused naming the count, not read as its
+    first; a spacy-elmo config.json is checked as BiLM.load checks it (read_config_json): another format version
+    (a newer spacy-elmo's) is its version error, not sizes read from a file this version may read otherwise."""
+    base = tmp_path / "base"
+    BiLM(BiLMConfig(**TINY)).save(base)
+    two = tmp_path / "two"
+    two.mkdir()
+    for name in ("a_options.json", "b_options.json"):
+        (two / name).write_text(json.dumps(TINY))
+    newer = tmp_path / "newer"
+    newer.mkdir()
+    meta = json.loads((base / "config.json").read_text())
+    (newer / "config.json").write_text(json.dumps({**meta, "version": 99}))
+    for given, words in [(two, "nor one AllenNLP *options*.json (2 found)"), (newer, "has format version 99")]:
+        out = tmp_path / f"out-{given.name}"
+        args = [a if a != str(tmp_path / "tiny.json") else str(given) for a in tiny_pretrain_args(tmp_path, out, max_steps=1)[0]]
+        result = runner.invoke(app, args)
+        said = " ".join(plain(result.output).replace("│", " ").split())
+        assert result.exit_code == 2 and words in said, said
+        assert not out.exists()
+
+
 def test_a_stream_run_ends_naming_the_sentence_stage_for_the_component(tmp_path):
     """The README's first pretraining command trains on streams, which the elmo component reads a sentence at a
     time badly (the bundled model: 1,632.65 per sentence after streams, 232.25 after the sentence stage), and the
-    run ended saying nothing of it. Its summary ends with the next command (`--init OUT --sentences`, the run's
-    --heldout and --lang kept), which runs as printed and writes a sentence model; a --sentences run's does not."""
+    run ended saying nothing of it. Its summary ends with the next command (`--init OUT --sentences`), which runs as
+    printed and writes a sentence model; a --sentences run's does not. The command keeps the run's options that
+    differ from their defaults and carry over (--batch-size, --backend, --threads... were dropped: the stage ran
+    at batch 128 with the kernels of auto), not the stream-only ones (--unroll), the model's (--options: --init
+    gives it) or the run's length (--max-steps), and the line says how long it trains without one."""
     import shlex
 
     from .conftest import write_corpus as corpus
 
     held = corpus(tmp_path / "held out.txt", 30, seed=2)
-    result, train, _, _, out = pretrain_tiny(tmp_path, "--heldout", str(held), "--lang", "xx", max_steps=1)
+    result, train, _, _, out = pretrain_tiny(tmp_path, "--heldout", str(held), "--lang", "xx", "--batch-size", "3",
+                                             "--seed", "7", "--no-prefetch", max_steps=1)
     assert result.exit_code == 0, result.output
     last = result.stdout.splitlines()[-1]
-    assert last.startswith("for the spaCy elmo component, which reads every sentence alone, go on with whole sentences: ")
+    assert last.startswith("for the spaCy elmo component, which reads every sentence alone, go on with whole sentences "
+                           "(10 epochs unless you add --max-steps or --epochs): ")
     words = shlex.split(last.split(": ", 1)[1])
     beside = tmp_path / "model-sentences"
     assert words == ["spacy-elmo", "pretrain", str(train), str(beside), "--init", str(out), "--sentences",
-                     "--heldout", str(held), "--lang", "xx"]
-    tiny = ["--max-steps", "1", "--batch-size", "4", "--negatives", "8", "--threads", "1", "--backend", "reference", "--no-progress"]
-    again = runner.invoke(app, words[1:] + tiny)
+                     "--heldout", str(held), "--lang", "xx", "--batch-size", "3", "--negatives", "8", "--seed", "7",
+                     "--backend", "reference", "--threads", "1", "--no-prefetch", "--no-progress"]
+    again = runner.invoke(app, words[1:] + ["--max-steps", "1"])  # the tiny run's settings come with the command
     assert again.exit_code == 0, again.output
     assert json.loads((beside / "config.json").read_text())["provenance"]["reading"] == "sentences"
+    ran = next(event["config"] for event in read_log(beside) if "config" in event)
+    assert (ran["batch_size"], ran["seed"], ran["backend"], ran["lang"], ran["prefetch"]) == (3, 7, "reference", "xx", False)
     assert "go on with whole sentences" not in again.stdout
+
+
+def test_the_sentence_stage_command_carries_the_device_and_parses_back(tmp_path):
+    """--device cuda went unsaid (the stage would train on the CPU, pretrain's default); every pretrain option is
+    either carried or left, by name, so a new one is decided here; and the printed words parse back to the run's
+    values of the carried options."""
+    import shlex
+
+    import typer
+
+    from spacy_elmo.cli.pretrain import STAGE_CARRIES, STAGE_LEAVES, sentence_stage
+
+    command = typer.main.get_command(app).commands["pretrain"]
+    assert not set(STAGE_CARRIES) & set(STAGE_LEAVES)
+    assert set(STAGE_CARRIES) | set(STAGE_LEAVES) == {param.name for param in command.params}
+    train, out = tmp_path / "train.txt", tmp_path / "out"
+    args = [str(train), str(out), "--batch-size", "64", "--threads", "2", "--backend", "reference", "--lr", "0.05",
+            "--optimizer", "adam", "--unroll", "10", "--max-steps", "4500", "--return-freed-memory", "--prefetch"]
+    ctx = command.make_context("pretrain", list(args))
+    ctx.params["device"] = "cuda"  # what --device cuda gives on a machine with a GPU (this one may have none)
+    words = shlex.split(sentence_stage(ctx, train, out))
+    assert words[:7] == ["spacy-elmo", "pretrain", str(train), str(tmp_path / "out-sentences"), "--init", str(out), "--sentences"]
+    assert words[7:] == ["--batch-size", "64", "--optimizer", "adam", "--lr", "0.05", "--device", "cuda", "--backend",
+                         "reference", "--threads", "2", "--prefetch", "--return-freed-memory"]
+    ctx.params["device"] = "cpu"
+    back = command.make_context("pretrain", [word for word in words[2:] if word not in ("--device", "cuda")])
+    assert back.params["sentences"] and back.params["init"] == str(out) and back.params["max_steps"] is None
+    assert back.params["unroll"] == 20  # stream-only: an error with --sentences
+    assert {name: back.params[name] for name in STAGE_CARRIES} == {name: ctx.params[name] for name in STAGE_CARRIES}
