@@ -220,7 +220,7 @@ def lstm_layer(
     Returns ``(out (B, T, P), h_n (B, P), c_n (B, C))``: outputs are zero at
     padded positions; the final state of a row is its state after its last
     processed token (its initial state when its length is 0). ``x`` at a padded
-    position and the state of a row past its length enter no product: a NaN
+    position and the initial state of a row of length 0 enter no product: a NaN
     there reaches no other row and no weight's gradient, as in the fused kernels.
     """
     batch, total, _ = x.shape
