@@ -13,9 +13,9 @@
 # Results and the log go straight to $OUT (8 files; at most 8 come back); commit them under
 # benchmarks/results/.
 #
-#   device run:  export CXX=/usr/bin/g++ CC=/usr/bin/gcc; BUDGET=300 bash scripts/gpu_session.sh
+#   device run:  export CXX=/usr/bin/g++ CC=/usr/bin/gcc; BUDGET=420 bash scripts/gpu_session.sh
 #                (the lent image's own CXX=/opt/gcc/bin/g++ builds an extension whose C++ exceptions crash: the
-#                probe below rebuilds, 40 s more; 4-5 minutes in all on an H200, 2026-11-26; stops itself by BUDGET)
+#                probe below rebuilds, 40 s more; 350 s in all on an H200, 2026-11-27, with the CPU kernel tests last; stops itself by BUDGET)
 #   smoke test:  DEVICE=cpu QUICK=1 STEM=kernels_smoke OUT=/tmp/gs PY=.venv/bin/python bash scripts/gpu_session.sh
 #
 # The device tool's limits (2026-11): 600 s a command, 15 minutes of device time a session in
