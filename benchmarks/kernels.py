@@ -32,7 +32,6 @@ ELMo: shown for speed only.
 
 import argparse
 import functools
-import json
 import os
 import platform
 import random
@@ -49,6 +48,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.allennlp_style import AllenNLPStyleBiLM, ConvTokenEncoder, StepLstmWithProjection  # noqa: E402
+from benchmarks.results_json import write_json  # noqa: E402
 from spacy_elmo.ops import fused_available  # noqa: E402
 from spacy_elmo.ops import reference as R  # noqa: E402
 from spacy_elmo.training.malloc import keep_freed_memory  # noqa: E402
@@ -631,7 +631,7 @@ def main(argv=None):
                    "order_note": "implementations interleaved one call each per round, the order rotated each round "
                                  "(round_order: each first, and right after each other one, equally often)",
                    "rows": rec.rows}
-        json_path.write_text(json.dumps(payload, indent=1, default=str))
+        write_json(json_path, payload, indent=1, default=str)
 
     for preset in args.presets:
         for batch in args.batches:

@@ -33,6 +33,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.results_json import write_json  # noqa: E402
 from benchmarks.tokenize_corpus import generate  # noqa: E402
 
 WORDS_PER_DOC = 170  # whitespace words of a line of generate's text, about (spaCy tokens: ~230)
@@ -211,7 +212,7 @@ def main(argv=None) -> int:
             results["memory"] = mem
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2) + "\n")
+    write_json(out, results)
     chart(results, out.with_suffix(".png"))
     return 0
 

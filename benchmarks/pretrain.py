@@ -36,7 +36,8 @@ the first timed step's and the first step past ``LOSS_TOLERANCE``): prefetching
 on and off (``--prefetch both``) and a stepper and its ``--twin`` (the same
 setting; on a GPU their difference is the device's own nondeterminism, atomics
 adding in another order, grown through training: the floor the on/off
-difference is read against). On the CPU all are 0.
+difference is read against). On the CPU all are 0. The JSON is standard JSON (``benchmarks.results_json``): a
+diverged loss and the infinite difference it makes are the strings ``"nan"`` / ``"inf"`` there (``NONFINITE_KEYS``).
 
 Synthetic words of realistic lengths (Zipf-distributed), never zeros. No spaCy import.
 
@@ -44,7 +45,6 @@ Synthetic words of realistic lengths (Zipf-distributed), never zeros. No spaCy i
 """
 
 import argparse
-import json
 import math
 import platform
 import statistics
@@ -61,6 +61,7 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
 
 from benchmarks.kernels import (  # noqa: E402
     bilm_flops, cpu_identity, device_problem, measure_gemm_gflops, order_period, round_order)
+from benchmarks.results_json import nonfinite_as_text, write_json  # noqa: E402
 from spacy_elmo.bilm import BiLM, BiLMConfig  # noqa: E402
 from spacy_elmo.ops import fused_available  # noqa: E402
 from spacy_elmo.training.lm import BidirectionalLM, encode_batch  # noqa: E402
@@ -79,6 +80,9 @@ CUDA_WARMUP_STEPS = 64
 CUDA_REPEATS = 20
 #: the loss difference past which two steppers that must agree are reported as parted (``first_step_above``)
 LOSS_TOLERANCE = 1e-3
+#: the record's keys whose numbers may be non-finite by meaning (a stepper's loss diverged: NaN or infinite, and its
+#: difference from another's infinite, :func:`loss_diff`); the JSON holds them as "nan" / "inf" / "-inf"
+NONFINITE_KEYS = ("losses", "first_loss", "loss_diff", "loss_max_abs_diff")
 
 
 class StepperKey(NamedTuple):
@@ -411,7 +415,7 @@ def main(argv=None) -> int:
         row = bench_preset(preset, keys, main_prefetch, args, device)
         rows.append(row)
         # the presets so far survive a run stopped at a time limit ("complete": false)
-        out.write_text(json.dumps(_result(args, device, kept, bf16, peak_dtype, rows, None), indent=2))
+        write_json(out, _result(args, device, kept, bf16, peak_dtype, rows, None))
         cells = "  ".join(f"{b}: {row['backends'][b]['tokens_per_s']:8.0f} tok/s ({row['backends'][b]['floor_fraction']:.2f} of floor)"
                           for b in backends)
         ratio = row.get("speedup_fused_vs_reference")
@@ -434,7 +438,7 @@ def main(argv=None) -> int:
     print(f"sampled-softmax logsumexp ({lse['rows']} x {lse['negatives']}, fwd+bwd with its product): "
           f"torch {lse['torch.logsumexp'] * 1e3:.0f} ms, consuming {lse['ConsumingLogSumExp'] * 1e3:.0f} ms, "
           f"{lse['speedup']:.2f}x" + (f"; fused {lse['fused'] * 1e3:.0f} ms" if "fused" in lse else ""), flush=True)
-    out.write_text(json.dumps(_result(args, device, kept, bf16, peak_dtype, rows, lse), indent=2))
+    write_json(out, _result(args, device, kept, bf16, peak_dtype, rows, lse))
     print(f"wrote {out}")
     return 0
 
@@ -447,7 +451,7 @@ def _result(args, device, kept, bf16, peak_dtype, rows, lse):
         "processor": platform.processor(), **cpu_identity(), "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "keep_freed_memory": kept,
         "peak_gflops": args.peak_gflops, "peak_dtype": str(peak_dtype).replace("torch.", ""),
         "floor_note": "floor = tokens/s at peak_gflops (step_flops)",
-        "rows": rows, "logsumexp": lse,
+        "rows": nonfinite_as_text(rows, NONFINITE_KEYS), "logsumexp": lse,
         "loss_tolerance": LOSS_TOLERANCE,
         "note": "tokens/s = batch*unroll per training step (fwd+bwd LMs, sampled softmax, clip, Adagrad, its inputs "
                 "prepared as pretrain does: prefetched one step ahead where a row's prefetch is true); medians of "
@@ -455,7 +459,9 @@ def _result(args, device, kept, bf16, peak_dtype, rows, lse):
                 "prefetch, copy) interleaved one step each per round, the order rotated each round "
                 "(benchmarks.kernels.round_order: each first, and right after each other one, equally often); "
                 "losses: every step's, warm-up included; loss_diff: how two steppers that must agree differ "
-                "(step 0, the first timed step, the first step past loss_tolerance); "
+                "(step 0, the first timed step, the first step past loss_tolerance; a NaN or infinite loss on either "
+                "side: an infinite difference); a non-finite loss or difference is written as the string \"nan\", "
+                "\"inf\" or \"-inf\" (standard JSON has no such number; float() reads it back); "
                 "host_prepare_ms: one step's input preparation alone (prepare_step), median",
     }
     if device.type == "cuda":

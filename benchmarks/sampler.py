@@ -10,7 +10,6 @@ torch's ops enter OpenMP regions, which wait on busy cores.
 """
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -23,6 +22,7 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.kernels import round_order  # noqa: E402
+from benchmarks.results_json import write_json  # noqa: E402
 from spacy_elmo.training.sampler import LogUniformSampler, Sample  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -89,9 +89,9 @@ def main(argv=None) -> int:
               f"torch sort {row['torch_sort_ms']:.2f} ms, "
               f"{row['speedup']:.2f}x ({row['draws_mean']:,.0f} draws)", flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"benchmark": "sampler", "threads": args.threads, "torch": torch.__version__,
-                                    # a loaded machine slows the sort's parallel regions most: say how loaded
-                                    "load_average": os.getloadavg(), "rows": rows}, indent=2))
+    write_json(args.out, {"benchmark": "sampler", "threads": args.threads, "torch": torch.__version__,
+                          # a loaded machine slows the sort's parallel regions most: say how loaded
+                          "load_average": os.getloadavg(), "rows": rows})
     print(f"wrote {args.out}")
     return 0
 

@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+from benchmarks.results_json import write_json
 from spacy_elmo import switches
 from spacy_elmo.configs import CONFIG_DIR
 
@@ -454,10 +455,17 @@ def _bare(nlp, doc):
 # ---------------------------------------------------------------------------------------
 
 
-def mean_std(values: Sequence[float]) -> tuple[float, float]:
-    vals = [v for v in values if v is not None and not math.isnan(v)]
+def _score(value: float | None) -> float | None:
+    """A run's score, or None where it has none (missing, or NaN)."""
+    return None if value is None or math.isnan(value) else value
+
+
+def mean_std(values: Sequence[float | None]) -> tuple[float | None, float | None]:
+    """Mean and standard deviation (0.0 for one value) of the scores among ``values``; ``(None, None)`` where
+    no run has one (null in the JSON: standard JSON has no NaN)."""
+    vals = [v for v in map(_score, values) if v is not None]
     if not vals:
-        return float("nan"), float("nan")
+        return None, None
     return statistics.fmean(vals), (statistics.stdev(vals) if len(vals) > 1 else 0.0)
 
 
@@ -474,7 +482,7 @@ def summarize(runs: list[dict], group_keys: Sequence[str], metrics: Sequence[str
     for row in rows.values():
         for m in metrics:
             mu, sd = mean_std(row[m])
-            row[m] = {"mean": mu, "std": sd, "values": row[m]}
+            row[m] = {"mean": mu, "std": sd, "values": [_score(v) for v in row[m]]}
         out.append(row)
     return out
 
@@ -494,7 +502,8 @@ def markdown_table(rows: list[dict], group_keys: Sequence[str], metrics: dict[st
         vals = [_pct(r[m]) for m in metrics]
         if baseline_key:
             b = base.get(tuple(r[k] for k in group_keys if k != "setting"))
-            diff = "" if b is None or r.get("setting") == "baseline" else f"{100 * (r[first]['mean'] - b):+.2f}"
+            diff = ("" if b is None or r[first]["mean"] is None or r.get("setting") == "baseline"
+                    else f"{100 * (r[first]['mean'] - b):+.2f}")
             vals.insert(1, diff)
         lines.append("| " + " | ".join(cells + vals + [",".join(map(str, r["seeds"]))]) + " |")
     lines += [""] + [f"- {n}" for n in notes]
@@ -502,7 +511,7 @@ def markdown_table(rows: list[dict], group_keys: Sequence[str], metrics: dict[st
 
 
 def _pct(v: dict) -> str:
-    if v["mean"] is None or math.isnan(v["mean"]):
+    if v["mean"] is None:
         return "n/a"
     s = f"{100 * v['mean']:.2f}"
     return s + (f" ± {100 * v['std']:.2f}" if len(v["values"]) > 1 else "")
@@ -525,7 +534,7 @@ def bar_chart(rows: list[dict], group_key: str, series_key: str, metrics: dict[s
             xs, ys, es = [], [], []
             for i, g in enumerate(groups):
                 r = next((r for r in rows if r[group_key] == g and r[series_key] == s), None)
-                if r is not None and not math.isnan(r[m]["mean"]):
+                if r is not None and r[m]["mean"] is not None:
                     xs.append(i + (j - (len(series) - 1) / 2) * width)
                     ys.append(100 * r[m]["mean"])
                     es.append(100 * r[m]["std"])
@@ -548,7 +557,7 @@ def write_outputs(record: dict, markdown: str, chart: Callable[[Path], None], ou
     """``out_dir/<stem>.json``, ``.md`` and ``.png``; returns the paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / f"{stem}.json", out_dir / f"{stem}.md", out_dir / f"{stem}.png"]
-    paths[0].write_text(json.dumps(record, indent=2, default=str) + "\n", encoding="utf-8")
+    write_json(paths[0], record, default=str)
     paths[1].write_text(markdown, encoding="utf-8")
     chart(paths[2])
     return paths
@@ -597,4 +606,4 @@ def cached_result(run_dir: Path, ident: dict, force: bool) -> dict | None:
 def store_result(run_dir: Path, ident: dict, result: dict) -> None:
     """Keep a finished run's result so that re-running the benchmark re-uses it."""
     path = Path(run_dir) / "result.json"
-    path.write_text(json.dumps({"ident": ident, "result": result}, indent=2, default=str), encoding="utf-8")
+    write_json(path, {"ident": ident, "result": result}, default=str)

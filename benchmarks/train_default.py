@@ -46,6 +46,8 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make ``benchmarks`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.results_json import write_json  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / "spacy_elmo" / "data" / "default"
 MODEL_FILES = ("config.json", "model.safetensors", "vocab.txt")
@@ -294,7 +296,7 @@ def convert(args, state: dict, heldout: Path) -> dict:
         print(f"held-out perplexity of the converted model ({mode.replace('_', ' ')}): forward "
               f"{result['perplexity_forward']:.2f}, backward {result['perplexity_backward']:.2f}, mean {result['perplexity']:.2f} "
               f"({result['n_tokens']:,} tokens, OOV {result['oov_rate']:.2%}, vocabulary {result['vocab_size']:,})", flush=True)
-    (args.work_dir / "heldout_float16.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    write_json(args.work_dir / "heldout_float16.json", results)
     return results
 
 

@@ -8,7 +8,7 @@ import threading
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 from typer.core import TyperOption
@@ -340,7 +340,8 @@ def pretrain(
     typer.echo(f"model {done} {summary['output_dir']} (load with BiLM.load)")
     if not sentences:  # a stream model reads a sentence alone, as the elmo component does, badly: say the next stage
         typer.echo(f"for the spaCy elmo component, which reads every sentence alone, go on with whole sentences "
-                   f"({DEFAULT_EPOCHS} epochs unless you add --max-steps or --epochs): {sentence_stage(ctx, train_path, output_dir)}")
+                   f"({DEFAULT_EPOCHS} epochs unless you add --max-steps or --epochs): "
+                   f"{sentence_stage(ctx, train_path, output_dir, ranks)}")
 
 
 #: pretrain's options that the sentence stage takes from the stream run when given another value than their default:
@@ -357,13 +358,32 @@ STAGE_LEAVES = ("train_path", "output_dir", "max_steps", "epochs", "preset", "op
                 "min_count", "unroll", "state_sentences", "sentences", "max_length", "length_pool", "resume")
 
 
-def sentence_stage(ctx: typer.Context, train_path: Path, output_dir: Path) -> str:
+def launcher(ranks: Ranks) -> List[str]:
+    """The words that start ``pretrain`` as this run was started: ``spacy-elmo`` for one process; under torchrun
+    (``ranks.world`` > 1) ``torchrun --nproc-per-node N -m spacy_elmo``, N the processes of this machine
+    (torchrun's ``LOCAL_WORLD_SIZE``; without it, or with a value that does not divide the world, every
+    process), with ``--nnodes M`` when the job spans M machines. A second stage started as plain ``spacy-elmo``
+    would train on one process."""
+    if ranks.world == 1:
+        return ["spacy-elmo"]
+    try:
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", ranks.world))
+    except ValueError:
+        local = ranks.world
+    if not 1 <= local <= ranks.world or ranks.world % local:
+        local = ranks.world
+    nodes = ["--nnodes", str(ranks.world // local)] if local < ranks.world else []
+    return ["torchrun", *nodes, "--nproc-per-node", str(local), "-m", "spacy_elmo"]
+
+
+def sentence_stage(ctx: typer.Context, train_path: Path, output_dir: Path, ranks: Ranks = Ranks(0, 1, 0)) -> str:
     """The ``pretrain --sentences --init`` command that goes on from the stream model in ``output_dir`` (the
     recipe's second stage: the bundled model's per-sentence perplexity went from 1,632.65 to 232.25), into a
     directory beside it, with the run's options of ``STAGE_CARRIES`` (``ctx.params``) that differ from their
-    defaults, written as the command line takes them."""
+    defaults, written as the command line takes them, started as this run of ``ranks`` was (:func:`launcher`:
+    under torchrun ``torchrun --nproc-per-node N -m spacy_elmo pretrain ...``)."""
     beside = output_dir.parent / f"{output_dir.name or 'model'}-sentences"
-    words = ["spacy-elmo", "pretrain", str(train_path), str(beside), "--init", str(output_dir), "--sentences"]
+    words = [*launcher(ranks), "pretrain", str(train_path), str(beside), "--init", str(output_dir), "--sentences"]
     for param in ctx.command.params:
         value = ctx.params.get(param.name)
         if param.name not in STAGE_CARRIES or not isinstance(param, TyperOption) or value == param.default:

@@ -6,6 +6,7 @@ always third and always after the reference without, took 38-39 ms a step agains
 let each come first found them about equal. No timing is checked here: the order and the records."""
 
 import json
+import math
 import sys
 from collections import Counter
 from pathlib import Path
@@ -104,6 +105,15 @@ def _fake_steppers(monkeypatch, loss_of):
     return calls
 
 
+def _run_pretrain(argv):
+    """benchmarks/pretrain.py's main on ``argv``, which must succeed; this process's thread count kept."""
+    threads = torch.get_num_threads()
+    try:
+        assert pb.main(argv) == 0
+    finally:
+        torch.set_num_threads(threads)
+
+
 @pytest.mark.skipif(not fused_available(), reason="the fused backend needs the compiled extension")
 def test_pretrain_rotates_the_steppers_and_records_every_loss(monkeypatch, tmp_path):
     """Four steppers (two backends, prefetch off and on): round i starts with stepper i mod 4 and
@@ -112,11 +122,7 @@ def test_pretrain_rotates_the_steppers_and_records_every_loss(monkeypatch, tmp_p
     (index 3: reference off, on, fused off, on) parts from step 2."""
     calls = _fake_steppers(monkeypatch, lambda j, i: 5.0 - i + (0.25 if j == 3 and i >= 2 else 0.0))
     out = tmp_path / "p.json"
-    threads = torch.get_num_threads()
-    try:
-        assert pb.main(TINY + ["--prefetch", "both", "--warmup", "1", "--repeats", "7", "--out", str(out)]) == 0
-    finally:
-        torch.set_num_threads(threads)
+    _run_pretrain(TINY + ["--prefetch", "both", "--warmup", "1", "--repeats", "7", "--out", str(out)])
     rounds = [[j for j, _ in calls[k:k + 4]] for k in range(0, len(calls), 4)]
     assert all({i for _, i in calls[4 * r:4 * r + 4]} == {r} for r in range(8))  # step r in round r
     assert rounds == [kb.round_order(list(range(4)), r) for r in range(8)]
@@ -140,11 +146,7 @@ def test_pretrain_times_one_backend_alone_with_a_twin(monkeypatch, tmp_path, cap
     --twin: a second copy of the main stepper, compared with the first."""
     calls = _fake_steppers(monkeypatch, lambda j, i: 3.0 + (1e-2 * i if j == 1 else 0.0))
     out = tmp_path / "p.json"
-    threads = torch.get_num_threads()
-    try:
-        assert pb.main(TINY + ["--backends", "fused", "--twin", "--repeats", "2", "--out", str(out)]) == 0
-    finally:
-        torch.set_num_threads(threads)
+    _run_pretrain(TINY + ["--backends", "fused", "--twin", "--repeats", "2", "--out", str(out)])
     assert len(calls) == 2 * 3
     row, = json.loads(out.read_text())["rows"]
     assert set(row["backends"]) == {"fused"} and "other_prefetch" not in row
@@ -154,6 +156,27 @@ def test_pretrain_times_one_backend_alone_with_a_twin(monkeypatch, tmp_path, cap
     assert twin["prefetch"] is False and twin["backends"]["fused"]["losses"] == pytest.approx([3.0, 3.01, 3.02])
     assert twin["loss_diff"]["fused"]["first_step_above"] == 1
     assert "twin, prefetch off" in capsys.readouterr().out
+
+
+def test_pretrain_writes_a_diverged_loss_as_standard_json(monkeypatch, tmp_path, capsys):
+    """A stepper whose loss turned NaN: the JSON held NaN and Infinity (json's default), which strict readers refuse.
+    Now the strings "nan" / "inf", the numbers in memory (and the printed report) as they were."""
+    _fake_steppers(monkeypatch, lambda j, i: math.nan if j == 1 and i >= 2 else 5.0 - i)  # reference, prefetch on
+    out = tmp_path / "p.json"
+    _run_pretrain(TINY + ["--backends", "reference", "--prefetch", "both", "--repeats", "3", "--out", str(out)])
+
+    def refuse(token):
+        raise ValueError(f"not standard JSON: {token}")
+
+    record = json.loads(out.read_text(encoding="utf-8"), parse_constant=refuse)
+    row, = record["rows"]
+    other = row["other_prefetch"]
+    assert other["backends"]["reference"]["losses"] == [5.0, 4.0, "nan", "nan"]
+    assert row["backends"]["reference"]["losses"] == [5.0, 4.0, 3.0, 2.0] and row["backends"]["reference"]["first_loss"] == 5.0
+    assert other["loss_max_abs_diff"] == "inf"
+    assert other["loss_diff"]["reference"] == {"max_abs": "inf", "step0": 0.0, "first_timed": 0.0, "first_step_above": 2}
+    assert '"nan"' in record["note"] and record["complete"] is True
+    assert "reference inf at most" in capsys.readouterr().out
 
 
 def test_pretrain_refuses_a_bad_backend_and_no_timed_round():

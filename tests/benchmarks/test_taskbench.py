@@ -223,3 +223,32 @@ def test_train_subset_is_rebuilt_when_train_spacy_changes(tmp_path):
     labels = [max(d.cats, key=d.cats.get) for d in tb.read_docs(by_label)]
     assert n == 10 and labels.count("A") == labels.count("B") == 5
     assert tb.train_subset(train, 1.0, 0) == (train, 50)
+
+
+def test_a_metric_no_run_scored_is_null_in_standard_json_and_n_a_in_the_table(tmp_path):
+    """mean_std gave NaN for a metric no seed scored (missing, or NaN), which json wrote as NaN: a file strict
+    readers (jq, JSON.parse) refuse. Now null, with the table's n/a, the chart skipping it and the baseline
+    column empty."""
+    import json
+    import math
+
+    runs = [{"setting": s, "seed": seed, "test": {"f": f, "acc": acc}}
+            for s, seed, f, acc in (("baseline", 0, 0.5, 0.9), ("baseline", 1, 0.7, float("nan")),
+                                    ("elmo", 0, None, None), ("elmo", 1, float("nan"), None))]
+    rows = tb.summarize(runs, ("setting",), ["f", "acc"])
+    base, elmo = rows
+    assert base["f"]["mean"] == pytest.approx(0.6) and base["acc"] == {"mean": 0.9, "std": 0.0, "values": [0.9, None]}
+    assert elmo["f"] == {"mean": None, "std": None, "values": [None, None]} and elmo["acc"]["mean"] is None
+    table = tb.markdown_table(rows, ("setting",), {"f": "F1", "acc": "accuracy"}, "t", baseline_key="f")
+    assert "| elmo | n/a |  | n/a | 0,1 |" in table and "| baseline | 60.00 ± 14.14 |  | 90.00 ± 0.00 | 0,1 |" in table
+
+    def refuse(token):
+        raise ValueError(f"not standard JSON: {token}")
+
+    charted = []
+    paths = tb.write_outputs({"rows": rows}, table, charted.append, tmp_path, "task")
+    assert json.loads(paths[0].read_text(encoding="utf-8"), parse_constant=refuse)["rows"] == rows
+    assert charted == [paths[2]]
+    pytest.importorskip("matplotlib")
+    tb.bar_chart(rows, "setting", "setting", {"f": "F1"}, "t", tmp_path / "c.png")  # math.isnan(None) failed
+    assert (tmp_path / "c.png").stat().st_size > 0 and not math.isnan(base["f"]["std"])

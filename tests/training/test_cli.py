@@ -687,3 +687,33 @@ def test_the_sentence_stage_command_carries_the_device_and_parses_back(tmp_path)
     assert back.params["sentences"] and back.params["init"] == str(out) and back.params["max_steps"] is None
     assert back.params["unroll"] == 20  # stream-only: an error with --sentences
     assert {name: back.params[name] for name in STAGE_CARRIES} == {name: ctx.params[name] for name in STAGE_CARRIES}
+
+
+@pytest.mark.parametrize("env, start", [
+    ({}, ["spacy-elmo"]),  # one process
+    ({"WORLD_SIZE": "4"}, ["torchrun", "--nproc-per-node", "4", "-m", "spacy_elmo"]),  # without LOCAL_WORLD_SIZE
+    ({"WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "4"}, ["torchrun", "--nproc-per-node", "4", "-m", "spacy_elmo"]),
+    ({"WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4"}, ["torchrun", "--nnodes", "2", "--nproc-per-node", "4", "-m", "spacy_elmo"]),
+    ({"WORLD_SIZE": "6", "LOCAL_WORLD_SIZE": "4"}, ["torchrun", "--nproc-per-node", "6", "-m", "spacy_elmo"]),  # uneven
+    ({"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "x"}, ["torchrun", "--nproc-per-node", "2", "-m", "spacy_elmo"]),
+])
+def test_the_sentence_stage_command_starts_as_the_run_did(monkeypatch, tmp_path, env, start):
+    """After a run under torchrun the printed command said `spacy-elmo pretrain ...`, which trains the second stage on
+    one process: it starts as the README's torchrun command, with the run's processes per machine (and its machines)."""
+    import shlex
+
+    import typer
+
+    from spacy_elmo.cli.pretrain import sentence_stage
+    from spacy_elmo.ranks import torchrun_ranks
+
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    command = typer.main.get_command(app).commands["pretrain"]
+    train, out = tmp_path / "train.txt", tmp_path / "out"
+    ctx = command.make_context("pretrain", [str(train), str(out), "--batch-size", "64"])
+    words = shlex.split(sentence_stage(ctx, train, out, torchrun_ranks()))
+    assert words == [*start, "pretrain", str(train), str(tmp_path / "out-sentences"), "--init", str(out), "--sentences",
+                     "--batch-size", "64"]

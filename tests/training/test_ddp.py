@@ -174,7 +174,8 @@ def _cli_worker(rank: int, world: int, port: int, args: list, result_dir: str) -
 @pytest.mark.slow
 def test_ddp_cli_reports_once(tmp_path):
     """`torchrun --nproc-per-node 2 -m spacy_elmo pretrain ...`: rank 0 prints the summary (with
-    the held-out perplexity) and the model's place; the other ranks, which wrote nothing, print nothing."""
+    the held-out perplexity), the model's place and the second stage's command (under torchrun too); the other
+    ranks, which wrote nothing, print nothing."""
     import json
 
     from .conftest import TINY
@@ -190,6 +191,10 @@ def test_ddp_cli_reports_once(tmp_path):
     assert [o.split("\n", 1)[0] for o in outputs] == ["0", "0"]
     assert "trained 3 steps" in outputs[0] and "held-out perplexity" in outputs[0] and "model written to" in outputs[0]
     assert outputs[1].split("\n", 1)[1].strip() == ""
+    # the second stage's command, once, started as this run was: on 2 processes, not `spacy-elmo pretrain` on one
+    stage = [line for line in outputs[0].splitlines() if "go on with whole sentences" in line]
+    assert len(stage) == 1 and stage[0].split(": ", 1)[1].startswith(
+        f"torchrun --nproc-per-node 2 -m spacy_elmo pretrain {train_file} {tmp_path / 'out-sentences'} --init ")
 
 
 def _sentences_worker(rank: int, world: int, port: int, train_path: str, out: str) -> None:
