@@ -482,7 +482,6 @@ def sampled_logsumexp(h: Tensor, weight: Tensor, offset: Tensor, hit: Tensor) ->
     # softmax exp(lowest - max) underflows to 0; a row of only hits gets no gradient
     # from the caller's logaddexp with its true logit), and index_put_'s backward
     # would clone the whole (N, S) gradient to write those zeros.
-    rows = (hit >= 0).nonzero().squeeze(1)
     if hit.device.type == "cpu":
         # As the fused op, which runs on the CPU only (elsewhere it runs this function): a hit below -1 was
         # taken for none, one past the candidates failed in index_put_. Not on a GPU, where reading the
@@ -493,8 +492,15 @@ def sampled_logsumexp(h: Tensor, weight: Tensor, offset: Tensor, hit: Tensor) ->
         if any_bad(bad, Errors.E_SAMPLED_HIT_RANGE_IN_GRAPH.format(S=candidates)):
             index = int(bad.nonzero()[0, 0])
             raise ValueError(Errors.E_SAMPLED_HIT_RANGE.format(index=index, value=int(hit[index]), S=candidates))
-    with torch.no_grad():
-        logits.index_put_((rows, hit[rows]), logits.new_tensor(torch.finfo(logits.dtype).min))
+    if logits.shape[1] > 0:  # no candidates: no column to write (every hit is then -1, or refused above)
+        with torch.no_grad():
+            # Every row written, without a host sync: the lowest float at its hit, and where it has none its
+            # own value back at column 0 (bit for bit). Selecting the rows with a hit (nonzero) waited for the
+            # device: a host sync in every pretraining step on a GPU.
+            has = hit >= 0
+            column = torch.where(has, hit, 0).unsqueeze(1)
+            lowest = torch.finfo(logits.dtype).min
+            logits.scatter_(1, column, torch.where(has.unsqueeze(1), lowest, logits.gather(1, column)))
     # h and weight ride along as anchors only (ConsumingLogSumExp): F.linear's backward takes the
     # logits' gradient on to them, differentiably, so a second derivative reaches them that way too
     return ConsumingLogSumExp.apply(logits, h, weight)[0]
