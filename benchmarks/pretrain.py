@@ -185,10 +185,12 @@ def make_step(lm, optimizer, sampler, char_table, vocab, device, use_amp, gen, d
                                 prefetch, device)
 
     def step(i):
-        inputs = prefetcher.get(i).to(device)
+        host = prefetcher.get(i)
+        inputs = host.to(device)
         with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=use_amp):
+            # the host's lengths, as pretrain's (one process): the LSTM's op reads them without a host sync
             res = lm(inputs.chars, inputs.index_fwd, inputs.index_bwd, inputs.targets_fwd, inputs.targets_bwd,
-                     inputs.lengths, state[0], inputs.sample, sampler, inputs.logq, inputs.positions)
+                     host.lengths, state[0], inputs.sample, sampler, inputs.logq, inputs.positions)
         loss = (res.nll_fwd.mean() + res.nll_bwd.mean()) / 2
         optimizer.zero_grad(set_to_none=True)
         loss.backward()

@@ -248,13 +248,39 @@ void fill_common(cuda::LstmStep& s, int64_t ndir, int64_t B, int64_t T, int64_t 
   s.residual = residual;
 }
 
-// The number of steps, max(lengths) (check_lstm_lengths: every length in [0, T],
-// one sync), after checking that the batch fits the kernels' grid (one block
-// column per sentence: gridDim.x, up to 2^31 - 1; gridDim.y, at most 65535, would
-// refuse what the CPU path runs). lengths: int64 on the device.
+// The number of steps, max(lengths) (check_lstm_lengths: every length in [0, T];
+// one sync for lengths on the device, none on the host), after checking that the
+// batch fits the kernels' grid (one block column per sentence: gridDim.x, up to
+// 2^31 - 1; gridDim.y, at most 65535, would refuse what the CPU path runs).
+// lengths: int64, contiguous.
 int64_t lstm_steps(const char* op, const at::Tensor& lengths, int64_t B, int64_t T) {
   TORCH_CHECK(B <= 2147483647, op, " (CUDA): at most 2^31 - 1 sentences per call, got ", B);
   return check_lstm_lengths(op, lengths, T);
+}
+
+struct StepLengths {
+  at::Tensor lengths;  // (B,) int64 on x's device, what the kernels read
+  int64_t steps;       // max(lengths), checked (lstm_steps)
+};
+
+// The op's (B,) lengths (any integer dtype; checked by check_lstm) on x's device, with
+// the number of steps. Lengths on the host cost no host sync: copied into a pinned
+// buffer of the op's own (so the values checked are the values the kernels read, whatever
+// the caller does with its tensor afterwards), checked there, and copied to the device
+// without waiting (non_blocking from pinned memory: the caching host allocator keeps the
+// buffer until the copy has run; a blocking copy, or one from pageable memory, waits for
+// the device). Lengths on a device: one sync (min_max_on_host). BiLM.forward and
+// contextualize hand the op host lengths (spacy_elmo/bilm/model.py).
+StepLengths step_lengths(const char* op, const at::Tensor& lengths_in, const at::Tensor& x, int64_t B, int64_t T) {
+  if (lengths_in.device().is_cpu()) {
+    at::Tensor pinned = at::empty({lengths_in.numel()}, at::TensorOptions().dtype(at::kLong).pinned_memory(true));
+    pinned.copy_(lengths_in);  // (B,): check_lstm
+    const int64_t steps = lstm_steps(op, pinned, B, T);
+    return {pinned.to(x.device(), at::kLong, /*non_blocking=*/true), steps};
+  }
+  at::Tensor lengths = lengths_in.to(x.device(), at::kLong).contiguous();
+  const int64_t steps = lstm_steps(op, lengths, B, T);
+  return {lengths, steps};
 }
 
 // The address of x[i0][i1]... (the leading indices given) from x's data pointer and
@@ -335,8 +361,9 @@ LstmForwardResult lstm_forward_cuda(at::TensorList xs, const at::Tensor& lengths
   for (int64_t d = 1; d < ndir; ++d) check_device(xs[d], xs[0], op, "x");  // read through a raw pointer
   c10::cuda::CUDAGuard guard(xs[0].device());
   const auto opts = xs[0].options();
-  const at::Tensor lengths = lengths_in.to(xs[0].device(), at::kLong).contiguous();
-  const int64_t tmax = lstm_steps(op, lengths, B, T);
+  const StepLengths sl = step_lengths(op, lengths_in, xs[0], B, T);
+  const at::Tensor& lengths = sl.lengths;
+  const int64_t tmax = sl.steps;
   std::vector<at::Tensor> x(ndir), xi(ndir), outs(ndir), wrec(ndir), wproj(ndir);
   for (int64_t d = 0; d < ndir; ++d) {
     x[d] = xs[d].contiguous();
@@ -418,8 +445,9 @@ LstmBackwardResult lstm_backward_cuda(at::TensorList grad_outs, const at::Tensor
   c10::cuda::CUDAGuard guard(xs[0].device());
   const auto opts = xs[0].options();
   const auto f32 = opts.dtype(at::kFloat);
-  const at::Tensor lengths = lengths_in.to(xs[0].device(), at::kLong).contiguous();
-  const int64_t tmax = lstm_steps(op, lengths, B, T);
+  const StepLengths sl = step_lengths(op, lengths_in, xs[0], B, T);
+  const at::Tensor& lengths = sl.lengths;
+  const int64_t tmax = sl.steps;
   std::vector<at::Tensor> go(ndir), wrec(ndir), wproj(ndir);
   for (int64_t d = 0; d < ndir; ++d) {
     go[d] = grad_outs[d].to(opts).contiguous();

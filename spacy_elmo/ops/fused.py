@@ -473,7 +473,11 @@ def _lstm(
         h0 = xs[0].new_zeros(ndir, b, p) if h0 is None else h0.to(dtype)
         c0 = xs[0].new_zeros(ndir, b, c) if c0 is None else c0.to(dtype)
         save = _needs_grad(*xs, *weights, h0, c0)
-        lengths = lengths.to(xs[0].device)  # the op checks them: integers in [0, T] (csrc/include/checks.h)
+        # The op checks them: integers in [0, T] (csrc/include/checks.h). Host lengths stay on the host:
+        # the CUDA op checks them there and copies them to the GPU without a host sync (step_lengths in
+        # csrc/cuda/cuda_ops.cpp), where lengths on the GPU cost one a call.
+        if lengths.device.type != "cpu":
+            lengths = lengths.to(xs[0].device)
         outs, h_n, c_n, *_saved = _ops.lstm_forward(
             xs, lengths, weights, h0, c0,
             None if cell_clip is None else float(cell_clip),

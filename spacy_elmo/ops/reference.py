@@ -50,9 +50,14 @@ def check_char_ids(char_ids: Tensor, max_id: int) -> None:
     it (``F.embedding`` gave a bare IndexError, on CUDA a device-side assert), as does
     ``BiLM.forward``; the fused ops check the range of theirs in C++ (``csrc/include/checks.h``)."""
     check_char_ids_dtype(char_ids)
-    bad = (char_ids < 0) | (char_ids > max_id)
+    bad = char_ids_out_of_range(char_ids, max_id)
     if any_bad(bad, Errors.E_CHAR_IDS_RANGE_IN_GRAPH.format(max_id=max_id)):
         raise ValueError(Errors.E_CHAR_IDS_RANGE.format(max_id=max_id, found=int(char_ids[bad][0])))
+
+
+def char_ids_out_of_range(char_ids: Tensor, max_id: int) -> Tensor:
+    """BoolTensor of ``char_ids``' shape: True where an id lies outside ``0..max_id`` (:func:`check_char_ids`)."""
+    return (char_ids < 0) | (char_ids > max_id)
 
 
 #: From this torch release on, :func:`any_bad` puts its checks into the graphs torch.compile and
@@ -142,6 +147,20 @@ def any_bad(bad: Tensor, in_graph: str) -> bool:
     return bool(bad.any())
 
 
+def to_device_nowait(t: Tensor, device: torch.device) -> Tensor:
+    """``t`` on ``device`` without the host waiting for it where ``t`` is on the host and ``device`` a GPU
+    (eagerly): through a pinned copy of its own, copied ``non_blocking`` (torch's caching host allocator
+    keeps the copy until the transfer has run; a caller changing ``t`` afterwards changes nothing the
+    device reads). A plain ``.to`` from pageable memory waits for the GPU to finish its queued work (a host
+    sync). Elsewhere, and while torch.compile or torch.export traces, ``t.to(device)``. For the LSTM's host
+    lengths (:func:`lstm_layer`, ``BiLM.contextualize``)."""
+    if t.device.type == "cpu" and device.type == "cuda" and not torch.compiler.is_compiling():
+        pinned = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+        pinned.copy_(t)
+        return pinned.to(device, non_blocking=True)
+    return t.to(device)
+
+
 def char_cnn(
     char_ids: Tensor,
     embedding: Tensor,
@@ -212,7 +231,8 @@ def lstm_layer(
 ) -> Tuple[Tensor, Tensor, Tensor]:
     """One LSTM-with-projection layer over a ragged batch.
 
-    x: ``(B, T, I)``; lengths: LongTensor ``(B,)`` (0 allowed); h0 ``(B, P)``,
+    x: ``(B, T, I)``; lengths: LongTensor ``(B,)`` (0 allowed; on the host or x's device: host
+    lengths are checked without a host sync, :func:`to_device_nowait`); h0 ``(B, P)``,
     c0 ``(B, C)`` or None for zeros. ``reverse`` runs each row from its own
     last valid position to 0 (per-sentence reversal). ``residual`` adds the
     layer input to the output (needs I == P).
@@ -239,8 +259,9 @@ def lstm_layer(
     _check_shape(lengths, (batch,), "lengths (B,)")
     _check_shape(h0, (batch, proj), "h0 (B, P)")
     _check_shape(c0, (batch, cells), "c0 (B, C)")
-    lengths = lengths.to(x.device)
+    # checked before they move: host lengths (BiLM.forward passes them, on every device) with no host sync
     check_lstm_lengths(lengths, total)
+    lengths = to_device_nowait(lengths, x.device)
     if reverse:
         index = reversal_index(lengths, total)
         x_run = x.gather(1, index.unsqueeze(-1).expand_as(x))
@@ -461,7 +482,6 @@ def sampled_logsumexp(h: Tensor, weight: Tensor, offset: Tensor, hit: Tensor) ->
     # softmax exp(lowest - max) underflows to 0; a row of only hits gets no gradient
     # from the caller's logaddexp with its true logit), and index_put_'s backward
     # would clone the whole (N, S) gradient to write those zeros.
-    rows = (hit >= 0).nonzero().squeeze(1)
     if hit.device.type == "cpu":
         # As the fused op, which runs on the CPU only (elsewhere it runs this function): a hit below -1 was
         # taken for none, one past the candidates failed in index_put_. Not on a GPU, where reading the
@@ -472,8 +492,15 @@ def sampled_logsumexp(h: Tensor, weight: Tensor, offset: Tensor, hit: Tensor) ->
         if any_bad(bad, Errors.E_SAMPLED_HIT_RANGE_IN_GRAPH.format(S=candidates)):
             index = int(bad.nonzero()[0, 0])
             raise ValueError(Errors.E_SAMPLED_HIT_RANGE.format(index=index, value=int(hit[index]), S=candidates))
-    with torch.no_grad():
-        logits.index_put_((rows, hit[rows]), logits.new_tensor(torch.finfo(logits.dtype).min))
+    if logits.shape[1] > 0:  # no candidates: no column to write (every hit is then -1, or refused above)
+        with torch.no_grad():
+            # Every row written, without a host sync: the lowest float at its hit, and where it has none its
+            # own value back at column 0 (bit for bit). Selecting the rows with a hit (nonzero) waited for the
+            # device: a host sync in every pretraining step on a GPU.
+            has = hit >= 0
+            column = torch.where(has, hit, 0).unsqueeze(1)
+            lowest = torch.finfo(logits.dtype).min
+            logits.scatter_(1, column, torch.where(has.unsqueeze(1), lowest, logits.gather(1, column)))
     # h and weight ride along as anchors only (ConsumingLogSumExp): F.linear's backward takes the
     # logits' gradient on to them, differentiably, so a second derivative reaches them that way too
     return ConsumingLogSumExp.apply(logits, h, weight)[0]

@@ -59,7 +59,7 @@ class BidirectionalLM(nn.Module):
         (each encoded once); index_fwd / index_bwd: ``(B, T)`` rows of
         ``unique_chars`` read by each direction (the backward stream is already
         reversed); targets_*: ``(B, T)`` target ids; lengths: ``(B,)`` valid
-        prefix of each row. ``sample`` None means the full softmax; ``logq``: its corrections computed
+        prefix of each row, on the host or the device (on a GPU, host lengths cost the LSTM no host sync). ``sample`` None means the full softmax; ``logq``: its corrections computed
         beforehand (None: computed from the targets, on their device). ``positions``: ``(N,)`` the flat
         positions ``b * T + t`` of the targets (``t < lengths[b]``), ascending, computed beforehand
         (:func:`target_positions`; None: from ``lengths`` here, which on a GPU waits for the kernels
@@ -74,7 +74,7 @@ class BidirectionalLM(nn.Module):
         B, T = targets_fwd.shape
         if positions is None:
             mask = torch.arange(T, device=lengths.device).unsqueeze(0) < lengths.unsqueeze(1)
-            positions = mask.reshape(-1).nonzero().squeeze(1)
+            positions = mask.reshape(-1).nonzero().squeeze(1).to(targets_fwd.device)
         valid = positions
         # Both directions in one softmax call: the candidates are shared, so their rows are
         # gathered once, the logits are one product, and the softmax weight gets one dense

@@ -984,9 +984,13 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
             count = torch.tensor([float(n_targets)], dtype=torch.float64, device=device)
             dist.all_reduce(count)
             step_tokens = int(count.item())
+        # The LSTM reads the host's lengths: on a GPU its op checks them there and copies them over without a
+        # host sync, where device lengths cost one per layer, forward and backward (csrc/cuda/cuda_ops.cpp).
+        # Not through DDP, which copies host tensors to the GPU (waiting for it) before the forward.
+        lengths = host.lengths if model is lm else inputs.lengths
         with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=use_amp):
             res = model(inputs.chars, inputs.index_fwd, inputs.index_bwd, inputs.targets_fwd, inputs.targets_bwd,
-                        inputs.lengths, state, inputs.sample, sampler, inputs.logq, inputs.positions)
+                        lengths, state, inputs.sample, sampler, inputs.logq, inputs.positions)
         # The mean over every rank's targets (padding is zero): DDP averages the ranks' gradients,
         # so each rank divides its sum by the mean count per rank, and a target weighs the same
         # whichever rank's batch it is in.
@@ -1003,12 +1007,13 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
         if world > 1:
             dist.all_reduce(stats)
             stats /= world
-        stats = stats.cpu()
+        # One transfer (one host sync on a GPU) for the losses and the gradient norm (float32 in float64: exact)
+        stats = torch.cat([stats, grad_norm.detach().double().reshape(1)]).cpu()
         tokens_seen += step_tokens
-        step_loss = float(stats[0])
+        step_loss, step_norm = float(stats[0]), float(stats[3])
         # The loss is the ranks' mean and the gradient norm that of the all-reduced gradients: every rank stops alike,
         # before this step is logged or checkpointed.
-        for what, value in (("the loss", step_loss), ("the gradient norm", float(grad_norm))):
+        for what, value in (("the loss", step_loss), ("the gradient norm", step_norm)):
             if not math.isfinite(value):
                 with _same_on_every_rank():
                     raise _diverged(step, what, value, out, last_saved)
@@ -1025,7 +1030,7 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
             ppl = math.exp(min(window_loss / window_n, 50.0))
             with _settled(wait):  # rank 0 appends (a full disk fails it alone)
                 log.write({"step": step, "epoch": epoch, "loss": step_loss, "loss_forward": float(stats[1]),
-                           "loss_backward": float(stats[2]), "sampled_perplexity": ppl, "grad_norm": float(grad_norm),
+                           "loss_backward": float(stats[2]), "sampled_perplexity": ppl, "grad_norm": step_norm,
                            "tokens": tokens_seen, "tokens_per_s": tps, "time": time.time()})
             bar.set_postfix({"tok/s": f"{tps:,.0f}", "ppl" if full_softmax else "sampled ppl": f"{ppl:,.1f}"}, refresh=False)
             window_loss, window_n, window_tokens, window_start = 0.0, 0, 0, time.perf_counter()

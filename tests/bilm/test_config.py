@@ -288,6 +288,50 @@ def test_ids_on_another_device_than_the_weights_are_a_clear_error():
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_forward_checks_the_ids_values_in_order_with_their_messages(backend):
+    """forward brings the verdicts of its three checks of the ids' values to the host at once (one host
+    sync on a GPU, BiLM._checked_mask): each still raises its own message, in the order they were checked
+    one by one (range, then padding before a token, then a token not spelled as batch_to_ids spells it),
+    check_ids as forward, and int32 ids as torch.long."""
+    import torch
+
+    from spacy_elmo.errors import Errors
+
+    model = BiLM(TINY, backend=backend)
+    good = batch_to_ids([["ab", "c"], ["d", "e"]])
+
+    def bad(range_=False, ragged=False, malformed=False):
+        ids = good.clone()
+        if range_:
+            ids[1, 1, 4] = 300
+        if ragged:
+            ids[1, 0] = 0
+        if malformed:
+            ids[0, 1, 0] = 5
+        return ids
+
+    range_msg = Errors.E_CHAR_IDS_RANGE.format(max_id=261, found=300)
+    ragged_msg = Errors.E_RAGGED_MASK.format(row=1)
+    malformed_msg = Errors.E_CHAR_IDS_MALFORMED.format(row=0, position=1, ids=bad(malformed=True)[0, 1, :12].tolist(),
+                                                       bow=259)
+    cases = [((True, False, False), range_msg), ((False, True, False), ragged_msg),
+             ((False, False, True), malformed_msg), ((True, True, True), range_msg), ((False, True, True), ragged_msg),
+             ((True, False, True), range_msg)]
+    for flags, message in cases:
+        for ids in (bad(*flags), bad(*flags).int()):
+            for call in (model, model.check_ids):
+                with pytest.raises(ValueError) as err:
+                    call(ids)
+                assert str(err.value) == message, flags
+    torch.testing.assert_close(model(good.int()).activations[2], model(good).activations[2], rtol=0, atol=0)
+    x = torch.randn(2, 4, 4)
+    for lengths, found in (([3, 1], [3, 1]), ([-1, 1], [-1, 1])):
+        with pytest.raises(ValueError) as err:
+            model.contextualize(x, torch.tensor(lengths))
+        assert str(err.value) == Errors.E_CONTEXTUALIZE_LENGTHS.format(max_len=2, found=found)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_tokens_not_spelled_by_batch_to_ids_are_refused(backend):
     """Both ran silently: every character read as its neighbour's (bilm-tf's ids have no +1
     shift), or zero slots read as zero vectors the released models never saw."""

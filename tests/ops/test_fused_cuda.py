@@ -330,13 +330,130 @@ def test_bilstm_cuda_nan_propagates_like_the_reference(clip):
     assert f[0][0, 2:].isnan().all() and f[1][0, :3].isnan().all() and not f[0][1:].isnan().any()
 
 
-def test_lstm_cuda_rejects_lengths_beyond_t():
+@pytest.mark.parametrize("where", ["cpu", DEV])
+def test_lstm_cuda_rejects_lengths_beyond_t(where):
+    # host lengths are checked on the host (no sync), device ones on the device: one message
     B, T, P, C = 2, 5, 4, 3
     x = torch.zeros(B, T, P, device=DEV)
     w = [torch.zeros(P, 4 * C, device=DEV), torch.zeros(P, 4 * C, device=DEV), torch.zeros(4 * C, device=DEV),
          torch.zeros(C, P, device=DEV)]
-    with pytest.raises(RuntimeError, match=r"lstm: lengths holds 7 at flat index 0; its values must lie in \[0, 5\]"):
-        fused.lstm_layer(x, torch.tensor([7, 3]), *w, reverse=True)
+    for bad, index in (([7, 3], 0), ([3, -1], 1)):
+        message = rf"lstm: lengths holds {bad[index]} at flat index {index}; its values must lie in \[0, 5\]"
+        with pytest.raises(RuntimeError, match=message):
+            fused.lstm_layer(x, torch.tensor(bad, device=where), *w, reverse=True)
+        with pytest.raises(RuntimeError, match=message):
+            torch.ops.spacy_elmo.lstm_forward([x], torch.tensor(bad, device=where), w, x.new_zeros(1, B, P),
+                                              x.new_zeros(1, B, C), None, None, [0], False, False)
+
+
+@pytest.mark.parametrize("backend", ["fused", "reference"])
+def test_bilstm_cuda_host_lengths_make_no_host_sync(backend, capfd):
+    """Lengths on the host: checked there and copied to the GPU without waiting for it (fused:
+    csrc/cuda/cuda_ops.cpp step_lengths; reference: R.to_device_nowait), in the forward and the
+    backward; the same numbers as lengths on the GPU, which cost the fused op one sync per call
+    (forward and backward: the count shows the test sees syncs)."""
+    from spacy_elmo import ops
+
+    gen = torch.Generator().manual_seed(31)
+    B, T, P, C = 5, 7, 8, 6
+    lengths = torch.tensor([7, 0, 3, 1, 6])
+    params = _params(gen, [(B, T, P)] + [(P, 4 * C), (P, 4 * C), (4 * C,), (C, P)] * 2, scale=0.5)
+    results = {}
+    for where in ("cpu", DEV):
+        ts = [p.to(DEV).requires_grad_() for p in params]
+        given = lengths.to(where)
+
+        def run():
+            f, b, h, c = ops.bilstm_layer(ts[0], ts[0], given, ts[1:5], ts[5:9], None, 3.0, 3.0, True, True,
+                                          backend=backend)
+            (f.sum() + 2 * b.sum() + 3 * h.sum() + 4 * c.sum()).backward()
+            return [t.detach() for t in (f, b, h, c)], [t.grad for t in ts]
+
+        got: list = []
+        for _ in range(2):  # the first call warms up (cuBLAS handles, the pinned memory pool)
+            for t in ts:
+                t.grad = None
+            got.clear()
+            syncs = _syncs(lambda: got.append(run()), capfd)
+        results[where] = got[0]
+        if where == "cpu":
+            assert syncs == 0
+        elif backend == "fused":
+            assert syncs == 2  # the forward's and the backward's check of device lengths
+    (outs_host, grads_host), (outs_dev, grads_dev) = results["cpu"], results[DEV]
+    for x, y in zip(outs_host, outs_dev):
+        assert torch.equal(x, y)
+    _check(grads_host, grads_dev, 1e-6)
+
+
+def test_bilm_forward_cuda_host_syncs(capfd):
+    """BiLM.forward on CUDA (fused backend, eager) makes at most 2 host syncs, where it made 7 (H200
+    profile, session 40: benchmarks/results/profile_pretrain_step_h200_s40.txt):
+    1. BiLM._checked_mask: the verdicts of the ids' checks (range, ragged, malformed) and the lengths
+       come to the host in one copy (the LSTM then reads host lengths: no sync in its op);
+    2. the char CNN op's own range check of the ids it reads (csrc/cuda/cuda_ops.cpp, min_max_on_host:
+       a public op keeps its check).
+    contextualize with lengths on the GPU: one sync more (it brings them to the host once)."""
+    from spacy_elmo.bilm import BiLM, BiLMConfig
+    from spacy_elmo.chars import batch_to_ids
+
+    torch.manual_seed(0)
+    model = BiLM(BiLMConfig.preset("small"), backend="fused").to(DEV).eval()
+    ids = batch_to_ids([["The", "cat", "sat", "."], ["A", "dog"], []]).to(DEV)
+    for autocast in (False, True):
+        with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+            for _ in range(2):  # the first call warms up
+                syncs = _syncs(lambda: model(ids), capfd)
+            assert syncs <= 2
+            x = torch.randn(3, 6, model.config.projection_dim, device=DEV)
+            lengths = torch.tensor([4, 2, 0])
+            on_device = lengths.to(DEV)  # here: a blocking copy to the GPU is a sync of its own
+            got: list = []
+            syncs_host = _syncs(lambda: got.append(model.contextualize(x, lengths)), capfd)
+            syncs_device = _syncs(lambda: got.append(model.contextualize(x, on_device)), capfd)
+            assert syncs_host == 0 and syncs_device <= 1, (syncs_host, syncs_device)
+            host, device = got
+            for a, b in zip(host.activations + [host.mask], device.activations + [device.mask]):
+                assert torch.equal(a, b)
+    # the reference forward, which it equals, has the same checks (and their messages: tests/bilm)
+    ref = BiLM(BiLMConfig.preset("small"), backend="reference").to(DEV).eval()
+    ref.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids).activations[2], ref(ids).activations[2], rtol=1e-4, atol=1e-4)
+
+
+def test_pretraining_step_cuda_host_syncs(capfd):
+    """One pretraining step as benchmarks/pretrain.py times it (make_step: the small preset, fused, bf16
+    autocast, sampled softmax, Adagrad; what scripts/profile_pretrain_step.py profiles) makes at most 3
+    host syncs, where the profile counted 8 cudaStreamSynchronize (H200, session 40):
+    1. the char CNN op's check of the ids' range (csrc/cuda/cuda_ops.cpp, min_max_on_host);
+    2. make_step's float(loss), and 3. its torch.cuda.synchronize() (the benchmark's own, to time the step;
+       a device sync, which the debug mode may not count).
+    Gone: the LSTM ops' checks of device lengths (2 layers, forward and backward: make_step passes the
+    host's lengths) and the sampled softmax's nonzero (the accidental hits, now one scatter). Of the 8,
+    these account for 7 (the profile's aminmax and nonzero counts agree); should this fail by one, that
+    eighth is the one to find."""
+    from benchmarks import pretrain as P
+
+    config = P.BiLMConfig.preset("small")
+    vocab = P.synthetic_vocab(2000)
+    data = P.batches(vocab, 8, 20, 4)
+    torch.manual_seed(0)
+    bilm = P.BiLM(config, backend="fused")
+    bilm.lstm.dropout = 0.1
+    lm = P.BidirectionalLM(bilm, P.SoftmaxLayer(len(vocab), config.projection_dim)).to(DEV).train()
+    opt = P.build_optimizer("adagrad", None, lm.parameters())
+    step = P.make_step(lm, opt, P.LogUniformSampler(len(vocab), 256), P.CharTable(vocab, config.max_characters_per_token),
+                       vocab, torch.device(DEV), True, torch.Generator().manual_seed(0), data, False)
+    try:
+        for i in range(3):  # warm-up (cuBLAS, cuDNN, the pinned memory pool)
+            step(i)
+        losses: list = []
+        syncs = _syncs(lambda: losses.append(step(3)), capfd)
+    finally:
+        step.close()
+    assert losses[0] == losses[0]  # not NaN
+    assert syncs <= 3
 
 
 def test_opcheck_cuda():
@@ -364,6 +481,9 @@ def test_opcheck_cuda():
                           test_utils=("test_schema", "test_faketensor", "test_autograd_registration"))
     torch.library.opcheck(ops.lstm_forward.default, (xs, lengths, weights, h0, c0, None, None, [0, 1], False, False),
                           test_utils=("test_schema", "test_faketensor"))
+    # host lengths with the tensors on the GPU (what BiLM.forward passes: no host sync)
+    torch.library.opcheck(ops.lstm_forward.default, (xs, lengths.cpu(), weights, h0, c0, 3.0, 0.5, [0, 1], True, True),
+                          test_utils=("test_schema", "test_faketensor", "test_autograd_registration"))
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
@@ -661,6 +781,10 @@ def test_cuda_range_checks_sync_once_per_call(capfd):
                     None, None, [0, 1], False, True)
     assert _syncs(lambda: ops.lstm_forward(*forward_args), capfd) == 1
     assert _syncs(lambda: ops.lstm_backward(*args.values()), capfd) == 1
+    # lengths on the host: checked there, copied over without a sync (step_lengths, csrc/cuda/cuda_ops.cpp)
+    host = dict(args, lengths=args["lengths"].cpu())
+    assert _syncs(lambda: ops.lstm_forward(forward_args[0], host["lengths"], *forward_args[2:]), capfd) == 0
+    assert _syncs(lambda: ops.lstm_backward(*host.values()), capfd) == 0
 
 
 @pytest.mark.parametrize("activation", [0, 1])
