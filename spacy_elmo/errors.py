@@ -1781,9 +1781,13 @@ class Warnings:
         "[components.{name}] or [components.{name}.model] settings have no effect. To use {requested!r}, "
         "drop `source` from [components.{name}]: a new component loads it at initialization (listening "
         "components sourced from the same pipeline were trained on {source}: retrain them, or source them "
-        "with `replace_listeners` to give them their own copy of it). To keep the sourced biLM, set "
-        "--paths.elmo {source}."
+        "with `replace_listeners` to give them their own copy of it). The sourced biLM is kept whatever "
+        "--paths.elmo names: to keep it without this warning, {keep}."
     )
+    #: W_ELMO_SOURCED_OTHER_WEIGHTS's ``keep`` for weights as loaded from ``source``
+    W_ELMO_SOURCED_KEEP = "leave --paths.elmo empty, or set it to {source}"
+    #: W_ELMO_SOURCED_OTHER_WEIGHTS's ``keep`` for fine-tuned weights (no path names them)
+    W_ELMO_SOURCED_KEEP_TUNED = "leave --paths.elmo empty (the weights were fine-tuned: no path names them)"
     W_ELMO_WEIGHTS_TWICE = (
         "spacy-elmo: the '{name}' component's weights setting ({weights!r}) is not loaded: "
         "[initialize.components.{name}.weights_loader] names {requested!r} (--paths.elmo in the shipped configs), "

@@ -64,6 +64,7 @@ from .doc_data import ELMO_ATTR, IDX_ATTR, install_extensions, install_hooks, se
 from .layer_cache import MB
 from .listener import ElmoListener, find_listener_path
 from .loaders import WeightsLoader, load_weights, names_no_weights, requests_nothing, weights_target
+from .runner import fine_tuned
 from .scalar_mix import is_setting
 
 STORE_CHOICES = ("all", "mix", "none")
@@ -197,7 +198,11 @@ def _variable_of(nlp: Optional[Language], keys: Sequence[str]) -> Optional[Tuple
 
 
 def _same_weights(requested: str, source: Optional[str]) -> bool:
-    """Whether a requested weights path names the weights recorded as ``source`` (a path or "default")."""
+    """Whether a requested weights path names the weights recorded as ``source`` (a path or "default"; never
+    weights that training has stepped since, :func:`~.runner.fine_tuned`: no path names those)."""
+    if source is not None and fine_tuned(source):
+        return False
+
     def canonical(path: Optional[str]) -> str:
         target = weights_target(path)
         return target if target == "default" else os.path.realpath(target.strip())
@@ -532,7 +537,11 @@ class ElmoComponent(TrainablePipe):
         if requested is not None and not _same_weights(requested, self.source):
             self._sourced_weights_warned = True
             warnings.warn(
-                Warnings.W_ELMO_SOURCED_OTHER_WEIGHTS.format(name=self.name, source=self.source, requested=requested),
+                Warnings.W_ELMO_SOURCED_OTHER_WEIGHTS.format(
+                    name=self.name, source=self.source, requested=requested,
+                    keep=(Warnings.W_ELMO_SOURCED_KEEP_TUNED if fine_tuned(self.source or "")
+                          else Warnings.W_ELMO_SOURCED_KEEP.format(source=self.source)),
+                ),
                 UserWarning,
                 stacklevel=user_stacklevel(),
             )

@@ -434,6 +434,30 @@ def test_fine_tuning_changes_bilm(tiny_dir):
     assert not torch.equal(before, bilm.lstm.forward_layers[0].w_proj.detach())
 
 
+@pytest.mark.parametrize("frozen", [False, True])
+def test_fine_tuned_weights_record_it_in_their_source_through_saving(tiny_dir, tmp_path, frozen):
+    """A fine-tuned biLM's source named the weights it started from (e.g. "default"), also in every saved
+    pipeline: a sourced elmo then passed for those weights (no warning when --paths.elmo names them). Now
+    the first step marks it (", fine-tuned"), kept through to_bytes / to_disk and loading; a frozen biLM
+    that trains its listeners' layers keeps the source it was loaded from."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "frozen": frozen})
+    nlp.add_pipe("ner", config={"model": {**NER, "tok2vec": LISTENER}})
+    examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(4)]
+    opt = nlp.initialize(lambda: examples)
+    elmo = nlp.get_pipe("elmo")
+    assert elmo.source == str(tiny_dir)
+    nlp.update(examples, sgd=opt)
+    nlp.update(examples, sgd=opt)
+    want = str(tiny_dir) if frozen else f"{tiny_dir}, fine-tuned"
+    assert elmo.source == want
+    nlp.to_disk(tmp_path / "saved")
+    assert spacy.load(tmp_path / "saved").get_pipe("elmo").source == want
+    loaded = _fine_tuned_ner(None)
+    loaded.from_bytes(nlp.to_bytes())
+    assert loaded.get_pipe("elmo").source == want
+
+
 def _randomize_zero_params(model):
     """The parser's output layer starts at zero, which sends the biLM no gradient: give zero parameters values."""
     rng = numpy.random.default_rng(0)
