@@ -839,6 +839,48 @@ def test_two_elmo_components_each_listener_reads_its_upstream(tiny_dir, tmp_path
             tok2vec("a", docs[0])
 
 
+@pytest.mark.parametrize("projection_dim", [8, 4], ids=["same_width", "other_width"])
+def test_a_star_listener_after_two_elmo_components_is_fed_by_the_nearest_alone(tiny_dir, tmp_path, projection_dim):
+    """upstream "*" after elmo_a and elmo_b (both fine-tuned): both linked the listener, both listed it, and
+    elmo_a ran its biLM with autograd at every update for a listener that read elmo_b's layers and sent its
+    gradient to elmo_b only (elmo_a never trained, silently); with elmo_b of another width, linking it was an
+    error. Now the nearest elmo before the listening component feeds it alone (as spaCy's tok2vec listeners
+    read the last tok2vec before them), also after relinking; an elmo after the component feeds it not."""
+    torch.manual_seed(1)
+    BiLM(BiLMConfig(**{**TINY, "projection_dim": projection_dim})).save(tmp_path / "b")
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", name="elmo_a", config={"weights": str(tiny_dir), "frozen": False})
+    nlp.add_pipe("elmo", name="elmo_b", config={"weights": str(tmp_path / "b"), "frozen": False})
+    nlp.add_pipe("ner", config={"model": {**NER, "tok2vec": LISTENER}})
+    nlp.add_pipe("elmo", name="elmo_c", config={"weights": str(tiny_dir), "frozen": False})
+    listener = _listener_of(nlp.get_pipe("ner"))
+    examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(4)]
+    opt = nlp.initialize(lambda: examples)
+    _randomize_zero_params(nlp.get_pipe("ner").model)
+
+    def linked():
+        return {name: nlp.get_pipe(name).listening_components for name in ("elmo_a", "elmo_b", "elmo_c")}
+
+    assert linked() == {"elmo_a": [], "elmo_b": ["ner"], "elmo_c": []}
+    assert (listener.upstream, listener.get_dim("nO")) == ("elmo_b", 2 * projection_dim)
+    before = {name: {k: v.detach().clone() for k, v in get_bilm(nlp.get_pipe(name).model).named_parameters()}
+              for name in ("elmo_a", "elmo_b")}  # fmt: skip
+    nlp.update(examples, sgd=opt)
+    nlp.update(examples, sgd=opt)
+    for name, moved in (("elmo_a", False), ("elmo_b", True)):
+        now = dict(get_bilm(nlp.get_pipe(name).model).named_parameters())
+        assert any(not torch.equal(v, now[k]) for k, v in before[name].items()) == moved, name
+    nlp.rename_pipe("elmo_c", "elmo_d")  # spaCy relinks the whole pipeline
+    assert listener.upstream == "elmo_b" and nlp.get_pipe("elmo_a").listening_components == []
+    nlp.to_disk(tmp_path / "saved")
+    reloaded = spacy.load(tmp_path / "saved")
+    assert [reloaded.get_pipe(n).listening_components for n in ("elmo_a", "elmo_b", "elmo_d")] == [[], ["ner"], []]
+    if projection_dim == 8:  # elmo_b disabled: elmo_a is the nearest (of another width: an error naming both)
+        without_b = spacy.load(tmp_path / "saved", disable=["elmo_b"])
+        assert without_b.get_pipe("elmo_a").listening_components == ["ner"]
+        without_b("Alice went home .")
+
+
 #: docs of mixed lengths, longest first: spaCy's parser and ner sort a batch by length into smaller ones
 MIXED_TEXTS = [
     "Bob was in London and it was good today , as it was yesterday .",
