@@ -715,14 +715,21 @@ class Errors:
         "(['model.tok2vec.elmo'] with spacy_elmo.ElmoTok2Vec.v1)."
     )
     E_LISTENER_BATCH = (
-        "The ELMo listener in '{component}' got a batch it has no upstream output for (batch id {found}, "
-        "expected {expected}). Keep the '{upstream}' component in the pipeline (not removed or disabled) and "
-        "out of [training] frozen_components (it freezes itself: frozen = true) so that its update() feeds "
-        "the listeners, or list it in annotating_components. To train '{component}' without '{upstream}', "
+        "The ELMo listener in '{component}' got a batch it has no upstream output for ({batch}). Keep the "
+        "'{upstream}' component in the pipeline and in the update (not removed, disabled or left out with "
+        "nlp.update(..., exclude=[...])) and out of [training] frozen_components (it freezes itself: frozen = "
+        "true) so that its update() feeds the listeners, or list it in annotating_components. To train '{component}' without '{upstream}', "
         "first nlp.replace_listeners('{upstream}', '{component}', ['model.tok2vec']). An annotating component "
         "between them that retokenizes the docs is fine when it changes them in place (doc.retokenize(), as "
         "merge_entities does): one that returns new Doc objects with other tokens gives the listener docs it "
         "has no layers for."
+    )
+    #: E_LISTENER_BATCH's ``batch`` for docs of other words than the upstream handed over
+    E_LISTENER_BATCH_OTHER = "batch id {found}, expected {expected}"
+    #: E_LISTENER_BATCH's ``batch`` for the same words in other Doc objects
+    E_LISTENER_BATCH_NEW_DOCS = (
+        "batch id {found}: the same words as the batch '{upstream}' last handed over, but other Doc objects "
+        "(new Examples), which '{upstream}' did not run on"
     )
     E_LISTENER_REHEARSE = (
         "nlp.rehearse cannot train '{component}' through its ELMo listener: spaCy's rehearsal calls the "

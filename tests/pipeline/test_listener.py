@@ -2,6 +2,7 @@
 
 import collections
 import gc
+import re
 import weakref
 
 import numpy
@@ -456,6 +457,31 @@ def test_fine_tuned_weights_record_it_in_their_source_through_saving(tiny_dir, t
     loaded = _fine_tuned_ner(None)
     loaded.from_bytes(nlp.to_bytes())
     assert loaded.get_pipe("elmo").source == want
+
+
+@pytest.mark.parametrize("frozen", [True, False])
+def test_a_listener_given_new_docs_of_the_same_words_says_so(tiny_dir, frozen):
+    """nlp.update(new Examples, exclude=["elmo"]) after an update of the same words: the error printed two
+    equal batch ids as if they differed ("batch id N, expected N") and named only removing or disabling the
+    upstream. Now it says the docs hold the same words in other Doc objects, and names `exclude`; docs of
+    other words still show both ids."""
+    nlp = _fine_tuned_ner(tiny_dir)
+    nlp.get_pipe("elmo").cfg["frozen"] = frozen
+
+    def examples(seed):
+        return [Example(nlp.make_doc(d.text), d) for d in make_docs(4, seed=seed)]
+
+    opt = nlp.initialize(lambda: examples(0))
+    nlp.update(examples(0), sgd=opt)
+    with pytest.raises(ValueError) as same:
+        nlp.update(examples(0), sgd=opt, exclude=["elmo"])
+    message = str(same.value)
+    assert "the same words as the batch 'elmo' last handed over, but other Doc objects (new Examples)" in message
+    assert "exclude=[...]" in message and "expected" not in message
+    with pytest.raises(ValueError) as other:
+        nlp.update(examples(7), sgd=opt, exclude=["elmo"])
+    found, expected = re.search(r"batch id (\d+), expected (\d+)\)", str(other.value)).groups()
+    assert found != expected and "same words" not in str(other.value)
 
 
 def _randomize_zero_params(model):
