@@ -355,6 +355,25 @@ def test_sourced_fine_tuned_elmo_warns_for_the_weights_it_started_from(corpus_di
             assert ours == []
 
 
+def test_sourced_elmo_loaded_from_a_relative_path_is_told_from_its_absolute_path(corpus_dir, tiny_dir, tmp_path,
+                                                                                  monkeypatch):
+    """--paths.elmo RELATIVE (to the working directory then): the source kept it as given, and a later run from
+    another directory, sourcing that elmo with --paths.elmo naming the same weights by their absolute path, was
+    warned that they differ (RELATIVE was resolved against its own working directory). Now the source is the
+    absolute path, which names those weights from anywhere."""
+    monkeypatch.chdir(tiny_dir.parent)
+    nlp = _init("ner.cfg", corpus_dir, tiny_dir.name)
+    assert nlp.get_pipe("elmo").source == str(tiny_dir)
+    nlp.to_disk(tmp_path / "rel")
+    monkeypatch.chdir(tmp_path)
+    config = _config("ner.cfg", corpus_dir, tiny_dir)
+    config["components"]["elmo"] = {"source": str(tmp_path / "rel")}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        init_nlp(config)
+    assert [str(w.message) for w in caught if "sourced with" in str(w.message)] == []
+
+
 def test_component_weights_load_when_paths_elmo_is_empty(corpus_dir, tiny_dir, tmp_path, monkeypatch):
     """[components.elmo] weights = DIR (the setting nlp.add_pipe("elmo", config={"weights": ...}) takes) in a
     shipped config, --paths.elmo left out: spacy train loaded the bundled default model instead, silently,
