@@ -715,14 +715,21 @@ class Errors:
         "(['model.tok2vec.elmo'] with spacy_elmo.ElmoTok2Vec.v1)."
     )
     E_LISTENER_BATCH = (
-        "The ELMo listener in '{component}' got a batch it has no upstream output for (batch id {found}, "
-        "expected {expected}). Keep the '{upstream}' component in the pipeline (not removed or disabled) and "
-        "out of [training] frozen_components (it freezes itself: frozen = true) so that its update() feeds "
-        "the listeners, or list it in annotating_components. To train '{component}' without '{upstream}', "
+        "The ELMo listener in '{component}' got a batch it has no upstream output for ({batch}). Keep the "
+        "'{upstream}' component in the pipeline and in the update (not removed, disabled or left out with "
+        "nlp.update(..., exclude=[...])) and out of [training] frozen_components (it freezes itself: frozen = "
+        "true) so that its update() feeds the listeners, or list it in annotating_components. To train '{component}' without '{upstream}', "
         "first nlp.replace_listeners('{upstream}', '{component}', ['model.tok2vec']). An annotating component "
         "between them that retokenizes the docs is fine when it changes them in place (doc.retokenize(), as "
         "merge_entities does): one that returns new Doc objects with other tokens gives the listener docs it "
         "has no layers for."
+    )
+    #: E_LISTENER_BATCH's ``batch`` for docs of other words than the upstream handed over
+    E_LISTENER_BATCH_OTHER = "batch id {found}, expected {expected}"
+    #: E_LISTENER_BATCH's ``batch`` for the same words in other Doc objects
+    E_LISTENER_BATCH_NEW_DOCS = (
+        "batch id {found}: the same words as the batch '{upstream}' last handed over, but other Doc objects "
+        "(new Examples), which '{upstream}' did not run on"
     )
     E_LISTENER_REHEARSE = (
         "nlp.rehearse cannot train '{component}' through its ELMo listener: spaCy's rehearsal calls the "
@@ -1781,9 +1788,13 @@ class Warnings:
         "[components.{name}] or [components.{name}.model] settings have no effect. To use {requested!r}, "
         "drop `source` from [components.{name}]: a new component loads it at initialization (listening "
         "components sourced from the same pipeline were trained on {source}: retrain them, or source them "
-        "with `replace_listeners` to give them their own copy of it). To keep the sourced biLM, set "
-        "--paths.elmo {source}."
+        "with `replace_listeners` to give them their own copy of it). The sourced biLM is kept whatever "
+        "--paths.elmo names: to keep it without this warning, {keep}."
     )
+    #: W_ELMO_SOURCED_OTHER_WEIGHTS's ``keep`` for weights as loaded from ``source``
+    W_ELMO_SOURCED_KEEP = "leave --paths.elmo empty, or set it to {source}"
+    #: W_ELMO_SOURCED_OTHER_WEIGHTS's ``keep`` for fine-tuned weights (no path names them)
+    W_ELMO_SOURCED_KEEP_TUNED = "leave --paths.elmo empty (the weights were fine-tuned: no path names them)"
     W_ELMO_WEIGHTS_TWICE = (
         "spacy-elmo: the '{name}' component's weights setting ({weights!r}) is not loaded: "
         "[initialize.components.{name}.weights_loader] names {requested!r} (--paths.elmo in the shipped configs), "

@@ -101,7 +101,11 @@ class AveragingPyTorchShim(PyTorchShim):
     def finish_update(self, optimizer: Optimizer) -> None:
         # Model.finish_update only calls the optimizer (key, weights, gradient), as the partial does
         scaled = optimizer if self.lr_scale == 1.0 else functools.partial(optimizer, lr_scale=self.lr_scale)
+        # thinc steps the weights that hold a gradient (none: frozen, or no backward yet), unless one overflowed
+        steps = not self._grad_scaler.found_inf and any(p.grad is not None for p in self._model.parameters())
         super().finish_update(cast(Optimizer, scaled))
+        if steps:  # the weights are no longer their source's: a saved pipeline and the sourced-weights check say so
+            cast(ElmoRunner, self._model).mark_fine_tuned()
 
     @contextlib.contextmanager
     def use_params(self, params):
@@ -263,8 +267,8 @@ def set_bilm(model: Model, bilm: BiLM, source: str) -> None:
 
 def step_bilm(model: Model, optimizer, lr_scale: float = 1.0) -> None:
     """Apply the biLM's gradients with ``optimizer``, its learning rate times ``lr_scale`` (thinc's ``Optimizer``
-    takes ``lr_scale`` per call: :class:`AveragingPyTorchShim` passes it); the token and layer caches are stale
-    after it."""
+    takes ``lr_scale`` per call: :class:`AveragingPyTorchShim` passes it, and marks the weights fine-tuned in their
+    source when it steps them); the token and layer caches are stale after it."""
     get_shim(model).lr_scale = lr_scale
     model.finish_update(optimizer)
     get_runner(model).clear_caches()

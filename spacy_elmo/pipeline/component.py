@@ -64,6 +64,7 @@ from .doc_data import ELMO_ATTR, IDX_ATTR, install_extensions, install_hooks, se
 from .layer_cache import MB
 from .listener import ElmoListener, find_listener_path
 from .loaders import WeightsLoader, load_weights, names_no_weights, requests_nothing, weights_target
+from .runner import fine_tuned
 from .scalar_mix import is_setting
 
 STORE_CHOICES = ("all", "mix", "none")
@@ -197,7 +198,11 @@ def _variable_of(nlp: Optional[Language], keys: Sequence[str]) -> Optional[Tuple
 
 
 def _same_weights(requested: str, source: Optional[str]) -> bool:
-    """Whether a requested weights path names the weights recorded as ``source`` (a path or "default")."""
+    """Whether a requested weights path names the weights recorded as ``source`` (a path or "default"; never
+    weights that training has stepped since, :func:`~.runner.fine_tuned`: no path names those)."""
+    if source is not None and fine_tuned(source):
+        return False
+
     def canonical(path: Optional[str]) -> str:
         target = weights_target(path)
         return target if target == "default" else os.path.realpath(target.strip())
@@ -532,7 +537,11 @@ class ElmoComponent(TrainablePipe):
         if requested is not None and not _same_weights(requested, self.source):
             self._sourced_weights_warned = True
             warnings.warn(
-                Warnings.W_ELMO_SOURCED_OTHER_WEIGHTS.format(name=self.name, source=self.source, requested=requested),
+                Warnings.W_ELMO_SOURCED_OTHER_WEIGHTS.format(
+                    name=self.name, source=self.source, requested=requested,
+                    keep=(Warnings.W_ELMO_SOURCED_KEEP_TUNED if fine_tuned(self.source or "")
+                          else Warnings.W_ELMO_SOURCED_KEEP.format(source=self.source)),
+                ),
                 UserWarning,
                 stacklevel=user_stacklevel(),
             )
@@ -547,7 +556,9 @@ class ElmoComponent(TrainablePipe):
         if self.name not in names:
             return []
         later = names[names.index(self.name) + 1 :]
-        return [(name, node) for name in later if name in nlp.disabled for node in self._listeners_in(nlp.get_pipe(name))]
+        return [
+            (name, node) for name in later if name in nlp.disabled for node in self._listeners_in(nlp.get_pipe(name), nlp)
+        ]
 
     @property
     def listeners(self) -> List[ElmoListener]:
@@ -579,18 +590,36 @@ class ElmoComponent(TrainablePipe):
             return True
         return False
 
-    def _feeds(self, listener: ElmoListener) -> bool:
-        """Whether the listener's upstream setting names this component (or is ``"*"``)."""
-        return listener.upstream_name in ("*", self.name)
+    def _feeds(self, listener: ElmoListener, nlp: Optional[Language] = None, component_name: str = "") -> bool:
+        """Whether the listener's upstream setting names this component, or is ``"*"`` and this is the nearest
+        enabled elmo component before ``component_name`` (the listener's) in ``nlp`` (any, where ``nlp`` does not
+        tell). spaCy links a ``"*"`` listener to every elmo component before it, of which the nearest alone can feed
+        it: each hands it a batch, it reads the last one's layers and sends its gradient there, while the others
+        ran their biLM for it (with autograd, fine-tuned) and got none back (spaCy's tok2vec listeners read the
+        last tok2vec before them likewise)."""
+        if listener.upstream_name != "*" or nlp is None:
+            return listener.upstream_name in ("*", self.name)
+        nearest = None
+        for name, proc in nlp.components:
+            if name == component_name:
+                return nearest in (None, self)
+            if isinstance(proc, ElmoComponent) and name not in nlp.disabled:
+                nearest = proc
+        return True  # not in nlp: nothing to tell
 
-    def _listeners_in(self, component) -> List[ElmoListener]:
-        """The listeners in ``component``'s model that this component feeds (:meth:`_feeds`)."""
+    def _listeners_in(self, component, nlp: Optional[Language] = None) -> List[ElmoListener]:
+        """The listeners in ``component``'s model (one of ``nlp``'s) that this component feeds (:meth:`_feeds`)."""
         if not isinstance(getattr(component, "model", None), Model):
             return []
-        return [n for n in component.model.walk() if isinstance(n, ElmoListener) and self._feeds(n)]
+        return [
+            n for n in component.model.walk() if isinstance(n, ElmoListener) and self._feeds(n, nlp, component.name)
+        ]
 
     def find_listeners(self, component) -> None:
-        for node in self._listeners_in(component):
+        # spaCy's Language._link_components calls it for each component after this one: its pipeline
+        linking = sys._getframe(1)
+        nlp = linking.f_locals.get("self") if runs(linking, "spacy.language", "_link_components") else self._pipeline()
+        for node in self._listeners_in(component, nlp if isinstance(nlp, Language) else None):
             self.add_listener(node, component.name)
 
     def _check_listener(

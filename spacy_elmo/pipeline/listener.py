@@ -276,10 +276,12 @@ def _forward(model: ElmoListener, docs: List[Doc], is_train: bool):
         elif is_train and _in_rehearse():
             raise ValueError(Errors.E_LISTENER_REHEARSE.format(upstream=model.upstream, component=model.component))
         elif is_train and model._batch_id is not None:
+            found = model.get_batch_id(docs)
+            batch = (Errors.E_LISTENER_BATCH_NEW_DOCS if found == model._batch_id else Errors.E_LISTENER_BATCH_OTHER)
             raise ValueError(
                 Errors.E_LISTENER_BATCH.format(
-                    found=model.get_batch_id(docs), expected=model._batch_id, upstream=model.upstream,
-                    component=model.component,
+                    batch=batch.format(found=found, expected=model._batch_id, upstream=model.upstream),
+                    upstream=model.upstream, component=model.component,
                 )
             )
         elif model.attrs.get("warming_up", False) and (is_train or _initializing()):

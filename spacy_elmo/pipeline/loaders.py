@@ -1,5 +1,6 @@
 """Weight loading: the initialize-time ``@misc`` loader and the shared load function."""
 
+import os
 from pathlib import Path
 from typing import Callable, Optional, Tuple, Union
 
@@ -14,7 +15,8 @@ WeightsLoader = Callable[[str], Tuple[BiLM, str]]
 def load_weights(path: Optional[Union[str, Path]], backend: str = "auto") -> Tuple[BiLM, str]:
     """Load a native directory, an AllenNLP directory, or the bundled default ("" / None / "default").
 
-    Returns the biLM in eval mode and a description of the source.
+    Returns the biLM in eval mode and its source: "default", or the path made absolute (a relative one names
+    other weights once the working directory changes, e.g. where a pipeline saving it is sourced).
     Raises FileNotFoundError when no default model is installed; ValueError naming sourcing the component
     for a saved pipeline (a path that names something, unlike a FileNotFoundError, which the component
     words as a setting naming nothing).
@@ -24,7 +26,7 @@ def load_weights(path: Optional[Union[str, Path]], backend: str = "auto") -> Tup
         bilm = BiLM.load(target, stateful=False, backend=backend).eval()
     except SavedPipelineGiven as err:
         raise ValueError(Errors.E_WEIGHTS_ARE_PIPELINE.format(given=err.given, pipeline=err.pipeline)) from err
-    return bilm, target
+    return bilm, target if target == "default" else os.path.abspath(target.strip())
 
 
 def weights_target(path: Optional[Union[str, Path]]) -> str:

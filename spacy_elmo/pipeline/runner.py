@@ -38,6 +38,17 @@ def _single_thread_in_child_process() -> None:
         torch.set_num_threads(1)
 
 
+#: what the source of weights that training stepped ends with, after where they came from ("default, fine-tuned"):
+#: no path names them any more (:func:`fine_tuned`)
+FINE_TUNED = ", fine-tuned"
+
+
+def fine_tuned(source: str) -> bool:
+    """Whether weights recorded as ``source`` (:attr:`ElmoRunner.source`) were stepped by training since they were
+    loaded from where it names: saved pipelines keep the mark (those saved before it was kept have none)."""
+    return source.endswith(FINE_TUNED)
+
+
 def trains(bilm: Optional[BiLM]) -> bool:
     """Whether any weight of ``bilm`` requires a gradient (fine-tuning)."""
     return bilm is not None and any(p.requires_grad for p in bilm.parameters())
@@ -53,7 +64,7 @@ class ElmoRunner(nn.Module):
     """
 
     backend_name: str  # set by bilm_layer.build_elmo_bilm
-    source: str  # where the weights came from, set with them (bilm_layer.set_bilm)
+    source: str  # where the weights came from, set with them (bilm_layer.set_bilm); FINE_TUNED once stepped
 
     def __init__(self, cache_size: int = 50000) -> None:
         super().__init__()
@@ -68,6 +79,12 @@ class ElmoRunner(nn.Module):
     def set_bilm(self, bilm: Optional[BiLM]) -> None:  # None: back to no weights (a load put back)
         self.bilm = bilm
         self.clear_caches()
+
+    def mark_fine_tuned(self) -> None:
+        """Record that training stepped the weights (:data:`FINE_TUNED`): they are no longer those of their source."""
+        source = getattr(self, "source", "")
+        if not fine_tuned(source):
+            self.source = (source or "unknown") + FINE_TUNED
 
     def clear_caches(self) -> None:
         """Empty the token and layer caches: call it whenever the weights change."""

@@ -2,6 +2,7 @@
 
 import collections
 import gc
+import re
 import weakref
 
 import numpy
@@ -434,6 +435,55 @@ def test_fine_tuning_changes_bilm(tiny_dir):
     assert not torch.equal(before, bilm.lstm.forward_layers[0].w_proj.detach())
 
 
+@pytest.mark.parametrize("frozen", [False, True])
+def test_fine_tuned_weights_record_it_in_their_source_through_saving(tiny_dir, tmp_path, frozen):
+    """A fine-tuned biLM's source named the weights it started from (e.g. "default"), also in every saved
+    pipeline: a sourced elmo then passed for those weights (no warning when --paths.elmo names them). Now
+    the first step marks it (", fine-tuned"), kept through to_bytes / to_disk and loading; a frozen biLM
+    that trains its listeners' layers keeps the source it was loaded from."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "frozen": frozen})
+    nlp.add_pipe("ner", config={"model": {**NER, "tok2vec": LISTENER}})
+    examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(4)]
+    opt = nlp.initialize(lambda: examples)
+    elmo = nlp.get_pipe("elmo")
+    assert elmo.source == str(tiny_dir)
+    nlp.update(examples, sgd=opt)
+    nlp.update(examples, sgd=opt)
+    want = str(tiny_dir) if frozen else f"{tiny_dir}, fine-tuned"
+    assert elmo.source == want
+    nlp.to_disk(tmp_path / "saved")
+    assert spacy.load(tmp_path / "saved").get_pipe("elmo").source == want
+    loaded = _fine_tuned_ner(None)
+    loaded.from_bytes(nlp.to_bytes())
+    assert loaded.get_pipe("elmo").source == want
+
+
+@pytest.mark.parametrize("frozen", [True, False])
+def test_a_listener_given_new_docs_of_the_same_words_says_so(tiny_dir, frozen):
+    """nlp.update(new Examples, exclude=["elmo"]) after an update of the same words: the error printed two
+    equal batch ids as if they differed ("batch id N, expected N") and named only removing or disabling the
+    upstream. Now it says the docs hold the same words in other Doc objects, and names `exclude`; docs of
+    other words still show both ids."""
+    nlp = _fine_tuned_ner(tiny_dir)
+    nlp.get_pipe("elmo").cfg["frozen"] = frozen
+
+    def examples(seed):
+        return [Example(nlp.make_doc(d.text), d) for d in make_docs(4, seed=seed)]
+
+    opt = nlp.initialize(lambda: examples(0))
+    nlp.update(examples(0), sgd=opt)
+    with pytest.raises(ValueError) as same:
+        nlp.update(examples(0), sgd=opt, exclude=["elmo"])
+    message = str(same.value)
+    assert "the same words as the batch 'elmo' last handed over, but other Doc objects (new Examples)" in message
+    assert "exclude=[...]" in message and "expected" not in message
+    with pytest.raises(ValueError) as other:
+        nlp.update(examples(7), sgd=opt, exclude=["elmo"])
+    found, expected = re.search(r"batch id (\d+), expected (\d+)\)", str(other.value)).groups()
+    assert found != expected and "same words" not in str(other.value)
+
+
 def _randomize_zero_params(model):
     """The parser's output layer starts at zero, which sends the biLM no gradient: give zero parameters values."""
     rng = numpy.random.default_rng(0)
@@ -813,6 +863,48 @@ def test_two_elmo_components_each_listener_reads_its_upstream(tiny_dir, tmp_path
     if "projection_dim" in other:
         with pytest.raises(ValueError, match="another elmo component wrote doc._.elmo"):
             tok2vec("a", docs[0])
+
+
+@pytest.mark.parametrize("projection_dim", [8, 4], ids=["same_width", "other_width"])
+def test_a_star_listener_after_two_elmo_components_is_fed_by_the_nearest_alone(tiny_dir, tmp_path, projection_dim):
+    """upstream "*" after elmo_a and elmo_b (both fine-tuned): both linked the listener, both listed it, and
+    elmo_a ran its biLM with autograd at every update for a listener that read elmo_b's layers and sent its
+    gradient to elmo_b only (elmo_a never trained, silently); with elmo_b of another width, linking it was an
+    error. Now the nearest elmo before the listening component feeds it alone (as spaCy's tok2vec listeners
+    read the last tok2vec before them), also after relinking; an elmo after the component feeds it not."""
+    torch.manual_seed(1)
+    BiLM(BiLMConfig(**{**TINY, "projection_dim": projection_dim})).save(tmp_path / "b")
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", name="elmo_a", config={"weights": str(tiny_dir), "frozen": False})
+    nlp.add_pipe("elmo", name="elmo_b", config={"weights": str(tmp_path / "b"), "frozen": False})
+    nlp.add_pipe("ner", config={"model": {**NER, "tok2vec": LISTENER}})
+    nlp.add_pipe("elmo", name="elmo_c", config={"weights": str(tiny_dir), "frozen": False})
+    listener = _listener_of(nlp.get_pipe("ner"))
+    examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(4)]
+    opt = nlp.initialize(lambda: examples)
+    _randomize_zero_params(nlp.get_pipe("ner").model)
+
+    def linked():
+        return {name: nlp.get_pipe(name).listening_components for name in ("elmo_a", "elmo_b", "elmo_c")}
+
+    assert linked() == {"elmo_a": [], "elmo_b": ["ner"], "elmo_c": []}
+    assert (listener.upstream, listener.get_dim("nO")) == ("elmo_b", 2 * projection_dim)
+    before = {name: {k: v.detach().clone() for k, v in get_bilm(nlp.get_pipe(name).model).named_parameters()}
+              for name in ("elmo_a", "elmo_b")}  # fmt: skip
+    nlp.update(examples, sgd=opt)
+    nlp.update(examples, sgd=opt)
+    for name, moved in (("elmo_a", False), ("elmo_b", True)):
+        now = dict(get_bilm(nlp.get_pipe(name).model).named_parameters())
+        assert any(not torch.equal(v, now[k]) for k, v in before[name].items()) == moved, name
+    nlp.rename_pipe("elmo_c", "elmo_d")  # spaCy relinks the whole pipeline
+    assert listener.upstream == "elmo_b" and nlp.get_pipe("elmo_a").listening_components == []
+    nlp.to_disk(tmp_path / "saved")
+    reloaded = spacy.load(tmp_path / "saved")
+    assert [reloaded.get_pipe(n).listening_components for n in ("elmo_a", "elmo_b", "elmo_d")] == [[], ["ner"], []]
+    if projection_dim == 8:  # elmo_b disabled: elmo_a is the nearest (of another width: an error naming both)
+        without_b = spacy.load(tmp_path / "saved", disable=["elmo_b"])
+        assert without_b.get_pipe("elmo_a").listening_components == ["ner"]
+        without_b("Alice went home .")
 
 
 #: docs of mixed lengths, longest first: spaCy's parser and ner sort a batch by length into smaller ones

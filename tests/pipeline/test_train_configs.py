@@ -318,10 +318,60 @@ def test_sourced_elmo_with_other_requested_weights_warns_once(corpus_dir, tiny_d
             assert len(ours) == 1, ours
             assert [w.filename for w in caught if "sourced with" in str(w.message)] == [__file__]  # the user's call
             assert f"({tiny_dir}), not '{tmp_path / 'other'}'" in ours[0] and "drop `source`" in ours[0]
+            assert f"leave --paths.elmo empty, or set it to {tiny_dir}." in ours[0]
             runs = get_bilm(nlp.get_pipe("elmo").model).state_dict()
             assert all(torch.equal(v, BiLM.load(tiny_dir).state_dict()[k]) for k, v in runs.items())
         else:
             assert ours == []
+
+
+def test_sourced_fine_tuned_elmo_warns_for_the_weights_it_started_from(corpus_dir, tiny_dir, tmp_path):
+    """A sourced elmo fine-tuned from TINY, with --paths.elmo TINY: it runs the fine-tuned weights, not TINY's,
+    but its source still said TINY, so spacy train did not warn (and with another path the warning advised
+    --paths.elmo TINY to keep the sourced weights). Now it warns, naming the weights fine-tuned and the one
+    setting that keeps them without a warning: an empty --paths.elmo."""
+    config = _config("ner.cfg", corpus_dir, tiny_dir, {"components.elmo.frozen": False})
+    nlp = init_nlp(config)
+    examples = list(Corpus(str(corpus_dir / "train.spacy"))(nlp))[:4]
+    for _ in range(2):
+        nlp.update(examples)
+    nlp.to_disk(tmp_path / "tuned")
+    tuned = get_bilm(nlp.get_pipe("elmo").model).state_dict()
+    for weights, warns in ((tiny_dir, True), ("default", True), ("", False)):
+        config = _config("ner.cfg", corpus_dir, weights)
+        config["components"]["elmo"] = {"source": str(tmp_path / "tuned")}
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            sourced = init_nlp(config)
+        ours = [str(w.message) for w in caught if "sourced with" in str(w.message)]
+        runs = get_bilm(sourced.get_pipe("elmo").model).state_dict()
+        assert all(torch.equal(v, tuned[k]) for k, v in runs.items())
+        if warns:
+            assert len(ours) == 1, ours
+            assert f"({tiny_dir}, fine-tuned), not '{weights}'" in ours[0], ours[0]
+            assert "leave --paths.elmo empty (the weights were fine-tuned" in ours[0], ours[0]
+            assert f"set it to {tiny_dir}" not in ours[0] and f"--paths.elmo {tiny_dir}" not in ours[0]
+        else:
+            assert ours == []
+
+
+def test_sourced_elmo_loaded_from_a_relative_path_is_told_from_its_absolute_path(corpus_dir, tiny_dir, tmp_path,
+                                                                                  monkeypatch):
+    """--paths.elmo RELATIVE (to the working directory then): the source kept it as given, and a later run from
+    another directory, sourcing that elmo with --paths.elmo naming the same weights by their absolute path, was
+    warned that they differ (RELATIVE was resolved against its own working directory). Now the source is the
+    absolute path, which names those weights from anywhere."""
+    monkeypatch.chdir(tiny_dir.parent)
+    nlp = _init("ner.cfg", corpus_dir, tiny_dir.name)
+    assert nlp.get_pipe("elmo").source == str(tiny_dir)
+    nlp.to_disk(tmp_path / "rel")
+    monkeypatch.chdir(tmp_path)
+    config = _config("ner.cfg", corpus_dir, tiny_dir)
+    config["components"]["elmo"] = {"source": str(tmp_path / "rel")}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        init_nlp(config)
+    assert [str(w.message) for w in caught if "sourced with" in str(w.message)] == []
 
 
 def test_component_weights_load_when_paths_elmo_is_empty(corpus_dir, tiny_dir, tmp_path, monkeypatch):
