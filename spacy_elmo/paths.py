@@ -7,7 +7,7 @@ named ``~`` in the current directory, so the commands refuse it as an output.
 """
 
 import os
-from typing import Optional
+from typing import Optional, Tuple
 
 from ._typing import PathLike
 from .errors import Errors
@@ -42,3 +42,10 @@ def check_output_path(path: PathLike) -> None:
     expanded = unexpanded_home(path)
     if expanded is not None:
         raise ValueError(Errors.E_OUTPUT_PATH_TILDE.format(path=path, expanded=expanded))
+
+
+def file_identity(path: PathLike) -> Tuple[int, int]:
+    """``(st_dev, st_ino)`` of the file ``path`` names (links followed): equal for two names of one file, a hard
+    link included, whose real paths (``resolve()``) differ."""
+    st = os.stat(path)
+    return st.st_dev, st.st_ino

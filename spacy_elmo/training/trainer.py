@@ -39,6 +39,7 @@ from ..bilm.lstm import LstmState
 from ..bilm.native_io import INITIAL_STATE_NAME, find_allennlp_files, read_meta
 from ..device import torch_device
 from ..errors import Errors, Warnings
+from ..paths import file_identity
 from ..ranks import torchrun_ranks
 from . import checkpoint as ckpt
 from . import data as corpus_data
@@ -541,9 +542,10 @@ def _diverged(step: int, what: str, value: float, out: Path, last_saved: int) ->
 
 
 def _warn_heldout_in_training(heldout: str, train_path: str) -> None:
-    """Warn when a file of ``heldout`` is one of TRAIN_PATH's (by real path; both exist, read already)."""
-    trained = {f.resolve() for f in corpus_data.list_text_files(train_path)}
-    shared = [f for f in corpus_data.list_text_files(heldout) if f.resolve() in trained]
+    """Warn when a file of ``heldout`` is one of TRAIN_PATH's (both exist, read already): the same file by
+    device and inode, so a hard link to a training file is one too (its real path is another), as is a symlink."""
+    trained = {file_identity(f) for f in corpus_data.list_text_files(train_path)}
+    shared = [f for f in corpus_data.list_text_files(heldout) if file_identity(f) in trained]
     if shared:
         warnings.warn(Warnings.W_HELDOUT_IN_TRAINING.format(path=heldout, n=len(shared), file=shared[0]), RuntimeWarning,
                       stacklevel=3)
