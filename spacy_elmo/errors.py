@@ -360,6 +360,11 @@ class Errors:
         "explicitly with BiLM.from_allennlp(options_file, weight_file)."
     )
     E_PARENT_IS_FILE = "{path} is a file, not a directory, so nothing can be written below it"
+    # embed's OUTPUT_PATH (checked before any work), pretrain's OUTPUT_DIR (where its first write was refused)
+    E_OUTPUT_NOT_WRITABLE = (
+        "{path} cannot be written: no file can be created in {parent} ({error}). Choose an output path in a "
+        "writable directory."
+    )
     E_MODEL_DIR_NOT_ENTERABLE = (
         "The model directory {path} cannot be entered ({error}): this account needs permission to enter it and "
         "each directory above it, and to read it. Give it that (chmod u+rx, or a+rx, on each), or copy the model "
@@ -1517,10 +1522,6 @@ class Errors:
         "Choose another output path."
     )
     E_EMBED_OUTPUT_PARENT = "{path} cannot be created: {parent} is a file, not a directory. Choose another output path."
-    E_EMBED_OUTPUT_NOT_WRITABLE = (
-        "{path} cannot be written: no file can be created in {parent} ({error}). Choose an output path in a "
-        "writable directory."
-    )
     E_EMBED_OUTPUT_IS_DIR = (
         "{path} is a directory, but the output is one HDF5 file (--overwrite replaces a file, not a "
         "directory). Give a file path such as {example}, or remove the directory."
