@@ -137,7 +137,7 @@ def _remove_tree(path: Path) -> None:
         try:
             shutil.rmtree(path, ignore_errors=True)
             break
-        except BaseException as err:  # KeyboardInterrupt, pretrain's _Terminated
+        except BaseException as err:  # KeyboardInterrupt, the command line's Terminated (SIGTERM)
             pending = err
     if pending is not None:
         raise pending

@@ -9,10 +9,12 @@ import typer
 from ..atomic import replace_dir
 from ..errors import Errors
 from .app import app, checked_output, fail, one_of
+from .signals import interruption_ends
 
 
 @app.command()
 def export(
+    ctx: typer.Context,
     model_dir: str = typer.Argument(
         ..., help="Native model dir, AllenNLP weights dir, 'default', or a saved spaCy pipeline (or its component's dir)."),
     out_dir: Path = typer.Argument(..., callback=checked_output, help="Where to write."),
@@ -34,7 +36,7 @@ def export(
     from ..training.modelio import SOFTMAX_FILE, load_pretrained, save_pretrained, write_softmax
     from ..training.trainer import model_dir_lock
 
-    with ExitStack() as held:
+    with interruption_ends(ctx, "export"), ExitStack() as held:  # SIGTERM too: the lock released, 143
         try:
             check_output_dir(out_dir, overwrite, model_dir)
             # the directory replace_dir replaces: resolved (RUN/missing/.. is RUN to it, and no directory to the kernel)

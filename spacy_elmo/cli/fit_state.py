@@ -8,6 +8,7 @@ import typer
 
 from ..errors import Errors, Warnings, counted
 from .app import app, fail, positive_int, progress_option, spacy_language, warn
+from .signals import interruption_ends
 
 
 def _or_fewer_rows(n_sentences: int) -> str:
@@ -20,6 +21,7 @@ def _or_fewer_rows(n_sentences: int) -> str:
 
 @app.command("fit-state")
 def fit_state(
+    ctx: typer.Context,
     model_dir: str = typer.Argument(
         ..., help="Native model directory (written by pretrain, export --format native or BiLM.save). The state is "
         "written into it (not into the bundled default model: export that to a directory first)."),
@@ -56,7 +58,7 @@ def fit_state(
             max_sentences=max_sentences, needed=sentences_needed(rows), rows=rows, warmup=WARMUP,
             or_rows=_or_fewer_rows(max_sentences)))
     replaced = 0
-    with ExitStack() as held:
+    with interruption_ends(ctx, "fit-state"), ExitStack() as held:  # SIGTERM too: the lock released, 143
         try:
             path = model_path(model_dir, offer_default=False)  # clear errors for a missing path or a file; "default" is refused below
             if path.resolve() == DEFAULT_MODEL_DIR:
