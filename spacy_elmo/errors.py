@@ -317,6 +317,15 @@ class Errors:
         "(not \"~/x\", nor --option=~/x), never by spacy-elmo, Python or a spaCy config. Write the path out, "
         "{expanded} ($HOME/... on a command line), or in Python pass os.path.expanduser(path)."
     )
+    E_PATH_EMPTY = (
+        "an empty path (an unset shell variable? \"$OUT\" with OUT unset gives one): it would name the current "
+        "directory, written into, replaced or read whole. Give the path; for the current directory, write ."
+    )
+    E_OVERWRITE_CWD = (
+        "{path} is or holds the current directory ({cwd}), and it is not empty: export would delete everything in "
+        "it (hidden files and .git too), the current directory's files among them, even with --overwrite. Choose a "
+        "new directory for OUT_DIR."
+    )
     E_OUTPUT_PATH_TILDE = (
         "{path} starts with a ~ that no shell expanded (it was quoted, or followed an = as in --option=~/x): "
         "spacy-elmo would create a directory named ~ in the current directory. Write the path out, {expanded}, "

@@ -7,6 +7,7 @@ named ``~`` in the current directory, so the commands refuse it as an output.
 """
 
 import os
+from pathlib import Path
 from typing import Optional, Tuple
 
 from ._typing import PathLike
@@ -42,6 +43,18 @@ def check_output_path(path: PathLike) -> None:
     expanded = unexpanded_home(path)
     if expanded is not None:
         raise ValueError(Errors.E_OUTPUT_PATH_TILDE.format(path=path, expanded=expanded))
+
+
+def holds_cwd(path: PathLike) -> Optional[Path]:
+    """The current working directory where the directory ``path`` is it or holds it (``.``, ``..``, an empty
+    argument as typer gives it, a link to it: both resolved); None when it is neither, or the current directory
+    is gone (removed while this process was in it: nothing there to protect)."""
+    try:
+        cwd = Path.cwd().resolve()
+    except OSError:
+        return None
+    real = Path(path).resolve()
+    return cwd if real == cwd or real in cwd.parents else None
 
 
 def file_identity(path: PathLike) -> Tuple[int, int]:

@@ -7,8 +7,8 @@ from typing import Optional
 import typer
 
 from ..errors import Errors, counted
-from .app import (COMMAND_LINE, DEVICE_HELP, app, checked_output, fail, known_device, non_negative_int, positive_int,
-                  progress_option, spacy_language)
+from .app import (COMMAND_LINE, DEVICE_HELP, app, checked_output, fail, given_path, given_text, known_device,
+                  non_negative_int, positive_int, progress_option, spacy_language)
 from .signals import signals_stop
 
 
@@ -24,9 +24,9 @@ def _layer_mode(value: str) -> str:
 @app.command()
 def embed(
     ctx: typer.Context,
-    input_path: Path = typer.Argument(..., help="UTF-8 text, one sentence per line (plain, .gz, .bz2 or .xz)."),
-    output_path: Path = typer.Argument(..., callback=checked_output, help="HDF5 file to write: dataset 'i' holds line i."),
-    model: str = typer.Option("default", help="Model directory (native or AllenNLP files), or 'default'."),
+    input_path: Path = typer.Argument(..., parser=given_path, help="UTF-8 text, one sentence per line (plain, .gz, .bz2 or .xz)."),
+    output_path: Path = typer.Argument(..., parser=given_path, callback=checked_output, help="HDF5 file to write: dataset 'i' holds line i."),
+    model: str = typer.Option("default", parser=given_text, help="Model directory (native or AllenNLP files), or 'default'."),
     layers: str = typer.Option("all", callback=_layer_mode,
                                help="all: (L+1, n, 2P) per line; top: the last layer; average: their mean."),
     lang: Optional[str] = typer.Option(None, callback=spacy_language, help="Tokenize with spaCy's tokenizer for this language, whitespace "
