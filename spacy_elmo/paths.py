@@ -4,6 +4,10 @@ A shell expands a leading ``~`` only where it starts a word and is not quoted: `
 ``--heldout=~/x.txt`` reach spacy-elmo with the ``~`` in them, and Python (like a spaCy config) never
 expands it. Read, such a path names nothing (the error says so); written, it would create a directory
 named ``~`` in the current directory, so the commands refuse it as an output.
+
+Also what else a path the user gave may mean by accident: the current directory, or one above it, that an
+output would replace (:func:`holds_cwd`), and one file under two names, a hard link's real path another
+(:func:`file_identity`).
 """
 
 import os
