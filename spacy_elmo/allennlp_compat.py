@@ -38,7 +38,6 @@ place of local files, and ``ElmoEmbedder.embed_file`` (use :func:`spacy_elmo.emb
 import math
 import os
 import pickle
-import re
 import warnings
 from itertools import islice
 from pathlib import Path
@@ -58,7 +57,7 @@ from .bilm.allennlp_io import (
     datasets_from_state,
     projection_is_identity,
 )
-from .bilm.native_io import check_readable, check_weight
+from .bilm.native_io import check_readable, check_weight, torch_load_error
 from .bilm.config import check_bool, is_int
 from .bilm.model import remove_boundaries
 from .chars import batch_to_ids
@@ -139,23 +138,11 @@ def _read_state(state_dict: Union[Mapping[str, Tensor], PathLike], cls: str) -> 
         # a text file met torch's legacy unpickler, which fails on its first bytes with anything, IndexError and
         # KeyError too ("hello ..." gave a bare KeyError: 101)
         except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError, IndexError, KeyError) as err:
-            raise ValueError(Errors.E_COMPAT_STATE_NOT_TORCH.format(path=path, cls=cls, error=_load_error(err))) from err
+            raise ValueError(Errors.E_COMPAT_STATE_NOT_TORCH.format(path=path, cls=cls, error=torch_load_error(err))) from err
         source = str(path)
     if not isinstance(state_dict, Mapping):
         raise TypeError(Errors.E_COMPAT_STATE_TYPE.format(cls=cls, type_name=type(state_dict).__name__))
     return _GivenState(state_dict, source)
-
-
-def _load_error(err: Exception) -> str:
-    """What ``torch.load(weights_only=True)`` said of a file it could not read, for an error: its own
-    sentence, but not the advice to retry with ``weights_only=False`` (arbitrary code run from the file)
-    that its UnpicklingError leads with."""
-    text = str(err)
-    if isinstance(err, pickle.UnpicklingError):
-        found = re.search(r"WeightsUnpickler error:\s*(.*?)\s*(?:\n\n|$)", text, re.S)
-        text = found.group(1) if found else ""
-    first = text.strip().splitlines()[0] if text.strip() else ""
-    return f"{type(err).__name__}: {first}" if first else type(err).__name__
 
 
 def _check_values(given: Mapping[str, object], names: Iterable[str], prefix: str, source: str) -> None:

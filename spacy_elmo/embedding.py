@@ -216,7 +216,7 @@ def check_paths(input_path: PathLike, output_path: PathLike, overwrite: bool = F
         with tempfile.TemporaryFile(dir=parent):
             pass
     except OSError as err:
-        raise PermissionError(Errors.E_EMBED_OUTPUT_NOT_WRITABLE.format(path=output_path, parent=parent, error=err)) from err
+        raise PermissionError(Errors.E_OUTPUT_NOT_WRITABLE.format(path=output_path, parent=parent, error=err)) from err
 
 
 def model_fingerprint(bilm: BiLM) -> str:

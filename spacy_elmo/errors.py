@@ -317,6 +317,15 @@ class Errors:
         "(not \"~/x\", nor --option=~/x), never by spacy-elmo, Python or a spaCy config. Write the path out, "
         "{expanded} ($HOME/... on a command line), or in Python pass os.path.expanduser(path)."
     )
+    E_PATH_EMPTY = (
+        "an empty path (an unset shell variable? \"$OUT\" with OUT unset gives one): it would name the current "
+        "directory, written into, replaced or read whole. Give the path; for the current directory, write ."
+    )
+    E_OVERWRITE_CWD = (
+        "{path} is or holds the current directory ({cwd}), and it is not empty: export would delete everything in "
+        "it (hidden files and .git too), the current directory's files among them, even with --overwrite. Choose a "
+        "new directory for OUT_DIR."
+    )
     E_OUTPUT_PATH_TILDE = (
         "{path} starts with a ~ that no shell expanded (it was quoted, or followed an = as in --option=~/x): "
         "spacy-elmo would create a directory named ~ in the current directory. Write the path out, {expanded}, "
@@ -360,6 +369,11 @@ class Errors:
         "explicitly with BiLM.from_allennlp(options_file, weight_file)."
     )
     E_PARENT_IS_FILE = "{path} is a file, not a directory, so nothing can be written below it"
+    # embed's OUTPUT_PATH (checked before any work), pretrain's OUTPUT_DIR (where its first write was refused)
+    E_OUTPUT_NOT_WRITABLE = (
+        "{path} cannot be written: no file can be created in {parent} ({error}). Choose an output path in a "
+        "writable directory."
+    )
     E_MODEL_DIR_NOT_ENTERABLE = (
         "The model directory {path} cannot be entered ({error}): this account needs permission to enter it and "
         "each directory above it, and to read it. Give it that (chmod u+rx, or a+rx, on each), or copy the model "
@@ -1517,10 +1531,6 @@ class Errors:
         "Choose another output path."
     )
     E_EMBED_OUTPUT_PARENT = "{path} cannot be created: {parent} is a file, not a directory. Choose another output path."
-    E_EMBED_OUTPUT_NOT_WRITABLE = (
-        "{path} cannot be written: no file can be created in {parent} ({error}). Choose an output path in a "
-        "writable directory."
-    )
     E_EMBED_OUTPUT_IS_DIR = (
         "{path} is a directory, but the output is one HDF5 file (--overwrite replaces a file, not a "
         "directory). Give a file path such as {example}, or remove the directory."

@@ -4,10 +4,15 @@ A shell expands a leading ``~`` only where it starts a word and is not quoted: `
 ``--heldout=~/x.txt`` reach spacy-elmo with the ``~`` in them, and Python (like a spaCy config) never
 expands it. Read, such a path names nothing (the error says so); written, it would create a directory
 named ``~`` in the current directory, so the commands refuse it as an output.
+
+Also what else a path the user gave may mean by accident: the current directory, or one above it, that an
+output would replace (:func:`holds_cwd`), and one file under two names, a hard link's real path another
+(:func:`file_identity`).
 """
 
 import os
-from typing import Optional
+from pathlib import Path
+from typing import Optional, Tuple
 
 from ._typing import PathLike
 from .errors import Errors
@@ -42,3 +47,22 @@ def check_output_path(path: PathLike) -> None:
     expanded = unexpanded_home(path)
     if expanded is not None:
         raise ValueError(Errors.E_OUTPUT_PATH_TILDE.format(path=path, expanded=expanded))
+
+
+def holds_cwd(path: PathLike) -> Optional[Path]:
+    """The current working directory where the directory ``path`` is it or holds it (``.``, ``..``, an empty
+    argument as typer gives it, a link to it: both resolved); None when it is neither, or the current directory
+    is gone (removed while this process was in it: nothing there to protect)."""
+    try:
+        cwd = Path.cwd().resolve()
+    except OSError:
+        return None
+    real = Path(path).resolve()
+    return cwd if real == cwd or real in cwd.parents else None
+
+
+def file_identity(path: PathLike) -> Tuple[int, int]:
+    """``(st_dev, st_ino)`` of the file ``path`` names (links followed): equal for two names of one file, a hard
+    link included, whose real paths (``resolve()``) differ."""
+    st = os.stat(path)
+    return st.st_dev, st.st_ino

@@ -3,6 +3,7 @@ alone, a killed run resumes to the identical file, bad input gets clear errors."
 
 import hashlib
 import json
+import signal
 from pathlib import Path
 
 import h5py
@@ -636,6 +637,57 @@ def test_cli_interrupted_says_what_is_kept_and_a_rerun_goes_on(model_dir, corpus
     assert stopped.output[said - 1] == "\n" and "embedding" not in stopped.output[said:], stopped.output
     again = CliRunner().invoke(app, args)
     assert again.exit_code == 0 and "(2 parts from an earlier run)" in again.output, again.output
+
+
+#: Run in a process of its own: ``spacy-elmo ARGS`` (the console script's main()), SIGTERM delivered to itself in
+#: the biLM call argv[1] (Slurm's preemption, docker stop, `timeout` at that moment; from inside, so always there),
+#: with argv[2] torch threads, as the test's process: the same vectors to the last bit.
+_TERMINATED_AT_CALL = """
+import signal, sys
+import torch
+import spacy_elmo.embedding
+from spacy_elmo.cli import main
+torch.set_num_threads(int(sys.argv[2]))
+real, calls, at = spacy_elmo.embedding.embed_lines, [], int(sys.argv[1])
+def embed_lines(*args, **kwargs):
+    calls.append(1)
+    if len(calls) == at:
+        signal.raise_signal(signal.SIGTERM)
+    return real(*args, **kwargs)
+spacy_elmo.embedding.embed_lines = embed_lines
+sys.argv = ["spacy-elmo", *sys.argv[3:]]
+main()
+"""
+
+
+def test_cli_sigterm_stops_as_ctrl_c_does_and_the_rerun_writes_the_identical_file(model_dir, corpus, tmp_path):
+    """SIGTERM ended embed at once, silently, with status -15, its lock file and unfinished part left behind; it
+    now stops as Ctrl-C does (pretrain's handling, shared): exit 143, the finished parts kept and named, nothing
+    else left, and the rerun finishes a file byte for byte the straight run's."""
+    import os
+    import subprocess
+    import sys
+
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli import app
+
+    out, straight = tmp_path / "out.h5", tmp_path / "straight" / "out.h5"
+    args = ["embed", str(corpus), str(out), "--model", str(model_dir), "--part-size", "2", "--batch-size", "2", "--no-progress"]
+    threads = str(torch.get_num_threads())
+    stopped = subprocess.run([sys.executable, "-c", _TERMINATED_AT_CALL, "3", threads, *args], capture_output=True, text=True,
+                             env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}, timeout=300)
+    assert stopped.returncode == 128 + signal.SIGTERM, (stopped.returncode, stopped.stderr)
+    assert f"finished parts are kept in {out}.parts: rerun the same command" in " ".join(stopped.stderr.split())
+    assert "Traceback" not in stopped.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "model", "out.h5.parts"]  # no lock file
+    assert sorted(p.name for p in (tmp_path / "out.h5.parts").iterdir() if p.name.startswith(".")) == []  # no half part
+    assert len(list((tmp_path / "out.h5.parts").glob("part-*.hdf5"))) == 2
+    again = CliRunner().invoke(app, args)
+    assert again.exit_code == 0 and "(2 parts from an earlier run)" in again.output, again.output
+    whole = CliRunner().invoke(app, [*args[:2], str(straight), *args[3:]])
+    assert whole.exit_code == 0, whole.output
+    assert out.read_bytes() == straight.read_bytes()
 
 
 def test_cli_ctrl_c_while_removing_the_parts_of_a_complete_output_says_it_is_complete(model_dir, corpus, tmp_path,

@@ -11,6 +11,7 @@ after training, it can be refitted without rewriting them. No pickle anywhere.
 
 import json
 import os
+import pickle
 import re
 import reprlib
 import shutil
@@ -136,7 +137,7 @@ def _remove_tree(path: Path) -> None:
         try:
             shutil.rmtree(path, ignore_errors=True)
             break
-        except BaseException as err:  # KeyboardInterrupt, pretrain's _Terminated
+        except BaseException as err:  # KeyboardInterrupt, the command line's Terminated (SIGTERM)
             pending = err
     if pending is not None:
         raise pending
@@ -374,6 +375,20 @@ def unreadable_file(path: PathLike, err: OSError) -> ValueError:
     if Path(path).is_dir():  # IsADirectoryError on POSIX, PermissionError on Windows
         return ValueError(Errors.E_MODEL_FILE_IS_DIR.format(path=path, name=Path(path).name))
     return ValueError(Errors.E_MODEL_FILE_UNREADABLE.format(path=path, error=err))
+
+
+def torch_load_error(err: Exception) -> str:
+    """What ``torch.load(weights_only=True)`` said of a file it could not read, for an error: its own
+    sentence, but not the advice to retry with ``weights_only=False`` (arbitrary code run from the file)
+    that its UnpicklingError leads with, nor its request to file an issue with PyTorch: the file is damaged or
+    not a torch file, which is no bug of torch's. Used by every ``torch.load`` of a user's file: a state_dict
+    (:mod:`~spacy_elmo.allennlp_compat`) and a pretrain checkpoint (:mod:`~spacy_elmo.training.checkpoint`)."""
+    text = str(err)
+    if isinstance(err, pickle.UnpicklingError):
+        found = re.search(r"WeightsUnpickler error:\s*(.*?)\s*(?:\n\n|$)", text, re.S)
+        text = found.group(1) if found else ""
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    return f"{type(err).__name__}: {first}" if first else type(err).__name__
 
 
 def check_readable(path: PathLike) -> None:

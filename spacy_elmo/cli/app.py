@@ -3,6 +3,7 @@
 import os
 import warnings
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Iterator, NoReturn
 
 import typer
@@ -135,6 +136,20 @@ def non_negative_int(value: int) -> int:
     if value is not None and value < 0:
         raise typer.BadParameter(Errors.E_NEGATIVE_OPTION.format(value=value))
     return value
+
+
+def given_text(value: str) -> str:
+    """Parser of every path argument and option typed ``str`` (MODEL_DIR, which may be ``default``; --init, --model;
+    config's OUTPUT): a usage error (exit 2) naming it for an empty string, :data:`Errors.E_PATH_EMPTY`."""
+    if value == "":  # "$OUT" with OUT unset: it was the current directory, which export --overwrite emptied
+        raise typer.BadParameter(Errors.E_PATH_EMPTY)
+    return value
+
+
+def given_path(value: str) -> Path:
+    """Parser of every path argument and option typed ``Path``: :func:`given_text` as a Path. A parser sees the
+    string as given; typer's own conversion (and so a callback) sees ``Path("")``, which is ``Path(".")``."""
+    return Path(given_text(value))
 
 
 #: Callback of every output path argument (pretrain's OUTPUT_DIR, export's OUT_DIR, embed's OUTPUT_PATH, config's

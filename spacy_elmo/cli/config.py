@@ -9,13 +9,13 @@ import typer
 from ..atomic import atomic_write_text
 from ..configs import config_names, config_path
 from ..errors import Errors, Warnings
-from .app import app, checked_by, checked_output, fail, warn
+from .app import app, checked_by, checked_output, fail, given_text, warn
 
 
 @app.command()
 def config(
     name: str = typer.Argument(..., callback=checked_by(config_path), help=f"Which config: {', '.join(config_names())}."),
-    output: str = typer.Argument("-", callback=checked_output, help="File to write, or - for stdout."),
+    output: str = typer.Argument("-", parser=given_text, callback=checked_output, help="File to write, or - for stdout."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace OUTPUT if it exists."),
     # the flag's first name, before export's and embed's --overwrite: still taken, with a warning, not shown
     force: bool = typer.Option(False, "--force", hidden=True, help="Deprecated: --overwrite."),

@@ -7,8 +7,9 @@ from typing import Optional
 import typer
 
 from ..errors import Errors, counted
-from .app import (DEVICE_HELP, app, checked_output, fail, known_device, non_negative_int, positive_int,
-                  progress_option, spacy_language)
+from .app import (COMMAND_LINE, DEVICE_HELP, app, checked_output, fail, given_path, given_text, known_device,
+                  non_negative_int, positive_int, progress_option, spacy_language)
+from .signals import signals_stop
 
 
 def _layer_mode(value: str) -> str:
@@ -22,9 +23,10 @@ def _layer_mode(value: str) -> str:
 
 @app.command()
 def embed(
-    input_path: Path = typer.Argument(..., help="UTF-8 text, one sentence per line (plain, .gz, .bz2 or .xz)."),
-    output_path: Path = typer.Argument(..., callback=checked_output, help="HDF5 file to write: dataset 'i' holds line i."),
-    model: str = typer.Option("default", help="Model directory (native or AllenNLP files), or 'default'."),
+    ctx: typer.Context,
+    input_path: Path = typer.Argument(..., parser=given_path, help="UTF-8 text, one sentence per line (plain, .gz, .bz2 or .xz)."),
+    output_path: Path = typer.Argument(..., parser=given_path, callback=checked_output, help="HDF5 file to write: dataset 'i' holds line i."),
+    model: str = typer.Option("default", parser=given_text, help="Model directory (native or AllenNLP files), or 'default'."),
     layers: str = typer.Option("all", callback=_layer_mode,
                                help="all: (L+1, n, 2P) per line; top: the last layer; average: their mean."),
     lang: Optional[str] = typer.Option(None, callback=spacy_language, help="Tokenize with spaCy's tokenizer for this language, whitespace "
@@ -48,33 +50,37 @@ def embed(
     from ..device import torch_device
     from ..embedding import check_paths, embed_file, output_lock, parts_path
 
-    try:
-        check_paths(input_path, output_path, overwrite)  # before loading: the cheaper errors first
-        with output_lock(output_path):  # before loading too: a second embed into OUTPUT is refused at once
-            target = torch_device(device)
-            bilm = BiLM.load(model).to(target)  # a saved pipeline: an error saying to export its biLM
-            tokenize, name = None, "whitespace"
-            if lang:
-                from ..training.data import make_nlp, spacy_rules, tokenizer_settings, word_texts
+    # SIGTERM (Slurm preemption, docker stop, timeout) stops it as Ctrl-C does: the lock and the unfinished part
+    # removed, the finished parts kept, the way on said, exit status 143 (it died at once, silently, with -15)
+    with signals_stop(command_line=ctx.obj == COMMAND_LINE) as stop:
+        try:
+            check_paths(input_path, output_path, overwrite)  # before loading: the cheaper errors first
+            with output_lock(output_path):  # before loading too: a second embed into OUTPUT is refused at once
+                target = torch_device(device)
+                bilm = BiLM.load(model).to(target)  # a saved pipeline: an error saying to export its biLM
+                tokenize, name = None, "whitespace"
+                if lang:
+                    from ..training.data import make_nlp, spacy_rules, tokenizer_settings, word_texts
 
-                nlp = make_nlp(lang)
-                # whitespace tokens dropped, as in pretraining; no stretch cut (pretraining cuts one spaCy is
-                # quadratically slow on, cut_runs): a line's tokens are the pipeline's
-                tokenizer = nlp.tokenizer
-                # The tokenizer block tells a fallback from, say, SudachiPy's ja, and the rules' digest a spaCy
-                # whose exceptions or punctuation rules changed: parts of the other are not reused.
-                block = json.dumps(tokenizer_settings(nlp), sort_keys=True)
-                name = f"spacy:{lang} {block} rules {spacy_rules(nlp)[:16]}"
-                tokenize = lambda line: word_texts(tokenizer(line))
-            counts = embed_file(bilm, input_path, output_path, layers=layers, batch_size=batch_size,
-                                batch_tokens=batch_tokens, part_size=part_size, max_tokens=max_tokens,
-                                cache_size=cache_size, tokenize=tokenize, tokenizer_name=name, overwrite=overwrite,
-                                restart=restart, progress=progress)
-    except (ValueError, OSError, RuntimeError) as err:
-        fail(str(err))
-    except KeyboardInterrupt:  # Ctrl-C: say what is kept and how to go on
-        parts = parts_path(output_path)
-        message = Errors.E_EMBED_INTERRUPTED if parts.exists() else Errors.E_EMBED_INTERRUPTED_EARLY
-        fail(message.format(parts=parts), status=130, fg=typer.colors.YELLOW)
+                    nlp = make_nlp(lang)
+                    # whitespace tokens dropped, as in pretraining; no stretch cut (pretraining cuts one spaCy is
+                    # quadratically slow on, cut_runs): a line's tokens are the pipeline's
+                    tokenizer = nlp.tokenizer
+                    # The tokenizer block tells a fallback from, say, SudachiPy's ja, and the rules' digest a spaCy
+                    # whose exceptions or punctuation rules changed: parts of the other are not reused.
+                    block = json.dumps(tokenizer_settings(nlp), sort_keys=True)
+                    name = f"spacy:{lang} {block} rules {spacy_rules(nlp)[:16]}"
+                    tokenize = lambda line: word_texts(tokenizer(line))
+                counts = embed_file(bilm, input_path, output_path, layers=layers, batch_size=batch_size,
+                                    batch_tokens=batch_tokens, part_size=part_size, max_tokens=max_tokens,
+                                    cache_size=cache_size, tokenize=tokenize, tokenizer_name=name, overwrite=overwrite,
+                                    restart=restart, progress=progress)
+        except (ValueError, OSError, RuntimeError) as err:
+            fail(str(err))
+        except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM: say what is kept and how to go on
+            stop.reporting = True  # first: a signal now must not escape this handler
+            parts = parts_path(output_path)
+            message = Errors.E_EMBED_INTERRUPTED if parts.exists() else Errors.E_EMBED_INTERRUPTED_EARLY
+            stop.end(err, message.format(parts=parts))
     reused = f" ({counted(counts['parts_reused'], 'part')} from an earlier run)" if counts["parts_reused"] else ""
     typer.echo(f"wrote {output_path}: {counted(counts['lines'], 'line')}, {counted(counts['tokens'], 'token')}{reused}")

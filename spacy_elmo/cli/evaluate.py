@@ -7,13 +7,13 @@ from typing import Optional
 import typer
 
 from ..errors import Errors, Warnings, counted
-from .app import DEVICE_HELP, app, fail, known_device, positive_int, progress_option, spacy_language, warn
+from .app import DEVICE_HELP, app, fail, given_path, given_text, known_device, positive_int, progress_option, spacy_language, warn
 
 
 @app.command()
 def evaluate(
-    model_dir: str = typer.Argument(..., help="Model directory written by pretrain, or 'default'."),
-    text_path: Path = typer.Argument(..., help="A UTF-8 text file (plain, .gz, .bz2 or .xz) or a directory of them."),
+    model_dir: str = typer.Argument(..., parser=given_text, help="Model directory written by pretrain, or 'default'."),
+    text_path: Path = typer.Argument(..., parser=given_path, help="A UTF-8 text file (plain, .gz, .bz2 or .xz) or a directory of them."),
     lang: Optional[str] = typer.Option(None, callback=spacy_language, help="spaCy language (default: the one the model was trained with, else en)."),
     batch_size: int = typer.Option(
         32, callback=positive_int,

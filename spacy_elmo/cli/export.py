@@ -8,14 +8,17 @@ import typer
 
 from ..atomic import replace_dir
 from ..errors import Errors
-from .app import app, checked_output, fail, one_of
+from ..paths import holds_cwd
+from .app import app, checked_output, fail, given_path, given_text, one_of
+from .signals import interruption_ends
 
 
 @app.command()
 def export(
+    ctx: typer.Context,
     model_dir: str = typer.Argument(
-        ..., help="Native model dir, AllenNLP weights dir, 'default', or a saved spaCy pipeline (or its component's dir)."),
-    out_dir: Path = typer.Argument(..., callback=checked_output, help="Where to write."),
+        ..., parser=given_text, help="Native model dir, AllenNLP weights dir, 'default', or a saved spaCy pipeline (or its component's dir)."),
+    out_dir: Path = typer.Argument(..., parser=given_path, callback=checked_output, help="Where to write."),
     format: str = typer.Option("allennlp", "--format", callback=one_of(("allennlp", "native"), Errors.E_EXPORT_FORMAT),
                                help="allennlp (options.json + weights.hdf5, as AllenNLP and bilm-tf read them; without the record of the "
                                "training in config.json, nor a fitted initial state) or native (keeps both)."),
@@ -34,7 +37,7 @@ def export(
     from ..training.modelio import SOFTMAX_FILE, load_pretrained, save_pretrained, write_softmax
     from ..training.trainer import model_dir_lock
 
-    with ExitStack() as held:
+    with interruption_ends(ctx, "export"), ExitStack() as held:  # SIGTERM too: the lock released, 143
         try:
             check_output_dir(out_dir, overwrite, model_dir)
             # the directory replace_dir replaces: resolved (RUN/missing/.. is RUN to it, and no directory to the kernel)
@@ -81,9 +84,10 @@ def export(
 
 
 def check_output_dir(out_dir: Path, overwrite: bool, model_dir: str) -> None:
-    """FileExistsError when ``out_dir`` is a file, a non-empty directory without ``overwrite``, (inside) the
-    bundled default model's directory, or ``model_dir`` itself holding a pretrain run's checkpoint (replaced
-    whole, the run could no longer be resumed)."""
+    """FileExistsError when ``out_dir`` is a file, a non-empty directory without ``overwrite`` (with it too where
+    it is or holds the current directory: everything in it would be deleted), (inside) the bundled default model's
+    directory, or ``model_dir`` itself holding a pretrain run's checkpoint (replaced whole, the run could no longer
+    be resumed)."""
     from ..bilm.native_io import DEFAULT_MODEL_DIR
     from ..training.checkpoint import CHECKPOINT_NAME
 
@@ -94,8 +98,14 @@ def check_output_dir(out_dir: Path, overwrite: bool, model_dir: str) -> None:
         raise FileExistsError(Errors.E_EXPORT_BUNDLED.format(path=out_dir, bundled=DEFAULT_MODEL_DIR))
     if real.exists() and not real.is_dir():
         raise FileExistsError(Errors.E_EXPORT_NOT_A_DIR.format(path=out_dir))
-    if real.is_dir() and any(real.iterdir()) and not overwrite:
-        raise FileExistsError(Errors.E_EXPORT_NOT_EMPTY.format(path=out_dir))
+    if real.is_dir() and any(real.iterdir()):
+        # with --overwrite, "$OUT" unset (typer's ".") or "." emptied the current directory, .git and all: refused
+        # whatever --overwrite says, as not empty would offer it
+        cwd = holds_cwd(real)
+        if cwd is not None:
+            raise FileExistsError(Errors.E_OVERWRITE_CWD.format(path=out_dir, cwd=cwd))
+        if not overwrite:
+            raise FileExistsError(Errors.E_EXPORT_NOT_EMPTY.format(path=out_dir))
     # "default" is the bundled model, refused above as OUT_DIR
     if model_dir != "default" and Path(model_dir).resolve() == real and (real / CHECKPOINT_NAME).exists():
         raise FileExistsError(Errors.E_EXPORT_ONTO_RUN.format(path=out_dir, checkpoint=CHECKPOINT_NAME))

@@ -7,7 +7,8 @@ from typing import Optional
 import typer
 
 from ..errors import Errors, Warnings, counted
-from .app import app, fail, positive_int, progress_option, spacy_language, warn
+from .app import app, fail, given_path, given_text, positive_int, progress_option, spacy_language, warn
+from .signals import interruption_ends
 
 
 def _or_fewer_rows(n_sentences: int) -> str:
@@ -20,10 +21,11 @@ def _or_fewer_rows(n_sentences: int) -> str:
 
 @app.command("fit-state")
 def fit_state(
+    ctx: typer.Context,
     model_dir: str = typer.Argument(
-        ..., help="Native model directory (written by pretrain, export --format native or BiLM.save). The state is "
+        ..., parser=given_text, help="Native model directory (written by pretrain, export --format native or BiLM.save). The state is "
         "written into it (not into the bundled default model: export that to a directory first)."),
-    text_path: Optional[Path] = typer.Argument(None, help="Running text like the training text (UTF-8 file, plain, .gz, .bz2 or .xz, or directory)."),
+    text_path: Optional[Path] = typer.Argument(None, parser=given_path, help="Running text like the training text (UTF-8 file, plain, .gz, .bz2 or .xz, or directory)."),
     lang: Optional[str] = typer.Option(None, callback=spacy_language, help="spaCy language (default: the one the model was trained with, else en)."),
     max_sentences: int = typer.Option(4096, callback=positive_int, help="Read at most this many sentences from the start of the text."),
     rows: int = typer.Option(32, callback=positive_int, help="Contiguous streams read in parallel (needs 3 x rows sentences)."),
@@ -56,7 +58,7 @@ def fit_state(
             max_sentences=max_sentences, needed=sentences_needed(rows), rows=rows, warmup=WARMUP,
             or_rows=_or_fewer_rows(max_sentences)))
     replaced = 0
-    with ExitStack() as held:
+    with interruption_ends(ctx, "fit-state"), ExitStack() as held:  # SIGTERM too: the lock released, 143
         try:
             path = model_path(model_dir, offer_default=False)  # clear errors for a missing path or a file; "default" is refused below
             if path.resolve() == DEFAULT_MODEL_DIR:

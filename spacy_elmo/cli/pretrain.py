@@ -3,9 +3,7 @@
 import json
 import os
 import shlex
-import signal
 import threading
-from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import List, Optional
@@ -21,8 +19,9 @@ from ..paths import missing_path_error
 from ..ranks import Ranks, torchrun_ranks
 from ..training.data import AUTO_RULE
 from ..training.trainer import BOUNDS, DEFAULT_EPOCHS, OPTIMIZERS, leave_failed_run, said_by_this_rank
-from .app import (COMMAND_LINE, DEVICE_HELP, app, checked_by, checked_output, fail, known_device, non_negative_int,
-                  one_of, positive_int, progress_option, spacy_language, warn)
+from .app import (COMMAND_LINE, DEVICE_HELP, app, checked_by, checked_output, fail, given_path, given_text,
+                  known_device, non_negative_int, one_of, positive_int, progress_option, spacy_language, warn)
+from .signals import Stop, signals_stop
 
 
 def _bounded(name: str):
@@ -70,84 +69,6 @@ def model_config(preset: Optional[str], options: Optional[Path]) -> dict:
     return config.to_dict()
 
 
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM (``kill``, Slurm's ``scancel`` or time limit, a container stop, torchrun stopping its
-    workers), raised where the process is: the run stops as on Ctrl-C, temporary files removed."""
-
-
-class _Stop:
-    """The signal (SIGINT or SIGTERM) that stopped this process, None while none came. While ``reporting``
-    (the run has ended), a signal is recorded, not raised: it would escape the handler that reports the end.
-    ``ignore_at_exit``: this is the command line's main thread, and the process ends with the run."""
-
-    def __init__(self, ignore_at_exit: bool = False) -> None:
-        self.signum: Optional[int] = None
-        self.reporting = False
-        self.ignore_at_exit = ignore_at_exit
-
-    def handle(self, signum, frame) -> None:
-        if self.signum is None:
-            self.signum = signum
-        if not self.reporting:
-            raise self.interrupt()
-
-    def check(self, step: int, loss: float) -> None:
-        """Called after every optimizer step (``train``'s ``on_step``): stop at this step boundary if a signal
-        came whose exception Python swallowed, as it does when the handler runs inside a finalizer (a
-        ``__del__`` or a generator closed by the garbage collector: "Exception ignored in ..."), where the
-        run went on training as though nothing had come."""
-        if self.signum is not None:  # (train calls it, so never while the end is reported)
-            raise self.interrupt()
-
-    def interrupt(self) -> KeyboardInterrupt:
-        """The exception of the signal that came: :class:`_Terminated` for SIGTERM, KeyboardInterrupt for Ctrl-C."""
-        return _Terminated() if self.signum == signal.SIGTERM else KeyboardInterrupt()
-
-    def exit(self, signum: int, err: BaseException) -> None:
-        """Exit with 128 + ``signum``. Ctrl-C under torchrun comes twice (the terminal's to the whole process
-        group, then torchrun's forwarded copy): a second one in the process's exit (atexit callbacks, the
-        workers' joins) printed "Exception ignored in atexit callback ... KeyboardInterrupt" or killed it by
-        SIGINT instead of 130, so the command line ignores both signals from here on."""
-        self.ignore_signals()
-        raise typer.Exit(128 + signum) from err
-
-    def ignore_signals(self) -> None:
-        """On the command line: ignore Ctrl-C and SIGTERM from here on, the process exiting (also a rank of torchrun
-        exiting with an error: torchrun stops the other ranks, SIGTERM, as soon as one exits, and a rank still
-        exiting with the same error was reported killed, exit code -15)."""
-        if self.ignore_at_exit:
-            for stopping in _STOPPING:
-                signal.signal(stopping, signal.SIG_IGN)
-
-
-#: The signals that stop a run.
-_STOPPING = (signal.SIGINT, signal.SIGTERM)
-
-
-@contextmanager
-def _signals_stop_the_run(command_line: bool = False):
-    """A :class:`_Stop` whose handler takes Ctrl-C (SIGINT: KeyboardInterrupt) and SIGTERM (:class:`_Terminated`;
-    it ended the process silently, with no word of the checkpoint to resume from) inside the block. Only the
-    main thread may set handlers: elsewhere, as it was. A signal its starter ignores stays ignored (``cmd &``
-    in a script: the script's Ctrl-C is not for it; ``nohup``). ``command_line``: the process ends with the
-    block (main()), so :meth:`_Stop.exit` may leave the signals ignored; the handlers are restored after the
-    block only where they are still the block's own."""
-    main_thread = threading.current_thread() is threading.main_thread()
-    stop = _Stop(ignore_at_exit=command_line and main_thread)
-    if not main_thread:
-        yield stop
-        return
-    handler = stop.handle
-    previous = {signum: signal.signal(signum, handler) for signum in _STOPPING
-                if signal.getsignal(signum) != signal.SIG_IGN}
-    try:
-        yield stop
-    finally:
-        for signum, before in previous.items():
-            if signal.getsignal(signum) is handler:
-                signal.signal(signum, before)
-
-
 #: The key of the job's store that counts the ranks a signal stopped; an elastic restart of the job
 #: (``TORCHELASTIC_RESTART_COUNT``) counts afresh in the same store.
 _STOPPED_KEY = "spacy_elmo/pretrain/stopped/{restart}"
@@ -191,7 +112,7 @@ def _first_to_stop(ranks: Ranks) -> bool:
     return counts[0] == 1 if counts else rank == 0
 
 
-def _report_end(err: BaseException, stop: _Stop, output_dir: Path, ranks: Ranks) -> None:
+def _report_end(err: BaseException, stop: Stop, output_dir: Path, ranks: Ranks) -> None:
     """Say why the run ended (an error, or the signal that stopped it, and how to go on) and exit: 1 for an
     error, 128 + the signal for a signal (130 Ctrl-C, 143 SIGTERM). Under torchrun, what every rank meets
     alike is said once: an error by rank 0, a stop by the first rank it reached, and a rank whose peer failed
@@ -209,7 +130,7 @@ def _report_end(err: BaseException, stop: _Stop, output_dir: Path, ranks: Ranks)
     # A signal (also one that came while this rank met its stopped peer's error): say what the directory holds
     from ..training.checkpoint import checkpoint_path
 
-    signum = stop.signum or (signal.SIGTERM if isinstance(err, _Terminated) else signal.SIGINT)
+    signum = stop.signal_of(err)
     if _first_to_stop(ranks):
         message = Errors.E_PRETRAIN_INTERRUPTED if checkpoint_path(output_dir).exists() else Errors.E_PRETRAIN_INTERRUPTED_EARLY
         warn(message.format(path=output_dir))
@@ -227,15 +148,15 @@ def _trained(steps: int, resumed_from: int) -> str:
 @app.command()
 def pretrain(
     ctx: typer.Context,
-    train_path: Path = typer.Argument(..., help="A UTF-8 text file (plain, .gz, .bz2 or .xz), or a directory of them."),
-    output_dir: Path = typer.Argument(..., callback=checked_output, help="Where the model, vocab.txt, checkpoint and log go."),
-    heldout: Optional[Path] = typer.Option(None, help="Held-out text: full-softmax perplexity at every checkpoint."),
+    train_path: Path = typer.Argument(..., parser=given_path, help="A UTF-8 text file (plain, .gz, .bz2 or .xz), or a directory of them."),
+    output_dir: Path = typer.Argument(..., parser=given_path, callback=checked_output, help="Where the model, vocab.txt, checkpoint and log go."),
+    heldout: Optional[Path] = typer.Option(None, parser=given_path, help="Held-out text: full-softmax perplexity at every checkpoint."),
     lang: str = typer.Option("en", callback=spacy_language, help="spaCy language of the tokenizer (the pipeline's tokens)."),
     preset: Optional[str] = typer.Option(None, callback=checked_by(BiLMConfig.preset), help="Model size: small, medium or original (default small)."),
     options: Optional[Path] = typer.Option(
-        None, help="Model sizes: an AllenNLP options.json, a JSON object of BiLMConfig fields, or a spacy-elmo model's "
+        None, parser=given_path, help="Model sizes: an AllenNLP options.json, a JSON object of BiLMConfig fields, or a spacy-elmo model's "
         "config.json or directory (its sizes only, trained from the start: --init fine-tunes the model itself)."),
-    init: Optional[str] = typer.Option(None, help="Fine-tune this model (native dir, AllenNLP dir or 'default')."),
+    init: Optional[str] = typer.Option(None, parser=given_text, help="Fine-tune this model (native dir, AllenNLP dir or 'default')."),
     new_vocab: bool = typer.Option(False, help="With --init: vocabulary from this corpus (known words keep their softmax rows)."),
     vocab_size: int = typer.Option(
         100_000, callback=_bounded("vocab_size"), help="Largest vocabulary (with <S>, </S>, <UNK>); 0: no cap. Unused with --init of a model with a "
@@ -318,10 +239,10 @@ def pretrain(
         raise typer.BadParameter(str(err)) from err
     if keep_freed_memory:
         keep_freed()
-    with _signals_stop_the_run(command_line=ctx.obj == COMMAND_LINE) as stop:
+    with signals_stop(command_line=ctx.obj == COMMAND_LINE) as stop:
         try:
             summary = train(cfg, on_step=stop.check)
-        # OSError: also a disk full, a path under a file...; KeyboardInterrupt: Ctrl-C, or SIGTERM (_Terminated)
+        # OSError: also a disk full, a path under a file...; KeyboardInterrupt: Ctrl-C, or SIGTERM (Terminated)
         except (ValueError, OSError, RuntimeError, KeyboardInterrupt) as err:
             stop.reporting = True  # first: a signal now must not escape this handler
             _report_end(err, stop, output_dir, ranks)

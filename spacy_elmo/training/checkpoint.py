@@ -13,7 +13,7 @@ import torch
 from .._typing import PathLike
 from ..atomic import atomic_write
 from ..atomic import remove_leftovers as atomic_remove_leftovers
-from ..bilm.native_io import read_meta
+from ..bilm.native_io import read_meta, torch_load_error
 from ..errors import Errors
 
 CHECKPOINT_NAME = "checkpoint.pt"
@@ -89,7 +89,8 @@ def load_checkpoint(output_dir: PathLike) -> Dict[str, Any]:
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # torch raises EOFError, RuntimeError, UnpicklingError... for damaged files
-        raise ValueError(Errors.E_BAD_CHECKPOINT.format(path=path, error=f"{type(err).__name__}: {err}")) from err
+        # not torch's advice to load it with weights_only=False (arbitrary code from the file) or to file an issue
+        raise ValueError(Errors.E_BAD_CHECKPOINT.format(path=path, error=torch_load_error(err))) from err
     missing = [k for k in PAYLOAD_KEYS if not isinstance(payload, dict) or k not in payload]
     if missing:
         raise ValueError(Errors.E_BAD_CHECKPOINT.format(path=path, error=f"no {', '.join(missing)}"))

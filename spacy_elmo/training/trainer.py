@@ -39,6 +39,7 @@ from ..bilm.lstm import LstmState
 from ..bilm.native_io import INITIAL_STATE_NAME, find_allennlp_files, read_meta
 from ..device import torch_device
 from ..errors import Errors, Warnings
+from ..paths import file_identity
 from ..ranks import torchrun_ranks
 from . import checkpoint as ckpt
 from . import data as corpus_data
@@ -541,9 +542,10 @@ def _diverged(step: int, what: str, value: float, out: Path, last_saved: int) ->
 
 
 def _warn_heldout_in_training(heldout: str, train_path: str) -> None:
-    """Warn when a file of ``heldout`` is one of TRAIN_PATH's (by real path; both exist, read already)."""
-    trained = {f.resolve() for f in corpus_data.list_text_files(train_path)}
-    shared = [f for f in corpus_data.list_text_files(heldout) if f.resolve() in trained]
+    """Warn when a file of ``heldout`` is one of TRAIN_PATH's (both exist, read already): the same file by
+    device and inode, so a hard link to a training file is one too (its real path is another), as is a symlink."""
+    trained = {file_identity(f) for f in corpus_data.list_text_files(train_path)}
+    shared = [f for f in corpus_data.list_text_files(heldout) if file_identity(f) in trained]
     if shared:
         warnings.warn(Warnings.W_HELDOUT_IN_TRAINING.format(path=heldout, n=len(shared), file=shared[0]), RuntimeWarning,
                       stacklevel=3)
@@ -692,21 +694,38 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
             return _train(cfg, on_step, held)
     except OSError as err:
         out = Path(cfg.output_dir)
+        if err.errno in NOT_PERMITTED and _names_a_file_in(err, out, above=True):  # the bare errno said no fix
+            raise PermissionError(Errors.E_OUTPUT_NOT_WRITABLE.format(path=out, parent=_refusing_dir(err), error=err)) from err
         if err.errno not in OUT_OF_SPACE or not _names_a_file_in(err, out):  # another disk's (a full /dev/shm)
             raise
         on = Errors.E_PRETRAIN_NO_SPACE_RESUME if ckpt.checkpoint_path(out).exists() else Errors.E_PRETRAIN_NO_SPACE_RERUN
         raise OSError(Errors.E_PRETRAIN_NO_SPACE.format(path=out, error=err, on=on)) from err
 
 
-def _names_a_file_in(err: OSError, directory: Path) -> bool:
-    """Whether ``err`` names a file in ``directory`` (its writes name their file: :func:`~spacy_elmo.atomic.naming`)."""
-    inside = Path(os.path.abspath(directory))  # not resolved: the file's path as written, also a link (to elsewhere)
-    named = [Path(os.path.abspath(os.fsdecode(name))) for name in (err.filename, err.filename2) if isinstance(name, (str, bytes))]
-    return any(path == inside or inside in path.parents for path in named)
+def _named_paths(err: OSError) -> List[Path]:
+    """The absolute paths ``err`` names (none, one or two), not resolved: as written, also a link (to elsewhere)."""
+    return [Path(os.path.abspath(os.fsdecode(name))) for name in (err.filename, err.filename2) if isinstance(name, (str, bytes))]
+
+
+def _names_a_file_in(err: OSError, directory: Path, above: bool = False) -> bool:
+    """Whether ``err`` names a file in ``directory`` (its writes name their file: :func:`~spacy_elmo.atomic.naming`)
+    or ``directory`` itself; with ``above``, also a directory above it (one that creating it made)."""
+    inside = Path(os.path.abspath(directory))
+    return any(path == inside or inside in path.parents or (above and path in inside.parents) for path in _named_paths(err))
+
+
+def _refusing_dir(err: OSError) -> Path:
+    """The directory that refused the write ``err`` names: the nearest existing directory at or above its path
+    (``out`` for ``out/data``, which could not be created; ``a`` for ``a/b`` of OUTPUT_DIR ``a/b/c``)."""
+    path = _named_paths(err)[0]
+    return next((p for p in (path, *path.parents) if p.is_dir()), path)
 
 
 #: The errnos of a write that found no room: a full disk, a full quota.
 OUT_OF_SPACE = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
+#: The errnos of a write refused: no write permission (EACCES), an immutable directory or a sandbox (EPERM), a
+#: read-only mount (EROFS).
+NOT_PERMITTED = {errno.EACCES, errno.EPERM, errno.EROFS}
 
 
 @contextmanager

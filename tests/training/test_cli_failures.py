@@ -154,6 +154,39 @@ def test_ctrl_c_ends_every_command_with_130_and_a_word_on_stderr(tmp_path, monke
     ended(runner.invoke(app, [command, *args(tmp_path)]), 130, Errors.E_INTERRUPTED.format(command=command))
 
 
+def _terminated(*args, **kwargs):
+    """SIGTERM (Slurm's preemption, docker stop, `timeout`) delivered to this process where the command calls this:
+    only under a handler of the command's own, since Python's default action would end the test session."""
+    handler = signal.getsignal(signal.SIGTERM)
+    assert callable(handler), f"SIGTERM's handler is {handler}: the signal would end the process silently (-15)"
+    signal.raise_signal(signal.SIGTERM)
+    raise AssertionError("the signal was not delivered")
+
+
+#: The long commands besides pretrain (test_kill): where SIGTERM comes, their arguments, what they say.
+TERMINATED = {
+    "embed": ("spacy_elmo.embedding.check_paths", lambda tmp: [str(tmp / "in.txt"), str(tmp / "out.h5")],
+              lambda tmp: Errors.E_EMBED_INTERRUPTED_EARLY),
+    "export": ("spacy_elmo.training.modelio.load_pretrained", lambda tmp: ["default", str(tmp / "out")],
+               lambda tmp: Errors.E_INTERRUPTED.format(command="export")),
+    "fit-state": ("spacy_elmo.bilm.native_io.model_path", lambda tmp: [str(tmp), "--clear"],
+                  lambda tmp: Errors.E_INTERRUPTED.format(command="fit-state")),
+}
+
+
+@pytest.mark.parametrize("command", sorted(TERMINATED))
+def test_sigterm_ends_a_long_command_as_ctrl_c_does_with_143(tmp_path, monkeypatch, command):
+    """SIGTERM ended embed (and export, fit-state) at once: exit status -15, no word, embed's lock and unfinished
+    part left behind. They now stop as on Ctrl-C, as pretrain does (the handling shared): the same word, 143."""
+    where, args, message = TERMINATED[command]
+    monkeypatch.setattr(where, _terminated)
+    before = signal.getsignal(signal.SIGTERM)
+    ended(runner.invoke(app, [command, *args(tmp_path)]), 128 + signal.SIGTERM, message(tmp_path))
+    assert signal.getsignal(signal.SIGTERM) is before  # in-process: the caller's handler back
+    if command == "embed":
+        assert sorted(path.name for path in tmp_path.iterdir()) == []  # no lock file left
+
+
 def test_ctrl_c_in_embed_says_what_it_kept(tmp_path, monkeypatch):
     text = write_corpus(tmp_path / "text.txt", 10)
     out = tmp_path / "out.h5"

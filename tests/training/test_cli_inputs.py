@@ -714,6 +714,76 @@ def test_an_output_path_with_a_tilde_no_shell_expanded_is_a_usage_error(trained,
     assert not (tmp_path / "~").exists() and list(home.iterdir()) == []
 
 
+def _workspace(tmp_path):
+    """A current directory holding someone's work (hidden files and .git too); returns it and a snapshot."""
+    work = tmp_path / "work"
+    (work / ".git").mkdir(parents=True)
+    (work / ".git" / "HEAD").write_text("ref\n")
+    (work / ".env").write_text("secret\n")
+    (work / "notes.txt").write_text("my work\n")
+    return work, _tree(work)
+
+
+#: Every path argument and option, each given as "" (what "$OUT" with OUT unset gives), and its name in the error.
+EMPTY_PATHS = {
+    "export-OUT_DIR": (lambda t: ["export", str(t["model"]), "", "--overwrite", "--format", "native"], "OUT_DIR"),
+    "export-MODEL_DIR": (lambda t: ["export", "", "out"], "MODEL_DIR"),
+    "pretrain-OUTPUT_DIR": (lambda t: ["pretrain", str(t["train"]), "", "--options", str(t["model"].parent / "tiny.json"),
+                                       "--max-steps", "1", "--no-progress"], "OUTPUT_DIR"),
+    "pretrain-TRAIN_PATH": (lambda t: ["pretrain", "", "out", "--no-progress"], "TRAIN_PATH"),
+    "pretrain-heldout": (lambda t: ["pretrain", str(t["train"]), "out", "--heldout", ""], "--heldout"),
+    "pretrain-options": (lambda t: ["pretrain", str(t["train"]), "out", "--options", ""], "--options"),
+    "pretrain-init": (lambda t: ["pretrain", str(t["train"]), "out", "--init", ""], "--init"),
+    "embed-OUTPUT_PATH": (lambda t: ["embed", str(t["held"]), "", "--overwrite", "--no-progress"], "OUTPUT_PATH"),
+    "embed-INPUT_PATH": (lambda t: ["embed", "", "v.h5", "--no-progress"], "INPUT_PATH"),
+    "embed-model": (lambda t: ["embed", str(t["held"]), "v.h5", "--model", ""], "--model"),
+    "evaluate-MODEL_DIR": (lambda t: ["evaluate", "", str(t["held"])], "MODEL_DIR"),
+    "evaluate-TEXT_PATH": (lambda t: ["evaluate", str(t["model"]), ""], "TEXT_PATH"),
+    "fit-state-MODEL_DIR": (lambda t: ["fit-state", "", "--clear"], "MODEL_DIR"),
+    "fit-state-TEXT_PATH": (lambda t: ["fit-state", str(t["model"]), ""], "TEXT_PATH"),
+    "config-OUTPUT": (lambda t: ["config", "ner", "", "--overwrite"], "OUTPUT"),
+    "demo-model": (lambda t: ["demo", "--model", ""], "--model"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(EMPTY_PATHS))
+def test_an_empty_path_is_a_usage_error_naming_an_unset_variable(trained, tmp_path, monkeypatch, case):
+    """typer made "" Path("."): ``export MODEL "$OUT" --overwrite`` with OUT unset replaced the whole current
+    directory, .git and hidden files included; ``pretrain train.txt "$OUT"`` wrote its run there, and an empty
+    TRAIN_PATH read the whole current directory as corpus. Every path argument and option now refuses "" (exit 2,
+    naming it), the current directory untouched."""
+    work, before = _workspace(tmp_path)
+    monkeypatch.chdir(work)
+    argv, name = EMPTY_PATHS[case]
+    output = plain(clean_error(runner.invoke(app, argv(trained)), code=2))
+    assert f"Invalid value for '{name}': an empty path (an unset shell variable?" in output, output
+    assert _tree(work) == before
+
+
+@pytest.mark.parametrize("out", [".", "..", "link", "absolute parent"])
+def test_export_overwrite_refuses_the_current_directory_or_one_holding_it(trained, tmp_path, monkeypatch, out):
+    """--overwrite deletes everything in OUT_DIR: given the current directory (".", or "$OUT" unset before empty
+    paths were refused) or a directory above it, it deleted the user's work, .git and all. Refused, naming the
+    current directory; an empty current directory still takes the model (nothing is deleted)."""
+    work, before = _workspace(tmp_path)
+    (work / "sub").mkdir()
+    (tmp_path / "link").symlink_to(work, target_is_directory=True)
+    cwd = work / "sub" if out == ".." else work
+    monkeypatch.chdir(cwd)
+    before = _tree(work)
+    given = {".": ".", "..": "..", "link": str(tmp_path / "link"), "absolute parent": str(tmp_path)}[out]
+    args = ["export", str(trained["model"]), given, "--overwrite", "--format", "native"]
+    output = plain(clean_error(runner.invoke(app, args)))
+    assert f"{given} is or holds the current directory ({cwd}), and it is not empty" in output, output
+    assert "Choose a new directory for OUT_DIR" in output
+    assert _tree(work) == before
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.chdir(empty)
+    result = runner.invoke(app, ["export", str(trained["model"]), ".", "--format", "native"])
+    assert result.exit_code == 0 and (empty / "config.json").exists(), result.output
+
+
 @pytest.mark.parametrize("where", ["train_path", "heldout", "evaluate", "fit-state", "embed"])
 def test_a_text_path_with_a_tilde_no_shell_expanded_names_the_path_written_out(trained, model, tmp_path, monkeypatch,
                                                                                 where):

@@ -207,11 +207,11 @@ def own_handlers():
 def test_a_signal_ignored_by_the_starter_stays_ignored(own_handlers, ignored):
     """`spacy-elmo pretrain ... &` in a script starts with SIGINT ignored (the script's Ctrl-C is not for it),
     `nohup` or a parent may ignore SIGTERM: pretrain set its own handlers over that, so the signal stopped it."""
-    from spacy_elmo.cli.pretrain import _signals_stop_the_run
+    from spacy_elmo.cli.signals import signals_stop
 
     other = signal.SIGTERM if ignored == signal.SIGINT else signal.SIGINT
     signal.signal(ignored, signal.SIG_IGN)
-    with _signals_stop_the_run() as stop:
+    with signals_stop() as stop:
         try:
             signal.raise_signal(ignored)
         except KeyboardInterrupt:  # (SIGTERM's too) not let through: it would end pytest's session
@@ -242,11 +242,12 @@ def test_a_second_signal_while_the_stopped_command_exits_is_ignored(own_handlers
     stopped; an in-process caller (CliRunner) gets its handlers back."""
     import typer
 
-    from spacy_elmo.cli.pretrain import _report_end, _signals_stop_the_run
+    from spacy_elmo.cli.pretrain import _report_end
+    from spacy_elmo.cli.signals import signals_stop
     from spacy_elmo.ranks import Ranks
 
     with pytest.raises(typer.Exit) as exited:
-        with _signals_stop_the_run(command_line=command_line) as stop:
+        with signals_stop(command_line=command_line) as stop:
             try:
                 signal.raise_signal(signal.SIGINT)
             except KeyboardInterrupt as err:
@@ -263,11 +264,12 @@ def test_a_signal_while_a_failed_rank_of_torchrun_exits_is_ignored(own_handlers,
     of a torchrun rank ignores both signals once it ends with an error; an in-process caller gets its handlers back."""
     import typer
 
-    from spacy_elmo.cli.pretrain import _report_end, _signals_stop_the_run
+    from spacy_elmo.cli.pretrain import _report_end
+    from spacy_elmo.cli.signals import signals_stop
     from spacy_elmo.ranks import Ranks
 
     with pytest.raises(typer.Exit) as exited:
-        with _signals_stop_the_run(command_line=command_line) as stop:
+        with signals_stop(command_line=command_line) as stop:
             try:
                 raise ValueError("refused")
             except ValueError as err:

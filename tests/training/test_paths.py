@@ -1,6 +1,7 @@
 """Where pretrain reads and writes: OUTPUT_DIR against TRAIN_PATH and the user's own files,
 and which files of a TRAIN_PATH directory are the corpus."""
 
+import os
 import shutil
 
 import pytest
@@ -128,10 +129,11 @@ def test_a_pipe_as_train_path_is_refused_naming_it(tmp_path):
         train(tiny_train_config(pipe, tmp_path / "out", max_steps=2))
 
 
-@pytest.mark.parametrize("where", ["same file", "in the corpus directory", "linked into it"])
+@pytest.mark.parametrize("where", ["same file", "hard link", "in the corpus directory", "linked into it"])
 def test_heldout_text_that_is_training_text_warns(tmp_path, where):
     """--heldout equal to TRAIN_PATH, or a file of a TRAIN_PATH directory, gave the perplexity of
-    trained text without a word; held-out text elsewhere does not warn."""
+    trained text without a word; held-out text elsewhere does not warn. A hard link to the training file is
+    the same file under another real path (compared by path, it gave no warning)."""
     import warnings
 
     corpus = tmp_path / "corpus"
@@ -139,17 +141,20 @@ def test_heldout_text_that_is_training_text_warns(tmp_path, where):
     train_file = write_corpus(corpus / "a.txt", 100)
     (tmp_path / "h").mkdir()
     held = write_corpus(tmp_path / "h" / "held.txt", 20, seed=3)
-    train_path = train_file if where == "same file" else corpus
+    train_path = train_file if where in ("same file", "hard link") else corpus
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)  # none: the text is apart
         train(tiny_train_config(train_path, tmp_path / "apart", max_steps=1, heldout=str(held)))
     if where == "same file":
         held = train_file
+    elif where == "hard link":
+        held = tmp_path / "h" / "hard.txt"
+        os.link(train_file, held)
     elif where == "in the corpus directory":
         held = write_corpus(corpus / "held.txt", 20, seed=3)
     else:
         (corpus / "more").symlink_to(held.parent, target_is_directory=True)  # corpus/more/held.txt is held.txt
-    with pytest.warns(RuntimeWarning, match=r"--heldout .*(held|a).txt is training text too \(1 of its file"):
+    with pytest.warns(RuntimeWarning, match=r"--heldout .*(held|a|hard).txt is training text too \(1 of its file"):
         train(tiny_train_config(train_path, tmp_path / "out", max_steps=1, heldout=str(held)))
 
 

@@ -647,3 +647,46 @@ def test_a_resume_that_trains_nothing_says_so_and_leaves_the_files(tmp_path):
         assert train(tiny_train_config(train_file, out, max_steps=4, checkpoint_every=2, resume=True))["model_written"]
     assert json.loads((out / "config.json").read_text(encoding="utf-8"))["provenance"]["steps"] == 4
     assert (out / "model.safetensors").read_bytes() == before["model.safetensors"][1]
+
+
+@pytest.mark.parametrize("output, refused", [("ro", "ro/data"), ("ro/sub/run", "ro/sub"), ("ro/run", "ro/run/data")])
+def test_an_output_dir_that_cannot_be_written_names_it_and_the_fix(tmp_path, monkeypatch, output, refused):
+    """pretrain into a directory it may not write ended with a bare "[Errno 1] Operation not permitted: 'ro/data'"
+    (embed and export name the problem and the fix). The first write refused (the corpus cache, or a directory of
+    OUTPUT_DIR's path being created) names OUTPUT_DIR, the directory that refused and the fix. os.mkdir refuses
+    there as in a directory without write permission, which chmod cannot make for root."""
+    train_file = write_corpus(tmp_path / "train.txt", 50)
+    (tmp_path / "ro").mkdir()
+    if output == "ro/run":
+        (tmp_path / "ro" / "run").mkdir()  # OUTPUT_DIR exists, its contents cannot be created
+    real_mkdir = os.mkdir
+
+    def mkdir(path, *args, **kwargs):
+        if os.fspath(path) == os.fspath(tmp_path / refused):
+            raise PermissionError(errno.EACCES, "Permission denied", os.fspath(path))
+        return real_mkdir(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "mkdir", mkdir)
+    out = tmp_path / output
+    with pytest.raises(PermissionError) as err:
+        train(tiny_train_config(train_file, out, max_steps=1))
+    parent = (tmp_path / refused).parent
+    assert str(err.value).startswith(f"{out} cannot be written: no file can be created in {parent} ([Errno 13]")
+    assert str(err.value).endswith("Choose an output path in a writable directory.")
+    assert err.value.__cause__.errno == errno.EACCES
+    assert not (tmp_path / "ro" / "sub").exists()  # what the run created, removed again (nothing was written)
+
+
+def test_a_refused_read_of_a_file_elsewhere_is_not_said_to_be_the_output_dirs(tmp_path, monkeypatch):
+    """Only errors naming OUTPUT_DIR's paths become its "cannot be written": a TRAIN_PATH this account may not
+    read keeps its own error."""
+    from spacy_elmo.training import trainer
+
+    train_file = write_corpus(tmp_path / "train.txt", 50)
+
+    def refuse(*args, **kwargs):
+        raise PermissionError(errno.EACCES, "Permission denied", os.fspath(train_file))
+
+    monkeypatch.setattr(trainer, "_train", refuse)
+    with pytest.raises(PermissionError, match=r"^\[Errno 13\] Permission denied"):
+        train(tiny_train_config(train_file, tmp_path / "out", max_steps=1))

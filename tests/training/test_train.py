@@ -4,6 +4,7 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 import warnings
 from collections import Counter
@@ -417,8 +418,10 @@ def test_checkpoint_without_new_vocab_record_resumes(resumable_runs, tmp_path):
     assert train(tiny_train_config(path, copy, max_steps=3, checkpoint_every=2, resume=True, **settings))["steps"] == 3
 
 
-@pytest.mark.parametrize("damage", ["empty", "truncated", "other"])
+@pytest.mark.parametrize("damage", ["empty", "truncated", "text", "other"])
 def test_damaged_checkpoint_is_named(tmp_path, damage):
+    """A damaged checkpoint is named, with torch's own sentence but not its advice (text met its unpickler) to
+    load the file with weights_only=False, which runs code from it, nor to file an issue with PyTorch."""
     train_file = write_corpus(tmp_path / "train.txt", 100)
     out = tmp_path / "out"
     train(tiny_train_config(train_file, out, max_steps=2, checkpoint_every=2))
@@ -427,10 +430,16 @@ def test_damaged_checkpoint_is_named(tmp_path, damage):
         path.write_bytes(b"")
     elif damage == "truncated":
         path.write_bytes(path.read_bytes()[:1000])
+    elif damage == "text":
+        path.write_text("garbage\n", encoding="utf-8")
     else:
         torch.save({"step": 1}, path)
-    with pytest.raises(ValueError, match="checkpoint.pt is damaged or not a spacy-elmo checkpoint"):
+    with pytest.raises(ValueError, match="checkpoint.pt is damaged or not a spacy-elmo checkpoint") as err:
         train(tiny_train_config(train_file, out, max_steps=4, resume=True))
+    message = str(err.value)
+    assert "weights_only" not in message and "issue" not in message and "arbitrary code" not in message
+    if damage == "text":
+        assert re.search(r"UnpicklingError: \w", message)  # torch's own sentence: what it met
 
 
 @pytest.mark.parametrize(
