@@ -573,6 +573,11 @@ class Errors:
         "sampled_logsumexp: hit[{index}] = {value} is outside [-1, {S}): a row's hit is the column of its own "
         "target among the S candidates, or -1 for none. Pass each row's candidate column or -1."
     )
+    # The fused op's words (csrc/cpu/sampled_softmax.cpp: check_inputs), with the fix.
+    E_SAMPLED_NO_CANDIDATES = (
+        "sampled_logsumexp: no candidates (S = 0): weight (S, P) is {shape}, and a log-sum-exp over no candidates "
+        "has no value. Pass at least one candidate: weight (S, P) and offset (S,) with S >= 1."
+    )
     E_SAMPLED_HIT_RANGE_IN_GRAPH = (
         "sampled_logsumexp: hit must lie in [-1, {S}) (a row's candidate column, or -1 for none); some do not. "
         "Pass each row's candidate column or -1." + _IN_GRAPH

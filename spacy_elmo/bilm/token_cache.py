@@ -251,5 +251,7 @@ def run_rows(bilm, rows: Sequence[Sequence[str]], cache: Optional[TokenCache] = 
     rows = [_token_list(row, i) for i, row in enumerate(rows)]  # as batch_to_ids takes them, read twice below
     if cache is None or cache.capacity == 0 or torch.is_grad_enabled():
         return bilm(batch_to_ids(rows, bilm.config.max_characters_per_token).to(device))
-    lengths = torch.tensor([len(r) for r in rows], dtype=torch.long, device=device)
+    # On the host, where contextualize checks them and the LSTM reads them: made on a GPU, they cost a
+    # blocking copy there and contextualize's copy back (two host syncs a batch).
+    lengths = torch.tensor([len(r) for r in rows], dtype=torch.long)
     return bilm.contextualize(cache.vectors(bilm, rows, device), lengths)  # (B, T + 2, P) token vectors in

@@ -465,12 +465,14 @@ def first_order_only(message: str) -> Callable[[Callable], Callable]:
 def sampled_logsumexp(h: Tensor, weight: Tensor, offset: Tensor, hit: Tensor) -> Tensor:
     """The log-sum-exp over the sampled candidates of TF's ``sampled_softmax_loss``.
 
-    h ``(N, P)``; weight ``(S, P)`` the candidates' softmax rows; offset ``(S,)``
+    h ``(N, P)``; weight ``(S, P)``, S >= 1, the candidates' softmax rows; offset ``(S,)``
     their bias minus ``log(expected count)``; hit ``(N,)`` int64: the column of
     row n's own target among the candidates (an accidental hit, removed), or -1.
     Returns ``(N,)`` float32 (float64 for float64 inputs on the fused path):
     ``logsumexp(h @ weight.T + offset, 1)`` without the hit columns.
     """
+    if weight.shape[0] == 0:  # as the fused op (its check_inputs): the max below has no column to reduce
+        raise ValueError(Errors.E_SAMPLED_NO_CANDIDATES.format(shape=list(weight.shape)))
     # The (N, S) logits dominate the cost, so they take as few passes as possible: the
     # product (without bias: addmm would first write the broadcast offset over all of
     # it), then one in-place pass adding the offset (neither the product's backward nor
@@ -492,15 +494,14 @@ def sampled_logsumexp(h: Tensor, weight: Tensor, offset: Tensor, hit: Tensor) ->
         if any_bad(bad, Errors.E_SAMPLED_HIT_RANGE_IN_GRAPH.format(S=candidates)):
             index = int(bad.nonzero()[0, 0])
             raise ValueError(Errors.E_SAMPLED_HIT_RANGE.format(index=index, value=int(hit[index]), S=candidates))
-    if logits.shape[1] > 0:  # no candidates: no column to write (every hit is then -1, or refused above)
-        with torch.no_grad():
-            # Every row written, without a host sync: the lowest float at its hit, and where it has none its
-            # own value back at column 0 (bit for bit). Selecting the rows with a hit (nonzero) waited for the
-            # device: a host sync in every pretraining step on a GPU.
-            has = hit >= 0
-            column = torch.where(has, hit, 0).unsqueeze(1)
-            lowest = torch.finfo(logits.dtype).min
-            logits.scatter_(1, column, torch.where(has.unsqueeze(1), lowest, logits.gather(1, column)))
+    with torch.no_grad():
+        # Every row written, without a host sync: the lowest float at its hit, and where it has none its
+        # own value back at column 0 (bit for bit). Selecting the rows with a hit (nonzero) waited for the
+        # device: a host sync in every pretraining step on a GPU.
+        has = hit >= 0
+        column = torch.where(has, hit, 0).unsqueeze(1)
+        lowest = torch.finfo(logits.dtype).min
+        logits.scatter_(1, column, torch.where(has.unsqueeze(1), lowest, logits.gather(1, column)))
     # h and weight ride along as anchors only (ConsumingLogSumExp): F.linear's backward takes the
     # logits' gradient on to them, differentiably, so a second derivative reaches them that way too
     return ConsumingLogSumExp.apply(logits, h, weight)[0]

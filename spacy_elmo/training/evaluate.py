@@ -36,7 +36,8 @@ import torch
 from .._typing import PathLike
 from ..errors import Errors, Warnings
 from .data import Corpus, ReadStats, tokenize_file
-from .lm import BidirectionalLM, encode_batch
+from ..ops.reference import to_device_nowait
+from .lm import BidirectionalLM, encode_batch, target_positions
 from .sentences import sentence_rows
 from .vocab import BOS, EOS, CharTable, Vocab
 
@@ -174,8 +175,13 @@ def _stream_nll_sums(lm, vocab, tokens, cuts, char_table, unroll, device, progre
         inputs = [torch.from_numpy(s[p]) for s, p in zip(streams, pos)]
         targets = [vocab.target_ids(torch.from_numpy(s[np.minimum(p + 1, n_tokens - 1)])).to(device) for s, p in zip(streams, pos)]
         chars, idx_f, idx_b = encode_batch(inputs[0], inputs[1], char_table)
-        lengths = torch.from_numpy((t < length[:, None]).sum(1)).to(device)
-        out = lm(chars.to(device), idx_f.to(device), idx_b.to(device), targets[0], targets[1], lengths, state)
+        # Host lengths (the LSTM checks them there and copies them over without a host sync, where lengths on a
+        # GPU cost one sync per layer), and the targets' positions from them, sent on without waiting (made by
+        # the LM from lengths on a GPU: a nonzero, one sync more), as the trainer's steps.
+        lengths = torch.from_numpy((t < length[:, None]).sum(1))
+        positions = to_device_nowait(target_positions(lengths, t.shape[1]), device)
+        out = lm(chars.to(device), idx_f.to(device), idx_b.to(device), targets[0], targets[1], lengths, state,
+                 positions=positions)
         state = out.state
         for d, (nll, n) in enumerate(((out.nll_fwd, n_fwd), (out.nll_bwd, n_bwd))):
             keep = torch.from_numpy(t < n[:, None]).to(device)  # the stream's first token is no target
@@ -198,7 +204,9 @@ def _sentence_nll_sums(lm, vocab, corpus, tokens, char_table, batch_size, device
         targets = vocab.target_ids(torch.stack([fwd[:, 1:], bwd[:, 1:]])).to(device)
         chars, idx_f, idx_b = encode_batch(inputs[0], inputs[1], char_table)
         state = lm.bilm.start_state(len(rows), lm.softmax.weight)
-        out = lm(chars.to(device), idx_f.to(device), idx_b.to(device), targets[0], targets[1], lengths.to(device), state)
+        positions = to_device_nowait(target_positions(lengths, inputs[0].shape[1]), device)  # host lengths: as above
+        out = lm(chars.to(device), idx_f.to(device), idx_b.to(device), targets[0], targets[1], lengths, state,
+                 positions=positions)
         sums[0] += float(out.nll_fwd.double().sum())
         sums[1] += float(out.nll_bwd.double().sum())
         n_pred += int(lengths.sum())

@@ -179,6 +179,24 @@ def test_pretrain_writes_a_diverged_loss_as_standard_json(monkeypatch, tmp_path,
     assert "reference inf at most" in capsys.readouterr().out
 
 
+def test_pretrain_writes_a_loss_nan_from_the_first_step_as_standard_json(monkeypatch, tmp_path):
+    """A stepper whose loss is NaN from step 0: its ``first_loss`` is NaN too, and the JSON holds it as "nan" (the
+    test above diverges from step 2 only, so its first losses are numbers)."""
+    _fake_steppers(monkeypatch, lambda j, i: math.nan if j == 1 else 5.0 - i)  # reference, prefetch on
+    out = tmp_path / "p.json"
+    _run_pretrain(TINY + ["--backends", "reference", "--prefetch", "both", "--repeats", "2", "--out", str(out)])
+
+    def refuse(token):
+        raise ValueError(f"not standard JSON: {token}")
+
+    row, = json.loads(out.read_text(encoding="utf-8"), parse_constant=refuse)["rows"]
+    other = row["other_prefetch"]
+    assert other["backends"]["reference"]["first_loss"] == "nan"
+    assert other["backends"]["reference"]["losses"] == ["nan"] * 3
+    assert row["backends"]["reference"]["first_loss"] == 5.0
+    assert other["loss_diff"]["reference"]["step0"] == "inf" and other["loss_diff"]["reference"]["first_step_above"] == 0
+
+
 def test_pretrain_refuses_a_bad_backend_and_no_timed_round():
     with pytest.raises(SystemExit):
         pb.build_parser().parse_args(["--backends", "cudnn"])

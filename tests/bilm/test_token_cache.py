@@ -1,6 +1,7 @@
 """TokenCache.lookup: the row indices of wrapped sentences (no spaCy)."""
 
 import threading
+import types
 
 import pytest
 import torch
@@ -69,6 +70,31 @@ def test_lookup_index_layout():
 def test_cached_rows_equal_whole_bilm():
     rows = [["The", "bank", "of", "the", "river", "."], ["It", "rose"], ["the"]]
     _assert_cached_rows_equal_whole_bilm(_tiny_bilm(), rows, TokenCache(100))
+
+
+def test_cached_rows_hand_contextualize_host_lengths_whatever_the_weights_device():
+    """The lengths were made on the weights' device: on a GPU a blocking copy there, and contextualize's copy
+    back to check them, two host syncs a batch. They are made on the host, which contextualize takes. The biLM is
+    reported on the meta device here (a stand-in for a GPU on a machine without one) and runs on the CPU."""
+    bilm, cache = _tiny_bilm(), TokenCache(100)
+    rows = [["The", "bank", "of", "the", "river", "."], ["It", "rose"], ["the"]]
+    seen = []
+
+    class Elsewhere:  # the CPU biLM, its weights reported on another device
+        config = bilm.config
+        token_encoder = types.SimpleNamespace(char_embedding=types.SimpleNamespace(device=torch.device("meta")))
+
+        @staticmethod
+        def contextualize(x, lengths):
+            seen.append(lengths.device)
+            return bilm.contextualize(x, lengths)
+
+    on_cpu = types.SimpleNamespace(capacity=cache.capacity,
+                                   vectors=lambda _, rows, device: cache.vectors(bilm, rows, torch.device("cpu")))
+    with torch.no_grad():
+        layers = run_rows(Elsewhere(), rows, on_cpu).activations
+    assert seen == [torch.device("cpu")]
+    _assert_layers_equal_whole_bilm(bilm, rows, layers)
 
 
 def test_rows_are_taken_as_batch_to_ids_takes_sentences():

@@ -422,6 +422,28 @@ def test_bilm_forward_cuda_host_syncs(capfd):
         torch.testing.assert_close(model(ids).activations[2], ref(ids).activations[2], rtol=1e-4, atol=1e-4)
 
 
+def test_cached_rows_cuda_contextualize_makes_no_host_sync(capfd):
+    """run_rows with a token cache (the spaCy component's inference path) made its lengths on the GPU, a blocking
+    copy there, and contextualize brought them back to check them: two host syncs a batch. Host lengths now: the
+    biLSTM part adds none to the cache's lookup of the vectors. The layers are the whole biLM's."""
+    from spacy_elmo.bilm import BiLM, BiLMConfig
+    from spacy_elmo.bilm.token_cache import TokenCache, run_rows
+
+    torch.manual_seed(0)
+    model = BiLM(BiLMConfig.preset("small"), backend="fused").to(DEV).eval()
+    cache = TokenCache(100)
+    rows = [["The", "cat", "sat", "."], ["A", "dog"], []]
+    device = torch.device(DEV)
+    with torch.no_grad():
+        for _ in range(2):  # the first call fills the cache, the second warms up
+            lookup = _syncs(lambda: cache.vectors(model, rows, device), capfd)
+            cached = _syncs(lambda: run_rows(model, rows, cache), capfd)
+        assert cached == lookup, (cached, lookup)
+        whole = run_rows(model, rows)
+        for a, b in zip(run_rows(model, rows, cache).activations, whole.activations):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
 def test_pretraining_step_cuda_host_syncs(capfd):
     """One pretraining step as benchmarks/pretrain.py times it (make_step: the small preset, fused, bf16
     autocast, sampled softmax, Adagrad; what scripts/profile_pretrain_step.py profiles) makes at most 3

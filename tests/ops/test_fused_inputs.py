@@ -612,6 +612,18 @@ def test_sampled_logsumexp_hit_outside_the_candidates_is_an_error():
             R.sampled_logsumexp(h, w, off, hit)
 
 
+@pytest.mark.parametrize("n", [0, 3])
+def test_sampled_logsumexp_without_candidates_is_an_error(n):
+    """S = 0: the fused op refused it (its check_inputs), while the reference, which GPUs run, failed in its max
+    with torch's bare "amax(): Expected reduction dim 1 to have non-zero size". Both name the problem now."""
+    h, w, off, hit = torch.randn(n, 4), torch.randn(0, 4), torch.randn(0), torch.full((n,), -1)
+    match = r"sampled_logsumexp: no candidates \(S = 0\)"
+    with pytest.raises(RuntimeError, match=match):
+        fused.sampled_logsumexp(h, w, off, hit)
+    with pytest.raises(ValueError, match=match + r": weight \(S, P\) is \[0, 4\].*Pass at least one candidate"):
+        R.sampled_logsumexp(h, w, off, hit)
+
+
 # -------------------------------------------------------------- autograd
 
 

@@ -696,6 +696,7 @@ def test_the_sentence_stage_command_carries_the_device_and_parses_back(tmp_path)
     ({"WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4"}, ["torchrun", "--nnodes", "2", "--nproc-per-node", "4", "-m", "spacy_elmo"]),
     ({"WORLD_SIZE": "6", "LOCAL_WORLD_SIZE": "4"}, ["torchrun", "--nproc-per-node", "6", "-m", "spacy_elmo"]),  # uneven
     ({"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "x"}, ["torchrun", "--nproc-per-node", "2", "-m", "spacy_elmo"]),
+    ({"WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "0"}, ["torchrun", "--nproc-per-node", "4", "-m", "spacy_elmo"]),  # no / 0
 ])
 def test_the_sentence_stage_command_starts_as_the_run_did(monkeypatch, tmp_path, env, start):
     """After a run under torchrun the printed command said `spacy-elmo pretrain ...`, which trains the second stage on

@@ -107,3 +107,31 @@ def test_a_window_longer_than_the_stream_reads_no_padding(lm_and_vocab):
     assert widths == [n, 40, 40, n - 80] and n > 80
     for key in ("perplexity", "perplexity_forward", "perplexity_backward"):
         assert whole[key] == pytest.approx(windows[key], rel=1e-5), key
+
+
+@pytest.mark.parametrize("per_sentence", [False, True], ids=["stream", "per_sentence"])
+def test_the_lm_reads_host_lengths_and_the_targets_positions_made_from_them(lm_and_vocab, per_sentence):
+    """Evaluation handed the LM its lengths on the device (on a GPU one host sync per LSTM layer and batch, and
+    one more for the positions of the targets the LM made from them): the lengths on the host and the positions
+    made there, sent on without waiting (as the trainer's steps). The same numbers as positions made by the LM."""
+    lm, vocab = lm_and_vocab
+    seen = []
+
+    def record(module, args, kwargs):
+        lengths, positions = args[5], kwargs["positions"]
+        seen.append((lengths.device, positions))
+        T = args[3].shape[1]  # targets_fwd (B, T)
+        assert torch.equal(positions, (torch.arange(T)[None, :] < lengths[:, None]).reshape(-1).nonzero().squeeze(1))
+
+    def by_the_lm(module, args, kwargs):
+        return args, dict(kwargs, positions=None)
+
+    results = []
+    for hook in (record, by_the_lm):
+        handle = lm.register_forward_pre_hook(hook, with_kwargs=True)
+        try:
+            results.append(evaluate_sentences(lm, vocab, HELD, batch_size=4, unroll=5, per_sentence=per_sentence))
+        finally:
+            handle.remove()
+    assert len(seen) > 1 and all(device == torch.device("cpu") and positions is not None for device, positions in seen)
+    assert results[0] == results[1]
