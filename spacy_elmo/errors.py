@@ -1871,9 +1871,10 @@ class Warnings:
         "this text (fine-tune one on it: `spacy-elmo pretrain TEXT NEW_DIR --init {model} --new-vocab`)."
     )
     W_HELDOUT_IN_TRAINING = (
-        "spacy-elmo: --heldout {path} is training text too ({n} of its file(s) under TRAIN_PATH, e.g. {file}): the "
-        "held-out perplexity is then that of text the model trains on, not of unseen text. Pass held-out text "
-        "that TRAIN_PATH does not hold (move it out of a TRAIN_PATH directory)."
+        "spacy-elmo: --heldout {path} is training text too ({n} of its file(s) under TRAIN_PATH or a link to one, e.g. "
+        "{file}, the same file as {train_file}): the held-out perplexity is then that of text the model trains on, not "
+        "of unseen text. Pass held-out text that TRAIN_PATH neither holds nor links to (move a held-out file out of a "
+        "TRAIN_PATH directory; a link to a training file is that file)."
     )
     W_NEGATIVES_CLAMPED = (
         "spacy-elmo: --negatives {negatives} >= the vocabulary size {vocab}; using the full "

@@ -31,7 +31,7 @@ def export(
 
     Given a saved spaCy pipeline, it writes the biLM of its elmo component with the weights saved there (fine-tuned ones included), without a softmax: a pipeline has none.
 
-    The files are written to a temporary directory and moved into OUT_DIR only when complete, so OUT_DIR never mixes them with another model's files. An OUT_DIR that a running pretrain writes (it holds the directory's lock), the bundled default model's directory, and MODEL_DIR itself where it holds a pretrain checkpoint are refused."""
+    The files are written to a temporary directory and moved into OUT_DIR only when complete, so OUT_DIR never mixes them with another model's files. An OUT_DIR that a running pretrain writes (it holds the directory's lock), the bundled default model's directory, a non-empty OUT_DIR that is or holds the current directory (even with --overwrite), and MODEL_DIR itself where it holds a pretrain checkpoint are refused."""
     from ..bilm.allennlp_io import write_allennlp
     from ..bilm.native_io import MODEL_MARKERS, SavedPipelineGiven
     from ..training.modelio import SOFTMAX_FILE, load_pretrained, save_pretrained, write_softmax

@@ -217,6 +217,18 @@ def _is_init_nlp(frame: Any) -> bool:
     return runs(frame, "spacy.training.initialize", "init_nlp")
 
 
+def _nearest_elmo(nlp: Language, component_name: str) -> Optional[Tuple[str, "ElmoComponent"]]:
+    """``(name, component)`` of the nearest enabled elmo component before ``component_name`` in ``nlp``: the one
+    that feeds its ``"*"`` listeners; None where there is none, or ``component_name`` is not in ``nlp``."""
+    nearest = None
+    for name, proc in nlp.components:
+        if name == component_name:
+            return nearest
+        if isinstance(proc, ElmoComponent) and name not in nlp.disabled:
+            nearest = (name, proc)
+    return None
+
+
 def _components_updating(frame: Any) -> Optional[Set[str]]:
     """The names of the components that ``Language.update`` updates on this batch, when ``frame`` runs it
     (the enabled ones, less its ``exclude``); None for another caller (all may train, as far as known).
@@ -599,13 +611,30 @@ class ElmoComponent(TrainablePipe):
         last tok2vec before them likewise)."""
         if listener.upstream_name != "*" or nlp is None:
             return listener.upstream_name in ("*", self.name)
-        nearest = None
-        for name, proc in nlp.components:
-            if name == component_name:
-                return nearest in (None, self)
-            if isinstance(proc, ElmoComponent) and name not in nlp.disabled:
-                nearest = proc
-        return True  # not in nlp: nothing to tell
+        nearest = _nearest_elmo(nlp, component_name)
+        return nearest is None or nearest[1] is self  # None: none before it, or not in nlp (nothing to tell)
+
+    def _fed_listeners(self) -> List[ElmoListener]:
+        """:attr:`listeners`, less the ``"*"`` ones that another elmo component now feeds (:meth:`_feeds`), which
+        are dropped from :attr:`listener_map`: linked while that one was disabled (``spacy.load(PATH,
+        disable=["elmo_b"])``), they stay linked here after ``nlp.enable_pipe("elmo_b")`` (spaCy does not relink),
+        and this component would hand them a batch they do not read (with autograd, fine-tuned) and get no gradient
+        back. Called wherever a batch is handed over: a pipeline lookup only where a ``"*"`` listener is listed."""
+        nlp: Optional[Language] = None
+        for component, listeners in list(self.listener_map.items()):
+            for listener in [n for n in listeners if n.upstream_name == "*"]:
+                if nlp is None:
+                    nlp = self._pipeline()
+                    if nlp is None:  # pickled or renamed: nothing to tell
+                        return self.listeners
+                nearest = _nearest_elmo(nlp, component)
+                if nearest is not None and nearest[1] is not self and listener in listeners:  # (another thread's call)
+                    listeners.remove(listener)
+                    if listener.upstream == self.name:  # errors and warnings name the one that feeds it
+                        listener.upstream = nearest[0]
+            if not listeners:
+                self.listener_map.pop(component, None)
+        return self.listeners
 
     def _listeners_in(self, component, nlp: Optional[Language] = None) -> List[ElmoListener]:
         """The listeners in ``component``'s model (one of ``nlp``'s) that this component feeds (:meth:`_feeds`)."""
@@ -692,7 +721,7 @@ class ElmoComponent(TrainablePipe):
                 install_hooks(doc)
             if self.cfg["set_doc_tensor"]:
                 doc.tensor = numpy.tensordot(mix, layers, axes=(0, 0)).astype("float32")
-        listeners = self.listeners
+        listeners = self._fed_listeners()
         if listeners:  # each listener reads these layers even if another elmo component overwrites doc._.elmo
             stored = [(getattr(doc._, ELMO_ATTR), getattr(doc._, IDX_ATTR)) for doc in docs]
             for listener in listeners:
@@ -723,7 +752,7 @@ class ElmoComponent(TrainablePipe):
             if self._feeds(listener):
                 self.add_listener(listener, name)
         batch_id = ElmoListener.get_batch_id(docs)
-        listeners = self.listeners
+        listeners = self._fed_listeners()
         updating = _components_updating(sys._getframe(1))
         training = [i for i, node in enumerate(listeners) if updating is None or node.component in updating]
         if self.cfg["frozen"] or not training:

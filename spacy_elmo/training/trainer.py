@@ -544,11 +544,16 @@ def _diverged(step: int, what: str, value: float, out: Path, last_saved: int) ->
 def _warn_heldout_in_training(heldout: str, train_path: str) -> None:
     """Warn when a file of ``heldout`` is one of TRAIN_PATH's (both exist, read already): the same file by
     device and inode, so a hard link to a training file is one too (its real path is another), as is a symlink."""
-    trained = {file_identity(f) for f in corpus_data.list_text_files(train_path)}
+    trained = {file_identity(f): f for f in corpus_data.list_text_files(train_path)}
     shared = [f for f in corpus_data.list_text_files(heldout) if file_identity(f) in trained]
     if shared:
-        warnings.warn(Warnings.W_HELDOUT_IN_TRAINING.format(path=heldout, n=len(shared), file=shared[0]), RuntimeWarning,
-                      stacklevel=3)
+        warnings.warn(
+            Warnings.W_HELDOUT_IN_TRAINING.format(
+                path=heldout, n=len(shared), file=shared[0], train_file=trained[file_identity(shared[0])]
+            ),
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
 
 def _move_cache_into_place(staging: Path, cache: Path, retired: Path) -> None:

@@ -866,12 +866,13 @@ def test_two_elmo_components_each_listener_reads_its_upstream(tiny_dir, tmp_path
 
 
 @pytest.mark.parametrize("projection_dim", [8, 4], ids=["same_width", "other_width"])
-def test_a_star_listener_after_two_elmo_components_is_fed_by_the_nearest_alone(tiny_dir, tmp_path, projection_dim):
+def test_a_star_listener_after_two_elmo_components_is_fed_by_the_nearest_alone(tiny_dir, tmp_path, projection_dim, monkeypatch):
     """upstream "*" after elmo_a and elmo_b (both fine-tuned): both linked the listener, both listed it, and
     elmo_a ran its biLM with autograd at every update for a listener that read elmo_b's layers and sent its
     gradient to elmo_b only (elmo_a never trained, silently); with elmo_b of another width, linking it was an
     error. Now the nearest elmo before the listening component feeds it alone (as spaCy's tok2vec listeners
-    read the last tok2vec before them), also after relinking; an elmo after the component feeds it not."""
+    read the last tok2vec before them), also after relinking and after enable_pipe; an elmo after the component
+    feeds it not."""
     torch.manual_seed(1)
     BiLM(BiLMConfig(**{**TINY, "projection_dim": projection_dim})).save(tmp_path / "b")
     nlp = spacy.blank("en")
@@ -905,6 +906,30 @@ def test_a_star_listener_after_two_elmo_components_is_fed_by_the_nearest_alone(t
         without_b = spacy.load(tmp_path / "saved", disable=["elmo_b"])
         assert without_b.get_pipe("elmo_a").listening_components == ["ner"]
         without_b("Alice went home .")
+        # elmo_b enabled again (spaCy does not relink): elmo_a listed the listener still, ran its biLM with
+        # autograd for it at every update, and got no gradient back. Now elmo_b alone feeds it from its next call.
+        without_b.enable_pipe("elmo_b")
+        texts = [eg.reference.text for eg in examples]
+        ents = [[(e.start, e.end, e.label_) for e in d.ents] for d in without_b.pipe(texts)]
+        assert ents == [[(e.start, e.end, e.label_) for e in d.ents] for d in reloaded.pipe(texts)]
+        assert [without_b.get_pipe(n).listening_components for n in ("elmo_a", "elmo_b")] == [[], ["ner"]]
+        assert _listener_of(without_b.get_pipe("ner")).upstream == "elmo_b"
+        elmo_a = get_bilm(without_b.get_pipe("elmo_a").model)
+        tuned = []  # the biLMs run with autograd
+
+        def counting(bilm, *args, **kwargs):
+            if torch.is_grad_enabled():
+                tuned.append("elmo_a" if bilm is elmo_a else "other")
+            return run_rows(bilm, *args, **kwargs)
+
+        monkeypatch.setattr("spacy_elmo.pipeline.runner.run_rows", counting)
+        before_a = {k: v.detach().clone() for k, v in elmo_a.named_parameters()}
+        opt = without_b.resume_training()
+        examples = [Example(without_b.make_doc(eg.reference.text), eg.reference) for eg in examples]
+        without_b.update(examples, sgd=opt)
+        without_b.update(examples, sgd=opt)
+        assert tuned == ["other", "other"]
+        assert all(torch.equal(v, dict(elmo_a.named_parameters())[k]) for k, v in before_a.items())
 
 
 #: docs of mixed lengths, longest first: spaCy's parser and ner sort a batch by length into smaller ones

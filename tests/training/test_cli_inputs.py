@@ -764,7 +764,7 @@ def test_an_empty_path_is_a_usage_error_naming_an_unset_variable(trained, tmp_pa
 def test_export_overwrite_refuses_the_current_directory_or_one_holding_it(trained, tmp_path, monkeypatch, out):
     """--overwrite deletes everything in OUT_DIR: given the current directory (".", or "$OUT" unset before empty
     paths were refused) or a directory above it, it deleted the user's work, .git and all. Refused, naming the
-    current directory; an empty current directory still takes the model (nothing is deleted)."""
+    current directory (as --help says); an empty current directory still takes the model (nothing is deleted)."""
     work, before = _workspace(tmp_path)
     (work / "sub").mkdir()
     (tmp_path / "link").symlink_to(work, target_is_directory=True)
@@ -777,6 +777,9 @@ def test_export_overwrite_refuses_the_current_directory_or_one_holding_it(traine
     assert f"{given} is or holds the current directory ({cwd}), and it is not empty" in output, output
     assert "Choose a new directory for OUT_DIR" in output
     assert _tree(work) == before
+    if out == ".":  # and --help lists it with the other OUT_DIRs refused
+        shown = " ".join(runner.invoke(app, ["export", "--help"], terminal_width=400).output.split())
+        assert "a non-empty OUT_DIR that is or holds the current directory (even with --overwrite)" in shown, shown
     empty = tmp_path / "empty"
     empty.mkdir()
     monkeypatch.chdir(empty)

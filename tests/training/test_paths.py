@@ -154,8 +154,12 @@ def test_heldout_text_that_is_training_text_warns(tmp_path, where):
         held = write_corpus(corpus / "held.txt", 20, seed=3)
     else:
         (corpus / "more").symlink_to(held.parent, target_is_directory=True)  # corpus/more/held.txt is held.txt
-    with pytest.warns(RuntimeWarning, match=r"--heldout .*(held|a|hard).txt is training text too \(1 of its file"):
+    same_as = {"same file": train_file, "hard link": train_file, "in the corpus directory": held}.get(where, corpus / "more" / "held.txt")
+    with pytest.warns(RuntimeWarning, match=r"--heldout .*(held|a|hard).txt is training text too \(1 of its file") as got:
         train(tiny_train_config(train_path, tmp_path / "out", max_steps=1, heldout=str(held)))
+    # the training file it is: a hard link's real path is another
+    (message,) = [str(w.message) for w in got if "is training text too" in str(w.message)]
+    assert f"the same file as {same_as})" in message and "or a link to one" in message
 
 
 def test_an_earlier_runs_output_dir_inside_a_corpus_directory_is_skipped_with_one_warning(tmp_path):
