@@ -3,6 +3,7 @@
 import collections
 import gc
 import re
+import warnings
 import weakref
 
 import numpy
@@ -897,6 +898,23 @@ def test_a_star_listener_after_two_elmo_components_is_fed_by_the_nearest_alone(t
     for name, moved in (("elmo_a", False), ("elmo_b", True)):
         now = dict(get_bilm(nlp.get_pipe(name).model).named_parameters())
         assert any(not torch.equal(v, now[k]) for k, v in before[name].items()) == moved, name
+    # elmo_b disabled on the live pipeline (spaCy does not relink): ner was fed by none, warned and trained on
+    # zeros, and elmo_a never trained. Now elmo_a, the nearest enabled elmo, feeds it from its next call.
+    a_params = dict(get_bilm(nlp.get_pipe("elmo_a").model).named_parameters())
+    before_a = {k: v.detach().clone() for k, v in a_params.items()}
+    with nlp.select_pipes(disable=["elmo_b"]), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if projection_dim != 8:  # ner was trained on elmo_b's width: elmo_a's layers cannot feed it
+            with pytest.raises(ValueError, match="'elmo_a' loaded weights .* with 3 layers of width 16"):
+                nlp.update(examples, sgd=opt)
+        else:
+            nlp.update(examples, sgd=opt)
+            nlp.update(examples, sgd=opt)
+            assert listener.upstream == "elmo_a" and nlp.get_pipe("elmo_a").listening_components == ["ner"]
+            assert any(not torch.equal(v, a_params[k]) for k, v in before_a.items())
+    assert not [w for w in caught if "got no ELMo layers" in str(w.message)]
+    nlp.update(examples, sgd=opt)  # elmo_b enabled again: it feeds ner, elmo_a drops it
+    assert linked() == {"elmo_a": [], "elmo_b": ["ner"], "elmo_c": []} and listener.upstream == "elmo_b"
     nlp.rename_pipe("elmo_c", "elmo_d")  # spaCy relinks the whole pipeline
     assert listener.upstream == "elmo_b" and nlp.get_pipe("elmo_a").listening_components == []
     nlp.to_disk(tmp_path / "saved")
