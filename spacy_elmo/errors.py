@@ -374,6 +374,11 @@ class Errors:
         "{path} cannot be written: no file can be created in {parent} ({error}). Choose an output path in a "
         "writable directory."
     )
+    E_OUTPUT_FILE_REFUSED = (
+        "{file}, of the run in {path}, is refused to this account ({error}). Give this account read and write "
+        "permission on it and write permission on {parent} (chmod u+rw on the file, u+w on the directory; a file "
+        "of another account's: run as that account), which --resume needs; or choose a new output path for a new run."
+    )
     E_MODEL_DIR_NOT_ENTERABLE = (
         "The model directory {path} cannot be entered ({error}): this account needs permission to enter it and "
         "each directory above it, and to read it. Give it that (chmod u+rx, or a+rx, on each), or copy the model "

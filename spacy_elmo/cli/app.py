@@ -4,7 +4,7 @@ import os
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, NoReturn
+from typing import Iterator, NoReturn, Optional
 
 import typer
 from typer.core import TyperGroup
@@ -146,16 +146,25 @@ def given_text(value: str) -> str:
     return value
 
 
-def given_path(value: str) -> Path:
-    """Parser of every path argument and option typed ``Path``: :func:`given_text` as a Path. A parser sees the
-    string as given; typer's own conversion (and so a callback) sees ``Path("")``, which is ``Path(".")``."""
-    return Path(given_text(value))
+def given_path(value: Optional[str]) -> Optional[Path]:
+    """Callback of every path argument and option typed ``Path``, given with ``path_type=str`` (typer's path type,
+    which --help shows as ``<path>``, handing on the string as given: its Path conversion made "" ``Path(".")``):
+    :func:`given_text` as a Path (None: not given)."""
+    return None if value is None else Path(given_text(value))
 
 
 #: Callback of every output path argument (pretrain's OUTPUT_DIR, export's OUT_DIR, embed's OUTPUT_PATH, config's
 #: OUTPUT): a usage error (exit 2) naming it for a path that starts with a ~ no shell expanded ("~/out", --x=~/out),
 #: which would create a directory named ~ in the current directory.
 checked_output = checked_by(check_output_path)
+
+
+def given_output_path(value: Optional[str]) -> Optional[Path]:
+    """Callback of every output path argument typed ``Path`` (all but config's OUTPUT, a ``str``), in place of
+    :func:`given_path`: that, then :data:`checked_output`."""
+    return checked_output(given_path(value))
+
+
 #: Option callback of --device: a usage error (exit 2) naming the option for a device torch does not
 #: know or this machine lacks (``tpu``, ``cuda`` without CUDA, ``cuda:99``), before any model or text is read.
 known_device = checked_by(torch_device, (RuntimeError,))

@@ -13,7 +13,7 @@ from .app import DEVICE_HELP, app, fail, given_path, given_text, known_device, p
 @app.command()
 def evaluate(
     model_dir: str = typer.Argument(..., parser=given_text, help="Model directory written by pretrain, or 'default'."),
-    text_path: Path = typer.Argument(..., parser=given_path, help="A UTF-8 text file (plain, .gz, .bz2 or .xz) or a directory of them."),
+    text_path: Path = typer.Argument(..., path_type=str, callback=given_path, help="A UTF-8 text file (plain, .gz, .bz2 or .xz) or a directory of them."),
     lang: Optional[str] = typer.Option(None, callback=spacy_language, help="spaCy language (default: the one the model was trained with, else en)."),
     batch_size: int = typer.Option(
         32, callback=positive_int,

@@ -9,7 +9,7 @@ import typer
 from ..atomic import replace_dir
 from ..errors import Errors
 from ..paths import holds_cwd
-from .app import app, checked_output, fail, given_path, given_text, one_of
+from .app import app, fail, given_output_path, given_text, one_of
 from .signals import interruption_ends
 
 
@@ -18,7 +18,7 @@ def export(
     ctx: typer.Context,
     model_dir: str = typer.Argument(
         ..., parser=given_text, help="Native model dir, AllenNLP weights dir, 'default', or a saved spaCy pipeline (or its component's dir)."),
-    out_dir: Path = typer.Argument(..., parser=given_path, callback=checked_output, help="Where to write."),
+    out_dir: Path = typer.Argument(..., path_type=str, callback=given_output_path, help="Where to write."),
     format: str = typer.Option("allennlp", "--format", callback=one_of(("allennlp", "native"), Errors.E_EXPORT_FORMAT),
                                help="allennlp (options.json + weights.hdf5, as AllenNLP and bilm-tf read them; without the record of the "
                                "training in config.json, nor a fitted initial state) or native (keeps both)."),

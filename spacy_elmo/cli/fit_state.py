@@ -25,7 +25,7 @@ def fit_state(
     model_dir: str = typer.Argument(
         ..., parser=given_text, help="Native model directory (written by pretrain, export --format native or BiLM.save). The state is "
         "written into it (not into the bundled default model: export that to a directory first)."),
-    text_path: Optional[Path] = typer.Argument(None, parser=given_path, help="Running text like the training text (UTF-8 file, plain, .gz, .bz2 or .xz, or directory)."),
+    text_path: Optional[Path] = typer.Argument(None, path_type=str, callback=given_path, help="Running text like the training text (UTF-8 file, plain, .gz, .bz2 or .xz, or directory)."),
     lang: Optional[str] = typer.Option(None, callback=spacy_language, help="spaCy language (default: the one the model was trained with, else en)."),
     max_sentences: int = typer.Option(4096, callback=positive_int, help="Read at most this many sentences from the start of the text."),
     rows: int = typer.Option(32, callback=positive_int, help="Contiguous streams read in parallel (needs 3 x rows sentences)."),

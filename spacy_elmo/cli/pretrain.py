@@ -19,7 +19,7 @@ from ..paths import missing_path_error
 from ..ranks import Ranks, torchrun_ranks
 from ..training.data import AUTO_RULE
 from ..training.trainer import BOUNDS, DEFAULT_EPOCHS, OPTIMIZERS, leave_failed_run, said_by_this_rank
-from .app import (COMMAND_LINE, DEVICE_HELP, app, checked_by, checked_output, fail, given_path, given_text,
+from .app import (COMMAND_LINE, DEVICE_HELP, app, checked_by, fail, given_output_path, given_path, given_text,
                   known_device, non_negative_int, one_of, positive_int, progress_option, spacy_language, warn)
 from .signals import Stop, signals_stop
 
@@ -148,13 +148,13 @@ def _trained(steps: int, resumed_from: int) -> str:
 @app.command()
 def pretrain(
     ctx: typer.Context,
-    train_path: Path = typer.Argument(..., parser=given_path, help="A UTF-8 text file (plain, .gz, .bz2 or .xz), or a directory of them."),
-    output_dir: Path = typer.Argument(..., parser=given_path, callback=checked_output, help="Where the model, vocab.txt, checkpoint and log go."),
-    heldout: Optional[Path] = typer.Option(None, parser=given_path, help="Held-out text: full-softmax perplexity at every checkpoint."),
+    train_path: Path = typer.Argument(..., path_type=str, callback=given_path, help="A UTF-8 text file (plain, .gz, .bz2 or .xz), or a directory of them."),
+    output_dir: Path = typer.Argument(..., path_type=str, callback=given_output_path, help="Where the model, vocab.txt, checkpoint and log go."),
+    heldout: Optional[Path] = typer.Option(None, path_type=str, callback=given_path, help="Held-out text: full-softmax perplexity at every checkpoint."),
     lang: str = typer.Option("en", callback=spacy_language, help="spaCy language of the tokenizer (the pipeline's tokens)."),
     preset: Optional[str] = typer.Option(None, callback=checked_by(BiLMConfig.preset), help="Model size: small, medium or original (default small)."),
     options: Optional[Path] = typer.Option(
-        None, parser=given_path, help="Model sizes: an AllenNLP options.json, a JSON object of BiLMConfig fields, or a spacy-elmo model's "
+        None, path_type=str, callback=given_path, help="Model sizes: an AllenNLP options.json, a JSON object of BiLMConfig fields, or a spacy-elmo model's "
         "config.json or directory (its sizes only, trained from the start: --init fine-tunes the model itself)."),
     init: Optional[str] = typer.Option(None, parser=given_text, help="Fine-tune this model (native dir, AllenNLP dir or 'default')."),
     new_vocab: bool = typer.Option(False, help="With --init: vocabulary from this corpus (known words keep their softmax rows)."),

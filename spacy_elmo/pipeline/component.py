@@ -615,18 +615,19 @@ class ElmoComponent(TrainablePipe):
         return nearest is None or nearest[1] is self  # None: none before it, or not in nlp (nothing to tell)
 
     def _fed_listeners(self) -> List[ElmoListener]:
-        """:attr:`listeners`, less the ``"*"`` ones that another elmo component now feeds (:meth:`_feeds`), which
-        are dropped from :attr:`listener_map`: linked while that one was disabled (``spacy.load(PATH,
-        disable=["elmo_b"])``), they stay linked here after ``nlp.enable_pipe("elmo_b")`` (spaCy does not relink),
-        and this component would hand them a batch they do not read (with autograd, fine-tuned) and get no gradient
-        back. Called wherever a batch is handed over: a pipeline lookup only where a ``"*"`` listener is listed."""
-        nlp: Optional[Language] = None
+        """:attr:`listeners`, as the pipeline stands at this call. spaCy links a pipeline when its components change,
+        not when one is enabled or disabled, and a ``"*"`` listener reads the nearest enabled elmo component before
+        it (:meth:`_feeds`): the ``"*"`` listeners that another elmo component now feeds are dropped from
+        :attr:`listener_map` (linked while that one was disabled, ``spacy.load(PATH, disable=["elmo_b"])``, they
+        stayed here after ``nlp.enable_pipe("elmo_b")``: this component handed them a batch they did not read, with
+        autograd, fine-tuned, and got no gradient back), and those this one now feeds are added
+        (:meth:`_adopt_star_listeners`: linked to ``elmo_b``, they were fed by none while
+        ``nlp.select_pipes(disable=["elmo_b"])`` held, zeros in training). Called wherever a batch is handed over."""
+        nlp = self._pipeline()
+        if nlp is None:  # pickled or renamed: nothing to tell
+            return self.listeners
         for component, listeners in list(self.listener_map.items()):
             for listener in [n for n in listeners if n.upstream_name == "*"]:
-                if nlp is None:
-                    nlp = self._pipeline()
-                    if nlp is None:  # pickled or renamed: nothing to tell
-                        return self.listeners
                 nearest = _nearest_elmo(nlp, component)
                 if nearest is not None and nearest[1] is not self and listener in listeners:  # (another thread's call)
                     listeners.remove(listener)
@@ -634,7 +635,24 @@ class ElmoComponent(TrainablePipe):
                         listener.upstream = nearest[0]
             if not listeners:
                 self.listener_map.pop(component, None)
+        self._adopt_star_listeners(nlp)
         return self.listeners
+
+    def _adopt_star_listeners(self, nlp: Language) -> None:
+        """Link the ``"*"`` listeners of ``nlp``'s enabled components that this component is now the nearest enabled
+        elmo before (:func:`_nearest_elmo`) and that another elmo component lists: linked while that one was the
+        nearest, disabled since. Read from the other components' :attr:`listener_map` at each call (no model is
+        walked, nothing is kept that could go stale); nothing to do where none lists a ``"*"`` listener."""
+        for _, proc in nlp.components:
+            if proc is self or not isinstance(proc, ElmoComponent):
+                continue
+            for component, listeners in list(proc.listener_map.items()):
+                for listener in [n for n in listeners if n.upstream_name == "*"]:
+                    if component in nlp.disabled or listener in self.listener_map.get(component, ()):
+                        continue
+                    nearest = _nearest_elmo(nlp, component)
+                    if nearest is not None and nearest[1] is self:
+                        self.add_listener(listener, component)
 
     def _listeners_in(self, component, nlp: Optional[Language] = None) -> List[ElmoListener]:
         """The listeners in ``component``'s model (one of ``nlp``'s) that this component feeds (:meth:`_feeds`)."""

@@ -700,6 +700,11 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
     except OSError as err:
         out = Path(cfg.output_dir)
         if err.errno in NOT_PERMITTED and _names_a_file_in(err, out, above=True):  # the bare errno said no fix
+            named = _named_paths(err)[0]
+            if err.errno != errno.EROFS and named.exists() and not named.is_dir():  # its mode, not a new file refused
+                raise PermissionError(
+                    Errors.E_OUTPUT_FILE_REFUSED.format(file=named, path=out, parent=named.parent, error=err)
+                ) from err
             raise PermissionError(Errors.E_OUTPUT_NOT_WRITABLE.format(path=out, parent=_refusing_dir(err), error=err)) from err
         if err.errno not in OUT_OF_SPACE or not _names_a_file_in(err, out):  # another disk's (a full /dev/shm)
             raise

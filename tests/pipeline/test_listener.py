@@ -3,6 +3,7 @@
 import collections
 import gc
 import re
+import warnings
 import weakref
 
 import numpy
@@ -19,7 +20,7 @@ from thinc.api import SGD, Adam, fix_random_seed, set_dropout_rate
 
 from spacy_elmo import BiLM, BiLMConfig
 from spacy_elmo.bilm.token_cache import run_rows
-from spacy_elmo.pipeline.bilm_layer import DEFAULT_LEARN_RATE_SCALE, get_bilm
+from spacy_elmo.pipeline.bilm_layer import DEFAULT_LEARN_RATE_SCALE, get_bilm, get_runner, get_shim
 from spacy_elmo.pipeline.component import ElmoComponent
 from spacy_elmo.pipeline.doc_data import set_doc_data
 from spacy_elmo.pipeline.listener import ElmoListener
@@ -457,6 +458,43 @@ def test_fine_tuned_weights_record_it_in_their_source_through_saving(tiny_dir, t
     loaded = _fine_tuned_ner(None)
     loaded.from_bytes(nlp.to_bytes())
     assert loaded.get_pipe("elmo").source == want
+
+
+def test_a_frozen_biLM_copied_by_replace_listeners_keeps_its_source(tiny_dir):
+    """ner's own copy of a frozen biLM (nlp.replace_listeners) is reached by ner's finish_update at every update,
+    with no gradient: thinc steps nothing, and its source must not say ", fine-tuned" (a saved pipeline, and the
+    sourced-weights check, would take the weights it loaded for others)."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "frozen": True})
+    nlp.add_pipe("ner", config={"model": {**NER, "tok2vec": LISTENER}})
+    examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(4)]
+    opt = nlp.initialize(lambda: examples)
+    nlp.replace_listeners("elmo", "ner", ["model.tok2vec"])
+    nlp.remove_pipe("elmo")
+    (own,) = [n for n in nlp.get_pipe("ner").model.walk() if n.name == "elmo_bilm"]
+    before = {k: v.detach().clone() for k, v in get_bilm(own).named_parameters()}
+    nlp.update(examples, sgd=opt)
+    nlp.update(examples, sgd=opt)
+    assert all(torch.equal(v, dict(get_bilm(own).named_parameters())[k]) for k, v in before.items())
+    assert get_runner(own).source == str(tiny_dir)
+
+
+def test_a_step_skipped_for_an_overflowed_gradient_leaves_the_source_unmarked(tiny_dir):
+    """thinc skips the step of a shim whose grad scaler found an inf or NaN (mixed precision): the weights are their
+    source's still, and the source must not say ", fine-tuned"; the next step that is taken marks it."""
+    nlp = spacy.blank("en")
+    model = nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "frozen": False}).model
+    nlp.initialize()
+    shim, runner = get_shim(model), get_runner(model)
+    before = {k: v.detach().clone() for k, v in runner.named_parameters()}
+    opt = SGD(0.5, L2=0.0, grad_clip=0.0, use_averages=False)
+    for found_inf in (True, False):
+        for p in runner.parameters():
+            p.grad = torch.ones_like(p)
+        shim._grad_scaler._found_inf = found_inf
+        shim.finish_update(opt)
+        moved = any(not torch.equal(v, dict(runner.named_parameters())[k]) for k, v in before.items())
+        assert (moved, runner.source) == ((False, str(tiny_dir)) if found_inf else (True, f"{tiny_dir}, fine-tuned"))
 
 
 @pytest.mark.parametrize("frozen", [True, False])
@@ -897,6 +935,23 @@ def test_a_star_listener_after_two_elmo_components_is_fed_by_the_nearest_alone(t
     for name, moved in (("elmo_a", False), ("elmo_b", True)):
         now = dict(get_bilm(nlp.get_pipe(name).model).named_parameters())
         assert any(not torch.equal(v, now[k]) for k, v in before[name].items()) == moved, name
+    # elmo_b disabled on the live pipeline (spaCy does not relink): ner was fed by none, warned and trained on
+    # zeros, and elmo_a never trained. Now elmo_a, the nearest enabled elmo, feeds it from its next call.
+    a_params = dict(get_bilm(nlp.get_pipe("elmo_a").model).named_parameters())
+    before_a = {k: v.detach().clone() for k, v in a_params.items()}
+    with nlp.select_pipes(disable=["elmo_b"]), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if projection_dim != 8:  # ner was trained on elmo_b's width: elmo_a's layers cannot feed it
+            with pytest.raises(ValueError, match="'elmo_a' loaded weights .* with 3 layers of width 16"):
+                nlp.update(examples, sgd=opt)
+        else:
+            nlp.update(examples, sgd=opt)
+            nlp.update(examples, sgd=opt)
+            assert listener.upstream == "elmo_a" and nlp.get_pipe("elmo_a").listening_components == ["ner"]
+            assert any(not torch.equal(v, a_params[k]) for k, v in before_a.items())
+    assert not [w for w in caught if "got no ELMo layers" in str(w.message)]
+    nlp.update(examples, sgd=opt)  # elmo_b enabled again: it feeds ner, elmo_a drops it
+    assert linked() == {"elmo_a": [], "elmo_b": ["ner"], "elmo_c": []} and listener.upstream == "elmo_b"
     nlp.rename_pipe("elmo_c", "elmo_d")  # spaCy relinks the whole pipeline
     assert listener.upstream == "elmo_b" and nlp.get_pipe("elmo_a").listening_components == []
     nlp.to_disk(tmp_path / "saved")

@@ -846,3 +846,17 @@ def test_a_file_where_an_output_directory_belongs_is_named(trained, model, tmp_p
         output = plain(clean_error(runner.invoke(app, argv[command])))
         assert str(afile) in output and "is a file, not a directory" in output and "Errno" not in output, output
     assert afile.read_text() == "kept"
+
+
+PATH_TYPED = {"export": ["OUT_DIR"], "pretrain": ["TRAIN_PATH", "OUTPUT_DIR", "--heldout", "--options"],
+              "embed": ["INPUT_PATH", "OUTPUT_PATH"], "evaluate": ["TEXT_PATH"], "fit-state": ["TEXT_PATH"]}
+
+
+@pytest.mark.parametrize("command", sorted(PATH_TYPED))
+def test_help_shows_each_path_as_a_path(command):
+    """Refusing "" with typer's ``parser=`` made --help show every argument and option typed Path as ``<Path>``
+    (the annotation's name), where it had shown ``<path>``: ``path_type=str`` keeps typer's path type."""
+    output = plain(runner.invoke(app, [command, "--help"], env={"COLUMNS": "200"}).output)
+    for name in PATH_TYPED[command]:
+        assert re.search(rf"{name}\s+<path>\s", output), (name, output)
+    assert "<Path>" not in output

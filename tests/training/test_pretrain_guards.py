@@ -677,6 +677,36 @@ def test_an_output_dir_that_cannot_be_written_names_it_and_the_fix(tmp_path, mon
     assert not (tmp_path / "ro" / "sub").exists()  # what the run created, removed again (nothing was written)
 
 
+@pytest.mark.parametrize("code", [errno.EACCES, errno.EROFS], ids=["file_mode", "read_only_mount"])
+def test_a_refused_existing_file_in_the_output_dir_is_named_not_the_directory(tmp_path, monkeypatch, code):
+    """--resume into a writable OUTPUT_DIR whose train_log.jsonl this account may not write (chmod a-w) was told
+    "no file can be created in OUTPUT_DIR ... Choose an output path in a writable directory": a false diagnosis,
+    and advice that gives up the resume. A refused existing file is named with the fix on it; a read-only mount
+    (EROFS) is still the directory's. open() refuses as for a file without write permission (root ignores modes)."""
+    from spacy_elmo.training import trainer
+
+    train_file = write_corpus(tmp_path / "train.txt", 50)
+    out = tmp_path / "out"
+    train(tiny_train_config(train_file, out, max_steps=2, checkpoint_every=2))
+    log = out / trainer.LOG_NAME
+
+    def refusing_open(path, mode="r", *args, **kwargs):
+        if os.fspath(path) == os.fspath(log) and "a" in mode:
+            raise PermissionError(code, os.strerror(code), os.fspath(path))
+        return open(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(trainer, "open", refusing_open, raising=False)
+    with pytest.raises(PermissionError) as err:
+        train(tiny_train_config(train_file, out, max_steps=4, checkpoint_every=2, resume=True))
+    if code == errno.EROFS:
+        assert str(err.value).startswith(f"{out} cannot be written: no file can be created in {out} ([Errno 30]")
+    else:
+        assert str(err.value).startswith(f"{log}, of the run in {out}, is refused to this account ([Errno 13]")
+        assert f"write permission on {out} (chmod u+rw on the file, u+w on the directory" in str(err.value)
+        assert "which --resume needs" in str(err.value)
+    assert err.value.__cause__.errno == code
+
+
 def test_a_refused_read_of_a_file_elsewhere_is_not_said_to_be_the_output_dirs(tmp_path, monkeypatch):
     """Only errors naming OUTPUT_DIR's paths become its "cannot be written": a TRAIN_PATH this account may not
     read keeps its own error."""
