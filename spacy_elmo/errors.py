@@ -755,6 +755,13 @@ class Errors:
         "batch id {found}: the same words as the batch '{upstream}' last handed over, but other Doc objects "
         "(new Examples), which '{upstream}' did not run on"
     )
+    E_LISTENER_UPSTREAM_DISABLED = (
+        "The ELMo listener in {component} reads the layers of the elmo component '{upstream}', which is disabled in "
+        "this pipeline (nlp.select_pipes(disable=...), nlp.disable_pipe or spacy.load(..., disable=...)): a disabled "
+        "component runs neither in nlp(text) nor in nlp.update, so it gave {component} no layers for these docs. "
+        "Enable it (nlp.enable_pipe('{upstream}'), or leave the select_pipes block), or to run {component} without "
+        "'{upstream}', first give it its own copy of the biLM: {replace}."
+    )
     E_LISTENER_REHEARSE = (
         "nlp.rehearse cannot train '{component}' through its ELMo listener: spaCy's rehearsal calls the "
         "components in random order and '{upstream}' feeds no listener there. Give '{component}' its own "
