@@ -1883,11 +1883,16 @@ class Warnings:
         "this text (fine-tune one on it: `spacy-elmo pretrain TEXT NEW_DIR --init {model} --new-vocab`)."
     )
     W_HELDOUT_IN_TRAINING = (
-        "spacy-elmo: --heldout {path} is training text too ({n} of its file(s) under TRAIN_PATH or a link to one, e.g. "
-        "{file}, the same file as {train_file}): the held-out perplexity is then that of text the model trains on, not "
-        "of unseen text. Pass held-out text that TRAIN_PATH neither holds nor links to (move a held-out file out of a "
-        "TRAIN_PATH directory; a link to a training file is that file)."
+        "spacy-elmo: --heldout {path} is training text too ({n} of its file(s) under TRAIN_PATH, a link to one or a "
+        "byte-identical copy of one, e.g. {file}, {how} {train_file}): the held-out perplexity is then that of text the "
+        "model trains on, not of unseen text. Pass held-out text that TRAIN_PATH neither holds, links to nor copies "
+        "(move a held-out file out of a TRAIN_PATH directory; a link to a training file is that file, and a copy "
+        "its text)."
     )
+    #: W_HELDOUT_IN_TRAINING's ``how`` for a held-out file that is a training file (the same, a link to it)
+    W_HELDOUT_SAME_FILE = "the same file as"
+    #: W_HELDOUT_IN_TRAINING's ``how`` for a held-out file that is another file with a training file's bytes
+    W_HELDOUT_COPY = "a copy of"
     W_NEGATIVES_CLAMPED = (
         "spacy-elmo: --negatives {negatives} >= the vocabulary size {vocab}; using the full "
         "softmax instead of sampling."
