@@ -299,6 +299,7 @@ def _forward(model: ElmoListener, docs: List[Doc], is_train: bool):
     if model.upstream is None:
         raise ValueError(_no_upstream(model))
     outputs = []
+    checked_upstream = False  # whether :func:`_disabled_upstream` was looked up (once a call: frames walked)
     nL, nO = model.get_dim("nL"), model.get_dim("nO")
     for doc in docs:
         # in training kept: an annotating listening component predicts on the same docs after its update
@@ -317,14 +318,17 @@ def _forward(model: ElmoListener, docs: List[Doc], is_train: bool):
                     component=model.component, upstream=model.upstream, shape=data.shape, nL=nL, nO=nO
                 )
             )
+        missing = (data is None or data.ndim != 3) and len(doc) > 0
+        if missing and not checked_upstream and not (model.attrs.get("warming_up", False) and _initializing()):
+            # spaCy does not relink at select_pipes: a disabled upstream is named, not a stale batch or missing data
+            checked_upstream = True
+            if _disabled_upstream(model) is not None:
+                raise ValueError(_upstream_disabled(model))
         if data is not None and data.ndim == 3:
             outputs.append(model.ops.asarray3f(cast(Floats3d, data.astype("float32"))))  # ndim checked above
             model.attrs["warming_up"] = False
         elif len(doc) == 0:
             outputs.append(model.ops.alloc3f(nL, len(doc), nO))
-        elif not (model.attrs.get("warming_up", False) and _initializing()) and _disabled_upstream(model) is not None:
-            # spaCy does not relink at select_pipes: named here, not as a stale batch or missing data
-            raise ValueError(_upstream_disabled(model))
         elif is_train and _in_rehearse():
             raise ValueError(Errors.E_LISTENER_REHEARSE.format(upstream=model.upstream, component=model.component))
         elif is_train and model._batch_id is not None:
