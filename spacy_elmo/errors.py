@@ -755,6 +755,13 @@ class Errors:
         "batch id {found}: the same words as the batch '{upstream}' last handed over, but other Doc objects "
         "(new Examples), which '{upstream}' did not run on"
     )
+    E_LISTENER_UPSTREAM_DISABLED = (
+        "The ELMo listener in {component} reads the layers of the elmo component '{upstream}', which is disabled in "
+        "this pipeline (nlp.select_pipes(disable=...), nlp.disable_pipe or spacy.load(..., disable=...)): a disabled "
+        "component runs neither in nlp(text) nor in nlp.update, so it gave {component} no layers for these docs. "
+        "Enable it (nlp.enable_pipe('{upstream}'), or leave the select_pipes block), or to run {component} without "
+        "'{upstream}', first give it its own copy of the biLM: {replace}."
+    )
     E_LISTENER_REHEARSE = (
         "nlp.rehearse cannot train '{component}' through its ELMo listener: spaCy's rehearsal calls the "
         "components in random order and '{upstream}' feeds no listener there. Give '{component}' its own "
@@ -1876,11 +1883,16 @@ class Warnings:
         "this text (fine-tune one on it: `spacy-elmo pretrain TEXT NEW_DIR --init {model} --new-vocab`)."
     )
     W_HELDOUT_IN_TRAINING = (
-        "spacy-elmo: --heldout {path} is training text too ({n} of its file(s) under TRAIN_PATH or a link to one, e.g. "
-        "{file}, the same file as {train_file}): the held-out perplexity is then that of text the model trains on, not "
-        "of unseen text. Pass held-out text that TRAIN_PATH neither holds nor links to (move a held-out file out of a "
-        "TRAIN_PATH directory; a link to a training file is that file)."
+        "spacy-elmo: --heldout {path} is training text too ({n} of its file(s) under TRAIN_PATH, a link to one or a "
+        "byte-identical copy of one, e.g. {file}, {how} {train_file}): the held-out perplexity is then that of text the "
+        "model trains on, not of unseen text. Pass held-out text that TRAIN_PATH neither holds, links to nor copies "
+        "(move a held-out file out of a TRAIN_PATH directory; a link to a training file is that file, and a copy "
+        "its text)."
     )
+    #: W_HELDOUT_IN_TRAINING's ``how`` for a held-out file that is a training file (the same, a link to it)
+    W_HELDOUT_SAME_FILE = "the same file as"
+    #: W_HELDOUT_IN_TRAINING's ``how`` for a held-out file that is another file with a training file's bytes
+    W_HELDOUT_COPY = "a copy of"
     W_NEGATIVES_CLAMPED = (
         "spacy-elmo: --negatives {negatives} >= the vocabulary size {vocab}; using the full "
         "softmax instead of sampling."

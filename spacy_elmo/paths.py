@@ -7,9 +7,10 @@ named ``~`` in the current directory, so the commands refuse it as an output.
 
 Also what else a path the user gave may mean by accident: the current directory, or one above it, that an
 output would replace (:func:`holds_cwd`), and one file under two names, a hard link's real path another
-(:func:`file_identity`).
+(:func:`file_identity`), or one text in two files (:func:`file_sha256`).
 """
 
+import hashlib
 import os
 from pathlib import Path
 from typing import Optional, Tuple
@@ -66,3 +67,17 @@ def file_identity(path: PathLike) -> Tuple[int, int]:
     link included, whose real paths (``resolve()``) differ."""
     st = os.stat(path)
     return st.st_dev, st.st_ino
+
+
+#: The bytes :func:`file_sha256` reads at a time: a file of any size in bounded memory.
+HASH_CHUNK = 1 << 20
+
+
+def file_sha256(path: PathLike) -> str:
+    """The sha256 (hex) of the bytes of the file ``path`` names, read in :data:`HASH_CHUNK` pieces: equal for
+    byte-identical copies, which :func:`file_identity` tells apart."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(HASH_CHUNK), b""):
+            h.update(chunk)
+    return h.hexdigest()

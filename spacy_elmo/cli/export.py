@@ -37,7 +37,7 @@ def export(
     from ..training.modelio import SOFTMAX_FILE, load_pretrained, save_pretrained, write_softmax
     from ..training.trainer import model_dir_lock
 
-    with interruption_ends(ctx, "export"), ExitStack() as held:  # SIGTERM too: the lock released, 143
+    with interruption_ends(ctx, "export") as stop, ExitStack() as held:  # SIGTERM too: the lock released, 143
         try:
             check_output_dir(out_dir, overwrite, model_dir)
             # the directory replace_dir replaces: resolved (RUN/missing/.. is RUN to it, and no directory to the kernel)
@@ -79,6 +79,7 @@ def export(
             replace_dir(out_dir, write, last=MODEL_MARKERS)  # a kill in between leaves no model, not a mixed one
         except OSError as err:
             fail(Errors.E_EXPORT_WRITE.format(path=out_dir, error=err))
+        stop.complete()  # OUT_DIR holds the model whole: a signal from here on stops nothing (exit 0)
     typer.echo(f"wrote {format} model to {out_dir} "
                + ("(with softmax and vocab.txt)" if softmax is not None else f"(no softmax: {what})"))
 

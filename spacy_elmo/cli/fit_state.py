@@ -58,7 +58,7 @@ def fit_state(
             max_sentences=max_sentences, needed=sentences_needed(rows), rows=rows, warmup=WARMUP,
             or_rows=_or_fewer_rows(max_sentences)))
     replaced = 0
-    with interruption_ends(ctx, "fit-state"), ExitStack() as held:  # SIGTERM too: the lock released, 143
+    with interruption_ends(ctx, "fit-state") as stop, ExitStack() as held:  # SIGTERM too: the lock released, 143
         try:
             path = model_path(model_dir, offer_default=False)  # clear errors for a missing path or a file; "default" is refused below
             if path.resolve() == DEFAULT_MODEL_DIR:
@@ -94,6 +94,7 @@ def fit_state(
             write_initial_state(bilm.initial_state, path)
         except OSError as err:
             fail(Errors.E_FIT_STATE_WRITE.format(path=path, error=err))
+        stop.complete()  # the state is written whole: a signal from here on stops nothing (exit 0)
     if clear:
         typer.echo(f"cleared the initial state of {model_dir}")
         return

@@ -283,8 +283,10 @@ def launcher(ranks: Ranks) -> List[str]:
     """The words that start ``pretrain`` as this run was started: ``spacy-elmo`` for one process; under torchrun
     (``ranks.world`` > 1) ``torchrun --nproc-per-node N -m spacy_elmo``, N the processes of this machine
     (torchrun's ``LOCAL_WORLD_SIZE``; without it, or with a value that does not divide the world, every
-    process), with ``--nnodes M`` when the job spans M machines. A second stage started as plain ``spacy-elmo``
-    would train on one process."""
+    process), with ``--nnodes M`` and the rendezvous that joins the M machines (:func:`rendezvous`) when the job
+    spans M machines. A second stage started as plain ``spacy-elmo`` would train on one process, and one
+    started with ``--nnodes`` alone as M single-machine jobs of their own (torchrun's default rendezvous is
+    local): every machine would train and write the model by itself."""
     if ranks.world == 1:
         return ["spacy-elmo"]
     try:
@@ -293,8 +295,30 @@ def launcher(ranks: Ranks) -> List[str]:
         local = ranks.world
     if not 1 <= local <= ranks.world or ranks.world % local:
         local = ranks.world
-    nodes = ["--nnodes", str(ranks.world // local)] if local < ranks.world else []
+    nodes = ["--nnodes", str(ranks.world // local), *rendezvous()] if local < ranks.world else []
     return ["torchrun", *nodes, "--nproc-per-node", str(local), "-m", "spacy_elmo"]
+
+
+#: :func:`rendezvous`'s endpoint where torchrun set no ``MASTER_ADDR`` and ``MASTER_PORT``: for the user to fill in.
+RENDEZVOUS_PLACEHOLDER = "HOST:PORT"
+
+
+def rendezvous() -> List[str]:
+    """torchrun's options that join a new job's machines as this job's were joined, from the environment torchrun
+    gave this process: c10d rendezvous at ``MASTER_ADDR:MASTER_PORT`` (the store of this job's first machine:
+    with c10d, torchrun's ``--rdzv-endpoint`` itself; with a static rendezvous, ``--master-addr`` and
+    ``--master-port``), free again once this job ended, so the same command runs on every machine (no
+    ``--node-rank``), and this job's ``--rdzv-id`` (``TORCHELASTIC_RUN_ID``) unless torchrun's default. Without
+    ``MASTER_ADDR``/``MASTER_PORT`` (another launcher) the endpoint is :data:`RENDEZVOUS_PLACEHOLDER`."""
+    host, port = os.environ.get("MASTER_ADDR", ""), os.environ.get("MASTER_PORT", "")
+    if ":" in host and not host.startswith("["):  # IPv6: torchrun reads [ADDR]:PORT
+        host = f"[{host}]"
+    endpoint = f"{host}:{port}" if host and port else RENDEZVOUS_PLACEHOLDER
+    words = ["--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint]
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID", "")
+    if run_id and run_id != "none":  # "none": torchrun's default, which it also sets
+        words += ["--rdzv-id", run_id]
+    return words
 
 
 def sentence_stage(ctx: typer.Context, train_path: Path, output_dir: Path, ranks: Ranks = Ranks(0, 1, 0)) -> str:

@@ -73,6 +73,14 @@ class Stop:
         self.ignore_signals()
         raise typer.Exit(128 + signum) from err
 
+    def complete(self) -> None:
+        """The command's result is written whole (export's OUT_DIR, fit-state's state): a signal from here on has
+        nothing left to stop or tidy up. Recorded, not raised (it said "interrupted, rerun" of a complete result,
+        exit 143), and on the command line ignored until the process exits, with status 0: Python's default
+        action, back once the block ended, killed the process by the signal (-15) after it said what it wrote."""
+        self.reporting = True
+        self.ignore_signals()
+
     def ignore_signals(self) -> None:
         """On the command line: ignore Ctrl-C and SIGTERM from here on, the process exiting (also a rank of torchrun
         exiting with an error: torchrun stops the other ranks, SIGTERM, as soon as one exits, and a rank still

@@ -62,7 +62,7 @@ from .bilm_layer import (
 from .callers import runs, user_stacklevel
 from .doc_data import ELMO_ATTR, IDX_ATTR, install_extensions, install_hooks, set_doc_data
 from .layer_cache import MB
-from .listener import ElmoListener, find_listener_path
+from .listener import ELMO_FACTORY, ElmoListener, find_listener_path
 from .loaders import WeightsLoader, load_weights, names_no_weights, requests_nothing, weights_target
 from .runner import fine_tuned
 from .scalar_mix import is_setting
@@ -81,7 +81,7 @@ cache_size = 50000
 
 
 @Language.factory(
-    "elmo",
+    ELMO_FACTORY,
     default_config={
         "model": Config().from_str(DEFAULT_MODEL)["model"],
         "weights": None,

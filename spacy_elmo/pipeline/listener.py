@@ -180,11 +180,60 @@ def _no_upstream(model: ElmoListener) -> str:
     if getattr(model, "copied", False):  # getattr: a listener pickled before copies were ElmoListeners has none
         return Errors.E_LISTENER_COPY_UNLINKED.format(component=repr(component) if component else "a component")
     elmo, quoted = "ELMO" if star else repr(model.upstream_name), repr(component) if component else "COMPONENT"
-    if path is None:
-        replace = Errors.E_LISTENER_REPLACE_CALLS.format(elmo=elmo, component=quoted)
-    else:
-        replace = Errors.E_LISTENER_REPLACE_CALL.format(elmo=elmo, component=quoted, path=path)
+    replace = _replace_call(elmo, quoted, path)
     return Errors.E_LISTENER_NO_UPSTREAM.format(upstream=model.upstream_name, named=named, component=quoted, replace=replace)
+
+
+def _replace_call(elmo: str, component: str, path: Optional[str]) -> str:
+    """The ``nlp.replace_listeners`` call (``elmo``, ``component``: as written in it) that gives the component its
+    own biLM; both usual listener paths where ``path`` (the listener's) is not known."""
+    if path is None:
+        return Errors.E_LISTENER_REPLACE_CALLS.format(elmo=elmo, component=component)
+    return Errors.E_LISTENER_REPLACE_CALL.format(elmo=elmo, component=component, path=path)
+
+
+def _disabled_upstream(model: ElmoListener) -> Optional[str]:
+    """The name of the elmo component that would feed ``model`` in the pipeline running it (spaCy's frames: a
+    ``Language`` ``self`` whose components hold it) when that one is disabled there (``nlp.select_pipes``,
+    ``nlp.disable_pipe``, ``spacy.load(disable=...)``: spaCy does not relink, so the listener stays linked to a
+    component that no longer runs); None otherwise. The linked upstream, else the one its setting names, else
+    (``"*"``) the nearest elmo component before its own, enabled or not. Looked up on error paths only."""
+    nlp = _running_pipeline(model)
+    if nlp is None:
+        return None
+    upstream = model.upstream or (None if model.upstream_name == "*" else model.upstream_name)
+    if upstream is None and model.component in nlp.component_names:
+        names = nlp.component_names
+        before = names[: names.index(model.component)]
+        upstream = next((n for n in reversed(before) if nlp.get_pipe_meta(n).factory == ELMO_FACTORY), None)
+    return upstream if upstream in nlp.disabled else None
+
+
+def _upstream_disabled(model: ElmoListener) -> str:
+    """:attr:`Errors.E_LISTENER_UPSTREAM_DISABLED` for :func:`_disabled_upstream`'s component, with the
+    ``replace_listeners`` call that lets the listening component run without it."""
+    upstream = _disabled_upstream(model)
+    component, path = _run_by(model)
+    quoted = repr(component) if component else "COMPONENT"
+    replace = _replace_call(repr(upstream), quoted, path)
+    return Errors.E_LISTENER_UPSTREAM_DISABLED.format(upstream=upstream, component=quoted, replace=replace)
+
+
+def _running_pipeline(model: ElmoListener) -> Optional[Language]:
+    """The pipeline (a ``Language`` ``self`` of a spaCy frame: ``nlp(text)``, ``nlp.pipe``, ``nlp.update``) running
+    the component whose model holds ``model``, read from the frames; None where none does."""
+    frame: Any = sys._getframe(1)
+    while frame is not None:
+        nlp = frame.f_locals.get("self")
+        models = [getattr(proc, "model", None) for _, proc in nlp.components] if isinstance(nlp, Language) else []
+        if any(isinstance(held, Model) and any(node is model for node in held.walk()) for held in models):
+            return nlp
+        frame = frame.f_back
+    return None
+
+
+#: The factory name of spacy-elmo's component (``nlp.add_pipe("elmo")``).
+ELMO_FACTORY = "elmo"
 
 
 def _run_by(model: ElmoListener) -> Tuple[Optional[str], Optional[str]]:
@@ -250,6 +299,7 @@ def _forward(model: ElmoListener, docs: List[Doc], is_train: bool):
     if model.upstream is None:
         raise ValueError(_no_upstream(model))
     outputs = []
+    checked_upstream = False  # whether :func:`_disabled_upstream` was looked up (once a call: frames walked)
     nL, nO = model.get_dim("nL"), model.get_dim("nO")
     for doc in docs:
         # in training kept: an annotating listening component predicts on the same docs after its update
@@ -268,6 +318,12 @@ def _forward(model: ElmoListener, docs: List[Doc], is_train: bool):
                     component=model.component, upstream=model.upstream, shape=data.shape, nL=nL, nO=nO
                 )
             )
+        missing = (data is None or data.ndim != 3) and len(doc) > 0
+        if missing and not checked_upstream and not (model.attrs.get("warming_up", False) and _initializing()):
+            # spaCy does not relink at select_pipes: a disabled upstream is named, not a stale batch or missing data
+            checked_upstream = True
+            if _disabled_upstream(model) is not None:
+                raise ValueError(_upstream_disabled(model))
         if data is not None and data.ndim == 3:
             outputs.append(model.ops.asarray3f(cast(Floats3d, data.astype("float32"))))  # ndim checked above
             model.attrs["warming_up"] = False

@@ -173,18 +173,21 @@ def _stream_nll_sums(lm, vocab, tokens, cuts, char_table, unroll, device, progre
         t = k * unroll + np.arange(min(unroll, int(length.max()) - k * unroll))[None, :]
         pos = [np.minimum(f[:, None] + t, n_tokens - 1) for f in first]
         inputs = [torch.from_numpy(s[p]) for s, p in zip(streams, pos)]
-        targets = [vocab.target_ids(torch.from_numpy(s[np.minimum(p + 1, n_tokens - 1)])).to(device) for s, p in zip(streams, pos)]
-        chars, idx_f, idx_b = encode_batch(inputs[0], inputs[1], char_table)
+        # Every host tensor sent to a GPU through a pinned copy of its own without waiting (to_device_nowait): a
+        # plain .to from pageable memory waits for the GPU's queued work, one host sync per tensor. The copy is
+        # the helper's, so the host tensors may be dropped or reused at once.
+        targets = [to_device_nowait(vocab.target_ids(torch.from_numpy(s[np.minimum(p + 1, n_tokens - 1)])), device)
+                   for s, p in zip(streams, pos)]
+        chars, idx_f, idx_b = (to_device_nowait(x, device) for x in encode_batch(inputs[0], inputs[1], char_table))
         # Host lengths (the LSTM checks them there and copies them over without a host sync, where lengths on a
         # GPU cost one sync per layer), and the targets' positions from them, sent on without waiting (made by
         # the LM from lengths on a GPU: a nonzero, one sync more), as the trainer's steps.
         lengths = torch.from_numpy((t < length[:, None]).sum(1))
         positions = to_device_nowait(target_positions(lengths, t.shape[1]), device)
-        out = lm(chars.to(device), idx_f.to(device), idx_b.to(device), targets[0], targets[1], lengths, state,
-                 positions=positions)
+        out = lm(chars, idx_f, idx_b, targets[0], targets[1], lengths, state, positions=positions)
         state = out.state
         for d, (nll, n) in enumerate(((out.nll_fwd, n_fwd), (out.nll_bwd, n_bwd))):
-            keep = torch.from_numpy(t < n[:, None]).to(device)  # the stream's first token is no target
+            keep = to_device_nowait(torch.from_numpy(t < n[:, None]), device)  # the stream's first token is no target
             sums[d] += float(nll.double().masked_fill(~keep, 0.0).sum())
     return sums, n_pred
 
@@ -201,12 +204,11 @@ def _sentence_nll_sums(lm, vocab, corpus, tokens, char_table, batch_size, device
     for rows in progress_bar(batches, desc="evaluating", unit="batch", leave=None, disable=not progress):
         fwd, bwd, lengths = sentence_rows(tokens, corpus.starts[rows], corpus.lengths[rows])
         inputs = (fwd[:, :-1], bwd[:, :-1])
-        targets = vocab.target_ids(torch.stack([fwd[:, 1:], bwd[:, 1:]])).to(device)
-        chars, idx_f, idx_b = encode_batch(inputs[0], inputs[1], char_table)
+        targets = to_device_nowait(vocab.target_ids(torch.stack([fwd[:, 1:], bwd[:, 1:]])), device)  # as above
+        chars, idx_f, idx_b = (to_device_nowait(x, device) for x in encode_batch(inputs[0], inputs[1], char_table))
         state = lm.bilm.start_state(len(rows), lm.softmax.weight)
         positions = to_device_nowait(target_positions(lengths, inputs[0].shape[1]), device)  # host lengths: as above
-        out = lm(chars.to(device), idx_f.to(device), idx_b.to(device), targets[0], targets[1], lengths, state,
-                 positions=positions)
+        out = lm(chars, idx_f, idx_b, targets[0], targets[1], lengths, state, positions=positions)
         sums[0] += float(out.nll_fwd.double().sum())
         sums[1] += float(out.nll_bwd.double().sum())
         n_pred += int(lengths.sum())

@@ -24,7 +24,7 @@ from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import asdict, dataclass, fields, replace
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Union
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -39,7 +39,7 @@ from ..bilm.lstm import LstmState
 from ..bilm.native_io import INITIAL_STATE_NAME, find_allennlp_files, read_meta
 from ..device import torch_device
 from ..errors import Errors, Warnings
-from ..paths import file_identity
+from ..paths import file_identity, file_sha256
 from ..ranks import torchrun_ranks
 from . import checkpoint as ckpt
 from . import data as corpus_data
@@ -543,14 +543,35 @@ def _diverged(step: int, what: str, value: float, out: Path, last_saved: int) ->
 
 def _warn_heldout_in_training(heldout: str, train_path: str) -> None:
     """Warn when a file of ``heldout`` is one of TRAIN_PATH's (both exist, read already): the same file by
-    device and inode, so a hard link to a training file is one too (its real path is another), as is a symlink."""
-    trained = {file_identity(f): f for f in corpus_data.list_text_files(train_path)}
-    shared = [f for f in corpus_data.list_text_files(heldout) if file_identity(f) in trained]
+    device and inode, so a hard link to a training file is one too (its real path is another), as is a symlink;
+    or a byte-identical copy of one. Cheap for directories of many files: one ``stat`` a file, and only files
+    of a size some file of the other side has are hashed (:func:`file_sha256`, each once); empty files never."""
+    training = corpus_data.list_text_files(train_path)
+    trained = {file_identity(f): f for f in training}
+    by_size: Dict[int, List[Path]] = {}
+    for f in training:
+        by_size.setdefault(os.stat(f).st_size, []).append(f)
+    digests: Dict[Path, str] = {}
+
+    def digest(f: Path) -> str:
+        if f not in digests:
+            digests[f] = file_sha256(f)
+        return digests[f]
+
+    shared: List[Tuple[Path, Path, str]] = []  # (held-out file, training file, how they are one)
+    for f in corpus_data.list_text_files(heldout):
+        same = trained.get(file_identity(f))
+        if same is not None:
+            shared.append((f, same, Warnings.W_HELDOUT_SAME_FILE))
+            continue
+        size = os.stat(f).st_size
+        copied = next((t for t in by_size.get(size, []) if size and digest(t) == digest(f)), None)
+        if copied is not None:
+            shared.append((f, copied, Warnings.W_HELDOUT_COPY))
     if shared:
+        file, train_file, how = shared[0]
         warnings.warn(
-            Warnings.W_HELDOUT_IN_TRAINING.format(
-                path=heldout, n=len(shared), file=shared[0], train_file=trained[file_identity(shared[0])]
-            ),
+            Warnings.W_HELDOUT_IN_TRAINING.format(path=heldout, n=len(shared), file=file, how=how, train_file=train_file),
             RuntimeWarning,
             stacklevel=3,
         )

@@ -327,15 +327,42 @@ def test_listener_without_upstream():
         nlp.initialize(lambda: [Example(nlp.make_doc(d.text), d) for d in docs])
 
 
-def test_listener_with_disabled_upstream(tiny_dir):
-    nlp = _nlp_with(tiny_dir, "ner", {**NER, "tok2vec": LISTENER})
+DISABLED = r"reads the layers of the elmo component '{upstream}', which is disabled in this pipeline"
+DISABLED_FIX = r"nlp\.enable_pipe\('{upstream}'\).*nlp\.replace_listeners\('{upstream}', 'ner', \['model\.tok2vec'\]\)"
+
+
+@pytest.mark.parametrize("upstream", ["*", "elmo"])
+def test_listener_with_disabled_upstream(tiny_dir, upstream):
+    """elmo fed ner's listener, then nlp.select_pipes(disable=["elmo"]) (spaCy does not relink): an update on new
+    Examples was "a batch it has no upstream output for (... other Doc objects (new Examples))", a prediction
+    "no ELMo data", neither saying that elmo is disabled. Both name the disabled elmo and the fix; enabled again,
+    it feeds ner as before."""
+    nlp = _nlp_with(tiny_dir, "ner", {**NER, "tok2vec": {**LISTENER, "upstream": upstream}})
     docs = make_docs(4)
     examples = [Example(nlp.make_doc(d.text), d) for d in docs]
     opt = nlp.initialize(lambda: examples)
     nlp.update(examples, sgd=opt)
+    same_words = [Example(nlp.make_doc(d.text), d) for d in docs]
+    other_words = [Example(nlp.make_doc(d.text), d) for d in make_docs(3, seed=5)]
+    disabled = f"{DISABLED.format(upstream='elmo')}.*{DISABLED_FIX.format(upstream='elmo')}"
     with nlp.select_pipes(disable=["elmo"]):
-        with pytest.raises(ValueError, match="no ELMo data"):
+        for batch in (same_words, other_words):
+            with pytest.raises(ValueError, match=disabled):
+                nlp.update(batch, sgd=opt)
+        with pytest.raises(ValueError, match=disabled):
             nlp("Yesterday Alice went home .")
+        with pytest.raises(ValueError, match=disabled):
+            list(nlp.pipe(["Yesterday Alice went home ."]))
+    nlp.disable_pipe("elmo")
+    with pytest.raises(ValueError, match=disabled):
+        nlp.update(same_words, sgd=opt)
+    nlp.enable_pipe("elmo")
+    nlp.update(same_words, sgd=opt)
+    assert nlp("Yesterday Alice went home .")._.elmo is not None
+    # the listener called on its own, outside a pipeline: no pipeline to tell, the message as before
+    listener = _listener_of(nlp.get_pipe("ner"))
+    with pytest.raises(ValueError, match="no ELMo data"):
+        listener.predict([nlp.make_doc("Yesterday Alice went home .")])
 
 
 def test_listener_with_disabled_upstream_right_after_initialize(tiny_dir, tmp_path):
@@ -347,9 +374,9 @@ def test_listener_with_disabled_upstream_right_after_initialize(tiny_dir, tmp_pa
     nlp.to_disk(tmp_path / "p")
     for pipeline in (nlp, spacy.load(tmp_path / "p")):
         with pipeline.select_pipes(disable=["elmo"]):
-            with pytest.raises(ValueError, match="'ner' found no ELMo data"):
+            with pytest.raises(ValueError, match=DISABLED.format(upstream="elmo")):
                 pipeline("Yesterday Alice went home .")
-    with pytest.raises(ValueError, match="'ner' found no ELMo data"):
+    with pytest.raises(ValueError, match=DISABLED.format(upstream="elmo")):
         spacy.load(tmp_path / "p", disable=["elmo"])("Yesterday Alice went home .")
     # still zeros for a model's initialize (the samples no elmo annotated), here the component's own
     nlp.get_pipe("ner").initialize(lambda: [Example(nlp.make_doc(d.text), d) for d in make_docs(4)], nlp=nlp)
@@ -413,7 +440,7 @@ def test_listening_components_annotate_without_elmo_annotating(tiny_dir, frozen)
         for label, score in doc.cats.items():  # continuous: equal only from the same layers
             assert annotated.cats[label] == pytest.approx(score, rel=1e-6, abs=1e-7)
     with nlp.select_pipes(disable=["elmo"]):  # a doc no update saw still has no layers
-        with pytest.raises(ValueError, match="no ELMo data"):
+        with pytest.raises(ValueError, match=DISABLED.format(upstream="elmo")):
             nlp(examples[0].predicted.text)
 
 

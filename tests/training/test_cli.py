@@ -693,14 +693,27 @@ def test_the_sentence_stage_command_carries_the_device_and_parses_back(tmp_path)
     ({}, ["spacy-elmo"]),  # one process
     ({"WORLD_SIZE": "4"}, ["torchrun", "--nproc-per-node", "4", "-m", "spacy_elmo"]),  # without LOCAL_WORLD_SIZE
     ({"WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "4"}, ["torchrun", "--nproc-per-node", "4", "-m", "spacy_elmo"]),
-    ({"WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4"}, ["torchrun", "--nnodes", "2", "--nproc-per-node", "4", "-m", "spacy_elmo"]),
+    # several machines: the rendezvous that joined them (torchrun's own), else a placeholder for it
+    ({"WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4"}, ["torchrun", "--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                                                    "HOST:PORT", "--nproc-per-node", "4", "-m", "spacy_elmo"]),
+    ({"WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4", "MASTER_ADDR": "node0", "MASTER_PORT": "29400", "TORCHELASTIC_RUN_ID": "job7"},
+     ["torchrun", "--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "node0:29400", "--rdzv-id", "job7",
+      "--nproc-per-node", "4", "-m", "spacy_elmo"]),
+    ({"WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "fd00::1", "MASTER_PORT": "29500", "TORCHELASTIC_RUN_ID": "none"},
+     ["torchrun", "--nnodes", "4", "--rdzv-backend", "c10d", "--rdzv-endpoint", "[fd00::1]:29500", "--nproc-per-node", "1",
+      "-m", "spacy_elmo"]),
+    # one machine: torchrun's default (local) rendezvous, whatever it set
+    ({"WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "4", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"},
+     ["torchrun", "--nproc-per-node", "4", "-m", "spacy_elmo"]),
     ({"WORLD_SIZE": "6", "LOCAL_WORLD_SIZE": "4"}, ["torchrun", "--nproc-per-node", "6", "-m", "spacy_elmo"]),  # uneven
     ({"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "x"}, ["torchrun", "--nproc-per-node", "2", "-m", "spacy_elmo"]),
     ({"WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "0"}, ["torchrun", "--nproc-per-node", "4", "-m", "spacy_elmo"]),  # no / 0
 ])
 def test_the_sentence_stage_command_starts_as_the_run_did(monkeypatch, tmp_path, env, start):
     """After a run under torchrun the printed command said `spacy-elmo pretrain ...`, which trains the second stage on
-    one process: it starts as the README's torchrun command, with the run's processes per machine (and its machines)."""
+    one process: it starts as the README's torchrun command, with the run's processes per machine (and its machines).
+    After a run on several machines it gave `--nnodes M` without the rendezvous that joins them (torchrun's default
+    is local: each machine waited for the others alone): it carries torchrun's, as torchrun's own parser reads it."""
     import shlex
 
     import typer
@@ -708,7 +721,7 @@ def test_the_sentence_stage_command_starts_as_the_run_did(monkeypatch, tmp_path,
     from spacy_elmo.cli.pretrain import sentence_stage
     from spacy_elmo.ranks import torchrun_ranks
 
-    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID"):
         monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
@@ -718,3 +731,15 @@ def test_the_sentence_stage_command_starts_as_the_run_did(monkeypatch, tmp_path,
     words = shlex.split(sentence_stage(ctx, train, out, torchrun_ranks()))
     assert words == [*start, "pretrain", str(train), str(tmp_path / "out-sentences"), "--init", str(out), "--sentences",
                      "--batch-size", "64"]
+    if words[0] == "torchrun":  # as torchrun itself reads it
+        from torch.distributed.run import get_args_parser
+
+        args = get_args_parser().parse_args(words[1:])
+        assert (args.module, args.training_script) == (True, "spacy_elmo")
+        assert args.nproc_per_node == words[words.index("--nproc-per-node") + 1]
+        assert args.training_script_args[:2] == ["pretrain", str(train)]
+        multi = "--nnodes" in words
+        assert (args.rdzv_backend, args.nnodes) == (("c10d", words[words.index("--nnodes") + 1]) if multi else ("static", "1:1"))
+        if multi:
+            assert args.rdzv_endpoint == words[words.index("--rdzv-endpoint") + 1]
+            assert args.rdzv_id == env.get("TORCHELASTIC_RUN_ID", "none")

@@ -187,6 +187,71 @@ def test_sigterm_ends_a_long_command_as_ctrl_c_does_with_143(tmp_path, monkeypat
         assert sorted(path.name for path in tmp_path.iterdir()) == []  # no lock file left
 
 
+#: export's and fit-state's arguments, and what they say once done.
+COMPLETED = {
+    "export": (lambda tmp: [str(tmp / "model"), str(tmp / "out")], "wrote allennlp model to"),
+    "fit-state": (lambda tmp: [str(tmp / "model"), "--clear"], "cleared the initial state of"),
+}
+
+
+@pytest.mark.parametrize("command", sorted(COMPLETED))
+def test_sigterm_after_the_result_is_written_stops_nothing(tmp_path, monkeypatch, command):
+    """Once export's OUT_DIR (fit-state's state) is written whole, the command marks its run complete
+    (Stop.complete): a SIGTERM from then on, under the command's handler, is recorded, not raised (it said
+    "interrupted, rerun" of a complete result, 143), and the command ends as it would have, 0. The signal comes as
+    the mark is set (in-process the command line's ignoring is off: the handler stays)."""
+    from spacy_elmo.cli import signals
+
+    BiLM(BiLMConfig(**TINY)).save(tmp_path / "model")
+    args, said = COMPLETED[command]
+    real, sent = signals.Stop.ignore_signals, []
+
+    def then_terminated(stop):
+        real(stop)
+        sent.append(stop.reporting)
+        signal.raise_signal(signal.SIGTERM)  # the command's handler: the test session goes on
+
+    monkeypatch.setattr(signals.Stop, "ignore_signals", then_terminated)
+    before = signal.getsignal(signal.SIGTERM)
+    result = runner.invoke(app, [command, *args(tmp_path)])
+    assert sent == [True]  # the run marked complete, once
+    assert result.exit_code == 0, result.output
+    assert said in result.stdout and Errors.E_INTERRUPTED.format(command=command) not in result.stderr
+    assert signal.getsignal(signal.SIGTERM) is before  # in-process: the caller's handler back
+    if command == "export":
+        assert BiLM.load(tmp_path / "out").config.projection_dim == TINY["projection_dim"]
+
+
+#: Run in a process of its own: the command line (argv[1:]) with a SIGTERM sent to itself at exit (atexit), after
+#: the command said what it wrote.
+_TERMINATED_AT_EXIT = """
+import atexit, os, signal, sys
+atexit.register(lambda: os.kill(os.getpid(), signal.SIGTERM))
+sys.argv = ["spacy-elmo", *sys.argv[1:]]
+from spacy_elmo.__main__ import main
+main()
+"""
+
+
+def test_sigterm_after_export_said_it_wrote_exits_0(tmp_path):
+    """export printed "wrote ..." and restored Python's default SIGTERM action: a SIGTERM while the process exited
+    (its atexit callbacks, the interpreter's teardown) killed it by the signal, -15, after a complete export. The
+    command line ignores it from then on: 0. A real process: the default action would end the test session."""
+    import subprocess
+    from pathlib import Path
+
+    import spacy_elmo
+
+    BiLM(BiLMConfig(**TINY)).save(tmp_path / "model")
+    root = str(Path(spacy_elmo.__file__).resolve().parent.parent)  # this checkout's package
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+    argv = [sys.executable, "-c", _TERMINATED_AT_EXIT, "export", str(tmp_path / "model"), str(tmp_path / "out")]
+    res = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert res.returncode == 0, (res.returncode, res.stderr)
+    assert f"wrote allennlp model to {tmp_path / 'out'}" in res.stdout
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["options.json", "weights.hdf5"]
+
+
 def test_ctrl_c_in_embed_says_what_it_kept(tmp_path, monkeypatch):
     text = write_corpus(tmp_path / "text.txt", 10)
     out = tmp_path / "out.h5"

@@ -135,3 +135,74 @@ def test_the_lm_reads_host_lengths_and_the_targets_positions_made_from_them(lm_a
             handle.remove()
     assert len(seen) > 1 and all(device == torch.device("cpu") and positions is not None for device, positions in seen)
     assert results[0] == results[1]
+
+
+@pytest.mark.parametrize("per_sentence", [False, True], ids=["stream", "per_sentence"])
+def test_evaluation_sends_every_host_tensor_through_to_device_nowait(lm_and_vocab, monkeypatch, per_sentence):
+    """The chars, the token indices and the targets (and the stream's target mask) went to a GPU with a plain
+    ``.to(device)`` from pageable memory, each a host sync: every tensor the LM is handed, but the lengths it reads
+    on the host, now comes from to_device_nowait (on the CPU, the path a GPU takes but the pinned copy); the
+    same numbers."""
+    from spacy_elmo.ops.reference import to_device_nowait
+    from spacy_elmo.training import evaluate
+
+    lm, vocab = lm_and_vocab
+    plain = evaluate_sentences(lm, vocab, HELD, batch_size=4, unroll=5, per_sentence=per_sentence)
+    sent, handed = [], []
+
+    def recording(t, device):
+        assert device == torch.device("cpu")
+        moved = to_device_nowait(t, device)
+        sent.append(moved)
+        return moved
+
+    def record(module, args, kwargs):
+        handed.append((args[:5], args[5], kwargs["positions"]))
+
+    monkeypatch.setattr(evaluate, "to_device_nowait", recording)
+    handle = lm.register_forward_pre_hook(record, with_kwargs=True)
+    try:
+        assert evaluate_sentences(lm, vocab, HELD, batch_size=4, unroll=5, per_sentence=per_sentence) == plain
+    finally:
+        handle.remove()
+    assert handed
+    for tensors, lengths, positions in handed:
+        targets = tensors[3:5]
+        if per_sentence:  # one (2, B, T) tensor sent, its rows handed over
+            assert all(t._base is not None and any(t._base is s for s in sent) for t in targets)
+        else:
+            assert all(any(t is s for s in sent) for t in targets)
+        assert all(any(t is s for s in sent) for t in (*tensors[:3], positions))
+        assert not any(lengths is s for s in sent)  # the LSTM reads them on the host
+    if not per_sentence:  # the target masks, one per direction and window
+        assert len(sent) == len(handed) * (5 + 1 + 2)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("per_sentence", [False, True], ids=["stream", "per_sentence"])
+def test_evaluation_on_a_gpu_sends_its_inputs_without_host_syncs(lm_and_vocab, monkeypatch, capfd, per_sentence):
+    """On a GPU each plain ``.to(device)`` of a pageable host tensor (chars, indices, targets, the stream's target
+    masks) waited for the GPU's queued work: through to_device_nowait the evaluation makes fewer host syncs than
+    with those copies put back, with the same numbers as on the CPU."""
+    import copy
+
+    from spacy_elmo.training import evaluate
+    from tests.ops.test_fused_cuda import _syncs
+
+    lm, vocab = lm_and_vocab
+    on_cpu = evaluate_sentences(lm, vocab, HELD, batch_size=4, unroll=5, per_sentence=per_sentence)
+    gpu_lm = copy.deepcopy(lm).to("cuda")
+
+    def run():
+        return evaluate_sentences(gpu_lm, vocab, HELD, batch_size=4, unroll=5, device="cuda", per_sentence=per_sentence)
+
+    run()  # warms up (cuBLAS handles, the pinned memory pool)
+    got: list = []
+    syncs = {"nowait": _syncs(lambda: got.append(run()), capfd)}
+    monkeypatch.setattr(evaluate, "to_device_nowait", lambda t, device: t.to(device))  # the plain copies back
+    syncs["plain"] = _syncs(lambda: got.append(run()), capfd)
+    assert syncs["nowait"] < syncs["plain"], syncs
+    for result in got:
+        for key in ("perplexity", "perplexity_forward", "perplexity_backward"):
+            assert result[key] == pytest.approx(on_cpu[key], rel=1e-4), key

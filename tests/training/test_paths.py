@@ -129,11 +129,12 @@ def test_a_pipe_as_train_path_is_refused_naming_it(tmp_path):
         train(tiny_train_config(pipe, tmp_path / "out", max_steps=2))
 
 
-@pytest.mark.parametrize("where", ["same file", "hard link", "in the corpus directory", "linked into it"])
+@pytest.mark.parametrize("where", ["same file", "hard link", "copy", "in the corpus directory", "linked into it"])
 def test_heldout_text_that_is_training_text_warns(tmp_path, where):
     """--heldout equal to TRAIN_PATH, or a file of a TRAIN_PATH directory, gave the perplexity of
     trained text without a word; held-out text elsewhere does not warn. A hard link to the training file is
-    the same file under another real path (compared by path, it gave no warning)."""
+    the same file under another real path (compared by path, it gave no warning); a byte-identical copy is
+    another file with its text (compared by file, it gave none)."""
     import warnings
 
     corpus = tmp_path / "corpus"
@@ -141,7 +142,7 @@ def test_heldout_text_that_is_training_text_warns(tmp_path, where):
     train_file = write_corpus(corpus / "a.txt", 100)
     (tmp_path / "h").mkdir()
     held = write_corpus(tmp_path / "h" / "held.txt", 20, seed=3)
-    train_path = train_file if where in ("same file", "hard link") else corpus
+    train_path = train_file if where in ("same file", "hard link", "copy") else corpus
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)  # none: the text is apart
         train(tiny_train_config(train_path, tmp_path / "apart", max_steps=1, heldout=str(held)))
@@ -150,16 +151,53 @@ def test_heldout_text_that_is_training_text_warns(tmp_path, where):
     elif where == "hard link":
         held = tmp_path / "h" / "hard.txt"
         os.link(train_file, held)
+    elif where == "copy":
+        held = tmp_path / "h" / "a.txt"
+        shutil.copyfile(train_file, held)
     elif where == "in the corpus directory":
         held = write_corpus(corpus / "held.txt", 20, seed=3)
     else:
         (corpus / "more").symlink_to(held.parent, target_is_directory=True)  # corpus/more/held.txt is held.txt
-    same_as = {"same file": train_file, "hard link": train_file, "in the corpus directory": held}.get(where, corpus / "more" / "held.txt")
+    same_as = {"same file": train_file, "hard link": train_file, "copy": train_file, "in the corpus directory": held}.get(
+        where, corpus / "more" / "held.txt")
     with pytest.warns(RuntimeWarning, match=r"--heldout .*(held|a|hard).txt is training text too \(1 of its file") as got:
         train(tiny_train_config(train_path, tmp_path / "out", max_steps=1, heldout=str(held)))
-    # the training file it is: a hard link's real path is another
+    # the training file it is: a hard link's real path is another, a copy another file
     (message,) = [str(w.message) for w in got if "is training text too" in str(w.message)]
-    assert f"the same file as {same_as})" in message and "or a link to one" in message
+    how = "a copy of" if where == "copy" else "the same file as"
+    assert f"{held}, {how} {same_as})" in message and "a link to one or a byte-identical copy of one" in message
+
+
+def test_heldout_copies_are_found_by_size_then_hash(tmp_path, monkeypatch):
+    """A byte-identical copy of a training file among many held-out files warns, naming it and the training file it
+    copies; only files of a size some file of the other side has are hashed, each once, and empty files never: a
+    file of a training file's size with other bytes is no copy."""
+    import warnings
+
+    from spacy_elmo.training import trainer
+
+    corpus, held = tmp_path / "corpus", tmp_path / "held"
+    corpus.mkdir()
+    held.mkdir()
+    for i in range(6):
+        (corpus / f"t{i}.txt").write_text("word " * (10 + i) + "\n", encoding="utf-8")
+        (held / f"h{i}.txt").write_text("other " * (30 + i) + "\n", encoding="utf-8")  # no training file's size
+    (corpus / "empty.txt").write_text("", encoding="utf-8")
+    (held / "empty.txt").write_text("", encoding="utf-8")
+    (held / "same_size.txt").write_text("wOrd " * 12 + "\n", encoding="utf-8")  # t2.txt's size, other bytes
+    hashed, real = [], trainer.file_sha256
+    monkeypatch.setattr(trainer, "file_sha256", lambda f: (hashed.append(f.name), real(f))[1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        trainer._warn_heldout_in_training(str(held), str(corpus))
+    assert sorted(hashed) == ["same_size.txt", "t2.txt"]
+    hashed.clear()
+    shutil.copyfile(corpus / "t3.txt", held / "h_copy.txt")
+    with pytest.warns(RuntimeWarning, match="is training text too") as got:
+        trainer._warn_heldout_in_training(str(held), str(corpus))
+    (message,) = [str(w.message) for w in got]
+    assert "(1 of its file(s) under TRAIN_PATH" in message and f"{held / 'h_copy.txt'}, a copy of {corpus / 't3.txt'})" in message
+    assert sorted(hashed) == ["h_copy.txt", "same_size.txt", "t2.txt", "t3.txt"]
 
 
 def test_an_earlier_runs_output_dir_inside_a_corpus_directory_is_skipped_with_one_warning(tmp_path):
@@ -251,3 +289,18 @@ def test_a_users_data_meta_json_or_checkpoint_pt_marks_no_output(tmp_path):
     assert is_spacy_elmo_output(run)
     shutil.rmtree(run / "data")  # the checkpoint beside the log still marks it
     assert is_spacy_elmo_output(run)
+
+
+def test_file_sha256_streams_a_file_larger_than_its_chunk(tmp_path):
+    """file_sha256 reads in HASH_CHUNK pieces: the digest of the whole bytes (hashlib's, at once), also across
+    a chunk boundary; one byte changed past the first chunk changes it."""
+    import hashlib
+
+    from spacy_elmo.paths import HASH_CHUNK, file_sha256
+
+    data = bytes(range(256)) * (HASH_CHUNK // 256 * 2 + 3)  # two chunks and a part
+    path = tmp_path / "big.txt"
+    path.write_bytes(data)
+    assert file_sha256(path) == hashlib.sha256(data).hexdigest()
+    path.write_bytes(data[: HASH_CHUNK + 5] + b"x" + data[HASH_CHUNK + 6 :])
+    assert file_sha256(path) != hashlib.sha256(data).hexdigest()
