@@ -1788,9 +1788,12 @@ class Warnings:
     W_LONG_RUNS = (
         "spacy-elmo: {path} has {n_runs} of more than {cap} characters without whitespace that spaCy's rule-based "
         "tokenizer strips one character at a time (undecodable bytes read as U+FFFD, a run of '!' or emoji) or of "
-        "more than {long} characters (minified CSS or JSON), in time quadratic in its length; each is cut every "
-        "{cap} characters. Most characters spaCy splits one by one give the same tokens; other stretches (a URL, a "
-        "long word) are tokenized whole, as the pipeline does."
+        "more than {long} characters (minified CSS or JSON), in time quadratic in its length; each is cut into pieces "
+        "of at most {cap} characters (never between a character and an accent, variation selector or joiner that continues it). "
+        "Most characters spaCy splits one by one give the same tokens as the pipeline, which reads a stretch whole; "
+        "a word, or a phrase of a language written without spaces, is split at the cuts. Shorter stretches spaCy "
+        "reads quickly (a URL, a long word) are not cut, and a language's own tokenizer (SudachiPy for Japanese, "
+        "PyThaiNLP for Thai: install it) cuts none."
     )
     W_TOKENIZER_FALLBACK = (
         "spacy-elmo: spaCy's tokenizer for --lang {lang} needs packages that are not installed ({error}); "

@@ -34,7 +34,7 @@ counted (reported once, never an error); a file with NUL bytes in its first
 8 KiB (decompressed) is binary, or UTF-16 or UTF-32 text when they say so (:func:`not_utf8`): an error
 when it is TRAIN_PATH itself, skipped with a warning inside a directory; a stretch of more than ``RUN_CHARS`` characters without whitespace that spaCy's
 rule-based tokenizer strips affixes from one at a time (time quadratic in it), or longer than ``RUN_CAP``, is cut
-every ``RUN_CHARS`` characters (:func:`cut_runs`; other tokenizers and other stretches: none), counted and reported once per file; a line longer than ``PIECE_CHARS`` characters is tokenized
+every ``RUN_CHARS`` characters, never between a character and what continues it (:func:`cut_runs`; other tokenizers and other stretches: none), counted and reported once per file; a line longer than ``PIECE_CHARS`` characters is tokenized
 in whitespace-split pieces; a corpus without tokens is an error.
 """
 
@@ -54,6 +54,7 @@ import re
 import shutil
 import signal
 import traceback
+import unicodedata
 import warnings
 import zlib
 from array import array
@@ -96,8 +97,10 @@ CACHE_DIR = "data"
 #: 3: a stretch of more than ``RUN_CHARS`` characters without whitespace is cut (:func:`cut_runs`).
 #: 4: cut for spaCy's rule-based tokenizer only, and only a stretch it is slow on (3 cut Japanese and Thai
 #: words, and URLs spaCy keeps whole). 5: a stretch longer than ``RUN_CAP`` is cut too (4 left one of any
-#: length whole when it took few affixes, and spaCy's ``url_match`` is quadratic on colons).
-TOKEN_RULES = 5
+#: length whole when it took few affixes, and spaCy's ``url_match`` is quadratic on colons). 6: a cut is moved
+#: back to keep a character with what continues it (:func:`_cut_pieces`; 5 cut NFD accents and emoji ZWJ
+#: sequences off their characters).
+TOKEN_RULES = 6
 BOM = "\ufeff"
 
 READ_BLOCK = 1 << 16
@@ -482,7 +485,7 @@ def _affix_rounds(tokenizer, run: str, most: int) -> int:
 
 
 def cut_runs(line: str, tokenizer=None) -> tuple:
-    """``(text, n)``: ``line`` with a space put after every ``RUN_CHARS`` characters of each of its ``n``
+    """``(text, n)``: ``line`` with a space put after every ``RUN_CHARS`` characters (:func:`_cut_pieces`) of each of its ``n``
     stretches of more than ``RUN_CHARS`` characters without whitespace that spaCy's rule-based ``tokenizer``
     would strip more than ``AFFIX_ROUNDS`` (more for a stretch shorter than ``RUN_CAP``: ``AFFIX_ROUNDS * RUN_CAP
     // len(stretch)``) prefixes or suffixes from one at a time (undecodable bytes read as
@@ -505,9 +508,42 @@ def cut_runs(line: str, tokenizer=None) -> tuple:
         if tokenizer is not None and len(run) <= RUN_CAP and _affix_rounds(tokenizer, run, most) <= most:
             return run
         n += 1
-        return " ".join(run[i:i + RUN_CHARS] for i in range(0, len(run), RUN_CHARS))
+        return " ".join(_cut_pieces(run))
 
     return _LONG_RUN.sub(cut, line), n
+
+
+#: How many code points :func:`_cut_pieces` may move a cut back to keep a character with what continues it
+#: (an emoji ZWJ sequence of a family is 7, a subdivision flag's tag sequence 7); a longer run of combining
+#: marks (Zalgo text) is cut at ``RUN_CHARS`` all the same, so every piece is at least ``RUN_CHARS - CUT_BACK``.
+CUT_BACK = 16
+#: Characters that continue the one before them, besides combining marks (``unicodedata`` category ``M*``:
+#: accents of NFD text, U+20E3 of a keycap, U+FE0E/U+FE0F the variation selectors): U+200D ZERO WIDTH JOINER,
+#: the emoji skin-tone modifiers U+1F3FB..U+1F3FF (category ``Sk``) and the emoji tag characters
+#: U+E0020..U+E007F of subdivision flags (``Cf``, which spaCy keeps as one token).
+_CONTINUES = frozenset("\u200d" + "".join(map(chr, range(0x1F3FB, 0x1F400))) + "".join(map(chr, range(0xE0020, 0xE0080))))
+
+
+def _joins(run: str, i: int) -> bool:
+    """Whether a cut before ``run[i]`` would split a character from what continues it (a lone accent, a
+    variation selector, a ZWJ or a skin tone at the start of a piece, or a ZWJ at the end of one)."""
+    c = run[i]
+    return c in _CONTINUES or run[i - 1] == "\u200d" or unicodedata.category(c)[0] == "M"
+
+
+def _cut_pieces(run: str) -> List[str]:
+    """``run`` (a stretch without whitespace) in pieces of at most ``RUN_CHARS`` characters, each cut moved
+    back up to ``CUT_BACK`` characters to where no character is split from what continues it
+    (:func:`_joins`): a grapheme cluster (``e`` and U+0301, 🏳 U+FE0F U+200D 🌈) stays in one piece."""
+    pieces = []
+    start = 0
+    while len(run) - start > RUN_CHARS:
+        end = start + RUN_CHARS
+        back = next((i for i in range(end, end - CUT_BACK, -1) if not _joins(run, i)), end)
+        pieces.append(run[start:back])
+        start = back
+    pieces.append(run[start:])
+    return pieces
 
 
 def split_long(line: str, limit: int = PIECE_CHARS) -> List[str]:

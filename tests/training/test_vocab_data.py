@@ -305,6 +305,51 @@ def test_stretches_longer_than_the_cap_are_cut():
         assert cut_runs("a " + run, tokenizer) == ("a " + " ".join(run[i:i + RUN_CHARS] for i in range(0, len(run), RUN_CHARS)), 1)
 
 
+def test_a_cut_never_splits_a_character_from_what_continues_it(tmp_path):
+    """A cut is moved back (at most CUT_BACK characters) so that no piece starts with a combining mark (an NFD
+    accent, a variation selector), a ZWJ, a skin tone or an emoji tag, nor ends with a ZWJ: 2,402 characters of
+    rainbow flags (U+1F3F3 U+FE0F U+200D U+1F308) give the pipeline's 1,802 tokens (cut every 200: 1,814, with
+    U+FE0F and U+200D apart), a family ZWJ sequence and a subdivision flag too; a run of combining marks longer
+    than CUT_BACK is still cut at RUN_CHARS. Warned of as split at the cuts, not as read the pipeline's way."""
+    import unicodedata
+
+    from spacy_elmo.training import data
+
+    tokenizer = data.make_nlp("en").tokenizer
+    assert data.CUT_BACK == 16
+
+    def pieces(run):
+        text, n = cut_runs("a " + run, tokenizer)
+        assert n == 1 and text.startswith("a ")
+        cut = text[2:].split(" ")
+        assert "".join(cut) == run and all(len(p) <= RUN_CHARS for p in cut)
+        return cut
+
+    flags = "!!" + "\U0001F3F3\uFE0F\u200D\U0001F308" * 600
+    family = "\U0001F468\u200D\U0001F469\u200D\U0001F467\u200D\U0001F466" * 400
+    england = "\U0001F3F4\U000E0067\U000E0062\U000E0065\U000E006E\U000E0067\U000E007F" * 400
+    for run in (flags, family, england, "x" + "\U0001F44D\U0001F3FD" * 1200):
+        cut = pieces(run)
+        assert [t.text for t in tokenizer(" ".join(cut))] == [t.text for t in tokenizer(run)]
+    assert len([t for t in tokenizer(flags)]) == 1802
+    for run in (flags, family, england, "x" + "\U0001F44D\U0001F3FD" * 1200, "!" + "e\u0301!" * 800, "!!" + "!\u0301" * 1500,
+                "z" + "o\u0308\u0301\u0323" * 700):
+        for piece in pieces(run)[1:]:
+            assert unicodedata.category(piece[0])[0] != "M" and not 0x1F3FB <= ord(piece[0]) <= 0x1F3FF
+            assert piece[0] not in "\u200d\ufe0e\ufe0f" and not 0xE0020 <= ord(piece[0]) <= 0xE007F
+        assert all(not piece.endswith("\u200d") for piece in pieces(run))
+    zalgo = "a" + "\u0301" * 3000
+    assert [len(p) for p in pieces(zalgo)] == [RUN_CHARS] * 15 + [1]
+    path = tmp_path / "word.txt"
+    path.write_text("w" * 2500 + "\n", encoding="utf-8")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert data.tokenize_file(path, "en") == [["w" * RUN_CHARS] * 12 + ["w" * 100]]
+    said = [str(w.message) for w in caught if "word.txt has 1 stretch" in str(w.message)]
+    assert len(said) == 1 and "a word, or a phrase of a language written without spaces, is split at the cuts" in said[0]
+    assert "as the pipeline does" not in said[0]
+
+
 def _affix_tokenizer(prefix: str, suffix: str):
     """spaCy's rule-based Tokenizer with only these prefix and suffix patterns."""
     import spacy
