@@ -1795,6 +1795,14 @@ class Warnings:
         "reads quickly (a URL, a long word) are not cut, and a language's own tokenizer (SudachiPy for Japanese, "
         "PyThaiNLP for Thai: install it) cuts none."
     )
+    W_BOM_INSIDE = (
+        "spacy-elmo: {path} has {n_boms} after its start, {n_line_starts} of them at the start of a line: "
+        "files joined with `cat`, each beginning with a byte order mark, leave one before the first word of each. "
+        "It is read as a character of the word it touches ('\\ufeffThe' is a word of its own, with its own "
+        "vector), as the pipeline reads it. Remove them from the text, e.g. sed -i 's/\\xEF\\xBB\\xBF//g' FILE "
+        "(GNU sed, on the uncompressed text), or strip each file's own (sed '1s/^\\xEF\\xBB\\xBF//') before "
+        "joining the files."
+    )
     W_TOKENIZER_FALLBACK = (
         "spacy-elmo: spaCy's tokenizer for --lang {lang} needs packages that are not installed ({error}); "
         "reading the text with spaCy's rule-based tokenizer instead (whitespace, then punctuation and the "

@@ -12,7 +12,8 @@ sentencizer (the same tokens the pipeline component sees), and writes into
 
 A byte order mark at the start of a file (of each file of a directory) is not
 text and is dropped (:func:`iter_lines`, which ``embed`` reads with too); one
-elsewhere is the character U+FEFF and stays part of its token. The cache records
+elsewhere is the character U+FEFF and stays part of its token, as in the pipeline,
+which reads it so (counted and warned of once per file: files joined with ``cat``). The cache records
 what decides its tokens (:func:`tokenization`: spaCy's tokenizer block, a digest of
 its rules and the sentencizer's, and ``TOKEN_RULES``), so text read otherwise is
 tokenized again.
@@ -274,6 +275,7 @@ class ReadStats:
     n_lines: int = 0
     long_lines: int = 0
     long_runs: int = 0  # stretches without whitespace cut by cut_runs
+    bom_chars: int = 0  # U+FEFF after the start of a file (its first one, a byte order mark, is dropped)
     n_sentences: int = 0
     n_tokens: int = 0  # word tokens, markers not included
 
@@ -565,7 +567,11 @@ def split_long(line: str, limit: int = PIECE_CHARS) -> List[str]:
 def iter_text(path: PathLike, stats: ReadStats, tokenizer=None) -> Iterator[str]:
     """Non-empty text pieces (lines, long ones split) of every file, updating ``stats``; for ``tokenizer``,
     the one that reads them: stretches without whitespace it is slow on are cut when it is spaCy's
-    rule-based one (:func:`cuts_runs`, :func:`cut_runs`), none for another (None: none either)."""
+    rule-based one (:func:`cuts_runs`, :func:`cut_runs`), none for another (None: none either). A U+FEFF after
+    a file's start (a byte order mark of a file joined on with ``cat``) is kept, as the pipeline keeps it: the
+    spaCy component reads the tokens of its Doc and cannot drop one, so dropping it here would train on tokens
+    the pipeline never sees; they are counted and warned of once per file (``W_BOM_INSIDE``), with how to
+    remove them from the text."""
     files = list_text_files(path)
     single = Path(path).is_file()
     rule_based = tokenizer is not None and cuts_runs(tokenizer)
@@ -582,9 +588,12 @@ def iter_text(path: PathLike, stats: ReadStats, tokenizer=None) -> Iterator[str]
         stats.n_files += 1
         before = replaced_bytes_so_far()
         warned = False
-        runs = 0
+        runs = boms = line_starts = 0
         for line in iter_lines(file):
             stats.n_lines += 1
+            if BOM in line:  # kept, as the pipeline reads it; counted for W_BOM_INSIDE
+                boms += line.count(BOM)
+                line_starts += line.startswith(BOM)
             if not line.strip():
                 continue
             length = len(line)
@@ -603,6 +612,10 @@ def iter_text(path: PathLike, stats: ReadStats, tokenizer=None) -> Iterator[str]
             stats.long_runs += runs
             n_runs = counted(runs, "stretch", "stretches")
             warnings.warn(Warnings.W_LONG_RUNS.format(path=file, n_runs=n_runs, cap=RUN_CHARS, long=f"{RUN_CAP:,}"), RuntimeWarning, stacklevel=2)
+        if boms:
+            stats.bom_chars += boms
+            n_boms = counted(boms, "U+FEFF (byte order mark)", "U+FEFF characters (byte order marks)")
+            warnings.warn(Warnings.W_BOM_INSIDE.format(path=file, n_boms=n_boms, n_line_starts=f"{line_starts:,}"), RuntimeWarning, stacklevel=2)
         if replaced_bytes_so_far() > before:
             stats.replaced_bytes += replaced_bytes_so_far() - before
             stats.files_with_replacements += 1

@@ -350,6 +350,35 @@ def test_a_cut_never_splits_a_character_from_what_continues_it(tmp_path):
     assert "as the pipeline does" not in said[0]
 
 
+def test_byte_order_marks_after_the_start_are_counted_and_warned_of(tmp_path):
+    """`cat a.txt b.txt` where b.txt begins with a byte order mark leaves U+FEFF before b's first word: it is
+    kept (as the pipeline reads it, a character of its word: '\\ufeffThe'), counted with one inside a word, and
+    warned of once per file with how many begin a line and how to remove them; a file's own leading byte order
+    mark is dropped and warned of by no one (two files, each with its own, in a directory)."""
+    from spacy_elmo.training import data
+
+    corpus = tmp_path / "cat.txt"
+    corpus.write_bytes(b"The cat sat .\n\xef\xbb\xbfThe dog ran .\n\xef\xbb\xbfA x\xef\xbb\xbfy .\n")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        meta = build_corpus(corpus, "en", tmp_path / "cache", progress=False)
+    said = [str(w.message) for w in caught if "U+FEFF" in str(w.message)]
+    assert said == [data.Warnings.W_BOM_INSIDE.format(path=corpus, n_boms="3 U+FEFF characters (byte order marks)",
+                                                       n_line_starts="2")]
+    assert "sed -i 's/\\xEF\\xBB\\xBF//g' FILE" in said[0]
+    assert meta["stats"]["bom_chars"] == 3
+    assert {"\ufeffThe", "\ufeffA", "x\ufeffy"} <= set(Corpus.load(tmp_path / "cache").types)
+    folder = tmp_path / "two"
+    folder.mkdir()
+    for name in ("a.txt", "b.txt"):
+        (folder / name).write_bytes(b"\xef\xbb\xbfThe cat sat .\n")
+    stats = data.ReadStats()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert data.tokenize_file(folder, "en", stats) == [["The", "cat", "sat", "."]] * 2
+    assert stats.bom_chars == 0
+
+
 def _affix_tokenizer(prefix: str, suffix: str):
     """spaCy's rule-based Tokenizer with only these prefix and suffix patterns."""
     import spacy
