@@ -1803,6 +1803,12 @@ class Warnings:
         "(GNU sed, on the uncompressed text), or strip each file's own (sed '1s/^\\xEF\\xBB\\xBF//') before "
         "joining the files."
     )
+    W_NFC_VARIANTS = (
+        "spacy-elmo: {n_words} of the corpus {are} spelled in more than one Unicode normalization form, e.g. "
+        "{spellings}, each {nfc!r} in NFC. Text is not normalized: each spelling is a vocabulary type of its own, "
+        "trained apart, and the pipeline gives each its own vectors. Normalize the corpus to NFC and pretrain again "
+        "(unicodedata.normalize('NFC', text) in Python, or uconv -x any-nfc), and give the pipeline NFC text too."
+    )
     W_TOKENIZER_FALLBACK = (
         "spacy-elmo: spaCy's tokenizer for --lang {lang} needs packages that are not installed ({error}); "
         "reading the text with spaCy's rule-based tokenizer instead (whitespace, then punctuation and the "

@@ -25,6 +25,20 @@ def test_vocab_roundtrip(tmp_path):
     assert Vocab.load(tmp_path).targets == vocab.targets
 
 
+def test_nfc_variants_counts_words_spelled_in_two_forms():
+    """Words spelled as two or more types equal in NFC: an NFD spelling beside the NFC one, two non-NFC
+    spellings of one word (résumé half decomposed), U+212A KELVIN SIGN beside ASCII K; the example is the
+    first such word in the types' order, its spellings in that order. No variants: (0, [])."""
+    from spacy_elmo.training.vocab import nfc_variants
+
+    types = ["<S>", "</S>", "<UNK>", "K", "na\u00efve", "re\u0301sume\u0301", "caf\u00e9", "r\u00e9sume\u0301", "cafe\u0301",
+             "\u212a", "\u00fcber", "\u00c5"]
+    assert nfc_variants(types) == (3, ["K", "\u212a"])
+    assert nfc_variants(types[4:]) == (2, ["re\u0301sume\u0301", "r\u00e9sume\u0301"])
+    assert nfc_variants(["caf\u00e9", "na\u00efve", "cafe", "\u212b"]) == (0, [])  # U+212B ANGSTROM SIGN alone: one spelling
+    assert nfc_variants([]) == (0, [])
+
+
 # Counts: c 3; d, b, a 2 each (first seen in that order: ties go by string, not by file order); e 1.
 VOCAB_TEXT = "d c b\nc a d\nc b a e\n"
 
