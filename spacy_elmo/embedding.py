@@ -59,7 +59,7 @@ FORMAT = "spacy-elmo/embedding-parts-v1"
 #: Version of what ``embed`` does to text around its tokenizer (the manifest's ``token_rules``); bump it when
 #: that changes a line's tokens, so parts of another version are not reused. 2: a leading byte order mark
 #: is dropped, and with ``--lang`` spaCy's whitespace tokens are left out. Pretraining's own
-#: ``training.data.TOKEN_RULES`` (3 and 4: :func:`training.data.cut_runs`) is not this: embed tokenizes as
+#: ``training.data.TOKEN_RULES`` (3 to 6: :func:`training.data.cut_runs`) is not this: embed tokenizes as
 #: the pipeline does, no stretch cut, so its parts stay current when only pretraining's reading changes.
 EMBED_TOKEN_RULES = 2
 

@@ -1788,9 +1788,26 @@ class Warnings:
     W_LONG_RUNS = (
         "spacy-elmo: {path} has {n_runs} of more than {cap} characters without whitespace that spaCy's rule-based "
         "tokenizer strips one character at a time (undecodable bytes read as U+FFFD, a run of '!' or emoji) or of "
-        "more than {long} characters (minified CSS or JSON), in time quadratic in its length; each is cut every "
-        "{cap} characters. Most characters spaCy splits one by one give the same tokens; other stretches (a URL, a "
-        "long word) are tokenized whole, as the pipeline does."
+        "more than {long} characters (minified CSS or JSON), in time quadratic in its length; each is cut into pieces "
+        "of at most {cap} characters (never between a character and an accent, variation selector or joiner that continues it). "
+        "Most characters spaCy splits one by one give the same tokens as the pipeline, which reads a stretch whole; "
+        "a word, or a phrase of a language written without spaces, is split at the cuts. Shorter stretches spaCy "
+        "reads quickly (a URL, a long word) are not cut, and a language's own tokenizer (SudachiPy for Japanese, "
+        "PyThaiNLP for Thai: install it) cuts none."
+    )
+    W_BOM_INSIDE = (
+        "spacy-elmo: {path} has {n_boms} after its start, {n_line_starts} of them at the start of a line: "
+        "files joined with `cat`, each beginning with a byte order mark, leave one before the first word of each. "
+        "It is read as a character of the word it touches ('\\ufeffThe' is a word of its own, with its own "
+        "vector), as the pipeline reads it. Remove them from the text, e.g. sed -i 's/\\xEF\\xBB\\xBF//g' FILE "
+        "(GNU sed, on the uncompressed text), or strip each file's own (sed '1s/^\\xEF\\xBB\\xBF//') before "
+        "joining the files."
+    )
+    W_NFC_VARIANTS = (
+        "spacy-elmo: {n_words} of the corpus {are} spelled in more than one Unicode normalization form, e.g. "
+        "{spellings}, each {nfc!r} in NFC. Text is not normalized: each spelling is a vocabulary type of its own, "
+        "trained apart, and the pipeline gives each its own vectors. Normalize the corpus to NFC and pretrain again "
+        "(unicodedata.normalize('NFC', text) in Python, or uconv -x any-nfc), and give the pipeline NFC text too."
     )
     W_TOKENIZER_FALLBACK = (
         "spacy-elmo: spaCy's tokenizer for --lang {lang} needs packages that are not installed ({error}); "

@@ -12,7 +12,8 @@ sentencizer (the same tokens the pipeline component sees), and writes into
 
 A byte order mark at the start of a file (of each file of a directory) is not
 text and is dropped (:func:`iter_lines`, which ``embed`` reads with too); one
-elsewhere is the character U+FEFF and stays part of its token. The cache records
+elsewhere is the character U+FEFF and stays part of its token, as in the pipeline,
+which reads it so (counted and warned of once per file: files joined with ``cat``). The cache records
 what decides its tokens (:func:`tokenization`: spaCy's tokenizer block, a digest of
 its rules and the sentencizer's, and ``TOKEN_RULES``), so text read otherwise is
 tokenized again.
@@ -34,7 +35,7 @@ counted (reported once, never an error); a file with NUL bytes in its first
 8 KiB (decompressed) is binary, or UTF-16 or UTF-32 text when they say so (:func:`not_utf8`): an error
 when it is TRAIN_PATH itself, skipped with a warning inside a directory; a stretch of more than ``RUN_CHARS`` characters without whitespace that spaCy's
 rule-based tokenizer strips affixes from one at a time (time quadratic in it), or longer than ``RUN_CAP``, is cut
-every ``RUN_CHARS`` characters (:func:`cut_runs`; other tokenizers and other stretches: none), counted and reported once per file; a line longer than ``PIECE_CHARS`` characters is tokenized
+every ``RUN_CHARS`` characters, never between a character and what continues it (:func:`cut_runs`; other tokenizers and other stretches: none), counted and reported once per file; a line longer than ``PIECE_CHARS`` characters is tokenized
 in whitespace-split pieces; a corpus without tokens is an error.
 """
 
@@ -54,6 +55,7 @@ import re
 import shutil
 import signal
 import traceback
+import unicodedata
 import warnings
 import zlib
 from array import array
@@ -96,8 +98,10 @@ CACHE_DIR = "data"
 #: 3: a stretch of more than ``RUN_CHARS`` characters without whitespace is cut (:func:`cut_runs`).
 #: 4: cut for spaCy's rule-based tokenizer only, and only a stretch it is slow on (3 cut Japanese and Thai
 #: words, and URLs spaCy keeps whole). 5: a stretch longer than ``RUN_CAP`` is cut too (4 left one of any
-#: length whole when it took few affixes, and spaCy's ``url_match`` is quadratic on colons).
-TOKEN_RULES = 5
+#: length whole when it took few affixes, and spaCy's ``url_match`` is quadratic on colons). 6: a cut is moved
+#: back to keep a character with what continues it (:func:`_cut_pieces`; 5 cut NFD accents and emoji ZWJ
+#: sequences off their characters).
+TOKEN_RULES = 6
 BOM = "\ufeff"
 
 READ_BLOCK = 1 << 16
@@ -271,6 +275,7 @@ class ReadStats:
     n_lines: int = 0
     long_lines: int = 0
     long_runs: int = 0  # stretches without whitespace cut by cut_runs
+    bom_chars: int = 0  # U+FEFF after the start of a file (its first one, a byte order mark, is dropped)
     n_sentences: int = 0
     n_tokens: int = 0  # word tokens, markers not included
 
@@ -482,7 +487,7 @@ def _affix_rounds(tokenizer, run: str, most: int) -> int:
 
 
 def cut_runs(line: str, tokenizer=None) -> tuple:
-    """``(text, n)``: ``line`` with a space put after every ``RUN_CHARS`` characters of each of its ``n``
+    """``(text, n)``: ``line`` with a space put after every ``RUN_CHARS`` characters (:func:`_cut_pieces`) of each of its ``n``
     stretches of more than ``RUN_CHARS`` characters without whitespace that spaCy's rule-based ``tokenizer``
     would strip more than ``AFFIX_ROUNDS`` (more for a stretch shorter than ``RUN_CAP``: ``AFFIX_ROUNDS * RUN_CAP
     // len(stretch)``) prefixes or suffixes from one at a time (undecodable bytes read as
@@ -505,9 +510,42 @@ def cut_runs(line: str, tokenizer=None) -> tuple:
         if tokenizer is not None and len(run) <= RUN_CAP and _affix_rounds(tokenizer, run, most) <= most:
             return run
         n += 1
-        return " ".join(run[i:i + RUN_CHARS] for i in range(0, len(run), RUN_CHARS))
+        return " ".join(_cut_pieces(run))
 
     return _LONG_RUN.sub(cut, line), n
+
+
+#: How many code points :func:`_cut_pieces` may move a cut back to keep a character with what continues it
+#: (an emoji ZWJ sequence of a family is 7, a subdivision flag's tag sequence 7); a longer run of combining
+#: marks (Zalgo text) is cut at ``RUN_CHARS`` all the same, so every piece is at least ``RUN_CHARS - CUT_BACK``.
+CUT_BACK = 16
+#: Characters that continue the one before them, besides combining marks (``unicodedata`` category ``M*``:
+#: accents of NFD text, U+20E3 of a keycap, U+FE0E/U+FE0F the variation selectors): U+200D ZERO WIDTH JOINER,
+#: the emoji skin-tone modifiers U+1F3FB..U+1F3FF (category ``Sk``) and the emoji tag characters
+#: U+E0020..U+E007F of subdivision flags (``Cf``, which spaCy keeps as one token).
+_CONTINUES = frozenset("\u200d" + "".join(map(chr, range(0x1F3FB, 0x1F400))) + "".join(map(chr, range(0xE0020, 0xE0080))))
+
+
+def _joins(run: str, i: int) -> bool:
+    """Whether a cut before ``run[i]`` would split a character from what continues it (a lone accent, a
+    variation selector, a ZWJ or a skin tone at the start of a piece, or a ZWJ at the end of one)."""
+    c = run[i]
+    return c in _CONTINUES or run[i - 1] == "\u200d" or unicodedata.category(c)[0] == "M"
+
+
+def _cut_pieces(run: str) -> List[str]:
+    """``run`` (a stretch without whitespace) in pieces of at most ``RUN_CHARS`` characters, each cut moved
+    back up to ``CUT_BACK`` characters to where no character is split from what continues it
+    (:func:`_joins`): a grapheme cluster (``e`` and U+0301, 🏳 U+FE0F U+200D 🌈) stays in one piece."""
+    pieces = []
+    start = 0
+    while len(run) - start > RUN_CHARS:
+        end = start + RUN_CHARS
+        back = next((i for i in range(end, end - CUT_BACK, -1) if not _joins(run, i)), end)
+        pieces.append(run[start:back])
+        start = back
+    pieces.append(run[start:])
+    return pieces
 
 
 def split_long(line: str, limit: int = PIECE_CHARS) -> List[str]:
@@ -529,7 +567,11 @@ def split_long(line: str, limit: int = PIECE_CHARS) -> List[str]:
 def iter_text(path: PathLike, stats: ReadStats, tokenizer=None) -> Iterator[str]:
     """Non-empty text pieces (lines, long ones split) of every file, updating ``stats``; for ``tokenizer``,
     the one that reads them: stretches without whitespace it is slow on are cut when it is spaCy's
-    rule-based one (:func:`cuts_runs`, :func:`cut_runs`), none for another (None: none either)."""
+    rule-based one (:func:`cuts_runs`, :func:`cut_runs`), none for another (None: none either). A U+FEFF after
+    a file's start (a byte order mark of a file joined on with ``cat``) is kept, as the pipeline keeps it: the
+    spaCy component reads the tokens of its Doc and cannot drop one, so dropping it here would train on tokens
+    the pipeline never sees; they are counted and warned of once per file (``W_BOM_INSIDE``), with how to
+    remove them from the text."""
     files = list_text_files(path)
     single = Path(path).is_file()
     rule_based = tokenizer is not None and cuts_runs(tokenizer)
@@ -546,9 +588,12 @@ def iter_text(path: PathLike, stats: ReadStats, tokenizer=None) -> Iterator[str]
         stats.n_files += 1
         before = replaced_bytes_so_far()
         warned = False
-        runs = 0
+        runs = boms = line_starts = 0
         for line in iter_lines(file):
             stats.n_lines += 1
+            if BOM in line:  # kept, as the pipeline reads it; counted for W_BOM_INSIDE
+                boms += line.count(BOM)
+                line_starts += line.startswith(BOM)
             if not line.strip():
                 continue
             length = len(line)
@@ -567,6 +612,10 @@ def iter_text(path: PathLike, stats: ReadStats, tokenizer=None) -> Iterator[str]
             stats.long_runs += runs
             n_runs = counted(runs, "stretch", "stretches")
             warnings.warn(Warnings.W_LONG_RUNS.format(path=file, n_runs=n_runs, cap=RUN_CHARS, long=f"{RUN_CAP:,}"), RuntimeWarning, stacklevel=2)
+        if boms:
+            stats.bom_chars += boms
+            n_boms = counted(boms, "U+FEFF (byte order mark)", "U+FEFF characters (byte order marks)")
+            warnings.warn(Warnings.W_BOM_INSIDE.format(path=file, n_boms=n_boms, n_line_starts=f"{line_starts:,}"), RuntimeWarning, stacklevel=2)
         if replaced_bytes_so_far() > before:
             stats.replaced_bytes += replaced_bytes_so_far() - before
             stats.files_with_replacements += 1

@@ -19,6 +19,7 @@ import os
 import shutil
 import sys
 import time
+import unicodedata
 import warnings
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import asdict, dataclass, fields, replace
@@ -38,7 +39,7 @@ from ..bilm.initial_state import boundary_state_mean
 from ..bilm.lstm import LstmState
 from ..bilm.native_io import INITIAL_STATE_NAME, find_allennlp_files, read_meta
 from ..device import torch_device
-from ..errors import Errors, Warnings
+from ..errors import Errors, Warnings, counted
 from ..paths import file_identity, file_sha256
 from ..ranks import torchrun_ranks
 from . import checkpoint as ckpt
@@ -51,7 +52,7 @@ from .sampler import LogUniformSampler
 from .sentences import UNRECORDED_POOL, SentenceBatcher
 from .softmax import SoftmaxLayer
 from .stream import StreamBatcher
-from .vocab import SPECIALS, CharTable, Vocab
+from .vocab import SPECIALS, CharTable, Vocab, nfc_variants
 
 LOG_NAME = "train_log.jsonl"
 #: Where a resume builds the cache of a corpus other than data/'s, until the checkpoint accepts it.
@@ -335,6 +336,8 @@ def _build_model(cfg: TrainConfig, corpus: Corpus, resume_payload: Optional[dict
         init_vocab = None
         if cfg.init:  # resuming a fine-tuning run: the vocab choice is recomputed below
             _, init_softmax, init_vocab, _ = load_pretrained(cfg.init, backend="reference")
+    if is_main and resume_payload is None:  # said when the run began
+        _warn_nfc_variants(corpus.types)
     keeps_init_vocab = init_vocab is not None and init_softmax is not None and not cfg.new_vocab
     if keeps_init_vocab:
         # Keep the model's vocabulary (its softmax rows); this corpus's other words are OOV.
@@ -377,6 +380,16 @@ def _warn_init_oov(counts: np.ndarray, outside: np.ndarray, init: str, size: int
     if n_words and n_oov > INIT_OOV_WARNING_RATE * n_words:
         warnings.warn(Warnings.W_INIT_VOCAB_OOV.format(rate=n_oov / n_words, n_oov=n_oov, n_words=n_words, path=init,
                                                        size=size), RuntimeWarning, stacklevel=3)
+
+
+def _warn_nfc_variants(types: List[str]) -> None:
+    """Warn when the corpus's ``types`` spell a word in more than one Unicode normalization form
+    (:func:`~.vocab.nfc_variants`): ``café`` NFC and NFD are two types with two vectors."""
+    n, spellings = nfc_variants(types)
+    if n:
+        warnings.warn(Warnings.W_NFC_VARIANTS.format(
+            n_words=counted(n, "word"), are="is" if n == 1 else "are", spellings=" and ".join(map(ascii, spellings)),
+            nfc=unicodedata.normalize("NFC", spellings[0])), RuntimeWarning, stacklevel=3)
 
 
 def fit_start_state(bilm: BiLM, corpus: Corpus, max_sentences: int, warmup: int = 2) -> Optional[LstmState]:

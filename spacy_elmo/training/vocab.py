@@ -8,8 +8,9 @@ UNK``. Inputs are characters, so types outside the vocabulary still get their
 own characters.
 """
 
+import unicodedata
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence, Union
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -111,6 +112,24 @@ class Vocab:
                 )
             first[token] = i
         return cls(lines)
+
+
+def nfc_variants(types: Sequence[str]) -> Tuple[int, List[str]]:
+    """``(n, spellings)``: how many words ``types`` holds in two or more spellings that are one string in Unicode
+    NFC (``café`` precomposed and as ``e`` + U+0301, NFD), and the spellings of the one that comes first in
+    ``types`` (the most frequent, in :class:`~.data.Corpus`'s order), in that order (empty when ``n`` is 0).
+    Text is not normalized, so each spelling is a type of its own. Only a type with a non-ASCII character that
+    is not NFC itself is normalized (ASCII is NFC); a second pass looks each type up among those NFC forms."""
+    spellings: Dict[str, List[Tuple[int, str]]] = {}  # NFC form -> (position, type) of the types that give it
+    for i, t in enumerate(types):
+        if not t.isascii() and not unicodedata.is_normalized("NFC", t):
+            spellings.setdefault(unicodedata.normalize("NFC", t), []).append((i, t))
+    if spellings:
+        for i, t in enumerate(types):  # the NFC spelling itself (which may be ASCII: U+212A KELVIN SIGN is K)
+            if t in spellings:
+                spellings[t].append((i, t))
+    found = [sorted(group) for group in spellings.values() if len(group) > 1]
+    return len(found), [t for _, t in min(found, default=[])]
 
 
 class CharTable:

@@ -855,6 +855,31 @@ def test_fine_tuning_on_words_the_kept_vocabulary_lacks_warns_with_their_share(t
                                 init=str(base), model=None))
 
 
+def test_a_word_spelled_in_two_normalization_forms_warns_once(tmp_path):
+    """Text is not Unicode-normalized: 'café' precomposed (NFC) and as e + U+0301 (NFD) are two vocabulary types.
+    pretrain warns once, when the run begins, counting such words (café, naïve: 2) and naming the most frequent
+    one's spellings; a resume and an all-NFC corpus do not warn."""
+    import unicodedata
+    import warnings
+
+    nfc = "The caf\u00e9 is na\u00efve .\nA caf\u00e9 is here .\n"
+    corpus = write_corpus(tmp_path / "a.txt", 60)
+    with open(corpus, "a", encoding="utf-8") as f:
+        f.write(nfc * 3 + unicodedata.normalize("NFD", nfc))
+    out = tmp_path / "out"
+    with pytest.warns(RuntimeWarning, match=r"2 words of the corpus are spelled in more than one Unicode normalization "
+                                            r"form, e\.g\. 'caf\\xe9' and 'cafe\\u0301', each 'caf\u00e9' in NFC") as caught:
+        train(tiny_train_config(corpus, out, max_steps=1))
+    assert len([w for w in caught if "normalization form" in str(w.message)]) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        train(tiny_train_config(corpus, out, max_steps=2, resume=True))
+        plain = write_corpus(tmp_path / "b.txt", 60)
+        with open(plain, "a", encoding="utf-8") as f:
+            f.write(nfc * 3)
+        train(tiny_train_config(plain, tmp_path / "nfc", max_steps=1))
+
+
 def test_a_byte_order_mark_at_the_start_of_every_file_is_no_text(tmp_path):
     """pretrain (each file of a directory) and evaluate kept a leading BOM as text: the first token
     became '\\ufeffThe', its own vocabulary entry, and an OOV word for evaluate. One elsewhere in a

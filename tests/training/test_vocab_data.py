@@ -25,6 +25,20 @@ def test_vocab_roundtrip(tmp_path):
     assert Vocab.load(tmp_path).targets == vocab.targets
 
 
+def test_nfc_variants_counts_words_spelled_in_two_forms():
+    """Words spelled as two or more types equal in NFC: an NFD spelling beside the NFC one, two non-NFC
+    spellings of one word (résumé half decomposed), U+212A KELVIN SIGN beside ASCII K; the example is the
+    first such word in the types' order, its spellings in that order. No variants: (0, [])."""
+    from spacy_elmo.training.vocab import nfc_variants
+
+    types = ["<S>", "</S>", "<UNK>", "K", "na\u00efve", "re\u0301sume\u0301", "caf\u00e9", "r\u00e9sume\u0301", "cafe\u0301",
+             "\u212a", "\u00fcber", "\u00c5"]
+    assert nfc_variants(types) == (3, ["K", "\u212a"])
+    assert nfc_variants(types[4:]) == (2, ["re\u0301sume\u0301", "r\u00e9sume\u0301"])
+    assert nfc_variants(["caf\u00e9", "na\u00efve", "cafe", "\u212b"]) == (0, [])  # U+212B ANGSTROM SIGN alone: one spelling
+    assert nfc_variants([]) == (0, [])
+
+
 # Counts: c 3; d, b, a 2 each (first seen in that order: ties go by string, not by file order); e 1.
 VOCAB_TEXT = "d c b\nc a d\nc b a e\n"
 
@@ -303,6 +317,80 @@ def test_stretches_longer_than_the_cap_are_cut():
     assert cut_runs("a " + word, tokenizer) == ("a " + word, 0)
     for run in (word + "z", "a:" * (data.RUN_CAP // 2 + 1)):
         assert cut_runs("a " + run, tokenizer) == ("a " + " ".join(run[i:i + RUN_CHARS] for i in range(0, len(run), RUN_CHARS)), 1)
+
+
+def test_a_cut_never_splits_a_character_from_what_continues_it(tmp_path):
+    """A cut is moved back (at most CUT_BACK characters) so that no piece starts with a combining mark (an NFD
+    accent, a variation selector), a ZWJ, a skin tone or an emoji tag, nor ends with a ZWJ: 2,402 characters of
+    rainbow flags (U+1F3F3 U+FE0F U+200D U+1F308) give the pipeline's 1,802 tokens (cut every 200: 1,814, with
+    U+FE0F and U+200D apart), a family ZWJ sequence and a subdivision flag too; a run of combining marks longer
+    than CUT_BACK is still cut at RUN_CHARS. Warned of as split at the cuts, not as read the pipeline's way."""
+    import unicodedata
+
+    from spacy_elmo.training import data
+
+    tokenizer = data.make_nlp("en").tokenizer
+    assert data.CUT_BACK == 16
+
+    def pieces(run):
+        text, n = cut_runs("a " + run, tokenizer)
+        assert n == 1 and text.startswith("a ")
+        cut = text[2:].split(" ")
+        assert "".join(cut) == run and all(len(p) <= RUN_CHARS for p in cut)
+        return cut
+
+    flags = "!!" + "\U0001F3F3\uFE0F\u200D\U0001F308" * 600
+    family = "\U0001F468\u200D\U0001F469\u200D\U0001F467\u200D\U0001F466" * 400
+    england = "\U0001F3F4\U000E0067\U000E0062\U000E0065\U000E006E\U000E0067\U000E007F" * 400
+    for run in (flags, family, england, "x" + "\U0001F44D\U0001F3FD" * 1200):
+        cut = pieces(run)
+        assert [t.text for t in tokenizer(" ".join(cut))] == [t.text for t in tokenizer(run)]
+    assert len([t for t in tokenizer(flags)]) == 1802
+    for run in (flags, family, england, "x" + "\U0001F44D\U0001F3FD" * 1200, "!" + "e\u0301!" * 800, "!!" + "!\u0301" * 1500,
+                "z" + "o\u0308\u0301\u0323" * 700):
+        for piece in pieces(run)[1:]:
+            assert unicodedata.category(piece[0])[0] != "M" and not 0x1F3FB <= ord(piece[0]) <= 0x1F3FF
+            assert piece[0] not in "\u200d\ufe0e\ufe0f" and not 0xE0020 <= ord(piece[0]) <= 0xE007F
+        assert all(not piece.endswith("\u200d") for piece in pieces(run))
+    zalgo = "a" + "\u0301" * 3000
+    assert [len(p) for p in pieces(zalgo)] == [RUN_CHARS] * 15 + [1]
+    path = tmp_path / "word.txt"
+    path.write_text("w" * 2500 + "\n", encoding="utf-8")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert data.tokenize_file(path, "en") == [["w" * RUN_CHARS] * 12 + ["w" * 100]]
+    said = [str(w.message) for w in caught if "word.txt has 1 stretch" in str(w.message)]
+    assert len(said) == 1 and "a word, or a phrase of a language written without spaces, is split at the cuts" in said[0]
+    assert "as the pipeline does" not in said[0]
+
+
+def test_byte_order_marks_after_the_start_are_counted_and_warned_of(tmp_path):
+    """`cat a.txt b.txt` where b.txt begins with a byte order mark leaves U+FEFF before b's first word: it is
+    kept (as the pipeline reads it, a character of its word: '\\ufeffThe'), counted with one inside a word, and
+    warned of once per file with how many begin a line and how to remove them; a file's own leading byte order
+    mark is dropped and warned of by no one (two files, each with its own, in a directory)."""
+    from spacy_elmo.training import data
+
+    corpus = tmp_path / "cat.txt"
+    corpus.write_bytes(b"The cat sat .\n\xef\xbb\xbfThe dog ran .\n\xef\xbb\xbfA x\xef\xbb\xbfy .\n")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        meta = build_corpus(corpus, "en", tmp_path / "cache", progress=False)
+    said = [str(w.message) for w in caught if "U+FEFF" in str(w.message)]
+    assert said == [data.Warnings.W_BOM_INSIDE.format(path=corpus, n_boms="3 U+FEFF characters (byte order marks)",
+                                                       n_line_starts="2")]
+    assert "sed -i 's/\\xEF\\xBB\\xBF//g' FILE" in said[0]
+    assert meta["stats"]["bom_chars"] == 3
+    assert {"\ufeffThe", "\ufeffA", "x\ufeffy"} <= set(Corpus.load(tmp_path / "cache").types)
+    folder = tmp_path / "two"
+    folder.mkdir()
+    for name in ("a.txt", "b.txt"):
+        (folder / name).write_bytes(b"\xef\xbb\xbfThe cat sat .\n")
+    stats = data.ReadStats()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert data.tokenize_file(folder, "en", stats) == [["The", "cat", "sat", "."]] * 2
+    assert stats.bom_chars == 0
 
 
 def _affix_tokenizer(prefix: str, suffix: str):
