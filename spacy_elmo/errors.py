@@ -71,6 +71,12 @@ class Errors:
         "has 'lstm' (dim, projection_dim, n_layers, ...) and 'char_cnn' (embedding.dim, "
         "filters, ...): check that you passed the options file and not the weight file."
     )
+    E_OPTIONS_NO_SKIP_KEY = (
+        "The ELMo options {source} lack the key 'lstm.use_skip_connections', and no default is safe: AllenNLP "
+        "refuses such options and bilm-tf's inference model fails on them. Add it to the 'lstm' section: "
+        "\"use_skip_connections\": true for a released model (all of them use skip connections), or false for "
+        "a model that bilm-tf trained without them."
+    )
     E_OPTIONS_NOT_JSON = (
         "Could not read ELMo options from {path}: {error}. Pass the options.json that came "
         "with the weight file."

@@ -155,7 +155,9 @@ class BiLMConfig:
         """Read an AllenNLP/bilm-tf ``options.json`` (a path or the parsed dict).
 
         Unknown keys (training options) are ignored; a missing clip means no
-        clipping; a missing ``n_highway`` means none.
+        clipping; a missing ``n_highway`` means none. A missing ``lstm.use_skip_connections``
+        is an error, as it is to AllenNLP and bilm-tf's inference model: a default would guess
+        the model (every released one has skip connections).
         """
         source = "dict"
         if not isinstance(options, dict):
@@ -177,13 +179,15 @@ class BiLMConfig:
         lstm = need(options, "lstm", "lstm")
         cnn = need(options, "char_cnn", "char_cnn")
         embedding = need(cnn, "embedding", "char_cnn.embedding")
+        if isinstance(lstm, dict) and "use_skip_connections" not in lstm:
+            raise ValueError(Errors.E_OPTIONS_NO_SKIP_KEY.format(source=source))
         return cls(
             projection_dim=need(lstm, "projection_dim", "lstm.projection_dim"),
             cell_dim=need(lstm, "dim", "lstm.dim"),
             n_layers=need(lstm, "n_layers", "lstm.n_layers"),
             cell_clip=lstm.get("cell_clip") or None,
             proj_clip=lstm.get("proj_clip") or None,
-            use_skip_connections=lstm.get("use_skip_connections", False),
+            use_skip_connections=lstm["use_skip_connections"],
             char_embedding_dim=need(embedding, "dim", "char_cnn.embedding.dim"),
             filters=need(cnn, "filters", "char_cnn.filters"),
             n_highway=cnn.get("n_highway") or 0,

@@ -126,6 +126,24 @@ def test_booleans_must_be_json_booleans(value):
         BiLMConfig.from_dict({"use_skip_connections": value})
 
 
+def test_options_without_use_skip_connections_are_refused(tmp_path):
+    """A missing key loaded a no-skip model silently (AllenNLP refuses such options, bilm-tf's inference model
+    fails on them; every released model has skip connections); null was refused: now both are."""
+    opts = options()
+    del opts["lstm"]["use_skip_connections"]
+    path = tmp_path / "options.json"
+    path.write_text(json.dumps(opts))
+    for given in (opts, path):
+        with pytest.raises(ValueError, match=r"lack the key 'lstm.use_skip_connections'.*"
+                                             r'"use_skip_connections": true for a released model.*or false') as err:
+            BiLMConfig.from_allennlp_options(given)
+        assert str(given if given is path else "dict") in str(err.value)
+    for value in (True, False):  # the writer always writes the key: every config round-trips
+        config = BiLMConfig(**{**TINY.to_dict(), "use_skip_connections": value})
+        assert "use_skip_connections" in config.to_allennlp_options()["lstm"]
+        assert BiLMConfig.from_allennlp_options(config.to_allennlp_options()) == config
+
+
 @pytest.mark.parametrize(
     "section,key,value,match",
     [
