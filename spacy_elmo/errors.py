@@ -235,7 +235,7 @@ class Errors:
         "two different models. Use the options.json that came with this weight file."
     )
     E_DATASET_DTYPE = (
-        "Dataset {dataset!r} in {path} holds {dtype} values, but weights are float arrays (float32 in the "
+        "Dataset {name!r} in {path} holds {dtype} values, but weights are float arrays (float32 in the "
         "released files). The file is damaged or not an ELMo weight file: use the .hdf5 that came with the options."
     )
     E_SAVE_DTYPE = (

@@ -38,7 +38,7 @@ from ..errors import Errors, Warnings
 from ..hdf5 import hdf5_for_writing
 from ..paths import missing_path_error
 from .config import BiLMConfig
-from .native_io import cast_for_save, check_readable, require_finite
+from .native_io import cast_for_save, check_readable, check_weight
 
 if TYPE_CHECKING:  # model.py imports this module when it reads or writes
     from .model import BiLM
@@ -146,11 +146,17 @@ def read_datasets(config: BiLMConfig, weight_file: PathLike) -> Dict[str, np.nda
                     raise ValueError(
                         Errors.E_DATASET_SHAPE.format(dataset=found[0], path=path, found=tuple(data.shape), expected=shape)
                     )
-                if data.dtype.kind != "f":
-                    raise ValueError(Errors.E_DATASET_DTYPE.format(dataset=found[0], path=path, dtype=data.dtype.name))
-                arrays[name] = np.asarray(data[...], dtype=np.float32)
+                if data.dtype.kind != "f":  # before reading it: torch takes no unsigned, string or compound array
+                    raise ValueError(Errors.E_DATASET_DTYPE.format(name=found[0], path=path, dtype=data.dtype.name))
+                # cast as the native reader casts (check_weight): a finite float64 value beyond float32's range is
+                # E_WEIGHT_DTYPE_OVERFLOW there, not a NaN in a damaged file with NumPy's overflow warning
+                raw = data[...]
+                if raw.dtype.itemsize > 8 or not raw.dtype.isnative:  # torch reads neither long double nor big-endian
+                    with np.errstate(over="ignore"):  # a long double beyond float64's range: inf, reported as such
+                        raw = raw.astype(np.float64 if raw.dtype.itemsize > 8 else raw.dtype.newbyteorder("="))
+                weight = check_weight(torch.from_numpy(raw), found[0], path, Errors.E_DATASET_DTYPE, dtype=torch.float32)
+                arrays[name] = weight.numpy()
                 stored.add(found[0])
-                require_finite(torch.from_numpy(arrays[name]), found[0], path)
             unexpected = sorted(set(dataset_names(handle)) - stored)
     except (OSError, KeyError, RuntimeError, UnicodeDecodeError) as err:
         raise ValueError(Errors.E_WEIGHT_FILE_DAMAGED.format(path=path, error=err)) from err

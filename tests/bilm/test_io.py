@@ -2,6 +2,7 @@
 
 import json
 import os
+import warnings
 from pathlib import Path
 
 import h5py
@@ -921,6 +922,52 @@ def test_a_float64_file_beyond_float32_is_refused_not_loaded_as_inf(files, tmp_p
     with pytest.raises(ValueError, match=r"'token_encoder\.conv_biases\.0' holds values reaching 1e\+39, beyond "
                                          r"torch\.float32's range .* the training that wrote them diverged"):
         BiLM.load(tmp_path / "m")
+
+
+def rewrite_dtypes(weight_path, dtypes, change=None):
+    """Rewrite every dataset of the hdf5 ``weight_path`` in ``dtypes[name]`` (default the first entry), after
+    ``change(name, array)`` on its float64 value."""
+    data = datasets(weight_path)
+    with h5py.File(weight_path, "w") as f:
+        for name, value in data.items():
+            value = value.astype(np.float64)
+            if change:
+                change(name, value)
+            f.create_dataset(name, data=value.astype(dtypes.get(name, dtypes[None])))
+
+
+def test_a_float64_hdf5_beyond_float32_is_the_native_readers_error_without_a_numpy_warning(files, tmp_path):
+    """A finite float64 1e300 was cast by NumPy first: inf, so 'NaN or infinite ... damaged' and NumPy's
+    RuntimeWarning 'overflow encountered in cast', where the native reader says E_WEIGHT_DTYPE_OVERFLOW."""
+    opt_path, weight_path = files
+
+    def big(name, value):
+        if name == "CNN/b_cnn_1":
+            value[2] = -1e300
+
+    rewrite_dtypes(weight_path, {None: np.float64}, big)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match=r"'CNN/b_cnn_1' holds values reaching 1e\+300, beyond torch\.float32's "
+                                             r"range .* the training that wrote them diverged") as err:
+            BiLM.from_allennlp(opt_path, weight_path)
+    assert str(weight_path) in str(err.value) and "damaged" not in str(err.value)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ">f4", ">f8", np.longdouble])
+def test_hdf5_weights_of_other_float_dtypes_load_as_their_float32_values(files, tmp_path, dtype):
+    """Half, big-endian and long double datasets: each value read as the float32 nearest to it, no warning."""
+    opt_path, weight_path = files
+    expected = {k: v.astype(dtype).astype(np.float32) for k, v in datasets(weight_path).items()}
+    rewrite_dtypes(weight_path, {None: dtype})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model = BiLM.from_allennlp(opt_path, weight_path)
+    with h5py.File(weight_path, "r") as f:
+        assert f["char_embed"].dtype == np.dtype(dtype)
+    assert np.array_equal(model.token_encoder.char_embedding.detach().numpy(), expected["char_embed"])
+    prefix = "RNN_1/RNN/MultiRNNCell/Cell1/LSTMCell"
+    assert np.array_equal(model.lstm.backward_layers[1].w_proj.detach().numpy(), expected[f"{prefix}/W_P_0"])
 
 
 @pytest.mark.parametrize("state, match", [
