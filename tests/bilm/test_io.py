@@ -954,6 +954,15 @@ def test_a_float64_hdf5_beyond_float32_is_the_native_readers_error_without_a_num
     assert str(weight_path) in str(err.value) and "damaged" not in str(err.value)
 
 
+@pytest.mark.parametrize("dtype", [np.int32, np.uint16])
+def test_hdf5_weights_of_integers_are_refused_naming_the_dataset(files, dtype):
+    opt_path, weight_path = files
+    rewrite_dtypes(weight_path, {None: np.float32, "CNN/W_cnn_2": dtype})
+    with pytest.raises(ValueError, match=rf"Dataset 'CNN/W_cnn_2' in .* holds {np.dtype(dtype).name} values, but "
+                                         r"weights are float arrays"):
+        BiLM.from_allennlp(opt_path, weight_path)
+
+
 @pytest.mark.parametrize("dtype", [np.float16, ">f4", ">f8", np.longdouble])
 def test_hdf5_weights_of_other_float_dtypes_load_as_their_float32_values(files, tmp_path, dtype):
     """Half, big-endian and long double datasets: each value read as the float32 nearest to it, no warning."""
