@@ -77,6 +77,10 @@ class Errors:
         "\"use_skip_connections\": true for a released model (all of them use skip connections), or false for "
         "a model that bilm-tf trained without them."
     )
+    E_OPTIONS_BAD_VALUE = (
+        "The ELMo options {source} have an invalid {key} (BiLMConfig.{field}): {error} Fix {key} in the options "
+        "file, or use the options.json that came with the weight file."
+    )
     E_OPTIONS_NOT_JSON = (
         "Could not read ELMo options from {path}: {error}. Pass the options.json that came "
         "with the weight file."

@@ -164,6 +164,46 @@ def test_malformed_allennlp_options_are_clear_errors(section, key, value, match)
         BiLMConfig.from_allennlp_options(opts)
 
 
+@pytest.mark.parametrize(
+    "section,key,value,said",
+    [
+        ("lstm", "dim", "24", r"lstm\.dim \(BiLMConfig\.cell_dim\): cell_dim must be a positive integer; found '24'\."),
+        ("lstm", "projection_dim", 8.0, r"lstm\.projection_dim \(BiLMConfig\.projection_dim\): .*found 8\.0"),
+        ("lstm", "cell_clip", "3", r"lstm\.cell_clip \(BiLMConfig\.cell_clip\): cell_clip must be a finite"),
+        ("lstm", "use_skip_connections", "true", r"lstm\.use_skip_connections \(BiLMConfig\.use_skip_connections\)"),
+        ("char_cnn", "activation", "sigmoid", r"char_cnn\.activation \(BiLMConfig\.activation\): Unsupported"),
+        ("char_cnn", "n_characters", 263, r"char_cnn\.n_characters \(BiLMConfig\.n_characters\): n_characters=263"),
+        ("char_cnn", "max_characters_per_token", 2, r"char_cnn\.max_characters_per_token \(BiLMConfig\.max_chara"),
+        ("char_cnn", "n_highway", -1, r"char_cnn\.n_highway \(BiLMConfig\.n_highway\)"),
+        ("char_cnn", "filters", [[60, 4]], r"char_cnn\.filters \(BiLMConfig\.filters\): Filter width 60 is wider"),
+        ("embedding", "dim", 0, r"char_cnn\.embedding\.dim \(BiLMConfig\.char_embedding_dim\)"),
+    ],
+)
+def test_a_bad_options_value_names_the_file_and_its_options_key(tmp_path, section, key, value, said):
+    """'cell_dim must be a positive integer' named the config's field, neither the options key (lstm.dim) nor the
+    file: each is now said, as for a native config.json."""
+    opts = options()
+    (opts["char_cnn"]["embedding"] if section == "embedding" else opts[section])[key] = value
+    path = tmp_path / "options.json"
+    path.write_text(json.dumps(opts))
+    with pytest.raises(ValueError, match=rf"The ELMo options {re.escape(str(path))} have an invalid {said}") as err:
+        BiLMConfig.from_allennlp_options(path)
+    assert str(err.value).endswith("Fix {} in the options file, or use the options.json that came with the weight "
+                                   "file.".format(said.split(" ")[0].replace("\\", "")))
+
+
+def test_invalid_config_value_pickles_with_its_field():
+    """A worker process's error reaches the parent with its field, which from_allennlp_options reads."""
+    import pickle
+
+    from spacy_elmo.bilm.config import InvalidConfigValue
+
+    with pytest.raises(InvalidConfigValue) as err:
+        BiLMConfig.from_dict({"cell_dim": 0})
+    again = pickle.loads(pickle.dumps(err.value))
+    assert (type(again), again.field, str(again)) == (InvalidConfigValue, "cell_dim", str(err.value))
+
+
 @pytest.mark.parametrize("value", [-3, 999])
 def test_char_id_range_error_reports_the_offending_id(value):
     model = BiLM(BiLMConfig(projection_dim=4, cell_dim=6, filters=[(1, 2), (2, 2)], n_highway=0), backend="reference")
