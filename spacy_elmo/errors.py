@@ -77,6 +77,17 @@ class Errors:
         "\"use_skip_connections\": true for a released model (all of them use skip connections), or false for "
         "a model that bilm-tf trained without them."
     )
+    E_OPTIONS_NO_N_LAYERS = (
+        "The ELMo options {source} lack the key 'lstm.n_layers', the biLSTM's layers per direction (not taken "
+        "as 1, bilm-tf training's default, which would be a guess). {fix}"
+    )
+    E_OPTIONS_N_LAYERS_IN_FILE = (
+        "The weight file {path} holds {n} layer(s) per direction: add \"n_layers\": {n} to the 'lstm' section."
+    )
+    E_OPTIONS_N_LAYERS_UNKNOWN = (
+        "Add \"n_layers\": N to the 'lstm' section, N the layers of the model that the weights hold (the released "
+        "models have 2)."
+    )
     E_OPTIONS_BAD_VALUE = (
         "The ELMo options {source} have an invalid {key} (BiLMConfig.{field}): {error} Fix {key} in the options "
         "file, or use the options.json that came with the weight file."

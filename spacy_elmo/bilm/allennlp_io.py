@@ -49,12 +49,37 @@ def lstm_prefix(direction: int, layer: int) -> str:
     return f"RNN_{direction}/RNN/MultiRNNCell/Cell{layer}/LSTMCell"
 
 
+#: What h5py raises for damaged metadata, from whichever access meets it (a damaged link name: UnicodeDecodeError,
+#: h5py decoding names as UTF-8).
+HDF5_ERRORS = (OSError, KeyError, RuntimeError, UnicodeDecodeError)
+
+
+def training_dump_name(name: str) -> str:
+    """Where a 1-layer bilm-tf training dump stores the dataset written as ``name``: it has no MultiRNNCell level."""
+    return name.replace("/MultiRNNCell/Cell0/", "/")
+
+
 def file_names(config: BiLMConfig, name: str) -> Tuple[str, ...]:
     """The names dataset ``name`` may have in a file, the written one first: a 1-layer
     bilm-tf training dump has no MultiRNNCell level."""
     if config.n_layers == 1 and "/MultiRNNCell/Cell0/" in name:
-        return name, name.replace("/MultiRNNCell/Cell0/", "/")
+        return name, training_dump_name(name)
     return (name,)
+
+
+def lstm_layers_in(weight_file: PathLike) -> Optional[int]:
+    """The LSTM layers per direction that the weight file holds (forward ``W_0`` datasets counted from layer 0), for
+    an error about options that do not say; None where it cannot be read or holds none."""
+    try:
+        with h5py.File(weight_file, "r", locking=False) as handle:
+            n = 0
+            while f"{lstm_prefix(0, n)}/W_0" in handle:
+                n += 1
+            if n == 0 and training_dump_name(f"{lstm_prefix(0, 0)}/W_0") in handle:
+                n = 1
+    except (*HDF5_ERRORS, ValueError):  # not hdf5, damaged: no count (reading it says so once the options are fixed)
+        return None
+    return n or None
 
 
 def identity_projection(config: BiLMConfig) -> Dict[str, np.ndarray]:
@@ -125,8 +150,7 @@ def read_datasets(config: BiLMConfig, weight_file: PathLike) -> Dict[str, np.nda
         raise ValueError(Errors.E_WEIGHT_FILE_NOT_HDF5.format(path=path, error=err)) from err
     arrays, stored = {}, set()
     no_projection = config.n_filters == config.projection_dim
-    # h5py reports damaged metadata as OSError, KeyError or RuntimeError from whichever access meets it, and a
-    # damaged link name as a UnicodeDecodeError (h5py decodes names as UTF-8; its bytes can be anything then).
+    # h5py reports damaged metadata as any of HDF5_ERRORS
     try:
         with handle:
             refuse_foreign(handle, path)
@@ -158,7 +182,7 @@ def read_datasets(config: BiLMConfig, weight_file: PathLike) -> Dict[str, np.nda
                 arrays[name] = weight.numpy()
                 stored.add(found[0])
             unexpected = sorted(set(dataset_names(handle)) - stored)
-    except (OSError, KeyError, RuntimeError, UnicodeDecodeError) as err:
+    except HDF5_ERRORS as err:
         raise ValueError(Errors.E_WEIGHT_FILE_DAMAGED.format(path=path, error=err)) from err
     if unexpected:
         raise ValueError(Errors.E_DATASET_UNEXPECTED.format(path=path, datasets=", ".join(unexpected)))

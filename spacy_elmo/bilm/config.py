@@ -82,6 +82,17 @@ OPTIONS_KEYS = {
 }
 
 
+def n_layers_fix(weight_file: Optional[Union[str, Path]]) -> str:
+    """How to fix options that lack ``lstm.n_layers``: the layer count the weight file holds, where it says."""
+    if weight_file is not None:
+        from .allennlp_io import lstm_layers_in  # allennlp_io imports this module: imported here
+
+        found = lstm_layers_in(weight_file)
+        if found is not None:
+            return Errors.E_OPTIONS_N_LAYERS_IN_FILE.format(path=weight_file, n=found)
+    return Errors.E_OPTIONS_N_LAYERS_UNKNOWN
+
+
 @dataclass
 class BiLMConfig:
     """Hyperparameters of the biLM (names follow the AllenNLP options file).
@@ -184,13 +195,16 @@ class BiLMConfig:
         return cls(projection_dim=proj, cell_dim=cell, n_highway=n_highway)
 
     @classmethod
-    def from_allennlp_options(cls, options: Union[str, Path, Dict[str, Any]]) -> "BiLMConfig":
-        """Read an AllenNLP/bilm-tf ``options.json`` (a path or the parsed dict).
+    def from_allennlp_options(
+        cls, options: Union[str, Path, Dict[str, Any]], weight_file: Optional[Union[str, Path]] = None
+    ) -> "BiLMConfig":
+        """Read an AllenNLP/bilm-tf ``options.json`` (a path or the parsed dict); ``weight_file``, the
+        ``.hdf5`` read with it, is only looked into for an error about options that lack ``lstm.n_layers``.
 
         Unknown keys (training options) are ignored; a missing clip means no
         clipping; a missing ``n_highway`` means none. A missing ``lstm.use_skip_connections``
         is an error, as it is to AllenNLP and bilm-tf's inference model: a default would guess
-        the model (every released one has skip connections).
+        the model (every released one has skip connections); so is a missing ``lstm.n_layers``.
         """
         source = "dict"
         if not isinstance(options, dict):
@@ -212,6 +226,8 @@ class BiLMConfig:
         lstm = need(options, "lstm", "lstm")
         cnn = need(options, "char_cnn", "char_cnn")
         embedding = need(cnn, "embedding", "char_cnn.embedding")
+        if isinstance(lstm, dict) and "n_layers" not in lstm:  # not bilm-tf training's default of 1: a guess
+            raise ValueError(Errors.E_OPTIONS_NO_N_LAYERS.format(source=source, fix=n_layers_fix(weight_file)))
         if isinstance(lstm, dict) and "use_skip_connections" not in lstm:
             raise ValueError(Errors.E_OPTIONS_NO_SKIP_KEY.format(source=source))
         values = dict(

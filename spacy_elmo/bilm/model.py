@@ -512,7 +512,7 @@ class BiLM(nn.Module):
         """A model from an AllenNLP/bilm-tf ``options.json`` and ``.hdf5`` weight file."""
         from .allennlp_io import read_allennlp
 
-        config = BiLMConfig.from_allennlp_options(options_file)
+        config = BiLMConfig.from_allennlp_options(options_file, weight_file=weight_file)
         model = cls(config, stateful=stateful, backend=backend)
         read_allennlp(model, weight_file)
         return model

@@ -192,6 +192,35 @@ def test_a_bad_options_value_names_the_file_and_its_options_key(tmp_path, sectio
                                    "file.".format(said.split(" ")[0].replace("\\", "")))
 
 
+def test_options_without_n_layers_name_the_key_and_the_layers_of_the_weight_file(tmp_path):
+    """Refused as 'lack the key' with 'check that you passed the options file and not the weight file', wrong here;
+    bilm-tf training's default of 1 is not assumed either. The weight file's layer count is the fix, where it says."""
+    import h5py
+
+    from tests.bilm.oracle import write_options, write_weights
+
+    for layers in (1, 3):
+        opts = options(L=layers)
+        write_weights(tmp_path / f"w{layers}.hdf5", opts, np.random.default_rng(0))
+        del opts["lstm"]["n_layers"]
+        write_options(tmp_path / "o.json", opts)
+        with pytest.raises(ValueError, match=rf"lack the key 'lstm\.n_layers'.*not taken as 1.* The weight file "
+                                             rf".*w{layers}\.hdf5 holds {layers} layer\(s\) per direction: add "
+                                             rf'"n_layers": {layers} to the \'lstm\' section\.$') as err:
+            BiLM.from_allennlp(tmp_path / "o.json", tmp_path / f"w{layers}.hdf5")
+        assert "not the weight file" not in str(err.value)
+    with h5py.File(tmp_path / "w1.hdf5", "a") as f:  # the oracle wrote bilm-tf's training dump: now the written form
+        f.create_group("RNN_0/RNN/MultiRNNCell/Cell0")
+        f.move("RNN_0/RNN/LSTMCell", "RNN_0/RNN/MultiRNNCell/Cell0/LSTMCell")
+    with pytest.raises(ValueError, match=r'holds 1 layer\(s\) per direction: add "n_layers": 1'):
+        BiLM.from_allennlp(tmp_path / "o.json", tmp_path / "w1.hdf5")
+    (tmp_path / "bad.hdf5").write_bytes(b"not hdf5")
+    for given in ((tmp_path / "o.json", tmp_path / "bad.hdf5"), (opts,)):  # no count to give: N, and the released 2
+        with pytest.raises(ValueError, match=r"lack the key 'lstm\.n_layers'.* Add \"n_layers\": N to the 'lstm' "
+                                             r"section, N the layers .* \(the released models have 2\)\.$"):
+            BiLM.from_allennlp(*given) if len(given) == 2 else BiLMConfig.from_allennlp_options(*given)
+
+
 def test_invalid_config_value_pickles_with_its_field():
     """A worker process's error reaches the parent with its field, which from_allennlp_options reads."""
     import pickle
