@@ -924,6 +924,29 @@ def test_a_float64_file_beyond_float32_is_refused_not_loaded_as_inf(files, tmp_p
         BiLM.load(tmp_path / "m")
 
 
+def test_a_float64_save_loads_in_the_default_dtype_and_bit_exact_under_float64(files, tmp_path):
+    """As BiLM.load and save say: float64 weights are rounded into a float32 model (.double() afterwards cannot
+    restore them), and loaded bit for bit under torch.set_default_dtype(torch.float64)."""
+    model = BiLM.from_allennlp(*files).double()
+    with torch.no_grad():
+        model.token_encoder.char_embedding.fill_(1 / 3)  # not a float32 value
+    model.save(tmp_path / "m")
+    assert load_tensors(tmp_path / "m")["token_encoder.char_embedding"].dtype == torch.float64
+    rounded = BiLM.load(tmp_path / "m")
+    assert rounded.token_encoder.char_embedding.dtype == torch.float32
+    assert torch.equal(rounded.token_encoder.char_embedding, torch.full_like(rounded.token_encoder.char_embedding, 1 / 3))
+    assert not torch.equal(rounded.double().token_encoder.char_embedding, model.token_encoder.char_embedding)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        exact = BiLM.load(tmp_path / "m")
+    finally:
+        torch.set_default_dtype(default)
+    state = model.state_dict()
+    assert all(v.dtype == torch.float64 and torch.equal(v, state[k]) for k, v in exact.state_dict().items()
+               if v.is_floating_point())
+
+
 def rewrite_dtypes(weight_path, dtypes, change=None):
     """Rewrite every dataset of the hdf5 ``weight_path`` in ``dtypes[name]`` (default the first entry), after
     ``change(name, array)`` on its float64 value."""
