@@ -1583,6 +1583,12 @@ class Errors:
 
 
 class Warnings:
+    W_WEIGHTS_ALL_ZERO = (
+        "spacy-elmo: the weight matrices {names} of {path} are all zeros, which no trained ELMo has: the file is "
+        "most likely an "
+        "incomplete copy (a download into a pre-allocated file stopped early leaves zeros at its end). Copy it again "
+        "from its source and compare its size or checksum with the published one."
+    )
     W_FORK_HOOK_FAILED = (
         "spacy-elmo: renewing {hook} in this forked child failed ({error}); the other locks and caches were "
         "renewed. If the child hangs or misbehaves, use the spawn start method (nlp.pipe(n_process=N) under "

@@ -117,6 +117,17 @@ def dataset_names(handle: h5py.File) -> List[str]:
     return names
 
 
+#: The last part of the names of a weight file's large matrices (``W_cnn_{i}`` by prefix): one all zeros is no
+#: trained weight but, most likely, the zero-filled tail of a download into a pre-allocated file.
+LARGE_MATRICES = ("char_embed", "W_cnn_", "W_carry", "W_transform", "W_0", "W_P_0")
+
+
+def is_large_matrix(name: str) -> bool:
+    """Whether the dataset ``name`` (as :func:`expected_datasets` yields it) is one of :data:`LARGE_MATRICES`."""
+    last = name.rsplit("/", 1)[-1]
+    return last in LARGE_MATRICES or last.startswith("W_cnn_")
+
+
 #: Names of a hdf5 file's datasets shown in an error; the rest counted.
 LISTED_DATASETS = 5
 
@@ -148,7 +159,7 @@ def read_datasets(config: BiLMConfig, weight_file: PathLike) -> Dict[str, np.nda
         handle = h5py.File(path, "r", locking=False)
     except OSError as err:
         raise ValueError(Errors.E_WEIGHT_FILE_NOT_HDF5.format(path=path, error=err)) from err
-    arrays, stored = {}, set()
+    arrays, stored, zeros = {}, set(), []
     no_projection = config.n_filters == config.projection_dim
     # h5py reports damaged metadata as any of HDF5_ERRORS
     try:
@@ -181,11 +192,15 @@ def read_datasets(config: BiLMConfig, weight_file: PathLike) -> Dict[str, np.nda
                 weight = check_weight(torch.from_numpy(raw), found[0], path, Errors.E_DATASET_DTYPE, dtype=torch.float32)
                 arrays[name] = weight.numpy()
                 stored.add(found[0])
+                if is_large_matrix(name) and not arrays[name].any():
+                    zeros.append(found[0])
             unexpected = sorted(set(dataset_names(handle)) - stored)
     except HDF5_ERRORS as err:
         raise ValueError(Errors.E_WEIGHT_FILE_DAMAGED.format(path=path, error=err)) from err
     if unexpected:
         raise ValueError(Errors.E_DATASET_UNEXPECTED.format(path=path, datasets=", ".join(unexpected)))
+    if zeros:  # a warning, not an error: the file is well formed, and the model is what it holds
+        warnings.warn(Warnings.W_WEIGHTS_ALL_ZERO.format(path=path, names=", ".join(zeros)), UserWarning, stacklevel=4)
     if no_projection:
         if not projection_is_identity(config, arrays):
             raise ValueError(Errors.E_PROJECTION_NOT_IDENTITY.format(path=path, n=config.projection_dim))

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import warnings
 from pathlib import Path
 
@@ -945,6 +946,26 @@ def test_a_float64_save_loads_in_the_default_dtype_and_bit_exact_under_float64(f
     state = model.state_dict()
     assert all(v.dtype == torch.float64 and torch.equal(v, state[k]) for k, v in exact.state_dict().items()
                if v.is_floating_point())
+
+
+def test_an_all_zero_weight_matrix_warns_naming_it(files):
+    """A download into a pre-allocated file that stopped early leaves zeros at the end: a whole W_P_0 loaded
+    silently. Each large matrix all zeros is named, once; the model is still what the file holds."""
+    opt_path, weight_path = files
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        BiLM.from_allennlp(opt_path, weight_path)  # the random weights: no warning
+    last = "RNN_1/RNN/MultiRNNCell/Cell1/LSTMCell"
+    with h5py.File(weight_path, "a") as f:
+        for name in (f"{last}/W_P_0", f"{last}/B", "CNN/W_cnn_2"):
+            f[name][...] = 0
+        f[f"{last}/W_0"][:-1] = 0  # one row left: not all zeros
+    with pytest.warns(UserWarning) as record:
+        model = BiLM.from_allennlp(opt_path, weight_path)
+    said = [str(w.message) for w in record if "all zeros" in str(w.message)]
+    assert len(said) == 1 and str(weight_path) in said[0]
+    assert re.search(rf"matrices CNN/W_cnn_2, {last}/W_P_0 of .* are all zeros.* Copy it again", said[0]), said[0]
+    assert not model.lstm.backward_layers[1].w_proj.any()
 
 
 def rewrite_dtypes(weight_path, dtypes, change=None):
