@@ -71,6 +71,27 @@ class Errors:
         "has 'lstm' (dim, projection_dim, n_layers, ...) and 'char_cnn' (embedding.dim, "
         "filters, ...): check that you passed the options file and not the weight file."
     )
+    E_OPTIONS_NO_SKIP_KEY = (
+        "The ELMo options {source} lack the key 'lstm.use_skip_connections', and no default is safe: AllenNLP "
+        "refuses such options and bilm-tf's inference model fails on them. Add it to the 'lstm' section: "
+        "\"use_skip_connections\": true for a released model (all of them use skip connections), or false for "
+        "a model that bilm-tf trained without them."
+    )
+    E_OPTIONS_NO_N_LAYERS = (
+        "The ELMo options {source} lack the key 'lstm.n_layers', the biLSTM's layers per direction (not taken "
+        "as 1, bilm-tf training's default, which would be a guess). {fix}"
+    )
+    E_OPTIONS_N_LAYERS_IN_FILE = (
+        "The weight file {path} holds {n} layer(s) per direction: add \"n_layers\": {n} to the 'lstm' section."
+    )
+    E_OPTIONS_N_LAYERS_UNKNOWN = (
+        "Add \"n_layers\": N to the 'lstm' section, N the layers of the model that the weights hold (the released "
+        "models have 2)."
+    )
+    E_OPTIONS_BAD_VALUE = (
+        "The ELMo options {source} have an invalid {key} (BiLMConfig.{field}): {error} Fix {key} in the options "
+        "file, or use the options.json that came with the weight file."
+    )
     E_OPTIONS_NOT_JSON = (
         "Could not read ELMo options from {path}: {error}. Pass the options.json that came "
         "with the weight file."
@@ -229,7 +250,7 @@ class Errors:
         "two different models. Use the options.json that came with this weight file."
     )
     E_DATASET_DTYPE = (
-        "Dataset {dataset!r} in {path} holds {dtype} values, but weights are float arrays (float32 in the "
+        "Dataset {name!r} in {path} holds {dtype} values, but weights are float arrays (float32 in the "
         "released files). The file is damaged or not an ELMo weight file: use the .hdf5 that came with the options."
     )
     E_SAVE_DTYPE = (
@@ -1569,6 +1590,12 @@ class Errors:
 
 
 class Warnings:
+    W_WEIGHTS_ALL_ZERO = (
+        "spacy-elmo: the weight matrices {names} of {path} are all zeros, which no trained ELMo has: the file is "
+        "most likely an "
+        "incomplete copy (a download into a pre-allocated file stopped early leaves zeros at its end). Copy it again "
+        "from its source and compare its size or checksum with the published one."
+    )
     W_FORK_HOOK_FAILED = (
         "spacy-elmo: renewing {hook} in this forked child failed ({error}); the other locks and caches were "
         "renewed. If the child hangs or misbehaves, use the spawn start method (nlp.pipe(n_process=N) under "

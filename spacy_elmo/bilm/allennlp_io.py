@@ -38,7 +38,7 @@ from ..errors import Errors, Warnings
 from ..hdf5 import hdf5_for_writing
 from ..paths import missing_path_error
 from .config import BiLMConfig
-from .native_io import cast_for_save, check_readable, require_finite
+from .native_io import cast_for_save, check_readable, check_weight
 
 if TYPE_CHECKING:  # model.py imports this module when it reads or writes
     from .model import BiLM
@@ -49,12 +49,37 @@ def lstm_prefix(direction: int, layer: int) -> str:
     return f"RNN_{direction}/RNN/MultiRNNCell/Cell{layer}/LSTMCell"
 
 
+#: What h5py raises for damaged metadata, from whichever access meets it (a damaged link name: UnicodeDecodeError,
+#: h5py decoding names as UTF-8).
+HDF5_ERRORS = (OSError, KeyError, RuntimeError, UnicodeDecodeError)
+
+
+def training_dump_name(name: str) -> str:
+    """Where a 1-layer bilm-tf training dump stores the dataset written as ``name``: it has no MultiRNNCell level."""
+    return name.replace("/MultiRNNCell/Cell0/", "/")
+
+
 def file_names(config: BiLMConfig, name: str) -> Tuple[str, ...]:
     """The names dataset ``name`` may have in a file, the written one first: a 1-layer
     bilm-tf training dump has no MultiRNNCell level."""
     if config.n_layers == 1 and "/MultiRNNCell/Cell0/" in name:
-        return name, name.replace("/MultiRNNCell/Cell0/", "/")
+        return name, training_dump_name(name)
     return (name,)
+
+
+def lstm_layers_in(weight_file: PathLike) -> Optional[int]:
+    """The LSTM layers per direction that the weight file holds (forward ``W_0`` datasets counted from layer 0), for
+    an error about options that do not say; None where it cannot be read or holds none."""
+    try:
+        with h5py.File(weight_file, "r", locking=False) as handle:
+            n = 0
+            while f"{lstm_prefix(0, n)}/W_0" in handle:
+                n += 1
+            if n == 0 and training_dump_name(f"{lstm_prefix(0, 0)}/W_0") in handle:
+                n = 1
+    except (*HDF5_ERRORS, ValueError):  # not hdf5, damaged: no count (reading it says so once the options are fixed)
+        return None
+    return n or None
 
 
 def identity_projection(config: BiLMConfig) -> Dict[str, np.ndarray]:
@@ -92,6 +117,17 @@ def dataset_names(handle: h5py.File) -> List[str]:
     return names
 
 
+#: The last part of the names of a weight file's large matrices (``W_cnn_{i}`` by prefix): one all zeros is no
+#: trained weight but, most likely, the zero-filled tail of a download into a pre-allocated file.
+LARGE_MATRICES = ("char_embed", "W_cnn_", "W_carry", "W_transform", "W_0", "W_P_0")
+
+
+def is_large_matrix(name: str) -> bool:
+    """Whether the dataset ``name`` (as :func:`expected_datasets` yields it) is one of :data:`LARGE_MATRICES`."""
+    last = name.rsplit("/", 1)[-1]
+    return last in LARGE_MATRICES or last.startswith("W_cnn_")
+
+
 #: Names of a hdf5 file's datasets shown in an error; the rest counted.
 LISTED_DATASETS = 5
 
@@ -123,10 +159,9 @@ def read_datasets(config: BiLMConfig, weight_file: PathLike) -> Dict[str, np.nda
         handle = h5py.File(path, "r", locking=False)
     except OSError as err:
         raise ValueError(Errors.E_WEIGHT_FILE_NOT_HDF5.format(path=path, error=err)) from err
-    arrays, stored = {}, set()
+    arrays, stored, zeros = {}, set(), []
     no_projection = config.n_filters == config.projection_dim
-    # h5py reports damaged metadata as OSError, KeyError or RuntimeError from whichever access meets it, and a
-    # damaged link name as a UnicodeDecodeError (h5py decodes names as UTF-8; its bytes can be anything then).
+    # h5py reports damaged metadata as any of HDF5_ERRORS
     try:
         with handle:
             refuse_foreign(handle, path)
@@ -146,16 +181,26 @@ def read_datasets(config: BiLMConfig, weight_file: PathLike) -> Dict[str, np.nda
                     raise ValueError(
                         Errors.E_DATASET_SHAPE.format(dataset=found[0], path=path, found=tuple(data.shape), expected=shape)
                     )
-                if data.dtype.kind != "f":
-                    raise ValueError(Errors.E_DATASET_DTYPE.format(dataset=found[0], path=path, dtype=data.dtype.name))
-                arrays[name] = np.asarray(data[...], dtype=np.float32)
+                if data.dtype.kind != "f":  # before reading it: torch takes no unsigned, string or compound array
+                    raise ValueError(Errors.E_DATASET_DTYPE.format(name=found[0], path=path, dtype=data.dtype.name))
+                # cast as the native reader casts (check_weight): a finite float64 value beyond float32's range is
+                # E_WEIGHT_DTYPE_OVERFLOW there, not a NaN in a damaged file with NumPy's overflow warning
+                raw = data[...]
+                if raw.dtype.itemsize > 8 or not raw.dtype.isnative:  # torch reads neither long double nor big-endian
+                    with np.errstate(over="ignore"):  # a long double beyond float64's range: inf, reported as such
+                        raw = raw.astype(np.float64 if raw.dtype.itemsize > 8 else raw.dtype.newbyteorder("="))
+                weight = check_weight(torch.from_numpy(raw), found[0], path, Errors.E_DATASET_DTYPE, dtype=torch.float32)
+                arrays[name] = weight.numpy()
                 stored.add(found[0])
-                require_finite(torch.from_numpy(arrays[name]), found[0], path)
+                if is_large_matrix(name) and not arrays[name].any():
+                    zeros.append(found[0])
             unexpected = sorted(set(dataset_names(handle)) - stored)
-    except (OSError, KeyError, RuntimeError, UnicodeDecodeError) as err:
+    except HDF5_ERRORS as err:
         raise ValueError(Errors.E_WEIGHT_FILE_DAMAGED.format(path=path, error=err)) from err
     if unexpected:
         raise ValueError(Errors.E_DATASET_UNEXPECTED.format(path=path, datasets=", ".join(unexpected)))
+    if zeros:  # a warning, not an error: the file is well formed, and the model is what it holds
+        warnings.warn(Warnings.W_WEIGHTS_ALL_ZERO.format(path=path, names=", ".join(zeros)), UserWarning, stacklevel=4)
     if no_projection:
         if not projection_is_identity(config, arrays):
             raise ValueError(Errors.E_PROJECTION_NOT_IDENTITY.format(path=path, n=config.projection_dim))

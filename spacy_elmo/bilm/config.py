@@ -52,6 +52,47 @@ class UnknownConfigFields(ValueError):
         return type(self), (self.names, self.choices)
 
 
+class InvalidConfigValue(ValueError):
+    """A value no biLM can have, refused by :meth:`BiLMConfig.validate`: its message, and the ``field`` that holds
+    it (for :meth:`BiLMConfig.from_allennlp_options` to name the options key instead)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+    def __reduce__(self):
+        # pickled (a worker process's error) with its own arguments: the default passes the message alone
+        return type(self), (self.field, str(self))
+
+
+#: The options.json key of each BiLMConfig field (``n_characters`` and the rest under ``char_cnn``).
+OPTIONS_KEYS = {
+    "projection_dim": "lstm.projection_dim",
+    "cell_dim": "lstm.dim",
+    "n_layers": "lstm.n_layers",
+    "cell_clip": "lstm.cell_clip",
+    "proj_clip": "lstm.proj_clip",
+    "use_skip_connections": "lstm.use_skip_connections",
+    "char_embedding_dim": "char_cnn.embedding.dim",
+    "filters": "char_cnn.filters",
+    "n_highway": "char_cnn.n_highway",
+    "activation": "char_cnn.activation",
+    "n_characters": "char_cnn.n_characters",
+    "max_characters_per_token": "char_cnn.max_characters_per_token",
+}
+
+
+def n_layers_fix(weight_file: Optional[Union[str, Path]]) -> str:
+    """How to fix options that lack ``lstm.n_layers``: the layer count the weight file holds, where it says."""
+    if weight_file is not None:
+        from .allennlp_io import lstm_layers_in  # allennlp_io imports this module: imported here
+
+        found = lstm_layers_in(weight_file)
+        if found is not None:
+            return Errors.E_OPTIONS_N_LAYERS_IN_FILE.format(path=weight_file, n=found)
+    return Errors.E_OPTIONS_N_LAYERS_UNKNOWN
+
+
 @dataclass
 class BiLMConfig:
     """Hyperparameters of the biLM (names follow the AllenNLP options file).
@@ -98,8 +139,8 @@ class BiLMConfig:
 
     # -- validation ------------------------------------------------------
     def validate(self) -> None:
-        """Refuse a value no biLM can have (a ValueError naming it); NumPy integers become ints and clips
-        floats (JSON numbers)."""
+        """Refuse a value no biLM can have (an :class:`InvalidConfigValue` naming it); NumPy integers become ints
+        and clips floats (JSON numbers)."""
         for f in fields(self):
             if is_int(getattr(self, f.name)):
                 setattr(self, f.name, int(getattr(self, f.name)))
@@ -109,9 +150,9 @@ class BiLMConfig:
         for name in ("projection_dim", "cell_dim", "n_layers", "char_embedding_dim", "max_characters_per_token"):
             value = getattr(self, name)
             if not is_int(value) or value <= 0:
-                raise ValueError(Errors.E_BAD_POSITIVE.format(name=name, value=value))
+                raise InvalidConfigValue(name, Errors.E_BAD_POSITIVE.format(name=name, value=value))
         if not is_int(self.n_highway) or self.n_highway < 0:
-            raise ValueError(Errors.E_BAD_NON_NEGATIVE.format(name="n_highway", value=self.n_highway))
+            raise InvalidConfigValue("n_highway", Errors.E_BAD_NON_NEGATIVE.format(name="n_highway", value=self.n_highway))
         for name in ("cell_clip", "proj_clip"):
             value = getattr(self, name)
             if value is None:
@@ -120,26 +161,29 @@ class BiLMConfig:
             # int or float is stored as a float (a NumPy number is no JSON number); an int stays one: the released
             # options.json's "cell_clip": 3 is in the config's JSON, which fingerprints embed's parts
             if not is_real(value) or not math.isfinite(value) or value <= 0:  # NaN clips gave NaN vectors
-                raise ValueError(Errors.E_BAD_CLIP.format(name=name, value=value))
+                raise InvalidConfigValue(name, Errors.E_BAD_CLIP.format(name=name, value=value))
             if type(value) not in (int, float):
                 setattr(self, name, float(value))
         if not isinstance(self.use_skip_connections, bool):
-            raise ValueError(Errors.E_BAD_BOOL.format(name="use_skip_connections", value=self.use_skip_connections))
+            raise InvalidConfigValue("use_skip_connections", Errors.E_BAD_BOOL.format(
+                name="use_skip_connections", value=self.use_skip_connections))
         if self.activation not in ("relu", "tanh"):
-            raise ValueError(Errors.E_BAD_ACTIVATION.format(value=self.activation))
+            raise InvalidConfigValue("activation", Errors.E_BAD_ACTIVATION.format(value=self.activation))
         if not is_int(self.n_characters) or self.n_characters not in (N_CHAR_IDS, N_CHAR_IDS + 1):
-            raise ValueError(Errors.E_BAD_N_CHARACTERS.format(value=self.n_characters))
+            raise InvalidConfigValue("n_characters", Errors.E_BAD_N_CHARACTERS.format(value=self.n_characters))
         if self.max_characters_per_token < 3:
-            raise ValueError(Errors.E_MAX_CHARS_TOO_SMALL.format(value=self.max_characters_per_token))
+            raise InvalidConfigValue("max_characters_per_token", Errors.E_MAX_CHARS_TOO_SMALL.format(
+                value=self.max_characters_per_token))
         ok = isinstance(self.filters, list) and len(self.filters) > 0
         ok = ok and all(
             isinstance(f, tuple) and len(f) == 2 and all(is_int(v) and v > 0 for v in f) for f in self.filters
         )
         if not ok:
-            raise ValueError(Errors.E_BAD_FILTERS.format(value=self.filters))
+            raise InvalidConfigValue("filters", Errors.E_BAD_FILTERS.format(value=self.filters))
         for width, _ in self.filters:
             if width > self.max_characters_per_token:
-                raise ValueError(Errors.E_FILTER_TOO_WIDE.format(width=width, max_chars=self.max_characters_per_token))
+                raise InvalidConfigValue("filters", Errors.E_FILTER_TOO_WIDE.format(
+                    width=width, max_chars=self.max_characters_per_token))
 
     # -- constructors ----------------------------------------------------
     @classmethod
@@ -151,11 +195,16 @@ class BiLMConfig:
         return cls(projection_dim=proj, cell_dim=cell, n_highway=n_highway)
 
     @classmethod
-    def from_allennlp_options(cls, options: Union[str, Path, Dict[str, Any]]) -> "BiLMConfig":
-        """Read an AllenNLP/bilm-tf ``options.json`` (a path or the parsed dict).
+    def from_allennlp_options(
+        cls, options: Union[str, Path, Dict[str, Any]], weight_file: Optional[Union[str, Path]] = None
+    ) -> "BiLMConfig":
+        """Read an AllenNLP/bilm-tf ``options.json`` (a path or the parsed dict); ``weight_file``, the
+        ``.hdf5`` read with it, is only looked into for an error about options that lack ``lstm.n_layers``.
 
         Unknown keys (training options) are ignored; a missing clip means no
-        clipping; a missing ``n_highway`` means none.
+        clipping; a missing ``n_highway`` means none. A missing ``lstm.use_skip_connections``
+        is an error, as it is to AllenNLP and bilm-tf's inference model: a default would guess
+        the model (every released one has skip connections); so is a missing ``lstm.n_layers``.
         """
         source = "dict"
         if not isinstance(options, dict):
@@ -177,13 +226,17 @@ class BiLMConfig:
         lstm = need(options, "lstm", "lstm")
         cnn = need(options, "char_cnn", "char_cnn")
         embedding = need(cnn, "embedding", "char_cnn.embedding")
-        return cls(
+        if isinstance(lstm, dict) and "n_layers" not in lstm:  # not bilm-tf training's default of 1: a guess
+            raise ValueError(Errors.E_OPTIONS_NO_N_LAYERS.format(source=source, fix=n_layers_fix(weight_file)))
+        if isinstance(lstm, dict) and "use_skip_connections" not in lstm:
+            raise ValueError(Errors.E_OPTIONS_NO_SKIP_KEY.format(source=source))
+        values = dict(
             projection_dim=need(lstm, "projection_dim", "lstm.projection_dim"),
             cell_dim=need(lstm, "dim", "lstm.dim"),
             n_layers=need(lstm, "n_layers", "lstm.n_layers"),
             cell_clip=lstm.get("cell_clip") or None,
             proj_clip=lstm.get("proj_clip") or None,
-            use_skip_connections=lstm.get("use_skip_connections", False),
+            use_skip_connections=lstm["use_skip_connections"],
             char_embedding_dim=need(embedding, "dim", "char_cnn.embedding.dim"),
             filters=need(cnn, "filters", "char_cnn.filters"),
             n_highway=cnn.get("n_highway") or 0,
@@ -191,6 +244,11 @@ class BiLMConfig:
             n_characters=cnn.get("n_characters", 262),
             max_characters_per_token=cnn.get("max_characters_per_token", DEFAULT_MAX_CHARS),
         )
+        try:
+            return cls(**values)
+        except InvalidConfigValue as err:  # said in the options' words: the file and its key, not the field's name
+            raise ValueError(Errors.E_OPTIONS_BAD_VALUE.format(
+                source=source, key=OPTIONS_KEYS[err.field], field=err.field, error=err)) from err
 
     def to_allennlp_options(self) -> Dict[str, Any]:
         """The options dict in the released layout (inverse of ``from_allennlp_options``)."""

@@ -512,7 +512,7 @@ class BiLM(nn.Module):
         """A model from an AllenNLP/bilm-tf ``options.json`` and ``.hdf5`` weight file."""
         from .allennlp_io import read_allennlp
 
-        config = BiLMConfig.from_allennlp_options(options_file)
+        config = BiLMConfig.from_allennlp_options(options_file, weight_file=weight_file)
         model = cls(config, stateful=stateful, backend=backend)
         read_allennlp(model, weight_file)
         return model
@@ -535,7 +535,9 @@ class BiLM(nn.Module):
 
         extra_tensors: more named tensors to store beside the biLM (e.g. the
         softmax of a pretrained model); dtype: store floats in this dtype (e.g.
-        torch.float16 for a compact bundle); provenance: JSON-able facts about
+        torch.float16 for a compact bundle; None: the model's own, float64 for a float64 model,
+        which :meth:`load` reads into a float32 model unless float64 is the default dtype then;
+        the initial state is stored in float32 whatever ``dtype``); provenance: JSON-able facts about
         where the weights came from (stored in config.json; None: how the model reads text,
         from ``self.provenance``, which loading set: its ``trained_by``, ``lang``, ``tokenizer``
         and ``reading``, not the facts of its training, which weights changed since loading may
@@ -550,7 +552,12 @@ class BiLM(nn.Module):
     @classmethod
     def load(cls, directory: PathLike, stateful: bool = False, backend: str = "auto") -> "BiLM":
         """Load a directory written by :meth:`save`, a directory of AllenNLP weights
-        (one ``options.json`` + one ``.hdf5``), or ``"default"`` for the bundled model."""
+        (one ``options.json`` + one ``.hdf5``), or ``"default"`` for the bundled model.
+
+        The model is built in torch's default dtype (float32), whatever dtype the file stores, each
+        weight cast to it (a value beyond its range is an error): a float64 save loads rounded to
+        float32, and ``.double()`` afterwards cannot restore it. Load it under
+        ``torch.set_default_dtype(torch.float64)`` to get its float64 weights bit for bit."""
         from .native_io import load_model
 
         return load_model(cls, directory, stateful=stateful, backend=backend)

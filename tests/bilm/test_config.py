@@ -126,6 +126,24 @@ def test_booleans_must_be_json_booleans(value):
         BiLMConfig.from_dict({"use_skip_connections": value})
 
 
+def test_options_without_use_skip_connections_are_refused(tmp_path):
+    """A missing key loaded a no-skip model silently (AllenNLP refuses such options, bilm-tf's inference model
+    fails on them; every released model has skip connections); null was refused: now both are."""
+    opts = options()
+    del opts["lstm"]["use_skip_connections"]
+    path = tmp_path / "options.json"
+    path.write_text(json.dumps(opts))
+    for given in (opts, path):
+        with pytest.raises(ValueError, match=r"lack the key 'lstm.use_skip_connections'.*"
+                                             r'"use_skip_connections": true for a released model.*or false') as err:
+            BiLMConfig.from_allennlp_options(given)
+        assert str(given if given is path else "dict") in str(err.value)
+    for value in (True, False):  # the writer always writes the key: every config round-trips
+        config = BiLMConfig(**{**TINY.to_dict(), "use_skip_connections": value})
+        assert "use_skip_connections" in config.to_allennlp_options()["lstm"]
+        assert BiLMConfig.from_allennlp_options(config.to_allennlp_options()) == config
+
+
 @pytest.mark.parametrize(
     "section,key,value,match",
     [
@@ -144,6 +162,75 @@ def test_malformed_allennlp_options_are_clear_errors(section, key, value, match)
     opts[section][key] = value
     with pytest.raises(ValueError, match=match):
         BiLMConfig.from_allennlp_options(opts)
+
+
+@pytest.mark.parametrize(
+    "section,key,value,said",
+    [
+        ("lstm", "dim", "24", r"lstm\.dim \(BiLMConfig\.cell_dim\): cell_dim must be a positive integer; found '24'\."),
+        ("lstm", "projection_dim", 8.0, r"lstm\.projection_dim \(BiLMConfig\.projection_dim\): .*found 8\.0"),
+        ("lstm", "cell_clip", "3", r"lstm\.cell_clip \(BiLMConfig\.cell_clip\): cell_clip must be a finite"),
+        ("lstm", "use_skip_connections", "true", r"lstm\.use_skip_connections \(BiLMConfig\.use_skip_connections\)"),
+        ("char_cnn", "activation", "sigmoid", r"char_cnn\.activation \(BiLMConfig\.activation\): Unsupported"),
+        ("char_cnn", "n_characters", 263, r"char_cnn\.n_characters \(BiLMConfig\.n_characters\): n_characters=263"),
+        ("char_cnn", "max_characters_per_token", 2, r"char_cnn\.max_characters_per_token \(BiLMConfig\.max_chara"),
+        ("char_cnn", "n_highway", -1, r"char_cnn\.n_highway \(BiLMConfig\.n_highway\)"),
+        ("char_cnn", "filters", [[60, 4]], r"char_cnn\.filters \(BiLMConfig\.filters\): Filter width 60 is wider"),
+        ("embedding", "dim", 0, r"char_cnn\.embedding\.dim \(BiLMConfig\.char_embedding_dim\)"),
+    ],
+)
+def test_a_bad_options_value_names_the_file_and_its_options_key(tmp_path, section, key, value, said):
+    """'cell_dim must be a positive integer' named the config's field, neither the options key (lstm.dim) nor the
+    file: each is now said, as for a native config.json."""
+    opts = options()
+    (opts["char_cnn"]["embedding"] if section == "embedding" else opts[section])[key] = value
+    path = tmp_path / "options.json"
+    path.write_text(json.dumps(opts))
+    with pytest.raises(ValueError, match=rf"The ELMo options {re.escape(str(path))} have an invalid {said}") as err:
+        BiLMConfig.from_allennlp_options(path)
+    assert str(err.value).endswith("Fix {} in the options file, or use the options.json that came with the weight "
+                                   "file.".format(said.split(" ")[0].replace("\\", "")))
+
+
+def test_options_without_n_layers_name_the_key_and_the_layers_of_the_weight_file(tmp_path):
+    """Refused as 'lack the key' with 'check that you passed the options file and not the weight file', wrong here;
+    bilm-tf training's default of 1 is not assumed either. The weight file's layer count is the fix, where it says."""
+    import h5py
+
+    from tests.bilm.oracle import write_options, write_weights
+
+    for layers in (1, 3):
+        opts = options(L=layers)
+        write_weights(tmp_path / f"w{layers}.hdf5", opts, np.random.default_rng(0))
+        del opts["lstm"]["n_layers"]
+        write_options(tmp_path / "o.json", opts)
+        with pytest.raises(ValueError, match=rf"lack the key 'lstm\.n_layers'.*not taken as 1.* The weight file "
+                                             rf".*w{layers}\.hdf5 holds {layers} layer\(s\) per direction: add "
+                                             rf'"n_layers": {layers} to the \'lstm\' section\.$') as err:
+            BiLM.from_allennlp(tmp_path / "o.json", tmp_path / f"w{layers}.hdf5")
+        assert "not the weight file" not in str(err.value)
+    with h5py.File(tmp_path / "w1.hdf5", "a") as f:  # the oracle wrote bilm-tf's training dump: now the written form
+        f.create_group("RNN_0/RNN/MultiRNNCell/Cell0")
+        f.move("RNN_0/RNN/LSTMCell", "RNN_0/RNN/MultiRNNCell/Cell0/LSTMCell")
+    with pytest.raises(ValueError, match=r'holds 1 layer\(s\) per direction: add "n_layers": 1'):
+        BiLM.from_allennlp(tmp_path / "o.json", tmp_path / "w1.hdf5")
+    (tmp_path / "bad.hdf5").write_bytes(b"not hdf5")
+    for given in ((tmp_path / "o.json", tmp_path / "bad.hdf5"), (opts,)):  # no count to give: N, and the released 2
+        with pytest.raises(ValueError, match=r"lack the key 'lstm\.n_layers'.* Add \"n_layers\": N to the 'lstm' "
+                                             r"section, N the layers .* \(the released models have 2\)\.$"):
+            BiLM.from_allennlp(*given) if len(given) == 2 else BiLMConfig.from_allennlp_options(*given)
+
+
+def test_invalid_config_value_pickles_with_its_field():
+    """A worker process's error reaches the parent with its field, which from_allennlp_options reads."""
+    import pickle
+
+    from spacy_elmo.bilm.config import InvalidConfigValue
+
+    with pytest.raises(InvalidConfigValue) as err:
+        BiLMConfig.from_dict({"cell_dim": 0})
+    again = pickle.loads(pickle.dumps(err.value))
+    assert (type(again), again.field, str(again)) == (InvalidConfigValue, "cell_dim", str(err.value))
 
 
 @pytest.mark.parametrize("value", [-3, 999])

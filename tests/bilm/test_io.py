@@ -2,6 +2,8 @@
 
 import json
 import os
+import re
+import warnings
 from pathlib import Path
 
 import h5py
@@ -921,6 +923,104 @@ def test_a_float64_file_beyond_float32_is_refused_not_loaded_as_inf(files, tmp_p
     with pytest.raises(ValueError, match=r"'token_encoder\.conv_biases\.0' holds values reaching 1e\+39, beyond "
                                          r"torch\.float32's range .* the training that wrote them diverged"):
         BiLM.load(tmp_path / "m")
+
+
+def test_a_float64_save_loads_in_the_default_dtype_and_bit_exact_under_float64(files, tmp_path):
+    """As BiLM.load and save say: float64 weights are rounded into a float32 model (.double() afterwards cannot
+    restore them), and loaded bit for bit under torch.set_default_dtype(torch.float64)."""
+    model = BiLM.from_allennlp(*files).double()
+    with torch.no_grad():
+        model.token_encoder.char_embedding.fill_(1 / 3)  # not a float32 value
+    model.save(tmp_path / "m")
+    assert load_tensors(tmp_path / "m")["token_encoder.char_embedding"].dtype == torch.float64
+    rounded = BiLM.load(tmp_path / "m")
+    assert rounded.token_encoder.char_embedding.dtype == torch.float32
+    assert torch.equal(rounded.token_encoder.char_embedding, torch.full_like(rounded.token_encoder.char_embedding, 1 / 3))
+    assert not torch.equal(rounded.double().token_encoder.char_embedding, model.token_encoder.char_embedding)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        exact = BiLM.load(tmp_path / "m")
+    finally:
+        torch.set_default_dtype(default)
+    state = model.state_dict()
+    assert all(v.dtype == torch.float64 and torch.equal(v, state[k]) for k, v in exact.state_dict().items()
+               if v.is_floating_point())
+
+
+def test_an_all_zero_weight_matrix_warns_naming_it(files):
+    """A download into a pre-allocated file that stopped early leaves zeros at the end: a whole W_P_0 loaded
+    silently. Each large matrix all zeros is named, once; the model is still what the file holds."""
+    opt_path, weight_path = files
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        BiLM.from_allennlp(opt_path, weight_path)  # the random weights: no warning
+    last = "RNN_1/RNN/MultiRNNCell/Cell1/LSTMCell"
+    with h5py.File(weight_path, "a") as f:
+        for name in (f"{last}/W_P_0", f"{last}/B", "CNN/W_cnn_2"):
+            f[name][...] = 0
+        f[f"{last}/W_0"][:-1] = 0  # one row left: not all zeros
+    with pytest.warns(UserWarning) as record:
+        model = BiLM.from_allennlp(opt_path, weight_path)
+    said = [str(w.message) for w in record if "all zeros" in str(w.message)]
+    assert len(said) == 1 and str(weight_path) in said[0]
+    assert re.search(rf"matrices CNN/W_cnn_2, {last}/W_P_0 of .* are all zeros.* Copy it again", said[0]), said[0]
+    assert not model.lstm.backward_layers[1].w_proj.any()
+
+
+def rewrite_dtypes(weight_path, dtypes, change=None):
+    """Rewrite every dataset of the hdf5 ``weight_path`` in ``dtypes[name]`` (default the first entry), after
+    ``change(name, array)`` on its float64 value."""
+    data = datasets(weight_path)
+    with h5py.File(weight_path, "w") as f:
+        for name, value in data.items():
+            value = value.astype(np.float64)
+            if change:
+                change(name, value)
+            f.create_dataset(name, data=value.astype(dtypes.get(name, dtypes[None])))
+
+
+def test_a_float64_hdf5_beyond_float32_is_the_native_readers_error_without_a_numpy_warning(files, tmp_path):
+    """A finite float64 1e300 was cast by NumPy first: inf, so 'NaN or infinite ... damaged' and NumPy's
+    RuntimeWarning 'overflow encountered in cast', where the native reader says E_WEIGHT_DTYPE_OVERFLOW."""
+    opt_path, weight_path = files
+
+    def big(name, value):
+        if name == "CNN/b_cnn_1":
+            value[2] = -1e300
+
+    rewrite_dtypes(weight_path, {None: np.float64}, big)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match=r"'CNN/b_cnn_1' holds values reaching 1e\+300, beyond torch\.float32's "
+                                             r"range .* the training that wrote them diverged") as err:
+            BiLM.from_allennlp(opt_path, weight_path)
+    assert str(weight_path) in str(err.value) and "damaged" not in str(err.value)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.uint16])
+def test_hdf5_weights_of_integers_are_refused_naming_the_dataset(files, dtype):
+    opt_path, weight_path = files
+    rewrite_dtypes(weight_path, {None: np.float32, "CNN/W_cnn_2": dtype})
+    with pytest.raises(ValueError, match=rf"Dataset 'CNN/W_cnn_2' in .* holds {np.dtype(dtype).name} values, but "
+                                         r"weights are float arrays"):
+        BiLM.from_allennlp(opt_path, weight_path)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ">f4", ">f8", np.longdouble])
+def test_hdf5_weights_of_other_float_dtypes_load_as_their_float32_values(files, tmp_path, dtype):
+    """Half, big-endian and long double datasets: each value read as the float32 nearest to it, no warning."""
+    opt_path, weight_path = files
+    expected = {k: v.astype(dtype).astype(np.float32) for k, v in datasets(weight_path).items()}
+    rewrite_dtypes(weight_path, {None: dtype})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model = BiLM.from_allennlp(opt_path, weight_path)
+    with h5py.File(weight_path, "r") as f:
+        assert f["char_embed"].dtype == np.dtype(dtype)
+    assert np.array_equal(model.token_encoder.char_embedding.detach().numpy(), expected["char_embed"])
+    prefix = "RNN_1/RNN/MultiRNNCell/Cell1/LSTMCell"
+    assert np.array_equal(model.lstm.backward_layers[1].w_proj.detach().numpy(), expected[f"{prefix}/W_P_0"])
 
 
 @pytest.mark.parametrize("state, match", [
