@@ -67,18 +67,18 @@ class Errors:
     E_BAD_NON_NEGATIVE = "{name} must be an integer of 0 or more; found {value!r}."
     E_BAD_CLIP = "{name} must be a finite positive number, or null for no clipping; found {value!r}."
     E_OPTIONS_MISSING_KEY = (
-        "The ELMo options {source} lack the key {key!r}. An AllenNLP/bilm-tf options.json "
+        "The ELMo options in {source} lack the key {key!r}. An AllenNLP/bilm-tf options.json "
         "has 'lstm' (dim, projection_dim, n_layers, ...) and 'char_cnn' (embedding.dim, "
         "filters, ...): check that you passed the options file and not the weight file."
     )
     E_OPTIONS_NO_SKIP_KEY = (
-        "The ELMo options {source} lack the key 'lstm.use_skip_connections', and no default is safe: AllenNLP "
+        "The ELMo options in {source} lack the key 'lstm.use_skip_connections', and no default is safe: AllenNLP "
         "refuses such options and bilm-tf's inference model fails on them. Add it to the 'lstm' section: "
         "\"use_skip_connections\": true for a released model (all of them use skip connections), or false for "
         "a model that bilm-tf trained without them."
     )
     E_OPTIONS_NO_N_LAYERS = (
-        "The ELMo options {source} lack the key 'lstm.n_layers', the biLSTM's layers per direction (not taken "
+        "The ELMo options in {source} lack the key 'lstm.n_layers', the biLSTM's layers per direction (not taken "
         "as 1, bilm-tf training's default, which would be a guess). {fix}"
     )
     E_OPTIONS_N_LAYERS_IN_FILE = (
@@ -89,7 +89,7 @@ class Errors:
         "models have 2)."
     )
     E_OPTIONS_BAD_VALUE = (
-        "The ELMo options {source} have an invalid {key} (BiLMConfig.{field}): {error} Fix {key} in the options "
+        "The ELMo options in {source} have an invalid {key} (BiLMConfig.{field}): {error} Fix {key} in the options "
         "file, or use the options.json that came with the weight file."
     )
     E_OPTIONS_NOT_JSON = (

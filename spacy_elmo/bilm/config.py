@@ -206,7 +206,7 @@ class BiLMConfig:
         is an error, as it is to AllenNLP and bilm-tf's inference model: a default would guess
         the model (every released one has skip connections); so is a missing ``lstm.n_layers``.
         """
-        source = "dict"
+        source = "the given dict"
         if not isinstance(options, dict):
             source = str(options)
             if not Path(options).exists():

@@ -186,7 +186,7 @@ def test_a_bad_options_value_names_the_file_and_its_options_key(tmp_path, sectio
     (opts["char_cnn"]["embedding"] if section == "embedding" else opts[section])[key] = value
     path = tmp_path / "options.json"
     path.write_text(json.dumps(opts))
-    with pytest.raises(ValueError, match=rf"The ELMo options {re.escape(str(path))} have an invalid {said}") as err:
+    with pytest.raises(ValueError, match=rf"The ELMo options in {re.escape(str(path))} have an invalid {said}") as err:
         BiLMConfig.from_allennlp_options(path)
     assert str(err.value).endswith("Fix {} in the options file, or use the options.json that came with the weight "
                                    "file.".format(said.split(" ")[0].replace("\\", "")))
