@@ -370,8 +370,8 @@ class ElmoComponent(TrainablePipe):
         self.vocab = vocab
         self.model = model
         self.name = name
-        #: ``{"lang", "tokenizer"}`` of the pipeline (set by the factory): loaded weights whose
-        #: pretraining read other tokens get a warning.
+        #: ``{"lang", "tokenizer"}`` of the pipeline as the factory saw it: what :meth:`_check_tokens` compares
+        #: loaded weights with when the pipeline itself is out of reach (see :meth:`_reading`).
         self.pipeline_tokens: Optional[Dict[str, Any]] = None
         self._listener_map: Dict[str, List[ElmoListener]] = {}
         self.cfg: Dict[str, Any] = {
@@ -465,10 +465,21 @@ class ElmoComponent(TrainablePipe):
                 )
             raise (NotAModelDir if isinstance(err, NotAModelDir) else FileNotFoundError)(text) from err
 
+    def _reading(self) -> Optional[Dict[str, Any]]:
+        """``{"lang", "tokenizer"}`` of the pipeline now: read from the pipeline the factory built this component
+        for while it holds it, else what the factory recorded (pickled, renamed, the pipeline gone). Read when the
+        weights load (initialize or first use), not in the factory: Language.from_config (spacy train, init_nlp,
+        spacy.load) builds the components while nlp.config is still the language class's default and sets the
+        real one (``--nlp.tokenizer``, a fallback block) only at its end."""
+        nlp = self._pipeline()
+        if nlp is None:
+            return self.pipeline_tokens
+        return {"lang": nlp.lang, "tokenizer": tokenizer_settings(nlp)}
+
     def _check_tokens(self, bilm: BiLM, source: str) -> None:
         """Warn when ``pretrain`` read the model's text with another language or tokenizer than this
         pipeline's (e.g. Japanese phrases of the fallback tokenizer against SudachiPy's words)."""
-        trained, here = bilm.provenance, self.pipeline_tokens
+        trained, here = bilm.provenance, self._reading()
         if here is None or trained.get("trained_by") != "spacy-elmo pretrain" or not trained.get("lang"):
             return
         tokenizer = trained.get("tokenizer")  # absent in models pretrained before it was recorded

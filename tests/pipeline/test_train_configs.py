@@ -640,3 +640,71 @@ def test_fill_config_adds_no_setting_of_ours_to_shipped_configs(cfg, tmp_path):
     added = set(_flat(filled.copy()["components"])) - set(_flat(given.copy()["components"]))
     ours = {key for key in added if not key.startswith("sentencizer.")}  # spaCy's own component's defaults
     assert ours == set(), ours
+
+
+ZH_CHARS = {"@tokenizers": "spacy.zh.ChineseTokenizer", "segmenter": "char"}
+RULES = {"@tokenizers": "spacy.Tokenizer.v1"}
+
+
+def _pretrained_as(tiny_dir, path, lang, tokenizer):
+    """The tiny biLM saved as ``pretrain --lang LANG`` records a model (its language and tokenizer block)."""
+    BiLM.load(tiny_dir).save(path, provenance={"trained_by": "spacy-elmo pretrain", "lang": lang, "tokenizer": tokenizer})
+    return path
+
+
+def _token_warnings(caught):
+    return [str(w.message) for w in caught if "pretrained on the tokens" in str(w.message)]
+
+
+# (nlp overrides, the model's language and tokenizer, warns): ner.cfg's [nlp.tokenizer] is spacy.Tokenizer.v1
+TOKENIZER_CASES = [
+    ({"nlp.lang": "zh"}, "zh", ZH_CHARS, True),  # whole phrases read by a model of characters
+    ({"nlp.lang": "ko"}, "ko", RULES, False),  # the README's Korean fallback, configured as pretrain read it
+    ({"nlp.lang": "zh", "nlp.tokenizer": ZH_CHARS}, "zh", ZH_CHARS, False),  # the documented override
+]
+
+
+@pytest.mark.parametrize("build", ["init_nlp", "load_model_from_config"])
+@pytest.mark.parametrize("overrides,lang,tokenizer,warns", TOKENIZER_CASES)
+def test_pipeline_built_from_a_config_is_checked_against_its_own_tokenizer(
+    build, overrides, lang, tokenizer, warns, corpus_dir, tiny_dir, tmp_path
+):
+    """The factory recorded the pipeline's tokenizer while Language.from_config was still building it (nlp.config
+    then the language class's default, the real one set at its end): ner.cfg with --nlp.lang zh (really
+    spacy.Tokenizer.v1) ran a model of characters silently, and the Korean fallback configured as pretrain read
+    it got a warning naming spacy.ko.KoreanTokenizer, which the pipeline never used."""
+    model = _pretrained_as(tiny_dir, tmp_path / "model", lang, tokenizer)
+    if build == "load_model_from_config":  # no initialize: [components.elmo] weights, not --paths.elmo
+        overrides = {**overrides, "components.elmo.weights": str(model)}
+    config = _config("ner.cfg", corpus_dir, model, overrides)
+    text = "我们今天去北京大学参观。" if lang == "zh" else "나는 학교에 간다 ."
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if build == "init_nlp":  # spacy train: the weights load at initialize
+            nlp = init_nlp(config)
+            nlp(text)
+        else:  # the weights load at first use (ner, not initialized, is not run)
+            nlp = spacy.util.load_model_from_config(config, auto_fill=True)
+            nlp.get_pipe("elmo")(nlp.make_doc(text))
+    messages = _token_warnings(caught)
+    assert len(messages) == int(warns), messages
+    if warns:
+        assert "this pipeline is 'zh' with tokenizer {'@tokenizers': 'spacy.Tokenizer.v1'}" in messages[0]
+
+
+@pytest.mark.parametrize("overrides,lang,tokenizer,warns", TOKENIZER_CASES)
+def test_saved_pipeline_checks_weights_against_its_own_tokenizer(
+    overrides, lang, tokenizer, warns, corpus_dir, tiny_dir, tmp_path
+):
+    """spacy.load builds the saved pipeline through Language.from_config too: weights loaded into it afterwards
+    were compared with the language class's default tokenizer, not the one saved in its config.cfg."""
+    model = _pretrained_as(tiny_dir, tmp_path / "model", lang, tokenizer)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        init_nlp(_config("ner.cfg", corpus_dir, model, overrides)).to_disk(tmp_path / "saved")
+    nlp = spacy.load(tmp_path / "saved")
+    assert nlp.config["nlp"]["tokenizer"] == overrides.get("nlp.tokenizer", RULES)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        nlp.get_pipe("elmo").load_weights(str(model))
+    assert len(_token_warnings(caught)) == int(warns)
