@@ -43,7 +43,7 @@ from ..bilm import BiLM
 from ..bilm.native_io import NotAModelDir
 from ..errors import Errors, Warnings
 from ..forksafe import after_fork_in_child
-from ..training.data import tokenizer_settings
+from ..training.data import reads_other_tokens, tokenizer_settings
 from .bilm_layer import (
     DEFAULT_LEARN_RATE_SCALE,
     ModelState,
@@ -480,10 +480,8 @@ class ElmoComponent(TrainablePipe):
         """Warn when ``pretrain`` read the model's text with another language or tokenizer than this
         pipeline's (e.g. Japanese phrases of the fallback tokenizer against SudachiPy's words)."""
         trained, here = bilm.provenance, self._reading()
-        if here is None or trained.get("trained_by") != "spacy-elmo pretrain" or not trained.get("lang"):
-            return
-        tokenizer = trained.get("tokenizer")  # absent in models pretrained before it was recorded
-        if trained["lang"] != here["lang"] or (tokenizer is not None and tokenizer != here["tokenizer"]):
+        if here is not None and reads_other_tokens(trained, here["lang"], here["tokenizer"]):
+            tokenizer = trained.get("tokenizer")  # absent in models pretrained before it was recorded
             message = Warnings.W_ELMO_OTHER_TOKENS if tokenizer is not None else Warnings.W_ELMO_OTHER_LANG
             warnings.warn(
                 message.format(name=self.name, source=source, lang=trained["lang"], tokenizer=tokenizer,
