@@ -1851,9 +1851,16 @@ class Warnings:
         "spacy-elmo: the {name} component's model {source} was pretrained on the tokens of spaCy's "
         "{lang!r} tokenizer {tokenizer}, but this pipeline is {nlp_lang!r} with tokenizer {nlp_tokenizer}: "
         "the biLM reads other tokens than it learnt from (e.g. whole phrases instead of words), and its "
-        "vectors are worse for it. Build the pipeline with the model's language and tokenizer, e.g. "
-        "spacy.blank({lang!r}, config={{'nlp': {{'tokenizer': {tokenizer}}}}}), or pretrain with this "
-        "pipeline's tokenizer."
+        "vectors are worse for it. Build the pipeline with the model's language and tokenizer: in Python "
+        "spacy.blank({lang!r}, config={{'nlp': {{'tokenizer': {tokenizer}}}}}); in a training config (the shipped "
+        "ones have lang = \"en\" and spacy.Tokenizer.v1) [nlp] lang = \"{lang}\" and that [nlp.tokenizer] block, "
+        "e.g. on the command line of spacy train: --nlp.lang {lang} --nlp.tokenizer '{tokenizer_json}'.{again}"
+    )
+    #: W_ELMO_OTHER_TOKENS's and W_ELMO_OTHER_LANG's ``again`` where this pipeline's tokenizer is its language's
+    #: default, the one ``pretrain --lang`` reads with (it takes no other)
+    W_ELMO_PRETRAIN_AGAIN = (
+        " Or pretrain a model on this pipeline's tokens: `spacy-elmo pretrain TEXT OUT_DIR --lang {nlp_lang}` reads "
+        "the text with this very tokenizer."
     )
     W_ELMO_SOURCED_OTHER_WEIGHTS = (
         "spacy-elmo: the '{name}' component runs the biLM it was sourced with ({source}), not {requested!r}, "
@@ -1890,8 +1897,10 @@ class Warnings:
         "spacy-elmo: the {name} component's model {source} was pretrained on the tokens of spaCy's "
         "{lang!r} tokenizer (its settings were not recorded: an older model), but this pipeline is "
         "{nlp_lang!r}: the biLM reads other tokens than it learnt from, and its vectors are worse for it. Build "
-        "the pipeline with the model's language, e.g. spacy.blank({lang!r}), or pretrain with this pipeline's "
-        "tokenizer."
+        "the pipeline with the model's language and the tokenizer spacy.blank gives it: in Python "
+        "spacy.blank({lang!r}); in a training config [nlp] lang = \"{lang}\" and the [nlp.tokenizer] block of "
+        "spacy.blank({lang!r}).config, on the command line of spacy train: --nlp.lang {lang} --nlp.tokenizer "
+        "'{tokenizer_json}'.{again}"
     )
     W_READ_OTHER_TOKENS = (
         "spacy-elmo: {model} was pretrained on the tokens of {trained}, but {path} is read with spaCy's {lang!r} "

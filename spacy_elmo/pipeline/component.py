@@ -12,6 +12,7 @@ never initializes components listed there).
 import contextlib
 import copy
 import functools
+import json
 import math
 import operator
 import os
@@ -43,7 +44,7 @@ from ..bilm import BiLM
 from ..bilm.native_io import NotAModelDir
 from ..errors import Errors, Warnings
 from ..forksafe import after_fork_in_child
-from ..training.data import reads_other_tokens, tokenizer_settings
+from ..training.data import default_tokenizer_settings, reads_other_tokens, tokenizer_settings
 from .bilm_layer import (
     DEFAULT_LEARN_RATE_SCALE,
     ModelState,
@@ -483,9 +484,14 @@ class ElmoComponent(TrainablePipe):
         if here is not None and reads_other_tokens(trained, here["lang"], here["tokenizer"]):
             tokenizer = trained.get("tokenizer")  # absent in models pretrained before it was recorded
             message = Warnings.W_ELMO_OTHER_TOKENS if tokenizer is not None else Warnings.W_ELMO_OTHER_LANG
+            # pretrain reads with spacy.blank(LANG)'s tokenizer only: it is a fix where that is this pipeline's
+            again = here["tokenizer"] == default_tokenizer_settings(here["lang"])
+            shown = tokenizer if tokenizer is not None else default_tokenizer_settings(trained["lang"])
             warnings.warn(
                 message.format(name=self.name, source=source, lang=trained["lang"], tokenizer=tokenizer,
-                               nlp_lang=here["lang"], nlp_tokenizer=here["tokenizer"]),
+                               tokenizer_json=json.dumps(shown, ensure_ascii=False), nlp_lang=here["lang"],
+                               nlp_tokenizer=here["tokenizer"],
+                               again=Warnings.W_ELMO_PRETRAIN_AGAIN.format(nlp_lang=here["lang"]) if again else ""),
                 UserWarning,
                 stacklevel=user_stacklevel(),  # the user's nlp(text) or load_weights, not the loading's frames
             )

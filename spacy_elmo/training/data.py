@@ -657,6 +657,19 @@ def tokenizer_settings(nlp) -> dict:
     return json.loads(json.dumps(dict(nlp.config["nlp"]["tokenizer"]), default=str))
 
 
+def default_tokenizer_settings(lang: str) -> Optional[dict]:
+    """:func:`tokenizer_settings` of ``spacy.blank(lang)`` where the packages its tokenizer needs are installed (the
+    language class's default config; nothing is built): what ``pretrain --lang LANG`` reads with, unless it fell
+    back to ``spacy.Tokenizer.v1`` (:func:`make_nlp`). None where this spaCy has no language ``lang``."""
+    from spacy.util import get_lang_class
+
+    try:
+        block = get_lang_class(lang).default_config["nlp"]["tokenizer"]
+    except Exception:  # noqa: BLE001 - ImportError, or AttributeError for 'en.stop_words' (as spacy_language)
+        return None
+    return json.loads(json.dumps(dict(block), default=str))
+
+
 #: ``provenance["trained_by"]`` of the models ``pretrain`` writes: they record the language and tokenizer block of their text.
 PRETRAINED_BY = "spacy-elmo pretrain"
 

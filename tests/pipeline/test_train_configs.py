@@ -708,3 +708,40 @@ def test_saved_pipeline_checks_weights_against_its_own_tokenizer(
         warnings.simplefilter("always")
         nlp.get_pipe("elmo").load_weights(str(model))
     assert len(_token_warnings(caught)) == int(warns)
+
+
+@pytest.mark.parametrize("recorded", [ZH_CHARS, None], ids=["tokenizer-recorded", "older-model"])
+def test_the_tokenizer_warning_gives_a_fix_that_silences_it(recorded, corpus_dir, tiny_dir, tmp_path):
+    """The warning said "or pretrain with this pipeline's tokenizer", which pretrain cannot (it reads with
+    spacy.blank(LANG)'s tokenizer only). It now gives the spacy train overrides that build the pipeline as the
+    model read its text: applied (as spacy train parses them, JSON values) they silence it; and pretraining
+    again with --lang, where the pipeline's tokenizer is its language's default (ner.cfg's English is)."""
+    provenance = {"trained_by": "spacy-elmo pretrain", "lang": "zh", **({"tokenizer": recorded} if recorded else {})}
+    BiLM.load(tiny_dir).save(tmp_path / "model", provenance=provenance)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        init_nlp(_config("ner.cfg", corpus_dir, tmp_path / "model"))
+    (message,) = _token_warnings(caught)
+    assert "pretrain with this pipeline's tokenizer" not in message
+    assert message.endswith("Or pretrain a model on this pipeline's tokens: `spacy-elmo pretrain TEXT OUT_DIR "
+                            "--lang en` reads the text with this very tokenizer.")
+    found = re.search(r"--nlp\.lang (\S+) --nlp\.tokenizer '([^']+)'", message)
+    overrides = {"nlp.lang": found.group(1), "nlp.tokenizer": srsly.json_loads(found.group(2))}
+    assert overrides == {"nlp.lang": "zh", "nlp.tokenizer": ZH_CHARS}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        nlp = init_nlp(_config("ner.cfg", corpus_dir, tmp_path / "model", overrides))
+    assert not _token_warnings(caught)
+    assert [t.text for t in nlp("我喜欢茶")] == ["我", "喜", "欢", "茶"]
+
+
+def test_no_pretrain_advice_where_pretrain_cannot_read_as_the_pipeline(corpus_dir, tiny_dir, tmp_path):
+    """ner.cfg with --nlp.lang zh reads Chinese with spacy.Tokenizer.v1, which pretrain --lang zh never does
+    (it reads characters): the warning names the overrides alone."""
+    model = _pretrained_as(tiny_dir, tmp_path / "model", "zh", ZH_CHARS)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        init_nlp(_config("ner.cfg", corpus_dir, model, {"nlp.lang": "zh"}))
+    (message,) = _token_warnings(caught)
+    assert "spacy-elmo pretrain" not in message and message.endswith(
+        """--nlp.lang zh --nlp.tokenizer '{"@tokenizers": "spacy.zh.ChineseTokenizer", "segmenter": "char"}'.""")
