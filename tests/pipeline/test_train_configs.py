@@ -745,3 +745,39 @@ def test_no_pretrain_advice_where_pretrain_cannot_read_as_the_pipeline(corpus_di
     (message,) = _token_warnings(caught)
     assert "spacy-elmo pretrain" not in message and message.endswith(
         """--nlp.lang zh --nlp.tokenizer '{"@tokenizers": "spacy.zh.ChineseTokenizer", "segmenter": "char"}'.""")
+
+
+def test_the_readmes_chinese_training_command_builds_the_pipeline_as_the_model_read(tiny_dir, tmp_path):
+    """README: the shipped configs with --nlp.lang zh and the --nlp.tokenizer override (a JSON value on spacy
+    train's command line) train a pipeline that reads characters, as a model of pretrain --lang zh did: no
+    tokenizer warning, and the saved pipeline keeps the block."""
+    import shlex
+    from pathlib import Path
+
+    from spacy.tokens import DocBin
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    (command,) = [c for c in re.findall(r"python -m spacy train [^\n]*\\\n[^\n]*", readme) if "--nlp.tokenizer" in c]
+    words = shlex.split(command.replace("\\\n", " "))
+    overrides = words[words.index("--nlp.lang"):]
+    assert overrides[:2] == ["--nlp.lang", "zh"] and len(overrides) == 4
+    model = _pretrained_as(tiny_dir, tmp_path / "model", "zh", ZH_CHARS)
+    nlp = spacy.blank("zh")
+    docs = []
+    for text in ["我们今天去北京大学参观。", "他喜欢吃苹果和香蕉！", "中华人民共和国成立于一九四九年。"] * 4:
+        doc = nlp(text)
+        start = text.find("北京")
+        if start >= 0:
+            doc.ents = [doc.char_span(start, start + 2, label="LOC")]
+        docs.append(doc)
+    DocBin(docs=docs).to_disk(tmp_path / "zh.spacy")
+    config = shutil.copy(CONFIGS / "ner.cfg", tmp_path / "ner.cfg")
+    cmd = [sys.executable, "-m", "spacy", "train", str(config), "--output", str(tmp_path / "out"),
+           "--paths.train", str(tmp_path / "zh.spacy"), "--paths.dev", str(tmp_path / "zh.spacy"),
+           "--paths.elmo", str(model), "--training.max_steps", "2", "--training.eval_frequency", "2", *overrides]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "pretrained on the tokens" not in result.stderr
+    trained = spacy.load(tmp_path / "out" / "model-last")
+    assert trained.config["nlp"]["tokenizer"] == ZH_CHARS and trained.lang == "zh"
+    assert [t.text for t in trained("我喜欢茶")] == ["我", "喜", "欢", "茶"]
