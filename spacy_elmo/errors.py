@@ -1523,6 +1523,10 @@ class Errors:
         "writes to the file: the parts kept are reused if it holds the first text again; with another text, "
         "pass --restart to drop them."
     )
+    E_EMBED_WHITESPACE_AND_LANG = (
+        "--whitespace splits the lines at whitespace and --lang {lang} reads them with spaCy's tokenizer: give one "
+        "of them (neither: the language the model was pretrained on, whitespace for a model that records none)."
+    )
     E_EMBED_LAYERS = "Unknown layers {layers!r}: use 'all' (every layer), 'top' or 'average'."
     E_EMBED_LINE_TOO_LONG = (
         "{path} line {line} has {n} tokens, more than --max-tokens {max_tokens}. The input is one sentence "
@@ -1847,9 +1851,16 @@ class Warnings:
         "spacy-elmo: the {name} component's model {source} was pretrained on the tokens of spaCy's "
         "{lang!r} tokenizer {tokenizer}, but this pipeline is {nlp_lang!r} with tokenizer {nlp_tokenizer}: "
         "the biLM reads other tokens than it learnt from (e.g. whole phrases instead of words), and its "
-        "vectors are worse for it. Build the pipeline with the model's language and tokenizer, e.g. "
-        "spacy.blank({lang!r}, config={{'nlp': {{'tokenizer': {tokenizer}}}}}), or pretrain with this "
-        "pipeline's tokenizer."
+        "vectors are worse for it. Build the pipeline with the model's language and tokenizer: in Python "
+        "spacy.blank({lang!r}, config={{'nlp': {{'tokenizer': {tokenizer}}}}}); in a training config (the shipped "
+        "ones have lang = \"en\" and spacy.Tokenizer.v1) [nlp] lang = \"{lang}\" and that [nlp.tokenizer] block, "
+        "e.g. on the command line of spacy train: --nlp.lang {lang} --nlp.tokenizer '{tokenizer_json}'.{again}"
+    )
+    #: W_ELMO_OTHER_TOKENS's and W_ELMO_OTHER_LANG's ``again`` where this pipeline's tokenizer is its language's
+    #: default, the one ``pretrain --lang`` reads with (it takes no other)
+    W_ELMO_PRETRAIN_AGAIN = (
+        " Or pretrain a model on this pipeline's tokens: `spacy-elmo pretrain TEXT OUT_DIR --lang {nlp_lang}` reads "
+        "the text with this very tokenizer."
     )
     W_ELMO_SOURCED_OTHER_WEIGHTS = (
         "spacy-elmo: the '{name}' component runs the biLM it was sourced with ({source}), not {requested!r}, "
@@ -1886,8 +1897,30 @@ class Warnings:
         "spacy-elmo: the {name} component's model {source} was pretrained on the tokens of spaCy's "
         "{lang!r} tokenizer (its settings were not recorded: an older model), but this pipeline is "
         "{nlp_lang!r}: the biLM reads other tokens than it learnt from, and its vectors are worse for it. Build "
-        "the pipeline with the model's language, e.g. spacy.blank({lang!r}), or pretrain with this pipeline's "
-        "tokenizer."
+        "the pipeline with the model's language and the tokenizer spacy.blank gives it: in Python "
+        "spacy.blank({lang!r}); in a training config [nlp] lang = \"{lang}\" and the [nlp.tokenizer] block of "
+        "spacy.blank({lang!r}).config, on the command line of spacy train: --nlp.lang {lang} --nlp.tokenizer "
+        "'{tokenizer_json}'.{again}"
+    )
+    W_READ_OTHER_TOKENS = (
+        "spacy-elmo: {model} was pretrained on the tokens of {trained}, but {path} is read with spaCy's {lang!r} "
+        "tokenizer {tokenizer}: the biLM reads other tokens than it learnt from (e.g. whole phrases instead of "
+        "words, or words instead of characters), and what it gives (vectors, perplexity, a fitted state) is worse "
+        "for it. {fix}"
+    )
+    #: W_READ_OTHER_TOKENS's ``trained`` of a model that records its tokenizer block
+    W_READ_TRAINED = "spaCy's {lang!r} tokenizer {tokenizer}"
+    #: W_READ_OTHER_TOKENS's ``trained`` of a model pretrained before the tokenizer was recorded
+    W_READ_TRAINED_UNRECORDED = "spaCy's {lang!r} tokenizer (its settings were not recorded: an older model)"
+    #: W_READ_OTHER_TOKENS's ``fix`` where the language differs
+    W_READ_FIX_LANG = "Read it with `--lang {lang}`, the model's language."
+    #: W_READ_OTHER_TOKENS's ``fix`` where the language is the model's and its tokenizer changed since pretraining
+    W_READ_FIX_TOKENIZER = (
+        "spaCy's tokenizer for {lang!r} is another than when the model was pretrained: a package it needs was "
+        "installed or removed since (ja: SudachiPy and SudachiDict; ko: mecab-ko and natto-py; th: PyThaiNLP; vi: "
+        "pyvi), or spaCy's default changed. Read it as the model was trained with spaCy's {lang!r} tokenizer "
+        "{tokenizer} again (install or remove that package, e.g. in an environment of its own), or pretrain the "
+        "model again on this tokenizer's tokens (`spacy-elmo pretrain TEXT OUT_DIR --lang {lang}`)."
     )
     W_LISTENER_ZEROS = (
         "spacy-elmo: the ELMo listener in '{component}' got no ELMo layers for a training batch and reads "

@@ -30,7 +30,10 @@ def embed(
     layers: str = typer.Option("all", callback=_layer_mode,
                                help="all: (L+1, n, 2P) per line; top: the last layer; average: their mean."),
     lang: Optional[str] = typer.Option(None, callback=spacy_language, help="Tokenize with spaCy's tokenizer for this language, whitespace "
-                                       "tokens left out as in pretraining (default: split at whitespace, as AllenNLP's command)."),
+                                       "tokens left out as in pretraining (default: the language the model was pretrained on, "
+                                       "as evaluate; a model that records none, AllenNLP's among them, is split at whitespace)."),
+    whitespace: bool = typer.Option(False, "--whitespace", help="Split the lines at whitespace (text already tokenized, as "
+                                    "AllenNLP's command reads it), whatever language the model records."),
     batch_size: int = typer.Option(64, callback=positive_int, help="Most lines per biLM call."),
     batch_tokens: int = typer.Option(4096, callback=positive_int,
                                      help="Most padded tokens (lines x longest line) per biLM call."),
@@ -52,6 +55,8 @@ def embed(
 
     # SIGTERM (Slurm preemption, docker stop, timeout) stops it as Ctrl-C does: the lock and the unfinished part
     # removed, the finished parts kept, the way on said, exit status 143 (it died at once, silently, with -15)
+    if whitespace and lang:
+        raise typer.BadParameter(Errors.E_EMBED_WHITESPACE_AND_LANG.format(lang=lang))
     with signals_stop(command_line=ctx.obj == COMMAND_LINE) as stop:
         try:
             check_paths(input_path, output_path, overwrite)  # before loading: the cheaper errors first
@@ -59,10 +64,13 @@ def embed(
                 target = torch_device(device)
                 bilm = BiLM.load(model).to(target)  # a saved pipeline: an error saying to export its biLM
                 tokenize, name = None, "whitespace"
+                # the model's own reading by default (as evaluate and fit-state): a Chinese model read whole lines
+                lang = None if whitespace else lang or bilm.provenance.get("lang")
                 if lang:
-                    from ..training.data import make_nlp, spacy_rules, tokenizer_settings, word_texts
+                    from ..training.data import make_nlp, spacy_rules, tokenizer_settings, warn_other_tokens, word_texts
 
                     nlp = make_nlp(lang)
+                    warn_other_tokens(bilm.provenance, model, nlp, lang, input_path)
                     # whitespace tokens dropped, as in pretraining; no stretch cut (pretraining cuts one spaCy is
                     # quadratically slow on, cut_runs): a line's tokens are the pipeline's
                     tokenizer = nlp.tokenizer

@@ -46,7 +46,7 @@ def fit_state(
         read_meta,
         write_initial_state,
     )
-    from ..training.data import ReadStats, replaced_bytes_so_far, tokenize_file
+    from ..training.data import ReadStats, make_nlp, replaced_bytes_so_far, tokenize_file, warn_other_tokens
     from ..training.trainer import model_dir_lock
 
     if clear and text_path is not None:
@@ -74,10 +74,13 @@ def fit_state(
                 bilm.set_initial_state(None)
             else:
                 assert text_path is not None  # refused above without --clear
-                lang = lang or (meta.get("provenance") or {}).get("lang", "en")
+                provenance = meta.get("provenance") or {}
+                lang = lang or provenance.get("lang", "en")
+                nlp = make_nlp(lang)
+                warn_other_tokens(provenance, model_dir, nlp, lang, text_path)
                 stats = ReadStats()
                 before = replaced_bytes_so_far()  # the reading stops early: stats count whole files only
-                sentences = tokenize_file(text_path, lang, stats, progress, limit=max_sentences)
+                sentences = tokenize_file(text_path, lang, stats, progress, limit=max_sentences, nlp=nlp)
                 replaced = replaced_bytes_so_far() - before
                 if not sentences:
                     raise ValueError(Errors.E_FIT_STATE_EMPTY_TEXT.format(path=text_path, n_files=stats.n_files, n_binary=stats.n_binary))

@@ -12,6 +12,7 @@ never initializes components listed there).
 import contextlib
 import copy
 import functools
+import json
 import math
 import operator
 import os
@@ -43,7 +44,7 @@ from ..bilm import BiLM
 from ..bilm.native_io import NotAModelDir
 from ..errors import Errors, Warnings
 from ..forksafe import after_fork_in_child
-from ..training.data import tokenizer_settings
+from ..training.data import default_tokenizer_settings, reads_other_tokens, tokenizer_settings
 from .bilm_layer import (
     DEFAULT_LEARN_RATE_SCALE,
     ModelState,
@@ -370,8 +371,8 @@ class ElmoComponent(TrainablePipe):
         self.vocab = vocab
         self.model = model
         self.name = name
-        #: ``{"lang", "tokenizer"}`` of the pipeline (set by the factory): loaded weights whose
-        #: pretraining read other tokens get a warning.
+        #: ``{"lang", "tokenizer"}`` of the pipeline as the factory saw it: what :meth:`_check_tokens` compares
+        #: loaded weights with when the pipeline itself is out of reach (see :meth:`_reading`).
         self.pipeline_tokens: Optional[Dict[str, Any]] = None
         self._listener_map: Dict[str, List[ElmoListener]] = {}
         self.cfg: Dict[str, Any] = {
@@ -465,18 +466,32 @@ class ElmoComponent(TrainablePipe):
                 )
             raise (NotAModelDir if isinstance(err, NotAModelDir) else FileNotFoundError)(text) from err
 
+    def _reading(self) -> Optional[Dict[str, Any]]:
+        """``{"lang", "tokenizer"}`` of the pipeline now: read from the pipeline the factory built this component
+        for while it holds it, else what the factory recorded (pickled, renamed, the pipeline gone). Read when the
+        weights load (initialize or first use), not in the factory: Language.from_config (spacy train, init_nlp,
+        spacy.load) builds the components while nlp.config is still the language class's default and sets the
+        real one (``--nlp.tokenizer``, a fallback block) only at its end."""
+        nlp = self._pipeline()
+        if nlp is None:
+            return self.pipeline_tokens
+        return {"lang": nlp.lang, "tokenizer": tokenizer_settings(nlp)}
+
     def _check_tokens(self, bilm: BiLM, source: str) -> None:
         """Warn when ``pretrain`` read the model's text with another language or tokenizer than this
         pipeline's (e.g. Japanese phrases of the fallback tokenizer against SudachiPy's words)."""
-        trained, here = bilm.provenance, self.pipeline_tokens
-        if here is None or trained.get("trained_by") != "spacy-elmo pretrain" or not trained.get("lang"):
-            return
-        tokenizer = trained.get("tokenizer")  # absent in models pretrained before it was recorded
-        if trained["lang"] != here["lang"] or (tokenizer is not None and tokenizer != here["tokenizer"]):
+        trained, here = bilm.provenance, self._reading()
+        if here is not None and reads_other_tokens(trained, here["lang"], here["tokenizer"]):
+            tokenizer = trained.get("tokenizer")  # absent in models pretrained before it was recorded
             message = Warnings.W_ELMO_OTHER_TOKENS if tokenizer is not None else Warnings.W_ELMO_OTHER_LANG
+            # pretrain reads with spacy.blank(LANG)'s tokenizer only: it is a fix where that is this pipeline's
+            again = here["tokenizer"] == default_tokenizer_settings(here["lang"])
+            shown = tokenizer if tokenizer is not None else default_tokenizer_settings(trained["lang"])
             warnings.warn(
                 message.format(name=self.name, source=source, lang=trained["lang"], tokenizer=tokenizer,
-                               nlp_lang=here["lang"], nlp_tokenizer=here["tokenizer"]),
+                               tokenizer_json=json.dumps(shown, ensure_ascii=False), nlp_lang=here["lang"],
+                               nlp_tokenizer=here["tokenizer"],
+                               again=Warnings.W_ELMO_PRETRAIN_AGAIN.format(nlp_lang=here["lang"]) if again else ""),
                 UserWarning,
                 stacklevel=user_stacklevel(),  # the user's nlp(text) or load_weights, not the loading's frames
             )

@@ -62,7 +62,7 @@ from array import array
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Iterator, List, Optional
+from typing import Any, BinaryIO, Callable, Dict, Iterator, List, Optional
 
 import numpy as np
 
@@ -657,6 +657,58 @@ def tokenizer_settings(nlp) -> dict:
     return json.loads(json.dumps(dict(nlp.config["nlp"]["tokenizer"]), default=str))
 
 
+def default_tokenizer_settings(lang: str) -> Optional[dict]:
+    """:func:`tokenizer_settings` of ``spacy.blank(lang)`` where the packages its tokenizer needs are installed (the
+    language class's default config; nothing is built): what ``pretrain --lang LANG`` reads with, unless it fell
+    back to ``spacy.Tokenizer.v1`` (:func:`make_nlp`). None where this spaCy has no language ``lang``."""
+    from spacy.util import get_lang_class
+
+    try:
+        block = get_lang_class(lang).default_config["nlp"]["tokenizer"]
+    except Exception:  # noqa: BLE001 - ImportError, or AttributeError for 'en.stop_words' (as spacy_language)
+        return None
+    return json.loads(json.dumps(dict(block), default=str))
+
+
+#: ``provenance["trained_by"]`` of the models ``pretrain`` writes: they record the language and tokenizer block of their text.
+PRETRAINED_BY = "spacy-elmo pretrain"
+
+
+def reads_other_tokens(provenance: Dict[str, Any], lang: str, tokenizer: Dict[str, Any]) -> bool:
+    """Whether ``pretrain`` read the text of the model whose config.json records ``provenance`` (``BiLM.provenance``)
+    with another language than ``lang`` or another tokenizer block (:func:`tokenizer_settings`) than ``tokenizer``:
+    the biLM then reads other tokens than it learnt from (whole phrases for words, words for characters). Models
+    that spacy-elmo did not pretrain, or that record no language, are never told apart; those pretrained before the
+    tokenizer was recorded are told apart by language alone. The one test of the ``elmo`` component (its pipeline's
+    tokenizer) and of the commands that read text for a model (:func:`warn_other_tokens`)."""
+    if provenance.get("trained_by") != PRETRAINED_BY or not provenance.get("lang"):
+        return False
+    trained = provenance.get("tokenizer")  # absent in models pretrained before it was recorded
+    return provenance["lang"] != lang or (trained is not None and trained != tokenizer)
+
+
+def warn_other_tokens(provenance: Dict[str, Any], model: Any, nlp, lang: str, path: PathLike) -> None:
+    """Warn (RuntimeWarning) when ``path`` read with ``nlp`` (:func:`make_nlp` of ``lang``: ``embed``, ``evaluate``,
+    ``fit-state``) gives other tokens than those the model ``model`` (``provenance``: its config.json record) was
+    pretrained on (:func:`reads_other_tokens`), naming the ``--lang`` that reads it as ``pretrain`` did, or, where
+    the language is the model's, the tokenizer that changed since (a package spaCy's tokenizer needs, installed or
+    removed)."""
+    tokenizer = tokenizer_settings(nlp)
+    if not reads_other_tokens(provenance, lang, tokenizer):
+        return
+    trained_lang, trained_tokenizer = provenance["lang"], provenance.get("tokenizer")
+    if trained_tokenizer is None:
+        trained = Warnings.W_READ_TRAINED_UNRECORDED.format(lang=trained_lang)
+    else:
+        trained = Warnings.W_READ_TRAINED.format(lang=trained_lang, tokenizer=trained_tokenizer)
+    if trained_lang != lang:
+        fix = Warnings.W_READ_FIX_LANG.format(lang=trained_lang)
+    else:
+        fix = Warnings.W_READ_FIX_TOKENIZER.format(lang=lang, tokenizer=trained_tokenizer)
+    warnings.warn(Warnings.W_READ_OTHER_TOKENS.format(model=model, trained=trained, path=path, lang=lang,
+                                                      tokenizer=tokenizer, fix=fix), RuntimeWarning, stacklevel=3)
+
+
 def spacy_rules(nlp) -> str:
     """sha256 of what spaCy's language data decide with the same tokenizer block: the tokenizer's
     serialized rules (exceptions, prefix/suffix/infix, token_match and url_match patterns; what
@@ -849,14 +901,16 @@ def sentence_stream(texts: Iterator[str], nlp, processes: int = 1) -> Iterator[I
 
 
 def tokenize_file(
-    path: PathLike, lang: str, stats: Optional[ReadStats] = None, progress: bool = False, limit: Optional[int] = None
+    path: PathLike, lang: str, stats: Optional[ReadStats] = None, progress: bool = False, limit: Optional[int] = None,
+    nlp=None,
 ) -> List[List[str]]:
     """All sentences of a (small) text file or directory, in memory (``evaluate``, ``fit-state``, ``pretrain
     --heldout``); the first ``limit`` only when given (the reading stops there). ``progress``: a bar of the
-    words read (spaCy's tokenizing: minutes on a big file)."""
+    words read (spaCy's tokenizing: minutes on a big file). ``nlp``: :func:`make_nlp` of ``lang`` when the caller
+    built it already (to check it against the model's tokenizer, :func:`warn_other_tokens`)."""
     stats = stats if stats is not None else ReadStats()
     sentences: List[List[str]] = []
-    nlp = make_nlp(lang)
+    nlp = make_nlp(lang) if nlp is None else nlp
     texts = iter_text(path, stats, nlp.tokenizer)
     # its first piece read before the bar is drawn: a missing or binary file is an error under no empty bar
     texts = itertools.chain(list(itertools.islice(texts, 1)), texts)

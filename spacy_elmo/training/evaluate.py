@@ -35,7 +35,7 @@ import torch
 
 from .._typing import PathLike
 from ..errors import Errors, Warnings
-from .data import Corpus, ReadStats, tokenize_file
+from .data import Corpus, ReadStats, make_nlp, tokenize_file, warn_other_tokens
 from ..ops.reference import to_device_nowait
 from .lm import BidirectionalLM, encode_batch, target_positions
 from .sentences import sentence_rows
@@ -230,11 +230,14 @@ def _sentence_batches(order: np.ndarray, lengths: np.ndarray, batch_size: int) -
     return batches
 
 
-def read_text(text_path: PathLike, lang: str = "en", progress: bool = False) -> Tuple[List[List[str]], ReadStats]:
-    """The sentences of ``text_path`` tokenized with spaCy ``lang`` (as in pretraining; ``progress``: a bar of
-    the tokenizing); ValueError when there are none (empty, blank or binary text)."""
+def read_text(
+    text_path: PathLike, lang: str = "en", progress: bool = False, nlp=None
+) -> Tuple[List[List[str]], ReadStats]:
+    """The sentences of ``text_path`` tokenized with spaCy ``lang`` (as in pretraining; ``nlp``: the pipeline of
+    :func:`~spacy_elmo.training.data.make_nlp` of ``lang`` when already built; ``progress``: a bar of the
+    tokenizing); ValueError when there are none (empty, blank or binary text)."""
     stats = ReadStats()
-    sentences = tokenize_file(text_path, lang, stats, progress)
+    sentences = tokenize_file(text_path, lang, stats, progress, nlp=nlp)
     if not sentences:
         raise ValueError(Errors.E_NO_EVAL_TOKENS.format(path=text_path, n_files=stats.n_files, n_binary=stats.n_binary))
     return sentences, stats
@@ -269,9 +272,10 @@ def evaluate_text(
     device: Union[str, torch.device] = "cpu",
     progress: bool = False,
     per_sentence: bool = False,
+    nlp=None,
 ) -> Dict[str, Any]:
-    """Tokenize ``text_path`` with spaCy ``lang`` (as in pretraining) and evaluate."""
-    sentences, stats = read_text(text_path, lang, progress)
+    """Tokenize ``text_path`` with spaCy ``lang`` (as in pretraining; ``nlp``: as for :func:`read_text`) and evaluate."""
+    sentences, stats = read_text(text_path, lang, progress, nlp=nlp)
     result = evaluate_sentences(lm, vocab, sentences, batch_size, unroll, device, progress, per_sentence)
     result["replaced_bytes"] = stats.replaced_bytes
     return result
@@ -300,7 +304,9 @@ def evaluate_model_dir(
     lang = lang or provenance.get("lang", "en")
     if per_sentence is None:
         per_sentence = provenance.get("reading") == "sentences"
-    result = evaluate_text(lm, vocab, text_path, lang, batch_size, unroll, device, progress, per_sentence)
+    nlp = make_nlp(lang)
+    warn_other_tokens(provenance, model_dir, nlp, lang, text_path)
+    result = evaluate_text(lm, vocab, text_path, lang, batch_size, unroll, device, progress, per_sentence, nlp=nlp)
     result["lang"] = lang
     if result["oov_rate"] > EVAL_OOV_WARNING_RATE:
         trained = repr(provenance["lang"]) if provenance.get("lang") else "no language"

@@ -44,7 +44,7 @@ from ..paths import file_identity, file_sha256
 from ..ranks import torchrun_ranks
 from . import checkpoint as ckpt
 from . import data as corpus_data
-from .data import Corpus, build_corpus, cache_is_current, fingerprint, tokenization_change
+from .data import PRETRAINED_BY, Corpus, build_corpus, cache_is_current, fingerprint, tokenization_change
 from .lm import BidirectionalLM
 from .modelio import check_init_model, load_pretrained, recorded_reading, save_pretrained
 from .prefetch import StepInputs, StepPrefetcher, prefetch_default, prepare_step
@@ -952,7 +952,7 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
     if world > 1:
         model = torch.nn.parallel.DistributedDataParallel(lm, device_ids=[device.index] if device.type == "cuda" else None)
 
-    provenance = {"trained_by": "spacy-elmo pretrain", "lang": cfg.lang, "tokenizer": meta.get("tokenizer"),
+    provenance = {"trained_by": PRETRAINED_BY, "lang": cfg.lang, "tokenizer": meta.get("tokenizer"),
                   "vocab_size": vocab.size,
                   "reading": "sentences" if cfg.sentences else "streams",  # evaluate's default mode
                   "train_path": str(cfg.train_path), "init": cfg.init}

@@ -640,3 +640,144 @@ def test_fill_config_adds_no_setting_of_ours_to_shipped_configs(cfg, tmp_path):
     added = set(_flat(filled.copy()["components"])) - set(_flat(given.copy()["components"]))
     ours = {key for key in added if not key.startswith("sentencizer.")}  # spaCy's own component's defaults
     assert ours == set(), ours
+
+
+ZH_CHARS = {"@tokenizers": "spacy.zh.ChineseTokenizer", "segmenter": "char"}
+RULES = {"@tokenizers": "spacy.Tokenizer.v1"}
+
+
+def _pretrained_as(tiny_dir, path, lang, tokenizer):
+    """The tiny biLM saved as ``pretrain --lang LANG`` records a model (its language and tokenizer block)."""
+    BiLM.load(tiny_dir).save(path, provenance={"trained_by": "spacy-elmo pretrain", "lang": lang, "tokenizer": tokenizer})
+    return path
+
+
+def _token_warnings(caught):
+    return [str(w.message) for w in caught if "pretrained on the tokens" in str(w.message)]
+
+
+# (nlp overrides, the model's language and tokenizer, warns): ner.cfg's [nlp.tokenizer] is spacy.Tokenizer.v1
+TOKENIZER_CASES = [
+    ({"nlp.lang": "zh"}, "zh", ZH_CHARS, True),  # whole phrases read by a model of characters
+    ({"nlp.lang": "ko"}, "ko", RULES, False),  # the README's Korean fallback, configured as pretrain read it
+    ({"nlp.lang": "zh", "nlp.tokenizer": ZH_CHARS}, "zh", ZH_CHARS, False),  # the documented override
+]
+
+
+@pytest.mark.parametrize("build", ["init_nlp", "load_model_from_config"])
+@pytest.mark.parametrize("overrides,lang,tokenizer,warns", TOKENIZER_CASES)
+def test_pipeline_built_from_a_config_is_checked_against_its_own_tokenizer(
+    build, overrides, lang, tokenizer, warns, corpus_dir, tiny_dir, tmp_path
+):
+    """The factory recorded the pipeline's tokenizer while Language.from_config was still building it (nlp.config
+    then the language class's default, the real one set at its end): ner.cfg with --nlp.lang zh (really
+    spacy.Tokenizer.v1) ran a model of characters silently, and the Korean fallback configured as pretrain read
+    it got a warning naming spacy.ko.KoreanTokenizer, which the pipeline never used."""
+    model = _pretrained_as(tiny_dir, tmp_path / "model", lang, tokenizer)
+    if build == "load_model_from_config":  # no initialize: [components.elmo] weights, not --paths.elmo
+        overrides = {**overrides, "components.elmo.weights": str(model)}
+    config = _config("ner.cfg", corpus_dir, model, overrides)
+    text = "我们今天去北京大学参观。" if lang == "zh" else "나는 학교에 간다 ."
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if build == "init_nlp":  # spacy train: the weights load at initialize
+            nlp = init_nlp(config)
+            nlp(text)
+        else:  # the weights load at first use (ner, not initialized, is not run)
+            nlp = spacy.util.load_model_from_config(config, auto_fill=True)
+            nlp.get_pipe("elmo")(nlp.make_doc(text))
+    messages = _token_warnings(caught)
+    assert len(messages) == int(warns), messages
+    if warns:
+        assert "this pipeline is 'zh' with tokenizer {'@tokenizers': 'spacy.Tokenizer.v1'}" in messages[0]
+
+
+@pytest.mark.parametrize("overrides,lang,tokenizer,warns", TOKENIZER_CASES)
+def test_saved_pipeline_checks_weights_against_its_own_tokenizer(
+    overrides, lang, tokenizer, warns, corpus_dir, tiny_dir, tmp_path
+):
+    """spacy.load builds the saved pipeline through Language.from_config too: weights loaded into it afterwards
+    were compared with the language class's default tokenizer, not the one saved in its config.cfg."""
+    model = _pretrained_as(tiny_dir, tmp_path / "model", lang, tokenizer)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        init_nlp(_config("ner.cfg", corpus_dir, model, overrides)).to_disk(tmp_path / "saved")
+    nlp = spacy.load(tmp_path / "saved")
+    assert nlp.config["nlp"]["tokenizer"] == overrides.get("nlp.tokenizer", RULES)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        nlp.get_pipe("elmo").load_weights(str(model))
+    assert len(_token_warnings(caught)) == int(warns)
+
+
+@pytest.mark.parametrize("recorded", [ZH_CHARS, None], ids=["tokenizer-recorded", "older-model"])
+def test_the_tokenizer_warning_gives_a_fix_that_silences_it(recorded, corpus_dir, tiny_dir, tmp_path):
+    """The warning said "or pretrain with this pipeline's tokenizer", which pretrain cannot (it reads with
+    spacy.blank(LANG)'s tokenizer only). It now gives the spacy train overrides that build the pipeline as the
+    model read its text: applied (as spacy train parses them, JSON values) they silence it; and pretraining
+    again with --lang, where the pipeline's tokenizer is its language's default (ner.cfg's English is)."""
+    provenance = {"trained_by": "spacy-elmo pretrain", "lang": "zh", **({"tokenizer": recorded} if recorded else {})}
+    BiLM.load(tiny_dir).save(tmp_path / "model", provenance=provenance)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        init_nlp(_config("ner.cfg", corpus_dir, tmp_path / "model"))
+    (message,) = _token_warnings(caught)
+    assert "pretrain with this pipeline's tokenizer" not in message
+    assert message.endswith("Or pretrain a model on this pipeline's tokens: `spacy-elmo pretrain TEXT OUT_DIR "
+                            "--lang en` reads the text with this very tokenizer.")
+    found = re.search(r"--nlp\.lang (\S+) --nlp\.tokenizer '([^']+)'", message)
+    overrides = {"nlp.lang": found.group(1), "nlp.tokenizer": srsly.json_loads(found.group(2))}
+    assert overrides == {"nlp.lang": "zh", "nlp.tokenizer": ZH_CHARS}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        nlp = init_nlp(_config("ner.cfg", corpus_dir, tmp_path / "model", overrides))
+    assert not _token_warnings(caught)
+    assert [t.text for t in nlp("我喜欢茶")] == ["我", "喜", "欢", "茶"]
+
+
+def test_no_pretrain_advice_where_pretrain_cannot_read_as_the_pipeline(corpus_dir, tiny_dir, tmp_path):
+    """ner.cfg with --nlp.lang zh reads Chinese with spacy.Tokenizer.v1, which pretrain --lang zh never does
+    (it reads characters): the warning names the overrides alone."""
+    model = _pretrained_as(tiny_dir, tmp_path / "model", "zh", ZH_CHARS)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        init_nlp(_config("ner.cfg", corpus_dir, model, {"nlp.lang": "zh"}))
+    (message,) = _token_warnings(caught)
+    assert "spacy-elmo pretrain" not in message and message.endswith(
+        """--nlp.lang zh --nlp.tokenizer '{"@tokenizers": "spacy.zh.ChineseTokenizer", "segmenter": "char"}'.""")
+
+
+def test_the_readmes_chinese_training_command_builds_the_pipeline_as_the_model_read(tiny_dir, tmp_path):
+    """README: the shipped configs with --nlp.lang zh and the --nlp.tokenizer override (a JSON value on spacy
+    train's command line) train a pipeline that reads characters, as a model of pretrain --lang zh did: no
+    tokenizer warning, and the saved pipeline keeps the block."""
+    import shlex
+    from pathlib import Path
+
+    from spacy.tokens import DocBin
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    (command,) = [c for c in re.findall(r"python -m spacy train [^\n]*\\\n[^\n]*", readme) if "--nlp.tokenizer" in c]
+    words = shlex.split(command.replace("\\\n", " "))
+    overrides = words[words.index("--nlp.lang"):]
+    assert overrides[:2] == ["--nlp.lang", "zh"] and len(overrides) == 4
+    model = _pretrained_as(tiny_dir, tmp_path / "model", "zh", ZH_CHARS)
+    nlp = spacy.blank("zh")
+    docs = []
+    for text in ["我们今天去北京大学参观。", "他喜欢吃苹果和香蕉！", "中华人民共和国成立于一九四九年。"] * 4:
+        doc = nlp(text)
+        start = text.find("北京")
+        if start >= 0:
+            doc.ents = [doc.char_span(start, start + 2, label="LOC")]
+        docs.append(doc)
+    DocBin(docs=docs).to_disk(tmp_path / "zh.spacy")
+    config = shutil.copy(CONFIGS / "ner.cfg", tmp_path / "ner.cfg")
+    cmd = [sys.executable, "-m", "spacy", "train", str(config), "--output", str(tmp_path / "out"),
+           "--paths.train", str(tmp_path / "zh.spacy"), "--paths.dev", str(tmp_path / "zh.spacy"),
+           "--paths.elmo", str(model), "--training.max_steps", "2", "--training.eval_frequency", "2", *overrides]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "pretrained on the tokens" not in result.stderr
+    trained = spacy.load(tmp_path / "out" / "model-last")
+    assert trained.config["nlp"]["tokenizer"] == ZH_CHARS and trained.lang == "zh"
+    assert [t.text for t in trained("我喜欢茶")] == ["我", "喜", "欢", "茶"]

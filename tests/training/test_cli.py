@@ -743,3 +743,89 @@ def test_the_sentence_stage_command_starts_as_the_run_did(monkeypatch, tmp_path,
         if multi:
             assert args.rdzv_endpoint == words[words.index("--rdzv-endpoint") + 1]
             assert args.rdzv_id == env.get("TORCHELASTIC_RUN_ID", "none")
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory):
+    """A tiny model ``pretrain`` wrote (it records lang 'en' and spaCy's English tokenizer block) and a text:
+    ``(out, train)``."""
+    tmp_path = tmp_path_factory.mktemp("pretrained")
+    result, train, _, _, out = pretrain_tiny(tmp_path)
+    assert result.exit_code == 0, result.output
+    return out, train
+
+
+def _recording(model, tmp_path, **reading):
+    """A copy of ``model`` whose config.json records ``reading`` (lang, tokenizer) as pretrain's provenance."""
+    import shutil
+
+    copy = tmp_path / "recorded"
+    shutil.copytree(model, copy)
+    config = json.loads((copy / "config.json").read_text(encoding="utf-8"))
+    config["provenance"].update(reading)
+    config["provenance"] = {k: v for k, v in config["provenance"].items() if v is not None}
+    (copy / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    return copy
+
+
+ZH_CHARS = {"@tokenizers": "spacy.zh.ChineseTokenizer", "segmenter": "char"}
+READING_CASES = {  # what the model records, the --lang given (None: none), the fix the warning names (None: silent)
+    "other-lang": ({"lang": "zh", "tokenizer": ZH_CHARS}, "en", "Read it with `--lang zh`, the model's language."),
+    "older-model": ({"lang": "de", "tokenizer": None}, "en", "Read it with `--lang de`"),
+    "other-tokenizer": ({"lang": "en", "tokenizer": {"@tokenizers": "spacy.en.OtherTokenizer"}}, None,
+                        "spaCy's tokenizer for 'en' is another than when the model was pretrained"),
+    "same": ({}, None, None),
+    "same-given": ({}, "en", None),
+}
+
+
+@pytest.mark.parametrize("case", sorted(READING_CASES))
+@pytest.mark.parametrize("command", ["embed", "evaluate", "fit-state"])
+def test_commands_reading_text_warn_of_other_tokens_than_the_models(pretrained, tmp_path, command, case):
+    """embed, evaluate and fit-state never compared the model's recorded language and tokenizer (config.json's
+    provenance) with the ones they read the text with: a Chinese model of characters embedded English tokens, a
+    Japanese one pretrained on the fallback tokenizer's phrases evaluated SudachiPy's words, without a word."""
+    model, text = pretrained
+    reading, lang, fix = READING_CASES[case]
+    model = _recording(model, tmp_path, **reading) if reading else model
+    args = {"embed": ["embed", str(text), str(tmp_path / "v.h5"), "--model", str(model)],
+            "evaluate": ["evaluate", str(model), str(text)],
+            "fit-state": ["fit-state", str(model), str(text), "--rows", "4"]}[command]
+    args += ["--no-progress"] + (["--lang", lang] if lang else [])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    said = [str(w.message) for w in caught if "pretrained on the tokens" in str(w.message)]
+    assert len(said) == int(fix is not None), said
+    if fix is not None:
+        read = lang or reading["lang"]
+        assert said[0].startswith(f"spacy-elmo: {model} was pretrained on the tokens of spaCy's {reading['lang']!r}")
+        assert f"but {text} is read with spaCy's {read!r} tokenizer" in said[0] and fix in said[0]
+
+
+def _rows(path):
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        return [f[str(i)].shape[-2] for i in range(len(f) - 1)]
+
+
+def test_embed_reads_with_the_models_language_unless_told(pretrained, tmp_path):
+    """embed without --lang split every line at whitespace: a model of Chinese characters read each line of
+    Chinese as one token (cut at its longest). It now reads as evaluate and fit-state do, with the language the
+    model records; --whitespace splits at whitespace (text already tokenized), and with --lang is a usage error."""
+    model = _recording(pretrained[0], tmp_path, lang="zh", tokenizer=ZH_CHARS)
+    text = tmp_path / "zh.txt"
+    text.write_text("我们今天去北京。\n你好 世界\n", encoding="utf-8")
+    result = runner.invoke(app, ["embed", str(text), str(tmp_path / "own.h5"), "--model", str(model), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert _rows(tmp_path / "own.h5") == [8, 4]  # characters, as pretrain --lang zh read them
+    result = runner.invoke(app, ["embed", str(text), str(tmp_path / "ws.h5"), "--model", str(model), "--whitespace",
+                                 "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert _rows(tmp_path / "ws.h5") == [1, 2]
+    result = runner.invoke(app, ["embed", str(text), str(tmp_path / "both.h5"), "--model", str(model), "--whitespace",
+                                 "--lang", "zh"])
+    assert result.exit_code == 2 and "--whitespace splits the lines at whitespace and --lang zh" in plain(result.output)
+    assert not (tmp_path / "both.h5").exists()
