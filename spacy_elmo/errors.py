@@ -780,8 +780,10 @@ class Errors:
         "The ELMo listener in {component} reads the layers of the elmo component '{upstream}', which is disabled in "
         "this pipeline (nlp.select_pipes(disable=...), nlp.disable_pipe or spacy.load(..., disable=...)): a disabled "
         "component runs neither in nlp(text) nor in nlp.update, so it gave {component} no layers for these docs. "
-        "Enable it (nlp.enable_pipe('{upstream}'), or leave the select_pipes block), or to run {component} without "
-        "'{upstream}', first give it its own copy of the biLM: {replace}."
+        "Enable it (nlp.enable_pipe('{upstream}'), or leave the select_pipes block). To run {component} without "
+        "'{upstream}', give it its own copy of the biLM while '{upstream}' is enabled (spaCy's replace_listeners finds "
+        "enabled components only): first nlp.enable_pipe('{upstream}') (or leave the select_pipes block), then "
+        "{replace}, then nlp.disable_pipe('{upstream}') or nlp.remove_pipe('{upstream}') if you like."
     )
     E_LISTENER_REHEARSE = (
         "nlp.rehearse cannot train '{component}' through its ELMo listener: spaCy's rehearsal calls the "

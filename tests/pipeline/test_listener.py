@@ -365,6 +365,24 @@ def test_listener_with_disabled_upstream(tiny_dir, upstream):
         listener.predict([nlp.make_doc("Yesterday Alice went home .")])
 
 
+def test_listener_with_disabled_upstream_follow_the_fix(tiny_dir):
+    """The error's steps, followed literally, run ner without elmo. It said to call nlp.replace_listeners while elmo
+    was disabled, which spaCy refuses (E889: it looks the upstream up in nlp.pipe_names, the enabled ones)."""
+    nlp = _nlp_with(tiny_dir, "ner", {**NER, "tok2vec": LISTENER})
+    examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(4)]
+    nlp.update(examples, sgd=nlp.initialize(lambda: examples))
+    nlp.disable_pipe("elmo")
+    with pytest.raises(ValueError, match=DISABLED.format(upstream="elmo")) as err:
+        nlp("Yesterday Alice went home .")
+    steps = re.search(r"first (nlp\.enable_pipe\('elmo'\)) .*then (nlp\.replace_listeners\([^)]*\)), then "
+                      r"(nlp\.disable_pipe\('elmo'\))", str(err.value))
+    assert steps is not None, str(err.value)
+    for step in steps.groups():
+        eval(step)
+    assert nlp.pipe_names == ["ner"] and nlp.disabled == ["elmo"]
+    assert len(nlp("Yesterday Alice went home .")) == 5
+
+
 def test_listener_with_disabled_upstream_right_after_initialize(tiny_dir, tmp_path):
     """Its initialize leaves the listener "warming up" (zeros for docs without ELMo data) until a real batch, and
     saves it so: with elmo disabled right after nlp.initialize (spacy init nlp, spacy assemble), ner predicted
