@@ -1596,6 +1596,10 @@ class Errors:
 
 
 class Warnings:
+    W_STAGE_RENDEZVOUS = (
+        "spacy-elmo: replace {placeholder} in the command above with the --rdzv-endpoint this run was started with "
+        "(torchrun does not tell its workers the endpoint the machines met at), then run it on every machine."
+    )
     W_WEIGHTS_ALL_ZERO = (
         "spacy-elmo: the weight matrices {names} of {path} are all zeros, which no trained ELMo has: the file is "
         "most likely an "

@@ -693,14 +693,18 @@ def test_the_sentence_stage_command_carries_the_device_and_parses_back(tmp_path)
     ({}, ["spacy-elmo"]),  # one process
     ({"WORLD_SIZE": "4"}, ["torchrun", "--nproc-per-node", "4", "-m", "spacy_elmo"]),  # without LOCAL_WORLD_SIZE
     ({"WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "4"}, ["torchrun", "--nproc-per-node", "4", "-m", "spacy_elmo"]),
-    # several machines: the rendezvous that joined them (torchrun's own), else a placeholder for it
+    # several machines: a c10d rendezvous with this job's id; the endpoint a placeholder, since the workers'
+    # MASTER_ADDR:MASTER_PORT is a store the first agent opened on a free port (c10d), not the --rdzv-endpoint
     ({"WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4"}, ["torchrun", "--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
                                                     "HOST:PORT", "--nproc-per-node", "4", "-m", "spacy_elmo"]),
-    ({"WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4", "MASTER_ADDR": "node0", "MASTER_PORT": "29400", "TORCHELASTIC_RUN_ID": "job7"},
-     ["torchrun", "--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "node0:29400", "--rdzv-id", "job7",
+    ({"WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4", "MASTER_ADDR": "node0", "MASTER_PORT": "41791", "TORCHELASTIC_RUN_ID": "job7"},
+     ["torchrun", "--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "HOST:PORT", "--rdzv-id", "job7",
       "--nproc-per-node", "4", "-m", "spacy_elmo"]),
     ({"WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "fd00::1", "MASTER_PORT": "29500", "TORCHELASTIC_RUN_ID": "none"},
-     ["torchrun", "--nnodes", "4", "--rdzv-backend", "c10d", "--rdzv-endpoint", "[fd00::1]:29500", "--nproc-per-node", "1",
+     ["torchrun", "--nnodes", "4", "--rdzv-backend", "c10d", "--rdzv-endpoint", "HOST:PORT", "--nproc-per-node", "1",
+      "-m", "spacy_elmo"]),
+    ({"WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4", "MASTER_ADDR": "node0"},  # no MASTER_PORT
+     ["torchrun", "--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "HOST:PORT", "--nproc-per-node", "4",
       "-m", "spacy_elmo"]),
     # one machine: torchrun's default (local) rendezvous, whatever it set
     ({"WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "4", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"},
