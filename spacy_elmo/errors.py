@@ -79,19 +79,21 @@ class Errors:
     )
     E_OPTIONS_NO_N_LAYERS = (
         "The ELMo options in {source} lack the key 'lstm.n_layers', the biLSTM's layers per direction (not taken "
-        "as 1, bilm-tf training's default, which would be a guess). {fix}"
+        "as 1, bilm-tf's default, which would be a guess). {fix}"
     )
     E_OPTIONS_N_LAYERS_IN_FILE = (
         "The weight file {path} holds {n} layer(s) per direction: add \"n_layers\": {n} to the 'lstm' section."
     )
     E_OPTIONS_N_LAYERS_UNKNOWN = (
         "Add \"n_layers\": N to the 'lstm' section, N the layers of the model that the weights hold (the released "
-        "models have 2)."
+        "models have 2), or, for a model to pretrain, the layers it should have."
     )
     E_OPTIONS_BAD_VALUE = (
-        "The ELMo options in {source} have an invalid {key} (BiLMConfig.{field}): {error} Fix {key} in the options "
-        "file, or use the options.json that came with the weight file."
+        "The ELMo options in {source} have an invalid {key} (BiLMConfig.{field}): {error} Fix {key} "
+        "there{original}."
     )
+    #: E_OPTIONS_BAD_VALUE's ``original`` where the options were read with a weight file
+    E_OPTIONS_BAD_VALUE_ORIGINAL = ", or use the options.json that came with the weight file {weight_file}"
     E_OPTIONS_NOT_JSON = (
         "Could not read ELMo options from {path}: {error}. Pass the options.json that came "
         "with the weight file."

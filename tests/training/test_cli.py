@@ -394,6 +394,23 @@ def test_option_errors_name_the_flag_as_typed(tmp_path, args, flag, expected):
     assert not (tmp_path / "out").exists()
 
 
+def test_pretrain_options_errors_name_the_file_and_no_weight_file(tmp_path):
+    """r9: `pretrain --options options.json` with a bad value said "The ELMo options in the given dict" (pretrain
+    parsed the file and passed the dict) and "use the options.json that came with the weight file", though
+    pretraining from scratch has none. They name the file, and the fix is the key's."""
+    from tests.bilm.test_config import options as allennlp_options
+
+    for change in (lambda o: o["lstm"].pop("use_skip_connections"), lambda o: o["lstm"].__setitem__("dim", 0)):
+        opts = allennlp_options()
+        change(opts)
+        path = tmp_path / "options.json"
+        path.write_text(json.dumps(opts))
+        result = runner.invoke(app, ["pretrain", str(tmp_path / "no-text"), str(tmp_path / "out"), "--options", str(path)])
+        said = plain(result.output)
+        assert result.exit_code == 2 and f"The ELMo options in {path} " in said, said
+        assert "given dict" not in said and "weight file" not in said, said
+
+
 def test_options_errors_are_said_in_the_command_lines_words(tmp_path):
     """--options with a key that is no field (a Hugging Face config.json) said "... not from_dict).. Pass": a
     double full stop, and the Python API's advice (from_allennlp_options, from_dict). BiLMConfig.from_dict
