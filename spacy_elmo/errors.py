@@ -1603,9 +1603,8 @@ class Warnings:
         "(torchrun does not tell its workers the endpoint the machines met at), then run it on every machine."
     )
     W_WEIGHTS_ALL_ZERO = (
-        "spacy-elmo: the weight matrices {names} of {path} are all zeros, which no trained ELMo has: the file is "
-        "most likely an "
-        "incomplete copy (a download into a pre-allocated file stopped early leaves zeros at its end). Copy it again "
+        "spacy-elmo: the weight {matrices} {names} of {path} {are} all zeros, which no trained ELMo has: the file is "
+        "most likely an incomplete copy (a download into a pre-allocated file stopped early leaves zeros at its end). Copy it again "
         "from its source and compare its size or checksum with the published one."
     )
     W_FORK_HOOK_FAILED = (
@@ -1828,20 +1827,25 @@ class Warnings:
         "spacy-elmo: {path} has {n_runs} of more than {cap} characters without whitespace that spaCy's rule-based "
         "tokenizer strips one character at a time (undecodable bytes read as U+FFFD, a run of '!' or emoji) or of "
         "more than {long} characters (minified CSS or JSON), in time quadratic in its length; each is cut into pieces "
-        "of at most {cap} characters (never between a character and an accent, variation selector or joiner that continues it). "
+        "of at most {cap} characters, each cut moved back by up to {back} characters to keep a character with the "
+        "accents, variation selectors, joiners or Hangul jamo that continue it. "
         "Most characters spaCy splits one by one give the same tokens as the pipeline, which reads a stretch whole; "
         "a word, or a phrase of a language written without spaces, is split at the cuts. Shorter stretches spaCy "
         "reads quickly (a URL, a long word) are not cut, and a language's own tokenizer (SudachiPy for Japanese, "
         "PyThaiNLP for Thai: install it) cuts none."
     )
     W_BOM_INSIDE = (
-        "spacy-elmo: {path} has {n_boms} after its start, {n_line_starts} of them at the start of a line: "
-        "files joined with `cat`, each beginning with a byte order mark, leave one before the first word of each. "
-        "It is read as a character of the word it touches ('\\ufeffThe' is a word of its own, with its own "
-        "vector), as the pipeline reads it. Remove them from the text, e.g. sed -i 's/\\xEF\\xBB\\xBF//g' FILE "
-        "(GNU sed, on the uncompressed text), or strip each file's own (sed '1s/^\\xEF\\xBB\\xBF//') before "
-        "joining the files."
+        "spacy-elmo: {path} has {n_boms} after its start{at_line_starts}. It is read as a character of the word it "
+        "touches ('\\ufeffThe' is a word of its own, with its own vector), as the pipeline reads it. Remove U+FEFF "
+        "from the text, e.g. sed -i 's/\\xEF\\xBB\\xBF//g' FILE (GNU sed, on the uncompressed text){joined}."
     )
+    #: W_BOM_INSIDE's ``at_line_starts`` where some begin a line (``which``: "", "all " or a count and a space)
+    W_BOM_AT_LINE_STARTS = (
+        ", {which}at the start of a line: files joined with `cat`, each beginning with a byte order mark, leave one "
+        "before the first word of each"
+    )
+    #: W_BOM_INSIDE's ``joined`` where some begin a line
+    W_BOM_JOINED = ", or strip each file's own (sed '1s/^\\xEF\\xBB\\xBF//') before joining the files"
     W_NFC_VARIANTS = (
         "spacy-elmo: {n_words} of the corpus {are} spelled in more than one Unicode normalization form, e.g. "
         "{spellings}, each {nfc!r} in NFC. Text is not normalized: each spelling is a vocabulary type of its own, "
