@@ -230,7 +230,10 @@ def test_options_without_n_layers_name_the_key_and_the_layers_of_the_weight_file
     with pytest.raises(ValueError, match=r'holds 1 layer\(s\) per direction: add "n_layers": 1'):
         BiLM.from_allennlp(tmp_path / "o.json", tmp_path / "w1.hdf5")
     (tmp_path / "bad.hdf5").write_bytes(b"not hdf5")
-    for given in ((tmp_path / "o.json", tmp_path / "bad.hdf5"), (opts,)):  # no count to give: N, and the released 2
+    with h5py.File(tmp_path / "no_lstm.hdf5", "w") as f:  # hdf5, no LSTM: no count either (not "holds 0 layer(s)")
+        f.create_dataset("char_embed", data=np.zeros((262, 4), dtype=np.float32))
+    for given in ((tmp_path / "o.json", tmp_path / "bad.hdf5"), (tmp_path / "o.json", tmp_path / "no_lstm.hdf5"),
+                  (opts,)):  # no count to give: N, and the released 2
         with pytest.raises(ValueError, match=r"lack the key 'lstm\.n_layers'.* Add \"n_layers\": N to the 'lstm' "
                                              r"section, N the layers .* \(the released models have 2\), or, for a model to "
                                              r"pretrain, the layers it should have\.$"):
