@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from spacy_elmo import BiLM, BiLMConfig
 from spacy_elmo.cli import app
+from spacy_elmo.errors import Warnings
 from spacy_elmo.training.trainer import read_log
 from tests.cli_text import plain
 
@@ -764,6 +765,22 @@ def test_the_sentence_stage_command_starts_as_the_run_did(monkeypatch, tmp_path,
         if multi:
             assert args.rdzv_endpoint == words[words.index("--rdzv-endpoint") + 1]
             assert args.rdzv_id == env.get("TORCHELASTIC_RUN_ID", "none")
+
+
+def test_the_sentence_stage_command_of_a_job_on_several_machines_asks_for_the_endpoint(tmp_path, monkeypatch):
+    """The command a stream run on several machines prints has the placeholder HOST:PORT for the rendezvous
+    endpoint (torchrun does not tell its workers the one they met at): a warning says to replace it."""
+    summary = {"rank": 0, "steps": 5, "resumed_from": 0, "vocab_size": 9, "heldout": None, "model_written": True,
+               "output_dir": str(tmp_path / "out"),
+               "corpus": {"n_tokens": 10, "n_sentences": 2, "n_files": 1, "n_binary": 0, "replaced_bytes": 0}}
+    monkeypatch.setattr("spacy_elmo.training.trainer.train", lambda cfg, on_step=None: summary)
+    for name, value in {"WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4", "RANK": "0", "LOCAL_RANK": "0",
+                        "MASTER_ADDR": "node0", "MASTER_PORT": "41791", "TORCHELASTIC_RUN_ID": "job7"}.items():
+        monkeypatch.setenv(name, value)
+    result = runner.invoke(app, ["pretrain", str(tmp_path / "t"), str(tmp_path / "out"), "--return-freed-memory"])
+    assert result.exit_code == 0, result.output
+    assert "--rdzv-endpoint HOST:PORT --rdzv-id job7" in result.stdout and "node0" not in result.stdout
+    assert plain(result.stderr) == plain(Warnings.W_STAGE_RENDEZVOUS.format(placeholder="HOST:PORT")), result.stderr
 
 
 @pytest.fixture(scope="module")
