@@ -79,19 +79,21 @@ class Errors:
     )
     E_OPTIONS_NO_N_LAYERS = (
         "The ELMo options in {source} lack the key 'lstm.n_layers', the biLSTM's layers per direction (not taken "
-        "as 1, bilm-tf training's default, which would be a guess). {fix}"
+        "as 1, bilm-tf's default, which would be a guess). {fix}"
     )
     E_OPTIONS_N_LAYERS_IN_FILE = (
         "The weight file {path} holds {n} layer(s) per direction: add \"n_layers\": {n} to the 'lstm' section."
     )
     E_OPTIONS_N_LAYERS_UNKNOWN = (
         "Add \"n_layers\": N to the 'lstm' section, N the layers of the model that the weights hold (the released "
-        "models have 2)."
+        "models have 2), or, for a model to pretrain, the layers it should have."
     )
     E_OPTIONS_BAD_VALUE = (
-        "The ELMo options in {source} have an invalid {key} (BiLMConfig.{field}): {error} Fix {key} in the options "
-        "file, or use the options.json that came with the weight file."
+        "The ELMo options in {source} have an invalid {key} (BiLMConfig.{field}): {error} Fix {key} "
+        "there{original}."
     )
+    #: E_OPTIONS_BAD_VALUE's ``original`` where the options were read with a weight file
+    E_OPTIONS_BAD_VALUE_ORIGINAL = ", or use the options.json that came with the weight file {weight_file}"
     E_OPTIONS_NOT_JSON = (
         "Could not read ELMo options from {path}: {error}. Pass the options.json that came "
         "with the weight file."
@@ -780,8 +782,10 @@ class Errors:
         "The ELMo listener in {component} reads the layers of the elmo component '{upstream}', which is disabled in "
         "this pipeline (nlp.select_pipes(disable=...), nlp.disable_pipe or spacy.load(..., disable=...)): a disabled "
         "component runs neither in nlp(text) nor in nlp.update, so it gave {component} no layers for these docs. "
-        "Enable it (nlp.enable_pipe('{upstream}'), or leave the select_pipes block), or to run {component} without "
-        "'{upstream}', first give it its own copy of the biLM: {replace}."
+        "Enable it (nlp.enable_pipe('{upstream}'), or leave the select_pipes block). To run {component} without "
+        "'{upstream}', give it its own copy of the biLM while '{upstream}' is enabled (spaCy's replace_listeners finds "
+        "enabled components only): first nlp.enable_pipe('{upstream}') (or leave the select_pipes block), then "
+        "{replace}, then nlp.disable_pipe('{upstream}') or nlp.remove_pipe('{upstream}') if you like."
     )
     E_LISTENER_REHEARSE = (
         "nlp.rehearse cannot train '{component}' through its ELMo listener: spaCy's rehearsal calls the "
@@ -1594,10 +1598,13 @@ class Errors:
 
 
 class Warnings:
+    W_STAGE_RENDEZVOUS = (
+        "spacy-elmo: replace {placeholder} in the command above with the --rdzv-endpoint this run was started with "
+        "(torchrun does not tell its workers the endpoint the machines met at), then run it on every machine."
+    )
     W_WEIGHTS_ALL_ZERO = (
-        "spacy-elmo: the weight matrices {names} of {path} are all zeros, which no trained ELMo has: the file is "
-        "most likely an "
-        "incomplete copy (a download into a pre-allocated file stopped early leaves zeros at its end). Copy it again "
+        "spacy-elmo: the weight {matrices} {names} of {path} {are} all zeros, which no trained ELMo has: the file is "
+        "most likely an incomplete copy (a download into a pre-allocated file stopped early leaves zeros at its end). Copy it again "
         "from its source and compare its size or checksum with the published one."
     )
     W_FORK_HOOK_FAILED = (
@@ -1820,20 +1827,25 @@ class Warnings:
         "spacy-elmo: {path} has {n_runs} of more than {cap} characters without whitespace that spaCy's rule-based "
         "tokenizer strips one character at a time (undecodable bytes read as U+FFFD, a run of '!' or emoji) or of "
         "more than {long} characters (minified CSS or JSON), in time quadratic in its length; each is cut into pieces "
-        "of at most {cap} characters (never between a character and an accent, variation selector or joiner that continues it). "
+        "of at most {cap} characters, each cut moved back by up to {back} characters to keep a character with the "
+        "accents, variation selectors, joiners or Hangul jamo that continue it. "
         "Most characters spaCy splits one by one give the same tokens as the pipeline, which reads a stretch whole; "
         "a word, or a phrase of a language written without spaces, is split at the cuts. Shorter stretches spaCy "
         "reads quickly (a URL, a long word) are not cut, and a language's own tokenizer (SudachiPy for Japanese, "
         "PyThaiNLP for Thai: install it) cuts none."
     )
     W_BOM_INSIDE = (
-        "spacy-elmo: {path} has {n_boms} after its start, {n_line_starts} of them at the start of a line: "
-        "files joined with `cat`, each beginning with a byte order mark, leave one before the first word of each. "
-        "It is read as a character of the word it touches ('\\ufeffThe' is a word of its own, with its own "
-        "vector), as the pipeline reads it. Remove them from the text, e.g. sed -i 's/\\xEF\\xBB\\xBF//g' FILE "
-        "(GNU sed, on the uncompressed text), or strip each file's own (sed '1s/^\\xEF\\xBB\\xBF//') before "
-        "joining the files."
+        "spacy-elmo: {path} has {n_boms} after its start{at_line_starts}. It is read as a character of the word it "
+        "touches ('\\ufeffThe' is a word of its own, with its own vector), as the pipeline reads it. Remove U+FEFF "
+        "from the text, e.g. sed -i 's/\\xEF\\xBB\\xBF//g' FILE (GNU sed, on the uncompressed text){joined}."
     )
+    #: W_BOM_INSIDE's ``at_line_starts`` where some begin a line (``which``: "", "all " or a count and a space)
+    W_BOM_AT_LINE_STARTS = (
+        ", {which}at the start of a line: files joined with `cat`, each beginning with a byte order mark, leave one "
+        "before the first word of each"
+    )
+    #: W_BOM_INSIDE's ``joined`` where some begin a line
+    W_BOM_JOINED = ", or strip each file's own (sed '1s/^\\xEF\\xBB\\xBF//') before joining the files"
     W_NFC_VARIANTS = (
         "spacy-elmo: {n_words} of the corpus {are} spelled in more than one Unicode normalization form, e.g. "
         "{spellings}, each {nfc!r} in NFC. Text is not normalized: each spelling is a vocabulary type of its own, "

@@ -73,11 +73,17 @@ def file_identity(path: PathLike) -> Tuple[int, int]:
 HASH_CHUNK = 1 << 20
 
 
-def file_sha256(path: PathLike) -> str:
-    """The sha256 (hex) of the bytes of the file ``path`` names, read in :data:`HASH_CHUNK` pieces: equal for
-    byte-identical copies, which :func:`file_identity` tells apart."""
+def file_sha256(path: PathLike, limit: Optional[int] = None) -> str:
+    """The sha256 (hex) of the bytes of the file ``path`` names (its first ``limit`` bytes; None: all), read in
+    :data:`HASH_CHUNK` pieces: equal for byte-identical copies, which :func:`file_identity` tells apart."""
     h = hashlib.sha256()
+    left = limit
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(HASH_CHUNK), b""):
+        while left is None or left > 0:
+            chunk = f.read(HASH_CHUNK if left is None else min(HASH_CHUNK, left))
+            if not chunk:
+                break
             h.update(chunk)
+            if left is not None:
+                left -= len(chunk)
     return h.hexdigest()

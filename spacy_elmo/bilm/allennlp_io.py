@@ -200,7 +200,10 @@ def read_datasets(config: BiLMConfig, weight_file: PathLike) -> Dict[str, np.nda
     if unexpected:
         raise ValueError(Errors.E_DATASET_UNEXPECTED.format(path=path, datasets=", ".join(unexpected)))
     if zeros:  # a warning, not an error: the file is well formed, and the model is what it holds
-        warnings.warn(Warnings.W_WEIGHTS_ALL_ZERO.format(path=path, names=", ".join(zeros)), UserWarning, stacklevel=4)
+        one = len(zeros) == 1
+        said = Warnings.W_WEIGHTS_ALL_ZERO.format(matrices="matrix" if one else "matrices", names=", ".join(zeros),
+                                                  path=path, are="is" if one else "are")
+        warnings.warn(said, UserWarning, stacklevel=4)
     if no_projection:
         if not projection_is_identity(config, arrays):
             raise ValueError(Errors.E_PROJECTION_NOT_IDENTITY.format(path=path, n=config.projection_dim))

@@ -196,17 +196,20 @@ class BiLMConfig:
 
     @classmethod
     def from_allennlp_options(
-        cls, options: Union[str, Path, Dict[str, Any]], weight_file: Optional[Union[str, Path]] = None
+        cls, options: Union[str, Path, Dict[str, Any]], weight_file: Optional[Union[str, Path]] = None,
+        source: Optional[str] = None,
     ) -> "BiLMConfig":
         """Read an AllenNLP/bilm-tf ``options.json`` (a path or the parsed dict); ``weight_file``, the
-        ``.hdf5`` read with it, is only looked into for an error about options that lack ``lstm.n_layers``.
+        ``.hdf5`` read with it, is only looked into for an error about options that lack ``lstm.n_layers``, and
+        named in the fix of a bad value (its own options.json); ``source`` names a dict's file in errors (default:
+        "the given dict").
 
         Unknown keys (training options) are ignored; a missing clip means no
         clipping; a missing ``n_highway`` means none. A missing ``lstm.use_skip_connections``
         is an error, as it is to AllenNLP and bilm-tf's inference model: a default would guess
         the model (every released one has skip connections); so is a missing ``lstm.n_layers``.
         """
-        source = "the given dict"
+        source = source or "the given dict"
         if not isinstance(options, dict):
             source = str(options)
             if not Path(options).exists():
@@ -226,7 +229,7 @@ class BiLMConfig:
         lstm = need(options, "lstm", "lstm")
         cnn = need(options, "char_cnn", "char_cnn")
         embedding = need(cnn, "embedding", "char_cnn.embedding")
-        if isinstance(lstm, dict) and "n_layers" not in lstm:  # not bilm-tf training's default of 1: a guess
+        if isinstance(lstm, dict) and "n_layers" not in lstm:  # not bilm-tf's default of 1: a guess
             raise ValueError(Errors.E_OPTIONS_NO_N_LAYERS.format(source=source, fix=n_layers_fix(weight_file)))
         if isinstance(lstm, dict) and "use_skip_connections" not in lstm:
             raise ValueError(Errors.E_OPTIONS_NO_SKIP_KEY.format(source=source))
@@ -247,8 +250,9 @@ class BiLMConfig:
         try:
             return cls(**values)
         except InvalidConfigValue as err:  # said in the options' words: the file and its key, not the field's name
+            original = "" if weight_file is None else Errors.E_OPTIONS_BAD_VALUE_ORIGINAL.format(weight_file=weight_file)
             raise ValueError(Errors.E_OPTIONS_BAD_VALUE.format(
-                source=source, key=OPTIONS_KEYS[err.field], field=err.field, error=err)) from err
+                source=source, key=OPTIONS_KEYS[err.field], field=err.field, error=err, original=original)) from err
 
     def to_allennlp_options(self) -> Dict[str, Any]:
         """The options dict in the released layout (inverse of ``from_allennlp_options``)."""

@@ -13,7 +13,7 @@ from typer.core import TyperOption
 
 from ..bilm import BiLMConfig
 from ..bilm.config import UnknownConfigFields
-from ..errors import Errors, counted
+from ..errors import Errors, Warnings, counted
 from ..ops import resolve_backend
 from ..paths import missing_path_error
 from ..ranks import Ranks, torchrun_ranks
@@ -59,7 +59,7 @@ def model_config(preset: Optional[str], options: Optional[Path]) -> dict:
         data = json.loads(path.read_text(encoding="utf-8"))
         if isinstance(data, dict) and data.get("format") == FORMAT:  # a spacy-elmo model's config.json: its sizes
             data = read_config_json(path)["config"]
-        config = BiLMConfig.from_allennlp_options(data) if "lstm" in data else BiLMConfig.from_dict(data)
+        config = BiLMConfig.from_allennlp_options(data, source=str(path)) if "lstm" in data else BiLMConfig.from_dict(data)
     except UnknownConfigFields as err:  # its own words name from_dict and from_allennlp_options, the Python API's
         raise typer.BadParameter(Errors.E_OPTIONS_UNKNOWN_FIELD.format(path=path, names=err.names, choices=err.choices),
                                  param_hint="'--options'") from err
@@ -263,6 +263,8 @@ def pretrain(
         typer.echo(f"for the spaCy elmo component, which reads every sentence alone, go on with whole sentences "
                    f"({DEFAULT_EPOCHS} epochs unless you add --max-steps or --epochs): "
                    f"{sentence_stage(ctx, train_path, output_dir, ranks)}")
+        if RENDEZVOUS_PLACEHOLDER in launcher(ranks):
+            warn(Warnings.W_STAGE_RENDEZVOUS.format(placeholder=RENDEZVOUS_PLACEHOLDER))
 
 
 #: pretrain's options that the sentence stage takes from the stream run when given another value than their default:
@@ -283,8 +285,8 @@ def launcher(ranks: Ranks) -> List[str]:
     """The words that start ``pretrain`` as this run was started: ``spacy-elmo`` for one process; under torchrun
     (``ranks.world`` > 1) ``torchrun --nproc-per-node N -m spacy_elmo``, N the processes of this machine
     (torchrun's ``LOCAL_WORLD_SIZE``; without it, or with a value that does not divide the world, every
-    process), with ``--nnodes M`` and the rendezvous that joins the M machines (:func:`rendezvous`) when the job
-    spans M machines. A second stage started as plain ``spacy-elmo`` would train on one process, and one
+    process), with ``--nnodes M`` and a rendezvous that joins the M machines (:func:`rendezvous`: its endpoint a
+    placeholder for the user's) when the job spans M machines. A second stage started as plain ``spacy-elmo`` would train on one process, and one
     started with ``--nnodes`` alone as M single-machine jobs of their own (torchrun's default rendezvous is
     local): every machine would train and write the model by itself."""
     if ranks.world == 1:
@@ -299,22 +301,20 @@ def launcher(ranks: Ranks) -> List[str]:
     return ["torchrun", *nodes, "--nproc-per-node", str(local), "-m", "spacy_elmo"]
 
 
-#: :func:`rendezvous`'s endpoint where torchrun set no ``MASTER_ADDR`` and ``MASTER_PORT``: for the user to fill in.
+#: :func:`rendezvous`'s endpoint, for the user to replace with the one the run was started with (torchrun does not
+#: tell its workers its ``--rdzv-endpoint``: see :func:`rendezvous`).
 RENDEZVOUS_PLACEHOLDER = "HOST:PORT"
 
 
 def rendezvous() -> List[str]:
-    """torchrun's options that join a new job's machines as this job's were joined, from the environment torchrun
-    gave this process: c10d rendezvous at ``MASTER_ADDR:MASTER_PORT`` (the store of this job's first machine:
-    with c10d, torchrun's ``--rdzv-endpoint`` itself; with a static rendezvous, ``--master-addr`` and
-    ``--master-port``), free again once this job ended, so the same command runs on every machine (no
-    ``--node-rank``), and this job's ``--rdzv-id`` (``TORCHELASTIC_RUN_ID``) unless torchrun's default. Without
-    ``MASTER_ADDR``/``MASTER_PORT`` (another launcher) the endpoint is :data:`RENDEZVOUS_PLACEHOLDER`."""
-    host, port = os.environ.get("MASTER_ADDR", ""), os.environ.get("MASTER_PORT", "")
-    if ":" in host and not host.startswith("["):  # IPv6: torchrun reads [ADDR]:PORT
-        host = f"[{host}]"
-    endpoint = f"{host}:{port}" if host and port else RENDEZVOUS_PLACEHOLDER
-    words = ["--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint]
+    """torchrun's options that join a new job's machines with a c10d rendezvous, the same command on every machine
+    (no ``--node-rank``): ``--rdzv-endpoint`` :data:`RENDEZVOUS_PLACEHOLDER`, and this job's ``--rdzv-id``
+    (``TORCHELASTIC_RUN_ID``) unless torchrun's default. The endpoint is a placeholder because torchrun gives its
+    workers none: their ``MASTER_ADDR:MASTER_PORT`` is a store that the first machine's agent opened on a free port
+    for this job (with c10d; the ``--master-port`` only with a static rendezvous), not the ``--rdzv-endpoint`` the
+    machines met at, and ``PET_RDZV_ENDPOINT`` is set only where the user set it (a command-line
+    ``--rdzv-endpoint`` overrides it unseen)."""
+    words = ["--rdzv-backend", "c10d", "--rdzv-endpoint", RENDEZVOUS_PLACEHOLDER]
     run_id = os.environ.get("TORCHELASTIC_RUN_ID", "")
     if run_id and run_id != "none":  # "none": torchrun's default, which it also sets
         words += ["--rdzv-id", run_id]

@@ -26,16 +26,22 @@ class Terminated(KeyboardInterrupt):
 class Stop:
     """The signal (SIGINT or SIGTERM) that stopped this process, None while none came. While ``reporting``
     (the run has ended), a signal is recorded, not raised: it would escape the handler that reports the end.
-    ``ignore_at_exit``: this is the command line's main thread, and the process ends with the run."""
+    ``ignore_at_exit``: this is the command line's main thread, and the process ends with the run. ``after_complete``:
+    the first signal that came after :meth:`complete`, which :func:`signals_stop` delivers again to an in-process
+    caller's handler once the block ends."""
 
     def __init__(self, ignore_at_exit: bool = False) -> None:
         self.signum: Optional[int] = None
         self.reporting = False
         self.ignore_at_exit = ignore_at_exit
+        self.completed = False
+        self.after_complete: Optional[int] = None
 
     def handle(self, signum, frame) -> None:
         if self.signum is None:
             self.signum = signum
+        if self.completed and self.after_complete is None:
+            self.after_complete = signum
         if not self.reporting:
             raise self.interrupt()
 
@@ -77,8 +83,10 @@ class Stop:
         """The command's result is written whole (export's OUT_DIR, fit-state's state): a signal from here on has
         nothing left to stop or tidy up. Recorded, not raised (it said "interrupted, rerun" of a complete result,
         exit 143), and on the command line ignored until the process exits, with status 0: Python's default
-        action, back once the block ended, killed the process by the signal (-15) after it said what it wrote."""
+        action, back once the block ended, killed the process by the signal (-15) after it said what it wrote.
+        In-process (not the command line) the signal is the caller's: delivered to its handler after the block."""
         self.reporting = True
+        self.completed = True
         self.ignore_signals()
 
     def ignore_signals(self) -> None:
@@ -101,7 +109,8 @@ def signals_stop(command_line: bool = False):
     main thread may set handlers: elsewhere, as it was. A signal its starter ignores stays ignored (``cmd &``
     in a script: the script's Ctrl-C is not for it; ``nohup``). ``command_line``: the process ends with the
     block (main()), so :meth:`Stop.exit` may leave the signals ignored; the handlers are restored after the
-    block only where they are still the block's own."""
+    block only where they are still the block's own. Elsewhere (an in-process caller) a signal that came after
+    :meth:`Stop.complete` is raised again once they are: the caller's handler, not this finished command's, takes it."""
     main_thread = threading.current_thread() is threading.main_thread()
     stop = Stop(ignore_at_exit=command_line and main_thread)
     if not main_thread:
@@ -116,6 +125,8 @@ def signals_stop(command_line: bool = False):
         for signum, before in previous.items():
             if signal.getsignal(signum) is handler:
                 signal.signal(signum, before)
+        if not command_line and stop.after_complete is not None:
+            signal.raise_signal(stop.after_complete)
 
 
 @contextmanager

@@ -193,20 +193,13 @@ def _replace_call(elmo: str, component: str, path: Optional[str]) -> str:
 
 
 def _disabled_upstream(model: ElmoListener) -> Optional[str]:
-    """The name of the elmo component that would feed ``model`` in the pipeline running it (spaCy's frames: a
-    ``Language`` ``self`` whose components hold it) when that one is disabled there (``nlp.select_pipes``,
-    ``nlp.disable_pipe``, ``spacy.load(disable=...)``: spaCy does not relink, so the listener stays linked to a
-    component that no longer runs); None otherwise. The linked upstream, else the one its setting names, else
-    (``"*"``) the nearest elmo component before its own, enabled or not. Looked up on error paths only."""
+    """The name of the elmo component linked to ``model`` (``model.upstream``: :func:`_forward` asks only a linked
+    listener) when it is disabled in the pipeline running ``model`` (spaCy's frames: a ``Language`` ``self`` whose
+    components hold it; ``nlp.select_pipes``, ``nlp.disable_pipe``, ``spacy.load(disable=...)``: spaCy does not
+    relink, so the listener stays linked to a component that no longer runs); None otherwise. Looked up on error
+    paths only."""
     nlp = _running_pipeline(model)
-    if nlp is None:
-        return None
-    upstream = model.upstream or (None if model.upstream_name == "*" else model.upstream_name)
-    if upstream is None and model.component in nlp.component_names:
-        names = nlp.component_names
-        before = names[: names.index(model.component)]
-        upstream = next((n for n in reversed(before) if nlp.get_pipe_meta(n).factory == ELMO_FACTORY), None)
-    return upstream if upstream in nlp.disabled else None
+    return model.upstream if nlp is not None and model.upstream in nlp.disabled else None
 
 
 def _upstream_disabled(model: ElmoListener) -> str:

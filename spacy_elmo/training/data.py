@@ -99,8 +99,8 @@ CACHE_DIR = "data"
 #: 4: cut for spaCy's rule-based tokenizer only, and only a stretch it is slow on (3 cut Japanese and Thai
 #: words, and URLs spaCy keeps whole). 5: a stretch longer than ``RUN_CAP`` is cut too (4 left one of any
 #: length whole when it took few affixes, and spaCy's ``url_match`` is quadratic on colons). 6: a cut is moved
-#: back to keep a character with what continues it (:func:`_cut_pieces`; 5 cut NFD accents and emoji ZWJ
-#: sequences off their characters).
+#: back to keep a character with what continues it (:func:`_cut_pieces`; 5 cut NFD accents, NFD Hangul
+#: syllables and emoji ZWJ sequences apart).
 TOKEN_RULES = 6
 BOM = "\ufeff"
 
@@ -521,9 +521,11 @@ def cut_runs(line: str, tokenizer=None) -> tuple:
 CUT_BACK = 16
 #: Characters that continue the one before them, besides combining marks (``unicodedata`` category ``M*``:
 #: accents of NFD text, U+20E3 of a keycap, U+FE0E/U+FE0F the variation selectors): U+200D ZERO WIDTH JOINER,
-#: the emoji skin-tone modifiers U+1F3FB..U+1F3FF (category ``Sk``) and the emoji tag characters
-#: U+E0020..U+E007F of subdivision flags (``Cf``, which spaCy keeps as one token).
-_CONTINUES = frozenset("\u200d" + "".join(map(chr, range(0x1F3FB, 0x1F400))) + "".join(map(chr, range(0xE0020, 0xE0080))))
+#: the emoji skin-tone modifiers U+1F3FB..U+1F3FF (category ``Sk``), the emoji tag characters
+#: U+E0020..U+E007F of subdivision flags (``Cf``, which spaCy keeps as one token), and the conjoining Hangul
+#: vowels and final consonants U+1160..U+11FF and U+D7B0..U+D7FF (``Lo``: the syllables of NFD Korean).
+_CONTINUES = frozenset("\u200d" + "".join(map(chr, range(0x1F3FB, 0x1F400))) + "".join(map(chr, range(0xE0020, 0xE0080)))
+                       + "".join(map(chr, range(0x1160, 0x1200))) + "".join(map(chr, range(0xD7B0, 0xD800))))
 
 
 def _joins(run: str, i: int) -> bool:
@@ -611,11 +613,17 @@ def iter_text(path: PathLike, stats: ReadStats, tokenizer=None) -> Iterator[str]
         if runs:
             stats.long_runs += runs
             n_runs = counted(runs, "stretch", "stretches")
-            warnings.warn(Warnings.W_LONG_RUNS.format(path=file, n_runs=n_runs, cap=RUN_CHARS, long=f"{RUN_CAP:,}"), RuntimeWarning, stacklevel=2)
+            said = Warnings.W_LONG_RUNS.format(path=file, n_runs=n_runs, cap=RUN_CHARS, long=f"{RUN_CAP:,}", back=CUT_BACK)
+            warnings.warn(said, RuntimeWarning, stacklevel=2)
         if boms:
             stats.bom_chars += boms
             n_boms = counted(boms, "U+FEFF (byte order mark)", "U+FEFF characters (byte order marks)")
-            warnings.warn(Warnings.W_BOM_INSIDE.format(path=file, n_boms=n_boms, n_line_starts=f"{line_starts:,}"), RuntimeWarning, stacklevel=2)
+            at_line_starts = joined = ""
+            if line_starts:  # files joined with cat: say so, and how to join them without
+                which = "" if boms == 1 else "all " if line_starts == boms else f"{line_starts:,} "
+                at_line_starts, joined = Warnings.W_BOM_AT_LINE_STARTS.format(which=which), Warnings.W_BOM_JOINED
+            said = Warnings.W_BOM_INSIDE.format(path=file, n_boms=n_boms, at_line_starts=at_line_starts, joined=joined)
+            warnings.warn(said, RuntimeWarning, stacklevel=2)
         if replaced_bytes_so_far() > before:
             stats.replaced_bytes += replaced_bytes_so_far() - before
             stats.files_with_replacements += 1

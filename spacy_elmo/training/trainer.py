@@ -554,22 +554,32 @@ def _diverged(step: int, what: str, value: float, out: Path, last_saved: int) ->
     return ValueError(Errors.E_TRAINING_DIVERGED.format(step=step, what=what, value=value, kept=kept, restart=restart))
 
 
+#: The bytes of a file that :func:`_warn_heldout_in_training` compares first: files of one size whose starts differ
+#: are no copies, and only the rest are read whole.
+HEAD_BYTES = 64 << 10
+
+
 def _warn_heldout_in_training(heldout: str, train_path: str) -> None:
     """Warn when a file of ``heldout`` is one of TRAIN_PATH's (both exist, read already): the same file by
     device and inode, so a hard link to a training file is one too (its real path is another), as is a symlink;
     or a byte-identical copy of one. Cheap for directories of many files: one ``stat`` a file, and only files
-    of a size some file of the other side has are hashed (:func:`file_sha256`, each once); empty files never."""
+    of a size some file of the other side has are hashed (:func:`file_sha256`, each once), their first
+    :data:`HEAD_BYTES` (``split -b`` shards all have one size: their starts differ), whole only where those match;
+    empty files never."""
     training = corpus_data.list_text_files(train_path)
     trained = {file_identity(f): f for f in training}
     by_size: Dict[int, List[Path]] = {}
     for f in training:
         by_size.setdefault(os.stat(f).st_size, []).append(f)
-    digests: Dict[Path, str] = {}
+    digests: Dict[Tuple[Path, bool], str] = {}
 
-    def digest(f: Path) -> str:
-        if f not in digests:
-            digests[f] = file_sha256(f)
-        return digests[f]
+    def digest(f: Path, whole: bool) -> str:
+        if (f, whole) not in digests:
+            digests[f, whole] = file_sha256(f, None if whole else HEAD_BYTES)
+        return digests[f, whole]
+
+    def same_bytes(t: Path, f: Path, size: int) -> bool:
+        return digest(t, False) == digest(f, False) and (size <= HEAD_BYTES or digest(t, True) == digest(f, True))
 
     shared: List[Tuple[Path, Path, str]] = []  # (held-out file, training file, how they are one)
     for f in corpus_data.list_text_files(heldout):
@@ -578,7 +588,7 @@ def _warn_heldout_in_training(heldout: str, train_path: str) -> None:
             shared.append((f, same, Warnings.W_HELDOUT_SAME_FILE))
             continue
         size = os.stat(f).st_size
-        copied = next((t for t in by_size.get(size, []) if size and digest(t) == digest(f)), None)
+        copied = next((t for t in by_size.get(size, []) if size and same_bytes(t, f, size)), None)
         if copied is not None:
             shared.append((f, copied, Warnings.W_HELDOUT_COPY))
     if shared:

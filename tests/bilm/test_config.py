@@ -188,13 +188,28 @@ def test_a_bad_options_value_names_the_file_and_its_options_key(tmp_path, sectio
     path.write_text(json.dumps(opts))
     with pytest.raises(ValueError, match=rf"The ELMo options in {re.escape(str(path))} have an invalid {said}") as err:
         BiLMConfig.from_allennlp_options(path)
-    assert str(err.value).endswith("Fix {} in the options file, or use the options.json that came with the weight "
-                                   "file.".format(said.split(" ")[0].replace("\\", "")))
+    assert str(err.value).endswith("Fix {} there.".format(said.split(" ")[0].replace("\\", "")))
+
+
+def test_a_bad_options_value_read_with_weights_names_their_options_json(tmp_path):
+    """The fix 'use the options.json that came with the weight file' is said where there is one (BiLM.from_allennlp),
+    naming it; options read alone (pretrain --options, with no weights) are told to fix the key."""
+    from tests.bilm.oracle import write_options, write_weights
+
+    opts = options()
+    write_weights(tmp_path / "w.hdf5", opts, np.random.default_rng(0))
+    opts["lstm"]["dim"] = 0
+    write_options(tmp_path / "o.json", opts)
+    with pytest.raises(ValueError, match=rf"Fix lstm\.dim there, or use the options\.json that came with the weight "
+                                         rf"file {re.escape(str(tmp_path / 'w.hdf5'))}\.$"):
+        BiLM.from_allennlp(tmp_path / "o.json", tmp_path / "w.hdf5")
+    with pytest.raises(ValueError, match=r"The ELMo options in opts\.json have an invalid lstm\.dim .* there\.$"):
+        BiLMConfig.from_allennlp_options(opts, source="opts.json")
 
 
 def test_options_without_n_layers_name_the_key_and_the_layers_of_the_weight_file(tmp_path):
     """Refused as 'lack the key' with 'check that you passed the options file and not the weight file', wrong here;
-    bilm-tf training's default of 1 is not assumed either. The weight file's layer count is the fix, where it says."""
+    bilm-tf's default of 1 is not assumed either. The weight file's layer count is the fix, where it says."""
     import h5py
 
     from tests.bilm.oracle import write_options, write_weights
@@ -215,9 +230,13 @@ def test_options_without_n_layers_name_the_key_and_the_layers_of_the_weight_file
     with pytest.raises(ValueError, match=r'holds 1 layer\(s\) per direction: add "n_layers": 1'):
         BiLM.from_allennlp(tmp_path / "o.json", tmp_path / "w1.hdf5")
     (tmp_path / "bad.hdf5").write_bytes(b"not hdf5")
-    for given in ((tmp_path / "o.json", tmp_path / "bad.hdf5"), (opts,)):  # no count to give: N, and the released 2
+    with h5py.File(tmp_path / "no_lstm.hdf5", "w") as f:  # hdf5, no LSTM: no count either (not "holds 0 layer(s)")
+        f.create_dataset("char_embed", data=np.zeros((262, 4), dtype=np.float32))
+    for given in ((tmp_path / "o.json", tmp_path / "bad.hdf5"), (tmp_path / "o.json", tmp_path / "no_lstm.hdf5"),
+                  (opts,)):  # no count to give: N, and the released 2
         with pytest.raises(ValueError, match=r"lack the key 'lstm\.n_layers'.* Add \"n_layers\": N to the 'lstm' "
-                                             r"section, N the layers .* \(the released models have 2\)\.$"):
+                                             r"section, N the layers .* \(the released models have 2\), or, for a model to "
+                                             r"pretrain, the layers it should have\.$"):
             BiLM.from_allennlp(*given) if len(given) == 2 else BiLMConfig.from_allennlp_options(*given)
 
 

@@ -966,6 +966,10 @@ def test_an_all_zero_weight_matrix_warns_naming_it(files):
     assert len(said) == 1 and str(weight_path) in said[0]
     assert re.search(rf"matrices CNN/W_cnn_2, {last}/W_P_0 of .* are all zeros.* Copy it again", said[0]), said[0]
     assert not model.lstm.backward_layers[1].w_proj.any()
+    with h5py.File(weight_path, "a") as f:  # one matrix: said in the singular
+        f["CNN/W_cnn_2"][...] = 1
+    with pytest.warns(UserWarning, match=rf"the weight matrix {last}/W_P_0 of .* is all zeros"):
+        BiLM.from_allennlp(opt_path, weight_path)
 
 
 def rewrite_dtypes(weight_path, dtypes, change=None):

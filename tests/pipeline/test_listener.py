@@ -365,6 +365,60 @@ def test_listener_with_disabled_upstream(tiny_dir, upstream):
         listener.predict([nlp.make_doc("Yesterday Alice went home .")])
 
 
+def test_listener_with_disabled_upstream_follow_the_fix(tiny_dir):
+    """The error's steps, followed literally, run ner without elmo. It said to call nlp.replace_listeners while elmo
+    was disabled, which spaCy refuses (E889: it looks the upstream up in nlp.pipe_names, the enabled ones)."""
+    nlp = _nlp_with(tiny_dir, "ner", {**NER, "tok2vec": LISTENER})
+    examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(4)]
+    nlp.update(examples, sgd=nlp.initialize(lambda: examples))
+    nlp.disable_pipe("elmo")
+    with pytest.raises(ValueError, match=DISABLED.format(upstream="elmo")) as err:
+        nlp("Yesterday Alice went home .")
+    steps = re.search(r"first (nlp\.enable_pipe\('elmo'\)) .*then (nlp\.replace_listeners\([^)]*\)), then "
+                      r"(nlp\.disable_pipe\('elmo'\))", str(err.value))
+    assert steps is not None, str(err.value)
+    for step in steps.groups():
+        eval(step)
+    assert nlp.pipe_names == ["ner"] and nlp.disabled == ["elmo"]
+    assert len(nlp("Yesterday Alice went home .")) == 5
+
+
+def test_listener_with_disabled_upstream_initializes_and_passes_empty_docs(tiny_dir):
+    """elmo disabled is named only where its layers were needed: nlp.initialize (the listener warms up on zeros for
+    initialize's samples) runs, and an empty doc among docs elmo annotated before gets its empty layers."""
+    nlp = _nlp_with(tiny_dir, "ner", {**NER, "tok2vec": LISTENER})
+    examples = lambda: [Example(nlp.make_doc(d.text), d) for d in make_docs(4)]  # noqa: E731
+    nlp.initialize(examples)
+    annotated = nlp("Yesterday Alice went home .")
+    with nlp.select_pipes(disable=["elmo"]):
+        nlp.initialize(examples)
+        assert [len(doc) for doc in nlp.pipe([annotated, nlp.make_doc("")])] == [5, 0]
+        with pytest.raises(ValueError, match=DISABLED.format(upstream="elmo")):
+            nlp("Yesterday Alice went home .")
+
+
+def test_a_disabled_elmo_is_looked_up_in_the_pipeline_holding_the_listener(tiny_dir):
+    """The pipeline whose disabled components are read is the one holding the listener, not the nearest on the
+    stack: another pipeline (its own disabled component named 'elmo') that calls this one's ner from a component
+    is not this listener's, and the error is the plain one of a doc without ELMo data."""
+    nlp = _nlp_with(tiny_dir, "ner", {**NER, "tok2vec": LISTENER})
+    examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(4)]
+    nlp.update(examples, sgd=nlp.initialize(lambda: examples))
+    ner = nlp.get_pipe("ner")
+
+    @Language.component("test_listener_relay_to_other_ner")
+    def relay(doc):
+        return ner(doc)
+
+    other = spacy.blank("en")
+    other.add_pipe("sentencizer", name="elmo")
+    other.add_pipe("test_listener_relay_to_other_ner")
+    other.disable_pipe("elmo")
+    with pytest.raises(ValueError, match="no ELMo data") as err:
+        other("Yesterday Alice went home .")
+    assert not re.search(DISABLED.format(upstream="elmo"), str(err.value))
+
+
 def test_listener_with_disabled_upstream_right_after_initialize(tiny_dir, tmp_path):
     """Its initialize leaves the listener "warming up" (zeros for docs without ELMo data) until a real batch, and
     saves it so: with elmo disabled right after nlp.initialize (spacy init nlp, spacy assemble), ner predicted

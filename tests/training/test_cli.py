@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from spacy_elmo import BiLM, BiLMConfig
 from spacy_elmo.cli import app
+from spacy_elmo.errors import Warnings
 from spacy_elmo.training.trainer import read_log
 from tests.cli_text import plain
 
@@ -394,6 +395,23 @@ def test_option_errors_name_the_flag_as_typed(tmp_path, args, flag, expected):
     assert not (tmp_path / "out").exists()
 
 
+def test_pretrain_options_errors_name_the_file_and_no_weight_file(tmp_path):
+    """r9: `pretrain --options options.json` with a bad value said "The ELMo options in the given dict" (pretrain
+    parsed the file and passed the dict) and "use the options.json that came with the weight file", though
+    pretraining from scratch has none. They name the file, and the fix is the key's."""
+    from tests.bilm.test_config import options as allennlp_options
+
+    for change in (lambda o: o["lstm"].pop("use_skip_connections"), lambda o: o["lstm"].__setitem__("dim", 0)):
+        opts = allennlp_options()
+        change(opts)
+        path = tmp_path / "options.json"
+        path.write_text(json.dumps(opts))
+        result = runner.invoke(app, ["pretrain", str(tmp_path / "no-text"), str(tmp_path / "out"), "--options", str(path)])
+        said = plain(result.output)
+        assert result.exit_code == 2 and f"The ELMo options in {path} " in said, said
+        assert "given dict" not in said and "weight file" not in said, said
+
+
 def test_options_errors_are_said_in_the_command_lines_words(tmp_path):
     """--options with a key that is no field (a Hugging Face config.json) said "... not from_dict).. Pass": a
     double full stop, and the Python API's advice (from_allennlp_options, from_dict). BiLMConfig.from_dict
@@ -693,14 +711,18 @@ def test_the_sentence_stage_command_carries_the_device_and_parses_back(tmp_path)
     ({}, ["spacy-elmo"]),  # one process
     ({"WORLD_SIZE": "4"}, ["torchrun", "--nproc-per-node", "4", "-m", "spacy_elmo"]),  # without LOCAL_WORLD_SIZE
     ({"WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "4"}, ["torchrun", "--nproc-per-node", "4", "-m", "spacy_elmo"]),
-    # several machines: the rendezvous that joined them (torchrun's own), else a placeholder for it
+    # several machines: a c10d rendezvous with this job's id; the endpoint a placeholder, since the workers'
+    # MASTER_ADDR:MASTER_PORT is a store the first agent opened on a free port (c10d), not the --rdzv-endpoint
     ({"WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4"}, ["torchrun", "--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
                                                     "HOST:PORT", "--nproc-per-node", "4", "-m", "spacy_elmo"]),
-    ({"WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4", "MASTER_ADDR": "node0", "MASTER_PORT": "29400", "TORCHELASTIC_RUN_ID": "job7"},
-     ["torchrun", "--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "node0:29400", "--rdzv-id", "job7",
+    ({"WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4", "MASTER_ADDR": "node0", "MASTER_PORT": "41791", "TORCHELASTIC_RUN_ID": "job7"},
+     ["torchrun", "--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "HOST:PORT", "--rdzv-id", "job7",
       "--nproc-per-node", "4", "-m", "spacy_elmo"]),
     ({"WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "fd00::1", "MASTER_PORT": "29500", "TORCHELASTIC_RUN_ID": "none"},
-     ["torchrun", "--nnodes", "4", "--rdzv-backend", "c10d", "--rdzv-endpoint", "[fd00::1]:29500", "--nproc-per-node", "1",
+     ["torchrun", "--nnodes", "4", "--rdzv-backend", "c10d", "--rdzv-endpoint", "HOST:PORT", "--nproc-per-node", "1",
+      "-m", "spacy_elmo"]),
+    ({"WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4", "MASTER_ADDR": "node0"},  # no MASTER_PORT
+     ["torchrun", "--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "HOST:PORT", "--nproc-per-node", "4",
       "-m", "spacy_elmo"]),
     # one machine: torchrun's default (local) rendezvous, whatever it set
     ({"WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "4", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"},
@@ -743,6 +765,22 @@ def test_the_sentence_stage_command_starts_as_the_run_did(monkeypatch, tmp_path,
         if multi:
             assert args.rdzv_endpoint == words[words.index("--rdzv-endpoint") + 1]
             assert args.rdzv_id == env.get("TORCHELASTIC_RUN_ID", "none")
+
+
+def test_the_sentence_stage_command_of_a_job_on_several_machines_asks_for_the_endpoint(tmp_path, monkeypatch):
+    """The command a stream run on several machines prints has the placeholder HOST:PORT for the rendezvous
+    endpoint (torchrun does not tell its workers the one they met at): a warning says to replace it."""
+    summary = {"rank": 0, "steps": 5, "resumed_from": 0, "vocab_size": 9, "heldout": None, "model_written": True,
+               "output_dir": str(tmp_path / "out"),
+               "corpus": {"n_tokens": 10, "n_sentences": 2, "n_files": 1, "n_binary": 0, "replaced_bytes": 0}}
+    monkeypatch.setattr("spacy_elmo.training.trainer.train", lambda cfg, on_step=None: summary)
+    for name, value in {"WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4", "RANK": "0", "LOCAL_RANK": "0",
+                        "MASTER_ADDR": "node0", "MASTER_PORT": "41791", "TORCHELASTIC_RUN_ID": "job7"}.items():
+        monkeypatch.setenv(name, value)
+    result = runner.invoke(app, ["pretrain", str(tmp_path / "t"), str(tmp_path / "out"), "--return-freed-memory"])
+    assert result.exit_code == 0, result.output
+    assert "--rdzv-endpoint HOST:PORT --rdzv-id job7" in result.stdout and "node0" not in result.stdout
+    assert plain(result.stderr) == plain(Warnings.W_STAGE_RENDEZVOUS.format(placeholder="HOST:PORT")), result.stderr
 
 
 @pytest.fixture(scope="module")

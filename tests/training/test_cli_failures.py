@@ -199,12 +199,13 @@ def test_sigterm_after_the_result_is_written_stops_nothing(tmp_path, monkeypatch
     """Once export's OUT_DIR (fit-state's state) is written whole, the command marks its run complete
     (Stop.complete): a SIGTERM from then on, under the command's handler, is recorded, not raised (it said
     "interrupted, rerun" of a complete result, 143), and the command ends as it would have, 0. The signal comes as
-    the mark is set (in-process the command line's ignoring is off: the handler stays)."""
+    the mark is set (in-process the command line's ignoring is off: the handler stays); in-process it is the
+    caller's, delivered to its handler once the command's block ended (it was dropped)."""
     from spacy_elmo.cli import signals
 
     BiLM(BiLMConfig(**TINY)).save(tmp_path / "model")
     args, said = COMPLETED[command]
-    real, sent = signals.Stop.ignore_signals, []
+    real, sent, caught = signals.Stop.ignore_signals, [], []
 
     def then_terminated(stop):
         real(stop)
@@ -212,12 +213,17 @@ def test_sigterm_after_the_result_is_written_stops_nothing(tmp_path, monkeypatch
         signal.raise_signal(signal.SIGTERM)  # the command's handler: the test session goes on
 
     monkeypatch.setattr(signals.Stop, "ignore_signals", then_terminated)
-    before = signal.getsignal(signal.SIGTERM)
-    result = runner.invoke(app, [command, *args(tmp_path)])
+    before = signal.signal(signal.SIGTERM, lambda signum, frame: caught.append(signum))  # the caller's
+    try:
+        callers = signal.getsignal(signal.SIGTERM)
+        result = runner.invoke(app, [command, *args(tmp_path)])
+        assert signal.getsignal(signal.SIGTERM) is callers  # in-process: the caller's handler back
+    finally:
+        signal.signal(signal.SIGTERM, before)
     assert sent == [True]  # the run marked complete, once
+    assert caught == [signal.SIGTERM]  # the caller's, after the command
     assert result.exit_code == 0, result.output
     assert said in result.stdout and Errors.E_INTERRUPTED.format(command=command) not in result.stderr
-    assert signal.getsignal(signal.SIGTERM) is before  # in-process: the caller's handler back
     if command == "export":
         assert BiLM.load(tmp_path / "out").config.projection_dim == TINY["projection_dim"]
 

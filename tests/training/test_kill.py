@@ -2,6 +2,7 @@
 again, then resumed: the model and the log are the uninterrupted run's, no temporary file is
 left behind, and no half-written file is ever read as a complete one."""
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -254,6 +255,24 @@ def test_a_second_signal_while_the_stopped_command_exits_is_ignored(own_handlers
                 stop.reporting = True
                 _report_end(err, stop, tmp_path, Ranks(0, 1, 0))
     assert exited.value.exit_code == 128 + signal.SIGINT
+    _assert_signals_ignored(command_line)
+
+
+@pytest.mark.parametrize("command_line", [True, False], ids=["main", "in_process"])
+def test_a_signal_after_the_result_is_complete_goes_to_the_callers_handler(own_handlers, command_line):
+    """After Stop.complete a signal stops nothing of the command: recorded, not raised in the block. In-process it
+    was dropped, the caller never told of its SIGTERM: it is raised again once the caller's handlers are back. The
+    command line ignores it (the process exits 0 with its result)."""
+    from spacy_elmo.cli.signals import signals_stop
+
+    with pytest.raises(_Caught) if not command_line else contextlib.nullcontext() as caught:
+        with signals_stop(command_line=command_line) as stop:
+            stop.complete()
+            signal.raise_signal(signal.SIGTERM)
+            signal.raise_signal(signal.SIGINT)  # the first one is delivered
+            assert stop.after_complete == (None if command_line else signal.SIGTERM)  # command line: ignored
+    if not command_line:
+        assert caught.value.args == (signal.SIGTERM,)
     _assert_signals_ignored(command_line)
 
 

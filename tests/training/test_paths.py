@@ -186,7 +186,7 @@ def test_heldout_copies_are_found_by_size_then_hash(tmp_path, monkeypatch):
     (held / "empty.txt").write_text("", encoding="utf-8")
     (held / "same_size.txt").write_text("wOrd " * 12 + "\n", encoding="utf-8")  # t2.txt's size, other bytes
     hashed, real = [], trainer.file_sha256
-    monkeypatch.setattr(trainer, "file_sha256", lambda f: (hashed.append(f.name), real(f))[1])
+    monkeypatch.setattr(trainer, "file_sha256", lambda f, limit=None: (hashed.append(f.name), real(f, limit))[1])
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         trainer._warn_heldout_in_training(str(held), str(corpus))
@@ -198,6 +198,58 @@ def test_heldout_copies_are_found_by_size_then_hash(tmp_path, monkeypatch):
     (message,) = [str(w.message) for w in got]
     assert "(1 of its file(s) under TRAIN_PATH" in message and f"{held / 'h_copy.txt'}, a copy of {corpus / 't3.txt'})" in message
     assert sorted(hashed) == ["h_copy.txt", "same_size.txt", "t2.txt", "t3.txt"]
+
+
+def test_heldout_copies_of_equal_size_shards_read_their_starts_first(tmp_path, monkeypatch):
+    """r1: `split -b` shards all have one size, and each was hashed whole (204 MiB read for 51 files). Files of one
+    size are compared by their first HEAD_BYTES, each file's start read once; only a held-out file whose start
+    matches a training file's is read whole, with that file; a copy is found, and a file that differs past the
+    start is no copy."""
+    import random
+
+    from spacy_elmo.training import trainer
+
+    corpus, held = tmp_path / "corpus", tmp_path / "held"
+    corpus.mkdir()
+    held.mkdir()
+    size = trainer.HEAD_BYTES * 2 + 100
+    rng = random.Random(0)
+    shards = [bytes(rng.getrandbits(8) for _ in range(size)) for _ in range(3)]
+    for i, data in enumerate(shards):
+        (corpus / f"x{i}.txt").write_bytes(data)
+    (held / "h0.txt").write_bytes(bytes(reversed(shards[0])))  # another start
+    (held / "h1.txt").write_bytes(bytes(reversed(shards[1])))
+    late = bytearray(shards[2])
+    late[-1] ^= 1  # x2's start, another last byte
+    (held / "late.txt").write_bytes(bytes(late))
+    calls, real = [], trainer.file_sha256
+    monkeypatch.setattr(trainer, "file_sha256", lambda f, limit=None: (calls.append((f.name, limit)), real(f, limit))[1])
+    read = lambda: sum(size if limit is None else min(size, limit) for _, limit in calls)  # noqa: E731
+    trainer._warn_heldout_in_training(str(held), str(corpus))
+    head = trainer.HEAD_BYTES
+    assert sorted(calls, key=repr) == sorted([(n, head) for n in ("h0.txt", "h1.txt", "late.txt", "x0.txt", "x1.txt", "x2.txt")]
+                                             + [("late.txt", None), ("x2.txt", None)], key=repr)
+    assert read() == 6 * head + 2 * size
+    calls.clear()
+    (held / "late.txt").write_bytes(shards[2])
+    with pytest.warns(RuntimeWarning, match="is training text too") as got:
+        trainer._warn_heldout_in_training(str(held), str(corpus))
+    assert f"{held / 'late.txt'}, a copy of {corpus / 'x2.txt'})" in str(got[0].message)
+    assert read() == 6 * head + 2 * size
+
+
+def test_file_sha256_limit_hashes_the_first_bytes(tmp_path):
+    """file_sha256(path, limit): the sha256 of the first ``limit`` bytes, also across a chunk boundary and for a
+    file shorter than ``limit``."""
+    import hashlib
+
+    from spacy_elmo.paths import HASH_CHUNK, file_sha256
+
+    data = bytes(range(256)) * (HASH_CHUNK // 256 + 3)
+    path = tmp_path / "big.txt"
+    path.write_bytes(data)
+    for limit in (0, 1, 1000, HASH_CHUNK, HASH_CHUNK + 7, len(data) + 5):
+        assert file_sha256(path, limit) == hashlib.sha256(data[:limit]).hexdigest()
 
 
 def test_an_earlier_runs_output_dir_inside_a_corpus_directory_is_skipped_with_one_warning(tmp_path):

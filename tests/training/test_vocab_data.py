@@ -361,7 +361,59 @@ def test_a_cut_never_splits_a_character_from_what_continues_it(tmp_path):
         assert data.tokenize_file(path, "en") == [["w" * RUN_CHARS] * 12 + ["w" * 100]]
     said = [str(w.message) for w in caught if "word.txt has 1 stretch" in str(w.message)]
     assert len(said) == 1 and "a word, or a phrase of a language written without spaces, is split at the cuts" in said[0]
-    assert "as the pipeline does" not in said[0]
+    assert "as the pipeline does" not in said[0] and "never between" not in said[0]
+    assert "each cut moved back by up to 16 characters to keep a character with the accents" in said[0]
+
+
+@pytest.mark.parametrize("before, keep", [
+    ("\u0915\u093e", 2),  # Devanagari KA and the vowel sign AA (Mc): the sign at the cut
+    ("1\ufe0f\u20e3", 3),  # keycap 1: U+20E3 (Me) at the cut
+    ("\U0001F3F4\U000E0067\U000E0062\U000E0065\U000E006E\U000E0067\U000E007F", 7),  # England: U+E007F CANCEL TAG
+    ("\u1112\u1161", 2),  # NFD Hangul: the vowel U+1161 at the cut
+    ("\u1112\u1161\u11ab", 3),  # and the final consonant U+11AB
+    ("\u1100\u1161\ud7cb", 3),  # a final of Hangul Jamo Extended-B
+    ("\u1100\ud7b0", 2),  # a vowel of it
+])
+def test_a_cut_moves_back_before_the_character_a_mark_or_jamo_continues(before, keep):
+    """The character that ends at the cut (``before``: its last code point at index RUN_CHARS) starts the next
+    piece whole: spacing (Mc) and enclosing (Me) marks, the cancel tag that ends a subdivision flag, and the
+    conjoining vowels and final consonants of NFD Hangul (Lo) continue the characters before them."""
+    from spacy_elmo.training.data import _cut_pieces
+
+    run = "a" * (RUN_CHARS + 1 - keep) + before + "a" * 300
+    first = _cut_pieces(run)[0]
+    assert first == "a" * (RUN_CHARS + 1 - keep), [hex(ord(c)) for c in run[len(first) - 1:len(first) + 1]]
+
+
+def test_byte_order_marks_warnings_say_cat_only_for_those_at_line_starts(tmp_path):
+    """r5: "1 U+FEFF ... 1 of them at the start of a line", and the `cat` story told with none at a line start. A
+    U+FEFF inside a word is counted without it; one at a line start says so in the singular; every file's count
+    adds up in the corpus statistics (a directory of several files each holding one)."""
+    from spacy_elmo.training import data
+
+    def said(path):
+        stats = data.ReadStats()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            data.tokenize_file(path, "en", stats)
+        return [str(w.message) for w in caught if "U+FEFF" in str(w.message)], stats.bom_chars
+
+    inside = tmp_path / "inside.txt"
+    inside.write_bytes(b"The x\xef\xbb\xbfy sat .\n")
+    (message,), n = said(inside)
+    assert n == 1 and f"{inside} has 1 U+FEFF (byte order mark) after its start. It is read" in message, message
+    assert "cat" not in message and "joining" not in message and "of them" not in message
+    start = tmp_path / "start.txt"
+    start.write_bytes(b"The cat sat .\n\xef\xbb\xbfThe dog ran .\n")
+    (message,), n = said(start)
+    assert n == 1 and "has 1 U+FEFF (byte order mark) after its start, at the start of a line: files joined with `cat`" in message
+    assert message.endswith("before joining the files.")
+    folder = tmp_path / "many"
+    folder.mkdir()
+    for i in range(3):
+        (folder / f"f{i}.txt").write_bytes(b"A x\xef\xbb\xbfy .\n")
+    messages, n = said(folder)
+    assert n == 3 and len(messages) == 3 and all("cat" not in m for m in messages)
 
 
 def test_byte_order_marks_after_the_start_are_counted_and_warned_of(tmp_path):
@@ -377,8 +429,9 @@ def test_byte_order_marks_after_the_start_are_counted_and_warned_of(tmp_path):
         warnings.simplefilter("always")
         meta = build_corpus(corpus, "en", tmp_path / "cache", progress=False)
     said = [str(w.message) for w in caught if "U+FEFF" in str(w.message)]
+    at_line_starts = data.Warnings.W_BOM_AT_LINE_STARTS.format(which="2 ")
     assert said == [data.Warnings.W_BOM_INSIDE.format(path=corpus, n_boms="3 U+FEFF characters (byte order marks)",
-                                                       n_line_starts="2")]
+                                                       at_line_starts=at_line_starts, joined=data.Warnings.W_BOM_JOINED)]
     assert "sed -i 's/\\xEF\\xBB\\xBF//g' FILE" in said[0]
     assert meta["stats"]["bom_chars"] == 3
     assert {"\ufeffThe", "\ufeffA", "x\ufeffy"} <= set(Corpus.load(tmp_path / "cache").types)
