@@ -59,7 +59,14 @@ def model_config(preset: Optional[str], options: Optional[Path]) -> dict:
         data = json.loads(path.read_text(encoding="utf-8"))
         if isinstance(data, dict) and data.get("format") == FORMAT:  # a spacy-elmo model's config.json: its sizes
             data = read_config_json(path)["config"]
-        config = BiLMConfig.from_allennlp_options(data, source=str(path)) if "lstm" in data else BiLMConfig.from_dict(data)
+        if isinstance(data, dict) and "lstm" in data:
+            # its own errors name the file, the key and the fix: not wrapped in another "could not read"
+            try:
+                config = BiLMConfig.from_allennlp_options(data, source=str(path))
+            except ValueError as err:
+                raise typer.BadParameter(str(err), param_hint="'--options'") from err
+        else:
+            config = BiLMConfig.from_dict(data)
     except UnknownConfigFields as err:  # its own words name from_dict and from_allennlp_options, the Python API's
         raise typer.BadParameter(Errors.E_OPTIONS_UNKNOWN_FIELD.format(path=path, names=err.names, choices=err.choices),
                                  param_hint="'--options'") from err

@@ -410,6 +410,8 @@ def test_pretrain_options_errors_name_the_file_and_no_weight_file(tmp_path):
         said = plain(result.output)
         assert result.exit_code == 2 and f"The ELMo options in {path} " in said, said
         assert "given dict" not in said and "weight file" not in said, said
+        # its own message names the file, the key and the fix: not wrapped in "Could not read ... Pass an options.json"
+        assert "Could not read" not in said and said.count(str(path)) == 1, said
 
 
 def test_options_errors_are_said_in_the_command_lines_words(tmp_path):
