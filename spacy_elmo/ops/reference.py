@@ -422,6 +422,18 @@ class NotTwiceDifferentiable(torch.autograd.Function):
         raise RuntimeError(ctx.message)
 
 
+def _flat_tensors(items) -> List[Tensor]:
+    """The tensors in ``items``, a sequence of tensors, None and lists or tuples of them (the LSTM's
+    incoming gradients: a list of per-direction outputs' gradients, then tensors), in order."""
+    out: List[Tensor] = []
+    for item in items:
+        if isinstance(item, (list, tuple)):
+            out.extend(_flat_tensors(item))
+        elif isinstance(item, Tensor):
+            out.append(item)
+    return out
+
+
 def first_order_only(message: str) -> Callable[[Callable], Callable]:
     """Decorates a backward formula that has no second derivative: the fused ops' (their backward
     kernels have no autograd formulas of their own) and :class:`ConsumingLogSumExp`'s (an in-place
@@ -429,17 +441,21 @@ def first_order_only(message: str) -> Callable[[Callable], Callable]:
     its gradients (tensors, lists of tensors, None; a tuple of them) come back through
     :class:`NotTwiceDifferentiable`, which raises RuntimeError(``message``) when they are
     differentiated. The marks hang from the saved tensors that require grad (read before the
-    backward runs: the forward's inputs, ConsumingLogSumExp's anchors), so a second derivative
-    with respect to any of them meets the error: ``autograd.grad`` follows only the paths to the
-    tensors it is asked about, and marks hanging from nothing gave torch's "appears to not have
-    been used in the graph", or (the reference's sampled_logsumexp, whose product's backward is
-    differentiable in h and weight) a number without the marked term."""
+    backward runs: the forward's inputs, ConsumingLogSumExp's anchors) and from the incoming
+    gradients that do (a head on top of the op, ``s`` in ``(op(x) * s).sum()``, a gradient
+    penalty's critic: what reaches the op only through its incoming gradient), so a second
+    derivative with respect to any of them meets the error: ``autograd.grad`` follows only the
+    paths to the tensors it is asked about, and marks hanging from nothing gave torch's "appears
+    to not have been used in the graph", or a number without the marked term (the reference's
+    sampled_logsumexp, whose product's backward is differentiable in h and weight; every op with
+    respect to what only its incoming gradient depends on). Without ``create_graph`` (first-order
+    training) the backward runs as it is: no anchors, no marks."""
 
     def decorate(backward):
         @functools.wraps(backward)
         def wrapper(ctx, *grads):
             graph = torch.is_grad_enabled()
-            anchors = [t for t in ctx.saved_tensors if t.requires_grad] if graph else []
+            anchors = [t for t in (*ctx.saved_tensors, *_flat_tensors(grads)) if t.requires_grad] if graph else []
             with torch.no_grad():
                 result = backward(ctx, *grads)
             if not graph:

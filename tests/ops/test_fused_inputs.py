@@ -627,8 +627,8 @@ def test_sampled_logsumexp_without_candidates_is_an_error(n):
 # -------------------------------------------------------------- autograd
 
 
-def _every_op(dtype=torch.float64):
-    """(name, inputs needing grad, fn(*inputs) -> scalar, same through the reference)"""
+def _every_op_outputs(dtype=torch.float64):
+    """(name, inputs needing grad, impl -> fn(*inputs) -> list of the op's outputs through ``impl``)"""
     ids, emb, ws, bs = _char_inputs()
     bs = [b.to(dtype) for b in bs]
     gen = torch.Generator().manual_seed(4)
@@ -636,17 +636,35 @@ def _every_op(dtype=torch.float64):
     hit = torch.tensor([0, -1, 4])
 
     def lstm(impl):
-        return lambda xx, *ww: sum(t.sum() for t in impl.bilstm_layer(xx, xx, lengths, ww, ww, None, 1.0, 1.0))
+        # every output, the LSTM's incoming gradients a list (the outputs') then tensors
+        return lambda xx, *ww: list(impl.bilstm_layer(xx, xx, lengths, ww, ww, None, 1.0, 1.0))
 
     cases = [
-        ("char_cnn", [emb, *ws], lambda impl: lambda e, *p: impl.char_cnn(ids, e, p, bs, "tanh").pow(2).sum()),
+        ("char_cnn", [emb, *ws], lambda impl: lambda e, *p: [impl.char_cnn(ids, e, p, bs, "tanh")]),
         ("highway", [torch.randn(5, 4, generator=gen), torch.randn(8, 4, generator=gen)],
-         lambda impl: lambda a, b: impl.highway(a, b, torch.zeros(8, dtype=dtype)).pow(2).sum()),
+         lambda impl: lambda a, b: [impl.highway(a, b, torch.zeros(8, dtype=dtype))]),
         ("lstm", [x, *w], lstm),
         ("sampled_logsumexp", [torch.randn(3, 4, generator=gen), torch.randn(5, 4, generator=gen)],
-         lambda impl: lambda a, b: impl.sampled_logsumexp(a, b, torch.zeros(5, dtype=dtype), hit).pow(2).sum()),
+         lambda impl: lambda a, b: [impl.sampled_logsumexp(a, b, torch.zeros(5, dtype=dtype), hit)]),
     ]
-    return [(name, [t.to(dtype).requires_grad_() for t in ins], f(fused), f(R)) for name, ins, f in cases]
+    return [(name, [t.to(dtype).requires_grad_() for t in ins], f) for name, ins, f in cases]
+
+
+def _every_op(dtype=torch.float64):
+    """(name, inputs needing grad, fn(*inputs) -> scalar, same through the reference)"""
+
+    def scalar(outputs):
+        return lambda *ins: sum(t.pow(2).sum() for t in outputs(*ins))
+
+    return [(name, ins, scalar(f(fused)), scalar(f(R))) for name, ins, f in _every_op_outputs(dtype)]
+
+
+def _no_second_derivative(name, backend):
+    """The error a second derivative through op ``name`` on ``backend`` meets."""
+    # sampled_logsumexp has none on either backend (tests/ops/test_reference.py)
+    if name == "sampled_logsumexp":
+        return f"{name} has no second derivative"
+    return f"fused {name} kernel has no second derivative"
 
 
 @pytest.mark.parametrize("index", range(4))
@@ -661,15 +679,102 @@ def test_double_backward_is_a_clear_error(index):
     expected = torch.autograd.grad(ref(*ins), ins)
     for g, e in zip(grads, expected):
         _close(g, e)
-    # sampled_logsumexp has none on either backend (tests/ops/test_reference.py)
-    message = f"{name} has no second derivative" if name == "sampled_logsumexp" else (
-        f"fused {name} kernel has no second derivative")
+    message = _no_second_derivative(name, "fused")
     with pytest.raises(RuntimeError, match=message):
         sum(g.pow(2).sum() for g in grads).backward()
     for t in ins:
         grads = torch.autograd.grad(f(*ins), ins, create_graph=True)
         with pytest.raises(RuntimeError, match=message):
             torch.autograd.grad(sum(g.pow(2).sum() for g in grads), t)
+
+
+def _scaled(name, backend, dtype=torch.float64):
+    """(inputs, scales, loss): op ``name`` on ``backend`` (fused.py or reference.py), ``loss(*inputs,
+    *scales)`` the sum of its outputs times ``scales`` (needing grad, one per output): what reaches the
+    op only through its incoming gradients, as a head on top of it does."""
+    _, ins, f = next(case for case in _every_op_outputs(dtype) if case[0] == name)
+    outputs = f(fused if backend == "fused" else R)
+    gen = torch.Generator().manual_seed(9)
+    scales = [torch.randn(t.shape, generator=gen, dtype=dtype).requires_grad_() for t in outputs(*ins)]
+
+    def loss(*args):
+        return sum((t * s).sum() for t, s in zip(outputs(*args[: len(ins)]), args[len(ins) :]))
+
+    return ins, scales, loss
+
+
+FIRST_ORDER_ONLY = [("fused", name) for name in ("char_cnn", "highway", "lstm", "sampled_logsumexp")] + [
+    ("reference", "sampled_logsumexp")]
+
+
+@pytest.mark.parametrize("backend,name", FIRST_ORDER_ONLY)
+def test_double_backward_through_the_incoming_gradient_is_a_clear_error(backend, name):
+    """A second derivative with respect to what reaches an op only through its incoming gradient (a
+    head on top of it, ``s`` in ``(op(x) * s).sum()``, a gradient penalty's critic) came back without
+    the op's second-order term, silently (here d/ds of ``|d loss / d x|^2 + sum(s)`` was ``sum(s)``'s
+    1 alone): the marks hung only from the saved inputs. The project's error now, through
+    ``autograd.grad`` with respect to the scales and through ``backward``; the first-order gradients
+    are the reference's (without create_graph, through the same marks-free path as training)."""
+    ins, scales, loss = _scaled(name, backend)
+    _, _, ref = _scaled(name, "reference")
+    for create_graph in (False, True):
+        grads = torch.autograd.grad(loss(*ins, *scales), [*ins, *scales], create_graph=create_graph)
+        expected = torch.autograd.grad(ref(*ins, *scales), [*ins, *scales])
+        for g, e in zip(grads, expected):
+            _close(g, e)
+    message = _no_second_derivative(name, backend)
+    for wrt in range(len(ins)):
+        (g,) = torch.autograd.grad(loss(*ins, *scales), ins[wrt], create_graph=True)
+        penalty = g.pow(2).sum() + sum(s.sum() for s in scales)
+        with pytest.raises(RuntimeError, match=message):
+            torch.autograd.grad(penalty, scales)
+    # one input needing grad, the others constants (no saved tensor to hang a mark from): the incoming
+    # gradient alone leads to the scales
+    ins = [t.detach() for t in ins]
+    ins[-1].requires_grad_()
+    (g,) = torch.autograd.grad(loss(*ins, *scales), ins[-1], create_graph=True)
+    with pytest.raises(RuntimeError, match=message):
+        torch.autograd.grad(g.pow(2).sum(), scales)
+
+
+def test_first_order_gradients_carry_no_marks():
+    """Without create_graph (first-order training) the backward formulas return their gradients as
+    they are: no NotTwiceDifferentiable node, no anchors, whatever requires grad around the op."""
+    for backend, name in FIRST_ORDER_ONLY:
+        ins, scales, loss = _scaled(name, backend)
+        for g in torch.autograd.grad(loss(*ins, *scales), ins):
+            assert g.grad_fn is None and not g.requires_grad
+
+
+@pytest.mark.parametrize("name", ["char_cnn", "highway", "lstm"])
+def test_reference_second_derivatives_stay_exact(name):
+    """The reference's char CNN, highway and LSTM are plain autograd: their second derivatives,
+    through the inputs and through the incoming gradients (a scale on each output), are right
+    (gradgradcheck: central differences of the first derivative, float64) and not refused as the
+    fused ops' are."""
+    gen = torch.Generator().manual_seed(6)
+
+    def randn(*shape):
+        return (torch.randn(*shape, generator=gen, dtype=torch.float64) * 0.5).requires_grad_()
+
+    if name == "char_cnn":
+        ids = random_char_ids(gen, 3, 5)
+        ins = [randn(261, 2), randn(2, 2, 2), randn(3, 2, 3), randn(2), randn(3)]
+        op = lambda e, w1, w2, b1, b2: [R.char_cnn(ids, e, [w1, w2], [b1, b2], "tanh")]  # noqa: E731
+    elif name == "highway":
+        ins = [randn(3, 2), randn(4, 2), randn(4)]
+        op = lambda *a: [R.highway(*a)]  # noqa: E731
+    else:
+        B, T, I, C, P = 2, 3, 2, 2, 2
+        lengths = torch.tensor([3, 2])
+        ins = [randn(B, T, I), randn(I, 4 * C), randn(P, 4 * C), randn(4 * C), randn(C, P), randn(B, P), randn(B, C)]
+        op = lambda x, *w: list(R.lstm_layer(x, lengths, *w, cell_clip=3.0, proj_clip=3.0, reverse=True))  # noqa: E731
+    scales = [randn(*t.shape) for t in op(*ins)]
+
+    def loss(*args):
+        return sum((t * s).sum() for t, s in zip(op(*args[: len(ins)]), args[len(ins) :]))
+
+    assert torch.autograd.gradgradcheck(loss, [*ins, *scales])
 
 
 def test_kernel_dtype_keeps_float64_under_cuda_autocast():
