@@ -604,6 +604,15 @@ class Errors:
         "sampled_logsumexp: no candidates (S = 0): weight (S, P) is {shape}, and a log-sum-exp over no candidates "
         "has no value. Pass at least one candidate: weight (S, P) and offset (S,) with S >= 1."
     )
+    # The fused op's words (csrc/cpu/sampled_softmax.cpp: check_inputs), with the fix.
+    E_SAMPLED_H_WEIGHT = (
+        "sampled_logsumexp: h must be (N, P) and weight (S, P), got {h} and {weight}: each of the N rows of h "
+        "is scored against the S candidates' rows. Pass both as matrices of the same width P."
+    )
+    E_SAMPLED_SHAPE = (
+        "sampled_logsumexp: {name} must have shape {expected}, got {found} (N from h (N, P), S from weight (S, P)). "
+        "Nothing is broadcast: pass one offset per candidate and one hit (its column, or -1) per row of h."
+    )
     E_SAMPLED_HIT_RANGE_IN_GRAPH = (
         "sampled_logsumexp: hit must lie in [-1, {S}) (a row's candidate column, or -1 for none); some do not. "
         "Pass each row's candidate column or -1." + _IN_GRAPH

@@ -545,6 +545,7 @@ def sampled_logsumexp(h: Tensor, weight: Tensor, offset: Tensor, hit: Tensor) ->
         return reference.sampled_logsumexp(h, weight, offset, hit)
     dtype = _run_dtype(h, "sampled_logsumexp", "h")
     hit = _as_long(hit, "sampled_logsumexp", "hit")
+    reference.check_sampled_shapes(h, weight, offset, hit)  # the reference's errors (the op's say the same)
     with torch.autocast("cpu", enabled=False):
         h, weight, offset = _cast([h, weight, offset], dtype)
         lse, _ = _ops.sampled_logsumexp_forward(h, weight, offset, hit)

@@ -256,9 +256,9 @@ def lstm_layer(
     check_clips(cell_clip, proj_clip)
     # Exact shapes, as the fused op (csrc/include/checks.h): a (P,) or (1, P) state or a short
     # lengths broadcast over the rows. Shapes only: no host sync.
-    _check_shape(lengths, (batch,), "lengths (B,)")
-    _check_shape(h0, (batch, proj), "h0 (B, P)")
-    _check_shape(c0, (batch, cells), "c0 (B, C)")
+    check_shape(lengths, (batch,), "lengths (B,)", Errors.E_LSTM_SHAPE)
+    check_shape(h0, (batch, proj), "h0 (B, P)", Errors.E_LSTM_SHAPE)
+    check_shape(c0, (batch, cells), "c0 (B, C)", Errors.E_LSTM_SHAPE)
     # checked before they move: host lengths (BiLM.forward passes them, on every device) with no host sync
     check_lstm_lengths(lengths, total)
     lengths = to_device_nowait(lengths, x.device)
@@ -326,10 +326,27 @@ def check_clips(cell_clip: Optional[float], proj_clip: Optional[float]) -> None:
             raise ValueError(Errors.E_LSTM_CLIP.format(name=name, value=value))
 
 
-def _check_shape(t: Optional[Tensor], expected: Tuple[int, ...], name: str) -> None:
-    """A ValueError (``Errors.E_LSTM_SHAPE``) unless ``t`` is None or has exactly the shape ``expected``."""
-    if t is not None and tuple(t.shape) != expected:
-        raise ValueError(Errors.E_LSTM_SHAPE.format(name=name, expected=list(expected), found=list(t.shape)))
+def check_shape(t: Optional[Tensor], expected: Tuple[int, ...], name: str, message: str) -> None:
+    """A ValueError (``message``, an ``Errors`` entry with the fields ``name``, ``expected`` and ``found``)
+    unless ``t`` is None or has exactly the shape ``expected``: the ops' one check of
+    an argument's shape where torch would broadcast it, read part of it or fail with its own words (the
+    fused ops check theirs in C++, ``check_sizes`` in ``csrc/include/checks.h``, in the same words). Host
+    shapes only: no sync."""
+    if t is not None and tuple(t.shape) != tuple(expected):
+        raise ValueError(message.format(name=name, expected=list(expected), found=list(t.shape)))
+
+
+def check_sampled_shapes(h: Tensor, weight: Tensor, offset: Tensor, hit: Tensor) -> None:
+    """:func:`sampled_logsumexp`'s shapes, on both backends (the fused wrapper calls it before its op, whose
+    ``check_inputs`` in ``csrc/cpu/sampled_softmax.cpp`` says the same): h ``(N, P)`` and weight ``(S, P)``
+    with ``S >= 1``, offset ``(S,)``, hit ``(N,)``. A shorter hit wrote only its rows (the others kept
+    their hit column), a longer one failed in torch's scatter. ValueErrors; host shapes only: no sync."""
+    if h.dim() != 2 or weight.dim() != 2 or h.shape[1] != weight.shape[1]:
+        raise ValueError(Errors.E_SAMPLED_H_WEIGHT.format(h=list(h.shape), weight=list(weight.shape)))
+    if weight.shape[0] == 0:  # as the fused op: the max over the candidates has no column to reduce
+        raise ValueError(Errors.E_SAMPLED_NO_CANDIDATES.format(shape=list(weight.shape)))
+    check_shape(offset, (weight.shape[0],), "offset (S,)", Errors.E_SAMPLED_SHAPE)
+    check_shape(hit, (h.shape[0],), "hit (N,)", Errors.E_SAMPLED_SHAPE)
 
 
 #: :func:`bilstm_layer`'s ``state``: ``(h0 (2, B, P), c0 (2, B, C))``, each also as a pair ``(forward, backward)``.
@@ -395,8 +412,8 @@ def bilstm_layer(
     if x_bwd.shape != x_fwd.shape:  # as the fused op: a backward stream of another T ran unnoticed
         raise ValueError(Errors.E_BILSTM_INPUT_SHAPES.format(fwd=list(x_fwd.shape), bwd=list(x_bwd.shape)))
     batch = x_fwd.shape[0]
-    _check_shape(h0, (2, batch, fwd[3].shape[1]), "h0 (2, B, P)")  # a third direction was ignored
-    _check_shape(c0, (2, batch, fwd[3].shape[0]), "c0 (2, B, C)")
+    check_shape(h0, (2, batch, fwd[3].shape[1]), "h0 (2, B, P)", Errors.E_LSTM_SHAPE)  # a third direction was ignored
+    check_shape(c0, (2, batch, fwd[3].shape[0]), "c0 (2, B, C)", Errors.E_LSTM_SHAPE)
     h0_f, h0_b = (None, None) if h0 is None else (h0[0], h0[1])
     c0_f, c0_b = (None, None) if c0 is None else (c0[0], c0[1])
     (wi_f, wr_f, b_f, wp_f), (wi_b, wr_b, b_b, wp_b) = fwd, bwd
@@ -487,8 +504,7 @@ def sampled_logsumexp(h: Tensor, weight: Tensor, offset: Tensor, hit: Tensor) ->
     Returns ``(N,)`` float32 (float64 for float64 inputs on the fused path):
     ``logsumexp(h @ weight.T + offset, 1)`` without the hit columns.
     """
-    if weight.shape[0] == 0:  # as the fused op (its check_inputs): the max below has no column to reduce
-        raise ValueError(Errors.E_SAMPLED_NO_CANDIDATES.format(shape=list(weight.shape)))
+    check_sampled_shapes(h, weight, offset, hit)
     # The (N, S) logits dominate the cost, so they take as few passes as possible: the
     # product (without bias: addmm would first write the broadcast offset over all of
     # it), then one in-place pass adding the offset (neither the product's backward nor

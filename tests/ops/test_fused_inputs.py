@@ -619,9 +619,42 @@ def test_sampled_logsumexp_without_candidates_is_an_error(n):
     h, w, off, hit = torch.randn(n, 4), torch.randn(0, 4), torch.randn(0), torch.full((n,), -1)
     match = r"sampled_logsumexp: no candidates \(S = 0\)"
     with pytest.raises(RuntimeError, match=match):
-        fused.sampled_logsumexp(h, w, off, hit)
-    with pytest.raises(ValueError, match=match + r": weight \(S, P\) is \[0, 4\].*Pass at least one candidate"):
-        R.sampled_logsumexp(h, w, off, hit)
+        ops.sampled_logsumexp_forward(h, w, off, hit)
+    for impl in (fused, R):  # one check for both backends (reference.check_sampled_shapes)
+        with pytest.raises(ValueError, match=match + r": weight \(S, P\) is \[0, 4\].*Pass at least one candidate"):
+            impl.sampled_logsumexp(h, w, off, hit)
+
+
+# (the bad argument from h (3, 4), weight (5, 4), offset (5,), hit (3,), what both backends' messages say)
+SAMPLED_BAD_SHAPES = [
+    (dict(hit=torch.tensor([1, 2])), r"hit \(N,\) must have shape \[3\], got \[2\]"),
+    (dict(hit=torch.tensor([1, 2, -1, 4])), r"hit \(N,\) must have shape \[3\], got \[4\]"),
+    (dict(hit=torch.tensor([[1], [2], [-1]])), r"hit \(N,\) must have shape \[3\], got \[3, 1\]"),
+    (dict(hit=torch.tensor(2)), r"hit \(N,\) must have shape \[3\], got \[\]"),
+    (dict(offset=torch.randn(4)), r"offset \(S,\) must have shape \[5\], got \[4\]"),
+    (dict(offset=torch.randn(1, 5)), r"offset \(S,\) must have shape \[5\], got \[1, 5\]"),
+    (dict(weight=torch.randn(5, 3)), r"h must be \(N, P\) and weight \(S, P\), got \[3, 4\] and \[5, 3\]"),
+    (dict(h=torch.randn(4)), r"h must be \(N, P\) and weight \(S, P\), got \[4\] and \[5, 4\]"),
+]
+
+
+@pytest.mark.parametrize("backend", ["reference", "fused"])
+@pytest.mark.parametrize("bad,match", SAMPLED_BAD_SHAPES,
+                         ids=["short_hit", "long_hit", "column_hit", "scalar_hit", "short_offset", "row_offset",
+                              "narrow_weight", "vector_h"])
+def test_sampled_logsumexp_shapes_are_checked_alike_on_both_backends(bad, match, backend):
+    """The reference took a hit shorter than N (scatter_ wrote only its rows: the others kept their hit
+    column, a wrong number silently) and failed with torch's words for the other shapes; the fused op
+    refused them. Both give one ValueError now (reference.check_sampled_shapes), and the right shapes
+    give the NumPy float64 oracle's numbers."""
+    gen = torch.Generator().manual_seed(8)
+    args = dict(h=torch.randn(3, 4, generator=gen), weight=torch.randn(5, 4, generator=gen),
+                offset=torch.randn(5, generator=gen), hit=torch.tensor([1, 2, -1]))
+    impl = R if backend == "reference" else fused
+    want, _ = O.sampled_logsumexp(*(t.double().numpy() for t in list(args.values())[:3]), args["hit"].numpy())
+    _close(impl.sampled_logsumexp(**args), want)
+    with pytest.raises(ValueError, match="sampled_logsumexp: " + match):
+        impl.sampled_logsumexp(**{**args, **bad})
 
 
 # -------------------------------------------------------------- autograd
