@@ -260,8 +260,7 @@ def lstm_layer(
     check_shape(h0, (batch, proj), "h0 (B, P)", Errors.E_LSTM_SHAPE)
     check_shape(c0, (batch, cells), "c0 (B, C)", Errors.E_LSTM_SHAPE)
     # checked before they move: host lengths (BiLM.forward passes them, on every device) with no host sync
-    check_lstm_lengths(lengths, total)
-    lengths = to_device_nowait(lengths, x.device)
+    lengths = to_device_nowait(check_lstm_lengths(lengths, total), x.device)
     if reverse:
         index = reversal_index(lengths, total)
         x_run = x.gather(1, index.unsqueeze(-1).expand_as(x))
@@ -303,18 +302,22 @@ def lstm_layer(
     return out, torch.where(started, h, h_start), torch.where(started, c, c_start)
 
 
-def check_lstm_lengths(lengths: Tensor, total: int) -> None:
+def check_lstm_lengths(lengths: Tensor, total: int) -> Tensor:
     """The fused op's checks of an LSTM's ``(B,)`` lengths (``check_integer`` and ``check_lstm_lengths``
     in ``csrc/include/checks.h``), in its words: a TypeError unless they are integers (a float length
     2.5 ran ``t < 2.5``, 3 steps, or failed in the reversal's gather), a ValueError naming the first
     outside ``[0, T]`` (a longer row ran T steps as if complete, or failed to reverse; a negative one
-    none). One host sync (:func:`any_bad`: an assertion where torch.compile or torch.export traces)."""
+    none). One host sync (:func:`any_bad`: an assertion where torch.compile or torch.export traces).
+    Returns them as int64 (the op reads any integer dtype as int64): torch has no comparisons for
+    uint16/uint32/uint64 ("lt_cpu" not implemented), the checks' and the LSTM's own."""
     if lengths.is_floating_point() or lengths.is_complex() or lengths.dtype == torch.bool:
         raise TypeError(Errors.E_LSTM_LENGTHS_DTYPE.format(dtype=lengths.dtype))
+    lengths = lengths.long()  # no copy for int64
     bad = (lengths < 0) | (lengths > total)
     if any_bad(bad, Errors.E_LSTM_LENGTHS_RANGE_IN_GRAPH):
         index = int(bad.nonzero()[0, 0])
         raise ValueError(Errors.E_LSTM_LENGTHS_RANGE.format(value=int(lengths[index]), index=index, T=total))
+    return lengths
 
 
 def check_clips(cell_clip: Optional[float], proj_clip: Optional[float]) -> None:

@@ -511,6 +511,23 @@ def test_lstm_lengths_must_be_integers(device="cpu"):
         _close(a, b)
 
 
+@pytest.mark.parametrize("backend", ["reference", "fused"])
+@pytest.mark.parametrize("dtype", [torch.int8, torch.uint8, torch.int16, torch.uint16, torch.int32, torch.uint32,
+                                   torch.uint64])
+def test_lstm_lengths_of_any_integer_dtype(dtype, backend):
+    """Errors.E_LSTM_LENGTHS_DTYPE promises any integer dtype: the reference failed on uint16, uint32
+    and uint64 lengths with torch's "lt_cpu" not implemented (its checks compared them). Both backends
+    give the NumPy float64 oracle's numbers for each, reversed too."""
+    x, lengths, w = _lstm_case()
+    impl = R if backend == "reference" else fused
+    for reverse in (False, True):
+        got = impl.lstm_layer(x, lengths.to(dtype), *w, reverse=reverse)
+        want = O.lstm_layer(x.double().numpy(), lengths.numpy(), *[t.double().numpy() for t in w], None, None,
+                            None, None, reverse, False)
+        for g, e in zip(got, want):
+            _close(g, e)
+
+
 @pytest.mark.parametrize("reverse", [False, True])
 @pytest.mark.parametrize("backend", ["reference", "fused"])
 @pytest.mark.parametrize("bad,error,match", [
