@@ -8,6 +8,7 @@ CUDA ops must refuse the same input with the same message (csrc/include/checks.h
 """
 
 import functools
+import warnings
 
 import numpy as np
 import pytest
@@ -825,6 +826,21 @@ def test_reference_second_derivatives_stay_exact(name):
         return sum((t * s).sum() for t, s in zip(op(*args[: len(ins)]), args[len(ins) :]))
 
     assert torch.autograd.gradgradcheck(loss, [*ins, *scales])
+
+
+def test_torch_func_on_the_fused_ops():
+    """What README promises of torch.func on the fused ops: vmap runs them (torch's per-sample fallback)
+    with the reference's numbers; grad (and so vjp, jacrev) is refused with torch's error, the
+    Function that torch.library.register_autograd makes having no setup_context. If a torch lifts
+    that, this test fails: update README ("Defined behaviour for odd input")."""
+    gen = torch.Generator().manual_seed(12)
+    x, w, b = (torch.randn(*shape, generator=gen, dtype=torch.float64) for shape in ((2, 3, 4), (8, 4), (8,)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the fallback's "performance drop" warning
+        got = torch.func.vmap(lambda a: fused.highway(a, w, b))(x)
+    _close(got, R.highway(x, w, b), rtol=1e-12, atol=1e-12)
+    with pytest.raises(RuntimeError, match="setup_context"):
+        torch.func.grad(lambda a: fused.highway(a, w, b).sum())(x[0])
 
 
 def test_kernel_dtype_keeps_float64_under_cuda_autocast():
