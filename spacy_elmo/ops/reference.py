@@ -181,6 +181,12 @@ def char_cnn(
         raise ValueError(Errors.E_BAD_ACTIVATION.format(value=activation))
     if len(biases) != len(weights):  # as the fused op: zip below dropped the filters without a bias
         raise ValueError(Errors.E_CHAR_CNN_BIASES.format(biases=len(biases), filters=len(weights)))
+    for i, (w, b) in enumerate(zip(weights, biases)):  # as the fused op (check_char_cnn_filters, _biases)
+        if w.dim() != 3 or w.shape[1] != embedding.shape[1]:
+            raise ValueError(Errors.E_CHAR_CNN_WEIGHT.format(index=i, D=embedding.shape[1], found=list(w.shape)))
+        check_shape(b, (w.shape[0],), f"bias {i}", Errors.E_CHAR_CNN_BIAS)
+    check_same_dtype("char_cnn", ("embedding", embedding), *[("a filter weight", w) for w in weights],
+                     *[("a bias", b) for b in biases])
     check_char_ids(char_ids, embedding.shape[0])  # shifted ids: 0 (no character) .. the table's rows
     table = torch.cat([embedding.new_zeros(1, embedding.shape[1]), embedding], 0)
     x = F.embedding(char_ids, table).transpose(1, 2)  # (N, D, W)
@@ -195,10 +201,21 @@ def char_cnn(
 def highway(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
     """One highway layer. x: ``(N, F)``, weight ``(2F, F)``, bias ``(2F,)`` -> ``(N, F)``."""
     n = x.shape[-1]
+    check_highway(x, weight, bias)
     h = F.linear(x, weight, bias)
     transform = torch.relu(h[..., :n])
     gate = torch.sigmoid(h[..., n:])
     return gate * transform + (1.0 - gate) * x
+
+
+def check_highway(x: Tensor, weight: Tensor, bias: Tensor) -> None:
+    """The fused op's checks of a highway layer's weight ``(2F, F)`` and bias ``(2F,)`` for x ``(..., F)``
+    (``check_highway_forward`` in ``csrc/include/checks.h``), in its words: a ValueError (torch's bare
+    product errors before, or a bias broadcast over the rows), and :func:`check_same_dtype`."""
+    n = x.shape[-1]
+    check_shape(weight, (2 * n, n), "weight (2F, F)", Errors.E_HIGHWAY_SHAPE)
+    check_shape(bias, (2 * n,), "bias (2F,)", Errors.E_HIGHWAY_SHAPE)
+    check_same_dtype("highway", ("x", x), ("weight", weight), ("bias", bias))
 
 
 def _clip(x: Tensor, value: Optional[float]) -> Tensor:
@@ -253,6 +270,9 @@ def lstm_layer(
         raise ValueError(Errors.E_LSTM_NO_UNITS.format(found=list(w_proj.shape)))
     if x.shape[2] == 0:  # as the fused op, whose float32 kernels gave wrong numbers for it
         raise ValueError(Errors.E_LSTM_NO_INPUT.format(found=list(x.shape)))
+    check_lstm_weights(x.shape[2], (w_input, w_recurrent, bias, w_proj), residual)
+    check_same_dtype("lstm", ("x", x), ("w_input", w_input), ("w_recurrent", w_recurrent), ("bias", bias),
+                     ("w_proj", w_proj), ("h0", h0), ("c0", c0))
     check_clips(cell_clip, proj_clip)
     # Exact shapes, as the fused op (csrc/include/checks.h): a (P,) or (1, P) state or a short
     # lengths broadcast over the rows. Shapes only: no host sync.
@@ -320,6 +340,37 @@ def check_lstm_lengths(lengths: Tensor, total: int) -> Tensor:
     return lengths
 
 
+def check_lstm_weights(inputs: int, weights: Sequence[Tensor], residual: bool) -> None:
+    """The fused op's checks of one direction's ``(w_input (I, 4C), w_recurrent (P, 4C), bias (4C,),
+    w_proj (C, P))`` for ``inputs`` (I) features (``check_lstm`` in ``csrc/include/checks.h``), in its
+    words, and of ``residual`` (it adds x to the output: I == P). ValueErrors: torch's bare product
+    errors before, and a (2, 2C) bias ran on the fused op (its check read only the number of values,
+    so the fused wrappers call this for the bias). Host shapes only: no sync."""
+    w_input, w_recurrent, bias, w_proj = weights
+    cells, proj = w_proj.shape[0], w_proj.shape[-1]
+    check_shape(w_input, (inputs, 4 * cells), "w_input (I, 4C)", Errors.E_LSTM_WEIGHT_SHAPE)
+    check_shape(w_recurrent, (proj, 4 * cells), "w_recurrent (P, 4C)", Errors.E_LSTM_WEIGHT_SHAPE)
+    check_shape(bias, (4 * cells,), "bias (4C,)", Errors.E_LSTM_WEIGHT_SHAPE)
+    if residual and inputs != proj:
+        raise ValueError(Errors.E_LSTM_RESIDUAL.format(I=inputs, P=proj))
+
+
+def check_same_dtype(op: str, main: Tuple[str, Tensor], *others: Tuple[str, Optional[Tensor]]) -> None:
+    """A TypeError (``Errors.E_MIXED_DTYPES``) unless every tensor of ``others`` (``(name, tensor or
+    None)``) has the dtype of ``main`` (``(name, tensor)``), outside autocast on main's device: both
+    backends' one rule (the reference's products refused mixed dtypes with torch's words, the fused
+    wrappers cast everything to main's dtype, silently rounding float64 weights to float32). Under
+    autocast mixed dtypes are the rule (a float32 state beside a bfloat16 x): no check. A dtype is known
+    while tracing: no sync."""
+    name, like = main
+    if autocast_on(like.device.type):
+        return
+    for other, t in others:
+        if t is not None and t.dtype != like.dtype:
+            raise TypeError(Errors.E_MIXED_DTYPES.format(op=op, name=other, dtype=t.dtype, main=name,
+                                                         main_dtype=like.dtype))
+
+
 def check_clips(cell_clip: Optional[float], proj_clip: Optional[float]) -> None:
     """The fused op's check of an LSTM's clips (``check_lstm`` in ``csrc/include/checks.h``), in its
     words: a ValueError (``Errors.E_LSTM_CLIP``) for a negative or NaN one (the reference clamped to an
@@ -339,17 +390,24 @@ def check_shape(t: Optional[Tensor], expected: Tuple[int, ...], name: str, messa
         raise ValueError(message.format(name=name, expected=list(expected), found=list(t.shape)))
 
 
-def check_sampled_shapes(h: Tensor, weight: Tensor, offset: Tensor, hit: Tensor) -> None:
-    """:func:`sampled_logsumexp`'s shapes, on both backends (the fused wrapper calls it before its op, whose
+def check_sampled_inputs(h: Tensor, weight: Tensor, offset: Tensor, hit: Tensor) -> Tensor:
+    """:func:`sampled_logsumexp`'s checks, on both backends (the fused wrapper calls it before its op, whose
     ``check_inputs`` in ``csrc/cpu/sampled_softmax.cpp`` says the same): h ``(N, P)`` and weight ``(S, P)``
-    with ``S >= 1``, offset ``(S,)``, hit ``(N,)``. A shorter hit wrote only its rows (the others kept
-    their hit column), a longer one failed in torch's scatter. ValueErrors; host shapes only: no sync."""
+    with ``S >= 1`` and one dtype (:func:`check_same_dtype`; offset is read in float32), offset ``(S,)``,
+    hit ``(N,)`` of an integer dtype. A shorter hit wrote only its rows (the others kept their hit
+    column), a longer one failed in torch's scatter, a float one in its gather. ValueErrors (a TypeError
+    for the dtypes); host shapes and dtypes only: no sync. Returns hit as int64 (the op's dtype, and the
+    reference's gather takes no uint8)."""
     if h.dim() != 2 or weight.dim() != 2 or h.shape[1] != weight.shape[1]:
         raise ValueError(Errors.E_SAMPLED_H_WEIGHT.format(h=list(h.shape), weight=list(weight.shape)))
     if weight.shape[0] == 0:  # as the fused op: the max over the candidates has no column to reduce
         raise ValueError(Errors.E_SAMPLED_NO_CANDIDATES.format(shape=list(weight.shape)))
     check_shape(offset, (weight.shape[0],), "offset (S,)", Errors.E_SAMPLED_SHAPE)
+    if hit.is_floating_point() or hit.is_complex() or hit.dtype == torch.bool:
+        raise TypeError(Errors.E_SAMPLED_HIT_DTYPE.format(dtype=hit.dtype))
+    check_same_dtype("sampled_logsumexp", ("h", h), ("weight", weight))
     check_shape(hit, (h.shape[0],), "hit (N,)", Errors.E_SAMPLED_SHAPE)
+    return hit.long()  # no copy for int64
 
 
 #: :func:`bilstm_layer`'s ``state``: ``(h0 (2, B, P), c0 (2, B, C))``, each also as a pair ``(forward, backward)``.
@@ -511,7 +569,7 @@ def sampled_logsumexp(h: Tensor, weight: Tensor, offset: Tensor, hit: Tensor) ->
     Returns ``(N,)`` float32 (float64 for float64 inputs on the fused path):
     ``logsumexp(h @ weight.T + offset, 1)`` without the hit columns.
     """
-    check_sampled_shapes(h, weight, offset, hit)
+    hit = check_sampled_inputs(h, weight, offset, hit)
     # The (N, S) logits dominate the cost, so they take as few passes as possible: the
     # product (without bias: addmm would first write the broadcast offset over all of
     # it), then one in-place pass adding the offset (neither the product's backward nor

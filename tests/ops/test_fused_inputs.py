@@ -607,12 +607,20 @@ def test_sampled_logsumexp_backward_op_checks_its_shapes():
         ops.sampled_logsumexp_backward(torch.ones(3, 1), h, w, p)
 
 
-def test_sampled_logsumexp_hit_must_be_integers():
+@pytest.mark.parametrize("backend", ["reference", "fused"])
+def test_sampled_logsumexp_hit_must_be_integers(backend):
+    """A float hit: the fused wrapper refused it, the reference failed in torch's gather ("Expected dtype
+    int32/int64 for index"). One TypeError for both now (reference.check_sampled_inputs); integer hits
+    of other dtypes give the NumPy float64 oracle's numbers."""
     h, w, off = torch.randn(3, 4), torch.randn(5, 4), torch.randn(5)
-    with pytest.raises(TypeError, match="hit as an integer tensor"):
-        fused.sampled_logsumexp(h, w, off, torch.tensor([0.0, 4.0, -1.0]))
-    hit = torch.tensor([0, 4, -1])
-    _close(fused.sampled_logsumexp(h, w, off, hit.int()), R.sampled_logsumexp(h, w, off, hit))
+    impl = R if backend == "reference" else fused
+    for bad in (torch.tensor([0.0, 4.0, -1.0]), torch.tensor([True, False, True])):
+        with pytest.raises(TypeError, match=r"sampled_logsumexp: hit must be an integer tensor .* got torch\.(float|bool)"):
+            impl.sampled_logsumexp(h, w, off, bad)
+    hit = torch.tensor([0, 4, 1])
+    want, _ = O.sampled_logsumexp(h.double().numpy(), w.double().numpy(), off.double().numpy(), hit.numpy())
+    for dtype in (torch.int32, torch.uint8, torch.int16):
+        _close(impl.sampled_logsumexp(h, w, off, hit.to(dtype)), want)
 
 
 def test_sampled_logsumexp_hit_outside_the_candidates_is_an_error():
@@ -638,7 +646,7 @@ def test_sampled_logsumexp_without_candidates_is_an_error(n):
     match = r"sampled_logsumexp: no candidates \(S = 0\)"
     with pytest.raises(RuntimeError, match=match):
         ops.sampled_logsumexp_forward(h, w, off, hit)
-    for impl in (fused, R):  # one check for both backends (reference.check_sampled_shapes)
+    for impl in (fused, R):  # one check for both backends (reference.check_sampled_inputs)
         with pytest.raises(ValueError, match=match + r": weight \(S, P\) is \[0, 4\].*Pass at least one candidate"):
             impl.sampled_logsumexp(h, w, off, hit)
 
@@ -663,7 +671,7 @@ SAMPLED_BAD_SHAPES = [
 def test_sampled_logsumexp_shapes_are_checked_alike_on_both_backends(bad, match, backend):
     """The reference took a hit shorter than N (scatter_ wrote only its rows: the others kept their hit
     column, a wrong number silently) and failed with torch's words for the other shapes; the fused op
-    refused them. Both give one ValueError now (reference.check_sampled_shapes), and the right shapes
+    refused them. Both give one ValueError now (reference.check_sampled_inputs), and the right shapes
     give the NumPy float64 oracle's numbers."""
     gen = torch.Generator().manual_seed(8)
     args = dict(h=torch.randn(3, 4, generator=gen), weight=torch.randn(5, 4, generator=gen),
@@ -673,6 +681,91 @@ def test_sampled_logsumexp_shapes_are_checked_alike_on_both_backends(bad, match,
     _close(impl.sampled_logsumexp(**args), want)
     with pytest.raises(ValueError, match="sampled_logsumexp: " + match):
         impl.sampled_logsumexp(**{**args, **bad})
+
+
+# (op, make the arguments from good ones with one wrong, what both backends' messages say)
+BAD_SHAPES = [
+    ("char_cnn", lambda a: {**a, "biases": [a["biases"][0], a["biases"][1][:2]]}, r"char_cnn: bias 1 must .*got \[2\]"),
+    ("char_cnn", lambda a: {**a, "biases": [a["biases"][0], a["biases"][1][:, None]]},
+     r"char_cnn: bias 1 must .*got \[4, 1\]"),
+    ("char_cnn", lambda a: {**a, "weights": [a["weights"][0], a["weights"][1][:, :3]]},
+     r"char_cnn: weight 1 must be \(count, D, width\) with D = 4, got \[4, 3, 2\]"),
+    ("highway", lambda a: {**a, "weight": a["weight"][:, :3]}, r"highway: weight \(2F, F\) must have shape \[8, 4\], got \[8, 3\]"),
+    ("highway", lambda a: {**a, "bias": a["bias"][:4]}, r"highway: bias \(2F,\) must have shape \[8\], got \[4\]"),
+    ("lstm", lambda a: {**a, "w_input": a["w_input"][:2]}, r"lstm: w_input \(I, 4C\) must have shape \[4, 24\], got \[2, 24\]"),
+    ("lstm", lambda a: {**a, "w_recurrent": a["w_recurrent"][:, :20]},
+     r"lstm: w_recurrent \(P, 4C\) must have shape \[4, 24\], got \[4, 20\]"),
+    ("lstm", lambda a: {**a, "bias": a["bias"].view(2, 12)}, r"lstm: bias (\(4C,\) must have shape \[24\]|must be \(4C,\)).*\[2, 12\]"),
+    ("lstm", lambda a: {**a, "x": a["x"][..., :3], "w_input": a["w_input"][:3], "residual": True},
+     r"lstm: residual needs input dim == projection dim"),
+]
+
+
+def _bad_shape_args(op):
+    if op == "char_cnn":
+        ids, emb, ws, bs = _char_inputs()
+        return dict(char_ids=ids, embedding=emb, weights=ws, biases=bs)
+    if op == "highway":
+        gen = torch.Generator().manual_seed(13)
+        return dict(x=torch.randn(5, 4, generator=gen), weight=torch.randn(8, 4, generator=gen),
+                    bias=torch.randn(8, generator=gen))
+    x, lengths, w = _lstm_case()
+    return dict(x=x, lengths=lengths, **dict(zip(("w_input", "w_recurrent", "bias", "w_proj"), w)))
+
+
+@pytest.mark.parametrize("backend", ["reference", "fused"])
+@pytest.mark.parametrize("op,bad,match", BAD_SHAPES, ids=["char_bias", "char_bias_column", "char_weight_D",
+                                                          "highway_weight", "highway_bias", "lstm_w_input",
+                                                          "lstm_w_recurrent", "lstm_bias_2x2C", "lstm_residual"])
+def test_weights_of_the_wrong_shape_are_named_alike_on_both_backends(op, bad, match, backend):
+    """The reference failed with torch's bare product or broadcast errors ("mat1 and mat2 shapes cannot be
+    multiplied", "The size of tensor a (16) must match ...") where the fused op named the argument; the
+    fused op ran a (2, 2C) LSTM bias (it checked only its number of values) where the reference failed.
+    Both name it now: the reference with the op's words (a ValueError), the fused op in C++ (a
+    RuntimeError), the LSTM bias's shape in the wrappers (reference.check_shape, a ValueError)."""
+    args = _bad_shape_args(op)
+    impl = R if backend == "reference" else fused
+    in_python = backend == "reference" or op == "lstm" and "bias" in match  # the fused wrappers check that one
+    with pytest.raises(ValueError if in_python else RuntimeError, match=match):
+        getattr(impl, "lstm_layer" if op == "lstm" else op)(**bad(args))
+
+
+@pytest.mark.parametrize("backend", ["reference", "fused"])
+@pytest.mark.parametrize("op", ["char_cnn", "highway", "lstm", "bilstm", "sampled_logsumexp"])
+def test_mixed_dtypes_are_refused_alike_on_both_backends(op, backend):
+    """float64 weights or states with float32 inputs: the fused wrappers cast them to float32 (rounded,
+    silently), the reference failed with torch's "expected m1 and m2 to have the same dtype". Both give
+    one TypeError now (reference.check_same_dtype), naming the argument; under autocast mixed dtypes
+    stay allowed (a float32 state beside bfloat16 products) and give the reference's numbers."""
+    impl = R if backend == "reference" else fused
+    x, lengths, w = _lstm_case()
+    state = (torch.zeros(2, 3, 4, dtype=torch.float64), torch.zeros(2, 3, 6))
+    calls = {
+        "char_cnn": [(lambda a: impl.char_cnn(a["char_ids"], a["embedding"], [a["weights"][0].double(), a["weights"][1]],
+                                              a["biases"]), "a filter weight is torch.float64 but embedding is torch.float32")],
+        "highway": [(lambda a: impl.highway(a["x"], a["weight"], a["bias"].double()), "bias is torch.float64 but x"),
+                    (lambda a: impl.highway(a["x"].double(), a["weight"], a["bias"]), "weight is torch.float32 but x is "
+                                                                                      "torch.float64")],
+        "lstm": [(lambda a: impl.lstm_layer(x, lengths, w[0], w[1].double(), *w[2:]), "w_recurrent is torch.float64"),
+                 (lambda a: impl.lstm_layer(x, lengths, *w, c0=torch.zeros(3, 6, dtype=torch.float64)),
+                  "c0 is torch.float64 but x is torch.float32")],
+        "bilstm": [(lambda a: impl.bilstm_layer(x, x, lengths, w, [t.double() for t in w]), "w_input is torch.float64"),
+                   (lambda a: impl.bilstm_layer(x, x, lengths, w, w, state), "h0 is torch.float64")],
+        "sampled_logsumexp": [(lambda a: impl.sampled_logsumexp(torch.randn(3, 4), torch.randn(5, 4, dtype=torch.float64),
+                                                                torch.randn(5), torch.tensor([0, -1, 2])),
+                               "weight is torch.float64 but h is torch.float32")],
+    }[op]
+    args = _bad_shape_args("char_cnn" if op == "char_cnn" else "highway")
+    for call, match in calls:
+        with pytest.raises(TypeError, match=f"{op.replace('bilstm', 'lstm')}: {match}.*outside torch.autocast"):
+            call(args)
+    if op in ("lstm", "bilstm"):  # under autocast: allowed, the reference's numbers
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            got = impl.bilstm_layer(x, x, lengths, w, w, (state[0].float(), state[1]))
+            want = R.bilstm_layer(x, x, lengths, w, w, (state[0].float(), state[1]))
+        for g, e in zip(got, want):
+            assert g.dtype == e.dtype
+            _close(g, e, rtol=2e-2, atol=2e-2)
 
 
 # -------------------------------------------------------------- autograd
