@@ -418,7 +418,8 @@ def char_cnn(
 
 def highway(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
     """Fused :func:`spacy_elmo.ops.reference.highway` (same arguments and result)."""
-    if _float64_on_gpu(x, "highway", "x") or _reference_instead(x):
+    # F = 0 (no features: y is x's empty shape) too, which x.reshape(-1, 0) below cannot flatten
+    if _float64_on_gpu(x, "highway", "x") or _reference_instead(x) or x.shape[-1] == 0:
         return reference.highway(x, weight, bias)
     dtype = _run_dtype(x, "highway", "x")
     reference.check_same_dtype("highway", ("x", x), ("weight", weight), ("bias", bias))  # as the reference (_cast)

@@ -193,7 +193,10 @@ def char_cnn(
     act = torch.relu if activation == "relu" else torch.tanh
     outs = []
     for w, b in zip(weights, biases):
-        conv = F.conv1d(x, w, b)  # (N, count, W - width + 1)
+        if x.shape[1]:
+            conv = F.conv1d(x, w, b)  # (N, count, W - width + 1)
+        else:  # D = 0: every window sums no features, so is the bias (torch's conv1d gave (N, 0, positions))
+            conv = b.view(1, -1, 1).expand(x.shape[0], w.shape[0], x.shape[2] - w.shape[2] + 1)
         outs.append(act(conv.max(dim=-1).values))
     return torch.cat(outs, dim=-1)
 

@@ -159,6 +159,27 @@ def test_char_cnn_backward_op_checks_what_it_indexes_with(device="cpu"):
         ops.char_cnn_backward(grad, out, arg, ids, emb, ws, 7)
 
 
+@pytest.mark.parametrize("backend", ["reference", "fused"])
+@pytest.mark.parametrize("activation", ["relu", "tanh"])
+def test_char_cnn_without_embedding_features(activation, backend):
+    """An embedding of D = 0 features: every window sums nothing, so each channel is act(bias). The fused
+    op gave that, (N, F); the reference returned (N, 0) (torch's conv1d of no input channels gives no
+    output channels). Both give the NumPy float64 oracle's now, and the bias's gradient."""
+    ids = torch.ones(3, 5, dtype=torch.long)
+    emb, ws = torch.randn(4, 0, dtype=torch.float64), [torch.randn(2, 0, 2, dtype=torch.float64),
+                                                         torch.randn(3, 0, 5, dtype=torch.float64)]
+    bs = [torch.tensor([0.5, -0.25], dtype=torch.float64, requires_grad=True),
+          torch.tensor([1.5, 0.0, -2.0], dtype=torch.float64, requires_grad=True)]
+    impl = R if backend == "reference" else fused
+    out = impl.char_cnn(ids, emb, ws, bs, activation)
+    _close(out, O.char_cnn(ids.numpy(), emb.numpy(), [w.numpy() for w in ws], [b.detach().numpy() for b in bs],
+                           activation), rtol=1e-12, atol=1e-12)
+    out.sum().backward()
+    act = np.array([0.5, -0.25, 1.5, 0.0, -2.0])
+    slope = (act > 0).astype(float) if activation == "relu" else 1 - np.tanh(act) ** 2
+    _close(torch.cat([b.grad for b in bs]), 3 * slope, rtol=1e-12, atol=1e-12)
+
+
 # ------------------------------------------------------------------ highway
 
 
@@ -168,6 +189,20 @@ def test_highway_bias_must_be_one_dimensional(device="cpu"):
     with pytest.raises(RuntimeError, match=r"bias \(2F,\) must have shape \[8\], got \[8, 1\]"):
         fused.highway(x, w, b[:, None])
     _close(fused.highway(x, w, b), _reference(R.highway, x, w, b))
+
+
+@pytest.mark.parametrize("backend", ["reference", "fused"])
+@pytest.mark.parametrize("shape", [(3, 0), (2, 3, 0), (0, 0)])
+def test_highway_without_features(shape, backend):
+    """F = 0: the reference returned x's empty shape, the fused wrapper died in x.reshape(-1, 0) (torch:
+    "cannot reshape tensor of 0 elements"). Both give x's shape now, and gradients of the inputs' shapes."""
+    x = torch.randn(*shape, requires_grad=True)
+    w, b = torch.randn(0, 0, requires_grad=True), torch.randn(0, requires_grad=True)
+    impl = R if backend == "reference" else fused
+    y = impl.highway(x, w, b)
+    assert y.shape == x.shape
+    grads = torch.autograd.grad(y.sum(), [x, w, b], allow_unused=True, materialize_grads=True)
+    assert [g.shape for g in grads] == [x.shape, w.shape, b.shape]
 
 
 def test_highway_backward_op_checks_its_shapes(device="cpu"):
