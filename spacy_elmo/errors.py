@@ -562,6 +562,20 @@ class Errors:
         "Nothing is broadcast over the rows: expand a state shared by every row to B rows first."
     )
     # The fused op's words (csrc/include/checks.h: check_integer, check_lstm_lengths), with the fix.
+    E_LSTM_WEIGHT_SHAPE = (
+        "lstm: {name} must have shape {expected}, got {found} (I from x (B, T, I), C and P from w_proj (C, P)). "
+        "Pass each direction's weights in the TF layout: w_input (I, 4C), w_recurrent (P, 4C), bias (4C,) with "
+        "the gate blocks i, j, f, o, w_proj (C, P); nothing is reshaped."
+    )
+    E_LSTM_RESIDUAL = (
+        "lstm: residual needs input dim == projection dim, got I = {I} and P = {P}: a residual layer adds its "
+        "input x (B, T, I) to its output (B, T, P). Pass residual=False, or an input of P features."
+    )
+    E_MIXED_DTYPES = (
+        "{op}: {name} is {dtype} but {main} is {main_dtype}: outside torch.autocast an op computes in one dtype. "
+        "Pass every floating argument in {main_dtype} (e.g. module.to({main_dtype}), or convert the state), or "
+        "run under torch.autocast."
+    )
     E_LSTM_LENGTHS_DTYPE = (
         "lstm: lengths must be an integer tensor (any integer dtype, read as int64), got {dtype}: a fractional "
         "length would run part of a step. Pass each row's number of valid positions as whole numbers, e.g. "
@@ -597,6 +611,20 @@ class Errors:
         "char_cnn: one bias per filter, got {biases} biases for {filters} filters: each filter weight "
         "(count_i, D, width_i) takes a bias (count_i,). Pass the biases in the filters' order."
     )
+    # The fused op's words (csrc/include/checks.h: check_char_cnn_filters, check_char_cnn_biases), with the fix.
+    E_CHAR_CNN_WEIGHT = (
+        "char_cnn: weight {index} must be (count, D, width) with D = {D}, got {found}: a filter reads the D "
+        "features of each character's embedding (261, D). Pass the filters in nn.Conv1d's layout."
+    )
+    E_CHAR_CNN_BIAS = (
+        "char_cnn: {name} must have shape {expected}, got {found}: one bias per channel of its filter "
+        "(count_i, D, width_i). Pass the biases in the filters' order."
+    )
+    # The fused op's words (csrc/include/checks.h: check_highway_forward), with the fix.
+    E_HIGHWAY_SHAPE = (
+        "highway: {name} must have shape {expected}, got {found} (F from x (N, F)). Pass the layer's weight "
+        "(2F, F), rows [transform; carry], and its bias (2F,); nothing is broadcast."
+    )
     E_SAMPLED_HIT_RANGE = (
         "sampled_logsumexp: hit[{index}] = {value} is outside [-1, {S}): a row's hit is the column of its own "
         "target among the S candidates, or -1 for none. Pass each row's candidate column or -1."
@@ -606,6 +634,20 @@ class Errors:
         "sampled_logsumexp: no candidates (S = 0): weight (S, P) is {shape}, and a log-sum-exp over no candidates "
         "has no value. Pass at least one candidate: weight (S, P) and offset (S,) with S >= 1."
     )
+    # The fused op's words (csrc/cpu/sampled_softmax.cpp: check_inputs), with the fix.
+    E_SAMPLED_H_WEIGHT = (
+        "sampled_logsumexp: h must be (N, P) and weight (S, P), got {h} and {weight}: each of the N rows of h "
+        "is scored against the S candidates' rows. Pass both as matrices of the same width P."
+    )
+    E_SAMPLED_HIT_DTYPE = (
+        "sampled_logsumexp: hit must be an integer tensor (any integer dtype, read as int64), got {dtype}: a float "
+        "would be truncated and a bool read as 0/1. Pass each row's candidate column (or -1) as whole numbers, "
+        "e.g. hit.long()."
+    )
+    E_SAMPLED_SHAPE = (
+        "sampled_logsumexp: {name} must have shape {expected}, got {found} (N from h (N, P), S from weight (S, P)). "
+        "Nothing is broadcast: pass one offset per candidate and one hit (its column, or -1) per row of h."
+    )
     E_SAMPLED_HIT_RANGE_IN_GRAPH = (
         "sampled_logsumexp: hit must lie in [-1, {S}) (a row's candidate column, or -1 for none); some do not. "
         "Pass each row's candidate column or -1." + _IN_GRAPH
@@ -613,10 +655,6 @@ class Errors:
     E_FUSED_NOT_FLOAT = (
         "The fused {op} computes in floating point, but {name} is {dtype} (it would be run in float32 and an "
         "integer result truncated). Pass float32/float64 (or float16/bfloat16) tensors, e.g. {name}.float()."
-    )
-    E_FUSED_NOT_INTEGER = (
-        "The fused {op} needs {name} as an integer tensor (torch.long or torch.int32), got {dtype}: a float would "
-        "be truncated and a bool read as 0/1. Pass whole numbers, e.g. {name}.long()."
     )
     E_FUSED_DOUBLE_BACKWARD = (
         "The fused {op} kernel has no second derivative: a gradient computed through it with create_graph=True is "

@@ -281,7 +281,10 @@ inline void check_lstm_state(const LstmDims& d, const at::Tensor& h0, const at::
 }
 
 // lstm_backward's gradients, initial cell state and what the forward saved (read
-// through raw pointers: their shapes, dtype (x's, `dtype`) and layout).
+// through raw pointers: their shapes, dtype (x's, `dtype`) and layout). Not their
+// values: called directly with other lengths (or inputs, weights, c0) than the
+// lstm_forward that saved them, the op reads in bounds but its gradients are
+// undefined (docs/architecture.md); the autograd formula passes the forward's own.
 inline void check_lstm_backward(const char* op, const LstmDims& d, at::TensorList grad_outs,
                                 const at::Tensor& grad_hn, const at::Tensor& grad_cn, const at::Tensor& c0,
                                 at::ScalarType dtype, const at::Tensor& gates, const at::Tensor& c_raw,

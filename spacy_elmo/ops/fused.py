@@ -365,14 +365,6 @@ def _reference_instead(t: Tensor, weights: Optional[Sequence[Tensor]] = None,
                                         width, None if width is None else t.shape[1])
 
 
-def _as_long(t: Tensor, op: str, name: str) -> Tensor:
-    """Integer tensor ``t`` as the int64 the op takes (sampled_logsumexp's hit); TypeError for floats
-    and bools, which a cast would truncate. (The LSTM op takes any integer lengths and checks them.)"""
-    if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
-        raise TypeError(Errors.E_FUSED_NOT_INTEGER.format(op=op, name=name, dtype=t.dtype))
-    return t.to(torch.long)
-
-
 def _cast(ts, dtype):
     return [x if x.dtype == dtype else x.to(dtype) for x in ts]
 
@@ -413,6 +405,9 @@ def char_cnn(
             embedding, weights, char_ids):
         return reference.char_cnn(char_ids, embedding, weights, biases, activation)
     dtype = _run_dtype(embedding, "char_cnn", "embedding")
+    # as the reference, before the casts below would round a float64 filter silently (its shapes: the op)
+    reference.check_same_dtype("char_cnn", ("embedding", embedding), *[("a filter weight", w) for w in weights],
+                               *[("a bias", b) for b in biases])
     _check_switch(switches.CHAR_CNN_MMA, embedding)
     with reference.no_autocast(embedding.device.type):
         emb, *params = _cast([embedding, *weights, *biases], dtype)
@@ -423,9 +418,11 @@ def char_cnn(
 
 def highway(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
     """Fused :func:`spacy_elmo.ops.reference.highway` (same arguments and result)."""
-    if _float64_on_gpu(x, "highway", "x") or _reference_instead(x):
+    # F = 0 (no features: y is x's empty shape) too, which x.reshape(-1, 0) below cannot flatten
+    if _float64_on_gpu(x, "highway", "x") or _reference_instead(x) or x.shape[-1] == 0:
         return reference.highway(x, weight, bias)
     dtype = _run_dtype(x, "highway", "x")
+    reference.check_same_dtype("highway", ("x", x), ("weight", weight), ("bias", bias))  # as the reference (_cast)
     shape = x.shape
     with reference.no_autocast(x.device.type):
         x2, w, b = _cast([x.reshape(-1, shape[-1]), weight, bias], dtype)
@@ -466,6 +463,13 @@ def _lstm(
     h_mixed = (like.dtype if h0 is None else h0.dtype,)
     c_mixed = (weights[2].dtype, like.dtype if c0 is None else c0.dtype)
     dtype = _run_dtype(like, "lstm", "x")
+    # As the reference: one dtype outside autocast (the casts below rounded float64 weights or states
+    # silently), and the biases' exact shape (the op reads only their number of values: a (2, 2C) bias ran).
+    names = ("w_input", "w_recurrent", "bias", "w_proj")
+    reference.check_same_dtype("lstm", ("x", like), *[("x", x) for x in xs[1:]],
+                               *[(names[k % 4], w) for k, w in enumerate(weights)], ("h0", h0), ("c0", c0))
+    for k in range(2, len(weights), 4):
+        reference.check_shape(weights[k], (4 * c,), "bias (4C,)", Errors.E_LSTM_WEIGHT_SHAPE)
     _check_switch(switches.LSTM_PRODUCTS, like)
     with reference.no_autocast(like.device.type):
         xs = _cast(xs, dtype)
@@ -544,7 +548,8 @@ def sampled_logsumexp(h: Tensor, weight: Tensor, offset: Tensor, hit: Tensor) ->
     if h.device.type != "cpu":
         return reference.sampled_logsumexp(h, weight, offset, hit)
     dtype = _run_dtype(h, "sampled_logsumexp", "h")
-    hit = _as_long(hit, "sampled_logsumexp", "hit")
+    # the reference's checks (the op's say the same), before the casts below would hide a float hit or weight
+    hit = reference.check_sampled_inputs(h, weight, offset, hit)
     with torch.autocast("cpu", enabled=False):
         h, weight, offset = _cast([h, weight, offset], dtype)
         lse, _ = _ops.sampled_logsumexp_forward(h, weight, offset, hit)

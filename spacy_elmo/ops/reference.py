@@ -181,13 +181,22 @@ def char_cnn(
         raise ValueError(Errors.E_BAD_ACTIVATION.format(value=activation))
     if len(biases) != len(weights):  # as the fused op: zip below dropped the filters without a bias
         raise ValueError(Errors.E_CHAR_CNN_BIASES.format(biases=len(biases), filters=len(weights)))
+    for i, (w, b) in enumerate(zip(weights, biases)):  # as the fused op (check_char_cnn_filters, _biases)
+        if w.dim() != 3 or w.shape[1] != embedding.shape[1]:
+            raise ValueError(Errors.E_CHAR_CNN_WEIGHT.format(index=i, D=embedding.shape[1], found=list(w.shape)))
+        check_shape(b, (w.shape[0],), f"bias {i}", Errors.E_CHAR_CNN_BIAS)
+    check_same_dtype("char_cnn", ("embedding", embedding), *[("a filter weight", w) for w in weights],
+                     *[("a bias", b) for b in biases])
     check_char_ids(char_ids, embedding.shape[0])  # shifted ids: 0 (no character) .. the table's rows
     table = torch.cat([embedding.new_zeros(1, embedding.shape[1]), embedding], 0)
     x = F.embedding(char_ids, table).transpose(1, 2)  # (N, D, W)
     act = torch.relu if activation == "relu" else torch.tanh
     outs = []
     for w, b in zip(weights, biases):
-        conv = F.conv1d(x, w, b)  # (N, count, W - width + 1)
+        if x.shape[1]:
+            conv = F.conv1d(x, w, b)  # (N, count, W - width + 1)
+        else:  # D = 0: every window sums no features, so is the bias (torch's conv1d gave (N, 0, positions))
+            conv = b.view(1, -1, 1).expand(x.shape[0], w.shape[0], x.shape[2] - w.shape[2] + 1)
         outs.append(act(conv.max(dim=-1).values))
     return torch.cat(outs, dim=-1)
 
@@ -195,10 +204,21 @@ def char_cnn(
 def highway(x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
     """One highway layer. x: ``(N, F)``, weight ``(2F, F)``, bias ``(2F,)`` -> ``(N, F)``."""
     n = x.shape[-1]
+    check_highway(x, weight, bias)
     h = F.linear(x, weight, bias)
     transform = torch.relu(h[..., :n])
     gate = torch.sigmoid(h[..., n:])
     return gate * transform + (1.0 - gate) * x
+
+
+def check_highway(x: Tensor, weight: Tensor, bias: Tensor) -> None:
+    """The fused op's checks of a highway layer's weight ``(2F, F)`` and bias ``(2F,)`` for x ``(..., F)``
+    (``check_highway_forward`` in ``csrc/include/checks.h``), in its words: a ValueError (torch's bare
+    product errors before, or a bias broadcast over the rows), and :func:`check_same_dtype`."""
+    n = x.shape[-1]
+    check_shape(weight, (2 * n, n), "weight (2F, F)", Errors.E_HIGHWAY_SHAPE)
+    check_shape(bias, (2 * n,), "bias (2F,)", Errors.E_HIGHWAY_SHAPE)
+    check_same_dtype("highway", ("x", x), ("weight", weight), ("bias", bias))
 
 
 def _clip(x: Tensor, value: Optional[float]) -> Tensor:
@@ -253,15 +273,17 @@ def lstm_layer(
         raise ValueError(Errors.E_LSTM_NO_UNITS.format(found=list(w_proj.shape)))
     if x.shape[2] == 0:  # as the fused op, whose float32 kernels gave wrong numbers for it
         raise ValueError(Errors.E_LSTM_NO_INPUT.format(found=list(x.shape)))
+    check_lstm_weights(x.shape[2], (w_input, w_recurrent, bias, w_proj), residual)
+    check_same_dtype("lstm", ("x", x), ("w_input", w_input), ("w_recurrent", w_recurrent), ("bias", bias),
+                     ("w_proj", w_proj), ("h0", h0), ("c0", c0))
     check_clips(cell_clip, proj_clip)
     # Exact shapes, as the fused op (csrc/include/checks.h): a (P,) or (1, P) state or a short
     # lengths broadcast over the rows. Shapes only: no host sync.
-    _check_shape(lengths, (batch,), "lengths (B,)")
-    _check_shape(h0, (batch, proj), "h0 (B, P)")
-    _check_shape(c0, (batch, cells), "c0 (B, C)")
+    check_shape(lengths, (batch,), "lengths (B,)", Errors.E_LSTM_SHAPE)
+    check_shape(h0, (batch, proj), "h0 (B, P)", Errors.E_LSTM_SHAPE)
+    check_shape(c0, (batch, cells), "c0 (B, C)", Errors.E_LSTM_SHAPE)
     # checked before they move: host lengths (BiLM.forward passes them, on every device) with no host sync
-    check_lstm_lengths(lengths, total)
-    lengths = to_device_nowait(lengths, x.device)
+    lengths = to_device_nowait(check_lstm_lengths(lengths, total), x.device)
     if reverse:
         index = reversal_index(lengths, total)
         x_run = x.gather(1, index.unsqueeze(-1).expand_as(x))
@@ -303,18 +325,53 @@ def lstm_layer(
     return out, torch.where(started, h, h_start), torch.where(started, c, c_start)
 
 
-def check_lstm_lengths(lengths: Tensor, total: int) -> None:
+def check_lstm_lengths(lengths: Tensor, total: int) -> Tensor:
     """The fused op's checks of an LSTM's ``(B,)`` lengths (``check_integer`` and ``check_lstm_lengths``
     in ``csrc/include/checks.h``), in its words: a TypeError unless they are integers (a float length
     2.5 ran ``t < 2.5``, 3 steps, or failed in the reversal's gather), a ValueError naming the first
     outside ``[0, T]`` (a longer row ran T steps as if complete, or failed to reverse; a negative one
-    none). One host sync (:func:`any_bad`: an assertion where torch.compile or torch.export traces)."""
+    none). One host sync (:func:`any_bad`: an assertion where torch.compile or torch.export traces).
+    Returns them as int64 (the op reads any integer dtype as int64): torch has no comparisons for
+    uint16/uint32/uint64 ("lt_cpu" not implemented), the checks' and the LSTM's own."""
     if lengths.is_floating_point() or lengths.is_complex() or lengths.dtype == torch.bool:
         raise TypeError(Errors.E_LSTM_LENGTHS_DTYPE.format(dtype=lengths.dtype))
+    lengths = lengths.long()  # no copy for int64
     bad = (lengths < 0) | (lengths > total)
     if any_bad(bad, Errors.E_LSTM_LENGTHS_RANGE_IN_GRAPH):
         index = int(bad.nonzero()[0, 0])
         raise ValueError(Errors.E_LSTM_LENGTHS_RANGE.format(value=int(lengths[index]), index=index, T=total))
+    return lengths
+
+
+def check_lstm_weights(inputs: int, weights: Sequence[Tensor], residual: bool) -> None:
+    """The fused op's checks of one direction's ``(w_input (I, 4C), w_recurrent (P, 4C), bias (4C,),
+    w_proj (C, P))`` for ``inputs`` (I) features (``check_lstm`` in ``csrc/include/checks.h``), in its
+    words, and of ``residual`` (it adds x to the output: I == P). ValueErrors: torch's bare product
+    errors before, and a (2, 2C) bias ran on the fused op (its check read only the number of values,
+    so the fused wrappers call this for the bias). Host shapes only: no sync."""
+    w_input, w_recurrent, bias, w_proj = weights
+    cells, proj = w_proj.shape[0], w_proj.shape[-1]
+    check_shape(w_input, (inputs, 4 * cells), "w_input (I, 4C)", Errors.E_LSTM_WEIGHT_SHAPE)
+    check_shape(w_recurrent, (proj, 4 * cells), "w_recurrent (P, 4C)", Errors.E_LSTM_WEIGHT_SHAPE)
+    check_shape(bias, (4 * cells,), "bias (4C,)", Errors.E_LSTM_WEIGHT_SHAPE)
+    if residual and inputs != proj:
+        raise ValueError(Errors.E_LSTM_RESIDUAL.format(I=inputs, P=proj))
+
+
+def check_same_dtype(op: str, main: Tuple[str, Tensor], *others: Tuple[str, Optional[Tensor]]) -> None:
+    """A TypeError (``Errors.E_MIXED_DTYPES``) unless every tensor of ``others`` (``(name, tensor or
+    None)``) has the dtype of ``main`` (``(name, tensor)``), outside autocast on main's device: both
+    backends' one rule (the reference's products refused mixed dtypes with torch's words, the fused
+    wrappers cast everything to main's dtype, silently rounding float64 weights to float32). Under
+    autocast mixed dtypes are the rule (a float32 state beside a bfloat16 x): no check. A dtype is known
+    while tracing: no sync."""
+    name, like = main
+    if autocast_on(like.device.type):
+        return
+    for other, t in others:
+        if t is not None and t.dtype != like.dtype:
+            raise TypeError(Errors.E_MIXED_DTYPES.format(op=op, name=other, dtype=t.dtype, main=name,
+                                                         main_dtype=like.dtype))
 
 
 def check_clips(cell_clip: Optional[float], proj_clip: Optional[float]) -> None:
@@ -326,10 +383,34 @@ def check_clips(cell_clip: Optional[float], proj_clip: Optional[float]) -> None:
             raise ValueError(Errors.E_LSTM_CLIP.format(name=name, value=value))
 
 
-def _check_shape(t: Optional[Tensor], expected: Tuple[int, ...], name: str) -> None:
-    """A ValueError (``Errors.E_LSTM_SHAPE``) unless ``t`` is None or has exactly the shape ``expected``."""
-    if t is not None and tuple(t.shape) != expected:
-        raise ValueError(Errors.E_LSTM_SHAPE.format(name=name, expected=list(expected), found=list(t.shape)))
+def check_shape(t: Optional[Tensor], expected: Tuple[int, ...], name: str, message: str) -> None:
+    """A ValueError (``message``, an ``Errors`` entry with the fields ``name``, ``expected`` and ``found``)
+    unless ``t`` is None or has exactly the shape ``expected``: the ops' one check of
+    an argument's shape where torch would broadcast it, read part of it or fail with its own words (the
+    fused ops check theirs in C++, ``check_sizes`` in ``csrc/include/checks.h``, in the same words). Host
+    shapes only: no sync."""
+    if t is not None and tuple(t.shape) != tuple(expected):
+        raise ValueError(message.format(name=name, expected=list(expected), found=list(t.shape)))
+
+
+def check_sampled_inputs(h: Tensor, weight: Tensor, offset: Tensor, hit: Tensor) -> Tensor:
+    """:func:`sampled_logsumexp`'s checks, on both backends (the fused wrapper calls it before its op, whose
+    ``check_inputs`` in ``csrc/cpu/sampled_softmax.cpp`` says the same): h ``(N, P)`` and weight ``(S, P)``
+    with ``S >= 1`` and one dtype (:func:`check_same_dtype`; offset is read in float32), offset ``(S,)``,
+    hit ``(N,)`` of an integer dtype. A shorter hit wrote only its rows (the others kept their hit
+    column), a longer one failed in torch's scatter, a float one in its gather. ValueErrors (a TypeError
+    for the dtypes); host shapes and dtypes only: no sync. Returns hit as int64 (the op's dtype, and the
+    reference's gather takes no uint8)."""
+    if h.dim() != 2 or weight.dim() != 2 or h.shape[1] != weight.shape[1]:
+        raise ValueError(Errors.E_SAMPLED_H_WEIGHT.format(h=list(h.shape), weight=list(weight.shape)))
+    if weight.shape[0] == 0:  # as the fused op: the max over the candidates has no column to reduce
+        raise ValueError(Errors.E_SAMPLED_NO_CANDIDATES.format(shape=list(weight.shape)))
+    check_shape(offset, (weight.shape[0],), "offset (S,)", Errors.E_SAMPLED_SHAPE)
+    if hit.is_floating_point() or hit.is_complex() or hit.dtype == torch.bool:
+        raise TypeError(Errors.E_SAMPLED_HIT_DTYPE.format(dtype=hit.dtype))
+    check_same_dtype("sampled_logsumexp", ("h", h), ("weight", weight))
+    check_shape(hit, (h.shape[0],), "hit (N,)", Errors.E_SAMPLED_SHAPE)
+    return hit.long()  # no copy for int64
 
 
 #: :func:`bilstm_layer`'s ``state``: ``(h0 (2, B, P), c0 (2, B, C))``, each also as a pair ``(forward, backward)``.
@@ -395,8 +476,8 @@ def bilstm_layer(
     if x_bwd.shape != x_fwd.shape:  # as the fused op: a backward stream of another T ran unnoticed
         raise ValueError(Errors.E_BILSTM_INPUT_SHAPES.format(fwd=list(x_fwd.shape), bwd=list(x_bwd.shape)))
     batch = x_fwd.shape[0]
-    _check_shape(h0, (2, batch, fwd[3].shape[1]), "h0 (2, B, P)")  # a third direction was ignored
-    _check_shape(c0, (2, batch, fwd[3].shape[0]), "c0 (2, B, C)")
+    check_shape(h0, (2, batch, fwd[3].shape[1]), "h0 (2, B, P)", Errors.E_LSTM_SHAPE)  # a third direction was ignored
+    check_shape(c0, (2, batch, fwd[3].shape[0]), "c0 (2, B, C)", Errors.E_LSTM_SHAPE)
     h0_f, h0_b = (None, None) if h0 is None else (h0[0], h0[1])
     c0_f, c0_b = (None, None) if c0 is None else (c0[0], c0[1])
     (wi_f, wr_f, b_f, wp_f), (wi_b, wr_b, b_b, wp_b) = fwd, bwd
@@ -412,14 +493,30 @@ class NotTwiceDifferentiable(torch.autograd.Function):
     RuntimeError(``message``) instead of silently giving no second-order term, or a wrong one."""
 
     @staticmethod
-    def forward(ctx, message: str, count: int, *tensors: Tensor):
+    def forward(message: str, count: int, *tensors: Tensor):
         # tensors: the ``count`` gradients, then the anchors (first_order_only), not returned
-        ctx.message = message
         return tensors[:count]
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        # the setup_context form (not ctx in forward): torch.func's transforms take only it
+        ctx.message = inputs[0]
 
     @staticmethod
     def backward(ctx, *_grads):
         raise RuntimeError(ctx.message)
+
+
+def _flat_tensors(items) -> List[Tensor]:
+    """The tensors in ``items``, a sequence of tensors, None and lists or tuples of them (the LSTM's
+    incoming gradients: a list of per-direction outputs' gradients, then tensors), in order."""
+    out: List[Tensor] = []
+    for item in items:
+        if isinstance(item, (list, tuple)):
+            out.extend(_flat_tensors(item))
+        elif isinstance(item, Tensor):
+            out.append(item)
+    return out
 
 
 def first_order_only(message: str) -> Callable[[Callable], Callable]:
@@ -429,17 +526,21 @@ def first_order_only(message: str) -> Callable[[Callable], Callable]:
     its gradients (tensors, lists of tensors, None; a tuple of them) come back through
     :class:`NotTwiceDifferentiable`, which raises RuntimeError(``message``) when they are
     differentiated. The marks hang from the saved tensors that require grad (read before the
-    backward runs: the forward's inputs, ConsumingLogSumExp's anchors), so a second derivative
-    with respect to any of them meets the error: ``autograd.grad`` follows only the paths to the
-    tensors it is asked about, and marks hanging from nothing gave torch's "appears to not have
-    been used in the graph", or (the reference's sampled_logsumexp, whose product's backward is
-    differentiable in h and weight) a number without the marked term."""
+    backward runs: the forward's inputs, ConsumingLogSumExp's anchors) and from the incoming
+    gradients that do (a head on top of the op, ``s`` in ``(op(x) * s).sum()``, a gradient
+    penalty's critic: what reaches the op only through its incoming gradient), so a second
+    derivative with respect to any of them meets the error: ``autograd.grad`` follows only the
+    paths to the tensors it is asked about, and marks hanging from nothing gave torch's "appears
+    to not have been used in the graph", or a number without the marked term (the reference's
+    sampled_logsumexp, whose product's backward is differentiable in h and weight; every op with
+    respect to what only its incoming gradient depends on). Without ``create_graph`` (first-order
+    training) the backward runs as it is: no anchors, no marks."""
 
     def decorate(backward):
         @functools.wraps(backward)
         def wrapper(ctx, *grads):
             graph = torch.is_grad_enabled()
-            anchors = [t for t in ctx.saved_tensors if t.requires_grad] if graph else []
+            anchors = [t for t in (*ctx.saved_tensors, *_flat_tensors(grads)) if t.requires_grad] if graph else []
             with torch.no_grad():
                 result = backward(ctx, *grads)
             if not graph:
@@ -448,7 +549,7 @@ def first_order_only(message: str) -> Callable[[Callable], Callable]:
             if not flat:
                 return result
             marked = iter(NotTwiceDifferentiable.apply(message, len(flat),
-                                                       *[t.detach().requires_grad_() for t in flat], *anchors))
+                                                       *flat, *anchors))
 
             def mark(item):
                 if isinstance(item, list):
@@ -471,8 +572,7 @@ def sampled_logsumexp(h: Tensor, weight: Tensor, offset: Tensor, hit: Tensor) ->
     Returns ``(N,)`` float32 (float64 for float64 inputs on the fused path):
     ``logsumexp(h @ weight.T + offset, 1)`` without the hit columns.
     """
-    if weight.shape[0] == 0:  # as the fused op (its check_inputs): the max below has no column to reduce
-        raise ValueError(Errors.E_SAMPLED_NO_CANDIDATES.format(shape=list(weight.shape)))
+    hit = check_sampled_inputs(h, weight, offset, hit)
     # The (N, S) logits dominate the cost, so they take as few passes as possible: the
     # product (without bias: addmm would first write the broadcast offset over all of
     # it), then one in-place pass adding the offset (neither the product's backward nor
@@ -510,8 +610,9 @@ def sampled_logsumexp(h: Tensor, weight: Tensor, offset: Tensor, hit: Tensor) ->
 class ConsumingLogSumExp(torch.autograd.Function):
     """``logsumexp(x, 1)`` of a ``(N, S)`` float tensor that nothing else needs: ``x`` is
     overwritten with ``exp(x - max)`` and reused as the softmax of the backward.
-    Returns ``(lse (N,), x)``; the overwritten ``x`` comes back only because
-    autograd wants every input changed in place among the outputs. ``anchors``: tensors
+    Returns ``(lse (N,), x, sums (N, 1))``; the overwritten ``x`` comes back only because
+    autograd wants every input changed in place among the outputs, the sums of its
+    exponentials for the backward (``setup_context`` sees only inputs and outputs). ``anchors``: tensors
     ``x`` was computed from (they get no gradient here), for the error of a second
     derivative (:func:`first_order_only`).
 
@@ -527,23 +628,30 @@ class ConsumingLogSumExp(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x: Tensor, *anchors: Tensor) -> Tuple[Tensor, Tensor]:
+    def forward(x: Tensor, *anchors: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
         top = x.amax(1, keepdim=True)
         # A row of only the lowest float (every candidate a hit) keeps a finite max.
         x.sub_(top).exp_()
         total = x.sum(1, keepdim=True)
+        return (total.log() + top).squeeze(1), x, total
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:
+        # The setup_context form (torch.func's transforms take only it): what the backward needs
+        # comes from the outputs, the softmax's sums (N, 1) a third one.
+        x, *anchors = inputs
+        _lse, _x, total = output
         ctx.mark_dirty(x)
-        ctx.mark_non_differentiable(x)
-        # The second output never gets a gradient: without this, autograd would fill an
-        # (N, S) tensor of zeros for it on every backward.
+        ctx.mark_non_differentiable(x, total)
+        # The other outputs never get a gradient: without this, autograd would fill an
+        # (N, S) tensor of zeros for x on every backward.
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(x, total, *anchors)
         ctx.consumed = False
-        return (total.log() + top).squeeze(1), x
 
     @staticmethod
     @first_order_only(Errors.E_SAMPLED_LOGSUMEXP_DOUBLE_BACKWARD)
-    def backward(ctx, grad: Tensor, _unused: Optional[Tensor]) -> Tuple[Optional[Tensor], ...]:
+    def backward(ctx, grad: Tensor, _unused: Optional[Tensor], _total: Optional[Tensor]) -> Tuple[Optional[Tensor], ...]:
         # Checked before the saved tensors are read: torch's own error there (a saved tensor
         # modified by an in-place operation) names neither the op nor the fix.
         if ctx.consumed:

@@ -8,6 +8,7 @@ CUDA ops must refuse the same input with the same message (csrc/include/checks.h
 """
 
 import functools
+import warnings
 
 import numpy as np
 import pytest
@@ -158,6 +159,27 @@ def test_char_cnn_backward_op_checks_what_it_indexes_with(device="cpu"):
         ops.char_cnn_backward(grad, out, arg, ids, emb, ws, 7)
 
 
+@pytest.mark.parametrize("backend", ["reference", "fused"])
+@pytest.mark.parametrize("activation", ["relu", "tanh"])
+def test_char_cnn_without_embedding_features(activation, backend):
+    """An embedding of D = 0 features: every window sums nothing, so each channel is act(bias). The fused
+    op gave that, (N, F); the reference returned (N, 0) (torch's conv1d of no input channels gives no
+    output channels). Both give the NumPy float64 oracle's now, and the bias's gradient."""
+    ids = torch.ones(3, 5, dtype=torch.long)
+    emb, ws = torch.randn(4, 0, dtype=torch.float64), [torch.randn(2, 0, 2, dtype=torch.float64),
+                                                         torch.randn(3, 0, 5, dtype=torch.float64)]
+    bs = [torch.tensor([0.5, -0.25], dtype=torch.float64, requires_grad=True),
+          torch.tensor([1.5, 0.0, -2.0], dtype=torch.float64, requires_grad=True)]
+    impl = R if backend == "reference" else fused
+    out = impl.char_cnn(ids, emb, ws, bs, activation)
+    _close(out, O.char_cnn(ids.numpy(), emb.numpy(), [w.numpy() for w in ws], [b.detach().numpy() for b in bs],
+                           activation), rtol=1e-12, atol=1e-12)
+    out.sum().backward()
+    act = np.array([0.5, -0.25, 1.5, 0.0, -2.0])
+    slope = (act > 0).astype(float) if activation == "relu" else 1 - np.tanh(act) ** 2
+    _close(torch.cat([b.grad for b in bs]), 3 * slope, rtol=1e-12, atol=1e-12)
+
+
 # ------------------------------------------------------------------ highway
 
 
@@ -167,6 +189,20 @@ def test_highway_bias_must_be_one_dimensional(device="cpu"):
     with pytest.raises(RuntimeError, match=r"bias \(2F,\) must have shape \[8\], got \[8, 1\]"):
         fused.highway(x, w, b[:, None])
     _close(fused.highway(x, w, b), _reference(R.highway, x, w, b))
+
+
+@pytest.mark.parametrize("backend", ["reference", "fused"])
+@pytest.mark.parametrize("shape", [(3, 0), (2, 3, 0), (0, 0)])
+def test_highway_without_features(shape, backend):
+    """F = 0: the reference returned x's empty shape, the fused wrapper died in x.reshape(-1, 0) (torch:
+    "cannot reshape tensor of 0 elements"). Both give x's shape now, and gradients of the inputs' shapes."""
+    x = torch.randn(*shape, requires_grad=True)
+    w, b = torch.randn(0, 0, requires_grad=True), torch.randn(0, requires_grad=True)
+    impl = R if backend == "reference" else fused
+    y = impl.highway(x, w, b)
+    assert y.shape == x.shape
+    grads = torch.autograd.grad(y.sum(), [x, w, b], allow_unused=True, materialize_grads=True)
+    assert [g.shape for g in grads] == [x.shape, w.shape, b.shape]
 
 
 def test_highway_backward_op_checks_its_shapes(device="cpu"):
@@ -511,6 +547,23 @@ def test_lstm_lengths_must_be_integers(device="cpu"):
         _close(a, b)
 
 
+@pytest.mark.parametrize("backend", ["reference", "fused"])
+@pytest.mark.parametrize("dtype", [torch.int8, torch.uint8, torch.int16, torch.uint16, torch.int32, torch.uint32,
+                                   torch.uint64])
+def test_lstm_lengths_of_any_integer_dtype(dtype, backend):
+    """Errors.E_LSTM_LENGTHS_DTYPE promises any integer dtype: the reference failed on uint16, uint32
+    and uint64 lengths with torch's "lt_cpu" not implemented (its checks compared them). Both backends
+    give the NumPy float64 oracle's numbers for each, reversed too."""
+    x, lengths, w = _lstm_case()
+    impl = R if backend == "reference" else fused
+    for reverse in (False, True):
+        got = impl.lstm_layer(x, lengths.to(dtype), *w, reverse=reverse)
+        want = O.lstm_layer(x.double().numpy(), lengths.numpy(), *[t.double().numpy() for t in w], None, None,
+                            None, None, reverse, False)
+        for g, e in zip(got, want):
+            _close(g, e)
+
+
 @pytest.mark.parametrize("reverse", [False, True])
 @pytest.mark.parametrize("backend", ["reference", "fused"])
 @pytest.mark.parametrize("bad,error,match", [
@@ -589,12 +642,20 @@ def test_sampled_logsumexp_backward_op_checks_its_shapes():
         ops.sampled_logsumexp_backward(torch.ones(3, 1), h, w, p)
 
 
-def test_sampled_logsumexp_hit_must_be_integers():
+@pytest.mark.parametrize("backend", ["reference", "fused"])
+def test_sampled_logsumexp_hit_must_be_integers(backend):
+    """A float hit: the fused wrapper refused it, the reference failed in torch's gather ("Expected dtype
+    int32/int64 for index"). One TypeError for both now (reference.check_sampled_inputs); integer hits
+    of other dtypes give the NumPy float64 oracle's numbers."""
     h, w, off = torch.randn(3, 4), torch.randn(5, 4), torch.randn(5)
-    with pytest.raises(TypeError, match="hit as an integer tensor"):
-        fused.sampled_logsumexp(h, w, off, torch.tensor([0.0, 4.0, -1.0]))
-    hit = torch.tensor([0, 4, -1])
-    _close(fused.sampled_logsumexp(h, w, off, hit.int()), R.sampled_logsumexp(h, w, off, hit))
+    impl = R if backend == "reference" else fused
+    for bad in (torch.tensor([0.0, 4.0, -1.0]), torch.tensor([True, False, True])):
+        with pytest.raises(TypeError, match=r"sampled_logsumexp: hit must be an integer tensor .* got torch\.(float|bool)"):
+            impl.sampled_logsumexp(h, w, off, bad)
+    hit = torch.tensor([0, 4, 1])
+    want, _ = O.sampled_logsumexp(h.double().numpy(), w.double().numpy(), off.double().numpy(), hit.numpy())
+    for dtype in (torch.int32, torch.uint8, torch.int16):
+        _close(impl.sampled_logsumexp(h, w, off, hit.to(dtype)), want)
 
 
 def test_sampled_logsumexp_hit_outside_the_candidates_is_an_error():
@@ -619,16 +680,134 @@ def test_sampled_logsumexp_without_candidates_is_an_error(n):
     h, w, off, hit = torch.randn(n, 4), torch.randn(0, 4), torch.randn(0), torch.full((n,), -1)
     match = r"sampled_logsumexp: no candidates \(S = 0\)"
     with pytest.raises(RuntimeError, match=match):
-        fused.sampled_logsumexp(h, w, off, hit)
-    with pytest.raises(ValueError, match=match + r": weight \(S, P\) is \[0, 4\].*Pass at least one candidate"):
-        R.sampled_logsumexp(h, w, off, hit)
+        ops.sampled_logsumexp_forward(h, w, off, hit)
+    for impl in (fused, R):  # one check for both backends (reference.check_sampled_inputs)
+        with pytest.raises(ValueError, match=match + r": weight \(S, P\) is \[0, 4\].*Pass at least one candidate"):
+            impl.sampled_logsumexp(h, w, off, hit)
+
+
+# (the bad argument from h (3, 4), weight (5, 4), offset (5,), hit (3,), what both backends' messages say)
+SAMPLED_BAD_SHAPES = [
+    (dict(hit=torch.tensor([1, 2])), r"hit \(N,\) must have shape \[3\], got \[2\]"),
+    (dict(hit=torch.tensor([1, 2, -1, 4])), r"hit \(N,\) must have shape \[3\], got \[4\]"),
+    (dict(hit=torch.tensor([[1], [2], [-1]])), r"hit \(N,\) must have shape \[3\], got \[3, 1\]"),
+    (dict(hit=torch.tensor(2)), r"hit \(N,\) must have shape \[3\], got \[\]"),
+    (dict(offset=torch.randn(4)), r"offset \(S,\) must have shape \[5\], got \[4\]"),
+    (dict(offset=torch.randn(1, 5)), r"offset \(S,\) must have shape \[5\], got \[1, 5\]"),
+    (dict(weight=torch.randn(5, 3)), r"h must be \(N, P\) and weight \(S, P\), got \[3, 4\] and \[5, 3\]"),
+    (dict(h=torch.randn(4)), r"h must be \(N, P\) and weight \(S, P\), got \[4\] and \[5, 4\]"),
+]
+
+
+@pytest.mark.parametrize("backend", ["reference", "fused"])
+@pytest.mark.parametrize("bad,match", SAMPLED_BAD_SHAPES,
+                         ids=["short_hit", "long_hit", "column_hit", "scalar_hit", "short_offset", "row_offset",
+                              "narrow_weight", "vector_h"])
+def test_sampled_logsumexp_shapes_are_checked_alike_on_both_backends(bad, match, backend):
+    """The reference took a hit shorter than N (scatter_ wrote only its rows: the others kept their hit
+    column, a wrong number silently) and failed with torch's words for the other shapes; the fused op
+    refused them. Both give one ValueError now (reference.check_sampled_inputs), and the right shapes
+    give the NumPy float64 oracle's numbers."""
+    gen = torch.Generator().manual_seed(8)
+    args = dict(h=torch.randn(3, 4, generator=gen), weight=torch.randn(5, 4, generator=gen),
+                offset=torch.randn(5, generator=gen), hit=torch.tensor([1, 2, -1]))
+    impl = R if backend == "reference" else fused
+    want, _ = O.sampled_logsumexp(*(t.double().numpy() for t in list(args.values())[:3]), args["hit"].numpy())
+    _close(impl.sampled_logsumexp(**args), want)
+    with pytest.raises(ValueError, match="sampled_logsumexp: " + match):
+        impl.sampled_logsumexp(**{**args, **bad})
+
+
+# (op, make the arguments from good ones with one wrong, what both backends' messages say)
+BAD_SHAPES = [
+    ("char_cnn", lambda a: {**a, "biases": [a["biases"][0], a["biases"][1][:2]]}, r"char_cnn: bias 1 must .*got \[2\]"),
+    ("char_cnn", lambda a: {**a, "biases": [a["biases"][0], a["biases"][1][:, None]]},
+     r"char_cnn: bias 1 must .*got \[4, 1\]"),
+    ("char_cnn", lambda a: {**a, "weights": [a["weights"][0], a["weights"][1][:, :3]]},
+     r"char_cnn: weight 1 must be \(count, D, width\) with D = 4, got \[4, 3, 2\]"),
+    ("highway", lambda a: {**a, "weight": a["weight"][:, :3]}, r"highway: weight \(2F, F\) must have shape \[8, 4\], got \[8, 3\]"),
+    ("highway", lambda a: {**a, "bias": a["bias"][:4]}, r"highway: bias \(2F,\) must have shape \[8\], got \[4\]"),
+    ("lstm", lambda a: {**a, "w_input": a["w_input"][:2]}, r"lstm: w_input \(I, 4C\) must have shape \[4, 24\], got \[2, 24\]"),
+    ("lstm", lambda a: {**a, "w_recurrent": a["w_recurrent"][:, :20]},
+     r"lstm: w_recurrent \(P, 4C\) must have shape \[4, 24\], got \[4, 20\]"),
+    ("lstm", lambda a: {**a, "bias": a["bias"].view(2, 12)}, r"lstm: bias (\(4C,\) must have shape \[24\]|must be \(4C,\)).*\[2, 12\]"),
+    ("lstm", lambda a: {**a, "x": a["x"][..., :3], "w_input": a["w_input"][:3], "residual": True},
+     r"lstm: residual needs input dim == projection dim"),
+]
+
+
+def _bad_shape_args(op):
+    if op == "char_cnn":
+        ids, emb, ws, bs = _char_inputs()
+        return dict(char_ids=ids, embedding=emb, weights=ws, biases=bs)
+    if op == "highway":
+        gen = torch.Generator().manual_seed(13)
+        return dict(x=torch.randn(5, 4, generator=gen), weight=torch.randn(8, 4, generator=gen),
+                    bias=torch.randn(8, generator=gen))
+    x, lengths, w = _lstm_case()
+    return dict(x=x, lengths=lengths, **dict(zip(("w_input", "w_recurrent", "bias", "w_proj"), w)))
+
+
+@pytest.mark.parametrize("backend", ["reference", "fused"])
+@pytest.mark.parametrize("op,bad,match", BAD_SHAPES, ids=["char_bias", "char_bias_column", "char_weight_D",
+                                                          "highway_weight", "highway_bias", "lstm_w_input",
+                                                          "lstm_w_recurrent", "lstm_bias_2x2C", "lstm_residual"])
+def test_weights_of_the_wrong_shape_are_named_alike_on_both_backends(op, bad, match, backend):
+    """The reference failed with torch's bare product or broadcast errors ("mat1 and mat2 shapes cannot be
+    multiplied", "The size of tensor a (16) must match ...") where the fused op named the argument; the
+    fused op ran a (2, 2C) LSTM bias (it checked only its number of values) where the reference failed.
+    Both name it now: the reference with the op's words (a ValueError), the fused op in C++ (a
+    RuntimeError), the LSTM bias's shape in the wrappers (reference.check_shape, a ValueError)."""
+    args = _bad_shape_args(op)
+    impl = R if backend == "reference" else fused
+    in_python = backend == "reference" or op == "lstm" and "bias" in match  # the fused wrappers check that one
+    with pytest.raises(ValueError if in_python else RuntimeError, match=match):
+        getattr(impl, "lstm_layer" if op == "lstm" else op)(**bad(args))
+
+
+@pytest.mark.parametrize("backend", ["reference", "fused"])
+@pytest.mark.parametrize("op", ["char_cnn", "highway", "lstm", "bilstm", "sampled_logsumexp"])
+def test_mixed_dtypes_are_refused_alike_on_both_backends(op, backend):
+    """float64 weights or states with float32 inputs: the fused wrappers cast them to float32 (rounded,
+    silently), the reference failed with torch's "expected m1 and m2 to have the same dtype". Both give
+    one TypeError now (reference.check_same_dtype), naming the argument; under autocast mixed dtypes
+    stay allowed (a float32 state beside bfloat16 products) and give the reference's numbers."""
+    impl = R if backend == "reference" else fused
+    x, lengths, w = _lstm_case()
+    state = (torch.zeros(2, 3, 4, dtype=torch.float64), torch.zeros(2, 3, 6))
+    calls = {
+        "char_cnn": [(lambda a: impl.char_cnn(a["char_ids"], a["embedding"], [a["weights"][0].double(), a["weights"][1]],
+                                              a["biases"]), "a filter weight is torch.float64 but embedding is torch.float32")],
+        "highway": [(lambda a: impl.highway(a["x"], a["weight"], a["bias"].double()), "bias is torch.float64 but x"),
+                    (lambda a: impl.highway(a["x"].double(), a["weight"], a["bias"]), "weight is torch.float32 but x is "
+                                                                                      "torch.float64")],
+        "lstm": [(lambda a: impl.lstm_layer(x, lengths, w[0], w[1].double(), *w[2:]), "w_recurrent is torch.float64"),
+                 (lambda a: impl.lstm_layer(x, lengths, *w, c0=torch.zeros(3, 6, dtype=torch.float64)),
+                  "c0 is torch.float64 but x is torch.float32")],
+        "bilstm": [(lambda a: impl.bilstm_layer(x, x, lengths, w, [t.double() for t in w]), "w_input is torch.float64"),
+                   (lambda a: impl.bilstm_layer(x, x, lengths, w, w, state), "h0 is torch.float64")],
+        "sampled_logsumexp": [(lambda a: impl.sampled_logsumexp(torch.randn(3, 4), torch.randn(5, 4, dtype=torch.float64),
+                                                                torch.randn(5), torch.tensor([0, -1, 2])),
+                               "weight is torch.float64 but h is torch.float32")],
+    }[op]
+    args = _bad_shape_args("char_cnn" if op == "char_cnn" else "highway")
+    for call, match in calls:
+        with pytest.raises(TypeError, match=f"{op.replace('bilstm', 'lstm')}: {match}.*outside torch.autocast"):
+            call(args)
+    if op in ("lstm", "bilstm"):  # under autocast: allowed, the reference's numbers
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            got = impl.bilstm_layer(x, x, lengths, w, w, (state[0].float(), state[1]))
+            want = R.bilstm_layer(x, x, lengths, w, w, (state[0].float(), state[1]))
+        for g, e in zip(got, want):
+            assert g.dtype == e.dtype
+            _close(g, e, rtol=2e-2, atol=2e-2)
 
 
 # -------------------------------------------------------------- autograd
 
 
-def _every_op(dtype=torch.float64):
-    """(name, inputs needing grad, fn(*inputs) -> scalar, same through the reference)"""
+def _every_op_outputs(dtype=torch.float64):
+    """(name, inputs needing grad, impl -> fn(*inputs) -> list of the op's outputs through ``impl``)"""
     ids, emb, ws, bs = _char_inputs()
     bs = [b.to(dtype) for b in bs]
     gen = torch.Generator().manual_seed(4)
@@ -636,17 +815,35 @@ def _every_op(dtype=torch.float64):
     hit = torch.tensor([0, -1, 4])
 
     def lstm(impl):
-        return lambda xx, *ww: sum(t.sum() for t in impl.bilstm_layer(xx, xx, lengths, ww, ww, None, 1.0, 1.0))
+        # every output, the LSTM's incoming gradients a list (the outputs') then tensors
+        return lambda xx, *ww: list(impl.bilstm_layer(xx, xx, lengths, ww, ww, None, 1.0, 1.0))
 
     cases = [
-        ("char_cnn", [emb, *ws], lambda impl: lambda e, *p: impl.char_cnn(ids, e, p, bs, "tanh").pow(2).sum()),
+        ("char_cnn", [emb, *ws], lambda impl: lambda e, *p: [impl.char_cnn(ids, e, p, bs, "tanh")]),
         ("highway", [torch.randn(5, 4, generator=gen), torch.randn(8, 4, generator=gen)],
-         lambda impl: lambda a, b: impl.highway(a, b, torch.zeros(8, dtype=dtype)).pow(2).sum()),
+         lambda impl: lambda a, b: [impl.highway(a, b, torch.zeros(8, dtype=dtype))]),
         ("lstm", [x, *w], lstm),
         ("sampled_logsumexp", [torch.randn(3, 4, generator=gen), torch.randn(5, 4, generator=gen)],
-         lambda impl: lambda a, b: impl.sampled_logsumexp(a, b, torch.zeros(5, dtype=dtype), hit).pow(2).sum()),
+         lambda impl: lambda a, b: [impl.sampled_logsumexp(a, b, torch.zeros(5, dtype=dtype), hit)]),
     ]
-    return [(name, [t.to(dtype).requires_grad_() for t in ins], f(fused), f(R)) for name, ins, f in cases]
+    return [(name, [t.to(dtype).requires_grad_() for t in ins], f) for name, ins, f in cases]
+
+
+def _every_op(dtype=torch.float64):
+    """(name, inputs needing grad, fn(*inputs) -> scalar, same through the reference)"""
+
+    def scalar(outputs):
+        return lambda *ins: sum(t.pow(2).sum() for t in outputs(*ins))
+
+    return [(name, ins, scalar(f(fused)), scalar(f(R))) for name, ins, f in _every_op_outputs(dtype)]
+
+
+def _no_second_derivative(name, backend):
+    """The error a second derivative through op ``name`` on ``backend`` meets."""
+    # sampled_logsumexp has none on either backend (tests/ops/test_reference.py)
+    if name == "sampled_logsumexp":
+        return f"{name} has no second derivative"
+    return f"fused {name} kernel has no second derivative"
 
 
 @pytest.mark.parametrize("index", range(4))
@@ -661,15 +858,117 @@ def test_double_backward_is_a_clear_error(index):
     expected = torch.autograd.grad(ref(*ins), ins)
     for g, e in zip(grads, expected):
         _close(g, e)
-    # sampled_logsumexp has none on either backend (tests/ops/test_reference.py)
-    message = f"{name} has no second derivative" if name == "sampled_logsumexp" else (
-        f"fused {name} kernel has no second derivative")
+    message = _no_second_derivative(name, "fused")
     with pytest.raises(RuntimeError, match=message):
         sum(g.pow(2).sum() for g in grads).backward()
     for t in ins:
         grads = torch.autograd.grad(f(*ins), ins, create_graph=True)
         with pytest.raises(RuntimeError, match=message):
             torch.autograd.grad(sum(g.pow(2).sum() for g in grads), t)
+
+
+def _scaled(name, backend, dtype=torch.float64):
+    """(inputs, scales, loss): op ``name`` on ``backend`` (fused.py or reference.py), ``loss(*inputs,
+    *scales)`` the sum of its outputs times ``scales`` (needing grad, one per output): what reaches the
+    op only through its incoming gradients, as a head on top of it does."""
+    _, ins, f = next(case for case in _every_op_outputs(dtype) if case[0] == name)
+    outputs = f(fused if backend == "fused" else R)
+    gen = torch.Generator().manual_seed(9)
+    scales = [torch.randn(t.shape, generator=gen, dtype=dtype).requires_grad_() for t in outputs(*ins)]
+
+    def loss(*args):
+        return sum((t * s).sum() for t, s in zip(outputs(*args[: len(ins)]), args[len(ins) :]))
+
+    return ins, scales, loss
+
+
+FIRST_ORDER_ONLY = [("fused", name) for name in ("char_cnn", "highway", "lstm", "sampled_logsumexp")] + [
+    ("reference", "sampled_logsumexp")]
+
+
+@pytest.mark.parametrize("backend,name", FIRST_ORDER_ONLY)
+def test_double_backward_through_the_incoming_gradient_is_a_clear_error(backend, name):
+    """A second derivative with respect to what reaches an op only through its incoming gradient (a
+    head on top of it, ``s`` in ``(op(x) * s).sum()``, a gradient penalty's critic) came back without
+    the op's second-order term, silently (here d/ds of ``|d loss / d x|^2 + sum(s)`` was ``sum(s)``'s
+    1 alone): the marks hung only from the saved inputs. The project's error now, through
+    ``autograd.grad`` with respect to the scales and through ``backward``; the first-order gradients
+    are the reference's (without create_graph, through the same marks-free path as training)."""
+    ins, scales, loss = _scaled(name, backend)
+    _, _, ref = _scaled(name, "reference")
+    for create_graph in (False, True):
+        grads = torch.autograd.grad(loss(*ins, *scales), [*ins, *scales], create_graph=create_graph)
+        expected = torch.autograd.grad(ref(*ins, *scales), [*ins, *scales])
+        for g, e in zip(grads, expected):
+            _close(g, e)
+    message = _no_second_derivative(name, backend)
+    for wrt in range(len(ins)):
+        (g,) = torch.autograd.grad(loss(*ins, *scales), ins[wrt], create_graph=True)
+        penalty = g.pow(2).sum() + sum(s.sum() for s in scales)
+        with pytest.raises(RuntimeError, match=message):
+            torch.autograd.grad(penalty, scales)
+    # one input needing grad, the others constants (no saved tensor to hang a mark from): the incoming
+    # gradient alone leads to the scales
+    ins = [t.detach() for t in ins]
+    ins[-1].requires_grad_()
+    (g,) = torch.autograd.grad(loss(*ins, *scales), ins[-1], create_graph=True)
+    with pytest.raises(RuntimeError, match=message):
+        torch.autograd.grad(g.pow(2).sum(), scales)
+
+
+def test_first_order_gradients_carry_no_marks():
+    """Without create_graph (first-order training) the backward formulas return their gradients as
+    they are: no NotTwiceDifferentiable node, no anchors, whatever requires grad around the op."""
+    for backend, name in FIRST_ORDER_ONLY:
+        ins, scales, loss = _scaled(name, backend)
+        for g in torch.autograd.grad(loss(*ins, *scales), ins):
+            assert g.grad_fn is None and not g.requires_grad
+
+
+@pytest.mark.parametrize("name", ["char_cnn", "highway", "lstm"])
+def test_reference_second_derivatives_stay_exact(name):
+    """The reference's char CNN, highway and LSTM are plain autograd: their second derivatives,
+    through the inputs and through the incoming gradients (a scale on each output), are right
+    (gradgradcheck: central differences of the first derivative, float64) and not refused as the
+    fused ops' are."""
+    gen = torch.Generator().manual_seed(6)
+
+    def randn(*shape):
+        return (torch.randn(*shape, generator=gen, dtype=torch.float64) * 0.5).requires_grad_()
+
+    if name == "char_cnn":
+        ids = random_char_ids(gen, 3, 5)
+        ins = [randn(261, 2), randn(2, 2, 2), randn(3, 2, 3), randn(2), randn(3)]
+        op = lambda e, w1, w2, b1, b2: [R.char_cnn(ids, e, [w1, w2], [b1, b2], "tanh")]  # noqa: E731
+    elif name == "highway":
+        ins = [randn(3, 2), randn(4, 2), randn(4)]
+        op = lambda *a: [R.highway(*a)]  # noqa: E731
+    else:
+        B, T, I, C, P = 2, 3, 2, 2, 2
+        lengths = torch.tensor([3, 2])
+        ins = [randn(B, T, I), randn(I, 4 * C), randn(P, 4 * C), randn(4 * C), randn(C, P), randn(B, P), randn(B, C)]
+        op = lambda x, *w: list(R.lstm_layer(x, lengths, *w, cell_clip=3.0, proj_clip=3.0, reverse=True))  # noqa: E731
+    scales = [randn(*t.shape) for t in op(*ins)]
+
+    def loss(*args):
+        return sum((t * s).sum() for t, s in zip(op(*args[: len(ins)]), args[len(ins) :]))
+
+    assert torch.autograd.gradgradcheck(loss, [*ins, *scales])
+
+
+def test_torch_func_on_the_fused_ops():
+    """What README promises of torch.func on the fused ops: vmap runs them (torch's per-sample fallback)
+    with the reference's numbers; grad (and so vjp, jacrev) is refused with torch's error, the
+    Function that torch.library.register_autograd makes having no setup_context. If a torch lifts
+    that, this test fails: update README ("Defined behaviour for odd input")."""
+    gen = torch.Generator().manual_seed(12)
+    x, w, b = (torch.randn(*shape, generator=gen, dtype=torch.float64) for shape in ((2, 3, 4), (8, 4), (8,)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the fallback's "performance drop" warning
+        got = torch.func.vmap(lambda a: fused.highway(a, w, b))(x)
+    _close(got, R.highway(x, w, b), rtol=1e-12, atol=1e-12)
+    with pytest.raises(RuntimeError, match="setup_context"):
+        torch.func.grad(lambda a: fused.highway(a, w, b).sum())(x[0])
 
 
 def test_kernel_dtype_keeps_float64_under_cuda_autocast():
