@@ -371,8 +371,8 @@ class ElmoComponent(TrainablePipe):
         self.vocab = vocab
         self.model = model
         self.name = name
-        #: ``{"lang", "tokenizer"}`` of the pipeline as the factory saw it: what :meth:`_check_tokens` compares
-        #: loaded weights with when the pipeline itself is out of reach (see :meth:`_reading`).
+        #: ``{"lang", "tokenizer"}`` of the pipeline as last read (the factory's, then :meth:`_reading`'s): what
+        #: :meth:`_check_tokens` compares loaded weights with when the pipeline itself is out of reach.
         self.pipeline_tokens: Optional[Dict[str, Any]] = None
         self._listener_map: Dict[str, List[ElmoListener]] = {}
         self.cfg: Dict[str, Any] = {
@@ -471,11 +471,19 @@ class ElmoComponent(TrainablePipe):
         for while it holds it, else what the factory recorded (pickled, renamed, the pipeline gone). Read when the
         weights load (initialize or first use), not in the factory: Language.from_config (spacy train, init_nlp,
         spacy.load) builds the components while nlp.config is still the language class's default and sets the
-        real one (``--nlp.tokenizer``, a fallback block) only at its end."""
+        real one (``--nlp.tokenizer``, a fallback block) only at its end. What is read from the pipeline is kept in
+        :attr:`pipeline_tokens`, for a later use out of its reach (pickled: :meth:`__reduce__`)."""
         nlp = self._pipeline()
-        if nlp is None:
-            return self.pipeline_tokens
-        return {"lang": nlp.lang, "tokenizer": tokenizer_settings(nlp)}
+        if nlp is not None:
+            self.pipeline_tokens = {"lang": nlp.lang, "tokenizer": tokenizer_settings(nlp)}
+        return self.pipeline_tokens
+
+    def __reduce__(self):
+        # Pickled (pickle.dumps(nlp), nlp.pipe(n_process=2) under spawn) before its weights load, the copy checks
+        # them at first use against pipeline_tokens alone (no pipeline to read): record the pipeline's reading now,
+        # while it is in reach, not the factory's (the language class's default, in a pipeline built from a config).
+        self._reading()
+        return super().__reduce__()
 
     def _check_tokens(self, bilm: BiLM, source: str) -> None:
         """Warn when ``pretrain`` read the model's text with another language or tokenizer than this

@@ -693,6 +693,26 @@ def test_pipeline_built_from_a_config_is_checked_against_its_own_tokenizer(
 
 
 @pytest.mark.parametrize("overrides,lang,tokenizer,warns", TOKENIZER_CASES)
+def test_a_config_built_pipeline_pickled_before_its_weights_load_is_checked_against_its_own_tokenizer(
+    overrides, lang, tokenizer, warns, corpus_dir, tiny_dir, tmp_path
+):
+    """Pickled (or sent to a spawned nlp.pipe worker) before its weights loaded, the copy compared them at first use
+    with what the factory recorded while Language.from_config was still building (the language class's default
+    tokenizer): the Korean fallback configured as pretrain read it warned, Chinese phrases against characters did
+    not."""
+    import pickle
+
+    model = _pretrained_as(tiny_dir, tmp_path / "model", lang, tokenizer)
+    config = _config("ner.cfg", corpus_dir, model, {**overrides, "components.elmo.weights": str(model)})
+    nlp = pickle.loads(pickle.dumps(spacy.util.load_model_from_config(config, auto_fill=True)))
+    text = "我们今天去北京大学参观。" if lang == "zh" else "나는 학교에 간다 ."
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        nlp.get_pipe("elmo")(nlp.make_doc(text))
+    assert len(_token_warnings(caught)) == int(warns), _token_warnings(caught)
+
+
+@pytest.mark.parametrize("overrides,lang,tokenizer,warns", TOKENIZER_CASES)
 def test_saved_pipeline_checks_weights_against_its_own_tokenizer(
     overrides, lang, tokenizer, warns, corpus_dir, tiny_dir, tmp_path
 ):
