@@ -63,7 +63,7 @@ from .bilm_layer import (
 from .callers import runs, user_stacklevel
 from .doc_data import ELMO_ATTR, IDX_ATTR, install_extensions, install_hooks, set_doc_data
 from .layer_cache import MB
-from .listener import ELMO_FACTORY, ElmoListener, find_listener_path
+from .listener import ELMO_FACTORY, ElmoListener, find_listener_path, running_pipeline
 from .loaders import WeightsLoader, load_weights, names_no_weights, requests_nothing, weights_target
 from .runner import fine_tuned
 from .scalar_mix import is_setting
@@ -403,8 +403,12 @@ class ElmoComponent(TrainablePipe):
         runner = self.model.layers[0].shims[0]._model
         return getattr(runner, "source", None) if runner.bilm is not None else None
 
-    def load_weights(self, path: Optional[str] = None, loader: Optional[WeightsLoader] = None) -> None:
-        """Load weights now (from ``loader``, else ``path``; empty = the bundled default)."""
+    def load_weights(
+        self, path: Optional[str] = None, loader: Optional[WeightsLoader] = None, *, nlp: Optional[Language] = None
+    ) -> None:
+        """Load weights now (from ``loader``, else ``path``; empty = the bundled default). ``nlp``: the pipeline whose
+        language and tokenizer they are checked against (None: the one running this component, else the one the
+        factory built it for)."""
         backend = self.model.attrs["backend"]
         is_default = loader is None and weights_target(path) == "default"
         try:
@@ -413,7 +417,7 @@ class ElmoComponent(TrainablePipe):
             if is_default or "bundled default" in str(err):
                 raise ValueError(Errors.E_ELMO_NO_WEIGHTS.format(name=self.name, reason=err)) from err
             raise
-        self._check_tokens(bilm, source)
+        self._check_tokens(bilm, source, nlp)
         bilm.requires_grad_(not self.cfg["frozen"])
         # loaded without the lock (calls of other threads go on meanwhile), set with it: a first-use load
         # that another thread runs sets its weights before these, never after (see from_bytes). Checked
@@ -434,8 +438,8 @@ class ElmoComponent(TrainablePipe):
             if not self.is_loaded:  # not loaded by another thread meanwhile
                 weights = self.cfg.get("weights")
                 pipeline = nlp if nlp is not None else self._pipeline()
-                self._load_named(lambda: self.load_weights(weights), pipeline, ("components", self.name, "weights"),
-                                 Errors.E_ELMO_WEIGHTS_PATH)  # fmt: skip
+                self._load_named(lambda: self.load_weights(weights, nlp=nlp), pipeline,
+                                 ("components", self.name, "weights"), Errors.E_ELMO_WEIGHTS_PATH)  # fmt: skip
 
     def _pipeline(self) -> Optional[Language]:
         """The pipeline the factory built this component for, while it holds it under its name (not after
@@ -466,14 +470,19 @@ class ElmoComponent(TrainablePipe):
                 )
             raise (NotAModelDir if isinstance(err, NotAModelDir) else FileNotFoundError)(text) from err
 
-    def _reading(self) -> Optional[Dict[str, Any]]:
-        """``{"lang", "tokenizer"}`` of the pipeline now: read from the pipeline the factory built this component
-        for while it holds it, else what the factory recorded (pickled, renamed, the pipeline gone). Read when the
+    def _reading(self, nlp: Optional[Language] = None) -> Optional[Dict[str, Any]]:
+        """``{"lang", "tokenizer"}`` of the pipeline now: read from ``nlp`` (the one handed to initialize), else the
+        pipeline running this component (spaCy's frames: one sourced into another pipeline, ``add_pipe(source=)``,
+        is the same object as the source's), else the one the factory built it for while it holds it, else what was
+        last read (pickled, renamed, the pipeline gone). Read when the
         weights load (initialize or first use), not in the factory: Language.from_config (spacy train, init_nlp,
         spacy.load) builds the components while nlp.config is still the language class's default and sets the
         real one (``--nlp.tokenizer``, a fallback block) only at its end. What is read from the pipeline is kept in
         :attr:`pipeline_tokens`, for a later use out of its reach (pickled: :meth:`__reduce__`)."""
-        nlp = self._pipeline()
+        if nlp is None:
+            nlp = running_pipeline(self.model)
+        if nlp is None:
+            nlp = self._pipeline()
         if nlp is not None:
             self.pipeline_tokens = {"lang": nlp.lang, "tokenizer": tokenizer_settings(nlp)}
         return self.pipeline_tokens
@@ -485,10 +494,11 @@ class ElmoComponent(TrainablePipe):
         self._reading()
         return super().__reduce__()
 
-    def _check_tokens(self, bilm: BiLM, source: str) -> None:
+    def _check_tokens(self, bilm: BiLM, source: str, nlp: Optional[Language] = None) -> None:
         """Warn when ``pretrain`` read the model's text with another language or tokenizer than this
-        pipeline's (e.g. Japanese phrases of the fallback tokenizer against SudachiPy's words)."""
-        trained, here = bilm.provenance, self._reading()
+        pipeline's (e.g. Japanese phrases of the fallback tokenizer against SudachiPy's words); ``nlp``: as
+        :meth:`_reading`'s."""
+        trained, here = bilm.provenance, self._reading(nlp)
         if here is not None and reads_other_tokens(trained, here["lang"], here["tokenizer"]):
             tokenizer = trained.get("tokenizer")  # absent in models pretrained before it was recorded
             message = Warnings.W_ELMO_OTHER_TOKENS if tokenizer is not None else Warnings.W_ELMO_OTHER_LANG
@@ -872,7 +882,7 @@ class ElmoComponent(TrainablePipe):
         weights = None if names_no_weights(self.cfg["weights"]) else self.cfg["weights"]
         if weights_loader is not None and requests_nothing(weights_loader) and weights is not None:
             # paths.elmo left empty: the component's own weights setting, not the bundled default
-            self._load_named(lambda: self.load_weights(weights), nlp, ("components", self.name, "weights"),
+            self._load_named(lambda: self.load_weights(weights, nlp=nlp), nlp, ("components", self.name, "weights"),
                              Errors.E_ELMO_WEIGHTS_SETTING)  # fmt: skip
         elif weights_loader is not None:
             requested = getattr(weights_loader, "path", None)
@@ -884,10 +894,10 @@ class ElmoComponent(TrainablePipe):
                 )
             loader_path = ("initialize", "components", self.name, "weights_loader", "path")
             if hasattr(weights_loader, "path"):  # this package's loader: a missing path is its path's
-                self._load_named(lambda: self.load_weights(loader=weights_loader), nlp, loader_path,
+                self._load_named(lambda: self.load_weights(loader=weights_loader, nlp=nlp), nlp, loader_path,
                                  Errors.E_ELMO_LOADER_PATH)  # fmt: skip
             else:
-                self.load_weights(loader=weights_loader)
+                self.load_weights(loader=weights_loader, nlp=nlp)
         else:
             self._ensure_weights(nlp)
         self.layer_cache_mb = layer_cache_mb
