@@ -991,7 +991,11 @@ class ElmoComponent(TrainablePipe):
         their sizes, and set up: nothing after ``set_vocab`` fails, so a failing vocab leaves the old weights
         serving, with their sizes, gradients and listeners as they were. The loaded weights were checked as they
         were read (:func:`weights_checked`), and nothing the check reads changes in between: the saved cfg is not
-        read. A load that excluded the model changes no setting, so the current weights need no new check."""
+        read. A load that excluded the model changes no setting, so the current weights need no new check. Loaded
+        weights are checked against the pipeline's tokenizer (:meth:`_check_tokens`: that of the pipeline loading
+        them, ``spacy.load``, ``nlp.from_bytes``), as those loaded at first use or initialize are."""
+        if staged.bilm is not None:
+            self._check_tokens(staged.bilm, staged.source)
         bilm, source = (staged.bilm, staged.source) if staged.bilm is not None else (get_bilm(self.model), self.source)
         set_vocab()
         if bilm is not None:

@@ -730,6 +730,31 @@ def test_saved_pipeline_checks_weights_against_its_own_tokenizer(
     assert len(_token_warnings(caught)) == int(warns)
 
 
+@pytest.mark.parametrize("overrides,lang,tokenizer,warns", TOKENIZER_CASES)
+def test_weights_a_saved_pipeline_carries_are_checked_when_it_loads(
+    overrides, lang, tokenizer, warns, corpus_dir, tiny_dir, tmp_path
+):
+    """spacy.load and nlp.from_bytes set the weights the pipeline carries without the tokenizer check (warned once,
+    at spacy train's initialize, then never again): a Chinese pipeline of phrases saved with a model of characters
+    loaded silently."""
+    model = _pretrained_as(tiny_dir, tmp_path / "model", lang, tokenizer)
+    config = _config("ner.cfg", corpus_dir, model, overrides)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        saved = init_nlp(config)
+        saved.to_disk(tmp_path / "saved")
+        data = saved.to_bytes()
+        blank = spacy.util.load_model_from_config(saved.config, auto_fill=True)
+    for load in (lambda: spacy.load(tmp_path / "saved"), lambda: blank.from_bytes(data)):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            load()
+        messages = _token_warnings(caught)
+        assert len(messages) == int(warns), messages
+        if warns:
+            assert "this pipeline is 'zh' with tokenizer {'@tokenizers': 'spacy.Tokenizer.v1'}" in messages[0]
+
+
 @pytest.mark.parametrize("recorded", [ZH_CHARS, None], ids=["tokenizer-recorded", "older-model"])
 def test_the_tokenizer_warning_gives_a_fix_that_silences_it(recorded, corpus_dir, tiny_dir, tmp_path):
     """The warning said "or pretrain with this pipeline's tokenizer", which pretrain cannot (it reads with
