@@ -1593,7 +1593,14 @@ class Errors:
     )
     E_EMBED_PARTS_MISMATCH = (
         "{parts} holds parts of an earlier run with a different {keys}, so they cannot be reused. "
-        "Rerun with the earlier settings to finish it, or delete {parts} (or pass --restart) to start over."
+        "Rerun with the earlier settings{rerun} to finish it, or delete {parts} (or pass --restart) to start over."
+    )
+    #: E_EMBED_PARTS_MISMATCH's ``rerun`` where the earlier run split the lines at whitespace (``embed``'s default
+    #: before it read with the model's language)
+    E_EMBED_RERUN_WHITESPACE = " (`spacy-elmo embed` with --whitespace: the earlier run split the lines at whitespace)"
+    #: E_EMBED_PARTS_MISMATCH's ``rerun`` where the earlier run read with spaCy's tokenizer of ``lang``
+    E_EMBED_RERUN_LANG = (
+        " (`spacy-elmo embed` with --lang {lang}, spaCy's tokenizer then being {block}: the earlier run read with it)"
     )
     E_EMBED_PARTS_TOKENIZED = (
         "{part} (lines {first}-{last} of {path}) was written from other tokens than this run's tokenizer "
