@@ -1954,11 +1954,15 @@ class Warnings:
         "spacy-elmo: the {name} component's model {source} was pretrained on the tokens of spaCy's "
         "{lang!r} tokenizer (its settings were not recorded: an older model), but this pipeline is "
         "{nlp_lang!r}: the biLM reads other tokens than it learnt from, and its vectors are worse for it. Build "
-        "the pipeline with the model's language and the tokenizer spacy.blank gives it: in Python "
-        "spacy.blank({lang!r}); in a training config [nlp] lang = \"{lang}\" and the [nlp.tokenizer] block of "
-        "spacy.blank({lang!r}).config, on the command line of spacy train: --nlp.lang {lang} --nlp.tokenizer "
-        "'{tokenizer_json}'.{again}"
+        "the pipeline with the model's language (a model this old is checked by its language alone) and the "
+        "tokenizer `spacy-elmo pretrain --lang {lang}` reads with here: in Python {python}; in a training config "
+        "[nlp] lang = \"{lang}\" and that [nlp.tokenizer] block, on the command line of spacy train: --nlp.lang "
+        "{lang} --nlp.tokenizer '{tokenizer_json}'.{again}"
     )
+    #: W_ELMO_OTHER_LANG's ``python`` where that tokenizer is spaCy's default for the language
+    W_ELMO_BLANK = "spacy.blank({lang!r})"
+    #: W_ELMO_OTHER_LANG's ``python`` where it is not (spaCy's rule-based fallback: the default's packages are missing)
+    W_ELMO_BLANK_TOKENIZER = "spacy.blank({lang!r}, config={{'nlp': {{'tokenizer': {tokenizer}}}}})"
     W_READ_OTHER_TOKENS = (
         "spacy-elmo: {model} was pretrained on the tokens of {trained}, but {path} is read with spaCy's {lang!r} "
         "tokenizer {tokenizer}: the biLM reads other tokens than it learnt from (e.g. whole phrases instead of "

@@ -44,7 +44,12 @@ from ..bilm import BiLM
 from ..bilm.native_io import NotAModelDir
 from ..errors import Errors, Warnings
 from ..forksafe import after_fork_in_child
-from ..training.data import default_tokenizer_settings, reads_other_tokens, tokenizer_settings
+from ..training.data import (
+    default_tokenizer_settings,
+    reading_tokenizer_settings,
+    reads_other_tokens,
+    tokenizer_settings,
+)
 from .bilm_layer import (
     DEFAULT_LEARN_RATE_SCALE,
     ModelState,
@@ -502,11 +507,16 @@ class ElmoComponent(TrainablePipe):
         if here is not None and reads_other_tokens(trained, here["lang"], here["tokenizer"]):
             tokenizer = trained.get("tokenizer")  # absent in models pretrained before it was recorded
             message = Warnings.W_ELMO_OTHER_TOKENS if tokenizer is not None else Warnings.W_ELMO_OTHER_LANG
-            # pretrain reads with spacy.blank(LANG)'s tokenizer only: it is a fix where that is this pipeline's
-            again = here["tokenizer"] == default_tokenizer_settings(here["lang"])
-            shown = tokenizer if tokenizer is not None else default_tokenizer_settings(trained["lang"])
+            # pretrain reads with make_nlp(LANG)'s tokenizer only (spacy.blank's, or its rule-based fallback where
+            # the packages it needs are missing): it is a fix where that is this pipeline's
+            again = here["tokenizer"] == reading_tokenizer_settings(here["lang"])
+            # an older model is checked by language alone: any block of its language silences the warning, and the
+            # one shown is one that builds here (the default's needs packages that may be missing: ko, ja, th, vi)
+            shown = tokenizer if tokenizer is not None else reading_tokenizer_settings(trained["lang"])
+            python = (Warnings.W_ELMO_BLANK if shown == default_tokenizer_settings(trained["lang"])
+                      else Warnings.W_ELMO_BLANK_TOKENIZER).format(lang=trained["lang"], tokenizer=shown)
             warnings.warn(
-                message.format(name=self.name, source=source, lang=trained["lang"], tokenizer=tokenizer,
+                message.format(name=self.name, source=source, lang=trained["lang"], tokenizer=tokenizer, python=python,
                                tokenizer_json=json.dumps(shown, ensure_ascii=False), nlp_lang=here["lang"],
                                nlp_tokenizer=here["tokenizer"],
                                again=Warnings.W_ELMO_PRETRAIN_AGAIN.format(nlp_lang=here["lang"]) if again else ""),

@@ -640,23 +640,43 @@ def make_nlp(lang: str):
     mecab-ko, Japanese SudachiPy) fall back to spaCy's rule-based ``spacy.Tokenizer.v1``,
     with a warning (once per language) naming what is missing.
     """
+    nlp, missing = _blank(lang)
+    if missing is not None and lang not in _FALLBACK_WARNED:  # corpus, held-out text: once per run
+        _FALLBACK_WARNED.add(lang)
+        error = (str(missing).strip().splitlines() or [type(missing).__name__])[0]
+        warnings.warn(Warnings.W_TOKENIZER_FALLBACK.format(lang=lang, error=error), RuntimeWarning, stacklevel=2)
+    nlp.add_pipe("sentencizer")
+    return nlp
+
+
+#: The ``[nlp.tokenizer]`` block of spaCy's rule-based tokenizer: :func:`make_nlp`'s fallback.
+RULE_BASED = {"@tokenizers": "spacy.Tokenizer.v1"}
+
+
+def _blank(lang: str):
+    """``(spacy.blank(lang), None)``, or where its tokenizer needs a package that is missing, the pipeline with
+    :data:`RULE_BASED` instead and the ImportError. ValueError (E_SPACY_LANG) where spaCy cannot build ``lang``."""
     import spacy
 
     try:
-        nlp = spacy.blank(lang)
+        return spacy.blank(lang), None
     except ImportError as missing:
         try:
-            nlp = spacy.blank(lang, config={"nlp": {"tokenizer": {"@tokenizers": "spacy.Tokenizer.v1"}}})
+            return spacy.blank(lang, config={"nlp": {"tokenizer": RULE_BASED}}), missing
         except Exception as err:  # noqa: BLE001 - reported with the language
             raise ValueError(Errors.E_SPACY_LANG.format(lang=lang, error=err)) from err
-        if lang not in _FALLBACK_WARNED:  # corpus, held-out text: once per run
-            _FALLBACK_WARNED.add(lang)
-            error = (str(missing).strip().splitlines() or [type(missing).__name__])[0]
-            warnings.warn(Warnings.W_TOKENIZER_FALLBACK.format(lang=lang, error=error), RuntimeWarning, stacklevel=2)
     except Exception as err:  # noqa: BLE001
         raise ValueError(Errors.E_SPACY_LANG.format(lang=lang, error=err)) from err
-    nlp.add_pipe("sentencizer")
-    return nlp
+
+
+def reading_tokenizer_settings(lang: str) -> Optional[dict]:
+    """:func:`tokenizer_settings` of :func:`make_nlp` of ``lang`` here: spaCy's default block, or :data:`RULE_BASED`
+    where the packages it needs are missing (a block that builds, unlike the default's there). None where spaCy has
+    no language ``lang``."""
+    try:
+        return tokenizer_settings(_blank(lang)[0])
+    except ValueError:
+        return None
 
 
 def tokenizer_settings(nlp) -> dict:

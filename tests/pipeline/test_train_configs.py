@@ -780,6 +780,30 @@ def test_the_tokenizer_warning_gives_a_fix_that_silences_it(recorded, corpus_dir
     assert [t.text for t in nlp("我喜欢茶")] == ["我", "喜", "欢", "茶"]
 
 
+@pytest.mark.parametrize("lang", ["ko", "ja", "th", "vi"])
+def test_the_advice_for_an_older_model_builds_where_its_languages_tokenizer_needs_packages(
+    lang, corpus_dir, tiny_dir, tmp_path
+):
+    """An older model (its language recorded, not its tokenizer) is checked by language alone, but the advice named
+    spacy.blank(LANG)'s default block (spacy.ko.KoreanTokenizer: mecab-ko), which fails to build without its
+    packages: it names the block pretrain --lang LANG reads with here (the rule-based fallback, there), and both the
+    Python and the overrides it gives build a pipeline that the model runs in silently."""
+    BiLM.load(tiny_dir).save(tmp_path / "model", provenance={"trained_by": "spacy-elmo pretrain", "lang": lang})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        init_nlp(_config("ner.cfg", corpus_dir, tmp_path / "model"))
+    (message,) = _token_warnings(caught)
+    python = re.search(r"in Python (spacy\.blank\(.*?\)); in a training config", message).group(1)
+    assert eval(python, {"spacy": spacy}).lang == lang  # noqa: S307 - the advice's own Python, built as given
+    found = re.search(r"--nlp\.lang (\S+) --nlp\.tokenizer '([^']+)'", message)
+    overrides = {"nlp.lang": found.group(1), "nlp.tokenizer": srsly.json_loads(found.group(2))}
+    assert overrides["nlp.lang"] == lang
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        init_nlp(_config("ner.cfg", corpus_dir, tmp_path / "model", overrides))
+    assert not _token_warnings(caught)
+
+
 def test_no_pretrain_advice_where_pretrain_cannot_read_as_the_pipeline(corpus_dir, tiny_dir, tmp_path):
     """ner.cfg with --nlp.lang zh reads Chinese with spacy.Tokenizer.v1, which pretrain --lang zh never does
     (it reads characters): the warning names the overrides alone."""
