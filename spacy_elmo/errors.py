@@ -1975,13 +1975,14 @@ class Warnings:
     W_READ_TRAINED_UNRECORDED = "spaCy's {lang!r} tokenizer (its settings were not recorded: an older model)"
     #: W_READ_OTHER_TOKENS's ``fix`` where the language differs
     W_READ_FIX_LANG = "Read it with `--lang {lang}`, the model's language."
-    #: W_READ_OTHER_TOKENS's ``fix`` where the language is the model's and its tokenizer changed since pretraining
+    #: W_READ_OTHER_TOKENS's ``fix`` where the language is the model's and its recorded tokenizer cannot be built here
     W_READ_FIX_TOKENIZER = (
-        "spaCy's tokenizer for {lang!r} is another than when the model was pretrained: a package it needs was "
-        "installed or removed since (ja: SudachiPy and SudachiDict; ko: mecab-ko and natto-py; th: PyThaiNLP; vi: "
-        "pyvi), or spaCy's default changed. Read it as the model was trained with spaCy's {lang!r} tokenizer "
-        "{tokenizer} again (install or remove that package, e.g. in an environment of its own), or pretrain the "
-        "model again on this tokenizer's tokens (`spacy-elmo pretrain TEXT OUT_DIR --lang {lang}`)."
+        "spaCy's tokenizer for {lang!r} is another than when the model was pretrained: the text is read with the "
+        "tokenizer the model records, spaCy's {lang!r} tokenizer {tokenizer}, where it can be built, and here it "
+        "cannot: a package it needs is missing (ja: SudachiPy and SudachiDict; ko: mecab-ko and natto-py; th: "
+        "PyThaiNLP; vi: pyvi), or this spaCy does not know it. Install that package (or the spaCy the model was "
+        "pretrained with, e.g. in an environment of its own), or pretrain the model again on this tokenizer's tokens "
+        "(`spacy-elmo pretrain TEXT OUT_DIR --lang {lang}`)."
     )
     W_LISTENER_ZEROS = (
         "spacy-elmo: the ELMo listener in '{component}' got no ELMo layers for a training batch and reads "

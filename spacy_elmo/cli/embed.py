@@ -69,7 +69,7 @@ def embed(
                 if lang:
                     from ..training.data import make_nlp, spacy_rules, tokenizer_settings, warn_other_tokens, word_texts
 
-                    nlp = make_nlp(lang)
+                    nlp = make_nlp(lang, bilm.provenance)
                     warn_other_tokens(bilm.provenance, model, nlp, lang, input_path)
                     # whitespace tokens dropped, as in pretraining; no stretch cut (pretraining cuts one spaCy is
                     # quadratically slow on, cut_runs): a line's tokens are the pipeline's

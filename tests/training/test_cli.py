@@ -816,6 +816,10 @@ READING_CASES = {  # what the model records, the --lang given (None: none), the 
                         "spaCy's tokenizer for 'en' is another than when the model was pretrained"),
     "same": ({}, None, None),
     "same-given": ({}, "en", None),
+    # pretrained on the rule-based fallback (SudachiPy missing then): read with it, whatever is installed now, and
+    # not told to install the packages; zh's rules against its default characters, which build anywhere
+    "fallback-recorded": ({"lang": "ja", "tokenizer": {"@tokenizers": "spacy.Tokenizer.v1"}}, None, None),
+    "rules-recorded": ({"lang": "zh", "tokenizer": {"@tokenizers": "spacy.Tokenizer.v1"}}, None, None),
 }
 
 
@@ -838,6 +842,7 @@ def test_commands_reading_text_warn_of_other_tokens_than_the_models(pretrained, 
     assert result.exit_code == 0, result.output
     said = [str(w.message) for w in caught if "pretrained on the tokens" in str(w.message)]
     assert len(said) == int(fix is not None), said
+    assert not [w for w in caught if "needs packages that are not installed" in str(w.message)]
     if fix is not None:
         read = lang or reading["lang"]
         assert said[0].startswith(f"spacy-elmo: {model} was pretrained on the tokens of spaCy's {reading['lang']!r}")
