@@ -1063,6 +1063,13 @@ class Errors:
         "Could not create a spaCy tokenizer for --lang {lang!r}: {error}. Use an ISO code that "
         "spaCy supports (en, de, ko, ...); some languages need extra packages."
     )
+    E_MODEL_LANG = (
+        "The model's config.json records language {lang!r} (provenance lang: the language pretrain read its text "
+        "with), and the text is read with it as no --lang was given, but this spaCy cannot build it: {error}. Install "
+        "the spaCy (or the package of that language) the model was pretrained with, or read the text otherwise: "
+        "--lang LANG names a language this spaCy has (embed also takes --whitespace, which splits the lines at "
+        "whitespace)."
+    )
     E_UNKNOWN_LANG = (
         "spaCy could not load language {lang!r} ({error}): use a language code spaCy supports (en, de, ko, "
         "ja, xx for multi-language, ...: https://spacy.io/usage/models#languages)."

@@ -641,9 +641,16 @@ def make_nlp(lang: str, provenance: Optional[Dict[str, Any]] = None):
     with a warning (once per language) naming what is missing. ``provenance``: the config.json record of the model
     the text is read for (``embed``, ``evaluate``, ``fit-state``): where ``pretrain`` read ``lang`` for it with a
     tokenizer block it records, that block is read with (a model of the fallback's phrases reads them still, once
-    SudachiPy is installed), unless it cannot be built here (its packages missing: the fallback, as above).
+    SudachiPy is installed), unless it cannot be built here (its packages missing: the fallback, as above); a
+    language this spaCy lacks is then an error saying that the model's config.json named it (E_MODEL_LANG).
     """
-    nlp, missing = _blank(lang, recorded_tokenizer(provenance or {}, lang))
+    try:
+        nlp, missing = _blank(lang, recorded_tokenizer(provenance or {}, lang))
+    except ValueError as err:
+        # the model's language (the CLI refuses a --lang spaCy lacks before this): say where it came from
+        if provenance and provenance.get("lang") == lang:
+            raise ValueError(Errors.E_MODEL_LANG.format(lang=lang, error=err.__cause__ or err)) from err
+        raise
     if missing is not None and lang not in _FALLBACK_WARNED:  # corpus, held-out text: once per run
         _FALLBACK_WARNED.add(lang)
         error = (str(missing).strip().splitlines() or [type(missing).__name__])[0]

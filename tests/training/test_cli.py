@@ -849,6 +849,23 @@ def test_commands_reading_text_warn_of_other_tokens_than_the_models(pretrained, 
         assert f"but {text} is read with spaCy's {read!r} tokenizer" in said[0] and fix in said[0]
 
 
+@pytest.mark.parametrize("command", ["embed", "evaluate", "fit-state"])
+def test_a_recorded_language_this_spacy_lacks_is_said_to_come_from_the_model(pretrained, tmp_path, command):
+    """A model pretrained with another spaCy (its language unknown here) read without --lang was refused with
+    "Could not create a spaCy tokenizer for --lang 'qq'", though no --lang was given: the refusal says the model's
+    config.json named it and what to pass instead."""
+    model, text = pretrained
+    model = _recording(model, tmp_path, lang="qq", tokenizer={"@tokenizers": "spacy.Tokenizer.v1"})
+    args = {"embed": ["embed", str(text), str(tmp_path / "v.h5"), "--model", str(model)],
+            "evaluate": ["evaluate", str(model), str(text)],
+            "fit-state": ["fit-state", str(model), str(text), "--rows", "4"]}[command]
+    result = runner.invoke(app, args + ["--no-progress"])
+    said = plain(result.output)
+    assert result.exit_code == 1, said
+    assert "The model's config.json records language 'qq'" in said and "for --lang" not in said
+    assert "--lang LANG names a language this spaCy has (embed also takes --whitespace" in said
+
+
 def _rows(path):
     import h5py
 
