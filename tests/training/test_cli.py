@@ -820,6 +820,9 @@ READING_CASES = {  # what the model records, the --lang given (None: none), the 
     # not told to install the packages; zh's rules against its default characters, which build anywhere
     "fallback-recorded": ({"lang": "ja", "tokenizer": {"@tokenizers": "spacy.Tokenizer.v1"}}, None, None),
     "rules-recorded": ({"lang": "zh", "tokenizer": {"@tokenizers": "spacy.Tokenizer.v1"}}, None, None),
+    # the README's Korean fallback, as pretrain read it without mecab-ko (the rule-based block, not the default's)
+    "ko-fallback": ({"lang": "ko", "tokenizer": {"@tokenizers": "spacy.Tokenizer.v1"}}, None, None),
+    "zh-own": ({"lang": "zh", "tokenizer": ZH_CHARS}, None, None),  # read with the model's language, no --lang
 }
 
 
@@ -847,6 +850,8 @@ def test_commands_reading_text_warn_of_other_tokens_than_the_models(pretrained, 
         read = lang or reading["lang"]
         assert said[0].startswith(f"spacy-elmo: {model} was pretrained on the tokens of spaCy's {reading['lang']!r}")
         assert f"but {text} is read with spaCy's {read!r} tokenizer" in said[0] and fix in said[0]
+        older = "tokenizer (its settings were not recorded: an older model), but"
+        assert (older in said[0]) == (reading.get("tokenizer") is None), said[0]
 
 
 @pytest.mark.parametrize("command", ["embed", "evaluate", "fit-state"])
