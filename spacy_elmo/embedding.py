@@ -31,13 +31,14 @@ import io
 import itertools
 import json
 import os
+import re
 import tempfile
 import threading
 import time
 import warnings
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -602,7 +603,25 @@ def _check_settings(found: dict, settings: dict, parts_dir: Path) -> None:
         raise ValueError(Errors.E_EMBED_PARTS_OLD.format(parts=parts_dir, keys=", ".join(missing)))
     diff = sorted(k for k in settings if found.get(k) != settings[k])
     shown = [k if k in ("model", "input") else f"{k} (earlier {found.get(k)!r})" for k in diff]
-    raise ValueError(Errors.E_EMBED_PARTS_MISMATCH.format(parts=parts_dir, keys=", ".join(shown)))
+    rerun = _rerun_tokenizer(found.get("tokenizer")) if "tokenizer" in diff else ""
+    raise ValueError(Errors.E_EMBED_PARTS_MISMATCH.format(parts=parts_dir, keys=", ".join(shown), rerun=rerun))
+
+
+def spacy_tokenizer_name(lang: str, block: str, rules: str) -> str:
+    """The ``tokenizer_name`` of ``embed --lang LANG``'s parts: the language, its tokenizer block (JSON) and the first
+    16 digits of the digest of spaCy's rules (a fallback's parts, or those of a spaCy whose rules changed, are not
+    reused by another's run)."""
+    return f"spacy:{lang} {block} rules {rules[:16]}"
+
+
+def _rerun_tokenizer(earlier: Any) -> str:
+    """E_EMBED_PARTS_MISMATCH's ``rerun``: the ``embed`` option that reads as the earlier run's tokenizer (its name
+    in the manifest: ``"whitespace"``, or :func:`spacy_tokenizer_name`'s), "" for another's (a
+    ``tokenize`` callable of the caller's)."""
+    if earlier == "whitespace":
+        return Errors.E_EMBED_RERUN_WHITESPACE
+    found = re.fullmatch(r"spacy:(\S+) (\{.*\}) rules \S+", earlier) if isinstance(earlier, str) else None
+    return "" if found is None else Errors.E_EMBED_RERUN_LANG.format(lang=found.group(1), block=found.group(2))
 
 
 def _same_manifest(found: dict, manifest: dict) -> bool:

@@ -1063,6 +1063,13 @@ class Errors:
         "Could not create a spaCy tokenizer for --lang {lang!r}: {error}. Use an ISO code that "
         "spaCy supports (en, de, ko, ...); some languages need extra packages."
     )
+    E_MODEL_LANG = (
+        "The model's config.json records language {lang!r} (provenance lang: the language pretrain read its text "
+        "with), and the text is read with it as no --lang was given, but this spaCy cannot build it: {error}. Install "
+        "the spaCy (or the package of that language) the model was pretrained with, or read the text otherwise: "
+        "--lang LANG names a language this spaCy has (embed also takes --whitespace, which splits the lines at "
+        "whitespace)."
+    )
     E_UNKNOWN_LANG = (
         "spaCy could not load language {lang!r} ({error}): use a language code spaCy supports (en, de, ko, "
         "ja, xx for multi-language, ...: https://spacy.io/usage/models#languages)."
@@ -1593,7 +1600,14 @@ class Errors:
     )
     E_EMBED_PARTS_MISMATCH = (
         "{parts} holds parts of an earlier run with a different {keys}, so they cannot be reused. "
-        "Rerun with the earlier settings to finish it, or delete {parts} (or pass --restart) to start over."
+        "Rerun with the earlier settings{rerun} to finish it, or delete {parts} (or pass --restart) to start over."
+    )
+    #: E_EMBED_PARTS_MISMATCH's ``rerun`` where the earlier run split the lines at whitespace (``embed``'s default
+    #: before it read with the model's language)
+    E_EMBED_RERUN_WHITESPACE = " (`spacy-elmo embed` with --whitespace: the earlier run split the lines at whitespace)"
+    #: E_EMBED_PARTS_MISMATCH's ``rerun`` where the earlier run read with spaCy's tokenizer of ``lang``
+    E_EMBED_RERUN_LANG = (
+        " (`spacy-elmo embed` with --lang {lang}, spaCy's tokenizer then being {block}: the earlier run read with it)"
     )
     E_EMBED_PARTS_TOKENIZED = (
         "{part} (lines {first}-{last} of {path}) was written from other tokens than this run's tokenizer "
@@ -1947,11 +1961,15 @@ class Warnings:
         "spacy-elmo: the {name} component's model {source} was pretrained on the tokens of spaCy's "
         "{lang!r} tokenizer (its settings were not recorded: an older model), but this pipeline is "
         "{nlp_lang!r}: the biLM reads other tokens than it learnt from, and its vectors are worse for it. Build "
-        "the pipeline with the model's language and the tokenizer spacy.blank gives it: in Python "
-        "spacy.blank({lang!r}); in a training config [nlp] lang = \"{lang}\" and the [nlp.tokenizer] block of "
-        "spacy.blank({lang!r}).config, on the command line of spacy train: --nlp.lang {lang} --nlp.tokenizer "
-        "'{tokenizer_json}'.{again}"
+        "the pipeline with the model's language (a model this old is checked by its language alone) and the "
+        "tokenizer `spacy-elmo pretrain --lang {lang}` reads with here: in Python {python}; in a training config "
+        "[nlp] lang = \"{lang}\" and that [nlp.tokenizer] block, on the command line of spacy train: --nlp.lang "
+        "{lang} --nlp.tokenizer '{tokenizer_json}'.{again}"
     )
+    #: W_ELMO_OTHER_LANG's ``python`` where that tokenizer is spaCy's default for the language
+    W_ELMO_BLANK = "spacy.blank({lang!r})"
+    #: W_ELMO_OTHER_LANG's ``python`` where it is not (spaCy's rule-based fallback: the default's packages are missing)
+    W_ELMO_BLANK_TOKENIZER = "spacy.blank({lang!r}, config={{'nlp': {{'tokenizer': {tokenizer}}}}})"
     W_READ_OTHER_TOKENS = (
         "spacy-elmo: {model} was pretrained on the tokens of {trained}, but {path} is read with spaCy's {lang!r} "
         "tokenizer {tokenizer}: the biLM reads other tokens than it learnt from (e.g. whole phrases instead of "
@@ -1964,13 +1982,14 @@ class Warnings:
     W_READ_TRAINED_UNRECORDED = "spaCy's {lang!r} tokenizer (its settings were not recorded: an older model)"
     #: W_READ_OTHER_TOKENS's ``fix`` where the language differs
     W_READ_FIX_LANG = "Read it with `--lang {lang}`, the model's language."
-    #: W_READ_OTHER_TOKENS's ``fix`` where the language is the model's and its tokenizer changed since pretraining
+    #: W_READ_OTHER_TOKENS's ``fix`` where the language is the model's and its recorded tokenizer cannot be built here
     W_READ_FIX_TOKENIZER = (
-        "spaCy's tokenizer for {lang!r} is another than when the model was pretrained: a package it needs was "
-        "installed or removed since (ja: SudachiPy and SudachiDict; ko: mecab-ko and natto-py; th: PyThaiNLP; vi: "
-        "pyvi), or spaCy's default changed. Read it as the model was trained with spaCy's {lang!r} tokenizer "
-        "{tokenizer} again (install or remove that package, e.g. in an environment of its own), or pretrain the "
-        "model again on this tokenizer's tokens (`spacy-elmo pretrain TEXT OUT_DIR --lang {lang}`)."
+        "spaCy's tokenizer for {lang!r} is another than when the model was pretrained: the text is read with the "
+        "tokenizer the model records, spaCy's {lang!r} tokenizer {tokenizer}, where it can be built, and here it "
+        "cannot: a package it needs is missing (ja: SudachiPy and SudachiDict; ko: mecab-ko and natto-py; th: "
+        "PyThaiNLP; vi: pyvi), or this spaCy does not know it. Install that package (or the spaCy the model was "
+        "pretrained with, e.g. in an environment of its own), or pretrain the model again on this tokenizer's tokens "
+        "(`spacy-elmo pretrain TEXT OUT_DIR --lang {lang}`)."
     )
     W_LISTENER_ZEROS = (
         "spacy-elmo: the ELMo listener in '{component}' got no ELMo layers for a training batch and reads "

@@ -1005,6 +1005,24 @@ def test_cli_spacy_tokens_leave_whitespace_tokens_out(model_dir, bilm, tmp_path)
     assert data["2"].shape[1] == 0
 
 
+def test_cli_parts_of_a_whitespace_run_name_the_option_that_finishes_it(bilm, corpus, model_dir, tmp_path):
+    """A run of embed's old default (whitespace) resumed under the new one (the model's language) was refused with
+    "Rerun with the earlier settings", though the user had: the refusal names --whitespace, which finishes it."""
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli import app
+
+    out = tmp_path / "out.h5"
+    embed_file(bilm, corpus, out, part_size=2, progress=False, stop_after_parts=1)  # tokenize=None: whitespace
+    args = ["embed", str(corpus), str(out), "--model", str(model_dir), "--part-size", "2", "--no-progress"]
+    refused = CliRunner().invoke(app, [*args, "--lang", "en"])
+    assert refused.exit_code == 1
+    assert ("Rerun with the earlier settings (`spacy-elmo embed` with --whitespace: the earlier run split the lines "
+            "at whitespace) to finish it") in " ".join(refused.output.split())
+    finished = CliRunner().invoke(app, [*args, "--whitespace"])
+    assert finished.exit_code == 0 and "from an earlier run" in finished.output
+
+
 def test_cli_spacy_parts_of_another_tokenizer_or_older_token_rules_are_not_reused(model_dir, tmp_path, monkeypatch):
     """--lang named its parts' tokenizer "spacy:LANG" only: parts of ja's rule-based fallback were reused
     after installing SudachiPy, and parts of a spacy-elmo that still embedded spaCy's whitespace tokens
@@ -1032,6 +1050,8 @@ def test_cli_spacy_parts_of_another_tokenizer_or_older_token_rules_are_not_reuse
         other = CliRunner().invoke(app, args)
     assert other.exit_code == 1
     assert f"different tokenizer (earlier '{block} rules" in " ".join(other.output.split())
+    assert ("Rerun with the earlier settings (`spacy-elmo embed` with --lang de, spaCy's tokenizer then being "
+            '{"@tokenizers": "spacy.Tokenizer.v1"}: the earlier run read with it)') in " ".join(other.output.split())
     with monkeypatch.context() as m:  # the same tokenizer block with other rules (a spaCy upgrade)
         m.setattr(data, "spacy_rules", lambda nlp: "0" * 64)
         upgraded = CliRunner().invoke(app, args)

@@ -51,7 +51,7 @@ def embed(
     A killed run resumes where it stopped when rerun with the same arguments (finished parts are kept in OUTPUT_PATH.parts/ until the end), --batch-size, --batch-tokens and --cache-size included: which lines share a biLM call changes the vectors' last bits (float32 rounding), so parts written with other values are refused."""
     from ..bilm import BiLM
     from ..device import torch_device
-    from ..embedding import check_paths, embed_file, output_lock, parts_path
+    from ..embedding import check_paths, embed_file, output_lock, parts_path, spacy_tokenizer_name
 
     # SIGTERM (Slurm preemption, docker stop, timeout) stops it as Ctrl-C does: the lock and the unfinished part
     # removed, the finished parts kept, the way on said, exit status 143 (it died at once, silently, with -15)
@@ -69,7 +69,7 @@ def embed(
                 if lang:
                     from ..training.data import make_nlp, spacy_rules, tokenizer_settings, warn_other_tokens, word_texts
 
-                    nlp = make_nlp(lang)
+                    nlp = make_nlp(lang, bilm.provenance)
                     warn_other_tokens(bilm.provenance, model, nlp, lang, input_path)
                     # whitespace tokens dropped, as in pretraining; no stretch cut (pretraining cuts one spaCy is
                     # quadratically slow on, cut_runs): a line's tokens are the pipeline's
@@ -77,7 +77,7 @@ def embed(
                     # The tokenizer block tells a fallback from, say, SudachiPy's ja, and the rules' digest a spaCy
                     # whose exceptions or punctuation rules changed: parts of the other are not reused.
                     block = json.dumps(tokenizer_settings(nlp), sort_keys=True)
-                    name = f"spacy:{lang} {block} rules {spacy_rules(nlp)[:16]}"
+                    name = spacy_tokenizer_name(lang, block, spacy_rules(nlp))
                     tokenize = lambda line: word_texts(tokenizer(line))
                 counts = embed_file(bilm, input_path, output_path, layers=layers, batch_size=batch_size,
                                     batch_tokens=batch_tokens, part_size=part_size, max_tokens=max_tokens,

@@ -76,7 +76,7 @@ def fit_state(
                 assert text_path is not None  # refused above without --clear
                 provenance = meta.get("provenance") or {}
                 lang = lang or provenance.get("lang", "en")
-                nlp = make_nlp(lang)
+                nlp = make_nlp(lang, provenance)
                 warn_other_tokens(provenance, model_dir, nlp, lang, text_path)
                 stats = ReadStats()
                 before = replaced_bytes_so_far()  # the reading stops early: stats count whole files only

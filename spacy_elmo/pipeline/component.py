@@ -44,7 +44,12 @@ from ..bilm import BiLM
 from ..bilm.native_io import NotAModelDir
 from ..errors import Errors, Warnings
 from ..forksafe import after_fork_in_child
-from ..training.data import default_tokenizer_settings, reads_other_tokens, tokenizer_settings
+from ..training.data import (
+    default_tokenizer_settings,
+    reading_tokenizer_settings,
+    reads_other_tokens,
+    tokenizer_settings,
+)
 from .bilm_layer import (
     DEFAULT_LEARN_RATE_SCALE,
     ModelState,
@@ -63,7 +68,7 @@ from .bilm_layer import (
 from .callers import runs, user_stacklevel
 from .doc_data import ELMO_ATTR, IDX_ATTR, install_extensions, install_hooks, set_doc_data
 from .layer_cache import MB
-from .listener import ELMO_FACTORY, ElmoListener, find_listener_path
+from .listener import ELMO_FACTORY, ElmoListener, find_listener_path, running_pipeline
 from .loaders import WeightsLoader, load_weights, names_no_weights, requests_nothing, weights_target
 from .runner import fine_tuned
 from .scalar_mix import is_setting
@@ -371,8 +376,8 @@ class ElmoComponent(TrainablePipe):
         self.vocab = vocab
         self.model = model
         self.name = name
-        #: ``{"lang", "tokenizer"}`` of the pipeline as the factory saw it: what :meth:`_check_tokens` compares
-        #: loaded weights with when the pipeline itself is out of reach (see :meth:`_reading`).
+        #: ``{"lang", "tokenizer"}`` of the pipeline as last read (the factory's, then :meth:`_reading`'s): what
+        #: :meth:`_check_tokens` compares loaded weights with when the pipeline itself is out of reach.
         self.pipeline_tokens: Optional[Dict[str, Any]] = None
         self._listener_map: Dict[str, List[ElmoListener]] = {}
         self.cfg: Dict[str, Any] = {
@@ -403,8 +408,12 @@ class ElmoComponent(TrainablePipe):
         runner = self.model.layers[0].shims[0]._model
         return getattr(runner, "source", None) if runner.bilm is not None else None
 
-    def load_weights(self, path: Optional[str] = None, loader: Optional[WeightsLoader] = None) -> None:
-        """Load weights now (from ``loader``, else ``path``; empty = the bundled default)."""
+    def load_weights(
+        self, path: Optional[str] = None, loader: Optional[WeightsLoader] = None, *, nlp: Optional[Language] = None
+    ) -> None:
+        """Load weights now (from ``loader``, else ``path``; empty = the bundled default). ``nlp``: the pipeline whose
+        language and tokenizer they are checked against (None: the one running this component, else the one the
+        factory built it for)."""
         backend = self.model.attrs["backend"]
         is_default = loader is None and weights_target(path) == "default"
         try:
@@ -413,7 +422,7 @@ class ElmoComponent(TrainablePipe):
             if is_default or "bundled default" in str(err):
                 raise ValueError(Errors.E_ELMO_NO_WEIGHTS.format(name=self.name, reason=err)) from err
             raise
-        self._check_tokens(bilm, source)
+        self._check_tokens(bilm, source, nlp)
         bilm.requires_grad_(not self.cfg["frozen"])
         # loaded without the lock (calls of other threads go on meanwhile), set with it: a first-use load
         # that another thread runs sets its weights before these, never after (see from_bytes). Checked
@@ -434,8 +443,8 @@ class ElmoComponent(TrainablePipe):
             if not self.is_loaded:  # not loaded by another thread meanwhile
                 weights = self.cfg.get("weights")
                 pipeline = nlp if nlp is not None else self._pipeline()
-                self._load_named(lambda: self.load_weights(weights), pipeline, ("components", self.name, "weights"),
-                                 Errors.E_ELMO_WEIGHTS_PATH)  # fmt: skip
+                self._load_named(lambda: self.load_weights(weights, nlp=nlp), pipeline,
+                                 ("components", self.name, "weights"), Errors.E_ELMO_WEIGHTS_PATH)  # fmt: skip
 
     def _pipeline(self) -> Optional[Language]:
         """The pipeline the factory built this component for, while it holds it under its name (not after
@@ -466,29 +475,48 @@ class ElmoComponent(TrainablePipe):
                 )
             raise (NotAModelDir if isinstance(err, NotAModelDir) else FileNotFoundError)(text) from err
 
-    def _reading(self) -> Optional[Dict[str, Any]]:
-        """``{"lang", "tokenizer"}`` of the pipeline now: read from the pipeline the factory built this component
-        for while it holds it, else what the factory recorded (pickled, renamed, the pipeline gone). Read when the
+    def _reading(self, nlp: Optional[Language] = None) -> Optional[Dict[str, Any]]:
+        """``{"lang", "tokenizer"}`` of the pipeline now: read from ``nlp`` (the one handed to initialize), else the
+        pipeline running this component (spaCy's frames: one sourced into another pipeline, ``add_pipe(source=)``,
+        is the same object as the source's), else the one the factory built it for while it holds it, else what was
+        last read (pickled, renamed, the pipeline gone). Read when the
         weights load (initialize or first use), not in the factory: Language.from_config (spacy train, init_nlp,
         spacy.load) builds the components while nlp.config is still the language class's default and sets the
-        real one (``--nlp.tokenizer``, a fallback block) only at its end."""
-        nlp = self._pipeline()
+        real one (``--nlp.tokenizer``, a fallback block) only at its end. What is read from the pipeline is kept in
+        :attr:`pipeline_tokens`, for a later use out of its reach (pickled: :meth:`__reduce__`)."""
         if nlp is None:
-            return self.pipeline_tokens
-        return {"lang": nlp.lang, "tokenizer": tokenizer_settings(nlp)}
+            nlp = running_pipeline(self.model)
+        if nlp is None:
+            nlp = self._pipeline()
+        if nlp is not None:
+            self.pipeline_tokens = {"lang": nlp.lang, "tokenizer": tokenizer_settings(nlp)}
+        return self.pipeline_tokens
 
-    def _check_tokens(self, bilm: BiLM, source: str) -> None:
+    def __reduce__(self):
+        # Pickled (pickle.dumps(nlp), nlp.pipe(n_process=2) under spawn) before its weights load, the copy checks
+        # them at first use against pipeline_tokens alone (no pipeline to read): record the pipeline's reading now,
+        # while it is in reach, not the factory's (the language class's default, in a pipeline built from a config).
+        self._reading()
+        return super().__reduce__()
+
+    def _check_tokens(self, bilm: BiLM, source: str, nlp: Optional[Language] = None) -> None:
         """Warn when ``pretrain`` read the model's text with another language or tokenizer than this
-        pipeline's (e.g. Japanese phrases of the fallback tokenizer against SudachiPy's words)."""
-        trained, here = bilm.provenance, self._reading()
+        pipeline's (e.g. Japanese phrases of the fallback tokenizer against SudachiPy's words); ``nlp``: as
+        :meth:`_reading`'s."""
+        trained, here = bilm.provenance, self._reading(nlp)
         if here is not None and reads_other_tokens(trained, here["lang"], here["tokenizer"]):
             tokenizer = trained.get("tokenizer")  # absent in models pretrained before it was recorded
             message = Warnings.W_ELMO_OTHER_TOKENS if tokenizer is not None else Warnings.W_ELMO_OTHER_LANG
-            # pretrain reads with spacy.blank(LANG)'s tokenizer only: it is a fix where that is this pipeline's
-            again = here["tokenizer"] == default_tokenizer_settings(here["lang"])
-            shown = tokenizer if tokenizer is not None else default_tokenizer_settings(trained["lang"])
+            # pretrain reads with make_nlp(LANG)'s tokenizer only (spacy.blank's, or its rule-based fallback where
+            # the packages it needs are missing): it is a fix where that is this pipeline's
+            again = here["tokenizer"] == reading_tokenizer_settings(here["lang"])
+            # an older model is checked by language alone: any block of its language silences the warning, and the
+            # one shown is one that builds here (the default's needs packages that may be missing: ko, ja, th, vi)
+            shown = tokenizer if tokenizer is not None else reading_tokenizer_settings(trained["lang"])
+            python = (Warnings.W_ELMO_BLANK if shown == default_tokenizer_settings(trained["lang"])
+                      else Warnings.W_ELMO_BLANK_TOKENIZER).format(lang=trained["lang"], tokenizer=shown)
             warnings.warn(
-                message.format(name=self.name, source=source, lang=trained["lang"], tokenizer=tokenizer,
+                message.format(name=self.name, source=source, lang=trained["lang"], tokenizer=tokenizer, python=python,
                                tokenizer_json=json.dumps(shown, ensure_ascii=False), nlp_lang=here["lang"],
                                nlp_tokenizer=here["tokenizer"],
                                again=Warnings.W_ELMO_PRETRAIN_AGAIN.format(nlp_lang=here["lang"]) if again else ""),
@@ -864,7 +892,7 @@ class ElmoComponent(TrainablePipe):
         weights = None if names_no_weights(self.cfg["weights"]) else self.cfg["weights"]
         if weights_loader is not None and requests_nothing(weights_loader) and weights is not None:
             # paths.elmo left empty: the component's own weights setting, not the bundled default
-            self._load_named(lambda: self.load_weights(weights), nlp, ("components", self.name, "weights"),
+            self._load_named(lambda: self.load_weights(weights, nlp=nlp), nlp, ("components", self.name, "weights"),
                              Errors.E_ELMO_WEIGHTS_SETTING)  # fmt: skip
         elif weights_loader is not None:
             requested = getattr(weights_loader, "path", None)
@@ -876,10 +904,10 @@ class ElmoComponent(TrainablePipe):
                 )
             loader_path = ("initialize", "components", self.name, "weights_loader", "path")
             if hasattr(weights_loader, "path"):  # this package's loader: a missing path is its path's
-                self._load_named(lambda: self.load_weights(loader=weights_loader), nlp, loader_path,
+                self._load_named(lambda: self.load_weights(loader=weights_loader, nlp=nlp), nlp, loader_path,
                                  Errors.E_ELMO_LOADER_PATH)  # fmt: skip
             else:
-                self.load_weights(loader=weights_loader)
+                self.load_weights(loader=weights_loader, nlp=nlp)
         else:
             self._ensure_weights(nlp)
         self.layer_cache_mb = layer_cache_mb
@@ -973,7 +1001,11 @@ class ElmoComponent(TrainablePipe):
         their sizes, and set up: nothing after ``set_vocab`` fails, so a failing vocab leaves the old weights
         serving, with their sizes, gradients and listeners as they were. The loaded weights were checked as they
         were read (:func:`weights_checked`), and nothing the check reads changes in between: the saved cfg is not
-        read. A load that excluded the model changes no setting, so the current weights need no new check."""
+        read. A load that excluded the model changes no setting, so the current weights need no new check. Loaded
+        weights are checked against the pipeline's tokenizer (:meth:`_check_tokens`: that of the pipeline loading
+        them, ``spacy.load``, ``nlp.from_bytes``), as those loaded at first use or initialize are."""
+        if staged.bilm is not None:
+            self._check_tokens(staged.bilm, staged.source)
         bilm, source = (staged.bilm, staged.source) if staged.bilm is not None else (get_bilm(self.model), self.source)
         set_vocab()
         if bilm is not None:

@@ -198,7 +198,7 @@ def _disabled_upstream(model: ElmoListener) -> Optional[str]:
     components hold it; ``nlp.select_pipes``, ``nlp.disable_pipe``, ``spacy.load(disable=...)``: spaCy does not
     relink, so the listener stays linked to a component that no longer runs); None otherwise. Looked up on error
     paths only."""
-    nlp = _running_pipeline(model)
+    nlp = running_pipeline(model)
     return model.upstream if nlp is not None and model.upstream in nlp.disabled else None
 
 
@@ -212,9 +212,10 @@ def _upstream_disabled(model: ElmoListener) -> str:
     return Errors.E_LISTENER_UPSTREAM_DISABLED.format(upstream=upstream, component=quoted, replace=replace)
 
 
-def _running_pipeline(model: ElmoListener) -> Optional[Language]:
-    """The pipeline (a ``Language`` ``self`` of a spaCy frame: ``nlp(text)``, ``nlp.pipe``, ``nlp.update``) running
-    the component whose model holds ``model``, read from the frames; None where none does."""
+def running_pipeline(model: Model) -> Optional[Language]:
+    """The pipeline (a ``Language`` ``self`` of a spaCy frame: ``nlp(text)``, ``nlp.pipe``, ``nlp.update``,
+    ``nlp.from_disk``) running the component whose model holds ``model`` (a listener, or a component's own model),
+    read from the frames; None where none does."""
     frame: Any = sys._getframe(1)
     while frame is not None:
         nlp = frame.f_locals.get("self")

@@ -633,30 +633,64 @@ def iter_text(path: PathLike, stats: ReadStats, tokenizer=None) -> Iterator[str]
 _FALLBACK_WARNED: set = set()
 
 
-def make_nlp(lang: str):
+def make_nlp(lang: str, provenance: Optional[Dict[str, Any]] = None):
     """A blank spaCy pipeline for ``lang`` with a sentencizer.
 
     Languages whose default tokenizer needs an external package (Korean needs
     mecab-ko, Japanese SudachiPy) fall back to spaCy's rule-based ``spacy.Tokenizer.v1``,
-    with a warning (once per language) naming what is missing.
+    with a warning (once per language) naming what is missing. ``provenance``: the config.json record of the model
+    the text is read for (``embed``, ``evaluate``, ``fit-state``): where ``pretrain`` read ``lang`` for it with a
+    tokenizer block it records, that block is read with (a model of the fallback's phrases reads them still, once
+    SudachiPy is installed), unless it cannot be built here (its packages missing: the fallback, as above); a
+    language this spaCy lacks is then an error saying that the model's config.json named it (E_MODEL_LANG).
     """
-    import spacy
-
     try:
-        nlp = spacy.blank(lang)
-    except ImportError as missing:
-        try:
-            nlp = spacy.blank(lang, config={"nlp": {"tokenizer": {"@tokenizers": "spacy.Tokenizer.v1"}}})
-        except Exception as err:  # noqa: BLE001 - reported with the language
-            raise ValueError(Errors.E_SPACY_LANG.format(lang=lang, error=err)) from err
-        if lang not in _FALLBACK_WARNED:  # corpus, held-out text: once per run
-            _FALLBACK_WARNED.add(lang)
-            error = (str(missing).strip().splitlines() or [type(missing).__name__])[0]
-            warnings.warn(Warnings.W_TOKENIZER_FALLBACK.format(lang=lang, error=error), RuntimeWarning, stacklevel=2)
-    except Exception as err:  # noqa: BLE001
-        raise ValueError(Errors.E_SPACY_LANG.format(lang=lang, error=err)) from err
+        nlp, missing = _blank(lang, recorded_tokenizer(provenance or {}, lang))
+    except ValueError as err:
+        # the model's language (the CLI refuses a --lang spaCy lacks before this): say where it came from
+        if provenance and provenance.get("lang") == lang:
+            raise ValueError(Errors.E_MODEL_LANG.format(lang=lang, error=err.__cause__ or err)) from err
+        raise
+    if missing is not None and lang not in _FALLBACK_WARNED:  # corpus, held-out text: once per run
+        _FALLBACK_WARNED.add(lang)
+        error = (str(missing).strip().splitlines() or [type(missing).__name__])[0]
+        warnings.warn(Warnings.W_TOKENIZER_FALLBACK.format(lang=lang, error=error), RuntimeWarning, stacklevel=2)
     nlp.add_pipe("sentencizer")
     return nlp
+
+
+#: The ``[nlp.tokenizer]`` block of spaCy's rule-based tokenizer: :func:`make_nlp`'s fallback.
+RULE_BASED = {"@tokenizers": "spacy.Tokenizer.v1"}
+
+
+def _blank(lang: str, tokenizer: Optional[Dict[str, Any]] = None):
+    """``(spacy.blank(lang), None)`` (with the ``[nlp.tokenizer]`` block ``tokenizer`` where given and this spaCy
+    knows it), or where its tokenizer needs a package that is missing, the pipeline with :data:`RULE_BASED` instead
+    and the ImportError. ValueError (E_SPACY_LANG) where spaCy cannot build ``lang``."""
+    import spacy
+
+    config = {} if tokenizer is None else {"nlp": {"tokenizer": tokenizer}}
+    try:
+        return spacy.blank(lang, config=config), None
+    except ImportError as missing:
+        try:
+            return spacy.blank(lang, config={"nlp": {"tokenizer": RULE_BASED}}), missing
+        except Exception as err:  # noqa: BLE001 - reported with the language
+            raise ValueError(Errors.E_SPACY_LANG.format(lang=lang, error=err)) from err
+    except Exception as err:  # noqa: BLE001
+        if tokenizer is not None:  # a recorded block this spaCy does not know (another version's): its default
+            return _blank(lang)
+        raise ValueError(Errors.E_SPACY_LANG.format(lang=lang, error=err)) from err
+
+
+def reading_tokenizer_settings(lang: str) -> Optional[dict]:
+    """:func:`tokenizer_settings` of :func:`make_nlp` of ``lang`` here: spaCy's default block, or :data:`RULE_BASED`
+    where the packages it needs are missing (a block that builds, unlike the default's there). None where spaCy has
+    no language ``lang``."""
+    try:
+        return tokenizer_settings(_blank(lang)[0])
+    except ValueError:
+        return None
 
 
 def tokenizer_settings(nlp) -> dict:
@@ -693,6 +727,15 @@ def reads_other_tokens(provenance: Dict[str, Any], lang: str, tokenizer: Dict[st
         return False
     trained = provenance.get("tokenizer")  # absent in models pretrained before it was recorded
     return provenance["lang"] != lang or (trained is not None and trained != tokenizer)
+
+
+def recorded_tokenizer(provenance: Dict[str, Any], lang: str) -> Optional[Dict[str, Any]]:
+    """The tokenizer block ``pretrain`` read the text of the model whose config.json records ``provenance`` with,
+    where it read ``lang``; None for another language, or a model that records none (:func:`reads_other_tokens`)."""
+    if provenance.get("trained_by") != PRETRAINED_BY or provenance.get("lang") != lang:
+        return None
+    recorded = provenance.get("tokenizer")
+    return recorded if isinstance(recorded, dict) else None
 
 
 def warn_other_tokens(provenance: Dict[str, Any], model: Any, nlp, lang: str, path: PathLike) -> None:

@@ -304,7 +304,7 @@ def evaluate_model_dir(
     lang = lang or provenance.get("lang", "en")
     if per_sentence is None:
         per_sentence = provenance.get("reading") == "sentences"
-    nlp = make_nlp(lang)
+    nlp = make_nlp(lang, provenance)
     warn_other_tokens(provenance, model_dir, nlp, lang, text_path)
     result = evaluate_text(lm, vocab, text_path, lang, batch_size, unroll, device, progress, per_sentence, nlp=nlp)
     result["lang"] = lang

@@ -432,6 +432,104 @@ def test_other_language_of_a_model_without_its_tokenizer_recorded_warns_in_plain
     assert "spacy.blank('zh')" in messages[0]
 
 
+@pytest.mark.parametrize("recorded", ["ko", "ja", "zh"])
+def test_the_other_tokens_warning_names_the_block_the_model_records(tmp_path, tiny_dir, recorded):
+    """A model of the rule-based fallback's tokens (ko or ja pretrained without their packages; zh likewise) in an
+    English pipeline: the advice names the block the model records, spacy.Tokenizer.v1, not its language's
+    default, which reads other tokens (and needs packages where the fallback was taken)."""
+    import json
+    import re
+    import warnings
+
+    rules = {"@tokenizers": "spacy.Tokenizer.v1"}
+    BiLM.load(tiny_dir).save(tmp_path / "m", provenance={"trained_by": "spacy-elmo pretrain", "lang": recorded,
+                                                          "tokenizer": rules})
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tmp_path / "m")})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        nlp("tea please")
+    (message,) = [str(w.message) for w in caught if "pretrained on the tokens" in str(w.message)]
+    found = re.search(r"--nlp\.lang (\S+) --nlp\.tokenizer '([^']+)'", message)
+    assert (found.group(1), json.loads(found.group(2))) == (recorded, rules)
+    assert f"spacy.blank({recorded!r}, config={{'nlp': {{'tokenizer': {rules}}}}})" in message
+
+
+def test_a_component_built_without_a_pipeline_loads_a_pretrained_model_without_a_check(tmp_path, tiny_dir):
+    """An ElmoComponent built directly (no factory, no pipeline: nothing tells its language or tokenizer) loads
+    a model that records both, silently: nothing to compare with is no mismatch, and no error."""
+    import warnings
+
+    from spacy.vocab import Vocab
+
+    from spacy_elmo.pipeline import ElmoComponent
+    from spacy_elmo.pipeline.bilm_layer import build_elmo_bilm
+
+    BiLM.load(tiny_dir).save(tmp_path / "zh", provenance={"trained_by": "spacy-elmo pretrain", "lang": "zh",
+                                                           "tokenizer": {"@tokenizers": "spacy.Tokenizer.v1"}})
+    elmo = ElmoComponent(Vocab(), build_elmo_bilm(), "elmo", weights=str(tmp_path / "zh"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        doc = elmo(spacy.blank("en").make_doc("tea please"))
+    assert not [w for w in caught if "pretrained on the tokens" in str(w.message)]
+    assert doc._.elmo.shape == (N_LAYERS, 2, WIDTH)
+
+
+def test_a_model_spacy_elmo_did_not_pretrain_is_never_told_apart_by_its_language(tmp_path, tiny_dir):
+    """A model saved with a provenance of its own (BiLM.save(provenance={"lang": "zh"}), no trained_by) was not
+    read by pretrain, whose tokens the check compares: it runs in an English pipeline silently."""
+    import warnings
+
+    BiLM.load(tiny_dir).save(tmp_path / "zh", provenance={"lang": "zh"})
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tmp_path / "zh")})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        nlp("tea please")
+    assert not [w for w in caught if "pretrained on the tokens" in str(w.message)]
+
+
+@pytest.mark.parametrize("source_lang,target_lang,warns", [("en", "zh", False), ("zh", "en", True)])
+def test_a_sourced_component_is_checked_against_the_pipeline_running_it(tmp_path, tiny_dir, source_lang, target_lang,
+                                                                        warns):
+    """add_pipe(source=) shares the component object, whose weights loaded at first use in the new pipeline were
+    checked against the source pipeline's language and tokenizer: a model of Chinese characters warned in a
+    Chinese pipeline sourced from an English one and ran silently in an English one sourced from a Chinese one."""
+    import warnings
+
+    provenance = {"trained_by": "spacy-elmo pretrain", "lang": "zh",
+                  "tokenizer": {"@tokenizers": "spacy.zh.ChineseTokenizer", "segmenter": "char"}}
+    BiLM.load(tiny_dir).save(tmp_path / "zh", provenance=provenance)
+    source = spacy.blank(source_lang)
+    source.add_pipe("elmo", config={"weights": str(tmp_path / "zh")})
+    target = spacy.blank(target_lang)
+    target.add_pipe("elmo", source=source)
+    assert target.get_pipe("elmo") is source.get_pipe("elmo")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        target("我喜欢茶")
+    messages = [str(w.message) for w in caught if "pretrained on the tokens" in str(w.message)]
+    assert len(messages) == int(warns), messages
+    if warns:
+        assert "this pipeline is 'en'" in messages[0]
+
+
+@pytest.mark.parametrize("given", ["zh", "en"])
+def test_initialize_checks_the_weights_against_the_pipeline_it_is_handed(tmp_path, tiny_dir, given):
+    """initialize(nlp=...) names the pipeline the component serves: its language and tokenizer, not the one the
+    factory built the component for, are what the weights are checked against."""
+    import warnings
+
+    BiLM.load(tiny_dir).save(tmp_path / "zh", provenance={"trained_by": "spacy-elmo pretrain", "lang": "zh"})
+    built_for = spacy.blank("zh" if given == "en" else "en")
+    elmo = built_for.add_pipe("elmo", config={"weights": str(tmp_path / "zh")})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        elmo.initialize(lambda: [], nlp=spacy.blank(given))
+    messages = [str(w.message) for w in caught if "pretrained on the tokens" in str(w.message)]
+    assert len(messages) == int(given == "en"), messages
+
+
 @pytest.mark.parametrize("call", ["nlp(text)", "nlp.initialize()", "load_weights"])
 def test_the_other_language_warning_points_at_the_users_call(tmp_path, tiny_dir, call):
     """The warning named a line of spacy_elmo/pipeline/component.py (the loading's own frames), not the user's

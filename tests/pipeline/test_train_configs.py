@@ -693,6 +693,26 @@ def test_pipeline_built_from_a_config_is_checked_against_its_own_tokenizer(
 
 
 @pytest.mark.parametrize("overrides,lang,tokenizer,warns", TOKENIZER_CASES)
+def test_a_config_built_pipeline_pickled_before_its_weights_load_is_checked_against_its_own_tokenizer(
+    overrides, lang, tokenizer, warns, corpus_dir, tiny_dir, tmp_path
+):
+    """Pickled (or sent to a spawned nlp.pipe worker) before its weights loaded, the copy compared them at first use
+    with what the factory recorded while Language.from_config was still building (the language class's default
+    tokenizer): the Korean fallback configured as pretrain read it warned, Chinese phrases against characters did
+    not."""
+    import pickle
+
+    model = _pretrained_as(tiny_dir, tmp_path / "model", lang, tokenizer)
+    config = _config("ner.cfg", corpus_dir, model, {**overrides, "components.elmo.weights": str(model)})
+    nlp = pickle.loads(pickle.dumps(spacy.util.load_model_from_config(config, auto_fill=True)))
+    text = "我们今天去北京大学参观。" if lang == "zh" else "나는 학교에 간다 ."
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        nlp.get_pipe("elmo")(nlp.make_doc(text))
+    assert len(_token_warnings(caught)) == int(warns), _token_warnings(caught)
+
+
+@pytest.mark.parametrize("overrides,lang,tokenizer,warns", TOKENIZER_CASES)
 def test_saved_pipeline_checks_weights_against_its_own_tokenizer(
     overrides, lang, tokenizer, warns, corpus_dir, tiny_dir, tmp_path
 ):
@@ -708,6 +728,31 @@ def test_saved_pipeline_checks_weights_against_its_own_tokenizer(
         warnings.simplefilter("always")
         nlp.get_pipe("elmo").load_weights(str(model))
     assert len(_token_warnings(caught)) == int(warns)
+
+
+@pytest.mark.parametrize("overrides,lang,tokenizer,warns", TOKENIZER_CASES)
+def test_weights_a_saved_pipeline_carries_are_checked_when_it_loads(
+    overrides, lang, tokenizer, warns, corpus_dir, tiny_dir, tmp_path
+):
+    """spacy.load and nlp.from_bytes set the weights the pipeline carries without the tokenizer check (warned once,
+    at spacy train's initialize, then never again): a Chinese pipeline of phrases saved with a model of characters
+    loaded silently."""
+    model = _pretrained_as(tiny_dir, tmp_path / "model", lang, tokenizer)
+    config = _config("ner.cfg", corpus_dir, model, overrides)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        saved = init_nlp(config)
+        saved.to_disk(tmp_path / "saved")
+        data = saved.to_bytes()
+        blank = spacy.util.load_model_from_config(saved.config, auto_fill=True)
+    for load in (lambda: spacy.load(tmp_path / "saved"), lambda: blank.from_bytes(data)):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            load()
+        messages = _token_warnings(caught)
+        assert len(messages) == int(warns), messages
+        if warns:
+            assert "this pipeline is 'zh' with tokenizer {'@tokenizers': 'spacy.Tokenizer.v1'}" in messages[0]
 
 
 @pytest.mark.parametrize("recorded", [ZH_CHARS, None], ids=["tokenizer-recorded", "older-model"])
@@ -733,6 +778,30 @@ def test_the_tokenizer_warning_gives_a_fix_that_silences_it(recorded, corpus_dir
         nlp = init_nlp(_config("ner.cfg", corpus_dir, tmp_path / "model", overrides))
     assert not _token_warnings(caught)
     assert [t.text for t in nlp("我喜欢茶")] == ["我", "喜", "欢", "茶"]
+
+
+@pytest.mark.parametrize("lang", ["ko", "ja", "th", "vi"])
+def test_the_advice_for_an_older_model_builds_where_its_languages_tokenizer_needs_packages(
+    lang, corpus_dir, tiny_dir, tmp_path
+):
+    """An older model (its language recorded, not its tokenizer) is checked by language alone, but the advice named
+    spacy.blank(LANG)'s default block (spacy.ko.KoreanTokenizer: mecab-ko), which fails to build without its
+    packages: it names the block pretrain --lang LANG reads with here (the rule-based fallback, there), and both the
+    Python and the overrides it gives build a pipeline that the model runs in silently."""
+    BiLM.load(tiny_dir).save(tmp_path / "model", provenance={"trained_by": "spacy-elmo pretrain", "lang": lang})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        init_nlp(_config("ner.cfg", corpus_dir, tmp_path / "model"))
+    (message,) = _token_warnings(caught)
+    python = re.search(r"in Python (spacy\.blank\(.*?\)); in a training config", message).group(1)
+    assert eval(python, {"spacy": spacy}).lang == lang  # noqa: S307 - the advice's own Python, built as given
+    found = re.search(r"--nlp\.lang (\S+) --nlp\.tokenizer '([^']+)'", message)
+    overrides = {"nlp.lang": found.group(1), "nlp.tokenizer": srsly.json_loads(found.group(2))}
+    assert overrides["nlp.lang"] == lang
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        init_nlp(_config("ner.cfg", corpus_dir, tmp_path / "model", overrides))
+    assert not _token_warnings(caught)
 
 
 def test_no_pretrain_advice_where_pretrain_cannot_read_as_the_pipeline(corpus_dir, tiny_dir, tmp_path):

@@ -816,6 +816,13 @@ READING_CASES = {  # what the model records, the --lang given (None: none), the 
                         "spaCy's tokenizer for 'en' is another than when the model was pretrained"),
     "same": ({}, None, None),
     "same-given": ({}, "en", None),
+    # pretrained on the rule-based fallback (SudachiPy missing then): read with it, whatever is installed now, and
+    # not told to install the packages; zh's rules against its default characters, which build anywhere
+    "fallback-recorded": ({"lang": "ja", "tokenizer": {"@tokenizers": "spacy.Tokenizer.v1"}}, None, None),
+    "rules-recorded": ({"lang": "zh", "tokenizer": {"@tokenizers": "spacy.Tokenizer.v1"}}, None, None),
+    # the README's Korean fallback, as pretrain read it without mecab-ko (the rule-based block, not the default's)
+    "ko-fallback": ({"lang": "ko", "tokenizer": {"@tokenizers": "spacy.Tokenizer.v1"}}, None, None),
+    "zh-own": ({"lang": "zh", "tokenizer": ZH_CHARS}, None, None),  # read with the model's language, no --lang
 }
 
 
@@ -838,10 +845,30 @@ def test_commands_reading_text_warn_of_other_tokens_than_the_models(pretrained, 
     assert result.exit_code == 0, result.output
     said = [str(w.message) for w in caught if "pretrained on the tokens" in str(w.message)]
     assert len(said) == int(fix is not None), said
+    assert not [w for w in caught if "needs packages that are not installed" in str(w.message)]
     if fix is not None:
         read = lang or reading["lang"]
         assert said[0].startswith(f"spacy-elmo: {model} was pretrained on the tokens of spaCy's {reading['lang']!r}")
         assert f"but {text} is read with spaCy's {read!r} tokenizer" in said[0] and fix in said[0]
+        older = "tokenizer (its settings were not recorded: an older model), but"
+        assert (older in said[0]) == (reading.get("tokenizer") is None), said[0]
+
+
+@pytest.mark.parametrize("command", ["embed", "evaluate", "fit-state"])
+def test_a_recorded_language_this_spacy_lacks_is_said_to_come_from_the_model(pretrained, tmp_path, command):
+    """A model pretrained with another spaCy (its language unknown here) read without --lang was refused with
+    "Could not create a spaCy tokenizer for --lang 'qq'", though no --lang was given: the refusal says the model's
+    config.json named it and what to pass instead."""
+    model, text = pretrained
+    model = _recording(model, tmp_path, lang="qq", tokenizer={"@tokenizers": "spacy.Tokenizer.v1"})
+    args = {"embed": ["embed", str(text), str(tmp_path / "v.h5"), "--model", str(model)],
+            "evaluate": ["evaluate", str(model), str(text)],
+            "fit-state": ["fit-state", str(model), str(text), "--rows", "4"]}[command]
+    result = runner.invoke(app, args + ["--no-progress"])
+    said = plain(result.output)
+    assert result.exit_code == 1, said
+    assert "The model's config.json records language 'qq'" in said and "for --lang" not in said
+    assert "--lang LANG names a language this spaCy has (embed also takes --whitespace" in said
 
 
 def _rows(path):
