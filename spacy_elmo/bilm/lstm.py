@@ -59,6 +59,16 @@ class BiLstm(nn.Module):
         self.forward_layers = nn.ModuleList([LstmCellWeights(P, C, P) for _ in range(config.n_layers)])
         self.backward_layers = nn.ModuleList([LstmCellWeights(P, C, P) for _ in range(config.n_layers)])
 
+    def carry(self, state: LstmState, device: torch.device) -> LstmState:
+        """A carried ``state`` in the dtype of the weights, on ``device``: the module may have been cast or moved
+        (.half(), .double(), .to(device)) since it was stored, or it comes from a call under autocast (a bfloat16 h
+        beside a float32 c, as a CUDA AMP pretraining checkpoint holds it). Outside autocast the ops refuse states of
+        another dtype than their input; under autocast they cast them where they run lower (exactly: the stored value
+        was rounded to that dtype)."""
+        dtype = cast(LstmCellWeights, self.forward_layers[0]).w_input.dtype  # nn.ModuleList items are untyped
+        h, c = state
+        return h.to(device, dtype), c.to(device, dtype)
+
     def zero_state(self, batch: int, like: Tensor) -> LstmState:
         L, P, C = self.config.n_layers, self.config.projection_dim, self.config.cell_dim
         return like.new_zeros(2, L, batch, P), like.new_zeros(2, L, batch, C)

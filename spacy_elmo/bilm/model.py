@@ -242,14 +242,7 @@ class BiLM(nn.Module):
     def _initial_states(self, batch: int, like: Tensor) -> Optional[LstmState]:
         if not self.stateful or self._states is None:
             return self.start_state(batch, like)
-        h, c = self._states
-        # The module may have been cast or moved (.half(), .double(), .to(device)) since the
-        # states were stored, or they come from a call under autocast: carry them on in the
-        # dtype of the weights (autocast casts them where it runs lower) on this call's device.
-        dtype = cast(LstmCellWeights, self.lstm.forward_layers[0]).w_input.dtype  # nn.ModuleList items are untyped
-        if h.dtype != dtype or h.device != like.device or c.dtype != dtype or c.device != like.device:
-            h, c = h.to(like.device, dtype), c.to(like.device, dtype)
-            self._states = (h, c)
+        h, c = self._states = self.lstm.carry(self._states, like.device)  # .to: the same tensors when they fit
         if (h.is_inference() or c.is_inference()) and not torch.is_inference_mode_enabled():
             # Carried out of a torch.inference_mode() call: autograd cannot save such tensors.
             h, c = h.clone(), c.clone()

@@ -493,14 +493,13 @@ class NotTwiceDifferentiable(torch.autograd.Function):
     RuntimeError(``message``) instead of silently giving no second-order term, or a wrong one."""
 
     @staticmethod
-    def forward(message: str, count: int, *tensors: Tensor):
-        # tensors: the ``count`` gradients, then the anchors (first_order_only), not returned
+    def forward(ctx, message: str, count: int, *tensors: Tensor):
+        # tensors: the ``count`` gradients, then the anchors (first_order_only), not returned.
+        # ctx in forward, not the setup_context form: for that form Function.apply binds the arguments
+        # to forward's signature (inspect) on every call, which made sampled_logsumexp 1.65x slower at
+        # small sizes (CUDA pretraining runs it twice a step, host-bound); torch.func is not supported.
+        ctx.message = message
         return tensors[:count]
-
-    @staticmethod
-    def setup_context(ctx, inputs, output) -> None:
-        # the setup_context form (not ctx in forward): torch.func's transforms take only it
-        ctx.message = inputs[0]
 
     @staticmethod
     def backward(ctx, *_grads):
@@ -610,9 +609,8 @@ def sampled_logsumexp(h: Tensor, weight: Tensor, offset: Tensor, hit: Tensor) ->
 class ConsumingLogSumExp(torch.autograd.Function):
     """``logsumexp(x, 1)`` of a ``(N, S)`` float tensor that nothing else needs: ``x`` is
     overwritten with ``exp(x - max)`` and reused as the softmax of the backward.
-    Returns ``(lse (N,), x, sums (N, 1))``; the overwritten ``x`` comes back only because
-    autograd wants every input changed in place among the outputs, the sums of its
-    exponentials for the backward (``setup_context`` sees only inputs and outputs). ``anchors``: tensors
+    Returns ``(lse (N,), x)``; the overwritten ``x`` comes back only because
+    autograd wants every input changed in place among the outputs. ``anchors``: tensors
     ``x`` was computed from (they get no gradient here), for the error of a second
     derivative (:func:`first_order_only`).
 
@@ -628,30 +626,25 @@ class ConsumingLogSumExp(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(x: Tensor, *anchors: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+    def forward(ctx, x: Tensor, *anchors: Tensor) -> Tuple[Tensor, Tensor]:
+        # ctx in forward (not the setup_context form, whose Function.apply binds the arguments with inspect
+        # on every call: NotTwiceDifferentiable)
         top = x.amax(1, keepdim=True)
         # A row of only the lowest float (every candidate a hit) keeps a finite max.
         x.sub_(top).exp_()
         total = x.sum(1, keepdim=True)
-        return (total.log() + top).squeeze(1), x, total
-
-    @staticmethod
-    def setup_context(ctx, inputs, output) -> None:
-        # The setup_context form (torch.func's transforms take only it): what the backward needs
-        # comes from the outputs, the softmax's sums (N, 1) a third one.
-        x, *anchors = inputs
-        _lse, _x, total = output
         ctx.mark_dirty(x)
-        ctx.mark_non_differentiable(x, total)
-        # The other outputs never get a gradient: without this, autograd would fill an
-        # (N, S) tensor of zeros for x on every backward.
+        ctx.mark_non_differentiable(x)
+        # The second output never gets a gradient: without this, autograd would fill an
+        # (N, S) tensor of zeros for it on every backward.
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(x, total, *anchors)
         ctx.consumed = False
+        return (total.log() + top).squeeze(1), x
 
     @staticmethod
     @first_order_only(Errors.E_SAMPLED_LOGSUMEXP_DOUBLE_BACKWARD)
-    def backward(ctx, grad: Tensor, _unused: Optional[Tensor], _total: Optional[Tensor]) -> Tuple[Optional[Tensor], ...]:
+    def backward(ctx, grad: Tensor, _unused: Optional[Tensor]) -> Tuple[Optional[Tensor], ...]:
         # Checked before the saved tensors are read: torch's own error there (a saved tensor
         # modified by an in-place operation) names neither the op nor the fix.
         if ctx.consumed:

@@ -945,6 +945,8 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
                 step = int(payload["step"])
                 tokens_seen = int(payload.get("tokens", step * cfg.batch_size * cfg.unroll * world))  # older checkpoints: streams
                 state = ckpt.restore_rank_state(payload["ranks"][rank], sampler_rng, device)
+                if state is not None:  # as saved: a CUDA AMP run's h is bfloat16, which the CPU would refuse
+                    state = bilm.lstm.carry(state, device)
     except BaseException:
         if is_main:
             shutil.rmtree(staging, ignore_errors=True)

@@ -777,7 +777,10 @@ def test_mixed_dtypes_are_refused_alike_on_both_backends(op, backend):
     state = (torch.zeros(2, 3, 4, dtype=torch.float64), torch.zeros(2, 3, 6))
     calls = {
         "char_cnn": [(lambda a: impl.char_cnn(a["char_ids"], a["embedding"], [a["weights"][0].double(), a["weights"][1]],
-                                              a["biases"]), "a filter weight is torch.float64 but embedding is torch.float32")],
+                                              a["biases"]), "a filter weight is torch.float64 but embedding is torch.float32"),
+                     (lambda a: impl.char_cnn(a["char_ids"], a["embedding"], a["weights"],
+                                              [a["biases"][0], a["biases"][1].double()]),
+                      "a bias is torch.float64 but embedding is torch.float32")],
         "highway": [(lambda a: impl.highway(a["x"], a["weight"], a["bias"].double()), "bias is torch.float64 but x"),
                     (lambda a: impl.highway(a["x"].double(), a["weight"], a["bias"]), "weight is torch.float32 but x is "
                                                                                       "torch.float64")],

@@ -220,6 +220,38 @@ def test_fine_tuning_from_a_saved_model(tmp_path):
     assert "river" in (tmp_path / "tuned3" / "vocab.txt").read_text()
 
 
+@pytest.mark.parametrize("backend", ["reference", "fused"])
+def test_a_checkpoint_carrying_a_cuda_amp_state_resumes_on_the_cpu(tmp_path, backend):
+    """A CUDA run under bf16 autocast carries (and checkpoints) a bfloat16 h beside a float32 c; the CPU runs no
+    autocast, where the ops refuse a state of another dtype than their input: the resume carries it on in the
+    weights' dtype. Its losses are those of a resume from the float32 state rounded to bfloat16 alike."""
+    from spacy_elmo.training import checkpoint as ckpt
+
+    train_file = write_corpus(tmp_path / "train.txt", 200)
+    settings = dict(max_steps=4, checkpoint_every=2, backend=backend)
+    killed = tmp_path / "killed"
+
+    def crash(step, loss):
+        if step == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train(tiny_train_config(train_file, killed, **settings), on_step=crash)
+    payload = ckpt.load_checkpoint(killed)
+    assert payload["ranks"][0]["lstm_h"].dtype == torch.float32
+    losses = {}
+    for dtype in (torch.bfloat16, torch.float32):
+        out = tmp_path / str(dtype)
+        shutil.copytree(killed, out)
+        rank = payload["ranks"][0]
+        rank["lstm_h"] = rank["lstm_h"].to(torch.bfloat16).to(dtype)  # as a CUDA AMP run saves it / rounded alike
+        ckpt.save_checkpoint(out, payload)
+        train(tiny_train_config(train_file, out, resume=True, **settings))
+        losses[dtype] = [e["loss"] for e in read_log(out) if "loss" in e and e["step"] > 2]
+    assert len(losses[torch.float32]) == 2
+    assert losses[torch.bfloat16] == losses[torch.float32]
+
+
 def test_resume_refuses_other_data_and_settings(tmp_path):
     """--resume continues exactly or not at all: other text, vocabulary or update settings are refused."""
     train_file = write_corpus(tmp_path / "train.txt", 200)
