@@ -1670,9 +1670,16 @@ class Warnings:
     )
     W_PROVENANCE_NOT_EXPORTED = (
         "spacy-elmo: {path} holds the weights only: the AllenNLP/bilm-tf files have no place for how the model "
-        "was trained ({what}), so `spacy-elmo evaluate` reads text for them as one stream in English unless "
-        "told ({flags}), and the elmo component cannot check its pipeline's language and tokenizer against the "
-        "model's. Export with --format native (BiLM.save) to keep them."
+        "was trained ({what}), so {readers}, and the elmo component cannot check its pipeline's language and "
+        "tokenizer against the model's. Export with --format native (BiLM.save) to keep them."
+    )
+    #: W_PROVENANCE_NOT_EXPORTED's ``readers``: embed reads a model without a language at whitespace
+    W_PROVENANCE_EMBED = (
+        "`spacy-elmo embed` splits its lines at whitespace, not with spaCy's tokenizer, unless told (embed --lang {lang})"
+    )
+    #: W_PROVENANCE_NOT_EXPORTED's ``readers`` too, before W_PROVENANCE_EMBED, where evaluate reads otherwise
+    W_PROVENANCE_EVALUATE = (
+        "`spacy-elmo evaluate` reads text for them as one stream in English unless told ({flags})"
     )
     W_ALLENNLP_WILL_NOT_LOAD = (
         "spacy-elmo: {path} is a valid bilm-tf weight file (and spacy-elmo reads it), but AllenNLP will not "
