@@ -576,6 +576,11 @@ class Errors:
         "Pass every floating argument in {main_dtype} (e.g. module.to({main_dtype}), or convert the state), or "
         "run under torch.autocast."
     )
+    E_MIXED_FLOAT64_AUTOCAST = (
+        "{op}: {name} is {dtype} but {main} is {main_dtype} under torch.autocast, which casts no float64 tensor: "
+        "float64 mixes with no other floating dtype there. Pass every floating argument in one dtype (e.g. "
+        "module.float() to run a float64 model under autocast), or run the float64 model outside torch.autocast."
+    )
     E_LSTM_LENGTHS_DTYPE = (
         "lstm: lengths must be an integer tensor (any integer dtype, read as int64), got {dtype}: a fractional "
         "length would run part of a step. Pass each row's number of valid positions as whole numbers, e.g. "
