@@ -978,6 +978,15 @@ def test_torch_func_on_the_fused_ops():
     _close(got, R.highway(x, w, b), rtol=1e-12, atol=1e-12)
     with pytest.raises(RuntimeError, match="setup_context"):
         torch.func.grad(lambda a: fused.highway(a, w, b).sum())(x[0])
+    # pretraining's sampled_logsumexp too: vmap runs it (the reference's is refused, test_reference.py), grad not
+    h, weight, offset = (torch.randn(*shape, generator=gen) for shape in ((3, 4), (5, 4), (5,)))
+    hit = torch.tensor([0, -1, 2])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = torch.func.vmap(lambda a, t: fused.sampled_logsumexp(a[None], weight, offset, t[None])[0])(h, hit)
+    _close(got, R.sampled_logsumexp(h, weight, offset, hit), rtol=1e-5, atol=1e-5)
+    with pytest.raises(RuntimeError, match="setup_context"):
+        torch.func.grad(lambda a: fused.sampled_logsumexp(a, weight, offset, hit).sum())(h)
 
 
 def test_kernel_dtype_keeps_float64_under_cuda_autocast():
