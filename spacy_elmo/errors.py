@@ -576,6 +576,11 @@ class Errors:
         "Pass every floating argument in {main_dtype} (e.g. module.to({main_dtype}), or convert the state), or "
         "run under torch.autocast."
     )
+    E_MIXED_FLOAT64_AUTOCAST = (
+        "{op}: {name} is {dtype} but {main} is {main_dtype} under torch.autocast, which casts no float64 tensor: "
+        "float64 mixes with no other floating dtype there. Pass every floating argument in one dtype (e.g. "
+        "module.float() to run a float64 model under autocast), or run the float64 model outside torch.autocast."
+    )
     E_LSTM_LENGTHS_DTYPE = (
         "lstm: lengths must be an integer tensor (any integer dtype, read as int64), got {dtype}: a fractional "
         "length would run part of a step. Pass each row's number of valid positions as whole numbers, e.g. "
@@ -1670,9 +1675,16 @@ class Warnings:
     )
     W_PROVENANCE_NOT_EXPORTED = (
         "spacy-elmo: {path} holds the weights only: the AllenNLP/bilm-tf files have no place for how the model "
-        "was trained ({what}), so `spacy-elmo evaluate` reads text for them as one stream in English unless "
-        "told ({flags}), and the elmo component cannot check its pipeline's language and tokenizer against the "
-        "model's. Export with --format native (BiLM.save) to keep them."
+        "was trained ({what}), so {readers}, and the elmo component cannot check its pipeline's language and "
+        "tokenizer against the model's. Export with --format native (BiLM.save) to keep them."
+    )
+    #: W_PROVENANCE_NOT_EXPORTED's ``readers``: embed reads a model without a language at whitespace
+    W_PROVENANCE_EMBED = (
+        "`spacy-elmo embed` splits its lines at whitespace, not with spaCy's tokenizer, unless told (embed --lang {lang})"
+    )
+    #: W_PROVENANCE_NOT_EXPORTED's ``readers`` too, before W_PROVENANCE_EMBED, where evaluate reads otherwise
+    W_PROVENANCE_EVALUATE = (
+        "`spacy-elmo evaluate` reads text for them as one stream in English unless told ({flags})"
     )
     W_ALLENNLP_WILL_NOT_LOAD = (
         "spacy-elmo: {path} is a valid bilm-tf weight file (and spacy-elmo reads it), but AllenNLP will not "

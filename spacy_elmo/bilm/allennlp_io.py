@@ -424,23 +424,28 @@ ENGLISH_TOKENIZER = {"@tokenizers": "spacy.Tokenizer.v1"}
 
 
 def _reading_settings(provenance: dict) -> Dict[str, str]:
-    """What ``provenance`` (config.json's) records of how the model reads text that AllenNLP files drop and their
-    readers would not assume: ``{"what": ..., "flags": ...}`` (``flags``: the options that give ``evaluate`` that
-    reading back), or {} for English streams read with spaCy's English tokenizer (``evaluate``'s defaults: the
-    same reading without the record), the reading of every ``pretrain`` without ``--lang`` or ``--sentences``."""
+    """What ``provenance`` (config.json's) records of how the model reads text that AllenNLP files drop:
+    ``{"what": ..., "readers": ...}`` (``readers``: how ``embed`` and, where it reads otherwise, ``evaluate``
+    read the export's text, and the options that give the model's reading back), or {} for a model that records
+    no language (read the same way with or without the record). ``embed`` splits the lines of a model without a
+    language at whitespace (AllenNLP's ``allennlp elmo``), the native model's with spaCy's tokenizer of its
+    language (``Hello,`` against ``Hello`` ``,``): so an English stream model warns too, naming ``embed --lang
+    en``; ``evaluate``'s defaults (English, spaCy's English tokenizer, one stream) read that model as recorded."""
     lang, tokenizer, reading = provenance.get("lang"), provenance.get("tokenizer"), provenance.get("reading")
-    what, flags = [], []
-    if lang and lang != "en":
-        what.append(f"language {lang!r}")
+    if not lang:
+        return {}
+    what, flags = [f"language {lang!r}"], []
+    if lang != "en":
         flags.append(f"--lang {lang}")
-    if tokenizer and (what or tokenizer != ENGLISH_TOKENIZER):
+    if tokenizer and (lang != "en" or tokenizer != ENGLISH_TOKENIZER):
         what.append("its tokenizer")
     if reading == "sentences":
         what.append("every sentence read alone")
         flags.append("--per-sentence")
-    if not what:
-        return {}
-    return {"what": ", ".join(what), "flags": " ".join(flags) or "--lang, --per-sentence"}
+    readers = Warnings.W_PROVENANCE_EMBED.format(lang=lang)
+    if len(what) > 1 or flags:  # evaluate's defaults read otherwise too
+        readers = Warnings.W_PROVENANCE_EVALUATE.format(flags=" ".join(flags) or "--lang, --per-sentence") + ", " + readers
+    return {"what": ", ".join(what), "readers": readers}
 
 
 def write_allennlp(
@@ -455,7 +460,7 @@ def write_allennlp(
         warnings.warn(Warnings.W_INITIAL_STATE_NOT_EXPORTED.format(path=shown), UserWarning, stacklevel=3)
     lost = _reading_settings(getattr(model, "provenance", None) or {})
     if lost:
-        warnings.warn(Warnings.W_PROVENANCE_NOT_EXPORTED.format(path=shown, what=lost["what"], flags=lost["flags"]),
+        warnings.warn(Warnings.W_PROVENANCE_NOT_EXPORTED.format(path=shown, what=lost["what"], readers=lost["readers"]),
                       UserWarning, stacklevel=3)
     reasons = allennlp_refusals(config)
     if reasons:

@@ -363,10 +363,17 @@ def check_same_dtype(op: str, main: Tuple[str, Tensor], *others: Tuple[str, Opti
     None)``) has the dtype of ``main`` (``(name, tensor)``), outside autocast on main's device: both
     backends' one rule (the reference's products refused mixed dtypes with torch's words, the fused
     wrappers cast everything to main's dtype, silently rounding float64 weights to float32). Under
-    autocast mixed dtypes are the rule (a float32 state beside a bfloat16 x): no check. A dtype is known
-    while tracing: no sync."""
+    autocast mixed dtypes are the rule (a float32 state beside a bfloat16 x), except float64 beside another
+    floating dtype (Errors.E_MIXED_FLOAT64_AUTOCAST): autocast casts no float64 tensor, so the reference's
+    products failed with torch's bare "self and mat2 must have the same dtype" where the fused wrappers
+    rounded the float64 one to float32. A dtype is known while tracing: no sync."""
     name, like = main
     if autocast_on(like.device.type):
+        wide = like.dtype == torch.float64
+        for other, t in others:
+            if t is not None and t.dtype != like.dtype and (wide or t.dtype == torch.float64):
+                raise TypeError(Errors.E_MIXED_FLOAT64_AUTOCAST.format(op=op, name=other, dtype=t.dtype, main=name,
+                                                                       main_dtype=like.dtype))
         return
     for other, t in others:
         if t is not None and t.dtype != like.dtype:

@@ -771,7 +771,8 @@ def test_mixed_dtypes_are_refused_alike_on_both_backends(op, backend):
     """float64 weights or states with float32 inputs: the fused wrappers cast them to float32 (rounded,
     silently), the reference failed with torch's "expected m1 and m2 to have the same dtype". Both give
     one TypeError now (reference.check_same_dtype), naming the argument; under autocast mixed dtypes
-    stay allowed (a float32 state beside bfloat16 products) and give the reference's numbers."""
+    stay allowed (a float32 state beside bfloat16 products) and give the reference's numbers, but float64
+    beside another dtype is the same TypeError's autocast form on both backends."""
     impl = R if backend == "reference" else fused
     x, lengths, w = _lstm_case()
     state = (torch.zeros(2, 3, 4, dtype=torch.float64), torch.zeros(2, 3, 6))
@@ -796,6 +797,11 @@ def test_mixed_dtypes_are_refused_alike_on_both_backends(op, backend):
     args = _bad_shape_args("char_cnn" if op == "char_cnn" else "highway")
     for call, match in calls:
         with pytest.raises(TypeError, match=f"{op.replace('bilstm', 'lstm')}: {match}.*outside torch.autocast"):
+            call(args)
+        # float64 beside float32 under autocast, which casts no float64: the reference failed with torch's bare
+        # "self and mat2 must have the same dtype", the fused wrappers returned float32 (the float64 one rounded)
+        with torch.autocast("cpu", dtype=torch.bfloat16), pytest.raises(
+                TypeError, match=f"{op.replace('bilstm', 'lstm')}: {match}.*under torch.autocast, which casts no float64"):
             call(args)
     if op in ("lstm", "bilstm"):  # under autocast: allowed, the reference's numbers
         with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -972,6 +978,15 @@ def test_torch_func_on_the_fused_ops():
     _close(got, R.highway(x, w, b), rtol=1e-12, atol=1e-12)
     with pytest.raises(RuntimeError, match="setup_context"):
         torch.func.grad(lambda a: fused.highway(a, w, b).sum())(x[0])
+    # pretraining's sampled_logsumexp too: vmap runs it (the reference's is refused, test_reference.py), grad not
+    h, weight, offset = (torch.randn(*shape, generator=gen) for shape in ((3, 4), (5, 4), (5,)))
+    hit = torch.tensor([0, -1, 2])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = torch.func.vmap(lambda a, t: fused.sampled_logsumexp(a[None], weight, offset, t[None])[0])(h, hit)
+    _close(got, R.sampled_logsumexp(h, weight, offset, hit), rtol=1e-5, atol=1e-5)
+    with pytest.raises(RuntimeError, match="setup_context"):
+        torch.func.grad(lambda a: fused.sampled_logsumexp(a, weight, offset, hit).sum())(h)
 
 
 def test_kernel_dtype_keeps_float64_under_cuda_autocast():

@@ -121,9 +121,10 @@ def test_lstm_unused_nan_does_not_reach_the_gradients(reverse, residual):
         np.testing.assert_allclose(g.numpy(), fd, rtol=1e-6, atol=1e-7)
 
 
-@pytest.mark.parametrize("transform", ["grad", "vjp"])
+@pytest.mark.parametrize("transform", ["grad", "vjp", "vmap"])
 def test_sampled_logsumexp_is_refused_by_torch_func(transform):
-    """What README says of torch.func on the reference sampled_logsumexp: grad and vjp are refused with
+    """What README says of torch.func on the reference sampled_logsumexp: grad, vjp and vmap (which the fused
+    op runs, test_fused_inputs.test_torch_func_on_the_fused_ops) are refused with
     torch's "must override the setup_context staticmethod", its autograd Function (ConsumingLogSumExp)
     keeping ctx in forward (the setup_context form costs an argument binding on every call). Its plain
     autograd is the NumPy float64 oracle's: d sum(w_n lse_n) / d h = diag(w) softmax @ weight, / d weight =
@@ -138,9 +139,12 @@ def test_sampled_logsumexp_is_refused_by_torch_func(transform):
     def lse(a, b):
         return R.sampled_logsumexp(a, b, offset, hit)
 
-    with pytest.raises(RuntimeError, match="setup_context"):
+    # vmap: refused on the check of the hits' range (data-dependent) before the Function's setup_context
+    with pytest.raises(RuntimeError, match="setup_context|data-dependent control flow"):
         if transform == "grad":
             torch.func.grad(lambda a, b: (lse(a, b) * rows).sum(), argnums=(0, 1))(h, w)
+        elif transform == "vmap":
+            torch.func.vmap(lambda a, t: R.sampled_logsumexp(a[None], w, offset, t[None])[0])(h, hit)
         else:
             torch.func.vjp(lse, h, w)[1](rows)
     a, b = h.clone().requires_grad_(), w.clone().requires_grad_()

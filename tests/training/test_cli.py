@@ -199,10 +199,11 @@ def test_evaluate_reads_text_the_way_the_model_was_trained(tmp_path):
 
 
 def test_an_allennlp_export_warns_only_of_a_reading_its_readers_would_not_assume(tmp_path):
-    """The export of every pretrain model warned that AllenNLP files drop how it reads text, also of an English
-    stream model, which evaluate's defaults (English, spaCy's English tokenizer, one stream) read the same way
-    without the record: noise, naming `--lang en`, the default. It warns where a reader would read the text
-    otherwise (another language or tokenizer, sentences), naming what and the options that give it back."""
+    """The export of every pretrain model warned that AllenNLP files drop how it reads text, naming evaluate's
+    `--lang en` also for an English stream model, which evaluate's defaults (English, spaCy's English tokenizer,
+    one stream) read the same way without the record. It names evaluate where it would read the text otherwise
+    (another language or tokenizer, sentences), with the options that give it back; and for every model with a
+    language, `embed --lang LANG`: embed splits an export's lines at whitespace (AllenNLP's reading)."""
     import spacy
 
     from spacy_elmo.bilm.allennlp_io import ENGLISH_TOKENIZER
@@ -222,16 +223,30 @@ def test_an_allennlp_export_warns_only_of_a_reading_its_readers_would_not_assume
         assert result.exit_code == 0, result.output
         return [str(w.message) for w in caught if "holds the weights only" in str(w.message)]
 
-    assert said(out) == []
+    # embed reads the export's lines at whitespace (no language recorded), the model's with spaCy's English
+    # tokenizer: the warning names `embed --lang en` (it said nothing), and not evaluate, which reads both alike
+    (message,) = said(out)
+    assert "how the model was trained (language 'en')" in message and "(embed --lang en)" in message
+    assert "evaluate" not in message
+    text = tmp_path / "text.txt"
+    text.write_text("Hello, world.\n", encoding="utf-8")
+    counts = {}
+    for name, model, flags in (("model", out, []), ("export", tmp_path / "allen", []),
+                               ("export --lang en", tmp_path / "allen", ["--lang", "en"])):
+        res = runner.invoke(app, ["embed", str(text), str(tmp_path / "o.h5"), "--model", str(model), "--overwrite",
+                                  "--no-progress", *flags])
+        assert res.exit_code == 0, res.output
+        counts[name] = re.search(r"(\d+) tokens?", res.output.strip().splitlines()[-1]).group(1)
+    assert counts == {"model": "4", "export": "2", "export --lang en": "4"}, counts
     model = BiLM.load(out)
     for changed, what, flags in (
         ({"lang": "de", "tokenizer": {"@tokenizers": "spacy.Tokenizer.v1"}}, "language 'de', its tokenizer", "--lang de"),
-        ({"tokenizer": {"@tokenizers": "spacy.Tokenizer.v1", "custom": 1}}, "its tokenizer", "--lang, --per-sentence"),
+        ({"tokenizer": {"@tokenizers": "spacy.Tokenizer.v1", "custom": 1}}, "language 'en', its tokenizer", "--lang, --per-sentence"),
     ):
         model.save(tmp_path / "other", provenance={**provenance, **changed})
         (message,) = said(tmp_path / "other")
         assert f"how the model was trained ({what})" in message and f"unless told ({flags})" in message
-        assert "Export with --format native" in message
+        assert f"(embed --lang {changed.get('lang', 'en')})" in message and "Export with --format native" in message
 
 
 def test_evaluate_warns_when_most_words_are_outside_the_vocabulary(tmp_path, recwarn):
