@@ -530,6 +530,55 @@ def test_initialize_checks_the_weights_against_the_pipeline_it_is_handed(tmp_pat
     assert len(messages) == int(given == "en"), messages
 
 
+@pytest.mark.parametrize("how", ["live", "saved"])
+def test_an_elmo_sourced_with_its_weights_loaded_is_checked_once_in_the_pipeline_it_joins(tmp_path, tiny_dir, how):
+    """A component whose weights loaded (and were checked) in its source pipeline, live or spacy.load-ed, was never
+    checked against the pipeline it was sourced into: a zh model of characters ran silently in an en pipeline, where
+    adding it directly warns. It is checked when it joins (add_pipe relinks the pipeline; spaCy never initializes a
+    frozen sourced component), once per pipeline: initialize, calls and the source's calls warn no more."""
+    import warnings
+
+    provenance = {"trained_by": "spacy-elmo pretrain", "lang": "zh",
+                  "tokenizer": {"@tokenizers": "spacy.zh.ChineseTokenizer", "segmenter": "char"}}
+    BiLM.load(tiny_dir).save(tmp_path / "zh", provenance=provenance)
+    source = spacy.blank("zh")
+    source.add_pipe("elmo", config={"weights": str(tmp_path / "zh")})
+
+    def other_tokens(run):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            run()
+        return [str(w.message) for w in caught if "pretrained on the tokens" in str(w.message)]
+
+    assert other_tokens(lambda: source("我喜欢茶")) == []
+    if how == "saved":
+        source.to_disk(tmp_path / "saved")
+        source = spacy.load(tmp_path / "saved")
+    target = spacy.blank("en")
+    messages = other_tokens(lambda: (target.add_pipe("elmo", source=source), target("tea")))  # frozen: no initialize
+    assert len(messages) == 1 and "this pipeline is 'en'" in messages[0], messages
+    assert other_tokens(lambda: (target.initialize(), target("tea"), source("我喜欢茶"))) == []
+
+
+@pytest.mark.parametrize("given", ["zh", "en"])
+def test_initialize_checks_weights_loaded_elsewhere_against_the_pipeline_it_is_handed(tmp_path, tiny_dir, given):
+    """initialize(nlp=...) of a component whose weights already loaded in the pipeline it was built for checks them
+    against ``nlp`` (once), as it does weights it loads."""
+    import warnings
+
+    BiLM.load(tiny_dir).save(tmp_path / "zh", provenance={"trained_by": "spacy-elmo pretrain", "lang": "zh"})
+    built_for = spacy.blank("zh")
+    elmo = built_for.add_pipe("elmo", config={"weights": str(tmp_path / "zh")})
+    other = spacy.blank(given)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        built_for("我喜欢茶")
+        elmo.initialize(lambda: [], nlp=other)
+        elmo.initialize(lambda: [], nlp=other)
+    messages = [str(w.message) for w in caught if "pretrained on the tokens" in str(w.message)]
+    assert len(messages) == int(given == "en"), messages
+
+
 @pytest.mark.parametrize("call", ["nlp(text)", "nlp.initialize()", "load_weights"])
 def test_the_other_language_warning_points_at_the_users_call(tmp_path, tiny_dir, call):
     """The warning named a line of spacy_elmo/pipeline/component.py (the loading's own frames), not the user's
