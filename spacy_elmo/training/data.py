@@ -731,11 +731,26 @@ def reads_other_tokens(provenance: Dict[str, Any], lang: str, tokenizer: Dict[st
 
 def recorded_tokenizer(provenance: Dict[str, Any], lang: str) -> Optional[Dict[str, Any]]:
     """The tokenizer block ``pretrain`` read the text of the model whose config.json records ``provenance`` with,
-    where it read ``lang``; None for another language, or a model that records none (:func:`reads_other_tokens`)."""
+    where it read ``lang``; None for another language, or a model that records none (:func:`reads_other_tokens`),
+    or a block that is not one tokenizer function (:func:`_tokenizer_block`): spaCy would run whatever registered
+    function a config.json names."""
     if provenance.get("trained_by") != PRETRAINED_BY or provenance.get("lang") != lang:
         return None
     recorded = provenance.get("tokenizer")
-    return recorded if isinstance(recorded, dict) else None
+    return recorded if _tokenizer_block(recorded) else None
+
+
+def _tokenizer_block(block: Any) -> bool:
+    """Whether ``block`` is a ``[nlp.tokenizer]`` block as spaCy writes one: a dict naming a ``@tokenizers``
+    function, its other keys plain settings (no nested block: no other registered function is built from it)."""
+
+    def holds_block(value: Any) -> bool:
+        if isinstance(value, dict):
+            return any(str(key).startswith("@") or holds_block(v) for key, v in value.items())
+        return isinstance(value, (list, tuple)) and any(holds_block(v) for v in value)
+
+    return (isinstance(block, dict) and [k for k in block if str(k).startswith("@")] == ["@tokenizers"]
+            and not any(holds_block(v) for v in block.values()))
 
 
 def warn_other_tokens(provenance: Dict[str, Any], model: Any, nlp, lang: str, path: PathLike) -> None:
