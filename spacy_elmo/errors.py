@@ -1988,6 +1988,12 @@ class Warnings:
     W_READ_TRAINED_UNRECORDED = "spaCy's {lang!r} tokenizer (its settings were not recorded: an older model)"
     #: W_READ_OTHER_TOKENS's ``fix`` where the language differs
     W_READ_FIX_LANG = "Read it with `--lang {lang}`, the model's language."
+    #: W_READ_OTHER_TOKENS's ``fix`` where the model's language is one this spaCy cannot build (no --lang reads it)
+    W_READ_FIX_LANG_MISSING = (
+        "This spaCy cannot build the model's language {lang!r}, so no --lang reads the text as pretrain did: install "
+        "the spaCy (or the package of that language) the model was pretrained with, e.g. in an environment of its own, "
+        "or pretrain the model again on this language's tokens."
+    )
     #: W_READ_OTHER_TOKENS's ``fix`` where the language is the model's and its recorded tokenizer cannot be built here
     W_READ_FIX_TOKENIZER = (
         "spaCy's tokenizer for {lang!r} is another than when the model was pretrained: the text is read with the "

@@ -767,7 +767,9 @@ def warn_other_tokens(provenance: Dict[str, Any], model: Any, nlp, lang: str, pa
         trained = Warnings.W_READ_TRAINED_UNRECORDED.format(lang=trained_lang)
     else:
         trained = Warnings.W_READ_TRAINED.format(lang=trained_lang, tokenizer=trained_tokenizer)
-    if trained_lang != lang:
+    if trained_lang != lang and reading_tokenizer_settings(trained_lang) is None:  # the CLI refuses that --lang
+        fix = Warnings.W_READ_FIX_LANG_MISSING.format(lang=trained_lang)
+    elif trained_lang != lang:
         fix = Warnings.W_READ_FIX_LANG.format(lang=trained_lang)
     else:
         fix = Warnings.W_READ_FIX_TOKENIZER.format(lang=lang, tokenizer=trained_tokenizer)

@@ -823,6 +823,9 @@ READING_CASES = {  # what the model records, the --lang given (None: none), the 
     # the README's Korean fallback, as pretrain read it without mecab-ko (the rule-based block, not the default's)
     "ko-fallback": ({"lang": "ko", "tokenizer": {"@tokenizers": "spacy.Tokenizer.v1"}}, None, None),
     "zh-own": ({"lang": "zh", "tokenizer": ZH_CHARS}, None, None),  # read with the model's language, no --lang
+    # a language this spaCy lacks (E_MODEL_LANG without --lang) read with --lang en: not told `--lang qq`, refused
+    "lang-missing": ({"lang": "qq", "tokenizer": {"@tokenizers": "spacy.Tokenizer.v1"}}, "en",
+                     "This spaCy cannot build the model's language 'qq', so no --lang reads the text as pretrain did"),
 }
 
 
@@ -852,6 +855,7 @@ def test_commands_reading_text_warn_of_other_tokens_than_the_models(pretrained, 
         assert f"but {text} is read with spaCy's {read!r} tokenizer" in said[0] and fix in said[0]
         older = "tokenizer (its settings were not recorded: an older model), but"
         assert (older in said[0]) == (reading.get("tokenizer") is None), said[0]
+        assert "`--lang qq`" not in said[0]
 
 
 @pytest.mark.parametrize("command", ["embed", "evaluate", "fit-state"])
