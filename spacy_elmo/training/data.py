@@ -726,7 +726,26 @@ def reads_other_tokens(provenance: Dict[str, Any], lang: str, tokenizer: Dict[st
     if provenance.get("trained_by") != PRETRAINED_BY or not provenance.get("lang"):
         return False
     trained = provenance.get("tokenizer")  # absent in models pretrained before it was recorded
-    return provenance["lang"] != lang or (trained is not None and trained != tokenizer)
+    if provenance["lang"] != lang:
+        return True
+    # a block of a spaCy whose tokenizer had fewer settings builds here with the defaults of the others filled in
+    return trained is not None and trained != tokenizer and filled_tokenizer_settings(trained) != tokenizer
+
+
+def filled_tokenizer_settings(block: Any) -> Any:
+    """A tokenizer block (:func:`_tokenizer_block`) as spaCy builds it: with the defaults of the settings it leaves
+    out (``{"@tokenizers": "spacy.zh.ChineseTokenizer"}`` gets ``"segmenter": "char"``), as
+    :func:`tokenizer_settings` reads it (plain JSON); nothing is built. ``block`` itself where it is no such block, or
+    this spaCy does not know its function."""
+    from spacy.util import registry
+
+    if not _tokenizer_block(block):
+        return block
+    try:
+        filled = registry.fill({"tokenizer": block})["tokenizer"]
+    except Exception:  # noqa: BLE001 - an unknown function or setting (another spaCy's): as recorded
+        return block
+    return json.loads(json.dumps(dict(filled), default=str))
 
 
 def recorded_tokenizer(provenance: Dict[str, Any], lang: str) -> Optional[Dict[str, Any]]:

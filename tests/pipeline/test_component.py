@@ -455,6 +455,21 @@ def test_the_other_tokens_warning_names_the_block_the_model_records(tmp_path, ti
     assert f"spacy.blank({recorded!r}, config={{'nlp': {{'tokenizer': {rules}}}}})" in message
 
 
+def test_a_recorded_block_lacking_a_default_setting_is_the_pipelines_it_builds_as(tmp_path, tiny_dir):
+    """A model recording a block of a spaCy whose tokenizer had fewer settings (zh's without segmenter) in a
+    spacy.blank("zh") pipeline, whose block is that one with the default filled in: the same tokens, no warning."""
+    import warnings
+
+    BiLM.load(tiny_dir).save(tmp_path / "m", provenance={"trained_by": "spacy-elmo pretrain", "lang": "zh",
+                                                          "tokenizer": {"@tokenizers": "spacy.zh.ChineseTokenizer"}})
+    nlp = spacy.blank("zh")
+    nlp.add_pipe("elmo", config={"weights": str(tmp_path / "m")})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        nlp("我喜欢茶")
+    assert not [w for w in caught if "pretrained on the tokens" in str(w.message)]
+
+
 def test_a_component_built_without_a_pipeline_loads_a_pretrained_model_without_a_check(tmp_path, tiny_dir):
     """An ElmoComponent built directly (no factory, no pipeline: nothing tells its language or tokenizer) loads
     a model that records both, silently: nothing to compare with is no mismatch, and no error."""

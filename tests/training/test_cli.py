@@ -823,6 +823,10 @@ READING_CASES = {  # what the model records, the --lang given (None: none), the 
     # the README's Korean fallback, as pretrain read it without mecab-ko (the rule-based block, not the default's)
     "ko-fallback": ({"lang": "ko", "tokenizer": {"@tokenizers": "spacy.Tokenizer.v1"}}, None, None),
     "zh-own": ({"lang": "zh", "tokenizer": ZH_CHARS}, None, None),  # read with the model's language, no --lang
+    # a block of a spaCy whose tokenizer had fewer settings: built here with the default of the one it lacks, and
+    # read with, so not "cannot be built here"
+    "unfilled": ({"lang": "zh", "tokenizer": {"@tokenizers": "spacy.zh.ChineseTokenizer"}}, None, None),
+    "unfilled-given": ({"lang": "zh", "tokenizer": {"@tokenizers": "spacy.zh.ChineseTokenizer"}}, "zh", None),
     # a language this spaCy lacks (E_MODEL_LANG without --lang) read with --lang en: not told `--lang qq`, refused
     "lang-missing": ({"lang": "qq", "tokenizer": {"@tokenizers": "spacy.Tokenizer.v1"}}, "en",
                      "This spaCy cannot build the model's language 'qq', so no --lang reads the text as pretrain did"),
