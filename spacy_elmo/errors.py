@@ -1655,6 +1655,14 @@ class Errors:
     )
 
 
+class TokenizerMismatchWarning(UserWarning, RuntimeWarning):
+    """The tokens a model is read with are not those it was pretrained on (another language or tokenizer): the
+    ``elmo`` component's warning (W_ELMO_OTHER_TOKENS, W_ELMO_OTHER_LANG) and that of the commands that read text for
+    a model (W_READ_OTHER_TOKENS). A category of its own, so that a suite run with ``filterwarnings = error`` can
+    ignore it (``ignore::spacy_elmo.errors.TokenizerMismatchWarning``); a ``UserWarning`` and a ``RuntimeWarning``
+    both, as the component's and the commands' were before, so that filters of those still apply."""
+
+
 class Warnings:
     W_STAGE_RENDEZVOUS = (
         "spacy-elmo: replace {placeholder} in the command above with the --rdzv-endpoint this run was started with "

@@ -42,7 +42,7 @@ from thinc.types import Floats3d
 
 from ..bilm import BiLM
 from ..bilm.native_io import NotAModelDir
-from ..errors import Errors, Warnings
+from ..errors import Errors, TokenizerMismatchWarning, Warnings
 from ..forksafe import after_fork_in_child
 from ..training.data import (
     default_tokenizer_settings,
@@ -547,7 +547,7 @@ class ElmoComponent(TrainablePipe):
                                tokenizer_json=json.dumps(shown, ensure_ascii=False), nlp_lang=here["lang"],
                                nlp_tokenizer=here["tokenizer"],
                                again=Warnings.W_ELMO_PRETRAIN_AGAIN.format(nlp_lang=here["lang"]) if again else ""),
-                UserWarning,
+                TokenizerMismatchWarning,
                 stacklevel=user_stacklevel(),  # the user's nlp(text) or load_weights, not the loading's frames
             )
 

@@ -68,7 +68,7 @@ import numpy as np
 
 from .._typing import PathLike
 from ..atomic import atomic_write_text, naming, temporary_files
-from ..errors import Errors, Warnings, counted
+from ..errors import Errors, TokenizerMismatchWarning, Warnings, counted
 from ..paths import missing_path_error
 from .vocab import BOS, EOS, SPECIALS
 
@@ -773,7 +773,7 @@ def _tokenizer_block(block: Any) -> bool:
 
 
 def warn_other_tokens(provenance: Dict[str, Any], model: Any, nlp, lang: str, path: PathLike) -> None:
-    """Warn (RuntimeWarning) when ``path`` read with ``nlp`` (:func:`make_nlp` of ``lang``: ``embed``, ``evaluate``,
+    """Warn (:class:`~spacy_elmo.errors.TokenizerMismatchWarning`) when ``path`` read with ``nlp`` (:func:`make_nlp` of ``lang``: ``embed``, ``evaluate``,
     ``fit-state``) gives other tokens than those the model ``model`` (``provenance``: its config.json record) was
     pretrained on (:func:`reads_other_tokens`), naming the ``--lang`` that reads it as ``pretrain`` did, or, where
     the language is the model's, the tokenizer that changed since (a package spaCy's tokenizer needs, installed or
@@ -793,7 +793,8 @@ def warn_other_tokens(provenance: Dict[str, Any], model: Any, nlp, lang: str, pa
     else:
         fix = Warnings.W_READ_FIX_TOKENIZER.format(lang=lang, tokenizer=trained_tokenizer)
     warnings.warn(Warnings.W_READ_OTHER_TOKENS.format(model=model, trained=trained, path=path, lang=lang,
-                                                      tokenizer=tokenizer, fix=fix), RuntimeWarning, stacklevel=3)
+                                                      tokenizer=tokenizer, fix=fix), TokenizerMismatchWarning,
+                  stacklevel=3)
 
 
 def spacy_rules(nlp) -> str:

@@ -470,6 +470,29 @@ def test_a_recorded_block_lacking_a_default_setting_is_the_pipelines_it_builds_a
     assert not [w for w in caught if "pretrained on the tokens" in str(w.message)]
 
 
+def test_the_tokenizer_mismatch_warnings_have_a_category_a_strict_suite_can_ignore(tmp_path, tiny_dir):
+    """A suite run with filterwarnings = error had to ignore all UserWarnings (the elmo component's) and
+    RuntimeWarnings (embed's, evaluate's) to run a model on another tokenizer's tokens: they are
+    TokenizerMismatchWarning, still UserWarning and RuntimeWarning for the filters of those."""
+    import warnings
+
+    from spacy_elmo.errors import TokenizerMismatchWarning
+    from spacy_elmo.training.data import make_nlp, warn_other_tokens
+
+    assert issubclass(TokenizerMismatchWarning, UserWarning) and issubclass(TokenizerMismatchWarning, RuntimeWarning)
+    provenance = {"trained_by": "spacy-elmo pretrain", "lang": "zh"}
+    BiLM.load(tiny_dir).save(tmp_path / "zh", provenance=provenance)
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tmp_path / "zh")})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warnings.filterwarnings("ignore", category=TokenizerMismatchWarning)
+        assert nlp("tea please")._.elmo is not None
+        warn_other_tokens(provenance, "MODEL", make_nlp("en"), "en", "TEXT")
+    with pytest.warns(TokenizerMismatchWarning, match="pretrained on the tokens"):
+        warn_other_tokens(provenance, "MODEL", make_nlp("en"), "en", "TEXT")
+
+
 def test_a_component_built_without_a_pipeline_loads_a_pretrained_model_without_a_check(tmp_path, tiny_dir):
     """An ElmoComponent built directly (no factory, no pipeline: nothing tells its language or tokenizer) loads
     a model that records both, silently: nothing to compare with is no mismatch, and no error."""
