@@ -493,6 +493,49 @@ def test_the_tokenizer_mismatch_warnings_have_a_category_a_strict_suite_can_igno
         warn_other_tokens(provenance, "MODEL", make_nlp("en"), "en", "TEXT")
 
 
+@pytest.mark.parametrize("how", ["weights, empty loader", "loader path", "loader of the user's"])
+def test_initialize_checks_weights_a_loader_loads_against_the_pipeline_it_is_handed(tmp_path, tiny_dir, how):
+    """Each way initialize loads weights (the component's weights under a loader naming none, the loader's path, a
+    loader of the user's) checks them against the pipeline handed to it, not the one the factory built the
+    component for."""
+    import warnings
+
+    from spacy_elmo.pipeline.loaders import load_weights, weights_loader
+
+    model = str(tmp_path / "zh")
+    BiLM.load(tiny_dir).save(model, provenance={"trained_by": "spacy-elmo pretrain", "lang": "zh"})
+    built_for = spacy.blank("zh")
+    elmo = built_for.add_pipe("elmo", config={"weights": model if how.startswith("weights") else None})
+    loader = {"weights, empty loader": weights_loader(""), "loader path": weights_loader(model),
+              "loader of the user's": lambda backend="auto": load_weights(model, backend)}[how]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        elmo.initialize(lambda: [], nlp=spacy.blank("en"), weights_loader=loader)
+    messages = [str(w.message) for w in caught if "pretrained on the tokens" in str(w.message)]
+    assert elmo.is_loaded and len(messages) == 1 and "this pipeline is 'en'" in messages[0], messages
+
+
+@pytest.mark.parametrize("lang", ["ko", "ja", "th", "vi"])
+def test_a_pipeline_of_the_fallback_tokenizer_is_told_pretrain_reads_with_it(tmp_path, tiny_dir, lang):
+    """A ko/ja/th/vi pipeline of the rule-based block, where the packages of spaCy's own tokenizer are missing, is
+    the tokenizer pretrain --lang reads with here (make_nlp's fallback, not the language's default block): the
+    other-tokens warning offers pretraining again on its tokens."""
+    import warnings
+
+    from spacy_elmo.training.data import RULE_BASED, reading_tokenizer_settings
+
+    if reading_tokenizer_settings(lang) != RULE_BASED:
+        pytest.skip(f"spaCy's {lang} tokenizer builds here")
+    BiLM.load(tiny_dir).save(tmp_path / "zh", provenance={"trained_by": "spacy-elmo pretrain", "lang": "zh"})
+    nlp = spacy.blank(lang, config={"nlp": {"tokenizer": RULE_BASED}})
+    nlp.add_pipe("elmo", config={"weights": str(tmp_path / "zh")})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        nlp("abc")
+    (message,) = [str(w.message) for w in caught if "pretrained on the tokens" in str(w.message)]
+    assert f"`spacy-elmo pretrain TEXT OUT_DIR --lang {lang}` reads the text with this very tokenizer" in message
+
+
 def test_a_component_built_without_a_pipeline_loads_a_pretrained_model_without_a_check(tmp_path, tiny_dir):
     """An ElmoComponent built directly (no factory, no pipeline: nothing tells its language or tokenizer) loads
     a model that records both, silently: nothing to compare with is no mismatch, and no error."""
