@@ -1612,8 +1612,9 @@ class Errors:
     #: E_EMBED_PARTS_MISMATCH's ``rerun`` where the earlier run read with the ``lang`` of this one, but spaCy's tokenizer
     #: then was another (a package it needs installed or removed since) or read with other rules (another spaCy)
     E_EMBED_RERUN_INSTALL = (
-        " (the earlier run read with --lang {lang} too, spaCy's tokenizer then being {block}, with other rules where "
-        "the block is this run's: install again the package that tokenizer needs, or the spaCy that read it)"
+        " (this run reads language {lang!r} as the earlier one did, but spaCy's tokenizer was then {block}, or read "
+        "with other rules where that is this run's block: install again the package that tokenizer needs, or the "
+        "spaCy that read it)"
     )
     E_EMBED_PARTS_TOKENIZED = (
         "{part} (lines {first}-{last} of {path}) was written from other tokens than this run's tokenizer "

@@ -1052,15 +1052,16 @@ def test_cli_spacy_parts_of_another_tokenizer_or_older_token_rules_are_not_reuse
     said = " ".join(other.output.split())
     assert f"different tokenizer (earlier '{block} rules" in said
     # the user ran with --lang de already: the refusal names what changed, not that option (it read as this run)
-    assert ("Rerun with the earlier settings (the earlier run read with --lang de too, spaCy's tokenizer then being "
-            '{"@tokenizers": "spacy.Tokenizer.v1"}, with other rules where the block is this run\'s: install again the '
-            "package that tokenizer needs, or the spaCy that read it) to finish it") in said, said
+    assert ("Rerun with the earlier settings (this run reads language 'de' as the earlier one did, but spaCy's "
+            'tokenizer was then {"@tokenizers": "spacy.Tokenizer.v1"}, or read with other rules where that is this '
+            "run's block: install again the package that tokenizer needs, or the spaCy that read it) "
+            "to finish it") in said, said
     assert "with --lang de," not in said
     with monkeypatch.context() as m:  # the same tokenizer block with other rules (a spaCy upgrade)
         m.setattr(data, "spacy_rules", lambda nlp: "0" * 64)
         upgraded = CliRunner().invoke(app, args)
     said = " ".join(upgraded.output.split())
-    assert upgraded.exit_code == 1 and "different tokenizer" in said and "read with --lang de too" in said
+    assert upgraded.exit_code == 1 and "different tokenizer" in said and "reads language 'de' as the earlier one did" in said
     english = CliRunner().invoke(app, [*args, "--lang", "en"])  # another language: the option that reads as it did
     assert english.exit_code == 1
     assert ("Rerun with the earlier settings (`spacy-elmo embed` with --lang de, spaCy's tokenizer then being "
