@@ -603,7 +603,7 @@ def _check_settings(found: dict, settings: dict, parts_dir: Path) -> None:
         raise ValueError(Errors.E_EMBED_PARTS_OLD.format(parts=parts_dir, keys=", ".join(missing)))
     diff = sorted(k for k in settings if found.get(k) != settings[k])
     shown = [k if k in ("model", "input") else f"{k} (earlier {found.get(k)!r})" for k in diff]
-    rerun = _rerun_tokenizer(found.get("tokenizer")) if "tokenizer" in diff else ""
+    rerun = _rerun_tokenizer(found.get("tokenizer"), settings["tokenizer"]) if "tokenizer" in diff else ""
     raise ValueError(Errors.E_EMBED_PARTS_MISMATCH.format(parts=parts_dir, keys=", ".join(shown), rerun=rerun))
 
 
@@ -614,14 +614,20 @@ def spacy_tokenizer_name(lang: str, block: str, rules: str) -> str:
     return f"spacy:{lang} {block} rules {rules[:16]}"
 
 
-def _rerun_tokenizer(earlier: Any) -> str:
+def _rerun_tokenizer(earlier: Any, now: Any) -> str:
     """E_EMBED_PARTS_MISMATCH's ``rerun``: the ``embed`` option that reads as the earlier run's tokenizer (its name
     in the manifest: ``"whitespace"``, or :func:`spacy_tokenizer_name`'s), "" for another's (a
-    ``tokenize`` callable of the caller's)."""
+    ``tokenize`` callable of the caller's). Where this run (tokenizer name ``now``) read with the earlier run's
+    ``--lang`` already, no option reads as it did: spaCy's tokenizer or rules changed since (E_EMBED_RERUN_INSTALL)."""
     if earlier == "whitespace":
         return Errors.E_EMBED_RERUN_WHITESPACE
-    found = re.fullmatch(r"spacy:(\S+) (\{.*\}) rules \S+", earlier) if isinstance(earlier, str) else None
-    return "" if found is None else Errors.E_EMBED_RERUN_LANG.format(lang=found.group(1), block=found.group(2))
+    found, here = (re.fullmatch(r"spacy:(\S+) (\{.*\}) rules \S+", name) if isinstance(name, str) else None
+                   for name in (earlier, now))
+    if found is None:
+        return ""
+    same_lang = here is not None and here.group(1) == found.group(1)
+    return (Errors.E_EMBED_RERUN_INSTALL if same_lang else Errors.E_EMBED_RERUN_LANG).format(
+        lang=found.group(1), block=found.group(2))
 
 
 def _same_manifest(found: dict, manifest: dict) -> bool:

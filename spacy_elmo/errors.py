@@ -1614,6 +1614,13 @@ class Errors:
     E_EMBED_RERUN_LANG = (
         " (`spacy-elmo embed` with --lang {lang}, spaCy's tokenizer then being {block}: the earlier run read with it)"
     )
+    #: E_EMBED_PARTS_MISMATCH's ``rerun`` where the earlier run read with the ``lang`` of this one, but spaCy's tokenizer
+    #: then was another (a package it needs installed or removed since) or read with other rules (another spaCy)
+    E_EMBED_RERUN_INSTALL = (
+        " (this run reads language {lang!r} as the earlier one did, but spaCy's tokenizer was then {block}, or read "
+        "with other rules where that is this run's block: install again the package that tokenizer needs, or the "
+        "spaCy that read it)"
+    )
     E_EMBED_PARTS_TOKENIZED = (
         "{part} (lines {first}-{last} of {path}) was written from other tokens than this run's tokenizer "
         "({tokenizer}) gives for those lines: the earlier run used another tokenizer of the same name (two "
@@ -1652,6 +1659,14 @@ class Errors:
         "--install`) or point CXX at it, then install again; or set SPACY_ELMO_NO_EXTENSION=1 to install "
         "without the compiled extension (the pure-PyTorch reference path: exact, but slower)."
     )
+
+
+class TokenizerMismatchWarning(UserWarning, RuntimeWarning):
+    """The tokens a model is read with are not those it was pretrained on (another language or tokenizer): the
+    ``elmo`` component's warning (W_ELMO_OTHER_TOKENS, W_ELMO_OTHER_LANG) and that of the commands that read text for
+    a model (W_READ_OTHER_TOKENS). A category of its own, so that a suite run with ``filterwarnings = error`` can
+    ignore it (``ignore::spacy_elmo.errors.TokenizerMismatchWarning``); a ``UserWarning`` and a ``RuntimeWarning``
+    both, as the component's and the commands' were before, so that filters of those still apply."""
 
 
 class Warnings:
@@ -1994,6 +2009,12 @@ class Warnings:
     W_READ_TRAINED_UNRECORDED = "spaCy's {lang!r} tokenizer (its settings were not recorded: an older model)"
     #: W_READ_OTHER_TOKENS's ``fix`` where the language differs
     W_READ_FIX_LANG = "Read it with `--lang {lang}`, the model's language."
+    #: W_READ_OTHER_TOKENS's ``fix`` where the model's language is one this spaCy cannot build (no --lang reads it)
+    W_READ_FIX_LANG_MISSING = (
+        "This spaCy cannot build the model's language {lang!r}, so no --lang reads the text as pretrain did: install "
+        "the spaCy (or the package of that language) the model was pretrained with, e.g. in an environment of its own, "
+        "or pretrain the model again on this language's tokens."
+    )
     #: W_READ_OTHER_TOKENS's ``fix`` where the language is the model's and its recorded tokenizer cannot be built here
     W_READ_FIX_TOKENIZER = (
         "spaCy's tokenizer for {lang!r} is another than when the model was pretrained: the text is read with the "

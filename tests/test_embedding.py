@@ -1049,13 +1049,29 @@ def test_cli_spacy_parts_of_another_tokenizer_or_older_token_rules_are_not_reuse
         m.setattr(data, "tokenizer_settings", lambda nlp: {"@tokenizers": "spacy.de.OtherTokenizer"})
         other = CliRunner().invoke(app, args)
     assert other.exit_code == 1
-    assert f"different tokenizer (earlier '{block} rules" in " ".join(other.output.split())
-    assert ("Rerun with the earlier settings (`spacy-elmo embed` with --lang de, spaCy's tokenizer then being "
-            '{"@tokenizers": "spacy.Tokenizer.v1"}: the earlier run read with it)') in " ".join(other.output.split())
+    said = " ".join(other.output.split())
+    assert f"different tokenizer (earlier '{block} rules" in said
+    # the user ran with --lang de already: the refusal names what changed, not that option (it read as this run)
+    assert ("Rerun with the earlier settings (this run reads language 'de' as the earlier one did, but spaCy's "
+            'tokenizer was then {"@tokenizers": "spacy.Tokenizer.v1"}, or read with other rules where that is this '
+            "run's block: install again the package that tokenizer needs, or the spaCy that read it) "
+            "to finish it") in said, said
+    assert "with --lang de," not in said
     with monkeypatch.context() as m:  # the same tokenizer block with other rules (a spaCy upgrade)
         m.setattr(data, "spacy_rules", lambda nlp: "0" * 64)
         upgraded = CliRunner().invoke(app, args)
-    assert upgraded.exit_code == 1 and "different tokenizer" in " ".join(upgraded.output.split())
+    said = " ".join(upgraded.output.split())
+    assert upgraded.exit_code == 1 and "different tokenizer" in said and "reads language 'de' as the earlier one did" in said
+    english = CliRunner().invoke(app, [*args, "--lang", "en"])  # another language: the option that reads as it did
+    assert english.exit_code == 1
+    assert ("Rerun with the earlier settings (`spacy-elmo embed` with --lang de, spaCy's tokenizer then being "
+            '{"@tokenizers": "spacy.Tokenizer.v1"}: the earlier run read with it)') in " ".join(english.output.split())
+    text.write_text("Der Junge  schläft.\n  Mein Freund\tliest\n", encoding="utf-8")  # the same tokenizer, other text
+    edited = CliRunner().invoke(app, args)
+    said = " ".join(edited.output.split())
+    assert edited.exit_code == 1 and "different input" in said, said
+    assert "Rerun with the earlier settings to finish it" in said and "--lang" not in said and "--whitespace" not in said
+    text.write_text("Der Junge  isst.\n  Mein Freund\tliest\n", encoding="utf-8")
     older = {k: v for k, v in manifest.items() if k != "token_rules"}
     manifest_path.write_text(json.dumps(dict(older, tokenizer="spacy:de")), encoding="utf-8")
     old = CliRunner().invoke(app, args)

@@ -42,7 +42,7 @@ from thinc.types import Floats3d
 
 from ..bilm import BiLM
 from ..bilm.native_io import NotAModelDir
-from ..errors import Errors, Warnings
+from ..errors import Errors, TokenizerMismatchWarning, Warnings
 from ..forksafe import after_fork_in_child
 from ..training.data import (
     default_tokenizer_settings,
@@ -65,7 +65,7 @@ from .bilm_layer import (
     step_bilm,
     weights_checked,
 )
-from .callers import runs, user_stacklevel
+from .callers import called_from, runs, user_stacklevel
 from .doc_data import ELMO_ATTR, IDX_ATTR, install_extensions, install_hooks, set_doc_data
 from .layer_cache import MB
 from .listener import ELMO_FACTORY, ElmoListener, find_listener_path, running_pipeline
@@ -167,6 +167,12 @@ after_fork_in_child(_LOADING.clear)
 #: loaded without ``nlp`` at hand (first use, to_bytes / to_disk of ``spacy assemble``) came from. Kept off the
 #: component, which pickles; weak both ways: neither keeps the other alive.
 _PIPELINES: "weakref.WeakKeyDictionary[Any, weakref.ref]" = weakref.WeakKeyDictionary()
+
+
+#: component -> the pipelines its current weights were checked against (:meth:`ElmoComponent._check_tokens`), so that
+#: one joining another pipeline with its weights loaded (``add_pipe(source=)``, initialize) is checked there once.
+#: Kept off the component, which pickles; weak: it keeps no pipeline alive.
+_CHECKED_IN: "weakref.WeakKeyDictionary[Any, weakref.WeakSet]" = weakref.WeakKeyDictionary()
 
 
 def _loading_lock(component: Any) -> Any:
@@ -445,6 +451,8 @@ class ElmoComponent(TrainablePipe):
                 pipeline = nlp if nlp is not None else self._pipeline()
                 self._load_named(lambda: self.load_weights(weights, nlp=nlp), pipeline,
                                  ("components", self.name, "weights"), Errors.E_ELMO_WEIGHTS_PATH)  # fmt: skip
+            elif nlp is not None:  # loaded (and checked) in another pipeline, say the one it was sourced from
+                self._check_joined(nlp)
 
     def _pipeline(self) -> Optional[Language]:
         """The pipeline the factory built this component for, while it holds it under its name (not after
@@ -484,13 +492,17 @@ class ElmoComponent(TrainablePipe):
         spacy.load) builds the components while nlp.config is still the language class's default and sets the
         real one (``--nlp.tokenizer``, a fallback block) only at its end. What is read from the pipeline is kept in
         :attr:`pipeline_tokens`, for a later use out of its reach (pickled: :meth:`__reduce__`)."""
-        if nlp is None:
-            nlp = running_pipeline(self.model)
-        if nlp is None:
-            nlp = self._pipeline()
+        nlp = self._reading_pipeline(nlp)
         if nlp is not None:
             self.pipeline_tokens = {"lang": nlp.lang, "tokenizer": tokenizer_settings(nlp)}
         return self.pipeline_tokens
+
+    def _reading_pipeline(self, nlp: Optional[Language] = None) -> Optional[Language]:
+        """The pipeline :meth:`_reading` reads: ``nlp``, else the one running this component, else the one the factory
+        built it for while it holds it; None where none is in reach."""
+        if nlp is None:
+            nlp = running_pipeline(self.model)
+        return nlp if nlp is not None else self._pipeline()
 
     def __reduce__(self):
         # Pickled (pickle.dumps(nlp), nlp.pipe(n_process=2) under spawn) before its weights load, the copy checks
@@ -499,11 +511,26 @@ class ElmoComponent(TrainablePipe):
         self._reading()
         return super().__reduce__()
 
-    def _check_tokens(self, bilm: BiLM, source: str, nlp: Optional[Language] = None) -> None:
+    def _check_joined(self, nlp: Language) -> None:
+        """The loaded weights checked against ``nlp`` (:meth:`_check_tokens`) unless they were already: a component
+        whose weights loaded in another pipeline (the one it was sourced from, saved or not) and that joins ``nlp``
+        (``add_pipe(source=)``, initialize), once per pipeline."""
+        bilm = get_bilm(self.model)
+        if bilm is not None and nlp not in _CHECKED_IN.get(self, ()):
+            self._check_tokens(bilm, self.source or "", nlp, new_weights=False)
+
+    def _check_tokens(self, bilm: BiLM, source: str, nlp: Optional[Language] = None, new_weights: bool = True) -> None:
         """Warn when ``pretrain`` read the model's text with another language or tokenizer than this
         pipeline's (e.g. Japanese phrases of the fallback tokenizer against SudachiPy's words); ``nlp``: as
-        :meth:`_reading`'s."""
-        trained, here = bilm.provenance, self._reading(nlp)
+        :meth:`_reading`'s. The pipeline read is kept among those ``bilm`` was checked against (:data:`_CHECKED_IN`;
+        ``new_weights``: none before it)."""
+        pipeline = self._reading_pipeline(nlp)
+        trained, here = bilm.provenance, self._reading(pipeline)
+        checked = _CHECKED_IN.get(self) if not new_weights else None
+        if checked is None:
+            checked = _CHECKED_IN[self] = weakref.WeakSet()
+        if pipeline is not None:
+            checked.add(pipeline)
         if here is not None and reads_other_tokens(trained, here["lang"], here["tokenizer"]):
             tokenizer = trained.get("tokenizer")  # absent in models pretrained before it was recorded
             message = Warnings.W_ELMO_OTHER_TOKENS if tokenizer is not None else Warnings.W_ELMO_OTHER_LANG
@@ -520,7 +547,7 @@ class ElmoComponent(TrainablePipe):
                                tokenizer_json=json.dumps(shown, ensure_ascii=False), nlp_lang=here["lang"],
                                nlp_tokenizer=here["tokenizer"],
                                again=Warnings.W_ELMO_PRETRAIN_AGAIN.format(nlp_lang=here["lang"]) if again else ""),
-                UserWarning,
+                TokenizerMismatchWarning,
                 stacklevel=user_stacklevel(),  # the user's nlp(text) or load_weights, not the loading's frames
             )
 
@@ -573,6 +600,13 @@ class ElmoComponent(TrainablePipe):
         linking = sys._getframe(1)  # Language._link_components, when spaCy relinks the pipeline
         if _is_init_nlp(linking.f_back):
             self._check_sourced_weights(linking.f_locals.get("self"))
+        joined = linking.f_locals.get("self")
+        # add_pipe(source=) of a component whose weights are loaded: checked against the pipeline it joins now (spaCy
+        # never initializes a frozen sourced component), unless that is still being built (Language.from_config:
+        # its config, the tokenizer block included, is set at its end; spacy train's init_nlp relinks it complete)
+        if (isinstance(joined, Language) and self.is_loaded and runs(linking, "spacy.language", "_link_components")
+                and not called_from(linking, "spacy.language", "from_config")):
+            self._check_joined(joined)
 
     def _check_sourced_weights(self, nlp: Any) -> None:
         """Warn (once) when this component was sourced from another pipeline into ``nlp`` but ``nlp``'s

@@ -68,7 +68,7 @@ import numpy as np
 
 from .._typing import PathLike
 from ..atomic import atomic_write_text, naming, temporary_files
-from ..errors import Errors, Warnings, counted
+from ..errors import Errors, TokenizerMismatchWarning, Warnings, counted
 from ..paths import missing_path_error
 from .vocab import BOS, EOS, SPECIALS
 
@@ -726,20 +726,54 @@ def reads_other_tokens(provenance: Dict[str, Any], lang: str, tokenizer: Dict[st
     if provenance.get("trained_by") != PRETRAINED_BY or not provenance.get("lang"):
         return False
     trained = provenance.get("tokenizer")  # absent in models pretrained before it was recorded
-    return provenance["lang"] != lang or (trained is not None and trained != tokenizer)
+    if provenance["lang"] != lang:
+        return True
+    # a block of a spaCy whose tokenizer had fewer settings builds here with the defaults of the others filled in
+    return trained is not None and trained != tokenizer and filled_tokenizer_settings(trained) != tokenizer
+
+
+def filled_tokenizer_settings(block: Any) -> Any:
+    """A tokenizer block (:func:`_tokenizer_block`) as spaCy builds it: with the defaults of the settings it leaves
+    out (``{"@tokenizers": "spacy.zh.ChineseTokenizer"}`` gets ``"segmenter": "char"``), as
+    :func:`tokenizer_settings` reads it (plain JSON); nothing is built. ``block`` itself where it is no such block, or
+    this spaCy does not know its function."""
+    from spacy.util import registry
+
+    if not _tokenizer_block(block):
+        return block
+    try:
+        filled = registry.fill({"tokenizer": block})["tokenizer"]
+    except Exception:  # noqa: BLE001 - an unknown function or setting (another spaCy's): as recorded
+        return block
+    return json.loads(json.dumps(dict(filled), default=str))
 
 
 def recorded_tokenizer(provenance: Dict[str, Any], lang: str) -> Optional[Dict[str, Any]]:
     """The tokenizer block ``pretrain`` read the text of the model whose config.json records ``provenance`` with,
-    where it read ``lang``; None for another language, or a model that records none (:func:`reads_other_tokens`)."""
+    where it read ``lang``; None for another language, or a model that records none (:func:`reads_other_tokens`),
+    or a block that is not one tokenizer function (:func:`_tokenizer_block`): spaCy would run whatever registered
+    function a config.json names."""
     if provenance.get("trained_by") != PRETRAINED_BY or provenance.get("lang") != lang:
         return None
     recorded = provenance.get("tokenizer")
-    return recorded if isinstance(recorded, dict) else None
+    return recorded if _tokenizer_block(recorded) else None
+
+
+def _tokenizer_block(block: Any) -> bool:
+    """Whether ``block`` is a ``[nlp.tokenizer]`` block as spaCy writes one: a dict naming a ``@tokenizers``
+    function, its other keys plain settings (no nested block: no other registered function is built from it)."""
+
+    def holds_block(value: Any) -> bool:
+        if isinstance(value, dict):
+            return any(str(key).startswith("@") or holds_block(v) for key, v in value.items())
+        return isinstance(value, (list, tuple)) and any(holds_block(v) for v in value)
+
+    return (isinstance(block, dict) and [k for k in block if str(k).startswith("@")] == ["@tokenizers"]
+            and not any(holds_block(v) for v in block.values()))
 
 
 def warn_other_tokens(provenance: Dict[str, Any], model: Any, nlp, lang: str, path: PathLike) -> None:
-    """Warn (RuntimeWarning) when ``path`` read with ``nlp`` (:func:`make_nlp` of ``lang``: ``embed``, ``evaluate``,
+    """Warn (:class:`~spacy_elmo.errors.TokenizerMismatchWarning`) when ``path`` read with ``nlp`` (:func:`make_nlp` of ``lang``: ``embed``, ``evaluate``,
     ``fit-state``) gives other tokens than those the model ``model`` (``provenance``: its config.json record) was
     pretrained on (:func:`reads_other_tokens`), naming the ``--lang`` that reads it as ``pretrain`` did, or, where
     the language is the model's, the tokenizer that changed since (a package spaCy's tokenizer needs, installed or
@@ -752,12 +786,15 @@ def warn_other_tokens(provenance: Dict[str, Any], model: Any, nlp, lang: str, pa
         trained = Warnings.W_READ_TRAINED_UNRECORDED.format(lang=trained_lang)
     else:
         trained = Warnings.W_READ_TRAINED.format(lang=trained_lang, tokenizer=trained_tokenizer)
-    if trained_lang != lang:
+    if trained_lang != lang and reading_tokenizer_settings(trained_lang) is None:  # the CLI refuses that --lang
+        fix = Warnings.W_READ_FIX_LANG_MISSING.format(lang=trained_lang)
+    elif trained_lang != lang:
         fix = Warnings.W_READ_FIX_LANG.format(lang=trained_lang)
     else:
         fix = Warnings.W_READ_FIX_TOKENIZER.format(lang=lang, tokenizer=trained_tokenizer)
     warnings.warn(Warnings.W_READ_OTHER_TOKENS.format(model=model, trained=trained, path=path, lang=lang,
-                                                      tokenizer=tokenizer, fix=fix), RuntimeWarning, stacklevel=3)
+                                                      tokenizer=tokenizer, fix=fix), TokenizerMismatchWarning,
+                  stacklevel=3)
 
 
 def spacy_rules(nlp) -> str:

@@ -455,6 +455,84 @@ def test_the_other_tokens_warning_names_the_block_the_model_records(tmp_path, ti
     assert f"spacy.blank({recorded!r}, config={{'nlp': {{'tokenizer': {rules}}}}})" in message
 
 
+def _other_tokens(run) -> list:
+    """The messages of the other-tokens warnings (TokenizerMismatchWarning) that ``run()`` gives."""
+    import warnings
+
+    from spacy_elmo.errors import TokenizerMismatchWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run()
+    return [str(w.message) for w in caught if issubclass(w.category, TokenizerMismatchWarning)]
+
+
+def test_a_recorded_block_lacking_a_default_setting_is_the_pipelines_it_builds_as(tmp_path, tiny_dir):
+    """A model recording a block of a spaCy whose tokenizer had fewer settings (zh's without segmenter) in a
+    spacy.blank("zh") pipeline, whose block is that one with the default filled in: the same tokens, no warning."""
+    BiLM.load(tiny_dir).save(tmp_path / "m", provenance={"trained_by": "spacy-elmo pretrain", "lang": "zh",
+                                                          "tokenizer": {"@tokenizers": "spacy.zh.ChineseTokenizer"}})
+    nlp = spacy.blank("zh")
+    nlp.add_pipe("elmo", config={"weights": str(tmp_path / "m")})
+    assert _other_tokens(lambda: nlp("我喜欢茶")) == []
+
+
+def test_the_tokenizer_mismatch_warnings_have_a_category_a_strict_suite_can_ignore(tmp_path, tiny_dir):
+    """A suite run with filterwarnings = error had to ignore all UserWarnings (the elmo component's) and
+    RuntimeWarnings (embed's, evaluate's) to run a model on another tokenizer's tokens: they are
+    TokenizerMismatchWarning, still UserWarning and RuntimeWarning for the filters of those."""
+    import warnings
+
+    from spacy_elmo.errors import TokenizerMismatchWarning
+    from spacy_elmo.training.data import make_nlp, warn_other_tokens
+
+    assert issubclass(TokenizerMismatchWarning, UserWarning) and issubclass(TokenizerMismatchWarning, RuntimeWarning)
+    provenance = {"trained_by": "spacy-elmo pretrain", "lang": "zh"}
+    BiLM.load(tiny_dir).save(tmp_path / "zh", provenance=provenance)
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tmp_path / "zh")})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warnings.filterwarnings("ignore", category=TokenizerMismatchWarning)
+        assert nlp("tea please")._.elmo is not None
+        warn_other_tokens(provenance, "MODEL", make_nlp("en"), "en", "TEXT")
+    with pytest.warns(TokenizerMismatchWarning, match="pretrained on the tokens"):
+        warn_other_tokens(provenance, "MODEL", make_nlp("en"), "en", "TEXT")
+
+
+@pytest.mark.parametrize("how", ["weights, empty loader", "loader path", "loader of the user's"])
+def test_initialize_checks_weights_a_loader_loads_against_the_pipeline_it_is_handed(tmp_path, tiny_dir, how):
+    """Each way initialize loads weights (the component's weights under a loader naming none, the loader's path, a
+    loader of the user's) checks them against the pipeline handed to it, not the one the factory built the
+    component for."""
+    from spacy_elmo.pipeline.loaders import load_weights, weights_loader
+
+    model = str(tmp_path / "zh")
+    BiLM.load(tiny_dir).save(model, provenance={"trained_by": "spacy-elmo pretrain", "lang": "zh"})
+    built_for = spacy.blank("zh")
+    elmo = built_for.add_pipe("elmo", config={"weights": model if how.startswith("weights") else None})
+    loader = {"weights, empty loader": weights_loader(""), "loader path": weights_loader(model),
+              "loader of the user's": lambda backend="auto": load_weights(model, backend)}[how]
+    messages = _other_tokens(lambda: elmo.initialize(lambda: [], nlp=spacy.blank("en"), weights_loader=loader))
+    assert elmo.is_loaded and len(messages) == 1 and "this pipeline is 'en'" in messages[0], messages
+
+
+@pytest.mark.parametrize("lang", ["ko", "ja", "th", "vi"])
+def test_a_pipeline_of_the_fallback_tokenizer_is_told_pretrain_reads_with_it(tmp_path, tiny_dir, lang):
+    """A ko/ja/th/vi pipeline of the rule-based block, where the packages of spaCy's own tokenizer are missing, is
+    the tokenizer pretrain --lang reads with here (make_nlp's fallback, not the language's default block): the
+    other-tokens warning offers pretraining again on its tokens."""
+    from spacy_elmo.training.data import RULE_BASED, reading_tokenizer_settings
+
+    if reading_tokenizer_settings(lang) != RULE_BASED:
+        pytest.skip(f"spaCy's {lang} tokenizer builds here")
+    BiLM.load(tiny_dir).save(tmp_path / "zh", provenance={"trained_by": "spacy-elmo pretrain", "lang": "zh"})
+    nlp = spacy.blank(lang, config={"nlp": {"tokenizer": RULE_BASED}})
+    nlp.add_pipe("elmo", config={"weights": str(tmp_path / "zh")})
+    (message,) = _other_tokens(lambda: nlp("abc"))
+    assert f"`spacy-elmo pretrain TEXT OUT_DIR --lang {lang}` reads the text with this very tokenizer" in message
+
+
 def test_a_component_built_without_a_pipeline_loads_a_pretrained_model_without_a_check(tmp_path, tiny_dir):
     """An ElmoComponent built directly (no factory, no pipeline: nothing tells its language or tokenizer) loads
     a model that records both, silently: nothing to compare with is no mismatch, and no error."""
@@ -527,6 +605,40 @@ def test_initialize_checks_the_weights_against_the_pipeline_it_is_handed(tmp_pat
         warnings.simplefilter("always")
         elmo.initialize(lambda: [], nlp=spacy.blank(given))
     messages = [str(w.message) for w in caught if "pretrained on the tokens" in str(w.message)]
+    assert len(messages) == int(given == "en"), messages
+
+
+@pytest.mark.parametrize("how", ["live", "saved"])
+def test_an_elmo_sourced_with_its_weights_loaded_is_checked_once_in_the_pipeline_it_joins(tmp_path, tiny_dir, how):
+    """A component whose weights loaded (and were checked) in its source pipeline, live or spacy.load-ed, was never
+    checked against the pipeline it was sourced into: a zh model of characters ran silently in an en pipeline, where
+    adding it directly warns. It is checked when it joins (add_pipe relinks the pipeline; spaCy never initializes a
+    frozen sourced component), once per pipeline: initialize, calls and the source's calls warn no more."""
+    provenance = {"trained_by": "spacy-elmo pretrain", "lang": "zh",
+                  "tokenizer": {"@tokenizers": "spacy.zh.ChineseTokenizer", "segmenter": "char"}}
+    BiLM.load(tiny_dir).save(tmp_path / "zh", provenance=provenance)
+    source = spacy.blank("zh")
+    source.add_pipe("elmo", config={"weights": str(tmp_path / "zh")})
+    assert _other_tokens(lambda: source("我喜欢茶")) == []
+    if how == "saved":
+        source.to_disk(tmp_path / "saved")
+        source = spacy.load(tmp_path / "saved")
+    target = spacy.blank("en")
+    messages = _other_tokens(lambda: (target.add_pipe("elmo", source=source), target("tea")))  # frozen: no initialize
+    assert len(messages) == 1 and "this pipeline is 'en'" in messages[0], messages
+    assert _other_tokens(lambda: (target.initialize(), target("tea"), source("我喜欢茶"))) == []
+
+
+@pytest.mark.parametrize("given", ["zh", "en"])
+def test_initialize_checks_weights_loaded_elsewhere_against_the_pipeline_it_is_handed(tmp_path, tiny_dir, given):
+    """initialize(nlp=...) of a component whose weights already loaded in the pipeline it was built for checks them
+    against ``nlp`` (once), as it does weights it loads."""
+    BiLM.load(tiny_dir).save(tmp_path / "zh", provenance={"trained_by": "spacy-elmo pretrain", "lang": "zh"})
+    built_for = spacy.blank("zh")
+    elmo = built_for.add_pipe("elmo", config={"weights": str(tmp_path / "zh")})
+    other = spacy.blank(given)
+    messages = _other_tokens(lambda: (built_for("我喜欢茶"), elmo.initialize(lambda: [], nlp=other),
+                                      elmo.initialize(lambda: [], nlp=other)))
     assert len(messages) == int(given == "en"), messages
 
 

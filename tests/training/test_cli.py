@@ -838,6 +838,13 @@ READING_CASES = {  # what the model records, the --lang given (None: none), the 
     # the README's Korean fallback, as pretrain read it without mecab-ko (the rule-based block, not the default's)
     "ko-fallback": ({"lang": "ko", "tokenizer": {"@tokenizers": "spacy.Tokenizer.v1"}}, None, None),
     "zh-own": ({"lang": "zh", "tokenizer": ZH_CHARS}, None, None),  # read with the model's language, no --lang
+    # a block of a spaCy whose tokenizer had fewer settings: built here with the default of the one it lacks, and
+    # read with, so not "cannot be built here"
+    "unfilled": ({"lang": "zh", "tokenizer": {"@tokenizers": "spacy.zh.ChineseTokenizer"}}, None, None),
+    "unfilled-given": ({"lang": "zh", "tokenizer": {"@tokenizers": "spacy.zh.ChineseTokenizer"}}, "zh", None),
+    # a language this spaCy lacks (E_MODEL_LANG without --lang) read with --lang en: not told `--lang qq`, refused
+    "lang-missing": ({"lang": "qq", "tokenizer": {"@tokenizers": "spacy.Tokenizer.v1"}}, "en",
+                     "This spaCy cannot build the model's language 'qq', so no --lang reads the text as pretrain did"),
 }
 
 
@@ -867,6 +874,7 @@ def test_commands_reading_text_warn_of_other_tokens_than_the_models(pretrained, 
         assert f"but {text} is read with spaCy's {read!r} tokenizer" in said[0] and fix in said[0]
         older = "tokenizer (its settings were not recorded: an older model), but"
         assert (older in said[0]) == (reading.get("tokenizer") is None), said[0]
+        assert "`--lang qq`" not in said[0]
 
 
 @pytest.mark.parametrize("command", ["embed", "evaluate", "fit-state"])
@@ -891,6 +899,32 @@ def _rows(path):
 
     with h5py.File(path, "r") as f:
         return [f[str(i)].shape[-2] for i in range(len(f) - 1)]
+
+
+def test_a_recorded_block_reads_only_the_language_of_a_model_pretrain_recorded_it_for(pretrained, tmp_path):
+    """The tokenizer block a model records is what pretrain read ITS language with: embed --lang en on a model of
+    Chinese characters reads English words (not characters, with zh's block on English), and a model spacy-elmo did
+    not pretrain (no trained_by) is read with its language's own tokenizer, whatever block it records."""
+    import shutil
+
+    english, chinese = tmp_path / "en.txt", tmp_path / "zh.txt"
+    english.write_text("tea please\n", encoding="utf-8")
+    chinese.write_text("我喜欢茶\n", encoding="utf-8")
+    zh_chars = shutil.move(_recording(pretrained[0], tmp_path, lang="zh", tokenizer=ZH_CHARS), tmp_path / "zh_chars")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the other-tokens warning, tested elsewhere
+        result = runner.invoke(app, ["embed", str(english), str(tmp_path / "en.h5"), "--model", str(zh_chars),
+                                     "--lang", "en", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert _rows(tmp_path / "en.h5") == [2]  # tea, please
+    rules = {"@tokenizers": "spacy.Tokenizer.v1"}  # zh: the whole line one token
+    for trained_by, rows in (("spacy-elmo pretrain", [1]), ("someone else", [4])):
+        model = shutil.move(_recording(pretrained[0], tmp_path, lang="zh", tokenizer=rules, trained_by=trained_by),
+                            tmp_path / trained_by.replace(" ", "_"))
+        out = tmp_path / f"{model.name}.h5"
+        result = runner.invoke(app, ["embed", str(chinese), str(out), "--model", str(model), "--no-progress"])
+        assert result.exit_code == 0, result.output
+        assert _rows(out) == rows, trained_by
 
 
 def test_embed_reads_with_the_models_language_unless_told(pretrained, tmp_path):

@@ -660,6 +660,41 @@ def test_cache_killed_while_rebuilding_is_not_reused(tmp_path, monkeypatch):
     assert again.types == expected.types and again.tokens.tolist() == expected.tokens.tolist()
 
 
+@pytest.mark.parametrize("block", [
+    {"@misc": "test.recorded_side_effect.v1", "path": "/top"},
+    {"@tokenizers": "spacy.Tokenizer.v1", "extra": {"@misc": "test.recorded_side_effect.v1", "path": "/nested"}},
+    {"@tokenizers": "spacy.Tokenizer.v1", "extra": [{"@misc": "test.recorded_side_effect.v1"}]},
+    {"@tokenizers": "spacy.Tokenizer.v1", "@misc": "test.recorded_side_effect.v1"},
+    ["@tokenizers", "spacy.Tokenizer.v1"],
+])
+def test_a_recorded_block_builds_no_function_but_one_tokenizer(block):
+    """make_nlp built whatever registered function a model's config.json names in its recorded tokenizer block (any
+    registry, nested blocks too) before anything checked that it is a tokenizer: such a block is not read with (the
+    language's own tokenizer is), and no function it names runs."""
+    import catalogue
+    import spacy
+
+    from spacy_elmo.training import data
+
+    calls = []
+    try:
+        @spacy.registry.misc("test.recorded_side_effect.v1")
+        def side_effect(path: str = "x"):
+            calls.append(path)
+            return lambda nlp: spacy.tokenizer.Tokenizer(nlp.vocab)
+
+        provenance = {"trained_by": data.PRETRAINED_BY, "lang": "zh", "tokenizer": block}
+        assert data.recorded_tokenizer(provenance, "zh") is None
+        nlp = data.make_nlp("zh", provenance)
+        assert calls == []
+        assert data.tokenizer_settings(nlp) == data.reading_tokenizer_settings("zh")
+        assert [t.text for t in nlp("我喜欢茶")] == ["我", "喜", "欢", "茶"]
+    finally:
+        catalogue.REGISTRY.pop(("spacy", "misc", "test.recorded_side_effect.v1"), None)
+    recorded = {"@tokenizers": "spacy.Tokenizer.v1"}  # a tokenizer block is read with
+    assert data.recorded_tokenizer({"trained_by": data.PRETRAINED_BY, "lang": "zh", "tokenizer": recorded}, "zh") == recorded
+
+
 def test_tokenizer_fallback_is_announced(tmp_path, monkeypatch):
     """A language whose spaCy tokenizer needs packages that are missing (ko: mecab-ko, ja: sudachipy)
     is read with the rule-based tokenizer; the run says so once, what was missing, and how the
