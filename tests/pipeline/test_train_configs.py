@@ -722,7 +722,7 @@ def test_saved_pipeline_checks_weights_against_its_own_tokenizer(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         init_nlp(_config("ner.cfg", corpus_dir, model, overrides)).to_disk(tmp_path / "saved")
-    nlp = spacy.load(tmp_path / "saved")
+        nlp = spacy.load(tmp_path / "saved")  # its own weights checked at load (their warning: the next test's)
     assert nlp.config["nlp"]["tokenizer"] == overrides.get("nlp.tokenizer", RULES)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
