@@ -68,7 +68,7 @@ from .bilm_layer import (
 from .callers import called_from, runs, user_stacklevel
 from .doc_data import ELMO_ATTR, IDX_ATTR, install_extensions, install_hooks, set_doc_data
 from .layer_cache import MB
-from .listener import ELMO_FACTORY, ElmoListener, find_listener_path, running_pipeline
+from .listener import ElmoListener, find_listener_path, running_pipeline
 from .loaders import WeightsLoader, load_weights, names_no_weights, requests_nothing, weights_target
 from .runner import fine_tuned
 from .scalar_mix import is_setting
@@ -84,6 +84,10 @@ max_window = 128
 backend = "auto"
 cache_size = 50000
 """
+
+
+#: The factory name of spacy-elmo's component (``nlp.add_pipe("elmo")``).
+ELMO_FACTORY = "elmo"
 
 
 @Language.factory(
@@ -492,9 +496,12 @@ class ElmoComponent(TrainablePipe):
         spacy.load) builds the components while nlp.config is still the language class's default and sets the
         real one (``--nlp.tokenizer``, a fallback block) only at its end. What is read from the pipeline is kept in
         :attr:`pipeline_tokens`, for a later use out of its reach (pickled: :meth:`__reduce__`)."""
-        nlp = self._reading_pipeline(nlp)
-        if nlp is not None:
-            self.pipeline_tokens = {"lang": nlp.lang, "tokenizer": tokenizer_settings(nlp)}
+        return self._read_from(self._reading_pipeline(nlp))
+
+    def _read_from(self, pipeline: Optional[Language]) -> Optional[Dict[str, Any]]:
+        """:meth:`_reading` of the pipeline :meth:`_reading_pipeline` resolved (None: what was last read)."""
+        if pipeline is not None:
+            self.pipeline_tokens = {"lang": pipeline.lang, "tokenizer": tokenizer_settings(pipeline)}
         return self.pipeline_tokens
 
     def _reading_pipeline(self, nlp: Optional[Language] = None) -> Optional[Language]:
@@ -525,7 +532,7 @@ class ElmoComponent(TrainablePipe):
         :meth:`_reading`'s. The pipeline read is kept among those ``bilm`` was checked against (:data:`_CHECKED_IN`;
         ``new_weights``: none before it)."""
         pipeline = self._reading_pipeline(nlp)
-        trained, here = bilm.provenance, self._reading(pipeline)
+        trained, here = bilm.provenance, self._read_from(pipeline)  # resolved once: the frames walked once
         checked = _CHECKED_IN.get(self) if not new_weights else None
         if checked is None:
             checked = _CHECKED_IN[self] = weakref.WeakSet()

@@ -202,10 +202,9 @@ def _disabled_upstream(model: ElmoListener) -> Optional[str]:
     return model.upstream if nlp is not None and model.upstream in nlp.disabled else None
 
 
-def _upstream_disabled(model: ElmoListener) -> str:
-    """:attr:`Errors.E_LISTENER_UPSTREAM_DISABLED` for :func:`_disabled_upstream`'s component, with the
+def _upstream_disabled(model: ElmoListener, upstream: str) -> str:
+    """:attr:`Errors.E_LISTENER_UPSTREAM_DISABLED` for ``upstream`` (:func:`_disabled_upstream`'s component), with the
     ``replace_listeners`` call that lets the listening component run without it."""
-    upstream = _disabled_upstream(model)
     component, path = _run_by(model)
     quoted = repr(component) if component else "COMPONENT"
     replace = _replace_call(repr(upstream), quoted, path)
@@ -224,10 +223,6 @@ def running_pipeline(model: Model) -> Optional[Language]:
             return nlp
         frame = frame.f_back
     return None
-
-
-#: The factory name of spacy-elmo's component (``nlp.add_pipe("elmo")``).
-ELMO_FACTORY = "elmo"
 
 
 def _run_by(model: ElmoListener) -> Tuple[Optional[str], Optional[str]]:
@@ -316,8 +311,9 @@ def _forward(model: ElmoListener, docs: List[Doc], is_train: bool):
         if missing and not checked_upstream and not (model.attrs.get("warming_up", False) and _initializing()):
             # spaCy does not relink at select_pipes: a disabled upstream is named, not a stale batch or missing data
             checked_upstream = True
-            if _disabled_upstream(model) is not None:
-                raise ValueError(_upstream_disabled(model))
+            disabled = _disabled_upstream(model)
+            if disabled is not None:
+                raise ValueError(_upstream_disabled(model, disabled))
         if data is not None and data.ndim == 3:
             outputs.append(model.ops.asarray3f(cast(Floats3d, data.astype("float32"))))  # ndim checked above
             model.attrs["warming_up"] = False
