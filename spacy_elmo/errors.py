@@ -1323,7 +1323,14 @@ class Errors:
     )
     E_CONFIG_WRITE = "Could not write {path}: {error}. Choose a writable OUTPUT, or - for stdout."
     E_INTERRUPTED = (
-        "Interrupted: `spacy-elmo {command}` stopped before it finished. Rerun the same command for its result."
+        "Interrupted: `spacy-elmo {command}` stopped before it finished. Rerun the same command for its result"
+        "{rerun}."
+    )
+    #: E_INTERRUPTED's ``rerun`` (else ""): an export without --overwrite stopped once OUT_DIR held files, which a
+    #: rerun without it refuses (E_EXPORT_NOT_EMPTY)
+    E_INTERRUPTED_OVERWRITE = (
+        ", adding --overwrite: {path} holds what the stopped export moved into it (part of the model, or all of "
+        "it), and a second export replaces an OUT_DIR that is not empty only with --overwrite"
     )
     E_INTERRUPTED_STARTING = "Interrupted while spacy-elmo was starting: nothing was done. Rerun the command."
     E_STDOUT_CLOSED = (
