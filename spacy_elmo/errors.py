@@ -1939,12 +1939,16 @@ class Warnings:
         "(unicodedata.normalize('NFC', text) in Python, or uconv -x any-nfc), and give the pipeline NFC text too."
     )
     W_TOKENIZER_FALLBACK = (
-        "spacy-elmo: spaCy's tokenizer for --lang {lang} needs packages that are not installed ({error}); "
+        "spacy-elmo: spaCy's tokenizer for {language} needs packages that are not installed ({error}); "
         "reading the text with spaCy's rule-based tokenizer instead (whitespace, then punctuation and the "
         "language's exceptions). In a language written without spaces (Japanese, Thai) its tokens are whole "
         "phrases: install those packages instead. A pipeline must read the same tokens as the model was trained "
         "on: spacy.blank({lang!r}, config={{'nlp': {{'tokenizer': {{'@tokenizers': 'spacy.Tokenizer.v1'}}}}}})."
     )
+    #: W_TOKENIZER_FALLBACK's ``language``: the one given (pretrain's --lang, or embed's, evaluate's, fit-state's)
+    W_FALLBACK_LANG_GIVEN = "--lang {lang}"
+    #: W_TOKENIZER_FALLBACK's ``language``: the model's, read where no --lang was given (embed, evaluate, fit-state)
+    W_FALLBACK_LANG_RECORDED = "{lang}, the language the model's config.json records (no --lang was given),"
     W_ELMO_OTHER_TOKENS = (
         "spacy-elmo: the {name} component's model {source} was pretrained on the tokens of spaCy's "
         "{lang!r} tokenizer {tokenizer}, but this pipeline is {nlp_lang!r} with tokenizer {nlp_tokenizer}: "

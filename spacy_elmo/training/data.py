@@ -62,7 +62,7 @@ from array import array
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Dict, Iterator, List, Optional
+from typing import Any, BinaryIO, Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
@@ -655,7 +655,7 @@ def iter_text(path: PathLike, stats: ReadStats, tokenizer=None) -> Iterator[str]
 _FALLBACK_WARNED: set = set()
 
 
-def make_nlp(lang: str, provenance: Optional[Dict[str, Any]] = None):
+def make_nlp(lang: str, provenance: Optional[Dict[str, Any]] = None, from_model: bool = False):
     """A blank spaCy pipeline for ``lang`` with a sentencizer.
 
     Languages whose default tokenizer needs an external package (Korean needs
@@ -663,22 +663,37 @@ def make_nlp(lang: str, provenance: Optional[Dict[str, Any]] = None):
     with a warning (once per language) naming what is missing. ``provenance``: the config.json record of the model
     the text is read for (``embed``, ``evaluate``, ``fit-state``): where ``pretrain`` read ``lang`` for it with a
     tokenizer block it records, that block is read with (a model of the fallback's phrases reads them still, once
-    SudachiPy is installed), unless it cannot be built here (its packages missing: the fallback, as above); a
-    language this spaCy lacks is then an error saying that the model's config.json named it (E_MODEL_LANG).
+    SudachiPy is installed), unless it cannot be built here (its packages missing: the fallback, as above).
+    ``from_model``: ``lang`` is the language ``provenance`` records, read as no --lang was given (else the one given:
+    pretrain's --lang, or embed's, evaluate's, fit-state's), which the fallback's warning says, and a language this
+    spaCy lacks is an error saying that the model's config.json named it (E_MODEL_LANG).
     """
     try:
         nlp, missing = _blank(lang, recorded_tokenizer(provenance or {}, lang))
     except ValueError as err:
         # the model's language (the CLI refuses a --lang spaCy lacks before this): say where it came from
-        if provenance and provenance.get("lang") == lang:
+        if from_model:
             raise ValueError(Errors.E_MODEL_LANG.format(lang=lang, error=err.__cause__ or err)) from err
         raise
     if missing is not None and lang not in _FALLBACK_WARNED:  # corpus, held-out text: once per run
         _FALLBACK_WARNED.add(lang)
         error = (str(missing).strip().splitlines() or [type(missing).__name__])[0]
-        warnings.warn(Warnings.W_TOKENIZER_FALLBACK.format(lang=lang, error=error), RuntimeWarning, stacklevel=2)
+        language = (Warnings.W_FALLBACK_LANG_RECORDED if from_model else Warnings.W_FALLBACK_LANG_GIVEN).format(lang=lang)
+        warnings.warn(Warnings.W_TOKENIZER_FALLBACK.format(language=language, lang=lang, error=error), RuntimeWarning,
+                      stacklevel=2)
     nlp.add_pipe("sentencizer")
     return nlp
+
+
+def text_language(lang: Optional[str], provenance: Dict[str, Any], default: str = "en") -> Tuple[str, bool]:
+    """``(language, from_model)``: the language ``embed``, ``evaluate`` and ``fit-state`` read the text with, and
+    whether it is the model's (:func:`make_nlp`'s ``from_model``): ``lang`` (--lang) where given, else the one the
+    model's config.json records (``provenance``), else ``default`` (embed's "": none, the lines split at
+    whitespace)."""
+    if lang:
+        return lang, False
+    recorded = provenance.get("lang")
+    return (recorded, True) if recorded else (default, False)
 
 
 #: The ``[nlp.tokenizer]`` block of spaCy's rule-based tokenizer: :func:`make_nlp`'s fallback.
