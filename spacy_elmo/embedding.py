@@ -135,11 +135,13 @@ def scan_lines(path: PathLike, digests: PartDigests, progress: bool = False) -> 
     any ``\r`` before it), as for ``wc -l``; a leading byte order mark is not text (as in
     pretraining: ``training.data.iter_lines``). A ``\r`` inside a line is warned of, once
     (:data:`Warnings.W_EMBED_CARRIAGE_RETURN`): a file whose lines end in ``\r`` alone (classic Mac OS) is one line.
+    A U+FEFF after the start is kept, a character of its word as the pipeline reads it, and warned of once
+    (:data:`Warnings.W_BOM_INSIDE`, ``training.data.BomCount``), as pretraining, evaluate and fit-state do.
     ``progress``: a bar of the bytes of the file read (compressed, as on the disk), of its size: this pass
     took minutes on a big file without a word (10 GB of bzip2: 11 minutes).
     """
     from .progress import progress_bar
-    from .training.data import iter_lines, not_text_error, not_utf8, replaced_bytes_so_far
+    from .training.data import BomCount, iter_lines, not_text_error, not_utf8, replaced_bytes_so_far
 
     path = Path(path)
     check_input_file(path)
@@ -148,12 +150,15 @@ def scan_lines(path: PathLike, digests: PartDigests, progress: bool = False) -> 
         raise ValueError(not_text_error(path, kind))
     before = replaced_bytes_so_far()
     n_lines, with_cr = 0, 0
+    boms = BomCount()
     with progress_bar(total=path.stat().st_size, desc="reading", unit="B", unit_scale=True, unit_divisor=1024,
                       disable=not progress) as bar:
         for line in iter_lines(path, digests, on_read=lambda position: bar.update(position - bar.n)):
             n_lines += 1
             if not with_cr and "\r" in line:  # one at its end is part of the line's end
                 with_cr = n_lines
+            boms.add(line)
+    boms.warn(path)
     if with_cr:
         warnings.warn(Warnings.W_EMBED_CARRIAGE_RETURN.format(path=path, line=with_cr), RuntimeWarning, stacklevel=2)
     replaced = replaced_bytes_so_far() - before

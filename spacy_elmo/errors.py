@@ -1323,7 +1323,14 @@ class Errors:
     )
     E_CONFIG_WRITE = "Could not write {path}: {error}. Choose a writable OUTPUT, or - for stdout."
     E_INTERRUPTED = (
-        "Interrupted: `spacy-elmo {command}` stopped before it finished. Rerun the same command for its result."
+        "Interrupted: `spacy-elmo {command}` stopped before it finished. Rerun the same command for its result"
+        "{rerun}."
+    )
+    #: E_INTERRUPTED's ``rerun`` (else ""): an export without --overwrite stopped once OUT_DIR held files, which a
+    #: rerun without it refuses (E_EXPORT_NOT_EMPTY)
+    E_INTERRUPTED_OVERWRITE = (
+        ", adding --overwrite: {path} holds what the stopped export moved into it (part of the model, or all of "
+        "it), and a second export replaces an OUT_DIR that is not empty only with --overwrite"
     )
     E_INTERRUPTED_STARTING = "Interrupted while spacy-elmo was starting: nothing was done. Rerun the command."
     E_STDOUT_CLOSED = (
@@ -1932,12 +1939,16 @@ class Warnings:
         "(unicodedata.normalize('NFC', text) in Python, or uconv -x any-nfc), and give the pipeline NFC text too."
     )
     W_TOKENIZER_FALLBACK = (
-        "spacy-elmo: spaCy's tokenizer for --lang {lang} needs packages that are not installed ({error}); "
+        "spacy-elmo: spaCy's tokenizer for {language} needs packages that are not installed ({error}); "
         "reading the text with spaCy's rule-based tokenizer instead (whitespace, then punctuation and the "
         "language's exceptions). In a language written without spaces (Japanese, Thai) its tokens are whole "
         "phrases: install those packages instead. A pipeline must read the same tokens as the model was trained "
         "on: spacy.blank({lang!r}, config={{'nlp': {{'tokenizer': {{'@tokenizers': 'spacy.Tokenizer.v1'}}}}}})."
     )
+    #: W_TOKENIZER_FALLBACK's ``language``: the one given (pretrain's --lang, or embed's, evaluate's, fit-state's)
+    W_FALLBACK_LANG_GIVEN = "--lang {lang}"
+    #: W_TOKENIZER_FALLBACK's ``language``: the model's, read where no --lang was given (embed, evaluate, fit-state)
+    W_FALLBACK_LANG_RECORDED = "{lang}, the language the model's config.json records (no --lang was given),"
     W_ELMO_OTHER_TOKENS = (
         "spacy-elmo: the {name} component's model {source} was pretrained on the tokens of spaCy's "
         "{lang!r} tokenizer {tokenizer}, but this pipeline is {nlp_lang!r} with tokenizer {nlp_tokenizer}: "

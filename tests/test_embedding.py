@@ -1337,3 +1337,32 @@ def test_a_full_disk_while_merging_goes_on_from_the_parts(model_dir, corpus, tmp
     (got, got_map), (want, want_map) = read_all(out), read_all(straight)
     assert got_map == want_map and sorted(got) == sorted(want)
     assert all(np.array_equal(got[name], want[name]) for name in want)
+
+
+def test_a_bom_inside_the_input_is_kept_and_warned_of_as_pretraining_warns(bilm, tmp_path):
+    """embed kept a U+FEFF after the file's start ('\\ufeffc', a word of its own, as the pipeline reads it) without a
+    word, where pretraining, evaluate and fit-state warn (W_BOM_INSIDE): the same warning now, once, told apart from
+    the leading byte order mark (dropped, not counted)."""
+    import warnings
+
+    from spacy_elmo.training.data import ReadStats, iter_text
+
+    path = tmp_path / "joined.txt"  # `cat a.txt b.txt`, each beginning with a byte order mark, and one in a word
+    path.write_bytes("\ufeffa b\n\ufeffc d\ne\ufefff\n".encode())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        list(iter_text(path, ReadStats()))
+    (expected,) = [str(w.message) for w in caught if "U+FEFF" in str(w.message)]
+    assert "has 2 U+FEFF characters (byte order marks) after its start, 1 at the start of a line" in expected
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        embed_file(bilm, path, tmp_path / "o.h5", progress=False)
+    assert [str(w.message) for w in caught if "U+FEFF" in str(w.message)] == [expected]
+    data, mapping = read_all(tmp_path / "o.h5")
+    assert set(mapping) == {"a b", "\ufeffc d", "e\ufefff"}  # kept in its word, as the pipeline reads it
+    plain_file = tmp_path / "plain.txt"  # a leading byte order mark alone: no text, no warning
+    plain_file.write_bytes("\ufeffa b\n".encode())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        embed_file(bilm, plain_file, tmp_path / "p.h5", progress=False)
+    assert not [w for w in caught if "U+FEFF" in str(w.message)]

@@ -244,8 +244,8 @@ inline LstmDims check_lstm(const char* op, at::TensorList xs, const at::Tensor& 
     check_same_float(xs[k], dtype, op, "x");
     check_sizes(weights[4 * k], {d.I, 4 * d.C}, op, "w_input (I, 4C)");
     check_sizes(weights[4 * k + 1], {d.P, 4 * d.C}, op, "w_recurrent (P, 4C)");
-    TORCH_CHECK(weights[4 * k + 2].numel() == 4 * d.C, op, ": bias must be (4C,) = (", 4 * d.C, ",), got ",
-                weights[4 * k + 2].sizes());
+    // its exact shape, not its number of values: a (2, 2C) or (1, 4C) bias ran, read as (4C,), on both devices
+    check_sizes(weights[4 * k + 2], {4 * d.C}, op, "bias (4C,)");
     check_sizes(weights[4 * k + 3], {d.C, d.P}, op, "w_proj (C, P)");
     for (int64_t j = 0; j < 4; ++j) check_same_float(weights[4 * k + j], dtype, op, "an LSTM weight");
   }

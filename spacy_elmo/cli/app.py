@@ -36,7 +36,8 @@ class _Commands(TyperGroup):
             if ctx.obj == COMMAND_LINE and ctx.invoked_subcommand == "pretrain" and printing_ranks().rank != 0:
                 # Under torchrun every process gets the Ctrl-C: rank 0 says it once, as pretrain's own stops.
                 raise typer.Exit(130)
-            fail(Errors.E_INTERRUPTED.format(command=ctx.invoked_subcommand), status=130, fg=typer.colors.YELLOW)
+            fail(Errors.E_INTERRUPTED.format(command=ctx.invoked_subcommand, rerun=""), status=130,
+                 fg=typer.colors.YELLOW)
 
 
 def _shown_lowercase(param, ctx) -> bool:

@@ -64,12 +64,13 @@ def embed(
                 target = torch_device(device)
                 bilm = BiLM.load(model).to(target)  # a saved pipeline: an error saying to export its biLM
                 tokenize, name = None, "whitespace"
-                # the model's own reading by default (as evaluate and fit-state): a Chinese model read whole lines
-                lang = None if whitespace else lang or bilm.provenance.get("lang")
-                if lang:
-                    from ..training.data import make_nlp, spacy_rules, tokenizer_settings, warn_other_tokens, word_texts
+                from ..training.data import (make_nlp, spacy_rules, text_language, tokenizer_settings, warn_other_tokens,
+                                             word_texts)
 
-                    nlp = make_nlp(lang, bilm.provenance)
+                # the model's own reading by default (as evaluate and fit-state): a Chinese model read whole lines
+                lang, from_model = (None, False) if whitespace else text_language(lang, bilm.provenance, default="")
+                if lang:
+                    nlp = make_nlp(lang, bilm.provenance, from_model=from_model)
                     warn_other_tokens(bilm.provenance, model, nlp, lang, input_path)
                     # whitespace tokens dropped, as in pretraining; no stretch cut (pretraining cuts one spaCy is
                     # quadratically slow on, cut_runs): a line's tokens are the pipeline's

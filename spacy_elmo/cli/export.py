@@ -37,7 +37,18 @@ def export(
     from ..training.modelio import SOFTMAX_FILE, load_pretrained, save_pretrained, write_softmax
     from ..training.trainer import model_dir_lock
 
-    with interruption_ends(ctx, "export") as stop, ExitStack() as held:  # SIGTERM too: the lock released, 143
+    replacing = False  # replace_dir began to fill OUT_DIR
+
+    def rerun() -> str:
+        # E_INTERRUPTED's rerun: a stop once replace_dir began moving the model into OUT_DIR (or after it) leaves
+        # files there, and check_output_dir refuses OUT_DIR not empty without --overwrite
+        try:
+            filled = replacing and not overwrite and _holds_files(out_dir.resolve())
+        except OSError:  # OUT_DIR no longer looked at: the rerun says what it is
+            filled = False
+        return Errors.E_INTERRUPTED_OVERWRITE.format(path=out_dir) if filled else ""
+
+    with interruption_ends(ctx, "export", rerun) as stop, ExitStack() as held:  # SIGTERM too: the lock released, 143
         try:
             check_output_dir(out_dir, overwrite, model_dir)
             # the directory replace_dir replaces: resolved (RUN/missing/.. is RUN to it, and no directory to the kernel)
@@ -76,6 +87,7 @@ def export(
                     vocab.save(tmp)
 
         try:
+            replacing = True
             replace_dir(out_dir, write, last=MODEL_MARKERS)  # a kill in between leaves no model, not a mixed one
         except OSError as err:
             fail(Errors.E_EXPORT_WRITE.format(path=out_dir, error=err))
@@ -99,7 +111,7 @@ def check_output_dir(out_dir: Path, overwrite: bool, model_dir: str) -> None:
         raise FileExistsError(Errors.E_EXPORT_BUNDLED.format(path=out_dir, bundled=DEFAULT_MODEL_DIR))
     if real.exists() and not real.is_dir():
         raise FileExistsError(Errors.E_EXPORT_NOT_A_DIR.format(path=out_dir))
-    if real.is_dir() and any(real.iterdir()):
+    if _holds_files(real):
         # with --overwrite, "$OUT" unset (typer's ".") or "." emptied the current directory, .git and all: refused
         # whatever --overwrite says, as not empty would offer it
         cwd = holds_cwd(real)
@@ -110,3 +122,9 @@ def check_output_dir(out_dir: Path, overwrite: bool, model_dir: str) -> None:
     # "default" is the bundled model, refused above as OUT_DIR
     if model_dir != "default" and Path(model_dir).resolve() == real and (real / CHECKPOINT_NAME).exists():
         raise FileExistsError(Errors.E_EXPORT_ONTO_RUN.format(path=out_dir, checkpoint=CHECKPOINT_NAME))
+
+
+def _holds_files(real: Path) -> bool:
+    """Whether ``real`` (OUT_DIR resolved) is a directory that holds anything: one an export replaces only with
+    --overwrite."""
+    return real.is_dir() and any(real.iterdir())

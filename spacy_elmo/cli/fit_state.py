@@ -46,7 +46,7 @@ def fit_state(
         read_meta,
         write_initial_state,
     )
-    from ..training.data import ReadStats, make_nlp, replaced_bytes_so_far, tokenize_file, warn_other_tokens
+    from ..training.data import ReadStats, make_nlp, replaced_bytes_so_far, text_language, tokenize_file, warn_other_tokens
     from ..training.trainer import model_dir_lock
 
     if clear and text_path is not None:
@@ -75,8 +75,8 @@ def fit_state(
             else:
                 assert text_path is not None  # refused above without --clear
                 provenance = meta.get("provenance") or {}
-                lang = lang or provenance.get("lang", "en")
-                nlp = make_nlp(lang, provenance)
+                lang, from_model = text_language(lang, provenance)
+                nlp = make_nlp(lang, provenance, from_model=from_model)
                 warn_other_tokens(provenance, model_dir, nlp, lang, text_path)
                 stats = ReadStats()
                 before = replaced_bytes_so_far()  # the reading stops early: stats count whole files only

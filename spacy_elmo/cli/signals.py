@@ -10,7 +10,7 @@ KeyboardInterrupt, so every ``except KeyboardInterrupt`` and ``finally`` that ti
 import signal
 import threading
 from contextlib import contextmanager
-from typing import Iterator, NoReturn, Optional
+from typing import Callable, Iterator, NoReturn, Optional
 
 import typer
 
@@ -130,12 +130,15 @@ def signals_stop(command_line: bool = False):
 
 
 @contextmanager
-def interruption_ends(ctx: typer.Context, command: str) -> Iterator[Stop]:
+def interruption_ends(ctx: typer.Context, command: str, rerun: Callable[[], str] = str) -> Iterator[Stop]:
     """Around the work of ``command`` (fit-state, export), whose result is written atomically: Ctrl-C or SIGTERM
     inside ends it with :data:`Errors.E_INTERRUPTED` (rerun it) and exit status 130 or 143, once what it held is
-    released (its lock) and its temporary files removed. embed and pretrain say what they kept instead."""
+    released (its lock) and its temporary files removed. ``rerun()``: what the rerun needs besides the same
+    arguments, read once stopped ("": nothing; export's --overwrite, where OUT_DIR holds files now). embed and
+    pretrain say what they kept instead."""
     with signals_stop(command_line=ctx.obj == COMMAND_LINE) as stop:
         try:
             yield stop
         except KeyboardInterrupt as err:
-            stop.end(err, Errors.E_INTERRUPTED.format(command=command))
+            stop.reporting = True  # first: a signal while rerun() looks at the disk must not escape this handler
+            stop.end(err, Errors.E_INTERRUPTED.format(command=command, rerun=rerun()))

@@ -464,12 +464,10 @@ def _lstm(
     c_mixed = (weights[2].dtype, like.dtype if c0 is None else c0.dtype)
     dtype = _run_dtype(like, "lstm", "x")
     # As the reference: one dtype outside autocast (the casts below rounded float64 weights or states
-    # silently), and the biases' exact shape (the op reads only their number of values: a (2, 2C) bias ran).
+    # silently). The weights' shapes, the biases' included, the op checks (check_lstm in csrc/include/checks.h).
     names = ("w_input", "w_recurrent", "bias", "w_proj")
     reference.check_same_dtype("lstm", ("x", like), *[("x", x) for x in xs[1:]],
                                *[(names[k % 4], w) for k, w in enumerate(weights)], ("h0", h0), ("c0", c0))
-    for k in range(2, len(weights), 4):
-        reference.check_shape(weights[k], (4 * c,), "bias (4C,)", Errors.E_LSTM_WEIGHT_SHAPE)
     _check_switch(switches.LSTM_PRODUCTS, like)
     with reference.no_autocast(like.device.type):
         xs = _cast(xs, dtype)

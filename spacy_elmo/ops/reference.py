@@ -346,9 +346,8 @@ def check_lstm_lengths(lengths: Tensor, total: int) -> Tensor:
 def check_lstm_weights(inputs: int, weights: Sequence[Tensor], residual: bool) -> None:
     """The fused op's checks of one direction's ``(w_input (I, 4C), w_recurrent (P, 4C), bias (4C,),
     w_proj (C, P))`` for ``inputs`` (I) features (``check_lstm`` in ``csrc/include/checks.h``), in its
-    words, and of ``residual`` (it adds x to the output: I == P). ValueErrors: torch's bare product
-    errors before, and a (2, 2C) bias ran on the fused op (its check read only the number of values,
-    so the fused wrappers call this for the bias). Host shapes only: no sync."""
+    words, and of ``residual`` (it adds x to the output: I == P). ValueErrors: torch's bare product and
+    broadcast errors before. Host shapes only: no sync."""
     w_input, w_recurrent, bias, w_proj = weights
     cells, proj = w_proj.shape[0], w_proj.shape[-1]
     check_shape(w_input, (inputs, 4 * cells), "w_input (I, 4C)", Errors.E_LSTM_WEIGHT_SHAPE)

@@ -173,7 +173,8 @@ after_fork_in_child(_LOADING.clear)
 _PIPELINES: "weakref.WeakKeyDictionary[Any, weakref.ref]" = weakref.WeakKeyDictionary()
 
 
-#: component -> the pipelines its current weights were checked against (:meth:`ElmoComponent._check_tokens`), so that
+#: component -> the pipelines its current weights were checked against (:meth:`ElmoComponent._check_tokens`, recorded by
+#: :meth:`ElmoComponent._checked_in` once they serve: weights refused record nothing), so that
 #: one joining another pipeline with its weights loaded (``add_pipe(source=)``, initialize) is checked there once.
 #: Kept off the component, which pickles; weak: it keeps no pipeline alive.
 _CHECKED_IN: "weakref.WeakKeyDictionary[Any, weakref.WeakSet]" = weakref.WeakKeyDictionary()
@@ -432,14 +433,16 @@ class ElmoComponent(TrainablePipe):
             if is_default or "bundled default" in str(err):
                 raise ValueError(Errors.E_ELMO_NO_WEIGHTS.format(name=self.name, reason=err)) from err
             raise
-        self._check_tokens(bilm, source, nlp)
+        checked_in = self._check_tokens(bilm, source, nlp)
         bilm.requires_grad_(not self.cfg["frozen"])
         # loaded without the lock (calls of other threads go on meanwhile), set with it: a first-use load
         # that another thread runs sets its weights before these, never after (see from_bytes). Checked
-        # before they are set: weights refused leave the old ones, their caches and the listeners as they were.
+        # before they are set: weights refused leave the old ones, their caches, the listeners and the pipelines
+        # the old ones were checked against (:data:`_CHECKED_IN`) as they were.
         with _loading_lock(self):
             self._check_weights(bilm, source)
             set_bilm(self.model, bilm, source)
+            self._checked_in(checked_in, new_weights=True)
             for listener in self.listeners:
                 self._size_listener(listener, bilm)
 
@@ -524,20 +527,26 @@ class ElmoComponent(TrainablePipe):
         (``add_pipe(source=)``, initialize), once per pipeline."""
         bilm = get_bilm(self.model)
         if bilm is not None and nlp not in _CHECKED_IN.get(self, ()):
-            self._check_tokens(bilm, self.source or "", nlp, new_weights=False)
+            self._checked_in(self._check_tokens(bilm, self.source or "", nlp), new_weights=False)
 
-    def _check_tokens(self, bilm: BiLM, source: str, nlp: Optional[Language] = None, new_weights: bool = True) -> None:
-        """Warn when ``pretrain`` read the model's text with another language or tokenizer than this
-        pipeline's (e.g. Japanese phrases of the fallback tokenizer against SudachiPy's words); ``nlp``: as
-        :meth:`_reading`'s. The pipeline read is kept among those ``bilm`` was checked against (:data:`_CHECKED_IN`;
-        ``new_weights``: none before it)."""
-        pipeline = self._reading_pipeline(nlp)
-        trained, here = bilm.provenance, self._read_from(pipeline)  # resolved once: the frames walked once
+    def _checked_in(self, pipeline: Optional[Language], new_weights: bool) -> None:
+        """``pipeline`` (None: none in reach) kept among those the weights now serving were checked against
+        (:data:`_CHECKED_IN`); ``new_weights``: they were just set, and were checked against none before it. Called
+        once the weights checked serve, never before: weights refused (:meth:`_check_weights`) or put back leave
+        the record of the old ones as it was, so that the next load or join checks them again."""
         checked = _CHECKED_IN.get(self) if not new_weights else None
         if checked is None:
             checked = _CHECKED_IN[self] = weakref.WeakSet()
         if pipeline is not None:
             checked.add(pipeline)
+
+    def _check_tokens(self, bilm: BiLM, source: str, nlp: Optional[Language] = None) -> Optional[Language]:
+        """Warn when ``pretrain`` read the model's text with another language or tokenizer than this
+        pipeline's (e.g. Japanese phrases of the fallback tokenizer against SudachiPy's words); ``nlp``: as
+        :meth:`_reading`'s. Returns the pipeline read (None: none in reach), for :meth:`_checked_in` once ``bilm``
+        serves."""
+        pipeline = self._reading_pipeline(nlp)
+        trained, here = bilm.provenance, self._read_from(pipeline)  # resolved once: the frames walked once
         if here is not None and reads_other_tokens(trained, here["lang"], here["tokenizer"]):
             tokenizer = trained.get("tokenizer")  # absent in models pretrained before it was recorded
             message = Warnings.W_ELMO_OTHER_TOKENS if tokenizer is not None else Warnings.W_ELMO_OTHER_LANG
@@ -557,6 +566,7 @@ class ElmoComponent(TrainablePipe):
                 TokenizerMismatchWarning,
                 stacklevel=user_stacklevel(),  # the user's nlp(text) or load_weights, not the loading's frames
             )
+        return pipeline
 
     def _check_weights(self, bilm: BiLM, source: str) -> None:
         """Raise unless ``bilm`` can replace the weights in place: its layers fit ``mix`` and every listener."""
@@ -1044,14 +1054,16 @@ class ElmoComponent(TrainablePipe):
         were read (:func:`weights_checked`), and nothing the check reads changes in between: the saved cfg is not
         read. A load that excluded the model changes no setting, so the current weights need no new check. Loaded
         weights are checked against the pipeline's tokenizer (:meth:`_check_tokens`: that of the pipeline loading
-        them, ``spacy.load``, ``nlp.from_bytes``), as those loaded at first use or initialize are."""
-        if staged.bilm is not None:
-            self._check_tokens(staged.bilm, staged.source)
+        them, ``spacy.load``, ``nlp.from_bytes``), as those loaded at first use or initialize are; the pipeline read
+        is recorded (:meth:`_checked_in`) once they are set, not when a failing vocab leaves the old ones serving."""
+        checked_in = self._check_tokens(staged.bilm, staged.source) if staged.bilm is not None else None
         bilm, source = (staged.bilm, staged.source) if staged.bilm is not None else (get_bilm(self.model), self.source)
         set_vocab()
         if bilm is not None:
             bilm.requires_grad_(not self.cfg["frozen"])
             set_bilm(self.model, bilm, source or "")
+            if staged.bilm is not None:
+                self._checked_in(checked_in, new_weights=True)
             for listener in self.listeners:  # those it sized (checked: nothing built on them), not yet loaded ones
                 if getattr(listener, "sized_by", None) == id(self):
                     self._size_listener(listener, bilm)

@@ -62,7 +62,7 @@ from array import array
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Dict, Iterator, List, Optional
+from typing import Any, BinaryIO, Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
@@ -566,6 +566,36 @@ def split_long(line: str, limit: int = PIECE_CHARS) -> List[str]:
     return pieces
 
 
+@dataclass
+class BomCount:
+    """The U+FEFF characters in the lines of one file (after its start: :func:`iter_lines` drops a leading byte
+    order mark), kept as the pipeline keeps them and told of once per file by :meth:`warn` (``W_BOM_INSIDE``),
+    with how to remove them from the text: pretraining, ``evaluate`` and ``fit-state`` (:func:`iter_text`) and
+    ``embed`` (``embedding.scan_lines``) alike."""
+
+    boms: int = 0
+    line_starts: int = 0  # those that begin a line (files joined with ``cat``, each with its byte order mark)
+
+    def add(self, line: str) -> None:
+        """Count the U+FEFF characters of ``line`` (a line :func:`iter_lines` read)."""
+        if BOM in line:
+            self.boms += line.count(BOM)
+            self.line_starts += line.startswith(BOM)
+
+    def warn(self, path: PathLike, stacklevel: int = 2) -> None:
+        """``W_BOM_INSIDE`` for ``path`` where any were counted; ``stacklevel``: as the caller's own
+        ``warnings.warn`` would take it (the frame it names is the caller's caller at 2)."""
+        if not self.boms:
+            return
+        n_boms = counted(self.boms, "U+FEFF (byte order mark)", "U+FEFF characters (byte order marks)")
+        at_line_starts = joined = ""
+        if self.line_starts:  # files joined with cat: say so, and how to join them without
+            which = "" if self.boms == 1 else "all " if self.line_starts == self.boms else f"{self.line_starts:,} "
+            at_line_starts, joined = Warnings.W_BOM_AT_LINE_STARTS.format(which=which), Warnings.W_BOM_JOINED
+        said = Warnings.W_BOM_INSIDE.format(path=path, n_boms=n_boms, at_line_starts=at_line_starts, joined=joined)
+        warnings.warn(said, RuntimeWarning, stacklevel=stacklevel + 1)
+
+
 def iter_text(path: PathLike, stats: ReadStats, tokenizer=None) -> Iterator[str]:
     """Non-empty text pieces (lines, long ones split) of every file, updating ``stats``; for ``tokenizer``,
     the one that reads them: stretches without whitespace it is slow on are cut when it is spaCy's
@@ -590,12 +620,11 @@ def iter_text(path: PathLike, stats: ReadStats, tokenizer=None) -> Iterator[str]
         stats.n_files += 1
         before = replaced_bytes_so_far()
         warned = False
-        runs = boms = line_starts = 0
+        runs = 0
+        boms = BomCount()
         for line in iter_lines(file):
             stats.n_lines += 1
-            if BOM in line:  # kept, as the pipeline reads it; counted for W_BOM_INSIDE
-                boms += line.count(BOM)
-                line_starts += line.startswith(BOM)
+            boms.add(line)  # kept, as the pipeline reads it; counted for W_BOM_INSIDE
             if not line.strip():
                 continue
             length = len(line)
@@ -615,15 +644,8 @@ def iter_text(path: PathLike, stats: ReadStats, tokenizer=None) -> Iterator[str]
             n_runs = counted(runs, "stretch", "stretches")
             said = Warnings.W_LONG_RUNS.format(path=file, n_runs=n_runs, cap=RUN_CHARS, long=f"{RUN_CAP:,}", back=CUT_BACK)
             warnings.warn(said, RuntimeWarning, stacklevel=2)
-        if boms:
-            stats.bom_chars += boms
-            n_boms = counted(boms, "U+FEFF (byte order mark)", "U+FEFF characters (byte order marks)")
-            at_line_starts = joined = ""
-            if line_starts:  # files joined with cat: say so, and how to join them without
-                which = "" if boms == 1 else "all " if line_starts == boms else f"{line_starts:,} "
-                at_line_starts, joined = Warnings.W_BOM_AT_LINE_STARTS.format(which=which), Warnings.W_BOM_JOINED
-            said = Warnings.W_BOM_INSIDE.format(path=file, n_boms=n_boms, at_line_starts=at_line_starts, joined=joined)
-            warnings.warn(said, RuntimeWarning, stacklevel=2)
+        stats.bom_chars += boms.boms
+        boms.warn(file)
         if replaced_bytes_so_far() > before:
             stats.replaced_bytes += replaced_bytes_so_far() - before
             stats.files_with_replacements += 1
@@ -633,7 +655,7 @@ def iter_text(path: PathLike, stats: ReadStats, tokenizer=None) -> Iterator[str]
 _FALLBACK_WARNED: set = set()
 
 
-def make_nlp(lang: str, provenance: Optional[Dict[str, Any]] = None):
+def make_nlp(lang: str, provenance: Optional[Dict[str, Any]] = None, from_model: bool = False):
     """A blank spaCy pipeline for ``lang`` with a sentencizer.
 
     Languages whose default tokenizer needs an external package (Korean needs
@@ -641,22 +663,37 @@ def make_nlp(lang: str, provenance: Optional[Dict[str, Any]] = None):
     with a warning (once per language) naming what is missing. ``provenance``: the config.json record of the model
     the text is read for (``embed``, ``evaluate``, ``fit-state``): where ``pretrain`` read ``lang`` for it with a
     tokenizer block it records, that block is read with (a model of the fallback's phrases reads them still, once
-    SudachiPy is installed), unless it cannot be built here (its packages missing: the fallback, as above); a
-    language this spaCy lacks is then an error saying that the model's config.json named it (E_MODEL_LANG).
+    SudachiPy is installed), unless it cannot be built here (its packages missing: the fallback, as above).
+    ``from_model``: ``lang`` is the language ``provenance`` records, read as no --lang was given (else the one given:
+    pretrain's --lang, or embed's, evaluate's, fit-state's), which the fallback's warning says, and a language this
+    spaCy lacks is an error saying that the model's config.json named it (E_MODEL_LANG).
     """
     try:
         nlp, missing = _blank(lang, recorded_tokenizer(provenance or {}, lang))
     except ValueError as err:
         # the model's language (the CLI refuses a --lang spaCy lacks before this): say where it came from
-        if provenance and provenance.get("lang") == lang:
+        if from_model:
             raise ValueError(Errors.E_MODEL_LANG.format(lang=lang, error=err.__cause__ or err)) from err
         raise
     if missing is not None and lang not in _FALLBACK_WARNED:  # corpus, held-out text: once per run
         _FALLBACK_WARNED.add(lang)
         error = (str(missing).strip().splitlines() or [type(missing).__name__])[0]
-        warnings.warn(Warnings.W_TOKENIZER_FALLBACK.format(lang=lang, error=error), RuntimeWarning, stacklevel=2)
+        language = (Warnings.W_FALLBACK_LANG_RECORDED if from_model else Warnings.W_FALLBACK_LANG_GIVEN).format(lang=lang)
+        warnings.warn(Warnings.W_TOKENIZER_FALLBACK.format(language=language, lang=lang, error=error), RuntimeWarning,
+                      stacklevel=2)
     nlp.add_pipe("sentencizer")
     return nlp
+
+
+def text_language(lang: Optional[str], provenance: Dict[str, Any], default: str = "en") -> Tuple[str, bool]:
+    """``(language, from_model)``: the language ``embed``, ``evaluate`` and ``fit-state`` read the text with, and
+    whether it is the model's (:func:`make_nlp`'s ``from_model``): ``lang`` (--lang) where given, else the one the
+    model's config.json records (``provenance``), else ``default`` (embed's "": none, the lines split at
+    whitespace)."""
+    if lang:
+        return lang, False
+    recorded = provenance.get("lang")
+    return (recorded, True) if recorded else (default, False)
 
 
 #: The ``[nlp.tokenizer]`` block of spaCy's rule-based tokenizer: :func:`make_nlp`'s fallback.

@@ -35,7 +35,7 @@ import torch
 
 from .._typing import PathLike
 from ..errors import Errors, Warnings
-from .data import Corpus, ReadStats, make_nlp, tokenize_file, warn_other_tokens
+from .data import Corpus, ReadStats, make_nlp, text_language, tokenize_file, warn_other_tokens
 from ..ops.reference import to_device_nowait
 from .lm import BidirectionalLM, encode_batch, target_positions
 from .sentences import sentence_rows
@@ -301,10 +301,10 @@ def evaluate_model_dir(
     if softmax is None or vocab is None:  # load_pretrained gives both or neither
         raise ValueError(Errors.E_NO_SOFTMAX.format(path=model_dir))
     lm = BidirectionalLM(bilm, softmax).to(device)
-    lang = lang or provenance.get("lang", "en")
+    lang, from_model = text_language(lang, provenance)
     if per_sentence is None:
         per_sentence = provenance.get("reading") == "sentences"
-    nlp = make_nlp(lang, provenance)
+    nlp = make_nlp(lang, provenance, from_model=from_model)
     warn_other_tokens(provenance, model_dir, nlp, lang, text_path)
     result = evaluate_text(lm, vocab, text_path, lang, batch_size, unroll, device, progress, per_sentence, nlp=nlp)
     result["lang"] = lang

@@ -640,6 +640,7 @@ def test_cuda_char_ids_must_be_integers(dtype):
     inputs.test_highway_bias_must_be_one_dimensional,
     inputs.test_highway_backward_op_checks_its_shapes,
     inputs.test_lstm_state_of_the_wrong_shape_is_an_error_not_reshaped,
+    inputs.test_lstm_op_refuses_a_bias_of_another_shape,
     inputs.test_lstm_lengths_must_be_integers,
     inputs.test_lstm_without_cells_or_projection_is_an_error,
     inputs.test_lstm_without_input_features_is_an_error,

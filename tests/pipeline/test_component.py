@@ -736,3 +736,43 @@ def test_float16_store_rounds_as_numpy():
     data.flags.writeable = False
     assert numpy.array_equal(stored_copy(data, "float16"), data.astype(numpy.float16))
     assert stored_copy(data, "float32").flags.owndata
+
+
+@pytest.mark.parametrize("how", ["load_weights refused", "from_bytes put back"])
+def test_weights_not_set_leave_the_pipelines_the_old_ones_were_checked_against(tmp_path, tiny_dir, monkeypatch, how):
+    """A load whose weights never serve (refused by the mix check after the tokenizer check ran; a vocab that
+    fails to be set, which puts the old weights back) recorded the old weights as checked against the pipeline the
+    load read: a zh model of characters then joined that en pipeline silently, where it warns once."""
+    provenance = {"trained_by": "spacy-elmo pretrain", "lang": "zh",
+                  "tokenizer": {"@tokenizers": "spacy.zh.ChineseTokenizer", "segmenter": "char"}}
+    BiLM.load(tiny_dir).save(tmp_path / "zh", provenance=provenance)
+    torch.manual_seed(3)
+    if how == "load_weights refused":  # a model of one LSTM layer, which the mix of three weights refuses
+        BiLM(BiLMConfig(**TINY, n_layers=1), backend="reference").save(tmp_path / "other")
+        built_for = spacy.blank("zh")
+        elmo = built_for.add_pipe("elmo", config={"weights": str(tmp_path / "zh"), "mix": [0.0] * N_LAYERS})
+        assert _other_tokens(lambda: built_for("我喜欢茶")) == []
+        target = spacy.blank("en")
+        with pytest.raises(ValueError, match="mix has 3 value"):
+            elmo.load_weights(str(tmp_path / "other"), nlp=target)
+        joining = lambda: (target.add_pipe("elmo", source=built_for), target("tea"))  # noqa: E731
+    else:
+        BiLM(BiLMConfig(**TINY), backend="reference").save(tmp_path / "other")
+        saved = spacy.blank("en")
+        saved.add_pipe("elmo", config={"weights": str(tmp_path / "other")})
+        data = saved.get_pipe("elmo").to_bytes()
+        target = spacy.blank("en")
+        elmo = target.add_pipe("elmo", config={"weights": str(tmp_path / "zh")})
+        assert _other_tokens(lambda: elmo.load_weights(str(tmp_path / "zh"), nlp=spacy.blank("zh"))) == []
+
+        def broken(*args, **kwargs):
+            raise OSError("lookups could not be set")
+
+        monkeypatch.setattr(target.vocab.lookups, "from_bytes", broken)
+        with pytest.raises(OSError, match="lookups could not be set"):
+            elmo.from_bytes(data)  # read against ``target``, the pipeline the factory built it for
+        monkeypatch.undo()
+        assert elmo.source == str(tmp_path / "zh")
+        joining = lambda: elmo.initialize(lambda: [], nlp=target)  # noqa: E731
+    messages = _other_tokens(joining)
+    assert len(messages) == 1 and "this pipeline is 'en'" in messages[0], messages

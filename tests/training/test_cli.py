@@ -945,3 +945,36 @@ def test_embed_reads_with_the_models_language_unless_told(pretrained, tmp_path):
                                  "--lang", "zh"])
     assert result.exit_code == 2 and "--whitespace splits the lines at whitespace and --lang zh" in plain(result.output)
     assert not (tmp_path / "both.h5").exists()
+
+
+@pytest.mark.parametrize("given", [False, True])
+@pytest.mark.parametrize("command", ["embed", "evaluate", "fit-state"])
+def test_the_tokenizer_fallback_says_where_the_language_came_from(pretrained, tmp_path, monkeypatch, command, given):
+    """A model recording 'ja' read without --lang, SudachiPy missing: the fallback's warning said "spaCy's tokenizer
+    for --lang ja", though no --lang was given. It names the model's config.json then, and --lang ja where given."""
+    import spacy
+
+    from spacy_elmo.training import data
+
+    model, text = pretrained
+    model = _recording(model, tmp_path, lang="ja", tokenizer=None)  # an older model: its language alone
+    real = spacy.blank
+
+    def blank(lang, config=None, **kwargs):  # SudachiPy missing: spaCy's ja tokenizer needs it
+        if lang == "ja" and not config:
+            raise ImportError('The Japanese tokenizer ("spacy.ja.JapaneseTokenizer") requires SudachiPy')
+        return real(lang, config=config, **kwargs)
+
+    monkeypatch.setattr(spacy, "blank", blank)
+    monkeypatch.setattr(data, "_FALLBACK_WARNED", set())
+    args = {"embed": ["embed", str(text), str(tmp_path / "v.h5"), "--model", str(model)],
+            "evaluate": ["evaluate", str(model), str(text)],
+            "fit-state": ["fit-state", str(model), str(text), "--rows", "4"]}[command]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = runner.invoke(app, args + ["--no-progress"] + (["--lang", "ja"] if given else []))
+    assert result.exit_code == 0, result.output
+    (said,) = [str(w.message) for w in caught if "needs packages that are not installed" in str(w.message)]
+    language = (Warnings.W_FALLBACK_LANG_GIVEN if given else Warnings.W_FALLBACK_LANG_RECORDED).format(lang="ja")
+    assert said.startswith(f"spacy-elmo: spaCy's tokenizer for {language} needs packages"), said
+    assert ("for --lang ja " in said) == given and ("config.json" in said) != given, said

@@ -151,7 +151,7 @@ def test_ctrl_c_ends_every_command_with_130_and_a_word_on_stderr(tmp_path, monke
     pretrain and embed say what they kept: every command now says it stopped and how to go on."""
     where, args = INTERRUPTED[command]
     monkeypatch.setattr(where, _raise(KeyboardInterrupt()))
-    ended(runner.invoke(app, [command, *args(tmp_path)]), 130, Errors.E_INTERRUPTED.format(command=command))
+    ended(runner.invoke(app, [command, *args(tmp_path)]), 130, Errors.E_INTERRUPTED.format(command=command, rerun=""))
 
 
 def _terminated(*args, **kwargs):
@@ -168,9 +168,9 @@ TERMINATED = {
     "embed": ("spacy_elmo.embedding.check_paths", lambda tmp: [str(tmp / "in.txt"), str(tmp / "out.h5")],
               lambda tmp: Errors.E_EMBED_INTERRUPTED_EARLY),
     "export": ("spacy_elmo.training.modelio.load_pretrained", lambda tmp: ["default", str(tmp / "out")],
-               lambda tmp: Errors.E_INTERRUPTED.format(command="export")),
+               lambda tmp: Errors.E_INTERRUPTED.format(command="export", rerun="")),
     "fit-state": ("spacy_elmo.bilm.native_io.model_path", lambda tmp: [str(tmp), "--clear"],
-                  lambda tmp: Errors.E_INTERRUPTED.format(command="fit-state")),
+                  lambda tmp: Errors.E_INTERRUPTED.format(command="fit-state", rerun="")),
 }
 
 
@@ -223,7 +223,7 @@ def test_sigterm_after_the_result_is_written_stops_nothing(tmp_path, monkeypatch
     assert sent == [True]  # the run marked complete, once
     assert caught == [signal.SIGTERM]  # the caller's, after the command
     assert result.exit_code == 0, result.output
-    assert said in result.stdout and Errors.E_INTERRUPTED.format(command=command) not in result.stderr
+    assert said in result.stdout and Errors.E_INTERRUPTED.format(command=command, rerun="") not in result.stderr
     if command == "export":
         assert BiLM.load(tmp_path / "out").config.projection_dim == TINY["projection_dim"]
 
@@ -264,7 +264,7 @@ def test_ctrl_c_in_embed_says_what_it_kept(tmp_path, monkeypatch):
     monkeypatch.setattr("spacy_elmo.embedding.check_paths", _raise(KeyboardInterrupt()))
     result = runner.invoke(app, ["embed", str(text), str(out)])
     ended(result, 130, Errors.E_EMBED_INTERRUPTED_EARLY.format(parts=tmp_path / "out.h5.parts"))
-    assert Errors.E_INTERRUPTED.format(command="embed") not in result.stderr  # said once, by embed
+    assert Errors.E_INTERRUPTED.format(command="embed", rerun="") not in result.stderr  # said once, by embed
 
 
 def test_ctrl_c_in_pretrain_on_another_rank_exits_130_unsaid(tmp_path, monkeypatch, capsys):
@@ -301,7 +301,7 @@ def test_a_real_sigint_ends_the_command_line_with_130(tmp_path, monkeypatch, cap
         signal.signal(signal.SIGINT, before)
     assert exited.value.code == 130
     captured = capsys.readouterr()
-    assert Errors.E_INTERRUPTED.format(command="evaluate") in captured.err
+    assert Errors.E_INTERRUPTED.format(command="evaluate", rerun="") in captured.err
     assert captured.out == ""
 
 
@@ -449,3 +449,37 @@ def test_a_saved_pipeline_given_as_model_is_named_with_how_to_get_its_biLM(tmp_p
         ended(result, 1, Errors.E_NO_SOFTMAX.format(path=tmp_path / "saved"))
     else:
         assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_an_export_stopped_while_it_filled_out_dir_says_to_rerun_with_overwrite(tmp_path, monkeypatch, overwrite):
+    """An export into an empty OUT_DIR stopped while replace_dir moved the model in left part of it there; "Rerun the
+    same command" was then refused (OUT_DIR not empty without --overwrite). The message names --overwrite where the
+    rerun needs it (not where it was given), and the rerun it names writes the model whole."""
+    import spacy_elmo.atomic
+
+    BiLM(BiLMConfig(**TINY)).save(tmp_path / "model")
+    out = tmp_path / "out"
+    out.mkdir()
+    real_replace, moved = os.replace, []
+
+    def replace(src, dst):  # the second file moved up from replace_dir's hidden directory into OUT_DIR: Ctrl-C
+        if os.path.dirname(dst) == str(out.resolve()):
+            if len(moved) == 1:
+                raise KeyboardInterrupt
+            moved.append(dst)
+        real_replace(src, dst)
+
+    monkeypatch.setattr(spacy_elmo.atomic.os, "replace", replace)
+    command = ["export", str(tmp_path / "model"), str(out), *(["--overwrite"] if overwrite else [])]
+    result = runner.invoke(app, command)
+    monkeypatch.undo()
+    rerun = "" if overwrite else Errors.E_INTERRUPTED_OVERWRITE.format(path=out)
+    ended(result, 130, Errors.E_INTERRUPTED.format(command="export", rerun=rerun))
+    assert len(moved) == 1 and any(out.iterdir())  # part of the model
+    if not overwrite:
+        assert runner.invoke(app, command).exit_code == 1  # the same command: refused, OUT_DIR not empty
+        command.append("--overwrite")
+    result = runner.invoke(app, command)
+    assert result.exit_code == 0, result.output
+    assert BiLM.load(out).config.projection_dim == TINY["projection_dim"]
