@@ -3,9 +3,10 @@
 ``List[Doc] -> List[Floats3d (L + 1, n, 2P)]``. In training it returns what
 the upstream ``elmo`` component handed over with :meth:`receive` (same batch; the
 same docs retokenized since get it aligned to their current tokens);
-otherwise, per doc, the layers the upstream stored on that doc (handed over with
-:meth:`receive_predicted`: another elmo component may have overwritten
-``doc._.elmo`` since), else ``doc._.elmo``, else the layers that doc got in the
+otherwise, per doc, the float32 layers the upstream computed for that doc (handed
+over with :meth:`receive_predicted`, before ``store_dtype`` rounds the copy it
+stores: predictions read what training read; another elmo component may have
+overwritten ``doc._.elmo`` since), else ``doc._.elmo``, else the layers that doc got in the
 last training batch (an annotating listening component predicts on the docs it
 just trained on, which an upstream not listed as annotating left bare). Its
 backprop returns the gradient of its output to the upstream (used only when the biLM is fine-tuned); the task's
@@ -89,9 +90,10 @@ class ElmoListener(Model):
         )
 
     def receive_predicted(self, docs: Sequence[Doc], stored: Sequence[Tuple[Any, Any]]) -> None:
-        """What the upstream stored on each doc at prediction (``(doc._.elmo, doc._.elmo_idx)``), kept
-        per doc until this listener reads that doc at prediction: another elmo component may overwrite
-        ``doc._.elmo`` meanwhile. Per doc, not per batch: the listening component may batch the docs
+        """The upstream's layers of each doc at prediction (``(layers, doc._.elmo_idx)``: its float32
+        ``(L + 1, n, 2P)`` layers, as a training batch hands them over, not ``doc._.elmo`` rounded to its
+        ``store_dtype``, and their tokens' character offsets), kept per doc until this listener reads that
+        doc at prediction: another elmo component may overwrite ``doc._.elmo`` meanwhile. Per doc, not per batch: the listening component may batch the docs
         otherwise (spaCy's parser and ner sort a batch by length into smaller ones; a component's own
         ``batch_size``), and threads serving one pipeline each hand over their own docs."""
         self._predicted.put(docs, stored)
@@ -140,7 +142,7 @@ class _Received(NamedTuple):
 
 
 class _Predicted:
-    """The upstream's hand-over at prediction: ``doc -> (doc._.elmo, doc._.elmo_idx)`` as it stored them,
+    """The upstream's hand-over at prediction: ``doc -> (layers, doc._.elmo_idx)`` (float32 layers),
     keyed by the doc itself through a weak reference, so an entry goes with its doc (never keeps it alive)."""
 
     def __init__(self) -> None:

@@ -284,6 +284,27 @@ def test_textcat_with_tok2vec(tiny_dir, factory):
     assert set(nlp("it was good .").cats) == {"POS", "NEG"}
 
 
+def test_listener_predictions_do_not_depend_on_store_dtype(tiny_dir):
+    """A listener trains on elmo's float32 layers; at prediction it read doc._.elmo rounded to store_dtype
+    (float16 in the shipped configs), so a listening component predicted otherwise with store_dtype float16 than
+    with float32. It reads the float32 layers at prediction too: what elmo's predict gives, whatever store_dtype."""
+    fix_random_seed(0)
+    nlp = _train(_nlp_with(tiny_dir, "textcat", _textcat_model("textcat", LISTENER)), "textcat", make_docs(8))
+    elmo, listener = nlp.get_pipe("elmo"), _listener_of(nlp.get_pipe("textcat"))
+    texts = ["Yesterday Alice went home and it was good .", "London was bad . Bob came to Paris .",
+             "It was good and it was bad .", "Paris went home ."]
+    cats = {}
+    for dtype in ("float16", "float32"):
+        elmo.cfg["store_dtype"] = dtype
+        with nlp.select_pipes(enable=["elmo"]):
+            docs = list(nlp.pipe(texts))
+        assert docs[0]._.elmo.dtype == numpy.dtype(dtype)
+        for read, layers in zip(listener.predict(docs), elmo.predict(docs)):
+            numpy.testing.assert_array_equal(read, layers)
+        cats[dtype] = [doc.cats for doc in nlp.pipe(texts)]
+    assert cats["float16"] == cats["float32"]
+
+
 def test_spancat_with_listener(tiny_dir):
     model = {
         "@architectures": "spacy.SpanCategorizer.v1",
