@@ -776,6 +776,36 @@ def _fine_tuned_ner_and_textcat(tiny_dir):
     return nlp
 
 
+def test_fine_tuned_bilm_runs_its_backward_on_the_sum_of_its_listeners_gradients(tiny_dir):
+    """A fine-tuned elmo feeding two listening components (ner, textcat) runs the biLM's backward once both sent
+    their gradients, on their sum: the biLM's gradient is that of one backward of d1 + d2. Keeping only the last
+    listener's gradient left the existing tests passing."""
+    nlp = _fine_tuned_ner_and_textcat(tiny_dir)
+    examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(4)]
+    nlp.initialize(lambda: examples)
+    elmo = nlp.get_pipe("elmo")
+    bilm = get_bilm(elmo.model)
+    listeners = elmo.listeners
+    assert len(listeners) == 2
+    elmo.update(examples)  # hands the batch to both listeners; no optimizer: no step
+    rng = numpy.random.default_rng(0)
+    shapes = [o.shape for o in listeners[0]._outputs]
+    d1, d2 = ([rng.standard_normal(shape).astype("float32") for shape in shapes] for _ in range(2))
+    bilm.zero_grad()
+    listeners[0]._backprop(d1)
+    assert all(p.grad is None or not p.grad.any() for p in bilm.parameters())  # waits for the other listener
+    listeners[1]._backprop(d2)
+    got = {name: p.grad.clone() for name, p in bilm.named_parameters() if p.grad is not None}
+    assert got
+    bilm.zero_grad()
+    _, backprop = elmo.model.begin_update([eg.predicted for eg in examples])
+    backprop([a + b for a, b in zip(d1, d2)])
+    for name, p in bilm.named_parameters():
+        if p.grad is not None:
+            scale = float(p.grad.abs().max()) + 1e-12
+            assert float((got[name] - p.grad).abs().max()) / scale < 1e-5, name
+
+
 class _CountingOptimizer:
     """A thinc optimizer that counts the updates of each parameter (key)."""
 
