@@ -830,6 +830,16 @@ class Errors:
         "enabled components only): first nlp.enable_pipe('{upstream}') (or leave the select_pipes block), then "
         "{replace}, then nlp.disable_pipe('{upstream}') or nlp.remove_pipe('{upstream}') if you like."
     )
+    E_LISTENER_UPSTREAM_REMOVED = (
+        "The ELMo listener in {component} reads the layers of the elmo component '{upstream}', which was removed "
+        "from this pipeline (nlp.remove_pipe('{upstream}')): nothing gave {component} layers for these docs, and spaCy's "
+        "replace_listeners finds only components in the pipeline, so it cannot give {component} its own biLM now. "
+        "Reload the saved pipeline (spacy.load), or add an elmo component with the weights {component} was trained "
+        "on back before it: nlp.add_pipe('elmo', name='{upstream}', before={component}, config={{'weights': "
+        "WEIGHTS}}) with the weights '{upstream}' had, or nlp.add_pipe('{upstream}', before={component}, "
+        "source=spacy.load(PIPELINE)) from a pipeline saved with it (the only way back to weights it fine-tuned). "
+        "To run {component} without it, then {replace}, then nlp.remove_pipe('{upstream}')."
+    )
     E_LISTENER_REHEARSE = (
         "nlp.rehearse cannot train '{component}' through its ELMo listener: spaCy's rehearsal calls the "
         "components in random order and '{upstream}' feeds no listener there. Give '{component}' its own "

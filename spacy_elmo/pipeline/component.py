@@ -66,7 +66,7 @@ from .bilm_layer import (
     weights_checked,
 )
 from .callers import called_from, runs, user_stacklevel
-from .doc_data import ELMO_ATTR, IDX_ATTR, install_extensions, install_hooks, set_doc_data
+from .doc_data import IDX_ATTR, install_extensions, install_hooks, set_doc_data
 from .layer_cache import MB
 from .listener import ElmoListener, find_listener_path, running_pipeline
 from .loaders import WeightsLoader, load_weights, names_no_weights, requests_nothing, weights_target
@@ -824,8 +824,11 @@ class ElmoComponent(TrainablePipe):
         return (e / e.sum()).astype("float32")
 
     def set_annotations(self, docs: Sequence[Doc], outputs: List[Floats3d]) -> None:
+        """outputs[i]: ``docs[i]``'s ``(L + 1, n, 2P)`` float32 layers (:meth:`predict`'s)."""
         # the layers' own count: weights of another shape may have been set since they were predicted
         mix = self.mix_weights(len(outputs[0]) if outputs else None)
+        listeners = self._fed_listeners()
+        handed = []
         for doc, layers in zip(docs, outputs):
             layers = self.model.ops.to_numpy(layers)
             set_doc_data(doc, layers, mix, self.cfg["store"], self.cfg["store_dtype"])
@@ -833,11 +836,16 @@ class ElmoComponent(TrainablePipe):
                 install_hooks(doc)
             if self.cfg["set_doc_tensor"]:
                 doc.tensor = numpy.tensordot(mix, layers, axes=(0, 0)).astype("float32")
-        listeners = self._fed_listeners()
-        if listeners:  # each listener reads these layers even if another elmo component overwrites doc._.elmo
-            stored = [(getattr(doc._, ELMO_ATTR), getattr(doc._, IDX_ATTR)) for doc in docs]
-            for listener in listeners:
-                listener.receive_predicted(docs, stored)
+            if listeners:
+                # the float32 layers, as the listeners read them in training, not doc._.elmo rounded to store_dtype:
+                # predictions do not depend on it. predict allocates each doc's own array; a view of a larger one
+                # (a caller's batch buffer) is copied, so that no entry keeps a whole batch alive
+                own = layers if layers.base is None else layers.copy()
+                handed.append((own, getattr(doc._, IDX_ATTR)))
+        # each listener reads these layers even if another elmo component overwrites doc._.elmo (kept per doc,
+        # weakly, until the listener reads that doc)
+        for listener in listeners:
+            listener.receive_predicted(docs, handed)
 
     # -- training ----------------------------------------------------------------
     # Fine-tuning (frozen = false): each listener sends the gradient of the layers it read; the

@@ -7,7 +7,8 @@ carry it through msgpack):
 * ``doc._.elmo``: ``(L + 1, n, 2P)`` (store "all") or ``(n, 2P)`` (store "mix"),
   float16 by default; None when nothing is stored.
 * ``doc._.elmo_mix``: ``(L + 1,)`` float32, the component's fixed layer weights
-  (``gamma * softmax(w)``) that turn all layers into one vector per token.
+  (``softmax(w)`` of its ``mix`` setting, summing to 1; no gamma) that turn all
+  layers into one vector per token.
 * ``doc._.elmo_idx``: ``(n,)`` int64, the character offset of each token the
   rows belong to. A doc retokenized after the component (``merge_entities``,
   ``doc.retokenize()``) keeps its rows; readers map each current token to the

@@ -3,9 +3,10 @@
 ``List[Doc] -> List[Floats3d (L + 1, n, 2P)]``. In training it returns what
 the upstream ``elmo`` component handed over with :meth:`receive` (same batch; the
 same docs retokenized since get it aligned to their current tokens);
-otherwise, per doc, the layers the upstream stored on that doc (handed over with
-:meth:`receive_predicted`: another elmo component may have overwritten
-``doc._.elmo`` since), else ``doc._.elmo``, else the layers that doc got in the
+otherwise, per doc, the float32 layers the upstream computed for that doc (handed
+over with :meth:`receive_predicted`, before ``store_dtype`` rounds the copy it
+stores: predictions read what training read; another elmo component may have
+overwritten ``doc._.elmo`` since), else ``doc._.elmo``, else the layers that doc got in the
 last training batch (an annotating listening component predicts on the docs it
 just trained on, which an upstream not listed as annotating left bare). Its
 backprop returns the gradient of its output to the upstream (used only when the biLM is fine-tuned); the task's
@@ -89,9 +90,10 @@ class ElmoListener(Model):
         )
 
     def receive_predicted(self, docs: Sequence[Doc], stored: Sequence[Tuple[Any, Any]]) -> None:
-        """What the upstream stored on each doc at prediction (``(doc._.elmo, doc._.elmo_idx)``), kept
-        per doc until this listener reads that doc at prediction: another elmo component may overwrite
-        ``doc._.elmo`` meanwhile. Per doc, not per batch: the listening component may batch the docs
+        """The upstream's layers of each doc at prediction (``(layers, doc._.elmo_idx)``: its float32
+        ``(L + 1, n, 2P)`` layers, as a training batch hands them over, not ``doc._.elmo`` rounded to its
+        ``store_dtype``, and their tokens' character offsets), kept per doc until this listener reads that
+        doc at prediction: another elmo component may overwrite ``doc._.elmo`` meanwhile. Per doc, not per batch: the listening component may batch the docs
         otherwise (spaCy's parser and ner sort a batch by length into smaller ones; a component's own
         ``batch_size``), and threads serving one pipeline each hand over their own docs."""
         self._predicted.put(docs, stored)
@@ -140,7 +142,7 @@ class _Received(NamedTuple):
 
 
 class _Predicted:
-    """The upstream's hand-over at prediction: ``doc -> (doc._.elmo, doc._.elmo_idx)`` as it stored them,
+    """The upstream's hand-over at prediction: ``doc -> (layers, doc._.elmo_idx)`` (float32 layers),
     keyed by the doc itself through a weak reference, so an entry goes with its doc (never keeps it alive)."""
 
     def __init__(self) -> None:
@@ -192,23 +194,31 @@ def _replace_call(elmo: str, component: str, path: Optional[str]) -> str:
     return Errors.E_LISTENER_REPLACE_CALL.format(elmo=elmo, component=component, path=path)
 
 
-def _disabled_upstream(model: ElmoListener) -> Optional[str]:
-    """The name of the elmo component linked to ``model`` (``model.upstream``: :func:`_forward` asks only a linked
-    listener) when it is disabled in the pipeline running ``model`` (spaCy's frames: a ``Language`` ``self`` whose
-    components hold it; ``nlp.select_pipes``, ``nlp.disable_pipe``, ``spacy.load(disable=...)``: spaCy does not
-    relink, so the listener stays linked to a component that no longer runs); None otherwise. Looked up on error
-    paths only."""
+def _upstream_not_running(model: ElmoListener) -> Optional[str]:
+    """The error for a listener whose linked elmo component (``model.upstream``: :func:`_forward` asks only a linked
+    listener) does not run in the pipeline running ``model`` (spaCy's frames: a ``Language`` ``self`` whose components
+    hold it): :attr:`Errors.E_LISTENER_UPSTREAM_DISABLED` when it is disabled there (``nlp.select_pipes``,
+    ``nlp.disable_pipe``, ``spacy.load(disable=...)``), :attr:`Errors.E_LISTENER_UPSTREAM_REMOVED` when it is no
+    longer among its components (``nlp.remove_pipe``). spaCy relinks at neither, so the listener stays linked to a
+    component that no longer runs. None otherwise (no pipeline found: the listener called on its own). Looked up on
+    error paths only."""
     nlp = running_pipeline(model)
-    return model.upstream if nlp is not None and model.upstream in nlp.disabled else None
+    if nlp is None or model.upstream is None:
+        return None
+    if model.upstream in nlp.disabled:
+        return _upstream_error(model, Errors.E_LISTENER_UPSTREAM_DISABLED, model.upstream)
+    if model.upstream not in nlp.component_names:
+        return _upstream_error(model, Errors.E_LISTENER_UPSTREAM_REMOVED, model.upstream)
+    return None
 
 
-def _upstream_disabled(model: ElmoListener, upstream: str) -> str:
-    """:attr:`Errors.E_LISTENER_UPSTREAM_DISABLED` for ``upstream`` (:func:`_disabled_upstream`'s component), with the
-    ``replace_listeners`` call that lets the listening component run without it."""
+def _upstream_error(model: ElmoListener, message: str, upstream: str) -> str:
+    """``message`` (:func:`_upstream_not_running`'s) for ``upstream``, with the ``replace_listeners`` call that lets
+    the listening component run without it."""
     component, path = _run_by(model)
     quoted = repr(component) if component else "COMPONENT"
     replace = _replace_call(repr(upstream), quoted, path)
-    return Errors.E_LISTENER_UPSTREAM_DISABLED.format(upstream=upstream, component=quoted, replace=replace)
+    return message.format(upstream=upstream, component=quoted, replace=replace)
 
 
 def running_pipeline(model: Model) -> Optional[Language]:
@@ -288,7 +298,7 @@ def _forward(model: ElmoListener, docs: List[Doc], is_train: bool):
     if model.upstream is None:
         raise ValueError(_no_upstream(model))
     outputs = []
-    checked_upstream = False  # whether :func:`_disabled_upstream` was looked up (once a call: frames walked)
+    checked_upstream = False  # whether :func:`_upstream_not_running` was looked up (once a call: frames walked)
     nL, nO = model.get_dim("nL"), model.get_dim("nO")
     for doc in docs:
         # in training kept: an annotating listening component predicts on the same docs after its update
@@ -309,11 +319,12 @@ def _forward(model: ElmoListener, docs: List[Doc], is_train: bool):
             )
         missing = (data is None or data.ndim != 3) and len(doc) > 0
         if missing and not checked_upstream and not (model.attrs.get("warming_up", False) and _initializing()):
-            # spaCy does not relink at select_pipes: a disabled upstream is named, not a stale batch or missing data
+            # spaCy does not relink at select_pipes or remove_pipe: a disabled or removed upstream is named, not a stale
+            # batch or missing data
             checked_upstream = True
-            disabled = _disabled_upstream(model)
-            if disabled is not None:
-                raise ValueError(_upstream_disabled(model, disabled))
+            not_running = _upstream_not_running(model)
+            if not_running is not None:
+                raise ValueError(not_running)
         if data is not None and data.ndim == 3:
             outputs.append(model.ops.asarray3f(cast(Floats3d, data.astype("float32"))))  # ndim checked above
             model.attrs["warming_up"] = False

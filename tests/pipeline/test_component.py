@@ -284,6 +284,21 @@ def test_mix_is_checked(tiny_dir):
             ElmoComponent(nlp.vocab, build_elmo_bilm(), mix=bad)
 
 
+def test_doc_tensor_is_the_mix_of_the_layers(tiny_dir):
+    """set_doc_tensor = true writes softmax(mix) . layers (float64 oracle), the token._.elmo_vector of each token;
+    a plain mean of the layers, which ignores mix, left the existing tests passing."""
+    nlp = spacy.blank("en")
+    mix = [0.0, 0.0, 5.0]
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "mix": mix, "set_doc_tensor": True, "store_dtype": "float32"})
+    doc = nlp("I sat by the bank .")
+    weights = numpy.exp(numpy.asarray(mix, dtype=numpy.float64) - 5.0)
+    weights /= weights.sum()
+    expected = numpy.tensordot(weights, doc._.elmo.astype(numpy.float64), axes=(0, 0))
+    assert doc.tensor.dtype == numpy.float32 and doc.tensor.shape == (len(doc), WIDTH)
+    numpy.testing.assert_allclose(doc.tensor, expected, rtol=1e-5, atol=1e-6)
+    numpy.testing.assert_allclose(doc.tensor, numpy.stack([t._.elmo_vector for t in doc]), rtol=1e-5, atol=1e-6)
+
+
 def test_batch_composition_changes_vectors_only_by_rounding(tiny_dir):
     """The README's promise: other batches give the same vectors up to float32 rounding (not bit for bit)."""
     nlp = spacy.blank("en")
@@ -383,6 +398,44 @@ def test_fine_tuning_through_whitespace_tokens(tiny_dir):
     backprop([numpy.ones_like(o) for o in outputs])
     grad = bilm.token_encoder.char_embedding.grad
     assert grad is not None and torch.isfinite(grad).all() and grad.abs().sum() > 0
+
+
+def test_fine_tuning_gradient_matches_the_bilm_run_per_piece(tiny_dir):
+    """The elmo model's backward (frozen = false) routes each doc row's gradient to the row of the piece the biLM
+    ran it in: equal to autograd of the biLM run directly on each piece (a sentence, then windows of max_window
+    words, whitespace tokens left out), over several sub-batches (batch_tokens). A gradient routed to other rows
+    (reversed within a piece, say) left the existing tests passing."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    model_cfg = {"@architectures": "spacy_elmo.ElmoBiLM.v2", "max_window": 4, "batch_tokens": 8,
+                 "backend": "reference", "cache_size": 0}
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "frozen": False, "model": model_cfg})
+    nlp.initialize()
+    texts = ["Alice  went to the big old house . Bob\tcame too !", "a b\nc d e f g"]
+    docs = [nlp.get_pipe("sentencizer")(nlp.make_doc(text)) for text in texts]
+    model = nlp.get_pipe("elmo").model
+    bilm = get_bilm(model)
+    outputs, backprop = model.begin_update(docs)
+    rng = numpy.random.default_rng(0)
+    d_outputs = [rng.standard_normal(o.shape).astype("float32") for o in outputs]
+    bilm.zero_grad()
+    backprop(d_outputs)
+    got = {name: p.grad.clone() for name, p in bilm.named_parameters() if p.grad is not None}
+    assert got
+    bilm.zero_grad()
+    loss = torch.zeros(())
+    for doc, d_out in zip(docs, d_outputs):
+        for sent in doc.sents:
+            words = [t.i for t in sent if not t.is_space]
+            for k in range(0, len(words), 4):
+                rows = words[k : k + 4]
+                layers = torch.stack(bilm(batch_to_ids([[doc[i].text for i in rows]])).activations)[:, 0]
+                loss = loss + (layers * torch.from_numpy(d_out[:, rows])).sum()
+    loss.backward()
+    for name, p in bilm.named_parameters():
+        if p.grad is not None:
+            scale = float(p.grad.abs().max()) + 1e-12
+            assert float((got[name] - p.grad).abs().max()) / scale < 1e-4, name
 
 
 @pytest.mark.parametrize(
