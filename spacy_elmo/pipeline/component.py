@@ -732,6 +732,18 @@ class ElmoComponent(TrainablePipe):
         self._adopt_star_listeners(nlp)
         return self.listeners
 
+    def _predicting_listeners(self) -> List[ElmoListener]:
+        """:meth:`_fed_listeners` less those of the pipeline's disabled components: a hand-over at prediction stays
+        until its listener reads the doc, so one to a component that does not run would keep each doc's float32
+        layers beside ``doc._.elmo`` for as long as the doc lives (``nlp.select_pipes(enable=["elmo"])`` over a
+        corpus kept in memory). Run later on such docs, that component reads ``doc._.elmo``."""
+        listeners = self._fed_listeners()
+        nlp = self._pipeline()
+        if not listeners or nlp is None or not nlp.disabled:
+            return listeners
+        off = set(nlp.disabled)
+        return [m for c in self.listening_components if c not in off for m in self.listener_map[c]]
+
     def _adopt_star_listeners(self, nlp: Language) -> None:
         """Link the ``"*"`` listeners of ``nlp``'s enabled components that this component is now the nearest enabled
         elmo before (:func:`_nearest_elmo`) and that another elmo component lists: linked while that one was the
@@ -827,7 +839,7 @@ class ElmoComponent(TrainablePipe):
         """outputs[i]: ``docs[i]``'s ``(L + 1, n, 2P)`` float32 layers (:meth:`predict`'s)."""
         # the layers' own count: weights of another shape may have been set since they were predicted
         mix = self.mix_weights(len(outputs[0]) if outputs else None)
-        listeners = self._fed_listeners()
+        listeners = self._predicting_listeners()
         handed = []
         for doc, layers in zip(docs, outputs):
             layers = self.model.ops.to_numpy(layers)

@@ -296,13 +296,29 @@ def test_listener_predictions_do_not_depend_on_store_dtype(tiny_dir):
     cats = {}
     for dtype in ("float16", "float32"):
         elmo.cfg["store_dtype"] = dtype
-        with nlp.select_pipes(enable=["elmo"]):
-            docs = list(nlp.pipe(texts))
+        docs = [nlp.make_doc(text) for text in texts]
+        elmo.set_annotations(docs, elmo.predict(docs))
         assert docs[0]._.elmo.dtype == numpy.dtype(dtype)
         for read, layers in zip(listener.predict(docs), elmo.predict(docs)):
             numpy.testing.assert_array_equal(read, layers)
         cats[dtype] = [doc.cats for doc in nlp.pipe(texts)]
     assert cats["float16"] == cats["float32"]
+
+
+def test_a_disabled_listening_component_is_handed_nothing(tiny_dir):
+    """A hand-over at prediction stays until its listener reads the doc: one to a disabled component (elmo run alone
+    over a corpus kept in memory) kept each doc's float32 layers beside doc._.elmo for as long as the doc lived.
+    The disabled component is handed nothing; run later on those docs, it reads doc._.elmo."""
+    nlp = _train(_nlp_with(tiny_dir, "textcat", _textcat_model("textcat", LISTENER)), "textcat", make_docs(4))
+    listener = _listener_of(nlp.get_pipe("textcat"))
+    texts = ["Yesterday Alice went home and it was good .", "Paris went home ."]
+    with nlp.select_pipes(enable=["elmo"]):
+        docs = list(nlp.pipe(texts))
+    assert len(listener._predicted) == 0
+    assert [set(doc.cats) for doc in nlp.get_pipe("textcat").pipe(docs)] == [{"POS", "NEG"}] * 2
+    kept = [nlp.make_doc(text) for text in texts]
+    nlp.get_pipe("elmo").set_annotations(kept, nlp.get_pipe("elmo").predict(kept))  # enabled: handed over
+    assert len(listener._predicted) == 2
 
 
 def test_spancat_with_listener(tiny_dir):
