@@ -970,7 +970,6 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
                   "train_path": str(cfg.train_path), "init": cfg.init}
     use_amp = device.type == "cuda"
     bar = progress_bar(total=total, initial=step, desc="pretraining", unit="step", disable=not (cfg.progress and is_main))
-    window_loss, window_n, window_tokens, window_start = 0.0, 0, 0, time.perf_counter()
     last_heldout = None
     last_saved = step  # the step of the checkpoint in OUTPUT_DIR (0: none)
 
@@ -1032,6 +1031,8 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
         elif is_main and last_heldout is not None:  # rank 0 found it in the log
             last_heldout = {k: v for k, v in last_heldout.items() if k not in ("step", "event", HELDOUT_DIGEST, HELDOUT_PATH)}
 
+    # The first window starts after the resume's held-out evaluation: its tok/s is training's alone.
+    window_loss, window_n, window_tokens, window_start = 0.0, 0, 0, time.perf_counter()
     lm.train()
     # Each step's host-side inputs (char encoding, targets, the sampler's draw) are prepared one step ahead on
     # a thread (cfg.prefetch; by default on a GPU), in the same order as without: the same losses, bit for bit.

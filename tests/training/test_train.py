@@ -6,6 +6,7 @@ import os
 import random
 import re
 import shutil
+import time
 import warnings
 from collections import Counter
 from pathlib import Path
@@ -1025,3 +1026,38 @@ def test_resume_with_another_tokenizer_is_refused_naming_it(tmp_path, monkeypatc
         _other_tokenizer(m, tokens_differ=False)  # a new tokenizer block, the same tokens: exact
         assert resume()["steps"] == 4
     assert json.loads(meta_path.read_text(encoding="utf-8"))["tokenizer"] == {"@tokenizers": "spacy.en.OtherTokenizer"}
+
+
+def test_the_first_tokens_per_s_after_a_resume_leaves_out_its_held_out_evaluation(tmp_path, monkeypatch):
+    """A resume that measures the checkpoint's held-out perplexity first (a --heldout added on resume) starts its
+    first tok/s window after that evaluation, as each checkpoint's evaluation does. A fake clock (trainer.time)
+    that the evaluation alone moves by 1,000 s: no timing of the machine."""
+    import types
+
+    import spacy_elmo.training.evaluate as ev
+    import spacy_elmo.training.trainer as tr
+
+    train_file = write_corpus(tmp_path / "train.txt", 200)
+    held = write_corpus(tmp_path / "held.txt", 30, seed=1)
+    out = tmp_path / "out"
+    train(tiny_train_config(train_file, out, max_steps=2, checkpoint_every=2))
+    clock = [0.0]
+    real = ev.evaluate_sentences
+
+    def slow_evaluation(*args, **kwargs):
+        clock[0] += 1000.0
+        return real(*args, **kwargs)
+
+    def perf_counter():
+        clock[0] += 1.0  # one second between any two readings outside the evaluation
+        return clock[0]
+
+    monkeypatch.setattr(ev, "evaluate_sentences", slow_evaluation)
+    monkeypatch.setattr(tr, "time", types.SimpleNamespace(perf_counter=perf_counter, time=time.time))
+    train(tiny_train_config(train_file, out, max_steps=3, checkpoint_every=2, resume=True, heldout=str(held)))
+    log = read_log(out)
+    assert [e["step"] for e in log if e.get("event") == "heldout"] == [2, 3]  # the resume's, then the last step's
+    first = [e for e in log if e.get("step") == 3 and "loss" in e][0]
+    tokens = first["tokens"] - [e for e in log if e.get("step") == 2 and "loss" in e][0]["tokens"]
+    # One step's tokens over the fake seconds between the window's two readings (1 s): not over 1,000 s more.
+    assert first["tokens_per_s"] == pytest.approx(tokens / 1.0)
