@@ -18,6 +18,7 @@ import torch
 from spacy_elmo import BiLM, batch_to_ids
 from spacy_elmo.training.data import TOKEN_RULES, Corpus
 from spacy_elmo.training.evaluate import evaluate_model_dir
+from spacy_elmo.training.stream import StreamBatcher
 from spacy_elmo.training.trainer import LOG_NAME, read_log, train
 
 from .conftest import TINY, first_step_nll, tiny_train_config, write_corpus
@@ -1061,3 +1062,38 @@ def test_the_first_tokens_per_s_after_a_resume_leaves_out_its_held_out_evaluatio
     tokens = first["tokens"] - [e for e in log if e.get("step") == 2 and "loss" in e][0]["tokens"]
     # One step's tokens over the fake seconds between the window's two readings (1 s): not over 1,000 s more.
     assert first["tokens_per_s"] == pytest.approx(tokens / 1.0)
+
+
+def test_a_resumed_run_starts_each_epoch_from_the_zero_state(tmp_path):
+    """A new epoch reshuffles the streams: its first step reads from the zero state, not the state carried from
+    the last step of the epoch before, also when that state comes from the checkpoint (a resume at the epoch's
+    boundary). Oracle: the step's loss recomputed from the checkpoint's weights with no state (full softmax,
+    no dropout: deterministic)."""
+    from spacy_elmo.training.checkpoint import load_checkpoint
+    from spacy_elmo.training.lm import BidirectionalLM, encode_batch
+    from spacy_elmo.training.trainer import _build_model
+    from spacy_elmo.training.vocab import CharTable
+
+    train_file = write_corpus(tmp_path / "train.txt", 60)
+    out = tmp_path / "out"
+    settings = dict(negatives=10_000, dropout=0.0, batch_size=4, unroll=5, checkpoint_every=1000)
+    first = tiny_train_config(train_file, out, max_steps=None, epochs=1, **settings)
+    with pytest.warns(RuntimeWarning, match="using the full softmax"):
+        train(first)  # one epoch: the checkpoint at its last step carries that step's state
+    spe = [e for e in read_log(out) if e.get("event") == "start"][0]["steps_per_epoch"]
+    payload = load_checkpoint(out)
+    assert payload["step"] == spe and "lstm_h" in payload["ranks"][0]
+    with pytest.warns(RuntimeWarning, match="using the full softmax"):
+        train(tiny_train_config(train_file, out, max_steps=spe + 1, resume=True, **settings))
+    logged = [e for e in read_log(out) if e.get("step") == spe + 1 and "loss" in e][0]
+
+    bilm, softmax, vocab, corpus, _ = _build_model(first, Corpus.load(out / "data"), payload)
+    lm = BidirectionalLM(bilm, softmax)
+    lm.load_state_dict(payload["model"])
+    lm.eval()
+    fwd, bwd = StreamBatcher(corpus, 4, 5, seed=0).batch(1, 0)
+    chars, i_f, i_b = encode_batch(fwd[:, :-1], bwd[:, :-1], CharTable(vocab, bilm.config.max_characters_per_token))
+    with torch.no_grad():
+        res = lm(chars, i_f, i_b, vocab.target_ids(fwd[:, 1:]), vocab.target_ids(bwd[:, 1:]), torch.full((4,), 5), None)
+    n = 4 * 5
+    assert logged["loss"] == pytest.approx((float(res.nll_fwd.sum()) / n + float(res.nll_bwd.sum()) / n) / 2, rel=1e-5)

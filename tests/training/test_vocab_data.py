@@ -563,6 +563,10 @@ def test_streams_sharded_reversed_and_deterministic():
     assert not set(f0.flatten().tolist()) & set(f1.flatten().tolist()) - {BOS, EOS}
     again = StreamBatcher(corpus, 2, 3, seed=1, rank=0, world=2).batch(0, 1)
     assert torch.equal(again[0], f0) and torch.equal(again[1], b0)
+    # Each epoch reshuffles both streams: epoch 1 reads other windows than epoch 0 (and deterministically).
+    e1 = StreamBatcher(corpus, 2, 3, seed=1, rank=0, world=2).batch(1, 1)
+    assert not torch.equal(e1[0], f0) and not torch.equal(e1[1], b0)
+    assert all(torch.equal(x, y) for x, y in zip(shards[0].batch(1, 1), e1))
     # Consecutive windows overlap by one token: the last target is the next first input.
     nxt, _ = shards[0].batch(0, 2)
     assert torch.equal(nxt[:, 0], f0[:, -1])
