@@ -24,6 +24,13 @@ def counted(n: int, singular: str, plural: str = "") -> str:
     return f"{n:,} {singular if n == 1 else plural or singular + 's'}"
 
 
+def listed(names: "list[str]", shown: int, total: "int | None" = None) -> str:
+    """The first ``shown`` of ``names`` for a message, the rest counted: ``a, b and 3 more``. ``total``: how many
+    there are where ``names`` keeps only the first few (default ``len(names)``)."""
+    more = (len(names) if total is None else total) - min(shown, len(names))
+    return ", ".join(names[:shown]) + (f" and {more:,} more" if more > 0 else "")
+
+
 class Errors:
     # --- characters (spacy_elmo.chars) -------------------------------------
     E_SENTENCES_NOT_LISTS = (
@@ -1850,7 +1857,7 @@ class Warnings:
         "vocab.txt, the log) are no corpus text. Move them out of the corpus directory to silence this."
     )
     W_REPLACED_BYTES = (
-        "spacy-elmo: {n_bytes} undecodable byte(s) in {n_files} file(s) were replaced by U+FFFD "
+        "spacy-elmo: {n_bytes} undecodable byte(s) in {n_files} file(s) ({files}) were replaced by U+FFFD "
         "(the text is read as UTF-8; re-encode the files to UTF-8 to keep those characters)."
     )
     W_CONFIG_FORCE = "config's --force is deprecated: pass --overwrite, as export and embed spell it."

@@ -68,7 +68,7 @@ import numpy as np
 
 from .._typing import PathLike
 from ..atomic import atomic_write_text, naming, temporary_files
-from ..errors import Errors, TokenizerMismatchWarning, Warnings, counted
+from ..errors import Errors, TokenizerMismatchWarning, Warnings, counted, listed
 from ..paths import missing_path_error
 from .vocab import BOS, EOS, SPECIALS
 
@@ -265,6 +265,10 @@ def open_text_file(path: PathLike) -> Iterator[BinaryIO]:
             raise ValueError(Errors.E_ARCHIVE_BAD.format(path=path, format=kind, problem=problem)) from err
 
 
+#: Files named in the warning of replaced bytes (W_REPLACED_BYTES); the rest are counted.
+REPLACED_FILES_NAMED = 3
+
+
 @dataclass
 class ReadStats:
     n_files: int = 0
@@ -272,6 +276,7 @@ class ReadStats:
     binary_files: List[str] = field(default_factory=list)
     replaced_bytes: int = 0
     files_with_replacements: int = 0
+    replaced_files: List[str] = field(default_factory=list)  # the first REPLACED_FILES_NAMED of them: the warning's (not in meta.json)
     n_lines: int = 0
     long_lines: int = 0
     long_runs: int = 0  # stretches without whitespace cut by cut_runs
@@ -627,6 +632,8 @@ def iter_text(path: PathLike, stats: ReadStats, tokenizer=None) -> Iterator[str]
         if replaced_bytes_so_far() > before:
             stats.replaced_bytes += replaced_bytes_so_far() - before
             stats.files_with_replacements += 1
+            if len(stats.replaced_files) < REPLACED_FILES_NAMED:
+                stats.replaced_files.append(str(file))
 
 
 #: Languages whose rule-based fallback tokenizer was announced in this process.
@@ -1168,7 +1175,9 @@ def _tokenize_into(cache: Path, stamp: dict, train_path: PathLike, nlp, progress
     bar.close()
     if stats.replaced_bytes:
         warnings.warn(
-            Warnings.W_REPLACED_BYTES.format(n_bytes=stats.replaced_bytes, n_files=stats.files_with_replacements),
+            Warnings.W_REPLACED_BYTES.format(n_bytes=stats.replaced_bytes, n_files=stats.files_with_replacements,
+                                             files=listed(stats.replaced_files, REPLACED_FILES_NAMED,
+                                                          stats.files_with_replacements)),
             RuntimeWarning,
             stacklevel=3,  # build_corpus's caller
         )
@@ -1188,7 +1197,9 @@ def _tokenize_into(cache: Path, stamp: dict, train_path: PathLike, nlp, progress
     _write_array(counts_np[order], cache / "counts.i64")
     with naming(cache / "types.txt"):
         (cache / "types.txt").write_text("".join(types[i] + "\n" for i in order), encoding="utf-8")
-    meta = {"fingerprint": stamp, "stats": asdict(stats), "n_types": len(types), "n_stream": int(sum(lengths)),
+    # The counts, not the names the warning gave: the same text under another name (compressed) has the same stats.
+    stats_counts = {k: v for k, v in asdict(stats).items() if k != "replaced_files"}
+    meta = {"fingerprint": stamp, "stats": stats_counts, "n_types": len(types), "n_stream": int(sum(lengths)),
             "tokenizer": tokenizer_settings(nlp)}
     atomic_write_text(meta_path, json.dumps(meta, indent=1))  # meta.json last: it marks a complete cache
     return meta
