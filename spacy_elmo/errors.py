@@ -1169,6 +1169,12 @@ class Errors:
         "--init {expected}, another model. Resume with --init {found}; to fine-tune {expected}, start "
         "a new OUTPUT_DIR."
     )
+    E_RESUME_INIT_CHANGED = (
+        "The run in {path} fine-tunes --init {init} and kept its vocabulary, but the model at {init} has "
+        "changed since the run started from it: its vocabulary is another ({found} words when the run started, "
+        "{expected} now), so the checkpoint's softmax rows would be read as other words. Restore the model the run "
+        "started from at {init}, or start a new OUTPUT_DIR to fine-tune the model there now."
+    )
     E_CHECKPOINT_TOKENIZER = (
         "The checkpoint in {path} was trained on other tokens of the same text: its corpus was read with "
         "{found}, this run reads it with {expected}, and the tokens differ, so resuming would read other "

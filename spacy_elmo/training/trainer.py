@@ -468,8 +468,10 @@ def _resume_settings(cfg: TrainConfig, world: int, new_vocab: bool, vocab: Vocab
     """What must be equal between a run and its resumption for the steps to match.
     Checkpoints written before a key of ``ckpt.ADDED_SETTINGS`` existed resume without it.
     ``new_vocab``: :func:`_build_model`'s (what --new-vocab did, not the flag: checked before the vocabulary)."""
+    # The --init vocabulary the run kept (None: built from the corpus): a model replaced at that path is named.
+    init_vocab = vocab.digest() if cfg.init and not new_vocab else None
     return {**_run_settings(cfg, world), "new_vocab": new_vocab, "vocab_size": vocab.size, "model_config": model,
-            "data": corpus.digest()}
+            "data": corpus.digest(), "init_vocab": init_vocab}
 
 
 def _refuse_other_tokenization(cache: Path, stamp: Dict[str, Any], out: Path) -> None:

@@ -314,6 +314,32 @@ def test_resume_names_an_init_given_or_left_out(tmp_path):
     assert resume(tuned, init=str(base))["steps"] == 3
 
 
+@pytest.mark.filterwarnings("ignore:.*full softmax:RuntimeWarning", "ignore:.*not in the vocabulary of --init:RuntimeWarning")
+def test_resume_names_an_init_model_replaced_at_its_path(tmp_path):
+    """A fine-tuning run that kept its --init vocabulary, resumed after another model was copied over that path:
+    refused as "trained on other data" (the corpus and settings blamed); now it names the --init path, both
+    vocabulary sizes and the fix. An older checkpoint that did not record the vocabulary keeps that refusal."""
+    init, tuned = tmp_path / "init", tmp_path / "tuned"
+    train(tiny_train_config(write_corpus(tmp_path / "a.txt", 200), init, max_steps=1))
+    domain = write_corpus(tmp_path / "domain.txt", 100, seed=3)
+    train(tiny_train_config(domain, tuned, max_steps=2, checkpoint_every=2, init=str(init), model=None))
+    size = json.loads((init / "config.json").read_text(encoding="utf-8"))["provenance"]["vocab_size"]
+    shutil.rmtree(init)  # another model (a smaller vocabulary) at the same path
+    train(tiny_train_config(domain, init, max_steps=1, vocab_size=10))
+
+    def resume():
+        return train(tiny_train_config(domain, tuned, max_steps=3, checkpoint_every=2, resume=True, model=None, init=str(init)))
+
+    with pytest.raises(ValueError, match=rf"fine-tunes --init {init} .*the model at {init} has changed.*\({size} words "
+                                         rf"when the run started, 10 now\).*Restore the model the run started from"):
+        resume()
+    payload = torch.load(tuned / "checkpoint.pt", weights_only=True)
+    del payload["settings"]["init_vocab"]  # written before the vocabulary was recorded
+    torch.save(payload, tuned / "checkpoint.pt")
+    with pytest.raises(ValueError, match="trained on other data"):
+        resume()
+
+
 def test_a_run_whose_cache_recorded_whole_seconds_resumes_over_it(tmp_path, monkeypatch):
     """The corpus cache now records nanosecond file times: a run started by an older spacy-elmo (whole
     seconds) resumes over the unchanged corpus reusing its cache, not reading the text again."""
