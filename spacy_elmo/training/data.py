@@ -8,7 +8,8 @@ sentencizer (the same tokens the pipeline component sees), and writes into
 * ``tokens.i32``: every sentence as ``<S> t1 .. tn </S>``, as type ids (int32);
 * ``sent_lengths.i64``: the length of every sentence, markers included;
 * ``types.txt``: all distinct tokens, specials first, then by descending count;
-* ``counts.i64``: the count of each type; ``meta.json``: reading statistics.
+* ``counts.i64``: the count of each type; ``meta.json``: reading statistics, the files' fingerprint (sizes,
+  times) and the sha256 of each file's text taken as it was read (:data:`TEXT_DIGESTS`, which a resume checks).
 
 A byte order mark at the start of a file (of each file of a directory) is not
 text and is dropped (:func:`iter_lines`, which ``embed`` reads with too); one
@@ -277,6 +278,8 @@ class ReadStats:
     replaced_bytes: int = 0
     files_with_replacements: int = 0
     replaced_files: List[str] = field(default_factory=list)  # the first REPLACED_FILES_NAMED of them: the warning's (not in meta.json)
+    # sha256 of each text file's text (decompressed), taken as it is read: meta.json's TEXT_DIGESTS (not its stats)
+    text_sha256: Dict[str, str] = field(default_factory=dict)
     n_lines: int = 0
     long_lines: int = 0
     long_runs: int = 0  # stretches without whitespace cut by cut_runs
@@ -596,7 +599,8 @@ def iter_text(path: PathLike, stats: ReadStats, tokenizer=None) -> Iterator[str]
         before = replaced_bytes_so_far()
         warned = False
         runs = boms = line_starts = 0
-        for line in iter_lines(file):
+        digest = hashlib.sha256()  # of the text read, in this pass: a resume tells text edited in place (same size, time)
+        for line in iter_lines(file, digest):
             stats.n_lines += 1
             if BOM in line:  # kept, as the pipeline reads it; counted for W_BOM_INSIDE
                 boms += line.count(BOM)
@@ -629,6 +633,7 @@ def iter_text(path: PathLike, stats: ReadStats, tokenizer=None) -> Iterator[str]
                 at_line_starts, joined = Warnings.W_BOM_AT_LINE_STARTS.format(which=which), Warnings.W_BOM_JOINED
             said = Warnings.W_BOM_INSIDE.format(path=file, n_boms=n_boms, at_line_starts=at_line_starts, joined=joined)
             warnings.warn(said, RuntimeWarning, stacklevel=2)
+        stats.text_sha256[str(file)] = digest.hexdigest()
         if replaced_bytes_so_far() > before:
             stats.replaced_bytes += replaced_bytes_so_far() - before
             stats.files_with_replacements += 1
@@ -1081,6 +1086,26 @@ def cache_is_current(cache_dir: PathLike, stamp: dict) -> bool:
     return recorded is not None and recorded == _at_precision_of(recorded, stamp)
 
 
+#: meta.json's key for the sha256 of each file's text as it was tokenized (:attr:`ReadStats.text_sha256`).
+TEXT_DIGESTS = "text_sha256"
+
+
+def same_text(cache_dir: PathLike) -> bool:
+    """Whether the files the cache in ``cache_dir`` was tokenized from hold the same text now: their sha256
+    (decompressed) against the cache's :data:`TEXT_DIGESTS`, each file read once more (a ``--resume`` checks it,
+    where the sizes and times that :func:`cache_is_current` compares are those of the text tokenized; an edit that
+    keeps both, ``cp --preserve``, ``touch -r``, ``rsync -t``, is seen). True for a cache that recorded none (an older
+    spacy-elmo's): its sizes and times alone decide, as they did."""
+    recorded = json.loads((Path(cache_dir) / "meta.json").read_text(encoding="utf-8")).get(TEXT_DIGESTS) or {}
+    for file, expected in recorded.items():
+        digest = hashlib.sha256()
+        for _ in iter_lines(file, digest):  # the digest of the same bytes the tokenizing pass read
+            pass
+        if digest.hexdigest() != expected:
+            return False
+    return True
+
+
 def tokenization_change(cache_dir: PathLike, stamp: dict) -> Optional[tuple]:
     """``(earlier, now)`` :func:`tokenization` when the cache in ``cache_dir`` was built from the files
     ``stamp`` names but read with another tokenization (``earlier`` None: an older spacy-elmo's cache,
@@ -1198,9 +1223,9 @@ def _tokenize_into(cache: Path, stamp: dict, train_path: PathLike, nlp, progress
     with naming(cache / "types.txt"):
         (cache / "types.txt").write_text("".join(types[i] + "\n" for i in order), encoding="utf-8")
     # The counts, not the names the warning gave: the same text under another name (compressed) has the same stats.
-    stats_counts = {k: v for k, v in asdict(stats).items() if k != "replaced_files"}
+    stats_counts = {k: v for k, v in asdict(stats).items() if k not in ("replaced_files", "text_sha256")}
     meta = {"fingerprint": stamp, "stats": stats_counts, "n_types": len(types), "n_stream": int(sum(lengths)),
-            "tokenizer": tokenizer_settings(nlp)}
+            "tokenizer": tokenizer_settings(nlp), TEXT_DIGESTS: stats.text_sha256}
     atomic_write_text(meta_path, json.dumps(meta, indent=1))  # meta.json last: it marks a complete cache
     return meta
 

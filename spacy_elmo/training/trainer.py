@@ -44,7 +44,7 @@ from ..paths import file_identity, file_sha256
 from ..ranks import torchrun_ranks
 from . import checkpoint as ckpt
 from . import data as corpus_data
-from .data import PRETRAINED_BY, Corpus, build_corpus, cache_is_current, fingerprint, tokenization_change
+from .data import PRETRAINED_BY, Corpus, build_corpus, cache_is_current, fingerprint, same_text, tokenization_change
 from .lm import BidirectionalLM
 from .modelio import check_init_model, load_pretrained, recorded_reading, save_pretrained
 from .prefetch import StepInputs, StepPrefetcher, prefetch_default, prepare_step
@@ -899,6 +899,8 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
                 ckpt.remove_leftovers(out)  # a run killed while writing a checkpoint
                 nlp = corpus_data.make_nlp(cfg.lang)  # one pipeline for the freshness check and the tokenization
                 fresh = cache_is_current(cache, fingerprint(cfg.train_path, cfg.lang, nlp))
+                # A resume reads the text once more to hash it: an edit that kept the sizes and times is other text.
+                fresh = fresh and (payload is None or same_text(cache))
                 meta = build_corpus(cfg.train_path, cfg.lang, staging if payload is not None and not fresh else cache,
                                     progress=cfg.progress, nlp=nlp, processes=cfg.tokenize_processes)
         # Each rank reads the cache (another machine's ranks may fail to) and builds its model.

@@ -1,5 +1,6 @@
 """End-to-end pretraining: learning, exact resume, Korean, fine-tuning."""
 
+import hashlib
 import json
 import math
 import os
@@ -338,6 +339,32 @@ def test_resume_names_an_init_model_replaced_at_its_path(tmp_path):
     torch.save(payload, tuned / "checkpoint.pt")
     with pytest.raises(ValueError, match="trained on other data"):
         resume()
+
+
+def test_resume_refuses_a_corpus_edited_in_place_with_its_size_and_time_kept(tmp_path):
+    """The corpus's lines shuffled on disk with the file's size and mtime kept (cp --preserve, touch -r, rsync -t):
+    the cache looked current by its fingerprint and the resume went on silently on the old tokens. Now the resume
+    hashes the text and compares it with the digest taken as it was tokenized: other text, refused, OUTPUT_DIR as
+    it was."""
+    from spacy_elmo.training import data
+
+    train_file = write_corpus(tmp_path / "train.txt", 200)
+    out = tmp_path / "out"
+    train(tiny_train_config(train_file, out, max_steps=2, checkpoint_every=2))
+    meta = json.loads((out / "data" / "meta.json").read_text(encoding="utf-8"))
+    assert meta[data.TEXT_DIGESTS] == {str(train_file): hashlib.sha256(train_file.read_bytes()).hexdigest()}
+    assert data.same_text(out / "data")
+    before = {p.name: p.read_bytes() for p in (out / "data").iterdir()}
+    st = os.stat(train_file)
+    lines = train_file.read_text(encoding="utf-8").splitlines()
+    random.Random(1).shuffle(lines)
+    train_file.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    os.utime(train_file, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert os.stat(train_file).st_size == st.st_size and data.cache_is_current(out / "data", data.fingerprint(train_file, "en"))
+    assert not data.same_text(out / "data")
+    with pytest.raises(ValueError, match="trained on other data"):
+        train(tiny_train_config(train_file, out, max_steps=4, checkpoint_every=2, resume=True))
+    assert {p.name: p.read_bytes() for p in (out / "data").iterdir()} == before
 
 
 def test_a_run_whose_cache_recorded_whole_seconds_resumes_over_it(tmp_path, monkeypatch):
