@@ -62,7 +62,7 @@ from .bilm.config import check_bool, is_int
 from .bilm.model import remove_boundaries
 from .chars import batch_to_ids
 from .embedding import embed_lines
-from .errors import Errors, Warnings
+from .errors import Errors, Warnings, listed
 from .paths import missing_path_error
 
 __all__ = ["AllenNLPKeys", "Elmo", "ElmoEmbedder", "ElmoTokenEmbedder", "batch_to_ids"]
@@ -102,8 +102,7 @@ class _ElmoState(NamedTuple):
 
 
 def _listed(kind: str, names: Sequence[str]) -> str:
-    more = len(names) - LISTED_KEYS
-    return f"{kind} " + ", ".join(names[:LISTED_KEYS]) + (f" and {more} more" if more > 0 else "")
+    return f"{kind} " + listed(list(names), LISTED_KEYS)
 
 
 def _prefix_hint(state_dict: Mapping, prefix: str, mark: str = ALLENNLP_MARK, cls: str = "Elmo") -> str:

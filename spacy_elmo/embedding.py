@@ -163,7 +163,7 @@ def scan_lines(path: PathLike, digests: PartDigests, progress: bool = False) -> 
         warnings.warn(Warnings.W_EMBED_CARRIAGE_RETURN.format(path=path, line=with_cr), RuntimeWarning, stacklevel=2)
     replaced = replaced_bytes_so_far() - before
     if replaced:
-        warnings.warn(Warnings.W_REPLACED_BYTES.format(n_bytes=replaced, n_files=1), RuntimeWarning, stacklevel=2)
+        warnings.warn(Warnings.W_REPLACED_BYTES.format(n_bytes=replaced, n_files=1, files=path), RuntimeWarning, stacklevel=2)
     return n_lines
 
 

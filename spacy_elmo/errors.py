@@ -24,6 +24,13 @@ def counted(n: int, singular: str, plural: str = "") -> str:
     return f"{n:,} {singular if n == 1 else plural or singular + 's'}"
 
 
+def listed(names: "list[str]", shown: int, total: "int | None" = None) -> str:
+    """The first ``shown`` of ``names`` for a message, the rest counted: ``a, b and 3 more``. ``total``: how many
+    there are where ``names`` keeps only the first few (default ``len(names)``)."""
+    more = (len(names) if total is None else total) - min(shown, len(names))
+    return ", ".join(names[:shown]) + (f" and {more:,} more" if more > 0 else "")
+
+
 class Errors:
     # --- characters (spacy_elmo.chars) -------------------------------------
     E_SENTENCES_NOT_LISTS = (
@@ -1172,6 +1179,12 @@ class Errors:
         "--init {expected}, another model. Resume with --init {found}; to fine-tune {expected}, start "
         "a new OUTPUT_DIR."
     )
+    E_RESUME_INIT_CHANGED = (
+        "The run in {path} fine-tunes --init {init} and kept its vocabulary, but the model at {init} has "
+        "changed since the run started from it: its vocabulary is another ({found} words when the run started, "
+        "{expected} now), so the checkpoint's softmax rows would be read as other words. Restore the model the run "
+        "started from at {init}, or start a new OUTPUT_DIR to fine-tune the model there now."
+    )
     E_CHECKPOINT_TOKENIZER = (
         "The checkpoint in {path} was trained on other tokens of the same text: its corpus was read with "
         "{found}, this run reads it with {expected}, and the tokens differ, so resuming would read other "
@@ -1867,7 +1880,7 @@ class Warnings:
         "vocab.txt, the log) are no corpus text. Move them out of the corpus directory to silence this."
     )
     W_REPLACED_BYTES = (
-        "spacy-elmo: {n_bytes} undecodable byte(s) in {n_files} file(s) were replaced by U+FFFD "
+        "spacy-elmo: {n_bytes} undecodable byte(s) in {n_files} file(s) ({files}) were replaced by U+FFFD "
         "(the text is read as UTF-8; re-encode the files to UTF-8 to keep those characters)."
     )
     W_CONFIG_FORCE = "config's --force is deprecated: pass --overwrite, as export and embed spell it."

@@ -111,7 +111,7 @@ def _saved_model_provenance(output_dir: PathLike) -> Dict[str, Any]:
 
 #: Settings recorded only since a later version: an older checkpoint without them still resumes. (A sentence
 #: run's ``length_pool`` is not one: trainer._length_pool fills in the pool such checkpoints' runs used.)
-ADDED_SETTINGS = ("data", "lang", "optimizer", "lr", "dropout", "clip", "init", "new_vocab")
+ADDED_SETTINGS = ("data", "lang", "optimizer", "lr", "dropout", "clip", "init", "new_vocab", "init_vocab")
 #: Command-line spelling of a setting in error messages.
 _OPTION = {"batch_size": "--batch-size", "unroll": "--unroll", "seed": "--seed", "negatives": "--negatives",
            "lang": "--lang", "optimizer": "--optimizer", "lr": "--lr", "length_pool": "--length-pool",
@@ -164,9 +164,10 @@ def _given_or_left_out(name: str, saved: Dict[str, Any], output_dir: PathLike, c
 def check_settings(saved: Dict[str, Any], current: Dict[str, Any], output_dir: PathLike) -> None:
     """Settings that change the batches, shapes or updates must match for an exact resume.
 
-    The vocabulary size last: other text (``data``) changes it too, and is then what to name, not
-    --vocab-size and --min-count."""
-    for name in sorted(current, key=lambda setting: setting == "vocab_size"):
+    The kept ``--init`` vocabulary first: a model replaced at that path changes the corpus's ids (``data``) and
+    the vocabulary size too, and is then what to name. The vocabulary size last: other text (``data``) changes it
+    too, and is then what to name, not --vocab-size and --min-count."""
+    for name in sorted(current, key=lambda setting: (setting != "init_vocab", setting == "vocab_size")):
         expected = current[name]
         if name in ADDED_SETTINGS and name not in saved:
             continue
@@ -176,8 +177,13 @@ def check_settings(saved: Dict[str, Any], current: Dict[str, Any], output_dir: P
         earlier, now = saved.get("init"), current.get("init")
         # What another --init changes (its vocabulary; one without a softmax builds it from the corpus, flag
         # or not, so new_vocab's record flips too): named as that model.
-        if name in ("new_vocab", "vocab_size", "data") and earlier is not None and now is not None and earlier != now:
+        if name in ("init_vocab", "new_vocab", "vocab_size", "data") and earlier is not None and now is not None and earlier != now:
             raise ValueError(Errors.E_RESUME_OTHER_INIT.format(path=output_dir, found=earlier, expected=now))
+        if name == "init_vocab":
+            if found is None or expected is None:  # the vocabulary kept on one side only: new_vocab names it
+                continue
+            raise ValueError(Errors.E_RESUME_INIT_CHANGED.format(  # the same --init, another model
+                path=output_dir, init=now, found=saved.get("vocab_size"), expected=current.get("vocab_size")))
         if name in _GIVEN_OR_LEFT_OUT:  # given on one side only: named; another spelling of the same --init resumes
             if found and expected:
                 continue

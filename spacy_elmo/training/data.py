@@ -8,7 +8,8 @@ sentencizer (the same tokens the pipeline component sees), and writes into
 * ``tokens.i32``: every sentence as ``<S> t1 .. tn </S>``, as type ids (int32);
 * ``sent_lengths.i64``: the length of every sentence, markers included;
 * ``types.txt``: all distinct tokens, specials first, then by descending count;
-* ``counts.i64``: the count of each type; ``meta.json``: reading statistics.
+* ``counts.i64``: the count of each type; ``meta.json``: reading statistics, the files' fingerprint (sizes,
+  times) and the sha256 of each file's text taken as it was read (:data:`TEXT_DIGESTS`, which a resume checks).
 
 A byte order mark at the start of a file (of each file of a directory) is not
 text and is dropped (:func:`iter_lines`, which ``embed`` reads with too); one
@@ -68,7 +69,7 @@ import numpy as np
 
 from .._typing import PathLike
 from ..atomic import atomic_write_text, naming, temporary_files
-from ..errors import Errors, TokenizerMismatchWarning, Warnings, counted
+from ..errors import Errors, TokenizerMismatchWarning, Warnings, counted, listed
 from ..paths import missing_path_error
 from .vocab import BOS, EOS, SPECIALS
 
@@ -265,6 +266,10 @@ def open_text_file(path: PathLike) -> Iterator[BinaryIO]:
             raise ValueError(Errors.E_ARCHIVE_BAD.format(path=path, format=kind, problem=problem)) from err
 
 
+#: Files named in the warning of replaced bytes (W_REPLACED_BYTES); the rest are counted.
+REPLACED_FILES_NAMED = 3
+
+
 @dataclass
 class ReadStats:
     n_files: int = 0
@@ -272,6 +277,9 @@ class ReadStats:
     binary_files: List[str] = field(default_factory=list)
     replaced_bytes: int = 0
     files_with_replacements: int = 0
+    replaced_files: List[str] = field(default_factory=list)  # the first REPLACED_FILES_NAMED of them: the warning's (not in meta.json)
+    # sha256 of each text file's text (decompressed), taken as it is read: meta.json's TEXT_DIGESTS (not its stats)
+    text_sha256: Dict[str, str] = field(default_factory=dict)
     n_lines: int = 0
     long_lines: int = 0
     long_runs: int = 0  # stretches without whitespace cut by cut_runs
@@ -622,7 +630,8 @@ def iter_text(path: PathLike, stats: ReadStats, tokenizer=None) -> Iterator[str]
         warned = False
         runs = 0
         boms = BomCount()
-        for line in iter_lines(file):
+        digest = hashlib.sha256()  # of the text read, in this pass: a resume tells text edited in place (same size, time)
+        for line in iter_lines(file, digest):
             stats.n_lines += 1
             boms.add(line)  # kept, as the pipeline reads it; counted for W_BOM_INSIDE
             if not line.strip():
@@ -646,9 +655,12 @@ def iter_text(path: PathLike, stats: ReadStats, tokenizer=None) -> Iterator[str]
             warnings.warn(said, RuntimeWarning, stacklevel=2)
         stats.bom_chars += boms.boms
         boms.warn(file)
+        stats.text_sha256[str(file)] = digest.hexdigest()
         if replaced_bytes_so_far() > before:
             stats.replaced_bytes += replaced_bytes_so_far() - before
             stats.files_with_replacements += 1
+            if len(stats.replaced_files) < REPLACED_FILES_NAMED:
+                stats.replaced_files.append(str(file))
 
 
 #: Languages whose rule-based fallback tokenizer was announced in this process.
@@ -1111,6 +1123,26 @@ def cache_is_current(cache_dir: PathLike, stamp: dict) -> bool:
     return recorded is not None and recorded == _at_precision_of(recorded, stamp)
 
 
+#: meta.json's key for the sha256 of each file's text as it was tokenized (:attr:`ReadStats.text_sha256`).
+TEXT_DIGESTS = "text_sha256"
+
+
+def same_text(cache_dir: PathLike) -> bool:
+    """Whether the files the cache in ``cache_dir`` was tokenized from hold the same text now: their sha256
+    (decompressed) against the cache's :data:`TEXT_DIGESTS`, each file read once more (a ``--resume`` checks it,
+    where the sizes and times that :func:`cache_is_current` compares are those of the text tokenized; an edit that
+    keeps both, ``cp --preserve``, ``touch -r``, ``rsync -t``, is seen). True for a cache that recorded none (an older
+    spacy-elmo's): its sizes and times alone decide, as they did."""
+    recorded = json.loads((Path(cache_dir) / "meta.json").read_text(encoding="utf-8")).get(TEXT_DIGESTS) or {}
+    for file, expected in recorded.items():
+        digest = hashlib.sha256()
+        for _ in iter_lines(file, digest):  # the digest of the same bytes the tokenizing pass read
+            pass
+        if digest.hexdigest() != expected:
+            return False
+    return True
+
+
 def tokenization_change(cache_dir: PathLike, stamp: dict) -> Optional[tuple]:
     """``(earlier, now)`` :func:`tokenization` when the cache in ``cache_dir`` was built from the files
     ``stamp`` names but read with another tokenization (``earlier`` None: an older spacy-elmo's cache,
@@ -1205,7 +1237,9 @@ def _tokenize_into(cache: Path, stamp: dict, train_path: PathLike, nlp, progress
     bar.close()
     if stats.replaced_bytes:
         warnings.warn(
-            Warnings.W_REPLACED_BYTES.format(n_bytes=stats.replaced_bytes, n_files=stats.files_with_replacements),
+            Warnings.W_REPLACED_BYTES.format(n_bytes=stats.replaced_bytes, n_files=stats.files_with_replacements,
+                                             files=listed(stats.replaced_files, REPLACED_FILES_NAMED,
+                                                          stats.files_with_replacements)),
             RuntimeWarning,
             stacklevel=3,  # build_corpus's caller
         )
@@ -1225,8 +1259,10 @@ def _tokenize_into(cache: Path, stamp: dict, train_path: PathLike, nlp, progress
     _write_array(counts_np[order], cache / "counts.i64")
     with naming(cache / "types.txt"):
         (cache / "types.txt").write_text("".join(types[i] + "\n" for i in order), encoding="utf-8")
-    meta = {"fingerprint": stamp, "stats": asdict(stats), "n_types": len(types), "n_stream": int(sum(lengths)),
-            "tokenizer": tokenizer_settings(nlp)}
+    # The counts, not the names the warning gave: the same text under another name (compressed) has the same stats.
+    stats_counts = {k: v for k, v in asdict(stats).items() if k not in ("replaced_files", "text_sha256")}
+    meta = {"fingerprint": stamp, "stats": stats_counts, "n_types": len(types), "n_stream": int(sum(lengths)),
+            "tokenizer": tokenizer_settings(nlp), TEXT_DIGESTS: stats.text_sha256}
     atomic_write_text(meta_path, json.dumps(meta, indent=1))  # meta.json last: it marks a complete cache
     return meta
 

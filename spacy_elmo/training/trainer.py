@@ -44,7 +44,7 @@ from ..paths import file_identity, file_sha256
 from ..ranks import torchrun_ranks
 from . import checkpoint as ckpt
 from . import data as corpus_data
-from .data import PRETRAINED_BY, Corpus, build_corpus, cache_is_current, fingerprint, tokenization_change
+from .data import PRETRAINED_BY, Corpus, build_corpus, cache_is_current, fingerprint, same_text, tokenization_change
 from .lm import BidirectionalLM
 from .modelio import check_init_model, load_pretrained, recorded_reading, save_pretrained
 from .prefetch import StepInputs, StepPrefetcher, prefetch_default, prepare_step
@@ -468,8 +468,10 @@ def _resume_settings(cfg: TrainConfig, world: int, new_vocab: bool, vocab: Vocab
     """What must be equal between a run and its resumption for the steps to match.
     Checkpoints written before a key of ``ckpt.ADDED_SETTINGS`` existed resume without it.
     ``new_vocab``: :func:`_build_model`'s (what --new-vocab did, not the flag: checked before the vocabulary)."""
+    # The --init vocabulary the run kept (None: built from the corpus): a model replaced at that path is named.
+    init_vocab = vocab.digest() if cfg.init and not new_vocab else None
     return {**_run_settings(cfg, world), "new_vocab": new_vocab, "vocab_size": vocab.size, "model_config": model,
-            "data": corpus.digest()}
+            "data": corpus.digest(), "init_vocab": init_vocab}
 
 
 def _refuse_other_tokenization(cache: Path, stamp: Dict[str, Any], out: Path) -> None:
@@ -897,6 +899,8 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
                 ckpt.remove_leftovers(out)  # a run killed while writing a checkpoint
                 nlp = corpus_data.make_nlp(cfg.lang)  # one pipeline for the freshness check and the tokenization
                 fresh = cache_is_current(cache, fingerprint(cfg.train_path, cfg.lang, nlp))
+                # A resume reads the text once more to hash it: an edit that kept the sizes and times is other text.
+                fresh = fresh and (payload is None or same_text(cache))
                 meta = build_corpus(cfg.train_path, cfg.lang, staging if payload is not None and not fresh else cache,
                                     progress=cfg.progress, nlp=nlp, processes=cfg.tokenize_processes)
         # Each rank reads the cache (another machine's ranks may fail to) and builds its model.
@@ -970,7 +974,6 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
                   "train_path": str(cfg.train_path), "init": cfg.init}
     use_amp = device.type == "cuda"
     bar = progress_bar(total=total, initial=step, desc="pretraining", unit="step", disable=not (cfg.progress and is_main))
-    window_loss, window_n, window_tokens, window_start = 0.0, 0, 0, time.perf_counter()
     last_heldout = None
     last_saved = step  # the step of the checkpoint in OUTPUT_DIR (0: none)
 
@@ -1032,6 +1035,8 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
         elif is_main and last_heldout is not None:  # rank 0 found it in the log
             last_heldout = {k: v for k, v in last_heldout.items() if k not in ("step", "event", HELDOUT_DIGEST, HELDOUT_PATH)}
 
+    # The first window starts after the resume's held-out evaluation: its tok/s is training's alone.
+    window_loss, window_n, window_tokens, window_start = 0.0, 0, 0, time.perf_counter()
     lm.train()
     # Each step's host-side inputs (char encoding, targets, the sampler's draw) are prepared one step ahead on
     # a thread (cfg.prefetch; by default on a GPU), in the same order as without: the same losses, bit for bit.

@@ -8,6 +8,7 @@ UNK``. Inputs are characters, so types outside the vocabulary still get their
 own characters.
 """
 
+import hashlib
 import unicodedata
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
@@ -62,6 +63,11 @@ class Vocab:
     @property
     def targets(self) -> List[str]:
         return self.types[: self.size]
+
+    def digest(self) -> str:
+        """sha256 of the targets in order (the softmax's rows): a pretraining checkpoint records that of the
+        ``--init`` vocabulary it kept, to tell that model replaced at its path on resume."""
+        return hashlib.sha256("\n".join(self.targets).encode("utf-8")).hexdigest()
 
     def target_ids(self, type_ids: torch.Tensor) -> torch.Tensor:
         """Type ids (any shape) -> target ids: OOV types become ``UNK``."""

@@ -60,6 +60,39 @@ def test_the_held_out_evaluation_of_pretrain_shows_its_progress(tmp_path, capsys
     assert "evaluating" not in capsys.readouterr().err
 
 
+def test_a_log_gets_each_bar_line_once_and_no_line_of_spaces(tmp_path, capsys):
+    """Written to a log, tqdm erased the pretraining bar with a line of spaces before each held-out line
+    (tqdm.write) and drew its last state twice (the write's redraw, then the close's). Now every redraw is a
+    line of its own, ended by a newline (no carriage return), with none blank and the last state once."""
+    train_file = write_corpus(tmp_path / "train.txt", 100)
+    heldout = write_corpus(tmp_path / "held.txt", 30, seed=2)
+    train(tiny_train_config(train_file, tmp_path / "out", max_steps=4, checkpoint_every=2, progress=True,
+                            heldout=str(heldout)))
+    err = capsys.readouterr().err
+    assert "\r" not in err and err.endswith("\n"), repr(err)
+    lines = err[:-1].split("\n")
+    assert all(line.strip() for line in lines), repr(err)
+    assert len([line for line in lines if line.startswith("pretraining: 100%")]) == 1, err
+    held = [i for i, line in enumerate(lines) if line.startswith("step 2: held-out")]
+    assert len(held) == 1 and lines[held[0] + 1].startswith("pretraining:  50%"), err  # the bar, redrawn below it
+
+
+def test_a_log_bar_of_a_loop_writes_its_last_state_once(monkeypatch):
+    """Every command's bars (progress_bar), not only pretrain's: a loop's bar closed by its ``with`` and a bar
+    closed twice each leave their 100% line once, and a bar with leave=False leaves what it wrote."""
+    stream = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", stream)
+    with progress_bar(total=3, desc="a") as bar:
+        for _ in range(3):
+            bar.update(1)
+    bar.close()
+    for _ in progress_bar(range(2), desc="b", leave=False):
+        pass
+    lines = stream.getvalue().split("\n")
+    assert lines[-1] == "" and all(line.strip() for line in lines[:-1]), repr(stream.getvalue())
+    assert [line[:7] for line in lines[:-1]] == ["a:   0%", "a: 100%", "b:   0%"], lines
+
+
 def _words(path) -> str:
     """The words of a generated corpus (spaCy splits none of them), as a bar of unit_scale shows them ("1.54k")."""
     return tqdm.std.tqdm.format_sizeof(sum(len(line.split()) for line in path.read_text(encoding="utf-8").splitlines()))

@@ -1,11 +1,13 @@
 """End-to-end pretraining: learning, exact resume, Korean, fine-tuning."""
 
+import hashlib
 import json
 import math
 import os
 import random
 import re
 import shutil
+import time
 import warnings
 from collections import Counter
 from pathlib import Path
@@ -17,6 +19,7 @@ import torch
 from spacy_elmo import BiLM, batch_to_ids
 from spacy_elmo.training.data import TOKEN_RULES, Corpus
 from spacy_elmo.training.evaluate import evaluate_model_dir
+from spacy_elmo.training.stream import StreamBatcher
 from spacy_elmo.training.trainer import LOG_NAME, read_log, train
 
 from .conftest import TINY, first_step_nll, tiny_train_config, write_corpus
@@ -310,6 +313,58 @@ def test_resume_names_an_init_given_or_left_out(tmp_path):
     with pytest.raises(ValueError, match=missing):
         resume(tuned)
     assert resume(tuned, init=str(base))["steps"] == 3
+
+
+@pytest.mark.filterwarnings("ignore:.*full softmax:RuntimeWarning", "ignore:.*not in the vocabulary of --init:RuntimeWarning")
+def test_resume_names_an_init_model_replaced_at_its_path(tmp_path):
+    """A fine-tuning run that kept its --init vocabulary, resumed after another model was copied over that path:
+    refused as "trained on other data" (the corpus and settings blamed); now it names the --init path, both
+    vocabulary sizes and the fix. An older checkpoint that did not record the vocabulary keeps that refusal."""
+    init, tuned = tmp_path / "init", tmp_path / "tuned"
+    train(tiny_train_config(write_corpus(tmp_path / "a.txt", 200), init, max_steps=1))
+    domain = write_corpus(tmp_path / "domain.txt", 100, seed=3)
+    train(tiny_train_config(domain, tuned, max_steps=2, checkpoint_every=2, init=str(init), model=None))
+    size = json.loads((init / "config.json").read_text(encoding="utf-8"))["provenance"]["vocab_size"]
+    shutil.rmtree(init)  # another model (a smaller vocabulary) at the same path
+    train(tiny_train_config(domain, init, max_steps=1, vocab_size=10))
+
+    def resume():
+        return train(tiny_train_config(domain, tuned, max_steps=3, checkpoint_every=2, resume=True, model=None, init=str(init)))
+
+    with pytest.raises(ValueError, match=rf"fine-tunes --init {init} .*the model at {init} has changed.*\({size} words "
+                                         rf"when the run started, 10 now\).*Restore the model the run started from"):
+        resume()
+    payload = torch.load(tuned / "checkpoint.pt", weights_only=True)
+    del payload["settings"]["init_vocab"]  # written before the vocabulary was recorded
+    torch.save(payload, tuned / "checkpoint.pt")
+    with pytest.raises(ValueError, match="trained on other data"):
+        resume()
+
+
+def test_resume_refuses_a_corpus_edited_in_place_with_its_size_and_time_kept(tmp_path):
+    """The corpus's lines shuffled on disk with the file's size and mtime kept (cp --preserve, touch -r, rsync -t):
+    the cache looked current by its fingerprint and the resume went on silently on the old tokens. Now the resume
+    hashes the text and compares it with the digest taken as it was tokenized: other text, refused, OUTPUT_DIR as
+    it was."""
+    from spacy_elmo.training import data
+
+    train_file = write_corpus(tmp_path / "train.txt", 200)
+    out = tmp_path / "out"
+    train(tiny_train_config(train_file, out, max_steps=2, checkpoint_every=2))
+    meta = json.loads((out / "data" / "meta.json").read_text(encoding="utf-8"))
+    assert meta[data.TEXT_DIGESTS] == {str(train_file): hashlib.sha256(train_file.read_bytes()).hexdigest()}
+    assert data.same_text(out / "data")
+    before = {p.name: p.read_bytes() for p in (out / "data").iterdir()}
+    st = os.stat(train_file)
+    lines = train_file.read_text(encoding="utf-8").splitlines()
+    random.Random(1).shuffle(lines)
+    train_file.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    os.utime(train_file, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert os.stat(train_file).st_size == st.st_size and data.cache_is_current(out / "data", data.fingerprint(train_file, "en"))
+    assert not data.same_text(out / "data")
+    with pytest.raises(ValueError, match="trained on other data"):
+        train(tiny_train_config(train_file, out, max_steps=4, checkpoint_every=2, resume=True))
+    assert {p.name: p.read_bytes() for p in (out / "data").iterdir()} == before
 
 
 def test_a_run_whose_cache_recorded_whole_seconds_resumes_over_it(tmp_path, monkeypatch):
@@ -1025,3 +1080,73 @@ def test_resume_with_another_tokenizer_is_refused_naming_it(tmp_path, monkeypatc
         _other_tokenizer(m, tokens_differ=False)  # a new tokenizer block, the same tokens: exact
         assert resume()["steps"] == 4
     assert json.loads(meta_path.read_text(encoding="utf-8"))["tokenizer"] == {"@tokenizers": "spacy.en.OtherTokenizer"}
+
+
+def test_the_first_tokens_per_s_after_a_resume_leaves_out_its_held_out_evaluation(tmp_path, monkeypatch):
+    """A resume that measures the checkpoint's held-out perplexity first (a --heldout added on resume) starts its
+    first tok/s window after that evaluation, as each checkpoint's evaluation does. A fake clock (trainer.time)
+    that the evaluation alone moves by 1,000 s: no timing of the machine."""
+    import types
+
+    import spacy_elmo.training.evaluate as ev
+    import spacy_elmo.training.trainer as tr
+
+    train_file = write_corpus(tmp_path / "train.txt", 200)
+    held = write_corpus(tmp_path / "held.txt", 30, seed=1)
+    out = tmp_path / "out"
+    train(tiny_train_config(train_file, out, max_steps=2, checkpoint_every=2))
+    clock = [0.0]
+    real = ev.evaluate_sentences
+
+    def slow_evaluation(*args, **kwargs):
+        clock[0] += 1000.0
+        return real(*args, **kwargs)
+
+    def perf_counter():
+        clock[0] += 1.0  # one second between any two readings outside the evaluation
+        return clock[0]
+
+    monkeypatch.setattr(ev, "evaluate_sentences", slow_evaluation)
+    monkeypatch.setattr(tr, "time", types.SimpleNamespace(perf_counter=perf_counter, time=time.time))
+    train(tiny_train_config(train_file, out, max_steps=3, checkpoint_every=2, resume=True, heldout=str(held)))
+    log = read_log(out)
+    assert [e["step"] for e in log if e.get("event") == "heldout"] == [2, 3]  # the resume's, then the last step's
+    first = [e for e in log if e.get("step") == 3 and "loss" in e][0]
+    tokens = first["tokens"] - [e for e in log if e.get("step") == 2 and "loss" in e][0]["tokens"]
+    # One step's tokens over the fake seconds between the window's two readings (1 s): not over 1,000 s more.
+    assert first["tokens_per_s"] == pytest.approx(tokens / 1.0)
+
+
+def test_a_resumed_run_starts_each_epoch_from_the_zero_state(tmp_path):
+    """A new epoch reshuffles the streams: its first step reads from the zero state, not the state carried from
+    the last step of the epoch before, also when that state comes from the checkpoint (a resume at the epoch's
+    boundary). Oracle: the step's loss recomputed from the checkpoint's weights with no state (full softmax,
+    no dropout: deterministic)."""
+    from spacy_elmo.training.checkpoint import load_checkpoint
+    from spacy_elmo.training.lm import BidirectionalLM, encode_batch
+    from spacy_elmo.training.trainer import _build_model
+    from spacy_elmo.training.vocab import CharTable
+
+    train_file = write_corpus(tmp_path / "train.txt", 60)
+    out = tmp_path / "out"
+    settings = dict(negatives=10_000, dropout=0.0, batch_size=4, unroll=5, checkpoint_every=1000)
+    first = tiny_train_config(train_file, out, max_steps=None, epochs=1, **settings)
+    with pytest.warns(RuntimeWarning, match="using the full softmax"):
+        train(first)  # one epoch: the checkpoint at its last step carries that step's state
+    spe = [e for e in read_log(out) if e.get("event") == "start"][0]["steps_per_epoch"]
+    payload = load_checkpoint(out)
+    assert payload["step"] == spe and "lstm_h" in payload["ranks"][0]
+    with pytest.warns(RuntimeWarning, match="using the full softmax"):
+        train(tiny_train_config(train_file, out, max_steps=spe + 1, resume=True, **settings))
+    logged = [e for e in read_log(out) if e.get("step") == spe + 1 and "loss" in e][0]
+
+    bilm, softmax, vocab, corpus, _ = _build_model(first, Corpus.load(out / "data"), payload)
+    lm = BidirectionalLM(bilm, softmax)
+    lm.load_state_dict(payload["model"])
+    lm.eval()
+    fwd, bwd = StreamBatcher(corpus, 4, 5, seed=0).batch(1, 0)
+    chars, i_f, i_b = encode_batch(fwd[:, :-1], bwd[:, :-1], CharTable(vocab, bilm.config.max_characters_per_token))
+    with torch.no_grad():
+        res = lm(chars, i_f, i_b, vocab.target_ids(fwd[:, 1:]), vocab.target_ids(bwd[:, 1:]), torch.full((4,), 5), None)
+    n = 4 * 5
+    assert logged["loss"] == pytest.approx((float(res.nll_fwd.sum()) / n + float(res.nll_bwd.sum()) / n) / 2, rel=1e-5)

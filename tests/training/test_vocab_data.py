@@ -222,6 +222,27 @@ def test_undecodable_bytes_are_replaced_and_counted(tmp_path):
     assert any("\ufffd" in t for t in Corpus.load(tmp_path / "cache").types)
 
 
+def test_the_warning_of_replaced_bytes_names_the_first_files(tmp_path):
+    """W_REPLACED_BYTES names the first REPLACED_FILES_NAMED files (in reading order) and counts the rest."""
+    from spacy_elmo.training.data import REPLACED_FILES_NAMED
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a_clean.txt").write_text("all good here .\n", encoding="utf-8")
+    bad = [corpus / f"b{i}.txt" for i in range(REPLACED_FILES_NAMED + 2)]
+    for path in bad:
+        path.write_bytes(b"bad \xff end .\n")
+    with pytest.warns(RuntimeWarning, match="undecodable") as record:
+        meta = build_corpus(corpus, "en", tmp_path / "cache", progress=False)
+    said = [str(w.message) for w in record if "undecodable" in str(w.message)]
+    named = ", ".join(str(p) for p in bad[:REPLACED_FILES_NAMED])
+    assert len(said) == 1 and f"in {len(bad)} file(s) ({named} and 2 more) were replaced" in said[0]
+    assert meta["stats"]["files_with_replacements"] == len(bad)
+    with pytest.warns(RuntimeWarning, match="undecodable") as record:  # one file: named alone
+        build_corpus(bad[0], "en", tmp_path / "one", progress=False)
+    assert any(f"in 1 file(s) ({bad[0]}) were replaced" in str(w.message) for w in record)
+
+
 def test_one_megabyte_line(tmp_path):
     words = ("alpha beta gamma delta. " * 45000)[:1_000_000]
     path = tmp_path / "long.txt"
@@ -563,6 +584,10 @@ def test_streams_sharded_reversed_and_deterministic():
     assert not set(f0.flatten().tolist()) & set(f1.flatten().tolist()) - {BOS, EOS}
     again = StreamBatcher(corpus, 2, 3, seed=1, rank=0, world=2).batch(0, 1)
     assert torch.equal(again[0], f0) and torch.equal(again[1], b0)
+    # Each epoch reshuffles both streams: epoch 1 reads other windows than epoch 0 (and deterministically).
+    e1 = StreamBatcher(corpus, 2, 3, seed=1, rank=0, world=2).batch(1, 1)
+    assert not torch.equal(e1[0], f0) and not torch.equal(e1[1], b0)
+    assert all(torch.equal(x, y) for x, y in zip(shards[0].batch(1, 1), e1))
     # Consecutive windows overlap by one token: the last target is the next first input.
     nxt, _ = shards[0].batch(0, 2)
     assert torch.equal(nxt[:, 0], f0[:, -1])
