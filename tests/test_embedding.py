@@ -793,6 +793,14 @@ def test_cli_refuses_an_output_directory_where_no_file_can_be_created_before_rea
     assert f"{out} cannot be written: no file can be created in /sys" in said and "writable directory" in said
 
 
+def _count_bars_with(monkeypatch, bar) -> None:
+    """Every progress bar a tqdm subclass ``bar`` (spacy_elmo.progress's terminal kind, whatever stderr is here)."""
+    import spacy_elmo.progress
+
+    monkeypatch.setattr(spacy_elmo.progress, "_redraws_in_place", lambda stream: True)
+    monkeypatch.setattr(spacy_elmo.progress, "tqdm", bar)
+
+
 def test_a_resumed_runs_bar_starts_at_the_reused_lines(bilm, corpus, tmp_path, monkeypatch):
     """The reused lines were an update of the bar, so its first rate and time left counted an
     earlier run's lines as done in an instant; they are now its starting point."""
@@ -812,7 +820,7 @@ def test_a_resumed_runs_bar_starts_at_the_reused_lines(bilm, corpus, tmp_path, m
 
     out = tmp_path / "out.h5"
     embed_file(bilm, corpus, out, part_size=2, progress=False, stop_after_parts=1)
-    monkeypatch.setattr(tqdm, "tqdm", Bar)
+    _count_bars_with(monkeypatch, Bar)
     embed_file(bilm, corpus, out, part_size=2, progress=False)
     bar = next(b for b in bars if b.label == "embedding")
     assert bar.started_at == 2 and sum(bar.updates) == len(LINES) - 2
@@ -892,7 +900,7 @@ def test_the_first_pass_shows_how_much_of_the_file_was_read(tmp_path, monkeypatc
             super().update(n)
             self.positions.append(self.n)
 
-    monkeypatch.setattr(tqdm, "tqdm", Bar)
+    _count_bars_with(monkeypatch, Bar)
     monkeypatch.setattr(spacy_elmo.training.data, "ON_READ_BYTES", 1 << 12)
     assert scan_lines(path, PartDigests(100), progress=True) == 40_000
     size = path.stat().st_size
