@@ -2105,7 +2105,7 @@ class Warnings:
         "spaCy's tokenizer for {lang!r} is another than when the model was pretrained: the text is read with the "
         "tokenizer the model records, spaCy's {lang!r} tokenizer {tokenizer}, where it can be built, and here it "
         "cannot: a package it needs is missing (ja: SudachiPy and SudachiDict; ko: mecab-ko and natto-py; th: "
-        "PyThaiNLP; vi: pyvi), or this spaCy does not know it. Install that package (or the spaCy the model was "
+        "PyThaiNLP; vi: pyvi; zh's segmenter = \"jieba\" of pretrain --tokenizer: jieba), or this spaCy does not know it. Install that package (or the spaCy the model was "
         "pretrained with, e.g. in an environment of its own), or pretrain the model again on this tokenizer's tokens "
         "(`spacy-elmo pretrain TEXT OUT_DIR --lang {lang}`)."
     )
