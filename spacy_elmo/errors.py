@@ -1092,6 +1092,47 @@ class Errors:
         "--lang LANG names a language this spaCy has (embed also takes --whitespace, which splits the lines at "
         "whitespace)."
     )
+    E_TOKENIZER_CONFIG_MISSING = (
+        "--tokenizer {path} does not exist. Give the path of a spaCy config file (.cfg) with an [nlp.tokenizer] "
+        "block, e.g. [nlp.tokenizer] @tokenizers = \"spacy.zh.ChineseTokenizer\" segmenter = \"jieba\"."
+    )
+    E_TOKENIZER_CONFIG_UNREADABLE = (
+        "--tokenizer {path} could not be read as a spaCy config file: {error}. Give a spaCy config (.cfg: "
+        "[section] headers and key = value lines, as spacy init config writes) with an [nlp] section above its "
+        "[nlp.tokenizer] block."
+    )
+    E_TOKENIZER_CONFIG_NO_BLOCK = (
+        "--tokenizer {path} has no [nlp.tokenizer] section (its sections: {sections}). Add one naming spaCy's "
+        "tokenizer function and its settings, e.g. [nlp.tokenizer] @tokenizers = \"spacy.zh.ChineseTokenizer\" "
+        "segmenter = \"jieba\"."
+    )
+    E_TOKENIZER_CONFIG_LANG = (
+        "--tokenizer {path} is a config of language {config_lang!r} ([nlp] lang), but the text is read as --lang "
+        "{lang!r}: its tokenizer block was written for another language. Pass --lang {config_lang}, or a config "
+        "whose [nlp] lang is {lang!r} (or that sets none)."
+    )
+    E_TOKENIZER_BLOCK_SHAPE = (
+        "The [nlp.tokenizer] block {block} ({source}) is not one registered tokenizer function with plain "
+        "settings: it must name one @tokenizers function and hold no nested block (no other @ key, no "
+        "[nlp.tokenizer.*] section of a registered function), since the model records it and every command that "
+        "reads text for the model builds it again from that record, which it does only for such a block. Use "
+        "one @tokenizers function whose settings are plain values."
+    )
+    E_TOKENIZER_BLOCK_PACKAGE = (
+        "The [nlp.tokenizer] block {block} ({source}) cannot be built for --lang {lang}: a package it needs is "
+        "missing ({error}). Install it (segmenter = \"jieba\": pip install jieba; spacy.ja.JapaneseTokenizer: "
+        "pip install sudachipy sudachidict_core; ...) or choose a block that builds here: a block given is read "
+        "with as it is, never replaced by spaCy's rule-based tokenizer."
+    )
+    E_TOKENIZER_BLOCK_BUILD = (
+        "The [nlp.tokenizer] block {block} ({source}) cannot be built for --lang {lang}: {error}. Fix the block: "
+        "a @tokenizers function this spaCy knows (spacy.Tokenizer.v1, spacy.zh.ChineseTokenizer, ...: "
+        "https://spacy.io/api/top-level#registry) with the settings it takes."
+    )
+    #: E_TOKENIZER_BLOCK_*'s ``source`` where pretrain's --tokenizer gave the block
+    E_TOKENIZER_SOURCE_FILE = "the [nlp.tokenizer] block of --tokenizer {path}"
+    #: and where the Python API's TrainConfig.tokenizer did
+    E_TOKENIZER_SOURCE_CONFIG = "TrainConfig.tokenizer"
     E_UNKNOWN_LANG = (
         "spaCy could not load language {lang!r} ({error}): use a language code spaCy supports (en, de, ko, "
         "ja, xx for multi-language, ...: https://spacy.io/usage/models#languages)."
@@ -1128,6 +1169,10 @@ class Errors:
         "--resume continues a run exactly: pass the settings it was started with. To train on "
         "with other settings, start a new OUTPUT_DIR with --init {path}."
     )
+    #: E_CHECKPOINT_MISMATCH's ``found``/``expected`` of a run without --tokenizer
+    E_RESUME_TOKENIZER_DEFAULT = "no --tokenizer (spaCy's tokenizer of --lang)"
+    #: and of one with it: the [nlp.tokenizer] block its file gave
+    E_RESUME_TOKENIZER_BLOCK = "--tokenizer of the [nlp.tokenizer] block {block}"
     E_CHECKPOINT_DATA = (
         "The checkpoint in {path} was trained on other data: the tokenized corpus or its vocabulary "
         "(TRAIN_PATH, --lang and its tokenizer; for a checkpoint that did not record them, also --init and --new-vocab) "
@@ -1982,10 +2027,16 @@ class Warnings:
         "e.g. on the command line of spacy train: --nlp.lang {lang} --nlp.tokenizer '{tokenizer_json}'.{again}"
     )
     #: W_ELMO_OTHER_TOKENS's and W_ELMO_OTHER_LANG's ``again`` where this pipeline's tokenizer is its language's
-    #: default, the one ``pretrain --lang`` reads with (it takes no other)
+    #: default, the one ``pretrain --lang`` reads with
     W_ELMO_PRETRAIN_AGAIN = (
         " Or pretrain a model on this pipeline's tokens: `spacy-elmo pretrain TEXT OUT_DIR --lang {nlp_lang}` reads "
         "the text with this very tokenizer."
+    )
+    #: and where it is another block that a model can record (one @tokenizers function): ``pretrain --tokenizer``'s
+    W_ELMO_PRETRAIN_AGAIN_TOKENIZER = (
+        " Or pretrain a model on this pipeline's tokens: `spacy-elmo pretrain TEXT OUT_DIR --lang {nlp_lang} "
+        "--tokenizer tokenizer.cfg` reads the text with this very tokenizer, tokenizer.cfg holding its block: "
+        "[nlp.tokenizer] {tokenizer_cfg}."
     )
     W_ELMO_SOURCED_OTHER_WEIGHTS = (
         "spacy-elmo: the '{name}' component runs the biLM it was sourced with ({source}), not {requested!r}, "
@@ -2054,7 +2105,7 @@ class Warnings:
         "spaCy's tokenizer for {lang!r} is another than when the model was pretrained: the text is read with the "
         "tokenizer the model records, spaCy's {lang!r} tokenizer {tokenizer}, where it can be built, and here it "
         "cannot: a package it needs is missing (ja: SudachiPy and SudachiDict; ko: mecab-ko and natto-py; th: "
-        "PyThaiNLP; vi: pyvi), or this spaCy does not know it. Install that package (or the spaCy the model was "
+        "PyThaiNLP; vi: pyvi; zh's segmenter = \"jieba\" of pretrain --tokenizer: jieba), or this spaCy does not know it. Install that package (or the spaCy the model was "
         "pretrained with, e.g. in an environment of its own), or pretrain the model again on this tokenizer's tokens "
         "(`spacy-elmo pretrain TEXT OUT_DIR --lang {lang}`)."
     )

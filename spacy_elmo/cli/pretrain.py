@@ -159,6 +159,12 @@ def pretrain(
     output_dir: Path = typer.Argument(..., path_type=str, callback=given_output_path, help="Where the model, vocab.txt, checkpoint and log go."),
     heldout: Optional[Path] = typer.Option(None, path_type=str, callback=given_path, help="Held-out text: full-softmax perplexity at every checkpoint."),
     lang: str = typer.Option("en", callback=spacy_language, help="spaCy language of the tokenizer (the pipeline's tokens)."),
+    tokenizer: Optional[Path] = typer.Option(
+        None, path_type=str, callback=given_path,
+        help="A spaCy config file (.cfg) whose tokenizer block (section nlp.tokenizer) reads the corpus and --heldout instead of "
+        "spacy.blank(--lang)'s tokenizer (e.g. Chinese words: @tokenizers = \"spacy.zh.ChineseTokenizer\", segmenter = "
+        "\"jieba\", jieba installed); the model records it, and embed, evaluate, fit-state and the elmo component read "
+        "or check with it. Its nlp.lang, if set, must be --lang."),
     preset: Optional[str] = typer.Option(None, callback=checked_by(BiLMConfig.preset), help="Model size: small, medium or original (default small)."),
     options: Optional[Path] = typer.Option(
         None, path_type=str, callback=given_path, help="Model sizes: an AllenNLP options.json, a JSON object of BiLMConfig fields, or a spacy-elmo model's "
@@ -232,8 +238,17 @@ def pretrain(
     except ValueError as err:  # WORLD_SIZE, RANK or LOCAL_RANK set to no rank of a job
         fail(str(err))
     config = model_config(preset, options) if (preset or options) else None
+    block = None
+    if tokenizer is not None:  # read and built now: a usage error before anything else is read or written
+        from ..training.data import read_tokenizer_config
+
+        try:
+            block = read_tokenizer_config(tokenizer, lang)
+        except ValueError as err:
+            raise typer.BadParameter(str(err), param_hint="'--tokenizer'") from err
     cfg = TrainConfig(
         train_path=str(train_path), output_dir=str(output_dir), heldout=str(heldout) if heldout else None, lang=lang,
+        tokenizer=block,
         vocab_size=vocab_size, min_count=min_count, max_steps=max_steps, epochs=epochs, batch_size=batch_size,
         unroll=unroll, negatives=negatives, optimizer=optimizer, lr=lr, dropout=dropout, clip=clip, seed=seed,
         resume=resume, device=device, backend=backend, init=init, new_vocab=new_vocab, model=config,
@@ -277,7 +292,7 @@ def pretrain(
 #: pretrain's options that the sentence stage takes from the stream run when given another value than their default:
 #: the text it measures and tokenizes, how it trains (bilm-tf's settings, which the bundled model's stage 2 kept) and
 #: where and how it runs.
-STAGE_CARRIES = ("heldout", "lang", "batch_size", "negatives", "optimizer", "lr", "dropout", "clip", "seed", "device",
+STAGE_CARRIES = ("heldout", "lang", "tokenizer", "batch_size", "negatives", "optimizer", "lr", "dropout", "clip", "seed", "device",
                  "backend", "checkpoint_every", "log_every", "threads", "tokenize_processes", "prefetch", "progress",
                  "keep_freed_memory")
 #: and those it does not: its own arguments and length (an epoch of streams is not a step count of sentences), the

@@ -46,8 +46,10 @@ from ..errors import Errors, TokenizerMismatchWarning, Warnings
 from ..forksafe import after_fork_in_child
 from ..training.data import (
     default_tokenizer_settings,
+    is_tokenizer_block,
     reading_tokenizer_settings,
     reads_other_tokens,
+    tokenizer_cfg,
     tokenizer_settings,
 )
 from .bilm_layer import (
@@ -550,9 +552,15 @@ class ElmoComponent(TrainablePipe):
         if here is not None and reads_other_tokens(trained, here["lang"], here["tokenizer"]):
             tokenizer = trained.get("tokenizer")  # absent in models pretrained before it was recorded
             message = Warnings.W_ELMO_OTHER_TOKENS if tokenizer is not None else Warnings.W_ELMO_OTHER_LANG
-            # pretrain reads with make_nlp(LANG)'s tokenizer only (spacy.blank's, or its rule-based fallback where
-            # the packages it needs are missing): it is a fix where that is this pipeline's
-            again = here["tokenizer"] == reading_tokenizer_settings(here["lang"])
+            # pretrain reads with make_nlp(LANG)'s tokenizer (spacy.blank's, or its rule-based fallback where the
+            # packages it needs are missing), or with the block of --tokenizer, one that a model can record
+            if here["tokenizer"] == reading_tokenizer_settings(here["lang"]):
+                again = Warnings.W_ELMO_PRETRAIN_AGAIN.format(nlp_lang=here["lang"])
+            elif is_tokenizer_block(here["tokenizer"]):
+                again = Warnings.W_ELMO_PRETRAIN_AGAIN_TOKENIZER.format(
+                    nlp_lang=here["lang"], tokenizer_cfg=tokenizer_cfg(here["tokenizer"]))
+            else:
+                again = ""
             # an older model is checked by language alone: any block of its language silences the warning, and the
             # one shown is one that builds here (the default's needs packages that may be missing: ko, ja, th, vi)
             shown = tokenizer if tokenizer is not None else reading_tokenizer_settings(trained["lang"])
@@ -562,7 +570,7 @@ class ElmoComponent(TrainablePipe):
                 message.format(name=self.name, source=source, lang=trained["lang"], tokenizer=tokenizer, python=python,
                                tokenizer_json=json.dumps(shown, ensure_ascii=False), nlp_lang=here["lang"],
                                nlp_tokenizer=here["tokenizer"],
-                               again=Warnings.W_ELMO_PRETRAIN_AGAIN.format(nlp_lang=here["lang"]) if again else ""),
+                               again=again),
                 TokenizerMismatchWarning,
                 stacklevel=user_stacklevel(),  # the user's nlp(text) or load_weights, not the loading's frames
             )

@@ -5,6 +5,7 @@ optimizer state, the step, and per rank the RNG states (dropout, sampler) and
 the carried LSTM states. Loaded with ``weights_only=True`` (no arbitrary pickle).
 """
 
+import json
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
@@ -111,6 +112,7 @@ def _saved_model_provenance(output_dir: PathLike) -> Dict[str, Any]:
 
 #: Settings recorded only since a later version: an older checkpoint without them still resumes. (A sentence
 #: run's ``length_pool`` is not one: trainer._length_pool fills in the pool such checkpoints' runs used.)
+#: (Not ``tokenizer``: a checkpoint of a run from before --tokenizer existed read with none, which its absence says.)
 ADDED_SETTINGS = ("data", "lang", "optimizer", "lr", "dropout", "clip", "init", "new_vocab", "init_vocab")
 #: Command-line spelling of a setting in error messages.
 _OPTION = {"batch_size": "--batch-size", "unroll": "--unroll", "seed": "--seed", "negatives": "--negatives",
@@ -125,6 +127,9 @@ _GIVEN_OR_LEFT_OUT = {"init": (Errors.E_RESUME_INIT_MISSING, Errors.E_RESUME_INI
 def _describe(name: str, value: Any) -> str:
     if name == "sentences":
         return "streams (no --sentences)" if value is None else f"--sentences --max-length {value}"
+    if name == "tokenizer":  # the [nlp.tokenizer] block --tokenizer gave (TrainConfig.tokenizer), filled in
+        return Errors.E_RESUME_TOKENIZER_DEFAULT if value is None else Errors.E_RESUME_TOKENIZER_BLOCK.format(
+            block=json.dumps(value, ensure_ascii=False, sort_keys=True))
     return f"{_OPTION.get(name, name)} {value}"
 
 

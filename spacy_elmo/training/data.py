@@ -1,7 +1,7 @@
 """Reading a text corpus into a token-id cache (streaming; spaCy only here).
 
 ``build_corpus`` reads TRAIN_PATH (a file, or a directory of files, recursively (linked directories once),
-hidden files skipped), tokenizes with the spaCy tokenizer of ``lang`` plus a
+hidden files skipped), tokenizes with the spaCy tokenizer of ``lang`` (or the block ``pretrain --tokenizer`` gave: :func:`make_nlp`) plus a
 sentencizer (the same tokens the pipeline component sees), and writes into
 ``cache_dir``:
 
@@ -667,7 +667,8 @@ def iter_text(path: PathLike, stats: ReadStats, tokenizer=None) -> Iterator[str]
 _FALLBACK_WARNED: set = set()
 
 
-def make_nlp(lang: str, provenance: Optional[Dict[str, Any]] = None, from_model: bool = False):
+def make_nlp(lang: str, provenance: Optional[Dict[str, Any]] = None, from_model: bool = False,
+             tokenizer: Optional[Dict[str, Any]] = None):
     """A blank spaCy pipeline for ``lang`` with a sentencizer.
 
     Languages whose default tokenizer needs an external package (Korean needs
@@ -679,7 +680,13 @@ def make_nlp(lang: str, provenance: Optional[Dict[str, Any]] = None, from_model:
     ``from_model``: ``lang`` is the language ``provenance`` records, read as no --lang was given (else the one given:
     pretrain's --lang, or embed's, evaluate's, fit-state's), which the fallback's warning says, and a language this
     spaCy lacks is an error saying that the model's config.json named it (E_MODEL_LANG).
+    ``tokenizer``: the ``[nlp.tokenizer]`` block the user chose (``pretrain --tokenizer``, ``TrainConfig.tokenizer``):
+    read with it as it is (:func:`given_tokenizer_nlp`: an error where it cannot be built, no fallback).
     """
+    if tokenizer is not None:
+        nlp = given_tokenizer_nlp(lang, tokenizer, Errors.E_TOKENIZER_SOURCE_CONFIG)
+        nlp.add_pipe("sentencizer")
+        return nlp
     try:
         nlp, missing = _blank(lang, recorded_tokenizer(provenance or {}, lang))
     except ValueError as err:
@@ -732,6 +739,60 @@ def _blank(lang: str, tokenizer: Optional[Dict[str, Any]] = None):
         raise ValueError(Errors.E_SPACY_LANG.format(lang=lang, error=err)) from err
 
 
+def given_tokenizer_nlp(lang: str, block: Any, source: str):
+    """``spacy.blank(lang)`` with the ``[nlp.tokenizer]`` block ``block`` that the user chose (``source``: where
+    it came from, for the errors), without a sentencizer. ValueError where it is no block a model can record and
+    commands build again (:func:`is_tokenizer_block`), or where it cannot be built for ``lang`` (the missing package
+    named): unlike :func:`_blank`'s default, a block asked for is never replaced by :data:`RULE_BASED`."""
+    import spacy
+
+    shown = checked_tokenizer_block(block, source)
+    try:
+        return spacy.blank(lang, config={"nlp": {"tokenizer": block}})
+    except ImportError as missing:  # jieba, SudachiPy...: the first line of its message names it
+        error = (str(missing).strip().splitlines() or [type(missing).__name__])[0]
+        raise ValueError(Errors.E_TOKENIZER_BLOCK_PACKAGE.format(block=shown, source=source, lang=lang, error=error)) from missing
+    except Exception as err:  # noqa: BLE001 - an unknown function (RegistryError), a bad setting (ConfigValidationError)
+        error = " ".join(str(err).split()) or type(err).__name__  # confection's messages span blank lines
+        raise ValueError(Errors.E_TOKENIZER_BLOCK_BUILD.format(block=shown, source=source, lang=lang, error=error)) from err
+
+
+def checked_tokenizer_block(block: Any, source: str) -> str:
+    """``block`` as JSON (for messages), or ValueError (E_TOKENIZER_BLOCK_SHAPE, naming ``source``) where it is no
+    block a model can record and the commands that read its text build again (:func:`is_tokenizer_block`)."""
+    shown = json.dumps(block, ensure_ascii=False, default=str)
+    if not is_tokenizer_block(block):
+        raise ValueError(Errors.E_TOKENIZER_BLOCK_SHAPE.format(block=shown, source=source))
+    return shown
+
+
+def read_tokenizer_config(path: PathLike, lang: str) -> Dict[str, Any]:
+    """The ``[nlp.tokenizer]`` block of the spaCy config file ``path`` (``pretrain --tokenizer``), read with spaCy's
+    own config reader (variables interpolated), as spaCy builds it for ``lang``: :func:`tokenizer_settings` of
+    :func:`given_tokenizer_nlp` (the defaults of the settings it leaves out filled in, plain JSON), the block the
+    model records. ValueError naming the problem and the fix: a missing file, one that is no config, one without
+    that section or whose ``[nlp] lang`` is another than ``lang``, and :func:`given_tokenizer_nlp`'s."""
+    from spacy.util import load_config
+
+    path = Path(path)
+    if not path.exists():
+        raise ValueError(str(missing_path_error(path, Errors.E_TOKENIZER_CONFIG_MISSING.format(path=path))))
+    try:
+        config = load_config(path, interpolate=True)
+    except (OSError, UnicodeDecodeError, ValueError) as err:  # a directory, binary data, no [section] (ValueError)
+        error = " ".join(str(err).split()) or type(err).__name__
+        raise ValueError(Errors.E_TOKENIZER_CONFIG_UNREADABLE.format(path=path, error=error)) from err
+    section = config.get("nlp")
+    if not isinstance(section, dict) or not isinstance(section.get("tokenizer"), dict):
+        sections = ", ".join(f"[{name}]" for name in config) or "none"
+        raise ValueError(Errors.E_TOKENIZER_CONFIG_NO_BLOCK.format(path=path, sections=sections))
+    config_lang = section.get("lang")
+    if config_lang not in (None, "") and config_lang != lang:
+        raise ValueError(Errors.E_TOKENIZER_CONFIG_LANG.format(path=path, config_lang=config_lang, lang=lang))
+    block = json.loads(json.dumps(section["tokenizer"], default=str))  # a plain dict: what the model records
+    return tokenizer_settings(given_tokenizer_nlp(lang, block, Errors.E_TOKENIZER_SOURCE_FILE.format(path=path)))
+
+
 def reading_tokenizer_settings(lang: str) -> Optional[dict]:
     """:func:`tokenizer_settings` of :func:`make_nlp` of ``lang`` here: spaCy's default block, or :data:`RULE_BASED`
     where the packages it needs are missing (a block that builds, unlike the default's there). None where spaCy has
@@ -746,6 +807,16 @@ def tokenizer_settings(nlp) -> dict:
     """The ``[nlp.tokenizer]`` block of a spaCy pipeline's config as plain JSON (which tokenizer, e.g. a
     fallback ``spacy.Tokenizer.v1`` or Chinese ``segmenter = "char"``): pretrained models record it."""
     return json.loads(json.dumps(dict(nlp.config["nlp"]["tokenizer"]), default=str))
+
+
+def tokenizer_cfg(block: Dict[str, Any]) -> str:
+    """The settings lines of the ``[nlp.tokenizer]`` block ``block`` (:func:`is_tokenizer_block`) as a spaCy config
+    file holds them (thinc's writer), on one line for a message: ``@tokenizers = "spacy.zh.ChineseTokenizer"
+    segmenter = "jieba"``, what a ``pretrain --tokenizer`` file puts under that header."""
+    from thinc.api import Config
+
+    lines = Config({"nlp": {"tokenizer": block}}).to_str().splitlines()
+    return " ".join(line for line in lines[lines.index("[nlp.tokenizer]") + 1:] if line.strip())
 
 
 def default_tokenizer_settings(lang: str) -> Optional[dict]:
@@ -782,13 +853,13 @@ def reads_other_tokens(provenance: Dict[str, Any], lang: str, tokenizer: Dict[st
 
 
 def filled_tokenizer_settings(block: Any) -> Any:
-    """A tokenizer block (:func:`_tokenizer_block`) as spaCy builds it: with the defaults of the settings it leaves
+    """A tokenizer block (:func:`is_tokenizer_block`) as spaCy builds it: with the defaults of the settings it leaves
     out (``{"@tokenizers": "spacy.zh.ChineseTokenizer"}`` gets ``"segmenter": "char"``), as
     :func:`tokenizer_settings` reads it (plain JSON); nothing is built. ``block`` itself where it is no such block, or
     this spaCy does not know its function."""
     from spacy.util import registry
 
-    if not _tokenizer_block(block):
+    if not is_tokenizer_block(block):
         return block
     try:
         filled = registry.fill({"tokenizer": block})["tokenizer"]
@@ -800,15 +871,15 @@ def filled_tokenizer_settings(block: Any) -> Any:
 def recorded_tokenizer(provenance: Dict[str, Any], lang: str) -> Optional[Dict[str, Any]]:
     """The tokenizer block ``pretrain`` read the text of the model whose config.json records ``provenance`` with,
     where it read ``lang``; None for another language, or a model that records none (:func:`reads_other_tokens`),
-    or a block that is not one tokenizer function (:func:`_tokenizer_block`): spaCy would run whatever registered
+    or a block that is not one tokenizer function (:func:`is_tokenizer_block`): spaCy would run whatever registered
     function a config.json names."""
     if provenance.get("trained_by") != PRETRAINED_BY or provenance.get("lang") != lang:
         return None
     recorded = provenance.get("tokenizer")
-    return recorded if _tokenizer_block(recorded) else None
+    return recorded if is_tokenizer_block(recorded) else None
 
 
-def _tokenizer_block(block: Any) -> bool:
+def is_tokenizer_block(block: Any) -> bool:
     """Whether ``block`` is a ``[nlp.tokenizer]`` block as spaCy writes one: a dict naming a ``@tokenizers``
     function, its other keys plain settings (no nested block: no other registered function is built from it)."""
 

@@ -44,7 +44,8 @@ from ..paths import file_identity, file_sha256
 from ..ranks import torchrun_ranks
 from . import checkpoint as ckpt
 from . import data as corpus_data
-from .data import PRETRAINED_BY, Corpus, build_corpus, cache_is_current, fingerprint, same_text, tokenization_change
+from .data import (PRETRAINED_BY, Corpus, build_corpus, cache_is_current, filled_tokenizer_settings, fingerprint,
+                   same_text, tokenization_change)
 from .lm import BidirectionalLM
 from .modelio import check_init_model, load_pretrained, recorded_reading, save_pretrained
 from .prefetch import StepInputs, StepPrefetcher, prefetch_default, prepare_step
@@ -70,6 +71,9 @@ class TrainConfig:
     model: Optional[Dict[str, Any]] = None  # BiLMConfig dict; None: small, the checkpoint's on resume, init's with init
     heldout: Optional[str] = None
     lang: str = "en"
+    # The [nlp.tokenizer] block the text is read with (pretrain --tokenizer: data.read_tokenizer_config), recorded in
+    # the model's provenance; None: spaCy's tokenizer of lang, or its rule-based fallback (data.make_nlp).
+    tokenizer: Optional[Dict[str, Any]] = None
     vocab_size: int = 100_000  # 0: no cap
     min_count: int = 1
     max_steps: Optional[int] = None
@@ -172,6 +176,8 @@ class TrainConfig:
             raise ValueError(Errors.E_NEW_VOCAB_WITHOUT_INIT)
         self._check_bound("dropout")
         self._check_bound("tokenize_processes")
+        if self.tokenizer is not None:  # one a model can record: refused before OUTPUT_DIR is made (built by make_nlp)
+            corpus_data.checked_tokenizer_block(self.tokenizer, Errors.E_TOKENIZER_SOURCE_CONFIG)
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(Errors.E_UNKNOWN_OPTIMIZER.format(name=self.optimizer))
 
@@ -438,13 +444,25 @@ def _run_settings(cfg: TrainConfig, world: int) -> Dict[str, Any]:
     settings = {"sentences": cfg.max_length if cfg.sentences else None,
                 "batch_size": cfg.batch_size, "unroll": cfg.unroll, "world": world, "seed": cfg.seed,
                 "negatives": cfg.negatives,
-                "lang": cfg.lang, "optimizer": cfg.optimizer,
+                "lang": cfg.lang, "tokenizer": _given_tokenizer(cfg),
+                "optimizer": cfg.optimizer,
                 "lr": learning_rate(cfg.optimizer, cfg.lr), "dropout": cfg.dropout, "clip": cfg.clip,
                 "init": cfg.init}
     if cfg.sentences:  # sentence batches do not depend on --unroll (which older checkpoints recorded anyway)
         del settings["unroll"]
         settings["length_pool"] = cfg.length_pool  # resolved by _length_pool: never None here
     return settings
+
+
+def _given_tokenizer(cfg: TrainConfig) -> Optional[Dict[str, Any]]:
+    """The --tokenizer block of ``cfg`` among the resume settings, as spaCy builds it (its settings' defaults filled
+    in); None where none was given or it is spaCy's own block of --lang, which reads the same tokens as none (a resume
+    with another block is refused before the corpus is read, even where this text gives the same tokens: the model
+    would record another tokenizer than the one its first steps read)."""
+    if cfg.tokenizer is None:
+        return None
+    block = filled_tokenizer_settings(cfg.tokenizer)
+    return None if block == filled_tokenizer_settings(corpus_data.default_tokenizer_settings(cfg.lang)) else block
 
 
 def _length_pool(cfg: TrainConfig, saved: Optional[Dict[str, Any]]) -> TrainConfig:
@@ -879,7 +897,8 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
         read: List[Any] = [None]
         with _settled(wait, setup=True):
             if is_main:
-                read[0] = read_text(cfg.heldout, cfg.lang, cfg.progress)  # rank 0's, broadcast below
+                nlp = corpus_data.make_nlp(cfg.lang, tokenizer=cfg.tokenizer)
+                read[0] = read_text(cfg.heldout, cfg.lang, cfg.progress, nlp=nlp)  # rank 0's, broadcast below
                 _warn_heldout_in_training(cfg.heldout, cfg.train_path)
         if world > 1:
             assert wait is not None  # _wait_groups made them for more than one process
@@ -897,7 +916,8 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
                 for leftover in (staging, out / RETIRED_NAME):  # a run killed while staging or swapping
                     shutil.rmtree(leftover, ignore_errors=True)
                 ckpt.remove_leftovers(out)  # a run killed while writing a checkpoint
-                nlp = corpus_data.make_nlp(cfg.lang)  # one pipeline for the freshness check and the tokenization
+                # one pipeline for the freshness check and the tokenization
+                nlp = corpus_data.make_nlp(cfg.lang, tokenizer=cfg.tokenizer)
                 fresh = cache_is_current(cache, fingerprint(cfg.train_path, cfg.lang, nlp))
                 # A resume reads the text once more to hash it: an edit that kept the sizes and times is other text.
                 fresh = fresh and (payload is None or same_text(cache))

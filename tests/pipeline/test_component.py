@@ -829,3 +829,20 @@ def test_weights_not_set_leave_the_pipelines_the_old_ones_were_checked_against(t
         joining = lambda: elmo.initialize(lambda: [], nlp=target)  # noqa: E731
     messages = _other_tokens(joining)
     assert len(messages) == 1 and "this pipeline is 'en'" in messages[0], messages
+
+
+def test_a_pipeline_of_another_block_is_told_pretrain_tokenizer_reads_with_it(tmp_path, tiny_dir):
+    """A zh pipeline of the rule-based block (not zh's default characters, which pretrain --lang zh reads): the
+    other-tokens warning offered no way to pretrain on its tokens, as pretrain read spacy.blank(LANG)'s alone; it
+    names pretrain --tokenizer and the block its file holds."""
+    from spacy_elmo.training.data import RULE_BASED
+
+    BiLM.load(tiny_dir).save(tmp_path / "zh", provenance={
+        "trained_by": "spacy-elmo pretrain", "lang": "zh",
+        "tokenizer": {"@tokenizers": "spacy.zh.ChineseTokenizer", "segmenter": "char"}})
+    nlp = spacy.blank("zh", config={"nlp": {"tokenizer": RULE_BASED}})
+    nlp.add_pipe("elmo", config={"weights": str(tmp_path / "zh")})
+    (message,) = _other_tokens(lambda: nlp("我喜欢茶"))
+    assert message.endswith("Or pretrain a model on this pipeline's tokens: `spacy-elmo pretrain TEXT OUT_DIR --lang zh "
+                            "--tokenizer tokenizer.cfg` reads the text with this very tokenizer, tokenizer.cfg holding "
+                            "its block: [nlp.tokenizer] @tokenizers = \"spacy.Tokenizer.v1\"."), message

@@ -997,7 +997,7 @@ def _other_tokenizer(monkeypatch, tokens_differ=True):
 
     real = data.make_nlp
     if tokens_differ:
-        monkeypatch.setattr(data, "make_nlp", lambda lang: real("xx"))
+        monkeypatch.setattr(data, "make_nlp", lambda lang, **given: real("xx"))
     monkeypatch.setattr(data, "tokenizer_settings", lambda nlp: {"@tokenizers": "spacy.en.OtherTokenizer"})
 
 
@@ -1030,7 +1030,7 @@ def test_resume_after_spacy_rules_changed_is_refused_or_continues(tmp_path, monk
     real = data.make_nlp
 
     def with_special_case(word):
-        def make_nlp(lang):
+        def make_nlp(lang, **given):
             nlp = real(lang)
             nlp.tokenizer.add_special_case(word, [{"ORTH": word}])
             return nlp
