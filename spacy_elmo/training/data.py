@@ -748,7 +748,11 @@ def given_tokenizer_nlp(lang: str, block: Any, source: str):
 
     shown = checked_tokenizer_block(block, source)
     try:
-        return spacy.blank(lang, config={"nlp": {"tokenizer": block}})
+        nlp = spacy.blank(lang, config={"nlp": {"tokenizer": block}})
+        # one that builds but cannot read (segmenter = "pkuseg": its model is loaded by an initialize step that
+        # no block records) fails here, before OUTPUT_DIR, not at the corpus's first line
+        nlp.make_doc("a")
+        return nlp
     except ImportError as missing:  # jieba, SudachiPy...: the first line of its message names it
         error = (str(missing).strip().splitlines() or [type(missing).__name__])[0]
         raise ValueError(Errors.E_TOKENIZER_BLOCK_PACKAGE.format(block=shown, source=source, lang=lang, error=error)) from missing

@@ -84,7 +84,8 @@ def test_a_tokenizer_block_reads_the_corpus_is_recorded_and_read_and_checked_wit
 
 
 @pytest.mark.parametrize("case", ["missing", "directory", "not-a-config", "no-section", "no-nlp-section", "other-lang",
-                                  "nested", "no-function", "two-functions", "unknown-function", "bad-setting"])
+                                  "nested", "no-function", "two-functions", "unknown-function", "bad-setting",
+                                  "cannot-read"])
 def test_a_tokenizer_file_that_cannot_be_read_with_is_a_usage_error_naming_it(tmp_path, case):
     """Every refusal is a usage error (exit 2) of --tokenizer before OUTPUT_DIR is made, saying what is wrong."""
     path = tmp_path / "tok.cfg"
@@ -120,6 +121,9 @@ def test_a_tokenizer_file_that_cannot_be_read_with_is_a_usage_error_naming_it(tm
     elif case == "unknown-function":
         tokenizer_file(path, ['@tokenizers = "no.such.Tokenizer.v1"'])
         expected = "cannot be built for --lang zh: [E893] Could not find function 'no.such.Tokenizer.v1'"
+    elif case == "cannot-read":  # builds, then fails on its first text: pkuseg's model needs an initialize step
+        tokenizer_file(path, ['@tokenizers = "spacy.zh.ChineseTokenizer"', 'segmenter = "pkuseg"'])
+        expected = "cannot be built for --lang zh: [E1000] The Chinese word segmenter is pkuseg but no pkuseg model"
     else:
         tokenizer_file(path, ['@tokenizers = "spacy.zh.ChineseTokenizer"', 'segmenter = "words"'])
         expected = "cannot be built for --lang zh: Config error for 'spacy.zh.ChineseTokenizer' tokenizer -> segmenter"
