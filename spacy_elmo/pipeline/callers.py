@@ -5,7 +5,7 @@ back to the behaviour that assumes nothing. And where a warning for the user poi
 """
 
 import sys
-from typing import Any
+from typing import Any, FrozenSet
 
 #: Top-level packages whose frames are library code, not the user's: a warning points past them.
 LIBRARIES = frozenset({"spacy_elmo", "spacy", "thinc", "confection", "catalogue"})  # confection: spaCy's configs
@@ -23,6 +23,22 @@ def called_from(frame: Any, module: str, function: str) -> bool:
             return True
         frame = frame.f_back
     return False
+
+
+def skipped_by_the_call(component: Any) -> FrozenSet[str]:
+    """The components that the ``nlp(text, disable=[...])`` or ``nlp.pipe(texts, disable=[...])`` running ``component``
+    (a pipeline component object) skips: the ``disable`` local of the nearest ``Language.__call__`` / ``Language.pipe``
+    frame whose pipeline holds it (spaCy skips them without marking them disabled). Empty where no such frame is
+    found (the component called on its own, ``nlp.update``; another spaCy's frames)."""
+    frame: Any = sys._getframe(1)
+    while frame is not None:
+        if runs(frame, "spacy.language", "__call__") or runs(frame, "spacy.language", "pipe"):
+            names = frame.f_locals
+            pipeline = getattr(names.get("self"), "pipeline", None)
+            if isinstance(pipeline, list) and any(proc is component for _, proc in pipeline):
+                return frozenset(str(name) for name in names.get("disable") or ())
+        frame = frame.f_back
+    return frozenset()
 
 
 def user_stacklevel() -> int:

@@ -67,7 +67,7 @@ from .bilm_layer import (
     step_bilm,
     weights_checked,
 )
-from .callers import called_from, runs, user_stacklevel
+from .callers import called_from, runs, skipped_by_the_call, user_stacklevel
 from .doc_data import IDX_ATTR, install_extensions, install_hooks, set_doc_data
 from .layer_cache import MB
 from .listener import ElmoListener, find_listener_path, running_pipeline
@@ -741,15 +741,19 @@ class ElmoComponent(TrainablePipe):
         return self.listeners
 
     def _predicting_listeners(self) -> List[ElmoListener]:
-        """:meth:`_fed_listeners` less those of the pipeline's disabled components: a hand-over at prediction stays
-        until its listener reads the doc, so one to a component that does not run would keep each doc's float32
-        layers beside ``doc._.elmo`` for as long as the doc lives (``nlp.select_pipes(enable=["elmo"])`` over a
-        corpus kept in memory). Run later on such docs, that component reads ``doc._.elmo``."""
+        """:meth:`_fed_listeners` less those of the components that do not run: the pipeline's disabled ones and
+        those the running ``nlp(text, disable=...)`` / ``nlp.pipe(texts, disable=...)`` skips
+        (:func:`skipped_by_the_call`). A hand-over at prediction stays until its listener reads the doc, so one to
+        a component that does not run would keep each doc's float32 layers beside ``doc._.elmo`` for as long as the
+        doc lives (``nlp.select_pipes(enable=["elmo"])`` over a corpus kept in memory). Run later on such docs,
+        that component reads ``doc._.elmo``."""
         listeners = self._fed_listeners()
-        nlp = self._pipeline()
-        if not listeners or nlp is None or not nlp.disabled:
+        if not listeners:
             return listeners
-        off = set(nlp.disabled)
+        nlp = self._pipeline()
+        off = skipped_by_the_call(self).union(nlp.disabled if nlp is not None else ())
+        if not off:
+            return listeners
         return [m for c in self.listening_components if c not in off for m in self.listener_map[c]]
 
     def _adopt_star_listeners(self, nlp: Language) -> None:

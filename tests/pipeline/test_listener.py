@@ -307,8 +307,9 @@ def test_listener_predictions_do_not_depend_on_store_dtype(tiny_dir):
 
 def test_a_disabled_listening_component_is_handed_nothing(tiny_dir):
     """A hand-over at prediction stays until its listener reads the doc: one to a disabled component (elmo run alone
-    over a corpus kept in memory) kept each doc's float32 layers beside doc._.elmo for as long as the doc lived.
-    The disabled component is handed nothing; run later on those docs, it reads doc._.elmo."""
+    over a corpus kept in memory), or one the call skips (nlp.pipe(texts, disable=[...])), kept each doc's float32
+    layers beside doc._.elmo for as long as the doc lived. Neither is handed anything; run later on those docs, the
+    component reads doc._.elmo."""
     nlp = _train(_nlp_with(tiny_dir, "textcat", _textcat_model("textcat", LISTENER)), "textcat", make_docs(4))
     listener = _listener_of(nlp.get_pipe("textcat"))
     texts = ["Yesterday Alice went home and it was good .", "Paris went home ."]
@@ -316,6 +317,11 @@ def test_a_disabled_listening_component_is_handed_nothing(tiny_dir):
         docs = list(nlp.pipe(texts))
     assert len(listener._predicted) == 0
     assert [set(doc.cats) for doc in nlp.get_pipe("textcat").pipe(docs)] == [{"POS", "NEG"}] * 2
+    # skipped by the call alone (spaCy leaves them enabled): nlp.pipe's and nlp(text)'s disable=
+    skipped = list(nlp.pipe(texts, disable=["textcat"])) + [nlp(texts[0], disable=["textcat"])]
+    assert len(listener._predicted) == 0 and all(not doc.cats for doc in skipped)
+    assert [doc.cats for doc in nlp.pipe(texts)] == [nlp(text).cats for text in texts]  # run: handed over and read
+    assert len(listener._predicted) == 0
     kept = [nlp.make_doc(text) for text in texts]
     nlp.get_pipe("elmo").set_annotations(kept, nlp.get_pipe("elmo").predict(kept))  # enabled: handed over
     assert len(listener._predicted) == 2
@@ -1280,7 +1286,8 @@ def test_layers_handed_to_listeners_do_not_keep_docs(tiny_dir, tmp_path):
     a doc at prediction keeps nothing of it."""
     nlp = _two_elmo_listening_pipeline(tiny_dir, tmp_path, 8)
     listener = _listener_of(nlp.get_pipe("ner"))
-    docs = list(nlp.pipe(MIXED_TEXTS, batch_size=8, disable=["ner"]))  # handed over, never read
+    # handed over, never read: the component run on its own (a call's disable= would hand ner nothing)
+    docs = list(nlp.get_pipe("elmo_a").pipe([nlp.make_doc(text) for text in MIXED_TEXTS], batch_size=8))
     assert len(listener._predicted) == len(MIXED_TEXTS)
     refs = [weakref.ref(doc) for doc in docs]
     del docs
