@@ -148,8 +148,9 @@ def test_threads_with_two_elmo_components(tiny_dir, tmp_path, monkeypatch):
     want = dict(read)
     monkeypatch.setitem(_MEET, "wait", meeting())  # both threads past both elmo components before either listener reads
     run_in_threads(nlp, [(text,) for text in texts])
-    for text in texts:
-        numpy.testing.assert_array_equal(read[text], want[text])
+    for text in texts:  # float32 (listeners read the layers before store_dtype rounds them): the last bit may differ
+        # with how many threads each product got while the two ran at once; the other biLM's layers differ wholly
+        numpy.testing.assert_allclose(read[text], want[text], rtol=1e-5, atol=1e-7)
 
 
 @pytest.mark.parametrize("copier", [lambda x: pickle.loads(pickle.dumps(x)), copy.deepcopy], ids=["pickle", "deepcopy"])
