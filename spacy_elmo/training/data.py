@@ -1012,12 +1012,14 @@ def _die_with_parent() -> None:
         pass
 
 
-def _tokenize_worker(nlp, tasks, results) -> None:
+def _tokenize_worker(reading: Tuple[str, Dict[str, Any]], tasks, results) -> None:
     """A worker process: ``(seq, texts)`` from ``tasks`` -> ``(seq, sentences, None)`` (or ``(seq, None,
-    error)``) on ``results``, until None. It ends with its parent (killed: no orphan; under forkserver
-    the parent is the fork server, which ends with the process that started it), and leaves Ctrl-C to
+    error)``) on ``results``, until None, read with :func:`make_nlp` of ``reading`` (:func:`_pipeline_recipe`),
+    built here (an error in building it is the first batch's). It ends with its parent (killed: no orphan; under
+    forkserver the parent is the fork server, which ends with the process that started it), and leaves Ctrl-C to
     the process that started it, which stops it."""
     _die_with_parent()
+    nlp = None
     parent = os.getppid()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # terminate() ends it, whatever handler a fork brought along
@@ -1032,6 +1034,9 @@ def _tokenize_worker(nlp, tasks, results) -> None:
             return
         seq, texts = item
         try:
+            if nlp is None:
+                lang, block = reading
+                nlp = make_nlp(lang, tokenizer=block)
             results.put((seq, list(iter_sentences(texts, nlp, batch_size=len(texts))), None))
         except Exception as err:  # noqa: BLE001 - the parent raises it, with the worker's traceback
             results.put((seq, None, "".join(traceback.format_exception(err))))
@@ -1056,18 +1061,29 @@ def _drain(results, waiting: dict) -> None:
         _receive(item, waiting)
 
 
+def _pipeline_recipe(nlp) -> Tuple[str, Dict[str, Any]]:
+    """``(lang, block)``: what :func:`make_nlp` (``tokenizer=block``) builds ``nlp`` (a :func:`make_nlp` pipeline)
+    from again: its language and the tokenizer block it was built with (:func:`tokenizer_settings`: the one given,
+    recorded, default, or the rule-based fallback). Tokenizing workers get this, plain data, not ``nlp``: spawn and
+    forkserver pickle what a worker gets, and a tokenizer may hold what pickle refuses (spaCy's ChineseTokenizer of
+    ``segmenter = "jieba"`` holds the jieba module)."""
+    return nlp.lang, tokenizer_settings(nlp)
+
+
 @contextmanager
 def sentence_stream(texts: Iterator[str], nlp, processes: int = 1) -> Iterator[Iterator[List[str]]]:
     """:func:`iter_sentences` of ``texts`` tokenized by ``processes`` worker processes, in the order of
     ``texts`` (the same sentences as one process). ``texts`` is read in this process (its statistics,
     replaced bytes included, stay here); at most two batches per worker are on their way. Leaving the
-    ``with`` block, also by an error or Ctrl-C, stops the workers."""
+    ``with`` block, also by an error or Ctrl-C, stops the workers, which build ``nlp`` (a :func:`make_nlp`
+    pipeline) again each (:func:`_pipeline_recipe`)."""
     if processes <= 1:
         yield iter_sentences(texts, nlp)
         return
     context = multiprocessing.get_context()
     tasks, results = context.Queue(), context.Queue()
-    workers = [context.Process(target=_tokenize_worker, args=(nlp, tasks, results), daemon=True)
+    reading = _pipeline_recipe(nlp)
+    workers = [context.Process(target=_tokenize_worker, args=(reading, tasks, results), daemon=True)
                for _ in range(processes)]
 
     def ordered() -> Iterator[List[str]]:
@@ -1099,7 +1115,7 @@ def sentence_stream(texts: Iterator[str], nlp, processes: int = 1) -> Iterator[I
     started = []
     try:
         for worker in workers:
-            worker.start()  # under spawn or forkserver: pickles nlp, which may fail
+            worker.start()
             started.append(worker)
         yield ordered()
     finally:
