@@ -687,8 +687,9 @@ def make_nlp(lang: str, provenance: Optional[Dict[str, Any]] = None, from_model:
         nlp = given_tokenizer_nlp(lang, tokenizer, Errors.E_TOKENIZER_SOURCE_CONFIG)
         nlp.add_pipe("sentencizer")
         return nlp
+    recorded = recorded_tokenizer(provenance or {}, lang)
     try:
-        nlp, missing = _blank(lang, recorded_tokenizer(provenance or {}, lang))
+        nlp, missing = _blank(lang, recorded)
     except ValueError as err:
         # the model's language (the CLI refuses a --lang spaCy lacks before this): say where it came from
         if from_model:
@@ -697,9 +698,17 @@ def make_nlp(lang: str, provenance: Optional[Dict[str, Any]] = None, from_model:
     if missing is not None and lang not in _FALLBACK_WARNED:  # corpus, held-out text: once per run
         _FALLBACK_WARNED.add(lang)
         error = (str(missing).strip().splitlines() or [type(missing).__name__])[0]
-        language = (Warnings.W_FALLBACK_LANG_RECORDED if from_model else Warnings.W_FALLBACK_LANG_GIVEN).format(lang=lang)
-        warnings.warn(Warnings.W_TOKENIZER_FALLBACK.format(language=language, lang=lang, error=error), RuntimeWarning,
-                      stacklevel=2)
+        if recorded is not None and filled_tokenizer_settings(recorded) != default_tokenizer_settings(lang):
+            # pretrain --tokenizer's block (zh's segmenter = "jieba"): spaCy's default for lang may need nothing
+            tokenizer = Warnings.W_FALLBACK_BLOCK_RECORDED.format(lang=lang, block=recorded)
+        else:
+            language = (Warnings.W_FALLBACK_LANG_RECORDED if from_model else Warnings.W_FALLBACK_LANG_GIVEN).format(lang=lang)
+            tokenizer = Warnings.W_FALLBACK_SPACY.format(language=language)
+        # a model that records the block learnt its tokens: no pipeline is to read the fallback's for it
+        advice = Warnings.W_FALLBACK_ADVICE if recorded is None else Warnings.W_FALLBACK_ADVICE_RECORDED
+        warnings.warn(Warnings.W_TOKENIZER_FALLBACK.format(tokenizer=tokenizer, error=error,
+                                                           advice=advice.format(lang=lang)),
+                      RuntimeWarning, stacklevel=2)
     nlp.add_pipe("sentencizer")
     return nlp
 
@@ -915,7 +924,13 @@ def warn_other_tokens(provenance: Dict[str, Any], model: Any, nlp, lang: str, pa
     elif trained_lang != lang:
         fix = Warnings.W_READ_FIX_LANG.format(lang=trained_lang)
     else:
-        fix = Warnings.W_READ_FIX_TOKENIZER.format(lang=lang, tokenizer=trained_tokenizer)
+        # pretrain again on what is read here: --lang reads it where it is that language's reading here (the fallback
+        # of a recorded ja block without SudachiPy), else --tokenizer (that of zh's jieba block: --lang zh reads characters)
+        if tokenizer == reading_tokenizer_settings(lang):
+            again = Warnings.W_READ_AGAIN_LANG.format(lang=lang)
+        else:
+            again = Warnings.W_READ_AGAIN_TOKENIZER.format(lang=lang, tokenizer_cfg=tokenizer_cfg(tokenizer))
+        fix = Warnings.W_READ_FIX_TOKENIZER.format(lang=lang, tokenizer=trained_tokenizer, again=again)
     warnings.warn(Warnings.W_READ_OTHER_TOKENS.format(model=model, trained=trained, path=path, lang=lang,
                                                       tokenizer=tokenizer, fix=fix), TokenizerMismatchWarning,
                   stacklevel=3)

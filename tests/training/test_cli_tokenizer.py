@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from spacy_elmo.cli import app
 from spacy_elmo.errors import TokenizerMismatchWarning
+from spacy_elmo.training import data
 from spacy_elmo.training.data import RULE_BASED
 from tests.cli_text import plain
 
@@ -153,6 +154,42 @@ def test_a_block_whose_package_is_missing_is_refused_not_replaced_by_the_fallbac
     assert f"cannot be built for --lang {lang}: a package it needs is missing (" in said
     assert package.lower() in said.lower() and "never replaced by spaCy's rule-based tokenizer" in said
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("lang, block, package", [
+    ("zh", {"@tokenizers": "spacy.zh.ChineseTokenizer", "segmenter": "jieba"}, "jieba"),  # pretrain --tokenizer's
+    ("ja", {"@tokenizers": "spacy.ja.JapaneseTokenizer", "split_mode": None}, "sudachipy"),  # ja's default
+])
+def test_a_recorded_block_that_cannot_be_built_is_named_and_the_fix_reads_what_is_read(monkeypatch, lang, block,
+                                                                                       package):
+    """embed, evaluate, fit-state of a model whose recorded block needs a missing package: the text is read with the
+    rule-based fallback. The warnings said zh's tokenizer needed packages (zh's default needs none: the recorded
+    jieba block does), that a pipeline must read the fallback's tokens (the model learnt jieba's words), and to
+    pretrain again with --lang zh (characters, not the fallback's tokens read here)."""
+    if importlib.util.find_spec(package) is not None:
+        pytest.skip(f"{package} is installed here")
+    monkeypatch.setattr(data, "_FALLBACK_WARNED", set())
+    provenance = {"trained_by": data.PRETRAINED_BY, "lang": lang, "tokenizer": block}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        nlp = data.make_nlp(lang, provenance, from_model=True)
+        data.warn_other_tokens(provenance, "MODEL", nlp, lang, "text.txt")
+    (fallback,) = [str(w.message) for w in caught if "needs packages that are not installed" in str(w.message)]
+    (other,) = [str(w.message) for w in caught if issubclass(w.category, TokenizerMismatchWarning)]
+    assert data.tokenizer_settings(nlp) == RULE_BASED
+    # the model learnt the recorded block's tokens: no pipeline is told to read the fallback's
+    assert "spacy.blank(" not in fallback and "install those packages to read the text as pretrain read" in fallback
+    if lang == "zh":
+        assert fallback.startswith(f"spacy-elmo: the tokenizer block the model's config.json records for 'zh', {block}")
+        assert "spaCy's tokenizer for zh" not in fallback
+        # --lang zh reads characters here, not the rule-based tokens read: pretrain --tokenizer with those
+        assert data.reading_tokenizer_settings("zh") != RULE_BASED and "--lang zh`" not in other
+        assert ("(`spacy-elmo pretrain TEXT OUT_DIR --lang zh --tokenizer tokenizer.cfg`, tokenizer.cfg holding its "
+                f"block: [nlp.tokenizer] {data.tokenizer_cfg(RULE_BASED)})") in other
+    else:  # the default of ja: said as before, and --lang ja reads the fallback's tokens here too
+        assert fallback.startswith("spacy-elmo: spaCy's tokenizer for ja, the language the model's config.json records")
+        assert data.reading_tokenizer_settings("ja") == RULE_BASED
+        assert "(`spacy-elmo pretrain TEXT OUT_DIR --lang ja`)." in other and "tokenizer.cfg" not in other
 
 
 def test_a_train_config_of_a_block_that_is_none_is_refused_before_output_dir_is_made(tmp_path):
