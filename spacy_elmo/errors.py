@@ -1098,8 +1098,7 @@ class Errors:
     )
     E_TOKENIZER_CONFIG_UNREADABLE = (
         "--tokenizer {path} could not be read as a spaCy config file: {error}. Give a spaCy config (.cfg: "
-        "[section] headers and key = value lines, as spacy init config writes) with an [nlp] section above its "
-        "[nlp.tokenizer] block."
+        "[section] headers and key = value lines, as spacy init config writes) holding an [nlp.tokenizer] block."
     )
     E_TOKENIZER_CONFIG_NO_BLOCK = (
         "--tokenizer {path} has no [nlp.tokenizer] section (its sections: {sections}). Add one naming spaCy's "

@@ -779,19 +779,30 @@ def checked_tokenizer_block(block: Any, source: str) -> str:
     return shown
 
 
+#: An ``[nlp]`` section header line of a config file, and one of a section under it (``[nlp.tokenizer]``):
+#: :func:`read_tokenizer_config` adds the first where a file has the second alone.
+_NLP_SECTION = re.compile(r"^[ \t]*\[nlp\][ \t]*$", re.MULTILINE)
+_NLP_SUBSECTION = re.compile(r"^[ \t]*\[nlp\.", re.MULTILINE)
+
+
 def read_tokenizer_config(path: PathLike, lang: str) -> Dict[str, Any]:
     """The ``[nlp.tokenizer]`` block of the spaCy config file ``path`` (``pretrain --tokenizer``), read with spaCy's
     own config reader (variables interpolated), as spaCy builds it for ``lang``: :func:`tokenizer_settings` of
     :func:`given_tokenizer_nlp` (the defaults of the settings it leaves out filled in, plain JSON), the block the
     model records. ValueError naming the problem and the fix: a missing file, one that is no config, one without
-    that section or whose ``[nlp] lang`` is another than ``lang``, and :func:`given_tokenizer_nlp`'s."""
-    from spacy.util import load_config
+    that section or whose ``[nlp] lang`` is another than ``lang``, and :func:`given_tokenizer_nlp`'s. A file without
+    an ``[nlp]`` section above its ``[nlp.tokenizer]`` (the block alone, as the messages that name such a file show
+    it) is read as if it began with an empty one: spaCy's reader refuses a section whose parent is missing."""
+    from spacy.util import load_config_from_str
 
     path = Path(path)
     if not path.exists():
         raise ValueError(str(missing_path_error(path, Errors.E_TOKENIZER_CONFIG_MISSING.format(path=path))))
     try:
-        config = load_config(path, interpolate=True)
+        text = path.read_text(encoding="utf-8")
+        if _NLP_SUBSECTION.search(text) and not _NLP_SECTION.search(text):
+            text = "[nlp]\n" + text
+        config = load_config_from_str(text, interpolate=True)
     except (OSError, UnicodeDecodeError, ValueError) as err:  # a directory, binary data, no [section] (ValueError)
         error = " ".join(str(err).split()) or type(err).__name__
         raise ValueError(Errors.E_TOKENIZER_CONFIG_UNREADABLE.format(path=path, error=error)) from err

@@ -11,7 +11,7 @@ import spacy
 from typer.testing import CliRunner
 
 from spacy_elmo.cli import app
-from spacy_elmo.errors import TokenizerMismatchWarning
+from spacy_elmo.errors import TokenizerMismatchWarning, Warnings
 from spacy_elmo.training import data
 from spacy_elmo.training.data import RULE_BASED
 from tests.cli_text import plain
@@ -102,9 +102,9 @@ def test_a_tokenizer_file_that_cannot_be_read_with_is_a_usage_error_naming_it(tm
     elif case == "no-section":
         path.write_text('[nlp]\nlang = "zh"\n', encoding="utf-8")
         expected = "has no [nlp.tokenizer] section (its sections: [nlp])"
-    elif case == "no-nlp-section":  # spaCy's config reader needs the parent section
-        path.write_text('[nlp.tokenizer]\n@tokenizers = "spacy.Tokenizer.v1"\n', encoding="utf-8")
-        expected = "with an [nlp] section above its [nlp.tokenizer] block"
+    elif case == "no-nlp-section":  # the [nlp] read into it is not one of its sections
+        path.write_text('[paths]\ntrain = null\n', encoding="utf-8")
+        expected = "has no [nlp.tokenizer] section (its sections: [paths])"
     elif case == "other-lang":
         rule_based_file(tmp_path, "ja").rename(path)
         expected = "is a config of language 'ja' ([nlp] lang), but the text is read as --lang 'zh'"
@@ -154,6 +154,23 @@ def test_a_block_whose_package_is_missing_is_refused_not_replaced_by_the_fallbac
     assert f"cannot be built for --lang {lang}: a package it needs is missing (" in said
     assert package.lower() in said.lower() and "never replaced by spaCy's rule-based tokenizer" in said
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("lines, block", [
+    (['@tokenizers = "spacy.Tokenizer.v1"'], RULE_BASED),
+    (['@tokenizers = "spacy.zh.ChineseTokenizer"'], ZH_CHARS),  # the default of the setting left out filled in
+    (['@tokenizers = "spacy.zh.ChineseTokenizer"', 'segmenter = "${vars.segmenter}"', "", "[vars]",
+      'segmenter = "char"'], ZH_CHARS),  # interpolated, as spaCy reads a config
+])
+def test_a_file_of_the_tokenizer_block_alone_is_read(tmp_path, lines, block):
+    """The files the messages show (W_ELMO_PRETRAIN_AGAIN_TOKENIZER, W_READ_AGAIN_TOKENIZER: "tokenizer.cfg holding
+    its block: [nlp.tokenizer] ...") have no [nlp] section, which spaCy's config reader refused (the parent of
+    [nlp.tokenizer] missing): read as if it began with an empty one."""
+    path = tmp_path / "tokenizer.cfg"
+    path.write_text("[nlp.tokenizer]\n" + "\n".join(lines) + "\n", encoding="utf-8")
+    assert data.read_tokenizer_config(path, "zh") == block
+    shown = Warnings.W_READ_AGAIN_TOKENIZER.format(lang="zh", tokenizer_cfg=data.tokenizer_cfg(block))
+    assert f"holding its block: [nlp.tokenizer] {lines[0]}" in shown  # the file the message shows
 
 
 @pytest.mark.parametrize("lang, block, package", [
