@@ -1225,10 +1225,14 @@ class Errors:
     )
     E_RESUME_INIT_CHANGED = (
         "The run in {path} fine-tunes --init {init} and kept its vocabulary, but the model at {init} has "
-        "changed since the run started from it: its vocabulary is another ({found} words when the run started, "
-        "{expected} now), so the checkpoint's softmax rows would be read as other words. Restore the model the run "
-        "started from at {init}, or start a new OUTPUT_DIR to fine-tune the model there now."
+        "changed since the run started from it: {difference}, so the checkpoint's softmax rows would be read as "
+        "other words. Restore the model the run started from at {init}, or start a new OUTPUT_DIR to fine-tune the "
+        "model there now."
     )
+    #: E_RESUME_INIT_CHANGED's ``difference`` where the vocabulary's size changed
+    E_INIT_VOCAB_SIZES = "its vocabulary is another ({found:,} words when the run started, {expected:,} now)"
+    #: and where it did not (or a checkpoint did not record it): its words differ
+    E_INIT_VOCAB_WORDS = "its vocabulary holds other words than when the run started"
     E_CHECKPOINT_TOKENIZER = (
         "The checkpoint in {path} was trained on other tokens of the same text: its corpus was read with "
         "{found}, this run reads it with {expected}, and the tokens differ, so resuming would read other "
