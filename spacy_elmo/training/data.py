@@ -70,7 +70,7 @@ import numpy as np
 from .._typing import PathLike
 from ..atomic import atomic_write_text, naming, temporary_files
 from ..errors import Errors, TokenizerMismatchWarning, Warnings, counted, listed
-from ..paths import missing_path_error
+from ..paths import missing_path_error, stream_sha256
 from .vocab import BOS, EOS, SPECIALS
 
 BINARY_PROBE = 8192
@@ -1249,14 +1249,14 @@ def same_text(cache_dir: PathLike) -> bool:
     (decompressed) against the cache's :data:`TEXT_DIGESTS`, each file read once more (a ``--resume`` checks it,
     where the sizes and times that :func:`cache_is_current` compares are those of the text tokenized; an edit that
     keeps both, ``cp --preserve``, ``touch -r``, ``rsync -t``, is seen). True for a cache that recorded none (an older
-    spacy-elmo's): its sizes and times alone decide, as they did."""
+    spacy-elmo's): its sizes and times alone decide, as they did. The bytes are hashed in large pieces, not decoded
+    line by line: the digest :func:`iter_lines` takes of them in the tokenizing pass is of every byte of
+    :func:`open_text_file` in order too, its lines' ends and a byte order mark included."""
     recorded = json.loads((Path(cache_dir) / "meta.json").read_text(encoding="utf-8")).get(TEXT_DIGESTS) or {}
     for file, expected in recorded.items():
-        digest = hashlib.sha256()
-        for _ in iter_lines(file, digest):  # the digest of the same bytes the tokenizing pass read
-            pass
-        if digest.hexdigest() != expected:
-            return False
+        with open_text_file(file) as f:
+            if stream_sha256(f) != expected:
+                return False
     return True
 
 
