@@ -209,6 +209,30 @@ def test_a_recorded_block_that_cannot_be_built_is_named_and_the_fix_reads_what_i
         assert "(`spacy-elmo pretrain TEXT OUT_DIR --lang ja`)." in other and "tokenizer.cfg" not in other
 
 
+@pytest.mark.parametrize("block", [None, RULE_BASED])
+def test_the_held_out_text_and_the_corpus_are_read_with_one_build_of_the_pipeline(tmp_path, monkeypatch, block):
+    """train built the pipeline (make_nlp: spacy.blank, the block's tokenizer, jieba's dictionary) once for the
+    held-out text and again for the corpus: one build reads both, and both are read with it."""
+    from spacy_elmo.training.trainer import train
+
+    from .conftest import tiny_train_config, write_corpus
+
+    built, make_nlp = [], data.make_nlp
+
+    def counted(*args, **kwargs):
+        built.append(make_nlp(*args, **kwargs))
+        return built[-1]
+
+    monkeypatch.setattr(data, "make_nlp", counted)
+    train_file, held = write_corpus(tmp_path / "train.txt", 40), write_corpus(tmp_path / "held.txt", 5, seed=1)
+    out = tmp_path / "out"
+    train(tiny_train_config(train_file, out, max_steps=2, checkpoint_every=2, heldout=str(held), lang="zh",
+                            tokenizer=block))
+    assert len(built) == 1 and data.tokenizer_settings(built[0]) == (block or ZH_CHARS)
+    meta = json.loads((out / "data" / "meta.json").read_text(encoding="utf-8"))
+    assert meta["tokenizer"] == (block or ZH_CHARS)
+
+
 def test_a_train_config_of_a_block_that_is_none_is_refused_before_output_dir_is_made(tmp_path):
     """The Python API's TrainConfig.tokenizer: a block a model cannot record is refused by validate."""
     from spacy_elmo.training.trainer import TrainConfig, train
