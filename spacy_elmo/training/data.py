@@ -700,13 +700,13 @@ def make_nlp(lang: str, provenance: Optional[Dict[str, Any]] = None, from_model:
         error = (str(missing).strip().splitlines() or [type(missing).__name__])[0]
         if recorded is not None and filled_tokenizer_settings(recorded) != default_tokenizer_settings(lang):
             # pretrain --tokenizer's block (zh's segmenter = "jieba"): spaCy's default for lang may need nothing
-            tokenizer = Warnings.W_FALLBACK_BLOCK_RECORDED.format(lang=lang, block=recorded)
+            unbuilt = Warnings.W_FALLBACK_BLOCK_RECORDED.format(lang=lang, block=recorded)
         else:
             language = (Warnings.W_FALLBACK_LANG_RECORDED if from_model else Warnings.W_FALLBACK_LANG_GIVEN).format(lang=lang)
-            tokenizer = Warnings.W_FALLBACK_SPACY.format(language=language)
+            unbuilt = Warnings.W_FALLBACK_SPACY.format(language=language)
         # a model that records the block learnt its tokens: no pipeline is to read the fallback's for it
         advice = Warnings.W_FALLBACK_ADVICE if recorded is None else Warnings.W_FALLBACK_ADVICE_RECORDED
-        warnings.warn(Warnings.W_TOKENIZER_FALLBACK.format(tokenizer=tokenizer, error=error,
+        warnings.warn(Warnings.W_TOKENIZER_FALLBACK.format(tokenizer=unbuilt, error=error,
                                                            advice=advice.format(lang=lang)),
                       RuntimeWarning, stacklevel=2)
     nlp.add_pipe("sentencizer")
