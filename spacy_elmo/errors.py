@@ -1098,8 +1098,7 @@ class Errors:
     )
     E_TOKENIZER_CONFIG_UNREADABLE = (
         "--tokenizer {path} could not be read as a spaCy config file: {error}. Give a spaCy config (.cfg: "
-        "[section] headers and key = value lines, as spacy init config writes) with an [nlp] section above its "
-        "[nlp.tokenizer] block."
+        "[section] headers and key = value lines, as spacy init config writes) holding an [nlp.tokenizer] block."
     )
     E_TOKENIZER_CONFIG_NO_BLOCK = (
         "--tokenizer {path} has no [nlp.tokenizer] section (its sections: {sections}). Add one naming spaCy's "
@@ -1226,10 +1225,14 @@ class Errors:
     )
     E_RESUME_INIT_CHANGED = (
         "The run in {path} fine-tunes --init {init} and kept its vocabulary, but the model at {init} has "
-        "changed since the run started from it: its vocabulary is another ({found} words when the run started, "
-        "{expected} now), so the checkpoint's softmax rows would be read as other words. Restore the model the run "
-        "started from at {init}, or start a new OUTPUT_DIR to fine-tune the model there now."
+        "changed since the run started from it: {difference}, so the checkpoint's softmax rows would be read as "
+        "other words. Restore the model the run started from at {init}, or start a new OUTPUT_DIR to fine-tune the "
+        "model there now."
     )
+    #: E_RESUME_INIT_CHANGED's ``difference`` where the vocabulary's size changed
+    E_INIT_VOCAB_SIZES = "its vocabulary is another ({found:,} words when the run started, {expected:,} now)"
+    #: and where it did not (or a checkpoint did not record it): its words differ
+    E_INIT_VOCAB_WORDS = "its vocabulary holds other words than when the run started"
     E_CHECKPOINT_TOKENIZER = (
         "The checkpoint in {path} was trained on other tokens of the same text: its corpus was read with "
         "{found}, this run reads it with {expected}, and the tokens differ, so resuming would read other "
@@ -2007,16 +2010,33 @@ class Warnings:
         "(unicodedata.normalize('NFC', text) in Python, or uconv -x any-nfc), and give the pipeline NFC text too."
     )
     W_TOKENIZER_FALLBACK = (
-        "spacy-elmo: spaCy's tokenizer for {language} needs packages that are not installed ({error}); "
+        "spacy-elmo: {tokenizer} needs packages that are not installed ({error}); "
         "reading the text with spaCy's rule-based tokenizer instead (whitespace, then punctuation and the "
-        "language's exceptions). In a language written without spaces (Japanese, Thai) its tokens are whole "
+        "language's exceptions). {advice}"
+    )
+    #: W_TOKENIZER_FALLBACK's ``tokenizer``: spaCy's default of the language (pretrain's; a model's that records it)
+    W_FALLBACK_SPACY = "spaCy's tokenizer for {language}"
+    #: W_TOKENIZER_FALLBACK's ``tokenizer``: another block that the model records (pretrain --tokenizer's)
+    W_FALLBACK_BLOCK_RECORDED = (
+        "the tokenizer block the model's config.json records for {lang!r}, {block} (pretrain --tokenizer's, not "
+        "spaCy's default for {lang!r}),"
+    )
+    #: W_FALLBACK_SPACY's ``language``: the one given (pretrain's --lang, or embed's, evaluate's, fit-state's)
+    W_FALLBACK_LANG_GIVEN = "--lang {lang}"
+    #: W_FALLBACK_SPACY's ``language``: the model's, read where no --lang was given (embed, evaluate, fit-state)
+    W_FALLBACK_LANG_RECORDED = "{lang}, the language the model's config.json records (no --lang was given),"
+    #: W_TOKENIZER_FALLBACK's ``advice`` where the text is read for a model that records no tokenizer (pretrain's own)
+    W_FALLBACK_ADVICE = (
+        "In a language written without spaces (Japanese, Thai) its tokens are whole "
         "phrases: install those packages instead. A pipeline must read the same tokens as the model was trained "
         "on: spacy.blank({lang!r}, config={{'nlp': {{'tokenizer': {{'@tokenizers': 'spacy.Tokenizer.v1'}}}}}})."
     )
-    #: W_TOKENIZER_FALLBACK's ``language``: the one given (pretrain's --lang, or embed's, evaluate's, fit-state's)
-    W_FALLBACK_LANG_GIVEN = "--lang {lang}"
-    #: W_TOKENIZER_FALLBACK's ``language``: the model's, read where no --lang was given (embed, evaluate, fit-state)
-    W_FALLBACK_LANG_RECORDED = "{lang}, the language the model's config.json records (no --lang was given),"
+    #: W_TOKENIZER_FALLBACK's ``advice`` where the model records the block that cannot be built (embed, evaluate,
+    #: fit-state): the model learnt that block's tokens, not the fallback's
+    W_FALLBACK_ADVICE_RECORDED = (
+        "Its tokens are not those the model learnt from (in a language written without spaces, whole phrases "
+        "instead of words): install those packages to read the text as pretrain read the model's."
+    )
     W_ELMO_OTHER_TOKENS = (
         "spacy-elmo: the {name} component's model {source} was pretrained on the tokens of spaCy's "
         "{lang!r} tokenizer {tokenizer}, but this pipeline is {nlp_lang!r} with tokenizer {nlp_tokenizer}: "
@@ -2106,8 +2126,17 @@ class Warnings:
         "tokenizer the model records, spaCy's {lang!r} tokenizer {tokenizer}, where it can be built, and here it "
         "cannot: a package it needs is missing (ja: SudachiPy and SudachiDict; ko: mecab-ko and natto-py; th: "
         "PyThaiNLP; vi: pyvi; zh's segmenter = \"jieba\" of pretrain --tokenizer: jieba), or this spaCy does not know it. Install that package (or the spaCy the model was "
-        "pretrained with, e.g. in an environment of its own), or pretrain the model again on this tokenizer's tokens "
-        "(`spacy-elmo pretrain TEXT OUT_DIR --lang {lang}`)."
+        "pretrained with, e.g. in an environment of its own){again}."
+    )
+    #: W_READ_FIX_TOKENIZER's ``again`` where the text is read as ``pretrain --lang`` reads that language here
+    W_READ_AGAIN_LANG = (
+        ", or pretrain the model again on this tokenizer's tokens (`spacy-elmo pretrain TEXT OUT_DIR --lang {lang}`)"
+    )
+    #: W_READ_FIX_TOKENIZER's ``again`` where it is read with another block (the rule-based fallback of a recorded
+    #: block, e.g. zh's segmenter = "jieba", where --lang zh reads characters): pretrain --tokenizer's
+    W_READ_AGAIN_TOKENIZER = (
+        ", or pretrain the model again on this tokenizer's tokens (`spacy-elmo pretrain TEXT OUT_DIR --lang {lang} "
+        "--tokenizer tokenizer.cfg`, tokenizer.cfg holding its block: [nlp.tokenizer] {tokenizer_cfg})"
     )
     W_LISTENER_ZEROS = (
         "spacy-elmo: the ELMo listener in '{component}' got no ELMo layers for a training batch and reads "

@@ -13,7 +13,7 @@ output would replace (:func:`holds_cwd`), and one file under two names, a hard l
 import hashlib
 import os
 from pathlib import Path
-from typing import Optional, Tuple
+from typing import BinaryIO, Optional, Tuple
 
 from ._typing import PathLike
 from .errors import Errors
@@ -76,14 +76,20 @@ HASH_CHUNK = 1 << 20
 def file_sha256(path: PathLike, limit: Optional[int] = None) -> str:
     """The sha256 (hex) of the bytes of the file ``path`` names (its first ``limit`` bytes; None: all), read in
     :data:`HASH_CHUNK` pieces: equal for byte-identical copies, which :func:`file_identity` tells apart."""
+    with open(path, "rb") as f:
+        return stream_sha256(f, limit)
+
+
+def stream_sha256(f: BinaryIO, limit: Optional[int] = None) -> str:
+    """The sha256 (hex) of the bytes read from ``f`` (its next ``limit`` bytes; None: all to its end), read in
+    :data:`HASH_CHUNK` pieces (a decompressing reader's too: a resume's check of the corpus's text)."""
     h = hashlib.sha256()
     left = limit
-    with open(path, "rb") as f:
-        while left is None or left > 0:
-            chunk = f.read(HASH_CHUNK if left is None else min(HASH_CHUNK, left))
-            if not chunk:
-                break
-            h.update(chunk)
-            if left is not None:
-                left -= len(chunk)
+    while left is None or left > 0:
+        chunk = f.read(HASH_CHUNK if left is None else min(HASH_CHUNK, left))
+        if not chunk:
+            break
+        h.update(chunk)
+        if left is not None:
+            left -= len(chunk)
     return h.hexdigest()

@@ -187,8 +187,13 @@ def check_settings(saved: Dict[str, Any], current: Dict[str, Any], output_dir: P
         if name == "init_vocab":
             if found is None or expected is None:  # the vocabulary kept on one side only: new_vocab names it
                 continue
+            sizes = saved.get("vocab_size"), current.get("vocab_size")
+            if None not in sizes and sizes[0] != sizes[1]:
+                difference = Errors.E_INIT_VOCAB_SIZES.format(found=sizes[0], expected=sizes[1])
+            else:  # the same size (or unrecorded): "100000 words when the run started, 100000 now" said nothing
+                difference = Errors.E_INIT_VOCAB_WORDS
             raise ValueError(Errors.E_RESUME_INIT_CHANGED.format(  # the same --init, another model
-                path=output_dir, init=now, found=saved.get("vocab_size"), expected=current.get("vocab_size")))
+                path=output_dir, init=now, difference=difference))
         if name in _GIVEN_OR_LEFT_OUT:  # given on one side only: named; another spelling of the same --init resumes
             if found and expected:
                 continue

@@ -70,7 +70,7 @@ import numpy as np
 from .._typing import PathLike
 from ..atomic import atomic_write_text, naming, temporary_files
 from ..errors import Errors, TokenizerMismatchWarning, Warnings, counted, listed
-from ..paths import missing_path_error
+from ..paths import missing_path_error, stream_sha256
 from .vocab import BOS, EOS, SPECIALS
 
 BINARY_PROBE = 8192
@@ -687,8 +687,9 @@ def make_nlp(lang: str, provenance: Optional[Dict[str, Any]] = None, from_model:
         nlp = given_tokenizer_nlp(lang, tokenizer, Errors.E_TOKENIZER_SOURCE_CONFIG)
         nlp.add_pipe("sentencizer")
         return nlp
+    recorded = recorded_tokenizer(provenance or {}, lang)
     try:
-        nlp, missing = _blank(lang, recorded_tokenizer(provenance or {}, lang))
+        nlp, missing = _blank(lang, recorded)
     except ValueError as err:
         # the model's language (the CLI refuses a --lang spaCy lacks before this): say where it came from
         if from_model:
@@ -697,9 +698,17 @@ def make_nlp(lang: str, provenance: Optional[Dict[str, Any]] = None, from_model:
     if missing is not None and lang not in _FALLBACK_WARNED:  # corpus, held-out text: once per run
         _FALLBACK_WARNED.add(lang)
         error = (str(missing).strip().splitlines() or [type(missing).__name__])[0]
-        language = (Warnings.W_FALLBACK_LANG_RECORDED if from_model else Warnings.W_FALLBACK_LANG_GIVEN).format(lang=lang)
-        warnings.warn(Warnings.W_TOKENIZER_FALLBACK.format(language=language, lang=lang, error=error), RuntimeWarning,
-                      stacklevel=2)
+        if recorded is not None and filled_tokenizer_settings(recorded) != default_tokenizer_settings(lang):
+            # pretrain --tokenizer's block (zh's segmenter = "jieba"): spaCy's default for lang may need nothing
+            unbuilt = Warnings.W_FALLBACK_BLOCK_RECORDED.format(lang=lang, block=recorded)
+        else:
+            language = (Warnings.W_FALLBACK_LANG_RECORDED if from_model else Warnings.W_FALLBACK_LANG_GIVEN).format(lang=lang)
+            unbuilt = Warnings.W_FALLBACK_SPACY.format(language=language)
+        # a model that records the block learnt its tokens: no pipeline is to read the fallback's for it
+        advice = Warnings.W_FALLBACK_ADVICE if recorded is None else Warnings.W_FALLBACK_ADVICE_RECORDED
+        warnings.warn(Warnings.W_TOKENIZER_FALLBACK.format(tokenizer=unbuilt, error=error,
+                                                           advice=advice.format(lang=lang)),
+                      RuntimeWarning, stacklevel=2)
     nlp.add_pipe("sentencizer")
     return nlp
 
@@ -770,19 +779,30 @@ def checked_tokenizer_block(block: Any, source: str) -> str:
     return shown
 
 
+#: An ``[nlp]`` section header line of a config file, and one of a section under it (``[nlp.tokenizer]``):
+#: :func:`read_tokenizer_config` adds the first where a file has the second alone.
+_NLP_SECTION = re.compile(r"^[ \t]*\[nlp\][ \t]*$", re.MULTILINE)
+_NLP_SUBSECTION = re.compile(r"^[ \t]*\[nlp\.", re.MULTILINE)
+
+
 def read_tokenizer_config(path: PathLike, lang: str) -> Dict[str, Any]:
     """The ``[nlp.tokenizer]`` block of the spaCy config file ``path`` (``pretrain --tokenizer``), read with spaCy's
     own config reader (variables interpolated), as spaCy builds it for ``lang``: :func:`tokenizer_settings` of
     :func:`given_tokenizer_nlp` (the defaults of the settings it leaves out filled in, plain JSON), the block the
     model records. ValueError naming the problem and the fix: a missing file, one that is no config, one without
-    that section or whose ``[nlp] lang`` is another than ``lang``, and :func:`given_tokenizer_nlp`'s."""
-    from spacy.util import load_config
+    that section or whose ``[nlp] lang`` is another than ``lang``, and :func:`given_tokenizer_nlp`'s. A file without
+    an ``[nlp]`` section above its ``[nlp.tokenizer]`` (the block alone, as the messages that name such a file show
+    it) is read as if it began with an empty one: spaCy's reader refuses a section whose parent is missing."""
+    from spacy.util import load_config_from_str
 
     path = Path(path)
     if not path.exists():
         raise ValueError(str(missing_path_error(path, Errors.E_TOKENIZER_CONFIG_MISSING.format(path=path))))
     try:
-        config = load_config(path, interpolate=True)
+        text = path.read_text(encoding="utf-8")
+        if _NLP_SUBSECTION.search(text) and not _NLP_SECTION.search(text):
+            text = "[nlp]\n" + text
+        config = load_config_from_str(text, interpolate=True)
     except (OSError, UnicodeDecodeError, ValueError) as err:  # a directory, binary data, no [section] (ValueError)
         error = " ".join(str(err).split()) or type(err).__name__
         raise ValueError(Errors.E_TOKENIZER_CONFIG_UNREADABLE.format(path=path, error=error)) from err
@@ -915,7 +935,13 @@ def warn_other_tokens(provenance: Dict[str, Any], model: Any, nlp, lang: str, pa
     elif trained_lang != lang:
         fix = Warnings.W_READ_FIX_LANG.format(lang=trained_lang)
     else:
-        fix = Warnings.W_READ_FIX_TOKENIZER.format(lang=lang, tokenizer=trained_tokenizer)
+        # pretrain again on what is read here: --lang reads it where it is that language's reading here (the fallback
+        # of a recorded ja block without SudachiPy), else --tokenizer (that of zh's jieba block: --lang zh reads characters)
+        if tokenizer == reading_tokenizer_settings(lang):
+            again = Warnings.W_READ_AGAIN_LANG.format(lang=lang)
+        else:
+            again = Warnings.W_READ_AGAIN_TOKENIZER.format(lang=lang, tokenizer_cfg=tokenizer_cfg(tokenizer))
+        fix = Warnings.W_READ_FIX_TOKENIZER.format(lang=lang, tokenizer=trained_tokenizer, again=again)
     warnings.warn(Warnings.W_READ_OTHER_TOKENS.format(model=model, trained=trained, path=path, lang=lang,
                                                       tokenizer=tokenizer, fix=fix), TokenizerMismatchWarning,
                   stacklevel=3)
@@ -1012,12 +1038,14 @@ def _die_with_parent() -> None:
         pass
 
 
-def _tokenize_worker(nlp, tasks, results) -> None:
+def _tokenize_worker(reading: Tuple[str, Dict[str, Any]], tasks, results) -> None:
     """A worker process: ``(seq, texts)`` from ``tasks`` -> ``(seq, sentences, None)`` (or ``(seq, None,
-    error)``) on ``results``, until None. It ends with its parent (killed: no orphan; under forkserver
-    the parent is the fork server, which ends with the process that started it), and leaves Ctrl-C to
+    error)``) on ``results``, until None, read with :func:`make_nlp` of ``reading`` (:func:`_pipeline_recipe`),
+    built here (an error in building it is the first batch's). It ends with its parent (killed: no orphan; under
+    forkserver the parent is the fork server, which ends with the process that started it), and leaves Ctrl-C to
     the process that started it, which stops it."""
     _die_with_parent()
+    nlp = None
     parent = os.getppid()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # terminate() ends it, whatever handler a fork brought along
@@ -1032,6 +1060,9 @@ def _tokenize_worker(nlp, tasks, results) -> None:
             return
         seq, texts = item
         try:
+            if nlp is None:
+                lang, block = reading
+                nlp = make_nlp(lang, tokenizer=block)
             results.put((seq, list(iter_sentences(texts, nlp, batch_size=len(texts))), None))
         except Exception as err:  # noqa: BLE001 - the parent raises it, with the worker's traceback
             results.put((seq, None, "".join(traceback.format_exception(err))))
@@ -1056,18 +1087,29 @@ def _drain(results, waiting: dict) -> None:
         _receive(item, waiting)
 
 
+def _pipeline_recipe(nlp) -> Tuple[str, Dict[str, Any]]:
+    """``(lang, block)``: what :func:`make_nlp` (``tokenizer=block``) builds ``nlp`` (a :func:`make_nlp` pipeline)
+    from again: its language and the tokenizer block it was built with (:func:`tokenizer_settings`: the one given,
+    recorded, default, or the rule-based fallback). Tokenizing workers get this, plain data, not ``nlp``: spawn and
+    forkserver pickle what a worker gets, and a tokenizer may hold what pickle refuses (spaCy's ChineseTokenizer of
+    ``segmenter = "jieba"`` holds the jieba module)."""
+    return nlp.lang, tokenizer_settings(nlp)
+
+
 @contextmanager
 def sentence_stream(texts: Iterator[str], nlp, processes: int = 1) -> Iterator[Iterator[List[str]]]:
     """:func:`iter_sentences` of ``texts`` tokenized by ``processes`` worker processes, in the order of
     ``texts`` (the same sentences as one process). ``texts`` is read in this process (its statistics,
     replaced bytes included, stay here); at most two batches per worker are on their way. Leaving the
-    ``with`` block, also by an error or Ctrl-C, stops the workers."""
+    ``with`` block, also by an error or Ctrl-C, stops the workers, which build ``nlp`` (a :func:`make_nlp`
+    pipeline) again each (:func:`_pipeline_recipe`)."""
     if processes <= 1:
         yield iter_sentences(texts, nlp)
         return
     context = multiprocessing.get_context()
     tasks, results = context.Queue(), context.Queue()
-    workers = [context.Process(target=_tokenize_worker, args=(nlp, tasks, results), daemon=True)
+    reading = _pipeline_recipe(nlp)
+    workers = [context.Process(target=_tokenize_worker, args=(reading, tasks, results), daemon=True)
                for _ in range(processes)]
 
     def ordered() -> Iterator[List[str]]:
@@ -1099,7 +1141,7 @@ def sentence_stream(texts: Iterator[str], nlp, processes: int = 1) -> Iterator[I
     started = []
     try:
         for worker in workers:
-            worker.start()  # under spawn or forkserver: pickles nlp, which may fail
+            worker.start()
             started.append(worker)
         yield ordered()
     finally:
@@ -1207,14 +1249,14 @@ def same_text(cache_dir: PathLike) -> bool:
     (decompressed) against the cache's :data:`TEXT_DIGESTS`, each file read once more (a ``--resume`` checks it,
     where the sizes and times that :func:`cache_is_current` compares are those of the text tokenized; an edit that
     keeps both, ``cp --preserve``, ``touch -r``, ``rsync -t``, is seen). True for a cache that recorded none (an older
-    spacy-elmo's): its sizes and times alone decide, as they did."""
+    spacy-elmo's): its sizes and times alone decide, as they did. The bytes are hashed in large pieces, not decoded
+    line by line: the digest :func:`iter_lines` takes of them in the tokenizing pass is of every byte of
+    :func:`open_text_file` in order too, its lines' ends and a byte order mark included."""
     recorded = json.loads((Path(cache_dir) / "meta.json").read_text(encoding="utf-8")).get(TEXT_DIGESTS) or {}
     for file, expected in recorded.items():
-        digest = hashlib.sha256()
-        for _ in iter_lines(file, digest):  # the digest of the same bytes the tokenizing pass read
-            pass
-        if digest.hexdigest() != expected:
-            return False
+        with open_text_file(file) as f:
+            if stream_sha256(f) != expected:
+                return False
     return True
 
 

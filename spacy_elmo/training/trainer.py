@@ -890,6 +890,7 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
         warnings.warn(Warnings.W_INIT_READS_SENTENCES.format(path=cfg.init), RuntimeWarning, stacklevel=2)
 
     heldout = None
+    nlp = None  # rank 0's pipeline (make_nlp), built once for the held-out text and the corpus
     if cfg.heldout:  # read now: a bad file is an error before any training, not at the first checkpoint
         from .evaluate import read_text
 
@@ -916,8 +917,9 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
                 for leftover in (staging, out / RETIRED_NAME):  # a run killed while staging or swapping
                     shutil.rmtree(leftover, ignore_errors=True)
                 ckpt.remove_leftovers(out)  # a run killed while writing a checkpoint
-                # one pipeline for the freshness check and the tokenization
-                nlp = corpus_data.make_nlp(cfg.lang, tokenizer=cfg.tokenizer)
+                # one pipeline for the freshness check and the tokenization (the held-out text's, where it was read)
+                if nlp is None:
+                    nlp = corpus_data.make_nlp(cfg.lang, tokenizer=cfg.tokenizer)
                 fresh = cache_is_current(cache, fingerprint(cfg.train_path, cfg.lang, nlp))
                 # A resume reads the text once more to hash it: an edit that kept the sizes and times is other text.
                 fresh = fresh and (payload is None or same_text(cache))

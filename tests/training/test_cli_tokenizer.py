@@ -11,7 +11,8 @@ import spacy
 from typer.testing import CliRunner
 
 from spacy_elmo.cli import app
-from spacy_elmo.errors import TokenizerMismatchWarning
+from spacy_elmo.errors import TokenizerMismatchWarning, Warnings
+from spacy_elmo.training import data
 from spacy_elmo.training.data import RULE_BASED
 from tests.cli_text import plain
 
@@ -101,9 +102,9 @@ def test_a_tokenizer_file_that_cannot_be_read_with_is_a_usage_error_naming_it(tm
     elif case == "no-section":
         path.write_text('[nlp]\nlang = "zh"\n', encoding="utf-8")
         expected = "has no [nlp.tokenizer] section (its sections: [nlp])"
-    elif case == "no-nlp-section":  # spaCy's config reader needs the parent section
-        path.write_text('[nlp.tokenizer]\n@tokenizers = "spacy.Tokenizer.v1"\n', encoding="utf-8")
-        expected = "with an [nlp] section above its [nlp.tokenizer] block"
+    elif case == "no-nlp-section":  # the [nlp] read into it is not one of its sections
+        path.write_text('[paths]\ntrain = null\n', encoding="utf-8")
+        expected = "has no [nlp.tokenizer] section (its sections: [paths])"
     elif case == "other-lang":
         rule_based_file(tmp_path, "ja").rename(path)
         expected = "is a config of language 'ja' ([nlp] lang), but the text is read as --lang 'zh'"
@@ -153,6 +154,83 @@ def test_a_block_whose_package_is_missing_is_refused_not_replaced_by_the_fallbac
     assert f"cannot be built for --lang {lang}: a package it needs is missing (" in said
     assert package.lower() in said.lower() and "never replaced by spaCy's rule-based tokenizer" in said
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("lines, block", [
+    (['@tokenizers = "spacy.Tokenizer.v1"'], RULE_BASED),
+    (['@tokenizers = "spacy.zh.ChineseTokenizer"'], ZH_CHARS),  # the default of the setting left out filled in
+    (['@tokenizers = "spacy.zh.ChineseTokenizer"', 'segmenter = "${vars.segmenter}"', "", "[vars]",
+      'segmenter = "char"'], ZH_CHARS),  # interpolated, as spaCy reads a config
+])
+def test_a_file_of_the_tokenizer_block_alone_is_read(tmp_path, lines, block):
+    """The files the messages show (W_ELMO_PRETRAIN_AGAIN_TOKENIZER, W_READ_AGAIN_TOKENIZER: "tokenizer.cfg holding
+    its block: [nlp.tokenizer] ...") have no [nlp] section, which spaCy's config reader refused (the parent of
+    [nlp.tokenizer] missing): read as if it began with an empty one."""
+    path = tmp_path / "tokenizer.cfg"
+    path.write_text("[nlp.tokenizer]\n" + "\n".join(lines) + "\n", encoding="utf-8")
+    assert data.read_tokenizer_config(path, "zh") == block
+    shown = Warnings.W_READ_AGAIN_TOKENIZER.format(lang="zh", tokenizer_cfg=data.tokenizer_cfg(block))
+    assert f"holding its block: [nlp.tokenizer] {lines[0]}" in shown  # the file the message shows
+
+
+@pytest.mark.parametrize("lang, block, package", [
+    ("zh", {"@tokenizers": "spacy.zh.ChineseTokenizer", "segmenter": "jieba"}, "jieba"),  # pretrain --tokenizer's
+    ("ja", {"@tokenizers": "spacy.ja.JapaneseTokenizer", "split_mode": None}, "sudachipy"),  # ja's default
+])
+def test_a_recorded_block_that_cannot_be_built_is_named_and_the_fix_reads_what_is_read(monkeypatch, lang, block,
+                                                                                       package):
+    """embed, evaluate, fit-state of a model whose recorded block needs a missing package: the text is read with the
+    rule-based fallback. The warnings said zh's tokenizer needed packages (zh's default needs none: the recorded
+    jieba block does), that a pipeline must read the fallback's tokens (the model learnt jieba's words), and to
+    pretrain again with --lang zh (characters, not the fallback's tokens read here)."""
+    if importlib.util.find_spec(package) is not None:
+        pytest.skip(f"{package} is installed here")
+    monkeypatch.setattr(data, "_FALLBACK_WARNED", set())
+    provenance = {"trained_by": data.PRETRAINED_BY, "lang": lang, "tokenizer": block}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        nlp = data.make_nlp(lang, provenance, from_model=True)
+        data.warn_other_tokens(provenance, "MODEL", nlp, lang, "text.txt")
+    (fallback,) = [str(w.message) for w in caught if "needs packages that are not installed" in str(w.message)]
+    (other,) = [str(w.message) for w in caught if issubclass(w.category, TokenizerMismatchWarning)]
+    assert data.tokenizer_settings(nlp) == RULE_BASED
+    # the model learnt the recorded block's tokens: no pipeline is told to read the fallback's
+    assert "spacy.blank(" not in fallback and "install those packages to read the text as pretrain read" in fallback
+    if lang == "zh":
+        assert fallback.startswith(f"spacy-elmo: the tokenizer block the model's config.json records for 'zh', {block}")
+        assert "spaCy's tokenizer for zh" not in fallback
+        # --lang zh reads characters here, not the rule-based tokens read: pretrain --tokenizer with those
+        assert data.reading_tokenizer_settings("zh") != RULE_BASED and "--lang zh`" not in other
+        assert ("(`spacy-elmo pretrain TEXT OUT_DIR --lang zh --tokenizer tokenizer.cfg`, tokenizer.cfg holding its "
+                f"block: [nlp.tokenizer] {data.tokenizer_cfg(RULE_BASED)})") in other
+    else:  # the default of ja: said as before, and --lang ja reads the fallback's tokens here too
+        assert fallback.startswith("spacy-elmo: spaCy's tokenizer for ja, the language the model's config.json records")
+        assert data.reading_tokenizer_settings("ja") == RULE_BASED
+        assert "(`spacy-elmo pretrain TEXT OUT_DIR --lang ja`)." in other and "tokenizer.cfg" not in other
+
+
+@pytest.mark.parametrize("block", [None, RULE_BASED])
+def test_the_held_out_text_and_the_corpus_are_read_with_one_build_of_the_pipeline(tmp_path, monkeypatch, block):
+    """train built the pipeline (make_nlp: spacy.blank, the block's tokenizer, jieba's dictionary) once for the
+    held-out text and again for the corpus: one build reads both, and both are read with it."""
+    from spacy_elmo.training.trainer import train
+
+    from .conftest import tiny_train_config, write_corpus
+
+    built, make_nlp = [], data.make_nlp
+
+    def counted(*args, **kwargs):
+        built.append(make_nlp(*args, **kwargs))
+        return built[-1]
+
+    monkeypatch.setattr(data, "make_nlp", counted)
+    train_file, held = write_corpus(tmp_path / "train.txt", 40), write_corpus(tmp_path / "held.txt", 5, seed=1)
+    out = tmp_path / "out"
+    train(tiny_train_config(train_file, out, max_steps=2, checkpoint_every=2, heldout=str(held), lang="zh",
+                            tokenizer=block))
+    assert len(built) == 1 and data.tokenizer_settings(built[0]) == (block or ZH_CHARS)
+    meta = json.loads((out / "data" / "meta.json").read_text(encoding="utf-8"))
+    assert meta["tokenizer"] == (block or ZH_CHARS)
 
 
 def test_a_train_config_of_a_block_that_is_none_is_refused_before_output_dir_is_made(tmp_path):

@@ -68,6 +68,39 @@ def test_each_format_gives_the_corpus_of_the_plain_text(tmp_path, suffix):
     assert_same_corpus(built(joined, tmp_path / "joined"), want)
 
 
+def test_a_resume_hashes_the_text_of_each_format_as_the_tokenizing_pass_did(tmp_path, monkeypatch):
+    """same_text (a --resume's check of the text) decoded the whole corpus line by line to hash it (iter_lines): it
+    hashes the decompressed bytes in large pieces now, and gets the digest the tokenizing pass took line by line, for
+    a plain file of a BOM, CRLF line ends and undecodable bytes and for each format (two streams joined too); other
+    text of the same size is told apart."""
+    import hashlib
+
+    from spacy_elmo.training import data
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    text = awkward_text(corpus / "train.txt")
+    raw = text.read_bytes()
+    for suffix in FORMATS:
+        compressed(text, suffix, to=corpus / f"whole{suffix}")
+        cut = raw.index(b"\n", len(raw) // 2) + 1
+        halves = [compressed(write_bytes(tmp_path / f"half{i}", part), suffix) for i, part in enumerate((raw[:cut], raw[cut:]))]
+        (corpus / f"joined{suffix}").write_bytes(b"".join(h.read_bytes() for h in halves))
+    built(corpus, tmp_path / "cache")
+    recorded = json.loads((tmp_path / "cache" / "meta.json").read_text(encoding="utf-8"))[data.TEXT_DIGESTS]
+    assert set(recorded.values()) == {hashlib.sha256(raw).hexdigest()} and len(recorded) == 1 + 2 * len(FORMATS)
+
+    def decoded(*args, **kwargs):
+        raise AssertionError("the text decoded line by line to hash it")
+
+    monkeypatch.setattr(data, "iter_lines", decoded)
+    assert data.same_text(tmp_path / "cache")
+    swapped = raw.replace(b"\r\n", b"\n\r", 1)  # the same bytes, one pair swapped: same size
+    assert swapped != raw and len(swapped) == len(raw)
+    compressed(write_bytes(tmp_path / "swapped", swapped), ".xz", to=corpus / "joined.xz")
+    assert not data.same_text(tmp_path / "cache")
+
+
 def test_a_mixed_directory_reads_every_format_and_skips_binary_ones_inside_archives(tmp_path):
     plain_dir, mixed = tmp_path / "plain", tmp_path / "mixed"
     plain_dir.mkdir(), mixed.mkdir()

@@ -66,7 +66,7 @@ def test_two_processes_write_the_one_process_cache(tmp_path, monkeypatch):
 
 def test_workers_started_by_forkserver(tmp_path, monkeypatch):
     # Python 3.14's default on Linux: the workers' parent is the fork server, not this process
-    # (they took it for gone and ended at once), and they get the pipeline pickled.
+    # (they took it for gone and ended at once), and they build the pipeline from what they are given.
     import multiprocessing
 
     get_context = multiprocessing.get_context
@@ -76,6 +76,38 @@ def test_workers_started_by_forkserver(tmp_path, monkeypatch):
     one = data.build_corpus(path, "en", tmp_path / "one", progress=False, processes=1)
     assert data.build_corpus(path, "en", tmp_path / "two", progress=False, processes=2) == one
     assert (tmp_path / "two" / "tokens.i32").read_bytes() == (tmp_path / "one" / "tokens.i32").read_bytes()
+
+
+#: A stand-in for jieba (which this environment may lack): ``cut`` gives the runs between spaces, the spaces too.
+FAKE_JIEBA = """import re
+
+
+def cut(text, cut_all=False):
+    return [piece for piece in re.split(r"(\\s+)", text) if piece]
+"""
+
+
+def test_workers_started_by_spawn_read_a_jieba_block(tmp_path, monkeypatch):
+    # pretrain --tokenizer's segmenter = "jieba" (the README's example): spaCy's ChineseTokenizer holds the jieba
+    # module, which pickle refuses (spawn: macOS's default); the workers build the pipeline themselves instead.
+    import multiprocessing
+
+    (tmp_path / "fake" / "jieba").mkdir(parents=True)
+    (tmp_path / "fake" / "jieba" / "__init__.py").write_text(FAKE_JIEBA, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path / "fake"))  # the spawned workers get this sys.path
+    monkeypatch.delitem(sys.modules, "jieba", raising=False)  # a real one, or the fake once the test ends
+    get_context = multiprocessing.get_context
+    monkeypatch.setattr(multiprocessing, "get_context", lambda method=None: get_context("spawn"))
+    block = {"@tokenizers": "spacy.zh.ChineseTokenizer", "segmenter": "jieba"}
+    nlp = data.make_nlp("zh", tokenizer=block)
+    path = tmp_path / "t.txt"
+    path.write_text("".join(f"我喜欢茶 你好 {i} 。\n" for i in range(200)), encoding="utf-8")
+    one = data.build_corpus(path, "zh", tmp_path / "one", progress=False, nlp=nlp, processes=1)
+    assert data.build_corpus(path, "zh", tmp_path / "two", progress=False, nlp=nlp, processes=2) == one
+    assert one["tokenizer"] == block
+    for name in CACHE_FILES:
+        assert (tmp_path / "two" / name).read_bytes() == (tmp_path / "one" / name).read_bytes(), name
+    assert "我喜欢茶\n" in (tmp_path / "two" / "types.txt").read_text(encoding="utf-8")  # jieba's runs, not characters
 
 
 def test_cache_of_one_process_is_reused_with_four(tmp_path, monkeypatch):

@@ -482,6 +482,23 @@ def test_a_resume_naming_another_init_says_so_whatever_its_vocabulary():
                                                                             "vocab_size": 40}, "out")
 
 
+@pytest.mark.parametrize("sizes, said", [
+    ((100000, 100000), "has changed since the run started from it: its vocabulary holds other words than when the "
+                       "run started, so"),
+    ((100000, 99876), "its vocabulary is another (100,000 words when the run started, 99,876 now), so"),
+])
+def test_a_resume_whose_init_changed_names_the_sizes_only_where_they_differ(sizes, said):
+    """The same --init path holding another model: "another (100000 words when the run started, 100000 now)" told
+    nothing where the sizes were the same."""
+    from spacy_elmo.training.checkpoint import check_settings
+
+    saved = {"init": "/m/base", "init_vocab": "aaa", "vocab_size": sizes[0], "data": "d1", "new_vocab": False}
+    current = {"init": "/m/base", "init_vocab": "bbb", "vocab_size": sizes[1], "data": "d2", "new_vocab": False}
+    with pytest.raises(ValueError) as refused:
+        check_settings(saved, current, "/runs/tuned")
+    assert said in str(refused.value) and "100000" not in str(refused.value)
+
+
 def test_a_resume_leaving_out_an_init_that_cannot_be_read_gives_advice_right_either_way(tmp_path):
     """A run whose vocabulary was built from its corpus fine-tunes an --init that has no softmax, or was
     given --new-vocab: which one cannot be told once that model is gone, so the refusal says both, and
