@@ -465,6 +465,18 @@ def test_parts_of_another_tokenizer_of_the_same_name_are_refused_naming_the_part
     assert out.read_bytes() == straight.read_bytes()
 
 
+def test_a_written_part_after_the_first_of_other_tokens_is_refused_naming_it(bilm, corpus, tmp_path):
+    """Each written part's tokens are checked against its own digest, not the first part's: a resume whose
+    tokenizer splits only a later written part's lines otherwise (LINES[4] == "x": part 2 with part_size=2) is
+    refused, naming that part."""
+    out = tmp_path / "out.h5"
+    words = lambda line: line.split()  # noqa: E731
+    x_upper = lambda line: [w.upper() if w == "x" else w for w in line.split()]  # noqa: E731
+    assert embed_file(bilm, corpus, out, tokenize=words, part_size=2, progress=False, stop_after_parts=3)["finished"] == 0
+    with pytest.raises(ValueError, match=r"part-000002.hdf5 \(lines 5-6 of .*in.txt\) was written from other tokens"):
+        embed_file(bilm, corpus, out, tokenize=x_upper, part_size=2, progress=False)
+
+
 def test_parts_of_a_manifest_without_token_digests_are_trusted_and_it_gets_them(bilm, corpus, tmp_path):
     """A manifest of an earlier release (everything but the digests): its parts are reused, as that release
     would, and the digests of this run's tokens are recorded for the resumes after it."""
@@ -929,6 +941,40 @@ def test_a_carriage_return_inside_a_line_is_warned_of_once(bilm, tmp_path, recwa
     assert embed_file(bilm, mixed, tmp_path / "mixed.h5", progress=False)["lines"] == 3
     said = [str(w.message) for w in recwarn if "carriage return" in str(w.message)]
     assert len(said) == 1 and f"{mixed} line 2 " in said[0], said
+
+
+def test_a_line_over_max_tokens_in_a_later_part_is_named_by_its_line_in_the_file(bilm, tmp_path):
+    path = tmp_path / "in.txt"
+    path.write_text("a b\nc\nd e\n" + " ".join(["long"] * 30) + "\nf\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"line 4 has 30 tokens, more than --max-tokens 20"):  # line 2 of part 1
+        embed_file(bilm, path, tmp_path / "o.h5", part_size=2, max_tokens=20, progress=False)
+
+
+def test_every_bilm_call_of_embed_file_stays_within_batch_size_and_batch_tokens(bilm, tmp_path, monkeypatch):
+    """_batches reads a batch's first row as its longest: that holds because embed_file sorts each part longest
+    first. Checked on the calls embed_file makes (an ascending sort padded batches past --batch-tokens)."""
+    lengths = [1, 7, 2, 9, 3, 3, 8, 0, 5, 6, 4, 9, 1]
+    path = tmp_path / "in.txt"
+    path.write_text("".join(" ".join(["w"] * n) + "\n" for n in lengths), encoding="utf-8")
+    calls, real = [], spacy_elmo.embedding.embed_lines
+
+    def embed_lines(bilm, rows, *args, **kwargs):
+        calls.append([len(row) for row in rows])
+        return real(bilm, rows, *args, **kwargs)
+
+    monkeypatch.setattr(spacy_elmo.embedding, "embed_lines", embed_lines)
+    embed_file(bilm, path, tmp_path / "o.h5", batch_size=4, batch_tokens=16, part_size=7, progress=False)
+    assert sorted(n for call in calls for n in call) == sorted(lengths)
+    for call in calls:
+        assert len(call) <= 4 and (len(call) == 1 or len(call) * max(max(call), 1) <= 16), calls
+
+
+def test_a_batch_that_fills_batch_tokens_exactly_is_one_batch():
+    from spacy_elmo.embedding import _batches
+
+    rows = [["w"] * 10] * 4  # 4 rows x 10 tokens: 40 padded tokens, the budget exactly
+    assert list(_batches([0, 1, 2, 3], rows, batch_size=8, batch_tokens=40)) == [[0, 1, 2, 3]]
+    assert list(_batches([0, 1, 2, 3], rows, batch_size=8, batch_tokens=39)) == [[0, 1, 2], [3]]
 
 
 def test_batches_respect_rows_and_padded_tokens_and_keep_every_line():
