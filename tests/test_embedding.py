@@ -201,10 +201,55 @@ def test_a_run_killed_while_finishing_is_finished_by_a_rerun(bilm, corpus, tmp_p
         embed_file(bilm, corpus, out, part_size=3, layers="top", progress=False)  # other settings
     counts = embed_file(bilm, corpus, out, part_size=3, progress=False)
     assert counts["finished"] == 1 and counts["parts_written"] == 0 and counts["parts_reused"] == 3
+    assert counts["merged"] == 0  # OUTPUT was complete before this run
     assert out.read_bytes() == straight.read_bytes()
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["in.txt", "model", name, "straight.h5"])
     with pytest.raises(FileExistsError, match="--overwrite"):  # finished: as after a straight run
-        embed_file(bilm, corpus, out, part_size=3, progress=False)
+        embed_file(bilm, corpus, out, part_size=3, layers="top", progress=False)
+
+
+def test_a_rerun_into_the_complete_output_of_the_same_run_is_already_complete(bilm, model_dir, corpus, tmp_path,
+                                                                              monkeypatch, ended_pid):
+    """Killed after its parts were removed (printing its summary, exiting), a run left OUTPUT complete and its lock
+    file: the rerun of the same command was refused as "already exists" and the lock stayed for good. OUTPUT records
+    the run that wrote it: the same run finds it complete (nothing embedded, OUTPUT untouched, the stale lock
+    removed); another model, settings, text or tokens, --restart, or a file with no record are still refused."""
+    import h5py
+
+    out, lock = tmp_path / "out.h5", tmp_path / ".out.h5.lock"
+    words = lambda line: line.split()  # noqa: E731
+    assert embed_file(bilm, corpus, out, part_size=3, tokenize=words, progress=False)["merged"] == 1
+    written, identity = out.read_bytes(), (out.stat().st_ino, out.stat().st_mtime_ns)
+    lock.write_text(f"{ended_pid}\n")  # what a SIGKILL after the parts' removal leaves beside OUTPUT
+    with monkeypatch.context() as patch:
+        patch.setattr(spacy_elmo.embedding, "embed_lines", _raise_killed)  # nothing is embedded again
+        counts = embed_file(bilm, corpus, out, part_size=3, tokenize=words, progress=False)
+    assert counts == {"lines": len(LINES), "tokens": sum(len(line.split()) for line in LINES), "parts_written": 0,
+                      "parts_reused": 3, "finished": 1, "merged": 0}
+    assert out.read_bytes() == written and (out.stat().st_ino, out.stat().st_mtime_ns) == identity
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "model", "out.h5"]  # the lock removed
+    with monkeypatch.context() as patch:  # other settings: refused before the text is read
+        patch.setattr(spacy_elmo.embedding, "scan_lines", _raise_killed)
+        for other in ({"layers": "top"}, {"batch_size": 3}, {"restart": True}):
+            with pytest.raises(FileExistsError, match="out.h5 already exists. Pass --overwrite"):
+                embed_file(bilm, corpus, out, part_size=3, tokenize=words, progress=False, **other)
+        with pytest.raises(FileExistsError, match="already exists. Pass --overwrite"):  # another model
+            embed_file(BiLM.load(model_dir).half(), corpus, out, part_size=3, tokenize=words,
+                       progress=False)
+    upper = lambda line: line.upper().split()  # noqa: E731 (the same name, other tokens)
+    with pytest.raises(FileExistsError, match="already exists. Pass --overwrite"):
+        embed_file(bilm, corpus, out, part_size=3, tokenize=upper, progress=False)
+    other_text = tmp_path / "other.txt"
+    other_text.write_text("\n".join(LINES[::-1]) + "\n", encoding="utf-8")
+    with pytest.raises(FileExistsError, match="already exists. Pass --overwrite"):
+        embed_file(bilm, other_text, out, part_size=3, tokenize=words, progress=False)
+    assert out.read_bytes() == written and not parts_path(out).exists()
+    with h5py.File(out, "a") as f:  # an output without the record (an earlier release's, AllenNLP's): refused
+        del f.attrs[spacy_elmo.embedding.RECORDED]
+    with pytest.raises(FileExistsError, match="already exists. Pass --overwrite"):
+        embed_file(bilm, corpus, out, part_size=3, tokenize=words, progress=False)
+    assert embed_file(bilm, corpus, out, part_size=3, tokenize=words, overwrite=True, progress=False)["merged"] == 1
+    assert out.read_bytes() == written
 
 
 def _interrupted_deleting_parts(patch, first):
@@ -244,11 +289,9 @@ def test_ctrl_c_while_removing_the_parts_of_a_complete_output_ends_a_finished_ru
     assert counts["finished"] == 1 and out.read_bytes() == straight.read_bytes()
     left = [p for p in tmp_path.iterdir() if p.name.startswith(".out.h5.parts.")]
     assert len(left) == 1 and str(left[0]) in str(caught[0].message)
-    if first in ("merged.json", "manifest.json"):  # not known as this output's, or its settings not: refused
-        with pytest.raises(FileExistsError, match="--overwrite"):
-            embed_file(bilm, corpus, out, part_size=3, progress=False)
-    else:
-        assert embed_file(bilm, corpus, out, part_size=3, progress=False)["parts_reused"] == 3
+    # Known as complete either way: by the parts' merged.json and manifest.json where they are left, or by OUTPUT's
+    # own record of the run that wrote it.
+    assert embed_file(bilm, corpus, out, part_size=3, progress=False)["parts_reused"] == 3
     assert out.read_bytes() == straight.read_bytes()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "model", "out.h5", "straight.h5"]
 
@@ -460,7 +503,7 @@ def test_parts_of_another_tokenizer_of_the_same_name_are_refused_naming_the_part
     assert embed_file(bilm, corpus, out, tokenize=words, part_size=2, progress=False, stop_after_parts=0)["finished"] == 0
     assert embed_file(bilm, corpus, out, tokenize=x_upper, part_size=2, progress=False) == {
         "lines": len(LINES), "tokens": sum(len(line.split()) for line in LINES), "parts_written": 3, "parts_reused": 1,
-        "finished": 1}
+        "finished": 1, "merged": 1}
     embed_file(bilm, corpus, straight, tokenize=x_upper, part_size=2, progress=False)
     assert out.read_bytes() == straight.read_bytes()
 
@@ -746,7 +789,7 @@ def test_cli_really_killed_again_and_again_writes_the_identical_file(model_dir, 
     kill_runner.run("replaced:.out.h5.parts.*.tmp", 1, command(out))  # the parts renamed away, not yet deleted
     assert out.read_bytes() == straight.read_bytes() and not parts.exists()
     again = CliRunner().invoke(app, command(out))
-    assert again.exit_code == 0 and "(4 parts from an earlier run)" in again.output, again.output
+    assert again.exit_code == 0 and f"{out} is already complete (7 lines, " in again.output, again.output
     assert out.read_bytes() == straight.read_bytes()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "model", "out.h5", "straight.h5"]
 
