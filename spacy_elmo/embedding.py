@@ -45,8 +45,8 @@ import numpy as np
 import torch
 
 from ._typing import PathLike
-from .atomic import (atomic_write, atomic_write_text, make_dirs, remove_dir, remove_empty_dirs, remove_leftovers, replace_dir,
-                     temporary_files, try_lock, warn_if_not_locked)
+from .atomic import (atomic_write, atomic_write_text, make_dirs, out_of_space, remove_dir, remove_empty_dirs, remove_leftovers,
+                     replace_dir, temporary_files, try_lock, warn_if_not_locked)
 from .bilm import BiLM
 from .bilm.token_cache import TokenCache, run_rows
 from .errors import Errors, Warnings
@@ -313,6 +313,8 @@ def embed_file(
     OUTPUT records the run that wrote it (its manifest: the HDF5 attribute :data:`RECORDED`): a rerun of the same
     run (model, input, settings, tokens) into a complete OUTPUT, its parts removed (or their removal killed), finds
     it already complete and computes nothing; another run into it is refused without ``overwrite``.
+    A write that finds no room in OUTPUT's directory (a full disk or quota, a file-size limit) is an OSError
+    saying so (:data:`Errors.E_EMBED_NO_SPACE`): the finished parts are kept, and the same run goes on from them.
     Returns counts: lines, tokens, parts_written (now), parts_reused, finished (0/1), merged (1: this run wrote
     OUTPUT; 0: it stopped before, or found OUTPUT complete already). A second run into the same
     OUTPUT while one runs is refused (FileExistsError, :func:`output_lock`).
@@ -329,8 +331,13 @@ def embed_file(
     check_paths(input_path, output_path, overwrite)
     with output_lock(output_path):
         check_paths(input_path, output_path, overwrite)  # again: another run may have finished OUTPUT meanwhile
-        return _embed_locked(bilm, input_path, output_path, layers, batch_size, batch_tokens, part_size, max_tokens,
-                             cache_size, tokenize, tokenizer_name, progress, overwrite, restart, stop_after_parts)
+        try:
+            return _embed_locked(bilm, input_path, output_path, layers, batch_size, batch_tokens, part_size, max_tokens,
+                                 cache_size, tokenize, tokenizer_name, progress, overwrite, restart, stop_after_parts)
+        except OSError as err:  # a full disk named a hidden temporary file, and said neither what is kept nor what to do
+            if not out_of_space(err, output_path.absolute().parent):  # OUTPUT's and its parts' directory
+                raise
+            raise OSError(Errors.E_EMBED_NO_SPACE.format(path=output_path, error=err, parts=parts_path(output_path))) from err
 
 
 def _embed_locked(bilm: BiLM, input_path: Path, output_path: Path, layers: str, batch_size: int, batch_tokens: int,

@@ -1710,6 +1710,11 @@ class Errors:
         "Interrupted. The finished parts are kept in {parts}: rerun the same command to embed the rest "
         "(--restart starts over)."
     )
+    E_EMBED_NO_SPACE = (
+        "The run stopped: writing {path} ran out of space ({error}). The parts it finished are kept in {parts} "
+        "(the merged OUTPUT takes as much room again at the end). Free space on that disk (or lift the file-size "
+        "limit, or choose an OUTPUT on a larger disk), then rerun the same command to continue from them."
+    )
     E_EMBED_INTERRUPTED_EARLY = "Interrupted before any part was started: nothing was written."
     E_EMBED_OUTPUT_IS_INPUT = (
         "{path} is the input itself: embedding into it would replace the text with its vectors. "

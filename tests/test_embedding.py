@@ -252,6 +252,63 @@ def test_a_rerun_into_the_complete_output_of_the_same_run_is_already_complete(bi
     assert out.read_bytes() == written
 
 
+def _no_space_at_call(n, code, named=None, function="embed_lines"):
+    """``spacy_elmo.embedding``'s ``function`` whose ``n``-th call fails as a write that found no room (errno
+    ``code``), naming ``named`` (None: no file, as a ``write`` says; the file being written is then named:
+    ``atomic.naming``)."""
+    import os
+
+    real, calls = getattr(spacy_elmo.embedding, function), []
+
+    def failing(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == n:
+            raise OSError(code, os.strerror(code), *([str(named)] if named else []))
+        return real(*args, **kwargs)
+
+    return failing
+
+
+def test_a_full_disk_says_what_is_kept_and_how_to_go_on(bilm, model_dir, corpus, tmp_path, monkeypatch):
+    """A full disk (a quota, a file-size limit) ended in a bare "[Errno 28] No space left on device:
+    '.../out.h5.parts/.part-000002.hdf5.PID.tmp'": it now names OUTPUT, the parts kept and the fix; the same
+    command then goes on from the parts, to a straight run's file. A full disk elsewhere (/dev/shm) and another
+    error of OUTPUT's disk are left as they are."""
+    import errno
+
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli import app
+
+    out, straight = tmp_path / "out.h5", tmp_path / "straight.h5"
+    embed_file(bilm, corpus, straight, part_size=2, batch_size=2, progress=False)
+    for code in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+        with monkeypatch.context() as patch:
+            patch.setattr(spacy_elmo.embedding, "embed_lines", _no_space_at_call(1 if parts_path(out).exists() else 3, code))
+            with pytest.raises(OSError, match=rf"writing {out} ran out of space \(\[Errno {code}\] .*part-000002.hdf5"
+                                              rf".*The parts it finished are kept in {out}.parts .*Free space on that "
+                                              rf"disk .*then rerun the same command to continue"):
+                embed_file(bilm, corpus, out, part_size=2, batch_size=2, progress=False)
+    assert sorted(p.name for p in parts_path(out).iterdir()) == ["manifest.json", "part-000000.hdf5", "part-000001.hdf5"]
+    for code, named in ((errno.ENOSPC, "/dev/shm/torch_123"), (errno.EIO, None)):  # not OUTPUT's disk full: as it was
+        with monkeypatch.context() as patch:
+            patch.setattr(spacy_elmo.embedding, "embed_lines", _no_space_at_call(1, code, named))
+            with pytest.raises(OSError) as raised:
+                embed_file(bilm, corpus, out, part_size=2, batch_size=2, progress=False)
+        assert raised.value.errno == code and "ran out of space" not in str(raised.value)
+    with monkeypatch.context() as patch:
+        patch.setattr(spacy_elmo.embedding, "embed_lines", _no_space_at_call(1, errno.ENOSPC))
+        result = CliRunner().invoke(app, ["embed", str(corpus), str(out), "--model", str(model_dir), "--part-size", "2",
+                                          "--batch-size", "2", "--no-progress"])
+    assert result.exit_code == 1 and f"writing {out} ran out of space" in plain(result.output), result.output
+    with monkeypatch.context() as patch:  # the merged file, beside OUTPUT, once every part is written
+        patch.setattr(spacy_elmo.embedding, "_json_utf8", _no_space_at_call(1, errno.ENOSPC, function="_json_utf8"))
+        with pytest.raises(OSError, match=rf"ran out of space \(\[Errno 28\] .*\.out\.h5\.\d+\.tmp.*kept in {out}.parts"):
+            embed_file(bilm, corpus, out, part_size=2, batch_size=2, progress=False)
+    counts = embed_file(bilm, corpus, out, part_size=2, batch_size=2, progress=False)
+    assert counts["parts_reused"] == 4 and counts["merged"] == 1 and out.read_bytes() == straight.read_bytes()
+
+
 def _interrupted_deleting_parts(patch, first):
     """shutil.rmtree of the parts renamed away for deletion (atomic.remove_dir) stops with Ctrl-C after deleting
     ``first`` of them (its order is the directory's, any)."""
