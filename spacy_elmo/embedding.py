@@ -151,7 +151,7 @@ def scan_lines(path: PathLike, digests: PartDigests, progress: bool = False) -> 
     check_input_file(path)
     kind = not_utf8(path)
     if kind is not None:
-        raise ValueError(not_text_error(path, kind))
+        raise ValueError(not_text_error(path, kind, directories=False))  # one file: no directory's skipping to tell of
     before = replaced_bytes_so_far()
     n_lines, with_cr = 0, 0
     boms = BomCount()

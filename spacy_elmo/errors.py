@@ -1049,13 +1049,15 @@ class Errors:
     )
     E_BINARY_FILE = (
         "{path} looks like a binary file (it contains NUL bytes), not UTF-8 text. Pass plain "
-        "text (or gzip, bzip2 or xz of it); in a directory, binary files are skipped with a warning."
+        "text (or gzip, bzip2 or xz of it){skipped}."
     )
     E_WIDE_TEXT_FILE = (
         "{path} looks like {encoding} text, not UTF-8 (Notepad's \"Unicode\" and PowerShell's > write UTF-16). "
-        "Re-encode it to UTF-8, e.g. `iconv -f {encoding} -t UTF-8 {path} > NEW.txt`, and pass NEW.txt (in a "
-        "directory pretrain, evaluate and fit-state read, such files are skipped with a warning)."
+        "Re-encode it to UTF-8, e.g. `iconv -f {encoding} -t UTF-8 {path} > NEW.txt`, and pass NEW.txt{skipped}."
     )
+    #: E_BINARY_FILE's and E_WIDE_TEXT_FILE's ``skipped`` for the commands that read a directory of text files (not
+    #: embed, which reads one file)
+    E_NOT_TEXT_SKIPPED = "; in a directory that pretrain, evaluate and fit-state read, such files are skipped with a warning"
     E_NOT_COMPRESSED = (
         "{path} is named {suffix} but is not {format} data (its first bytes are no gzip, bzip2 or xz "
         "header). Compress it with {format}, or rename it to what it is (a plain text file is read as it is)."
