@@ -362,7 +362,7 @@ def _embed_locked(bilm: BiLM, input_path: Path, output_path: Path, layers: str, 
     }
     parts_dir = parts_path(output_path)
     if not restart and parts_dir.is_dir() and not (parts_dir / MERGED).exists():  # a resume of other settings
-        _check_settings(_read_manifest(parts_dir), settings, parts_dir)
+        _check_settings(_read_manifest(parts_dir), settings, parts_dir, input_path)
     complete = not overwrite and _earlier_merge(output_path) is None and _complete_alone(output_path)
     if complete and (restart or not _same_run(_recorded_run(output_path), settings)):
         # The complete OUTPUT of another run (check_paths let it through): refused before the passes over the text.
@@ -431,7 +431,7 @@ def _embed_locked(bilm: BiLM, input_path: Path, output_path: Path, layers: str, 
         part_files = [parts_dir / f"part-{k:06d}.hdf5" for k in range(n_parts)]
         if parts_dir.exists():
             found = _read_manifest(parts_dir)
-            _check_settings(found, {k: v for k, v in manifest.items() if k != TOKENS}, parts_dir)
+            _check_settings(found, {k: v for k, v in manifest.items() if k != TOKENS}, parts_dir, input_path)
             recorded = found.get(TOKENS)
             if recorded is not None:  # None: a manifest of an earlier release, without them: its parts are trusted
                 for k, part in enumerate(part_files):
@@ -660,8 +660,9 @@ def _same_run(recorded: Optional[dict], expected: dict) -> bool:
     return recorded is not None and {k: recorded.get(k) for k in expected} == expected
 
 
-def _check_settings(found: dict, settings: dict, parts_dir: Path) -> None:
-    """Refuse the parts of ``parts_dir``, whose manifest is ``found``, unless it records ``settings``."""
+def _check_settings(found: dict, settings: dict, parts_dir: Path, input_path: Path) -> None:
+    """Refuse the parts of ``parts_dir``, whose manifest is ``found``, unless it records ``settings`` (of a run
+    reading ``input_path``)."""
     if {k: found.get(k) for k in settings} == settings:
         return
     missing = sorted(k for k in settings if k not in found)
@@ -670,7 +671,12 @@ def _check_settings(found: dict, settings: dict, parts_dir: Path) -> None:
     diff = sorted(k for k in settings if found.get(k) != settings[k])
     shown = [k if k in ("model", "input") else f"{k} (earlier {found.get(k)!r})" for k in diff]
     rerun = _rerun_tokenizer(found.get("tokenizer"), settings["tokenizer"]) if "tokenizer" in diff else ""
-    raise ValueError(Errors.E_EMBED_PARTS_MISMATCH.format(parts=parts_dir, keys=", ".join(shown), rerun=rerun))
+    # "the earlier settings" of a changed text (n_lines follows from it) said to change what the user had not
+    text = Errors.E_EMBED_EARLIER_TEXT.format(path=input_path) if "input" in diff else ""
+    other = Errors.E_EMBED_EARLIER_SETTINGS if set(diff) - {"input", "n_lines"} else ""
+    earlier = " and ".join(part for part in (text, other) if part)
+    raise ValueError(Errors.E_EMBED_PARTS_MISMATCH.format(parts=parts_dir, keys=", ".join(shown), earlier=earlier,
+                                                          rerun=rerun))
 
 
 def spacy_tokenizer_name(lang: str, block: str, rules: str) -> str:

@@ -1682,8 +1682,12 @@ class Errors:
     )
     E_EMBED_PARTS_MISMATCH = (
         "{parts} holds parts of an earlier run with a different {keys}, so they cannot be reused. "
-        "Rerun with the earlier settings{rerun} to finish it, or delete {parts} (or pass --restart) to start over."
+        "Rerun {earlier}{rerun} to finish it, or delete {parts} (or pass --restart) to start over."
     )
+    #: E_EMBED_PARTS_MISMATCH's ``earlier`` where a setting differs (the model, the tokenizer, a batch size...)
+    E_EMBED_EARLIER_SETTINGS = "with the earlier settings"
+    #: E_EMBED_PARTS_MISMATCH's ``earlier`` where the text differs (``path`` edited or replaced since), settings or not
+    E_EMBED_EARLIER_TEXT = "on the text the earlier run read ({path} as it was then)"
     #: E_EMBED_PARTS_MISMATCH's ``rerun`` where the earlier run split the lines at whitespace (``embed``'s default
     #: before it read with the model's language)
     E_EMBED_RERUN_WHITESPACE = " (`spacy-elmo embed` with --whitespace: the earlier run split the lines at whitespace)"

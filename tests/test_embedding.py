@@ -3,6 +3,7 @@ alone, a killed run resumes to the identical file, bad input gets clear errors."
 
 import hashlib
 import json
+import re
 import signal
 from pathlib import Path
 
@@ -1226,7 +1227,16 @@ def test_cli_spacy_parts_of_another_tokenizer_or_older_token_rules_are_not_reuse
     edited = CliRunner().invoke(app, args)
     said = " ".join(edited.output.split())
     assert edited.exit_code == 1 and "different input" in said, said
-    assert "Rerun with the earlier settings to finish it" in said and "--lang" not in said and "--whitespace" not in said
+    # the settings are the same: what finishes it is the text that run read, or --restart
+    assert f"Rerun on the text the earlier run read ({text} as it was then) to finish it, or delete" in said, said
+    assert "(or pass --restart) to start over" in said and "settings" not in said
+    assert "--lang" not in said and "--whitespace" not in said
+    found = json.loads(manifest_path.read_text(encoding="utf-8"))  # the text and a setting: both said (embed_file
+    # refuses another setting before reading the text: this is the check after it, of a manifest edited meanwhile)
+    with pytest.raises(ValueError, match=rf"different batch_size \(earlier 64\), input, .*Rerun on the text the earlier "
+                                         rf"run read \({re.escape(str(text))} as it was then\) and with the earlier "
+                                         rf"settings to finish it"):
+        spacy_elmo.embedding._check_settings(found, {**found, "batch_size": 3, "input": "0" * 64}, manifest_path.parent, text)
     text.write_text("Der Junge  isst.\n  Mein Freund\tliest\n", encoding="utf-8")
     older = {k: v for k, v in manifest.items() if k != "token_rules"}
     manifest_path.write_text(json.dumps(dict(older, tokenizer="spacy:de")), encoding="utf-8")
