@@ -6,6 +6,7 @@ commits the rename before the data (ext4's delayed allocation, XFS) may show the
 half-written file after a crash; without the second, the rename itself may be lost.
 """
 
+import errno
 import fnmatch
 import glob
 import itertools
@@ -42,6 +43,30 @@ def naming(path: PathLike) -> Iterator[None]:
         if err.errno is not None and err.filename is None:
             err.filename = str(path)
         raise
+
+
+def named_paths(err: OSError) -> List[Path]:
+    """The absolute paths ``err`` names (none, one or two), not resolved: as written, also a link (to elsewhere)."""
+    return [Path(os.path.abspath(os.fsdecode(name))) for name in (err.filename, err.filename2) if isinstance(name, (str, bytes))]
+
+
+def names_a_file_in(err: OSError, directory: PathLike, above: bool = False) -> bool:
+    """Whether ``err`` names a file in ``directory`` (its writes name their file: :func:`naming`) or ``directory``
+    itself; with ``above``, also a directory above it (one that creating it made)."""
+    inside = Path(os.path.abspath(directory))
+    return any(path == inside or inside in path.parents or (above and path in inside.parents) for path in named_paths(err))
+
+
+#: The errnos of a write that found no room: a full disk, a full quota, a file past the size its file system or
+#: ``ulimit -f`` allows (EFBIG, SIGXFSZ ignored: FAT32's 4 GiB).
+OUT_OF_SPACE = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC), errno.EFBIG}
+
+
+def out_of_space(err: OSError, directory: PathLike) -> bool:
+    """Whether ``err`` is a write into ``directory`` (a file in it, at any depth) that found no room
+    (:data:`OUT_OF_SPACE`): pretrain's and embed's "free space, then rerun" errors; one of another disk's (a full
+    ``/dev/shm``) is not theirs to explain."""
+    return err.errno in OUT_OF_SPACE and names_a_file_in(err, directory)
 
 
 def make_dirs(directory: Path) -> List[Path]:

@@ -17,7 +17,8 @@ or xz input, so the same text compressed otherwise or not at all reuses them)
 and embeds the rest. The parts are merged into ``OUTPUT`` (again
 through a temporary name, whose identity is recorded in ``merged.json`` before
 the rename) at the end, and the directory is removed; a rerun after a kill
-between the two only removes it.
+between the two only removes it. ``OUTPUT`` records the run that wrote it (:data:`RECORDED`), so that
+the same run again, after a kill once the parts were removed, finds it complete and embeds nothing.
 The biLM is stateless and in eval mode, so a resumed run writes exactly the
 numbers of an uninterrupted one. The settings include the batch sizes and the
 cache size: which lines share a biLM call changes the vectors' last bits
@@ -44,8 +45,8 @@ import numpy as np
 import torch
 
 from ._typing import PathLike
-from .atomic import (atomic_write, atomic_write_text, make_dirs, remove_dir, remove_empty_dirs, remove_leftovers, replace_dir,
-                     temporary_files, try_lock, warn_if_not_locked)
+from .atomic import (atomic_write, atomic_write_text, make_dirs, out_of_space, remove_dir, remove_empty_dirs, remove_leftovers,
+                     replace_dir, temporary_files, try_lock, warn_if_not_locked)
 from .bilm import BiLM
 from .bilm.token_cache import TokenCache, run_rows
 from .errors import Errors, Warnings
@@ -57,6 +58,9 @@ MANIFEST = "manifest.json"
 MERGED = "merged.json"
 TOKENS = "part_tokens"  # the manifest's key for the sha256 of each part's token rows (rows_digest)
 FORMAT = "spacy-elmo/embedding-parts-v1"
+#: The root attribute of a merged OUTPUT that records the run which wrote it (:func:`_output_record`, JSON): a rerun
+#: of that run finds OUTPUT complete, also once its parts are gone (a kill after their removal).
+RECORDED = "spacy_elmo_embed"
 #: Version of what ``embed`` does to text around its tokenizer (the manifest's ``token_rules``); bump it when
 #: that changes a line's tokens, so parts of another version are not reused. 2: a leading byte order mark
 #: is dropped, and with ``--lang`` spaCy's whitespace tokens are left out. Pretraining's own
@@ -147,7 +151,7 @@ def scan_lines(path: PathLike, digests: PartDigests, progress: bool = False) -> 
     check_input_file(path)
     kind = not_utf8(path)
     if kind is not None:
-        raise ValueError(not_text_error(path, kind))
+        raise ValueError(not_text_error(path, kind, directories=False))  # one file: no directory's skipping to tell of
     before = replaced_bytes_so_far()
     n_lines, with_cr = 0, 0
     boms = BomCount()
@@ -200,7 +204,9 @@ def check_input_file(path: Path) -> None:
 def check_paths(input_path: PathLike, output_path: PathLike, overwrite: bool = False) -> None:
     """Refuse, before any work, what :func:`embed_file` cannot read or write: an input that is no
     file, an output that is a directory, lies below a file or in a directory where no file can be created, is the
-    input, or exists (without ``overwrite``)."""
+    input, or exists (without ``overwrite``), unless it is complete and records the run that wrote it (and no parts
+    are left beside it): :func:`embed_file` then compares that run with this one (the same: OUTPUT is already
+    complete; another: refused as existing), once it knows this run's manifest."""
     input_path, output_path = Path(input_path), Path(output_path)
     if output_path.is_dir():
         example = output_path / "vectors.h5"
@@ -209,7 +215,7 @@ def check_paths(input_path: PathLike, output_path: PathLike, overwrite: bool = F
     if output_path.exists():
         if output_path.samefile(input_path):
             raise FileExistsError(Errors.E_EMBED_OUTPUT_IS_INPUT.format(path=output_path))
-        if not overwrite and _earlier_merge(output_path) is None:
+        if not overwrite and _earlier_merge(output_path) is None and not _complete_alone(output_path):
             # What a run killed (or interrupted) while deleting its parts left: never reused, and it stayed for good.
             remove_leftovers(parts_path(output_path))
             raise FileExistsError(Errors.E_EMBED_OUTPUT_EXISTS.format(path=output_path))
@@ -304,7 +310,13 @@ def embed_file(
     pass takes the sha256 of each part's text too, and every later pass checks each part against it
     before using it (:func:`same_parts`): a file rewritten during the run is an error
     (:data:`Errors.E_EMBED_INPUT_CHANGED`) at its first changed part, before any of it is written.
-    Returns counts: lines, tokens, parts_written (now), parts_reused, finished (0/1). A second run into the same
+    OUTPUT records the run that wrote it (its manifest: the HDF5 attribute :data:`RECORDED`): a rerun of the same
+    run (model, input, settings, tokens) into a complete OUTPUT, its parts removed (or their removal killed), finds
+    it already complete and computes nothing; another run into it is refused without ``overwrite``.
+    A write that finds no room in OUTPUT's directory (a full disk or quota, a file-size limit) is an OSError
+    saying so (:data:`Errors.E_EMBED_NO_SPACE`): the finished parts are kept, and the same run goes on from them.
+    Returns counts: lines, tokens, parts_written (now), parts_reused, finished (0/1), merged (1: this run wrote
+    OUTPUT; 0: it stopped before, or found OUTPUT complete already). A second run into the same
     OUTPUT while one runs is refused (FileExistsError, :func:`output_lock`).
     """
     if layers not in LAYER_MODES:
@@ -319,8 +331,13 @@ def embed_file(
     check_paths(input_path, output_path, overwrite)
     with output_lock(output_path):
         check_paths(input_path, output_path, overwrite)  # again: another run may have finished OUTPUT meanwhile
-        return _embed_locked(bilm, input_path, output_path, layers, batch_size, batch_tokens, part_size, max_tokens,
-                             cache_size, tokenize, tokenizer_name, progress, overwrite, restart, stop_after_parts)
+        try:
+            return _embed_locked(bilm, input_path, output_path, layers, batch_size, batch_tokens, part_size, max_tokens,
+                                 cache_size, tokenize, tokenizer_name, progress, overwrite, restart, stop_after_parts)
+        except OSError as err:  # a full disk named a hidden temporary file, and said neither what is kept nor what to do
+            if not out_of_space(err, output_path.absolute().parent):  # OUTPUT's and its parts' directory
+                raise
+            raise OSError(Errors.E_EMBED_NO_SPACE.format(path=output_path, error=err, parts=parts_path(output_path))) from err
 
 
 def _embed_locked(bilm: BiLM, input_path: Path, output_path: Path, layers: str, batch_size: int, batch_tokens: int,
@@ -345,7 +362,11 @@ def _embed_locked(bilm: BiLM, input_path: Path, output_path: Path, layers: str, 
     }
     parts_dir = parts_path(output_path)
     if not restart and parts_dir.is_dir() and not (parts_dir / MERGED).exists():  # a resume of other settings
-        _check_settings(_read_manifest(parts_dir), settings, parts_dir)
+        _check_settings(_read_manifest(parts_dir), settings, parts_dir, input_path)
+    complete = not overwrite and _earlier_merge(output_path) is None and _complete_alone(output_path)
+    if complete and (restart or not _same_run(_recorded_run(output_path), settings)):
+        # The complete OUTPUT of another run (check_paths let it through): refused before the passes over the text.
+        raise FileExistsError(Errors.E_EMBED_OUTPUT_EXISTS.format(path=output_path))
     digests = PartDigests(part_size)  # of the text (decompressed) and of each part's, read with its lines
     n_lines = scan_lines(input_path, digests, progress)
     sha256, part_digests = digests.whole.hexdigest(), digests.parts()
@@ -376,7 +397,7 @@ def _embed_locked(bilm: BiLM, input_path: Path, output_path: Path, layers: str, 
     bilm.eval()
     try:
         cache = TokenCache(cache_size)
-        counts = {"lines": n_lines, "tokens": n_tokens, "parts_written": 0, "parts_reused": 0}
+        counts = {"lines": n_lines, "tokens": n_tokens, "parts_written": 0, "parts_reused": 0, "merged": 0}
 
         manifest = {
             # The digests of the parts' text are not recorded: "input" and "part_size" decide them.
@@ -384,25 +405,33 @@ def _embed_locked(bilm: BiLM, input_path: Path, output_path: Path, layers: str, 
             # each part's tokens: another tokenizer of the same name (two lambdas) gives other ones
             TOKENS: token_digests,
         }
+        record = _output_record(manifest)  # what OUTPUT records of this run
         n_parts = (n_lines + part_size - 1) // part_size
         earlier = _earlier_merge(output_path)
         if earlier is not None:  # a run killed after writing OUTPUT, before removing its parts
-            if _same_manifest(_read_manifest(earlier), manifest) and not restart:
+            found = _read_manifest(earlier)  # {} where a killed removal deleted it: OUTPUT's own record tells
+            same = _same_manifest(found, manifest) if found else _same_run(_recorded_run(output_path), record)
+            if same and not restart:
                 with _finished_once_merged(output_path):
                     remove_dir(earlier)
                 return {**counts, "parts_reused": n_parts, "finished": 1}
             if not overwrite:  # the finished output of other settings
-                if not _read_manifest(earlier):  # or what a killed removal left of its parts: no longer telling which
+                if not found:  # or what a killed removal left of its parts: no longer telling which
                     remove_leftovers(parts_dir)
                 raise FileExistsError(Errors.E_EMBED_OUTPUT_EXISTS.format(path=output_path))
             remove_dir(earlier)
         remove_leftovers(parts_dir)  # a parts directory being created or removed when a run was killed
+        if complete:  # killed after removing its parts (printing its summary, exiting): nothing left to do
+            if _same_run(_recorded_run(output_path), record):
+                return {**counts, "parts_reused": n_parts, "finished": 1}
+            # the same settings, another text or other tokens
+            raise FileExistsError(Errors.E_EMBED_OUTPUT_EXISTS.format(path=output_path))
         if parts_dir.exists() and restart:
             remove_dir(parts_dir)
         part_files = [parts_dir / f"part-{k:06d}.hdf5" for k in range(n_parts)]
         if parts_dir.exists():
             found = _read_manifest(parts_dir)
-            _check_settings(found, {k: v for k, v in manifest.items() if k != TOKENS}, parts_dir)
+            _check_settings(found, {k: v for k, v in manifest.items() if k != TOKENS}, parts_dir, input_path)
             recorded = found.get(TOKENS)
             if recorded is not None:  # None: a manifest of an earlier release, without them: its parts are trusted
                 for k, part in enumerate(part_files):
@@ -444,9 +473,9 @@ def _embed_locked(bilm: BiLM, input_path: Path, output_path: Path, layers: str, 
                 counts["parts_written"] += 1
         every_line = (line for _, chunk in parts() for line in chunk)
         with _finished_once_merged(output_path):
-            _merge(part_files, every_line, n_lines, output_path, parts_dir, progress)
+            _merge(part_files, every_line, n_lines, output_path, parts_dir, record, progress)
             remove_dir(parts_dir)
-        return {**counts, "finished": 1}
+        return {**counts, "finished": 1, "merged": 1}
     finally:
         bilm.train(was_training)  # the caller's model comes back in its own mode
 
@@ -599,8 +628,41 @@ def _earlier_merge(output_path: Path) -> Optional[Path]:
     return None
 
 
-def _check_settings(found: dict, settings: dict, parts_dir: Path) -> None:
-    """Refuse the parts of ``parts_dir``, whose manifest is ``found``, unless it records ``settings``."""
+def _output_record(manifest: dict) -> dict:
+    """What a merged OUTPUT records of the run that wrote it (:data:`RECORDED`): its ``manifest``, the parts' token
+    digests as one sha256 (one digest a part made the attribute too long for HDF5 on a big input)."""
+    tokens = hashlib.sha256(json.dumps(manifest[TOKENS]).encode("ascii")).hexdigest()
+    return {**{k: v for k, v in manifest.items() if k != TOKENS}, TOKENS: tokens}
+
+
+def _recorded_run(output_path: Path) -> Optional[dict]:
+    """The record of the run that wrote ``output_path`` (:func:`_output_record`); None for a file without one
+    (another program's, an earlier release's, not HDF5, unreadable)."""
+    import h5py
+
+    try:
+        with h5py.File(output_path, "r", locking=False) as f:  # no lock, as the readers: NFS, Lustre
+            recorded = json.loads(f.attrs[RECORDED])
+        return recorded if isinstance(recorded, dict) else None
+    except Exception:  # noqa: BLE001 - not HDF5, damaged, without the attribute: no record of a run
+        return None
+
+
+def _complete_alone(output_path: Path) -> bool:
+    """Whether ``output_path`` is a complete OUTPUT that records the run which wrote it, no parts directory beside
+    it (the parts of an unfinished run into it, with --overwrite, ask for --overwrite again)."""
+    return not parts_path(output_path).exists() and _recorded_run(output_path) is not None
+
+
+def _same_run(recorded: Optional[dict], expected: dict) -> bool:
+    """Whether the run ``recorded`` in an OUTPUT (:func:`_recorded_run`) has every entry of ``expected`` (the
+    settings, known before the text is read, or the whole :func:`_output_record` of this run)."""
+    return recorded is not None and {k: recorded.get(k) for k in expected} == expected
+
+
+def _check_settings(found: dict, settings: dict, parts_dir: Path, input_path: Path) -> None:
+    """Refuse the parts of ``parts_dir``, whose manifest is ``found``, unless it records ``settings`` (of a run
+    reading ``input_path``)."""
     if {k: found.get(k) for k in settings} == settings:
         return
     missing = sorted(k for k in settings if k not in found)
@@ -609,7 +671,12 @@ def _check_settings(found: dict, settings: dict, parts_dir: Path) -> None:
     diff = sorted(k for k in settings if found.get(k) != settings[k])
     shown = [k if k in ("model", "input") else f"{k} (earlier {found.get(k)!r})" for k in diff]
     rerun = _rerun_tokenizer(found.get("tokenizer"), settings["tokenizer"]) if "tokenizer" in diff else ""
-    raise ValueError(Errors.E_EMBED_PARTS_MISMATCH.format(parts=parts_dir, keys=", ".join(shown), rerun=rerun))
+    # "the earlier settings" of a changed text (n_lines follows from it) said to change what the user had not
+    text = Errors.E_EMBED_EARLIER_TEXT.format(path=input_path) if "input" in diff else ""
+    other = Errors.E_EMBED_EARLIER_SETTINGS if set(diff) - {"input", "n_lines"} else ""
+    earlier = " and ".join(part for part in (text, other) if part)
+    raise ValueError(Errors.E_EMBED_PARTS_MISMATCH.format(parts=parts_dir, keys=", ".join(shown), earlier=earlier,
+                                                          rerun=rerun))
 
 
 def spacy_tokenizer_name(lang: str, block: str, rules: str) -> str:
@@ -658,10 +725,10 @@ def _json_utf8(mapping: dict) -> bytes:
 
 
 def _merge(part_files: Sequence[Path], lines: Iterable[str], n_lines: int, output_path: Path, parts_dir: Path,
-           progress: bool) -> None:
+           record: dict, progress: bool) -> None:
     """Copy every part's datasets (in line order) and ``sentence_to_index`` (of ``lines``: every line,
-    read again) into ``output_path``, recording the merged file's identity in ``parts_dir`` before
-    renaming it into place."""
+    read again) into ``output_path``, with ``record`` (:func:`_output_record`) as its attribute :data:`RECORDED`,
+    recording the merged file's identity in ``parts_dir`` before renaming it into place."""
     import h5py
     from .progress import progress_bar
 
@@ -677,6 +744,7 @@ def _merge(part_files: Sequence[Path], lines: Iterable[str], n_lines: int, outpu
             # dataset, so ``json.loads(f["sentence_to_index"][0])`` and ``f[mapping[sentence]]`` work.
             text = out.create_dataset(SENTENCE_TO_INDEX, (1,), dtype=h5py.string_dtype())
             text[0] = _json_utf8({line.strip(): str(i) for i, line in enumerate(lines)})
+            out.attrs[RECORDED] = json.dumps(record, sort_keys=True)  # read by no AllenNLP reader: they read datasets
         atomic_write_text(parts_dir / MERGED, json.dumps(_file_identity(tmp)))
 
     atomic_write(output_path, write)

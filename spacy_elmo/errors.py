@@ -1049,13 +1049,15 @@ class Errors:
     )
     E_BINARY_FILE = (
         "{path} looks like a binary file (it contains NUL bytes), not UTF-8 text. Pass plain "
-        "text (or gzip, bzip2 or xz of it); in a directory, binary files are skipped with a warning."
+        "text (or gzip, bzip2 or xz of it){skipped}."
     )
     E_WIDE_TEXT_FILE = (
         "{path} looks like {encoding} text, not UTF-8 (Notepad's \"Unicode\" and PowerShell's > write UTF-16). "
-        "Re-encode it to UTF-8, e.g. `iconv -f {encoding} -t UTF-8 {path} > NEW.txt`, and pass NEW.txt (in a "
-        "directory pretrain, evaluate and fit-state read, such files are skipped with a warning)."
+        "Re-encode it to UTF-8, e.g. `iconv -f {encoding} -t UTF-8 {path} > NEW.txt`, and pass NEW.txt{skipped}."
     )
+    #: E_BINARY_FILE's and E_WIDE_TEXT_FILE's ``skipped`` for the commands that read a directory of text files (not
+    #: embed, which reads one file)
+    E_NOT_TEXT_SKIPPED = "; in a directory that pretrain, evaluate and fit-state read, such files are skipped with a warning"
     E_NOT_COMPRESSED = (
         "{path} is named {suffix} but is not {format} data (its first bytes are no gzip, bzip2 or xz "
         "header). Compress it with {format}, or rename it to what it is (a plain text file is read as it is)."
@@ -1683,8 +1685,12 @@ class Errors:
     )
     E_EMBED_PARTS_MISMATCH = (
         "{parts} holds parts of an earlier run with a different {keys}, so they cannot be reused. "
-        "Rerun with the earlier settings{rerun} to finish it, or delete {parts} (or pass --restart) to start over."
+        "Rerun {earlier}{rerun} to finish it, or delete {parts} (or pass --restart) to start over."
     )
+    #: E_EMBED_PARTS_MISMATCH's ``earlier`` where a setting differs (the model, the tokenizer, a batch size...)
+    E_EMBED_EARLIER_SETTINGS = "with the earlier settings"
+    #: E_EMBED_PARTS_MISMATCH's ``earlier`` where the text differs (``path`` edited or replaced since), settings or not
+    E_EMBED_EARLIER_TEXT = "on the text the earlier run read ({path} as it was then)"
     #: E_EMBED_PARTS_MISMATCH's ``rerun`` where the earlier run split the lines at whitespace (``embed``'s default
     #: before it read with the model's language)
     E_EMBED_RERUN_WHITESPACE = " (`spacy-elmo embed` with --whitespace: the earlier run split the lines at whitespace)"
@@ -1712,6 +1718,11 @@ class Errors:
     E_EMBED_INTERRUPTED = (
         "Interrupted. The finished parts are kept in {parts}: rerun the same command to embed the rest "
         "(--restart starts over)."
+    )
+    E_EMBED_NO_SPACE = (
+        "The run stopped: writing {path} ran out of space ({error}). The parts it finished are kept in {parts} "
+        "(the merged OUTPUT takes as much room again at the end). Free space on that disk (or lift the file-size "
+        "limit, or choose an OUTPUT on a larger disk), then rerun the same command to continue from them."
     )
     E_EMBED_INTERRUPTED_EARLY = "Interrupted before any part was started: nothing was written."
     E_EMBED_OUTPUT_IS_INPUT = (

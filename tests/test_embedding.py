@@ -3,6 +3,7 @@ alone, a killed run resumes to the identical file, bad input gets clear errors."
 
 import hashlib
 import json
+import re
 import signal
 from pathlib import Path
 
@@ -201,10 +202,112 @@ def test_a_run_killed_while_finishing_is_finished_by_a_rerun(bilm, corpus, tmp_p
         embed_file(bilm, corpus, out, part_size=3, layers="top", progress=False)  # other settings
     counts = embed_file(bilm, corpus, out, part_size=3, progress=False)
     assert counts["finished"] == 1 and counts["parts_written"] == 0 and counts["parts_reused"] == 3
+    assert counts["merged"] == 0  # OUTPUT was complete before this run
     assert out.read_bytes() == straight.read_bytes()
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["in.txt", "model", name, "straight.h5"])
     with pytest.raises(FileExistsError, match="--overwrite"):  # finished: as after a straight run
-        embed_file(bilm, corpus, out, part_size=3, progress=False)
+        embed_file(bilm, corpus, out, part_size=3, layers="top", progress=False)
+
+
+def test_a_rerun_into_the_complete_output_of_the_same_run_is_already_complete(bilm, model_dir, corpus, tmp_path,
+                                                                              monkeypatch, ended_pid):
+    """Killed after its parts were removed (printing its summary, exiting), a run left OUTPUT complete and its lock
+    file: the rerun of the same command was refused as "already exists" and the lock stayed for good. OUTPUT records
+    the run that wrote it: the same run finds it complete (nothing embedded, OUTPUT untouched, the stale lock
+    removed); another model, settings, text or tokens, --restart, or a file with no record are still refused."""
+    import h5py
+
+    out, lock = tmp_path / "out.h5", tmp_path / ".out.h5.lock"
+    words = lambda line: line.split()  # noqa: E731
+    assert embed_file(bilm, corpus, out, part_size=3, tokenize=words, progress=False)["merged"] == 1
+    written, identity = out.read_bytes(), (out.stat().st_ino, out.stat().st_mtime_ns)
+    lock.write_text(f"{ended_pid}\n")  # what a SIGKILL after the parts' removal leaves beside OUTPUT
+    with monkeypatch.context() as patch:
+        patch.setattr(spacy_elmo.embedding, "embed_lines", _raise_killed)  # nothing is embedded again
+        counts = embed_file(bilm, corpus, out, part_size=3, tokenize=words, progress=False)
+    assert counts == {"lines": len(LINES), "tokens": sum(len(line.split()) for line in LINES), "parts_written": 0,
+                      "parts_reused": 3, "finished": 1, "merged": 0}
+    assert out.read_bytes() == written and (out.stat().st_ino, out.stat().st_mtime_ns) == identity
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "model", "out.h5"]  # the lock removed
+    with monkeypatch.context() as patch:  # other settings: refused before the text is read
+        patch.setattr(spacy_elmo.embedding, "scan_lines", _raise_killed)
+        for other in ({"layers": "top"}, {"batch_size": 3}, {"restart": True}):
+            with pytest.raises(FileExistsError, match="out.h5 already exists. Pass --overwrite"):
+                embed_file(bilm, corpus, out, part_size=3, tokenize=words, progress=False, **other)
+        with pytest.raises(FileExistsError, match="already exists. Pass --overwrite"):  # another model
+            embed_file(BiLM.load(model_dir).half(), corpus, out, part_size=3, tokenize=words,
+                       progress=False)
+    upper = lambda line: line.upper().split()  # noqa: E731 (the same name, other tokens)
+    with pytest.raises(FileExistsError, match="already exists. Pass --overwrite"):
+        embed_file(bilm, corpus, out, part_size=3, tokenize=upper, progress=False)
+    other_text = tmp_path / "other.txt"
+    other_text.write_text("\n".join(LINES[::-1]) + "\n", encoding="utf-8")
+    with pytest.raises(FileExistsError, match="already exists. Pass --overwrite"):
+        embed_file(bilm, other_text, out, part_size=3, tokenize=words, progress=False)
+    assert out.read_bytes() == written and not parts_path(out).exists()
+    with h5py.File(out, "a") as f:  # an output without the record (an earlier release's, AllenNLP's): refused
+        del f.attrs[spacy_elmo.embedding.RECORDED]
+    with pytest.raises(FileExistsError, match="already exists. Pass --overwrite"):
+        embed_file(bilm, corpus, out, part_size=3, tokenize=words, progress=False)
+    assert embed_file(bilm, corpus, out, part_size=3, tokenize=words, overwrite=True, progress=False)["merged"] == 1
+    assert out.read_bytes() == written
+
+
+def _no_space_at_call(n, code, named=None, function="embed_lines"):
+    """``spacy_elmo.embedding``'s ``function`` whose ``n``-th call fails as a write that found no room (errno
+    ``code``), naming ``named`` (None: no file, as a ``write`` says; the file being written is then named:
+    ``atomic.naming``)."""
+    import os
+
+    real, calls = getattr(spacy_elmo.embedding, function), []
+
+    def failing(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == n:
+            raise OSError(code, os.strerror(code), *([str(named)] if named else []))
+        return real(*args, **kwargs)
+
+    return failing
+
+
+def test_a_full_disk_says_what_is_kept_and_how_to_go_on(bilm, model_dir, corpus, tmp_path, monkeypatch):
+    """A full disk (a quota, a file-size limit) ended in a bare "[Errno 28] No space left on device:
+    '.../out.h5.parts/.part-000002.hdf5.PID.tmp'": it now names OUTPUT, the parts kept and the fix; the same
+    command then goes on from the parts, to a straight run's file. A full disk elsewhere (/dev/shm) and another
+    error of OUTPUT's disk are left as they are."""
+    import errno
+
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli import app
+
+    out, straight = tmp_path / "out.h5", tmp_path / "straight.h5"
+    embed_file(bilm, corpus, straight, part_size=2, batch_size=2, progress=False)
+    for code in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+        with monkeypatch.context() as patch:
+            patch.setattr(spacy_elmo.embedding, "embed_lines", _no_space_at_call(1 if parts_path(out).exists() else 3, code))
+            with pytest.raises(OSError, match=rf"writing {out} ran out of space \(\[Errno {code}\] .*part-000002.hdf5"
+                                              rf".*The parts it finished are kept in {out}.parts .*Free space on that "
+                                              rf"disk .*then rerun the same command to continue"):
+                embed_file(bilm, corpus, out, part_size=2, batch_size=2, progress=False)
+    assert sorted(p.name for p in parts_path(out).iterdir()) == ["manifest.json", "part-000000.hdf5", "part-000001.hdf5"]
+    for code, named in ((errno.ENOSPC, "/dev/shm/torch_123"), (errno.EIO, None)):  # not OUTPUT's disk full: as it was
+        with monkeypatch.context() as patch:
+            patch.setattr(spacy_elmo.embedding, "embed_lines", _no_space_at_call(1, code, named))
+            with pytest.raises(OSError) as raised:
+                embed_file(bilm, corpus, out, part_size=2, batch_size=2, progress=False)
+        assert raised.value.errno == code and "ran out of space" not in str(raised.value)
+    with monkeypatch.context() as patch:
+        patch.setattr(spacy_elmo.embedding, "embed_lines", _no_space_at_call(1, errno.ENOSPC))
+        result = CliRunner().invoke(app, ["embed", str(corpus), str(out), "--model", str(model_dir), "--part-size", "2",
+                                          "--batch-size", "2", "--no-progress"])
+    assert result.exit_code == 1 and f"writing {out} ran out of space" in plain(result.output), result.output
+    with monkeypatch.context() as patch:  # the merged file, beside OUTPUT, once every part is written
+        patch.setattr(spacy_elmo.embedding, "_json_utf8", _no_space_at_call(1, errno.ENOSPC, function="_json_utf8"))
+        with pytest.raises(OSError, match=rf"ran out of space \(\[Errno 28\] .*\.out\.h5\.\d+\.tmp.*kept in {out}.parts"):
+            embed_file(bilm, corpus, out, part_size=2, batch_size=2, progress=False)
+    counts = embed_file(bilm, corpus, out, part_size=2, batch_size=2, progress=False)
+    assert counts["parts_reused"] == 4 and counts["merged"] == 1 and out.read_bytes() == straight.read_bytes()
 
 
 def _interrupted_deleting_parts(patch, first):
@@ -244,11 +347,9 @@ def test_ctrl_c_while_removing_the_parts_of_a_complete_output_ends_a_finished_ru
     assert counts["finished"] == 1 and out.read_bytes() == straight.read_bytes()
     left = [p for p in tmp_path.iterdir() if p.name.startswith(".out.h5.parts.")]
     assert len(left) == 1 and str(left[0]) in str(caught[0].message)
-    if first in ("merged.json", "manifest.json"):  # not known as this output's, or its settings not: refused
-        with pytest.raises(FileExistsError, match="--overwrite"):
-            embed_file(bilm, corpus, out, part_size=3, progress=False)
-    else:
-        assert embed_file(bilm, corpus, out, part_size=3, progress=False)["parts_reused"] == 3
+    # Known as complete either way: by the parts' merged.json and manifest.json where they are left, or by OUTPUT's
+    # own record of the run that wrote it.
+    assert embed_file(bilm, corpus, out, part_size=3, progress=False)["parts_reused"] == 3
     assert out.read_bytes() == straight.read_bytes()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "model", "out.h5", "straight.h5"]
 
@@ -460,9 +561,21 @@ def test_parts_of_another_tokenizer_of_the_same_name_are_refused_naming_the_part
     assert embed_file(bilm, corpus, out, tokenize=words, part_size=2, progress=False, stop_after_parts=0)["finished"] == 0
     assert embed_file(bilm, corpus, out, tokenize=x_upper, part_size=2, progress=False) == {
         "lines": len(LINES), "tokens": sum(len(line.split()) for line in LINES), "parts_written": 3, "parts_reused": 1,
-        "finished": 1}
+        "finished": 1, "merged": 1}
     embed_file(bilm, corpus, straight, tokenize=x_upper, part_size=2, progress=False)
     assert out.read_bytes() == straight.read_bytes()
+
+
+def test_a_written_part_after_the_first_of_other_tokens_is_refused_naming_it(bilm, corpus, tmp_path):
+    """Each written part's tokens are checked against its own digest, not the first part's: a resume whose
+    tokenizer splits only a later written part's lines otherwise (LINES[4] == "x": part 2 with part_size=2) is
+    refused, naming that part."""
+    out = tmp_path / "out.h5"
+    words = lambda line: line.split()  # noqa: E731
+    x_upper = lambda line: [w.upper() if w == "x" else w for w in line.split()]  # noqa: E731
+    assert embed_file(bilm, corpus, out, tokenize=words, part_size=2, progress=False, stop_after_parts=3)["finished"] == 0
+    with pytest.raises(ValueError, match=r"part-000002.hdf5 \(lines 5-6 of .*in.txt\) was written from other tokens"):
+        embed_file(bilm, corpus, out, tokenize=x_upper, part_size=2, progress=False)
 
 
 def test_parts_of_a_manifest_without_token_digests_are_trusted_and_it_gets_them(bilm, corpus, tmp_path):
@@ -494,11 +607,13 @@ def test_bad_input_gets_clear_errors(bilm, model_dir, corpus, tmp_path):
         embed_file(bilm, tmp_path / "missing.txt", tmp_path / "o.h5", progress=False)
     binary = tmp_path / "bin.txt"
     binary.write_bytes(b"abc\x00def\n")
-    with pytest.raises(ValueError, match="binary"):
+    # embed reads one file: pretrain's skipping of such files in a directory is not said of it
+    with pytest.raises(ValueError, match=r"binary file \(it contains NUL bytes\), not UTF-8 text\. Pass plain text "
+                                         r"\(or gzip, bzip2 or xz of it\)\.$"):
         embed_file(bilm, binary, tmp_path / "o.h5", progress=False)
     wide = tmp_path / "u16.txt"
     wide.write_bytes("Some text\n".encode("utf-16"))
-    with pytest.raises(ValueError, match=r"looks like UTF-16 text, not UTF-8.*`iconv -f UTF-16 -t UTF-8"):
+    with pytest.raises(ValueError, match=r"looks like UTF-16 text, not UTF-8.*`iconv -f UTF-16 -t UTF-8.*and pass NEW\.txt\.$"):
         embed_file(bilm, wide, tmp_path / "o.h5", progress=False)
     long = tmp_path / "long.txt"
     long.write_text("short line\n" + "w " * 50 + "\n", encoding="utf-8")
@@ -734,7 +849,7 @@ def test_cli_really_killed_again_and_again_writes_the_identical_file(model_dir, 
     kill_runner.run("replaced:.out.h5.parts.*.tmp", 1, command(out))  # the parts renamed away, not yet deleted
     assert out.read_bytes() == straight.read_bytes() and not parts.exists()
     again = CliRunner().invoke(app, command(out))
-    assert again.exit_code == 0 and "(4 parts from an earlier run)" in again.output, again.output
+    assert again.exit_code == 0 and f"{out} is already complete (7 lines, " in again.output, again.output
     assert out.read_bytes() == straight.read_bytes()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "model", "out.h5", "straight.h5"]
 
@@ -931,6 +1046,40 @@ def test_a_carriage_return_inside_a_line_is_warned_of_once(bilm, tmp_path, recwa
     assert len(said) == 1 and f"{mixed} line 2 " in said[0], said
 
 
+def test_a_line_over_max_tokens_in_a_later_part_is_named_by_its_line_in_the_file(bilm, tmp_path):
+    path = tmp_path / "in.txt"
+    path.write_text("a b\nc\nd e\n" + " ".join(["long"] * 30) + "\nf\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"line 4 has 30 tokens, more than --max-tokens 20"):  # line 2 of part 1
+        embed_file(bilm, path, tmp_path / "o.h5", part_size=2, max_tokens=20, progress=False)
+
+
+def test_every_bilm_call_of_embed_file_stays_within_batch_size_and_batch_tokens(bilm, tmp_path, monkeypatch):
+    """_batches reads a batch's first row as its longest: that holds because embed_file sorts each part longest
+    first. Checked on the calls embed_file makes (an ascending sort padded batches past --batch-tokens)."""
+    lengths = [1, 7, 2, 9, 3, 3, 8, 0, 5, 6, 4, 9, 1]
+    path = tmp_path / "in.txt"
+    path.write_text("".join(" ".join(["w"] * n) + "\n" for n in lengths), encoding="utf-8")
+    calls, real = [], spacy_elmo.embedding.embed_lines
+
+    def embed_lines(bilm, rows, *args, **kwargs):
+        calls.append([len(row) for row in rows])
+        return real(bilm, rows, *args, **kwargs)
+
+    monkeypatch.setattr(spacy_elmo.embedding, "embed_lines", embed_lines)
+    embed_file(bilm, path, tmp_path / "o.h5", batch_size=4, batch_tokens=16, part_size=7, progress=False)
+    assert sorted(n for call in calls for n in call) == sorted(lengths)
+    for call in calls:
+        assert len(call) <= 4 and (len(call) == 1 or len(call) * max(max(call), 1) <= 16), calls
+
+
+def test_a_batch_that_fills_batch_tokens_exactly_is_one_batch():
+    from spacy_elmo.embedding import _batches
+
+    rows = [["w"] * 10] * 4  # 4 rows x 10 tokens: 40 padded tokens, the budget exactly
+    assert list(_batches([0, 1, 2, 3], rows, batch_size=8, batch_tokens=40)) == [[0, 1, 2, 3]]
+    assert list(_batches([0, 1, 2, 3], rows, batch_size=8, batch_tokens=39)) == [[0, 1, 2], [3]]
+
+
 def test_batches_respect_rows_and_padded_tokens_and_keep_every_line():
     from spacy_elmo.embedding import _batches
 
@@ -1078,7 +1227,16 @@ def test_cli_spacy_parts_of_another_tokenizer_or_older_token_rules_are_not_reuse
     edited = CliRunner().invoke(app, args)
     said = " ".join(edited.output.split())
     assert edited.exit_code == 1 and "different input" in said, said
-    assert "Rerun with the earlier settings to finish it" in said and "--lang" not in said and "--whitespace" not in said
+    # the settings are the same: what finishes it is the text that run read, or --restart
+    assert f"Rerun on the text the earlier run read ({text} as it was then) to finish it, or delete" in said, said
+    assert "(or pass --restart) to start over" in said and "settings" not in said
+    assert "--lang" not in said and "--whitespace" not in said
+    found = json.loads(manifest_path.read_text(encoding="utf-8"))  # the text and a setting: both said (embed_file
+    # refuses another setting before reading the text: this is the check after it, of a manifest edited meanwhile)
+    with pytest.raises(ValueError, match=rf"different batch_size \(earlier 64\), input, .*Rerun on the text the earlier "
+                                         rf"run read \({re.escape(str(text))} as it was then\) and with the earlier "
+                                         rf"settings to finish it"):
+        spacy_elmo.embedding._check_settings(found, {**found, "batch_size": 3, "input": "0" * 64}, manifest_path.parent, text)
     text.write_text("Der Junge  isst.\n  Mein Freund\tliest\n", encoding="utf-8")
     older = {k: v for k, v in manifest.items() if k != "token_rules"}
     manifest_path.write_text(json.dumps(dict(older, tokenizer="spacy:de")), encoding="utf-8")

@@ -91,5 +91,9 @@ def embed(
             parts = parts_path(output_path)
             message = Errors.E_EMBED_INTERRUPTED if parts.exists() else Errors.E_EMBED_INTERRUPTED_EARLY
             stop.end(err, message.format(parts=parts))
+    size = f"{counted(counts['lines'], 'line')}, {counted(counts['tokens'], 'token')}"
+    if not counts["merged"]:  # a rerun after a kill once OUTPUT was complete: nothing to do
+        typer.echo(f"{output_path} is already complete ({size}): an earlier run of this command wrote it")
+        return
     reused = f" ({counted(counts['parts_reused'], 'part')} from an earlier run)" if counts["parts_reused"] else ""
-    typer.echo(f"wrote {output_path}: {counted(counts['lines'], 'line')}, {counted(counts['tokens'], 'token')}{reused}")
+    typer.echo(f"wrote {output_path}: {size}{reused}")

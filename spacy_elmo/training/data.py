@@ -444,11 +444,13 @@ def not_utf8(path: Path) -> Optional[str]:
     return _wide_encoding(head) or BINARY
 
 
-def not_text_error(path: Path, kind: str) -> str:
-    """The error for the file ``path`` that is no UTF-8 text, ``kind`` as :func:`not_utf8` says it."""
+def not_text_error(path: Path, kind: str, directories: bool = True) -> str:
+    """The error for the file ``path`` that is no UTF-8 text, ``kind`` as :func:`not_utf8` says it; ``directories``:
+    the command reads directories too, where such files are skipped, which the error says (embed's does not)."""
+    skipped = Errors.E_NOT_TEXT_SKIPPED if directories else ""
     if kind == BINARY:
-        return Errors.E_BINARY_FILE.format(path=path)
-    return Errors.E_WIDE_TEXT_FILE.format(path=path, encoding=kind)
+        return Errors.E_BINARY_FILE.format(path=path, skipped=skipped)
+    return Errors.E_WIDE_TEXT_FILE.format(path=path, encoding=kind, skipped=skipped)
 
 
 #: A stretch of more than RUN_CHARS characters without whitespace; from its start only (no match is tried

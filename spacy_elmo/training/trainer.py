@@ -31,8 +31,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from ..atomic import (atomic_write_text, fcntl, make_dirs, naming, remove_empty_dirs, remove_leftovers, sync, sync_dir, try_lock,
-                      warn_if_not_locked)
+from ..atomic import (atomic_write_text, fcntl, make_dirs, named_paths, names_a_file_in, naming, out_of_space, remove_empty_dirs,
+                      remove_leftovers, sync, sync_dir, try_lock, warn_if_not_locked)
 from ..bilm import BiLM, BiLMConfig
 from ..bilm.config import is_int, is_real
 from ..bilm.initial_state import boundary_state_mean
@@ -763,40 +763,26 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
             return _train(cfg, on_step, held)
     except OSError as err:
         out = Path(cfg.output_dir)
-        if err.errno in NOT_PERMITTED and _names_a_file_in(err, out, above=True):  # the bare errno said no fix
-            named = _named_paths(err)[0]
+        if err.errno in NOT_PERMITTED and names_a_file_in(err, out, above=True):  # the bare errno said no fix
+            named = named_paths(err)[0]
             if err.errno != errno.EROFS and named.exists() and not named.is_dir():  # its mode, not a new file refused
                 raise PermissionError(
                     Errors.E_OUTPUT_FILE_REFUSED.format(file=named, path=out, parent=named.parent, error=err)
                 ) from err
             raise PermissionError(Errors.E_OUTPUT_NOT_WRITABLE.format(path=out, parent=_refusing_dir(err), error=err)) from err
-        if err.errno not in OUT_OF_SPACE or not _names_a_file_in(err, out):  # another disk's (a full /dev/shm)
+        if not out_of_space(err, out):  # another disk's (a full /dev/shm)
             raise
         on = Errors.E_PRETRAIN_NO_SPACE_RESUME if ckpt.checkpoint_path(out).exists() else Errors.E_PRETRAIN_NO_SPACE_RERUN
         raise OSError(Errors.E_PRETRAIN_NO_SPACE.format(path=out, error=err, on=on)) from err
 
 
-def _named_paths(err: OSError) -> List[Path]:
-    """The absolute paths ``err`` names (none, one or two), not resolved: as written, also a link (to elsewhere)."""
-    return [Path(os.path.abspath(os.fsdecode(name))) for name in (err.filename, err.filename2) if isinstance(name, (str, bytes))]
-
-
-def _names_a_file_in(err: OSError, directory: Path, above: bool = False) -> bool:
-    """Whether ``err`` names a file in ``directory`` (its writes name their file: :func:`~spacy_elmo.atomic.naming`)
-    or ``directory`` itself; with ``above``, also a directory above it (one that creating it made)."""
-    inside = Path(os.path.abspath(directory))
-    return any(path == inside or inside in path.parents or (above and path in inside.parents) for path in _named_paths(err))
-
-
 def _refusing_dir(err: OSError) -> Path:
     """The directory that refused the write ``err`` names: the nearest existing directory at or above its path
     (``out`` for ``out/data``, which could not be created; ``a`` for ``a/b`` of OUTPUT_DIR ``a/b/c``)."""
-    path = _named_paths(err)[0]
+    path = named_paths(err)[0]
     return next((p for p in (path, *path.parents) if p.is_dir()), path)
 
 
-#: The errnos of a write that found no room: a full disk, a full quota.
-OUT_OF_SPACE = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
 #: The errnos of a write refused: no write permission (EACCES), an immutable directory or a sandbox (EPERM), a
 #: read-only mount (EROFS).
 NOT_PERMITTED = {errno.EACCES, errno.EPERM, errno.EROFS}
