@@ -1130,6 +1130,13 @@ class Errors:
         "a @tokenizers function this spaCy knows (spacy.Tokenizer.v1, spacy.zh.ChineseTokenizer, ...: "
         "https://spacy.io/api/top-level#registry) with the settings it takes."
     )
+    E_TOKENIZER_BLOCK_CANNOT_READ = (
+        "The [nlp.tokenizer] block {block} ({source}) builds for --lang {lang} but cannot read a word: {error}. A "
+        "tokenizer that needs an initialize step to load its model first (spacy.zh.ChineseTokenizer's segmenter = "
+        "\"pkuseg\") cannot be used: the model records only the block, and every command that reads text for it "
+        "builds it again from that alone. Use a block that reads once built (for Chinese words segmenter = \"jieba\", "
+        "pip install jieba; for characters segmenter = \"char\")."
+    )
     #: E_TOKENIZER_BLOCK_*'s ``source`` where pretrain's --tokenizer gave the block
     E_TOKENIZER_SOURCE_FILE = "the [nlp.tokenizer] block of --tokenizer {path}"
     #: and where the Python API's TrainConfig.tokenizer did

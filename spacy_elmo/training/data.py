@@ -760,16 +760,25 @@ def given_tokenizer_nlp(lang: str, block: Any, source: str):
     shown = checked_tokenizer_block(block, source)
     try:
         nlp = spacy.blank(lang, config={"nlp": {"tokenizer": block}})
-        # one that builds but cannot read (segmenter = "pkuseg": its model is loaded by an initialize step that
-        # no block records) fails here, before OUTPUT_DIR, not at the corpus's first line
-        nlp.make_doc("a")
-        return nlp
     except ImportError as missing:  # jieba, SudachiPy...: the first line of its message names it
         error = (str(missing).strip().splitlines() or [type(missing).__name__])[0]
         raise ValueError(Errors.E_TOKENIZER_BLOCK_PACKAGE.format(block=shown, source=source, lang=lang, error=error)) from missing
     except Exception as err:  # noqa: BLE001 - an unknown function (RegistryError), a bad setting (ConfigValidationError)
-        error = " ".join(str(err).split()) or type(err).__name__  # confection's messages span blank lines
-        raise ValueError(Errors.E_TOKENIZER_BLOCK_BUILD.format(block=shown, source=source, lang=lang, error=error)) from err
+        raise ValueError(Errors.E_TOKENIZER_BLOCK_BUILD.format(block=shown, source=source, lang=lang,
+                                                                error=_one_line(err))) from err
+    try:
+        # one that builds but cannot read (segmenter = "pkuseg": its model is loaded by an initialize step that
+        # no block records) fails here, before OUTPUT_DIR, not at the corpus's first line
+        nlp.make_doc("a")
+    except Exception as err:  # noqa: BLE001 - spaCy's E1000 for pkuseg; whatever a registered tokenizer raises
+        raise ValueError(Errors.E_TOKENIZER_BLOCK_CANNOT_READ.format(block=shown, source=source, lang=lang,
+                                                                     error=_one_line(err))) from err
+    return nlp
+
+
+def _one_line(err: BaseException) -> str:
+    """``err``'s message on one line (confection's and spaCy's span blank lines), or its type's name."""
+    return " ".join(str(err).split()) or type(err).__name__
 
 
 def checked_tokenizer_block(block: Any, source: str) -> str:

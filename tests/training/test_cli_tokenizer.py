@@ -124,7 +124,8 @@ def test_a_tokenizer_file_that_cannot_be_read_with_is_a_usage_error_naming_it(tm
         expected = "cannot be built for --lang zh: [E893] Could not find function 'no.such.Tokenizer.v1'"
     elif case == "cannot-read":  # builds, then fails on its first text: pkuseg's model needs an initialize step
         tokenizer_file(path, ['@tokenizers = "spacy.zh.ChineseTokenizer"', 'segmenter = "pkuseg"'])
-        expected = "cannot be built for --lang zh: [E1000] The Chinese word segmenter is pkuseg but no pkuseg model"
+        expected = ("builds for --lang zh but cannot read a word: [E1000] The Chinese word segmenter is pkuseg but no "
+                    "pkuseg model")
     else:
         tokenizer_file(path, ['@tokenizers = "spacy.zh.ChineseTokenizer"', 'segmenter = "words"'])
         expected = "cannot be built for --lang zh: Config error for 'spacy.zh.ChineseTokenizer' tokenizer -> segmenter"
