@@ -2036,11 +2036,18 @@ class Warnings:
     W_FALLBACK_LANG_GIVEN = "--lang {lang}"
     #: W_FALLBACK_SPACY's ``language``: the model's, read where no --lang was given (embed, evaluate, fit-state)
     W_FALLBACK_LANG_RECORDED = "{lang}, the language the model's config.json records (no --lang was given),"
-    #: W_TOKENIZER_FALLBACK's ``advice`` where the text is read for a model that records no tokenizer (pretrain's own)
+    #: W_TOKENIZER_FALLBACK's ``advice`` where the text is read for no model yet (pretrain's: the model learns its tokens)
     W_FALLBACK_ADVICE = (
         "In a language written without spaces (Japanese, Thai) its tokens are whole "
         "phrases: install those packages instead. A pipeline must read the same tokens as the model was trained "
         "on: spacy.blank({lang!r}, config={{'nlp': {{'tokenizer': {{'@tokenizers': 'spacy.Tokenizer.v1'}}}}}})."
+    )
+    #: W_TOKENIZER_FALLBACK's ``advice`` where the text is read for a model that records no tokenizer block (embed,
+    #: evaluate, fit-state of an earlier release's model, or another program's): which tokens it learnt is unknown
+    W_FALLBACK_ADVICE_UNRECORDED = (
+        "The model does not record the tokenizer it was pretrained with (an earlier release's model, or another "
+        "program's): if it was pretrained with spaCy's tokenizer for {lang!r}, install those packages to read the "
+        "text as it was read then."
     )
     #: W_TOKENIZER_FALLBACK's ``advice`` where the model records the block that cannot be built (embed, evaluate,
     #: fit-state): the model learnt that block's tokens, not the fallback's

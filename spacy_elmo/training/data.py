@@ -706,8 +706,13 @@ def make_nlp(lang: str, provenance: Optional[Dict[str, Any]] = None, from_model:
         else:
             language = (Warnings.W_FALLBACK_LANG_RECORDED if from_model else Warnings.W_FALLBACK_LANG_GIVEN).format(lang=lang)
             unbuilt = Warnings.W_FALLBACK_SPACY.format(language=language)
-        # a model that records the block learnt its tokens: no pipeline is to read the fallback's for it
-        advice = Warnings.W_FALLBACK_ADVICE if recorded is None else Warnings.W_FALLBACK_ADVICE_RECORDED
+        # a model that records the block learnt its tokens: no pipeline is to read the fallback's for it; of one that
+        # records none (an earlier release's, another program's) which tokens it learnt is unknown; only the model
+        # pretrain is about to write (no provenance) learns the fallback's
+        if provenance is None:
+            advice = Warnings.W_FALLBACK_ADVICE
+        else:
+            advice = Warnings.W_FALLBACK_ADVICE_UNRECORDED if recorded is None else Warnings.W_FALLBACK_ADVICE_RECORDED
         warnings.warn(Warnings.W_TOKENIZER_FALLBACK.format(tokenizer=unbuilt, error=error,
                                                            advice=advice.format(lang=lang)),
                       RuntimeWarning, stacklevel=2)

@@ -978,3 +978,6 @@ def test_the_tokenizer_fallback_says_where_the_language_came_from(pretrained, tm
     language = (Warnings.W_FALLBACK_LANG_GIVEN if given else Warnings.W_FALLBACK_LANG_RECORDED).format(lang="ja")
     assert said.startswith(f"spacy-elmo: spaCy's tokenizer for {language} needs packages"), said
     assert ("for --lang ja " in said) == given and ("config.json" in said) != given, said
+    # which tokens the model learnt is unknown: no pipeline is told to read the fallback's ones (pretrain's advice)
+    assert said.endswith(Warnings.W_FALLBACK_ADVICE_UNRECORDED.format(lang="ja")), said
+    assert "spacy.Tokenizer.v1" not in said, said

@@ -750,6 +750,7 @@ def test_tokenizer_fallback_is_announced(tmp_path, monkeypatch):
     assert len(messages) == 1  # once per language and process
     assert "SudachiPy" in messages[0] and "more" not in messages[0]
     assert "spacy.Tokenizer.v1" in messages[0] and "'ja'" in messages[0]
+    assert messages[0].endswith(data.Warnings.W_FALLBACK_ADVICE.format(lang="ja"))  # the model learns these tokens
 
 
 def test_cache_of_other_spacy_rules_is_rebuilt(tmp_path):
