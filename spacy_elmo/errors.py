@@ -1047,6 +1047,13 @@ class Errors:
         "A tokenizing worker process failed; its error:\n{error}Run again with --tokenize-processes 1 to see "
         "it in this process."
     )
+    E_TOKENIZE_WORKER_BUILD = (
+        "A tokenizing worker process could not build the pipeline this process reads the corpus with (language "
+        "{lang!r}, tokenizer block {block}); its error:\n{error}A worker builds it afresh from that language and "
+        "block: a tokenizer registered by code that only this process ran, or a package the worker cannot import, "
+        "is not found there. Run again with --tokenize-processes 1: the corpus is then tokenized in this process, "
+        "with the pipeline it built."
+    )
     E_BINARY_FILE = (
         "{path} looks like a binary file (it contains NUL bytes), not UTF-8 text. Pass plain "
         "text (or gzip, bzip2 or xz of it){skipped}."

@@ -1047,7 +1047,7 @@ def _die_with_parent() -> None:
 
 def _tokenize_worker(reading: Tuple[str, Dict[str, Any]], tasks, results) -> None:
     """A worker process: ``(seq, texts)`` from ``tasks`` -> ``(seq, sentences, None)`` (or ``(seq, None,
-    error)``) on ``results``, until None, read with :func:`make_nlp` of ``reading`` (:func:`_pipeline_recipe`),
+    message)``, E_TOKENIZE_WORKER_BUILD or E_TOKENIZE_WORKER_FAILED) on ``results``, until None, read with :func:`make_nlp` of ``reading`` (:func:`_pipeline_recipe`),
     built here (an error in building it is the first batch's). It ends with its parent (killed: no orphan; under
     forkserver the parent is the fork server, which ends with the process that started it), and leaves Ctrl-C to
     the process that started it, which stops it."""
@@ -1066,21 +1066,27 @@ def _tokenize_worker(reading: Tuple[str, Dict[str, Any]], tasks, results) -> Non
         if item is None:
             return
         seq, texts = item
-        try:
-            if nlp is None:
-                lang, block = reading
+        if nlp is None:
+            lang, block = reading
+            try:
                 nlp = make_nlp(lang, tokenizer=block)
+            except Exception as err:  # noqa: BLE001 - the parent raises it: a build failure has its own fix
+                results.put((seq, None, Errors.E_TOKENIZE_WORKER_BUILD.format(
+                    lang=lang, block=block, error="".join(traceback.format_exception(err)))))
+                return
+        try:
             results.put((seq, list(iter_sentences(texts, nlp, batch_size=len(texts))), None))
         except Exception as err:  # noqa: BLE001 - the parent raises it, with the worker's traceback
-            results.put((seq, None, "".join(traceback.format_exception(err))))
+            results.put((seq, None, Errors.E_TOKENIZE_WORKER_FAILED.format(
+                error="".join(traceback.format_exception(err)))))
             return
 
 
 def _receive(item: tuple, waiting: dict) -> None:
-    """A worker's ``(seq, sentences, error)`` into ``waiting``; its error raised."""
+    """A worker's ``(seq, sentences, error)`` into ``waiting``; its error (the whole message) raised."""
     seq, sentences, error = item
     if error is not None:
-        raise RuntimeError(Errors.E_TOKENIZE_WORKER_FAILED.format(error=error))
+        raise RuntimeError(error)
     waiting[seq] = sentences
 
 
