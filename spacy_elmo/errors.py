@@ -1729,7 +1729,9 @@ class Errors:
     E_EMBED_NO_SPACE = (
         "The run stopped: writing {path} ran out of space ({error}). The parts it finished are kept in {parts} "
         "(the merged OUTPUT takes as much room again at the end). Free space on that disk (or lift the file-size "
-        "limit, or choose an OUTPUT on a larger disk), then rerun the same command to continue from them."
+        "limit), then rerun the same command to continue from them; or, for an OUTPUT on a larger disk, move "
+        "{parts} beside it as NEW_OUTPUT.parts (a run finds its parts by OUTPUT's name) and rerun the command with "
+        "NEW_OUTPUT: another OUTPUT without them starts over."
     )
     E_EMBED_INTERRUPTED_EARLY = "Interrupted before any part was started: nothing was written."
     E_EMBED_OUTPUT_IS_INPUT = (

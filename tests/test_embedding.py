@@ -309,9 +309,11 @@ def _no_space_at_call(n, code, named=None, function="embed_lines"):
 def test_a_full_disk_says_what_is_kept_and_how_to_go_on(bilm, model_dir, corpus, tmp_path, monkeypatch):
     """A full disk (a quota, a file-size limit) ended in a bare "[Errno 28] No space left on device:
     '.../out.h5.parts/.part-000002.hdf5.PID.tmp'": it now names OUTPUT, the parts kept and the fix; the same
-    command then goes on from the parts, to a straight run's file. A full disk elsewhere (/dev/shm) and another
-    error of OUTPUT's disk are left as they are."""
+    command then goes on from the parts, to a straight run's file, and so does a run into an OUTPUT on another disk
+    with the parts moved beside it (it offered "choose an OUTPUT on a larger disk", which started over). A full disk
+    elsewhere (/dev/shm) and another error of OUTPUT's disk are left as they are."""
     import errno
+    import shutil
 
     from typer.testing import CliRunner
 
@@ -340,8 +342,16 @@ def test_a_full_disk_says_what_is_kept_and_how_to_go_on(bilm, model_dir, corpus,
     assert result.exit_code == 1 and f"writing {out} ran out of space" in plain(result.output), result.output
     with monkeypatch.context() as patch:  # the merged file, beside OUTPUT, once every part is written
         patch.setattr(spacy_elmo.embedding, "_json_utf8", _no_space_at_call(1, errno.ENOSPC, function="_json_utf8"))
-        with pytest.raises(OSError, match=rf"ran out of space \(\[Errno 28\] .*\.out\.h5\.\d+\.tmp.*kept in {out}.parts"):
+        with pytest.raises(OSError, match=rf"ran out of space \(\[Errno 28\] .*\.out\.h5\.\d+\.tmp.*kept in {out}.parts") \
+                as raised_merge:
             embed_file(bilm, corpus, out, part_size=2, batch_size=2, progress=False)
+    # The message's other way on: the parts moved beside an OUTPUT on another disk, named after it, are reused there
+    assert f"move {out}.parts beside it as NEW_OUTPUT.parts" in str(raised_merge.value)
+    (tmp_path / "larger").mkdir()
+    moved = tmp_path / "larger" / "new.h5"
+    shutil.copytree(parts_path(out), parts_path(moved))
+    counts = embed_file(bilm, corpus, moved, part_size=2, batch_size=2, progress=False)
+    assert counts["parts_reused"] == 4 and counts["merged"] == 1 and moved.read_bytes() == straight.read_bytes()
     counts = embed_file(bilm, corpus, out, part_size=2, batch_size=2, progress=False)
     assert counts["parts_reused"] == 4 and counts["merged"] == 1 and out.read_bytes() == straight.read_bytes()
 
