@@ -1109,6 +1109,11 @@ class Errors:
         "--tokenizer {path} could not be read as a spaCy config file: {error}. Give a spaCy config (.cfg: "
         "[section] headers and key = value lines, as spacy init config writes) holding an [nlp.tokenizer] block."
     )
+    #: E_TOKENIZER_CONFIG_UNREADABLE's ``error`` where a section comes before its parent (spaCy's reader: KeyError)
+    E_TOKENIZER_CONFIG_PARENT_BELOW = (
+        "a section under [{parent}] (e.g. [nlp.tokenizer] under [nlp]) comes before the section it belongs to, which "
+        "spaCy's reader refuses: put each section below the one it belongs to ([nlp] above [nlp.tokenizer])"
+    )
     E_TOKENIZER_CONFIG_NO_BLOCK = (
         "--tokenizer {path} has no [nlp.tokenizer] section (its sections: {sections}). Add one naming spaCy's "
         "tokenizer function and its settings, e.g. [nlp.tokenizer] @tokenizers = \"spacy.zh.ChineseTokenizer\" "

@@ -810,8 +810,11 @@ def read_tokenizer_config(path: PathLike, lang: str) -> Dict[str, Any]:
         if _NLP_SUBSECTION.search(text) and not _NLP_SECTION.search(text):
             text = "[nlp]\n" + text
         config = load_config_from_str(text, interpolate=True)
-    except (OSError, UnicodeDecodeError, ValueError) as err:  # a directory, binary data, no [section] (ValueError)
-        error = " ".join(str(err).split()) or type(err).__name__
+    except (OSError, UnicodeDecodeError, ValueError, KeyError) as err:  # a directory, binary data, no [section]
+        if isinstance(err, KeyError):  # [nlp.tokenizer] above [nlp]: a bare KeyError: 'nlp'
+            error = Errors.E_TOKENIZER_CONFIG_PARENT_BELOW.format(parent=err.args[0] if err.args else "nlp")
+        else:
+            error = " ".join(str(err).split()) or type(err).__name__
         raise ValueError(Errors.E_TOKENIZER_CONFIG_UNREADABLE.format(path=path, error=error)) from err
     section = config.get("nlp")
     if not isinstance(section, dict) or not isinstance(section.get("tokenizer"), dict):

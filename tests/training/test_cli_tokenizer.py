@@ -84,7 +84,7 @@ def test_a_tokenizer_block_reads_the_corpus_is_recorded_and_read_and_checked_wit
     assert not said and len(doc) == 2
 
 
-@pytest.mark.parametrize("case", ["missing", "directory", "not-a-config", "no-section", "no-nlp-section", "other-lang",
+@pytest.mark.parametrize("case", ["missing", "directory", "not-a-config", "child-first", "no-section", "no-nlp-section", "other-lang",
                                   "nested", "no-function", "two-functions", "unknown-function", "bad-setting",
                                   "cannot-read"])
 def test_a_tokenizer_file_that_cannot_be_read_with_is_a_usage_error_naming_it(tmp_path, case):
@@ -99,6 +99,10 @@ def test_a_tokenizer_file_that_cannot_be_read_with_is_a_usage_error_naming_it(tm
     elif case == "not-a-config":
         path.write_text('{"@tokenizers": "spacy.Tokenizer.v1"}\n', encoding="utf-8")
         expected = "could not be read as a spaCy config file: "
+    elif case == "child-first":  # spaCy's reader failed with a bare KeyError: 'nlp'
+        path.write_text('[nlp.tokenizer]\n@tokenizers = "spacy.Tokenizer.v1"\n\n[nlp]\nlang = "zh"\n', encoding="utf-8")
+        expected = ("could not be read as a spaCy config file: a section under [nlp] (e.g. [nlp.tokenizer] under [nlp]) "
+                    "comes before the section it belongs to")
     elif case == "no-section":
         path.write_text('[nlp]\nlang = "zh"\n', encoding="utf-8")
         expected = "has no [nlp.tokenizer] section (its sections: [nlp])"
