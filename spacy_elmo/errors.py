@@ -2154,11 +2154,19 @@ class Warnings:
     )
     #: W_READ_OTHER_TOKENS's ``fix`` where the language is the model's and its recorded tokenizer cannot be built here
     W_READ_FIX_TOKENIZER = (
-        "spaCy's tokenizer for {lang!r} is another than when the model was pretrained: the text is read with the "
+        "{opening}: the text is read with the "
         "tokenizer the model records, spaCy's {lang!r} tokenizer {tokenizer}, where it can be built, and here it "
         "cannot: a package it needs is missing (ja: SudachiPy and SudachiDict; ko: mecab-ko and natto-py; th: "
         "PyThaiNLP; vi: pyvi; zh's segmenter = \"jieba\" of pretrain --tokenizer: jieba), or this spaCy does not know it. Install that package (or the spaCy the model was "
         "pretrained with, e.g. in an environment of its own){again}."
+    )
+    #: W_READ_FIX_TOKENIZER's ``opening`` where the model records spaCy's default block of the language (or none)
+    W_READ_OPENING_SPACY = "spaCy's tokenizer for {lang!r} is another than when the model was pretrained"
+    #: W_READ_FIX_TOKENIZER's ``opening`` where the model records another block (pretrain --tokenizer's, e.g. zh's
+    #: segmenter = "jieba"): spaCy's default for the language did not change
+    W_READ_OPENING_BLOCK = (
+        "The tokenizer block the model records for {lang!r} (pretrain --tokenizer's, not spaCy's default for it) "
+        "cannot be built here"
     )
     #: W_READ_FIX_TOKENIZER's ``again`` where the text is read as ``pretrain --lang`` reads that language here
     W_READ_AGAIN_LANG = (

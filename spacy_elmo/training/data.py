@@ -700,7 +700,7 @@ def make_nlp(lang: str, provenance: Optional[Dict[str, Any]] = None, from_model:
     if missing is not None and lang not in _FALLBACK_WARNED:  # corpus, held-out text: once per run
         _FALLBACK_WARNED.add(lang)
         error = (str(missing).strip().splitlines() or [type(missing).__name__])[0]
-        if recorded is not None and filled_tokenizer_settings(recorded) != default_tokenizer_settings(lang):
+        if records_other_block(recorded, lang):
             # pretrain --tokenizer's block (zh's segmenter = "jieba"): spaCy's default for lang may need nothing
             unbuilt = Warnings.W_FALLBACK_BLOCK_RECORDED.format(lang=lang, block=recorded)
         else:
@@ -886,6 +886,12 @@ def reads_other_tokens(provenance: Dict[str, Any], lang: str, tokenizer: Dict[st
     return trained is not None and trained != tokenizer and filled_tokenizer_settings(trained) != tokenizer
 
 
+def records_other_block(recorded: Optional[Dict[str, Any]], lang: str) -> bool:
+    """Whether ``recorded`` (:func:`recorded_tokenizer`: None where the model records none) is another block than
+    spaCy's default for ``lang`` (pretrain --tokenizer's, e.g. zh's segmenter = "jieba"), as spaCy builds both."""
+    return recorded is not None and filled_tokenizer_settings(recorded) != default_tokenizer_settings(lang)
+
+
 def filled_tokenizer_settings(block: Any) -> Any:
     """A tokenizer block (:func:`is_tokenizer_block`) as spaCy builds it: with the defaults of the settings it leaves
     out (``{"@tokenizers": "spacy.zh.ChineseTokenizer"}`` gets ``"segmenter": "char"``), as
@@ -951,7 +957,10 @@ def warn_other_tokens(provenance: Dict[str, Any], model: Any, nlp, lang: str, pa
             again = Warnings.W_READ_AGAIN_LANG.format(lang=lang)
         else:
             again = Warnings.W_READ_AGAIN_TOKENIZER.format(lang=lang, tokenizer_cfg=tokenizer_cfg(tokenizer))
-        fix = Warnings.W_READ_FIX_TOKENIZER.format(lang=lang, tokenizer=trained_tokenizer, again=again)
+        recorded = recorded_tokenizer(provenance, lang)
+        opening = (Warnings.W_READ_OPENING_BLOCK if records_other_block(recorded, lang)
+                   else Warnings.W_READ_OPENING_SPACY).format(lang=lang)
+        fix = Warnings.W_READ_FIX_TOKENIZER.format(opening=opening, lang=lang, tokenizer=trained_tokenizer, again=again)
     warnings.warn(Warnings.W_READ_OTHER_TOKENS.format(model=model, trained=trained, path=path, lang=lang,
                                                       tokenizer=tokenizer, fix=fix), TokenizerMismatchWarning,
                   stacklevel=3)

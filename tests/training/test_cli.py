@@ -828,7 +828,8 @@ READING_CASES = {  # what the model records, the --lang given (None: none), the 
     "other-lang": ({"lang": "zh", "tokenizer": ZH_CHARS}, "en", "Read it with `--lang zh`, the model's language."),
     "older-model": ({"lang": "de", "tokenizer": None}, "en", "Read it with `--lang de`"),
     "other-tokenizer": ({"lang": "en", "tokenizer": {"@tokenizers": "spacy.en.OtherTokenizer"}}, None,
-                        "spaCy's tokenizer for 'en' is another than when the model was pretrained"),
+                        "The tokenizer block the model records for 'en' (pretrain --tokenizer's, not spaCy's "
+                        "default for it) cannot be built here: the text is read with the tokenizer the model records"),
     "same": ({}, None, None),
     "same-given": ({}, "en", None),
     # pretrained on the rule-based fallback (SudachiPy missing then): read with it, whatever is installed now, and
