@@ -1103,7 +1103,8 @@ class Errors:
     )
     E_TOKENIZER_CONFIG_MISSING = (
         "--tokenizer {path} does not exist. Give the path of a spaCy config file (.cfg) with an [nlp.tokenizer] "
-        "block, e.g. [nlp.tokenizer] @tokenizers = \"spacy.zh.ChineseTokenizer\" segmenter = \"jieba\"."
+        "block, e.g. these lines:\n[nlp.tokenizer]\n@tokenizers = \"spacy.zh.ChineseTokenizer\"\n"
+        "segmenter = \"jieba\""
     )
     E_TOKENIZER_CONFIG_UNREADABLE = (
         "--tokenizer {path} could not be read as a spaCy config file: {error}. Give a spaCy config (.cfg: "
@@ -1116,8 +1117,8 @@ class Errors:
     )
     E_TOKENIZER_CONFIG_NO_BLOCK = (
         "--tokenizer {path} has no [nlp.tokenizer] section (its sections: {sections}). Add one naming spaCy's "
-        "tokenizer function and its settings, e.g. [nlp.tokenizer] @tokenizers = \"spacy.zh.ChineseTokenizer\" "
-        "segmenter = \"jieba\"."
+        "tokenizer function and its settings, e.g. these lines:\n[nlp.tokenizer]\n"
+        "@tokenizers = \"spacy.zh.ChineseTokenizer\"\nsegmenter = \"jieba\""
     )
     E_TOKENIZER_CONFIG_LANG = (
         "--tokenizer {path} is a config of language {config_lang!r} ([nlp] lang), but the text is read as --lang "
@@ -2087,8 +2088,8 @@ class Warnings:
     #: and where it is another block that a model can record (one @tokenizers function): ``pretrain --tokenizer``'s
     W_ELMO_PRETRAIN_AGAIN_TOKENIZER = (
         " Or pretrain a model on this pipeline's tokens: `spacy-elmo pretrain TEXT OUT_DIR --lang {nlp_lang} "
-        "--tokenizer tokenizer.cfg` reads the text with this very tokenizer, tokenizer.cfg holding its block: "
-        "[nlp.tokenizer] {tokenizer_cfg}."
+        "--tokenizer tokenizer.cfg` reads the text with this very tokenizer, tokenizer.cfg holding these lines:\n"
+        "{tokenizer_cfg}"
     )
     W_ELMO_SOURCED_OTHER_WEIGHTS = (
         "spacy-elmo: the '{name}' component runs the biLM it was sourced with ({source}), not {requested!r}, "
@@ -2158,7 +2159,7 @@ class Warnings:
         "tokenizer the model records, spaCy's {lang!r} tokenizer {tokenizer}, where it can be built, and here it "
         "cannot: a package it needs is missing (ja: SudachiPy and SudachiDict; ko: mecab-ko and natto-py; th: "
         "PyThaiNLP; vi: pyvi; zh's segmenter = \"jieba\" of pretrain --tokenizer: jieba), or this spaCy does not know it. Install that package (or the spaCy the model was "
-        "pretrained with, e.g. in an environment of its own){again}."
+        "pretrained with, e.g. in an environment of its own){again}.{lines}"
     )
     #: W_READ_FIX_TOKENIZER's ``opening`` where the model records spaCy's default block of the language (or none)
     W_READ_OPENING_SPACY = "spaCy's tokenizer for {lang!r} is another than when the model was pretrained"
@@ -2172,11 +2173,13 @@ class Warnings:
     W_READ_AGAIN_LANG = (
         ", or pretrain the model again on this tokenizer's tokens (`spacy-elmo pretrain TEXT OUT_DIR --lang {lang}`)"
     )
+    #: W_READ_FIX_TOKENIZER's ``lines`` with W_READ_AGAIN_TOKENIZER: tokenizer.cfg's lines (:func:`tokenizer_cfg`)
+    W_READ_AGAIN_LINES = "\n{tokenizer_cfg}"
     #: W_READ_FIX_TOKENIZER's ``again`` where it is read with another block (the rule-based fallback of a recorded
     #: block, e.g. zh's segmenter = "jieba", where --lang zh reads characters): pretrain --tokenizer's
     W_READ_AGAIN_TOKENIZER = (
         ", or pretrain the model again on this tokenizer's tokens (`spacy-elmo pretrain TEXT OUT_DIR --lang {lang} "
-        "--tokenizer tokenizer.cfg`, tokenizer.cfg holding its block: [nlp.tokenizer] {tokenizer_cfg})"
+        "--tokenizer tokenizer.cfg`, tokenizer.cfg holding the lines below)"
     )
     W_LISTENER_ZEROS = (
         "spacy-elmo: the ELMo listener in '{component}' got no ELMo layers for a training batch and reads "

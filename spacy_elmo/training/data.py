@@ -844,13 +844,14 @@ def tokenizer_settings(nlp) -> dict:
 
 
 def tokenizer_cfg(block: Dict[str, Any]) -> str:
-    """The settings lines of the ``[nlp.tokenizer]`` block ``block`` (:func:`is_tokenizer_block`) as a spaCy config
-    file holds them (thinc's writer), on one line for a message: ``@tokenizers = "spacy.zh.ChineseTokenizer"
-    segmenter = "jieba"``, what a ``pretrain --tokenizer`` file puts under that header."""
+    """The ``[nlp.tokenizer]`` block ``block`` (:func:`is_tokenizer_block`) as the lines of a ``pretrain --tokenizer``
+    file (thinc's writer), its header first, one line each (newlines in a message: pasted into a file, they read
+    back; on one line they did not): ``[nlp.tokenizer]\\n@tokenizers = "spacy.zh.ChineseTokenizer"\\nsegmenter =
+    "jieba"``. A message shows them at its end: nothing may follow the last on its line."""
     from thinc.api import Config
 
     lines = Config({"nlp": {"tokenizer": block}}).to_str().splitlines()
-    return " ".join(line for line in lines[lines.index("[nlp.tokenizer]") + 1:] if line.strip())
+    return "\n".join(line for line in lines[lines.index("[nlp.tokenizer]"):] if line.strip())
 
 
 def default_tokenizer_settings(lang: str) -> Optional[dict]:
@@ -954,13 +955,15 @@ def warn_other_tokens(provenance: Dict[str, Any], model: Any, nlp, lang: str, pa
         # pretrain again on what is read here: --lang reads it where it is that language's reading here (the fallback
         # of a recorded ja block without SudachiPy), else --tokenizer (that of zh's jieba block: --lang zh reads characters)
         if tokenizer == reading_tokenizer_settings(lang):
-            again = Warnings.W_READ_AGAIN_LANG.format(lang=lang)
-        else:
-            again = Warnings.W_READ_AGAIN_TOKENIZER.format(lang=lang, tokenizer_cfg=tokenizer_cfg(tokenizer))
+            again, lines = Warnings.W_READ_AGAIN_LANG.format(lang=lang), ""
+        else:  # the file's lines at the end of the message, where nothing follows them on their last line
+            again = Warnings.W_READ_AGAIN_TOKENIZER.format(lang=lang)
+            lines = Warnings.W_READ_AGAIN_LINES.format(tokenizer_cfg=tokenizer_cfg(tokenizer))
         recorded = recorded_tokenizer(provenance, lang)
         opening = (Warnings.W_READ_OPENING_BLOCK if records_other_block(recorded, lang)
                    else Warnings.W_READ_OPENING_SPACY).format(lang=lang)
-        fix = Warnings.W_READ_FIX_TOKENIZER.format(opening=opening, lang=lang, tokenizer=trained_tokenizer, again=again)
+        fix = Warnings.W_READ_FIX_TOKENIZER.format(opening=opening, lang=lang, tokenizer=trained_tokenizer, again=again,
+                                                   lines=lines)
     warnings.warn(Warnings.W_READ_OTHER_TOKENS.format(model=model, trained=trained, path=path, lang=lang,
                                                       tokenizer=tokenizer, fix=fix), TokenizerMismatchWarning,
                   stacklevel=3)
