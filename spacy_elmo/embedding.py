@@ -27,6 +27,7 @@ The device, the backend and the number of torch threads are not recorded:
 resuming with others mixes parts that differ from each other by such rounding.
 """
 
+from array import array
 import hashlib
 import io
 import itertools
@@ -387,10 +388,14 @@ def _embed_locked(bilm: BiLM, input_path: Path, output_path: Path, layers: str, 
     # Every line is tokenized once before any work (a line over max_tokens is an error up front), and the
     # lines of each part written again when it is embedded: only one part's lines and tokens are in memory.
     n_tokens, token_digests = 0, []  # the digest of each part's token rows, for the manifest
+    # Each line's token count, kept (4 bytes a line) only to check the structure of a complete OUTPUT
+    lengths: Optional[array] = array("I") if complete else None
     with progress_bar(total=n_lines, desc="tokenizing", unit="line", disable=not progress) as lines_bar:  # spaCy's: minutes
         for start, chunk in parts():
             rows = tokenized(chunk, start)
             n_tokens += sum(map(len, rows))
+            if lengths is not None:
+                lengths.extend(map(len, rows))
             token_digests.append(rows_digest(rows))
             lines_bar.update(len(chunk))
     was_training = bilm.training
@@ -422,7 +427,9 @@ def _embed_locked(bilm: BiLM, input_path: Path, output_path: Path, layers: str, 
             remove_dir(earlier)
         remove_leftovers(parts_dir)  # a parts directory being created or removed when a run was killed
         if complete:  # killed after removing its parts (printing its summary, exiting): nothing left to do
-            if _same_run(_recorded_run(output_path), record):
+            assert lengths is not None
+            if _same_run(_recorded_run(output_path), record) and _same_structure(
+                    output_path, lengths, layers, bilm.config.n_output_layers, bilm.config.output_dim):
                 return {**counts, "parts_reused": n_parts, "finished": 1}
             # the same settings, another text or other tokens
             raise FileExistsError(Errors.E_EMBED_OUTPUT_EXISTS.format(path=output_path))
@@ -652,6 +659,29 @@ def _complete_alone(output_path: Path) -> bool:
     """Whether ``output_path`` is a complete OUTPUT that records the run which wrote it, no parts directory beside
     it (the parts of an unfinished run into it, with --overwrite, ask for --overwrite again)."""
     return not parts_path(output_path).exists() and _recorded_run(output_path) is not None
+
+
+def _same_structure(output_path: Path, lengths: Sequence[int], layers: str, n_layers: int, dim: int) -> bool:
+    """Whether ``output_path`` holds exactly what this run writes, read from its metadata: the datasets ``"0"`` ..
+    ``str(len(lengths) - 1)`` and ``sentence_to_index``, nothing else, dataset ``i`` float32 of shape
+    ``(n_layers, lengths[i], dim)`` for ``layers="all"``, else ``(lengths[i], dim)``. Its record alone reported an
+    OUTPUT with a dataset deleted as complete. The values are not read (checking them is computing them again:
+    ``--overwrite``)."""
+    import h5py
+
+    try:
+        with h5py.File(output_path, "r", locking=False) as f:
+            text = f.get(SENTENCE_TO_INDEX)
+            if len(f) != len(lengths) + 1 or not isinstance(text, h5py.Dataset) or text.shape != (1,):
+                return False
+            for i, n in enumerate(lengths):
+                vectors = f.get(str(i))
+                shape = (n_layers, n, dim) if layers == "all" else (n, dim)
+                if not isinstance(vectors, h5py.Dataset) or vectors.shape != shape or vectors.dtype != np.float32:
+                    return False
+    except Exception:  # noqa: BLE001 - damaged, not HDF5: not this run's output
+        return False
+    return True
 
 
 def _same_run(recorded: Optional[dict], expected: dict) -> bool:

@@ -1047,6 +1047,13 @@ class Errors:
         "A tokenizing worker process failed; its error:\n{error}Run again with --tokenize-processes 1 to see "
         "it in this process."
     )
+    E_TOKENIZE_WORKER_BUILD = (
+        "A tokenizing worker process could not build the pipeline this process reads the corpus with (language "
+        "{lang!r}, tokenizer block {block}); its error:\n{error}A worker builds it afresh from that language and "
+        "block: a tokenizer registered by code that only this process ran, or a package the worker cannot import, "
+        "is not found there. Run again with --tokenize-processes 1: the corpus is then tokenized in this process, "
+        "with the pipeline it built."
+    )
     E_BINARY_FILE = (
         "{path} looks like a binary file (it contains NUL bytes), not UTF-8 text. Pass plain "
         "text (or gzip, bzip2 or xz of it){skipped}."
@@ -1096,16 +1103,22 @@ class Errors:
     )
     E_TOKENIZER_CONFIG_MISSING = (
         "--tokenizer {path} does not exist. Give the path of a spaCy config file (.cfg) with an [nlp.tokenizer] "
-        "block, e.g. [nlp.tokenizer] @tokenizers = \"spacy.zh.ChineseTokenizer\" segmenter = \"jieba\"."
+        "block, e.g. these lines:\n[nlp.tokenizer]\n@tokenizers = \"spacy.zh.ChineseTokenizer\"\n"
+        "segmenter = \"jieba\""
     )
     E_TOKENIZER_CONFIG_UNREADABLE = (
         "--tokenizer {path} could not be read as a spaCy config file: {error}. Give a spaCy config (.cfg: "
         "[section] headers and key = value lines, as spacy init config writes) holding an [nlp.tokenizer] block."
     )
+    #: E_TOKENIZER_CONFIG_UNREADABLE's ``error`` where a section comes before its parent (spaCy's reader: KeyError)
+    E_TOKENIZER_CONFIG_PARENT_BELOW = (
+        "a section under [{parent}] (e.g. [nlp.tokenizer] under [nlp]) comes before the section it belongs to, which "
+        "spaCy's reader refuses: put each section below the one it belongs to ([nlp] above [nlp.tokenizer])"
+    )
     E_TOKENIZER_CONFIG_NO_BLOCK = (
         "--tokenizer {path} has no [nlp.tokenizer] section (its sections: {sections}). Add one naming spaCy's "
-        "tokenizer function and its settings, e.g. [nlp.tokenizer] @tokenizers = \"spacy.zh.ChineseTokenizer\" "
-        "segmenter = \"jieba\"."
+        "tokenizer function and its settings, e.g. these lines:\n[nlp.tokenizer]\n"
+        "@tokenizers = \"spacy.zh.ChineseTokenizer\"\nsegmenter = \"jieba\""
     )
     E_TOKENIZER_CONFIG_LANG = (
         "--tokenizer {path} is a config of language {config_lang!r} ([nlp] lang), but the text is read as --lang "
@@ -1729,7 +1742,9 @@ class Errors:
     E_EMBED_NO_SPACE = (
         "The run stopped: writing {path} ran out of space ({error}). The parts it finished are kept in {parts} "
         "(the merged OUTPUT takes as much room again at the end). Free space on that disk (or lift the file-size "
-        "limit, or choose an OUTPUT on a larger disk), then rerun the same command to continue from them."
+        "limit), then rerun the same command to continue from them; or, for an OUTPUT on a larger disk, move "
+        "{parts} beside it as NEW_OUTPUT.parts (a run finds its parts by OUTPUT's name) and rerun the command with "
+        "NEW_OUTPUT: another OUTPUT without them starts over."
     )
     E_EMBED_INTERRUPTED_EARLY = "Interrupted before any part was started: nothing was written."
     E_EMBED_OUTPUT_IS_INPUT = (
@@ -2043,11 +2058,18 @@ class Warnings:
     W_FALLBACK_LANG_GIVEN = "--lang {lang}"
     #: W_FALLBACK_SPACY's ``language``: the model's, read where no --lang was given (embed, evaluate, fit-state)
     W_FALLBACK_LANG_RECORDED = "{lang}, the language the model's config.json records (no --lang was given),"
-    #: W_TOKENIZER_FALLBACK's ``advice`` where the text is read for a model that records no tokenizer (pretrain's own)
+    #: W_TOKENIZER_FALLBACK's ``advice`` where the text is read for no model yet (pretrain's: the model learns its tokens)
     W_FALLBACK_ADVICE = (
         "In a language written without spaces (Japanese, Thai) its tokens are whole "
         "phrases: install those packages instead. A pipeline must read the same tokens as the model was trained "
         "on: spacy.blank({lang!r}, config={{'nlp': {{'tokenizer': {{'@tokenizers': 'spacy.Tokenizer.v1'}}}}}})."
+    )
+    #: W_TOKENIZER_FALLBACK's ``advice`` where the text is read for a model that records no tokenizer block (embed,
+    #: evaluate, fit-state of an earlier release's model, or another program's): which tokens it learnt is unknown
+    W_FALLBACK_ADVICE_UNRECORDED = (
+        "The model does not record the tokenizer it was pretrained with (an earlier release's model, or another "
+        "program's): if it was pretrained with spaCy's tokenizer for {lang!r}, install those packages to read the "
+        "text as it was read then."
     )
     #: W_TOKENIZER_FALLBACK's ``advice`` where the model records the block that cannot be built (embed, evaluate,
     #: fit-state): the model learnt that block's tokens, not the fallback's
@@ -2073,8 +2095,8 @@ class Warnings:
     #: and where it is another block that a model can record (one @tokenizers function): ``pretrain --tokenizer``'s
     W_ELMO_PRETRAIN_AGAIN_TOKENIZER = (
         " Or pretrain a model on this pipeline's tokens: `spacy-elmo pretrain TEXT OUT_DIR --lang {nlp_lang} "
-        "--tokenizer tokenizer.cfg` reads the text with this very tokenizer, tokenizer.cfg holding its block: "
-        "[nlp.tokenizer] {tokenizer_cfg}."
+        "--tokenizer tokenizer.cfg` reads the text with this very tokenizer, tokenizer.cfg holding these lines:\n"
+        "{tokenizer_cfg}"
     )
     W_ELMO_SOURCED_OTHER_WEIGHTS = (
         "spacy-elmo: the '{name}' component runs the biLM it was sourced with ({source}), not {requested!r}, "
@@ -2140,21 +2162,31 @@ class Warnings:
     )
     #: W_READ_OTHER_TOKENS's ``fix`` where the language is the model's and its recorded tokenizer cannot be built here
     W_READ_FIX_TOKENIZER = (
-        "spaCy's tokenizer for {lang!r} is another than when the model was pretrained: the text is read with the "
+        "{opening}: the text is read with the "
         "tokenizer the model records, spaCy's {lang!r} tokenizer {tokenizer}, where it can be built, and here it "
         "cannot: a package it needs is missing (ja: SudachiPy and SudachiDict; ko: mecab-ko and natto-py; th: "
         "PyThaiNLP; vi: pyvi; zh's segmenter = \"jieba\" of pretrain --tokenizer: jieba), or this spaCy does not know it. Install that package (or the spaCy the model was "
-        "pretrained with, e.g. in an environment of its own){again}."
+        "pretrained with, e.g. in an environment of its own){again}.{lines}"
+    )
+    #: W_READ_FIX_TOKENIZER's ``opening`` where the model records spaCy's default block of the language (or none)
+    W_READ_OPENING_SPACY = "spaCy's tokenizer for {lang!r} is another than when the model was pretrained"
+    #: W_READ_FIX_TOKENIZER's ``opening`` where the model records another block (pretrain --tokenizer's, e.g. zh's
+    #: segmenter = "jieba"): spaCy's default for the language did not change
+    W_READ_OPENING_BLOCK = (
+        "The tokenizer block the model records for {lang!r} (pretrain --tokenizer's, not spaCy's default for it) "
+        "cannot be built here"
     )
     #: W_READ_FIX_TOKENIZER's ``again`` where the text is read as ``pretrain --lang`` reads that language here
     W_READ_AGAIN_LANG = (
         ", or pretrain the model again on this tokenizer's tokens (`spacy-elmo pretrain TEXT OUT_DIR --lang {lang}`)"
     )
+    #: W_READ_FIX_TOKENIZER's ``lines`` with W_READ_AGAIN_TOKENIZER: tokenizer.cfg's lines (:func:`tokenizer_cfg`)
+    W_READ_AGAIN_LINES = "\n{tokenizer_cfg}"
     #: W_READ_FIX_TOKENIZER's ``again`` where it is read with another block (the rule-based fallback of a recorded
     #: block, e.g. zh's segmenter = "jieba", where --lang zh reads characters): pretrain --tokenizer's
     W_READ_AGAIN_TOKENIZER = (
         ", or pretrain the model again on this tokenizer's tokens (`spacy-elmo pretrain TEXT OUT_DIR --lang {lang} "
-        "--tokenizer tokenizer.cfg`, tokenizer.cfg holding its block: [nlp.tokenizer] {tokenizer_cfg})"
+        "--tokenizer tokenizer.cfg`, tokenizer.cfg holding the lines below)"
     )
     W_LISTENER_ZEROS = (
         "spacy-elmo: the ELMo listener in '{component}' got no ELMo layers for a training batch and reads "

@@ -253,6 +253,42 @@ def test_a_rerun_into_the_complete_output_of_the_same_run_is_already_complete(bi
     assert out.read_bytes() == written
 
 
+@pytest.mark.parametrize("edit", ["a dataset deleted", "a dataset added", "a line's tokens cut",
+                                  "a layer dropped", "the vector size cut", "float64", "sentence_to_index deleted"])
+def test_an_edited_complete_output_is_not_already_complete(bilm, corpus, tmp_path, edit):
+    """A complete OUTPUT was found complete by its record alone: with a dataset deleted (or one line's vectors cut
+    short) the rerun said "already complete" and exited 0. Its structure is checked now (the datasets of every line
+    and no other, each of that line's token count, layers and size): another is refused as existing, and
+    --overwrite writes it again. Its values are not read: vectors edited in place stay "complete" (README)."""
+    import h5py
+
+    out = tmp_path / "out.h5"
+    embed_file(bilm, corpus, out, part_size=3, progress=False)
+    written = out.read_bytes()
+    with h5py.File(out, "r") as f:
+        assert f["2"].ndim == 3 and f["2"].shape[1] > 1  # (L + 1, n, 2P): a line of tokens
+    with h5py.File(out, "a") as f:
+        if edit == "sentence_to_index deleted":
+            del f["sentence_to_index"]
+        elif edit == "a dataset added":
+            f.create_dataset(str(len(LINES)), data=f["2"][...])
+        else:
+            vectors = f["2"][...]
+            del f["2"]
+            changed = {"a dataset deleted": None, "a line's tokens cut": vectors[:, 1:],
+                       "a layer dropped": vectors[1:], "the vector size cut": vectors[..., 1:],
+                       "float64": vectors.astype("float64")}[edit]
+            if changed is not None:
+                f.create_dataset("2", data=changed)
+    with pytest.raises(FileExistsError, match="out.h5 already exists. Pass --overwrite"):
+        embed_file(bilm, corpus, out, part_size=3, progress=False)
+    assert embed_file(bilm, corpus, out, part_size=3, overwrite=True, progress=False)["merged"] == 1
+    assert out.read_bytes() == written
+    with h5py.File(out, "a") as f:  # the values are not checked: that is computing them again
+        f["2"][...] = 0
+    assert embed_file(bilm, corpus, out, part_size=3, progress=False)["merged"] == 0
+
+
 def _no_space_at_call(n, code, named=None, function="embed_lines"):
     """``spacy_elmo.embedding``'s ``function`` whose ``n``-th call fails as a write that found no room (errno
     ``code``), naming ``named`` (None: no file, as a ``write`` says; the file being written is then named:
@@ -273,9 +309,11 @@ def _no_space_at_call(n, code, named=None, function="embed_lines"):
 def test_a_full_disk_says_what_is_kept_and_how_to_go_on(bilm, model_dir, corpus, tmp_path, monkeypatch):
     """A full disk (a quota, a file-size limit) ended in a bare "[Errno 28] No space left on device:
     '.../out.h5.parts/.part-000002.hdf5.PID.tmp'": it now names OUTPUT, the parts kept and the fix; the same
-    command then goes on from the parts, to a straight run's file. A full disk elsewhere (/dev/shm) and another
-    error of OUTPUT's disk are left as they are."""
+    command then goes on from the parts, to a straight run's file, and so does a run into an OUTPUT on another disk
+    with the parts moved beside it (it offered "choose an OUTPUT on a larger disk", which started over). A full disk
+    elsewhere (/dev/shm) and another error of OUTPUT's disk are left as they are."""
     import errno
+    import shutil
 
     from typer.testing import CliRunner
 
@@ -304,8 +342,16 @@ def test_a_full_disk_says_what_is_kept_and_how_to_go_on(bilm, model_dir, corpus,
     assert result.exit_code == 1 and f"writing {out} ran out of space" in plain(result.output), result.output
     with monkeypatch.context() as patch:  # the merged file, beside OUTPUT, once every part is written
         patch.setattr(spacy_elmo.embedding, "_json_utf8", _no_space_at_call(1, errno.ENOSPC, function="_json_utf8"))
-        with pytest.raises(OSError, match=rf"ran out of space \(\[Errno 28\] .*\.out\.h5\.\d+\.tmp.*kept in {out}.parts"):
+        with pytest.raises(OSError, match=rf"ran out of space \(\[Errno 28\] .*\.out\.h5\.\d+\.tmp.*kept in {out}.parts") \
+                as raised_merge:
             embed_file(bilm, corpus, out, part_size=2, batch_size=2, progress=False)
+    # The message's other way on: the parts moved beside an OUTPUT on another disk, named after it, are reused there
+    assert f"move {out}.parts beside it as NEW_OUTPUT.parts" in str(raised_merge.value)
+    (tmp_path / "larger").mkdir()
+    moved = tmp_path / "larger" / "new.h5"
+    shutil.copytree(parts_path(out), parts_path(moved))
+    counts = embed_file(bilm, corpus, moved, part_size=2, batch_size=2, progress=False)
+    assert counts["parts_reused"] == 4 and counts["merged"] == 1 and moved.read_bytes() == straight.read_bytes()
     counts = embed_file(bilm, corpus, out, part_size=2, batch_size=2, progress=False)
     assert counts["parts_reused"] == 4 and counts["merged"] == 1 and out.read_bytes() == straight.read_bytes()
 

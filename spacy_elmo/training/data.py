@@ -700,14 +700,19 @@ def make_nlp(lang: str, provenance: Optional[Dict[str, Any]] = None, from_model:
     if missing is not None and lang not in _FALLBACK_WARNED:  # corpus, held-out text: once per run
         _FALLBACK_WARNED.add(lang)
         error = (str(missing).strip().splitlines() or [type(missing).__name__])[0]
-        if recorded is not None and filled_tokenizer_settings(recorded) != default_tokenizer_settings(lang):
+        if records_other_block(recorded, lang):
             # pretrain --tokenizer's block (zh's segmenter = "jieba"): spaCy's default for lang may need nothing
             unbuilt = Warnings.W_FALLBACK_BLOCK_RECORDED.format(lang=lang, block=recorded)
         else:
             language = (Warnings.W_FALLBACK_LANG_RECORDED if from_model else Warnings.W_FALLBACK_LANG_GIVEN).format(lang=lang)
             unbuilt = Warnings.W_FALLBACK_SPACY.format(language=language)
-        # a model that records the block learnt its tokens: no pipeline is to read the fallback's for it
-        advice = Warnings.W_FALLBACK_ADVICE if recorded is None else Warnings.W_FALLBACK_ADVICE_RECORDED
+        # a model that records the block learnt its tokens: no pipeline is to read the fallback's for it; of one that
+        # records none (an earlier release's, another program's) which tokens it learnt is unknown; only the model
+        # pretrain is about to write (no provenance) learns the fallback's
+        if provenance is None:
+            advice = Warnings.W_FALLBACK_ADVICE
+        else:
+            advice = Warnings.W_FALLBACK_ADVICE_UNRECORDED if recorded is None else Warnings.W_FALLBACK_ADVICE_RECORDED
         warnings.warn(Warnings.W_TOKENIZER_FALLBACK.format(tokenizer=unbuilt, error=error,
                                                            advice=advice.format(lang=lang)),
                       RuntimeWarning, stacklevel=2)
@@ -814,8 +819,11 @@ def read_tokenizer_config(path: PathLike, lang: str) -> Dict[str, Any]:
         if _NLP_SUBSECTION.search(text) and not _NLP_SECTION.search(text):
             text = "[nlp]\n" + text
         config = load_config_from_str(text, interpolate=True)
-    except (OSError, UnicodeDecodeError, ValueError) as err:  # a directory, binary data, no [section] (ValueError)
-        error = " ".join(str(err).split()) or type(err).__name__
+    except (OSError, UnicodeDecodeError, ValueError, KeyError) as err:  # a directory, binary data, no [section]
+        if isinstance(err, KeyError):  # [nlp.tokenizer] above [nlp]: a bare KeyError: 'nlp'
+            error = Errors.E_TOKENIZER_CONFIG_PARENT_BELOW.format(parent=err.args[0] if err.args else "nlp")
+        else:
+            error = " ".join(str(err).split()) or type(err).__name__
         raise ValueError(Errors.E_TOKENIZER_CONFIG_UNREADABLE.format(path=path, error=error)) from err
     section = config.get("nlp")
     if not isinstance(section, dict) or not isinstance(section.get("tokenizer"), dict):
@@ -845,13 +853,14 @@ def tokenizer_settings(nlp) -> dict:
 
 
 def tokenizer_cfg(block: Dict[str, Any]) -> str:
-    """The settings lines of the ``[nlp.tokenizer]`` block ``block`` (:func:`is_tokenizer_block`) as a spaCy config
-    file holds them (thinc's writer), on one line for a message: ``@tokenizers = "spacy.zh.ChineseTokenizer"
-    segmenter = "jieba"``, what a ``pretrain --tokenizer`` file puts under that header."""
+    """The ``[nlp.tokenizer]`` block ``block`` (:func:`is_tokenizer_block`) as the lines of a ``pretrain --tokenizer``
+    file (thinc's writer), its header first, one line each (newlines in a message: pasted into a file, they read
+    back; on one line they did not): ``[nlp.tokenizer]\\n@tokenizers = "spacy.zh.ChineseTokenizer"\\nsegmenter =
+    "jieba"``. A message shows them at its end: nothing may follow the last on its line."""
     from thinc.api import Config
 
     lines = Config({"nlp": {"tokenizer": block}}).to_str().splitlines()
-    return " ".join(line for line in lines[lines.index("[nlp.tokenizer]") + 1:] if line.strip())
+    return "\n".join(line for line in lines[lines.index("[nlp.tokenizer]"):] if line.strip())
 
 
 def default_tokenizer_settings(lang: str) -> Optional[dict]:
@@ -885,6 +894,12 @@ def reads_other_tokens(provenance: Dict[str, Any], lang: str, tokenizer: Dict[st
         return True
     # a block of a spaCy whose tokenizer had fewer settings builds here with the defaults of the others filled in
     return trained is not None and trained != tokenizer and filled_tokenizer_settings(trained) != tokenizer
+
+
+def records_other_block(recorded: Optional[Dict[str, Any]], lang: str) -> bool:
+    """Whether ``recorded`` (:func:`recorded_tokenizer`: None where the model records none) is another block than
+    spaCy's default for ``lang`` (pretrain --tokenizer's, e.g. zh's segmenter = "jieba"), as spaCy builds both."""
+    return recorded is not None and filled_tokenizer_settings(recorded) != default_tokenizer_settings(lang)
 
 
 def filled_tokenizer_settings(block: Any) -> Any:
@@ -949,10 +964,15 @@ def warn_other_tokens(provenance: Dict[str, Any], model: Any, nlp, lang: str, pa
         # pretrain again on what is read here: --lang reads it where it is that language's reading here (the fallback
         # of a recorded ja block without SudachiPy), else --tokenizer (that of zh's jieba block: --lang zh reads characters)
         if tokenizer == reading_tokenizer_settings(lang):
-            again = Warnings.W_READ_AGAIN_LANG.format(lang=lang)
-        else:
-            again = Warnings.W_READ_AGAIN_TOKENIZER.format(lang=lang, tokenizer_cfg=tokenizer_cfg(tokenizer))
-        fix = Warnings.W_READ_FIX_TOKENIZER.format(lang=lang, tokenizer=trained_tokenizer, again=again)
+            again, lines = Warnings.W_READ_AGAIN_LANG.format(lang=lang), ""
+        else:  # the file's lines at the end of the message, where nothing follows them on their last line
+            again = Warnings.W_READ_AGAIN_TOKENIZER.format(lang=lang)
+            lines = Warnings.W_READ_AGAIN_LINES.format(tokenizer_cfg=tokenizer_cfg(tokenizer))
+        recorded = recorded_tokenizer(provenance, lang)
+        opening = (Warnings.W_READ_OPENING_BLOCK if records_other_block(recorded, lang)
+                   else Warnings.W_READ_OPENING_SPACY).format(lang=lang)
+        fix = Warnings.W_READ_FIX_TOKENIZER.format(opening=opening, lang=lang, tokenizer=trained_tokenizer, again=again,
+                                                   lines=lines)
     warnings.warn(Warnings.W_READ_OTHER_TOKENS.format(model=model, trained=trained, path=path, lang=lang,
                                                       tokenizer=tokenizer, fix=fix), TokenizerMismatchWarning,
                   stacklevel=3)
@@ -1051,7 +1071,7 @@ def _die_with_parent() -> None:
 
 def _tokenize_worker(reading: Tuple[str, Dict[str, Any]], tasks, results) -> None:
     """A worker process: ``(seq, texts)`` from ``tasks`` -> ``(seq, sentences, None)`` (or ``(seq, None,
-    error)``) on ``results``, until None, read with :func:`make_nlp` of ``reading`` (:func:`_pipeline_recipe`),
+    message)``, E_TOKENIZE_WORKER_BUILD or E_TOKENIZE_WORKER_FAILED) on ``results``, until None, read with :func:`make_nlp` of ``reading`` (:func:`_pipeline_recipe`),
     built here (an error in building it is the first batch's). It ends with its parent (killed: no orphan; under
     forkserver the parent is the fork server, which ends with the process that started it), and leaves Ctrl-C to
     the process that started it, which stops it."""
@@ -1070,21 +1090,27 @@ def _tokenize_worker(reading: Tuple[str, Dict[str, Any]], tasks, results) -> Non
         if item is None:
             return
         seq, texts = item
-        try:
-            if nlp is None:
-                lang, block = reading
+        if nlp is None:
+            lang, block = reading
+            try:
                 nlp = make_nlp(lang, tokenizer=block)
+            except Exception as err:  # noqa: BLE001 - the parent raises it: a build failure has its own fix
+                results.put((seq, None, Errors.E_TOKENIZE_WORKER_BUILD.format(
+                    lang=lang, block=block, error="".join(traceback.format_exception(err)))))
+                return
+        try:
             results.put((seq, list(iter_sentences(texts, nlp, batch_size=len(texts))), None))
         except Exception as err:  # noqa: BLE001 - the parent raises it, with the worker's traceback
-            results.put((seq, None, "".join(traceback.format_exception(err))))
+            results.put((seq, None, Errors.E_TOKENIZE_WORKER_FAILED.format(
+                error="".join(traceback.format_exception(err)))))
             return
 
 
 def _receive(item: tuple, waiting: dict) -> None:
-    """A worker's ``(seq, sentences, error)`` into ``waiting``; its error raised."""
+    """A worker's ``(seq, sentences, error)`` into ``waiting``; its error (the whole message) raised."""
     seq, sentences, error = item
     if error is not None:
-        raise RuntimeError(Errors.E_TOKENIZE_WORKER_FAILED.format(error=error))
+        raise RuntimeError(error)
     waiting[seq] = sentences
 
 

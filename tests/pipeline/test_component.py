@@ -845,4 +845,4 @@ def test_a_pipeline_of_another_block_is_told_pretrain_tokenizer_reads_with_it(tm
     (message,) = _other_tokens(lambda: nlp("我喜欢茶"))
     assert message.endswith("Or pretrain a model on this pipeline's tokens: `spacy-elmo pretrain TEXT OUT_DIR --lang zh "
                             "--tokenizer tokenizer.cfg` reads the text with this very tokenizer, tokenizer.cfg holding "
-                            "its block: [nlp.tokenizer] @tokenizers = \"spacy.Tokenizer.v1\"."), message
+                            "these lines:\n[nlp.tokenizer]\n@tokenizers = \"spacy.Tokenizer.v1\""), message

@@ -828,7 +828,8 @@ READING_CASES = {  # what the model records, the --lang given (None: none), the 
     "other-lang": ({"lang": "zh", "tokenizer": ZH_CHARS}, "en", "Read it with `--lang zh`, the model's language."),
     "older-model": ({"lang": "de", "tokenizer": None}, "en", "Read it with `--lang de`"),
     "other-tokenizer": ({"lang": "en", "tokenizer": {"@tokenizers": "spacy.en.OtherTokenizer"}}, None,
-                        "spaCy's tokenizer for 'en' is another than when the model was pretrained"),
+                        "The tokenizer block the model records for 'en' (pretrain --tokenizer's, not spaCy's "
+                        "default for it) cannot be built here: the text is read with the tokenizer the model records"),
     "same": ({}, None, None),
     "same-given": ({}, "en", None),
     # pretrained on the rule-based fallback (SudachiPy missing then): read with it, whatever is installed now, and
@@ -978,3 +979,6 @@ def test_the_tokenizer_fallback_says_where_the_language_came_from(pretrained, tm
     language = (Warnings.W_FALLBACK_LANG_GIVEN if given else Warnings.W_FALLBACK_LANG_RECORDED).format(lang="ja")
     assert said.startswith(f"spacy-elmo: spaCy's tokenizer for {language} needs packages"), said
     assert ("for --lang ja " in said) == given and ("config.json" in said) != given, said
+    # which tokens the model learnt is unknown: no pipeline is told to read the fallback's ones (pretrain's advice)
+    assert said.endswith(Warnings.W_FALLBACK_ADVICE_UNRECORDED.format(lang="ja")), said
+    assert "spacy.Tokenizer.v1" not in said, said

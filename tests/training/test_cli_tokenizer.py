@@ -84,7 +84,7 @@ def test_a_tokenizer_block_reads_the_corpus_is_recorded_and_read_and_checked_wit
     assert not said and len(doc) == 2
 
 
-@pytest.mark.parametrize("case", ["missing", "directory", "not-a-config", "no-section", "no-nlp-section", "other-lang",
+@pytest.mark.parametrize("case", ["missing", "directory", "not-a-config", "child-first", "no-section", "no-nlp-section", "other-lang",
                                   "nested", "no-function", "two-functions", "unknown-function", "bad-setting",
                                   "cannot-read"])
 def test_a_tokenizer_file_that_cannot_be_read_with_is_a_usage_error_naming_it(tmp_path, case):
@@ -99,6 +99,10 @@ def test_a_tokenizer_file_that_cannot_be_read_with_is_a_usage_error_naming_it(tm
     elif case == "not-a-config":
         path.write_text('{"@tokenizers": "spacy.Tokenizer.v1"}\n', encoding="utf-8")
         expected = "could not be read as a spaCy config file: "
+    elif case == "child-first":  # spaCy's reader failed with a bare KeyError: 'nlp'
+        path.write_text('[nlp.tokenizer]\n@tokenizers = "spacy.Tokenizer.v1"\n\n[nlp]\nlang = "zh"\n', encoding="utf-8")
+        expected = ("could not be read as a spaCy config file: a section under [nlp] (e.g. [nlp.tokenizer] under [nlp]) "
+                    "comes before the section it belongs to")
     elif case == "no-section":
         path.write_text('[nlp]\nlang = "zh"\n', encoding="utf-8")
         expected = "has no [nlp.tokenizer] section (its sections: [nlp])"
@@ -136,6 +140,10 @@ def test_a_tokenizer_file_that_cannot_be_read_with_is_a_usage_error_naming_it(tm
     assert result.exit_code == 2, said
     assert "Invalid value for '--tokenizer'" in said and expected.format(path=path) in said, said
     assert not out.exists()
+    if case in ("missing", "no-section"):  # the example block as a file's lines, each on its own in rich's panel
+        rows = [row.replace("│", "").strip() for row in result.output.splitlines()]
+        assert rows[rows.index("[nlp.tokenizer]") + 1:][:2] == ['@tokenizers = "spacy.zh.ChineseTokenizer"',
+                                                                'segmenter = "jieba"'], rows
 
 
 @pytest.mark.parametrize("lang, block, package", [
@@ -170,8 +178,12 @@ def test_a_file_of_the_tokenizer_block_alone_is_read(tmp_path, lines, block):
     path = tmp_path / "tokenizer.cfg"
     path.write_text("[nlp.tokenizer]\n" + "\n".join(lines) + "\n", encoding="utf-8")
     assert data.read_tokenizer_config(path, "zh") == block
-    shown = Warnings.W_READ_AGAIN_TOKENIZER.format(lang="zh", tokenizer_cfg=data.tokenizer_cfg(block))
-    assert f"holding its block: [nlp.tokenizer] {lines[0]}" in shown  # the file the message shows
+    # the file the messages show, as lines (on one line, pasted into a file, it was no config): it reads back
+    shown = Warnings.W_READ_AGAIN_LINES.format(tokenizer_cfg=data.tokenizer_cfg(block))
+    assert (shown + "\n").startswith(f"\n[nlp.tokenizer]\n{lines[0]}\n")
+    pasted = tmp_path / "pasted.cfg"
+    pasted.write_text(shown, encoding="utf-8")
+    assert data.read_tokenizer_config(pasted, "zh") == block
 
 
 @pytest.mark.parametrize("lang, block, package", [
@@ -202,8 +214,9 @@ def test_a_recorded_block_that_cannot_be_built_is_named_and_the_fix_reads_what_i
         assert "spaCy's tokenizer for zh" not in fallback
         # --lang zh reads characters here, not the rule-based tokens read: pretrain --tokenizer with those
         assert data.reading_tokenizer_settings("zh") != RULE_BASED and "--lang zh`" not in other
-        assert ("(`spacy-elmo pretrain TEXT OUT_DIR --lang zh --tokenizer tokenizer.cfg`, tokenizer.cfg holding its "
-                f"block: [nlp.tokenizer] {data.tokenizer_cfg(RULE_BASED)})") in other
+        assert ("(`spacy-elmo pretrain TEXT OUT_DIR --lang zh --tokenizer tokenizer.cfg`, tokenizer.cfg holding the "
+                f"lines below).\n{data.tokenizer_cfg(RULE_BASED)}") in other
+        assert other.endswith('\n[nlp.tokenizer]\n@tokenizers = "spacy.Tokenizer.v1"'), other
     else:  # the default of ja: said as before, and --lang ja reads the fallback's tokens here too
         assert fallback.startswith("spacy-elmo: spaCy's tokenizer for ja, the language the model's config.json records")
         assert data.reading_tokenizer_settings("ja") == RULE_BASED

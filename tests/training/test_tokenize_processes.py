@@ -202,6 +202,32 @@ def test_a_failed_worker_shows_its_error_not_death(tmp_path, monkeypatch):
     assert not (tmp_path / "cache" / "meta.json").exists()
 
 
+def test_a_worker_that_cannot_build_the_pipeline_says_so(tmp_path, monkeypatch):
+    """A worker that failed to build its pipeline (a tokenizer registered by code only the parent ran) was told to
+    "run again with --tokenize-processes 1 to see it in this process", as a failure in tokenizing: the error names
+    the build, its language and block, and --tokenize-processes 1 as the fix (the parent built the pipeline)."""
+    import multiprocessing
+
+    nlp = data.make_nlp("en")  # the parent's: built
+
+    def unbuildable(lang, **kwargs):
+        raise ValueError("no tokenizer 'custom.v1' in the registry")
+
+    monkeypatch.setattr(data, "make_nlp", unbuildable)  # the forked workers' (fork: the default on Linux)
+    path = tmp_path / "t.txt"
+    path.write_text("One line here.\n" * 12, encoding="utf-8")
+    with pytest.raises(RuntimeError) as info:
+        data.build_corpus(path, "en", tmp_path / "cache", progress=False, processes=2, nlp=nlp)
+    said = str(info.value)
+    assert said.startswith("A tokenizing worker process could not build the pipeline"), said
+    assert "language 'en', tokenizer block {'@tokenizers': 'spacy.Tokenizer.v1'}" in said, said
+    assert "no tokenizer 'custom.v1' in the registry" in said and "to see it" not in said, said
+    assert said.endswith("Run again with --tokenize-processes 1: the corpus is then tokenized in this process, "
+                         "with the pipeline it built."), said
+    assert multiprocessing.active_children() == []
+    assert not (tmp_path / "cache" / "meta.json").exists()
+
+
 def _children(pid: int):
     """Live (not zombie) processes whose parent is ``pid``."""
     found = []

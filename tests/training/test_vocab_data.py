@@ -750,6 +750,34 @@ def test_tokenizer_fallback_is_announced(tmp_path, monkeypatch):
     assert len(messages) == 1  # once per language and process
     assert "SudachiPy" in messages[0] and "more" not in messages[0]
     assert "spacy.Tokenizer.v1" in messages[0] and "'ja'" in messages[0]
+    assert messages[0].endswith(data.Warnings.W_FALLBACK_ADVICE.format(lang="ja"))  # the model learns these tokens
+
+
+@pytest.mark.parametrize("lang, recorded, opening", [
+    ("ja", "default", "spaCy's tokenizer for 'ja' is another than when the model was pretrained: "),
+    ("zh", {"@tokenizers": "spacy.zh.ChineseTokenizer", "segmenter": "jieba"},
+     "The tokenizer block the model records for 'zh' (pretrain --tokenizer's, not spaCy's default for it) cannot be "
+     "built here: "),
+])
+def test_an_unbuildable_recorded_block_is_not_said_to_be_spacys_changed_tokenizer(lang, recorded, opening):
+    """A recorded block read with the rule-based fallback (its package missing): the warning said "spaCy's tokenizer
+    for 'zh' is another than when the model was pretrained" also of pretrain --tokenizer's jieba block, where spaCy's
+    tokenizer for zh did not change. That opening is kept for spaCy's default block of the language."""
+    import warnings
+
+    import spacy
+
+    from spacy_elmo.training import data
+
+    block = data.default_tokenizer_settings(lang) if recorded == "default" else recorded
+    provenance = {"trained_by": data.PRETRAINED_BY, "lang": lang, "tokenizer": block}
+    nlp = spacy.blank(lang, config={"nlp": {"tokenizer": data.RULE_BASED}})  # the fallback it was read with
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        data.warn_other_tokens(provenance, "MODEL", nlp, lang, "TEXT")
+    (said,) = [str(w.message) for w in caught]
+    assert opening + "the text is read with the tokenizer the model records" in said, said
+    assert said.count("another than when the model was pretrained") == (recorded == "default"), said
 
 
 def test_cache_of_other_spacy_rules_is_rebuilt(tmp_path):
