@@ -804,16 +804,23 @@ def test_the_advice_for_an_older_model_builds_where_its_languages_tokenizer_need
     assert not _token_warnings(caught)
 
 
-def test_no_pretrain_advice_where_pretrain_cannot_read_as_the_pipeline(corpus_dir, tiny_dir, tmp_path):
-    """ner.cfg with --nlp.lang zh reads Chinese with spacy.Tokenizer.v1, which pretrain --lang zh never does
-    (it reads characters): the warning names the overrides alone."""
+def test_the_pretrain_advice_for_another_block_is_a_tokenizer_file(corpus_dir, tiny_dir, tmp_path):
+    """ner.cfg with --nlp.lang zh reads Chinese with spacy.Tokenizer.v1, which pretrain --lang zh alone never does
+    (it reads characters): the warning names the overrides, and pretrain --tokenizer with a file of that block,
+    its lines shown last, which read back to the pipeline's block."""
+    from spacy_elmo.training.data import read_tokenizer_config
+
     model = _pretrained_as(tiny_dir, tmp_path / "model", "zh", ZH_CHARS)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         init_nlp(_config("ner.cfg", corpus_dir, model, {"nlp.lang": "zh"}))
     (message,) = _token_warnings(caught)
-    assert "spacy-elmo pretrain" not in message and message.endswith(
-        """--nlp.lang zh --nlp.tokenizer '{"@tokenizers": "spacy.zh.ChineseTokenizer", "segmenter": "char"}'.""")
+    overrides = """--nlp.lang zh --nlp.tokenizer '{"@tokenizers": "spacy.zh.ChineseTokenizer", "segmenter": "char"}'."""
+    assert overrides in message and "`spacy-elmo pretrain TEXT OUT_DIR --lang zh --tokenizer tokenizer.cfg`" in message
+    assert "spacy-elmo pretrain TEXT OUT_DIR --lang zh`" not in message  # --lang zh alone reads characters
+    lines = message.split("holding these lines:\n", 1)[1]
+    (tmp_path / "tokenizer.cfg").write_text(lines, encoding="utf-8")
+    assert read_tokenizer_config(tmp_path / "tokenizer.cfg", "zh") == {"@tokenizers": "spacy.Tokenizer.v1"}
 
 
 def test_the_readmes_chinese_training_command_builds_the_pipeline_as_the_model_read(tiny_dir, tmp_path):
