@@ -781,6 +781,18 @@ def given_tokenizer_nlp(lang: str, block: Any, source: str):
     return nlp
 
 
+def pretrain_reads(lang: str, block: Dict[str, Any]) -> bool:
+    """Whether ``pretrain --lang LANG --tokenizer FILE`` reads with the ``[nlp.tokenizer]`` block ``block``
+    (:func:`is_tokenizer_block`) that a file holding it gives: :func:`given_tokenizer_nlp` builds it and it reads a
+    word. False where it refuses it: one that needs an initialize step first (``segmenter = "pkuseg"``), or a
+    package missing here. Builds a pipeline: for the messages that offer such a file, not for every check."""
+    try:
+        given_tokenizer_nlp(lang, block, Errors.E_TOKENIZER_SOURCE_CONFIG)
+    except ValueError:
+        return False
+    return True
+
+
 def _one_line(err: BaseException) -> str:
     """``err``'s message on one line (confection's and spaCy's span blank lines), or its type's name."""
     return " ".join(str(err).split()) or type(err).__name__
