@@ -644,9 +644,12 @@ def _output_record(manifest: dict) -> dict:
 
 def _recorded_run(output_path: Path) -> Optional[dict]:
     """The record of the run that wrote ``output_path`` (:func:`_output_record`); None for a file without one
-    (another program's, an earlier release's, not HDF5, unreadable)."""
+    (another program's, an earlier release's, not HDF5, unreadable) or for no regular file (a FIFO: opening it to read
+    waited for a writer forever; a device)."""
     import h5py
 
+    if not output_path.is_file():
+        return None
     try:
         with h5py.File(output_path, "r", locking=False) as f:  # no lock, as the readers: NFS, Lustre
             recorded = json.loads(f.attrs[RECORDED])

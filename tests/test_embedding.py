@@ -1578,3 +1578,35 @@ def test_a_bom_inside_the_input_is_kept_and_warned_of_as_pretraining_warns(bilm,
         warnings.simplefilter("always")
         embed_file(bilm, plain_file, tmp_path / "p.h5", progress=False)
     assert not [w for w in caught if "U+FEFF" in str(w.message)]
+
+
+
+CHECK_PATHS = """
+import sys
+from spacy_elmo.embedding import check_paths
+try:
+    check_paths(sys.argv[1], sys.argv[2])
+except FileExistsError as err:
+    print(err)
+"""
+
+
+def test_an_existing_fifo_output_is_refused_at_once(tmp_path):
+    """An OUTPUT that exists as a FIFO: check_paths opened it with h5py to read the record of the run that wrote it,
+    which waits for a writer forever, holding the GIL (embed hung before any work); it is refused as existing, as
+    any other file. In a child process, which the guard against the hang can kill."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("fcntl")  # a POSIX system: os.mkfifo
+    (tmp_path / "in.txt").write_text("a b\n", encoding="utf-8")
+    fifo = tmp_path / "out.h5"
+    os.mkfifo(fifo)
+    try:  # a guard against the hang, not a time limit: the check does no work
+        done = subprocess.run([sys.executable, "-c", CHECK_PATHS, str(tmp_path / "in.txt"), str(fifo)],
+                              capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.fail("check_paths waited on the FIFO")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"{fifo} already exists. Pass --overwrite to replace it, or choose another output.\n"
