@@ -1108,14 +1108,20 @@ def _tokenize_worker(reading: Tuple[str, Dict[str, Any]], tasks, results) -> Non
                 nlp = make_nlp(lang, tokenizer=block)
             except Exception as err:  # noqa: BLE001 - the parent raises it: a build failure has its own fix
                 results.put((seq, None, Errors.E_TOKENIZE_WORKER_BUILD.format(
-                    lang=lang, block=block, error="".join(traceback.format_exception(err)))))
+                    lang=lang, block=block, error=_traceback_text(err))))
                 return
         try:
             results.put((seq, list(iter_sentences(texts, nlp, batch_size=len(texts))), None))
         except Exception as err:  # noqa: BLE001 - the parent raises it, with the worker's traceback
             results.put((seq, None, Errors.E_TOKENIZE_WORKER_FAILED.format(
-                error="".join(traceback.format_exception(err)))))
+                error=_traceback_text(err))))
             return
+
+
+def _traceback_text(err: BaseException) -> str:
+    """``err``'s traceback as Python prints it (a worker's, for the parent's message). The three-argument form:
+    ``format_exception(err)`` alone needs Python 3.10."""
+    return "".join(traceback.format_exception(type(err), err, err.__traceback__))
 
 
 def _receive(item: tuple, waiting: dict) -> None:
