@@ -670,7 +670,7 @@ _FALLBACK_WARNED: set = set()
 
 
 def make_nlp(lang: str, provenance: Optional[Dict[str, Any]] = None, from_model: bool = False,
-             tokenizer: Optional[Dict[str, Any]] = None):
+             tokenizer: Optional[Dict[str, Any]] = None, source: str = Errors.E_TOKENIZER_SOURCE_CONFIG):
     """A blank spaCy pipeline for ``lang`` with a sentencizer.
 
     Languages whose default tokenizer needs an external package (Korean needs
@@ -682,11 +682,13 @@ def make_nlp(lang: str, provenance: Optional[Dict[str, Any]] = None, from_model:
     ``from_model``: ``lang`` is the language ``provenance`` records, read as no --lang was given (else the one given:
     pretrain's --lang, or embed's, evaluate's, fit-state's), which the fallback's warning says, and a language this
     spaCy lacks is an error saying that the model's config.json named it (E_MODEL_LANG).
-    ``tokenizer``: the ``[nlp.tokenizer]`` block the user chose (``pretrain --tokenizer``, ``TrainConfig.tokenizer``):
-    read with it as it is (:func:`given_tokenizer_nlp`: an error where it cannot be built, no fallback).
+    ``tokenizer``: the ``[nlp.tokenizer]`` block to read with as it is (:func:`given_tokenizer_nlp`: an error where
+    it cannot be built, no fallback): ``TrainConfig.tokenizer`` (``pretrain --tokenizer``'s block, read from its file
+    before), or the block of the pipeline a tokenizing worker's parent reads with; ``source``: where it came from,
+    for those errors.
     """
     if tokenizer is not None:
-        nlp = given_tokenizer_nlp(lang, tokenizer, Errors.E_TOKENIZER_SOURCE_CONFIG)
+        nlp = given_tokenizer_nlp(lang, tokenizer, source)
         nlp.add_pipe("sentencizer")
         return nlp
     recorded = recorded_tokenizer(provenance or {}, lang)
@@ -702,7 +704,7 @@ def make_nlp(lang: str, provenance: Optional[Dict[str, Any]] = None, from_model:
         error = (str(missing).strip().splitlines() or [type(missing).__name__])[0]
         if records_other_block(recorded, lang):
             # pretrain --tokenizer's block (zh's segmenter = "jieba"): spaCy's default for lang may need nothing
-            unbuilt = Warnings.W_FALLBACK_BLOCK_RECORDED.format(lang=lang, block=recorded)
+            unbuilt = Warnings.W_FALLBACK_BLOCK_RECORDED.format(lang=lang, block=shown_block(recorded))
         else:
             language = (Warnings.W_FALLBACK_LANG_RECORDED if from_model else Warnings.W_FALLBACK_LANG_GIVEN).format(lang=lang)
             unbuilt = Warnings.W_FALLBACK_SPACY.format(language=language)
@@ -801,10 +803,15 @@ def _one_line(err: BaseException) -> str:
 def checked_tokenizer_block(block: Any, source: str) -> str:
     """``block`` as JSON (for messages), or ValueError (E_TOKENIZER_BLOCK_SHAPE, naming ``source``) where it is no
     block a model can record and the commands that read its text build again (:func:`is_tokenizer_block`)."""
-    shown = json.dumps(block, ensure_ascii=False, default=str)
+    shown = shown_block(block)
     if not is_tokenizer_block(block):
         raise ValueError(Errors.E_TOKENIZER_BLOCK_SHAPE.format(block=shown, source=source))
     return shown
+
+
+def shown_block(block: Any) -> str:
+    """A tokenizer block (or what was given as one) as the messages show it inline: JSON, non-ASCII kept."""
+    return json.dumps(block, ensure_ascii=False, default=str)
 
 
 #: An ``[nlp]`` section header line of a config file, and one of a section under it (``[nlp.tokenizer]``):
@@ -1105,10 +1112,10 @@ def _tokenize_worker(reading: Tuple[str, Dict[str, Any]], tasks, results) -> Non
         if nlp is None:
             lang, block = reading
             try:
-                nlp = make_nlp(lang, tokenizer=block)
+                nlp = make_nlp(lang, tokenizer=block, source=Errors.E_TOKENIZER_SOURCE_WORKER)
             except Exception as err:  # noqa: BLE001 - the parent raises it: a build failure has its own fix
                 results.put((seq, None, Errors.E_TOKENIZE_WORKER_BUILD.format(
-                    lang=lang, block=block, error=_traceback_text(err))))
+                    lang=lang, block=shown_block(block), error=_traceback_text(err))))
                 return
         try:
             results.put((seq, list(iter_sentences(texts, nlp, batch_size=len(texts))), None))

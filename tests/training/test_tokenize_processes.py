@@ -220,7 +220,7 @@ def test_a_worker_that_cannot_build_the_pipeline_says_so(tmp_path, monkeypatch):
         data.build_corpus(path, "en", tmp_path / "cache", progress=False, processes=2, nlp=nlp)
     said = str(info.value)
     assert said.startswith("A tokenizing worker process could not build the pipeline"), said
-    assert "language 'en', tokenizer block {'@tokenizers': 'spacy.Tokenizer.v1'}" in said, said
+    assert """language 'en', tokenizer block {"@tokenizers": "spacy.Tokenizer.v1"}""" in said, said
     assert "no tokenizer 'custom.v1' in the registry" in said and "to see it" not in said, said
     assert said.endswith("Run again with --tokenize-processes 1: the corpus is then tokenized in this process, "
                          "with the pipeline it built."), said
@@ -381,6 +381,10 @@ def test_a_worker_error_carries_its_traceback(monkeypatch, where):
     assert "Traceback (most recent call last):" in error, error
     if where == "build":
         assert "no.such.tokenizer.v1" in error and "in make_nlp" in error, error
+        # the block shown as JSON, as the inner error shows it, which names the worker's rebuild, not TrainConfig
+        assert 'tokenizer block {"@tokenizers": "no.such.tokenizer.v1"})' in error, error
+        assert ("(the block of the pipeline the process that started this worker reads with)" in error
+                and "TrainConfig.tokenizer" not in error), error
     else:
         assert 'raise RuntimeError("the batch could not be read")' in error, error
         assert "RuntimeError: the batch could not be read" in error, error
