@@ -701,7 +701,7 @@ def make_nlp(lang: str, provenance: Optional[Dict[str, Any]] = None, from_model:
         raise
     if missing is not None and lang not in _FALLBACK_WARNED:  # corpus, held-out text: once per run
         _FALLBACK_WARNED.add(lang)
-        error = (str(missing).strip().splitlines() or [type(missing).__name__])[0]
+        error = _first_line(missing)
         if records_other_block(recorded, lang):
             # pretrain --tokenizer's block (zh's segmenter = "jieba"): spaCy's default for lang may need nothing
             unbuilt = Warnings.W_FALLBACK_BLOCK_RECORDED.format(lang=lang, block=shown_block(recorded))
@@ -768,7 +768,7 @@ def given_tokenizer_nlp(lang: str, block: Any, source: str):
     try:
         nlp = spacy.blank(lang, config={"nlp": {"tokenizer": block}})
     except ImportError as missing:  # jieba, SudachiPy...: the first line of its message names it
-        error = (str(missing).strip().splitlines() or [type(missing).__name__])[0]
+        error = _first_line(missing)
         raise ValueError(Errors.E_TOKENIZER_BLOCK_PACKAGE.format(block=shown, source=source, lang=lang, error=error)) from missing
     except Exception as err:  # noqa: BLE001 - an unknown function (RegistryError), a bad setting (ConfigValidationError)
         raise ValueError(Errors.E_TOKENIZER_BLOCK_BUILD.format(block=shown, source=source, lang=lang,
@@ -809,6 +809,11 @@ def checked_tokenizer_block(block: Any, source: str) -> str:
     return shown
 
 
+def _first_line(err: BaseException) -> str:
+    """The first line of ``err``'s message (an ImportError's names the missing package), or its type's name."""
+    return (str(err).strip().splitlines() or [type(err).__name__])[0]
+
+
 def shown_block(block: Any) -> str:
     """A tokenizer block (or what was given as one) as the messages show it inline: JSON, non-ASCII kept."""
     return json.dumps(block, ensure_ascii=False, default=str)
@@ -842,7 +847,7 @@ def read_tokenizer_config(path: PathLike, lang: str) -> Dict[str, Any]:
         if isinstance(err, KeyError):  # [nlp.tokenizer] above [nlp]: a bare KeyError: 'nlp'
             error = Errors.E_TOKENIZER_CONFIG_PARENT_BELOW.format(parent=err.args[0] if err.args else "nlp")
         else:
-            error = " ".join(str(err).split()) or type(err).__name__
+            error = _one_line(err)
         raise ValueError(Errors.E_TOKENIZER_CONFIG_UNREADABLE.format(path=path, error=error)) from err
     section = config.get("nlp")
     if not isinstance(section, dict) or not isinstance(section.get("tokenizer"), dict):
