@@ -1610,3 +1610,26 @@ def test_an_existing_fifo_output_is_refused_at_once(tmp_path):
         pytest.fail("check_paths waited on the FIFO")
     assert done.returncode == 0, done.stderr
     assert done.stdout == f"{fifo} already exists. Pass --overwrite to replace it, or choose another output.\n"
+
+
+def test_another_text_into_a_complete_output_is_refused_before_it_is_tokenized(bilm, corpus, tmp_path):
+    """A rerun of the same settings with another text into a complete OUTPUT: refused as existing, which it was
+    only after every line was tokenized; its first pass (the lines' sha256) tells, and no line is tokenized."""
+    out = tmp_path / "out.h5"
+    embed_file(bilm, corpus, out, part_size=3, progress=False)
+    before = out.read_bytes()
+    calls = []
+
+    def whitespace(line):
+        calls.append(line)
+        return line.split()
+
+    other = tmp_path / "other.txt"
+    other.write_text(corpus.read_text(encoding="utf-8").replace("the", "a"), encoding="utf-8")
+    with pytest.raises(FileExistsError, match="out.h5 already exists. Pass --overwrite"):
+        embed_file(bilm, other, out, part_size=3, progress=False, tokenize=whitespace, tokenizer_name="whitespace")
+    assert calls == [] and out.read_bytes() == before
+    # the same text is tokenized (its tokens compared) and found complete
+    assert embed_file(bilm, corpus, out, part_size=3, progress=False, tokenize=whitespace,
+                      tokenizer_name="whitespace")["finished"] == 1
+    assert len(calls) > 0 and out.read_bytes() == before
