@@ -313,7 +313,9 @@ def embed_file(
     (:data:`Errors.E_EMBED_INPUT_CHANGED`) at its first changed part, before any of it is written.
     OUTPUT records the run that wrote it (its manifest: the HDF5 attribute :data:`RECORDED`): a rerun of the same
     run (model, input, settings, tokens) into a complete OUTPUT, its parts removed (or their removal killed), finds
-    it already complete and computes nothing; another run into it is refused without ``overwrite``.
+    it already complete: it reads and tokenizes the text again (to compare its tokens with the recorded ones) but
+    runs no biLM and writes nothing; another run into it is refused without ``overwrite``: other settings before the
+    text is read, another text after its first pass (lines counted and digested), other tokens after tokenizing.
     A write that finds no room in OUTPUT's directory (a full disk or quota, a file-size limit) is an OSError
     saying so (:data:`Errors.E_EMBED_NO_SPACE`): the finished parts are kept, and the same run goes on from them.
     Returns counts: lines, tokens, parts_written (now), parts_reused, finished (0/1), merged (1: this run wrote
@@ -371,6 +373,9 @@ def _embed_locked(bilm: BiLM, input_path: Path, output_path: Path, layers: str, 
     digests = PartDigests(part_size)  # of the text (decompressed) and of each part's, read with its lines
     n_lines = scan_lines(input_path, digests, progress)
     sha256, part_digests = digests.whole.hexdigest(), digests.parts()
+    if complete and not _same_run(_recorded_run(output_path), {"input": sha256, "n_lines": n_lines}):
+        # Another text into the complete OUTPUT: refused now, not after tokenizing every line of it.
+        raise FileExistsError(Errors.E_EMBED_OUTPUT_EXISTS.format(path=output_path))
 
     def parts() -> Iterator[tuple]:
         """The parts of the text read at the start, or InputChanged at the first part of another."""
@@ -644,9 +649,12 @@ def _output_record(manifest: dict) -> dict:
 
 def _recorded_run(output_path: Path) -> Optional[dict]:
     """The record of the run that wrote ``output_path`` (:func:`_output_record`); None for a file without one
-    (another program's, an earlier release's, not HDF5, unreadable)."""
+    (another program's, an earlier release's, not HDF5, unreadable) or for no regular file (a FIFO: opening it to read
+    waited for a writer forever; a device)."""
     import h5py
 
+    if not output_path.is_file():
+        return None
     try:
         with h5py.File(output_path, "r", locking=False) as f:  # no lock, as the readers: NFS, Lustre
             recorded = json.loads(f.attrs[RECORDED])

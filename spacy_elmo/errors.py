@@ -1154,6 +1154,8 @@ class Errors:
     E_TOKENIZER_SOURCE_FILE = "the [nlp.tokenizer] block of --tokenizer {path}"
     #: and where the Python API's TrainConfig.tokenizer did
     E_TOKENIZER_SOURCE_CONFIG = "TrainConfig.tokenizer"
+    #: and where a tokenizing worker builds the block of the pipeline its parent reads the corpus with
+    E_TOKENIZER_SOURCE_WORKER = "the block of the pipeline the process that started this worker reads with"
     E_UNKNOWN_LANG = (
         "spaCy could not load language {lang!r} ({error}): use a language code spaCy supports (en, de, ko, "
         "ja, xx for multi-language, ...: https://spacy.io/usage/models#languages)."

@@ -1578,3 +1578,58 @@ def test_a_bom_inside_the_input_is_kept_and_warned_of_as_pretraining_warns(bilm,
         warnings.simplefilter("always")
         embed_file(bilm, plain_file, tmp_path / "p.h5", progress=False)
     assert not [w for w in caught if "U+FEFF" in str(w.message)]
+
+
+
+CHECK_PATHS = """
+import sys
+from spacy_elmo.embedding import check_paths
+try:
+    check_paths(sys.argv[1], sys.argv[2])
+except FileExistsError as err:
+    print(err)
+"""
+
+
+def test_an_existing_fifo_output_is_refused_at_once(tmp_path):
+    """An OUTPUT that exists as a FIFO: check_paths opened it with h5py to read the record of the run that wrote it,
+    which waits for a writer forever, holding the GIL (embed hung before any work); it is refused as existing, as
+    any other file. In a child process, which the guard against the hang can kill."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("fcntl")  # a POSIX system: os.mkfifo
+    (tmp_path / "in.txt").write_text("a b\n", encoding="utf-8")
+    fifo = tmp_path / "out.h5"
+    os.mkfifo(fifo)
+    try:  # a guard against the hang, not a time limit: the check does no work
+        done = subprocess.run([sys.executable, "-c", CHECK_PATHS, str(tmp_path / "in.txt"), str(fifo)],
+                              capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.fail("check_paths waited on the FIFO")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"{fifo} already exists. Pass --overwrite to replace it, or choose another output.\n"
+
+
+def test_another_text_into_a_complete_output_is_refused_before_it_is_tokenized(bilm, corpus, tmp_path):
+    """A rerun of the same settings with another text into a complete OUTPUT: refused as existing, which it was
+    only after every line was tokenized; its first pass (the lines' sha256) tells, and no line is tokenized."""
+    out = tmp_path / "out.h5"
+    embed_file(bilm, corpus, out, part_size=3, progress=False)
+    before = out.read_bytes()
+    calls = []
+
+    def whitespace(line):
+        calls.append(line)
+        return line.split()
+
+    other = tmp_path / "other.txt"
+    other.write_text(corpus.read_text(encoding="utf-8").replace("the", "a"), encoding="utf-8")
+    with pytest.raises(FileExistsError, match="out.h5 already exists. Pass --overwrite"):
+        embed_file(bilm, other, out, part_size=3, progress=False, tokenize=whitespace, tokenizer_name="whitespace")
+    assert calls == [] and out.read_bytes() == before
+    # the same text is tokenized (its tokens compared) and found complete
+    assert embed_file(bilm, corpus, out, part_size=3, progress=False, tokenize=whitespace,
+                      tokenizer_name="whitespace")["finished"] == 1
+    assert len(calls) > 0 and out.read_bytes() == before

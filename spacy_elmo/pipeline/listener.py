@@ -89,14 +89,14 @@ class ElmoListener(Model):
             for i, (doc, layers) in enumerate(zip(docs, outputs))
         )
 
-    def receive_predicted(self, docs: Sequence[Doc], stored: Sequence[Tuple[Any, Any]]) -> None:
+    def receive_predicted(self, docs: Sequence[Doc], handed: Sequence[Tuple[Any, Any]]) -> None:
         """The upstream's layers of each doc at prediction (``(layers, doc._.elmo_idx)``: its float32
         ``(L + 1, n, 2P)`` layers, as a training batch hands them over, not ``doc._.elmo`` rounded to its
         ``store_dtype``, and their tokens' character offsets), kept per doc until this listener reads that
         doc at prediction: another elmo component may overwrite ``doc._.elmo`` meanwhile. Per doc, not per batch: the listening component may batch the docs
         otherwise (spaCy's parser and ner sort a batch by length into smaller ones; a component's own
         ``batch_size``), and threads serving one pipeline each hand over their own docs."""
-        self._predicted.put(docs, stored)
+        self._predicted.put(docs, handed)
 
     def clear(self) -> None:
         self._batch_id, self._outputs, self._backprop, self._predicted = None, None, None, _Predicted()
@@ -149,9 +149,9 @@ class _Predicted:
         self._by_doc: "weakref.WeakKeyDictionary[Doc, Tuple[Any, Any]]" = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()  # threads serving one pipeline hand over and read at once
 
-    def put(self, docs: Sequence[Doc], stored: Sequence[Tuple[Any, Any]]) -> None:
+    def put(self, docs: Sequence[Doc], handed: Sequence[Tuple[Any, Any]]) -> None:
         with self._lock:
-            self._by_doc.update(zip(docs, stored))
+            self._by_doc.update(zip(docs, handed))
 
     def take(self, doc: Doc, keep: bool) -> Optional[Tuple[Any, Any]]:
         """The doc's entry (None: none), removed unless ``keep``."""

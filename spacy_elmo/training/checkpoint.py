@@ -5,7 +5,6 @@ optimizer state, the step, and per rank the RNG states (dropout, sampler) and
 the carried LSTM states. Loaded with ``weights_only=True`` (no arbitrary pickle).
 """
 
-import json
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
@@ -128,8 +127,10 @@ def _describe(name: str, value: Any) -> str:
     if name == "sentences":
         return "streams (no --sentences)" if value is None else f"--sentences --max-length {value}"
     if name == "tokenizer":  # the [nlp.tokenizer] block --tokenizer gave (TrainConfig.tokenizer), filled in
+        from .data import shown_block
+
         return Errors.E_RESUME_TOKENIZER_DEFAULT if value is None else Errors.E_RESUME_TOKENIZER_BLOCK.format(
-            block=json.dumps(value, ensure_ascii=False, sort_keys=True))
+            block=shown_block(value))
     return f"{_OPTION.get(name, name)} {value}"
 
 

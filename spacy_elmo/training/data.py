@@ -670,7 +670,7 @@ _FALLBACK_WARNED: set = set()
 
 
 def make_nlp(lang: str, provenance: Optional[Dict[str, Any]] = None, from_model: bool = False,
-             tokenizer: Optional[Dict[str, Any]] = None):
+             tokenizer: Optional[Dict[str, Any]] = None, source: str = Errors.E_TOKENIZER_SOURCE_CONFIG):
     """A blank spaCy pipeline for ``lang`` with a sentencizer.
 
     Languages whose default tokenizer needs an external package (Korean needs
@@ -682,11 +682,13 @@ def make_nlp(lang: str, provenance: Optional[Dict[str, Any]] = None, from_model:
     ``from_model``: ``lang`` is the language ``provenance`` records, read as no --lang was given (else the one given:
     pretrain's --lang, or embed's, evaluate's, fit-state's), which the fallback's warning says, and a language this
     spaCy lacks is an error saying that the model's config.json named it (E_MODEL_LANG).
-    ``tokenizer``: the ``[nlp.tokenizer]`` block the user chose (``pretrain --tokenizer``, ``TrainConfig.tokenizer``):
-    read with it as it is (:func:`given_tokenizer_nlp`: an error where it cannot be built, no fallback).
+    ``tokenizer``: the ``[nlp.tokenizer]`` block to read with as it is (:func:`given_tokenizer_nlp`: an error where
+    it cannot be built, no fallback): ``TrainConfig.tokenizer`` (``pretrain --tokenizer``'s block, read from its file
+    before), or the block of the pipeline a tokenizing worker's parent reads with; ``source``: where it came from,
+    for those errors.
     """
     if tokenizer is not None:
-        nlp = given_tokenizer_nlp(lang, tokenizer, Errors.E_TOKENIZER_SOURCE_CONFIG)
+        nlp = given_tokenizer_nlp(lang, tokenizer, source)
         nlp.add_pipe("sentencizer")
         return nlp
     recorded = recorded_tokenizer(provenance or {}, lang)
@@ -699,10 +701,10 @@ def make_nlp(lang: str, provenance: Optional[Dict[str, Any]] = None, from_model:
         raise
     if missing is not None and lang not in _FALLBACK_WARNED:  # corpus, held-out text: once per run
         _FALLBACK_WARNED.add(lang)
-        error = (str(missing).strip().splitlines() or [type(missing).__name__])[0]
+        error = _first_line(missing)
         if records_other_block(recorded, lang):
             # pretrain --tokenizer's block (zh's segmenter = "jieba"): spaCy's default for lang may need nothing
-            unbuilt = Warnings.W_FALLBACK_BLOCK_RECORDED.format(lang=lang, block=recorded)
+            unbuilt = Warnings.W_FALLBACK_BLOCK_RECORDED.format(lang=lang, block=shown_block(recorded))
         else:
             language = (Warnings.W_FALLBACK_LANG_RECORDED if from_model else Warnings.W_FALLBACK_LANG_GIVEN).format(lang=lang)
             unbuilt = Warnings.W_FALLBACK_SPACY.format(language=language)
@@ -766,7 +768,7 @@ def given_tokenizer_nlp(lang: str, block: Any, source: str):
     try:
         nlp = spacy.blank(lang, config={"nlp": {"tokenizer": block}})
     except ImportError as missing:  # jieba, SudachiPy...: the first line of its message names it
-        error = (str(missing).strip().splitlines() or [type(missing).__name__])[0]
+        error = _first_line(missing)
         raise ValueError(Errors.E_TOKENIZER_BLOCK_PACKAGE.format(block=shown, source=source, lang=lang, error=error)) from missing
     except Exception as err:  # noqa: BLE001 - an unknown function (RegistryError), a bad setting (ConfigValidationError)
         raise ValueError(Errors.E_TOKENIZER_BLOCK_BUILD.format(block=shown, source=source, lang=lang,
@@ -781,6 +783,18 @@ def given_tokenizer_nlp(lang: str, block: Any, source: str):
     return nlp
 
 
+def pretrain_reads(lang: str, block: Dict[str, Any]) -> bool:
+    """Whether ``pretrain --lang LANG --tokenizer FILE`` reads with the ``[nlp.tokenizer]`` block ``block``
+    (:func:`is_tokenizer_block`) that a file holding it gives: :func:`given_tokenizer_nlp` builds it and it reads a
+    word. False where it refuses it: one that needs an initialize step first (``segmenter = "pkuseg"``), or a
+    package missing here. Builds a pipeline: for the messages that offer such a file, not for every check."""
+    try:
+        given_tokenizer_nlp(lang, block, Errors.E_TOKENIZER_SOURCE_CONFIG)
+    except ValueError:
+        return False
+    return True
+
+
 def _one_line(err: BaseException) -> str:
     """``err``'s message on one line (confection's and spaCy's span blank lines), or its type's name."""
     return " ".join(str(err).split()) or type(err).__name__
@@ -789,10 +803,20 @@ def _one_line(err: BaseException) -> str:
 def checked_tokenizer_block(block: Any, source: str) -> str:
     """``block`` as JSON (for messages), or ValueError (E_TOKENIZER_BLOCK_SHAPE, naming ``source``) where it is no
     block a model can record and the commands that read its text build again (:func:`is_tokenizer_block`)."""
-    shown = json.dumps(block, ensure_ascii=False, default=str)
+    shown = shown_block(block)
     if not is_tokenizer_block(block):
         raise ValueError(Errors.E_TOKENIZER_BLOCK_SHAPE.format(block=shown, source=source))
     return shown
+
+
+def _first_line(err: BaseException) -> str:
+    """The first line of ``err``'s message (an ImportError's names the missing package), or its type's name."""
+    return (str(err).strip().splitlines() or [type(err).__name__])[0]
+
+
+def shown_block(block: Any) -> str:
+    """A tokenizer block (or what was given as one) as the messages show it inline: JSON, non-ASCII kept."""
+    return json.dumps(block, ensure_ascii=False, default=str)
 
 
 #: An ``[nlp]`` section header line of a config file, and one of a section under it (``[nlp.tokenizer]``):
@@ -823,7 +847,7 @@ def read_tokenizer_config(path: PathLike, lang: str) -> Dict[str, Any]:
         if isinstance(err, KeyError):  # [nlp.tokenizer] above [nlp]: a bare KeyError: 'nlp'
             error = Errors.E_TOKENIZER_CONFIG_PARENT_BELOW.format(parent=err.args[0] if err.args else "nlp")
         else:
-            error = " ".join(str(err).split()) or type(err).__name__
+            error = _one_line(err)
         raise ValueError(Errors.E_TOKENIZER_CONFIG_UNREADABLE.format(path=path, error=error)) from err
     section = config.get("nlp")
     if not isinstance(section, dict) or not isinstance(section.get("tokenizer"), dict):
@@ -1093,17 +1117,23 @@ def _tokenize_worker(reading: Tuple[str, Dict[str, Any]], tasks, results) -> Non
         if nlp is None:
             lang, block = reading
             try:
-                nlp = make_nlp(lang, tokenizer=block)
+                nlp = make_nlp(lang, tokenizer=block, source=Errors.E_TOKENIZER_SOURCE_WORKER)
             except Exception as err:  # noqa: BLE001 - the parent raises it: a build failure has its own fix
                 results.put((seq, None, Errors.E_TOKENIZE_WORKER_BUILD.format(
-                    lang=lang, block=block, error="".join(traceback.format_exception(err)))))
+                    lang=lang, block=shown_block(block), error=_traceback_text(err))))
                 return
         try:
             results.put((seq, list(iter_sentences(texts, nlp, batch_size=len(texts))), None))
         except Exception as err:  # noqa: BLE001 - the parent raises it, with the worker's traceback
             results.put((seq, None, Errors.E_TOKENIZE_WORKER_FAILED.format(
-                error="".join(traceback.format_exception(err)))))
+                error=_traceback_text(err))))
             return
+
+
+def _traceback_text(err: BaseException) -> str:
+    """``err``'s traceback as Python prints it (a worker's, for the parent's message). The three-argument form:
+    ``format_exception(err)`` alone needs Python 3.10."""
+    return "".join(traceback.format_exception(type(err), err, err.__traceback__))
 
 
 def _receive(item: tuple, waiting: dict) -> None:

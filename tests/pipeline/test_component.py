@@ -846,3 +846,20 @@ def test_a_pipeline_of_another_block_is_told_pretrain_tokenizer_reads_with_it(tm
     assert message.endswith("Or pretrain a model on this pipeline's tokens: `spacy-elmo pretrain TEXT OUT_DIR --lang zh "
                             "--tokenizer tokenizer.cfg` reads the text with this very tokenizer, tokenizer.cfg holding "
                             "these lines:\n[nlp.tokenizer]\n@tokenizers = \"spacy.Tokenizer.v1\""), message
+
+
+def test_a_pipeline_of_a_block_pretrain_refuses_is_not_told_pretrain_tokenizer_reads_with_it(tmp_path, tiny_dir):
+    """A zh pipeline of segmenter = "pkuseg" (the zh_core_web_* pipelines'): pretrain --tokenizer refuses that block
+    (E_TOKENIZER_BLOCK_CANNOT_READ: its model loads in an initialize step that no block records), so the
+    other-tokens warning offers no tokenizer.cfg holding it; it offered one that pretrain then refused."""
+    BiLM.load(tiny_dir).save(tmp_path / "zh", provenance={
+        "trained_by": "spacy-elmo pretrain", "lang": "zh",
+        "tokenizer": {"@tokenizers": "spacy.zh.ChineseTokenizer", "segmenter": "char"}})
+    nlp = spacy.blank("zh", config={"nlp": {"tokenizer": {"@tokenizers": "spacy.zh.ChineseTokenizer",
+                                                          "segmenter": "pkuseg"}}})
+    elmo = nlp.add_pipe("elmo", config={"weights": str(tmp_path / "zh")})
+    # what first use runs (the pipeline's own initialize loads pkuseg's model, which needs spacy-pkuseg)
+    (message,) = _other_tokens(lambda: elmo._ensure_weights(nlp))
+    assert "with tokenizer {'@tokenizers': 'spacy.zh.ChineseTokenizer', 'segmenter': 'pkuseg'}" in message, message
+    assert "--tokenizer tokenizer.cfg" not in message and "Or pretrain" not in message, message
+    assert message.endswith("--nlp.tokenizer '{\"@tokenizers\": \"spacy.zh.ChineseTokenizer\", \"segmenter\": \"char\"}'."), message

@@ -210,7 +210,7 @@ def test_a_recorded_block_that_cannot_be_built_is_named_and_the_fix_reads_what_i
     # the model learnt the recorded block's tokens: no pipeline is told to read the fallback's
     assert "spacy.blank(" not in fallback and "install those packages to read the text as pretrain read" in fallback
     if lang == "zh":
-        assert fallback.startswith(f"spacy-elmo: the tokenizer block the model's config.json records for 'zh', {block}")
+        assert fallback.startswith(f"spacy-elmo: the tokenizer block the model's config.json records for 'zh', {json.dumps(block)}")
         assert "spaCy's tokenizer for zh" not in fallback
         # --lang zh reads characters here, not the rule-based tokens read: pretrain --tokenizer with those
         assert data.reading_tokenizer_settings("zh") != RULE_BASED and "--lang zh`" not in other

@@ -220,7 +220,7 @@ def test_a_worker_that_cannot_build_the_pipeline_says_so(tmp_path, monkeypatch):
         data.build_corpus(path, "en", tmp_path / "cache", progress=False, processes=2, nlp=nlp)
     said = str(info.value)
     assert said.startswith("A tokenizing worker process could not build the pipeline"), said
-    assert "language 'en', tokenizer block {'@tokenizers': 'spacy.Tokenizer.v1'}" in said, said
+    assert """language 'en', tokenizer block {"@tokenizers": "spacy.Tokenizer.v1"}""" in said, said
     assert "no tokenizer 'custom.v1' in the registry" in said and "to see it" not in said, said
     assert said.endswith("Run again with --tokenize-processes 1: the corpus is then tokenized in this process, "
                          "with the pipeline it built."), said
@@ -353,3 +353,38 @@ def test_pretrain_with_two_tokenizing_processes(tmp_path, monkeypatch):
     data.build_corpus(train, "en", tmp_path / "one", progress=False, processes=1)
     for name in CACHE_FILES:
         assert (tmp_path / "out" / "data" / name).read_bytes() == (tmp_path / "one" / name).read_bytes(), name
+
+
+@pytest.mark.parametrize("where", ["build", "read"])
+def test_a_worker_error_carries_its_traceback(monkeypatch, where):
+    """A tokenizing worker's error (building its pipeline, E_TOKENIZE_WORKER_BUILD; reading a batch,
+    E_TOKENIZE_WORKER_FAILED) reaches the parent with the worker's traceback, the raising line in it. Run here, in
+    this process (its parent-death and signal settings left out)."""
+    import queue
+
+    monkeypatch.setattr(data, "_die_with_parent", lambda: None)
+    monkeypatch.setattr(data.signal, "signal", lambda *args: None)
+    reading = ("en", {"@tokenizers": "spacy.Tokenizer.v1"})
+    if where == "build":
+        reading = ("en", {"@tokenizers": "no.such.tokenizer.v1"})
+    else:
+        def broken(*args, **kwargs):
+            raise RuntimeError("the batch could not be read")
+
+        monkeypatch.setattr(data, "iter_sentences", broken)
+    tasks, results = queue.Queue(), queue.Queue()
+    tasks.put((0, ["a b."]))
+    tasks.put(None)
+    data._tokenize_worker(reading, tasks, results)
+    seq, sentences, error = results.get_nowait()
+    assert (seq, sentences) == (0, None)
+    assert "Traceback (most recent call last):" in error, error
+    if where == "build":
+        assert "no.such.tokenizer.v1" in error and "in make_nlp" in error, error
+        # the block shown as JSON, as the inner error shows it, which names the worker's rebuild, not TrainConfig
+        assert 'tokenizer block {"@tokenizers": "no.such.tokenizer.v1"})' in error, error
+        assert ("(the block of the pipeline the process that started this worker reads with)" in error
+                and "TrainConfig.tokenizer" not in error), error
+    else:
+        assert 'raise RuntimeError("the batch could not be read")' in error, error
+        assert "RuntimeError: the batch could not be read" in error, error
