@@ -216,7 +216,7 @@ def check_paths(input_path: PathLike, output_path: PathLike, overwrite: bool = F
     if output_path.exists():
         if output_path.samefile(input_path):
             raise FileExistsError(Errors.E_EMBED_OUTPUT_IS_INPUT.format(path=output_path))
-        if not overwrite and _earlier_merge(output_path) is None and not _complete_alone(output_path):
+        if not overwrite and _earlier_merge(output_path) is None and _complete_record(output_path) is None:
             # What a run killed (or interrupted) while deleting its parts left: never reused, and it stayed for good.
             remove_leftovers(parts_path(output_path))
             raise FileExistsError(Errors.E_EMBED_OUTPUT_EXISTS.format(path=output_path))
@@ -366,14 +366,16 @@ def _embed_locked(bilm: BiLM, input_path: Path, output_path: Path, layers: str, 
     parts_dir = parts_path(output_path)
     if not restart and parts_dir.is_dir() and not (parts_dir / MERGED).exists():  # a resume of other settings
         _check_settings(_read_manifest(parts_dir), settings, parts_dir, input_path)
-    complete = not overwrite and _earlier_merge(output_path) is None and _complete_alone(output_path)
-    if complete and (restart or not _same_run(_recorded_run(output_path), settings)):
+    # the record of the complete OUTPUT check_paths let through, read once: the lock keeps OUTPUT as it is
+    recorded = None if overwrite or _earlier_merge(output_path) is not None else _complete_record(output_path)
+    complete = recorded is not None
+    if complete and (restart or not _same_run(recorded, settings)):
         # The complete OUTPUT of another run (check_paths let it through): refused before the passes over the text.
         raise FileExistsError(Errors.E_EMBED_OUTPUT_EXISTS.format(path=output_path))
     digests = PartDigests(part_size)  # of the text (decompressed) and of each part's, read with its lines
     n_lines = scan_lines(input_path, digests, progress)
     sha256, part_digests = digests.whole.hexdigest(), digests.parts()
-    if complete and not _same_run(_recorded_run(output_path), {"input": sha256, "n_lines": n_lines}):
+    if complete and not _same_run(recorded, {"input": sha256, "n_lines": n_lines}):
         # Another text into the complete OUTPUT: refused now, not after tokenizing every line of it.
         raise FileExistsError(Errors.E_EMBED_OUTPUT_EXISTS.format(path=output_path))
 
@@ -433,7 +435,7 @@ def _embed_locked(bilm: BiLM, input_path: Path, output_path: Path, layers: str, 
         remove_leftovers(parts_dir)  # a parts directory being created or removed when a run was killed
         if complete:  # killed after removing its parts (printing its summary, exiting): nothing left to do
             assert lengths is not None
-            if _same_run(_recorded_run(output_path), record) and _same_structure(
+            if _same_run(recorded, record) and _same_structure(
                     output_path, lengths, layers, bilm.config.n_output_layers, bilm.config.output_dim):
                 return {**counts, "parts_reused": n_parts, "finished": 1}
             # the same settings, another text or other tokens
@@ -663,10 +665,11 @@ def _recorded_run(output_path: Path) -> Optional[dict]:
         return None
 
 
-def _complete_alone(output_path: Path) -> bool:
-    """Whether ``output_path`` is a complete OUTPUT that records the run which wrote it, no parts directory beside
-    it (the parts of an unfinished run into it, with --overwrite, ask for --overwrite again)."""
-    return not parts_path(output_path).exists() and _recorded_run(output_path) is not None
+def _complete_record(output_path: Path) -> Optional[dict]:
+    """The record (:func:`_recorded_run`) of ``output_path`` where it is a complete OUTPUT that records the run which
+    wrote it, no parts directory beside it (the parts of an unfinished run into it, with --overwrite, ask for
+    --overwrite again); else None."""
+    return None if parts_path(output_path).exists() else _recorded_run(output_path)
 
 
 def _same_structure(output_path: Path, lengths: Sequence[int], layers: str, n_layers: int, dim: int) -> bool:
