@@ -46,7 +46,6 @@ from ..errors import Errors, TokenizerMismatchWarning, Warnings
 from ..forksafe import after_fork_in_child
 from ..training.data import (
     default_tokenizer_settings,
-    is_tokenizer_block,
     pretrain_reads,
     reading_tokenizer_settings,
     reads_other_tokens,
@@ -557,7 +556,7 @@ class ElmoComponent(TrainablePipe):
             # packages it needs are missing), or with the block of --tokenizer, one that a model can record
             if here["tokenizer"] == reading_tokenizer_settings(here["lang"]):
                 again = Warnings.W_ELMO_PRETRAIN_AGAIN.format(nlp_lang=here["lang"])
-            elif is_tokenizer_block(here["tokenizer"]) and pretrain_reads(here["lang"], here["tokenizer"]):
+            elif pretrain_reads(here["lang"], here["tokenizer"]):
                 # not a block pretrain refuses (segmenter = "pkuseg": its model loads in an initialize step)
                 again = Warnings.W_ELMO_PRETRAIN_AGAIN_TOKENIZER.format(
                     nlp_lang=here["lang"], tokenizer_cfg=tokenizer_cfg(here["tokenizer"]))

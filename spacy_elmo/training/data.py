@@ -783,11 +783,11 @@ def given_tokenizer_nlp(lang: str, block: Any, source: str):
     return nlp
 
 
-def pretrain_reads(lang: str, block: Dict[str, Any]) -> bool:
-    """Whether ``pretrain --lang LANG --tokenizer FILE`` reads with the ``[nlp.tokenizer]`` block ``block``
-    (:func:`is_tokenizer_block`) that a file holding it gives: :func:`given_tokenizer_nlp` builds it and it reads a
-    word. False where it refuses it: one that needs an initialize step first (``segmenter = "pkuseg"``), or a
-    package missing here. Builds a pipeline: for the messages that offer such a file, not for every check."""
+def pretrain_reads(lang: str, block: Any) -> bool:
+    """Whether ``pretrain --lang LANG --tokenizer FILE`` reads with the ``[nlp.tokenizer]`` block ``block`` that a
+    file holding it gives: :func:`given_tokenizer_nlp` builds it and it reads a word. False where it refuses it: no
+    block a model can record (:func:`is_tokenizer_block`), one that needs an initialize step first
+    (``segmenter = "pkuseg"``), or a package missing here. Builds a pipeline: for the messages that offer such a file, not for every check."""
     try:
         given_tokenizer_nlp(lang, block, Errors.E_TOKENIZER_SOURCE_CONFIG)
     except ValueError:
