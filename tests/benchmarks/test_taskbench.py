@@ -244,6 +244,47 @@ def test_a_run_is_not_reused_after_another_model_or_data_is_written_at_the_same_
     assert len(trained) == 5
 
 
+@pytest.mark.parametrize("bench", ["ner", "textcat"])
+def test_a_run_selects_its_model_on_dev_and_scores_it_on_test_once(tmp_path, monkeypatch, bench):
+    """spacy train's paths.dev (where model-best is chosen) is the dev split, never test, and the one evaluation
+    reads test: a model selected on test would score on the data it was picked with."""
+    import argparse
+
+    from benchmarks import ner_conll2003, textcat_bench
+
+    trained, evaluated = [], []
+
+    def train(cfg, run_dir, overrides, gpu_id):
+        trained.append(dict(overrides))
+        Path(run_dir).mkdir(parents=True, exist_ok=True)
+        return {"model": str(run_dir), "best_dev": {}}
+
+    def evaluate(model_dir, test_path, *a, **k):
+        evaluated.append(Path(test_path))
+        return {"ents_f": 0.5, "cats_accuracy": 0.5}
+
+    monkeypatch.setattr(tb, "train_pipeline", train)
+    monkeypatch.setattr(tb, "evaluate_pipeline", evaluate)
+    data = tmp_path / "data"
+    data.mkdir()
+    paths = {s: data / f"{s}.spacy" for s in ("train", "dev", "test")}
+    for n, split in enumerate(paths.values()):
+        _write_train(split, 3 + n)
+    elmo = tmp_path / "elmo"
+    _tiny_bilm(0).save(elmo)
+    args = argparse.Namespace(data_seed=0, max_steps=10, eval_frequency=None, patience=None, work_dir=tmp_path, force=False)
+    if bench == "ner":
+        ner_conll2003.run_one(args, tb.load_base_config(tb.CONFIGS / "ner.cfg"), "tok2vec", 1.0, 0, paths, elmo, -1)
+    else:
+        textcat_bench.run_one(args, tb.load_base_config(tb.CONFIGS / "textcat.cfg"), "bbc", "tok2vec", 1.0, 0, paths,
+                              elmo, -1)
+    (overrides,), = [trained]
+    assert overrides["paths.dev"] == str(paths["dev"])
+    assert Path(overrides["paths.train"]).parent == data and str(paths["test"]) not in overrides.values()
+    assert overrides["paths.elmo"] == str(elmo) and overrides["training.max_steps"] == 10
+    assert evaluated == [paths["test"]]
+
+
 def test_train_subset_is_rebuilt_when_train_spacy_changes(tmp_path):
     train = tmp_path / "train.spacy"
     _write_train(train, 3)
