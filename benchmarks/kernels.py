@@ -39,7 +39,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple, TypeVar, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar, Union
 
 import torch
 
@@ -141,10 +141,11 @@ def round_order(items: Sequence[T], round_index: int) -> List[T]:
     return [items[k] for k in (row if r < n else row[::-1])]
 
 
-def time_side_by_side(impls, repeats, warmup, device):
+def time_side_by_side(impls, repeats, warmup, device, report: Optional[Callable[[Any, int, float], None]] = None):
     """Median seconds of each implementation, interleaved so that the machine's noise
     hits every implementation alike: one call of each per round, in :func:`round_order`
-    (each first, and right after each other, equally often)."""
+    (each first, and right after each other, equally often). ``report(name, round, seconds)``,
+    when given, is called after each timed call (a long run's progress)."""
     impls = {name: _autocast_wrap(fn, device) for name, fn in impls.items()}
     for fn in impls.values():
         for _ in range(warmup):
@@ -154,6 +155,8 @@ def time_side_by_side(impls, repeats, warmup, device):
     for i in range(repeats):
         for name in round_order(list(impls), i):
             times[name].append(timeit(impls[name], 1, 0, device)[0])
+            if report is not None:
+                report(name, i, times[name][-1])
     return {name: (statistics.median(ts), ts) for name, ts in times.items()}
 
 
