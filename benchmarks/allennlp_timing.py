@@ -6,8 +6,11 @@ Random weights of a preset are written in the released hdf5 layout with
 loader (``benchmarks.allennlp_reference``); inputs are random word-like tokens
 (lowercase letters, lengths 1..12, a few capitalised / punctuation tokens), not
 zeros. Timed: the whole ``_ElmoBiLm.forward`` (markers, char CNN, highway,
-biLSTM) under ``torch.no_grad()``, states reset before every call; tokens
-counted without the ``<S>``/``</S>`` markers.
+biLSTM) under ``torch.no_grad()``, its states reset in every timed call; tokens
+counted without the ``<S>``/``</S>`` markers. This script times it alone;
+``benchmarks/kernels.py --whole-model --allennlp`` times the same call
+(:func:`allennlp_bilm_runner`) interleaved with the others, on their sentences
+and weights.
 
     python -m benchmarks.allennlp_timing small original --batch 32 --length 20 --threads 2
 """
@@ -20,7 +23,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
 
@@ -52,6 +55,25 @@ def random_sentences(batch: int, length: int, seed: int = 0) -> List[List[str]]:
     return sentences
 
 
+def allennlp_bilm_runner(model: BiLM, sentences: Sequence[Sequence[str]]) -> Callable[[], object]:
+    """One call of AllenNLP's ``_ElmoBiLm`` holding ``model``'s weights (written in the released hdf5 layout
+    with ``BiLM.to_allennlp`` and read by AllenNLP's own loader) on ``sentences`` (AllenNLP's own character ids):
+    the callable resets the LSTM states first (``_ElmoBiLm`` is stateful; each call starts from zero, as a
+    ``BiLM`` call does), so a reset is part of what it times. Call it under ``torch.no_grad()``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        opt, weights = Path(tmp) / "options.json", Path(tmp) / "weights.hdf5"
+        model.to_allennlp(opt, weights)
+        bilm = load_elmo_bilm(opt, weights)
+    bilm.eval()
+    char_ids = allennlp_batch_to_ids(sentences)
+
+    def run() -> object:
+        bilm._elmo_lstm.reset_states()
+        return bilm(char_ids)
+
+    return run
+
+
 def allennlp_tokens_per_second(
     config_preset: str,
     batch: int,
@@ -62,25 +84,21 @@ def allennlp_tokens_per_second(
     seed: int = 0,
     details: Optional[Dict] = None,
 ) -> float:
-    """Median tokens/s of AllenNLP's ``_ElmoBiLm`` on CPU for a preset ("small",
-    "medium", "original") at ``batch`` x ``length`` tokens, with ``threads`` torch threads.
-    ``details``, when given, receives the individual timings."""
+    """Median tokens/s of AllenNLP's ``_ElmoBiLm`` alone on CPU (:func:`allennlp_bilm_runner`) for a preset
+    ("small", "medium", "original") at ``batch`` x ``length`` tokens, with ``threads`` torch threads.
+    ``details``, when given, receives the individual timings. (``benchmarks/kernels.py --allennlp`` times it
+    interleaved with the other implementations instead.)"""
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         torch.manual_seed(seed)
-        with tempfile.TemporaryDirectory() as tmp:
-            opt, weights = Path(tmp) / "options.json", Path(tmp) / "weights.hdf5"
-            BiLM(BiLMConfig.preset(config_preset), backend="reference").to_allennlp(opt, weights)
-            bilm = load_elmo_bilm(opt, weights)
-        bilm.eval()
-        char_ids = allennlp_batch_to_ids(random_sentences(batch, length, seed))
+        run = allennlp_bilm_runner(BiLM(BiLMConfig.preset(config_preset), backend="reference"),
+                                   random_sentences(batch, length, seed))
         times = []
         with torch.no_grad():
             for k in range(warmup + repeats):
-                bilm._elmo_lstm.reset_states()
                 start = time.perf_counter()
-                bilm(char_ids)
+                run()
                 elapsed = time.perf_counter() - start
                 if k >= warmup:
                     times.append(elapsed)

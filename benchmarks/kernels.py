@@ -141,10 +141,11 @@ def round_order(items: Sequence[T], round_index: int) -> List[T]:
     return [items[k] for k in (row if r < n else row[::-1])]
 
 
-def time_side_by_side(impls, repeats, warmup, device):
+def time_side_by_side(impls, repeats, warmup, device, report: Optional[Callable[[Any, int, float], None]] = None):
     """Median seconds of each implementation, interleaved so that the machine's noise
     hits every implementation alike: one call of each per round, in :func:`round_order`
-    (each first, and right after each other, equally often)."""
+    (each first, and right after each other, equally often). ``report(name, round, seconds)``,
+    when given, is called after each timed call (a long run's progress)."""
     impls = {name: _autocast_wrap(fn, device) for name, fn in impls.items()}
     for fn in impls.values():
         for _ in range(warmup):
@@ -154,6 +155,8 @@ def time_side_by_side(impls, repeats, warmup, device):
     for i in range(repeats):
         for name in round_order(list(impls), i):
             times[name].append(timeit(impls[name], 1, 0, device)[0])
+            if report is not None:
+                report(name, i, times[name][-1])
     return {name: (statistics.median(ts), ts) for name, ts in times.items()}
 
 
@@ -419,8 +422,8 @@ def bench_whole(rec, preset, batch, length, args, device):
     nominal = bilm_flops(config, positions, positions)  # every position encoded, as AllenNLP does
     torch.manual_seed(0)
     fused_model = BiLM(config, backend="fused").to(device).eval()
-    # name -> (run the model, its token encoder)
-    impls: Dict[str, Tuple[Callable[[], object], torch.nn.Module]] = {
+    # name -> (run the model, its token encoder; None: one that encodes every position)
+    impls: Dict[str, Tuple[Callable[[], object], Optional[torch.nn.Module]]] = {
         "fused": (lambda: fused_model(ids), fused_model.token_encoder)}
     if n_tok <= args.max_slow_tokens:
         ref_model = BiLM(config, backend="reference").to(device).eval()
@@ -429,24 +432,21 @@ def bench_whole(rec, preset, batch, length, args, device):
         style = AllenNLPStyleBiLM(config).to(device).eval()
         wrapped = char_ids_of([["<S>"] + s + ["</S>"] for s in random_sentences(batch, length)]).to(device)
         impls["AllenNLP-style loop"] = (lambda: style(wrapped), style.encoder)
+    if args.allennlp and device.type == "cpu" and n_tok <= args.max_slow_tokens:
+        try:  # AllenNLP's own _ElmoBiLm, the same weights and sentences, one more interleaved implementation
+            from benchmarks.allennlp_timing import allennlp_bilm_runner
+
+            # no encoder to count: _ElmoBiLm's character encoder runs on every position (the nominal count)
+            impls["AllenNLP _ElmoBiLm"] = (allennlp_bilm_runner(fused_model, random_sentences(batch, length)), None)
+        except Exception as err:  # AllenNLP not fetchable here: say so, keep going
+            print(f"  (AllenNLP _ElmoBiLm skipped: {type(err).__name__}: {err})")
     # The FLOPs each one does: its encoder's rows counted on one untimed call.
-    flops = {name: bilm_flops(config, encoder_rows(encoder, fn), positions) for name, (fn, encoder) in impls.items()}
+    flops = {name: nominal if encoder is None else bilm_flops(config, encoder_rows(encoder, fn), positions)
+             for name, (fn, encoder) in impls.items()}
     with torch.no_grad():
         timed = time_side_by_side({name: fn for name, (fn, _) in impls.items()}, args.repeats, args.warmup, device)
         for name, (s, ts) in timed.items():
             rec.add("whole_model", preset, batch, length, name, s, ts, n_tok, flops[name], nominal_flops=nominal)
-    if args.allennlp and device.type == "cpu" and n_tok <= args.max_slow_tokens:
-        try:
-            from benchmarks.allennlp_timing import allennlp_tokens_per_second
-
-            details: Dict[str, Any] = {}
-            tps = allennlp_tokens_per_second(preset, batch, length, threads=torch.get_num_threads(),
-                                             repeats=args.repeats, warmup=args.warmup, details=details)
-            # _ElmoBiLm's character encoder runs on every position
-            rec.add("whole_model", preset, batch, length, "AllenNLP _ElmoBiLm", n_tok / tps, details.get("seconds"),
-                    n_tok, nominal)
-        except Exception as err:  # AllenNLP not fetchable here: say so, keep going
-            print(f"  (AllenNLP _ElmoBiLm skipped: {type(err).__name__}: {err})")
 
 
 def bench_train(rec, preset, batch, length, args, device):

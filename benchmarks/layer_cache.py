@@ -1,6 +1,7 @@
 """A/B of the elmo model's layer cache: the component's predict over the same docs twice (as two epochs
 of a frozen-biLM training see them), the component's layer_cache_mb (what [initialize.components.elmo]
-sets in spacy train) on vs off, runs alternating.
+sets in spacy train) on vs off, runs alternating (``benchmarks.kernels.round_order``: each first in every
+other round).
 
     python -m benchmarks.layer_cache [--docs 40] [--rounds 3] [--threads 2]
 """
@@ -11,6 +12,7 @@ import time
 
 from spacy_elmo.pipeline.bilm_layer import get_runner
 
+from .kernels import round_order
 from .pipeline import build_nlp, make_texts
 
 
@@ -42,8 +44,9 @@ def main(argv=None) -> int:
         for nlp in nlps.values():
             nlp.get_pipe("elmo").predict(docs[:8])  # load the weights, warm up
         times: dict[int, list[str]] = {0: [], 1024: []}
-        for _ in range(args.rounds):
-            for mb, nlp in nlps.items():
+        for i in range(args.rounds):
+            for mb in round_order(list(nlps), i):  # each setting first in every other round, as the other A/Bs
+                nlp = nlps[mb]
                 get_runner(nlp.get_pipe("elmo").model).clear_caches()
                 times[mb].append(two_passes(nlp, docs))
     for mb, ts in times.items():

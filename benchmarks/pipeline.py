@@ -11,7 +11,8 @@ text's digest and commit), with a sentencizer so the biLM runs
 per sentence. Every setting pipes its texts ``--repeats`` times, the settings
 interleaved, the order rotated each round (``benchmarks.kernels.time_side_by_side``), each pass
 after a short warm-up and with the component's caches emptied; words/s is of
-the median pass.
+the median pass. A line is printed as each setting is ready and as each pass
+ends (a loaded machine takes minutes a round), the rows at the end.
 
     python benchmarks/pipeline.py --threads 2 [--quick] [--memory-docs 5000]
 
@@ -149,6 +150,14 @@ def memory_run(nlp, n_docs: int, batch_size: int = 64, every: int = 250):
     }
 
 
+def setting_name(run: tuple) -> str:
+    """One setting of the timing, ``(kind, preset, backend, docs, char cache size)``, in words."""
+    kind, preset, backend, n_docs, cache = run
+    if kind == "tok2vec":
+        return f"tok2vec, {n_docs} docs"
+    return f"elmo {preset} {backend}" + ("" if cache else " no char cache") + f", {n_docs} docs"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=2)
@@ -188,12 +197,20 @@ def main(argv=None) -> int:
         passes, words = {}, {}
         for run in runs:
             kind, preset, backend, n_docs, cache = run
+            start = time.perf_counter()
             nlp = build_nlp(kind, preset, backend, tmp, cache)
             for _ in nlp.pipe(texts[:2]):  # loads and warms the weights; the timed passes empty the caches
                 pass
             passes[run] = pipe_pass(nlp, texts[:n_docs])
             words[run] = sum(len(nlp.make_doc(t)) for t in texts[:n_docs])
-        timed = time_side_by_side(passes, args.repeats, 0, torch.device("cpu"))
+            print(f"ready: {setting_name(run)} ({time.perf_counter() - start:.1f} s to build and warm up)", flush=True)
+
+        def progress(run, round_index, seconds):
+            # a slow machine takes minutes a round: each pass says so as it ends, the table comes at the end
+            print(f"pass {round_index + 1}/{args.repeats}: {setting_name(run)} {seconds:.2f} s, "
+                  f"{words[run] / seconds:,.0f} words/s", flush=True)
+
+        timed = time_side_by_side(passes, args.repeats, 0, torch.device("cpu"), report=progress)
         for run, (seconds, all_seconds) in timed.items():
             kind, preset, backend, n_docs, cache = run
             row = {"pipeline": kind, "preset": preset, "backend": backend, "char_cache": cache > 0, "docs": n_docs,

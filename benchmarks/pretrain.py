@@ -417,7 +417,7 @@ def main(argv=None) -> int:
         row = bench_preset(preset, keys, main_prefetch, args, device)
         rows.append(row)
         # the presets so far survive a run stopped at a time limit ("complete": false)
-        write_json(out, _result(args, device, kept, bf16, peak_dtype, rows, None))
+        write_json(out, _result(args, device, kept, bf16, peak_dtype, rows, None), default=str)
         cells = "  ".join(f"{b}: {row['backends'][b]['tokens_per_s']:8.0f} tok/s ({row['backends'][b]['floor_fraction']:.2f} of floor)"
                           for b in backends)
         ratio = row.get("speedup_fused_vs_reference")
@@ -440,14 +440,15 @@ def main(argv=None) -> int:
     print(f"sampled-softmax logsumexp ({lse['rows']} x {lse['negatives']}, fwd+bwd with its product): "
           f"torch {lse['torch.logsumexp'] * 1e3:.0f} ms, consuming {lse['ConsumingLogSumExp'] * 1e3:.0f} ms, "
           f"{lse['speedup']:.2f}x" + (f"; fused {lse['fused'] * 1e3:.0f} ms" if "fused" in lse else ""), flush=True)
-    write_json(out, _result(args, device, kept, bf16, peak_dtype, rows, lse))
+    write_json(out, _result(args, device, kept, bf16, peak_dtype, rows, lse), default=str)
     print(f"wrote {out}")
     return 0
 
 
 def _result(args, device, kept, bf16, peak_dtype, rows, lse):
     result = {
-        "benchmark": "pretrain", "device": str(device), "threads": torch.get_num_threads(),
+        # the options as run (as benchmarks/kernels.py records them; --warmup, --repeats and --peak-gflops resolved)
+        "benchmark": "pretrain", "args": vars(args), "device": str(device), "threads": torch.get_num_threads(),
         "dtype": "bfloat16 autocast" if bf16 else "float32", "complete": lse is not None,
         "fused_available": fused_available(), "torch": torch.__version__, "machine": platform.machine(),
         "processor": platform.processor(), **cpu_identity(), "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "keep_freed_memory": kept,

@@ -21,7 +21,7 @@ import torch
 if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.kernels import round_order  # noqa: E402
+from benchmarks.kernels import machine_info, round_order  # noqa: E402
 from benchmarks.results_json import write_json  # noqa: E402
 from spacy_elmo.training.sampler import LogUniformSampler, Sample  # noqa: E402
 
@@ -89,9 +89,11 @@ def main(argv=None) -> int:
               f"torch sort {row['torch_sort_ms']:.2f} ms, "
               f"{row['speedup']:.2f}x ({row['draws_mean']:,.0f} draws)", flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    write_json(args.out, {"benchmark": "sampler", "threads": args.threads, "torch": torch.__version__,
+    # the options and the machine as benchmarks/kernels.py records them (the CPU decides these times)
+    write_json(args.out, {"benchmark": "sampler", "args": vars(args), "machine": machine_info(torch.device("cpu")),
+                          "threads": args.threads, "torch": torch.__version__,
                           # a loaded machine slows the sort's parallel regions most: say how loaded
-                          "load_average": os.getloadavg(), "rows": rows})
+                          "load_average": os.getloadavg(), "rows": rows}, default=str)
     print(f"wrote {args.out}")
     return 0
 

@@ -8,7 +8,8 @@
   embed/encode), ``listener`` (``spacy_elmo.ElmoListener.v1`` alone as the tok2vec) and
   ``tok2vec`` (``spacy_elmo.ElmoTok2Vec.v1``, the config as written);
 * :func:`finetune_bilm` -- the biLM fine-tuned (LM objective, no labels) on a task's
-  training text with ``python -m spacy_elmo pretrain --init``, cached by its parameters;
+  training text with ``python -m spacy_elmo pretrain --init``, cached by its parameters and
+  the content of what it reads;
 * :func:`train_pipeline` -- ``spacy train`` through its Python API;
 * :func:`evaluate_pipeline` -- one evaluation on a test ``.spacy`` file with spaCy's scorer
   (plus accuracy for exclusive text classification);
@@ -257,7 +258,7 @@ def add_finetune_args(p, default_epochs: float, text: str) -> None:
 def finetune_bilm(args, elmo: Path, train_text: Path, heldout_text: Path, gpu: bool, what: str) -> Path:
     """``elmo`` fine-tuned on ``train_text`` (UTF-8, one paragraph or sentence per line;
     ``heldout_text`` for its perplexity), in ``args.work_dir / finetuned-<key>`` where the
-    key hashes the parameters: a finished fine-tuning is re-used, an interrupted one
+    key hashes the parameters and the content of the biLM's model files and both texts: a finished fine-tuning is re-used, an interrupted one
     resumed from its checkpoint.  ``args`` carries ``quick`` and the
     :func:`add_finetune_args` options; ``what`` names the text in the banner."""
     from spacy_elmo.training.checkpoint import checkpoint_path
@@ -273,7 +274,10 @@ def finetune_bilm(args, elmo: Path, train_text: Path, heldout_text: Path, gpu: b
         # pretrain's default batching changed (pools of 50, then random batches: --length-pool 1); naming it puts
         # it in the key, so a run of the old default (whose key had no --length-pool) is not re-used for this one
         extra += ["--length-pool", "1"]
-    params = {"elmo": str(elmo), "steps": steps, "extra": extra, "text": str(train_text)}
+    # keyed on what the fine-tuning reads (as run_ident keys the training runs), not on paths: another biLM or
+    # text written at the same path is fine-tuned afresh instead of re-using the one tuned from the old files
+    params = {"elmo": bilm_digest(elmo), "steps": steps, "extra": extra, "text": file_digest(train_text),
+              "heldout": file_digest(heldout_text)}
     out = args.work_dir / f"finetuned-{short_hash(params)}"
     done = out / "finetune.json"
     if done.exists() and (out / "config.json").exists():

@@ -201,3 +201,49 @@ def test_pretrain_refuses_a_bad_backend_and_no_timed_round():
     with pytest.raises(SystemExit):
         pb.build_parser().parse_args(["--backends", "cudnn"])
     assert pb.main(TINY + ["--backends", "reference", "--repeats", "0"]) == 1
+
+
+@pytest.mark.skipif(not fused_available(), reason="the fused backend needs the compiled extension")
+def test_pretrain_row_numbers_against_hand_counts(monkeypatch, tmp_path):
+    """Each stepper's step takes a fixed time on a fake clock (reference 2 s, fused 0.5 s): the row's tokens a step
+    are B x U (2 x 3 = 6, the targets' extra position not counted), the distinct tokens those of both directions'
+    input windows, and tokens/s, the fused/reference ratio, the floor and each backend's fraction of it follow
+    from them by hand. The record holds the options it ran with."""
+    from types import SimpleNamespace
+
+    seconds = [2.0, 0.5]  # stepper j: reference, fused
+    clock = [0.0]
+
+    def step_loss(j, i):
+        clock[0] += seconds[j]
+        return 5.0 - i
+
+    _fake_steppers(monkeypatch, step_loss)
+    monkeypatch.setattr(pb, "time", SimpleNamespace(perf_counter=lambda: clock[0], strftime=lambda *a: "now"))
+    monkeypatch.setattr(pb, "bench_logsumexp", lambda args, device: {
+        "rows": 6, "negatives": 64, "torch.logsumexp": 1.0, "ConsumingLogSumExp": 0.5, "speedup": 2.0})
+    out = tmp_path / "p.json"
+    _run_pretrain(TINY + ["--backends", "reference", "fused", "--warmup", "1", "--repeats", "3", "--out", str(out)])
+    record = json.loads(out.read_text())
+    row, = record["rows"]
+    assert row["steppers"] == [["reference", False, 0], ["fused", False, 0]]
+    fused, ref = row["backends"]["fused"], row["backends"]["reference"]
+    assert fused["step_s_all"] == [0.5] * 3 and ref["step_s_all"] == [2.0] * 3
+    assert fused["tokens_per_s"] == pytest.approx(6 / 0.5) and ref["tokens_per_s"] == pytest.approx(6 / 2.0)
+    assert row["speedup_fused_vs_reference"] == pytest.approx(4.0)
+    # the distinct input tokens of the timed windows, both directions (the last position is only a target)
+    data = pb.batches(pb.synthetic_vocab(300), 2, 3, 4)[1:]
+    unique = [torch.unique(torch.cat([f[:, :-1], b[:, :-1]], 1)).numel() for f, b in data]
+    assert unique != [torch.unique(f[:, :-1]).numel() for f, _ in data]  # the backward window adds tokens
+    assert row["unique_tokens_mean"] == pytest.approx(sum(unique) / 3)
+    flops = sum(pb.step_flops(pb.BiLMConfig.preset("small"), u, 6, 64) for u in unique) / 3
+    assert row["gflop_per_step"] == pytest.approx(flops / 1e9)
+    floor = 6 / (flops / 1e9)  # tokens/s at the peak (--peak-gflops 1)
+    assert row["floor_tokens_per_s"] == pytest.approx(floor)
+    assert row["floor_vs_reference"] == pytest.approx(floor / 3.0)
+    for measured, s in ((fused, 0.5), (ref, 2.0)):
+        assert measured["gflops"] == pytest.approx(flops / s / 1e9)
+        assert measured["floor_fraction"] == pytest.approx(6 / s / floor) == pytest.approx(flops / s / 1e9)
+    args = record["args"]
+    assert (args["batch_size"], args["unroll"], args["negatives"], args["warmup"], args["repeats"]) == (2, 3, 64, 1, 3)
+    assert args["backends"] == ["reference", "fused"] and args["out"] == str(out)

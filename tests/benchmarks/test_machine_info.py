@@ -38,3 +38,27 @@ def test_reads_the_first_processor_and_its_peak_flags(tmp_path):
 
 def test_no_cpuinfo_gives_nothing(tmp_path):
     assert cpu_identity(tmp_path / "missing") == {}
+
+
+def test_the_sampler_benchmark_records_its_options_and_cpu(tmp_path):
+    """benchmarks/sampler.py's JSON said neither how it was run nor on which CPU (the times depend on both)."""
+    import json
+
+    import torch
+
+    from benchmarks import sampler
+    from benchmarks.kernels import machine_info
+
+    out = tmp_path / "s.json"
+    threads = torch.get_num_threads()
+    try:
+        assert sampler.main(["--vocab-sizes", "500", "--negatives", "16", "--repeats", "1", "--threads", "1",
+                             "--out", str(out)]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    record = json.loads(out.read_text())
+    assert record["args"] == {"vocab_sizes": [500], "negatives": 16, "repeats": 1, "threads": 1, "out": str(out)}
+    expected = machine_info(torch.device("cpu"))
+    for key in ("cpu", "cpu_family_model", "cpu_peak_flags", "cpu_count", "torch"):
+        assert record["machine"].get(key) == (list(expected[key]) if key == "cpu_peak_flags" else expected.get(key))
+    assert record["machine"]["threads"] == 1

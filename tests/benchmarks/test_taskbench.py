@@ -51,6 +51,18 @@ class _FakePretrain:
         return subprocess.CompletedProcess(cmd, self.code)
 
 
+def _finetune_inputs(tmp_path):
+    """A biLM directory (a config.json is all the key reads) and the training and held-out texts, written: the
+    fine-tuning is keyed on their content."""
+    elmo = tmp_path / "models" / "elmo"
+    elmo.mkdir(parents=True)
+    (elmo / "config.json").write_text("{}")
+    text, dev = tmp_path / "train.txt", tmp_path / "dev.txt"
+    text.write_text("a b c\n")
+    dev.write_text("a b\n")
+    return elmo, text, dev
+
+
 def _old_key(text):
     """The key the fine-tuning of ``test_finetune_bilm_runs_pretrain_once_then_reuses_it`` had before the batching
     was named."""
@@ -60,24 +72,24 @@ def _old_key(text):
 def test_finetune_bilm_runs_pretrain_once_then_reuses_it(tmp_path, monkeypatch):
     fake = _FakePretrain()
     monkeypatch.setattr(tb.subprocess, "run", fake)
-    text, dev = tmp_path / "train.txt", tmp_path / "dev.txt"
+    elmo, text, dev = _finetune_inputs(tmp_path)
     args = _finetune_args(tmp_path / "work", finetune_args="--lr 0.1")
-    out = tb.finetune_bilm(args, Path("/models/elmo"), text, dev, False, "the test text")
+    out = tb.finetune_bilm(args, elmo, text, dev, False, "the test text")
     cmd = fake.calls[0]
     assert cmd[cmd.index("pretrain") + 1:cmd.index("pretrain") + 3] == [str(text), str(out)]
-    assert cmd[cmd.index("--init") + 1] == "/models/elmo" and cmd[cmd.index("--heldout") + 1] == str(dev)
+    assert cmd[cmd.index("--init") + 1] == str(elmo) and cmd[cmd.index("--heldout") + 1] == str(dev)
     assert cmd[cmd.index("--epochs") + 1] == "2.0" and "--sentences" in cmd and cmd[-4:-2] == ["--lr", "0.1"]
     # the batching is named (pretrain's default changed from pools of 50 to random batches): the recorded
     # tweets fine-tuning in pools of 50 had this key without it, and was re-used for the new default
     assert cmd[-2:] == ["--length-pool", "1"] and out.name != f"finetuned-{tb.short_hash(_old_key(text))}"
     assert "--resume" not in cmd and cmd[cmd.index("--device") + 1] == "cpu"
-    assert tb.finetune_bilm(args, Path("/models/elmo"), text, dev, False, "the test text") == out
+    assert tb.finetune_bilm(args, elmo, text, dev, False, "the test text") == out
     assert len(fake.calls) == 1  # the finished fine-tuning is re-used
     # other parameters, another directory; the stream reading drops --sentences
-    other = tb.finetune_bilm(_finetune_args(tmp_path / "work", finetune_reading="stream"), Path("/models/elmo"),
+    other = tb.finetune_bilm(_finetune_args(tmp_path / "work", finetune_reading="stream"), elmo,
                              text, dev, False, "the test text")
     assert other != out and "--sentences" not in fake.calls[1] and "--length-pool" not in fake.calls[1]
-    pools = tb.finetune_bilm(_finetune_args(tmp_path / "work", finetune_args="--length-pool=50"), Path("/models/elmo"),
+    pools = tb.finetune_bilm(_finetune_args(tmp_path / "work", finetune_args="--length-pool=50"), elmo,
                              text, dev, False, "the test text")
     assert pools != out and fake.calls[2][-1] == "--length-pool=50" and fake.calls[2].count("--length-pool") == 0
 
@@ -86,19 +98,42 @@ def test_finetune_bilm_resumes_an_interrupted_run_and_names_a_failed_command(tmp
     from spacy_elmo.training.checkpoint import checkpoint_path
 
     args = _finetune_args(tmp_path / "work")
-    text, dev = tmp_path / "train.txt", tmp_path / "dev.txt"
+    elmo, text, dev = _finetune_inputs(tmp_path)
     fail = _FakePretrain(code=3)
     monkeypatch.setattr(tb.subprocess, "run", fail)
     with pytest.raises(SystemExit, match=r"(?s)exit 3\).*spacy_elmo pretrain"):
-        tb.finetune_bilm(args, Path("/m"), text, dev, True, "the test text")
+        tb.finetune_bilm(args, elmo, text, dev, True, "the test text")
     out = Path(fail.calls[0][fail.calls[0].index("pretrain") + 2])
     assert "--resume" not in fail.calls[0] and fail.calls[0][fail.calls[0].index("--device") + 1] == "cuda"
     out.mkdir(parents=True)
     checkpoint_path(out).write_bytes(b"")  # what a killed run leaves
     ok = _FakePretrain()
     monkeypatch.setattr(tb.subprocess, "run", ok)
-    assert tb.finetune_bilm(args, Path("/m"), text, dev, True, "the test text") == out
+    assert tb.finetune_bilm(args, elmo, text, dev, True, "the test text") == out
     assert ok.calls[0][-1] == "--resume" and (out / "finetune.json").exists()
+
+
+def test_a_finetuning_is_not_reused_after_another_model_or_text_is_written_at_the_same_path(tmp_path, monkeypatch):
+    """The key is the content of the biLM's model files and of both texts (as a training run's ident is), not
+    their paths: a fine-tuning of the old biLM is never handed out as the fine-tuning of the new one."""
+    fake = _FakePretrain()
+    monkeypatch.setattr(tb.subprocess, "run", fake)
+    args = _finetune_args(tmp_path / "work")
+    elmo = tmp_path / "elmo"
+    _tiny_bilm(0).save(elmo)
+    text, dev = tmp_path / "train.txt", tmp_path / "dev.txt"
+    text.write_text("a b c\n")
+    dev.write_text("a b\n")
+    outs = [tb.finetune_bilm(args, elmo, text, dev, False, "the test text")]
+    assert tb.finetune_bilm(args, elmo, text, dev, False, "the test text") == outs[0] and len(fake.calls) == 1
+    _tiny_bilm(1).save(elmo)  # another biLM (same shapes, other weights) at the same path
+    outs.append(tb.finetune_bilm(args, elmo, text, dev, False, "the test text"))
+    text.write_text("d e f\n")  # another training text at the same path
+    outs.append(tb.finetune_bilm(args, elmo, text, dev, False, "the test text"))
+    dev.write_text("d e\n")  # another held-out text
+    outs.append(tb.finetune_bilm(args, elmo, text, dev, False, "the test text"))
+    assert len(fake.calls) == 4 and len(set(outs)) == 4
+    assert all(c[c.index("--init") + 1] == str(elmo) for c in fake.calls)
 
 
 def test_runs_that_differ_in_their_overrides_keep_their_own_directories(tmp_path):
@@ -128,7 +163,7 @@ def test_quick_finetune_passes_unroll_only_to_streams(tmp_path, monkeypatch, rea
     monkeypatch.setattr(tb.subprocess, "run", fake)
     args = _finetune_args(tmp_path / "work", finetune_reading=reading)
     args.quick = True
-    tb.finetune_bilm(args, Path("/models/elmo"), tmp_path / "t.txt", tmp_path / "d.txt", False, "the test text")
+    tb.finetune_bilm(args, *_finetune_inputs(tmp_path), False, "the test text")
     cmd = fake.calls[0]
     assert ("--sentences" in cmd) == (reading == "sentences")
     assert ("--unroll" in cmd) == (reading == "stream")
@@ -207,6 +242,47 @@ def test_a_run_is_not_reused_after_another_model_or_data_is_written_at_the_same_
     _write_train(paths["train"], 7)  # train.spacy rewritten: a new subset, a new run
     run(0.1)
     assert len(trained) == 5
+
+
+@pytest.mark.parametrize("bench", ["ner", "textcat"])
+def test_a_run_selects_its_model_on_dev_and_scores_it_on_test_once(tmp_path, monkeypatch, bench):
+    """spacy train's paths.dev (where model-best is chosen) is the dev split, never test, and the one evaluation
+    reads test: a model selected on test would score on the data it was picked with."""
+    import argparse
+
+    from benchmarks import ner_conll2003, textcat_bench
+
+    trained, evaluated = [], []
+
+    def train(cfg, run_dir, overrides, gpu_id):
+        trained.append(dict(overrides))
+        Path(run_dir).mkdir(parents=True, exist_ok=True)
+        return {"model": str(run_dir), "best_dev": {}}
+
+    def evaluate(model_dir, test_path, *a, **k):
+        evaluated.append(Path(test_path))
+        return {"ents_f": 0.5, "cats_accuracy": 0.5}
+
+    monkeypatch.setattr(tb, "train_pipeline", train)
+    monkeypatch.setattr(tb, "evaluate_pipeline", evaluate)
+    data = tmp_path / "data"
+    data.mkdir()
+    paths = {s: data / f"{s}.spacy" for s in ("train", "dev", "test")}
+    for n, split in enumerate(paths.values()):
+        _write_train(split, 3 + n)
+    elmo = tmp_path / "elmo"
+    _tiny_bilm(0).save(elmo)
+    args = argparse.Namespace(data_seed=0, max_steps=10, eval_frequency=None, patience=None, work_dir=tmp_path, force=False)
+    if bench == "ner":
+        ner_conll2003.run_one(args, tb.load_base_config(tb.CONFIGS / "ner.cfg"), "tok2vec", 1.0, 0, paths, elmo, -1)
+    else:
+        textcat_bench.run_one(args, tb.load_base_config(tb.CONFIGS / "textcat.cfg"), "bbc", "tok2vec", 1.0, 0, paths,
+                              elmo, -1)
+    (overrides,), = [trained]
+    assert overrides["paths.dev"] == str(paths["dev"])
+    assert Path(overrides["paths.train"]).parent == data and str(paths["test"]) not in overrides.values()
+    assert overrides["paths.elmo"] == str(elmo) and overrides["training.max_steps"] == 10
+    assert evaluated == [paths["test"]]
 
 
 def test_train_subset_is_rebuilt_when_train_spacy_changes(tmp_path):
