@@ -1982,7 +1982,7 @@ class Warnings:
         "The next embed into {path} removes what is left of them ({parts}); or delete it."
     )
     W_REPLACED_BYTES_TEXT = (
-        "{n_bytes:,} undecodable byte(s) replaced by U+FFFD in the text (re-encode it to UTF-8 to keep them)."
+        "{n_bytes:,} undecodable byte(s) replaced by U+FFFD in {path} (re-encode it to UTF-8 to keep those characters)."
     )
     W_FIT_STATE_SENTENCES_MODEL = (
         "{model} was pretrained with --sentences, to read every sentence from the zero state (the elmo component's "

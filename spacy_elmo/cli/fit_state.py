@@ -111,4 +111,4 @@ def fit_state(
     if (meta.get("provenance") or {}).get("reading") == "sentences":
         warn(Warnings.W_FIT_STATE_SENTENCES_MODEL.format(model=model_dir))
     if replaced:
-        warn(Warnings.W_REPLACED_BYTES_TEXT.format(n_bytes=replaced))
+        warn(Warnings.W_REPLACED_BYTES_TEXT.format(n_bytes=replaced, path=text_path))
