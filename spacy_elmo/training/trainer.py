@@ -844,10 +844,8 @@ def _lock(fd: int, directory: Path, in_use: str) -> Optional[OSError]:
 def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], held: ExitStack) -> Dict[str, Any]:
     from ..progress import progress_bar
 
-    with _same_on_every_rank():
+    with _same_on_every_rank():  # the settings alone, the same on every rank: checked before the process group starts
         cfg.validate()
-        if cfg.init:  # a missing or unloadable --init is refused before OUTPUT_DIR is made and the corpus tokenized
-            check_init_model(cfg.init)
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
     rank, world, device = _setup_distributed(cfg)
@@ -855,7 +853,11 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
     is_main = rank == 0
     wait = _wait_groups(world)
     # Every rank learns rank 0's verdict (its lock, OUTPUT_DIR not empty) before any rank goes on.
+    # Files each rank reads itself (--init, OUTPUT_DIR) are checked once the group is up: a rank of another machine
+    # that finds no such file says so, and rank 0 names that rank (before the group, its exit left rank 0 waiting).
     with _settled(wait, setup=True), _same_on_every_rank():
+        if cfg.init:  # a missing or unloadable --init is refused before OUTPUT_DIR is made and the corpus tokenized
+            check_init_model(cfg.init)
         if out.exists() and not out.is_dir():
             raise ValueError(Errors.E_OUTPUT_NOT_A_DIR.format(path=out))
         if is_main and fcntl is not None:  # before anything in OUTPUT_DIR is checked, read or written
@@ -914,9 +916,14 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
         # Each rank reads the cache (another machine's ranks may fail to) and builds its model.
         with _settled(wait, setup=True):
             source = staging if (staging / "meta.json").exists() else cache
-            if not is_main:
-                meta = json.loads((source / "meta.json").read_text(encoding="utf-8"))
-            corpus = Corpus.load(source)
+            try:
+                if not is_main:
+                    meta = json.loads((source / "meta.json").read_text(encoding="utf-8"))
+                corpus = Corpus.load(source)
+            except FileNotFoundError as err:  # rank 0 wrote it: this rank's machine does not see rank 0's OUTPUT_DIR
+                if is_main:
+                    raise
+                raise FileNotFoundError(Errors.E_CACHE_NOT_SHARED.format(rank=rank, path=out, error=err)) from err
 
             torch.manual_seed(cfg.seed)  # same initial weights on every rank (DDP also broadcasts)
             batcher: Union[SentenceBatcher, StreamBatcher]

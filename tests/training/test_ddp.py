@@ -511,6 +511,48 @@ def test_ddp_a_failure_of_rank_0_alone_ends_every_rank_at_once_and_quietly(tmp_p
     assert stderr[1] == "", stderr
 
 
+def _elsewhere_worker(rank: int, world: int, port: int, args: list, result_dir: str, cwd: list) -> None:
+    """:func:`_main_worker` in directory ``cwd[rank]``: a job of several machines without a shared file system,
+    where a relative path names another directory (or none) on another machine."""
+    os.chdir(cwd[rank])
+    _main_worker(rank, world, port, args, result_dir)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["init", "output_dir"])
+def test_ddp_a_file_one_rank_cannot_see_is_said_by_that_rank_and_named_by_rank_0(tmp_path, case):
+    """A file that one rank alone cannot read (another machine, where the path names nothing): --init missing there
+    was checked before the process group started, as if every rank met it, so that rank exited 1 saying nothing and
+    rank 0 waited in init_process_group until torchrun killed it; an OUTPUT_DIR that machine does not share gave a
+    bare "[Errno 2] ... meta.json". That rank says why, and rank 0 names it."""
+    from spacy_elmo.bilm import BiLMConfig
+
+    from .conftest import TINY, tiny_pretrain_args
+
+    here, other = tmp_path / "here", tmp_path / "other"
+    here.mkdir()
+    other.mkdir()
+    if case == "init":
+        args, _, _ = tiny_pretrain_args(tmp_path, tmp_path / "out")
+        at = args.index("--options")
+        del args[at : at + 2]
+        BiLM(BiLMConfig(**TINY)).save(here / "model")
+        args += ["--init", "model"]  # rank 0's directory alone holds it
+        said = "model does not exist"
+    else:
+        args, _, _ = tiny_pretrain_args(tmp_path, "out")  # rank 0 tokenizes into here/out; rank 1 reads other/out
+        said = "cannot read the corpus that rank 0 tokenized into OUTPUT_DIR out"
+    _run_ranks(_elsewhere_worker, (2, _free_port(), args, str(tmp_path), [str(here), str(other)]), timeout=150)
+    stderr = [(tmp_path / f"stderr{r}.txt").read_text(encoding="utf-8") for r in range(2)]
+    assert [(tmp_path / f"status{r}.txt").read_text() for r in range(2)] == ["1", "1"], stderr
+    assert stderr[1].count(said) == 1 and "Traceback" not in stderr[1], stderr
+    assert "Rank 1 of this torchrun job failed" in stderr[0] and said not in stderr[0], stderr
+    if case == "output_dir":
+        assert "same path" in stderr[1] and "Errno" in stderr[1]  # the OS's words kept, after ours
+    else:
+        assert not (tmp_path / "out").exists()  # refused before OUTPUT_DIR was made
+
+
 @pytest.mark.slow
 def test_torchrun_reports_every_rank_exiting_with_rank_0s_status(tmp_path):
     """Under torchrun itself, which stops the other ranks (SIGTERM) as soon as one exits with an error: its report
