@@ -511,6 +511,21 @@ def test_ddp_a_failure_of_rank_0_alone_ends_every_rank_at_once_and_quietly(tmp_p
     assert stderr[1] == "", stderr
 
 
+@pytest.mark.slow
+def test_ddp_only_rank_0_draws_the_progress_bar(tmp_path):
+    """--progress under torchrun: rank 0 draws the pretraining bar (and the tokenizing one, as it alone tokenizes);
+    the other ranks, which train the same steps, draw none (their bars would interleave with rank 0's)."""
+    from .conftest import tiny_pretrain_args
+
+    args, _, _ = tiny_pretrain_args(tmp_path, tmp_path / "out")
+    args[args.index("--no-progress")] = "--progress"
+    _run_ranks(_main_worker, (2, _free_port(), args, str(tmp_path)))
+    stderr = [(tmp_path / f"stderr{r}.txt").read_text(encoding="utf-8") for r in range(2)]
+    assert [(tmp_path / f"status{r}.txt").read_text() for r in range(2)] == ["0", "0"], stderr
+    assert "pretraining" in stderr[0] and "3/3" in stderr[0], stderr
+    assert stderr[1] == "", stderr
+
+
 def _elsewhere_worker(rank: int, world: int, port: int, args: list, result_dir: str, cwd: list) -> None:
     """:func:`_main_worker` in directory ``cwd[rank]``: a job of several machines without a shared file system,
     where a relative path names another directory (or none) on another machine."""
