@@ -438,6 +438,38 @@ def test_ddp_a_sigterm_says_how_to_go_on_once(tmp_path, signalled):
     del store
 
 
+@pytest.mark.slow
+def test_ddp_a_peer_killed_mid_run_is_said_with_the_checkpoint_to_resume_from(tmp_path):
+    """A rank SIGKILLed mid-run (the OOM killer), which says nothing: rank 0 printed only gloo's "Connection closed
+    by peer ... GLHF!". It now says that another process of the job died, that OUTPUT_DIR's checkpoint (its step)
+    is whole, and --resume; gloo's words are kept."""
+    import signal
+    import time
+
+    from spacy_elmo.training.checkpoint import load_checkpoint
+
+    from .conftest import tiny_pretrain_args
+
+    out = tmp_path / "out"
+    args, _, _ = tiny_pretrain_args(tmp_path, out, "--checkpoint-every", "2", "--log-every", "1", max_steps=100_000)
+    ranks = mp.spawn(_main_worker, args=(2, _free_port(), args, str(tmp_path)), nprocs=2, join=False)
+    try:
+        deadline = time.monotonic() + 180
+        while not (out / "checkpoint.pt").exists():
+            assert all(p.is_alive() for p in ranks.processes) and time.monotonic() < deadline
+            time.sleep(0.05)
+        os.kill(ranks.processes[1].pid, signal.SIGKILL)
+        ranks.processes[0].join(120)
+    finally:
+        for process in ranks.processes:
+            process.kill()
+    stderr = (tmp_path / "stderr0.txt").read_text(encoding="utf-8")
+    assert (tmp_path / "status0.txt").read_text() == "1", stderr
+    step = int(load_checkpoint(out)["step"])
+    assert "by peer" in stderr and "died" in stderr, stderr  # gloo: "closed by peer" or "reset by peer"
+    assert f"checkpoint of step {step:,}" in stderr and "--resume" in stderr and "Traceback" not in stderr, stderr
+
+
 def _full_disk_worker(rank: int, world: int, port: int, args: list, result_dir: str) -> None:
     """:func:`_main_worker` whose rank 0 finds the disk full when it writes its first checkpoint."""
     import errno
