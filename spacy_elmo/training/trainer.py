@@ -949,7 +949,10 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
                 bilm, softmax, vocab, corpus, new_vocab = _build_model(cfg, corpus, payload, is_main)
                 if cfg.sentences:
                     assert cfg.length_pool is not None  # _length_pool resolved it
-                    batcher = SentenceBatcher(corpus, cfg.batch_size, cfg.max_length, cfg.seed, rank, world, cfg.length_pool)
+                    # A checkpoint recording no padded epochs dropped each epoch's last batches: kept, to resume exactly.
+                    pad = payload is None or payload["settings"].get(ckpt.PADDED_EPOCHS, False)
+                    batcher = SentenceBatcher(corpus, cfg.batch_size, cfg.max_length, cfg.seed, rank, world, cfg.length_pool,
+                                              pad=pad)
                 else:
                     batcher = StreamBatcher(corpus, cfg.batch_size, cfg.unroll, cfg.seed, rank, world)
                 total = _total_steps(cfg, batcher.steps_per_epoch)
@@ -958,6 +961,8 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
             lm = BidirectionalLM(bilm, softmax).to(device)
             optimizer = build_optimizer(cfg.optimizer, cfg.lr, lm.parameters())
             settings = _resume_settings(cfg, world, new_vocab, vocab, bilm.config.to_dict(), corpus)
+            if isinstance(batcher, SentenceBatcher):
+                settings[ckpt.PADDED_EPOCHS] = batcher.pad
             sampler = LogUniformSampler(vocab.size, cfg.negatives)
             full_softmax = cfg.negatives >= vocab.size
             if full_softmax and is_main:

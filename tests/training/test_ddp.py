@@ -157,6 +157,72 @@ def test_gradients_have_the_layout_of_their_parameters(backend):
             assert p.grad.stride() == p.stride(), name
 
 
+def _padded_epochs_worker(rank: int, world: int, port: int, train_path: str, root: str) -> None:
+    """Sentence runs of 7 steps over 9 batches per epoch (2 ranks: 5 steps, the last one padded with the epoch's first
+    batch), straight and killed at step 4 then resumed from the checkpoint of step 3; the same as a run from before
+    the padding (its epochs of 4 steps), whose checkpoint recorded none."""
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    import torch.distributed as dist
+
+    from spacy_elmo.training import checkpoint as ckpt
+    from spacy_elmo.training import trainer
+    from spacy_elmo.training.sentences import SentenceBatcher
+
+    class Unpadded(SentenceBatcher):  # the batcher of an older version
+        def __init__(self, *args, pad=True, **kwargs):
+            super().__init__(*args, pad=False, **kwargs)
+
+    def run(out, on_step=None, **kw):
+        train_cfg = tiny_train_config(train_path, os.path.join(root, out), max_steps=7, checkpoint_every=3, log_every=1,
+                                      sentences=True, max_length=7, batch_size=32, **kw)
+        trainer.train(train_cfg, on_step=on_step)
+
+    def crash(step, loss):
+        if step == 4:
+            raise KeyboardInterrupt
+
+    for name in ("padded", "unpadded"):
+        trainer.SentenceBatcher = Unpadded if name == "unpadded" else SentenceBatcher
+        run(f"{name}-straight")
+        try:
+            run(f"{name}-killed", on_step=crash)
+        except KeyboardInterrupt:
+            pass
+        if name == "unpadded" and rank == 0:  # as the older version wrote it
+            payload = ckpt.load_checkpoint(os.path.join(root, "unpadded-killed"))
+            del payload["settings"][ckpt.PADDED_EPOCHS]
+            ckpt.save_checkpoint(os.path.join(root, "unpadded-killed"), payload)
+        dist.barrier()
+        trainer.SentenceBatcher = SentenceBatcher  # this version resumes it
+        run(f"{name}-killed", resume=True)
+    dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_ddp_sentence_epochs_are_padded_and_resume_exactly(tmp_path):
+    """--sentences under DDP trained n_batches // world steps an epoch: the n_batches % world batches left over
+    (a different few each epoch) were never trained. The epoch is padded with its first batches (9 batches, 2 ranks:
+    5 steps, not 4), a resume continues it exactly, and a checkpoint of a run from before goes on unpadded, exactly."""
+    from spacy_elmo.training import checkpoint as ckpt
+
+    train_file = write_corpus(tmp_path / "train.txt", 150)
+    mp.spawn(_padded_epochs_worker, args=(2, _free_port(), str(train_file), str(tmp_path)), nprocs=2, join=True)
+
+    def losses(name):
+        return [[e[key] for key in ("loss_forward", "loss_backward", "grad_norm")] for e in read_log(tmp_path / name) if "loss" in e]
+
+    start = {name: next(e for e in read_log(tmp_path / f"{name}-straight") if e.get("event") == "start") for name in ("padded", "unpadded")}
+    assert start["padded"]["steps_per_epoch"] == 5 and start["unpadded"]["steps_per_epoch"] == 4
+    for name in ("padded", "unpadded"):
+        assert len(losses(f"{name}-killed")) == 7
+        np.testing.assert_allclose(losses(f"{name}-killed"), losses(f"{name}-straight"), rtol=1e-6, atol=1e-7)
+        assert ckpt.load_checkpoint(tmp_path / f"{name}-killed")["settings"][ckpt.PADDED_EPOCHS] is (name == "padded")
+    padded, unpadded = losses("padded-straight"), losses("unpadded-straight")
+    np.testing.assert_allclose(padded[:4], unpadded[:4], rtol=1e-6, atol=1e-7)  # the same batches until the epoch's end
+    assert not np.allclose(padded[4], unpadded[4])  # step 5: epoch 0's last batch (padded), or epoch 1's first
+
+
 def _cli_worker(rank: int, world: int, port: int, args: list, result_dir: str) -> None:
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     import torch.distributed as dist
