@@ -1474,6 +1474,17 @@ class Errors:
         "and its RANK and LOCAL_RANK below it). Launch with torchrun, or unset WORLD_SIZE, RANK and LOCAL_RANK "
         "to run one process."
     )
+    E_CACHE_NOT_SHARED = (
+        "Rank {rank} of this torchrun job cannot read the corpus that rank 0 tokenized into OUTPUT_DIR {path} ({error}): "
+        "every machine of the job must reach OUTPUT_DIR, --init and TRAIN_PATH at the same path (a shared file "
+        "system). Give an absolute OUTPUT_DIR on a file system every machine mounts."
+    )
+    E_PEER_DIED = (
+        "{error}\nAnother process of this torchrun job died or stopped answering mid-run (killed: the OOM killer? see "
+        "its machine's `dmesg` and the job's output for its rank), so this one stopped too{saved}. Once its cause is "
+        "fixed, {on}"
+    )
+    E_PEER_DIED_CHECKPOINT = ", after the checkpoint of step {step:,} in {path}"
     E_PEER_FAILED = (
         "Rank {rank} of this torchrun job failed or refused the run, and this process stopped with it: that "
         "rank's message says why and what to do."

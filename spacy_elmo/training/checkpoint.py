@@ -109,10 +109,14 @@ def _saved_model_provenance(output_dir: PathLike) -> Dict[str, Any]:
     return provenance if isinstance(provenance, dict) else {}
 
 
+#: The setting of a sentence run whose epochs are padded to a multiple of the processes' batches (True; every batch
+#: trains every epoch: :class:`~.sentences.SentenceBatcher`). Recorded from the run's batcher: a checkpoint without
+#: it dropped each epoch's last ``n_batches % world`` batches, and its resume goes on dropping them, exactly.
+PADDED_EPOCHS = "padded_epochs"
 #: Settings recorded only since a later version: an older checkpoint without them still resumes. (A sentence
 #: run's ``length_pool`` is not one: trainer._length_pool fills in the pool such checkpoints' runs used.)
 #: (Not ``tokenizer``: a checkpoint of a run from before --tokenizer existed read with none, which its absence says.)
-ADDED_SETTINGS = ("data", "lang", "optimizer", "lr", "dropout", "clip", "init", "new_vocab", "init_vocab")
+ADDED_SETTINGS = ("data", "lang", "optimizer", "lr", "dropout", "clip", "init", "new_vocab", "init_vocab", PADDED_EPOCHS)
 #: Command-line spelling of a setting in error messages.
 _OPTION = {"batch_size": "--batch-size", "unroll": "--unroll", "seed": "--seed", "negatives": "--negatives",
            "lang": "--lang", "optimizer": "--optimizer", "lr": "--lr", "length_pool": "--length-pool",

@@ -11,8 +11,12 @@ predicted once per direction; each piece starts from the start state too.
 
 Every epoch the pieces are shuffled (seeded by ``(seed, epoch)``), sorted by length
 within pools of ``pool`` batches, cut into batches of ``batch_size`` rows and the batches
-shuffled; rank ``r`` of ``world`` takes batches ``k * world + r``. A batch is a pure
-function of ``(epoch, step)``, so resuming needs only those two numbers.
+shuffled; rank ``r`` of ``world`` takes batches ``k * world + r``. An epoch has
+``ceil(n_batches / world)`` steps, its batch order padded by repeating its first batches (the
+``drop_last=False`` of torch's ``DistributedSampler``): every batch trains every epoch, and up to
+``world - 1`` batches twice (the ``n_batches % world`` left over were never trained before; checkpoints
+of those runs keep that, ``pad=False``, to resume exactly). A batch is a pure function of
+``(epoch, step)``, so resuming needs only those two numbers.
 
 ``pool=1`` (``pretrain --length-pool``'s default) makes every batch a random draw of
 pieces, of mixed lengths. A larger pool pads less (sorted pools of 50 batches trained
@@ -39,7 +43,7 @@ UNRECORDED_POOL = 50
 class SentenceBatcher:
     def __init__(
         self, corpus: Corpus, batch_size: int, max_length: int, seed: int = 0, rank: int = 0, world: int = 1,
-        pool: int = 1,
+        pool: int = 1, pad: bool = True,
     ) -> None:
         for name, value in (("max_length", max_length), ("length_pool", pool)):
             if not isinstance(value, int) or value < 1:
@@ -58,11 +62,13 @@ class SentenceBatcher:
                 lengths.append(min(max_length + 1, n - offset))
         self.starts = np.asarray(starts, dtype=np.int64)
         self.lengths = np.asarray(lengths, dtype=np.int64)
-        n_batches = -(-len(self.starts) // batch_size)
-        self.steps_per_epoch = n_batches // world
-        if self.steps_per_epoch < 1:
+        self.n_batches = -(-len(self.starts) // batch_size)
+        if self.n_batches < world:
             raise ValueError(Errors.E_TOO_FEW_SENTENCES.format(
                 n_pieces=len(self.starts), batch_size=batch_size, world=world))
+        #: Whether the epoch is padded to a multiple of ``world`` batches (the module's docstring); one process: the same.
+        self.pad = pad
+        self.steps_per_epoch = -(-self.n_batches // world) if pad else self.n_batches // world
         self._epoch: Optional[int] = None
         self._batches: Optional[list] = None
 
@@ -83,7 +89,7 @@ class SentenceBatcher:
         if epoch != self._epoch or self._batches is None:
             self._batches = self._epoch_batches(epoch)
             self._epoch = epoch
-        rows = self._batches[step * self.world + self.rank]
+        rows = self._batches[(step * self.world + self.rank) % self.n_batches]  # past the end: the first ones again (pad)
         return sentence_rows(self.corpus.tokens, self.starts[rows], self.lengths[rows])
 
 

@@ -743,6 +743,22 @@ def leave_failed_run(err: BaseException) -> None:
             dist.destroy_process_group()
 
 
+def _lost_peer(err: RuntimeError) -> bool:
+    """Whether ``err``, raised by a collective of the loop, is the process group's: a peer process of the job gone
+    (gloo: "Connection closed by peer" / "reset by peer", as ``RuntimeError``; NCCL: ``DistBackendError``) or not
+    answering, not this package's (:class:`PeerFailed`, which names its rank) nor one of this rank's own."""
+    return not isinstance(err, PeerFailed) and (isinstance(err, dist.DistError) or "gloo" in str(err))
+
+
+def _peer_died(err: RuntimeError, out: Path, last_saved: int) -> str:
+    """The message of a run whose peer process died mid-loop (``err``: gloo's or NCCL's error; ``last_saved``:
+    the step of the checkpoint in OUTPUT_DIR ``out``, 0 for none): how to go on, as a full disk says it."""
+    if not last_saved:
+        return Errors.E_PEER_DIED.format(error=str(err).rstrip(), saved="", on=Errors.E_PRETRAIN_NO_SPACE_RERUN)
+    return Errors.E_PEER_DIED.format(error=str(err).rstrip(), saved=Errors.E_PEER_DIED_CHECKPOINT.format(step=last_saved, path=out),
+                                     on=Errors.E_PRETRAIN_NO_SPACE_RESUME)
+
+
 def said_by_this_rank(err: BaseException, rank: int) -> bool:
     """Whether rank ``rank`` says ``err``, :func:`train`'s, under torchrun: not an error every rank met
     alike (rank 0 says it, or the lowest rank that met it: :func:`_settled`), nor another rank's failure
@@ -844,10 +860,8 @@ def _lock(fd: int, directory: Path, in_use: str) -> Optional[OSError]:
 def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], held: ExitStack) -> Dict[str, Any]:
     from ..progress import progress_bar
 
-    with _same_on_every_rank():
+    with _same_on_every_rank():  # the settings alone, the same on every rank: checked before the process group starts
         cfg.validate()
-        if cfg.init:  # a missing or unloadable --init is refused before OUTPUT_DIR is made and the corpus tokenized
-            check_init_model(cfg.init)
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
     rank, world, device = _setup_distributed(cfg)
@@ -855,7 +869,11 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
     is_main = rank == 0
     wait = _wait_groups(world)
     # Every rank learns rank 0's verdict (its lock, OUTPUT_DIR not empty) before any rank goes on.
+    # Files each rank reads itself (--init, OUTPUT_DIR) are checked once the group is up: a rank of another machine
+    # that finds no such file says so, and rank 0 names that rank (before the group, its exit left rank 0 waiting).
     with _settled(wait, setup=True), _same_on_every_rank():
+        if cfg.init:  # a missing or unloadable --init is refused before OUTPUT_DIR is made and the corpus tokenized
+            check_init_model(cfg.init)
         if out.exists() and not out.is_dir():
             raise ValueError(Errors.E_OUTPUT_NOT_A_DIR.format(path=out))
         if is_main and fcntl is not None:  # before anything in OUTPUT_DIR is checked, read or written
@@ -914,9 +932,14 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
         # Each rank reads the cache (another machine's ranks may fail to) and builds its model.
         with _settled(wait, setup=True):
             source = staging if (staging / "meta.json").exists() else cache
-            if not is_main:
-                meta = json.loads((source / "meta.json").read_text(encoding="utf-8"))
-            corpus = Corpus.load(source)
+            try:
+                if not is_main:
+                    meta = json.loads((source / "meta.json").read_text(encoding="utf-8"))
+                corpus = Corpus.load(source)
+            except FileNotFoundError as err:  # rank 0 wrote it: this rank's machine does not see rank 0's OUTPUT_DIR
+                if is_main:
+                    raise
+                raise FileNotFoundError(Errors.E_CACHE_NOT_SHARED.format(rank=rank, path=out, error=err)) from err
 
             torch.manual_seed(cfg.seed)  # same initial weights on every rank (DDP also broadcasts)
             batcher: Union[SentenceBatcher, StreamBatcher]
@@ -926,7 +949,10 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
                 bilm, softmax, vocab, corpus, new_vocab = _build_model(cfg, corpus, payload, is_main)
                 if cfg.sentences:
                     assert cfg.length_pool is not None  # _length_pool resolved it
-                    batcher = SentenceBatcher(corpus, cfg.batch_size, cfg.max_length, cfg.seed, rank, world, cfg.length_pool)
+                    # A checkpoint recording no padded epochs dropped each epoch's last batches: kept, to resume exactly.
+                    pad = payload is None or payload["settings"].get(ckpt.PADDED_EPOCHS, False)
+                    batcher = SentenceBatcher(corpus, cfg.batch_size, cfg.max_length, cfg.seed, rank, world, cfg.length_pool,
+                                              pad=pad)
                 else:
                     batcher = StreamBatcher(corpus, cfg.batch_size, cfg.unroll, cfg.seed, rank, world)
                 total = _total_steps(cfg, batcher.steps_per_epoch)
@@ -935,6 +961,8 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
             lm = BidirectionalLM(bilm, softmax).to(device)
             optimizer = build_optimizer(cfg.optimizer, cfg.lr, lm.parameters())
             settings = _resume_settings(cfg, world, new_vocab, vocab, bilm.config.to_dict(), corpus)
+            if isinstance(batcher, SentenceBatcher):
+                settings[ckpt.PADDED_EPOCHS] = batcher.pad
             sampler = LogUniformSampler(vocab.size, cfg.negatives)
             full_softmax = cfg.negatives >= vocab.size
             if full_softmax and is_main:
@@ -1056,79 +1084,84 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
 
     background = prefetch_default(device) if cfg.prefetch is None else cfg.prefetch
     prefetcher = held.enter_context(StepPrefetcher(prepare, sampler_rng, total, background, device))  # stopped on every way out
-    while step < total:
-        epoch, k = divmod(step, batcher.steps_per_epoch)
-        host = prefetcher.get(step)
-        if k == 0:
-            state = None  # a new epoch reshuffles the streams: nothing to carry
-        if isinstance(batcher, SentenceBatcher):  # cfg.sentences: every row a sentence from the start state, as the component reads them
-            state = bilm.start_state(host.lengths.shape[0], lm.softmax.weight)
-        inputs = host.to(device)  # from the main thread: non-blocking from pinned memory on CUDA
-        # Corpus tokens the step reads (each by both LMs): bilm-tf's count and
-        # benchmarks/pretrain.py's, so the bar, the log and the benchmark agree.
-        n_targets = host.n_targets
-        step_tokens = n_targets * world
-        if world > 1 and cfg.sentences:  # the ranks' batches differ in length: count every rank's targets
-            count = torch.tensor([float(n_targets)], dtype=torch.float64, device=device)
-            dist.all_reduce(count)
-            step_tokens = int(count.item())
-        # The LSTM reads the host's lengths: on a GPU its op checks them there and copies them over without a
-        # host sync, where device lengths cost one per layer, forward and backward (csrc/cuda/cuda_ops.cpp).
-        # Not through DDP, which copies host tensors to the GPU (waiting for it) before the forward.
-        lengths = host.lengths if model is lm else inputs.lengths
-        with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=use_amp):
-            res = model(inputs.chars, inputs.index_fwd, inputs.index_bwd, inputs.targets_fwd, inputs.targets_bwd,
-                        lengths, state, inputs.sample, sampler, inputs.logq, inputs.positions)
-        # The mean over every rank's targets (padding is zero): DDP averages the ranks' gradients,
-        # so each rank divides its sum by the mean count per rank, and a target weighs the same
-        # whichever rank's batch it is in.
-        per_rank = step_tokens / world
-        loss_f, loss_b = res.nll_fwd.sum() / per_rank, res.nll_bwd.sum() / per_rank
-        loss = (loss_f + loss_b) / 2
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(lm.parameters(), cfg.clip)
-        optimizer.step()
-        state = (res.state[0].detach(), res.state[1].detach())
-        step += 1
-        stats = torch.stack([loss.detach(), loss_f.detach(), loss_b.detach()]).double()
-        if world > 1:
-            dist.all_reduce(stats)
-            stats /= world
-        # One transfer (one host sync on a GPU) for the losses and the gradient norm (float32 in float64: exact)
-        stats = torch.cat([stats, grad_norm.detach().double().reshape(1)]).cpu()
-        tokens_seen += step_tokens
-        step_loss, step_norm = float(stats[0]), float(stats[3])
-        # The loss is the ranks' mean and the gradient norm that of the all-reduced gradients: every rank stops alike,
-        # before this step is logged or checkpointed.
-        for what, value in (("the loss", step_loss), ("the gradient norm", step_norm)):
-            if not math.isfinite(value):
-                with _same_on_every_rank():
-                    raise _diverged(step, what, value, out, last_saved)
-        window_loss += step_loss
-        window_n += 1
-        window_tokens += step_tokens
-        if on_step is not None:
-            on_step(step, step_loss)
-        if step % cfg.log_every == 0 or step == total:
-            elapsed = time.perf_counter() - window_start
-            tps = window_tokens / max(elapsed, 1e-9)
-            # exp of the window's training loss: of the sampled softmax, far below the full-softmax perplexity with few
-            # negatives (201.3 in full: 165.6 with 8,192, 11.3 with 64), so named so; --heldout and evaluate give the full one.
-            ppl = math.exp(min(window_loss / window_n, 50.0))
-            with _settled(wait):  # rank 0 appends (a full disk fails it alone)
-                log.write({"step": step, "epoch": epoch, "loss": step_loss, "loss_forward": float(stats[1]),
-                           "loss_backward": float(stats[2]), "sampled_perplexity": ppl, "grad_norm": step_norm,
-                           "tokens": tokens_seen, "tokens_per_s": tps, "time": time.time()})
-            bar.set_postfix({"tok/s": f"{tps:,.0f}", "ppl" if full_softmax else "sampled ppl": f"{ppl:,.1f}"}, refresh=False)
-            window_loss, window_n, window_tokens, window_start = 0.0, 0, 0, time.perf_counter()
-        bar.update(1)
-        if step % cfg.checkpoint_every == 0 or step == total:
-            save(final=step == total)
-            if heldout is not None:
-                last_heldout = evaluate_heldout()
-            # A resumed run starts its window here too: equal logs, and tok/s without the checkpoint's time.
-            window_loss, window_n, window_tokens, window_start = 0.0, 0, 0, time.perf_counter()
+    try:
+        while step < total:
+            epoch, k = divmod(step, batcher.steps_per_epoch)
+            host = prefetcher.get(step)
+            if k == 0:
+                state = None  # a new epoch reshuffles the streams: nothing to carry
+            if isinstance(batcher, SentenceBatcher):  # cfg.sentences: every row a sentence from the start state, as the component reads them
+                state = bilm.start_state(host.lengths.shape[0], lm.softmax.weight)
+            inputs = host.to(device)  # from the main thread: non-blocking from pinned memory on CUDA
+            # Corpus tokens the step reads (each by both LMs): bilm-tf's count and
+            # benchmarks/pretrain.py's, so the bar, the log and the benchmark agree.
+            n_targets = host.n_targets
+            step_tokens = n_targets * world
+            if world > 1 and cfg.sentences:  # the ranks' batches differ in length: count every rank's targets
+                count = torch.tensor([float(n_targets)], dtype=torch.float64, device=device)
+                dist.all_reduce(count)
+                step_tokens = int(count.item())
+            # The LSTM reads the host's lengths: on a GPU its op checks them there and copies them over without a
+            # host sync, where device lengths cost one per layer, forward and backward (csrc/cuda/cuda_ops.cpp).
+            # Not through DDP, which copies host tensors to the GPU (waiting for it) before the forward.
+            lengths = host.lengths if model is lm else inputs.lengths
+            with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=use_amp):
+                res = model(inputs.chars, inputs.index_fwd, inputs.index_bwd, inputs.targets_fwd, inputs.targets_bwd,
+                            lengths, state, inputs.sample, sampler, inputs.logq, inputs.positions)
+            # The mean over every rank's targets (padding is zero): DDP averages the ranks' gradients,
+            # so each rank divides its sum by the mean count per rank, and a target weighs the same
+            # whichever rank's batch it is in.
+            per_rank = step_tokens / world
+            loss_f, loss_b = res.nll_fwd.sum() / per_rank, res.nll_bwd.sum() / per_rank
+            loss = (loss_f + loss_b) / 2
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(lm.parameters(), cfg.clip)
+            optimizer.step()
+            state = (res.state[0].detach(), res.state[1].detach())
+            step += 1
+            stats = torch.stack([loss.detach(), loss_f.detach(), loss_b.detach()]).double()
+            if world > 1:
+                dist.all_reduce(stats)
+                stats /= world
+            # One transfer (one host sync on a GPU) for the losses and the gradient norm (float32 in float64: exact)
+            stats = torch.cat([stats, grad_norm.detach().double().reshape(1)]).cpu()
+            tokens_seen += step_tokens
+            step_loss, step_norm = float(stats[0]), float(stats[3])
+            # The loss is the ranks' mean and the gradient norm that of the all-reduced gradients: every rank stops alike,
+            # before this step is logged or checkpointed.
+            for what, value in (("the loss", step_loss), ("the gradient norm", step_norm)):
+                if not math.isfinite(value):
+                    with _same_on_every_rank():
+                        raise _diverged(step, what, value, out, last_saved)
+            window_loss += step_loss
+            window_n += 1
+            window_tokens += step_tokens
+            if on_step is not None:
+                on_step(step, step_loss)
+            if step % cfg.log_every == 0 or step == total:
+                elapsed = time.perf_counter() - window_start
+                tps = window_tokens / max(elapsed, 1e-9)
+                # exp of the window's training loss: of the sampled softmax, far below the full-softmax perplexity with few
+                # negatives (201.3 in full: 165.6 with 8,192, 11.3 with 64), so named so; --heldout and evaluate give the full one.
+                ppl = math.exp(min(window_loss / window_n, 50.0))
+                with _settled(wait):  # rank 0 appends (a full disk fails it alone)
+                    log.write({"step": step, "epoch": epoch, "loss": step_loss, "loss_forward": float(stats[1]),
+                               "loss_backward": float(stats[2]), "sampled_perplexity": ppl, "grad_norm": step_norm,
+                               "tokens": tokens_seen, "tokens_per_s": tps, "time": time.time()})
+                bar.set_postfix({"tok/s": f"{tps:,.0f}", "ppl" if full_softmax else "sampled ppl": f"{ppl:,.1f}"}, refresh=False)
+                window_loss, window_n, window_tokens, window_start = 0.0, 0, 0, time.perf_counter()
+            bar.update(1)
+            if step % cfg.checkpoint_every == 0 or step == total:
+                save(final=step == total)
+                if heldout is not None:
+                    last_heldout = evaluate_heldout()
+                # A resumed run starts its window here too: equal logs, and tok/s without the checkpoint's time.
+                window_loss, window_n, window_tokens, window_start = 0.0, 0, 0, time.perf_counter()
+    except RuntimeError as err:
+        if world > 1 and _lost_peer(err):  # gloo's words alone named no process and no way on
+            raise RuntimeError(_peer_died(err, out, last_saved)) from err
+        raise
     bar.close()
     if payload is not None and step == int(payload["step"]):
         # Nothing trained: the files stay as they are, unless a kill between the checkpoint and the model that

@@ -157,6 +157,72 @@ def test_gradients_have_the_layout_of_their_parameters(backend):
             assert p.grad.stride() == p.stride(), name
 
 
+def _padded_epochs_worker(rank: int, world: int, port: int, train_path: str, root: str) -> None:
+    """Sentence runs of 7 steps over 9 batches per epoch (2 ranks: 5 steps, the last one padded with the epoch's first
+    batch), straight and killed at step 4 then resumed from the checkpoint of step 3; the same as a run from before
+    the padding (its epochs of 4 steps), whose checkpoint recorded none."""
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    import torch.distributed as dist
+
+    from spacy_elmo.training import checkpoint as ckpt
+    from spacy_elmo.training import trainer
+    from spacy_elmo.training.sentences import SentenceBatcher
+
+    class Unpadded(SentenceBatcher):  # the batcher of an older version
+        def __init__(self, *args, pad=True, **kwargs):
+            super().__init__(*args, pad=False, **kwargs)
+
+    def run(out, on_step=None, **kw):
+        train_cfg = tiny_train_config(train_path, os.path.join(root, out), max_steps=7, checkpoint_every=3, log_every=1,
+                                      sentences=True, max_length=7, batch_size=32, **kw)
+        trainer.train(train_cfg, on_step=on_step)
+
+    def crash(step, loss):
+        if step == 4:
+            raise KeyboardInterrupt
+
+    for name in ("padded", "unpadded"):
+        trainer.SentenceBatcher = Unpadded if name == "unpadded" else SentenceBatcher
+        run(f"{name}-straight")
+        try:
+            run(f"{name}-killed", on_step=crash)
+        except KeyboardInterrupt:
+            pass
+        if name == "unpadded" and rank == 0:  # as the older version wrote it
+            payload = ckpt.load_checkpoint(os.path.join(root, "unpadded-killed"))
+            del payload["settings"][ckpt.PADDED_EPOCHS]
+            ckpt.save_checkpoint(os.path.join(root, "unpadded-killed"), payload)
+        dist.barrier()
+        trainer.SentenceBatcher = SentenceBatcher  # this version resumes it
+        run(f"{name}-killed", resume=True)
+    dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_ddp_sentence_epochs_are_padded_and_resume_exactly(tmp_path):
+    """--sentences under DDP trained n_batches // world steps an epoch: the n_batches % world batches left over
+    (a different few each epoch) were never trained. The epoch is padded with its first batches (9 batches, 2 ranks:
+    5 steps, not 4), a resume continues it exactly, and a checkpoint of a run from before goes on unpadded, exactly."""
+    from spacy_elmo.training import checkpoint as ckpt
+
+    train_file = write_corpus(tmp_path / "train.txt", 150)
+    mp.spawn(_padded_epochs_worker, args=(2, _free_port(), str(train_file), str(tmp_path)), nprocs=2, join=True)
+
+    def losses(name):
+        return [[e[key] for key in ("loss_forward", "loss_backward", "grad_norm")] for e in read_log(tmp_path / name) if "loss" in e]
+
+    start = {name: next(e for e in read_log(tmp_path / f"{name}-straight") if e.get("event") == "start") for name in ("padded", "unpadded")}
+    assert start["padded"]["steps_per_epoch"] == 5 and start["unpadded"]["steps_per_epoch"] == 4
+    for name in ("padded", "unpadded"):
+        assert len(losses(f"{name}-killed")) == 7
+        np.testing.assert_allclose(losses(f"{name}-killed"), losses(f"{name}-straight"), rtol=1e-6, atol=1e-7)
+        assert ckpt.load_checkpoint(tmp_path / f"{name}-killed")["settings"][ckpt.PADDED_EPOCHS] is (name == "padded")
+    padded, unpadded = losses("padded-straight"), losses("unpadded-straight")
+    np.testing.assert_allclose(padded[:4], unpadded[:4], rtol=1e-6, atol=1e-7)  # the same batches until the epoch's end
+    assert not np.allclose(padded[4], unpadded[4])  # step 5: epoch 0's last batch (padded), or epoch 1's first
+
+
 def _cli_worker(rank: int, world: int, port: int, args: list, result_dir: str) -> None:
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     import torch.distributed as dist
@@ -438,6 +504,38 @@ def test_ddp_a_sigterm_says_how_to_go_on_once(tmp_path, signalled):
     del store
 
 
+@pytest.mark.slow
+def test_ddp_a_peer_killed_mid_run_is_said_with_the_checkpoint_to_resume_from(tmp_path):
+    """A rank SIGKILLed mid-run (the OOM killer), which says nothing: rank 0 printed only gloo's "Connection closed
+    by peer ... GLHF!". It now says that another process of the job died, that OUTPUT_DIR's checkpoint (its step)
+    is whole, and --resume; gloo's words are kept."""
+    import signal
+    import time
+
+    from spacy_elmo.training.checkpoint import load_checkpoint
+
+    from .conftest import tiny_pretrain_args
+
+    out = tmp_path / "out"
+    args, _, _ = tiny_pretrain_args(tmp_path, out, "--checkpoint-every", "2", "--log-every", "1", max_steps=100_000)
+    ranks = mp.spawn(_main_worker, args=(2, _free_port(), args, str(tmp_path)), nprocs=2, join=False)
+    try:
+        deadline = time.monotonic() + 180
+        while not (out / "checkpoint.pt").exists():
+            assert all(p.is_alive() for p in ranks.processes) and time.monotonic() < deadline
+            time.sleep(0.05)
+        os.kill(ranks.processes[1].pid, signal.SIGKILL)
+        ranks.processes[0].join(120)
+    finally:
+        for process in ranks.processes:
+            process.kill()
+    stderr = (tmp_path / "stderr0.txt").read_text(encoding="utf-8")
+    assert (tmp_path / "status0.txt").read_text() == "1", stderr
+    step = int(load_checkpoint(out)["step"])
+    assert "by peer" in stderr and "died" in stderr, stderr  # gloo: "closed by peer" or "reset by peer"
+    assert f"checkpoint of step {step:,}" in stderr and "--resume" in stderr and "Traceback" not in stderr, stderr
+
+
 def _full_disk_worker(rank: int, world: int, port: int, args: list, result_dir: str) -> None:
     """:func:`_main_worker` whose rank 0 finds the disk full when it writes its first checkpoint."""
     import errno
@@ -509,6 +607,63 @@ def test_ddp_a_failure_of_rank_0_alone_ends_every_rank_at_once_and_quietly(tmp_p
     assert [(tmp_path / f"status{r}.txt").read_text() for r in range(2)] == ["1", "1"], stderr
     assert stderr[0].count(said) == 1, stderr
     assert stderr[1] == "", stderr
+
+
+@pytest.mark.slow
+def test_ddp_only_rank_0_draws_the_progress_bar(tmp_path):
+    """--progress under torchrun: rank 0 draws the pretraining bar (and the tokenizing one, as it alone tokenizes);
+    the other ranks, which train the same steps, draw none (their bars would interleave with rank 0's)."""
+    from .conftest import tiny_pretrain_args
+
+    args, _, _ = tiny_pretrain_args(tmp_path, tmp_path / "out")
+    args[args.index("--no-progress")] = "--progress"
+    _run_ranks(_main_worker, (2, _free_port(), args, str(tmp_path)))
+    stderr = [(tmp_path / f"stderr{r}.txt").read_text(encoding="utf-8") for r in range(2)]
+    assert [(tmp_path / f"status{r}.txt").read_text() for r in range(2)] == ["0", "0"], stderr
+    assert "pretraining" in stderr[0] and "3/3" in stderr[0], stderr
+    assert stderr[1] == "", stderr
+
+
+def _elsewhere_worker(rank: int, world: int, port: int, args: list, result_dir: str, cwd: list) -> None:
+    """:func:`_main_worker` in directory ``cwd[rank]``: a job of several machines without a shared file system,
+    where a relative path names another directory (or none) on another machine."""
+    os.chdir(cwd[rank])
+    _main_worker(rank, world, port, args, result_dir)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["init", "output_dir"])
+def test_ddp_a_file_one_rank_cannot_see_is_said_by_that_rank_and_named_by_rank_0(tmp_path, case):
+    """A file that one rank alone cannot read (another machine, where the path names nothing): --init missing there
+    was checked before the process group started, as if every rank met it, so that rank exited 1 saying nothing and
+    rank 0 waited in init_process_group until torchrun killed it; an OUTPUT_DIR that machine does not share gave a
+    bare "[Errno 2] ... meta.json". That rank says why, and rank 0 names it."""
+    from spacy_elmo.bilm import BiLMConfig
+
+    from .conftest import TINY, tiny_pretrain_args
+
+    here, other = tmp_path / "here", tmp_path / "other"
+    here.mkdir()
+    other.mkdir()
+    if case == "init":
+        args, _, _ = tiny_pretrain_args(tmp_path, tmp_path / "out")
+        at = args.index("--options")
+        del args[at : at + 2]
+        BiLM(BiLMConfig(**TINY)).save(here / "model")
+        args += ["--init", "model"]  # rank 0's directory alone holds it
+        said = "model does not exist"
+    else:
+        args, _, _ = tiny_pretrain_args(tmp_path, "out")  # rank 0 tokenizes into here/out; rank 1 reads other/out
+        said = "cannot read the corpus that rank 0 tokenized into OUTPUT_DIR out"
+    _run_ranks(_elsewhere_worker, (2, _free_port(), args, str(tmp_path), [str(here), str(other)]), timeout=150)
+    stderr = [(tmp_path / f"stderr{r}.txt").read_text(encoding="utf-8") for r in range(2)]
+    assert [(tmp_path / f"status{r}.txt").read_text() for r in range(2)] == ["1", "1"], stderr
+    assert stderr[1].count(said) == 1 and "Traceback" not in stderr[1], stderr
+    assert "Rank 1 of this torchrun job failed" in stderr[0] and said not in stderr[0], stderr
+    if case == "output_dir":
+        assert "same path" in stderr[1] and "Errno" in stderr[1]  # the OS's words kept, after ours
+    else:
+        assert not (tmp_path / "out").exists()  # refused before OUTPUT_DIR was made
 
 
 @pytest.mark.slow

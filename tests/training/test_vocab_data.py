@@ -630,8 +630,25 @@ def test_sentence_batches_cover_every_target_once_per_epoch():
     assert Counter(pair for p in pieces for pair in zip(p[::-1], p[::-1][1:])) == Counter({(b, a): c for (a, b), c in want.items()})
     assert list(rows(one, 1)) == pieces and list(rows(one, 2)) != pieces  # a pure function of the epoch
 
-    shards = [set(rows(SentenceBatcher(corpus, 4, max_length, seed=3, rank=r, world=2, pool=2), 1)) for r in range(2)]
-    assert shards[0] and shards[1] and not shards[0] & shards[1] and shards[0] | shards[1] <= set(pieces)
+    # Under DDP every batch trains every epoch: the ranks' steps, rank after rank, are the epoch's batch order padded
+    # with its first batches to a multiple of the processes (torch's DistributedSampler, drop_last=False). The
+    # n_batches % world batches left over were never trained (a different few each epoch).
+    def batches(batcher, epoch):
+        return [tuple(tuple(f[: n + 1]) for f, n in zip(fwd.tolist(), lengths.tolist()))
+                for fwd, _, lengths in (batcher.batch(epoch, k) for k in range(batcher.steps_per_epoch))]
+
+    order = batches(one, 1)
+    n = len(order)
+    assert n == one.n_batches == 20  # 3 and 6 processes pad (2 and 4 batches again), 2 do not
+    for world in (2, 3, 6):
+        ranks = [batches(SentenceBatcher(corpus, 4, max_length, seed=3, rank=r, world=world, pool=2), 1) for r in range(world)]
+        steps = -(-n // world)
+        assert [len(r) for r in ranks] == [steps] * world
+        assert [ranks[r][k] for k in range(steps) for r in range(world)] == (order + order)[: steps * world]
+        assert set().union(*map(set, ranks)) == set(order)  # every batch, so every piece, trains this epoch
+    # A checkpoint of a run from before the padding (pad=False) resumes dropping the leftover batches, as it trained.
+    old = [batches(SentenceBatcher(corpus, 4, max_length, seed=3, rank=r, world=3, pool=2, pad=False), 1) for r in range(3)]
+    assert [b for k in range(n // 3) for b in (old[0][k], old[1][k], old[2][k])] == order[: n // 3 * 3]
 
 
 @pytest.mark.parametrize("pool", [1, 8])
