@@ -84,6 +84,12 @@ class Errors:
         "\"use_skip_connections\": true for a released model (all of them use skip connections), or false for "
         "a model that bilm-tf trained without them."
     )
+    E_OPTIONS_NO_ACTIVATION = (
+        "The ELMo options in {source} lack the key 'char_cnn.activation', and no default is safe: AllenNLP and "
+        "bilm-tf refuse such options, and taking it as relu would silently compute another model for one trained "
+        "with tanh. Add it to the 'char_cnn' section: \"activation\": \"relu\" for a released model (all of them "
+        "use relu), or \"tanh\" for a model trained with it."
+    )
     E_OPTIONS_NO_N_LAYERS = (
         "The ELMo options in {source} lack the key 'lstm.n_layers', the biLSTM's layers per direction (not taken "
         "as 1, bilm-tf's default, which would be a guess). {fix}"

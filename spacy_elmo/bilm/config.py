@@ -207,7 +207,8 @@ class BiLMConfig:
         Unknown keys (training options) are ignored; a missing clip means no
         clipping; a missing ``n_highway`` means none. A missing ``lstm.use_skip_connections``
         is an error, as it is to AllenNLP and bilm-tf's inference model: a default would guess
-        the model (every released one has skip connections); so is a missing ``lstm.n_layers``.
+        the model (every released one has skip connections); so is a missing ``lstm.n_layers`` or
+        ``char_cnn.activation`` (relu for a tanh-trained model would compute another model).
         """
         source = source or "the given dict"
         if not isinstance(options, dict):
@@ -233,6 +234,8 @@ class BiLMConfig:
             raise ValueError(Errors.E_OPTIONS_NO_N_LAYERS.format(source=source, fix=n_layers_fix(weight_file)))
         if isinstance(lstm, dict) and "use_skip_connections" not in lstm:
             raise ValueError(Errors.E_OPTIONS_NO_SKIP_KEY.format(source=source))
+        if isinstance(cnn, dict) and "activation" not in cnn:  # relu would be a guess (AllenNLP: KeyError)
+            raise ValueError(Errors.E_OPTIONS_NO_ACTIVATION.format(source=source))
         values = dict(
             projection_dim=need(lstm, "projection_dim", "lstm.projection_dim"),
             cell_dim=need(lstm, "dim", "lstm.dim"),
@@ -243,7 +246,7 @@ class BiLMConfig:
             char_embedding_dim=need(embedding, "dim", "char_cnn.embedding.dim"),
             filters=need(cnn, "filters", "char_cnn.filters"),
             n_highway=cnn.get("n_highway") or 0,
-            activation=cnn.get("activation", "relu"),
+            activation=cnn["activation"],
             n_characters=cnn.get("n_characters", 262),
             max_characters_per_token=cnn.get("max_characters_per_token", DEFAULT_MAX_CHARS),
         )

@@ -144,6 +144,24 @@ def test_options_without_use_skip_connections_are_refused(tmp_path):
         assert BiLMConfig.from_allennlp_options(config.to_allennlp_options()) == config
 
 
+def test_options_without_activation_are_refused(tmp_path):
+    """A missing char_cnn.activation loaded as relu, silently another model for a tanh-trained one (AllenNLP and
+    bilm-tf raise KeyError): refused like a missing use_skip_connections, the fix said; the writer always writes it."""
+    opts = options(activation="tanh")
+    del opts["char_cnn"]["activation"]
+    path = tmp_path / "options.json"
+    path.write_text(json.dumps(opts))
+    for given in (opts, path):
+        with pytest.raises(ValueError, match=r"lack the key 'char_cnn\.activation'.*no default is safe.*"
+                                             r'"activation": "relu" for a released model.*or "tanh"') as err:
+            BiLMConfig.from_allennlp_options(given)
+        assert str(given if given is path else "dict") in str(err.value)
+    for value in ("relu", "tanh"):
+        config = BiLMConfig(**{**TINY.to_dict(), "activation": value})
+        assert config.to_allennlp_options()["char_cnn"]["activation"] == value
+        assert BiLMConfig.from_allennlp_options(config.to_allennlp_options()) == config
+
+
 @pytest.mark.parametrize(
     "section,key,value,match",
     [
