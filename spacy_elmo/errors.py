@@ -111,6 +111,15 @@ class Errors:
         "Could not read ELMo options from {path}: {error}. Pass the options.json that came "
         "with the weight file."
     )
+    E_OPTIONS_IS_HDF5 = (
+        "{path} is an HDF5 file (ELMo weights), not an options.json: the options file and the weight file look "
+        "swapped. Pass the options.json first and the .hdf5 second, e.g. Elmo(options_file, weight_file, ...) or "
+        "BiLM.from_allennlp(options_file, weight_file)."
+    )
+    E_OPTIONS_NOT_OBJECT = (
+        "In the ELMo options {source}, {what} must be a JSON object ({shape}); found {found}. Pass the "
+        "options.json that came with the weight file, or fix {what} there."
+    )
     E_OPTIONS_FILE_MISSING = (
         "The ELMo options file {path} does not exist. Check the path: pass the options.json that came with the "
         "weight file."
