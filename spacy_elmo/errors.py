@@ -2,7 +2,9 @@
 
 Each message names the problem and the fix. Format them with ``str.format``
 keyword arguments. Add new messages to the class of your layer; keep the
-names descriptive (``E_<WHAT>``) so grepping finds the raise site.
+names descriptive (``E_<WHAT>``) so grepping finds the raise site. A path inside
+a suggested command (``{shell_path}``, ``{shell_model}``, ...) is given shell-quoted
+(``paths.shell_quoted``) so that the command pastes as it is; prose names it plain.
 
 Stdlib only, no imports: build_flags.py (run by setup.py before the package is
 importable) reads the build's messages from this file by path.
@@ -180,7 +182,7 @@ class Errors:
         "{given}, not biLM weights: BiLM.load and the spacy-elmo "
         "commands read a directory written by BiLM.save, `spacy-elmo pretrain` or `spacy-elmo export`, or one "
         "holding an AllenNLP options.json + .hdf5. Export the biLM of the pipeline's elmo component (with the "
-        "weights it was trained or fine-tuned with there) as one first: `spacy-elmo export {pipeline} ELMO_DIR "
+        "weights it was trained or fine-tuned with there) as one first: `spacy-elmo export {shell_pipeline} ELMO_DIR "
         "--format native`, then give ELMO_DIR; or run the pipeline itself: spacy.load('{pipeline}') gives each "
         "doc its ELMo layers in doc._.elmo."
     )
@@ -774,7 +776,7 @@ class Errors:
         "BiLM.save or `spacy-elmo export`, or one with an AllenNLP options.json + .hdf5). To reuse the biLM of "
         "its elmo component (with the weights it was trained or fine-tuned with there), source the component: "
         "[components.elmo] source = \"{pipeline}\" in a training config, or nlp.add_pipe('elmo', "
-        "source=spacy.load('{pipeline}')); or export it as weights, `spacy-elmo export {pipeline} ELMO_DIR "
+        "source=spacy.load('{pipeline}')); or export it as weights, `spacy-elmo export {shell_pipeline} ELMO_DIR "
         "--format native`, and give ELMO_DIR."
     )
     E_PIPELINE_NO_BILM = (
@@ -1075,7 +1077,7 @@ class Errors:
     )
     E_WIDE_TEXT_FILE = (
         "{path} looks like {encoding} text, not UTF-8 (Notepad's \"Unicode\" and PowerShell's > write UTF-16). "
-        "Re-encode it to UTF-8, e.g. `iconv -f {encoding} -t UTF-8 {path} > NEW.txt`, and pass NEW.txt{skipped}."
+        "Re-encode it to UTF-8, e.g. `iconv -f {encoding} -t UTF-8 {shell_path} > NEW.txt`, and pass NEW.txt{skipped}."
     )
     #: E_BINARY_FILE's and E_WIDE_TEXT_FILE's ``skipped`` for the commands that read a directory of text files (not
     #: embed, which reads one file)
@@ -1386,12 +1388,12 @@ class Errors:
         "softmax.safetensors beside AllenNLP weights), and a perplexity needs one: it is the layer that predicts "
         "the next word over vocab.txt. Models written by `spacy-elmo pretrain` have both; other weights "
         "(BiLM.save, the released AllenNLP files) get them by fine-tuning first: `spacy-elmo pretrain TEXT "
-        "NEW_DIR --init {path}` (`pretrain --init`), then evaluate NEW_DIR."
+        "NEW_DIR --init {shell_path}` (`pretrain --init`), then evaluate NEW_DIR."
     )
     E_EVALUATE_PIPELINE = (
         "{given}, and a perplexity needs a model with a softmax (the "
         "layer that predicts the next word over vocab.txt), which a pipeline's biLM has not: `spacy-elmo export "
-        "{pipeline} ELMO_DIR --format native` writes its biLM without one. Evaluate the model written by "
+        "{shell_pipeline} ELMO_DIR --format native` writes its biLM without one. Evaluate the model written by "
         "`spacy-elmo pretrain` that the pipeline was built with (its training's --paths.elmo), or fit a softmax "
         "to the exported biLM first: `spacy-elmo pretrain TEXT NEW_DIR --init ELMO_DIR`, then evaluate NEW_DIR "
         "(that trains the biLM further too)."
@@ -1516,7 +1518,7 @@ class Errors:
     )
     E_FIT_STATE_ALLENNLP = (
         "{path} holds AllenNLP/bilm-tf weights, whose format has no place for a fitted initial state. Convert "
-        "the model first: `spacy-elmo export {path} NEW_DIR --format native`, then `spacy-elmo fit-state "
+        "the model first: `spacy-elmo export {shell_path} NEW_DIR --format native`, then `spacy-elmo fit-state "
         "NEW_DIR TEXT_PATH`."
     )
     E_FIT_STATE_BUNDLED = (
@@ -1538,12 +1540,12 @@ class Errors:
     E_FIT_STATE_IN_USE = (
         "{path} is in use: another process holds the directory's lock, a pretrain run (it rewrites the model there "
         "at every checkpoint, over the state fit-state would write) or an export or a second fit-state there. Wait "
-        "for it to end and run fit-state then, or fit the state of a copy: `spacy-elmo export {path} NEW_DIR "
+        "for it to end and run fit-state then, or fit the state of a copy: `spacy-elmo export {shell_path} NEW_DIR "
         "--format native`, then `spacy-elmo fit-state NEW_DIR TEXT_PATH`."
     )
     E_FIT_STATE_WRITE = (
         "Could not write the initial state into {path}: {error}. The model directory must be writable: copy "
-        "the model elsewhere (`spacy-elmo export {path} NEW_DIR --format native`) and fit the state there. "
+        "the model elsewhere (`spacy-elmo export {shell_path} NEW_DIR --format native`) and fit the state there. "
         "The model's files are unchanged."
     )
     E_NOT_POSITIVE_OPTION = "must be a positive integer (1 or more); found {value}."
@@ -1970,7 +1972,7 @@ class Warnings:
     W_BINARY_SKIPPED = "spacy-elmo: skipped {path}: it looks binary (NUL bytes), not text."
     W_WIDE_TEXT_SKIPPED = (
         "spacy-elmo: skipped {path}: it looks like {encoding} text, not UTF-8. Re-encode it to UTF-8 to train on "
-        "it: `iconv -f {encoding} -t UTF-8 {path} > NEW.txt`."
+        "it: `iconv -f {encoding} -t UTF-8 {shell_path} > NEW.txt`."
     )
     W_TRAIN_PATH_OUTPUTS_SKIPPED = (
         "spacy-elmo: skipped {n_dirs} under {path} holding a model or spacy-elmo's output (a pretrain "
@@ -2002,8 +2004,8 @@ class Warnings:
     W_FIT_STATE_SENTENCES_MODEL = (
         "{model} was pretrained with --sentences, to read every sentence from the zero state (the elmo component's "
         "way): the fitted state replaces the start it learnt, and may read sentences worse (the bundled model "
-        "fine-tuned with --sentences: 328.16 per sentence, 374.38 with a fitted state). Compare `spacy-elmo evaluate {model} "
-        "HELDOUT` with and without it: `spacy-elmo fit-state {model} --clear` removes it."
+        "fine-tuned with --sentences: 328.16 per sentence, 374.38 with a fitted state). Compare `spacy-elmo evaluate {shell_model} "
+        "HELDOUT` with and without it: `spacy-elmo fit-state {shell_model} --clear` removes it."
     )
     W_LONG_LINE = (
         "spacy-elmo: {path} has a line of {n_chars} characters; it is tokenized in pieces of "
@@ -2027,7 +2029,7 @@ class Warnings:
     W_RESUME_REMOVES_INITIAL_STATE = (
         "spacy-elmo: {path} (an initial state fitted by `spacy-elmo fit-state` or --state-sentences to the weights "
         "before this run) was removed with the model of step {step:,}: it does not fit the weights trained since. "
-        "Run `spacy-elmo fit-state {out} TEXT` again once training is done to fit one to them (or resume with "
+        "Run `spacy-elmo fit-state {shell_out} TEXT` again once training is done to fit one to them (or resume with "
         "--state-sentences N: every checkpoint then fits one)."
     )
     W_LONG_RUNS = (
@@ -2240,7 +2242,7 @@ class Warnings:
         "of {model} ({size:,} entries): they are all one target, <UNK>, which is easy to predict, so this perplexity "
         "is far below the text's own and compares with no other text or model. Evaluate text in the model's "
         "language (its config.json records {trained}; --lang chooses the tokenizer), or a model whose vocabulary covers "
-        "this text (fine-tune one on it: `spacy-elmo pretrain TEXT NEW_DIR --init {model} --new-vocab`)."
+        "this text (fine-tune one on it: `spacy-elmo pretrain TEXT NEW_DIR --init {shell_model} --new-vocab`)."
     )
     W_HELDOUT_IN_TRAINING = (
         "spacy-elmo: --heldout {path} is training text too ({n} of its file(s) under TRAIN_PATH, a link to one or a "

@@ -40,7 +40,7 @@ from ..bilm.lstm import LstmState
 from ..bilm.native_io import INITIAL_STATE_NAME, find_allennlp_files, read_meta
 from ..device import torch_device
 from ..errors import Errors, Warnings, counted
-from ..paths import file_identity, file_sha256
+from ..paths import file_identity, file_sha256, shell_quoted
 from ..ranks import torchrun_ranks
 from . import checkpoint as ckpt
 from . import data as corpus_data
@@ -838,7 +838,7 @@ def _lock(fd: int, directory: Path, in_use: str) -> Optional[OSError]:
     try:
         return try_lock(fd)
     except BlockingIOError:
-        raise FileExistsError(in_use.format(path=directory)) from None
+        raise FileExistsError(in_use.format(path=directory, shell_path=shell_quoted(directory))) from None
 
 
 def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], held: ExitStack) -> Dict[str, Any]:
@@ -1008,7 +1008,8 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
                 start = fit_start_state(bilm, corpus, cfg.state_sentences)
                 fitted = out / INITIAL_STATE_NAME
                 if start is None and fitted.exists():  # the save removes it: once (the next saves find none)
-                    warnings.warn(Warnings.W_RESUME_REMOVES_INITIAL_STATE.format(path=fitted, step=step, out=out),
+                    warnings.warn(Warnings.W_RESUME_REMOVES_INITIAL_STATE.format(path=fitted, step=step, out=out,
+                                                                                  shell_out=shell_quoted(out)),
                                   RuntimeWarning, stacklevel=2)
                 save_pretrained(out, bilm, softmax, vocab, dict(provenance, steps=step), initial_state=start)
         last_saved = step
