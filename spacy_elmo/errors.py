@@ -1207,7 +1207,7 @@ class Errors:
     E_CHECKPOINT_MISMATCH = (
         "The checkpoint in {path} was written with {found}, but this run uses {expected}. "
         "--resume continues a run exactly: pass the settings it was started with. To train on "
-        "with other settings, start a new OUTPUT_DIR with --init {path}."
+        "with other settings, start a new OUTPUT_DIR with --init {shell_path}."
     )
     #: E_CHECKPOINT_MISMATCH's ``found``/``expected`` of a run without --tokenizer
     E_RESUME_TOKENIZER_DEFAULT = "no --tokenizer (spaCy's tokenizer of --lang)"
@@ -1217,13 +1217,13 @@ class Errors:
         "The checkpoint in {path} was trained on other data: the tokenized corpus or its vocabulary "
         "(TRAIN_PATH, --lang and its tokenizer; for a checkpoint that did not record them, also --init and --new-vocab) "
         "differs from this run's, so resuming would read other batches and give words other softmax rows. Resume "
-        "with the same corpus and settings; to continue on new text, start a new OUTPUT_DIR with --init {path}."
+        "with the same corpus and settings; to continue on new text, start a new OUTPUT_DIR with --init {shell_path}."
     )
     E_RESUME_VOCAB_SIZE = (
         "The checkpoint in {path} has a vocabulary of {found:,} entries, but this run's has {expected:,}: "
         "--vocab-size and --min-count cut it from the corpus, so resuming would give words other softmax rows. "
         "Resume with the --vocab-size and --min-count the run was started with (the first line of its "
-        "train_log.jsonl records them); to train on with other ones, start a new OUTPUT_DIR with --init {path}."
+        "train_log.jsonl records them); to train on with other ones, start a new OUTPUT_DIR with --init {shell_path}."
     )
     E_RESUME_INIT_MISSING = (
         "The run in {path} fine-tunes {init} ({started}), but this --resume leaves --init out: {why}. Resume "
@@ -1281,7 +1281,7 @@ class Errors:
         "SudachiPy, ko: mecab-ko), the token rules with the spacy-elmo version (TOKEN_RULES in "
         "spacy_elmo/training/data.py), spaCy's rules (a digest of its tokenizer exceptions, prefix/suffix/infix "
         "patterns and sentencizer punctuation) with the spaCy version. Resume where the earlier tokenizer and "
-        "spaCy are installed, or go on with these tokens in a new OUTPUT_DIR with --init {path}."
+        "spaCy are installed, or go on with these tokens in a new OUTPUT_DIR with --init {shell_path}."
     )
     E_CHECKPOINT_TOKENIZER_UNRECORDED = "a tokenizer not recorded (a spacy-elmo before token rules 2)"
     E_CHECKPOINT_TOKENIZATION = "tokenizer {tokenizer}, token rules {rules}, spaCy rules {spacy_rules}"
@@ -1354,7 +1354,7 @@ class Errors:
     E_OUTPUT_HOLDS_ALLENNLP = (
         "{path} holds AllenNLP weights ({options}, {weights}): the model pretrain writes there (config.json, "
         "model.safetensors, vocab.txt) would stand beside them, replacing their vocab.txt, and the directory "
-        "would load as neither model. Choose a new OUTPUT_DIR (to fine-tune these weights: --init {path})."
+        "would load as neither model. Choose a new OUTPUT_DIR (to fine-tune these weights: --init {shell_path})."
     )
     E_TRAINING_DIVERGED = (
         "Training diverged at step {step}: {what} is {value} (not a finite number), so the weights are no longer "
@@ -1362,7 +1362,7 @@ class Errors:
     )
     E_TRAINING_DIVERGED_KEPT = " ({path} keeps its checkpoint and model of step {last})"
     E_TRAINING_DIVERGED_RESTART = (
-        ": --resume must keep the settings, so go on from that model in a new OUTPUT_DIR with --init {path}, "
+        ": --resume must keep the settings, so go on from that model in a new OUTPUT_DIR with --init {shell_path}, "
         "or start over"
     )
     E_PRETRAIN_NO_SPACE = (

@@ -509,7 +509,8 @@ def _refuse_other_tokenization(cache: Path, stamp: Dict[str, Any], out: Path) ->
             tokenizer=json.dumps(tokenization["tokenizer"], sort_keys=True), rules=tokenization["rules"], spacy_rules=rules
         )
 
-    raise ValueError(Errors.E_CHECKPOINT_TOKENIZER.format(path=out, found=describe(change[0]), expected=describe(change[1])))
+    raise ValueError(Errors.E_CHECKPOINT_TOKENIZER.format(path=out, shell_path=shell_quoted(out), found=describe(change[0]),
+                                                         expected=describe(change[1])))
 
 
 def _check_output_place(out: Path, train_path: Path) -> None:
@@ -543,7 +544,8 @@ def _refuse_allennlp_output(out: Path) -> None:
     except ValueError:  # not one pair of options and weights (an embeddings .hdf5 alone): no model to hide
         return
     if found is not None:
-        raise FileExistsError(Errors.E_OUTPUT_HOLDS_ALLENNLP.format(path=out, options=found[0].name, weights=found[1].name))
+        raise FileExistsError(Errors.E_OUTPUT_HOLDS_ALLENNLP.format(path=out, shell_path=shell_quoted(out),
+                                                                     options=found[0].name, weights=found[1].name))
 
 
 def _total_steps(cfg: TrainConfig, steps_per_epoch: int) -> int:
@@ -570,7 +572,7 @@ def _diverged(step: int, what: str, value: float, out: Path, last_saved: int) ->
     kept = restart = ""
     if last_saved:
         kept = Errors.E_TRAINING_DIVERGED_KEPT.format(path=out, last=last_saved)
-        restart = Errors.E_TRAINING_DIVERGED_RESTART.format(path=out)
+        restart = Errors.E_TRAINING_DIVERGED_RESTART.format(shell_path=shell_quoted(out))
     return ValueError(Errors.E_TRAINING_DIVERGED.format(step=step, what=what, value=value, kept=kept, restart=restart))
 
 

@@ -145,6 +145,31 @@ def test_a_path_in_a_suggested_command_is_one_shell_word(trained, tmp_path):
         assert any(str(path) in words for words in _pasted(message)), message
 
 
+def test_a_path_after_init_in_a_suggested_fix_is_one_shell_word(tmp_path):
+    """"start a new OUTPUT_DIR with --init PATH" put PATH unquoted: it is shell-quoted as a command's is."""
+    import shlex
+
+    from spacy_elmo.training.checkpoint import check_settings
+    from spacy_elmo.training.trainer import _diverged, _refuse_allennlp_output
+
+    out = tmp_path / "my runs" / "it's 1"
+    errors = [_diverged(5, "the loss", float("nan"), out, last_saved=4)]
+    for saved, current in (({"data": "a"}, {"data": "b"}), ({"vocab_size": 3}, {"vocab_size": 4}),
+                           ({"lr": 0.1}, {"lr": 0.2})):
+        with pytest.raises(ValueError) as err:
+            check_settings(saved, current, out)
+        errors.append(err.value)
+    out.mkdir(parents=True)
+    BiLM(BiLMConfig(projection_dim=4, cell_dim=6, filters=[(1, 2), (2, 2)], n_highway=0)).to_allennlp(
+        out / "options.json", out / "weights.hdf5")
+    with pytest.raises(FileExistsError) as err:
+        _refuse_allennlp_output(out)
+    errors.append(err.value)
+    for error in errors:
+        after_init = re.search(r".*--init (.*?)(?:, or start over|\)?\.$)", str(error), re.S)  # the last --init
+        assert after_init and shlex.split(after_init.group(1)) == [str(out)], str(error)
+
+
 def test_standard_input_is_named_not_a_missing_file(model, trained):
     """`fit-state MODEL -` (and evaluate's, pretrain's TEXT) said "- does not exist": '-' is standard input
     elsewhere, which no command reads; it says so, with the fix (a file), as embed's own message does."""
