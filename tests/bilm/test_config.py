@@ -126,39 +126,29 @@ def test_booleans_must_be_json_booleans(value):
         BiLMConfig.from_dict({"use_skip_connections": value})
 
 
-def test_options_without_use_skip_connections_are_refused(tmp_path):
+@pytest.mark.parametrize(
+    "section,key,values,fix",
+    [
+        ("lstm", "use_skip_connections", (True, False), r'"use_skip_connections": true for a released model.*or false'),
+        ("char_cnn", "activation", ("relu", "tanh"), r'"activation": "relu" for a released model.*or "tanh"'),
+    ],
+)
+def test_options_without_a_key_no_default_is_safe_for_are_refused(tmp_path, section, key, values, fix):
     """A missing key loaded a no-skip model silently (AllenNLP refuses such options, bilm-tf's inference model
-    fails on them; every released model has skip connections); null was refused: now both are."""
-    opts = options()
-    del opts["lstm"]["use_skip_connections"]
-    path = tmp_path / "options.json"
-    path.write_text(json.dumps(opts))
-    for given in (opts, path):
-        with pytest.raises(ValueError, match=r"lack the key 'lstm.use_skip_connections'.*"
-                                             r'"use_skip_connections": true for a released model.*or false') as err:
-            BiLMConfig.from_allennlp_options(given)
-        assert str(given if given is path else "dict") in str(err.value)
-    for value in (True, False):  # the writer always writes the key: every config round-trips
-        config = BiLMConfig(**{**TINY.to_dict(), "use_skip_connections": value})
-        assert "use_skip_connections" in config.to_allennlp_options()["lstm"]
-        assert BiLMConfig.from_allennlp_options(config.to_allennlp_options()) == config
-
-
-def test_options_without_activation_are_refused(tmp_path):
-    """A missing char_cnn.activation loaded as relu, silently another model for a tanh-trained one (AllenNLP and
-    bilm-tf raise KeyError): refused like a missing use_skip_connections, the fix said; the writer always writes it."""
+    fails on them; every released model has skip connections); null was refused: now both are. A missing
+    char_cnn.activation loaded as relu, silently another model for a tanh-trained one (AllenNLP and bilm-tf raise
+    KeyError): refused the same way, the fix said."""
     opts = options(activation="tanh")
-    del opts["char_cnn"]["activation"]
+    del opts[section][key]
     path = tmp_path / "options.json"
     path.write_text(json.dumps(opts))
     for given in (opts, path):
-        with pytest.raises(ValueError, match=r"lack the key 'char_cnn\.activation'.*no default is safe.*"
-                                             r'"activation": "relu" for a released model.*or "tanh"') as err:
+        with pytest.raises(ValueError, match=rf"lack the key '{section}\.{key}', and no default is safe.*{fix}") as err:
             BiLMConfig.from_allennlp_options(given)
         assert str(given if given is path else "dict") in str(err.value)
-    for value in ("relu", "tanh"):
-        config = BiLMConfig(**{**TINY.to_dict(), "activation": value})
-        assert config.to_allennlp_options()["char_cnn"]["activation"] == value
+    for value in values:  # the writer always writes the key: every config round-trips
+        config = BiLMConfig(**{**TINY.to_dict(), key: value})
+        assert config.to_allennlp_options()[section][key] == value
         assert BiLMConfig.from_allennlp_options(config.to_allennlp_options()) == config
 
 
