@@ -246,6 +246,20 @@ def remove_dir(path: PathLike) -> None:
     shutil.rmtree(trash)
 
 
+#: The name in a directory that :func:`replace_dir` fills under a temporary name (``.replace.PID.tmp``).
+_REPLACING = "replace"
+
+
+def remove_replace_leftovers(path: PathLike) -> None:
+    """Remove what :func:`replace_dir` calls on ``path`` killed before they ended left (of processes that no longer
+    run; a live one's is its write in progress): ``.NAME.PID.tmp`` beside ``path`` (a whole copy, when it was new) and
+    ``.replace.PID.tmp`` inside it (a whole copy too, which ``ls`` does not show but an emptiness test counts)."""
+    path = Path(path)
+    remove_leftovers(path)
+    if path.is_dir():
+        remove_leftovers(path / _REPLACING)
+
+
 def replace_dir(path: PathLike, write: Callable[[Path], None], last: Sequence[str] = ()) -> None:
     """Make the directory ``path`` hold exactly what ``write(tmp)`` puts into a new directory.
 
@@ -257,11 +271,10 @@ def replace_dir(path: PathLike, write: Callable[[Path], None], last: Sequence[st
     removed first and the new ones moved in last, so a process killed in between leaves a
     directory without them (an error for its readers), never new files mixed with old ones.
 
-    What killed writes left is removed first (of processes that no longer run): ``.NAME.PID.tmp``
-    beside ``path`` (a whole copy, when it was new) and ``.replace.PID.tmp`` inside it.
+    What killed writes left is removed first (:func:`remove_replace_leftovers`).
     """
     path = Path(path).resolve()
-    remove_leftovers(path)
+    remove_replace_leftovers(path)
     if not path.exists():
         make_dirs(path.parent)
         tmp = temporary_name(path)
@@ -269,8 +282,7 @@ def replace_dir(path: PathLike, write: Callable[[Path], None], last: Sequence[st
         os.replace(tmp, path)
         sync_dir(path.parent)
         return
-    inner = path / "replace"  # its temporary names are .replace.PID.tmp
-    remove_leftovers(inner)
+    inner = path / _REPLACING
     tmp = temporary_name(inner)
     _write_fresh(tmp, write)
 

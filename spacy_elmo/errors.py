@@ -2,7 +2,9 @@
 
 Each message names the problem and the fix. Format them with ``str.format``
 keyword arguments. Add new messages to the class of your layer; keep the
-names descriptive (``E_<WHAT>``) so grepping finds the raise site.
+names descriptive (``E_<WHAT>``) so grepping finds the raise site. A path inside
+a suggested command (``{shell_path}``, ``{shell_model}``, ...) is given shell-quoted
+(``paths.shell_quoted``) so that the command pastes as it is; prose names it plain.
 
 Stdlib only, no imports: build_flags.py (run by setup.py before the package is
 importable) reads the build's messages from this file by path.
@@ -84,6 +86,12 @@ class Errors:
         "\"use_skip_connections\": true for a released model (all of them use skip connections), or false for "
         "a model that bilm-tf trained without them."
     )
+    E_OPTIONS_NO_ACTIVATION = (
+        "The ELMo options in {source} lack the key 'char_cnn.activation', and no default is safe: AllenNLP and "
+        "bilm-tf refuse such options, and taking it as relu would silently compute another model for one trained "
+        "with tanh. Add it to the 'char_cnn' section: \"activation\": \"relu\" for a released model (all of them "
+        "use relu), or \"tanh\" for a model trained with it."
+    )
     E_OPTIONS_NO_N_LAYERS = (
         "The ELMo options in {source} lack the key 'lstm.n_layers', the biLSTM's layers per direction (not taken "
         "as 1, bilm-tf's default, which would be a guess). {fix}"
@@ -104,6 +112,15 @@ class Errors:
     E_OPTIONS_NOT_JSON = (
         "Could not read ELMo options from {path}: {error}. Pass the options.json that came "
         "with the weight file."
+    )
+    E_OPTIONS_IS_HDF5 = (
+        "{path} is an HDF5 file (ELMo weights), not an options.json: the options file and the weight file look "
+        "swapped. Pass the options.json first and the .hdf5 second, e.g. Elmo(options_file, weight_file, ...) or "
+        "BiLM.from_allennlp(options_file, weight_file)."
+    )
+    E_OPTIONS_NOT_OBJECT = (
+        "In the ELMo options {source}, {what} must be a JSON object ({shape}); found {found}. Pass the "
+        "options.json that came with the weight file, or fix {what} there."
     )
     E_OPTIONS_FILE_MISSING = (
         "The ELMo options file {path} does not exist. Check the path: pass the options.json that came with the "
@@ -165,7 +182,7 @@ class Errors:
         "{given}, not biLM weights: BiLM.load and the spacy-elmo "
         "commands read a directory written by BiLM.save, `spacy-elmo pretrain` or `spacy-elmo export`, or one "
         "holding an AllenNLP options.json + .hdf5. Export the biLM of the pipeline's elmo component (with the "
-        "weights it was trained or fine-tuned with there) as one first: `spacy-elmo export {pipeline} ELMO_DIR "
+        "weights it was trained or fine-tuned with there) as one first: `spacy-elmo export {shell_pipeline} ELMO_DIR "
         "--format native`, then give ELMO_DIR; or run the pipeline itself: spacy.load('{pipeline}') gives each "
         "doc its ELMo layers in doc._.elmo."
     )
@@ -759,7 +776,7 @@ class Errors:
         "BiLM.save or `spacy-elmo export`, or one with an AllenNLP options.json + .hdf5). To reuse the biLM of "
         "its elmo component (with the weights it was trained or fine-tuned with there), source the component: "
         "[components.elmo] source = \"{pipeline}\" in a training config, or nlp.add_pipe('elmo', "
-        "source=spacy.load('{pipeline}')); or export it as weights, `spacy-elmo export {pipeline} ELMO_DIR "
+        "source=spacy.load('{pipeline}')); or export it as weights, `spacy-elmo export {shell_pipeline} ELMO_DIR "
         "--format native`, and give ELMO_DIR."
     )
     E_PIPELINE_NO_BILM = (
@@ -1060,7 +1077,7 @@ class Errors:
     )
     E_WIDE_TEXT_FILE = (
         "{path} looks like {encoding} text, not UTF-8 (Notepad's \"Unicode\" and PowerShell's > write UTF-16). "
-        "Re-encode it to UTF-8, e.g. `iconv -f {encoding} -t UTF-8 {path} > NEW.txt`, and pass NEW.txt{skipped}."
+        "Re-encode it to UTF-8, e.g. `iconv -f {encoding} -t UTF-8 {shell_path} > NEW.txt`, and pass NEW.txt{skipped}."
     )
     #: E_BINARY_FILE's and E_WIDE_TEXT_FILE's ``skipped`` for the commands that read a directory of text files (not
     #: embed, which reads one file)
@@ -1190,7 +1207,7 @@ class Errors:
     E_CHECKPOINT_MISMATCH = (
         "The checkpoint in {path} was written with {found}, but this run uses {expected}. "
         "--resume continues a run exactly: pass the settings it was started with. To train on "
-        "with other settings, start a new OUTPUT_DIR with --init {path}."
+        "with other settings, start a new OUTPUT_DIR with --init {shell_path}."
     )
     #: E_CHECKPOINT_MISMATCH's ``found``/``expected`` of a run without --tokenizer
     E_RESUME_TOKENIZER_DEFAULT = "no --tokenizer (spaCy's tokenizer of --lang)"
@@ -1200,13 +1217,13 @@ class Errors:
         "The checkpoint in {path} was trained on other data: the tokenized corpus or its vocabulary "
         "(TRAIN_PATH, --lang and its tokenizer; for a checkpoint that did not record them, also --init and --new-vocab) "
         "differs from this run's, so resuming would read other batches and give words other softmax rows. Resume "
-        "with the same corpus and settings; to continue on new text, start a new OUTPUT_DIR with --init {path}."
+        "with the same corpus and settings; to continue on new text, start a new OUTPUT_DIR with --init {shell_path}."
     )
     E_RESUME_VOCAB_SIZE = (
         "The checkpoint in {path} has a vocabulary of {found:,} entries, but this run's has {expected:,}: "
         "--vocab-size and --min-count cut it from the corpus, so resuming would give words other softmax rows. "
         "Resume with the --vocab-size and --min-count the run was started with (the first line of its "
-        "train_log.jsonl records them); to train on with other ones, start a new OUTPUT_DIR with --init {path}."
+        "train_log.jsonl records them); to train on with other ones, start a new OUTPUT_DIR with --init {shell_path}."
     )
     E_RESUME_INIT_MISSING = (
         "The run in {path} fine-tunes {init} ({started}), but this --resume leaves --init out: {why}. Resume "
@@ -1264,7 +1281,7 @@ class Errors:
         "SudachiPy, ko: mecab-ko), the token rules with the spacy-elmo version (TOKEN_RULES in "
         "spacy_elmo/training/data.py), spaCy's rules (a digest of its tokenizer exceptions, prefix/suffix/infix "
         "patterns and sentencizer punctuation) with the spaCy version. Resume where the earlier tokenizer and "
-        "spaCy are installed, or go on with these tokens in a new OUTPUT_DIR with --init {path}."
+        "spaCy are installed, or go on with these tokens in a new OUTPUT_DIR with --init {shell_path}."
     )
     E_CHECKPOINT_TOKENIZER_UNRECORDED = "a tokenizer not recorded (a spacy-elmo before token rules 2)"
     E_CHECKPOINT_TOKENIZATION = "tokenizer {tokenizer}, token rules {rules}, spaCy rules {spacy_rules}"
@@ -1337,7 +1354,7 @@ class Errors:
     E_OUTPUT_HOLDS_ALLENNLP = (
         "{path} holds AllenNLP weights ({options}, {weights}): the model pretrain writes there (config.json, "
         "model.safetensors, vocab.txt) would stand beside them, replacing their vocab.txt, and the directory "
-        "would load as neither model. Choose a new OUTPUT_DIR (to fine-tune these weights: --init {path})."
+        "would load as neither model. Choose a new OUTPUT_DIR (to fine-tune these weights: --init {shell_path})."
     )
     E_TRAINING_DIVERGED = (
         "Training diverged at step {step}: {what} is {value} (not a finite number), so the weights are no longer "
@@ -1345,7 +1362,7 @@ class Errors:
     )
     E_TRAINING_DIVERGED_KEPT = " ({path} keeps its checkpoint and model of step {last})"
     E_TRAINING_DIVERGED_RESTART = (
-        ": --resume must keep the settings, so go on from that model in a new OUTPUT_DIR with --init {path}, "
+        ": --resume must keep the settings, so go on from that model in a new OUTPUT_DIR with --init {shell_path}, "
         "or start over"
     )
     E_PRETRAIN_NO_SPACE = (
@@ -1371,12 +1388,12 @@ class Errors:
         "softmax.safetensors beside AllenNLP weights), and a perplexity needs one: it is the layer that predicts "
         "the next word over vocab.txt. Models written by `spacy-elmo pretrain` have both; other weights "
         "(BiLM.save, the released AllenNLP files) get them by fine-tuning first: `spacy-elmo pretrain TEXT "
-        "NEW_DIR --init {path}` (`pretrain --init`), then evaluate NEW_DIR."
+        "NEW_DIR --init {shell_path}` (`pretrain --init`), then evaluate NEW_DIR."
     )
     E_EVALUATE_PIPELINE = (
         "{given}, and a perplexity needs a model with a softmax (the "
         "layer that predicts the next word over vocab.txt), which a pipeline's biLM has not: `spacy-elmo export "
-        "{pipeline} ELMO_DIR --format native` writes its biLM without one. Evaluate the model written by "
+        "{shell_pipeline} ELMO_DIR --format native` writes its biLM without one. Evaluate the model written by "
         "`spacy-elmo pretrain` that the pipeline was built with (its training's --paths.elmo), or fit a softmax "
         "to the exported biLM first: `spacy-elmo pretrain TEXT NEW_DIR --init ELMO_DIR`, then evaluate NEW_DIR "
         "(that trains the biLM further too)."
@@ -1512,7 +1529,7 @@ class Errors:
     )
     E_FIT_STATE_ALLENNLP = (
         "{path} holds AllenNLP/bilm-tf weights, whose format has no place for a fitted initial state. Convert "
-        "the model first: `spacy-elmo export {path} NEW_DIR --format native`, then `spacy-elmo fit-state "
+        "the model first: `spacy-elmo export {shell_path} NEW_DIR --format native`, then `spacy-elmo fit-state "
         "NEW_DIR TEXT_PATH`."
     )
     E_FIT_STATE_BUNDLED = (
@@ -1534,12 +1551,12 @@ class Errors:
     E_FIT_STATE_IN_USE = (
         "{path} is in use: another process holds the directory's lock, a pretrain run (it rewrites the model there "
         "at every checkpoint, over the state fit-state would write) or an export or a second fit-state there. Wait "
-        "for it to end and run fit-state then, or fit the state of a copy: `spacy-elmo export {path} NEW_DIR "
+        "for it to end and run fit-state then, or fit the state of a copy: `spacy-elmo export {shell_path} NEW_DIR "
         "--format native`, then `spacy-elmo fit-state NEW_DIR TEXT_PATH`."
     )
     E_FIT_STATE_WRITE = (
         "Could not write the initial state into {path}: {error}. The model directory must be writable: copy "
-        "the model elsewhere (`spacy-elmo export {path} NEW_DIR --format native`) and fit the state there. "
+        "the model elsewhere (`spacy-elmo export {shell_path} NEW_DIR --format native`) and fit the state there. "
         "The model's files are unchanged."
     )
     E_NOT_POSITIVE_OPTION = "must be a positive integer (1 or more); found {value}."
@@ -1966,7 +1983,7 @@ class Warnings:
     W_BINARY_SKIPPED = "spacy-elmo: skipped {path}: it looks binary (NUL bytes), not text."
     W_WIDE_TEXT_SKIPPED = (
         "spacy-elmo: skipped {path}: it looks like {encoding} text, not UTF-8. Re-encode it to UTF-8 to train on "
-        "it: `iconv -f {encoding} -t UTF-8 {path} > NEW.txt`."
+        "it: `iconv -f {encoding} -t UTF-8 {shell_path} > NEW.txt`."
     )
     W_TRAIN_PATH_OUTPUTS_SKIPPED = (
         "spacy-elmo: skipped {n_dirs} under {path} holding a model or spacy-elmo's output (a pretrain "
@@ -1998,8 +2015,8 @@ class Warnings:
     W_FIT_STATE_SENTENCES_MODEL = (
         "{model} was pretrained with --sentences, to read every sentence from the zero state (the elmo component's "
         "way): the fitted state replaces the start it learnt, and may read sentences worse (the bundled model "
-        "fine-tuned with --sentences: 328.16 per sentence, 374.38 with a fitted state). Compare `spacy-elmo evaluate {model} "
-        "HELDOUT` with and without it: `spacy-elmo fit-state {model} --clear` removes it."
+        "fine-tuned with --sentences: 328.16 per sentence, 374.38 with a fitted state). Compare `spacy-elmo evaluate {shell_model} "
+        "HELDOUT` with and without it: `spacy-elmo fit-state {shell_model} --clear` removes it."
     )
     W_LONG_LINE = (
         "spacy-elmo: {path} has a line of {n_chars} characters; it is tokenized in pieces of "
@@ -2023,7 +2040,7 @@ class Warnings:
     W_RESUME_REMOVES_INITIAL_STATE = (
         "spacy-elmo: {path} (an initial state fitted by `spacy-elmo fit-state` or --state-sentences to the weights "
         "before this run) was removed with the model of step {step:,}: it does not fit the weights trained since. "
-        "Run `spacy-elmo fit-state {out} TEXT` again once training is done to fit one to them (or resume with "
+        "Run `spacy-elmo fit-state {shell_out} TEXT` again once training is done to fit one to them (or resume with "
         "--state-sentences N: every checkpoint then fits one)."
     )
     W_LONG_RUNS = (
@@ -2236,7 +2253,7 @@ class Warnings:
         "of {model} ({size:,} entries): they are all one target, <UNK>, which is easy to predict, so this perplexity "
         "is far below the text's own and compares with no other text or model. Evaluate text in the model's "
         "language (its config.json records {trained}; --lang chooses the tokenizer), or a model whose vocabulary covers "
-        "this text (fine-tune one on it: `spacy-elmo pretrain TEXT NEW_DIR --init {model} --new-vocab`)."
+        "this text (fine-tune one on it: `spacy-elmo pretrain TEXT NEW_DIR --init {shell_model} --new-vocab`)."
     )
     W_HELDOUT_IN_TRAINING = (
         "spacy-elmo: --heldout {path} is training text too ({n} of its file(s) under TRAIN_PATH, a link to one or a "

@@ -12,11 +12,18 @@ output would replace (:func:`holds_cwd`), and one file under two names, a hard l
 
 import hashlib
 import os
+import shlex
 from pathlib import Path
 from typing import BinaryIO, Optional, Tuple
 
 from ._typing import PathLike
 from .errors import Errors
+
+
+def shell_quoted(path: PathLike) -> str:
+    """``path`` as one word of a shell command that a message suggests (``shlex.quote``): a path with spaces or
+    quotes pastes as one argument (the message's prose names the plain path)."""
+    return shlex.quote(os.fspath(path))
 
 
 def unexpanded_home(path: PathLike) -> Optional[str]:

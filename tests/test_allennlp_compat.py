@@ -292,7 +292,7 @@ def test_allennlps_private_bilm_names_the_api_to_use(files):
 
 def test_bad_files_and_inputs_say_what_is_wrong(files, tmp_path):
     options_file, weight_file = files
-    with pytest.raises(ValueError, match="Could not read ELMo options"):
+    with pytest.raises(ValueError, match="is an HDF5 file .*the options file and the weight file look swapped"):
         Elmo(weight_file, options_file, 1)  # swapped
     with pytest.raises(FileNotFoundError, match="options file .*missing.json does not exist"):
         Elmo(tmp_path / "missing.json", weight_file, 1)

@@ -165,6 +165,33 @@ def test_replace_dir_removes_what_killed_replacements_left_and_keeps_a_running_o
         running.wait()
 
 
+def test_export_does_not_count_a_killed_exports_hidden_copy_as_contents(tmp_path, ended_pid):
+    """An --overwrite export killed before its first move left OUT_DIR holding only its hidden .replace.PID.tmp (a
+    whole model copy): a rerun without --overwrite was refused as "not empty", though ls showed nothing. A dead
+    writer's copy is removed first; a running one's is its export in progress, still refused."""
+    from spacy_elmo import BiLM, BiLMConfig
+    from spacy_elmo.cli import app
+    from spacy_elmo.errors import Errors
+    from tests.cli_text import ended, runner
+
+    source, out = tmp_path / "source", tmp_path / "out"
+    BiLM(BiLMConfig(projection_dim=4, cell_dim=6, char_embedding_dim=3, filters=[(1, 3), (2, 4)], n_highway=0)).save(source)
+    (out / f".replace.{ended_pid}.tmp").mkdir(parents=True)
+    (out / f".replace.{ended_pid}.tmp" / "weights.hdf5").write_text("a killed export's copy")
+    result = runner.invoke(app, ["export", str(source), str(out)])
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in out.iterdir()) == ["options.json", "weights.hdf5"]
+    running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        other = tmp_path / "other"
+        (other / f".replace.{running.pid}.tmp").mkdir(parents=True)
+        ended(runner.invoke(app, ["export", str(source), str(other)]), 1, Errors.E_EXPORT_NOT_EMPTY.format(path=other))
+        assert (other / f".replace.{running.pid}.tmp").is_dir()
+    finally:
+        running.kill()
+        running.wait()
+
+
 class Killed(BaseException):
     """What a SIGKILL leaves: raised after a file operation, caught by nothing on its way out."""
 

@@ -3,6 +3,7 @@
 import json
 import math
 import numbers
+import reprlib
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
@@ -10,6 +11,9 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 from ..chars import DEFAULT_MAX_CHARS, N_CHAR_IDS
 from ..errors import Errors
 from ..paths import missing_path_error
+
+#: The first bytes of an HDF5 file (at offset 0, where h5py writes it): a weight file given as the options.
+HDF5_MAGIC = b"\x89HDF"
 
 RELEASED_FILTERS: List[Tuple[int, int]] = [(1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024)]
 
@@ -207,7 +211,8 @@ class BiLMConfig:
         Unknown keys (training options) are ignored; a missing clip means no
         clipping; a missing ``n_highway`` means none. A missing ``lstm.use_skip_connections``
         is an error, as it is to AllenNLP and bilm-tf's inference model: a default would guess
-        the model (every released one has skip connections); so is a missing ``lstm.n_layers``.
+        the model (every released one has skip connections); so is a missing ``lstm.n_layers`` or
+        ``char_cnn.activation`` (relu for a tanh-trained model would compute another model).
         """
         source = source or "the given dict"
         if not isinstance(options, dict):
@@ -217,22 +222,37 @@ class BiLMConfig:
             if Path(options).is_dir():
                 raise ValueError(Errors.E_OPTIONS_IS_DIR.format(path=options))
             try:
-                options = json.loads(Path(options).read_text(encoding="utf-8"))
-            except (OSError, ValueError) as err:
+                raw = Path(options).read_bytes()
+            except OSError as err:
+                raise ValueError(Errors.E_OPTIONS_NOT_JSON.format(path=options, error=err)) from err
+            if raw.startswith(HDF5_MAGIC):  # else "'utf-8' codec can't decode byte 0x89": the arguments swapped
+                raise ValueError(Errors.E_OPTIONS_IS_HDF5.format(path=options))
+            try:
+                options = json.loads(raw.decode("utf-8"))
+            except ValueError as err:  # JSONDecodeError, UnicodeDecodeError
                 raise ValueError(Errors.E_OPTIONS_NOT_JSON.format(path=options, error=err)) from err
 
-        def need(section: Any, key: str, where: str) -> Any:  # any JSON value: refused unless a dict with key
-            if not isinstance(section, dict) or key not in section:
+        def need(section: Dict[str, Any], key: str, where: str) -> Any:  # any JSON value
+            if key not in section:
                 raise ValueError(Errors.E_OPTIONS_MISSING_KEY.format(source=source, key=where))
             return section[key]
 
-        lstm = need(options, "lstm", "lstm")
-        cnn = need(options, "char_cnn", "char_cnn")
-        embedding = need(cnn, "embedding", "char_cnn.embedding")
-        if isinstance(lstm, dict) and "n_layers" not in lstm:  # not bilm-tf's default of 1: a guess
+        def an_object(value: Any, what: str, shape: str) -> Dict[str, Any]:  # not "lacks the key" for [1]
+            if not isinstance(value, dict):
+                raise ValueError(Errors.E_OPTIONS_NOT_OBJECT.format(
+                    source=source, found=reprlib.repr(value), what=what, shape=shape))
+            return value
+
+        options = an_object(options, "the top level", '{"lstm": {...}, "char_cnn": {...}}')
+        lstm = an_object(need(options, "lstm", "lstm"), "'lstm'", '{"dim": ..., "projection_dim": ..., ...}')
+        cnn = an_object(need(options, "char_cnn", "char_cnn"), "'char_cnn'", '{"embedding": {...}, "filters": ..., ...}')
+        embedding = an_object(need(cnn, "embedding", "char_cnn.embedding"), "'char_cnn.embedding'", '{"dim": ...}')
+        if "n_layers" not in lstm:  # not bilm-tf's default of 1: a guess
             raise ValueError(Errors.E_OPTIONS_NO_N_LAYERS.format(source=source, fix=n_layers_fix(weight_file)))
-        if isinstance(lstm, dict) and "use_skip_connections" not in lstm:
+        if "use_skip_connections" not in lstm:
             raise ValueError(Errors.E_OPTIONS_NO_SKIP_KEY.format(source=source))
+        if "activation" not in cnn:  # relu would be a guess (AllenNLP: KeyError)
+            raise ValueError(Errors.E_OPTIONS_NO_ACTIVATION.format(source=source))
         values = dict(
             projection_dim=need(lstm, "projection_dim", "lstm.projection_dim"),
             cell_dim=need(lstm, "dim", "lstm.dim"),
@@ -243,7 +263,7 @@ class BiLMConfig:
             char_embedding_dim=need(embedding, "dim", "char_cnn.embedding.dim"),
             filters=need(cnn, "filters", "char_cnn.filters"),
             n_highway=cnn.get("n_highway") or 0,
-            activation=cnn.get("activation", "relu"),
+            activation=cnn["activation"],
             n_characters=cnn.get("n_characters", 262),
             max_characters_per_token=cnn.get("max_characters_per_token", DEFAULT_MAX_CHARS),
         )

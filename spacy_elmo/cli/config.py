@@ -1,6 +1,5 @@
 """``spacy-elmo config``: write one of the shipped ``spacy train`` configs."""
 
-import shlex
 import sys
 from pathlib import Path
 
@@ -9,6 +8,7 @@ import typer
 from ..atomic import atomic_write_text
 from ..configs import config_names, config_path
 from ..errors import Errors, Warnings
+from ..paths import shell_quoted
 from .app import app, checked_by, checked_output, fail, given_text, warn
 
 
@@ -50,5 +50,5 @@ def config(
 def train_command(path: Path, name: str) -> str:
     """The ``spacy train`` command line of the shipped config ``name`` written to ``path``, with ``--output``:
     without it spaCy trains and saves nothing (no model-best, no model-last)."""
-    return (f"python -m spacy train {shlex.quote(str(path))} --output training/{name} --paths.train train.spacy "
+    return (f"python -m spacy train {shell_quoted(path)} --output training/{name} --paths.train train.spacy "
             "--paths.dev dev.spacy")

@@ -7,6 +7,7 @@ from typing import Optional
 import typer
 
 from ..errors import Errors, Warnings, counted
+from ..paths import shell_quoted
 from .app import DEVICE_HELP, app, fail, given_path, given_text, known_device, positive_int, progress_option, spacy_language, warn
 
 
@@ -47,7 +48,8 @@ def evaluate(
         result = evaluate_model_dir(model_dir, text_path, lang=lang, batch_size=batch_size, device=target,
                                     progress=progress and not as_json, per_sentence=per_sentence)
     except SavedPipelineGiven as err:  # exporting its biLM is not enough here: it has no softmax
-        fail(Errors.E_EVALUATE_PIPELINE.format(given=err.given, pipeline=err.pipeline))
+        fail(Errors.E_EVALUATE_PIPELINE.format(given=err.given, pipeline=err.pipeline,
+                                                shell_pipeline=shell_quoted(err.pipeline)))
     except (ValueError, OSError, RuntimeError) as err:
         fail(str(err))
     if as_json:

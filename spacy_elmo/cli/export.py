@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from ..atomic import replace_dir
+from ..atomic import remove_replace_leftovers, replace_dir
 from ..errors import Errors
 from ..paths import holds_cwd
 from .app import app, fail, given_output_path, given_text, one_of
@@ -100,7 +100,8 @@ def check_output_dir(out_dir: Path, overwrite: bool, model_dir: str) -> None:
     """FileExistsError when ``out_dir`` is a file, a non-empty directory without ``overwrite`` (with it too where
     it is or holds the current directory: everything in it would be deleted), (inside) the bundled default model's
     directory, or ``model_dir`` itself holding a pretrain run's checkpoint (replaced whole, the run could no longer
-    be resumed)."""
+    be resumed). What killed exports left in ``out_dir`` (hidden, of processes that no longer run) is removed first:
+    no content."""
     from ..bilm.native_io import DEFAULT_MODEL_DIR
     from ..training.checkpoint import CHECKPOINT_NAME
 
@@ -111,6 +112,8 @@ def check_output_dir(out_dir: Path, overwrite: bool, model_dir: str) -> None:
         raise FileExistsError(Errors.E_EXPORT_BUNDLED.format(path=out_dir, bundled=DEFAULT_MODEL_DIR))
     if real.exists() and not real.is_dir():
         raise FileExistsError(Errors.E_EXPORT_NOT_A_DIR.format(path=out_dir))
+    # a killed export's hidden copy (.replace.PID.tmp) is no content: "not empty" though ls shows nothing
+    remove_replace_leftovers(real)
     if _holds_files(real):
         # with --overwrite, "$OUT" unset (typer's ".") or "." emptied the current directory, .git and all: refused
         # whatever --overwrite says, as not empty would offer it

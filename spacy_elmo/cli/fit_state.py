@@ -7,6 +7,7 @@ from typing import Optional
 import typer
 
 from ..errors import Errors, Warnings, counted
+from ..paths import shell_quoted
 from .app import app, fail, given_path, given_text, positive_int, progress_option, spacy_language, warn
 from .signals import interruption_ends
 
@@ -64,7 +65,7 @@ def fit_state(
             if path.resolve() == DEFAULT_MODEL_DIR:
                 raise ValueError(Errors.E_FIT_STATE_BUNDLED.format(model=model_dir, path=DEFAULT_MODEL_DIR))
             if allennlp_files_of(path) is not None:  # an error too when native and AllenNLP files share it
-                raise ValueError(Errors.E_FIT_STATE_ALLENNLP.format(path=path))
+                raise ValueError(Errors.E_FIT_STATE_ALLENNLP.format(path=path, shell_path=shell_quoted(path)))
             # From the read of the model to the write of its state: a pretrain running there rewrites the model at
             # every checkpoint (the state written would be lost, or land beside weights it was not fitted to).
             held.enter_context(model_dir_lock(path, Errors.E_FIT_STATE_IN_USE, "MODEL_DIR", "fit-state"))
@@ -96,7 +97,7 @@ def fit_state(
         try:
             write_initial_state(bilm.initial_state, path)
         except OSError as err:
-            fail(Errors.E_FIT_STATE_WRITE.format(path=path, error=err))
+            fail(Errors.E_FIT_STATE_WRITE.format(path=path, shell_path=shell_quoted(path), error=err))
         stop.complete()  # the state is written whole: a signal from here on stops nothing (exit 0)
     if clear:
         typer.echo(f"cleared the initial state of {model_dir}")
@@ -109,6 +110,6 @@ def fit_state(
                f"({counted(rows, 'stream')} of {per:,}; the mean of {counted((per - WARMUP) * rows, 'boundary state')}, "
                f"past each stream's first {WARMUP}{rest})")
     if (meta.get("provenance") or {}).get("reading") == "sentences":
-        warn(Warnings.W_FIT_STATE_SENTENCES_MODEL.format(model=model_dir))
+        warn(Warnings.W_FIT_STATE_SENTENCES_MODEL.format(model=model_dir, shell_model=shell_quoted(model_dir)))
     if replaced:
         warn(Warnings.W_REPLACED_BYTES_TEXT.format(n_bytes=replaced, path=text_path))

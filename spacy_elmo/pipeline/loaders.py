@@ -7,6 +7,7 @@ from typing import Callable, Optional, Tuple, Union
 from ..bilm import BiLM
 from ..bilm.native_io import SavedPipelineGiven
 from ..errors import Errors
+from ..paths import shell_quoted
 
 #: ``loader(backend) -> (BiLM, source)``
 WeightsLoader = Callable[[str], Tuple[BiLM, str]]
@@ -25,7 +26,8 @@ def load_weights(path: Optional[Union[str, Path]], backend: str = "auto") -> Tup
     try:
         bilm = BiLM.load(target, stateful=False, backend=backend).eval()
     except SavedPipelineGiven as err:
-        raise ValueError(Errors.E_WEIGHTS_ARE_PIPELINE.format(given=err.given, pipeline=err.pipeline)) from err
+        raise ValueError(Errors.E_WEIGHTS_ARE_PIPELINE.format(given=err.given, pipeline=err.pipeline,
+                                                              shell_pipeline=shell_quoted(err.pipeline))) from err
     return bilm, target if target == "default" else os.path.abspath(target.strip())
 
 

@@ -15,6 +15,7 @@ from ..atomic import atomic_write
 from ..atomic import remove_leftovers as atomic_remove_leftovers
 from ..bilm.native_io import read_meta, torch_load_error
 from ..errors import Errors
+from ..paths import shell_quoted
 
 CHECKPOINT_NAME = "checkpoint.pt"
 
@@ -204,10 +205,12 @@ def check_settings(saved: Dict[str, Any], current: Dict[str, Any], output_dir: P
                 continue
             raise _given_or_left_out(name, saved, output_dir, current)
         if name == "data":
-            raise ValueError(Errors.E_CHECKPOINT_DATA.format(path=output_dir))
+            raise ValueError(Errors.E_CHECKPOINT_DATA.format(path=output_dir, shell_path=shell_quoted(output_dir)))
         if name == "vocab_size":  # what --vocab-size and --min-count made of the corpus: both named
-            raise ValueError(Errors.E_RESUME_VOCAB_SIZE.format(path=output_dir, found=found, expected=expected))
+            raise ValueError(Errors.E_RESUME_VOCAB_SIZE.format(path=output_dir, shell_path=shell_quoted(output_dir), found=found,
+                                                             expected=expected))
         if name == "model_config":
             raise ValueError(Errors.E_RESUME_MODEL.format(path=output_dir, found=found, expected=expected))
         raise ValueError(Errors.E_CHECKPOINT_MISMATCH.format(
-            path=output_dir, found=_describe(name, found), expected=_describe(name, expected)))
+            path=output_dir, shell_path=shell_quoted(output_dir), found=_describe(name, found),
+            expected=_describe(name, expected)))

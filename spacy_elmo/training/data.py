@@ -70,7 +70,7 @@ import numpy as np
 from .._typing import PathLike
 from ..atomic import atomic_write_text, naming, temporary_files
 from ..errors import Errors, TokenizerMismatchWarning, Warnings, counted, listed
-from ..paths import missing_path_error, stream_sha256
+from ..paths import missing_path_error, shell_quoted, stream_sha256
 from .vocab import BOS, EOS, SPECIALS
 
 BINARY_PROBE = 8192
@@ -450,7 +450,7 @@ def not_text_error(path: Path, kind: str, directories: bool = True) -> str:
     skipped = Errors.E_NOT_TEXT_SKIPPED if directories else ""
     if kind == BINARY:
         return Errors.E_BINARY_FILE.format(path=path, skipped=skipped)
-    return Errors.E_WIDE_TEXT_FILE.format(path=path, encoding=kind, skipped=skipped)
+    return Errors.E_WIDE_TEXT_FILE.format(path=path, shell_path=shell_quoted(path), encoding=kind, skipped=skipped)
 
 
 #: A stretch of more than RUN_CHARS characters without whitespace; from its start only (no match is tried
@@ -625,7 +625,8 @@ def iter_text(path: PathLike, stats: ReadStats, tokenizer=None) -> Iterator[str]
             stats.n_binary += 1  # UTF-16 and UTF-32 files too: skipped as no UTF-8 text
             stats.binary_files.append(str(file))
             skipped = Warnings.W_BINARY_SKIPPED if kind == BINARY else Warnings.W_WIDE_TEXT_SKIPPED
-            warnings.warn(skipped.format(path=file, encoding=kind), RuntimeWarning, stacklevel=2)
+            warnings.warn(skipped.format(path=file, shell_path=shell_quoted(file), encoding=kind), RuntimeWarning,
+                          stacklevel=2)
             continue
         stats.n_files += 1
         before = replaced_bytes_so_far()

@@ -35,6 +35,7 @@ import torch
 
 from .._typing import PathLike
 from ..errors import Errors, Warnings
+from ..paths import shell_quoted
 from .data import Corpus, ReadStats, make_nlp, text_language, tokenize_file, warn_other_tokens
 from ..ops.reference import to_device_nowait
 from .lm import BidirectionalLM, encode_batch, target_positions
@@ -299,7 +300,7 @@ def evaluate_model_dir(
 
     bilm, softmax, vocab, provenance = load_pretrained(model_dir)
     if softmax is None or vocab is None:  # load_pretrained gives both or neither
-        raise ValueError(Errors.E_NO_SOFTMAX.format(path=model_dir))
+        raise ValueError(Errors.E_NO_SOFTMAX.format(path=model_dir, shell_path=shell_quoted(model_dir)))
     lm = BidirectionalLM(bilm, softmax).to(device)
     lang, from_model = text_language(lang, provenance)
     if per_sentence is None:
@@ -311,5 +312,6 @@ def evaluate_model_dir(
     if result["oov_rate"] > EVAL_OOV_WARNING_RATE:
         trained = repr(provenance["lang"]) if provenance.get("lang") else "no language"
         warnings.warn(Warnings.W_EVAL_OOV.format(rate=result["oov_rate"], path=text_path, lang=lang, model=model_dir,
-                                                 size=vocab.size, trained=trained), RuntimeWarning, stacklevel=2)
+                                                 shell_model=shell_quoted(model_dir), size=vocab.size, trained=trained),
+                      RuntimeWarning, stacklevel=2)
     return result

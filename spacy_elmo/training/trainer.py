@@ -40,7 +40,7 @@ from ..bilm.lstm import LstmState
 from ..bilm.native_io import INITIAL_STATE_NAME, find_allennlp_files, read_meta
 from ..device import torch_device
 from ..errors import Errors, Warnings, counted
-from ..paths import file_identity, file_sha256
+from ..paths import file_identity, file_sha256, shell_quoted
 from ..ranks import torchrun_ranks
 from . import checkpoint as ckpt
 from . import data as corpus_data
@@ -509,7 +509,8 @@ def _refuse_other_tokenization(cache: Path, stamp: Dict[str, Any], out: Path) ->
             tokenizer=json.dumps(tokenization["tokenizer"], sort_keys=True), rules=tokenization["rules"], spacy_rules=rules
         )
 
-    raise ValueError(Errors.E_CHECKPOINT_TOKENIZER.format(path=out, found=describe(change[0]), expected=describe(change[1])))
+    raise ValueError(Errors.E_CHECKPOINT_TOKENIZER.format(path=out, shell_path=shell_quoted(out), found=describe(change[0]),
+                                                         expected=describe(change[1])))
 
 
 def _check_output_place(out: Path, train_path: Path) -> None:
@@ -543,7 +544,8 @@ def _refuse_allennlp_output(out: Path) -> None:
     except ValueError:  # not one pair of options and weights (an embeddings .hdf5 alone): no model to hide
         return
     if found is not None:
-        raise FileExistsError(Errors.E_OUTPUT_HOLDS_ALLENNLP.format(path=out, options=found[0].name, weights=found[1].name))
+        raise FileExistsError(Errors.E_OUTPUT_HOLDS_ALLENNLP.format(path=out, shell_path=shell_quoted(out),
+                                                                     options=found[0].name, weights=found[1].name))
 
 
 def _total_steps(cfg: TrainConfig, steps_per_epoch: int) -> int:
@@ -570,7 +572,7 @@ def _diverged(step: int, what: str, value: float, out: Path, last_saved: int) ->
     kept = restart = ""
     if last_saved:
         kept = Errors.E_TRAINING_DIVERGED_KEPT.format(path=out, last=last_saved)
-        restart = Errors.E_TRAINING_DIVERGED_RESTART.format(path=out)
+        restart = Errors.E_TRAINING_DIVERGED_RESTART.format(shell_path=shell_quoted(out))
     return ValueError(Errors.E_TRAINING_DIVERGED.format(step=step, what=what, value=value, kept=kept, restart=restart))
 
 
@@ -854,7 +856,7 @@ def _lock(fd: int, directory: Path, in_use: str) -> Optional[OSError]:
     try:
         return try_lock(fd)
     except BlockingIOError:
-        raise FileExistsError(in_use.format(path=directory)) from None
+        raise FileExistsError(in_use.format(path=directory, shell_path=shell_quoted(directory))) from None
 
 
 def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], held: ExitStack) -> Dict[str, Any]:
@@ -1036,7 +1038,8 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
                 start = fit_start_state(bilm, corpus, cfg.state_sentences)
                 fitted = out / INITIAL_STATE_NAME
                 if start is None and fitted.exists():  # the save removes it: once (the next saves find none)
-                    warnings.warn(Warnings.W_RESUME_REMOVES_INITIAL_STATE.format(path=fitted, step=step, out=out),
+                    warnings.warn(Warnings.W_RESUME_REMOVES_INITIAL_STATE.format(path=fitted, step=step, out=out,
+                                                                                  shell_out=shell_quoted(out)),
                                   RuntimeWarning, stacklevel=2)
                 save_pretrained(out, bilm, softmax, vocab, dict(provenance, steps=step), initial_state=start)
         last_saved = step

@@ -90,7 +90,7 @@ class NumpyElmo:
         cnn, lstm = options["char_cnn"], options["lstm"]
         self.filters = cnn["filters"]
         self.n_highway = cnn.get("n_highway") or 0
-        self.act = np.tanh if cnn.get("activation", "relu") == "tanh" else (lambda x: np.maximum(x, 0))
+        self.act = np.tanh if cnn["activation"] == "tanh" else (lambda x: np.maximum(x, 0))
         self.max_chars = cnn.get("max_characters_per_token", 50)
         self.P, self.C, self.L = lstm["projection_dim"], lstm["dim"], lstm["n_layers"]
         self.cell_clip = lstm.get("cell_clip") or None

@@ -126,22 +126,72 @@ def test_booleans_must_be_json_booleans(value):
         BiLMConfig.from_dict({"use_skip_connections": value})
 
 
-def test_options_without_use_skip_connections_are_refused(tmp_path):
+@pytest.mark.parametrize(
+    "section,key,values,fix",
+    [
+        ("lstm", "use_skip_connections", (True, False), r'"use_skip_connections": true for a released model.*or false'),
+        ("char_cnn", "activation", ("relu", "tanh"), r'"activation": "relu" for a released model.*or "tanh"'),
+    ],
+)
+def test_options_without_a_key_no_default_is_safe_for_are_refused(tmp_path, section, key, values, fix):
     """A missing key loaded a no-skip model silently (AllenNLP refuses such options, bilm-tf's inference model
-    fails on them; every released model has skip connections); null was refused: now both are."""
-    opts = options()
-    del opts["lstm"]["use_skip_connections"]
+    fails on them; every released model has skip connections); null was refused: now both are. A missing
+    char_cnn.activation loaded as relu, silently another model for a tanh-trained one (AllenNLP and bilm-tf raise
+    KeyError): refused the same way, the fix said."""
+    opts = options(activation="tanh")
+    del opts[section][key]
     path = tmp_path / "options.json"
     path.write_text(json.dumps(opts))
     for given in (opts, path):
-        with pytest.raises(ValueError, match=r"lack the key 'lstm.use_skip_connections'.*"
-                                             r'"use_skip_connections": true for a released model.*or false') as err:
+        with pytest.raises(ValueError, match=rf"lack the key '{section}\.{key}', and no default is safe.*{fix}") as err:
             BiLMConfig.from_allennlp_options(given)
         assert str(given if given is path else "dict") in str(err.value)
-    for value in (True, False):  # the writer always writes the key: every config round-trips
-        config = BiLMConfig(**{**TINY.to_dict(), "use_skip_connections": value})
-        assert "use_skip_connections" in config.to_allennlp_options()["lstm"]
+    for value in values:  # the writer always writes the key: every config round-trips
+        config = BiLMConfig(**{**TINY.to_dict(), key: value})
+        assert config.to_allennlp_options()[section][key] == value
         assert BiLMConfig.from_allennlp_options(config.to_allennlp_options()) == config
+
+
+def test_swapped_options_and_weight_files_are_named_as_such(tmp_path):
+    """A weight file given as the options said "'utf-8' codec can't decode byte 0x89": now that it is HDF5 and the
+    two arguments look swapped."""
+    from tests.bilm.oracle import write_options, write_weights
+
+    opts = options()
+    write_weights(tmp_path / "w.hdf5", opts, np.random.default_rng(0))
+    write_options(tmp_path / "o.json", opts)
+    for call in (lambda: BiLM.from_allennlp(tmp_path / "w.hdf5", tmp_path / "o.json"),
+                 lambda: BiLMConfig.from_allennlp_options(tmp_path / "w.hdf5")):
+        with pytest.raises(ValueError, match=rf"^{re.escape(str(tmp_path / 'w.hdf5'))} is an HDF5 file \(ELMo weights\), "
+                                             r"not an options\.json: the options file and the weight file look swapped\. "
+                                             r"Pass the options\.json first") as err:
+            call()
+        assert "codec" not in str(err.value)
+    (tmp_path / "latin1.json").write_bytes(b"\xe9{}")  # other undecodable bytes: still "could not read"
+    with pytest.raises(ValueError, match=r"Could not read ELMo options .*codec can't decode byte 0xe9"):
+        BiLMConfig.from_allennlp_options(tmp_path / "latin1.json")
+
+
+@pytest.mark.parametrize(
+    "change,what,found",
+    [
+        (lambda o: [1, 2], "the top level", r"\[1, 2\]"),
+        (lambda o: {**o, "lstm": [1]}, "'lstm'", r"\[1\]"),
+        (lambda o: {**o, "char_cnn": "relu"}, "'char_cnn'", "'relu'"),
+        (lambda o: {**o, "char_cnn": {**o["char_cnn"], "embedding": 16}}, "'char_cnn\\.embedding'", "16"),
+    ],
+    ids=["file-list", "lstm-list", "char_cnn-string", "embedding-number"],
+)
+def test_a_section_that_is_no_object_is_named_with_what_was_found(tmp_path, change, what, found):
+    """'"lstm": [1]' (or a whole file that is a JSON list) was reported as a missing key ('lack the key
+    lstm.projection_dim ... check that you passed the options file and not the weight file'): now the key that must
+    be a JSON object, and what the file holds instead."""
+    path = tmp_path / "options.json"
+    path.write_text(json.dumps(change(options())))
+    with pytest.raises(ValueError, match=rf"^In the ELMo options {re.escape(str(path))}, {what} must be a JSON object "
+                                         rf"\(.*\); found {found}\. Pass the options\.json .* or fix {what} there\.$") as err:
+        BiLMConfig.from_allennlp_options(path)
+    assert "lack the key" not in str(err.value)
 
 
 @pytest.mark.parametrize(

@@ -196,13 +196,18 @@ def test_load_directory_of_allennlp_files(files):
         assert torch.equal(a, b), n
 
 
-def test_missing_dataset_names_it_and_its_shape(files, tmp_path):
+@pytest.mark.parametrize("as_group", [False, True], ids=["deleted", "a-group-of-its-name"])
+def test_missing_dataset_names_it_and_its_shape(files, tmp_path, as_group):
+    """A group where the dataset belongs (its array inside) is no dataset: missing, as a deleted one is."""
     opt_path, weight_path = files
     with h5py.File(weight_path, "a") as f:
+        value = f["CNN_high_1/W_carry"][...]
         del f["CNN_high_1/W_carry"]
-    with pytest.raises(ValueError) as err:
+        if as_group:
+            f.create_group("CNN_high_1/W_carry")["value"] = value
+    with pytest.raises(ValueError, match=rf"^The weight file {re.escape(str(weight_path))} has no dataset "
+                                         r"'CNN_high_1/W_carry' \(expected shape \(24, 24\)\)\."):
         BiLM.from_allennlp(opt_path, weight_path)
-    assert "'CNN_high_1/W_carry'" in str(err.value) and "(24, 24)" in str(err.value)
 
 
 def test_shape_mismatch_names_dataset_expected_and_found(files, tmp_path):

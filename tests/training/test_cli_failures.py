@@ -15,6 +15,7 @@ import typer
 from spacy_elmo import BiLM, BiLMConfig
 from spacy_elmo.cli import app, main
 from spacy_elmo.errors import Errors, Warnings
+from spacy_elmo.paths import shell_quoted
 
 from tests.cli_text import ended, runner
 
@@ -92,7 +93,7 @@ def _fit_state_write(tmp_path, monkeypatch):
     model = tmp_path / "tiny"
     BiLM(BiLMConfig(**TINY)).save(model)
     monkeypatch.setattr("spacy_elmo.bilm.native_io.write_initial_state", _raise(READ_ONLY))
-    return ["fit-state", str(model), "--clear"], Errors.E_FIT_STATE_WRITE.format(path=model, error=READ_ONLY)
+    return ["fit-state", str(model), "--clear"], Errors.E_FIT_STATE_WRITE.format(path=model, shell_path=shell_quoted(model), error=READ_ONLY)
 
 
 def _pretrain_environment(tmp_path, monkeypatch):
@@ -438,7 +439,7 @@ def test_a_saved_pipeline_given_as_model_is_named_with_how_to_get_its_biLM(tmp_p
     message = {"embed": Errors.E_MODEL_IS_PIPELINE, "evaluate": Errors.E_EVALUATE_PIPELINE}[command]
     given = (f"{pipeline} is a saved spaCy pipeline" if not inside
              else f"{pipeline / 'elmo'} is the directory of the 'elmo' component of the saved spaCy pipeline {pipeline}")
-    message = message.format(given=given, pipeline=pipeline)
+    message = message.format(given=given, pipeline=pipeline, shell_pipeline=shell_quoted(pipeline))
     ended(runner.invoke(app, args), 1, message)
     assert f"`spacy-elmo export {pipeline} ELMO_DIR --format native`" in message
     exported = runner.invoke(app, ["export", str(pipeline), str(tmp_path / "saved"), "--format", "native"])  # what it says
@@ -446,7 +447,7 @@ def test_a_saved_pipeline_given_as_model_is_named_with_how_to_get_its_biLM(tmp_p
     saved = [str(tmp_path / "saved") if arg == model else arg for arg in args]
     result = runner.invoke(app, saved)
     if command == "evaluate":  # a biLM of a pipeline has no softmax
-        ended(result, 1, Errors.E_NO_SOFTMAX.format(path=tmp_path / "saved"))
+        ended(result, 1, Errors.E_NO_SOFTMAX.format(path=tmp_path / "saved", shell_path=shell_quoted(tmp_path / "saved")))
     else:
         assert result.exit_code == 0, result.output
 

@@ -4,6 +4,7 @@ traceback) that name the problem and the fix, nothing dropped without a word."""
 import json
 import re
 import shutil
+import warnings
 
 import click
 import pytest
@@ -110,6 +111,63 @@ def test_fit_state_needs_a_native_model_dir(trained, model, tmp_path):
     output = clean_error(runner.invoke(app, ["fit-state", str(model), str(trained["train"]), "--rows", "4"]))
     assert "holds two models" in output
     assert files(model) == before
+
+
+def _pasted(message: str):
+    """The words a shell makes of each command that ``message`` suggests (between backticks)."""
+    import shlex
+
+    return [shlex.split(command) for command in re.findall(r"`([^`]*)`", message)]
+
+
+def test_a_path_in_a_suggested_command_is_one_shell_word(trained, tmp_path):
+    """The commands messages suggest put paths unquoted: one with spaces (or a quote) pasted as several words. Now
+    each such path is shell-quoted; the prose names it plain."""
+    from spacy_elmo.bilm.native_io import SavedPipelineGiven
+    from spacy_elmo.training.data import not_text_error
+    from spacy_elmo.training.evaluate import evaluate_model_dir
+    from tests.cli_text import runner as split_runner
+
+    base = tmp_path / "my models" / "it's ünï"
+    allen = base / "allen"
+    with warnings.catch_warnings():  # what AllenNLP will not run, said elsewhere
+        warnings.simplefilter("ignore")
+        BiLM.load(trained["model"]).to_allennlp(allen / "options.json", allen / "weights.hdf5")
+    result = split_runner.invoke(app, ["fit-state", str(allen), str(trained["held"])])
+    assert result.exit_code == 1 and result.stderr.startswith(f"{allen} holds AllenNLP"), result.output
+    bare = base / "bare"
+    BiLM.load(trained["model"]).save(bare)  # no softmax
+    with pytest.raises(ValueError) as no_softmax:
+        evaluate_model_dir(bare, trained["held"])
+    messages = [result.stderr, str(no_softmax.value), not_text_error(base / "a b.txt", "UTF-16LE"),
+                str(SavedPipelineGiven(base / "pipe", base / "pipe"))]
+    for message, path in zip(messages, [allen, bare, base / "a b.txt", base / "pipe"]):
+        assert any(str(path) in words for words in _pasted(message)), message
+
+
+def test_a_path_after_init_in_a_suggested_fix_is_one_shell_word(tmp_path):
+    """"start a new OUTPUT_DIR with --init PATH" put PATH unquoted: it is shell-quoted as a command's is."""
+    import shlex
+
+    from spacy_elmo.training.checkpoint import check_settings
+    from spacy_elmo.training.trainer import _diverged, _refuse_allennlp_output
+
+    out = tmp_path / "my runs" / "it's 1"
+    errors = [_diverged(5, "the loss", float("nan"), out, last_saved=4)]
+    for saved, current in (({"data": "a"}, {"data": "b"}), ({"vocab_size": 3}, {"vocab_size": 4}),
+                           ({"lr": 0.1}, {"lr": 0.2})):
+        with pytest.raises(ValueError) as err:
+            check_settings(saved, current, out)
+        errors.append(err.value)
+    out.mkdir(parents=True)
+    BiLM(BiLMConfig(projection_dim=4, cell_dim=6, filters=[(1, 2), (2, 2)], n_highway=0)).to_allennlp(
+        out / "options.json", out / "weights.hdf5")
+    with pytest.raises(FileExistsError) as err:
+        _refuse_allennlp_output(out)
+    errors.append(err.value)
+    for error in errors:
+        after_init = re.search(r".*--init (.*?)(?:, or start over|\)?\.$)", str(error), re.S)  # the last --init
+        assert after_init and shlex.split(after_init.group(1)) == [str(out)], str(error)
 
 
 def test_standard_input_is_named_not_a_missing_file(model, trained):
