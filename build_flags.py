@@ -33,7 +33,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from typing import Callable, List, NamedTuple, Optional
+from typing import Callable, List, NamedTuple, Optional, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -132,6 +132,40 @@ def import_torch():
     except ImportError as err:
         sys.exit(Errors.E_BUILD_NO_TORCH.format(error=err))
     return torch
+
+
+#: pyproject.toml's [build-system] floor: its ``license = "MIT"`` (a PEP 639 expression) is a schema error
+#: to an older setuptools, which an install with --no-build-isolation takes from the environment
+SETUPTOOLS_MIN = 77
+
+
+def setuptools_problem(version: str) -> str:
+    """The message setup.py stops with when ``version`` (setuptools.__version__) is older than
+    :data:`SETUPTOOLS_MIN`, else "" (a version that does not start with a number is not judged)."""
+    major = version.split(".")[0]
+    if major.isdigit() and int(major) < SETUPTOOLS_MIN:
+        return Errors.E_BUILD_OLD_SETUPTOOLS.format(version=version)
+    return ""
+
+
+def cuda_choice(want: str, torch_version: str, torch_cuda: Optional[str],
+                cuda_home: Optional[str]) -> Tuple[bool, str]:
+    """Whether setup.py builds the CUDA kernels, and the message it stops with instead ("" for none).
+
+    want: SPACY_ELMO_CUDA as switches.read gives it ("0", "1", "auto"); torch_cuda: torch.version.cuda
+    (None for a CPU-only torch); cuda_home: torch.utils.cpp_extension.CUDA_HOME (None where torch found
+    no toolkit, always for a CPU-only torch). "auto" builds them where both are there; "1" stops where one
+    is missing, saying which, where torch's CUDAExtension raised "CUDA_HOME environment variable is not
+    set" for both (for a CPU-only torch the toolkit is not what is missing)."""
+    if want == "0":
+        return False, ""
+    if want != "1":
+        return torch_cuda is not None and cuda_home is not None, ""
+    if torch_cuda is None:
+        return False, Errors.E_BUILD_CUDA_CPU_TORCH.format(torch=torch_version)
+    if cuda_home is None:
+        return False, Errors.E_BUILD_CUDA_NO_TOOLKIT.format(cuda=torch_cuda)
+    return True, ""
 
 
 def compiler_problem(which: Callable[[str], Optional[str]] = shutil.which) -> str:

@@ -1,8 +1,8 @@
 """Build of the compiled extension ``spacy_elmo._C``.
 
 All metadata lives in pyproject.toml; this file only declares the extension.
-Install with ``pip install --no-build-isolation -e .`` after installing torch
-(a bare ``torch`` requirement in an isolated build would pull a CUDA wheel).
+Install with ``pip install --no-build-isolation -e .`` after installing torch and the build tools
+(pyproject's [build-system] requires; a bare ``torch`` requirement in an isolated build would pull a CUDA wheel).
 
 Environment switches (read and checked by spacy_elmo/switches.py, through build_flags.py: another
 value warns and runs the default):
@@ -17,10 +17,17 @@ import glob
 import os
 import sys
 
+import setuptools
 from setuptools import setup
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import build_flags  # noqa: E402  (beside this file; the package itself may not import yet)
+
+# Before setup(): an older setuptools stops inside it on pyproject's license field, with a schema error
+# that names no fix.
+_problem = build_flags.setuptools_problem(setuptools.__version__)
+if _problem:
+    sys.exit(_problem)
 
 
 def _extensions():
@@ -39,10 +46,10 @@ def _extensions():
     if not sources:
         return [], {}
     cuda_sources = sorted(glob.glob("csrc/cuda/*.cu") + glob.glob("csrc/cuda/*.cpp"))
-    want_cuda = build_flags.switches.read(build_flags.switches.CUDA)
-    use_cuda = bool(cuda_sources) and (
-        want_cuda == "1" or (want_cuda == "auto" and torch.version.cuda is not None and CUDA_HOME is not None)
-    )
+    use_cuda, problem = build_flags.cuda_choice(build_flags.switches.read(build_flags.switches.CUDA), torch.__version__,
+                                                torch.version.cuda, CUDA_HOME) if cuda_sources else (False, "")
+    if problem:
+        sys.exit(problem)
     cxx_flags = flags.cxx
     define_macros = [("SPACY_ELMO_WITH_CUDA", "1")] if use_cuda else []
     if use_cuda:

@@ -19,6 +19,18 @@ _IN_GRAPH = (
 )
 
 
+# How to build spacy_elmo._C again against the installed torch, from a checkout or for an installed copy: the
+# fix of W_FIX_BUILD and of the messages that ask for a rebuild with a switch set (SPACY_ELMO_CUDA=1,
+# TORCH_CUDA_ARCH_LIST). --no-cache-dir: pip otherwise reuses the wheel it cached when it first built an
+# sdist from an index (its cache key is the sdist's URL and the interpreter, not the switches nor torch's
+# version), and the "rebuild" reinstalls the very build it should replace.
+_REBUILD = (
+    "in a source checkout `pip install --no-cache-dir --no-build-isolation -e .`; for an installed copy "
+    "`pip install --no-cache-dir --no-build-isolation --no-deps --force-reinstall SOURCE`, SOURCE the spacy-elmo "
+    "sdist or checkout"
+)
+
+
 def counted(n: int, singular: str, plural: str = "") -> str:
     """``n`` and its noun in agreement, for a message or a summary line: ``1 step``, ``2 steps``, ``1,024 tokens``,
     ``3 directories`` (``plural``: where an "s" does not make it; default ``singular + "s"``). Here, beside the
@@ -714,7 +726,7 @@ class Errors:
     E_FUSED_NO_CUDA_KERNELS = (
         "backend='fused' on CUDA tensors needs the CUDA kernels of spacy_elmo._C, which this build lacks (it "
         "found no CUDA toolkit: nvcc / CUDA_HOME). Install the CUDA toolkit of torch's CUDA ({cuda}) and "
-        "rebuild: `SPACY_ELMO_CUDA=1 pip install --no-build-isolation -e .` (`spacy-elmo info` shows what was "
+        "build it again with SPACY_ELMO_CUDA=1 set: " + _REBUILD + " (`spacy-elmo info` shows what was "
         "built). Or use backend='auto', which runs the reference path on CUDA here, or backend='reference'."
     )
     E_SCALAR_MIX_COUNT = (
@@ -1789,16 +1801,35 @@ class Errors:
     # --- building spacy_elmo._C: printed by setup.py (through build_flags.py), which then stops ---------
     E_BUILD_NO_TORCH = (
         "spacy-elmo: building spacy_elmo._C needs torch, which this Python cannot import ({error}). Install "
-        "torch first (`pip install torch==2.13.0`, or the CPU build: `pip install torch==2.13.0 --index-url "
-        "https://download.pytorch.org/whl/cpu`), then `pip install --no-build-isolation` again; or set "
-        "SPACY_ELMO_NO_EXTENSION=1 to install without the compiled extension (the pure-PyTorch reference path: "
-        "exact, but slower)."
+        "torch and the build tools first (`pip install torch==2.13.0 \"setuptools>=77\" wheel ninja`, or with "
+        "the CPU build of torch: `pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu`, "
+        "then `pip install \"setuptools>=77\" wheel ninja`), then `pip install --no-cache-dir "
+        "--no-build-isolation` again; or set SPACY_ELMO_NO_EXTENSION=1 to install without the compiled extension "
+        "(the pure-PyTorch reference path: exact, but slower), which still needs setuptools>=77."
     )
     E_BUILD_NO_COMPILER = (
         "spacy-elmo: building spacy_elmo._C needs a C++ compiler, and {cxx!r} ({source}) is not on PATH. "
         "Install one (e.g. `apt install g++`, `dnf install gcc-c++`, or clang; on macOS `xcode-select "
         "--install`) or point CXX at it, then install again; or set SPACY_ELMO_NO_EXTENSION=1 to install "
         "without the compiled extension (the pure-PyTorch reference path: exact, but slower)."
+    )
+    E_BUILD_OLD_SETUPTOOLS = (
+        "spacy-elmo: installing it needs setuptools 77 or later (pyproject.toml's license field), and this Python "
+        "has setuptools {version} (an install with --no-build-isolation uses the environment's own). Upgrade the "
+        "build tools: `pip install \"setuptools>=77\" wheel ninja`, then install again."
+    )
+    E_BUILD_CUDA_CPU_TORCH = (
+        "spacy-elmo: SPACY_ELMO_CUDA=1 asks for the CUDA kernels of spacy_elmo._C, but the installed torch "
+        "({torch}) is a CPU-only build (torch.version.cuda is None), which cannot build them. Install a CUDA "
+        "build of torch (on Linux, PyPI's `pip install torch==2.13.0` is one), then install again; or unset "
+        "SPACY_ELMO_CUDA (auto: the CUDA kernels when torch has CUDA and nvcc exists) or set it to 0 to build "
+        "the CPU kernels only."
+    )
+    E_BUILD_CUDA_NO_TOOLKIT = (
+        "spacy-elmo: SPACY_ELMO_CUDA=1 asks for the CUDA kernels of spacy_elmo._C, but torch found no CUDA "
+        "toolkit to compile them with (no nvcc on PATH, CUDA_HOME unset). Install the CUDA toolkit of torch's "
+        "CUDA ({cuda}) and put its bin/ on PATH or set CUDA_HOME to its root (e.g. /usr/local/cuda), then install "
+        "again; or unset SPACY_ELMO_CUDA (auto) or set it to 0 to build the CPU kernels only."
     )
 
 
@@ -1875,18 +1906,15 @@ class Warnings:
     )
     W_FIX_BUILD = (
         "Build it against the installed torch (needs a C++ compiler and ninja), with SPACY_ELMO_NO_EXTENSION "
-        "unset: in a source "
-        "checkout `pip install --no-build-isolation -e .`; for an installed copy "
-        "`pip install --no-build-isolation --no-deps --force-reinstall SOURCE`, SOURCE the "
-        "spacy-elmo sdist or checkout."
+        "unset: " + _REBUILD + "."
     )
     # The fused ops on CUDA tensors that run the reference instead (spacy_elmo.ops.cuda_route): once each.
     W_FUSED_NO_CUDA_KERNELS = (
         "spacy-elmo: spacy_elmo._C was built without its CUDA kernels (its build found no CUDA toolkit: "
         "nvcc / CUDA_HOME), so the fused ops on CUDA tensors run the pure-PyTorch reference path (exact, but "
         "slower); on the CPU they still run the fused kernels. For the CUDA kernels install the CUDA toolkit "
-        "of torch's CUDA ({cuda}) and rebuild: `SPACY_ELMO_CUDA=1 pip install --no-build-isolation -e .` "
-        "(`spacy-elmo info` shows what was built)."
+        "of torch's CUDA ({cuda}) and build it again with SPACY_ELMO_CUDA=1 set: " + _REBUILD + " (`spacy-elmo "
+        "info` shows what was built)."
     )
     W_FUSED_CUDA_MANY_FILTERS = (
         "spacy-elmo: the char CNN has {n} filters and its CUDA kernel takes at most {limit}, so on CUDA it runs "
@@ -1962,16 +1990,16 @@ class Warnings:
     W_SWITCH_INSTEAD_CACHE = "~/.cache/spacy-elmo is used, as when it is unset"
     W_INFO_GPU_NO_CODE = (
         "the CUDA kernels cannot run on it: they were compiled for {archs} only, none at or below its "
-        "capability; rebuild with TORCH_CUDA_ARCH_LIST={cap} (pip install --no-build-isolation -e .)"
+        "capability; build it again with TORCH_CUDA_ARCH_LIST={cap} set: " + _REBUILD
     )
     W_INFO_GPU_NO_CUDA_KERNELS = (
         "the fused ops run the reference path on it: spacy_elmo._C was built without its CUDA kernels (no CUDA "
-        "toolkit found); install the CUDA toolkit and rebuild with SPACY_ELMO_CUDA=1 "
-        "(pip install --no-build-isolation -e .)"
+        "toolkit found); install the CUDA toolkit and build it again with SPACY_ELMO_CUDA=1 set: " + _REBUILD
     )
     W_INFO_GPU_NO_TENSOR_CORES = (
         "the fp16/bf16 char CNN runs on CUDA cores, about 4x slower: the kernels it runs were compiled for "
-        "{arch}, and the tensor-core kernel needs 8.0 or later; rebuild with TORCH_CUDA_ARCH_LIST={cap}"
+        "{arch}, and the tensor-core kernel needs 8.0 or later; build it again with TORCH_CUDA_ARCH_LIST={cap} set: "
+        + _REBUILD
     )
     W_INFO_NO_OPENMP = (
         "no: the fused kernels' own loops run on one thread (the matrix products inside them still use torch's "

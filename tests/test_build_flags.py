@@ -243,3 +243,88 @@ def test_build_without_a_compiler_stops_with_the_fix(tmp_path, cxx):
     assert "needs a C++ compiler" in res.stderr and repr(cxx or "c++") in res.stderr
     assert "SPACY_ELMO_NO_EXTENSION=1" in res.stderr and "Error compiling objects" not in res.stderr
     assert not list(tmp_path.glob("spacy_elmo/_C*"))
+
+
+@pytest.mark.parametrize("version, stops", [("65.5.0", True), ("76.1.0", True), ("77.0.3", False), ("84.2.1", False),
+                                            ("100.0", False), ("unknown", False)])
+def test_setuptools_problem_names_an_older_setuptools_than_the_license_field_needs(version, stops):
+    said = build_flags.setuptools_problem(version)
+    assert bool(said) == stops
+    if stops:
+        assert f"setuptools {version}" in said and 'pip install "setuptools>=77" wheel ninja' in said
+
+
+def test_pyproject_requires_the_setuptools_setup_py_checks_for():
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    requires = pyproject.split("[build-system]")[1].split("\n[")[0]
+    assert f'"setuptools>={build_flags.SETUPTOOLS_MIN}"' in requires
+
+
+# Runs setup.py (setuptools.setup recorded, not run) with setuptools.__version__ -> argv[1]: what a venv's own
+# setuptools (65.5 with Python 3.11's venv) gives an install with --no-build-isolation.
+_OLD_SETUPTOOLS = """
+import runpy, sys
+import setuptools
+setuptools.__version__ = sys.argv[1]
+setuptools.setup = lambda **kw: print("setup() called")
+runpy.run_path("setup.py")
+"""
+
+
+@pytest.mark.parametrize("switches_set", [{}, {"SPACY_ELMO_NO_EXTENSION": "1"}])
+def test_setup_py_with_an_old_setuptools_stops_before_setup_saying_how_to_upgrade(switches_set):
+    """setuptools 65 stopped inside setup() on pyproject's ``license = "MIT"`` with a schema error ("must be
+    valid exactly by one definition") that names no fix; E_BUILD_NO_TORCH's SPACY_ELMO_NO_EXTENSION=1 led there
+    too. setup.py now stops first, with or without the extension."""
+    env = {k: v for k, v in os.environ.items() if k not in switches.SWITCHES}
+    res = subprocess.run([sys.executable, "-c", _OLD_SETUPTOOLS, "65.5.0"], cwd=ROOT, capture_output=True, text=True,
+                         env={**env, **switches_set})
+    assert res.returncode == 1 and "setup() called" not in res.stdout
+    assert "setuptools 65.5.0" in res.stderr and '"setuptools>=77"' in res.stderr and "Traceback" not in res.stderr
+    res = subprocess.run([sys.executable, "-c", _OLD_SETUPTOOLS, "77.0.3"], cwd=ROOT, capture_output=True, text=True,
+                         env={**env, "SPACY_ELMO_NO_EXTENSION": "1"})
+    assert res.returncode == 0 and "setup() called" in res.stdout, res.stderr
+
+
+@pytest.mark.parametrize("want, torch_cuda, cuda_home, expected", [
+    ("0", "12.8", "/usr/local/cuda", (False, None)),
+    ("auto", "12.8", "/usr/local/cuda", (True, None)),
+    ("auto", None, None, (False, None)),
+    ("auto", "12.8", None, (False, None)),
+    ("1", "12.8", "/usr/local/cuda", (True, None)),
+    ("1", None, None, (False, "E_BUILD_CUDA_CPU_TORCH")),
+    ("1", None, "/usr/local/cuda", (False, "E_BUILD_CUDA_CPU_TORCH")),
+    ("1", "12.8", None, (False, "E_BUILD_CUDA_NO_TOOLKIT")),
+])
+def test_cuda_choice_stops_where_cuda_1_cannot_build_the_cuda_kernels(want, torch_cuda, cuda_home, expected):
+    """SPACY_ELMO_CUDA=1 with a CPU-only torch, or without a toolkit torch finds: a message naming which is
+    missing and its fix, where torch's CUDAExtension raised "CUDA_HOME environment variable is not set" for
+    both; auto quietly builds the CPU kernels only."""
+    use, said = build_flags.cuda_choice(want, "2.13.0+cu128", torch_cuda, cuda_home)
+    assert use == expected[0]
+    if expected[1] is None:
+        assert said == ""
+    else:
+        message = getattr(build_flags.Errors, expected[1])
+        assert said == message.format(torch="2.13.0+cu128", cuda=torch_cuda)
+        assert "SPACY_ELMO_CUDA" in said and ("CPU-only" in said) == (torch_cuda is None)
+
+
+# Runs setup.py (setuptools.setup recorded, not run) with a torch that reports no CUDA.
+_CPU_TORCH = """
+import runpy
+import setuptools
+import torch
+torch.version.cuda = None  # a CPU-only torch (this machine's may have CUDA)
+setuptools.setup = lambda **kw: print("setup() called")
+runpy.run_path("setup.py")
+"""
+
+
+def test_setup_py_with_cuda_1_and_a_cpu_only_torch_stops_with_the_fix():
+    env = {k: v for k, v in os.environ.items() if k not in switches.SWITCHES}
+    res = subprocess.run([sys.executable, "-c", _CPU_TORCH], cwd=ROOT, capture_output=True, text=True,
+                         env={**env, "SPACY_ELMO_CUDA": "1"})
+    assert res.returncode == 1 and "setup() called" not in res.stdout
+    assert "CPU-only build" in res.stderr and "SPACY_ELMO_CUDA" in res.stderr
+    assert "Traceback" not in res.stderr and "CUDA_HOME environment variable" not in res.stderr

@@ -243,3 +243,29 @@ def test_make_install_compiles_once_and_again_only_what_changed(tmp_path):
     assert subprocess.run(["make", "clean"], cwd=tmp_path, env=env, capture_output=True).returncode == 0
     assert make_install() == [build, "build/ cleared"]
     assert make_install() == []
+
+
+def _pip_installs(text: str):
+    """The ``pip install ...`` commands in backticks in ``text`` (messages, README prose and code lines)."""
+    return re.findall(r"`(?:[A-Z_]+=\S+ )*(?:\.venv/bin/)?pip install [^`]*`", text)
+
+
+def test_every_rebuild_command_bypasses_pips_wheel_cache():
+    """pip caches the wheel it builds from an sdist it got from an index, keyed by the sdist's URL and the
+    interpreter: reinstalling to add the kernels (SPACY_ELMO_NO_EXTENSION unset, SPACY_ELMO_CUDA=1,
+    TORCH_CUDA_ARCH_LIST) or to build for a new torch put the cached build back, in about a second, without
+    compiling anything. So every command that builds again says --no-cache-dir: each build command of the
+    messages (they are all advice after a build that was wrong or missing) and each --force-reinstall of the
+    README; the messages asking for a rebuild share one wording of it (errors._REBUILD)."""
+    from spacy_elmo import errors
+
+    said = [m for cls in (errors.Errors, errors.Warnings) for name, m in vars(cls).items() if name[:2] in ("E_", "W_")]
+    builds = [c for m in said for c in _pip_installs(m) if "--no-build-isolation" in c]
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    reinstalls = [c for c in _pip_installs(readme) if "--force-reinstall" in c]
+    assert len(builds) >= 5 and len(reinstalls) >= 2  # what there was when the test was written: 13 and 3
+    assert [c for c in builds + reinstalls if "--no-cache-dir" not in c.split()] == []
+    for message in (errors.Warnings.W_FIX_BUILD, errors.Errors.E_FUSED_NO_CUDA_KERNELS,
+                    errors.Warnings.W_FUSED_NO_CUDA_KERNELS, errors.Warnings.W_INFO_GPU_NO_CODE,
+                    errors.Warnings.W_INFO_GPU_NO_CUDA_KERNELS, errors.Warnings.W_INFO_GPU_NO_TENSOR_CORES):
+        assert errors._REBUILD in message and "--force-reinstall SOURCE" in message

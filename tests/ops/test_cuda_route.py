@@ -96,7 +96,9 @@ def test_a_build_without_cuda_kernels_runs_the_reference_on_cuda_and_warns_once(
     for a, e in zip(f_outs + f_grads, r_outs + r_grads):
         assert torch.equal(a, e)
     assert [str(w.message) for w in caught] == [NO_KERNELS]
-    assert "SPACY_ELMO_CUDA=1 pip install --no-build-isolation -e ." in NO_KERNELS
+    # the rebuild, for a checkout and for an installed copy (an sdist from an index: past pip's wheel cache)
+    assert "SPACY_ELMO_CUDA=1 set: in a source checkout `pip install --no-cache-dir" in NO_KERNELS
+    assert "--no-cache-dir --no-build-isolation --no-deps --force-reinstall SOURCE" in NO_KERNELS
 
 
 def test_kernels_the_gpu_runs_are_called(fake_gpu, monkeypatch):
@@ -158,7 +160,9 @@ def test_explicit_fused_on_cuda_with_a_build_without_cuda_kernels_raises(fake_gp
             warnings.simplefilter("ignore")
             call(ops.AUTO_FUSED)
     assert fake_gpu.called == []
-    assert "SPACY_ELMO_CUDA=1 pip install --no-build-isolation -e ." in expected
+    # the rebuild, for a checkout and for an installed copy (an sdist from an index: past pip's wheel cache)
+    assert "SPACY_ELMO_CUDA=1 set: in a source checkout `pip install --no-cache-dir" in expected
+    assert "--no-cache-dir --no-build-isolation --no-deps --force-reinstall SOURCE" in expected
 
 
 def test_bilm_auto_runs_the_reference_and_fused_raises_on_cuda_with_a_build_without_cuda_kernels(fake_gpu,
