@@ -1189,6 +1189,11 @@ class Errors:
         "\"spacy-elmo/bilm\") or a JSON object of these keys alone: {choices}. Remove or rename them, or pass the "
         "options.json that came with an AllenNLP model."
     )
+    E_PRETRAIN_OPTIONS_IS_HDF5 = (
+        "{path} is an HDF5 file (ELMo weights), not model options: --options takes the options JSON (the "
+        "options.json that came with the weight file, a spacy-elmo model's config.json or its directory, or a JSON "
+        "object of BiLMConfig fields). To fine-tune those weights instead, pass their directory as --init."
+    )
     E_OPTIONS_DIR = (
         "{path} is a directory holding neither a spacy-elmo {config} nor one AllenNLP *options*.json ({n_options} "
         "found), where the model's sizes are read from: pass a spacy-elmo model directory (pretrain's "
