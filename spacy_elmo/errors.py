@@ -1201,6 +1201,11 @@ class Errors:
         "\"spacy-elmo/bilm\") or a JSON object of these keys alone: {choices}. Remove or rename them, or pass the "
         "options.json that came with an AllenNLP model."
     )
+    E_PRETRAIN_OPTIONS_IS_HDF5 = (
+        "{path} is an HDF5 file (ELMo weights), not model options: --options takes the options JSON (the "
+        "options.json that came with the weight file, a spacy-elmo model's config.json or its directory, or a JSON "
+        "object of BiLMConfig fields). To fine-tune those weights instead, pass their directory as --init."
+    )
     E_OPTIONS_DIR = (
         "{path} is a directory holding neither a spacy-elmo {config} nor one AllenNLP *options*.json ({n_options} "
         "found), where the model's sizes are read from: pass a spacy-elmo model directory (pretrain's "
@@ -1241,13 +1246,13 @@ class Errors:
         "The run in {path} fine-tunes {init} ({started}), but this --resume leaves --init out: {why}. Resume "
         "with {resume_with} (and the other settings the run was started with)."
     )
-    E_RESUME_STARTED = "it was started with --init {init}"
-    E_RESUME_STARTED_NEW_VOCAB = "it was started with --init {init} --new-vocab"
+    E_RESUME_STARTED = "it was started with --init {shell_init}"
+    E_RESUME_STARTED_NEW_VOCAB = "it was started with --init {shell_init} --new-vocab"
     E_RESUME_STARTED_NO_SOFTMAX = (
-        "it was started from --init {init}, which has no softmax, so a new vocabulary was built from its corpus"
+        "it was started from --init {shell_init}, which has no softmax, so a new vocabulary was built from its corpus"
     )
     E_RESUME_STARTED_NEW_VOCAB_UNKNOWN = (
-        "it was started from --init {init} with a vocabulary built from its corpus, by --new-vocab or because "
+        "it was started from --init {shell_init} with a vocabulary built from its corpus, by --new-vocab or because "
         "{init} has no softmax; {init} cannot be read now to tell which"
     )
     E_RESUME_INIT_MISSING_VOCAB = "its vocabulary would come from the corpus, not from {init}'s softmax rows"
@@ -1264,17 +1269,17 @@ class Errors:
         "The run in {path} fine-tunes {init} keeping its vocabulary ({started}, without --new-vocab), but "
         "this --resume adds --new-vocab: its vocabulary would be built from the corpus, and words would get "
         "other softmax rows. Resume without --new-vocab; to fine-tune {init} with this corpus's vocabulary, "
-        "start a new OUTPUT_DIR with --init {init} --new-vocab."
+        "start a new OUTPUT_DIR with --init {shell_init} --new-vocab."
     )
     E_RESUME_INIT_ADDED = (
         "The run in {path} was trained from scratch (started without --init), but this --resume adds "
-        "--init {init}: its vocabulary would come from {init}, not from the corpus. Resume without --init; "
-        "to fine-tune {init}, start a new OUTPUT_DIR with --init {init}."
+        "--init {shell_init}: its vocabulary would come from {init}, not from the corpus. Resume without --init; "
+        "to fine-tune {init}, start a new OUTPUT_DIR with --init {shell_init}."
     )
     E_RESUME_OTHER_INIT = (
-        "The run in {path} fine-tunes {found} (it was started with --init {found}), but this --resume names "
-        "--init {expected}, another model. Resume with --init {found}; to fine-tune {expected}, start "
-        "a new OUTPUT_DIR."
+        "The run in {path} fine-tunes {found} (it was started with --init {shell_found}), but this --resume names "
+        "--init {shell_expected}, another model. Resume with --init {shell_found}; to fine-tune {expected}, start "
+        "a new OUTPUT_DIR with --init {shell_expected}."
     )
     E_RESUME_INIT_CHANGED = (
         "The run in {path} fine-tunes --init {init} and kept its vocabulary, but the model at {init} has "
@@ -2052,7 +2057,7 @@ class Warnings:
     )
     W_RESUME_WITHOUT_HELDOUT = (
         "spacy-elmo: the run in {path} measured held-out perplexity on {heldout} (last at step {step:,}); resumed "
-        "without --heldout, it measures none from here on. To go on measuring it, resume with --heldout {heldout}."
+        "without --heldout, it measures none from here on. To go on measuring it, resume with --heldout {shell_heldout}."
     )
     W_RESUME_NOTHING_TO_TRAIN = (
         "spacy-elmo: the checkpoint in {path} is at step {step:,} and this run ends at step {total:,} ({option}): "

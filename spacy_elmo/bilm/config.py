@@ -15,6 +15,12 @@ from ..paths import missing_path_error
 #: The first bytes of an HDF5 file (at offset 0, where h5py writes it): a weight file given as the options.
 HDF5_MAGIC = b"\x89HDF"
 
+
+def is_hdf5(raw: bytes) -> bool:
+    """Whether ``raw``, the bytes of a file given as ELMo options, are an HDF5 file (a weight file given where the
+    options.json goes): decoded as UTF-8 it fails with "can't decode byte 0x89", which names neither file."""
+    return raw.startswith(HDF5_MAGIC)
+
 RELEASED_FILTERS: List[Tuple[int, int]] = [(1, 32), (2, 32), (3, 64), (4, 128), (5, 256), (6, 512), (7, 1024)]
 
 _PRESETS = {
@@ -225,7 +231,7 @@ class BiLMConfig:
                 raw = Path(options).read_bytes()
             except OSError as err:
                 raise ValueError(Errors.E_OPTIONS_NOT_JSON.format(path=options, error=err)) from err
-            if raw.startswith(HDF5_MAGIC):  # else "'utf-8' codec can't decode byte 0x89": the arguments swapped
+            if is_hdf5(raw):  # else "'utf-8' codec can't decode byte 0x89": the arguments swapped
                 raise ValueError(Errors.E_OPTIONS_IS_HDF5.format(path=options))
             try:
                 options = json.loads(raw.decode("utf-8"))

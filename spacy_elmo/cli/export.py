@@ -41,9 +41,10 @@ def export(
 
     def rerun() -> str:
         # E_INTERRUPTED's rerun: a stop once replace_dir began moving the model into OUT_DIR (or after it) leaves
-        # files there, and check_output_dir refuses OUT_DIR not empty without --overwrite
+        # files there, and check_output_dir refuses OUT_DIR not empty without --overwrite. Judged as that check
+        # judges it: this export's hidden copy (.replace.PID.tmp, its PID gone once it exits) is no content
         try:
-            filled = replacing and not overwrite and _holds_files(out_dir.resolve())
+            filled = replacing and not overwrite and _holds_content(out_dir.resolve())
         except OSError:  # OUT_DIR no longer looked at: the rerun says what it is
             filled = False
         return Errors.E_INTERRUPTED_OVERWRITE.format(path=out_dir) if filled else ""
@@ -112,9 +113,7 @@ def check_output_dir(out_dir: Path, overwrite: bool, model_dir: str) -> None:
         raise FileExistsError(Errors.E_EXPORT_BUNDLED.format(path=out_dir, bundled=DEFAULT_MODEL_DIR))
     if real.exists() and not real.is_dir():
         raise FileExistsError(Errors.E_EXPORT_NOT_A_DIR.format(path=out_dir))
-    # a killed export's hidden copy (.replace.PID.tmp) is no content: "not empty" though ls shows nothing
-    remove_replace_leftovers(real)
-    if _holds_files(real):
+    if _holds_content(real):
         # with --overwrite, "$OUT" unset (typer's ".") or "." emptied the current directory, .git and all: refused
         # whatever --overwrite says, as not empty would offer it
         cwd = holds_cwd(real)
@@ -127,7 +126,10 @@ def check_output_dir(out_dir: Path, overwrite: bool, model_dir: str) -> None:
         raise FileExistsError(Errors.E_EXPORT_ONTO_RUN.format(path=out_dir, checkpoint=CHECKPOINT_NAME))
 
 
-def _holds_files(real: Path) -> bool:
+def _holds_content(real: Path) -> bool:
     """Whether ``real`` (OUT_DIR resolved) is a directory that holds anything: one an export replaces only with
-    --overwrite."""
+    --overwrite. What killed exports left there (hidden, of processes that no longer run, this one's too: it is
+    asked once this one stopped) is removed first: a killed export's ``.replace.PID.tmp`` is no content, though it
+    made the directory "not empty" where ls shows nothing."""
+    remove_replace_leftovers(real)
     return real.is_dir() and any(real.iterdir())

@@ -12,7 +12,7 @@ import typer
 from typer.core import TyperOption
 
 from ..bilm import BiLMConfig
-from ..bilm.config import UnknownConfigFields
+from ..bilm.config import UnknownConfigFields, is_hdf5
 from ..errors import Errors, Warnings, counted
 from ..ops import resolve_backend
 from ..paths import missing_path_error
@@ -56,7 +56,10 @@ def model_config(preset: Optional[str], options: Optional[Path]) -> dict:
                 raise typer.BadParameter(Errors.E_OPTIONS_DIR.format(path=path, n_options=len(found), config=CONFIG_NAME),
                                          param_hint="'--options'")
             path = found[0]
-        data = json.loads(path.read_text(encoding="utf-8"))
+        raw = path.read_bytes()
+        if is_hdf5(raw):  # a weight file: "'utf-8' codec can't decode byte 0x89" named neither the file nor the fix
+            raise typer.BadParameter(Errors.E_PRETRAIN_OPTIONS_IS_HDF5.format(path=path), param_hint="'--options'")
+        data = json.loads(raw.decode("utf-8"))
         if isinstance(data, dict) and data.get("format") == FORMAT:  # a spacy-elmo model's config.json: its sizes
             data = read_config_json(path)["config"]
         if isinstance(data, dict) and "lstm" in data:

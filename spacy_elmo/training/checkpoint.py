@@ -152,14 +152,19 @@ def _init_has_softmax(init: str) -> Optional[bool]:
 
 def _started(init: str, new_vocab: bool) -> Tuple[str, str]:
     """``(how the run started, the options that resume it)`` for a run that fine-tunes ``init``; ``new_vocab``:
-    its vocabulary was built from the corpus, by --new-vocab or because ``init`` has no softmax."""
+    its vocabulary was built from the corpus, by --new-vocab or because ``init`` has no softmax. The options are
+    pasted into a command: ``init`` in them is shell-quoted (:func:`~spacy_elmo.paths.shell_quoted`)."""
+    shell_init = shell_quoted(init)
     if not new_vocab:
-        return Errors.E_RESUME_STARTED.format(init=init), f"--init {init}"
+        return Errors.E_RESUME_STARTED.format(shell_init=shell_init), f"--init {shell_init}"
     has_softmax = _init_has_softmax(init)
     if has_softmax is False:  # the vocabulary came from the corpus whatever the flag: --init alone resumes
-        return Errors.E_RESUME_STARTED_NO_SOFTMAX.format(init=init), f"--init {init}"
-    started = Errors.E_RESUME_STARTED_NEW_VOCAB if has_softmax else Errors.E_RESUME_STARTED_NEW_VOCAB_UNKNOWN
-    return started.format(init=init), f"--init {init} --new-vocab"  # right whether or not it has a softmax
+        return Errors.E_RESUME_STARTED_NO_SOFTMAX.format(shell_init=shell_init), f"--init {shell_init}"
+    if has_softmax:
+        return Errors.E_RESUME_STARTED_NEW_VOCAB.format(shell_init=shell_init), f"--init {shell_init} --new-vocab"
+    # right whether or not it has a softmax
+    return (Errors.E_RESUME_STARTED_NEW_VOCAB_UNKNOWN.format(init=init, shell_init=shell_init),
+            f"--init {shell_init} --new-vocab")
 
 
 def _given_or_left_out(name: str, saved: Dict[str, Any], output_dir: PathLike, current: Dict[str, Any]) -> ValueError:
@@ -169,7 +174,8 @@ def _given_or_left_out(name: str, saved: Dict[str, Any], output_dir: PathLike, c
     why = (Errors.E_RESUME_INIT_MISSING_RECORD if saved.get("new_vocab") else Errors.E_RESUME_INIT_MISSING_VOCAB).format(init=init)
     left_out, added = _GIVEN_OR_LEFT_OUT[name]
     message = left_out if saved.get(name) else added
-    return ValueError(message.format(path=output_dir, init=init, started=started, resume_with=resume_with, why=why))
+    return ValueError(message.format(path=output_dir, init=init, shell_init=shell_quoted(init) if init else init, started=started,
+                                     resume_with=resume_with, why=why))
 
 
 def check_settings(saved: Dict[str, Any], current: Dict[str, Any], output_dir: PathLike) -> None:
@@ -189,7 +195,9 @@ def check_settings(saved: Dict[str, Any], current: Dict[str, Any], output_dir: P
         # What another --init changes (its vocabulary; one without a softmax builds it from the corpus, flag
         # or not, so new_vocab's record flips too): named as that model.
         if name in ("init_vocab", "new_vocab", "vocab_size", "data") and earlier is not None and now is not None and earlier != now:
-            raise ValueError(Errors.E_RESUME_OTHER_INIT.format(path=output_dir, found=earlier, expected=now))
+            raise ValueError(Errors.E_RESUME_OTHER_INIT.format(path=output_dir, found=earlier, expected=now,
+                                                               shell_found=shell_quoted(earlier),
+                                                               shell_expected=shell_quoted(now)))
         if name == "init_vocab":
             if found is None or expected is None:  # the vocabulary kept on one side only: new_vocab names it
                 continue

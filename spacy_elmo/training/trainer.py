@@ -680,6 +680,7 @@ def _warn_heldout_dropped(log: _Log, out: Path, step: int) -> None:
     start = next((e for e in log.entries if e.get("event") == "start"), {})
     path = measured[-1].get(HELDOUT_PATH) or start.get("config", {}).get("heldout")
     warnings.warn(Warnings.W_RESUME_WITHOUT_HELDOUT.format(path=out, heldout=path or "its held-out text",
+                                                           shell_heldout=shell_quoted(path) if path else "HELDOUT",
                                                            step=measured[-1].get("step", step)),
                   RuntimeWarning, stacklevel=4)  # train()'s caller
 

@@ -448,6 +448,28 @@ def test_options_errors_are_said_in_the_command_lines_words(tmp_path):
     assert ".." not in said, said
 
 
+def test_pretrain_options_given_a_weight_file_says_it_is_one(tmp_path):
+    """`pretrain --options weights.hdf5` (the weight file where the options go) said "'utf-8' codec can't decode
+    byte 0x89": pretrain reads the file itself. It says the file is an HDF5 weight file and that --options takes
+    the options JSON, as BiLMConfig.from_allennlp_options does for swapped arguments (one detection: is_hdf5)."""
+    allen = tmp_path / "allen"
+    with warnings.catch_warnings():  # what AllenNLP will not run, said elsewhere
+        warnings.simplefilter("ignore")
+        BiLM(BiLMConfig(**TINY)).to_allennlp(allen / "options.json", allen / "weights.hdf5")
+    result = runner.invoke(app, ["pretrain", str(tmp_path / "no-text"), str(tmp_path / "out"),
+                                 "--options", str(allen / "weights.hdf5")])
+    said = plain(result.output)
+    assert result.exit_code == 2, said
+    expected = f"Invalid value for '--options': {allen / 'weights.hdf5'} is an HDF5 file (ELMo weights), not model options: " \
+        "--options takes the options JSON"
+    assert "".join(expected.split()) in "".join(said.split()), said  # the box may break the long path anywhere
+    assert "utf-8" not in said and not (tmp_path / "out").exists()
+    # the options file beside it reads: what is refused then is the missing text, not --options
+    said = plain(runner.invoke(app, ["pretrain", str(tmp_path / "no-text"), str(tmp_path / "out"),
+                                     "--options", str(allen / "options.json")]).output)
+    assert "no-text" in said and "'--options'" not in said, said
+
+
 def test_pretrain_fused_backend_without_the_extension_is_a_usage_error(tmp_path, monkeypatch):
     """It was refused only when the model was built, after the corpus had been tokenized."""
     monkeypatch.setattr("spacy_elmo.ops.fused_available", lambda: False)

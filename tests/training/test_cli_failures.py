@@ -452,6 +452,34 @@ def test_a_saved_pipeline_given_as_model_is_named_with_how_to_get_its_biLM(tmp_p
         assert result.exit_code == 0, result.output
 
 
+def test_an_export_stopped_before_its_first_move_says_no_overwrite(tmp_path, monkeypatch):
+    """An export into an empty OUT_DIR stopped after it wrote its hidden copy (.replace.PID.tmp) but before it moved
+    a file out of it said "Rerun ..., adding --overwrite": the check counted that copy as content, which the rerun's
+    check_output_dir removes (its writer no longer runs) before it looks. It says no --overwrite, and the same
+    command writes the model."""
+    import spacy_elmo.atomic
+
+    BiLM(BiLMConfig(**TINY)).save(tmp_path / "model")
+    out = tmp_path / "out"
+    out.mkdir()
+    real_replace = os.replace
+
+    def replace(src, dst):  # the first file moved up from replace_dir's hidden directory into OUT_DIR: Ctrl-C
+        if os.path.dirname(dst) == str(out.resolve()):
+            assert os.path.basename(os.path.dirname(src)).startswith(".replace.")
+            raise KeyboardInterrupt
+        real_replace(src, dst)
+
+    monkeypatch.setattr(spacy_elmo.atomic.os, "replace", replace)
+    command = ["export", str(tmp_path / "model"), str(out)]
+    result = runner.invoke(app, command)
+    monkeypatch.undo()
+    ended(result, 130, Errors.E_INTERRUPTED.format(command="export", rerun="") + "\n")
+    result = runner.invoke(app, command)  # what it says: the same command
+    assert result.exit_code == 0, result.output
+    assert BiLM.load(out).config.projection_dim == TINY["projection_dim"]
+
+
 @pytest.mark.parametrize("overwrite", [False, True])
 def test_an_export_stopped_while_it_filled_out_dir_says_to_rerun_with_overwrite(tmp_path, monkeypatch, overwrite):
     """An export into an empty OUT_DIR stopped while replace_dir moved the model in left part of it there; "Rerun the

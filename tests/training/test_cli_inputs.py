@@ -170,6 +170,57 @@ def test_a_path_after_init_in_a_suggested_fix_is_one_shell_word(tmp_path):
         assert after_init and shlex.split(after_init.group(1)) == [str(out)], str(error)
 
 
+def test_the_init_and_heldout_a_refused_resume_suggests_are_one_shell_word(tmp_path):
+    """The refusals of a --resume that changes --init or --new-vocab put the --init path unquoted in the options
+    they suggest ("Resume with --init PATH", "start a new OUTPUT_DIR with --init PATH") and in how the run started,
+    as the held-out warning did its --heldout path: one with a space pasted as two words. Each is shell-quoted; the
+    prose names it plain."""
+    import shlex
+    import types
+
+    from spacy_elmo.training.checkpoint import check_settings
+    from spacy_elmo.training.trainer import _warn_heldout_dropped
+
+    base = tmp_path / "my models" / "it's"
+    earlier, now = str(base / "first one"), str(base / "second one")  # neither exists: its softmax is unknown
+
+    def refusal(saved, current):
+        with pytest.raises(ValueError) as err:
+            check_settings(saved, current, tmp_path / "out")
+        return str(err.value)
+
+    def words(pattern, message):
+        found = re.search(pattern, message, re.S)
+        assert found, message
+        return shlex.split(found.group(1))
+
+    other = refusal({"init": earlier, "data": "a"}, {"init": now, "data": "b"})  # E_RESUME_OTHER_INIT
+    assert words(r"started with --init (.*?)\), but", other) == [earlier]
+    assert words(r"names --init (.*?), another model", other) == [now]
+    assert words(r"Resume with --init (.*?); to fine-tune", other) == [earlier]
+    assert words(r"start a new OUTPUT_DIR with --init (.*)\.$", other) == [now]
+    assert f"fine-tunes {earlier} (" in other and f"to fine-tune {now}, start" in other  # the prose: plain
+    added = refusal({"init": None}, {"init": now})  # E_RESUME_INIT_ADDED
+    assert words(r"this --resume adds --init (.*?): its vocabulary", added) == [now]
+    assert words(r"start a new OUTPUT_DIR with --init (.*)\.$", added) == [now]
+    new_vocab = refusal({"init": earlier, "new_vocab": False}, {"init": earlier, "new_vocab": True})
+    assert words(r"start a new OUTPUT_DIR with --init (.*) --new-vocab\.$", new_vocab) == [earlier]  # ..._ADDED
+    assert words(r"\(it was started with --init (.*?), without --new-vocab\)", new_vocab) == [earlier]
+    left_out = refusal({"init": earlier, "new_vocab": False}, {"init": None})  # E_RESUME_INIT_MISSING
+    assert words(r"Resume with (.*?) \(and the other", left_out) == ["--init", earlier]
+    assert words(r"\(it was started with --init (.*?)\), but", left_out) == [earlier]
+    unknown = refusal({"init": earlier, "new_vocab": True}, {"init": earlier, "new_vocab": False})  # ..._UNKNOWN
+    assert words(r"Resume with (.*?) \(and the other", unknown) == ["--init", earlier, "--new-vocab"]
+    assert words(r"started from --init (.*?) with a vocabulary", unknown) == [earlier]
+    heldout = str(base / "held out.txt")
+    log = types.SimpleNamespace(entries=[{"event": "heldout", "step": 4, "heldout_path": heldout}])
+    with pytest.warns(RuntimeWarning) as said:
+        _warn_heldout_dropped(log, tmp_path / "out", 4)
+    (message,) = [str(w.message) for w in said]
+    assert words(r"resume with --heldout (.*)\.$", message) == [heldout]
+    assert f"held-out perplexity on {heldout} (last" in message
+
+
 def test_standard_input_is_named_not_a_missing_file(model, trained):
     """`fit-state MODEL -` (and evaluate's, pretrain's TEXT) said "- does not exist": '-' is standard input
     elsewhere, which no command reads; it says so, with the fix (a file), as embed's own message does."""
