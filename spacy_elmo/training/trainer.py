@@ -1034,6 +1034,8 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
             if is_main:
                 ckpt.save_checkpoint(out, {"step": step, "tokens": tokens_seen, "model": lm.state_dict(),
                                            "optimizer": optimizer.state_dict(), "ranks": ranks, "settings": settings})
+                # Whole on disk from here: a peer lost in the collective that ends this save is said with this step.
+                last_saved = step
                 # Training reads streams with carried states and never uses the initial
                 # state; fitting it (eval mode, no randomness) leaves resumption exact.
                 start = fit_start_state(bilm, corpus, cfg.state_sentences)

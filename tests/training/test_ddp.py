@@ -504,11 +504,33 @@ def test_ddp_a_sigterm_says_how_to_go_on_once(tmp_path, signalled):
     del store
 
 
+def _slow_save_worker(rank: int, world: int, port: int, args: list, result_dir: str) -> None:
+    """:func:`_main_worker` whose rank 0, having written its first checkpoint, waits in the model's save (after it
+    writes ``saving`` in ``result_dir``) until the file ``killed`` is there: a peer dies mid-save."""
+    import time
+
+    from spacy_elmo.training import trainer
+
+    save = trainer.save_pretrained
+
+    def slow_save(*a, **k):
+        open(os.path.join(result_dir, "saving"), "w").close()
+        while not os.path.exists(os.path.join(result_dir, "killed")):
+            time.sleep(0.05)
+        return save(*a, **k)
+
+    if rank == 0:
+        trainer.save_pretrained = slow_save
+    _main_worker(rank, world, port, args, result_dir)
+
+
 @pytest.mark.slow
-def test_ddp_a_peer_killed_mid_run_is_said_with_the_checkpoint_to_resume_from(tmp_path):
+@pytest.mark.parametrize("when", ["between_steps", "mid_save"])
+def test_ddp_a_peer_killed_mid_run_is_said_with_the_checkpoint_to_resume_from(tmp_path, when):
     """A rank SIGKILLed mid-run (the OOM killer), which says nothing: rank 0 printed only gloo's "Connection closed
     by peer ... GLHF!". It now says that another process of the job died, that OUTPUT_DIR's checkpoint (its step)
-    is whole, and --resume; gloo's words are kept."""
+    is whole, and --resume; gloo's words are kept. Killed while rank 0 finished a save whose checkpoint was already
+    on disk, rank 0 said "no checkpoint was written yet" (it counted the save once the collective ending it passed)."""
     import signal
     import time
 
@@ -518,13 +540,17 @@ def test_ddp_a_peer_killed_mid_run_is_said_with_the_checkpoint_to_resume_from(tm
 
     out = tmp_path / "out"
     args, _, _ = tiny_pretrain_args(tmp_path, out, "--checkpoint-every", "2", "--log-every", "1", max_steps=100_000)
-    ranks = mp.spawn(_main_worker, args=(2, _free_port(), args, str(tmp_path)), nprocs=2, join=False)
+    worker = _main_worker if when == "between_steps" else _slow_save_worker
+    ranks = mp.spawn(worker, args=(2, _free_port(), args, str(tmp_path)), nprocs=2, join=False)
     try:
         deadline = time.monotonic() + 180
-        while not (out / "checkpoint.pt").exists():
+        ready = out / "checkpoint.pt" if when == "between_steps" else tmp_path / "saving"
+        while not ready.exists():
             assert all(p.is_alive() for p in ranks.processes) and time.monotonic() < deadline
             time.sleep(0.05)
         os.kill(ranks.processes[1].pid, signal.SIGKILL)
+        ranks.processes[1].join(30)
+        (tmp_path / "killed").touch()
         ranks.processes[0].join(120)
     finally:
         for process in ranks.processes:
