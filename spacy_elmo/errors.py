@@ -2192,6 +2192,15 @@ class Warnings:
         "spacy_elmo.ElmoBiLM.v2 (no layer_cache_mb in [components.elmo.model]; set it in "
         "[initialize.components.elmo] layer_cache_mb for training)."
     )
+    W_ELMO_SENTENCE_OVER_WINDOW = (
+        "spacy-elmo: a sentence of {words} words reached the '{name}' component, whose model reads at most "
+        "max_window = {max_window} words at once: it is cut into {pieces} consecutive pieces of up to {max_window} "
+        "words, each read on its own from the biLM's start state, so the vectors of words near a cut lack the "
+        "context across it. To read such sentences whole, "
+        "raise max_window to at least {raise_to} ([components.{name}.model] max_window, or "
+        "nlp.add_pipe(\"elmo\", config={{\"model\": {{\"max_window\": {raise_to}}}}})): the biLM's memory "
+        "grows with the longest row, above batch_tokens for a row longer than that. Warned once per component."
+    )
     W_ELMO_OTHER_LANG = (
         "spacy-elmo: the {name} component's model {source} was pretrained on the tokens of spaCy's "
         "{lang!r} tokenizer (its settings were not recorded: an older model), but this pipeline is "

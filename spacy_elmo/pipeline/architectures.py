@@ -41,7 +41,11 @@ def ElmoBiLM_v2(
     """Run-time settings only: the biLM's sizes come with its weights (config.json / options.json).
 
     batch_tokens: padded tokens (rows x longest row) per biLM call; max_window:
-    the longest row (sentences and boundary-less docs are cut to it);
+    the longest row, in words. A doc without sentence boundaries is read in consecutive windows of
+    max_window words, and so is a sentence longer than that (the component warns once): each piece is read
+    on its own from the biLM's start state, with no overlap, so the vectors of words near a cut lack the
+    context across it. Raise it to read longer sentences whole: a row longer than batch_tokens runs in a
+    biLM call of its own, so memory and time per call grow with it past that bound;
     backend: "auto" | "fused" | "reference"; cache_size: char-CNN cache entries.
     The cache of output layers per sentence is no model setting: it is the component's
     ``layer_cache_mb`` (``[initialize.components.elmo]``), so a saved pipeline never carries it.

@@ -3,7 +3,9 @@
 The biLM was trained on sentences wrapped in ``<S> ... </S>``: a doc with
 sentence boundaries is run sentence by sentence, a doc without them in windows
 of at most ``max_window`` tokens (so a 20,000-token doc never becomes one
-20,000-step row). Rows are sorted by length and grouped so that each
+20,000-step row). A sentence longer than ``max_window`` words is cut the same
+way, into consecutive pieces read independently (the ``elmo`` component warns
+once when it meets one). Rows are sorted by length and grouped so that each
 sub-batch holds at most ``batch_tokens`` padded tokens (rows x longest row).
 
 Whitespace tokens (``token.is_space``: spaCy's tokens for extra spaces, tabs and
@@ -13,7 +15,7 @@ other tokens exactly as it reads the same text with single spaces, and the
 whitespace tokens get zero vectors.
 """
 
-from typing import Iterable, List, NamedTuple, Optional, Sequence
+from typing import Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy
 from spacy.attrs import IS_SPACE
@@ -41,18 +43,39 @@ def word_positions(doc: Doc) -> numpy.ndarray:
     return numpy.flatnonzero(doc.to_array(IS_SPACE) == 0).astype("int64", copy=False)
 
 
+def sentence_words(doc: Doc, words: numpy.ndarray) -> List[Tuple[int, int]]:
+    """``(first, stop)`` of each sentence of the doc (the whole doc when it has no boundaries) as positions in
+    ``words``, its :func:`word_positions`."""
+    spans = [(s.start, s.end) for s in doc.sents] if has_sentences(doc) else [(0, len(doc))]
+    return [(int(first), int(stop)) for first, stop in numpy.searchsorted(words, spans)]
+
+
 def doc_pieces(doc: Doc, index: int, max_window: int, words: numpy.ndarray) -> List[Piece]:
     """Sentences (or windows) of one doc's words (its :func:`word_positions`), each at most
-    ``max_window`` words; a sentence of whitespace tokens only gives none."""
+    ``max_window`` words; a sentence of whitespace tokens only gives none. A longer sentence is cut into
+    consecutive pieces of ``max_window`` words (the last shorter), with no overlap: the biLM reads each on its
+    own, from its start state, so a word near a cut has no context across it."""
     if len(words) == 0:
         return []
-    spans = [(s.start, s.end) for s in doc.sents] if has_sentences(doc) else [(0, len(doc))]
     pieces = []
-    for start, end in spans:
-        first, stop = (int(i) for i in numpy.searchsorted(words, [start, end]))
+    for first, stop in sentence_words(doc, words):
         for s in range(first, stop, max_window):
             pieces.append(Piece(index, s, min(s + max_window, stop)))
     return pieces
+
+
+def longest_cut_sentence(docs: Iterable[Doc], max_window: int) -> int:
+    """The words of the longest sentence over ``max_window`` words in the docs that have sentence boundaries
+    (:func:`doc_pieces` cuts it); 0 when there is none. A doc without boundaries is windowed by design, and
+    not counted."""
+    longest = 0
+    for doc in docs:
+        # a sentence has at least as many tokens as words: the words are counted only where the tokens are over
+        if not has_sentences(doc) or max((s.end - s.start for s in doc.sents), default=0) <= max_window:
+            continue
+        ranges = sentence_words(doc, word_positions(doc))
+        longest = max([longest] + [stop - first for first, stop in ranges if stop - first > max_window])
+    return longest
 
 
 def make_pieces(

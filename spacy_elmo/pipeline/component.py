@@ -67,6 +67,7 @@ from .bilm_layer import (
     step_bilm,
     weights_checked,
 )
+from .batching import longest_cut_sentence
 from .callers import called_from, runs, skipped_by_the_call, user_stacklevel
 from .doc_data import IDX_ATTR, install_extensions, install_hooks, set_doc_data
 from .layer_cache import MB
@@ -122,7 +123,10 @@ def make_elmo(
     """weights: a model directory (native or AllenNLP), loaded at first use; None = the
     bundled default or an initialize-time ``weights_loader``. mix: the layer weights
     (before softmax) of ``token._.elmo_vector`` and store "mix"; None = average.
-    learn_rate_scale: the fine-tuned biLM's learning rate over the optimizer's (frozen = false)."""
+    learn_rate_scale: the fine-tuned biLM's learning rate over the optimizer's (frozen = false).
+    The biLM reads each sentence of a doc with boundaries (a doc without them, in windows) in rows of at most
+    ``model``'s ``max_window`` words: a longer sentence is read in consecutive pieces, each from the start
+    state (warned once; :func:`~spacy_elmo.pipeline.architectures.ElmoBiLM_v2`)."""
     component = ElmoComponent(
         nlp.vocab,
         model,
@@ -836,7 +840,27 @@ class ElmoComponent(TrainablePipe):
     def predict(self, docs: Iterable[Doc]) -> List[Floats3d]:
         docs = list(docs)
         self._ensure_weights()
+        self._check_sentence_lengths(docs)
         return self.model.predict(docs)
+
+    def _check_sentence_lengths(self, docs: Sequence[Doc]) -> None:
+        """Warn (once per component) when a doc with sentence boundaries has a sentence longer than the model's
+        ``max_window`` words: the biLM reads it in consecutive pieces, each from its start state (see
+        :mod:`.batching`), which the user asked for no more than for a doc without boundaries, windowed by design."""
+        if self.__dict__.get("_long_sentence_warned"):
+            return
+        max_window = int(self.model.attrs["max_window"])
+        longest = longest_cut_sentence(docs, max_window)
+        if longest:
+            self._long_sentence_warned = True
+            warnings.warn(
+                Warnings.W_ELMO_SENTENCE_OVER_WINDOW.format(
+                    name=self.name, words=longest, max_window=max_window,
+                    pieces=-(-longest // max_window), raise_to=longest,
+                ),
+                UserWarning,
+                stacklevel=user_stacklevel(),
+            )
 
     def mix_weights(self, nL: Optional[int] = None) -> numpy.ndarray:
         """``(L + 1,)`` float32: softmax of ``mix`` (uniform by default); nL: L + 1 of the layers to mix,
@@ -893,6 +917,7 @@ class ElmoComponent(TrainablePipe):
         losses.setdefault(self.name, 0.0)
         docs = [eg.predicted for eg in examples]
         self._ensure_weights()
+        self._check_sentence_lengths(docs)
         for name, listener in self.__dict__.pop("_skipped_listeners", []):
             if self._feeds(listener):
                 self.add_listener(listener, name)

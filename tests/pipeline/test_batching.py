@@ -1,8 +1,14 @@
 """Sentences / bounded windows and sub-batches by padded token count."""
 
-import numpy
-import spacy
+import warnings
 
+import numpy
+import pytest
+import spacy
+import torch
+from spacy.training import Example
+
+from spacy_elmo import BiLM, batch_to_ids
 from spacy_elmo.pipeline import runner as runner_mod
 from spacy_elmo.pipeline.batching import Piece, group_pieces, make_pieces
 
@@ -47,3 +53,73 @@ def test_long_doc_without_boundaries(tiny_dir, monkeypatch):
     assert numpy.isfinite(doc._.elmo).all()
     assert max(t for _, t in shapes) == 64
     assert max(b * t for b, t in shapes) <= 16384
+
+
+def _sentence(n_words: int) -> str:
+    """One sentence of ``n_words`` words (the last a "."), for the sentencizer."""
+    return " ".join(f"w{i}" for i in range(n_words - 1)) + " ."
+
+
+def _long_sentence_warnings(nlp, texts):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for text in texts:
+            nlp(text)
+    return [str(w.message) for w in caught if "max_window" in str(w.message)]
+
+
+def test_sentence_over_max_window_warns_once(tiny_dir):
+    """A doc with boundaries whose sentence exceeds max_window words is read in pieces (see the next test): that
+    ran silently. Warned once per component, naming the length, max_window and the fix; not for a sentence of
+    max_window words (whitespace tokens are not words), nor for a doc without boundaries (windowed by design)."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir)})
+    # 128 words and a whitespace token: 129 tokens, but the biLM reads 128 words in one row
+    at_limit = _sentence(128).replace("w60 ", "w60  ")
+    assert len(nlp(at_limit)) == 129 and len(list(nlp(at_limit).sents)) == 1
+    assert _long_sentence_warnings(nlp, [_sentence(128), at_limit]) == []
+    (message,) = _long_sentence_warnings(nlp, ["Short one . " + _sentence(129), _sentence(129), _sentence(300)])
+    assert "129 words" in message and "max_window = 128" in message and "2 consecutive pieces" in message
+    assert "max_window to at least 129" in message and "[components.elmo.model]" in message
+    # another component instance warns on its own
+    other = spacy.blank("en")
+    other.add_pipe("sentencizer")
+    other.add_pipe("elmo", config={"weights": str(tiny_dir)})
+    assert len(_long_sentence_warnings(other, [_sentence(129)])) == 1
+    # and in training (update), as spacy train's predicted docs have the boundaries of annotating components
+    trained = spacy.blank("en")
+    trained.add_pipe("sentencizer")
+    elmo = trained.add_pipe("elmo", config={"weights": str(tiny_dir)})
+    doc = trained.get_pipe("sentencizer")(trained.make_doc(_sentence(129)))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        elmo.update([Example(doc, doc.copy())])
+    assert ["129 words" in str(w.message) for w in caught if "max_window" in str(w.message)] == [True]
+    # no boundaries: windows of max_window words are what the component does with such a doc
+    plain = spacy.blank("en")
+    plain.add_pipe("elmo", config={"weights": str(tiny_dir)})
+    assert _long_sentence_warnings(plain, [_sentence(129), _sentence(300)]) == []
+
+
+def test_sentence_over_max_window_is_read_in_pieces(tiny_dir):
+    """What the README and the warning say: a 129-word sentence (max_window 128) gets the vectors of its words
+    1-128 and of its word 129 each read alone by the biLM, not those of the whole sentence."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    model = {"@architectures": "spacy_elmo.ElmoBiLM.v2", "max_window": 128, "backend": "reference"}
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "store_dtype": "float32", "model": model})
+    with pytest.warns(UserWarning, match="a sentence of 129 words"):
+        doc = nlp(_sentence(129))
+    words = [t.text for t in doc]
+    assert len(words) == 129 and len(list(doc.sents)) == 1
+    bilm = BiLM.load(tiny_dir, backend="reference").eval()
+
+    def read(rows):
+        with torch.no_grad():
+            return torch.stack(bilm(batch_to_ids([rows])).activations)[:, 0].numpy()
+
+    pieces = numpy.concatenate([read(words[:128]), read(words[128:])], axis=1)
+    numpy.testing.assert_allclose(doc._.elmo, pieces, rtol=1e-5, atol=1e-5)
+    whole = read(words)
+    assert numpy.abs(doc._.elmo[1:, -1] - whole[1:, -1]).max() > 1e-3  # the cut is visible: not the whole reading
