@@ -1519,6 +1519,7 @@ class Errors:
         "fixed, {on}"
     )
     E_PEER_DIED_CHECKPOINT = ", after the checkpoint of step {step:,} in {path}"
+    E_PEER_DIED_CHECKPOINT_IN = ", after the last checkpoint in {path}"
     E_PEER_FAILED = (
         "Rank {rank} of this torchrun job failed or refused the run, and this process stopped with it: that "
         "rank's message says why and what to do."

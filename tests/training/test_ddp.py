@@ -504,7 +504,7 @@ def test_ddp_a_sigterm_says_how_to_go_on_once(tmp_path, signalled):
     del store
 
 
-def _slow_save_worker(rank: int, world: int, port: int, args: list, result_dir: str) -> None:
+def _slow_save_worker(rank: int, world: int, port: int, args: list, result_dir: str, env: Optional[dict] = None) -> None:
     """:func:`_main_worker` whose rank 0, having written its first checkpoint, waits in the model's save (after it
     writes ``saving`` in ``result_dir``) until the file ``killed`` is there: a peer dies mid-save."""
     import time
@@ -521,7 +521,7 @@ def _slow_save_worker(rank: int, world: int, port: int, args: list, result_dir: 
 
     if rank == 0:
         trainer.save_pretrained = slow_save
-    _main_worker(rank, world, port, args, result_dir)
+    _main_worker(rank, world, port, args, result_dir, env)
 
 
 @pytest.mark.slow
@@ -560,6 +560,63 @@ def test_ddp_a_peer_killed_mid_run_is_said_with_the_checkpoint_to_resume_from(tm
     step = int(load_checkpoint(out)["step"])
     assert "by peer" in stderr and "died" in stderr, stderr  # gloo: "closed by peer" or "reset by peer"
     assert f"checkpoint of step {step:,}" in stderr and "--resume" in stderr and "Traceback" not in stderr, stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["before_first_checkpoint", "rank_0_mid_save"])
+def test_ddp_a_peer_killed_says_resume_only_where_a_checkpoint_is_on_disk(tmp_path, case):
+    """A peer SIGKILLed before the first checkpoint: rank 0 says to rerun the same command, no --resume (no
+    checkpoint to resume from). Rank 0 SIGKILLed mid-save, its checkpoint already on disk: rank 1, whose save
+    counted once the collective ending it passed, said "no checkpoint was written yet"; it now says the checkpoint
+    in OUTPUT_DIR and --resume, without a step (it knows none: rank 0 writes it)."""
+    import signal
+    import time
+
+    from .conftest import tiny_pretrain_args
+
+    out = tmp_path / "out"
+    every = "1000" if case == "before_first_checkpoint" else "2"
+    args, _, _ = tiny_pretrain_args(tmp_path, out, "--checkpoint-every", every, "--log-every", "1", max_steps=100_000)
+    killed, said = (1, 0) if case == "before_first_checkpoint" else (0, 1)
+    worker = _main_worker if case == "before_first_checkpoint" else _slow_save_worker
+    # As torchrun starts them: its agent (here this process) holds the job's store, which outlives rank 0.
+    port = _free_port()
+    store = torch.distributed.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
+    ranks = mp.spawn(worker, args=(2, port, args, str(tmp_path), {"TORCHELASTIC_USE_AGENT_STORE": "True"}),
+                     nprocs=2, join=False)
+    try:
+        deadline = time.monotonic() + 180
+        ready = out / "train_log.jsonl" if case == "before_first_checkpoint" else tmp_path / "saving"
+        while not ready.exists():
+            assert all(p.is_alive() for p in ranks.processes) and time.monotonic() < deadline
+            time.sleep(0.05)
+        os.kill(ranks.processes[killed].pid, signal.SIGKILL)
+        ranks.processes[killed].join(30)
+        ranks.processes[said].join(120)
+    finally:
+        for process in ranks.processes:
+            process.kill()
+    stderr = (tmp_path / f"stderr{said}.txt").read_text(encoding="utf-8")
+    assert (tmp_path / f"status{said}.txt").read_text() == "1", stderr
+    assert "by peer" in stderr and "died" in stderr and "Traceback" not in stderr, stderr
+    if case == "before_first_checkpoint":
+        assert not (out / "checkpoint.pt").exists()
+        assert "no checkpoint was written yet" in stderr and "--resume" not in stderr, stderr
+    else:
+        assert (out / "checkpoint.pt").exists()
+        assert f"after the last checkpoint in {out}" in stderr and "--resume" in stderr, stderr
+        assert "checkpoint of step" not in stderr and "no checkpoint" not in stderr, stderr
+    del store
+
+
+def test_a_failed_peers_error_is_not_taken_for_a_lost_peer():
+    """:class:`PeerFailed` (a rank that failed and says why) is not the process group's error: its message never
+    names gloo, so it is not said as a peer that died."""
+    from spacy_elmo.errors import Errors
+    from spacy_elmo.training.trainer import PeerFailed, _lost_peer
+
+    assert not _lost_peer(PeerFailed(Errors.E_PEER_FAILED.format(rank=1)))
+    assert _lost_peer(RuntimeError("[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer"))
 
 
 def _full_disk_worker(rank: int, world: int, port: int, args: list, result_dir: str) -> None:
