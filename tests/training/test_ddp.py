@@ -715,6 +715,30 @@ def _elsewhere_worker(rank: int, world: int, port: int, args: list, result_dir: 
 
 
 @pytest.mark.slow
+def test_ddp_train_path_and_heldout_need_be_on_rank_0s_machine_only(tmp_path):
+    """Rank 0 alone reads TRAIN_PATH and --heldout (it tokenizes both; the others read OUTPUT_DIR's cache and the
+    broadcast held-out text): a job whose other machine sees neither (relative paths naming nothing there) trains,
+    as E_CACHE_NOT_SHARED and the README say (they said TRAIN_PATH must be reachable from every machine)."""
+    import shutil
+
+    from .conftest import tiny_pretrain_args
+
+    here, other = tmp_path / "here", tmp_path / "other"
+    here.mkdir()
+    other.mkdir()
+    out = tmp_path / "out"
+    args, train, _ = tiny_pretrain_args(tmp_path, out, "--checkpoint-every", "3")
+    shutil.move(str(train), here / "train.txt")
+    write_corpus(here / "heldout.txt", 5)
+    args[args.index(str(train))] = "train.txt"
+    args += ["--heldout", "heldout.txt"]
+    _run_ranks(_elsewhere_worker, (2, _free_port(), args, str(tmp_path), [str(here), str(other)]), timeout=150)
+    stderr = [(tmp_path / f"stderr{r}.txt").read_text(encoding="utf-8") for r in range(2)]
+    assert [(tmp_path / f"status{r}.txt").read_text() for r in range(2)] == ["0", "0"], stderr
+    assert (out / "config.json").exists() and (out / "checkpoint.pt").exists()
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["init", "output_dir"])
 def test_ddp_a_file_one_rank_cannot_see_is_said_by_that_rank_and_named_by_rank_0(tmp_path, case):
     """A file that one rank alone cannot read (another machine, where the path names nothing): --init missing there
@@ -745,6 +769,8 @@ def test_ddp_a_file_one_rank_cannot_see_is_said_by_that_rank_and_named_by_rank_0
     assert "Rank 1 of this torchrun job failed" in stderr[0] and said not in stderr[0], stderr
     if case == "output_dir":
         assert "same path" in stderr[1] and "Errno" in stderr[1]  # the OS's words kept, after ours
+        # What every rank reads, and no more: TRAIN_PATH and --heldout are rank 0's alone (the test below).
+        assert "--init, --options and --tokenizer" in stderr[1] and "TRAIN_PATH and --heldout are read by rank 0 alone" in stderr[1]
     else:
         assert not (tmp_path / "out").exists()  # refused before OUTPUT_DIR was made
 
