@@ -195,7 +195,7 @@ class Errors:
         "commands read a directory written by BiLM.save, `spacy-elmo pretrain` or `spacy-elmo export`, or one "
         "holding an AllenNLP options.json + .hdf5. Export the biLM of the pipeline's elmo component (with the "
         "weights it was trained or fine-tuned with there) as one first: `spacy-elmo export {shell_pipeline} ELMO_DIR "
-        "--format native`, then give ELMO_DIR; or run the pipeline itself: spacy.load('{pipeline}') gives each "
+        "--format native`, then give ELMO_DIR; or run the pipeline itself: spacy.load({py_pipeline}) gives each "
         "doc its ELMo layers in doc._.elmo."
     )
     E_NATIVE_TENSOR_MISSING = (
@@ -787,8 +787,8 @@ class Errors:
         "{given}, not biLM weights (a directory written by "
         "BiLM.save or `spacy-elmo export`, or one with an AllenNLP options.json + .hdf5). To reuse the biLM of "
         "its elmo component (with the weights it was trained or fine-tuned with there), source the component: "
-        "[components.elmo] source = \"{pipeline}\" in a training config, or nlp.add_pipe('elmo', "
-        "source=spacy.load('{pipeline}')); or export it as weights, `spacy-elmo export {shell_pipeline} ELMO_DIR "
+        "[components.elmo] source = {config_pipeline} in a training config, or nlp.add_pipe('elmo', "
+        "source=spacy.load({py_pipeline})); or export it as weights, `spacy-elmo export {shell_pipeline} ELMO_DIR "
         "--format native`, and give ELMO_DIR."
     )
     E_PIPELINE_NO_BILM = (

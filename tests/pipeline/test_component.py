@@ -181,6 +181,34 @@ def test_a_saved_pipeline_given_to_bilm_load_is_named_as_such(nlp, tmp_path, ins
     assert "doc._.elmo" in str(err.value)
 
 
+def test_a_saved_pipelines_path_in_suggested_code_pastes_as_that_path(nlp, tmp_path):
+    """The code the saved-pipeline errors suggest put the path between quotes as it was: a path with a quote
+    pasted as a SyntaxError (``spacy.load('.../it's')``) or a config that read another value. The Python literal
+    evaluates, and the config's value reads, to the pipeline's path."""
+    import ast
+    import re
+
+    from spacy_elmo.bilm.native_io import SavedPipelineGiven
+
+    pipeline = tmp_path / 'my "models"' / "it's a\\b ünï"
+    pipeline.parent.mkdir()
+    nlp.to_disk(pipeline)
+    other = spacy.blank("en")
+    other.add_pipe("elmo", config={"weights": str(pipeline)})
+    with pytest.raises(ValueError) as as_weights:
+        other("a")
+    with pytest.raises(SavedPipelineGiven) as as_bilm:
+        BiLM.load(pipeline)
+    literal = r"spacy\.load\(('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")\)"
+    for message in (str(as_weights.value), str(as_bilm.value)):
+        found = re.findall(literal, message)
+        assert found and all(ast.literal_eval(code) == str(pipeline) for code in found), message
+    value = re.search(r"source = (\"(?:[^\"\\]|\\.)*\") in a training config", str(as_weights.value))
+    assert value, str(as_weights.value)
+    config = spacy.util.Config().from_str(f"[components]\n\n[components.elmo]\nsource = {value.group(1)}\n")
+    assert config["components"]["elmo"]["source"] == str(pipeline)
+
+
 def test_allennlp_dir(tmp_path, tiny_dir):
     bilm = BiLM.load(tiny_dir, backend="reference")
     bilm.to_allennlp(tmp_path / "options.json", tmp_path / "weights.hdf5")
