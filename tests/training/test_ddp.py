@@ -459,6 +459,26 @@ def test_ddp_an_error_of_every_rank_is_printed_once(tmp_path, case):
     assert "spacy-elmo:" not in stderr[1]
 
 
+def _spawn_under_agent_store(worker, args: list, result_dir: Path):
+    """2 ranks of ``worker`` (:func:`_main_worker`'s arguments) started as torchrun starts them: its agent (here
+    this process) holds the job's store, which outlives the ranks. ``(ranks, store)``: keep the store while they run."""
+    port = _free_port()
+    store = torch.distributed.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
+    ranks = mp.spawn(worker, args=(2, port, args, str(result_dir), {"TORCHELASTIC_USE_AGENT_STORE": "True"}),
+                     nprocs=2, join=False)
+    return ranks, store
+
+
+def _wait_for(ready: Path, ranks, timeout: float = 180) -> None:
+    """Until the file ``ready`` exists; an assertion error, not a hang, when a rank exits first or ``timeout`` passes."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not ready.exists():
+        assert all(p.is_alive() for p in ranks.processes) and time.monotonic() < deadline
+        time.sleep(0.05)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("signalled", [(0, 1), (1,)], ids=["every_rank", "one_rank"])
 def test_ddp_a_sigterm_says_how_to_go_on_once(tmp_path, signalled):
@@ -467,22 +487,14 @@ def test_ddp_a_sigterm_says_how_to_go_on_once(tmp_path, signalled):
     SIGTERM to one rank alone (a kill of one PID) is said too, by that rank: its peer, which only lost it,
     says its own error."""
     import signal
-    import time
 
     from .conftest import tiny_pretrain_args
 
     out = tmp_path / "out"
     args, _, _ = tiny_pretrain_args(tmp_path, out, "--checkpoint-every", "2", "--log-every", "1", max_steps=100_000)
-    # As torchrun starts them: its agent (here this process) holds the job's store, which outlives the ranks.
-    port = _free_port()
-    store = torch.distributed.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
-    ranks = mp.spawn(_main_worker, args=(2, port, args, str(tmp_path), {"TORCHELASTIC_USE_AGENT_STORE": "True"}),
-                     nprocs=2, join=False)
+    ranks, store = _spawn_under_agent_store(_main_worker, args, tmp_path)
     try:
-        deadline = time.monotonic() + 180
-        while not (out / "checkpoint.pt").exists():
-            assert all(p.is_alive() for p in ranks.processes) and time.monotonic() < deadline
-            time.sleep(0.05)
+        _wait_for(out / "checkpoint.pt", ranks)
         for rank in signalled:
             os.kill(ranks.processes[rank].pid, signal.SIGTERM)
         for process in ranks.processes:
@@ -532,7 +544,6 @@ def test_ddp_a_peer_killed_mid_run_is_said_with_the_checkpoint_to_resume_from(tm
     is whole, and --resume; gloo's words are kept. Killed while rank 0 finished a save whose checkpoint was already
     on disk, rank 0 said "no checkpoint was written yet" (it counted the save once the collective ending it passed)."""
     import signal
-    import time
 
     from spacy_elmo.training.checkpoint import load_checkpoint
 
@@ -543,11 +554,7 @@ def test_ddp_a_peer_killed_mid_run_is_said_with_the_checkpoint_to_resume_from(tm
     worker = _main_worker if when == "between_steps" else _slow_save_worker
     ranks = mp.spawn(worker, args=(2, _free_port(), args, str(tmp_path)), nprocs=2, join=False)
     try:
-        deadline = time.monotonic() + 180
-        ready = out / "checkpoint.pt" if when == "between_steps" else tmp_path / "saving"
-        while not ready.exists():
-            assert all(p.is_alive() for p in ranks.processes) and time.monotonic() < deadline
-            time.sleep(0.05)
+        _wait_for(out / "checkpoint.pt" if when == "between_steps" else tmp_path / "saving", ranks)
         os.kill(ranks.processes[1].pid, signal.SIGKILL)
         ranks.processes[1].join(30)
         (tmp_path / "killed").touch()
@@ -570,7 +577,6 @@ def test_ddp_a_peer_killed_says_resume_only_where_a_checkpoint_is_on_disk(tmp_pa
     counted once the collective ending it passed, said "no checkpoint was written yet"; it now says the checkpoint
     in OUTPUT_DIR and --resume, without a step (it knows none: rank 0 writes it)."""
     import signal
-    import time
 
     from .conftest import tiny_pretrain_args
 
@@ -579,17 +585,9 @@ def test_ddp_a_peer_killed_says_resume_only_where_a_checkpoint_is_on_disk(tmp_pa
     args, _, _ = tiny_pretrain_args(tmp_path, out, "--checkpoint-every", every, "--log-every", "1", max_steps=100_000)
     killed, said = (1, 0) if case == "before_first_checkpoint" else (0, 1)
     worker = _main_worker if case == "before_first_checkpoint" else _slow_save_worker
-    # As torchrun starts them: its agent (here this process) holds the job's store, which outlives rank 0.
-    port = _free_port()
-    store = torch.distributed.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
-    ranks = mp.spawn(worker, args=(2, port, args, str(tmp_path), {"TORCHELASTIC_USE_AGENT_STORE": "True"}),
-                     nprocs=2, join=False)
+    ranks, store = _spawn_under_agent_store(worker, args, tmp_path)  # the store outlives rank 0
     try:
-        deadline = time.monotonic() + 180
-        ready = out / "train_log.jsonl" if case == "before_first_checkpoint" else tmp_path / "saving"
-        while not ready.exists():
-            assert all(p.is_alive() for p in ranks.processes) and time.monotonic() < deadline
-            time.sleep(0.05)
+        _wait_for(out / "train_log.jsonl" if case == "before_first_checkpoint" else tmp_path / "saving", ranks)
         os.kill(ranks.processes[killed].pid, signal.SIGKILL)
         ranks.processes[killed].join(30)
         ranks.processes[said].join(120)
