@@ -98,16 +98,20 @@ def display_path(path: Path) -> str:
     return str(path)
 
 
-def bilm_files(path: Path) -> list[Path]:
+def bilm_files(path: Path, softmax: bool = False) -> list[Path]:
     """The files a biLM directory's model is read from: ``config.json``, ``model.safetensors`` and
     ``initial_state.safetensors`` where present (what ``BiLM.load`` reads), or AllenNLP's options
-    ``.json`` and ``.hdf5``."""
+    ``.json`` and ``.hdf5``. ``softmax``: also what ``pretrain --init`` reads besides, ``vocab.txt`` and
+    ``softmax.safetensors`` (an AllenNLP directory's softmax) where present."""
     from spacy_elmo.bilm.native_io import CONFIG_NAME, INITIAL_STATE_NAME, WEIGHTS_NAME, allennlp_files_of
+    from spacy_elmo.training.modelio import SOFTMAX_FILE
+    from spacy_elmo.training.vocab import VOCAB_NAME
 
     found = allennlp_files_of(Path(path))
-    if found is not None:
-        return list(found)
-    return [Path(path) / n for n in (CONFIG_NAME, WEIGHTS_NAME, INITIAL_STATE_NAME) if (Path(path) / n).exists()]
+    files = list(found) if found is not None else [Path(path) / n for n in (CONFIG_NAME, WEIGHTS_NAME, INITIAL_STATE_NAME)]
+    if softmax:
+        files += [Path(path) / n for n in (VOCAB_NAME, SOFTMAX_FILE)]
+    return [f for f in files if f.exists()]
 
 
 @functools.lru_cache(maxsize=None)
@@ -126,9 +130,10 @@ def file_digest(path: Path) -> str:
     return _sha1_of(str(Path(path).resolve()), st.st_size, st.st_mtime_ns)
 
 
-def bilm_digest(path: Path) -> dict[str, str]:
-    """``{file name: SHA-1}`` of the biLM directory's model files (:func:`bilm_files`)."""
-    return {f.name: file_digest(f) for f in bilm_files(path)}
+def bilm_digest(path: Path, softmax: bool = False) -> dict[str, str]:
+    """``{file name: SHA-1}`` of the biLM directory's model files (:func:`bilm_files`; ``softmax``: with its
+    vocabulary and softmax, for what ``pretrain --init`` reads)."""
+    return {f.name: file_digest(f) for f in bilm_files(path, softmax)}
 
 
 def elmo_description(path: Path) -> dict:
@@ -258,7 +263,7 @@ def add_finetune_args(p, default_epochs: float, text: str) -> None:
 def finetune_bilm(args, elmo: Path, train_text: Path, heldout_text: Path, gpu: bool, what: str) -> Path:
     """``elmo`` fine-tuned on ``train_text`` (UTF-8, one paragraph or sentence per line;
     ``heldout_text`` for its perplexity), in ``args.work_dir / finetuned-<key>`` where the
-    key hashes the parameters and the content of the biLM's model files and both texts: a finished fine-tuning is re-used, an interrupted one
+    key hashes the parameters and the content of the biLM's model files (its vocab.txt and softmax too) and both texts: a finished fine-tuning is re-used, an interrupted one
     resumed from its checkpoint.  ``args`` carries ``quick`` and the
     :func:`add_finetune_args` options; ``what`` names the text in the banner."""
     from spacy_elmo.training.checkpoint import checkpoint_path
@@ -276,7 +281,7 @@ def finetune_bilm(args, elmo: Path, train_text: Path, heldout_text: Path, gpu: b
         extra += ["--length-pool", "1"]
     # keyed on what the fine-tuning reads (as run_ident keys the training runs), not on paths: another biLM or
     # text written at the same path is fine-tuned afresh instead of re-using the one tuned from the old files
-    params = {"elmo": bilm_digest(elmo), "steps": steps, "extra": extra, "text": file_digest(train_text),
+    params = {"elmo": bilm_digest(elmo, softmax=True), "steps": steps, "extra": extra, "text": file_digest(train_text),
               "heldout": file_digest(heldout_text)}
     out = args.work_dir / f"finetuned-{short_hash(params)}"
     done = out / "finetune.json"

@@ -195,7 +195,7 @@ class Errors:
         "commands read a directory written by BiLM.save, `spacy-elmo pretrain` or `spacy-elmo export`, or one "
         "holding an AllenNLP options.json + .hdf5. Export the biLM of the pipeline's elmo component (with the "
         "weights it was trained or fine-tuned with there) as one first: `spacy-elmo export {shell_pipeline} ELMO_DIR "
-        "--format native`, then give ELMO_DIR; or run the pipeline itself: spacy.load('{pipeline}') gives each "
+        "--format native`, then give ELMO_DIR; or run the pipeline itself: spacy.load({py_pipeline}) gives each "
         "doc its ELMo layers in doc._.elmo."
     )
     E_NATIVE_TENSOR_MISSING = (
@@ -787,8 +787,8 @@ class Errors:
         "{given}, not biLM weights (a directory written by "
         "BiLM.save or `spacy-elmo export`, or one with an AllenNLP options.json + .hdf5). To reuse the biLM of "
         "its elmo component (with the weights it was trained or fine-tuned with there), source the component: "
-        "[components.elmo] source = \"{pipeline}\" in a training config, or nlp.add_pipe('elmo', "
-        "source=spacy.load('{pipeline}')); or export it as weights, `spacy-elmo export {shell_pipeline} ELMO_DIR "
+        "[components.elmo] source = {config_pipeline} in a training config, or nlp.add_pipe('elmo', "
+        "source=spacy.load({py_pipeline})); or export it as weights, `spacy-elmo export {shell_pipeline} ELMO_DIR "
         "--format native`, and give ELMO_DIR."
     )
     E_PIPELINE_NO_BILM = (
@@ -1510,8 +1510,9 @@ class Errors:
     )
     E_CACHE_NOT_SHARED = (
         "Rank {rank} of this torchrun job cannot read the corpus that rank 0 tokenized into OUTPUT_DIR {path} ({error}): "
-        "every machine of the job must reach OUTPUT_DIR, --init and TRAIN_PATH at the same path (a shared file "
-        "system). Give an absolute OUTPUT_DIR on a file system every machine mounts."
+        "every machine of the job must reach OUTPUT_DIR, and --init, --options and --tokenizer where given, at the same "
+        "path (a shared file system; TRAIN_PATH and --heldout are read by rank 0 alone). Give an absolute OUTPUT_DIR on "
+        "a file system every machine mounts."
     )
     E_PEER_DIED = (
         "{error}\nAnother process of this torchrun job died or stopped answering mid-run (killed: the OOM killer? see "
@@ -1519,6 +1520,7 @@ class Errors:
         "fixed, {on}"
     )
     E_PEER_DIED_CHECKPOINT = ", after the checkpoint of step {step:,} in {path}"
+    E_PEER_DIED_CHECKPOINT_IN = ", after the last checkpoint in {path}"
     E_PEER_FAILED = (
         "Rank {rank} of this torchrun job failed or refused the run, and this process stopped with it: that "
         "rank's message says why and what to do."

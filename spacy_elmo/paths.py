@@ -11,6 +11,7 @@ output would replace (:func:`holds_cwd`), and one file under two names, a hard l
 """
 
 import hashlib
+import json
 import os
 import shlex
 from pathlib import Path
@@ -24,6 +25,18 @@ def shell_quoted(path: PathLike) -> str:
     """``path`` as one word of a shell command that a message suggests (``shlex.quote``): a path with spaces or
     quotes pastes as one argument (the message's prose names the plain path)."""
     return shlex.quote(os.fspath(path))
+
+
+def python_quoted(path: PathLike) -> str:
+    """``path`` as a Python string literal (``repr``) in code a message suggests (``spacy.load(...)``): a path with
+    a quote or a backslash pastes as the same path, not a SyntaxError."""
+    return repr(os.fspath(path))
+
+
+def config_quoted(path: PathLike) -> str:
+    """``path`` as a string value of a spaCy config (``source = ...``), whose values are read as JSON: a path with
+    a double quote or a backslash reads back as the same path."""
+    return json.dumps(os.fspath(path), ensure_ascii=False)
 
 
 def unexpanded_home(path: PathLike) -> Optional[str]:

@@ -29,7 +29,7 @@ from .._typing import PathLike
 from ..atomic import atomic_write, make_dirs, naming, sync, sync_dir
 from ..errors import Errors
 from ..hdf5 import is_embeddings_file
-from ..paths import missing_path_error, shell_quoted
+from ..paths import missing_path_error, python_quoted, shell_quoted
 from .config import BiLMConfig, is_int
 
 if TYPE_CHECKING:  # model.py imports this module when it saves or loads
@@ -260,7 +260,7 @@ class SavedPipelineGiven(FileNotFoundError):
 
     def __init__(self, path: Path, pipeline: Path) -> None:
         self.path, self.pipeline = path, pipeline
-        super().__init__(Errors.E_MODEL_IS_PIPELINE.format(given=self.given, pipeline=pipeline,
+        super().__init__(Errors.E_MODEL_IS_PIPELINE.format(given=self.given, py_pipeline=python_quoted(pipeline),
                                                             shell_pipeline=shell_quoted(pipeline)))
 
     @property

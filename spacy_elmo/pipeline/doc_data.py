@@ -171,14 +171,25 @@ def token_vector(token: Token) -> Optional[numpy.ndarray]:
     return None if rows is None else rows[0]
 
 
+def _has_own_vector(token: Token) -> bool:
+    """Whether ``token`` has a vector of its own: not whitespace (whose vector is all zeros, as spaCy's own
+    ``has_vector`` says of a token without a vector). A span's vector averages these tokens' alone."""
+    return not token.is_space
+
+
 def span_vector(span: Union[Span, Doc]) -> Optional[numpy.ndarray]:
-    """Mean of the token vectors (a Doc counts as its full span)."""
+    """Mean of the vectors of the tokens with their own (:func:`_has_own_vector`), ``(width,)`` float32; a Doc
+    counts as its full span. Whitespace tokens' zero rows are left out: extra spaces or newlines leave the
+    vector as it is (they diluted it). Zeros for a span of whitespace only; None without ELMo data or tokens."""
     doc = span if isinstance(span, Doc) else span.doc
     start, end = (0, len(doc)) if isinstance(span, Doc) else (span.start, span.end)
     rows = _rows(doc, start, end)
     if rows is None or rows.shape[0] == 0:
         return None
-    return rows.mean(0)
+    own = numpy.fromiter((_has_own_vector(doc[i]) for i in range(start, end)), dtype=bool, count=end - start)
+    if not own.any():
+        return numpy.zeros((rows.shape[-1],), dtype="float32")
+    return rows[own].mean(0)
 
 
 # -- user hooks (module level: picklable) -----------------------------------
@@ -204,7 +215,7 @@ def hook_has_vector(obj) -> bool:
     doc = obj if isinstance(obj, Doc) else obj.doc
     if _stored(doc) is None:
         return False
-    return not obj.is_space if isinstance(obj, Token) else any(not token.is_space for token in obj)
+    return _has_own_vector(obj) if isinstance(obj, Token) else any(_has_own_vector(token) for token in obj)
 
 
 def _vec(obj) -> Optional[numpy.ndarray]:
@@ -250,7 +261,8 @@ def install_hooks(doc: Doc) -> None:
     doc.user_hooks["similarity"] = hook_similarity
     doc.user_span_hooks["vector"] = hook_span_vector
     doc.user_span_hooks["has_vector"] = hook_has_vector
-    doc.user_span_hooks["vector_norm"] = hook_vector_norm
+    # No span "vector_norm" hook: spaCy 3.8's Span.vector_norm calls the "vector" hook where one is given
+    # (returning the vector); without it, it takes the norm of span.vector, which the hook above gives.
     doc.user_span_hooks["similarity"] = hook_similarity
     doc.user_token_hooks["vector"] = hook_token_vector
     doc.user_token_hooks["has_vector"] = hook_has_vector

@@ -7,7 +7,7 @@ from typing import Callable, Optional, Tuple, Union
 from ..bilm import BiLM
 from ..bilm.native_io import SavedPipelineGiven
 from ..errors import Errors
-from ..paths import shell_quoted
+from ..paths import config_quoted, python_quoted, shell_quoted
 
 #: ``loader(backend) -> (BiLM, source)``
 WeightsLoader = Callable[[str], Tuple[BiLM, str]]
@@ -26,8 +26,10 @@ def load_weights(path: Optional[Union[str, Path]], backend: str = "auto") -> Tup
     try:
         bilm = BiLM.load(target, stateful=False, backend=backend).eval()
     except SavedPipelineGiven as err:
-        raise ValueError(Errors.E_WEIGHTS_ARE_PIPELINE.format(given=err.given, pipeline=err.pipeline,
-                                                              shell_pipeline=shell_quoted(err.pipeline))) from err
+        pipeline = err.pipeline
+        raise ValueError(Errors.E_WEIGHTS_ARE_PIPELINE.format(
+            given=err.given, config_pipeline=config_quoted(pipeline), py_pipeline=python_quoted(pipeline),
+            shell_pipeline=shell_quoted(pipeline))) from err
     return bilm, target if target == "default" else os.path.abspath(target.strip())
 
 

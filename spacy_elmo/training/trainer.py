@@ -749,17 +749,21 @@ def leave_failed_run(err: BaseException) -> None:
 def _lost_peer(err: RuntimeError) -> bool:
     """Whether ``err``, raised by a collective of the loop, is the process group's: a peer process of the job gone
     (gloo: "Connection closed by peer" / "reset by peer", as ``RuntimeError``; NCCL: ``DistBackendError``) or not
-    answering, not this package's (:class:`PeerFailed`, which names its rank) nor one of this rank's own."""
-    return not isinstance(err, PeerFailed) and (isinstance(err, dist.DistError) or "gloo" in str(err))
+    answering, not one of this rank's own. (:class:`PeerFailed`, which names the rank that failed, is neither: no
+    ``DistError``, and its message never names gloo.)"""
+    return isinstance(err, dist.DistError) or "gloo" in str(err)
 
 
-def _peer_died(err: RuntimeError, out: Path, last_saved: int) -> str:
-    """The message of a run whose peer process died mid-loop (``err``: gloo's or NCCL's error; ``last_saved``:
-    the step of the checkpoint in OUTPUT_DIR ``out``, 0 for none): how to go on, as a full disk says it."""
-    if not last_saved:
+def _peer_died(err: RuntimeError, out: Path, last_saved: Optional[int]) -> str:
+    """The message of a run whose peer process died mid-loop (``err``: gloo's or NCCL's error): how to go on, as
+    a full disk says it, by whether OUTPUT_DIR ``out`` holds a checkpoint (written atomically: whole if there).
+    ``last_saved``: the step of that checkpoint where this rank knows it (rank 0, which writes it), else None:
+    another rank counts a save once the collective ending it passes, and rank 0 may have died after writing it."""
+    if not ckpt.checkpoint_path(out).exists():
         return Errors.E_PEER_DIED.format(error=str(err).rstrip(), saved="", on=Errors.E_PRETRAIN_NO_SPACE_RERUN)
-    return Errors.E_PEER_DIED.format(error=str(err).rstrip(), saved=Errors.E_PEER_DIED_CHECKPOINT.format(step=last_saved, path=out),
-                                     on=Errors.E_PRETRAIN_NO_SPACE_RESUME)
+    saved = (Errors.E_PEER_DIED_CHECKPOINT.format(step=last_saved, path=out) if last_saved
+             else Errors.E_PEER_DIED_CHECKPOINT_IN.format(path=out))
+    return Errors.E_PEER_DIED.format(error=str(err).rstrip(), saved=saved, on=Errors.E_PRETRAIN_NO_SPACE_RESUME)
 
 
 def said_by_this_rank(err: BaseException, rank: int) -> bool:
@@ -1166,7 +1170,7 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
                 window_loss, window_n, window_tokens, window_start = 0.0, 0, 0, time.perf_counter()
     except RuntimeError as err:
         if world > 1 and _lost_peer(err):  # gloo's words alone named no process and no way on
-            raise RuntimeError(_peer_died(err, out, last_saved)) from err
+            raise RuntimeError(_peer_died(err, out, last_saved if is_main else None)) from err
         raise
     bar.close()
     if payload is not None and step == int(payload["step"]):

@@ -136,6 +136,42 @@ def test_a_finetuning_is_not_reused_after_another_model_or_text_is_written_at_th
     assert all(c[c.index("--init") + 1] == str(elmo) for c in fake.calls)
 
 
+@pytest.mark.parametrize("layout", ["native", "allennlp"])
+def test_a_finetuning_is_not_reused_after_another_vocabulary_or_softmax_is_written_at_the_same_path(
+        tmp_path, monkeypatch, layout):
+    """``pretrain --init`` reads the biLM's vocab.txt and softmax too (an AllenNLP directory's softmax.safetensors
+    beside its weights): the key hashes them where present, so a fine-tuning from another vocabulary or softmax is
+    not handed out. (The key hashed config.json, model.safetensors and initial_state.safetensors alone.)"""
+    import warnings
+
+    args = _finetune_args(tmp_path / "work")
+    elmo = tmp_path / "elmo"
+    if layout == "native":
+        _tiny_bilm(0).save(elmo)
+    else:
+        with warnings.catch_warnings():  # what AllenNLP will not run, said elsewhere
+            warnings.simplefilter("ignore")
+            _tiny_bilm(0).to_allennlp(elmo / "options.json", elmo / "weights.hdf5")
+    fake = _FakePretrain()
+    monkeypatch.setattr(tb.subprocess, "run", fake)  # after h5py, which runs `uname -p`
+    text, dev = tmp_path / "train.txt", tmp_path / "dev.txt"
+    text.write_text("a b c\n")
+    dev.write_text("a b\n")
+    outs = [tb.finetune_bilm(args, elmo, text, dev, False, "the test text")]
+    (elmo / "vocab.txt").write_text("<S>\n</S>\n<UNK>\na\n")  # a vocabulary (and softmax) beside
+    (elmo / "softmax.safetensors").write_bytes(b"first")
+    outs.append(tb.finetune_bilm(args, elmo, text, dev, False, "the test text"))
+    (elmo / "vocab.txt").write_text("<S>\n</S>\n<UNK>\nb\n")  # another vocabulary at the same path
+    outs.append(tb.finetune_bilm(args, elmo, text, dev, False, "the test text"))
+    (elmo / "softmax.safetensors").write_bytes(b"other")  # another softmax at the same path
+    outs.append(tb.finetune_bilm(args, elmo, text, dev, False, "the test text"))
+    assert tb.finetune_bilm(args, elmo, text, dev, False, "the test text") == outs[-1]  # unchanged: re-used
+    assert len(fake.calls) == 4 and len(set(outs)) == 4
+    # a training run reads the biLM through BiLM.load alone: its ident hashes no vocabulary or softmax
+    assert set(tb.bilm_digest(elmo)) == ({"config.json", "model.safetensors"} if layout == "native"
+                                         else {"options.json", "weights.hdf5"})
+
+
 def test_runs_that_differ_in_their_overrides_keep_their_own_directories(tmp_path):
     root = tmp_path / "runs"
     short, long = ({"config": "[x]", "overrides": {"training.max_steps": n}} for n in (1000, 3000))

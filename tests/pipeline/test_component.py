@@ -181,6 +181,34 @@ def test_a_saved_pipeline_given_to_bilm_load_is_named_as_such(nlp, tmp_path, ins
     assert "doc._.elmo" in str(err.value)
 
 
+def test_a_saved_pipelines_path_in_suggested_code_pastes_as_that_path(nlp, tmp_path):
+    """The code the saved-pipeline errors suggest put the path between quotes as it was: a path with a quote
+    pasted as a SyntaxError (``spacy.load('.../it's')``) or a config that read another value. The Python literal
+    evaluates, and the config's value reads, to the pipeline's path."""
+    import ast
+    import re
+
+    from spacy_elmo.bilm.native_io import SavedPipelineGiven
+
+    pipeline = tmp_path / 'my "models"' / "it's a\\b ünï"
+    pipeline.parent.mkdir()
+    nlp.to_disk(pipeline)
+    other = spacy.blank("en")
+    other.add_pipe("elmo", config={"weights": str(pipeline)})
+    with pytest.raises(ValueError) as as_weights:
+        other("a")
+    with pytest.raises(SavedPipelineGiven) as as_bilm:
+        BiLM.load(pipeline)
+    literal = r"spacy\.load\(('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")\)"
+    for message in (str(as_weights.value), str(as_bilm.value)):
+        found = re.findall(literal, message)
+        assert found and all(ast.literal_eval(code) == str(pipeline) for code in found), message
+    value = re.search(r"source = (\"(?:[^\"\\]|\\.)*\") in a training config", str(as_weights.value))
+    assert value, str(as_weights.value)
+    config = spacy.util.Config().from_str(f"[components]\n\n[components.elmo]\nsource = {value.group(1)}\n")
+    assert config["components"]["elmo"]["source"] == str(pipeline)
+
+
 def test_allennlp_dir(tmp_path, tiny_dir):
     bilm = BiLM.load(tiny_dir, backend="reference")
     bilm.to_allennlp(tmp_path / "options.json", tmp_path / "weights.hdf5")
@@ -382,6 +410,38 @@ def test_docs_of_whitespace_only(tiny_dir, store):
         assert doc._.elmo.shape[-2:] == (len(doc), WIDTH)
         assert not doc._.elmo[..., [t.is_space for t in doc], :].any()
     assert docs[3]._.elmo[..., [0, 2], :].any(axis=-1).all()
+
+
+def test_extra_whitespace_leaves_doc_and_span_vectors_as_they_are(tiny_dir):
+    """doc.vector and span.vector averaged every token's row, whitespace tokens' zero rows too: extra spaces and
+    newlines shrank them (by 10/13 for three whitespace tokens among ten words). They average the tokens with a
+    vector of their own, so the same text with extra whitespace has the same vectors; a span of whitespace only
+    has zeros."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "store_dtype": "float32"})
+    single, spaced = nlp("He went to the bank. Then he left."), nlp("He went to the  bank.\n\nThen   he left.")
+    assert sum(t.is_space for t in spaced) == 3 and len(spaced) == len(single) + 3
+    words = numpy.stack([t.vector for t in spaced if not t.is_space])
+    numpy.testing.assert_allclose(words, numpy.stack([t.vector for t in single]), atol=1e-6)
+    numpy.testing.assert_allclose(spaced.vector, words.astype("float64").mean(0), atol=1e-6)  # the oracle: words alone
+    numpy.testing.assert_allclose(spaced.vector, single.vector, atol=1e-6)
+    assert spaced.vector_norm == pytest.approx(single.vector_norm, rel=1e-5)
+    numpy.testing.assert_allclose(spaced[0:6].vector, single[0:5].vector, atol=1e-6)  # "He went to the  bank"
+    assert spaced.similarity(single) == pytest.approx(1.0, abs=1e-5)
+    blank = spaced[4:5]  # "  "... spaCy's token for the extra space
+    assert blank[0].is_space and blank.vector.shape == (WIDTH,) and not blank.vector.any()
+
+
+def test_span_vector_norm_is_the_norm_of_span_vector(nlp):
+    """span.vector_norm returned the span's vector itself: spaCy 3.8's Span.vector_norm calls the "vector" hook
+    where a "vector_norm" span hook is set. It is the norm of span.vector, one number, as the doc's and token's."""
+    doc = nlp("He went to the  bank.")
+    for span in (doc[1:4], doc[0:6], doc[4:5]):
+        assert numpy.ndim(span.vector_norm) == 0, span.text
+        assert float(span.vector_norm) == pytest.approx(float(numpy.linalg.norm(span.vector.astype("float64"))), rel=1e-6)
+    assert float(doc[1:4].vector_norm) > 0.0 and float(doc[4:5].vector_norm) == 0.0
+    assert isinstance(doc.vector_norm, float) and isinstance(doc[1].vector_norm, float)
 
 
 def test_fine_tuning_through_whitespace_tokens(tiny_dir):

@@ -439,7 +439,7 @@ def test_a_saved_pipeline_given_as_model_is_named_with_how_to_get_its_biLM(tmp_p
     message = {"embed": Errors.E_MODEL_IS_PIPELINE, "evaluate": Errors.E_EVALUATE_PIPELINE}[command]
     given = (f"{pipeline} is a saved spaCy pipeline" if not inside
              else f"{pipeline / 'elmo'} is the directory of the 'elmo' component of the saved spaCy pipeline {pipeline}")
-    message = message.format(given=given, pipeline=pipeline, shell_pipeline=shell_quoted(pipeline))
+    message = message.format(given=given, py_pipeline=repr(str(pipeline)), shell_pipeline=shell_quoted(pipeline))
     ended(runner.invoke(app, args), 1, message)
     assert f"`spacy-elmo export {pipeline} ELMO_DIR --format native`" in message
     exported = runner.invoke(app, ["export", str(pipeline), str(tmp_path / "saved"), "--format", "native"])  # what it says

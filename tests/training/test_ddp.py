@@ -459,6 +459,26 @@ def test_ddp_an_error_of_every_rank_is_printed_once(tmp_path, case):
     assert "spacy-elmo:" not in stderr[1]
 
 
+def _spawn_under_agent_store(worker, args: list, result_dir: Path):
+    """2 ranks of ``worker`` (:func:`_main_worker`'s arguments) started as torchrun starts them: its agent (here
+    this process) holds the job's store, which outlives the ranks. ``(ranks, store)``: keep the store while they run."""
+    port = _free_port()
+    store = torch.distributed.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
+    ranks = mp.spawn(worker, args=(2, port, args, str(result_dir), {"TORCHELASTIC_USE_AGENT_STORE": "True"}),
+                     nprocs=2, join=False)
+    return ranks, store
+
+
+def _wait_for(ready: Path, ranks, timeout: float = 180) -> None:
+    """Until the file ``ready`` exists; an assertion error, not a hang, when a rank exits first or ``timeout`` passes."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not ready.exists():
+        assert all(p.is_alive() for p in ranks.processes) and time.monotonic() < deadline
+        time.sleep(0.05)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("signalled", [(0, 1), (1,)], ids=["every_rank", "one_rank"])
 def test_ddp_a_sigterm_says_how_to_go_on_once(tmp_path, signalled):
@@ -467,22 +487,14 @@ def test_ddp_a_sigterm_says_how_to_go_on_once(tmp_path, signalled):
     SIGTERM to one rank alone (a kill of one PID) is said too, by that rank: its peer, which only lost it,
     says its own error."""
     import signal
-    import time
 
     from .conftest import tiny_pretrain_args
 
     out = tmp_path / "out"
     args, _, _ = tiny_pretrain_args(tmp_path, out, "--checkpoint-every", "2", "--log-every", "1", max_steps=100_000)
-    # As torchrun starts them: its agent (here this process) holds the job's store, which outlives the ranks.
-    port = _free_port()
-    store = torch.distributed.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
-    ranks = mp.spawn(_main_worker, args=(2, port, args, str(tmp_path), {"TORCHELASTIC_USE_AGENT_STORE": "True"}),
-                     nprocs=2, join=False)
+    ranks, store = _spawn_under_agent_store(_main_worker, args, tmp_path)
     try:
-        deadline = time.monotonic() + 180
-        while not (out / "checkpoint.pt").exists():
-            assert all(p.is_alive() for p in ranks.processes) and time.monotonic() < deadline
-            time.sleep(0.05)
+        _wait_for(out / "checkpoint.pt", ranks)
         for rank in signalled:
             os.kill(ranks.processes[rank].pid, signal.SIGTERM)
         for process in ranks.processes:
@@ -504,7 +516,7 @@ def test_ddp_a_sigterm_says_how_to_go_on_once(tmp_path, signalled):
     del store
 
 
-def _slow_save_worker(rank: int, world: int, port: int, args: list, result_dir: str) -> None:
+def _slow_save_worker(rank: int, world: int, port: int, args: list, result_dir: str, env: Optional[dict] = None) -> None:
     """:func:`_main_worker` whose rank 0, having written its first checkpoint, waits in the model's save (after it
     writes ``saving`` in ``result_dir``) until the file ``killed`` is there: a peer dies mid-save."""
     import time
@@ -521,7 +533,7 @@ def _slow_save_worker(rank: int, world: int, port: int, args: list, result_dir: 
 
     if rank == 0:
         trainer.save_pretrained = slow_save
-    _main_worker(rank, world, port, args, result_dir)
+    _main_worker(rank, world, port, args, result_dir, env)
 
 
 @pytest.mark.slow
@@ -532,7 +544,6 @@ def test_ddp_a_peer_killed_mid_run_is_said_with_the_checkpoint_to_resume_from(tm
     is whole, and --resume; gloo's words are kept. Killed while rank 0 finished a save whose checkpoint was already
     on disk, rank 0 said "no checkpoint was written yet" (it counted the save once the collective ending it passed)."""
     import signal
-    import time
 
     from spacy_elmo.training.checkpoint import load_checkpoint
 
@@ -543,11 +554,7 @@ def test_ddp_a_peer_killed_mid_run_is_said_with_the_checkpoint_to_resume_from(tm
     worker = _main_worker if when == "between_steps" else _slow_save_worker
     ranks = mp.spawn(worker, args=(2, _free_port(), args, str(tmp_path)), nprocs=2, join=False)
     try:
-        deadline = time.monotonic() + 180
-        ready = out / "checkpoint.pt" if when == "between_steps" else tmp_path / "saving"
-        while not ready.exists():
-            assert all(p.is_alive() for p in ranks.processes) and time.monotonic() < deadline
-            time.sleep(0.05)
+        _wait_for(out / "checkpoint.pt" if when == "between_steps" else tmp_path / "saving", ranks)
         os.kill(ranks.processes[1].pid, signal.SIGKILL)
         ranks.processes[1].join(30)
         (tmp_path / "killed").touch()
@@ -560,6 +567,54 @@ def test_ddp_a_peer_killed_mid_run_is_said_with_the_checkpoint_to_resume_from(tm
     step = int(load_checkpoint(out)["step"])
     assert "by peer" in stderr and "died" in stderr, stderr  # gloo: "closed by peer" or "reset by peer"
     assert f"checkpoint of step {step:,}" in stderr and "--resume" in stderr and "Traceback" not in stderr, stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["before_first_checkpoint", "rank_0_mid_save"])
+def test_ddp_a_peer_killed_says_resume_only_where_a_checkpoint_is_on_disk(tmp_path, case):
+    """A peer SIGKILLed before the first checkpoint: rank 0 says to rerun the same command, no --resume (no
+    checkpoint to resume from). Rank 0 SIGKILLed mid-save, its checkpoint already on disk: rank 1, whose save
+    counted once the collective ending it passed, said "no checkpoint was written yet"; it now says the checkpoint
+    in OUTPUT_DIR and --resume, without a step (it knows none: rank 0 writes it)."""
+    import signal
+
+    from .conftest import tiny_pretrain_args
+
+    out = tmp_path / "out"
+    every = "1000" if case == "before_first_checkpoint" else "2"
+    args, _, _ = tiny_pretrain_args(tmp_path, out, "--checkpoint-every", every, "--log-every", "1", max_steps=100_000)
+    killed, said = (1, 0) if case == "before_first_checkpoint" else (0, 1)
+    worker = _main_worker if case == "before_first_checkpoint" else _slow_save_worker
+    ranks, store = _spawn_under_agent_store(worker, args, tmp_path)  # the store outlives rank 0
+    try:
+        _wait_for(out / "train_log.jsonl" if case == "before_first_checkpoint" else tmp_path / "saving", ranks)
+        os.kill(ranks.processes[killed].pid, signal.SIGKILL)
+        ranks.processes[killed].join(30)
+        ranks.processes[said].join(120)
+    finally:
+        for process in ranks.processes:
+            process.kill()
+    stderr = (tmp_path / f"stderr{said}.txt").read_text(encoding="utf-8")
+    assert (tmp_path / f"status{said}.txt").read_text() == "1", stderr
+    assert "by peer" in stderr and "died" in stderr and "Traceback" not in stderr, stderr
+    if case == "before_first_checkpoint":
+        assert not (out / "checkpoint.pt").exists()
+        assert "no checkpoint was written yet" in stderr and "--resume" not in stderr, stderr
+    else:
+        assert (out / "checkpoint.pt").exists()
+        assert f"after the last checkpoint in {out}" in stderr and "--resume" in stderr, stderr
+        assert "checkpoint of step" not in stderr and "no checkpoint" not in stderr, stderr
+    del store
+
+
+def test_a_failed_peers_error_is_not_taken_for_a_lost_peer():
+    """:class:`PeerFailed` (a rank that failed and says why) is not the process group's error: its message never
+    names gloo, so it is not said as a peer that died."""
+    from spacy_elmo.errors import Errors
+    from spacy_elmo.training.trainer import PeerFailed, _lost_peer
+
+    assert not _lost_peer(PeerFailed(Errors.E_PEER_FAILED.format(rank=1)))
+    assert _lost_peer(RuntimeError("[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer"))
 
 
 def _full_disk_worker(rank: int, world: int, port: int, args: list, result_dir: str) -> None:
@@ -658,6 +713,30 @@ def _elsewhere_worker(rank: int, world: int, port: int, args: list, result_dir: 
 
 
 @pytest.mark.slow
+def test_ddp_train_path_and_heldout_need_be_on_rank_0s_machine_only(tmp_path):
+    """Rank 0 alone reads TRAIN_PATH and --heldout (it tokenizes both; the others read OUTPUT_DIR's cache and the
+    broadcast held-out text): a job whose other machine sees neither (relative paths naming nothing there) trains,
+    as E_CACHE_NOT_SHARED and the README say (they said TRAIN_PATH must be reachable from every machine)."""
+    import shutil
+
+    from .conftest import tiny_pretrain_args
+
+    here, other = tmp_path / "here", tmp_path / "other"
+    here.mkdir()
+    other.mkdir()
+    out = tmp_path / "out"
+    args, train, _ = tiny_pretrain_args(tmp_path, out, "--checkpoint-every", "3")
+    shutil.move(str(train), here / "train.txt")
+    write_corpus(here / "heldout.txt", 5)
+    args[args.index(str(train))] = "train.txt"
+    args += ["--heldout", "heldout.txt"]
+    _run_ranks(_elsewhere_worker, (2, _free_port(), args, str(tmp_path), [str(here), str(other)]), timeout=150)
+    stderr = [(tmp_path / f"stderr{r}.txt").read_text(encoding="utf-8") for r in range(2)]
+    assert [(tmp_path / f"status{r}.txt").read_text() for r in range(2)] == ["0", "0"], stderr
+    assert (out / "config.json").exists() and (out / "checkpoint.pt").exists()
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["init", "output_dir"])
 def test_ddp_a_file_one_rank_cannot_see_is_said_by_that_rank_and_named_by_rank_0(tmp_path, case):
     """A file that one rank alone cannot read (another machine, where the path names nothing): --init missing there
@@ -688,6 +767,8 @@ def test_ddp_a_file_one_rank_cannot_see_is_said_by_that_rank_and_named_by_rank_0
     assert "Rank 1 of this torchrun job failed" in stderr[0] and said not in stderr[0], stderr
     if case == "output_dir":
         assert "same path" in stderr[1] and "Errno" in stderr[1]  # the OS's words kept, after ours
+        # What every rank reads, and no more: TRAIN_PATH and --heldout are rank 0's alone (the test below).
+        assert "--init, --options and --tokenizer" in stderr[1] and "TRAIN_PATH and --heldout are read by rank 0 alone" in stderr[1]
     else:
         assert not (tmp_path / "out").exists()  # refused before OUTPUT_DIR was made
 
