@@ -2193,14 +2193,25 @@ class Warnings:
         "[initialize.components.elmo] layer_cache_mb for training)."
     )
     W_ELMO_SENTENCE_OVER_WINDOW = (
-        "spacy-elmo: a sentence of {words} words reached the '{name}' component, whose model reads at most "
+        "spacy-elmo: a sentence of {words} words reached {reader}, which reads at most "
         "max_window = {max_window} words at once: it is cut into {pieces} consecutive pieces of up to {max_window} "
         "words, each read on its own from the biLM's start state, so the vectors of words near a cut lack the "
-        "context across it. To read such sentences whole, "
-        "raise max_window to at least {raise_to} ([components.{name}.model] max_window, or "
-        "nlp.add_pipe(\"elmo\", config={{\"model\": {{\"max_window\": {raise_to}}}}})): the biLM's memory "
-        "grows with the longest row, above batch_tokens for a row longer than that. Warned once per component."
+        "context across it. To read such sentences whole, raise max_window to at least {raise_to} ({setting}): "
+        "the biLM's memory grows with the longest row, above batch_tokens for a row longer than that. Warned once "
+        "per biLM."
     )
+    #: {reader} and {setting} of W_ELMO_SENTENCE_OVER_WINDOW for a biLM whose component is known: the ``elmo``
+    #: component's, or a component's own copy (``nlp.replace_listeners``), whose spacy_elmo.ElmoBiLM.v2 block lies
+    #: under ``[{block}]``
+    W_ELMO_OVER_WINDOW_READER = "the biLM of the '{name}' component"
+    W_ELMO_OVER_WINDOW_SETTING = (
+        "max_window of the spacy_elmo.ElmoBiLM.v2 block in [{block}], or for a new \"elmo\" component "
+        "nlp.add_pipe(\"elmo\", config={{\"model\": {{\"max_window\": {raise_to}}}}}), which nlp.replace_listeners "
+        "copies"
+    )
+    #: {reader} and {setting} of W_ELMO_SENTENCE_OVER_WINDOW for a biLM of no known component
+    W_ELMO_OVER_WINDOW_READER_UNNAMED = "the elmo biLM"
+    W_ELMO_OVER_WINDOW_SETTING_UNNAMED = "max_window of its spacy_elmo.ElmoBiLM.v2 block in the pipeline's config"
     W_ELMO_OTHER_LANG = (
         "spacy-elmo: the {name} component's model {source} was pretrained on the tokens of spaCy's "
         "{lang!r} tokenizer (its settings were not recorded: an older model), but this pipeline is "
