@@ -20,15 +20,20 @@ _IN_GRAPH = (
 
 
 # How to build spacy_elmo._C again against the installed torch, from a checkout or for an installed copy: the
-# fix of W_FIX_BUILD and of the messages that ask for a rebuild with a switch set (SPACY_ELMO_CUDA=1,
-# TORCH_CUDA_ARCH_LIST). --no-cache-dir: pip otherwise reuses the wheel it cached when it first built an
+# fix of W_FIX_BUILD and of the messages that ask for a rebuild, with a switch set (SPACY_ELMO_CUDA=1,
+# TORCH_CUDA_ARCH_LIST) or not. --no-cache-dir: pip otherwise reuses the wheel it cached when it first built an
 # sdist from an index (its cache key is the sdist's URL and the interpreter, not the switches nor torch's
 # version), and the "rebuild" reinstalls the very build it should replace.
-_REBUILD = (
-    "in a source checkout `pip install --no-cache-dir --no-build-isolation -e .`; for an installed copy "
-    "`pip install --no-cache-dir --no-build-isolation --no-deps --force-reinstall SOURCE`, SOURCE the spacy-elmo "
-    "sdist or checkout"
-)
+def _rebuild(env: str = "") -> str:
+    """The two rebuild commands, each in backticks; ``env``: the variables the build needs set
+    (``"SPACY_ELMO_CUDA=1"``), put at the start of each command, inside its backticks, so that it pastes with
+    them (said in the prose only, the pasted command built without them)."""
+    run = env + " " if env else ""
+    return (
+        f"in a source checkout `{run}pip install --no-cache-dir --no-build-isolation -e .`; for an installed copy "
+        f"`{run}pip install --no-cache-dir --no-build-isolation --no-deps --force-reinstall SOURCE`, SOURCE the "
+        "spacy-elmo sdist or checkout"
+    )
 
 
 def counted(n: int, singular: str, plural: str = "") -> str:
@@ -726,7 +731,7 @@ class Errors:
     E_FUSED_NO_CUDA_KERNELS = (
         "backend='fused' on CUDA tensors needs the CUDA kernels of spacy_elmo._C, which this build lacks (it "
         "found no CUDA toolkit: nvcc / CUDA_HOME). Install the CUDA toolkit of torch's CUDA ({cuda}) and "
-        "build it again with SPACY_ELMO_CUDA=1 set: " + _REBUILD + " (`spacy-elmo info` shows what was "
+        "build it again with SPACY_ELMO_CUDA=1 set: " + _rebuild("SPACY_ELMO_CUDA=1") + " (`spacy-elmo info` shows what was "
         "built). Or use backend='auto', which runs the reference path on CUDA here, or backend='reference'."
     )
     E_SCALAR_MIX_COUNT = (
@@ -1913,14 +1918,15 @@ class Warnings:
     )
     W_FIX_BUILD = (
         "Build it against the installed torch (needs a C++ compiler and ninja), with SPACY_ELMO_NO_EXTENSION "
-        "unset: " + _REBUILD + "."
+        "unset: " + _rebuild() + "."
     )
     # The fused ops on CUDA tensors that run the reference instead (spacy_elmo.ops.cuda_route): once each.
     W_FUSED_NO_CUDA_KERNELS = (
         "spacy-elmo: spacy_elmo._C was built without its CUDA kernels (its build found no CUDA toolkit: "
         "nvcc / CUDA_HOME), so the fused ops on CUDA tensors run the pure-PyTorch reference path (exact, but "
         "slower); on the CPU they still run the fused kernels. For the CUDA kernels install the CUDA toolkit "
-        "of torch's CUDA ({cuda}) and build it again with SPACY_ELMO_CUDA=1 set: " + _REBUILD + " (`spacy-elmo "
+        "of torch's CUDA ({cuda}) and build it again with SPACY_ELMO_CUDA=1 set: " + _rebuild("SPACY_ELMO_CUDA=1")
+        + " (`spacy-elmo "
         "info` shows what was built)."
     )
     W_FUSED_CUDA_MANY_FILTERS = (
@@ -1954,7 +1960,8 @@ class Warnings:
         "spacy-elmo: building spacy_elmo._C without OpenMP: the torch at {torch_dir} ships no libomp "
         "(include/omp.h and lib/libomp.dylib, which torch's macOS wheels from pypi.org have) and Apple clang "
         "brings none. The fused kernels' own loops will run on one thread (the matrix products inside them "
-        "still use torch's threads). For threaded kernels install a torch wheel from pypi.org and rebuild."
+        "still use torch's threads). For threaded kernels install a torch wheel from pypi.org and rebuild: "
+        + _rebuild() + "."
     )
     W_EXTENSION_OTHER_TORCH = (
         "{reason}: most likely a build for another torch than the installed {torch} "
@@ -1963,7 +1970,7 @@ class Warnings:
     # `spacy-elmo info` of SPACY_ELMO_NO_EXTENSION and SPACY_ELMO_CUDA, which only a build reads.
     W_INFO_SWITCH_BUILD_TIME = (
         "read by setup.py alone, when it builds the extension: at run time it changes nothing; to apply it, "
-        "rebuild with it set."
+        "rebuild with it set: " + _rebuild("{setting}") + "."
     )
     # What `spacy-elmo info` says of a build that lacks something (spacy_elmo.cli.info).
     W_INFO_NO_EXTENSION = (
@@ -1997,21 +2004,22 @@ class Warnings:
     W_SWITCH_INSTEAD_CACHE = "~/.cache/spacy-elmo is used, as when it is unset"
     W_INFO_GPU_NO_CODE = (
         "the CUDA kernels cannot run on it: they were compiled for {archs} only, none at or below its "
-        "capability; build it again with TORCH_CUDA_ARCH_LIST={cap} set: " + _REBUILD
+        "capability; build it again with TORCH_CUDA_ARCH_LIST={cap} set: " + _rebuild("TORCH_CUDA_ARCH_LIST={cap}")
     )
     W_INFO_GPU_NO_CUDA_KERNELS = (
         "the fused ops run the reference path on it: spacy_elmo._C was built without its CUDA kernels (no CUDA "
-        "toolkit found); install the CUDA toolkit and build it again with SPACY_ELMO_CUDA=1 set: " + _REBUILD
+        "toolkit found); install the CUDA toolkit and build it again with SPACY_ELMO_CUDA=1 set: "
+        + _rebuild("SPACY_ELMO_CUDA=1")
     )
     W_INFO_GPU_NO_TENSOR_CORES = (
         "the fp16/bf16 char CNN runs on CUDA cores, about 4x slower: the kernels it runs were compiled for "
         "{arch}, and the tensor-core kernel needs 8.0 or later; build it again with TORCH_CUDA_ARCH_LIST={cap} set: "
-        + _REBUILD
+        + _rebuild("TORCH_CUDA_ARCH_LIST={cap}")
     )
     W_INFO_NO_OPENMP = (
         "no: the fused kernels' own loops run on one thread (the matrix products inside them still use torch's "
         "threads). A macOS build against a torch without libomp (include/omp.h, lib/libomp.dylib) lacks it: "
-        "install a torch wheel from pypi.org, which ships libomp, and rebuild spacy-elmo."
+        "install a torch wheel from pypi.org, which ships libomp, and rebuild spacy-elmo: " + _rebuild() + "."
     )
 
     # --- pretraining and CLI (spacy_elmo.training, spacy_elmo.cli) ----------
@@ -2195,14 +2203,25 @@ class Warnings:
         "[initialize.components.elmo] layer_cache_mb for training)."
     )
     W_ELMO_SENTENCE_OVER_WINDOW = (
-        "spacy-elmo: a sentence of {words} words reached the '{name}' component, whose model reads at most "
+        "spacy-elmo: a sentence of {words} words reached {reader}, which reads at most "
         "max_window = {max_window} words at once: it is cut into {pieces} consecutive pieces of up to {max_window} "
         "words, each read on its own from the biLM's start state, so the vectors of words near a cut lack the "
-        "context across it. To read such sentences whole, "
-        "raise max_window to at least {raise_to} ([components.{name}.model] max_window, or "
-        "nlp.add_pipe(\"elmo\", config={{\"model\": {{\"max_window\": {raise_to}}}}})): the biLM's memory "
-        "grows with the longest row, above batch_tokens for a row longer than that. Warned once per component."
+        "context across it. To read such sentences whole, raise max_window to at least {raise_to} ({setting}): "
+        "the biLM's memory grows with the longest row, above batch_tokens for a row longer than that. Warned once "
+        "per biLM."
     )
+    #: {reader} and {setting} of W_ELMO_SENTENCE_OVER_WINDOW for a biLM whose component is known: the ``elmo``
+    #: component's, or a component's own copy (``nlp.replace_listeners``), whose spacy_elmo.ElmoBiLM.v2 block lies
+    #: under ``[{block}]``
+    W_ELMO_OVER_WINDOW_READER = "the biLM of the '{name}' component"
+    W_ELMO_OVER_WINDOW_SETTING = (
+        "max_window of the spacy_elmo.ElmoBiLM.v2 block in [{block}], or for a new \"elmo\" component "
+        "nlp.add_pipe(\"elmo\", config={{\"model\": {{\"max_window\": {raise_to}}}}}), which nlp.replace_listeners "
+        "copies"
+    )
+    #: {reader} and {setting} of W_ELMO_SENTENCE_OVER_WINDOW for a biLM of no known component
+    W_ELMO_OVER_WINDOW_READER_UNNAMED = "the elmo biLM"
+    W_ELMO_OVER_WINDOW_SETTING_UNNAMED = "max_window of its spacy_elmo.ElmoBiLM.v2 block in the pipeline's config"
     W_ELMO_OTHER_LANG = (
         "spacy-elmo: the {name} component's model {source} was pretrained on the tokens of spaCy's "
         "{lang!r} tokenizer (its settings were not recorded: an older model), but this pipeline is "

@@ -256,7 +256,9 @@ def test_every_rebuild_command_bypasses_pips_wheel_cache():
     TORCH_CUDA_ARCH_LIST) or to build for a new torch put the cached build back, in about a second, without
     compiling anything. So every command that builds again says --no-cache-dir: each build command of the
     messages (they are all advice after a build that was wrong or missing) and each --force-reinstall of the
-    README; the messages asking for a rebuild share one wording of it (errors._REBUILD)."""
+    README; the messages asking for a rebuild share one wording of it (errors._rebuild). A message that says to
+    build with a variable set (SPACY_ELMO_CUDA=1, TORCH_CUDA_ARCH_LIST) sets it inside each command, which
+    otherwise pasted builds without it; and a message that says "rebuild" gives the command."""
     from spacy_elmo import errors
 
     said = [m for cls in (errors.Errors, errors.Warnings) for name, m in vars(cls).items() if name[:2] in ("E_", "W_")]
@@ -265,7 +267,17 @@ def test_every_rebuild_command_bypasses_pips_wheel_cache():
     reinstalls = [c for c in _pip_installs(readme) if "--force-reinstall" in c]
     assert len(builds) >= 5 and len(reinstalls) >= 2  # what there was when the test was written: 13 and 3
     assert [c for c in builds + reinstalls if "--no-cache-dir" not in c.split()] == []
-    for message in (errors.Warnings.W_FIX_BUILD, errors.Errors.E_FUSED_NO_CUDA_KERNELS,
-                    errors.Warnings.W_FUSED_NO_CUDA_KERNELS, errors.Warnings.W_INFO_GPU_NO_CODE,
-                    errors.Warnings.W_INFO_GPU_NO_CUDA_KERNELS, errors.Warnings.W_INFO_GPU_NO_TENSOR_CORES):
-        assert errors._REBUILD in message and "--force-reinstall SOURCE" in message
+    E, W = errors.Errors, errors.Warnings
+    for message, env in ((W.W_FIX_BUILD, ""), (W.W_BUILD_NO_OPENMP, ""), (W.W_INFO_NO_OPENMP, ""),
+                         (W.W_INFO_SWITCH_BUILD_TIME.format(setting="SPACY_ELMO_CUDA=1"), "SPACY_ELMO_CUDA=1"),
+                         (E.E_FUSED_NO_CUDA_KERNELS, "SPACY_ELMO_CUDA=1"), (W.W_FUSED_NO_CUDA_KERNELS, "SPACY_ELMO_CUDA=1"),
+                         (W.W_INFO_GPU_NO_CUDA_KERNELS, "SPACY_ELMO_CUDA=1"),
+                         (W.W_INFO_GPU_NO_CODE, "TORCH_CUDA_ARCH_LIST={cap}"),
+                         (W.W_INFO_GPU_NO_TENSOR_CORES, "TORCH_CUDA_ARCH_LIST={cap}")):
+        assert errors._rebuild(env) in message and "--force-reinstall SOURCE" in message, message
+        commands = _pip_installs(message)
+        assert len(commands) == 2 and all(c.startswith(f"`{env} pip" if env else "`pip") for c in commands), message
+    # every message that says to set a variable for a build sets it in its commands
+    for message in said:
+        for variable in re.findall(r"with ((?:SPACY_ELMO_CUDA|TORCH_CUDA_ARCH_LIST)=\S+) set", message):
+            assert errors._rebuild(variable) in message, message

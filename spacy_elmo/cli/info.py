@@ -11,6 +11,7 @@ import typer
 
 from .. import __version__, ops, switches
 from ..errors import Warnings
+from ..paths import shell_quoted
 from .app import app, extension_warning_hidden
 
 
@@ -110,7 +111,8 @@ def _rows(facts: Dict[str, Any]) -> List[Tuple[str, str]]:
 def _switch(name: str, value: str, problem: Optional[str]) -> str:
     """``NAME=value`` of the switches' row, with what is wrong with the value, and for a switch setup.py alone
     reads (SPACY_ELMO_NO_EXTENSION, SPACY_ELMO_CUDA) that it changed nothing here unless set for the build."""
-    notes = [Warnings.W_INFO_SWITCH_BUILD_TIME] if name in switches.BUILD_TIME else []
+    setting = f"{name}={shell_quoted(value)}"  # as the rebuild command it suggests sets it
+    notes = [Warnings.W_INFO_SWITCH_BUILD_TIME.format(setting=setting)] if name in switches.BUILD_TIME else []
     notes += [problem] if problem else []
     return f"{name}={value}" + (f" ({' '.join(notes)})" if notes else "")
 

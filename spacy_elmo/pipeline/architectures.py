@@ -23,7 +23,7 @@ from thinc.api import Maxout, Model, chain, concatenate, with_array
 from thinc.types import Floats2d, Floats3d
 
 from ..errors import Errors, Warnings
-from .bilm_layer import DEFAULT_LEARN_RATE_SCALE, build_elmo_bilm, own_bilm_layer, set_layer_cache_mb
+from .bilm_layer import DEFAULT_LEARN_RATE_SCALE, build_elmo_bilm, name_owner, own_bilm_layer, set_layer_cache_mb
 from .callers import user_stacklevel
 from .listener import ElmoListener as ElmoListenerModel
 from .scalar_mix import building, elmo_dropout, is_setting, mix_layer
@@ -42,7 +42,7 @@ def ElmoBiLM_v2(
 
     batch_tokens: padded tokens (rows x longest row) per biLM call; max_window:
     the longest row, in words. A doc without sentence boundaries is read in consecutive windows of
-    max_window words, and so is a sentence longer than that (the component warns once): each piece is read
+    max_window words, and so is a sentence longer than that (warned once per biLM): each piece is read
     on its own from the biLM's start state, with no overlap, so the vectors of words near a cut lack the
     context across it. Raise it to read longer sentences whole: a row longer than batch_tokens runs in a
     biLM call of its own, so memory and time per call grow with it past that bound;
@@ -112,6 +112,8 @@ def ElmoListener(
         )
     width = None if width is None else int(width)
     if bilm is not None:
+        of_component, component = building()
+        name_owner(bilm, component if of_component else None)  # its block's place in the config: not known here
         listener = own_bilm_layer(bilm, frozen, learn_rate_scale)
     else:
         listener = ElmoListenerModel(upstream_name=upstream, width=width)

@@ -4,8 +4,8 @@ The biLM was trained on sentences wrapped in ``<S> ... </S>``: a doc with
 sentence boundaries is run sentence by sentence, a doc without them in windows
 of at most ``max_window`` tokens (so a 20,000-token doc never becomes one
 20,000-step row). A sentence longer than ``max_window`` words is cut the same
-way, into consecutive pieces read independently (the ``elmo`` component warns
-once when it meets one). Rows are sorted by length and grouped so that each
+way, into consecutive pieces read independently (the biLM layer warns once per
+model when it meets one: :func:`longest_cut_sentence`). Rows are sorted by length and grouped so that each
 sub-batch holds at most ``batch_tokens`` padded tokens (rows x longest row).
 
 Whitespace tokens (``token.is_space``: spaCy's tokens for extra spaces, tabs and
@@ -64,17 +64,18 @@ def doc_pieces(doc: Doc, index: int, max_window: int, words: numpy.ndarray) -> L
     return pieces
 
 
-def longest_cut_sentence(docs: Iterable[Doc], max_window: int) -> int:
-    """The words of the longest sentence over ``max_window`` words in the docs that have sentence boundaries
-    (:func:`doc_pieces` cuts it); 0 when there is none. A doc without boundaries is windowed by design, and
-    not counted."""
+def longest_cut_sentence(
+    docs: Sequence[Doc], pieces: Iterable[Piece], max_window: int, words: Sequence[numpy.ndarray]
+) -> int:
+    """The words of the longest sentence that :func:`make_pieces` cut (into ``pieces``, from the docs' ``words``)
+    because it is over ``max_window`` words, in the docs that have sentence boundaries; 0 when there is none. A doc
+    without boundaries is windowed by design, and not counted. Cheap where nothing was cut: only a doc with a piece
+    of a full ``max_window`` words (a cut sentence's first) has its sentences walked again."""
     longest = 0
-    for doc in docs:
-        # a sentence has at least as many tokens as words: the words are counted only where the tokens are over
-        if not has_sentences(doc) or max((s.end - s.start for s in doc.sents), default=0) <= max_window:
-            continue
-        ranges = sentence_words(doc, word_positions(doc))
-        longest = max([longest] + [stop - first for first, stop in ranges if stop - first > max_window])
+    for i in sorted({p.doc for p in pieces if p.end - p.start == max_window}):
+        if has_sentences(docs[i]):
+            ranges = sentence_words(docs[i], words[i])
+            longest = max([longest] + [stop - first for first, stop in ranges if stop - first > max_window])
     return longest
 
 

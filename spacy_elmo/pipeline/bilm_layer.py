@@ -8,6 +8,7 @@ safetensors + config JSON (no pickle).
 
 import contextlib
 import functools
+import warnings
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, cast
 
@@ -25,9 +26,10 @@ from thinc.util import convert_recursive, is_xp_array
 from ..bilm import BiLM, BiLMConfig
 from ..bilm.config import is_int
 from ..bilm.native_io import cast_for_save, check_weight, reading_provenance
-from ..errors import Errors
+from ..errors import Errors, Warnings
 from ..ops import BACKENDS
-from .batching import Piece, group_pieces, make_pieces, word_positions
+from .batching import Piece, group_pieces, longest_cut_sentence, make_pieces, word_positions
+from .callers import user_stacklevel
 from .runner import ElmoRunner, trains
 from .settings import setting
 
@@ -307,6 +309,8 @@ def _forward(model: Model, docs: List[Doc], is_train: bool):
     outputs = [model.ops.alloc3f(nL, len(doc), D) for doc in docs]
     callbacks = []
     pieces = make_pieces(docs, model.attrs["max_window"], words)
+    if not runner.warned_long_sentence:
+        _warn_cut_sentence(model, runner, docs, pieces, words)
     cache = runner.layer_cache if runner.layer_cache.limit and not is_train and not trains(bilm) else None
     # each piece's words as the biLM reads them, also its layer-cache key
     rows = {p: tuple([texts[p.doc][i] for i in words[p.doc][p.start : p.end].tolist()]) for p in pieces}
@@ -349,6 +353,48 @@ def _forward(model: Model, docs: List[Doc], is_train: bool):
         return []
 
     return outputs, backprop
+
+
+def name_owner(model: Model, component: Optional[str], block: Optional[str] = None) -> None:
+    """Record the component whose biLM ``model`` (an ``elmo_bilm`` model) is, and the config block (``components.NAME
+    .model``) its spacy_elmo.ElmoBiLM.v2 block lies in (None: unknown), for its messages; a fresh copy (``nlp.
+    replace_listeners``) also warns anew, once."""
+    runner = get_runner(model)
+    runner.owner = None if component is None else (component, block)
+    runner.warned_long_sentence = False
+
+
+def _warn_cut_sentence(
+    model: Model, runner: ElmoRunner, docs: Sequence[Doc], pieces: List[Piece], words: Sequence[Any]
+) -> None:
+    """W_ELMO_SENTENCE_OVER_WINDOW, once per model instance, when a doc with sentence boundaries had a sentence over
+    ``max_window`` words cut into pieces (:func:`.batching.longest_cut_sentence`). Here, in the model's forward, so
+    that every path that runs it warns: the ``elmo`` component's predict and update, and a component's own copy
+    (``nlp.replace_listeners``)."""
+    max_window = int(model.attrs["max_window"])
+    longest = longest_cut_sentence(docs, pieces, max_window, words)
+    if not longest:
+        return
+    runner.warned_long_sentence = True
+    owner = runner.owner
+    if owner is None:
+        reader, setting = Warnings.W_ELMO_OVER_WINDOW_READER_UNNAMED, Warnings.W_ELMO_OVER_WINDOW_SETTING_UNNAMED
+    else:
+        name, block = owner
+        reader = Warnings.W_ELMO_OVER_WINDOW_READER.format(name=name)
+        setting = (
+            Warnings.W_ELMO_OVER_WINDOW_SETTING_UNNAMED
+            if block is None
+            else Warnings.W_ELMO_OVER_WINDOW_SETTING.format(block=block, raise_to=longest)
+        )
+    warnings.warn(
+        Warnings.W_ELMO_SENTENCE_OVER_WINDOW.format(
+            words=longest, reader=reader, max_window=max_window, pieces=-(-longest // max_window),
+            raise_to=longest, setting=setting,
+        ),
+        UserWarning,
+        stacklevel=user_stacklevel(),
+    )
 
 
 def _token_index(ops, positions):

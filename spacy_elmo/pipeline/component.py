@@ -60,6 +60,7 @@ from .bilm_layer import (
     get_bilm,
     get_runner,
     load_model_bytes,
+    name_owner,
     own_bilm_layer,
     renew_shim_ids,
     set_bilm,
@@ -67,7 +68,6 @@ from .bilm_layer import (
     step_bilm,
     weights_checked,
 )
-from .batching import longest_cut_sentence
 from .callers import called_from, runs, skipped_by_the_call, user_stacklevel
 from .doc_data import IDX_ATTR, install_extensions, install_hooks, set_doc_data
 from .layer_cache import MB
@@ -316,6 +316,12 @@ def replace_listener(model: Model, listener: Model, component: "ElmoComponent") 
         component._ensure_weights()
         model = component.model.copy()
     renew_shim_ids(model)
+    # the copy's component, and the block its ElmoBiLM.v2 is written in (replace_listener_cfg's "bilm")
+    replacing = _path_being_replaced()
+    if replacing is None:
+        name_owner(model, None)
+    else:
+        name_owner(model, replacing[0], f"components.{replacing[0]}.{replacing[1]}.bilm")
     return own_bilm_layer(model, component.cfg["frozen"], component.cfg["learn_rate_scale"])
 
 
@@ -412,6 +418,7 @@ class ElmoComponent(TrainablePipe):
         model.attrs["replace_listener_cfg"] = functools.partial(
             replace_listener_cfg, name=name, frozen=bool(frozen), learn_rate_scale=float(learn_rate_scale)
         )
+        name_owner(model, name, f"components.{name}.model")  # W_ELMO_SENTENCE_OVER_WINDOW names it
         install_extensions()
 
     # -- weights -------------------------------------------------------------
@@ -840,27 +847,7 @@ class ElmoComponent(TrainablePipe):
     def predict(self, docs: Iterable[Doc]) -> List[Floats3d]:
         docs = list(docs)
         self._ensure_weights()
-        self._check_sentence_lengths(docs)
         return self.model.predict(docs)
-
-    def _check_sentence_lengths(self, docs: Sequence[Doc]) -> None:
-        """Warn (once per component) when a doc with sentence boundaries has a sentence longer than the model's
-        ``max_window`` words: the biLM reads it in consecutive pieces, each from its start state (see
-        :mod:`.batching`), which the user asked for no more than for a doc without boundaries, windowed by design."""
-        if self.__dict__.get("_long_sentence_warned"):
-            return
-        max_window = int(self.model.attrs["max_window"])
-        longest = longest_cut_sentence(docs, max_window)
-        if longest:
-            self._long_sentence_warned = True
-            warnings.warn(
-                Warnings.W_ELMO_SENTENCE_OVER_WINDOW.format(
-                    name=self.name, words=longest, max_window=max_window,
-                    pieces=-(-longest // max_window), raise_to=longest,
-                ),
-                UserWarning,
-                stacklevel=user_stacklevel(),
-            )
 
     def mix_weights(self, nL: Optional[int] = None) -> numpy.ndarray:
         """``(L + 1,)`` float32: softmax of ``mix`` (uniform by default); nL: L + 1 of the layers to mix,
@@ -917,7 +904,6 @@ class ElmoComponent(TrainablePipe):
         losses.setdefault(self.name, 0.0)
         docs = [eg.predicted for eg in examples]
         self._ensure_weights()
-        self._check_sentence_lengths(docs)
         for name, listener in self.__dict__.pop("_skipped_listeners", []):
             if self._feeds(listener):
                 self.add_listener(listener, name)

@@ -8,7 +8,7 @@ so they are not part of any serialized state.
 """
 
 import multiprocessing
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor, nn
@@ -65,6 +65,11 @@ class ElmoRunner(nn.Module):
 
     backend_name: str  # set by bilm_layer.build_elmo_bilm
     source: str  # where the weights came from, set with them (bilm_layer.set_bilm); FINE_TUNED once stepped
+    #: ``(component, config block)`` of the biLM's owner, for its messages (``bilm_layer.name_owner``); None: unknown.
+    #: Class-level defaults: a runner unpickled from an older version has neither attribute.
+    owner: Optional[Tuple[str, Optional[str]]] = None
+    #: whether W_ELMO_SENTENCE_OVER_WINDOW was given for this biLM (once per model instance)
+    warned_long_sentence: bool = False
 
     def __init__(self, cache_size: int = 50000) -> None:
         super().__init__()

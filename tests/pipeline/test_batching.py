@@ -123,3 +123,61 @@ def test_sentence_over_max_window_is_read_in_pieces(tiny_dir):
     numpy.testing.assert_allclose(doc._.elmo, pieces, rtol=1e-5, atol=1e-5)
     whole = read(words)
     assert numpy.abs(doc._.elmo[1:, -1] - whole[1:, -1]).max() > 1e-3  # the cut is visible: not the whole reading
+
+
+def test_sentence_over_max_window_counts_pieces_and_names_the_longest(tiny_dir):
+    """The warning's numbers: a sentence of exactly 2 x max_window words is cut into 2 pieces (not 3), and a batch
+    whose first doc has the longest cut sentence names that one, not the last doc's."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir)})
+    (message,) = _long_sentence_warnings(nlp, [_sentence(256)])
+    assert "256 words" in message and "into 2 consecutive pieces" in message
+    batch = spacy.blank("en")
+    batch.add_pipe("sentencizer")
+    batch.add_pipe("elmo", config={"weights": str(tiny_dir)})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        list(batch.pipe([_sentence(300), _sentence(129)]))
+    (message,) = [str(w.message) for w in caught if "max_window" in str(w.message)]
+    assert "a sentence of 300 words" in message and "into 3 consecutive pieces" in message
+    assert "max_window to at least 300" in message
+
+
+def _listener_pipeline(tiny_dir):
+    """sentencizer, elmo and an ner that listens to it, initialized."""
+    from .conftest import make_docs
+    from .test_listener import LISTENER, NER
+
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir)})
+    nlp.add_pipe("ner", config={"model": {**NER, "tok2vec": LISTENER}})
+    examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(4)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        nlp.initialize(lambda: examples)
+    return nlp
+
+
+def test_own_bilm_copy_warns_of_sentence_over_max_window(tiny_dir):
+    """A component given its own copy of the biLM by nlp.replace_listeners (elmo then removed) cut long sentences
+    silently: the check lived in the elmo component's predict / update. The biLM layer warns now, once per model
+    instance, naming the component that owns the copy and where its max_window is, in nlp(doc) and nlp.update."""
+    text = _sentence(140)
+    for run in ("call", "update"):
+        nlp = _listener_pipeline(tiny_dir)
+        nlp.replace_listeners("elmo", "ner", ["model.tok2vec"])
+        nlp.remove_pipe("elmo")
+        doc = nlp.get_pipe("sentencizer")(nlp.make_doc(text))
+        doc.ents = []  # annotated (no entity): ner trains on it
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for _ in range(2):
+                if run == "call":
+                    nlp(text)
+                else:
+                    nlp.update([Example(doc, doc.copy())])
+        (message,) = [str(w.message) for w in caught if "max_window" in str(w.message)]
+        assert "a sentence of 140 words reached the biLM of the 'ner' component" in message
+        assert "[components.ner.model.tok2vec.bilm]" in message and "2 consecutive pieces" in message

@@ -170,6 +170,26 @@ def test_a_path_after_init_in_a_suggested_fix_is_one_shell_word(tmp_path):
         assert after_init and shlex.split(after_init.group(1)) == [str(out)], str(error)
 
 
+def test_a_refused_resume_of_a_new_vocab_init_with_a_softmax_suggests_one_shell_word(tmp_path):
+    """The branch of an --init that has a softmax (so --new-vocab, not the missing softmax, built the vocabulary):
+    the options it suggests ("Resume with --init PATH --new-vocab") and how the run started name the path
+    shell-quoted, one word however many spaces and quotes it holds."""
+    import shlex
+
+    from spacy_elmo.training.checkpoint import check_settings
+    from tests.training.test_modelio import pretrained
+
+    init = str(pretrained(tmp_path / "my models" / "it's the one"))  # a native model with a softmax
+    with pytest.raises(ValueError) as err:
+        check_settings({"init": init, "new_vocab": True}, {"init": init, "new_vocab": False}, tmp_path / "out")
+    message = str(err.value)
+    resume = re.search(r"Resume with (.*?) \(and the other", message, re.S)
+    started = re.search(r"it was started with --init (.*?) --new-vocab\b", message, re.S)
+    assert resume and started, message
+    assert shlex.split(resume.group(1)) == ["--init", init, "--new-vocab"]
+    assert shlex.split(started.group(1)) == [init]
+
+
 def test_the_init_and_heldout_a_refused_resume_suggests_are_one_shell_word(tmp_path):
     """The refusals of a --resume that changes --init or --new-vocab put the --init path unquoted in the options
     they suggest ("Resume with --init PATH", "start a new OUTPUT_DIR with --init PATH") and in how the run started,
