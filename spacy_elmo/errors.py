@@ -1967,10 +1967,11 @@ class Warnings:
         "{reason}: most likely a build for another torch than the installed {torch} "
         "(torch was upgraded or downgraded after spacy-elmo was built)"
     )
-    # `spacy-elmo info` of SPACY_ELMO_NO_EXTENSION and SPACY_ELMO_CUDA, which only a build reads.
+    # `spacy-elmo info` of SPACY_ELMO_NO_EXTENSION and SPACY_ELMO_CUDA, which only a build reads: with the rebuild
+    # command for a value the switch takes, without it for one it does not (its problem, said next, names the fix).
+    W_INFO_SWITCH_BUILD_TIME_INVALID = "read by setup.py alone, when it builds the extension: at run time it changes nothing."
     W_INFO_SWITCH_BUILD_TIME = (
-        "read by setup.py alone, when it builds the extension: at run time it changes nothing; to apply it, "
-        "rebuild with it set: " + _rebuild("{setting}") + "."
+        W_INFO_SWITCH_BUILD_TIME_INVALID[:-1] + "; to apply it, rebuild with it set: " + _rebuild("{setting}") + "."
     )
     # What `spacy-elmo info` says of a build that lacks something (spacy_elmo.cli.info).
     W_INFO_NO_EXTENSION = (

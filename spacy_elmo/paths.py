@@ -35,8 +35,12 @@ def python_quoted(path: PathLike) -> str:
 
 def config_quoted(path: PathLike) -> str:
     """``path`` as a string value of a spaCy config (``source = ...``), whose values are read as JSON: a path with
-    a double quote or a backslash reads back as the same path."""
-    return json.dumps(os.fspath(path), ensure_ascii=False)
+    a double quote or a backslash reads back as the same path. The config interpolates first (``${section.key}``;
+    ``$$`` is a ``$``): a lone ``$`` in the path is written ``$$`` (``/data/cost$5`` was an InterpolationSyntaxError),
+    and a ``$`` before ``{`` as the JSON escape ``\\u0024``, since spaCy reads ``"$${x}"`` back as another value (the
+    text ``${x}`` between quotes, taken for an interpolated string)."""
+    text = json.dumps(os.fspath(path), ensure_ascii=False)
+    return text.replace("${", "\\u0024{").replace("$", "$$")
 
 
 def unexpanded_home(path: PathLike) -> Optional[str]:

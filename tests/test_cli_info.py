@@ -155,6 +155,18 @@ def test_info_says_the_build_switches_change_nothing_at_run_time(monkeypatch):
     assert "`SPACY_ELMO_CUDA=0 pip install --no-cache-dir" in line[0]  # the rebuild command sets it
 
 
+def test_info_suggests_no_rebuild_with_a_build_switch_value_it_calls_invalid(monkeypatch):
+    """SPACY_ELMO_CUDA=yes: the note said to rebuild with `SPACY_ELMO_CUDA=yes pip install ...` and, in the same
+    sentence, that yes is no value of it. The note says the switch is read at build time, then its problem."""
+    for name in switches.SWITCHES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("SPACY_ELMO_CUDA", "yes")
+    line = [row for row in CliRunner().invoke(app, ["info"]).output.splitlines() if row.startswith("SPACY_ELMO_* set:")]
+    invalid = switches.problem("SPACY_ELMO_CUDA", "yes")
+    assert invalid and line == [f"SPACY_ELMO_* set: SPACY_ELMO_CUDA=yes ({Warnings.W_INFO_SWITCH_BUILD_TIME_INVALID} {invalid})"]
+    assert "pip install" not in line[0]
+
+
 def test_info_says_when_the_kernels_have_no_openmp(monkeypatch):
     """A macOS build without libomp (build_flags.py) was invisible at run time."""
     real = ops.build_info()

@@ -110,9 +110,12 @@ def _rows(facts: Dict[str, Any]) -> List[Tuple[str, str]]:
 
 def _switch(name: str, value: str, problem: Optional[str]) -> str:
     """``NAME=value`` of the switches' row, with what is wrong with the value, and for a switch setup.py alone
-    reads (SPACY_ELMO_NO_EXTENSION, SPACY_ELMO_CUDA) that it changed nothing here unless set for the build."""
+    reads (SPACY_ELMO_NO_EXTENSION, SPACY_ELMO_CUDA) that it changed nothing here unless set for the build, with
+    the rebuild command that sets it where the value is one it takes (not one its problem calls invalid)."""
     setting = f"{name}={shell_quoted(value)}"  # as the rebuild command it suggests sets it
-    notes = [Warnings.W_INFO_SWITCH_BUILD_TIME.format(setting=setting)] if name in switches.BUILD_TIME else []
+    build_time = (Warnings.W_INFO_SWITCH_BUILD_TIME_INVALID if problem
+                  else Warnings.W_INFO_SWITCH_BUILD_TIME.format(setting=setting))
+    notes = [build_time] if name in switches.BUILD_TIME else []
     notes += [problem] if problem else []
     return f"{name}={value}" + (f" ({' '.join(notes)})" if notes else "")
 

@@ -355,19 +355,25 @@ def _forward(model: Model, docs: List[Doc], is_train: bool):
     return outputs, backprop
 
 
-def name_owner(model: Model, component: Optional[str], block: Optional[str] = None) -> None:
+def name_owner(model: Model, component: Optional[str], block: Optional[str] = None, *, pipe: Any = None) -> None:
     """Record the component whose biLM ``model`` (an ``elmo_bilm`` model) is, and the config block (``components.NAME
     .model``) its spacy_elmo.ElmoBiLM.v2 block lies in (None: unknown), for its messages; a fresh copy (``nlp.
-    replace_listeners``) also warns anew, once."""
+    replace_listeners``) also warns anew, once. ``pipe``: the component itself (``model`` its model), whose
+    ``name`` the messages read when given, ``component`` and ``block`` aside: spaCy keeps it current through
+    ``nlp.rename_pipe`` and ``add_pipe(source=, name=)``, which leave the warned-once flag as it was."""
     runner = get_runner(model)
-    runner.owner = None if component is None else (component, block)
+    if pipe is not None:
+        runner.owner = weakref.ref(pipe)
+    else:
+        runner.owner = None if component is None else (component, block)
     runner.warned_long_sentence = False
 
 
 def _warn_cut_sentence(
     model: Model, runner: ElmoRunner, docs: Sequence[Doc], pieces: List[Piece], words: Sequence[Any]
 ) -> None:
-    """W_ELMO_SENTENCE_OVER_WINDOW, once per model instance, when a doc with sentence boundaries had a sentence over
+    """W_ELMO_SENTENCE_OVER_WINDOW, once per biLM (a copy carries the flag; the copy that ``nlp.replace_listeners``
+    makes warns afresh), when a doc with sentence boundaries had a sentence over
     ``max_window`` words cut into pieces (:func:`.batching.longest_cut_sentence`). Here, in the model's forward, so
     that every path that runs it warns: the ``elmo`` component's predict and update, and a component's own copy
     (``nlp.replace_listeners``)."""
@@ -376,7 +382,7 @@ def _warn_cut_sentence(
     if not longest:
         return
     runner.warned_long_sentence = True
-    owner = runner.owner
+    owner = runner.owner_names()
     if owner is None:
         reader, setting = Warnings.W_ELMO_OVER_WINDOW_READER_UNNAMED, Warnings.W_ELMO_OVER_WINDOW_SETTING_UNNAMED
     else:

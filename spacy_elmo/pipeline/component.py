@@ -418,7 +418,7 @@ class ElmoComponent(TrainablePipe):
         model.attrs["replace_listener_cfg"] = functools.partial(
             replace_listener_cfg, name=name, frozen=bool(frozen), learn_rate_scale=float(learn_rate_scale)
         )
-        name_owner(model, name, f"components.{name}.model")  # W_ELMO_SENTENCE_OVER_WINDOW names it
+        name_owner(model, name, pipe=self)  # W_ELMO_SENTENCE_OVER_WINDOW names it, as named when it warns
         install_extensions()
 
     # -- weights -------------------------------------------------------------

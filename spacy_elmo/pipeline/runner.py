@@ -8,7 +8,8 @@ so they are not part of any serialized state.
 """
 
 import multiprocessing
-from typing import Optional, Sequence, Tuple
+import weakref
+from typing import Any, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor, nn
@@ -65,10 +66,13 @@ class ElmoRunner(nn.Module):
 
     backend_name: str  # set by bilm_layer.build_elmo_bilm
     source: str  # where the weights came from, set with them (bilm_layer.set_bilm); FINE_TUNED once stepped
-    #: ``(component, config block)`` of the biLM's owner, for its messages (``bilm_layer.name_owner``); None: unknown.
+    #: the biLM's owner, for its messages (``bilm_layer.name_owner``; read with :meth:`owner_names`): a weak
+    #: reference to the component whose model it is (its name read when a message is given, so that it follows
+    #: ``nlp.rename_pipe`` and ``add_pipe(source=, name=)``), else ``(component, config block)``; None: unknown.
     #: Class-level defaults: a runner unpickled from an older version has neither attribute.
-    owner: Optional[Tuple[str, Optional[str]]] = None
-    #: whether W_ELMO_SENTENCE_OVER_WINDOW was given for this biLM (once per model instance)
+    owner: Optional[Union["weakref.ReferenceType[Any]", Tuple[str, Optional[str]]]] = None
+    #: whether W_ELMO_SENTENCE_OVER_WINDOW was given for this biLM: once per biLM, carried by a copy of it
+    #: (``model.copy()``, pickling); the copy that ``nlp.replace_listeners`` makes warns afresh
     warned_long_sentence: bool = False
 
     def __init__(self, cache_size: int = 50000) -> None:
@@ -76,6 +80,20 @@ class ElmoRunner(nn.Module):
         self.bilm: Optional[BiLM] = None
         self.cache = TokenCache(cache_size)
         self.layer_cache = LayerCache()
+
+    def owner_names(self) -> Optional[Tuple[str, Optional[str]]]:
+        """``(component, config block)`` of the biLM's owner now (:attr:`owner`); None: unknown (or gone)."""
+        owner = self.owner
+        if isinstance(owner, weakref.ReferenceType):
+            pipe = owner()
+            return None if pipe is None else (pipe.name, f"components.{pipe.name}.model")
+        return owner
+
+    def __getstate__(self) -> Any:  # pickled or deep-copied: a weak reference does not pickle; keep the name now
+        state = super().__getstate__()
+        if isinstance(state.get("owner"), weakref.ReferenceType):
+            state = {**state, "owner": self.owner_names()}
+        return state
 
     def __setstate__(self, state) -> None:  # unpickled: maybe in a spawned worker
         super().__setstate__(state)

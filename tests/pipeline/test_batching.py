@@ -70,7 +70,7 @@ def _long_sentence_warnings(nlp, texts):
 
 def test_sentence_over_max_window_warns_once(tiny_dir):
     """A doc with boundaries whose sentence exceeds max_window words is read in pieces (see the next test): that
-    ran silently. Warned once per component, naming the length, max_window and the fix; not for a sentence of
+    ran silently. Warned once per biLM (each component's own), naming the length, max_window and the fix; not for a sentence of
     max_window words (whitespace tokens are not words), nor for a doc without boundaries (windowed by design)."""
     nlp = spacy.blank("en")
     nlp.add_pipe("sentencizer")
@@ -100,6 +100,29 @@ def test_sentence_over_max_window_warns_once(tiny_dir):
     plain = spacy.blank("en")
     plain.add_pipe("elmo", config={"weights": str(tiny_dir)})
     assert _long_sentence_warnings(plain, [_sentence(129), _sentence(300)]) == []
+
+
+def test_sentence_over_max_window_warning_names_the_component_as_now_named(tiny_dir):
+    """The warning names the component and its config block by the name it has when it warns, not the one it was
+    built with: nlp.rename_pipe and add_pipe(source=, name=) rename it (the block "[components.elmo.model]" no longer
+    exists then). Renaming keeps the warned-once flag: a biLM that warned does not warn again."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "model": {"max_window": 8}})
+    nlp.rename_pipe("elmo", "emb")
+    (message,) = _long_sentence_warnings(nlp, [_sentence(20)])
+    assert "the biLM of the 'emb' component" in message and "[components.emb.model]" in message
+    assert "'elmo'" not in message and "components.elmo" not in message
+    nlp.rename_pipe("emb", "ctx")
+    assert _long_sentence_warnings(nlp, [_sentence(20)]) == []
+    source = spacy.blank("en")
+    source.add_pipe("sentencizer")
+    source.add_pipe("elmo", config={"weights": str(tiny_dir), "model": {"max_window": 8}})
+    sourced = spacy.blank("en")
+    sourced.add_pipe("sentencizer")
+    sourced.add_pipe("elmo", name="vectors", source=source)
+    (message,) = _long_sentence_warnings(sourced, [_sentence(20)])
+    assert "the biLM of the 'vectors' component" in message and "[components.vectors.model]" in message
 
 
 def test_sentence_over_max_window_is_read_in_pieces(tiny_dir):
@@ -162,8 +185,8 @@ def _listener_pipeline(tiny_dir):
 
 def test_own_bilm_copy_warns_of_sentence_over_max_window(tiny_dir):
     """A component given its own copy of the biLM by nlp.replace_listeners (elmo then removed) cut long sentences
-    silently: the check lived in the elmo component's predict / update. The biLM layer warns now, once per model
-    instance, naming the component that owns the copy and where its max_window is, in nlp(doc) and nlp.update."""
+    silently: the check lived in the elmo component's predict / update. The biLM layer warns now, once per biLM
+    (the copy warns afresh), naming the component that owns the copy and where its max_window is, in nlp(doc) and nlp.update."""
     text = _sentence(140)
     for run in ("call", "update"):
         nlp = _listener_pipeline(tiny_dir)

@@ -209,6 +209,18 @@ def test_a_saved_pipelines_path_in_suggested_code_pastes_as_that_path(nlp, tmp_p
     assert config["components"]["elmo"]["source"] == str(pipeline)
 
 
+@pytest.mark.parametrize(
+    "path", ["/data/cost$5/m", "/data/${x}/m", "/data/$${x}/m", "/data/a$/b$$c$", "/data/it's \"q\" a\\b", "/data/100%/m"]
+)
+def test_a_config_quoted_path_reads_back_through_spacys_config(path):
+    """config_quoted is the value a message suggests for ``source = ...`` in a config, which spaCy interpolates
+    before it reads the JSON: a ``$`` in the path was an InterpolationSyntaxError (``/data/cost$5/m``)."""
+    from spacy_elmo.paths import config_quoted
+
+    text = f"[components]\n\n[components.elmo]\nsource = {config_quoted(path)}\n"
+    assert spacy.util.Config().from_str(text)["components"]["elmo"]["source"] == path
+
+
 def test_allennlp_dir(tmp_path, tiny_dir):
     bilm = BiLM.load(tiny_dir, backend="reference")
     bilm.to_allennlp(tmp_path / "options.json", tmp_path / "weights.hdf5")
