@@ -97,7 +97,7 @@ def test_a_build_without_cuda_kernels_runs_the_reference_on_cuda_and_warns_once(
         assert torch.equal(a, e)
     assert [str(w.message) for w in caught] == [NO_KERNELS]
     # the rebuild, for a checkout and for an installed copy (an sdist from an index: past pip's wheel cache)
-    assert "SPACY_ELMO_CUDA=1 set: in a source checkout `pip install --no-cache-dir" in NO_KERNELS
+    assert "SPACY_ELMO_CUDA=1 set: in a source checkout `SPACY_ELMO_CUDA=1 pip install --no-cache-dir" in NO_KERNELS
     assert "--no-cache-dir --no-build-isolation --no-deps --force-reinstall SOURCE" in NO_KERNELS
 
 
@@ -161,7 +161,7 @@ def test_explicit_fused_on_cuda_with_a_build_without_cuda_kernels_raises(fake_gp
             call(ops.AUTO_FUSED)
     assert fake_gpu.called == []
     # the rebuild, for a checkout and for an installed copy (an sdist from an index: past pip's wheel cache)
-    assert "SPACY_ELMO_CUDA=1 set: in a source checkout `pip install --no-cache-dir" in expected
+    assert "SPACY_ELMO_CUDA=1 set: in a source checkout `SPACY_ELMO_CUDA=1 pip install --no-cache-dir" in expected
     assert "--no-cache-dir --no-build-isolation --no-deps --force-reinstall SOURCE" in expected
 
 
