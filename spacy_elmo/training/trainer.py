@@ -760,10 +760,18 @@ def _peer_died(err: RuntimeError, out: Path, last_saved: Optional[int]) -> str:
     ``last_saved``: the step of that checkpoint where this rank knows it (rank 0, which writes it), else None:
     another rank counts a save once the collective ending it passes, and rank 0 may have died after writing it."""
     if not ckpt.checkpoint_path(out).exists():
-        return Errors.E_PEER_DIED.format(error=str(err).rstrip(), saved="", on=Errors.E_PRETRAIN_NO_SPACE_RERUN)
-    saved = (Errors.E_PEER_DIED_CHECKPOINT.format(step=last_saved, path=out) if last_saved
-             else Errors.E_PEER_DIED_CHECKPOINT_IN.format(path=out))
-    return Errors.E_PEER_DIED.format(error=str(err).rstrip(), saved=saved, on=Errors.E_PRETRAIN_NO_SPACE_RESUME)
+        saved = ""
+    elif last_saved:
+        saved = Errors.E_PEER_DIED_CHECKPOINT.format(step=last_saved, path=out)
+    else:
+        saved = Errors.E_PEER_DIED_CHECKPOINT_IN.format(path=out)
+    return Errors.E_PEER_DIED.format(error=str(err).rstrip(), saved=saved, on=_how_to_go_on(out))
+
+
+def _how_to_go_on(out: Path) -> str:
+    """How a run stopped by a failure that is not its settings' goes on: ``--resume`` where OUTPUT_DIR ``out`` holds
+    a checkpoint (written atomically: whole if there), else the same command again."""
+    return Errors.E_PRETRAIN_NO_SPACE_RESUME if ckpt.checkpoint_path(out).exists() else Errors.E_PRETRAIN_NO_SPACE_RERUN
 
 
 def said_by_this_rank(err: BaseException, rank: int) -> bool:
@@ -795,8 +803,7 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
             raise PermissionError(Errors.E_OUTPUT_NOT_WRITABLE.format(path=out, parent=_refusing_dir(err), error=err)) from err
         if not out_of_space(err, out):  # another disk's (a full /dev/shm)
             raise
-        on = Errors.E_PRETRAIN_NO_SPACE_RESUME if ckpt.checkpoint_path(out).exists() else Errors.E_PRETRAIN_NO_SPACE_RERUN
-        raise OSError(Errors.E_PRETRAIN_NO_SPACE.format(path=out, error=err, on=on)) from err
+        raise OSError(Errors.E_PRETRAIN_NO_SPACE.format(path=out, error=err, on=_how_to_go_on(out))) from err
 
 
 def _refusing_dir(err: OSError) -> Path:
