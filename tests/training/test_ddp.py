@@ -469,12 +469,13 @@ def _spawn_under_agent_store(worker, args: list, result_dir: Path):
     return ranks, store
 
 
-def _wait_for(ready: Path, ranks, timeout: float = 180) -> None:
-    """Until the file ``ready`` exists; an assertion error, not a hang, when a rank exits first or ``timeout`` passes."""
+def _wait_for(ready: Path, ranks, timeout: float = 180, holding: str = "") -> None:
+    """Until the file ``ready`` exists (and holds the text ``holding``); an assertion error, not a hang, when a rank
+    exits first or ``timeout`` passes."""
     import time
 
     deadline = time.monotonic() + timeout
-    while not ready.exists():
+    while not ready.exists() or holding not in ready.read_text(encoding="utf-8", errors="replace"):
         assert all(p.is_alive() for p in ranks.processes) and time.monotonic() < deadline
         time.sleep(0.05)
 
@@ -587,7 +588,11 @@ def test_ddp_a_peer_killed_says_resume_only_where_a_checkpoint_is_on_disk(tmp_pa
     worker = _main_worker if case == "before_first_checkpoint" else _slow_save_worker
     ranks, store = _spawn_under_agent_store(worker, args, tmp_path)  # the store outlives rank 0
     try:
-        _wait_for(out / "train_log.jsonl" if case == "before_first_checkpoint" else tmp_path / "saving", ranks)
+        # a step logged: the loop runs (the log's start entry comes before the set-up's last collectives)
+        if case == "before_first_checkpoint":
+            _wait_for(out / "train_log.jsonl", ranks, holding='"loss"')
+        else:
+            _wait_for(tmp_path / "saving", ranks)
         os.kill(ranks.processes[killed].pid, signal.SIGKILL)
         ranks.processes[killed].join(30)
         ranks.processes[said].join(120)
