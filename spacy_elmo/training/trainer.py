@@ -747,18 +747,34 @@ def leave_failed_run(err: BaseException) -> None:
 
 
 def _lost_peer(err: RuntimeError) -> bool:
-    """Whether ``err``, raised by a collective of the loop, is the process group's: a peer process of the job gone
+    """Whether ``err``, raised by a collective of the run, is the process group's: a peer process of the job gone
     (gloo: "Connection closed by peer" / "reset by peer", as ``RuntimeError``; NCCL: ``DistBackendError``) or not
     answering, not one of this rank's own. (:class:`PeerFailed`, which names the rank that failed, is neither: no
     ``DistError``, and its message never names gloo.)"""
     return isinstance(err, dist.DistError) or "gloo" in str(err)
 
 
+@contextmanager
+def _peer_loss_said(world: int, out: Path, last_saved: Callable[[], Optional[int]]) -> Iterator[None]:
+    """Within: a peer process of the job gone (:func:`_lost_peer`) is said as :func:`_peer_died` says it, gloo's words
+    alone naming no process and no way on: from the set-up's first collective once the process group is up (a peer
+    killed while rank 0 tokenizes, at the held-out text's broadcast, in DDP's) through the loop's to the last save's.
+    ``world``: the processes (1: nothing to lose); ``last_saved()``: the step of the checkpoint in OUTPUT_DIR ``out``
+    where this rank knows it (:func:`_peer_died`'s ``last_saved``), read as the error comes."""
+    try:
+        yield
+    except RuntimeError as err:
+        if world > 1 and _lost_peer(err):
+            raise RuntimeError(_peer_died(err, out, last_saved())) from err
+        raise
+
+
 def _peer_died(err: RuntimeError, out: Path, last_saved: Optional[int]) -> str:
-    """The message of a run whose peer process died mid-loop (``err``: gloo's or NCCL's error): how to go on, as
-    a full disk says it, by whether OUTPUT_DIR ``out`` holds a checkpoint (written atomically: whole if there).
-    ``last_saved``: the step of that checkpoint where this rank knows it (rank 0, which writes it), else None:
-    another rank counts a save once the collective ending it passes, and rank 0 may have died after writing it."""
+    """The message of a run whose peer process died mid-run, in the set-up or the loop (``err``: gloo's or NCCL's
+    error): how to go on, as a full disk says it, by whether OUTPUT_DIR ``out`` holds a checkpoint (written
+    atomically: whole if there). ``last_saved``: the step of that checkpoint where this rank knows it (rank 0, which
+    writes it), else None: another rank counts a save once the collective ending it passes, and rank 0 may have died
+    after writing it."""
     if not ckpt.checkpoint_path(out).exists():
         saved = ""
     elif last_saved:
@@ -790,7 +806,8 @@ def train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]] = No
     (the checkpoint's step with ``--resume``, else 0), ``model_written`` (False: a resume that trained nothing
     left the model as it was), ``vocab_size``, ``corpus``, ``heldout``, ``output_dir``, ``rank``. ``on_step(step, loss)`` is called after every optimizer step (step counts from 1)."""
     try:
-        with ExitStack() as held:  # OUTPUT_DIR's lock, from before the corpus is read until the run ends
+        # until the run ends: OUTPUT_DIR's lock (from before the corpus is read), the prefetcher, a lost peer said
+        with ExitStack() as held:
             return _train(cfg, on_step, held)
     except OSError as err:
         out = Path(cfg.output_dir)
@@ -882,6 +899,9 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
     out = Path(cfg.output_dir)
     is_main = rank == 0
     wait = _wait_groups(world)
+    last_saved = 0  # the step of the checkpoint in OUTPUT_DIR that this run wrote (0: none; a resumed one: below)
+    # Until the run ends (``held`` is left as train() returns or raises): a peer that dies is said as such.
+    held.enter_context(_peer_loss_said(world, out, lambda: last_saved if is_main else None))
     # Every rank learns rank 0's verdict (its lock, OUTPUT_DIR not empty) before any rank goes on.
     # Files each rank reads itself (--init, OUTPUT_DIR) are checked once the group is up: a rank of another machine
     # that finds no such file says so, and rank 0 names that rank (before the group, its exit left rank 0 waiting).
@@ -1101,84 +1121,79 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
 
     background = prefetch_default(device) if cfg.prefetch is None else cfg.prefetch
     prefetcher = held.enter_context(StepPrefetcher(prepare, sampler_rng, total, background, device))  # stopped on every way out
-    try:
-        while step < total:
-            epoch, k = divmod(step, batcher.steps_per_epoch)
-            host = prefetcher.get(step)
-            if k == 0:
-                state = None  # a new epoch reshuffles the streams: nothing to carry
-            if isinstance(batcher, SentenceBatcher):  # cfg.sentences: every row a sentence from the start state, as the component reads them
-                state = bilm.start_state(host.lengths.shape[0], lm.softmax.weight)
-            inputs = host.to(device)  # from the main thread: non-blocking from pinned memory on CUDA
-            # Corpus tokens the step reads (each by both LMs): bilm-tf's count and
-            # benchmarks/pretrain.py's, so the bar, the log and the benchmark agree.
-            n_targets = host.n_targets
-            step_tokens = n_targets * world
-            if world > 1 and cfg.sentences:  # the ranks' batches differ in length: count every rank's targets
-                count = torch.tensor([float(n_targets)], dtype=torch.float64, device=device)
-                dist.all_reduce(count)
-                step_tokens = int(count.item())
-            # The LSTM reads the host's lengths: on a GPU its op checks them there and copies them over without a
-            # host sync, where device lengths cost one per layer, forward and backward (csrc/cuda/cuda_ops.cpp).
-            # Not through DDP, which copies host tensors to the GPU (waiting for it) before the forward.
-            lengths = host.lengths if model is lm else inputs.lengths
-            with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=use_amp):
-                res = model(inputs.chars, inputs.index_fwd, inputs.index_bwd, inputs.targets_fwd, inputs.targets_bwd,
-                            lengths, state, inputs.sample, sampler, inputs.logq, inputs.positions)
-            # The mean over every rank's targets (padding is zero): DDP averages the ranks' gradients,
-            # so each rank divides its sum by the mean count per rank, and a target weighs the same
-            # whichever rank's batch it is in.
-            per_rank = step_tokens / world
-            loss_f, loss_b = res.nll_fwd.sum() / per_rank, res.nll_bwd.sum() / per_rank
-            loss = (loss_f + loss_b) / 2
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            grad_norm = torch.nn.utils.clip_grad_norm_(lm.parameters(), cfg.clip)
-            optimizer.step()
-            state = (res.state[0].detach(), res.state[1].detach())
-            step += 1
-            stats = torch.stack([loss.detach(), loss_f.detach(), loss_b.detach()]).double()
-            if world > 1:
-                dist.all_reduce(stats)
-                stats /= world
-            # One transfer (one host sync on a GPU) for the losses and the gradient norm (float32 in float64: exact)
-            stats = torch.cat([stats, grad_norm.detach().double().reshape(1)]).cpu()
-            tokens_seen += step_tokens
-            step_loss, step_norm = float(stats[0]), float(stats[3])
-            # The loss is the ranks' mean and the gradient norm that of the all-reduced gradients: every rank stops alike,
-            # before this step is logged or checkpointed.
-            for what, value in (("the loss", step_loss), ("the gradient norm", step_norm)):
-                if not math.isfinite(value):
-                    with _same_on_every_rank():
-                        raise _diverged(step, what, value, out, last_saved)
-            window_loss += step_loss
-            window_n += 1
-            window_tokens += step_tokens
-            if on_step is not None:
-                on_step(step, step_loss)
-            if step % cfg.log_every == 0 or step == total:
-                elapsed = time.perf_counter() - window_start
-                tps = window_tokens / max(elapsed, 1e-9)
-                # exp of the window's training loss: of the sampled softmax, far below the full-softmax perplexity with few
-                # negatives (201.3 in full: 165.6 with 8,192, 11.3 with 64), so named so; --heldout and evaluate give the full one.
-                ppl = math.exp(min(window_loss / window_n, 50.0))
-                with _settled(wait):  # rank 0 appends (a full disk fails it alone)
-                    log.write({"step": step, "epoch": epoch, "loss": step_loss, "loss_forward": float(stats[1]),
-                               "loss_backward": float(stats[2]), "sampled_perplexity": ppl, "grad_norm": step_norm,
-                               "tokens": tokens_seen, "tokens_per_s": tps, "time": time.time()})
-                bar.set_postfix({"tok/s": f"{tps:,.0f}", "ppl" if full_softmax else "sampled ppl": f"{ppl:,.1f}"}, refresh=False)
-                window_loss, window_n, window_tokens, window_start = 0.0, 0, 0, time.perf_counter()
-            bar.update(1)
-            if step % cfg.checkpoint_every == 0 or step == total:
-                save(final=step == total)
-                if heldout is not None:
-                    last_heldout = evaluate_heldout()
-                # A resumed run starts its window here too: equal logs, and tok/s without the checkpoint's time.
-                window_loss, window_n, window_tokens, window_start = 0.0, 0, 0, time.perf_counter()
-    except RuntimeError as err:
-        if world > 1 and _lost_peer(err):  # gloo's words alone named no process and no way on
-            raise RuntimeError(_peer_died(err, out, last_saved if is_main else None)) from err
-        raise
+    while step < total:
+        epoch, k = divmod(step, batcher.steps_per_epoch)
+        host = prefetcher.get(step)
+        if k == 0:
+            state = None  # a new epoch reshuffles the streams: nothing to carry
+        if isinstance(batcher, SentenceBatcher):  # cfg.sentences: every row a sentence from the start state, as the component reads them
+            state = bilm.start_state(host.lengths.shape[0], lm.softmax.weight)
+        inputs = host.to(device)  # from the main thread: non-blocking from pinned memory on CUDA
+        # Corpus tokens the step reads (each by both LMs): bilm-tf's count and
+        # benchmarks/pretrain.py's, so the bar, the log and the benchmark agree.
+        n_targets = host.n_targets
+        step_tokens = n_targets * world
+        if world > 1 and cfg.sentences:  # the ranks' batches differ in length: count every rank's targets
+            count = torch.tensor([float(n_targets)], dtype=torch.float64, device=device)
+            dist.all_reduce(count)
+            step_tokens = int(count.item())
+        # The LSTM reads the host's lengths: on a GPU its op checks them there and copies them over without a
+        # host sync, where device lengths cost one per layer, forward and backward (csrc/cuda/cuda_ops.cpp).
+        # Not through DDP, which copies host tensors to the GPU (waiting for it) before the forward.
+        lengths = host.lengths if model is lm else inputs.lengths
+        with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=use_amp):
+            res = model(inputs.chars, inputs.index_fwd, inputs.index_bwd, inputs.targets_fwd, inputs.targets_bwd,
+                        lengths, state, inputs.sample, sampler, inputs.logq, inputs.positions)
+        # The mean over every rank's targets (padding is zero): DDP averages the ranks' gradients,
+        # so each rank divides its sum by the mean count per rank, and a target weighs the same
+        # whichever rank's batch it is in.
+        per_rank = step_tokens / world
+        loss_f, loss_b = res.nll_fwd.sum() / per_rank, res.nll_bwd.sum() / per_rank
+        loss = (loss_f + loss_b) / 2
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(lm.parameters(), cfg.clip)
+        optimizer.step()
+        state = (res.state[0].detach(), res.state[1].detach())
+        step += 1
+        stats = torch.stack([loss.detach(), loss_f.detach(), loss_b.detach()]).double()
+        if world > 1:
+            dist.all_reduce(stats)
+            stats /= world
+        # One transfer (one host sync on a GPU) for the losses and the gradient norm (float32 in float64: exact)
+        stats = torch.cat([stats, grad_norm.detach().double().reshape(1)]).cpu()
+        tokens_seen += step_tokens
+        step_loss, step_norm = float(stats[0]), float(stats[3])
+        # The loss is the ranks' mean and the gradient norm that of the all-reduced gradients: every rank stops alike,
+        # before this step is logged or checkpointed.
+        for what, value in (("the loss", step_loss), ("the gradient norm", step_norm)):
+            if not math.isfinite(value):
+                with _same_on_every_rank():
+                    raise _diverged(step, what, value, out, last_saved)
+        window_loss += step_loss
+        window_n += 1
+        window_tokens += step_tokens
+        if on_step is not None:
+            on_step(step, step_loss)
+        if step % cfg.log_every == 0 or step == total:
+            elapsed = time.perf_counter() - window_start
+            tps = window_tokens / max(elapsed, 1e-9)
+            # exp of the window's training loss: of the sampled softmax, far below the full-softmax perplexity with few
+            # negatives (201.3 in full: 165.6 with 8,192, 11.3 with 64), so named so; --heldout and evaluate give the full one.
+            ppl = math.exp(min(window_loss / window_n, 50.0))
+            with _settled(wait):  # rank 0 appends (a full disk fails it alone)
+                log.write({"step": step, "epoch": epoch, "loss": step_loss, "loss_forward": float(stats[1]),
+                           "loss_backward": float(stats[2]), "sampled_perplexity": ppl, "grad_norm": step_norm,
+                           "tokens": tokens_seen, "tokens_per_s": tps, "time": time.time()})
+            bar.set_postfix({"tok/s": f"{tps:,.0f}", "ppl" if full_softmax else "sampled ppl": f"{ppl:,.1f}"}, refresh=False)
+            window_loss, window_n, window_tokens, window_start = 0.0, 0, 0, time.perf_counter()
+        bar.update(1)
+        if step % cfg.checkpoint_every == 0 or step == total:
+            save(final=step == total)
+            if heldout is not None:
+                last_heldout = evaluate_heldout()
+            # A resumed run starts its window here too: equal logs, and tok/s without the checkpoint's time.
+            window_loss, window_n, window_tokens, window_start = 0.0, 0, 0, time.perf_counter()
     bar.close()
     if payload is not None and step == int(payload["step"]):
         # Nothing trained: the files stay as they are, unless a kill between the checkpoint and the model that

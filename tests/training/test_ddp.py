@@ -517,24 +517,49 @@ def test_ddp_a_sigterm_says_how_to_go_on_once(tmp_path, signalled):
     del store
 
 
-def _slow_save_worker(rank: int, world: int, port: int, args: list, result_dir: str, env: Optional[dict] = None) -> None:
-    """:func:`_main_worker` whose rank 0, having written its first checkpoint, waits in the model's save (after it
-    writes ``saving`` in ``result_dir``) until the file ``killed`` is there: a peer dies mid-save."""
+def _holding_worker(rank: int, world: int, port: int, args: list, result_dir: str, env: Optional[dict] = None,
+                    held: str = "save_pretrained") -> None:
+    """:func:`_main_worker` whose rank 0, on calling the trainer's ``held`` (or torch's ``DistributedDataParallel``),
+    writes ``holding`` in ``result_dir`` and waits until the file ``killed`` is there: a peer dies meanwhile.
+    ``save_pretrained``: the model's save, once the first checkpoint is written (mid-save); ``build_corpus``: the
+    tokenization (the set-up, the others waiting in its block's all-reduce); ``DistributedDataParallel``: DDP's
+    constructor, the set-up's last collectives. (:func:`functools.partial` gives ``held`` to :func:`mp.spawn`.)"""
     import time
 
     from spacy_elmo.training import trainer
 
-    save = trainer.save_pretrained
+    owner = trainer if held != "DistributedDataParallel" else torch.nn.parallel
+    original = getattr(owner, held)
 
-    def slow_save(*a, **k):
-        open(os.path.join(result_dir, "saving"), "w").close()
+    def holding(*a, **k):
+        open(os.path.join(result_dir, "holding"), "w").close()
         while not os.path.exists(os.path.join(result_dir, "killed")):
             time.sleep(0.05)
-        return save(*a, **k)
+        return original(*a, **k)
 
     if rank == 0:
-        trainer.save_pretrained = slow_save
+        setattr(owner, held, holding)
     _main_worker(rank, world, port, args, result_dir, env)
+
+
+def _rank_0_after_rank_1_killed(worker, args: list, result_dir: Path, ready: Optional[Path] = None) -> str:
+    """Rank 0's stderr, once it exited 1, of 2 ranks of ``worker`` (:func:`_main_worker`'s arguments) whose rank 1
+    was SIGKILLed when the file ``ready`` existed (None: :func:`_holding_worker`'s ``holding``; rank 0 then let go)."""
+    import signal
+
+    ranks = mp.spawn(worker, args=(2, _free_port(), args, str(result_dir)), nprocs=2, join=False)
+    try:
+        _wait_for(result_dir / "holding" if ready is None else ready, ranks)
+        os.kill(ranks.processes[1].pid, signal.SIGKILL)
+        ranks.processes[1].join(30)
+        (result_dir / "killed").touch()
+        ranks.processes[0].join(120)
+    finally:
+        for process in ranks.processes:
+            process.kill()
+    stderr = (result_dir / "stderr0.txt").read_text(encoding="utf-8")
+    assert (result_dir / "status0.txt").read_text() == "1", stderr
+    return stderr
 
 
 @pytest.mark.slow
@@ -544,27 +569,14 @@ def test_ddp_a_peer_killed_mid_run_is_said_with_the_checkpoint_to_resume_from(tm
     by peer ... GLHF!". It now says that another process of the job died, that OUTPUT_DIR's checkpoint (its step)
     is whole, and --resume; gloo's words are kept. Killed while rank 0 finished a save whose checkpoint was already
     on disk, rank 0 said "no checkpoint was written yet" (it counted the save once the collective ending it passed)."""
-    import signal
-
     from spacy_elmo.training.checkpoint import load_checkpoint
 
     from .conftest import tiny_pretrain_args
 
     out = tmp_path / "out"
     args, _, _ = tiny_pretrain_args(tmp_path, out, "--checkpoint-every", "2", "--log-every", "1", max_steps=100_000)
-    worker = _main_worker if when == "between_steps" else _slow_save_worker
-    ranks = mp.spawn(worker, args=(2, _free_port(), args, str(tmp_path)), nprocs=2, join=False)
-    try:
-        _wait_for(out / "checkpoint.pt" if when == "between_steps" else tmp_path / "saving", ranks)
-        os.kill(ranks.processes[1].pid, signal.SIGKILL)
-        ranks.processes[1].join(30)
-        (tmp_path / "killed").touch()
-        ranks.processes[0].join(120)
-    finally:
-        for process in ranks.processes:
-            process.kill()
-    stderr = (tmp_path / "stderr0.txt").read_text(encoding="utf-8")
-    assert (tmp_path / "status0.txt").read_text() == "1", stderr
+    worker = _main_worker if when == "between_steps" else _holding_worker
+    stderr = _rank_0_after_rank_1_killed(worker, args, tmp_path, out / "checkpoint.pt" if when == "between_steps" else None)
     step = int(load_checkpoint(out)["step"])
     assert "by peer" in stderr and "died" in stderr, stderr  # gloo: "closed by peer" or "reset by peer"
     assert f"checkpoint of step {step:,}" in stderr and "--resume" in stderr and "Traceback" not in stderr, stderr
@@ -585,14 +597,14 @@ def test_ddp_a_peer_killed_says_resume_only_where_a_checkpoint_is_on_disk(tmp_pa
     every = "1000" if case == "before_first_checkpoint" else "2"
     args, _, _ = tiny_pretrain_args(tmp_path, out, "--checkpoint-every", every, "--log-every", "1", max_steps=100_000)
     killed, said = (1, 0) if case == "before_first_checkpoint" else (0, 1)
-    worker = _main_worker if case == "before_first_checkpoint" else _slow_save_worker
+    worker = _main_worker if case == "before_first_checkpoint" else _holding_worker
     ranks, store = _spawn_under_agent_store(worker, args, tmp_path)  # the store outlives rank 0
     try:
         # a step logged: the loop runs (the log's start entry comes before the set-up's last collectives)
         if case == "before_first_checkpoint":
             _wait_for(out / "train_log.jsonl", ranks, holding='"loss"')
         else:
-            _wait_for(tmp_path / "saving", ranks)
+            _wait_for(tmp_path / "holding", ranks)
         os.kill(ranks.processes[killed].pid, signal.SIGKILL)
         ranks.processes[killed].join(30)
         ranks.processes[said].join(120)
@@ -610,6 +622,29 @@ def test_ddp_a_peer_killed_says_resume_only_where_a_checkpoint_is_on_disk(tmp_pa
         assert f"after the last checkpoint in {out}" in stderr and "--resume" in stderr, stderr
         assert "checkpoint of step" not in stderr and "no checkpoint" not in stderr, stderr
     del store
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("held", ["build_corpus", "DistributedDataParallel"], ids=["tokenizing", "ddp"])
+def test_ddp_a_peer_killed_in_the_set_up_says_it_died_and_to_rerun(tmp_path, held):
+    """A rank SIGKILLed in the set-up, once the process group is up and before the first step (while rank 0
+    tokenizes, the others waiting in the all-reduce that ends it; in DDP's constructor, which broadcasts the
+    weights): rank 0 printed only gloo's bare error ("Connection reset by peer ... GLHF!"), where one killed in the
+    loop was said. It is said alike: another process of the job died, and no checkpoint yet: rerun, no --resume."""
+    import functools
+
+    from spacy_elmo.errors import Errors
+
+    from .conftest import tiny_pretrain_args
+
+    out = tmp_path / "out"
+    args, _, _ = tiny_pretrain_args(tmp_path, out, "--checkpoint-every", "2", "--log-every", "1")
+    stderr = _rank_0_after_rank_1_killed(functools.partial(_holding_worker, held=held), args, tmp_path)
+    died = Errors.E_PEER_DIED.split("\n", 1)[1].split("{saved}")[0]  # the words after gloo's error
+    assert "by peer" in stderr and died in stderr and "Traceback" not in stderr, stderr
+    assert not (out / "checkpoint.pt").exists()
+    assert not (out / "train_log.jsonl").exists() or not [e for e in read_log(out) if "loss" in e]  # no step taken
+    assert Errors.E_PRETRAIN_NO_SPACE_RERUN in stderr and "--resume" not in stderr, stderr
 
 
 def test_a_failed_peers_error_is_not_taken_for_a_lost_peer():
