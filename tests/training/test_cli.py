@@ -83,6 +83,7 @@ def test_evaluate_says_how_many_rows_it_read(tmp_path):
         seen[flags[-1]] = (json.loads(as_json.stdout.strip().splitlines()[-1]), text.stdout)
     (one, one_text), (four, four_text), (alone, alone_text) = seen.values()
     assert one["n_rows"] == 1 and "perplexity (one stream): forward" in one_text
+    assert f"geometric mean {one['perplexity']:.2f}" in one_text  # exp of the mean loss, not the mean perplexity
     assert 1 < four["n_rows"] <= 4 and f"perplexity (stream in {four['n_rows']} rows): forward" in four_text
     assert "one stream" not in four_text
     assert alone["n_rows"] == alone["n_sentences"] == 30 and "perplexity (every sentence alone): forward" in alone_text
