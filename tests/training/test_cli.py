@@ -112,7 +112,13 @@ def test_fit_state_and_per_sentence_evaluate(tmp_path):
     assert result.exit_code == 0, result.output
     result = runner.invoke(app, ["fit-state", str(out), "--clear"])
     assert result.exit_code == 0 and BiLM.load(out).initial_state is None
+    assert f"cleared the initial state of {out}" in result.stdout
     assert per_sentence()["perplexity"] == zero["perplexity"]
+    # Clearing again: nothing to clear, said so (it said "cleared"), and exit 0.
+    result = runner.invoke(app, ["fit-state", str(out), "--clear"])
+    assert result.exit_code == 0, result.output
+    assert "cleared" not in result.stdout
+    assert plain(result.stderr) == plain(Warnings.W_FIT_STATE_NOTHING_TO_CLEAR.format(model=out))
     # Too little text: a clear error, nothing written.
     short = tmp_path / "short.txt"
     short.write_text("One sentence only .\n", encoding="utf-8")
