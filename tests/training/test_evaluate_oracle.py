@@ -229,3 +229,5 @@ def test_oov_rate_and_word_count_match_a_count_of_the_held_out_words(model_dir, 
     assert result["n_tokens"] == len(words)
     assert result["oov_rate"] == pytest.approx(len(unknown) / len(words), rel=1e-12)
     assert result["n_sentences"] == len(HELD)
+    # per direction: every sentence's words and one marker; a stream one more per sentence boundary
+    assert result["n_targets"] == len(words) + len(HELD) + (0 if per_sentence else len(HELD) - 1)
