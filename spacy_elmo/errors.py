@@ -2062,6 +2062,10 @@ class Warnings:
         "fine-tuned with --sentences: 328.16 per sentence, 374.38 with a fitted state). Compare `spacy-elmo evaluate {shell_model} "
         "HELDOUT` with and without it: `spacy-elmo fit-state {shell_model} --clear` removes it."
     )
+    W_FIT_STATE_NOTHING_TO_CLEAR = (
+        "{model} has no fitted initial state: nothing to clear, the model was left as it was (its sentences already "
+        "start from zeros)."
+    )
     W_LONG_LINE = (
         "spacy-elmo: {path} has a line of {n_chars} characters; it is tokenized in pieces of "
         "at most {piece} characters (split at whitespace)."

@@ -28,15 +28,18 @@ def evaluate(
     ),
     as_json: bool = typer.Option(
         False, "--json",
-        help="Print one JSON object instead: perplexity (exp of the mean of the two losses), perplexity_forward, "
+        help="Print one JSON object instead (and no progress bars): perplexity (exp of the mean of the two losses: "
+        "the geometric mean of the two perplexities), perplexity_forward, "
         "perplexity_backward, loss_forward, loss_backward (mean negative log-likelihood, nats), n_targets "
-        "(predictions per direction), n_tokens (words, markers not counted), n_sentences, n_rows (rows read: with "
-        "--stream the pieces the text was cut into, else its sentences), oov_rate (share of words "
+        "(predictions per direction: --per-sentence, each sentence's words and its </S> forward, its words and <S> "
+        "backward; --stream, those and one more per sentence boundary, the next <S> forward and the previous </S> "
+        "backward: the two modes average over different targets), n_tokens (words, markers not counted), "
+        "n_sentences, n_rows (rows read: with --stream the pieces the text was cut into, else its sentences), oov_rate (share of words "
         "outside the vocabulary; they are <UNK> targets), vocab_size, mode (stream or per_sentence), "
         "replaced_bytes (undecodable bytes read as U+FFFD), lang."),
     progress: bool = progress_option(),
 ) -> None:
-    """Forward, backward and mean perplexity (full softmax) and the OOV rate.
+    """Forward, backward and mean (geometric) perplexity (full softmax) and the OOV rate.
 
     The model needs its softmax and vocab.txt (models written by pretrain have both)."""
     from ..bilm.native_io import SavedPipelineGiven

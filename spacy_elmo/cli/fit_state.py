@@ -71,6 +71,7 @@ def fit_state(
             held.enter_context(model_dir_lock(path, Errors.E_FIT_STATE_IN_USE, "MODEL_DIR", "fit-state"))
             meta = read_meta(path)  # a native directory: AllenNLP files have no place for the state
             bilm = model_from_native(BiLM, path, meta, load_tensors(path))
+            had_state = bilm.initial_state is not None
             if clear:
                 bilm.set_initial_state(None)
             else:
@@ -94,13 +95,17 @@ def fit_state(
                 bilm.fit_initial_state(sentences, rows=rows, progress=progress)
         except (ValueError, OSError) as err:
             fail(str(err))
-        try:
-            write_initial_state(bilm.initial_state, path)
-        except OSError as err:
-            fail(Errors.E_FIT_STATE_WRITE.format(path=path, shell_path=shell_quoted(path), error=err))
+        if had_state or not clear:  # clearing no state writes nothing (a read-only model is no error then)
+            try:
+                write_initial_state(bilm.initial_state, path)
+            except OSError as err:
+                fail(Errors.E_FIT_STATE_WRITE.format(path=path, shell_path=shell_quoted(path), error=err))
         stop.complete()  # the state is written whole: a signal from here on stops nothing (exit 0)
     if clear:
-        typer.echo(f"cleared the initial state of {model_dir}")
+        if had_state:
+            typer.echo(f"cleared the initial state of {model_dir}")
+        else:
+            warn(Warnings.W_FIT_STATE_NOTHING_TO_CLEAR.format(model=model_dir))
         return
     # The fitting reads ``rows`` streams of equal length: the sentences past the last whole one per stream are left out.
     per = len(running_streams(sentences, rows)[0])

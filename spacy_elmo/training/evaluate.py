@@ -108,7 +108,7 @@ def evaluate_corpus(
 
 
 def perplexity_text(result: Dict[str, Any]) -> str:
-    """``perplexity (<how the text was read>): forward F, backward B, mean M`` of an :func:`evaluate_corpus`
+    """``perplexity (<how the text was read>): forward F, backward B, geometric mean M`` of an :func:`evaluate_corpus`
     result: its reading is every sentence alone, one stream, or a stream cut into ``n_rows`` rows (a result
     logged before ``n_rows`` was recorded: a stream)."""
     if result["mode"] == "per_sentence":
@@ -118,7 +118,7 @@ def perplexity_text(result: Dict[str, Any]) -> str:
     else:
         reading = "one stream" if result["n_rows"] == 1 else f"stream in {result['n_rows']:,} rows"
     return (f"perplexity ({reading}): forward {result['perplexity_forward']:.2f}, "
-            f"backward {result['perplexity_backward']:.2f}, mean {result['perplexity']:.2f}")
+            f"backward {result['perplexity_backward']:.2f}, geometric mean {result['perplexity']:.2f}")
 
 
 def stream_row_starts(starts: np.ndarray, n_tokens: int, batch_size: int, unroll: int = 1) -> np.ndarray:

@@ -83,6 +83,7 @@ def test_evaluate_says_how_many_rows_it_read(tmp_path):
         seen[flags[-1]] = (json.loads(as_json.stdout.strip().splitlines()[-1]), text.stdout)
     (one, one_text), (four, four_text), (alone, alone_text) = seen.values()
     assert one["n_rows"] == 1 and "perplexity (one stream): forward" in one_text
+    assert f"geometric mean {one['perplexity']:.2f}" in one_text  # exp of the mean loss, not the mean perplexity
     assert 1 < four["n_rows"] <= 4 and f"perplexity (stream in {four['n_rows']} rows): forward" in four_text
     assert "one stream" not in four_text
     assert alone["n_rows"] == alone["n_sentences"] == 30 and "perplexity (every sentence alone): forward" in alone_text
@@ -111,7 +112,13 @@ def test_fit_state_and_per_sentence_evaluate(tmp_path):
     assert result.exit_code == 0, result.output
     result = runner.invoke(app, ["fit-state", str(out), "--clear"])
     assert result.exit_code == 0 and BiLM.load(out).initial_state is None
+    assert f"cleared the initial state of {out}" in result.stdout
     assert per_sentence()["perplexity"] == zero["perplexity"]
+    # Clearing again: nothing to clear, said so (it said "cleared"), and exit 0.
+    result = runner.invoke(app, ["fit-state", str(out), "--clear"])
+    assert result.exit_code == 0, result.output
+    assert "cleared" not in result.stdout
+    assert plain(result.stderr) == plain(Warnings.W_FIT_STATE_NOTHING_TO_CLEAR.format(model=out))
     # Too little text: a clear error, nothing written.
     short = tmp_path / "short.txt"
     short.write_text("One sentence only .\n", encoding="utf-8")

@@ -10,6 +10,7 @@ import sys
 
 import click
 import pytest
+import torch
 import typer
 
 from spacy_elmo import BiLM, BiLMConfig
@@ -89,9 +90,17 @@ def _embed(tmp_path, monkeypatch):
     return ["embed", str(missing), str(tmp_path / "out.h5")], Errors.E_EMBED_INPUT_MISSING.format(path=missing)
 
 
+def _tiny_with_a_state(path):
+    """A tiny native model at ``path`` with a fitted initial state (what ``fit-state --clear`` removes)."""
+    bilm = BiLM(BiLMConfig(**TINY))
+    L, P, C = TINY["n_layers"], TINY["projection_dim"], TINY["cell_dim"]
+    bilm.set_initial_state((torch.full((2, L, P), 0.5), torch.full((2, L, C), 0.5)))
+    bilm.save(path)
+
+
 def _fit_state_write(tmp_path, monkeypatch):
     model = tmp_path / "tiny"
-    BiLM(BiLMConfig(**TINY)).save(model)
+    _tiny_with_a_state(model)  # without a state --clear writes nothing
     monkeypatch.setattr("spacy_elmo.bilm.native_io.write_initial_state", _raise(READ_ONLY))
     return ["fit-state", str(model), "--clear"], Errors.E_FIT_STATE_WRITE.format(path=model, shell_path=shell_quoted(model), error=READ_ONLY)
 
@@ -204,7 +213,10 @@ def test_sigterm_after_the_result_is_written_stops_nothing(tmp_path, monkeypatch
     caller's, delivered to its handler once the command's block ended (it was dropped)."""
     from spacy_elmo.cli import signals
 
-    BiLM(BiLMConfig(**TINY)).save(tmp_path / "model")
+    if command == "fit-state":
+        _tiny_with_a_state(tmp_path / "model")  # without a state --clear writes nothing
+    else:
+        BiLM(BiLMConfig(**TINY)).save(tmp_path / "model")
     args, said = COMPLETED[command]
     real, sent, caught = signals.Stop.ignore_signals, [], []
 

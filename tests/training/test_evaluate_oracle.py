@@ -21,10 +21,8 @@ HELD = [s.split() for s in generated_sentences(12, seed=7)] + [["Zebras", "quiet
 
 
 @pytest.fixture(scope="module")
-def lm_and_vocab(tmp_path_factory):
-    """A tiny model trained for 10 steps (no fitted initial state: rows start from zeros), in eval mode, its
-    backward LM made worse than its forward one: the mean of the two perplexities is then far from the
-    perplexity of the mean loss, which is the one reported."""
+def model_dir(tmp_path_factory):
+    """A tiny model trained for 10 steps (no fitted initial state: rows start from zeros)."""
     tmp = tmp_path_factory.mktemp("evaluate_oracle")
     train_file = write_corpus(tmp / "train.txt", 120)
     before = torch.get_num_threads()
@@ -33,7 +31,14 @@ def lm_and_vocab(tmp_path_factory):
         train(tiny_train_config(train_file, tmp / "out", max_steps=10, checkpoint_every=10, state_sentences=0))
     finally:
         torch.set_num_threads(before)
-    bilm, softmax, vocab, _ = load_pretrained(tmp / "out", backend="reference")
+    return tmp / "out"
+
+
+@pytest.fixture(scope="module")
+def lm_and_vocab(model_dir):
+    """The model of ``model_dir`` in eval mode, its backward LM made worse than its forward one: the mean of the
+    two perplexities is then far from the perplexity of the mean loss, which is the one reported."""
+    bilm, softmax, vocab, _ = load_pretrained(model_dir, backend="reference")
     assert bilm.initial_state is None
     with torch.no_grad():
         bilm.lstm.backward_layers[-1].w_proj.mul_(-3.0)
@@ -206,3 +211,23 @@ def test_evaluation_on_a_gpu_sends_its_inputs_without_host_syncs(lm_and_vocab, m
     for result in got:
         for key in ("perplexity", "perplexity_forward", "perplexity_backward"):
             assert result[key] == pytest.approx(on_cpu[key], rel=1e-4), key
+
+
+@pytest.mark.parametrize("per_sentence", [False, True], ids=["stream", "per_sentence"])
+def test_oov_rate_and_word_count_match_a_count_of_the_held_out_words(model_dir, lm_and_vocab, per_sentence):
+    """n_tokens is the held-out words (no markers) and oov_rate the share of them that are not targets in the model's
+    vocab.txt, counted here from the strings. The first unknown type gets the id ``vocab.size`` (the loaded
+    vocabulary is its targets, and evaluation appends new strings after them): counting ``id > size`` as OOV
+    missed it."""
+    lm, vocab = lm_and_vocab
+    targets = set((model_dir / "vocab.txt").read_text(encoding="utf-8").split("\n")[:-1])
+    assert len(targets) == vocab.size == len(vocab.types)  # new strings get ids from vocab.size on
+    words = [w for s in HELD for w in s]
+    unknown = [w for w in words if w not in targets]
+    assert unknown  # "Zebras" at least: the first of them is type vocab.size
+    result = evaluate_sentences(lm, vocab, HELD, batch_size=4, unroll=5, per_sentence=per_sentence)
+    assert result["n_tokens"] == len(words)
+    assert result["oov_rate"] == pytest.approx(len(unknown) / len(words), rel=1e-12)
+    assert result["n_sentences"] == len(HELD)
+    # per direction: every sentence's words and one marker; a stream one more per sentence boundary
+    assert result["n_targets"] == len(words) + len(HELD) + (0 if per_sentence else len(HELD) - 1)
