@@ -57,7 +57,7 @@ from .bilm.allennlp_io import (
     datasets_from_state,
     projection_is_identity,
 )
-from .bilm.native_io import check_readable, check_weight, torch_load_error
+from .bilm.native_io import ModelPathIsFile, check_readable, check_weight, torch_load_error
 from .bilm.config import check_bool, is_int
 from .bilm.model import remove_boundaries
 from .chars import batch_to_ids
@@ -188,7 +188,10 @@ def load_bilm(
     options_file = _expand_home(options_file)
     weight_file = None if weight_file is None else _expand_home(weight_file)
     if weight_file is None:
-        return BiLM.load(options_file, stateful=stateful, backend=backend)
+        try:
+            return BiLM.load(options_file, stateful=stateful, backend=backend)
+        except ModelPathIsFile as err:  # Elmo(options.json, None, ...): BiLM.from_allennlp is not the fix here
+            raise err.advising(Errors.E_MODEL_PATH_FIX_COMPAT) from None
     return BiLM.from_allennlp(options_file, weight_file, stateful=stateful, backend=backend)
 
 
