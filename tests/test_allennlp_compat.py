@@ -232,6 +232,24 @@ def test_elmo_embedder_matches_oracle(files):
     assert mask.dtype == torch.int64 and (1 - mask).sum(1).tolist() == [0, 3, 6, 5]
 
 
+def test_elmo_embedder_runs_nothing_for_the_batch_of_one_empty_sentence(files):
+    """0.9's embed_batch answered the batch [[]] (embed_sentence([])) with its empty embedding and ran no biLM: row 0's
+    carried states stayed as they were. It ran <S> </S> through row 0 here, so the next sentence's vectors differed
+    from 0.9's. embed_sentences' batches of one empty sentence too; a larger batch runs its empty sentences, as 0.9's
+    did (test_elmo_embedder_matches_oracle)."""
+    oracle = NumpyElmo(OPTS, files[1])
+    embedder = ElmoEmbedder(*files)
+    first, second = ["The", "bank", "of", "the", "river", "."], ["It", "was", "steep", "."]
+    got = [embedder.embed_sentence(first), embedder.embed_sentence([]), embedder.embed_batch([()])[0],
+           embedder.embed_sentence(second)]
+    got += list(embedder.embed_sentences([[], ["a"], [], ["b", "c"]], batch_size=1))
+    expected = [oracle.batch([s], stateful=True)[0] for s in (first, second, ["a"], ["b", "c"])]  # no empty one runs
+    for vec in (got[1], got[2], got[4], got[6]):
+        assert vec.dtype == np.float32 and vec.shape == (3, 0, 16)
+    for vec, want in zip((got[0], got[3], got[5], got[7]), expected):
+        np.testing.assert_allclose(vec, want, atol=ATOL, rtol=0)
+
+
 # -- errors ----------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "kwargs,error,match",
