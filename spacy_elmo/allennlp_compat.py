@@ -57,11 +57,11 @@ from .bilm.allennlp_io import (
     datasets_from_state,
     projection_is_identity,
 )
-from .bilm.native_io import check_readable, check_weight, torch_load_error
+from .bilm.native_io import ModelPathIsFile, check_readable, check_weight, torch_load_error
 from .bilm.config import check_bool, is_int
 from .bilm.model import remove_boundaries
-from .chars import batch_to_ids
-from .embedding import embed_lines
+from .chars import _token_list, batch_to_ids
+from .embedding import embed_lines, empty_vectors
 from .errors import Errors, Warnings, listed
 from .paths import missing_path_error
 
@@ -188,7 +188,10 @@ def load_bilm(
     options_file = _expand_home(options_file)
     weight_file = None if weight_file is None else _expand_home(weight_file)
     if weight_file is None:
-        return BiLM.load(options_file, stateful=stateful, backend=backend)
+        try:
+            return BiLM.load(options_file, stateful=stateful, backend=backend)
+        except ModelPathIsFile as err:  # Elmo(options.json, None, ...): BiLM.from_allennlp is not the fix here
+            raise err.advising(Errors.E_MODEL_PATH_FIX_COMPAT) from None
     return BiLM.from_allennlp(options_file, weight_file, stateful=stateful, backend=backend)
 
 
@@ -584,8 +587,14 @@ class ElmoEmbedder:
         return self.embed_batch([sentence])[0]
 
     def embed_batch(self, batch: Sequence[Sequence[str]]) -> List[np.ndarray]:
-        """Each sentence's layers, one biLM call for the batch."""
-        return embed_lines(self.elmo_bilm, list(batch), layers="all")
+        """Each sentence's layers, one biLM call for the batch; none for the batch of one empty sentence
+        (``[[]]``), as in 0.9."""
+        rows = [_token_list(row, i) for i, row in enumerate(batch)]
+        if len(rows) == 1 and len(rows[0]) == 0:
+            # 0.9's embed_batch answered the batch [[]] with its empty embedding and ran nothing (its biLM raised on
+            # it): row 0's carried states stay as they were. Empty rows of a larger batch run as <S> </S>, as there.
+            return [empty_vectors(self.elmo_bilm)]
+        return embed_lines(self.elmo_bilm, rows, layers="all")
 
     def embed_sentences(
         self, sentences: Iterable[Sequence[str]], batch_size: int = DEFAULT_BATCH_SIZE

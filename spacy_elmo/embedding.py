@@ -251,12 +251,12 @@ def embed_lines(
 
     Rows are run together as given (the caller batches); empty rows give ``n = 0``.
     With ``cache`` the token vectors of words seen before are reused. A stateful biLM runs the
-    empty rows too (``<S> </S>``, as AllenNLP does), so that row ``i`` carries batch row ``i``'s states,
-    also in a batch of empty rows only.
+    empty rows too (``<S> </S>``, as AllenNLP 0.9's ElmoEmbedder runs those of a batch of two rows or more), so
+    that row ``i`` carries batch row ``i``'s states, also in a batch of empty rows only. (0.9 ran nothing for the
+    batch ``[[]]``, one empty row: ElmoEmbedder.embed_batch answers that batch itself, as 0.9 did.)
     """
     if layers not in LAYER_MODES:
         raise ValueError(Errors.E_EMBED_LAYERS.format(layers=layers))
-    L1, D = bilm.config.n_output_layers, bilm.config.output_dim
     out: List[Optional[np.ndarray]] = [None] * len(rows)
     filled = [i for i, r in enumerate(rows) if len(r) or bilm.stateful]
     if filled:
@@ -269,8 +269,15 @@ def embed_lines(
         for b, i in enumerate(filled):
             vec = arrays[:, b, : len(rows[i])]
             out[i] = np.ascontiguousarray(vec if layers == "all" else vec[0])
-    empty = np.zeros((L1, 0, D) if layers == "all" else (0, D), dtype=np.float32)
+    empty = empty_vectors(bilm, layers)
     return [empty if v is None else v for v in out]
+
+
+def empty_vectors(bilm: BiLM, layers: str = "all") -> np.ndarray:
+    """The vectors of an empty row (:func:`embed_lines`'s ``layers``): float32 ``(L + 1, 0, 2P)`` for ``"all"``,
+    else ``(0, 2P)``."""
+    L1, D = bilm.config.n_output_layers, bilm.config.output_dim
+    return np.zeros((L1, 0, D) if layers == "all" else (0, D), dtype=np.float32)
 
 
 def embed_file(

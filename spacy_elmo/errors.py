@@ -97,6 +97,12 @@ class Errors:
         "has 'lstm' (dim, projection_dim, n_layers, ...) and 'char_cnn' (embedding.dim, "
         "filters, ...): check that you passed the options file and not the weight file."
     )
+    E_OPTIONS_IS_NATIVE_CONFIG = (
+        "The ELMo options in {source} are a spacy-elmo model's config.json (\"format\": \"{format}\"), not an "
+        "AllenNLP/bilm-tf options.json. A spacy-elmo model is loaded by its directory (config.json + "
+        "model.safetensors) with weight_file=None: Elmo(directory, None, ...), ElmoEmbedder(directory), or "
+        "BiLM.load(directory)."
+    )
     E_OPTIONS_NO_SKIP_KEY = (
         "The ELMo options in {source} lack the key 'lstm.use_skip_connections', and no default is safe: AllenNLP "
         "refuses such options and bilm-tf's inference model fails on them. Add it to the 'lstm' section: "
@@ -161,6 +167,15 @@ class Errors:
         "download) or not hdf5. AllenNLP/bilm-tf ELMo weights are .hdf5 files; this project's own "
         "models are directories written by BiLM.save()."
     )
+    E_WEIGHT_FILE_IS_NATIVE = (
+        "{path} is {what}, not an AllenNLP/bilm-tf weight file (.hdf5). A spacy-elmo model is loaded by its "
+        "directory (config.json + model.safetensors) with weight_file=None: Elmo(directory, None, ...), "
+        "ElmoEmbedder(directory), or BiLM.load(directory). With AllenNLP options, pass the .hdf5 that came with them."
+    )
+    #: E_WEIGHT_FILE_IS_NATIVE's ``what``: a file of a spacy-elmo model directory
+    E_WEIGHT_FILE_WHAT_NATIVE = "a file of the spacy-elmo model {directory}"
+    #: E_WEIGHT_FILE_IS_NATIVE's ``what``: a .safetensors file elsewhere
+    E_WEIGHT_FILE_WHAT_SAFETENSORS = "a safetensors file"
     E_DATASET_MISSING = (
         "The weight file {path} has no dataset {dataset!r} (expected shape {expected}). "
         "The file does not match the options: check that options and weights come from "
@@ -422,10 +437,22 @@ class Errors:
         "vectors; json.loads(f[\"sentence_to_index\"][0]) maps a line to its dataset), and load the model that "
         "wrote it with BiLM.load (embed's --model; \"default\" unless given)."
     )
-    E_MODEL_PATH_IS_FILE = (
-        "{path} is a file, but a model is a directory: pass the directory that holds it (config.json + "
-        "model.safetensors, or one options.json + one .hdf5), or load AllenNLP files with "
-        "BiLM.from_allennlp(options_file, weight_file)."
+    #: ``fix``: what the caller that was given the file can do (E_MODEL_PATH_FIX_*)
+    E_MODEL_PATH_IS_FILE = "{path} is a file, but a model is a directory: {fix}"
+    #: E_MODEL_PATH_IS_FILE's ``fix`` for BiLM.load and the rest
+    E_MODEL_PATH_FIX_LOAD = (
+        "pass the directory that holds it (config.json + model.safetensors, or one options.json + one .hdf5), or "
+        "load AllenNLP files with BiLM.from_allennlp(options_file, weight_file)."
+    )
+    #: E_MODEL_PATH_IS_FILE's ``fix`` for pretrain --init
+    E_MODEL_PATH_FIX_INIT = (
+        "pass --init the directory that holds options.json and the .hdf5 (or the spacy-elmo model directory, "
+        "config.json + model.safetensors)."
+    )
+    #: E_MODEL_PATH_IS_FILE's ``fix`` for Elmo, ElmoEmbedder and ElmoTokenEmbedder given weight_file=None
+    E_MODEL_PATH_FIX_COMPAT = (
+        "pass the weight file as the second argument (options_file, weight_file), or a model directory (config.json "
+        "+ model.safetensors, or one options.json + one .hdf5) with weight_file=None."
     )
     E_MODEL_DIR_AMBIGUOUS = (
         "{path} holds two models: a spacy-elmo model ({config}) and AllenNLP weights ({options}, {weights}), "

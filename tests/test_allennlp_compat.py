@@ -4,6 +4,7 @@ Against AllenNLP's real ``Elmo`` class run from its wheel (the ``allennlp`` fixt
 tests/conftest.py: skipped offline), and against the NumPy float64 oracle (always).
 """
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -231,6 +232,24 @@ def test_elmo_embedder_matches_oracle(files):
     assert mask.dtype == torch.int64 and (1 - mask).sum(1).tolist() == [0, 3, 6, 5]
 
 
+def test_elmo_embedder_runs_nothing_for_the_batch_of_one_empty_sentence(files):
+    """0.9's embed_batch answered the batch [[]] (embed_sentence([])) with its empty embedding and ran no biLM: row 0's
+    carried states stayed as they were. It ran <S> </S> through row 0 here, so the next sentence's vectors differed
+    from 0.9's. embed_sentences' batches of one empty sentence too; a larger batch runs its empty sentences, as 0.9's
+    did (test_elmo_embedder_matches_oracle)."""
+    oracle = NumpyElmo(OPTS, files[1])
+    embedder = ElmoEmbedder(*files)
+    first, second = ["The", "bank", "of", "the", "river", "."], ["It", "was", "steep", "."]
+    got = [embedder.embed_sentence(first), embedder.embed_sentence([]), embedder.embed_batch([()])[0],
+           embedder.embed_sentence(second)]
+    got += list(embedder.embed_sentences([[], ["a"], [], ["b", "c"]], batch_size=1))
+    expected = [oracle.batch([s], stateful=True)[0] for s in (first, second, ["a"], ["b", "c"])]  # no empty one runs
+    for vec in (got[1], got[2], got[4], got[6]):
+        assert vec.dtype == np.float32 and vec.shape == (3, 0, 16)
+    for vec, want in zip((got[0], got[3], got[5], got[7]), expected):
+        np.testing.assert_allclose(vec, want, atol=ATOL, rtol=0)
+
+
 # -- errors ----------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "kwargs,error,match",
@@ -312,6 +331,38 @@ def test_bad_files_and_inputs_say_what_is_wrong(files, tmp_path):
         list(embedder.embed_sentences([["a"]], batch_size=0))
     with pytest.raises(ValueError, match="cuda_device"):
         ElmoEmbedder(*files, cuda_device="0")
+
+
+def test_a_spacy_elmo_model_file_given_as_allennlp_files_says_what_it_is_and_the_fix(files, tmp_path):
+    """Each file of a model given where an AllenNLP file goes was answered with advice for another mistake: one file
+    and weight_file=None got BiLM.from_allennlp(...) (not this API's fix); a spacy-elmo config.json as the options
+    "check that you passed the options file and not the weight file"; a model.safetensors as the weight file "damaged
+    ... or not hdf5"."""
+    options_file, weight_file = files
+    native = tmp_path / "native"
+    BiLM.from_allennlp(*files).save(native)
+    for path in (options_file, weight_file, native / "config.json"):
+        for make in (lambda: Elmo(path, None, 1), lambda: ElmoEmbedder(path), lambda: ElmoTokenEmbedder(path)):
+            with pytest.raises(ValueError, match="is a file, but a model is a directory") as err:
+                make()
+            assert str(path) in str(err.value) and "as the second argument (options_file, weight_file)" in str(err.value)
+            assert "weight_file=None" in str(err.value) and "from_allennlp" not in str(err.value)
+    with pytest.raises(ValueError, match=r"config.json are a spacy-elmo model's config.json .*weight_file=None") as err:
+        Elmo(native / "config.json", native / "model.safetensors", 1)
+    assert "not the weight file" not in str(err.value)
+    for path, what in ((native / "model.safetensors", f"a file of the spacy-elmo model {native}"),
+                       (native / "config.json", f"a file of the spacy-elmo model {native}")):
+        with pytest.raises(ValueError, match="not an AllenNLP/bilm-tf weight file") as err:
+            Elmo(options_file, path, 1)
+        assert f"{path} is {what}" in str(err.value) and "Elmo(directory, None, ...)" in str(err.value)
+        assert "damaged" not in str(err.value)
+    loose = tmp_path / "loose.safetensors"
+    shutil.copy(native / "model.safetensors", loose)
+    with pytest.raises(ValueError, match=f"{loose} is a safetensors file, not an AllenNLP/bilm-tf weight file"):
+        ElmoEmbedder(options_file, loose)
+    (tmp_path / "junk.hdf5").write_bytes(b"not hdf5 at all")  # another file is still "damaged ... or not hdf5"
+    with pytest.raises(ValueError, match="could not be opened as an hdf5 file"):
+        BiLM.from_allennlp(options_file, tmp_path / "junk.hdf5")
 
 
 def test_elmo_embedder_on_a_cuda_device_torch_does_not_see(files, monkeypatch):

@@ -38,7 +38,7 @@ from ..errors import Errors, Warnings
 from ..hdf5 import hdf5_for_writing
 from ..paths import missing_path_error
 from .config import BiLMConfig
-from .native_io import cast_for_save, check_readable, check_weight
+from .native_io import CONFIG_NAME, cast_for_save, check_readable, check_weight, is_native_config
 
 if TYPE_CHECKING:  # model.py imports this module when it reads or writes
     from .model import BiLM
@@ -143,6 +143,18 @@ def refuse_foreign(handle: h5py.File, path: Path) -> None:
     raise ValueError(Errors.E_NOT_ELMO_WEIGHTS.format(path=path, datasets=shown or "no dataset"))
 
 
+def _not_hdf5(path: Path, error: OSError) -> str:
+    """Why the weight file ``path`` cannot be opened as HDF5 (h5py's ``error``): a spacy-elmo model's file or a
+    safetensors file is named as what it is, with how to load it (not "damaged, or not hdf5")."""
+    if is_native_config(path.parent / CONFIG_NAME):
+        what = Errors.E_WEIGHT_FILE_WHAT_NATIVE.format(directory=path.parent)
+    elif path.suffix == ".safetensors":
+        what = Errors.E_WEIGHT_FILE_WHAT_SAFETENSORS
+    else:
+        return Errors.E_WEIGHT_FILE_NOT_HDF5.format(path=path, error=error)
+    return Errors.E_WEIGHT_FILE_IS_NATIVE.format(path=path, what=what)
+
+
 def read_datasets(config: BiLMConfig, weight_file: PathLike) -> Dict[str, np.ndarray]:
     """All datasets for ``config`` as float32 arrays, shape-checked with clear errors;
     a dataset that ``config`` does not describe is an error too."""
@@ -158,7 +170,7 @@ def read_datasets(config: BiLMConfig, weight_file: PathLike) -> Dict[str, np.nda
         # "damaged, or not hdf5". h5py >= 3.5 takes locking= (pyproject requires 3.8).
         handle = h5py.File(path, "r", locking=False)
     except OSError as err:
-        raise ValueError(Errors.E_WEIGHT_FILE_NOT_HDF5.format(path=path, error=err)) from err
+        raise ValueError(_not_hdf5(path, err)) from err
     arrays, stored, zeros = {}, set(), []
     no_projection = config.n_filters == config.projection_dim
     # h5py reports damaged metadata as any of HDF5_ERRORS

@@ -238,6 +238,11 @@ class BiLMConfig:
             except ValueError as err:  # JSONDecodeError, UnicodeDecodeError
                 raise ValueError(Errors.E_OPTIONS_NOT_JSON.format(path=options, error=err)) from err
 
+        from .native_io import FORMAT  # native_io imports this module
+
+        if isinstance(options, dict) and options.get("format") == FORMAT:  # else "lacks the key 'lstm'"
+            raise ValueError(Errors.E_OPTIONS_IS_NATIVE_CONFIG.format(source=source, format=FORMAT))
+
         def need(section: Dict[str, Any], key: str, where: str) -> Any:  # any JSON value
             if key not in section:
                 raise ValueError(Errors.E_OPTIONS_MISSING_KEY.format(source=source, key=where))

@@ -224,8 +224,9 @@ def model_path(directory: PathLike, offer_default: bool = True) -> Path:
             or_default = Errors.E_MODEL_PATH_OR_DEFAULT_STR  # Path("default"): only the string names the bundled model
         raise missing_path_error(path, Errors.E_MODEL_PATH_MISSING.format(path=path, or_default=or_default))
     if not path.is_dir():  # an embeddings file (embed's OUTPUT, say) is named as what it is: no weights in it
-        raise NotAModelDir((Errors.E_MODEL_PATH_IS_EMBEDDINGS if is_embeddings_file(path) else Errors.E_MODEL_PATH_IS_FILE)
-                           .format(path=path))
+        if is_embeddings_file(path):
+            raise NotAModelDir(Errors.E_MODEL_PATH_IS_EMBEDDINGS.format(path=path))
+        raise ModelPathIsFile(Errors.E_MODEL_PATH_IS_FILE.format(path=path, fix=Errors.E_MODEL_PATH_FIX_LOAD), path)
     return path
 
 
@@ -298,6 +299,16 @@ def read_meta(directory: PathLike) -> Dict[str, Any]:
             raise SavedPipelineGiven(directory, pipeline)
         raise FileNotFoundError(Errors.E_NATIVE_DIR_MISSING.format(path=directory, filename=CONFIG_NAME))
     return read_config_json(path)
+
+
+def is_native_config(path: Path) -> bool:
+    """Whether the file ``path`` is a spacy-elmo model's config.json (a JSON object whose "format" is
+    :data:`FORMAT`); False for any other file, a missing or unreadable one included."""
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # none, unreadable, a directory, not JSON or not UTF-8
+        return False
+    return isinstance(meta, dict) and meta.get("format") == FORMAT
 
 
 def read_config_json(path: Path) -> Dict[str, Any]:
@@ -468,6 +479,21 @@ class NotAModelDir(ValueError):
     """A directory given as a model that holds no model spacy-elmo reads (a foreign config.json, a TensorFlow
     checkpoint, AllenNLP files that are not one pair), or a file given as one: the spaCy component says it naming
     the setting that gave it, as it does a path that names nothing."""
+
+
+class ModelPathIsFile(NotAModelDir):
+    """:func:`model_path`'s error for a file given as a model directory. Its fix names BiLM's loaders: a caller whose
+    user gave the file another way (``pretrain --init``, ``Elmo(file, None, ...)``) raises :meth:`advising` its own."""
+
+    def __init__(self, message: str, path: Optional[Path] = None) -> None:
+        super().__init__(message)
+        self.path = path  # None once unpickled (args hold the message alone)
+
+    def advising(self, fix: str) -> NotAModelDir:
+        """This error with ``fix`` (an ``Errors.E_MODEL_PATH_FIX_*``) as its advice."""
+        if self.path is None:
+            return self
+        return ModelPathIsFile(Errors.E_MODEL_PATH_IS_FILE.format(path=self.path, fix=fix), self.path)
 
 
 #: The files of a TensorFlow checkpoint (bilm-tf's ``save_dir``): the ``checkpoint`` index and each save's

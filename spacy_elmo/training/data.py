@@ -358,7 +358,7 @@ def is_spacy_elmo_output(directory: Path) -> bool:
     checkpoint beside its log, or its corpus cache: a ``data/meta.json`` holding a fingerprint), a model (a
     config.json of spacy-elmo's format, or one AllenNLP options.json + .hdf5 pair, as ``export`` writes or AllenNLP
     publishes: :func:`native_io.find_allennlp_files`) or the parts of an unfinished ``embed`` (``OUTPUT.parts`` with its manifest)."""
-    from ..bilm.native_io import CONFIG_NAME, FORMAT, find_allennlp_files
+    from ..bilm.native_io import CONFIG_NAME, find_allennlp_files, is_native_config
     from ..embedding import MANIFEST
     from .checkpoint import CHECKPOINT_NAME
     from .trainer import LOG_NAME
@@ -372,11 +372,8 @@ def is_spacy_elmo_output(directory: Path) -> bool:
         return True
     if directory.name.endswith(".parts") and (directory / MANIFEST).is_file():
         return True
-    try:
-        if json.loads((directory / CONFIG_NAME).read_text(encoding="utf-8")).get("format") == FORMAT:
-            return True
-    except (OSError, ValueError, AttributeError):  # none, unreadable, not JSON, not an object: another file
-        pass
+    if is_native_config(directory / CONFIG_NAME):
+        return True
     try:
         return find_allennlp_files(directory) is not None
     except ValueError:  # not one pair (a corpus may hold a .h5 of its own): no model

@@ -19,6 +19,7 @@ from ..atomic import make_dirs
 from ..bilm import BiLM
 from ..bilm.native_io import (
     WEIGHTS_NAME,
+    ModelPathIsFile,
     allennlp_files_of,
     cast_for_save,
     check_weight,
@@ -106,8 +107,13 @@ def check_init_model(directory: PathLike) -> None:
     """Refuse, reading the safetensors headers and vocab.txt alone, what :func:`load_pretrained` would refuse of
     the ``pretrain --init`` model ``directory`` before its weights: :func:`has_softmax`'s errors and, with a
     softmax, a vocab.txt that is missing or not one token per softmax row (:func:`softmax_vocab`). pretrain
-    checks it before OUTPUT_DIR is made and the corpus tokenized (it was refused only after)."""
-    if not has_softmax(directory):
+    checks it before OUTPUT_DIR is made and the corpus tokenized (it was refused only after). A file given as
+    ``--init`` is refused advising its directory (not BiLM's Python loaders)."""
+    try:
+        softmax = has_softmax(directory)
+    except ModelPathIsFile as err:
+        raise err.advising(Errors.E_MODEL_PATH_FIX_INIT) from None
+    if not softmax:
         return
     path = model_path(directory)
     source = softmax_source(path, allennlp_files_of(path))

@@ -1041,7 +1041,9 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
     provenance = {"trained_by": PRETRAINED_BY, "lang": cfg.lang, "tokenizer": meta.get("tokenizer"),
                   "vocab_size": vocab.size,
                   "reading": "sentences" if cfg.sentences else "streams",  # evaluate's default mode
-                  "train_path": str(cfg.train_path), "init": cfg.init}
+                  # absolute: a relative path named nothing once the model left the directory it was run from
+                  "train_path": str(Path(cfg.train_path).resolve()),
+                  "init": cfg.init if cfg.init in (None, "", "default") else str(Path(cfg.init).resolve())}
     use_amp = device.type == "cuda"
     bar = progress_bar(total=total, initial=step, desc="pretraining", unit="step", disable=not (cfg.progress and is_main))
     last_heldout = None

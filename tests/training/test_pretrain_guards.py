@@ -511,6 +511,22 @@ def test_an_init_model_that_cannot_load_is_refused_before_the_corpus_is_tokenize
     assert not out.exists()
 
 
+def test_an_init_file_is_refused_advising_its_directory(tmp_path):
+    """--init naming a file of a model (its options.json or .hdf5, a spacy-elmo model's config.json) was told to "load
+    AllenNLP files with BiLM.from_allennlp(options_file, weight_file)", a Python API pretrain has no way to take."""
+    from tests.bilm.oracle import options, write_model_files
+
+    (tmp_path / "allen").mkdir()
+    options_file, weight_file = write_model_files(tmp_path / "allen", options())
+    BiLM.from_allennlp(options_file, weight_file).save(tmp_path / "native")
+    train_file = write_corpus(tmp_path / "train.txt", 60)
+    for path in (options_file, weight_file, tmp_path / "native" / "config.json"):
+        with pytest.raises(ValueError, match="is a file, but a model is a directory: pass --init the directory") as err:
+            train(tiny_train_config(train_file, tmp_path / "out", model=None, init=str(path)))
+        assert str(path) in str(err.value) and "from_allennlp" not in str(err.value)
+        assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("vocab", ["missing", "short"])
 def test_an_init_softmax_without_its_vocabulary_is_refused_before_the_corpus_is_tokenized(tmp_path, monkeypatch, vocab):
     """An --init model whose softmax has no vocab.txt, or one of another length, was refused only after the whole

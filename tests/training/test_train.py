@@ -315,6 +315,29 @@ def test_resume_names_an_init_given_or_left_out(tmp_path):
     assert resume(tuned, init=str(base))["steps"] == 3
 
 
+def test_the_model_records_its_corpus_and_init_as_absolute_paths_and_resumes_from_another_directory(tmp_path, monkeypatch):
+    """The provenance in the model's config.json recorded train_path and --init as typed: relative ones named nothing
+    once the model left the directory it was run from. Absolute now; a resume from another directory, the paths
+    spelled from there, goes on (and records the same)."""
+    base = tmp_path / "base"
+    train(tiny_train_config(write_corpus(tmp_path / "a.txt", 200), base, max_steps=2))
+    domain = write_corpus(tmp_path / "domain.txt", 100, seed=3)
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    train(tiny_train_config("../domain.txt", "../tuned", max_steps=2, checkpoint_every=2, init="../base", model=None))
+
+    def recorded():
+        provenance = json.loads((tmp_path / "tuned" / "config.json").read_text(encoding="utf-8"))["provenance"]
+        return provenance["train_path"], provenance["init"]
+
+    assert recorded() == (str(domain.resolve()), str(base.resolve()))
+    monkeypatch.chdir(tmp_path)
+    resumed = train(tiny_train_config("domain.txt", "tuned", max_steps=3, checkpoint_every=2, init="base", model=None,
+                                      resume=True))
+    assert resumed["steps"] == 3 and resumed["resumed_from"] == 2
+    assert recorded() == (str(domain.resolve()), str(base.resolve()))
+
+
 @pytest.mark.filterwarnings("ignore:.*full softmax:RuntimeWarning", "ignore:.*not in the vocabulary of --init:RuntimeWarning")
 def test_resume_names_an_init_model_replaced_at_its_path(tmp_path):
     """A fine-tuning run that kept its --init vocabulary, resumed after another model was copied over that path:
