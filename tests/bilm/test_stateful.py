@@ -165,3 +165,30 @@ def test_states_carried_out_of_inference_mode(files, backend):
     out.activations[-1].sum().backward()
     assert _worst(out, oracle.batch(BATCHES[1], stateful=True), BATCHES[1]) < 1e-5
     assert all(p.grad is not None for p in model.parameters())
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_states_carried_out_of_inference_mode_through_no_grad(files, backend):
+    """Inference mode, then torch.no_grad() with fewer rows (the states it keeps for the other row are
+    updated in a copy), then grad with more rows: each matches the oracle and the last one trains."""
+    model, oracle = _after_first_batch(files, backend, torch.inference_mode)
+    with torch.no_grad():
+        out = model(batch_to_ids(BATCHES[1]))
+    assert _worst(out, oracle.batch(BATCHES[1], stateful=True), BATCHES[1]) < 1e-5
+    out = model(batch_to_ids(BATCHES[3]))
+    out.activations[-1].sum().backward()
+    assert _worst(out, oracle.batch(BATCHES[3], stateful=True), BATCHES[3]) < 1e-5
+    assert all(p.grad is not None for p in model.parameters())
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_states_set_from_inference_mode_carry_on_with_grad(files, backend):
+    """carried_states set to states read under inference mode: the next call with grad trains."""
+    model, oracle = _after_first_batch(files, backend, torch.no_grad)
+    with torch.inference_mode():
+        read = tuple(t.clone() for t in model.carried_states)
+    model.carried_states = read
+    out = model(batch_to_ids(BATCHES[1]))
+    out.activations[-1].sum().backward()
+    assert _worst(out, oracle.batch(BATCHES[1], stateful=True), BATCHES[1]) < 1e-5
+    assert all(p.grad is not None for p in model.parameters())
