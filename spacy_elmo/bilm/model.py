@@ -304,10 +304,15 @@ class BiLM(nn.Module):
             raise RuntimeError(Errors.E_EXPORT_NEEDS_GRAPH_CHECKS.format(since=since, torch=torch.__version__))
 
     def _check_shape(self, char_ids: Tensor) -> None:
-        """A TypeError for a non-tensor, a ValueError for ids not shaped ``(B, T, W)``."""
+        """A TypeError for a non-tensor, a RuntimeError for ids batched by torch.func.vmap, a ValueError for
+        ids not shaped ``(B, T, W)``."""
         W = self.config.max_characters_per_token
         if not isinstance(char_ids, Tensor):
             raise TypeError(Errors.E_CHAR_IDS_NOT_TENSOR.format(type_name=type(char_ids).__name__))
+        if torch._C._functorch.is_batchedtensor(char_ids):
+            # The checks of the ids' values bring them to the host: under vmap torch's bare "Cannot access
+            # data pointer of Tensor that doesn't have storage".
+            raise RuntimeError(Errors.E_BILM_VMAP.format(max_chars=W))
         if char_ids.dim() != 3 or char_ids.shape[-1] != W:
             raise ValueError(Errors.E_CHAR_IDS_SHAPE.format(max_chars=W, shape=tuple(char_ids.shape)))
 

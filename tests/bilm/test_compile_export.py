@@ -302,6 +302,27 @@ def test_torchscript_is_refused_with_the_way_out():
         torch.jit.trace(model, (batch_to_ids(BATCHES[0]),))
 
 
+@pytest.mark.parametrize("backend", ["reference", pytest.param("fused", marks=needs_fused)])
+def test_vmap_over_the_model_is_refused_with_the_way_out(backend):
+    """torch.func.vmap over the biLM failed with torch's bare "Cannot access data pointer of Tensor that
+    doesn't have storage" (the checks of the ids bring their values to the host). Every entry point that
+    takes ids refuses batched ones, naming the batch the biLM takes; the unbatched ids still run."""
+    model = _model(backend)
+    ids = batch_to_ids(BATCHES[0])
+    stacked = torch.stack([ids, ids.flip(0)])
+    mask = (stacked > 0).any(-1)
+    calls = {
+        "forward": lambda i: model(i).activations[-1],
+        "check_ids": lambda i: model.check_ids(i),
+        "encode_tokens": lambda i, m: model.encode_tokens(i, m),
+    }
+    for name, call in calls.items():
+        args = (stacked, mask) if name == "encode_tokens" else (stacked,)
+        with pytest.raises(RuntimeError, match=r"vmap over BiLM is not supported.*\(batch, time, 50\).*directly"):
+            torch.func.vmap(call)(*args)
+    torch.testing.assert_close(model(stacked[1]).activations[-1], model(ids.flip(0)).activations[-1])
+
+
 def test_autocast_checks_trace_into_one_graph():
     """torch 2.4 to 2.11 could not trace ``torch.amp.is_autocast_available`` (which every forward asks): a
     graph break, so fullgraph compiles and exports of every model failed there. Its answer is a constant to
