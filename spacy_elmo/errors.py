@@ -604,6 +604,11 @@ class Errors:
         "batch and sentence length on the fused backend) or torch.export.export for a saved program; "
         "see the README's Python API section."
     )
+    E_BILM_VMAP = (
+        "torch.func.vmap over BiLM is not supported: it already takes a batch, char ids (batch, time, {max_chars}), "
+        "and its checks of the ids read their values, which vmap cannot. Pass the batch directly (batch_to_ids of "
+        "all the sentences; bilm(ids)); vmap over the fused ops alone works (see the README's torch.func notes)."
+    )
     E_EXPORT_STATEFUL = (
         "torch.export cannot export BiLM(stateful=True): the states it carries from call to call live in "
         "Python, outside the exported program, which would silently start every call from the initial "

@@ -111,6 +111,9 @@ class BiLM(nn.Module):
         self.lstm = BiLstm(config)
         self.backend = backend
         self._states: Optional[LstmState] = None
+        # Whether the carried states may be inference tensors (see _initial_states): a Python bool, not
+        # Tensor.is_inference(), which torch.compile cannot trace (its guard on the bool recompiles instead).
+        self._states_maybe_inference = False
         self.register_buffer("_marker_ids", self._fresh_marker_ids(None), persistent=False)
         self.register_load_state_dict_post_hook(_marker_ids_follow_weights)
         # Fitted initial state: (2, L, P) and (2, L, C), or None for zeros.
@@ -188,6 +191,7 @@ class BiLM(nn.Module):
             raise ValueError(Errors.E_CARRIED_STATE_SHAPE.format(
                 layers=L, proj=P, cell=C, found_h=tuple(h.shape), found_c=tuple(c.shape)))
         self._states = (h.detach(), c.detach())
+        self._states_maybe_inference = True  # from outside: they may have been read under inference mode
 
     @property
     def initial_state(self) -> Optional[LstmState]:
@@ -242,31 +246,42 @@ class BiLM(nn.Module):
     def _initial_states(self, batch: int, like: Tensor) -> Optional[LstmState]:
         if not self.stateful or self._states is None:
             return self.start_state(batch, like)
-        h, c = self._states = self.lstm.carry(self._states, like.device)  # .to: the same tensors when they fit
-        if (h.is_inference() or c.is_inference()) and not torch.is_inference_mode_enabled():
-            # Carried out of a torch.inference_mode() call: autograd cannot save such tensors.
+        h, c = self.lstm.carry(self._states, like.device)  # .to: the same tensors when they fit
+        if torch.is_grad_enabled() and self._states_maybe_inference:
+            # Carried out of a torch.inference_mode() call: autograd cannot save such tensors ("Inference
+            # tensors cannot be saved for backward"). Grad mode stands for inference mode (off under it):
+            # torch.compile traces neither Tensor.is_inference() nor torch.is_inference_mode_enabled()
+            # (fullgraph=True failed from the second call on). A call with grad after one without clones
+            # states it need not have: a copy of (2, L, B, P + C). Grad mode first: without grad the flag
+            # is not read, so torch.compile does not guard on it (no second graph for it).
             h, c = h.clone(), c.clone()
-            self._states = (h, c)
         stored = h.shape[2]
         if batch > stored:
             # New rows start afresh (zeros unless fitted), as in AllenNLP's _EncoderBase.
             start = self.start_state(batch - stored, h)
             extra_h, extra_c = start if start is not None else self.lstm.zero_state(batch - stored, h)
             h, c = torch.cat([h, extra_h], 2), torch.cat([c, extra_c], 2)
-            self._states = (h, c)
+        self._keep_states(h, c)
         return h[:, :, :batch], c[:, :, :batch]
+
+    def _keep_states(self, h: Tensor, c: Tensor) -> None:
+        """Carry ``h (2, L, B, P)`` and ``c (2, L, B, C)`` to the next call. Made with grad off they may be
+        inference tensors (made under torch.inference_mode(), which turns grad off): the next call with grad
+        clones them (:meth:`_initial_states`)."""
+        self._states = (h, c)
+        self._states_maybe_inference = not torch.is_grad_enabled()
 
     def _update_states(self, final: LstmState) -> None:
         h_new, c_new = final[0].detach(), final[1].detach()
         batch = h_new.shape[2]
         if self._states is None or self._states[0].shape[2] <= batch:
-            self._states = (h_new, c_new)
+            self._keep_states(h_new, c_new)
         else:
             # Rows beyond this batch keep their states (AllenNLP semantics).
             h, c = self._states[0].clone(), self._states[1].clone()
             h[:, :, :batch] = h_new
             c[:, :, :batch] = c_new
-            self._states = (h, c)
+            self._keep_states(h, c)
 
     # -- forward -------------------------------------------------------------
     def __prepare_scriptable__(self):
@@ -289,10 +304,15 @@ class BiLM(nn.Module):
             raise RuntimeError(Errors.E_EXPORT_NEEDS_GRAPH_CHECKS.format(since=since, torch=torch.__version__))
 
     def _check_shape(self, char_ids: Tensor) -> None:
-        """A TypeError for a non-tensor, a ValueError for ids not shaped ``(B, T, W)``."""
+        """A TypeError for a non-tensor, a RuntimeError for ids batched by torch.func.vmap, a ValueError for
+        ids not shaped ``(B, T, W)``."""
         W = self.config.max_characters_per_token
         if not isinstance(char_ids, Tensor):
             raise TypeError(Errors.E_CHAR_IDS_NOT_TENSOR.format(type_name=type(char_ids).__name__))
+        if torch._C._functorch.is_batchedtensor(char_ids):
+            # The checks of the ids' values bring them to the host: under vmap torch's bare "Cannot access
+            # data pointer of Tensor that doesn't have storage".
+            raise RuntimeError(Errors.E_BILM_VMAP.format(max_chars=W))
         if char_ids.dim() != 3 or char_ids.shape[-1] != W:
             raise ValueError(Errors.E_CHAR_IDS_SHAPE.format(max_chars=W, shape=tuple(char_ids.shape)))
 

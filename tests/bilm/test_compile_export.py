@@ -190,6 +190,38 @@ def test_inductor_keeps_the_checks_of_the_ids(inductor_run, name):
 
 
 @needs_graph_checks
+@needs_fused
+def test_compile_fullgraph_stateful_carries_states_as_eager():
+    """A stateful model compiles with fullgraph=True: its check for states carried out of inference mode
+    asked Tensor.is_inference(), which torch.compile cannot trace (the second call failed). A first call
+    under inference mode, then calls with grad with fewer, more and as many rows as carried: outputs,
+    gradients and carried states equal those of an eager model fed the same batches."""
+    torch._dynamo.reset()
+    compiled_model, eager = _model("fused", stateful=True), _model("fused", stateful=True)
+    counter = CompileCounterWithBackend("aot_eager")
+    compiled = torch.compile(compiled_model, backend=counter, fullgraph=True, dynamic=True)
+    batches = [BATCHES[0], BATCHES[1], BATCHES[2], [["k"], ["l", "m"], ["n", "o", "p", "q", "r"], ["s", "t"]]]
+    for i, sentences in enumerate(batches):
+        ids = batch_to_ids(sentences)
+        with torch.inference_mode(i == 0):
+            got, expected = compiled(ids), eager(ids)
+        for a, b in zip(got.activations, expected.activations):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+        for a, b in zip(compiled_model.carried_states, eager.carried_states):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+        if i == 0:
+            continue
+        _loss(got).backward()
+        _loss(expected).backward()
+        for (name, p), q in zip(compiled_model.named_parameters(), eager.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6, msg=name)
+            p.grad = q.grad = None
+    frames = counter.frame_count
+    compiled(batch_to_ids(BATCHES[2]))  # as many rows again, another length: no recompile
+    assert counter.frame_count == frames
+
+
+@needs_graph_checks
 def test_compile_fullgraph_reference():
     """The reference backend compiles without graph breaks too (one sentence length: its time
     loop is unrolled, so each new length compiles again; the README says to use the fused one)."""
@@ -268,6 +300,27 @@ def test_torchscript_is_refused_with_the_way_out():
         torch.jit.script(model)
     with pytest.raises(RuntimeError, match=r"torch.jit.trace does not support BiLM.*torch.compile"):
         torch.jit.trace(model, (batch_to_ids(BATCHES[0]),))
+
+
+@pytest.mark.parametrize("backend", ["reference", pytest.param("fused", marks=needs_fused)])
+def test_vmap_over_the_model_is_refused_with_the_way_out(backend):
+    """torch.func.vmap over the biLM failed with torch's bare "Cannot access data pointer of Tensor that
+    doesn't have storage" (the checks of the ids bring their values to the host). Every entry point that
+    takes ids refuses batched ones, naming the batch the biLM takes; the unbatched ids still run."""
+    model = _model(backend)
+    ids = batch_to_ids(BATCHES[0])
+    stacked = torch.stack([ids, ids.flip(0)])
+    mask = (stacked > 0).any(-1)
+    calls = {
+        "forward": lambda i: model(i).activations[-1],
+        "check_ids": lambda i: model.check_ids(i),
+        "encode_tokens": lambda i, m: model.encode_tokens(i, m),
+    }
+    for name, call in calls.items():
+        args = (stacked, mask) if name == "encode_tokens" else (stacked,)
+        with pytest.raises(RuntimeError, match=r"vmap over BiLM is not supported.*\(batch, time, 50\).*directly"):
+            torch.func.vmap(call)(*args)
+    torch.testing.assert_close(model(stacked[1]).activations[-1], model(ids.flip(0)).activations[-1])
 
 
 def test_autocast_checks_trace_into_one_graph():

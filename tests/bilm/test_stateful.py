@@ -156,12 +156,39 @@ def test_stateful_backends_agree_and_reset(files):
     assert fused.carried_states is None
 
 
+def _trains_and_matches(model, oracle, sentences):
+    """A call with grad (the default) on ``sentences``: matches the oracle and its backward reaches every
+    parameter. States carried out of inference mode failed it: 'Inference tensors cannot be saved for backward'."""
+    out = model(batch_to_ids(sentences))
+    out.activations[-1].sum().backward()
+    assert _worst(out, oracle.batch(sentences, stateful=True), sentences) < 1e-5
+    assert all(p.grad is not None for p in model.parameters())
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_states_carried_out_of_inference_mode(files, backend):
     """The next call after one under torch.inference_mode() failed: 'Inference tensors cannot be
     saved for backward' (with grad enabled, the default)."""
     model, oracle = _after_first_batch(files, backend, torch.inference_mode)
-    out = model(batch_to_ids(BATCHES[1]))
-    out.activations[-1].sum().backward()
+    _trains_and_matches(model, oracle, BATCHES[1])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_states_carried_out_of_inference_mode_through_no_grad(files, backend):
+    """Inference mode, then torch.no_grad() with fewer rows (the states it keeps for the other row are
+    updated in a copy), then grad with more rows: each matches the oracle and the last one trains."""
+    model, oracle = _after_first_batch(files, backend, torch.inference_mode)
+    with torch.no_grad():
+        out = model(batch_to_ids(BATCHES[1]))
     assert _worst(out, oracle.batch(BATCHES[1], stateful=True), BATCHES[1]) < 1e-5
-    assert all(p.grad is not None for p in model.parameters())
+    _trains_and_matches(model, oracle, BATCHES[3])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_states_set_from_inference_mode_carry_on_with_grad(files, backend):
+    """carried_states set to states read under inference mode: the next call with grad trains."""
+    model, oracle = _after_first_batch(files, backend, torch.no_grad)
+    with torch.inference_mode():
+        read = tuple(t.clone() for t in model.carried_states)
+    model.carried_states = read
+    _trains_and_matches(model, oracle, BATCHES[1])
