@@ -43,7 +43,8 @@ void check_launch() {
               err == cudaErrorNoKernelImageForDevice
                   ? ". spacy_elmo._C has no code for this GPU's architecture (`spacy-elmo info` lists what it was "
                     "compiled for): rebuild it with TORCH_CUDA_ARCH_LIST set to this GPU's compute capability, "
-                    "e.g. TORCH_CUDA_ARCH_LIST=8.6 pip install --no-build-isolation -e ."
+                    "e.g. in a source checkout `TORCH_CUDA_ARCH_LIST=8.6 pip install --no-cache-dir "
+                    "--no-build-isolation -e .` (`spacy-elmo info` gives the command for an installed copy)"
                   : "");
 }
 
