@@ -1094,7 +1094,8 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
         with _settled(wait):
             log.write({"step": step, "event": "heldout", **result, HELDOUT_DIGEST: heldout_digest, HELDOUT_PATH: cfg.heldout})
         if cfg.progress and is_main:  # the evaluation's own bar is gone: the value stays on the screen (or log)
-            bar.write(f"step {step:,}: held-out {perplexity_text(result)}", file=sys.stderr)
+            when = f"step {step:,}" if step else "step 0 (before training)"
+            bar.write(f"{when}: held-out {perplexity_text(result)}", file=sys.stderr)
         lm.train()
         return result
 
@@ -1109,6 +1110,13 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
             last_heldout = evaluate_heldout()
         elif is_main and last_heldout is not None:  # rank 0 found it in the log
             last_heldout = {k: v for k, v in last_heldout.items() if k not in ("step", "event", HELDOUT_DIGEST, HELDOUT_PATH)}
+    elif heldout is not None and cfg.init:
+        # A fine-tuning run's starting point, logged as step 0: whether fine-tuning helps is read against it (the
+        # --init model as this run reads the text: its vocabulary, --sentences or streams, and the zero start state it
+        # trains from). Once, in a new run only: a resume keeps the log's step-0 line, as it keeps every step's up to
+        # its checkpoint. Not without --init: a random model's perplexity is about the vocabulary size, costing time
+        # and telling nothing. Every rank evaluates its share (payload and cfg.init are alike on every rank).
+        last_heldout = evaluate_heldout()
 
     # The first window starts after the resume's held-out evaluation: its tok/s is training's alone.
     window_loss, window_n, window_tokens, window_start = 0.0, 0, 0, time.perf_counter()

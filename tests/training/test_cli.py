@@ -70,6 +70,25 @@ def test_pretrain_evaluate_export(tmp_path):
     assert result.exit_code == 1 and "does not exist" in result.output
 
 
+def test_a_fine_tuning_run_prints_the_init_models_heldout_perplexity_before_training(tmp_path):
+    """`pretrain --init MODEL --heldout HELD` prints the held-out perplexity of MODEL before its first step, on the
+    line each checkpoint's evaluation prints (labelled step 0, before training); a run from scratch prints none."""
+    result, train, held, options, base = pretrain_tiny(tmp_path, "--heldout", str(tmp_path / "held.txt"), "--progress",
+                                                       max_steps=1)
+    assert result.exit_code == 0, result.output
+    assert "step 1: held-out perplexity" in result.stderr and "step 0" not in result.stderr
+    tuned = tmp_path / "tuned"
+    args = ["pretrain", str(train), str(tuned), "--init", str(base), "--max-steps", "1", "--batch-size", "4", "--unroll", "5",
+            "--negatives", "8", "--threads", "1", "--backend", "reference", "--heldout", str(held), "--progress"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    first = [e for e in read_log(tuned) if e.get("event") == "heldout"][0]
+    assert first["step"] == 0
+    assert (f"step 0 (before training): held-out perplexity (stream in {first['n_rows']} rows): "
+            f"forward {first['perplexity_forward']:.2f}") in result.stderr
+    assert "step 1: held-out perplexity" in result.stderr
+
+
 def test_evaluate_says_how_many_rows_it_read(tmp_path):
     """`evaluate --stream` said "perplexity (one stream)" also at --batch-size 32, where it cuts the text into
     up to 32 rows read from the zero state: the line says the rows, as n_rows in the JSON."""

@@ -305,7 +305,8 @@ def test_ddp_sentences_count_every_ranks_tokens(tmp_path):
     assert abs(expected - (sums[0] / counts[0] + sums[1] / counts[1]) / 2) > 1e-3  # the two weightings differ here
 
 
-def _heldout_worker(rank: int, world: int, port: int, train_path: str, held: str, out: str, sentences: bool, result_dir: str) -> None:
+def _heldout_worker(rank: int, world: int, port: int, train_path: str, held: str, out: str, sentences: bool, result_dir: str,
+                    init: Optional[str]) -> None:
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     import json
@@ -327,12 +328,14 @@ def _heldout_worker(rank: int, world: int, port: int, train_path: str, held: str
     evaluate._stream_nll_sums = counting(evaluate._stream_nll_sums)
     evaluate._sentence_nll_sums = counting(evaluate._sentence_nll_sums)
     mode = dict(sentences=True, max_length=7) if sentences else {}
+    if init:  # fine-tuning: also the init model's held-out perplexity, before the first step
+        mode.update(init=init, model=None)
     summary = train(tiny_train_config(train_path, out, max_steps=2, checkpoint_every=2, heldout=held, **mode))
     # A resume whose log lost the last held-out line (killed while evaluating): rank 0's log
-    # decides, and every rank evaluates again.
+    # decides, and every rank evaluates again (that step's only: the log's step-0 line is kept).
     if rank == 0:
         log = os.path.join(out, LOG_NAME)
-        kept = [l for l in open(log, encoding="utf-8") if '"heldout"' not in l]
+        kept = [l for l in open(log, encoding="utf-8") if not ('"heldout"' in l and json.loads(l)["step"] == 2)]
         open(log, "w", encoding="utf-8").writelines(kept)
     dist.barrier()
     resumed = train(tiny_train_config(train_path, out, max_steps=2, checkpoint_every=2, heldout=held, resume=True, **mode))
@@ -342,27 +345,40 @@ def _heldout_worker(rank: int, world: int, port: int, train_path: str, held: str
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sentences", [False, True], ids=["streams", "sentences"])
-def test_ddp_heldout_is_shared_by_the_ranks_and_equals_one_process(tmp_path, sentences):
+@pytest.mark.parametrize("sentences, init", [(False, False), (True, False), (False, True)], ids=["streams", "sentences", "init"])
+def test_ddp_heldout_is_shared_by_the_ranks_and_equals_one_process(tmp_path, sentences, init):
     """Every rank evaluates its share of the held-out text (none waits in a collective, against
     gloo's 30-minute timeout, while rank 0 evaluates alone), and the all-reduced perplexity is the
-    one a single process measures on the saved model."""
+    one a single process measures on the saved model; with --init also before the first step, the
+    init model's (logged as step 0, once: the resume does not measure it again)."""
     import json
 
     from spacy_elmo.training.evaluate import evaluate_model_dir
 
     train_file = write_corpus(tmp_path / "train.txt", 400)
     held = write_corpus(tmp_path / "held.txt", 120, seed=5)
-    out = tmp_path / "out"
-    mp.spawn(_heldout_worker, args=(2, _free_port(), str(train_file), str(held), str(out), sentences, str(tmp_path)),
-             nprocs=2, join=True)
+    out, base = tmp_path / "out", tmp_path / "base"
+    if init:
+        from spacy_elmo.training.trainer import train
+
+        train(tiny_train_config(write_corpus(tmp_path / "base.txt", 200, seed=3), base, max_steps=2))
+    mp.spawn(_heldout_worker, args=(2, _free_port(), str(train_file), str(held), str(out), sentences, str(tmp_path),
+                                    str(base) if init else None), nprocs=2, join=True)
     ranks = [json.loads((tmp_path / f"held{r}.json").read_text(encoding="utf-8")) for r in range(2)]
     one = evaluate_model_dir(out, held, unroll=10, per_sentence=sentences)  # the step-2 weights, one process
+    logged = [e for e in read_log(out) if e.get("event") == "heldout"]
+    if init:  # the init model, every rank its share, before the first step
+        before = evaluate_model_dir(base, held, unroll=10, per_sentence=sentences)
+        assert logged[0]["step"] == 0 and logged[0]["n_targets"] == before["n_targets"]
+        assert logged[0]["perplexity"] == pytest.approx(before["perplexity"], rel=1e-5)
+        assert logged[0]["perplexity"] != pytest.approx(one["perplexity"], rel=1e-3)
+        shares = [r["evaluated"].pop(0) for r in ranks]
+        assert min(shares) > 0 and sum(shares) == before["n_targets"], shares
+        logged.pop(0)
     assert [len(r["evaluated"]) for r in ranks] == [2, 2]  # at step 2, and again on the resume
     for k in range(2):
         shares = [r["evaluated"][k] for r in ranks]
         assert min(shares) > 0 and sum(shares) == one["n_targets"], shares
-    logged = [e for e in read_log(out) if e.get("event") == "heldout"]
     assert len(logged) == 1 and logged[0]["step"] == 2
     for result in [logged[0]] + [r[key] for r in ranks for key in ("heldout", "resumed")]:
         assert result["n_targets"] == one["n_targets"] and result["mode"] == one["mode"]

@@ -223,6 +223,62 @@ def test_fine_tuning_from_a_saved_model(tmp_path):
     assert "river" in (tmp_path / "tuned3" / "vocab.txt").read_text()
 
 
+@pytest.mark.parametrize("sentences", [False, True], ids=["streams", "sentences"])
+def test_a_fine_tuning_run_logs_the_init_models_heldout_perplexity_at_step_0(tmp_path, sentences):
+    """A fine-tuning run (--init, --heldout) measures the held-out text once before its first step: the log's step-0
+    held-out line is `evaluate INIT HELD --json`'s number in the run's reading (what fine-tuning is judged against).
+    Training is not changed by it; a run from scratch measures nothing at step 0, and a resume does not again."""
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli import app
+
+    base, held = tmp_path / "base", write_corpus(tmp_path / "held.txt", 30, seed=1)
+    train(tiny_train_config(write_corpus(tmp_path / "a.txt", 200), base, max_steps=4))  # streams, zero start state
+    domain = write_corpus(tmp_path / "domain.txt", 120, seed=3)
+    mode = dict(sentences=True, max_length=7) if sentences else {}
+    settings = dict(max_steps=4, checkpoint_every=2, init=str(base), model=None, **mode)
+    tuned = tmp_path / "tuned"
+    summary = train(tiny_train_config(domain, tuned, heldout=str(held), **settings))
+    result = CliRunner().invoke(app, ["evaluate", str(base), str(held), "--json", "--per-sentence" if sentences else "--stream"])
+    assert result.exit_code == 0, result.output
+    before = json.loads(result.output.strip().splitlines()[-1])
+    log = read_log(tuned)
+    events = [e for e in log if e.get("event") == "heldout"]
+    assert [e["step"] for e in events] == [0, 2, 4]
+    assert [e.get("event") for e in log[:2]] == ["start", "heldout"]  # before the first step's line
+    first = events[0]
+    assert first["mode"] == before["mode"] == ("per_sentence" if sentences else "stream")
+    assert first["n_targets"] == before["n_targets"] and first["heldout_path"] == str(held)
+    for key in ("perplexity", "perplexity_forward", "perplexity_backward"):
+        assert first[key] == pytest.approx(before[key], rel=1e-5)
+    assert summary["heldout"]["perplexity"] == pytest.approx(events[-1]["perplexity"], rel=1e-6)
+    # The evaluation draws no random numbers: the steps are those of the run without --heldout (which logs none).
+    plain = tmp_path / "plain"
+    train(tiny_train_config(domain, plain, **settings))
+    assert not [e for e in read_log(plain) if e.get("event") == "heldout"]
+    np.testing.assert_allclose([e["loss"] for e in log if "loss" in e],
+                               [e["loss"] for e in read_log(plain) if "loss" in e], rtol=1e-6, atol=1e-7)
+    # From scratch: held-out lines at the checkpoints only.
+    scratch = tmp_path / "scratch"
+    train(tiny_train_config(domain, scratch, heldout=str(held), max_steps=4, checkpoint_every=2, **mode))
+    assert [e["step"] for e in read_log(scratch) if e.get("event") == "heldout"] == [2, 4]
+
+    # Killed after the step-2 checkpoint, then resumed: the log is the straight run's, one step-0 line.
+    killed = tmp_path / "killed"
+
+    def crash(step, loss):
+        if step == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train(tiny_train_config(domain, killed, heldout=str(held), **settings), on_step=crash)
+    train(tiny_train_config(domain, killed, heldout=str(held), resume=True, **settings))
+    again = [e for e in read_log(killed) if e.get("event") == "heldout"]
+    assert [e["step"] for e in again] == [0, 2, 4]
+    for x, y in zip(events, again):
+        assert y["perplexity"] == pytest.approx(x["perplexity"], rel=1e-6)
+
+
 @pytest.mark.parametrize("backend", ["reference", "fused"])
 def test_a_checkpoint_carrying_a_cuda_amp_state_resumes_on_the_cpu(tmp_path, backend):
     """A CUDA run under bf16 autocast carries (and checkpoints) a bfloat16 h beside a float32 c; the CPU runs no
