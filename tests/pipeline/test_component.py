@@ -383,6 +383,30 @@ def test_retokenized_doc_keeps_vectors_aligned(tiny_dir):
     numpy.testing.assert_allclose(layers[:, 3], doc._.elmo[:, 3:5].mean(1), atol=1e-6)  # "the bank"
 
 
+def test_a_merge_and_a_split_that_keep_the_token_count_keep_vectors_aligned():
+    """A merge then a split leave as many tokens as rows, and the merged token starts where its first word did:
+    its vector is still the mean of the rows it covers (its next token no longer starts where a row does),
+    not its first word's row; the token-by-token read agrees with the whole doc's."""
+    from spacy_elmo.pipeline.doc_data import aligned_layers, install_extensions, set_doc_data
+
+    install_extensions()
+    doc = spacy.blank("en")("New York is big")
+    layers = numpy.arange(2 * 4 * 3, dtype="float32").reshape(2, 4, 3)  # (L + 1, n, 2P): rows all distinct
+    set_doc_data(doc, layers, numpy.asarray([0.25, 0.75], dtype="float32"), "all", "float32")
+    with doc.retokenize() as retokenizer:
+        retokenizer.merge(doc[0:2])  # "New York"
+    with doc.retokenize() as retokenizer:
+        retokenizer.split(doc[2], ["b", "ig"], heads=[(doc[2], 1), doc[1]])  # "big" -> "b", "ig"
+    assert [t.text for t in doc] == ["New York", "is", "b", "ig"]
+    mixed = 0.25 * layers[0] + 0.75 * layers[1]  # (n, 2P): each word's row, mixed
+    want = [mixed[0:2].mean(0), mixed[2], mixed[3], mixed[3]]
+    for token, row in zip(doc, want):
+        numpy.testing.assert_allclose(token._.elmo_vector, row, rtol=1e-6)
+    whole = aligned_layers(doc)
+    numpy.testing.assert_allclose(whole[:, 0], layers[:, 0:2].mean(1), rtol=1e-6)
+    numpy.testing.assert_allclose(doc[0]._.elmo_vector, numpy.tensordot([0.25, 0.75], whole, axes=(0, 0))[0], rtol=1e-6)
+
+
 def _bilm_layers(tiny_dir, sentences):
     """Every layer of each sentence from BiLM.forward (no cache, no spaCy): ``[(L + 1, n, 2P)]``."""
     bilm = BiLM.load(tiny_dir, backend="reference")

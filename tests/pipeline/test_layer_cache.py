@@ -140,6 +140,23 @@ def test_layers_too_large_to_keep_leave_another_biLMs_entries():
     assert list(cache.entries) == ["a"] and cache.get("a", mine) is not None
 
 
+def test_a_biLM_never_reads_another_biLMs_layers():
+    """A call still running the biLM whose weights were replaced (the cache emptied, then filled by the new biLM)
+    reads none of the new biLM's entries, nor does a call naming no biLM; the new biLM reads its own."""
+
+    class Owner:  # a stand-in biLM: the cache holds its owner weakly
+        pass
+
+    cache, old, new = LayerCache(1), Owner(), Owner()
+    cache.put(("Hello", "world"), numpy.ones((3, 2, 4), dtype="float32"), old)
+    cache.clear()  # new weights: ElmoRunner.clear_caches
+    layers = numpy.full((3, 2, 4), 7.0, dtype="float32")
+    cache.put(("Hello", "world"), layers, new)
+    assert cache.get(("Hello", "world"), old) is None
+    assert cache.get(("Hello", "world")) is None
+    assert cache.get(("Hello", "world"), new) is layers
+
+
 def test_a_lower_limit_drops_the_least_recently_used():
     cache = LayerCache(2)
     for key in "abcd":

@@ -259,10 +259,33 @@ NER = {
 }
 
 
+def _read_with_layers(nlp, text, read, zero):
+    """``read([doc])`` of a doc whose ``doc._.elmo`` (what the listener reads at prediction, nothing handed over)
+    is the elmo component's layers, or zeros of their shape."""
+    doc = nlp.make_doc(text)
+    (layers,) = nlp.get_pipe("elmo").predict([doc])
+    layers = numpy.zeros_like(layers) if zero else layers
+    set_doc_data(doc, layers, numpy.ones(len(layers), dtype="float32"), "all", "float32")
+    return read([doc])
+
+
+def _depends_on_the_layers(nlp, text, read):
+    """What ``read`` gives of ``text`` (``(rows, width)``) comes from the ELMo layers through the listener: one
+    row for every token (or span) where they are zeros (the listening model's biases alone), rows apart with
+    the real layers."""
+    real, zero = (numpy.asarray(_read_with_layers(nlp, text, read, z)) for z in (False, True))
+    assert real.shape == zero.shape and len(real) > 1
+    numpy.testing.assert_array_equal(zero, numpy.broadcast_to(zero[:1], zero.shape))
+    assert float(numpy.ptp(real, axis=0).max()) > 1e-4
+
+
 def test_ner_with_listener(tiny_dir):
     nlp = _train(_nlp_with(tiny_dir, "ner", {**NER, "tok2vec": LISTENER}), "ner", make_docs(8))
     doc = nlp("Yesterday Alice went home .")
     assert doc._.elmo is not None
+    # the token features the entity recognizer's transitions are scored from (its tok2vec: the listener, then its
+    # own Linear)
+    _depends_on_the_layers(nlp, doc.text, nlp.get_pipe("ner").model.get_ref("tok2vec").predict)
 
 
 def _textcat_model(factory, tok2vec):
@@ -336,7 +359,10 @@ def test_spancat_with_listener(tiny_dir):
     }
     nlp = _nlp_with(tiny_dir, "spancat", model, spans_key="sc")
     _train(nlp, "spancat", make_docs(8))
-    nlp("Yesterday Bob went home .")
+    doc = nlp("Yesterday Bob went home .")
+    assert doc._.elmo is not None and "sc" in doc.spans
+    # every candidate span's label scores
+    _depends_on_the_layers(nlp, doc.text, lambda docs: nlp.get_pipe("spancat").predict(docs)[1])
 
 
 def test_mix_gradients_from_doc_data(tiny_dir):

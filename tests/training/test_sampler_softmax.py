@@ -66,6 +66,23 @@ def test_sampled_softmax_with_every_candidate_is_the_full_softmax():
     assert torch.allclose(sampled, softmax.full_nll(h, targets), atol=1e-5)
 
 
+@pytest.mark.parametrize("n", [10, 12, 4, 3, 0])
+def test_full_nll_in_chunks_against_a_float64_oracle(n):
+    """Rows in several chunks (a last one short or full), one chunk, none: each row scored against its
+    own target; float64 log-softmax in NumPy as the oracle."""
+    torch.manual_seed(2)
+    softmax = SoftmaxLayer(13, 5)
+    h, targets = torch.randn(n, 5), torch.randint(13, (n,))
+    with torch.no_grad():
+        got = softmax.full_nll(h, targets, chunk=4)
+    logits = h.double().numpy() @ softmax.weight.detach().double().numpy().T + softmax.bias.detach().double().numpy()
+    top = logits.max(1, keepdims=True) if n else 0.0
+    log_z = (top + np.log(np.exp(logits - top).sum(1, keepdims=True)))[:, 0]
+    want = log_z - logits[np.arange(n), targets.numpy()]
+    assert got.dtype == torch.float32 and got.shape == (n,)
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-5)
+
+
 def test_accidental_hits_removed():
     torch.manual_seed(1)
     softmax = SoftmaxLayer(20, 4)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from spacy_elmo.chars import BEGIN_OF_SENTENCE, marker_char_ids, word_char_ids
+from spacy_elmo.chars import BEGIN_OF_SENTENCE, batch_to_ids, marker_char_ids, word_char_ids
 from spacy_elmo.training.data import PIECE_CHARS, RUN_CHARS, Corpus, build_corpus, cut_runs, split_long
 from spacy_elmo.training.sentences import SentenceBatcher
 from spacy_elmo.training.stream import StreamBatcher
@@ -91,12 +91,27 @@ def test_corpus_cache_order(tmp_path):
     assert words == ["<S>", "b", "a", "c", "c", "!", "</S>", "<S>", "c", "b", "</S>"]
 
 
+def test_a_sentence_of_whitespace_alone_is_no_sentence(tmp_path):
+    """Spaces after a line's last sentence make spaCy's sentencizer give a sentence of one whitespace
+    token; without its words it is skipped, not an empty ``<S> </S>`` (a spurious <S> -> </S> target)."""
+    path = tmp_path / "t.txt"
+    path.write_text("Hello there .   \nWorld .\n", encoding="utf-8")
+    build_corpus(path, "en", tmp_path / "cache", progress=False)
+    corpus = Corpus.load(tmp_path / "cache")
+    assert corpus.lengths.tolist() == [5, 4]
+    words = [corpus.types[i] for i in corpus.tokens]
+    assert words == ["<S>", "Hello", "there", ".", "</S>", "<S>", "World", ".", "</S>"]
+
+
 def test_char_table_markers_and_words():
     vocab = Vocab(["<S>", "</S>", "<UNK>", "밥"])
     table = CharTable(vocab, 50)
-    rows = table(torch.tensor([[BOS, 3]]))
+    rows = table(torch.tensor([[BOS, 3, EOS]]))
     assert rows[0, 0].tolist() == [i + 1 for i in marker_char_ids(BEGIN_OF_SENTENCE)]
     assert rows[0, 1].tolist() == [i + 1 for i in word_char_ids("밥")]
+    # every row as the pipeline spells the same strings: </S> with its own marker, not <S>'s
+    assert torch.equal(rows[0], batch_to_ids([["<S>", "밥", "</S>"]])[0])
+    assert not torch.equal(rows[0, 0], rows[0, 2])
 
 
 def test_empty_corpus_is_an_error(tmp_path):
@@ -599,6 +614,72 @@ def test_streams_sharded_reversed_and_deterministic():
             ta, tb = vocab.types[a], vocab.types[b]
             if ta.startswith("w") and tb.startswith("w"):
                 assert ta.split("_")[0] == tb.split("_")[0] and int(ta.split("_")[1]) == int(tb.split("_")[1]) + 1
+
+
+def _stream_words(sentences, order, reverse=False):
+    """The stream as strings, built from the sentences alone: ``<S> words </S>`` per sentence in ``order``
+    (each reversed, markers included, for the backward LM)."""
+    out = []
+    for i in order:
+        seq = ["<S>", *sentences[i], "</S>"]
+        out.extend(seq[::-1] if reverse else seq)
+    return out
+
+
+@pytest.mark.parametrize("world", [1, 2])
+def test_an_epoch_reads_each_row_to_its_end_and_never_past_it(world):
+    """Unshuffled, every rank's steps of an epoch give each of its rows' targets: the row's tokens shifted by
+    one, up to its end and never past it (the next row is another rank's data; the last row's next token
+    is past the stream). Rows of 150 and 75 tokens, multiples of the unroll: reading row_len // unroll steps
+    predicted the next row's first token at the last step (or indexed past the stream)."""
+    vocab = Vocab(["<S>", "</S>", "<UNK>"])
+    sentences = [[f"w{i}_{j}" for j in range(i % 5 + 1)] for i in range(60)]  # 300 tokens with the markers
+    corpus = Corpus.from_sentences(sentences, vocab)
+    B, U = 2, 3
+    for direction in (0, 1):
+        stream = _stream_words(sentences, range(len(sentences)), reverse=direction == 1)
+        row_len = len(stream) // (world * B)
+        assert row_len % U == 0  # the case where reading row_len // U steps runs one token past the row
+        for rank in range(world):
+            batcher = StreamBatcher(corpus, B, U, seed=1, rank=rank, world=world, shuffle=False)
+            steps = [batcher.batch(0, k)[direction] for k in range(batcher.steps_per_epoch)]
+            inputs = torch.cat([s[:, :-1] for s in steps], 1).tolist()
+            targets = torch.cat([s[:, 1:] for s in steps], 1).tolist()
+            for i in range(B):
+                row = stream[(rank * B + i) * row_len : (rank * B + i + 1) * row_len]
+                got = [vocab.types[t] for t in targets[i]]
+                assert row_len - U <= len(got) <= row_len - 1  # never past the row, fewer than U positions unread
+                assert got == row[1 : len(got) + 1]
+                assert [vocab.types[t] for t in inputs[i]] == row[: len(got)]
+
+
+def test_backward_stream_is_shuffled_apart_from_the_forward_one():
+    """bilm-tf's backward LM reads its own shuffle of the sentences, not the forward stream's order reversed
+    sentence by sentence. Each direction's rows are its stream of the module's documented permutation
+    (``default_rng((seed, epoch, direction))``), built here from the sentences; the backward rows, read
+    back into sentence ids, come in another order than the forward ones."""
+    vocab = Vocab(["<S>", "</S>", "<UNK>"])
+    sentences = [[f"w{i}_{j}" for j in range(i % 5 + 1)] for i in range(60)]
+    corpus = Corpus.from_sentences(sentences, vocab)
+    B, U, seed = 2, 3, 1
+    batcher = StreamBatcher(corpus, B, U, seed=seed)
+    orders = []
+    for epoch in (0, 1):
+        for direction in (0, 1):
+            steps = [batcher.batch(epoch, k)[direction] for k in range(batcher.steps_per_epoch)]
+            rows = torch.cat([steps[0][:, :1]] + [s[:, 1:] for s in steps], 1).tolist()
+            perm = np.random.default_rng([seed, epoch, direction]).permutation(len(sentences))
+            stream = _stream_words(sentences, perm, reverse=direction == 1)
+            for i, row in enumerate(rows):
+                assert [vocab.types[t] for t in row] == stream[i * batcher.row_len : i * batcher.row_len + len(row)]
+            # the sentence of each word, in reading order, each sentence once
+            read = [int(vocab.types[t][1:].split("_")[0]) for row in rows for t in row if vocab.types[t].startswith("w")]
+            orders.append([s for k, s in enumerate(read) if k == 0 or read[k - 1] != s])
+    fwd0, bwd0, fwd1, bwd1 = orders
+    assert len(fwd0) >= 55 and len(bwd0) >= 55  # nearly every sentence: the few unread tokens end the rows
+    assert bwd0 != fwd0 and bwd1 != fwd1 and bwd1 != bwd0
+    again = StreamBatcher(corpus, B, U, seed=seed)
+    assert all(torch.equal(again.batch(0, k)[1], batcher.batch(0, k)[1]) for k in range(batcher.steps_per_epoch))
 
 
 def test_sentence_batches_cover_every_target_once_per_epoch():
