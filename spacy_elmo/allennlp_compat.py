@@ -57,10 +57,10 @@ from .bilm.allennlp_io import (
     datasets_from_state,
     projection_is_identity,
 )
-from .bilm.native_io import ModelPathIsFile, check_readable, check_weight, torch_load_error
+from .bilm.native_io import CONFIG_NAME, ModelPathIsFile, check_readable, check_weight, is_native_config, torch_load_error
 from .bilm.config import check_bool, is_int
 from .bilm.model import remove_boundaries
-from .chars import _token_list, batch_to_ids
+from .chars import batch_to_ids, token_list
 from .embedding import embed_lines, empty_vectors
 from .errors import Errors, Warnings, listed
 from .paths import missing_path_error
@@ -191,7 +191,10 @@ def load_bilm(
         try:
             return BiLM.load(options_file, stateful=stateful, backend=backend)
         except ModelPathIsFile as err:  # Elmo(options.json, None, ...): BiLM.from_allennlp is not the fix here
-            raise err.advising(Errors.E_MODEL_PATH_FIX_COMPAT) from None
+            # a spacy-elmo model's file (its config.json, or any file beside it) has no weight file to pass
+            path = Path(options_file)
+            native = is_native_config(path) or is_native_config(path.parent / CONFIG_NAME)
+            raise err.advising(Errors.E_MODEL_PATH_FIX_DIR if native else Errors.E_MODEL_PATH_FIX_COMPAT) from None
     return BiLM.from_allennlp(options_file, weight_file, stateful=stateful, backend=backend)
 
 
@@ -589,7 +592,7 @@ class ElmoEmbedder:
     def embed_batch(self, batch: Sequence[Sequence[str]]) -> List[np.ndarray]:
         """Each sentence's layers, one biLM call for the batch; none for the batch of one empty sentence
         (``[[]]``), as in 0.9."""
-        rows = [_token_list(row, i) for i, row in enumerate(batch)]
+        rows = [token_list(row, i) for i, row in enumerate(batch)]
         if len(rows) == 1 and len(rows[0]) == 0:
             # 0.9's embed_batch answered the batch [[]] with its empty embedding and ran nothing (its biLM raised on
             # it): row 0's carried states stay as they were. Empty rows of a larger batch run as <S> </S>, as there.

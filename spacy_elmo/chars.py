@@ -48,7 +48,7 @@ def _check_max_chars(max_characters_per_token: int) -> None:
         raise ValueError(Errors.E_MAX_CHARS_TOO_SMALL.format(value=value))
 
 
-def _token_list(sentence, index: int) -> Sequence[str]:
+def token_list(sentence, index: int) -> Sequence[str]:
     """One sentence as a sequence of tokens: a list or tuple as it is, a 1-D NumPy array or an
     iterator (generator) as a list; a string (untokenized text) or an unordered or unsized
     object is a TypeError naming the fix."""
@@ -97,7 +97,7 @@ def batch_to_ids(
     max_characters_per_token = int(max_characters_per_token)
     if isinstance(sentences, (str, bytes, Mapping)) or not isinstance(sentences, Iterable):
         raise TypeError(Errors.E_BATCH_NOT_LIST.format(type_name=type(sentences).__name__))
-    sentences = [_token_list(sentence, i) for i, sentence in enumerate(sentences)]
+    sentences = [token_list(sentence, i) for i, sentence in enumerate(sentences)]
     for i, sentence in enumerate(sentences):
         for j, token in enumerate(sentence):
             if not isinstance(token, str):

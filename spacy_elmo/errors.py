@@ -444,6 +444,12 @@ class Errors:
         "pass the directory that holds it (config.json + model.safetensors, or one options.json + one .hdf5), or "
         "load AllenNLP files with BiLM.from_allennlp(options_file, weight_file)."
     )
+    #: E_MODEL_PATH_IS_FILE's ``fix`` where the path is a setting or a command's argument (the spaCy component's
+    #: weights, the CLI's MODEL_DIR and --model), or a spacy-elmo model's file given to Elmo & co. with weight_file=None
+    E_MODEL_PATH_FIX_DIR = (
+        "pass the model's directory (config.json + model.safetensors; for AllenNLP files: the directory holding "
+        "options.json and the .hdf5)."
+    )
     #: E_MODEL_PATH_IS_FILE's ``fix`` for pretrain --init
     E_MODEL_PATH_FIX_INIT = (
         "pass --init the directory that holds options.json and the .hdf5 (or the spacy-elmo model directory, "

@@ -341,12 +341,17 @@ def test_a_spacy_elmo_model_file_given_as_allennlp_files_says_what_it_is_and_the
     options_file, weight_file = files
     native = tmp_path / "native"
     BiLM.from_allennlp(*files).save(native)
-    for path in (options_file, weight_file, native / "config.json"):
+    # AllenNLP's files: the other one as the second argument; a spacy-elmo model's (no weight file to pass): its directory
+    for path, fix in ((options_file, "as the second argument (options_file, weight_file)"),
+                      (weight_file, "as the second argument (options_file, weight_file)"),
+                      (native / "config.json", "pass the model's directory"),
+                      (native / "model.safetensors", "pass the model's directory")):
         for make in (lambda: Elmo(path, None, 1), lambda: ElmoEmbedder(path), lambda: ElmoTokenEmbedder(path)):
             with pytest.raises(ValueError, match="is a file, but a model is a directory") as err:
                 make()
-            assert str(path) in str(err.value) and "as the second argument (options_file, weight_file)" in str(err.value)
-            assert "weight_file=None" in str(err.value) and "from_allennlp" not in str(err.value)
+            assert str(path) in str(err.value) and fix in str(err.value)
+            assert "from_allennlp" not in str(err.value)
+            assert ("weight_file=None" in str(err.value)) == (path.parent != native)
     with pytest.raises(ValueError, match=r"config.json are a spacy-elmo model's config.json .*weight_file=None") as err:
         Elmo(native / "config.json", native / "model.safetensors", 1)
     assert "not the weight file" not in str(err.value)

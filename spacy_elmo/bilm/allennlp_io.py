@@ -143,9 +143,17 @@ def refuse_foreign(handle: h5py.File, path: Path) -> None:
     raise ValueError(Errors.E_NOT_ELMO_WEIGHTS.format(path=path, datasets=shown or "no dataset"))
 
 
+#: The names' endings of hdf5 files (as :meth:`pathlib.Path.suffix`, lower case).
+HDF5_SUFFIXES = (".hdf5", ".h5")
+
+
 def _not_hdf5(path: Path, error: OSError) -> str:
     """Why the weight file ``path`` cannot be opened as HDF5 (h5py's ``error``): a spacy-elmo model's file or a
-    safetensors file is named as what it is, with how to load it (not "damaged, or not hdf5")."""
+    safetensors file is named as what it is, with how to load it (not "damaged, or not hdf5"). A .hdf5/.h5 file
+    is damaged even beside a spacy-elmo model (a directory may hold both): by its name, not by the HDF5 signature,
+    which a truncated download may not reach and a user block moves away from the file's start."""
+    if path.suffix.lower() in HDF5_SUFFIXES:
+        return Errors.E_WEIGHT_FILE_NOT_HDF5.format(path=path, error=error)
     if is_native_config(path.parent / CONFIG_NAME):
         what = Errors.E_WEIGHT_FILE_WHAT_NATIVE.format(directory=path.parent)
     elif path.suffix == ".safetensors":

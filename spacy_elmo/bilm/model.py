@@ -143,11 +143,13 @@ class BiLM(nn.Module):
         return self
 
     def __setstate__(self, state) -> None:
-        # A whole BiLM pickled (torch.save(model)) before the hook existed: __init__, which registers it,
-        # does not run on unpickling.
+        # A whole BiLM pickled (torch.save(model)) before the hook or the states' flag existed: __init__,
+        # which sets them, does not run on unpickling. The flag is unknown: True clones carried states that
+        # may have been made under inference mode before the next call with grad (see _initial_states).
         super().__setstate__(state)
         if _marker_ids_follow_weights not in self._load_state_dict_post_hooks.values():
             self.register_load_state_dict_post_hook(_marker_ids_follow_weights)
+        self.__dict__.setdefault("_states_maybe_inference", True)
 
     # -- backend ---------------------------------------------------------
     @property
@@ -249,7 +251,7 @@ class BiLM(nn.Module):
         h, c = self.lstm.carry(self._states, like.device)  # .to: the same tensors when they fit
         if torch.is_grad_enabled() and self._states_maybe_inference:
             # Carried out of a torch.inference_mode() call: autograd cannot save such tensors ("Inference
-            # tensors cannot be saved for backward"). Grad mode stands for inference mode (off under it):
+            # tensors cannot be saved for backward"). The flag, set by _keep_states, is a Python bool:
             # torch.compile traces neither Tensor.is_inference() nor torch.is_inference_mode_enabled()
             # (fullgraph=True failed from the second call on). A call with grad after one without clones
             # states it need not have: a copy of (2, L, B, P + C). Grad mode first: without grad the flag
@@ -265,11 +267,17 @@ class BiLM(nn.Module):
         return h[:, :, :batch], c[:, :, :batch]
 
     def _keep_states(self, h: Tensor, c: Tensor) -> None:
-        """Carry ``h (2, L, B, P)`` and ``c (2, L, B, C)`` to the next call. Made with grad off they may be
-        inference tensors (made under torch.inference_mode(), which turns grad off): the next call with grad
-        clones them (:meth:`_initial_states`)."""
+        """Carry ``h (2, L, B, P)`` and ``c (2, L, B, C)`` to the next call. Kept under torch.inference_mode()
+        they are inference tensors: the next call with grad clones them (:meth:`_initial_states`)."""
         self._states = (h, c)
-        self._states_maybe_inference = not torch.is_grad_enabled()
+        # Inference mode turns grad off, but torch.enable_grad() inside it turns grad back on while the tensors
+        # made are still inference tensors: grad mode alone missed them and the next call with grad failed
+        # ("Inference tensors cannot be saved for backward"). Eager code also asks the mode itself (one global
+        # flag, which covers every tensor made here: a tensor made outside inference mode is never an inference
+        # tensor, so a False flag stays true of states kept with it). torch.compile traces neither that nor
+        # Tensor.is_inference() (fullgraph=True failed), so compiled code goes by grad mode alone.
+        self._states_maybe_inference = not torch.is_grad_enabled() or (
+            not torch.compiler.is_compiling() and torch.is_inference_mode_enabled())
 
     def _update_states(self, final: LstmState) -> None:
         h_new, c_new = final[0].detach(), final[1].detach()

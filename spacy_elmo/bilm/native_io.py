@@ -483,7 +483,8 @@ class NotAModelDir(ValueError):
 
 class ModelPathIsFile(NotAModelDir):
     """:func:`model_path`'s error for a file given as a model directory. Its fix names BiLM's loaders: a caller whose
-    user gave the file another way (``pretrain --init``, ``Elmo(file, None, ...)``) raises :meth:`advising` its own."""
+    user gave the file another way (``pretrain --init``, the CLI's MODEL_DIR and --model, the spaCy component's weights,
+    ``Elmo(file, None, ...)``) raises :meth:`advising` its own."""
 
     def __init__(self, message: str, path: Optional[Path] = None) -> None:
         super().__init__(message)

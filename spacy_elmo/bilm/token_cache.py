@@ -29,7 +29,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch import Tensor
 
-from ..chars import _token_list, batch_to_ids
+from ..chars import batch_to_ids, token_list
 from ..ops import reference
 from ..forksafe import after_fork_in_child
 
@@ -139,7 +139,7 @@ class TokenCache:
         return self._lookup(bilm, rows, device, gather=False)
 
     def _lookup(self, bilm, rows, device: torch.device, gather: bool) -> Tensor:
-        rows = [_token_list(row, i) for i, row in enumerate(rows)]  # read more than once below
+        rows = [token_list(row, i) for i, row in enumerate(rows)]  # read more than once below
         weights = _weights_key(bilm)
         while True:
             with self.lock:
@@ -248,7 +248,7 @@ def run_rows(bilm, rows: Sequence[Sequence[str]], cache: Optional[TokenCache] = 
     with room and no gradient is wanted (inference); otherwise the whole biLM runs.
     """
     device = bilm.token_encoder.char_embedding.device
-    rows = [_token_list(row, i) for i, row in enumerate(rows)]  # as batch_to_ids takes them, read twice below
+    rows = [token_list(row, i) for i, row in enumerate(rows)]  # as batch_to_ids takes them, read twice below
     if cache is None or cache.capacity == 0 or torch.is_grad_enabled():
         return bilm(batch_to_ids(rows, bilm.config.max_characters_per_token).to(device))
     # On the host, where contextualize checks them and the LSTM reads them: made on a GPU, they cost a

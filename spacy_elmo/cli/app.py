@@ -147,6 +147,19 @@ def given_text(value: str) -> str:
     return value
 
 
+@contextmanager
+def model_argument() -> Iterator[None]:
+    """Within: a file given as a model argument (MODEL_DIR, --model) is refused advising its directory,
+    :data:`Errors.E_MODEL_PATH_FIX_DIR`, not BiLM's Python loaders, which a command line cannot call. (pretrain's
+    --init says its own: ``check_init_model``.)"""
+    from ..bilm.native_io import ModelPathIsFile  # the biLM's modules and h5py: for the commands that load a model
+
+    try:
+        yield
+    except ModelPathIsFile as err:
+        raise err.advising(Errors.E_MODEL_PATH_FIX_DIR) from None
+
+
 def given_path(value: Optional[str]) -> Optional[Path]:
     """Callback of every path argument and option typed ``Path``, given with ``path_type=str`` (typer's path type,
     which --help shows as ``<path>``, handing on the string as given: its Path conversion made "" ``Path(".")``):

@@ -11,7 +11,7 @@ from ..bilm import BiLM, BiLMConfig
 from ..bilm.native_io import DEFAULT_MODEL_DIR, CONFIG_NAME
 from ..chars import batch_to_ids
 from ..errors import Warnings, counted
-from .app import app, fail, given_text, positive_int, warn
+from .app import app, fail, given_text, model_argument, positive_int, warn
 
 RIVER = [
     "We sat on the bank of the river and watched the water .".split(),
@@ -79,7 +79,8 @@ def demo(
         source = "random small preset"
     else:
         try:
-            bilm = BiLM.load(model or "default")
+            with model_argument():
+                bilm = BiLM.load(model or "default")
         except (ValueError, OSError) as err:
             fail(str(err))
         source = model or "bundled default"

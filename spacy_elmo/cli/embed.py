@@ -8,7 +8,7 @@ import typer
 
 from ..errors import Errors, counted
 from .app import (COMMAND_LINE, DEVICE_HELP, app, fail, given_output_path, given_path, given_text, known_device,
-                  non_negative_int, positive_int, progress_option, spacy_language)
+                  model_argument, non_negative_int, positive_int, progress_option, spacy_language)
 from .signals import signals_stop
 
 
@@ -62,7 +62,8 @@ def embed(
             check_paths(input_path, output_path, overwrite)  # before loading: the cheaper errors first
             with output_lock(output_path):  # before loading too: a second embed into OUTPUT is refused at once
                 target = torch_device(device)
-                bilm = BiLM.load(model).to(target)  # a saved pipeline: an error saying to export its biLM
+                with model_argument():
+                    bilm = BiLM.load(model).to(target)  # a saved pipeline: an error saying to export its biLM
                 tokenize, name = None, "whitespace"
                 from ..training.data import (make_nlp, spacy_rules, text_language, tokenizer_settings, warn_other_tokens,
                                              word_texts)

@@ -8,7 +8,8 @@ import typer
 
 from ..errors import Errors, Warnings, counted
 from ..paths import shell_quoted
-from .app import DEVICE_HELP, app, fail, given_path, given_text, known_device, positive_int, progress_option, spacy_language, warn
+from .app import (DEVICE_HELP, app, fail, given_path, given_text, known_device, model_argument, positive_int, progress_option,
+                  spacy_language, warn)
 
 
 @app.command()
@@ -48,8 +49,9 @@ def evaluate(
 
     try:
         target = torch_device(device)  # known_device checked it when the options were parsed
-        result = evaluate_model_dir(model_dir, text_path, lang=lang, batch_size=batch_size, device=target,
-                                    progress=progress and not as_json, per_sentence=per_sentence)
+        with model_argument():
+            result = evaluate_model_dir(model_dir, text_path, lang=lang, batch_size=batch_size, device=target,
+                                        progress=progress and not as_json, per_sentence=per_sentence)
     except SavedPipelineGiven as err:  # exporting its biLM is not enough here: it has no softmax
         fail(Errors.E_EVALUATE_PIPELINE.format(given=err.given, pipeline=err.pipeline,
                                                 shell_pipeline=shell_quoted(err.pipeline)))

@@ -9,7 +9,7 @@ import typer
 from ..atomic import remove_replace_leftovers, replace_dir
 from ..errors import Errors
 from ..paths import holds_cwd
-from .app import app, fail, given_output_path, given_text, one_of
+from .app import app, fail, given_output_path, given_text, model_argument, one_of
 from .signals import interruption_ends
 
 
@@ -63,7 +63,8 @@ def export(
         what = "the model has none"  # said when it has no softmax
         try:
             try:
-                bilm, softmax, vocab, provenance = load_pretrained(model_dir, backend="reference")
+                with model_argument():
+                    bilm, softmax, vocab, provenance = load_pretrained(model_dir, backend="reference")
             except SavedPipelineGiven as given:
                 from ..pipeline.saved_bilm import pipeline_bilm  # spaCy: imported for a pipeline only
 

@@ -8,7 +8,7 @@ import typer
 
 from ..errors import Errors, Warnings, counted
 from ..paths import shell_quoted
-from .app import app, fail, given_path, given_text, positive_int, progress_option, spacy_language, warn
+from .app import app, fail, given_path, given_text, model_argument, positive_int, progress_option, spacy_language, warn
 from .signals import interruption_ends
 
 
@@ -61,7 +61,8 @@ def fit_state(
     replaced = 0
     with interruption_ends(ctx, "fit-state") as stop, ExitStack() as held:  # SIGTERM too: the lock released, 143
         try:
-            path = model_path(model_dir, offer_default=False)  # clear errors for a missing path or a file; "default" is refused below
+            with model_argument():  # clear errors for a missing path or a file; "default" is refused below
+                path = model_path(model_dir, offer_default=False)
             if path.resolve() == DEFAULT_MODEL_DIR:
                 raise ValueError(Errors.E_FIT_STATE_BUNDLED.format(model=model_dir, path=DEFAULT_MODEL_DIR))
             if allennlp_files_of(path) is not None:  # an error too when native and AllenNLP files share it

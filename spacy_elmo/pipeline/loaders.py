@@ -5,7 +5,7 @@ from pathlib import Path
 from typing import Callable, Optional, Tuple, Union
 
 from ..bilm import BiLM
-from ..bilm.native_io import SavedPipelineGiven
+from ..bilm.native_io import ModelPathIsFile, SavedPipelineGiven
 from ..errors import Errors
 from ..paths import config_quoted, python_quoted, shell_quoted
 
@@ -25,6 +25,8 @@ def load_weights(path: Optional[Union[str, Path]], backend: str = "auto") -> Tup
     target = weights_target(path)
     try:
         bilm = BiLM.load(target, stateful=False, backend=backend).eval()
+    except ModelPathIsFile as err:  # a setting names it: BiLM.from_allennlp is not the fix here
+        raise err.advising(Errors.E_MODEL_PATH_FIX_DIR) from None
     except SavedPipelineGiven as err:
         pipeline = err.pipeline
         raise ValueError(Errors.E_WEIGHTS_ARE_PIPELINE.format(

@@ -235,6 +235,22 @@ def test_not_hdf5_and_missing_files(files, tmp_path):
         BiLMConfig.from_allennlp_options(bogus)
 
 
+@pytest.mark.parametrize("name", ["weights.hdf5", "weights.H5"])
+def test_damaged_hdf5_beside_a_native_model_is_named_damaged(files, tmp_path, name):
+    """A truncated .hdf5 in a directory that also holds a spacy-elmo model (config.json + model.safetensors)
+    was named a file of the spacy-elmo model, to be loaded with weight_file=None: not damaged."""
+    opt_path, weight_path = files
+    both = tmp_path / "both"
+    BiLM.from_allennlp(opt_path, weight_path).save(both)
+    damaged = both / name
+    good = weight_path.read_bytes()
+    damaged.write_bytes(good[: len(good) // 3])
+    with pytest.raises(ValueError, match="could not be opened as an hdf5 file") as err:
+        BiLM.from_allennlp(opt_path, damaged)
+    assert "damaged (e.g. a truncated download)" in str(err.value)
+    assert "spacy-elmo model" not in str(err.value)
+
+
 def test_native_errors(files, tmp_path):
     with pytest.raises(FileNotFoundError, match="does-not-exist does not exist"):
         BiLM.load(tmp_path / "dir-that-does-not-exist")

@@ -509,6 +509,26 @@ def test_evaluate_json_keys_are_documented(model, trained):
     assert not missing, missing
 
 
+MODEL_FILE_ARGS = {
+    "evaluate": lambda file, t, out: ["evaluate", str(file), str(t["held"])],
+    "fit-state": lambda file, t, out: ["fit-state", str(file), str(t["train"])],
+    "embed": lambda file, t, out: ["embed", str(t["held"]), str(out / "vectors.hdf5"), "--model", str(file)],
+    "export": lambda file, t, out: ["export", str(file), str(out / "exported")],
+    "demo": lambda file, t, out: ["demo", "--model", str(file)],
+}
+
+
+@pytest.mark.parametrize("command", sorted(MODEL_FILE_ARGS))
+@pytest.mark.parametrize("name", ["config.json", "model.safetensors"])
+def test_a_model_file_given_as_a_model_argument_is_told_to_pass_its_directory(trained, tmp_path, command, name):
+    """A model's file as MODEL_DIR (or --model) got BiLM.load's advice, "load AllenNLP files with
+    BiLM.from_allennlp(options_file, weight_file)": a Python call a command line cannot make."""
+    file = trained["model"] / name
+    output = " ".join(clean_error(runner.invoke(app, MODEL_FILE_ARGS[command](file, trained, tmp_path))).split())
+    assert f"{file} is a file, but a model is a directory: pass the model's directory" in output, output
+    assert "from_allennlp" not in output
+
+
 # -- demo ------------------------------------------------------------------------------------
 def test_demo_bad_model_and_threads(tmp_path):
     output = clean_error(runner.invoke(app, ["demo", "--model", str(tmp_path / "missing")]))
