@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from spacy_elmo import BiLM, batch_to_ids
+from spacy_elmo.bilm.initial_state import boundary_state_mean
 from spacy_elmo.bilm.native_io import INITIAL_STATE_NAME
 from tests.backends import BACKENDS
 from tests.bilm.oracle import NumpyElmo, options, write_model_files
@@ -131,6 +132,51 @@ def test_fitting_leaves_a_stateful_model_as_it_was(files):
     model.fit_initial_state(TEXT, rows=2)
     assert model.stateful and model.training
     assert all(torch.equal(a, b) for a, b in zip(before, model.carried_states))
+
+
+def test_the_fit_starts_from_zeros_and_restores_everything_it_changed(files):
+    """boundary_state_mean's contract: "Streams start from zeros ... the biLM is left as it was (mode, carried
+    states, initial state)". A stateful model with carried states and one with an initial state fit exactly what
+    a fresh model fits, and keep their mode, carried states and initial state."""
+    _, (opt_path, weight_path) = files
+
+    def load(**kw):
+        return BiLM.from_allennlp(opt_path, weight_path, backend="reference", **kw)
+
+    want = boundary_state_mean(load(), TEXT, rows=2, warmup=1)
+
+    carrying = load(stateful=True).train()  # has read something: 2 rows carried
+    with torch.no_grad():
+        carrying(batch_to_ids([["carried", "state"], ["other", "words"]]))
+    carried = [t.clone() for t in carrying.carried_states]
+    got = boundary_state_mean(carrying, TEXT, rows=2, warmup=1)
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+    assert carrying.stateful and carrying.training and carrying.initial_state is None
+    assert all(torch.equal(a, b) for a, b in zip(carrying.carried_states, carried))
+
+    started = load().eval()  # a state it already starts from: not the fit's start
+    initial = random_state(started)
+    started.set_initial_state(initial)
+    got = boundary_state_mean(started, TEXT, rows=2, warmup=1)
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+    assert not started.stateful and not started.training and started.carried_states is None
+    assert all(torch.equal(a, b) for a, b in zip(started.initial_state, initial))
+
+
+def test_the_fit_reads_without_dropout_and_leaves_the_global_rng_alone(files):
+    """A training model with LSTM dropout (as pretrain's, which fits at every save with --state-sentences): the fit
+    reads in eval mode, so two fits agree and the global torch RNG is not drawn from (the checkpoint captured it
+    before the fit: a draw there broke the exact resume)."""
+    _, (opt_path, weight_path) = files
+    model = BiLM.from_allennlp(opt_path, weight_path, backend="reference").train()
+    model.lstm.dropout = 0.5
+    torch.manual_seed(0)
+    rng = torch.get_rng_state()
+    first = boundary_state_mean(model, TEXT, rows=2, warmup=1)
+    assert torch.equal(torch.get_rng_state(), rng)
+    second = boundary_state_mean(model, TEXT, rows=2, warmup=1)
+    assert all(torch.equal(a, b) for a, b in zip(first, second))
+    assert model.training
 
 
 def test_carried_states_can_be_restored_and_are_checked(files):

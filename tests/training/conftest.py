@@ -96,6 +96,32 @@ def tiny_train_config(train_path, output_dir, **overrides):
     return TrainConfig(**settings)
 
 
+def first_step_lm(config, corpus):
+    """``(lm, vocab, char_table)`` of ``train(config)`` on ``corpus`` (its ``data`` directory) before its first step:
+    the initial weights seeded as the trainer seeds them, in training mode (no dropout: the trainer sets it)."""
+    import torch
+
+    from spacy_elmo.training.lm import BidirectionalLM
+    from spacy_elmo.training.trainer import _build_model
+    from spacy_elmo.training.vocab import CharTable
+
+    torch.manual_seed(config.seed)
+    bilm, softmax, vocab, *_ = _build_model(config, corpus, None)
+    return BidirectionalLM(bilm, softmax), vocab, CharTable(vocab, bilm.config.max_characters_per_token)
+
+
+def full_softmax_output(lm, vocab, char_table, batch):
+    """``lm``'s output on ``batch`` (:meth:`SentenceBatcher.batch`'s ``(fwd, bwd, lengths)``), every row from the start
+    state, over the full softmax: what a deterministic first step reads (a ``--sentences`` run with negatives >= the
+    vocabulary and dropout 0). Its targets number ``lengths.sum()``."""
+    from spacy_elmo.training.lm import encode_batch
+
+    fwd, bwd, lengths = batch
+    chars, i_f, i_b = encode_batch(fwd[:, :-1], bwd[:, :-1], char_table)
+    return lm(chars, i_f, i_b, vocab.target_ids(fwd[:, 1:]), vocab.target_ids(bwd[:, 1:]), lengths,
+              lm.bilm.start_state(fwd.shape[0], lm.softmax.weight), None, None)
+
+
 def first_step_nll(config, corpus, batches):
     """What the first step of ``train(config)`` on ``corpus`` (its ``data`` directory) computes, per batch of ``batches``
     (:meth:`SentenceBatcher.batch`'s ``(fwd, bwd, lengths)``): ``(summed forward NLL, summed backward NLL, targets)``
@@ -104,21 +130,13 @@ def first_step_nll(config, corpus, batches):
     and dropout 0."""
     import torch
 
-    from spacy_elmo.training.lm import BidirectionalLM, encode_batch
-    from spacy_elmo.training.trainer import _build_model
-    from spacy_elmo.training.vocab import CharTable
-
-    torch.manual_seed(config.seed)
-    bilm, softmax, vocab, *_ = _build_model(config, corpus, None)
-    lm = BidirectionalLM(bilm, softmax).eval()
-    char_table = CharTable(vocab, bilm.config.max_characters_per_token)
+    lm, vocab, char_table = first_step_lm(config, corpus)
+    lm.eval()
     result = []
     with torch.no_grad():
-        for fwd, bwd, lengths in batches:
-            chars, i_f, i_b = encode_batch(fwd[:, :-1], bwd[:, :-1], char_table)
-            res = lm(chars, i_f, i_b, vocab.target_ids(fwd[:, 1:]), vocab.target_ids(bwd[:, 1:]), lengths,
-                     bilm.start_state(fwd.shape[0], lm.softmax.weight), None, None)
-            result.append((float(res.nll_fwd.double().sum()), float(res.nll_bwd.double().sum()), int(lengths.sum())))
+        for batch in batches:
+            res = full_softmax_output(lm, vocab, char_table, batch)
+            result.append((float(res.nll_fwd.double().sum()), float(res.nll_bwd.double().sum()), int(batch[2].sum())))
     return result
 
 

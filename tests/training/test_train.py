@@ -22,7 +22,7 @@ from spacy_elmo.training.evaluate import evaluate_model_dir
 from spacy_elmo.training.stream import StreamBatcher
 from spacy_elmo.training.trainer import LOG_NAME, read_log, train
 
-from .conftest import TINY, first_step_nll, tiny_train_config, write_corpus
+from .conftest import TINY, first_step_lm, first_step_nll, full_softmax_output, tiny_train_config, write_corpus
 
 
 def unigram_perplexity(train_dir, heldout_sentences_vocab_ids):
@@ -121,17 +121,93 @@ def test_logged_loss_is_the_mean_of_the_directions_and_sampled_perplexity_that_o
     assert abs(every[0]["loss"] - every[1]["loss"]) > 1e-3  # the mean of two differing losses, not the last one
 
 
+def adagrad_step(weight, grad, lr=0.2):
+    """bilm-tf's first Adagrad step (``AdagradOptimizer(lr, initial_accumulator_value=1.0)``), in float64:
+    ``w - lr * g / sqrt(1 + g^2)``."""
+    weight, grad = np.asarray(weight, np.float64), np.asarray(grad, np.float64)
+    return weight - lr * grad / np.sqrt(1.0 + grad * grad)
+
+
+def test_the_optimizers_take_the_recipes_steps():
+    """adagrad: bilm-tf's (lr 0.2, accumulator from 1.0), the accumulator summing squared gradients over steps;
+    adam: lr 1e-3, whose first step moves every weight by lr * sign(g) (bias-corrected moments, eps 1e-8). Torch's
+    Adagrad adds 1e-10 to the root (bilm-tf's adds nothing): a relative 1e-10 here."""
+    from spacy_elmo.training.trainer import build_optimizer
+
+    grads = [np.array([0.01, -0.5, 3.0, 0.0]), np.array([0.2, 0.1, -1.0, 0.7])]
+    for lr, want_lr in ((None, 0.2), (0.05, 0.05)):
+        w = torch.nn.Parameter(torch.zeros(4, dtype=torch.float64))
+        opt = build_optimizer("adagrad", lr, [w])
+        w.grad = torch.from_numpy(grads[0].copy())
+        opt.step()
+        np.testing.assert_allclose(w.detach().numpy(), adagrad_step(np.zeros(4), grads[0], want_lr), rtol=1e-9, atol=0)
+        w.grad = torch.from_numpy(grads[1].copy())
+        opt.step()
+        acc = 1.0 + grads[0] ** 2 + grads[1] ** 2
+        want = adagrad_step(np.zeros(4), grads[0], want_lr) - want_lr * grads[1] / np.sqrt(acc)
+        np.testing.assert_allclose(w.detach().numpy(), want, rtol=1e-9, atol=0)
+    w = torch.nn.Parameter(torch.ones(4, dtype=torch.float64))
+    opt = build_optimizer("adam", None, [w])
+    w.grad = torch.from_numpy(grads[0].copy())
+    opt.step()
+    np.testing.assert_allclose(w.detach().numpy(), 1.0 - 1e-3 * grads[0] / (np.abs(grads[0]) + 1e-8), rtol=1e-12)
+
+
+@pytest.mark.filterwarnings("ignore:.*full softmax:RuntimeWarning")
+def test_clipping_scales_the_steps_gradient_to_the_bound_before_the_step(tmp_path):
+    """One deterministic step (sentences from the start state, full softmax, dropout 0) of the trainer's initial
+    weights, whose gradient is computed here: with clip inf the saved weights are bilm-tf's Adagrad step of it (and
+    the logged grad_norm its global norm); with clip = norm / 4, the step of the gradient scaled by clip / norm
+    (torch's global-norm clipping, ``clip / (norm + 1e-6)``), applied before the step."""
+    from spacy_elmo.training.lm import BidirectionalLM
+    from spacy_elmo.training.modelio import load_pretrained
+    from spacy_elmo.training.sentences import SentenceBatcher
+
+    train_file = write_corpus(tmp_path / "train.txt", 200)
+    settings = dict(max_steps=1, checkpoint_every=1, sentences=True, max_length=7, negatives=10_000, dropout=0.0)
+    free = tiny_train_config(train_file, tmp_path / "free", clip=float("inf"), **settings)
+    train(free)
+    corpus = Corpus.load(tmp_path / "free" / "data")
+    lm, vocab, char_table = first_step_lm(free, corpus)
+    batch = SentenceBatcher(corpus, 8, 7, 0).batch(0, 0)
+    res = full_softmax_output(lm, vocab, char_table, batch)
+    n = int(batch[2].sum())
+    ((res.nll_fwd.sum() / n + res.nll_bwd.sum() / n) / 2).backward()
+    start = {name: p.detach().double().numpy() for name, p in lm.named_parameters()}
+    grads = {name: p.grad.double().numpy() for name, p in lm.named_parameters()}
+    norm = math.sqrt(sum(float((g * g).sum()) for g in grads.values()))
+    (logged,) = [e["grad_norm"] for e in read_log(tmp_path / "free") if "loss" in e]
+    assert logged == pytest.approx(norm, rel=1e-5)
+    clip = norm / 4
+    train(tiny_train_config(train_file, tmp_path / "clipped", clip=clip, **settings))
+    for out, scale in (("free", 1.0), ("clipped", clip / (norm + 1e-6))):
+        bilm, softmax, _, _ = load_pretrained(tmp_path / out, backend="reference")
+        trained = dict(BidirectionalLM(bilm, softmax).named_parameters())
+        assert trained.keys() == start.keys()
+        for name, weight in start.items():
+            want = adagrad_step(weight, grads[name] * scale)
+            step = np.abs(want - weight).max()
+            assert step > 0, name  # every tensor moves: each is checked, not just the sum
+            # float32 weights: a few ulps of the weight, far below the quarter step clipping takes away
+            np.testing.assert_allclose(trained[name].detach().double().numpy(), want, rtol=4e-7, atol=1e-3 * step,
+                                       err_msg=f"{out} {name}")
+
+
 @pytest.mark.parametrize("prefetch", [None, True], ids=["default", "prefetch"])
 @pytest.mark.parametrize("sentences", [False, True], ids=["streams", "sentences"])
 def test_resume_after_kill_continues_exactly(tmp_path, sentences, prefetch):
     """Also with each step's inputs prepared ahead (forced on: off by default on the CPU), whose draw
-    for the step after the checkpoint is made before the checkpoint is written."""
+    for the step after the checkpoint is made before the checkpoint is written. The stream run without prefetching
+    also fits the initial state at each save (--state-sentences; dropout 0.1): the checkpoint captures the RNG before
+    the fit, so a fit drawing from it (read in training mode) would break the resume."""
     train_file = write_corpus(tmp_path / "train.txt", 300)
     N = 5
     straight = tmp_path / "straight"
     # with sentences: long ones are cut; log windows of 3 steps straddle the checkpoints
     mode = dict(sentences=True, max_length=7, log_every=3) if sentences else dict(log_every=3)
     mode["prefetch"] = prefetch
+    if not sentences and prefetch is None:
+        mode["state_sentences"] = 40
     train(tiny_train_config(train_file, straight, max_steps=2 * N, checkpoint_every=N, **mode))
 
     killed = tmp_path / "killed"
@@ -158,6 +234,7 @@ def test_resume_after_kill_continues_exactly(tmp_path, sentences, prefetch):
         train(tiny_train_config(train_file, killed, max_steps=3 * N, checkpoint_every=N, resume=True,
                                 sentences=not sentences))
     wa, wb = BiLM.load(straight).state_dict(), BiLM.load(killed).state_dict()
+    assert ("initial_h" in wa) == ("state_sentences" in mode)  # the fitted state is compared too
     for name in wa:
         torch.testing.assert_close(wb[name], wa[name], rtol=1e-6, atol=1e-7)
 
