@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from spacy_elmo import BiLM, batch_to_ids
+from spacy_elmo import BiLM, BiLMConfig, batch_to_ids, ops
 from spacy_elmo.bilm.model import remove_boundaries
 from tests.backends import BACKENDS
 from tests.bilm.oracle import NumpyElmo, options, write_model_files
@@ -96,10 +96,16 @@ def test_stateful_carries_states_over_consecutive_batches(tmp_path):
     assert not torch.allclose(again.activations[2], out.activations[2])
 
 
-def test_clipping_binds_and_matches(tmp_path):
-    opts = options(clip=0.5)
+@pytest.mark.parametrize("cell_clip,proj_clip", [(0.5, 0.5), (0.5, 1.0), (1.0, 0.5)])
+def test_clipping_binds_and_matches(tmp_path, cell_clip, proj_clip):
+    """options.json's lstm.cell_clip bounds the cell state, lstm.proj_clip the projected output: the model equals
+    the oracle, with both clips binding. Different clips too: with equal ones only, a swap (in the options mapping
+    or in the LSTM) passed."""
+    opts = options()
+    opts["lstm"].update(cell_clip=cell_clip, proj_clip=proj_clip)
     opt_path, weight_path = write_model_files(tmp_path, opts, seed=2, lstm_scale=3.0)
     model = BiLM.from_allennlp(opt_path, weight_path, backend="reference")
+    assert (model.config.cell_clip, model.config.proj_clip) == (cell_clip, proj_clip)
     oracle = NumpyElmo(opts, weight_path)
     sentences = [["clip", "me", "hard", "please", "now"], ["short"]]
     expected = oracle.batch(sentences)
@@ -107,9 +113,12 @@ def test_clipping_binds_and_matches(tmp_path):
     with torch.no_grad():
         out = model(batch_to_ids(sentences))
     assert_matches(out, expected, sentences)
-    # Without the clip the numbers differ, so the test above really exercised it.
+    # Without the clip, or with the two swapped, the numbers differ, so the test above really exercised them.
     unclipped = NumpyElmo(options(clip=None), weight_path).batch(sentences)
     assert not np.allclose(unclipped[0][2], expected[0][2], atol=1e-3)
+    if cell_clip != proj_clip:
+        swapped = dict(opts, lstm={**opts["lstm"], "cell_clip": proj_clip, "proj_clip": cell_clip})
+        assert not np.allclose(NumpyElmo(swapped, weight_path).batch(sentences)[0][2], expected[0][2], atol=1e-3)
 
 
 @pytest.mark.parametrize("carry_bias", [20.0, -20.0])
@@ -124,8 +133,6 @@ def test_highway_gate_sign(tmp_path, carry_bias):
     ids = batch_to_ids([["gate"]])[0]
     enc = model.token_encoder
     with torch.no_grad():
-        from spacy_elmo import ops
-
         feats = ops.char_cnn(ids, enc.char_embedding, list(enc.conv_weights), list(enc.conv_biases), "relu")
         y = ops.highway(feats, enc.highway_weights[0], enc.highway_biases[0]).double().numpy()[0]
     x = feats.double().numpy()[0]
@@ -134,6 +141,27 @@ def test_highway_gate_sign(tmp_path, carry_bias):
     with torch.no_grad():
         out = model(batch_to_ids([["gate", "sign"]]))
     assert_matches(out, oracle.batch([["gate", "sign"]]), [["gate", "sign"]])
+
+
+def test_a_fresh_token_encoder_starts_near_the_identity_as_bilm_tf():
+    """elmo-spec section 8's init: char embedding U(-1, 1); CNN U(-0.05, 0.05), bias 0; highway carry bias -2,
+    where the carry gate g = sigmoid(x Wc + bc) multiplies the transform branch (section 2.5), so each highway
+    layer starts passing (1 - sigmoid(-2)) = 88% of its input. Weight rows here are [transform; carry] (the
+    NumPy oracle's highway); a -2 on the transform half instead (a gate of one half) went unseen."""
+    torch.manual_seed(0)
+    config = BiLMConfig(projection_dim=8, cell_dim=16, n_layers=1, char_embedding_dim=4, filters=((1, 4), (2, 8)),
+                        n_highway=2)
+    enc = BiLM(config, backend="reference").token_encoder
+    F = config.n_filters
+    assert enc.char_embedding.abs().max() <= 1.0
+    for w, b in zip(enc.conv_weights, enc.conv_biases):
+        assert w.abs().max() <= 0.05 and torch.all(b == 0)
+    x = torch.randn(5, F, dtype=torch.float64)
+    for w, b in zip(enc.highway_weights, enc.highway_biases):
+        assert torch.all(b[:F] == 0) and torch.all(b[F:] == -2.0)  # bt = 0, bc = -2
+        # with the weights zeroed, y = g * relu(bt) + (1 - g) * x with g = sigmoid(bc) (section 2.5, float64 here)
+        y = ops.highway(x, torch.zeros_like(w, dtype=torch.float64), b.detach().double(), backend="reference")
+        np.testing.assert_allclose(y.numpy(), (1.0 - 1.0 / (1.0 + np.exp(2.0))) * x.numpy(), rtol=1e-12)
 
 
 def test_same_sentence_same_vectors_in_any_batch(tmp_path):

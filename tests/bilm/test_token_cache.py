@@ -6,7 +6,7 @@ import types
 import pytest
 import torch
 
-from spacy_elmo import BiLM, BiLMConfig
+from spacy_elmo import BiLM, BiLMConfig, batch_to_ids
 from spacy_elmo.bilm.token_cache import TokenCache, run_rows
 from tests.backends import BACKENDS
 from tests.threads import meeting, run_in_threads
@@ -70,6 +70,30 @@ def test_lookup_index_layout():
 def test_cached_rows_equal_whole_bilm():
     rows = [["The", "bank", "of", "the", "river", "."], ["It", "rose"], ["the"]]
     _assert_cached_rows_equal_whole_bilm(_tiny_bilm(), rows, TokenCache(100))
+
+
+def test_padded_positions_read_the_zero_row():
+    """Row 2 of the matrix is the padding every position past a row's ``</S>`` reads (:meth:`TokenCache.lookup`):
+    zero, never a word's vector, in a fresh matrix, one words were added to, and one started over when full. The
+    first word written over it went unseen: the biLM reads no padded position, so its layers stayed right."""
+    bilm, cache = _tiny_bilm(), TokenCache(20)
+    batches = [  # the rows, the matrix rows used after them (3 + the words)
+        ([["a", "b", "c", "d"], ["e"], []], 8),  # a fresh matrix
+        ([["f", "g"], ["a", "h", "i", "j", "k"]], 14),  # words added to it
+        ([[f"w{i}" for i in range(9)], ["x"]], 13),  # 10 words, 6 rows left: started over
+    ]
+    with torch.no_grad():
+        for rows, used in batches:
+            vectors = cache.vectors(bilm, rows, torch.device("cpu"))  # (B, T + 2, P)
+            assert torch.all(cache.matrix[2] == 0) and cache.used == used
+            T = max(len(row) for row in rows)
+            ids = batch_to_ids(rows)
+            mask = (ids > 0).any(-1)
+            tokens = bilm.encode_tokens(ids, mask)  # (B, T, P), the whole biLM's token vectors
+            for b, row in enumerate(rows):
+                n = len(row)
+                torch.testing.assert_close(vectors[b, 1 : n + 1], tokens[b, :n], atol=1e-6, rtol=1e-5)
+                assert vectors.shape[1] == T + 2 and torch.all(vectors[b, n + 2 :] == 0), (rows, b)
 
 
 def test_cached_rows_hand_contextualize_host_lengths_whatever_the_weights_device():

@@ -121,6 +121,26 @@ def test_lstm_unused_nan_does_not_reach_the_gradients(reverse, residual):
         np.testing.assert_allclose(g.numpy(), fd, rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("cell_clip,proj_clip", [(0.2, 5.0), (5.0, 0.2)])
+def test_lstm_clips_cell_and_projection_each_by_its_own_value(cell_clip, proj_clip, reverse):
+    """cell_clip bounds the cell state, proj_clip the projected output: outputs and final states equal the NumPy
+    float64 oracle's with the two clips different (every other oracle case gives them equal, so a swap went
+    unseen), and the clips swapped give other numbers, so both bind here."""
+    rng = np.random.default_rng(0)
+    B, T, I, C, P = 2, 5, 4, 6, 4
+    x = rng.normal(size=(B, T, I)) * 3
+    w = [rng.normal(size=(I, 4 * C)), rng.normal(size=(P, 4 * C)), rng.normal(size=4 * C), rng.normal(size=(C, P)) * 3]
+    lengths = np.array([5, 3])
+    want = O.lstm_layer(x, lengths, *w, None, None, cell_clip, proj_clip, reverse, False)
+    got = R.lstm_layer(torch.from_numpy(x), torch.from_numpy(lengths), *map(torch.from_numpy, w),
+                       cell_clip=cell_clip, proj_clip=proj_clip, reverse=reverse)
+    for g, e in zip(got, want):
+        np.testing.assert_allclose(g.numpy(), e, rtol=1e-12, atol=1e-12)
+    swapped = O.lstm_layer(x, lengths, *w, None, None, proj_clip, cell_clip, reverse, False)
+    assert not np.allclose(swapped[0], want[0], atol=1e-3)
+
+
 @pytest.mark.parametrize("transform", ["grad", "vjp", "vmap"])
 def test_sampled_logsumexp_is_refused_by_torch_func(transform):
     """What README says of torch.func on the reference sampled_logsumexp: grad, vjp and vmap (which the fused

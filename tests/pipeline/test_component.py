@@ -339,6 +339,26 @@ def test_doc_tensor_is_the_mix_of_the_layers(tiny_dir):
     numpy.testing.assert_allclose(doc.tensor, numpy.stack([t._.elmo_vector for t in doc]), rtol=1e-5, atol=1e-6)
 
 
+def test_store_mix_keeps_the_mix_of_the_layers_store_all_keeps(tiny_dir):
+    """store = "mix" keeps softmax(mix) . layers (float64 oracle over the layers a store = "all" pipeline on the
+    same weights keeps): a mix whose top layer is not the largest weight, so storing the top layer alone (or any
+    one layer, or their mean) fails."""
+    mix = [0.0, 1.0, -1.0]
+    text = "The cat sat on the mat ."
+    docs = {}
+    for store in ("all", "mix"):
+        nlp = spacy.blank("en")
+        nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "store": store, "store_dtype": "float32", "mix": mix})
+        docs[store] = nlp(text)
+    weights = numpy.exp(numpy.asarray(mix, dtype=numpy.float64))
+    weights /= weights.sum()
+    expected = numpy.tensordot(weights, docs["all"]._.elmo.astype(numpy.float64), axes=(0, 0))
+    got = docs["mix"]._.elmo
+    assert got.shape == (len(docs["mix"]), WIDTH) and got.dtype == numpy.float32
+    numpy.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+    numpy.testing.assert_allclose(numpy.stack([t._.elmo_vector for t in docs["mix"]]), expected, rtol=1e-5, atol=1e-6)
+
+
 def test_batch_composition_changes_vectors_only_by_rounding(tiny_dir):
     """The README's promise: other batches give the same vectors up to float32 rounding (not bit for bit)."""
     nlp = spacy.blank("en")

@@ -12,6 +12,7 @@ from spacy_elmo import BiLM, batch_to_ids
 from spacy_elmo.cli import app
 from spacy_elmo.errors import Errors
 from spacy_elmo.pipeline.bilm_layer import get_bilm
+from spacy_elmo.training.data import tokenizer_settings
 from spacy_elmo.training.modelio import load_pretrained
 
 from tests.cli_text import ended, runner
@@ -62,6 +63,8 @@ def test_export_writes_the_fine_tuned_biLM_of_a_saved_pipeline(nlp, tiny_dir, tm
         assert meta["provenance"]["exported_from"] == str((tmp_path / "trained").resolve())
         assert meta["provenance"]["component"] == "elmo" and meta["provenance"]["lang"] == "en"
         assert meta["provenance"]["weights_source"] == str(tiny_dir)
+        # tiny_dir records no reading of its own, so the tokenizer is the pipeline's (pretrain's check reads it)
+        assert meta["provenance"]["tokenizer"] == tokenizer_settings(nlp)
 
 
 def test_an_exported_pipeline_biLM_keeps_how_it_was_pretrained_and_the_language_check_fires(tiny_dir, tmp_path):
@@ -69,8 +72,6 @@ def test_an_exported_pipeline_biLM_keeps_how_it_was_pretrained_and_the_language_
     pipeline of another language, the elmo component's language check (which checks pretrained models only) said
     nothing. The pipeline now keeps its biLM's reading provenance, and export writes it."""
     import warnings
-
-    from spacy_elmo.training.data import tokenizer_settings
 
     pretrained = tmp_path / "pretrained"
     reading = {"trained_by": "spacy-elmo pretrain", "lang": "en", "tokenizer": tokenizer_settings(spacy.blank("en")),
@@ -103,8 +104,6 @@ def test_an_exported_pipeline_biLM_keeps_the_language_it_was_pretrained_on(tiny_
     """A biLM pretrained on German text in an English pipeline: the export says German, the language pretrain read
     (the pipeline's would hide the mismatch from every pipeline that loads the export)."""
     import warnings
-
-    from spacy_elmo.training.data import tokenizer_settings
 
     german = {"trained_by": "spacy-elmo pretrain", "lang": "de", "tokenizer": tokenizer_settings(spacy.blank("de")),
               "reading": "streams"}

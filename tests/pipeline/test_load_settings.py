@@ -7,15 +7,18 @@ the values given."""
 import numpy
 import pytest
 import spacy
+import srsly
 import torch
 from spacy.training import Example
 from thinc.api import Adam
+from thinc.model import serialize_attr
 
 import spacy_elmo.ops as ops
 from spacy_elmo import BiLM, BiLMConfig
 from spacy_elmo.pipeline import bilm_layer
 from spacy_elmo.pipeline.bilm_layer import get_bilm
 from spacy_elmo.pipeline.loaders import weights_loader
+from spacy_elmo.pipeline.settings import Setting
 
 from .conftest import N_LAYERS, TINY, WIDTH, make_docs
 from .test_listener import LISTENER, NER, _nlp_with
@@ -47,11 +50,8 @@ def _nodes(component, name):
     return [node for node in component.model.walk() if node.name == name]
 
 
-def test_model_settings_given_at_load_run(tiny_dir, tmp_path, monkeypatch):
-    """batch_tokens, max_window and backend given at load: the model ran the saved 4096, 128 and "auto"."""
-    path = _saved(_elmo_pipeline(tiny_dir), tmp_path / "p")
-    over = {"batch_tokens": 7, "max_window": 3, "backend": "reference"}
-    nlp = spacy.load(path, config={"components": {"elmo": {"model": over}}})
+def _spy_on_groups(monkeypatch):
+    """The list that each ``group_pieces`` call of the biLM layer appends (the pieces' lengths, batch_tokens) to."""
     calls = []
     group = bilm_layer.group_pieces
 
@@ -61,12 +61,43 @@ def test_model_settings_given_at_load_run(tiny_dir, tmp_path, monkeypatch):
         return group(pieces, batch_tokens)
 
     monkeypatch.setattr(bilm_layer, "group_pieces", spy)
+    return calls
+
+
+def test_model_settings_given_at_load_run(tiny_dir, tmp_path, monkeypatch):
+    """batch_tokens, max_window and backend given at load: the model ran the saved 4096, 128 and "auto"."""
+    path = _saved(_elmo_pipeline(tiny_dir), tmp_path / "p")
+    over = {"batch_tokens": 7, "max_window": 3, "backend": "reference"}
+    nlp = spacy.load(path, config={"components": {"elmo": {"model": over}}})
+    calls = _spy_on_groups(monkeypatch)
     got = nlp(TEXT)._.elmo
     assert calls == [([3, 3, 3, 1], 7)]
     assert get_bilm(nlp.get_pipe("elmo").model).backend == "reference"
     built = _elmo_pipeline(tiny_dir, model={"@architectures": V2, **over})  # the oracle: built so, not loaded
     numpy.testing.assert_allclose(got, built(TEXT)._.elmo, rtol=1e-6, atol=1e-6)
     assert not numpy.allclose(got, spacy.load(path)(TEXT)._.elmo, atol=1e-3)  # windows of 3 read less context
+
+
+def test_model_settings_run_over_the_plain_attrs_of_a_pipeline_saved_before_settings(tiny_dir, monkeypatch):
+    """A pipeline saved before settings.py saved its elmo_bilm attrs as plain values (here batch_tokens 4096,
+    max_window 128, backend "auto"); loaded into a model whose config gives other values, the config's run and
+    stay settings (a later save leaves them out again)."""
+    saved = _elmo_pipeline(tiny_dir)
+    saved("warm up")
+    data = srsly.msgpack_loads(saved.get_pipe("elmo").model.to_bytes())
+    assert data["attrs"][0] == {}  # today's pipelines save none of them
+    old = {"batch_tokens": 4096, "max_window": 128, "backend": "auto"}
+    data["attrs"][0] = {name: serialize_attr(value, value, name, None) for name, value in old.items()}
+    given = {"batch_tokens": 7, "max_window": 3, "backend": "reference"}
+    nlp = _elmo_pipeline(tiny_dir, model={"@architectures": V2, **given})
+    model = nlp.get_pipe("elmo").model
+    model.from_bytes(srsly.msgpack_dumps(data))
+    for name, value in given.items():
+        assert model.attrs[name] == value and isinstance(model.attrs[name], Setting), name
+    calls = _spy_on_groups(monkeypatch)
+    nlp(TEXT)
+    assert calls == [([3, 3, 3, 1], 7)]
+    assert srsly.msgpack_loads(model.to_bytes())["attrs"][0] == {}
 
 
 def test_fused_pipeline_loads_with_the_reference_backend_given_where_the_kernels_are_missing(tiny_dir, tmp_path, monkeypatch):
