@@ -50,6 +50,7 @@ from torch import Tensor, nn
 from ._typing import PathLike
 from .bilm import BiLM, ScalarMix
 from .bilm.allennlp_io import (
+    HDF5_SUFFIXES,
     allennlp_parameter_shapes,
     allennlp_state_from_datasets,
     copy_datasets,
@@ -191,9 +192,13 @@ def load_bilm(
         try:
             return BiLM.load(options_file, stateful=stateful, backend=backend)
         except ModelPathIsFile as err:  # Elmo(options.json, None, ...): BiLM.from_allennlp is not the fix here
-            # a spacy-elmo model's file (its config.json, or any file beside it) has no weight file to pass
+            # a spacy-elmo model's file (its config.json, or any file beside it) has no weight file to pass; an
+            # AllenNLP file (an options .json, a .hdf5) beside a spacy-elmo model is AllenNLP's: its directory
+            # would load the native model, not the files named
             path = Path(options_file)
-            native = is_native_config(path) or is_native_config(path.parent / CONFIG_NAME)
+            suffix = path.suffix.lower()
+            allennlp_file = suffix in HDF5_SUFFIXES or (suffix == ".json" and path.name != CONFIG_NAME)
+            native = is_native_config(path) or (not allennlp_file and is_native_config(path.parent / CONFIG_NAME))
             raise err.advising(Errors.E_MODEL_PATH_FIX_DIR if native else Errors.E_MODEL_PATH_FIX_COMPAT) from None
     return BiLM.from_allennlp(options_file, weight_file, stateful=stateful, backend=backend)
 

@@ -352,6 +352,17 @@ def test_a_spacy_elmo_model_file_given_as_allennlp_files_says_what_it_is_and_the
             assert str(path) in str(err.value) and fix in str(err.value)
             assert "from_allennlp" not in str(err.value)
             assert ("weight_file=None" in str(err.value)) == (path.parent != native)
+    # AllenNLP's files beside a spacy-elmo model are still AllenNLP's: their directory would load the native model
+    both = tmp_path / "both"
+    shutil.copytree(native, both)
+    for path in (options_file, weight_file):
+        shutil.copy(path, both / Path(path).name)
+    for path, fix in ((both / Path(options_file).name, "as the second argument (options_file, weight_file)"),
+                      (both / Path(weight_file).name, "as the second argument (options_file, weight_file)"),
+                      (both / "config.json", "pass the model's directory")):
+        with pytest.raises(ValueError, match="is a file, but a model is a directory") as err:
+            Elmo(path, None, 1)
+        assert str(path) in str(err.value) and fix in str(err.value)
     with pytest.raises(ValueError, match=r"config.json are a spacy-elmo model's config.json .*weight_file=None") as err:
         Elmo(native / "config.json", native / "model.safetensors", 1)
     assert "not the weight file" not in str(err.value)

@@ -144,8 +144,10 @@ class BiLM(nn.Module):
 
     def __setstate__(self, state) -> None:
         # A whole BiLM pickled (torch.save(model)) before the hook or the states' flag existed: __init__,
-        # which sets them, does not run on unpickling. The flag is unknown: True clones carried states that
-        # may have been made under inference mode before the next call with grad (see _initial_states).
+        # which sets them, does not run on unpickling. Unpickled carried states are ordinary tensors (unpickled
+        # under inference mode, the weights are inference tensors too, and no call with grad can run), so False
+        # would do; True is the safe default, costing one clone of the carried states at the next call with
+        # grad (see _initial_states).
         super().__setstate__(state)
         if _marker_ids_follow_weights not in self._load_state_dict_post_hooks.values():
             self.register_load_state_dict_post_hook(_marker_ids_follow_weights)

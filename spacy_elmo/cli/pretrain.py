@@ -160,7 +160,7 @@ def pretrain(
     ctx: typer.Context,
     train_path: Path = typer.Argument(..., path_type=str, callback=given_path, help="A UTF-8 text file (plain, .gz, .bz2 or .xz), or a directory of them."),
     output_dir: Path = typer.Argument(..., path_type=str, callback=given_output_path, help="Where the model, vocab.txt, checkpoint and log go."),
-    heldout: Optional[Path] = typer.Option(None, path_type=str, callback=given_path, help="Held-out text: full-softmax perplexity at every checkpoint (with --init also before the first step: step 0)."),
+    heldout: Optional[Path] = typer.Option(None, path_type=str, callback=given_path, help="Held-out text: full-softmax perplexity at every checkpoint (with an --init that has a softmax also before the first step: step 0)."),
     lang: str = typer.Option("en", callback=spacy_language, help="spaCy language of the tokenizer (the pipeline's tokens)."),
     tokenizer: Optional[Path] = typer.Option(
         None, path_type=str, callback=given_path,

@@ -47,7 +47,7 @@ from . import data as corpus_data
 from .data import (PRETRAINED_BY, Corpus, build_corpus, cache_is_current, filled_tokenizer_settings, fingerprint,
                    same_text, tokenization_change)
 from .lm import BidirectionalLM
-from .modelio import check_init_model, load_pretrained, recorded_reading, save_pretrained
+from .modelio import check_init_model, has_softmax, load_pretrained, recorded_reading, save_pretrained
 from .prefetch import StepInputs, StepPrefetcher, prefetch_default, prepare_step
 from .sampler import LogUniformSampler
 from .sentences import UNRECORDED_POOL, SentenceBatcher
@@ -1110,12 +1110,14 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
             last_heldout = evaluate_heldout()
         elif is_main and last_heldout is not None:  # rank 0 found it in the log
             last_heldout = {k: v for k, v in last_heldout.items() if k not in ("step", "event", HELDOUT_DIGEST, HELDOUT_PATH)}
-    elif heldout is not None and cfg.init:
+    elif heldout is not None and cfg.init and has_softmax(cfg.init):
         # A fine-tuning run's starting point, logged as step 0: whether fine-tuning helps is read against it (the
         # --init model as this run reads the text: its vocabulary, --sentences or streams, and the zero start state it
         # trains from). Once, in a new run only: a resume keeps the log's step-0 line, as it keeps every step's up to
-        # its checkpoint. Not without --init: a random model's perplexity is about the vocabulary size, costing time
-        # and telling nothing. Every rank evaluates its share (payload and cfg.init are alike on every rank).
+        # its checkpoint. Not without --init, nor with an --init without a softmax (AllenNLP or bilm-tf weights, a
+        # BiLM.save directory: _build_model gave it a random one): a random softmax's perplexity is about the
+        # vocabulary size, costing time and telling nothing. has_softmax reads the safetensors headers alone, as
+        # _build_model just read them. Every rank evaluates its share (payload and cfg.init are alike on every rank).
         last_heldout = evaluate_heldout()
 
     # The first window starts after the resume's held-out evaluation: its tok/s is training's alone.

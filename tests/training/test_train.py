@@ -356,6 +356,21 @@ def test_a_fine_tuning_run_logs_the_init_models_heldout_perplexity_at_step_0(tmp
         assert y["perplexity"] == pytest.approx(x["perplexity"], rel=1e-6)
 
 
+def test_a_fine_tuning_run_from_an_init_without_a_softmax_logs_no_step_0_heldout_perplexity(tmp_path):
+    """An --init without a softmax (a BiLM.save directory, as AllenNLP or bilm-tf weights) is given a random softmax:
+    its step-0 held-out perplexity would be a random softmax's (about the vocabulary size), so none is logged; the
+    checkpoints' are."""
+    from spacy_elmo.bilm import BiLMConfig
+
+    bare, held = tmp_path / "bare", write_corpus(tmp_path / "held.txt", 10, seed=1)
+    BiLM(BiLMConfig.from_dict(TINY)).save(bare)
+    tuned = tmp_path / "tuned"
+    with pytest.warns(RuntimeWarning, match="has no softmax"):
+        train(tiny_train_config(write_corpus(tmp_path / "domain.txt", 60, seed=3), tuned, heldout=str(held), max_steps=2,
+                                checkpoint_every=2, init=str(bare), model=None))
+    assert [e["step"] for e in read_log(tuned) if e.get("event") == "heldout"] == [2]
+
+
 @pytest.mark.parametrize("backend", ["reference", "fused"])
 def test_a_checkpoint_carrying_a_cuda_amp_state_resumes_on_the_cpu(tmp_path, backend):
     """A CUDA run under bf16 autocast carries (and checkpoints) a bfloat16 h beside a float32 c; the CPU runs no
