@@ -306,3 +306,33 @@ def test_training_dropout_scales_every_layer_input_and_the_top_output(tmp_path, 
     model.eval()
     with torch.no_grad():
         assert not torch.allclose(model(batch_to_ids(sentences)).activations[3], out.activations[3], atol=1e-3)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_contextualize_zeroes_padding_whatever_the_vectors_there(tmp_path, backend):
+    """contextualize reads only each row's ``lengths + 2`` positions of ``x``: vectors beyond them (a cache
+    row or a buffer reused, not zeros) change no valid position, every layer is zero at padding with and
+    without the markers, and no gradient flows to them. ``keep_boundaries=True`` returned layer 0 (``[x; x]``)
+    unmasked: the padding's vectors came back, as did their gradient."""
+    opts = options()
+    opt_path, weight_path = write_model_files(tmp_path, opts)
+    model = BiLM.from_allennlp(opt_path, weight_path, backend=backend)
+    lengths = torch.tensor([4, 1, 0])
+    B, T2, P = 3, 6, opts["lstm"]["projection_dim"]
+    torch.manual_seed(0)
+    clean = torch.randn(B, T2, P)
+    padded = torch.arange(T2).unsqueeze(0) >= (lengths + 2).unsqueeze(1)
+    clean[padded] = 0
+    dirty = clean + padded.unsqueeze(-1) * torch.randn(B, T2, P)
+    for keep in (True, False):
+        x = dirty.clone().requires_grad_(True)
+        out = model.contextualize(x, lengths, keep_boundaries=keep)
+        with torch.no_grad():
+            expected = model.contextualize(clean, lengths, keep_boundaries=keep)
+        assert torch.equal(out.mask, expected.mask)
+        for layer, (got, want) in enumerate(zip(out.activations, expected.activations)):
+            torch.testing.assert_close(got, want, atol=1e-6, rtol=0, msg=f"layer {layer}, keep_boundaries={keep}")
+            assert torch.all(got[~out.mask] == 0), (layer, keep)
+        sum(a.sum() for a in out.activations).backward()
+        assert torch.all(x.grad[padded] == 0), keep
+        assert x.grad[~padded].abs().sum() > 0
