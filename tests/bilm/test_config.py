@@ -502,6 +502,12 @@ def test_tokens_not_spelled_by_batch_to_ids_are_refused(backend):
     narrow = F.pad(batch_to_ids([["a"], ["b", "c"]], max_characters_per_token=20), (0, 30))
     with pytest.raises(ValueError, match=r"Token 0 of row 0 .* holds no 0"):
         model(narrow)
+    # A token is any position with a nonzero id, not only a nonzero first id: a last token whose first slot
+    # is 0 is a malformed token, never padding (as padding it ran silently, </S> written over it).
+    first_zero = ids.clone()
+    first_zero[0, 1, 0] = 0
+    with pytest.raises(ValueError, match=r"Token 1 of row 0 .* begin \[0, 99, 98, 111"):
+        model(first_zero)
     odd = batch_to_ids([["", "\x00", "<S>", "x" * 60, "é" * 30], []])  # real tokens, and a NUL byte is id 1
     out = model(odd)
     assert out.mask.tolist() == [[True] * 5, [False] * 5]

@@ -85,6 +85,23 @@ def test_every_sentence_starts_from_the_initial_state(files, backend):
     assert not torch.allclose(zero.activations[2], out.activations[2])
 
 
+def test_the_initial_state_is_a_copy_of_the_tensors_given(files):
+    """set_initial_state keeps its own copy: the caller's tensors (fit_initial_state's return value, a state
+    read from another model) edited in place afterwards leave the model's numbers alone. Kept by reference
+    (same dtype and device: .to() returns the tensor itself), the edit changed every sentence's start."""
+    opts, (opt_path, weight_path) = files
+    model = BiLM.from_allennlp(opt_path, weight_path, backend="reference")
+    state = random_state(model, seed=2)
+    oracle = NumpyElmo(opts, weight_path)
+    preset_oracle(oracle, state, len(SENTENCES))
+    model.set_initial_state(state)
+    state[0].add_(1.0)
+    state[1].zero_()
+    with torch.no_grad():
+        out = model(batch_to_ids(SENTENCES))
+    assert_matches(out, oracle.batch(SENTENCES, stateful=True), SENTENCES)
+
+
 def test_new_rows_of_a_stateful_model_start_from_the_initial_state(files):
     opts, (opt_path, weight_path) = files
     model = BiLM.from_allennlp(opt_path, weight_path, stateful=True, backend="reference")

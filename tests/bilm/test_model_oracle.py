@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from spacy_elmo import BiLM, BiLMConfig, batch_to_ids, ops
-from spacy_elmo.bilm.model import remove_boundaries
+from spacy_elmo.bilm.model import BiLMOutput, remove_boundaries
 from tests.backends import BACKENDS
-from tests.bilm.oracle import NumpyElmo, options, write_model_files
+from tests.bilm.oracle import BOS, EOS, NumpyElmo, options, spell, spell_marker, write_model_files
 
 ATOL = 1e-5
 
@@ -244,3 +244,95 @@ def test_encoding_every_position_equals_encoding_each_distinct_token(tmp_path, b
             assert got.shape == (B, T, opts["lstm"]["projection_dim"])
         out = model(torch.zeros(0, 3, ids.shape[-1], dtype=torch.long))
         assert all(a.shape[0] == 0 for a in out.activations)
+
+
+def _oracle_with_dropout(oracle, tokens, masks, top):
+    """The oracle's ``(L + 1, n, 2P)`` layers of one sentence with the dropout of bilm-tf's training graph:
+    ``masks[l][d]`` ``(n + 2, P)`` (0 or 1 / (1 - p)) scales layer ``l``'s input of direction ``d`` (the
+    residual adds the dropped input: the dropout wraps the residual cell), ``top[d]`` the top layer's output."""
+    W = oracle.max_chars
+    xs = np.stack([oracle.token_vector(i) for i in
+                   [spell_marker(BOS, W)] + [spell(t, W) for t in tokens] + [spell_marker(EOS, W)]])
+    directions = []
+    for d in (0, 1):
+        inp, outputs = xs, []
+        for layer in range(oracle.L):
+            dropped = inp * masks[layer][d]
+            seq = dropped if d == 0 else dropped[::-1]
+            h, c, out = np.zeros(oracle.P), np.zeros(oracle.C), []
+            for t in range(len(seq)):
+                h, c = oracle._cell(d, layer, seq[t], h, c)
+                out.append(h + seq[t] if (oracle.skip and layer > 0) else h)
+            out = np.stack(out) if d == 0 else np.stack(out)[::-1]
+            outputs.append(out)
+            inp = out
+        outputs[-1] = outputs[-1] * top[d]
+        directions.append(outputs)
+    layers = [np.concatenate([xs, xs], -1)] + [np.concatenate(fb, -1) for fb in zip(*directions)]
+    return np.stack(layers)[:, 1:-1]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_training_dropout_scales_every_layer_input_and_the_top_output(tmp_path, backend):
+    """``lstm.dropout`` in training mode (bilm-tf's recipe, BiLstm's docstring): each direction's input of
+    every layer and its top output, nothing else (layer 0, the token vectors, and the lower layers' outputs as
+    returned are not dropped). Against the oracle with the same masks, drawn in the order BiLstm draws them:
+    no test ran a dropout above 0 on the CPU, and dropping none of the layer inputs (or not the top output) passed."""
+    import torch.nn.functional as F
+
+    opts = options(L=3)
+    opt_path, weight_path = write_model_files(tmp_path, opts, seed=3)
+    model = BiLM.from_allennlp(opt_path, weight_path, backend=backend).train()
+    model.lstm.dropout = p = 0.5
+    oracle = NumpyElmo(opts, weight_path)
+    sentences = [["The", "bank", "of", "the", "river", "."], ["a", "b"]]
+    B, T2, P = len(sentences), 8, opts["lstm"]["projection_dim"]
+
+    def draw():  # one mask per F.dropout call, as the model draws them: same shape, dtype, RNG order
+        return F.dropout(torch.ones(B, T2, P), p, True)
+
+    torch.manual_seed(7)
+    masks = [(draw(), draw()) for _ in range(oracle.L)]
+    top = (draw(), draw())
+    torch.manual_seed(7)
+    with torch.no_grad():
+        out = model(batch_to_ids(sentences))
+    for i, tokens in enumerate(sentences):
+        n = len(tokens)
+        row = [[m[i, : n + 2].numpy().astype(np.float64) for m in pair] for pair in masks]
+        expected = _oracle_with_dropout(oracle, tokens, row, [m[i, : n + 2].numpy().astype(np.float64) for m in top])
+        assert_matches(BiLMOutput([a[i : i + 1] for a in out.activations], out.mask[i : i + 1]), [expected], [tokens])
+    # the dropout really dropped: without it the top layer differs
+    model.eval()
+    with torch.no_grad():
+        assert not torch.allclose(model(batch_to_ids(sentences)).activations[3], out.activations[3], atol=1e-3)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_contextualize_zeroes_padding_whatever_the_vectors_there(tmp_path, backend):
+    """contextualize reads only each row's ``lengths + 2`` positions of ``x``: vectors beyond them (a cache
+    row or a buffer reused, not zeros) change no valid position, every layer is zero at padding with and
+    without the markers, and no gradient flows to them. ``keep_boundaries=True`` returned layer 0 (``[x; x]``)
+    unmasked: the padding's vectors came back, as did their gradient."""
+    opts = options()
+    opt_path, weight_path = write_model_files(tmp_path, opts)
+    model = BiLM.from_allennlp(opt_path, weight_path, backend=backend)
+    lengths = torch.tensor([4, 1, 0])
+    B, T2, P = 3, 6, opts["lstm"]["projection_dim"]
+    torch.manual_seed(0)
+    clean = torch.randn(B, T2, P)
+    padded = torch.arange(T2).unsqueeze(0) >= (lengths + 2).unsqueeze(1)
+    clean[padded] = 0
+    dirty = clean + padded.unsqueeze(-1) * torch.randn(B, T2, P)
+    for keep in (True, False):
+        x = dirty.clone().requires_grad_(True)
+        out = model.contextualize(x, lengths, keep_boundaries=keep)
+        with torch.no_grad():
+            expected = model.contextualize(clean, lengths, keep_boundaries=keep)
+        assert torch.equal(out.mask, expected.mask)
+        for layer, (got, want) in enumerate(zip(out.activations, expected.activations)):
+            torch.testing.assert_close(got, want, atol=1e-6, rtol=0, msg=f"layer {layer}, keep_boundaries={keep}")
+            assert torch.all(got[~out.mask] == 0), (layer, keep)
+        sum(a.sum() for a in out.activations).backward()
+        assert torch.all(x.grad[padded] == 0), keep
+        assert x.grad[~padded].abs().sum() > 0

@@ -23,6 +23,8 @@ def test_group_pieces_bounded():
         longest = max(p.end - p.start for p in g)
         assert len(g) * longest <= 16 or len(g) == 1
     assert group_pieces([Piece(0, 0, 50)], batch_tokens=16) == [[Piece(0, 0, 50)]]
+    # each sub-batch as full as the bound allows: rows x longest == batch_tokens fits (16 = 2 x 8 = 4 x 4)
+    assert [[p.end for p in g] for g in groups] == [[8, 8], [7, 5], [4, 3, 2, 1]]
 
 
 def test_windows_and_sentences():
