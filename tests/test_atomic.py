@@ -413,3 +413,57 @@ def test_a_corpus_cache_is_on_the_disk_before_it_is_moved_into_place(tmp_path, m
     moved = events.index(("replace", ino[""], str(cache)))
     assert {e[1] for e in events[:moved] if e[0] == "fsync"} == set(ino.values())
     assert events[moved + 1:] == [("fsync", os.stat(tmp_path).st_ino, "dir")]
+
+
+def test_replace_dir_killed_at_any_step_leaves_the_old_contents_the_new_or_no_marker(tmp_path, monkeypatch):
+    """replace_dir(last=...) removes the old markers first and moves the new ones in last: killed after any
+    removal or move, the directory holds the old contents whole, the new ones whole, or no marker (its readers
+    then refuse it). Removing the markers last left, after a kill, the old config.json beside some of the old
+    files only (a model loading as neither: the old weights without their initial state)."""
+    import shutil
+    from pathlib import Path
+
+    old = {"config.json": "old", "initial_state.safetensors": "old state", "model.safetensors": "old weights"}
+    new = {"config.json": "new", "model.safetensors": "new weights"}
+
+    def fill(tmp):
+        tmp.mkdir()
+        for name, text in new.items():
+            (tmp / name).write_text(text)
+
+    out = tmp_path / "out"
+    real = {"replace": os.replace, "unlink": Path.unlink, "rmtree": shutil.rmtree}
+    seen, n = [], 0
+    while True:
+        n += 1
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir()
+        for name, text in old.items():
+            (out / name).write_text(text)
+        done = []
+
+        def counted(name, target):
+            def operation(*args, **kwargs):
+                result = real[name](*args, **kwargs)
+                if Path(target(args)).parent == out:  # an entry of the directory, not of the temporary one
+                    done.append(name)
+                    if len(done) == n:
+                        raise Killed
+                return result
+            return operation
+
+        with monkeypatch.context() as patch:
+            patch.setattr(os, "replace", counted("replace", lambda a: a[1]))
+            patch.setattr(Path, "unlink", counted("unlink", lambda a: a[0]))
+            patch.setattr(shutil, "rmtree", counted("rmtree", lambda a: a[0]))
+            try:
+                replace_dir(out, fill, last=("config.json",))
+                finished = True
+            except Killed:
+                finished = False
+        found = {p.name: p.read_text() for p in out.iterdir() if not p.name.startswith(".")}
+        assert found in (old, new) or "config.json" not in found, f"killed after operation {n}: {found}"
+        seen.append("old" if found == old else "new" if found == new else "none")
+        if finished:
+            break
+    assert seen[-1] == "new" and "none" in seen and n > len(old) + len(new), seen
