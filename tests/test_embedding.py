@@ -1145,11 +1145,14 @@ def _punctuation_split(line):
 
 def test_custom_tokenize_from_python(bilm, corpus, tmp_path):
     """Each dataset equals the biLM on the custom tokens; a generator works; the model's mode comes
-    back as it was (it was left in eval mode)."""
+    back as it was, training or eval (it was left in eval mode)."""
     out = tmp_path / "out.h5"
     bilm.train()
     embed_file(bilm, corpus, out, tokenize=lambda line: (t for t in _punctuation_split(line)), progress=False)
     assert bilm.training
+    bilm.eval()
+    embed_file(bilm, corpus, tmp_path / "eval.h5", part_size=2, stop_after_parts=1, progress=False)
+    assert not bilm.training  # not put in training mode on the way out
     data, _ = read_all(out)
     bilm.eval()
     for i, line in enumerate(LINES):
