@@ -213,6 +213,9 @@ def test_dropout_applies_in_train_mode_only(files):
 def test_elmo_embedder_matches_oracle(files):
     """0.9's ElmoEmbedder: float32 (L + 1, n, 2P) per sentence, markers removed, states carried per row."""
     embedder = ElmoEmbedder(*files)
+    # 0.9 built its biLM frozen (requires_grad=False) and in eval mode: calling embedder.elmo_bilm directly builds
+    # no autograd graph, and its parameters given to an optimizer are not trained
+    assert not embedder.elmo_bilm.training and [p for p in embedder.elmo_bilm.parameters() if p.requires_grad] == []
     oracle = NumpyElmo(OPTS, files[1])
     # an empty sentence carries its row's states on, as in AllenNLP, in a batch of empty ones too
     for sentences in [BATCHES[0], [[], []], *BATCHES[1:]]:
