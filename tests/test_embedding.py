@@ -1636,3 +1636,20 @@ def test_another_text_into_a_complete_output_is_refused_before_it_is_tokenized(b
     assert embed_file(bilm, corpus, out, part_size=3, progress=False, tokenize=whitespace,
                       tokenizer_name="whitespace")["finished"] == 1
     assert len(calls) > 0 and out.read_bytes() == before
+
+
+def test_an_empty_input_embeds_into_an_output_of_no_dataset(bilm, tmp_path):
+    """An empty input has no line and no part: its OUTPUT holds sentence_to_index alone, an empty map, and the
+    same run again finds it complete. PartDigests gives no part's digest for it (one digest of no line made every
+    later pass find the text changed, E_EMBED_INPUT_CHANGED)."""
+    from spacy_elmo.embedding import PartDigests, scan_lines
+
+    path = tmp_path / "in.txt"
+    path.write_bytes(b"")
+    digests = PartDigests(4)
+    assert scan_lines(path, digests) == 0 and digests.parts() == []
+    out = tmp_path / "out.h5"
+    counts = embed_file(bilm, path, out, part_size=4, progress=False)
+    assert counts == {"lines": 0, "tokens": 0, "parts_written": 0, "parts_reused": 0, "finished": 1, "merged": 1}
+    assert read_all(out) == ({}, {}) and not parts_path(out).exists()
+    assert embed_file(bilm, path, out, part_size=4, progress=False)["merged"] == 0  # complete already
