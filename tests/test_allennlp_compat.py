@@ -265,13 +265,17 @@ def test_elmo_embedder_runs_nothing_for_the_batch_of_one_empty_sentence(files):
         ({"module": "bilm"}, ValueError, "takes no options_file or weight_file"),
         ({"files": (None, None)}, ValueError, "Elmo needs a model"),
         ({"files": ("https://x/options.json", "https://x/weights.hdf5")}, ValueError, "curl -LO"),
+        # a local options file beside a URL weight file: the URL named, not "no such file"
+        ({"url_weights": "https://x/weights.hdf5"}, ValueError, r"^https://x/weights.hdf5 is a URL.*curl -LO"),
     ],
     ids=["vocab-to-cache", "mix-parameters", "num-outputs", "bool", "module-type", "module-with-files",
-         "no-model", "url"],
+         "no-model", "url", "url-weights"],
 )
 def test_elmo_refuses_what_it_does_not_support(files, kwargs, error, match):
     kwargs = dict(kwargs)
     args = kwargs.pop("files", files)
+    if "url_weights" in kwargs:
+        args = (files[0], kwargs.pop("url_weights"))
     kwargs.setdefault("num_output_representations", 1)
     with pytest.raises(error, match=match):
         Elmo(*args, **kwargs)
