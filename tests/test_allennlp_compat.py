@@ -213,6 +213,9 @@ def test_dropout_applies_in_train_mode_only(files):
 def test_elmo_embedder_matches_oracle(files):
     """0.9's ElmoEmbedder: float32 (L + 1, n, 2P) per sentence, markers removed, states carried per row."""
     embedder = ElmoEmbedder(*files)
+    # 0.9 built its biLM frozen (requires_grad=False) and in eval mode: calling embedder.elmo_bilm directly builds
+    # no autograd graph, and its parameters given to an optimizer are not trained
+    assert not embedder.elmo_bilm.training and [p for p in embedder.elmo_bilm.parameters() if p.requires_grad] == []
     oracle = NumpyElmo(OPTS, files[1])
     # an empty sentence carries its row's states on, as in AllenNLP, in a batch of empty ones too
     for sentences in [BATCHES[0], [[], []], *BATCHES[1:]]:
@@ -262,13 +265,17 @@ def test_elmo_embedder_runs_nothing_for_the_batch_of_one_empty_sentence(files):
         ({"module": "bilm"}, ValueError, "takes no options_file or weight_file"),
         ({"files": (None, None)}, ValueError, "Elmo needs a model"),
         ({"files": ("https://x/options.json", "https://x/weights.hdf5")}, ValueError, "curl -LO"),
+        # a local options file beside a URL weight file: the URL named, not "no such file"
+        ({"url_weights": "https://x/weights.hdf5"}, ValueError, r"^https://x/weights.hdf5 is a URL.*curl -LO"),
     ],
     ids=["vocab-to-cache", "mix-parameters", "num-outputs", "bool", "module-type", "module-with-files",
-         "no-model", "url"],
+         "no-model", "url", "url-weights"],
 )
 def test_elmo_refuses_what_it_does_not_support(files, kwargs, error, match):
     kwargs = dict(kwargs)
     args = kwargs.pop("files", files)
+    if "url_weights" in kwargs:
+        args = (files[0], kwargs.pop("url_weights"))
     kwargs.setdefault("num_output_representations", 1)
     with pytest.raises(error, match=match):
         Elmo(*args, **kwargs)

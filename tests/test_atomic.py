@@ -196,6 +196,29 @@ class Killed(BaseException):
     """What a SIGKILL leaves: raised after a file operation, caught by nothing on its way out."""
 
 
+def _kill_after(patch, directory, n, done):
+    """Make the ``n``-th removal or rename (os.replace, Path.unlink, shutil.rmtree) of an entry of ``directory``
+    (not of a temporary directory inside it) raise :class:`Killed` once done; each one done is appended to ``done``."""
+    import shutil
+    from pathlib import Path
+
+    real = {"replace": os.replace, "unlink": Path.unlink, "rmtree": shutil.rmtree}
+
+    def counted(name, target):
+        def operation(*args, **kwargs):
+            result = real[name](*args, **kwargs)
+            if Path(target(args)).parent == directory:
+                done.append(name)
+                if len(done) == n:
+                    raise Killed
+            return result
+        return operation
+
+    patch.setattr(os, "replace", counted("replace", lambda a: a[1]))
+    patch.setattr(Path, "unlink", counted("unlink", lambda a: a[0]))
+    patch.setattr(shutil, "rmtree", counted("rmtree", lambda a: a[0]))
+
+
 @pytest.mark.parametrize("old_format,new_format", [("native", "native"), ("allennlp", "native"), ("native", "allennlp")])
 def test_an_export_over_a_model_killed_after_any_file_operation_leaves_one_model_or_none(
         tmp_path, monkeypatch, old_format, new_format):
@@ -205,9 +228,7 @@ def test_an_export_over_a_model_killed_after_any_file_operation_leaves_one_model
     from a zero initial state. The markers of a complete model (config.json, the options file) now go
     first and come last: after a kill at any operation the directory loads as the old model, as the new one, or
     not at all."""
-    import os
     import shutil
-    from pathlib import Path
 
     import torch
     from typer.testing import CliRunner
@@ -233,7 +254,6 @@ def test_an_export_over_a_model_killed_after_any_file_operation_leaves_one_model
         new.to_allennlp(source / "options.json", source / "weights.hdf5")
     out = tmp_path / "out"
     write_old = old.save if old_format == "native" else lambda d: old.to_allennlp(d / "options.json", d / "weights.hdf5")
-    real = {"replace": os.replace, "unlink": Path.unlink, "rmtree": shutil.rmtree}
     outcomes, n = [], 0
     while True:
         n += 1
@@ -241,21 +261,8 @@ def test_an_export_over_a_model_killed_after_any_file_operation_leaves_one_model
         out.mkdir()
         write_old(out)
         done = []
-
-        def counted(name, target):
-            def operation(*args, **kwargs):
-                result = real[name](*args, **kwargs)
-                if Path(target(args)).parent == out:  # an entry of the model directory, not of the temporary one
-                    done.append(name)
-                    if len(done) == n:
-                        raise Killed
-                return result
-            return operation
-
         with monkeypatch.context() as patch:
-            patch.setattr(os, "replace", counted("replace", lambda a: a[1]))
-            patch.setattr(Path, "unlink", counted("unlink", lambda a: a[0]))
-            patch.setattr(shutil, "rmtree", counted("rmtree", lambda a: a[0]))
+            _kill_after(patch, out, n, done)
             try:
                 result = CliRunner().invoke(app, ["export", str(source), str(out), "--format", new_format, "--overwrite"])
             except Killed:
@@ -413,3 +420,41 @@ def test_a_corpus_cache_is_on_the_disk_before_it_is_moved_into_place(tmp_path, m
     moved = events.index(("replace", ino[""], str(cache)))
     assert {e[1] for e in events[:moved] if e[0] == "fsync"} == set(ino.values())
     assert events[moved + 1:] == [("fsync", os.stat(tmp_path).st_ino, "dir")]
+
+
+def test_replace_dir_killed_at_any_step_leaves_the_old_contents_the_new_or_no_marker(tmp_path, monkeypatch):
+    """replace_dir(last=...) removes the old markers first and moves the new ones in last: killed after any
+    removal or move, the directory holds the old contents whole, the new ones whole, or no marker (its readers
+    then refuse it). Removing the markers last left, after a kill, the old config.json beside some of the old
+    files only (a model loading as neither: the old weights without their initial state)."""
+    import shutil
+
+    old = {"config.json": "old", "initial_state.safetensors": "old state", "model.safetensors": "old weights"}
+    new = {"config.json": "new", "model.safetensors": "new weights"}
+
+    def fill(tmp):
+        tmp.mkdir()
+        for name, text in new.items():
+            (tmp / name).write_text(text)
+
+    out = tmp_path / "out"
+    seen, n = [], 0
+    while True:
+        n += 1
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir()
+        for name, text in old.items():
+            (out / name).write_text(text)
+        with monkeypatch.context() as patch:
+            _kill_after(patch, out, n, [])
+            try:
+                replace_dir(out, fill, last=("config.json",))
+                finished = True
+            except Killed:
+                finished = False
+        found = {p.name: p.read_text() for p in out.iterdir() if not p.name.startswith(".")}
+        assert found in (old, new) or "config.json" not in found, f"killed after operation {n}: {found}"
+        seen.append("old" if found == old else "new" if found == new else "none")
+        if finished:
+            break
+    assert seen[-1] == "new" and "none" in seen and n > len(old) + len(new), seen

@@ -1145,11 +1145,14 @@ def _punctuation_split(line):
 
 def test_custom_tokenize_from_python(bilm, corpus, tmp_path):
     """Each dataset equals the biLM on the custom tokens; a generator works; the model's mode comes
-    back as it was (it was left in eval mode)."""
+    back as it was, training or eval (it was left in eval mode)."""
     out = tmp_path / "out.h5"
     bilm.train()
     embed_file(bilm, corpus, out, tokenize=lambda line: (t for t in _punctuation_split(line)), progress=False)
     assert bilm.training
+    bilm.eval()
+    embed_file(bilm, corpus, tmp_path / "eval.h5", part_size=2, stop_after_parts=1, progress=False)
+    assert not bilm.training  # not put in training mode on the way out
     data, _ = read_all(out)
     bilm.eval()
     for i, line in enumerate(LINES):
@@ -1633,3 +1636,53 @@ def test_another_text_into_a_complete_output_is_refused_before_it_is_tokenized(b
     assert embed_file(bilm, corpus, out, part_size=3, progress=False, tokenize=whitespace,
                       tokenizer_name="whitespace")["finished"] == 1
     assert len(calls) > 0 and out.read_bytes() == before
+
+
+def test_an_empty_input_embeds_into_an_output_of_no_dataset(bilm, tmp_path):
+    """An empty input has no line and no part: its OUTPUT holds sentence_to_index alone, an empty map, and the
+    same run again finds it complete. PartDigests gives no part's digest for it (one digest of no line made every
+    later pass find the text changed, E_EMBED_INPUT_CHANGED)."""
+    from spacy_elmo.embedding import PartDigests, scan_lines
+
+    path = tmp_path / "in.txt"
+    path.write_bytes(b"")
+    digests = PartDigests(4)
+    assert scan_lines(path, digests) == 0 and digests.parts() == []
+    out = tmp_path / "out.h5"
+    counts = embed_file(bilm, path, out, part_size=4, progress=False)
+    assert counts == {"lines": 0, "tokens": 0, "parts_written": 0, "parts_reused": 0, "finished": 1, "merged": 1}
+    assert read_all(out) == ({}, {}) and not parts_path(out).exists()
+    assert embed_file(bilm, path, out, part_size=4, progress=False)["merged"] == 0  # complete already
+
+
+def test_ctrl_c_while_merging_before_output_is_in_place_stays_an_interrupt(bilm, corpus, tmp_path, monkeypatch):
+    """Ctrl-C ends a finished run only once OUTPUT is in place (complete): during the merge, before its rename, it
+    is an interrupt, no OUTPUT written and the finished parts kept, which the next run reuses for the same file."""
+    straight, out = tmp_path / "straight.h5", tmp_path / "out.h5"
+    embed_file(bilm, corpus, straight, part_size=3, progress=False)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(spacy_elmo.embedding, "_merge", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            embed_file(bilm, corpus, out, part_size=3, progress=False)
+    assert not out.exists() and len(list(parts_path(out).glob("part-*.hdf5"))) == 3
+    counts = embed_file(bilm, corpus, out, part_size=3, progress=False)
+    assert counts["parts_reused"] == 3 and counts["parts_written"] == 0 and out.read_bytes() == straight.read_bytes()
+
+
+def test_an_existing_output_refused_without_overwrite_takes_a_killed_removals_leftover_along(
+        bilm, corpus, tmp_path, ended_pid):
+    """OUTPUT exists, not a complete one of this program's (no record of its run), without --overwrite: refused,
+    and what a run killed while deleting OUTPUT's parts left beside it (``.OUTPUT.parts.PID.tmp`` of a process that
+    has ended) is removed on the way: never reused, it stayed for good, as big as OUTPUT."""
+    out = tmp_path / "out.h5"
+    out.write_text("someone's file\n")
+    left = tmp_path / f".out.h5.parts.{ended_pid}.tmp"
+    left.mkdir()
+    (left / "part-000000.hdf5").write_bytes(b"half")
+    with pytest.raises(FileExistsError):
+        embed_file(bilm, corpus, out, part_size=3, progress=False)
+    assert not left.exists() and out.read_text() == "someone's file\n"

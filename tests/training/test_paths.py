@@ -356,3 +356,21 @@ def test_file_sha256_streams_a_file_larger_than_its_chunk(tmp_path):
     assert file_sha256(path) == hashlib.sha256(data).hexdigest()
     path.write_bytes(data[: HASH_CHUNK + 5] + b"x" + data[HASH_CHUNK + 6 :])
     assert file_sha256(path) != hashlib.sha256(data).hexdigest()
+
+
+def test_a_tilde_naming_no_home_directory_is_a_plain_path(tmp_path, monkeypatch):
+    """``~`` and ``~/x`` are a shell's to expand: an input naming nothing says so, an output is refused. A ``~user``
+    naming no user (``~nosuchuser``) expands to nothing, so it is a plain relative path: the plain error of a missing
+    input, and an output accepted, as ``./~/x`` (a directory ``~`` named on purpose) is."""
+    from spacy_elmo.paths import check_output_path, missing_path_error, unexpanded_home
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert unexpanded_home("~/x") == str(tmp_path / "x") and unexpanded_home("~") == str(tmp_path)
+    with pytest.raises(ValueError, match="starts with a ~ that no shell expanded"):
+        check_output_path("~/out")
+    nobody = "~spacy-elmo-no-such-user/x"
+    assert os.path.expanduser(nobody) == nobody  # no such user here
+    for plain in (nobody, "./~/x", "a/~/x"):
+        assert unexpanded_home(plain) is None
+        check_output_path(plain)  # no error
+        assert str(missing_path_error(plain, "plain message")) == "plain message"
