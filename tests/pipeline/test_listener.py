@@ -49,6 +49,40 @@ TOK2VEC = {
 }
 
 
+def test_elmo_tok2vec_is_the_concatenation_through_a_normalised_three_piece_maxout_then_the_encoder():
+    """ElmoTok2Vec.v1 against a float64 oracle from its own parameters: ``[x_k; ELMo_k]`` (embed's columns first),
+    a 3-piece Maxout down to the encoder's width (W ``(nO, 3, nI)``, the width a saved pipeline's weights have),
+    thinc's LayerNorm, then the encoder."""
+    from thinc.api import Linear, Model, with_array
+
+    from spacy_elmo.pipeline.architectures import ElmoTok2Vec
+
+    rng = numpy.random.default_rng(3)
+    docs = [spacy.blank("en").make_doc(text) for text in ("Alice lives here .", "Bob went")]
+    embedded = [rng.standard_normal((len(doc), 5)).astype("float32") for doc in docs]
+    mixed = [rng.standard_normal((len(doc), 4)).astype("float32") for doc in docs]
+
+    def fixed(name, arrays, width):
+        return Model(name, lambda model, X, is_train: (arrays, lambda dY: []), dims={"nO": width})
+
+    encode = with_array(Linear(nO=6, nI=6))
+    model = ElmoTok2Vec(fixed("embed", embedded, 5), fixed("elmo", mixed, 4), encode)
+    model.initialize(X=docs)
+    assert model.get_dim("nO") == 6
+    maxout, norm = [node for node in model.walk() if node.name in ("maxout", "layernorm")]
+    for node, name in [(maxout, "b"), (norm, "G"), (norm, "b"), (encode.layers[0], "b")]:
+        node.set_param(name, rng.standard_normal(node.get_param(name).shape).astype("float32"))
+    W = maxout.get_param("W").astype(numpy.float64).reshape(6, 3, 9)  # nO, nP, nI
+    b = maxout.get_param("b").astype(numpy.float64).reshape(6, 3)
+    for X, Y in zip([numpy.concatenate([e, m], axis=1).astype(numpy.float64) for e, m in zip(embedded, mixed)],
+                    model.predict(docs)):
+        h = (numpy.einsum("opi,ni->nop", W, X) + b).max(axis=2)
+        h = (h - h.mean(axis=1, keepdims=True)) / numpy.sqrt(h.var(axis=1, keepdims=True) + 1e-8)
+        h = h * norm.get_param("G") + norm.get_param("b")
+        want = h @ encode.layers[0].get_param("W").T.astype(numpy.float64) + encode.layers[0].get_param("b")
+        numpy.testing.assert_allclose(model.ops.to_numpy(Y), want, rtol=1e-4, atol=1e-5)
+
+
 def _numpy_layer_norm(X):
     """float64 oracle of elmo-spec §7's layer norm on one doc ``(L + 1, n, D)``: one mean/var per layer."""
     X = X.astype(numpy.float64)
