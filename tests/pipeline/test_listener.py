@@ -384,6 +384,34 @@ def test_a_disabled_listening_component_is_handed_nothing(tiny_dir):
     assert len(listener._predicted) == 2
 
 
+_INNER_ELMO: list = []  # the elmo component that test_listener_run_inner_elmo runs, then the docs it ran on
+
+
+@Language.component("test_listener_run_inner_elmo")
+def _run_inner_elmo(doc):
+    _INNER_ELMO.append(_INNER_ELMO[0](doc.copy()))  # kept: a hand-over lasts as long as its doc
+    return doc
+
+
+def test_a_disable_of_another_pipelines_call_does_not_skip_a_listening_component(tiny_dir):
+    """The components a call skips are its own pipeline's: elmo run by a component of another pipeline called
+    with disable=["textcat"] (a pipeline whose component names mean other components) hands its layers over
+    to its own pipeline's textcat, which that call does not skip."""
+    nlp = _train(_nlp_with(tiny_dir, "textcat", _textcat_model("textcat", LISTENER)), "textcat", make_docs(4))
+    listener = _listener_of(nlp.get_pipe("textcat"))
+    _INNER_ELMO[:] = [nlp.get_pipe("elmo")]
+    outer = spacy.blank("en")
+    outer.add_pipe("test_listener_run_inner_elmo")
+    try:
+        outer("Yesterday Alice went home .", disable=["textcat"])
+        assert len(listener._predicted) == 1  # handed over: textcat runs in nlp
+        listener._predicted = type(listener._predicted)()
+        nlp("Yesterday Alice went home .", disable=["textcat"])  # its own call's disable: skipped
+        assert len(listener._predicted) == 0
+    finally:
+        _INNER_ELMO.clear()
+
+
 def test_spancat_with_listener(tiny_dir):
     model = {
         "@architectures": "spacy.SpanCategorizer.v1",
