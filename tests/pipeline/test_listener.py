@@ -1639,6 +1639,15 @@ def test_a_training_batch_retokenized_after_the_upstream_reads_its_layers_and_se
         listener.begin_update(other)
 
 
+def test_an_update_on_a_received_doc_beside_a_doc_of_no_batch_is_refused_not_read_from_the_kept_layers():
+    """The layers kept from the last training batch serve prediction only: an update whose docs are not all of
+    that batch (here a received doc and an empty one) is E_LISTENER_BATCH, not the received doc's stale layers
+    with a backprop that hands the upstream no gradient."""
+    listener, docs, _ = _fed_listener()
+    with pytest.raises(ValueError, match="no upstream output"):
+        listener.begin_update([docs[0], spacy.blank("en").make_doc("")])
+
+
 @pytest.mark.parametrize("frozen", [True, False])
 @pytest.mark.parametrize("elmo_annotates", [False, True])
 def test_update_with_a_retokenizer_between_elmo_and_a_listening_component(tiny_dir, frozen, elmo_annotates):
