@@ -49,6 +49,40 @@ TOK2VEC = {
 }
 
 
+def test_elmo_tok2vec_is_the_concatenation_through_a_normalised_three_piece_maxout_then_the_encoder():
+    """ElmoTok2Vec.v1 against a float64 oracle from its own parameters: ``[x_k; ELMo_k]`` (embed's columns first),
+    a 3-piece Maxout down to the encoder's width (W ``(nO, 3, nI)``, the width a saved pipeline's weights have),
+    thinc's LayerNorm, then the encoder."""
+    from thinc.api import Linear, Model, with_array
+
+    from spacy_elmo.pipeline.architectures import ElmoTok2Vec
+
+    rng = numpy.random.default_rng(3)
+    docs = [spacy.blank("en").make_doc(text) for text in ("Alice lives here .", "Bob went")]
+    embedded = [rng.standard_normal((len(doc), 5)).astype("float32") for doc in docs]
+    mixed = [rng.standard_normal((len(doc), 4)).astype("float32") for doc in docs]
+
+    def fixed(name, arrays, width):
+        return Model(name, lambda model, X, is_train: (arrays, lambda dY: []), dims={"nO": width})
+
+    encode = with_array(Linear(nO=6, nI=6))
+    model = ElmoTok2Vec(fixed("embed", embedded, 5), fixed("elmo", mixed, 4), encode)
+    model.initialize(X=docs)
+    assert model.get_dim("nO") == 6
+    maxout, norm = [node for node in model.walk() if node.name in ("maxout", "layernorm")]
+    for node, name in [(maxout, "b"), (norm, "G"), (norm, "b"), (encode.layers[0], "b")]:
+        node.set_param(name, rng.standard_normal(node.get_param(name).shape).astype("float32"))
+    W = maxout.get_param("W").astype(numpy.float64).reshape(6, 3, 9)  # nO, nP, nI
+    b = maxout.get_param("b").astype(numpy.float64).reshape(6, 3)
+    for X, Y in zip([numpy.concatenate([e, m], axis=1).astype(numpy.float64) for e, m in zip(embedded, mixed)],
+                    model.predict(docs)):
+        h = (numpy.einsum("opi,ni->nop", W, X) + b).max(axis=2)
+        h = (h - h.mean(axis=1, keepdims=True)) / numpy.sqrt(h.var(axis=1, keepdims=True) + 1e-8)
+        h = h * norm.get_param("G") + norm.get_param("b")
+        want = h @ encode.layers[0].get_param("W").T.astype(numpy.float64) + encode.layers[0].get_param("b")
+        numpy.testing.assert_allclose(model.ops.to_numpy(Y), want, rtol=1e-4, atol=1e-5)
+
+
 def _numpy_layer_norm(X):
     """float64 oracle of elmo-spec §7's layer norm on one doc ``(L + 1, n, D)``: one mean/var per layer."""
     X = X.astype(numpy.float64)
@@ -348,6 +382,34 @@ def test_a_disabled_listening_component_is_handed_nothing(tiny_dir):
     kept = [nlp.make_doc(text) for text in texts]
     nlp.get_pipe("elmo").set_annotations(kept, nlp.get_pipe("elmo").predict(kept))  # enabled: handed over
     assert len(listener._predicted) == 2
+
+
+_INNER_ELMO: list = []  # the elmo component that test_listener_run_inner_elmo runs, then the docs it ran on
+
+
+@Language.component("test_listener_run_inner_elmo")
+def _run_inner_elmo(doc):
+    _INNER_ELMO.append(_INNER_ELMO[0](doc.copy()))  # kept: a hand-over lasts as long as its doc
+    return doc
+
+
+def test_a_disable_of_another_pipelines_call_does_not_skip_a_listening_component(tiny_dir):
+    """The components a call skips are its own pipeline's: elmo run by a component of another pipeline called
+    with disable=["textcat"] (a pipeline whose component names mean other components) hands its layers over
+    to its own pipeline's textcat, which that call does not skip."""
+    nlp = _train(_nlp_with(tiny_dir, "textcat", _textcat_model("textcat", LISTENER)), "textcat", make_docs(4))
+    listener = _listener_of(nlp.get_pipe("textcat"))
+    _INNER_ELMO[:] = [nlp.get_pipe("elmo")]
+    outer = spacy.blank("en")
+    outer.add_pipe("test_listener_run_inner_elmo")
+    try:
+        outer("Yesterday Alice went home .", disable=["textcat"])
+        assert len(listener._predicted) == 1  # handed over: textcat runs in nlp
+        listener._predicted = type(listener._predicted)()
+        nlp("Yesterday Alice went home .", disable=["textcat"])  # its own call's disable: skipped
+        assert len(listener._predicted) == 0
+    finally:
+        _INNER_ELMO.clear()
 
 
 def test_spancat_with_listener(tiny_dir):
@@ -1575,6 +1637,15 @@ def test_a_training_batch_retokenized_after_the_upstream_reads_its_layers_and_se
     other = [spacy.blank("en").make_doc(doc.text + " Hi") for doc in docs]
     with pytest.raises(ValueError, match="no upstream output"):
         listener.begin_update(other)
+
+
+def test_an_update_on_a_received_doc_beside_a_doc_of_no_batch_is_refused_not_read_from_the_kept_layers():
+    """The layers kept from the last training batch serve prediction only: an update whose docs are not all of
+    that batch (here a received doc and an empty one) is E_LISTENER_BATCH, not the received doc's stale layers
+    with a backprop that hands the upstream no gradient."""
+    listener, docs, _ = _fed_listener()
+    with pytest.raises(ValueError, match="no upstream output"):
+        listener.begin_update([docs[0], spacy.blank("en").make_doc("")])
 
 
 @pytest.mark.parametrize("frozen", [True, False])

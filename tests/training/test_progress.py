@@ -46,6 +46,19 @@ def test_a_notebook_bar_keeps_tqdms_pace(monkeypatch):
         assert bar.mininterval == 0.1 and bar.maxinterval == 10.0
 
 
+def test_a_terminal_bar_is_tqdms_own_at_its_pace(monkeypatch):
+    """On a terminal (isatty() True) a bar is tqdm's, redrawn in place at tqdm's pace and position: only a log
+    gets the once-a-minute line-per-redraw bar."""
+    from spacy_elmo.progress import _LogBar
+
+    stream = type("Tty", (io.StringIO,), {"isatty": lambda self: True})()
+    monkeypatch.setattr(sys, "stderr", stream)
+    with progress_bar(range(3), desc="x", position=1) as bar:
+        assert not isinstance(bar, _LogBar) and isinstance(bar, tqdm.std.tqdm)
+        assert bar.mininterval == 0.1 and bar.maxinterval == 10.0 and bar.pos == -1  # tqdm's pos: -position
+        list(bar)
+
+
 def test_the_held_out_evaluation_of_pretrain_shows_its_progress(tmp_path, capsys):
     """At each checkpoint pretrain measures --heldout (260 s for the bundled model's held-out text) while its own
     bar stood still, with no bar of the evaluation; now there is one, for each checkpoint's evaluation."""
