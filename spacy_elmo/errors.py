@@ -578,6 +578,10 @@ class Errors:
         "contextualize expects token vectors x (batch, max_len + 2, {proj}) (<S>, the tokens, </S>, then zeros) "
         "and lengths (batch,); got x {found_x} and lengths {found_lengths}."
     )
+    E_TOKEN_CACHE_DEVICE = (
+        "TokenCache: device {found} is not the biLM's ({expected}), where the cache's vectors live with the char "
+        "encoder's weights. Pass device=torch.device('{expected}'), or move the model there with bilm.to(device)."
+    )
     E_CONTEXTUALIZE_DEVICE = (
         "contextualize: the token vectors x are on {found} but the biLM's weights are on {expected}: move x "
         "there (x.to('{expected}')), or the model with bilm.to(device)."

@@ -30,6 +30,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch import Tensor
 
 from ..chars import batch_to_ids, token_list
+from ..errors import Errors
 from ..ops import reference
 from ..forksafe import after_fork_in_child
 
@@ -73,6 +74,20 @@ def _weights_key(bilm) -> WeightsKey:
     weights, per batch."""
     weights = tuple([(-1 if p.is_inference() else p._version, p.data_ptr()) for p in bilm.token_encoder.parameters()])
     return _OptimizerSteps.count, weights
+
+
+def _home(bilm, device: torch.device) -> torch.device:
+    """``device`` as the biLM's weights name it, where the matrix lives: ``cuda`` is ``cuda:N`` of the current
+    GPU, as ``tensor.to("cuda")`` takes it. Compared unresolved, ``cuda`` never equalled the matrix's ``cuda:0``,
+    and every call started the cache over (the whole char CNN, every batch). Another device is an error: the
+    matrix cannot serve it."""
+    home = bilm.token_encoder.char_embedding.device
+    asked = torch.device(device)
+    if asked.type == home.type and asked.index is None and home.index is not None:
+        asked = torch.empty(0, device=asked).device  # the type's current index; an empty tensor allocates nothing
+    if asked != home:
+        raise ValueError(Errors.E_TOKEN_CACHE_DEVICE.format(found=asked, expected=home))
+    return home
 
 
 class TokenCache:
@@ -139,6 +154,7 @@ class TokenCache:
         return self._lookup(bilm, rows, device, gather=False)
 
     def _lookup(self, bilm, rows, device: torch.device, gather: bool) -> Tensor:
+        device = _home(bilm, device)
         rows = [token_list(row, i) for i, row in enumerate(rows)]  # read more than once below
         weights = _weights_key(bilm)
         while True:

@@ -121,6 +121,21 @@ def test_cached_rows_hand_contextualize_host_lengths_whatever_the_weights_device
     _assert_layers_equal_whole_bilm(bilm, rows, layers)
 
 
+def test_a_device_not_the_bilms_is_refused_and_the_cache_kept():
+    """The matrix lives with the char encoder's weights: a lookup for another device cannot be served from it
+    (it failed deep in the char CNN or the gather). Refused with both devices named, the cache as it was."""
+    bilm, cache = _tiny_bilm(), TokenCache(100)
+    rows = [["The", "bank"], ["river"]]
+    with torch.no_grad():
+        idx = cache.lookup(bilm, rows, "cpu")  # a device's name does as well as the device
+        generation, index = cache.generation, dict(cache.index)
+        for lookup in (cache.lookup, cache.vectors):
+            with pytest.raises(ValueError, match=r"device meta is not the biLM's \(cpu\).*bilm\.to\(device\)"):
+                lookup(bilm, rows, torch.device("meta"))
+        assert cache.generation == generation and cache.index == index
+        assert torch.equal(cache.lookup(bilm, rows, torch.device("cpu")), idx)
+
+
 def test_rows_are_taken_as_batch_to_ids_takes_sentences():
     """With a cache, a string row ran as its characters and a generator row as an empty row
     (lookup read it three times); batch_to_ids, the path without a cache, refuses the first."""

@@ -444,6 +444,29 @@ def test_cached_rows_cuda_contextualize_makes_no_host_sync(capfd):
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
 
 
+def test_token_cache_takes_cuda_without_an_index():
+    """A lookup for torch.device("cuda") never equalled the matrix's cuda:0, and the cache started over at every
+    call (the whole char CNN again; found by test_cached_rows_cuda_contextualize_makes_no_host_sync, whose lookup
+    synced 4 times to run_rows' 1). "cuda" is the current GPU, as tensor.to("cuda") takes it."""
+    from spacy_elmo.bilm import BiLM, BiLMConfig
+    from spacy_elmo.bilm.token_cache import TokenCache, run_rows
+
+    torch.manual_seed(0)
+    model = BiLM(BiLMConfig.preset("small"), backend="fused").to(DEV).eval()
+    cache = TokenCache(100)
+    rows = [["The", "cat", "sat", "."], ["A", "dog"]]
+    with torch.no_grad():
+        first = cache.vectors(model, rows, torch.device("cuda"))
+        generation, used = cache.generation, cache.used
+        for device in ("cuda", torch.device("cuda"), torch.device(DEV), torch.device("cuda", torch.cuda.current_device())):
+            torch.testing.assert_close(cache.vectors(model, rows, device), first, rtol=0, atol=0)
+            assert (cache.generation, cache.used) == (generation, used), device  # read, not encoded again
+        for a, b in zip(run_rows(model, rows, cache).activations, run_rows(model, rows).activations):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+        with pytest.raises(ValueError, match=r"device cpu is not the biLM's \(cuda:"):
+            cache.vectors(model, rows, torch.device("cpu"))
+
+
 def test_pretraining_step_cuda_host_syncs(capfd):
     """One pretraining step as benchmarks/pretrain.py times it (make_step: the small preset, fused, bf16
     autocast, sampled softmax, Adagrad; what scripts/profile_pretrain_step.py profiles) makes at most 3
