@@ -83,8 +83,8 @@ def _home(bilm, device: torch.device) -> torch.device:
     matrix cannot serve it."""
     home = bilm.token_encoder.char_embedding.device
     asked = torch.device(device)
-    if asked.type == home.type and asked.index is None and home.index is not None:
-        asked = torch.empty(0, device=asked).device  # the type's current index; an empty tensor allocates nothing
+    if asked.type == home.type:  # cuda -> cuda:N (the current GPU), cpu:0 -> cpu: as a tensor's device names it
+        asked = torch.empty(0, device=asked).device  # an empty tensor allocates nothing
     if asked != home:
         raise ValueError(Errors.E_TOKEN_CACHE_DEVICE.format(found=asked, expected=home))
     return home

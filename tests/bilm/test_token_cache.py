@@ -128,6 +128,8 @@ def test_a_device_not_the_bilms_is_refused_and_the_cache_kept():
     rows = [["The", "bank"], ["river"]]
     with torch.no_grad():
         idx = cache.lookup(bilm, rows, "cpu")  # a device's name does as well as the device
+        for same in ("cpu:0", torch.device("cpu", 0)):  # tensor.to("cpu:0") lands on cpu
+            assert torch.equal(cache.lookup(bilm, rows, same), idx)
         generation, index = cache.generation, dict(cache.index)
         for lookup in (cache.lookup, cache.vectors):
             with pytest.raises(ValueError, match=r"device meta is not the biLM's \(cpu\).*bilm\.to\(device\)"):

@@ -458,7 +458,8 @@ def test_token_cache_takes_cuda_without_an_index():
     with torch.no_grad():
         first = cache.vectors(model, rows, torch.device("cuda"))
         generation, used = cache.generation, cache.used
-        for device in ("cuda", torch.device("cuda"), torch.device(DEV), torch.device("cuda", torch.cuda.current_device())):
+        n = torch.cuda.current_device()
+        for device in ("cuda", torch.device("cuda"), torch.device(DEV), torch.device("cuda", n), f"cuda:{n}", n):
             torch.testing.assert_close(cache.vectors(model, rows, device), first, rtol=0, atol=0)
             assert (cache.generation, cache.used) == (generation, used), device  # read, not encoded again
         for a, b in zip(run_rows(model, rows, cache).activations, run_rows(model, rows).activations):
