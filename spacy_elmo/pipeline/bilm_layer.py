@@ -17,7 +17,7 @@ import torch
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 from spacy.tokens import Doc
-from thinc.api import ArgsKwargs, Model, Optimizer, PyTorchShim, torch2xp, xp2torch
+from thinc.api import ArgsKwargs, CupyOps, Model, MPSOps, Ops, Optimizer, PyTorchShim, torch2xp, xp2torch
 from thinc.layers.pytorchwrapper import forward as pytorch_forward
 from thinc.shims.shim import Shim
 from thinc.types import Floats3d
@@ -255,14 +255,31 @@ def get_bilm(model: Model) -> Optional[BiLM]:
     return get_runner(model).bilm
 
 
+def ops_device(ops: Ops) -> torch.device:
+    """The torch device of thinc ``ops``, named as thinc's ``get_torch_default_device`` names that of its current
+    ops: CupyOps -> ``cuda:N`` of the current GPU (a CupyOps holds no GPU of its own: its ``device_id`` is 0
+    whichever GPU ``require_gpu(N)`` or ``to_gpu(N)`` chose), MPSOps -> ``mps``, any other -> the CPU."""
+    if isinstance(ops, CupyOps):
+        return torch.device("cuda", torch.cuda.current_device())
+    if isinstance(ops, MPSOps):
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
 def set_bilm(model: Model, bilm: BiLM, source: str) -> None:
-    """Put loaded weights into the model (on the current thinc device), then set the dims: a call of another thread
-    (which takes no lock) that reads both in between sees the new weights with the old dims, never the reverse
-    (readers that need both read the sizes from the biLM they run, as :func:`_forward` does)."""
-    shim = get_shim(model)
+    """Put loaded weights into the model, on the device of the model's ops (:func:`ops_device`), then set the dims:
+    a call of another thread (which takes no lock) that reads both in between sees the new weights with the old
+    dims, never the reverse (readers that need both read the sizes from the biLM they run, as :func:`_forward`
+    does).
+
+    The model's ops, not thinc's current ones: weights loaded at the first call, after the pipeline was built
+    (``PyTorchShim.device``, with no weights yet, is the device of the current ops) went to the GPU of a
+    ``spacy.require_gpu()`` called in between, while the model's ops, fixed when it was built (thinc's
+    ``PyTorchWrapper`` also places its module then), allocate numpy outputs. ``model.to_gpu(i)`` / ``to_cpu()``
+    change the model's ops with its weights."""
     bilm.backend = model.attrs["backend"]
     runner = get_runner(model)
-    runner.set_bilm(bilm.to(shim.device))
+    runner.set_bilm(bilm.to(ops_device(model.ops)))
     runner.source = source
     _set_dims(model)
 
@@ -463,7 +480,10 @@ def _no_input_grad(d_inputs: Any) -> List[Any]:  # module level: picklable
 
 def _convert_outputs(model: Model, X_Ytorch, is_train: bool):
     _, Ytorch = X_Ytorch
-    Y = torch2xp(Ytorch.float() if Ytorch.dtype != torch.float32 else Ytorch)
+    # the arrays of the model's ops wherever the biLM runs: without ops, torch2xp gives cupy arrays for a biLM on a
+    # GPU, which numpy outputs refuse (one loaded onto the current ops' GPU by thinc's from_bytes, as a copy that
+    # nlp.replace_listeners made is, into a model built on the CPU)
+    Y = torch2xp(Ytorch.float() if Ytorch.dtype != torch.float32 else Ytorch, ops=model.ops)
 
     def reverse(dY) -> ArgsKwargs:
         return ArgsKwargs(args=((Ytorch,),), kwargs={"grad_tensors": (xp2torch(dY, device=Ytorch.device),)})

@@ -9,7 +9,8 @@ the biLM only on rows it has not seen. A row's layers depend only on its words (
 its own, wrapped in ``<S> ... </S>``), not on the other rows of its batch, up to float32 rounding.
 
 Only for a biLM that does not train: the entries are stale once the weights change, so the
-model's owner empties it whenever they are set or stepped (:meth:`ElmoRunner.clear_caches`), and
+model's owner empties it whenever they are set or stepped (:meth:`ElmoRunner.clear_caches`), the
+runner whenever they move to another device or dtype (thinc's ``model.to_cpu()``, ``to_gpu(i)``), and
 the entries are of one biLM object: a call that still runs the biLM whose weights another thread
 replaced (and emptied the cache) neither reads the new biLM's entries nor leaves its own for it.
 Not part of any saved or pickled state, and not copied (a copy starts empty); a forked child starts

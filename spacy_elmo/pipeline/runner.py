@@ -7,6 +7,7 @@ by ``bilm_layer._forward``; off until the component's ``layer_cache_mb`` sets a 
 so they are not part of any serialized state.
 """
 
+import itertools
 import multiprocessing
 import weakref
 from typing import Any, Optional, Sequence, Tuple, Union
@@ -113,6 +114,23 @@ class ElmoRunner(nn.Module):
         """Empty the token and layer caches: call it whenever the weights change."""
         self.cache.clear()
         self.layer_cache.clear()
+
+    def _placement(self) -> Tuple[Tuple[torch.device, torch.dtype], ...]:
+        """The device and dtype of every weight and buffer (the biLM's): what the caches' entries were made on."""
+        return tuple((t.device, t.dtype) for t in itertools.chain(self.parameters(), self.buffers()))
+
+    def _apply(self, fn: Any, recurse: bool = True) -> "ElmoRunner":
+        """Every move or cast of the module (``.to()``, ``.cpu()``, ``.cuda(i)``, ``.half()``) goes through here,
+        thinc's too: ``model.to_cpu()`` / ``model.to_gpu(i)`` -> ``PyTorchShim.to_device`` -> ``runner.cpu()`` /
+        ``runner.cuda(i)``. It moves the biLM in place, the same object, so the layer cache (whose entries are the
+        arrays of the old device, served to the biLM that made them) and the token cache (a matrix on the old
+        device) are emptied when a weight's device or dtype changed: a cupy entry put into the numpy outputs of a
+        model moved to the CPU was a TypeError, one of another GPU a copy across devices."""
+        before = self._placement()
+        moved = super()._apply(fn, recurse)
+        if self._placement() != before:
+            self.clear_caches()
+        return moved
 
     def forward(self, rows: Sequence[Sequence[str]], bilm: Optional[BiLM] = None) -> Tensor:
         """``bilm``: the biLM to run, taken once for a whole call (:func:`.bilm_layer._forward`): one

@@ -8,6 +8,7 @@ let each come first found them about equal. No timing is checked here: the order
 import json
 import math
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -57,6 +58,57 @@ def test_time_side_by_side_runs_each_round_in_round_order():
     rounds = [calls[k:k + 4] for k in range(0, len(calls), 4)]
     assert rounds == [kb.round_order(list("abcd"), i) for i in range(8)]
     assert Counter(r[0] for r in rounds) == {name: 2 for name in "abcd"}
+
+
+def test_timeit_waits_for_and_times_the_gpu_it_is_given(monkeypatch):
+    """``timeit`` (every benchmark's, benchmarks/pipeline.py's and scripts/profile_pretrain_step.py's) recorded its
+    CUDA events on ``torch.cuda.current_stream()`` and waited on ``torch.cuda.synchronize()``: the current GPU's.
+    With ``--device cuda:1`` (current GPU 0) the events bracketed none of GPU 1's work. torch.cuda stood in for: the
+    events go on the stream of the device given, and the waits are for it. pretrain.py waits through the same
+    ``sync``."""
+    seen = []
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            assert enable_timing
+
+        def record(self, stream=None):
+            seen.append(("record", stream))
+
+        def elapsed_time(self, end):
+            return 5.0  # ms
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: ("stream", device))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: seen.append(("sync", device)))
+    other = torch.device("cuda", 1)
+    median, times = kb.timeit(lambda: seen.append("fn"), 2, 1, other)
+    assert (median, times) == (5e-3, [5e-3, 5e-3])
+    timed = [("record", ("stream", other)), "fn", ("record", ("stream", other)), ("sync", other)]
+    assert seen == ["fn", ("sync", other)] + timed * 2
+    assert pb.sync is kb.sync
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs a second GPU (one that is not the current one)")
+def test_timeit_times_the_work_of_a_gpu_that_is_not_the_current_one():
+    """30 ms or so of sleep on GPU 1 while GPU 0 is current times as about that (review devrev)."""
+    torch.cuda.set_device(0)
+    other = torch.device("cuda", 1)
+
+    def sleep_on_other():
+        with torch.cuda.device(other):
+            torch.cuda._sleep(50_000_000)
+
+    sleep_on_other()
+    torch.cuda.synchronize(other)
+    start = time.perf_counter()
+    sleep_on_other()
+    torch.cuda.synchronize(other)
+    truth = time.perf_counter() - start
+    assert truth > 5e-3  # a real GPU wait, well above a launch
+    median, _ = kb.timeit(sleep_on_other, 3, 1, other)
+    assert median > 0.5 * truth, (median, truth)
 
 
 def test_step_counts_give_cuda_a_longer_warm_up_and_whole_periods():

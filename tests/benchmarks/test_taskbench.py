@@ -74,7 +74,7 @@ def test_finetune_bilm_runs_pretrain_once_then_reuses_it(tmp_path, monkeypatch):
     monkeypatch.setattr(tb.subprocess, "run", fake)
     elmo, text, dev = _finetune_inputs(tmp_path)
     args = _finetune_args(tmp_path / "work", finetune_args="--lr 0.1")
-    out = tb.finetune_bilm(args, elmo, text, dev, False, "the test text")
+    out = tb.finetune_bilm(args, elmo, text, dev, -1, "the test text")
     cmd = fake.calls[0]
     assert cmd[cmd.index("pretrain") + 1:cmd.index("pretrain") + 3] == [str(text), str(out)]
     assert cmd[cmd.index("--init") + 1] == str(elmo) and cmd[cmd.index("--heldout") + 1] == str(dev)
@@ -83,14 +83,14 @@ def test_finetune_bilm_runs_pretrain_once_then_reuses_it(tmp_path, monkeypatch):
     # tweets fine-tuning in pools of 50 had this key without it, and was re-used for the new default
     assert cmd[-2:] == ["--length-pool", "1"] and out.name != f"finetuned-{tb.short_hash(_old_key(text))}"
     assert "--resume" not in cmd and cmd[cmd.index("--device") + 1] == "cpu"
-    assert tb.finetune_bilm(args, elmo, text, dev, False, "the test text") == out
+    assert tb.finetune_bilm(args, elmo, text, dev, -1, "the test text") == out
     assert len(fake.calls) == 1  # the finished fine-tuning is re-used
     # other parameters, another directory; the stream reading drops --sentences
     other = tb.finetune_bilm(_finetune_args(tmp_path / "work", finetune_reading="stream"), elmo,
-                             text, dev, False, "the test text")
+                             text, dev, -1, "the test text")
     assert other != out and "--sentences" not in fake.calls[1] and "--length-pool" not in fake.calls[1]
     pools = tb.finetune_bilm(_finetune_args(tmp_path / "work", finetune_args="--length-pool=50"), elmo,
-                             text, dev, False, "the test text")
+                             text, dev, -1, "the test text")
     assert pools != out and fake.calls[2][-1] == "--length-pool=50" and fake.calls[2].count("--length-pool") == 0
 
 
@@ -102,14 +102,14 @@ def test_finetune_bilm_resumes_an_interrupted_run_and_names_a_failed_command(tmp
     fail = _FakePretrain(code=3)
     monkeypatch.setattr(tb.subprocess, "run", fail)
     with pytest.raises(SystemExit, match=r"(?s)exit 3\).*spacy_elmo pretrain"):
-        tb.finetune_bilm(args, elmo, text, dev, True, "the test text")
+        tb.finetune_bilm(args, elmo, text, dev, 1, "the test text")
     out = Path(fail.calls[0][fail.calls[0].index("pretrain") + 2])
-    assert "--resume" not in fail.calls[0] and fail.calls[0][fail.calls[0].index("--device") + 1] == "cuda"
+    assert "--resume" not in fail.calls[0] and fail.calls[0][fail.calls[0].index("--device") + 1] == "cuda:1"
     out.mkdir(parents=True)
     checkpoint_path(out).write_bytes(b"")  # what a killed run leaves
     ok = _FakePretrain()
     monkeypatch.setattr(tb.subprocess, "run", ok)
-    assert tb.finetune_bilm(args, elmo, text, dev, True, "the test text") == out
+    assert tb.finetune_bilm(args, elmo, text, dev, 1, "the test text") == out
     assert ok.calls[0][-1] == "--resume" and (out / "finetune.json").exists()
 
 
@@ -124,14 +124,14 @@ def test_a_finetuning_is_not_reused_after_another_model_or_text_is_written_at_th
     text, dev = tmp_path / "train.txt", tmp_path / "dev.txt"
     text.write_text("a b c\n")
     dev.write_text("a b\n")
-    outs = [tb.finetune_bilm(args, elmo, text, dev, False, "the test text")]
-    assert tb.finetune_bilm(args, elmo, text, dev, False, "the test text") == outs[0] and len(fake.calls) == 1
+    outs = [tb.finetune_bilm(args, elmo, text, dev, -1, "the test text")]
+    assert tb.finetune_bilm(args, elmo, text, dev, -1, "the test text") == outs[0] and len(fake.calls) == 1
     _tiny_bilm(1).save(elmo)  # another biLM (same shapes, other weights) at the same path
-    outs.append(tb.finetune_bilm(args, elmo, text, dev, False, "the test text"))
+    outs.append(tb.finetune_bilm(args, elmo, text, dev, -1, "the test text"))
     text.write_text("d e f\n")  # another training text at the same path
-    outs.append(tb.finetune_bilm(args, elmo, text, dev, False, "the test text"))
+    outs.append(tb.finetune_bilm(args, elmo, text, dev, -1, "the test text"))
     dev.write_text("d e\n")  # another held-out text
-    outs.append(tb.finetune_bilm(args, elmo, text, dev, False, "the test text"))
+    outs.append(tb.finetune_bilm(args, elmo, text, dev, -1, "the test text"))
     assert len(fake.calls) == 4 and len(set(outs)) == 4
     assert all(c[c.index("--init") + 1] == str(elmo) for c in fake.calls)
 
@@ -157,15 +157,15 @@ def test_a_finetuning_is_not_reused_after_another_vocabulary_or_softmax_is_writt
     text, dev = tmp_path / "train.txt", tmp_path / "dev.txt"
     text.write_text("a b c\n")
     dev.write_text("a b\n")
-    outs = [tb.finetune_bilm(args, elmo, text, dev, False, "the test text")]
+    outs = [tb.finetune_bilm(args, elmo, text, dev, -1, "the test text")]
     (elmo / "vocab.txt").write_text("<S>\n</S>\n<UNK>\na\n")  # a vocabulary (and softmax) beside
     (elmo / "softmax.safetensors").write_bytes(b"first")
-    outs.append(tb.finetune_bilm(args, elmo, text, dev, False, "the test text"))
+    outs.append(tb.finetune_bilm(args, elmo, text, dev, -1, "the test text"))
     (elmo / "vocab.txt").write_text("<S>\n</S>\n<UNK>\nb\n")  # another vocabulary at the same path
-    outs.append(tb.finetune_bilm(args, elmo, text, dev, False, "the test text"))
+    outs.append(tb.finetune_bilm(args, elmo, text, dev, -1, "the test text"))
     (elmo / "softmax.safetensors").write_bytes(b"other")  # another softmax at the same path
-    outs.append(tb.finetune_bilm(args, elmo, text, dev, False, "the test text"))
-    assert tb.finetune_bilm(args, elmo, text, dev, False, "the test text") == outs[-1]  # unchanged: re-used
+    outs.append(tb.finetune_bilm(args, elmo, text, dev, -1, "the test text"))
+    assert tb.finetune_bilm(args, elmo, text, dev, -1, "the test text") == outs[-1]  # unchanged: re-used
     assert len(fake.calls) == 4 and len(set(outs)) == 4
     # a training run reads the biLM through BiLM.load alone: its ident hashes no vocabulary or softmax
     assert set(tb.bilm_digest(elmo)) == ({"config.json", "model.safetensors"} if layout == "native"
@@ -191,6 +191,23 @@ def test_runs_that_differ_in_their_overrides_keep_their_own_directories(tmp_path
     assert tb.run_dir_for(root, "baseline-f1-seed0", short) != legacy
 
 
+def test_finetune_bilm_runs_on_the_gpu_the_run_was_given_and_records_it(tmp_path, monkeypatch):
+    """``--gpu-id N`` trains spaCy on GPU N (``train(use_gpu=N)``, ``require_gpu(N)``): the fine-tuning ran
+    ``pretrain --device cuda``, GPU 0 in the new process, and the result recorded GPU 0's name. Now ``cuda:N`` and
+    GPU N's name; the CPU (-1) as before."""
+    import torch
+
+    fake = _FakePretrain()
+    monkeypatch.setattr(tb.subprocess, "run", fake)
+    elmo, text, dev = _finetune_inputs(tmp_path)
+    for gpu_id, device in ((2, "cuda:2"), (0, "cuda:0"), (-1, "cpu")):
+        tb.finetune_bilm(_finetune_args(tmp_path / f"work{gpu_id}"), elmo, text, dev, gpu_id, "the test text")
+        assert fake.calls[-1][fake.calls[-1].index("--device") + 1] == device
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: f"GPU {device}")
+    assert [tb.environment(gpu_id)["cuda"] for gpu_id in (2, 0, -1)] == ["GPU 2", "GPU 0", "GPU 0"]
+
+
 @pytest.mark.parametrize("reading", ["sentences", "stream"])
 def test_quick_finetune_passes_unroll_only_to_streams(tmp_path, monkeypatch, reading):
     """`pretrain --sentences` refuses --unroll (sentence rows have no windows): the quick
@@ -199,7 +216,7 @@ def test_quick_finetune_passes_unroll_only_to_streams(tmp_path, monkeypatch, rea
     monkeypatch.setattr(tb.subprocess, "run", fake)
     args = _finetune_args(tmp_path / "work", finetune_reading=reading)
     args.quick = True
-    tb.finetune_bilm(args, *_finetune_inputs(tmp_path), False, "the test text")
+    tb.finetune_bilm(args, *_finetune_inputs(tmp_path), -1, "the test text")
     cmd = fake.calls[0]
     assert ("--sentences" in cmd) == (reading == "sentences")
     assert ("--unroll" in cmd) == (reading == "stream")

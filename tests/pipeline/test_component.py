@@ -141,6 +141,63 @@ def test_no_weights_error_at_first_use(monkeypatch, tmp_path):
         nlp.initialize()
 
 
+def test_weights_loaded_at_first_use_go_to_the_models_ops_not_the_current_ones(tiny_dir, nlp):
+    """The weights load at the first call onto the device of the model's ops (fixed when the pipeline was built), not
+    of thinc's current ops: a pipeline built on the CPU and first called after ``spacy.require_gpu()`` put its biLM
+    on the GPU, whose cupy layers its numpy outputs refused (TypeError). The GPU is stood in for by MPSOps (mps: a
+    RuntimeError on a torch without it, before the fix)."""
+    from thinc.api import MPSOps, NumpyOps, get_current_ops, use_ops
+
+    assert isinstance(nlp.get_pipe("elmo").model.ops, NumpyOps)
+    expected = _elmo_of(tiny_dir, "The cat sat .")
+    with use_ops("mps"):
+        assert isinstance(get_current_ops(), MPSOps)
+        found = nlp("The cat sat .")._.elmo
+    assert get_bilm(nlp.get_pipe("elmo").model).marker_ids.device == torch.device("cpu")
+    numpy.testing.assert_allclose(found, expected, rtol=1e-6, atol=1e-6)
+
+
+def _elmo_of(tiny_dir, text):
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir)})
+    return nlp(text)._.elmo
+
+
+def test_ops_device_names_the_device_of_thincs_ops(monkeypatch):
+    """As thinc's ``get_torch_default_device`` names the current ops' device: CupyOps -> the current GPU (its own
+    ``device_id`` is 0 whatever GPU was chosen), MPSOps -> mps, others -> the CPU."""
+    from thinc.api import CupyOps, MPSOps, NumpyOps
+
+    from spacy_elmo.pipeline.bilm_layer import ops_device
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
+    assert ops_device(CupyOps()) == torch.device("cuda", 3)
+    assert ops_device(MPSOps()) == torch.device("mps")
+    assert ops_device(NumpyOps()) == torch.device("cpu")
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_pipeline_built_on_the_cpu_first_called_under_gpu_ops_gives_its_own_arrays(tiny_dir, nlp):
+    """On a GPU (with cupy): built on the CPU, first called after ``require_gpu`` (here ``use_ops("cupy")``), the
+    biLM runs on the CPU and the layers are numpy arrays, those of a pipeline that never saw a GPU; and a biLM that
+    runs on the GPU under a model of numpy ops (one thinc's ``from_bytes`` put on the current ops' GPU) gives numpy
+    arrays too."""
+    pytest.importorskip("cupy")
+    from thinc.api import use_ops
+
+    from spacy_elmo.pipeline.bilm_layer import _convert_outputs
+
+    expected = _elmo_of(tiny_dir, "The cat sat .")
+    with use_ops("cupy"):
+        found = nlp("The cat sat .")._.elmo
+    assert isinstance(found, numpy.ndarray)
+    numpy.testing.assert_allclose(found, expected, rtol=1e-6, atol=1e-6)
+    wrapper = nlp.get_pipe("elmo").model.layers[0]
+    Y, _ = _convert_outputs(wrapper, (None, torch.ones(2, 3, device="cuda")), False)
+    assert isinstance(Y, numpy.ndarray) and Y.shape == (2, 3)
+
+
 def test_bad_path_error(tmp_path):
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config={"weights": str(tmp_path / "nope")})

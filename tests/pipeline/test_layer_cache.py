@@ -9,6 +9,7 @@ import warnings
 import numpy
 import pytest
 import spacy
+import torch
 from spacy.training import Example
 from thinc.api import ConfigValidationError, fix_random_seed
 
@@ -249,6 +250,63 @@ def test_cache_is_emptied_by_new_weights_and_not_saved(tiny_dir):
     assert len(get_runner(elmo.model.copy()).layer_cache) == 0
     set_bilm(elmo.model, get_bilm(elmo.model), "again")
     assert len(runner.layer_cache) == 0
+
+
+@pytest.mark.filterwarnings("ignore:spacy-elmo. a sentence of:UserWarning")
+def test_a_move_to_another_dtype_empties_the_caches(tiny_dir, monkeypatch):
+    """thinc's ``model.to_cpu()`` / ``to_gpu(i)`` move the runner in place (``PyTorchShim.to_device`` ->
+    ``runner.cpu()`` / ``cuda(i)``), as ``runner.to()`` and ``runner.double()`` do: the same biLM object, whose layer
+    cache entries (arrays of the old device or dtype) were served after the move. Here the cast float32 -> float64
+    (a GPU's move: test_a_move_off_the_gpu_empties_the_caches): both caches are emptied and every row runs again on
+    the float64 weights, giving the float32 layers up to rounding. A move to where the weights are (thinc's
+    ``to_cpu()`` on the CPU) keeps them."""
+    nlp = _nlp(tiny_dir, 1)
+    model = nlp.get_pipe("elmo").model
+    runner = get_runner(model)
+    expected = _layers(nlp, TEXTS)
+    filled = len(runner.layer_cache), runner.cache.used
+    assert filled[0] > 0 and filled[1] > 3
+    model.to_cpu()
+    assert (len(runner.layer_cache), runner.cache.used) == filled  # nothing moved: kept
+    calls = _count_rows(monkeypatch, nlp)
+    runner.double()
+    assert (len(runner.layer_cache), runner.cache.used) == (0, 3)
+    for a, b in zip(_layers(nlp, TEXTS), expected):
+        numpy.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert sum(map(len, calls)) > 0  # run by the float64 biLM, none served from the float32 one's entries
+    assert len(runner.layer_cache) > 0  # and kept afresh
+
+
+@pytest.mark.filterwarnings("ignore:spacy-elmo. a sentence of:UserWarning")
+def test_a_move_to_another_device_empties_the_caches(tiny_dir):
+    """A device move (CPU -> meta, which needs no GPU) empties both caches, as the cast does."""
+    nlp = _nlp(tiny_dir, 1)
+    runner = get_runner(nlp.get_pipe("elmo").model)
+    nlp(" ".join(SENTENCES))
+    assert len(runner.layer_cache) > 0 and runner.cache.matrix is not None
+    runner.to("meta")
+    assert len(runner.layer_cache) == 0 and runner.cache.matrix is None
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_move_off_the_gpu_empties_the_caches(tiny_dir):
+    """On a GPU (with cupy: spaCy's GPU ops). The entries kept on the GPU are cupy arrays: served after
+    ``model.to_cpu()`` they went into numpy outputs (TypeError 'Implicit conversion to a NumPy array is not
+    allowed'). Emptied, the layers are the CPU biLM's, the GPU's up to float32 rounding."""
+    pytest.importorskip("cupy")
+    from thinc.api import use_ops
+
+    text = " ".join(SENTENCES)
+    with use_ops("cupy"):
+        nlp = _nlp(tiny_dir, 1)
+        model = nlp.get_pipe("elmo").model
+        runner = get_runner(model)
+        on_gpu = model.ops.to_numpy(nlp(text)._.elmo)
+        assert len(runner.layer_cache) > 0 and runner.bilm.token_encoder.char_embedding.is_cuda
+    model.to_cpu()
+    assert not runner.bilm.token_encoder.char_embedding.is_cuda and len(runner.layer_cache) == 0
+    numpy.testing.assert_allclose(numpy.asarray(nlp(text)._.elmo), on_gpu, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("value", [-1, 1.5, "10", None, True])
