@@ -437,6 +437,24 @@ def build_optimizer(name: str, lr: Optional[float], params) -> torch.optim.Optim
     return torch.optim.Adam(params, lr=lr)
 
 
+#: The param-group options that choose how an optimizer steps on its parameters' device, not what it computes:
+#: :func:`build_optimizer` sets them for the device it is given (fused Adagrad on the CPU only).
+DEVICE_BOUND_OPTIONS = ("fused", "foreach", "capturable")
+
+
+def load_optimizer_state(optimizer: torch.optim.Optimizer, saved: Dict[str, Any]) -> None:
+    """``optimizer.load_state_dict(saved)``, keeping ``optimizer``'s own :data:`DEVICE_BOUND_OPTIONS`.
+    ``load_state_dict`` takes the saved param groups whole: a GPU run's checkpoint resumed on the CPU lost the
+    CPU's fused Adagrad (~4x slower softmax updates for the rest of the run), a CPU run's resumed on a GPU stepped
+    with ``fused=True`` there (an error on a torch without CUDA fused Adagrad). The groups are replaced before
+    loading, so the state (Adagrad's ``step``) is also placed as this optimizer's implementation wants it."""
+    groups = saved["param_groups"]
+    if len(groups) == len(optimizer.param_groups):  # else load_state_dict says they differ
+        groups = [dict(g, **{k: mine[k] for k in DEVICE_BOUND_OPTIONS if k in mine})
+                  for g, mine in zip(groups, optimizer.param_groups)]
+    optimizer.load_state_dict(dict(saved, param_groups=groups))
+
+
 def _run_settings(cfg: TrainConfig, world: int) -> Dict[str, Any]:
     """The resume settings that do not depend on the corpus or the model (checked first)."""
     # The reading first: a resume in the other one is refused for that, not for an option it implies.
@@ -1015,7 +1033,7 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
                         raise ValueError(Errors.E_RESUME_MODEL.format(path=out, found=bilm.config.to_dict(),
                                                                       expected=requested_model(cfg).to_dict()))
                 lm.load_state_dict(payload["model"])
-                optimizer.load_state_dict(payload["optimizer"])
+                load_optimizer_state(optimizer, payload["optimizer"])
                 step = int(payload["step"])
                 tokens_seen = int(payload.get("tokens", step * cfg.batch_size * cfg.unroll * world))  # older checkpoints: streams
                 state = ckpt.restore_rank_state(payload["ranks"][rank], sampler_rng, device)
