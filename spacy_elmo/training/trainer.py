@@ -233,9 +233,15 @@ def _setup_distributed(cfg: TrainConfig):
     device = torch_device(cfg.device)
     if world > 1:
         if device.type == "cuda":
-            if local >= torch.cuda.device_count():
-                raise RuntimeError(Errors.E_DDP_DEVICE.format(rank=rank, world=world, n_gpus=torch.cuda.device_count()))
-            device = torch.device("cuda", local)
+            # One GPU visible is the process's own (a CUDA_VISIBLE_DEVICES per process, Slurm's --gpus-per-task=1),
+            # whatever its LOCAL_RANK; of several, GPU LOCAL_RANK (torchrun's one machine of N GPUs).
+            n_gpus = torch.cuda.device_count()
+            index = 0 if n_gpus == 1 else local
+            if index >= n_gpus:
+                raise RuntimeError(Errors.E_DDP_DEVICE.format(
+                    rank=rank, world=world, local=local, visible=counted(n_gpus, "GPU is", "GPUs are"),
+                    cuda_visible=os.environ.get("CUDA_VISIBLE_DEVICES", "unset")))
+            device = torch.device("cuda", index)
             torch.cuda.set_device(device)
         if not dist.is_initialized():
             dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
