@@ -58,7 +58,7 @@ if [ "$QUICK" = 1 ]; then PRESETS="small"; else PRESETS="original small"; fi
 # reported as failed and the others still run (2026-11-26, torch 2.11+cu130 on that image: every C++
 # exception thrown from the extension, a minimal load_inline one included, ended the process with SIGSEGV).
 if [ "$DEVICE" = cuda ]; then
-  TESTS_STEP=tests_cuda TESTS="-m cuda tests/ops/test_fused_cuda.py tests/bilm/test_stateful.py tests/training/test_prefetch.py"
+  TESTS_STEP=tests_cuda TESTS="-m cuda tests/ops/test_fused_cuda.py tests/bilm/test_stateful.py tests/training/test_prefetch.py tests/training/test_cuda_paths.py"
   if $PY -c "import xdist" 2>/dev/null; then TESTS="-n 4 $TESTS"; fi
 else
   TESTS_STEP=tests_ops TESTS="tests/ops"

@@ -1573,8 +1573,11 @@ class Errors:
         "rank's message says why and what to do."
     )
     E_DDP_DEVICE = (
-        "This process has rank {rank} of {world}; DDP on CUDA needs one GPU per process but "
-        "only {n_gpus} are visible."
+        "This process has rank {rank} of {world} and LOCAL_RANK {local}; DDP on CUDA needs a GPU per process (GPU "
+        "LOCAL_RANK of those visible, or the only one visible) but {visible} visible (CUDA_VISIBLE_DEVICES="
+        "{cuda_visible}). Start at most one process per GPU on each machine (torchrun --nproc-per-node), or give "
+        "each process one GPU of its own (CUDA_VISIBLE_DEVICES per process, Slurm's --gpus-per-task=1); a launcher "
+        "that sets no LOCAL_RANK (it then defaults to RANK) must set it on a job that spans machines."
     )
     E_NO_EVAL_TOKENS = (
         "{path} contains no tokens to evaluate on ({n_files} file(s) read, {n_binary} skipped as binary or UTF-16/32). Pass "

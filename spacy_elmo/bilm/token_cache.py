@@ -16,7 +16,11 @@ One cache may serve several threads at once (a served spaCy pipeline). Its lock 
 bookkeeping, never the char CNN: a thread reserves rows for its new words under the lock, encodes
 them without it and writes them under it again. A word another thread reserved is read once that
 thread wrote it; rows reserved before the cache was cleared or started over are dropped, and their
-thread looks its words up again. Pickled and copied empty; a forked child starts it empty, with a new
+thread looks its words up again. Threads on CUDA streams of their own (``torch.cuda.stream``) are ordered
+too: each write waits for the matrix's earlier writes on its stream and records an event that the next write
+and every read wait for, and each stream that writes or reads the matrix is recorded on it (``record_stream``),
+so that a matrix dropped while its reads or writes are still queued is not handed out again before they ran (on
+the CPU none of this is done). Pickled and copied empty; a forked child starts it empty, with a new
 lock (the parent's may be held by a thread the child lacks, whose reserved rows it would wait for).
 """
 
@@ -119,6 +123,7 @@ class TokenCache:
         self.pending: Dict[object, int] = {}  # words (and markers) whose rows a thread is encoding
         self.used = 3  # rows written or reserved
         self.matrix: Optional[Tensor] = None
+        self.written_event: Optional[torch.cuda.Event] = None  # CUDA: recorded after the matrix's last write
         self.owner = _nobody  # a weak reference to the biLM that fills the matrix
         self.weights: Optional[WeightsKey] = None  # _weights_key of its weights then
         self.generation += 1
@@ -175,6 +180,8 @@ class TokenCache:
                 if self.generation == generation:
                     idx = self._indices(rows, device)
                     assert self.matrix is not None  # this generation's, written
+                    if gather and self.matrix.is_cuda:
+                        self._after_writes()
                     return self.matrix[idx] if gather else idx
             # Cleared or started over meanwhile (weights changed, or another thread's words filled the
             # matrix): encode this batch on its own, which no other thread can start over.
@@ -208,6 +215,8 @@ class TokenCache:
             mine, start = list(missing), 3
             size = max(self.capacity, len(mine) + 3)
             self.matrix = bilm.token_encoder.char_embedding.new_zeros(size, bilm.config.projection_dim)
+            if self.matrix.is_cuda:  # its zeros (padding row 2) are a write on this thread's stream
+                self._wrote()
             self.owner = weakref.ref(bilm)
             self.weights = weights
             self.pending = {key: row for row, key in enumerate(_MARKERS)}
@@ -223,6 +232,9 @@ class TokenCache:
     def _write(self, mine: List[str], start: int, markers: Optional[Tensor], vectors: Optional[Tensor]) -> None:
         """Under the lock, in the generation that reserved the rows: write them, then index their words."""
         assert self.matrix is not None  # the generation's, made when the rows were reserved
+        cuda = self.matrix.is_cuda and (markers is not None or vectors is not None)
+        if cuda:
+            self._after_writes()
         if markers is not None:
             self.matrix[:2] = markers
             for key in _MARKERS:
@@ -231,8 +243,29 @@ class TokenCache:
             self.matrix[start : start + len(mine)] = vectors
             for w in mine:
                 self.index[w] = self.pending.pop(w)
+        if cuda:
+            self._wrote()
         if markers is not None or vectors is not None:
             self.written.notify_all()
+
+    def _after_writes(self) -> None:
+        """Under the lock, the matrix on CUDA: what the current stream queues next (a read, a write) waits for the
+        matrix's writes so far, whichever threads' streams queued them, and the matrix's memory, once dropped,
+        waits for this stream's work before it is handed out again (the allocator's own wait is for the stream
+        that allocated it alone)."""
+        assert self.matrix is not None
+        stream = torch.cuda.current_stream(self.matrix.device)
+        if self.written_event is not None:
+            stream.wait_event(self.written_event)
+        self.matrix.record_stream(stream)
+
+    def _wrote(self) -> None:
+        """Under the lock, right after a write of the CUDA matrix on the current stream (which waited for the
+        earlier ones, :meth:`_after_writes`): the event the next reads and writes wait for."""
+        assert self.matrix is not None
+        event = torch.cuda.Event()
+        event.record(torch.cuda.current_stream(self.matrix.device))
+        self.written_event = event
 
     @staticmethod
     def _encode(bilm, words: List[str], markers: bool, device: torch.device):

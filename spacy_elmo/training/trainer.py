@@ -233,9 +233,15 @@ def _setup_distributed(cfg: TrainConfig):
     device = torch_device(cfg.device)
     if world > 1:
         if device.type == "cuda":
-            if local >= torch.cuda.device_count():
-                raise RuntimeError(Errors.E_DDP_DEVICE.format(rank=rank, world=world, n_gpus=torch.cuda.device_count()))
-            device = torch.device("cuda", local)
+            # One GPU visible is the process's own (a CUDA_VISIBLE_DEVICES per process, Slurm's --gpus-per-task=1),
+            # whatever its LOCAL_RANK; of several, GPU LOCAL_RANK (torchrun's one machine of N GPUs).
+            n_gpus = torch.cuda.device_count()
+            index = 0 if n_gpus == 1 else local
+            if index >= n_gpus:
+                raise RuntimeError(Errors.E_DDP_DEVICE.format(
+                    rank=rank, world=world, local=local, visible=counted(n_gpus, "GPU is", "GPUs are"),
+                    cuda_visible=os.environ.get("CUDA_VISIBLE_DEVICES", "unset")))
+            device = torch.device("cuda", index)
             torch.cuda.set_device(device)
         if not dist.is_initialized():
             dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
@@ -435,6 +441,24 @@ def build_optimizer(name: str, lr: Optional[float], params) -> torch.optim.Optim
         fused = all(p.device.type == "cpu" for p in params)
         return torch.optim.Adagrad(params, lr=lr, initial_accumulator_value=1.0, fused=fused or None)
     return torch.optim.Adam(params, lr=lr)
+
+
+#: The param-group options that choose how an optimizer steps on its parameters' device, not what it computes:
+#: :func:`build_optimizer` sets them for the device it is given (fused Adagrad on the CPU only).
+DEVICE_BOUND_OPTIONS = ("fused", "foreach", "capturable")
+
+
+def load_optimizer_state(optimizer: torch.optim.Optimizer, saved: Dict[str, Any]) -> None:
+    """``optimizer.load_state_dict(saved)``, keeping ``optimizer``'s own :data:`DEVICE_BOUND_OPTIONS`.
+    ``load_state_dict`` takes the saved param groups whole: a GPU run's checkpoint resumed on the CPU lost the
+    CPU's fused Adagrad (~4x slower softmax updates for the rest of the run), a CPU run's resumed on a GPU stepped
+    with ``fused=True`` there (an error on a torch without CUDA fused Adagrad). The groups are replaced before
+    loading, so the state (Adagrad's ``step``) is also placed as this optimizer's implementation wants it."""
+    groups = saved["param_groups"]
+    if len(groups) == len(optimizer.param_groups):  # else load_state_dict says they differ
+        groups = [dict(g, **{k: mine[k] for k in DEVICE_BOUND_OPTIONS if k in mine})
+                  for g, mine in zip(groups, optimizer.param_groups)]
+    optimizer.load_state_dict(dict(saved, param_groups=groups))
 
 
 def _run_settings(cfg: TrainConfig, world: int) -> Dict[str, Any]:
@@ -1015,7 +1039,7 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
                         raise ValueError(Errors.E_RESUME_MODEL.format(path=out, found=bilm.config.to_dict(),
                                                                       expected=requested_model(cfg).to_dict()))
                 lm.load_state_dict(payload["model"])
-                optimizer.load_state_dict(payload["optimizer"])
+                load_optimizer_state(optimizer, payload["optimizer"])
                 step = int(payload["step"])
                 tokens_seen = int(payload.get("tokens", step * cfg.batch_size * cfg.unroll * world))  # older checkpoints: streams
                 state = ckpt.restore_rank_state(payload["ranks"][rank], sampler_rng, device)

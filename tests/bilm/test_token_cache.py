@@ -408,3 +408,23 @@ def test_the_cache_starts_over_after_a_fused_optimizer_step(make):
     sum(layer.pow(2).sum() for layer in run_rows(bilm, rows).activations).backward()
     optimizer.step()
     _assert_cached_rows_equal_whole_bilm(bilm, rows, cache)
+
+
+def test_a_cpu_cache_orders_no_cuda_streams(monkeypatch):
+    """On CUDA each write and read of the matrix waits for its earlier writes (an event) and records its stream on
+    it (record_stream): threads on streams of their own (tests/training/test_cuda_paths.py, on a GPU). On the CPU
+    none of it is done: no event, no stream, whatever the threads."""
+    def refused(*args, **kwargs):
+        raise AssertionError("a CUDA stream or event on the CPU path")
+
+    for name in ("current_stream", "Event", "Stream"):
+        monkeypatch.setattr(torch.cuda, name, refused)
+    monkeypatch.setattr(torch.Tensor, "record_stream", refused)
+    bilm = _tiny_bilm()
+    cache = TokenCache(100)
+    rows = [["The", "bank"], ["the", "river", "."]]
+    with torch.no_grad():
+        results = run_in_threads(lambda: cache.vectors(bilm, rows, torch.device("cpu")), [(), ()])
+    assert cache.written_event is None
+    torch.testing.assert_close(results[0], results[1], rtol=0, atol=0)
+    _assert_cached_rows_equal_whole_bilm(bilm, rows, cache)

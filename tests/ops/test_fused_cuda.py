@@ -813,6 +813,16 @@ def _syncs(fn, capfd):
     return sum(SYNC_WARNING in str(w.message) for w in caught) + capfd.readouterr().err.count(SYNC_WARNING)
 
 
+def test_syncs_counts_a_known_sync_exactly_once(capfd):
+    """The calibration of the sync-count tests: their bounds (0 syncs, 1 sync) would hold trivially should torch's
+    sync debug mode go silent (its message renamed, its warnings routed elsewhere). A ``.item()`` of a CUDA tensor
+    is one synchronizing call, which _syncs counts once (not twice: a Python warning and a line on stderr);
+    queued work alone is none."""
+    t = torch.arange(4.0, device=DEV)
+    assert _syncs(lambda: t.sum().item(), capfd) == 1
+    assert _syncs(lambda: (t * 2).sum(), capfd) == 0
+
+
 def test_cuda_range_checks_sync_once_per_call(capfd):
     """The ids (and argmax) / lengths range checks copy one small tensor of minima and maxima
     to the host: one sync per op call, none more (inputs already on the device)."""

@@ -1,5 +1,6 @@
 """End-to-end pretraining: learning, exact resume, Korean, fine-tuning."""
 
+import copy
 import hashlib
 import json
 import math
@@ -151,6 +152,60 @@ def test_the_optimizers_take_the_recipes_steps():
     w.grad = torch.from_numpy(grads[0].copy())
     opt.step()
     np.testing.assert_allclose(w.detach().numpy(), 1.0 - 1e-3 * grads[0] / (np.abs(grads[0]) + 1e-8), rtol=1e-12)
+
+
+def test_loading_an_optimizer_state_keeps_the_loading_optimizers_device_bound_options():
+    """build_optimizer makes Adagrad fused on the CPU only; Optimizer.load_state_dict takes the saved param groups
+    whole, ``fused`` and ``foreach`` included: a GPU run's state (fused None) loaded on the CPU stepped with the
+    per-tensor loop, a CPU run's (fused True) loaded on a GPU with fused=True there. load_optimizer_state keeps the
+    loading optimizer's own choice, and everything else (the state, the other options) from the saved."""
+    from spacy_elmo.training.trainer import DEVICE_BOUND_OPTIONS, build_optimizer, load_optimizer_state
+
+    def params():
+        gen = torch.Generator().manual_seed(0)
+        return [torch.nn.Parameter(torch.randn(6, 3, generator=gen)), torch.nn.Parameter(torch.randn(3, generator=gen))]
+
+    def step(opt, ps, scale):
+        for i, p in enumerate(ps):
+            p.grad = torch.full_like(p, scale * (i + 1))
+        opt.step()
+
+    for name in ("adagrad", "adam"):
+        cpu_built = build_optimizer(name, None, params()).param_groups[0]
+        assert cpu_built["fused"] is True or name == "adam"  # the CPU's choice (Adam: torch's default)
+        # written by a GPU run's optimizer: another implementation (as build_optimizer makes it for CUDA), another lr
+        writer_params = params()
+        writer = (torch.optim.Adagrad(writer_params, lr=0.05, initial_accumulator_value=1.0, fused=None, foreach=True)
+                  if name == "adagrad" else torch.optim.Adam(writer_params, lr=0.05, foreach=True))
+        step(writer, writer_params, 0.5)
+        saved = copy.deepcopy(writer.state_dict())  # as read from a checkpoint: its tensors not the writer's
+        saved_groups = [dict(g) for g in saved["param_groups"]]
+        reader_params = params()
+        with torch.no_grad():
+            for r, w in zip(reader_params, writer_params):
+                r.copy_(w)
+        reader = build_optimizer(name, None, reader_params)
+        load_optimizer_state(reader, saved)
+        assert saved["param_groups"] == saved_groups  # the caller's dict is left as it was
+        group = reader.param_groups[0]
+        assert {"fused", "foreach"} <= set(group)
+        for key in set(DEVICE_BOUND_OPTIONS) & set(cpu_built):  # Adagrad has no capturable
+            assert group[key] == cpu_built[key], (name, key, group[key])
+        assert group["lr"] == 0.05  # the rest is the saved
+        step(writer, writer_params, -0.25)
+        step(reader, reader_params, -0.25)
+        for r, w in zip(reader_params, writer_params):
+            torch.testing.assert_close(r, w, rtol=1e-6, atol=1e-7)
+    # the other way: a CPU run's fused state into an optimizer built not fused (a GPU run's, here on the CPU)
+    cpu_params = params()
+    cpu = build_optimizer("adagrad", None, cpu_params)
+    step(cpu, cpu_params, 1.0)
+    gpu_like = torch.optim.Adagrad(params(), lr=0.2, initial_accumulator_value=1.0, fused=None)
+    load_optimizer_state(gpu_like, cpu.state_dict())
+    assert gpu_like.param_groups[0]["fused"] is None
+    with pytest.raises(ValueError, match="different number of parameter groups"):  # load_state_dict's own check
+        saved = cpu.state_dict()
+        load_optimizer_state(gpu_like, dict(saved, param_groups=saved["param_groups"] * 2))
 
 
 @pytest.mark.filterwarnings("ignore:.*full softmax:RuntimeWarning")
@@ -401,6 +456,32 @@ def test_a_checkpoint_carrying_a_cuda_amp_state_resumes_on_the_cpu(tmp_path, bac
         losses[dtype] = [e["loss"] for e in read_log(out) if "loss" in e and e["step"] > 2]
     assert len(losses[torch.float32]) == 2
     assert losses[torch.bfloat16] == losses[torch.float32]
+
+
+def test_a_gpu_runs_checkpoint_resumed_on_the_cpu_steps_with_the_cpus_fused_adagrad(tmp_path, monkeypatch):
+    """build_optimizer makes Adagrad fused on the CPU only, and the checkpoint holds the optimizer's param groups,
+    ``fused`` included: a GPU run's checkpoint (fused None) resumed on the CPU stepped with the per-tensor loop for
+    the rest of the run (~4x slower softmax updates). The resumed run steps with the CPU's fused Adagrad (cudarev)."""
+    from spacy_elmo.training import checkpoint as ckpt
+
+    train_file = write_corpus(tmp_path / "train.txt", 60)
+    out = tmp_path / "out"
+    train(tiny_train_config(train_file, out, max_steps=4, checkpoint_every=2))
+    payload = ckpt.load_checkpoint(out)
+    assert payload["optimizer"]["param_groups"][0]["fused"] is True  # a CPU run's
+    for group in payload["optimizer"]["param_groups"]:
+        group["fused"] = None  # as a GPU run writes it
+    ckpt.save_checkpoint(out, payload)
+    seen = []
+    adagrad_step = torch.optim.Adagrad.step
+
+    def recording_step(self, *args, **kwargs):
+        seen.append(self.param_groups[0]["fused"])
+        return adagrad_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.Adagrad, "step", recording_step)
+    train(tiny_train_config(train_file, out, max_steps=6, checkpoint_every=2, resume=True))
+    assert seen == [True, True]
 
 
 def test_resume_refuses_other_data_and_settings(tmp_path):
