@@ -86,8 +86,13 @@ def _home(bilm, device: torch.device) -> torch.device:
     and every call started the cache over (the whole char CNN, every batch). Another device is an error: the
     matrix cannot serve it."""
     home = bilm.token_encoder.char_embedding.device
-    asked = torch.device(device)
-    if asked.type == home.type:  # cuda -> cuda:N (the current GPU), cpu:0 -> cpu: as a tensor's device names it
+    try:
+        asked = torch.device(device)
+    except (RuntimeError, TypeError) as err:  # e.g. an int, a GPU's index, where torch has no accelerator
+        raise ValueError(Errors.E_TOKEN_CACHE_DEVICE.format(found=device, expected=home)) from err
+    # cuda -> cuda:N (the current GPU), cpu:0 -> cpu: as a tensor's device names it. A GPU's index given is left as
+    # it is (resolving cuda:7 on a machine of one GPU would be CUDA's "invalid device ordinal", not this refusal).
+    if asked.type == home.type and (asked.index is None or asked.type == "cpu"):
         asked = torch.empty(0, device=asked).device  # an empty tensor allocates nothing
     if asked != home:
         raise ValueError(Errors.E_TOKEN_CACHE_DEVICE.format(found=asked, expected=home))

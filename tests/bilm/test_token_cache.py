@@ -134,6 +134,9 @@ def test_a_device_not_the_bilms_is_refused_and_the_cache_kept():
         for lookup in (cache.lookup, cache.vectors):
             with pytest.raises(ValueError, match=r"device meta is not the biLM's \(cpu\).*bilm\.to\(device\)"):
                 lookup(bilm, rows, torch.device("meta"))
+        # a GPU's index: refused as another device, not with torch's "Cannot access accelerator device"
+        with pytest.raises(ValueError, match=r"device (0|cuda:0) is not the biLM's \(cpu\)"):
+            cache.vectors(bilm, rows, 0)
         assert cache.generation == generation and cache.index == index
         assert torch.equal(cache.lookup(bilm, rows, torch.device("cpu")), idx)
 
