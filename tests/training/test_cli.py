@@ -474,6 +474,23 @@ def test_options_errors_are_said_in_the_command_lines_words(tmp_path):
     assert ".." not in said, said
 
 
+@pytest.mark.parametrize("text, kind", [("[1, 2]", "array"), ('"small"', "string"), ("[]", "array"), ("5", "number"),
+                                        ("null", "null")])
+def test_options_holding_no_json_object_say_so(tmp_path, text, kind):
+    """--options with a JSON array or string read its items (characters) as keys ("have key(s) 1, which are no model
+    options"), and a number, null or [] said a Python error ("'int' object is not iterable", "argument after ** must
+    be a mapping, not list"). Each says what the file holds and what --options takes, a usage error."""
+    options = tmp_path / "options.json"
+    options.write_text(text)
+    result = runner.invoke(app, ["pretrain", str(tmp_path / "no-text"), str(tmp_path / "out"), "--options", str(options)])
+    said = " ".join(plain(result.output).replace("│", " ").split())
+    assert result.exit_code == 2, said
+    assert (f"Invalid value for '--options': Could not read the model options {options}: it holds a JSON {kind}, not an "
+            "object. Pass an AllenNLP options.json") in said, said
+    assert "key(s)" not in said and "iterable" not in said and "mapping" not in said, said
+    assert not (tmp_path / "out").exists()
+
+
 def test_pretrain_options_given_a_weight_file_says_it_is_one(tmp_path):
     """`pretrain --options weights.hdf5` (the weight file where the options go) said "'utf-8' codec can't decode
     byte 0x89": pretrain reads the file itself. It says the file is an HDF5 weight file and that --options takes
