@@ -65,7 +65,7 @@ def model_config(preset: Optional[str], options: Optional[Path]) -> dict:
             raise typer.BadParameter(Errors.E_PRETRAIN_OPTIONS_IS_HDF5.format(path=path), param_hint="'--options'")
         data = json.loads(raw.decode("utf-8"))
         if not isinstance(data, dict):  # a list's items (a string's characters) were read as unknown keys
-            raise ValueError(Errors.E_OPTIONS_NOT_OBJECT.format(kind=_JSON_KINDS.get(type(data), "value")))
+            raise ValueError(Errors.E_OPTIONS_FILE_NOT_OBJECT.format(kind=_JSON_KINDS.get(type(data), "value")))
         if isinstance(data, dict) and data.get("format") == FORMAT:  # a spacy-elmo model's config.json: its sizes
             data = read_config_json(path)["config"]
         if isinstance(data, dict) and "lstm" in data:
