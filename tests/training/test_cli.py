@@ -407,6 +407,13 @@ BAD_OPTIONS = [
      "Unknown preset 'huge'. Choose one of: small, medium, original."),
     (["pretrain", "{tmp}/no-text", "{tmp}/out", "--options", "{tmp}/no-options.json"], "--options",
      "The model options file"),
+    # an empty value ("$PRESET" unset) is checked as any other, not taken for no value (the default)
+    (["pretrain", "{tmp}/no-text", "{tmp}/out", "--preset", ""], "--preset",
+     "Unknown preset ''. Choose one of: small, medium, original."),
+    (["pretrain", "{tmp}/no-text", "{tmp}/out", "--backend", ""], "--backend",
+     "Unknown backend '': use 'auto', 'fused' or 'reference'."),
+    (["pretrain", "{tmp}/no-text", "{tmp}/out", "--device", ""], "--device",
+     "Unknown --device '': use cpu, cuda, cuda:N (a GPU index) or mps."),
     (["export", "{tmp}/no-model", "{tmp}/out", "--format", "onnx"], "--format",
      "Unknown export format 'onnx': use 'allennlp' or 'native'."),
     (["config", "coref", "{tmp}/out"], "NAME", "No shipped training config named 'coref'; the configs are: ner, parser, textcat."),
@@ -576,6 +583,39 @@ def test_lang_is_refused_at_parse_time_exactly_when_spacy_cannot_build_it(tmp_pa
     result = runner.invoke(app, ["pretrain", str(tmp_path / "t"), str(tmp_path / "o"), "--lang", lang,
                                  "--return-freed-memory"])
     assert result.exit_code == (0 if valid else 2), result.output
+
+
+def test_preset_and_options_together_are_a_usage_error(tmp_path):
+    """--preset with --options: two model sizes asked for; neither is taken over the other."""
+    options = tmp_path / "tiny.json"
+    options.write_text(json.dumps(TINY))
+    result = runner.invoke(app, ["pretrain", str(tmp_path / "no-text"), str(tmp_path / "out"), "--preset", "small",
+                                 "--options", str(options)])
+    assert result.exit_code == 2, result.output
+    assert "Pass either --preset or --options, not both." in plain(result.output)
+    assert not (tmp_path / "out").exists()
+
+
+def test_preset_reaches_the_train_config_as_its_sizes(tmp_path, monkeypatch):
+    """--preset medium trains the medium model; without --preset or --options the trainer picks (None)."""
+    seen = []
+    monkeypatch.setattr("spacy_elmo.training.trainer.train", lambda cfg, on_step=None: seen.append(cfg) or {"rank": 1})
+    for extra in (["--preset", "medium"], []):
+        result = runner.invoke(app, ["pretrain", str(tmp_path / "t"), str(tmp_path / "o"), *extra, "--return-freed-memory"])
+        assert result.exit_code == 0, result.output
+    assert [cfg.model for cfg in seen] == [BiLMConfig.preset("medium").to_dict(), None]
+
+
+@pytest.mark.parametrize("flags, kept", [([], True), (["--keep-freed-memory"], True), (["--return-freed-memory"], False)])
+def test_pretrain_keeps_freed_memory_unless_told_to_return_it(tmp_path, monkeypatch, flags, kept):
+    """--keep-freed-memory (the default) sets glibc's malloc to keep freed memory; --return-freed-memory leaves
+    malloc as it is."""
+    calls = []
+    monkeypatch.setattr("spacy_elmo.training.malloc.keep_freed_memory", lambda: calls.append(1) or True)
+    monkeypatch.setattr("spacy_elmo.training.trainer.train", lambda cfg, on_step=None: {"rank": 1})  # no run
+    result = runner.invoke(app, ["pretrain", str(tmp_path / "t"), str(tmp_path / "o"), *flags])
+    assert result.exit_code == 0, result.output
+    assert calls == ([1] if kept else [])
 
 
 def test_pretrain_flag_errors(tmp_path):
@@ -782,6 +822,10 @@ def test_the_sentence_stage_command_carries_the_device_and_parses_back(tmp_path)
     assert words[:7] == ["spacy-elmo", "pretrain", str(train), str(tmp_path / "out-sentences"), "--init", str(out), "--sentences"]
     assert words[7:] == ["--batch-size", "64", "--optimizer", "adam", "--lr", "0.05", "--device", "cuda", "--backend",
                          "reference", "--threads", "2", "--prefetch", "--return-freed-memory"]
+    # options given at their defaults go unsaid, as those not given (10.0 given is another float object than the default)
+    at_defaults = [str(train), str(out), "--clip", "10", "--dropout", "0.1", "--checkpoint-every", "1000", "--device", "cpu",
+                   "--optimizer", "adagrad", "--keep-freed-memory"]
+    assert shlex.split(sentence_stage(command.make_context("pretrain", at_defaults), train, out))[7:] == []
     ctx.params["device"] = "cpu"
     back = command.make_context("pretrain", [word for word in words[2:] if word not in ("--device", "cuda")])
     assert back.params["sentences"] and back.params["init"] == str(out) and back.params["max_steps"] is None
