@@ -389,6 +389,16 @@ def test_fit_state_clear_takes_no_text(model, trained):
     assert "--clear" in output and "TEXT_PATH" in output
 
 
+def test_fit_state_without_text_or_clear_says_to_give_one(model):
+    """Neither TEXT_PATH nor --clear: a usage error naming both, before the model is read (not an assertion's
+    traceback), and the model left as it was."""
+    before = files(model)
+    result = runner.invoke(app, ["fit-state", str(model)])
+    output = clean_error(result, code=2)
+    assert "Pass TEXT_PATH (the text to fit the initial state on), or --clear" in " ".join(output.replace("│", " ").split())
+    assert files(model) == before
+
+
 def test_fit_state_reports_replaced_bytes(model, tmp_path):
     text = tmp_path / "latin1.txt"
     lines = write_corpus(tmp_path / "utf8.txt", 120).read_text(encoding="utf-8").splitlines()
@@ -607,7 +617,9 @@ def test_fit_state_refuses_the_bundled_model(trained, tmp_path):
     from spacy_elmo.bilm.native_io import DEFAULT_MODEL_DIR
 
     before = files(DEFAULT_MODEL_DIR)
-    for name in ("default", str(DEFAULT_MODEL_DIR)):
+    linked = tmp_path / "linked"  # the bundled directory by another name: a link to it, a path through ..
+    linked.symlink_to(DEFAULT_MODEL_DIR, target_is_directory=True)
+    for name in ("default", str(DEFAULT_MODEL_DIR), str(linked), str(DEFAULT_MODEL_DIR / ".." / "default")):
         output = clean_error(runner.invoke(app, ["fit-state", name, str(trained["train"]), "--rows", "4"]))
         assert "bundled default model" in output and "export default NEW_DIR --format native" in output
     assert files(DEFAULT_MODEL_DIR) == before
