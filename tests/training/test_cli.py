@@ -826,6 +826,11 @@ def test_the_sentence_stage_command_carries_the_device_and_parses_back(tmp_path)
     at_defaults = [str(train), str(out), "--clip", "10", "--dropout", "0.1", "--checkpoint-every", "1000", "--device", "cpu",
                    "--optimizer", "adagrad", "--keep-freed-memory"]
     assert shlex.split(sentence_stage(command.make_context("pretrain", at_defaults), train, out))[7:] == []
+    # OUTPUT_DIR the current directory (its name ""): the stage's goes to model-sentences, not "-sentences" (an option)
+    from pathlib import Path
+
+    here = shlex.split(sentence_stage(command.make_context("pretrain", [str(train), "."]), train, Path(".")))
+    assert here[3:6] == ["model-sentences", "--init", "."], here
     ctx.params["device"] = "cpu"
     back = command.make_context("pretrain", [word for word in words[2:] if word not in ("--device", "cuda")])
     assert back.params["sentences"] and back.params["init"] == str(out) and back.params["max_steps"] is None
