@@ -472,6 +472,24 @@ def test_fit_state_write_error_is_reported_and_keeps_the_old_state(model, traine
     assert files(model) == before
 
 
+def test_fit_state_write_error_suggests_the_model_path_as_one_shell_word(model, trained, tmp_path, monkeypatch):
+    """The export command E_FIT_STATE_WRITE suggests names MODEL_DIR shell-quoted: a path with a space pasted whole."""
+    import errno
+
+    from tests.cli_text import runner as split_runner
+
+    spaced = tmp_path / "my model"
+    model.rename(spaced)
+
+    def refused(state, path):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr("spacy_elmo.bilm.native_io.write_initial_state", refused)
+    result = split_runner.invoke(app, ["fit-state", str(spaced), str(trained["train"]), "--rows", "4"])
+    assert result.exit_code == 1 and "Could not write the initial state" in result.stderr, result.output
+    assert ["spacy-elmo", "export", str(spaced), "NEW_DIR", "--format", "native"] in _pasted(result.stderr), result.stderr
+
+
 # -- evaluate --------------------------------------------------------------------------------
 @pytest.mark.parametrize("kind", ["native", "allennlp"])
 def test_evaluate_without_a_softmax_says_one_is_needed(trained, tmp_path, kind):
