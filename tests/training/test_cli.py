@@ -585,6 +585,15 @@ def test_lang_is_refused_at_parse_time_exactly_when_spacy_cannot_build_it(tmp_pa
     assert result.exit_code == (0 if valid else 2), result.output
 
 
+def test_a_missing_options_file_is_named(tmp_path):
+    """--options naming no file says which path it looked for."""
+    missing = tmp_path / "no-options.json"
+    result = runner.invoke(app, ["pretrain", str(tmp_path / "no-text"), str(tmp_path / "out"), "--options", str(missing)])
+    said = "".join(plain(result.output).replace("│", "").split())  # the box may break the long path anywhere
+    assert result.exit_code == 2, result.output
+    assert "".join(f"Invalid value for '--options': The model options file {missing} does not exist".split()) in said, said
+
+
 def test_preset_and_options_together_are_a_usage_error(tmp_path):
     """--preset with --options: two model sizes asked for; neither is taken over the other."""
     options = tmp_path / "tiny.json"
