@@ -1242,6 +1242,9 @@ class Errors:
         "config.json (or its directory) or a JSON object of BiLMConfig fields (e.g. {{\"projection_dim\": 16, "
         "\"cell_dim\": 32}})."
     )
+    # E_OPTIONS_FILE's {error} for a JSON file holding no object ([...], "small", 5): its items or characters were
+    # read as keys ("have key(s) 'x'") or a Python error said ("argument after ** must be a mapping, not list")
+    E_OPTIONS_FILE_NOT_OBJECT = "it holds a JSON {kind}, not an object"
     E_OPTIONS_UNKNOWN_FIELD = (
         "The model options {path} have key(s) {names}, which are no model options: --options reads an AllenNLP "
         "options.json (one with an 'lstm' section), a spacy-elmo model's config.json (\"format\": "

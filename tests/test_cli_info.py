@@ -257,6 +257,7 @@ def test_info_cuda_line(monkeypatch, archs, line):
     ("8.6", ["7.5", "9.0"], Warnings.W_INFO_GPU_NO_TENSOR_CORES.format(arch="7.5", cap="8.6")),
     ("7.0", ["8.0", "9.0"], Warnings.W_INFO_GPU_NO_CODE.format(archs="8.0, 9.0", cap="7.0")),
     ("12.0", ["9.0"], "the fp16/bf16 char CNN runs on tensor cores"),  # 12.0 > 9.0 as numbers, not as text
+    ("8.0", ["8.0"], "the fp16/bf16 char CNN runs on tensor cores"),  # its own architecture: at or below, 8.0 on
 ])
 def test_info_says_whether_a_gpu_runs_the_char_cnn_on_tensor_cores(capability, archs, note):
     """From the facts alone (no GPU here): the driver runs the highest compiled architecture at or below the
@@ -276,3 +277,31 @@ def test_info_says_whether_a_gpu_runs_the_char_cnn_on_tensor_cores(capability, a
                                          f"{Warnings.W_INFO_GPU_NO_CUDA_KERNELS})")
     facts["build"] = {**facts["build"], "cuda": None}  # an older build that says nothing of itself
     assert dict(_rows(facts))["GPU"] == f"Some GPU (compute capability {capability})"
+
+
+def test_info_rows_say_a_cpu_only_torch_and_a_missing_spacy():
+    """torch without CUDA is "(CPU only)", with it "(CUDA V)"; spaCy not installed is said so (its version None,
+    JSON null: read from metadata, never imported)."""
+    from spacy_elmo.cli.info import _rows, info_facts
+
+    facts = info_facts()
+    rows = dict(_rows({**facts, "torch_cuda": None, "spacy": None}))
+    assert (rows["torch"], rows["spaCy"]) == (f"{facts['torch']} (CPU only)", "not installed")
+    rows = dict(_rows({**facts, "torch_cuda": "12.4", "spacy": "3.8.0"}))
+    assert (rows["torch"], rows["spaCy"]) == (f"{facts['torch']} (CUDA 12.4)", "3.8.0")
+
+
+def test_info_json_says_null_for_a_spacy_not_installed(monkeypatch):
+    from spacy_elmo.cli import info as info_module
+
+    real = importlib.metadata.version
+
+    def version(name):
+        if name == "spacy":
+            raise importlib.metadata.PackageNotFoundError(name)
+        return real(name)
+
+    monkeypatch.setattr(info_module.importlib.metadata, "version", version)
+    result = CliRunner().invoke(app, ["info", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["spacy"] is None

@@ -448,3 +448,18 @@ def test_counted_words_a_count_and_every_layer_uses_the_one_helper():
     from spacy_elmo.ops.reference import describe_state
 
     assert describe_state(([],)) == "a tuple of 1 item (a list of 0 items ())"
+
+
+def test_no_message_is_defined_twice():
+    """A second ``E_X = ...`` in Errors (or Warnings) silently replaces the first for every use: a new --options
+    message named E_OPTIONS_NOT_OBJECT once replaced BiLMConfig.from_allennlp_options' own, found only by
+    test_messages_match_their_uses because the two took other fields."""
+    import collections
+
+    tree = ast.parse((PACKAGE / "errors.py").read_text(encoding="utf-8"))
+    for cls in (node for node in tree.body if isinstance(node, ast.ClassDef)):
+        names = [target.id for node in cls.body if isinstance(node, (ast.Assign, ast.AnnAssign))
+                 for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+                 if isinstance(target, ast.Name)]
+        twice = sorted(name for name, n in collections.Counter(names).items() if n > 1)
+        assert not twice, f"{cls.name} defines {twice} more than once"

@@ -37,6 +37,10 @@ def _bounded(name: str):
     return check
 
 
+#: The JSON name of what json.loads gives for a JSON text that is no object.
+_JSON_KINDS = {list: "array", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
+
+
 def model_config(preset: Optional[str], options: Optional[Path]) -> dict:
     """A BiLMConfig dict from ``--preset`` or ``--options``: an AllenNLP options.json, a JSON object of BiLMConfig
     fields, a spacy-elmo model's ``config.json`` (its ``config``), or a model directory holding one of the files."""
@@ -60,6 +64,8 @@ def model_config(preset: Optional[str], options: Optional[Path]) -> dict:
         if is_hdf5(raw):  # a weight file: "'utf-8' codec can't decode byte 0x89" named neither the file nor the fix
             raise typer.BadParameter(Errors.E_PRETRAIN_OPTIONS_IS_HDF5.format(path=path), param_hint="'--options'")
         data = json.loads(raw.decode("utf-8"))
+        if not isinstance(data, dict):  # a list's items (a string's characters) were read as unknown keys
+            raise ValueError(Errors.E_OPTIONS_FILE_NOT_OBJECT.format(kind=_JSON_KINDS.get(type(data), "value")))
         if isinstance(data, dict) and data.get("format") == FORMAT:  # a spacy-elmo model's config.json: its sizes
             data = read_config_json(path)["config"]
         if isinstance(data, dict) and "lstm" in data:

@@ -407,6 +407,13 @@ BAD_OPTIONS = [
      "Unknown preset 'huge'. Choose one of: small, medium, original."),
     (["pretrain", "{tmp}/no-text", "{tmp}/out", "--options", "{tmp}/no-options.json"], "--options",
      "The model options file"),
+    # an empty value ("$PRESET" unset) is checked as any other, not taken for no value (the default)
+    (["pretrain", "{tmp}/no-text", "{tmp}/out", "--preset", ""], "--preset",
+     "Unknown preset ''. Choose one of: small, medium, original."),
+    (["pretrain", "{tmp}/no-text", "{tmp}/out", "--backend", ""], "--backend",
+     "Unknown backend '': use 'auto', 'fused' or 'reference'."),
+    (["pretrain", "{tmp}/no-text", "{tmp}/out", "--device", ""], "--device",
+     "Unknown --device '': use cpu, cuda, cuda:N (a GPU index) or mps."),
     (["export", "{tmp}/no-model", "{tmp}/out", "--format", "onnx"], "--format",
      "Unknown export format 'onnx': use 'allennlp' or 'native'."),
     (["config", "coref", "{tmp}/out"], "NAME", "No shipped training config named 'coref'; the configs are: ner, parser, textcat."),
@@ -472,6 +479,23 @@ def test_options_errors_are_said_in_the_command_lines_words(tmp_path):
     said = plain(result.output)
     assert result.exit_code == 2 and "Could not read the model options" in said and "n_layers" in said, said
     assert ".." not in said, said
+
+
+@pytest.mark.parametrize("text, kind", [("[1, 2]", "array"), ('"small"', "string"), ("[]", "array"), ("5", "number"),
+                                        ("null", "null")])
+def test_options_holding_no_json_object_say_so(tmp_path, text, kind):
+    """--options with a JSON array or string read its items (characters) as keys ("have key(s) 1, which are no model
+    options"), and a number, null or [] said a Python error ("'int' object is not iterable", "argument after ** must
+    be a mapping, not list"). Each says what the file holds and what --options takes, a usage error."""
+    options = tmp_path / "options.json"
+    options.write_text(text)
+    result = runner.invoke(app, ["pretrain", str(tmp_path / "no-text"), str(tmp_path / "out"), "--options", str(options)])
+    said = " ".join(plain(result.output).replace("│", " ").split())
+    assert result.exit_code == 2, said
+    assert (f"Invalid value for '--options': Could not read the model options {options}: it holds a JSON {kind}, not an "
+            "object. Pass an AllenNLP options.json") in said, said
+    assert "key(s)" not in said and "iterable" not in said and "mapping" not in said, said
+    assert not (tmp_path / "out").exists()
 
 
 def test_pretrain_options_given_a_weight_file_says_it_is_one(tmp_path):
@@ -559,6 +583,48 @@ def test_lang_is_refused_at_parse_time_exactly_when_spacy_cannot_build_it(tmp_pa
     result = runner.invoke(app, ["pretrain", str(tmp_path / "t"), str(tmp_path / "o"), "--lang", lang,
                                  "--return-freed-memory"])
     assert result.exit_code == (0 if valid else 2), result.output
+
+
+def test_a_missing_options_file_is_named(tmp_path):
+    """--options naming no file says which path it looked for."""
+    missing = tmp_path / "no-options.json"
+    result = runner.invoke(app, ["pretrain", str(tmp_path / "no-text"), str(tmp_path / "out"), "--options", str(missing)])
+    said = "".join(plain(result.output).replace("│", "").split())  # the box may break the long path anywhere
+    assert result.exit_code == 2, result.output
+    assert "".join(f"Invalid value for '--options': The model options file {missing} does not exist".split()) in said, said
+
+
+def test_preset_and_options_together_are_a_usage_error(tmp_path):
+    """--preset with --options: two model sizes asked for; neither is taken over the other."""
+    options = tmp_path / "tiny.json"
+    options.write_text(json.dumps(TINY))
+    result = runner.invoke(app, ["pretrain", str(tmp_path / "no-text"), str(tmp_path / "out"), "--preset", "small",
+                                 "--options", str(options)])
+    assert result.exit_code == 2, result.output
+    assert "Pass either --preset or --options, not both." in plain(result.output)
+    assert not (tmp_path / "out").exists()
+
+
+def test_preset_reaches_the_train_config_as_its_sizes(tmp_path, monkeypatch):
+    """--preset medium trains the medium model; without --preset or --options the trainer picks (None)."""
+    seen = []
+    monkeypatch.setattr("spacy_elmo.training.trainer.train", lambda cfg, on_step=None: seen.append(cfg) or {"rank": 1})
+    for extra in (["--preset", "medium"], []):
+        result = runner.invoke(app, ["pretrain", str(tmp_path / "t"), str(tmp_path / "o"), *extra, "--return-freed-memory"])
+        assert result.exit_code == 0, result.output
+    assert [cfg.model for cfg in seen] == [BiLMConfig.preset("medium").to_dict(), None]
+
+
+@pytest.mark.parametrize("flags, kept", [([], True), (["--keep-freed-memory"], True), (["--return-freed-memory"], False)])
+def test_pretrain_keeps_freed_memory_unless_told_to_return_it(tmp_path, monkeypatch, flags, kept):
+    """--keep-freed-memory (the default) sets glibc's malloc to keep freed memory; --return-freed-memory leaves
+    malloc as it is."""
+    calls = []
+    monkeypatch.setattr("spacy_elmo.training.malloc.keep_freed_memory", lambda: calls.append(1) or True)
+    monkeypatch.setattr("spacy_elmo.training.trainer.train", lambda cfg, on_step=None: {"rank": 1})  # no run
+    result = runner.invoke(app, ["pretrain", str(tmp_path / "t"), str(tmp_path / "o"), *flags])
+    assert result.exit_code == 0, result.output
+    assert calls == ([1] if kept else [])
 
 
 def test_pretrain_flag_errors(tmp_path):
@@ -765,6 +831,15 @@ def test_the_sentence_stage_command_carries_the_device_and_parses_back(tmp_path)
     assert words[:7] == ["spacy-elmo", "pretrain", str(train), str(tmp_path / "out-sentences"), "--init", str(out), "--sentences"]
     assert words[7:] == ["--batch-size", "64", "--optimizer", "adam", "--lr", "0.05", "--device", "cuda", "--backend",
                          "reference", "--threads", "2", "--prefetch", "--return-freed-memory"]
+    # options given at their defaults go unsaid, as those not given (10.0 given is another float object than the default)
+    at_defaults = [str(train), str(out), "--clip", "10", "--dropout", "0.1", "--checkpoint-every", "1000", "--device", "cpu",
+                   "--optimizer", "adagrad", "--keep-freed-memory"]
+    assert shlex.split(sentence_stage(command.make_context("pretrain", at_defaults), train, out))[7:] == []
+    # OUTPUT_DIR the current directory (its name ""): the stage's goes to model-sentences, not "-sentences" (an option)
+    from pathlib import Path
+
+    here = shlex.split(sentence_stage(command.make_context("pretrain", [str(train), "."]), train, Path(".")))
+    assert here[3:6] == ["model-sentences", "--init", "."], here
     ctx.params["device"] = "cpu"
     back = command.make_context("pretrain", [word for word in words[2:] if word not in ("--device", "cuda")])
     assert back.params["sentences"] and back.params["init"] == str(out) and back.params["max_steps"] is None

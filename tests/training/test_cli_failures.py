@@ -294,6 +294,20 @@ def test_ctrl_c_in_pretrain_on_another_rank_exits_130_unsaid(tmp_path, monkeypat
     assert capsys.readouterr().err == ""
 
 
+def test_ctrl_c_in_another_command_on_a_rank_besides_0_is_said(tmp_path, monkeypatch, capsys):
+    """Only pretrain's other ranks exit quietly (rank 0 says it for the job): another command in a process with
+    torchrun's variables set (in a job script, say) still says it stopped and how to go on."""
+    where, args = INTERRUPTED["config"]
+    monkeypatch.setattr(where, _raise(KeyboardInterrupt()))
+    for name, value in {"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(sys, "argv", ["spacy-elmo", "config", *args(tmp_path)])
+    with pytest.raises(SystemExit) as exited:
+        main()
+    assert exited.value.code == 130
+    assert Errors.E_INTERRUPTED.format(command="config", rerun="") in capsys.readouterr().err
+
+
 def test_a_real_sigint_ends_the_command_line_with_130(tmp_path, monkeypatch, capsys):
     """The console script's main(), and a SIGINT as the terminal sends it, not an exception put in its place."""
 

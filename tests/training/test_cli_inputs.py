@@ -389,6 +389,16 @@ def test_fit_state_clear_takes_no_text(model, trained):
     assert "--clear" in output and "TEXT_PATH" in output
 
 
+def test_fit_state_without_text_or_clear_says_to_give_one(model):
+    """Neither TEXT_PATH nor --clear: a usage error naming both, before the model is read (not an assertion's
+    traceback), and the model left as it was."""
+    before = files(model)
+    result = runner.invoke(app, ["fit-state", str(model)])
+    output = clean_error(result, code=2)
+    assert "Pass TEXT_PATH (the text to fit the initial state on), or --clear" in " ".join(output.replace("│", " ").split())
+    assert files(model) == before
+
+
 def test_fit_state_reports_replaced_bytes(model, tmp_path):
     text = tmp_path / "latin1.txt"
     lines = write_corpus(tmp_path / "utf8.txt", 120).read_text(encoding="utf-8").splitlines()
@@ -460,6 +470,24 @@ def test_fit_state_write_error_is_reported_and_keeps_the_old_state(model, traine
     output = clean_error(runner.invoke(app, ["fit-state", str(model), str(trained["train"]), "--rows", "2"]))
     assert "Could not write the initial state" in output and "No such file or directory" in output
     assert files(model) == before
+
+
+def test_fit_state_write_error_suggests_the_model_path_as_one_shell_word(model, trained, tmp_path, monkeypatch):
+    """The export command E_FIT_STATE_WRITE suggests names MODEL_DIR shell-quoted: a path with a space pasted whole."""
+    import errno
+
+    from tests.cli_text import runner as split_runner
+
+    spaced = tmp_path / "my model"
+    model.rename(spaced)
+
+    def refused(state, path):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr("spacy_elmo.bilm.native_io.write_initial_state", refused)
+    result = split_runner.invoke(app, ["fit-state", str(spaced), str(trained["train"]), "--rows", "4"])
+    assert result.exit_code == 1 and "Could not write the initial state" in result.stderr, result.output
+    assert ["spacy-elmo", "export", str(spaced), "NEW_DIR", "--format", "native"] in _pasted(result.stderr), result.stderr
 
 
 # -- evaluate --------------------------------------------------------------------------------
@@ -607,10 +635,16 @@ def test_fit_state_refuses_the_bundled_model(trained, tmp_path):
     from spacy_elmo.bilm.native_io import DEFAULT_MODEL_DIR
 
     before = files(DEFAULT_MODEL_DIR)
-    for name in ("default", str(DEFAULT_MODEL_DIR)):
-        output = clean_error(runner.invoke(app, ["fit-state", name, str(trained["train"]), "--rows", "4"]))
-        assert "bundled default model" in output and "export default NEW_DIR --format native" in output
-    assert files(DEFAULT_MODEL_DIR) == before
+    linked = tmp_path / "linked"  # the bundled directory by another name: a link to it, a path through ..
+    linked.symlink_to(DEFAULT_MODEL_DIR, target_is_directory=True)
+    try:
+        for name in ("default", str(DEFAULT_MODEL_DIR), str(linked), str(DEFAULT_MODEL_DIR / ".." / "default")):
+            output = clean_error(runner.invoke(app, ["fit-state", name, str(trained["train"]), "--rows", "4"]))
+            assert "bundled default model" in output and "export default NEW_DIR --format native" in output
+        assert files(DEFAULT_MODEL_DIR) == before
+    finally:  # a guard that let one through wrote into the checkout's bundled model: not left for later tests
+        if INITIAL_STATE_NAME not in before:
+            (DEFAULT_MODEL_DIR / INITIAL_STATE_NAME).unlink(missing_ok=True)
     # the way out the message gives works
     copy = tmp_path / "copy"
     assert runner.invoke(app, ["export", "default", str(copy), "--format", "native"]).exit_code == 0
