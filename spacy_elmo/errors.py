@@ -1582,6 +1582,13 @@ class Errors:
         "each process one GPU of its own (CUDA_VISIBLE_DEVICES per process, Slurm's --gpus-per-task=1); a launcher "
         "that sets no LOCAL_RANK (it then defaults to RANK) must set it on a job that spans machines."
     )
+    E_DDP_SAME_GPU = (
+        "Ranks {ranks} of this torchrun job of {world} processes train on the same GPU ({uuid} on machine {host}, "
+        "CUDA_VISIBLE_DEVICES={cuda_visible}), which DDP on CUDA refuses (NCCL: \"Duplicate GPU detected\"): each "
+        "process needs a GPU of its own. Start at most as many processes on each machine as it has GPUs (torchrun "
+        "--nproc-per-node), or give each process one GPU of its own (a CUDA_VISIBLE_DEVICES per process, Slurm's "
+        "--gpus-per-task=1)."
+    )
     E_NO_EVAL_TOKENS = (
         "{path} contains no tokens to evaluate on ({n_files} file(s) read, {n_binary} skipped as binary or UTF-16/32). Pass "
         "UTF-8 text with at least one word: a text file (plain, .gz, .bz2 or .xz) or a directory holding such files."

@@ -17,6 +17,7 @@ import json
 import math
 import os
 import shutil
+import socket
 import sys
 import time
 import unicodedata
@@ -39,7 +40,7 @@ from ..bilm.initial_state import boundary_state_mean
 from ..bilm.lstm import LstmState
 from ..bilm.native_io import INITIAL_STATE_NAME, find_allennlp_files, read_meta
 from ..device import torch_device
-from ..errors import Errors, Warnings, counted
+from ..errors import Errors, Warnings, counted, listed
 from ..paths import file_identity, file_sha256, shell_quoted
 from ..ranks import torchrun_ranks
 from . import checkpoint as ckpt
@@ -234,7 +235,9 @@ def _setup_distributed(cfg: TrainConfig):
     if world > 1:
         if device.type == "cuda":
             # One GPU visible is the process's own (a CUDA_VISIBLE_DEVICES per process, Slurm's --gpus-per-task=1),
-            # whatever its LOCAL_RANK; of several, GPU LOCAL_RANK (torchrun's one machine of N GPUs).
+            # whatever its LOCAL_RANK; of several, GPU LOCAL_RANK (torchrun's one machine of N GPUs). Ranks that took
+            # one GPU (torchrun --nproc-per-node 2 where one is visible) are refused once the group is up
+            # (_refuse_shared_gpu): the environment alone does not tell that from a CUDA_VISIBLE_DEVICES per process.
             n_gpus = torch.cuda.device_count()
             index = 0 if n_gpus == 1 else local
             if index >= n_gpus:
@@ -274,6 +277,35 @@ def _wait_groups(world: int) -> Optional[_Groups]:
         return None
     return _Groups(dist.new_group(backend="gloo", timeout=TOKENIZE_TIMEOUT), dist.new_group(backend="gloo"),
                    dist.new_group(backend="gloo", timeout=LEAVE_TIMEOUT))
+
+
+def _refuse_shared_gpu(groups: Optional[_Groups], device: torch.device) -> None:
+    """Refuse a job where two ranks train on one GPU, said by rank 0 (every rank raises it alike). A process that
+    sees one GPU trains on it whatever its LOCAL_RANK (:func:`_setup_distributed`): right for a CUDA_VISIBLE_DEVICES
+    of its own, but ``torchrun --nproc-per-node 2`` on a machine of one GPU (or under one CUDA_VISIBLE_DEVICES of one
+    GPU for all) then put both ranks on it, and NCCL failed only in DDP's constructor, once rank 0 had tokenized the
+    corpus ("Duplicate GPU detected"): the environment alone does not tell the two apart, each rank's GPU (its
+    machine's name, the GPU's UUID) does. One all-gather on the set-up's gloo group, for CUDA under torchrun alone
+    (``groups`` None: one process). Every rank must call it, at the same point."""
+    if groups is None or device.type != "cuda":
+        return
+    mine = (socket.gethostname(), str(torch.cuda.get_device_properties(device).uuid),
+            os.environ.get("CUDA_VISIBLE_DEVICES", "unset"))
+    gpus: List[Any] = [None] * dist.get_world_size(groups.setup)
+    dist.all_gather_object(gpus, mine, group=groups.setup)
+    with _settled(groups, setup=True):
+        sharing: Dict[Tuple[str, str], List[int]] = {}
+        for rank, (host, uuid, _) in enumerate(gpus):
+            sharing.setdefault((host, uuid), []).append(rank)
+        shared = next((ranks for ranks in sharing.values() if len(ranks) > 1), None)
+        if shared is not None:
+            host, uuid, _ = gpus[shared[0]]
+            visible = sorted({gpus[r][2] for r in shared})
+            err = RuntimeError(Errors.E_DDP_SAME_GPU.format(
+                ranks=listed([str(r) for r in shared], 8), world=len(gpus), uuid=uuid, host=host,
+                cuda_visible=" or ".join(visible)))
+            setattr(err, "spacy_elmo_every_rank", True)  # every rank met it: rank 0 says it (raised_on_every_rank)
+            raise err
 
 
 class PeerFailed(RuntimeError):
@@ -926,6 +958,7 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
     last_saved = 0  # the step of the checkpoint in OUTPUT_DIR that this run wrote (0: none; a resumed one: below)
     # Until the run ends (``held`` is left as train() returns or raises): a peer that dies is said as such.
     held.enter_context(_peer_loss_said(world, out, lambda: last_saved if is_main else None))
+    _refuse_shared_gpu(wait, device)  # before OUTPUT_DIR is made and the corpus tokenized
     # Every rank learns rank 0's verdict (its lock, OUTPUT_DIR not empty) before any rank goes on.
     # Files each rank reads itself (--init, OUTPUT_DIR) are checked once the group is up: a rank of another machine
     # that finds no such file says so, and rank 0 names that rank (before the group, its exit left rank 0 waiting).
