@@ -671,6 +671,57 @@ def test_a_failed_peers_error_is_not_taken_for_a_lost_peer():
 
     assert not _lost_peer(PeerFailed(Errors.E_PEER_FAILED.format(rank=1)))
     assert _lost_peer(RuntimeError("[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer"))
+    # NCCL's (a CUDA job), whose message need not name its backend
+    assert _lost_peer(torch.distributed.DistBackendError("NCCL communicator was aborted on rank 1"))
+    assert not _lost_peer(RuntimeError("CUDA out of memory"))  # this rank's own
+
+
+def test_who_says_an_error_of_a_torchrun_job():
+    """Rank 0 says an error every rank met alike and names a failed peer (:class:`PeerFailed`); any other error
+    (one rank's out of memory, its lost peer) is said by the rank that met it, whichever that is."""
+    from spacy_elmo.errors import Errors
+    from spacy_elmo.training.trainer import PeerFailed, _same_on_every_rank, said_by_this_rank
+
+    with pytest.raises(ValueError) as alike:
+        with _same_on_every_rank():
+            raise ValueError("refused: the settings differ")
+    peer = PeerFailed(Errors.E_PEER_FAILED.format(rank=1))
+    own = [RuntimeError("CUDA out of memory"), OSError(5, "Input/output error"), ValueError("this rank's alone")]
+    assert [said_by_this_rank(e, 0) for e in (alike.value, peer, *own)] == [True] * 5
+    assert [said_by_this_rank(e, 1) for e in (alike.value, peer, *own)] == [False, False, True, True, True]
+
+
+@pytest.mark.parametrize("saved, last_saved", [(False, None), (True, 4), (True, None)])
+def test_a_lost_peer_says_what_to_resume_from(tmp_path, saved, last_saved):
+    """:func:`_peer_died`: where OUTPUT_DIR holds a checkpoint, --resume, with its step where this rank knows it
+    (rank 0, which wrote it); without one, run again."""
+    from spacy_elmo.errors import Errors
+    from spacy_elmo.training.checkpoint import checkpoint_path
+    from spacy_elmo.training.trainer import _peer_died
+
+    if saved:
+        checkpoint_path(tmp_path).write_bytes(b"")
+    message = _peer_died(RuntimeError("Connection closed by peer\n"), tmp_path, last_saved)
+    assert message.startswith("Connection closed by peer\nAnother process of this torchrun job died"), message
+    on = Errors.E_PRETRAIN_NO_SPACE_RESUME if saved else Errors.E_PRETRAIN_NO_SPACE_RERUN
+    assert message.endswith(on) and ("--resume" in message) is saved, message
+    at_step = Errors.E_PEER_DIED_CHECKPOINT.format(step=4, path=tmp_path)
+    in_dir = Errors.E_PEER_DIED_CHECKPOINT_IN.format(path=tmp_path)
+    assert (at_step in message, in_dir in message) == (saved and last_saved == 4, saved and last_saved is None), message
+
+
+def test_the_wait_groups_time_out_as_their_blocks_need(monkeypatch):
+    """The set-up's blocks wait for rank 0's tokenization (:data:`TOKENIZE_TIMEOUT`), the loop's the process
+    group's default timeout, :func:`leave_failed_run` :data:`LEAVE_TIMEOUT`; one process: no groups."""
+    from spacy_elmo.training import trainer
+
+    made = []
+    monkeypatch.setattr(trainer.dist, "new_group", lambda **kwargs: made.append(kwargs) or len(made))
+    assert trainer._wait_groups(1) is None and made == []
+    groups = trainer._wait_groups(2)
+    timeouts = {name: made[getattr(groups, name) - 1].get("timeout") for name in groups._fields}
+    assert timeouts == {"setup": trainer.TOKENIZE_TIMEOUT, "loop": None, "leave": trainer.LEAVE_TIMEOUT}
+    assert {kwargs["backend"] for kwargs in made} == {"gloo"}
 
 
 def _full_disk_worker(rank: int, world: int, port: int, args: list, result_dir: str) -> None:
@@ -950,6 +1001,8 @@ def test_a_failed_rank_waits_for_a_hung_peer_a_bounded_time(tmp_path):
 @pytest.mark.parametrize("error, ours", [
     (ValueError("refused: the settings differ"), True),
     (FileNotFoundError("OUTPUT_DIR holds no checkpoint"), True),
+    (TypeError("--epochs must be a number"), True),
+    (FileExistsError("OUTPUT_DIR is in use by another pretrain run"), True),
     (FileNotFoundError(2, "No such file or directory", "out/data"), False),  # the OS's: this rank's disk
     (OSError(5, "Input/output error"), False),
     (MemoryError(), False),
