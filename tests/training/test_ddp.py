@@ -915,12 +915,14 @@ def test_torchrun_reports_every_rank_exiting_with_rank_0s_status(tmp_path):
 
 
 def _settled_worker(rank: int, world: int, port: int, failing: tuple, result_dir: str, error: type = ValueError,
-                    gone: tuple = (), late: float = 0.0) -> None:
+                    gone: tuple = (), late: float = 0.0, slow: Optional[int] = None, wrapped: bool = False) -> None:
     """A :func:`_settled` block that raises ``error`` (ValueError: one of every rank's) on the ranks ``failing``:
     who says what. Another error escapes, as one the command line does not catch, ending the process. The ranks
     ``gone`` exit in the block, as a killed process does. ``late``: the ranks that did not fail wait that many
     seconds before they leave the run (hung but alive), the failed ones waiting for them 1 s at most; they then
-    say whether a failed rank left before them."""
+    say whether a failed rank left before them. ``slow``: that rank takes 2 s to say its error (the others wait for
+    it 30 s at most), the others then saying whether it came before they left. ``wrapped``: a failed rank's error
+    is raised again as the cause of an OSError outside the block, as ``train`` says a full disk."""
     import time
     from datetime import timedelta
 
@@ -929,22 +931,33 @@ def _settled_worker(rank: int, world: int, port: int, failing: tuple, result_dir
 
     from spacy_elmo.training import trainer
 
-    trainer.LEAVE_TIMEOUT = timedelta(seconds=1)
+    trainer.LEAVE_TIMEOUT = timedelta(seconds=1 if slow is None else 30)
     dist.init_process_group("gloo")
+    came = os.path.join(result_dir, f"came{slow}")
     try:
-        with trainer._settled(trainer._wait_groups(world)), trainer._same_on_every_rank():
-            if rank in gone:
-                time.sleep(0.5)  # the others are in the block's all-reduce
-                os._exit(9)
-            if rank in failing:
-                raise error(f"refused on rank {rank}")
+        try:
+            with trainer._settled(trainer._wait_groups(world)), trainer._same_on_every_rank():
+                if rank in gone:
+                    time.sleep(0.5)  # the others are in the block's all-reduce
+                    os._exit(9)
+                if rank in failing:
+                    raise error(f"refused on rank {rank}")
+        except ValueError as err:
+            if not wrapped:
+                raise
+            raise OSError(f"wrapped: {err}") from err
         outcome = "ran"
-    except (ValueError, trainer.PeerFailed) as err:
+    except (ValueError, OSError, trainer.PeerFailed) as err:
         outcome = f"{type(err).__name__}: {err}; says it: {trainer.said_by_this_rank(err, rank)}"
         if late and rank not in failing:
             time.sleep(late)
             outcome += f"; left after the failed rank: {all(os.path.exists(os.path.join(result_dir, f'settled{r}.txt')) for r in failing)}"
+        if rank == slow:
+            time.sleep(2)
+            open(came, "w").close()
         trainer.leave_failed_run(err)
+        if slow is not None and rank != slow:
+            outcome += f"; left after rank {slow} came: {os.path.exists(came)}"
     with open(os.path.join(result_dir, f"settled{rank}.txt"), "w", encoding="utf-8") as f:
         f.write(outcome)
     if dist.is_initialized():
@@ -986,6 +999,20 @@ def test_a_peer_gone_in_a_settled_block_leaves_this_ranks_error_to_say(tmp_path)
     _run_ranks(_settled_worker, (2, _free_port(), (1,), str(tmp_path), ValueError, (0,)), timeout=120)
     assert not (tmp_path / "settled0.txt").exists()
     assert (tmp_path / "settled1.txt").read_text(encoding="utf-8") == "ValueError: refused on rank 1; says it: True"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("slow, wrapped", [(0, False), (1, False), (1, True)], ids=["failed_rank_slow", "peer_slow", "peer_slow_wrapped"])
+def test_the_ranks_of_a_failed_block_leave_the_run_together(tmp_path, slow, wrapped):
+    """Every rank of a failed :func:`_settled` block waits in :func:`leave_failed_run` until every rank got there:
+    the ranks that raised :class:`PeerFailed` for the failed one still saying its error (torchrun stops every rank
+    once the first exits), and the failed rank for those, also when ``train`` raised its error again as the cause
+    of another (a full disk's)."""
+    _run_ranks(_settled_worker, (2, _free_port(), (0,), str(tmp_path), ValueError, (), 0.0, slow, wrapped), timeout=120)
+    outcomes = [(tmp_path / f"settled{r}.txt").read_text(encoding="utf-8") for r in range(2)]
+    assert outcomes[1 - slow].endswith(f"; left after rank {slow} came: True"), outcomes
+    assert outcomes[0].startswith("OSError: wrapped: refused on rank 0" if wrapped else "ValueError: refused on rank 0"), outcomes
+    assert outcomes[1].startswith("PeerFailed: Rank 0 of this torchrun job failed"), outcomes
 
 
 @pytest.mark.slow
