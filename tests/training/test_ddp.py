@@ -53,6 +53,11 @@ def test_ddp_two_cpu_processes(tmp_path):
     assert start["config"]["batch_size"] == 8
     shards = [torch.load(tmp_path / f"rank{r}.pt")["first_batch"] for r in range(2)]
     assert not torch.equal(shards[0], shards[1])  # each rank reads its own rows
+    from spacy_elmo.training.checkpoint import load_checkpoint
+
+    states = load_checkpoint(out)["ranks"]
+    for rng in ("torch_rng", "sampler_rng"):  # each rank draws its own dropout masks and negatives
+        assert not torch.equal(states[0][rng], states[1][rng]), rng
     assert BiLM.load(out).initial_state is not None  # rank 0 wrote the model, with its fitted state
 
 
