@@ -391,6 +391,63 @@ def test_ddp_heldout_is_shared_by_the_ranks_and_equals_one_process(tmp_path, sen
             assert result[key] == pytest.approx(one[key], rel=1e-5)
 
 
+def _nothing_to_train_worker(rank: int, world: int, port: int, train_path: str, held: str, out: str, result_dir: str) -> None:
+    """2 steps with --heldout, then twice a resume with nothing to train: its log holding the held-out line of its
+    step, then its model left by a run killed before the last model write (its config.json of step 1)."""
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    import json
+    import warnings
+
+    import torch.distributed as dist
+
+    from spacy_elmo.training import evaluate
+    from spacy_elmo.training.trainer import train
+
+    evaluated = []
+    sums = evaluate._stream_nll_sums
+
+    def counting(*args, **kwargs):
+        evaluated.append(1)
+        return sums(*args, **kwargs)
+
+    evaluate._stream_nll_sums = counting
+    train(tiny_train_config(train_path, out, max_steps=2, checkpoint_every=2, heldout=held))
+    written = []
+    for stale in (False, True):
+        if stale and rank == 0:
+            config = json.loads(open(os.path.join(out, "config.json"), encoding="utf-8").read())
+            config["provenance"]["steps"] = 1
+            open(os.path.join(out, "config.json"), "w", encoding="utf-8").write(json.dumps(config))
+        dist.barrier()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # rank 0's: nothing to train
+            resumed = train(tiny_train_config(train_path, out, max_steps=2, checkpoint_every=2, heldout=held, resume=True))
+        written.append(resumed["model_written"])
+    with open(os.path.join(result_dir, f"nothing{rank}.json"), "w", encoding="utf-8") as f:
+        json.dump({"evaluated": len(evaluated), "written": written}, f)
+    dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_ddp_a_resume_with_nothing_to_train_keeps_the_ranks_together(tmp_path):
+    """Rank 0's files decide what a resume with nothing to train does, and every rank does it: no held-out
+    evaluation where rank 0's log holds the checkpoint's (else rank 1 evaluated alone, waiting in its all-reduce),
+    and a save where rank 0 finds the model older than the checkpoint (else rank 0 saved alone, waiting in its
+    gather)."""
+    import json
+
+    from spacy_elmo.training.trainer import _model_steps
+
+    train_file = write_corpus(tmp_path / "train.txt", 400)
+    held = write_corpus(tmp_path / "held.txt", 120, seed=5)
+    out = tmp_path / "out"
+    _run_ranks(_nothing_to_train_worker, (2, _free_port(), str(train_file), str(held), str(out), str(tmp_path)), timeout=150)
+    ranks = [json.loads((tmp_path / f"nothing{r}.json").read_text(encoding="utf-8")) for r in range(2)]
+    assert ranks == [{"evaluated": 1, "written": [False, True]}] * 2  # the held-out text at step 2 only
+    assert _model_steps(out) == 2
+
+
 def _slow_tokenizing_worker(rank: int, world: int, port: int, train_path: str, out: str) -> None:
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
