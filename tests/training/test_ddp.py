@@ -596,12 +596,13 @@ def test_ddp_a_sigterm_says_how_to_go_on_once(tmp_path, signalled):
 
 
 def _holding_worker(rank: int, world: int, port: int, args: list, result_dir: str, env: Optional[dict] = None,
-                    held: str = "save_pretrained") -> None:
+                    held: str = "save_pretrained", nth: int = 1) -> None:
     """:func:`_main_worker` whose rank 0, on calling the trainer's ``held`` (or torch's ``DistributedDataParallel``),
     writes ``holding`` in ``result_dir`` and waits until the file ``killed`` is there: a peer dies meanwhile.
     ``save_pretrained``: the model's save, once the first checkpoint is written (mid-save); ``build_corpus``: the
     tokenization (the set-up, the others waiting in its block's all-reduce); ``DistributedDataParallel``: DDP's
-    constructor, the set-up's last collectives. (:func:`functools.partial` gives ``held`` to :func:`mp.spawn`.)"""
+    constructor, the set-up's last collectives. ``nth``: on its nth call, the earlier ones going through.
+    (:func:`functools.partial` gives ``held`` and ``nth`` to :func:`mp.spawn`.)"""
     import time
 
     from spacy_elmo.training import trainer
@@ -609,7 +610,12 @@ def _holding_worker(rank: int, world: int, port: int, args: list, result_dir: st
     owner = trainer if held != "DistributedDataParallel" else torch.nn.parallel
     original = getattr(owner, held)
 
+    calls = []
+
     def holding(*a, **k):
+        calls.append(1)
+        if len(calls) < nth:
+            return original(*a, **k)
         open(os.path.join(result_dir, "holding"), "w").close()
         while not os.path.exists(os.path.join(result_dir, "killed")):
             time.sleep(0.05)
@@ -666,7 +672,9 @@ def test_ddp_a_peer_killed_says_resume_only_where_a_checkpoint_is_on_disk(tmp_pa
     """A peer SIGKILLed before the first checkpoint: rank 0 says to rerun the same command, no --resume (no
     checkpoint to resume from). Rank 0 SIGKILLed mid-save, its checkpoint already on disk: rank 1, whose save
     counted once the collective ending it passed, said "no checkpoint was written yet"; it now says the checkpoint
-    in OUTPUT_DIR and --resume, without a step (it knows none: rank 0 writes it)."""
+    in OUTPUT_DIR and --resume, without a step (it knows none: rank 0 writes it; the step of an earlier save it
+    counted is not the one on disk)."""
+    import functools
     import signal
 
     from .conftest import tiny_pretrain_args
@@ -675,7 +683,8 @@ def test_ddp_a_peer_killed_says_resume_only_where_a_checkpoint_is_on_disk(tmp_pa
     every = "1000" if case == "before_first_checkpoint" else "2"
     args, _, _ = tiny_pretrain_args(tmp_path, out, "--checkpoint-every", every, "--log-every", "1", max_steps=100_000)
     killed, said = (1, 0) if case == "before_first_checkpoint" else (0, 1)
-    worker = _main_worker if case == "before_first_checkpoint" else _holding_worker
+    # rank 0 held in its second save: rank 1 counted the first one's step, not the one now on disk
+    worker = _main_worker if case == "before_first_checkpoint" else functools.partial(_holding_worker, nth=2)
     ranks, store = _spawn_under_agent_store(worker, args, tmp_path)  # the store outlives rank 0
     try:
         # a step logged: the loop runs (the log's start entry comes before the set-up's last collectives)
