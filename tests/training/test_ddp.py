@@ -1172,6 +1172,37 @@ def test_the_command_line_and_the_trainer_read_one_rank_from_the_environment(mon
         trainer._setup_distributed(cfg)
 
 
+@pytest.mark.parametrize("device, local, n_gpus, expected", [
+    ("cpu", 1, 0, ("gloo", "cpu")),
+    ("cuda", 1, 2, ("nccl", "cuda:1")),  # the GPU of this machine's rank (rank 2 of the job: the second machine's)
+    ("cuda", 1, 1, "rank 2 of 4; DDP on CUDA needs one GPU per process but only 1 are visible"),
+])
+def test_each_process_of_a_job_takes_its_machines_gpu(monkeypatch, device, local, n_gpus, expected):
+    """Under torchrun the trainer starts the process group (NCCL on CUDA, gloo on the CPU) and takes the GPU of its
+    LOCAL_RANK, refusing a machine with fewer GPUs than processes (no GPU needed here: torch's calls are stubs)."""
+    from spacy_elmo.training import trainer
+
+    _clear_ranks(monkeypatch, WORLD_SIZE="4", RANK="2", LOCAL_RANK=str(local))
+    calls = []
+    monkeypatch.setattr(trainer, "torch_device", torch.device)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: n_gpus)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda d: calls.append(("set_device", str(d))))
+    monkeypatch.setattr(trainer.dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(trainer.dist, "init_process_group", lambda backend: calls.append(("init", backend)))
+    monkeypatch.setattr(trainer.dist, "get_rank", lambda: 2)
+    monkeypatch.setattr(trainer.dist, "get_world_size", lambda: 4)
+    cfg = tiny_train_config("train.txt", "out", device=device)
+    if isinstance(expected, str):
+        with pytest.raises(RuntimeError, match=re.escape(expected)):
+            trainer._setup_distributed(cfg)
+        assert calls == []
+        return
+    backend, taken = expected
+    rank, world, got = trainer._setup_distributed(cfg)
+    assert (rank, world, str(got)) == (2, 4, taken)
+    assert calls == ([("set_device", taken)] if device == "cuda" else []) + [("init", backend)]
+
+
 def _clear_ranks(monkeypatch, **env) -> None:
     for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
         monkeypatch.delenv(name, raising=False)
