@@ -747,6 +747,21 @@ def test_a_failed_peers_error_is_not_taken_for_a_lost_peer():
     assert not _lost_peer(RuntimeError("CUDA out of memory"))  # this rank's own
 
 
+def test_leaving_a_failed_run_without_a_process_group_does_nothing():
+    """An error of a :func:`_settled` block met once the process group is gone (destroyed, or never started in this
+    process) leaves at once: no barrier on a group that no longer is (torch's ValueError, a traceback)."""
+    from spacy_elmo.training.trainer import _SETTLED, leave_failed_run
+
+    assert not torch.distributed.is_initialized()
+    err = ValueError("refused on rank 0")
+    setattr(err, _SETTLED, object())
+    leave_failed_run(err)
+    wrapped = OSError("the disk is full")
+    wrapped.__cause__ = err
+    leave_failed_run(wrapped)
+    leave_failed_run(ValueError("no block's"))
+
+
 def test_who_says_an_error_of_a_torchrun_job():
     """Rank 0 says an error every rank met alike and names a failed peer (:class:`PeerFailed`); any other error
     (one rank's out of memory, its lost peer) is said by the rank that met it, whichever that is."""
