@@ -53,6 +53,11 @@ def test_ddp_two_cpu_processes(tmp_path):
     assert start["config"]["batch_size"] == 8
     shards = [torch.load(tmp_path / f"rank{r}.pt")["first_batch"] for r in range(2)]
     assert not torch.equal(shards[0], shards[1])  # each rank reads its own rows
+    from spacy_elmo.training.checkpoint import load_checkpoint
+
+    states = load_checkpoint(out)["ranks"]
+    for rng in ("torch_rng", "sampler_rng"):  # each rank draws its own dropout masks and negatives
+        assert not torch.equal(states[0][rng], states[1][rng]), rng
     assert BiLM.load(out).initial_state is not None  # rank 0 wrote the model, with its fitted state
 
 
@@ -386,6 +391,63 @@ def test_ddp_heldout_is_shared_by_the_ranks_and_equals_one_process(tmp_path, sen
             assert result[key] == pytest.approx(one[key], rel=1e-5)
 
 
+def _nothing_to_train_worker(rank: int, world: int, port: int, train_path: str, held: str, out: str, result_dir: str) -> None:
+    """2 steps with --heldout, then twice a resume with nothing to train: its log holding the held-out line of its
+    step, then its model left by a run killed before the last model write (its config.json of step 1)."""
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    import json
+    import warnings
+
+    import torch.distributed as dist
+
+    from spacy_elmo.training import evaluate
+    from spacy_elmo.training.trainer import train
+
+    evaluated = []
+    sums = evaluate._stream_nll_sums
+
+    def counting(*args, **kwargs):
+        evaluated.append(1)
+        return sums(*args, **kwargs)
+
+    evaluate._stream_nll_sums = counting
+    train(tiny_train_config(train_path, out, max_steps=2, checkpoint_every=2, heldout=held))
+    written = []
+    for stale in (False, True):
+        if stale and rank == 0:
+            config = json.loads(open(os.path.join(out, "config.json"), encoding="utf-8").read())
+            config["provenance"]["steps"] = 1
+            open(os.path.join(out, "config.json"), "w", encoding="utf-8").write(json.dumps(config))
+        dist.barrier()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # rank 0's: nothing to train
+            resumed = train(tiny_train_config(train_path, out, max_steps=2, checkpoint_every=2, heldout=held, resume=True))
+        written.append(resumed["model_written"])
+    with open(os.path.join(result_dir, f"nothing{rank}.json"), "w", encoding="utf-8") as f:
+        json.dump({"evaluated": len(evaluated), "written": written}, f)
+    dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_ddp_a_resume_with_nothing_to_train_keeps_the_ranks_together(tmp_path):
+    """Rank 0's files decide what a resume with nothing to train does, and every rank does it: no held-out
+    evaluation where rank 0's log holds the checkpoint's (else rank 1 evaluated alone, waiting in its all-reduce),
+    and a save where rank 0 finds the model older than the checkpoint (else rank 0 saved alone, waiting in its
+    gather)."""
+    import json
+
+    from spacy_elmo.training.trainer import _model_steps
+
+    train_file = write_corpus(tmp_path / "train.txt", 400)
+    held = write_corpus(tmp_path / "held.txt", 120, seed=5)
+    out = tmp_path / "out"
+    _run_ranks(_nothing_to_train_worker, (2, _free_port(), str(train_file), str(held), str(out), str(tmp_path)), timeout=150)
+    ranks = [json.loads((tmp_path / f"nothing{r}.json").read_text(encoding="utf-8")) for r in range(2)]
+    assert ranks == [{"evaluated": 1, "written": [False, True]}] * 2  # the held-out text at step 2 only
+    assert _model_steps(out) == 2
+
+
 def _slow_tokenizing_worker(rank: int, world: int, port: int, train_path: str, out: str) -> None:
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
@@ -534,12 +596,13 @@ def test_ddp_a_sigterm_says_how_to_go_on_once(tmp_path, signalled):
 
 
 def _holding_worker(rank: int, world: int, port: int, args: list, result_dir: str, env: Optional[dict] = None,
-                    held: str = "save_pretrained") -> None:
+                    held: str = "save_pretrained", nth: int = 1) -> None:
     """:func:`_main_worker` whose rank 0, on calling the trainer's ``held`` (or torch's ``DistributedDataParallel``),
     writes ``holding`` in ``result_dir`` and waits until the file ``killed`` is there: a peer dies meanwhile.
     ``save_pretrained``: the model's save, once the first checkpoint is written (mid-save); ``build_corpus``: the
     tokenization (the set-up, the others waiting in its block's all-reduce); ``DistributedDataParallel``: DDP's
-    constructor, the set-up's last collectives. (:func:`functools.partial` gives ``held`` to :func:`mp.spawn`.)"""
+    constructor, the set-up's last collectives. ``nth``: on its nth call, the earlier ones going through.
+    (:func:`functools.partial` gives ``held`` and ``nth`` to :func:`mp.spawn`.)"""
     import time
 
     from spacy_elmo.training import trainer
@@ -547,7 +610,12 @@ def _holding_worker(rank: int, world: int, port: int, args: list, result_dir: st
     owner = trainer if held != "DistributedDataParallel" else torch.nn.parallel
     original = getattr(owner, held)
 
+    calls = []
+
     def holding(*a, **k):
+        calls.append(1)
+        if len(calls) < nth:
+            return original(*a, **k)
         open(os.path.join(result_dir, "holding"), "w").close()
         while not os.path.exists(os.path.join(result_dir, "killed")):
             time.sleep(0.05)
@@ -604,7 +672,9 @@ def test_ddp_a_peer_killed_says_resume_only_where_a_checkpoint_is_on_disk(tmp_pa
     """A peer SIGKILLed before the first checkpoint: rank 0 says to rerun the same command, no --resume (no
     checkpoint to resume from). Rank 0 SIGKILLed mid-save, its checkpoint already on disk: rank 1, whose save
     counted once the collective ending it passed, said "no checkpoint was written yet"; it now says the checkpoint
-    in OUTPUT_DIR and --resume, without a step (it knows none: rank 0 writes it)."""
+    in OUTPUT_DIR and --resume, without a step (it knows none: rank 0 writes it; the step of an earlier save it
+    counted is not the one on disk)."""
+    import functools
     import signal
 
     from .conftest import tiny_pretrain_args
@@ -613,7 +683,8 @@ def test_ddp_a_peer_killed_says_resume_only_where_a_checkpoint_is_on_disk(tmp_pa
     every = "1000" if case == "before_first_checkpoint" else "2"
     args, _, _ = tiny_pretrain_args(tmp_path, out, "--checkpoint-every", every, "--log-every", "1", max_steps=100_000)
     killed, said = (1, 0) if case == "before_first_checkpoint" else (0, 1)
-    worker = _main_worker if case == "before_first_checkpoint" else _holding_worker
+    # rank 0 held in its second save: rank 1 counted the first one's step, not the one now on disk
+    worker = _main_worker if case == "before_first_checkpoint" else functools.partial(_holding_worker, nth=2)
     ranks, store = _spawn_under_agent_store(worker, args, tmp_path)  # the store outlives rank 0
     try:
         # a step logged: the loop runs (the log's start entry comes before the set-up's last collectives)
@@ -671,6 +742,72 @@ def test_a_failed_peers_error_is_not_taken_for_a_lost_peer():
 
     assert not _lost_peer(PeerFailed(Errors.E_PEER_FAILED.format(rank=1)))
     assert _lost_peer(RuntimeError("[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer"))
+    # NCCL's (a CUDA job), whose message need not name its backend
+    assert _lost_peer(torch.distributed.DistBackendError("NCCL communicator was aborted on rank 1"))
+    assert not _lost_peer(RuntimeError("CUDA out of memory"))  # this rank's own
+
+
+def test_leaving_a_failed_run_without_a_process_group_does_nothing():
+    """An error of a :func:`_settled` block met once the process group is gone (destroyed, or never started in this
+    process) leaves at once: no barrier on a group that no longer is (torch's ValueError, a traceback)."""
+    from spacy_elmo.training.trainer import _SETTLED, leave_failed_run
+
+    assert not torch.distributed.is_initialized()
+    err = ValueError("refused on rank 0")
+    setattr(err, _SETTLED, object())
+    leave_failed_run(err)
+    wrapped = OSError("the disk is full")
+    wrapped.__cause__ = err
+    leave_failed_run(wrapped)
+    leave_failed_run(ValueError("no block's"))
+
+
+def test_who_says_an_error_of_a_torchrun_job():
+    """Rank 0 says an error every rank met alike and names a failed peer (:class:`PeerFailed`); any other error
+    (one rank's out of memory, its lost peer) is said by the rank that met it, whichever that is."""
+    from spacy_elmo.errors import Errors
+    from spacy_elmo.training.trainer import PeerFailed, _same_on_every_rank, said_by_this_rank
+
+    with pytest.raises(ValueError) as alike:
+        with _same_on_every_rank():
+            raise ValueError("refused: the settings differ")
+    peer = PeerFailed(Errors.E_PEER_FAILED.format(rank=1))
+    own = [RuntimeError("CUDA out of memory"), OSError(5, "Input/output error"), ValueError("this rank's alone")]
+    assert [said_by_this_rank(e, 0) for e in (alike.value, peer, *own)] == [True] * 5
+    assert [said_by_this_rank(e, 1) for e in (alike.value, peer, *own)] == [False, False, True, True, True]
+
+
+@pytest.mark.parametrize("saved, last_saved", [(False, None), (True, 4), (True, None)])
+def test_a_lost_peer_says_what_to_resume_from(tmp_path, saved, last_saved):
+    """:func:`_peer_died`: where OUTPUT_DIR holds a checkpoint, --resume, with its step where this rank knows it
+    (rank 0, which wrote it); without one, run again."""
+    from spacy_elmo.errors import Errors
+    from spacy_elmo.training.checkpoint import checkpoint_path
+    from spacy_elmo.training.trainer import _peer_died
+
+    if saved:
+        checkpoint_path(tmp_path).write_bytes(b"")
+    message = _peer_died(RuntimeError("Connection closed by peer\n"), tmp_path, last_saved)
+    assert message.startswith("Connection closed by peer\nAnother process of this torchrun job died"), message
+    on = Errors.E_PRETRAIN_NO_SPACE_RESUME if saved else Errors.E_PRETRAIN_NO_SPACE_RERUN
+    assert message.endswith(on) and ("--resume" in message) is saved, message
+    at_step = Errors.E_PEER_DIED_CHECKPOINT.format(step=4, path=tmp_path)
+    in_dir = Errors.E_PEER_DIED_CHECKPOINT_IN.format(path=tmp_path)
+    assert (at_step in message, in_dir in message) == (saved and last_saved == 4, saved and last_saved is None), message
+
+
+def test_the_wait_groups_time_out_as_their_blocks_need(monkeypatch):
+    """The set-up's blocks wait for rank 0's tokenization (:data:`TOKENIZE_TIMEOUT`), the loop's the process
+    group's default timeout, :func:`leave_failed_run` :data:`LEAVE_TIMEOUT`; one process: no groups."""
+    from spacy_elmo.training import trainer
+
+    made = []
+    monkeypatch.setattr(trainer.dist, "new_group", lambda **kwargs: made.append(kwargs) or len(made))
+    assert trainer._wait_groups(1) is None and made == []
+    groups = trainer._wait_groups(2)
+    timeouts = {name: made[getattr(groups, name) - 1].get("timeout") for name in groups._fields}
+    assert timeouts == {"setup": trainer.TOKENIZE_TIMEOUT, "loop": None, "leave": trainer.LEAVE_TIMEOUT}
+    assert {kwargs["backend"] for kwargs in made} == {"gloo"}
 
 
 def _full_disk_worker(rank: int, world: int, port: int, args: list, result_dir: str) -> None:
@@ -864,12 +1001,14 @@ def test_torchrun_reports_every_rank_exiting_with_rank_0s_status(tmp_path):
 
 
 def _settled_worker(rank: int, world: int, port: int, failing: tuple, result_dir: str, error: type = ValueError,
-                    gone: tuple = (), late: float = 0.0) -> None:
+                    gone: tuple = (), late: float = 0.0, slow: Optional[int] = None, wrapped: bool = False) -> None:
     """A :func:`_settled` block that raises ``error`` (ValueError: one of every rank's) on the ranks ``failing``:
     who says what. Another error escapes, as one the command line does not catch, ending the process. The ranks
     ``gone`` exit in the block, as a killed process does. ``late``: the ranks that did not fail wait that many
     seconds before they leave the run (hung but alive), the failed ones waiting for them 1 s at most; they then
-    say whether a failed rank left before them."""
+    say whether a failed rank left before them. ``slow``: that rank takes 2 s to say its error (the others wait for
+    it 30 s at most), the others then saying whether it came before they left. ``wrapped``: a failed rank's error
+    is raised again as the cause of an OSError outside the block, as ``train`` says a full disk."""
     import time
     from datetime import timedelta
 
@@ -878,22 +1017,33 @@ def _settled_worker(rank: int, world: int, port: int, failing: tuple, result_dir
 
     from spacy_elmo.training import trainer
 
-    trainer.LEAVE_TIMEOUT = timedelta(seconds=1)
+    trainer.LEAVE_TIMEOUT = timedelta(seconds=1 if slow is None else 30)
     dist.init_process_group("gloo")
+    came = os.path.join(result_dir, f"came{slow}")
     try:
-        with trainer._settled(trainer._wait_groups(world)), trainer._same_on_every_rank():
-            if rank in gone:
-                time.sleep(0.5)  # the others are in the block's all-reduce
-                os._exit(9)
-            if rank in failing:
-                raise error(f"refused on rank {rank}")
+        try:
+            with trainer._settled(trainer._wait_groups(world)), trainer._same_on_every_rank():
+                if rank in gone:
+                    time.sleep(0.5)  # the others are in the block's all-reduce
+                    os._exit(9)
+                if rank in failing:
+                    raise error(f"refused on rank {rank}")
+        except ValueError as err:
+            if not wrapped:
+                raise
+            raise OSError(f"wrapped: {err}") from err
         outcome = "ran"
-    except (ValueError, trainer.PeerFailed) as err:
+    except (ValueError, OSError, trainer.PeerFailed) as err:
         outcome = f"{type(err).__name__}: {err}; says it: {trainer.said_by_this_rank(err, rank)}"
         if late and rank not in failing:
             time.sleep(late)
             outcome += f"; left after the failed rank: {all(os.path.exists(os.path.join(result_dir, f'settled{r}.txt')) for r in failing)}"
+        if rank == slow:
+            time.sleep(2)
+            open(came, "w").close()
         trainer.leave_failed_run(err)
+        if slow is not None and rank != slow:
+            outcome += f"; left after rank {slow} came: {os.path.exists(came)}"
     with open(os.path.join(result_dir, f"settled{rank}.txt"), "w", encoding="utf-8") as f:
         f.write(outcome)
     if dist.is_initialized():
@@ -938,6 +1088,20 @@ def test_a_peer_gone_in_a_settled_block_leaves_this_ranks_error_to_say(tmp_path)
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("slow, wrapped", [(0, False), (1, False), (1, True)], ids=["failed_rank_slow", "peer_slow", "peer_slow_wrapped"])
+def test_the_ranks_of_a_failed_block_leave_the_run_together(tmp_path, slow, wrapped):
+    """Every rank of a failed :func:`_settled` block waits in :func:`leave_failed_run` until every rank got there:
+    the ranks that raised :class:`PeerFailed` for the failed one still saying its error (torchrun stops every rank
+    once the first exits), and the failed rank for those, also when ``train`` raised its error again as the cause
+    of another (a full disk's)."""
+    _run_ranks(_settled_worker, (2, _free_port(), (0,), str(tmp_path), ValueError, (), 0.0, slow, wrapped), timeout=120)
+    outcomes = [(tmp_path / f"settled{r}.txt").read_text(encoding="utf-8") for r in range(2)]
+    assert outcomes[1 - slow].endswith(f"; left after rank {slow} came: True"), outcomes
+    assert outcomes[0].startswith("OSError: wrapped: refused on rank 0" if wrapped else "ValueError: refused on rank 0"), outcomes
+    assert outcomes[1].startswith("PeerFailed: Rank 0 of this torchrun job failed"), outcomes
+
+
+@pytest.mark.slow
 def test_a_failed_rank_waits_for_a_hung_peer_a_bounded_time(tmp_path):
     """A failed rank waited in :func:`leave_failed_run`, ignoring Ctrl-C and SIGTERM, for a peer hung but alive:
     up to the 48 hours of the tokenization's group. It now waits :data:`LEAVE_TIMEOUT` (here 1 s) and exits
@@ -950,6 +1114,8 @@ def test_a_failed_rank_waits_for_a_hung_peer_a_bounded_time(tmp_path):
 @pytest.mark.parametrize("error, ours", [
     (ValueError("refused: the settings differ"), True),
     (FileNotFoundError("OUTPUT_DIR holds no checkpoint"), True),
+    (TypeError("--epochs must be a number"), True),
+    (FileExistsError("OUTPUT_DIR is in use by another pretrain run"), True),
     (FileNotFoundError(2, "No such file or directory", "out/data"), False),  # the OS's: this rank's disk
     (OSError(5, "Input/output error"), False),
     (MemoryError(), False),
@@ -1019,6 +1185,37 @@ def test_the_command_line_and_the_trainer_read_one_rank_from_the_environment(mon
         torchrun_ranks()
     with pytest.raises(ValueError, match=expected):
         trainer._setup_distributed(cfg)
+
+
+@pytest.mark.parametrize("device, local, n_gpus, expected", [
+    ("cpu", 1, 0, ("gloo", "cpu")),
+    ("cuda", 1, 2, ("nccl", "cuda:1")),  # the GPU of this machine's rank (rank 2 of the job: the second machine's)
+    ("cuda", 1, 1, "rank 2 of 4; DDP on CUDA needs one GPU per process but only 1 are visible"),
+])
+def test_each_process_of_a_job_takes_its_machines_gpu(monkeypatch, device, local, n_gpus, expected):
+    """Under torchrun the trainer starts the process group (NCCL on CUDA, gloo on the CPU) and takes the GPU of its
+    LOCAL_RANK, refusing a machine with fewer GPUs than processes (no GPU needed here: torch's calls are stubs)."""
+    from spacy_elmo.training import trainer
+
+    _clear_ranks(monkeypatch, WORLD_SIZE="4", RANK="2", LOCAL_RANK=str(local))
+    calls = []
+    monkeypatch.setattr(trainer, "torch_device", torch.device)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: n_gpus)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda d: calls.append(("set_device", str(d))))
+    monkeypatch.setattr(trainer.dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(trainer.dist, "init_process_group", lambda backend: calls.append(("init", backend)))
+    monkeypatch.setattr(trainer.dist, "get_rank", lambda: 2)
+    monkeypatch.setattr(trainer.dist, "get_world_size", lambda: 4)
+    cfg = tiny_train_config("train.txt", "out", device=device)
+    if isinstance(expected, str):
+        with pytest.raises(RuntimeError, match=re.escape(expected)):
+            trainer._setup_distributed(cfg)
+        assert calls == []
+        return
+    backend, taken = expected
+    rank, world, got = trainer._setup_distributed(cfg)
+    assert (rank, world, str(got)) == (2, 4, taken)
+    assert calls == ([("set_device", taken)] if device == "cuda" else []) + [("init", backend)]
 
 
 def _clear_ranks(monkeypatch, **env) -> None:
