@@ -1190,11 +1190,13 @@ def test_the_command_line_and_the_trainer_read_one_rank_from_the_environment(mon
 @pytest.mark.parametrize("device, local, n_gpus, expected", [
     ("cpu", 1, 0, ("gloo", "cpu")),
     ("cuda", 1, 2, ("nccl", "cuda:1")),  # the GPU of this machine's rank (rank 2 of the job: the second machine's)
-    ("cuda", 1, 1, "rank 2 of 4; DDP on CUDA needs one GPU per process but only 1 are visible"),
+    ("cuda", 1, 1, ("nccl", "cuda:0")),  # the only GPU visible is the process's own, whatever its LOCAL_RANK
+    ("cuda", 2, 2, "rank 2 of 4 and LOCAL_RANK 2; DDP on CUDA needs a GPU per process"),
 ])
 def test_each_process_of_a_job_takes_its_machines_gpu(monkeypatch, device, local, n_gpus, expected):
     """Under torchrun the trainer starts the process group (NCCL on CUDA, gloo on the CPU) and takes the GPU of its
-    LOCAL_RANK, refusing a machine with fewer GPUs than processes (no GPU needed here: torch's calls are stubs)."""
+    LOCAL_RANK (the only one visible whatever its LOCAL_RANK), refusing a LOCAL_RANK past the GPUs visible (no GPU
+    needed here: torch's calls are stubs)."""
     from spacy_elmo.training import trainer
 
     _clear_ranks(monkeypatch, WORLD_SIZE="4", RANK="2", LOCAL_RANK=str(local))
