@@ -125,14 +125,16 @@ class ElmoRunner(nn.Module):
         ``runner.cuda(0)`` (thinc 8.3 passes the device id of its ``CupyOps()``, 0 whatever ``i``; the weights go to
         torch's GPU 0). It moves the biLM in place, the same object, so the layer cache (whose entries are arrays of
         the old device) and the token cache (a matrix on the old device) are emptied when a weight's device or dtype
-        changed: a cupy entry put into the numpy outputs of a model moved to the CPU was a TypeError, one of another
-        GPU a copy across devices. Emptying starts a new generation of the layer cache: a call whose biLM run overlapped
+        changed, also when the move fails part way (an out-of-memory error in ``.cuda()``: some weights moved): a
+        cupy entry put into the numpy outputs of a model moved to the CPU was a TypeError, one of another GPU a
+        copy across devices. Emptying starts a new generation of the layer cache: a call whose biLM run overlapped
         the move keeps none of its layers (:mod:`.layer_cache`)."""
         before = self._placement()
-        moved = super()._apply(fn, recurse)
-        if self._placement() != before:
-            self.clear_caches()
-        return moved
+        try:
+            return super()._apply(fn, recurse)
+        finally:
+            if self._placement() != before:
+                self.clear_caches()
 
     def forward(self, rows: Sequence[Sequence[str]], bilm: Optional[BiLM] = None) -> Tensor:
         """``bilm``: the biLM to run, taken once for a whole call (:func:`.bilm_layer._forward`): one

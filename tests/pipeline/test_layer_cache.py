@@ -314,6 +314,29 @@ def test_a_call_running_during_a_move_keeps_none_of_its_layers(tiny_dir, monkeyp
     assert calls == [[tuple(text.split())]] and len(cache) == 1  # run by the float64 biLM, then kept
 
 
+@pytest.mark.filterwarnings("ignore:spacy-elmo. a sentence of:UserWarning")
+def test_a_move_that_fails_part_way_empties_the_caches(tiny_dir):
+    """A move that raises after some weights moved (an out-of-memory error in ``.cuda()``; here a cast that fails
+    on the third tensor) empties both caches: they were kept, and served the layers of the old placement to a
+    biLM half moved."""
+    nlp = _nlp(tiny_dir, 1)
+    runner = get_runner(nlp.get_pipe("elmo").model)
+    nlp(" ".join(SENTENCES))
+    assert len(runner.layer_cache) > 0 and runner.cache.matrix is not None
+    done = []
+
+    def cast(tensor):
+        if len(done) == 2:
+            raise RuntimeError("out of memory")
+        done.append(tensor)
+        return tensor.double()
+
+    with pytest.raises(RuntimeError, match="out of memory"):
+        runner._apply(cast)
+    assert {torch.float32, torch.float64} <= {dtype for _, dtype in runner._placement()}  # part way
+    assert len(runner.layer_cache) == 0 and runner.cache.matrix is None
+
+
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_a_move_off_the_gpu_empties_the_caches(tiny_dir):
