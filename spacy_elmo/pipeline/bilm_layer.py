@@ -315,9 +315,12 @@ def _forward(model: Model, docs: List[Doc], is_train: bool):
     batch runs once: only the other pieces go to the biLM, grouped as without the cache.
 
     The biLM is taken once, here, for the whole call: weights that another thread sets meanwhile
-    (``load_weights``, ``from_disk``) replace the runner's biLM, never this call's, and the layer cache
-    keeps the layers of one biLM, so this call's are not served to calls of the new weights."""
+    (``load_weights``, ``from_disk``) replace the runner's biLM, never this call's. The layer cache's generation is
+    read first, before the biLM: every change of the weights (set, stepped, moved or cast in place) then empties
+    the cache and starts a new one, so this call neither reads the entries of weights changed meanwhile nor keeps
+    its layers, made by the weights before the change, for the calls after it (:mod:`.layer_cache`)."""
     runner = get_runner(model)
+    generation = runner.layer_cache.generation
     bilm = runner.bilm
     assert bilm is not None, "the elmo model runs before set_bilm"
     nL, D = bilm.config.n_output_layers, bilm.config.output_dim  # the model's dims follow the current biLM
@@ -339,7 +342,7 @@ def _forward(model: Model, docs: List[Doc], is_train: bool):
     if cache is not None:
         first: Dict[Tuple[str, ...], Piece] = {}
         for p in pieces:
-            hit = cache.get(rows[p], bilm)
+            hit = cache.get(rows[p], generation)
             if hit is not None:
                 outputs[p.doc][:, rows_of(p)] = hit
             elif rows[p] in first:
@@ -355,8 +358,7 @@ def _forward(model: Model, docs: List[Doc], is_train: bool):
             outputs[p.doc][:, where[b]] = Y[:, b, : p.end - p.start]
             if cache is not None:
                 layers = model.ops.xp.ascontiguousarray(Y[:, b, : p.end - p.start])
-                if runner.bilm is bilm:  # a call on weights replaced meanwhile would empty the new biLM's entries
-                    cache.put(rows[p], layers, bilm)
+                cache.put(rows[p], layers, generation)
                 for q in same[p][1:]:
                     outputs[q.doc][:, rows_of(q)] = layers
         callbacks.append((group, where, Y.shape, bp))

@@ -101,7 +101,7 @@ class ElmoRunner(nn.Module):
         _single_thread_in_child_process()
 
     def set_bilm(self, bilm: Optional[BiLM]) -> None:  # None: back to no weights (a load put back)
-        self.bilm = bilm
+        self.bilm = bilm  # then the caches emptied: bilm_layer._forward reads the layer cache's generation first
         self.clear_caches()
 
     def mark_fine_tuned(self) -> None:
@@ -121,16 +121,20 @@ class ElmoRunner(nn.Module):
 
     def _apply(self, fn: Any, recurse: bool = True) -> "ElmoRunner":
         """Every move or cast of the module (``.to()``, ``.cpu()``, ``.cuda(i)``, ``.half()``) goes through here,
-        thinc's too: ``model.to_cpu()`` / ``model.to_gpu(i)`` -> ``PyTorchShim.to_device`` -> ``runner.cpu()`` /
-        ``runner.cuda(i)``. It moves the biLM in place, the same object, so the layer cache (whose entries are the
-        arrays of the old device, served to the biLM that made them) and the token cache (a matrix on the old
-        device) are emptied when a weight's device or dtype changed: a cupy entry put into the numpy outputs of a
-        model moved to the CPU was a TypeError, one of another GPU a copy across devices."""
+        thinc's too: ``model.to_cpu()`` -> ``PyTorchShim.to_device`` -> ``runner.cpu()``, and ``model.to_gpu(i)`` ->
+        ``runner.cuda(0)`` (thinc 8.3 passes the device id of its ``CupyOps()``, 0 whatever ``i``; the weights go to
+        torch's GPU 0). It moves the biLM in place, the same object, so the layer cache (whose entries are arrays of
+        the old device) and the token cache (a matrix on the old device) are emptied when a weight's device or dtype
+        changed, also when the move fails part way (an out-of-memory error in ``.cuda()``: some weights moved): a
+        cupy entry put into the numpy outputs of a model moved to the CPU was a TypeError, one of another GPU a
+        copy across devices. Emptying starts a new generation of the layer cache: a call whose biLM run overlapped
+        the move keeps none of its layers (:mod:`.layer_cache`)."""
         before = self._placement()
-        moved = super()._apply(fn, recurse)
-        if self._placement() != before:
-            self.clear_caches()
-        return moved
+        try:
+            return super()._apply(fn, recurse)
+        finally:
+            if self._placement() != before:
+                self.clear_caches()
 
     def forward(self, rows: Sequence[Sequence[str]], bilm: Optional[BiLM] = None) -> Tensor:
         """``bilm``: the biLM to run, taken once for a whole call (:func:`.bilm_layer._forward`): one

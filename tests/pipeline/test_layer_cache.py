@@ -128,34 +128,33 @@ def test_eviction_by_bytes_least_recently_used():
     assert list(cache.entries) == ["e"] and cache.nbytes == MB
 
 
-def test_layers_too_large_to_keep_leave_another_biLMs_entries():
-    """Layers over the limit are kept for no biLM: they no longer empty the entries of the biLM
-    owning the cache (nor make theirs its owner)."""
-
-    class Owner:  # a stand-in biLM: the cache holds its owner weakly
-        pass
-
-    cache, mine, other = LayerCache(1), Owner(), Owner()
-    cache.put("a", numpy.zeros(8, dtype="float32"), mine)
-    cache.put("big", numpy.zeros(MB // 4 + 1, dtype="float32"), other)
-    assert list(cache.entries) == ["a"] and cache.get("a", mine) is not None
-
-
-def test_a_biLM_never_reads_another_biLMs_layers():
-    """A call still running the biLM whose weights were replaced (the cache emptied, then filled by the new biLM)
-    reads none of the new biLM's entries, nor does a call naming no biLM; the new biLM reads its own."""
-
-    class Owner:  # a stand-in biLM: the cache holds its owner weakly
-        pass
-
-    cache, old, new = LayerCache(1), Owner(), Owner()
-    cache.put(("Hello", "world"), numpy.ones((3, 2, 4), dtype="float32"), old)
+def test_layers_too_large_or_of_an_old_generation_leave_the_entries():
+    """Layers over the limit, or made before the cache was emptied (a call whose biLM run overlapped a change of
+    the weights), are not kept, and leave the entries there as they were (they emptied them, when the cache
+    belonged to the biLM object that gave them: an old biLM's late call dropped the new one's entries)."""
+    cache = LayerCache(1)
+    old = cache.generation
     cache.clear()  # new weights: ElmoRunner.clear_caches
+    now = cache.generation
+    assert now != old
+    cache.put("a", numpy.zeros(8, dtype="float32"), now)
+    cache.put("big", numpy.zeros(MB // 4 + 1, dtype="float32"), now)
+    cache.put("late", numpy.zeros(8, dtype="float32"), old)
+    assert list(cache.entries) == ["a"] and cache.get("a", now) is not None
+
+
+def test_a_call_never_reads_the_layers_of_weights_changed_since_it_began():
+    """A call still running the weights from before a change (the cache emptied, then filled by calls of the
+    new weights) reads none of the new entries; a call of the current generation reads them."""
+    cache = LayerCache(1)
+    old = cache.generation
+    cache.put(("Hello", "world"), numpy.ones((3, 2, 4), dtype="float32"), old)
+    cache.clear()
     layers = numpy.full((3, 2, 4), 7.0, dtype="float32")
-    cache.put(("Hello", "world"), layers, new)
+    cache.put(("Hello", "world"), layers, cache.generation)
     assert cache.get(("Hello", "world"), old) is None
-    assert cache.get(("Hello", "world")) is None
-    assert cache.get(("Hello", "world"), new) is layers
+    assert cache.get(("Hello", "world"), cache.generation) is layers
+    assert cache.get(("Hello", "world")) is layers  # no generation: the current one
 
 
 def test_a_lower_limit_drops_the_least_recently_used():
@@ -255,7 +254,7 @@ def test_cache_is_emptied_by_new_weights_and_not_saved(tiny_dir):
 @pytest.mark.filterwarnings("ignore:spacy-elmo. a sentence of:UserWarning")
 def test_a_move_to_another_dtype_empties_the_caches(tiny_dir, monkeypatch):
     """thinc's ``model.to_cpu()`` / ``to_gpu(i)`` move the runner in place (``PyTorchShim.to_device`` ->
-    ``runner.cpu()`` / ``cuda(i)``), as ``runner.to()`` and ``runner.double()`` do: the same biLM object, whose layer
+    ``runner.cpu()`` / ``cuda(0)``), as ``runner.to()`` and ``runner.double()`` do: the same biLM object, whose layer
     cache entries (arrays of the old device or dtype) were served after the move. Here the cast float32 -> float64
     (a GPU's move: test_a_move_off_the_gpu_empties_the_caches): both caches are emptied and every row runs again on
     the float64 weights, giving the float32 layers up to rounding. A move to where the weights are (thinc's
@@ -285,6 +284,56 @@ def test_a_move_to_another_device_empties_the_caches(tiny_dir):
     nlp(" ".join(SENTENCES))
     assert len(runner.layer_cache) > 0 and runner.cache.matrix is not None
     runner.to("meta")
+    assert len(runner.layer_cache) == 0 and runner.cache.matrix is None
+
+
+def test_a_call_running_during_a_move_keeps_none_of_its_layers(tiny_dir, monkeypatch):
+    """Another thread moves the runner (here a cast to float64) between a call's biLM run and its putting the
+    layers into the cache: the move emptied the cache, then the call kept its float32 layers there (the biLM the
+    same object, moved in place), served to the next calls of the float64 weights (on a move off a GPU: cupy
+    arrays, the TypeError of test_a_move_off_the_gpu_empties_the_caches). They are now refused: the next call
+    runs its rows on the moved weights."""
+    nlp = _nlp(tiny_dir, 1)
+    runner = get_runner(nlp.get_pipe("elmo").model)
+    cache = runner.layer_cache
+    put, moved = cache.put, []
+
+    def put_after_a_move(*args, **kwargs):
+        if not moved:
+            moved.append(runner.double())
+            assert len(cache) == 0
+        return put(*args, **kwargs)
+
+    text = "We sat here ."  # one piece: one put
+    monkeypatch.setattr(cache, "put", put_after_a_move)
+    nlp(text)
+    assert moved and len(cache) == 0
+    monkeypatch.setattr(cache, "put", put)
+    calls = _count_rows(monkeypatch, nlp)
+    nlp(text)
+    assert calls == [[tuple(text.split())]] and len(cache) == 1  # run by the float64 biLM, then kept
+
+
+@pytest.mark.filterwarnings("ignore:spacy-elmo. a sentence of:UserWarning")
+def test_a_move_that_fails_part_way_empties_the_caches(tiny_dir):
+    """A move that raises after some weights moved (an out-of-memory error in ``.cuda()``; here a cast that fails
+    on the third tensor) empties both caches: they were kept, and served the layers of the old placement to a
+    biLM half moved."""
+    nlp = _nlp(tiny_dir, 1)
+    runner = get_runner(nlp.get_pipe("elmo").model)
+    nlp(" ".join(SENTENCES))
+    assert len(runner.layer_cache) > 0 and runner.cache.matrix is not None
+    done = []
+
+    def cast(tensor):
+        if len(done) == 2:
+            raise RuntimeError("out of memory")
+        done.append(tensor)
+        return tensor.double()
+
+    with pytest.raises(RuntimeError, match="out of memory"):
+        runner._apply(cast)
+    assert {torch.float32, torch.float64} <= {dtype for _, dtype in runner._placement()}  # part way
     assert len(runner.layer_cache) == 0 and runner.cache.matrix is None
 
 
