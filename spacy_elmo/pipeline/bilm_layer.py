@@ -320,8 +320,8 @@ def _forward(model: Model, docs: List[Doc], is_train: bool):
     the cache and starts a new one, so this call neither reads the entries of weights changed meanwhile nor keeps
     its layers, made by the weights before the change, for the calls after it (:mod:`.layer_cache`)."""
     runner = get_runner(model)
-    generation = runner.layer_cache.generation
-    bilm = runner.bilm
+    with runner.layer_cache.lock:  # together, as ElmoRunner.set_bilm changes them
+        generation, bilm = runner.layer_cache.generation, runner.bilm
     assert bilm is not None, "the elmo model runs before set_bilm"
     nL, D = bilm.config.n_output_layers, bilm.config.output_dim  # the model's dims follow the current biLM
     words = [word_positions(doc) for doc in docs]

@@ -101,7 +101,12 @@ class ElmoRunner(nn.Module):
         _single_thread_in_child_process()
 
     def set_bilm(self, bilm: Optional[BiLM]) -> None:  # None: back to no weights (a load put back)
-        self.bilm = bilm  # then the caches emptied: bilm_layer._forward reads the layer cache's generation first
+        # The biLM and the layer cache's generation change together, under its lock, under which bilm_layer._forward
+        # reads both: set in turn, a call starting in between read the old generation with the new biLM, and read
+        # (or put) the old biLM's layers there.
+        with self.layer_cache.lock:
+            self.bilm = bilm
+            self.layer_cache._drop()
         self.clear_caches()
 
     def mark_fine_tuned(self) -> None:

@@ -315,6 +315,59 @@ def test_a_call_running_during_a_move_keeps_none_of_its_layers(tiny_dir, monkeyp
 
 
 @pytest.mark.filterwarnings("ignore:spacy-elmo. a sentence of:UserWarning")
+def test_a_call_starting_while_the_weights_are_swapped_reads_no_layers_of_the_old_ones(tiny_dir):
+    """set_bilm set the new biLM, then emptied the caches: a call starting in between read the old generation with
+    the new biLM and was served the layers a call of the old biLM had put there (diffrev2's repro; threads and
+    events force the interleaving a thread switch can make). The biLM and the generation now change together."""
+    import copy
+    import threading
+
+    nlp = _nlp(tiny_dir, 1)
+    model = nlp.get_pipe("elmo").model
+    runner = get_runner(model)
+    cache = runner.layer_cache
+    new = copy.deepcopy(get_bilm(model))
+    with torch.no_grad():
+        for p in new.parameters():
+            p.add_(0.5)
+    text = "We sat on the river bank ."
+    old_layers = nlp(text)._.elmo.copy()
+    cache.clear()
+    a_at_put, b_at_clear, release_b = threading.Event(), threading.Event(), threading.Event()
+    real_put, real_clear = cache.put, cache.clear
+
+    def put(*args, **kwargs):  # call A (old biLM) puts its layers once B has begun the swap
+        if threading.current_thread().name == "A":
+            a_at_put.set()
+            b_at_clear.wait(10)
+        return real_put(*args, **kwargs)
+
+    def clear():  # B, swapping, held at its emptying of the caches
+        if threading.current_thread().name == "B":
+            b_at_clear.set()
+            release_b.wait(10)
+        return real_clear()
+
+    cache.put, cache.clear = put, clear
+    try:
+        a = threading.Thread(target=lambda: nlp(text), name="A")
+        b = threading.Thread(target=lambda: (a_at_put.wait(10), set_bilm(model, new, "new")), name="B")
+        a.start()
+        b.start()
+        a.join()
+        assert runner.bilm is new and b_at_clear.is_set() and not release_b.is_set()
+        during = nlp(text)._.elmo.copy()  # a call starting while B is held
+    finally:
+        release_b.set()
+        b.join()
+        cache.put, cache.clear = real_put, real_clear
+    cache.clear()
+    new_layers = nlp(text)._.elmo
+    assert not numpy.allclose(new_layers, old_layers)
+    numpy.testing.assert_allclose(during, new_layers, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.filterwarnings("ignore:spacy-elmo. a sentence of:UserWarning")
 def test_a_move_that_fails_part_way_empties_the_caches(tiny_dir):
     """A move that raises after some weights moved (an out-of-memory error in ``.cuda()``; here a cast that fails
     on the third tensor) empties both caches: they were kept, and served the layers of the old placement to a
