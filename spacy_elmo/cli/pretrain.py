@@ -79,7 +79,8 @@ def model_config(preset: Optional[str], options: Optional[Path]) -> dict:
     except UnknownConfigFields as err:  # its own words name from_dict and from_allennlp_options, the Python API's
         raise typer.BadParameter(Errors.E_OPTIONS_UNKNOWN_FIELD.format(path=path, names=err.names, choices=err.choices),
                                  param_hint="'--options'") from err
-    except (OSError, ValueError, TypeError) as err:  # a message's own full stop is the sentence's: not "..", once
+    # RecursionError: JSON nested past Python's recursion limit. A message's own full stop is the sentence's: not ".."
+    except (OSError, ValueError, TypeError, RecursionError) as err:
         raise typer.BadParameter(Errors.E_OPTIONS_FILE.format(path=path, error=str(err).rstrip(".")),
                                  param_hint="'--options'") from err
     return config.to_dict()

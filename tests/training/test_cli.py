@@ -498,6 +498,18 @@ def test_options_holding_no_json_object_say_so(tmp_path, text, kind):
     assert not (tmp_path / "out").exists()
 
 
+def test_options_nested_past_the_recursion_limit_are_a_usage_error(tmp_path):
+    """A JSON file nested deeper than Python's recursion limit ended pretrain with a RecursionError's traceback; it
+    is read as any unreadable options file is (diffrev2)."""
+    options = tmp_path / "options.json"
+    options.write_text("[" * 100_000 + "]" * 100_000)
+    result = runner.invoke(app, ["pretrain", str(tmp_path / "no-text"), str(tmp_path / "out"), "--options", str(options)])
+    said = " ".join(plain(result.output).replace("│", " ").split())
+    assert result.exit_code == 2 and not isinstance(result.exception, RecursionError), (result.exception, said)
+    assert f"Invalid value for '--options': Could not read the model options {options}: maximum recursion depth" in said
+    assert not (tmp_path / "out").exists()
+
+
 def test_pretrain_options_given_a_weight_file_says_it_is_one(tmp_path):
     """`pretrain --options weights.hdf5` (the weight file where the options go) said "'utf-8' codec can't decode
     byte 0x89": pretrain reads the file itself. It says the file is an HDF5 weight file and that --options takes
