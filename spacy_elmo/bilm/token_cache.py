@@ -88,7 +88,7 @@ def _home(bilm, device: torch.device) -> torch.device:
     home = bilm.token_encoder.char_embedding.device
     try:
         asked = torch.device(device)
-    except (RuntimeError, TypeError) as err:  # e.g. an int, a GPU's index, where torch has no accelerator
+    except (RuntimeError, TypeError, ValueError) as err:  # an int where torch has no accelerator; 2**70
         raise ValueError(Errors.E_TOKEN_CACHE_DEVICE.format(found=device, expected=home)) from err
     # cuda -> cuda:N (the current GPU), cpu:0 -> cpu: as a tensor's device names it. A GPU's index given is left as
     # it is (resolving cuda:7 on a machine of one GPU would be CUDA's "invalid device ordinal", not this refusal).

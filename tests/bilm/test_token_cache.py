@@ -137,6 +137,8 @@ def test_a_device_not_the_bilms_is_refused_and_the_cache_kept():
         # a GPU's index: refused as another device, not with torch's "Cannot access accelerator device"
         with pytest.raises(ValueError, match=r"device (0|cuda:0) is not the biLM's \(cpu\)"):
             cache.vectors(bilm, rows, 0)
+        with pytest.raises(ValueError, match=r"device 1180591620717411303424 is not the biLM's"):  # torch's overflow
+            cache.vectors(bilm, rows, 2**70)
         assert cache.generation == generation and cache.index == index
         assert torch.equal(cache.lookup(bilm, rows, torch.device("cpu")), idx)
 
