@@ -2359,6 +2359,13 @@ class Warnings:
         "corpus and the softmax starts from random values, so the first steps' perplexity is that of an "
         "untrained softmax."
     )
+    W_MODEL_PAST_MEMORY = (
+        "spacy-elmo: these model sizes make a biLM of {n_params:,} parameters, {weights} of float32 weights; training "
+        "it needs at least {need} (the weights, their gradients and the optimizer's state), more than {where} "
+        "({has}). Once the corpus is tokenized, the run will most likely fail (\"can't allocate memory\") or swap "
+        "at every step: stop it now (Ctrl-C) and choose smaller sizes (--preset, or --options: the original preset "
+        "has 93.6M parameters, 357 MiB)."
+    )
     W_INIT_READS_SENTENCES = (
         "spacy-elmo: --init {path} was pretrained with --sentences, to read every sentence from its start state "
         "(the elmo component's way), but this run trains without --sentences, on streams with carried states: "
