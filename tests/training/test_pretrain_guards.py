@@ -141,6 +141,31 @@ def test_a_model_past_the_machines_memory_is_warned_of_before_the_corpus_is_read
             assert f"more than this machine's memory ({byte_size(memory)})" in said[0] and "Ctrl-C" in said[0], said
 
 
+def test_a_cuda_run_counts_the_weights_in_this_machines_memory_and_the_rest_on_the_gpu(monkeypatch):
+    """On CUDA the biLM is built in this machine's memory (the weights alone), and trained on the GPU (weights,
+    gradients, optimizer state): each is compared with its own memory (the GPU's faked: no GPU needed)."""
+    from types import SimpleNamespace
+
+    from spacy_elmo.bilm import BiLMConfig
+    from spacy_elmo.training import trainer
+
+    config = BiLMConfig(projection_dim=4, cell_dim=6, filters=[(1, 2), (2, 2)], n_highway=0)
+    weights = 4 * config.n_parameters
+    cuda = torch.device("cuda:0")
+
+    def said(host, gpu):
+        monkeypatch.setattr(trainer, "physical_memory", lambda: host)
+        monkeypatch.setattr(trainer.torch.cuda, "get_device_properties", lambda device: SimpleNamespace(total_memory=gpu))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            trainer._warn_model_past_memory(config, "adagrad", cuda)
+        return [str(w.message) for w in caught]
+
+    assert said(weights, 3 * weights) == []  # the weights fit here, all three copies there
+    assert "more than this machine's memory" in said(weights - 1, 10**12)[0]
+    assert "more than the memory of cuda:0" in said(10**12, 3 * weights - 1)[0]
+
+
 def test_the_epochs_bound_is_the_largest_whose_steps_are_counted_for_every_corpus():
     """MAX_EPOCHS is no arbitrary cap: times the most steps an epoch can have it is a finite number, the next
     number above it is not; the run's count at the bound is finite for every epoch length up to that most."""
