@@ -89,6 +89,11 @@ class Errors:
         "n_characters={value!r} is not supported: byte-level ELMo needs 261 character ids "
         "(262 with the +1 padding offset used at inference). Use 261 or 262."
     )
+    E_MODEL_TOO_LARGE = (
+        "These sizes make a biLM of {n_params:,} parameters, {size} of tensors (float32 weights and int64 "
+        "<S>/</S> char ids), past the {most} that torch can address; the largest is {name}={value!r}. Use the sizes "
+        "of a model that can be built: the original preset (projection_dim 512, cell_dim 4096, n_layers 2) has 93.6M parameters, 357 MiB."
+    )
     E_BAD_POSITIVE = "{name} must be a positive integer; found {value!r}."
     E_BAD_NON_NEGATIVE = "{name} must be an integer of 0 or more; found {value!r}."
     E_BAD_CLIP = "{name} must be a finite positive number, or null for no clipping; found {value!r}."
@@ -2353,6 +2358,13 @@ class Warnings:
         "or a BiLM.save directory): the biLM starts from its weights, the vocabulary is built from this "
         "corpus and the softmax starts from random values, so the first steps' perplexity is that of an "
         "untrained softmax."
+    )
+    W_MODEL_PAST_MEMORY = (
+        "spacy-elmo: these model sizes make a biLM of {n_params:,} parameters, {weights} of float32 weights; training "
+        "it needs at least {need} (the weights, their gradients and the optimizer's state), more than {where} "
+        "({has}). Once the corpus is tokenized, the run will most likely fail (\"can't allocate memory\") or swap "
+        "at every step: stop it now (Ctrl-C) and choose smaller sizes (--preset, or --options: the original preset "
+        "has 93.6M parameters, 357 MiB)."
     )
     W_INIT_READS_SENTENCES = (
         "spacy-elmo: --init {path} was pretrained with --sentences, to read every sentence from its start state "

@@ -43,6 +43,21 @@ def is_real(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
+#: The most bytes one torch tensor can have (its size is a signed 64-bit integer: more is torch's "Storage size
+#: calculation overflowed", or a TypeError from C++ for a dimension past 2**63 - 1).
+MOST_TENSOR_BYTES = 2**63 - 1
+
+
+def byte_size(n: int) -> str:
+    """``n`` bytes in binary units, for messages: ``"357.0 MiB"``, ``"8.0 EiB"``."""
+    size, unit = float(n), "bytes"
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
+        if size < 1024 or unit == "EiB":
+            break
+        size /= 1024
+    return f"{n} bytes" if unit == "bytes" else f"{size:,.1f} {unit}"
+
+
 def check_bool(name: str, value: Any) -> None:
     """TypeError naming ``name`` unless ``value`` is True or False: a string such as ``"false"`` is truthy."""
     if not isinstance(value, bool):
@@ -147,6 +162,36 @@ class BiLMConfig:
         """L + 1: the layers of a BiLMOutput (the token layer, then one per biLSTM layer)."""
         return self.n_layers + 1
 
+    @property
+    def n_parameters(self) -> int:
+        """The biLM's parameter count (what ``sum(p.numel() for p in BiLM(config).parameters())`` gives, exactly,
+        without building it): the char-CNN (char embedding, filters, highway layers, projection where ``F != P``)
+        and both directions' LSTM layers (``w_input`` and ``w_recurrent`` ``(P, 4C)``, bias ``(4C,)``,
+        ``w_proj`` ``(C, P)``)."""
+        E, F, P, C = self.char_embedding_dim, self.n_filters, self.projection_dim, self.cell_dim
+        cnn = N_CHAR_IDS * E + sum(count * E * width + count for width, count in self.filters)
+        cnn += self.n_highway * (2 * F * F + 2 * F) + (F * P + P if F != P else 0)
+        return cnn + 2 * self.n_layers * (2 * P * 4 * C + 4 * C + C * P)
+
+    @property
+    def n_bytes(self) -> int:
+        """The bytes of a new BiLM's tensors: its float32 parameters and the int64 char ids of ``<S>`` and
+        ``</S>`` ``(2, max_characters_per_token)``."""
+        return 4 * self.n_parameters + 8 * 2 * self.max_characters_per_token
+
+    def _check_size(self) -> None:
+        """Refuse sizes whose model torch cannot hold (:data:`MOST_TENSOR_BYTES`), naming the largest size: else
+        torch's own error (an overflow from C++), and from ``pretrain`` only once the corpus was tokenized."""
+        if self.n_bytes <= MOST_TENSOR_BYTES:
+            return
+        sizes = {name: getattr(self, name) for name in (
+            "projection_dim", "cell_dim", "n_layers", "char_embedding_dim", "n_highway", "max_characters_per_token")}
+        sizes["filters"] = max(max(f) for f in self.filters)
+        largest = max(sizes, key=lambda name: sizes[name])
+        raise InvalidConfigValue(largest, Errors.E_MODEL_TOO_LARGE.format(
+            name=largest, value=getattr(self, largest), n_params=self.n_parameters, size=byte_size(self.n_bytes),
+            most=byte_size(MOST_TENSOR_BYTES)))
+
     # -- validation ------------------------------------------------------
     def validate(self) -> None:
         """Refuse a value no biLM can have (an :class:`InvalidConfigValue` naming it); NumPy integers become ints
@@ -194,6 +239,7 @@ class BiLMConfig:
             if width > self.max_characters_per_token:
                 raise InvalidConfigValue("filters", Errors.E_FILTER_TOO_WIDE.format(
                     width=width, max_chars=self.max_characters_per_token))
+        self._check_size()  # every size is a positive int by now
 
     # -- constructors ----------------------------------------------------
     @classmethod

@@ -35,7 +35,7 @@ import torch.distributed as dist
 from ..atomic import (atomic_write_text, fcntl, make_dirs, named_paths, names_a_file_in, naming, out_of_space, remove_empty_dirs,
                       remove_leftovers, sync, sync_dir, try_lock, warn_if_not_locked)
 from ..bilm import BiLM, BiLMConfig
-from ..bilm.config import is_int, is_real
+from ..bilm.config import byte_size, is_int, is_real
 from ..bilm.initial_state import boundary_state_mean
 from ..bilm.lstm import LstmState
 from ..bilm.native_io import INITIAL_STATE_NAME, find_allennlp_files, read_meta
@@ -173,6 +173,8 @@ class TrainConfig:
         self._check_bound("clip")
         if self.init and self.model:  # an empty dict names no model, as None
             raise ValueError(Errors.E_INIT_AND_MODEL)
+        if self.model:  # its sizes (BiLMConfig's errors), before OUTPUT_DIR is made and the corpus tokenized, not after
+            requested_model(self)
         if self.new_vocab and not self.init:
             raise ValueError(Errors.E_NEW_VOCAB_WITHOUT_INIT)
         self._check_bound("dropout")
@@ -455,6 +457,39 @@ def fit_start_state(bilm: BiLM, corpus: Corpus, max_sentences: int, warmup: int 
 def requested_model(cfg: TrainConfig) -> BiLMConfig:
     """The model ``cfg`` asks for (the small preset when it names none)."""
     return BiLMConfig.from_dict(cfg.model) if cfg.model else BiLMConfig.preset("small")
+
+
+#: The float32 copies of the biLM's weights that training holds at least, by optimizer: the weights, their
+#: gradients and the optimizer's state (Adagrad's accumulator; Adam's two moments). The softmax and the
+#: activations come on top.
+WEIGHT_COPIES = {"adagrad": 3, "adam": 4}
+
+
+def physical_memory() -> Optional[int]:
+    """This machine's physical memory in bytes (``sysconf``: Linux, macOS), None where it does not say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # no os.sysconf (Windows), or no such name
+        return None
+
+
+def _warn_model_past_memory(config: BiLMConfig, optimizer: str, device: torch.device) -> None:
+    """Warn when training a new model of ``config`` needs more memory than there is: the biLM is built in this
+    machine's memory, then trained on ``device`` with :data:`WEIGHT_COPIES` copies of its float32 weights at least.
+    Said before the corpus is tokenized, which can take hours: the run would fail only once it was ("can't allocate
+    memory") or swap for every step. A warning, not a refusal: the need is a floor and the memory the machine's (swap,
+    overcommit or memory the GPU shares would make another count), and a refusal would leave no way to try."""
+    weights = 4 * config.n_parameters
+    needs = weights * WEIGHT_COPIES.get(optimizer, WEIGHT_COPIES["adam"])
+    places = [("this machine's memory", physical_memory(), needs if device.type != "cuda" else weights)]
+    if device.type == "cuda":
+        places.append((f"the memory of {device}", torch.cuda.get_device_properties(device).total_memory, needs))
+    for where, has, need in places:
+        if has is not None and need > has:
+            warnings.warn(Warnings.W_MODEL_PAST_MEMORY.format(
+                n_params=config.n_parameters, weights=byte_size(weights), need=byte_size(need), where=where,
+                has=byte_size(has)), RuntimeWarning, stacklevel=3)
+            return
 
 
 def learning_rate(name: str, lr: Optional[float]) -> float:
@@ -978,6 +1013,8 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
             ckpt.check_settings(payload["settings"], _run_settings(cfg, world), out)
         elif is_main and (ckpt.checkpoint_path(out).exists() or (out / "config.json").exists()):
             raise FileExistsError(Errors.E_OUTPUT_NOT_EMPTY.format(path=out))
+    if is_main and payload is None and not cfg.init:  # a model of new sizes (a resume's or --init's was built before)
+        _warn_model_past_memory(requested_model(cfg), cfg.optimizer, device)
     if is_main and cfg.init and payload is None and not cfg.sentences and recorded_reading(cfg.init) == "sentences":
         # Said as the run begins: a sentence model (the bundled default) fine-tuned on streams became a stream
         # model without a word, and evaluate then read it as one by default. The other way round is a choice

@@ -93,6 +93,59 @@ def test_bad_config_values(kwargs, match):
         BiLM(config)
 
 
+@pytest.mark.parametrize("config", [
+    BiLMConfig.preset("small"), BiLMConfig.preset("medium"), BiLMConfig.preset("original"), TINY,
+    BiLMConfig(projection_dim=2048, n_highway=0, filters=[(1, 1024), (2, 1024)], n_layers=3, char_embedding_dim=5,
+               max_characters_per_token=9),  # F == P: no projection
+    BiLMConfig(projection_dim=7, cell_dim=3, n_layers=1, filters=[(2, 3)], n_highway=3, max_characters_per_token=4),
+])
+def test_n_parameters_and_n_bytes_are_the_built_models(config):
+    """What the size check counts is what a BiLM of the config holds, exactly (built on the meta device)."""
+    import torch
+
+    with torch.device("meta"):
+        model = BiLM(config, backend="reference")
+    assert config.n_parameters == sum(p.numel() for p in model.parameters())
+    tensors = [*model.parameters(), *model.buffers()]
+    assert config.n_bytes == sum(t.numel() * t.element_size() for t in tensors)
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({"projection_dim": 10**20}, "projection_dim"),  # past int64: torch's TypeError "Overflow when unpacking long long"
+    ({"projection_dim": 2**70}, "projection_dim"),
+    ({"cell_dim": 2**61}, "cell_dim"),  # fits int64, not its bytes: torch's "Storage size calculation overflowed"
+    ({"n_layers": 2**60}, "n_layers"),
+    ({"max_characters_per_token": 2**62}, "max_characters_per_token"),  # the <S>/</S> char ids (2, W) int64
+    ({"filters": [(1, 32), (2, 2**62)]}, "filters"),
+])
+def test_sizes_torch_cannot_hold_are_refused_naming_the_largest(kwargs, field):
+    """r45: sizes were checked only to be positive: BiLMConfig(projection_dim=10**20) was accepted, and pretrain
+    tokenized the whole corpus before torch's C++ overflow error. Refused by the config (and by BiLM, for sizes set
+    after), naming the size, the parameter count and the fix."""
+    said = rf"These sizes make a biLM of [\d,]+ parameters, .* EiB of tensors .*the largest is {field}="
+    with pytest.raises(ValueError, match=said) as err:
+        BiLMConfig(**kwargs)
+    assert err.value.field == field and "original preset" in str(err.value)
+    config = BiLMConfig()
+    for name, value in kwargs.items():
+        setattr(config, name, value)
+    with pytest.raises(ValueError, match=said):
+        BiLM(config)
+
+
+def test_sizes_below_what_torch_can_hold_are_accepted():
+    """Only what torch cannot hold is refused: sizes past any machine's memory, as a model built on the meta device
+    may have, are accepted, as every real model's sizes."""
+    import torch
+
+    big = BiLMConfig(projection_dim=2**40)  # 36 PiB of weights: the meta device holds none of it
+    with torch.device("meta"):
+        assert sum(p.numel() for p in BiLM(big).parameters()) == big.n_parameters
+    # just under the bound: 8 EiB of char ids
+    BiLMConfig(max_characters_per_token=(2**63 - 1 - 4 * BiLMConfig().n_parameters) // 16)
+    BiLMConfig(projection_dim=4096, cell_dim=16384, n_layers=8)
+
+
 def test_unknown_preset_and_backend():
     with pytest.raises(ValueError, match="Choose one of"):
         BiLMConfig.preset("huge")
@@ -227,6 +280,7 @@ def test_malformed_allennlp_options_are_clear_errors(section, key, value, match)
         ("char_cnn", "n_highway", -1, r"char_cnn\.n_highway \(BiLMConfig\.n_highway\)"),
         ("char_cnn", "filters", [[60, 4]], r"char_cnn\.filters \(BiLMConfig\.filters\): Filter width 60 is wider"),
         ("embedding", "dim", 0, r"char_cnn\.embedding\.dim \(BiLMConfig\.char_embedding_dim\)"),
+        ("lstm", "projection_dim", 10**20, r"lstm\.projection_dim \(BiLMConfig\.projection_dim\): These sizes make"),
     ],
 )
 def test_a_bad_options_value_names_the_file_and_its_options_key(tmp_path, section, key, value, said):

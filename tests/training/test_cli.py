@@ -1117,3 +1117,21 @@ def test_the_tokenizer_fallback_says_where_the_language_came_from(pretrained, tm
     # which tokens the model learnt is unknown: no pipeline is told to read the fallback's ones (pretrain's advice)
     assert said.endswith(Warnings.W_FALLBACK_ADVICE_UNRECORDED.format(lang="ja")), said
     assert "spacy.Tokenizer.v1" not in said, said
+
+
+@pytest.mark.parametrize("sizes", [{"projection_dim": 10**20}, {"cell_dim": 2**61}])
+def test_pretrain_refuses_sizes_torch_cannot_hold_before_reading_the_corpus(tmp_path, sizes):
+    """r45: `--options` with {"projection_dim": 10**20} passed, pretrain tokenized the whole corpus, then died with
+    torch's "Overflow when unpacking long long" and a C++ traceback, leaving OUTPUT_DIR/data behind. A usage error
+    now, naming the size, before OUTPUT_DIR is made."""
+    train = write_corpus(tmp_path / "train.txt", 20)
+    options = tmp_path / "options.json"
+    options.write_text(json.dumps(sizes))
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["pretrain", str(train), str(out), "--options", str(options), "--no-progress"])
+    said = " ".join(plain(result.output).replace("│", " ").split())
+    assert result.exit_code == 2, said
+    name = next(iter(sizes))
+    assert "Invalid value for '--options'" in said and "These sizes make a biLM of" in said, said
+    assert f"the largest is {name}=" in said and "Traceback" not in said and "Overflow" not in said, said
+    assert not out.exists()

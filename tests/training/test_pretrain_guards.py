@@ -6,6 +6,7 @@ import gzip
 import math
 import os
 import signal
+import warnings
 
 import numpy as np
 import pytest
@@ -96,6 +97,73 @@ def test_epochs_too_many_to_count_are_refused_before_the_corpus_is_read(tmp_path
     with pytest.raises(ValueError, match="epochs must be positive and finite, at most 1.949e[+]289 .*--max-steps.*found 1e[+]308"):
         train(tiny_train_config(train_file, out, max_steps=None, epochs=1e308))
     assert not out.exists()
+
+
+def test_model_sizes_torch_cannot_hold_are_refused_before_the_corpus_is_read(tmp_path):
+    """r45: train(TrainConfig(model={"projection_dim": 10**20})) tokenized the corpus into OUTPUT_DIR/data before
+    the model's sizes were read. TrainConfig.validate refuses them (BiLMConfig's error), OUTPUT_DIR untouched."""
+    train_file = write_corpus(tmp_path / "train.txt", 20)
+    out = tmp_path / "out"
+    with pytest.raises(ValueError, match="These sizes make a biLM of .* the largest is projection_dim=10{20}"):
+        train(tiny_train_config(train_file, out, model={"projection_dim": 10**20}))
+    assert not out.exists()
+
+
+class _Tokenizing(Exception):
+    pass
+
+
+@pytest.mark.parametrize("optimizer, copies", [("adagrad", 3), ("adam", 4)])
+def test_a_model_past_the_machines_memory_is_warned_of_before_the_corpus_is_read(tmp_path, monkeypatch, optimizer,
+                                                                                 copies):
+    """r45: sizes that torch can hold but no machine (projection_dim 2**40: 36 PiB of weights) tokenized the whole
+    corpus, then failed with "can't allocate memory". A warning as the run begins, with the need counted (the
+    weights, gradients and optimizer state) and the memory there is; a model that fits says nothing."""
+    from spacy_elmo.bilm import BiLMConfig
+    from spacy_elmo.bilm.config import byte_size
+    from spacy_elmo.training import trainer
+
+    def tokenizing(*args, **kwargs):
+        raise _Tokenizing
+
+    assert trainer.physical_memory() > 2**20  # this machine's, as Linux says it
+    monkeypatch.setattr(trainer, "build_corpus", tokenizing)
+    train_file = write_corpus(tmp_path / "train.txt", 20)
+    need = copies * 4 * BiLMConfig.from_dict(tiny_train_config(train_file, tmp_path).model).n_parameters
+    for memory, warned in ((need - 1, True), (need, False)):
+        monkeypatch.setattr(trainer, "physical_memory", lambda: memory)
+        with warnings.catch_warnings(record=True) as caught, pytest.raises(_Tokenizing):
+            warnings.simplefilter("always")
+            train(tiny_train_config(train_file, tmp_path / f"out-{memory}", optimizer=optimizer))
+        said = [str(w.message) for w in caught if "these model sizes make a biLM" in str(w.message)]
+        assert len(said) == warned, said
+        if warned:
+            assert f"more than this machine's memory ({byte_size(memory)})" in said[0] and "Ctrl-C" in said[0], said
+
+
+def test_a_cuda_run_counts_the_weights_in_this_machines_memory_and_the_rest_on_the_gpu(monkeypatch):
+    """On CUDA the biLM is built in this machine's memory (the weights alone), and trained on the GPU (weights,
+    gradients, optimizer state): each is compared with its own memory (the GPU's faked: no GPU needed)."""
+    from types import SimpleNamespace
+
+    from spacy_elmo.bilm import BiLMConfig
+    from spacy_elmo.training import trainer
+
+    config = BiLMConfig(projection_dim=4, cell_dim=6, filters=[(1, 2), (2, 2)], n_highway=0)
+    weights = 4 * config.n_parameters
+    cuda = torch.device("cuda:0")
+
+    def said(host, gpu):
+        monkeypatch.setattr(trainer, "physical_memory", lambda: host)
+        monkeypatch.setattr(trainer.torch.cuda, "get_device_properties", lambda device: SimpleNamespace(total_memory=gpu))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            trainer._warn_model_past_memory(config, "adagrad", cuda)
+        return [str(w.message) for w in caught]
+
+    assert said(weights, 3 * weights) == []  # the weights fit here, all three copies there
+    assert "more than this machine's memory" in said(weights - 1, 10**12)[0]
+    assert "more than the memory of cuda:0" in said(10**12, 3 * weights - 1)[0]
 
 
 def test_the_epochs_bound_is_the_largest_whose_steps_are_counted_for_every_corpus():
