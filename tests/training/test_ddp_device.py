@@ -6,7 +6,6 @@ import socket
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 from spacy_elmo.training import trainer
 from spacy_elmo.training.trainer import TrainConfig
@@ -189,20 +188,12 @@ def _shared_gpu_worker(rank: int, port: int, uuids: tuple, result_dir: str) -> N
 @pytest.mark.parametrize("uuids", [("GPU-a", "GPU-a"), ("GPU-a", "GPU-b")], ids=["shared", "own"])
 def test_two_real_ranks_on_one_gpu_both_refuse_it_and_rank_0_says_it(tmp_path, uuids):
     """Two processes on a gloo group: no rank hangs; on one GPU both refuse the run, rank 0 alone saying it."""
-    import time
+    from .test_ddp import _run_ranks
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    ranks = mp.spawn(_shared_gpu_worker, args=(port, uuids, str(tmp_path)), nprocs=2, join=False)
-    try:
-        deadline = time.monotonic() + 120
-        for process in ranks.processes:
-            process.join(max(0.0, deadline - time.monotonic()))
-        assert not any(p.is_alive() for p in ranks.processes), "a rank still waits"
-    finally:
-        for process in ranks.processes:
-            process.kill()
+    _run_ranks(_shared_gpu_worker, (port, uuids, str(tmp_path)), timeout=120)
     outcomes = [(tmp_path / f"rank{r}.txt").read_text(encoding="utf-8") for r in range(2)]
     if uuids[0] != uuids[1]:
         assert outcomes == ["ran", "ran"]
