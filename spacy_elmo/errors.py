@@ -1976,9 +1976,11 @@ class Warnings:
         "spacy-elmo: the compiled extension spacy_elmo._C is not available ({reason}); "
         "using the pure-PyTorch reference path (exact, but slower). {fix}"
     )
+    # SPACY_ELMO_NO_EXTENSION=0 inside each command: a 1 still exported from the install that built no _C
+    # would otherwise make the pasted rebuild build none again.
     W_FIX_BUILD = (
-        "Build it against the installed torch (needs a C++ compiler and ninja), with SPACY_ELMO_NO_EXTENSION "
-        "unset: " + _rebuild() + "."
+        "Build it against the installed torch (needs a C++ compiler and ninja), with SPACY_ELMO_NO_EXTENSION=0 "
+        "(as unset; 1 builds none): " + _rebuild("SPACY_ELMO_NO_EXTENSION=0") + "."
     )
     # The fused ops on CUDA tensors that run the reference instead (spacy_elmo.ops.cuda_route): once each.
     W_FUSED_NO_CUDA_KERNELS = (

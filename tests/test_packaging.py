@@ -258,7 +258,9 @@ def test_every_rebuild_command_bypasses_pips_wheel_cache():
     messages (they are all advice after a build that was wrong or missing) and each --force-reinstall of the
     README; the messages asking for a rebuild share one wording of it (errors._rebuild). A message that says to
     build with a variable set (SPACY_ELMO_CUDA=1, TORCH_CUDA_ARCH_LIST) sets it inside each command, which
-    otherwise pasted builds without it; and a message that says "rebuild" gives the command."""
+    otherwise pasted builds without it; and a message that says "rebuild" gives the command. The fix of a missing
+    _C (W_FIX_BUILD, which says to build with SPACY_ELMO_NO_EXTENSION=0) puts it in each command too: the
+    SPACY_ELMO_NO_EXTENSION=1 that built none may still be exported, and the pasted rebuild would build none."""
     from spacy_elmo import errors
 
     said = [m for cls in (errors.Errors, errors.Warnings) for name, m in vars(cls).items() if name[:2] in ("E_", "W_")]
@@ -268,7 +270,7 @@ def test_every_rebuild_command_bypasses_pips_wheel_cache():
     assert len(builds) >= 5 and len(reinstalls) >= 2  # what there was when the test was written: 13 and 3
     assert [c for c in builds + reinstalls if "--no-cache-dir" not in c.split()] == []
     E, W = errors.Errors, errors.Warnings
-    for message, env in ((W.W_FIX_BUILD, ""), (W.W_BUILD_NO_OPENMP, ""), (W.W_INFO_NO_OPENMP, ""),
+    for message, env in ((W.W_FIX_BUILD, "SPACY_ELMO_NO_EXTENSION=0"), (W.W_BUILD_NO_OPENMP, ""), (W.W_INFO_NO_OPENMP, ""),
                          (W.W_INFO_SWITCH_BUILD_TIME.format(setting="SPACY_ELMO_CUDA=1"), "SPACY_ELMO_CUDA=1"),
                          (E.E_FUSED_NO_CUDA_KERNELS, "SPACY_ELMO_CUDA=1"), (W.W_FUSED_NO_CUDA_KERNELS, "SPACY_ELMO_CUDA=1"),
                          (W.W_INFO_GPU_NO_CUDA_KERNELS, "SPACY_ELMO_CUDA=1"),
@@ -281,3 +283,8 @@ def test_every_rebuild_command_bypasses_pips_wheel_cache():
     for message in said:
         for variable in re.findall(r"with ((?:SPACY_ELMO_CUDA|TORCH_CUDA_ARCH_LIST)=\S+) set", message):
             assert errors._rebuild(variable) in message, message
+        if re.search(r"with SPACY_ELMO_NO_EXTENSION(?:=0| unset)", message):
+            commands = _pip_installs(message)
+            assert commands and all(c.startswith("`SPACY_ELMO_NO_EXTENSION=0 ") for c in commands), message
+    readme_fix = readme[readme.index("To add the kernels later"):][:600]
+    assert [c for c in _pip_installs(readme_fix) if not c.startswith("`SPACY_ELMO_NO_EXTENSION=0 ")] == []

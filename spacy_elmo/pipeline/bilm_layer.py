@@ -374,18 +374,25 @@ def _forward(model: Model, docs: List[Doc], is_train: bool):
     return outputs, backprop
 
 
-def name_owner(model: Model, component: Optional[str], block: Optional[str] = None, *, pipe: Any = None) -> None:
-    """Record the component whose biLM ``model`` (an ``elmo_bilm`` model) is, and the config block (``components.NAME
-    .model``) its spacy_elmo.ElmoBiLM.v2 block lies in (None: unknown), for its messages; a fresh copy (``nlp.
-    replace_listeners``) also warns anew, once. ``pipe``: the component itself (``model`` its model), whose
-    ``name`` the messages read when given, ``component`` and ``block`` aside: spaCy keeps it current through
-    ``nlp.rename_pipe`` and ``add_pipe(source=, name=)``, which leave the warned-once flag as it was."""
+def name_owner(
+    model: Model, component: Optional[str] = None, block: Optional[str] = None, *, pipe: Any = None,
+    warn_again: bool = True,
+) -> None:
+    """Record the owner of ``model`` (an ``elmo_bilm`` model), for its messages: either ``pipe``, the component
+    whose model it is (the ``elmo`` component), whose ``name`` the messages read when they are given (spaCy keeps
+    it current through ``nlp.rename_pipe`` and ``add_pipe(source=, name=)``, which leave the warned-once flag as it
+    was); or, for a biLM no component object holds (a component's own copy, ``nlp.replace_listeners``; an
+    ElmoListener.v1 ``bilm`` block), the name of the ``component`` it is built in and the config block
+    (``components.NAME.model...``) its spacy_elmo.ElmoBiLM.v2 block lies in (None: unknown). Give one or the other:
+    with ``pipe``, ``component`` and ``block`` are not read. ``warn_again``: a fresh copy (``nlp.
+    replace_listeners``) warns anew, once; False keeps the flag (the same biLM unpickled with its component)."""
     runner = get_runner(model)
     if pipe is not None:
         runner.owner = weakref.ref(pipe)
     else:
         runner.owner = None if component is None else (component, block)
-    runner.warned_long_sentence = False
+    if warn_again:
+        runner.warned_long_sentence = False
 
 
 def _warn_cut_sentence(

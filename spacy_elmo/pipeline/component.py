@@ -418,7 +418,7 @@ class ElmoComponent(TrainablePipe):
         model.attrs["replace_listener_cfg"] = functools.partial(
             replace_listener_cfg, name=name, frozen=bool(frozen), learn_rate_scale=float(learn_rate_scale)
         )
-        name_owner(model, name, pipe=self)  # W_ELMO_SENTENCE_OVER_WINDOW names it, as named when it warns
+        name_owner(model, pipe=self)  # W_ELMO_SENTENCE_OVER_WINDOW names it, as named when it warns
         install_extensions()
 
     # -- weights -------------------------------------------------------------
@@ -533,6 +533,14 @@ class ElmoComponent(TrainablePipe):
         # while it is in reach, not the factory's (the language class's default, in a pipeline built from a config).
         self._reading()
         return super().__reduce__()
+
+    def __setstate__(self, state) -> None:
+        # Unpickled (pickle.loads, copy.deepcopy, a spawned nlp.pipe worker): its biLM's runner kept the name this
+        # component had when pickled (a weak reference does not pickle): follow this component again, so that
+        # W_ELMO_SENTENCE_OVER_WINDOW names it as named when it warns (after nlp.rename_pipe), the warned-once
+        # flag carried as pickled.
+        super().__setstate__(state)
+        name_owner(self.model, pipe=self, warn_again=False)
 
     def _check_joined(self, nlp: Language) -> None:
         """The loaded weights checked against ``nlp`` (:meth:`_check_tokens`) unless they were already: a component

@@ -1,5 +1,7 @@
 """Sentences / bounded windows and sub-batches by padded token count."""
 
+import copy
+import pickle
 import warnings
 
 import numpy
@@ -125,6 +127,26 @@ def test_sentence_over_max_window_warning_names_the_component_as_now_named(tiny_
     sourced.add_pipe("elmo", name="vectors", source=source)
     (message,) = _long_sentence_warnings(sourced, [_sentence(20)])
     assert "the biLM of the 'vectors' component" in message and "[components.vectors.model]" in message
+
+
+def test_sentence_over_max_window_warning_names_an_unpickled_component_as_now_named(tiny_dir):
+    """A pipeline unpickled (pickle.loads, copy.deepcopy, nlp.pipe's spawned workers) and then renamed: the warning
+    named the component by the name it had when pickled (its biLM's runner keeps a name, a weak reference to the
+    component not pickling), "[components.elmo.model]" of a pipeline that has no such block; the component follows
+    it again once unpickled. The warned-once flag comes with it: a biLM that warned does not warn again."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "model": {"max_window": 8}})
+    nlp("A b .")  # weights loaded
+    for renamed, copy_of in (("emb", lambda n: pickle.loads(pickle.dumps(n))), ("ctx", copy.deepcopy)):
+        other = copy_of(nlp)
+        other.rename_pipe("elmo", renamed)
+        (message,) = _long_sentence_warnings(other, [_sentence(20)])
+        assert f"the biLM of the '{renamed}' component" in message and f"[components.{renamed}.model]" in message
+        assert "'elmo'" not in message and "components.elmo" not in message
+    assert len(_long_sentence_warnings(nlp, [_sentence(20)])) == 1
+    warned = pickle.loads(pickle.dumps(nlp))
+    assert _long_sentence_warnings(warned, [_sentence(20)]) == []
 
 
 def test_sentence_over_max_window_is_read_in_pieces(tiny_dir):
