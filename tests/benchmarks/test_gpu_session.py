@@ -110,9 +110,10 @@ def test_the_gpu_targets_come_first_and_the_run_fits_the_device_limits(tmp_path)
     argvs = [shlex.split(line.partition(" :: ")[2]) for line in calls if " :: " in line]
     run = [a for a in argvs if a[:1] != ["-c"]]  # not the checks in between (their code spans lines)
     assert run[0][:2] == ["setup.py", "-q"]
-    assert run[1][:2] == ["-m", "pytest"] and run[1][-4:] == ["cuda", "tests/ops/test_fused_cuda.py",
+    assert run[1][:2] == ["-m", "pytest"] and run[1][-5:] == ["cuda", "tests/ops/test_fused_cuda.py",
                                                              "tests/bilm/test_stateful.py",
-                                                             "tests/training/test_prefetch.py"]
+                                                             "tests/training/test_prefetch.py",
+                                                             "tests/training/test_cuda_paths.py"]
     assert [run[2][0], run[3][0], run[4][0]] == ["benchmarks/kernels.py", "benchmarks/kernels.py",
                                                  "benchmarks/pretrain.py"]
     kp, pp = kernels.build_parser(), pretrain.build_parser()
