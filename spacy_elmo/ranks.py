@@ -57,3 +57,15 @@ def printing_ranks() -> Ranks:
         return _ranks(0)
     except ValueError:
         return Ranks(0, 1, 0)
+
+
+def machine_processes(ranks: Ranks) -> int:
+    """The processes of this machine: torchrun's ``LOCAL_WORLD_SIZE``; without it, or with a value that does not
+    divide the world, every process of the job (``ranks.world``); 1 for one process."""
+    if ranks.world == 1:
+        return 1
+    try:
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", ranks.world))
+    except ValueError:
+        local = ranks.world
+    return local if 1 <= local <= ranks.world and ranks.world % local == 0 else ranks.world

@@ -16,7 +16,7 @@ from ..bilm.config import UnknownConfigFields, is_hdf5
 from ..errors import Errors, Warnings, counted
 from ..ops import resolve_backend
 from ..paths import missing_path_error
-from ..ranks import Ranks, torchrun_ranks
+from ..ranks import Ranks, machine_processes, torchrun_ranks
 from ..training.data import AUTO_RULE
 from ..training.trainer import BOUNDS, DEFAULT_EPOCHS, OPTIMIZERS, leave_failed_run, said_by_this_rank
 from .app import (COMMAND_LINE, DEVICE_HELP, app, checked_by, fail, given_output_path, given_path, given_text,
@@ -323,12 +323,7 @@ def launcher(ranks: Ranks) -> List[str]:
     local): every machine would train and write the model by itself."""
     if ranks.world == 1:
         return ["spacy-elmo"]
-    try:
-        local = int(os.environ.get("LOCAL_WORLD_SIZE", ranks.world))
-    except ValueError:
-        local = ranks.world
-    if not 1 <= local <= ranks.world or ranks.world % local:
-        local = ranks.world
+    local = machine_processes(ranks)
     nodes = ["--nnodes", str(ranks.world // local), *rendezvous()] if local < ranks.world else []
     return ["torchrun", *nodes, "--nproc-per-node", str(local), "-m", "spacy_elmo"]
 

@@ -42,7 +42,7 @@ from ..bilm.native_io import INITIAL_STATE_NAME, find_allennlp_files, read_meta
 from ..device import torch_device
 from ..errors import Errors, Warnings, counted, listed
 from ..paths import file_identity, file_sha256, shell_quoted
-from ..ranks import torchrun_ranks
+from ..ranks import machine_processes, torchrun_ranks
 from . import checkpoint as ckpt
 from . import data as corpus_data
 from .data import (PRETRAINED_BY, Corpus, build_corpus, cache_is_current, filled_tokenizer_settings, fingerprint,
@@ -473,15 +473,16 @@ def physical_memory() -> Optional[int]:
         return None
 
 
-def _warn_model_past_memory(config: BiLMConfig, optimizer: str, device: torch.device) -> None:
+def _warn_model_past_memory(config: BiLMConfig, optimizer: str, device: torch.device, processes: int = 1) -> None:
     """Warn when training a new model of ``config`` needs more memory than there is: the biLM is built in this
-    machine's memory, then trained on ``device`` with :data:`WEIGHT_COPIES` copies of its float32 weights at least.
+    machine's memory, then trained on ``device`` with :data:`WEIGHT_COPIES` copies of its float32 weights at least,
+    by each of this machine's ``processes`` (under torchrun: one GPU each, this machine's memory shared).
     Said before the corpus is tokenized, which can take hours: the run would fail only once it was ("can't allocate
     memory") or swap for every step. A warning, not a refusal: the need is a floor and the memory the machine's (swap,
     overcommit or memory the GPU shares would make another count), and a refusal would leave no way to try."""
     weights = 4 * config.n_parameters
     needs = weights * WEIGHT_COPIES.get(optimizer, WEIGHT_COPIES["adam"])
-    places = [("this machine's memory", physical_memory(), needs if device.type != "cuda" else weights)]
+    places = [("this machine's memory", physical_memory(), processes * (needs if device.type != "cuda" else weights))]
     if device.type == "cuda":
         places.append((f"the memory of {device}", torch.cuda.get_device_properties(device).total_memory, needs))
     for where, has, need in places:
@@ -1013,8 +1014,10 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
             ckpt.check_settings(payload["settings"], _run_settings(cfg, world), out)
         elif is_main and (ckpt.checkpoint_path(out).exists() or (out / "config.json").exists()):
             raise FileExistsError(Errors.E_OUTPUT_NOT_EMPTY.format(path=out))
-    if is_main and payload is None and not cfg.init:  # a model of new sizes (a resume's or --init's was built before)
-        _warn_model_past_memory(requested_model(cfg), cfg.optimizer, device)
+    here = torchrun_ranks()
+    if here.local == 0 and payload is None and not cfg.init:  # new sizes (a resume's or --init's were built before)
+        # once per machine, for all its processes
+        _warn_model_past_memory(requested_model(cfg), cfg.optimizer, device, machine_processes(here))
     if is_main and cfg.init and payload is None and not cfg.sentences and recorded_reading(cfg.init) == "sentences":
         # Said as the run begins: a sentence model (the bundled default) fine-tuned on streams became a stream
         # model without a word, and evaluate then read it as one by default. The other way round is a choice

@@ -166,6 +166,42 @@ def test_a_cuda_run_counts_the_weights_in_this_machines_memory_and_the_rest_on_t
     assert "more than the memory of cuda:0" in said(10**12, 3 * weights - 1)[0]
 
 
+def test_the_memory_warning_counts_every_process_of_the_machine_and_is_said_once_there(monkeypatch, tmp_path):
+    """Under torchrun each process builds and trains its own biLM: the warning counted one process's need, and only
+    global rank 0 gave it (one machine of a job of several). The need is this machine's processes' (torchrun's
+    LOCAL_WORLD_SIZE; on CUDA one GPU each) and LOCAL_RANK 0 of every machine says it (diffrev3)."""
+    from spacy_elmo.bilm import BiLMConfig
+    from spacy_elmo.ranks import Ranks, machine_processes
+    from spacy_elmo.training import trainer
+
+    config = BiLMConfig(projection_dim=4, cell_dim=6, filters=[(1, 2), (2, 2)], n_highway=0)
+    need = 3 * 4 * config.n_parameters  # Adagrad: weights, gradients, accumulators
+    monkeypatch.setattr(trainer, "physical_memory", lambda: 2 * need)
+    for processes, warned in ((2, False), (3, True)):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            trainer._warn_model_past_memory(config, "adagrad", torch.device("cpu"), processes)
+        assert len([w for w in caught if "these model sizes make a biLM" in str(w.message)]) == warned, processes
+    for local_world, expected in (("4", 4), (None, 8), ("3", 8), ("x", 8), ("16", 8)):  # else every process
+        if local_world is None:
+            monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+        else:
+            monkeypatch.setenv("LOCAL_WORLD_SIZE", local_world)
+        assert machine_processes(Ranks(5, 8, 1)) == expected, local_world
+    assert machine_processes(Ranks(0, 1, 0)) == 1
+    # said where LOCAL_RANK is 0 (a second machine's first process), with this machine's processes counted
+    seen = []
+    monkeypatch.setattr(trainer, "_warn_model_past_memory", lambda *args: seen.append(args[3]))
+    monkeypatch.setattr(trainer, "build_corpus", lambda *a, **k: (_ for _ in ()).throw(_Tokenizing()))
+    monkeypatch.setattr(trainer, "torchrun_ranks", lambda: Ranks(4, 8, 0))
+    monkeypatch.setattr(trainer, "_setup_distributed", lambda cfg: (0, 1, torch.device("cpu")))
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    train_file = write_corpus(tmp_path / "train.txt", 20)
+    with pytest.raises(_Tokenizing):
+        train(tiny_train_config(train_file, tmp_path / "out"))
+    assert seen == [4]
+
+
 def test_the_epochs_bound_is_the_largest_whose_steps_are_counted_for_every_corpus():
     """MAX_EPOCHS is no arbitrary cap: times the most steps an epoch can have it is a finite number, the next
     number above it is not; the run's count at the bound is finite for every epoch length up to that most."""
