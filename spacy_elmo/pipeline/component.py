@@ -539,8 +539,12 @@ class ElmoComponent(TrainablePipe):
         # component had when pickled (a weak reference does not pickle): follow this component again, so that
         # W_ELMO_SENTENCE_OVER_WINDOW names it as named when it warns (after nlp.rename_pipe), the warned-once
         # flag carried as pickled.
+        # A shallow copy.copy shares the model, whose runner still follows the live original: that one keeps it.
         super().__setstate__(state)
-        name_owner(self.model, pipe=self, warn_again=False)
+        owner = get_runner(self.model).owner
+        followed = owner() if isinstance(owner, weakref.ReferenceType) else None
+        if followed is None or followed is self:
+            name_owner(self.model, pipe=self, warn_again=False)
 
     def _check_joined(self, nlp: Language) -> None:
         """The loaded weights checked against ``nlp`` (:meth:`_check_tokens`) unless they were already: a component

@@ -147,6 +147,16 @@ def test_sentence_over_max_window_warning_names_an_unpickled_component_as_now_na
     assert len(_long_sentence_warnings(nlp, [_sentence(20)])) == 1
     warned = pickle.loads(pickle.dumps(nlp))
     assert _long_sentence_warnings(warned, [_sentence(20)]) == []
+    # copy.copy of the component shares its model: the runner keeps following the original, not the copy (which
+    # took it, and once collected left the warning unnamed; renamed, it named the copy; diffrev3)
+    fresh = spacy.blank("en")
+    fresh.add_pipe("sentencizer")
+    fresh.add_pipe("elmo", config={"weights": str(tiny_dir), "model": {"max_window": 8}})
+    shallow = copy.copy(fresh.get_pipe("elmo"))
+    shallow.name = "other"
+    (message,) = _long_sentence_warnings(fresh, [_sentence(20)])
+    assert "the biLM of the 'elmo' component" in message and "'other'" not in message, message
+    del shallow
 
 
 def test_sentence_over_max_window_is_read_in_pieces(tiny_dir):
