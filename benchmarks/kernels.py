@@ -49,7 +49,7 @@ if str(ROOT) not in sys.path:
 
 from benchmarks.allennlp_style import AllenNLPStyleBiLM, ConvTokenEncoder, StepLstmWithProjection  # noqa: E402
 from benchmarks.results_json import write_json  # noqa: E402
-from spacy_elmo.ops import fused_available  # noqa: E402
+from spacy_elmo.ops import extension_fix, fused_available  # noqa: E402
 from spacy_elmo.ops import reference as R  # noqa: E402
 from spacy_elmo.training.malloc import keep_freed_memory  # noqa: E402
 
@@ -292,7 +292,7 @@ def device_problem(device):
     GPU must be visible and the extension built with its CUDA kernels, or the first
     fused call dies in the dispatcher with a message that names neither."""
     if not fused_available():
-        return "spacy_elmo._C is not built: pip install --no-build-isolation -e ."
+        return f"spacy_elmo._C is not built. {extension_fix()}"
     if device.type != "cuda":
         return None
     if not torch.cuda.is_available():

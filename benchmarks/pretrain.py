@@ -63,7 +63,7 @@ from benchmarks.kernels import (  # noqa: E402
     bilm_flops, cpu_identity, device_problem, measure_gemm_gflops, order_period, round_order, sync)
 from benchmarks.results_json import nonfinite_as_text, write_json  # noqa: E402
 from spacy_elmo.bilm import BiLM, BiLMConfig  # noqa: E402
-from spacy_elmo.ops import fused_available  # noqa: E402
+from spacy_elmo.ops import extension_fix, fused_available  # noqa: E402
 from spacy_elmo.training.lm import BidirectionalLM, encode_batch  # noqa: E402
 from spacy_elmo.training.malloc import keep_freed_memory  # noqa: E402
 from spacy_elmo.training.prefetch import StepPrefetcher, prefetch_default, prepare_step  # noqa: E402
@@ -392,7 +392,7 @@ def main(argv=None) -> int:
         return 1
     backends = list(dict.fromkeys(args.backends or [b for b in BACKENDS if b != "fused" or fused_available()]))
     if "fused" in backends and not fused_available():
-        print("--backends fused: spacy_elmo._C is not built (pip install --no-build-isolation -e .)", file=sys.stderr)
+        print(f"--backends fused: spacy_elmo._C is not built. {extension_fix()}", file=sys.stderr)
         return 1
     main_prefetch = prefetch_default(device) if args.prefetch in ("auto", "both") else args.prefetch == "on"
     keys = stepper_keys(backends, main_prefetch, args.prefetch == "both", args.twin)

@@ -52,7 +52,7 @@ def byte_size(n: int) -> str:
     """``n`` bytes in binary units, for messages: ``"357.0 MiB"``, ``"8.0 EiB"``."""
     size, unit = float(n), "bytes"
     for unit in ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
-        if size < 1024 or unit == "EiB":
+        if round(size, 1) < 1024 or unit == "EiB":  # as shown: 1,048,575 bytes is 1.0 MiB, not 1,024.0 KiB
             break
         size /= 1024
     return f"{n} bytes" if unit == "bytes" else f"{size:,.1f} {unit}"

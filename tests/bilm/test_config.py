@@ -657,3 +657,11 @@ def test_an_unknown_field_error_survives_pickling():
     again = pickle.loads(pickle.dumps(caught.value))
     assert type(again) is UnknownConfigFields and str(again) == str(caught.value)
     assert (again.names, again.choices) == (caught.value.names, caught.value.choices)
+
+
+def test_byte_size_names_the_unit_of_the_value_shown():
+    """Sizes in messages: the unit is that of the rounded value (2**20 - 1 bytes read "1,024.0 KiB")."""
+    from spacy_elmo.bilm.config import byte_size
+
+    assert [byte_size(n) for n in (0, 1023, 1024, 2**20 - 1, 2**20, 357 * 2**20 + 2**16, 2**63 - 1, 2**70)] == [
+        "0 bytes", "1023 bytes", "1.0 KiB", "1.0 MiB", "1.0 MiB", "357.1 MiB", "8.0 EiB", "1,024.0 EiB"]
