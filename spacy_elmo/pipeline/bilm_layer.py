@@ -316,9 +316,10 @@ def _forward(model: Model, docs: List[Doc], is_train: bool):
 
     The biLM is taken once, here, for the whole call: weights that another thread sets meanwhile
     (``load_weights``, ``from_disk``) replace the runner's biLM, never this call's. The layer cache's generation is
-    read first, before the biLM: every change of the weights (set, stepped, moved or cast in place) then empties
-    the cache and starts a new one, so this call neither reads the entries of weights changed meanwhile nor keeps
-    its layers, made by the weights before the change, for the calls after it (:mod:`.layer_cache`)."""
+    read with the biLM, under the cache's lock (:meth:`ElmoRunner.set_bilm` changes both under it); every change
+    of the weights (set, stepped, moved or cast in place) empties the cache and starts a new one, so this call
+    neither reads the entries of weights changed meanwhile nor keeps its layers, made by the weights before the
+    change, for the calls after it (:mod:`.layer_cache`)."""
     runner = get_runner(model)
     with runner.layer_cache.lock:  # together, as ElmoRunner.set_bilm changes them
         generation, bilm = runner.layer_cache.generation, runner.bilm
