@@ -1,6 +1,5 @@
 """BiLMConfig: every hyperparameter of an ELMo biLM, and its AllenNLP options form."""
 
-import json
 import math
 import numbers
 import reprlib
@@ -10,7 +9,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 from ..chars import DEFAULT_MAX_CHARS, N_CHAR_IDS
 from ..errors import Errors
-from ..paths import missing_path_error
+from ..paths import missing_path_error, read_json_file
 
 #: The first bytes of an HDF5 file (at offset 0, where h5py writes it): a weight file given as the options.
 HDF5_MAGIC = b"\x89HDF"
@@ -279,10 +278,8 @@ class BiLMConfig:
                 raise ValueError(Errors.E_OPTIONS_NOT_JSON.format(path=options, error=err)) from err
             if is_hdf5(raw):  # else "'utf-8' codec can't decode byte 0x89": the arguments swapped
                 raise ValueError(Errors.E_OPTIONS_IS_HDF5.format(path=options))
-            try:
-                options = json.loads(raw.decode("utf-8"))
-            except ValueError as err:  # JSONDecodeError, UnicodeDecodeError
-                raise ValueError(Errors.E_OPTIONS_NOT_JSON.format(path=options, error=err)) from err
+            # no JSON, no UTF-8, nested past the recursion limit; no object: an_object below says it in its words
+            options = read_json_file(options, Errors.E_OPTIONS_NOT_JSON, raw=raw)
 
         from .native_io import FORMAT  # native_io imports this module
 

@@ -225,6 +225,15 @@ def test_swapped_options_and_weight_files_are_named_as_such(tmp_path):
         BiLMConfig.from_allennlp_options(tmp_path / "latin1.json")
 
 
+def test_options_nested_past_the_recursion_limit_are_could_not_read(tmp_path):
+    """An options.json nested deeper than Python's recursion limit raised a bare RecursionError (only pretrain
+    --options said it); read_json_file, the one reader of a user's JSON file, says it as any unreadable options."""
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ValueError, match=r"^Could not read ELMo options from .*deep\.json: maximum recursion depth .*"
+                                         r"Pass the options\.json that came with the weight file\.$"):
+        BiLMConfig.from_allennlp_options(tmp_path / "deep.json")
+
+
 @pytest.mark.parametrize(
     "change,what,found",
     [
