@@ -1247,6 +1247,9 @@ class Errors:
         "config.json (or its directory) or a JSON object of BiLMConfig fields (e.g. {{\"projection_dim\": 16, "
         "\"cell_dim\": 32}})."
     )
+    # a value BiLMConfig refuses in a JSON object of BiLMConfig fields ({key}: the field) or in a spacy-elmo model's
+    # config.json ({key}: config.FIELD): the file was read, and is the kind --options takes (not E_OPTIONS_FILE's advice)
+    E_OPTIONS_FILE_BAD_VALUE = "The model options {path} have an invalid {key}: {error} Fix {key} there."
     # E_OPTIONS_FILE's {error} for a JSON file holding no object ([...], "small", 5): its items or characters were
     # read as keys ("have key(s) 'x'") or a Python error said ("argument after ** must be a mapping, not list")
     E_OPTIONS_FILE_NOT_OBJECT = "it holds a JSON {kind}, not an object"

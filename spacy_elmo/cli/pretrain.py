@@ -11,7 +11,7 @@ import typer
 from typer.core import TyperOption
 
 from ..bilm import BiLMConfig
-from ..bilm.config import UnknownConfigFields, is_hdf5
+from ..bilm.config import InvalidConfigValue, UnknownConfigFields, is_hdf5
 from ..errors import Errors, Warnings, counted
 from ..ops import resolve_backend
 from ..paths import missing_path_error, read_json_file
@@ -60,8 +60,9 @@ def model_config(preset: Optional[str], options: Optional[Path]) -> dict:
             raise typer.BadParameter(Errors.E_PRETRAIN_OPTIONS_IS_HDF5.format(path=path), param_hint="'--options'")
         # said in E_OPTIONS_FILE below; no object: a list's items (a string's characters) were read as unknown keys
         data = read_json_file(path, "{error}", Errors.E_OPTIONS_FILE_NOT_OBJECT, raw=raw)
+        section = ""  # where the BiLMConfig fields are in the file: its top level, or a model config.json's "config"
         if isinstance(data, dict) and data.get("format") == FORMAT:  # a spacy-elmo model's config.json: its sizes
-            data = read_config_json(path)["config"]
+            data, section = read_config_json(path)["config"], "config."
         if isinstance(data, dict) and "lstm" in data:
             # its own errors name the file, the key and the fix: not wrapped in another "could not read"
             try:
@@ -69,7 +70,11 @@ def model_config(preset: Optional[str], options: Optional[Path]) -> dict:
             except ValueError as err:
                 raise typer.BadParameter(str(err), param_hint="'--options'") from err
         else:
-            config = BiLMConfig.from_dict(data)
+            try:
+                config = BiLMConfig.from_dict(data)
+            except InvalidConfigValue as err:  # the file is of a kind --options takes: its value is to fix
+                raise typer.BadParameter(Errors.E_OPTIONS_FILE_BAD_VALUE.format(
+                    path=path, key=section + err.field, error=err), param_hint="'--options'") from err
     except UnknownConfigFields as err:  # its own words name from_dict and from_allennlp_options, the Python API's
         raise typer.BadParameter(Errors.E_OPTIONS_UNKNOWN_FIELD.format(path=path, names=err.names, choices=err.choices),
                                  param_hint="'--options'") from err
