@@ -91,9 +91,13 @@ class Errors:
     )
     E_MODEL_TOO_LARGE = (
         "These sizes make a biLM of {n_params:,} parameters, {size} of tensors (float32 weights and int64 "
-        "<S>/</S> char ids), past the {most} that torch can address; the largest is {name}={value!r}. Use the sizes "
+        "<S>/</S> char ids), past the {most} that torch can address; {named}. Use the sizes "
         "of a model that can be built: the original preset (projection_dim 512, cell_dim 4096, n_layers 2) has 93.6M parameters, 357 MiB."
     )
+    #: E_MODEL_TOO_LARGE's {named}: sizes each too large with every other size at most its default (must shrink)
+    E_MODEL_TOO_LARGE_ALONE = "too large even with every other size at most its default: {sizes}"
+    #: E_MODEL_TOO_LARGE's {named}: no size too large alone; those of the part of the model holding the most bytes
+    E_MODEL_TOO_LARGE_TOGETHER = "no size is too large alone; the most bytes are of {sizes} together"
     E_BAD_POSITIVE = "{name} must be a positive integer; found {value!r}."
     E_BAD_NON_NEGATIVE = "{name} must be an integer of 0 or more; found {value!r}."
     E_BAD_CLIP = "{name} must be a finite positive number, or null for no clipping; found {value!r}."

@@ -1136,7 +1136,7 @@ def test_pretrain_refuses_sizes_torch_cannot_hold_before_reading_the_corpus(tmp_
     assert result.exit_code == 2, said
     name = next(iter(sizes))
     assert "Invalid value for '--options'" in said and "These sizes make a biLM of" in said, said
-    assert f"the largest is {name}=" in said and "Traceback" not in said and "Overflow" not in said, said
+    assert f"at most its default: {name}=" in said and "Traceback" not in said and "Overflow" not in said, said
     assert not out.exists()
 
 
