@@ -108,6 +108,28 @@ def test_evaluate_says_how_many_rows_it_read(tmp_path):
     assert alone["n_rows"] == alone["n_sentences"] == 30 and "perplexity (every sentence alone): forward" in alone_text
 
 
+def test_fit_state_reads_at_most_4096_sentences_by_default(tmp_path, monkeypatch):
+    """fit-state's --max-sentences default, 4096 (what its --help says), was pinned by no test: it is the limit the
+    text is read with, and --max-sentences sets it."""
+    from spacy_elmo.training import data
+
+    model = tmp_path / "model"
+    BiLM(BiLMConfig(**TINY)).save(model)
+    text = write_corpus(tmp_path / "text.txt", 20)
+    limits = []
+    tokenize_file = data.tokenize_file
+
+    def recording(*args, limit=None, **kwargs):
+        limits.append(limit)
+        return tokenize_file(*args, limit=limit, **kwargs)
+
+    monkeypatch.setattr(data, "tokenize_file", recording)  # fit-state imports it from the module when it runs
+    for extra, limit in [([], 4096), (["--max-sentences", "12"], 12)]:
+        result = runner.invoke(app, ["fit-state", str(model), str(text), "--rows", "4", "--no-progress", *extra])
+        assert result.exit_code == 0, result.output
+        assert limits.pop() == limit and not limits
+
+
 def test_fit_state_and_per_sentence_evaluate(tmp_path):
     result, train, held, _, out = pretrain_tiny(tmp_path)
     assert result.exit_code == 0, result.output
