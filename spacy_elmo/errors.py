@@ -91,9 +91,13 @@ class Errors:
     )
     E_MODEL_TOO_LARGE = (
         "These sizes make a biLM of {n_params:,} parameters, {size} of tensors (float32 weights and int64 "
-        "<S>/</S> char ids), past the {most} that torch can address; the largest is {name}={value!r}. Use the sizes "
+        "<S>/</S> char ids), past the {most} that torch can address; {named}. Use the sizes "
         "of a model that can be built: the original preset (projection_dim 512, cell_dim 4096, n_layers 2) has 93.6M parameters, 357 MiB."
     )
+    #: E_MODEL_TOO_LARGE's {named}: sizes each too large with every other size at most its default (must shrink)
+    E_MODEL_TOO_LARGE_ALONE = "too large even with every other size at most its default: {sizes}"
+    #: E_MODEL_TOO_LARGE's {named}: no size too large alone; those of the part of the model holding the most bytes
+    E_MODEL_TOO_LARGE_TOGETHER = "no size is too large alone; the most bytes are of {sizes} together"
     E_BAD_POSITIVE = "{name} must be a positive integer; found {value!r}."
     E_BAD_NON_NEGATIVE = "{name} must be an integer of 0 or more; found {value!r}."
     E_BAD_CLIP = "{name} must be a finite positive number, or null for no clipping; found {value!r}."
@@ -1247,6 +1251,9 @@ class Errors:
         "config.json (or its directory) or a JSON object of BiLMConfig fields (e.g. {{\"projection_dim\": 16, "
         "\"cell_dim\": 32}})."
     )
+    # a value BiLMConfig refuses in a JSON object of BiLMConfig fields ({key}: the field) or in a spacy-elmo model's
+    # config.json ({key}: config.FIELD): the file was read, and is the kind --options takes (not E_OPTIONS_FILE's advice)
+    E_OPTIONS_FILE_BAD_VALUE = "The model options {path} have an invalid {key}: {error} Fix {key} there."
     # E_OPTIONS_FILE's {error} for a JSON file holding no object ([...], "small", 5): its items or characters were
     # read as keys ("have key(s) 'x'") or a Python error said ("argument after ** must be a mapping, not list")
     E_OPTIONS_FILE_NOT_OBJECT = "it holds a JSON {kind}, not an object"

@@ -8,6 +8,8 @@ named ``~`` in the current directory, so the commands refuse it as an output.
 Also what else a path the user gave may mean by accident: the current directory, or one above it, that an
 output would replace (:func:`holds_cwd`), and one file under two names, a hard link's real path another
 (:func:`file_identity`), or one text in two files (:func:`file_sha256`).
+
+And the one reader of a JSON file the user gave (:func:`read_json_file`).
 """
 
 import hashlib
@@ -15,7 +17,8 @@ import json
 import os
 import shlex
 from pathlib import Path
-from typing import BinaryIO, Optional, Tuple
+import reprlib
+from typing import Any, BinaryIO, Optional, Tuple
 
 from ._typing import PathLike
 from .errors import Errors
@@ -64,6 +67,29 @@ def missing_path_error(path: PathLike, message: str, stdin: str = Errors.E_PATH_
     if expanded is not None:
         return FileNotFoundError(Errors.E_PATH_TILDE.format(path=path, expanded=expanded))
     return FileNotFoundError(message)
+
+
+#: The JSON name of what json.loads gives for a JSON text that is no object.
+JSON_KINDS = {list: "array", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
+
+
+def read_json_file(path: PathLike, not_json: str, not_object: Optional[str] = None, raw: Optional[bytes] = None) -> Any:
+    """The JSON value in the file at ``path`` (decoded from ``raw``, its bytes, where the caller read them): the one
+    reader of a JSON file the user gave (options.json, a model's config.json).
+
+    A ValueError of ``not_json`` (formatted with ``path`` and ``error``) for bytes that are no UTF-8 or no JSON, and
+    for JSON nested past Python's recursion limit (else a RecursionError's traceback, ``[[[...]]]``); with
+    ``not_object``, one of it (formatted with ``path``, ``found``, the value's ``reprlib.repr``, and ``kind``, its
+    JSON name) for JSON that is no object. An OSError reading the file is the caller's to say."""
+    if raw is None:
+        raw = Path(path).read_bytes()
+    try:
+        value = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError) as err:  # JSONDecodeError, UnicodeDecodeError; too deep a nesting
+        raise ValueError(not_json.format(path=path, error=str(err).rstrip("."))) from err
+    if not_object is not None and not isinstance(value, dict):
+        raise ValueError(not_object.format(path=path, found=reprlib.repr(value), kind=JSON_KINDS.get(type(value), "value")))
+    return value
 
 
 def check_output_path(path: PathLike) -> None:

@@ -1,16 +1,15 @@
 """BiLMConfig: every hyperparameter of an ELMo biLM, and its AllenNLP options form."""
 
-import json
 import math
 import numbers
 import reprlib
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 from ..chars import DEFAULT_MAX_CHARS, N_CHAR_IDS
 from ..errors import Errors
-from ..paths import missing_path_error
+from ..paths import missing_path_error, read_json_file
 
 #: The first bytes of an HDF5 file (at offset 0, where h5py writes it): a weight file given as the options.
 HDF5_MAGIC = b"\x89HDF"
@@ -118,6 +117,30 @@ def n_layers_fix(weight_file: Optional[Union[str, Path]]) -> str:
     return Errors.E_OPTIONS_N_LAYERS_UNKNOWN
 
 
+#: The fields that size a biLM's tensors (:func:`_tensor_bytes`).
+SIZE_FIELDS = ("projection_dim", "cell_dim", "n_layers", "char_embedding_dim", "n_highway", "filters",
+               "max_characters_per_token")
+#: :func:`_tensor_bytes`'s part of the ``<S>``/``</S>`` char ids: no parameters.
+CHAR_IDS_PART = ("max_characters_per_token",)
+
+
+def _tensor_bytes(sizes: Dict[str, Any]) -> Dict[Tuple[str, ...], int]:
+    """The bytes of a new BiLM's tensors, by part, each keyed by the :data:`SIZE_FIELDS` its count multiplies: the
+    float32 char-CNN (char embedding, filters, highway layers, projection where ``F != P``), both directions'
+    LSTM layers (``w_input`` and ``w_recurrent`` ``(P, 4C)``, bias ``(4C,)``, ``w_proj`` ``(C, P)``), and the
+    int64 char ids of ``<S>`` and ``</S>`` ``(2, max_characters_per_token)``."""
+    E, P, C, L = sizes["char_embedding_dim"], sizes["projection_dim"], sizes["cell_dim"], sizes["n_layers"]
+    F = sum(count for _, count in sizes["filters"])
+    return {
+        ("char_embedding_dim",): 4 * N_CHAR_IDS * E,
+        ("char_embedding_dim", "filters"): 4 * sum(count * E * width + count for width, count in sizes["filters"]),
+        ("n_highway", "filters"): 4 * sizes["n_highway"] * (2 * F * F + 2 * F),
+        ("projection_dim", "filters"): 4 * (F * P + P) if F != P else 0,
+        ("projection_dim", "cell_dim", "n_layers"): 4 * 2 * L * (2 * P * 4 * C + 4 * C + C * P),
+        CHAR_IDS_PART: 8 * 2 * sizes["max_characters_per_token"],
+    }
+
+
 @dataclass
 class BiLMConfig:
     """Hyperparameters of the biLM (names follow the AllenNLP options file).
@@ -168,29 +191,51 @@ class BiLMConfig:
         without building it): the char-CNN (char embedding, filters, highway layers, projection where ``F != P``)
         and both directions' LSTM layers (``w_input`` and ``w_recurrent`` ``(P, 4C)``, bias ``(4C,)``,
         ``w_proj`` ``(C, P)``)."""
-        E, F, P, C = self.char_embedding_dim, self.n_filters, self.projection_dim, self.cell_dim
-        cnn = N_CHAR_IDS * E + sum(count * E * width + count for width, count in self.filters)
-        cnn += self.n_highway * (2 * F * F + 2 * F) + (F * P + P if F != P else 0)
-        return cnn + 2 * self.n_layers * (2 * P * 4 * C + 4 * C + C * P)
+        parts = _tensor_bytes(self._sizes())
+        return (sum(parts.values()) - parts[CHAR_IDS_PART]) // 4
 
     @property
     def n_bytes(self) -> int:
         """The bytes of a new BiLM's tensors: its float32 parameters and the int64 char ids of ``<S>`` and
         ``</S>`` ``(2, max_characters_per_token)``."""
-        return 4 * self.n_parameters + 8 * 2 * self.max_characters_per_token
+        return sum(_tensor_bytes(self._sizes()).values())
+
+    def _sizes(self) -> Dict[str, Any]:
+        return {name: getattr(self, name) for name in SIZE_FIELDS}
 
     def _check_size(self) -> None:
-        """Refuse sizes whose model torch cannot hold (:data:`MOST_TENSOR_BYTES`), naming the largest size: else
-        torch's own error (an overflow from C++), and from ``pretrain`` only once the corpus was tokenized."""
-        if self.n_bytes <= MOST_TENSOR_BYTES:
+        """Refuse sizes whose model torch cannot hold (:data:`MOST_TENSOR_BYTES`), naming the sizes that make it
+        so: else torch's own error (an overflow from C++), and from ``pretrain`` only once the corpus was tokenized.
+
+        Named are the sizes too large alone: each with every other size at most its default (the other's given
+        value where smaller) still makes too large a model, so each must shrink. Where none is (sizes that
+        multiply, each of them not too large), those of the part that holds the most bytes (the LSTM's
+        ``n_layers``, ``projection_dim`` and ``cell_dim``, the highway's ``n_highway`` and ``filters``, ...). The
+        largest value was named before, which need not be the one too large (``max_characters_per_token=2**56``,
+        8 EiB of char ids that torch can hold, beside ``cell_dim=2**55``)."""
+        sizes = self._sizes()
+        if sum(_tensor_bytes(sizes).values()) <= MOST_TENSOR_BYTES:
             return
-        sizes = {name: getattr(self, name) for name in (
-            "projection_dim", "cell_dim", "n_layers", "char_embedding_dim", "n_highway", "max_characters_per_token")}
-        sizes["filters"] = max(max(f) for f in self.filters)
-        largest = max(sizes, key=lambda name: sizes[name])
-        raise InvalidConfigValue(largest, Errors.E_MODEL_TOO_LARGE.format(
-            name=largest, value=getattr(self, largest), n_params=self.n_parameters, size=byte_size(self.n_bytes),
-            most=byte_size(MOST_TENSOR_BYTES)))
+        defaults = {f.name: f.default if f.default_factory is MISSING else f.default_factory()
+                    for f in fields(BiLMConfig) if f.name in SIZE_FIELDS}
+
+        def n_bytes_with(name: str, value: Any) -> int:
+            return sum(_tensor_bytes({**defaults, name: value}).values())
+
+        at_most_default = {name: min(sizes[name], defaults[name], key=lambda value: n_bytes_with(name, value))
+                           for name in SIZE_FIELDS}
+        named = [name for name in SIZE_FIELDS
+                 if sum(_tensor_bytes({**at_most_default, name: sizes[name]}).values()) > MOST_TENSOR_BYTES]
+        if named:
+            said = Errors.E_MODEL_TOO_LARGE_ALONE
+        else:
+            parts = _tensor_bytes(sizes)
+            named = [name for name in SIZE_FIELDS if name in max(parts, key=lambda part: parts[part])]
+            said = Errors.E_MODEL_TOO_LARGE_TOGETHER
+        shown = ", ".join(f"{name}={sizes[name]!r}" for name in named)
+        raise InvalidConfigValue(named[0], Errors.E_MODEL_TOO_LARGE.format(
+            n_params=self.n_parameters, size=byte_size(self.n_bytes), most=byte_size(MOST_TENSOR_BYTES),
+            named=said.format(sizes=shown)))
 
     # -- validation ------------------------------------------------------
     def validate(self) -> None:
@@ -279,10 +324,8 @@ class BiLMConfig:
                 raise ValueError(Errors.E_OPTIONS_NOT_JSON.format(path=options, error=err)) from err
             if is_hdf5(raw):  # else "'utf-8' codec can't decode byte 0x89": the arguments swapped
                 raise ValueError(Errors.E_OPTIONS_IS_HDF5.format(path=options))
-            try:
-                options = json.loads(raw.decode("utf-8"))
-            except ValueError as err:  # JSONDecodeError, UnicodeDecodeError
-                raise ValueError(Errors.E_OPTIONS_NOT_JSON.format(path=options, error=err)) from err
+            # no JSON, no UTF-8, nested past the recursion limit; no object: an_object below says it in its words
+            options = read_json_file(options, Errors.E_OPTIONS_NOT_JSON, raw=raw)
 
         from .native_io import FORMAT  # native_io imports this module
 

@@ -13,7 +13,6 @@ import json
 import os
 import pickle
 import re
-import reprlib
 import shutil
 import tempfile
 from contextlib import contextmanager
@@ -29,7 +28,7 @@ from .._typing import PathLike
 from ..atomic import atomic_write, make_dirs, naming, sync, sync_dir
 from ..errors import Errors
 from ..hdf5 import is_embeddings_file
-from ..paths import missing_path_error, python_quoted, shell_quoted
+from ..paths import missing_path_error, python_quoted, read_json_file, shell_quoted
 from .config import BiLMConfig, is_int
 
 if TYPE_CHECKING:  # model.py imports this module when it saves or loads
@@ -305,8 +304,8 @@ def is_native_config(path: Path) -> bool:
     """Whether the file ``path`` is a spacy-elmo model's config.json (a JSON object whose "format" is
     :data:`FORMAT`); False for any other file, a missing or unreadable one included."""
     try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):  # none, unreadable, a directory, not JSON or not UTF-8
+        meta = read_json_file(path, "{error}")
+    except (OSError, ValueError):  # none, unreadable, a directory, not JSON, not UTF-8 or nested too deep
         return False
     return isinstance(meta, dict) and meta.get("format") == FORMAT
 
@@ -314,14 +313,10 @@ def is_native_config(path: Path) -> bool:
 def read_config_json(path: Path) -> Dict[str, Any]:
     """The checked contents of a native model's ``config.json`` at ``path`` (named so or copied under another
     name: ``pretrain --options`` reads one for the model's sizes)."""
-    try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
+    try:  # no JSON, no UTF-8, nested past the recursion limit, no object: ValueErrors naming the file and the fix
+        meta = read_json_file(path, Errors.E_NATIVE_CONFIG_NOT_JSON, Errors.E_NATIVE_CONFIG_NOT_OBJECT)
     except OSError as err:  # e.g. a directory named config.json
         raise unreadable_file(path, err) from err
-    except ValueError as err:  # JSONDecodeError, UnicodeDecodeError
-        raise ValueError(Errors.E_NATIVE_CONFIG_NOT_JSON.format(path=path, error=err)) from err
-    if not isinstance(meta, dict):
-        raise ValueError(Errors.E_NATIVE_CONFIG_NOT_OBJECT.format(path=path, found=reprlib.repr(meta)))
     if meta.get("format") != FORMAT:
         if "format" in meta:
             shown = json.dumps(meta["format"], ensure_ascii=False)  # as the file spells it: "bert", null, 3

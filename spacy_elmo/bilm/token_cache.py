@@ -80,19 +80,30 @@ def _weights_key(bilm) -> WeightsKey:
     return _OptimizerSteps.count, weights
 
 
+_CPU = torch.device("cpu")
+
+
 def _home(bilm, device: torch.device) -> torch.device:
     """``device`` as the biLM's weights name it, where the matrix lives: ``cuda`` is ``cuda:N`` of the current
     GPU, as ``tensor.to("cuda")`` takes it. Compared unresolved, ``cuda`` never equalled the matrix's ``cuda:0``,
     and every call started the cache over (the whole char CNN, every batch). Another device is an error: the
-    matrix cannot serve it."""
+    matrix cannot serve it.
+
+    Nothing is remembered between calls (the biLM's ``.to()`` moves ``home``, and ``cuda`` is the GPU current
+    then): the weights' own device, as callers mostly pass it, and any CPU one are told without a tensor; only a
+    device without an index of the weights' type (``cuda``) is resolved by allocating an empty tensor there."""
     home = bilm.token_encoder.char_embedding.device
+    if isinstance(device, torch.device) and device == home:  # nothing to resolve (an empty tensor took ~6 us)
+        return home
     try:
         asked = torch.device(device)
     except (RuntimeError, TypeError, ValueError) as err:  # an int where torch has no accelerator; 2**70
         raise ValueError(Errors.E_TOKEN_CACHE_DEVICE.format(found=device, expected=home)) from err
     # cuda -> cuda:N (the current GPU), cpu:0 -> cpu: as a tensor's device names it. A GPU's index given is left as
     # it is (resolving cuda:7 on a machine of one GPU would be CUDA's "invalid device ordinal", not this refusal).
-    if asked.type == home.type and (asked.index is None or asked.type == "cpu"):
+    if asked.type == "cpu":  # every CPU tensor's device is "cpu", whatever index was asked for
+        asked = _CPU
+    elif asked.type == home.type and asked.index is None:
         asked = torch.empty(0, device=asked).device  # an empty tensor allocates nothing
     if asked != home:
         raise ValueError(Errors.E_TOKEN_CACHE_DEVICE.format(found=asked, expected=home))

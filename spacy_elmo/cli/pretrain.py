@@ -1,6 +1,5 @@
 """``spacy-elmo pretrain``: train (or fine-tune) a biLM on your corpus, bilm-tf style."""
 
-import json
 import os
 import shlex
 import threading
@@ -12,10 +11,10 @@ import typer
 from typer.core import TyperOption
 
 from ..bilm import BiLMConfig
-from ..bilm.config import UnknownConfigFields, is_hdf5
+from ..bilm.config import InvalidConfigValue, UnknownConfigFields, is_hdf5
 from ..errors import Errors, Warnings, counted
 from ..ops import resolve_backend
-from ..paths import missing_path_error
+from ..paths import missing_path_error, read_json_file
 from ..ranks import Ranks, machine_processes, torchrun_ranks
 from ..training.data import AUTO_RULE
 from ..training.trainer import BOUNDS, DEFAULT_EPOCHS, OPTIMIZERS, leave_failed_run, said_by_this_rank
@@ -35,10 +34,6 @@ def _bounded(name: str):
         return value
 
     return check
-
-
-#: The JSON name of what json.loads gives for a JSON text that is no object.
-_JSON_KINDS = {list: "array", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
 
 
 def model_config(preset: Optional[str], options: Optional[Path]) -> dict:
@@ -63,11 +58,11 @@ def model_config(preset: Optional[str], options: Optional[Path]) -> dict:
         raw = path.read_bytes()
         if is_hdf5(raw):  # a weight file: "'utf-8' codec can't decode byte 0x89" named neither the file nor the fix
             raise typer.BadParameter(Errors.E_PRETRAIN_OPTIONS_IS_HDF5.format(path=path), param_hint="'--options'")
-        data = json.loads(raw.decode("utf-8"))
-        if not isinstance(data, dict):  # a list's items (a string's characters) were read as unknown keys
-            raise ValueError(Errors.E_OPTIONS_FILE_NOT_OBJECT.format(kind=_JSON_KINDS.get(type(data), "value")))
+        # said in E_OPTIONS_FILE below; no object: a list's items (a string's characters) were read as unknown keys
+        data = read_json_file(path, "{error}", Errors.E_OPTIONS_FILE_NOT_OBJECT, raw=raw)
+        section = ""  # where the BiLMConfig fields are in the file: its top level, or a model config.json's "config"
         if isinstance(data, dict) and data.get("format") == FORMAT:  # a spacy-elmo model's config.json: its sizes
-            data = read_config_json(path)["config"]
+            data, section = read_config_json(path)["config"], "config."
         if isinstance(data, dict) and "lstm" in data:
             # its own errors name the file, the key and the fix: not wrapped in another "could not read"
             try:
@@ -75,7 +70,11 @@ def model_config(preset: Optional[str], options: Optional[Path]) -> dict:
             except ValueError as err:
                 raise typer.BadParameter(str(err), param_hint="'--options'") from err
         else:
-            config = BiLMConfig.from_dict(data)
+            try:
+                config = BiLMConfig.from_dict(data)
+            except InvalidConfigValue as err:  # the file is of a kind --options takes: its value is to fix
+                raise typer.BadParameter(Errors.E_OPTIONS_FILE_BAD_VALUE.format(
+                    path=path, key=section + err.field, error=err), param_hint="'--options'") from err
     except UnknownConfigFields as err:  # its own words name from_dict and from_allennlp_options, the Python API's
         raise typer.BadParameter(Errors.E_OPTIONS_UNKNOWN_FIELD.format(path=path, names=err.names, choices=err.choices),
                                  param_hint="'--options'") from err

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from spacy_elmo import BiLM, BiLMConfig, batch_to_ids
+from spacy_elmo.errors import Errors
 from tests.backends import BACKENDS
 from tests.bilm.oracle import options
 
@@ -118,11 +119,11 @@ def test_n_parameters_and_n_bytes_are_the_built_models(config):
     ({"max_characters_per_token": 2**62}, "max_characters_per_token"),  # the <S>/</S> char ids (2, W) int64
     ({"filters": [(1, 32), (2, 2**62)]}, "filters"),
 ])
-def test_sizes_torch_cannot_hold_are_refused_naming_the_largest(kwargs, field):
+def test_sizes_torch_cannot_hold_are_refused_naming_them(kwargs, field):
     """r45: sizes were checked only to be positive: BiLMConfig(projection_dim=10**20) was accepted, and pretrain
     tokenized the whole corpus before torch's C++ overflow error. Refused by the config (and by BiLM, for sizes set
     after), naming the size, the parameter count and the fix."""
-    said = rf"These sizes make a biLM of [\d,]+ parameters, .* EiB of tensors .*the largest is {field}="
+    said = rf"These sizes make a biLM of [\d,]+ parameters, .* EiB of tensors .*at most its default: {field}=(\d+|\[[^]]*\])\. Use"
     with pytest.raises(ValueError, match=said) as err:
         BiLMConfig(**kwargs)
     assert err.value.field == field and "original preset" in str(err.value)
@@ -131,6 +132,37 @@ def test_sizes_torch_cannot_hold_are_refused_naming_the_largest(kwargs, field):
         setattr(config, name, value)
     with pytest.raises(ValueError, match=said):
         BiLM(config)
+
+
+@pytest.mark.parametrize("kwargs, named, together", [
+    # 8 EiB of char ids torch can hold; cell_dim 2**55 with the default projection_dim it cannot: the largest value
+    # was named, max_characters_per_token, which alone makes no model too large
+    ({"max_characters_per_token": 2**56, "cell_dim": 2**55}, ["cell_dim"], False),
+    ({"cell_dim": 2**61, "max_characters_per_token": 2**62}, ["cell_dim", "max_characters_per_token"], False),  # both
+    ({"n_highway": 2**40, "filters": [(1, 2**20)], "projection_dim": 2**40}, ["n_highway"], False),  # 2*F*F*H
+    # none too large alone: the LSTM's sizes, which multiply to most of the bytes, not the largest value alone
+    ({"projection_dim": 2**22, "cell_dim": 2**22, "n_layers": 2**14}, ["projection_dim", "cell_dim", "n_layers"], True),
+    ({"projection_dim": 2**22, "cell_dim": 2**22, "n_layers": 2**14, "max_characters_per_token": 2**58},
+     ["projection_dim", "cell_dim", "n_layers"], True),
+])
+def test_the_sizes_named_are_those_that_make_the_model_too_large(kwargs, named, together):
+    """The size error named the largest value, not necessarily one that makes the model too large: {"cell_dim":
+    2**55, "max_characters_per_token": 2**56} named max_characters_per_token, whose 8 EiB of char ids torch can
+    hold, and shrinking it changed nothing. Named now: each size too large even with the others at most their
+    defaults; where none is, the sizes that multiply to the most bytes, said to be together."""
+    with pytest.raises(ValueError) as err:
+        BiLMConfig(**kwargs)
+    shown = ", ".join(f"{name}={kwargs.get(name, getattr(BiLMConfig(), name))!r}" for name in named)
+    said = (Errors.E_MODEL_TOO_LARGE_TOGETHER if together else Errors.E_MODEL_TOO_LARGE_ALONE).format(sizes=shown)
+    assert f"torch can address; {said}. Use the sizes" in str(err.value), str(err.value)
+    assert err.value.field == named[0]
+    for name, value in kwargs.items():  # alone (the other sizes the defaults), a named size is too large; no other is
+        if name in named and not together:
+            with pytest.raises(ValueError, match="These sizes make"):
+                BiLMConfig(**{name: value})
+        else:
+            BiLMConfig(**{name: value})
+    BiLMConfig(**{**kwargs, **{name: getattr(BiLMConfig(), name) for name in named}})  # the named shrunk: it can be
 
 
 def test_sizes_below_what_torch_can_hold_are_accepted():
@@ -223,6 +255,15 @@ def test_swapped_options_and_weight_files_are_named_as_such(tmp_path):
     (tmp_path / "latin1.json").write_bytes(b"\xe9{}")  # other undecodable bytes: still "could not read"
     with pytest.raises(ValueError, match=r"Could not read ELMo options .*codec can't decode byte 0xe9"):
         BiLMConfig.from_allennlp_options(tmp_path / "latin1.json")
+
+
+def test_options_nested_past_the_recursion_limit_are_could_not_read(tmp_path):
+    """An options.json nested deeper than Python's recursion limit raised a bare RecursionError (only pretrain
+    --options said it); read_json_file, the one reader of a user's JSON file, says it as any unreadable options."""
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ValueError, match=r"^Could not read ELMo options from .*deep\.json: maximum recursion depth .*"
+                                         r"Pass the options\.json that came with the weight file\.$"):
+        BiLMConfig.from_allennlp_options(tmp_path / "deep.json")
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import save_file
 
 from spacy_elmo import BiLM, BiLMConfig, batch_to_ids
-from spacy_elmo.bilm.native_io import load_tensors
+from spacy_elmo.bilm.native_io import is_native_config, load_tensors
 from tests.bilm.oracle import options, write_model_files, write_options, write_weights
 
 SENTS = [["round", "trip"], ["밥"]]
@@ -323,6 +323,7 @@ def edit_meta(directory, **changes):
     "text,match",
     [
         ('{"format": "spacy-elmo/bilm", "version": 1, "config": {', "is not valid JSON"),
+        ("[" * 100_000 + "]" * 100_000, r"is not valid JSON \(maximum recursion depth"),  # was a RecursionError
         ("[1, 2]", "must hold a JSON object"),
         ("null", "must hold a JSON object"),
         ('{"format": "spacy-elmo/bilm", "version": 1}', 'no "config" object'),
@@ -335,6 +336,12 @@ def test_damaged_native_config_json_names_the_file(files, tmp_path, text, match)
     with pytest.raises(ValueError, match=match) as err:
         BiLM.load(tmp_path / "m")
     assert str(tmp_path / "m" / "config.json") in str(err.value)
+
+
+def test_json_nested_past_the_recursion_limit_is_no_native_config(tmp_path):
+    """is_native_config is False for any file not a model's config.json: one nested too deep raised RecursionError."""
+    (tmp_path / "config.json").write_text("[" * 100_000 + "]" * 100_000)
+    assert is_native_config(tmp_path / "config.json") is False
 
 
 @pytest.mark.parametrize(

@@ -143,6 +143,25 @@ def test_a_device_not_the_bilms_is_refused_and_the_cache_kept():
         assert torch.equal(cache.lookup(bilm, rows, torch.device("cpu")), idx)
 
 
+def test_the_device_is_resolved_anew_for_every_lookup():
+    """_home tells the weights' own device (and a CPU one) without allocating a tensor: nothing is remembered
+    between lookups, so a biLM moved with .to() is compared where it is now, the old device refused."""
+    from spacy_elmo.bilm.token_cache import _home
+
+    bilm = _tiny_bilm()
+    for device in (torch.device("cpu"), "cpu", "cpu:0", torch.device("cpu", 0)):
+        assert _home(bilm, device) == torch.device("cpu")
+    bilm.to("meta")
+    for device in (torch.device("cpu"), "cpu", "cpu:0"):
+        with pytest.raises(ValueError, match=r"device cpu is not the biLM's \(meta\)"):
+            _home(bilm, device)
+    assert _home(bilm, torch.device("meta")) == torch.device("meta")
+    bilm.to_empty(device="cpu")  # back (a meta tensor has no data to copy)
+    assert _home(bilm, torch.device("cpu")) == torch.device("cpu")
+    with pytest.raises(ValueError, match=r"device meta is not the biLM's \(cpu\)"):
+        _home(bilm, "meta")
+
+
 def test_rows_are_taken_as_batch_to_ids_takes_sentences():
     """With a cache, a string row ran as its characters and a generator row as an empty row
     (lookup read it three times); batch_to_ids, the path without a cache, refuses the first."""

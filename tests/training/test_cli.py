@@ -108,6 +108,28 @@ def test_evaluate_says_how_many_rows_it_read(tmp_path):
     assert alone["n_rows"] == alone["n_sentences"] == 30 and "perplexity (every sentence alone): forward" in alone_text
 
 
+def test_fit_state_reads_at_most_4096_sentences_by_default(tmp_path, monkeypatch):
+    """fit-state's --max-sentences default, 4096 (what its --help says), was pinned by no test: it is the limit the
+    text is read with, and --max-sentences sets it."""
+    from spacy_elmo.training import data
+
+    model = tmp_path / "model"
+    BiLM(BiLMConfig(**TINY)).save(model)
+    text = write_corpus(tmp_path / "text.txt", 20)
+    limits = []
+    tokenize_file = data.tokenize_file
+
+    def recording(*args, limit=None, **kwargs):
+        limits.append(limit)
+        return tokenize_file(*args, limit=limit, **kwargs)
+
+    monkeypatch.setattr(data, "tokenize_file", recording)  # fit-state imports it from the module when it runs
+    for extra, limit in [([], 4096), (["--max-sentences", "12"], 12)]:
+        result = runner.invoke(app, ["fit-state", str(model), str(text), "--rows", "4", "--no-progress", *extra])
+        assert result.exit_code == 0, result.output
+        assert limits.pop() == limit and not limits
+
+
 def test_fit_state_and_per_sentence_evaluate(tmp_path):
     result, train, held, _, out = pretrain_tiny(tmp_path)
     assert result.exit_code == 0, result.output
@@ -477,8 +499,11 @@ def test_options_errors_are_said_in_the_command_lines_words(tmp_path):
     options.write_text(json.dumps({"n_layers": -1}))
     result = runner.invoke(app, ["pretrain", str(tmp_path / "no-text"), str(tmp_path / "out"), "--options", str(options)])
     said = plain(result.output)
-    assert result.exit_code == 2 and "Could not read the model options" in said and "n_layers" in said, said
-    assert ".." not in said, said
+    assert result.exit_code == 2, said
+    said = " ".join(said.replace("│", " ").split())
+    assert (f"The model options {options} have an invalid n_layers: n_layers must be a positive integer; found -1. "
+            "Fix n_layers there.").replace(" ", "") in said.replace(" ", ""), said  # a long path wraps anywhere
+    assert ".." not in said and "Could not read" not in said, said
 
 
 @pytest.mark.parametrize("text, kind", [("[1, 2]", "array"), ('"small"', "string"), ("[]", "array"), ("5", "number"),
@@ -1133,5 +1158,26 @@ def test_pretrain_refuses_sizes_torch_cannot_hold_before_reading_the_corpus(tmp_
     assert result.exit_code == 2, said
     name = next(iter(sizes))
     assert "Invalid value for '--options'" in said and "These sizes make a biLM of" in said, said
-    assert f"the largest is {name}=" in said and "Traceback" not in said and "Overflow" not in said, said
+    assert f"at most its default: {name}=" in said and "Traceback" not in said and "Overflow" not in said, said
     assert not out.exists()
+
+
+def test_a_bad_value_in_options_of_bilmconfig_fields_says_to_fix_it_there(tmp_path):
+    """A size (or any value) BiLMConfig refuses in a JSON object of BiLMConfig fields, or in a spacy-elmo model's
+    config.json, ended with "Pass an AllenNLP options.json, a spacy-elmo model's config.json ... or a JSON object of
+    BiLMConfig fields": advice for a file of the wrong kind, given one of the right kind. It names the key to fix."""
+    options = tmp_path / "options.json"
+    options.write_text(json.dumps({"cell_dim": 2**61}))
+    BiLM(BiLMConfig(**TINY)).save(tmp_path / "model")
+    meta = json.loads((tmp_path / "model" / "config.json").read_text())
+    meta["config"]["cell_dim"] = 2**61
+    (tmp_path / "model" / "config.json").write_text(json.dumps(meta))
+    for given, path, key in [(options, options, "cell_dim"), (tmp_path / "model", tmp_path / "model" / "config.json",
+                                                               "config.cell_dim")]:
+        result = runner.invoke(app, ["pretrain", str(tmp_path / "no-text"), str(tmp_path / "out"), "--options", str(given)])
+        said = " ".join(plain(result.output).replace("│", " ").split())
+        assert result.exit_code == 2, said
+        squeezed = said.replace(" ", "")  # a long path is wrapped anywhere in the error box
+        assert f"Invalidvaluefor'--options':Themodeloptions{path}haveaninvalid{key}:Thesesizesmake" in squeezed, said
+        assert said.rstrip("╰─╯ ").endswith(f"Fix {key} there."), said
+        assert "Pass an AllenNLP" not in said and "Could not read" not in said, said
