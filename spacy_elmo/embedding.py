@@ -50,7 +50,7 @@ from .atomic import (atomic_write, atomic_write_text, make_dirs, out_of_space, r
                      replace_dir, temporary_files, try_lock, warn_if_not_locked)
 from .bilm import BiLM
 from .bilm.token_cache import TokenCache, run_rows
-from .errors import Errors, Warnings
+from .errors import Errors, Warnings, counted
 from .hdf5 import SENTENCE_TO_INDEX, hdf5_for_writing
 from .paths import missing_path_error
 
@@ -168,7 +168,8 @@ def scan_lines(path: PathLike, digests: PartDigests, progress: bool = False) -> 
         warnings.warn(Warnings.W_EMBED_CARRIAGE_RETURN.format(path=path, line=with_cr), RuntimeWarning, stacklevel=2)
     replaced = replaced_bytes_so_far() - before
     if replaced:
-        warnings.warn(Warnings.W_REPLACED_BYTES.format(n_bytes=replaced, n_files=1, files=path), RuntimeWarning, stacklevel=2)
+        warnings.warn(Warnings.W_REPLACED_BYTES.format(n_bytes=counted(replaced, "undecodable byte"), n_files=counted(1, "file"),
+                                                      files=path), RuntimeWarning, stacklevel=2)
     return n_lines
 
 

@@ -1119,6 +1119,18 @@ class Errors:
         "read more than once (its first bytes tell its compression), which a pipe cannot give. Write it to a file "
         "first; gzip, bzip2 and xz files are read as they are, decompressed while reading."
     )
+    E_TRAIN_DIR_UNREADABLE = (
+        "cannot read the directory {path} under {train_path} ({error}): its files would be left out of the corpus. "
+        "Fix its permissions (e.g. chmod u+rx on it) or move it out of {train_path}."
+    )
+    E_BROKEN_LINK = (
+        "{path} is a broken symbolic link: it points to {target}, which does not exist. Restore its target, "
+        "point the link at the file (ln -sfn TARGET {path}) or remove it."
+    )
+    E_CACHE_DAMAGED = (
+        "the corpus cache in {path} is damaged: {file} holds {found:,} {unit}, its meta.json says {expected:,} "
+        "(a write cut short: a full disk, a crash). Delete {path} and run again to tokenize the text anew."
+    )
     E_EMPTY_CORPUS = (
         "No text to train on in {path}: {n_files} file(s) read, {n_binary} skipped as binary or UTF-16/32, "
         "0 tokens. Pass UTF-8 text (one or more sentences per line)."
@@ -2104,7 +2116,7 @@ class Warnings:
         "vocab.txt, the log) are no corpus text. Move them out of the corpus directory to silence this."
     )
     W_REPLACED_BYTES = (
-        "spacy-elmo: {n_bytes} undecodable byte(s) in {n_files} file(s) ({files}) were replaced by U+FFFD "
+        "spacy-elmo: {n_bytes} in {n_files} ({files}) replaced by U+FFFD "
         "(the text is read as UTF-8; re-encode the files to UTF-8 to keep those characters)."
     )
     W_CONFIG_FORCE = "config's --force is deprecated: pass --overwrite, as export and embed spell it."
@@ -2134,6 +2146,18 @@ class Warnings:
     W_FIT_STATE_NOTHING_TO_CLEAR = (
         "{model} has no fitted initial state: nothing to clear, the model was left as it was (its sentences already "
         "start from zeros)."
+    )
+    W_NUL_INSIDE = (
+        "spacy-elmo: {path} holds {n_nuls} (first on line {line:,}) after the first {probe:,} bytes that tell "
+        "binary files and UTF-16 text apart: likely binary data (a log, a dump) or UTF-16 text appended to the UTF-8 "
+        "text (cat). They are read as characters of the tokens they touch. Remove them, e.g. tr -d '\\000' < FILE > "
+        "NEW.txt, or re-encode the UTF-16 part to UTF-8 (iconv -f UTF-16 -t UTF-8)."
+    )
+    W_CARRIAGE_RETURN = (
+        "spacy-elmo: {path} has {n_lines} holding a carriage return (\\r) inside (first: line {line:,}): lines end "
+        "at \\n only, so a file whose lines end in \\r alone (classic Mac OS) is read as one line, its line ends no "
+        "sentence ends (spaCy reads the \\r as whitespace). Convert it, e.g. tr '\\r' '\\n' < FILE > NEW.txt, "
+        "if its lines end so."
     )
     W_LONG_LINE = (
         "spacy-elmo: {path} has a line of {n_chars} characters; it is tokenized in pieces of "

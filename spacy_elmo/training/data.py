@@ -34,10 +34,12 @@ sentences back in the text's order, so the cache is the same whatever their numb
 Defined behaviour for bad input: undecodable bytes are replaced by U+FFFD and
 counted (reported once, never an error); a file with NUL bytes in its first
 8 KiB (decompressed) is binary, or UTF-16 or UTF-32 text when they say so (:func:`not_utf8`): an error
-when it is TRAIN_PATH itself, skipped with a warning inside a directory; a stretch of more than ``RUN_CHARS`` characters without whitespace that spaCy's
+when it is TRAIN_PATH itself, skipped with a warning inside a directory (NUL bytes after them are kept, counted
+and warned of once per file: :func:`iter_text`, as are lines holding a ``\\r``); a stretch of more than ``RUN_CHARS`` characters without whitespace that spaCy's
 rule-based tokenizer strips affixes from one at a time (time quadratic in it), or longer than ``RUN_CAP``, is cut
 every ``RUN_CHARS`` characters, never between a character and what continues it (:func:`cut_runs`; other tokenizers and other stretches: none), counted and reported once per file; a line longer than ``PIECE_CHARS`` characters is tokenized
-in whitespace-split pieces; a corpus without tokens is an error.
+in whitespace-split pieces (:func:`split_long`); a corpus without tokens is an error; a cache file that holds
+other than its meta.json counts (cut short) is built anew, and an error where read (:func:`cache_damage`).
 """
 
 import bz2
@@ -68,9 +70,9 @@ from typing import Any, BinaryIO, Callable, Dict, Iterator, List, Optional, Tupl
 import numpy as np
 
 from .._typing import PathLike
-from ..atomic import atomic_write_text, naming, temporary_files
+from ..atomic import atomic_write_text, naming, sync, sync_dir, temporary_files
 from ..errors import Errors, TokenizerMismatchWarning, Warnings, counted, listed
-from ..paths import missing_path_error, shell_quoted, stream_sha256
+from ..paths import file_identity, missing_path_error, shell_quoted, stream_sha256
 from .vocab import BOS, EOS, SPECIALS
 
 BINARY_PROBE = 8192
@@ -101,8 +103,9 @@ CACHE_DIR = "data"
 #: words, and URLs spaCy keeps whole). 5: a stretch longer than ``RUN_CAP`` is cut too (4 left one of any
 #: length whole when it took few affixes, and spaCy's ``url_match`` is quadratic on colons). 6: a cut is moved
 #: back to keep a character with what continues it (:func:`_cut_pieces`; 5 cut NFD accents, NFD Hangul
-#: syllables and emoji ZWJ sequences apart).
-TOKEN_RULES = 6
+#: syllables and emoji ZWJ sequences apart). 7: a line longer than ``PIECE_CHARS`` is cut at any whitespace
+#: (:func:`split_long`; 6 cut at spaces and tabs only, inside a word of text separated by others).
+TOKEN_RULES = 7
 BOM = "\ufeff"
 
 READ_BLOCK = 1 << 16
@@ -284,6 +287,7 @@ class ReadStats:
     long_lines: int = 0
     long_runs: int = 0  # stretches without whitespace cut by cut_runs
     bom_chars: int = 0  # U+FEFF after the start of a file (its first one, a byte order mark, is dropped)
+    nul_chars: int = 0  # NUL after a file's first BINARY_PROBE bytes (before them: a binary or UTF-16 file, skipped)
     n_sentences: int = 0
     n_tokens: int = 0  # word tokens, markers not included
 
@@ -297,30 +301,39 @@ def list_text_files(path: PathLike) -> List[Path]:
     back up is no loop, and a second link to a directory no second copy of its text), and each file too
     (the first of the names that reach it, in sorted order). Entries that are
     neither files nor directories (FIFOs, sockets, devices) are no text: reading a FIFO waited forever.
-    A broken link stays in the list, so reading it is an error naming it. TRAIN_PATH itself must be a
-    file or a directory: a pipe (``<(zcat ...)``) cannot be read the several times the text is.
+    A broken link (not hidden) is an error naming it and where it points (:func:`broken_link_error`), and so is
+    a directory that cannot be listed or entered (:func:`walk_text_dirs`): leaving either out would train on
+    less text without a word. Files are told apart by :func:`paths.file_identity` (a hard link is one file).
+    TRAIN_PATH itself must be a file or a directory: a pipe (``<(zcat ...)``) cannot be read the several
+    times the text is.
     """
     path = Path(path)
     if not path.exists():
+        if path.is_symlink():
+            raise broken_link_error(path)
         raise missing_path_error(path, Errors.E_TRAIN_PATH_MISSING.format(path=path))
     if path.is_file():
         return [path]
     if not path.is_dir():
         raise ValueError(Errors.E_TRAIN_PATH_NOT_A_FILE.format(path=path))
-    if is_spacy_elmo_output(path):  # a model or run directory given for the text (its subdirectories are skipped)
+    if _is_output_in(path, path):  # a model or run directory given for the text (its subdirectories are skipped)
         raise ValueError(Errors.E_TRAIN_PATH_IS_OUTPUT.format(path=path))
     files: List[Path] = []
     outputs: List[Path] = []
     for root, names in walk_text_dirs(path, outputs):
         for name in names:
             file = Path(root) / name
-            if not name.startswith(".") and (file.is_file() or not file.exists()):
+            if name.startswith("."):
+                continue
+            if not file.exists() and file.is_symlink():
+                raise broken_link_error(file)
+            if file.is_file():
                 files.append(file)
     kept, seen = [], set()
-    for file in sorted(files):  # a file reached through two links is read once
-        real = os.path.realpath(file)
-        if real not in seen:
-            seen.add(real)
+    for file in sorted(files):  # a file reached through two links, symbolic or hard, is read once
+        identity = file_identity(file)
+        if identity not in seen:
+            seen.add(identity)
             kept.append(file)
     if outputs:
         shown = ", ".join(str(d) for d in outputs[:3]) + (", ..." if len(outputs) > 3 else "")
@@ -337,20 +350,51 @@ def walk_text_dirs(path: PathLike, outputs: Optional[List[Path]] = None) -> Iter
     non-hidden ones, symbolic links to directories followed, each directory once (by its real path). With
     ``outputs`` (a list), subdirectories that spacy-elmo wrote (:func:`is_spacy_elmo_output`) are not entered
     but appended to it: their files (a model's config.json, vocab.txt, a run's log) are no corpus text.
-    Without it every directory is walked (where an OUTPUT_DIR may not lie, whatever it holds yet)."""
+    Without it every directory is walked (where an OUTPUT_DIR may not lie, whatever it holds yet).
+
+    A directory that cannot be listed or entered (its permissions) is a ValueError naming it
+    (``E_TRAIN_DIR_UNREADABLE``): ``os.walk`` skipped it silently, its text left out of the corpus."""
     seen = {os.path.realpath(path)}
-    for root, dirs, names in os.walk(path, followlinks=True):
+
+    def unreadable(err: OSError) -> None:
+        raise _unreadable_dir_error(err.filename or path, path, err) from err
+
+    for root, dirs, names in os.walk(path, followlinks=True, onerror=unreadable):
         kept = []
         for name in sorted(dirs):
             real = os.path.realpath(os.path.join(root, name))
             if not name.startswith(".") and real not in seen:
                 seen.add(real)
-                if outputs is not None and is_spacy_elmo_output(Path(root) / name):
+                if outputs is not None and _is_output_in(Path(root) / name, path):
                     outputs.append(Path(root) / name)
                 else:
                     kept.append(name)
         dirs[:] = kept
         yield root, names
+
+
+def broken_link_error(link: Path) -> FileNotFoundError:
+    """The error of the symbolic link ``link`` whose target does not exist (``E_BROKEN_LINK``: where it points)."""
+    try:
+        target = os.readlink(link)
+    except OSError:  # removed meanwhile
+        target = "?"
+    return FileNotFoundError(Errors.E_BROKEN_LINK.format(path=link, target=target))
+
+
+def _unreadable_dir_error(directory: PathLike, train_path: PathLike, err: OSError) -> ValueError:
+    """``E_TRAIN_DIR_UNREADABLE`` for the ``directory`` under ``train_path`` that ``err`` says cannot be read."""
+    return ValueError(Errors.E_TRAIN_DIR_UNREADABLE.format(path=directory, train_path=train_path,
+                                                           error=err.strerror or err))
+
+
+def _is_output_in(directory: Path, train_path: PathLike) -> bool:
+    """:func:`is_spacy_elmo_output` of ``directory`` under ``train_path``; one that cannot be entered is a ValueError
+    naming it (looking for its files raised PermissionError naming a ``checkpoint.pt`` that does not exist)."""
+    try:
+        return is_spacy_elmo_output(directory)
+    except PermissionError as err:
+        raise _unreadable_dir_error(directory, train_path, err) from err
 
 
 def is_spacy_elmo_output(directory: Path) -> bool:
@@ -557,15 +601,24 @@ def _cut_pieces(run: str) -> List[str]:
     return pieces
 
 
+#: Up to the last whitespace character (``str.isspace``: ``\\s`` of a str pattern is the same test) of a window:
+#: ``.*`` runs to its end and backtracks, in C, linear in it.
+_TO_LAST_SPACE = re.compile(r".*\s", re.DOTALL)
+
+
 def split_long(line: str, limit: int = PIECE_CHARS) -> List[str]:
-    """Pieces of at most ``limit`` characters, cut at the last space or tab when there is one (the
-    whitespace starts the next piece). Walked with an index: copying the rest of the line per piece
-    was quadratic (2.9 s for a 40 MB line)."""
+    """Pieces of at most ``limit`` characters, cut at the last space or tab, else at the last other whitespace
+    character (``str.isspace``: a ``\\r``, U+00A0, U+3000, ...), when there is one (the whitespace starts the next
+    piece): cut at spaces and tabs only, text separated by others was cut inside a word. Walked with an index: copying the rest of
+    the line per piece was quadratic (2.9 s for a 40 MB line)."""
     pieces = []
     start = 0
     while len(line) - start > limit:
         end = start + limit
-        cut = max(line.rfind(" ", start, end), line.rfind("\t", start, end))
+        cut = max(line.rfind(" ", start, end), line.rfind("\t", start, end))  # the usual ones, found fastest
+        if cut <= start:
+            found = _TO_LAST_SPACE.match(line, start, end)
+            cut = found.end() - 1 if found is not None else -1
         cut = cut if cut > start else end
         pieces.append(line[start:cut])
         start = cut
@@ -610,7 +663,10 @@ def iter_text(path: PathLike, stats: ReadStats, tokenizer=None) -> Iterator[str]
     a file's start (a byte order mark of a file joined on with ``cat``) is kept, as the pipeline keeps it: the
     spaCy component reads the tokens of its Doc and cannot drop one, so dropping it here would train on tokens
     the pipeline never sees; they are counted and warned of once per file (``W_BOM_INSIDE``), with how to
-    remove them from the text."""
+    remove them from the text. So are NUL characters (``W_NUL_INSIDE``), which past the first ``BINARY_PROBE`` bytes
+    :func:`not_utf8` reads are binary data or UTF-16 text appended to the text, and lines holding a ``\\r``
+    (``W_CARRIAGE_RETURN``): lines end at ``\\n`` only, as ``embed`` and ``wc -l`` count them, so a file whose
+    lines end in ``\\r`` alone (classic Mac OS) is one line; each is one more search of the line."""
     files = list_text_files(path)
     single = Path(path).is_file()
     rule_based = tokenizer is not None and cuts_runs(tokenizer)
@@ -630,10 +686,17 @@ def iter_text(path: PathLike, stats: ReadStats, tokenizer=None) -> Iterator[str]
         warned = False
         runs = 0
         boms = BomCount()
+        nuls = nul_line = cr_lines = cr_line = 0
         digest = hashlib.sha256()  # of the text read, in this pass: a resume tells text edited in place (same size, time)
-        for line in iter_lines(file, digest):
+        for number, line in enumerate(iter_lines(file, digest), 1):
             stats.n_lines += 1
             boms.add(line)  # kept, as the pipeline reads it; counted for W_BOM_INSIDE
+            if "\x00" in line:  # kept too (the pipeline would read them); counted for W_NUL_INSIDE
+                nuls += line.count("\x00")
+                nul_line = nul_line or number
+            if "\r" in line:  # one before the \n is part of the line's end (iter_lines strips it)
+                cr_lines += 1
+                cr_line = cr_line or number
             if not line.strip():
                 continue
             length = len(line)
@@ -643,7 +706,8 @@ def iter_text(path: PathLike, stats: ReadStats, tokenizer=None) -> Iterator[str]
             if length > PIECE_CHARS:
                 stats.long_lines += 1
                 if not warned:
-                    warnings.warn(Warnings.W_LONG_LINE.format(path=file, n_chars=length, piece=PIECE_CHARS), RuntimeWarning, stacklevel=2)
+                    warnings.warn(Warnings.W_LONG_LINE.format(path=file, n_chars=f"{length:,}", piece=f"{PIECE_CHARS:,}"),
+                                  RuntimeWarning, stacklevel=2)
                     warned = True
                 yield from split_long(line)
             else:
@@ -655,6 +719,13 @@ def iter_text(path: PathLike, stats: ReadStats, tokenizer=None) -> Iterator[str]
             warnings.warn(said, RuntimeWarning, stacklevel=2)
         stats.bom_chars += boms.boms
         boms.warn(file)
+        if nuls:
+            stats.nul_chars += nuls
+            said = Warnings.W_NUL_INSIDE.format(path=file, n_nuls=counted(nuls, "NUL byte"), line=nul_line, probe=BINARY_PROBE)
+            warnings.warn(said, RuntimeWarning, stacklevel=2)
+        if cr_lines:
+            said = Warnings.W_CARRIAGE_RETURN.format(path=file, n_lines=counted(cr_lines, "line"), line=cr_line)
+            warnings.warn(said, RuntimeWarning, stacklevel=2)
         stats.text_sha256[str(file)] = digest.hexdigest()
         if replaced_bytes_so_far() > before:
             stats.replaced_bytes += replaced_bytes_so_far() - before
@@ -1300,9 +1371,51 @@ def _cached_stamp(cache_dir: PathLike) -> Optional[dict]:
 
 
 def cache_is_current(cache_dir: PathLike, stamp: dict) -> bool:
-    """Whether ``cache_dir`` holds a complete cache built from what ``stamp`` (:func:`fingerprint`) names."""
+    """Whether ``cache_dir`` holds a complete cache built from what ``stamp`` (:func:`fingerprint`) names, its
+    files of the sizes its meta.json records (:func:`cache_damage`; a file cut short is built anew).
+
+    Files are compared by their sizes and times, not their text: an edit that keeps both (``cp --preserve``,
+    ``touch -r``, ``rsync -t``) is not seen here. A ``--resume`` reads the text once more and compares its
+    sha256 (:func:`same_text`); a run that does not resume reuses the cache, as reading every file again to
+    hash it would take as long as reading it (10 GB of bzip2: 11 minutes) on every run."""
     recorded = _cached_stamp(cache_dir)
-    return recorded is not None and recorded == _at_precision_of(recorded, stamp)
+    return recorded is not None and recorded == _at_precision_of(recorded, stamp) and cache_damage(cache_dir) is None
+
+
+#: The binary files of a corpus cache: ``(name, item size, meta.json's count of them)``, its count a key of
+#: meta.json or of its ``stats``.
+CACHE_ARRAYS = (("tokens.i32", 4, "n_stream"), ("sent_lengths.i64", 8, "n_sentences"), ("counts.i64", 8, "n_types"))
+
+
+def cache_damage(cache_dir: PathLike, types: Optional[List[str]] = None) -> Optional[str]:
+    """None when the files of the complete cache in ``cache_dir`` hold as many items as its meta.json records
+    (:data:`CACHE_ARRAYS`, and ``types``, the lines of types.txt, where given); else ``E_CACHE_DAMAGED`` for the
+    first that does not (a write cut short: the cache read then gave "0 tokens" or a numpy broadcast error), or for
+    one that is missing. Sizes only (a stat): no count meta.json lacks is checked, nor any without a readable
+    meta.json."""
+    cache = Path(cache_dir)
+    try:
+        meta = json.loads((cache / "meta.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(meta, dict):
+        return None
+    stats: Dict[str, Any] = meta["stats"] if isinstance(meta.get("stats"), dict) else {}
+    for name, size, key in CACHE_ARRAYS:
+        expected = meta.get(key, stats.get(key))
+        if not isinstance(expected, int):
+            continue
+        try:
+            found = (cache / name).stat().st_size
+        except FileNotFoundError:
+            found = 0
+        if found != expected * size:
+            return Errors.E_CACHE_DAMAGED.format(path=cache, file=name, found=found // size, expected=expected,
+                                                 unit="items" + (f" (and {found % size} bytes)" if found % size else ""))
+    if types is not None and isinstance(meta.get("n_types"), int) and len(types) != meta["n_types"]:
+        return Errors.E_CACHE_DAMAGED.format(path=cache, file="types.txt", found=len(types), expected=meta["n_types"],
+                                             unit="types")
+    return None
 
 
 #: meta.json's key for the sha256 of each file's text as it was tokenized (:attr:`ReadStats.text_sha256`).
@@ -1419,7 +1532,8 @@ def _tokenize_into(cache: Path, stamp: dict, train_path: PathLike, nlp, progress
     bar.close()
     if stats.replaced_bytes:
         warnings.warn(
-            Warnings.W_REPLACED_BYTES.format(n_bytes=stats.replaced_bytes, n_files=stats.files_with_replacements,
+            Warnings.W_REPLACED_BYTES.format(n_bytes=counted(stats.replaced_bytes, "undecodable byte"),
+                                             n_files=counted(stats.files_with_replacements, "file"),
                                              files=listed(stats.replaced_files, REPLACED_FILES_NAMED,
                                                           stats.files_with_replacements)),
             RuntimeWarning,
@@ -1441,6 +1555,10 @@ def _tokenize_into(cache: Path, stamp: dict, train_path: PathLike, nlp, progress
     _write_array(counts_np[order], cache / "counts.i64")
     with naming(cache / "types.txt"):
         (cache / "types.txt").write_text("".join(types[i] + "\n" for i in order), encoding="utf-8")
+    for name in ("tokens.i32", "sent_lengths.i64", "counts.i64", "types.txt"):  # on the disk before meta.json says so
+        with naming(cache / name):
+            sync(cache / name)
+    sync_dir(cache)
     # The counts, not the names the warning gave: the same text under another name (compressed) has the same stats.
     stats_counts = {k: v for k, v in asdict(stats).items() if k not in ("replaced_files", "text_sha256")}
     meta = {"fingerprint": stamp, "stats": stats_counts, "n_types": len(types), "n_stream": int(sum(lengths)),
@@ -1479,14 +1597,18 @@ class Corpus:
 
     @classmethod
     def load(cls, cache_dir: PathLike) -> "Corpus":
+        """The corpus in the complete cache ``cache_dir`` (:func:`build_corpus`); FileNotFoundError where a file is
+        missing, ValueError (``E_CACHE_DAMAGED``) where one holds other than its meta.json records
+        (:func:`cache_damage`)."""
         cache = Path(cache_dir)
         types = (cache / "types.txt").read_text(encoding="utf-8").split("\n")[:-1]
-        return cls(
-            tokens=np.fromfile(cache / "tokens.i32", dtype=np.int32),
-            lengths=np.fromfile(cache / "sent_lengths.i64", dtype=np.int64),
-            types=types,
-            counts=np.fromfile(cache / "counts.i64", dtype=np.int64),
-        )
+        tokens = np.fromfile(cache / "tokens.i32", dtype=np.int32)
+        lengths = np.fromfile(cache / "sent_lengths.i64", dtype=np.int64)
+        counts = np.fromfile(cache / "counts.i64", dtype=np.int64)
+        damage = cache_damage(cache, types)
+        if damage is not None:
+            raise ValueError(damage)
+        return cls(tokens=tokens, lengths=lengths, types=types, counts=counts)
 
     @classmethod
     def from_sentences(cls, sentences: List[List[str]], vocab) -> "Corpus":

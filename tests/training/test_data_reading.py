@@ -1,0 +1,225 @@
+"""Reading TRAIN_PATH into the corpus cache: directories that cannot be read, links, NUL bytes and carriage
+returns inside the text, long lines without spaces, and a cache whose files were cut short."""
+
+import errno
+import os
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from spacy_elmo.training import data
+from spacy_elmo.training.data import (BINARY_PROBE, PIECE_CHARS, Corpus, ReadStats, build_corpus, iter_text,
+                                      list_text_files, split_long)
+
+
+def _corpus(tmp_path: Path) -> Path:
+    corpus = tmp_path / "corpus"
+    (corpus / "locked").mkdir(parents=True)
+    (corpus / "ok").mkdir()
+    (corpus / "c.txt").write_text("top words .\n", encoding="utf-8")
+    (corpus / "locked" / "b.txt").write_text("hidden away .\n", encoding="utf-8")
+    (corpus / "ok" / "a.txt").write_text("fine words .\n", encoding="utf-8")
+    return corpus
+
+
+def _denied(path) -> OSError:
+    return PermissionError(errno.EACCES, os.strerror(errno.EACCES), os.fspath(path))
+
+
+def test_a_directory_that_cannot_be_listed_is_an_error_naming_it(tmp_path, monkeypatch):
+    """os.walk without onerror skipped a subdirectory it could not list (no read permission): its text was
+    silently left out of the corpus."""
+    corpus = _corpus(tmp_path)
+    locked = corpus / "locked"
+    scandir = os.scandir
+
+    def refusing(path="."):
+        if os.fspath(path) == os.fspath(locked):
+            raise _denied(path)
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", refusing)
+    with pytest.raises(ValueError, match=f"cannot read the directory {locked} under {corpus} "
+                                         r"\(Permission denied\).*Fix its permissions.*or move it out of"):
+        list_text_files(corpus)
+
+
+def test_a_directory_that_cannot_be_entered_is_an_error_naming_it(tmp_path, monkeypatch):
+    """A subdirectory without execute permission: looking for a model's files in it raised PermissionError
+    naming a checkpoint.pt that does not exist."""
+    corpus = _corpus(tmp_path)
+    locked = corpus / "locked"
+    stat = os.stat
+
+    def refusing(path, *args, **kwargs):
+        if Path(os.fspath(path)).parent == locked:
+            raise _denied(path)
+        return stat(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", refusing)
+    with pytest.raises(ValueError, match=f"cannot read the directory {locked} under {corpus}") as err:
+        list_text_files(corpus)
+    assert "checkpoint.pt" not in str(err.value)
+
+
+@pytest.mark.parametrize("mode", [0o300, 0o600])  # not listable; not enterable
+def test_a_directory_without_permissions_is_an_error(tmp_path, mode):
+    """The same with real permissions, where they are enforced (not for root)."""
+    corpus = _corpus(tmp_path)
+    locked = corpus / "locked"
+    locked.chmod(mode)
+    try:
+        if os.access(locked, os.R_OK | os.X_OK):
+            pytest.skip("permissions are not enforced for this user (root)")
+        with pytest.raises(ValueError, match=f"cannot read the directory {locked}"):
+            list_text_files(corpus)
+    finally:
+        locked.chmod(0o755)
+
+
+def test_a_hard_link_is_read_once(tmp_path):
+    """Files were de-duplicated by real path: two hard links of one file (its real paths differ) were read twice."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("one text .\n", encoding="utf-8")
+    os.link(corpus / "a.txt", corpus / "b.txt")
+    assert list_text_files(corpus) == [corpus / "a.txt"]
+
+
+def test_a_broken_link_is_an_error_saying_where_it_points(tmp_path):
+    """A broken symbolic link gave a bare "[Errno 2] No such file or directory" naming the link."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("hello .\n", encoding="utf-8")
+    target = tmp_path / "gone" / "x.txt"
+    (corpus / "broken.txt").symlink_to(target)
+    for path in (corpus, corpus / "broken.txt"):
+        with pytest.raises(FileNotFoundError, match=f"{corpus / 'broken.txt'} is a broken symbolic link: it points to {target}"):
+            list_text_files(path)
+    (corpus / ".hidden.txt").symlink_to(target)  # hidden: no text, no error
+    (corpus / "broken.txt").unlink()
+    assert list_text_files(corpus) == [corpus / "a.txt"]
+
+
+def _read(path: Path) -> tuple:
+    stats = ReadStats()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        pieces = list(iter_text(path, stats))
+    return pieces, stats, [str(w.message) for w in caught]
+
+
+def test_nul_bytes_after_the_probe_are_counted_and_warned_of_once(tmp_path):
+    """Only the first BINARY_PROBE bytes are looked at for NUL bytes: binary data or UTF-16 text appended after
+    them was trained on without a word."""
+    path = tmp_path / "log.txt"
+    head = b"some real text here .\n" * (BINARY_PROBE // 22 + 10)
+    path.write_bytes(head + b"\x00" * 300 + b"\n" + b"tail\x00x y\x00\x00z .\n")
+    pieces, stats, said = _read(path)
+    nul = [m for m in said if "NUL" in m]
+    line = head.count(b"\n") + 1
+    assert len(nul) == 1 and f"{path} holds 303 NUL bytes (first on line {line:,}) after the first {BINARY_PROBE:,}" in nul[0]
+    assert "UTF-16" in nul[0] and "tr -d" in nul[0]
+    assert stats.nul_chars == 303 and pieces[-1] == "tail\x00x y\x00\x00z ."  # kept, as the pipeline reads it
+    (tmp_path / "clean.txt").write_bytes(head)
+    _, stats, said = _read(tmp_path / "clean.txt")
+    assert stats.nul_chars == 0 and not any("NUL" in m for m in said)
+
+
+def test_carriage_returns_inside_lines_are_warned_of_once_per_file(tmp_path):
+    """A file whose lines end in \\r alone (classic Mac OS) was read as one line without a word."""
+    mac, dos = tmp_path / "mac.txt", tmp_path / "dos.txt"
+    mac.write_bytes(b"first line\rsecond line\rthird\r\nfourth\rfifth\n")
+    dos.write_bytes(b"first line\r\nsecond line\r\n")
+    pieces, _, said = _read(mac)
+    cr = [m for m in said if "carriage return" in m]
+    assert pieces == ["first line\rsecond line\rthird", "fourth\rfifth"]  # lines end at \n only, as embed reads them
+    assert len(cr) == 1 and f"{mac} has 2 lines holding a carriage return" in cr[0] and "first: line 1)" in cr[0]
+    assert "tr '\\r' '\\n'" in cr[0]
+    pieces, _, said = _read(dos)
+    assert pieces == ["first line", "second line"] and not any("carriage return" in m for m in said)
+
+
+@pytest.mark.parametrize("space", ["\r", "\u00a0", "\u3000", "\u2009", "\n"])
+def test_a_long_line_is_cut_at_any_whitespace(space):
+    """split_long cut at " " and "\\t" only: text separated by other whitespace was cut inside a word."""
+    line = space.join(["abcd"] * 10)
+    assert split_long(line, limit=12) == ["abcd" + space + "abcd", *[space + "abcd" + space + "abcd"] * 4]
+    assert split_long("ab" + space + "cd" + space + "efgh", limit=8) == ["ab" + space + "cd", space + "efgh"]  # the last
+
+
+def test_a_long_line_of_other_whitespace_is_read_whole_words(tmp_path):
+    words = ["alpha", "bravo", "charlie", "delta"]
+    path = tmp_path / "nbsp.txt"
+    path.write_text("\u00a0".join(words[i % 4] for i in range(PIECE_CHARS // 3)) + "\n", encoding="utf-8")
+    pieces, stats, _ = _read(path)
+    assert stats.long_lines == 1 and len(pieces) > 1
+    assert set(w for piece in pieces for w in piece.split("\u00a0") if w) == set(words)
+
+
+def _built(tmp_path: Path) -> tuple:
+    corpus = tmp_path / "a.txt"
+    corpus.write_text("alpha beta gamma .\ndelta beta .\n" * 50, encoding="utf-8")
+    cache = tmp_path / "cache"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        meta = build_corpus(corpus, "en", cache, progress=False)
+    return corpus, cache, meta
+
+
+@pytest.mark.parametrize("name", ["tokens.i32", "sent_lengths.i64", "counts.i64", "types.txt"])
+def test_a_cache_file_cut_short_is_an_error_and_is_rebuilt(tmp_path, name):
+    """A truncated tokens.i32 read as a corpus of 0 tokens, a truncated sent_lengths.i64 or counts.i64 as a numpy
+    broadcast error later: meta.json's counts are checked; build_corpus tokenizes such a cache anew."""
+    corpus, cache, meta = _built(tmp_path)
+    whole = Corpus.load(cache)
+    file = cache / name
+    file.write_bytes(file.read_bytes()[: file.stat().st_size // 2])
+    with pytest.raises(ValueError, match=f"the corpus cache in {cache} is damaged: {name} holds .*Delete {cache}"):
+        Corpus.load(cache)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        build_corpus(corpus, "en", cache, progress=False)
+    if name != "types.txt":  # only Corpus.load reads types.txt: the others are rebuilt as stale
+        again = Corpus.load(cache)
+        assert again.digest() == whole.digest()
+
+
+def test_a_cache_files_are_synced_before_meta_json(tmp_path, monkeypatch):
+    """meta.json marks the cache complete: written before the data files reached the disk, a crash could leave a
+    complete-looking cache of files cut short."""
+    order = []
+    monkeypatch.setattr(data, "sync", lambda path: order.append(Path(path).name))
+    atomic_write_text = data.atomic_write_text
+    monkeypatch.setattr(data, "atomic_write_text", lambda path, text: (order.append(Path(path).name),
+                                                                        atomic_write_text(path, text)))
+    _built(tmp_path)
+    assert order[-1] == "meta.json"
+    assert set(order[:-1]) >= {"tokens.i32", "sent_lengths.i64", "counts.i64", "types.txt"}
+
+
+def test_the_counts_of_the_warnings_are_formatted(tmp_path):
+    """W_REPLACED_BYTES said "1234 undecodable byte(s) in 1 file(s)", W_LONG_LINE "a line of 100001 characters"."""
+    path = tmp_path / "bad.txt"
+    path.write_bytes(b"bad \xff" * 1234 + b" " + b"w " * (PIECE_CHARS // 2) + b"\n")
+    with pytest.warns(RuntimeWarning) as record:
+        build_corpus(path, "en", tmp_path / "cache", progress=False)
+    said = [str(w.message) for w in record]
+    assert any(f"1,234 undecodable bytes in 1 file ({path}) replaced by U+FFFD" in m for m in said), said
+    length = 5 * 1234 + 1 + 2 * (PIECE_CHARS // 2)
+    assert any(f"has a line of {length:,} characters; it is tokenized in pieces of at most {PIECE_CHARS:,}" in m
+               for m in said), said
+
+
+def test_a_cache_without_counts_in_its_meta_is_read(tmp_path):
+    """An older cache's meta.json without a count is not checked for it."""
+    import json
+
+    _, cache, meta = _built(tmp_path)
+    del meta["n_stream"]
+    (cache / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
+    tokens = cache / "tokens.i32"
+    tokens.write_bytes(tokens.read_bytes()[:-4])
+    assert len(Corpus.load(cache).tokens) == np.fromfile(tokens, dtype=np.int32).size
