@@ -90,14 +90,20 @@ class Errors:
         "(262 with the +1 padding offset used at inference). Use 261 or 262."
     )
     E_MODEL_TOO_LARGE = (
-        "These sizes make a biLM of {n_params:,} parameters, {size} of tensors (float32 weights and int64 "
+        "These sizes make a biLM of {n_params} parameters, {size} of tensors (float32 weights and int64 "
         "<S>/</S> char ids), past the {most} that torch can address; {named}. Use the sizes "
         "of a model that can be built: the original preset (projection_dim 512, cell_dim 4096, n_layers 2) has 93.6M parameters, 357 MiB."
     )
     #: E_MODEL_TOO_LARGE's {named}: sizes each too large with every other size at most its default (must shrink)
     E_MODEL_TOO_LARGE_ALONE = "too large even with every other size at most its default: {sizes}"
     #: E_MODEL_TOO_LARGE's {named}: no size too large alone; those of the part of the model holding the most bytes
+    #: (those whose values make that part larger than their defaults do: each may shrink)
     E_MODEL_TOO_LARGE_TOGETHER = "no size is too large alone; the most bytes are of {sizes} together"
+    #: E_MODEL_TOO_LARGE's {named}: no size too large alone; the one size of the part holding the most bytes
+    E_MODEL_TOO_LARGE_WITH_OTHERS = (
+        "no size is too large whatever the other sizes; {sizes} holds the most bytes, too large with the other "
+        "sizes given"
+    )
     E_BAD_POSITIVE = "{name} must be a positive integer; found {value!r}."
     E_BAD_NON_NEGATIVE = "{name} must be an integer of 0 or more; found {value!r}."
     E_BAD_CLIP = "{name} must be a finite positive number, or null for no clipping; found {value!r}."
@@ -137,6 +143,11 @@ class Errors:
     )
     E_OPTIONS_BAD_VALUE = (
         "The ELMo options in {source} have an invalid {key} (BiLMConfig.{field}): {error} Fix {key} "
+        "there{original}."
+    )
+    #: E_OPTIONS_BAD_VALUE where the sizes of several keys make too large a model together: any may shrink
+    E_OPTIONS_BAD_VALUES = (
+        "The ELMo options in {source} have sizes too large together, {keys}: {error} Fix one of them "
         "there{original}."
     )
     #: E_OPTIONS_BAD_VALUE's ``original`` where the options were read with a weight file
@@ -1266,6 +1277,10 @@ class Errors:
     # a value BiLMConfig refuses in a JSON object of BiLMConfig fields ({key}: the field) or in a spacy-elmo model's
     # config.json ({key}: config.FIELD): the file was read, and is the kind --options takes (not E_OPTIONS_FILE's advice)
     E_OPTIONS_FILE_BAD_VALUE = "The model options {path} have an invalid {key}: {error} Fix {key} there."
+    #: E_OPTIONS_FILE_BAD_VALUE where the sizes of several keys make too large a model together: any may shrink
+    E_OPTIONS_FILE_BAD_VALUES = (
+        "The model options {path} have sizes too large together, {keys}: {error} Fix one of them there."
+    )
     # E_OPTIONS_FILE's {error} for a JSON file holding no object ([...], "small", 5): its items or characters were
     # read as keys ("have key(s) 'x'") or a Python error said ("argument after ** must be a mapping, not list")
     E_OPTIONS_FILE_NOT_OBJECT = "it holds a JSON {kind}, not an object"

@@ -15,9 +15,9 @@ And the one reader of a JSON file the user gave (:func:`read_json_file`).
 import hashlib
 import json
 import os
+import reprlib
 import shlex
 from pathlib import Path
-import reprlib
 from typing import Any, BinaryIO, Optional, Tuple
 
 from ._typing import PathLike
@@ -88,7 +88,8 @@ def read_json_file(path: PathLike, not_json: str, not_object: Optional[str] = No
     except (ValueError, RecursionError) as err:  # JSONDecodeError, UnicodeDecodeError; too deep a nesting
         raise ValueError(not_json.format(path=path, error=str(err).rstrip("."))) from err
     if not_object is not None and not isinstance(value, dict):
-        raise ValueError(not_object.format(path=path, found=reprlib.repr(value), kind=JSON_KINDS.get(type(value), "value")))
+        kind = JSON_KINDS.get(type(value), "value")
+        raise ValueError(not_object.format(path=path, found=reprlib.repr(value), kind=kind))
     return value
 
 

@@ -47,8 +47,50 @@ def is_real(value: Any) -> bool:
 MOST_TENSOR_BYTES = 2**63 - 1
 
 
+def _digits(n: int) -> int:
+    """The decimal digits of ``n`` (``abs``), counted without ``str``: Python refuses to write an int of more than
+    4,300 digits ("Exceeds the limit (4300 digits) for integer string conversion")."""
+    n, digits = abs(n), (max(abs(n).bit_length() - 1, 0) * 301029) // 1000000 + 1  # at most log10(2): never more
+    while n >= 10**digits:
+        digits += 1
+    return digits
+
+
+def big_number(n: int) -> str:
+    """``n`` for messages: ``"93,600,000"``, or where it has more than 40 digits ``"1.33e5003"`` (3 significant
+    digits), which Python writes for an int of any size (``f"{n:,}"`` refuses one past 4,300 digits)."""
+    if abs(n) < 10**40:
+        return f"{n:,}"
+    exponent = _digits(n) - 1
+    mantissa = (2 * abs(n) // 10 ** (exponent - 2) + 1) // 2  # 3 digits, rounded half up
+    if mantissa == 1000:
+        mantissa, exponent = 100, exponent + 1
+    return f"{'-' if n < 0 else ''}{mantissa // 100}.{mantissa % 100:02d}e{exponent}"
+
+
+class _ShortRepr(reprlib.Repr):
+    """``reprlib``'s shortened repr (6 items of a list, 40 digits of an int), of an int of any size: its own
+    ``repr_int`` calls ``repr``, which refuses an int of more than 4,300 digits."""
+
+    def repr_int(self, x: int, level: int) -> str:
+        if abs(x) < 10**self.maxlong:
+            return super().repr_int(x, level)
+        keep = max(0, (self.maxlong - 3) // 2)  # reprlib's own cut: the first and last digits, "..." between
+        lead, tail = abs(x) // 10 ** (_digits(x) - keep), abs(x) % 10 ** (self.maxlong - 3 - keep)
+        return f"{'-' if x < 0 else ''}{lead}...{tail:0{self.maxlong - 3 - keep}d}"
+
+
+def short_repr(value: Any) -> str:
+    """``value``'s repr for a message, shortened as :func:`reprlib.repr` does (2,000 filters are 6 and ``...``,
+    a 5,000-digit int its first and last digits), for an int of any size."""
+    return _ShortRepr().repr(value)
+
+
 def byte_size(n: int) -> str:
-    """``n`` bytes in binary units, for messages: ``"357.0 MiB"``, ``"8.0 EiB"``."""
+    """``n`` bytes in binary units, for messages: ``"357.0 MiB"``, ``"8.0 EiB"``; past 10**40 EiB, the EiB as
+    :func:`big_number` writes them (``float`` holds no int past 1.8e308)."""
+    if n >> 60 >= 10**40:
+        return f"{big_number(n >> 60)} EiB"
     size, unit = float(n), "bytes"
     for unit in ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
         if round(size, 1) < 1024 or unit == "EiB":  # as shown: 1,048,575 bytes is 1.0 MiB, not 1,024.0 KiB
@@ -80,13 +122,16 @@ class InvalidConfigValue(ValueError):
     """A value no biLM can have, refused by :meth:`BiLMConfig.validate`: its message, and the ``field`` that holds
     it (for :meth:`BiLMConfig.from_allennlp_options` to name the options key instead)."""
 
-    def __init__(self, field: str, message: str) -> None:
+    def __init__(self, field: str, message: str, together: Tuple[str, ...] = ()) -> None:
         super().__init__(message)
         self.field = field
+        #: the sizes too large together that the message names (``field`` the first), each of which may shrink:
+        #: empty where the message names the one value to fix
+        self.together = together
 
     def __reduce__(self):
         # pickled (a worker process's error) with its own arguments: the default passes the message alone
-        return type(self), (self.field, str(self))
+        return type(self), (self.field, str(self), self.together)
 
 
 #: The options.json key of each BiLMConfig field (``n_characters`` and the rest under ``char_cnn``).
@@ -208,11 +253,14 @@ class BiLMConfig:
         so: else torch's own error (an overflow from C++), and from ``pretrain`` only once the corpus was tokenized.
 
         Named are the sizes too large alone: each with every other size at most its default (the other's given
-        value where smaller) still makes too large a model, so each must shrink. Where none is (sizes that
-        multiply, each of them not too large), those of the part that holds the most bytes (the LSTM's
-        ``n_layers``, ``projection_dim`` and ``cell_dim``, the highway's ``n_highway`` and ``filters``, ...). The
-        largest value was named before, which need not be the one too large (``max_characters_per_token=2**56``,
-        8 EiB of char ids that torch can hold, beside ``cell_dim=2**55``)."""
+        value where smaller), and with every other size its default, still makes too large a model, so each must
+        shrink (``filters`` at most its default may still have more than its default's 2048 filters: ``n_highway``
+        too large with ``filters=[(1, 2049)]`` is not too large alone). Where none is (sizes that multiply, each
+        of them not too large), those of the part that holds the most bytes (the LSTM's ``n_layers``,
+        ``projection_dim`` and ``cell_dim``, the highway's ``n_highway`` and ``filters``, ...) whose value makes
+        that part larger than their defaults do (not ``n_layers=1``): any of them may shrink. The largest value
+        was named before, which need not be the one too large (``max_characters_per_token=2**56``, 8 EiB of char
+        ids that torch can hold, beside ``cell_dim=2**55``)."""
         sizes = self._sizes()
         if sum(_tensor_bytes(sizes).values()) <= MOST_TENSOR_BYTES:
             return
@@ -225,17 +273,26 @@ class BiLMConfig:
         at_most_default = {name: min(sizes[name], defaults[name], key=lambda value: n_bytes_with(name, value))
                            for name in SIZE_FIELDS}
         named = [name for name in SIZE_FIELDS
-                 if sum(_tensor_bytes({**at_most_default, name: sizes[name]}).values()) > MOST_TENSOR_BYTES]
+                 if sum(_tensor_bytes({**at_most_default, name: sizes[name]}).values()) > MOST_TENSOR_BYTES
+                 and n_bytes_with(name, sizes[name]) > MOST_TENSOR_BYTES]
+        together: Tuple[str, ...] = ()
         if named:
             said = Errors.E_MODEL_TOO_LARGE_ALONE
         else:
             parts = _tensor_bytes(sizes)
-            named = [name for name in SIZE_FIELDS if name in max(parts, key=lambda part: parts[part])]
-            said = Errors.E_MODEL_TOO_LARGE_TOGETHER
-        shown = ", ".join(f"{name}={sizes[name]!r}" for name in named)
+            largest = max(parts, key=lambda part: parts[part])
+            default_part = _tensor_bytes(defaults)[largest]
+            named = [name for name in SIZE_FIELDS if name in largest
+                     and _tensor_bytes({**defaults, name: sizes[name]})[largest] > default_part]
+            named = named or [name for name in SIZE_FIELDS if name in largest]
+            if len(named) > 1:
+                said, together = Errors.E_MODEL_TOO_LARGE_TOGETHER, tuple(named)
+            else:
+                said = Errors.E_MODEL_TOO_LARGE_WITH_OTHERS
+        shown = ", ".join(f"{name}={short_repr(sizes[name])}" for name in named)
         raise InvalidConfigValue(named[0], Errors.E_MODEL_TOO_LARGE.format(
-            n_params=self.n_parameters, size=byte_size(self.n_bytes), most=byte_size(MOST_TENSOR_BYTES),
-            named=said.format(sizes=shown)))
+            n_params=big_number(self.n_parameters), size=byte_size(self.n_bytes), most=byte_size(MOST_TENSOR_BYTES),
+            named=said.format(sizes=shown)), together)
 
     # -- validation ------------------------------------------------------
     def validate(self) -> None:
@@ -340,7 +397,7 @@ class BiLMConfig:
         def an_object(value: Any, what: str, shape: str) -> Dict[str, Any]:  # not "lacks the key" for [1]
             if not isinstance(value, dict):
                 raise ValueError(Errors.E_OPTIONS_NOT_OBJECT.format(
-                    source=source, found=reprlib.repr(value), what=what, shape=shape))
+                    source=source, found=short_repr(value), what=what, shape=shape))
             return value
 
         options = an_object(options, "the top level", '{"lstm": {...}, "char_cnn": {...}}')
@@ -371,6 +428,10 @@ class BiLMConfig:
             return cls(**values)
         except InvalidConfigValue as err:  # said in the options' words: the file and its key, not the field's name
             original = "" if weight_file is None else Errors.E_OPTIONS_BAD_VALUE_ORIGINAL.format(weight_file=weight_file)
+            if err.together:  # any of them may shrink: "Fix lstm.projection_dim" after three named said otherwise
+                raise ValueError(Errors.E_OPTIONS_BAD_VALUES.format(
+                    source=source, keys=", ".join(OPTIONS_KEYS[name] for name in err.together), error=err,
+                    original=original)) from err
             raise ValueError(Errors.E_OPTIONS_BAD_VALUE.format(
                 source=source, key=OPTIONS_KEYS[err.field], field=err.field, error=err, original=original)) from err
 

@@ -73,13 +73,18 @@ def model_config(preset: Optional[str], options: Optional[Path]) -> dict:
             try:
                 config = BiLMConfig.from_dict(data)
             except InvalidConfigValue as err:  # the file is of a kind --options takes: its value is to fix
+                if err.together:  # any of them may shrink: "Fix projection_dim" after three named said otherwise
+                    raise typer.BadParameter(Errors.E_OPTIONS_FILE_BAD_VALUES.format(
+                        path=path, keys=", ".join(section + name for name in err.together), error=err),
+                        param_hint="'--options'") from err
                 raise typer.BadParameter(Errors.E_OPTIONS_FILE_BAD_VALUE.format(
                     path=path, key=section + err.field, error=err), param_hint="'--options'") from err
     except UnknownConfigFields as err:  # its own words name from_dict and from_allennlp_options, the Python API's
         raise typer.BadParameter(Errors.E_OPTIONS_UNKNOWN_FIELD.format(path=path, names=err.names, choices=err.choices),
                                  param_hint="'--options'") from err
-    # RecursionError: JSON nested past Python's recursion limit. A message's own full stop is the sentence's: not ".."
-    except (OSError, ValueError, TypeError, RecursionError) as err:
+    # read_json_file says JSON nested past Python's recursion limit as a ValueError. A message's own full stop is the
+    # sentence's: not ".."
+    except (OSError, ValueError, TypeError) as err:
         raise typer.BadParameter(Errors.E_OPTIONS_FILE.format(path=path, error=str(err).rstrip(".")),
                                  param_hint="'--options'") from err
     return config.to_dict()

@@ -1365,7 +1365,9 @@ def _cached_stamp(cache_dir: PathLike) -> Optional[dict]:
         return None
     try:
         stamp = json.loads(meta_path.read_text(encoding="utf-8")).get("fingerprint")
-    except (ValueError, AttributeError):  # a damaged marker: rebuild
+    # a damaged marker: rebuild. RecursionError: JSON nested past Python's recursion limit, a traceback of pretrain's
+    # corpus scan from a data/meta.json of a directory under the corpus (is_spacy_elmo_output), not one of ours
+    except (ValueError, AttributeError, RecursionError):
         return None
     return stamp if isinstance(stamp, dict) else None
 
@@ -1396,7 +1398,7 @@ def cache_damage(cache_dir: PathLike, types: Optional[List[str]] = None) -> Opti
     cache = Path(cache_dir)
     try:
         meta = json.loads((cache / "meta.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: JSON nested past Python's recursion limit
         return None
     if not isinstance(meta, dict):
         return None

@@ -1,10 +1,12 @@
 import json
 import re
+import reprlib
 
 import numpy as np
 import pytest
 
 from spacy_elmo import BiLM, BiLMConfig, batch_to_ids
+from spacy_elmo.bilm.config import MOST_TENSOR_BYTES
 from spacy_elmo.errors import Errors
 from tests.backends import BACKENDS
 from tests.bilm.oracle import options
@@ -134,35 +136,95 @@ def test_sizes_torch_cannot_hold_are_refused_naming_them(kwargs, field):
         BiLM(config)
 
 
-@pytest.mark.parametrize("kwargs, named, together", [
+#: n_highway too large with filters=[(1, 2049)] (F one past the default's 2048), not with the default filters
+_HIGHWAY_EDGE = MOST_TENSOR_BYTES // (4 * (2 * 2048 * 2048 + 2 * 2048)) - 1000
+
+
+@pytest.mark.parametrize("kwargs, named, said", [
     # 8 EiB of char ids torch can hold; cell_dim 2**55 with the default projection_dim it cannot: the largest value
     # was named, max_characters_per_token, which alone makes no model too large
-    ({"max_characters_per_token": 2**56, "cell_dim": 2**55}, ["cell_dim"], False),
-    ({"cell_dim": 2**61, "max_characters_per_token": 2**62}, ["cell_dim", "max_characters_per_token"], False),  # both
-    ({"n_highway": 2**40, "filters": [(1, 2**20)], "projection_dim": 2**40}, ["n_highway"], False),  # 2*F*F*H
+    ({"max_characters_per_token": 2**56, "cell_dim": 2**55}, ["cell_dim"], "alone"),
+    ({"cell_dim": 2**61, "max_characters_per_token": 2**62}, ["cell_dim", "max_characters_per_token"], "alone"),  # both
+    ({"n_highway": 2**40, "filters": [(1, 2**20)], "projection_dim": 2**40}, ["n_highway"], "alone"),  # 2*F*F*H
     # none too large alone: the LSTM's sizes, which multiply to most of the bytes, not the largest value alone
-    ({"projection_dim": 2**22, "cell_dim": 2**22, "n_layers": 2**14}, ["projection_dim", "cell_dim", "n_layers"], True),
+    ({"projection_dim": 2**22, "cell_dim": 2**22, "n_layers": 2**14}, ["projection_dim", "cell_dim", "n_layers"],
+     "together"),
     ({"projection_dim": 2**22, "cell_dim": 2**22, "n_layers": 2**14, "max_characters_per_token": 2**58},
-     ["projection_dim", "cell_dim", "n_layers"], True),
+     ["projection_dim", "cell_dim", "n_layers"], "together"),
+    # of the LSTM's sizes, those larger than their defaults: not n_layers=1, nor n_layers=2 not given
+    ({"projection_dim": 2**33, "cell_dim": 2**33, "n_layers": 1}, ["projection_dim", "cell_dim"], "together"),
+    ({"projection_dim": 2**40, "cell_dim": 2**40}, ["projection_dim", "cell_dim"], "together"),
+    # "at most its default" of filters has fewer bytes, not fewer filters: n_highway was said too large alone
+    ({"n_highway": _HIGHWAY_EDGE, "filters": [(1, 2049)]}, ["n_highway", "filters"], "together"),
+    # one size of the largest part, too large only with the other sizes given: not "together", of one size
+    ({"char_embedding_dim": int(0.9 * MOST_TENSOR_BYTES) // (4 * 262), "filters": [(1, 1)], "projection_dim": 2**27,
+      "cell_dim": 2**28, "n_layers": 1}, ["char_embedding_dim"], "with_others"),
 ])
-def test_the_sizes_named_are_those_that_make_the_model_too_large(kwargs, named, together):
+def test_the_sizes_named_are_those_that_make_the_model_too_large(kwargs, named, said):
     """The size error named the largest value, not necessarily one that makes the model too large: {"cell_dim":
     2**55, "max_characters_per_token": 2**56} named max_characters_per_token, whose 8 EiB of char ids torch can
     hold, and shrinking it changed nothing. Named now: each size too large even with the others at most their
-    defaults; where none is, the sizes that multiply to the most bytes, said to be together."""
+    defaults, and at their defaults; where none is, the sizes of the part holding the most bytes that make it
+    larger than their defaults do, said to be together (one alone: too large with the other sizes given)."""
     with pytest.raises(ValueError) as err:
         BiLMConfig(**kwargs)
     shown = ", ".join(f"{name}={kwargs.get(name, getattr(BiLMConfig(), name))!r}" for name in named)
-    said = (Errors.E_MODEL_TOO_LARGE_TOGETHER if together else Errors.E_MODEL_TOO_LARGE_ALONE).format(sizes=shown)
-    assert f"torch can address; {said}. Use the sizes" in str(err.value), str(err.value)
+    phrase = {"alone": Errors.E_MODEL_TOO_LARGE_ALONE, "together": Errors.E_MODEL_TOO_LARGE_TOGETHER,
+              "with_others": Errors.E_MODEL_TOO_LARGE_WITH_OTHERS}[said].format(sizes=shown)
+    assert f"torch can address; {phrase}. Use the sizes" in str(err.value), str(err.value)
     assert err.value.field == named[0]
+    assert err.value.together == (tuple(named) if said == "together" else ())
     for name, value in kwargs.items():  # alone (the other sizes the defaults), a named size is too large; no other is
-        if name in named and not together:
+        if name in named and said == "alone":
             with pytest.raises(ValueError, match="These sizes make"):
                 BiLMConfig(**{name: value})
-        else:
+        elif name not in named or said == "together":  # with_others: too large with the default filters, not [(1, 1)]
             BiLMConfig(**{name: value})
     BiLMConfig(**{**kwargs, **{name: getattr(BiLMConfig(), name) for name in named}})  # the named shrunk: it can be
+    if said == "together":  # any one of them shrunk: it can be ("fix one of them")
+        for name in named:
+            BiLMConfig(**{**kwargs, name: getattr(BiLMConfig(), name)})
+
+
+def test_sizes_too_large_together_in_options_say_to_fix_one_of_their_keys():
+    """Sizes too large together in AllenNLP options ended "Fix lstm.projection_dim there." after naming two or three:
+    now they are named by their keys, any of which may shrink."""
+    opts = BiLMConfig(projection_dim=2**33, cell_dim=2**20, n_layers=1).to_allennlp_options()
+    opts["lstm"]["dim"] = 2**33
+    with pytest.raises(ValueError) as err:
+        BiLMConfig.from_allennlp_options(opts, source="opts.json")
+    said = str(err.value)
+    assert said.startswith("The ELMo options in opts.json have sizes too large together, lstm.projection_dim, "
+                           "lstm.dim: These sizes make"), said
+    assert said.endswith(" Fix one of them there.") and "n_layers=" not in said, said
+
+
+def test_huge_sizes_are_said_in_the_size_message():
+    """BiLMConfig(cell_dim=10**5000) ended with Python's "Exceeds the limit (4300 digits) for integer string
+    conversion" (the parameter count formatted with {:,}), cell_dim=10**400 with "int too large to convert to float"
+    (the bytes in EiB), and 2,000 filters were each printed in the message (kB of text): the size message, its
+    numbers and values shortened."""
+    for value in (10**400, 10**5000):
+        with pytest.raises(ValueError, match=r"These sizes make a biLM of \d\.\d\de\d+ parameters, \d\.\d\de\d+ EiB "
+                                             r"of tensors .*: cell_dim=1000+\.\.\.0+\. Use") as err:
+            BiLMConfig(cell_dim=value)
+        assert err.value.field == "cell_dim" and len(str(err.value)) < 500
+    with pytest.raises(ValueError, match=r"filters=\[\(1, 4611686018427387904\), .*, \.\.\.\]\. Use") as err:
+        BiLMConfig(filters=[(1, 2**62)] * 2000)
+    assert len(str(err.value)) < 600
+
+
+def test_big_number_and_short_repr_write_ints_of_any_size():
+    from spacy_elmo.bilm.config import big_number, short_repr
+
+    assert big_number(93_600_000) == "93,600,000" and big_number(10**40 - 1) == f"{10**40 - 1:,}"
+    assert [big_number(n) for n in (10**40, 4_625 * 10**5000, 9_996 * 10**50, -10**41)] == [
+        "1.00e40", "4.63e5003", "1.00e54", "-1.00e41"]
+    assert short_repr(10**39 + 7) == repr(10**39 + 7)  # reprlib's own below its 40 digits
+    x = 12345678901234567890123456789012345678901234567890
+    assert short_repr(x) == reprlib.repr(x) == "123456789012345678...2345678901234567890"
+    assert short_repr(10**5000 + 7) == "100000000000000000...0000000000000000007"
+    assert short_repr(-(10**5000)) == "-100000000000000000...0000000000000000000"
 
 
 def test_sizes_below_what_torch_can_hold_are_accepted():

@@ -523,6 +523,22 @@ def test_options_holding_no_json_object_say_so(tmp_path, text, kind):
     assert not (tmp_path / "out").exists()
 
 
+def test_options_of_sizes_too_large_together_say_to_fix_one_of_them(tmp_path):
+    """Sizes too large together in an --options file named every size of the LSTM, n_layers=1 among them, and then
+    said "Fix projection_dim there.": now those that make it too large, any of which may shrink (diffrev1)."""
+    options = tmp_path / "options.json"
+    options.write_text(json.dumps({"projection_dim": 2**33, "cell_dim": 2**33, "n_layers": 1}))
+    result = runner.invoke(app, ["pretrain", str(tmp_path / "no-text"), str(tmp_path / "out"), "--options", str(options)])
+    said = " ".join(plain(result.output).replace("│", " ").split())
+    assert result.exit_code == 2, said
+    squeezed = said.replace(" ", "")  # a long path is wrapped anywhere in the error box
+    assert (f"Themodeloptions{options}havesizestoolargetogether,projection_dim,cell_dim:Thesesizesmake"
+            in squeezed), said
+    assert "the most bytes are of projection_dim=8589934592, cell_dim=8589934592 together" in said, said
+    assert said.rstrip("╰─╯ ").endswith("Fix one of them there."), said
+    assert "n_layers=1" not in said and "Fix projection_dim" not in said, said
+
+
 def test_options_nested_past_the_recursion_limit_are_a_usage_error(tmp_path):
     """A JSON file nested deeper than Python's recursion limit ended pretrain with a RecursionError's traceback; it
     is read as any unreadable options file is (diffrev2)."""

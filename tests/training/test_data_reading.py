@@ -223,3 +223,19 @@ def test_a_cache_without_counts_in_its_meta_is_read(tmp_path):
     tokens = cache / "tokens.i32"
     tokens.write_bytes(tokens.read_bytes()[:-4])
     assert len(Corpus.load(cache).tokens) == np.fromfile(tokens, dtype=np.int32).size
+
+
+def test_a_data_meta_json_nested_past_the_recursion_limit_is_no_cache(tmp_path):
+    """A directory under a corpus folder is checked for a spacy-elmo cache (its data/meta.json): one nested past
+    Python's recursion limit ended pretrain's corpus scan with a RecursionError's traceback. It is no cache (a damaged
+    marker), and its text is read; a cache whose meta.json is so is not checked against it either (diffrev1)."""
+    from spacy_elmo.training.data import CACHE_DIR, cache_damage, is_spacy_elmo_output
+
+    deep = "[" * 100_000 + "]" * 100_000
+    corpus = tmp_path / "corpus"
+    (corpus / "wiki" / CACHE_DIR).mkdir(parents=True)
+    (corpus / "wiki" / CACHE_DIR / "meta.json").write_text(deep, encoding="utf-8")
+    (corpus / "wiki" / "a.txt").write_text("fine words .\n", encoding="utf-8")
+    assert not is_spacy_elmo_output(corpus / "wiki")
+    assert set(list_text_files(corpus)) == {corpus / "wiki" / "a.txt", corpus / "wiki" / CACHE_DIR / "meta.json"}
+    assert cache_damage(corpus / "wiki" / CACHE_DIR) is None
