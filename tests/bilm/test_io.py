@@ -246,6 +246,17 @@ def test_missing_dataset_names_it_and_its_shape(files, tmp_path, as_group):
         BiLM.from_allennlp(opt_path, weight_path)
 
 
+def test_a_missing_token_projection_is_named_where_the_model_has_one(files, tmp_path):
+    """Only a model with F == P reads a file without CNN_proj (bilm-tf writes none there): with F != P its absence is
+    E_DATASET_MISSING naming it, not a KeyError of the conversion."""
+    opt_path, weight_path = files
+    with h5py.File(weight_path, "a") as f:
+        del f["CNN_proj/W_proj"]
+    with pytest.raises(ValueError, match=rf"^The weight file {re.escape(str(weight_path))} has no dataset "
+                                         r"'CNN_proj/W_proj' \(expected shape \(24, 8\)\)\."):
+        BiLM.from_allennlp(opt_path, weight_path)
+
+
 def test_shape_mismatch_names_dataset_expected_and_found(files, tmp_path):
     opt_path, weight_path = files
     opts = json.loads(opt_path.read_text())
@@ -269,6 +280,23 @@ def test_a_shape_error_in_a_one_layer_training_dump_names_the_dataset_as_the_fil
         BiLM.from_allennlp(tmp_path / "wrong.json", weight_path)
     assert str(err.value).startswith(
         f"Dataset 'RNN_0/RNN/LSTMCell/W_0' in {weight_path} has shape (16, 48), but the options imply (16, 64).")
+
+
+def test_a_weight_file_beside_another_tools_config_json_is_not_called_a_spacy_elmo_models(files, tmp_path):
+    """A file given as the hdf5 weight file beside a config.json of another tool (a JSON object whose "format" is not
+    spacy-elmo's) is said not to be hdf5, not to be a file of a spacy-elmo model (whose fix, loading its directory,
+    fails there); beside a spacy-elmo model's config.json it is."""
+    opt_path, _ = files
+    model = tmp_path / "hf"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"model_type": "bert", "hidden_size": 8}))
+    (model / "pytorch_model.bin").write_bytes(b"not hdf5")
+    with pytest.raises(ValueError) as err:
+        BiLM.from_allennlp(opt_path, model / "pytorch_model.bin")
+    assert "could not be opened as an hdf5 file" in str(err.value) and "spacy-elmo model" not in str(err.value)
+    BiLM.from_allennlp(*files).save(tmp_path / "native")
+    with pytest.raises(ValueError, match="is a file of the spacy-elmo model"):
+        BiLM.from_allennlp(opt_path, tmp_path / "native" / "model.safetensors")
 
 
 def test_not_hdf5_and_missing_files(files, tmp_path):
