@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-from spacy_elmo.atomic import atomic_write, atomic_write_text, remove_leftovers, replace_dir, temporary_name
+from spacy_elmo.atomic import (atomic_write, atomic_write_text, make_dirs, remove_dir, remove_leftovers, replace_dir,
+                                temporary_name)
 
 
 def test_a_failed_write_keeps_the_old_file_and_leaves_nothing(tmp_path):
@@ -35,6 +36,30 @@ def test_a_file_where_a_parent_directory_belongs_is_named(tmp_path):
             write()
         assert str(err.value) == f"{afile} is a file, not a directory, so nothing can be written below it"
     assert afile.read_text() == "kept"
+
+
+def test_a_dangling_symlink_where_a_directory_belongs_is_not_said_to_be_a_file(tmp_path):
+    """A symlink to nothing where a directory belongs: mkdir's FileExistsError naming the link, as it was. The
+    deepest path that exists there is a directory (the link's), which is no file in the way: E_PARENT_IS_FILE
+    named that directory "a file, not a directory"."""
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "nowhere")
+    with pytest.raises(FileExistsError) as err:
+        make_dirs(link / "sub")
+    assert "is a file" not in str(err.value) and err.value.filename == str(link)
+
+
+def test_remove_dir_over_what_a_killed_remove_of_this_process_left(tmp_path):
+    """remove_dir renames the directory to its temporary name first: one there already (a remove_dir of this
+    process killed half-way, its name this PID's) is deleted before, else the rename failed (not empty)."""
+    path = tmp_path / "parts"
+    (path / "sub").mkdir(parents=True)
+    (path / "sub" / "a").write_text("new")
+    trash = temporary_name(path)
+    trash.mkdir()
+    (trash / "half").write_text("left by a killed remove_dir")
+    remove_dir(path)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_leftovers_of_a_killed_write_are_found_and_only_they(tmp_path):

@@ -439,3 +439,20 @@ def test_load_exported_without_the_extension(monkeypatch, tmp_path):
         with pytest.raises(RuntimeError) as refused:
             load_exported(tmp_path / name)
         assert "exported with the fused backend" not in str(refused.value), name
+
+
+def test_calls_fused_ops_reads_only_the_programs_graphs(tmp_path):
+    """Only a program's graph (models/*.json) tells whether it calls the fused kernels: another JSON member (the
+    extra_files a user saved with it, say) that mentions them does not make a reference program need the extension."""
+    import zipfile
+
+    from spacy_elmo.bilm.exported import calls_fused_ops
+
+    for members, fused in (({"p/models/model.json": b'{"target": "torch.ops.spacy_elmo.lstm"}'}, True),
+                           ({"p/models/model.json": b'{"target": "torch.ops.aten.mm"}',
+                             "p/extra/notes.json": b'"exported without torch.ops.spacy_elmo.lstm"'}, False)):
+        path = tmp_path / f"{fused}.pt2"
+        with zipfile.ZipFile(path, "w") as archive:
+            for name, data in members.items():
+                archive.writestr(name, data)
+        assert calls_fused_ops(path) is fused

@@ -177,6 +177,42 @@ def test_a_save_killed_between_its_moves_never_pairs_new_weights_with_the_old_co
         BiLM.load(out)
 
 
+def test_a_save_killed_after_any_move_leaves_the_new_model_or_an_incomplete_one(tmp_path, monkeypatch):
+    """A save over a model of the same shapes, killed after each of its moves in turn: loading gives the new model
+    whole or says the model is incomplete, never the new config.json over the old weights (a model of other
+    weights, loading silently): config.json, which marks the model complete, is moved in last."""
+    from spacy_elmo.bilm import native_io
+
+    config = BiLMConfig(projection_dim=8, cell_dim=16, filters=[[1, 4]], n_highway=0, char_embedding_dim=4)
+    old, new = (BiLM(config, backend="reference") for _ in range(2))
+    with torch.no_grad():
+        for p in old.parameters():
+            p.fill_(0.5)
+    real_replace, moves = native_io.os.replace, []
+    for kill_at in range(3):
+        out = tmp_path / f"model{kill_at}"
+        old.save(out)
+
+        def killed(src, dst, kill_at=kill_at):
+            if len(moves) == kill_at:
+                raise SystemExit("killed")
+            moves.append(os.path.basename(dst))
+            real_replace(src, dst)
+
+        moves.clear()
+        monkeypatch.setattr(native_io.os, "replace", killed)
+        with pytest.raises(SystemExit):
+            new.save(out, initial_state=(torch.ones(2, 1, 8), torch.ones(2, 1, 16)))
+        monkeypatch.undo()
+        if "config.json" not in moves:
+            with pytest.raises(FileNotFoundError, match="config.json"):
+                BiLM.load(out)
+            continue
+        loaded = BiLM.load(out, backend="reference")
+        for (name, a), b in zip(loaded.named_parameters(), new.parameters()):
+            assert torch.equal(a, b), (kill_at, name)
+
+
 def test_native_float16_and_extra_tensors(files, tmp_path):
     model = BiLM.from_allennlp(*files, backend="reference")
     extra = {"softmax.weight": torch.randn(10, 8), "softmax.bias": torch.zeros(10)}
@@ -210,6 +246,17 @@ def test_missing_dataset_names_it_and_its_shape(files, tmp_path, as_group):
         BiLM.from_allennlp(opt_path, weight_path)
 
 
+def test_a_missing_token_projection_is_named_where_the_model_has_one(files, tmp_path):
+    """Only a model with F == P reads a file without CNN_proj (bilm-tf writes none there): with F != P its absence is
+    E_DATASET_MISSING naming it, not a KeyError of the conversion."""
+    opt_path, weight_path = files
+    with h5py.File(weight_path, "a") as f:
+        del f["CNN_proj/W_proj"]
+    with pytest.raises(ValueError, match=rf"^The weight file {re.escape(str(weight_path))} has no dataset "
+                                         r"'CNN_proj/W_proj' \(expected shape \(24, 8\)\)\."):
+        BiLM.from_allennlp(opt_path, weight_path)
+
+
 def test_shape_mismatch_names_dataset_expected_and_found(files, tmp_path):
     opt_path, weight_path = files
     opts = json.loads(opt_path.read_text())
@@ -219,6 +266,37 @@ def test_shape_mismatch_names_dataset_expected_and_found(files, tmp_path):
         BiLM.from_allennlp(tmp_path / "wrong.json", weight_path)
     msg = str(err.value)
     assert "RNN_0/RNN/MultiRNNCell/Cell0/LSTMCell/W_0" in msg and "(16, 48)" in msg and "(16, 64)" in msg
+
+
+def test_a_shape_error_in_a_one_layer_training_dump_names_the_dataset_as_the_file_stores_it(tmp_path):
+    """A 1-layer bilm-tf training dump stores RNN_{d}/RNN/LSTMCell/... (no MultiRNNCell level): a dataset of another
+    shape there is named as the file holds it, not by the MultiRNNCell name the writer uses, which it lacks."""
+    opts = options(L=1)
+    _, weight_path = write_model_files(tmp_path, opts)
+    assert "RNN_0/RNN/LSTMCell/W_0" in datasets(weight_path)  # the training dump's layout
+    opts["lstm"]["dim"] = 16  # the file was written with 12 cells
+    write_options(tmp_path / "wrong.json", opts)
+    with pytest.raises(ValueError) as err:
+        BiLM.from_allennlp(tmp_path / "wrong.json", weight_path)
+    assert str(err.value).startswith(
+        f"Dataset 'RNN_0/RNN/LSTMCell/W_0' in {weight_path} has shape (16, 48), but the options imply (16, 64).")
+
+
+def test_a_weight_file_beside_another_tools_config_json_is_not_called_a_spacy_elmo_models(files, tmp_path):
+    """A file given as the hdf5 weight file beside a config.json of another tool (a JSON object whose "format" is not
+    spacy-elmo's) is said not to be hdf5, not to be a file of a spacy-elmo model (whose fix, loading its directory,
+    fails there); beside a spacy-elmo model's config.json it is."""
+    opt_path, _ = files
+    model = tmp_path / "hf"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"model_type": "bert", "hidden_size": 8}))
+    (model / "pytorch_model.bin").write_bytes(b"not hdf5")
+    with pytest.raises(ValueError) as err:
+        BiLM.from_allennlp(opt_path, model / "pytorch_model.bin")
+    assert "could not be opened as an hdf5 file" in str(err.value) and "spacy-elmo model" not in str(err.value)
+    BiLM.from_allennlp(*files).save(tmp_path / "native")
+    with pytest.raises(ValueError, match="is a file of the spacy-elmo model"):
+        BiLM.from_allennlp(opt_path, tmp_path / "native" / "model.safetensors")
 
 
 def test_not_hdf5_and_missing_files(files, tmp_path):
@@ -710,6 +788,32 @@ def test_native_tensor_that_is_not_floating_point_is_refused(files, tmp_path, dt
         BiLM.load(tmp_path / "m")
 
 
+def test_native_tensor_of_another_shape_is_named_with_both_shapes(files, tmp_path):
+    """A stored tensor of another shape than config.json implies: E_NATIVE_TENSOR_SHAPE, naming it and both shapes;
+    also one of as many values (a transposed matrix), which copy_ would refuse with its own words, or broadcast."""
+    BiLM.from_allennlp(*files).save(tmp_path / "m")
+    stored = load_tensors(tmp_path / "m")
+    name = "lstm.forward_layers.0.w_proj"
+    expected = tuple(stored[name].shape)
+    for found in (stored[name].t().contiguous(), stored[name][:1].contiguous()):
+        tensors = dict(stored, **{name: found})
+        save_file(tensors, str(tmp_path / "m" / "model.safetensors"))
+        with pytest.raises(ValueError) as err:
+            BiLM.load(tmp_path / "m")
+        assert str(err.value).startswith(
+            f"Tensor {name!r} in {tmp_path / 'm' / 'model.safetensors'} has shape {tuple(found.shape)}, "
+            f"but config.json implies {expected}.")
+
+
+def test_a_save_in_a_float_dtype_keeps_integer_extra_tensors_as_they_are(files, tmp_path):
+    """dtype= casts the floating tensors only: an integer extra tensor (counts, ids) is stored as it is."""
+    counts = torch.tensor([3, 70000, 5], dtype=torch.int64)
+    BiLM.from_allennlp(*files).save(tmp_path / "m", extra_tensors={"counts": counts}, dtype=torch.float16)
+    stored = load_tensors(tmp_path / "m")
+    assert stored["counts"].dtype == torch.int64 and torch.equal(stored["counts"], counts)
+    assert stored["token_encoder.char_embedding"].dtype == torch.float16
+
+
 def test_native_extra_tensors_listed_but_missing_or_a_bad_list(files, tmp_path):
     model = BiLM.from_allennlp(*files)
     model.save(tmp_path / "m", extra_tensors={"softmax.weight": torch.zeros(5, 8), "softmax.bias": torch.zeros(5)})
@@ -841,6 +945,17 @@ def test_a_bilm_tf_checkpoint_dir_says_to_dump_its_weights(tmp_path, with_option
     with pytest.raises(Exception) as err:
         BiLM.load(tmp_path)
     assert "TensorFlow checkpoint" not in str(err.value)
+
+
+def test_a_file_named_checkpoint_alone_is_no_tensorflow_checkpoint(tmp_path):
+    """A TensorFlow checkpoint is its ``checkpoint`` index and a save's .index or .data-* file: options.json beside a
+    file named checkpoint and nothing else of one is a directory of AllenNLP weights that lacks its .hdf5."""
+    (tmp_path / "checkpoint").write_text("notes\n")
+    (tmp_path / "options.json").write_text("{}")
+    with pytest.raises(ValueError) as err:
+        BiLM.load(tmp_path)
+    assert "TensorFlow checkpoint" not in str(err.value)
+    assert f"{tmp_path} holds 0 .hdf5 file(s) and 1 options.json" in str(err.value)
 
 
 def test_a_weight_file_locked_by_another_writer_still_loads(files, monkeypatch):
@@ -1059,6 +1174,7 @@ def test_hdf5_weights_of_other_float_dtypes_load_as_their_float32_values(files, 
     ((torch.zeros(2, 2, 6), torch.zeros(2, 2, 12)), r"holds an initial state h \(2, 2, 6\) and c \(2, 2, 12\), but "
                                                      r"the model's config\.json implies h \(2, 2, 8\) and c \(2, 2, 12\)"),
     ((torch.zeros(2, 1, 8), torch.zeros(2, 1, 12)), r"h \(2, 1, 8\) and c \(2, 1, 12\), but .* h \(2, 2, 8\)"),
+    ((torch.zeros(2, 2, 8), torch.zeros(2, 2, 16)), r"h \(2, 2, 8\) and c \(2, 2, 16\), but .* c \(2, 2, 12\)"),
     ((torch.zeros(2, 2, 8, dtype=torch.int32), torch.zeros(2, 2, 12)), r"'initial_h' holds torch\.int32 values"),
     ((torch.zeros(2, 2, 8), torch.zeros(2, 2, 12, dtype=torch.bool)), r"'initial_c' holds torch\.bool values"),
 ])
