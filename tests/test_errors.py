@@ -198,6 +198,11 @@ class Flow:
             isinstance(op, (ast.In, ast.NotIn)) for op in parent.ops
         ):
             return  # ``key in CONTAINER``: the messages in it are not used here
+        elif isinstance(parent, ast.Compare) and all(isinstance(op, (ast.Is, ast.IsNot)) for op in parent.ops) and all(
+            isinstance(side, ast.Constant) and side.value is None for side in [parent.left, *parent.comparators]
+            if side is not node
+        ):
+            return  # ``message is not None``: an optional message tested, not used
         elif isinstance(parent, (ast.Assign, ast.AnnAssign, ast.For)) and node is _assigned(parent):
             targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target]
             if all(isinstance(t, ast.Attribute) for t in targets):  # ``self.message = Errors.X``
@@ -374,6 +379,12 @@ def _planted(tmp_path: Path, source: str) -> List[Module]:
         ("def pick():\n    return Errors.E_A\nprint(pick(), Errors.E_B)", "used without .format but has braces"),
         ("for m in (Errors.E_A, Errors.E_B):\n    print(m.format(name=1))", "lacks ['path']"),
         ("T = (Errors.E_A,)\nif x in T:\n    print(Errors.E_A.format(name=1, path=2), Errors.E_B)", None),
+        ("def read(m=None):\n    if m is not None:\n        raise ValueError(m.format(name=1, path=2))\n"
+         "read(Errors.E_A)\nprint(Errors.E_B)", None),
+        ("def read(m=None):\n    if None is m:\n        return\n    raise ValueError(m.format(name=1))\n"
+         "read(Errors.E_A)\nprint(Errors.E_B)", "lacks ['path']"),
+        ("def read(m=None):\n    if m is not None:\n        raise ValueError(m)\nread(Errors.E_A)\nprint(Errors.E_B)",
+         "used without .format but has braces"),
         ("print(Errors.E_A.format(name=1, path=2))", "Errors.E_B is used nowhere"),
         ("print(Errors.E_A.format(name=1, path=2), Errors.E_B, Errors.E_GONE)", "E_GONE is not a message"),
         ("print(Errors.E_A.format(name=1, path=2), Errors.E_B, getattr(Errors, 'E_B'))", "used other than as Errors.NAME"),

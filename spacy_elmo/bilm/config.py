@@ -286,7 +286,8 @@ class BiLMConfig:
                      and _tensor_bytes({**defaults, name: sizes[name]})[largest] > default_part]
             named = named or [name for name in SIZE_FIELDS if name in largest]
             if len(named) > 1:
-                said, together = Errors.E_MODEL_TOO_LARGE_TOGETHER, tuple(named)
+                said = Errors.E_MODEL_TOO_LARGE_TOGETHER
+                together = tuple(named)
             else:
                 said = Errors.E_MODEL_TOO_LARGE_WITH_OTHERS
         shown = ", ".join(f"{name}={short_repr(sizes[name])}" for name in named)
