@@ -1121,7 +1121,16 @@ class Errors:
     )
     E_TRAIN_DIR_UNREADABLE = (
         "cannot read the directory {path} under {train_path} ({error}): its files would be left out of the corpus. "
-        "Fix its permissions (e.g. chmod u+rx on it) or move it out of {train_path}."
+        "Fix its permissions (e.g. chmod u+rx on it), move it out of {train_path}, or pass a subdirectory of "
+        "{train_path} that holds the text as TRAIN_PATH (a file system's lost+found, which only root can read)."
+    )
+    E_TRAIN_PATH_UNREADABLE = (
+        "cannot read the directory {path} ({error}): it is TRAIN_PATH, its files the corpus. Fix its permissions "
+        "(e.g. chmod u+rx on it) or pass a directory you can read."
+    )
+    E_LINK_LOOP = (
+        "{path} is a symbolic link in a loop of links: it points to {target}, which leads back to it (ls -l both). "
+        "Point the link at the file (ln -sfn TARGET {path}) or remove it."
     )
     E_BROKEN_LINK = (
         "{path} is a broken symbolic link: it points to {target}, which does not exist. Restore its target, "

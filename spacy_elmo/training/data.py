@@ -44,6 +44,7 @@ other than its meta.json counts (cut short) is built anew, and an error where re
 
 import bz2
 import codecs
+import errno
 import fnmatch
 import gzip
 import hashlib
@@ -345,7 +346,7 @@ def list_text_files(path: PathLike) -> List[Path]:
     return kept
 
 
-def walk_text_dirs(path: PathLike, outputs: Optional[List[Path]] = None) -> Iterator[tuple]:
+def walk_text_dirs(path: PathLike, outputs: Optional[List[Path]] = None, strict: bool = True) -> Iterator[tuple]:
     """``(root, file names)`` of every directory :func:`list_text_files` reads under the directory ``path``:
     non-hidden ones, symbolic links to directories followed, each directory once (by its real path). With
     ``outputs`` (a list), subdirectories that spacy-elmo wrote (:func:`is_spacy_elmo_output`) are not entered
@@ -353,13 +354,15 @@ def walk_text_dirs(path: PathLike, outputs: Optional[List[Path]] = None) -> Iter
     Without it every directory is walked (where an OUTPUT_DIR may not lie, whatever it holds yet).
 
     A directory that cannot be listed or entered (its permissions) is a ValueError naming it
-    (``E_TRAIN_DIR_UNREADABLE``): ``os.walk`` skipped it silently, its text left out of the corpus."""
+    (``E_TRAIN_DIR_UNREADABLE``): ``os.walk`` skipped it silently, its text left out of the corpus. With
+    ``strict=False`` it is skipped (the OUTPUT_DIR check, which walks every directory, earlier runs' too: one
+    the reader never enters is no text left out, and one it does enter the reader refuses itself)."""
     seen = {os.path.realpath(path)}
 
     def unreadable(err: OSError) -> None:
         raise _unreadable_dir_error(err.filename or path, path, err) from err
 
-    for root, dirs, names in os.walk(path, followlinks=True, onerror=unreadable):
+    for root, dirs, names in os.walk(path, followlinks=True, onerror=unreadable if strict else None):
         kept = []
         for name in sorted(dirs):
             real = os.path.realpath(os.path.join(root, name))
@@ -379,13 +382,21 @@ def broken_link_error(link: Path) -> FileNotFoundError:
         target = os.readlink(link)
     except OSError:  # removed meanwhile
         target = "?"
+    try:
+        os.stat(link)
+    except OSError as err:
+        if err.errno == errno.ELOOP:  # x -> y -> x: y exists, as a link back
+            return FileNotFoundError(Errors.E_LINK_LOOP.format(path=link, target=target))
     return FileNotFoundError(Errors.E_BROKEN_LINK.format(path=link, target=target))
 
 
 def _unreadable_dir_error(directory: PathLike, train_path: PathLike, err: OSError) -> ValueError:
-    """``E_TRAIN_DIR_UNREADABLE`` for the ``directory`` under ``train_path`` that ``err`` says cannot be read."""
-    return ValueError(Errors.E_TRAIN_DIR_UNREADABLE.format(path=directory, train_path=train_path,
-                                                           error=err.strerror or err))
+    """``E_TRAIN_DIR_UNREADABLE`` for the ``directory`` under ``train_path`` that ``err`` says cannot be read
+    (``E_TRAIN_PATH_UNREADABLE`` where it is ``train_path`` itself: nothing to move it out of)."""
+    error = err.strerror or err
+    if os.path.realpath(directory) == os.path.realpath(train_path):
+        return ValueError(Errors.E_TRAIN_PATH_UNREADABLE.format(path=directory, error=error))
+    return ValueError(Errors.E_TRAIN_DIR_UNREADABLE.format(path=directory, train_path=train_path, error=error))
 
 
 def _is_output_in(directory: Path, train_path: PathLike) -> bool:

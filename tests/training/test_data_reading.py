@@ -3,6 +3,7 @@ returns inside the text, long lines without spaces, and a cache whose files were
 
 import errno
 import os
+import re
 import warnings
 from pathlib import Path
 
@@ -42,7 +43,7 @@ def test_a_directory_that_cannot_be_listed_is_an_error_naming_it(tmp_path, monke
 
     monkeypatch.setattr(os, "scandir", refusing)
     with pytest.raises(ValueError, match=f"cannot read the directory {locked} under {corpus} "
-                                         r"\(Permission denied\).*Fix its permissions.*or move it out of"):
+                                         r"\(Permission denied\).*Fix its permissions.*, move it out of"):
         list_text_files(corpus)
 
 
@@ -77,6 +78,81 @@ def test_a_directory_without_permissions_is_an_error(tmp_path, mode):
             list_text_files(corpus)
     finally:
         locked.chmod(0o755)
+
+
+def test_the_output_check_skips_an_unreadable_directory_inside_an_earlier_run(tmp_path, monkeypatch):
+    """The OUTPUT_DIR check walks every directory of TRAIN_PATH, earlier runs' too, which the reader skips: one
+    it could not read there raised E_TRAIN_DIR_UNREADABLE, "its files would be left out", for files never read."""
+    from spacy_elmo.training.trainer import _check_output_place
+
+    corpus = tmp_path / "corpus"
+    (corpus / "oldrun" / "locked").mkdir(parents=True)
+    (corpus / "t.txt").write_text("some words .\n", encoding="utf-8")
+    (corpus / "oldrun" / "checkpoint.pt").write_bytes(b"x")
+    (corpus / "oldrun" / "train_log.jsonl").write_text("{}\n", encoding="utf-8")
+    locked = corpus / "oldrun" / "locked"
+    scandir = os.scandir
+
+    def refusing(path="."):
+        if os.fspath(path) == os.fspath(locked):
+            raise _denied(path)
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", refusing)
+    with pytest.warns(RuntimeWarning, match="skipped 1 directory"):
+        assert list_text_files(corpus) == [corpus / "t.txt"]
+    _check_output_place(tmp_path / "out", corpus)
+    with pytest.raises(ValueError, match="cannot read the directory"):  # where the reader goes, still an error
+        list(data.walk_text_dirs(corpus))
+
+
+def test_an_unreadable_train_path_is_named_as_train_path(tmp_path, monkeypatch):
+    """TRAIN_PATH itself unreadable read "cannot read the directory D under D ... move it out of D"."""
+    corpus = _corpus(tmp_path)
+    scandir = os.scandir
+
+    def refusing(path="."):
+        if os.fspath(path) == os.fspath(corpus):
+            raise _denied(path)
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", refusing)
+    with pytest.raises(ValueError, match=f"cannot read the directory {corpus} \\(Permission denied\\): it is "
+                                         "TRAIN_PATH") as err:
+        list_text_files(corpus)
+    assert "under" not in str(err.value) and "move it out" not in str(err.value)
+
+
+def test_an_unreadable_lost_and_found_is_an_error_advising_a_subdirectory(tmp_path, monkeypatch):
+    """A file system's lost+found only root can read: neither chmod nor mv is open to the user, so the error
+    advises passing a subdirectory as TRAIN_PATH (it is not skipped: it may hold recovered text)."""
+    corpus = _corpus(tmp_path)
+    lost = corpus / "lost+found"
+    lost.mkdir()
+    scandir = os.scandir
+
+    def refusing(path="."):
+        if os.fspath(path) == os.fspath(lost):
+            raise _denied(path)
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", refusing)
+    with pytest.raises(ValueError, match=re.escape(f"cannot read the directory {lost} under {corpus}") + ".*"
+                                         + re.escape(f"or pass a subdirectory of {corpus} that holds the text as TRAIN_PATH")):
+        list_text_files(corpus)
+
+
+def test_a_loop_of_links_is_named_a_loop(tmp_path):
+    """x -> y -> x was described as "points to y, which does not exist": y exists, a link back to x."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("hello .\n", encoding="utf-8")
+    (corpus / "x").symlink_to("y")
+    (corpus / "y").symlink_to("x")
+    with pytest.raises(FileNotFoundError, match=f"{corpus / 'x'} is a symbolic link in a loop of links: it points "
+                                                "to y, which leads back to it") as err:
+        list_text_files(corpus)
+    assert "does not exist" not in str(err.value)
 
 
 def test_a_hard_link_is_read_once(tmp_path):
