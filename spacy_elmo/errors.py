@@ -1140,6 +1140,10 @@ class Errors:
         "the corpus cache in {path} is damaged: {file} holds {found:,} {unit}, its meta.json says {expected:,} "
         "(a write cut short: a full disk, a crash). Delete {path} and run again to tokenize the text anew."
     )
+    E_CACHE_TYPES_UNDECODABLE = (
+        "the corpus cache in {path} is damaged: its types.txt is no UTF-8 ({error}; a write cut short: a full disk, "
+        "a crash). Delete {path} and run again to tokenize the text anew."
+    )
     E_EMPTY_CORPUS = (
         "No text to train on in {path}: {n_files} file(s) read, {n_binary} skipped as binary or UTF-16/32, "
         "0 tokens. Pass UTF-8 text (one or more sentences per line)."

@@ -1393,6 +1393,10 @@ def cache_is_current(cache_dir: PathLike, stamp: dict) -> bool:
     return recorded is not None and recorded == _at_precision_of(recorded, stamp) and cache_damage(cache_dir) is None
 
 
+#: meta.json's key for the size in bytes of types.txt (a cache of an older spacy-elmo lacks it): its lines are
+#: counted only as :meth:`Corpus.load` reads it, its size by a stat wherever the cache is checked.
+TYPES_BYTES = "types_bytes"
+
 #: The binary files of a corpus cache: ``(name, item size, meta.json's count of them)``, its count a key of
 #: meta.json or of its ``stats``.
 CACHE_ARRAYS = (("tokens.i32", 4, "n_stream"), ("sent_lengths.i64", 8, "n_sentences"), ("counts.i64", 8, "n_types"))
@@ -1400,7 +1404,8 @@ CACHE_ARRAYS = (("tokens.i32", 4, "n_stream"), ("sent_lengths.i64", 8, "n_senten
 
 def cache_damage(cache_dir: PathLike, types: Optional[List[str]] = None) -> Optional[str]:
     """None when the files of the complete cache in ``cache_dir`` hold as many items as its meta.json records
-    (:data:`CACHE_ARRAYS`, and ``types``, the lines of types.txt, where given); else ``E_CACHE_DAMAGED`` for the
+    (:data:`CACHE_ARRAYS`, types.txt its :data:`TYPES_BYTES`, and ``types``, its lines, where given); else
+    ``E_CACHE_DAMAGED`` for the
     first that does not (a write cut short: the cache read then gave "0 tokens" or a numpy broadcast error), or for
     one that is missing. Sizes only (a stat): no count meta.json lacks is checked, nor any without a readable
     meta.json."""
@@ -1423,6 +1428,14 @@ def cache_damage(cache_dir: PathLike, types: Optional[List[str]] = None) -> Opti
         if found != expected * size:
             return Errors.E_CACHE_DAMAGED.format(path=cache, file=name, found=found // size, expected=expected,
                                                  unit="items" + (f" (and {found % size} bytes)" if found % size else ""))
+    if isinstance(meta.get(TYPES_BYTES), int):
+        try:
+            found = (cache / "types.txt").stat().st_size
+        except FileNotFoundError:
+            found = 0
+        if found != meta[TYPES_BYTES]:
+            return Errors.E_CACHE_DAMAGED.format(path=cache, file="types.txt", found=found, expected=meta[TYPES_BYTES],
+                                                 unit="bytes")
     if types is not None and isinstance(meta.get("n_types"), int) and len(types) != meta["n_types"]:
         return Errors.E_CACHE_DAMAGED.format(path=cache, file="types.txt", found=len(types), expected=meta["n_types"],
                                              unit="types")
@@ -1564,15 +1577,17 @@ def _tokenize_into(cache: Path, stamp: dict, train_path: PathLike, nlp, progress
     raw_path.unlink()
     _write_array(np.frombuffer(lengths, dtype=np.int64), cache / "sent_lengths.i64")
     _write_array(counts_np[order], cache / "counts.i64")
+    types_text = "".join(types[i] + "\n" for i in order).encode("utf-8")
     with naming(cache / "types.txt"):
-        (cache / "types.txt").write_text("".join(types[i] + "\n" for i in order), encoding="utf-8")
+        (cache / "types.txt").write_bytes(types_text)
     for name in ("tokens.i32", "sent_lengths.i64", "counts.i64", "types.txt"):  # on the disk before meta.json says so
         with naming(cache / name):
             sync(cache / name)
     sync_dir(cache)
     # The counts, not the names the warning gave: the same text under another name (compressed) has the same stats.
     stats_counts = {k: v for k, v in asdict(stats).items() if k not in ("replaced_files", "text_sha256")}
-    meta = {"fingerprint": stamp, "stats": stats_counts, "n_types": len(types), "n_stream": int(sum(lengths)),
+    meta = {"fingerprint": stamp, "stats": stats_counts, "n_types": len(types), TYPES_BYTES: len(types_text),
+            "n_stream": int(sum(lengths)),
             "tokenizer": tokenizer_settings(nlp), TEXT_DIGESTS: stats.text_sha256}
     atomic_write_text(meta_path, json.dumps(meta, indent=1))  # meta.json last: it marks a complete cache
     return meta
@@ -1612,10 +1627,17 @@ class Corpus:
         missing, ValueError (``E_CACHE_DAMAGED``) where one holds other than its meta.json records
         (:func:`cache_damage`)."""
         cache = Path(cache_dir)
-        types = (cache / "types.txt").read_text(encoding="utf-8").split("\n")[:-1]
+        types_text = (cache / "types.txt").read_bytes()
         tokens = np.fromfile(cache / "tokens.i32", dtype=np.int32)
         lengths = np.fromfile(cache / "sent_lengths.i64", dtype=np.int64)
         counts = np.fromfile(cache / "counts.i64", dtype=np.int64)
+        damage = cache_damage(cache)  # by sizes first: types.txt cut inside a character is no UnicodeDecodeError
+        if damage is not None:
+            raise ValueError(damage)
+        try:
+            types = types_text.decode("utf-8").split("\n")[:-1]
+        except UnicodeDecodeError as err:  # a cache of an older spacy-elmo records no size of types.txt
+            raise ValueError(Errors.E_CACHE_TYPES_UNDECODABLE.format(path=cache, error=err)) from err
         damage = cache_damage(cache, types)
         if damage is not None:
             raise ValueError(damage)

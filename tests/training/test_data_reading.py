@@ -258,9 +258,52 @@ def test_a_cache_file_cut_short_is_an_error_and_is_rebuilt(tmp_path, name):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         build_corpus(corpus, "en", cache, progress=False)
-    if name != "types.txt":  # only Corpus.load reads types.txt: the others are rebuilt as stale
-        again = Corpus.load(cache)
-        assert again.digest() == whole.digest()
+    again = Corpus.load(cache)  # rebuilt: types.txt too, by its size (only Corpus.load counted its lines)
+    assert again.digest() == whole.digest()
+
+
+def _built_multibyte(tmp_path: Path) -> tuple:
+    corpus = tmp_path / "a.txt"
+    corpus.write_text("Grüße aus Köln . Ελληνικά κείμενο εδώ .\n" * 20, encoding="utf-8")
+    cache = tmp_path / "cache"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        meta = build_corpus(corpus, "en", cache, progress=False)
+    return corpus, cache, meta
+
+
+def test_types_cut_inside_a_character_is_a_damaged_cache_and_is_rebuilt(tmp_path):
+    """types.txt cut inside a multibyte character raised a bare UnicodeDecodeError, and build_corpus reused it."""
+    corpus, cache, meta = _built_multibyte(tmp_path)
+    whole = Corpus.load(cache)
+    types = cache / "types.txt"
+    text = types.read_bytes()
+    types.write_bytes(text[: text.index("ü".encode()) + 1])
+    with pytest.raises(ValueError, match=f"the corpus cache in {cache} is damaged: types.txt holds .* bytes, its "
+                                         f"meta.json says {len(text):,}"):
+        Corpus.load(cache)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        build_corpus(corpus, "en", cache, progress=False)
+    assert Corpus.load(cache).digest() == whole.digest()
+
+
+def test_types_undecodable_in_an_older_cache_is_a_damaged_cache(tmp_path):
+    """A cache of an older spacy-elmo records no size of types.txt: it still loads, and a types.txt cut inside a
+    character is E_CACHE_TYPES_UNDECODABLE, no bare UnicodeDecodeError."""
+    import json
+
+    _, cache, meta = _built_multibyte(tmp_path)
+    del meta["types_bytes"]
+    (cache / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
+    whole = Corpus.load(cache)
+    types = cache / "types.txt"
+    text = types.read_bytes()
+    types.write_bytes(text.replace("ü".encode(), "ü".encode()[:1], 1))  # one line no UTF-8, their count kept
+    with pytest.raises(ValueError, match=f"the corpus cache in {cache} is damaged: its types.txt is no UTF-8"):
+        Corpus.load(cache)
+    types.write_bytes(text)
+    assert Corpus.load(cache).digest() == whole.digest()
 
 
 def test_a_cache_files_are_synced_before_meta_json(tmp_path, monkeypatch):
