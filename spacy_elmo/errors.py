@@ -2148,7 +2148,7 @@ class Warnings:
         "The next embed into {path} removes what is left of them ({parts}); or delete it."
     )
     W_REPLACED_BYTES_TEXT = (
-        "{n_bytes:,} undecodable byte(s) replaced by U+FFFD in {path} (re-encode it to UTF-8 to keep those characters)."
+        "{n_bytes} replaced by U+FFFD in {path} (re-encode it to UTF-8 to keep those characters)."
     )
     W_FIT_STATE_SENTENCES_MODEL = (
         "{model} was pretrained with --sentences, to read every sentence from the zero state (the elmo component's "
@@ -2163,13 +2163,15 @@ class Warnings:
     W_NUL_INSIDE = (
         "spacy-elmo: {path} holds {n_nuls} (first on line {line:,}) after the first {probe:,} bytes that tell "
         "binary files and UTF-16 text apart: likely binary data (a log, a dump) or UTF-16 text appended to the UTF-8 "
-        "text (cat). They are read as characters of the tokens they touch. Remove them, e.g. tr -d '\\000' < FILE > "
-        "NEW.txt, or re-encode the UTF-16 part to UTF-8 (iconv -f UTF-16 -t UTF-8)."
+        "text (cat). They are read as characters of the tokens they touch. Remove them from the uncompressed text, e.g. "
+        "tr -d '\\000' < FILE > NEW.txt (zcat FILE.gz | tr -d '\\000' > NEW.txt for a compressed one; tr on the .gz "
+        "itself corrupts it), or re-encode the UTF-16 part to UTF-8 (iconv -f UTF-16 -t UTF-8)."
     )
     W_CARRIAGE_RETURN = (
         "spacy-elmo: {path} has {n_lines} holding a carriage return (\\r) inside (first: line {line:,}): lines end "
         "at \\n only, so a file whose lines end in \\r alone (classic Mac OS) is read as one line, its line ends no "
-        "sentence ends (spaCy reads the \\r as whitespace). Convert it, e.g. tr '\\r' '\\n' < FILE > NEW.txt, "
+        "sentence ends (spaCy reads the \\r as whitespace). Convert the uncompressed text, e.g. tr '\\r' '\\n' < FILE > "
+        "NEW.txt (zcat FILE.gz | tr '\\r' '\\n' > NEW.txt for a compressed one; tr on the .gz itself corrupts it), "
         "if its lines end so."
     )
     W_LONG_LINE = (

@@ -198,6 +198,7 @@ def test_nul_bytes_after_the_probe_are_counted_and_warned_of_once(tmp_path):
     line = head.count(b"\n") + 1
     assert len(nul) == 1 and f"{path} holds 303 NUL bytes (first on line {line:,}) after the first {BINARY_PROBE:,}" in nul[0]
     assert "UTF-16" in nul[0] and "tr -d" in nul[0]
+    assert "from the uncompressed text" in nul[0] and "zcat FILE.gz | tr -d" in nul[0]  # tr on a .gz corrupts it
     assert stats.nul_chars == 303 and pieces[-1] == "tail\x00x y\x00\x00z ."  # kept, as the pipeline reads it
     (tmp_path / "clean.txt").write_bytes(head)
     _, stats, said = _read(tmp_path / "clean.txt")
@@ -214,6 +215,7 @@ def test_carriage_returns_inside_lines_are_warned_of_once_per_file(tmp_path):
     assert pieces == ["first line\rsecond line\rthird", "fourth\rfifth"]  # lines end at \n only, as embed reads them
     assert len(cr) == 1 and f"{mac} has 2 lines holding a carriage return" in cr[0] and "first: line 1)" in cr[0]
     assert "tr '\\r' '\\n'" in cr[0]
+    assert "Convert the uncompressed text" in cr[0] and "zcat FILE.gz | tr" in cr[0]
     pieces, _, said = _read(dos)
     assert pieces == ["first line", "second line"] and not any("carriage return" in m for m in said)
 
