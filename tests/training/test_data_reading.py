@@ -228,6 +228,32 @@ def test_a_long_line_is_cut_at_any_whitespace(space):
     assert split_long("ab" + space + "cd" + space + "efgh", limit=8) == ["ab" + space + "cd", space + "efgh"]  # the last
 
 
+def test_a_long_line_is_cut_at_the_last_whitespace_of_each_window():
+    """split_long against the rule it keeps (the last space or tab, else the last str.isspace character, past the
+    piece's first): random lines of words, other whitespace at window starts and ends, and none at all."""
+    import random
+
+    def reference(line, limit):
+        pieces, start = [], 0
+        while len(line) - start > limit:
+            end = start + limit
+            cut = max(line.rfind(" ", start, end), line.rfind("\t", start, end))
+            if cut <= start:
+                cut = max((i for i in range(start + 1, end) if line[i].isspace()), default=end)
+            pieces.append(line[start:cut])
+            start = cut
+        return pieces + [line[start:]]
+
+    rng = random.Random(7)
+    alphabet = ["x", "y", "\u00a0", "\u3000", "\r", "\x1c"]
+    for _ in range(2000):
+        line = "".join(rng.choice(alphabet) if rng.random() < 0.3 else "a" for _ in range(rng.randrange(40)))
+        limit = rng.randrange(1, 12)
+        assert split_long(line, limit) == reference(line, limit), (line, limit)
+    assert split_long("\u00a0\u00a0" + "x" * 8, limit=6) == ["\u00a0", "\u00a0xxxxx", "xxx"]
+    assert split_long("x" * 5 + "\u00a0" + "x" * 5, limit=6) == ["xxxxx", "\u00a0xxxxx"]
+
+
 def test_a_long_line_of_other_whitespace_is_read_whole_words(tmp_path):
     words = ["alpha", "bravo", "charlie", "delta"]
     path = tmp_path / "nbsp.txt"
