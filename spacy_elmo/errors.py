@@ -1132,7 +1132,16 @@ class Errors:
     )
     E_TRAIN_DIR_UNREADABLE = (
         "cannot read the directory {path} under {train_path} ({error}): its files would be left out of the corpus. "
-        "Fix its permissions (e.g. chmod u+rx on it) or move it out of {train_path}."
+        "Fix its permissions (e.g. chmod u+rx on it), move it out of {train_path}, or pass a subdirectory of "
+        "{train_path} that holds the text as TRAIN_PATH (a file system's lost+found, which only root can read)."
+    )
+    E_TRAIN_PATH_UNREADABLE = (
+        "cannot read the directory {path} ({error}): it is TRAIN_PATH, its files the corpus. Fix its permissions "
+        "(e.g. chmod u+rx on it) or pass a directory you can read."
+    )
+    E_LINK_LOOP = (
+        "{path} is a symbolic link in a loop of links: it points to {target}, which leads back to it (ls -l both). "
+        "Point the link at the file (ln -sfn TARGET {path}) or remove it."
     )
     E_BROKEN_LINK = (
         "{path} is a broken symbolic link: it points to {target}, which does not exist. Restore its target, "
@@ -1141,6 +1150,10 @@ class Errors:
     E_CACHE_DAMAGED = (
         "the corpus cache in {path} is damaged: {file} holds {found:,} {unit}, its meta.json says {expected:,} "
         "(a write cut short: a full disk, a crash). Delete {path} and run again to tokenize the text anew."
+    )
+    E_CACHE_TYPES_UNDECODABLE = (
+        "the corpus cache in {path} is damaged: its types.txt is no UTF-8 ({error}; a write cut short: a full disk, "
+        "a crash). Delete {path} and run again to tokenize the text anew."
     )
     E_EMPTY_CORPUS = (
         "No text to train on in {path}: {n_files} file(s) read, {n_binary} skipped as binary or UTF-16/32, "
@@ -2150,7 +2163,7 @@ class Warnings:
         "The next embed into {path} removes what is left of them ({parts}); or delete it."
     )
     W_REPLACED_BYTES_TEXT = (
-        "{n_bytes:,} undecodable byte(s) replaced by U+FFFD in {path} (re-encode it to UTF-8 to keep those characters)."
+        "{n_bytes} replaced by U+FFFD in {path} (re-encode it to UTF-8 to keep those characters)."
     )
     W_FIT_STATE_SENTENCES_MODEL = (
         "{model} was pretrained with --sentences, to read every sentence from the zero state (the elmo component's "
@@ -2165,13 +2178,15 @@ class Warnings:
     W_NUL_INSIDE = (
         "spacy-elmo: {path} holds {n_nuls} (first on line {line:,}) after the first {probe:,} bytes that tell "
         "binary files and UTF-16 text apart: likely binary data (a log, a dump) or UTF-16 text appended to the UTF-8 "
-        "text (cat). They are read as characters of the tokens they touch. Remove them, e.g. tr -d '\\000' < FILE > "
-        "NEW.txt, or re-encode the UTF-16 part to UTF-8 (iconv -f UTF-16 -t UTF-8)."
+        "text (cat). They are read as characters of the tokens they touch. Remove them from the uncompressed text, e.g. "
+        "tr -d '\\000' < FILE > NEW.txt (zcat FILE.gz | tr -d '\\000' > NEW.txt for a compressed one; tr on the .gz "
+        "itself corrupts it), or re-encode the UTF-16 part to UTF-8 (iconv -f UTF-16 -t UTF-8)."
     )
     W_CARRIAGE_RETURN = (
         "spacy-elmo: {path} has {n_lines} holding a carriage return (\\r) inside (first: line {line:,}): lines end "
         "at \\n only, so a file whose lines end in \\r alone (classic Mac OS) is read as one line, its line ends no "
-        "sentence ends (spaCy reads the \\r as whitespace). Convert it, e.g. tr '\\r' '\\n' < FILE > NEW.txt, "
+        "sentence ends (spaCy reads the \\r as whitespace). Convert the uncompressed text, e.g. tr '\\r' '\\n' < FILE > "
+        "NEW.txt (zcat FILE.gz | tr '\\r' '\\n' > NEW.txt for a compressed one; tr on the .gz itself corrupts it), "
         "if its lines end so."
     )
     W_LONG_LINE = (

@@ -18,7 +18,7 @@ import os
 import reprlib
 import shlex
 from pathlib import Path
-from typing import Any, BinaryIO, Optional, Tuple
+from typing import Any, BinaryIO, Optional, Tuple, Union
 
 from ._typing import PathLike
 from .errors import Errors
@@ -113,11 +113,14 @@ def holds_cwd(path: PathLike) -> Optional[Path]:
     return cwd if real == cwd or real in cwd.parents else None
 
 
-def file_identity(path: PathLike) -> Tuple[int, int]:
+def file_identity(path: PathLike) -> Tuple[int, Union[int, str]]:
     """``(st_dev, st_ino)`` of the file ``path`` names (links followed): equal for two names of one file, a hard
-    link included, whose real paths (``resolve()``) differ."""
+    link included, whose real paths (``resolve()``) differ. Where the file system reports ``st_ino`` 0 (it
+    identifies a file only if non-zero, say Python's docs: some network and FUSE file systems), ``(st_dev, real
+    path)``: every file was one, and all but the first were left out of the corpus (and taken for held-out text
+    shared with training)."""
     st = os.stat(path)
-    return st.st_dev, st.st_ino
+    return st.st_dev, (st.st_ino if st.st_ino else os.path.realpath(path))
 
 
 #: The bytes :func:`file_sha256` reads at a time: a file of any size in bounded memory.

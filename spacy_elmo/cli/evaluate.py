@@ -63,4 +63,4 @@ def evaluate(
     typer.echo(f"tokens {result['n_tokens']:,} in {counted(result['n_sentences'], 'sentence')}; OOV rate {result['oov_rate']:.2%} (vocabulary {result['vocab_size']:,})")
     typer.echo(perplexity_text(result))
     if result.get("replaced_bytes"):
-        warn(Warnings.W_REPLACED_BYTES_TEXT.format(n_bytes=result["replaced_bytes"], path=text_path))
+        warn(Warnings.W_REPLACED_BYTES_TEXT.format(n_bytes=counted(result["replaced_bytes"], "undecodable byte"), path=text_path))

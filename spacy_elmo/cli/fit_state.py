@@ -118,4 +118,4 @@ def fit_state(
     if (meta.get("provenance") or {}).get("reading") == "sentences":
         warn(Warnings.W_FIT_STATE_SENTENCES_MODEL.format(model=model_dir, shell_model=shell_quoted(model_dir)))
     if replaced:
-        warn(Warnings.W_REPLACED_BYTES_TEXT.format(n_bytes=replaced, path=text_path))
+        warn(Warnings.W_REPLACED_BYTES_TEXT.format(n_bytes=counted(replaced, "undecodable byte"), path=text_path))

@@ -44,6 +44,7 @@ other than its meta.json counts (cut short) is built anew, and an error where re
 
 import bz2
 import codecs
+import errno
 import fnmatch
 import gzip
 import hashlib
@@ -345,7 +346,7 @@ def list_text_files(path: PathLike) -> List[Path]:
     return kept
 
 
-def walk_text_dirs(path: PathLike, outputs: Optional[List[Path]] = None) -> Iterator[tuple]:
+def walk_text_dirs(path: PathLike, outputs: Optional[List[Path]] = None, strict: bool = True) -> Iterator[tuple]:
     """``(root, file names)`` of every directory :func:`list_text_files` reads under the directory ``path``:
     non-hidden ones, symbolic links to directories followed, each directory once (by its real path). With
     ``outputs`` (a list), subdirectories that spacy-elmo wrote (:func:`is_spacy_elmo_output`) are not entered
@@ -353,13 +354,15 @@ def walk_text_dirs(path: PathLike, outputs: Optional[List[Path]] = None) -> Iter
     Without it every directory is walked (where an OUTPUT_DIR may not lie, whatever it holds yet).
 
     A directory that cannot be listed or entered (its permissions) is a ValueError naming it
-    (``E_TRAIN_DIR_UNREADABLE``): ``os.walk`` skipped it silently, its text left out of the corpus."""
+    (``E_TRAIN_DIR_UNREADABLE``): ``os.walk`` skipped it silently, its text left out of the corpus. With
+    ``strict=False`` it is skipped (the OUTPUT_DIR check, which walks every directory, earlier runs' too: one
+    the reader never enters is no text left out, and one it does enter the reader refuses itself)."""
     seen = {os.path.realpath(path)}
 
     def unreadable(err: OSError) -> None:
         raise _unreadable_dir_error(err.filename or path, path, err) from err
 
-    for root, dirs, names in os.walk(path, followlinks=True, onerror=unreadable):
+    for root, dirs, names in os.walk(path, followlinks=True, onerror=unreadable if strict else None):
         kept = []
         for name in sorted(dirs):
             real = os.path.realpath(os.path.join(root, name))
@@ -379,13 +382,21 @@ def broken_link_error(link: Path) -> FileNotFoundError:
         target = os.readlink(link)
     except OSError:  # removed meanwhile
         target = "?"
+    try:
+        os.stat(link)
+    except OSError as err:
+        if err.errno == errno.ELOOP:  # x -> y -> x: y exists, as a link back
+            return FileNotFoundError(Errors.E_LINK_LOOP.format(path=link, target=target))
     return FileNotFoundError(Errors.E_BROKEN_LINK.format(path=link, target=target))
 
 
 def _unreadable_dir_error(directory: PathLike, train_path: PathLike, err: OSError) -> ValueError:
-    """``E_TRAIN_DIR_UNREADABLE`` for the ``directory`` under ``train_path`` that ``err`` says cannot be read."""
-    return ValueError(Errors.E_TRAIN_DIR_UNREADABLE.format(path=directory, train_path=train_path,
-                                                           error=err.strerror or err))
+    """``E_TRAIN_DIR_UNREADABLE`` for the ``directory`` under ``train_path`` that ``err`` says cannot be read
+    (``E_TRAIN_PATH_UNREADABLE`` where it is ``train_path`` itself: nothing to move it out of)."""
+    error = err.strerror or err
+    if os.path.realpath(directory) == os.path.realpath(train_path):
+        return ValueError(Errors.E_TRAIN_PATH_UNREADABLE.format(path=directory, error=error))
+    return ValueError(Errors.E_TRAIN_DIR_UNREADABLE.format(path=directory, train_path=train_path, error=error))
 
 
 def _is_output_in(directory: Path, train_path: PathLike) -> bool:
@@ -601,9 +612,16 @@ def _cut_pieces(run: str) -> List[str]:
     return pieces
 
 
-#: Up to the last whitespace character (``str.isspace``: ``\\s`` of a str pattern is the same test) of a window:
-#: ``.*`` runs to its end and backtracks, in C, linear in it.
-_TO_LAST_SPACE = re.compile(r".*\s", re.DOTALL)
+def _last_space(window: str) -> int:
+    """The index in ``window`` of its last whitespace character (``str.isspace``), -1 where it has none: by
+    ``str.rsplit`` and ``str.lstrip``, in C without backtracking (a regex ``.*\\s`` ran to the end of a window
+    without whitespace and back, 6x the time of cutting a line of no whitespace)."""
+    if not window or window[-1].isspace():
+        return len(window) - 1
+    parts = window.rsplit(None, 1)
+    if len(parts) == 2:  # parts[1]: what follows the last whitespace
+        return len(window) - len(parts[1]) - 1
+    return len(window) - len(window.lstrip()) - 1  # whitespace only at the start, or none (-1)
 
 
 def split_long(line: str, limit: int = PIECE_CHARS) -> List[str]:
@@ -617,8 +635,8 @@ def split_long(line: str, limit: int = PIECE_CHARS) -> List[str]:
         end = start + limit
         cut = max(line.rfind(" ", start, end), line.rfind("\t", start, end))  # the usual ones, found fastest
         if cut <= start:
-            found = _TO_LAST_SPACE.match(line, start, end)
-            cut = found.end() - 1 if found is not None else -1
+            found = _last_space(line[start:end])
+            cut = start + found if found >= 0 else -1
         cut = cut if cut > start else end
         pieces.append(line[start:cut])
         start = cut
@@ -1384,6 +1402,10 @@ def cache_is_current(cache_dir: PathLike, stamp: dict) -> bool:
     return recorded is not None and recorded == _at_precision_of(recorded, stamp) and cache_damage(cache_dir) is None
 
 
+#: meta.json's key for the size in bytes of types.txt (a cache of an older spacy-elmo lacks it): its lines are
+#: counted only as :meth:`Corpus.load` reads it, its size by a stat wherever the cache is checked.
+TYPES_BYTES = "types_bytes"
+
 #: The binary files of a corpus cache: ``(name, item size, meta.json's count of them)``, its count a key of
 #: meta.json or of its ``stats``.
 CACHE_ARRAYS = (("tokens.i32", 4, "n_stream"), ("sent_lengths.i64", 8, "n_sentences"), ("counts.i64", 8, "n_types"))
@@ -1391,7 +1413,8 @@ CACHE_ARRAYS = (("tokens.i32", 4, "n_stream"), ("sent_lengths.i64", 8, "n_senten
 
 def cache_damage(cache_dir: PathLike, types: Optional[List[str]] = None) -> Optional[str]:
     """None when the files of the complete cache in ``cache_dir`` hold as many items as its meta.json records
-    (:data:`CACHE_ARRAYS`, and ``types``, the lines of types.txt, where given); else ``E_CACHE_DAMAGED`` for the
+    (:data:`CACHE_ARRAYS`, types.txt its :data:`TYPES_BYTES`, and ``types``, its lines, where given); else
+    ``E_CACHE_DAMAGED`` for the
     first that does not (a write cut short: the cache read then gave "0 tokens" or a numpy broadcast error), or for
     one that is missing. Sizes only (a stat): no count meta.json lacks is checked, nor any without a readable
     meta.json."""
@@ -1414,6 +1437,14 @@ def cache_damage(cache_dir: PathLike, types: Optional[List[str]] = None) -> Opti
         if found != expected * size:
             return Errors.E_CACHE_DAMAGED.format(path=cache, file=name, found=found // size, expected=expected,
                                                  unit="items" + (f" (and {found % size} bytes)" if found % size else ""))
+    if isinstance(meta.get(TYPES_BYTES), int):
+        try:
+            found = (cache / "types.txt").stat().st_size
+        except FileNotFoundError:
+            found = 0
+        if found != meta[TYPES_BYTES]:
+            return Errors.E_CACHE_DAMAGED.format(path=cache, file="types.txt", found=found, expected=meta[TYPES_BYTES],
+                                                 unit="bytes")
     if types is not None and isinstance(meta.get("n_types"), int) and len(types) != meta["n_types"]:
         return Errors.E_CACHE_DAMAGED.format(path=cache, file="types.txt", found=len(types), expected=meta["n_types"],
                                              unit="types")
@@ -1555,15 +1586,17 @@ def _tokenize_into(cache: Path, stamp: dict, train_path: PathLike, nlp, progress
     raw_path.unlink()
     _write_array(np.frombuffer(lengths, dtype=np.int64), cache / "sent_lengths.i64")
     _write_array(counts_np[order], cache / "counts.i64")
+    types_text = "".join(types[i] + "\n" for i in order).encode("utf-8")
     with naming(cache / "types.txt"):
-        (cache / "types.txt").write_text("".join(types[i] + "\n" for i in order), encoding="utf-8")
+        (cache / "types.txt").write_bytes(types_text)
     for name in ("tokens.i32", "sent_lengths.i64", "counts.i64", "types.txt"):  # on the disk before meta.json says so
         with naming(cache / name):
             sync(cache / name)
     sync_dir(cache)
     # The counts, not the names the warning gave: the same text under another name (compressed) has the same stats.
     stats_counts = {k: v for k, v in asdict(stats).items() if k not in ("replaced_files", "text_sha256")}
-    meta = {"fingerprint": stamp, "stats": stats_counts, "n_types": len(types), "n_stream": int(sum(lengths)),
+    meta = {"fingerprint": stamp, "stats": stats_counts, "n_types": len(types), TYPES_BYTES: len(types_text),
+            "n_stream": int(sum(lengths)),
             "tokenizer": tokenizer_settings(nlp), TEXT_DIGESTS: stats.text_sha256}
     atomic_write_text(meta_path, json.dumps(meta, indent=1))  # meta.json last: it marks a complete cache
     return meta
@@ -1603,10 +1636,17 @@ class Corpus:
         missing, ValueError (``E_CACHE_DAMAGED``) where one holds other than its meta.json records
         (:func:`cache_damage`)."""
         cache = Path(cache_dir)
-        types = (cache / "types.txt").read_text(encoding="utf-8").split("\n")[:-1]
+        types_text = (cache / "types.txt").read_bytes()
         tokens = np.fromfile(cache / "tokens.i32", dtype=np.int32)
         lengths = np.fromfile(cache / "sent_lengths.i64", dtype=np.int64)
         counts = np.fromfile(cache / "counts.i64", dtype=np.int64)
+        damage = cache_damage(cache)  # by sizes first: types.txt cut inside a character is no UnicodeDecodeError
+        if damage is not None:
+            raise ValueError(damage)
+        try:
+            types = types_text.decode("utf-8").split("\n")[:-1]
+        except UnicodeDecodeError as err:  # a cache of an older spacy-elmo records no size of types.txt
+            raise ValueError(Errors.E_CACHE_TYPES_UNDECODABLE.format(path=cache, error=err)) from err
         damage = cache_damage(cache, types)
         if damage is not None:
             raise ValueError(damage)

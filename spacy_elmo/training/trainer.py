@@ -612,7 +612,7 @@ def _check_output_place(out: Path, train_path: Path) -> None:
     if train_path.is_dir():
         resolved = out.resolve()
         # Every directory the reader walks, by its real path: also those reached through a linked directory.
-        for root, _ in corpus_data.walk_text_dirs(train_path):
+        for root, _ in corpus_data.walk_text_dirs(train_path, strict=False):
             real = Path(root).resolve()
             if resolved == real or (real in resolved.parents
                                     and not any(part.startswith(".") for part in resolved.relative_to(real).parts)):

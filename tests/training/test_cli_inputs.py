@@ -406,7 +406,7 @@ def test_fit_state_reports_replaced_bytes(model, tmp_path):
     result = runner.invoke(app, ["fit-state", str(model), str(text), "--rows", "4"])
     assert result.exit_code == 0, result.output
     # a warning, on stderr: stdout holds the result alone
-    assert f"{len(lines)} undecodable byte(s) replaced by U+FFFD in {text}" in plain(result.stderr) and "undecodable" not in result.stdout
+    assert f"{len(lines)} undecodable bytes replaced by U+FFFD in {text}" in plain(result.stderr) and "undecodable" not in result.stdout
 
 
 def test_fit_state_max_sentences_too_few_for_the_rows_is_a_usage_error_naming_both(model, trained):
@@ -524,7 +524,7 @@ def test_evaluate_reports_replaced_bytes_and_oov(model, tmp_path):
     text.write_bytes(b"zzqx caf\xe9 ol\xe9 qqxz .\n")
     result = runner.invoke(app, ["evaluate", str(model), str(text)])
     assert result.exit_code == 0, result.output
-    assert f"2 undecodable byte(s) replaced by U+FFFD in {text}" in plain(result.stderr) and "OOV rate" in result.stdout
+    assert f"2 undecodable bytes replaced by U+FFFD in {text}" in plain(result.stderr) and "OOV rate" in result.stdout
     assert "undecodable" not in result.stdout  # a warning, on stderr: stdout holds the result alone
 
 

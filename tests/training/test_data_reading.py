@@ -3,6 +3,7 @@ returns inside the text, long lines without spaces, and a cache whose files were
 
 import errno
 import os
+import re
 import warnings
 from pathlib import Path
 
@@ -42,7 +43,7 @@ def test_a_directory_that_cannot_be_listed_is_an_error_naming_it(tmp_path, monke
 
     monkeypatch.setattr(os, "scandir", refusing)
     with pytest.raises(ValueError, match=f"cannot read the directory {locked} under {corpus} "
-                                         r"\(Permission denied\).*Fix its permissions.*or move it out of"):
+                                         r"\(Permission denied\).*Fix its permissions.*, move it out of"):
         list_text_files(corpus)
 
 
@@ -77,6 +78,81 @@ def test_a_directory_without_permissions_is_an_error(tmp_path, mode):
             list_text_files(corpus)
     finally:
         locked.chmod(0o755)
+
+
+def test_the_output_check_skips_an_unreadable_directory_inside_an_earlier_run(tmp_path, monkeypatch):
+    """The OUTPUT_DIR check walks every directory of TRAIN_PATH, earlier runs' too, which the reader skips: one
+    it could not read there raised E_TRAIN_DIR_UNREADABLE, "its files would be left out", for files never read."""
+    from spacy_elmo.training.trainer import _check_output_place
+
+    corpus = tmp_path / "corpus"
+    (corpus / "oldrun" / "locked").mkdir(parents=True)
+    (corpus / "t.txt").write_text("some words .\n", encoding="utf-8")
+    (corpus / "oldrun" / "checkpoint.pt").write_bytes(b"x")
+    (corpus / "oldrun" / "train_log.jsonl").write_text("{}\n", encoding="utf-8")
+    locked = corpus / "oldrun" / "locked"
+    scandir = os.scandir
+
+    def refusing(path="."):
+        if os.fspath(path) == os.fspath(locked):
+            raise _denied(path)
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", refusing)
+    with pytest.warns(RuntimeWarning, match="skipped 1 directory"):
+        assert list_text_files(corpus) == [corpus / "t.txt"]
+    _check_output_place(tmp_path / "out", corpus)
+    with pytest.raises(ValueError, match="cannot read the directory"):  # where the reader goes, still an error
+        list(data.walk_text_dirs(corpus))
+
+
+def test_an_unreadable_train_path_is_named_as_train_path(tmp_path, monkeypatch):
+    """TRAIN_PATH itself unreadable read "cannot read the directory D under D ... move it out of D"."""
+    corpus = _corpus(tmp_path)
+    scandir = os.scandir
+
+    def refusing(path="."):
+        if os.fspath(path) == os.fspath(corpus):
+            raise _denied(path)
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", refusing)
+    with pytest.raises(ValueError, match=f"cannot read the directory {corpus} \\(Permission denied\\): it is "
+                                         "TRAIN_PATH") as err:
+        list_text_files(corpus)
+    assert "under" not in str(err.value) and "move it out" not in str(err.value)
+
+
+def test_an_unreadable_lost_and_found_is_an_error_advising_a_subdirectory(tmp_path, monkeypatch):
+    """A file system's lost+found only root can read: neither chmod nor mv is open to the user, so the error
+    advises passing a subdirectory as TRAIN_PATH (it is not skipped: it may hold recovered text)."""
+    corpus = _corpus(tmp_path)
+    lost = corpus / "lost+found"
+    lost.mkdir()
+    scandir = os.scandir
+
+    def refusing(path="."):
+        if os.fspath(path) == os.fspath(lost):
+            raise _denied(path)
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", refusing)
+    with pytest.raises(ValueError, match=re.escape(f"cannot read the directory {lost} under {corpus}") + ".*"
+                                         + re.escape(f"or pass a subdirectory of {corpus} that holds the text as TRAIN_PATH")):
+        list_text_files(corpus)
+
+
+def test_a_loop_of_links_is_named_a_loop(tmp_path):
+    """x -> y -> x was described as "points to y, which does not exist": y exists, a link back to x."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("hello .\n", encoding="utf-8")
+    (corpus / "x").symlink_to("y")
+    (corpus / "y").symlink_to("x")
+    with pytest.raises(FileNotFoundError, match=f"{corpus / 'x'} is a symbolic link in a loop of links: it points "
+                                                "to y, which leads back to it") as err:
+        list_text_files(corpus)
+    assert "does not exist" not in str(err.value)
 
 
 def test_a_hard_link_is_read_once(tmp_path):
@@ -122,6 +198,7 @@ def test_nul_bytes_after_the_probe_are_counted_and_warned_of_once(tmp_path):
     line = head.count(b"\n") + 1
     assert len(nul) == 1 and f"{path} holds 303 NUL bytes (first on line {line:,}) after the first {BINARY_PROBE:,}" in nul[0]
     assert "UTF-16" in nul[0] and "tr -d" in nul[0]
+    assert "from the uncompressed text" in nul[0] and "zcat FILE.gz | tr -d" in nul[0]  # tr on a .gz corrupts it
     assert stats.nul_chars == 303 and pieces[-1] == "tail\x00x y\x00\x00z ."  # kept, as the pipeline reads it
     (tmp_path / "clean.txt").write_bytes(head)
     _, stats, said = _read(tmp_path / "clean.txt")
@@ -138,6 +215,7 @@ def test_carriage_returns_inside_lines_are_warned_of_once_per_file(tmp_path):
     assert pieces == ["first line\rsecond line\rthird", "fourth\rfifth"]  # lines end at \n only, as embed reads them
     assert len(cr) == 1 and f"{mac} has 2 lines holding a carriage return" in cr[0] and "first: line 1)" in cr[0]
     assert "tr '\\r' '\\n'" in cr[0]
+    assert "Convert the uncompressed text" in cr[0] and "zcat FILE.gz | tr" in cr[0]
     pieces, _, said = _read(dos)
     assert pieces == ["first line", "second line"] and not any("carriage return" in m for m in said)
 
@@ -148,6 +226,32 @@ def test_a_long_line_is_cut_at_any_whitespace(space):
     line = space.join(["abcd"] * 10)
     assert split_long(line, limit=12) == ["abcd" + space + "abcd", *[space + "abcd" + space + "abcd"] * 4]
     assert split_long("ab" + space + "cd" + space + "efgh", limit=8) == ["ab" + space + "cd", space + "efgh"]  # the last
+
+
+def test_a_long_line_is_cut_at_the_last_whitespace_of_each_window():
+    """split_long against the rule it keeps (the last space or tab, else the last str.isspace character, past the
+    piece's first): random lines of words, other whitespace at window starts and ends, and none at all."""
+    import random
+
+    def reference(line, limit):
+        pieces, start = [], 0
+        while len(line) - start > limit:
+            end = start + limit
+            cut = max(line.rfind(" ", start, end), line.rfind("\t", start, end))
+            if cut <= start:
+                cut = max((i for i in range(start + 1, end) if line[i].isspace()), default=end)
+            pieces.append(line[start:cut])
+            start = cut
+        return pieces + [line[start:]]
+
+    rng = random.Random(7)
+    alphabet = ["x", "y", "\u00a0", "\u3000", "\r", "\x1c"]
+    for _ in range(2000):
+        line = "".join(rng.choice(alphabet) if rng.random() < 0.3 else "a" for _ in range(rng.randrange(40)))
+        limit = rng.randrange(1, 12)
+        assert split_long(line, limit) == reference(line, limit), (line, limit)
+    assert split_long("\u00a0\u00a0" + "x" * 8, limit=6) == ["\u00a0", "\u00a0xxxxx", "xxx"]
+    assert split_long("x" * 5 + "\u00a0" + "x" * 5, limit=6) == ["xxxxx", "\u00a0xxxxx"]
 
 
 def test_a_long_line_of_other_whitespace_is_read_whole_words(tmp_path):
@@ -182,9 +286,52 @@ def test_a_cache_file_cut_short_is_an_error_and_is_rebuilt(tmp_path, name):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         build_corpus(corpus, "en", cache, progress=False)
-    if name != "types.txt":  # only Corpus.load reads types.txt: the others are rebuilt as stale
-        again = Corpus.load(cache)
-        assert again.digest() == whole.digest()
+    again = Corpus.load(cache)  # rebuilt: types.txt too, by its size (only Corpus.load counted its lines)
+    assert again.digest() == whole.digest()
+
+
+def _built_multibyte(tmp_path: Path) -> tuple:
+    corpus = tmp_path / "a.txt"
+    corpus.write_text("Grüße aus Köln . Ελληνικά κείμενο εδώ .\n" * 20, encoding="utf-8")
+    cache = tmp_path / "cache"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        meta = build_corpus(corpus, "en", cache, progress=False)
+    return corpus, cache, meta
+
+
+def test_types_cut_inside_a_character_is_a_damaged_cache_and_is_rebuilt(tmp_path):
+    """types.txt cut inside a multibyte character raised a bare UnicodeDecodeError, and build_corpus reused it."""
+    corpus, cache, meta = _built_multibyte(tmp_path)
+    whole = Corpus.load(cache)
+    types = cache / "types.txt"
+    text = types.read_bytes()
+    types.write_bytes(text[: text.index("ü".encode()) + 1])
+    with pytest.raises(ValueError, match=f"the corpus cache in {cache} is damaged: types.txt holds .* bytes, its "
+                                         f"meta.json says {len(text):,}"):
+        Corpus.load(cache)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        build_corpus(corpus, "en", cache, progress=False)
+    assert Corpus.load(cache).digest() == whole.digest()
+
+
+def test_types_undecodable_in_an_older_cache_is_a_damaged_cache(tmp_path):
+    """A cache of an older spacy-elmo records no size of types.txt: it still loads, and a types.txt cut inside a
+    character is E_CACHE_TYPES_UNDECODABLE, no bare UnicodeDecodeError."""
+    import json
+
+    _, cache, meta = _built_multibyte(tmp_path)
+    del meta["types_bytes"]
+    (cache / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
+    whole = Corpus.load(cache)
+    types = cache / "types.txt"
+    text = types.read_bytes()
+    types.write_bytes(text.replace("ü".encode(), "ü".encode()[:1], 1))  # one line no UTF-8, their count kept
+    with pytest.raises(ValueError, match=f"the corpus cache in {cache} is damaged: its types.txt is no UTF-8"):
+        Corpus.load(cache)
+    types.write_bytes(text)
+    assert Corpus.load(cache).digest() == whole.digest()
 
 
 def test_a_cache_files_are_synced_before_meta_json(tmp_path, monkeypatch):

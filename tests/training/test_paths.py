@@ -374,3 +374,26 @@ def test_a_tilde_naming_no_home_directory_is_a_plain_path(tmp_path, monkeypatch)
         assert unexpanded_home(plain) is None
         check_output_path(plain)  # no error
         assert str(missing_path_error(plain, "plain message")) == "plain message"
+
+
+def test_file_identity_falls_back_to_the_real_path_where_inodes_are_zero(tmp_path, monkeypatch):
+    """A file system reporting st_ino 0 (it identifies a file only if non-zero): every file had the identity
+    (st_dev, 0), and list_text_files kept the first of a directory's files alone."""
+    from spacy_elmo import paths
+    from spacy_elmo.training.data import list_text_files
+
+    for name in "abc":
+        (tmp_path / f"{name}.txt").write_text(name + "\n", encoding="utf-8")
+    (tmp_path / "d.txt").symlink_to(tmp_path / "a.txt")  # one file by its real path still
+    stat = os.stat
+
+    class ZeroInode:
+        def __init__(self, st):
+            self.st, self.st_ino = st, 0
+
+        def __getattr__(self, name):
+            return getattr(self.st, name)
+
+    monkeypatch.setattr(paths.os, "stat", lambda p, *a, **k: ZeroInode(stat(p, *a, **k)))
+    assert list_text_files(tmp_path) == [tmp_path / f"{name}.txt" for name in "abc"]
+    assert paths.file_identity(tmp_path / "d.txt") == paths.file_identity(tmp_path / "a.txt")
