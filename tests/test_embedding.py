@@ -681,6 +681,17 @@ def test_bad_input_gets_clear_errors(bilm, model_dir, corpus, tmp_path):
     assert tokenized == []
 
 
+@pytest.mark.parametrize("name", ["batch_size", "batch_tokens", "part_size", "max_tokens"])
+def test_embed_file_refuses_a_zero_size_naming_its_keyword(bilm, corpus, tmp_path, name):
+    """0 is no size: a batch_size of 0 ran every line of a part in one biLM call, a part_size of 0 died dividing by
+    zero, a max_tokens of 0 refused every line as too long; each is refused up front, naming the keyword, nothing
+    written (the CLI's own check, positive_int, names the flag before: test_cli_numeric_options_are_named_as_typed)."""
+    out = tmp_path / "o.h5"
+    with pytest.raises(ValueError, match=rf"^{name} must be at least 1; found 0\.$"):
+        embed_file(bilm, corpus, out, progress=False, **{name: 0})
+    assert not out.exists() and not parts_path(out).exists()
+
+
 def test_a_bfloat16_bilm_embeds_a_file(bilm, corpus, tmp_path):
     """The manifest's model fingerprint hashed ``.numpy()`` of each tensor, which numpy refuses for
     bfloat16: embed_file of a bfloat16 biLM (which runs) died after reading and tokenizing the whole file.
