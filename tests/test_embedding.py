@@ -1150,6 +1150,22 @@ def test_batches_respect_rows_and_padded_tokens_and_keep_every_line():
         assert len(b) == 1 or len(b) * max(len(rows[b[0]]), 1) <= 40
 
 
+def test_a_bilm_in_training_mode_with_dropout_embeds_its_eval_vectors(bilm, corpus, tmp_path):
+    """A biLM as a trainer leaves it (training mode, LSTM dropout set) embeds without dropout: the vectors are the
+    eval biLM's, every run the same (a resume must write the numbers of a straight run), and it is left training."""
+    bilm.lstm.dropout = 0.5
+    bilm.train()
+    embed_file(bilm, corpus, tmp_path / "train.h5", progress=False)
+    assert bilm.training
+    bilm.eval()
+    embed_file(bilm, corpus, tmp_path / "eval.h5", progress=False)
+    trained, _ = read_all(tmp_path / "train.h5")
+    evaluated, _ = read_all(tmp_path / "eval.h5")
+    assert trained.keys() == evaluated.keys() and len(trained) == len(LINES)
+    for name, vectors in evaluated.items():
+        assert np.array_equal(trained[name], vectors), name
+
+
 def _punctuation_split(line):
     return line.replace(".", " . ").replace("?", " ? ").split()
 
