@@ -200,6 +200,9 @@ def test_a_run_killed_while_finishing_is_finished_by_a_rerun(bilm, corpus, tmp_p
     assert len([p for p in tmp_path.iterdir() if p.name.startswith((f".{name}.parts", f"{name}.parts"))]) == 1
     with pytest.raises(FileExistsError, match="--overwrite"):
         embed_file(bilm, corpus, out, part_size=3, layers="top", progress=False)  # other settings
+    with pytest.raises(FileExistsError, match="--overwrite"):  # --restart: not finished from the parts
+        embed_file(bilm, corpus, out, part_size=3, restart=True, progress=False)
+    assert out.read_bytes() == straight.read_bytes()
     counts = embed_file(bilm, corpus, out, part_size=3, progress=False)
     assert counts["finished"] == 1 and counts["parts_written"] == 0 and counts["parts_reused"] == 3
     assert counts["merged"] == 0  # OUTPUT was complete before this run
