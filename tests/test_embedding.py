@@ -999,6 +999,16 @@ def test_a_resumed_runs_bar_starts_at_the_reused_lines(bilm, corpus, tmp_path, m
     embed_file(bilm, corpus, out, part_size=2, progress=False)
     bar = next(b for b in bars if b.label == "embedding")
     assert bar.started_at == 2 and sum(bar.updates) == len(LINES) - 2
+    # Every part written (the last one short: 7 lines in parts of 2), killed before the merge: the bar starts full.
+    every = tmp_path / "every.h5"
+    with monkeypatch.context() as patch:
+        patch.setattr(spacy_elmo.embedding, "_merge", _raise_killed)
+        with pytest.raises(Killed):
+            embed_file(bilm, corpus, every, part_size=2, progress=False)
+    bars.clear()
+    assert embed_file(bilm, corpus, every, part_size=2, progress=False)["parts_reused"] == 4
+    bar = next(b for b in bars if b.label == "embedding")
+    assert bar.started_at == len(LINES) and sum(bar.updates) == 0
 
 
 def test_cli_unknown_layers_is_a_usage_error_before_loading_the_model(corpus, tmp_path):
