@@ -212,6 +212,29 @@ def test_a_run_killed_while_finishing_is_finished_by_a_rerun(bilm, corpus, tmp_p
         embed_file(bilm, corpus, out, part_size=3, layers="top", progress=False)
 
 
+def test_other_settings_after_a_removal_killed_past_the_manifest_are_refused_and_take_the_leftover(
+        bilm, corpus, tmp_path, monkeypatch):
+    """Killed while deleting its renamed-away parts, the manifest already gone (merged.json left): another run into
+    OUTPUT is refused as existing, and takes that leftover along (no manifest tells whose it is any more: kept, it
+    stayed for good unless the same run came again). OUTPUT is untouched."""
+    import spacy_elmo.atomic
+
+    out = tmp_path / "out.h5"
+    real = spacy_elmo.atomic.shutil.rmtree
+    with monkeypatch.context() as patch:
+        patch.setattr(spacy_elmo.atomic.shutil, "rmtree",
+                      lambda path, **kw: _raise_killed() if path.exists() else real(path, **kw))
+        with pytest.raises(Killed):
+            embed_file(bilm, corpus, out, part_size=3, progress=False)
+    written = out.read_bytes()
+    (left,) = [p for p in tmp_path.iterdir() if p.name.startswith(".out.h5.parts.")]
+    (left / "manifest.json").unlink()  # the removal got that far
+    with pytest.raises(FileExistsError, match="--overwrite"):
+        embed_file(bilm, corpus, out, part_size=3, layers="top", progress=False)
+    assert not left.exists() and out.read_bytes() == written
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "model", "out.h5"]
+
+
 def test_a_rerun_into_the_complete_output_of_the_same_run_is_already_complete(bilm, model_dir, corpus, tmp_path,
                                                                               monkeypatch, ended_pid):
     """Killed after its parts were removed (printing its summary, exiting), a run left OUTPUT complete and its lock
