@@ -1070,6 +1070,20 @@ def test_cli_numeric_options_are_named_as_typed(corpus, tmp_path, flag, value, e
     assert not (tmp_path / "o.h5").exists()
 
 
+def test_cli_defaults_are_embed_files_so_either_resumes_the_others_parts():
+    """The settings a manifest records (batch sizes, cache size, part size, layers) default alike in the CLI and in
+    embed_file: parts of a Python run with the defaults are resumed by the command with its defaults, and the
+    other way round (a default changed on one side only refused them as "other settings")."""
+    import inspect
+
+    from spacy_elmo.cli.embed import embed
+
+    cli = inspect.signature(embed).parameters
+    api = inspect.signature(embed_file).parameters
+    for name in ("layers", "batch_size", "batch_tokens", "part_size", "max_tokens", "cache_size", "overwrite", "restart"):
+        assert cli[name].default.default == api[name].default, name
+
+
 def test_progress_shows_every_stage_that_takes_time_on_a_long_input(bilm, corpus, tmp_path, capsys):
     """Only the embedding had a bar: tokenizing (spaCy's, with --lang: minutes on a big file)
     and merging the parts were silent, and so was the first pass (reading: 11 minutes for 10 GB of bzip2)."""
