@@ -235,6 +235,40 @@ def test_other_settings_after_a_removal_killed_past_the_manifest_are_refused_and
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "model", "out.h5"]
 
 
+def test_a_run_killed_while_finishing_whose_manifest_has_no_token_digests_is_finished_by_a_rerun(
+        bilm, corpus, tmp_path, monkeypatch):
+    """An earlier release's manifest (no part_tokens) in the parts of a run killed after its merge: the rerun with
+    the same arguments finishes it (removes the parts, OUTPUT untouched), as it resumes such parts."""
+    out = tmp_path / "out.h5"
+    with monkeypatch.context() as patch:
+        patch.setattr(spacy_elmo.embedding, "remove_dir", _raise_killed)
+        with pytest.raises(Killed):
+            embed_file(bilm, corpus, out, part_size=3, progress=False)
+    written, manifest_path = out.read_bytes(), parts_path(out) / "manifest.json"
+    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    del manifest[spacy_elmo.embedding.TOKENS]
+    manifest_path.write_text(json.dumps(manifest), encoding="utf-8")
+    counts = embed_file(bilm, corpus, out, part_size=3, progress=False)
+    assert counts["finished"] == 1 and counts["merged"] == 0 and counts["parts_written"] == 0
+    assert out.read_bytes() == written and not parts_path(out).exists()
+
+
+def test_the_parts_of_an_overwrite_killed_beside_a_complete_output_ask_for_overwrite_again(bilm, corpus, tmp_path):
+    """A complete OUTPUT, then the same run again with overwrite, stopped after a part: OUTPUT is the earlier run's
+    and the parts are the new one's. A rerun without overwrite is refused naming --overwrite (it is not "already
+    complete", which left the parts beside OUTPUT for good); with it, it resumes and removes them."""
+    out = tmp_path / "out.h5"
+    embed_file(bilm, corpus, out, part_size=3, progress=False)
+    written = out.read_bytes()
+    embed_file(bilm, corpus, out, part_size=3, progress=False, overwrite=True, stop_after_parts=1)
+    assert parts_path(out).exists()
+    with pytest.raises(FileExistsError, match="--overwrite"):
+        embed_file(bilm, corpus, out, part_size=3, progress=False)
+    counts = embed_file(bilm, corpus, out, part_size=3, progress=False, overwrite=True)
+    assert counts["merged"] == 1 and counts["parts_reused"] == 1 and not parts_path(out).exists()
+    assert out.read_bytes() == written
+
+
 def test_a_rerun_into_the_complete_output_of_the_same_run_is_already_complete(bilm, model_dir, corpus, tmp_path,
                                                                               monkeypatch, ended_pid):
     """Killed after its parts were removed (printing its summary, exiting), a run left OUTPUT complete and its lock
