@@ -269,6 +269,22 @@ def test_the_parts_of_an_overwrite_killed_beside_a_complete_output_ask_for_overw
     assert out.read_bytes() == written
 
 
+def test_an_output_created_while_the_lock_was_taken_is_refused(bilm, corpus, tmp_path, monkeypatch):
+    """OUTPUT is checked again once the lock is held: a file created there between the first check and the lock
+    (another program's, another run that finished meanwhile) is refused as existing, not overwritten."""
+    out = tmp_path / "out.h5"
+    real = spacy_elmo.embedding.output_lock
+
+    def lock_after_another_wrote(path):
+        out.write_bytes(b"another program's file")
+        return real(path)
+
+    monkeypatch.setattr(spacy_elmo.embedding, "output_lock", lock_after_another_wrote)
+    with pytest.raises(FileExistsError, match="--overwrite"):
+        embed_file(bilm, corpus, out, progress=False)
+    assert out.read_bytes() == b"another program's file" and not parts_path(out).exists()
+
+
 def test_a_rerun_into_the_complete_output_of_the_same_run_is_already_complete(bilm, model_dir, corpus, tmp_path,
                                                                               monkeypatch, ended_pid):
     """Killed after its parts were removed (printing its summary, exiting), a run left OUTPUT complete and its lock
