@@ -1098,6 +1098,20 @@ def test_cli_unknown_layers_is_a_usage_error_before_loading_the_model(corpus, tm
     assert not (tmp_path / "o.h5").exists()
 
 
+def test_cli_whitespace_and_lang_together_are_a_usage_error_before_loading_the_model(corpus, tmp_path):
+    """--whitespace and --lang ask for two readings of the lines: one of them is asked for, before the model loads."""
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli import app
+
+    result = CliRunner().invoke(app, ["embed", str(corpus), str(tmp_path / "o.h5"), "--model", str(tmp_path / "no-model"),
+                                      "--whitespace", "--lang", "en"])
+    assert result.exit_code == 2, result.output
+    assert "--whitespace splits the lines at whitespace and --lang en reads them with spaCy's tokenizer: give one" in (
+        " ".join(plain(result.output).replace("│", " ").split())), result.output
+    assert "no-model" not in result.output and not (tmp_path / "o.h5").exists()
+
+
 @pytest.mark.parametrize("flag,value,expected", [
     ("--batch-size", "0", "must be a positive integer (1 or more); found 0."),
     ("--batch-tokens", "-5", "must be a positive integer (1 or more); found -5."),
