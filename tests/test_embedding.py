@@ -819,8 +819,20 @@ def test_cli_embeds_and_reports_errors(model_dir, corpus, tmp_path):
     assert f"{len(LINES)} lines" in result.output and read_all(out)[0]["2"].ndim == 2
     again = CliRunner().invoke(app, ["embed", str(corpus), str(out), "--model", str(model_dir)])
     assert again.exit_code == 1 and "--overwrite" in again.output
+    replaced = CliRunner().invoke(app, ["embed", str(corpus), str(out), "--model", str(model_dir), "--overwrite"])
+    assert replaced.exit_code == 0 and f"wrote {out}" in replaced.output, replaced.output
+    assert read_all(out)[0]["2"].ndim == 3  # all layers now
     into_dir = CliRunner().invoke(app, ["embed", str(corpus), str(tmp_path), "--model", str(model_dir), "--overwrite"])
     assert into_dir.exit_code == 1 and "is a directory" in into_dir.output
+    # --restart drops the parts of other settings (here embed_file's, stopped after a part) and starts over
+    other = tmp_path / "other.h5"
+    embed_file(BiLM.load(model_dir), corpus, other, layers="top", part_size=2, stop_after_parts=1, progress=False)
+    args = ["embed", str(corpus), str(other), "--model", str(model_dir), "--part-size", "2"]
+    refused = CliRunner().invoke(app, args)
+    assert refused.exit_code == 1 and "--restart" in plain(refused.output), refused.output
+    restarted = CliRunner().invoke(app, [*args, "--restart"])
+    assert restarted.exit_code == 0 and "from an earlier run" not in restarted.output, restarted.output
+    assert read_all(other)[0]["2"].ndim == 3 and not parts_path(other).exists()
 
 
 def test_cli_refuses_a_second_run_into_the_same_output_before_loading_the_model(model_dir, corpus, tmp_path,
