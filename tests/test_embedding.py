@@ -897,6 +897,14 @@ def test_cli_interrupted_says_what_is_kept_and_a_rerun_goes_on(model_dir, corpus
     assert stopped.output[said - 1] == "\n" and "embedding" not in stopped.output[said:], stopped.output
     again = CliRunner().invoke(app, args)
     assert again.exit_code == 0 and "(2 parts from an earlier run)" in again.output, again.output
+    # Ctrl-C while the text is read, before the parts directory exists: nothing written, no parts named
+    early = tmp_path / "early.h5"
+    with monkeypatch.context() as patch:
+        patch.setattr(spacy_elmo.embedding, "scan_lines", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
+        stopped = CliRunner().invoke(app, ["embed", str(corpus), str(early), "--model", str(model_dir)])
+    assert stopped.exit_code == 130, stopped.output
+    assert "Interrupted before any part was started: nothing was written." in " ".join(stopped.output.split())
+    assert "parts are kept" not in stopped.output and not early.exists() and not parts_path(early).exists()
 
 
 #: Run in a process of its own: ``spacy-elmo ARGS`` (the console script's main()), SIGTERM delivered to itself in
