@@ -1372,6 +1372,23 @@ def test_cli_spacy_tokens_leave_whitespace_tokens_out(model_dir, bilm, tmp_path)
     assert data["2"].shape[1] == 0
 
 
+def test_cli_whitespace_splits_at_whitespace_a_model_that_records_its_language(bilm, tmp_path):
+    """--whitespace reads the lines as AllenNLP's command does whatever language the model records; without it such
+    a model's lines are read with spaCy's tokenizer of that language."""
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli import app
+
+    bilm.save(tmp_path / "en-model", provenance={"lang": "en", "tokenizer": None})
+    text = tmp_path / "text.txt"
+    text.write_text("Hello, world\n", encoding="utf-8")
+    for option, n_tokens in (("--whitespace", 2), ("--no-progress", 3)):  # "Hello," "world" / "Hello" "," "world"
+        out = tmp_path / f"{option}.h5"
+        result = CliRunner().invoke(app, ["embed", str(text), str(out), "--model", str(tmp_path / "en-model"), option])
+        assert result.exit_code == 0, result.output
+        assert read_all(out)[0]["0"].shape[1] == n_tokens, option
+
+
 def test_cli_parts_of_a_whitespace_run_name_the_option_that_finishes_it(bilm, corpus, model_dir, tmp_path):
     """A run of embed's old default (whitespace) resumed under the new one (the model's language) was refused with
     "Rerun with the earlier settings", though the user had: the refusal names --whitespace, which finishes it."""
