@@ -200,6 +200,9 @@ def test_a_run_killed_while_finishing_is_finished_by_a_rerun(bilm, corpus, tmp_p
     assert len([p for p in tmp_path.iterdir() if p.name.startswith((f".{name}.parts", f"{name}.parts"))]) == 1
     with pytest.raises(FileExistsError, match="--overwrite"):
         embed_file(bilm, corpus, out, part_size=3, layers="top", progress=False)  # other settings
+    with pytest.raises(FileExistsError, match="--overwrite"):  # --restart: not finished from the parts
+        embed_file(bilm, corpus, out, part_size=3, restart=True, progress=False)
+    assert out.read_bytes() == straight.read_bytes()
     counts = embed_file(bilm, corpus, out, part_size=3, progress=False)
     assert counts["finished"] == 1 and counts["parts_written"] == 0 and counts["parts_reused"] == 3
     assert counts["merged"] == 0  # OUTPUT was complete before this run
@@ -207,6 +210,79 @@ def test_a_run_killed_while_finishing_is_finished_by_a_rerun(bilm, corpus, tmp_p
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["in.txt", "model", name, "straight.h5"])
     with pytest.raises(FileExistsError, match="--overwrite"):  # finished: as after a straight run
         embed_file(bilm, corpus, out, part_size=3, layers="top", progress=False)
+
+
+def test_other_settings_after_a_removal_killed_past_the_manifest_are_refused_and_take_the_leftover(
+        bilm, corpus, tmp_path, monkeypatch):
+    """Killed while deleting its renamed-away parts, the manifest already gone (merged.json left): another run into
+    OUTPUT is refused as existing, and takes that leftover along (no manifest tells whose it is any more: kept, it
+    stayed for good unless the same run came again). OUTPUT is untouched."""
+    import spacy_elmo.atomic
+
+    out = tmp_path / "out.h5"
+    real = spacy_elmo.atomic.shutil.rmtree
+    with monkeypatch.context() as patch:
+        patch.setattr(spacy_elmo.atomic.shutil, "rmtree",
+                      lambda path, **kw: _raise_killed() if path.exists() else real(path, **kw))
+        with pytest.raises(Killed):
+            embed_file(bilm, corpus, out, part_size=3, progress=False)
+    written = out.read_bytes()
+    (left,) = [p for p in tmp_path.iterdir() if p.name.startswith(".out.h5.parts.")]
+    (left / "manifest.json").unlink()  # the removal got that far
+    with pytest.raises(FileExistsError, match="--overwrite"):
+        embed_file(bilm, corpus, out, part_size=3, layers="top", progress=False)
+    assert not left.exists() and out.read_bytes() == written
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "model", "out.h5"]
+
+
+def test_a_run_killed_while_finishing_whose_manifest_has_no_token_digests_is_finished_by_a_rerun(
+        bilm, corpus, tmp_path, monkeypatch):
+    """An earlier release's manifest (no part_tokens) in the parts of a run killed after its merge: the rerun with
+    the same arguments finishes it (removes the parts, OUTPUT untouched), as it resumes such parts."""
+    out = tmp_path / "out.h5"
+    with monkeypatch.context() as patch:
+        patch.setattr(spacy_elmo.embedding, "remove_dir", _raise_killed)
+        with pytest.raises(Killed):
+            embed_file(bilm, corpus, out, part_size=3, progress=False)
+    written, manifest_path = out.read_bytes(), parts_path(out) / "manifest.json"
+    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    del manifest[spacy_elmo.embedding.TOKENS]
+    manifest_path.write_text(json.dumps(manifest), encoding="utf-8")
+    counts = embed_file(bilm, corpus, out, part_size=3, progress=False)
+    assert counts["finished"] == 1 and counts["merged"] == 0 and counts["parts_written"] == 0
+    assert out.read_bytes() == written and not parts_path(out).exists()
+
+
+def test_the_parts_of_an_overwrite_killed_beside_a_complete_output_ask_for_overwrite_again(bilm, corpus, tmp_path):
+    """A complete OUTPUT, then the same run again with overwrite, stopped after a part: OUTPUT is the earlier run's
+    and the parts are the new one's. A rerun without overwrite is refused naming --overwrite (it is not "already
+    complete", which left the parts beside OUTPUT for good); with it, it resumes and removes them."""
+    out = tmp_path / "out.h5"
+    embed_file(bilm, corpus, out, part_size=3, progress=False)
+    written = out.read_bytes()
+    embed_file(bilm, corpus, out, part_size=3, progress=False, overwrite=True, stop_after_parts=1)
+    assert parts_path(out).exists()
+    with pytest.raises(FileExistsError, match="--overwrite"):
+        embed_file(bilm, corpus, out, part_size=3, progress=False)
+    counts = embed_file(bilm, corpus, out, part_size=3, progress=False, overwrite=True)
+    assert counts["merged"] == 1 and counts["parts_reused"] == 1 and not parts_path(out).exists()
+    assert out.read_bytes() == written
+
+
+def test_an_output_created_while_the_lock_was_taken_is_refused(bilm, corpus, tmp_path, monkeypatch):
+    """OUTPUT is checked again once the lock is held: a file created there between the first check and the lock
+    (another program's, another run that finished meanwhile) is refused as existing, not overwritten."""
+    out = tmp_path / "out.h5"
+    real = spacy_elmo.embedding.output_lock
+
+    def lock_after_another_wrote(path):
+        out.write_bytes(b"another program's file")
+        return real(path)
+
+    monkeypatch.setattr(spacy_elmo.embedding, "output_lock", lock_after_another_wrote)
+    with pytest.raises(FileExistsError, match="--overwrite"):
+        embed_file(bilm, corpus, out, progress=False)
+    assert out.read_bytes() == b"another program's file" and not parts_path(out).exists()
 
 
 def test_a_rerun_into_the_complete_output_of_the_same_run_is_already_complete(bilm, model_dir, corpus, tmp_path,
@@ -681,6 +757,17 @@ def test_bad_input_gets_clear_errors(bilm, model_dir, corpus, tmp_path):
     assert tokenized == []
 
 
+@pytest.mark.parametrize("name", ["batch_size", "batch_tokens", "part_size", "max_tokens"])
+def test_embed_file_refuses_a_zero_size_naming_its_keyword(bilm, corpus, tmp_path, name):
+    """0 is no size: a batch_size of 0 ran every line of a part in one biLM call, a part_size of 0 died dividing by
+    zero, a max_tokens of 0 refused every line as too long; each is refused up front, naming the keyword, nothing
+    written (the CLI's own check, positive_int, names the flag before: test_cli_numeric_options_are_named_as_typed)."""
+    out = tmp_path / "o.h5"
+    with pytest.raises(ValueError, match=rf"^{name} must be at least 1; found 0\.$"):
+        embed_file(bilm, corpus, out, progress=False, **{name: 0})
+    assert not out.exists() and not parts_path(out).exists()
+
+
 def test_a_bfloat16_bilm_embeds_a_file(bilm, corpus, tmp_path):
     """The manifest's model fingerprint hashed ``.numpy()`` of each tensor, which numpy refuses for
     bfloat16: embed_file of a bfloat16 biLM (which runs) died after reading and tokenizing the whole file.
@@ -732,8 +819,20 @@ def test_cli_embeds_and_reports_errors(model_dir, corpus, tmp_path):
     assert f"{len(LINES)} lines" in result.output and read_all(out)[0]["2"].ndim == 2
     again = CliRunner().invoke(app, ["embed", str(corpus), str(out), "--model", str(model_dir)])
     assert again.exit_code == 1 and "--overwrite" in again.output
+    replaced = CliRunner().invoke(app, ["embed", str(corpus), str(out), "--model", str(model_dir), "--overwrite"])
+    assert replaced.exit_code == 0 and f"wrote {out}" in replaced.output, replaced.output
+    assert read_all(out)[0]["2"].ndim == 3  # all layers now
     into_dir = CliRunner().invoke(app, ["embed", str(corpus), str(tmp_path), "--model", str(model_dir), "--overwrite"])
     assert into_dir.exit_code == 1 and "is a directory" in into_dir.output
+    # --restart drops the parts of other settings (here embed_file's, stopped after a part) and starts over
+    other = tmp_path / "other.h5"
+    embed_file(BiLM.load(model_dir), corpus, other, layers="top", part_size=2, stop_after_parts=1, progress=False)
+    args = ["embed", str(corpus), str(other), "--model", str(model_dir), "--part-size", "2"]
+    refused = CliRunner().invoke(app, args)
+    assert refused.exit_code == 1 and "--restart" in plain(refused.output), refused.output
+    restarted = CliRunner().invoke(app, [*args, "--restart"])
+    assert restarted.exit_code == 0 and "from an earlier run" not in restarted.output, restarted.output
+    assert read_all(other)[0]["2"].ndim == 3 and not parts_path(other).exists()
 
 
 def test_cli_refuses_a_second_run_into_the_same_output_before_loading_the_model(model_dir, corpus, tmp_path,
@@ -798,6 +897,14 @@ def test_cli_interrupted_says_what_is_kept_and_a_rerun_goes_on(model_dir, corpus
     assert stopped.output[said - 1] == "\n" and "embedding" not in stopped.output[said:], stopped.output
     again = CliRunner().invoke(app, args)
     assert again.exit_code == 0 and "(2 parts from an earlier run)" in again.output, again.output
+    # Ctrl-C while the text is read, before the parts directory exists: nothing written, no parts named
+    early = tmp_path / "early.h5"
+    with monkeypatch.context() as patch:
+        patch.setattr(spacy_elmo.embedding, "scan_lines", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
+        stopped = CliRunner().invoke(app, ["embed", str(corpus), str(early), "--model", str(model_dir)])
+    assert stopped.exit_code == 130, stopped.output
+    assert "Interrupted before any part was started: nothing was written." in " ".join(stopped.output.split())
+    assert "parts are kept" not in stopped.output and not early.exists() and not parts_path(early).exists()
 
 
 #: Run in a process of its own: ``spacy-elmo ARGS`` (the console script's main()), SIGTERM delivered to itself in
@@ -985,6 +1092,16 @@ def test_a_resumed_runs_bar_starts_at_the_reused_lines(bilm, corpus, tmp_path, m
     embed_file(bilm, corpus, out, part_size=2, progress=False)
     bar = next(b for b in bars if b.label == "embedding")
     assert bar.started_at == 2 and sum(bar.updates) == len(LINES) - 2
+    # Every part written (the last one short: 7 lines in parts of 2), killed before the merge: the bar starts full.
+    every = tmp_path / "every.h5"
+    with monkeypatch.context() as patch:
+        patch.setattr(spacy_elmo.embedding, "_merge", _raise_killed)
+        with pytest.raises(Killed):
+            embed_file(bilm, corpus, every, part_size=2, progress=False)
+    bars.clear()
+    assert embed_file(bilm, corpus, every, part_size=2, progress=False)["parts_reused"] == 4
+    bar = next(b for b in bars if b.label == "embedding")
+    assert bar.started_at == len(LINES) and sum(bar.updates) == 0
 
 
 def test_cli_unknown_layers_is_a_usage_error_before_loading_the_model(corpus, tmp_path):
@@ -999,6 +1116,20 @@ def test_cli_unknown_layers_is_a_usage_error_before_loading_the_model(corpus, tm
     assert "Unknown layers 'mean'" in " ".join(result.output.split())
     assert "no-model" not in result.output  # the model was never looked at
     assert not (tmp_path / "o.h5").exists()
+
+
+def test_cli_whitespace_and_lang_together_are_a_usage_error_before_loading_the_model(corpus, tmp_path):
+    """--whitespace and --lang ask for two readings of the lines: one of them is asked for, before the model loads."""
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli import app
+
+    result = CliRunner().invoke(app, ["embed", str(corpus), str(tmp_path / "o.h5"), "--model", str(tmp_path / "no-model"),
+                                      "--whitespace", "--lang", "en"])
+    assert result.exit_code == 2, result.output
+    assert "--whitespace splits the lines at whitespace and --lang en reads them with spaCy's tokenizer: give one" in (
+        " ".join(plain(result.output).replace("│", " ").split())), result.output
+    assert "no-model" not in result.output and not (tmp_path / "o.h5").exists()
 
 
 @pytest.mark.parametrize("flag,value,expected", [
@@ -1021,6 +1152,20 @@ def test_cli_numeric_options_are_named_as_typed(corpus, tmp_path, flag, value, e
     assert f"Invalid value for '{flag}': {expected}" in plain(result.output)
     assert flag[2:].replace("-", "_") not in result.output  # batch_size, ...: the Python name
     assert not (tmp_path / "o.h5").exists()
+
+
+def test_cli_defaults_are_embed_files_so_either_resumes_the_others_parts():
+    """The settings a manifest records (batch sizes, cache size, part size, layers) default alike in the CLI and in
+    embed_file: parts of a Python run with the defaults are resumed by the command with its defaults, and the
+    other way round (a default changed on one side only refused them as "other settings")."""
+    import inspect
+
+    from spacy_elmo.cli.embed import embed
+
+    cli = inspect.signature(embed).parameters
+    api = inspect.signature(embed_file).parameters
+    for name in ("layers", "batch_size", "batch_tokens", "part_size", "max_tokens", "cache_size", "overwrite", "restart"):
+        assert cli[name].default.default == api[name].default, name
 
 
 def test_progress_shows_every_stage_that_takes_time_on_a_long_input(bilm, corpus, tmp_path, capsys):
@@ -1139,6 +1284,22 @@ def test_batches_respect_rows_and_padded_tokens_and_keep_every_line():
         assert len(b) == 1 or len(b) * max(len(rows[b[0]]), 1) <= 40
 
 
+def test_a_bilm_in_training_mode_with_dropout_embeds_its_eval_vectors(bilm, corpus, tmp_path):
+    """A biLM as a trainer leaves it (training mode, LSTM dropout set) embeds without dropout: the vectors are the
+    eval biLM's, every run the same (a resume must write the numbers of a straight run), and it is left training."""
+    bilm.lstm.dropout = 0.5
+    bilm.train()
+    embed_file(bilm, corpus, tmp_path / "train.h5", progress=False)
+    assert bilm.training
+    bilm.eval()
+    embed_file(bilm, corpus, tmp_path / "eval.h5", progress=False)
+    trained, _ = read_all(tmp_path / "train.h5")
+    evaluated, _ = read_all(tmp_path / "eval.h5")
+    assert trained.keys() == evaluated.keys() and len(trained) == len(LINES)
+    for name, vectors in evaluated.items():
+        assert np.array_equal(trained[name], vectors), name
+
+
 def _punctuation_split(line):
     return line.replace(".", " . ").replace("?", " ? ").split()
 
@@ -1209,6 +1370,23 @@ def test_cli_spacy_tokens_leave_whitespace_tokens_out(model_dir, bilm, tmp_path)
         assert data[str(i)].shape[1] == len(w)
         np.testing.assert_allclose(data[str(i)], expected[:, i, : len(w)], atol=1e-5)
     assert data["2"].shape[1] == 0
+
+
+def test_cli_whitespace_splits_at_whitespace_a_model_that_records_its_language(bilm, tmp_path):
+    """--whitespace reads the lines as AllenNLP's command does whatever language the model records; without it such
+    a model's lines are read with spaCy's tokenizer of that language."""
+    from typer.testing import CliRunner
+
+    from spacy_elmo.cli import app
+
+    bilm.save(tmp_path / "en-model", provenance={"lang": "en", "tokenizer": None})
+    text = tmp_path / "text.txt"
+    text.write_text("Hello, world\n", encoding="utf-8")
+    for option, n_tokens in (("--whitespace", 2), ("--no-progress", 3)):  # "Hello," "world" / "Hello" "," "world"
+        out = tmp_path / f"{option}.h5"
+        result = CliRunner().invoke(app, ["embed", str(text), str(out), "--model", str(tmp_path / "en-model"), option])
+        assert result.exit_code == 0, result.output
+        assert read_all(out)[0]["0"].shape[1] == n_tokens, option
 
 
 def test_cli_parts_of_a_whitespace_run_name_the_option_that_finishes_it(bilm, corpus, model_dir, tmp_path):
