@@ -29,19 +29,24 @@ def _denied(path) -> OSError:
     return PermissionError(errno.EACCES, os.strerror(errno.EACCES), os.fspath(path))
 
 
+def _refuse_listing(monkeypatch, directory) -> None:
+    """``os.scandir`` of ``directory`` fails as without read permission (tests run as root, which has it)."""
+    scandir = os.scandir
+
+    def refusing(path="."):
+        if os.fspath(path) == os.fspath(directory):
+            raise _denied(path)
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", refusing)
+
+
 def test_a_directory_that_cannot_be_listed_is_an_error_naming_it(tmp_path, monkeypatch):
     """os.walk without onerror skipped a subdirectory it could not list (no read permission): its text was
     silently left out of the corpus."""
     corpus = _corpus(tmp_path)
     locked = corpus / "locked"
-    scandir = os.scandir
-
-    def refusing(path="."):
-        if os.fspath(path) == os.fspath(locked):
-            raise _denied(path)
-        return scandir(path)
-
-    monkeypatch.setattr(os, "scandir", refusing)
+    _refuse_listing(monkeypatch, locked)
     with pytest.raises(ValueError, match=f"cannot read the directory {locked} under {corpus} "
                                          r"\(Permission denied\).*Fix its permissions.*, move it out of"):
         list_text_files(corpus)
@@ -91,14 +96,7 @@ def test_the_output_check_skips_an_unreadable_directory_inside_an_earlier_run(tm
     (corpus / "oldrun" / "checkpoint.pt").write_bytes(b"x")
     (corpus / "oldrun" / "train_log.jsonl").write_text("{}\n", encoding="utf-8")
     locked = corpus / "oldrun" / "locked"
-    scandir = os.scandir
-
-    def refusing(path="."):
-        if os.fspath(path) == os.fspath(locked):
-            raise _denied(path)
-        return scandir(path)
-
-    monkeypatch.setattr(os, "scandir", refusing)
+    _refuse_listing(monkeypatch, locked)
     with pytest.warns(RuntimeWarning, match="skipped 1 directory"):
         assert list_text_files(corpus) == [corpus / "t.txt"]
     _check_output_place(tmp_path / "out", corpus)
@@ -109,14 +107,7 @@ def test_the_output_check_skips_an_unreadable_directory_inside_an_earlier_run(tm
 def test_an_unreadable_train_path_is_named_as_train_path(tmp_path, monkeypatch):
     """TRAIN_PATH itself unreadable read "cannot read the directory D under D ... move it out of D"."""
     corpus = _corpus(tmp_path)
-    scandir = os.scandir
-
-    def refusing(path="."):
-        if os.fspath(path) == os.fspath(corpus):
-            raise _denied(path)
-        return scandir(path)
-
-    monkeypatch.setattr(os, "scandir", refusing)
+    _refuse_listing(monkeypatch, corpus)
     with pytest.raises(ValueError, match=f"cannot read the directory {corpus} \\(Permission denied\\): it is "
                                          "TRAIN_PATH") as err:
         list_text_files(corpus)
@@ -129,14 +120,7 @@ def test_an_unreadable_lost_and_found_is_an_error_advising_a_subdirectory(tmp_pa
     corpus = _corpus(tmp_path)
     lost = corpus / "lost+found"
     lost.mkdir()
-    scandir = os.scandir
-
-    def refusing(path="."):
-        if os.fspath(path) == os.fspath(lost):
-            raise _denied(path)
-        return scandir(path)
-
-    monkeypatch.setattr(os, "scandir", refusing)
+    _refuse_listing(monkeypatch, lost)
     with pytest.raises(ValueError, match=re.escape(f"cannot read the directory {lost} under {corpus}") + ".*"
                                          + re.escape(f"or pass a subdirectory of {corpus} that holds the text as TRAIN_PATH")):
         list_text_files(corpus)
@@ -263,9 +247,10 @@ def test_a_long_line_of_other_whitespace_is_read_whole_words(tmp_path):
     assert set(w for piece in pieces for w in piece.split("\u00a0") if w) == set(words)
 
 
-def _built(tmp_path: Path) -> tuple:
+def _built(tmp_path: Path, text: str = "alpha beta gamma .\ndelta beta .\n" * 50) -> tuple:
+    """A corpus of ``text`` and its cache built: (corpus, cache, meta)."""
     corpus = tmp_path / "a.txt"
-    corpus.write_text("alpha beta gamma .\ndelta beta .\n" * 50, encoding="utf-8")
+    corpus.write_text(text, encoding="utf-8")
     cache = tmp_path / "cache"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -290,19 +275,9 @@ def test_a_cache_file_cut_short_is_an_error_and_is_rebuilt(tmp_path, name):
     assert again.digest() == whole.digest()
 
 
-def _built_multibyte(tmp_path: Path) -> tuple:
-    corpus = tmp_path / "a.txt"
-    corpus.write_text("Grüße aus Köln . Ελληνικά κείμενο εδώ .\n" * 20, encoding="utf-8")
-    cache = tmp_path / "cache"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        meta = build_corpus(corpus, "en", cache, progress=False)
-    return corpus, cache, meta
-
-
 def test_types_cut_inside_a_character_is_a_damaged_cache_and_is_rebuilt(tmp_path):
     """types.txt cut inside a multibyte character raised a bare UnicodeDecodeError, and build_corpus reused it."""
-    corpus, cache, meta = _built_multibyte(tmp_path)
+    corpus, cache, meta = _built(tmp_path, "Grüße aus Köln . Ελληνικά κείμενο εδώ .\n" * 20)
     whole = Corpus.load(cache)
     types = cache / "types.txt"
     text = types.read_bytes()
@@ -321,7 +296,7 @@ def test_types_undecodable_in_an_older_cache_is_a_damaged_cache(tmp_path):
     character is E_CACHE_TYPES_UNDECODABLE, no bare UnicodeDecodeError."""
     import json
 
-    _, cache, meta = _built_multibyte(tmp_path)
+    _, cache, meta = _built(tmp_path, "Grüße aus Köln . Ελληνικά κείμενο εδώ .\n" * 20)
     del meta["types_bytes"]
     (cache / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
     whole = Corpus.load(cache)
