@@ -1644,7 +1644,9 @@ class Corpus:
         if damage is not None:
             raise ValueError(damage)
         try:
-            types = types_text.decode("utf-8").split("\n")[:-1]
+            # a "\r" ends each line where an older spacy-elmo wrote the cache on Windows (write_text's CRLF), its
+            # meta.json with no types_bytes to catch it; no type holds one (the tokenizer never yields it)
+            types = [line.removesuffix("\r") for line in types_text.decode("utf-8").split("\n")[:-1]]
         except UnicodeDecodeError as err:  # a cache of an older spacy-elmo records no size of types.txt
             raise ValueError(Errors.E_CACHE_TYPES_UNDECODABLE.format(path=cache, error=err)) from err
         damage = cache_damage(cache, types)

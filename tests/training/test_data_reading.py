@@ -309,6 +309,22 @@ def test_types_undecodable_in_an_older_cache_is_a_damaged_cache(tmp_path):
     assert Corpus.load(cache).digest() == whole.digest()
 
 
+def test_types_with_crlf_line_ends_in_an_older_cache_load_without_the_cr(tmp_path):
+    """An older spacy-elmo wrote types.txt with write_text: CRLF line ends on Windows, and no types_bytes in
+    meta.json to catch them; each type read back ended in "\\r" (no type holds one)."""
+    import json
+
+    _, cache, meta = _built(tmp_path)
+    del meta["types_bytes"]
+    (cache / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
+    whole = Corpus.load(cache)
+    types = cache / "types.txt"
+    types.write_bytes(types.read_bytes().replace(b"\n", b"\r\n"))
+    crlf = Corpus.load(cache)
+    assert crlf.types == whole.types and not any("\r" in t for t in crlf.types)
+    assert crlf.digest() == whole.digest()
+
+
 def test_a_cache_files_are_synced_before_meta_json(tmp_path, monkeypatch):
     """meta.json marks the cache complete: written before the data files reached the disk, a crash could leave a
     complete-looking cache of files cut short."""
