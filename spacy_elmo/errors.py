@@ -147,7 +147,12 @@ class Errors:
     )
     #: E_OPTIONS_BAD_VALUE where the sizes of several keys make too large a model together: any may shrink
     E_OPTIONS_BAD_VALUES = (
-        "The ELMo options in {source} have sizes too large together, {keys}: {error} Fix one of them "
+        "The ELMo options in {source} have sizes too large together, {keys}: {error} One alone may not be "
+        "enough: shrink them there{original}."
+    )
+    #: E_OPTIONS_BAD_VALUE where the sizes of several keys each make too large a model alone: each must shrink
+    E_OPTIONS_BAD_VALUES_EACH = (
+        "The ELMo options in {source} have sizes each too large alone, {keys}: {error} Fix each of them "
         "there{original}."
     )
     #: E_OPTIONS_BAD_VALUE's ``original`` where the options were read with a weight file
@@ -1292,7 +1297,12 @@ class Errors:
     E_OPTIONS_FILE_BAD_VALUE = "The model options {path} have an invalid {key}: {error} Fix {key} there."
     #: E_OPTIONS_FILE_BAD_VALUE where the sizes of several keys make too large a model together: any may shrink
     E_OPTIONS_FILE_BAD_VALUES = (
-        "The model options {path} have sizes too large together, {keys}: {error} Fix one of them there."
+        "The model options {path} have sizes too large together, {keys}: {error} One alone may not be enough: "
+        "shrink them there."
+    )
+    #: E_OPTIONS_FILE_BAD_VALUE where the sizes of several keys each make too large a model alone: each must shrink
+    E_OPTIONS_FILE_BAD_VALUES_EACH = (
+        "The model options {path} have sizes each too large alone, {keys}: {error} Fix each of them there."
     )
     # E_OPTIONS_FILE's {error} for a JSON file holding no object ([...], "small", 5): its items or characters were
     # read as keys ("have key(s) 'x'") or a Python error said ("argument after ** must be a mapping, not list")

@@ -174,6 +174,7 @@ def test_the_sizes_named_are_those_that_make_the_model_too_large(kwargs, named, 
     assert f"torch can address; {phrase}. Use the sizes" in str(err.value), str(err.value)
     assert err.value.field == named[0]
     assert err.value.together == (tuple(named) if said == "together" else ())
+    assert err.value.alone == (tuple(named) if said == "alone" and len(named) > 1 else ())
     for name, value in kwargs.items():  # alone (the other sizes the defaults), a named size is too large; no other is
         if name in named and said == "alone":
             with pytest.raises(ValueError, match="These sizes make"):
@@ -186,9 +187,10 @@ def test_the_sizes_named_are_those_that_make_the_model_too_large(kwargs, named, 
             BiLMConfig(**{**kwargs, name: getattr(BiLMConfig(), name)})
 
 
-def test_sizes_too_large_together_in_options_say_to_fix_one_of_their_keys():
+def test_sizes_too_large_together_in_options_say_to_shrink_their_keys():
     """Sizes too large together in AllenNLP options ended "Fix lstm.projection_dim there." after naming two or three:
-    now they are named by their keys, any of which may shrink."""
+    now they are named by their keys, to shrink (then "Fix one of them there.", false where one alone is not
+    enough: test_sizes_too_large_together_where_no_one_suffices_say_so)."""
     opts = BiLMConfig(projection_dim=2**33, cell_dim=2**20, n_layers=1).to_allennlp_options()
     opts["lstm"]["dim"] = 2**33
     with pytest.raises(ValueError) as err:
@@ -196,7 +198,39 @@ def test_sizes_too_large_together_in_options_say_to_fix_one_of_their_keys():
     said = str(err.value)
     assert said.startswith("The ELMo options in opts.json have sizes too large together, lstm.projection_dim, "
                            "lstm.dim: These sizes make"), said
-    assert said.endswith(" Fix one of them there.") and "n_layers=" not in said, said
+    assert said.endswith(" One alone may not be enough: shrink them there.") and "n_layers=" not in said, said
+
+
+def test_sizes_too_large_together_where_no_one_suffices_say_so():
+    """projection_dim=dim=2**40, n_layers=2**20 are too large together, and still with any one of them at 1: the
+    options' "Fix one of them there." was false. Their message says one alone may not be enough."""
+    kwargs = {"projection_dim": 2**40, "cell_dim": 2**40, "n_layers": 2**20}
+    for name in kwargs:  # no one of them shrunk is enough
+        with pytest.raises(ValueError, match="These sizes make"):
+            BiLMConfig(**{**kwargs, name: 1})
+    opts = BiLMConfig().to_allennlp_options()
+    opts["lstm"].update(projection_dim=2**40, dim=2**40, n_layers=2**20)
+    with pytest.raises(ValueError) as err:
+        BiLMConfig.from_allennlp_options(opts, source="opts.json")
+    said = str(err.value)
+    assert said.startswith("The ELMo options in opts.json have sizes too large together, lstm.projection_dim, "
+                           "lstm.dim, lstm.n_layers: These sizes make"), said
+    assert said.endswith(" One alone may not be enough: shrink them there.") and "one of them" not in said, said
+
+
+def test_sizes_each_too_large_alone_in_options_say_to_fix_each_key():
+    """lstm.dim and char_cnn.max_characters_per_token each too large alone, both named, ended "Fix lstm.dim there.",
+    naming the first only: shrinking it alone left the model too large. Each key is named, each to fix."""
+    opts = BiLMConfig().to_allennlp_options()
+    opts["lstm"]["dim"] = 2**60
+    opts["char_cnn"]["max_characters_per_token"] = 2**62
+    with pytest.raises(ValueError) as err:
+        BiLMConfig.from_allennlp_options(opts, source="opts.json", weight_file="w.hdf5")
+    said = str(err.value)
+    assert said.startswith("The ELMo options in opts.json have sizes each too large alone, lstm.dim, "
+                           "char_cnn.max_characters_per_token: These sizes make"), said
+    assert said.endswith(" Fix each of them there, or use the options.json that came with the weight file w.hdf5."), said
+    assert "Fix lstm.dim" not in said, said
 
 
 def test_huge_sizes_are_said_in_the_size_message():
@@ -457,6 +491,10 @@ def test_invalid_config_value_pickles_with_its_field():
         BiLMConfig.from_dict({"cell_dim": 0})
     again = pickle.loads(pickle.dumps(err.value))
     assert (type(again), again.field, str(again)) == (InvalidConfigValue, "cell_dim", str(err.value))
+    with pytest.raises(InvalidConfigValue) as err:  # and the sizes it names, too large together or each alone
+        BiLMConfig(cell_dim=2**61, max_characters_per_token=2**62)
+    again = pickle.loads(pickle.dumps(err.value))
+    assert (again.field, again.together, again.alone) == ("cell_dim", (), ("cell_dim", "max_characters_per_token"))
 
 
 @pytest.mark.parametrize("value", [-3, 999])
