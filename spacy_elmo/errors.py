@@ -106,7 +106,7 @@ class Errors:
     )
     E_BAD_POSITIVE = "{name} must be a positive integer; found {value!r}."
     E_BAD_NON_NEGATIVE = "{name} must be an integer of 0 or more; found {value!r}."
-    E_BAD_CLIP = "{name} must be a finite positive number, or null for no clipping; found {value!r}."
+    E_BAD_CLIP = "{name} must be a finite positive number, or null for no clipping; found {value}."
     E_OPTIONS_MISSING_KEY = (
         "The ELMo options in {source} lack the key {key!r}. An AllenNLP/bilm-tf options.json "
         "has 'lstm' (dim, projection_dim, n_layers, ...) and 'char_cnn' (embedding.dim, "

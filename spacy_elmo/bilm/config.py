@@ -323,8 +323,12 @@ class BiLMConfig:
             # any real number (np.float32 was refused, np.float64, a float subclass, was not). Another type than
             # int or float is stored as a float (a NumPy number is no JSON number); an int stays one: the released
             # options.json's "cell_clip": 3 is in the config's JSON, which fingerprints embed's parts
-            if not is_real(value) or not math.isfinite(value) or value <= 0:  # NaN clips gave NaN vectors
-                raise InvalidConfigValue(name, Errors.E_BAD_CLIP.format(name=name, value=value))
+            try:
+                finite = is_real(value) and math.isfinite(value)
+            except OverflowError:  # an int past a float's range (10**400) raised it: no clip a float holds
+                finite = False
+            if not finite or value <= 0:  # NaN clips gave NaN vectors
+                raise InvalidConfigValue(name, Errors.E_BAD_CLIP.format(name=name, value=short_repr(value)))
             if type(value) not in (int, float):
                 setattr(self, name, float(value))
         if not isinstance(self.use_skip_connections, bool):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from spacy_elmo import BiLM, BiLMConfig, batch_to_ids
-from spacy_elmo.bilm.config import MOST_TENSOR_BYTES
+from spacy_elmo.bilm.config import MOST_TENSOR_BYTES, InvalidConfigValue
 from spacy_elmo.errors import Errors
 from tests.backends import BACKENDS
 from tests.bilm.oracle import options
@@ -68,6 +68,17 @@ def test_clips_take_any_real_number_and_are_stored_as_floats():
     for bad in (True, np.float32("nan"), np.float32(-1.0), "3.0"):
         with pytest.raises(ValueError, match="cell_clip must be a finite positive number"):
             BiLMConfig(cell_clip=bad)
+
+
+@pytest.mark.parametrize("sign, digits", [(1, 400), (-1, 400), (1, 5000)])
+def test_a_clip_past_a_floats_range_is_a_bad_clip(sign, digits):
+    """{"cell_clip": 10**400} (JSON holds such an int) raised OverflowError from math.isfinite, a traceback out of
+    pretrain; 10**5000's repr, past Python's 4,300 digits, a ValueError of its own. Each is E_BAD_CLIP, its value
+    shortened."""
+    with pytest.raises(InvalidConfigValue, match=r"cell_clip must be a finite positive number, or null for no "
+                                                 r"clipping; found -?1000+\.\.\.0+\.$") as err:
+        BiLMConfig.from_dict({"cell_clip": sign * 10**digits})
+    assert err.value.field == "cell_clip" and len(str(err.value)) < 200
 
 
 @pytest.mark.parametrize(
