@@ -1145,8 +1145,9 @@ class Errors:
         "(e.g. chmod u+rx on it) or pass a directory you can read."
     )
     E_LINK_LOOP = (
-        "{path} is a symbolic link in a loop of links: it points to {target}, which leads back to it (ls -l both). "
-        "Point the link at the file (ln -sfn TARGET {path}) or remove it."
+        "{path} is a symbolic link past too many levels of symbolic links (a loop of links, or a chain longer than "
+        "the system follows): it points to {target} (ls -l it and what it leads to). Point the link at the file "
+        "(ln -sfn TARGET {path}) or remove it."
     )
     E_BROKEN_LINK = (
         "{path} is a broken symbolic link: it points to {target}, which does not exist. Restore its target, "

@@ -385,7 +385,7 @@ def broken_link_error(link: Path) -> FileNotFoundError:
     try:
         os.stat(link)
     except OSError as err:
-        if err.errno == errno.ELOOP:  # x -> y -> x: y exists, as a link back
+        if err.errno == errno.ELOOP:  # x -> y -> x: y exists, as a link back; or a chain past 40 links
             return FileNotFoundError(Errors.E_LINK_LOOP.format(path=link, target=target))
     return FileNotFoundError(Errors.E_BROKEN_LINK.format(path=link, target=target))
 

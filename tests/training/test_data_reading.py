@@ -133,10 +133,26 @@ def test_a_loop_of_links_is_named_a_loop(tmp_path):
     (corpus / "a.txt").write_text("hello .\n", encoding="utf-8")
     (corpus / "x").symlink_to("y")
     (corpus / "y").symlink_to("x")
-    with pytest.raises(FileNotFoundError, match=f"{corpus / 'x'} is a symbolic link in a loop of links: it points "
-                                                "to y, which leads back to it") as err:
+    with pytest.raises(FileNotFoundError, match=re.escape(
+            f"{corpus / 'x'} is a symbolic link past too many levels of symbolic links (a loop of links, or a chain "
+            "longer than the system follows): it points to y (ls -l it")) as err:
         list_text_files(corpus)
     assert "does not exist" not in str(err.value)
+
+
+def test_a_chain_of_links_too_long_is_not_named_a_loop(tmp_path):
+    """ELOOP comes too from a chain of more links than the system follows (40 on Linux), no loop: it was said to be
+    "in a loop of links ... which leads back to it" (diffrev3)."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("hello .\n", encoding="utf-8")
+    (corpus / "a0").symlink_to("a.txt")
+    for i in range(1, 50):
+        (corpus / f"a{i}").symlink_to(f"a{i - 1}")
+    with pytest.raises(FileNotFoundError, match=re.escape(
+            "too many levels of symbolic links (a loop of links, or a chain longer than the system follows)")) as err:
+        list_text_files(corpus)
+    assert "leads back to it" not in str(err.value) and "does not exist" not in str(err.value)
 
 
 def test_a_hard_link_is_read_once(tmp_path):
