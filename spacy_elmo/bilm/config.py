@@ -76,8 +76,9 @@ class _ShortRepr(reprlib.Repr):
         if abs(x) < 10**self.maxlong:
             return super().repr_int(x, level)
         keep = max(0, (self.maxlong - 3) // 2)  # reprlib's own cut: the first and last digits, "..." between
-        lead, tail = abs(x) // 10 ** (_digits(x) - keep), abs(x) % 10 ** (self.maxlong - 3 - keep)
-        return f"{'-' if x < 0 else ''}{lead}...{tail:0{self.maxlong - 3 - keep}d}"
+        sign = "-" if x < 0 else ""  # one of the first characters reprlib keeps
+        lead, tail = abs(x) // 10 ** (_digits(x) - (keep - len(sign))), abs(x) % 10 ** (self.maxlong - 3 - keep)
+        return f"{sign}{lead}...{tail:0{self.maxlong - 3 - keep}d}"
 
 
 def short_repr(value: Any) -> str:
