@@ -106,7 +106,7 @@ class Errors:
     )
     E_BAD_POSITIVE = "{name} must be a positive integer; found {value!r}."
     E_BAD_NON_NEGATIVE = "{name} must be an integer of 0 or more; found {value!r}."
-    E_BAD_CLIP = "{name} must be a finite positive number, or null for no clipping; found {value!r}."
+    E_BAD_CLIP = "{name} must be a finite positive number, or null for no clipping; found {value}."
     E_OPTIONS_MISSING_KEY = (
         "The ELMo options in {source} lack the key {key!r}. An AllenNLP/bilm-tf options.json "
         "has 'lstm' (dim, projection_dim, n_layers, ...) and 'char_cnn' (embedding.dim, "
@@ -147,7 +147,12 @@ class Errors:
     )
     #: E_OPTIONS_BAD_VALUE where the sizes of several keys make too large a model together: any may shrink
     E_OPTIONS_BAD_VALUES = (
-        "The ELMo options in {source} have sizes too large together, {keys}: {error} Fix one of them "
+        "The ELMo options in {source} have sizes too large together, {keys}: {error} One alone may not be "
+        "enough: shrink them there{original}."
+    )
+    #: E_OPTIONS_BAD_VALUE where the sizes of several keys each make too large a model alone: each must shrink
+    E_OPTIONS_BAD_VALUES_EACH = (
+        "The ELMo options in {source} have sizes each too large alone, {keys}: {error} Fix each of them "
         "there{original}."
     )
     #: E_OPTIONS_BAD_VALUE's ``original`` where the options were read with a weight file
@@ -1140,8 +1145,9 @@ class Errors:
         "(e.g. chmod u+rx on it) or pass a directory you can read."
     )
     E_LINK_LOOP = (
-        "{path} is a symbolic link in a loop of links: it points to {target}, which leads back to it (ls -l both). "
-        "Point the link at the file (ln -sfn TARGET {path}) or remove it."
+        "{path} is a symbolic link past too many levels of symbolic links (a loop of links, or a chain longer than "
+        "the system follows): it points to {target} (ls -l it and what it leads to). Point the link at the file "
+        "(ln -sfn TARGET {path}) or remove it."
     )
     E_BROKEN_LINK = (
         "{path} is a broken symbolic link: it points to {target}, which does not exist. Restore its target, "
@@ -1292,7 +1298,12 @@ class Errors:
     E_OPTIONS_FILE_BAD_VALUE = "The model options {path} have an invalid {key}: {error} Fix {key} there."
     #: E_OPTIONS_FILE_BAD_VALUE where the sizes of several keys make too large a model together: any may shrink
     E_OPTIONS_FILE_BAD_VALUES = (
-        "The model options {path} have sizes too large together, {keys}: {error} Fix one of them there."
+        "The model options {path} have sizes too large together, {keys}: {error} One alone may not be enough: "
+        "shrink them there."
+    )
+    #: E_OPTIONS_FILE_BAD_VALUE where the sizes of several keys each make too large a model alone: each must shrink
+    E_OPTIONS_FILE_BAD_VALUES_EACH = (
+        "The model options {path} have sizes each too large alone, {keys}: {error} Fix each of them there."
     )
     # E_OPTIONS_FILE's {error} for a JSON file holding no object ([...], "small", 5): its items or characters were
     # read as keys ("have key(s) 'x'") or a Python error said ("argument after ** must be a mapping, not list")

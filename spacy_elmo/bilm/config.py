@@ -76,8 +76,9 @@ class _ShortRepr(reprlib.Repr):
         if abs(x) < 10**self.maxlong:
             return super().repr_int(x, level)
         keep = max(0, (self.maxlong - 3) // 2)  # reprlib's own cut: the first and last digits, "..." between
-        lead, tail = abs(x) // 10 ** (_digits(x) - keep), abs(x) % 10 ** (self.maxlong - 3 - keep)
-        return f"{'-' if x < 0 else ''}{lead}...{tail:0{self.maxlong - 3 - keep}d}"
+        sign = "-" if x < 0 else ""  # one of the first characters reprlib keeps
+        lead, tail = abs(x) // 10 ** (_digits(x) - (keep - len(sign))), abs(x) % 10 ** (self.maxlong - 3 - keep)
+        return f"{sign}{lead}...{tail:0{self.maxlong - 3 - keep}d}"
 
 
 def short_repr(value: Any) -> str:
@@ -122,16 +123,19 @@ class InvalidConfigValue(ValueError):
     """A value no biLM can have, refused by :meth:`BiLMConfig.validate`: its message, and the ``field`` that holds
     it (for :meth:`BiLMConfig.from_allennlp_options` to name the options key instead)."""
 
-    def __init__(self, field: str, message: str, together: Tuple[str, ...] = ()) -> None:
+    def __init__(self, field: str, message: str, together: Tuple[str, ...] = (), alone: Tuple[str, ...] = ()) -> None:
         super().__init__(message)
         self.field = field
         #: the sizes too large together that the message names (``field`` the first), each of which may shrink:
         #: empty where the message names the one value to fix
         self.together = together
+        #: the sizes each too large alone that the message names where it names several (``field`` the first),
+        #: each of which must shrink: empty otherwise
+        self.alone = alone
 
     def __reduce__(self):
         # pickled (a worker process's error) with its own arguments: the default passes the message alone
-        return type(self), (self.field, str(self), self.together)
+        return type(self), (self.field, str(self), self.together, self.alone)
 
 
 #: The options.json key of each BiLMConfig field (``n_characters`` and the rest under ``char_cnn``).
@@ -276,8 +280,10 @@ class BiLMConfig:
                  if sum(_tensor_bytes({**at_most_default, name: sizes[name]}).values()) > MOST_TENSOR_BYTES
                  and n_bytes_with(name, sizes[name]) > MOST_TENSOR_BYTES]
         together: Tuple[str, ...] = ()
+        alone: Tuple[str, ...] = ()
         if named:
             said = Errors.E_MODEL_TOO_LARGE_ALONE
+            alone = tuple(named) if len(named) > 1 else ()
         else:
             parts = _tensor_bytes(sizes)
             largest = max(parts, key=lambda part: parts[part])
@@ -293,7 +299,7 @@ class BiLMConfig:
         shown = ", ".join(f"{name}={short_repr(sizes[name])}" for name in named)
         raise InvalidConfigValue(named[0], Errors.E_MODEL_TOO_LARGE.format(
             n_params=big_number(self.n_parameters), size=byte_size(self.n_bytes), most=byte_size(MOST_TENSOR_BYTES),
-            named=said.format(sizes=shown)), together)
+            named=said.format(sizes=shown)), together, alone)
 
     # -- validation ------------------------------------------------------
     def validate(self) -> None:
@@ -318,8 +324,12 @@ class BiLMConfig:
             # any real number (np.float32 was refused, np.float64, a float subclass, was not). Another type than
             # int or float is stored as a float (a NumPy number is no JSON number); an int stays one: the released
             # options.json's "cell_clip": 3 is in the config's JSON, which fingerprints embed's parts
-            if not is_real(value) or not math.isfinite(value) or value <= 0:  # NaN clips gave NaN vectors
-                raise InvalidConfigValue(name, Errors.E_BAD_CLIP.format(name=name, value=value))
+            try:
+                finite = is_real(value) and math.isfinite(value)
+            except OverflowError:  # an int past a float's range (10**400) raised it: no clip a float holds
+                finite = False
+            if not finite or value <= 0:  # NaN clips gave NaN vectors
+                raise InvalidConfigValue(name, Errors.E_BAD_CLIP.format(name=name, value=short_repr(value)))
             if type(value) not in (int, float):
                 setattr(self, name, float(value))
         if not isinstance(self.use_skip_connections, bool):
@@ -429,10 +439,11 @@ class BiLMConfig:
             return cls(**values)
         except InvalidConfigValue as err:  # said in the options' words: the file and its key, not the field's name
             original = "" if weight_file is None else Errors.E_OPTIONS_BAD_VALUE_ORIGINAL.format(weight_file=weight_file)
-            if err.together:  # any of them may shrink: "Fix lstm.projection_dim" after three named said otherwise
-                raise ValueError(Errors.E_OPTIONS_BAD_VALUES.format(
-                    source=source, keys=", ".join(OPTIONS_KEYS[name] for name in err.together), error=err,
-                    original=original)) from err
+            if err.together or err.alone:  # "Fix lstm.projection_dim" after two or three named said otherwise
+                said = Errors.E_OPTIONS_BAD_VALUES if err.together else Errors.E_OPTIONS_BAD_VALUES_EACH
+                raise ValueError(said.format(
+                    source=source, keys=", ".join(OPTIONS_KEYS[name] for name in err.together or err.alone),
+                    error=err, original=original)) from err
             raise ValueError(Errors.E_OPTIONS_BAD_VALUE.format(
                 source=source, key=OPTIONS_KEYS[err.field], field=err.field, error=err, original=original)) from err
 

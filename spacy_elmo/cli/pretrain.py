@@ -73,9 +73,10 @@ def model_config(preset: Optional[str], options: Optional[Path]) -> dict:
             try:
                 config = BiLMConfig.from_dict(data)
             except InvalidConfigValue as err:  # the file is of a kind --options takes: its value is to fix
-                if err.together:  # any of them may shrink: "Fix projection_dim" after three named said otherwise
-                    raise typer.BadParameter(Errors.E_OPTIONS_FILE_BAD_VALUES.format(
-                        path=path, keys=", ".join(section + name for name in err.together), error=err),
+                if err.together or err.alone:  # "Fix projection_dim" after two or three named said otherwise
+                    said = Errors.E_OPTIONS_FILE_BAD_VALUES if err.together else Errors.E_OPTIONS_FILE_BAD_VALUES_EACH
+                    raise typer.BadParameter(said.format(
+                        path=path, keys=", ".join(section + name for name in err.together or err.alone), error=err),
                         param_hint="'--options'") from err
                 raise typer.BadParameter(Errors.E_OPTIONS_FILE_BAD_VALUE.format(
                     path=path, key=section + err.field, error=err), param_hint="'--options'") from err

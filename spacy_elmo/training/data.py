@@ -385,7 +385,7 @@ def broken_link_error(link: Path) -> FileNotFoundError:
     try:
         os.stat(link)
     except OSError as err:
-        if err.errno == errno.ELOOP:  # x -> y -> x: y exists, as a link back
+        if err.errno == errno.ELOOP:  # x -> y -> x: y exists, as a link back; or a chain past 40 links
             return FileNotFoundError(Errors.E_LINK_LOOP.format(path=link, target=target))
     return FileNotFoundError(Errors.E_BROKEN_LINK.format(path=link, target=target))
 
@@ -1644,7 +1644,9 @@ class Corpus:
         if damage is not None:
             raise ValueError(damage)
         try:
-            types = types_text.decode("utf-8").split("\n")[:-1]
+            # a "\r" ends each line where an older spacy-elmo wrote the cache on Windows (write_text's CRLF), its
+            # meta.json with no types_bytes to catch it; no type holds one (the tokenizer never yields it)
+            types = [line.removesuffix("\r") for line in types_text.decode("utf-8").split("\n")[:-1]]
         except UnicodeDecodeError as err:  # a cache of an older spacy-elmo records no size of types.txt
             raise ValueError(Errors.E_CACHE_TYPES_UNDECODABLE.format(path=cache, error=err)) from err
         damage = cache_damage(cache, types)

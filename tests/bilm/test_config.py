@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from spacy_elmo import BiLM, BiLMConfig, batch_to_ids
-from spacy_elmo.bilm.config import MOST_TENSOR_BYTES
+from spacy_elmo.bilm.config import MOST_TENSOR_BYTES, InvalidConfigValue
 from spacy_elmo.errors import Errors
 from tests.backends import BACKENDS
 from tests.bilm.oracle import options
@@ -68,6 +68,17 @@ def test_clips_take_any_real_number_and_are_stored_as_floats():
     for bad in (True, np.float32("nan"), np.float32(-1.0), "3.0"):
         with pytest.raises(ValueError, match="cell_clip must be a finite positive number"):
             BiLMConfig(cell_clip=bad)
+
+
+@pytest.mark.parametrize("sign, digits", [(1, 400), (-1, 400), (1, 5000)])
+def test_a_clip_past_a_floats_range_is_a_bad_clip(sign, digits):
+    """{"cell_clip": 10**400} (JSON holds such an int) raised OverflowError from math.isfinite, a traceback out of
+    pretrain; 10**5000's repr, past Python's 4,300 digits, a ValueError of its own. Each is E_BAD_CLIP, its value
+    shortened."""
+    with pytest.raises(InvalidConfigValue, match=r"cell_clip must be a finite positive number, or null for no "
+                                                 r"clipping; found -?1000+\.\.\.0+\.$") as err:
+        BiLMConfig.from_dict({"cell_clip": sign * 10**digits})
+    assert err.value.field == "cell_clip" and len(str(err.value)) < 200
 
 
 @pytest.mark.parametrize(
@@ -174,6 +185,7 @@ def test_the_sizes_named_are_those_that_make_the_model_too_large(kwargs, named, 
     assert f"torch can address; {phrase}. Use the sizes" in str(err.value), str(err.value)
     assert err.value.field == named[0]
     assert err.value.together == (tuple(named) if said == "together" else ())
+    assert err.value.alone == (tuple(named) if said == "alone" and len(named) > 1 else ())
     for name, value in kwargs.items():  # alone (the other sizes the defaults), a named size is too large; no other is
         if name in named and said == "alone":
             with pytest.raises(ValueError, match="These sizes make"):
@@ -186,9 +198,10 @@ def test_the_sizes_named_are_those_that_make_the_model_too_large(kwargs, named, 
             BiLMConfig(**{**kwargs, name: getattr(BiLMConfig(), name)})
 
 
-def test_sizes_too_large_together_in_options_say_to_fix_one_of_their_keys():
+def test_sizes_too_large_together_in_options_say_to_shrink_their_keys():
     """Sizes too large together in AllenNLP options ended "Fix lstm.projection_dim there." after naming two or three:
-    now they are named by their keys, any of which may shrink."""
+    now they are named by their keys, to shrink (then "Fix one of them there.", false where one alone is not
+    enough: test_sizes_too_large_together_where_no_one_suffices_say_so)."""
     opts = BiLMConfig(projection_dim=2**33, cell_dim=2**20, n_layers=1).to_allennlp_options()
     opts["lstm"]["dim"] = 2**33
     with pytest.raises(ValueError) as err:
@@ -196,7 +209,39 @@ def test_sizes_too_large_together_in_options_say_to_fix_one_of_their_keys():
     said = str(err.value)
     assert said.startswith("The ELMo options in opts.json have sizes too large together, lstm.projection_dim, "
                            "lstm.dim: These sizes make"), said
-    assert said.endswith(" Fix one of them there.") and "n_layers=" not in said, said
+    assert said.endswith(" One alone may not be enough: shrink them there.") and "n_layers=" not in said, said
+
+
+def test_sizes_too_large_together_where_no_one_suffices_say_so():
+    """projection_dim=dim=2**40, n_layers=2**20 are too large together, and still with any one of them at 1: the
+    options' "Fix one of them there." was false. Their message says one alone may not be enough."""
+    kwargs = {"projection_dim": 2**40, "cell_dim": 2**40, "n_layers": 2**20}
+    for name in kwargs:  # no one of them shrunk is enough
+        with pytest.raises(ValueError, match="These sizes make"):
+            BiLMConfig(**{**kwargs, name: 1})
+    opts = BiLMConfig().to_allennlp_options()
+    opts["lstm"].update(projection_dim=2**40, dim=2**40, n_layers=2**20)
+    with pytest.raises(ValueError) as err:
+        BiLMConfig.from_allennlp_options(opts, source="opts.json")
+    said = str(err.value)
+    assert said.startswith("The ELMo options in opts.json have sizes too large together, lstm.projection_dim, "
+                           "lstm.dim, lstm.n_layers: These sizes make"), said
+    assert said.endswith(" One alone may not be enough: shrink them there.") and "one of them" not in said, said
+
+
+def test_sizes_each_too_large_alone_in_options_say_to_fix_each_key():
+    """lstm.dim and char_cnn.max_characters_per_token each too large alone, both named, ended "Fix lstm.dim there.",
+    naming the first only: shrinking it alone left the model too large. Each key is named, each to fix."""
+    opts = BiLMConfig().to_allennlp_options()
+    opts["lstm"]["dim"] = 2**60
+    opts["char_cnn"]["max_characters_per_token"] = 2**62
+    with pytest.raises(ValueError) as err:
+        BiLMConfig.from_allennlp_options(opts, source="opts.json", weight_file="w.hdf5")
+    said = str(err.value)
+    assert said.startswith("The ELMo options in opts.json have sizes each too large alone, lstm.dim, "
+                           "char_cnn.max_characters_per_token: These sizes make"), said
+    assert said.endswith(" Fix each of them there, or use the options.json that came with the weight file w.hdf5."), said
+    assert "Fix lstm.dim" not in said, said
 
 
 def test_huge_sizes_are_said_in_the_size_message():
@@ -224,7 +269,9 @@ def test_big_number_and_short_repr_write_ints_of_any_size():
     x = 12345678901234567890123456789012345678901234567890
     assert short_repr(x) == reprlib.repr(x) == "123456789012345678...2345678901234567890"
     assert short_repr(10**5000 + 7) == "100000000000000000...0000000000000000007"
-    assert short_repr(-(10**5000)) == "-100000000000000000...0000000000000000000"
+    # the sign is one of reprlib's first characters: one digit more was shown
+    assert short_repr(-x) == reprlib.repr(-x) == "-12345678901234567...2345678901234567890"
+    assert short_repr(-(10**5000)) == "-10000000000000000...0000000000000000000"
 
 
 def test_sizes_below_what_torch_can_hold_are_accepted():
@@ -457,6 +504,10 @@ def test_invalid_config_value_pickles_with_its_field():
         BiLMConfig.from_dict({"cell_dim": 0})
     again = pickle.loads(pickle.dumps(err.value))
     assert (type(again), again.field, str(again)) == (InvalidConfigValue, "cell_dim", str(err.value))
+    with pytest.raises(InvalidConfigValue) as err:  # and the sizes it names, too large together or each alone
+        BiLMConfig(cell_dim=2**61, max_characters_per_token=2**62)
+    again = pickle.loads(pickle.dumps(err.value))
+    assert (again.field, again.together, again.alone) == ("cell_dim", (), ("cell_dim", "max_characters_per_token"))
 
 
 @pytest.mark.parametrize("value", [-3, 999])

@@ -523,9 +523,10 @@ def test_options_holding_no_json_object_say_so(tmp_path, text, kind):
     assert not (tmp_path / "out").exists()
 
 
-def test_options_of_sizes_too_large_together_say_to_fix_one_of_them(tmp_path):
+def test_options_of_sizes_too_large_together_say_to_shrink_them(tmp_path):
     """Sizes too large together in an --options file named every size of the LSTM, n_layers=1 among them, and then
-    said "Fix projection_dim there.": now those that make it too large, any of which may shrink (diffrev1)."""
+    said "Fix projection_dim there.": now those that make it too large, to shrink, one alone maybe not enough
+    (diffrev1; "Fix one of them there." was false for projection_dim=cell_dim=2**40, n_layers=2**20: diffrev3)."""
     options = tmp_path / "options.json"
     options.write_text(json.dumps({"projection_dim": 2**33, "cell_dim": 2**33, "n_layers": 1}))
     result = runner.invoke(app, ["pretrain", str(tmp_path / "no-text"), str(tmp_path / "out"), "--options", str(options)])
@@ -535,8 +536,23 @@ def test_options_of_sizes_too_large_together_say_to_fix_one_of_them(tmp_path):
     assert (f"Themodeloptions{options}havesizestoolargetogether,projection_dim,cell_dim:Thesesizesmake"
             in squeezed), said
     assert "the most bytes are of projection_dim=8589934592, cell_dim=8589934592 together" in said, said
-    assert said.rstrip("╰─╯ ").endswith("Fix one of them there."), said
+    assert said.rstrip("╰─╯ ").endswith("One alone may not be enough: shrink them there."), said
     assert "n_layers=1" not in said and "Fix projection_dim" not in said, said
+
+
+def test_options_of_sizes_each_too_large_alone_say_to_fix_each(tmp_path):
+    """Two sizes each too large alone in an --options file were both named, then "Fix cell_dim there.": the first
+    only, which shrunk alone left the model too large (diffrev3). Each is named, each to fix."""
+    options = tmp_path / "options.json"
+    options.write_text(json.dumps({"cell_dim": 2**61, "max_characters_per_token": 2**62}))
+    result = runner.invoke(app, ["pretrain", str(tmp_path / "no-text"), str(tmp_path / "out"), "--options", str(options)])
+    said = " ".join(plain(result.output).replace("│", " ").split())
+    assert result.exit_code == 2, said
+    squeezed = said.replace(" ", "")  # a long path is wrapped anywhere in the error box
+    assert (f"Themodeloptions{options}havesizeseachtoolargealone,cell_dim,max_characters_per_token:Thesesizesmake"
+            in squeezed), said
+    assert said.rstrip("╰─╯ ").endswith("Fix each of them there."), said
+    assert "Fix cell_dim" not in said, said
 
 
 def test_options_nested_past_the_recursion_limit_are_a_usage_error(tmp_path):

@@ -133,10 +133,26 @@ def test_a_loop_of_links_is_named_a_loop(tmp_path):
     (corpus / "a.txt").write_text("hello .\n", encoding="utf-8")
     (corpus / "x").symlink_to("y")
     (corpus / "y").symlink_to("x")
-    with pytest.raises(FileNotFoundError, match=f"{corpus / 'x'} is a symbolic link in a loop of links: it points "
-                                                "to y, which leads back to it") as err:
+    with pytest.raises(FileNotFoundError, match=re.escape(
+            f"{corpus / 'x'} is a symbolic link past too many levels of symbolic links (a loop of links, or a chain "
+            "longer than the system follows): it points to y (ls -l it")) as err:
         list_text_files(corpus)
     assert "does not exist" not in str(err.value)
+
+
+def test_a_chain_of_links_too_long_is_not_named_a_loop(tmp_path):
+    """ELOOP comes too from a chain of more links than the system follows (40 on Linux), no loop: it was said to be
+    "in a loop of links ... which leads back to it" (diffrev3)."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("hello .\n", encoding="utf-8")
+    (corpus / "a0").symlink_to("a.txt")
+    for i in range(1, 50):
+        (corpus / f"a{i}").symlink_to(f"a{i - 1}")
+    with pytest.raises(FileNotFoundError, match=re.escape(
+            "too many levels of symbolic links (a loop of links, or a chain longer than the system follows)")) as err:
+        list_text_files(corpus)
+    assert "leads back to it" not in str(err.value) and "does not exist" not in str(err.value)
 
 
 def test_a_hard_link_is_read_once(tmp_path):
@@ -307,6 +323,22 @@ def test_types_undecodable_in_an_older_cache_is_a_damaged_cache(tmp_path):
         Corpus.load(cache)
     types.write_bytes(text)
     assert Corpus.load(cache).digest() == whole.digest()
+
+
+def test_types_with_crlf_line_ends_in_an_older_cache_load_without_the_cr(tmp_path):
+    """An older spacy-elmo wrote types.txt with write_text: CRLF line ends on Windows, and no types_bytes in
+    meta.json to catch them; each type read back ended in "\\r" (no type holds one)."""
+    import json
+
+    _, cache, meta = _built(tmp_path)
+    del meta["types_bytes"]
+    (cache / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
+    whole = Corpus.load(cache)
+    types = cache / "types.txt"
+    types.write_bytes(types.read_bytes().replace(b"\n", b"\r\n"))
+    crlf = Corpus.load(cache)
+    assert crlf.types == whole.types and not any("\r" in t for t in crlf.types)
+    assert crlf.digest() == whole.digest()
 
 
 def test_a_cache_files_are_synced_before_meta_json(tmp_path, monkeypatch):
