@@ -198,15 +198,20 @@ def test_the_sizes_named_are_those_that_make_the_model_too_large(kwargs, named, 
             BiLMConfig(**{**kwargs, name: getattr(BiLMConfig(), name)})
 
 
+def _options_refusal(opts: dict, **kwargs) -> str:
+    """The ValueError's message refusing AllenNLP ``opts`` read as from opts.json."""
+    with pytest.raises(ValueError) as err:
+        BiLMConfig.from_allennlp_options(opts, source="opts.json", **kwargs)
+    return str(err.value)
+
+
 def test_sizes_too_large_together_in_options_say_to_shrink_their_keys():
     """Sizes too large together in AllenNLP options ended "Fix lstm.projection_dim there." after naming two or three:
     now they are named by their keys, to shrink (then "Fix one of them there.", false where one alone is not
     enough: test_sizes_too_large_together_where_no_one_suffices_say_so)."""
     opts = BiLMConfig(projection_dim=2**33, cell_dim=2**20, n_layers=1).to_allennlp_options()
     opts["lstm"]["dim"] = 2**33
-    with pytest.raises(ValueError) as err:
-        BiLMConfig.from_allennlp_options(opts, source="opts.json")
-    said = str(err.value)
+    said = _options_refusal(opts)
     assert said.startswith("The ELMo options in opts.json have sizes too large together, lstm.projection_dim, "
                            "lstm.dim: These sizes make"), said
     assert said.endswith(" One alone may not be enough: shrink them there.") and "n_layers=" not in said, said
@@ -221,9 +226,7 @@ def test_sizes_too_large_together_where_no_one_suffices_say_so():
             BiLMConfig(**{**kwargs, name: 1})
     opts = BiLMConfig().to_allennlp_options()
     opts["lstm"].update(projection_dim=2**40, dim=2**40, n_layers=2**20)
-    with pytest.raises(ValueError) as err:
-        BiLMConfig.from_allennlp_options(opts, source="opts.json")
-    said = str(err.value)
+    said = _options_refusal(opts)
     assert said.startswith("The ELMo options in opts.json have sizes too large together, lstm.projection_dim, "
                            "lstm.dim, lstm.n_layers: These sizes make"), said
     assert said.endswith(" One alone may not be enough: shrink them there.") and "one of them" not in said, said
@@ -235,9 +238,7 @@ def test_sizes_each_too_large_alone_in_options_say_to_fix_each_key():
     opts = BiLMConfig().to_allennlp_options()
     opts["lstm"]["dim"] = 2**60
     opts["char_cnn"]["max_characters_per_token"] = 2**62
-    with pytest.raises(ValueError) as err:
-        BiLMConfig.from_allennlp_options(opts, source="opts.json", weight_file="w.hdf5")
-    said = str(err.value)
+    said = _options_refusal(opts, weight_file="w.hdf5")
     assert said.startswith("The ELMo options in opts.json have sizes each too large alone, lstm.dim, "
                            "char_cnn.max_characters_per_token: These sizes make"), said
     assert said.endswith(" Fix each of them there, or use the options.json that came with the weight file w.hdf5."), said

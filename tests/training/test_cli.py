@@ -523,16 +523,22 @@ def test_options_holding_no_json_object_say_so(tmp_path, text, kind):
     assert not (tmp_path / "out").exists()
 
 
+def _refused_sizes(tmp_path, sizes: dict) -> tuple:
+    """pretrain --options of ``sizes`` refused as a usage error: (the options file, the message, it without spaces,
+    as a long path is wrapped anywhere in the error box)."""
+    options = tmp_path / "options.json"
+    options.write_text(json.dumps(sizes))
+    result = runner.invoke(app, ["pretrain", str(tmp_path / "no-text"), str(tmp_path / "out"), "--options", str(options)])
+    said = " ".join(plain(result.output).replace("│", " ").split())
+    assert result.exit_code == 2, said
+    return options, said, said.replace(" ", "")
+
+
 def test_options_of_sizes_too_large_together_say_to_shrink_them(tmp_path):
     """Sizes too large together in an --options file named every size of the LSTM, n_layers=1 among them, and then
     said "Fix projection_dim there.": now those that make it too large, to shrink, one alone maybe not enough
     (diffrev1; "Fix one of them there." was false for projection_dim=cell_dim=2**40, n_layers=2**20: diffrev3)."""
-    options = tmp_path / "options.json"
-    options.write_text(json.dumps({"projection_dim": 2**33, "cell_dim": 2**33, "n_layers": 1}))
-    result = runner.invoke(app, ["pretrain", str(tmp_path / "no-text"), str(tmp_path / "out"), "--options", str(options)])
-    said = " ".join(plain(result.output).replace("│", " ").split())
-    assert result.exit_code == 2, said
-    squeezed = said.replace(" ", "")  # a long path is wrapped anywhere in the error box
+    options, said, squeezed = _refused_sizes(tmp_path, {"projection_dim": 2**33, "cell_dim": 2**33, "n_layers": 1})
     assert (f"Themodeloptions{options}havesizestoolargetogether,projection_dim,cell_dim:Thesesizesmake"
             in squeezed), said
     assert "the most bytes are of projection_dim=8589934592, cell_dim=8589934592 together" in said, said
@@ -543,12 +549,7 @@ def test_options_of_sizes_too_large_together_say_to_shrink_them(tmp_path):
 def test_options_of_sizes_each_too_large_alone_say_to_fix_each(tmp_path):
     """Two sizes each too large alone in an --options file were both named, then "Fix cell_dim there.": the first
     only, which shrunk alone left the model too large (diffrev3). Each is named, each to fix."""
-    options = tmp_path / "options.json"
-    options.write_text(json.dumps({"cell_dim": 2**61, "max_characters_per_token": 2**62}))
-    result = runner.invoke(app, ["pretrain", str(tmp_path / "no-text"), str(tmp_path / "out"), "--options", str(options)])
-    said = " ".join(plain(result.output).replace("│", " ").split())
-    assert result.exit_code == 2, said
-    squeezed = said.replace(" ", "")  # a long path is wrapped anywhere in the error box
+    options, said, squeezed = _refused_sizes(tmp_path, {"cell_dim": 2**61, "max_characters_per_token": 2**62})
     assert (f"Themodeloptions{options}havesizeseachtoolargealone,cell_dim,max_characters_per_token:Thesesizesmake"
             in squeezed), said
     assert said.rstrip("╰─╯ ").endswith("Fix each of them there."), said
