@@ -1406,14 +1406,15 @@ def cache_is_current(cache_dir: PathLike, stamp: dict) -> bool:
 #: counted only as :meth:`Corpus.load` reads it, its size by a stat wherever the cache is checked.
 TYPES_BYTES = "types_bytes"
 
-#: The binary files of a corpus cache: ``(name, item size, meta.json's count of them)``, its count a key of
-#: meta.json or of its ``stats``.
-CACHE_ARRAYS = (("tokens.i32", 4, "n_stream"), ("sent_lengths.i64", 8, "n_sentences"), ("counts.i64", 8, "n_types"))
+#: The files of a corpus cache checked by size: ``(name, item size, meta.json's count of them)``, its count a key
+#: of meta.json or of its ``stats``; types.txt's items are its bytes.
+CACHE_SIZED = (("tokens.i32", 4, "n_stream"), ("sent_lengths.i64", 8, "n_sentences"), ("counts.i64", 8, "n_types"),
+               ("types.txt", 1, TYPES_BYTES))
 
 
 def cache_damage(cache_dir: PathLike, types: Optional[List[str]] = None) -> Optional[str]:
     """None when the files of the complete cache in ``cache_dir`` hold as many items as its meta.json records
-    (:data:`CACHE_ARRAYS`, types.txt its :data:`TYPES_BYTES`, and ``types``, its lines, where given); else
+    (:data:`CACHE_SIZED`, and ``types``, types.txt's lines, where given); else
     ``E_CACHE_DAMAGED`` for the
     first that does not (a write cut short: the cache read then gave "0 tokens" or a numpy broadcast error), or for
     one that is missing. Sizes only (a stat): no count meta.json lacks is checked, nor any without a readable
@@ -1426,7 +1427,7 @@ def cache_damage(cache_dir: PathLike, types: Optional[List[str]] = None) -> Opti
     if not isinstance(meta, dict):
         return None
     stats: Dict[str, Any] = meta["stats"] if isinstance(meta.get("stats"), dict) else {}
-    for name, size, key in CACHE_ARRAYS:
+    for name, size, key in CACHE_SIZED:
         expected = meta.get(key, stats.get(key))
         if not isinstance(expected, int):
             continue
@@ -1435,16 +1436,8 @@ def cache_damage(cache_dir: PathLike, types: Optional[List[str]] = None) -> Opti
         except FileNotFoundError:
             found = 0
         if found != expected * size:
-            return Errors.E_CACHE_DAMAGED.format(path=cache, file=name, found=found // size, expected=expected,
-                                                 unit="items" + (f" (and {found % size} bytes)" if found % size else ""))
-    if isinstance(meta.get(TYPES_BYTES), int):
-        try:
-            found = (cache / "types.txt").stat().st_size
-        except FileNotFoundError:
-            found = 0
-        if found != meta[TYPES_BYTES]:
-            return Errors.E_CACHE_DAMAGED.format(path=cache, file="types.txt", found=found, expected=meta[TYPES_BYTES],
-                                                 unit="bytes")
+            unit = "bytes" if size == 1 else "items" + (f" (and {found % size} bytes)" if found % size else "")
+            return Errors.E_CACHE_DAMAGED.format(path=cache, file=name, found=found // size, expected=expected, unit=unit)
     if types is not None and isinstance(meta.get("n_types"), int) and len(types) != meta["n_types"]:
         return Errors.E_CACHE_DAMAGED.format(path=cache, file="types.txt", found=len(types), expected=meta["n_types"],
                                              unit="types")
