@@ -190,6 +190,11 @@ def _tensor_bytes(sizes: Dict[str, Any]) -> Dict[Tuple[str, ...], int]:
     }
 
 
+def _total_bytes(sizes: Dict[str, Any]) -> int:
+    """The bytes of a new BiLM's tensors of ``sizes``, all parts (:func:`_tensor_bytes`)."""
+    return sum(_tensor_bytes(sizes).values())
+
+
 @dataclass
 class BiLMConfig:
     """Hyperparameters of the biLM (names follow the AllenNLP options file).
@@ -247,7 +252,7 @@ class BiLMConfig:
     def n_bytes(self) -> int:
         """The bytes of a new BiLM's tensors: its float32 parameters and the int64 char ids of ``<S>`` and
         ``</S>`` ``(2, max_characters_per_token)``."""
-        return sum(_tensor_bytes(self._sizes()).values())
+        return _total_bytes(self._sizes())
 
     def _sizes(self) -> Dict[str, Any]:
         return {name: getattr(self, name) for name in SIZE_FIELDS}
@@ -265,19 +270,19 @@ class BiLMConfig:
         that part larger than their defaults do (not ``n_layers=1``): any of them may shrink. The largest value
         was named before, which need not be the one too large (``max_characters_per_token=2**56``, 8 EiB of char
         ids that torch can hold, beside ``cell_dim=2**55``)."""
-        sizes = self._sizes()
-        if sum(_tensor_bytes(sizes).values()) <= MOST_TENSOR_BYTES:
+        if self.n_bytes <= MOST_TENSOR_BYTES:
             return
+        sizes = self._sizes()
         defaults = {f.name: f.default if f.default_factory is MISSING else f.default_factory()
                     for f in fields(BiLMConfig) if f.name in SIZE_FIELDS}
 
         def n_bytes_with(name: str, value: Any) -> int:
-            return sum(_tensor_bytes({**defaults, name: value}).values())
+            return _total_bytes({**defaults, name: value})
 
         at_most_default = {name: min(sizes[name], defaults[name], key=lambda value: n_bytes_with(name, value))
                            for name in SIZE_FIELDS}
         named = [name for name in SIZE_FIELDS
-                 if sum(_tensor_bytes({**at_most_default, name: sizes[name]}).values()) > MOST_TENSOR_BYTES
+                 if _total_bytes({**at_most_default, name: sizes[name]}) > MOST_TENSOR_BYTES
                  and n_bytes_with(name, sizes[name]) > MOST_TENSOR_BYTES]
         together: Tuple[str, ...] = ()
         alone: Tuple[str, ...] = ()
