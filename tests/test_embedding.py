@@ -1244,6 +1244,23 @@ def test_a_line_over_max_tokens_in_a_later_part_is_named_by_its_line_in_the_file
         embed_file(bilm, path, tmp_path / "o.h5", part_size=2, max_tokens=20, progress=False)
 
 
+def test_max_tokens_accepts_a_line_of_exactly_that_many_tokens_and_refuses_one_more(bilm, tmp_path):
+    """--max-tokens is the longest line accepted (README: "up to `--max-tokens` tokens"): a line of exactly
+    max_tokens tokens is embedded, whole; one of max_tokens + 1 is refused, nothing written."""
+    max_tokens = 5
+    exact = tmp_path / "exact.txt"
+    exact.write_text("a b\n" + " ".join(["w"] * max_tokens) + "\n", encoding="utf-8")
+    counts = embed_file(bilm, exact, tmp_path / "exact.h5", max_tokens=max_tokens, tokenize=str.split, progress=False)
+    assert counts["finished"] == 1 and counts["tokens"] == 2 + max_tokens
+    with h5py.File(tmp_path / "exact.h5", "r") as f:
+        assert f["1"].shape[-2] == max_tokens
+    over = tmp_path / "over.txt"
+    over.write_text("a b\n" + " ".join(["w"] * (max_tokens + 1)) + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=rf"line 2 has {max_tokens + 1} tokens, more than --max-tokens {max_tokens}"):
+        embed_file(bilm, over, tmp_path / "over.h5", max_tokens=max_tokens, tokenize=str.split, progress=False)
+    assert not (tmp_path / "over.h5").exists() and not parts_path(tmp_path / "over.h5").exists()
+
+
 def test_every_bilm_call_of_embed_file_stays_within_batch_size_and_batch_tokens(bilm, tmp_path, monkeypatch):
     """_batches reads a batch's first row as its longest: that holds because embed_file sorts each part longest
     first. Checked on the calls embed_file makes (an ascending sort padded batches past --batch-tokens)."""
