@@ -1185,6 +1185,19 @@ class Errors:
         "{path} looks like a binary file (it contains NUL bytes), not UTF-8 text. Pass plain "
         "text (or gzip, bzip2 or xz of it){skipped}."
     )
+    E_UNREAD_FORMAT = (
+        "{path} holds {what}, which spacy-elmo does not read: it reads UTF-8 text, plain or compressed with gzip, "
+        "bzip2 or xz (known by its first bytes, whatever the file's name). {fix}{skipped}."
+    )
+    #: E_UNREAD_FORMAT's and W_UNREAD_FORMAT_SKIPPED's ``what`` for a compression not read (zstd, lz4)
+    E_UNREAD_COMPRESSION = "{format}-compressed data"
+    E_UNREAD_COMPRESSION_FIX = (
+        "Decompress it and pass the text (`{tool} -dc {shell_path} > NEW.txt`), or compress it with gzip instead "
+        "(`{tool} -dc {shell_path} | gzip > NEW.txt.gz`)"
+    )
+    #: E_UNREAD_FORMAT's and W_UNREAD_FORMAT_SKIPPED's ``what`` for an archive of files (zip, 7z, tar)
+    E_UNREAD_ARCHIVE = "a {format} archive of files"
+    E_UNREAD_ARCHIVE_FIX = "Unpack it (`{unpack}`) and pass NEW_DIR, the directory of its files"
     E_WIDE_TEXT_FILE = (
         "{path} looks like {encoding} text, not UTF-8 (Notepad's \"Unicode\" and PowerShell's > write UTF-16). "
         "Re-encode it to UTF-8, e.g. `iconv -f {encoding} -t UTF-8 {shell_path} > NEW.txt`, and pass NEW.txt{skipped}."
@@ -2145,6 +2158,7 @@ class Warnings:
 
     # --- pretraining and CLI (spacy_elmo.training, spacy_elmo.cli) ----------
     W_BINARY_SKIPPED = "spacy-elmo: skipped {path}: it looks binary (NUL bytes), not text."
+    W_UNREAD_FORMAT_SKIPPED = "spacy-elmo: skipped {path}: it holds {what}, which spacy-elmo does not read. {fix}."
     W_WIDE_TEXT_SKIPPED = (
         "spacy-elmo: skipped {path}: it looks like {encoding} text, not UTF-8. Re-encode it to UTF-8 to train on "
         "it: `iconv -f {encoding} -t UTF-8 {shell_path} > NEW.txt`."

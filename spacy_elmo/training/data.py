@@ -33,7 +33,8 @@ sentences back in the text's order, so the cache is the same whatever their numb
 
 Defined behaviour for bad input: undecodable bytes are replaced by U+FFFD and
 counted (reported once, never an error); a file with NUL bytes in its first
-8 KiB (decompressed) is binary, or UTF-16 or UTF-32 text when they say so (:func:`not_utf8`): an error
+8 KiB (decompressed) is binary, or UTF-16 or UTF-32 text when they say so, and one that starts as a zstd or lz4
+stream or a zip, 7z or tar archive (a ``.tar.gz`` once decompressed) holds no text read (:func:`not_utf8`): an error
 when it is TRAIN_PATH itself, skipped with a warning inside a directory (NUL bytes after them are kept, counted
 and warned of once per file: :func:`iter_text`, as are lines holding a ``\\r``); a stretch of more than ``RUN_CHARS`` characters without whitespace that spaCy's
 rule-based tokenizer strips affixes from one at a time (time quadratic in it), or longer than ``RUN_CAP``, is cut
@@ -178,6 +179,20 @@ COMPRESSIONS = {
 #: The name endings that promise a compressed format (a file named so must be that format).
 SUFFIXES = {".gz": "gzip", ".bz2": "bzip2", ".xz": "xz"}
 MAGIC_BYTES = 10
+#: Compressions not read (:data:`COMPRESSIONS` are): name -> (the start of every such file, the tool that
+#: decompresses it with ``-dc``). They were called binary (NUL bytes), or read as text of undecodable bytes.
+UNREAD_COMPRESSIONS = {
+    "zstd": (re.compile(rb"\x28\xb5\x2f\xfd"), "zstd"),
+    "lz4": (re.compile(rb"\x04\x22\x4d\x18"), "lz4"),
+}
+#: Archives of files, no text stream: name -> (the start of such a file, decompressed (a ``.tar.gz`` holds a
+#: tar archive), the shell command that unpacks it into NEW_DIR, ``{path}`` the file's). tar's magic with its
+#: version (POSIX ``ustar\0`` ``00``, GNU ``ustar `` `` \0``) holds a NUL byte: no text has it at offset 257.
+ARCHIVES = {
+    "zip": (re.compile(rb"PK(?:\x03\x04|\x05\x06|\x07\x08)"), "unzip {path} -d NEW_DIR"),
+    "7z": (re.compile(rb"7z\xbc\xaf\x27\x1c"), "7z x {path} -oNEW_DIR"),
+    "tar": (re.compile(rb".{257}ustar(?:\x0000|  \x00)", re.DOTALL), "mkdir NEW_DIR && tar -xf {path} -C NEW_DIR"),
+}
 
 _replaced = [0]
 
@@ -487,13 +502,29 @@ def _wide_encoding(head: bytes) -> Optional[str]:
 
 def not_utf8(path: Path) -> Optional[str]:
     """None when the file ``path`` may be read as UTF-8 text; else what it is by its first ``BINARY_PROBE``
-    bytes (decompressed: :func:`open_text_file`): the iconv name of its UTF-16 or UTF-32 encoding
+    bytes (decompressed: :func:`open_text_file`): a name of :data:`UNREAD_COMPRESSIONS` or :data:`ARCHIVES` (by
+    its first bytes, whether they hold a NUL byte or not), the iconv name of its UTF-16 or UTF-32 encoding
     (:func:`_wide_encoding`), or :data:`BINARY` when they hold another NUL byte."""
     with open_text_file(path) as f:
         head = f.read(BINARY_PROBE)
+    for name, (magic, _) in itertools.chain(UNREAD_COMPRESSIONS.items(), ARCHIVES.items()):
+        if magic.match(head):
+            return name
     if b"\x00" not in head and not head.startswith(tuple(bom for bom, _ in WIDE_BOMS)):  # no BOM starts UTF-8
         return None
     return _wide_encoding(head) or BINARY
+
+
+def unread_format(path: PathLike, kind: str) -> Tuple[str, str]:
+    """``(what, fix)`` of the messages of the file ``path`` that holds ``kind``, an :data:`UNREAD_COMPRESSIONS` or
+    :data:`ARCHIVES` name: what it holds, and how to make text of it that spacy-elmo reads."""
+    shell_path = shell_quoted(path)
+    if kind in UNREAD_COMPRESSIONS:
+        tool = UNREAD_COMPRESSIONS[kind][1]
+        return (Errors.E_UNREAD_COMPRESSION.format(format=kind),
+                Errors.E_UNREAD_COMPRESSION_FIX.format(tool=tool, shell_path=shell_path))
+    return Errors.E_UNREAD_ARCHIVE.format(format=kind), Errors.E_UNREAD_ARCHIVE_FIX.format(
+        unpack=ARCHIVES[kind][1].format(path=shell_path))
 
 
 def not_text_error(path: Path, kind: str, directories: bool = True) -> str:
@@ -502,6 +533,9 @@ def not_text_error(path: Path, kind: str, directories: bool = True) -> str:
     skipped = Errors.E_NOT_TEXT_SKIPPED if directories else ""
     if kind == BINARY:
         return Errors.E_BINARY_FILE.format(path=path, skipped=skipped)
+    if kind in UNREAD_COMPRESSIONS or kind in ARCHIVES:
+        what, fix = unread_format(path, kind)
+        return Errors.E_UNREAD_FORMAT.format(path=path, what=what, fix=fix, skipped=skipped)
     return Errors.E_WIDE_TEXT_FILE.format(path=path, shell_path=shell_quoted(path), encoding=kind, skipped=skipped)
 
 
@@ -693,11 +727,15 @@ def iter_text(path: PathLike, stats: ReadStats, tokenizer=None) -> Iterator[str]
         if kind is not None:
             if single:
                 raise ValueError(not_text_error(file, kind))
-            stats.n_binary += 1  # UTF-16 and UTF-32 files too: skipped as no UTF-8 text
+            stats.n_binary += 1  # UTF-16 and UTF-32 files, archives and compressions not read too: no UTF-8 text
             stats.binary_files.append(str(file))
-            skipped = Warnings.W_BINARY_SKIPPED if kind == BINARY else Warnings.W_WIDE_TEXT_SKIPPED
-            warnings.warn(skipped.format(path=file, shell_path=shell_quoted(file), encoding=kind), RuntimeWarning,
-                          stacklevel=2)
+            if kind in UNREAD_COMPRESSIONS or kind in ARCHIVES:
+                what, fix = unread_format(file, kind)
+                said = Warnings.W_UNREAD_FORMAT_SKIPPED.format(path=file, what=what, fix=fix)
+            else:
+                skipped = Warnings.W_BINARY_SKIPPED if kind == BINARY else Warnings.W_WIDE_TEXT_SKIPPED
+                said = skipped.format(path=file, shell_path=shell_quoted(file), encoding=kind)
+            warnings.warn(said, RuntimeWarning, stacklevel=2)
             continue
         stats.n_files += 1
         before = replaced_bytes_so_far()
