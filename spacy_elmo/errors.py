@@ -1162,8 +1162,14 @@ class Errors:
         "a crash). Delete {path} and run again to tokenize the text anew."
     )
     E_EMPTY_CORPUS = (
-        "No text to train on in {path}: {n_files} file(s) read, {n_binary} skipped as binary or UTF-16/32, "
-        "0 tokens. Pass UTF-8 text (one or more sentences per line)."
+        "No text to train on in {path}: {files}, 0 tokens. Pass UTF-8 text (one or more sentences per line)."
+    )
+    #: E_EMPTY_CORPUS's, E_NO_EVAL_TOKENS's and E_FIT_STATE_EMPTY_TEXT's ``files``
+    E_FILES_READ = "{n_files} file(s) read, {n_binary} skipped as binary, UTF-16/32 or a format not read{hidden}"
+    #: E_FILES_READ's ``hidden`` where hidden files or directories were skipped
+    E_HIDDEN_SKIPPED = (
+        ", {n_hidden} skipped as hidden (a file or directory whose name starts with \".\" is never read: rename "
+        "it to read it)"
     )
     E_TOKENIZE_WORKER_DIED = (
         "{n} tokenizing worker process(es) ended before the corpus was tokenized (exit code {exitcode}; a "
@@ -1666,7 +1672,7 @@ class Errors:
         "--gpus-per-task=1)."
     )
     E_NO_EVAL_TOKENS = (
-        "{path} contains no tokens to evaluate on ({n_files} file(s) read, {n_binary} skipped as binary or UTF-16/32). Pass "
+        "{path} contains no tokens to evaluate on ({files}). Pass "
         "UTF-8 text with at least one word: a text file (plain, .gz, .bz2 or .xz) or a directory holding such files."
     )
     E_NO_EVAL_WORDS = (
@@ -1679,8 +1685,7 @@ class Errors:
         "to clear the state, or drop --clear to fit a new state on the text."
     )
     E_FIT_STATE_EMPTY_TEXT = (
-        "{path} holds no text to fit the initial state on ({n_files} file(s) read, {n_binary} skipped as binary or "
-        "UTF-16/32, 0 sentences). Pass UTF-8 running text like the training text (one or more sentences per line)."
+        "{path} holds no text to fit the initial state on ({files}, 0 sentences). Pass UTF-8 running text like the training text (one or more sentences per line)."
     )
     E_FIT_STATE_ALLENNLP = (
         "{path} holds AllenNLP/bilm-tf weights, whose format has no place for a fitted initial state. Convert "

@@ -289,7 +289,7 @@ def pretrain(
     typer.echo(
         f"{_trained(summary['steps'], summary['resumed_from'])}; corpus {counted(stats['n_tokens'], 'token')} in "
         f"{counted(stats['n_sentences'], 'sentence')} from {counted(stats['n_files'], 'file')} ({stats['n_binary']:,} "
-        f"skipped as binary or UTF-16/32, {counted(stats['replaced_bytes'], 'undecodable byte')} replaced); vocabulary {summary['vocab_size']:,}"
+        f"skipped as binary, UTF-16/32 or a format not read, {counted(stats['replaced_bytes'], 'undecodable byte')} replaced); vocabulary {summary['vocab_size']:,}"
     )
     if summary.get("heldout"):
         h = summary["heldout"]

@@ -294,6 +294,7 @@ class ReadStats:
     n_files: int = 0
     n_binary: int = 0
     binary_files: List[str] = field(default_factory=list)
+    n_hidden: int = 0  # files and directories skipped as hidden (their name starts with "."): the empty-text errors'
     replaced_bytes: int = 0
     files_with_replacements: int = 0
     replaced_files: List[str] = field(default_factory=list)  # the first REPLACED_FILES_NAMED of them: the warning's (not in meta.json)
@@ -308,10 +309,22 @@ class ReadStats:
     n_tokens: int = 0  # word tokens, markers not included
 
 
-def list_text_files(path: PathLike) -> List[Path]:
+def files_read(stats: ReadStats) -> str:
+    """What the errors of a text without tokens say of its files (``E_FILES_READ``, their ``files``): how many were
+    read and skipped as no UTF-8 text, and how many hidden ones were skipped, where any were (a directory of
+    dot-files said "0 file(s) read" only)."""
+    hidden = ""
+    if stats.n_hidden:
+        n_hidden = counted(stats.n_hidden, "file or directory", "files or directories")
+        hidden = Errors.E_HIDDEN_SKIPPED.format(n_hidden=n_hidden)
+    return Errors.E_FILES_READ.format(n_files=stats.n_files, n_binary=stats.n_binary, hidden=hidden)
+
+
+def list_text_files(path: PathLike, hidden: Optional[List[Path]] = None) -> List[Path]:
     """TRAIN_PATH itself, or every non-hidden regular file under it, sorted; a ValueError where it is a
     directory spacy-elmo wrote or a model (:func:`is_spacy_elmo_output`), whose subdirectories of that kind are
-    skipped with one warning.
+    skipped with one warning. ``hidden`` (a list), when given, gets the hidden files and directories skipped (a
+    name starting with ``.``; a hidden directory's contents are not looked at).
 
     Symbolic links to directories are followed, each directory read once (by its real path: a link
     back up is no loop, and a second link to a directory no second copy of its text), and each file too
@@ -336,10 +349,12 @@ def list_text_files(path: PathLike) -> List[Path]:
         raise ValueError(Errors.E_TRAIN_PATH_IS_OUTPUT.format(path=path))
     files: List[Path] = []
     outputs: List[Path] = []
-    for root, names in walk_text_dirs(path, outputs):
+    for root, names in walk_text_dirs(path, outputs, hidden=hidden):
         for name in names:
             file = Path(root) / name
             if name.startswith("."):
+                if hidden is not None:
+                    hidden.append(file)
                 continue
             if not file.exists() and file.is_symlink():
                 raise broken_link_error(file)
@@ -361,7 +376,8 @@ def list_text_files(path: PathLike) -> List[Path]:
     return kept
 
 
-def walk_text_dirs(path: PathLike, outputs: Optional[List[Path]] = None, strict: bool = True) -> Iterator[tuple]:
+def walk_text_dirs(path: PathLike, outputs: Optional[List[Path]] = None, strict: bool = True,
+                   hidden: Optional[List[Path]] = None) -> Iterator[tuple]:
     """``(root, file names)`` of every directory :func:`list_text_files` reads under the directory ``path``:
     non-hidden ones, symbolic links to directories followed, each directory once (by its real path). With
     ``outputs`` (a list), subdirectories that spacy-elmo wrote (:func:`is_spacy_elmo_output`) are not entered
@@ -371,7 +387,8 @@ def walk_text_dirs(path: PathLike, outputs: Optional[List[Path]] = None, strict:
     A directory that cannot be listed or entered (its permissions) is a ValueError naming it
     (``E_TRAIN_DIR_UNREADABLE``): ``os.walk`` skipped it silently, its text left out of the corpus. With
     ``strict=False`` it is skipped (the OUTPUT_DIR check, which walks every directory, earlier runs' too: one
-    the reader never enters is no text left out, and one it does enter the reader refuses itself)."""
+    the reader never enters is no text left out, and one it does enter the reader refuses itself). ``hidden`` (a
+    list), when given, gets the hidden subdirectories not entered."""
     seen = {os.path.realpath(path)}
 
     def unreadable(err: OSError) -> None:
@@ -380,6 +397,8 @@ def walk_text_dirs(path: PathLike, outputs: Optional[List[Path]] = None, strict:
     for root, dirs, names in os.walk(path, followlinks=True, onerror=unreadable if strict else None):
         kept = []
         for name in sorted(dirs):
+            if name.startswith(".") and hidden is not None:
+                hidden.append(Path(root) / name)
             real = os.path.realpath(os.path.join(root, name))
             if not name.startswith(".") and real not in seen:
                 seen.add(real)
@@ -719,7 +738,9 @@ def iter_text(path: PathLike, stats: ReadStats, tokenizer=None) -> Iterator[str]
     :func:`not_utf8` reads are binary data or UTF-16 text appended to the text, and lines holding a ``\\r``
     (``W_CARRIAGE_RETURN``): lines end at ``\\n`` only, as ``embed`` and ``wc -l`` count them, so a file whose
     lines end in ``\\r`` alone (classic Mac OS) is one line; each is one more search of the line."""
-    files = list_text_files(path)
+    hidden: List[Path] = []
+    files = list_text_files(path, hidden)
+    stats.n_hidden += len(hidden)
     single = Path(path).is_file()
     rule_based = tokenizer is not None and cuts_runs(tokenizer)
     for file in files:
@@ -1604,7 +1625,7 @@ def _tokenize_into(cache: Path, stamp: dict, train_path: PathLike, nlp, progress
             stacklevel=3,  # build_corpus's caller
         )
     if stats.n_tokens == 0:
-        raise ValueError(Errors.E_EMPTY_CORPUS.format(path=train_path, n_files=stats.n_files, n_binary=stats.n_binary))
+        raise ValueError(Errors.E_EMPTY_CORPUS.format(path=train_path, files=files_read(stats)))
     # Final order: specials, then (-count, string); remap the stream in chunks.
     counts_np = np.frombuffer(counts, dtype=np.int64).copy()
     by_count = sorted(range(3, len(types)), key=lambda i: (-counts_np[i], types[i]))
@@ -1625,7 +1646,8 @@ def _tokenize_into(cache: Path, stamp: dict, train_path: PathLike, nlp, progress
             sync(cache / name)
     sync_dir(cache)
     # The counts, not the names the warning gave: the same text under another name (compressed) has the same stats.
-    stats_counts = {k: v for k, v in asdict(stats).items() if k not in ("replaced_files", "text_sha256")}
+    # n_hidden neither: hidden files are in no fingerprint, so a cache stays current when one is added or removed.
+    stats_counts = {k: v for k, v in asdict(stats).items() if k not in ("replaced_files", "text_sha256", "n_hidden")}
     meta = {"fingerprint": stamp, "stats": stats_counts, "n_types": len(types), TYPES_BYTES: len(types_text),
             "n_stream": int(sum(lengths)),
             "tokenizer": tokenizer_settings(nlp), TEXT_DIGESTS: stats.text_sha256}
