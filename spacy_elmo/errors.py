@@ -1326,7 +1326,8 @@ class Errors:
     )
     # E_OPTIONS_FILE's {error} for a JSON file holding no object ([...], "small", 5): its items or characters were
     # read as keys ("have key(s) 'x'") or a Python error said ("argument after ** must be a mapping, not list")
-    E_OPTIONS_FILE_NOT_OBJECT = "it holds a JSON {kind}, not an object"
+    #: read_json_file's ``not_object`` where the caller words the error around it (``{error}``)
+    E_JSON_NOT_OBJECT = "it holds a JSON {kind}, not an object"
     E_OPTIONS_UNKNOWN_FIELD = (
         "The model options {path} have key(s) {names}, which are no model options: --options reads an AllenNLP "
         "options.json (one with an 'lstm' section), a spacy-elmo model's config.json (\"format\": "
@@ -1924,6 +1925,11 @@ class Errors:
     E_EMBED_PARTS_OLD = (
         "{parts} holds parts written by an older spacy-elmo, which did not record {keys}, so they cannot "
         "be checked against this run. Pass --restart (or delete {parts}) to embed from the start."
+    )
+    E_EMBED_MANIFEST_DAMAGED = (
+        "{path} cannot be read ({error}): it records the settings, text and tokens the parts in {parts} were "
+        "embedded from, and without it they cannot be checked against this run. Pass --restart (or delete {parts}) "
+        "to embed from the start."
     )
     E_EMBED_INTERRUPTED = (
         "Interrupted. The finished parts are kept in {parts}: rerun the same command to embed the rest "

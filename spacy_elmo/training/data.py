@@ -74,7 +74,7 @@ import numpy as np
 from .._typing import PathLike
 from ..atomic import atomic_write_text, naming, sync, sync_dir, temporary_files
 from ..errors import Errors, TokenizerMismatchWarning, Warnings, counted, listed
-from ..paths import file_identity, missing_path_error, shell_quoted, stream_sha256
+from ..paths import file_identity, missing_path_error, read_json_file, shell_quoted, stream_sha256
 from .vocab import BOS, EOS, SPECIALS
 
 BINARY_PROBE = 8192
@@ -1435,17 +1435,25 @@ def _at_precision_of(recorded: dict, stamp: dict) -> dict:
     return {**{key: value for key, value in stamp.items() if key != "mtime"}, "files": files}
 
 
-def _cached_stamp(cache_dir: PathLike) -> Optional[dict]:
-    """The fingerprint of the complete cache in ``cache_dir`` (None: none, or a damaged marker)."""
+def _read_meta(cache_dir: PathLike) -> Optional[dict]:
+    """The meta.json of the cache in ``cache_dir``; None where there is none, or it is damaged: no UTF-8, no JSON, no
+    object, or nested past Python's recursion limit (:func:`paths.read_json_file`; a RecursionError was a traceback
+    of pretrain's corpus scan from a data/meta.json of a directory under the corpus, not one of ours). An OSError
+    reading it is the caller's."""
     meta_path = Path(cache_dir) / "meta.json"
     if not meta_path.exists():
         return None
     try:
-        stamp = json.loads(meta_path.read_text(encoding="utf-8")).get("fingerprint")
-    # a damaged marker: rebuild. RecursionError: JSON nested past Python's recursion limit, a traceback of pretrain's
-    # corpus scan from a data/meta.json of a directory under the corpus (is_spacy_elmo_output), not one of ours
-    except (ValueError, AttributeError, RecursionError):
+        meta = read_json_file(meta_path, "{error}")
+    except ValueError:
         return None
+    return meta if isinstance(meta, dict) else None
+
+
+def _cached_stamp(cache_dir: PathLike) -> Optional[dict]:
+    """The fingerprint of the complete cache in ``cache_dir`` (None: none, or a damaged marker: rebuild)."""
+    meta = _read_meta(cache_dir)
+    stamp = meta.get("fingerprint") if meta is not None else None
     return stamp if isinstance(stamp, dict) else None
 
 
@@ -1480,10 +1488,10 @@ def cache_damage(cache_dir: PathLike, types: Optional[List[str]] = None) -> Opti
     meta.json."""
     cache = Path(cache_dir)
     try:
-        meta = json.loads((cache / "meta.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):  # RecursionError: JSON nested past Python's recursion limit
+        meta = _read_meta(cache)
+    except OSError:
         return None
-    if not isinstance(meta, dict):
+    if meta is None:
         return None
     stats: Dict[str, Any] = meta["stats"] if isinstance(meta.get("stats"), dict) else {}
     for name, size, key in CACHE_SIZED:
@@ -1514,8 +1522,14 @@ def same_text(cache_dir: PathLike) -> bool:
     keeps both, ``cp --preserve``, ``touch -r``, ``rsync -t``, is seen). True for a cache that recorded none (an older
     spacy-elmo's): its sizes and times alone decide, as they did. The bytes are hashed in large pieces, not decoded
     line by line: the digest :func:`iter_lines` takes of them in the tokenizing pass is of every byte of
-    :func:`open_text_file` in order too, its lines' ends and a byte order mark included."""
-    recorded = json.loads((Path(cache_dir) / "meta.json").read_text(encoding="utf-8")).get(TEXT_DIGESTS) or {}
+    :func:`open_text_file` in order too, its lines' ends and a byte order mark included. False where meta.json or its
+    record is damaged (edited: no object of digests), the text then not known to be the same: the cache is built anew."""
+    meta = _read_meta(cache_dir)
+    if meta is None:  # none, or damaged: no cache to compare
+        return False
+    recorded = meta.get(TEXT_DIGESTS) or {}
+    if not isinstance(recorded, dict) or not all(isinstance(digest, str) for digest in recorded.values()):
+        return False  # a list's .items() was an AttributeError's traceback of the resume
     for file, expected in recorded.items():
         with open_text_file(file) as f:
             if stream_sha256(f) != expected:
@@ -1548,11 +1562,11 @@ def build_corpus(train_path: PathLike, lang: str, cache_dir: PathLike, progress:
     is the same byte for byte whatever their number, and so is its fingerprint.
     """
     cache = Path(cache_dir)
-    meta_path = cache / "meta.json"
     nlp = make_nlp(lang) if nlp is None else nlp
     stamp = fingerprint(train_path, lang, nlp)
-    if cache_is_current(cache, stamp):
-        return json.loads(meta_path.read_text(encoding="utf-8"))
+    meta = _read_meta(cache) if cache_is_current(cache, stamp) else None  # current: its meta.json was read
+    if meta is not None:
+        return meta
     with _removed_unless_finished(cache):
         return _tokenize_into(cache, stamp, train_path, nlp, progress, processes)
 
