@@ -52,7 +52,7 @@ from .bilm import BiLM
 from .bilm.token_cache import TokenCache, run_rows
 from .errors import Errors, Warnings, counted
 from .hdf5 import SENTENCE_TO_INDEX, hdf5_for_writing
-from .paths import missing_path_error
+from .paths import missing_path_error, read_json_file
 
 LAYER_MODES = ("all", "top", "average")
 MANIFEST = "manifest.json"
@@ -429,7 +429,10 @@ def _embed_locked(bilm: BiLM, input_path: Path, output_path: Path, layers: str, 
         n_parts = (n_lines + part_size - 1) // part_size
         earlier = _earlier_merge(output_path)
         if earlier is not None:  # a run killed after writing OUTPUT, before removing its parts
-            found = _read_manifest(earlier)  # {} where a killed removal deleted it: OUTPUT's own record tells
+            try:
+                found = _read_manifest(earlier)  # {} where a killed removal deleted it: OUTPUT's own record tells
+            except ValueError:  # damaged: as good as none, OUTPUT's record tells the same
+                found = {}
             same = _same_manifest(found, manifest) if found else _same_run(_recorded_run(output_path), record)
             if same and not restart:
                 with _finished_once_merged(output_path):
@@ -642,10 +645,10 @@ def _earlier_merge(output_path: Path) -> Optional[Path]:
     parts_dir = parts_path(output_path)
     for directory in (parts_dir, *(tmp for tmp, _ in temporary_files(parts_dir))):
         try:
-            recorded = json.loads((directory / MERGED).read_text(encoding="utf-8"))
+            recorded = read_json_file(directory / MERGED, "{error}")
             if recorded == _file_identity(output_path):
                 return directory
-        except (OSError, ValueError):
+        except (OSError, ValueError):  # none, or damaged (nested past the recursion limit too): no merge it records
             continue
     return None
 
@@ -758,10 +761,19 @@ def _same_manifest(found: dict, manifest: dict) -> bool:
 
 
 def _read_manifest(parts_dir: Path) -> dict:
+    """The manifest of ``parts_dir``; {} where there is none (a killed removal deleted it) or it cannot be opened.
+    ValueError (``E_EMBED_MANIFEST_DAMAGED``, naming it and --restart) where it is no JSON object (damaged or
+    edited, nested past the recursion limit included): read as {}, the parts were said to be an older
+    spacy-elmo's, and a JSON array was an AttributeError's traceback."""
+    path = parts_dir / MANIFEST
     try:
-        return json.loads((parts_dir / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        raw = path.read_bytes()
+    except OSError:
         return {}
+    try:
+        return read_json_file(path, "{error}", Errors.E_JSON_NOT_OBJECT, raw=raw)
+    except ValueError as err:
+        raise ValueError(Errors.E_EMBED_MANIFEST_DAMAGED.format(path=path, error=err, parts=parts_dir)) from err
 
 
 def _json_utf8(mapping: dict) -> bytes:

@@ -1162,8 +1162,14 @@ class Errors:
         "a crash). Delete {path} and run again to tokenize the text anew."
     )
     E_EMPTY_CORPUS = (
-        "No text to train on in {path}: {n_files} file(s) read, {n_binary} skipped as binary or UTF-16/32, "
-        "0 tokens. Pass UTF-8 text (one or more sentences per line)."
+        "No text to train on in {path}: {files}, 0 tokens. Pass UTF-8 text (one or more sentences per line)."
+    )
+    #: E_EMPTY_CORPUS's, E_NO_EVAL_TOKENS's and E_FIT_STATE_EMPTY_TEXT's ``files``
+    E_FILES_READ = "{n_files} file(s) read, {n_binary} skipped as binary, UTF-16/32 or a format not read{hidden}"
+    #: E_FILES_READ's ``hidden`` where hidden files or directories were skipped
+    E_HIDDEN_SKIPPED = (
+        ", {n_hidden} skipped as hidden (a file or directory whose name starts with \".\" is never read: rename "
+        "it to read it)"
     )
     E_TOKENIZE_WORKER_DIED = (
         "{n} tokenizing worker process(es) ended before the corpus was tokenized (exit code {exitcode}; a "
@@ -1185,6 +1191,19 @@ class Errors:
         "{path} looks like a binary file (it contains NUL bytes), not UTF-8 text. Pass plain "
         "text (or gzip, bzip2 or xz of it){skipped}."
     )
+    E_UNREAD_FORMAT = (
+        "{path} holds {what}, which spacy-elmo does not read: it reads UTF-8 text, plain or compressed with gzip, "
+        "bzip2 or xz (known by its first bytes, whatever the file's name). {fix}{skipped}."
+    )
+    #: E_UNREAD_FORMAT's and W_UNREAD_FORMAT_SKIPPED's ``what`` for a compression not read (zstd, lz4)
+    E_UNREAD_COMPRESSION = "{format}-compressed data"
+    E_UNREAD_COMPRESSION_FIX = (
+        "Decompress it and pass the text (`{tool} -dc {shell_path} > NEW.txt`), or compress it with gzip instead "
+        "(`{tool} -dc {shell_path} | gzip > NEW.txt.gz`)"
+    )
+    #: E_UNREAD_FORMAT's and W_UNREAD_FORMAT_SKIPPED's ``what`` for an archive of files (zip, 7z, tar)
+    E_UNREAD_ARCHIVE = "a {format} archive of files"
+    E_UNREAD_ARCHIVE_FIX = "Unpack it (`{unpack}`) and pass NEW_DIR, the directory of its files"
     E_WIDE_TEXT_FILE = (
         "{path} looks like {encoding} text, not UTF-8 (Notepad's \"Unicode\" and PowerShell's > write UTF-16). "
         "Re-encode it to UTF-8, e.g. `iconv -f {encoding} -t UTF-8 {shell_path} > NEW.txt`, and pass NEW.txt{skipped}."
@@ -1307,7 +1326,8 @@ class Errors:
     )
     # E_OPTIONS_FILE's {error} for a JSON file holding no object ([...], "small", 5): its items or characters were
     # read as keys ("have key(s) 'x'") or a Python error said ("argument after ** must be a mapping, not list")
-    E_OPTIONS_FILE_NOT_OBJECT = "it holds a JSON {kind}, not an object"
+    #: read_json_file's ``not_object`` where the caller words the error around it (``{error}``)
+    E_JSON_NOT_OBJECT = "it holds a JSON {kind}, not an object"
     E_OPTIONS_UNKNOWN_FIELD = (
         "The model options {path} have key(s) {names}, which are no model options: --options reads an AllenNLP "
         "options.json (one with an 'lstm' section), a spacy-elmo model's config.json (\"format\": "
@@ -1653,7 +1673,7 @@ class Errors:
         "--gpus-per-task=1)."
     )
     E_NO_EVAL_TOKENS = (
-        "{path} contains no tokens to evaluate on ({n_files} file(s) read, {n_binary} skipped as binary or UTF-16/32). Pass "
+        "{path} contains no tokens to evaluate on ({files}). Pass "
         "UTF-8 text with at least one word: a text file (plain, .gz, .bz2 or .xz) or a directory holding such files."
     )
     E_NO_EVAL_WORDS = (
@@ -1666,8 +1686,7 @@ class Errors:
         "to clear the state, or drop --clear to fit a new state on the text."
     )
     E_FIT_STATE_EMPTY_TEXT = (
-        "{path} holds no text to fit the initial state on ({n_files} file(s) read, {n_binary} skipped as binary or "
-        "UTF-16/32, 0 sentences). Pass UTF-8 running text like the training text (one or more sentences per line)."
+        "{path} holds no text to fit the initial state on ({files}, 0 sentences). Pass UTF-8 running text like the training text (one or more sentences per line)."
     )
     E_FIT_STATE_ALLENNLP = (
         "{path} holds AllenNLP/bilm-tf weights, whose format has no place for a fitted initial state. Convert "
@@ -1907,6 +1926,11 @@ class Errors:
         "{parts} holds parts written by an older spacy-elmo, which did not record {keys}, so they cannot "
         "be checked against this run. Pass --restart (or delete {parts}) to embed from the start."
     )
+    E_EMBED_MANIFEST_DAMAGED = (
+        "{path} cannot be read ({error}): it records the settings, text and tokens the parts in {parts} were "
+        "embedded from, and without it they cannot be checked against this run. Pass --restart (or delete {parts}) "
+        "to embed from the start."
+    )
     E_EMBED_INTERRUPTED = (
         "Interrupted. The finished parts are kept in {parts}: rerun the same command to embed the rest "
         "(--restart starts over)."
@@ -2145,6 +2169,7 @@ class Warnings:
 
     # --- pretraining and CLI (spacy_elmo.training, spacy_elmo.cli) ----------
     W_BINARY_SKIPPED = "spacy-elmo: skipped {path}: it looks binary (NUL bytes), not text."
+    W_UNREAD_FORMAT_SKIPPED = "spacy-elmo: skipped {path}: it holds {what}, which spacy-elmo does not read. {fix}."
     W_WIDE_TEXT_SKIPPED = (
         "spacy-elmo: skipped {path}: it looks like {encoding} text, not UTF-8. Re-encode it to UTF-8 to train on "
         "it: `iconv -f {encoding} -t UTF-8 {shell_path} > NEW.txt`."

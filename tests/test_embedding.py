@@ -253,6 +253,59 @@ def test_a_run_killed_while_finishing_whose_manifest_has_no_token_digests_is_fin
     assert out.read_bytes() == written and not parts_path(out).exists()
 
 
+#: JSON nested past Python's recursion limit (json.loads raises RecursionError)
+DEEP_JSON = "[" * 100_000 + "]" * 100_000
+
+
+def test_a_run_killed_while_finishing_whose_manifest_is_damaged_is_finished_by_a_rerun(bilm, corpus, tmp_path,
+                                                                                        monkeypatch):
+    """The parts of a run killed after its merge, their manifest damaged: as good as none (OUTPUT's own record tells
+    the same), the rerun finishes it; a JSON array there (no manifest of this run) refused its own OUTPUT as existing."""
+    out = tmp_path / "out.h5"
+    with monkeypatch.context() as patch:
+        patch.setattr(spacy_elmo.embedding, "remove_dir", _raise_killed)
+        with pytest.raises(Killed):
+            embed_file(bilm, corpus, out, part_size=3, progress=False)
+    written = out.read_bytes()
+    (parts_path(out) / "manifest.json").write_text("[1]", encoding="utf-8")
+    counts = embed_file(bilm, corpus, out, part_size=3, progress=False)
+    assert counts["finished"] == 1 and counts["merged"] == 0 and counts["parts_written"] == 0
+    assert out.read_bytes() == written and not parts_path(out).exists()
+
+
+def test_a_merged_json_nested_past_the_recursion_limit_records_no_merge(bilm, corpus, tmp_path):
+    """merged.json is read to tell a run killed after its merge: one nested too deep was a RecursionError's
+    traceback (other damage was read as no merge, as this is now); the run goes on from its parts."""
+    out, straight = tmp_path / "out.h5", tmp_path / "straight.h5"
+    embed_file(bilm, corpus, out, part_size=2, progress=False, stop_after_parts=1)
+    (parts_path(out) / "merged.json").write_text(DEEP_JSON, encoding="utf-8")
+    counts = embed_file(bilm, corpus, out, part_size=2, progress=False)
+    assert counts["finished"] == 1 and counts["parts_reused"] == 1 and not parts_path(out).exists()
+    embed_file(bilm, corpus, straight, part_size=2, progress=False)
+    assert out.read_bytes() == straight.read_bytes()
+
+
+@pytest.mark.parametrize("damage", ["not json", "nested", "array"])
+def test_a_damaged_manifest_of_parts_is_refused_naming_it_and_restart(bilm, corpus, tmp_path, damage):
+    """The manifest of unfinished parts that is no JSON object was read as none: the parts were said to be an
+    older spacy-elmo's, "which did not record model, input, ..." (an array: an AttributeError's traceback, JSON
+    nested too deep: a RecursionError's). It is named, with --restart, nothing removed; --restart starts over."""
+    out, straight = tmp_path / "out.h5", tmp_path / "straight.h5"
+    embed_file(bilm, corpus, out, part_size=2, progress=False, stop_after_parts=1)
+    manifest = parts_path(out) / "manifest.json"
+    manifest.write_text({"not json": '{"model": ', "nested": DEEP_JSON, "array": "[1, 2]"}[damage], encoding="utf-8")
+    with pytest.raises(ValueError) as refused:
+        embed_file(bilm, corpus, out, part_size=2, progress=False)
+    said = str(refused.value)
+    assert said.startswith(f"{manifest} cannot be read (") and said.endswith(
+        f"cannot be checked against this run. Pass --restart (or delete {parts_path(out)}) to embed from the start."), said
+    assert ("(it holds a JSON array, not an object)" in said) == (damage == "array"), said
+    assert not out.exists() and (parts_path(out) / "part-000000.hdf5").exists()
+    assert embed_file(bilm, corpus, out, part_size=2, progress=False, restart=True)["parts_reused"] == 0
+    embed_file(bilm, corpus, straight, part_size=2, progress=False)
+    assert out.read_bytes() == straight.read_bytes()
+
+
 def test_the_parts_of_an_overwrite_killed_beside_a_complete_output_ask_for_overwrite_again(bilm, corpus, tmp_path):
     """A complete OUTPUT, then the same run again with overwrite, stopped after a part: OUTPUT is the earlier run's
     and the parts are the new one's. A rerun without overwrite is refused naming --overwrite (it is not "already
@@ -1242,6 +1295,23 @@ def test_a_line_over_max_tokens_in_a_later_part_is_named_by_its_line_in_the_file
     path.write_text("a b\nc\nd e\n" + " ".join(["long"] * 30) + "\nf\n", encoding="utf-8")
     with pytest.raises(ValueError, match=r"line 4 has 30 tokens, more than --max-tokens 20"):  # line 2 of part 1
         embed_file(bilm, path, tmp_path / "o.h5", part_size=2, max_tokens=20, progress=False)
+
+
+def test_max_tokens_accepts_a_line_of_exactly_that_many_tokens_and_refuses_one_more(bilm, tmp_path):
+    """--max-tokens is the longest line accepted (README: "up to `--max-tokens` tokens"): a line of exactly
+    max_tokens tokens is embedded, whole; one of max_tokens + 1 is refused, nothing written."""
+    max_tokens = 5
+    exact = tmp_path / "exact.txt"
+    exact.write_text("a b\n" + " ".join(["w"] * max_tokens) + "\n", encoding="utf-8")
+    counts = embed_file(bilm, exact, tmp_path / "exact.h5", max_tokens=max_tokens, tokenize=str.split, progress=False)
+    assert counts["finished"] == 1 and counts["tokens"] == 2 + max_tokens
+    with h5py.File(tmp_path / "exact.h5", "r") as f:
+        assert f["1"].shape[-2] == max_tokens
+    over = tmp_path / "over.txt"
+    over.write_text("a b\n" + " ".join(["w"] * (max_tokens + 1)) + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=rf"line 2 has {max_tokens + 1} tokens, more than --max-tokens {max_tokens}"):
+        embed_file(bilm, over, tmp_path / "over.h5", max_tokens=max_tokens, tokenize=str.split, progress=False)
+    assert not (tmp_path / "over.h5").exists() and not parts_path(tmp_path / "over.h5").exists()
 
 
 def test_every_bilm_call_of_embed_file_stays_within_batch_size_and_batch_tokens(bilm, tmp_path, monkeypatch):

@@ -47,7 +47,8 @@ def fit_state(
         read_meta,
         write_initial_state,
     )
-    from ..training.data import ReadStats, make_nlp, replaced_bytes_so_far, text_language, tokenize_file, warn_other_tokens
+    from ..training.data import (ReadStats, files_read, make_nlp, replaced_bytes_so_far, text_language, tokenize_file,
+                                 warn_other_tokens)
     from ..training.trainer import model_dir_lock
 
     if clear and text_path is not None:
@@ -86,7 +87,7 @@ def fit_state(
                 sentences = tokenize_file(text_path, lang, stats, progress, limit=max_sentences, nlp=nlp)
                 replaced = replaced_bytes_so_far() - before
                 if not sentences:
-                    raise ValueError(Errors.E_FIT_STATE_EMPTY_TEXT.format(path=text_path, n_files=stats.n_files, n_binary=stats.n_binary))
+                    raise ValueError(Errors.E_FIT_STATE_EMPTY_TEXT.format(path=text_path, files=files_read(stats)))
                 n = sum(1 for sentence in sentences if sentence)  # the fitting drops empty ones
                 if n < sentences_needed(rows):  # the whole text (--max-sentences is checked above): said with --rows
                     raise ValueError(Errors.E_FIT_STATE_TEXT_TOO_SHORT.format(

@@ -59,7 +59,7 @@ def model_config(preset: Optional[str], options: Optional[Path]) -> dict:
         if is_hdf5(raw):  # a weight file: "'utf-8' codec can't decode byte 0x89" named neither the file nor the fix
             raise typer.BadParameter(Errors.E_PRETRAIN_OPTIONS_IS_HDF5.format(path=path), param_hint="'--options'")
         # said in E_OPTIONS_FILE below; no object: a list's items (a string's characters) were read as unknown keys
-        data = read_json_file(path, "{error}", Errors.E_OPTIONS_FILE_NOT_OBJECT, raw=raw)
+        data = read_json_file(path, "{error}", Errors.E_JSON_NOT_OBJECT, raw=raw)
         section = ""  # where the BiLMConfig fields are in the file: its top level, or a model config.json's "config"
         if isinstance(data, dict) and data.get("format") == FORMAT:  # a spacy-elmo model's config.json: its sizes
             data, section = read_config_json(path)["config"], "config."
@@ -289,7 +289,7 @@ def pretrain(
     typer.echo(
         f"{_trained(summary['steps'], summary['resumed_from'])}; corpus {counted(stats['n_tokens'], 'token')} in "
         f"{counted(stats['n_sentences'], 'sentence')} from {counted(stats['n_files'], 'file')} ({stats['n_binary']:,} "
-        f"skipped as binary or UTF-16/32, {counted(stats['replaced_bytes'], 'undecodable byte')} replaced); vocabulary {summary['vocab_size']:,}"
+        f"skipped as binary, UTF-16/32 or a format not read, {counted(stats['replaced_bytes'], 'undecodable byte')} replaced); vocabulary {summary['vocab_size']:,}"
     )
     if summary.get("heldout"):
         h = summary["heldout"]

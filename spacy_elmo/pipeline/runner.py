@@ -107,7 +107,7 @@ class ElmoRunner(nn.Module):
         with self.layer_cache.lock:
             self.bilm = bilm
             self.layer_cache._drop()
-        self.clear_caches()
+        self.cache.clear()  # the token cache; the layer cache was emptied just above (once: one new generation)
 
     def mark_fine_tuned(self) -> None:
         """Record that training stepped the weights (:data:`FINE_TUNED`): they are no longer those of their source."""

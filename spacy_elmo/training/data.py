@@ -33,7 +33,8 @@ sentences back in the text's order, so the cache is the same whatever their numb
 
 Defined behaviour for bad input: undecodable bytes are replaced by U+FFFD and
 counted (reported once, never an error); a file with NUL bytes in its first
-8 KiB (decompressed) is binary, or UTF-16 or UTF-32 text when they say so (:func:`not_utf8`): an error
+8 KiB (decompressed) is binary, or UTF-16 or UTF-32 text when they say so, and one that starts as a zstd or lz4
+stream or a zip, 7z or tar archive (a ``.tar.gz`` once decompressed) holds no text read (:func:`not_utf8`): an error
 when it is TRAIN_PATH itself, skipped with a warning inside a directory (NUL bytes after them are kept, counted
 and warned of once per file: :func:`iter_text`, as are lines holding a ``\\r``); a stretch of more than ``RUN_CHARS`` characters without whitespace that spaCy's
 rule-based tokenizer strips affixes from one at a time (time quadratic in it), or longer than ``RUN_CAP``, is cut
@@ -73,7 +74,7 @@ import numpy as np
 from .._typing import PathLike
 from ..atomic import atomic_write_text, naming, sync, sync_dir, temporary_files
 from ..errors import Errors, TokenizerMismatchWarning, Warnings, counted, listed
-from ..paths import file_identity, missing_path_error, shell_quoted, stream_sha256
+from ..paths import file_identity, missing_path_error, read_json_file, shell_quoted, stream_sha256
 from .vocab import BOS, EOS, SPECIALS
 
 BINARY_PROBE = 8192
@@ -178,6 +179,20 @@ COMPRESSIONS = {
 #: The name endings that promise a compressed format (a file named so must be that format).
 SUFFIXES = {".gz": "gzip", ".bz2": "bzip2", ".xz": "xz"}
 MAGIC_BYTES = 10
+#: Compressions not read (:data:`COMPRESSIONS` are): name -> (the start of every such file, the tool that
+#: decompresses it with ``-dc``). They were called binary (NUL bytes), or read as text of undecodable bytes.
+UNREAD_COMPRESSIONS = {
+    "zstd": (re.compile(rb"\x28\xb5\x2f\xfd"), "zstd"),
+    "lz4": (re.compile(rb"\x04\x22\x4d\x18"), "lz4"),
+}
+#: Archives of files, no text stream: name -> (the start of such a file, decompressed (a ``.tar.gz`` holds a
+#: tar archive), the shell command that unpacks it into NEW_DIR, ``{path}`` the file's). tar's magic with its
+#: version (POSIX ``ustar\0`` ``00``, GNU ``ustar `` `` \0``) holds a NUL byte: no text has it at offset 257.
+ARCHIVES = {
+    "zip": (re.compile(rb"PK(?:\x03\x04|\x05\x06|\x07\x08)"), "unzip {path} -d NEW_DIR"),
+    "7z": (re.compile(rb"7z\xbc\xaf\x27\x1c"), "7z x {path} -oNEW_DIR"),
+    "tar": (re.compile(rb".{257}ustar(?:\x0000|  \x00)", re.DOTALL), "mkdir NEW_DIR && tar -xf {path} -C NEW_DIR"),
+}
 
 _replaced = [0]
 
@@ -279,6 +294,7 @@ class ReadStats:
     n_files: int = 0
     n_binary: int = 0
     binary_files: List[str] = field(default_factory=list)
+    n_hidden: int = 0  # files and directories skipped as hidden (their name starts with "."): the empty-text errors'
     replaced_bytes: int = 0
     files_with_replacements: int = 0
     replaced_files: List[str] = field(default_factory=list)  # the first REPLACED_FILES_NAMED of them: the warning's (not in meta.json)
@@ -293,10 +309,22 @@ class ReadStats:
     n_tokens: int = 0  # word tokens, markers not included
 
 
-def list_text_files(path: PathLike) -> List[Path]:
+def files_read(stats: ReadStats) -> str:
+    """What the errors of a text without tokens say of its files (``E_FILES_READ``, their ``files``): how many were
+    read and skipped as no UTF-8 text, and how many hidden ones were skipped, where any were (a directory of
+    dot-files said "0 file(s) read" only)."""
+    hidden = ""
+    if stats.n_hidden:
+        n_hidden = counted(stats.n_hidden, "file or directory", "files or directories")
+        hidden = Errors.E_HIDDEN_SKIPPED.format(n_hidden=n_hidden)
+    return Errors.E_FILES_READ.format(n_files=stats.n_files, n_binary=stats.n_binary, hidden=hidden)
+
+
+def list_text_files(path: PathLike, hidden: Optional[List[Path]] = None) -> List[Path]:
     """TRAIN_PATH itself, or every non-hidden regular file under it, sorted; a ValueError where it is a
     directory spacy-elmo wrote or a model (:func:`is_spacy_elmo_output`), whose subdirectories of that kind are
-    skipped with one warning.
+    skipped with one warning. ``hidden`` (a list), when given, gets the hidden files and directories skipped (a
+    name starting with ``.``; a hidden directory's contents are not looked at).
 
     Symbolic links to directories are followed, each directory read once (by its real path: a link
     back up is no loop, and a second link to a directory no second copy of its text), and each file too
@@ -321,10 +349,12 @@ def list_text_files(path: PathLike) -> List[Path]:
         raise ValueError(Errors.E_TRAIN_PATH_IS_OUTPUT.format(path=path))
     files: List[Path] = []
     outputs: List[Path] = []
-    for root, names in walk_text_dirs(path, outputs):
+    for root, names in walk_text_dirs(path, outputs, hidden=hidden):
         for name in names:
             file = Path(root) / name
             if name.startswith("."):
+                if hidden is not None:
+                    hidden.append(file)
                 continue
             if not file.exists() and file.is_symlink():
                 raise broken_link_error(file)
@@ -346,7 +376,8 @@ def list_text_files(path: PathLike) -> List[Path]:
     return kept
 
 
-def walk_text_dirs(path: PathLike, outputs: Optional[List[Path]] = None, strict: bool = True) -> Iterator[tuple]:
+def walk_text_dirs(path: PathLike, outputs: Optional[List[Path]] = None, strict: bool = True,
+                   hidden: Optional[List[Path]] = None) -> Iterator[tuple]:
     """``(root, file names)`` of every directory :func:`list_text_files` reads under the directory ``path``:
     non-hidden ones, symbolic links to directories followed, each directory once (by its real path). With
     ``outputs`` (a list), subdirectories that spacy-elmo wrote (:func:`is_spacy_elmo_output`) are not entered
@@ -356,7 +387,8 @@ def walk_text_dirs(path: PathLike, outputs: Optional[List[Path]] = None, strict:
     A directory that cannot be listed or entered (its permissions) is a ValueError naming it
     (``E_TRAIN_DIR_UNREADABLE``): ``os.walk`` skipped it silently, its text left out of the corpus. With
     ``strict=False`` it is skipped (the OUTPUT_DIR check, which walks every directory, earlier runs' too: one
-    the reader never enters is no text left out, and one it does enter the reader refuses itself)."""
+    the reader never enters is no text left out, and one it does enter the reader refuses itself). ``hidden`` (a
+    list), when given, gets the hidden subdirectories not entered."""
     seen = {os.path.realpath(path)}
 
     def unreadable(err: OSError) -> None:
@@ -365,6 +397,8 @@ def walk_text_dirs(path: PathLike, outputs: Optional[List[Path]] = None, strict:
     for root, dirs, names in os.walk(path, followlinks=True, onerror=unreadable if strict else None):
         kept = []
         for name in sorted(dirs):
+            if name.startswith(".") and hidden is not None:
+                hidden.append(Path(root) / name)
             real = os.path.realpath(os.path.join(root, name))
             if not name.startswith(".") and real not in seen:
                 seen.add(real)
@@ -487,13 +521,29 @@ def _wide_encoding(head: bytes) -> Optional[str]:
 
 def not_utf8(path: Path) -> Optional[str]:
     """None when the file ``path`` may be read as UTF-8 text; else what it is by its first ``BINARY_PROBE``
-    bytes (decompressed: :func:`open_text_file`): the iconv name of its UTF-16 or UTF-32 encoding
+    bytes (decompressed: :func:`open_text_file`): a name of :data:`UNREAD_COMPRESSIONS` or :data:`ARCHIVES` (by
+    its first bytes, whether they hold a NUL byte or not), the iconv name of its UTF-16 or UTF-32 encoding
     (:func:`_wide_encoding`), or :data:`BINARY` when they hold another NUL byte."""
     with open_text_file(path) as f:
         head = f.read(BINARY_PROBE)
+    for name, (magic, _) in itertools.chain(UNREAD_COMPRESSIONS.items(), ARCHIVES.items()):
+        if magic.match(head):
+            return name
     if b"\x00" not in head and not head.startswith(tuple(bom for bom, _ in WIDE_BOMS)):  # no BOM starts UTF-8
         return None
     return _wide_encoding(head) or BINARY
+
+
+def unread_format(path: PathLike, kind: str) -> Tuple[str, str]:
+    """``(what, fix)`` of the messages of the file ``path`` that holds ``kind``, an :data:`UNREAD_COMPRESSIONS` or
+    :data:`ARCHIVES` name: what it holds, and how to make text of it that spacy-elmo reads."""
+    shell_path = shell_quoted(path)
+    if kind in UNREAD_COMPRESSIONS:
+        tool = UNREAD_COMPRESSIONS[kind][1]
+        return (Errors.E_UNREAD_COMPRESSION.format(format=kind),
+                Errors.E_UNREAD_COMPRESSION_FIX.format(tool=tool, shell_path=shell_path))
+    return Errors.E_UNREAD_ARCHIVE.format(format=kind), Errors.E_UNREAD_ARCHIVE_FIX.format(
+        unpack=ARCHIVES[kind][1].format(path=shell_path))
 
 
 def not_text_error(path: Path, kind: str, directories: bool = True) -> str:
@@ -502,6 +552,9 @@ def not_text_error(path: Path, kind: str, directories: bool = True) -> str:
     skipped = Errors.E_NOT_TEXT_SKIPPED if directories else ""
     if kind == BINARY:
         return Errors.E_BINARY_FILE.format(path=path, skipped=skipped)
+    if kind in UNREAD_COMPRESSIONS or kind in ARCHIVES:
+        what, fix = unread_format(path, kind)
+        return Errors.E_UNREAD_FORMAT.format(path=path, what=what, fix=fix, skipped=skipped)
     return Errors.E_WIDE_TEXT_FILE.format(path=path, shell_path=shell_quoted(path), encoding=kind, skipped=skipped)
 
 
@@ -685,7 +738,9 @@ def iter_text(path: PathLike, stats: ReadStats, tokenizer=None) -> Iterator[str]
     :func:`not_utf8` reads are binary data or UTF-16 text appended to the text, and lines holding a ``\\r``
     (``W_CARRIAGE_RETURN``): lines end at ``\\n`` only, as ``embed`` and ``wc -l`` count them, so a file whose
     lines end in ``\\r`` alone (classic Mac OS) is one line; each is one more search of the line."""
-    files = list_text_files(path)
+    hidden: List[Path] = []
+    files = list_text_files(path, hidden)
+    stats.n_hidden += len(hidden)
     single = Path(path).is_file()
     rule_based = tokenizer is not None and cuts_runs(tokenizer)
     for file in files:
@@ -693,11 +748,15 @@ def iter_text(path: PathLike, stats: ReadStats, tokenizer=None) -> Iterator[str]
         if kind is not None:
             if single:
                 raise ValueError(not_text_error(file, kind))
-            stats.n_binary += 1  # UTF-16 and UTF-32 files too: skipped as no UTF-8 text
+            stats.n_binary += 1  # UTF-16 and UTF-32 files, archives and compressions not read too: no UTF-8 text
             stats.binary_files.append(str(file))
-            skipped = Warnings.W_BINARY_SKIPPED if kind == BINARY else Warnings.W_WIDE_TEXT_SKIPPED
-            warnings.warn(skipped.format(path=file, shell_path=shell_quoted(file), encoding=kind), RuntimeWarning,
-                          stacklevel=2)
+            if kind in UNREAD_COMPRESSIONS or kind in ARCHIVES:
+                what, fix = unread_format(file, kind)
+                said = Warnings.W_UNREAD_FORMAT_SKIPPED.format(path=file, what=what, fix=fix)
+            else:
+                skipped = Warnings.W_BINARY_SKIPPED if kind == BINARY else Warnings.W_WIDE_TEXT_SKIPPED
+                said = skipped.format(path=file, shell_path=shell_quoted(file), encoding=kind)
+            warnings.warn(said, RuntimeWarning, stacklevel=2)
             continue
         stats.n_files += 1
         before = replaced_bytes_so_far()
@@ -1376,17 +1435,25 @@ def _at_precision_of(recorded: dict, stamp: dict) -> dict:
     return {**{key: value for key, value in stamp.items() if key != "mtime"}, "files": files}
 
 
-def _cached_stamp(cache_dir: PathLike) -> Optional[dict]:
-    """The fingerprint of the complete cache in ``cache_dir`` (None: none, or a damaged marker)."""
+def _read_meta(cache_dir: PathLike) -> Optional[dict]:
+    """The meta.json of the cache in ``cache_dir``; None where there is none, or it is damaged: no UTF-8, no JSON, no
+    object, or nested past Python's recursion limit (:func:`paths.read_json_file`; a RecursionError was a traceback
+    of pretrain's corpus scan from a data/meta.json of a directory under the corpus, not one of ours). An OSError
+    reading it is the caller's."""
     meta_path = Path(cache_dir) / "meta.json"
     if not meta_path.exists():
         return None
     try:
-        stamp = json.loads(meta_path.read_text(encoding="utf-8")).get("fingerprint")
-    # a damaged marker: rebuild. RecursionError: JSON nested past Python's recursion limit, a traceback of pretrain's
-    # corpus scan from a data/meta.json of a directory under the corpus (is_spacy_elmo_output), not one of ours
-    except (ValueError, AttributeError, RecursionError):
+        meta = read_json_file(meta_path, "{error}")
+    except ValueError:
         return None
+    return meta if isinstance(meta, dict) else None
+
+
+def _cached_stamp(cache_dir: PathLike) -> Optional[dict]:
+    """The fingerprint of the complete cache in ``cache_dir`` (None: none, or a damaged marker: rebuild)."""
+    meta = _read_meta(cache_dir)
+    stamp = meta.get("fingerprint") if meta is not None else None
     return stamp if isinstance(stamp, dict) else None
 
 
@@ -1421,10 +1488,10 @@ def cache_damage(cache_dir: PathLike, types: Optional[List[str]] = None) -> Opti
     meta.json."""
     cache = Path(cache_dir)
     try:
-        meta = json.loads((cache / "meta.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):  # RecursionError: JSON nested past Python's recursion limit
+        meta = _read_meta(cache)
+    except OSError:
         return None
-    if not isinstance(meta, dict):
+    if meta is None:
         return None
     stats: Dict[str, Any] = meta["stats"] if isinstance(meta.get("stats"), dict) else {}
     for name, size, key in CACHE_SIZED:
@@ -1455,8 +1522,14 @@ def same_text(cache_dir: PathLike) -> bool:
     keeps both, ``cp --preserve``, ``touch -r``, ``rsync -t``, is seen). True for a cache that recorded none (an older
     spacy-elmo's): its sizes and times alone decide, as they did. The bytes are hashed in large pieces, not decoded
     line by line: the digest :func:`iter_lines` takes of them in the tokenizing pass is of every byte of
-    :func:`open_text_file` in order too, its lines' ends and a byte order mark included."""
-    recorded = json.loads((Path(cache_dir) / "meta.json").read_text(encoding="utf-8")).get(TEXT_DIGESTS) or {}
+    :func:`open_text_file` in order too, its lines' ends and a byte order mark included. False where meta.json or its
+    record is damaged (edited: no object of digests), the text then not known to be the same: the cache is built anew."""
+    meta = _read_meta(cache_dir)
+    if meta is None:  # none, or damaged: no cache to compare
+        return False
+    recorded = meta.get(TEXT_DIGESTS) or {}
+    if not isinstance(recorded, dict) or not all(isinstance(digest, str) for digest in recorded.values()):
+        return False  # a list's .items() was an AttributeError's traceback of the resume
     for file, expected in recorded.items():
         with open_text_file(file) as f:
             if stream_sha256(f) != expected:
@@ -1489,11 +1562,11 @@ def build_corpus(train_path: PathLike, lang: str, cache_dir: PathLike, progress:
     is the same byte for byte whatever their number, and so is its fingerprint.
     """
     cache = Path(cache_dir)
-    meta_path = cache / "meta.json"
     nlp = make_nlp(lang) if nlp is None else nlp
     stamp = fingerprint(train_path, lang, nlp)
-    if cache_is_current(cache, stamp):
-        return json.loads(meta_path.read_text(encoding="utf-8"))
+    meta = _read_meta(cache) if cache_is_current(cache, stamp) else None  # current: its meta.json was read
+    if meta is not None:
+        return meta
     with _removed_unless_finished(cache):
         return _tokenize_into(cache, stamp, train_path, nlp, progress, processes)
 
@@ -1566,7 +1639,7 @@ def _tokenize_into(cache: Path, stamp: dict, train_path: PathLike, nlp, progress
             stacklevel=3,  # build_corpus's caller
         )
     if stats.n_tokens == 0:
-        raise ValueError(Errors.E_EMPTY_CORPUS.format(path=train_path, n_files=stats.n_files, n_binary=stats.n_binary))
+        raise ValueError(Errors.E_EMPTY_CORPUS.format(path=train_path, files=files_read(stats)))
     # Final order: specials, then (-count, string); remap the stream in chunks.
     counts_np = np.frombuffer(counts, dtype=np.int64).copy()
     by_count = sorted(range(3, len(types)), key=lambda i: (-counts_np[i], types[i]))
@@ -1587,7 +1660,8 @@ def _tokenize_into(cache: Path, stamp: dict, train_path: PathLike, nlp, progress
             sync(cache / name)
     sync_dir(cache)
     # The counts, not the names the warning gave: the same text under another name (compressed) has the same stats.
-    stats_counts = {k: v for k, v in asdict(stats).items() if k not in ("replaced_files", "text_sha256")}
+    # n_hidden neither: hidden files are in no fingerprint, so a cache stays current when one is added or removed.
+    stats_counts = {k: v for k, v in asdict(stats).items() if k not in ("replaced_files", "text_sha256", "n_hidden")}
     meta = {"fingerprint": stamp, "stats": stats_counts, "n_types": len(types), TYPES_BYTES: len(types_text),
             "n_stream": int(sum(lengths)),
             "tokenizer": tokenizer_settings(nlp), TEXT_DIGESTS: stats.text_sha256}

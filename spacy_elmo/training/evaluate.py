@@ -36,7 +36,7 @@ import torch
 from .._typing import PathLike
 from ..errors import Errors, Warnings
 from ..paths import shell_quoted
-from .data import Corpus, ReadStats, make_nlp, text_language, tokenize_file, warn_other_tokens
+from .data import Corpus, ReadStats, files_read, make_nlp, text_language, tokenize_file, warn_other_tokens
 from ..ops.reference import to_device_nowait
 from .lm import BidirectionalLM, encode_batch, target_positions
 from .sentences import sentence_rows
@@ -240,7 +240,7 @@ def read_text(
     stats = ReadStats()
     sentences = tokenize_file(text_path, lang, stats, progress, nlp=nlp)
     if not sentences:
-        raise ValueError(Errors.E_NO_EVAL_TOKENS.format(path=text_path, n_files=stats.n_files, n_binary=stats.n_binary))
+        raise ValueError(Errors.E_NO_EVAL_TOKENS.format(path=text_path, files=files_read(stats)))
     return sentences, stats
 
 

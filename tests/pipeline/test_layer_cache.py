@@ -315,6 +315,21 @@ def test_a_call_running_during_a_move_keeps_none_of_its_layers(tiny_dir, monkeyp
 
 
 @pytest.mark.filterwarnings("ignore:spacy-elmo. a sentence of:UserWarning")
+def test_set_bilm_empties_each_cache_once(tiny_dir):
+    """set_bilm emptied the layer cache twice: under its lock with the swap, then again in clear_caches (two new
+    generations for one change of weights). Each cache is emptied once now, and both are empty after it."""
+    nlp = _nlp(tiny_dir, 1)
+    model = nlp.get_pipe("elmo").model
+    runner = get_runner(model)
+    nlp("We sat here .")
+    assert len(runner.layer_cache) == 1 and runner.cache.index
+    layers, tokens = runner.layer_cache.generation, runner.cache.generation
+    set_bilm(model, get_bilm(model), "again")
+    assert runner.layer_cache.generation == layers + 1 and len(runner.layer_cache) == 0
+    assert runner.cache.generation == tokens + 1 and not runner.cache.index
+
+
+@pytest.mark.filterwarnings("ignore:spacy-elmo. a sentence of:UserWarning")
 def test_a_call_starting_while_the_weights_are_swapped_reads_no_layers_of_the_old_ones(tiny_dir):
     """set_bilm set the new biLM, then emptied the caches: a call starting in between read the old generation with
     the new biLM and was served the layers a call of the old biLM had put there (diffrev2's repro; threads and
@@ -334,7 +349,7 @@ def test_a_call_starting_while_the_weights_are_swapped_reads_no_layers_of_the_ol
     old_layers = nlp(text)._.elmo.copy()
     cache.clear()
     a_at_put, b_at_clear, release_b = threading.Event(), threading.Event(), threading.Event()
-    real_put, real_clear = cache.put, cache.clear
+    real_put, real_clear = cache.put, runner.cache.clear
 
     def put(*args, **kwargs):  # call A (old biLM) puts its layers once B has begun the swap
         if threading.current_thread().name == "A":
@@ -342,13 +357,13 @@ def test_a_call_starting_while_the_weights_are_swapped_reads_no_layers_of_the_ol
             b_at_clear.wait(10)
         return real_put(*args, **kwargs)
 
-    def clear():  # B, swapping, held at its emptying of the caches
+    def clear():  # B, swapping, held at its emptying of the token cache (after the biLM is set)
         if threading.current_thread().name == "B":
             b_at_clear.set()
             release_b.wait(10)
         return real_clear()
 
-    cache.put, cache.clear = put, clear
+    cache.put, runner.cache.clear = put, clear
     try:
         a = threading.Thread(target=lambda: nlp(text), name="A")
         b = threading.Thread(target=lambda: (a_at_put.wait(10), set_bilm(model, new, "new")), name="B")
@@ -360,7 +375,7 @@ def test_a_call_starting_while_the_weights_are_swapped_reads_no_layers_of_the_ol
     finally:
         release_b.set()
         b.join()
-        cache.put, cache.clear = real_put, real_clear
+        cache.put, runner.cache.clear = real_put, real_clear
     cache.clear()
     new_layers = nlp(text)._.elmo
     assert not numpy.allclose(new_layers, old_layers)

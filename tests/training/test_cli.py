@@ -33,7 +33,7 @@ def test_pretrain_evaluate_export(tmp_path):
     assert result.exit_code == 0, result.output
     assert "held-out perplexity" in result.output
     assert "trained 3 steps; corpus " in result.output
-    assert " sentences from 1 file (0 skipped as binary or UTF-16/32, " in result.output
+    assert " sentences from 1 file (0 skipped as binary, UTF-16/32 or a format not read, " in result.output
     assert f"model written to {out} (load with BiLM.load)" in result.output
     (event,) = [e for e in read_log(out) if e.get("event") == "heldout"]
     # <UNK> targets count in the perplexity (bilm-tf): a small vocabulary's low perplexity is read with its OOV rate

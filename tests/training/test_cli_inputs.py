@@ -516,7 +516,7 @@ def test_evaluate_empty_text(model, tmp_path):
     # said what to pass (it said only "contains no tokens to evaluate on."), also of a directory without files
     for path, read in ((empty, "1 file(s) read"), (folder, "0 file(s) read")):
         output = plain(clean_error(runner.invoke(app, ["evaluate", str(model), str(path)])))
-        assert f"{path} contains no tokens to evaluate on ({read}, 0 skipped as binary or UTF-16/32). Pass UTF-8 text" in output, output
+        assert f"{path} contains no tokens to evaluate on ({read}, 0 skipped as binary, UTF-16/32 or a format not read). Pass UTF-8 text" in output, output
 
 
 def test_evaluate_reports_replaced_bytes_and_oov(model, tmp_path):

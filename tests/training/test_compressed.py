@@ -1,8 +1,12 @@
 """Compressed text (gzip, bzip2, xz) is read as the text it holds: the same corpus as the plain file,
 broken archives and misnamed files are clear errors, and a resumed run continues exactly."""
 
+import gzip
+import io
 import json
+import tarfile
 import warnings
+import zipfile
 
 import numpy as np
 import pytest
@@ -119,6 +123,65 @@ def test_a_mixed_directory_reads_every_format_and_skips_binary_ones_inside_archi
     want = built(plain_dir, tmp_path / "cache-plain")
     assert got[1]["n_files"] == 4 and [p.rsplit("/", 1)[1] for p in got[1]["binary_files"]] == ["e.bin", "f.tar.gz"]
     assert_same_corpus(got, want)
+
+
+def _tar(gnu=False):
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.GNU_FORMAT if gnu else tarfile.PAX_FORMAT) as tar:
+        text = b"The cat sat on the mat .\n"
+        member = tarfile.TarInfo("a.txt")
+        member.size = len(text)
+        tar.addfile(member, io.BytesIO(text))
+    return buffer.getvalue()
+
+
+def _zip():
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("a.txt", "The cat sat on the mat .\n")
+    return buffer.getvalue()
+
+
+#: Files of formats spacy-elmo does not read: name -> (bytes, what the error calls them, the command it gives).
+#: zstd and lz4: the frames their tools write of "The cat sat on the mat.\n"; zstd's magic before text without a
+#: NUL byte was read as text (its undecodable bytes replaced); 7z: its signature header's start.
+UNREAD = {
+    "c.zst": (bytes.fromhex("28b52ffd0458c100005468652063617420736174206f6e20746865206d61742e0aa6f49df3"),
+              "zstd-compressed data", "`zstd -dc {path} > NEW.txt`"),
+    "text.zst": (b"\x28\xb5\x2f\xfdThe cat sat on the mat .\n", "zstd-compressed data", "`zstd -dc {path} | gzip > NEW.txt.gz`"),
+    "c.lz4": (bytes.fromhex("04224d186440a7180000805468652063617420736174206f6e20746865206d61742e0a00000000db5f755e"),
+              "lz4-compressed data", "`lz4 -dc {path} > NEW.txt`"),
+    "c.zip": (_zip(), "a zip archive of files", "`unzip {path} -d NEW_DIR`"),
+    "c.7z": (b"7z\xbc\xaf\x27\x1c\x00\x04" + bytes(24), "a 7z archive of files", "`7z x {path} -oNEW_DIR`"),
+    "c.tar": (_tar(), "a tar archive of files", "`mkdir NEW_DIR && tar -xf {path} -C NEW_DIR`"),
+    "gnu.tar": (_tar(gnu=True), "a tar archive of files", "`mkdir NEW_DIR && tar -xf {path} -C NEW_DIR`"),
+    "c.tar.gz": (gzip.compress(_tar()), "a tar archive of files", "`mkdir NEW_DIR && tar -xf {path} -C NEW_DIR`"),
+}
+
+
+@pytest.mark.parametrize("name", list(UNREAD))
+def test_a_compression_or_archive_not_read_is_named_with_its_fix_alone_and_skipped_so_in_a_directory(tmp_path, name):
+    """A .zst, .lz4, .zip, .7z or .tar(.gz) was "a binary file (it contains NUL bytes) ... Pass plain text (or gzip,
+    bzip2 or xz of it)", a .tar.gz one that is gzip, and a zstd stream without a NUL byte in its first 8 KiB was read
+    as text. Each is known by its first bytes (decompressed) and named, with the command that makes text of it."""
+    data, what, command = UNREAD[name]
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    write_corpus(corpus / "a.txt", 50)
+    path = write_bytes(corpus / name, data)
+    with pytest.raises(ValueError) as refused:
+        build_corpus(path, "en", tmp_path / "cache-alone", progress=False)
+    said = plain(str(refused.value))
+    assert said.startswith(f"{path} holds {what}, which spacy-elmo does not read: it reads UTF-8 text, plain or "
+                           "compressed with gzip, bzip2 or xz"), said
+    assert command.format(path=path) in said and "NUL" not in said, said
+    with pytest.warns(RuntimeWarning) as caught:
+        meta = build_corpus(corpus, "en", tmp_path / "cache-dir", progress=False)
+    skipped = [str(w.message) for w in caught if "skipped" in str(w.message)]
+    assert len(skipped) == 1 and skipped[0].startswith(f"spacy-elmo: skipped {path}: it holds {what}, which "
+                                                       "spacy-elmo does not read."), skipped
+    assert command.format(path=path) in skipped[0]
+    assert meta["stats"]["n_files"] == 1 and meta["stats"]["n_binary"] == 1
 
 
 @pytest.mark.parametrize("damage", ["truncated", "damaged"])

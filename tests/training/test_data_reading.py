@@ -2,6 +2,7 @@
 returns inside the text, long lines without spaces, and a cache whose files were cut short."""
 
 import errno
+import json
 import os
 import re
 import warnings
@@ -393,3 +394,55 @@ def test_a_data_meta_json_nested_past_the_recursion_limit_is_no_cache(tmp_path):
     assert not is_spacy_elmo_output(corpus / "wiki")
     assert set(list_text_files(corpus)) == {corpus / "wiki" / "a.txt", corpus / "wiki" / CACHE_DIR / "meta.json"}
     assert cache_damage(corpus / "wiki" / CACHE_DIR) is None
+
+
+@pytest.mark.parametrize("digests", [[1, 2], "abc", {"a.txt": 3}])
+def test_a_resume_over_a_cache_whose_recorded_digests_are_damaged_builds_it_anew(tmp_path, digests):
+    """meta.json's text digests, read by a resume once the cache is current: an edited record (no object of
+    digests) was an AttributeError's traceback (a list's .items()). The text is then not known to be the same
+    (same_text False: the cache is tokenized again); a whole meta.json that is no JSON is no cache at all."""
+    corpus = tmp_path / "a.txt"
+    corpus.write_text("fine words here .\n", encoding="utf-8")
+    cache = tmp_path / "cache"
+    build_corpus(corpus, "en", cache, progress=False)
+    assert data.same_text(cache)
+    meta = json.loads((cache / "meta.json").read_text(encoding="utf-8"))
+    (cache / "meta.json").write_text(json.dumps({**meta, data.TEXT_DIGESTS: digests}), encoding="utf-8")
+    assert data.cache_is_current(cache, data.fingerprint(corpus, "en")) and not data.same_text(cache)
+    (cache / "meta.json").write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
+    assert not data.same_text(cache) and data.cache_damage(cache) is None
+    assert build_corpus(corpus, "en", cache, progress=False)["stats"]["n_tokens"] == 4  # built anew
+
+
+def test_a_corpus_of_hidden_files_says_they_were_skipped_as_hidden(tmp_path):
+    """A directory whose files are all hidden (dot-files, or in a dot-directory) said "0 file(s) read" and nothing of
+    the files it skipped: the error counts them (a hidden directory as one, its contents unread) and says why."""
+    from spacy_elmo.training.evaluate import read_text
+
+    corpus = tmp_path / "corpus"
+    (corpus / ".cache").mkdir(parents=True)
+    (corpus / ".cache" / "a.txt").write_text("The cat sat .\n", encoding="utf-8")
+    (corpus / ".b.txt").write_text("The dog ran .\n", encoding="utf-8")
+    (corpus / "sub").mkdir()
+    (corpus / "sub" / ".c.txt").write_text("A bird flew .\n", encoding="utf-8")
+    hidden = ('0 file(s) read, 0 skipped as binary, UTF-16/32 or a format not read, 3 files or directories skipped as '
+              'hidden (a file or directory whose name starts with "." is never read: rename it to read it)')
+    with pytest.raises(ValueError) as refused:
+        build_corpus(corpus, "en", tmp_path / "cache", progress=False)
+    assert str(refused.value) == f"No text to train on in {corpus}: {hidden}, 0 tokens. Pass UTF-8 text (one or more " \
+                                 "sentences per line).", str(refused.value)
+    with pytest.raises(ValueError, match=re.escape(f"({hidden}).")):  # evaluate's error (fit-state's: the same files)
+        read_text(corpus)
+    (corpus / ".b.txt").rename(corpus / "b.txt")
+    (corpus / "b.txt").write_text("", encoding="utf-8")
+    with pytest.raises(ValueError, match=re.escape(f"{corpus}: 1 file(s) read, 0 skipped as binary, UTF-16/32 or a "
+                                                   "format not read, 2 files or directories skipped as hidden (")):
+        build_corpus(corpus, "en", tmp_path / "cache", progress=False)
+    (corpus / ".cache").rename(corpus / "cache")
+    (corpus / "sub" / ".c.txt").unlink()
+    (corpus / "cache" / "a.txt").write_text("", encoding="utf-8")
+    with pytest.raises(ValueError, match=re.escape(f"{corpus}: 2 file(s) read, 0 skipped as binary, UTF-16/32 or a "
+                                                   "format not read, 0 tokens.")):  # none hidden: none said
+        build_corpus(corpus, "en", tmp_path / "cache", progress=False)
+    stats = ReadStats()
+    assert list(iter_text(corpus, stats)) == [] and stats.n_hidden == 0
