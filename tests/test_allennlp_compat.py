@@ -1122,3 +1122,17 @@ def test_allennlp_state_dict_prefix_selects_keys_that_start_with_it(files):
     with pytest.raises(ValueError, match=r"missing: scalar_mix_0\.gamma") as info:
         elmo.load_allennlp_state_dict({k: v for k, v in nested.items() if not k.endswith("gamma")}, prefix="model.enc.")
     assert "weights are under prefix" not in str(info.value)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_backend_is_passed_to_the_bilm_by_all_three_classes(files, backend):
+    """backend= (keyword only, not in AllenNLP) reaches the biLM of Elmo, ElmoTokenEmbedder and ElmoEmbedder
+    alike (the embedder's Elmo was built with "auto", the fused kernels wherever they are compiled), and an
+    unknown one is refused by each."""
+    assert Elmo(*files, 1, backend=backend).bilm.backend == backend
+    assert ElmoTokenEmbedder(*files, backend=backend)._elmo.bilm.backend == backend
+    assert ElmoEmbedder(*files, backend=backend).elmo_bilm.backend == backend
+    for make in (lambda: Elmo(*files, 1, backend="nope"), lambda: ElmoTokenEmbedder(*files, backend="nope"),
+                 lambda: ElmoEmbedder(*files, backend="nope")):
+        with pytest.raises(ValueError, match="nope"):
+            make()
