@@ -4,6 +4,7 @@ Against AllenNLP's real ``Elmo`` class run from its wheel (the ``allennlp`` fixt
 tests/conftest.py: skipped offline), and against the NumPy float64 oracle (always).
 """
 
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -1001,3 +1002,137 @@ def test_allennlp_state_dict_beyond_float32_is_refused_not_loaded_as_inf(files, 
     state[key][0] = 3e38  # within float32's range: loaded
     elmo.load_allennlp_state_dict(state)
     assert all(bool(torch.isfinite(p).all()) for p in elmo.parameters())
+
+
+# -- mutation audit (session 47): behaviour no test above pinned ----------------------------------------
+def test_zero_output_representations_give_the_mask_alone(files):
+    """num_output_representations=0 is allowed, as AllenNLP's constructor allows it (no scalar mix): the
+    biLM runs for the mask alone; its AllenNLP state_dict is the biLM's keys only."""
+    elmo = Elmo(*files, 0, stateful=False).eval()
+    one = Elmo(*files, 1, stateful=False).eval()
+    assert [name for name, _ in elmo.named_children()] == ["bilm", "_dropout"]
+    ids = batch_to_ids(BATCHES[0])
+    with torch.no_grad():
+        out = elmo(ids)
+    assert out["elmo_representations"] == []
+    assert torch.equal(out["mask"], one(ids)["mask"]) and out["mask"].sum(1).tolist() == [6, 3, 0, 1]
+    bilm_keys = [k for k in one.allennlp_state_dict() if k.startswith("_elmo_lstm.")]
+    assert sorted(elmo.allennlp_state_dict()) == sorted(bilm_keys)
+
+
+def test_token_embedder_reset_states_forgets_the_carried_states(files):
+    """ElmoTokenEmbedder.reset_states() forgets what the stateful biLM carried: the same batch after a reset
+    gives the first call's vectors (the oracle's from zero states), not the carried ones."""
+    embedder = ElmoTokenEmbedder(*files, dropout=0.0).eval()
+    set_mixes(embedder._elmo, MIXES[:1])
+    oracle = NumpyElmo(OPTS, files[1])
+    ids = batch_to_ids(BATCHES[1])
+    with torch.no_grad():
+        first, carried = embedder(ids), embedder(ids)
+        embedder.reset_states()
+        again = embedder(ids)
+    assert not torch.allclose(first, carried, atol=1e-3)
+    torch.testing.assert_close(again, first, atol=0, rtol=0)
+    reps, _ = oracle_elmo(oracle, BATCHES[1], MIXES[:1], stateful=False)
+    np.testing.assert_allclose(again.double().numpy(), reps[0], atol=ATOL, rtol=0)
+
+
+def test_allennlp_state_dicts_are_float32_for_a_double_model(files):
+    """AllenNLP's Elmo and ElmoTokenEmbedder are float32: a double() module exports float32 copies (the mixes'
+    and the projection's too, not only the biLM's), which AllenNLP's load_state_dict copies exactly."""
+    for module in (Elmo(*files, 2).double(), ElmoTokenEmbedder(*files, projection_dim=4).double()):
+        state = module.allennlp_state_dict()
+        assert {name: value.dtype for name, value in state.items() if value.dtype != torch.float32} == {}
+        assert any("scalar_mix" in name for name in state)
+    assert {"_projection.weight", "_projection.bias"} <= set(state)
+
+
+def test_elmo_embedder_embed_sentences_carries_states_per_batch_row(files):
+    """Stateful embed_sentences runs batch_size sentences per biLM call: sentence i continues the states of
+    row i % batch_size (0.9's behaviour), as the oracle's stateful rows do; not one sentence per call."""
+    embedder = ElmoEmbedder(*files)
+    oracle = NumpyElmo(OPTS, files[1])
+    sentences = [s for batch in BATCHES for s in batch if s][:7]
+    got = list(embedder.embed_sentences(iter(sentences), batch_size=3))
+    expected = [v for start in range(0, 7, 3) for v in oracle.batch(sentences[start:start + 3], stateful=True)]
+    assert len(got) == len(expected) == 7
+    for vec, want in zip(got, expected):
+        np.testing.assert_allclose(vec, want, atol=ATOL, rtol=0)
+
+
+def test_ids_of_another_width_are_refused_naming_the_shape_given(files):
+    """Ids built for another max_characters_per_token: Elmo's error, naming the shape passed (more leading
+    dimensions included), not the BiLM's, which named the flattened (6, 5, 49)."""
+    elmo = Elmo(*files, 1)
+    for shape in [(1, 3, 49), (2, 3, 5, 49)]:
+        with pytest.raises(ValueError, match=r"^Elmo expects character ids .*found shape " + re.escape(str(shape))):
+            elmo(torch.ones(shape, dtype=torch.long))
+
+
+def test_token_embedder_state_errors_advise_a_projection_dim_only_when_it_differs(files):
+    """A state_dict refused for another reason (a key left over, the bias missing) whose projection has this
+    embedder's projection_dim: no advice to build it "with projection_dim=5", which it already has."""
+    good = trained_embedder(files, seed=13, projection_dim=5).allennlp_state_dict()
+    embedder = trained_embedder(files, seed=15, projection_dim=5)
+    partial = {k: v for k, v in good.items() if k != "_projection.bias"}
+    for state, kwargs, match in ((dict(good, _extra=torch.ones(1)), {}, r"unexpected: _extra\."),
+                                 (partial, {"strict": False}, r"missing: _projection\.bias\.")):
+        with pytest.raises(ValueError, match=match) as info:
+            embedder.load_allennlp_state_dict(state, **kwargs)
+        assert "projection_dim=" not in str(info.value) and "projects its ELMo vectors" not in str(info.value)
+
+
+def test_module_with_either_file_is_refused_as_in_allennlp(files):
+    """AllenNLP raises "Don't provide options_file or weight_file with module" when either is given, not only
+    both: Elmo("default", None, 1, module=bilm) would silently ignore the model named."""
+    for args in ((files[0], None), (None, files[1]), ("default", None)):
+        with pytest.raises(ValueError, match="takes no options_file or weight_file"):
+            Elmo(*args, 1, module=BiLM.from_allennlp(*files))
+
+
+def test_allennlp_state_dict_shapes_are_checked_exactly(files):
+    """A tensor with the right number of elements but another shape (a transposed LSTM weight, a 0-d gamma) is
+    refused, as AllenNLP's load_state_dict refuses it, not reshaped silently; nothing changes."""
+    elmo = Elmo(*files, 1, dropout=0.0)
+    good = elmo.allennlp_state_dict()
+    perturb(elmo, seed=9)
+    unchanged = {k: v.clone() for k, v in elmo.state_dict().items()}
+    weight = "_elmo_lstm._elmo_lstm.forward_layer_0.input_linearity.weight"
+    assert good[weight].shape == (48, 8)
+    for name, value, shapes in ((weight, good[weight].t().contiguous(), r"\(8, 48\) \(expected \(48, 8\)\)"),
+                                ("scalar_mix_0.gamma", torch.tensor(1.5), r"\(\) \(expected \(1,\)\)"),
+                                ("scalar_mix_0.scalar_parameters.1", torch.ones(1, 1),
+                                 r"\(1, 1\) \(expected \(1,\)\)")):
+        for strict in (True, False):
+            with pytest.raises(ValueError, match=rf"wrong shape: {re.escape(name)} {shapes}"):
+                elmo.load_allennlp_state_dict(dict(good, **{name: value}), strict=strict)
+            assert all(torch.equal(v, unchanged[k]) for k, v in elmo.state_dict().items())
+
+
+def test_allennlp_state_dict_prefix_selects_keys_that_start_with_it(files):
+    """prefix= selects the keys that start with it, not those where it occurs later ('model.enc.' + name
+    under prefix 'enc.'): the error says where the weights are; a state_dict refused for a missing key whose
+    weights are under the prefix given gets no such hint."""
+    elmo = Elmo(*files, 1, dropout=0.0)
+    good = elmo.allennlp_state_dict()
+    nested = {"model.enc." + k: v for k, v in good.items()}
+    hint = r"No key of the state_dict starts with prefix='enc\.'\. .*under prefix='model\.enc\.'"
+    with pytest.raises(ValueError, match=hint):
+        elmo.load_allennlp_state_dict(nested, prefix="enc.")
+    with pytest.raises(ValueError, match=r"missing: scalar_mix_0\.gamma") as info:
+        elmo.load_allennlp_state_dict({k: v for k, v in nested.items() if not k.endswith("gamma")}, prefix="model.enc.")
+    assert "weights are under prefix" not in str(info.value)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_backend_is_passed_to_the_bilm_by_all_three_classes(files, backend):
+    """backend= (keyword only, not in AllenNLP) reaches the biLM of Elmo, ElmoTokenEmbedder and ElmoEmbedder
+    alike (the embedder's Elmo was built with "auto", the fused kernels wherever they are compiled), and an
+    unknown one is refused by each."""
+    assert Elmo(*files, 1, backend=backend).bilm.backend == backend
+    assert ElmoTokenEmbedder(*files, backend=backend)._elmo.bilm.backend == backend
+    assert ElmoEmbedder(*files, backend=backend).elmo_bilm.backend == backend
+    for make in (lambda: Elmo(*files, 1, backend="nope"), lambda: ElmoTokenEmbedder(*files, backend="nope"),
+                 lambda: ElmoEmbedder(*files, backend="nope")):
+        with pytest.raises(ValueError, match="nope"):
+            make()
