@@ -57,10 +57,10 @@ def evaluate(
                                                 shell_pipeline=shell_quoted(err.pipeline)))
     except (ValueError, OSError, RuntimeError) as err:
         fail(str(err))
+    if result.get("replaced_bytes"):  # on stderr with --json too: stdout holds the object alone
+        warn(Warnings.W_REPLACED_BYTES_TEXT.format(n_bytes=counted(result["replaced_bytes"], "undecodable byte"), path=text_path))
     if as_json:
         typer.echo(json.dumps(result))
         return
     typer.echo(f"tokens {result['n_tokens']:,} in {counted(result['n_sentences'], 'sentence')}; OOV rate {result['oov_rate']:.2%} (vocabulary {result['vocab_size']:,})")
     typer.echo(perplexity_text(result))
-    if result.get("replaced_bytes"):
-        warn(Warnings.W_REPLACED_BYTES_TEXT.format(n_bytes=counted(result["replaced_bytes"], "undecodable byte"), path=text_path))

@@ -526,6 +526,11 @@ def test_evaluate_reports_replaced_bytes_and_oov(model, tmp_path):
     assert result.exit_code == 0, result.output
     assert f"2 undecodable bytes replaced by U+FFFD in {text}" in plain(result.stderr) and "OOV rate" in result.stdout
     assert "undecodable" not in result.stdout  # a warning, on stderr: stdout holds the result alone
+    # --json said nothing of them on stderr (the count was in the object alone)
+    result = runner.invoke(app, ["evaluate", str(model), str(text), "--json"])
+    assert result.exit_code == 0, result.output
+    assert f"2 undecodable bytes replaced by U+FFFD in {text}" in plain(result.stderr)
+    assert json.loads(result.stdout)["replaced_bytes"] == 2
 
 
 def test_evaluate_json_keys_are_documented(model, trained):
