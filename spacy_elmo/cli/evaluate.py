@@ -31,7 +31,7 @@ def evaluate(
         False, "--json",
         help="Print one JSON object instead (and no progress bars): perplexity (exp of the mean of the two losses: "
         "the geometric mean of the two perplexities), perplexity_forward, "
-        "perplexity_backward, loss_forward, loss_backward (mean negative log-likelihood, nats), n_targets "
+        "perplexity_backward (each null where it is past a float's range, a mean loss over 709 nats), loss_forward, loss_backward (mean negative log-likelihood, nats), n_targets "
         "(predictions per direction: --per-sentence, each sentence's words and its </S> forward, its words and <S> "
         "backward; --stream, those and one more per sentence boundary, the next <S> forward and the previous </S> "
         "backward: the two modes average over different targets), n_tokens (words, markers not counted), "
@@ -45,7 +45,7 @@ def evaluate(
     The model needs its softmax and vocab.txt (models written by pretrain have both)."""
     from ..bilm.native_io import SavedPipelineGiven
     from ..device import torch_device
-    from ..training.evaluate import evaluate_model_dir, perplexity_text
+    from ..training.evaluate import evaluate_model_dir, json_ready, perplexity_text
 
     try:
         target = torch_device(device)  # known_device checked it when the options were parsed
@@ -60,7 +60,7 @@ def evaluate(
     if result.get("replaced_bytes"):  # on stderr with --json too: stdout holds the object alone
         warn(Warnings.W_REPLACED_BYTES_TEXT.format(n_bytes=counted(result["replaced_bytes"], "undecodable byte"), path=text_path))
     if as_json:
-        typer.echo(json.dumps(result))
+        typer.echo(json.dumps(json_ready(result), allow_nan=False))
         return
     typer.echo(f"tokens {result['n_tokens']:,} in {counted(result['n_sentences'], 'sentence')}; OOV rate {result['oov_rate']:.2%} (vocabulary {result['vocab_size']:,})")
     typer.echo(perplexity_text(result))

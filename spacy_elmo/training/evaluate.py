@@ -99,9 +99,9 @@ def evaluate_corpus(
         sums, n_pred = [float(total[0]), float(total[1])], int(round(float(total[2])))
     loss_f, loss_b = sums[0] / n_pred, sums[1] / n_pred
     return {
-        "perplexity_forward": math.exp(loss_f),
-        "perplexity_backward": math.exp(loss_b),
-        "perplexity": math.exp((loss_f + loss_b) / 2),
+        "perplexity_forward": _perplexity(loss_f),
+        "perplexity_backward": _perplexity(loss_b),
+        "perplexity": _perplexity((loss_f + loss_b) / 2),
         "loss_forward": loss_f,
         "loss_backward": loss_b,
         "n_targets": n_pred,
@@ -114,18 +114,49 @@ def evaluate_corpus(
     }
 
 
+def _perplexity(loss: float) -> float:
+    """``exp(loss)``, or inf past a float's range (a mean loss over about 709 nats: math.exp raised OverflowError,
+    and evaluate or pretrain --heldout of a broken model crashed)."""
+    try:
+        return math.exp(loss)
+    except OverflowError:
+        return math.inf
+
+
+def json_ready(result: Dict[str, Any]) -> Dict[str, Any]:
+    """An :func:`evaluate_corpus` result as standard JSON holds it (evaluate --json, the held-out lines of
+    train_log.jsonl): a value that is no finite number (a perplexity past a float's range: inf) is None (null)
+    rather than JSON's nonstandard ``Infinity``; its loss is given."""
+    return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in result.items()}
+
+
 def perplexity_text(result: Dict[str, Any]) -> str:
     """``perplexity (<how the text was read>): forward F, backward B, geometric mean M`` of an :func:`evaluate_corpus`
-    result: its reading is every sentence alone, one stream, or a stream cut into ``n_rows`` rows (a result
-    logged before ``n_rows`` was recorded: a stream)."""
+    result (or its :func:`json_ready` form): its reading is every sentence alone, one stream, or a stream cut into
+    ``n_rows`` rows (a result logged before ``n_rows`` was recorded: a stream); a perplexity past a float's range
+    is ``inf (mean loss L nats)``."""
     if result["mode"] == "per_sentence":
         reading = "every sentence alone"
     elif result.get("n_rows") is None:
         reading = "stream"
     else:
         reading = "one stream" if result["n_rows"] == 1 else f"stream in {result['n_rows']:,} rows"
-    return (f"perplexity ({reading}): forward {result['perplexity_forward']:.2f}, "
-            f"backward {result['perplexity_backward']:.2f}, geometric mean {result['perplexity']:.2f}")
+    loss_f, loss_b = result["loss_forward"], result["loss_backward"]  # None: a NaN of a json_ready result
+    losses = (loss_f, loss_b, None if loss_f is None or loss_b is None else (loss_f + loss_b) / 2)
+    forward, backward, mean = (
+        _perplexity_shown(value, loss)
+        for value, loss in zip((result["perplexity_forward"], result["perplexity_backward"], result["perplexity"]), losses))
+    return f"perplexity ({reading}): forward {forward}, backward {backward}, geometric mean {mean}"
+
+
+def _perplexity_shown(value: Optional[float], loss: Optional[float]) -> str:
+    """A perplexity as :func:`perplexity_text` shows it: ``{value:.2f}``, or past a float's range (inf, or None
+    with a finite loss: :func:`json_ready`) ``inf (mean loss L nats)``."""
+    if value is not None and not math.isinf(value):
+        return f"{value:.2f}"
+    if loss is None or math.isnan(loss):
+        return "nan"
+    return f"inf (mean loss {loss:,.2f} nats)"
 
 
 def stream_row_starts(starts: np.ndarray, n_tokens: int, batch_size: int) -> np.ndarray:

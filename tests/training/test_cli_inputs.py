@@ -519,6 +519,36 @@ def test_evaluate_empty_text(model, tmp_path):
         assert f"{path} contains no tokens to evaluate on ({read}, 0 skipped as binary or UTF-16/32). Pass UTF-8 text" in output, output
 
 
+def test_evaluate_a_loss_past_a_floats_range(model, trained, monkeypatch):
+    """A mean loss over about 709 nats (a broken model) crashed evaluate with OverflowError from math.exp.
+    Its perplexity is inf now: the text says so with the loss, and --json stays standard JSON (null, no
+    Infinity), the losses given; a finite mean of the two is still a number."""
+    from spacy_elmo.training import evaluate as ev
+
+    real = ev._stream_nll_sums
+
+    def huge(*args, **kwargs):
+        (fwd, bwd), n = real(*args, **kwargs)
+        return [800.0 * n, bwd], n
+
+    monkeypatch.setattr(ev, "_stream_nll_sums", huge)
+    result = runner.invoke(app, ["evaluate", str(model), str(trained["held"]), "--stream"])
+    assert result.exit_code == 0, result.output
+    assert "forward inf (mean loss 800.00 nats), backward " in result.stdout and "geometric mean inf" not in result.stdout
+    text = result.stdout
+
+    def refuse(constant):
+        raise ValueError(constant)
+
+    result = runner.invoke(app, ["evaluate", str(model), str(trained["held"]), "--stream", "--json"])
+    assert result.exit_code == 0, result.output
+    metrics = json.loads(result.stdout, parse_constant=refuse)
+    assert metrics["perplexity_forward"] is None and metrics["loss_forward"] == pytest.approx(800.0)
+    assert metrics["perplexity_backward"] > 1 and metrics["perplexity"] > 1e100
+    # the held-out line of train_log.jsonl holds this form: printed again (a resume's summary) as the text said it
+    assert ev.perplexity_text(metrics) in text
+
+
 def test_evaluate_reports_replaced_bytes_and_oov(model, tmp_path):
     text = tmp_path / "latin1.txt"
     text.write_bytes(b"zzqx caf\xe9 ol\xe9 qqxz .\n")

@@ -1049,6 +1049,33 @@ def test_a_stream_reading_does_not_depend_on_the_window_it_is_read_in():
             assert results[unroll][key] == pytest.approx(results[20][key], rel=1e-5)
 
 
+def test_a_heldout_loss_past_a_floats_range_is_logged_as_standard_json(tmp_path, monkeypatch):
+    """pretrain --heldout of a broken model (a mean loss over about 709 nats) crashed with OverflowError from
+    math.exp; its perplexity is inf now, logged as null (no nonstandard Infinity) beside its loss, and the
+    summary's text says inf with the loss."""
+    from spacy_elmo.training import evaluate as ev
+    from spacy_elmo.training.evaluate import perplexity_text
+
+    real = ev._stream_nll_sums
+
+    def huge(*args, **kwargs):
+        (fwd, bwd), n = real(*args, **kwargs)
+        return [800.0 * n, 900.0 * n], n
+
+    monkeypatch.setattr(ev, "_stream_nll_sums", huge)
+    train_file, held = write_corpus(tmp_path / "train.txt", 40), write_corpus(tmp_path / "held.txt", 10, seed=2)
+    summary = train(tiny_train_config(train_file, tmp_path / "out", heldout=str(held), max_steps=1, checkpoint_every=1))
+    assert summary["heldout"]["perplexity"] == math.inf
+    assert "geometric mean inf (mean loss 850.00 nats)" in perplexity_text(summary["heldout"])
+
+    def refuse(constant):
+        raise ValueError(constant)
+
+    lines = (tmp_path / "out" / LOG_NAME).read_text(encoding="utf-8").splitlines()
+    (event,) = [e for e in map(lambda line: json.loads(line, parse_constant=refuse), lines) if e.get("event") == "heldout"]
+    assert event["perplexity"] is None and event["loss_forward"] == pytest.approx(800.0)
+
+
 def test_resume_after_a_kill_inside_a_log_line(tmp_path):
     """A run killed while appending to train_log.jsonl leaves half a line; the resume drops it
     (its step is redone) and the log ends as a straight run's."""
