@@ -572,6 +572,13 @@ def test_evaluate_json_keys_are_documented(model, trained):
     assert not missing, missing
 
 
+def test_evaluate_batch_size_help_says_long_sentences_are_cut():
+    """--batch-size said "the text is cut at sentence starts", but a sentence over two rows' shares (and 40 tokens)
+    is cut mid-sentence too, so that text with few sentence ends is still read in that many rows."""
+    help_text = " ".join(plain(runner.invoke(app, ["evaluate", "--help"], terminal_width=200).output).split())
+    assert "a sentence longer than two rows' shares (and 40 tokens) is cut mid-sentence too" in help_text
+
+
 MODEL_FILE_ARGS = {
     "evaluate": lambda file, t, out: ["evaluate", str(file), str(t["held"])],
     "fit-state": lambda file, t, out: ["fit-state", str(file), str(t["train"])],
