@@ -2202,7 +2202,8 @@ class Warnings:
     )
     W_LONG_LINE = (
         "spacy-elmo: {path} has a line of {n_chars} characters; it is tokenized in pieces of "
-        "at most {piece} characters (split at whitespace)."
+        "at most {piece} characters (split at whitespace), each read as its own sentence or sentences (a sentence "
+        "across a cut is read as two)."
     )
     W_RESUME_WITHOUT_HELDOUT = (
         "spacy-elmo: the run in {path} measured held-out perplexity on {heldout} (last at step {step:,}); resumed "
