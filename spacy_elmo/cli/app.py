@@ -150,14 +150,17 @@ def given_text(value: str) -> str:
 @contextmanager
 def model_argument() -> Iterator[None]:
     """Within: a file given as a model argument (MODEL_DIR, --model) is refused advising its directory,
-    :data:`Errors.E_MODEL_PATH_FIX_DIR`, not BiLM's Python loaders, which a command line cannot call. (pretrain's
-    --init says its own: ``check_init_model``.)"""
-    from ..bilm.native_io import ModelPathIsFile  # the biLM's modules and h5py: for the commands that load a model
+    :data:`Errors.E_MODEL_PATH_FIX_DIR`, and a directory without a model advising what one is and which commands
+    write one (:meth:`NativeDirMissing.advising_cli`), not BiLM's Python API, which a command line cannot call.
+    (pretrain's --init says its own: ``check_init_model``.)"""
+    from ..bilm.native_io import ModelPathIsFile, NativeDirMissing  # the biLM's modules and h5py: for the commands that load a model
 
     try:
         yield
     except ModelPathIsFile as err:
         raise err.advising(Errors.E_MODEL_PATH_FIX_DIR) from None
+    except NativeDirMissing as err:
+        raise err.advising_cli() from None
 
 
 def given_path(value: Optional[str]) -> Optional[Path]:

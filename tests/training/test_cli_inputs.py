@@ -599,6 +599,26 @@ def test_a_model_file_given_as_a_model_argument_is_told_to_pass_its_directory(tr
     assert "from_allennlp" not in output
 
 
+MODEL_DIR_ARGS = dict(MODEL_FILE_ARGS, pretrain=lambda d, t, out: ["pretrain", str(t["train"]), str(out / "run"), "--init", str(d)])
+
+
+@pytest.mark.parametrize("command", sorted(MODEL_DIR_ARGS))
+def test_a_directory_without_a_model_given_as_a_model_argument_gets_command_line_advice(trained, tmp_path, command):
+    """A directory without config.json as MODEL_DIR (--model, --init) was told "Write one with BiLM.save(directory),
+    or load AllenNLP weights with BiLM.from_allennlp(options, weights)": Python calls a command line cannot make.
+    It is told what a model directory is, which commands write one, and what the directory holds."""
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    (folder / "a.txt").write_text("the cat .\n")
+    output = " ".join(clean_error(runner.invoke(app, MODEL_DIR_ARGS[command](folder, trained, tmp_path))).split())
+    assert f"{folder} is not a spacy-elmo model directory (no config.json)." in output, output
+    assert "spacy-elmo pretrain or spacy-elmo export --format native" in output and f"{folder} holds a.txt." in output
+    assert "BiLM." not in output
+    (folder / "a.txt").unlink()
+    output = " ".join(clean_error(runner.invoke(app, MODEL_DIR_ARGS[command](folder, trained, tmp_path))).split())
+    assert f"{folder} is empty." in output, output
+
+
 # -- demo ------------------------------------------------------------------------------------
 def test_demo_bad_model_and_threads(tmp_path):
     output = clean_error(runner.invoke(app, ["demo", "--model", str(tmp_path / "missing")]))
