@@ -2210,6 +2210,10 @@ class Warnings:
         "NEW.txt (zcat FILE.gz | tr '\\r' '\\n' > NEW.txt for a compressed one; tr on the .gz itself corrupts it), "
         "if its lines end so."
     )
+    W_DEFAULT_IS_BUNDLED = (
+        "spacy-elmo: 'default' names the bundled model, not the directory default here ({path}); to read that "
+        "directory, pass ./default."
+    )
     W_LONG_LINE = (
         "spacy-elmo: {path} has a line of {n_chars} characters; it is tokenized in pieces of "
         "at most {piece} characters (split at whitespace), each read as its own sentence or sentences (a sentence "

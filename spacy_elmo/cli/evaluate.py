@@ -8,13 +8,13 @@ import typer
 
 from ..errors import Errors, Warnings, counted
 from ..paths import shell_quoted
-from .app import (DEVICE_HELP, app, fail, given_path, given_text, known_device, model_argument, positive_int, progress_option,
+from .app import (DEVICE_HELP, app, fail, given_path, given_text, known_device, model_argument, model_name, positive_int, progress_option,
                   spacy_language, warn)
 
 
 @app.command()
 def evaluate(
-    model_dir: str = typer.Argument(..., parser=given_text, help="Model directory written by pretrain, or 'default'."),
+    model_dir: str = typer.Argument(..., parser=given_text, callback=model_name, help="Model directory written by pretrain, or 'default'."),
     text_path: Path = typer.Argument(..., path_type=str, callback=given_path, help="A UTF-8 text file (plain, .gz, .bz2 or .xz) or a directory of them."),
     lang: Optional[str] = typer.Option(None, callback=spacy_language, help="spaCy language (default: the one the model was trained with, else en)."),
     batch_size: int = typer.Option(

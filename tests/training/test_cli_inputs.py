@@ -619,6 +619,35 @@ def test_a_directory_without_a_model_given_as_a_model_argument_gets_command_line
     assert f"{folder} is empty." in output, output
 
 
+# each command given 'default' as its model, then a usage error (exit 2) before anything is loaded (the options are
+# checked before the arguments: a later argument's, an empty path and an output path under a ~ no shell expanded)
+DEFAULT_GIVEN = {
+    "evaluate": ["evaluate", "default", ""],
+    "export": ["export", "default", "~/out"],
+    "embed": ["embed", "held.txt", "out.hdf5", "--model", "default", "--batch-size", "0"],
+    "demo": ["demo", "--model", "default", "--threads", "0"],
+    "pretrain": ["pretrain", "train.txt", "out", "--init", "default", "--batch-size", "0"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(DEFAULT_GIVEN))
+def test_default_given_beside_a_default_directory_warns_that_it_names_the_bundled_model(tmp_path, monkeypatch, command):
+    """'default' names the bundled model, also where the current directory holds a directory named default:
+    a user who meant it got the bundled model without a word. A warning says so once, naming ./default."""
+    monkeypatch.chdir(tmp_path)
+    warning = "'default' names the bundled model, not the directory default here"
+    result = runner.invoke(app, DEFAULT_GIVEN[command])
+    assert result.exit_code == 2 and warning not in result.stderr  # no ./default: nothing to say
+    (tmp_path / "default").mkdir()
+    result = runner.invoke(app, DEFAULT_GIVEN[command])
+    assert result.exit_code == 2
+    said = " ".join(plain(result.stderr).split())
+    assert said.count(warning) == 1 and "to read that directory, pass ./default" in said, said
+    if command == "embed":  # --model not given: the bundled model by default, nothing to say
+        result = runner.invoke(app, ["embed", "held.txt", "out.hdf5", "--batch-size", "0"])
+        assert result.exit_code == 2 and warning not in result.stderr
+
+
 # -- demo ------------------------------------------------------------------------------------
 def test_demo_bad_model_and_threads(tmp_path):
     output = clean_error(runner.invoke(app, ["demo", "--model", str(tmp_path / "missing")]))
