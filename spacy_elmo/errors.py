@@ -228,10 +228,20 @@ class Errors:
         "The options file does not belong to this weight file (compare lstm.dim, "
         "lstm.projection_dim, char_cnn.filters and char_cnn.embedding.dim)."
     )
-    E_NATIVE_DIR_MISSING = (
-        "{path} is not a spacy-elmo model directory (no {filename}). Write one with "
-        "BiLM.save(directory), or load AllenNLP weights with BiLM.from_allennlp(options, weights)."
+    #: ``fix``: what the caller that was given the directory can do (E_NATIVE_DIR_FIX_*)
+    E_NATIVE_DIR_MISSING = "{path} is not a spacy-elmo model directory (no {filename}). {fix}"
+    #: E_NATIVE_DIR_MISSING's ``fix`` for BiLM.load and the rest
+    E_NATIVE_DIR_FIX_LOAD = (
+        "Write one with BiLM.save(directory), or load AllenNLP weights with BiLM.from_allennlp(options, weights)."
     )
+    #: E_NATIVE_DIR_MISSING's ``fix`` for a command's argument (MODEL_DIR, --model, --init), followed by
+    #: E_NATIVE_DIR_HOLDS or E_NATIVE_DIR_EMPTY (what the directory given holds) where it can be listed
+    E_NATIVE_DIR_FIX_CLI = (
+        "Pass a model directory: one that spacy-elmo pretrain or spacy-elmo export --format native wrote "
+        "(config.json + model.safetensors), or one holding AllenNLP's options.json and .hdf5."
+    )
+    E_NATIVE_DIR_HOLDS = "{path} holds {names}."
+    E_NATIVE_DIR_EMPTY = "{path} is empty."
     # {given} of the messages below: what a directory given where biLM weights are read is (SavedPipelineGiven.given)
     E_GIVEN_PIPELINE = "{path} is a saved spaCy pipeline"
     E_GIVEN_PIPELINE_COMPONENT = "{path} is the directory of the {component!r} component of the saved spaCy pipeline {pipeline}"
@@ -2225,9 +2235,14 @@ class Warnings:
         "NEW.txt (zcat FILE.gz | tr '\\r' '\\n' > NEW.txt for a compressed one; tr on the .gz itself corrupts it), "
         "if its lines end so."
     )
+    W_DEFAULT_IS_BUNDLED = (
+        "spacy-elmo: 'default' names the bundled model, not the directory default here ({path}); to read that "
+        "directory, pass ./default."
+    )
     W_LONG_LINE = (
         "spacy-elmo: {path} has a line of {n_chars} characters; it is tokenized in pieces of "
-        "at most {piece} characters (split at whitespace)."
+        "at most {piece} characters (split at whitespace), each read as its own sentence or sentences (a sentence "
+        "across a cut is read as two)."
     )
     W_RESUME_WITHOUT_HELDOUT = (
         "spacy-elmo: the run in {path} measured held-out perplexity on {heldout} (last at step {step:,}); resumed "

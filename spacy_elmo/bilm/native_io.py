@@ -26,7 +26,7 @@ from safetensors.torch import load_file, save_file
 
 from .._typing import PathLike
 from ..atomic import atomic_write, make_dirs, naming, sync, sync_dir
-from ..errors import Errors
+from ..errors import Errors, listed
 from ..hdf5 import is_embeddings_file
 from ..paths import missing_path_error, python_quoted, read_json_file, shell_quoted
 from .config import BiLMConfig, is_int
@@ -296,7 +296,7 @@ def read_meta(directory: PathLike) -> Dict[str, Any]:
         pipeline = saved_pipeline_of(directory)
         if pipeline is not None:
             raise SavedPipelineGiven(directory, pipeline)
-        raise FileNotFoundError(Errors.E_NATIVE_DIR_MISSING.format(path=directory, filename=CONFIG_NAME))
+        raise NativeDirMissing.of(directory, CONFIG_NAME)
     return read_config_json(path)
 
 
@@ -441,7 +441,7 @@ def load_tensors(directory: PathLike) -> Dict[str, torch.Tensor]:
     directory = resolve_model_dir(directory)
     path = directory / WEIGHTS_NAME
     if not path.exists():
-        raise FileNotFoundError(Errors.E_NATIVE_DIR_MISSING.format(path=directory, filename=WEIGHTS_NAME))
+        raise NativeDirMissing.of(directory, WEIGHTS_NAME)
     return read_safetensors(path)
 
 
@@ -490,6 +490,40 @@ class ModelPathIsFile(NotAModelDir):
         if self.path is None:
             return self
         return ModelPathIsFile(Errors.E_MODEL_PATH_IS_FILE.format(path=self.path, fix=fix), self.path)
+
+
+class NativeDirMissing(FileNotFoundError):
+    """A directory given as a model that lacks a spacy-elmo model's config.json (or its model.safetensors):
+    :data:`Errors.E_NATIVE_DIR_MISSING`. Its fix names BiLM's Python API; a command line, which cannot call it,
+    raises :meth:`advising` its own (``cli.app.model_argument``, ``pretrain --init``)."""
+
+    #: The directory given and the file it lacks (set by :meth:`of`: OSError reads more constructor arguments as
+    #: errno, strerror and filename)
+    model_dir: Optional[Path] = None
+    missing_name: str = CONFIG_NAME
+
+    @classmethod
+    def of(cls, path: PathLike, filename: str, fix: str = Errors.E_NATIVE_DIR_FIX_LOAD) -> "NativeDirMissing":
+        err = cls(Errors.E_NATIVE_DIR_MISSING.format(path=path, filename=filename, fix=fix))
+        err.model_dir, err.missing_name = Path(path), filename
+        return err
+
+    def advising_cli(self) -> "NativeDirMissing":
+        """This error with :data:`Errors.E_NATIVE_DIR_FIX_CLI` as its advice: what a model directory is, which
+        commands write one, and what the directory given holds (its first names, or that it is empty)."""
+        path = self.model_dir
+        if path is None:
+            return self
+        fix = Errors.E_NATIVE_DIR_FIX_CLI
+        try:
+            names = sorted(entry.name for entry in path.iterdir())
+        except OSError:  # unreadable: the advice without the listing
+            return NativeDirMissing.of(path, self.missing_name, fix)
+        if names:
+            fix += " " + Errors.E_NATIVE_DIR_HOLDS.format(path=path, names=listed(names, 4))
+        else:
+            fix += " " + Errors.E_NATIVE_DIR_EMPTY.format(path=path)
+        return NativeDirMissing.of(path, self.missing_name, fix)
 
 
 #: The files of a TensorFlow checkpoint (bilm-tf's ``save_dir``): the ``checkpoint`` index and each save's
@@ -574,7 +608,7 @@ def write_initial_state(state, directory: PathLike) -> None:
     (atomically), or with None remove it (sentences start from zeros)."""
     directory = resolve_model_dir(directory)
     if not (directory / CONFIG_NAME).exists():
-        raise FileNotFoundError(Errors.E_NATIVE_DIR_MISSING.format(path=directory, filename=CONFIG_NAME))
+        raise NativeDirMissing.of(directory, CONFIG_NAME)
     if state is None:
         (directory / INITIAL_STATE_NAME).unlink(missing_ok=True)
         return

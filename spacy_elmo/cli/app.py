@@ -10,7 +10,7 @@ import typer
 from typer.core import TyperGroup
 
 from ..device import torch_device
-from ..errors import Errors
+from ..errors import Errors, Warnings
 from ..paths import check_output_path
 from ..ranks import printing_ranks
 
@@ -150,14 +150,30 @@ def given_text(value: str) -> str:
 @contextmanager
 def model_argument() -> Iterator[None]:
     """Within: a file given as a model argument (MODEL_DIR, --model) is refused advising its directory,
-    :data:`Errors.E_MODEL_PATH_FIX_DIR`, not BiLM's Python loaders, which a command line cannot call. (pretrain's
-    --init says its own: ``check_init_model``.)"""
-    from ..bilm.native_io import ModelPathIsFile  # the biLM's modules and h5py: for the commands that load a model
+    :data:`Errors.E_MODEL_PATH_FIX_DIR`, and a directory without a model advising what one is and which commands
+    write one (:meth:`NativeDirMissing.advising_cli`), not BiLM's Python API, which a command line cannot call.
+    (pretrain's --init says its own: ``check_init_model``.)"""
+    from ..bilm.native_io import ModelPathIsFile, NativeDirMissing  # the biLM's modules and h5py: for the commands that load a model
 
     try:
         yield
     except ModelPathIsFile as err:
         raise err.advising(Errors.E_MODEL_PATH_FIX_DIR) from None
+    except NativeDirMissing as err:
+        raise err.advising_cli() from None
+
+
+def model_name(ctx: typer.Context, param: typer.CallbackParam, value: Optional[str]) -> Optional[str]:
+    """Callback of every model argument and option that takes 'default' (evaluate's and export's MODEL_DIR, embed's
+    and demo's --model, pretrain's --init), after ``parser=given_text``: a warning, once, where 'default' is given
+    and the current directory holds a directory named default, which it does not name (the bundled model
+    is read: ``resolve_model_dir``); not where embed's --model is left at its default. Under torchrun, rank 0's."""
+    from click.core import ParameterSource
+
+    if (value == "default" and Path("default").is_dir() and param.name is not None
+            and ctx.get_parameter_source(param.name) is not ParameterSource.DEFAULT and printing_ranks().rank == 0):
+        warn(Warnings.W_DEFAULT_IS_BUNDLED.format(path=Path("default").absolute()))
+    return value
 
 
 def given_path(value: Optional[str]) -> Optional[Path]:

@@ -11,7 +11,7 @@ from ..bilm import BiLM, BiLMConfig
 from ..bilm.native_io import DEFAULT_MODEL_DIR, CONFIG_NAME
 from ..chars import batch_to_ids
 from ..errors import Warnings, counted
-from .app import app, fail, given_text, model_argument, positive_int, warn
+from .app import app, fail, given_text, model_argument, model_name, positive_int, warn
 
 RIVER = [
     "We sat on the bank of the river and watched the water .".split(),
@@ -67,7 +67,7 @@ def _pipeline_words_per_second(model_dir: str, n_docs: int = 200) -> float:
 
 @app.command()
 def demo(
-    model: Optional[str] = typer.Option(None, parser=given_text, help="Model directory (native or AllenNLP files; default: the bundled model)."),
+    model: Optional[str] = typer.Option(None, parser=given_text, callback=model_name, help="Model directory (native or AllenNLP files; default: the bundled model)."),
     threads: int = typer.Option(2, callback=positive_int, help="torch CPU threads."),
 ) -> None:
     """Show how ELMo tells the river bank from the money bank, layer by layer, and its speed."""

@@ -8,7 +8,7 @@ import typer
 
 from ..errors import Errors, counted
 from .app import (COMMAND_LINE, DEVICE_HELP, app, fail, given_output_path, given_path, given_text, known_device,
-                  model_argument, non_negative_int, positive_int, progress_option, spacy_language)
+                  model_argument, model_name, non_negative_int, positive_int, progress_option, spacy_language)
 from .signals import signals_stop
 
 
@@ -26,7 +26,7 @@ def embed(
     ctx: typer.Context,
     input_path: Path = typer.Argument(..., path_type=str, callback=given_path, help="UTF-8 text, one sentence per line (plain, .gz, .bz2 or .xz)."),
     output_path: Path = typer.Argument(..., path_type=str, callback=given_output_path, help="HDF5 file to write: dataset 'i' holds line i."),
-    model: str = typer.Option("default", parser=given_text, help="Model directory (native or AllenNLP files), or 'default'."),
+    model: str = typer.Option("default", parser=given_text, callback=model_name, help="Model directory (native or AllenNLP files), or 'default'."),
     layers: str = typer.Option("all", callback=_layer_mode,
                                help="all: (L+1, n, 2P) per line; top: the last layer; average: their mean."),
     lang: Optional[str] = typer.Option(None, callback=spacy_language, help="Tokenize with spaCy's tokenizer for this language, whitespace "

@@ -8,19 +8,21 @@ import typer
 
 from ..errors import Errors, Warnings, counted
 from ..paths import shell_quoted
-from .app import (DEVICE_HELP, app, fail, given_path, given_text, known_device, model_argument, positive_int, progress_option,
+from .app import (DEVICE_HELP, app, fail, given_path, given_text, known_device, model_argument, model_name, positive_int, progress_option,
                   spacy_language, warn)
 
 
 @app.command()
 def evaluate(
-    model_dir: str = typer.Argument(..., parser=given_text, help="Model directory written by pretrain, or 'default'."),
+    model_dir: str = typer.Argument(..., parser=given_text, callback=model_name, help="Model directory written by pretrain, or 'default'."),
     text_path: Path = typer.Argument(..., path_type=str, callback=given_path, help="A UTF-8 text file (plain, .gz, .bz2 or .xz) or a directory of them."),
     lang: Optional[str] = typer.Option(None, callback=spacy_language, help="spaCy language (default: the one the model was trained with, else en)."),
     batch_size: int = typer.Option(
         32, callback=positive_int,
-        help="Rows evaluated together. With --stream: the text is cut at sentence starts into at most this many rows, "
-        "each read from the zero state, so the result moves a little with it (1: one unbroken stream)."),
+        help="Rows evaluated together. With --stream: the text is cut at sentence starts into at most this many rows "
+        "(a sentence longer than two rows' shares (and 40 tokens) is cut mid-sentence too, so that text with few "
+        "sentence ends is still read in that many), each read from the zero state, so the result moves a little "
+        "with it (1: one unbroken stream)."),
     device: str = typer.Option("cpu", callback=known_device, help=DEVICE_HELP),
     per_sentence: Optional[bool] = typer.Option(
         None, "--per-sentence/--stream",
@@ -31,7 +33,7 @@ def evaluate(
         False, "--json",
         help="Print one JSON object instead (and no progress bars): perplexity (exp of the mean of the two losses: "
         "the geometric mean of the two perplexities), perplexity_forward, "
-        "perplexity_backward, loss_forward, loss_backward (mean negative log-likelihood, nats), n_targets "
+        "perplexity_backward (each null where it is past a float's range, a mean loss over 709 nats), loss_forward, loss_backward (mean negative log-likelihood, nats), n_targets "
         "(predictions per direction: --per-sentence, each sentence's words and its </S> forward, its words and <S> "
         "backward; --stream, those and one more per sentence boundary, the next <S> forward and the previous </S> "
         "backward: the two modes average over different targets), n_tokens (words, markers not counted), "
@@ -45,7 +47,7 @@ def evaluate(
     The model needs its softmax and vocab.txt (models written by pretrain have both)."""
     from ..bilm.native_io import SavedPipelineGiven
     from ..device import torch_device
-    from ..training.evaluate import evaluate_model_dir, perplexity_text
+    from ..training.evaluate import evaluate_model_dir, json_ready, perplexity_text
 
     try:
         target = torch_device(device)  # known_device checked it when the options were parsed
@@ -57,10 +59,10 @@ def evaluate(
                                                 shell_pipeline=shell_quoted(err.pipeline)))
     except (ValueError, OSError, RuntimeError) as err:
         fail(str(err))
+    if result.get("replaced_bytes"):  # on stderr with --json too: stdout holds the object alone
+        warn(Warnings.W_REPLACED_BYTES_TEXT.format(n_bytes=counted(result["replaced_bytes"], "undecodable byte"), path=text_path))
     if as_json:
-        typer.echo(json.dumps(result))
+        typer.echo(json.dumps(json_ready(result), allow_nan=False))
         return
     typer.echo(f"tokens {result['n_tokens']:,} in {counted(result['n_sentences'], 'sentence')}; OOV rate {result['oov_rate']:.2%} (vocabulary {result['vocab_size']:,})")
     typer.echo(perplexity_text(result))
-    if result.get("replaced_bytes"):
-        warn(Warnings.W_REPLACED_BYTES_TEXT.format(n_bytes=counted(result["replaced_bytes"], "undecodable byte"), path=text_path))

@@ -9,7 +9,7 @@ import typer
 from ..atomic import remove_replace_leftovers, replace_dir
 from ..errors import Errors
 from ..paths import holds_cwd
-from .app import app, fail, given_output_path, given_text, model_argument, one_of
+from .app import app, fail, given_output_path, given_text, model_argument, model_name, one_of
 from .signals import interruption_ends
 
 
@@ -17,7 +17,7 @@ from .signals import interruption_ends
 def export(
     ctx: typer.Context,
     model_dir: str = typer.Argument(
-        ..., parser=given_text, help="Native model dir, AllenNLP weights dir, 'default', or a saved spaCy pipeline (or its component's dir)."),
+        ..., parser=given_text, callback=model_name, help="Native model dir, AllenNLP weights dir, 'default', or a saved spaCy pipeline (or its component's dir)."),
     out_dir: Path = typer.Argument(..., path_type=str, callback=given_output_path, help="Where to write."),
     format: str = typer.Option("allennlp", "--format", callback=one_of(("allennlp", "native"), Errors.E_EXPORT_FORMAT),
                                help="allennlp (options.json + weights.hdf5, as AllenNLP and bilm-tf read them; without the record of the "

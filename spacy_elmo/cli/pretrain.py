@@ -19,7 +19,7 @@ from ..ranks import Ranks, machine_processes, torchrun_ranks
 from ..training.data import AUTO_RULE
 from ..training.trainer import BOUNDS, DEFAULT_EPOCHS, OPTIMIZERS, leave_failed_run, said_by_this_rank
 from .app import (COMMAND_LINE, DEVICE_HELP, app, checked_by, fail, given_output_path, given_path, given_text,
-                  known_device, non_negative_int, one_of, positive_int, progress_option, spacy_language, warn)
+                  known_device, model_name, non_negative_int, one_of, positive_int, progress_option, spacy_language, warn)
 from .signals import Stop, signals_stop
 
 
@@ -184,7 +184,7 @@ def pretrain(
     options: Optional[Path] = typer.Option(
         None, path_type=str, callback=given_path, help="Model sizes: an AllenNLP options.json, a JSON object of BiLMConfig fields, or a spacy-elmo model's "
         "config.json or directory (its sizes only, trained from the start: --init fine-tunes the model itself)."),
-    init: Optional[str] = typer.Option(None, parser=given_text, help="Fine-tune this model (native dir, AllenNLP dir or 'default')."),
+    init: Optional[str] = typer.Option(None, parser=given_text, callback=model_name, help="Fine-tune this model (native dir, AllenNLP dir or 'default')."),
     new_vocab: bool = typer.Option(False, help="With --init: vocabulary from this corpus (known words keep their softmax rows)."),
     vocab_size: int = typer.Option(
         100_000, callback=_bounded("vocab_size"), help="Largest vocabulary (with <S>, </S>, <UNK>); 0: no cap. Unused with --init of a model with a "

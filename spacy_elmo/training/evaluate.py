@@ -7,8 +7,8 @@ cut into at most ``batch_size`` rows of consecutive sentences, evaluated in
 ``unroll``-token windows with carried states, as bilm-tf evaluates. Each row starts
 at a sentence (its ``<S>``, the backward row at its ``</S>``) from the zero state,
 the cut at the sentence start nearest each multiple of ``ceil(targets / batch_size)``
-(none where the stream's end is nearer; but where the start or end is a share and a window
-or more away, in a sentence at least two shares and two windows long, in text the
+(none where the stream's end is nearer; but where the start or end is a share and
+``MID_SENTENCE_CUT_TOKENS`` or more away, in a sentence at least two shares and twice that long, in text the
 sentencizer found few ends in: there the cut is at the multiple, mid-sentence):
 rows cut at those points exactly began mid-sentence from zeros, and the result rose
 with the batch size (the bundled model on 3,723 targets: 211.04 at 1 row, 225.13 at 128;
@@ -41,6 +41,13 @@ from ..ops.reference import to_device_nowait
 from .lm import BidirectionalLM, encode_batch, target_positions
 from .sentences import sentence_rows
 from .vocab import BOS, EOS, CharTable, Vocab
+
+#: A stream row starts mid-sentence only where the nearest sentence start (or the stream's end) is a share and this
+#: many tokens or more from the share's point (:func:`stream_row_starts`): a row of a few tokens costs a call as a
+#: row of 20 does. Fixed, not the window (``unroll``) the stream is read in: pretrain --heldout reads it with the
+#: run's --unroll, evaluate with 20, and a run with --unroll 100 cut a long sentence elsewhere and logged another
+#: number (43.99 in 29 rows, where evaluate gave 43.95 in 32). The window does not change the result.
+MID_SENTENCE_CUT_TOKENS = 20
 
 #: Per-sentence evaluation calls the LM on at most ``batch_size * ROW_TOKENS`` padded tokens
 #: (or on one sentence): a text without sentence ends gives sentences of thousands of tokens,
@@ -80,7 +87,7 @@ def evaluate_corpus(
         sums, n_pred = _sentence_nll_sums(lm, vocab, corpus, tokens, char_table, batch_size, device, progress, rank, world)
         n_rows = len(corpus.lengths)
     else:
-        cuts = stream_row_starts(corpus.starts, len(tokens), batch_size, unroll)
+        cuts = stream_row_starts(corpus.starts, len(tokens), batch_size)
         sums, n_pred = _stream_nll_sums(lm, vocab, tokens, cuts, char_table, unroll, device, progress, rank, world)
         n_rows = len(cuts)  # the same on every rank: each cuts the whole stream alike
     lm.train(was_training)
@@ -92,9 +99,9 @@ def evaluate_corpus(
         sums, n_pred = [float(total[0]), float(total[1])], int(round(float(total[2])))
     loss_f, loss_b = sums[0] / n_pred, sums[1] / n_pred
     return {
-        "perplexity_forward": math.exp(loss_f),
-        "perplexity_backward": math.exp(loss_b),
-        "perplexity": math.exp((loss_f + loss_b) / 2),
+        "perplexity_forward": _perplexity(loss_f),
+        "perplexity_backward": _perplexity(loss_b),
+        "perplexity": _perplexity((loss_f + loss_b) / 2),
         "loss_forward": loss_f,
         "loss_backward": loss_b,
         "n_targets": n_pred,
@@ -107,31 +114,63 @@ def evaluate_corpus(
     }
 
 
+def _perplexity(loss: float) -> float:
+    """``exp(loss)``, or inf past a float's range (a mean loss over about 709 nats: math.exp raised OverflowError,
+    and evaluate or pretrain --heldout of a broken model crashed)."""
+    try:
+        return math.exp(loss)
+    except OverflowError:
+        return math.inf
+
+
+def json_ready(result: Dict[str, Any]) -> Dict[str, Any]:
+    """An :func:`evaluate_corpus` result as standard JSON holds it (evaluate --json, the held-out lines of
+    train_log.jsonl): a value that is no finite number (a perplexity past a float's range: inf) is None (null)
+    rather than JSON's nonstandard ``Infinity``; its loss is given."""
+    return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in result.items()}
+
+
 def perplexity_text(result: Dict[str, Any]) -> str:
     """``perplexity (<how the text was read>): forward F, backward B, geometric mean M`` of an :func:`evaluate_corpus`
-    result: its reading is every sentence alone, one stream, or a stream cut into ``n_rows`` rows (a result
-    logged before ``n_rows`` was recorded: a stream)."""
+    result (or its :func:`json_ready` form): its reading is every sentence alone, one stream, or a stream cut into
+    ``n_rows`` rows (a result logged before ``n_rows`` was recorded: a stream); a perplexity past a float's range
+    is ``inf (mean loss L nats)``."""
     if result["mode"] == "per_sentence":
         reading = "every sentence alone"
     elif result.get("n_rows") is None:
         reading = "stream"
     else:
         reading = "one stream" if result["n_rows"] == 1 else f"stream in {result['n_rows']:,} rows"
-    return (f"perplexity ({reading}): forward {result['perplexity_forward']:.2f}, "
-            f"backward {result['perplexity_backward']:.2f}, geometric mean {result['perplexity']:.2f}")
+    loss_f, loss_b = result["loss_forward"], result["loss_backward"]  # None: a NaN of a json_ready result
+    losses = (loss_f, loss_b, None if loss_f is None or loss_b is None else (loss_f + loss_b) / 2)
+    forward, backward, mean = (
+        _perplexity_shown(value, loss)
+        for value, loss in zip((result["perplexity_forward"], result["perplexity_backward"], result["perplexity"]), losses))
+    return f"perplexity ({reading}): forward {forward}, backward {backward}, geometric mean {mean}"
 
 
-def stream_row_starts(starts: np.ndarray, n_tokens: int, batch_size: int, unroll: int = 1) -> np.ndarray:
+def _perplexity_shown(value: Optional[float], loss: Optional[float]) -> str:
+    """A perplexity as :func:`perplexity_text` shows it: ``{value:.2f}``, or past a float's range (inf, or None
+    with a finite loss: :func:`json_ready`) ``inf (mean loss L nats)``."""
+    if value is not None and not math.isinf(value):
+        return f"{value:.2f}"
+    if loss is None or math.isnan(loss):
+        return "nan"
+    return f"inf (mean loss {loss:,.2f} nats)"
+
+
+def stream_row_starts(starts: np.ndarray, n_tokens: int, batch_size: int) -> np.ndarray:
     """Where the stream's rows start: int64 ``(R,)``, ascending, ``R <= batch_size``, the first 0.
 
     ``starts``: the sentences' first tokens (``Corpus.starts``: each an ``<S>``) in a stream of
     ``n_tokens``. Row ``r`` is tokens ``[cuts[r], cuts[r + 1])`` (the last to the end): the sentence
     start nearest each multiple of ``ceil((n_tokens - 1) / batch_size)`` (or the stream's end: no row starts
     there), so every row is whole sentences (fewer rows than ``batch_size`` when sentences are long or few);
-    where that start or end is both a row's length and a window (``unroll``) or more from the multiple (in a
-    sentence at least two rows and two windows long: text the sentencizer found few ends in), the multiple
-    itself, mid-sentence, so that such a text is still read in ``batch_size`` rows, not one. (The LSTM reads ``unroll`` positions a call: a row up to a window long costs no more than a
-    shorter one, so a short text keeps its sentences whole, in fewer rows.)"""
+    where that start or end is both a row's length and :data:`MID_SENTENCE_CUT_TOKENS` or more from the multiple
+    (in a sentence at least twice both long: text the sentencizer found few ends in), the multiple itself,
+    mid-sentence, so that such a text is still read in ``batch_size`` rows, not one. (A row of a few tokens costs
+    an LSTM call as a longer one does, so a short text keeps its sentences whole, in fewer rows.) The same
+    whatever window the stream is then read in."""
     # The stream's end is a sentence boundary too: a point near it moves there, and that row is dropped
     # (the last sentence stays whole in the row before), rather than cutting the last sentence at the point.
     bounds = np.append(np.asarray(starts, dtype=np.int64), n_tokens)
@@ -141,7 +180,7 @@ def stream_row_starts(starts: np.ndarray, n_tokens: int, batch_size: int, unroll
     right = np.clip(np.searchsorted(bounds, points), 0, len(bounds) - 1)
     left = np.maximum(right - 1, 0)
     nearest = np.where(np.abs(bounds[left] - points) <= np.abs(bounds[right] - points), bounds[left], bounds[right])
-    nearest = np.where(np.abs(nearest - points) < max(seg, unroll), nearest, points)
+    nearest = np.where(np.abs(nearest - points) < max(seg, MID_SENTENCE_CUT_TOKENS), nearest, points)
     return np.unique(np.concatenate([[0], nearest[nearest < n_tokens]]))
 
 

@@ -20,6 +20,7 @@ from ..bilm import BiLM
 from ..bilm.native_io import (
     WEIGHTS_NAME,
     ModelPathIsFile,
+    NativeDirMissing,
     allennlp_files_of,
     cast_for_save,
     check_weight,
@@ -113,6 +114,8 @@ def check_init_model(directory: PathLike) -> None:
         softmax = has_softmax(directory)
     except ModelPathIsFile as err:
         raise err.advising(Errors.E_MODEL_PATH_FIX_INIT) from None
+    except NativeDirMissing as err:
+        raise err.advising_cli() from None
     if not softmax:
         return
     path = model_path(directory)
@@ -154,7 +157,7 @@ def has_softmax(directory: PathLike) -> bool:
     if found is None:  # native: what load_pretrained reads before any tensor
         read_meta(path)
         if source is None or not source.exists():
-            raise FileNotFoundError(Errors.E_NATIVE_DIR_MISSING.format(path=path, filename=WEIGHTS_NAME))
+            raise NativeDirMissing.of(path, WEIGHTS_NAME)
     return source is not None and has_softmax_tensors(safetensors_names(source), source)
 
 

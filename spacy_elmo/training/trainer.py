@@ -1180,7 +1180,7 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
     def evaluate_heldout() -> Dict[str, Any]:
         """Held-out perplexity of the model now, every rank evaluating its share; logged, and with progress
         shown, printed on a line of its own above the bar (rank 0). Eval mode draws no random numbers."""
-        from .evaluate import evaluate_sentences, perplexity_text
+        from .evaluate import evaluate_sentences, json_ready, perplexity_text
 
         assert heldout is not None  # called only with --heldout
         # Its bar, below the pretraining bar (and gone when done: leave=None), shows the wait: 260 s a checkpoint
@@ -1189,7 +1189,7 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
                                     per_sentence=cfg.sentences, rank=rank, world=world)
         result["replaced_bytes"] = heldout_stats.replaced_bytes
         with _settled(wait):
-            log.write({"step": step, "event": "heldout", **result, HELDOUT_DIGEST: heldout_digest, HELDOUT_PATH: cfg.heldout})
+            log.write({"step": step, "event": "heldout", **json_ready(result), HELDOUT_DIGEST: heldout_digest, HELDOUT_PATH: cfg.heldout})
         if cfg.progress and is_main:  # the evaluation's own bar is gone: the value stays on the screen (or log)
             when = f"step {step:,}" if step else "step 0 (before training)"
             bar.write(f"{when}: held-out {perplexity_text(result)}", file=sys.stderr)

@@ -519,6 +519,36 @@ def test_evaluate_empty_text(model, tmp_path):
         assert f"{path} contains no tokens to evaluate on ({read}, 0 skipped as binary, UTF-16/32 or a format not read). Pass UTF-8 text" in output, output
 
 
+def test_evaluate_a_loss_past_a_floats_range(model, trained, monkeypatch):
+    """A mean loss over about 709 nats (a broken model) crashed evaluate with OverflowError from math.exp.
+    Its perplexity is inf now: the text says so with the loss, and --json stays standard JSON (null, no
+    Infinity), the losses given; a finite mean of the two is still a number."""
+    from spacy_elmo.training import evaluate as ev
+
+    real = ev._stream_nll_sums
+
+    def huge(*args, **kwargs):
+        (fwd, bwd), n = real(*args, **kwargs)
+        return [800.0 * n, bwd], n
+
+    monkeypatch.setattr(ev, "_stream_nll_sums", huge)
+    result = runner.invoke(app, ["evaluate", str(model), str(trained["held"]), "--stream"])
+    assert result.exit_code == 0, result.output
+    assert "forward inf (mean loss 800.00 nats), backward " in result.stdout and "geometric mean inf" not in result.stdout
+    text = result.stdout
+
+    def refuse(constant):
+        raise ValueError(constant)
+
+    result = runner.invoke(app, ["evaluate", str(model), str(trained["held"]), "--stream", "--json"])
+    assert result.exit_code == 0, result.output
+    metrics = json.loads(result.stdout, parse_constant=refuse)
+    assert metrics["perplexity_forward"] is None and metrics["loss_forward"] == pytest.approx(800.0)
+    assert metrics["perplexity_backward"] > 1 and metrics["perplexity"] > 1e100
+    # the held-out line of train_log.jsonl holds this form: printed again (a resume's summary) as the text said it
+    assert ev.perplexity_text(metrics) in text
+
+
 def test_evaluate_reports_replaced_bytes_and_oov(model, tmp_path):
     text = tmp_path / "latin1.txt"
     text.write_bytes(b"zzqx caf\xe9 ol\xe9 qqxz .\n")
@@ -526,6 +556,11 @@ def test_evaluate_reports_replaced_bytes_and_oov(model, tmp_path):
     assert result.exit_code == 0, result.output
     assert f"2 undecodable bytes replaced by U+FFFD in {text}" in plain(result.stderr) and "OOV rate" in result.stdout
     assert "undecodable" not in result.stdout  # a warning, on stderr: stdout holds the result alone
+    # --json said nothing of them on stderr (the count was in the object alone)
+    result = runner.invoke(app, ["evaluate", str(model), str(text), "--json"])
+    assert result.exit_code == 0, result.output
+    assert f"2 undecodable bytes replaced by U+FFFD in {text}" in plain(result.stderr)
+    assert json.loads(result.stdout)["replaced_bytes"] == 2
 
 
 def test_evaluate_json_keys_are_documented(model, trained):
@@ -535,6 +570,13 @@ def test_evaluate_json_keys_are_documented(model, trained):
     help_text = " ".join(runner.invoke(app, ["evaluate", "--help"], terminal_width=200).output.split())
     missing = [k for k in sorted(keys) if k not in help_text]
     assert not missing, missing
+
+
+def test_evaluate_batch_size_help_says_long_sentences_are_cut():
+    """--batch-size said "the text is cut at sentence starts", but a sentence over two rows' shares (and 40 tokens)
+    is cut mid-sentence too, so that text with few sentence ends is still read in that many rows."""
+    help_text = " ".join(plain(runner.invoke(app, ["evaluate", "--help"], terminal_width=200).output).split())
+    assert "a sentence longer than two rows' shares (and 40 tokens) is cut mid-sentence too" in help_text
 
 
 MODEL_FILE_ARGS = {
@@ -555,6 +597,55 @@ def test_a_model_file_given_as_a_model_argument_is_told_to_pass_its_directory(tr
     output = " ".join(clean_error(runner.invoke(app, MODEL_FILE_ARGS[command](file, trained, tmp_path))).split())
     assert f"{file} is a file, but a model is a directory: pass the model's directory" in output, output
     assert "from_allennlp" not in output
+
+
+MODEL_DIR_ARGS = dict(MODEL_FILE_ARGS, pretrain=lambda d, t, out: ["pretrain", str(t["train"]), str(out / "run"), "--init", str(d)])
+
+
+@pytest.mark.parametrize("command", sorted(MODEL_DIR_ARGS))
+def test_a_directory_without_a_model_given_as_a_model_argument_gets_command_line_advice(trained, tmp_path, command):
+    """A directory without config.json as MODEL_DIR (--model, --init) was told "Write one with BiLM.save(directory),
+    or load AllenNLP weights with BiLM.from_allennlp(options, weights)": Python calls a command line cannot make.
+    It is told what a model directory is, which commands write one, and what the directory holds."""
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    (folder / "a.txt").write_text("the cat .\n")
+    output = " ".join(clean_error(runner.invoke(app, MODEL_DIR_ARGS[command](folder, trained, tmp_path))).split())
+    assert f"{folder} is not a spacy-elmo model directory (no config.json)." in output, output
+    assert "spacy-elmo pretrain or spacy-elmo export --format native" in output and f"{folder} holds a.txt." in output
+    assert "BiLM." not in output
+    (folder / "a.txt").unlink()
+    output = " ".join(clean_error(runner.invoke(app, MODEL_DIR_ARGS[command](folder, trained, tmp_path))).split())
+    assert f"{folder} is empty." in output, output
+
+
+# each command given 'default' as its model, then a usage error (exit 2) before anything is loaded (the options are
+# checked before the arguments: a later argument's, an empty path and an output path under a ~ no shell expanded)
+DEFAULT_GIVEN = {
+    "evaluate": ["evaluate", "default", ""],
+    "export": ["export", "default", "~/out"],
+    "embed": ["embed", "held.txt", "out.hdf5", "--model", "default", "--batch-size", "0"],
+    "demo": ["demo", "--model", "default", "--threads", "0"],
+    "pretrain": ["pretrain", "train.txt", "out", "--init", "default", "--batch-size", "0"],
+}
+
+
+@pytest.mark.parametrize("command", sorted(DEFAULT_GIVEN))
+def test_default_given_beside_a_default_directory_warns_that_it_names_the_bundled_model(tmp_path, monkeypatch, command):
+    """'default' names the bundled model, also where the current directory holds a directory named default:
+    a user who meant it got the bundled model without a word. A warning says so once, naming ./default."""
+    monkeypatch.chdir(tmp_path)
+    warning = "'default' names the bundled model, not the directory default here"
+    result = runner.invoke(app, DEFAULT_GIVEN[command])
+    assert result.exit_code == 2 and warning not in result.stderr  # no ./default: nothing to say
+    (tmp_path / "default").mkdir()
+    result = runner.invoke(app, DEFAULT_GIVEN[command])
+    assert result.exit_code == 2
+    said = " ".join(plain(result.stderr).split())
+    assert said.count(warning) == 1 and "to read that directory, pass ./default" in said, said
+    if command == "embed":  # --model not given: the bundled model by default, nothing to say
+        result = runner.invoke(app, ["embed", "held.txt", "out.hdf5", "--batch-size", "0"])
+        assert result.exit_code == 2 and warning not in result.stderr
 
 
 # -- demo ------------------------------------------------------------------------------------

@@ -927,7 +927,7 @@ def test_stream_rows_start_at_the_sentence_start_nearest_each_cut():
     """Oracle: each multiple of ceil(targets / batch_size) (below the targets) moved to its nearest sentence
     start or the stream's end (no row there) by brute force, the left one on a tie; 0 first, no row twice,
     at most batch_size rows."""
-    from spacy_elmo.training.evaluate import stream_row_starts
+    from spacy_elmo.training.evaluate import MID_SENTENCE_CUT_TOKENS, stream_row_starts
 
     rng = np.random.default_rng(0)
     for _ in range(200):
@@ -935,15 +935,14 @@ def test_stream_rows_start_at_the_sentence_start_nearest_each_cut():
         starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
         n = int(lengths.sum())
         batch = int(rng.integers(1, 70))
-        unroll = int(rng.choice([1, 5, 20]))
         seg = -(-(n - 1) // batch)
         want = {0}
         for k in range(1, batch):
             if k * seg < n - 1:
                 nearest = min(starts.tolist() + [n], key=lambda s: (abs(s - k * seg), s))
-                want.add(nearest if abs(nearest - k * seg) < max(seg, unroll) else k * seg)
+                want.add(nearest if abs(nearest - k * seg) < max(seg, MID_SENTENCE_CUT_TOKENS) else k * seg)
         want.discard(n)
-        got = stream_row_starts(starts, n, batch, unroll)
+        got = stream_row_starts(starts, n, batch)
         assert got.tolist() == sorted(want) and len(got) <= batch
 
 
@@ -953,11 +952,11 @@ def test_a_stream_with_few_sentence_ends_is_still_read_in_batch_size_rows():
     row starts at the cut itself."""
     from spacy_elmo.training.evaluate import stream_row_starts
 
-    assert stream_row_starts(np.array([0]), 1001, 4, unroll=20).tolist() == [0, 250, 500, 750]
+    assert stream_row_starts(np.array([0]), 1001, 4).tolist() == [0, 250, 500, 750]
     # a short sentence, then one of 900 tokens: the cut at 250 snaps to the start at 100; 500 and 750 cannot
-    assert stream_row_starts(np.array([0, 100]), 1001, 4, unroll=20).tolist() == [0, 100, 500, 750]
+    assert stream_row_starts(np.array([0, 100]), 1001, 4).tolist() == [0, 100, 500, 750]
     # a short text: 3 sentences of 12 tokens at 32 rows of 2 tokens stay whole, 3 rows (each within a window)
-    assert stream_row_starts(np.array([0, 12, 24]), 36, 32, unroll=20).tolist() == [0, 12, 24]
+    assert stream_row_starts(np.array([0, 12, 24]), 36, 32).tolist() == [0, 12, 24]
 
 
 def test_the_last_sentence_is_cut_no_sooner_than_any_other():
@@ -967,13 +966,13 @@ def test_the_last_sentence_is_cut_no_sooner_than_any_other():
     from spacy_elmo.training.evaluate import stream_row_starts
 
     # six sentences, the last tokens 65..99 (35); the point at 85 is 20 from 65 and 15 from the end at 100
-    assert stream_row_starts(np.array([0, 13, 26, 39, 52, 65]), 100, 6, unroll=20).tolist() == [0, 13, 39, 52, 65]
+    assert stream_row_starts(np.array([0, 13, 26, 39, 52, 65]), 100, 6).tolist() == [0, 13, 39, 52, 65]
     # the same 35 tokens between two sentences stay whole
-    assert stream_row_starts(np.array([0, 13, 26, 39, 52, 65, 100, 113]), 126, 7, unroll=20).tolist() == [
+    assert stream_row_starts(np.array([0, 13, 26, 39, 52, 65, 100, 113]), 126, 7).tolist() == [
         0, 13, 39, 52, 65, 100, 113]
     # a last sentence over two shares (250) long is still cut at a share a share from both its ends:
     # 250 and 500 move to its start at 300, 750 is 450 from it and 251 from the end
-    assert stream_row_starts(np.array([0, 300]), 1001, 4, unroll=20).tolist() == [0, 300, 750]
+    assert stream_row_starts(np.array([0, 300]), 1001, 4).tolist() == [0, 300, 750]
 
 
 def test_stream_evaluation_starts_every_row_at_a_sentence(monkeypatch):
@@ -1022,6 +1021,59 @@ def test_stream_evaluation_starts_every_row_at_a_sentence(monkeypatch):
         per_sentence = alone[f"loss_{d}"] * alone["n_targets"]
         boundary = totals[2][d] - 2 * per_sentence
         assert totals[3][d] == pytest.approx(3 * per_sentence + 2 * boundary, rel=1e-5)
+
+
+def test_a_stream_reading_does_not_depend_on_the_window_it_is_read_in():
+    """pretrain --heldout read the held-out stream with the run's --unroll and evaluate with 20, and the
+    cut of a long sentence depended on it (a point a share and 20 tokens from the nearest start cut the
+    sentence at 20, not at 100): the same model and text gave 43.99 in 29 rows at the step 0 of a run with
+    --unroll 100 and 43.95 in 32 rows from evaluate. The rows no longer depend on the window, and the window
+    (states carried between windows) does not change the result."""
+    from spacy_elmo import BiLMConfig
+    from spacy_elmo.training import evaluate as ev
+    from spacy_elmo.training.lm import BidirectionalLM
+    from spacy_elmo.training.softmax import SoftmaxLayer
+    from spacy_elmo.training.vocab import Vocab
+
+    torch.manual_seed(0)
+    words = ["the", "cat", "sees", "a", "dog", "."]
+    vocab = Vocab(["<S>", "</S>", "<UNK>", *words])
+    lm = BidirectionalLM(BiLM(BiLMConfig(**TINY), backend="reference"), SoftmaxLayer(vocab.size, TINY["projection_dim"]))
+    rng = random.Random(0)
+    # 152 + 5 + 5 tokens in 8 rows: shares of 21, the first point 21 tokens from the start at 0
+    sentences = [[rng.choice(words) for _ in range(150)], ["a", "dog", "."], ["the", "cat", "."]]
+    results = {unroll: ev.evaluate_sentences(lm, vocab, sentences, batch_size=8, unroll=unroll) for unroll in (3, 20, 100)}
+    assert {r["n_rows"] for r in results.values()} == {8}
+    for unroll in (3, 100):
+        for key in ("loss_forward", "loss_backward"):
+            assert results[unroll][key] == pytest.approx(results[20][key], rel=1e-5)
+
+
+def test_a_heldout_loss_past_a_floats_range_is_logged_as_standard_json(tmp_path, monkeypatch):
+    """pretrain --heldout of a broken model (a mean loss over about 709 nats) crashed with OverflowError from
+    math.exp; its perplexity is inf now, logged as null (no nonstandard Infinity) beside its loss, and the
+    summary's text says inf with the loss."""
+    from spacy_elmo.training import evaluate as ev
+    from spacy_elmo.training.evaluate import perplexity_text
+
+    real = ev._stream_nll_sums
+
+    def huge(*args, **kwargs):
+        (fwd, bwd), n = real(*args, **kwargs)
+        return [800.0 * n, 900.0 * n], n
+
+    monkeypatch.setattr(ev, "_stream_nll_sums", huge)
+    train_file, held = write_corpus(tmp_path / "train.txt", 40), write_corpus(tmp_path / "held.txt", 10, seed=2)
+    summary = train(tiny_train_config(train_file, tmp_path / "out", heldout=str(held), max_steps=1, checkpoint_every=1))
+    assert summary["heldout"]["perplexity"] == math.inf
+    assert "geometric mean inf (mean loss 850.00 nats)" in perplexity_text(summary["heldout"])
+
+    def refuse(constant):
+        raise ValueError(constant)
+
+    lines = (tmp_path / "out" / LOG_NAME).read_text(encoding="utf-8").splitlines()
+    (event,) = [e for e in map(lambda line: json.loads(line, parse_constant=refuse), lines) if e.get("event") == "heldout"]
+    assert event["perplexity"] is None and event["loss_forward"] == pytest.approx(800.0)
 
 
 def test_resume_after_a_kill_inside_a_log_line(tmp_path):

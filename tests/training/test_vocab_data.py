@@ -565,7 +565,8 @@ def test_split_long_pieces():
 
 
 def test_a_long_line_is_reported_with_its_length_as_read(tmp_path):
-    """W_LONG_LINE names the line's length in the file, not after cut_runs put spaces into it."""
+    """W_LONG_LINE names the line's length in the file, not after cut_runs put spaces into it, and says that each
+    piece is read as its own sentences (it did not: a sentence across a cut is two)."""
     from spacy_elmo.training.data import ReadStats, iter_text, make_nlp
 
     words = " ".join(["w" * 99] * ((PIECE_CHARS - 1000) // 100))  # not cut
@@ -577,6 +578,7 @@ def test_a_long_line_is_reported_with_its_length_as_read(tmp_path):
         pieces = list(iter_text(tmp_path / "long.txt", stats, make_nlp("en").tokenizer))
     said = [str(w.message) for w in caught]
     assert any(f"has a line of {PIECE_CHARS + 1:,} characters" in m for m in said), said
+    assert any("each read as its own sentence or sentences (a sentence across a cut is read as two)" in m for m in said), said
     assert any("has 1 stretch of more than 200 characters" in m for m in said), said
     assert stats.long_runs == 1 and stats.long_lines == 1
     assert "".join(pieces) == " ".join("!" * 200 for _ in range(5)) + " " + words + " "
