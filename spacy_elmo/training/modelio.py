@@ -76,7 +76,7 @@ def load_pretrained(
     if found is None:  # native: config.json and the tensors are read once
         meta, tensors = read_meta(path), load_tensors(path)
         bilm = model_from_native(BiLM, path, meta, tensors, backend=backend)
-        provenance = meta.get("provenance", {}) or {}
+        provenance = dict(bilm.provenance)  # as BiLM.load takes it: {} where config.json's is no object
     else:
         bilm = BiLM.from_allennlp(found[0], found[1], backend=backend)
         if source is not None:

@@ -296,3 +296,82 @@ def test_a_signal_while_a_failed_rank_of_torchrun_exits_is_ignored(own_handlers,
                 _report_end(err, stop, tmp_path, Ranks(1, 2, 1))
     assert exited.value.exit_code == 1
     _assert_signals_ignored(command_line)
+
+
+def test_sigterm_raises_terminated_and_ctrl_c_a_plain_keyboard_interrupt(own_handlers):
+    """Terminated (a KeyboardInterrupt) tells SIGTERM from Ctrl-C to whoever catches it, and to Stop.signal_of
+    where no signal was recorded: Ctrl-C must not come as Terminated, nor SIGTERM as a plain KeyboardInterrupt."""
+    from spacy_elmo.cli.signals import Terminated, signals_stop
+
+    with signals_stop() as stop:
+        with pytest.raises(KeyboardInterrupt) as err:
+            signal.raise_signal(signal.SIGTERM)
+    assert type(err.value) is Terminated and stop.signum == signal.SIGTERM
+    with signals_stop() as stop:
+        with pytest.raises(KeyboardInterrupt) as err:
+            signal.raise_signal(signal.SIGINT)
+    assert type(err.value) is KeyboardInterrupt and stop.signum == signal.SIGINT
+
+
+def test_the_first_signal_is_the_one_the_exit_status_says(own_handlers):
+    """SIGTERM (a time limit), then Ctrl-C while the run reports its end: exit status 143, the first one's, not
+    130: the signal that stopped the run is the first that came."""
+    import typer
+
+    from spacy_elmo.cli.signals import Terminated, signals_stop
+
+    with pytest.raises(typer.Exit) as exited:
+        with signals_stop() as stop:
+            try:
+                signal.raise_signal(signal.SIGTERM)
+            except Terminated as err:
+                stop.reporting = True
+                signal.raise_signal(signal.SIGINT)  # recorded, not raised
+                stop.exit(stop.signal_of(err), err)
+    assert stop.signum == signal.SIGTERM and exited.value.exit_code == 128 + signal.SIGTERM
+
+
+def test_the_command_line_run_in_another_thread_leaves_the_signals_alone(own_handlers):
+    """Only the main thread may set handlers: a command line run in another thread (main() in a worker thread)
+    whose result is complete, or which stopped, must not try to ignore the signals (ValueError: signal only works
+    in main thread)."""
+    import threading
+
+    import typer
+
+    from spacy_elmo.cli.signals import signals_stop
+
+    raised = []
+
+    def command(end) -> None:
+        try:
+            with signals_stop(command_line=True) as stop:
+                end(stop)
+        except BaseException as err:  # noqa: B036 (reported to the test's thread)
+            raised.append(err)
+
+    for end in (lambda stop: stop.complete(), lambda stop: stop.exit(signal.SIGTERM, KeyboardInterrupt())):
+        thread = threading.Thread(target=command, args=(end,))
+        thread.start()
+        thread.join()
+    assert len(raised) == 1 and isinstance(raised[0], typer.Exit) and raised[0].exit_code == 128 + signal.SIGTERM
+    assert signal.getsignal(signal.SIGINT) is _catching and signal.getsignal(signal.SIGTERM) is _catching
+
+
+def test_a_signal_while_the_interrupted_command_looks_what_to_say_is_recorded(own_handlers):
+    """interruption_ends asks rerun() (which reads the disk) what to advise once stopped: a second signal then
+    must not escape as a KeyboardInterrupt traceback; the command ends with the first one's status."""
+    from types import SimpleNamespace
+
+    import typer
+
+    from spacy_elmo.cli.signals import interruption_ends
+
+    def rerun() -> str:
+        signal.raise_signal(signal.SIGINT)  # recorded, not raised
+        return ""
+
+    with pytest.raises((typer.Exit, KeyboardInterrupt)) as exited:
+        with interruption_ends(SimpleNamespace(obj=None), "export", rerun):
+            signal.raise_signal(signal.SIGTERM)
+    assert isinstance(exited.value, typer.Exit) and exited.value.exit_code == 128 + signal.SIGTERM

@@ -282,3 +282,26 @@ def test_the_softmax_beside_allennlp_weights_is_written_as_float32(tmp_path, dty
                                              r"float32"):
             write_softmax(tmp_path / SOFTMAX_FILE, softmax)
         assert not (tmp_path / SOFTMAX_FILE).exists()
+
+
+@pytest.mark.parametrize("n_tokens", [len(TOKENS) - 1, len(TOKENS) + 1])
+def test_load_pretrained_refuses_a_vocabulary_of_another_length_than_its_softmax(tmp_path, n_tokens):
+    """vocab.txt with fewer or more lines than the softmax has rows: ids would name other words (or none)."""
+    model = pretrained(tmp_path / "m")
+    tokens = TOKENS[:3] + [f"w{i}" for i in range(n_tokens - 3)]
+    (model / "vocab.txt").write_text("".join(f"{token}\n" for token in tokens), encoding="utf-8")
+    with pytest.raises(ValueError, match=f"has {n_tokens} entries but the softmax has {len(TOKENS)} rows"):
+        load_pretrained(model, backend="reference")
+
+
+@pytest.mark.parametrize("odd", [None, ["sentences"], "sentences", 3])
+def test_load_pretrained_gives_a_provenance_that_is_no_object_as_none(tmp_path, odd):
+    """A config.json whose "provenance" is no object (hand-edited, another tool's) came back from load_pretrained
+    as it was: evaluate then ended in "AttributeError: 'list' object has no attribute 'get'". BiLM.load and
+    recorded_reading take it as recording nothing; load_pretrained now too."""
+    import json
+
+    model = pretrained(tmp_path / "m")
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "provenance": odd}))
+    assert load_pretrained(model, backend="reference")[3] == {}

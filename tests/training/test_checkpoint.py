@@ -1,0 +1,49 @@
+"""checkpoint.py's file handling on its own: what load_checkpoint refuses, and which leftovers are removed."""
+
+import pytest
+import torch
+
+from spacy_elmo.training import checkpoint as ckpt
+
+
+class NotATensor:
+    """Any class: a checkpoint is loaded with weights_only=True, so its pickle cannot name one."""
+
+
+def _payload(**extra):
+    return {"step": 1, "model": {}, "optimizer": {}, "ranks": [], "settings": {"init": None}, **extra}
+
+
+def test_a_checkpoint_that_pickles_an_object_is_refused_not_run(tmp_path):
+    """A checkpoint.pt whose pickle names a class (arbitrary code on load: a file from elsewhere) is refused as
+    damaged; a weights_only=False load would have built the object."""
+    ckpt.save_checkpoint(tmp_path, _payload(extra=NotATensor()))
+    with pytest.raises(ValueError, match="checkpoint.pt is damaged or not a spacy-elmo checkpoint"):
+        ckpt.load_checkpoint(tmp_path)
+    ckpt.save_checkpoint(tmp_path, _payload())
+    assert ckpt.load_checkpoint(tmp_path)["step"] == 1
+
+
+@pytest.mark.parametrize("payload", [list(ckpt.PAYLOAD_KEYS), "step model optimizer ranks settings", 3])
+def test_a_checkpoint_that_holds_no_dict_is_named_damaged(tmp_path, payload):
+    """A file that holds a list (or string) of the payload's keys "has" them all to ``in``: named damaged, not a
+    TypeError from indexing it."""
+    torch.save(payload, tmp_path / ckpt.CHECKPOINT_NAME)
+    with pytest.raises(ValueError, match="checkpoint.pt is damaged or not a spacy-elmo checkpoint"):
+        ckpt.load_checkpoint(tmp_path)
+
+
+def test_remove_leftovers_removes_killed_writes_only(tmp_path):
+    """The temporary files of killed checkpoint writes (now ``.checkpoint.pt.PID.tmp``, before
+    ``.checkpoint.pt.tmpPID``) go; a file that only starts like one is someone else's and stays."""
+    import os
+
+    ended = tmp_path / f".{ckpt.CHECKPOINT_NAME}.{2 ** 22 + 7}.tmp"
+    old = tmp_path / f".{ckpt.CHECKPOINT_NAME}.tmp4242"
+    kept = [tmp_path / f".{ckpt.CHECKPOINT_NAME}.tmpnotes", tmp_path / f".{ckpt.CHECKPOINT_NAME}.tmp",
+            tmp_path / f"{ckpt.CHECKPOINT_NAME}.tmp4242", tmp_path / ckpt.CHECKPOINT_NAME]
+    for path in (ended, old, *kept):
+        path.write_bytes(b"x")
+    assert not os.path.exists(f"/proc/{2 ** 22 + 7}")  # (above pid_max: no process runs with it)
+    ckpt.remove_leftovers(tmp_path)
+    assert not ended.exists() and not old.exists() and all(path.exists() for path in kept)
