@@ -1195,15 +1195,28 @@ class Errors:
         "{path} holds {what}, which spacy-elmo does not read: it reads UTF-8 text, plain or compressed with gzip, "
         "bzip2 or xz (known by its first bytes, whatever the file's name). {fix}{skipped}."
     )
-    #: E_UNREAD_FORMAT's and W_UNREAD_FORMAT_SKIPPED's ``what`` for a compression not read (zstd, lz4)
+    #: E_UNREAD_FORMAT's and W_UNREAD_FORMAT_SKIPPED's ``what`` for a compression not read (zstd, lz4); the fixes
+    #: (E_UNREAD_*_FIX) are E_UNREAD_FORMAT's, the warning's are W_UNREAD_*_FIX (into the corpus directory)
     E_UNREAD_COMPRESSION = "{format}-compressed data"
     E_UNREAD_COMPRESSION_FIX = (
-        "Decompress it and pass the text (`{tool} -dc {shell_path} > NEW.txt`), or compress it with gzip instead "
-        "(`{tool} -dc {shell_path} | gzip > NEW.txt.gz`)"
+        "Decompress it and pass the text (`{tool} -dc {shell_path} > {text}`), or compress it with gzip instead "
+        "(`{tool} -dc {shell_path} | gzip > {gz}`)"
     )
-    #: E_UNREAD_FORMAT's and W_UNREAD_FORMAT_SKIPPED's ``what`` for an archive of files (zip, 7z, tar)
+    #: ``what`` for a zstd or lz4 file named as a tar archive (.tar.zst, .tar.lz4): decompressed, it is no text
+    E_UNREAD_COMPRESSED_TAR = "a tar archive of files compressed with {format} (by its name)"
+    E_UNREAD_COMPRESSED_TAR_FIX = (
+        "If it holds text files, unpack it (`mkdir {dir} && {tool} -dc {shell_path} | tar -x -C {dir}`) and pass "
+        "{dir}, the directory of its files"
+    )
+    #: ``what`` for an archive of files (zip, 7z, tar)
     E_UNREAD_ARCHIVE = "a {format} archive of files"
-    E_UNREAD_ARCHIVE_FIX = "Unpack it (`{unpack}`) and pass NEW_DIR, the directory of its files"
+    E_UNREAD_ARCHIVE_FIX = "If it holds text files, unpack it (`{unpack}`) and pass NEW_DIR, the directory of its files"
+    #: ``what`` for a document that is a zip archive of XML (.docx, .odt, .epub): unpacked, it is markup, not text
+    E_UNREAD_DOCUMENT = "an {format} file ({endings}: a zip archive of XML and more, not its text)"
+    E_UNREAD_DOCUMENT_FIX = (
+        "Export its text as plain UTF-8 text (from the program that made it, or `pandoc {shell_path} -t plain -o "
+        "{text}` for a .docx, .odt or .epub) and pass {text}"
+    )
     E_WIDE_TEXT_FILE = (
         "{path} looks like {encoding} text, not UTF-8 (Notepad's \"Unicode\" and PowerShell's > write UTF-16). "
         "Re-encode it to UTF-8, e.g. `iconv -f {encoding} -t UTF-8 {shell_path} > NEW.txt`, and pass NEW.txt{skipped}."
@@ -2170,6 +2183,20 @@ class Warnings:
     # --- pretraining and CLI (spacy_elmo.training, spacy_elmo.cli) ----------
     W_BINARY_SKIPPED = "spacy-elmo: skipped {path}: it looks binary (NUL bytes), not text."
     W_UNREAD_FORMAT_SKIPPED = "spacy-elmo: skipped {path}: it holds {what}, which spacy-elmo does not read. {fix}."
+    #: W_UNREAD_FORMAT_SKIPPED's fixes (Errors.E_UNREAD_*_FIX's for a file passed alone): text put beside the file
+    W_UNREAD_COMPRESSION_FIX = (
+        "To train on it, decompress it into the corpus (`{tool} -dc {shell_path} > {text}`), or compress it with "
+        "gzip instead (`{tool} -dc {shell_path} | gzip > {gz}`)"
+    )
+    W_UNREAD_COMPRESSED_TAR_FIX = (
+        "If it holds text files, unpack it into the corpus to train on them (`mkdir {dir} && {tool} -dc "
+        "{shell_path} | tar -x -C {dir}`)"
+    )
+    W_UNREAD_ARCHIVE_FIX = "If it holds text files, unpack it into the corpus to train on them (`{unpack}`)"
+    W_UNREAD_DOCUMENT_FIX = (
+        "To train on it, export its text as plain UTF-8 text into the corpus (from the program that made it, or "
+        "`pandoc {shell_path} -t plain -o {text}` for a .docx, .odt or .epub)"
+    )
     W_WIDE_TEXT_SKIPPED = (
         "spacy-elmo: skipped {path}: it looks like {encoding} text, not UTF-8. Re-encode it to UTF-8 to train on "
         "it: `iconv -f {encoding} -t UTF-8 {shell_path} > NEW.txt`."
