@@ -1944,6 +1944,8 @@ class Errors:
         "embedded from, and without it they cannot be checked against this run. Pass --restart (or delete {parts}) "
         "to embed from the start."
     )
+    #: E_EMBED_MANIFEST_DAMAGED's ``error`` for a manifest whose parts' token digests are no list of strings
+    E_EMBED_MANIFEST_TOKENS = "its {key} is {found}, not a list of the parts' token digests"
     E_EMBED_INTERRUPTED = (
         "Interrupted. The finished parts are kept in {parts}: rerun the same command to embed the rest "
         "(--restart starts over)."
