@@ -210,6 +210,28 @@ def test_a_compression_or_archive_not_read_is_named_with_its_fix_alone_and_skipp
     assert meta["stats"]["n_files"] == 1 and meta["stats"]["n_binary"] == 1
 
 
+def test_the_first_bytes_of_a_format_inside_a_text_are_read_as_text(tmp_path):
+    """Formats are known by a file's first bytes only: a text holding their magic bytes in a line (a zip's, 7z's,
+    zstd's, lz4's, gzip's, bzip2's) is read as text, alone and in a directory, without a warning of a skipped file
+    (searched for anywhere, they called it a zip archive)."""
+    from spacy_elmo.training.data import compression, not_utf8
+
+    line = (b"The cat sat . PK\x03\x04 7z\xbc\xaf\x27\x1c \x28\xb5\x2f\xfd \x04\x22\x4d\x18 \x1f\x8b\x08 "
+            b"BZh91AY&SY .\n")
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    path = write_bytes(corpus / "magic.txt", line * 20)
+    near = write_bytes(tmp_path / "near.txt", b"a \x1f\x8b\x08 gz ; PK\x03\x04 .\n")  # within the bytes compression() reads
+    for text in (path, near):
+        assert not_utf8(text) is None and compression(text) is None
+    for train_path in (path, corpus):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            meta = build_corpus(train_path, "en", tmp_path / f"cache-{train_path.name}", progress=False)
+        assert meta["stats"]["n_files"] == 1 and meta["stats"]["n_binary"] == 0
+        assert not [w for w in caught if "skipped" in str(w.message)], [str(w.message) for w in caught]
+
+
 @pytest.mark.parametrize("damage", ["truncated", "damaged"])
 @pytest.mark.parametrize("suffix", FORMATS)
 def test_a_broken_archive_is_an_error_naming_it_alone_or_in_a_directory(tmp_path, suffix, damage):
