@@ -1168,8 +1168,8 @@ class Errors:
     E_FILES_READ = "{n_files} file(s) read, {n_binary} skipped as binary, UTF-16/32 or a format not read{hidden}"
     #: E_FILES_READ's ``hidden`` where hidden files or directories were skipped
     E_HIDDEN_SKIPPED = (
-        ", {n_hidden} skipped as hidden (a file or directory whose name starts with \".\" is never read: rename "
-        "it to read it)"
+        ", {n_hidden} skipped as hidden (a file or directory whose name starts with \".\", such as .git or "
+        ".DS_Store, is never read; to read one, rename it without the \".\")"
     )
     E_TOKENIZE_WORKER_DIED = (
         "{n} tokenizing worker process(es) ended before the corpus was tokenized (exit code {exitcode}; a "
@@ -1337,9 +1337,8 @@ class Errors:
     E_OPTIONS_FILE_BAD_VALUES_EACH = (
         "The model options {path} have sizes each too large alone, {keys}: {error} Fix each of them there."
     )
-    # E_OPTIONS_FILE's {error} for a JSON file holding no object ([...], "small", 5): its items or characters were
-    # read as keys ("have key(s) 'x'") or a Python error said ("argument after ** must be a mapping, not list")
-    #: read_json_file's ``not_object`` where the caller words the error around it (``{error}``)
+    #: read_json_file's ``not_object`` where the caller words the error around it (``{error}``): --options (an
+    #: array's items were read as keys, a string's characters), embed's parts manifest, a DDP rank's meta.json
     E_JSON_NOT_OBJECT = "it holds a JSON {kind}, not an object"
     E_OPTIONS_UNKNOWN_FIELD = (
         "The model options {path} have key(s) {names}, which are no model options: --options reads an AllenNLP "
