@@ -34,6 +34,7 @@ import itertools
 import json
 import os
 import re
+import reprlib
 import tempfile
 import threading
 import time
@@ -764,16 +765,22 @@ def _read_manifest(parts_dir: Path) -> dict:
     """The manifest of ``parts_dir``; {} where there is none (a killed removal deleted it) or it cannot be opened.
     ValueError (``E_EMBED_MANIFEST_DAMAGED``, naming it and --restart) where it is no JSON object (damaged or
     edited, nested past the recursion limit included): read as {}, the parts were said to be an older
-    spacy-elmo's, and a JSON array was an AttributeError's traceback."""
+    spacy-elmo's, and a JSON array was an AttributeError's traceback; so where its :data:`TOKENS`, the one entry read
+    other than compared, is no list of strings (a number was a TypeError's traceback, an object a KeyError's)."""
     path = parts_dir / MANIFEST
     try:
         raw = path.read_bytes()
     except OSError:
         return {}
     try:
-        return read_json_file(path, "{error}", Errors.E_JSON_NOT_OBJECT, raw=raw)
+        found = read_json_file(path, "{error}", Errors.E_JSON_NOT_OBJECT, raw=raw)
     except ValueError as err:
         raise ValueError(Errors.E_EMBED_MANIFEST_DAMAGED.format(path=path, error=err, parts=parts_dir)) from err
+    tokens = found.get(TOKENS, [])  # absent: an earlier release's manifest, whose parts are trusted
+    if not isinstance(tokens, list) or not all(isinstance(digest, str) for digest in tokens):
+        error = Errors.E_EMBED_MANIFEST_TOKENS.format(key=TOKENS, found=reprlib.repr(tokens))
+        raise ValueError(Errors.E_EMBED_MANIFEST_DAMAGED.format(path=path, error=error, parts=parts_dir))
+    return found
 
 
 def _json_utf8(mapping: dict) -> bytes:

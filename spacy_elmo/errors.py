@@ -1178,8 +1178,8 @@ class Errors:
     E_FILES_READ = "{n_files} file(s) read, {n_binary} skipped as binary, UTF-16/32 or a format not read{hidden}"
     #: E_FILES_READ's ``hidden`` where hidden files or directories were skipped
     E_HIDDEN_SKIPPED = (
-        ", {n_hidden} skipped as hidden (a file or directory whose name starts with \".\" is never read: rename "
-        "it to read it)"
+        ", {n_hidden} skipped as hidden (a file or directory whose name starts with \".\", such as .git or "
+        ".DS_Store, is never read; to read one, rename it without the \".\")"
     )
     E_TOKENIZE_WORKER_DIED = (
         "{n} tokenizing worker process(es) ended before the corpus was tokenized (exit code {exitcode}; a "
@@ -1205,15 +1205,28 @@ class Errors:
         "{path} holds {what}, which spacy-elmo does not read: it reads UTF-8 text, plain or compressed with gzip, "
         "bzip2 or xz (known by its first bytes, whatever the file's name). {fix}{skipped}."
     )
-    #: E_UNREAD_FORMAT's and W_UNREAD_FORMAT_SKIPPED's ``what`` for a compression not read (zstd, lz4)
+    #: E_UNREAD_FORMAT's and W_UNREAD_FORMAT_SKIPPED's ``what`` for a compression not read (zstd, lz4); the fixes
+    #: (E_UNREAD_*_FIX) are E_UNREAD_FORMAT's, the warning's are W_UNREAD_*_FIX (into the corpus directory)
     E_UNREAD_COMPRESSION = "{format}-compressed data"
     E_UNREAD_COMPRESSION_FIX = (
-        "Decompress it and pass the text (`{tool} -dc {shell_path} > NEW.txt`), or compress it with gzip instead "
-        "(`{tool} -dc {shell_path} | gzip > NEW.txt.gz`)"
+        "Decompress it and pass the text (`{tool} -dc {shell_path} > {text}`), or compress it with gzip instead "
+        "(`{tool} -dc {shell_path} | gzip > {gz}`)"
     )
-    #: E_UNREAD_FORMAT's and W_UNREAD_FORMAT_SKIPPED's ``what`` for an archive of files (zip, 7z, tar)
+    #: ``what`` for a zstd or lz4 file named as a tar archive (.tar.zst, .tar.lz4): decompressed, it is no text
+    E_UNREAD_COMPRESSED_TAR = "a tar archive of files compressed with {format} (by its name)"
+    E_UNREAD_COMPRESSED_TAR_FIX = (
+        "If it holds text files, unpack it (`mkdir {dir} && {tool} -dc {shell_path} | tar -x -C {dir}`) and pass "
+        "{dir}, the directory of its files"
+    )
+    #: ``what`` for an archive of files (zip, 7z, tar)
     E_UNREAD_ARCHIVE = "a {format} archive of files"
-    E_UNREAD_ARCHIVE_FIX = "Unpack it (`{unpack}`) and pass NEW_DIR, the directory of its files"
+    E_UNREAD_ARCHIVE_FIX = "If it holds text files, unpack it (`{unpack}`) and pass NEW_DIR, the directory of its files"
+    #: ``what`` for a document that is a zip archive of XML (.docx, .odt, .epub): unpacked, it is markup, not text
+    E_UNREAD_DOCUMENT = "an {format} file ({endings}: a zip archive of XML and more, not its text)"
+    E_UNREAD_DOCUMENT_FIX = (
+        "Export its text as plain UTF-8 text (from the program that made it, or `pandoc {shell_path} -t plain -o "
+        "{text}` for a .docx, .odt or .epub) and pass {text}"
+    )
     E_WIDE_TEXT_FILE = (
         "{path} looks like {encoding} text, not UTF-8 (Notepad's \"Unicode\" and PowerShell's > write UTF-16). "
         "Re-encode it to UTF-8, e.g. `iconv -f {encoding} -t UTF-8 {shell_path} > NEW.txt`, and pass NEW.txt{skipped}."
@@ -1334,9 +1347,8 @@ class Errors:
     E_OPTIONS_FILE_BAD_VALUES_EACH = (
         "The model options {path} have sizes each too large alone, {keys}: {error} Fix each of them there."
     )
-    # E_OPTIONS_FILE's {error} for a JSON file holding no object ([...], "small", 5): its items or characters were
-    # read as keys ("have key(s) 'x'") or a Python error said ("argument after ** must be a mapping, not list")
-    #: read_json_file's ``not_object`` where the caller words the error around it (``{error}``)
+    #: read_json_file's ``not_object`` where the caller words the error around it (``{error}``): --options (an
+    #: array's items were read as keys, a string's characters), embed's parts manifest, a DDP rank's meta.json
     E_JSON_NOT_OBJECT = "it holds a JSON {kind}, not an object"
     E_OPTIONS_UNKNOWN_FIELD = (
         "The model options {path} have key(s) {names}, which are no model options: --options reads an AllenNLP "
@@ -1941,6 +1953,8 @@ class Errors:
         "embedded from, and without it they cannot be checked against this run. Pass --restart (or delete {parts}) "
         "to embed from the start."
     )
+    #: E_EMBED_MANIFEST_DAMAGED's ``error`` for a manifest whose parts' token digests are no list of strings
+    E_EMBED_MANIFEST_TOKENS = "its {key} is {found}, not a list of the parts' token digests"
     E_EMBED_INTERRUPTED = (
         "Interrupted. The finished parts are kept in {parts}: rerun the same command to embed the rest "
         "(--restart starts over)."
@@ -2180,6 +2194,20 @@ class Warnings:
     # --- pretraining and CLI (spacy_elmo.training, spacy_elmo.cli) ----------
     W_BINARY_SKIPPED = "spacy-elmo: skipped {path}: it looks binary (NUL bytes), not text."
     W_UNREAD_FORMAT_SKIPPED = "spacy-elmo: skipped {path}: it holds {what}, which spacy-elmo does not read. {fix}."
+    #: W_UNREAD_FORMAT_SKIPPED's fixes (Errors.E_UNREAD_*_FIX's for a file passed alone): text put beside the file
+    W_UNREAD_COMPRESSION_FIX = (
+        "To train on it, decompress it into the corpus (`{tool} -dc {shell_path} > {text}`), or compress it with "
+        "gzip instead (`{tool} -dc {shell_path} | gzip > {gz}`)"
+    )
+    W_UNREAD_COMPRESSED_TAR_FIX = (
+        "If it holds text files, unpack it into the corpus to train on them (`mkdir {dir} && {tool} -dc "
+        "{shell_path} | tar -x -C {dir}`)"
+    )
+    W_UNREAD_ARCHIVE_FIX = "If it holds text files, unpack it into the corpus to train on them (`{unpack}`)"
+    W_UNREAD_DOCUMENT_FIX = (
+        "To train on it, export its text as plain UTF-8 text into the corpus (from the program that made it, or "
+        "`pandoc {shell_path} -t plain -o {text}` for a .docx, .odt or .epub)"
+    )
     W_WIDE_TEXT_SKIPPED = (
         "spacy-elmo: skipped {path}: it looks like {encoding} text, not UTF-8. Re-encode it to UTF-8 to train on "
         "it: `iconv -f {encoding} -t UTF-8 {shell_path} > NEW.txt`."

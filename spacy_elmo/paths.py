@@ -9,7 +9,7 @@ Also what else a path the user gave may mean by accident: the current directory,
 output would replace (:func:`holds_cwd`), and one file under two names, a hard link's real path another
 (:func:`file_identity`), or one text in two files (:func:`file_sha256`).
 
-And the one reader of a JSON file the user gave (:func:`read_json_file`).
+And the one reader of a JSON file, the user's or spacy-elmo's own (:func:`read_json_file`).
 """
 
 import hashlib
@@ -75,7 +75,8 @@ JSON_KINDS = {list: "array", str: "string", int: "number", float: "number", bool
 
 def read_json_file(path: PathLike, not_json: str, not_object: Optional[str] = None, raw: Optional[bytes] = None) -> Any:
     """The JSON value in the file at ``path`` (decoded from ``raw``, its bytes, where the caller read them): the one
-    reader of a JSON file the user gave (options.json, a model's config.json).
+    reader of a JSON file, one the user gave (options.json, a model's config.json) or one of spacy-elmo's own that
+    may be damaged or edited (embed's parts manifest and merged.json, the corpus cache's meta.json).
 
     A ValueError of ``not_json`` (formatted with ``path`` and ``error``) for bytes that are no UTF-8 or no JSON, and
     for JSON nested past Python's recursion limit (else a RecursionError's traceback, ``[[[...]]]``); with

@@ -285,21 +285,33 @@ def test_a_merged_json_nested_past_the_recursion_limit_records_no_merge(bilm, co
     assert out.read_bytes() == straight.read_bytes()
 
 
-@pytest.mark.parametrize("damage", ["not json", "nested", "array"])
+#: part_tokens edited to no list of strings: a TypeError's traceback (a number), a KeyError's (an object)
+TOKENS_EDITED = {"tokens a number": 5, "tokens an object": {"x": 1}, "tokens null": None, "tokens of numbers": [1, 2]}
+
+
+@pytest.mark.parametrize("damage", ["not json", "nested", "array", *TOKENS_EDITED])
 def test_a_damaged_manifest_of_parts_is_refused_naming_it_and_restart(bilm, corpus, tmp_path, damage):
     """The manifest of unfinished parts that is no JSON object was read as none: the parts were said to be an
     older spacy-elmo's, "which did not record model, input, ..." (an array: an AttributeError's traceback, JSON
-    nested too deep: a RecursionError's). It is named, with --restart, nothing removed; --restart starts over."""
+    nested too deep: a RecursionError's); one whose part_tokens is no list of strings was a TypeError's or
+    KeyError's traceback (a list of numbers: said to be tokenized otherwise). It is named, with --restart, nothing
+    removed; --restart starts over."""
     out, straight = tmp_path / "out.h5", tmp_path / "straight.h5"
     embed_file(bilm, corpus, out, part_size=2, progress=False, stop_after_parts=1)
     manifest = parts_path(out) / "manifest.json"
-    manifest.write_text({"not json": '{"model": ', "nested": DEEP_JSON, "array": "[1, 2]"}[damage], encoding="utf-8")
+    if damage in TOKENS_EDITED:
+        edited = {**json.loads(manifest.read_text(encoding="utf-8")), "part_tokens": TOKENS_EDITED[damage]}
+        manifest.write_text(json.dumps(edited), encoding="utf-8")
+    else:
+        manifest.write_text({"not json": '{"model": ', "nested": DEEP_JSON, "array": "[1, 2]"}[damage], encoding="utf-8")
     with pytest.raises(ValueError) as refused:
         embed_file(bilm, corpus, out, part_size=2, progress=False)
     said = str(refused.value)
     assert said.startswith(f"{manifest} cannot be read (") and said.endswith(
         f"cannot be checked against this run. Pass --restart (or delete {parts_path(out)}) to embed from the start."), said
     assert ("(it holds a JSON array, not an object)" in said) == (damage == "array"), said
+    tokens = f"(its part_tokens is {TOKENS_EDITED.get(damage)!r}, not a list of the parts' token digests)"
+    assert (tokens in said) == (damage in TOKENS_EDITED), said
     assert not out.exists() and (parts_path(out) / "part-000000.hdf5").exists()
     assert embed_file(bilm, corpus, out, part_size=2, progress=False, restart=True)["parts_reused"] == 0
     embed_file(bilm, corpus, straight, part_size=2, progress=False)

@@ -101,13 +101,17 @@ class ElmoRunner(nn.Module):
         _single_thread_in_child_process()
 
     def set_bilm(self, bilm: Optional[BiLM]) -> None:  # None: back to no weights (a load put back)
-        # The biLM and the layer cache's generation change together, under its lock, under which bilm_layer._forward
-        # reads both: set in turn, a call starting in between read the old generation with the new biLM, and read
-        # (or put) the old biLM's layers there.
+        # The biLM, the layer cache's generation and the token cache change together, under the layer cache's lock,
+        # under which bilm_layer._forward reads the first two: set in turn, a call starting in between read the old
+        # generation with the new biLM, and read (or put) the old biLM's layers there; or, the token cache emptied
+        # after the lock, read the new generation and the token cache's char vectors of the weights before (the
+        # same biLM edited through .data, which its weights key cannot see), and kept layers made of them in the
+        # new generation. One emptying each: one new generation. Lock order: the layer cache's, then the token
+        # cache's (the token cache takes no other lock; nothing takes the layer cache's while holding it).
         with self.layer_cache.lock:
             self.bilm = bilm
             self.layer_cache._drop()
-        self.cache.clear()  # the token cache; the layer cache was emptied just above (once: one new generation)
+            self.cache.clear()
 
     def mark_fine_tuned(self) -> None:
         """Record that training stepped the weights (:data:`FINE_TUNED`): they are no longer those of their source."""

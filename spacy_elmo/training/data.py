@@ -34,8 +34,9 @@ sentences back in the text's order, so the cache is the same whatever their numb
 Defined behaviour for bad input: undecodable bytes are replaced by U+FFFD and
 counted (reported once, never an error); a file with NUL bytes in its first
 8 KiB (decompressed) is binary, or UTF-16 or UTF-32 text when they say so, and one that starts as a zstd or lz4
-stream or a zip, 7z or tar archive (a ``.tar.gz`` once decompressed) holds no text read (:func:`not_utf8`): an error
-when it is TRAIN_PATH itself, skipped with a warning inside a directory (NUL bytes after them are kept, counted
+stream or a zip, 7z or tar archive (a ``.tar.gz`` once decompressed; a zip that is a .docx, .odt or .epub document,
+whose text is exported, not unpacked) holds no text read (:func:`not_utf8`): an error when it is TRAIN_PATH itself,
+skipped with a warning inside a directory, each with how to make text of it (:func:`unread_format`) (NUL bytes after them are kept, counted
 and warned of once per file: :func:`iter_text`, as are lines holding a ``\\r``); a stretch of more than ``RUN_CHARS`` characters without whitespace that spaCy's
 rule-based tokenizer strips affixes from one at a time (time quadratic in it), or longer than ``RUN_CAP``, is cut
 every ``RUN_CHARS`` characters, never between a character and what continues it (:func:`cut_runs`; other tokenizers and other stretches: none), counted and reported once per file; a line longer than ``PIECE_CHARS`` characters is tokenized
@@ -186,13 +187,25 @@ UNREAD_COMPRESSIONS = {
     "lz4": (re.compile(rb"\x04\x22\x4d\x18"), "lz4"),
 }
 #: Archives of files, no text stream: name -> (the start of such a file, decompressed (a ``.tar.gz`` holds a
-#: tar archive), the shell command that unpacks it into NEW_DIR, ``{path}`` the file's). tar's magic with its
-#: version (POSIX ``ustar\0`` ``00``, GNU ``ustar `` `` \0``) holds a NUL byte: no text has it at offset 257.
+#: tar archive), the shell command that unpacks it into a new directory ``{dir}``, ``{path}`` the file's). tar's
+#: magic with its version (POSIX ``ustar\0`` ``00``, GNU ``ustar `` `` \0``) holds a NUL byte: no text has it
+#: at offset 257.
 ARCHIVES = {
-    "zip": (re.compile(rb"PK(?:\x03\x04|\x05\x06|\x07\x08)"), "unzip {path} -d NEW_DIR"),
-    "7z": (re.compile(rb"7z\xbc\xaf\x27\x1c"), "7z x {path} -oNEW_DIR"),
-    "tar": (re.compile(rb".{257}ustar(?:\x0000|  \x00)", re.DOTALL), "mkdir NEW_DIR && tar -xf {path} -C NEW_DIR"),
+    "zip": (re.compile(rb"PK(?:\x03\x04|\x05\x06|\x07\x08)"), "unzip {path} -d {dir}"),
+    "7z": (re.compile(rb"7z\xbc\xaf\x27\x1c"), "7z x {path} -o{dir}"),
+    "tar": (re.compile(rb".{257}ustar(?:\x0000|  \x00)", re.DOTALL), "mkdir {dir} && tar -xf {path} -C {dir}"),
 }
+#: Documents that are zip archives of XML, whose text a program exports (:func:`_zip_document`): name -> the
+#: name endings they have. Unpacked, they are XML: markup that pretraining would read as text.
+DOCUMENTS = {
+    "Office Open XML": (".docx", ".docm", ".xlsx", ".xlsm", ".pptx", ".pptm"),
+    "OpenDocument": (".odt", ".ods", ".odp", ".odg"),
+    "EPUB": (".epub",),
+}
+#: The first member names of an Office Open XML zip (Word writes ``[Content_Types].xml`` first, others a part)
+_OOXML_FIRST = re.compile(rb"\[Content_Types\]\.xml$|(?:_rels|docProps|word|xl|ppt)/")
+#: Name endings of a tar archive compressed with a compression not read (:data:`UNREAD_COMPRESSIONS`)
+COMPRESSED_TAR = (".tar.zst", ".tar.zstd", ".tzst", ".tar.lz4")
 
 _replaced = [0]
 
@@ -522,28 +535,69 @@ def _wide_encoding(head: bytes) -> Optional[str]:
 def not_utf8(path: Path) -> Optional[str]:
     """None when the file ``path`` may be read as UTF-8 text; else what it is by its first ``BINARY_PROBE``
     bytes (decompressed: :func:`open_text_file`): a name of :data:`UNREAD_COMPRESSIONS` or :data:`ARCHIVES` (by
-    its first bytes, whether they hold a NUL byte or not), the iconv name of its UTF-16 or UTF-32 encoding
-    (:func:`_wide_encoding`), or :data:`BINARY` when they hold another NUL byte."""
+    its first bytes, whether they hold a NUL byte or not; a zip that is a document, of :data:`DOCUMENTS`:
+    :func:`_zip_document`), the iconv name of its UTF-16 or UTF-32 encoding (:func:`_wide_encoding`), or
+    :data:`BINARY` when they hold another NUL byte."""
     with open_text_file(path) as f:
         head = f.read(BINARY_PROBE)
     for name, (magic, _) in itertools.chain(UNREAD_COMPRESSIONS.items(), ARCHIVES.items()):
         if magic.match(head):
-            return name
+            return (_zip_document(path, head) or name) if name == "zip" else name
     if b"\x00" not in head and not head.startswith(tuple(bom for bom, _ in WIDE_BOMS)):  # no BOM starts UTF-8
         return None
     return _wide_encoding(head) or BINARY
 
 
-def unread_format(path: PathLike, kind: str) -> Tuple[str, str]:
-    """``(what, fix)`` of the messages of the file ``path`` that holds ``kind``, an :data:`UNREAD_COMPRESSIONS` or
-    :data:`ARCHIVES` name: what it holds, and how to make text of it that spacy-elmo reads."""
+def _zip_document(path: PathLike, head: bytes) -> Optional[str]:
+    """The :data:`DOCUMENTS` name of the zip archive ``path`` whose first bytes are ``head`` (None: another zip): by
+    its first member, in its local header (an OpenDocument's or EPUB's is ``mimetype``, stored, whose text says
+    which; an Office Open XML file's ``[Content_Types].xml`` or one of its parts), else by the file's name ending."""
+    if head.startswith(b"PK\x03\x04") and len(head) >= 30:
+        method = int.from_bytes(head[8:10], "little")
+        length, extra = int.from_bytes(head[26:28], "little"), int.from_bytes(head[28:30], "little")
+        first = head[30 : 30 + length]
+        if first == b"mimetype" and method == 0:  # stored: its text follows the header
+            text = head[30 + length + extra : 30 + length + extra + 64]
+            if text.startswith(b"application/epub+zip"):
+                return "EPUB"
+            if text.startswith(b"application/vnd.oasis.opendocument."):
+                return "OpenDocument"
+        elif _OOXML_FIRST.match(first):
+            return "Office Open XML"
+    suffix = Path(path).suffix.lower()
+    return next((name for name, endings in DOCUMENTS.items() if suffix in endings), None)
+
+
+def unread_format(path: PathLike, kind: str, directory: bool = False) -> Optional[Tuple[str, str]]:
+    """``(what, fix)`` of the messages of the file ``path`` that holds ``kind`` (as :func:`not_utf8` says it) when that
+    is a format spacy-elmo does not read (:data:`UNREAD_COMPRESSIONS`, :data:`ARCHIVES`, :data:`DOCUMENTS`): what it
+    holds, and how to make text of it that spacy-elmo reads, to pass instead, or with ``directory`` (a file of a
+    directory, skipped) to put into the directory beside it, read with the rest of the corpus. None: another kind
+    (binary, UTF-16 or UTF-32 text). A zstd or lz4 file named as a tar archive (:data:`COMPRESSED_TAR`) is unpacked."""
     shell_path = shell_quoted(path)
+    parent = Path(path).parent
+    new_dir = shell_quoted(parent / "NEW_DIR") if directory else "NEW_DIR"
+    new_text = shell_quoted(parent / "NEW.txt") if directory else "NEW.txt"
     if kind in UNREAD_COMPRESSIONS:
         tool = UNREAD_COMPRESSIONS[kind][1]
-        return (Errors.E_UNREAD_COMPRESSION.format(format=kind),
-                Errors.E_UNREAD_COMPRESSION_FIX.format(tool=tool, shell_path=shell_path))
-    return Errors.E_UNREAD_ARCHIVE.format(format=kind), Errors.E_UNREAD_ARCHIVE_FIX.format(
-        unpack=ARCHIVES[kind][1].format(path=shell_path))
+        if Path(path).name.lower().endswith(COMPRESSED_TAR):
+            return Errors.E_UNREAD_COMPRESSED_TAR.format(format=kind), (
+                Warnings.W_UNREAD_COMPRESSED_TAR_FIX if directory else Errors.E_UNREAD_COMPRESSED_TAR_FIX
+            ).format(tool=tool, shell_path=shell_path, dir=new_dir)
+        gzipped = shell_quoted(parent / "NEW.txt.gz") if directory else "NEW.txt.gz"
+        return Errors.E_UNREAD_COMPRESSION.format(format=kind), (
+            Warnings.W_UNREAD_COMPRESSION_FIX if directory else Errors.E_UNREAD_COMPRESSION_FIX
+        ).format(tool=tool, shell_path=shell_path, text=new_text, gz=gzipped)
+    if kind in ARCHIVES:
+        unpack = ARCHIVES[kind][1].format(path=shell_path, dir=new_dir)
+        return Errors.E_UNREAD_ARCHIVE.format(format=kind), (
+            Warnings.W_UNREAD_ARCHIVE_FIX if directory else Errors.E_UNREAD_ARCHIVE_FIX
+        ).format(unpack=unpack)
+    if kind in DOCUMENTS:
+        return Errors.E_UNREAD_DOCUMENT.format(format=kind, endings=", ".join(DOCUMENTS[kind])), (
+            Warnings.W_UNREAD_DOCUMENT_FIX if directory else Errors.E_UNREAD_DOCUMENT_FIX
+        ).format(shell_path=shell_path, text=new_text)
+    return None
 
 
 def not_text_error(path: Path, kind: str, directories: bool = True) -> str:
@@ -552,10 +606,21 @@ def not_text_error(path: Path, kind: str, directories: bool = True) -> str:
     skipped = Errors.E_NOT_TEXT_SKIPPED if directories else ""
     if kind == BINARY:
         return Errors.E_BINARY_FILE.format(path=path, skipped=skipped)
-    if kind in UNREAD_COMPRESSIONS or kind in ARCHIVES:
-        what, fix = unread_format(path, kind)
+    unread = unread_format(path, kind)
+    if unread is not None:
+        what, fix = unread
         return Errors.E_UNREAD_FORMAT.format(path=path, what=what, fix=fix, skipped=skipped)
     return Errors.E_WIDE_TEXT_FILE.format(path=path, shell_path=shell_quoted(path), encoding=kind, skipped=skipped)
+
+
+def skipped_warning(path: Path, kind: str) -> str:
+    """The warning for the file ``path`` of a directory, skipped: no UTF-8 text, ``kind`` as :func:`not_utf8` says it."""
+    unread = unread_format(path, kind, directory=True)
+    if unread is not None:
+        what, fix = unread
+        return Warnings.W_UNREAD_FORMAT_SKIPPED.format(path=path, what=what, fix=fix)
+    skipped = Warnings.W_BINARY_SKIPPED if kind == BINARY else Warnings.W_WIDE_TEXT_SKIPPED
+    return skipped.format(path=path, shell_path=shell_quoted(path), encoding=kind)
 
 
 #: A stretch of more than RUN_CHARS characters without whitespace; from its start only (no match is tried
@@ -750,13 +815,7 @@ def iter_text(path: PathLike, stats: ReadStats, tokenizer=None) -> Iterator[str]
                 raise ValueError(not_text_error(file, kind))
             stats.n_binary += 1  # UTF-16 and UTF-32 files, archives and compressions not read too: no UTF-8 text
             stats.binary_files.append(str(file))
-            if kind in UNREAD_COMPRESSIONS or kind in ARCHIVES:
-                what, fix = unread_format(file, kind)
-                said = Warnings.W_UNREAD_FORMAT_SKIPPED.format(path=file, what=what, fix=fix)
-            else:
-                skipped = Warnings.W_BINARY_SKIPPED if kind == BINARY else Warnings.W_WIDE_TEXT_SKIPPED
-                said = skipped.format(path=file, shell_path=shell_quoted(file), encoding=kind)
-            warnings.warn(said, RuntimeWarning, stacklevel=2)
+            warnings.warn(skipped_warning(file, kind), RuntimeWarning, stacklevel=2)
             continue
         stats.n_files += 1
         before = replaced_bytes_so_far()

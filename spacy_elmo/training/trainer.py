@@ -41,7 +41,7 @@ from ..bilm.lstm import LstmState
 from ..bilm.native_io import INITIAL_STATE_NAME, find_allennlp_files, read_meta
 from ..device import torch_device
 from ..errors import Errors, Warnings, counted, listed
-from ..paths import file_identity, file_sha256, shell_quoted
+from ..paths import file_identity, file_sha256, read_json_file, shell_quoted
 from ..ranks import machine_processes, torchrun_ranks
 from . import checkpoint as ckpt
 from . import data as corpus_data
@@ -1065,7 +1065,10 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
             source = staging if (staging / "meta.json").exists() else cache
             try:
                 if not is_main:
-                    meta = json.loads((source / "meta.json").read_text(encoding="utf-8"))
+                    try:
+                        meta = read_json_file(source / "meta.json", "{error}", Errors.E_JSON_NOT_OBJECT)
+                    except ValueError as err:  # rank 0 wrote it whole (atomically): this rank reads another file
+                        raise FileNotFoundError(f"{source / 'meta.json'}: {err}") from err
                 corpus = Corpus.load(source)
             except FileNotFoundError as err:  # rank 0 wrote it: this rank's machine does not see rank 0's OUTPUT_DIR
                 if is_main:

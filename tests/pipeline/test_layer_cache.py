@@ -329,57 +329,95 @@ def test_set_bilm_empties_each_cache_once(tiny_dir):
     assert runner.cache.generation == tokens + 1 and not runner.cache.index
 
 
-@pytest.mark.filterwarnings("ignore:spacy-elmo. a sentence of:UserWarning")
+def _swap_with_a_call_in_it(nlp, swap, text):
+    """The layers of ``nlp(text)`` (one piece) called by thread C while thread B runs ``swap()`` (set_bilm), B held at
+    its emptying of the token cache until C has read the layer cache (a hit) or is about to keep its layers (read and
+    made while B is held), or is blocked on the layer cache's lock (it cannot read while B swaps): a meeting
+    (:func:`tests.threads.meeting`) forces the interleaving a thread switch can make."""
+    import threading
+
+    runner = get_runner(nlp.get_pipe("elmo").model)
+    cache = runner.layer_cache
+    meet = meeting(2)
+    b_at_clear = threading.Event()
+    real_get, real_put, real_clear, real_lock = cache.get, cache.put, runner.cache.clear, cache.lock
+    out = {}
+
+    def get(*args, **kwargs):
+        hit = real_get(*args, **kwargs)
+        if hit is not None and threading.current_thread().name == "C":
+            meet()
+        return hit
+
+    def put(*args, **kwargs):
+        if threading.current_thread().name == "C":
+            meet()
+        return real_put(*args, **kwargs)
+
+    def clear():
+        if threading.current_thread().name == "B":
+            b_at_clear.set()
+            meet()
+        return real_clear()
+
+    cache.get, cache.put, runner.cache.clear, cache.lock = get, put, clear, meet.watch(real_lock)
+    try:
+        b = threading.Thread(target=swap, name="B")
+        c = threading.Thread(target=lambda: out.update(layers=nlp(text)._.elmo.copy()), name="C")
+        b.start()
+        assert b_at_clear.wait(10)
+        c.start()
+        b.join()
+        c.join()
+    finally:
+        cache.get, cache.put, runner.cache.clear, cache.lock = real_get, real_put, real_clear, real_lock
+    return out["layers"]
+
+
 def test_a_call_starting_while_the_weights_are_swapped_reads_no_layers_of_the_old_ones(tiny_dir):
     """set_bilm set the new biLM, then emptied the caches: a call starting in between read the old generation with
-    the new biLM and was served the layers a call of the old biLM had put there (diffrev2's repro; threads and
-    events force the interleaving a thread switch can make). The biLM and the generation now change together."""
+    the new biLM and was served the old biLM's layers kept there (diffrev2's repro). The biLM and the generation now
+    change together (and the token cache with them: no window at all)."""
     import copy
-    import threading
 
     nlp = _nlp(tiny_dir, 1)
     model = nlp.get_pipe("elmo").model
     runner = get_runner(model)
-    cache = runner.layer_cache
     new = copy.deepcopy(get_bilm(model))
     with torch.no_grad():
         for p in new.parameters():
             p.add_(0.5)
-    text = "We sat on the river bank ."
-    old_layers = nlp(text)._.elmo.copy()
-    cache.clear()
-    a_at_put, b_at_clear, release_b = threading.Event(), threading.Event(), threading.Event()
-    real_put, real_clear = cache.put, runner.cache.clear
-
-    def put(*args, **kwargs):  # call A (old biLM) puts its layers once B has begun the swap
-        if threading.current_thread().name == "A":
-            a_at_put.set()
-            b_at_clear.wait(10)
-        return real_put(*args, **kwargs)
-
-    def clear():  # B, swapping, held at its emptying of the token cache (after the biLM is set)
-        if threading.current_thread().name == "B":
-            b_at_clear.set()
-            release_b.wait(10)
-        return real_clear()
-
-    cache.put, runner.cache.clear = put, clear
-    try:
-        a = threading.Thread(target=lambda: nlp(text), name="A")
-        b = threading.Thread(target=lambda: (a_at_put.wait(10), set_bilm(model, new, "new")), name="B")
-        a.start()
-        b.start()
-        a.join()
-        assert runner.bilm is new and b_at_clear.is_set() and not release_b.is_set()
-        during = nlp(text)._.elmo.copy()  # a call starting while B is held
-    finally:
-        release_b.set()
-        b.join()
-        cache.put, runner.cache.clear = real_put, real_clear
-    cache.clear()
+    text = "We sat here ."
+    old_layers = nlp(text)._.elmo.copy()  # kept in the layer cache
+    during = _swap_with_a_call_in_it(nlp, lambda: set_bilm(model, new, "new"), text)
+    assert runner.bilm is new
+    runner.clear_caches()
     new_layers = nlp(text)._.elmo
     assert not numpy.allclose(new_layers, old_layers)
     numpy.testing.assert_allclose(during, new_layers, rtol=1e-5, atol=1e-6)
+
+
+def test_a_call_during_set_bilm_keeps_no_layers_of_stale_token_vectors(tiny_dir):
+    """set_bilm emptied the token cache after the layer cache's lock: a call starting in between read the new
+    generation and the token cache's char vectors of the weights before (the same biLM, edited through ``.data``,
+    which the token cache cannot see: set_bilm is how to say so), and kept layers made of them in the new generation,
+    served to every later call (diffrev1's repro). The token cache is now emptied under the lock with the swap.
+    Also kills the order "empty the layer cache, set the biLM, then empty the token cache" (its window too)."""
+    nlp = _nlp(tiny_dir, 1)
+    model = nlp.get_pipe("elmo").model
+    runner, bilm = get_runner(model), get_bilm(model)
+    text = "We sat here ."
+    nlp(text)  # the token cache holds the char vectors of the weights now
+    runner.layer_cache.clear()
+    with torch.no_grad():
+        for p in bilm.token_encoder.parameters():
+            p.data.add_(0.5)
+    during = _swap_with_a_call_in_it(nlp, lambda: set_bilm(model, bilm, "edited"), text)
+    after = nlp(text)._.elmo.copy()  # served from the layer cache
+    runner.clear_caches()
+    fresh = nlp(text)._.elmo
+    numpy.testing.assert_allclose(during, fresh, rtol=1e-5, atol=1e-6)
+    numpy.testing.assert_allclose(after, fresh, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.filterwarnings("ignore:spacy-elmo. a sentence of:UserWarning")

@@ -135,27 +135,49 @@ def _tar(gnu=False):
     return buffer.getvalue()
 
 
-def _zip():
+def _zip(*members, stored_first=False):
+    """A zip of ``members`` ``(name, text)`` (one text file by default); ``stored_first``: its first member stored,
+    not deflated (an OpenDocument's or EPUB's ``mimetype``)."""
     buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w") as archive:
-        archive.writestr("a.txt", "The cat sat on the mat .\n")
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for i, (name, text) in enumerate(members or [("a.txt", "The cat sat on the mat .\n")]):
+            archive.writestr(name, text, zipfile.ZIP_STORED if stored_first and i == 0 else zipfile.ZIP_DEFLATED)
     return buffer.getvalue()
 
 
-#: Files of formats spacy-elmo does not read: name -> (bytes, what the error calls them, the command it gives).
+ZSTD = bytes.fromhex("28b52ffd0458c100005468652063617420736174206f6e20746865206d61742e0aa6f49df3")
+LZ4 = bytes.fromhex("04224d186440a7180000805468652063617420736174206f6e20746865206d61742e0a00000000db5f755e")
+WORD = _zip(("[Content_Types].xml", "<Types/>"), ("word/document.xml", "<w:document><w:t>Hi</w:t></w:document>"))
+EPUB = _zip(("mimetype", "application/epub+zip"), ("OEBPS/a.xhtml", "<html>Hi</html>"), stored_first=True)
+ODT = _zip(("mimetype", "application/vnd.oasis.opendocument.text"), ("content.xml", "<office:text/>"), stored_first=True)
+OFFICE = "an Office Open XML file (.docx, .docm, .xlsx, .xlsm, .pptx, .pptm: a zip archive of XML and more, not its text)"
+EXPORT = "`pandoc {path} -t plain -o NEW.txt`"
+UNPACK_ZIP = "If it holds text files, unpack it (`unzip {path} -d NEW_DIR`) and pass NEW_DIR"
+#: Files of formats spacy-elmo does not read: name -> (bytes, what the error calls them, the command it gives; in a
+#: directory's warning NEW_DIR and NEW.txt are in the corpus directory, and nothing is passed).
 #: zstd and lz4: the frames their tools write of "The cat sat on the mat.\n"; zstd's magic before text without a
-#: NUL byte was read as text (its undecodable bytes replaced); 7z: its signature header's start.
+#: NUL byte was read as text (its undecodable bytes replaced); 7z: its signature header's start. A .tar.zst and a
+#: .tar.lz4 (a tar once decompressed, by their names) were told to be decompressed into NEW.txt, which is refused;
+#: zip documents (.docx, .odt, .epub: known by their first member, else their name) to be unzipped and NEW_DIR passed,
+#: which trained on their XML.
 UNREAD = {
-    "c.zst": (bytes.fromhex("28b52ffd0458c100005468652063617420736174206f6e20746865206d61742e0aa6f49df3"),
-              "zstd-compressed data", "`zstd -dc {path} > NEW.txt`"),
+    "c.zst": (ZSTD, "zstd-compressed data", "`zstd -dc {path} > NEW.txt`"),
     "text.zst": (b"\x28\xb5\x2f\xfdThe cat sat on the mat .\n", "zstd-compressed data", "`zstd -dc {path} | gzip > NEW.txt.gz`"),
-    "c.lz4": (bytes.fromhex("04224d186440a7180000805468652063617420736174206f6e20746865206d61742e0a00000000db5f755e"),
-              "lz4-compressed data", "`lz4 -dc {path} > NEW.txt`"),
-    "c.zip": (_zip(), "a zip archive of files", "`unzip {path} -d NEW_DIR`"),
+    "c.lz4": (LZ4, "lz4-compressed data", "`lz4 -dc {path} > NEW.txt`"),
+    "c.tar.zst": (ZSTD, "a tar archive of files compressed with zstd (by its name)",
+                  "If it holds text files, unpack it (`mkdir NEW_DIR && zstd -dc {path} | tar -x -C NEW_DIR`)"),
+    "c.TAR.LZ4": (LZ4, "a tar archive of files compressed with lz4 (by its name)", "`mkdir NEW_DIR && lz4 -dc {path} | tar -x -C NEW_DIR`"),
+    "c.zip": (_zip(), "a zip archive of files", UNPACK_ZIP),
+    "c.jar": (_zip(("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\n")), "a zip archive of files", UNPACK_ZIP),
     "c.7z": (b"7z\xbc\xaf\x27\x1c\x00\x04" + bytes(24), "a 7z archive of files", "`7z x {path} -oNEW_DIR`"),
     "c.tar": (_tar(), "a tar archive of files", "`mkdir NEW_DIR && tar -xf {path} -C NEW_DIR`"),
     "gnu.tar": (_tar(gnu=True), "a tar archive of files", "`mkdir NEW_DIR && tar -xf {path} -C NEW_DIR`"),
     "c.tar.gz": (gzip.compress(_tar()), "a tar archive of files", "`mkdir NEW_DIR && tar -xf {path} -C NEW_DIR`"),
+    "report.docx": (WORD, OFFICE, EXPORT),
+    "word.zip": (_zip(("word/document.xml", "<w:document/>")), OFFICE, EXPORT),  # by its first member
+    "named.xlsx": (_zip(), OFFICE, EXPORT),  # by its name
+    "book.zip": (EPUB, "an EPUB file (.epub: a zip archive of XML and more, not its text)", EXPORT),
+    "letter.bin": (ODT, "an OpenDocument file (.odt, .ods, .odp, .odg: a zip archive of XML and more, not its text)", EXPORT),
 }
 
 
@@ -163,7 +185,8 @@ UNREAD = {
 def test_a_compression_or_archive_not_read_is_named_with_its_fix_alone_and_skipped_so_in_a_directory(tmp_path, name):
     """A .zst, .lz4, .zip, .7z or .tar(.gz) was "a binary file (it contains NUL bytes) ... Pass plain text (or gzip,
     bzip2 or xz of it)", a .tar.gz one that is gzip, and a zstd stream without a NUL byte in its first 8 KiB was read
-    as text. Each is known by its first bytes (decompressed) and named, with the command that makes text of it."""
+    as text. Each is known by its first bytes (decompressed) and named, with the command that makes text of it:
+    alone, one that makes text to pass instead; in a directory, one that puts the text into the corpus directory."""
     data, what, command = UNREAD[name]
     corpus = tmp_path / "corpus"
     corpus.mkdir()
@@ -175,13 +198,38 @@ def test_a_compression_or_archive_not_read_is_named_with_its_fix_alone_and_skipp
     assert said.startswith(f"{path} holds {what}, which spacy-elmo does not read: it reads UTF-8 text, plain or "
                            "compressed with gzip, bzip2 or xz"), said
     assert command.format(path=path) in said and "NUL" not in said, said
+    assert ("and pass NEW_DIR" in said) == ("NEW_DIR" in command), said
     with pytest.warns(RuntimeWarning) as caught:
         meta = build_corpus(corpus, "en", tmp_path / "cache-dir", progress=False)
     skipped = [str(w.message) for w in caught if "skipped" in str(w.message)]
     assert len(skipped) == 1 and skipped[0].startswith(f"spacy-elmo: skipped {path}: it holds {what}, which "
                                                        "spacy-elmo does not read."), skipped
-    assert command.format(path=path) in skipped[0]
+    in_corpus = command[command.index("`") : command.rindex("`") + 1].format(path=path).replace("NEW_DIR", f"{corpus}/NEW_DIR")
+    assert in_corpus.replace("NEW.txt", f"{corpus}/NEW.txt") in skipped[0], skipped
+    assert "into the corpus" in skipped[0] and " pass " not in skipped[0], skipped
     assert meta["stats"]["n_files"] == 1 and meta["stats"]["n_binary"] == 1
+
+
+def test_the_first_bytes_of_a_format_inside_a_text_are_read_as_text(tmp_path):
+    """Formats are known by a file's first bytes only: a text holding their magic bytes in a line (a zip's, 7z's,
+    zstd's, lz4's, gzip's, bzip2's) is read as text, alone and in a directory, without a warning of a skipped file
+    (searched for anywhere, they called it a zip archive)."""
+    from spacy_elmo.training.data import compression, not_utf8
+
+    line = (b"The cat sat . PK\x03\x04 7z\xbc\xaf\x27\x1c \x28\xb5\x2f\xfd \x04\x22\x4d\x18 \x1f\x8b\x08 "
+            b"BZh91AY&SY .\n")
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    path = write_bytes(corpus / "magic.txt", line * 20)
+    near = write_bytes(tmp_path / "near.txt", b"a \x1f\x8b\x08 gz ; PK\x03\x04 .\n")  # within the bytes compression() reads
+    for text in (path, near):
+        assert not_utf8(text) is None and compression(text) is None
+    for train_path in (path, corpus):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            meta = build_corpus(train_path, "en", tmp_path / f"cache-{train_path.name}", progress=False)
+        assert meta["stats"]["n_files"] == 1 and meta["stats"]["n_binary"] == 0
+        assert not [w for w in caught if "skipped" in str(w.message)], [str(w.message) for w in caught]
 
 
 @pytest.mark.parametrize("damage", ["truncated", "damaged"])

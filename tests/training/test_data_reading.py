@@ -426,7 +426,8 @@ def test_a_corpus_of_hidden_files_says_they_were_skipped_as_hidden(tmp_path):
     (corpus / "sub").mkdir()
     (corpus / "sub" / ".c.txt").write_text("A bird flew .\n", encoding="utf-8")
     hidden = ('0 file(s) read, 0 skipped as binary, UTF-16/32 or a format not read, 3 files or directories skipped as '
-              'hidden (a file or directory whose name starts with "." is never read: rename it to read it)')
+              'hidden (a file or directory whose name starts with ".", such as .git or .DS_Store, is never read; to '
+              'read one, rename it without the ".")')
     with pytest.raises(ValueError) as refused:
         build_corpus(corpus, "en", tmp_path / "cache", progress=False)
     assert str(refused.value) == f"No text to train on in {corpus}: {hidden}, 0 tokens. Pass UTF-8 text (one or more " \

@@ -930,12 +930,13 @@ def test_ddp_train_path_and_heldout_need_be_on_rank_0s_machine_only(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", ["init", "output_dir"])
+@pytest.mark.parametrize("case", ["init", "output_dir", "other_meta"])
 def test_ddp_a_file_one_rank_cannot_see_is_said_by_that_rank_and_named_by_rank_0(tmp_path, case):
     """A file that one rank alone cannot read (another machine, where the path names nothing): --init missing there
     was checked before the process group started, as if every rank met it, so that rank exited 1 saying nothing and
     rank 0 waited in init_process_group until torchrun killed it; an OUTPUT_DIR that machine does not share gave a
-    bare "[Errno 2] ... meta.json". That rank says why, and rank 0 names it."""
+    bare "[Errno 2] ... meta.json"; another meta.json there, no JSON object (not the file rank 0 wrote), a
+    JSONDecodeError's traceback. That rank says why, and rank 0 names it."""
     from spacy_elmo.bilm import BiLMConfig
 
     from .conftest import TINY, tiny_pretrain_args
@@ -953,11 +954,16 @@ def test_ddp_a_file_one_rank_cannot_see_is_said_by_that_rank_and_named_by_rank_0
     else:
         args, _, _ = tiny_pretrain_args(tmp_path, "out")  # rank 0 tokenizes into here/out; rank 1 reads other/out
         said = "cannot read the corpus that rank 0 tokenized into OUTPUT_DIR out"
+        if case == "other_meta":
+            (other / "out" / "data").mkdir(parents=True)
+            (other / "out" / "data" / "meta.json").write_text("[1]", encoding="utf-8")
     _run_ranks(_elsewhere_worker, (2, _free_port(), args, str(tmp_path), [str(here), str(other)]), timeout=150)
     stderr = [(tmp_path / f"stderr{r}.txt").read_text(encoding="utf-8") for r in range(2)]
     assert [(tmp_path / f"status{r}.txt").read_text() for r in range(2)] == ["1", "1"], stderr
     assert stderr[1].count(said) == 1 and "Traceback" not in stderr[1], stderr
     assert "Rank 1 of this torchrun job failed" in stderr[0] and said not in stderr[0], stderr
+    if case == "other_meta":
+        assert "out/data/meta.json: it holds a JSON array, not an object)" in stderr[1], stderr
     if case == "output_dir":
         assert "same path" in stderr[1] and "Errno" in stderr[1]  # the OS's words kept, after ours
         # What every rank reads, and no more: TRAIN_PATH and --heldout are rank 0's alone (the test below).
