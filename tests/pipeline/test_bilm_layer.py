@@ -114,3 +114,17 @@ def test_a_step_skipped_for_an_overflowed_gradient_leaves_the_weights_their_sour
     backprop([numpy.ones_like(o) for o in outputs])
     model.finish_update(optimizer)
     assert fine_tuned(runner.source)
+
+
+def test_a_saved_pipeline_keeps_where_its_weights_came_from(tiny_dir):
+    """The saved biLM carries its source (the weights' path, with the fine-tuned mark once stepped): a pipeline
+    loaded from bytes reads the same source as the one saved. Saving an empty source left the tests passing."""
+    nlp = _nlp(tiny_dir)
+    source = get_runner(nlp.get_pipe("elmo").model).source
+    assert source
+    loaded = spacy.blank("en")
+    loaded.add_pipe("sentencizer")
+    loaded.add_pipe("elmo", config={"weights": None, "store_dtype": "float32"})
+    loaded.from_bytes(nlp.to_bytes())
+    assert get_runner(loaded.get_pipe("elmo").model).source == source
+    numpy.testing.assert_array_equal(loaded(TEXT)._.elmo, nlp(TEXT)._.elmo)
