@@ -130,6 +130,21 @@ def json_ready(result: Dict[str, Any]) -> Dict[str, Any]:
     return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in result.items()}
 
 
+def from_json_ready(result: Dict[str, Any]) -> Dict[str, Any]:
+    """A :func:`json_ready` result (evaluate --json, a held-out line of train_log.jsonl) as :func:`evaluate_corpus`
+    gave it: a null perplexity is inf where its loss is a number (past a float's range), nan where that loss is null
+    too (a null loss: nan). Other values, and a result with no nulls, as they are."""
+    out = dict(result)
+    for key in ("loss_forward", "loss_backward"):
+        if key in out and out[key] is None:
+            out[key] = math.nan
+    loss_f, loss_b = out.get("loss_forward", math.nan), out.get("loss_backward", math.nan)
+    for key, loss in (("perplexity_forward", loss_f), ("perplexity_backward", loss_b), ("perplexity", (loss_f + loss_b) / 2)):
+        if key in out and out[key] is None:
+            out[key] = math.nan if math.isnan(loss) else math.inf
+    return out
+
+
 def perplexity_text(result: Dict[str, Any]) -> str:
     """``perplexity (<how the text was read>): forward F, backward B, geometric mean M`` of an :func:`evaluate_corpus`
     result (or its :func:`json_ready` form): its reading is every sentence alone, one stream, or a stream cut into
