@@ -1205,8 +1205,11 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
             dist.broadcast_object_list(missing, src=0)
         if missing[0]:
             last_heldout = evaluate_heldout()
-        elif is_main and last_heldout is not None:  # rank 0 found it in the log
-            last_heldout = {k: v for k, v in last_heldout.items() if k not in ("step", "event", HELDOUT_DIGEST, HELDOUT_PATH)}
+        elif is_main and last_heldout is not None:  # rank 0 found it in the log: a null perplexity is inf, as measured
+            from .evaluate import from_json_ready
+
+            last_heldout = from_json_ready(
+                {k: v for k, v in last_heldout.items() if k not in ("step", "event", HELDOUT_DIGEST, HELDOUT_PATH)})
     elif heldout is not None and cfg.init and has_softmax(cfg.init):
         # A fine-tuning run's starting point, logged as step 0: whether fine-tuning helps is read against it (the
         # --init model as this run reads the text: its vocabulary, --sentences or streams, and the zero start state it
