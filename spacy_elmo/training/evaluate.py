@@ -85,11 +85,10 @@ def evaluate_corpus(
     lm.eval()
     if per_sentence:
         sums, n_pred = _sentence_nll_sums(lm, vocab, corpus, tokens, char_table, batch_size, device, progress, rank, world)
-        n_rows = len(corpus.lengths)
     else:
         cuts = stream_row_starts(corpus.starts, len(tokens), batch_size)
         sums, n_pred = _stream_nll_sums(lm, vocab, tokens, cuts, char_table, unroll, device, progress, rank, world)
-        n_rows = len(cuts)  # the same on every rank: each cuts the whole stream alike
+    n_rows = rows_read(corpus, batch_size, per_sentence)  # the same on every rank: each cuts the whole stream alike
     lm.train(was_training)
     if world > 1:
         import torch.distributed as dist
@@ -112,6 +111,12 @@ def evaluate_corpus(
         "vocab_size": vocab.size,
         "mode": "per_sentence" if per_sentence else "stream",
     }
+
+
+def rows_read(corpus: Corpus, batch_size: int, per_sentence: bool) -> int:
+    """How many rows :func:`evaluate_corpus` reads ``corpus`` in (its result's ``n_rows``): every sentence alone, or
+    the stream's rows (:func:`stream_row_starts`)."""
+    return len(corpus.lengths) if per_sentence else len(stream_row_starts(corpus.starts, len(corpus.tokens), batch_size))
 
 
 def _perplexity(loss: float) -> float:
@@ -311,10 +316,21 @@ def evaluate_sentences(
     world: int = 1,
 ) -> Dict[str, Any]:
     """Evaluate on tokenized sentences (see :func:`read_text`; ``rank``, ``world``: :func:`evaluate_corpus`)."""
-    # A copy: evaluation text adds its unknown strings as non-target types.
-    vocab = Vocab(list(vocab.types), vocab.size)
-    corpus = Corpus.from_sentences(sentences, vocab)
+    vocab, corpus = _sentences_corpus(vocab, sentences)
     return evaluate_corpus(lm, vocab, corpus, None, batch_size, unroll, device, progress, per_sentence, rank, world)
+
+
+def heldout_rows(vocab: Vocab, sentences: List[List[str]], batch_size: int, per_sentence: bool) -> int:
+    """The ``n_rows`` of :func:`evaluate_sentences`'s result on these arguments, without evaluating (a resume
+    reuses a logged held-out number only of the same rows)."""
+    return rows_read(_sentences_corpus(vocab, sentences)[1], batch_size, per_sentence)
+
+
+def _sentences_corpus(vocab: Vocab, sentences: List[List[str]]) -> Tuple[Vocab, Corpus]:
+    """The corpus of ``sentences`` and the vocabulary it is read with: a copy of ``vocab``, since evaluation text
+    adds its unknown strings as non-target types."""
+    vocab = Vocab(list(vocab.types), vocab.size)
+    return vocab, Corpus.from_sentences(sentences, vocab)
 
 
 def evaluate_text(
