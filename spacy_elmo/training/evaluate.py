@@ -150,6 +150,11 @@ def from_json_ready(result: Dict[str, Any]) -> Dict[str, Any]:
     return out
 
 
+#: A perplexity this large or larger is shown with an exponent (:func:`perplexity_text`): a broken model's mean loss
+#: of 400 nats printed a perplexity of 174 digits.
+PERPLEXITY_SHOWN_EXPONENT_FROM = 1e15
+
+
 def perplexity_text(result: Dict[str, Any]) -> str:
     """``perplexity (<how the text was read>): forward F, backward B, geometric mean M`` of an :func:`evaluate_corpus`
     result (or its :func:`json_ready` form): its reading is every sentence alone, one stream, or a stream cut into
@@ -170,10 +175,11 @@ def perplexity_text(result: Dict[str, Any]) -> str:
 
 
 def _perplexity_shown(value: Optional[float], loss: Optional[float]) -> str:
-    """A perplexity as :func:`perplexity_text` shows it: ``{value:.2f}``, or past a float's range (inf, or None
-    with a finite loss: :func:`json_ready`) ``inf (mean loss L nats)``."""
+    """A perplexity as :func:`perplexity_text` shows it: ``{value:.2f}``, from :data:`PERPLEXITY_SHOWN_EXPONENT_FROM`
+    ``{value:.3e}`` (not a number of up to 309 digits), or past a float's range (inf, or None with a finite loss:
+    :func:`json_ready`) ``inf (mean loss L nats)``."""
     if value is not None and not math.isinf(value):
-        return f"{value:.2f}"
+        return f"{value:.3e}" if value >= PERPLEXITY_SHOWN_EXPONENT_FROM else f"{value:.2f}"
     if loss is None or math.isnan(loss):
         return "nan"
     return f"inf (mean loss {loss:,.2f} nats)"

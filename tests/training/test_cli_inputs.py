@@ -535,6 +535,8 @@ def test_evaluate_a_loss_past_a_floats_range(model, trained, monkeypatch):
     result = runner.invoke(app, ["evaluate", str(model), str(trained["held"]), "--stream"])
     assert result.exit_code == 0, result.output
     assert "forward inf (mean loss 800.00 nats), backward " in result.stdout and "geometric mean inf" not in result.stdout
+    # the finite mean (about e^402) with an exponent, not as a number of 175 digits
+    assert re.search(r"geometric mean \d\.\d{3}e\+\d{3}$", result.stdout.strip()), result.stdout
     text = result.stdout
 
     def refuse(constant):
@@ -547,6 +549,16 @@ def test_evaluate_a_loss_past_a_floats_range(model, trained, monkeypatch):
     assert metrics["perplexity_backward"] > 1 and metrics["perplexity"] > 1e100
     # the held-out line of train_log.jsonl holds this form: printed again (a resume's summary) as the text said it
     assert ev.perplexity_text(metrics) in text
+
+
+@pytest.mark.parametrize("value, shown", [(123.456, "123.46"), (999_999_999_999_999.0, "999999999999999.00"),
+                                          (1e15, "1.000e+15"), (2.5e300, "2.500e+300")])
+def test_a_huge_finite_perplexity_is_shown_with_an_exponent(value, shown):
+    from spacy_elmo.training.evaluate import perplexity_text
+
+    result = {"mode": "stream", "n_rows": 1, "perplexity_forward": value, "perplexity_backward": 1.0,
+              "perplexity": value, "loss_forward": 1.0, "loss_backward": 1.0}
+    assert perplexity_text(result) == f"perplexity (one stream): forward {shown}, backward 1.00, geometric mean {shown}"
 
 
 def test_evaluate_reports_replaced_bytes_and_oov(model, tmp_path):
