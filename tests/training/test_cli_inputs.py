@@ -631,6 +631,17 @@ def test_a_directory_without_a_model_given_as_a_model_argument_gets_command_line
     assert f"{folder} is empty." in output, output
 
 
+def test_the_listing_of_a_directory_without_a_model_quotes_names_that_would_read_as_several(tmp_path):
+    """The listing of what a directory without a model holds joined names with ", ": a name with a comma or a
+    space read as two, and one with a newline broke the line. Those are quoted as Python strings."""
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    for name in ("a,b.txt", "my text.txt", "new\nline", "plain.txt"):
+        (folder / name).write_text("the cat .\n")
+    output = " ".join(clean_error(runner.invoke(app, ["evaluate", str(folder), str(folder / "plain.txt")])).split())
+    assert f"{folder} holds 'a,b.txt', 'my text.txt', 'new\\nline', plain.txt." in output, output
+
+
 # each command given 'default' as its model, then a usage error (exit 2) before anything is loaded (the options are
 # checked before the arguments: a later argument's, an empty path and an output path under a ~ no shell expanded)
 DEFAULT_GIVEN = {
