@@ -642,6 +642,18 @@ def test_the_listing_of_a_directory_without_a_model_quotes_names_that_would_read
     assert f"{folder} holds 'a,b.txt', 'my text.txt', 'new\\nline', plain.txt." in output, output
 
 
+@pytest.mark.parametrize("command", sorted(MODEL_DIR_ARGS))
+def test_a_directory_with_a_config_but_no_weights_gets_command_line_advice(trained, tmp_path, command):
+    """A directory holding config.json but no model.safetensors: fit-state loaded the weights outside
+    model_argument() and advised BiLM's Python API, which a command line cannot call."""
+    folder = tmp_path / "half"
+    folder.mkdir()
+    shutil.copy(trained["model"] / "config.json", folder / "config.json")
+    output = " ".join(clean_error(runner.invoke(app, MODEL_DIR_ARGS[command](folder, trained, tmp_path))).split())
+    assert "model.safetensors" in output and "BiLM." not in output, output
+    assert "spacy-elmo pretrain or spacy-elmo export --format native" in output, output
+
+
 # each command given 'default' as its model, then a usage error (exit 2) before anything is loaded (the options are
 # checked before the arguments: a later argument's, an empty path and an output path under a ~ no shell expanded)
 DEFAULT_GIVEN = {
