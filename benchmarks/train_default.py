@@ -151,11 +151,13 @@ def save_state(args, state: dict) -> None:
 
 
 def heldout_at(run_dir: Path, step: int) -> dict | None:
-    """The trainer's held-out evaluation logged at ``step`` (``train_log.jsonl``)."""
+    """The trainer's held-out evaluation logged at ``step`` (``train_log.jsonl``), as ``evaluate_model_dir`` gives
+    one: a perplexity past a float's range, logged as null (``json_ready``), is inf (``from_json_ready``)."""
+    from spacy_elmo.training.evaluate import from_json_ready
     from spacy_elmo.training.trainer import read_log
 
     found = [e for e in read_log(run_dir) if e.get("event") == "heldout" and e.get("step") == step]
-    return found[-1] if found else None
+    return from_json_ready(found[-1]) if found else None
 
 
 # -- training ------------------------------------------------------------------------------

@@ -520,10 +520,19 @@ class NativeDirMissing(FileNotFoundError):
         except OSError:  # unreadable: the advice without the listing
             return NativeDirMissing.of(path, self.missing_name, fix)
         if names:
-            fix += " " + Errors.E_NATIVE_DIR_HOLDS.format(path=path, names=listed(names, 4))
+            fix += " " + Errors.E_NATIVE_DIR_HOLDS.format(path=path, names=listed([_name_shown(n) for n in names], 4))
         else:
             fix += " " + Errors.E_NATIVE_DIR_EMPTY.format(path=path)
         return NativeDirMissing.of(path, self.missing_name, fix)
+
+
+def _name_shown(name: str) -> str:
+    """A file name as a listing of a message shows it: plain, or as a Python string literal (:func:`python_quoted`)
+    where it holds whitespace, a character that does not print (a newline), a comma or a quote, which would
+    otherwise read as the listing's separators, or break its line."""
+    if any(c.isspace() or not c.isprintable() or c in ",'\"" for c in name):
+        return python_quoted(name)
+    return name
 
 
 #: The files of a TensorFlow checkpoint (bilm-tf's ``save_dir``): the ``checkpoint`` index and each save's

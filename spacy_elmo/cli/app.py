@@ -167,11 +167,12 @@ def model_name(ctx: typer.Context, param: typer.CallbackParam, value: Optional[s
     """Callback of every model argument and option that takes 'default' (evaluate's and export's MODEL_DIR, embed's
     and demo's --model, pretrain's --init), after ``parser=given_text``: a warning, once, where 'default' is given
     and the current directory holds a directory named default, which it does not name (the bundled model
-    is read: ``resolve_model_dir``); not where embed's --model is left at its default. Under torchrun, rank 0's."""
-    from click.core import ParameterSource
-
-    if (value == "default" and Path("default").is_dir() and param.name is not None
-            and ctx.get_parameter_source(param.name) is not ParameterSource.DEFAULT and printing_ranks().rank == 0):
+    is read: ``resolve_model_dir``); not where embed's --model is left at its default. Under torchrun, rank 0's.
+    The source is told by its name: typer 0.29 ships its own copy of click (``typer._click``), whose
+    ParameterSource is not ``click.core``'s, so an identity test against the installed click's was never true."""
+    source = None if param.name is None else ctx.get_parameter_source(param.name)
+    if (value == "default" and Path("default").is_dir() and source is not None
+            and source.name not in ("DEFAULT", "DEFAULT_MAP") and printing_ranks().rank == 0):
         warn(Warnings.W_DEFAULT_IS_BUNDLED.format(path=Path("default").absolute()))
     return value
 

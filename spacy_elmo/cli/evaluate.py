@@ -20,7 +20,7 @@ def evaluate(
     batch_size: int = typer.Option(
         32, callback=positive_int,
         help="Rows evaluated together. With --stream: the text is cut at sentence starts into at most this many rows "
-        "(a sentence longer than two rows' shares (and 40 tokens) is cut mid-sentence too, so that text with few "
+        "(a sentence longer than two rows' shares (and 40 tokens) can be cut mid-sentence too, so that text with few "
         "sentence ends is still read in that many), each read from the zero state, so the result moves a little "
         "with it (1: one unbroken stream)."),
     device: str = typer.Option("cpu", callback=known_device, help=DEVICE_HELP),

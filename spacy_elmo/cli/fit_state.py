@@ -71,9 +71,10 @@ def fit_state(
             # From the read of the model to the write of its state: a pretrain running there rewrites the model at
             # every checkpoint (the state written would be lost, or land beside weights it was not fitted to).
             held.enter_context(model_dir_lock(path, Errors.E_FIT_STATE_IN_USE, "MODEL_DIR", "fit-state"))
-            with model_argument():  # a directory without config.json: told what a model directory is
+            with model_argument():  # a directory without config.json or model.safetensors: told what a model directory is
                 meta = read_meta(path)  # a native directory: AllenNLP files have no place for the state
-            bilm = model_from_native(BiLM, path, meta, load_tensors(path))
+                tensors = load_tensors(path)
+            bilm = model_from_native(BiLM, path, meta, tensors)
             had_state = bilm.initial_state is not None
             if clear:
                 bilm.set_initial_state(None)

@@ -85,11 +85,10 @@ def evaluate_corpus(
     lm.eval()
     if per_sentence:
         sums, n_pred = _sentence_nll_sums(lm, vocab, corpus, tokens, char_table, batch_size, device, progress, rank, world)
-        n_rows = len(corpus.lengths)
     else:
         cuts = stream_row_starts(corpus.starts, len(tokens), batch_size)
         sums, n_pred = _stream_nll_sums(lm, vocab, tokens, cuts, char_table, unroll, device, progress, rank, world)
-        n_rows = len(cuts)  # the same on every rank: each cuts the whole stream alike
+    n_rows = rows_read(corpus, batch_size, per_sentence)  # the same on every rank: each cuts the whole stream alike
     lm.train(was_training)
     if world > 1:
         import torch.distributed as dist
@@ -114,6 +113,12 @@ def evaluate_corpus(
     }
 
 
+def rows_read(corpus: Corpus, batch_size: int, per_sentence: bool) -> int:
+    """How many rows :func:`evaluate_corpus` reads ``corpus`` in (its result's ``n_rows``): every sentence alone, or
+    the stream's rows (:func:`stream_row_starts`)."""
+    return len(corpus.lengths) if per_sentence else len(stream_row_starts(corpus.starts, len(corpus.tokens), batch_size))
+
+
 def _perplexity(loss: float) -> float:
     """``exp(loss)``, or inf past a float's range (a mean loss over about 709 nats: math.exp raised OverflowError,
     and evaluate or pretrain --heldout of a broken model crashed)."""
@@ -128,6 +133,26 @@ def json_ready(result: Dict[str, Any]) -> Dict[str, Any]:
     train_log.jsonl): a value that is no finite number (a perplexity past a float's range: inf) is None (null)
     rather than JSON's nonstandard ``Infinity``; its loss is given."""
     return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in result.items()}
+
+
+def from_json_ready(result: Dict[str, Any]) -> Dict[str, Any]:
+    """A :func:`json_ready` result (evaluate --json, a held-out line of train_log.jsonl) as :func:`evaluate_corpus`
+    gave it: a null perplexity is inf where its loss is a number (past a float's range), nan where that loss is null
+    too (a null loss: nan). Other values, and a result with no nulls, as they are."""
+    out = dict(result)
+    for key in ("loss_forward", "loss_backward"):
+        if key in out and out[key] is None:
+            out[key] = math.nan
+    loss_f, loss_b = out.get("loss_forward", math.nan), out.get("loss_backward", math.nan)
+    for key, loss in (("perplexity_forward", loss_f), ("perplexity_backward", loss_b), ("perplexity", (loss_f + loss_b) / 2)):
+        if key in out and out[key] is None:
+            out[key] = math.nan if math.isnan(loss) else math.inf
+    return out
+
+
+#: A perplexity this large or larger is shown with an exponent (:func:`perplexity_text`): a broken model's mean loss
+#: of 400 nats printed a perplexity of 174 digits.
+PERPLEXITY_SHOWN_EXPONENT_FROM = 1e15
 
 
 def perplexity_text(result: Dict[str, Any]) -> str:
@@ -150,10 +175,11 @@ def perplexity_text(result: Dict[str, Any]) -> str:
 
 
 def _perplexity_shown(value: Optional[float], loss: Optional[float]) -> str:
-    """A perplexity as :func:`perplexity_text` shows it: ``{value:.2f}``, or past a float's range (inf, or None
-    with a finite loss: :func:`json_ready`) ``inf (mean loss L nats)``."""
+    """A perplexity as :func:`perplexity_text` shows it: ``{value:.2f}``, from :data:`PERPLEXITY_SHOWN_EXPONENT_FROM`
+    ``{value:.3e}`` (not a number of up to 309 digits), or past a float's range (inf, or None with a finite loss:
+    :func:`json_ready`) ``inf (mean loss L nats)``."""
     if value is not None and not math.isinf(value):
-        return f"{value:.2f}"
+        return f"{value:.3e}" if value >= PERPLEXITY_SHOWN_EXPONENT_FROM else f"{value:.2f}"
     if loss is None or math.isnan(loss):
         return "nan"
     return f"inf (mean loss {loss:,.2f} nats)"
@@ -296,10 +322,21 @@ def evaluate_sentences(
     world: int = 1,
 ) -> Dict[str, Any]:
     """Evaluate on tokenized sentences (see :func:`read_text`; ``rank``, ``world``: :func:`evaluate_corpus`)."""
-    # A copy: evaluation text adds its unknown strings as non-target types.
-    vocab = Vocab(list(vocab.types), vocab.size)
-    corpus = Corpus.from_sentences(sentences, vocab)
+    vocab, corpus = _sentences_corpus(vocab, sentences)
     return evaluate_corpus(lm, vocab, corpus, None, batch_size, unroll, device, progress, per_sentence, rank, world)
+
+
+def heldout_rows(vocab: Vocab, sentences: List[List[str]], batch_size: int, per_sentence: bool) -> int:
+    """The ``n_rows`` of :func:`evaluate_sentences`'s result on these arguments, without evaluating (a resume
+    reuses a logged held-out number only of the same rows)."""
+    return rows_read(_sentences_corpus(vocab, sentences)[1], batch_size, per_sentence)
+
+
+def _sentences_corpus(vocab: Vocab, sentences: List[List[str]]) -> Tuple[Vocab, Corpus]:
+    """The corpus of ``sentences`` and the vocabulary it is read with: a copy of ``vocab``, since evaluation text
+    adds its unknown strings as non-target types."""
+    vocab = Vocab(list(vocab.types), vocab.size)
+    return vocab, Corpus.from_sentences(sentences, vocab)
 
 
 def evaluate_text(

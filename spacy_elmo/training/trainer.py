@@ -743,11 +743,14 @@ class _Log:
         elif resume_step is None and path.exists():
             path.unlink()
 
-    def heldout_at(self, step: int, digest: str) -> Optional[Dict[str, Any]]:
-        """The kept held-out event of ``step`` (a resume) on the text of ``digest`` (:func:`_heldout_digest`),
-        or None: a resume given another --heldout measures that one (older logs, which recorded no digest, too)."""
+    def heldout_at(self, step: int, digest: str, mode: str, n_rows: int) -> Optional[Dict[str, Any]]:
+        """The kept held-out event of ``step`` (a resume) on the text of ``digest`` (:func:`_heldout_digest`), read
+        as this run reads it (``mode`` and ``n_rows``: :func:`~.evaluate.rows_read`), or None: a resume given another
+        --heldout measures that one (older logs, which recorded no digest, too), and so does one whose text is cut
+        into other rows (another --eval-batch-size, or an event logged under an earlier rule of where rows start,
+        which recorded no or another row count: its number was not what this run measures)."""
         found = [e for e in self.entries if e.get("event") == "heldout" and e.get("step") == step
-                 and e.get(HELDOUT_DIGEST) == digest]
+                 and e.get(HELDOUT_DIGEST) == digest and e.get("mode") == mode and e.get("n_rows") == n_rows]
         return found[-1] if found else None
 
     def write(self, entry: Dict[str, Any]) -> None:
@@ -1202,14 +1205,20 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
     if payload is not None and heldout is not None:
         # A run killed after writing its checkpoint but before logging that step's held-out
         # perplexity: measure it now, as the straight run did.
-        last_heldout = log.heldout_at(step, heldout_digest) if is_main else None
+        from .evaluate import from_json_ready, heldout_rows
+
+        last_heldout = None
+        if is_main:
+            mode = "per_sentence" if cfg.sentences else "stream"
+            last_heldout = log.heldout_at(step, heldout_digest, mode, heldout_rows(vocab, heldout, cfg.eval_batch_size, cfg.sentences))
         missing = [last_heldout is None]
         if world > 1:  # rank 0's log decides: the evaluation is collective
             dist.broadcast_object_list(missing, src=0)
         if missing[0]:
             last_heldout = evaluate_heldout()
-        elif is_main and last_heldout is not None:  # rank 0 found it in the log
-            last_heldout = {k: v for k, v in last_heldout.items() if k not in ("step", "event", HELDOUT_DIGEST, HELDOUT_PATH)}
+        elif is_main and last_heldout is not None:  # rank 0 found it in the log: a null perplexity is inf, as measured
+            last_heldout = from_json_ready(
+                {k: v for k, v in last_heldout.items() if k not in ("step", "event", HELDOUT_DIGEST, HELDOUT_PATH)})
     elif heldout is not None and cfg.init and has_softmax(cfg.init):
         # A fine-tuning run's starting point, logged as step 0: whether fine-tuning helps is read against it (the
         # --init model as this run reads the text: its vocabulary, --sentences or streams, and the zero start state it

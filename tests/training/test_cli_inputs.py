@@ -535,6 +535,8 @@ def test_evaluate_a_loss_past_a_floats_range(model, trained, monkeypatch):
     result = runner.invoke(app, ["evaluate", str(model), str(trained["held"]), "--stream"])
     assert result.exit_code == 0, result.output
     assert "forward inf (mean loss 800.00 nats), backward " in result.stdout and "geometric mean inf" not in result.stdout
+    # the finite mean (about e^402) with an exponent, not as a number of 175 digits
+    assert re.search(r"geometric mean \d\.\d{3}e\+\d{3}$", result.stdout.strip()), result.stdout
     text = result.stdout
 
     def refuse(constant):
@@ -547,6 +549,16 @@ def test_evaluate_a_loss_past_a_floats_range(model, trained, monkeypatch):
     assert metrics["perplexity_backward"] > 1 and metrics["perplexity"] > 1e100
     # the held-out line of train_log.jsonl holds this form: printed again (a resume's summary) as the text said it
     assert ev.perplexity_text(metrics) in text
+
+
+@pytest.mark.parametrize("value, shown", [(123.456, "123.46"), (999_999_999_999_999.0, "999999999999999.00"),
+                                          (1e15, "1.000e+15"), (2.5e300, "2.500e+300")])
+def test_a_huge_finite_perplexity_is_shown_with_an_exponent(value, shown):
+    from spacy_elmo.training.evaluate import perplexity_text
+
+    result = {"mode": "stream", "n_rows": 1, "perplexity_forward": value, "perplexity_backward": 1.0,
+              "perplexity": value, "loss_forward": 1.0, "loss_backward": 1.0}
+    assert perplexity_text(result) == f"perplexity (one stream): forward {shown}, backward 1.00, geometric mean {shown}"
 
 
 def test_evaluate_reports_replaced_bytes_and_oov(model, tmp_path):
@@ -574,9 +586,10 @@ def test_evaluate_json_keys_are_documented(model, trained):
 
 def test_evaluate_batch_size_help_says_long_sentences_are_cut():
     """--batch-size said "the text is cut at sentence starts", but a sentence over two rows' shares (and 40 tokens)
-    is cut mid-sentence too, so that text with few sentence ends is still read in that many rows."""
+    can be cut mid-sentence too, so that text with few sentence ends is still read in that many rows. "Can": only where
+    its start is a share and 20 tokens or more from the row's point (MID_SENTENCE_CUT_TOKENS), not always."""
     help_text = " ".join(plain(runner.invoke(app, ["evaluate", "--help"], terminal_width=200).output).split())
-    assert "a sentence longer than two rows' shares (and 40 tokens) is cut mid-sentence too" in help_text
+    assert "a sentence longer than two rows' shares (and 40 tokens) can be cut mid-sentence too" in help_text
 
 
 MODEL_FILE_ARGS = {
@@ -619,6 +632,29 @@ def test_a_directory_without_a_model_given_as_a_model_argument_gets_command_line
     assert f"{folder} is empty." in output, output
 
 
+def test_the_listing_of_a_directory_without_a_model_quotes_names_that_would_read_as_several(tmp_path):
+    """The listing of what a directory without a model holds joined names with ", ": a name with a comma or a
+    space read as two, and one with a newline broke the line. Those are quoted as Python strings."""
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    for name in ("a,b.txt", "my text.txt", "new\nline", "plain.txt"):
+        (folder / name).write_text("the cat .\n")
+    output = " ".join(clean_error(runner.invoke(app, ["evaluate", str(folder), str(folder / "plain.txt")])).split())
+    assert f"{folder} holds 'a,b.txt', 'my text.txt', 'new\\nline', plain.txt." in output, output
+
+
+@pytest.mark.parametrize("command", sorted(MODEL_DIR_ARGS))
+def test_a_directory_with_a_config_but_no_weights_gets_command_line_advice(trained, tmp_path, command):
+    """A directory holding config.json but no model.safetensors: fit-state loaded the weights outside
+    model_argument() and advised BiLM's Python API, which a command line cannot call."""
+    folder = tmp_path / "half"
+    folder.mkdir()
+    shutil.copy(trained["model"] / "config.json", folder / "config.json")
+    output = " ".join(clean_error(runner.invoke(app, MODEL_DIR_ARGS[command](folder, trained, tmp_path))).split())
+    assert "model.safetensors" in output and "BiLM." not in output, output
+    assert "spacy-elmo pretrain or spacy-elmo export --format native" in output, output
+
+
 # each command given 'default' as its model, then a usage error (exit 2) before anything is loaded (the options are
 # checked before the arguments: a later argument's, an empty path and an output path under a ~ no shell expanded)
 DEFAULT_GIVEN = {
@@ -644,8 +680,14 @@ def test_default_given_beside_a_default_directory_warns_that_it_names_the_bundle
     said = " ".join(plain(result.stderr).split())
     assert said.count(warning) == 1 and "to read that directory, pass ./default" in said, said
     if command == "embed":  # --model not given: the bundled model by default, nothing to say
-        result = runner.invoke(app, ["embed", "held.txt", "out.hdf5", "--batch-size", "0"])
-        assert result.exit_code == 2 and warning not in result.stderr
+        # a usage error of the command's body, past every option's callback (--model's among them): the check
+        # once compared against the installed click's ParameterSource, not typer's own copy's, and warned here
+        given = ["embed", "held.txt", "out.hdf5", "--whitespace", "--lang", "en"]
+        result = runner.invoke(app, given + ["--model", "default"])
+        assert result.exit_code == 2 and "--whitespace" in plain(result.stderr) and warning in result.stderr
+        result = runner.invoke(app, given)
+        assert result.exit_code == 2 and "--whitespace" in plain(result.stderr), result.stderr
+        assert warning not in result.stderr
 
 
 # -- demo ------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@ an OUTPUT_DIR holding an exported AllenNLP model."""
 
 import errno
 import gzip
+import json
 import math
 import os
 import signal
@@ -17,7 +18,7 @@ from spacy_elmo import BiLM
 from spacy_elmo.cli import app
 from spacy_elmo.training import checkpoint as ckpt
 from spacy_elmo.training.data import build_corpus
-from spacy_elmo.training.trainer import read_log, train
+from spacy_elmo.training.trainer import LOG_NAME, read_log, train
 from tests.cli_text import plain
 
 from .conftest import locked_by_another_process, tiny_pretrain_args, tiny_train_config, write_corpus
@@ -292,6 +293,34 @@ def test_a_resume_given_another_heldout_measures_that_text(tmp_path):
     events = [e for e in read_log(out) if e.get("event") == "heldout"]
     assert [e["step"] for e in events] == [2, 4, 4]
     assert events[0]["heldout_digest"] == events[1]["heldout_digest"] != events[2]["heldout_digest"]
+
+
+def test_a_resume_measures_again_a_heldout_number_of_other_rows(tmp_path):
+    """A resume reused the logged held-out number of its step on the same text, also where that number was read
+    in other rows: logged under an earlier rule of where a stream's rows start, or with another --eval-batch-size.
+    It measures again where the logged row count is not the one this run reads the text in."""
+    from spacy_elmo.training.evaluate import evaluate_model_dir
+
+    train_file, held = write_corpus(tmp_path / "train.txt", 200), write_corpus(tmp_path / "held.txt", 30, seed=1)
+    out = tmp_path / "out"
+    settings = dict(max_steps=2, checkpoint_every=2, heldout=str(held))
+    done = train(tiny_train_config(train_file, out, **settings))
+    log = out / LOG_NAME
+    entries = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
+    (event,) = [e for e in entries if e.get("event") == "heldout"]
+    assert event["n_rows"] == done["heldout"]["n_rows"] > 1
+    # as an earlier rule logged it: other rows, another number
+    event.update(n_rows=event["n_rows"] - 1, perplexity=1.5)
+    log.write_text("".join(json.dumps(e) + "\n" for e in entries), encoding="utf-8")
+    again = train(tiny_train_config(train_file, out, resume=True, **settings))
+    assert again["heldout"]["perplexity"] == pytest.approx(done["heldout"]["perplexity"], rel=1e-6)
+    assert again["heldout"]["n_rows"] == done["heldout"]["n_rows"]
+    # another --eval-batch-size cuts the text into other rows: measured again too, as evaluate reads it
+    other = train(tiny_train_config(train_file, out, resume=True, eval_batch_size=1, **settings))
+    assert other["heldout"]["n_rows"] == 1
+    expected = evaluate_model_dir(out, held, batch_size=1)
+    assert other["heldout"]["perplexity"] == pytest.approx(expected["perplexity"], rel=1e-6)
+    assert [e["n_rows"] for e in read_log(out) if e.get("event") == "heldout"] == [event["n_rows"], done["heldout"]["n_rows"], 1]
 
 
 def test_a_resume_without_the_runs_heldout_says_it_measures_none(tmp_path):

@@ -1074,6 +1074,12 @@ def test_a_heldout_loss_past_a_floats_range_is_logged_as_standard_json(tmp_path,
     lines = (tmp_path / "out" / LOG_NAME).read_text(encoding="utf-8").splitlines()
     (event,) = [e for e in map(lambda line: json.loads(line, parse_constant=refuse), lines) if e.get("event") == "heldout"]
     assert event["perplexity"] is None and event["loss_forward"] == pytest.approx(800.0)
+    # a resume returns the logged number as the run measured it: inf, not the log's null (None)
+    again = train(tiny_train_config(train_file, tmp_path / "out", heldout=str(held), max_steps=1, checkpoint_every=1,
+                                    resume=True))
+    assert again["heldout"]["perplexity"] == again["heldout"]["perplexity_forward"] == math.inf
+    assert again["heldout"]["loss_forward"] == pytest.approx(800.0)
+    assert len([e for e in read_log(tmp_path / "out") if e.get("event") == "heldout"]) == 1  # not measured again
 
 
 def test_resume_after_a_kill_inside_a_log_line(tmp_path):
