@@ -16,7 +16,9 @@ from tests.cli_text import plain
 
 from .conftest import TINY, tiny_pretrain_args, write_corpus
 
-runner = CliRunner()
+# A wide terminal: the error box wraps at its width, and a long tmp_path (pytest-1261/...) was folded inside a
+# path, which no whitespace normalising undoes.
+runner = CliRunner(env={"COLUMNS": "1000"})
 
 
 def pretrain_tiny(tmp_path, *extra, max_steps=3):
