@@ -47,3 +47,44 @@ def test_remove_leftovers_removes_killed_writes_only(tmp_path):
     assert not os.path.exists(f"/proc/{2 ** 22 + 7}")  # (above pid_max: no process runs with it)
     ckpt.remove_leftovers(tmp_path)
     assert not ended.exists() and not old.exists() and all(path.exists() for path in kept)
+
+
+def _older_checkpoint_beside(tmp_path, provenance):
+    """An older checkpoint (settings without ``init``) beside a saved model's config.json with ``provenance``."""
+    import json
+
+    from spacy_elmo.bilm.native_io import CONFIG_NAME, FORMAT
+
+    payload = _payload()
+    del payload["settings"]["init"]
+    ckpt.save_checkpoint(tmp_path, payload)
+    (tmp_path / CONFIG_NAME).write_text(json.dumps({"format": FORMAT, "version": 1, "config": {},
+                                                    "provenance": provenance}))
+    return ckpt.load_checkpoint(tmp_path)["settings"]
+
+
+def test_an_older_checkpoint_takes_its_init_from_the_saved_models_provenance(tmp_path):
+    """A checkpoint from before ``init`` was recorded: the model saved with it tells its --init."""
+    assert _older_checkpoint_beside(tmp_path, {"steps": 4, "init": "base"})["init"] == "base"
+
+
+@pytest.mark.parametrize("provenance", [{"steps": 4}, {}, None])
+def test_an_older_checkpoint_whose_saved_model_records_no_init_resumes_without_one(tmp_path, provenance):
+    """A provenance that records other things but no init (a run from scratch): no init, not a KeyError."""
+    assert "init" not in _older_checkpoint_beside(tmp_path, provenance)
+
+
+@pytest.mark.parametrize("provenance", [["init"], "init", 3])
+def test_an_older_checkpoint_beside_a_provenance_that_is_no_object_takes_no_init_from_it(tmp_path, provenance):
+    """A config.json provenance that is no object (hand-edited; ``"init" in`` a list or string holding "init" is
+    True) records nothing: no init, not a TypeError from indexing it."""
+    assert "init" not in _older_checkpoint_beside(tmp_path, provenance)
+
+
+@pytest.mark.parametrize("name, value", [("data", "a1b2"), ("lang", "en"), ("optimizer", "adam"), ("lr", 0.1),
+                                         ("dropout", 0.1), ("clip", 5.0), ("init", "base"), ("new_vocab", True),
+                                         ("init_vocab", "c3d4"), ("padded_epochs", True)])
+def test_a_checkpoint_from_before_a_setting_was_recorded_resumes(tmp_path, name, value):
+    """Each setting recorded only since a later version: a checkpoint without it resumes (the run it came from
+    used what its absence says), not refused as changed."""
+    ckpt.check_settings({"batch_size": 2}, {"batch_size": 2, name: value}, tmp_path)
