@@ -49,8 +49,9 @@ def test_remove_leftovers_removes_killed_writes_only(tmp_path):
     assert not ended.exists() and not old.exists() and all(path.exists() for path in kept)
 
 
-def _older_checkpoint_beside(tmp_path, provenance):
-    """An older checkpoint (settings without ``init``) beside a saved model's config.json with ``provenance``."""
+def _older_checkpoint_beside(tmp_path, provenance, config=None):
+    """An older checkpoint (settings without ``init``) beside a saved model's config.json with ``provenance``
+    (or the text ``config``)."""
     import json
 
     from spacy_elmo.bilm.native_io import CONFIG_NAME, FORMAT
@@ -58,8 +59,9 @@ def _older_checkpoint_beside(tmp_path, provenance):
     payload = _payload()
     del payload["settings"]["init"]
     ckpt.save_checkpoint(tmp_path, payload)
-    (tmp_path / CONFIG_NAME).write_text(json.dumps({"format": FORMAT, "version": 1, "config": {},
-                                                    "provenance": provenance}))
+    if config is None:
+        config = json.dumps({"format": FORMAT, "version": 1, "config": {}, "provenance": provenance})
+    (tmp_path / CONFIG_NAME).write_text(config)
     return ckpt.load_checkpoint(tmp_path)["settings"]
 
 
@@ -81,6 +83,13 @@ def test_an_older_checkpoint_beside_a_provenance_that_is_no_object_takes_no_init
     assert "init" not in _older_checkpoint_beside(tmp_path, provenance)
 
 
+@pytest.mark.parametrize("config", ["{not json", "[]", '{"format": "bert"}'])
+def test_an_older_checkpoint_beside_a_config_json_that_cannot_be_read_takes_no_init_from_it(tmp_path, config):
+    """A damaged or foreign config.json beside an older checkpoint (the ValueErrors read_meta raises for it) tells
+    no init: the checkpoint still loads."""
+    assert "init" not in _older_checkpoint_beside(tmp_path, None, config=config)
+
+
 @pytest.mark.parametrize("name, value", [("data", "a1b2"), ("lang", "en"), ("optimizer", "adam"), ("lr", 0.1),
                                          ("dropout", 0.1), ("clip", 5.0), ("init", "base"), ("new_vocab", True),
                                          ("init_vocab", "c3d4"), ("padded_epochs", True)])
@@ -88,3 +97,15 @@ def test_a_checkpoint_from_before_a_setting_was_recorded_resumes(tmp_path, name,
     """Each setting recorded only since a later version: a checkpoint without it resumes (the run it came from
     used what its absence says), not refused as changed."""
     ckpt.check_settings({"batch_size": 2}, {"batch_size": 2, name: value}, tmp_path)
+
+
+def test_a_resume_leaving_out_an_init_that_is_damaged_now_gives_advice_right_either_way(tmp_path):
+    """An --init whose files are damaged now (has_softmax raises ValueError, not OSError) cannot tell whether the
+    run built its vocabulary because of --new-vocab or a missing softmax either: the refusal says both, as for
+    one that is gone, not the damaged model's own error."""
+    damaged = tmp_path / "damaged"
+    damaged.mkdir()
+    (damaged / "config.json").write_text("{not json")
+    with pytest.raises(ValueError, match=rf"by --new-vocab or because {damaged} has no softmax.*"
+                                         rf"Resume with --init {damaged} --new-vocab "):
+        ckpt.check_settings({"init": str(damaged), "new_vocab": True}, {"init": None}, "out")
