@@ -109,3 +109,14 @@ def test_a_resume_leaving_out_an_init_that_is_damaged_now_gives_advice_right_eit
     with pytest.raises(ValueError, match=rf"by --new-vocab or because {damaged} has no softmax.*"
                                          rf"Resume with --init {damaged} --new-vocab "):
         ckpt.check_settings({"init": str(damaged), "new_vocab": True}, {"init": None}, "out")
+
+
+@pytest.mark.parametrize("sizes", [(None, 100), (100, None)])
+def test_a_changed_init_vocabulary_whose_size_one_side_did_not_record_says_its_words_differ(sizes):
+    """The same --init holding another vocabulary where a vocabulary size is unrecorded on one side: "its
+    vocabulary holds other words", not a TypeError formatting None as a size."""
+    saved = {"init": "/m/base", "init_vocab": "aaa", "vocab_size": sizes[0]}
+    current = {"init": "/m/base", "init_vocab": "bbb", "vocab_size": sizes[1]}
+    with pytest.raises(ValueError, match="its vocabulary holds other words than when the run started"):
+        ckpt.check_settings({k: v for k, v in saved.items() if v is not None},
+                            {k: v for k, v in current.items() if v is not None}, "/runs/tuned")
