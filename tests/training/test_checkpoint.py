@@ -120,3 +120,11 @@ def test_a_changed_init_vocabulary_whose_size_one_side_did_not_record_says_its_w
     with pytest.raises(ValueError, match="its vocabulary holds other words than when the run started"):
         ckpt.check_settings({k: v for k, v in saved.items() if v is not None},
                             {k: v for k, v in current.items() if v is not None}, "/runs/tuned")
+
+
+def test_a_resume_whose_model_differs_names_preset_and_options():
+    """Another model than the checkpoint's (its config dict) is named as --preset/--options, not as a setting
+    "model_config" no command line spells."""
+    with pytest.raises(ValueError, match=r"holds the model \{'cell_dim': 8\}, but --preset/--options ask for "
+                                         r"\{'cell_dim': 16\}"):
+        ckpt.check_settings({"model_config": {"cell_dim": 8}}, {"model_config": {"cell_dim": 16}}, "/runs/tuned")
