@@ -202,8 +202,10 @@ DOCUMENTS = {
     "OpenDocument": (".odt", ".ods", ".odp", ".odg"),
     "EPUB": (".epub",),
 }
-#: The first member names of an Office Open XML zip (Word writes ``[Content_Types].xml`` first, others a part)
-_OOXML_FIRST = re.compile(rb"\[Content_Types\]\.xml$|(?:_rels|docProps|word|xl|ppt)/")
+#: The first member names of an Office Open XML zip (Word writes ``[Content_Types].xml`` first, others a part:
+#: ``_rels/.rels`` or an XML part of docProps/, word/, xl/, ppt/), matched whole: a zip of a folder named word/
+#: holding text files is no document
+_OOXML_FIRST = re.compile(rb"\[Content_Types\]\.xml|_rels/\.rels|(?:docProps|word|xl|ppt)/[^/]+\.xml")
 #: Name endings of a tar archive compressed with a compression not read (:data:`UNREAD_COMPRESSIONS`)
 COMPRESSED_TAR = (".tar.zst", ".tar.zstd", ".tzst", ".tar.lz4")
 
@@ -562,7 +564,7 @@ def _zip_document(path: PathLike, head: bytes) -> Optional[str]:
                 return "EPUB"
             if text.startswith(b"application/vnd.oasis.opendocument."):
                 return "OpenDocument"
-        elif _OOXML_FIRST.match(first):
+        elif _OOXML_FIRST.fullmatch(first):
             return "Office Open XML"
     suffix = Path(path).suffix.lower()
     return next((name for name, endings in DOCUMENTS.items() if suffix in endings), None)

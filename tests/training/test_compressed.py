@@ -175,6 +175,13 @@ UNREAD = {
     "c.tar.gz": (gzip.compress(_tar()), "a tar archive of files", "`mkdir NEW_DIR && tar -xf {path} -C NEW_DIR`"),
     "report.docx": (WORD, OFFICE, EXPORT),
     "word.zip": (_zip(("word/document.xml", "<w:document/>")), OFFICE, EXPORT),  # by its first member
+    "ppt.zip": (_zip(("ppt/presentation.xml", "<p:presentation/>")), OFFICE, EXPORT),
+    "rels.zip": (_zip(("_rels/.rels", "<Relationships/>")), OFFICE, EXPORT),
+    # a zip of folders named as Office's parts, of text files: first members once taken for an Office document's
+    "my_corpus.zip": (_zip(("word/a.txt", "The cat sat on the mat .\n"), ("word/b.txt", "More .\n")),
+                      "a zip archive of files", UNPACK_ZIP),
+    "slides_text.zip": (_zip(("ppt/notes.txt", "The cat sat on the mat .\n")), "a zip archive of files", UNPACK_ZIP),
+    "x.zip": (_zip(("_rels/readme.txt", "The cat sat on the mat .\n")), "a zip archive of files", UNPACK_ZIP),
     "named.xlsx": (_zip(), OFFICE, EXPORT),  # by its name
     "book.zip": (EPUB, "an EPUB file (.epub: a zip archive of XML and more, not its text)", EXPORT),
     "letter.bin": (ODT, "an OpenDocument file (.odt, .ods, .odp, .odg: a zip archive of XML and more, not its text)", EXPORT),
