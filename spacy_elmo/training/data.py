@@ -202,6 +202,9 @@ DOCUMENTS = {
     "OpenDocument": (".odt", ".ods", ".odp", ".odg"),
     "EPUB": (".epub",),
 }
+#: pandoc's input format (``-f``) of each of :data:`DOCUMENTS`: one known by its content may have another name
+#: ending, from which pandoc would guess Markdown
+PANDOC_FORMATS = {"Office Open XML": "docx", "OpenDocument": "odt", "EPUB": "epub"}
 #: The first member names of an Office Open XML zip (Word writes ``[Content_Types].xml`` first, others a part:
 #: ``_rels/.rels`` or an XML part of docProps/, word/, xl/, ppt/), matched whole: a zip of a folder named word/
 #: holding text files is no document
@@ -622,7 +625,7 @@ def unread_format(path: PathLike, kind: str, directory: bool = False) -> Optiona
     if kind in DOCUMENTS:
         return Errors.E_UNREAD_DOCUMENT.format(format=kind, endings=", ".join(DOCUMENTS[kind])), (
             Warnings.W_UNREAD_DOCUMENT_FIX if directory else Errors.E_UNREAD_DOCUMENT_FIX
-        ).format(shell_path=shell_path, text=new_text)
+        ).format(pandoc=PANDOC_FORMATS[kind], shell_path=shell_path, text=new_text)
     return None
 
 

@@ -152,7 +152,7 @@ WORD = _zip(("[Content_Types].xml", "<Types/>"), ("word/document.xml", "<w:docum
 EPUB = _zip(("mimetype", "application/epub+zip"), ("OEBPS/a.xhtml", "<html>Hi</html>"), stored_first=True)
 ODT = _zip(("mimetype", "application/vnd.oasis.opendocument.text"), ("content.xml", "<office:text/>"), stored_first=True)
 OFFICE = "an Office Open XML file (.docx, .docm, .xlsx, .xlsm, .pptx, .pptm: a zip archive of XML and more, not its text)"
-EXPORT = "`pandoc {path} -t plain -o NEW.txt`"
+EXPORT = "`pandoc -f docx {path} -t plain -o NEW.txt`"  # -f: one known by its content may have another name
 UNPACK_ZIP = "If it holds text files, unpack it (`unzip {path} -d NEW_DIR`) and pass NEW_DIR"
 #: Files of formats spacy-elmo does not read: name -> (bytes, what the error calls them, the command it gives; in a
 #: directory's warning NEW_DIR and NEW.txt are in the corpus directory, and nothing is passed).
@@ -184,8 +184,10 @@ UNREAD = {
     "slides_text.zip": (_zip(("ppt/notes.txt", "The cat sat on the mat .\n")), "a zip archive of files", UNPACK_ZIP),
     "x.zip": (_zip(("_rels/readme.txt", "The cat sat on the mat .\n")), "a zip archive of files", UNPACK_ZIP),
     "named.xlsx": (_zip(), OFFICE, EXPORT),  # by its name
-    "book.zip": (EPUB, "an EPUB file (.epub: a zip archive of XML and more, not its text)", EXPORT),
-    "letter.bin": (ODT, "an OpenDocument file (.odt, .ods, .odp, .odg: a zip archive of XML and more, not its text)", EXPORT),
+    "book.zip": (EPUB, "an EPUB file (.epub: a zip archive of XML and more, not its text)",
+                 EXPORT.replace("docx", "epub")),
+    "letter.bin": (ODT, "an OpenDocument file (.odt, .ods, .odp, .odg: a zip archive of XML and more, not its text)",
+                   EXPORT.replace("docx", "odt")),
 }
 
 
