@@ -34,7 +34,6 @@ import itertools
 import json
 import os
 import re
-import reprlib
 import tempfile
 import threading
 import time
@@ -53,7 +52,7 @@ from .bilm import BiLM
 from .bilm.token_cache import TokenCache, run_rows
 from .errors import Errors, Warnings, counted
 from .hdf5 import SENTENCE_TO_INDEX, hdf5_for_writing
-from .paths import missing_path_error, read_json_file
+from .paths import json_shown, missing_path_error, read_json_file
 
 LAYER_MODES = ("all", "top", "average")
 MANIFEST = "manifest.json"
@@ -778,7 +777,7 @@ def _read_manifest(parts_dir: Path) -> dict:
         raise ValueError(Errors.E_EMBED_MANIFEST_DAMAGED.format(path=path, error=err, parts=parts_dir)) from err
     tokens = found.get(TOKENS, [])  # absent: an earlier release's manifest, whose parts are trusted
     if not isinstance(tokens, list) or not all(isinstance(digest, str) for digest in tokens):
-        error = Errors.E_EMBED_MANIFEST_TOKENS.format(key=TOKENS, found=reprlib.repr(tokens))
+        error = Errors.E_EMBED_MANIFEST_TOKENS.format(key=TOKENS, found=json_shown(tokens))
         raise ValueError(Errors.E_EMBED_MANIFEST_DAMAGED.format(path=path, error=error, parts=parts_dir))
     return found
 

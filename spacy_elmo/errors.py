@@ -1224,8 +1224,8 @@ class Errors:
     #: ``what`` for a document that is a zip archive of XML (.docx, .odt, .epub): unpacked, it is markup, not text
     E_UNREAD_DOCUMENT = "an {format} file ({endings}: a zip archive of XML and more, not its text)"
     E_UNREAD_DOCUMENT_FIX = (
-        "Export its text as plain UTF-8 text (from the program that made it, or `pandoc {shell_path} -t plain -o "
-        "{text}` for a .docx, .odt or .epub) and pass {text}"
+        "Export its text as plain UTF-8 text (from the program that made it, or `pandoc -f {pandoc} {shell_path} -t "
+        "plain -o {text}` for a .{pandoc}) and pass {text}"
     )
     E_WIDE_TEXT_FILE = (
         "{path} looks like {encoding} text, not UTF-8 (Notepad's \"Unicode\" and PowerShell's > write UTF-16). "
@@ -2206,7 +2206,7 @@ class Warnings:
     W_UNREAD_ARCHIVE_FIX = "If it holds text files, unpack it into the corpus to train on them (`{unpack}`)"
     W_UNREAD_DOCUMENT_FIX = (
         "To train on it, export its text as plain UTF-8 text into the corpus (from the program that made it, or "
-        "`pandoc {shell_path} -t plain -o {text}` for a .docx, .odt or .epub)"
+        "`pandoc -f {pandoc} {shell_path} -t plain -o {text}` for a .{pandoc})"
     )
     W_WIDE_TEXT_SKIPPED = (
         "spacy-elmo: skipped {path}: it looks like {encoding} text, not UTF-8. Re-encode it to UTF-8 to train on "

@@ -73,6 +73,17 @@ def missing_path_error(path: PathLike, message: str, stdin: str = Errors.E_PATH_
 JSON_KINDS = {list: "array", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
 
 
+def json_shown(value: Any, limit: int = 80) -> str:
+    """The JSON value ``value`` (one read from a file) as JSON text for a message (``null``, ``{"a": 1}``, not
+    Python's ``None``, ``{'a': 1}``), cut after ``limit`` characters with ``...``: only that much is encoded."""
+    shown = ""
+    for piece in json.JSONEncoder(ensure_ascii=False).iterencode(value):
+        shown += piece
+        if len(shown) > limit:
+            return shown[:limit] + "..."
+    return shown
+
+
 def read_json_file(path: PathLike, not_json: str, not_object: Optional[str] = None, raw: Optional[bytes] = None) -> Any:
     """The JSON value in the file at ``path`` (decoded from ``raw``, its bytes, where the caller read them): the one
     reader of a JSON file, one the user gave (options.json, a model's config.json) or one of spacy-elmo's own that

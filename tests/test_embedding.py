@@ -285,8 +285,12 @@ def test_a_merged_json_nested_past_the_recursion_limit_records_no_merge(bilm, co
     assert out.read_bytes() == straight.read_bytes()
 
 
-#: part_tokens edited to no list of strings: a TypeError's traceback (a number), a KeyError's (an object)
-TOKENS_EDITED = {"tokens a number": 5, "tokens an object": {"x": 1}, "tokens null": None, "tokens of numbers": [1, 2]}
+#: part_tokens edited to no list of strings: a TypeError's traceback (a number), a KeyError's (an object); shown as
+#: the JSON the manifest holds (it was Python's repr: None, {'x': 1}), cut after 80 characters
+TOKENS_EDITED = {"tokens a number": 5, "tokens an object": {"x": 1}, "tokens null": None, "tokens of numbers": [1, 2],
+                 "tokens a long string": "x" * 500}
+TOKENS_SHOWN = {"tokens a number": "5", "tokens an object": '{"x": 1}', "tokens null": "null",
+                "tokens of numbers": "[1, 2]", "tokens a long string": '"' + "x" * 79 + "..."}
 
 
 @pytest.mark.parametrize("damage", ["not json", "nested", "array", *TOKENS_EDITED])
@@ -310,7 +314,7 @@ def test_a_damaged_manifest_of_parts_is_refused_naming_it_and_restart(bilm, corp
     assert said.startswith(f"{manifest} cannot be read (") and said.endswith(
         f"cannot be checked against this run. Pass --restart (or delete {parts_path(out)}) to embed from the start."), said
     assert ("(it holds a JSON array, not an object)" in said) == (damage == "array"), said
-    tokens = f"(its part_tokens is {TOKENS_EDITED.get(damage)!r}, not a list of the parts' token digests)"
+    tokens = f"(its part_tokens is {TOKENS_SHOWN.get(damage)}, not a list of the parts' token digests)"
     assert (tokens in said) == (damage in TOKENS_EDITED), said
     assert not out.exists() and (parts_path(out) / "part-000000.hdf5").exists()
     assert embed_file(bilm, corpus, out, part_size=2, progress=False, restart=True)["parts_reused"] == 0

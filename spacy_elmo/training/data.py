@@ -202,8 +202,13 @@ DOCUMENTS = {
     "OpenDocument": (".odt", ".ods", ".odp", ".odg"),
     "EPUB": (".epub",),
 }
-#: The first member names of an Office Open XML zip (Word writes ``[Content_Types].xml`` first, others a part)
-_OOXML_FIRST = re.compile(rb"\[Content_Types\]\.xml$|(?:_rels|docProps|word|xl|ppt)/")
+#: pandoc's input format (``-f``) of each of :data:`DOCUMENTS`: one known by its content may have another name
+#: ending, from which pandoc would guess Markdown
+PANDOC_FORMATS = {"Office Open XML": "docx", "OpenDocument": "odt", "EPUB": "epub"}
+#: The first member names of an Office Open XML zip (Word writes ``[Content_Types].xml`` first, others a part:
+#: ``_rels/.rels`` or an XML part of docProps/, word/, xl/, ppt/), matched whole: a zip of a folder named word/
+#: holding text files is no document
+_OOXML_FIRST = re.compile(rb"\[Content_Types\]\.xml|_rels/\.rels|(?:docProps|word|xl|ppt)/[^/]+\.xml")
 #: Name endings of a tar archive compressed with a compression not read (:data:`UNREAD_COMPRESSIONS`)
 COMPRESSED_TAR = (".tar.zst", ".tar.zstd", ".tzst", ".tar.lz4")
 
@@ -562,10 +567,35 @@ def _zip_document(path: PathLike, head: bytes) -> Optional[str]:
                 return "EPUB"
             if text.startswith(b"application/vnd.oasis.opendocument."):
                 return "OpenDocument"
-        elif _OOXML_FIRST.match(first):
+        elif _OOXML_FIRST.fullmatch(first):
             return "Office Open XML"
     suffix = Path(path).suffix.lower()
     return next((name for name, endings in DOCUMENTS.items() if suffix in endings), None)
+
+
+#: Name endings :func:`_beside` takes off a skipped file's name (longest first) to name what is made of it
+_FORMAT_ENDINGS = sorted(
+    {".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz", ".tar", ".zip", ".7z", ".zst", ".zstd", ".lz4"}
+    | set(COMPRESSED_TAR) | {ending for endings in DOCUMENTS.values() for ending in endings},
+    key=len, reverse=True,
+)
+
+
+def _beside(path: PathLike, suffix: str) -> Path:
+    """The path, in the directory of the skipped file ``path``, of the text (``suffix`` ``.txt`` or ``.txt.gz``) or
+    the directory (``suffix`` ``""``) a directory's fix command makes of it: named after the file (``a.txt`` of
+    ``a.zst``, ``c/`` of ``c.tar.gz``), so the commands for two skipped files do not write the same path; the
+    file's whole name then ``suffix`` (or ``.d``) when that path is taken (``a.txt`` beside ``a.zst``)."""
+    path = Path(path)
+    name = path.name
+    lower = name.lower()
+    ending = next((e for e in _FORMAT_ENDINGS if lower.endswith(e) and len(e) < len(name)), path.suffix)
+    stem = name[: len(name) - len(ending)] if ending and len(ending) < len(name) else name
+    added = suffix[4:] if suffix and stem.lower().endswith(".txt") else suffix  # c.txt.zst: c.txt, c.txt.gz
+    made = path.parent / (stem + added)
+    if made == path or os.path.lexists(made):
+        made = path.parent / (name + (suffix or ".d"))
+    return made
 
 
 def unread_format(path: PathLike, kind: str, directory: bool = False) -> Optional[Tuple[str, str]]:
@@ -575,16 +605,15 @@ def unread_format(path: PathLike, kind: str, directory: bool = False) -> Optiona
     directory, skipped) to put into the directory beside it, read with the rest of the corpus. None: another kind
     (binary, UTF-16 or UTF-32 text). A zstd or lz4 file named as a tar archive (:data:`COMPRESSED_TAR`) is unpacked."""
     shell_path = shell_quoted(path)
-    parent = Path(path).parent
-    new_dir = shell_quoted(parent / "NEW_DIR") if directory else "NEW_DIR"
-    new_text = shell_quoted(parent / "NEW.txt") if directory else "NEW.txt"
+    new_dir = shell_quoted(_beside(path, "")) if directory else "NEW_DIR"
+    new_text = shell_quoted(_beside(path, ".txt")) if directory else "NEW.txt"
     if kind in UNREAD_COMPRESSIONS:
         tool = UNREAD_COMPRESSIONS[kind][1]
         if Path(path).name.lower().endswith(COMPRESSED_TAR):
             return Errors.E_UNREAD_COMPRESSED_TAR.format(format=kind), (
                 Warnings.W_UNREAD_COMPRESSED_TAR_FIX if directory else Errors.E_UNREAD_COMPRESSED_TAR_FIX
             ).format(tool=tool, shell_path=shell_path, dir=new_dir)
-        gzipped = shell_quoted(parent / "NEW.txt.gz") if directory else "NEW.txt.gz"
+        gzipped = shell_quoted(_beside(path, ".txt.gz")) if directory else "NEW.txt.gz"
         return Errors.E_UNREAD_COMPRESSION.format(format=kind), (
             Warnings.W_UNREAD_COMPRESSION_FIX if directory else Errors.E_UNREAD_COMPRESSION_FIX
         ).format(tool=tool, shell_path=shell_path, text=new_text, gz=gzipped)
@@ -596,7 +625,7 @@ def unread_format(path: PathLike, kind: str, directory: bool = False) -> Optiona
     if kind in DOCUMENTS:
         return Errors.E_UNREAD_DOCUMENT.format(format=kind, endings=", ".join(DOCUMENTS[kind])), (
             Warnings.W_UNREAD_DOCUMENT_FIX if directory else Errors.E_UNREAD_DOCUMENT_FIX
-        ).format(shell_path=shell_path, text=new_text)
+        ).format(pandoc=PANDOC_FORMATS[kind], shell_path=shell_path, text=new_text)
     return None
 
 

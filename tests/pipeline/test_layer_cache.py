@@ -420,6 +420,54 @@ def test_a_call_during_set_bilm_keeps_no_layers_of_stale_token_vectors(tiny_dir)
     numpy.testing.assert_allclose(after, fresh, rtol=1e-5, atol=1e-6)
 
 
+def test_a_call_between_set_bilms_assignment_and_the_new_generation_waits_for_both(tiny_dir):
+    """set_bilm assigns the biLM under the layer cache's lock with the emptying of both caches: assigned before it
+    (then dropping and emptying under it), a call C starting in between ran the new biLM and read the old
+    generation of the layer cache, a hit: the old biLM's layers (diffrev3's repro, a mutant the two tests above let
+    live). B is paused at the assignment (torch's module registration hook) until C is done, or 3 s: C waits on the
+    lock, so B's pause times out, and C gets the new biLM's layers."""
+    import copy
+    import threading
+
+    from torch.nn.modules.module import register_module_module_registration_hook
+
+    nlp = _nlp(tiny_dir, 1)
+    model = nlp.get_pipe("elmo").model
+    runner = get_runner(model)
+    new = copy.deepcopy(get_bilm(model))
+    with torch.no_grad():
+        for p in new.parameters():
+            p.add_(0.5)
+    text = "We sat here ."
+    old = nlp(text)._.elmo.copy()  # kept in the layer cache
+    at_set, c_done, out = threading.Event(), threading.Event(), {}
+
+    def hook(module, name, submodule):
+        if name == "bilm" and threading.current_thread().name == "B":
+            at_set.set()
+            c_done.wait(3)  # set_bilm holds the lock here: C blocks, and this times out
+
+    def call():
+        out.update(layers=nlp(text)._.elmo.copy())
+        c_done.set()
+
+    handle = register_module_module_registration_hook(hook)
+    try:
+        b = threading.Thread(target=lambda: set_bilm(model, new, "new"), name="B")
+        b.start()
+        assert at_set.wait(10)
+        c = threading.Thread(target=call, name="C")
+        c.start()
+        b.join()
+        c.join()
+    finally:
+        handle.remove()
+    runner.clear_caches()
+    fresh = nlp(text)._.elmo
+    assert not numpy.allclose(fresh, old)
+    numpy.testing.assert_allclose(out["layers"], fresh, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.filterwarnings("ignore:spacy-elmo. a sentence of:UserWarning")
 def test_a_move_that_fails_part_way_empties_the_caches(tiny_dir):
     """A move that raises after some weights moved (an out-of-memory error in ``.cuda()``; here a cast that fails

@@ -4,6 +4,7 @@ broken archives and misnamed files are clear errors, and a resumed run continues
 import gzip
 import io
 import json
+import shlex
 import tarfile
 import warnings
 import zipfile
@@ -151,7 +152,7 @@ WORD = _zip(("[Content_Types].xml", "<Types/>"), ("word/document.xml", "<w:docum
 EPUB = _zip(("mimetype", "application/epub+zip"), ("OEBPS/a.xhtml", "<html>Hi</html>"), stored_first=True)
 ODT = _zip(("mimetype", "application/vnd.oasis.opendocument.text"), ("content.xml", "<office:text/>"), stored_first=True)
 OFFICE = "an Office Open XML file (.docx, .docm, .xlsx, .xlsm, .pptx, .pptm: a zip archive of XML and more, not its text)"
-EXPORT = "`pandoc {path} -t plain -o NEW.txt`"
+EXPORT = "`pandoc -f docx {path} -t plain -o NEW.txt`"  # -f: one known by its content may have another name
 UNPACK_ZIP = "If it holds text files, unpack it (`unzip {path} -d NEW_DIR`) and pass NEW_DIR"
 #: Files of formats spacy-elmo does not read: name -> (bytes, what the error calls them, the command it gives; in a
 #: directory's warning NEW_DIR and NEW.txt are in the corpus directory, and nothing is passed).
@@ -175,9 +176,18 @@ UNREAD = {
     "c.tar.gz": (gzip.compress(_tar()), "a tar archive of files", "`mkdir NEW_DIR && tar -xf {path} -C NEW_DIR`"),
     "report.docx": (WORD, OFFICE, EXPORT),
     "word.zip": (_zip(("word/document.xml", "<w:document/>")), OFFICE, EXPORT),  # by its first member
+    "ppt.zip": (_zip(("ppt/presentation.xml", "<p:presentation/>")), OFFICE, EXPORT),
+    "rels.zip": (_zip(("_rels/.rels", "<Relationships/>")), OFFICE, EXPORT),
+    # a zip of folders named as Office's parts, of text files: first members once taken for an Office document's
+    "my_corpus.zip": (_zip(("word/a.txt", "The cat sat on the mat .\n"), ("word/b.txt", "More .\n")),
+                      "a zip archive of files", UNPACK_ZIP),
+    "slides_text.zip": (_zip(("ppt/notes.txt", "The cat sat on the mat .\n")), "a zip archive of files", UNPACK_ZIP),
+    "x.zip": (_zip(("_rels/readme.txt", "The cat sat on the mat .\n")), "a zip archive of files", UNPACK_ZIP),
     "named.xlsx": (_zip(), OFFICE, EXPORT),  # by its name
-    "book.zip": (EPUB, "an EPUB file (.epub: a zip archive of XML and more, not its text)", EXPORT),
-    "letter.bin": (ODT, "an OpenDocument file (.odt, .ods, .odp, .odg: a zip archive of XML and more, not its text)", EXPORT),
+    "book.zip": (EPUB, "an EPUB file (.epub: a zip archive of XML and more, not its text)",
+                 EXPORT.replace("docx", "epub")),
+    "letter.bin": (ODT, "an OpenDocument file (.odt, .ods, .odp, .odg: a zip archive of XML and more, not its text)",
+                   EXPORT.replace("docx", "odt")),
 }
 
 
@@ -204,10 +214,45 @@ def test_a_compression_or_archive_not_read_is_named_with_its_fix_alone_and_skipp
     skipped = [str(w.message) for w in caught if "skipped" in str(w.message)]
     assert len(skipped) == 1 and skipped[0].startswith(f"spacy-elmo: skipped {path}: it holds {what}, which "
                                                        "spacy-elmo does not read."), skipped
-    in_corpus = command[command.index("`") : command.rindex("`") + 1].format(path=path).replace("NEW_DIR", f"{corpus}/NEW_DIR")
-    assert in_corpus.replace("NEW.txt", f"{corpus}/NEW.txt") in skipped[0], skipped
+    stem = name.split(".")[0]  # what is made of it is named after it: c.txt, c.txt.gz, the directory c
+    in_corpus = command[command.index("`") : command.rindex("`") + 1].format(path=path).replace("NEW_DIR", f"{corpus}/{stem}")
+    assert in_corpus.replace("NEW.txt", f"{corpus}/{stem}.txt") in skipped[0], skipped
     assert "into the corpus" in skipped[0] and " pass " not in skipped[0], skipped
     assert meta["stats"]["n_files"] == 1 and meta["stats"]["n_binary"] == 1
+
+
+def test_the_fixes_of_files_skipped_in_one_directory_make_paths_named_after_each_never_one_path(tmp_path):
+    """Every skipped file of a directory was told to make the same DIR/NEW.txt, DIR/NEW.txt.gz or DIR/NEW_DIR: the
+    command for the second overwrote what the first made. Each is named after its file, shell-quoted, and a name taken
+    (a.txt beside a.zst) is not overwritten: the file's whole name then .txt (or .d for a directory)."""
+    from spacy_elmo.training.data import not_utf8, skipped_warning
+
+    corpus = tmp_path / "my corpus"
+    corpus.mkdir()
+    text = write_corpus(corpus / "a.txt", 5).read_text()
+    files = {name: write_bytes(corpus / name, data) for name, data in
+             (("a.zst", ZSTD), ("b.zst", ZSTD), ("c.lz4", LZ4), ("d.tar.gz", gzip.compress(_tar())), ("e.zip", _zip()),
+              ("f.tar.zst", ZSTD), ("g.docx", WORD), ("h", _zip()))}
+    said = {name: skipped_warning(path, not_utf8(path)) for name, path in files.items()}
+
+    def q(made):
+        return shlex.quote(str(corpus / made))
+
+    expected = {
+        "a.zst": [f"> {q('a.zst.txt')}`", f"| gzip > {q('a.txt.gz')}`"],
+        "b.zst": [f"> {q('b.txt')}`", f"| gzip > {q('b.txt.gz')}`"],
+        "c.lz4": [f"> {q('c.txt')}`"],
+        "d.tar.gz": [f"mkdir {q('d')} && tar -xf"],
+        "e.zip": [f"-d {q('e')}`"],
+        "f.tar.zst": [f"mkdir {q('f')} && zstd -dc"],
+        "g.docx": [f"-o {q('g.txt')}`"],
+        "h": [f"-d {q('h.d')}`"],
+    }
+    for name, parts in expected.items():
+        for part in parts:
+            assert part in said[name], said[name]
+        assert "NEW" not in said[name], said[name]
+    assert (corpus / "a.txt").read_text() == text
 
 
 def test_the_first_bytes_of_a_format_inside_a_text_are_read_as_text(tmp_path):

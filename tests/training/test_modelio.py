@@ -295,7 +295,7 @@ def test_load_pretrained_refuses_a_vocabulary_of_another_length_than_its_softmax
 
 
 @pytest.mark.parametrize("odd", [None, ["sentences"], "sentences", 3])
-def test_load_pretrained_gives_a_provenance_that_is_no_object_as_none(tmp_path, odd):
+def test_load_pretrained_gives_a_provenance_that_is_no_object_as_empty(tmp_path, odd):
     """A config.json whose "provenance" is no object (hand-edited, another tool's) came back from load_pretrained
     as it was: evaluate then ended in "AttributeError: 'list' object has no attribute 'get'". BiLM.load and
     recorded_reading take it as recording nothing; load_pretrained now too."""
