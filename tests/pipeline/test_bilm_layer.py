@@ -5,10 +5,11 @@ import pytest
 import spacy
 import torch
 
-from spacy_elmo.pipeline.bilm_layer import get_runner, get_shim, own_bilm_layer
+from spacy_elmo import BiLM, BiLMConfig
+from spacy_elmo.pipeline.bilm_layer import get_runner, get_shim, own_bilm_layer, step_bilm
 from spacy_elmo.pipeline.runner import fine_tuned
 
-from .conftest import N_LAYERS, WIDTH
+from .conftest import N_LAYERS, TINY, WIDTH
 
 TEXT = "The bank raised its rates . We sat on the river bank ."
 
@@ -128,3 +129,77 @@ def test_a_saved_pipeline_keeps_where_its_weights_came_from(tiny_dir):
     loaded.from_bytes(nlp.to_bytes())
     assert get_runner(loaded.get_pipe("elmo").model).source == source
     numpy.testing.assert_array_equal(loaded(TEXT)._.elmo, nlp(TEXT)._.elmo)
+
+
+def test_the_model_sizes_are_its_biLMs_width_and_layers(tiny_dir):
+    """``nO`` is the biLM's output width and ``nL`` its number of layers (what a listener and a scalar mix read).
+    The tiny biLM's 16 and 3 swapped left the tests of this file passing."""
+    model = _nlp(tiny_dir).get_pipe("elmo").model
+    assert (model.get_dim("nO"), model.get_dim("nL")) == (WIDTH, N_LAYERS)
+
+
+def test_weights_a_loader_gives_run_the_models_backend(tiny_dir):
+    """Weights from a loader (``load_weights(loader=)``) that ignores the backend it is given run the model's
+    backend, not the one the loader built them with. Not setting it left the tests of this file passing."""
+    nlp = spacy.blank("en")
+    model = {"@architectures": "spacy_elmo.ElmoBiLM.v2", "backend": "reference"}
+    nlp.add_pipe("elmo", config={"weights": None, "model": model})
+    pipe = nlp.get_pipe("elmo")
+    pipe.load_weights(loader=lambda backend: (BiLM.load(tiny_dir, backend="auto"), str(tiny_dir)))
+    assert get_runner(pipe.model).bilm.backend == "reference"
+
+
+def test_a_stepped_biLM_serves_no_token_vectors_of_its_weights_before_the_step(tiny_dir):
+    """The elmo component's step (step_bilm) empties the caches: a prediction after it runs the new weights, not
+    the token vectors a prediction between the backward and the step cached."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "frozen": False})
+    optimizer = nlp.initialize()
+    model = nlp.get_pipe("elmo").model
+    runner = get_runner(model)
+    train, other = [nlp.make_doc(TEXT)], [nlp.make_doc("Money in the river bank .")]
+    outputs, backprop = model.begin_update(train)
+    backprop([numpy.ones_like(o) for o in outputs])
+    before = model.predict(other)  # fills the token cache with the weights before the step
+    step_bilm(model, optimizer)
+    got = model.predict(other)
+    runner.clear_caches()
+    fresh = model.predict(other)
+    assert any(not numpy.allclose(a, b) for a, b in zip(fresh, before))  # the step changed the layers
+    for a, b in zip(got, fresh):
+        numpy.testing.assert_array_equal(a, b)
+
+
+def _one_layer_dir(tmp_path):
+    """A tiny biLM of one LSTM layer (2 output layers, not 3), saved."""
+    torch.manual_seed(1)
+    path = tmp_path / "one_layer"
+    BiLM(BiLMConfig(**{**TINY, "n_layers": 1}), backend="reference").save(path)
+    return path
+
+
+def test_saved_weights_of_another_size_load_into_an_initialized_component(tiny_dir, tmp_path):
+    """The weights decide the model's sizes: a saved biLM of 2 layers loads over one of 3 and serves with its
+    sizes. Reading the saved nO and nL as thinc does (before the weights) left the tests of this file passing."""
+    nlp, other = _nlp(tiny_dir), _nlp(_one_layer_dir(tmp_path))
+    nlp.get_pipe("elmo").from_bytes(other.get_pipe("elmo").to_bytes())
+    model = nlp.get_pipe("elmo").model
+    assert (model.get_dim("nO"), model.get_dim("nL")) == (WIDTH, 2)
+    numpy.testing.assert_array_equal(nlp(TEXT)._.elmo, other(TEXT)._.elmo)
+
+
+def test_saved_weights_that_do_not_fit_the_mix_are_refused_and_the_old_ones_serve(tiny_dir, tmp_path):
+    """A load checks the weights it reads before they serve: 2 layers for a mix of 3 weights is refused, naming
+    the mix, and the component keeps its weights and sizes. Not checking them left the tests of this file
+    passing."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "store_dtype": "float32", "mix": [0.0, 1.0, 2.0]})
+    nlp.initialize()
+    expected = nlp(TEXT)._.elmo
+    other = _nlp(_one_layer_dir(tmp_path))
+    with pytest.raises(ValueError, match="mix"):
+        nlp.get_pipe("elmo").from_bytes(other.get_pipe("elmo").to_bytes())
+    model = nlp.get_pipe("elmo").model
+    assert (model.get_dim("nO"), model.get_dim("nL")) == (WIDTH, N_LAYERS)
+    numpy.testing.assert_array_equal(nlp(TEXT)._.elmo, expected)
