@@ -3,7 +3,9 @@
 import numpy
 import pytest
 import spacy
+import srsly
 import torch
+from thinc.model import serialize_attr
 
 from spacy_elmo import BiLM, BiLMConfig
 from spacy_elmo.pipeline.bilm_layer import get_runner, get_shim, own_bilm_layer, step_bilm
@@ -203,3 +205,42 @@ def test_saved_weights_that_do_not_fit_the_mix_are_refused_and_the_old_ones_serv
     model = nlp.get_pipe("elmo").model
     assert (model.get_dim("nO"), model.get_dim("nL")) == (WIDTH, N_LAYERS)
     numpy.testing.assert_array_equal(nlp(TEXT)._.elmo, expected)
+
+
+def _fail(*args, **kwargs):
+    raise KeyboardInterrupt  # as a Ctrl-C (or any error) while a load sets what it read
+
+
+def test_a_load_failing_after_its_weights_were_set_puts_the_old_ones_back(tiny_dir, tmp_path, monkeypatch):
+    """A load interrupted after it set the weights it read (here in recording where they were checked) leaves the
+    component serving its old weights, source and sizes. Not putting the weights back (the sizes were) left the
+    tests of this file passing."""
+    nlp, other = _nlp(tiny_dir), _nlp(_one_layer_dir(tmp_path))
+    pipe = nlp.get_pipe("elmo")
+    runner, expected = get_runner(pipe.model), nlp(TEXT)._.elmo
+    source = runner.source
+    monkeypatch.setattr(type(pipe), "_checked_in", _fail)
+    with pytest.raises(KeyboardInterrupt):
+        pipe.from_bytes(other.get_pipe("elmo").to_bytes())
+    monkeypatch.undo()
+    assert (pipe.model.get_dim("nO"), pipe.model.get_dim("nL")) == (WIDTH, N_LAYERS)
+    assert runner.source == source
+    numpy.testing.assert_array_equal(nlp(TEXT)._.elmo, expected)
+
+
+def test_a_refused_load_leaves_no_attr_it_read(tiny_dir, tmp_path):
+    """thinc's from_dict sets the saved attrs before the weights are checked: a refused load takes back those the
+    model lacked too, not only the values of those it had. Putting back only the values left the tests of this
+    file passing."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "mix": [0.0, 1.0, 2.0]})
+    nlp.initialize()
+    pipe = nlp.get_pipe("elmo")
+    before = dict(pipe.model.attrs)
+    data = srsly.msgpack_loads(_nlp(_one_layer_dir(tmp_path)).get_pipe("elmo").to_bytes())
+    model = srsly.msgpack_loads(data["model"])
+    model["attrs"][0]["stray"] = serialize_attr(1, 1, "stray", None)
+    data["model"] = srsly.msgpack_dumps(model)
+    with pytest.raises(ValueError, match="mix"):
+        pipe.from_bytes(srsly.msgpack_dumps(data))
+    assert pipe.model.attrs == before
