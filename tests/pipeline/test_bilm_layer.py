@@ -8,6 +8,7 @@ import torch
 from thinc.model import serialize_attr
 
 from spacy_elmo import BiLM, BiLMConfig
+from spacy_elmo.pipeline import bilm_layer
 from spacy_elmo.pipeline.bilm_layer import get_runner, get_shim, own_bilm_layer, step_bilm
 from spacy_elmo.pipeline.runner import fine_tuned
 
@@ -244,3 +245,25 @@ def test_a_refused_load_leaves_no_attr_it_read(tiny_dir, tmp_path):
     with pytest.raises(ValueError, match="mix"):
         pipe.from_bytes(srsly.msgpack_dumps(data))
     assert pipe.model.attrs == before
+
+
+def test_a_saved_float64_weight_beyond_float32s_range_is_refused_at_load(tiny_dir, monkeypatch):
+    """A saved weight is cast to the model's dtype as it is read: a float64 value beyond float32's range (training
+    that diverged) is refused, naming the weight, not loaded as inf (NaN vectors). Reading it without the model's
+    dtype left the tests of this file and of test_serialization.py passing."""
+    nlp = _nlp(tiny_dir)
+    name = next(iter(get_runner(nlp.get_pipe("elmo").model).bilm.state_dict()))
+
+    def save_one_huge(state):  # as a float64 weight an older writer left
+        huge = state[name].double()
+        huge.view(-1)[0] = 1e39
+        return save({**state, name: huge})
+
+    save = bilm_layer.st_save
+    monkeypatch.setattr(bilm_layer, "st_save", save_one_huge)
+    data = nlp.get_pipe("elmo").to_bytes()
+    monkeypatch.undo()
+    loaded = spacy.blank("en")
+    loaded.add_pipe("elmo", config={"weights": None})
+    with pytest.raises(ValueError, match=f"{name!r} holds values reaching 1e\\+39"):
+        loaded.get_pipe("elmo").from_bytes(data)
