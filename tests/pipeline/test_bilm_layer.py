@@ -3,12 +3,16 @@
 import numpy
 import pytest
 import spacy
+import srsly
 import torch
+from thinc.model import serialize_attr
 
-from spacy_elmo.pipeline.bilm_layer import get_runner, get_shim, own_bilm_layer
+from spacy_elmo import BiLM, BiLMConfig
+from spacy_elmo.pipeline import bilm_layer
+from spacy_elmo.pipeline.bilm_layer import get_runner, get_shim, own_bilm_layer, step_bilm
 from spacy_elmo.pipeline.runner import fine_tuned
 
-from .conftest import N_LAYERS, WIDTH
+from .conftest import N_LAYERS, TINY, WIDTH
 
 TEXT = "The bank raised its rates . We sat on the river bank ."
 
@@ -128,3 +132,138 @@ def test_a_saved_pipeline_keeps_where_its_weights_came_from(tiny_dir):
     loaded.from_bytes(nlp.to_bytes())
     assert get_runner(loaded.get_pipe("elmo").model).source == source
     numpy.testing.assert_array_equal(loaded(TEXT)._.elmo, nlp(TEXT)._.elmo)
+
+
+def test_the_model_sizes_are_its_biLMs_width_and_layers(tiny_dir):
+    """``nO`` is the biLM's output width and ``nL`` its number of layers (what a listener and a scalar mix read).
+    The tiny biLM's 16 and 3 swapped left the tests of this file passing."""
+    model = _nlp(tiny_dir).get_pipe("elmo").model
+    assert (model.get_dim("nO"), model.get_dim("nL")) == (WIDTH, N_LAYERS)
+
+
+def test_weights_a_loader_gives_run_the_models_backend(tiny_dir):
+    """Weights from a loader (``load_weights(loader=)``) that ignores the backend it is given run the model's
+    backend, not the one the loader built them with. Not setting it left the tests of this file passing."""
+    nlp = spacy.blank("en")
+    model = {"@architectures": "spacy_elmo.ElmoBiLM.v2", "backend": "reference"}
+    nlp.add_pipe("elmo", config={"weights": None, "model": model})
+    pipe = nlp.get_pipe("elmo")
+    pipe.load_weights(loader=lambda backend: (BiLM.load(tiny_dir, backend="auto"), str(tiny_dir)))
+    assert get_runner(pipe.model).bilm.backend == "reference"
+
+
+def test_a_stepped_biLM_serves_no_token_vectors_of_its_weights_before_the_step(tiny_dir):
+    """The elmo component's step (step_bilm) empties the caches: a prediction after it runs the new weights, not
+    the token vectors a prediction between the backward and the step cached."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "frozen": False})
+    optimizer = nlp.initialize()
+    model = nlp.get_pipe("elmo").model
+    runner = get_runner(model)
+    train, other = [nlp.make_doc(TEXT)], [nlp.make_doc("Money in the river bank .")]
+    outputs, backprop = model.begin_update(train)
+    backprop([numpy.ones_like(o) for o in outputs])
+    before = model.predict(other)  # fills the token cache with the weights before the step
+    step_bilm(model, optimizer)
+    got = model.predict(other)
+    runner.clear_caches()
+    fresh = model.predict(other)
+    assert any(not numpy.allclose(a, b) for a, b in zip(fresh, before))  # the step changed the layers
+    for a, b in zip(got, fresh):
+        numpy.testing.assert_array_equal(a, b)
+
+
+def _one_layer_dir(tmp_path):
+    """A tiny biLM of one LSTM layer (2 output layers, not 3), saved."""
+    torch.manual_seed(1)
+    path = tmp_path / "one_layer"
+    BiLM(BiLMConfig(**{**TINY, "n_layers": 1}), backend="reference").save(path)
+    return path
+
+
+def test_saved_weights_of_another_size_load_into_an_initialized_component(tiny_dir, tmp_path):
+    """The weights decide the model's sizes: a saved biLM of 2 layers loads over one of 3 and serves with its
+    sizes. Reading the saved nO and nL as thinc does (before the weights) left the tests of this file passing."""
+    nlp, other = _nlp(tiny_dir), _nlp(_one_layer_dir(tmp_path))
+    nlp.get_pipe("elmo").from_bytes(other.get_pipe("elmo").to_bytes())
+    model = nlp.get_pipe("elmo").model
+    assert (model.get_dim("nO"), model.get_dim("nL")) == (WIDTH, 2)
+    numpy.testing.assert_array_equal(nlp(TEXT)._.elmo, other(TEXT)._.elmo)
+
+
+def test_saved_weights_that_do_not_fit_the_mix_are_refused_and_the_old_ones_serve(tiny_dir, tmp_path):
+    """A load checks the weights it reads before they serve: 2 layers for a mix of 3 weights is refused, naming
+    the mix, and the component keeps its weights and sizes. Not checking them left the tests of this file
+    passing."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("sentencizer")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "store_dtype": "float32", "mix": [0.0, 1.0, 2.0]})
+    nlp.initialize()
+    expected = nlp(TEXT)._.elmo
+    other = _nlp(_one_layer_dir(tmp_path))
+    with pytest.raises(ValueError, match="mix"):
+        nlp.get_pipe("elmo").from_bytes(other.get_pipe("elmo").to_bytes())
+    model = nlp.get_pipe("elmo").model
+    assert (model.get_dim("nO"), model.get_dim("nL")) == (WIDTH, N_LAYERS)
+    numpy.testing.assert_array_equal(nlp(TEXT)._.elmo, expected)
+
+
+def _fail(*args, **kwargs):
+    raise KeyboardInterrupt  # as a Ctrl-C (or any error) while a load sets what it read
+
+
+def test_a_load_failing_after_its_weights_were_set_puts_the_old_ones_back(tiny_dir, tmp_path, monkeypatch):
+    """A load interrupted after it set the weights it read (here in recording where they were checked) leaves the
+    component serving its old weights, source and sizes. Not putting the weights back (the sizes were) left the
+    tests of this file passing."""
+    nlp, other = _nlp(tiny_dir), _nlp(_one_layer_dir(tmp_path))
+    pipe = nlp.get_pipe("elmo")
+    runner, expected = get_runner(pipe.model), nlp(TEXT)._.elmo
+    source = runner.source
+    monkeypatch.setattr(type(pipe), "_checked_in", _fail)
+    with pytest.raises(KeyboardInterrupt):
+        pipe.from_bytes(other.get_pipe("elmo").to_bytes())
+    monkeypatch.undo()
+    assert (pipe.model.get_dim("nO"), pipe.model.get_dim("nL")) == (WIDTH, N_LAYERS)
+    assert runner.source == source
+    numpy.testing.assert_array_equal(nlp(TEXT)._.elmo, expected)
+
+
+def test_a_refused_load_leaves_no_attr_it_read(tiny_dir, tmp_path):
+    """thinc's from_dict sets the saved attrs before the weights are checked: a refused load takes back those the
+    model lacked too, not only the values of those it had. Putting back only the values left the tests of this
+    file passing."""
+    nlp = spacy.blank("en")
+    nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "mix": [0.0, 1.0, 2.0]})
+    nlp.initialize()
+    pipe = nlp.get_pipe("elmo")
+    before = dict(pipe.model.attrs)
+    data = srsly.msgpack_loads(_nlp(_one_layer_dir(tmp_path)).get_pipe("elmo").to_bytes())
+    model = srsly.msgpack_loads(data["model"])
+    model["attrs"][0]["stray"] = serialize_attr(1, 1, "stray", None)
+    data["model"] = srsly.msgpack_dumps(model)
+    with pytest.raises(ValueError, match="mix"):
+        pipe.from_bytes(srsly.msgpack_dumps(data))
+    assert pipe.model.attrs == before
+
+
+def test_a_saved_float64_weight_beyond_float32s_range_is_refused_at_load(tiny_dir, monkeypatch):
+    """A saved weight is cast to the model's dtype as it is read: a float64 value beyond float32's range (training
+    that diverged) is refused, naming the weight, not loaded as inf (NaN vectors). Reading it without the model's
+    dtype left the tests of this file and of test_serialization.py passing."""
+    nlp = _nlp(tiny_dir)
+    name = next(iter(get_runner(nlp.get_pipe("elmo").model).bilm.state_dict()))
+
+    def save_one_huge(state):  # as a float64 weight an older writer left
+        huge = state[name].double()
+        huge.view(-1)[0] = 1e39
+        return save({**state, name: huge})
+
+    save = bilm_layer.st_save
+    monkeypatch.setattr(bilm_layer, "st_save", save_one_huge)
+    data = nlp.get_pipe("elmo").to_bytes()
+    monkeypatch.undo()
+    loaded = spacy.blank("en")
+    loaded.add_pipe("elmo", config={"weights": None})
+    with pytest.raises(ValueError, match=f"{name!r} holds values reaching 1e\\+39"):
+        loaded.get_pipe("elmo").from_bytes(data)
