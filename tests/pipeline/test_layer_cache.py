@@ -374,21 +374,26 @@ def _swap_with_a_call_in_it(nlp, swap, text):
     return out["layers"]
 
 
-def test_a_call_starting_while_the_weights_are_swapped_reads_no_layers_of_the_old_ones(tiny_dir):
-    """set_bilm set the new biLM, then emptied the caches: a call starting in between read the old generation with
-    the new biLM and was served the old biLM's layers kept there (diffrev2's repro). The biLM and the generation now
-    change together (and the token cache with them: no window at all)."""
+def _a_pipeline_and_other_weights(tiny_dir):
+    """A one-thread pipeline, its model and runner, a copy of its biLM with every weight moved by 0.5, a text, and
+    the text's layers from the weights before, kept in the layer cache."""
     import copy
 
     nlp = _nlp(tiny_dir, 1)
     model = nlp.get_pipe("elmo").model
-    runner = get_runner(model)
     new = copy.deepcopy(get_bilm(model))
     with torch.no_grad():
         for p in new.parameters():
             p.add_(0.5)
     text = "We sat here ."
-    old_layers = nlp(text)._.elmo.copy()  # kept in the layer cache
+    return nlp, model, get_runner(model), new, text, nlp(text)._.elmo.copy()
+
+
+def test_a_call_starting_while_the_weights_are_swapped_reads_no_layers_of_the_old_ones(tiny_dir):
+    """set_bilm set the new biLM, then emptied the caches: a call starting in between read the old generation with
+    the new biLM and was served the old biLM's layers kept there (diffrev2's repro). The biLM and the generation now
+    change together (and the token cache with them: no window at all)."""
+    nlp, model, runner, new, text, old_layers = _a_pipeline_and_other_weights(tiny_dir)
     during = _swap_with_a_call_in_it(nlp, lambda: set_bilm(model, new, "new"), text)
     assert runner.bilm is new
     runner.clear_caches()
@@ -426,20 +431,11 @@ def test_a_call_between_set_bilms_assignment_and_the_new_generation_waits_for_bo
     generation of the layer cache, a hit: the old biLM's layers (diffrev3's repro, a mutant the two tests above let
     live). B is paused at the assignment (torch's module registration hook) until C is done, or 3 s: C waits on the
     lock, so B's pause times out, and C gets the new biLM's layers."""
-    import copy
     import threading
 
     from torch.nn.modules.module import register_module_module_registration_hook
 
-    nlp = _nlp(tiny_dir, 1)
-    model = nlp.get_pipe("elmo").model
-    runner = get_runner(model)
-    new = copy.deepcopy(get_bilm(model))
-    with torch.no_grad():
-        for p in new.parameters():
-            p.add_(0.5)
-    text = "We sat here ."
-    old = nlp(text)._.elmo.copy()  # kept in the layer cache
+    nlp, model, runner, new, text, old = _a_pipeline_and_other_weights(tiny_dir)
     at_set, c_done, out = threading.Event(), threading.Event(), {}
 
     def hook(module, name, submodule):
