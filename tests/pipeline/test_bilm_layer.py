@@ -85,9 +85,15 @@ def test_an_own_biLM_serves_no_token_vectors_of_its_weights_before_a_step(tiny_d
     before = own.predict(other)  # fills the token cache with the weights before the step
     backprop([numpy.ones_like(o) for o in outputs])
     own.finish_update(optimizer)
-    got = own.predict(other)
+    _assert_served_after_the_step(own, runner, other, before)
+
+
+def _assert_served_after_the_step(model, runner, docs, before):
+    """``model.predict(docs)`` now equals a run with both caches emptied, and differs from ``before`` (the layers
+    predicted before the step): no layers or token vectors of the old weights are served."""
+    got = model.predict(docs)
     runner.clear_caches()
-    fresh = own.predict(other)
+    fresh = model.predict(docs)
     assert any(not numpy.allclose(a, b) for a, b in zip(fresh, before))  # the step changed the layers
     for a, b in zip(got, fresh):
         numpy.testing.assert_array_equal(a, b)
@@ -165,12 +171,7 @@ def test_a_stepped_biLM_serves_no_token_vectors_of_its_weights_before_the_step(t
     backprop([numpy.ones_like(o) for o in outputs])
     before = model.predict(other)  # fills the token cache with the weights before the step
     step_bilm(model, optimizer)
-    got = model.predict(other)
-    runner.clear_caches()
-    fresh = model.predict(other)
-    assert any(not numpy.allclose(a, b) for a, b in zip(fresh, before))  # the step changed the layers
-    for a, b in zip(got, fresh):
-        numpy.testing.assert_array_equal(a, b)
+    _assert_served_after_the_step(model, runner, other, before)
 
 
 def _one_layer_dir(tmp_path):
