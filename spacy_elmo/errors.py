@@ -2209,8 +2209,8 @@ class Warnings:
         "`pandoc -f {pandoc} {shell_path} -t plain -o {text}` for a .{pandoc})"
     )
     W_WIDE_TEXT_SKIPPED = (
-        "spacy-elmo: skipped {path}: it looks like {encoding} text, not UTF-8. Re-encode it to UTF-8 to train on "
-        "it: `iconv -f {encoding} -t UTF-8 {shell_path} > NEW.txt`."
+        "spacy-elmo: skipped {path}: it looks like {encoding} text, not UTF-8. To train on it, re-encode it to UTF-8 "
+        "into the corpus (`iconv -f {encoding} -t UTF-8 {shell_path} > {text}`)."
     )
     W_TRAIN_PATH_OUTPUTS_SKIPPED = (
         "spacy-elmo: skipped {n_dirs} under {path} holding a model or spacy-elmo's output (a pretrain "

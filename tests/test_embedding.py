@@ -16,7 +16,7 @@ import spacy_elmo.embedding
 from spacy_elmo import BiLM, batch_to_ids
 from spacy_elmo.embedding import embed_file, embed_lines, parts_path
 from tests.bilm.oracle import NumpyElmo, options, write_model_files
-from tests.cli_text import plain
+from tests.cli_text import mixed_runner as runner, plain
 from tests.compressed import FORMATS, compressed
 
 LINES = [
@@ -460,8 +460,6 @@ def test_a_full_disk_says_what_is_kept_and_how_to_go_on(bilm, model_dir, corpus,
     import errno
     import shutil
 
-    from typer.testing import CliRunner
-
     from spacy_elmo.cli import app
 
     out, straight = tmp_path / "out.h5", tmp_path / "straight.h5"
@@ -482,8 +480,8 @@ def test_a_full_disk_says_what_is_kept_and_how_to_go_on(bilm, model_dir, corpus,
         assert raised.value.errno == code and "ran out of space" not in str(raised.value)
     with monkeypatch.context() as patch:
         patch.setattr(spacy_elmo.embedding, "embed_lines", _no_space_at_call(1, errno.ENOSPC))
-        result = CliRunner().invoke(app, ["embed", str(corpus), str(out), "--model", str(model_dir), "--part-size", "2",
-                                          "--batch-size", "2", "--no-progress"])
+        result = runner.invoke(app, ["embed", str(corpus), str(out), "--model", str(model_dir), "--part-size", "2",
+                                      "--batch-size", "2", "--no-progress"])
     assert result.exit_code == 1 and f"writing {out} ran out of space" in plain(result.output), result.output
     with monkeypatch.context() as patch:  # the merged file, beside OUTPUT, once every part is written
         patch.setattr(spacy_elmo.embedding, "_json_utf8", _no_space_at_call(1, errno.ENOSPC, function="_json_utf8"))
@@ -656,15 +654,13 @@ def test_the_lock_taken_again_by_the_same_thread_after_a_run_is_really_taken(tmp
 def test_an_output_that_cannot_be_locked_is_warned_of_as_pretrain_warns(model_dir, corpus, tmp_path, no_flock):
     """A file system without flock (some network mounts): pretrain warned that its OUTPUT_DIR was not locked,
     embed went on without a word. The command warns once (its embed_file runs under its hold) and finishes."""
-    from typer.testing import CliRunner
-
     from spacy_elmo.cli import app
     from spacy_elmo.errors import Warnings
     from tests.conftest import NO_FLOCK
 
     out = tmp_path / "out.h5"
     with pytest.warns(RuntimeWarning) as said:
-        result = CliRunner().invoke(app, ["embed", str(corpus), str(out), "--model", str(model_dir), "--no-progress"])
+        result = runner.invoke(app, ["embed", str(corpus), str(out), "--model", str(model_dir), "--no-progress"])
     assert result.exit_code == 0 and read_all(out)[0].keys() == {str(i) for i in range(len(LINES))}, result.output
     expected = Warnings.W_OUTPUT_NOT_LOCKED.format(name="OUTPUT", path=out, error=NO_FLOCK, command="embed",
                                                    rival="a second embed")
@@ -878,28 +874,27 @@ def test_undecodable_bytes_are_replaced_and_reported(bilm, tmp_path):
 
 
 def test_cli_embeds_and_reports_errors(model_dir, corpus, tmp_path):
-    from typer.testing import CliRunner
 
     from spacy_elmo.cli import app
 
     out = tmp_path / "cli.h5"
-    result = CliRunner().invoke(app, ["embed", str(corpus), str(out), "--model", str(model_dir), "--layers", "top"])
+    result = runner.invoke(app, ["embed", str(corpus), str(out), "--model", str(model_dir), "--layers", "top"])
     assert result.exit_code == 0, result.output
     assert f"{len(LINES)} lines" in result.output and read_all(out)[0]["2"].ndim == 2
-    again = CliRunner().invoke(app, ["embed", str(corpus), str(out), "--model", str(model_dir)])
+    again = runner.invoke(app, ["embed", str(corpus), str(out), "--model", str(model_dir)])
     assert again.exit_code == 1 and "--overwrite" in again.output
-    replaced = CliRunner().invoke(app, ["embed", str(corpus), str(out), "--model", str(model_dir), "--overwrite"])
+    replaced = runner.invoke(app, ["embed", str(corpus), str(out), "--model", str(model_dir), "--overwrite"])
     assert replaced.exit_code == 0 and f"wrote {out}" in replaced.output, replaced.output
     assert read_all(out)[0]["2"].ndim == 3  # all layers now
-    into_dir = CliRunner().invoke(app, ["embed", str(corpus), str(tmp_path), "--model", str(model_dir), "--overwrite"])
+    into_dir = runner.invoke(app, ["embed", str(corpus), str(tmp_path), "--model", str(model_dir), "--overwrite"])
     assert into_dir.exit_code == 1 and "is a directory" in into_dir.output
     # --restart drops the parts of other settings (here embed_file's, stopped after a part) and starts over
     other = tmp_path / "other.h5"
     embed_file(BiLM.load(model_dir), corpus, other, layers="top", part_size=2, stop_after_parts=1, progress=False)
     args = ["embed", str(corpus), str(other), "--model", str(model_dir), "--part-size", "2"]
-    refused = CliRunner().invoke(app, args)
+    refused = runner.invoke(app, args)
     assert refused.exit_code == 1 and "--restart" in plain(refused.output), refused.output
-    restarted = CliRunner().invoke(app, [*args, "--restart"])
+    restarted = runner.invoke(app, [*args, "--restart"])
     assert restarted.exit_code == 0 and "from an earlier run" not in restarted.output, restarted.output
     assert read_all(other)[0]["2"].ndim == 3 and not parts_path(other).exists()
 
@@ -912,8 +907,6 @@ def test_cli_refuses_a_second_run_into_the_same_output_before_loading_the_model(
     import os
     import subprocess
     import sys
-
-    from typer.testing import CliRunner
 
     from spacy_elmo.cli import app
 
@@ -931,7 +924,7 @@ def test_cli_refuses_a_second_run_into_the_same_output_before_loading_the_model(
     holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(out)], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline() == "held\n"
-        refused = CliRunner().invoke(app, args)
+        refused = runner.invoke(app, args)
         assert refused.exit_code == 1 and loads == [], refused.output
         assert f"Another embed (pid {holder.pid}) is writing {out}" in plain(refused.stderr)
     finally:
@@ -939,7 +932,7 @@ def test_cli_refuses_a_second_run_into_the_same_output_before_loading_the_model(
         holder.wait()
     lock.unlink()  # as the kill left it
     out.parent.rmdir()
-    failed = CliRunner().invoke(app, args)
+    failed = runner.invoke(app, args)
     assert failed.exit_code == 1 and "not a model" in failed.stderr, failed.output
     assert loads == [f"{os.getpid()}\n"]  # this run held the lock while it loaded
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "model"]  # no lock file, no sub/
@@ -948,15 +941,13 @@ def test_cli_refuses_a_second_run_into_the_same_output_before_loading_the_model(
 def test_cli_interrupted_says_what_is_kept_and_a_rerun_goes_on(model_dir, corpus, tmp_path, monkeypatch):
     """Ctrl-C ended in a KeyboardInterrupt traceback; it now says where the finished parts are
     and exits 130, and rerunning the command reuses them."""
-    from typer.testing import CliRunner
-
     from spacy_elmo.cli import app
 
     out = tmp_path / "out.h5"
     args = ["embed", str(corpus), str(out), "--model", str(model_dir), "--part-size", "2", "--batch-size", "2"]
     with monkeypatch.context() as patch:
         patch.setattr(spacy_elmo.embedding, "embed_lines", interrupted_at_call(3))  # one call a part here
-        stopped = CliRunner().invoke(app, args)
+        stopped = runner.invoke(app, args)
     assert stopped.exit_code == 130, stopped.output
     assert f"finished parts are kept in {out}.parts: rerun the same command" in " ".join(stopped.output.split())
     assert len(list((tmp_path / "out.h5.parts").glob("part-*.hdf5"))) == 2 and not out.exists()
@@ -964,13 +955,13 @@ def test_cli_interrupted_says_what_is_kept_and_a_rerun_goes_on(model_dir, corpus
     # after it (`embedding:   0%|...|Interrupted. The finished parts...` then a bar line below).
     said = stopped.output.index("Interrupted.")
     assert stopped.output[said - 1] == "\n" and "embedding" not in stopped.output[said:], stopped.output
-    again = CliRunner().invoke(app, args)
+    again = runner.invoke(app, args)
     assert again.exit_code == 0 and "(2 parts from an earlier run)" in again.output, again.output
     # Ctrl-C while the text is read, before the parts directory exists: nothing written, no parts named
     early = tmp_path / "early.h5"
     with monkeypatch.context() as patch:
         patch.setattr(spacy_elmo.embedding, "scan_lines", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
-        stopped = CliRunner().invoke(app, ["embed", str(corpus), str(early), "--model", str(model_dir)])
+        stopped = runner.invoke(app, ["embed", str(corpus), str(early), "--model", str(model_dir)])
     assert stopped.exit_code == 130, stopped.output
     assert "Interrupted before any part was started: nothing was written." in " ".join(stopped.output.split())
     assert "parts are kept" not in stopped.output and not early.exists() and not parts_path(early).exists()
@@ -1005,8 +996,6 @@ def test_cli_sigterm_stops_as_ctrl_c_does_and_the_rerun_writes_the_identical_fil
     import subprocess
     import sys
 
-    from typer.testing import CliRunner
-
     from spacy_elmo.cli import app
 
     out, straight = tmp_path / "out.h5", tmp_path / "straight" / "out.h5"
@@ -1020,9 +1009,9 @@ def test_cli_sigterm_stops_as_ctrl_c_does_and_the_rerun_writes_the_identical_fil
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "model", "out.h5.parts"]  # no lock file
     assert sorted(p.name for p in (tmp_path / "out.h5.parts").iterdir() if p.name.startswith(".")) == []  # no half part
     assert len(list((tmp_path / "out.h5.parts").glob("part-*.hdf5"))) == 2
-    again = CliRunner().invoke(app, args)
+    again = runner.invoke(app, args)
     assert again.exit_code == 0 and "(2 parts from an earlier run)" in again.output, again.output
-    whole = CliRunner().invoke(app, [*args[:2], str(straight), *args[3:]])
+    whole = runner.invoke(app, [*args[:2], str(straight), *args[3:]])
     assert whole.exit_code == 0, whole.output
     assert out.read_bytes() == straight.read_bytes()
 
@@ -1030,8 +1019,6 @@ def test_cli_sigterm_stops_as_ctrl_c_does_and_the_rerun_writes_the_identical_fil
 def test_cli_ctrl_c_while_removing_the_parts_of_a_complete_output_says_it_is_complete(model_dir, corpus, tmp_path,
                                                                                      monkeypatch):
     """It said "Interrupted before any part was started: nothing was written." (exit 130) of a complete OUTPUT."""
-    from typer.testing import CliRunner
-
     from spacy_elmo.cli import app
 
     out = tmp_path / "out.h5"
@@ -1039,7 +1026,7 @@ def test_cli_ctrl_c_while_removing_the_parts_of_a_complete_output_says_it_is_com
     with monkeypatch.context() as patch:
         _interrupted_deleting_parts(patch, "merged.json")
         with pytest.warns(RuntimeWarning, match="after it was complete"):
-            result = CliRunner().invoke(app, args)
+            result = runner.invoke(app, args)
     assert result.exit_code == 0 and f"wrote {out}: {len(LINES)} lines" in result.output, result.output
     assert "nothing was written" not in result.output and len(read_all(out)[0]) == len(LINES)
 
@@ -1049,15 +1036,13 @@ def test_cli_really_killed_again_and_again_writes_the_identical_file(model_dir, 
     part, half-way through writing the merged file and while removing the parts, each time rerun
     as it was: no half-written file is taken as complete, and the output is a straight run's, bit
     for bit, with nothing left beside it."""
-    from typer.testing import CliRunner
-
     from spacy_elmo.cli import app
 
     def command(output):  # 4 parts of 2 lines, one biLM call each
         return ["embed", str(corpus), str(output), "--model", str(model_dir), "--part-size", "2", "--batch-size", "2"]
 
     straight, out, parts = tmp_path / "straight.h5", tmp_path / "out.h5", tmp_path / "out.h5.parts"
-    assert CliRunner().invoke(app, command(straight)).exit_code == 0
+    assert runner.invoke(app, command(straight)).exit_code == 0
 
     def finished():
         return [int(p.name[len("part-"):-len(".hdf5")]) for p in sorted(parts.glob("part-*.hdf5"))]
@@ -1070,7 +1055,7 @@ def test_cli_really_killed_again_and_again_writes_the_identical_file(model_dir, 
     assert finished() == [0, 1, 2, 3] and not out.exists() and list(tmp_path.glob(".out.h5.*.tmp"))
     kill_runner.run("replaced:.out.h5.parts.*.tmp", 1, command(out))  # the parts renamed away, not yet deleted
     assert out.read_bytes() == straight.read_bytes() and not parts.exists()
-    again = CliRunner().invoke(app, command(out))
+    again = runner.invoke(app, command(out))
     assert again.exit_code == 0 and f"{out} is already complete (7 lines, " in again.output, again.output
     assert out.read_bytes() == straight.read_bytes()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "model", "out.h5", "straight.h5"]
@@ -1081,8 +1066,6 @@ def test_cli_refuses_unusable_paths_before_loading_the_model(bilm, corpus, tmp_p
     --overwrite replaced the text with its vectors; a missing input was found only after loading
     the model (here a model that does not exist: the path error comes first). `embed - OUT` said "- does not
     exist"."""
-    from typer.testing import CliRunner
-
     from spacy_elmo.cli import app
 
     text = corpus.read_bytes()
@@ -1095,7 +1078,7 @@ def test_cli_refuses_unusable_paths_before_loading_the_model(bilm, corpus, tmp_p
     ]
     (tmp_path / "link.h5").symlink_to(corpus)
     for args, message in cases:
-        result = CliRunner().invoke(app, ["embed", *args, "--model", str(tmp_path / "no-model")])
+        result = runner.invoke(app, ["embed", *args, "--model", str(tmp_path / "no-model")])
         assert result.exit_code == 1 and message in " ".join(result.output.split()), (args, result.output)
         assert isinstance(result.exception, SystemExit)  # a clean exit, no traceback
     with pytest.raises(NotADirectoryError, match="is a file, not a directory"):
@@ -1112,8 +1095,6 @@ def test_cli_refuses_an_output_directory_where_no_file_can_be_created_before_rea
     new file even from root, whom a chmod'ed directory would not stop."""
     import tempfile
 
-    from typer.testing import CliRunner
-
     from spacy_elmo.cli import app
 
     if not Path("/sys").is_dir():
@@ -1124,7 +1105,7 @@ def test_cli_refuses_an_output_directory_where_no_file_can_be_created_before_rea
     except OSError:
         pass
     out = "/sys/spacy-elmo-test-out.h5"
-    result = CliRunner().invoke(app, ["embed", str(corpus), out, "--model", str(tmp_path / "no-model")])
+    result = runner.invoke(app, ["embed", str(corpus), out, "--model", str(tmp_path / "no-model")])
     assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.output
     said = " ".join(result.output.split())
     assert f"{out} cannot be written: no file can be created in /sys" in said and "writable directory" in said
@@ -1175,12 +1156,10 @@ def test_a_resumed_runs_bar_starts_at_the_reused_lines(bilm, corpus, tmp_path, m
 
 def test_cli_unknown_layers_is_a_usage_error_before_loading_the_model(corpus, tmp_path):
     """--layers was checked only after the model had loaded (minutes for a large model)."""
-    from typer.testing import CliRunner
-
     from spacy_elmo.cli import app
 
-    result = CliRunner().invoke(app, ["embed", str(corpus), str(tmp_path / "o.h5"), "--model",
-                                      str(tmp_path / "no-model"), "--layers", "mean"])
+    result = runner.invoke(app, ["embed", str(corpus), str(tmp_path / "o.h5"), "--model",
+                                  str(tmp_path / "no-model"), "--layers", "mean"])
     assert result.exit_code == 2, result.output
     assert "Unknown layers 'mean'" in " ".join(result.output.split())
     assert "no-model" not in result.output  # the model was never looked at
@@ -1189,12 +1168,10 @@ def test_cli_unknown_layers_is_a_usage_error_before_loading_the_model(corpus, tm
 
 def test_cli_whitespace_and_lang_together_are_a_usage_error_before_loading_the_model(corpus, tmp_path):
     """--whitespace and --lang ask for two readings of the lines: one of them is asked for, before the model loads."""
-    from typer.testing import CliRunner
-
     from spacy_elmo.cli import app
 
-    result = CliRunner().invoke(app, ["embed", str(corpus), str(tmp_path / "o.h5"), "--model", str(tmp_path / "no-model"),
-                                      "--whitespace", "--lang", "en"])
+    result = runner.invoke(app, ["embed", str(corpus), str(tmp_path / "o.h5"), "--model", str(tmp_path / "no-model"),
+                                  "--whitespace", "--lang", "en"])
     assert result.exit_code == 2, result.output
     assert "--whitespace splits the lines at whitespace and --lang en reads them with spaCy's tokenizer: give one" in (
         " ".join(plain(result.output).replace("│", " ").split())), result.output
@@ -1211,12 +1188,10 @@ def test_cli_whitespace_and_lang_together_are_a_usage_error_before_loading_the_m
 def test_cli_numeric_options_are_named_as_typed(corpus, tmp_path, flag, value, expected):
     """The errors named the Python keywords ("batch_size must be at least 1") after the model had
     loaded; now a usage error naming the flag, before. embed_file keeps naming its keywords."""
-    from typer.testing import CliRunner
-
     from spacy_elmo.cli import app
 
-    result = CliRunner().invoke(app, ["embed", str(corpus), str(tmp_path / "o.h5"), "--model",
-                                      str(tmp_path / "no-model"), flag, value])
+    result = runner.invoke(app, ["embed", str(corpus), str(tmp_path / "o.h5"), "--model",
+                                  str(tmp_path / "no-model"), flag, value])
     assert result.exit_code == 2, result.output
     assert f"Invalid value for '{flag}': {expected}" in plain(result.output)
     assert flag[2:].replace("-", "_") not in result.output  # batch_size, ...: the Python name
@@ -1439,14 +1414,12 @@ def test_parts_of_another_tokenizer_are_not_reused(bilm, corpus, tmp_path):
 def test_cli_spacy_tokens_leave_whitespace_tokens_out(model_dir, bilm, tmp_path):
     """--lang: spaCy makes tokens of extra spaces and tabs ("  Mein Freund\\tliest" gave 5 rows, "  " and
     "\\t" among them); pretraining drops them, so embed must too: the rows are the words' rows alone."""
-    from typer.testing import CliRunner
-
     from spacy_elmo.cli import app
 
     text = tmp_path / "spaced.txt"
     text.write_text("Der Junge  isst.\n  Mein Freund\tliest\n \n", encoding="utf-8")
     out = tmp_path / "spaced.h5"
-    result = CliRunner().invoke(app, ["embed", str(text), str(out), "--model", str(model_dir), "--lang", "de"])
+    result = runner.invoke(app, ["embed", str(text), str(out), "--model", str(model_dir), "--lang", "de"])
     assert result.exit_code == 0, result.output
     data, _ = read_all(out)
     words = [["Der", "Junge", "isst", "."], ["Mein", "Freund", "liest"]]
@@ -1461,8 +1434,6 @@ def test_cli_spacy_tokens_leave_whitespace_tokens_out(model_dir, bilm, tmp_path)
 def test_cli_whitespace_splits_at_whitespace_a_model_that_records_its_language(bilm, tmp_path):
     """--whitespace reads the lines as AllenNLP's command does whatever language the model records; without it such
     a model's lines are read with spaCy's tokenizer of that language."""
-    from typer.testing import CliRunner
-
     from spacy_elmo.cli import app
 
     bilm.save(tmp_path / "en-model", provenance={"lang": "en", "tokenizer": None})
@@ -1470,7 +1441,7 @@ def test_cli_whitespace_splits_at_whitespace_a_model_that_records_its_language(b
     text.write_text("Hello, world\n", encoding="utf-8")
     for option, n_tokens in (("--whitespace", 2), ("--no-progress", 3)):  # "Hello," "world" / "Hello" "," "world"
         out = tmp_path / f"{option}.h5"
-        result = CliRunner().invoke(app, ["embed", str(text), str(out), "--model", str(tmp_path / "en-model"), option])
+        result = runner.invoke(app, ["embed", str(text), str(out), "--model", str(tmp_path / "en-model"), option])
         assert result.exit_code == 0, result.output
         assert read_all(out)[0]["0"].shape[1] == n_tokens, option
 
@@ -1478,18 +1449,16 @@ def test_cli_whitespace_splits_at_whitespace_a_model_that_records_its_language(b
 def test_cli_parts_of_a_whitespace_run_name_the_option_that_finishes_it(bilm, corpus, model_dir, tmp_path):
     """A run of embed's old default (whitespace) resumed under the new one (the model's language) was refused with
     "Rerun with the earlier settings", though the user had: the refusal names --whitespace, which finishes it."""
-    from typer.testing import CliRunner
-
     from spacy_elmo.cli import app
 
     out = tmp_path / "out.h5"
     embed_file(bilm, corpus, out, part_size=2, progress=False, stop_after_parts=1)  # tokenize=None: whitespace
     args = ["embed", str(corpus), str(out), "--model", str(model_dir), "--part-size", "2", "--no-progress"]
-    refused = CliRunner().invoke(app, [*args, "--lang", "en"])
+    refused = runner.invoke(app, [*args, "--lang", "en"])
     assert refused.exit_code == 1
     assert ("Rerun with the earlier settings (`spacy-elmo embed` with --whitespace: the earlier run split the lines "
             "at whitespace) to finish it") in " ".join(refused.output.split())
-    finished = CliRunner().invoke(app, [*args, "--whitespace"])
+    finished = runner.invoke(app, [*args, "--whitespace"])
     assert finished.exit_code == 0 and "from an earlier run" in finished.output
 
 
@@ -1498,8 +1467,6 @@ def test_cli_spacy_parts_of_another_tokenizer_or_older_token_rules_are_not_reuse
     after installing SudachiPy, and parts of a spacy-elmo that still embedded spaCy's whitespace tokens
     (other rows) were reused too, and so were parts tokenized with the rules of another spaCy. The name now
     holds the tokenizer block and a digest of spaCy's rules, the manifest the token rules."""
-    from typer.testing import CliRunner
-
     from spacy_elmo.cli import app
     from spacy_elmo.training import data
 
@@ -1509,7 +1476,7 @@ def test_cli_spacy_parts_of_another_tokenizer_or_older_token_rules_are_not_reuse
     args = ["embed", str(text), str(out), "--model", str(model_dir), "--lang", "de", "--part-size", "1"]
     with monkeypatch.context() as m:
         m.setattr(spacy_elmo.embedding, "embed_lines", interrupted_at_call(2))  # one call a part here
-        assert CliRunner().invoke(app, args).exit_code == 130
+        assert runner.invoke(app, args).exit_code == 130
     manifest_path = tmp_path / "spaced.h5.parts" / "manifest.json"
     manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
     block = 'spacy:de {"@tokenizers": "spacy.Tokenizer.v1"}'
@@ -1517,7 +1484,7 @@ def test_cli_spacy_parts_of_another_tokenizer_or_older_token_rules_are_not_reuse
     assert manifest["token_rules"] == spacy_elmo.embedding.EMBED_TOKEN_RULES == 2
     with monkeypatch.context() as m:
         m.setattr(data, "tokenizer_settings", lambda nlp: {"@tokenizers": "spacy.de.OtherTokenizer"})
-        other = CliRunner().invoke(app, args)
+        other = runner.invoke(app, args)
     assert other.exit_code == 1
     said = " ".join(other.output.split())
     assert f"different tokenizer (earlier '{block} rules" in said
@@ -1529,15 +1496,15 @@ def test_cli_spacy_parts_of_another_tokenizer_or_older_token_rules_are_not_reuse
     assert "with --lang de," not in said
     with monkeypatch.context() as m:  # the same tokenizer block with other rules (a spaCy upgrade)
         m.setattr(data, "spacy_rules", lambda nlp: "0" * 64)
-        upgraded = CliRunner().invoke(app, args)
+        upgraded = runner.invoke(app, args)
     said = " ".join(upgraded.output.split())
     assert upgraded.exit_code == 1 and "different tokenizer" in said and "reads language 'de' as the earlier one did" in said
-    english = CliRunner().invoke(app, [*args, "--lang", "en"])  # another language: the option that reads as it did
+    english = runner.invoke(app, [*args, "--lang", "en"])  # another language: the option that reads as it did
     assert english.exit_code == 1
     assert ("Rerun with the earlier settings (`spacy-elmo embed` with --lang de, spaCy's tokenizer then being "
             '{"@tokenizers": "spacy.Tokenizer.v1"}: the earlier run read with it)') in " ".join(english.output.split())
     text.write_text("Der Junge  schläft.\n  Mein Freund\tliest\n", encoding="utf-8")  # the same tokenizer, other text
-    edited = CliRunner().invoke(app, args)
+    edited = runner.invoke(app, args)
     said = " ".join(edited.output.split())
     assert edited.exit_code == 1 and "different input" in said, said
     # the settings are the same: what finishes it is the text that run read, or --restart
@@ -1553,12 +1520,12 @@ def test_cli_spacy_parts_of_another_tokenizer_or_older_token_rules_are_not_reuse
     text.write_text("Der Junge  isst.\n  Mein Freund\tliest\n", encoding="utf-8")
     older = {k: v for k, v in manifest.items() if k != "token_rules"}
     manifest_path.write_text(json.dumps(dict(older, tokenizer="spacy:de")), encoding="utf-8")
-    old = CliRunner().invoke(app, args)
+    old = runner.invoke(app, args)
     assert old.exit_code == 1 and "older spacy-elmo, which did not record token_rules" in " ".join(old.output.split())
     manifest_path.write_text(json.dumps(manifest), encoding="utf-8")
     with monkeypatch.context() as m:  # pretraining's token rules (cut_runs) are no part of embed's tokens
         m.setattr(data, "TOKEN_RULES", data.TOKEN_RULES + 1)
-        again = CliRunner().invoke(app, args)
+        again = runner.invoke(app, args)
     assert again.exit_code == 0 and "(1 part from an earlier run)" in again.output, again.output
 
 
@@ -1585,7 +1552,6 @@ def test_a_compressed_input_embeds_as_its_text_and_resumes_from_parts_of_any_pac
 
 @pytest.mark.parametrize("damage", ["truncated", "damaged", "misnamed"])
 def test_a_broken_or_misnamed_compressed_input_is_a_clear_error_before_any_part(model_dir, corpus, tmp_path, damage):
-    from typer.testing import CliRunner
 
     from spacy_elmo.cli import app
 
@@ -1597,7 +1563,7 @@ def test_a_broken_or_misnamed_compressed_input_is_a_clear_error_before_any_part(
         broken = compressed(corpus, ".xz", damage=damage)
         expected = f"{broken} is a broken xz file"
     out = tmp_path / "o.h5"
-    result = CliRunner().invoke(app, ["embed", str(broken), str(out), "--model", str(model_dir)])
+    result = runner.invoke(app, ["embed", str(broken), str(out), "--model", str(model_dir)])
     assert result.exit_code == 1, result.output
     assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
     assert expected in plain(result.output)

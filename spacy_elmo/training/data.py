@@ -581,17 +581,23 @@ _FORMAT_ENDINGS = sorted(
 )
 
 
+#: What :func:`skipped_warning` tells to re-encode a UTF-16 or UTF-32 file ``u.txt`` into: ``u.utf8.txt`` beside it
+WIDE_TEXT_ENDING = ".utf8.txt"
+
+
 def _beside(path: PathLike, suffix: str) -> Path:
-    """The path, in the directory of the skipped file ``path``, of the text (``suffix`` ``.txt`` or ``.txt.gz``) or
-    the directory (``suffix`` ``""``) a directory's fix command makes of it: named after the file (``a.txt`` of
-    ``a.zst``, ``c/`` of ``c.tar.gz``), so the commands for two skipped files do not write the same path; the
-    file's whole name then ``suffix`` (or ``.d``) when that path is taken (``a.txt`` beside ``a.zst``)."""
+    """The path, in the directory of the skipped file ``path``, of the text (``suffix`` ``.txt``, ``.txt.gz`` or
+    :data:`WIDE_TEXT_ENDING`) or the directory (``suffix`` ``""``) a directory's fix command makes of it: named after
+    the file (``a.txt`` of ``a.zst``, ``c/`` of ``c.tar.gz``, ``u.utf8.txt`` of a UTF-16 ``u.txt``), so the commands
+    for two skipped files do not write the same path; the file's whole name then ``suffix`` (or ``.d``) when that
+    path is taken (``a.txt`` beside ``a.zst``)."""
     path = Path(path)
     name = path.name
     lower = name.lower()
     ending = next((e for e in _FORMAT_ENDINGS if lower.endswith(e) and len(e) < len(name)), path.suffix)
     stem = name[: len(name) - len(ending)] if ending and len(ending) < len(name) else name
-    added = suffix[4:] if suffix and stem.lower().endswith(".txt") else suffix  # c.txt.zst: c.txt, c.txt.gz
+    # c.txt.zst: c.txt, c.txt.gz (not c.txt.txt)
+    added = suffix[4:] if suffix.startswith(".txt") and stem.lower().endswith(".txt") else suffix
     made = path.parent / (stem + added)
     if made == path or os.path.lexists(made):
         made = path.parent / (name + (suffix or ".d"))
@@ -648,8 +654,11 @@ def skipped_warning(path: Path, kind: str) -> str:
     if unread is not None:
         what, fix = unread
         return Warnings.W_UNREAD_FORMAT_SKIPPED.format(path=path, what=what, fix=fix)
-    skipped = Warnings.W_BINARY_SKIPPED if kind == BINARY else Warnings.W_WIDE_TEXT_SKIPPED
-    return skipped.format(path=path, shell_path=shell_quoted(path), encoding=kind)
+    if kind == BINARY:
+        return Warnings.W_BINARY_SKIPPED.format(path=path)
+    # named after it (u.utf8.txt of u.txt), so the commands for two such files do not write one NEW.txt
+    text = shell_quoted(_beside(path, WIDE_TEXT_ENDING))
+    return Warnings.W_WIDE_TEXT_SKIPPED.format(path=path, shell_path=shell_quoted(path), encoding=kind, text=text)
 
 
 #: A stretch of more than RUN_CHARS characters without whitespace; from its start only (no match is tried

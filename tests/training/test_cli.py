@@ -6,19 +6,15 @@ import warnings
 
 import pytest
 import torch
-from typer.testing import CliRunner
 
 from spacy_elmo import BiLM, BiLMConfig
 from spacy_elmo.cli import app
 from spacy_elmo.errors import Warnings
 from spacy_elmo.training.trainer import read_log
-from tests.cli_text import plain
+from tests.cli_text import mixed_runner as runner, plain
 
 from .conftest import TINY, tiny_pretrain_args, write_corpus
 
-# A wide terminal: the error box wraps at its width, and a long tmp_path (pytest-1261/...) was folded inside a
-# path, which no whitespace normalising undoes.
-runner = CliRunner(env={"COLUMNS": "1000"})
 
 
 def pretrain_tiny(tmp_path, *extra, max_steps=3):

@@ -9,18 +9,16 @@ import warnings
 import click
 import pytest
 import typer
-from typer.testing import CliRunner
 
 from spacy_elmo import BiLM, BiLMConfig
 from spacy_elmo.bilm.native_io import INITIAL_STATE_NAME
 from spacy_elmo.cli import app
 from spacy_elmo.errors import Warnings
-from tests.cli_text import plain
+from tests.cli_text import mixed_runner as runner, plain
 from tests.compressed import FORMATS, compressed
 
 from .conftest import TINY, locked_by_another_process, write_corpus
 
-runner = CliRunner()
 
 
 @pytest.fixture(scope="module")

@@ -8,17 +8,15 @@ import warnings
 
 import pytest
 import spacy
-from typer.testing import CliRunner
 
 from spacy_elmo.cli import app
 from spacy_elmo.errors import TokenizerMismatchWarning, Warnings
 from spacy_elmo.training import data
 from spacy_elmo.training.data import RULE_BASED
-from tests.cli_text import plain
+from tests.cli_text import mixed_runner as runner, plain
 
 from .conftest import tiny_pretrain_args
 
-runner = CliRunner()
 
 #: spaCy's Chinese tokenizer of spacy.blank("zh"): characters
 ZH_CHARS = {"@tokenizers": "spacy.zh.ChineseTokenizer", "segmenter": "char"}

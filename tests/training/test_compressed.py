@@ -5,6 +5,7 @@ import gzip
 import io
 import json
 import shlex
+import shutil
 import tarfile
 import warnings
 import zipfile
@@ -253,6 +254,45 @@ def test_the_fixes_of_files_skipped_in_one_directory_make_paths_named_after_each
             assert part in said[name], said[name]
         assert "NEW" not in said[name], said[name]
     assert (corpus / "a.txt").read_text() == text
+
+
+def test_utf16_files_skipped_in_one_directory_are_told_to_re_encode_into_paths_named_after_each(tmp_path):
+    """Every UTF-16 or UTF-32 file skipped in a directory was told `iconv ... > NEW.txt` (in the current directory):
+    the command for the second overwrote what the first made. Each is re-encoded into the corpus beside it, named
+    after it (u.utf8.txt of u.txt), shell-quoted; a name taken is not overwritten (the file's whole name then
+    .utf8.txt); and what the command makes is read (once the UTF-16 files are moved out)."""
+    import subprocess
+
+    from spacy_elmo.training.data import not_utf8, skipped_warning
+
+    corpus = tmp_path / "my corpus"
+    corpus.mkdir()
+    write_corpus(corpus / "a.txt", 5)
+    text = "The cat sat on the mat .\n"
+    files = {name: write_bytes(corpus / name, text.encode(codec)) for name, codec in
+             (("u.txt", "utf-16"), ("v.txt", "utf-16-le"), ("w", "utf-32"), ("x.txt.docx", "utf-16"), ("a.csv", "utf-16"))}
+    write_corpus(corpus / "a.utf8.txt", 2)  # taken: a.csv's is a.csv.utf8.txt
+    said = {name: skipped_warning(path, not_utf8(path)) for name, path in files.items()}
+    made = {"u.txt": "u.utf8.txt", "v.txt": "v.utf8.txt", "w": "w.utf8.txt", "x.txt.docx": "x.txt.utf8.txt",
+            "a.csv": "a.csv.utf8.txt"}
+    for name, output in made.items():
+        command = f"`iconv -f {not_utf8(files[name])} -t UTF-8 {shlex.quote(str(files[name]))} > {shlex.quote(str(corpus / output))}`"
+        assert command in said[name] and "NEW" not in said[name] and "into the corpus" in said[name], said[name]
+    with pytest.warns(RuntimeWarning) as caught:
+        build_corpus(corpus, "en", tmp_path / "cache", progress=False)
+    assert sorted(str(w.message) for w in caught if "skipped" in str(w.message)) == sorted(said.values())
+    # the commands, run, make UTF-8 text of each, read as the corpus's
+    if shutil.which("iconv") is None:
+        pytest.skip("iconv is not installed: the commands the warnings give were checked, not run")
+    outside = tmp_path / "wide"
+    outside.mkdir()
+    for name, path in files.items():
+        command = said[name][said[name].index("`") + 1 : said[name].rindex("`")]
+        subprocess.run(command, shell=True, check=True)
+        path.rename(outside / name)
+        assert (corpus / made[name]).read_text(encoding="utf-8") == text
+    meta = build_corpus(corpus, "en", tmp_path / "cache2", progress=False)
+    assert meta["stats"]["n_files"] == 2 + len(made) and meta["stats"]["n_binary"] == 0
 
 
 def test_the_first_bytes_of_a_format_inside_a_text_are_read_as_text(tmp_path):

@@ -5,15 +5,14 @@ import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
-from typer.testing import CliRunner
 
 from spacy_elmo import BiLM, BiLMConfig, batch_to_ids
 from spacy_elmo.cli import app
 from spacy_elmo.training.modelio import SOFTMAX_FILE, load_pretrained, save_pretrained
 from spacy_elmo.training.softmax import SoftmaxLayer
 from spacy_elmo.training.vocab import Vocab
+from tests.cli_text import mixed_runner as runner
 
-runner = CliRunner()
 CONFIG = BiLMConfig(projection_dim=4, cell_dim=6, filters=[(1, 3), (2, 3)], n_highway=1)
 TOKENS = ["<S>", "</S>", "<UNK>", "river", "bank"]
 

@@ -12,18 +12,16 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from typer.testing import CliRunner
 
 from spacy_elmo import BiLM
 from spacy_elmo.cli import app
 from spacy_elmo.training import checkpoint as ckpt
 from spacy_elmo.training.data import build_corpus
 from spacy_elmo.training.trainer import LOG_NAME, read_log, train
-from tests.cli_text import plain
+from tests.cli_text import mixed_runner as runner, plain
 
 from .conftest import locked_by_another_process, tiny_pretrain_args, tiny_train_config, write_corpus
 
-runner = CliRunner()
 
 
 def _losses(out):
