@@ -178,17 +178,19 @@ def perplexity_text(result: Dict[str, Any]) -> str:
     loss_f, loss_b = result["loss_forward"], result["loss_backward"]  # None: a NaN of a json_ready result
     losses = (loss_f, loss_b, None if loss_f is None or loss_b is None else (loss_f + loss_b) / 2)
     forward, backward, mean = (
-        _perplexity_shown(value, loss)
+        perplexity_shown(value, loss)
         for value, loss in zip((result["perplexity_forward"], result["perplexity_backward"], result["perplexity"]), losses))
     return f"perplexity ({reading}): forward {forward}, backward {backward}, geometric mean {mean}"
 
 
-def _perplexity_shown(value: Optional[float], loss: Optional[float]) -> str:
+def perplexity_shown(value: Optional[float], loss: Optional[float] = None) -> str:
     """A perplexity as :func:`perplexity_text` shows it: ``{value:.2f}``, from :data:`PERPLEXITY_SHOWN_EXPONENT_FROM`
     ``{value:.3e}`` (not a number of up to 309 digits), or past a float's range (inf, or None with a finite loss:
-    :func:`json_ready`) ``inf (mean loss L nats)``."""
+    :func:`json_ready`) ``inf (mean loss L nats)``; ``inf`` where the mean ``loss`` it is ``exp`` of is not given."""
     if value is not None and not math.isinf(value):
         return f"{value:.3e}" if value >= PERPLEXITY_SHOWN_EXPONENT_FROM else f"{value:.2f}"
+    if value is not None and loss is None:
+        return "inf"
     if loss is None or math.isnan(loss):
         return "nan"
     return f"inf (mean loss {loss:,.2f} nats)"
