@@ -206,6 +206,8 @@ def check_vocab(args) -> int:
 
 def train_loop(args, state: dict, train: Path, heldout: Path) -> None:
     """Chunks until held-out perplexity stops improving (or a limit is reached)."""
+    from spacy_elmo.training.evaluate import perplexity_text
+
     run_dir = args.work_dir / "run"
     done_now = 0
     while state["stopped"] is None:
@@ -225,7 +227,8 @@ def train_loop(args, state: dict, train: Path, heldout: Path) -> None:
             h = evaluate_model_dir(str(run_dir), heldout, device=args.device, progress=True)
         vocab = check_vocab(args)
         entry = {"step": target, "seconds": round(time.perf_counter() - start, 1), "vocab_size": vocab,
-                 **{k: h[k] for k in ("perplexity", "perplexity_forward", "perplexity_backward") if k in h}}
+                 **{k: h[k] for k in ("perplexity", "perplexity_forward", "perplexity_backward", "loss_forward",
+                                      "loss_backward") if k in h}}
         state["chunks"].append(entry)
         best = state["best"]
         if best is None or entry["perplexity"] < best["perplexity"] * (1 - args.min_improvement):
@@ -233,9 +236,8 @@ def train_loop(args, state: dict, train: Path, heldout: Path) -> None:
             state["best"] = entry
             tag = "new best"
         else:
-            tag = f"no improvement over {best['perplexity']:.2f} (step {best['step']})"
-        print(f"step {target}: held-out perplexity forward {entry['perplexity_forward']:.2f}, backward "
-              f"{entry['perplexity_backward']:.2f}, mean {entry['perplexity']:.2f} -- {tag}", flush=True)
+            tag = f"no improvement over {_mean_shown(best)} (step {best['step']})"
+        print(f"step {target}: held-out {perplexity_text(h)} -- {tag}", flush=True)
         since = sum(1 for c in state["chunks"] if c["step"] > state["best"]["step"])
         if since >= args.patience:
             state["stopped"] = f"no improvement for {since} chunks"
@@ -244,7 +246,16 @@ def train_loop(args, state: dict, train: Path, heldout: Path) -> None:
         save_state(args, state)
         done_now += 1
     print(f"training finished: {state['stopped']}; best step {state['best']['step']}, "
-          f"held-out perplexity {state['best']['perplexity']:.2f}", flush=True)
+          f"held-out perplexity {_mean_shown(state['best'])}", flush=True)
+
+
+def _mean_shown(entry: dict) -> str:
+    """A chunk's (mean) held-out perplexity as ``perplexity_text`` shows it: past a float's range with its mean loss
+    (a chunk recorded before its losses were: ``inf``)."""
+    from spacy_elmo.training.evaluate import perplexity_shown
+
+    loss_f, loss_b = entry.get("loss_forward"), entry.get("loss_backward")
+    return perplexity_shown(entry["perplexity"], None if loss_f is None or loss_b is None else (loss_f + loss_b) / 2)
 
 
 def copy_model(src: Path, dst: Path) -> None:
@@ -266,7 +277,7 @@ def convert(args, state: dict, heldout: Path) -> dict:
     converted model's held-out perplexities."""
     import torch
 
-    from spacy_elmo.training.evaluate import evaluate_model_dir
+    from spacy_elmo.training.evaluate import evaluate_model_dir, perplexity_text
     from spacy_elmo.training.modelio import load_pretrained
 
     best = args.work_dir / "best"
@@ -295,8 +306,7 @@ def convert(args, state: dict, heldout: Path) -> dict:
     for mode, per_sentence in (("stream", False), ("per_sentence", True)):
         result = results[mode] = evaluate_model_dir(str(out), heldout, device=args.device, progress=True,
                                                     per_sentence=per_sentence)
-        print(f"held-out perplexity of the converted model ({mode.replace('_', ' ')}): forward "
-              f"{result['perplexity_forward']:.2f}, backward {result['perplexity_backward']:.2f}, mean {result['perplexity']:.2f} "
+        print(f"held-out {perplexity_text(result)} of the converted model "
               f"({result['n_tokens']:,} tokens, OOV {result['oov_rate']:.2%}, vocabulary {result['vocab_size']:,})", flush=True)
     write_json(args.work_dir / "heldout_float16.json", results)
     return results

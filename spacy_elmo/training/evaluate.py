@@ -26,6 +26,7 @@ sentence batches) and the sums are all-reduced: every rank returns the result of
 process reading it all, and no rank waits in a collective while another evaluates alone.
 """
 
+import hashlib
 import math
 import warnings
 from typing import Any, Dict, List, Optional, Tuple, Union
@@ -83,12 +84,11 @@ def evaluate_corpus(
         raise ValueError(Errors.E_NO_EVAL_WORDS)
     was_training = lm.training
     lm.eval()
+    rows = row_starts(corpus, batch_size, per_sentence)  # the same on every rank: each cuts the whole stream alike
     if per_sentence:
         sums, n_pred = _sentence_nll_sums(lm, vocab, corpus, tokens, char_table, batch_size, device, progress, rank, world)
     else:
-        cuts = stream_row_starts(corpus.starts, len(tokens), batch_size)
-        sums, n_pred = _stream_nll_sums(lm, vocab, tokens, cuts, char_table, unroll, device, progress, rank, world)
-    n_rows = rows_read(corpus, batch_size, per_sentence)  # the same on every rank: each cuts the whole stream alike
+        sums, n_pred = _stream_nll_sums(lm, vocab, tokens, rows, char_table, unroll, device, progress, rank, world)
     lm.train(was_training)
     if world > 1:
         import torch.distributed as dist
@@ -106,17 +106,26 @@ def evaluate_corpus(
         "n_targets": n_pred,
         "n_tokens": int(len(words)),
         "n_sentences": int(len(corpus.lengths)),
-        "n_rows": int(n_rows),
+        "n_rows": len(rows),
         "oov_rate": oov / len(words),
         "vocab_size": vocab.size,
         "mode": "per_sentence" if per_sentence else "stream",
     }
 
 
-def rows_read(corpus: Corpus, batch_size: int, per_sentence: bool) -> int:
-    """How many rows :func:`evaluate_corpus` reads ``corpus`` in (its result's ``n_rows``): every sentence alone, or
+def row_starts(corpus: Corpus, batch_size: int, per_sentence: bool) -> np.ndarray:
+    """Where the rows :func:`evaluate_corpus` reads ``corpus`` in start (their count is its result's ``n_rows``):
+    int64, ascending; every sentence alone (``corpus.starts``: what it reads does not depend on ``batch_size``), or
     the stream's rows (:func:`stream_row_starts`)."""
-    return len(corpus.lengths) if per_sentence else len(stream_row_starts(corpus.starts, len(corpus.tokens), batch_size))
+    if per_sentence:
+        return np.asarray(corpus.starts, dtype=np.int64)
+    return stream_row_starts(corpus.starts, len(corpus.tokens), batch_size)
+
+
+def rows_digest(rows: np.ndarray) -> str:
+    """A short digest (16 hex digits of sha256) of :func:`row_starts`: two readings of one text with as many rows
+    can differ in where the rows start (a stream cut for another batch size, or under an earlier rule)."""
+    return hashlib.sha256(np.asarray(rows, dtype="<i8").tobytes()).hexdigest()[:16]
 
 
 def _perplexity(loss: float) -> float:
@@ -169,17 +178,19 @@ def perplexity_text(result: Dict[str, Any]) -> str:
     loss_f, loss_b = result["loss_forward"], result["loss_backward"]  # None: a NaN of a json_ready result
     losses = (loss_f, loss_b, None if loss_f is None or loss_b is None else (loss_f + loss_b) / 2)
     forward, backward, mean = (
-        _perplexity_shown(value, loss)
+        perplexity_shown(value, loss)
         for value, loss in zip((result["perplexity_forward"], result["perplexity_backward"], result["perplexity"]), losses))
     return f"perplexity ({reading}): forward {forward}, backward {backward}, geometric mean {mean}"
 
 
-def _perplexity_shown(value: Optional[float], loss: Optional[float]) -> str:
+def perplexity_shown(value: Optional[float], loss: Optional[float] = None) -> str:
     """A perplexity as :func:`perplexity_text` shows it: ``{value:.2f}``, from :data:`PERPLEXITY_SHOWN_EXPONENT_FROM`
     ``{value:.3e}`` (not a number of up to 309 digits), or past a float's range (inf, or None with a finite loss:
-    :func:`json_ready`) ``inf (mean loss L nats)``."""
+    :func:`json_ready`) ``inf (mean loss L nats)``; ``inf`` where the mean ``loss`` it is ``exp`` of is not given."""
     if value is not None and not math.isinf(value):
         return f"{value:.3e}" if value >= PERPLEXITY_SHOWN_EXPONENT_FROM else f"{value:.2f}"
+    if value is not None and loss is None:
+        return "inf"
     if loss is None or math.isnan(loss):
         return "nan"
     return f"inf (mean loss {loss:,.2f} nats)"
@@ -326,10 +337,11 @@ def evaluate_sentences(
     return evaluate_corpus(lm, vocab, corpus, None, batch_size, unroll, device, progress, per_sentence, rank, world)
 
 
-def heldout_rows(vocab: Vocab, sentences: List[List[str]], batch_size: int, per_sentence: bool) -> int:
-    """The ``n_rows`` of :func:`evaluate_sentences`'s result on these arguments, without evaluating (a resume
-    reuses a logged held-out number only of the same rows)."""
-    return rows_read(_sentences_corpus(vocab, sentences)[1], batch_size, per_sentence)
+def heldout_rows(vocab: Vocab, sentences: List[List[str]], batch_size: int, per_sentence: bool) -> Tuple[int, str]:
+    """The ``n_rows`` of :func:`evaluate_sentences`'s result on these arguments and the :func:`rows_digest` of
+    where those rows start, without evaluating (a resume reuses a logged held-out number only of the same rows)."""
+    rows = row_starts(_sentences_corpus(vocab, sentences)[1], batch_size, per_sentence)
+    return len(rows), rows_digest(rows)
 
 
 def _sentences_corpus(vocab: Vocab, sentences: List[List[str]]) -> Tuple[Vocab, Corpus]:

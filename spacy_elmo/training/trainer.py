@@ -743,14 +743,23 @@ class _Log:
         elif resume_step is None and path.exists():
             path.unlink()
 
-    def heldout_at(self, step: int, digest: str, mode: str, n_rows: int) -> Optional[Dict[str, Any]]:
+    def heldout_at(self, step: int, digest: str, mode: str, n_rows: int, rows: str) -> Optional[Dict[str, Any]]:
         """The kept held-out event of ``step`` (a resume) on the text of ``digest`` (:func:`_heldout_digest`), read
-        as this run reads it (``mode`` and ``n_rows``: :func:`~.evaluate.rows_read`), or None: a resume given another
-        --heldout measures that one (older logs, which recorded no digest, too), and so does one whose text is cut
-        into other rows (another --eval-batch-size, or an event logged under an earlier rule of where rows start,
-        which recorded no or another row count: its number was not what this run measures)."""
+        as this run reads it (``mode``; ``n_rows`` and ``rows``: :func:`~.evaluate.heldout_rows`), or None: a resume
+        given another --heldout measures that one (older logs, which recorded no digest, too), and so does one whose
+        stream is cut into other rows (another ``eval_batch_size``, which can cut as many rows at other places, or
+        an event logged under an earlier rule of where rows start, or before the rows' digest was logged: its
+        number may not be what this run measures). Every sentence read alone is the same reading whatever the
+        batch size: there the text's digest decides (an event logged before ``n_rows`` was is reused too, rather
+        than measured again, up to 260 s for the bundled model's held-out text)."""
+
+        def same_reading(e: Dict[str, Any]) -> bool:
+            if mode == "per_sentence":
+                return e.get("n_rows") in (None, n_rows)
+            return e.get("n_rows") == n_rows and e.get(ROWS_DIGEST) == rows
+
         found = [e for e in self.entries if e.get("event") == "heldout" and e.get("step") == step
-                 and e.get(HELDOUT_DIGEST) == digest and e.get("mode") == mode and e.get("n_rows") == n_rows]
+                 and e.get(HELDOUT_DIGEST) == digest and e.get("mode") == mode and same_reading(e)]
         return found[-1] if found else None
 
     def write(self, entry: Dict[str, Any]) -> None:
@@ -763,6 +772,8 @@ class _Log:
 HELDOUT_DIGEST = "heldout_digest"
 #: The key of a held-out event of the log that names the text it measured (``--heldout`` as given).
 HELDOUT_PATH = "heldout_path"
+#: The key of a held-out event of the log that identifies where the rows it read start (:func:`~.evaluate.rows_digest`).
+ROWS_DIGEST = "rows_digest"
 
 
 def _warn_heldout_dropped(log: _Log, out: Path, step: int) -> None:
@@ -1195,22 +1206,27 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
                                     per_sentence=cfg.sentences, rank=rank, world=world)
         result["replaced_bytes"] = heldout_stats.replaced_bytes
         with _settled(wait):
-            log.write({"step": step, "event": "heldout", **json_ready(result), HELDOUT_DIGEST: heldout_digest, HELDOUT_PATH: cfg.heldout})
+            log.write({"step": step, "event": "heldout", **json_ready(result), HELDOUT_DIGEST: heldout_digest,
+                       ROWS_DIGEST: heldout_reading[1], HELDOUT_PATH: cfg.heldout})
         if cfg.progress and is_main:  # the evaluation's own bar is gone: the value stays on the screen (or log)
             when = f"step {step:,}" if step else "step 0 (before training)"
             bar.write(f"{when}: held-out {perplexity_text(result)}", file=sys.stderr)
         lm.train()
         return result
 
+    if heldout is not None:  # how this run reads the held-out text (its rows' count and starts): alike at every step
+        from .evaluate import heldout_rows
+
+        heldout_reading = heldout_rows(vocab, heldout, cfg.eval_batch_size, cfg.sentences)
     if payload is not None and heldout is not None:
         # A run killed after writing its checkpoint but before logging that step's held-out
         # perplexity: measure it now, as the straight run did.
-        from .evaluate import from_json_ready, heldout_rows
+        from .evaluate import from_json_ready
 
         last_heldout = None
         if is_main:
             mode = "per_sentence" if cfg.sentences else "stream"
-            last_heldout = log.heldout_at(step, heldout_digest, mode, heldout_rows(vocab, heldout, cfg.eval_batch_size, cfg.sentences))
+            last_heldout = log.heldout_at(step, heldout_digest, mode, *heldout_reading)
         missing = [last_heldout is None]
         if world > 1:  # rank 0's log decides: the evaluation is collective
             dist.broadcast_object_list(missing, src=0)
@@ -1218,7 +1234,8 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
             last_heldout = evaluate_heldout()
         elif is_main and last_heldout is not None:  # rank 0 found it in the log: a null perplexity is inf, as measured
             last_heldout = from_json_ready(
-                {k: v for k, v in last_heldout.items() if k not in ("step", "event", HELDOUT_DIGEST, HELDOUT_PATH)})
+                {k: v for k, v in last_heldout.items() if k not in ("step", "event", HELDOUT_DIGEST, ROWS_DIGEST, HELDOUT_PATH)})
+            last_heldout.setdefault("n_rows", heldout_reading[0])  # a per-sentence event logged before n_rows was
     elif heldout is not None and cfg.init and has_softmax(cfg.init):
         # A fine-tuning run's starting point, logged as step 0: whether fine-tuning helps is read against it (the
         # --init model as this run reads the text: its vocabulary, --sentences or streams, and the zero start state it

@@ -35,7 +35,7 @@ def test_pretrain_evaluate_export(tmp_path):
     assert f"model written to {out} (load with BiLM.load)" in result.output
     (event,) = [e for e in read_log(out) if e.get("event") == "heldout"]
     # <UNK> targets count in the perplexity (bilm-tf): a small vocabulary's low perplexity is read with its OOV rate
-    # the held-out text (30 sentences) is read as a stream cut into up to --eval-batch-size (32) rows: said so,
+    # the held-out text (30 sentences) is read as a stream cut into up to eval_batch_size (32, pretrain's) rows: said so,
     # not "one stream"; and the value is printed when measured, not only on the evaluation's bar
     assert 1 < event["n_rows"] <= 32
     assert f"OOV rate {event['oov_rate']:.2%}" in result.stdout and f"perplexity (stream in {event['n_rows']} rows)" in result.stdout

@@ -295,7 +295,7 @@ def test_a_resume_given_another_heldout_measures_that_text(tmp_path):
 
 def test_a_resume_measures_again_a_heldout_number_of_other_rows(tmp_path):
     """A resume reused the logged held-out number of its step on the same text, also where that number was read
-    in other rows: logged under an earlier rule of where a stream's rows start, or with another --eval-batch-size.
+    in other rows: logged under an earlier rule of where a stream's rows start, or with another eval_batch_size.
     It measures again where the logged row count is not the one this run reads the text in."""
     from spacy_elmo.training.evaluate import evaluate_model_dir
 
@@ -313,12 +313,83 @@ def test_a_resume_measures_again_a_heldout_number_of_other_rows(tmp_path):
     again = train(tiny_train_config(train_file, out, resume=True, **settings))
     assert again["heldout"]["perplexity"] == pytest.approx(done["heldout"]["perplexity"], rel=1e-6)
     assert again["heldout"]["n_rows"] == done["heldout"]["n_rows"]
-    # another --eval-batch-size cuts the text into other rows: measured again too, as evaluate reads it
+    # another eval_batch_size cuts the text into other rows: measured again too, as evaluate reads it
     other = train(tiny_train_config(train_file, out, resume=True, eval_batch_size=1, **settings))
     assert other["heldout"]["n_rows"] == 1
     expected = evaluate_model_dir(out, held, batch_size=1)
     assert other["heldout"]["perplexity"] == pytest.approx(expected["perplexity"], rel=1e-6)
     assert [e["n_rows"] for e in read_log(out) if e.get("event") == "heldout"] == [event["n_rows"], done["heldout"]["n_rows"], 1]
+
+
+#: Sentence lengths (in words, with the full stop) of a held-out text whose stream eval_batch_size 29 and 32 cut
+#: into as many rows (21), starting at other places
+ALIAS_LENGTHS = [22, 4, 20, 33, 54, 27, 15, 14, 39, 26, 18, 23, 33, 52, 58, 12, 29, 47]
+
+
+def _text_of_lengths(path, lengths):
+    words = "the cat sat on a mat dog ran big red small house bird tree".split()
+    lines = [" ".join(words[(i + j) % len(words)] for j in range(n - 1)) + " ." for i, n in enumerate(lengths)]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_a_resume_measures_again_a_heldout_number_of_as_many_rows_cut_elsewhere(tmp_path):
+    """A resume matched a logged held-out number on its row count alone: another eval_batch_size that cut the
+    stream into as many rows at other places (29 and 32 here: 21 rows each) reused the number read in the other
+    rows (38.48692 where this run read 38.48775, on a text alike). The log records a digest of where the rows start and a resume
+    matches it; an event without one (logged before it was) is measured again."""
+    from spacy_elmo.training.evaluate import _sentences_corpus, evaluate_model_dir, read_text, stream_row_starts
+    from spacy_elmo.training.vocab import SPECIALS, Vocab
+
+    train_file, held = write_corpus(tmp_path / "train.txt", 200), _text_of_lengths(tmp_path / "held.txt", ALIAS_LENGTHS)
+    corpus = _sentences_corpus(Vocab(list(SPECIALS)), read_text(str(held), "en")[0])[1]
+    cut_29, cut_32 = (stream_row_starts(corpus.starts, len(corpus.tokens), b) for b in (29, 32))
+    assert len(cut_29) == len(cut_32) == 21 and not np.array_equal(cut_29, cut_32)  # the case itself
+    out = tmp_path / "out"
+    settings = dict(max_steps=2, checkpoint_every=2, heldout=str(held))
+    done = train(tiny_train_config(train_file, out, eval_batch_size=29, **settings))
+    again = train(tiny_train_config(train_file, out, resume=True, eval_batch_size=32, **settings))
+    expected = evaluate_model_dir(out, held, batch_size=32)
+    assert again["heldout"]["perplexity"] == pytest.approx(expected["perplexity"], rel=1e-9)
+    assert again["heldout"]["perplexity"] != pytest.approx(done["heldout"]["perplexity"], rel=1e-9)
+    events = [e for e in read_log(out) if e.get("event") == "heldout"]
+    assert len(events) == 2 and events[0]["rows_digest"] != events[1]["rows_digest"]
+    assert events[0]["n_rows"] == events[1]["n_rows"] == len(cut_32)
+    # the same reading again: reused (the log's marked number comes back, nothing is measured)
+    log = out / LOG_NAME
+    entries = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
+    entries[-1]["perplexity"] = 1.5
+    log.write_text("".join(json.dumps(e) + "\n" for e in entries), encoding="utf-8")
+    assert train(tiny_train_config(train_file, out, resume=True, eval_batch_size=32, **settings))["heldout"]["perplexity"] == 1.5
+    assert "rows_digest" not in train(tiny_train_config(train_file, out, resume=True, eval_batch_size=32, **settings))["heldout"]
+    # an event logged without the rows' digest: measured again
+    entries = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
+    del entries[-1]["rows_digest"]
+    log.write_text("".join(json.dumps(e) + "\n" for e in entries), encoding="utf-8")
+    measured = train(tiny_train_config(train_file, out, resume=True, eval_batch_size=32, **settings))
+    assert measured["heldout"]["perplexity"] == pytest.approx(expected["perplexity"], rel=1e-9)
+    assert len([e for e in read_log(out) if e.get("event") == "heldout"]) == 3
+
+
+def test_a_sentences_resume_reuses_a_heldout_number_logged_before_its_row_count(tmp_path):
+    """Every sentence read alone is one reading of the text whatever eval_batch_size: a --sentences resume reuses
+    the logged number of its step on the same text also where the event has no n_rows (logged before it was),
+    rather than measuring it again (up to 260 s a checkpoint for the bundled model); its result has the count."""
+    train_file, held = write_corpus(tmp_path / "train.txt", 200), write_corpus(tmp_path / "held.txt", 30, seed=1)
+    out = tmp_path / "out"
+    settings = dict(max_steps=2, checkpoint_every=2, heldout=str(held), sentences=True)
+    done = train(tiny_train_config(train_file, out, **settings))
+    log = out / LOG_NAME
+    entries = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
+    (event,) = [e for e in entries if e.get("event") == "heldout"]
+    assert event["mode"] == "per_sentence" and event["n_rows"] == done["heldout"]["n_rows"] == 30
+    for key in ("n_rows", "rows_digest"):
+        del event[key]
+    event["perplexity"] = 1.5  # a mark: reused, not measured
+    log.write_text("".join(json.dumps(e) + "\n" for e in entries), encoding="utf-8")
+    again = train(tiny_train_config(train_file, out, resume=True, eval_batch_size=5, **settings))
+    assert again["heldout"]["perplexity"] == 1.5 and again["heldout"]["n_rows"] == 30
+    assert len([e for e in read_log(out) if e.get("event") == "heldout"]) == 1
 
 
 def test_a_resume_without_the_runs_heldout_says_it_measures_none(tmp_path):
