@@ -232,9 +232,11 @@ def test_the_fixes_of_files_skipped_in_one_directory_make_paths_named_after_each
     corpus = tmp_path / "my corpus"
     corpus.mkdir()
     text = write_corpus(corpus / "a.txt", 5).read_text()
+    write_corpus(corpus / "q.txt", 5)  # q's whole name then .txt is taken too: a number
     files = {name: write_bytes(corpus / name, data) for name, data in
              (("a.zst", ZSTD), ("b.zst", ZSTD), ("c.lz4", LZ4), ("d.tar.gz", gzip.compress(_tar())), ("e.zip", _zip()),
-              ("f.tar.zst", ZSTD), ("g.docx", WORD), ("h", _zip()), ("p.zst", ZSTD), ("p.lz4", LZ4))}
+              ("f.tar.zst", ZSTD), ("g.docx", WORD), ("h", _zip()), ("p.zst", ZSTD), ("p.lz4", LZ4),
+              ("q", ZSTD))}
     said = {name: skipped_warning(path, not_utf8(path)) for name, path in files.items()}
 
     def q(made):
@@ -251,6 +253,7 @@ def test_the_fixes_of_files_skipped_in_one_directory_make_paths_named_after_each
         "h": [f"-d {q('h.d')}`"],
         "p.zst": [f"> {q('p.zst.txt')}`", f"| gzip > {q('p.zst.txt.gz')}`"],
         "p.lz4": [f"> {q('p.lz4.txt')}`", f"| gzip > {q('p.lz4.txt.gz')}`"],
+        "q": [f"> {q('q.1.txt')}`", f"| gzip > {q('q.txt.gz')}`"],
     }
     for name, parts in expected.items():
         for part in parts:
