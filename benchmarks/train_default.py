@@ -252,10 +252,9 @@ def train_loop(args, state: dict, train: Path, heldout: Path) -> None:
 def _mean_shown(entry: dict) -> str:
     """A chunk's (mean) held-out perplexity as ``perplexity_text`` shows it: past a float's range with its mean loss
     (a chunk recorded before its losses were: ``inf``)."""
-    from spacy_elmo.training.evaluate import perplexity_shown
+    from spacy_elmo.training.evaluate import mean_loss, perplexity_shown
 
-    loss_f, loss_b = entry.get("loss_forward"), entry.get("loss_backward")
-    return perplexity_shown(entry["perplexity"], None if loss_f is None or loss_b is None else (loss_f + loss_b) / 2)
+    return perplexity_shown(entry["perplexity"], mean_loss(entry.get("loss_forward"), entry.get("loss_backward")))
 
 
 def copy_model(src: Path, dst: Path) -> None:

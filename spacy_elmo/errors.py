@@ -2193,7 +2193,11 @@ class Warnings:
 
     # --- pretraining and CLI (spacy_elmo.training, spacy_elmo.cli) ----------
     W_BINARY_SKIPPED = "spacy-elmo: skipped {path}: it looks binary (NUL bytes), not text."
-    W_UNREAD_FORMAT_SKIPPED = "spacy-elmo: skipped {path}: it holds {what}, which spacy-elmo does not read. {fix}."
+    W_UNREAD_FORMAT_SKIPPED = (
+        "spacy-elmo: skipped {path}: it holds {what}, which spacy-elmo does not read. {fix}. Once converted, move it "
+        "out of the corpus directory (or delete it): left there, the next run tells another output for it, and "
+        "following that too reads the text twice."
+    )
     #: W_UNREAD_FORMAT_SKIPPED's fixes (Errors.E_UNREAD_*_FIX's for a file passed alone): text put beside the file
     W_UNREAD_COMPRESSION_FIX = (
         "To train on it, decompress it into the corpus (`{tool} -dc {shell_path} > {text}`), or compress it with "
@@ -2210,7 +2214,9 @@ class Warnings:
     )
     W_WIDE_TEXT_SKIPPED = (
         "spacy-elmo: skipped {path}: it looks like {encoding} text, not UTF-8. To train on it, re-encode it to UTF-8 "
-        "into the corpus (`iconv -f {encoding} -t UTF-8 {shell_path} > {text}`)."
+        "into the corpus (`iconv -f {encoding} -t UTF-8 {shell_path} > {text}`). Once converted, move it out of the "
+        "corpus directory (or delete it): left there, the next run tells another output for it, and following that "
+        "too reads the text twice."
     )
     W_TRAIN_PATH_OUTPUTS_SKIPPED = (
         "spacy-elmo: skipped {n_dirs} under {path} holding a model or spacy-elmo's output (a pretrain "

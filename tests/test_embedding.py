@@ -874,7 +874,6 @@ def test_undecodable_bytes_are_replaced_and_reported(bilm, tmp_path):
 
 
 def test_cli_embeds_and_reports_errors(model_dir, corpus, tmp_path):
-
     from spacy_elmo.cli import app
 
     out = tmp_path / "cli.h5"
@@ -1552,7 +1551,6 @@ def test_a_compressed_input_embeds_as_its_text_and_resumes_from_parts_of_any_pac
 
 @pytest.mark.parametrize("damage", ["truncated", "damaged", "misnamed"])
 def test_a_broken_or_misnamed_compressed_input_is_a_clear_error_before_any_part(model_dir, corpus, tmp_path, damage):
-
     from spacy_elmo.cli import app
 
     if damage == "misnamed":

@@ -585,22 +585,38 @@ _FORMAT_ENDINGS = sorted(
 WIDE_TEXT_ENDING = ".utf8.txt"
 
 
+def _stem(name: str) -> str:
+    """The file name ``name`` less its format ending (:data:`_FORMAT_ENDINGS`, else its last suffix): ``a`` of
+    ``a.txt``, ``a.csv``, ``a.zst`` and ``a``; ``c`` of ``c.tar.gz``."""
+    lower = name.lower()
+    ending = next((e for e in _FORMAT_ENDINGS if lower.endswith(e) and len(e) < len(name)), Path(name).suffix)
+    return name[: len(name) - len(ending)] if ending and len(ending) < len(name) else name
+
+
 def _beside(path: PathLike, suffix: str) -> Path:
     """The path, in the directory of the skipped file ``path``, of the text (``suffix`` ``.txt``, ``.txt.gz`` or
     :data:`WIDE_TEXT_ENDING`) or the directory (``suffix`` ``""``) a directory's fix command makes of it: named after
     the file (``a.txt`` of ``a.zst``, ``c/`` of ``c.tar.gz``, ``u.utf8.txt`` of a UTF-16 ``u.txt``), so the commands
-    for two skipped files do not write the same path; the file's whole name then ``suffix`` (or ``.d``) when that
-    path is taken (``a.txt`` beside ``a.zst``)."""
+    for two skipped files do not write the same path; the file's whole name then ``suffix`` (or ``.d``) when another
+    entry of the directory has the same stem (``a.zst.txt`` and ``a.lz4.txt`` of ``a.zst`` and ``a.lz4``, whatever
+    order their warnings come in) or that path is taken (``a.txt`` beside ``a.zst``); then a number before
+    ``suffix`` when that is taken too (``a.1.txt`` of a file ``a`` beside ``a.txt``)."""
     path = Path(path)
     name = path.name
-    lower = name.lower()
-    ending = next((e for e in _FORMAT_ENDINGS if lower.endswith(e) and len(e) < len(name)), path.suffix)
-    stem = name[: len(name) - len(ending)] if ending and len(ending) < len(name) else name
+    stem = _stem(name)
     # c.txt.zst: c.txt, c.txt.gz (not c.txt.txt)
     added = suffix[4:] if suffix.startswith(".txt") and stem.lower().endswith(".txt") else suffix
+    try:
+        others = [other for other in os.listdir(path.parent) if other != name]
+    except OSError:
+        others = []
     made = path.parent / (stem + added)
-    if made == path or os.path.lexists(made):
+    if any(_stem(other).lower() == stem.lower() for other in others) or made == path or os.path.lexists(made):
         made = path.parent / (name + (suffix or ".d"))
+    number = 0
+    while made == path or os.path.lexists(made):
+        number += 1
+        made = path.parent / f"{name}.{number}{suffix or '.d'}"
     return made
 
 

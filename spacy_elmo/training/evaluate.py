@@ -29,7 +29,7 @@ process reading it all, and no rank waits in a collective while another evaluate
 import hashlib
 import math
 import warnings
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Tuple, Union, overload
 
 import numpy as np
 import torch
@@ -100,7 +100,7 @@ def evaluate_corpus(
     return {
         "perplexity_forward": _perplexity(loss_f),
         "perplexity_backward": _perplexity(loss_b),
-        "perplexity": _perplexity((loss_f + loss_b) / 2),
+        "perplexity": _perplexity(mean_loss(loss_f, loss_b)),
         "loss_forward": loss_f,
         "loss_backward": loss_b,
         "n_targets": n_pred,
@@ -122,10 +122,24 @@ def row_starts(corpus: Corpus, batch_size: int, per_sentence: bool) -> np.ndarra
     return stream_row_starts(corpus.starts, len(corpus.tokens), batch_size)
 
 
-def rows_digest(rows: np.ndarray) -> str:
+def row_starts_digest(rows: np.ndarray) -> str:
     """A short digest (16 hex digits of sha256) of :func:`row_starts`: two readings of one text with as many rows
     can differ in where the rows start (a stream cut for another batch size, or under an earlier rule)."""
     return hashlib.sha256(np.asarray(rows, dtype="<i8").tobytes()).hexdigest()[:16]
+
+
+@overload
+def mean_loss(loss_f: float, loss_b: float) -> float: ...
+
+
+@overload
+def mean_loss(loss_f: Optional[float], loss_b: Optional[float]) -> Optional[float]: ...
+
+
+def mean_loss(loss_f: Optional[float], loss_b: Optional[float]) -> Optional[float]:
+    """The mean loss of the forward and backward losses (nats), whose exp is the result's ``perplexity`` (their
+    geometric mean); None where either is None (a NaN of a :func:`json_ready` result)."""
+    return None if loss_f is None or loss_b is None else (loss_f + loss_b) / 2
 
 
 def _perplexity(loss: float) -> float:
@@ -153,7 +167,7 @@ def from_json_ready(result: Dict[str, Any]) -> Dict[str, Any]:
         if key in out and out[key] is None:
             out[key] = math.nan
     loss_f, loss_b = out.get("loss_forward", math.nan), out.get("loss_backward", math.nan)
-    for key, loss in (("perplexity_forward", loss_f), ("perplexity_backward", loss_b), ("perplexity", (loss_f + loss_b) / 2)):
+    for key, loss in (("perplexity_forward", loss_f), ("perplexity_backward", loss_b), ("perplexity", mean_loss(loss_f, loss_b))):
         if key in out and out[key] is None:
             out[key] = math.nan if math.isnan(loss) else math.inf
     return out
@@ -176,7 +190,7 @@ def perplexity_text(result: Dict[str, Any]) -> str:
     else:
         reading = "one stream" if result["n_rows"] == 1 else f"stream in {result['n_rows']:,} rows"
     loss_f, loss_b = result["loss_forward"], result["loss_backward"]  # None: a NaN of a json_ready result
-    losses = (loss_f, loss_b, None if loss_f is None or loss_b is None else (loss_f + loss_b) / 2)
+    losses = (loss_f, loss_b, mean_loss(loss_f, loss_b))
     forward, backward, mean = (
         perplexity_shown(value, loss)
         for value, loss in zip((result["perplexity_forward"], result["perplexity_backward"], result["perplexity"]), losses))
@@ -338,10 +352,10 @@ def evaluate_sentences(
 
 
 def heldout_rows(vocab: Vocab, sentences: List[List[str]], batch_size: int, per_sentence: bool) -> Tuple[int, str]:
-    """The ``n_rows`` of :func:`evaluate_sentences`'s result on these arguments and the :func:`rows_digest` of
+    """The ``n_rows`` of :func:`evaluate_sentences`'s result on these arguments and the :func:`row_starts_digest` of
     where those rows start, without evaluating (a resume reuses a logged held-out number only of the same rows)."""
     rows = row_starts(_sentences_corpus(vocab, sentences)[1], batch_size, per_sentence)
-    return len(rows), rows_digest(rows)
+    return len(rows), row_starts_digest(rows)
 
 
 def _sentences_corpus(vocab: Vocab, sentences: List[List[str]]) -> Tuple[Vocab, Corpus]:

@@ -772,7 +772,7 @@ class _Log:
 HELDOUT_DIGEST = "heldout_digest"
 #: The key of a held-out event of the log that names the text it measured (``--heldout`` as given).
 HELDOUT_PATH = "heldout_path"
-#: The key of a held-out event of the log that identifies where the rows it read start (:func:`~.evaluate.rows_digest`).
+#: The key of a held-out event of the log that identifies where the rows it read start (:func:`~.evaluate.row_starts_digest`).
 ROWS_DIGEST = "rows_digest"
 
 

@@ -225,22 +225,25 @@ def test_a_compression_or_archive_not_read_is_named_with_its_fix_alone_and_skipp
 def test_the_fixes_of_files_skipped_in_one_directory_make_paths_named_after_each_never_one_path(tmp_path):
     """Every skipped file of a directory was told to make the same DIR/NEW.txt, DIR/NEW.txt.gz or DIR/NEW_DIR: the
     command for the second overwrote what the first made. Each is named after its file, shell-quoted, and a name taken
-    (a.txt beside a.zst) is not overwritten: the file's whole name then .txt (or .d for a directory)."""
+    (a.txt beside a.zst) is not overwritten: the file's whole name then .txt (or .d for a directory), as when
+    another file has the same stem (p.zst and p.lz4 were both told p.txt)."""
     from spacy_elmo.training.data import not_utf8, skipped_warning
 
     corpus = tmp_path / "my corpus"
     corpus.mkdir()
     text = write_corpus(corpus / "a.txt", 5).read_text()
+    write_corpus(corpus / "q.txt", 5)  # q's whole name then .txt is taken too: a number
     files = {name: write_bytes(corpus / name, data) for name, data in
              (("a.zst", ZSTD), ("b.zst", ZSTD), ("c.lz4", LZ4), ("d.tar.gz", gzip.compress(_tar())), ("e.zip", _zip()),
-              ("f.tar.zst", ZSTD), ("g.docx", WORD), ("h", _zip()))}
+              ("f.tar.zst", ZSTD), ("g.docx", WORD), ("h", _zip()), ("p.zst", ZSTD), ("p.lz4", LZ4),
+              ("q", ZSTD))}
     said = {name: skipped_warning(path, not_utf8(path)) for name, path in files.items()}
 
     def q(made):
         return shlex.quote(str(corpus / made))
 
     expected = {
-        "a.zst": [f"> {q('a.zst.txt')}`", f"| gzip > {q('a.txt.gz')}`"],
+        "a.zst": [f"> {q('a.zst.txt')}`", f"| gzip > {q('a.zst.txt.gz')}`"],
         "b.zst": [f"> {q('b.txt')}`", f"| gzip > {q('b.txt.gz')}`"],
         "c.lz4": [f"> {q('c.txt')}`"],
         "d.tar.gz": [f"mkdir {q('d')} && tar -xf"],
@@ -248,11 +251,16 @@ def test_the_fixes_of_files_skipped_in_one_directory_make_paths_named_after_each
         "f.tar.zst": [f"mkdir {q('f')} && zstd -dc"],
         "g.docx": [f"-o {q('g.txt')}`"],
         "h": [f"-d {q('h.d')}`"],
+        "p.zst": [f"> {q('p.zst.txt')}`", f"| gzip > {q('p.zst.txt.gz')}`"],
+        "p.lz4": [f"> {q('p.lz4.txt')}`", f"| gzip > {q('p.lz4.txt.gz')}`"],
+        "q": [f"> {q('q.1.txt')}`", f"| gzip > {q('q.txt.gz')}`"],
     }
     for name, parts in expected.items():
         for part in parts:
             assert part in said[name], said[name]
         assert "NEW" not in said[name], said[name]
+        # left in the corpus, the next run tells another output (a.zst.txt then): the text read twice
+        assert "move it out of the corpus directory" in said[name], said[name]
     assert (corpus / "a.txt").read_text() == text
 
 
@@ -270,14 +278,16 @@ def test_utf16_files_skipped_in_one_directory_are_told_to_re_encode_into_paths_n
     write_corpus(corpus / "a.txt", 5)
     text = "The cat sat on the mat .\n"
     files = {name: write_bytes(corpus / name, text.encode(codec)) for name, codec in
-             (("u.txt", "utf-16"), ("v.txt", "utf-16-le"), ("w", "utf-32"), ("x.txt.docx", "utf-16"), ("a.csv", "utf-16"))}
+             (("u.txt", "utf-16"), ("v.txt", "utf-16-le"), ("w", "utf-32"), ("x.txt.docx", "utf-16"), ("a.csv", "utf-16"),
+              ("p.txt", "utf-16"), ("p.csv", "utf-16"))}
     write_corpus(corpus / "a.utf8.txt", 2)  # taken: a.csv's is a.csv.utf8.txt
     said = {name: skipped_warning(path, not_utf8(path)) for name, path in files.items()}
     made = {"u.txt": "u.utf8.txt", "v.txt": "v.utf8.txt", "w": "w.utf8.txt", "x.txt.docx": "x.txt.utf8.txt",
-            "a.csv": "a.csv.utf8.txt"}
+            "a.csv": "a.csv.utf8.txt", "p.txt": "p.txt.utf8.txt", "p.csv": "p.csv.utf8.txt"}  # p.txt, p.csv: not one p.utf8.txt
     for name, output in made.items():
         command = f"`iconv -f {not_utf8(files[name])} -t UTF-8 {shlex.quote(str(files[name]))} > {shlex.quote(str(corpus / output))}`"
         assert command in said[name] and "NEW" not in said[name] and "into the corpus" in said[name], said[name]
+        assert "move it out of the corpus directory" in said[name], said[name]
     with pytest.warns(RuntimeWarning) as caught:
         build_corpus(corpus, "en", tmp_path / "cache", progress=False)
     assert sorted(str(w.message) for w in caught if "skipped" in str(w.message)) == sorted(said.values())

@@ -293,6 +293,21 @@ def test_a_resume_given_another_heldout_measures_that_text(tmp_path):
     assert events[0]["heldout_digest"] == events[1]["heldout_digest"] != events[2]["heldout_digest"]
 
 
+def _edit_log(out, edit):
+    """Rewrites the train_log.jsonl of the run in ``out`` with ``edit`` applied to its entries (a list of dicts,
+    edited in place)."""
+    log = out / LOG_NAME
+    entries = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
+    edit(entries)
+    log.write_text("".join(json.dumps(e) + "\n" for e in entries), encoding="utf-8")
+
+
+def _heldout_event(entries):
+    """The only held-out event of ``entries`` (of train_log.jsonl)."""
+    (event,) = [e for e in entries if e.get("event") == "heldout"]
+    return event
+
+
 def test_a_resume_measures_again_a_heldout_number_of_other_rows(tmp_path):
     """A resume reused the logged held-out number of its step on the same text, also where that number was read
     in other rows: logged under an earlier rule of where a stream's rows start, or with another eval_batch_size.
@@ -303,13 +318,11 @@ def test_a_resume_measures_again_a_heldout_number_of_other_rows(tmp_path):
     out = tmp_path / "out"
     settings = dict(max_steps=2, checkpoint_every=2, heldout=str(held))
     done = train(tiny_train_config(train_file, out, **settings))
-    log = out / LOG_NAME
-    entries = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
-    (event,) = [e for e in entries if e.get("event") == "heldout"]
+    event = _heldout_event(read_log(out))
     assert event["n_rows"] == done["heldout"]["n_rows"] > 1
     # as an earlier rule logged it: other rows, another number
     event.update(n_rows=event["n_rows"] - 1, perplexity=1.5)
-    log.write_text("".join(json.dumps(e) + "\n" for e in entries), encoding="utf-8")
+    _edit_log(out, lambda entries: _heldout_event(entries).update(n_rows=event["n_rows"], perplexity=1.5))
     again = train(tiny_train_config(train_file, out, resume=True, **settings))
     assert again["heldout"]["perplexity"] == pytest.approx(done["heldout"]["perplexity"], rel=1e-6)
     assert again["heldout"]["n_rows"] == done["heldout"]["n_rows"]
@@ -356,16 +369,11 @@ def test_a_resume_measures_again_a_heldout_number_of_as_many_rows_cut_elsewhere(
     assert len(events) == 2 and events[0]["rows_digest"] != events[1]["rows_digest"]
     assert events[0]["n_rows"] == events[1]["n_rows"] == len(cut_32)
     # the same reading again: reused (the log's marked number comes back, nothing is measured)
-    log = out / LOG_NAME
-    entries = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
-    entries[-1]["perplexity"] = 1.5
-    log.write_text("".join(json.dumps(e) + "\n" for e in entries), encoding="utf-8")
+    _edit_log(out, lambda entries: entries[-1].update(perplexity=1.5))
     assert train(tiny_train_config(train_file, out, resume=True, eval_batch_size=32, **settings))["heldout"]["perplexity"] == 1.5
     assert "rows_digest" not in train(tiny_train_config(train_file, out, resume=True, eval_batch_size=32, **settings))["heldout"]
     # an event logged without the rows' digest: measured again
-    entries = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
-    del entries[-1]["rows_digest"]
-    log.write_text("".join(json.dumps(e) + "\n" for e in entries), encoding="utf-8")
+    _edit_log(out, lambda entries: entries[-1].pop("rows_digest"))
     measured = train(tiny_train_config(train_file, out, resume=True, eval_batch_size=32, **settings))
     assert measured["heldout"]["perplexity"] == pytest.approx(expected["perplexity"], rel=1e-9)
     assert len([e for e in read_log(out) if e.get("event") == "heldout"]) == 3
@@ -379,14 +387,16 @@ def test_a_sentences_resume_reuses_a_heldout_number_logged_before_its_row_count(
     out = tmp_path / "out"
     settings = dict(max_steps=2, checkpoint_every=2, heldout=str(held), sentences=True)
     done = train(tiny_train_config(train_file, out, **settings))
-    log = out / LOG_NAME
-    entries = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
-    (event,) = [e for e in entries if e.get("event") == "heldout"]
+    event = _heldout_event(read_log(out))
     assert event["mode"] == "per_sentence" and event["n_rows"] == done["heldout"]["n_rows"] == 30
-    for key in ("n_rows", "rows_digest"):
-        del event[key]
-    event["perplexity"] = 1.5  # a mark: reused, not measured
-    log.write_text("".join(json.dumps(e) + "\n" for e in entries), encoding="utf-8")
+
+    def older(entries):  # logged before n_rows and rows_digest were; the perplexity a mark: reused, not measured
+        held = _heldout_event(entries)
+        for key in ("n_rows", "rows_digest"):
+            del held[key]
+        held["perplexity"] = 1.5
+
+    _edit_log(out, older)
     again = train(tiny_train_config(train_file, out, resume=True, eval_batch_size=5, **settings))
     assert again["heldout"]["perplexity"] == 1.5 and again["heldout"]["n_rows"] == 30
     assert len([e for e in read_log(out) if e.get("event") == "heldout"]) == 1
@@ -397,7 +407,6 @@ def test_a_resume_without_the_runs_heldout_says_it_measures_none(tmp_path):
     held-out perplexity without a word. It warns once, naming the text the run measured last (a resume may have
     changed it) and its step; a resume given --heldout, and a run that measured none, say nothing. A log of an
     older spacy-elmo, whose held-out lines name no path, is named by the run's start."""
-    import json
     import warnings
 
     train_file = write_corpus(tmp_path / "train.txt", 200)
@@ -416,9 +425,7 @@ def test_a_resume_without_the_runs_heldout_says_it_measures_none(tmp_path):
     assert said.startswith(f"spacy-elmo: the run in {out} measured held-out perplexity on {second} (last at step 4)")
     assert said.endswith(f"resume with --heldout {second}.")
     assert run(8, resume=True) == [said]  # once a resume, naming the text measured last (step 4)
-    log = out / "train_log.jsonl"
-    older = [{k: v for k, v in json.loads(line).items() if k != "heldout_path"} for line in log.read_text().splitlines()]
-    log.write_text("".join(json.dumps(e) + "\n" for e in older))
+    _edit_log(out, lambda entries: [e.pop("heldout_path", None) for e in entries])
     (said,) = run(10, resume=True)
     assert f"measured held-out perplexity on {first} (last at step 4)" in said
     never = tmp_path / "never"
