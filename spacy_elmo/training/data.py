@@ -48,6 +48,7 @@ import bz2
 import codecs
 import errno
 import fnmatch
+import functools
 import gzip
 import hashlib
 import io
@@ -593,6 +594,22 @@ def _stem(name: str) -> str:
     return name[: len(name) - len(ending)] if ending and len(ending) < len(name) else name
 
 
+@functools.lru_cache(maxsize=4)
+def _stems_in(directory: str, changed: int) -> Dict[str, int]:
+    """How many entries of ``directory`` have each (lower-case) :func:`_stem`, as it was when its mtime was
+    ``changed`` (the cache's key): a directory of thousands of skipped files is listed once, not once per file
+    (2,000 zstd shards: 45 s of listing)."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return {}
+    counts: Dict[str, int] = {}
+    for other in names:
+        key = _stem(other).lower()
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
 def _beside(path: PathLike, suffix: str) -> Path:
     """The path, in the directory of the skipped file ``path``, of the text (``suffix`` ``.txt``, ``.txt.gz`` or
     :data:`WIDE_TEXT_ENDING`) or the directory (``suffix`` ``""``) a directory's fix command makes of it: named after
@@ -607,11 +624,13 @@ def _beside(path: PathLike, suffix: str) -> Path:
     # c.txt.zst: c.txt, c.txt.gz (not c.txt.txt)
     added = suffix[4:] if suffix.startswith(".txt") and stem.lower().endswith(".txt") else suffix
     try:
-        others = [other for other in os.listdir(path.parent) if other != name]
+        changed = os.stat(path.parent).st_mtime_ns
     except OSError:
-        others = []
+        changed = -1
+    # entries of the directory with this stem, less the file itself: another shares it
+    shared = _stems_in(str(path.parent), changed).get(stem.lower(), 0) - (1 if os.path.lexists(path) else 0)
     made = path.parent / (stem + added)
-    if any(_stem(other).lower() == stem.lower() for other in others) or made == path or os.path.lexists(made):
+    if shared > 0 or made == path or os.path.lexists(made):
         made = path.parent / (name + (suffix or ".d"))
     number = 0
     while made == path or os.path.lexists(made):
