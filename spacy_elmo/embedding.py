@@ -52,7 +52,7 @@ from .bilm import BiLM
 from .bilm.token_cache import TokenCache, run_rows
 from .errors import Errors, Warnings, counted
 from .hdf5 import SENTENCE_TO_INDEX, hdf5_for_writing
-from .paths import json_shown, missing_path_error, read_json_file
+from .paths import json_shown, missing_path_error, name_shown, read_json_file
 
 LAYER_MODES = ("all", "top", "average")
 MANIFEST = "manifest.json"
@@ -169,7 +169,7 @@ def scan_lines(path: PathLike, digests: PartDigests, progress: bool = False) -> 
     replaced = replaced_bytes_so_far() - before
     if replaced:
         warnings.warn(Warnings.W_REPLACED_BYTES.format(n_bytes=counted(replaced, "undecodable byte"), n_files=counted(1, "file"),
-                                                      files=path), RuntimeWarning, stacklevel=2)
+                                                      files=name_shown(path)), RuntimeWarning, stacklevel=2)
     return n_lines
 
 

@@ -297,9 +297,10 @@ class Errors:
     E_NATIVE_FORMAT_OTHER = "its \"format\" is {found}"
     E_TF_CHECKPOINT_DIR = (
         "{path} holds a TensorFlow checkpoint ({files}: bilm-tf's training output), which spacy-elmo does not "
-        "read. Dump its weights to hdf5 with bilm-tf's dump_weights (python bin/dump_weights.py --save_dir {path} "
-        "--outfile weights.hdf5), then pass a directory holding that weights.hdf5 and the run's options.json, or "
-        "load the two files with BiLM.from_allennlp(options, weights)."
+        "read. Dump its weights to hdf5 with bilm-tf's dump_weights "
+        "(`python bin/dump_weights.py --save_dir {shell_path} --outfile weights.hdf5`), then pass a directory "
+        "holding that weights.hdf5 and the run's options.json, or load the two files with "
+        "BiLM.from_allennlp(options, weights)."
     )
     E_NO_DEFAULT_MODEL = (
         "The bundled default model is not installed (looked in {path}). Pass a model "

@@ -873,6 +873,15 @@ def test_undecodable_bytes_are_replaced_and_reported(bilm, tmp_path):
     assert mapping == {"caf\ufffd au lait": "0", "ok": "1"}
 
 
+def test_the_warning_of_replaced_bytes_quotes_an_odd_input_name(bilm, tmp_path):
+    """embed's W_REPLACED_BYTES named its input unquoted: ``in 1 file (a, b.txt)`` read as two files."""
+    path = tmp_path / "a, b.txt"
+    path.write_bytes(b"caf\xe9\n")
+    with pytest.warns(RuntimeWarning, match="1 undecodable byte") as record:
+        embed_file(bilm, path, tmp_path / "o.h5", progress=False)
+    assert any(f"in 1 file ({str(path)!r}) replaced" in str(w.message) for w in record)
+
+
 def test_cli_embeds_and_reports_errors(model_dir, corpus, tmp_path):
     from spacy_elmo.cli import app
 

@@ -76,7 +76,7 @@ import numpy as np
 from .._typing import PathLike
 from ..atomic import atomic_write_text, naming, sync, sync_dir, temporary_files
 from ..errors import Errors, TokenizerMismatchWarning, Warnings, counted, listed
-from ..paths import file_identity, missing_path_error, read_json_file, shell_quoted, stream_sha256
+from ..paths import file_identity, missing_path_error, name_shown, read_json_file, shell_quoted, stream_sha256
 from .vocab import BOS, EOS, SPECIALS
 
 BINARY_PROBE = 8192
@@ -940,7 +940,7 @@ def iter_text(path: PathLike, stats: ReadStats, tokenizer=None) -> Iterator[str]
             stats.replaced_bytes += replaced_bytes_so_far() - before
             stats.files_with_replacements += 1
             if len(stats.replaced_files) < REPLACED_FILES_NAMED:
-                stats.replaced_files.append(str(file))
+                stats.replaced_files.append(name_shown(file))
 
 
 #: Languages whose rule-based fallback tokenizer was announced in this process.
