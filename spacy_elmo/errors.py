@@ -1667,8 +1667,9 @@ class Errors:
     E_CACHE_NOT_SHARED = (
         "Rank {rank} of this torchrun job cannot read the corpus that rank 0 tokenized into OUTPUT_DIR {path} ({error}): "
         "every machine of the job must reach OUTPUT_DIR, and --init, --options and --tokenizer where given, at the same "
-        "path (a shared file system; TRAIN_PATH and --heldout are read by rank 0 alone). Give an absolute OUTPUT_DIR on "
-        "a file system every machine mounts."
+        "path (a shared file system; TRAIN_PATH and --heldout are read by rank 0 alone), and each rank's user must be "
+        "allowed to read them (rank 0's user wrote OUTPUT_DIR). Give an absolute OUTPUT_DIR on a file system every "
+        "machine mounts."
     )
     E_PEER_DIED = (
         "{error}\nAnother process of this torchrun job died or stopped answering mid-run (killed: the OOM killer? see "

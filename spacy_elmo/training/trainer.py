@@ -1093,10 +1093,13 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
                     except ValueError as err:  # rank 0 wrote it whole (atomically): this rank reads another file
                         raise FileNotFoundError(f"{source / 'meta.json'}: {err}") from err
                 corpus = Corpus.load(source)
-            except FileNotFoundError as err:  # rank 0 wrote it: this rank's machine does not see rank 0's OUTPUT_DIR
+            # rank 0 wrote it: this rank's machine does not see rank 0's OUTPUT_DIR, or this rank's user may not read it
+            # (a PermissionError was said in the OS's words alone)
+            except OSError as err:
                 if is_main:
                     raise
-                raise FileNotFoundError(Errors.E_CACHE_NOT_SHARED.format(rank=rank, path=out, error=err)) from err
+                unread = type(err) if isinstance(err, (FileNotFoundError, PermissionError)) else OSError
+                raise unread(Errors.E_CACHE_NOT_SHARED.format(rank=rank, path=out, error=err)) from err
 
             torch.manual_seed(cfg.seed)  # same initial weights on every rank (DDP also broadcasts)
             batcher: Union[SentenceBatcher, StreamBatcher]
