@@ -1950,6 +1950,10 @@ class Errors:
         "{parts} holds parts written by an older spacy-elmo, which did not record {keys}, so they cannot "
         "be checked against this run. Pass --restart (or delete {parts}) to embed from the start."
     )
+    E_EMBED_PARTS_NO_MANIFEST = (
+        "{parts} has no {name} (deleted?), which records the settings, text and tokens its parts were embedded from: "
+        "without it they cannot be checked against this run. Pass --restart (or delete {parts}) to embed from the start."
+    )
     E_EMBED_MANIFEST_DAMAGED = (
         "{path} cannot be read ({error}): it records the settings, text and tokens the parts in {parts} were "
         "embedded from, and without it they cannot be checked against this run. Pass --restart (or delete {parts}) "
