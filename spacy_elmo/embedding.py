@@ -52,7 +52,7 @@ from .bilm import BiLM
 from .bilm.token_cache import TokenCache, run_rows
 from .errors import Errors, Warnings, counted
 from .hdf5 import SENTENCE_TO_INDEX, hdf5_for_writing
-from .paths import json_shown, missing_path_error, read_json_file
+from .paths import json_shown, missing_path_error, name_shown, read_json_file
 
 LAYER_MODES = ("all", "top", "average")
 MANIFEST = "manifest.json"
@@ -169,7 +169,7 @@ def scan_lines(path: PathLike, digests: PartDigests, progress: bool = False) -> 
     replaced = replaced_bytes_so_far() - before
     if replaced:
         warnings.warn(Warnings.W_REPLACED_BYTES.format(n_bytes=counted(replaced, "undecodable byte"), n_files=counted(1, "file"),
-                                                      files=path), RuntimeWarning, stacklevel=2)
+                                                      files=name_shown(path)), RuntimeWarning, stacklevel=2)
     return n_lines
 
 
@@ -430,8 +430,8 @@ def _embed_locked(bilm: BiLM, input_path: Path, output_path: Path, layers: str, 
         earlier = _earlier_merge(output_path)
         if earlier is not None:  # a run killed after writing OUTPUT, before removing its parts
             try:
-                found = _read_manifest(earlier)  # {} where a killed removal deleted it: OUTPUT's own record tells
-            except ValueError:  # damaged: as good as none, OUTPUT's record tells the same
+                found = _read_manifest(earlier) or {}  # {}: a killed removal deleted it: OUTPUT's own record tells
+            except ValueError:  # damaged or unreadable: as good as none, OUTPUT's record tells the same
                 found = {}
             same = _same_manifest(found, manifest) if found else _same_run(_recorded_run(output_path), record)
             if same and not restart:
@@ -455,9 +455,10 @@ def _embed_locked(bilm: BiLM, input_path: Path, output_path: Path, layers: str, 
             remove_dir(parts_dir)
         part_files = [parts_dir / f"part-{k:06d}.hdf5" for k in range(n_parts)]
         if parts_dir.exists():
-            found = _read_manifest(parts_dir)
-            _check_settings(found, {k: v for k, v in manifest.items() if k != TOKENS}, parts_dir, input_path)
-            recorded = found.get(TOKENS)
+            on_disk = _read_manifest(parts_dir)
+            _check_settings(on_disk, {k: v for k, v in manifest.items() if k != TOKENS}, parts_dir, input_path)
+            assert on_disk is not None  # _check_settings refused a parts directory without its manifest
+            recorded = on_disk.get(TOKENS)
             if recorded is not None:  # None: a manifest of an earlier release, without them: its parts are trusted
                 for k, part in enumerate(part_files):
                     if part.exists() and (k >= len(recorded) or recorded[k] != token_digests[k]):
@@ -712,9 +713,11 @@ def _same_run(recorded: Optional[dict], expected: dict) -> bool:
     return recorded is not None and {k: recorded.get(k) for k in expected} == expected
 
 
-def _check_settings(found: dict, settings: dict, parts_dir: Path, input_path: Path) -> None:
-    """Refuse the parts of ``parts_dir``, whose manifest is ``found``, unless it records ``settings`` (of a run
-    reading ``input_path``)."""
+def _check_settings(found: Optional[dict], settings: dict, parts_dir: Path, input_path: Path) -> None:
+    """Refuse the parts of ``parts_dir``, whose manifest is ``found`` (None: it has none), unless it records
+    ``settings`` (of a run reading ``input_path``)."""
+    if found is None:  # every spacy-elmo wrote one: it was deleted (this said "written by an older spacy-elmo")
+        raise ValueError(Errors.E_EMBED_PARTS_NO_MANIFEST.format(parts=parts_dir, name=MANIFEST))
     if {k: found.get(k) for k in settings} == settings:
         return
     missing = sorted(k for k in settings if k not in found)
@@ -760,17 +763,20 @@ def _same_manifest(found: dict, manifest: dict) -> bool:
     return found == manifest or (TOKENS not in found and found == {k: v for k, v in manifest.items() if k != TOKENS})
 
 
-def _read_manifest(parts_dir: Path) -> dict:
-    """The manifest of ``parts_dir``; {} where there is none (a killed removal deleted it) or it cannot be opened.
-    ValueError (``E_EMBED_MANIFEST_DAMAGED``, naming it and --restart) where it is no JSON object (damaged or
-    edited, nested past the recursion limit included): read as {}, the parts were said to be an older
-    spacy-elmo's, and a JSON array was an AttributeError's traceback; so where its :data:`TOKENS`, the one entry read
-    other than compared, is no list of strings (a number was a TypeError's traceback, an object a KeyError's)."""
+def _read_manifest(parts_dir: Path) -> Optional[dict]:
+    """The manifest of ``parts_dir``; None where there is none (a killed removal deleted it, or the user).
+    ValueError (``E_EMBED_MANIFEST_DAMAGED``, naming it and --restart) where it cannot be read (a permission) or is
+    no JSON object (damaged or edited, nested past the recursion limit included): read as {}, the parts were said to
+    be an older spacy-elmo's, and a JSON array was an AttributeError's traceback; so where its :data:`TOKENS`, the one
+    entry read other than compared, is no list of strings (a number was a TypeError's traceback, an object a
+    KeyError's)."""
     path = parts_dir / MANIFEST
     try:
         raw = path.read_bytes()
-    except OSError:
-        return {}
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        raise ValueError(Errors.E_EMBED_MANIFEST_DAMAGED.format(path=path, error=err, parts=parts_dir)) from err
     try:
         found = read_json_file(path, "{error}", Errors.E_JSON_NOT_OBJECT, raw=raw)
     except ValueError as err:

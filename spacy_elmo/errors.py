@@ -297,9 +297,10 @@ class Errors:
     E_NATIVE_FORMAT_OTHER = "its \"format\" is {found}"
     E_TF_CHECKPOINT_DIR = (
         "{path} holds a TensorFlow checkpoint ({files}: bilm-tf's training output), which spacy-elmo does not "
-        "read. Dump its weights to hdf5 with bilm-tf's dump_weights (python bin/dump_weights.py --save_dir {path} "
-        "--outfile weights.hdf5), then pass a directory holding that weights.hdf5 and the run's options.json, or "
-        "load the two files with BiLM.from_allennlp(options, weights)."
+        "read. Dump its weights to hdf5 with bilm-tf's dump_weights "
+        "(`python bin/dump_weights.py --save_dir {shell_path} --outfile weights.hdf5`), then pass a directory "
+        "holding that weights.hdf5 and the run's options.json, or load the two files with "
+        "BiLM.from_allennlp(options, weights)."
     )
     E_NO_DEFAULT_MODEL = (
         "The bundled default model is not installed (looked in {path}). Pass a model "
@@ -1666,8 +1667,9 @@ class Errors:
     E_CACHE_NOT_SHARED = (
         "Rank {rank} of this torchrun job cannot read the corpus that rank 0 tokenized into OUTPUT_DIR {path} ({error}): "
         "every machine of the job must reach OUTPUT_DIR, and --init, --options and --tokenizer where given, at the same "
-        "path (a shared file system; TRAIN_PATH and --heldout are read by rank 0 alone). Give an absolute OUTPUT_DIR on "
-        "a file system every machine mounts."
+        "path (a shared file system; TRAIN_PATH and --heldout are read by rank 0 alone), and each rank's user must be "
+        "allowed to read them (rank 0's user wrote OUTPUT_DIR). Give an absolute OUTPUT_DIR on a file system every "
+        "machine mounts."
     )
     E_PEER_DIED = (
         "{error}\nAnother process of this torchrun job died or stopped answering mid-run (killed: the OOM killer? see "
@@ -1947,6 +1949,10 @@ class Errors:
     E_EMBED_PARTS_OLD = (
         "{parts} holds parts written by an older spacy-elmo, which did not record {keys}, so they cannot "
         "be checked against this run. Pass --restart (or delete {parts}) to embed from the start."
+    )
+    E_EMBED_PARTS_NO_MANIFEST = (
+        "{parts} has no {name} (deleted?), which records the settings, text and tokens its parts were embedded from: "
+        "without it they cannot be checked against this run. Pass --restart (or delete {parts}) to embed from the start."
     )
     E_EMBED_MANIFEST_DAMAGED = (
         "{path} cannot be read ({error}): it records the settings, text and tokens the parts in {parts} were "

@@ -36,6 +36,16 @@ def python_quoted(path: PathLike) -> str:
     return repr(os.fspath(path))
 
 
+def name_shown(name: PathLike) -> str:
+    """A file name (or path) as a listing of a message shows it: plain, or as a Python string literal
+    (:func:`python_quoted`) where it holds whitespace, a character that does not print (a newline), a comma or a
+    quote, which would otherwise read as the listing's separators, or break its line."""
+    text = os.fspath(name)
+    if any(c.isspace() or not c.isprintable() or c in ",'\"" for c in text):
+        return python_quoted(text)
+    return text
+
+
 def config_quoted(path: PathLike) -> str:
     """``path`` as a string value of a spaCy config (``source = ...``), whose values are read as JSON: a path with
     a double quote or a backslash reads back as the same path. The config interpolates first (``${section.key}``;

@@ -732,6 +732,43 @@ def test_parts_of_an_older_version_ask_for_restart(bilm, corpus, tmp_path):
     assert embed_file(bilm, corpus, out, part_size=2, progress=False, restart=True)["parts_reused"] == 0
 
 
+def test_parts_whose_manifest_was_deleted_ask_for_restart_without_blaming_an_older_version(bilm, corpus, tmp_path):
+    """Every spacy-elmo writes a parts directory whole with its manifest: one without it was said to hold parts
+    "written by an older spacy-elmo, which did not record format, model, ...", where it was deleted."""
+    out = tmp_path / "out.h5"
+    embed_file(bilm, corpus, out, part_size=2, progress=False, stop_after_parts=1)
+    parts = out.with_name("out.h5.parts")
+    (parts / "manifest.json").unlink()
+    with pytest.raises(ValueError) as err:
+        embed_file(bilm, corpus, out, part_size=2, progress=False)
+    assert str(err.value).startswith(f"{parts} has no manifest.json (deleted?), which records the settings"), err.value
+    assert "older" not in str(err.value) and "Pass --restart" in str(err.value)
+    assert embed_file(bilm, corpus, out, part_size=2, progress=False, restart=True)["parts_reused"] == 0
+
+
+def test_parts_whose_manifest_cannot_be_read_say_why(bilm, corpus, tmp_path, monkeypatch):
+    """A manifest that could not be opened (a permission; they do not refuse root, so the read is refused here) was
+    read as none, and the parts said to be an older spacy-elmo's: the error of a damaged manifest says why."""
+    import pathlib
+
+    out = tmp_path / "out.h5"
+    embed_file(bilm, corpus, out, part_size=2, progress=False, stop_after_parts=1)
+    manifest = out.with_name("out.h5.parts") / "manifest.json"
+    read_bytes = pathlib.Path.read_bytes
+
+    def refused(self):
+        if self == manifest:
+            raise PermissionError(13, "Permission denied", str(self))
+        return read_bytes(self)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(pathlib.Path, "read_bytes", refused)
+        with pytest.raises(ValueError) as err:
+            embed_file(bilm, corpus, out, part_size=2, progress=False)
+    assert str(err.value).startswith(f"{manifest} cannot be read ([Errno 13] Permission denied: "), err.value
+    assert "older" not in str(err.value) and "Pass --restart" in str(err.value)
+
+
 def test_parts_of_another_tokenizer_of_the_same_name_are_refused_naming_the_part(bilm, corpus, tmp_path):
     """The manifest named a tokenize callable by its module and qualified name, which every lambda of a
     function shares: a run resumed with another one reused the parts of the first, one output of two
@@ -871,6 +908,15 @@ def test_undecodable_bytes_are_replaced_and_reported(bilm, tmp_path):
         embed_file(bilm, path, tmp_path / "o.h5", progress=False)
     _, mapping = read_all(tmp_path / "o.h5")
     assert mapping == {"caf\ufffd au lait": "0", "ok": "1"}
+
+
+def test_the_warning_of_replaced_bytes_quotes_an_odd_input_name(bilm, tmp_path):
+    """embed's W_REPLACED_BYTES named its input unquoted: ``in 1 file (a, b.txt)`` read as two files."""
+    path = tmp_path / "a, b.txt"
+    path.write_bytes(b"caf\xe9\n")
+    with pytest.warns(RuntimeWarning, match="1 undecodable byte") as record:
+        embed_file(bilm, path, tmp_path / "o.h5", progress=False)
+    assert any(f"in 1 file ({str(path)!r}) replaced" in str(w.message) for w in record)
 
 
 def test_cli_embeds_and_reports_errors(model_dir, corpus, tmp_path):

@@ -28,7 +28,7 @@ from .._typing import PathLike
 from ..atomic import atomic_write, make_dirs, naming, sync, sync_dir
 from ..errors import Errors, listed
 from ..hdf5 import is_embeddings_file
-from ..paths import missing_path_error, python_quoted, read_json_file, shell_quoted
+from ..paths import missing_path_error, name_shown, python_quoted, read_json_file, shell_quoted
 from .config import BiLMConfig, is_int
 
 if TYPE_CHECKING:  # model.py imports this module when it saves or loads
@@ -520,19 +520,10 @@ class NativeDirMissing(FileNotFoundError):
         except OSError:  # unreadable: the advice without the listing
             return NativeDirMissing.of(path, self.missing_name, fix)
         if names:
-            fix += " " + Errors.E_NATIVE_DIR_HOLDS.format(path=path, names=listed([_name_shown(n) for n in names], 4))
+            fix += " " + Errors.E_NATIVE_DIR_HOLDS.format(path=path, names=listed([name_shown(n) for n in names], 4))
         else:
             fix += " " + Errors.E_NATIVE_DIR_EMPTY.format(path=path)
         return NativeDirMissing.of(path, self.missing_name, fix)
-
-
-def _name_shown(name: str) -> str:
-    """A file name as a listing of a message shows it: plain, or as a Python string literal (:func:`python_quoted`)
-    where it holds whitespace, a character that does not print (a newline), a comma or a quote, which would
-    otherwise read as the listing's separators, or break its line."""
-    if any(c.isspace() or not c.isprintable() or c in ",'\"" for c in name):
-        return python_quoted(name)
-    return name
 
 
 #: The files of a TensorFlow checkpoint (bilm-tf's ``save_dir``): the ``checkpoint`` index and each save's
@@ -545,8 +536,8 @@ def refuse_tf_checkpoint(path: Path) -> None:
     checkpoint: its ``checkpoint`` file and a save's ``.index`` or ``.data-*`` file."""
     found = sorted({f.name for pattern in TF_CHECKPOINT_GLOBS for f in path.glob(pattern) if f.is_file()})
     if "checkpoint" in found and any(name.endswith(".index") or ".data-" in name for name in found):
-        shown = ", ".join(found[:4]) + (", ..." if len(found) > 4 else "")
-        raise NotAModelDir(Errors.E_TF_CHECKPOINT_DIR.format(path=path, files=shown))
+        shown = listed([name_shown(name) for name in found], 4)
+        raise NotAModelDir(Errors.E_TF_CHECKPOINT_DIR.format(path=path, files=shown, shell_path=shell_quoted(path)))
 
 
 def find_allennlp_files(directory: Path):

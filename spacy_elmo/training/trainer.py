@@ -668,6 +668,15 @@ def _diverged(step: int, what: str, value: float, out: Path, last_saved: int) ->
     return ValueError(Errors.E_TRAINING_DIVERGED.format(step=step, what=what, value=value, kept=kept, restart=restart))
 
 
+def bar_postfix(tokens_per_s: float, perplexity: float, full_softmax: bool) -> Dict[str, str]:
+    """The pretraining bar's postfix: tokens a second, and the window's perplexity (``sampled ppl`` of the sampled
+    softmax, ``ppl`` of the full one) shown as the held-out one is (:func:`evaluate.perplexity_shown`): from 1e15
+    with an exponent, where e^50 printed 31 characters of thousands separators."""
+    from .evaluate import perplexity_shown
+
+    return {"tok/s": f"{tokens_per_s:,.0f}", "ppl" if full_softmax else "sampled ppl": perplexity_shown(perplexity)}
+
+
 #: The bytes of a file that :func:`_warn_heldout_in_training` compares first: files of one size whose starts differ
 #: are no copies, and only the rest are read whole.
 HEAD_BYTES = 64 << 10
@@ -1084,10 +1093,13 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
                     except ValueError as err:  # rank 0 wrote it whole (atomically): this rank reads another file
                         raise FileNotFoundError(f"{source / 'meta.json'}: {err}") from err
                 corpus = Corpus.load(source)
-            except FileNotFoundError as err:  # rank 0 wrote it: this rank's machine does not see rank 0's OUTPUT_DIR
+            # rank 0 wrote it: this rank's machine does not see rank 0's OUTPUT_DIR, or this rank's user may not read it
+            # (a PermissionError was said in the OS's words alone)
+            except OSError as err:
                 if is_main:
                     raise
-                raise FileNotFoundError(Errors.E_CACHE_NOT_SHARED.format(rank=rank, path=out, error=err)) from err
+                unread = type(err) if isinstance(err, (FileNotFoundError, PermissionError)) else OSError
+                raise unread(Errors.E_CACHE_NOT_SHARED.format(rank=rank, path=out, error=err)) from err
 
             torch.manual_seed(cfg.seed)  # same initial weights on every rank (DDP also broadcasts)
             batcher: Union[SentenceBatcher, StreamBatcher]
@@ -1323,7 +1335,7 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
                 log.write({"step": step, "epoch": epoch, "loss": step_loss, "loss_forward": float(stats[1]),
                            "loss_backward": float(stats[2]), "sampled_perplexity": ppl, "grad_norm": step_norm,
                            "tokens": tokens_seen, "tokens_per_s": tps, "time": time.time()})
-            bar.set_postfix({"tok/s": f"{tps:,.0f}", "ppl" if full_softmax else "sampled ppl": f"{ppl:,.1f}"}, refresh=False)
+            bar.set_postfix(bar_postfix(tps, ppl, full_softmax), refresh=False)
             window_loss, window_n, window_tokens, window_start = 0.0, 0, 0, time.perf_counter()
         bar.update(1)
         if step % cfg.checkpoint_every == 0 or step == total:

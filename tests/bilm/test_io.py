@@ -947,6 +947,26 @@ def test_a_bilm_tf_checkpoint_dir_says_to_dump_its_weights(tmp_path, with_option
     assert "TensorFlow checkpoint" not in str(err.value)
 
 
+def test_a_tensorflow_checkpoints_odd_file_names_are_quoted_and_its_command_pastes(tmp_path):
+    """E_TF_CHECKPOINT_DIR listed its files unquoted, ``, `` between them (a name holding a comma and a space read
+    as two files), and put the directory into its dump_weights command unquoted (a space split it in two)."""
+    from spacy_elmo.bilm.native_io import NotAModelDir
+
+    save_dir = tmp_path / "bilm tf"
+    save_dir.mkdir()
+    (save_dir / "checkpoint").write_text('model_checkpoint_path: "model, 2"\n')
+    (save_dir / "model, 2.index").write_bytes(b"\x00")
+    (save_dir / "model, 2.data-00000-of-00001").write_bytes(b"\x00")
+    (save_dir / "model, 2.meta").write_bytes(b"\x00")
+    (save_dir / "model-1.index").write_bytes(b"\x00")
+    with pytest.raises(NotAModelDir, match="holds a TensorFlow checkpoint") as err:
+        BiLM.load(save_dir)
+    message = str(err.value)
+    shown = "checkpoint, 'model, 2.data-00000-of-00001', 'model, 2.index', 'model, 2.meta' and 1 more"
+    assert f"({shown}: bilm-tf's training output)" in message, message
+    assert f"--save_dir '{save_dir}' --outfile weights.hdf5" in message, message
+
+
 def test_a_file_named_checkpoint_alone_is_no_tensorflow_checkpoint(tmp_path):
     """A TensorFlow checkpoint is its ``checkpoint`` index and a save's .index or .data-* file: options.json beside a
     file named checkpoint and nothing else of one is a directory of AllenNLP weights that lacks its .hdf5."""

@@ -326,6 +326,34 @@ def test_types_undecodable_in_an_older_cache_is_a_damaged_cache(tmp_path):
     assert Corpus.load(cache).digest() == whole.digest()
 
 
+def test_types_cut_at_a_line_in_an_older_cache_is_a_damaged_cache(tmp_path):
+    """A cache of an older spacy-elmo records no size of types.txt: one cut after a whole line decodes, and its
+    lines are counted against meta.json's n_types."""
+    import json
+
+    _, cache, meta = _built(tmp_path)
+    del meta["types_bytes"]
+    (cache / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
+    types = cache / "types.txt"
+    lines = types.read_bytes().splitlines(keepends=True)
+    types.write_bytes(b"".join(lines[:-2]))
+    with pytest.raises(ValueError, match=f"the corpus cache in {cache} is damaged: types.txt holds {len(lines) - 2} "
+                                         f"types, its meta.json says {len(lines)} "):
+        Corpus.load(cache)
+
+
+def test_corpus_load_reads_meta_json_once(tmp_path, monkeypatch):
+    """Corpus.load checked the files' sizes and then types.txt's lines each against meta.json read anew: read twice,
+    where it holds a digest per file of the corpus (0.9 MB for 5,000 files, 4 ms a read). Read once now."""
+    _, cache, _ = _built(tmp_path)
+    whole = Corpus.load(cache)
+    reads = []
+    read_meta = data._read_meta
+    monkeypatch.setattr(data, "_read_meta", lambda path: (reads.append(path), read_meta(path))[1])
+    assert Corpus.load(cache).digest() == whole.digest()
+    assert len(reads) == 1, reads
+
+
 def test_types_with_crlf_line_ends_in_an_older_cache_load_without_the_cr(tmp_path):
     """An older spacy-elmo wrote types.txt with write_text: CRLF line ends on Windows, and no types_bytes in
     meta.json to catch them; each type read back ended in "\\r" (no type holds one)."""

@@ -972,6 +972,39 @@ def test_ddp_a_file_one_rank_cannot_see_is_said_by_that_rank_and_named_by_rank_0
         assert not (tmp_path / "out").exists()  # refused before OUTPUT_DIR was made
 
 
+def _meta_refused_worker(rank: int, world: int, port: int, args: list, result_dir: str) -> None:
+    """:func:`_main_worker` where rank 1 may not read the cache's meta.json (a PermissionError: another user on its
+    machine; the permission bits themselves cannot refuse root, who runs the tests in CI's containers)."""
+    if rank == 1:
+        from spacy_elmo.training import trainer
+
+        read_json_file = trainer.read_json_file
+
+        def refused(path, *args, **kwargs):
+            if Path(path).name == "meta.json":
+                raise PermissionError(13, "Permission denied", str(path))
+            return read_json_file(path, *args, **kwargs)
+
+        trainer.read_json_file = refused
+    _main_worker(rank, world, port, args, result_dir)
+
+
+@pytest.mark.slow
+def test_ddp_a_rank_that_may_not_read_the_cache_says_so_in_our_words(tmp_path):
+    """Another rank reading a meta.json it may not read said the OS's words alone ("[Errno 13] Permission denied:
+    .../meta.json"), where a missing one said E_CACHE_NOT_SHARED: it says that too now, read permission included."""
+    from .conftest import tiny_pretrain_args
+
+    args, _, _ = tiny_pretrain_args(tmp_path, tmp_path / "out")
+    _run_ranks(_meta_refused_worker, (2, _free_port(), args, str(tmp_path)), timeout=150)
+    stderr = [(tmp_path / f"stderr{r}.txt").read_text(encoding="utf-8") for r in range(2)]
+    assert [(tmp_path / f"status{r}.txt").read_text() for r in range(2)] == ["1", "1"], stderr
+    said = f"Rank 1 of this torchrun job cannot read the corpus that rank 0 tokenized into OUTPUT_DIR {tmp_path / 'out'} "
+    assert stderr[1].count(said) == 1 and "Traceback" not in stderr[1], stderr
+    assert "[Errno 13] Permission denied" in stderr[1] and "each rank's user must be allowed to read them" in stderr[1]
+    assert "Rank 1 of this torchrun job failed" in stderr[0] and said not in stderr[0], stderr
+
+
 @pytest.mark.slow
 def test_torchrun_reports_every_rank_exiting_with_rank_0s_status(tmp_path):
     """Under torchrun itself, which stops the other ranks (SIGTERM) as soon as one exits with an error: its report

@@ -304,3 +304,90 @@ def test_load_pretrained_gives_a_provenance_that_is_no_object_as_empty(tmp_path,
     config = json.loads((model / "config.json").read_text())
     (model / "config.json").write_text(json.dumps({**config, "provenance": odd}))
     assert load_pretrained(model, backend="reference")[3] == {}
+
+
+@pytest.mark.parametrize("name", ["native", "native without softmax", "allennlp", "allennlp without softmax"])
+def test_check_init_model_passes_a_loadable_model_from_its_headers_alone(tmp_path, monkeypatch, name):
+    """pretrain's early --init check passes every model load_pretrained loads, reading no weights; a model without a
+    softmax needs no vocab.txt (its vocabulary is built from the corpus), so none is asked for."""
+    from spacy_elmo.training.modelio import check_init_model
+
+    directory, with_softmax = model_dirs(tmp_path)[name]
+    if not with_softmax:
+        (directory / "vocab.txt").unlink(missing_ok=True)
+        assert load_pretrained(directory, backend="reference")[2] is None
+    refuse_weight_loading(monkeypatch)
+    assert check_init_model(directory) is None
+
+
+@pytest.mark.parametrize("name", ["native", "allennlp"])
+@pytest.mark.parametrize("vocab", ["missing", "short"])
+def test_check_init_model_refuses_the_vocabulary_load_pretrained_refuses(tmp_path, monkeypatch, name, vocab):
+    """With a softmax, a vocab.txt that is missing or not one token per softmax row is refused before the run, with
+    load_pretrained's very error."""
+    from spacy_elmo.training.modelio import check_init_model
+
+    directory = model_dirs(tmp_path)[name][0]
+    if vocab == "missing":
+        (directory / "vocab.txt").unlink()
+    else:
+        (directory / "vocab.txt").write_text("".join(f"{token}\n" for token in TOKENS[:-1]), encoding="utf-8")
+    with pytest.raises((OSError, ValueError)) as loading:
+        load_pretrained(directory, backend="reference")
+    refuse_weight_loading(monkeypatch)
+    with pytest.raises(type(loading.value)) as checking:
+        check_init_model(directory)
+    assert str(checking.value) == str(loading.value)
+    assert ("vocab.txt" in str(checking.value)) and (vocab == "missing" or "has 4 entries but the softmax has 5 rows"
+                                                     in str(checking.value))
+
+
+def test_check_init_model_leaves_a_softmax_of_another_shape_to_load_pretrained(tmp_path, monkeypatch):
+    """A softmax.weight that is no matrix has no row count to check vocab.txt against: the check passes it, and
+    load_pretrained refuses its shape (with the weights read) rather than a vocabulary of "3 rows"."""
+    from spacy_elmo.training.modelio import check_init_model
+
+    directory = allennlp_with_softmax(tmp_path, torch.zeros(3), torch.zeros(3))
+    with pytest.raises(ValueError, match=r"weight \(3,\) and bias \(3,\)"):
+        load_pretrained(directory, backend="reference")
+    refuse_weight_loading(monkeypatch)
+    assert check_init_model(directory) is None
+
+
+def test_check_init_model_advises_init_a_directory_for_a_file(tmp_path):
+    """A model's file given as --init is refused advising --init its directory, not BiLM's Python loaders."""
+    from spacy_elmo.bilm.native_io import ModelPathIsFile
+    from spacy_elmo.errors import Errors
+    from spacy_elmo.training.modelio import check_init_model
+
+    directory = model_dirs(tmp_path)["allennlp"][0]
+    with pytest.raises(ModelPathIsFile) as err:
+        check_init_model(directory / "weights.hdf5")
+    assert str(err.value).endswith(Errors.E_MODEL_PATH_FIX_INIT), str(err.value)
+    assert err.value.__suppress_context__ and err.value.__cause__ is None
+
+
+def test_check_init_model_says_what_a_directory_without_a_model_holds(tmp_path):
+    """A directory that is no model is refused with the commands' advice (which commands write one) and what it
+    holds, not BiLM.load's (BiLM.save, BiLM.from_allennlp)."""
+    from spacy_elmo.bilm.native_io import NativeDirMissing
+    from spacy_elmo.errors import Errors
+    from spacy_elmo.training.modelio import check_init_model
+
+    directory = tmp_path / "notes"
+    directory.mkdir()
+    (directory / "readme.md").write_text("x")
+    with pytest.raises(NativeDirMissing) as err:
+        check_init_model(directory)
+    message = str(err.value)
+    assert Errors.E_NATIVE_DIR_FIX_CLI in message and f"{directory} holds readme.md." in message, message
+    assert Errors.E_NATIVE_DIR_FIX_LOAD not in message
+    assert err.value.__suppress_context__ and err.value.__cause__ is None
+
+
+def test_check_init_model_reads_the_bundled_default(monkeypatch):
+    """--init default names the bundled model, as load_pretrained takes it (model_path), not a directory "default"."""
+    from spacy_elmo.training.modelio import check_init_model
+
+    refuse_weight_loading(monkeypatch)
+    assert check_init_model("default") is None

@@ -158,3 +158,16 @@ def test_the_pretraining_bar_says_its_perplexity_is_of_the_sampled_softmax(tmp_p
                                 negatives=10_000))
     err = capsys.readouterr().err
     assert ", ppl=" in err and "sampled" not in err, err
+
+
+def test_the_pretraining_bar_shows_a_huge_perplexity_as_the_held_out_one_is():
+    """The bar's sampled perplexity (exp of the window's loss, at most e^50) printed ``{:,.1f}``: e^50 as
+    ``5,184,705,528,587,072,045,056.0``, 31 characters of a bar line. It is shown as evaluate shows the held-out
+    perplexity (perplexity_shown): with an exponent from 1e15, two decimals below."""
+    import math
+
+    from spacy_elmo.training.trainer import bar_postfix
+
+    assert bar_postfix(12_345.6, math.exp(50.0), False) == {"tok/s": "12,346", "sampled ppl": "5.185e+21"}
+    assert bar_postfix(10.0, 1e15, True) == {"tok/s": "10", "ppl": "1.000e+15"}
+    assert bar_postfix(10.0, 201.3456, True) == {"tok/s": "10", "ppl": "201.35"}

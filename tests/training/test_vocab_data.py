@@ -259,6 +259,21 @@ def test_the_warning_of_replaced_bytes_names_the_first_files(tmp_path):
     assert any(f"in 1 file ({bad[0]}) replaced" in str(w.message) for w in record)
 
 
+def test_the_warning_of_replaced_bytes_quotes_odd_file_names(tmp_path):
+    """W_REPLACED_BYTES listed its files unquoted: a name holding ", " read as two files, one holding a newline
+    broke the warning's line. Such a name is shown as a Python string literal (paths.name_shown)."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    odd = [corpus / "a, b.txt", corpus / "c\nd.txt"]
+    for path in odd:
+        path.write_bytes(b"bad \xff end .\n")
+    with pytest.warns(RuntimeWarning, match="undecodable") as record:
+        build_corpus(corpus, "en", tmp_path / "cache", progress=False)
+    said = [str(w.message) for w in record if "undecodable" in str(w.message)]
+    assert len(said) == 1 and f"in 2 files ({str(odd[0])!r}, {str(odd[1])!r}) replaced" in said[0], said
+    assert "\n" not in said[0]
+
+
 def test_one_megabyte_line(tmp_path):
     words = ("alpha beta gamma delta. " * 45000)[:1_000_000]
     path = tmp_path / "long.txt"
