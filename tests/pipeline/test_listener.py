@@ -1838,3 +1838,33 @@ def test_replace_listeners_of_a_tok2vec_that_listens_to_elmo(tiny_dir, tmp_path)
     with pytest.raises(ValueError, match="linked to no elmo component") as refused:
         copied.predict([nlp.make_doc(text)])
     assert "is a copy" not in str(refused.value)
+
+
+def test_a_mix_with_a_large_weight_takes_that_layer_and_stays_finite():
+    """The mix's softmax subtracts the largest weight: initial_weights of [0, 0, 100] (the top layer alone, written with a
+    large weight where ScalarMix's example writes [-1e9, -1e9, 0]) overflowed exp in float32 and every mixed vector, and
+    every gradient, was NaN (inf / inf)."""
+    rng = numpy.random.default_rng(3)
+    X = rng.normal(size=(3, 4, 5)).astype("float32")
+    for weights in ([0.0, 0.0, 100.0], [0.0, 0.0, 1e9]):
+        mix = scalar_mix_layer(initial_weights=weights)
+        mix.initialize(X=[X])
+        (Y,), bp = mix.begin_update([X])
+        numpy.testing.assert_allclose(Y, X[2], rtol=1e-6, atol=1e-6)
+        (dX,) = bp([numpy.ones((4, 5), dtype="float32")])
+        assert numpy.isfinite(dX).all() and numpy.isfinite(mix.get_grad("w")).all(), weights
+
+
+def test_a_word_row_with_zeros_in_it_is_no_whitespace_row():
+    """Only a row that is zero in every element of every layer is a whitespace token's (left out of the layer norm's
+    statistics and kept zero): a word's row with exact zeros in it (a float16 store flushes tiny values to 0) is a
+    word's, normalised and mixed as the others."""
+    rng = numpy.random.default_rng(4)
+    X = (rng.normal(size=(3, 5, 6)) * 2 + 1).astype("float32")
+    X[:, 1, :3] = 0  # row 1: half zeros in every layer
+    X[0, 3] = 0  # row 3: all zeros in layer 0
+    mix = scalar_mix_layer(layer_norm=True)
+    mix.initialize(X=[X])
+    (Y,) = mix.predict([X])
+    numpy.testing.assert_allclose(Y, _numpy_layer_norm(X).mean(axis=0), rtol=1e-5, atol=1e-5)
+    assert Y[1].any() and Y[3].any()

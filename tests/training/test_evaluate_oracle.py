@@ -231,3 +231,21 @@ def test_oov_rate_and_word_count_match_a_count_of_the_held_out_words(model_dir, 
     assert result["n_sentences"] == len(HELD)
     # per direction: every sentence's words and one marker; a stream one more per sentence boundary
     assert result["n_targets"] == len(words) + len(HELD) + (0 if per_sentence else len(HELD) - 1)
+
+
+@pytest.mark.parametrize("per_sentence", [False, True], ids=["stream", "per_sentence"])
+def test_evaluation_reads_in_eval_mode_and_leaves_the_lm_in_the_mode_it_found(lm_and_vocab, per_sentence):
+    """evaluate_corpus reads without dropout (eval mode) and gives the LM back in its mode: one in training (a
+    caller's, between its steps) is in training again, one in eval mode stays so."""
+    lm, vocab = lm_and_vocab
+    seen = []
+    hook = lm.register_forward_pre_hook(lambda module, args: seen.append(module.training))
+    try:
+        for training in (True, False):
+            lm.train(training)
+            evaluate_sentences(lm, vocab, HELD[:3], batch_size=2, unroll=5, per_sentence=per_sentence)
+            assert lm.training == training and all(m.training == training for m in lm.modules())
+    finally:
+        hook.remove()
+        lm.eval()
+    assert seen and not any(seen)

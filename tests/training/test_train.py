@@ -1477,3 +1477,45 @@ def test_a_resumed_run_starts_each_epoch_from_the_zero_state(tmp_path):
         res = lm(chars, i_f, i_b, vocab.target_ids(fwd[:, 1:]), vocab.target_ids(bwd[:, 1:]), torch.full((4,), 5), None)
     n = 4 * 5
     assert logged["loss"] == pytest.approx((float(res.nll_fwd.sum()) / n + float(res.nll_bwd.sum()) / n) / 2, rel=1e-5)
+
+
+def test_a_row_starts_mid_sentence_where_the_nearest_boundary_is_20_tokens_or_more_away():
+    """MID_SENTENCE_CUT_TOKENS is 20 (the shares here are 10): a point 20 tokens or more from the nearest sentence
+    start or the stream's end cuts the sentence there, one nearer does not. The value decides the rows a text is read
+    in (and their digest, which a resume compares with the log's): 21 left out the row at 20."""
+    from spacy_elmo.training.evaluate import stream_row_starts
+
+    # one sentence of 101 tokens in 10 rows: the points 10 and 90 are 10 and 11 from its ends (no rows there),
+    # 20 is 20 from its start and 80 21 from its end
+    assert stream_row_starts(np.array([0]), 101, 10).tolist() == [0, 20, 30, 40, 50, 60, 70, 80]
+
+
+def test_the_row_starts_digest_is_sha256_of_the_starts_as_little_endian_int64():
+    """A held-out line of train_log.jsonl records the digest of its rows, and a resume reuses the logged number
+    only where this run's digest equals it: the digest of given starts stays fixed across versions (16 hex digits of
+    sha256 of the starts as little-endian int64), and int32 starts have the digest of the same int64 ones."""
+    from spacy_elmo.training.evaluate import row_starts_digest
+
+    rows = [0, 13, 39, 52, 65]
+    assert hashlib.sha256(np.array(rows, dtype="<i8").tobytes()).hexdigest()[:16] == "8de742e97cf63546"
+    for dtype in (np.int64, np.int32, ">i8"):
+        assert row_starts_digest(np.array(rows, dtype=dtype)) == "8de742e97cf63546", dtype
+
+
+def test_a_nan_result_is_logged_as_null_and_read_back_as_nan():
+    """A model with NaN weights gives NaN losses and perplexities: json_ready makes them null as it makes an inf
+    perplexity null (json.dumps wrote the nonstandard NaN), and from_json_ready reads a null perplexity back as NaN
+    where its loss is null too (inf only beside a number), as perplexity_text shows it."""
+    from spacy_elmo.training.evaluate import from_json_ready, json_ready, perplexity_text
+
+    nan = math.nan
+    result = {"perplexity_forward": nan, "perplexity_backward": 3.0, "perplexity": nan, "loss_forward": nan,
+              "loss_backward": math.log(3.0), "n_targets": 5, "mode": "stream", "n_rows": 1}
+    ready = json_ready(result)
+    line = json.dumps(ready, allow_nan=False)  # standard JSON: ValueError on NaN
+    assert ready["loss_forward"] is ready["perplexity_forward"] is ready["perplexity"] is None
+    back = from_json_ready(json.loads(line))
+    assert all(math.isnan(back[k]) for k in ("loss_forward", "perplexity_forward", "perplexity")), back
+    assert back["perplexity_backward"] == 3.0 and back["loss_backward"] == result["loss_backward"]
+    assert perplexity_text(ready) == perplexity_text(back) == (
+        "perplexity (one stream): forward nan, backward 3.00, geometric mean nan")
