@@ -20,14 +20,18 @@ computed from these; the ``vector`` / ``has_vector`` / ``similarity`` user
 hooks use them (module-level functions, so that docs stay picklable).
 """
 
+import warnings
 from typing import Any, Optional, Tuple, Union
 
 import numpy
 import torch
-from spacy.attrs import IDX
+from spacy.attrs import IDX, NAMES, ORTH
+from spacy.errors import Warnings as SpacyWarnings
+from spacy.lexeme import Lexeme
 from spacy.tokens import Doc, Span, Token
 
 from ..errors import Errors
+from .callers import user_stacklevel
 
 ELMO_ATTR = "elmo"
 MIX_ATTR = "elmo_mix"
@@ -227,19 +231,44 @@ def _vec(obj) -> Optional[numpy.ndarray]:
 
 
 def hook_similarity(obj, other) -> float:
-    """Cosine of the ELMo vectors; falls back to spaCy's own when ``other`` has none. ELMo vectors of two
-    widths (docs annotated with other weights) are an error: their cosine means nothing."""
+    """Cosine of the ELMo vectors; falls back to spaCy's own when ``other`` has none (a ``Lexeme``: as spaCy,
+    :func:`_lexeme_similarity`). ELMo vectors of two widths (docs annotated with other weights) are an error:
+    their cosine means nothing."""
+    if isinstance(other, Lexeme):
+        return _lexeme_similarity(obj, other)
     a, b = _vec(obj), _vec(other)
     if a is not None and b is not None and a.shape != b.shape:
         raise ValueError(Errors.E_ELMO_SIMILARITY_WIDTHS.format(width=a.shape[-1], other=b.shape[-1]))
     if a is None or b is None:
         b = getattr(other, "vector", None)
-        if a is None or b is None or b.shape != a.shape:
-            return 0.0
+    return _cosine(a, b)
+
+
+def _cosine(a: Any, b: Any) -> float:
+    """The cosine of two vectors (numpy, or None); 0.0 when either is missing or zero, or their widths differ."""
+    if a is None or b is None or b.shape != a.shape:
+        return 0.0
     na, nb = float(numpy.linalg.norm(a)), float(numpy.linalg.norm(b))
     if na == 0.0 or nb == 0.0:
         return 0.0
     return float(numpy.dot(a, b) / (na * nb))
+
+
+def _lexeme_similarity(obj, lexeme: Lexeme) -> float:
+    """``obj.similarity(lexeme)`` as spaCy's own answers it (a lexeme is a word without context: no ELMo vector):
+    1.0 for a single token of that word (the vocab's vectors ``attr``, ORTH by default); else the cosine with
+    the lexeme's static vector where the vocab has one of the ELMo width, 0.0 otherwise, with spaCy's W008
+    ("based on empty vectors") when it has none. ``Lexeme.vector`` raises spaCy's E010 in a vocab without
+    vectors, so ``lexeme.has_vector`` is asked first."""
+    doc = obj if isinstance(obj, Doc) else obj.doc
+    attr = NAMES[getattr(doc.vocab.vectors, "attr", ORTH)].lower()  # "orth", "norm", "lower", ...
+    tokens = [obj] if isinstance(obj, Token) else obj
+    if len(tokens) == 1 and getattr(tokens[0], attr) == getattr(lexeme, attr):
+        return 1.0
+    if not lexeme.has_vector:
+        warnings.warn(SpacyWarnings.W008.format(obj=type(obj).__name__), UserWarning, stacklevel=user_stacklevel())
+        return 0.0
+    return _cosine(_vec(obj), lexeme.vector)
 
 
 def hook_vector_norm(obj) -> float:
