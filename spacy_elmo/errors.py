@@ -979,6 +979,15 @@ class Errors:
         "before '{component}' in [nlp] pipeline, and keep it out of frozen_components (it freezes itself: "
         "frozen = true)."
     )
+    #: E_LISTENER_NO_SIZES where the upstream is disabled, not by spacy train's [training] frozen_components
+    E_LISTENER_NO_SIZES_DISABLED = (
+        "The ELMo listener in '{component}' is initialized while its upstream '{upstream}' is disabled "
+        "(nlp.select_pipes, nlp.disable_pipe, spacy.load(..., disable=...), or [nlp] disabled in a config): "
+        "nlp.initialize initializes the enabled components only, so '{upstream}' loaded no weights and the layers "
+        "after the listener cannot be sized. Initialize with '{upstream}' enabled: nlp.enable_pipe('{upstream}') "
+        "first, or call nlp.initialize outside the select_pipes block (select_pipes(enable=...) disables every "
+        "component it does not name). '{component}' reads its layers in nlp.update too, so keep it enabled there."
+    )
     E_LISTENER_OTHER_DATA = (
         "The ELMo listener in '{component}' reads the layers of '{upstream}' ({nL} layers of width {nO}), "
         "but doc._.elmo holds an array of shape {shape}: another elmo component wrote doc._.elmo after "

@@ -30,7 +30,7 @@ from thinc.api import Model
 from thinc.types import Floats3d
 
 from ..errors import Errors, Warnings
-from .callers import called_from, user_stacklevel
+from .callers import called_from, runs, user_stacklevel
 from .doc_data import ELMO_ATTR, aligned_layers, mean_rows, mean_rows_grad, source_rows
 
 
@@ -166,10 +166,32 @@ def _init(model: ElmoListener, X=None, Y=None) -> None:
     if model.upstream is None:
         raise ValueError(_no_upstream(model))
     if not model.has_dim("nL"):  # the upstream has no weights yet: the layers after it cannot be sized
-        raise ValueError(Errors.E_LISTENER_NO_SIZES.format(upstream=model.upstream, component=model.component))
+        raise ValueError(_no_sizes(model))
     # Until the first real batch, docs without ELMo data get zeros in training and while a model initializes
     # (its samples: see _initializing); at prediction elsewhere they are an error.
     model.attrs["warming_up"] = True  # also marks it built upon: the layers after it are sized from it now
+
+
+def _no_sizes(model: ElmoListener) -> str:
+    """The error for a listener initialized before its upstream has weights: :attr:`Errors.E_LISTENER_NO_SIZES`
+    (the upstream after it, or in spacy train's [training] frozen_components: spaCy's ``init_nlp`` disables those
+    while it initializes), :attr:`Errors.E_LISTENER_NO_SIZES_DISABLED` where the pipeline initializing it has the
+    upstream disabled otherwise (``nlp.select_pipes``, ``nlp.disable_pipe``: ``nlp.initialize`` skips it)."""
+    nlp = running_pipeline(model)
+    if nlp is not None and model.upstream in nlp.disabled and model.upstream not in _frozen_in_init_nlp():
+        return Errors.E_LISTENER_NO_SIZES_DISABLED.format(upstream=model.upstream, component=model.component)
+    return Errors.E_LISTENER_NO_SIZES.format(upstream=model.upstream, component=model.component)
+
+
+def _frozen_in_init_nlp() -> Tuple[str, ...]:
+    """The ``frozen_components`` of the spaCy ``init_nlp`` (``spacy train``) running this call, read from its
+    frame; empty where none runs."""
+    frame: Any = sys._getframe(1)
+    while frame is not None:
+        if runs(frame, "spacy.training.initialize", "init_nlp"):
+            return tuple(frame.f_locals.get("frozen_components") or ())
+        frame = frame.f_back
+    return ()
 
 
 def _no_upstream(model: ElmoListener) -> str:

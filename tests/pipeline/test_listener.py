@@ -496,6 +496,26 @@ def test_listener_with_disabled_upstream(tiny_dir, upstream):
         listener.predict([nlp.make_doc("Yesterday Alice went home .")])
 
 
+@pytest.mark.parametrize("how", ["select_pipes", "disable_pipe"])
+def test_initialize_with_disabled_upstream_says_it_is_disabled(tiny_dir, how):
+    """nlp.initialize with elmo disabled (``with nlp.select_pipes(enable="ner")``) skips elmo, whose weights then
+    never load: the error said to put elmo before ner and keep it out of frozen_components, where it stood
+    already. It says that elmo is disabled and how to enable it; enabled, the pipeline initializes and trains."""
+    nlp = _nlp_with(tiny_dir, "ner", {**NER, "tok2vec": LISTENER})
+    examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(4)]
+    disabled = r"initialized while its upstream 'elmo' is disabled .*nlp\.enable_pipe\('elmo'\)"
+    if how == "select_pipes":
+        with nlp.select_pipes(enable="ner"), pytest.raises(ValueError, match=disabled) as err:
+            nlp.initialize(lambda: examples)
+    else:
+        nlp.disable_pipe("elmo")
+        with pytest.raises(ValueError, match=disabled) as err:
+            nlp.initialize(lambda: examples)
+        nlp.enable_pipe("elmo")
+    assert "frozen_components" not in str(err.value)
+    nlp.update(examples, sgd=nlp.initialize(lambda: examples))
+
+
 def test_listener_with_disabled_upstream_follow_the_fix(tiny_dir):
     """The error's steps, followed literally, run ner without elmo. It said to call nlp.replace_listeners while elmo
     was disabled, which spaCy refuses (E889: it looks the upstream up in nlp.pipe_names, the enabled ones)."""

@@ -245,6 +245,14 @@ def test_elmo_in_frozen_components_is_a_clear_error(corpus_dir, tiny_dir):
         init_nlp(config)
 
 
+def test_elmo_disabled_in_the_config_is_not_called_frozen(corpus_dir, tiny_dir):
+    """elmo in [nlp] disabled (not in frozen_components): init_nlp initializes enabled components only, and the
+    error said to keep elmo out of frozen_components. It says elmo is disabled."""
+    config = _config("ner.cfg", corpus_dir, tiny_dir, {"nlp.disabled": ["elmo"]})
+    with pytest.raises(ValueError, match=r"initialized while its upstream 'elmo' is disabled .*\[nlp\] disabled"):
+        init_nlp(config)
+
+
 @pytest.mark.parametrize(
     "overrides, named",
     [({"nlp.pipeline": ["sentencizer", "ner", "elmo"]}, "'elmo'"),
