@@ -2504,11 +2504,10 @@ class Warnings:
         "--tokenizer tokenizer.cfg`, tokenizer.cfg holding the lines below)"
     )
     W_LISTENER_ZEROS = (
-        "spacy-elmo: the ELMo listener in '{component}' got no ELMo layers for a training batch and reads "
-        "zeros: its upstream '{upstream}' did not run update() on it (listed in [training] "
-        "frozen_components, or excluded) and did not annotate the docs. In spacy train keep '{upstream}' "
-        "out of frozen_components (it freezes itself: frozen = true), or list it in [training] "
-        "annotating_components too. (spacy debug model updates '{component}' alone: zeros are expected there.)"
+        "spacy-elmo: spacy debug model updates '{component}' alone, without its upstream '{upstream}': the ELMo "
+        "listener in '{component}' reads zeros for the ELMo layers there, so the model's outputs shown have no "
+        "ELMo features. (In spacy train and nlp.update '{upstream}' feeds it: a training batch without its layers "
+        "is an error there.)"
     )
     W_INIT_WITHOUT_SOFTMAX = (
         "spacy-elmo: --init {path} has no softmax (AllenNLP/bilm-tf weights without softmax.safetensors, "

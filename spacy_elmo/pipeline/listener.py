@@ -167,8 +167,8 @@ def _init(model: ElmoListener, X=None, Y=None) -> None:
         raise ValueError(_no_upstream(model))
     if not model.has_dim("nL"):  # the upstream has no weights yet: the layers after it cannot be sized
         raise ValueError(_no_sizes(model))
-    # Until the first real batch, docs without ELMo data get zeros in training and while a model initializes
-    # (its samples: see _initializing); at prediction elsewhere they are an error.
+    # Until the first real batch, docs without ELMo data get zeros while a model initializes (its samples) and in
+    # spacy debug model (see _initializing); elsewhere, in training or at prediction, they are an error.
     model.attrs["warming_up"] = True  # also marks it built upon: the layers after it are sized from it now
 
 
@@ -363,8 +363,10 @@ def _forward(model: ElmoListener, docs: List[Doc], is_train: bool):
                     upstream=model.upstream, component=model.component,
                 )
             )
-        elif model.attrs.get("warming_up", False) and (is_train or _initializing()):
-            if is_train:  # spacy debug model updates a component alone; in spacy train it is a mistake
+        elif model.attrs.get("warming_up", False) and _initializing():
+            # initialize's samples, and spacy debug model, which updates a component alone; a training step that
+            # no elmo fed (nlp.update(..., exclude=["elmo"]), frozen_components) is an error below
+            if is_train:
                 warnings.warn(
                     Warnings.W_LISTENER_ZEROS.format(upstream=model.upstream, component=model.component),
                     UserWarning,

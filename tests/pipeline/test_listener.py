@@ -638,6 +638,26 @@ def test_spacy_debug_model_runs_a_listening_component(tiny_dir, corpus_dir):
         debug_model(config, training, nlp, nlp.get_pipe("ner"), print_settings={})
 
 
+def test_update_without_elmo_right_after_initialize_is_an_error(tiny_dir):
+    """nlp.update(..., exclude=["elmo"]) right after nlp.initialize (elmo never fed the listener a batch): ner
+    trained on zero layers for every step, with one warning, where the README promised an error. It is the error
+    that elmo did not run update() on the batch, at every step, without a warning; and after elmo fed a batch,
+    the error that names the batch. Zeros stay for initialize's samples and spacy debug model (above)."""
+    nlp = _nlp_with(tiny_dir, "ner", {**NER, "tok2vec": LISTENER})
+    examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(4)]
+    opt = nlp.initialize(lambda: examples)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for annotates in ([], ["ner"]):
+            for _ in range(2):
+                with pytest.raises(ValueError, match=r"got no ELMo layers for a training batch: its upstream 'elmo' "
+                                                     r"did not run update\(\) on it"):
+                    nlp.update(examples, sgd=opt, exclude=["elmo"], annotates=annotates)
+    nlp.update(examples, sgd=opt)
+    with pytest.raises(ValueError, match=r"got a batch it has no upstream output for \(batch id \d+: the same words"):
+        nlp.update([Example(nlp.make_doc(e.text), e.reference) for e in examples], sgd=opt, exclude=["elmo"])
+
+
 def test_listener_needs_all_layers(tiny_dir):
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "store": "mix"})
