@@ -305,6 +305,23 @@ def test_sourced_elmo_frozen_without_annotating(corpus_dir, tiny_dir, first):
         nlp("Alice went home .")
 
 
+def test_training_errors_name_the_shipped_configs_listener_path(corpus_dir, tiny_dir):
+    """The errors of a training step without elmo's layers (E_LISTENER_NOT_FED right after initialize,
+    E_LISTENER_BATCH after elmo fed a batch) said nlp.replace_listeners('elmo', 'ner', ['model.tok2vec']), which
+    spaCy refuses for the shipped configs' ElmoTok2Vec.v1 (the listener is at model.tok2vec.elmo). They name the
+    listener's path, and the call, followed as written, trains ner without elmo."""
+    nlp = _init("ner.cfg", corpus_dir, tiny_dir)
+    examples = list(Corpus(str(corpus_dir / "train.spacy"))(nlp))[:4]
+    call = re.escape("first nlp.replace_listeners('elmo', 'ner', ['model.tok2vec.elmo']).")
+    with pytest.raises(ValueError, match=r"did not run update\(\) on it.*" + call):
+        nlp.update(examples, exclude=["elmo"])
+    nlp.update(examples)
+    with pytest.raises(ValueError, match=r"got a batch it has no upstream output for.*" + call + " An annotating") as err:
+        nlp.update(examples, exclude=["elmo"])
+    eval(re.search(r"nlp\.replace_listeners\([^)]*\)", str(err.value)).group(0))
+    nlp.update(examples, exclude=["elmo"])
+
+
 def test_sourced_elmo_with_other_requested_weights_warns_once(corpus_dir, tiny_dir, first, tmp_path):
     """[components.elmo] source = PIPELINE with --paths.elmo OTHER: spaCy copies the component with its
     weights and never initializes it, so OTHER had no effect, silently. Now init_nlp (spacy train) warns
