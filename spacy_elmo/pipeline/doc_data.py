@@ -12,7 +12,8 @@ carry it through msgpack):
 * ``doc._.elmo_idx``: ``(n,)`` int64, the character offset of each token the
   rows belong to. A doc retokenized after the component (``merge_entities``,
   ``doc.retokenize()``) keeps its rows; readers map each current token to the
-  rows of the tokens it covers (the mean of a merged token's rows; a split
+  rows of the tokens it covers (the mean of a merged token's rows, whitespace
+  tokens' left out as a span's vector leaves them out; a split
   piece gets the row of the token it came from).
 
 ``token._.elmo_vector`` / ``span._.elmo_vector`` (``(2P,)`` float32) are
@@ -91,10 +92,11 @@ def stored_copy(data: numpy.ndarray, dtype: str) -> numpy.ndarray:
 
 def source_rows(
     doc: Doc, start: int, end: int, n_rows: int, starts: Any = _ON_DOC
-) -> Optional[Tuple[numpy.ndarray, numpy.ndarray]]:
+) -> Optional[Tuple[numpy.ndarray, numpy.ndarray, numpy.ndarray]]:
     """None when tokens ``start:end`` are the ones their rows were computed for; else (the doc was
-    retokenized) the row ranges ``lo[i]:hi[i]`` that each of them covers. starts: the rows' character
-    offsets (``doc._.elmo_idx`` unless given)."""
+    retokenized) the row ranges ``lo[i]:hi[i]`` that each of them covers, and ``own`` ``(n_rows,)`` bool: False for
+    the rows of whitespace tokens that a merged token spans (``"New  York"``), which its mean leaves out as a span's
+    vector does (:func:`mean_rows`). starts: the rows' character offsets (``doc._.elmo_idx`` unless given)."""
     if starts is _ON_DOC:
         starts = getattr(doc._, IDX_ATTR, None) if Doc.has_extension(IDX_ATTR) else None
     if starts is None or len(starts) != n_rows:
@@ -115,23 +117,46 @@ def source_rows(
     ends = idx + numpy.array([len(doc[i]) for i in range(start, end)], dtype="int64")
     lo = numpy.maximum(numpy.searchsorted(starts, idx, "right") - 1, 0)
     hi = numpy.maximum(lo + 1, numpy.searchsorted(starts, ends, "left"))
-    return lo, hi
+    own = numpy.ones((n_rows,), dtype=bool)
+    for i in numpy.flatnonzero(hi - lo > 1):  # merged tokens (few): a row whose token began with a space was one
+        text, first = doc[start + int(i)].text, int(idx[i])
+        for row in range(int(lo[i]), int(hi[i])):
+            offset = int(starts[row]) - first
+            own[row] = not (0 <= offset < len(text) and text[offset].isspace())
+    return lo, hi, own
 
 
-def mean_rows(data: numpy.ndarray, lo: numpy.ndarray, hi: numpy.ndarray) -> numpy.ndarray:
-    """``data[..., lo[i]:hi[i], :].mean(-2)`` for each i, stacked on axis -2 (float32)."""
+def _counted(a: int, b: int, own: Optional[numpy.ndarray]) -> Any:
+    """The rows of ``a:b`` that their token's mean counts: those ``own`` marks (not whitespace), all of them where
+    it marks none (a merged token of whitespace only: zero rows) or ``own`` is None."""
+    if own is None or own[a:b].all() or not own[a:b].any():
+        return slice(a, b)
+    return numpy.flatnonzero(own[a:b]) + a
+
+
+def mean_rows(
+    data: numpy.ndarray, lo: numpy.ndarray, hi: numpy.ndarray, own: Optional[numpy.ndarray] = None
+) -> numpy.ndarray:
+    """The mean of rows ``lo[i]:hi[i]`` (on axis -2) that ``own`` marks (:func:`_counted`) for each i, stacked on
+    axis -2 (float32): a merged token's vector leaves out the zero rows of the whitespace tokens it spans, as a
+    span's vector leaves out its whitespace tokens."""
     if len(lo) == 0:
         return numpy.zeros(data.shape[:-2] + (0, data.shape[-1]), dtype="float32")
-    return numpy.stack([data[..., a:b, :].astype("float32").mean(-2) for a, b in zip(lo, hi)], axis=-2)
+    rows = [_counted(int(a), int(b), own) for a, b in zip(lo, hi)]
+    return numpy.stack([data[..., r, :].astype("float32").mean(-2) for r in rows], axis=-2)
 
 
-def mean_rows_grad(d_out: numpy.ndarray, lo: numpy.ndarray, hi: numpy.ndarray, n_rows: int) -> numpy.ndarray:
-    """The gradient of :func:`mean_rows` ``(..., len(lo), W)`` -> ``(..., n_rows, W)`` float32: each row gets
-    ``d_out[..., i, :] / (hi[i] - lo[i])`` from every i whose range holds it (a row split into pieces sums
-    theirs)."""
+def mean_rows_grad(
+    d_out: numpy.ndarray, lo: numpy.ndarray, hi: numpy.ndarray, n_rows: int, own: Optional[numpy.ndarray] = None
+) -> numpy.ndarray:
+    """The gradient of :func:`mean_rows` ``(..., len(lo), W)`` -> ``(..., n_rows, W)`` float32: each row it counted
+    for i gets ``d_out[..., i, :]`` over their count, from every i whose range holds it (a row split into pieces
+    sums theirs); a row it left out (whitespace in a merged token) nothing from that i."""
     d_rows = numpy.zeros(d_out.shape[:-2] + (n_rows, d_out.shape[-1]), dtype="float32")
     for i, (a, b) in enumerate(zip(lo, hi)):
-        d_rows[..., a:b, :] += d_out[..., i : i + 1, :].astype("float32") / (b - a)
+        rows = _counted(int(a), int(b), own)
+        count = (b - a) if isinstance(rows, slice) else len(rows)
+        d_rows[..., rows, :] += d_out[..., i : i + 1, :].astype("float32") / count
     return d_rows
 
 
@@ -163,11 +188,11 @@ def _rows(doc: Doc, start: int, end: int) -> Optional[numpy.ndarray]:
     ranges = source_rows(doc, start, end, data.shape[-2])
     if ranges is None:
         return _mixed(doc, data[..., start:end, :])
-    lo, hi = ranges
+    lo, hi, own = ranges
     if len(lo) == 0:
         return numpy.zeros((0, data.shape[-1]), dtype="float32")
-    first = int(lo.min())
-    return mean_rows(_mixed(doc, data[..., first : int(hi.max()), :]), lo - first, hi - first)
+    first, last = int(lo.min()), int(hi.max())
+    return mean_rows(_mixed(doc, data[..., first:last, :]), lo - first, hi - first, own[first:last])
 
 
 def token_vector(token: Token) -> Optional[numpy.ndarray]:

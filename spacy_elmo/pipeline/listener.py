@@ -409,13 +409,13 @@ def _realigned(model: ElmoListener, docs: List[Doc]) -> Optional[Tuple[List[Floa
     """In training, the layers received for ``docs`` when each is a doc of the received batch (the same object)
     that a component between the upstream and this listener's retokenized since (spaCy's ``Language.update``
     runs annotating components, e.g. ``merge_entities``, on the docs in place), with one row per current token
-    as at prediction (:func:`aligned_layers`: a merged token the mean of its rows, a split piece its token's
+    as at prediction (:func:`aligned_layers`: a merged token the mean of its words' rows, a split piece its token's
     row), and the backprop that hands the gradient back to the received rows. None unless all are such docs."""
     if not docs or model._outputs is None:
         return None
     received = [model._trained.get(doc) for doc in docs]
     outputs: List[Floats3d] = []
-    picks: List[Tuple[int, Optional[Tuple[numpy.ndarray, numpy.ndarray]]]] = []
+    picks: List[Tuple[int, Optional[Tuple[numpy.ndarray, numpy.ndarray, numpy.ndarray]]]] = []
     for doc, entry in zip(docs, received):
         if entry is None:
             return None
@@ -443,8 +443,8 @@ def _realigned_backprop(
         if ranges is None:
             d_received[index] += d
         else:
-            lo, hi = ranges
-            d_received[index] += ops.asarray3f(mean_rows_grad(ops.to_numpy(d), lo, hi, shapes[index][1]))
+            lo, hi, own = ranges
+            d_received[index] += ops.asarray3f(mean_rows_grad(ops.to_numpy(d), lo, hi, shapes[index][1], own))
     return backprop(d_received)
 
 

@@ -514,6 +514,23 @@ def test_a_merge_and_a_split_that_keep_the_token_count_keep_vectors_aligned():
     numpy.testing.assert_allclose(doc[0]._.elmo_vector, numpy.tensordot([0.25, 0.75], whole, axes=(0, 0))[0], rtol=1e-6)
 
 
+def test_a_merged_token_over_whitespace_leaves_its_zero_row_out(nlp):
+    """merge_entities / doc.retokenize() over "New  York" (New, " ", York): the merged token's vector averaged the
+    whitespace token's zero row in (2/3 of the words' mean), where the span's vector before the merge leaves it
+    out. Now both are the mean of the words' rows, token by token and for the whole doc (what listeners read)."""
+    from spacy_elmo.pipeline.doc_data import aligned_layers
+
+    doc = nlp("I love New  York city .")
+    assert [t.text for t in doc][2:5] == ["New", " ", "York"]
+    before, rows = doc[2:5].vector.copy(), doc._.elmo.astype("float32")
+    with doc.retokenize() as retokenizer:
+        retokenizer.merge(doc[2:5])
+    assert doc[2].text == "New  York"
+    numpy.testing.assert_allclose(doc[2].vector, before, rtol=1e-6)
+    numpy.testing.assert_allclose(aligned_layers(doc)[:, 2], rows[:, [2, 4]].mean(1), rtol=1e-6)
+    numpy.testing.assert_allclose(doc[1:4].vector, numpy.mean([doc[1].vector, before, doc[3].vector], 0), rtol=1e-5)
+
+
 def _bilm_layers(tiny_dir, sentences):
     """Every layer of each sentence from BiLM.forward (no cache, no spaCy): ``[(L + 1, n, 2P)]``."""
     bilm = BiLM.load(tiny_dir, backend="reference")

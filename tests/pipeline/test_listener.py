@@ -1679,6 +1679,51 @@ def test_a_training_batch_retokenized_after_the_upstream_reads_its_layers_and_se
         listener.begin_update(other)
 
 
+def test_a_merged_token_over_whitespace_reads_and_trains_its_words_rows_alone():
+    """A training doc whose merged token spans a whitespace token ("New  York": New, "  "... York) averaged the
+    whitespace's zero row in (2/3 of the words' mean), where spans and docs leave whitespace out. The listener
+    reads the mean of the words' rows, and its backprop (checked against finite differences of that forward)
+    gives the whitespace row nothing."""
+    from spacy_elmo.pipeline.doc_data import install_extensions
+
+    install_extensions()
+    doc = spacy.blank("en").make_doc("I love New  York city .")
+    assert [t.text for t in doc] == ["I", "love", "New", " ", "York", "city", "."]
+    rng = numpy.random.default_rng(2)
+    layers = rng.standard_normal((3, len(doc), 4)).astype("float32")
+    layers[:, 3] = 0.0  # the whitespace token's row, as the upstream gives it
+    listener = ElmoListener(upstream_name="elmo")
+    listener.upstream, listener.component = "elmo", "ner"
+    listener.set_dim("nL", 3)
+    listener.set_dim("nO", 4)
+    sent = []
+    listener.receive(ElmoListener.get_batch_id([doc]), [layers], lambda d: sent.append(d) or [], [doc])
+    with doc.retokenize() as retokenizer:
+        retokenizer.merge(doc[2:5])
+    assert doc[2].text == "New  York"
+    (out,), backprop = listener.begin_update([doc])
+    want = numpy.concatenate([layers[:, :2], layers[:, [2, 4]].mean(1, keepdims=True), layers[:, 5:]], axis=1)
+    numpy.testing.assert_allclose(listener.ops.to_numpy(out), want, rtol=1e-6)
+    d_out = rng.standard_normal(out.shape).astype("float32")
+    backprop([d_out])
+    (d_layers,) = sent[0]
+    d_layers = listener.ops.to_numpy(d_layers)
+    assert not d_layers[:, 3].any()
+    # finite differences of the forward (linear in the layers: exact up to float32 rounding)
+    eps = 1e-2
+    for index in [(0, 2, 1), (1, 3, 0), (2, 4, 3), (0, 5, 2)]:
+        bumped = layers.copy()
+        bumped[index] += eps
+        listener.receive(ElmoListener.get_batch_id([doc]), [bumped], None, [doc])  # the doc as it is now: merged
+        listener._trained = weakref.WeakKeyDictionary({doc: listener._trained[doc]._replace(
+            starts=numpy.asarray([0, 2, 7, 11, 12, 17, 22], dtype="int64"))})  # the rows' original offsets
+        listener._outputs = [bumped]
+        listener._batch_id = -1  # read through the realignment, as above
+        (moved,), _ = listener.begin_update([doc])
+        numeric = float(((listener.ops.to_numpy(moved) - listener.ops.to_numpy(out)) * d_out).sum()) / eps
+        assert numeric == pytest.approx(float(d_layers[index]), abs=1e-3), index
+
+
 def test_an_update_on_a_received_doc_beside_a_doc_of_no_batch_is_refused_not_read_from_the_kept_layers():
     """The layers kept from the last training batch serve prediction only: an update whose docs are not all of
     that batch (here a received doc and an empty one) is E_LISTENER_BATCH, not the received doc's stale layers
