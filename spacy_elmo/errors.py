@@ -909,7 +909,8 @@ class Errors:
         "Reload the pipeline to link it: nlp.from_bytes(nlp.to_bytes()), or nlp.to_disk(PATH) and "
         "spacy.load(PATH). (A component sourced with replace_listeners in a config is linked as it is added.)"
     )
-    #: E_LISTENER_NO_UPSTREAM's ``replace`` (``path``: the listener's, when its config is known)
+    #: E_LISTENER_NO_UPSTREAM's (and the other listener errors') ``replace`` (``path``: the listener's, when its config
+    #: is known)
     E_LISTENER_REPLACE_CALL = "nlp.replace_listeners({elmo}, {component}, [{path!r}])"
     #: E_LISTENER_NO_UPSTREAM's ``replace`` when the listener's config path is not known
     E_LISTENER_REPLACE_CALLS = (
@@ -920,15 +921,14 @@ class Errors:
         "An ELMo listener in '{component}' found no ELMo data on a document (doc._.elmo is empty). The "
         "upstream '{upstream}' component must run before '{component}' and keep all layers (store = \"all\"); "
         "check that it is not disabled or removed. To run '{component}' without '{upstream}', first give it "
-        "its own copy of the biLM: nlp.replace_listeners('{upstream}', '{component}', ['model.tok2vec']) "
-        "(['model.tok2vec.elmo'] with spacy_elmo.ElmoTok2Vec.v1)."
+        "its own copy of the biLM: {replace}."
     )
     E_LISTENER_BATCH = (
         "The ELMo listener in '{component}' got a batch it has no upstream output for ({batch}). Keep the "
         "'{upstream}' component in the pipeline and in the update (not removed, disabled or left out with "
         "nlp.update(..., exclude=[...])) and out of [training] frozen_components (it freezes itself: frozen = "
         "true) so that its update() feeds the listeners, or list it in annotating_components. To train '{component}' without '{upstream}', "
-        "first nlp.replace_listeners('{upstream}', '{component}', ['model.tok2vec']). An annotating component "
+        "first {replace}. An annotating component "
         "between them that retokenizes the docs is fine when it changes them in place (doc.retokenize(), as "
         "merge_entities does): one that returns new Doc objects with other tokens gives the listener docs it "
         "has no layers for."
@@ -962,16 +962,14 @@ class Errors:
     E_LISTENER_REHEARSE = (
         "nlp.rehearse cannot train '{component}' through its ELMo listener: spaCy's rehearsal calls the "
         "components in random order and '{upstream}' feeds no listener there. Give '{component}' its own "
-        "copy of the biLM first: nlp.replace_listeners('{upstream}', '{component}', ['model.tok2vec']) "
-        "(['model.tok2vec.elmo'] with spacy_elmo.ElmoTok2Vec.v1), then nlp.resume_training() again, or leave '{component}' out: nlp.rehearse(..., exclude=['{component}'])."
+        "copy of the biLM first: {replace}, then nlp.resume_training() again, or leave '{component}' out: nlp.rehearse(..., exclude=['{component}'])."
     )
     E_LISTENER_NOT_FED = (
         "The ELMo listener in '{component}' got no ELMo layers for a training batch: its upstream '{upstream}' "
         "did not run update() on it (it is listed in [training] frozen_components, excluded, disabled or "
         "removed) and did not annotate the docs. Keep '{upstream}' out of frozen_components: it freezes itself "
         "(frozen = true). To keep a sourced '{upstream}' in frozen_components, also list it in [training] "
-        "annotating_components. To train '{component}' without '{upstream}', first "
-        "nlp.replace_listeners('{upstream}', '{component}', ['model.tok2vec'])."
+        "annotating_components. To train '{component}' without '{upstream}', first {replace}."
     )
     E_LISTENER_NO_SIZES = (
         "The ELMo listener in '{component}' is initialized before its upstream '{upstream}' loaded its "
@@ -980,12 +978,20 @@ class Errors:
         "before '{component}' in [nlp] pipeline, and keep it out of frozen_components (it freezes itself: "
         "frozen = true)."
     )
+    #: E_LISTENER_NO_SIZES where the upstream is disabled, not by spacy train's [training] frozen_components
+    E_LISTENER_NO_SIZES_DISABLED = (
+        "The ELMo listener in '{component}' is initialized while its upstream '{upstream}' is disabled "
+        "(nlp.select_pipes, nlp.disable_pipe, spacy.load(..., disable=...), or [nlp] disabled in a config): "
+        "nlp.initialize initializes the enabled components only, so '{upstream}' loaded no weights and the layers "
+        "after the listener cannot be sized. Initialize with '{upstream}' enabled: nlp.enable_pipe('{upstream}') "
+        "first, or call nlp.initialize outside the select_pipes block (select_pipes(enable=...) disables every "
+        "component it does not name). '{component}' reads its layers in nlp.update too, so keep it enabled there."
+    )
     E_LISTENER_OTHER_DATA = (
         "The ELMo listener in '{component}' reads the layers of '{upstream}' ({nL} layers of width {nO}), "
         "but doc._.elmo holds an array of shape {shape}: another elmo component wrote doc._.elmo after "
         "'{upstream}'. Run the pipeline on the docs in one go (nlp(text), nlp.pipe(texts)), where each "
-        "listener gets the layers of its own upstream, or give '{component}' its own copy of the biLM: "
-        "nlp.replace_listeners('{upstream}', '{component}', ['model.tok2vec'])."
+        "listener gets the layers of its own upstream, or give '{component}' its own copy of the biLM: {replace}."
     )
     E_LISTENER_OTHER_BILM = (
         "'{component}' was trained on the layers of a biLM with {nL} output layers of width {nO}, but "
@@ -2501,11 +2507,10 @@ class Warnings:
         "--tokenizer tokenizer.cfg`, tokenizer.cfg holding the lines below)"
     )
     W_LISTENER_ZEROS = (
-        "spacy-elmo: the ELMo listener in '{component}' got no ELMo layers for a training batch and reads "
-        "zeros: its upstream '{upstream}' did not run update() on it (listed in [training] "
-        "frozen_components, or excluded) and did not annotate the docs. In spacy train keep '{upstream}' "
-        "out of frozen_components (it freezes itself: frozen = true), or list it in [training] "
-        "annotating_components too. (spacy debug model updates '{component}' alone: zeros are expected there.)"
+        "spacy-elmo: spacy debug model updates '{component}' alone, without its upstream '{upstream}': the ELMo "
+        "listener in '{component}' reads zeros for the ELMo layers there, so the model's outputs shown have no "
+        "ELMo features. (In spacy train and nlp.update '{upstream}' feeds it: a training batch without its layers "
+        "is an error there.)"
     )
     W_INIT_WITHOUT_SOFTMAX = (
         "spacy-elmo: --init {path} has no softmax (AllenNLP/bilm-tf weights without softmax.safetensors, "

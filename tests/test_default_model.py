@@ -49,6 +49,34 @@ def test_small_preset_float16_with_softmax():
     assert provenance["recipe"] == "benchmarks/train_default.py"
 
 
+def test_records_the_tokenizer_it_was_pretrained_with():
+    """The bundled model was pretrained on spaCy's English tokens (docs/default-model.md) before pretrain recorded
+    the tokenizer block: it recorded none, and a pipeline of another language was told the model was "an older
+    model" whose settings were not recorded. It records spaCy's default English block, the one spacy.blank("en")
+    builds, and the warning names it."""
+    import warnings
+
+    import spacy
+
+    from spacy_elmo.errors import TokenizerMismatchWarning
+    from spacy_elmo.training.data import tokenizer_settings
+
+    provenance = json.loads((DEFAULT_MODEL_DIR / CONFIG_NAME).read_text())["provenance"]
+    assert provenance["lang"] == "en" and provenance["tokenizer"] == tokenizer_settings(spacy.blank("en"))
+    nlp = spacy.blank("de")
+    nlp.add_pipe("elmo")
+    with pytest.warns(TokenizerMismatchWarning) as warned:
+        nlp("Hallo Welt .")
+    (message,) = [str(w.message) for w in warned if issubclass(w.category, TokenizerMismatchWarning)]
+    assert "not recorded" not in message and "an older model" not in message
+    assert "spaCy's 'en' tokenizer {'@tokenizers': 'spacy.Tokenizer.v1'}, but this pipeline is 'de'" in message
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TokenizerMismatchWarning)
+        english = spacy.blank("en")
+        english.add_pipe("elmo")
+        english("Hello world .")
+
+
 def test_no_argument_add_pipe_gives_contextual_vectors():
     import spacy
 

@@ -41,12 +41,24 @@ def skipped_by_the_call(component: Any) -> FrozenSet[str]:
     return frozenset()
 
 
+#: The command-line frameworks that run spaCy's and spacy-elmo's commands, and the modules of those commands.
+CLI_RUNNERS = frozenset({"typer", "click"})
+CLI_MODULES = ("spacy.cli.", "spacy_elmo.cli.")
+
+
 def user_stacklevel() -> int:
     """The ``stacklevel`` for ``warnings.warn`` in the function that calls this one that names the first frame
     outside spacy-elmo, spaCy, thinc and their config libraries (:data:`LIBRARIES`): the user's line (``nlp(text)``, ``nlp.initialize()``),
-    however many library frames lie between, not a line of library code. The outermost frame when all are
-    library frames (e.g. ``spacy train``'s)."""
+    however many library frames lie between, not a line of library code. Under a command (``spacy train``,
+    ``spacy debug model``, a spacy-elmo command), where that frame is the command-line framework's dispatch
+    (``typer/main.py``), the command's own function (``spacy/cli/train.py``: its outermost frame of
+    :data:`CLI_MODULES`). The outermost frame when all are library frames."""
     frame, level = sys._getframe(1), 1  # the function that warns: stacklevel 1
+    command = None  # the level of the outermost command frame passed
     while frame.f_back is not None and str(frame.f_globals.get("__name__", "")).split(".")[0] in LIBRARIES:
+        if str(frame.f_globals.get("__name__", "")).startswith(CLI_MODULES):
+            command = level
         frame, level = frame.f_back, level + 1
+    if command is not None and str(frame.f_globals.get("__name__", "")).split(".")[0] in CLI_RUNNERS:
+        return command
     return level

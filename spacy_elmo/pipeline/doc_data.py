@@ -12,7 +12,8 @@ carry it through msgpack):
 * ``doc._.elmo_idx``: ``(n,)`` int64, the character offset of each token the
   rows belong to. A doc retokenized after the component (``merge_entities``,
   ``doc.retokenize()``) keeps its rows; readers map each current token to the
-  rows of the tokens it covers (the mean of a merged token's rows; a split
+  rows of the tokens it covers (the mean of a merged token's rows, whitespace
+  tokens' left out as a span's vector leaves them out; a split
   piece gets the row of the token it came from).
 
 ``token._.elmo_vector`` / ``span._.elmo_vector`` (``(2P,)`` float32) are
@@ -20,14 +21,18 @@ computed from these; the ``vector`` / ``has_vector`` / ``similarity`` user
 hooks use them (module-level functions, so that docs stay picklable).
 """
 
+import warnings
 from typing import Any, Optional, Tuple, Union
 
 import numpy
 import torch
-from spacy.attrs import IDX
+from spacy.attrs import IDX, NAMES, ORTH
+from spacy.errors import Warnings as SpacyWarnings
+from spacy.lexeme import Lexeme
 from spacy.tokens import Doc, Span, Token
 
 from ..errors import Errors
+from .callers import user_stacklevel
 
 ELMO_ATTR = "elmo"
 MIX_ATTR = "elmo_mix"
@@ -87,10 +92,11 @@ def stored_copy(data: numpy.ndarray, dtype: str) -> numpy.ndarray:
 
 def source_rows(
     doc: Doc, start: int, end: int, n_rows: int, starts: Any = _ON_DOC
-) -> Optional[Tuple[numpy.ndarray, numpy.ndarray]]:
+) -> Optional[Tuple[numpy.ndarray, numpy.ndarray, numpy.ndarray]]:
     """None when tokens ``start:end`` are the ones their rows were computed for; else (the doc was
-    retokenized) the row ranges ``lo[i]:hi[i]`` that each of them covers. starts: the rows' character
-    offsets (``doc._.elmo_idx`` unless given)."""
+    retokenized) the row ranges ``lo[i]:hi[i]`` that each of them covers, and ``own`` ``(n_rows,)`` bool: False for
+    the rows of whitespace tokens that a merged token spans (``"New  York"``), which its mean leaves out as a span's
+    vector does (:func:`mean_rows`). starts: the rows' character offsets (``doc._.elmo_idx`` unless given)."""
     if starts is _ON_DOC:
         starts = getattr(doc._, IDX_ATTR, None) if Doc.has_extension(IDX_ATTR) else None
     if starts is None or len(starts) != n_rows:
@@ -111,23 +117,46 @@ def source_rows(
     ends = idx + numpy.array([len(doc[i]) for i in range(start, end)], dtype="int64")
     lo = numpy.maximum(numpy.searchsorted(starts, idx, "right") - 1, 0)
     hi = numpy.maximum(lo + 1, numpy.searchsorted(starts, ends, "left"))
-    return lo, hi
+    own = numpy.ones((n_rows,), dtype=bool)
+    for i in numpy.flatnonzero(hi - lo > 1):  # merged tokens (few): a row whose token began with a space was one
+        text, first = doc[start + int(i)].text, int(idx[i])
+        for row in range(int(lo[i]), int(hi[i])):
+            offset = int(starts[row]) - first
+            own[row] = not (0 <= offset < len(text) and text[offset].isspace())
+    return lo, hi, own
 
 
-def mean_rows(data: numpy.ndarray, lo: numpy.ndarray, hi: numpy.ndarray) -> numpy.ndarray:
-    """``data[..., lo[i]:hi[i], :].mean(-2)`` for each i, stacked on axis -2 (float32)."""
+def _counted(a: int, b: int, own: Optional[numpy.ndarray]) -> Any:
+    """The rows of ``a:b`` that their token's mean counts: those ``own`` marks (not whitespace), all of them where
+    it marks none (a merged token of whitespace only: zero rows) or ``own`` is None."""
+    if own is None or own[a:b].all() or not own[a:b].any():
+        return slice(a, b)
+    return numpy.flatnonzero(own[a:b]) + a
+
+
+def mean_rows(
+    data: numpy.ndarray, lo: numpy.ndarray, hi: numpy.ndarray, own: Optional[numpy.ndarray] = None
+) -> numpy.ndarray:
+    """The mean of rows ``lo[i]:hi[i]`` (on axis -2) that ``own`` marks (:func:`_counted`) for each i, stacked on
+    axis -2 (float32): a merged token's vector leaves out the zero rows of the whitespace tokens it spans, as a
+    span's vector leaves out its whitespace tokens."""
     if len(lo) == 0:
         return numpy.zeros(data.shape[:-2] + (0, data.shape[-1]), dtype="float32")
-    return numpy.stack([data[..., a:b, :].astype("float32").mean(-2) for a, b in zip(lo, hi)], axis=-2)
+    rows = [_counted(int(a), int(b), own) for a, b in zip(lo, hi)]
+    return numpy.stack([data[..., r, :].astype("float32").mean(-2) for r in rows], axis=-2)
 
 
-def mean_rows_grad(d_out: numpy.ndarray, lo: numpy.ndarray, hi: numpy.ndarray, n_rows: int) -> numpy.ndarray:
-    """The gradient of :func:`mean_rows` ``(..., len(lo), W)`` -> ``(..., n_rows, W)`` float32: each row gets
-    ``d_out[..., i, :] / (hi[i] - lo[i])`` from every i whose range holds it (a row split into pieces sums
-    theirs)."""
+def mean_rows_grad(
+    d_out: numpy.ndarray, lo: numpy.ndarray, hi: numpy.ndarray, n_rows: int, own: Optional[numpy.ndarray] = None
+) -> numpy.ndarray:
+    """The gradient of :func:`mean_rows` ``(..., len(lo), W)`` -> ``(..., n_rows, W)`` float32: each row it counted
+    for i gets ``d_out[..., i, :]`` over their count, from every i whose range holds it (a row split into pieces
+    sums theirs); a row it left out (whitespace in a merged token) nothing from that i."""
     d_rows = numpy.zeros(d_out.shape[:-2] + (n_rows, d_out.shape[-1]), dtype="float32")
     for i, (a, b) in enumerate(zip(lo, hi)):
-        d_rows[..., a:b, :] += d_out[..., i : i + 1, :].astype("float32") / (b - a)
+        rows = _counted(int(a), int(b), own)
+        count = (b - a) if isinstance(rows, slice) else len(rows)
+        d_rows[..., rows, :] += d_out[..., i : i + 1, :].astype("float32") / count
     return d_rows
 
 
@@ -159,11 +188,11 @@ def _rows(doc: Doc, start: int, end: int) -> Optional[numpy.ndarray]:
     ranges = source_rows(doc, start, end, data.shape[-2])
     if ranges is None:
         return _mixed(doc, data[..., start:end, :])
-    lo, hi = ranges
+    lo, hi, own = ranges
     if len(lo) == 0:
         return numpy.zeros((0, data.shape[-1]), dtype="float32")
-    first = int(lo.min())
-    return mean_rows(_mixed(doc, data[..., first : int(hi.max()), :]), lo - first, hi - first)
+    first, last = int(lo.min()), int(hi.max())
+    return mean_rows(_mixed(doc, data[..., first:last, :]), lo - first, hi - first, own[first:last])
 
 
 def token_vector(token: Token) -> Optional[numpy.ndarray]:
@@ -227,19 +256,44 @@ def _vec(obj) -> Optional[numpy.ndarray]:
 
 
 def hook_similarity(obj, other) -> float:
-    """Cosine of the ELMo vectors; falls back to spaCy's own when ``other`` has none. ELMo vectors of two
-    widths (docs annotated with other weights) are an error: their cosine means nothing."""
+    """Cosine of the ELMo vectors; falls back to spaCy's own when ``other`` has none (a ``Lexeme``: as spaCy,
+    :func:`_lexeme_similarity`). ELMo vectors of two widths (docs annotated with other weights) are an error:
+    their cosine means nothing."""
+    if isinstance(other, Lexeme):
+        return _lexeme_similarity(obj, other)
     a, b = _vec(obj), _vec(other)
     if a is not None and b is not None and a.shape != b.shape:
         raise ValueError(Errors.E_ELMO_SIMILARITY_WIDTHS.format(width=a.shape[-1], other=b.shape[-1]))
     if a is None or b is None:
         b = getattr(other, "vector", None)
-        if a is None or b is None or b.shape != a.shape:
-            return 0.0
+    return _cosine(a, b)
+
+
+def _cosine(a: Any, b: Any) -> float:
+    """The cosine of two vectors (numpy, or None); 0.0 when either is missing or zero, or their widths differ."""
+    if a is None or b is None or b.shape != a.shape:
+        return 0.0
     na, nb = float(numpy.linalg.norm(a)), float(numpy.linalg.norm(b))
     if na == 0.0 or nb == 0.0:
         return 0.0
     return float(numpy.dot(a, b) / (na * nb))
+
+
+def _lexeme_similarity(obj, lexeme: Lexeme) -> float:
+    """``obj.similarity(lexeme)`` as spaCy's own answers it (a lexeme is a word without context: no ELMo vector):
+    1.0 for a single token of that word (the vocab's vectors ``attr``, ORTH by default); else the cosine with
+    the lexeme's static vector where the vocab has one of the ELMo width, 0.0 otherwise, with spaCy's W008
+    ("based on empty vectors") when it has none. ``Lexeme.vector`` raises spaCy's E010 in a vocab without
+    vectors, so ``lexeme.has_vector`` is asked first."""
+    doc = obj if isinstance(obj, Doc) else obj.doc
+    attr = NAMES[getattr(doc.vocab.vectors, "attr", ORTH)].lower()  # "orth", "norm", "lower", ...
+    tokens = [obj] if isinstance(obj, Token) else obj
+    if len(tokens) == 1 and getattr(tokens[0], attr) == getattr(lexeme, attr):
+        return 1.0
+    if not lexeme.has_vector:
+        warnings.warn(SpacyWarnings.W008.format(obj=type(obj).__name__), UserWarning, stacklevel=user_stacklevel())
+        return 0.0
+    return _cosine(_vec(obj), lexeme.vector)
 
 
 def hook_vector_norm(obj) -> float:

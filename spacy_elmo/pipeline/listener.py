@@ -30,7 +30,7 @@ from thinc.api import Model
 from thinc.types import Floats3d
 
 from ..errors import Errors, Warnings
-from .callers import called_from, user_stacklevel
+from .callers import called_from, runs, user_stacklevel
 from .doc_data import ELMO_ATTR, aligned_layers, mean_rows, mean_rows_grad, source_rows
 
 
@@ -166,10 +166,32 @@ def _init(model: ElmoListener, X=None, Y=None) -> None:
     if model.upstream is None:
         raise ValueError(_no_upstream(model))
     if not model.has_dim("nL"):  # the upstream has no weights yet: the layers after it cannot be sized
-        raise ValueError(Errors.E_LISTENER_NO_SIZES.format(upstream=model.upstream, component=model.component))
-    # Until the first real batch, docs without ELMo data get zeros in training and while a model initializes
-    # (its samples: see _initializing); at prediction elsewhere they are an error.
+        raise ValueError(_no_sizes(model))
+    # Until the first real batch, docs without ELMo data get zeros while a model initializes (its samples) and in
+    # spacy debug model (see _initializing); elsewhere, in training or at prediction, they are an error.
     model.attrs["warming_up"] = True  # also marks it built upon: the layers after it are sized from it now
+
+
+def _no_sizes(model: ElmoListener) -> str:
+    """The error for a listener initialized before its upstream has weights: :attr:`Errors.E_LISTENER_NO_SIZES`
+    (the upstream after it, or in spacy train's [training] frozen_components: spaCy's ``init_nlp`` disables those
+    while it initializes), :attr:`Errors.E_LISTENER_NO_SIZES_DISABLED` where the pipeline initializing it has the
+    upstream disabled otherwise (``nlp.select_pipes``, ``nlp.disable_pipe``: ``nlp.initialize`` skips it)."""
+    nlp = running_pipeline(model)
+    if nlp is not None and model.upstream in nlp.disabled and model.upstream not in _frozen_in_init_nlp():
+        return Errors.E_LISTENER_NO_SIZES_DISABLED.format(upstream=model.upstream, component=model.component)
+    return Errors.E_LISTENER_NO_SIZES.format(upstream=model.upstream, component=model.component)
+
+
+def _frozen_in_init_nlp() -> Tuple[str, ...]:
+    """The ``frozen_components`` of the spaCy ``init_nlp`` (``spacy train``) running this call, read from its
+    frame; empty where none runs."""
+    frame: Any = sys._getframe(1)
+    while frame is not None:
+        if runs(frame, "spacy.training.initialize", "init_nlp"):
+            return tuple(frame.f_locals.get("frozen_components") or ())
+        frame = frame.f_back
+    return ()
 
 
 def _no_upstream(model: ElmoListener) -> str:
@@ -215,10 +237,18 @@ def _upstream_not_running(model: ElmoListener) -> Optional[str]:
 def _upstream_error(model: ElmoListener, message: str, upstream: str) -> str:
     """``message`` (:func:`_upstream_not_running`'s) for ``upstream``, with the ``replace_listeners`` call that lets
     the listening component run without it."""
+    quoted, replace = _replace_for(model, upstream)
+    return message.format(upstream=upstream, component=quoted, replace=replace)
+
+
+def _replace_for(model: ElmoListener, upstream: Optional[str]) -> Tuple[str, str]:
+    """``(component, call)``: the name of the component listening through ``model`` as a message quotes it
+    (``'ner'``; ``COMPONENT`` where not known) and the ``nlp.replace_listeners`` call that gives it its own copy of
+    ``upstream``'s biLM, with the listener's path where spaCy's frames tell it (``model.tok2vec.elmo`` in the shipped
+    configs), both usual paths otherwise (:func:`_replace_call`). Looked up on error paths only."""
     component, path = _run_by(model)
     quoted = repr(component) if component else "COMPONENT"
-    replace = _replace_call(repr(upstream), quoted, path)
-    return message.format(upstream=upstream, component=quoted, replace=replace)
+    return quoted, _replace_call(repr(upstream), quoted, path)
 
 
 def running_pipeline(model: Model) -> Optional[Language]:
@@ -239,24 +269,37 @@ def _run_by(model: ElmoListener) -> Tuple[Optional[str], Optional[str]]:
     """``(component, listener path)`` of the pipeline component whose model holds ``model``, read from the spaCy
     frames running it: the component's (locals ``name`` and ``proc``: ``Language.__call__``, ``initialize``,
     ``update``, or ``spacy.util._pipe`` under ``nlp.pipe``), then the pipeline's (a ``Language`` ``self``, for its
-    config); the path is the one ``nlp.replace_listeners`` takes. Either is None where not found."""
+    config); the path is the one ``nlp.replace_listeners`` takes. Where no frame runs a component holding ``model``
+    (spaCy's ``rehearse`` runs a copy of the component's model), the component the upstream linked it to
+    (``model.component``) and its path in the nearest pipeline that has it. Either is None where not found."""
     frame: Any = sys._getframe(1)
     component: Optional[str] = None
+    nearest: Optional[Language] = None  # the nearest pipeline on the stack
     while frame is not None:
         names = frame.f_locals
         if component is None and frame.f_globals.get("__name__") in _SPACY_RUNNERS and isinstance(names.get("name"), str):
             proc_model = getattr(names.get("proc"), "model", None)
             if isinstance(proc_model, Model) and any(node is model for node in proc_model.walk()):
                 component = names["name"]
-        if component is not None and isinstance(names.get("self"), Language):
-            try:
-                tok2vec = names["self"].config["components"][component]["model"]["tok2vec"]
-            except (KeyError, TypeError):
-                return component, None
-            found = find_listener_path(tok2vec)
-            return component, None if found is None else ".".join(("model", "tok2vec") + found)
+        if isinstance(names.get("self"), Language):
+            if component is not None:
+                return component, _listener_path(names["self"], component)
+            nearest = nearest or names["self"]
         frame = frame.f_back
+    if component is None and model.component is not None and nearest is not None:
+        if model.component in nearest.component_names:
+            return model.component, _listener_path(nearest, model.component)
     return component or model.component, None
+
+
+def _listener_path(nlp: Language, component: str) -> Optional[str]:
+    """The path ``nlp.replace_listeners`` takes to the listener of ``component`` in ``nlp``'s config (None: none)."""
+    try:
+        tok2vec = nlp.config["components"][component]["model"]["tok2vec"]
+    except (KeyError, TypeError):
+        return None
+    found = find_listener_path(tok2vec)
+    return None if found is None else ".".join(("model", "tok2vec") + found)
 
 
 #: The modules whose functions run a pipeline's components (their locals ``name`` and ``proc``).
@@ -314,7 +357,8 @@ def _forward(model: ElmoListener, docs: List[Doc], is_train: bool):
         if data is not None and data.ndim == 3 and data.shape[0::2] != (nL, nO):
             raise ValueError(
                 Errors.E_LISTENER_OTHER_DATA.format(
-                    component=model.component, upstream=model.upstream, shape=data.shape, nL=nL, nO=nO
+                    component=model.component, upstream=model.upstream, shape=data.shape, nL=nL, nO=nO,
+                    replace=_replace_for(model, model.upstream)[1],
                 )
             )
         missing = (data is None or data.ndim != 3) and len(doc) > 0
@@ -331,18 +375,21 @@ def _forward(model: ElmoListener, docs: List[Doc], is_train: bool):
         elif len(doc) == 0:
             outputs.append(model.ops.alloc3f(nL, len(doc), nO))
         elif is_train and _in_rehearse():
-            raise ValueError(Errors.E_LISTENER_REHEARSE.format(upstream=model.upstream, component=model.component))
+            raise ValueError(Errors.E_LISTENER_REHEARSE.format(
+                upstream=model.upstream, component=model.component, replace=_replace_for(model, model.upstream)[1]))
         elif is_train and model._batch_id is not None:
             found = model.get_batch_id(docs)
             batch = (Errors.E_LISTENER_BATCH_NEW_DOCS if found == model._batch_id else Errors.E_LISTENER_BATCH_OTHER)
             raise ValueError(
                 Errors.E_LISTENER_BATCH.format(
                     batch=batch.format(found=found, expected=model._batch_id, upstream=model.upstream),
-                    upstream=model.upstream, component=model.component,
+                    upstream=model.upstream, component=model.component, replace=_replace_for(model, model.upstream)[1],
                 )
             )
-        elif model.attrs.get("warming_up", False) and (is_train or _initializing()):
-            if is_train:  # spacy debug model updates a component alone; in spacy train it is a mistake
+        elif model.attrs.get("warming_up", False) and _initializing():
+            # initialize's samples, and spacy debug model, which updates a component alone; a training step that
+            # no elmo fed (nlp.update(..., exclude=["elmo"]), frozen_components) is an error below
+            if is_train:
                 warnings.warn(
                     Warnings.W_LISTENER_ZEROS.format(upstream=model.upstream, component=model.component),
                     UserWarning,
@@ -350,9 +397,11 @@ def _forward(model: ElmoListener, docs: List[Doc], is_train: bool):
                 )
             outputs.append(model.ops.alloc3f(nL, len(doc), nO))
         elif is_train:
-            raise ValueError(Errors.E_LISTENER_NOT_FED.format(upstream=model.upstream, component=model.component))
+            raise ValueError(Errors.E_LISTENER_NOT_FED.format(
+                upstream=model.upstream, component=model.component, replace=_replace_for(model, model.upstream)[1]))
         else:
-            raise ValueError(Errors.E_LISTENER_NO_DATA.format(upstream=model.upstream, component=model.component))
+            raise ValueError(Errors.E_LISTENER_NO_DATA.format(
+                upstream=model.upstream, component=model.component, replace=_replace_for(model, model.upstream)[1]))
     return outputs, _no_grad
 
 
@@ -360,13 +409,13 @@ def _realigned(model: ElmoListener, docs: List[Doc]) -> Optional[Tuple[List[Floa
     """In training, the layers received for ``docs`` when each is a doc of the received batch (the same object)
     that a component between the upstream and this listener's retokenized since (spaCy's ``Language.update``
     runs annotating components, e.g. ``merge_entities``, on the docs in place), with one row per current token
-    as at prediction (:func:`aligned_layers`: a merged token the mean of its rows, a split piece its token's
+    as at prediction (:func:`aligned_layers`: a merged token the mean of its words' rows, a split piece its token's
     row), and the backprop that hands the gradient back to the received rows. None unless all are such docs."""
     if not docs or model._outputs is None:
         return None
     received = [model._trained.get(doc) for doc in docs]
     outputs: List[Floats3d] = []
-    picks: List[Tuple[int, Optional[Tuple[numpy.ndarray, numpy.ndarray]]]] = []
+    picks: List[Tuple[int, Optional[Tuple[numpy.ndarray, numpy.ndarray, numpy.ndarray]]]] = []
     for doc, entry in zip(docs, received):
         if entry is None:
             return None
@@ -394,8 +443,8 @@ def _realigned_backprop(
         if ranges is None:
             d_received[index] += d
         else:
-            lo, hi = ranges
-            d_received[index] += ops.asarray3f(mean_rows_grad(ops.to_numpy(d), lo, hi, shapes[index][1]))
+            lo, hi, own = ranges
+            d_received[index] += ops.asarray3f(mean_rows_grad(ops.to_numpy(d), lo, hi, shapes[index][1], own))
     return backprop(d_received)
 
 

@@ -1,5 +1,7 @@
 """The elmo component: loading, doc data, vectors and hooks, errors."""
 
+import warnings
+
 import numpy
 import pytest
 import spacy
@@ -120,6 +122,34 @@ def test_similarity_of_vectors_from_other_weights_names_both_widths(nlp, tmp_pat
         with pytest.raises(ValueError, match=r"ELMo vectors of width (16 and 6|6 and 16): .*same weights"):
             x.similarity(y)
     assert abs(a.similarity(nlp("the bank ."))) <= 1.0 + 1e-6  # same weights: a cosine
+
+
+def test_similarity_with_a_lexeme_answers_as_spacy(nlp, tiny_dir):
+    """token / span / doc.similarity(lexeme): the hook asked the lexeme for its vector, and Lexeme.vector raises
+    spaCy's E010 (a ValueError) in a vocab without vectors. Now it answers as spaCy's own similarity does for a
+    Lexeme: 1.0 for a single token of that word, else 0.0 with spaCy's W008 where the lexeme has no vector
+    (pointing at the caller), and the cosine with its static vector where it has one of the ELMo width."""
+    doc = nlp("I sat on the bank of the river .")
+    bank, river = nlp.vocab["bank"], nlp.vocab["river"]
+    plain = spacy.blank("en")("I sat on the bank of the river .")  # spaCy's own similarity, no hooks
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # spaCy's W007 / W008
+        for ours, theirs in ((doc[4], plain[4]), (doc[4:5], plain[4:5]), (nlp("bank"), spacy.blank("en")("bank"))):
+            assert ours.similarity(bank) == theirs.similarity(bank) == 1.0
+    for obj in (doc[4], doc[3:5], doc, doc[6]):
+        with pytest.warns(UserWarning, match=r"W008.*based on empty vectors") as warned:
+            assert obj.similarity(river) == 0.0
+        assert {w.filename for w in warned} == {__file__}
+    # a static vector of the ELMo width: its cosine with the ELMo vector (as with a token of a doc without ELMo)
+    static = numpy.arange(1.0, WIDTH + 1.0, dtype="float32")
+    nlp.vocab.set_vector("river", static)
+    elmo = doc[4].vector
+    expected = float(elmo @ static / (numpy.linalg.norm(elmo) * numpy.linalg.norm(static)))
+    assert doc[4].similarity(nlp.vocab["river"]) == pytest.approx(expected, abs=1e-6)
+    narrow = spacy.blank("en")
+    narrow.vocab.set_vector("river", static[:3])  # another width: nothing to compare
+    narrow.add_pipe("elmo", config={"weights": str(tiny_dir)})
+    assert narrow("the bank")[1].similarity(narrow.vocab["river"]) == 0.0
 
 
 def test_hooks_off(tiny_dir):
@@ -482,6 +512,23 @@ def test_a_merge_and_a_split_that_keep_the_token_count_keep_vectors_aligned():
     whole = aligned_layers(doc)
     numpy.testing.assert_allclose(whole[:, 0], layers[:, 0:2].mean(1), rtol=1e-6)
     numpy.testing.assert_allclose(doc[0]._.elmo_vector, numpy.tensordot([0.25, 0.75], whole, axes=(0, 0))[0], rtol=1e-6)
+
+
+def test_a_merged_token_over_whitespace_leaves_its_zero_row_out(nlp):
+    """merge_entities / doc.retokenize() over "New  York" (New, " ", York): the merged token's vector averaged the
+    whitespace token's zero row in (2/3 of the words' mean), where the span's vector before the merge leaves it
+    out. Now both are the mean of the words' rows, token by token and for the whole doc (what listeners read)."""
+    from spacy_elmo.pipeline.doc_data import aligned_layers
+
+    doc = nlp("I love New  York city .")
+    assert [t.text for t in doc][2:5] == ["New", " ", "York"]
+    before, rows = doc[2:5].vector.copy(), doc._.elmo.astype("float32")
+    with doc.retokenize() as retokenizer:
+        retokenizer.merge(doc[2:5])
+    assert doc[2].text == "New  York"
+    numpy.testing.assert_allclose(doc[2].vector, before, rtol=1e-6)
+    numpy.testing.assert_allclose(aligned_layers(doc)[:, 2], rows[:, [2, 4]].mean(1), rtol=1e-6)
+    numpy.testing.assert_allclose(doc[1:4].vector, numpy.mean([doc[1].vector, before, doc[3].vector], 0), rtol=1e-5)
 
 
 def _bilm_layers(tiny_dir, sentences):

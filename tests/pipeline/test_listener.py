@@ -496,6 +496,26 @@ def test_listener_with_disabled_upstream(tiny_dir, upstream):
         listener.predict([nlp.make_doc("Yesterday Alice went home .")])
 
 
+@pytest.mark.parametrize("how", ["select_pipes", "disable_pipe"])
+def test_initialize_with_disabled_upstream_says_it_is_disabled(tiny_dir, how):
+    """nlp.initialize with elmo disabled (``with nlp.select_pipes(enable="ner")``) skips elmo, whose weights then
+    never load: the error said to put elmo before ner and keep it out of frozen_components, where it stood
+    already. It says that elmo is disabled and how to enable it; enabled, the pipeline initializes and trains."""
+    nlp = _nlp_with(tiny_dir, "ner", {**NER, "tok2vec": LISTENER})
+    examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(4)]
+    disabled = r"initialized while its upstream 'elmo' is disabled .*nlp\.enable_pipe\('elmo'\)"
+    if how == "select_pipes":
+        with nlp.select_pipes(enable="ner"), pytest.raises(ValueError, match=disabled) as err:
+            nlp.initialize(lambda: examples)
+    else:
+        nlp.disable_pipe("elmo")
+        with pytest.raises(ValueError, match=disabled) as err:
+            nlp.initialize(lambda: examples)
+        nlp.enable_pipe("elmo")
+    assert "frozen_components" not in str(err.value)
+    nlp.update(examples, sgd=nlp.initialize(lambda: examples))
+
+
 def test_listener_with_disabled_upstream_follow_the_fix(tiny_dir):
     """The error's steps, followed literally, run ner without elmo. It said to call nlp.replace_listeners while elmo
     was disabled, which spaCy refuses (E889: it looks the upstream up in nlp.pipe_names, the enabled ones)."""
@@ -616,6 +636,26 @@ def test_spacy_debug_model_runs_a_listening_component(tiny_dir, corpus_dir):
     training = registry.resolve(config["training"], schema=ConfigSchemaTraining)
     with pytest.warns(UserWarning, match="spacy debug model updates 'ner' alone"):
         debug_model(config, training, nlp, nlp.get_pipe("ner"), print_settings={})
+
+
+def test_update_without_elmo_right_after_initialize_is_an_error(tiny_dir):
+    """nlp.update(..., exclude=["elmo"]) right after nlp.initialize (elmo never fed the listener a batch): ner
+    trained on zero layers for every step, with one warning, where the README promised an error. It is the error
+    that elmo did not run update() on the batch, at every step, without a warning; and after elmo fed a batch,
+    the error that names the batch. Zeros stay for initialize's samples and spacy debug model (above)."""
+    nlp = _nlp_with(tiny_dir, "ner", {**NER, "tok2vec": LISTENER})
+    examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(4)]
+    opt = nlp.initialize(lambda: examples)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for annotates in ([], ["ner"]):
+            for _ in range(2):
+                with pytest.raises(ValueError, match=r"got no ELMo layers for a training batch: its upstream 'elmo' "
+                                                     r"did not run update\(\) on it"):
+                    nlp.update(examples, sgd=opt, exclude=["elmo"], annotates=annotates)
+    nlp.update(examples, sgd=opt)
+    with pytest.raises(ValueError, match=r"got a batch it has no upstream output for \(batch id \d+: the same words"):
+        nlp.update([Example(nlp.make_doc(e.text), e.reference) for e in examples], sgd=opt, exclude=["elmo"])
 
 
 def test_listener_needs_all_layers(tiny_dir):
@@ -1637,6 +1677,51 @@ def test_a_training_batch_retokenized_after_the_upstream_reads_its_layers_and_se
     other = [spacy.blank("en").make_doc(doc.text + " Hi") for doc in docs]
     with pytest.raises(ValueError, match="no upstream output"):
         listener.begin_update(other)
+
+
+def test_a_merged_token_over_whitespace_reads_and_trains_its_words_rows_alone():
+    """A training doc whose merged token spans a whitespace token ("New  York": New, "  "... York) averaged the
+    whitespace's zero row in (2/3 of the words' mean), where spans and docs leave whitespace out. The listener
+    reads the mean of the words' rows, and its backprop (checked against finite differences of that forward)
+    gives the whitespace row nothing."""
+    from spacy_elmo.pipeline.doc_data import install_extensions
+
+    install_extensions()
+    doc = spacy.blank("en").make_doc("I love New  York city .")
+    assert [t.text for t in doc] == ["I", "love", "New", " ", "York", "city", "."]
+    rng = numpy.random.default_rng(2)
+    layers = rng.standard_normal((3, len(doc), 4)).astype("float32")
+    layers[:, 3] = 0.0  # the whitespace token's row, as the upstream gives it
+    listener = ElmoListener(upstream_name="elmo")
+    listener.upstream, listener.component = "elmo", "ner"
+    listener.set_dim("nL", 3)
+    listener.set_dim("nO", 4)
+    sent = []
+    listener.receive(ElmoListener.get_batch_id([doc]), [layers], lambda d: sent.append(d) or [], [doc])
+    with doc.retokenize() as retokenizer:
+        retokenizer.merge(doc[2:5])
+    assert doc[2].text == "New  York"
+    (out,), backprop = listener.begin_update([doc])
+    want = numpy.concatenate([layers[:, :2], layers[:, [2, 4]].mean(1, keepdims=True), layers[:, 5:]], axis=1)
+    numpy.testing.assert_allclose(listener.ops.to_numpy(out), want, rtol=1e-6)
+    d_out = rng.standard_normal(out.shape).astype("float32")
+    backprop([d_out])
+    (d_layers,) = sent[0]
+    d_layers = listener.ops.to_numpy(d_layers)
+    assert not d_layers[:, 3].any()
+    # finite differences of the forward (linear in the layers: exact up to float32 rounding)
+    eps = 1e-2
+    for index in [(0, 2, 1), (1, 3, 0), (2, 4, 3), (0, 5, 2)]:
+        bumped = layers.copy()
+        bumped[index] += eps
+        listener.receive(ElmoListener.get_batch_id([doc]), [bumped], None, [doc])  # the doc as it is now: merged
+        listener._trained = weakref.WeakKeyDictionary({doc: listener._trained[doc]._replace(
+            starts=numpy.asarray([0, 2, 7, 11, 12, 17, 22], dtype="int64"))})  # the rows' original offsets
+        listener._outputs = [bumped]
+        listener._batch_id = -1  # read through the realignment, as above
+        (moved,), _ = listener.begin_update([doc])
+        numeric = float(((listener.ops.to_numpy(moved) - listener.ops.to_numpy(out)) * d_out).sum()) / eps
+        assert numeric == pytest.approx(float(d_layers[index]), abs=1e-3), index
 
 
 def test_an_update_on_a_received_doc_beside_a_doc_of_no_batch_is_refused_not_read_from_the_kept_layers():

@@ -245,6 +245,14 @@ def test_elmo_in_frozen_components_is_a_clear_error(corpus_dir, tiny_dir):
         init_nlp(config)
 
 
+def test_elmo_disabled_in_the_config_is_not_called_frozen(corpus_dir, tiny_dir):
+    """elmo in [nlp] disabled (not in frozen_components): init_nlp initializes enabled components only, and the
+    error said to keep elmo out of frozen_components. It says elmo is disabled."""
+    config = _config("ner.cfg", corpus_dir, tiny_dir, {"nlp.disabled": ["elmo"]})
+    with pytest.raises(ValueError, match=r"initialized while its upstream 'elmo' is disabled .*\[nlp\] disabled"):
+        init_nlp(config)
+
+
 @pytest.mark.parametrize(
     "overrides, named",
     [({"nlp.pipeline": ["sentencizer", "ner", "elmo"]}, "'elmo'"),
@@ -287,15 +295,31 @@ def test_unlinked_listener_names_where_elmo_goes(corpus_dir, tiny_dir, tmp_path,
 def test_sourced_elmo_frozen_without_annotating(corpus_dir, tiny_dir, first):
     """A sourced elmo in frozen_components but not in annotating_components feeds no listener in training:
     ner trained on zero layers without a word, then failed after the first evaluation with an error about
-    a removed or disabled upstream. Now the zeros warn, and the error names the training settings."""
+    a removed or disabled upstream. Then the zeros warned (once) until an evaluation, then the error named the
+    training settings; now the first training step is that error (zeros are for initialize and debug model)."""
     nlp = _init("ner.cfg", corpus_dir, tiny_dir, {"elmo": {"source": str(first)}})
     examples = list(Corpus(str(corpus_dir / "train.spacy"))(nlp))[:4]
-    with pytest.warns(UserWarning, match=r"reads zeros.*annotating_components") as warned:
-        nlp.update(examples, exclude=["elmo"])  # what spacy train does with frozen_components
-    assert {w.filename for w in warned if "reads zeros" in str(w.message)} == {__file__}  # the user's call
-    nlp("Alice went home .")  # an evaluation: the listener has seen real layers
-    with pytest.raises(ValueError, match=r"no ELMo layers for a training batch.*annotating_components"):
+    for _ in range(2):  # what spacy train does with frozen_components; before and after an evaluation
+        with pytest.raises(ValueError, match=r"no ELMo layers for a training batch.*annotating_components"):
+            nlp.update(examples, exclude=["elmo"])
+        nlp("Alice went home .")
+
+
+def test_training_errors_name_the_shipped_configs_listener_path(corpus_dir, tiny_dir):
+    """The errors of a training step without elmo's layers (E_LISTENER_NOT_FED right after initialize,
+    E_LISTENER_BATCH after elmo fed a batch) said nlp.replace_listeners('elmo', 'ner', ['model.tok2vec']), which
+    spaCy refuses for the shipped configs' ElmoTok2Vec.v1 (the listener is at model.tok2vec.elmo). They name the
+    listener's path, and the call, followed as written, trains ner without elmo."""
+    nlp = _init("ner.cfg", corpus_dir, tiny_dir)
+    examples = list(Corpus(str(corpus_dir / "train.spacy"))(nlp))[:4]
+    call = re.escape("first nlp.replace_listeners('elmo', 'ner', ['model.tok2vec.elmo']).")
+    with pytest.raises(ValueError, match=r"did not run update\(\) on it.*" + call):
         nlp.update(examples, exclude=["elmo"])
+    nlp.update(examples)
+    with pytest.raises(ValueError, match=r"got a batch it has no upstream output for.*" + call + " An annotating") as err:
+        nlp.update(examples, exclude=["elmo"])
+    eval(re.search(r"nlp\.replace_listeners\([^)]*\)", str(err.value)).group(0))
+    nlp.update(examples, exclude=["elmo"])
 
 
 def test_sourced_elmo_with_other_requested_weights_warns_once(corpus_dir, tiny_dir, first, tmp_path):
