@@ -592,7 +592,8 @@ def _finished_once_merged(output_path: Path) -> Iterator[None]:
         # it) records OUTPUT as it is. In place: merged.json records it, or the parts were already renamed away.
         if parts_dir.exists() and _earlier_merge(output_path) is None:
             raise
-        left = [str(path) for path in (parts_dir, *(tmp for tmp, _ in temporary_files(parts_dir))) if path.exists()]
+        left = [name_shown(path) for path in (parts_dir, *(tmp for tmp, _ in temporary_files(parts_dir)))
+                if path.exists()]
         warnings.warn(Warnings.W_EMBED_CLEANUP_INTERRUPTED.format(path=output_path, parts=", ".join(left)),
                       RuntimeWarning, stacklevel=3)
 

@@ -1507,7 +1507,7 @@ class Errors:
         "delete what is there. Choose an OUTPUT_DIR without a data entry of yours (a new directory, say)."
     )
     E_CACHE_DIR_IS_FILE = "it is a file"
-    E_CACHE_DIR_HOLDS = "it holds {n} entr(y/ies) of another kind (first ones: {names})"
+    E_CACHE_DIR_HOLDS = "it holds {n} of another kind ({names})"
     E_OUTPUT_INSIDE_TRAIN_PATH = (
         "OUTPUT_DIR {path} is inside TRAIN_PATH {train_path} (maybe through a linked directory, which is followed), "
         "every non-hidden file of which is read as text: the "

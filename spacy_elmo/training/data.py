@@ -386,7 +386,7 @@ def list_text_files(path: PathLike, hidden: Optional[List[Path]] = None) -> List
             seen.add(identity)
             kept.append(file)
     if outputs:
-        shown = ", ".join(str(d) for d in outputs[:3]) + (", ..." if len(outputs) > 3 else "")
+        shown = listed([name_shown(d) for d in outputs], 3)  # a comma or newline in a name: quoted
         # stacklevel 1: a run lists its corpus several times (fingerprint, reading, --heldout's overlap), from as
         # many callers; one line of this module, the same text, is one warning (Python's default filter).
         n_dirs = counted(len(outputs), "directory", "directories")
