@@ -1669,8 +1669,10 @@ class Errors:
         "every machine of the job must reach OUTPUT_DIR, and --init, --options and --tokenizer where given, at the same "
         "path (a shared file system; TRAIN_PATH and --heldout are read by rank 0 alone), and each rank's user must be "
         "allowed to read them (rank 0's user wrote OUTPUT_DIR). Give an absolute OUTPUT_DIR on a file system every "
-        "machine mounts."
+        "machine mounts{readable}."
     )
+    #: E_CACHE_NOT_SHARED's ``readable`` where this rank may not read the cache (a PermissionError)
+    E_CACHE_NOT_SHARED_READABLE = ", or make it readable by every rank's user"
     E_PEER_DIED = (
         "{error}\nAnother process of this torchrun job died or stopped answering mid-run (killed: the OOM killer? see "
         "its machine's `dmesg` and the job's output for its rank), so this one stopped too{saved}. Once its cause is "

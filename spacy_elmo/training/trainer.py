@@ -1100,7 +1100,8 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
                 if is_main:
                     raise
                 unread = type(err) if isinstance(err, (FileNotFoundError, PermissionError)) else OSError
-                raise unread(Errors.E_CACHE_NOT_SHARED.format(rank=rank, path=out, error=err)) from err
+                readable = Errors.E_CACHE_NOT_SHARED_READABLE if isinstance(err, PermissionError) else ""
+                raise unread(Errors.E_CACHE_NOT_SHARED.format(rank=rank, path=out, error=err, readable=readable)) from err
 
             torch.manual_seed(cfg.seed)  # same initial weights on every rank (DDP also broadcasts)
             batcher: Union[SentenceBatcher, StreamBatcher]
