@@ -1980,6 +1980,10 @@ class Errors:
         "Choose another output path."
     )
     E_EMBED_OUTPUT_PARENT = "{path} cannot be created: {parent} is a file, not a directory. Choose another output path."
+    E_EMBED_PARTS_NOT_DIR = (
+        "{parts} is not a directory: embed keeps the finished parts of {path} in a directory of that name, which it "
+        "creates and deletes. Move {parts} elsewhere (it was left as it is), or choose another output path."
+    )
     E_EMBED_OUTPUT_IS_DIR = (
         "{path} is a directory, but the output is one HDF5 file (--overwrite replaces a file, not a "
         "directory). Give a file path such as {example}, or remove the directory."

@@ -838,6 +838,22 @@ def test_a_directory_as_output_is_refused_before_any_work(bilm, corpus, tmp_path
     assert not (tmp_path / "vectors.parts").exists() and list(out.iterdir()) == []
 
 
+def test_a_file_at_the_parts_path_is_refused_and_kept(bilm, corpus, tmp_path):
+    """A regular file of the user's at OUTPUT.parts: a resume said its "manifest.json cannot be read", --restart
+    renamed the file away for deletion and failed on it (NotADirectoryError), and the next run deleted it as a
+    killed removal's leftover. Every run now refuses it, naming it, and leaves it as it is."""
+    out = tmp_path / "out.h5"
+    parts_path(out).write_text("user data")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    for kwargs in ({}, {"restart": True}, {}, {"overwrite": True}):
+        with pytest.raises(NotADirectoryError, match=f"^{re.escape(str(parts_path(out)))} is not a directory: embed "
+                                                     r"keeps the finished parts of .*out\.h5 .*Move .*out\.h5\.parts "
+                                                     "elsewhere"):
+            embed_file(bilm, corpus, out, part_size=1, progress=False, **kwargs)
+        assert sorted(p.name for p in tmp_path.iterdir()) == before
+        assert parts_path(out).read_text() == "user data"
+
+
 def test_bad_input_gets_clear_errors(bilm, model_dir, corpus, tmp_path):
     with pytest.raises(FileNotFoundError, match="missing.txt does not exist"):
         embed_file(bilm, tmp_path / "missing.txt", tmp_path / "o.h5", progress=False)
