@@ -205,14 +205,20 @@ def check_input_file(path: Path) -> None:
 
 def check_paths(input_path: PathLike, output_path: PathLike, overwrite: bool = False) -> None:
     """Refuse, before any work, what :func:`embed_file` cannot read or write: an input that is no
-    file, an output that is a directory, lies below a file or in a directory where no file can be created, is the
-    input, or exists (without ``overwrite``), unless it is complete and records the run that wrote it (and no parts
-    are left beside it): :func:`embed_file` then compares that run with this one (the same: OUTPUT is already
-    complete; another: refused as existing), once it knows this run's manifest."""
+    file, an output that is a directory, whose parts path (``OUTPUT.parts``) is something else than a directory, lies
+    below a file or in a directory where no file can be created, is the input, or exists (without ``overwrite``),
+    unless it is complete and records the run that wrote it (and no parts are left beside it): :func:`embed_file`
+    then compares that run with this one (the same: OUTPUT is already complete; another: refused as existing), once
+    it knows this run's manifest."""
     input_path, output_path = Path(input_path), Path(output_path)
     if output_path.is_dir():
         example = output_path / "vectors.h5"
         raise IsADirectoryError(Errors.E_EMBED_OUTPUT_IS_DIR.format(path=output_path, example=example))
+    parts = parts_path(output_path)
+    if parts.exists() and not parts.is_dir():
+        # The user's file (or a FIFO): a resume said its "manifest cannot be read", --restart renamed it away for
+        # deletion and failed on it (NotADirectoryError), and the next run deleted it as a killed removal's leftover.
+        raise NotADirectoryError(Errors.E_EMBED_PARTS_NOT_DIR.format(parts=parts, path=output_path))
     check_input_file(input_path)
     if output_path.exists():
         if output_path.samefile(input_path):
@@ -592,7 +598,8 @@ def _finished_once_merged(output_path: Path) -> Iterator[None]:
         # it) records OUTPUT as it is. In place: merged.json records it, or the parts were already renamed away.
         if parts_dir.exists() and _earlier_merge(output_path) is None:
             raise
-        left = [str(path) for path in (parts_dir, *(tmp for tmp, _ in temporary_files(parts_dir))) if path.exists()]
+        left = [name_shown(path) for path in (parts_dir, *(tmp for tmp, _ in temporary_files(parts_dir)))
+                if path.exists()]
         warnings.warn(Warnings.W_EMBED_CLEANUP_INTERRUPTED.format(path=output_path, parts=", ".join(left)),
                       RuntimeWarning, stacklevel=3)
 

@@ -1513,7 +1513,7 @@ class Errors:
         "delete what is there. Choose an OUTPUT_DIR without a data entry of yours (a new directory, say)."
     )
     E_CACHE_DIR_IS_FILE = "it is a file"
-    E_CACHE_DIR_HOLDS = "it holds {n} entr(y/ies) of another kind (first ones: {names})"
+    E_CACHE_DIR_HOLDS = "it holds {n} of another kind ({names})"
     E_OUTPUT_INSIDE_TRAIN_PATH = (
         "OUTPUT_DIR {path} is inside TRAIN_PATH {train_path} (maybe through a linked directory, which is followed), "
         "every non-hidden file of which is read as text: the "
@@ -1675,8 +1675,10 @@ class Errors:
         "every machine of the job must reach OUTPUT_DIR, and --init, --options and --tokenizer where given, at the same "
         "path (a shared file system; TRAIN_PATH and --heldout are read by rank 0 alone), and each rank's user must be "
         "allowed to read them (rank 0's user wrote OUTPUT_DIR). Give an absolute OUTPUT_DIR on a file system every "
-        "machine mounts."
+        "machine mounts{readable}."
     )
+    #: E_CACHE_NOT_SHARED's ``readable`` where this rank may not read the cache (a PermissionError)
+    E_CACHE_NOT_SHARED_READABLE = ", or make it readable by every rank's user"
     E_PEER_DIED = (
         "{error}\nAnother process of this torchrun job died or stopped answering mid-run (killed: the OOM killer? see "
         "its machine's `dmesg` and the job's output for its rank), so this one stopped too{saved}. Once its cause is "
@@ -1984,6 +1986,10 @@ class Errors:
         "Choose another output path."
     )
     E_EMBED_OUTPUT_PARENT = "{path} cannot be created: {parent} is a file, not a directory. Choose another output path."
+    E_EMBED_PARTS_NOT_DIR = (
+        "{parts} is not a directory: embed keeps the finished parts of {path} in a directory of that name, which it "
+        "creates and deletes. Move {parts} elsewhere (it was left as it is), or choose another output path."
+    )
     E_EMBED_OUTPUT_IS_DIR = (
         "{path} is a directory, but the output is one HDF5 file (--overwrite replaces a file, not a "
         "directory). Give a file path such as {example}, or remove the directory."

@@ -543,6 +543,18 @@ def test_ctrl_c_while_removing_the_parts_of_a_complete_output_ends_a_finished_ru
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "model", "out.h5", "straight.h5"]
 
 
+def test_the_leftover_parts_of_an_output_with_a_comma_in_its_name_are_named_quoted(bilm, corpus, tmp_path, monkeypatch):
+    """W_EMBED_CLEANUP_INTERRUPTED joined the leftover paths with ", " as they were: OUTPUT ``a, b.h5`` read as two
+    leftovers. Each is shown as the other listings show a name (paths.name_shown)."""
+    out = tmp_path / "a, b.h5"
+    with monkeypatch.context() as patch:
+        _interrupted_deleting_parts(patch, "manifest.json")
+        with pytest.warns(RuntimeWarning, match="after it was complete") as caught:
+            embed_file(bilm, corpus, out, part_size=3, progress=False)
+    left = [p for p in tmp_path.iterdir() if p.name.startswith(".a, b.h5.parts.")]
+    assert len(left) == 1 and f"({str(left[0])!r})" in str(caught[0].message)
+
+
 def test_a_run_killed_while_creating_its_parts_directory_starts_afresh(bilm, corpus, tmp_path, monkeypatch, ended_pid):
     """The parts directory was created, then its manifest written: killed between the two, a
     rerun refused the empty directory as parts "written by an older spacy-elmo"."""
@@ -824,6 +836,22 @@ def test_a_directory_as_output_is_refused_before_any_work(bilm, corpus, tmp_path
         with pytest.raises(IsADirectoryError, match=r"is a directory, but the output is one HDF5 file"):
             embed_file(bilm, corpus, out, overwrite=overwrite, progress=False)
     assert not (tmp_path / "vectors.parts").exists() and list(out.iterdir()) == []
+
+
+def test_a_file_at_the_parts_path_is_refused_and_kept(bilm, corpus, tmp_path):
+    """A regular file of the user's at OUTPUT.parts: a resume said its "manifest.json cannot be read", --restart
+    renamed the file away for deletion and failed on it (NotADirectoryError), and the next run deleted it as a
+    killed removal's leftover. Every run now refuses it, naming it, and leaves it as it is."""
+    out = tmp_path / "out.h5"
+    parts_path(out).write_text("user data")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    for kwargs in ({}, {"restart": True}, {}, {"overwrite": True}):
+        with pytest.raises(NotADirectoryError, match=f"^{re.escape(str(parts_path(out)))} is not a directory: embed "
+                                                     r"keeps the finished parts of .*out\.h5 .*Move .*out\.h5\.parts "
+                                                     "elsewhere"):
+            embed_file(bilm, corpus, out, part_size=1, progress=False, **kwargs)
+        assert sorted(p.name for p in tmp_path.iterdir()) == before
+        assert parts_path(out).read_text() == "user data"
 
 
 def test_bad_input_gets_clear_errors(bilm, model_dir, corpus, tmp_path):

@@ -386,7 +386,7 @@ def list_text_files(path: PathLike, hidden: Optional[List[Path]] = None) -> List
             seen.add(identity)
             kept.append(file)
     if outputs:
-        shown = ", ".join(str(d) for d in outputs[:3]) + (", ..." if len(outputs) > 3 else "")
+        shown = listed([name_shown(d) for d in outputs], 3)  # a comma or newline in a name: quoted
         # stacklevel 1: a run lists its corpus several times (fingerprint, reading, --heldout's overlap), from as
         # many callers; one line of this module, the same text, is one warning (Python's default filter).
         n_dirs = counted(len(outputs), "directory", "directories")
@@ -1611,16 +1611,14 @@ CACHE_SIZED = (("tokens.i32", 4, "n_stream"), ("sent_lengths.i64", 8, "n_sentenc
                ("types.txt", 1, TYPES_BYTES))
 
 
-def cache_damage(cache_dir: PathLike, types: Optional[List[str]] = None) -> Optional[str]:
+def cache_damage(cache_dir: PathLike) -> Optional[str]:
     """None when the files of the complete cache in ``cache_dir`` hold as many items as its meta.json records
-    (:data:`CACHE_SIZED`, and ``types``, types.txt's lines, where given); else
-    ``E_CACHE_DAMAGED`` for the
-    first that does not (a write cut short: the cache read then gave "0 tokens" or a numpy broadcast error), or for
-    one that is missing. Sizes only (a stat): no count meta.json lacks is checked, nor any without a readable
-    meta.json."""
+    (:data:`CACHE_SIZED`); else ``E_CACHE_DAMAGED`` for the first that does not (a write cut short: the cache read
+    then gave "0 tokens" or a numpy broadcast error), or for one that is missing. Sizes only (a stat): no count
+    meta.json lacks is checked, nor any without a readable meta.json. (:meth:`Corpus.load` checks types.txt's lines
+    too, once read: :func:`_types_damage`.)"""
     cache = Path(cache_dir)
-    meta = _meta_to_check(cache)
-    return _sizes_damage(cache, meta) or (None if types is None else _types_damage(cache, meta, types))
+    return _sizes_damage(cache, _meta_to_check(cache))
 
 
 def _meta_to_check(cache: Path) -> Optional[dict]:
@@ -1652,7 +1650,8 @@ def _sizes_damage(cache: Path, meta: Optional[dict]) -> Optional[str]:
 
 
 def _types_damage(cache: Path, meta: Optional[dict], types: List[str]) -> Optional[str]:
-    """:func:`cache_damage` of types.txt's lines ``types``, against ``meta`` (:func:`_meta_to_check`)."""
+    """``E_CACHE_DAMAGED`` where types.txt's lines ``types`` are not as many as ``meta`` (:func:`_meta_to_check`)
+    records; else None."""
     if meta is not None and isinstance(meta.get("n_types"), int) and len(types) != meta["n_types"]:
         return Errors.E_CACHE_DAMAGED.format(path=cache, file="types.txt", found=len(types), expected=meta["n_types"],
                                              unit="types")

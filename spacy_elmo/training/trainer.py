@@ -41,7 +41,7 @@ from ..bilm.lstm import LstmState
 from ..bilm.native_io import INITIAL_STATE_NAME, find_allennlp_files, read_meta
 from ..device import torch_device
 from ..errors import Errors, Warnings, counted, listed
-from ..paths import file_identity, file_sha256, read_json_file, shell_quoted
+from ..paths import file_identity, file_sha256, name_shown, read_json_file, shell_quoted
 from ..ranks import machine_processes, torchrun_ranks
 from . import checkpoint as ckpt
 from . import data as corpus_data
@@ -624,7 +624,8 @@ def _check_output_place(out: Path, train_path: Path) -> None:
         names = corpus_data.foreign_entries(cache)
         if not names:
             return
-        found = Errors.E_CACHE_DIR_HOLDS.format(n=len(names), names=", ".join(names[:5]))
+        found = Errors.E_CACHE_DIR_HOLDS.format(n=counted(len(names), "entry", "entries"),
+                                                names=listed([name_shown(name) for name in names], 5))
     raise ValueError(Errors.E_CACHE_DIR_NOT_OURS.format(path=cache, found=found))
 
 
@@ -1099,7 +1100,8 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
                 if is_main:
                     raise
                 unread = type(err) if isinstance(err, (FileNotFoundError, PermissionError)) else OSError
-                raise unread(Errors.E_CACHE_NOT_SHARED.format(rank=rank, path=out, error=err)) from err
+                readable = Errors.E_CACHE_NOT_SHARED_READABLE if isinstance(err, PermissionError) else ""
+                raise unread(Errors.E_CACHE_NOT_SHARED.format(rank=rank, path=out, error=err, readable=readable)) from err
 
             torch.manual_seed(cfg.seed)  # same initial weights on every rank (DDP also broadcasts)
             batcher: Union[SentenceBatcher, StreamBatcher]

@@ -966,6 +966,7 @@ def test_ddp_a_file_one_rank_cannot_see_is_said_by_that_rank_and_named_by_rank_0
         assert "out/data/meta.json: it holds a JSON array, not an object)" in stderr[1], stderr
     if case == "output_dir":
         assert "same path" in stderr[1] and "Errno" in stderr[1]  # the OS's words kept, after ours
+        assert "every machine mounts." in stderr[1] and "make it readable" not in stderr[1]  # that advice: a PermissionError's
         # What every rank reads, and no more: TRAIN_PATH and --heldout are rank 0's alone (the test below).
         assert "--init, --options and --tokenizer" in stderr[1] and "TRAIN_PATH and --heldout are read by rank 0 alone" in stderr[1]
     else:
@@ -1002,6 +1003,7 @@ def test_ddp_a_rank_that_may_not_read_the_cache_says_so_in_our_words(tmp_path):
     said = f"Rank 1 of this torchrun job cannot read the corpus that rank 0 tokenized into OUTPUT_DIR {tmp_path / 'out'} "
     assert stderr[1].count(said) == 1 and "Traceback" not in stderr[1], stderr
     assert "[Errno 13] Permission denied" in stderr[1] and "each rank's user must be allowed to read them" in stderr[1]
+    assert "every machine mounts, or make it readable by every rank's user." in stderr[1], stderr
     assert "Rank 1 of this torchrun job failed" in stderr[0] and said not in stderr[0], stderr
 
 

@@ -297,6 +297,39 @@ def test_an_earlier_runs_output_dir_inside_a_corpus_directory_is_skipped_with_on
         assert list_text_files(corpus) == [a]
 
 
+def test_the_skipped_outputs_and_a_users_data_entries_are_listed_with_odd_names_quoted(tmp_path):
+    """W_TRAIN_PATH_OUTPUTS_SKIPPED and E_CACHE_DIR_HOLDS joined the names with ", " as they were: a name with a
+    comma read as two entries, one with a newline broke the line; and the rest was an unsaid "..." (or dropped).
+    Each name is shown as the other listings show it (paths.name_shown), the rest counted ("and N more")."""
+    import warnings
+
+    from spacy_elmo.training.data import CACHE_DIR, list_text_files
+    from spacy_elmo.training.trainer import _check_output_place
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    text = write_corpus(corpus / "t.txt", 10)
+    for name in ("a, b.h5.parts", "new\nline.h5.parts", "c.h5.parts", "d.h5.parts"):  # embed's parts directories
+        (corpus / name).mkdir()
+        (corpus / name / "manifest.json").write_text('{"version": 1}')
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert list_text_files(corpus) == [text]
+    said = [str(w.message) for w in caught if "holding a model or spacy-elmo's output" in str(w.message)]
+    assert len(said) == 1
+    assert f"{str(corpus / 'a, b.h5.parts')!r}, {str(corpus / 'c.h5.parts')}, {str(corpus / 'd.h5.parts')} " \
+           "and 1 more." in said[0]
+    assert "\n" not in said[0]
+    out = tmp_path / "out"
+    (out / CACHE_DIR).mkdir(parents=True)
+    for name in ("notes, v2.txt", "x\ny", "1", "2", "3", "4"):
+        (out / CACHE_DIR / name).write_text("mine\n")
+    with pytest.raises(ValueError) as caught_error:
+        _check_output_place(out, text)
+    assert "it holds 6 entries of another kind (1, 2, 3, 4, 'notes, v2.txt' and 1 more)." in str(caught_error.value)
+    assert "\n" not in str(caught_error.value)
+
+
 def test_a_run_or_model_directory_given_as_the_text_is_refused(tmp_path):
     """The subdirectories of a corpus that spacy-elmo wrote are skipped, but a run or model directory given as
     TRAIN_PATH itself (``pretrain out/ out2/`` for ``pretrain corpus.txt out2/``) was read whole: its config.json,

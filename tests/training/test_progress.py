@@ -2,6 +2,7 @@
 
 import io
 import itertools
+import re
 import sys
 
 import pytest
@@ -153,6 +154,13 @@ def test_the_pretraining_bar_says_its_perplexity_is_of_the_sampled_softmax(tmp_p
     train(tiny_train_config(train_file, tmp_path / "sampled", max_steps=2, checkpoint_every=2, progress=True, log_every=1))
     err = capsys.readouterr().err
     assert ", sampled ppl=" in err, err
+    # the value as evaluate shows the held-out one (bar_postfix): two decimals, no thousands separator; the bar's
+    # last postfix is the last logged window's
+    from spacy_elmo.training.evaluate import perplexity_shown
+    from spacy_elmo.training.trainer import read_log
+
+    last = [e for e in read_log(tmp_path / "sampled") if "sampled_perplexity" in e][-1]["sampled_perplexity"]
+    assert f", sampled ppl={perplexity_shown(last)}]" in err and re.search(r"sampled ppl=\d+\.\d\d\]", err), err
     with pytest.warns(RuntimeWarning, match="using the full softmax"):
         train(tiny_train_config(train_file, tmp_path / "full", max_steps=2, checkpoint_every=2, progress=True, log_every=1,
                                 negatives=10_000))
