@@ -531,6 +531,40 @@ def test_a_merged_token_over_whitespace_leaves_its_zero_row_out(nlp):
     numpy.testing.assert_allclose(doc[1:4].vector, numpy.mean([doc[1].vector, before, doc[3].vector], 0), rtol=1e-5)
 
 
+
+def test_a_merged_token_counts_a_word_row_whose_text_begins_with_a_space(nlp):
+    """A row is whitespace by its token's whole text (spaCy's ``is_space``: ``text.isspace()``), as a span decides:
+    a word token " York" (``Doc(words=...)``; not ``is_space``, read by the biLM, a non-zero row) was taken for one
+    by its first character, and the merged "New York"'s vector was New's row alone."""
+    from spacy.tokens import Doc
+
+    from spacy_elmo.pipeline.doc_data import aligned_layers
+
+    doc = nlp(Doc(nlp.vocab, words=["New", " York", "now"], spaces=[False, True, False]))
+    assert [t.is_space for t in doc] == [False, False, False]
+    before, rows = doc[0:2].vector.copy(), doc._.elmo.astype("float32")
+    assert numpy.linalg.norm(rows[:, 1]) > 0
+    with doc.retokenize() as retokenizer:
+        retokenizer.merge(doc[0:2])
+    assert doc[0].text == "New York"
+    numpy.testing.assert_allclose(aligned_layers(doc)[:, 0], rows[:, 0:2].mean(1), rtol=1e-6)
+    numpy.testing.assert_allclose(doc[0].vector, before, rtol=1e-6)
+
+
+def test_a_row_is_whitespace_by_its_tokens_whole_text_and_the_languages_rule():
+    """The text given is the row's token's and its trailing space (up to the next row): decided whole, by the
+    vocab's ``is_space`` rule (which set ``token.is_space``), with and without that space."""
+    from spacy.attrs import IS_SPACE
+
+    from spacy_elmo.pipeline.doc_data import _row_is_space
+
+    vocab = spacy.blank("en").vocab
+    assert [_row_is_space(vocab, t) for t in [" York", " York ", "York ", " ", "  ", "\n "]] == [
+        False, False, False, True, True, True,
+    ]
+    vocab.lex_attr_getters[IS_SPACE] = lambda text: text == " "  # a language's own rule: one space only
+    assert [_row_is_space(vocab, t) for t in [" ", "  ", "\n", " x "]] == [True, True, False, False]
+
 def _bilm_layers(tiny_dir, sentences):
     """Every layer of each sentence from BiLM.forward (no cache, no spaCy): ``[(L + 1, n, 2P)]``."""
     bilm = BiLM.load(tiny_dir, backend="reference")
