@@ -2402,6 +2402,12 @@ class Warnings:
         "--tokenizer tokenizer.cfg` reads the text with this very tokenizer, tokenizer.cfg holding these lines:\n"
         "{tokenizer_cfg}"
     )
+    W_ELMO_SIMILARITY_LEXEME = (
+        "spacy-elmo: {obj}.similarity() with the Lexeme {word!r} is 0.0: the {obj}'s vector is ELMo's, a word "
+        "read in its context, and a Lexeme is a word without context, with no ELMo vector (only the vocab's static "
+        "one, if any, of another space): the two cannot be compared. Compare with a Token, Span or Doc that the elmo "
+        "component annotated instead, e.g. a token of {word!r} in a sentence, or nlp({word!r})."
+    )
     W_ELMO_SOURCED_OTHER_WEIGHTS = (
         "spacy-elmo: the '{name}' component runs the biLM it was sourced with ({source}), not {requested!r}, "
         "which [initialize.components.{name}.weights_loader] names (--paths.elmo in the shipped configs): "

@@ -27,11 +27,10 @@ from typing import Any, Optional, Tuple, Union
 import numpy
 import torch
 from spacy.attrs import IDX, IS_SPACE, NAMES, ORTH
-from spacy.errors import Warnings as SpacyWarnings
 from spacy.lexeme import Lexeme
 from spacy.tokens import Doc, Span, Token
 
-from ..errors import Errors
+from ..errors import Errors, Warnings
 from .callers import user_stacklevel
 
 ELMO_ATTR = "elmo"
@@ -276,8 +275,8 @@ def _vec(obj) -> Optional[numpy.ndarray]:
 
 
 def hook_similarity(obj, other) -> float:
-    """Cosine of the ELMo vectors; falls back to spaCy's own when ``other`` has none (a ``Lexeme``: as spaCy,
-    :func:`_lexeme_similarity`). ELMo vectors of two widths (docs annotated with other weights) are an error:
+    """Cosine of the ELMo vectors; with a ``Lexeme`` (no ELMo vector), 1.0 for the same word else 0.0 with a
+    warning (:func:`_lexeme_similarity`). ELMo vectors of two widths (docs annotated with other weights) are an error:
     their cosine means nothing."""
     if isinstance(other, Lexeme):
         return _lexeme_similarity(obj, other)
@@ -300,20 +299,18 @@ def _cosine(a: Any, b: Any) -> float:
 
 
 def _lexeme_similarity(obj, lexeme: Lexeme) -> float:
-    """``obj.similarity(lexeme)`` as spaCy's own answers it (a lexeme is a word without context: no ELMo vector):
-    1.0 for a single token of that word (the vocab's vectors ``attr``, ORTH by default); else the cosine with
-    the lexeme's static vector where the vocab has one of the ELMo width, 0.0 otherwise, with spaCy's W008
-    ("based on empty vectors") when it has none. ``Lexeme.vector`` raises spaCy's E010 in a vocab without
-    vectors, so ``lexeme.has_vector`` is asked first."""
+    """``obj.similarity(lexeme)``: a lexeme is a word without context, with no ELMo vector. 1.0 for a single token of
+    that word (the vocab's vectors ``attr``, ORTH by default), as spaCy's own; else 0.0 with a warning
+    (W_ELMO_SIMILARITY_LEXEME): the ELMo vector cannot be compared with the lexeme's static vector, whatever its
+    width (another space: a cosine of the two would mean nothing, and of another width spaCy's own gives 0.0 too)."""
     doc = obj if isinstance(obj, Doc) else obj.doc
     attr = NAMES[getattr(doc.vocab.vectors, "attr", ORTH)].lower()  # "orth", "norm", "lower", ...
     tokens = [obj] if isinstance(obj, Token) else obj
     if len(tokens) == 1 and getattr(tokens[0], attr) == getattr(lexeme, attr):
         return 1.0
-    if not lexeme.has_vector:
-        warnings.warn(SpacyWarnings.W008.format(obj=type(obj).__name__), UserWarning, stacklevel=user_stacklevel())
-        return 0.0
-    return _cosine(_vec(obj), lexeme.vector)
+    message = Warnings.W_ELMO_SIMILARITY_LEXEME.format(obj=type(obj).__name__, word=lexeme.text)
+    warnings.warn(message, UserWarning, stacklevel=user_stacklevel())
+    return 0.0
 
 
 def hook_vector_norm(obj) -> float:
