@@ -985,7 +985,17 @@ class Errors:
         "nlp.initialize initializes the enabled components only, so '{upstream}' loaded no weights and the layers "
         "after the listener cannot be sized. Initialize with '{upstream}' enabled: nlp.enable_pipe('{upstream}') "
         "first, or call nlp.initialize outside the select_pipes block (select_pipes(enable=...) disables every "
-        "component it does not name). '{component}' reads its layers in nlp.update too, so keep it enabled there."
+        "component it does not name). '{component}' reads its layers in nlp.update too, so keep '{upstream}' "
+        "enabled while training."
+    )
+    #: E_LISTENER_NO_SIZES where spacy train (init_nlp) initializes with the upstream in the config's [nlp] disabled
+    E_LISTENER_NO_SIZES_DISABLED_CONFIG = (
+        "The ELMo listener in '{component}' is initialized while its upstream '{upstream}' is disabled by the "
+        "training config's [nlp] disabled (or spacy train's --nlp.disabled): spacy train initializes the enabled "
+        "components only, so '{upstream}' loaded no weights and the layers after the listener cannot be sized. "
+        "Remove '{upstream}' from [nlp] disabled (and from --nlp.disabled): '{component}' reads its layers in "
+        "training and in the trained pipeline, so keep '{upstream}' enabled. To keep its weights as they are, "
+        "enabled, leave its frozen setting true (the default)."
     )
     E_LISTENER_OTHER_DATA = (
         "The ELMo listener in '{component}' reads the layers of '{upstream}' ({nL} layers of width {nO}), "
@@ -2401,6 +2411,12 @@ class Warnings:
         " Or pretrain a model on this pipeline's tokens: `spacy-elmo pretrain TEXT OUT_DIR --lang {nlp_lang} "
         "--tokenizer tokenizer.cfg` reads the text with this very tokenizer, tokenizer.cfg holding these lines:\n"
         "{tokenizer_cfg}"
+    )
+    W_ELMO_SIMILARITY_LEXEME = (
+        "spacy-elmo: {obj}.similarity() with the Lexeme {word!r} is 0.0: the {obj}'s vector is ELMo's, a word "
+        "read in its context, and a Lexeme is a word without context, with no ELMo vector (only the vocab's static "
+        "one, if any, of another space): the two cannot be compared. Compare with a Token, Span or Doc that the elmo "
+        "component annotated instead, e.g. a token of {word!r} in a sentence, or nlp({word!r})."
     )
     W_ELMO_SOURCED_OTHER_WEIGHTS = (
         "spacy-elmo: the '{name}' component runs the biLM it was sourced with ({source}), not {requested!r}, "

@@ -26,12 +26,11 @@ from typing import Any, Optional, Tuple, Union
 
 import numpy
 import torch
-from spacy.attrs import IDX, NAMES, ORTH
-from spacy.errors import Warnings as SpacyWarnings
+from spacy.attrs import IDX, IS_SPACE, NAMES, ORTH
 from spacy.lexeme import Lexeme
 from spacy.tokens import Doc, Span, Token
 
-from ..errors import Errors
+from ..errors import Errors, Warnings
 from .callers import user_stacklevel
 
 ELMO_ATTR = "elmo"
@@ -118,12 +117,31 @@ def source_rows(
     lo = numpy.maximum(numpy.searchsorted(starts, idx, "right") - 1, 0)
     hi = numpy.maximum(lo + 1, numpy.searchsorted(starts, ends, "left"))
     own = numpy.ones((n_rows,), dtype=bool)
-    for i in numpy.flatnonzero(hi - lo > 1):  # merged tokens (few): a row whose token began with a space was one
+    for i in numpy.flatnonzero(hi - lo > 1):  # merged tokens (few): which of their rows were whitespace tokens'
         text, first = doc[start + int(i)].text, int(idx[i])
         for row in range(int(lo[i]), int(hi[i])):
             offset = int(starts[row]) - first
-            own[row] = not (0 <= offset < len(text) and text[offset].isspace())
+            if 0 <= offset < len(text):  # else the row's token began before this one: counted
+                following = int(starts[row + 1]) - first if row + 1 < n_rows else len(text)
+                own[row] = not _row_is_space(doc.vocab, text[offset : max(offset + 1, following)])
     return lo, hi, own
+
+
+def _row_is_space(vocab: Any, text: str) -> bool:
+    """Whether a row's token was whitespace, from ``text``: its text and the trailing whitespace (``" "`` or none)
+    up to the next row's token, the whole token's text decided (:func:`_is_space_text`), never its first character
+    alone (a word token ``" York"`` is counted). With ``str.isspace`` the trailing space changes nothing; a
+    language's own rule is asked about the text without it too."""
+    if _is_space_text(vocab, text):
+        return True
+    return len(text) > 1 and text.endswith(" ") and _is_space_text(vocab, text[:-1])
+
+
+def _is_space_text(vocab: Any, text: str) -> bool:
+    """Whether a token of ``text`` is whitespace: spaCy's ``is_space`` rule, ``text.isspace()`` unless the language
+    gives its own (``vocab.lex_attr_getters[IS_SPACE]``, which set the flag ``token.is_space`` reads). The rule that
+    left the token out of the biLM's input (a zero row: ``batching``) and that :func:`_has_own_vector` reads."""
+    return bool(vocab.lex_attr_getters.get(IS_SPACE, str.isspace)(text))
 
 
 def _counted(a: int, b: int, own: Optional[numpy.ndarray]) -> Any:
@@ -201,7 +219,8 @@ def token_vector(token: Token) -> Optional[numpy.ndarray]:
 
 
 def _has_own_vector(token: Token) -> bool:
-    """Whether ``token`` has a vector of its own: not whitespace (whose vector is all zeros, as spaCy's own
+    """Whether ``token`` has a vector of its own: not whitespace (``is_space``, :func:`_is_space_text`'s rule; its
+    vector is all zeros, as spaCy's own
     ``has_vector`` says of a token without a vector). A span's vector averages these tokens' alone."""
     return not token.is_space
 
@@ -256,8 +275,8 @@ def _vec(obj) -> Optional[numpy.ndarray]:
 
 
 def hook_similarity(obj, other) -> float:
-    """Cosine of the ELMo vectors; falls back to spaCy's own when ``other`` has none (a ``Lexeme``: as spaCy,
-    :func:`_lexeme_similarity`). ELMo vectors of two widths (docs annotated with other weights) are an error:
+    """Cosine of the ELMo vectors; with a ``Lexeme`` (no ELMo vector), 1.0 for the same word else 0.0 with a
+    warning (:func:`_lexeme_similarity`). ELMo vectors of two widths (docs annotated with other weights) are an error:
     their cosine means nothing."""
     if isinstance(other, Lexeme):
         return _lexeme_similarity(obj, other)
@@ -280,20 +299,18 @@ def _cosine(a: Any, b: Any) -> float:
 
 
 def _lexeme_similarity(obj, lexeme: Lexeme) -> float:
-    """``obj.similarity(lexeme)`` as spaCy's own answers it (a lexeme is a word without context: no ELMo vector):
-    1.0 for a single token of that word (the vocab's vectors ``attr``, ORTH by default); else the cosine with
-    the lexeme's static vector where the vocab has one of the ELMo width, 0.0 otherwise, with spaCy's W008
-    ("based on empty vectors") when it has none. ``Lexeme.vector`` raises spaCy's E010 in a vocab without
-    vectors, so ``lexeme.has_vector`` is asked first."""
+    """``obj.similarity(lexeme)``: a lexeme is a word without context, with no ELMo vector. 1.0 for a single token of
+    that word (the vocab's vectors ``attr``, ORTH by default), as spaCy's own; else 0.0 with a warning
+    (W_ELMO_SIMILARITY_LEXEME): the ELMo vector cannot be compared with the lexeme's static vector, whatever its
+    width (another space: a cosine of the two would mean nothing, and of another width spaCy's own gives 0.0 too)."""
     doc = obj if isinstance(obj, Doc) else obj.doc
     attr = NAMES[getattr(doc.vocab.vectors, "attr", ORTH)].lower()  # "orth", "norm", "lower", ...
     tokens = [obj] if isinstance(obj, Token) else obj
     if len(tokens) == 1 and getattr(tokens[0], attr) == getattr(lexeme, attr):
         return 1.0
-    if not lexeme.has_vector:
-        warnings.warn(SpacyWarnings.W008.format(obj=type(obj).__name__), UserWarning, stacklevel=user_stacklevel())
-        return 0.0
-    return _cosine(_vec(obj), lexeme.vector)
+    message = Warnings.W_ELMO_SIMILARITY_LEXEME.format(obj=type(obj).__name__, word=lexeme.text)
+    warnings.warn(message, UserWarning, stacklevel=user_stacklevel())
+    return 0.0
 
 
 def hook_vector_norm(obj) -> float:

@@ -20,7 +20,7 @@ import sys
 import threading
 import warnings
 import weakref
-from typing import Any, Callable, Iterable, List, NamedTuple, Optional, Sequence, Tuple, cast
+from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, cast
 
 import numpy
 from spacy.attrs import IDX
@@ -175,23 +175,38 @@ def _init(model: ElmoListener, X=None, Y=None) -> None:
 def _no_sizes(model: ElmoListener) -> str:
     """The error for a listener initialized before its upstream has weights: :attr:`Errors.E_LISTENER_NO_SIZES`
     (the upstream after it, or in spacy train's [training] frozen_components: spaCy's ``init_nlp`` disables those
-    while it initializes), :attr:`Errors.E_LISTENER_NO_SIZES_DISABLED` where the pipeline initializing it has the
-    upstream disabled otherwise (``nlp.select_pipes``, ``nlp.disable_pipe``: ``nlp.initialize`` skips it)."""
+    while it initializes), :attr:`Errors.E_LISTENER_NO_SIZES_DISABLED_CONFIG` where spacy train's ``init_nlp``
+    initializes with the upstream in its config's [nlp] disabled (``--nlp.disabled``), and
+    :attr:`Errors.E_LISTENER_NO_SIZES_DISABLED` where the pipeline initializing it has the upstream disabled
+    otherwise (``nlp.select_pipes``, ``nlp.disable_pipe``: ``nlp.initialize`` skips it)."""
     nlp = running_pipeline(model)
-    if nlp is not None and model.upstream in nlp.disabled and model.upstream not in _frozen_in_init_nlp():
-        return Errors.E_LISTENER_NO_SIZES_DISABLED.format(upstream=model.upstream, component=model.component)
+    init_nlp = _init_nlp_locals()
+    frozen = tuple(init_nlp.get("frozen_components") or ())
+    if nlp is not None and model.upstream in nlp.disabled and model.upstream not in frozen:
+        message = Errors.E_LISTENER_NO_SIZES_DISABLED
+        if model.upstream in _config_disabled(init_nlp.get("config")):
+            message = Errors.E_LISTENER_NO_SIZES_DISABLED_CONFIG
+        return message.format(upstream=model.upstream, component=model.component)
     return Errors.E_LISTENER_NO_SIZES.format(upstream=model.upstream, component=model.component)
 
 
-def _frozen_in_init_nlp() -> Tuple[str, ...]:
-    """The ``frozen_components`` of the spaCy ``init_nlp`` (``spacy train``) running this call, read from its
-    frame; empty where none runs."""
+def _init_nlp_locals() -> Dict[str, Any]:
+    """The local variables of the spaCy ``init_nlp`` (``spacy train``) running this call (its
+    ``frozen_components``, its interpolated ``config``), read from its frame; empty where none runs."""
     frame: Any = sys._getframe(1)
     while frame is not None:
         if runs(frame, "spacy.training.initialize", "init_nlp"):
-            return tuple(frame.f_locals.get("frozen_components") or ())
+            return dict(frame.f_locals)
         frame = frame.f_back
-    return ()
+    return {}
+
+
+def _config_disabled(config: Any) -> Tuple[str, ...]:
+    """A training config's [nlp] disabled (empty where it has none, or ``config`` is none)."""
+    try:
+        return tuple(config["nlp"]["disabled"] or ())
+    except (KeyError, TypeError):
+        return ()
 
 
 def _no_upstream(model: ElmoListener) -> str:

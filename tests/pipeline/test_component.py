@@ -9,7 +9,7 @@ import torch
 
 from spacy_elmo import BiLM, BiLMConfig, batch_to_ids
 from spacy_elmo.bilm import native_io
-from spacy_elmo.errors import Errors
+from spacy_elmo.errors import Errors, Warnings
 from spacy_elmo.pipeline.bilm_layer import get_bilm, get_runner
 
 from .conftest import N_LAYERS, TINY, WIDTH
@@ -124,32 +124,43 @@ def test_similarity_of_vectors_from_other_weights_names_both_widths(nlp, tmp_pat
     assert abs(a.similarity(nlp("the bank ."))) <= 1.0 + 1e-6  # same weights: a cosine
 
 
-def test_similarity_with_a_lexeme_answers_as_spacy(nlp, tiny_dir):
-    """token / span / doc.similarity(lexeme): the hook asked the lexeme for its vector, and Lexeme.vector raises
-    spaCy's E010 (a ValueError) in a vocab without vectors. Now it answers as spaCy's own similarity does for a
-    Lexeme: 1.0 for a single token of that word, else 0.0 with spaCy's W008 where the lexeme has no vector
-    (pointing at the caller), and the cosine with its static vector where it has one of the ELMo width."""
+def test_similarity_with_a_lexeme_is_1_for_the_word_else_0_with_a_warning(nlp, tiny_dir):
+    """token / span / doc.similarity(lexeme): a lexeme is a word without context, with no ELMo vector. 1.0 for a
+    single token of that word, as spaCy's own; else 0.0 with W_ELMO_SIMILARITY_LEXEME (pointing at the caller),
+    whatever static vector the lexeme has: one of another width gave 0.0 silently (elmo on an _md/_lg pipeline),
+    one of the ELMo width its cosine with the ELMo vector, two spaces whose cosine means nothing. (Before that, the
+    hook asked the lexeme for its vector, and Lexeme.vector raised spaCy's E010 in a vocab without vectors.)"""
     doc = nlp("I sat on the bank of the river .")
     bank, river = nlp.vocab["bank"], nlp.vocab["river"]
     plain = spacy.blank("en")("I sat on the bank of the river .")  # spaCy's own similarity, no hooks
     with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the same word: no warning
+        for ours in (doc[4], doc[4:5], nlp("bank")):
+            assert ours.similarity(bank) == 1.0
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # spaCy's W007 / W008
-        for ours, theirs in ((doc[4], plain[4]), (doc[4:5], plain[4:5]), (nlp("bank"), spacy.blank("en")("bank"))):
-            assert ours.similarity(bank) == theirs.similarity(bank) == 1.0
-    for obj in (doc[4], doc[3:5], doc, doc[6]):
-        with pytest.warns(UserWarning, match=r"W008.*based on empty vectors") as warned:
-            assert obj.similarity(river) == 0.0
+        assert plain[4].similarity(bank) == plain[4:5].similarity(bank) == 1.0
+
+    def zero_with_the_warning(obj, lexeme):
+        with pytest.warns(UserWarning, match=r"^spacy-elmo: .*\.similarity\(\) with the Lexeme") as warned:
+            assert obj.similarity(lexeme) == 0.0
         assert {w.filename for w in warned} == {__file__}
-    # a static vector of the ELMo width: its cosine with the ELMo vector (as with a token of a doc without ELMo)
-    static = numpy.arange(1.0, WIDTH + 1.0, dtype="float32")
-    nlp.vocab.set_vector("river", static)
-    elmo = doc[4].vector
-    expected = float(elmo @ static / (numpy.linalg.norm(elmo) * numpy.linalg.norm(static)))
-    assert doc[4].similarity(nlp.vocab["river"]) == pytest.approx(expected, abs=1e-6)
-    narrow = spacy.blank("en")
-    narrow.vocab.set_vector("river", static[:3])  # another width: nothing to compare
-    narrow.add_pipe("elmo", config={"weights": str(tiny_dir)})
-    assert narrow("the bank")[1].similarity(narrow.vocab["river"]) == 0.0
+        return str(warned[0].message)
+
+    message = zero_with_the_warning(doc[4], river)
+    assert message == Warnings.W_ELMO_SIMILARITY_LEXEME.format(obj="Token", word="river")
+    assert "cannot be compared" in message and "nlp('river')" in message
+    for obj in (doc[3:5], doc, doc[6]):
+        zero_with_the_warning(obj, river)
+    nlp.vocab.set_vector("river", numpy.arange(1.0, WIDTH + 1.0, dtype="float32"))  # the ELMo width: no cosine
+    zero_with_the_warning(doc[4], nlp.vocab["river"])
+    wide = spacy.blank("en")
+    wide.vocab.set_vector("river", numpy.ones(300, dtype="float32"))  # an _md / _lg pipeline's width
+    wide.add_pipe("elmo", config={"weights": str(tiny_dir)})
+    zero_with_the_warning(wide("the bank")[1], wide.vocab["river"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert wide("river")[0].similarity(wide.vocab["river"]) == 1.0
 
 
 def test_hooks_off(tiny_dir):
@@ -530,6 +541,40 @@ def test_a_merged_token_over_whitespace_leaves_its_zero_row_out(nlp):
     numpy.testing.assert_allclose(aligned_layers(doc)[:, 2], rows[:, [2, 4]].mean(1), rtol=1e-6)
     numpy.testing.assert_allclose(doc[1:4].vector, numpy.mean([doc[1].vector, before, doc[3].vector], 0), rtol=1e-5)
 
+
+
+def test_a_merged_token_counts_a_word_row_whose_text_begins_with_a_space(nlp):
+    """A row is whitespace by its token's whole text (spaCy's ``is_space``: ``text.isspace()``), as a span decides:
+    a word token " York" (``Doc(words=...)``; not ``is_space``, read by the biLM, a non-zero row) was taken for one
+    by its first character, and the merged "New York"'s vector was New's row alone."""
+    from spacy.tokens import Doc
+
+    from spacy_elmo.pipeline.doc_data import aligned_layers
+
+    doc = nlp(Doc(nlp.vocab, words=["New", " York", "now"], spaces=[False, True, False]))
+    assert [t.is_space for t in doc] == [False, False, False]
+    before, rows = doc[0:2].vector.copy(), doc._.elmo.astype("float32")
+    assert numpy.linalg.norm(rows[:, 1]) > 0
+    with doc.retokenize() as retokenizer:
+        retokenizer.merge(doc[0:2])
+    assert doc[0].text == "New York"
+    numpy.testing.assert_allclose(aligned_layers(doc)[:, 0], rows[:, 0:2].mean(1), rtol=1e-6)
+    numpy.testing.assert_allclose(doc[0].vector, before, rtol=1e-6)
+
+
+def test_a_row_is_whitespace_by_its_tokens_whole_text_and_the_languages_rule():
+    """The text given is the row's token's and its trailing space (up to the next row): decided whole, by the
+    vocab's ``is_space`` rule (which set ``token.is_space``), with and without that space."""
+    from spacy.attrs import IS_SPACE
+
+    from spacy_elmo.pipeline.doc_data import _row_is_space
+
+    vocab = spacy.blank("en").vocab
+    assert [_row_is_space(vocab, t) for t in [" York", " York ", "York ", " ", "  ", "\n "]] == [
+        False, False, False, True, True, True,
+    ]
+    vocab.lex_attr_getters[IS_SPACE] = lambda text: text == " "  # a language's own rule: one space only
+    assert [_row_is_space(vocab, t) for t in [" ", "  ", "\n", " x "]] == [True, True, False, False]
 
 def _bilm_layers(tiny_dir, sentences):
     """Every layer of each sentence from BiLM.forward (no cache, no spaCy): ``[(L + 1, n, 2P)]``."""

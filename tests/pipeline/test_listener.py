@@ -512,7 +512,8 @@ def test_initialize_with_disabled_upstream_says_it_is_disabled(tiny_dir, how):
         with pytest.raises(ValueError, match=disabled) as err:
             nlp.initialize(lambda: examples)
         nlp.enable_pipe("elmo")
-    assert "frozen_components" not in str(err.value)
+    assert "frozen_components" not in str(err.value) and "Remove 'elmo' from [nlp] disabled" not in str(err.value)
+    assert str(err.value).endswith("so keep 'elmo' enabled while training.")  # was "keep it enabled there"
     nlp.update(examples, sgd=nlp.initialize(lambda: examples))
 
 

@@ -19,6 +19,7 @@ from spacy.training.initialize import init_nlp
 
 from spacy_elmo import BiLM, BiLMConfig
 from spacy_elmo.bilm import native_io
+from spacy_elmo.errors import Errors
 from spacy_elmo.pipeline.bilm_layer import get_bilm, get_runner
 from spacy_elmo.pipeline.layer_cache import MB
 
@@ -247,10 +248,16 @@ def test_elmo_in_frozen_components_is_a_clear_error(corpus_dir, tiny_dir):
 
 def test_elmo_disabled_in_the_config_is_not_called_frozen(corpus_dir, tiny_dir):
     """elmo in [nlp] disabled (not in frozen_components): init_nlp initializes enabled components only, and the
-    error said to keep elmo out of frozen_components. It says elmo is disabled."""
+    error said to keep elmo out of frozen_components. It says elmo is disabled, and (spacy train --nlp.disabled
+    '["elmo"]') to remove it from [nlp] disabled: it gave the Python API's fixes only (nlp.enable_pipe,
+    select_pipes), which a spacy train user cannot apply."""
     config = _config("ner.cfg", corpus_dir, tiny_dir, {"nlp.disabled": ["elmo"]})
-    with pytest.raises(ValueError, match=r"initialized while its upstream 'elmo' is disabled .*\[nlp\] disabled"):
+    with pytest.raises(ValueError, match=r"initialized while its upstream 'elmo' is disabled .*\[nlp\] disabled") as err:
         init_nlp(config)
+    message = str(err.value)
+    assert message == Errors.E_LISTENER_NO_SIZES_DISABLED_CONFIG.format(upstream="elmo", component="ner")
+    assert "Remove 'elmo' from [nlp] disabled (and from --nlp.disabled)" in message and "keep 'elmo' enabled" in message
+    assert "enable_pipe" not in message and "select_pipes" not in message and "frozen_components" not in message
 
 
 @pytest.mark.parametrize(
