@@ -2418,6 +2418,13 @@ class Warnings:
         "one, if any, of another space): the two cannot be compared. Compare with a Token, Span or Doc that the elmo "
         "component annotated instead, e.g. a token of {word!r} in a sentence, or nlp({word!r})."
     )
+    W_ELMO_SIMILARITY_NO_ELMO = (
+        "spacy-elmo: {obj}.similarity() with a {other} is 0.0: {which} (a doc the elmo component did not "
+        "annotate: made by a pipeline without it, read back from bytes or a DocBin without doc._.elmo, or annotated "
+        "with store 'none'), and an ELMo vector, a word read in its context, cannot be compared with a "
+        "static vector or none. Run both through the same elmo pipeline (nlp(text) or nlp.pipe, with store 'all' "
+        "or 'mix') and compare those."
+    )
     W_ELMO_SOURCED_OTHER_WEIGHTS = (
         "spacy-elmo: the '{name}' component runs the biLM it was sourced with ({source}), not {requested!r}, "
         "which [initialize.components.{name}.weights_loader] names (--paths.elmo in the shipped configs): "

@@ -275,17 +275,23 @@ def _vec(obj) -> Optional[numpy.ndarray]:
 
 
 def hook_similarity(obj, other) -> float:
-    """Cosine of the ELMo vectors; with a ``Lexeme`` (no ELMo vector), 1.0 for the same word else 0.0 with a
-    warning (:func:`_lexeme_similarity`). ELMo vectors of two widths (docs annotated with other weights) are an error:
-    their cosine means nothing."""
-    if isinstance(other, Lexeme):
-        return _lexeme_similarity(obj, other)
+    """Cosine of the ELMo vectors. Where either has none (a ``Lexeme``, a word without context; or a Token, Span or Doc
+    of a doc the elmo component did not annotate, ``doc._.elmo`` None): 1.0 for the same words, as spaCy's own, else
+    0.0 with a warning (:func:`_no_elmo_similarity`). ELMo vectors of two widths (docs annotated with other weights)
+    are an error: their cosine means nothing."""
+    if isinstance(other, Lexeme) or not _annotated(obj) or not _annotated(other):
+        return _no_elmo_similarity(obj, other)
     a, b = _vec(obj), _vec(other)
     if a is not None and b is not None and a.shape != b.shape:
         raise ValueError(Errors.E_ELMO_SIMILARITY_WIDTHS.format(width=a.shape[-1], other=b.shape[-1]))
-    if a is None or b is None:
-        b = getattr(other, "vector", None)
     return _cosine(a, b)
+
+
+def _annotated(obj) -> bool:
+    """Whether ``obj`` is a Token, Span or Doc of a doc with ELMo data (``doc._.elmo``)."""
+    if isinstance(obj, Doc):
+        return _stored(obj) is not None
+    return isinstance(obj, (Token, Span)) and _stored(obj.doc) is not None
 
 
 def _cosine(a: Any, b: Any) -> float:
@@ -298,17 +304,35 @@ def _cosine(a: Any, b: Any) -> float:
     return float(numpy.dot(a, b) / (na * nb))
 
 
-def _lexeme_similarity(obj, lexeme: Lexeme) -> float:
-    """``obj.similarity(lexeme)``: a lexeme is a word without context, with no ELMo vector. 1.0 for a single token of
-    that word (the vocab's vectors ``attr``, ORTH by default), as spaCy's own; else 0.0 with a warning
-    (W_ELMO_SIMILARITY_LEXEME): the ELMo vector cannot be compared with the lexeme's static vector, whatever its
-    width (another space: a cosine of the two would mean nothing, and of another width spaCy's own gives 0.0 too)."""
+def _words(obj) -> list:
+    """The tokens of a Token / Span / Doc (a Lexeme is its own one word)."""
+    return [obj] if isinstance(obj, (Token, Lexeme)) else list(obj)
+
+
+def _no_elmo_similarity(obj, other) -> float:
+    """``obj.similarity(other)`` where one of the two has no ELMo vector: ``other`` a ``Lexeme`` (a word without
+    context), or a Token / Span / Doc of a doc without ELMo data (another pipeline's, one read back without
+    ``doc._.elmo``, ``store`` "none"), or ``obj`` itself such one (hooks installed on a doc without ELMo data).
+    1.0 for the same words token by token (the vocab's vectors ``attr``, ORTH by default), as spaCy's own; else 0.0
+    with a warning (W_ELMO_SIMILARITY_LEXEME, W_ELMO_SIMILARITY_NO_ELMO): an ELMo vector cannot be compared with a
+    static vector, whatever its width (another space: a cosine of the two would mean nothing, and of another width
+    spaCy's own gives 0.0 too), and nothing can be said without vectors (spaCy's own warns W008)."""
     doc = obj if isinstance(obj, Doc) else obj.doc
     attr = NAMES[getattr(doc.vocab.vectors, "attr", ORTH)].lower()  # "orth", "norm", "lower", ...
-    tokens = [obj] if isinstance(obj, Token) else obj
-    if len(tokens) == 1 and getattr(tokens[0], attr) == getattr(lexeme, attr):
-        return 1.0
-    message = Warnings.W_ELMO_SIMILARITY_LEXEME.format(obj=type(obj).__name__, word=lexeme.text)
+    if isinstance(other, (Token, Span, Doc, Lexeme)):
+        mine, theirs = _words(obj), _words(other)
+        if len(mine) == len(theirs) and all(getattr(x, attr) == getattr(y, attr) for x, y in zip(mine, theirs)):
+            return 1.0
+    if isinstance(other, Lexeme):
+        message = Warnings.W_ELMO_SIMILARITY_LEXEME.format(obj=type(obj).__name__, word=other.text)
+    else:
+        if not _annotated(obj):
+            which = "neither has ELMo data" if not _annotated(other) else f"the {type(obj).__name__} has no ELMo data"
+        else:
+            which = f"the other {type(other).__name__} has no ELMo data"
+        message = Warnings.W_ELMO_SIMILARITY_NO_ELMO.format(
+            obj=type(obj).__name__, other=type(other).__name__, which=which
+        )
     warnings.warn(message, UserWarning, stacklevel=user_stacklevel())
     return 0.0
 

@@ -163,6 +163,48 @@ def test_similarity_with_a_lexeme_is_1_for_the_word_else_0_with_a_warning(nlp, t
         assert wide("river")[0].similarity(wide.vocab["river"]) == 1.0
 
 
+
+def test_similarity_with_no_elmo_data_is_1_for_the_same_words_else_0_with_a_warning(nlp, tiny_dir):
+    """similarity() where one side is a Token / Span / Doc of a doc the elmo component did not annotate (another
+    pipeline's, store "none", or hooks installed on a doc without doc._.elmo): as with a Lexeme, 1.0 for the same
+    words, else 0.0 with W_ELMO_SIMILARITY_NO_ELMO. It fell back to the other's static vector: of the ELMo width,
+    a cosine between a contextual and a static space (0.8 here); of another width, or none, 0.0 silently (also
+    where the caller's own doc had no ELMo data, where spaCy's own warns W008)."""
+    from spacy_elmo.pipeline import install_hooks
+
+    doc = nlp("I sat on the bank of the river .")
+    plain = spacy.blank("en")
+    plain.vocab.set_vector("river", doc[4].vector * 0.5 + 1.0)  # the ELMo width: the old cosine was not 0
+    wide = spacy.blank("en")
+    wide.vocab.set_vector("river", numpy.ones(300, dtype="float32"))  # an _md / _lg pipeline's width
+    stored_none = spacy.blank("en")
+    stored_none.add_pipe("elmo", config={"weights": str(tiny_dir), "store": "none"})
+    hooked = spacy.blank("en")("a river")
+    install_hooks(hooked)  # hooks, but no doc._.elmo
+
+    def zero_with_the_warning(obj, other, which):
+        with pytest.warns(UserWarning, match=r"^spacy-elmo: .*\.similarity\(\) with a .* is 0\.0") as warned:
+            assert obj.similarity(other) == 0.0
+        assert {w.filename for w in warned} == {__file__}
+        assert str(warned[0].message) == Warnings.W_ELMO_SIMILARITY_NO_ELMO.format(
+            obj=type(obj).__name__, other=type(other).__name__, which=which
+        )
+
+    for other in (plain("the river")[1], wide("the river")[1], stored_none("the river")[1]):
+        zero_with_the_warning(doc[4], other, "the other Token has no ELMo data")
+    zero_with_the_warning(doc[3:5], plain("the river"), "the other Doc has no ELMo data")
+    zero_with_the_warning(doc, plain("the river")[0:2], "the other Span has no ELMo data")
+    zero_with_the_warning(hooked[1], doc[4], "the Token has no ELMo data")
+    zero_with_the_warning(hooked, plain("a bank"), "neither has ELMo data")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the same words: 1.0, as spaCy's own, no warning
+        assert doc[7].similarity(plain("the river")[1]) == 1.0
+        assert doc[7].similarity(plain("river")) == 1.0
+        assert doc[3:5].similarity(wide("the bank")) == 1.0
+        assert hooked[1].similarity(doc[7]) == 1.0
+        assert hooked.similarity(plain("a river")) == 1.0
+        assert abs(doc[7].similarity(nlp("the river")[1])) <= 1.0 + 1e-6  # both annotated: their cosine
+
 def test_hooks_off(tiny_dir):
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "user_hooks": False, "set_doc_tensor": True})
