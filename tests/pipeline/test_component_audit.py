@@ -190,3 +190,13 @@ def test_lookups_that_fail_midway_through_being_set_are_put_back(tiny_dir, monke
     with pytest.raises(ValueError, match="unreadable lookups"):
         nlp.get_pipe("elmo").from_bytes(data)
     assert nlp.vocab.lookups.has_table("mine") and nlp.vocab.lookups.get_table("mine")["bank"] == "BANK"
+
+
+@pytest.mark.parametrize("store", ["mix", "none"])
+def test_a_listener_of_an_elmo_that_stores_fewer_than_all_layers_is_refused(tiny_dir, store):
+    """A listening component reads every layer: store = "mix" (one mixed layer) is refused as "none" is."""
+    from .test_listener import LISTENER, NER
+
+    nlp = _pipeline(tiny_dir, store=store)
+    with pytest.raises(ValueError, match=f"stores '{store}' but 'ner' listens to it and needs all layers"):
+        nlp.add_pipe("ner", config={"model": {**NER, "tok2vec": LISTENER}})
