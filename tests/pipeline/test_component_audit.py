@@ -200,3 +200,26 @@ def test_a_listener_of_an_elmo_that_stores_fewer_than_all_layers_is_refused(tiny
     nlp = _pipeline(tiny_dir, store=store)
     with pytest.raises(ValueError, match=f"stores '{store}' but 'ner' listens to it and needs all layers"):
         nlp.add_pipe("ner", config={"model": {**NER, "tok2vec": LISTENER}})
+
+
+def test_a_listener_the_component_sized_is_resized_by_weights_its_bytes_load(tiny_dir, tmp_path):
+    """elmo.from_bytes of weights of another shape (two output layers, not three) resizes the listeners it sized,
+    nothing being built on them yet: they read the new layers (they kept the old sizes)."""
+    from spacy_elmo.pipeline.bilm_layer import get_bilm
+
+    from .test_listener import LISTENER, NER
+
+    torch.manual_seed(2)
+    BiLM(BiLMConfig(**{**TINY, "n_layers": 1}), backend="reference").save(tmp_path / "shallow")
+    shallow = _pipeline(tmp_path / "shallow")
+    shallow("warm up")
+    data = shallow.get_pipe("elmo").to_bytes()
+    nlp = _pipeline(tiny_dir)
+    nlp("warm up")
+    nlp.add_pipe("ner", config={"model": {**NER, "tok2vec": LISTENER}})
+    elmo = nlp.get_pipe("elmo")
+    (listener,) = elmo.listeners
+    assert (listener.get_dim("nL"), listener.get_dim("nO")) == (N_LAYERS, WIDTH)
+    elmo.from_bytes(data, exclude=["vocab"])
+    assert get_bilm(elmo.model).config.n_output_layers == 2
+    assert (listener.get_dim("nL"), listener.get_dim("nO")) == (2, WIDTH)
