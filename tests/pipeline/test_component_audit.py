@@ -93,23 +93,32 @@ def test_a_fine_tuned_update_that_no_listener_trains_on_keeps_no_autograd_batch(
     assert _BATCHES.get(elmo) is None and elmo.source.endswith(", fine-tuned")
 
 
-def test_a_fine_tuning_batch_no_listener_sent_a_gradient_for_takes_no_step(tiny_dir):
-    """A batch that no listener sent a gradient for (elmo updated alone, twice) runs no backward and so no step:
-    a backward of zeros marked the weights as stepped and the next finish_update stepped the optimizer on them
-    (moving weights with a momentum, and marking them fine-tuned)."""
+def _ready_to_fine_tune(nlp):
+    """``nlp`` initialized on four examples with a counting optimizer: (examples, optimizer, elmo, its biLM, a copy
+    of the biLM's parameters before any step)."""
     from spacy.training import Example
 
     from spacy_elmo.pipeline.bilm_layer import get_bilm
 
     from .conftest import make_docs
-    from .test_listener import _CountingOptimizer, _fine_tuned_ner
+    from .test_listener import _CountingOptimizer
 
-    nlp = _fine_tuned_ner(tiny_dir)
     examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(4)]
     optimizer = _CountingOptimizer(nlp.initialize(lambda: examples))
     elmo = nlp.get_pipe("elmo")
     bilm = get_bilm(elmo.model)
     before = {name: p.detach().clone() for name, p in bilm.named_parameters()}
+    return examples, optimizer, elmo, bilm, before
+
+
+def test_a_fine_tuning_batch_no_listener_sent_a_gradient_for_takes_no_step(tiny_dir):
+    """A batch that no listener sent a gradient for (elmo updated alone, twice) runs no backward and so no step:
+    a backward of zeros marked the weights as stepped and the next finish_update stepped the optimizer on them
+    (moving weights with a momentum, and marking them fine-tuned)."""
+    from .test_listener import _fine_tuned_ner
+
+    nlp = _fine_tuned_ner(tiny_dir)
+    examples, optimizer, elmo, bilm, before = _ready_to_fine_tune(nlp)
     elmo.update(examples)
     elmo.update(examples)
     elmo.finish_update(optimizer)
@@ -152,19 +161,10 @@ def test_finish_update_steps_on_the_gradients_of_the_listeners_that_sent_them(ti
     """Of two listening components, one trained on the batch (its update called alone) before elmo's finish_update:
     that finish_update runs the biLM's backward on the gradient that came and steps (it waited for the other
     listener, stepping an update late or never)."""
-    from spacy.training import Example
-
-    from spacy_elmo.pipeline.bilm_layer import get_bilm
-
-    from .conftest import make_docs
-    from .test_listener import _CountingOptimizer, _fine_tuned_ner_and_textcat
+    from .test_listener import _fine_tuned_ner_and_textcat
 
     nlp = _fine_tuned_ner_and_textcat(tiny_dir)
-    examples = [Example(nlp.make_doc(d.text), d) for d in make_docs(4)]
-    optimizer = _CountingOptimizer(nlp.initialize(lambda: examples))
-    elmo = nlp.get_pipe("elmo")
-    bilm = get_bilm(elmo.model)
-    before = {name: p.detach().clone() for name, p in bilm.named_parameters()}
+    examples, optimizer, elmo, bilm, before = _ready_to_fine_tune(nlp)
     elmo.update(examples)
     nlp.get_pipe("ner").update(examples)
     elmo.finish_update(optimizer)
