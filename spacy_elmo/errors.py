@@ -2418,6 +2418,11 @@ class Warnings:
         "one, if any, of another space): the two cannot be compared. Compare with a Token, Span or Doc that the elmo "
         "component annotated instead, e.g. a token of {word!r} in a sentence, or nlp({word!r})."
     )
+    W_ELMO_SIMILARITY_EMPTY = (
+        "spacy-elmo: {obj}.similarity() with a {other} is 0.0: {which} empty or whitespace-only, with no ELMo "
+        "vector (ELMo reads no word in it), and the two are not the same words: nothing can be compared (spaCy's "
+        "own similarity() is 0.0 with W008 there too). Compare tokens, spans or docs with words in them."
+    )
     W_ELMO_SIMILARITY_NO_ELMO = (
         "spacy-elmo: {obj}.similarity() with a {other} is 0.0: {which} (a doc the elmo component did not "
         "annotate: made by a pipeline without it, read back from bytes or a DocBin without doc._.elmo, or annotated "

@@ -277,12 +277,23 @@ def _vec(obj) -> Optional[numpy.ndarray]:
 def hook_similarity(obj, other) -> float:
     """Cosine of the ELMo vectors. Where either has none (a ``Lexeme``, a word without context; or a Token, Span or Doc
     of a doc the elmo component did not annotate, ``doc._.elmo`` None): 1.0 for the same words, as spaCy's own, else
-    0.0 with a warning (:func:`_no_elmo_similarity`). ELMo vectors of two widths (docs annotated with other weights)
-    are an error: their cosine means nothing."""
+    0.0 with a warning (:func:`_no_elmo_similarity`). Where either is empty or whitespace-only (no or a zero ELMo
+    vector): 1.0 for the same words, else 0.0 with W_ELMO_SIMILARITY_EMPTY (spaCy's own: W008). ELMo vectors of two
+    widths (docs annotated with other weights) are an error: their cosine means nothing."""
     if isinstance(other, Lexeme) or not _annotated(obj) or not _annotated(other):
         return _no_elmo_similarity(obj, other)
     a, b = _vec(obj), _vec(other)
-    if a is not None and b is not None and a.shape != b.shape:
+    mine_empty, theirs_empty = a is None or not numpy.any(a), b is None or not numpy.any(b)
+    if mine_empty or theirs_empty:  # empty / whitespace-only: no ELMo vector; spaCy's own: same words 1.0, else W008
+        if _same_words(obj, other):
+            return 1.0
+        which = "both are" if mine_empty and theirs_empty else "this one is" if mine_empty else "the other is"
+        message = Warnings.W_ELMO_SIMILARITY_EMPTY.format(
+            obj=type(obj).__name__, other=type(other).__name__, which=which
+        )
+        warnings.warn(message, UserWarning, stacklevel=user_stacklevel())
+        return 0.0
+    if a.shape != b.shape:
         raise ValueError(Errors.E_ELMO_SIMILARITY_WIDTHS.format(width=a.shape[-1], other=b.shape[-1]))
     return _cosine(a, b)
 
@@ -309,6 +320,17 @@ def _words(obj) -> list:
     return [obj] if isinstance(obj, (Token, Lexeme)) else list(obj)
 
 
+def _same_words(obj, other) -> bool:
+    """Whether ``obj`` and ``other`` (Token / Span / Doc / Lexeme) are the same words token by token, by the vocab's
+    vectors ``attr`` (ORTH by default), as spaCy's own similarity() checks before looking at vectors."""
+    doc = obj if isinstance(obj, Doc) else obj.doc
+    attr = NAMES[getattr(doc.vocab.vectors, "attr", ORTH)].lower()  # "orth", "norm", "lower", ...
+    if not isinstance(other, (Token, Span, Doc, Lexeme)):
+        return False
+    mine, theirs = _words(obj), _words(other)
+    return len(mine) == len(theirs) and all(getattr(x, attr) == getattr(y, attr) for x, y in zip(mine, theirs))
+
+
 def _no_elmo_similarity(obj, other) -> float:
     """``obj.similarity(other)`` where one of the two has no ELMo vector: ``other`` a ``Lexeme`` (a word without
     context), or a Token / Span / Doc of a doc without ELMo data (another pipeline's, one read back without
@@ -317,12 +339,8 @@ def _no_elmo_similarity(obj, other) -> float:
     with a warning (W_ELMO_SIMILARITY_LEXEME, W_ELMO_SIMILARITY_NO_ELMO): an ELMo vector cannot be compared with a
     static vector, whatever its width (another space: a cosine of the two would mean nothing, and of another width
     spaCy's own gives 0.0 too), and nothing can be said without vectors (spaCy's own warns W008)."""
-    doc = obj if isinstance(obj, Doc) else obj.doc
-    attr = NAMES[getattr(doc.vocab.vectors, "attr", ORTH)].lower()  # "orth", "norm", "lower", ...
-    if isinstance(other, (Token, Span, Doc, Lexeme)):
-        mine, theirs = _words(obj), _words(other)
-        if len(mine) == len(theirs) and all(getattr(x, attr) == getattr(y, attr) for x, y in zip(mine, theirs)):
-            return 1.0
+    if _same_words(obj, other):
+        return 1.0
     if isinstance(other, Lexeme):
         message = Warnings.W_ELMO_SIMILARITY_LEXEME.format(obj=type(obj).__name__, word=other.text)
     else:

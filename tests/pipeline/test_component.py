@@ -205,6 +205,38 @@ def test_similarity_with_no_elmo_data_is_1_for_the_same_words_else_0_with_a_warn
         assert hooked.similarity(plain("a river")) == 1.0
         assert abs(doc[7].similarity(nlp("the river")[1])) <= 1.0 + 1e-6  # both annotated: their cosine
 
+def test_similarity_of_empty_or_whitespace_only_is_1_for_the_same_words_else_0_with_a_warning(nlp):
+    """Two annotated sides where one has no ELMo vector (an empty or whitespace-only doc / span / token: a zero or
+    no vector): as spaCy's own, 1.0 for the same words, else 0.0 with W_ELMO_SIMILARITY_EMPTY (spaCy's W008). Both
+    sides annotated gave 0.0 silently (the cosine of zero vectors), where one side plain gave 1.0."""
+    doc = nlp("the river  bank")  # doc[2] is the whitespace token " "
+    assert not doc[2].vector.any() and doc[1].vector.any()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert nlp("").similarity(nlp("")) == 1.0
+        assert nlp("  ").similarity(nlp("  ")) == 1.0
+        assert doc[0:0].similarity(doc[1:1]) == 1.0
+        assert doc[2].similarity(nlp("a  b")[1]) == 1.0
+        assert doc[2:3].similarity(doc[2]) == 1.0
+        # both with words: the cosine, not 1.0 for the same word in another context (the point of ELMo)
+        cosine = doc[1].similarity(nlp("a river")[1])
+        assert cosine != 1.0 and 0.0 < cosine < 1.0
+
+    def zero_with_the_warning(obj, other, which):
+        with pytest.warns(UserWarning, match=r"^spacy-elmo: .*\.similarity\(\) with a .* is 0\.0") as warned:
+            assert obj.similarity(other) == 0.0
+        assert {w.filename for w in warned} == {__file__}
+        assert str(warned[0].message) == Warnings.W_ELMO_SIMILARITY_EMPTY.format(
+            obj=type(obj).__name__, other=type(other).__name__, which=which
+        )
+
+    zero_with_the_warning(nlp(""), nlp("the"), "this one is")
+    zero_with_the_warning(nlp("the"), nlp("  "), "the other is")
+    zero_with_the_warning(nlp("  "), nlp(""), "both are")
+    zero_with_the_warning(doc[2], doc[1], "this one is")
+    zero_with_the_warning(doc[0:2], doc[3:3], "the other is")
+
+
 def test_hooks_off(tiny_dir):
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "user_hooks": False, "set_doc_tensor": True})
