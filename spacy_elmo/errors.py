@@ -1123,6 +1123,10 @@ class Errors:
         "components with other weights, whose vectors cannot be compared. Annotate both with the same weights "
         "(run one elmo component on both docs)."
     )
+    E_ELMO_SIMILARITY_TYPE = (
+        "{obj}.similarity() was given a {type}: it compares with a Token, Span, Doc or Lexeme (as spaCy's own). "
+        "For a text, compare with nlp(text) (a Doc) or a token or span of it."
+    )
     E_OWN_BILM_NO_WEIGHTS = (
         "An ELMo listener with its own biLM (the 'bilm' setting of spacy_elmo.ElmoListener.v1, written by "
         "nlp.replace_listeners) has no weights: they come only with the component's saved model. Load the "

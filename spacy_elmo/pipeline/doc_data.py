@@ -279,7 +279,10 @@ def hook_similarity(obj, other) -> float:
     of a doc the elmo component did not annotate, ``doc._.elmo`` None): 1.0 for the same words, as spaCy's own, else
     0.0 with a warning (:func:`_no_elmo_similarity`). Where either is empty or whitespace-only (no or a zero ELMo
     vector): 1.0 for the same words, else 0.0 with W_ELMO_SIMILARITY_EMPTY (spaCy's own: W008). ELMo vectors of two
-    widths (docs annotated with other weights) are an error: their cosine means nothing."""
+    widths (docs annotated with other weights) are an error: their cosine means nothing. ``other`` not a Token,
+    Span, Doc or Lexeme: a TypeError (spaCy's own raises too)."""
+    if not isinstance(other, (Token, Span, Doc, Lexeme)):
+        raise TypeError(Errors.E_ELMO_SIMILARITY_TYPE.format(obj=type(obj).__name__, type=type(other).__name__))
     if isinstance(other, Lexeme) or not _annotated(obj) or not _annotated(other):
         return _no_elmo_similarity(obj, other)
     a, b = _vec(obj), _vec(other)
@@ -325,8 +328,6 @@ def _same_words(obj, other) -> bool:
     vectors ``attr`` (ORTH by default), as spaCy's own similarity() checks before looking at vectors."""
     doc = obj if isinstance(obj, Doc) else obj.doc
     attr = NAMES[getattr(doc.vocab.vectors, "attr", ORTH)].lower()  # "orth", "norm", "lower", ...
-    if not isinstance(other, (Token, Span, Doc, Lexeme)):
-        return False
     mine, theirs = _words(obj), _words(other)
     return len(mine) == len(theirs) and all(getattr(x, attr) == getattr(y, attr) for x, y in zip(mine, theirs))
 

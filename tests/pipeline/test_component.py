@@ -237,6 +237,19 @@ def test_similarity_of_empty_or_whitespace_only_is_1_for_the_same_words_else_0_w
     zero_with_the_warning(doc[0:2], doc[3:3], "the other is")
 
 
+def test_similarity_with_not_a_token_span_doc_or_lexeme_is_a_type_error(nlp):
+    """similarity("bank") / similarity(None): was 0.0 with a warning that "the other str has no ELMo data"; spaCy's
+    own raises (AttributeError). Now a TypeError naming the type given and what is accepted."""
+    doc = nlp("the river bank")
+    for obj in (doc[1], doc[0:2], doc):
+        for other in ("bank", None, 1.0):
+            with pytest.raises(TypeError) as raised:
+                obj.similarity(other)
+            assert str(raised.value) == Errors.E_ELMO_SIMILARITY_TYPE.format(
+                obj=type(obj).__name__, type=type(other).__name__
+            )
+
+
 def test_hooks_off(tiny_dir):
     nlp = spacy.blank("en")
     nlp.add_pipe("elmo", config={"weights": str(tiny_dir), "user_hooks": False, "set_doc_tensor": True})
