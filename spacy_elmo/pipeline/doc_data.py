@@ -346,7 +346,7 @@ def _no_elmo_similarity(obj, other) -> float:
         message = Warnings.W_ELMO_SIMILARITY_LEXEME.format(obj=type(obj).__name__, word=other.text)
     else:
         if not _annotated(obj):
-            which = "neither has ELMo data" if not _annotated(other) else f"the {type(obj).__name__} has no ELMo data"
+            which = "neither has ELMo data" if not _annotated(other) else f"this {type(obj).__name__} has no ELMo data"
         else:
             which = f"the other {type(other).__name__} has no ELMo data"
         message = Warnings.W_ELMO_SIMILARITY_NO_ELMO.format(

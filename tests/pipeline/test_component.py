@@ -194,7 +194,7 @@ def test_similarity_with_no_elmo_data_is_1_for_the_same_words_else_0_with_a_warn
         zero_with_the_warning(doc[4], other, "the other Token has no ELMo data")
     zero_with_the_warning(doc[3:5], plain("the river"), "the other Doc has no ELMo data")
     zero_with_the_warning(doc, plain("the river")[0:2], "the other Span has no ELMo data")
-    zero_with_the_warning(hooked[1], doc[4], "the Token has no ELMo data")
+    zero_with_the_warning(hooked[1], doc[4], "this Token has no ELMo data")
     zero_with_the_warning(hooked, plain("a bank"), "neither has ELMo data")
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the same words: 1.0, as spaCy's own, no warning
