@@ -286,8 +286,9 @@ def hook_similarity(obj, other) -> float:
     if isinstance(other, Lexeme) or not _annotated(obj) or not _annotated(other):
         return _no_elmo_similarity(obj, other)
     a, b = _vec(obj), _vec(other)
-    mine_empty, theirs_empty = a is None or not numpy.any(a), b is None or not numpy.any(b)
-    if mine_empty or theirs_empty:  # empty / whitespace-only: no ELMo vector; spaCy's own: same words 1.0, else W008
+    if a is None or b is None or not numpy.any(a) or not numpy.any(b):  # empty / whitespace-only: no ELMo vector
+        # spaCy's own: 1.0 for the same words, else 0.0 with W008
+        mine_empty, theirs_empty = a is None or not numpy.any(a), b is None or not numpy.any(b)
         if _same_words(obj, other):
             return 1.0
         which = "both are" if mine_empty and theirs_empty else "this one is" if mine_empty else "the other is"
