@@ -22,7 +22,7 @@ hooks use them (module-level functions, so that docs stay picklable).
 """
 
 import warnings
-from typing import Any, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Optional, Tuple, Union
 
 import numpy
 import torch
@@ -117,31 +117,43 @@ def source_rows(
     lo = numpy.maximum(numpy.searchsorted(starts, idx, "right") - 1, 0)
     hi = numpy.maximum(lo + 1, numpy.searchsorted(starts, ends, "left"))
     own = numpy.ones((n_rows,), dtype=bool)
+    rule = _is_space_rule(doc.vocab)  # looked up once, and each distinct row text decided once
+    seen: Dict[str, bool] = {}
     for i in numpy.flatnonzero(hi - lo > 1):  # merged tokens (few): which of their rows were whitespace tokens'
         text, first = doc[start + int(i)].text, int(idx[i])
         for row in range(int(lo[i]), int(hi[i])):
             offset = int(starts[row]) - first
             if 0 <= offset < len(text):  # else the row's token began before this one: counted
                 following = int(starts[row + 1]) - first if row + 1 < n_rows else len(text)
-                own[row] = not _row_is_space(doc.vocab, text[offset : max(offset + 1, following)])
+                piece = text[offset : max(offset + 1, following)]
+                if piece not in seen:
+                    seen[piece] = _row_is_space(doc.vocab, piece, rule)
+                own[row] = not seen[piece]
     return lo, hi, own
 
 
-def _row_is_space(vocab: Any, text: str) -> bool:
+def _row_is_space(vocab: Any, text: str, rule: Optional[Callable[[str], Any]] = None) -> bool:
     """Whether a row's token was whitespace, from ``text``: its text and the trailing whitespace (``" "`` or none)
     up to the next row's token, the whole token's text decided (:func:`_is_space_text`), never its first character
     alone (a word token ``" York"`` is counted). With ``str.isspace`` the trailing space changes nothing; a
-    language's own rule is asked about the text without it too."""
-    if _is_space_text(vocab, text):
+    language's own rule is asked about the text without it too. ``rule``: :func:`_is_space_rule` of ``vocab``,
+    where the caller looked it up already."""
+    rule = _is_space_rule(vocab) if rule is None else rule
+    if rule(text):
         return True
-    return len(text) > 1 and text.endswith(" ") and _is_space_text(vocab, text[:-1])
+    return len(text) > 1 and text.endswith(" ") and bool(rule(text[:-1]))
 
 
 def _is_space_text(vocab: Any, text: str) -> bool:
     """Whether a token of ``text`` is whitespace: spaCy's ``is_space`` rule, ``text.isspace()`` unless the language
     gives its own (``vocab.lex_attr_getters[IS_SPACE]``, which set the flag ``token.is_space`` reads). The rule that
     left the token out of the biLM's input (a zero row: ``batching``) and that :func:`_has_own_vector` reads."""
-    return bool(vocab.lex_attr_getters.get(IS_SPACE, str.isspace)(text))
+    return bool(_is_space_rule(vocab)(text))
+
+
+def _is_space_rule(vocab: Any) -> Callable[[str], Any]:
+    """spaCy's ``is_space`` rule of ``vocab``'s language (:func:`_is_space_text`): its own getter, else ``str.isspace``."""
+    return vocab.lex_attr_getters.get(IS_SPACE, str.isspace)
 
 
 def _counted(a: int, b: int, own: Optional[numpy.ndarray]) -> Any:
