@@ -1123,6 +1123,10 @@ class Errors:
         "components with other weights, whose vectors cannot be compared. Annotate both with the same weights "
         "(run one elmo component on both docs)."
     )
+    E_ELMO_SIMILARITY_TYPE = (
+        "{obj}.similarity() was given a {type}: it compares with a Token, Span, Doc or Lexeme (as spaCy's own). "
+        "For a text, compare with nlp(text) (a Doc) or a token or span of it."
+    )
     E_OWN_BILM_NO_WEIGHTS = (
         "An ELMo listener with its own biLM (the 'bilm' setting of spacy_elmo.ElmoListener.v1, written by "
         "nlp.replace_listeners) has no weights: they come only with the component's saved model. Load the "
@@ -2417,6 +2421,11 @@ class Warnings:
         "read in its context, and a Lexeme is a word without context, with no ELMo vector (only the vocab's static "
         "one, if any, of another space): the two cannot be compared. Compare with a Token, Span or Doc that the elmo "
         "component annotated instead, e.g. a token of {word!r} in a sentence, or nlp({word!r})."
+    )
+    W_ELMO_SIMILARITY_EMPTY = (
+        "spacy-elmo: {obj}.similarity() with a {other} is 0.0: {which} empty or whitespace-only, with no ELMo "
+        "vector (ELMo reads no word in it), and the two are not the same words: nothing can be compared (spaCy's "
+        "own similarity() is 0.0 with W008 there too). Compare tokens, spans or docs with words in them."
     )
     W_ELMO_SIMILARITY_NO_ELMO = (
         "spacy-elmo: {obj}.similarity() with a {other} is 0.0: {which} (a doc the elmo component did not "

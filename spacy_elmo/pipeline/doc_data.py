@@ -22,7 +22,7 @@ hooks use them (module-level functions, so that docs stay picklable).
 """
 
 import warnings
-from typing import Any, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Optional, Tuple, Union
 
 import numpy
 import torch
@@ -117,31 +117,43 @@ def source_rows(
     lo = numpy.maximum(numpy.searchsorted(starts, idx, "right") - 1, 0)
     hi = numpy.maximum(lo + 1, numpy.searchsorted(starts, ends, "left"))
     own = numpy.ones((n_rows,), dtype=bool)
+    rule = _is_space_rule(doc.vocab)  # looked up once, and each distinct row text decided once
+    seen: Dict[str, bool] = {}
     for i in numpy.flatnonzero(hi - lo > 1):  # merged tokens (few): which of their rows were whitespace tokens'
         text, first = doc[start + int(i)].text, int(idx[i])
         for row in range(int(lo[i]), int(hi[i])):
             offset = int(starts[row]) - first
             if 0 <= offset < len(text):  # else the row's token began before this one: counted
                 following = int(starts[row + 1]) - first if row + 1 < n_rows else len(text)
-                own[row] = not _row_is_space(doc.vocab, text[offset : max(offset + 1, following)])
+                piece = text[offset : max(offset + 1, following)]
+                if piece not in seen:
+                    seen[piece] = _row_is_space(doc.vocab, piece, rule)
+                own[row] = not seen[piece]
     return lo, hi, own
 
 
-def _row_is_space(vocab: Any, text: str) -> bool:
+def _row_is_space(vocab: Any, text: str, rule: Optional[Callable[[str], Any]] = None) -> bool:
     """Whether a row's token was whitespace, from ``text``: its text and the trailing whitespace (``" "`` or none)
     up to the next row's token, the whole token's text decided (:func:`_is_space_text`), never its first character
     alone (a word token ``" York"`` is counted). With ``str.isspace`` the trailing space changes nothing; a
-    language's own rule is asked about the text without it too."""
-    if _is_space_text(vocab, text):
+    language's own rule is asked about the text without it too. ``rule``: :func:`_is_space_rule` of ``vocab``,
+    where the caller looked it up already."""
+    rule = _is_space_rule(vocab) if rule is None else rule
+    if rule(text):
         return True
-    return len(text) > 1 and text.endswith(" ") and _is_space_text(vocab, text[:-1])
+    return len(text) > 1 and text.endswith(" ") and bool(rule(text[:-1]))
 
 
 def _is_space_text(vocab: Any, text: str) -> bool:
     """Whether a token of ``text`` is whitespace: spaCy's ``is_space`` rule, ``text.isspace()`` unless the language
     gives its own (``vocab.lex_attr_getters[IS_SPACE]``, which set the flag ``token.is_space`` reads). The rule that
     left the token out of the biLM's input (a zero row: ``batching``) and that :func:`_has_own_vector` reads."""
-    return bool(vocab.lex_attr_getters.get(IS_SPACE, str.isspace)(text))
+    return bool(_is_space_rule(vocab)(text))
+
+
+def _is_space_rule(vocab: Any) -> Callable[[str], Any]:
+    """spaCy's ``is_space`` rule of ``vocab``'s language (:func:`_is_space_text`): its own getter, else ``str.isspace``."""
+    return vocab.lex_attr_getters.get(IS_SPACE, str.isspace)
 
 
 def _counted(a: int, b: int, own: Optional[numpy.ndarray]) -> Any:
@@ -277,12 +289,27 @@ def _vec(obj) -> Optional[numpy.ndarray]:
 def hook_similarity(obj, other) -> float:
     """Cosine of the ELMo vectors. Where either has none (a ``Lexeme``, a word without context; or a Token, Span or Doc
     of a doc the elmo component did not annotate, ``doc._.elmo`` None): 1.0 for the same words, as spaCy's own, else
-    0.0 with a warning (:func:`_no_elmo_similarity`). ELMo vectors of two widths (docs annotated with other weights)
-    are an error: their cosine means nothing."""
+    0.0 with a warning (:func:`_no_elmo_similarity`). Where either is empty or whitespace-only (no or a zero ELMo
+    vector): 1.0 for the same words, else 0.0 with W_ELMO_SIMILARITY_EMPTY (spaCy's own: W008). ELMo vectors of two
+    widths (docs annotated with other weights) are an error: their cosine means nothing. ``other`` not a Token,
+    Span, Doc or Lexeme: a TypeError (spaCy's own raises too)."""
+    if not isinstance(other, (Token, Span, Doc, Lexeme)):
+        raise TypeError(Errors.E_ELMO_SIMILARITY_TYPE.format(obj=type(obj).__name__, type=type(other).__name__))
     if isinstance(other, Lexeme) or not _annotated(obj) or not _annotated(other):
         return _no_elmo_similarity(obj, other)
     a, b = _vec(obj), _vec(other)
-    if a is not None and b is not None and a.shape != b.shape:
+    if a is None or b is None or not numpy.any(a) or not numpy.any(b):  # empty / whitespace-only: no ELMo vector
+        # spaCy's own: 1.0 for the same words, else 0.0 with W008
+        mine_empty, theirs_empty = a is None or not numpy.any(a), b is None or not numpy.any(b)
+        if _same_words(obj, other):
+            return 1.0
+        which = "both are" if mine_empty and theirs_empty else "this one is" if mine_empty else "the other is"
+        message = Warnings.W_ELMO_SIMILARITY_EMPTY.format(
+            obj=type(obj).__name__, other=type(other).__name__, which=which
+        )
+        warnings.warn(message, UserWarning, stacklevel=user_stacklevel())
+        return 0.0
+    if a.shape != b.shape:
         raise ValueError(Errors.E_ELMO_SIMILARITY_WIDTHS.format(width=a.shape[-1], other=b.shape[-1]))
     return _cosine(a, b)
 
@@ -309,6 +336,15 @@ def _words(obj) -> list:
     return [obj] if isinstance(obj, (Token, Lexeme)) else list(obj)
 
 
+def _same_words(obj, other) -> bool:
+    """Whether ``obj`` and ``other`` (Token / Span / Doc / Lexeme) are the same words token by token, by the vocab's
+    vectors ``attr`` (ORTH by default), as spaCy's own similarity() checks before looking at vectors."""
+    doc = obj if isinstance(obj, Doc) else obj.doc
+    attr = NAMES[getattr(doc.vocab.vectors, "attr", ORTH)].lower()  # "orth", "norm", "lower", ...
+    mine, theirs = _words(obj), _words(other)
+    return len(mine) == len(theirs) and all(getattr(x, attr) == getattr(y, attr) for x, y in zip(mine, theirs))
+
+
 def _no_elmo_similarity(obj, other) -> float:
     """``obj.similarity(other)`` where one of the two has no ELMo vector: ``other`` a ``Lexeme`` (a word without
     context), or a Token / Span / Doc of a doc without ELMo data (another pipeline's, one read back without
@@ -317,17 +353,13 @@ def _no_elmo_similarity(obj, other) -> float:
     with a warning (W_ELMO_SIMILARITY_LEXEME, W_ELMO_SIMILARITY_NO_ELMO): an ELMo vector cannot be compared with a
     static vector, whatever its width (another space: a cosine of the two would mean nothing, and of another width
     spaCy's own gives 0.0 too), and nothing can be said without vectors (spaCy's own warns W008)."""
-    doc = obj if isinstance(obj, Doc) else obj.doc
-    attr = NAMES[getattr(doc.vocab.vectors, "attr", ORTH)].lower()  # "orth", "norm", "lower", ...
-    if isinstance(other, (Token, Span, Doc, Lexeme)):
-        mine, theirs = _words(obj), _words(other)
-        if len(mine) == len(theirs) and all(getattr(x, attr) == getattr(y, attr) for x, y in zip(mine, theirs)):
-            return 1.0
+    if _same_words(obj, other):
+        return 1.0
     if isinstance(other, Lexeme):
         message = Warnings.W_ELMO_SIMILARITY_LEXEME.format(obj=type(obj).__name__, word=other.text)
     else:
         if not _annotated(obj):
-            which = "neither has ELMo data" if not _annotated(other) else f"the {type(obj).__name__} has no ELMo data"
+            which = "neither has ELMo data" if not _annotated(other) else f"this {type(obj).__name__} has no ELMo data"
         else:
             which = f"the other {type(other).__name__} has no ELMo data"
         message = Warnings.W_ELMO_SIMILARITY_NO_ELMO.format(
