@@ -183,12 +183,7 @@ def test_similarity_with_no_elmo_data_is_1_for_the_same_words_else_0_with_a_warn
     install_hooks(hooked)  # hooks, but no doc._.elmo
 
     def zero_with_the_warning(obj, other, which):
-        with pytest.warns(UserWarning, match=r"^spacy-elmo: .*\.similarity\(\) with a .* is 0\.0") as warned:
-            assert obj.similarity(other) == 0.0
-        assert {w.filename for w in warned} == {__file__}
-        assert str(warned[0].message) == Warnings.W_ELMO_SIMILARITY_NO_ELMO.format(
-            obj=type(obj).__name__, other=type(other).__name__, which=which
-        )
+        _zero_with_the_warning(obj, other, Warnings.W_ELMO_SIMILARITY_NO_ELMO, which)
 
     for other in (plain("the river")[1], wide("the river")[1], stored_none("the river")[1]):
         zero_with_the_warning(doc[4], other, "the other Token has no ELMo data")
@@ -204,6 +199,15 @@ def test_similarity_with_no_elmo_data_is_1_for_the_same_words_else_0_with_a_warn
         assert hooked[1].similarity(doc[7]) == 1.0
         assert hooked.similarity(plain("a river")) == 1.0
         assert abs(doc[7].similarity(nlp("the river")[1])) <= 1.0 + 1e-6  # both annotated: their cosine
+
+
+def _zero_with_the_warning(obj, other, warning: str, which: str) -> None:
+    """``obj.similarity(other)`` is 0.0 with exactly ``warning`` (filled in), reported at this test file's line."""
+    with pytest.warns(UserWarning, match=r"^spacy-elmo: .*\.similarity\(\) with a .* is 0\.0") as warned:
+        assert obj.similarity(other) == 0.0
+    assert {w.filename for w in warned} == {__file__}
+    assert str(warned[0].message) == warning.format(obj=type(obj).__name__, other=type(other).__name__, which=which)
+
 
 def test_similarity_of_empty_or_whitespace_only_is_1_for_the_same_words_else_0_with_a_warning(nlp):
     """Two annotated sides where one has no ELMo vector (an empty or whitespace-only doc / span / token: a zero or
@@ -223,12 +227,7 @@ def test_similarity_of_empty_or_whitespace_only_is_1_for_the_same_words_else_0_w
         assert cosine != 1.0 and 0.0 < cosine < 1.0
 
     def zero_with_the_warning(obj, other, which):
-        with pytest.warns(UserWarning, match=r"^spacy-elmo: .*\.similarity\(\) with a .* is 0\.0") as warned:
-            assert obj.similarity(other) == 0.0
-        assert {w.filename for w in warned} == {__file__}
-        assert str(warned[0].message) == Warnings.W_ELMO_SIMILARITY_EMPTY.format(
-            obj=type(obj).__name__, other=type(other).__name__, which=which
-        )
+        _zero_with_the_warning(obj, other, Warnings.W_ELMO_SIMILARITY_EMPTY, which)
 
     zero_with_the_warning(nlp(""), nlp("the"), "this one is")
     zero_with_the_warning(nlp("the"), nlp("  "), "the other is")
