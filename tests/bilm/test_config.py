@@ -367,6 +367,15 @@ def test_swapped_options_and_weight_files_are_named_as_such(tmp_path):
         BiLMConfig.from_allennlp_options(tmp_path / "latin1.json")
 
 
+def test_options_json_with_a_utf8_byte_order_mark_is_read(tmp_path):
+    """An options.json saved by Notepad or PowerShell (a UTF-8 BOM first) was refused: "Could not read ELMo options
+    ...: Unexpected UTF-8 BOM ... Pass the options.json that came with the weight file", though it was that file.
+    The BOM is no part of the JSON: the options read as without it."""
+    path = tmp_path / "options.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(options()).encode("utf-8"))
+    assert BiLMConfig.from_allennlp_options(path) == BiLMConfig.from_allennlp_options(options())
+
+
 def test_options_nested_past_the_recursion_limit_are_could_not_read(tmp_path):
     """An options.json nested deeper than Python's recursion limit raised a bare RecursionError (only pretrain
     --options said it); read_json_file, the one reader of a user's JSON file, says it as any unreadable options."""
