@@ -60,6 +60,9 @@ def token_list(sentence, index: int) -> Sequence[str]:
         return sentence.tolist()
     if isinstance(sentence, Iterator):
         return list(sentence)
+    if hasattr(sentence, "text"):  # a spaCy Doc or Span (iterates over Tokens), a Token: list() would not do
+        said = Errors.E_SENTENCE_HAS_TEXT if isinstance(sentence, Iterable) else Errors.E_SENTENCE_IS_TOKEN
+        raise TypeError(said.format(index=index, type_name=type(sentence).__name__))
     raise TypeError(Errors.E_SENTENCE_NOT_LIST.format(index=index, type_name=type(sentence).__name__))
 
 
@@ -101,9 +104,8 @@ def batch_to_ids(
     for i, sentence in enumerate(sentences):
         for j, token in enumerate(sentence):
             if not isinstance(token, str):
-                raise TypeError(
-                    Errors.E_TOKEN_NOT_STR.format(token_index=j, sentence_index=i, type_name=type(token).__name__)
-                )
+                said = Errors.E_TOKEN_HAS_TEXT if hasattr(token, "text") else Errors.E_TOKEN_NOT_STR
+                raise TypeError(said.format(token_index=j, sentence_index=i, type_name=type(token).__name__))
     max_len = max((len(s) for s in sentences), default=0)
     out = torch.zeros((len(sentences), max_len, max_characters_per_token), dtype=torch.long)
     # One small tensor per distinct token: sentences repeat tokens a lot.

@@ -65,9 +65,30 @@ class Errors:
         "batch_to_ids expects a list of sentences, each a list of token strings in order, but sentence "
         "{index} is a {type_name}. Pass each sentence as a list (or tuple) of token strings, e.g. list(tokens)."
     )
+    #: E_SENTENCE_NOT_LIST for a sentence with a ``.text`` that iterates (a spaCy Doc or Span): list() of it gives
+    #: tokens, not strings, so not "e.g. list(tokens)"
+    E_SENTENCE_HAS_TEXT = (
+        "batch_to_ids expects a list of sentences, each a list of token strings, but sentence {index} is a "
+        "{type_name} (an object with .text, like a spaCy Doc or Span). Pass its tokens' texts, e.g. "
+        "batch_to_ids([[t.text for t in s] for s in doc.sents])."
+    )
+    #: E_SENTENCE_NOT_LIST for a sentence with a ``.text`` that does not iterate (a spaCy Token): the batch given
+    #: is one document or sentence, a sequence of tokens, not a list of sentences
+    E_SENTENCE_IS_TOKEN = (
+        "batch_to_ids expects a list of sentences, each a list of token strings, but sentence {index} is a "
+        "{type_name} (an object with .text, like a spaCy Token): the batch given is one document or sentence, not "
+        "a list of sentences. Pass a list of sentences of token texts, e.g. "
+        "batch_to_ids([[t.text for t in s] for s in doc.sents]), or batch_to_ids([[t.text for t in doc]]) for "
+        "the whole document as one sentence."
+    )
     E_TOKEN_NOT_STR = (
         "Token {token_index} of sentence {sentence_index} is a {type_name}, not a str. "
         "Pass token texts (e.g. [t.text for t in doc]); a batch is a list of sentences, each a list of strings."
+    )
+    #: E_TOKEN_NOT_STR for a token with a ``.text`` (a spaCy Token)
+    E_TOKEN_HAS_TEXT = (
+        "Token {token_index} of sentence {sentence_index} is a {type_name}, not a str: pass its text "
+        "(token.text), e.g. batch_to_ids([[t.text for t in s] for s in doc.sents])."
     )
     E_MAX_CHARS_TOO_SMALL = (
         "max_characters_per_token must be a whole number of at least 3 (room for the begin/end-of-word "
