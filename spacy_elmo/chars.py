@@ -66,6 +66,16 @@ def token_list(sentence, index: int) -> Sequence[str]:
     raise TypeError(Errors.E_SENTENCE_NOT_LIST.format(index=index, type_name=type(sentence).__name__))
 
 
+def check_tokens(sentences: Sequence[Sequence[str]]) -> None:
+    """A TypeError naming the first token of ``sentences`` (each a :func:`token_list`) that is no str, by its
+    place in them (``Token 1 of sentence 2``), and the fix."""
+    for i, sentence in enumerate(sentences):
+        for j, token in enumerate(sentence):
+            if not isinstance(token, str):
+                said = Errors.E_TOKEN_HAS_TEXT if hasattr(token, "text") else Errors.E_TOKEN_NOT_STR
+                raise TypeError(said.format(token_index=j, sentence_index=i, type_name=type(token).__name__))
+
+
 def word_char_ids(token: str, max_characters_per_token: int = DEFAULT_MAX_CHARS) -> List[int]:
     """Unshifted character ids of one token: a list of ``max_characters_per_token`` ints."""
     _check_max_chars(max_characters_per_token)
@@ -101,11 +111,7 @@ def batch_to_ids(
     if isinstance(sentences, (str, bytes, Mapping)) or not isinstance(sentences, Iterable):
         raise TypeError(Errors.E_BATCH_NOT_LIST.format(type_name=type(sentences).__name__))
     sentences = [token_list(sentence, i) for i, sentence in enumerate(sentences)]
-    for i, sentence in enumerate(sentences):
-        for j, token in enumerate(sentence):
-            if not isinstance(token, str):
-                said = Errors.E_TOKEN_HAS_TEXT if hasattr(token, "text") else Errors.E_TOKEN_NOT_STR
-                raise TypeError(said.format(token_index=j, sentence_index=i, type_name=type(token).__name__))
+    check_tokens(sentences)
     max_len = max((len(s) for s in sentences), default=0)
     out = torch.zeros((len(sentences), max_len, max_characters_per_token), dtype=torch.long)
     # One small tensor per distinct token: sentences repeat tokens a lot.
