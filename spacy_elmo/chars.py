@@ -21,7 +21,7 @@ Defined behaviour for odd input (tested in ``tests/test_chars.py``):
 """
 
 import numbers
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, MappingView, Set
 from typing import Dict, Iterable, List, Sequence
 
 import torch
@@ -110,6 +110,9 @@ def batch_to_ids(
     max_characters_per_token = int(max_characters_per_token)
     if isinstance(sentences, (str, bytes, Mapping)) or not isinstance(sentences, Iterable):
         raise TypeError(Errors.E_BATCH_NOT_LIST.format(type_name=type(sentences).__name__))
+    # a set or frozenset: rows in hash order, which no caller can map back (a dict's keys, a Set too, are in order)
+    if isinstance(sentences, Set) and not isinstance(sentences, MappingView):
+        raise TypeError(Errors.E_BATCH_UNORDERED.format(type_name=type(sentences).__name__))
     sentences = [token_list(sentence, i) for i, sentence in enumerate(sentences)]
     check_tokens(sentences)
     max_len = max((len(s) for s in sentences), default=0)

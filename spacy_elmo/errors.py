@@ -61,6 +61,11 @@ class Errors:
         "batch_to_ids expects a list of sentences, each a list of token strings, but got a {type_name}. "
         "E.g. batch_to_ids([['Hello', 'world'], ['Bye']]); for one text: batch_to_ids([text.split()])."
     )
+    E_BATCH_UNORDERED = (
+        "batch_to_ids expects a list of sentences in order, but got a {type_name}, which has no order: its "
+        "sentences would become rows in an arbitrary order. Pass the sentences as a list (or tuple), in the order "
+        "you want their rows."
+    )
     E_SENTENCE_NOT_LIST = (
         "batch_to_ids expects a list of sentences, each a list of token strings in order, but sentence "
         "{index} is a {type_name}. Pass each sentence as a list (or tuple) of token strings, e.g. list(tokens)."

@@ -74,6 +74,17 @@ def test_a_batch_that_is_not_a_list_of_sentences(batch):
         batch_to_ids(batch)
 
 
+@pytest.mark.parametrize("batch", [{("hello", "world"), ("bye",)}, frozenset([("a",)])], ids=["set", "frozenset"])
+def test_a_batch_that_is_a_set_is_refused_as_unordered(batch):
+    """A set of sentences was accepted, its rows in hash order (no way to tell which row is which sentence): refused
+    as a set sentence is, "in order"."""
+    with pytest.raises(TypeError, match=rf"^batch_to_ids expects a list of sentences in order, but got a "
+                                        rf"{type(batch).__name__}, which has no order.*Pass the sentences as a list"):
+        batch_to_ids(batch)
+    ordered = {("hello", "world"): 1, ("bye",): 2}  # a dict's keys are a Set too, but in order: taken
+    assert torch.equal(batch_to_ids(ordered.keys()), batch_to_ids([["hello", "world"], ["bye"]]))
+
+
 @pytest.mark.parametrize("sentence", [{"a", "b"}, None, 7], ids=["set", "None", "int"])
 def test_a_sentence_that_is_not_an_ordered_list(sentence):
     with pytest.raises(TypeError, match="sentence 1 is a .*list\\(tokens\\)"):
