@@ -42,6 +42,13 @@ def is_real(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
+def none_or_zero(value: Any, none: Any) -> Any:
+    """An options.json value that may say "none" (a clip, ``n_highway``): ``none`` for null (or a missing key,
+    ``.get``'s None) and for the number 0; any other value as it is, for validation to accept or refuse by name
+    (``or none`` took false, "", [] and {} for none too, silently)."""
+    return none if value is None or (is_real(value) and value == 0) else value
+
+
 #: The most bytes one torch tensor can have (its size is a signed 64-bit integer: more is torch's "Storage size
 #: calculation overflowed", or a TypeError from C++ for a dimension past 2**63 - 1).
 MOST_TENSOR_BYTES = 2**63 - 1
@@ -430,12 +437,12 @@ class BiLMConfig:
             projection_dim=need(lstm, "projection_dim", "lstm.projection_dim"),
             cell_dim=need(lstm, "dim", "lstm.dim"),
             n_layers=need(lstm, "n_layers", "lstm.n_layers"),
-            cell_clip=lstm.get("cell_clip") or None,
-            proj_clip=lstm.get("proj_clip") or None,
+            cell_clip=none_or_zero(lstm.get("cell_clip"), None),
+            proj_clip=none_or_zero(lstm.get("proj_clip"), None),
             use_skip_connections=lstm["use_skip_connections"],
             char_embedding_dim=need(embedding, "dim", "char_cnn.embedding.dim"),
             filters=need(cnn, "filters", "char_cnn.filters"),
-            n_highway=cnn.get("n_highway") or 0,
+            n_highway=none_or_zero(cnn.get("n_highway"), 0),
             activation=cnn["activation"],
             n_characters=cnn.get("n_characters", 262),
             max_characters_per_token=cnn.get("max_characters_per_token", DEFAULT_MAX_CHARS),

@@ -39,6 +39,27 @@ def test_options_round_trip_and_defaults():
     assert BiLMConfig.from_allennlp_options(opts).n_highway == 0
 
 
+@pytest.mark.parametrize("section,key,none", [("lstm", "cell_clip", None), ("lstm", "proj_clip", None),
+                                              ("char_cnn", "n_highway", 0)])
+def test_only_null_a_missing_key_or_zero_mean_none_in_options(section, key, none):
+    """`lstm.get("cell_clip") or None` and `cnn.get("n_highway") or 0` took false, "", [] and {} for no clipping /
+    no highway layers, silently. Only a missing key, null or the number 0 say none; anything else is refused by
+    its key."""
+    for value in (None, 0, 0.0, "missing"):
+        opts = options()
+        if value == "missing":
+            del opts[section][key]
+        else:
+            opts[section][key] = value
+        assert getattr(BiLMConfig.from_allennlp_options(opts), key) == none
+    for value in (False, True, "", [], {}, "0"):
+        opts = options()
+        opts[section][key] = value
+        with pytest.raises(ValueError, match=rf"have an invalid {section}\.{key} \(BiLMConfig\.{key}\): {key} must be "
+                                             rf".*; found {re.escape(repr(value))}\."):
+            BiLMConfig.from_allennlp_options(opts)
+
+
 def test_numpy_integers_are_stored_as_ints():
     """A NumPy integer is a whole number (is_int), kept as a Python int so that the config stays JSON,
     whether given to the constructor or set before the biLM is built (which validates it)."""
