@@ -42,6 +42,10 @@ def is_real(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
+#: What a value of a JSON (or Python) type is, for a message naming the type of a value where a number belongs.
+VALUE_KINDS = {str: "a string", bool: "a boolean", type(None): "null", float: "a float", list: "a list", dict: "an object"}
+
+
 def none_or_zero(value: Any, none: Any) -> Any:
     """An options.json value that may say "none" (a clip, ``n_highway``): ``none`` for null (or a missing key,
     ``.get``'s None) and for the number 0; any other value as it is, for validation to accept or refuse by name
@@ -350,7 +354,11 @@ class BiLMConfig:
         if self.activation not in ("relu", "tanh"):
             raise InvalidConfigValue("activation", Errors.E_BAD_ACTIVATION.format(value=self.activation))
         if not is_int(self.n_characters) or self.n_characters not in (N_CHAR_IDS, N_CHAR_IDS + 1):
-            raise InvalidConfigValue("n_characters", Errors.E_BAD_N_CHARACTERS.format(value=self.n_characters))
+            found = short_repr(self.n_characters)
+            if not is_int(self.n_characters):  # "'262'" alone reads as the number: its type said
+                kind = VALUE_KINDS.get(type(self.n_characters), f"a {type(self.n_characters).__name__}")
+                found = Errors.E_BAD_N_CHARACTERS_TYPE.format(value=found, kind=kind)
+            raise InvalidConfigValue("n_characters", Errors.E_BAD_N_CHARACTERS.format(found=found))
         if self.max_characters_per_token < 3:
             raise InvalidConfigValue("max_characters_per_token", Errors.E_MAX_CHARS_TOO_SMALL.format(
                 value=self.max_characters_per_token))
