@@ -327,10 +327,14 @@ class BiLMConfig:
         if isinstance(self.filters, list):
             self.filters = [tuple(int(v) if is_int(v) else v for v in f) if isinstance(f, tuple) else f  # type: ignore[misc]
                             for f in self.filters]
-        for name in ("projection_dim", "cell_dim", "n_layers", "char_embedding_dim", "max_characters_per_token"):
+        for name in ("projection_dim", "cell_dim", "n_layers", "char_embedding_dim"):
             value = getattr(self, name)
             if not is_int(value) or value <= 0:
                 raise InvalidConfigValue(name, Errors.E_BAD_POSITIVE.format(name=name, value=value))
+        # one message for any bad value: 0 said "a positive integer", then 1 "at least 3" (two errors for one field)
+        if not is_int(self.max_characters_per_token) or self.max_characters_per_token < 3:
+            raise InvalidConfigValue("max_characters_per_token", Errors.E_MAX_CHARS_TOO_SMALL.format(
+                value=self.max_characters_per_token))
         if not is_int(self.n_highway) or self.n_highway < 0:
             raise InvalidConfigValue("n_highway", Errors.E_BAD_NON_NEGATIVE.format(name="n_highway", value=self.n_highway))
         for name in ("cell_clip", "proj_clip"):
@@ -359,9 +363,6 @@ class BiLMConfig:
                 kind = VALUE_KINDS.get(type(self.n_characters), f"a {type(self.n_characters).__name__}")
                 found = Errors.E_BAD_N_CHARACTERS_TYPE.format(value=found, kind=kind)
             raise InvalidConfigValue("n_characters", Errors.E_BAD_N_CHARACTERS.format(found=found))
-        if self.max_characters_per_token < 3:
-            raise InvalidConfigValue("max_characters_per_token", Errors.E_MAX_CHARS_TOO_SMALL.format(
-                value=self.max_characters_per_token))
         ok = isinstance(self.filters, list) and len(self.filters) > 0
         ok = ok and all(
             isinstance(f, tuple) and len(f) == 2 and all(is_int(v) and v > 0 for v in f) for f in self.filters

@@ -60,6 +60,16 @@ def test_only_null_a_missing_key_or_zero_mean_none_in_options(section, key, none
             BiLMConfig.from_allennlp_options(opts)
 
 
+@pytest.mark.parametrize("value", [0, -1, 1, 2, True, 50.0, "50", None])
+def test_max_characters_per_token_is_refused_with_one_message(value):
+    """0 said "must be a positive integer", then 1 or 2 "at least 3": two errors to fix one field. Any bad value is
+    now the one message, a non-integer or a bool named as found."""
+    with pytest.raises(InvalidConfigValue, match=rf"^max_characters_per_token must be a whole number of at least 3 "
+                                                 rf"\(.*\); found {re.escape(repr(value))}\.$") as err:
+        BiLMConfig(max_characters_per_token=value)
+    assert err.value.field == "max_characters_per_token"
+
+
 def test_numpy_integers_are_stored_as_ints():
     """A NumPy integer is a whole number (is_int), kept as a Python int so that the config stays JSON,
     whether given to the constructor or set before the biLM is built (which validates it)."""
