@@ -138,7 +138,8 @@ class Errors:
     E_OPTIONS_MISSING_KEY = (
         "The ELMo options in {source} lack the key {key!r}. An AllenNLP/bilm-tf options.json "
         "has 'lstm' (dim, projection_dim, n_layers, ...) and 'char_cnn' (embedding.dim, "
-        "filters, ...): check that you passed the options file and not the weight file."
+        "filters, ...): check that you passed the options.json of an ELMo model (another tool's JSON, e.g. a "
+        "Hugging Face config.json, has other keys), or add {key!r} there."
     )
     E_OPTIONS_IS_NATIVE_CONFIG = (
         "The ELMo options in {source} are a spacy-elmo model's config.json (\"format\": \"{format}\"), not an "
@@ -183,7 +184,7 @@ class Errors:
         "The ELMo options in {source} have sizes each too large alone, {keys}: {error} Fix each of them "
         "there{original}."
     )
-    #: E_OPTIONS_BAD_VALUE's ``original`` where the options were read with a weight file
+    #: E_OPTIONS_BAD_VALUE's (and E_OPTIONS_NOT_OBJECT's) ``original`` where the options were read with a weight file
     E_OPTIONS_BAD_VALUE_ORIGINAL = ", or use the options.json that came with the weight file {weight_file}"
     E_OPTIONS_NOT_JSON = (
         "Could not read ELMo options from {path}: {error}. Pass the options.json that came "
@@ -195,8 +196,12 @@ class Errors:
         "BiLM.from_allennlp(options_file, weight_file)."
     )
     E_OPTIONS_NOT_OBJECT = (
-        "In the ELMo options {source}, {what} must be a JSON object ({shape}); found {found}. Pass the "
-        "options.json that came with the weight file, or fix {what} there."
+        "In the ELMo options in {source}, {what} must be a JSON object ({shape}); found {found}. Fix {what} "
+        "there{original}."
+    )
+    E_OPTIONS_UNREADABLE = (
+        "Could not read the ELMo options file {path}: {error}. The file is there but could not be read: check "
+        "what the error says (e.g. give this account read permission, chmod) and try again."
     )
     E_OPTIONS_FILE_MISSING = (
         "The ELMo options file {path} does not exist. Check the path: pass the options.json that came with the "

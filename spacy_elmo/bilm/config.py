@@ -409,8 +409,10 @@ class BiLMConfig:
                 raise ValueError(Errors.E_OPTIONS_IS_DIR.format(path=options))
             try:
                 raw = Path(options).read_bytes()
-            except OSError as err:
-                raise ValueError(Errors.E_OPTIONS_NOT_JSON.format(path=options, error=err)) from err
+            except FileNotFoundError as err:  # removed since: missing, as above
+                raise missing_path_error(options, Errors.E_OPTIONS_FILE_MISSING.format(path=options)) from err
+            except OSError as err:  # no read permission, an I/O error: not "pass the options.json", it is that file
+                raise ValueError(Errors.E_OPTIONS_UNREADABLE.format(path=options, error=err)) from err
             if is_hdf5(raw):  # else "'utf-8' codec can't decode byte 0x89": the arguments swapped
                 raise ValueError(Errors.E_OPTIONS_IS_HDF5.format(path=options))
             # no JSON, no UTF-8, nested past the recursion limit; no object: an_object below says it in its words
@@ -426,10 +428,12 @@ class BiLMConfig:
                 raise ValueError(Errors.E_OPTIONS_MISSING_KEY.format(source=source, key=where))
             return section[key]
 
+        original = "" if weight_file is None else Errors.E_OPTIONS_BAD_VALUE_ORIGINAL.format(weight_file=weight_file)
+
         def an_object(value: Any, what: str, shape: str) -> Dict[str, Any]:  # not "lacks the key" for [1]
             if not isinstance(value, dict):
                 raise ValueError(Errors.E_OPTIONS_NOT_OBJECT.format(
-                    source=source, found=short_repr(value), what=what, shape=shape))
+                    source=source, found=short_repr(value), what=what, shape=shape, original=original))
             return value
 
         options = an_object(options, "the top level", '{"lstm": {...}, "char_cnn": {...}}')
@@ -459,7 +463,6 @@ class BiLMConfig:
         try:
             return cls(**values)
         except InvalidConfigValue as err:  # said in the options' words: the file and its key, not the field's name
-            original = "" if weight_file is None else Errors.E_OPTIONS_BAD_VALUE_ORIGINAL.format(weight_file=weight_file)
             if err.together or err.alone:  # "Fix lstm.projection_dim" after two or three named said otherwise
                 said = Errors.E_OPTIONS_BAD_VALUES if err.together else Errors.E_OPTIONS_BAD_VALUES_EACH
                 raise ValueError(said.format(

@@ -433,13 +433,56 @@ def test_options_nested_past_the_recursion_limit_are_could_not_read(tmp_path):
 def test_a_section_that_is_no_object_is_named_with_what_was_found(tmp_path, change, what, found):
     """'"lstm": [1]' (or a whole file that is a JSON list) was reported as a missing key ('lack the key
     lstm.projection_dim ... check that you passed the options file and not the weight file'): now the key that must
-    be a JSON object, and what the file holds instead."""
+    be a JSON object, and what the file holds instead. "In the ELMo options the given dict, 'lstm' must be" read
+    wrong: "in the given dict"; the options.json that came with the weight file is named only where there is one."""
+    from tests.bilm.oracle import write_weights
+
     path = tmp_path / "options.json"
     path.write_text(json.dumps(change(options())))
-    with pytest.raises(ValueError, match=rf"^In the ELMo options {re.escape(str(path))}, {what} must be a JSON object "
-                                         rf"\(.*\); found {found}\. Pass the options\.json .* or fix {what} there\.$") as err:
+    start = rf"^In the ELMo options in {re.escape(str(path))}, {what} must be a JSON object \(.*\); found {found}\. "
+    with pytest.raises(ValueError, match=rf"{start}Fix {what} there\.$") as err:
         BiLMConfig.from_allennlp_options(path)
     assert "lack the key" not in str(err.value)
+    if isinstance(change(options()), dict):  # a list is taken as a path
+        with pytest.raises(ValueError, match=rf"^In the ELMo options in the given dict, {what} must be a JSON object"):
+            BiLMConfig.from_allennlp_options(change(options()))
+    write_weights(tmp_path / "w.hdf5", options(), np.random.default_rng(0))
+    with pytest.raises(ValueError, match=rf"{start}Fix {what} there, or use the options\.json that came with the weight "
+                                         rf"file {re.escape(str(tmp_path / 'w.hdf5'))}\.$"):
+        BiLM.from_allennlp(path, tmp_path / "w.hdf5")
+
+
+def test_an_options_file_that_cannot_be_read_says_the_os_error_not_to_pass_another(tmp_path, monkeypatch):
+    """An OSError reading the options (no read permission, an I/O error) said "Pass the options.json that came with
+    the weight file", though it was that file: the OS error is said, and to check it (read permission)."""
+    import errno
+    from pathlib import Path
+
+    path = tmp_path / "options.json"
+    path.write_text(json.dumps(options()))
+    read_bytes = Path.read_bytes
+
+    def denied(self):
+        if self == path:
+            raise PermissionError(errno.EACCES, "Permission denied", str(self))
+        return read_bytes(self)
+
+    monkeypatch.setattr(Path, "read_bytes", denied)
+    with pytest.raises(ValueError, match=rf"^Could not read the ELMo options file {re.escape(str(path))}: \[Errno 13\] "
+                                         r"Permission denied.*check what the error says \(e\.g\. give this account "
+                                         r"read permission, chmod\)") as err:
+        BiLMConfig.from_allennlp_options(path)
+    assert "came with the weight file" not in str(err.value)
+
+
+def test_options_lacking_a_key_are_not_said_to_be_maybe_the_weight_file():
+    """"check that you passed the options file and not the weight file": no weight file reaches it (an HDF5 one is
+    said to be swapped, any other is no JSON). Said: another tool's JSON has other keys, or add the key."""
+    with pytest.raises(ValueError, match=r"lack the key 'lstm'\..*check that you passed the options\.json of an ELMo "
+                                         r"model \(another tool's JSON, e\.g\. a Hugging Face config\.json, has other "
+                                         r"keys\), or add 'lstm' there\.$") as err:
+        BiLMConfig.from_allennlp_options({"model_type": "bert"})
+    assert "weight file" not in str(err.value)
 
 
 @pytest.mark.parametrize(
