@@ -21,7 +21,7 @@ Defined behaviour for odd input (tested in ``tests/test_chars.py``):
 """
 
 import numbers
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, MappingView, Set
 from typing import Dict, Iterable, List, Sequence
 
 import torch
@@ -60,7 +60,20 @@ def token_list(sentence, index: int) -> Sequence[str]:
         return sentence.tolist()
     if isinstance(sentence, Iterator):
         return list(sentence)
+    if hasattr(sentence, "text"):  # a spaCy Doc or Span (iterates over Tokens), a Token: list() would not do
+        said = Errors.E_SENTENCE_HAS_TEXT if isinstance(sentence, Iterable) else Errors.E_SENTENCE_IS_TOKEN
+        raise TypeError(said.format(index=index, type_name=type(sentence).__name__))
     raise TypeError(Errors.E_SENTENCE_NOT_LIST.format(index=index, type_name=type(sentence).__name__))
+
+
+def check_tokens(sentences: Sequence[Sequence[str]]) -> None:
+    """A TypeError naming the first token of ``sentences`` (each a :func:`token_list`) that is no str, by its
+    place in them (``Token 1 of sentence 2``), and the fix."""
+    for i, sentence in enumerate(sentences):
+        for j, token in enumerate(sentence):
+            if not isinstance(token, str):
+                said = Errors.E_TOKEN_HAS_TEXT if hasattr(token, "text") else Errors.E_TOKEN_NOT_STR
+                raise TypeError(said.format(token_index=j, sentence_index=i, type_name=type(token).__name__))
 
 
 def word_char_ids(token: str, max_characters_per_token: int = DEFAULT_MAX_CHARS) -> List[int]:
@@ -97,13 +110,11 @@ def batch_to_ids(
     max_characters_per_token = int(max_characters_per_token)
     if isinstance(sentences, (str, bytes, Mapping)) or not isinstance(sentences, Iterable):
         raise TypeError(Errors.E_BATCH_NOT_LIST.format(type_name=type(sentences).__name__))
+    # a set or frozenset: rows in hash order, which no caller can map back (a dict's keys, a Set too, are in order)
+    if isinstance(sentences, Set) and not isinstance(sentences, MappingView):
+        raise TypeError(Errors.E_BATCH_UNORDERED.format(type_name=type(sentences).__name__))
     sentences = [token_list(sentence, i) for i, sentence in enumerate(sentences)]
-    for i, sentence in enumerate(sentences):
-        for j, token in enumerate(sentence):
-            if not isinstance(token, str):
-                raise TypeError(
-                    Errors.E_TOKEN_NOT_STR.format(token_index=j, sentence_index=i, type_name=type(token).__name__)
-                )
+    check_tokens(sentences)
     max_len = max((len(s) for s in sentences), default=0)
     out = torch.zeros((len(sentences), max_len, max_characters_per_token), dtype=torch.long)
     # One small tensor per distinct token: sentences repeat tokens a lot.

@@ -61,13 +61,39 @@ class Errors:
         "batch_to_ids expects a list of sentences, each a list of token strings, but got a {type_name}. "
         "E.g. batch_to_ids([['Hello', 'world'], ['Bye']]); for one text: batch_to_ids([text.split()])."
     )
+    E_BATCH_UNORDERED = (
+        "batch_to_ids expects a list of sentences in order, but got a {type_name}, which has no order: its "
+        "sentences would become rows in an arbitrary order. Pass the sentences as a list (or tuple), in the order "
+        "you want their rows."
+    )
     E_SENTENCE_NOT_LIST = (
         "batch_to_ids expects a list of sentences, each a list of token strings in order, but sentence "
         "{index} is a {type_name}. Pass each sentence as a list (or tuple) of token strings, e.g. list(tokens)."
     )
+    #: E_SENTENCE_NOT_LIST for a sentence with a ``.text`` that iterates (a spaCy Doc or Span): list() of it gives
+    #: tokens, not strings, so not "e.g. list(tokens)"
+    E_SENTENCE_HAS_TEXT = (
+        "batch_to_ids expects a list of sentences, each a list of token strings, but sentence {index} is a "
+        "{type_name} (an object with .text, like a spaCy Doc or Span). Pass its tokens' texts, e.g. "
+        "batch_to_ids([[t.text for t in s] for s in doc.sents])."
+    )
+    #: E_SENTENCE_NOT_LIST for a sentence with a ``.text`` that does not iterate (a spaCy Token): the batch given
+    #: is one document or sentence, a sequence of tokens, not a list of sentences
+    E_SENTENCE_IS_TOKEN = (
+        "batch_to_ids expects a list of sentences, each a list of token strings, but sentence {index} is a "
+        "{type_name} (an object with .text, like a spaCy Token): the batch given is one document or sentence, not "
+        "a list of sentences. Pass a list of sentences of token texts, e.g. "
+        "batch_to_ids([[t.text for t in s] for s in doc.sents]), or batch_to_ids([[t.text for t in doc]]) for "
+        "the whole document as one sentence."
+    )
     E_TOKEN_NOT_STR = (
         "Token {token_index} of sentence {sentence_index} is a {type_name}, not a str. "
         "Pass token texts (e.g. [t.text for t in doc]); a batch is a list of sentences, each a list of strings."
+    )
+    #: E_TOKEN_NOT_STR for a token with a ``.text`` (a spaCy Token)
+    E_TOKEN_HAS_TEXT = (
+        "Token {token_index} of sentence {sentence_index} is a {type_name}, not a str: pass its text "
+        "(token.text), e.g. batch_to_ids([[t.text for t in s] for s in doc.sents])."
     )
     E_MAX_CHARS_TOO_SMALL = (
         "max_characters_per_token must be a whole number of at least 3 (room for the begin/end-of-word "
@@ -86,9 +112,11 @@ class Errors:
         "use narrower filters or a larger max_characters_per_token."
     )
     E_BAD_N_CHARACTERS = (
-        "n_characters={value!r} is not supported: byte-level ELMo needs 261 character ids "
-        "(262 with the +1 padding offset used at inference). Use 261 or 262."
+        "n_characters must be the JSON number 261 or 262 (byte-level ELMo needs 261 character ids, 262 with the +1 "
+        "padding offset used at inference); found {found}."
     )
+    #: E_BAD_N_CHARACTERS's ``found`` for a value that is no whole number: its type named (``'262' (a string)``)
+    E_BAD_N_CHARACTERS_TYPE = "{value} ({kind}), not a number"
     E_MODEL_TOO_LARGE = (
         "These sizes make a biLM of {n_params} parameters, {size} of tensors (float32 weights and int64 "
         "<S>/</S> char ids), past the {most} that torch can address; {named}. Use the sizes "
@@ -110,7 +138,8 @@ class Errors:
     E_OPTIONS_MISSING_KEY = (
         "The ELMo options in {source} lack the key {key!r}. An AllenNLP/bilm-tf options.json "
         "has 'lstm' (dim, projection_dim, n_layers, ...) and 'char_cnn' (embedding.dim, "
-        "filters, ...): check that you passed the options file and not the weight file."
+        "filters, ...): check that you passed the options.json of an ELMo model (another tool's JSON, e.g. a "
+        "Hugging Face config.json, has other keys), or add {key!r} there."
     )
     E_OPTIONS_IS_NATIVE_CONFIG = (
         "The ELMo options in {source} are a spacy-elmo model's config.json (\"format\": \"{format}\"), not an "
@@ -155,7 +184,7 @@ class Errors:
         "The ELMo options in {source} have sizes each too large alone, {keys}: {error} Fix each of them "
         "there{original}."
     )
-    #: E_OPTIONS_BAD_VALUE's ``original`` where the options were read with a weight file
+    #: E_OPTIONS_BAD_VALUE's (and E_OPTIONS_NOT_OBJECT's) ``original`` where the options were read with a weight file
     E_OPTIONS_BAD_VALUE_ORIGINAL = ", or use the options.json that came with the weight file {weight_file}"
     E_OPTIONS_NOT_JSON = (
         "Could not read ELMo options from {path}: {error}. Pass the options.json that came "
@@ -167,8 +196,12 @@ class Errors:
         "BiLM.from_allennlp(options_file, weight_file)."
     )
     E_OPTIONS_NOT_OBJECT = (
-        "In the ELMo options {source}, {what} must be a JSON object ({shape}); found {found}. Pass the "
-        "options.json that came with the weight file, or fix {what} there."
+        "In the ELMo options in {source}, {what} must be a JSON object ({shape}); found {found}. Fix {what} "
+        "there{original}."
+    )
+    E_OPTIONS_UNREADABLE = (
+        "Could not read the ELMo options file {path}: {error}. The file is there but could not be read: check "
+        "what the error says (e.g. give this account read permission, chmod) and try again."
     )
     E_OPTIONS_FILE_MISSING = (
         "The ELMo options file {path} does not exist. Check the path: pass the options.json that came with the "

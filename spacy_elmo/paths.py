@@ -102,11 +102,12 @@ def read_json_file(path: PathLike, not_json: str, not_object: Optional[str] = No
     A ValueError of ``not_json`` (formatted with ``path`` and ``error``) for bytes that are no UTF-8 or no JSON, and
     for JSON nested past Python's recursion limit (else a RecursionError's traceback, ``[[[...]]]``); with
     ``not_object``, one of it (formatted with ``path``, ``found``, the value's ``reprlib.repr``, and ``kind``, its
-    JSON name) for JSON that is no object. An OSError reading the file is the caller's to say."""
+    JSON name) for JSON that is no object. An OSError reading the file is the caller's to say. A leading UTF-8 byte
+    order mark (Notepad and PowerShell write one) is no part of the JSON: skipped, not "Unexpected UTF-8 BOM"."""
     if raw is None:
         raw = Path(path).read_bytes()
     try:
-        value = json.loads(raw.decode("utf-8"))
+        value = json.loads(raw.decode("utf-8-sig"))
     except (ValueError, RecursionError) as err:  # JSONDecodeError, UnicodeDecodeError; too deep a nesting
         raise ValueError(not_json.format(path=path, error=str(err).rstrip("."))) from err
     if not_object is not None and not isinstance(value, dict):

@@ -1,5 +1,7 @@
 """Character ids: the released encoding and defined behaviour for odd input."""
 
+import re
+
 import pytest
 import torch
 
@@ -72,10 +74,61 @@ def test_a_batch_that_is_not_a_list_of_sentences(batch):
         batch_to_ids(batch)
 
 
+@pytest.mark.parametrize("batch", [{("hello", "world"), ("bye",)}, frozenset([("a",)])], ids=["set", "frozenset"])
+def test_a_batch_that_is_a_set_is_refused_as_unordered(batch):
+    """A set of sentences was accepted, its rows in hash order (no way to tell which row is which sentence): refused
+    as a set sentence is, "in order"."""
+    with pytest.raises(TypeError, match=rf"^batch_to_ids expects a list of sentences in order, but got a "
+                                        rf"{type(batch).__name__}, which has no order.*Pass the sentences as a list"):
+        batch_to_ids(batch)
+    ordered = {("hello", "world"): 1, ("bye",): 2}  # a dict's keys are a Set too, but in order: taken
+    assert torch.equal(batch_to_ids(ordered.keys()), batch_to_ids([["hello", "world"], ["bye"]]))
+
+
 @pytest.mark.parametrize("sentence", [{"a", "b"}, None, 7], ids=["set", "None", "int"])
 def test_a_sentence_that_is_not_an_ordered_list(sentence):
     with pytest.raises(TypeError, match="sentence 1 is a .*list\\(tokens\\)"):
         batch_to_ids([["ok"], sentence])
+
+
+class _Token:
+    """A spaCy Token as batch_to_ids sees it (chars is below the spaCy layer: duck-typed, no spaCy here)."""
+
+    def __init__(self, text):
+        self.text = text
+
+
+class _Span:
+    """A spaCy Doc or Span: .text, iterates over tokens, neither a Sequence nor an Iterator."""
+
+    def __init__(self, words):
+        self.tokens = [_Token(w) for w in words]
+        self.text = " ".join(words)
+
+    def __iter__(self):
+        return iter(self.tokens)
+
+
+_TEXTS = re.escape("batch_to_ids([[t.text for t in s] for s in doc.sents])")
+
+
+def test_spacy_docs_spans_and_tokens_are_told_to_pass_their_texts():
+    """batch_to_ids([doc]) said "sentence 0 is a Doc ... e.g. list(tokens)", and list(doc) then "Token 0 of sentence 0
+    is a Token"; batch_to_ids(doc) said "sentence 0 is a Token ... e.g. list(tokens)", though the batch was the
+    Doc. Each names the texts to pass."""
+    doc = _Span(["Hello", "world"])
+    for batch in ([doc], iter([doc])):  # batch_to_ids([doc]), batch_to_ids(doc.sents)
+        with pytest.raises(TypeError, match=rf"sentence 0 is a _Span \(an object with \.text, like a spaCy Doc or "
+                                            rf"Span\)\. Pass its tokens' texts, e\.g\. {_TEXTS}\.$") as err:
+            batch_to_ids(batch)
+        assert "list(tokens)" not in str(err.value)
+    with pytest.raises(TypeError, match=rf"sentence 0 is a _Token \(an object with \.text, like a spaCy Token\): the "
+                                        rf"batch given is one document or sentence, not a list of sentences\. .*{_TEXTS}"):
+        batch_to_ids(doc)
+    with pytest.raises(TypeError, match=rf"^Token 1 of sentence 0 is a _Token, not a str: pass its text \(token\.text\), "
+                                        rf"e\.g\. {_TEXTS}\.$"):
+        batch_to_ids([["ok", _Token("x")]])
+    assert torch.equal(batch_to_ids([[t.text for t in doc]]), batch_to_ids([["Hello", "world"]]))
 
 
 def test_numpy_arrays_generators_and_tuples_of_tokens_are_sentences():

@@ -42,6 +42,17 @@ def is_real(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
+#: What a value of a JSON (or Python) type is, for a message naming the type of a value where a number belongs.
+VALUE_KINDS = {str: "a string", bool: "a boolean", type(None): "null", float: "a float", list: "a list", dict: "an object"}
+
+
+def none_or_zero(value: Any, none: Any) -> Any:
+    """An options.json value that may say "none" (a clip, ``n_highway``): ``none`` for null (or a missing key,
+    ``.get``'s None) and for the number 0; any other value as it is, for validation to accept or refuse by name
+    (``or none`` took false, "", [] and {} for none too, silently)."""
+    return none if value is None or (is_real(value) and value == 0) else value
+
+
 #: The most bytes one torch tensor can have (its size is a signed 64-bit integer: more is torch's "Storage size
 #: calculation overflowed", or a TypeError from C++ for a dimension past 2**63 - 1).
 MOST_TENSOR_BYTES = 2**63 - 1
@@ -316,10 +327,14 @@ class BiLMConfig:
         if isinstance(self.filters, list):
             self.filters = [tuple(int(v) if is_int(v) else v for v in f) if isinstance(f, tuple) else f  # type: ignore[misc]
                             for f in self.filters]
-        for name in ("projection_dim", "cell_dim", "n_layers", "char_embedding_dim", "max_characters_per_token"):
+        for name in ("projection_dim", "cell_dim", "n_layers", "char_embedding_dim"):
             value = getattr(self, name)
             if not is_int(value) or value <= 0:
                 raise InvalidConfigValue(name, Errors.E_BAD_POSITIVE.format(name=name, value=value))
+        # one message for any bad value: 0 said "a positive integer", then 1 "at least 3" (two errors for one field)
+        if not is_int(self.max_characters_per_token) or self.max_characters_per_token < 3:
+            raise InvalidConfigValue("max_characters_per_token", Errors.E_MAX_CHARS_TOO_SMALL.format(
+                value=self.max_characters_per_token))
         if not is_int(self.n_highway) or self.n_highway < 0:
             raise InvalidConfigValue("n_highway", Errors.E_BAD_NON_NEGATIVE.format(name="n_highway", value=self.n_highway))
         for name in ("cell_clip", "proj_clip"):
@@ -343,10 +358,11 @@ class BiLMConfig:
         if self.activation not in ("relu", "tanh"):
             raise InvalidConfigValue("activation", Errors.E_BAD_ACTIVATION.format(value=self.activation))
         if not is_int(self.n_characters) or self.n_characters not in (N_CHAR_IDS, N_CHAR_IDS + 1):
-            raise InvalidConfigValue("n_characters", Errors.E_BAD_N_CHARACTERS.format(value=self.n_characters))
-        if self.max_characters_per_token < 3:
-            raise InvalidConfigValue("max_characters_per_token", Errors.E_MAX_CHARS_TOO_SMALL.format(
-                value=self.max_characters_per_token))
+            found = short_repr(self.n_characters)
+            if not is_int(self.n_characters):  # "'262'" alone reads as the number: its type said
+                kind = VALUE_KINDS.get(type(self.n_characters), f"a {type(self.n_characters).__name__}")
+                found = Errors.E_BAD_N_CHARACTERS_TYPE.format(value=found, kind=kind)
+            raise InvalidConfigValue("n_characters", Errors.E_BAD_N_CHARACTERS.format(found=found))
         ok = isinstance(self.filters, list) and len(self.filters) > 0
         ok = ok and all(
             isinstance(f, tuple) and len(f) == 2 and all(is_int(v) and v > 0 for v in f) for f in self.filters
@@ -393,8 +409,10 @@ class BiLMConfig:
                 raise ValueError(Errors.E_OPTIONS_IS_DIR.format(path=options))
             try:
                 raw = Path(options).read_bytes()
-            except OSError as err:
-                raise ValueError(Errors.E_OPTIONS_NOT_JSON.format(path=options, error=err)) from err
+            except FileNotFoundError as err:  # removed since: missing, as above
+                raise missing_path_error(options, Errors.E_OPTIONS_FILE_MISSING.format(path=options)) from err
+            except OSError as err:  # no read permission, an I/O error: not "pass the options.json", it is that file
+                raise ValueError(Errors.E_OPTIONS_UNREADABLE.format(path=options, error=err)) from err
             if is_hdf5(raw):  # else "'utf-8' codec can't decode byte 0x89": the arguments swapped
                 raise ValueError(Errors.E_OPTIONS_IS_HDF5.format(path=options))
             # no JSON, no UTF-8, nested past the recursion limit; no object: an_object below says it in its words
@@ -410,10 +428,12 @@ class BiLMConfig:
                 raise ValueError(Errors.E_OPTIONS_MISSING_KEY.format(source=source, key=where))
             return section[key]
 
+        original = "" if weight_file is None else Errors.E_OPTIONS_BAD_VALUE_ORIGINAL.format(weight_file=weight_file)
+
         def an_object(value: Any, what: str, shape: str) -> Dict[str, Any]:  # not "lacks the key" for [1]
             if not isinstance(value, dict):
                 raise ValueError(Errors.E_OPTIONS_NOT_OBJECT.format(
-                    source=source, found=short_repr(value), what=what, shape=shape))
+                    source=source, found=short_repr(value), what=what, shape=shape, original=original))
             return value
 
         options = an_object(options, "the top level", '{"lstm": {...}, "char_cnn": {...}}')
@@ -430,12 +450,12 @@ class BiLMConfig:
             projection_dim=need(lstm, "projection_dim", "lstm.projection_dim"),
             cell_dim=need(lstm, "dim", "lstm.dim"),
             n_layers=need(lstm, "n_layers", "lstm.n_layers"),
-            cell_clip=lstm.get("cell_clip") or None,
-            proj_clip=lstm.get("proj_clip") or None,
+            cell_clip=none_or_zero(lstm.get("cell_clip"), None),
+            proj_clip=none_or_zero(lstm.get("proj_clip"), None),
             use_skip_connections=lstm["use_skip_connections"],
             char_embedding_dim=need(embedding, "dim", "char_cnn.embedding.dim"),
             filters=need(cnn, "filters", "char_cnn.filters"),
-            n_highway=cnn.get("n_highway") or 0,
+            n_highway=none_or_zero(cnn.get("n_highway"), 0),
             activation=cnn["activation"],
             n_characters=cnn.get("n_characters", 262),
             max_characters_per_token=cnn.get("max_characters_per_token", DEFAULT_MAX_CHARS),
@@ -443,7 +463,6 @@ class BiLMConfig:
         try:
             return cls(**values)
         except InvalidConfigValue as err:  # said in the options' words: the file and its key, not the field's name
-            original = "" if weight_file is None else Errors.E_OPTIONS_BAD_VALUE_ORIGINAL.format(weight_file=weight_file)
             if err.together or err.alone:  # "Fix lstm.projection_dim" after two or three named said otherwise
                 said = Errors.E_OPTIONS_BAD_VALUES if err.together else Errors.E_OPTIONS_BAD_VALUES_EACH
                 raise ValueError(said.format(

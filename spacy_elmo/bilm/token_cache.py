@@ -33,7 +33,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch import Tensor
 
-from ..chars import batch_to_ids, token_list
+from ..chars import batch_to_ids, check_tokens, token_list
 from ..errors import Errors
 from ..ops import reference
 from ..forksafe import after_fork_in_child
@@ -177,6 +177,9 @@ class TokenCache:
     def _lookup(self, bilm, rows, device: torch.device, gather: bool) -> Tensor:
         device = _home(bilm, device)
         rows = [token_list(row, i) for i, row in enumerate(rows)]  # read more than once below
+        # before any row is reserved: _encode's batch_to_ids sees the missing words alone (a bad token was said at
+        # their place, "Token 1 of sentence 0" for sentence 1, and dropped the cache), _reserve hashes each token
+        check_tokens(rows)
         weights = _weights_key(bilm)
         while True:
             with self.lock:

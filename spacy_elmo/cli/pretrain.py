@@ -83,9 +83,12 @@ def model_config(preset: Optional[str], options: Optional[Path]) -> dict:
     except UnknownConfigFields as err:  # its own words name from_dict and from_allennlp_options, the Python API's
         raise typer.BadParameter(Errors.E_OPTIONS_UNKNOWN_FIELD.format(path=path, names=err.names, choices=err.choices),
                                  param_hint="'--options'") from err
+    except OSError as err:  # no read permission, an I/O error: the file meant, not one to replace ("Pass an ...")
+        raise typer.BadParameter(Errors.E_OPTIONS_UNREADABLE.format(path=path, error=err),
+                                 param_hint="'--options'") from err
     # read_json_file says JSON nested past Python's recursion limit as a ValueError. A message's own full stop is the
     # sentence's: not ".."
-    except (OSError, ValueError, TypeError) as err:
+    except (ValueError, TypeError) as err:
         raise typer.BadParameter(Errors.E_OPTIONS_FILE.format(path=path, error=str(err).rstrip(".")),
                                  param_hint="'--options'") from err
     return config.to_dict()

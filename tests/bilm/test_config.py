@@ -39,6 +39,37 @@ def test_options_round_trip_and_defaults():
     assert BiLMConfig.from_allennlp_options(opts).n_highway == 0
 
 
+@pytest.mark.parametrize("section,key,none", [("lstm", "cell_clip", None), ("lstm", "proj_clip", None),
+                                              ("char_cnn", "n_highway", 0)])
+def test_only_null_a_missing_key_or_zero_mean_none_in_options(section, key, none):
+    """`lstm.get("cell_clip") or None` and `cnn.get("n_highway") or 0` took false, "", [] and {} for no clipping /
+    no highway layers, silently. Only a missing key, null or the number 0 say none; anything else is refused by
+    its key."""
+    for value in (None, 0, 0.0, "missing"):
+        opts = options()
+        if value == "missing":
+            del opts[section][key]
+        else:
+            opts[section][key] = value
+        assert getattr(BiLMConfig.from_allennlp_options(opts), key) == none
+    for value in (False, True, "", [], {}, "0"):
+        opts = options()
+        opts[section][key] = value
+        with pytest.raises(ValueError, match=rf"have an invalid {section}\.{key} \(BiLMConfig\.{key}\): {key} must be "
+                                             rf".*; found {re.escape(repr(value))}\."):
+            BiLMConfig.from_allennlp_options(opts)
+
+
+@pytest.mark.parametrize("value", [0, -1, 1, 2, True, 50.0, "50", None])
+def test_max_characters_per_token_is_refused_with_one_message(value):
+    """0 said "must be a positive integer", then 1 or 2 "at least 3": two errors to fix one field. Any bad value is
+    now the one message, a non-integer or a bool named as found."""
+    with pytest.raises(InvalidConfigValue, match=rf"^max_characters_per_token must be a whole number of at least 3 "
+                                                 rf"\(.*\); found {re.escape(repr(value))}\.$") as err:
+        BiLMConfig(max_characters_per_token=value)
+    assert err.value.field == "max_characters_per_token"
+
+
 def test_numpy_integers_are_stored_as_ints():
     """A NumPy integer is a whole number (is_int), kept as a Python int so that the config stays JSON,
     whether given to the constructor or set before the biLM is built (which validates it)."""
@@ -88,9 +119,13 @@ def test_a_clip_past_a_floats_range_is_a_bad_clip(sign, digits):
         ({"filters": []}, "filters"),
         ({"filters": [(60, 4)]}, "wider than"),
         ({"n_characters": 300}, "n_characters"),
-        ({"n_characters": "262"}, "n_characters='262' is not supported"),  # printed as 262: "262 is not supported"
-        ({"n_characters": 262.0}, "n_characters=262.0 is not supported"),  # was accepted, saved as 262.0
-        ({"n_characters": True}, "n_characters=True is not supported"),
+        # "n_characters='262' is not supported ... Use 261 or 262.": the type said, not only the value
+        ({"n_characters": "262"}, r"^n_characters must be the JSON number 261 or 262 \(.*\); found '262' \(a string\), "
+                                  r"not a number\.$"),
+        ({"n_characters": 262.0}, r"found 262\.0 \(a float\), not a number\.$"),  # was accepted, saved as 262.0
+        ({"n_characters": True}, r"found True \(a boolean\), not a number\.$"),
+        ({"n_characters": None}, r"found None \(null\), not a number\.$"),
+        ({"n_characters": 263}, r"^n_characters must be the JSON number 261 or 262 \(.*\); found 263\.$"),
         ({"cell_clip": -1.0}, "cell_clip"),
         ({"cell_clip": float("nan")}, "cell_clip must be a finite"),  # NaN vectors (reference) or a kernel error
         ({"proj_clip": float("inf")}, "proj_clip must be a finite.*null for no clipping"),  # written as Infinity
@@ -367,6 +402,15 @@ def test_swapped_options_and_weight_files_are_named_as_such(tmp_path):
         BiLMConfig.from_allennlp_options(tmp_path / "latin1.json")
 
 
+def test_options_json_with_a_utf8_byte_order_mark_is_read(tmp_path):
+    """An options.json saved by Notepad or PowerShell (a UTF-8 BOM first) was refused: "Could not read ELMo options
+    ...: Unexpected UTF-8 BOM ... Pass the options.json that came with the weight file", though it was that file.
+    The BOM is no part of the JSON: the options read as without it."""
+    path = tmp_path / "options.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(options()).encode("utf-8"))
+    assert BiLMConfig.from_allennlp_options(path) == BiLMConfig.from_allennlp_options(options())
+
+
 def test_options_nested_past_the_recursion_limit_are_could_not_read(tmp_path):
     """An options.json nested deeper than Python's recursion limit raised a bare RecursionError (only pretrain
     --options said it); read_json_file, the one reader of a user's JSON file, says it as any unreadable options."""
@@ -389,13 +433,56 @@ def test_options_nested_past_the_recursion_limit_are_could_not_read(tmp_path):
 def test_a_section_that_is_no_object_is_named_with_what_was_found(tmp_path, change, what, found):
     """'"lstm": [1]' (or a whole file that is a JSON list) was reported as a missing key ('lack the key
     lstm.projection_dim ... check that you passed the options file and not the weight file'): now the key that must
-    be a JSON object, and what the file holds instead."""
+    be a JSON object, and what the file holds instead. "In the ELMo options the given dict, 'lstm' must be" read
+    wrong: "in the given dict"; the options.json that came with the weight file is named only where there is one."""
+    from tests.bilm.oracle import write_weights
+
     path = tmp_path / "options.json"
     path.write_text(json.dumps(change(options())))
-    with pytest.raises(ValueError, match=rf"^In the ELMo options {re.escape(str(path))}, {what} must be a JSON object "
-                                         rf"\(.*\); found {found}\. Pass the options\.json .* or fix {what} there\.$") as err:
+    start = rf"^In the ELMo options in {re.escape(str(path))}, {what} must be a JSON object \(.*\); found {found}\. "
+    with pytest.raises(ValueError, match=rf"{start}Fix {what} there\.$") as err:
         BiLMConfig.from_allennlp_options(path)
     assert "lack the key" not in str(err.value)
+    if isinstance(change(options()), dict):  # a list is taken as a path
+        with pytest.raises(ValueError, match=rf"^In the ELMo options in the given dict, {what} must be a JSON object"):
+            BiLMConfig.from_allennlp_options(change(options()))
+    write_weights(tmp_path / "w.hdf5", options(), np.random.default_rng(0))
+    with pytest.raises(ValueError, match=rf"{start}Fix {what} there, or use the options\.json that came with the weight "
+                                         rf"file {re.escape(str(tmp_path / 'w.hdf5'))}\.$"):
+        BiLM.from_allennlp(path, tmp_path / "w.hdf5")
+
+
+def test_an_options_file_that_cannot_be_read_says_the_os_error_not_to_pass_another(tmp_path, monkeypatch):
+    """An OSError reading the options (no read permission, an I/O error) said "Pass the options.json that came with
+    the weight file", though it was that file: the OS error is said, and to check it (read permission)."""
+    import errno
+    from pathlib import Path
+
+    path = tmp_path / "options.json"
+    path.write_text(json.dumps(options()))
+    read_bytes = Path.read_bytes
+
+    def denied(self):
+        if self == path:
+            raise PermissionError(errno.EACCES, "Permission denied", str(self))
+        return read_bytes(self)
+
+    monkeypatch.setattr(Path, "read_bytes", denied)
+    with pytest.raises(ValueError, match=rf"^Could not read the ELMo options file {re.escape(str(path))}: \[Errno 13\] "
+                                         r"Permission denied.*check what the error says \(e\.g\. give this account "
+                                         r"read permission, chmod\)") as err:
+        BiLMConfig.from_allennlp_options(path)
+    assert "came with the weight file" not in str(err.value)
+
+
+def test_options_lacking_a_key_are_not_said_to_be_maybe_the_weight_file():
+    """"check that you passed the options file and not the weight file": no weight file reaches it (an HDF5 one is
+    said to be swapped, any other is no JSON). Said: another tool's JSON has other keys, or add the key."""
+    with pytest.raises(ValueError, match=r"lack the key 'lstm'\..*check that you passed the options\.json of an ELMo "
+                                         r"model \(another tool's JSON, e\.g\. a Hugging Face config\.json, has other "
+                                         r"keys\), or add 'lstm' there\.$") as err:
+        BiLMConfig.from_allennlp_options({"model_type": "bert"})
+    assert "weight file" not in str(err.value)
 
 
 @pytest.mark.parametrize(
@@ -426,7 +513,8 @@ def test_malformed_allennlp_options_are_clear_errors(section, key, value, match)
         ("lstm", "cell_clip", "3", r"lstm\.cell_clip \(BiLMConfig\.cell_clip\): cell_clip must be a finite"),
         ("lstm", "use_skip_connections", "true", r"lstm\.use_skip_connections \(BiLMConfig\.use_skip_connections\)"),
         ("char_cnn", "activation", "sigmoid", r"char_cnn\.activation \(BiLMConfig\.activation\): Unsupported"),
-        ("char_cnn", "n_characters", 263, r"char_cnn\.n_characters \(BiLMConfig\.n_characters\): n_characters=263"),
+        ("char_cnn", "n_characters", 263, r"char_cnn\.n_characters \(BiLMConfig\.n_characters\): n_characters must be "
+                                          r"the JSON number 261 or 262 .*; found 263\."),
         ("char_cnn", "max_characters_per_token", 2, r"char_cnn\.max_characters_per_token \(BiLMConfig\.max_chara"),
         ("char_cnn", "n_highway", -1, r"char_cnn\.n_highway \(BiLMConfig\.n_highway\)"),
         ("char_cnn", "filters", [[60, 4]], r"char_cnn\.filters \(BiLMConfig\.filters\): Filter width 60 is wider"),

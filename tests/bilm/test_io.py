@@ -416,6 +416,21 @@ def test_damaged_native_config_json_names_the_file(files, tmp_path, text, match)
     assert str(tmp_path / "m" / "config.json") in str(err.value)
 
 
+def test_a_native_config_json_with_a_utf8_byte_order_mark_loads(files, tmp_path):
+    """A saved model's config.json edited in an editor that writes a UTF-8 BOM was "not valid JSON (Unexpected UTF-8
+    BOM)", the model damaged to the loader: the BOM is no part of the JSON, the model loads as before."""
+    model = BiLM.from_allennlp(*files)
+    model.save(tmp_path / "m")
+    config = tmp_path / "m" / "config.json"
+    config.write_bytes(b"\xef\xbb\xbf" + config.read_bytes())
+    assert is_native_config(config)
+    loaded = BiLM.load(tmp_path / "m")
+    assert loaded.config == model.config
+    with torch.no_grad():
+        ids = batch_to_ids(SENTS)
+        assert all(torch.equal(a, b) for a, b in zip(loaded(ids).activations, model(ids).activations))
+
+
 def test_json_nested_past_the_recursion_limit_is_no_native_config(tmp_path):
     """is_native_config is False for any file not a model's config.json: one nested too deep raised RecursionError."""
     (tmp_path / "config.json").write_text("[" * 100_000 + "]" * 100_000)

@@ -174,6 +174,26 @@ def test_rows_are_taken_as_batch_to_ids_takes_sentences():
                                          whole_rows=[["The", "bank"], ["a"]])
 
 
+@pytest.mark.parametrize("bad,type_name", [(3, "int"), (["d"], "list"), (None, "NoneType")])
+def test_a_token_that_is_no_str_is_named_where_it_is_and_the_cache_kept(bad, type_name):
+    """Through the cache, the words not yet cached were checked alone (batch_to_ids of them as one row): a bad token
+    in sentence 1 was "Token 1 of sentence 0", a list token a bare "unhashable type: 'list'", and the failed encode
+    dropped the cache for every thread. Checked where the rows are taken, as without a cache, nothing reserved."""
+    bilm, cache = _tiny_bilm(), TokenCache(100)
+    with torch.no_grad():
+        run_rows(bilm, [["a", "b"]], cache)
+        generation, index, used = cache.generation, dict(cache.index), cache.used
+        for grad in (True, False):  # without the cache (a gradient wanted), with it
+            with torch.set_grad_enabled(grad), pytest.raises(
+                    TypeError, match=rf"^Token 1 of sentence 1 is a {type_name}, not a str\."):
+                run_rows(bilm, [["a", "b"], ["c", bad]], cache)
+        for lookup in (cache.lookup, cache.vectors):
+            with pytest.raises(TypeError, match=rf"^Token 1 of sentence 1 is a {type_name}, not a str\."):
+                lookup(bilm, [["a", "b"], ["c", bad]], torch.device("cpu"))
+        assert (cache.generation, cache.index, cache.used, cache.pending) == (generation, index, used, {})
+    _assert_cached_rows_equal_whole_bilm(bilm, [["a", "c"], ["b"]], cache)
+
+
 def test_a_cache_built_under_inference_mode_is_used_outside_it():
     """'Inplace update to inference tensor outside InferenceMode' at the first new token."""
     bilm = _tiny_bilm()

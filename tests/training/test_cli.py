@@ -566,6 +566,43 @@ def test_options_nested_past_the_recursion_limit_are_a_usage_error(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_pretrain_options_with_a_utf8_byte_order_mark_are_read(tmp_path):
+    """`pretrain --options` of a file with a UTF-8 BOM first (Notepad, PowerShell) was a usage error ("Unexpected
+    UTF-8 BOM"): read as without it, what is refused then is the missing text, not --options."""
+    from tests.bilm.test_config import options as allennlp_options
+
+    path = tmp_path / "options.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(allennlp_options()).encode("utf-8"))
+    said = plain(runner.invoke(app, ["pretrain", str(tmp_path / "no-text"), str(tmp_path / "out"),
+                                     "--options", str(path)]).output)
+    assert "no-text" in said and "'--options'" not in said and "BOM" not in said, said
+
+
+def test_pretrain_options_that_cannot_be_read_say_the_os_error(tmp_path, monkeypatch):
+    """An OSError reading --options (no read permission) said "Could not read the model options ...: [Errno 13]
+    Permission denied ... Pass an AllenNLP options.json, ...", though it was one: the OS error, and to check it."""
+    import errno
+    from pathlib import Path
+
+    from tests.bilm.test_config import options as allennlp_options
+
+    path = tmp_path / "options.json"
+    path.write_text(json.dumps(allennlp_options()))
+    read_bytes = Path.read_bytes
+
+    def denied(self):
+        if self == path:
+            raise PermissionError(errno.EACCES, "Permission denied", str(self))
+        return read_bytes(self)
+
+    monkeypatch.setattr(Path, "read_bytes", denied)
+    result = runner.invoke(app, ["pretrain", str(tmp_path / "no-text"), str(tmp_path / "out"), "--options", str(path)])
+    said = " ".join(plain(result.output).replace("│", " ").split())
+    assert result.exit_code == 2, said
+    assert "Permission denied" in said and "give this account read permission" in said, said
+    assert "Pass an AllenNLP options.json" not in said and not (tmp_path / "out").exists(), said
+
+
 def test_pretrain_options_given_a_weight_file_says_it_is_one(tmp_path):
     """`pretrain --options weights.hdf5` (the weight file where the options go) said "'utf-8' codec can't decode
     byte 0x89": pretrain reads the file itself. It says the file is an HDF5 weight file and that --options takes
