@@ -226,3 +226,14 @@ def test_a_listener_the_component_sized_is_resized_by_weights_its_bytes_load(tin
     elmo.from_bytes(data, exclude=["vocab"])
     assert get_bilm(elmo.model).config.n_output_layers == 2
     assert (listener.get_dim("nL"), listener.get_dim("nO")) == (2, WIDTH)
+
+
+def test_an_update_that_trains_nothing_reports_the_loss_of_elmo_as_zero(nlp):
+    """A frozen elmo's update (the default; or one no listener trains on) computes no loss, but reports 0.0 under its
+    name, as spaCy's trainable pipes do: spacy train's console logger reads losses[NAME] of every trainable
+    component (a KeyError at the first logged step without it)."""
+    from spacy.training import Example
+
+    examples = [Example.from_dict(nlp.make_doc("The bank of the river ."), {})]
+    assert nlp.update(examples) == {"elmo": 0.0}
+    assert nlp.get_pipe("elmo").update(examples, losses={"ner": 1.5}) == {"ner": 1.5, "elmo": 0.0}
