@@ -237,3 +237,21 @@ def test_an_update_that_trains_nothing_reports_the_loss_of_elmo_as_zero(nlp):
     examples = [Example.from_dict(nlp.make_doc("The bank of the river ."), {})]
     assert nlp.update(examples) == {"elmo": 0.0}
     assert nlp.get_pipe("elmo").update(examples, losses={"ner": 1.5}) == {"ner": 1.5, "elmo": 0.0}
+
+
+def test_layers_predicted_before_weights_of_other_depth_were_loaded_are_mixed_by_their_own_count(nlp, tmp_path):
+    """set_annotations of layers predicted before load_weights set a biLM with another number of layers (another
+    thread's load between the two; a caller of predict and set_annotations apart) mixes them by their own count of
+    layers: the mix of the new weights' count failed to broadcast (store "mix", doc.tensor) or was stored beside
+    layers it does not fit (doc._.elmo_mix)."""
+    torch.manual_seed(3)
+    BiLM(BiLMConfig(**{**TINY, "n_layers": 3})).save(tmp_path / "deeper")
+    elmo = nlp.get_pipe("elmo")
+    docs = [nlp.make_doc("The bank of the river .")]
+    outputs = elmo.predict(docs)
+    assert len(outputs[0]) == N_LAYERS
+    elmo.load_weights(str(tmp_path / "deeper"))
+    assert elmo.mix_weights().shape == (4,)
+    elmo.set_annotations(docs, outputs)
+    assert docs[0]._.elmo.shape == (N_LAYERS, 6, WIDTH)
+    numpy.testing.assert_allclose(docs[0]._.elmo_mix, numpy.full(N_LAYERS, 1 / N_LAYERS), rtol=1e-6)
