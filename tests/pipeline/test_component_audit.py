@@ -255,3 +255,24 @@ def test_layers_predicted_before_weights_of_other_depth_were_loaded_are_mixed_by
     elmo.set_annotations(docs, outputs)
     assert docs[0]._.elmo.shape == (N_LAYERS, 6, WIDTH)
     numpy.testing.assert_allclose(docs[0]._.elmo_mix, numpy.full(N_LAYERS, 1 / N_LAYERS), rtol=1e-6)
+
+
+def test_a_late_gradient_for_an_earlier_batch_leaves_the_current_batch_waiting(tiny_dir):
+    """A listener's backprop of an earlier batch called after elmo's next update (a training loop of one's own that
+    keeps it) is dropped: the earlier batch's backward already ran. Its last gradient took the current batch's
+    backward (none came for it yet) along with it, so that the gradient the current batch then got was lost and
+    finish_update took no step."""
+    from .test_listener import _fine_tuned_ner
+
+    nlp = _fine_tuned_ner(tiny_dir)
+    examples, optimizer, elmo, bilm, before = _ready_to_fine_tune(nlp)
+    (listener,) = elmo.listeners
+    elmo.update(examples[:2])
+    late, shapes = listener._backprop, [o.shape for o in listener._outputs]
+    elmo.update(examples[2:])
+    late([elmo.model.ops.alloc3f(*shape) + 1.0 for shape in shapes])
+    nlp.get_pipe("ner").update(examples[2:])  # the current batch's gradient
+    elmo.finish_update(optimizer)
+    shim = elmo.model.layers[0].shims[0]
+    assert set(n for key, n in optimizer.calls.items() if key[0] == shim.id) == {1}
+    assert any(not torch.equal(before[name], p.detach()) for name, p in bilm.named_parameters())
