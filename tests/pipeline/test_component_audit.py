@@ -276,3 +276,19 @@ def test_a_late_gradient_for_an_earlier_batch_leaves_the_current_batch_waiting(t
     shim = elmo.model.layers[0].shims[0]
     assert set(n for key, n in optimizer.calls.items() if key[0] == shim.id) == {1}
     assert any(not torch.equal(before[name], p.detach()) for name, p in bilm.named_parameters())
+
+
+def test_find_listeners_of_a_component_outside_the_pipeline_links_its_star_listener(nlp):
+    """elmo.find_listeners(component) called by hand (spaCy's Tok2Vec API) for a component of no pipeline elmo is in
+    links its "*" listener, as spaCy's Tok2Vec.find_listeners does: nothing tells of a nearer elmo component. (In a
+    pipeline, spaCy's relinking asks only for the components after elmo.)"""
+    from spacy_elmo.pipeline.listener import ElmoListener
+
+    from .test_listener import LISTENER, NER
+
+    ner = spacy.blank("en").add_pipe("ner", config={"model": {**NER, "tok2vec": LISTENER}})
+    (listener,) = [node for node in ner.model.walk() if isinstance(node, ElmoListener)]
+    elmo = nlp.get_pipe("elmo")
+    assert elmo.listening_components == []
+    elmo.find_listeners(ner)
+    assert elmo.listener_map == {"ner": [listener]} and listener.upstream == "elmo"
