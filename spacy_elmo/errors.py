@@ -1030,6 +1030,17 @@ class Errors:
         "training and in the trained pipeline, so keep '{upstream}' enabled. To keep its weights as they are, "
         "enabled, leave its frozen setting true (the default)."
     )
+    #: E_LISTENER_NO_SIZES where spacy train (init_nlp) initializes with the upstream in both [training]
+    #: frozen_components and [nlp] disabled: both named at once (each alone said only its own, the other next run)
+    E_LISTENER_NO_SIZES_FROZEN_AND_DISABLED = (
+        "The ELMo listener in '{component}' is initialized while its upstream '{upstream}' is both in the training "
+        "config's [training] frozen_components and in its [nlp] disabled (or spacy train's "
+        "--training.frozen_components and --nlp.disabled): spacy train initializes neither, so '{upstream}' loaded "
+        "no weights and the layers after the listener cannot be sized. Remove '{upstream}' from both lists (and "
+        "from those options): '{component}' reads its layers in training and in the trained pipeline, so keep "
+        "'{upstream}' enabled and out of frozen_components. To keep its weights as they are, leave its frozen "
+        "setting true (the default): it freezes itself."
+    )
     E_LISTENER_OTHER_DATA = (
         "The ELMo listener in '{component}' reads the layers of '{upstream}' ({nL} layers of width {nO}), "
         "but doc._.elmo holds an array of shape {shape}: another elmo component wrote doc._.elmo after "

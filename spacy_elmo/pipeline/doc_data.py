@@ -127,32 +127,25 @@ def source_rows(
                 following = int(starts[row + 1]) - first if row + 1 < n_rows else len(text)
                 piece = text[offset : max(offset + 1, following)]
                 if piece not in seen:
-                    seen[piece] = _row_is_space(doc.vocab, piece, rule)
+                    seen[piece] = _row_is_space(piece, rule)
                 own[row] = not seen[piece]
     return lo, hi, own
 
 
-def _row_is_space(vocab: Any, text: str, rule: Optional[Callable[[str], Any]] = None) -> bool:
+def _row_is_space(text: str, rule: Callable[[str], Any]) -> bool:
     """Whether a row's token was whitespace, from ``text``: its text and the trailing whitespace (``" "`` or none)
-    up to the next row's token, the whole token's text decided (:func:`_is_space_text`), never its first character
-    alone (a word token ``" York"`` is counted). With ``str.isspace`` the trailing space changes nothing; a
-    language's own rule is asked about the text without it too. ``rule``: :func:`_is_space_rule` of ``vocab``,
-    where the caller looked it up already."""
-    rule = _is_space_rule(vocab) if rule is None else rule
+    up to the next row's token, the whole token's text decided by ``rule`` (:func:`_is_space_rule` of the doc's
+    vocab), never its first character alone (a word token ``" York"`` is counted). With ``str.isspace`` the
+    trailing space changes nothing; a language's own rule is asked about the text without it too."""
     if rule(text):
         return True
     return len(text) > 1 and text.endswith(" ") and bool(rule(text[:-1]))
 
 
-def _is_space_text(vocab: Any, text: str) -> bool:
-    """Whether a token of ``text`` is whitespace: spaCy's ``is_space`` rule, ``text.isspace()`` unless the language
-    gives its own (``vocab.lex_attr_getters[IS_SPACE]``, which set the flag ``token.is_space`` reads). The rule that
-    left the token out of the biLM's input (a zero row: ``batching``) and that :func:`_has_own_vector` reads."""
-    return bool(_is_space_rule(vocab)(text))
-
-
 def _is_space_rule(vocab: Any) -> Callable[[str], Any]:
-    """spaCy's ``is_space`` rule of ``vocab``'s language (:func:`_is_space_text`): its own getter, else ``str.isspace``."""
+    """spaCy's ``is_space`` rule of ``vocab``'s language: its own getter (``vocab.lex_attr_getters[IS_SPACE]``, which
+    set the flag ``token.is_space`` reads), else ``str.isspace``. The rule that left a token out of the biLM's input
+    (a zero row: ``batching``) and that :func:`_has_own_vector` reads."""
     return vocab.lex_attr_getters.get(IS_SPACE, str.isspace)
 
 
@@ -231,7 +224,7 @@ def token_vector(token: Token) -> Optional[numpy.ndarray]:
 
 
 def _has_own_vector(token: Token) -> bool:
-    """Whether ``token`` has a vector of its own: not whitespace (``is_space``, :func:`_is_space_text`'s rule; its
+    """Whether ``token`` has a vector of its own: not whitespace (``is_space``, :func:`_is_space_rule`'s rule; its
     vector is all zeros, as spaCy's own
     ``has_vector`` says of a token without a vector). A span's vector averages these tokens' alone."""
     return not token.is_space
@@ -298,9 +291,9 @@ def hook_similarity(obj, other) -> float:
     if isinstance(other, Lexeme) or not _annotated(obj) or not _annotated(other):
         return _no_elmo_similarity(obj, other)
     a, b = _vec(obj), _vec(other)
-    if a is None or b is None or not numpy.any(a) or not numpy.any(b):  # empty / whitespace-only: no ELMo vector
+    mine_empty, theirs_empty = a is None or not numpy.any(a), b is None or not numpy.any(b)
+    if mine_empty or theirs_empty:  # empty / whitespace-only: no ELMo vector
         # spaCy's own: 1.0 for the same words, else 0.0 with W008
-        mine_empty, theirs_empty = a is None or not numpy.any(a), b is None or not numpy.any(b)
         if _same_words(obj, other):
             return 1.0
         which = "both are" if mine_empty and theirs_empty else "this one is" if mine_empty else "the other is"
@@ -309,6 +302,7 @@ def hook_similarity(obj, other) -> float:
         )
         warnings.warn(message, UserWarning, stacklevel=user_stacklevel())
         return 0.0
+    assert a is not None and b is not None  # neither empty
     if a.shape != b.shape:
         raise ValueError(Errors.E_ELMO_SIMILARITY_WIDTHS.format(width=a.shape[-1], other=b.shape[-1]))
     return _cosine(a, b)
@@ -321,10 +315,10 @@ def _annotated(obj) -> bool:
     return isinstance(obj, (Token, Span)) and _stored(obj.doc) is not None
 
 
-def _cosine(a: Any, b: Any) -> float:
-    """The cosine of two vectors (numpy, or None); 0.0 when either is missing or zero, or their widths differ."""
-    if a is None or b is None or b.shape != a.shape:
-        return 0.0
+def _cosine(a: numpy.ndarray, b: numpy.ndarray) -> float:
+    """The cosine of two nonzero vectors of one width (:func:`hook_similarity` checked both). 0.0 where a norm is 0.0
+    all the same: a float32 vector of tiny values (all below about 2e-23, as in data set by hand) is nonzero, but
+    its squares underflow (``numpy.linalg.norm`` sums them in float32), and the division would give inf or nan."""
     na, nb = float(numpy.linalg.norm(a)), float(numpy.linalg.norm(b))
     if na == 0.0 or nb == 0.0:
         return 0.0

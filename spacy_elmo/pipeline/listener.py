@@ -178,16 +178,20 @@ def _no_sizes(model: ElmoListener) -> str:
     while it initializes), :attr:`Errors.E_LISTENER_NO_SIZES_DISABLED_CONFIG` where spacy train's ``init_nlp``
     initializes with the upstream in its config's [nlp] disabled (``--nlp.disabled``), and
     :attr:`Errors.E_LISTENER_NO_SIZES_DISABLED` where the pipeline initializing it has the upstream disabled
-    otherwise (``nlp.select_pipes``, ``nlp.disable_pipe``: ``nlp.initialize`` skips it)."""
+    otherwise (``nlp.select_pipes``, ``nlp.disable_pipe``: ``nlp.initialize`` skips it), and
+    :attr:`Errors.E_LISTENER_NO_SIZES_FROZEN_AND_DISABLED` where the upstream is in both the config's frozen_components
+    and its [nlp] disabled (one run names both fixes: the frozen message alone left the other for the next run)."""
     nlp = running_pipeline(model)
     init_nlp = _init_nlp_locals()
-    frozen = tuple(init_nlp.get("frozen_components") or ())
-    if nlp is not None and model.upstream in nlp.disabled and model.upstream not in frozen:
-        message = Errors.E_LISTENER_NO_SIZES_DISABLED
-        if model.upstream in _config_disabled(init_nlp.get("config")):
-            message = Errors.E_LISTENER_NO_SIZES_DISABLED_CONFIG
-        return message.format(upstream=model.upstream, component=model.component)
-    return Errors.E_LISTENER_NO_SIZES.format(upstream=model.upstream, component=model.component)
+    frozen = model.upstream in tuple(init_nlp.get("frozen_components") or ())
+    config_disabled = model.upstream in _config_disabled(init_nlp.get("config"))
+    if frozen and config_disabled:
+        message = Errors.E_LISTENER_NO_SIZES_FROZEN_AND_DISABLED
+    elif nlp is not None and model.upstream in nlp.disabled and not frozen:
+        message = Errors.E_LISTENER_NO_SIZES_DISABLED_CONFIG if config_disabled else Errors.E_LISTENER_NO_SIZES_DISABLED
+    else:
+        message = Errors.E_LISTENER_NO_SIZES
+    return message.format(upstream=model.upstream, component=model.component)
 
 
 def _init_nlp_locals() -> Dict[str, Any]:

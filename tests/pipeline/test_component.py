@@ -236,6 +236,24 @@ def test_similarity_of_empty_or_whitespace_only_is_1_for_the_same_words_else_0_w
     zero_with_the_warning(doc[0:2], doc[3:3], "the other is")
 
 
+def test_similarity_of_a_vector_whose_norm_underflows_is_0_not_inf():
+    """A nonzero float32 vector of tiny values (set by hand) passes the hook's empty check, but its norm underflows
+    to 0.0 (numpy sums the squares in float32): the cosine guards its division, 0.0 where it gave inf."""
+    from spacy_elmo.pipeline.doc_data import install_extensions, install_hooks, set_doc_data
+
+    install_extensions()
+    doc = spacy.blank("en").make_doc("tiny word")
+    layers = numpy.ones((N_LAYERS, 2, WIDTH), dtype="float32")
+    layers[:, 0] = 1e-30
+    set_doc_data(doc, layers, numpy.full(N_LAYERS, 1 / N_LAYERS, dtype="float32"), "all", "float32")
+    install_hooks(doc)
+    assert doc[0].vector.any() and numpy.linalg.norm(doc[0].vector) == 0.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert doc[0].similarity(doc[1]) == 0.0
+        assert doc[1].similarity(doc[0]) == 0.0
+
+
 def test_similarity_with_not_a_token_span_doc_or_lexeme_is_a_type_error(nlp):
     """similarity("bank") / similarity(None): was 0.0 with a warning that "the other str has no ELMo data"; spaCy's
     own raises (AttributeError). Now a TypeError naming the type given and what is accepted."""
@@ -653,14 +671,17 @@ def test_a_row_is_whitespace_by_its_tokens_whole_text_and_the_languages_rule():
     vocab's ``is_space`` rule (which set ``token.is_space``), with and without that space."""
     from spacy.attrs import IS_SPACE
 
-    from spacy_elmo.pipeline.doc_data import _row_is_space
+    from spacy_elmo.pipeline.doc_data import _is_space_rule, _row_is_space
 
     vocab = spacy.blank("en").vocab
-    assert [_row_is_space(vocab, t) for t in [" York", " York ", "York ", " ", "  ", "\n "]] == [
+    rule = _is_space_rule(vocab)
+    assert [_row_is_space(t, rule) for t in [" York", " York ", "York ", " ", "  ", "\n "]] == [
         False, False, False, True, True, True,
     ]
     vocab.lex_attr_getters[IS_SPACE] = lambda text: text == " "  # a language's own rule: one space only
-    assert [_row_is_space(vocab, t) for t in [" ", "  ", "\n", " x "]] == [True, True, False, False]
+    rule = _is_space_rule(vocab)
+    assert [_row_is_space(t, rule) for t in [" ", "  ", "\n", " x "]] == [True, True, False, False]
+
 
 def test_a_whole_doc_read_of_merged_tokens_asks_the_rule_once_per_distinct_row_text(nlp):
     """source_rows on a doc of many merged tokens looked the is_space rule up and called it about 1.5 times a row

@@ -226,3 +226,69 @@ def test_a_listener_the_component_sized_is_resized_by_weights_its_bytes_load(tin
     elmo.from_bytes(data, exclude=["vocab"])
     assert get_bilm(elmo.model).config.n_output_layers == 2
     assert (listener.get_dim("nL"), listener.get_dim("nO")) == (2, WIDTH)
+
+
+def test_an_update_that_trains_nothing_reports_the_loss_of_elmo_as_zero(nlp):
+    """A frozen elmo's update (the default; or one no listener trains on) computes no loss, but reports 0.0 under its
+    name, as spaCy's trainable pipes do: spacy train's console logger reads losses[NAME] of every trainable
+    component (a KeyError at the first logged step without it)."""
+    from spacy.training import Example
+
+    examples = [Example.from_dict(nlp.make_doc("The bank of the river ."), {})]
+    assert nlp.update(examples) == {"elmo": 0.0}
+    assert nlp.get_pipe("elmo").update(examples, losses={"ner": 1.5}) == {"ner": 1.5, "elmo": 0.0}
+
+
+def test_layers_predicted_before_weights_of_other_depth_were_loaded_are_mixed_by_their_own_count(nlp, tmp_path):
+    """set_annotations of layers predicted before load_weights set a biLM with another number of layers (another
+    thread's load between the two; a caller of predict and set_annotations apart) mixes them by their own count of
+    layers: the mix of the new weights' count failed to broadcast (store "mix", doc.tensor) or was stored beside
+    layers it does not fit (doc._.elmo_mix)."""
+    torch.manual_seed(3)
+    BiLM(BiLMConfig(**{**TINY, "n_layers": 3})).save(tmp_path / "deeper")
+    elmo = nlp.get_pipe("elmo")
+    docs = [nlp.make_doc("The bank of the river .")]
+    outputs = elmo.predict(docs)
+    assert len(outputs[0]) == N_LAYERS
+    elmo.load_weights(str(tmp_path / "deeper"))
+    assert elmo.mix_weights().shape == (4,)
+    elmo.set_annotations(docs, outputs)
+    assert docs[0]._.elmo.shape == (N_LAYERS, 6, WIDTH)
+    numpy.testing.assert_allclose(docs[0]._.elmo_mix, numpy.full(N_LAYERS, 1 / N_LAYERS), rtol=1e-6)
+
+
+def test_a_late_gradient_for_an_earlier_batch_leaves_the_current_batch_waiting(tiny_dir):
+    """A listener's backprop of an earlier batch called after elmo's next update (a training loop of one's own that
+    keeps it) is dropped: the earlier batch's backward already ran. Its last gradient took the current batch's
+    backward (none came for it yet) along with it, so that the gradient the current batch then got was lost and
+    finish_update took no step."""
+    from .test_listener import _fine_tuned_ner
+
+    nlp = _fine_tuned_ner(tiny_dir)
+    examples, optimizer, elmo, bilm, before = _ready_to_fine_tune(nlp)
+    (listener,) = elmo.listeners
+    elmo.update(examples[:2])
+    late, shapes = listener._backprop, [o.shape for o in listener._outputs]
+    elmo.update(examples[2:])
+    late([elmo.model.ops.alloc3f(*shape) + 1.0 for shape in shapes])
+    nlp.get_pipe("ner").update(examples[2:])  # the current batch's gradient
+    elmo.finish_update(optimizer)
+    shim = elmo.model.layers[0].shims[0]
+    assert set(n for key, n in optimizer.calls.items() if key[0] == shim.id) == {1}
+    assert any(not torch.equal(before[name], p.detach()) for name, p in bilm.named_parameters())
+
+
+def test_find_listeners_of_a_component_outside_the_pipeline_links_its_star_listener(nlp):
+    """elmo.find_listeners(component) called by hand (spaCy's Tok2Vec API) for a component of no pipeline elmo is in
+    links its "*" listener, as spaCy's Tok2Vec.find_listeners does: nothing tells of a nearer elmo component. (In a
+    pipeline, spaCy's relinking asks only for the components after elmo.)"""
+    from spacy_elmo.pipeline.listener import ElmoListener
+
+    from .test_listener import LISTENER, NER
+
+    ner = spacy.blank("en").add_pipe("ner", config={"model": {**NER, "tok2vec": LISTENER}})
+    (listener,) = [node for node in ner.model.walk() if isinstance(node, ElmoListener)]
+    elmo = nlp.get_pipe("elmo")
+    assert elmo.listening_components == []
+    elmo.find_listeners(ner)
+    assert elmo.listener_map == {"ner": [listener]} and listener.upstream == "elmo"

@@ -630,6 +630,30 @@ def test_vectors_put_back_after_a_failed_vocab_set_stay_writeable(tiny_dir, monk
         assert nlp.vocab.vectors.data[0].tolist() == [3.0] * 4
 
 
+def test_vectors_put_back_after_a_failed_vocab_set_keep_their_free_rows(tiny_dir, monkeypatch):
+    """The failed load set a full vectors table (spaCy then recomputes the free rows, ``_unset``, for it): put back,
+    the table has its own free rows again, not the failed table's none (is_full was True, and vectors.add of a new
+    key raised spaCy's E197 "table is full")."""
+    saved = _elmo_pipeline(tiny_dir)
+    saved.vocab.vectors = Vectors(strings=saved.vocab.strings, shape=(1, 4))
+    saved.vocab.vectors.add("river", vector=numpy.full(4, 2.0, "float32"))
+    assert saved.vocab.vectors.is_full
+    saved("Loaded .")
+    data = saved.get_pipe("elmo").to_bytes()
+    nlp = _elmo_pipeline(tiny_dir)
+    nlp("Serving .")
+    nlp.vocab.vectors = Vectors(strings=nlp.vocab.strings, shape=(10, 4))
+    nlp.vocab.vectors.add("bank", vector=numpy.ones(4, "float32"))
+    vectors, table = nlp.vocab.vectors, nlp.vocab.vectors.data
+    _lookups_fail_once(nlp.vocab.lookups, monkeypatch)
+    with pytest.raises(OSError, match="lookups could not be set"):
+        nlp.get_pipe("elmo").from_bytes(data)
+    assert vectors.data is table and vectors.is_full is False
+    row = vectors.add("shore", vector=numpy.full(4, 3.0, "float32"))
+    assert row != vectors.key2row[nlp.vocab.strings["bank"]] and 0 <= row < 10
+    assert vectors.data is table and nlp.vocab.get_vector("shore").tolist() == [3.0] * 4
+
+
 def test_lookups_msgpack_cannot_write_do_not_stop_a_load(tiny_dir, monkeypatch):
     """The shared lookups may hold tables msgpack cannot write (a set): a component load that brings a vocab
     failed on them (TypeError "can not serialize 'set' object") before it read anything. A failed set puts the

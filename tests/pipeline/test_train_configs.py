@@ -260,6 +260,18 @@ def test_elmo_disabled_in_the_config_is_not_called_frozen(corpus_dir, tiny_dir):
     assert "enable_pipe" not in message and "select_pipes" not in message and "frozen_components" not in message
 
 
+def test_elmo_both_frozen_and_disabled_in_the_config_names_both_at_once(corpus_dir, tiny_dir):
+    """elmo in [training] frozen_components and in [nlp] disabled: the error named frozen_components only, and with
+    elmo taken out of it the next run said it was disabled. One error names both lists."""
+    overrides = {"training.frozen_components": ["elmo"], "nlp.disabled": ["elmo"]}
+    with pytest.raises(ValueError) as err:
+        init_nlp(_config("ner.cfg", corpus_dir, tiny_dir, overrides))
+    message = str(err.value)
+    assert message == Errors.E_LISTENER_NO_SIZES_FROZEN_AND_DISABLED.format(upstream="elmo", component="ner")
+    assert "[training] frozen_components" in message and "[nlp] disabled" in message
+    assert "Remove 'elmo' from both lists" in message and "enable_pipe" not in message
+
+
 @pytest.mark.parametrize(
     "overrides, named",
     [({"nlp.pipeline": ["sentencizer", "ner", "elmo"]}, "'elmo'"),

@@ -354,6 +354,21 @@ def test_corpus_load_reads_meta_json_once(tmp_path, monkeypatch):
     assert len(reads) == 1, reads
 
 
+def test_a_reused_cache_reads_meta_json_once(tmp_path, monkeypatch):
+    """cache_is_current read meta.json for the fingerprint and again for the files' sizes, and build_corpus read it a
+    third time to return it: once each now (it holds a digest per file of the corpus)."""
+    corpus, cache, meta = _built(tmp_path)
+    stamp = data.fingerprint(corpus, "en")
+    reads = []
+    read_meta = data._read_meta
+    monkeypatch.setattr(data, "_read_meta", lambda path: (reads.append(path), read_meta(path))[1])
+    assert data.cache_is_current(cache, stamp)
+    assert len(reads) == 1, reads
+    reads.clear()
+    assert build_corpus(corpus, "en", cache, progress=False) == meta
+    assert len(reads) == 1, reads
+
+
 def test_types_with_crlf_line_ends_in_an_older_cache_load_without_the_cr(tmp_path):
     """An older spacy-elmo wrote types.txt with write_text: CRLF line ends on Windows, and no types_bytes in
     meta.json to catch them; each type read back ended in "\\r" (no type holds one)."""
