@@ -53,38 +53,37 @@ def listed(names: "list[str]", shown: int, total: "int | None" = None) -> str:
 class Errors:
     # --- characters (spacy_elmo.chars) -------------------------------------
     E_SENTENCES_NOT_LISTS = (
-        "batch_to_ids expects a list of sentences, each a list of token strings, "
-        "but sentence {index} is a {type_name}. Tokenize first, e.g. "
-        "batch_to_ids([['Hello', 'world']]) rather than batch_to_ids(['Hello world'])."
+        "Expected a list of sentences, each a list of token strings, but sentence {index} is a {type_name}. "
+        "Tokenize first, e.g. [['Hello', 'world']] rather than ['Hello world']."
     )
     E_BATCH_NOT_LIST = (
-        "batch_to_ids expects a list of sentences, each a list of token strings, but got a {type_name}. "
-        "E.g. batch_to_ids([['Hello', 'world'], ['Bye']]); for one text: batch_to_ids([text.split()])."
+        "Expected a list of sentences, each a list of token strings, but got an object of type {type_name}. "
+        "E.g. [['Hello', 'world'], ['Bye']]; for one text: [text.split()]."
     )
     E_BATCH_UNORDERED = (
-        "batch_to_ids expects a list of sentences in order, but got a {type_name}, which has no order: its "
-        "sentences would become rows in an arbitrary order. Pass the sentences as a list (or tuple), in the order "
-        "you want their rows."
+        "Expected a list of sentences in order, but got an unordered set (type {type_name}): its sentences would "
+        "become rows in an arbitrary order. Pass the sentences as a list (or tuple), in the order you want their "
+        "rows."
     )
     E_SENTENCE_NOT_LIST = (
-        "batch_to_ids expects a list of sentences, each a list of token strings in order, but sentence "
-        "{index} is a {type_name}. Pass each sentence as a list (or tuple) of token strings, e.g. list(tokens)."
+        "Expected a list of sentences, each a list of token strings in order, but sentence {index} is a "
+        "{type_name}. Pass each sentence as a list (or tuple) of token strings, e.g. list(tokens)."
     )
     #: E_SENTENCE_NOT_LIST for a sentence with a ``.text`` that iterates (a spaCy Doc or Span): list() of it gives
-    #: tokens, not strings, so not "e.g. list(tokens)"
+    #: tokens, not strings, so not "e.g. list(tokens)". doc.sents raises (spaCy's E030) on a doc without sentence
+    #: boundaries (spacy.blank): the texts of the whole doc come first
     E_SENTENCE_HAS_TEXT = (
-        "batch_to_ids expects a list of sentences, each a list of token strings, but sentence {index} is a "
-        "{type_name} (an object with .text, like a spaCy Doc or Span). Pass its tokens' texts, e.g. "
-        "batch_to_ids([[t.text for t in s] for s in doc.sents])."
+        "Expected a list of sentences, each a list of token strings, but sentence {index} is an object of type "
+        "{type_name} with .text (like a spaCy Doc or Span). Pass its tokens' texts, e.g. [[t.text for t in doc]] "
+        "(the doc as one sentence), or [[t.text for t in s] for s in doc.sents] where sentence boundaries are set."
     )
     #: E_SENTENCE_NOT_LIST for a sentence with a ``.text`` that does not iterate (a spaCy Token): the batch given
     #: is one document or sentence, a sequence of tokens, not a list of sentences
     E_SENTENCE_IS_TOKEN = (
-        "batch_to_ids expects a list of sentences, each a list of token strings, but sentence {index} is a "
-        "{type_name} (an object with .text, like a spaCy Token): the batch given is one document or sentence, not "
-        "a list of sentences. Pass a list of sentences of token texts, e.g. "
-        "batch_to_ids([[t.text for t in s] for s in doc.sents]), or batch_to_ids([[t.text for t in doc]]) for "
-        "the whole document as one sentence."
+        "Expected a list of sentences, each a list of token strings, but sentence {index} is an object of type "
+        "{type_name} with .text (like a spaCy Token): the batch given is one document or sentence, not a list of "
+        "sentences. Pass a list of sentences of token texts, e.g. [[t.text for t in doc]] (the doc as one "
+        "sentence), or [[t.text for t in s] for s in doc.sents] where sentence boundaries are set."
     )
     E_TOKEN_NOT_STR = (
         "Token {token_index} of sentence {sentence_index} is a {type_name}, not a str. "
@@ -92,8 +91,8 @@ class Errors:
     )
     #: E_TOKEN_NOT_STR for a token with a ``.text`` (a spaCy Token)
     E_TOKEN_HAS_TEXT = (
-        "Token {token_index} of sentence {sentence_index} is a {type_name}, not a str: pass its text "
-        "(token.text), e.g. batch_to_ids([[t.text for t in s] for s in doc.sents])."
+        "Token {token_index} of sentence {sentence_index} is an object of type {type_name} with .text (like a spaCy "
+        "Token), not a str: pass its text (token.text), e.g. [t.text for t in span] for a sentence."
     )
     E_MAX_CHARS_TOO_SMALL = (
         "max_characters_per_token must be a whole number of at least 3 (room for the begin/end-of-word "
