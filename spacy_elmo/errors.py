@@ -111,11 +111,12 @@ class Errors:
         "use narrower filters or a larger max_characters_per_token."
     )
     E_BAD_N_CHARACTERS = (
-        "n_characters must be the JSON number 261 or 262 (byte-level ELMo needs 261 character ids, 262 with the +1 "
+        "n_characters must be 261 or 262, a whole number (byte-level ELMo needs 261 character ids, 262 with the +1 "
         "padding offset used at inference); found {found}."
     )
-    #: E_BAD_N_CHARACTERS's ``found`` for a value that is no whole number: its type named (``'262' (a string)``)
-    E_BAD_N_CHARACTERS_TYPE = "{value} ({kind}), not a number"
+    #: E_BAD_N_CHARACTERS's ``found`` for a value that is no whole number: its type named (``'262' (a string)``),
+    #: ``what`` "a number" (a string, null, a list) or "a whole number" (a real number: 262.0, 261.5)
+    E_BAD_N_CHARACTERS_TYPE = "{value} ({kind}), not {what}"
     E_MODEL_TOO_LARGE = (
         "These sizes make a biLM of {n_params} parameters, {size} of tensors (float32 weights and int64 "
         "<S>/</S> char ids), past the {most} that torch can address; {named}. Use the sizes "

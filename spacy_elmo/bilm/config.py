@@ -361,7 +361,8 @@ class BiLMConfig:
             found = short_repr(self.n_characters)
             if not is_int(self.n_characters):  # "'262'" alone reads as the number: its type said
                 kind = VALUE_KINDS.get(type(self.n_characters), f"a {type(self.n_characters).__name__}")
-                found = Errors.E_BAD_N_CHARACTERS_TYPE.format(value=found, kind=kind)
+                what = "a whole number" if is_real(self.n_characters) else "a number"
+                found = Errors.E_BAD_N_CHARACTERS_TYPE.format(value=found, kind=kind, what=what)
             raise InvalidConfigValue("n_characters", Errors.E_BAD_N_CHARACTERS.format(found=found))
         ok = isinstance(self.filters, list) and len(self.filters) > 0
         ok = ok and all(

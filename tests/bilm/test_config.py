@@ -120,12 +120,16 @@ def test_a_clip_past_a_floats_range_is_a_bad_clip(sign, digits):
         ({"filters": [(60, 4)]}, "wider than"),
         ({"n_characters": 300}, "n_characters"),
         # "n_characters='262' is not supported ... Use 261 or 262.": the type said, not only the value
-        ({"n_characters": "262"}, r"^n_characters must be the JSON number 261 or 262 \(.*\); found '262' \(a string\), "
+        ({"n_characters": "262"}, r"^n_characters must be 261 or 262, a whole number \(.*\); found '262' \(a string\), "
                                   r"not a number\.$"),
-        ({"n_characters": 262.0}, r"found 262\.0 \(a float\), not a number\.$"),  # was accepted, saved as 262.0
+        # was accepted, saved as 262.0; then "262.0 (a float), not a number"
+        ({"n_characters": 262.0}, r"found 262\.0 \(a float\), not a whole number\.$"),
+        ({"n_characters": 261.5}, r"found 261\.5 \(a float\), not a whole number\.$"),
+        ({"n_characters": [262]}, r"found \[262\] \(a list\), not a number\.$"),
         ({"n_characters": True}, r"found True \(a boolean\), not a number\.$"),
         ({"n_characters": None}, r"found None \(null\), not a number\.$"),
-        ({"n_characters": 263}, r"^n_characters must be the JSON number 261 or 262 \(.*\); found 263\.$"),
+        # "must be the JSON number" for BiLMConfig(n_characters=263) from Python too
+        ({"n_characters": 263}, r"^n_characters must be 261 or 262, a whole number \(.*\); found 263\.$"),
         ({"cell_clip": -1.0}, "cell_clip"),
         ({"cell_clip": float("nan")}, "cell_clip must be a finite"),  # NaN vectors (reference) or a kernel error
         ({"proj_clip": float("inf")}, "proj_clip must be a finite.*null for no clipping"),  # written as Infinity
@@ -514,7 +518,7 @@ def test_malformed_allennlp_options_are_clear_errors(section, key, value, match)
         ("lstm", "use_skip_connections", "true", r"lstm\.use_skip_connections \(BiLMConfig\.use_skip_connections\)"),
         ("char_cnn", "activation", "sigmoid", r"char_cnn\.activation \(BiLMConfig\.activation\): Unsupported"),
         ("char_cnn", "n_characters", 263, r"char_cnn\.n_characters \(BiLMConfig\.n_characters\): n_characters must be "
-                                          r"the JSON number 261 or 262 .*; found 263\."),
+                                          r"261 or 262, a whole number .*; found 263\."),
         ("char_cnn", "max_characters_per_token", 2, r"char_cnn\.max_characters_per_token \(BiLMConfig\.max_chara"),
         ("char_cnn", "n_highway", -1, r"char_cnn\.n_highway \(BiLMConfig\.n_highway\)"),
         ("char_cnn", "filters", [[60, 4]], r"char_cnn\.filters \(BiLMConfig\.filters\): Filter width 60 is wider"),
