@@ -42,6 +42,21 @@ def is_real(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
+def read_options_bytes(path: Union[str, Path]) -> bytes:
+    """The bytes of the options file at ``path``: a ValueError of E_OPTIONS_IS_DIR for a directory (a directory
+    named like an options file too) and of E_OPTIONS_UNREADABLE for an OSError (no read permission, an I/O error:
+    not "pass the options.json", it is that file); FileNotFoundError (removed since its caller looked) is the
+    caller's to say."""
+    if Path(path).is_dir():
+        raise ValueError(Errors.E_OPTIONS_IS_DIR.format(path=path))
+    try:
+        return Path(path).read_bytes()
+    except FileNotFoundError:
+        raise
+    except OSError as err:
+        raise ValueError(Errors.E_OPTIONS_UNREADABLE.format(path=path, error=err)) from err
+
+
 #: What a value of a JSON (or Python) type is, for a message naming the type of a value where a number belongs.
 VALUE_KINDS = {str: "a string", bool: "a boolean", type(None): "null", float: "a float", list: "a list", dict: "an object"}
 
@@ -406,14 +421,10 @@ class BiLMConfig:
             source = str(options)
             if not Path(options).exists():
                 raise missing_path_error(options, Errors.E_OPTIONS_FILE_MISSING.format(path=options))
-            if Path(options).is_dir():
-                raise ValueError(Errors.E_OPTIONS_IS_DIR.format(path=options))
             try:
-                raw = Path(options).read_bytes()
+                raw = read_options_bytes(options)
             except FileNotFoundError as err:  # removed since: missing, as above
                 raise missing_path_error(options, Errors.E_OPTIONS_FILE_MISSING.format(path=options)) from err
-            except OSError as err:  # no read permission, an I/O error: not "pass the options.json", it is that file
-                raise ValueError(Errors.E_OPTIONS_UNREADABLE.format(path=options, error=err)) from err
             if is_hdf5(raw):  # else "'utf-8' codec can't decode byte 0x89": the arguments swapped
                 raise ValueError(Errors.E_OPTIONS_IS_HDF5.format(path=options))
             # no JSON, no UTF-8, nested past the recursion limit; no object: an_object below says it in its words
