@@ -139,8 +139,12 @@ class Errors:
         "The ELMo options in {source} lack the key {key!r}. An AllenNLP/bilm-tf options.json "
         "has 'lstm' (dim, projection_dim, n_layers, ...) and 'char_cnn' (embedding.dim, "
         "filters, ...): check that you passed the options.json of an ELMo model (another tool's JSON, e.g. a "
-        "Hugging Face config.json, has other keys), or add {key!r} there."
+        "Hugging Face config.json, has other keys), or add {name!r} {place}."
     )
+    #: E_OPTIONS_MISSING_KEY's ``place``: where ``name`` (the last part of the dotted ``key``) goes in the file
+    E_OPTIONS_KEY_AT_TOP = "at the top level"
+    E_OPTIONS_KEY_IN_SECTION = "to the {section!r} section"
+    E_OPTIONS_KEY_IN_NESTED = "to the {inner!r} object in the {section!r} section"
     E_OPTIONS_IS_NATIVE_CONFIG = (
         "The ELMo options in {source} are a spacy-elmo model's config.json (\"format\": \"{format}\"), not an "
         "AllenNLP/bilm-tf options.json. A spacy-elmo model is loaded by its directory (config.json + "

@@ -436,8 +436,12 @@ class BiLMConfig:
             raise ValueError(Errors.E_OPTIONS_IS_NATIVE_CONFIG.format(source=source, format=FORMAT))
 
         def need(section: Dict[str, Any], key: str, where: str) -> Any:  # any JSON value
-            if key not in section:
-                raise ValueError(Errors.E_OPTIONS_MISSING_KEY.format(source=source, key=where))
+            if key not in section:  # "add 'lstm.dim' there" named a dotted path, no key of the file
+                parents = where.split(".")[:-1]
+                place = (Errors.E_OPTIONS_KEY_IN_NESTED.format(inner=parents[1], section=parents[0])
+                         if len(parents) == 2 else Errors.E_OPTIONS_KEY_IN_SECTION.format(section=parents[0])
+                         if parents else Errors.E_OPTIONS_KEY_AT_TOP)
+                raise ValueError(Errors.E_OPTIONS_MISSING_KEY.format(source=source, key=where, name=key, place=place))
             return section[key]
 
         original = "" if weight_file is None else Errors.E_OPTIONS_BAD_VALUE_ORIGINAL.format(weight_file=weight_file)

@@ -484,9 +484,27 @@ def test_options_lacking_a_key_are_not_said_to_be_maybe_the_weight_file():
     said to be swapped, any other is no JSON). Said: another tool's JSON has other keys, or add the key."""
     with pytest.raises(ValueError, match=r"lack the key 'lstm'\..*check that you passed the options\.json of an ELMo "
                                          r"model \(another tool's JSON, e\.g\. a Hugging Face config\.json, has other "
-                                         r"keys\), or add 'lstm' there\.$") as err:
+                                         r"keys\), or add 'lstm' at the top level\.$") as err:
         BiLMConfig.from_allennlp_options({"model_type": "bert"})
     assert "weight file" not in str(err.value)
+
+
+@pytest.mark.parametrize("path,said", [
+    (("lstm", "dim"), "lack the key 'lstm.dim'. .* or add 'dim' to the 'lstm' section."),
+    (("char_cnn", "embedding"), "lack the key 'char_cnn.embedding'. .* or add 'embedding' to the 'char_cnn' section."),
+    (("char_cnn", "embedding", "dim"),
+     "lack the key 'char_cnn.embedding.dim'. .* or add 'dim' to the 'embedding' object in the 'char_cnn' section."),
+])
+def test_a_missing_key_is_to_be_added_where_it_goes(path, said):
+    """"add 'lstm.dim' there": a dotted path, no key a file can hold. The key is named where it goes."""
+    opts = options()
+    section = opts
+    for key in path[:-1]:
+        section = section[key]
+    del section[path[-1]]
+    with pytest.raises(ValueError, match="^The ELMo options in the given dict " + re.escape(said).replace(r"\.\*", ".*")
+                       + "$"):
+        BiLMConfig.from_allennlp_options(opts)
 
 
 @pytest.mark.parametrize(
