@@ -415,6 +415,22 @@ def test_options_json_with_a_utf8_byte_order_mark_is_read(tmp_path):
     assert BiLMConfig.from_allennlp_options(path) == BiLMConfig.from_allennlp_options(options())
 
 
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-8-sig"])
+def test_options_json_in_utf16_or_utf32_is_read(tmp_path, encoding):
+    """Windows PowerShell 5.1's `>` writes UTF-16 LE with a byte order mark: such an options.json said "Could not read
+    ELMo options ...: 'utf-8' codec can't decode byte 0xff ... Pass the options.json that came with the weight file".
+    JSON may be UTF-8, UTF-16 or UTF-32 (told apart as json.loads does); bytes of none still can not be read."""
+    path = tmp_path / "options.json"
+    path.write_bytes(json.dumps(options()).encode(encoding))
+    assert BiLMConfig.from_allennlp_options(path) == BiLMConfig.from_allennlp_options(options())
+    path.write_bytes(b"\xef\xbb\xbf\xef\xbb\xbf" + json.dumps(options()).encode())  # one BOM too many: no JSON
+    with pytest.raises(ValueError, match=r"^Could not read ELMo options from .*: Unexpected UTF-8 BOM"):
+        BiLMConfig.from_allennlp_options(path)
+    path.write_bytes(b'{"lstm": "\xed\xa0\x80"}')  # a UTF-8-encoded lone surrogate: no UTF-8 (json.loads took it)
+    with pytest.raises(ValueError, match=r"^Could not read ELMo options from .*codec can't decode byte 0xed"):
+        BiLMConfig.from_allennlp_options(path)
+
+
 def test_options_nested_past_the_recursion_limit_are_could_not_read(tmp_path):
     """An options.json nested deeper than Python's recursion limit raised a bare RecursionError (only pretrain
     --options said it); read_json_file, the one reader of a user's JSON file, says it as any unreadable options."""
