@@ -76,6 +76,27 @@ def check_tokens(sentences: Sequence[Sequence[str]]) -> None:
                 raise TypeError(said.format(token_index=j, sentence_index=i, type_name=type(token).__name__))
 
 
+def check_batch(batch) -> None:
+    """A TypeError naming the fix unless ``batch`` is an iterable of sentences in order: a string, a mapping, a
+    non-iterable or an unordered set (its rows would come in hash order, which no caller can map back) is refused;
+    a dict's keys or values, and an ordered set that is a Sequence too (SortedSet, OrderedSet), are in order."""
+    if isinstance(batch, (str, bytes, Mapping)) or not isinstance(batch, Iterable):
+        raise TypeError(Errors.E_BATCH_NOT_LIST.format(type_name=type(batch).__name__))
+    if isinstance(batch, Set) and not isinstance(batch, (MappingView, Sequence)):
+        raise TypeError(Errors.E_BATCH_UNORDERED.format(type_name=type(batch).__name__))
+
+
+def sentence_rows(batch, tokens: bool = True) -> List[Sequence[str]]:
+    """A batch of sentences (:func:`check_batch`) as a list of :func:`token_list` rows, as every entry point takes
+    one (batch_to_ids, run_rows, TokenCache, ElmoEmbedder). With ``tokens``, each token is checked to be a str
+    (:func:`check_tokens`); a caller that checks them itself passes False."""
+    check_batch(batch)
+    rows = [token_list(sentence, i) for i, sentence in enumerate(batch)]
+    if tokens:
+        check_tokens(rows)
+    return rows
+
+
 def word_char_ids(token: str, max_characters_per_token: int = DEFAULT_MAX_CHARS) -> List[int]:
     """Unshifted character ids of one token: a list of ``max_characters_per_token`` ints."""
     _check_max_chars(max_characters_per_token)
@@ -108,13 +129,7 @@ def batch_to_ids(
     """
     _check_max_chars(max_characters_per_token)
     max_characters_per_token = int(max_characters_per_token)
-    if isinstance(sentences, (str, bytes, Mapping)) or not isinstance(sentences, Iterable):
-        raise TypeError(Errors.E_BATCH_NOT_LIST.format(type_name=type(sentences).__name__))
-    # a set or frozenset: rows in hash order, which no caller can map back (a dict's keys, a Set too, are in order)
-    if isinstance(sentences, Set) and not isinstance(sentences, MappingView):
-        raise TypeError(Errors.E_BATCH_UNORDERED.format(type_name=type(sentences).__name__))
-    sentences = [token_list(sentence, i) for i, sentence in enumerate(sentences)]
-    check_tokens(sentences)
+    sentences = sentence_rows(sentences)
     max_len = max((len(s) for s in sentences), default=0)
     out = torch.zeros((len(sentences), max_len, max_characters_per_token), dtype=torch.long)
     # One small tensor per distinct token: sentences repeat tokens a lot.

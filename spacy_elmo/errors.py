@@ -53,38 +53,37 @@ def listed(names: "list[str]", shown: int, total: "int | None" = None) -> str:
 class Errors:
     # --- characters (spacy_elmo.chars) -------------------------------------
     E_SENTENCES_NOT_LISTS = (
-        "batch_to_ids expects a list of sentences, each a list of token strings, "
-        "but sentence {index} is a {type_name}. Tokenize first, e.g. "
-        "batch_to_ids([['Hello', 'world']]) rather than batch_to_ids(['Hello world'])."
+        "Expected a list of sentences, each a list of token strings, but sentence {index} is a {type_name}. "
+        "Tokenize first, e.g. [['Hello', 'world']] rather than ['Hello world']."
     )
     E_BATCH_NOT_LIST = (
-        "batch_to_ids expects a list of sentences, each a list of token strings, but got a {type_name}. "
-        "E.g. batch_to_ids([['Hello', 'world'], ['Bye']]); for one text: batch_to_ids([text.split()])."
+        "Expected a list of sentences, each a list of token strings, but got an object of type {type_name}. "
+        "E.g. [['Hello', 'world'], ['Bye']]; for one text: [text.split()]."
     )
     E_BATCH_UNORDERED = (
-        "batch_to_ids expects a list of sentences in order, but got a {type_name}, which has no order: its "
-        "sentences would become rows in an arbitrary order. Pass the sentences as a list (or tuple), in the order "
-        "you want their rows."
+        "Expected a list of sentences in order, but got an unordered set (type {type_name}): its sentences would "
+        "become rows in an arbitrary order. Pass the sentences as a list (or tuple), in the order you want their "
+        "rows."
     )
     E_SENTENCE_NOT_LIST = (
-        "batch_to_ids expects a list of sentences, each a list of token strings in order, but sentence "
-        "{index} is a {type_name}. Pass each sentence as a list (or tuple) of token strings, e.g. list(tokens)."
+        "Expected a list of sentences, each a list of token strings in order, but sentence {index} is a "
+        "{type_name}. Pass each sentence as a list (or tuple) of token strings, e.g. list(tokens)."
     )
     #: E_SENTENCE_NOT_LIST for a sentence with a ``.text`` that iterates (a spaCy Doc or Span): list() of it gives
-    #: tokens, not strings, so not "e.g. list(tokens)"
+    #: tokens, not strings, so not "e.g. list(tokens)". doc.sents raises (spaCy's E030) on a doc without sentence
+    #: boundaries (spacy.blank): the texts of the whole doc come first
     E_SENTENCE_HAS_TEXT = (
-        "batch_to_ids expects a list of sentences, each a list of token strings, but sentence {index} is a "
-        "{type_name} (an object with .text, like a spaCy Doc or Span). Pass its tokens' texts, e.g. "
-        "batch_to_ids([[t.text for t in s] for s in doc.sents])."
+        "Expected a list of sentences, each a list of token strings, but sentence {index} is an object of type "
+        "{type_name} with .text (like a spaCy Doc or Span). Pass its tokens' texts, e.g. [[t.text for t in doc]] "
+        "(the doc as one sentence), or [[t.text for t in s] for s in doc.sents] where sentence boundaries are set."
     )
     #: E_SENTENCE_NOT_LIST for a sentence with a ``.text`` that does not iterate (a spaCy Token): the batch given
     #: is one document or sentence, a sequence of tokens, not a list of sentences
     E_SENTENCE_IS_TOKEN = (
-        "batch_to_ids expects a list of sentences, each a list of token strings, but sentence {index} is a "
-        "{type_name} (an object with .text, like a spaCy Token): the batch given is one document or sentence, not "
-        "a list of sentences. Pass a list of sentences of token texts, e.g. "
-        "batch_to_ids([[t.text for t in s] for s in doc.sents]), or batch_to_ids([[t.text for t in doc]]) for "
-        "the whole document as one sentence."
+        "Expected a list of sentences, each a list of token strings, but sentence {index} is an object of type "
+        "{type_name} with .text (like a spaCy Token): the batch given is one document or sentence, not a list of "
+        "sentences. Pass a list of sentences of token texts, e.g. [[t.text for t in doc]] (the doc as one "
+        "sentence), or [[t.text for t in s] for s in doc.sents] where sentence boundaries are set."
     )
     E_TOKEN_NOT_STR = (
         "Token {token_index} of sentence {sentence_index} is a {type_name}, not a str. "
@@ -92,8 +91,8 @@ class Errors:
     )
     #: E_TOKEN_NOT_STR for a token with a ``.text`` (a spaCy Token)
     E_TOKEN_HAS_TEXT = (
-        "Token {token_index} of sentence {sentence_index} is a {type_name}, not a str: pass its text "
-        "(token.text), e.g. batch_to_ids([[t.text for t in s] for s in doc.sents])."
+        "Token {token_index} of sentence {sentence_index} is an object of type {type_name} with .text (like a spaCy "
+        "Token), not a str: pass its text (token.text), e.g. [t.text for t in span] for a sentence."
     )
     E_MAX_CHARS_TOO_SMALL = (
         "max_characters_per_token must be a whole number of at least 3 (room for the begin/end-of-word "
@@ -112,11 +111,12 @@ class Errors:
         "use narrower filters or a larger max_characters_per_token."
     )
     E_BAD_N_CHARACTERS = (
-        "n_characters must be the JSON number 261 or 262 (byte-level ELMo needs 261 character ids, 262 with the +1 "
+        "n_characters must be 261 or 262, a whole number (byte-level ELMo needs 261 character ids, 262 with the +1 "
         "padding offset used at inference); found {found}."
     )
-    #: E_BAD_N_CHARACTERS's ``found`` for a value that is no whole number: its type named (``'262' (a string)``)
-    E_BAD_N_CHARACTERS_TYPE = "{value} ({kind}), not a number"
+    #: E_BAD_N_CHARACTERS's ``found`` for a value that is no whole number: its type named (``'262' (a string)``),
+    #: ``what`` "a number" (a string, null, a list) or "a whole number" (a real number: 262.0, 261.5)
+    E_BAD_N_CHARACTERS_TYPE = "{value} ({kind}), not {what}"
     E_MODEL_TOO_LARGE = (
         "These sizes make a biLM of {n_params} parameters, {size} of tensors (float32 weights and int64 "
         "<S>/</S> char ids), past the {most} that torch can address; {named}. Use the sizes "
@@ -139,8 +139,12 @@ class Errors:
         "The ELMo options in {source} lack the key {key!r}. An AllenNLP/bilm-tf options.json "
         "has 'lstm' (dim, projection_dim, n_layers, ...) and 'char_cnn' (embedding.dim, "
         "filters, ...): check that you passed the options.json of an ELMo model (another tool's JSON, e.g. a "
-        "Hugging Face config.json, has other keys), or add {key!r} there."
+        "Hugging Face config.json, has other keys), or add {name!r} {place}."
     )
+    #: E_OPTIONS_MISSING_KEY's ``place``: where ``name`` (the last part of the dotted ``key``) goes in the file
+    E_OPTIONS_KEY_AT_TOP = "at the top level"
+    E_OPTIONS_KEY_IN_SECTION = "to the {section!r} section"
+    E_OPTIONS_KEY_IN_NESTED = "to the {inner!r} object in the {section!r} section"
     E_OPTIONS_IS_NATIVE_CONFIG = (
         "The ELMo options in {source} are a spacy-elmo model's config.json (\"format\": \"{format}\"), not an "
         "AllenNLP/bilm-tf options.json. A spacy-elmo model is loaded by its directory (config.json + "

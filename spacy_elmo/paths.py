@@ -99,15 +99,18 @@ def read_json_file(path: PathLike, not_json: str, not_object: Optional[str] = No
     reader of a JSON file, one the user gave (options.json, a model's config.json) or one of spacy-elmo's own that
     may be damaged or edited (embed's parts manifest and merged.json, the corpus cache's meta.json).
 
-    A ValueError of ``not_json`` (formatted with ``path`` and ``error``) for bytes that are no UTF-8 or no JSON, and
-    for JSON nested past Python's recursion limit (else a RecursionError's traceback, ``[[[...]]]``); with
-    ``not_object``, one of it (formatted with ``path``, ``found``, the value's ``reprlib.repr``, and ``kind``, its
-    JSON name) for JSON that is no object. An OSError reading the file is the caller's to say. A leading UTF-8 byte
+    A ValueError of ``not_json`` (formatted with ``path`` and ``error``) for bytes that are no UTF-8, UTF-16 or
+    UTF-32 text or no JSON, and for JSON nested past Python's recursion limit (else a RecursionError's traceback,
+    ``[[[...]]]``); with ``not_object``, one of it (formatted with ``path``, ``found``, the value's ``reprlib.repr``,
+    and ``kind``, its JSON name) for JSON that is no object. An OSError reading the file is the caller's to say.
+    The encodings are those JSON allows, told apart as :func:`json.loads` tells them (``json.detect_encoding``), but
+    strict (json.loads of bytes lets UTF-8-encoded lone surrogates through): Windows PowerShell 5.1's ``>`` writes
+    UTF-16 with a byte order mark, and was "Pass the options.json that came with the weight file". A leading byte
     order mark (Notepad and PowerShell write one) is no part of the JSON: skipped, not "Unexpected UTF-8 BOM"."""
     if raw is None:
         raw = Path(path).read_bytes()
     try:
-        value = json.loads(raw.decode("utf-8-sig"))
+        value = json.loads(raw.decode(json.detect_encoding(raw)))
     except (ValueError, RecursionError) as err:  # JSONDecodeError, UnicodeDecodeError; too deep a nesting
         raise ValueError(not_json.format(path=path, error=str(err).rstrip("."))) from err
     if not_object is not None and not isinstance(value, dict):

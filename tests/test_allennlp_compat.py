@@ -254,6 +254,35 @@ def test_elmo_embedder_runs_nothing_for_the_batch_of_one_empty_sentence(files):
         np.testing.assert_allclose(vec, want, atol=ATOL, rtol=0)
 
 
+def test_elmo_embedder_takes_the_batches_batch_to_ids_takes_and_refuses_a_set(files):
+    """A set or frozenset of sentences was refused by batch_to_ids, but embed_batch and embed_sentences gave its
+    vectors in hash order; a spaCy Doc in a batch is told to pass its texts without naming batch_to_ids."""
+    from tests.bilm.test_token_cache import _AS_LISTS, _batches
+
+    embedder = ElmoEmbedder(*files, stateful=False)
+    for name in _batches():
+        rows = _AS_LISTS.get(name, [["a", "b"], ["c"]])
+        want = embedder.embed_batch(rows)
+        for got in (embedder.embed_batch(_batches()[name]), list(embedder.embed_sentences(_batches()[name], 1))):
+            assert len(got) == len(want), name
+            for a, b in zip(got, want):
+                np.testing.assert_allclose(a, b, atol=1e-6, rtol=0, err_msg=name)
+    for batch in ({("a", "b"), ("c",)}, frozenset([("a", "b")])):
+        for call in (embedder.embed_batch, lambda b: list(embedder.embed_sentences(b))):
+            with pytest.raises(TypeError, match=r"^Expected a list of sentences in order, but got an unordered set"):
+                call(batch)
+
+    class Doc:  # duck-typed: a spaCy Doc as the checks see one
+        text = "a b"
+
+        def __iter__(self):
+            return iter(())
+
+    with pytest.raises(TypeError, match=r"^Expected a list of sentences, .*Doc or Span") as err:
+        embedder.embed_sentence(Doc())
+    assert "batch_to_ids" not in str(err.value)
+
+
 # -- errors ----------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "kwargs,error,match",

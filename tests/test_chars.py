@@ -1,5 +1,6 @@
 """Character ids: the released encoding and defined behaviour for odd input."""
 
+import collections.abc
 import re
 
 import pytest
@@ -70,19 +71,44 @@ def test_reference_conventions_for_markers_and_surrogates():
 
 @pytest.mark.parametrize("batch", ["Hello world", b"Hello", None, 3, {"a": ["b"]}], ids=["str", "bytes", "None", "int", "dict"])
 def test_a_batch_that_is_not_a_list_of_sentences(batch):
-    with pytest.raises(TypeError, match=r"expects a list of sentences.*but got a .*text.split\(\)"):
+    with pytest.raises(TypeError, match=r"^Expected a list of sentences.*but got an object of type .*text.split\(\)"):
         batch_to_ids(batch)
+
+
+class OrderedSentenceSet(collections.abc.Set, collections.abc.Sequence):
+    """An ordered set that is a Sequence too, as sortedcontainers.SortedSet and ordered_set.OrderedSet are."""
+
+    def __init__(self, items):
+        self.items = list(items)
+
+    def __contains__(self, item):
+        return item in self.items
+
+    def __iter__(self):
+        return iter(self.items)
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, i):
+        return self.items[i]
 
 
 @pytest.mark.parametrize("batch", [{("hello", "world"), ("bye",)}, frozenset([("a",)])], ids=["set", "frozenset"])
 def test_a_batch_that_is_a_set_is_refused_as_unordered(batch):
     """A set of sentences was accepted, its rows in hash order (no way to tell which row is which sentence): refused
     as a set sentence is, "in order"."""
-    with pytest.raises(TypeError, match=rf"^batch_to_ids expects a list of sentences in order, but got a "
-                                        rf"{type(batch).__name__}, which has no order.*Pass the sentences as a list"):
+    with pytest.raises(TypeError, match=rf"^Expected a list of sentences in order, but got an unordered set \(type "
+                                        rf"{type(batch).__name__}\).*Pass the sentences as a list"):
         batch_to_ids(batch)
     ordered = {("hello", "world"): 1, ("bye",): 2}  # a dict's keys are a Set too, but in order: taken
     assert torch.equal(batch_to_ids(ordered.keys()), batch_to_ids([["hello", "world"], ["bye"]]))
+
+
+def test_an_ordered_set_that_is_a_sequence_is_a_batch_in_order():
+    """A Set that is also a Sequence (SortedSet, OrderedSet) was refused as "no order" (and named "a OrderedSet")."""
+    batch = OrderedSentenceSet([("hello", "world"), ("bye",)])
+    assert torch.equal(batch_to_ids(batch), batch_to_ids([["hello", "world"], ["bye"]]))
 
 
 @pytest.mark.parametrize("sentence", [{"a", "b"}, None, 7], ids=["set", "None", "int"])
@@ -109,24 +135,30 @@ class _Span:
         return iter(self.tokens)
 
 
-_TEXTS = re.escape("batch_to_ids([[t.text for t in s] for s in doc.sents])")
+_DOC_TEXTS = re.escape("e.g. [[t.text for t in doc]] (the doc as one sentence), or "
+                       "[[t.text for t in s] for s in doc.sents] where sentence boundaries are set.")
 
 
 def test_spacy_docs_spans_and_tokens_are_told_to_pass_their_texts():
     """batch_to_ids([doc]) said "sentence 0 is a Doc ... e.g. list(tokens)", and list(doc) then "Token 0 of sentence 0
     is a Token"; batch_to_ids(doc) said "sentence 0 is a Token ... e.g. list(tokens)", though the batch was the
-    Doc. Each names the texts to pass."""
+    Doc. Each names the texts to pass: first the form that works on any doc ([s for s in doc.sents] raises spaCy's
+    E030 on a doc without sentence boundaries, spacy.blank's), and no batch_to_ids call (ElmoEmbedder's embed_batch
+    says these too)."""
     doc = _Span(["Hello", "world"])
     for batch in ([doc], iter([doc])):  # batch_to_ids([doc]), batch_to_ids(doc.sents)
-        with pytest.raises(TypeError, match=rf"sentence 0 is a _Span \(an object with \.text, like a spaCy Doc or "
-                                            rf"Span\)\. Pass its tokens' texts, e\.g\. {_TEXTS}\.$") as err:
+        with pytest.raises(TypeError, match=rf"^Expected a list of sentences, each a list of token strings, but "
+                                            rf"sentence 0 is an object of type _Span with \.text \(like a spaCy Doc "
+                                            rf"or Span\)\. Pass its tokens' texts, {_DOC_TEXTS}$") as err:
             batch_to_ids(batch)
         assert "list(tokens)" not in str(err.value)
-    with pytest.raises(TypeError, match=rf"sentence 0 is a _Token \(an object with \.text, like a spaCy Token\): the "
-                                        rf"batch given is one document or sentence, not a list of sentences\. .*{_TEXTS}"):
+    with pytest.raises(TypeError, match=rf"sentence 0 is an object of type _Token with \.text \(like a spaCy Token\): "
+                                        rf"the batch given is one document or sentence, not a list of sentences\. "
+                                        rf".*{_DOC_TEXTS}$"):
         batch_to_ids(doc)
-    with pytest.raises(TypeError, match=rf"^Token 1 of sentence 0 is a _Token, not a str: pass its text \(token\.text\), "
-                                        rf"e\.g\. {_TEXTS}\.$"):
+    with pytest.raises(TypeError, match=r"^Token 1 of sentence 0 is an object of type _Token with \.text \(like a "
+                                        r"spaCy Token\), not a str: pass its text \(token\.text\), e\.g\. "
+                                        r"\[t\.text for t in span\] for a sentence\.$"):
         batch_to_ids([["ok", _Token("x")]])
     assert torch.equal(batch_to_ids([[t.text for t in doc]]), batch_to_ids([["Hello", "world"]]))
 

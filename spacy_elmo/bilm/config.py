@@ -42,6 +42,21 @@ def is_real(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
+def read_options_bytes(path: Union[str, Path]) -> bytes:
+    """The bytes of the options file at ``path``: a ValueError of E_OPTIONS_IS_DIR for a directory (a directory
+    named like an options file too) and of E_OPTIONS_UNREADABLE for an OSError (no read permission, an I/O error:
+    not "pass the options.json", it is that file); FileNotFoundError (removed since its caller looked) is the
+    caller's to say."""
+    if Path(path).is_dir():
+        raise ValueError(Errors.E_OPTIONS_IS_DIR.format(path=path))
+    try:
+        return Path(path).read_bytes()
+    except FileNotFoundError:
+        raise
+    except OSError as err:
+        raise ValueError(Errors.E_OPTIONS_UNREADABLE.format(path=path, error=err)) from err
+
+
 #: What a value of a JSON (or Python) type is, for a message naming the type of a value where a number belongs.
 VALUE_KINDS = {str: "a string", bool: "a boolean", type(None): "null", float: "a float", list: "a list", dict: "an object"}
 
@@ -361,7 +376,8 @@ class BiLMConfig:
             found = short_repr(self.n_characters)
             if not is_int(self.n_characters):  # "'262'" alone reads as the number: its type said
                 kind = VALUE_KINDS.get(type(self.n_characters), f"a {type(self.n_characters).__name__}")
-                found = Errors.E_BAD_N_CHARACTERS_TYPE.format(value=found, kind=kind)
+                what = "a whole number" if is_real(self.n_characters) else "a number"
+                found = Errors.E_BAD_N_CHARACTERS_TYPE.format(value=found, kind=kind, what=what)
             raise InvalidConfigValue("n_characters", Errors.E_BAD_N_CHARACTERS.format(found=found))
         ok = isinstance(self.filters, list) and len(self.filters) > 0
         ok = ok and all(
@@ -405,14 +421,10 @@ class BiLMConfig:
             source = str(options)
             if not Path(options).exists():
                 raise missing_path_error(options, Errors.E_OPTIONS_FILE_MISSING.format(path=options))
-            if Path(options).is_dir():
-                raise ValueError(Errors.E_OPTIONS_IS_DIR.format(path=options))
             try:
-                raw = Path(options).read_bytes()
+                raw = read_options_bytes(options)
             except FileNotFoundError as err:  # removed since: missing, as above
                 raise missing_path_error(options, Errors.E_OPTIONS_FILE_MISSING.format(path=options)) from err
-            except OSError as err:  # no read permission, an I/O error: not "pass the options.json", it is that file
-                raise ValueError(Errors.E_OPTIONS_UNREADABLE.format(path=options, error=err)) from err
             if is_hdf5(raw):  # else "'utf-8' codec can't decode byte 0x89": the arguments swapped
                 raise ValueError(Errors.E_OPTIONS_IS_HDF5.format(path=options))
             # no JSON, no UTF-8, nested past the recursion limit; no object: an_object below says it in its words
@@ -424,8 +436,12 @@ class BiLMConfig:
             raise ValueError(Errors.E_OPTIONS_IS_NATIVE_CONFIG.format(source=source, format=FORMAT))
 
         def need(section: Dict[str, Any], key: str, where: str) -> Any:  # any JSON value
-            if key not in section:
-                raise ValueError(Errors.E_OPTIONS_MISSING_KEY.format(source=source, key=where))
+            if key not in section:  # "add 'lstm.dim' there" named a dotted path, no key of the file
+                parents = where.split(".")[:-1]
+                place = (Errors.E_OPTIONS_KEY_IN_NESTED.format(inner=parents[1], section=parents[0])
+                         if len(parents) == 2 else Errors.E_OPTIONS_KEY_IN_SECTION.format(section=parents[0])
+                         if parents else Errors.E_OPTIONS_KEY_AT_TOP)
+                raise ValueError(Errors.E_OPTIONS_MISSING_KEY.format(source=source, key=where, name=key, place=place))
             return section[key]
 
         original = "" if weight_file is None else Errors.E_OPTIONS_BAD_VALUE_ORIGINAL.format(weight_file=weight_file)

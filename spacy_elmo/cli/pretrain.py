@@ -11,7 +11,7 @@ import typer
 from typer.core import TyperOption
 
 from ..bilm import BiLMConfig
-from ..bilm.config import InvalidConfigValue, UnknownConfigFields, is_hdf5
+from ..bilm.config import InvalidConfigValue, UnknownConfigFields, is_hdf5, read_options_bytes
 from ..errors import Errors, Warnings, counted
 from ..ops import resolve_backend
 from ..paths import missing_path_error, read_json_file
@@ -55,7 +55,10 @@ def model_config(preset: Optional[str], options: Optional[Path]) -> dict:
                 raise typer.BadParameter(Errors.E_OPTIONS_DIR.format(path=path, n_options=len(found), config=CONFIG_NAME),
                                          param_hint="'--options'")
             path = found[0]
-        raw = path.read_bytes()
+        try:
+            raw = read_options_bytes(path)  # a directory named like an options file (*options*.json): said so
+        except ValueError as err:
+            raise typer.BadParameter(str(err), param_hint="'--options'") from err
         if is_hdf5(raw):  # a weight file: "'utf-8' codec can't decode byte 0x89" named neither the file nor the fix
             raise typer.BadParameter(Errors.E_PRETRAIN_OPTIONS_IS_HDF5.format(path=path), param_hint="'--options'")
         # said in E_OPTIONS_FILE below; no object: a list's items (a string's characters) were read as unknown keys

@@ -120,12 +120,16 @@ def test_a_clip_past_a_floats_range_is_a_bad_clip(sign, digits):
         ({"filters": [(60, 4)]}, "wider than"),
         ({"n_characters": 300}, "n_characters"),
         # "n_characters='262' is not supported ... Use 261 or 262.": the type said, not only the value
-        ({"n_characters": "262"}, r"^n_characters must be the JSON number 261 or 262 \(.*\); found '262' \(a string\), "
+        ({"n_characters": "262"}, r"^n_characters must be 261 or 262, a whole number \(.*\); found '262' \(a string\), "
                                   r"not a number\.$"),
-        ({"n_characters": 262.0}, r"found 262\.0 \(a float\), not a number\.$"),  # was accepted, saved as 262.0
+        # was accepted, saved as 262.0; then "262.0 (a float), not a number"
+        ({"n_characters": 262.0}, r"found 262\.0 \(a float\), not a whole number\.$"),
+        ({"n_characters": 261.5}, r"found 261\.5 \(a float\), not a whole number\.$"),
+        ({"n_characters": [262]}, r"found \[262\] \(a list\), not a number\.$"),
         ({"n_characters": True}, r"found True \(a boolean\), not a number\.$"),
         ({"n_characters": None}, r"found None \(null\), not a number\.$"),
-        ({"n_characters": 263}, r"^n_characters must be the JSON number 261 or 262 \(.*\); found 263\.$"),
+        # "must be the JSON number" for BiLMConfig(n_characters=263) from Python too
+        ({"n_characters": 263}, r"^n_characters must be 261 or 262, a whole number \(.*\); found 263\.$"),
         ({"cell_clip": -1.0}, "cell_clip"),
         ({"cell_clip": float("nan")}, "cell_clip must be a finite"),  # NaN vectors (reference) or a kernel error
         ({"proj_clip": float("inf")}, "proj_clip must be a finite.*null for no clipping"),  # written as Infinity
@@ -411,6 +415,22 @@ def test_options_json_with_a_utf8_byte_order_mark_is_read(tmp_path):
     assert BiLMConfig.from_allennlp_options(path) == BiLMConfig.from_allennlp_options(options())
 
 
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-8-sig"])
+def test_options_json_in_utf16_or_utf32_is_read(tmp_path, encoding):
+    """Windows PowerShell 5.1's `>` writes UTF-16 LE with a byte order mark: such an options.json said "Could not read
+    ELMo options ...: 'utf-8' codec can't decode byte 0xff ... Pass the options.json that came with the weight file".
+    JSON may be UTF-8, UTF-16 or UTF-32 (told apart as json.loads does); bytes of none still can not be read."""
+    path = tmp_path / "options.json"
+    path.write_bytes(json.dumps(options()).encode(encoding))
+    assert BiLMConfig.from_allennlp_options(path) == BiLMConfig.from_allennlp_options(options())
+    path.write_bytes(b"\xef\xbb\xbf\xef\xbb\xbf" + json.dumps(options()).encode())  # one BOM too many: no JSON
+    with pytest.raises(ValueError, match=r"^Could not read ELMo options from .*: Unexpected UTF-8 BOM"):
+        BiLMConfig.from_allennlp_options(path)
+    path.write_bytes(b'{"lstm": "\xed\xa0\x80"}')  # a UTF-8-encoded lone surrogate: no UTF-8 (json.loads took it)
+    with pytest.raises(ValueError, match=r"^Could not read ELMo options from .*codec can't decode byte 0xed"):
+        BiLMConfig.from_allennlp_options(path)
+
+
 def test_options_nested_past_the_recursion_limit_are_could_not_read(tmp_path):
     """An options.json nested deeper than Python's recursion limit raised a bare RecursionError (only pretrain
     --options said it); read_json_file, the one reader of a user's JSON file, says it as any unreadable options."""
@@ -480,9 +500,27 @@ def test_options_lacking_a_key_are_not_said_to_be_maybe_the_weight_file():
     said to be swapped, any other is no JSON). Said: another tool's JSON has other keys, or add the key."""
     with pytest.raises(ValueError, match=r"lack the key 'lstm'\..*check that you passed the options\.json of an ELMo "
                                          r"model \(another tool's JSON, e\.g\. a Hugging Face config\.json, has other "
-                                         r"keys\), or add 'lstm' there\.$") as err:
+                                         r"keys\), or add 'lstm' at the top level\.$") as err:
         BiLMConfig.from_allennlp_options({"model_type": "bert"})
     assert "weight file" not in str(err.value)
+
+
+@pytest.mark.parametrize("path,said", [
+    (("lstm", "dim"), "lack the key 'lstm.dim'. .* or add 'dim' to the 'lstm' section."),
+    (("char_cnn", "embedding"), "lack the key 'char_cnn.embedding'. .* or add 'embedding' to the 'char_cnn' section."),
+    (("char_cnn", "embedding", "dim"),
+     "lack the key 'char_cnn.embedding.dim'. .* or add 'dim' to the 'embedding' object in the 'char_cnn' section."),
+])
+def test_a_missing_key_is_to_be_added_where_it_goes(path, said):
+    """"add 'lstm.dim' there": a dotted path, no key a file can hold. The key is named where it goes."""
+    opts = options()
+    section = opts
+    for key in path[:-1]:
+        section = section[key]
+    del section[path[-1]]
+    with pytest.raises(ValueError, match="^The ELMo options in the given dict " + re.escape(said).replace(r"\.\*", ".*")
+                       + "$"):
+        BiLMConfig.from_allennlp_options(opts)
 
 
 @pytest.mark.parametrize(
@@ -514,7 +552,7 @@ def test_malformed_allennlp_options_are_clear_errors(section, key, value, match)
         ("lstm", "use_skip_connections", "true", r"lstm\.use_skip_connections \(BiLMConfig\.use_skip_connections\)"),
         ("char_cnn", "activation", "sigmoid", r"char_cnn\.activation \(BiLMConfig\.activation\): Unsupported"),
         ("char_cnn", "n_characters", 263, r"char_cnn\.n_characters \(BiLMConfig\.n_characters\): n_characters must be "
-                                          r"the JSON number 261 or 262 .*; found 263\."),
+                                          r"261 or 262, a whole number .*; found 263\."),
         ("char_cnn", "max_characters_per_token", 2, r"char_cnn\.max_characters_per_token \(BiLMConfig\.max_chara"),
         ("char_cnn", "n_highway", -1, r"char_cnn\.n_highway \(BiLMConfig\.n_highway\)"),
         ("char_cnn", "filters", [[60, 4]], r"char_cnn\.filters \(BiLMConfig\.filters\): Filter width 60 is wider"),

@@ -174,6 +174,57 @@ def test_rows_are_taken_as_batch_to_ids_takes_sentences():
                                          whole_rows=[["The", "bank"], ["a"]])
 
 
+def _batches():
+    """The batch forms every entry point takes, each with its rows as lists (fresh: generators are read once)."""
+    import numpy as np
+
+    from tests.test_chars import OrderedSentenceSet
+
+    def gen(words):
+        yield from words
+
+    return {
+        "list": [["a", "b"], ["c"]],
+        "tuple": (("a", "b"), ("c",)),
+        "numpy rows": [np.array(["a", "b"]), np.array(["c"])],
+        "numpy 2-D": np.array([["a", "b"], ["c", "d"]]),
+        "generator rows": [gen(["a", "b"]), iter(["c"])],
+        "generator batch": (r for r in [["a", "b"], ["c"]]),
+        "dict values": {1: ["a", "b"], 2: ["c"]}.values(),
+        "dict keys": {("a", "b"): 1, ("c",): 2}.keys(),
+        "ordered set": OrderedSentenceSet([("a", "b"), ("c",)]),
+        "numpy.str_ tokens": [[np.str_("a"), "b"], [np.str_("c")]],
+    }
+
+
+_AS_LISTS = {"numpy 2-D": [["a", "b"], ["c", "d"]]}
+
+
+def test_every_entry_point_takes_the_batches_batch_to_ids_takes_and_refuses_a_set():
+    """A set or frozenset batch was refused by batch_to_ids alone: run_rows (with and without a cache),
+    TokenCache.lookup and .vectors ran its rows in hash order."""
+    bilm = _tiny_bilm()
+    dev = torch.device("cpu")
+    with torch.no_grad():
+        for name in _batches():
+            rows = _AS_LISTS.get(name, [["a", "b"], ["c"]])
+            want = run_rows(bilm, rows).activations
+            cache = TokenCache(100)
+            for got in (run_rows(bilm, _batches()[name]).activations,
+                        run_rows(bilm, _batches()[name], cache).activations):
+                for a, b in zip(got, want):
+                    torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5, msg=name)
+            assert torch.equal(cache.lookup(bilm, _batches()[name], dev), cache.lookup(bilm, rows, dev)), name
+            assert torch.equal(cache.vectors(bilm, _batches()[name], dev), cache.vectors(bilm, rows, dev)), name
+        for batch in ({("a", "b"), ("c",)}, frozenset([("a", "b")])):
+            for call in (lambda: run_rows(bilm, batch), lambda: run_rows(bilm, batch, TokenCache(100)),
+                         lambda: TokenCache(100).lookup(bilm, batch, dev),
+                         lambda: TokenCache(100).vectors(bilm, batch, dev)):
+                with pytest.raises(TypeError, match=r"^Expected a list of sentences in order, but got an unordered "
+                                                    rf"set \(type {type(batch).__name__}\)"):
+                    call()
+
+
 @pytest.mark.parametrize("bad,type_name", [(3, "int"), (["d"], "list"), (None, "NoneType")])
 def test_a_token_that_is_no_str_is_named_where_it_is_and_the_cache_kept(bad, type_name):
     """Through the cache, the words not yet cached were checked alone (batch_to_ids of them as one row): a bad token

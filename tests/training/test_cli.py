@@ -882,6 +882,20 @@ def test_options_refuses_a_directory_of_two_allennlp_options_and_a_config_json_o
         assert not out.exists()
 
 
+def test_options_directory_whose_options_json_is_a_directory_is_said_so(tmp_path):
+    """A model directory holding a directory named like an options file (elmo_options.json/) said "Could not read
+    ...: [Errno 21] Is a directory ... give this account read permission": now BiLMConfig.from_allennlp_options's
+    words for a directory (E_OPTIONS_IS_DIR), nothing written."""
+    model = tmp_path / "model"
+    (model / "elmo_options.json").mkdir(parents=True)
+    out = tmp_path / "out"
+    args = [a if a != str(tmp_path / "tiny.json") else str(model) for a in tiny_pretrain_args(tmp_path, out)[0]]
+    result = runner.invoke(app, args)
+    said = " ".join(plain(result.output).replace("│", " ").split())
+    assert result.exit_code == 2 and "elmo_options.json is a directory, but the ELMo options are" in said, said
+    assert "Errno" not in said and "read permission" not in said and not out.exists()
+
+
 def test_a_stream_run_ends_naming_the_sentence_stage_for_the_component(tmp_path):
     """The README's first pretraining command trains on streams, which the elmo component reads a sentence at a
     time badly (the bundled model: 1,632.65 per sentence after streams, 232.25 after the sentence stage), and the
