@@ -10,7 +10,7 @@ import spacy
 from spacy_elmo.pipeline.doc_data import install_extensions, set_doc_data
 from spacy_elmo.pipeline.listener import ElmoListener
 
-from .test_listener import _fed_listener
+from .test_listener import _fed_listener, _merged_rows
 
 
 def test_clear_forgets_the_batch_so_an_unfed_update_is_not_fed_not_a_stale_batch():
@@ -83,11 +83,6 @@ def test_a_received_doc_retokenized_to_as_many_tokens_reads_its_realigned_rows()
     want = numpy.concatenate([merged[:, :1], merged], axis=1)
     numpy.testing.assert_allclose(listener.ops.to_numpy(outputs[0]), want, rtol=1e-6)
     numpy.testing.assert_array_equal(listener.ops.to_numpy(outputs[1]), layers[1])
-
-
-def _merged_rows(layers, start, end):
-    layers = layers.astype("float64")
-    return numpy.concatenate([layers[:, :start], layers[:, start:end].mean(1, keepdims=True), layers[:, end:]], axis=1)
 
 
 def _handed(doc, layers):
