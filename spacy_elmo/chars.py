@@ -83,7 +83,9 @@ def check_tokens(sentences: Sequence[Sequence[str]]) -> None:
     for i, sentence in enumerate(sentences):
         for j, token in enumerate(sentence):
             if not isinstance(token, str):
-                said = Errors.E_TOKEN_HAS_TEXT if hasattr(token, "text") else Errors.E_TOKEN_NOT_STR
+                said = Errors.E_TOKEN_NOT_STR
+                if hasattr(token, "text"):  # a spaCy Doc or Span (iterates over Tokens), a Token
+                    said = Errors.E_TOKEN_HAS_TEXTS if isinstance(token, Iterable) else Errors.E_TOKEN_HAS_TEXT
                 raise TypeError(said.format(token_index=j, sentence_index=i, type_name=type(token).__name__))
 
 

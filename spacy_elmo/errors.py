@@ -89,10 +89,17 @@ class Errors:
         "Token {token_index} of sentence {sentence_index} is a {type_name}, not a str. "
         "Pass token texts (e.g. [t.text for t in doc]); a batch is a list of sentences, each a list of strings."
     )
-    #: E_TOKEN_NOT_STR for a token with a ``.text`` (a spaCy Token)
+    #: E_TOKEN_NOT_STR for a token with a ``.text`` that does not iterate (a spaCy Token)
     E_TOKEN_HAS_TEXT = (
         "Token {token_index} of sentence {sentence_index} is an object of type {type_name} with .text (like a spaCy "
         "Token), not a str: pass its text (token.text), e.g. [t.text for t in span] for a sentence."
+    )
+    #: E_TOKEN_NOT_STR for a token with a ``.text`` that iterates (a spaCy Doc or Span, one level too deep: [[doc]]):
+    #: its tokens' texts are the sentence, not its .text (untokenized)
+    E_TOKEN_HAS_TEXTS = (
+        "Token {token_index} of sentence {sentence_index} is an object of type {type_name} with .text that iterates "
+        "(like a spaCy Doc or Span), not a str: a sentence is a list of token texts. Pass its tokens' texts as the "
+        "sentence, e.g. [[t.text for t in doc]] rather than [[doc]], or [[t.text for t in d] for d in docs]."
     )
     E_MAX_CHARS_TOO_SMALL = (
         "max_characters_per_token must be a whole number of at least 3 (room for the begin/end-of-word "
