@@ -93,7 +93,9 @@ def check_batch(batch) -> None:
     """A TypeError naming the fix unless ``batch`` is an iterable of sentences in order: a string, a mapping, a
     non-iterable or an unordered set (its rows would come in hash order, which no caller can map back) is refused;
     a dict's keys or values, and an ordered set that is a Sequence too (SortedSet, OrderedSet), are in order."""
-    if isinstance(batch, (str, bytes, Mapping)) or not isinstance(batch, Iterable):
+    if isinstance(batch, Mapping):  # its keys or its values may be the sentences: which, the caller knows
+        raise TypeError(Errors.E_BATCH_IS_MAPPING.format(type_name=type(batch).__name__))
+    if isinstance(batch, (str, bytes)) or not isinstance(batch, Iterable):
         raise TypeError(Errors.E_BATCH_NOT_LIST.format(type_name=type(batch).__name__))
     if isinstance(batch, Set) and not isinstance(batch, (MappingView, Sequence)):
         raise TypeError(Errors.E_BATCH_UNORDERED.format(type_name=type(batch).__name__))

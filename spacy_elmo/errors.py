@@ -60,6 +60,13 @@ class Errors:
         "Expected a list of sentences, each a list of token strings, but got an object of type {type_name}. "
         "E.g. [['Hello', 'world'], ['Bye']]; for one text: [text.split()]."
     )
+    #: E_BATCH_NOT_LIST for a mapping (a dict): iterated, its keys would be the sentences (a str key is refused
+    #: as untokenized), which it may hold as its values
+    E_BATCH_IS_MAPPING = (
+        "Expected a list of sentences, each a list of token strings, but got a mapping (type {type_name}), whose "
+        "keys would be taken for the sentences. Pass the sentences as a list in order: list(d.values()) where they "
+        "are its values, list(d.keys()) where they are its keys."
+    )
     E_BATCH_UNORDERED = (
         "Expected a list of sentences in order, but got an unordered set (type {type_name}): its sentences would "
         "become rows in an arbitrary order. Pass the sentences as a list (or tuple), in the order you want their "

@@ -69,10 +69,23 @@ def test_reference_conventions_for_markers_and_surrogates():
     assert ids[3, :3].tolist() == [259, 260, 261]  # an empty word, still a real token
 
 
-@pytest.mark.parametrize("batch", ["Hello world", b"Hello", None, 3, {"a": ["b"]}], ids=["str", "bytes", "None", "int", "dict"])
+@pytest.mark.parametrize("batch", ["Hello world", b"Hello", None, 3], ids=["str", "bytes", "None", "int"])
 def test_a_batch_that_is_not_a_list_of_sentences(batch):
     with pytest.raises(TypeError, match=r"^Expected a list of sentences.*but got an object of type .*text.split\(\)"):
         batch_to_ids(batch)
+
+
+#: A dict batch's error: its keys or values may be the sentences, and the error says how to pass either.
+DICT_BATCH = (r"^Expected a list of sentences, each a list of token strings, but got a mapping \(type dict\), whose "
+              r"keys would be taken for the sentences\. Pass the sentences as a list in order: list\(d\.values\(\)\) "
+              r"where they are its values, list\(d\.keys\(\)\) where they are its keys\.$")
+
+
+def test_a_dict_batch_is_told_to_pass_its_values_or_keys():
+    """A dict batch said "got an object of type dict ... for one text: [text.split()]", no help for sentences held
+    as a dict's values (or keys); the error names both."""
+    with pytest.raises(TypeError, match=DICT_BATCH):
+        batch_to_ids({"a": ["b"]})
 
 
 class OrderedSentenceSet(collections.abc.Set, collections.abc.Sequence):

@@ -203,7 +203,10 @@ _AS_LISTS = {"numpy 2-D": [["a", "b"], ["c", "d"]]}
 
 def test_every_entry_point_takes_the_batches_batch_to_ids_takes_and_refuses_a_set():
     """A set or frozenset batch was refused by batch_to_ids alone: run_rows (with and without a cache),
-    TokenCache.lookup and .vectors ran its rows in hash order."""
+    TokenCache.lookup and .vectors ran its rows in hash order. A dict is refused as by batch_to_ids (its keys were
+    the sentences), saying how to pass its values or keys."""
+    from tests.test_chars import DICT_BATCH
+
     bilm = _tiny_bilm()
     dev = torch.device("cpu")
     with torch.no_grad():
@@ -217,6 +220,11 @@ def test_every_entry_point_takes_the_batches_batch_to_ids_takes_and_refuses_a_se
                     torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5, msg=name)
             assert torch.equal(cache.lookup(bilm, _batches()[name], dev), cache.lookup(bilm, rows, dev)), name
             assert torch.equal(cache.vectors(bilm, _batches()[name], dev), cache.vectors(bilm, rows, dev)), name
+        for call in (lambda: run_rows(bilm, {1: ["a"]}), lambda: run_rows(bilm, {1: ["a"]}, TokenCache(100)),
+                     lambda: TokenCache(100).lookup(bilm, {1: ["a"]}, dev),
+                     lambda: TokenCache(100).vectors(bilm, {1: ["a"]}, dev)):
+            with pytest.raises(TypeError, match=DICT_BATCH):  # its values or its keys: the error says how to pass them
+                call()
         for batch in ({("a", "b"), ("c",)}, frozenset([("a", "b")])):
             for call in (lambda: run_rows(bilm, batch), lambda: run_rows(bilm, batch, TokenCache(100)),
                          lambda: TokenCache(100).lookup(bilm, batch, dev),
