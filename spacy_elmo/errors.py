@@ -150,15 +150,16 @@ class Errors:
     E_BAD_NON_NEGATIVE = "{name} must be an integer of 0 or more; found {value!r}."
     E_BAD_CLIP = "{name} must be a finite positive number, or null for no clipping; found {value}."
     E_OPTIONS_MISSING_KEY = (
-        "The ELMo options in {source} lack the key {key!r}. An AllenNLP/bilm-tf options.json "
+        "The ELMo options in {source} lack {name!r} {place}. An AllenNLP/bilm-tf options.json "
         "has 'lstm' (dim, projection_dim, n_layers, ...) and 'char_cnn' (embedding.dim, "
         "filters, ...): check that you passed the options.json of an ELMo model (another tool's JSON, e.g. a "
-        "Hugging Face config.json, has other keys), or add {name!r} {place}."
+        "Hugging Face config.json, has other keys), or add {name!r} there."
     )
-    #: E_OPTIONS_MISSING_KEY's ``place``: where ``name`` (the last part of the dotted ``key``) goes in the file
+    #: E_OPTIONS_MISSING_KEY's ``place``: where the key ``name`` goes in the file (a dotted path, 'lstm.dim', is no
+    #: key a file holds)
     E_OPTIONS_KEY_AT_TOP = "at the top level"
-    E_OPTIONS_KEY_IN_SECTION = "to the {section!r} section"
-    E_OPTIONS_KEY_IN_NESTED = "to the {inner!r} object in the {section!r} section"
+    E_OPTIONS_KEY_IN_SECTION = "in the {section!r} section"
+    E_OPTIONS_KEY_IN_NESTED = "in the {inner!r} object of the {section!r} section"
     E_OPTIONS_IS_NATIVE_CONFIG = (
         "The ELMo options in {source} are a spacy-elmo model's config.json (\"format\": \"{format}\"), not an "
         "AllenNLP/bilm-tf options.json. A spacy-elmo model is loaded by its directory (config.json + "
@@ -166,19 +167,19 @@ class Errors:
         "BiLM.load(directory)."
     )
     E_OPTIONS_NO_SKIP_KEY = (
-        "The ELMo options in {source} lack the key 'lstm.use_skip_connections', and no default is safe: AllenNLP "
-        "refuses such options and bilm-tf's inference model fails on them. Add it to the 'lstm' section: "
+        "The ELMo options in {source} lack 'use_skip_connections' in the 'lstm' section, and no default is safe: AllenNLP "
+        "refuses such options and bilm-tf's inference model fails on them. Add it there: "
         "\"use_skip_connections\": true for a released model (all of them use skip connections), or false for "
         "a model that bilm-tf trained without them."
     )
     E_OPTIONS_NO_ACTIVATION = (
-        "The ELMo options in {source} lack the key 'char_cnn.activation', and no default is safe: AllenNLP and "
+        "The ELMo options in {source} lack 'activation' in the 'char_cnn' section, and no default is safe: AllenNLP and "
         "bilm-tf refuse such options, and taking it as relu would silently compute another model for one trained "
-        "with tanh. Add it to the 'char_cnn' section: \"activation\": \"relu\" for a released model (all of them "
+        "with tanh. Add it there: \"activation\": \"relu\" for a released model (all of them "
         "use relu), or \"tanh\" for a model trained with it."
     )
     E_OPTIONS_NO_N_LAYERS = (
-        "The ELMo options in {source} lack the key 'lstm.n_layers', the biLSTM's layers per direction (not taken "
+        "The ELMo options in {source} lack 'n_layers' in the 'lstm' section, the biLSTM's layers per direction (not taken "
         "as 1, bilm-tf's default, which would be a guess). {fix}"
     )
     E_OPTIONS_N_LAYERS_IN_FILE = (
