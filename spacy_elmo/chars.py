@@ -101,7 +101,7 @@ def check_batch(batch) -> None:
         raise TypeError(Errors.E_BATCH_UNORDERED.format(type_name=type(batch).__name__))
 
 
-def sentence_rows(batch, tokens: bool = True) -> List[Sequence[str]]:
+def batch_rows(batch, tokens: bool = True) -> List[Sequence[str]]:
     """A batch of sentences (:func:`check_batch`) as a list of :func:`token_list` rows, as every entry point takes
     one (batch_to_ids, run_rows, TokenCache, ElmoEmbedder). With ``tokens``, each token is checked to be a str
     (:func:`check_tokens`); a caller that checks them itself passes False."""
@@ -144,7 +144,7 @@ def batch_to_ids(
     """
     _check_max_chars(max_characters_per_token)
     max_characters_per_token = int(max_characters_per_token)
-    sentences = sentence_rows(sentences)
+    sentences = batch_rows(sentences)
     max_len = max((len(s) for s in sentences), default=0)
     out = torch.zeros((len(sentences), max_len, max_characters_per_token), dtype=torch.long)
     # One small tensor per distinct token: sentences repeat tokens a lot.

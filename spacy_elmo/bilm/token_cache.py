@@ -33,7 +33,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch import Tensor
 
-from ..chars import batch_to_ids, sentence_rows
+from ..chars import batch_rows, batch_to_ids
 from ..errors import Errors
 from ..ops import reference
 from ..forksafe import after_fork_in_child
@@ -180,7 +180,7 @@ class TokenCache:
         # missing from the cache alone took a non-str equal to a cached str (a UserString), and on a stale index
         # left the rebuilt missing set to _encode's batch_to_ids (the token said at its place there, and the
         # cache dropped).
-        rows = sentence_rows(rows)
+        rows = batch_rows(rows)
         weights = _weights_key(bilm)
         while True:
             with self.lock:
@@ -319,7 +319,7 @@ def run_rows(bilm, rows: Sequence[Sequence[str]], cache: Optional[TokenCache] = 
     with room and no gradient is wanted (inference); otherwise the whole biLM runs.
     """
     device = bilm.token_encoder.char_embedding.device
-    rows = sentence_rows(rows, tokens=False)  # read twice below; batch_to_ids or the cache checks the tokens
+    rows = batch_rows(rows, tokens=False)  # read twice below; batch_to_ids or the cache checks the tokens
     if cache is None or cache.capacity == 0 or torch.is_grad_enabled():
         return bilm(batch_to_ids(rows, bilm.config.max_characters_per_token).to(device))
     # On the host, where contextualize checks them and the LSTM reads them: made on a GPU, they cost a
