@@ -61,7 +61,7 @@ from .bilm.allennlp_io import (
 from .bilm.native_io import CONFIG_NAME, ModelPathIsFile, check_readable, check_weight, is_native_config, torch_load_error
 from .bilm.config import check_bool, is_int
 from .bilm.model import remove_boundaries
-from .chars import batch_to_ids, check_batch, sentence_rows
+from .chars import batch_rows, batch_to_ids, check_batch
 from .embedding import embed_lines, empty_vectors
 from .errors import Errors, Warnings, listed
 from .paths import missing_path_error
@@ -597,7 +597,7 @@ class ElmoEmbedder:
     def embed_batch(self, batch: Sequence[Sequence[str]]) -> List[np.ndarray]:
         """Each sentence's layers, one biLM call for the batch; none for the batch of one empty sentence
         (``[[]]``), as in 0.9."""
-        rows = sentence_rows(batch)  # the tokens here: embed_lines's run_rows sees no empty rows when not stateful
+        rows = batch_rows(batch)  # the tokens here: embed_lines's run_rows sees no empty rows when not stateful
         if len(rows) == 1 and len(rows[0]) == 0:
             # 0.9's embed_batch answered the batch [[]] with its empty embedding and ran nothing (its biLM raised on
             # it): row 0's carried states stay as they were. Empty rows of a larger batch run as <S> </S>, as there.

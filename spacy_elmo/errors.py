@@ -60,6 +60,13 @@ class Errors:
         "Expected a list of sentences, each a list of token strings, but got an object of type {type_name}. "
         "E.g. [['Hello', 'world'], ['Bye']]; for one text: [text.split()]."
     )
+    #: E_BATCH_NOT_LIST for a mapping (a dict): iterated, its keys would be the sentences (a str key is refused
+    #: as untokenized), which it may hold as its values
+    E_BATCH_IS_MAPPING = (
+        "Expected a list of sentences, each a list of token strings, but got a mapping (type {type_name}), whose "
+        "keys would be taken for the sentences. Pass the sentences as a list in order: list(d.values()) where they "
+        "are its values, list(d.keys()) where they are its keys."
+    )
     E_BATCH_UNORDERED = (
         "Expected a list of sentences in order, but got an unordered set (type {type_name}): its sentences would "
         "become rows in an arbitrary order. Pass the sentences as a list (or tuple), in the order you want their "
@@ -89,10 +96,17 @@ class Errors:
         "Token {token_index} of sentence {sentence_index} is a {type_name}, not a str. "
         "Pass token texts (e.g. [t.text for t in doc]); a batch is a list of sentences, each a list of strings."
     )
-    #: E_TOKEN_NOT_STR for a token with a ``.text`` (a spaCy Token)
+    #: E_TOKEN_NOT_STR for a token with a ``.text`` that does not iterate (a spaCy Token)
     E_TOKEN_HAS_TEXT = (
         "Token {token_index} of sentence {sentence_index} is an object of type {type_name} with .text (like a spaCy "
         "Token), not a str: pass its text (token.text), e.g. [t.text for t in span] for a sentence."
+    )
+    #: E_TOKEN_NOT_STR for a token with a ``.text`` that iterates (a spaCy Doc or Span, one level too deep: [[doc]]):
+    #: its tokens' texts are the sentence, not its .text (untokenized)
+    E_TOKEN_HAS_TEXTS = (
+        "Token {token_index} of sentence {sentence_index} is an object of type {type_name} with .text that iterates "
+        "(like a spaCy Doc or Span), not a str: a sentence is a list of token texts. Pass its tokens' texts as the "
+        "sentence, e.g. [[t.text for t in doc]] rather than [[doc]], or [[t.text for t in d] for d in docs]."
     )
     E_MAX_CHARS_TOO_SMALL = (
         "max_characters_per_token must be a whole number of at least 3 (room for the begin/end-of-word "
@@ -136,15 +150,16 @@ class Errors:
     E_BAD_NON_NEGATIVE = "{name} must be an integer of 0 or more; found {value!r}."
     E_BAD_CLIP = "{name} must be a finite positive number, or null for no clipping; found {value}."
     E_OPTIONS_MISSING_KEY = (
-        "The ELMo options in {source} lack the key {key!r}. An AllenNLP/bilm-tf options.json "
+        "The ELMo options in {source} lack {name!r} {place}. An AllenNLP/bilm-tf options.json "
         "has 'lstm' (dim, projection_dim, n_layers, ...) and 'char_cnn' (embedding.dim, "
         "filters, ...): check that you passed the options.json of an ELMo model (another tool's JSON, e.g. a "
-        "Hugging Face config.json, has other keys), or add {name!r} {place}."
+        "Hugging Face config.json, has other keys), or add {name!r} there."
     )
-    #: E_OPTIONS_MISSING_KEY's ``place``: where ``name`` (the last part of the dotted ``key``) goes in the file
+    #: E_OPTIONS_MISSING_KEY's ``place``: where the key ``name`` goes in the file (a dotted path, 'lstm.dim', is no
+    #: key a file holds)
     E_OPTIONS_KEY_AT_TOP = "at the top level"
-    E_OPTIONS_KEY_IN_SECTION = "to the {section!r} section"
-    E_OPTIONS_KEY_IN_NESTED = "to the {inner!r} object in the {section!r} section"
+    E_OPTIONS_KEY_IN_SECTION = "in the {section!r} section"
+    E_OPTIONS_KEY_IN_NESTED = "in the {inner!r} object of the {section!r} section"
     E_OPTIONS_IS_NATIVE_CONFIG = (
         "The ELMo options in {source} are a spacy-elmo model's config.json (\"format\": \"{format}\"), not an "
         "AllenNLP/bilm-tf options.json. A spacy-elmo model is loaded by its directory (config.json + "
@@ -152,19 +167,19 @@ class Errors:
         "BiLM.load(directory)."
     )
     E_OPTIONS_NO_SKIP_KEY = (
-        "The ELMo options in {source} lack the key 'lstm.use_skip_connections', and no default is safe: AllenNLP "
-        "refuses such options and bilm-tf's inference model fails on them. Add it to the 'lstm' section: "
+        "The ELMo options in {source} lack 'use_skip_connections' in the 'lstm' section, and no default is safe: AllenNLP "
+        "refuses such options and bilm-tf's inference model fails on them. Add it there: "
         "\"use_skip_connections\": true for a released model (all of them use skip connections), or false for "
         "a model that bilm-tf trained without them."
     )
     E_OPTIONS_NO_ACTIVATION = (
-        "The ELMo options in {source} lack the key 'char_cnn.activation', and no default is safe: AllenNLP and "
+        "The ELMo options in {source} lack 'activation' in the 'char_cnn' section, and no default is safe: AllenNLP and "
         "bilm-tf refuse such options, and taking it as relu would silently compute another model for one trained "
-        "with tanh. Add it to the 'char_cnn' section: \"activation\": \"relu\" for a released model (all of them "
+        "with tanh. Add it there: \"activation\": \"relu\" for a released model (all of them "
         "use relu), or \"tanh\" for a model trained with it."
     )
     E_OPTIONS_NO_N_LAYERS = (
-        "The ELMo options in {source} lack the key 'lstm.n_layers', the biLSTM's layers per direction (not taken "
+        "The ELMo options in {source} lack 'n_layers' in the 'lstm' section, the biLSTM's layers per direction (not taken "
         "as 1, bilm-tf's default, which would be a guess). {fix}"
     )
     E_OPTIONS_N_LAYERS_IN_FILE = (

@@ -110,6 +110,8 @@ def read_json_file(path: PathLike, not_json: str, not_object: Optional[str] = No
     if raw is None:
         raw = Path(path).read_bytes()
     try:
+        # json.detect_encoding: in the json module since Python 3.6 (undocumented, not in __all__), what json.loads
+        # itself calls on bytes
         value = json.loads(raw.decode(json.detect_encoding(raw)))
     except (ValueError, RecursionError) as err:  # JSONDecodeError, UnicodeDecodeError; too deep a nesting
         raise ValueError(not_json.format(path=path, error=str(err).rstrip("."))) from err

@@ -267,6 +267,11 @@ def test_elmo_embedder_takes_the_batches_batch_to_ids_takes_and_refuses_a_set(fi
             assert len(got) == len(want), name
             for a, b in zip(got, want):
                 np.testing.assert_allclose(a, b, atol=1e-6, rtol=0, err_msg=name)
+    from tests.test_chars import DICT_BATCH
+
+    for call in (embedder.embed_batch, lambda b: list(embedder.embed_sentences(b))):
+        with pytest.raises(TypeError, match=DICT_BATCH):  # its values or its keys: the error says how to pass them
+            call({1: ["a"]})
     for batch in ({("a", "b"), ("c",)}, frozenset([("a", "b")])):
         for call in (embedder.embed_batch, lambda b: list(embedder.embed_sentences(b))):
             with pytest.raises(TypeError, match=r"^Expected a list of sentences in order, but got an unordered set"):

@@ -69,10 +69,23 @@ def test_reference_conventions_for_markers_and_surrogates():
     assert ids[3, :3].tolist() == [259, 260, 261]  # an empty word, still a real token
 
 
-@pytest.mark.parametrize("batch", ["Hello world", b"Hello", None, 3, {"a": ["b"]}], ids=["str", "bytes", "None", "int", "dict"])
+@pytest.mark.parametrize("batch", ["Hello world", b"Hello", None, 3], ids=["str", "bytes", "None", "int"])
 def test_a_batch_that_is_not_a_list_of_sentences(batch):
     with pytest.raises(TypeError, match=r"^Expected a list of sentences.*but got an object of type .*text.split\(\)"):
         batch_to_ids(batch)
+
+
+#: A dict batch's error: its keys or values may be the sentences, and the error says how to pass either.
+DICT_BATCH = (r"^Expected a list of sentences, each a list of token strings, but got a mapping \(type dict\), whose "
+              r"keys would be taken for the sentences\. Pass the sentences as a list in order: list\(d\.values\(\)\) "
+              r"where they are its values, list\(d\.keys\(\)\) where they are its keys\.$")
+
+
+def test_a_dict_batch_is_told_to_pass_its_values_or_keys():
+    """A dict batch said "got an object of type dict ... for one text: [text.split()]", no help for sentences held
+    as a dict's values (or keys); the error names both."""
+    with pytest.raises(TypeError, match=DICT_BATCH):
+        batch_to_ids({"a": ["b"]})
 
 
 class OrderedSentenceSet(collections.abc.Set, collections.abc.Sequence):
@@ -142,7 +155,8 @@ _DOC_TEXTS = re.escape("e.g. [[t.text for t in doc]] (the doc as one sentence), 
 def test_spacy_docs_spans_and_tokens_are_told_to_pass_their_texts():
     """batch_to_ids([doc]) said "sentence 0 is a Doc ... e.g. list(tokens)", and list(doc) then "Token 0 of sentence 0
     is a Token"; batch_to_ids(doc) said "sentence 0 is a Token ... e.g. list(tokens)", though the batch was the
-    Doc. Each names the texts to pass: first the form that works on any doc ([s for s in doc.sents] raises spaCy's
+    Doc; batch_to_ids([[doc]]) said "Token 0 of sentence 0 ... like a spaCy Token ... [t.text for t in span]". Each
+    names the texts to pass: first the form that works on any doc ([s for s in doc.sents] raises spaCy's
     E030 on a doc without sentence boundaries, spacy.blank's), and no batch_to_ids call (ElmoEmbedder's embed_batch
     says these too)."""
     doc = _Span(["Hello", "world"])
@@ -160,6 +174,13 @@ def test_spacy_docs_spans_and_tokens_are_told_to_pass_their_texts():
                                         r"spaCy Token\), not a str: pass its text \(token\.text\), e\.g\. "
                                         r"\[t\.text for t in span\] for a sentence\.$"):
         batch_to_ids([["ok", _Token("x")]])
+    for batch in ([[doc]], [["ok"], iter([doc])]):  # a Doc one level too deep: not "like a spaCy Token"
+        with pytest.raises(TypeError, match=rf"^Token 0 of sentence {len(batch) - 1} is an object of type _Span with "
+                                            r"\.text that iterates \(like a spaCy Doc or Span\), not a str: a sentence "
+                                            r"is a list of token texts\. Pass its tokens' texts as the sentence, e\.g\. "
+                                            r"\[\[t\.text for t in doc\]\] rather than \[\[doc\]\], or "
+                                            r"\[\[t\.text for t in d\] for d in docs\]\.$"):
+            batch_to_ids(batch)
     assert torch.equal(batch_to_ids([[t.text for t in doc]]), batch_to_ids([["Hello", "world"]]))
 
 

@@ -432,7 +432,7 @@ class BiLMConfig:
 
         from .native_io import FORMAT  # native_io imports this module
 
-        if isinstance(options, dict) and options.get("format") == FORMAT:  # else "lacks the key 'lstm'"
+        if isinstance(options, dict) and options.get("format") == FORMAT:  # else "lack 'lstm' at the top level"
             raise ValueError(Errors.E_OPTIONS_IS_NATIVE_CONFIG.format(source=source, format=FORMAT))
 
         def need(section: Dict[str, Any], key: str, where: str) -> Any:  # any JSON value
@@ -441,12 +441,12 @@ class BiLMConfig:
                 place = (Errors.E_OPTIONS_KEY_IN_NESTED.format(inner=parents[1], section=parents[0])
                          if len(parents) == 2 else Errors.E_OPTIONS_KEY_IN_SECTION.format(section=parents[0])
                          if parents else Errors.E_OPTIONS_KEY_AT_TOP)
-                raise ValueError(Errors.E_OPTIONS_MISSING_KEY.format(source=source, key=where, name=key, place=place))
+                raise ValueError(Errors.E_OPTIONS_MISSING_KEY.format(source=source, name=key, place=place))
             return section[key]
 
         original = "" if weight_file is None else Errors.E_OPTIONS_BAD_VALUE_ORIGINAL.format(weight_file=weight_file)
 
-        def an_object(value: Any, what: str, shape: str) -> Dict[str, Any]:  # not "lacks the key" for [1]
+        def an_object(value: Any, what: str, shape: str) -> Dict[str, Any]:  # not "lack 'lstm'" for [1]
             if not isinstance(value, dict):
                 raise ValueError(Errors.E_OPTIONS_NOT_OBJECT.format(
                     source=source, found=short_repr(value), what=what, shape=shape, original=original))

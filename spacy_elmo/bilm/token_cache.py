@@ -33,7 +33,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch import Tensor
 
-from ..chars import batch_to_ids, check_tokens, sentence_rows
+from ..chars import batch_rows, batch_to_ids
 from ..errors import Errors
 from ..ops import reference
 from ..forksafe import after_fork_in_child
@@ -176,7 +176,11 @@ class TokenCache:
 
     def _lookup(self, bilm, rows, device: torch.device, gather: bool) -> Tensor:
         device = _home(bilm, device)
-        rows = sentence_rows(rows, tokens=False)  # read more than once below; the tokens are checked by _reserve
+        # Read more than once below. Every token is checked here, before any row is reserved: a check of the words
+        # missing from the cache alone took a non-str equal to a cached str (a UserString), and on a stale index
+        # left the rebuilt missing set to _encode's batch_to_ids (the token said at its place there, and the
+        # cache dropped).
+        rows = batch_rows(rows)
         weights = _weights_key(bilm)
         while True:
             with self.lock:
@@ -221,17 +225,9 @@ class TokenCache:
                  # its weights changed since (an optimizer step, load_state_dict): the vectors are stale
                  or self.weights != weights)
         index, pending = self.index, self.pending
-        # The tokens are checked here, before any row is reserved: _encode's batch_to_ids sees the missing words alone
-        # (a bad token was said at their place, "Token 1 of sentence 0" for sentence 1, and dropped the cache). Only a
-        # word not cached can be no str (the index holds strs): check_tokens's walk of every token, 28% of a cached
-        # lookup, is for those (and numpy.str_ words, strs it takes).
-        try:
-            missing = {tok for row in rows for tok in row if tok not in index}  # one pass: mostly cached
-        except TypeError:  # an unhashable token (a list), no str
-            check_tokens(rows)
-            raise
-        if any(type(tok) is not str for tok in missing):
-            check_tokens(rows)
+        # the tokens are strs (_lookup checked them); a str subclass without a hash raises here, before any row is
+        # reserved
+        missing = {tok for row in rows for tok in row if tok not in index}  # one pass: mostly cached
         mine = [w for w in missing if w not in pending] if pending else list(missing)
         start = self.used
         markers = fresh or start + len(mine) > self.capacity
@@ -323,7 +319,7 @@ def run_rows(bilm, rows: Sequence[Sequence[str]], cache: Optional[TokenCache] = 
     with room and no gradient is wanted (inference); otherwise the whole biLM runs.
     """
     device = bilm.token_encoder.char_embedding.device
-    rows = sentence_rows(rows, tokens=False)  # read twice below; batch_to_ids or the cache checks the tokens
+    rows = batch_rows(rows, tokens=False)  # read twice below; batch_to_ids or the cache checks the tokens
     if cache is None or cache.capacity == 0 or torch.is_grad_enabled():
         return bilm(batch_to_ids(rows, bilm.config.max_characters_per_token).to(device))
     # On the host, where contextualize checks them and the LSTM reads them: made on a GPU, they cost a

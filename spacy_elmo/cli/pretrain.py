@@ -50,13 +50,16 @@ def model_config(preset: Optional[str], options: Optional[Path]) -> dict:
     path = Path(options)
     try:
         if path.is_dir():  # a model directory (pretrain's OUTPUT_DIR, BiLM.save's, AllenNLP files): its options
-            found = [path / CONFIG_NAME] if (path / CONFIG_NAME).is_file() else sorted(path.glob(OPTIONS_GLOB))
+            # files alone: a directory named like one (old_options.json/) is no options file, neither counted (a
+            # real options.json beside it was refused as "2 found") nor read (E_OPTIONS_IS_DIR's BiLM.load advice)
+            found = ([path / CONFIG_NAME] if (path / CONFIG_NAME).is_file()
+                     else sorted(p for p in path.glob(OPTIONS_GLOB) if p.is_file()))
             if len(found) != 1:
                 raise typer.BadParameter(Errors.E_OPTIONS_DIR.format(path=path, n_options=len(found), config=CONFIG_NAME),
                                          param_hint="'--options'")
             path = found[0]
         try:
-            raw = read_options_bytes(path)  # a directory named like an options file (*options*.json): said so
+            raw = read_options_bytes(path)  # unreadable: said so (a directory was taken above, globbed files alone)
         except ValueError as err:
             raise typer.BadParameter(str(err), param_hint="'--options'") from err
         if is_hdf5(raw):  # a weight file: "'utf-8' codec can't decode byte 0x89" named neither the file nor the fix

@@ -307,7 +307,7 @@ def test_not_hdf5_and_missing_files(files, tmp_path):
         BiLM.from_allennlp(opt_path, bogus)
     with pytest.raises(FileNotFoundError, match="does not exist"):
         BiLM.from_allennlp(opt_path, tmp_path / "nope.hdf5")
-    with pytest.raises(ValueError, match="lack the key 'lstm'"):
+    with pytest.raises(ValueError, match="lack 'lstm' at the top level"):
         BiLMConfig.from_allennlp_options({})
     with pytest.raises(ValueError, match="Could not read ELMo options"):
         BiLMConfig.from_allennlp_options(bogus)

@@ -1,5 +1,6 @@
 """TokenCache.lookup: the row indices of wrapped sentences (no spaCy)."""
 
+import collections
 import threading
 import types
 
@@ -202,7 +203,10 @@ _AS_LISTS = {"numpy 2-D": [["a", "b"], ["c", "d"]]}
 
 def test_every_entry_point_takes_the_batches_batch_to_ids_takes_and_refuses_a_set():
     """A set or frozenset batch was refused by batch_to_ids alone: run_rows (with and without a cache),
-    TokenCache.lookup and .vectors ran its rows in hash order."""
+    TokenCache.lookup and .vectors ran its rows in hash order. A dict is refused as by batch_to_ids (its keys were
+    the sentences), saying how to pass its values or keys."""
+    from tests.test_chars import DICT_BATCH
+
     bilm = _tiny_bilm()
     dev = torch.device("cpu")
     with torch.no_grad():
@@ -216,6 +220,11 @@ def test_every_entry_point_takes_the_batches_batch_to_ids_takes_and_refuses_a_se
                     torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5, msg=name)
             assert torch.equal(cache.lookup(bilm, _batches()[name], dev), cache.lookup(bilm, rows, dev)), name
             assert torch.equal(cache.vectors(bilm, _batches()[name], dev), cache.vectors(bilm, rows, dev)), name
+        for call in (lambda: run_rows(bilm, {1: ["a"]}), lambda: run_rows(bilm, {1: ["a"]}, TokenCache(100)),
+                     lambda: TokenCache(100).lookup(bilm, {1: ["a"]}, dev),
+                     lambda: TokenCache(100).vectors(bilm, {1: ["a"]}, dev)):
+            with pytest.raises(TypeError, match=DICT_BATCH):  # its values or its keys: the error says how to pass them
+                call()
         for batch in ({("a", "b"), ("c",)}, frozenset([("a", "b")])):
             for call in (lambda: run_rows(bilm, batch), lambda: run_rows(bilm, batch, TokenCache(100)),
                          lambda: TokenCache(100).lookup(bilm, batch, dev),
@@ -243,6 +252,29 @@ def test_a_token_that_is_no_str_is_named_where_it_is_and_the_cache_kept(bad, typ
                 lookup(bilm, [["a", "b"], ["c", bad]], torch.device("cpu"))
         assert (cache.generation, cache.index, cache.used, cache.pending) == (generation, index, used, {})
     _assert_cached_rows_equal_whole_bilm(bilm, [["a", "c"], ["b"]], cache)
+
+
+def test_a_non_str_equal_to_a_cached_str_is_refused_and_the_cache_kept():
+    """A UserString equals the str of its text and has its hash. Only the words missing from the cache were checked:
+    one equal to a word cached, or to one before it in the batch, found that word's row and was taken (batch_to_ids
+    and run_rows without a cache refuse it). And with the weights changed since (a stale index), the words missing
+    then were left to _encode's batch_to_ids of them as one row: "Token 3 of sentence 0" for token 1 of sentence 1,
+    and the cache dropped. Every token is checked before anything is reserved."""
+    U = collections.UserString
+    bilm, cpu = _tiny_bilm(), torch.device("cpu")
+    with torch.no_grad():
+        with pytest.raises(TypeError, match=r"^Token 1 of sentence 0 is a UserString, not a str\."):
+            TokenCache(50).lookup(bilm, [["w", U("w")]], cpu)
+        cache = TokenCache(50)
+        cache.lookup(bilm, [["word"]], cpu)
+        for lookup in (cache.lookup, cache.vectors):
+            with pytest.raises(TypeError, match=r"^Token 0 of sentence 1 is a UserString, not a str\."):
+                lookup(bilm, [["a"], [U("word")]], cpu)
+        bilm.token_encoder.char_embedding.add_(0.0)  # the weights changed: the index is stale
+        generation, index, used = cache.generation, dict(cache.index), cache.used
+        with pytest.raises(TypeError, match=r"^Token 1 of sentence 1 is a UserString, not a str\."):
+            cache.lookup(bilm, [["b", "c"], ["d", U("word")]], cpu)
+        assert (cache.generation, cache.index, cache.used, cache.pending) == (generation, index, used, {})
 
 
 def test_a_cache_built_under_inference_mode_is_used_outside_it():

@@ -884,16 +884,24 @@ def test_options_refuses_a_directory_of_two_allennlp_options_and_a_config_json_o
 
 def test_options_directory_whose_options_json_is_a_directory_is_said_so(tmp_path):
     """A model directory holding a directory named like an options file (elmo_options.json/) said "Could not read
-    ...: [Errno 21] Is a directory ... give this account read permission": now BiLMConfig.from_allennlp_options's
-    words for a directory (E_OPTIONS_IS_DIR), nothing written."""
+    ...: [Errno 21] Is a directory ... give this account read permission", then E_OPTIONS_IS_DIR, whose advice is for
+    the Python API (BiLM.load(directory)): now such a directory is no options file, and the model directory holds
+    none (E_OPTIONS_DIR, "0 found"), nothing written. Beside a real options.json it is not counted: that file is read
+    (it was refused as "2 found")."""
+    from spacy_elmo.cli.pretrain import model_config
+
     model = tmp_path / "model"
     (model / "elmo_options.json").mkdir(parents=True)
     out = tmp_path / "out"
     args = [a if a != str(tmp_path / "tiny.json") else str(model) for a in tiny_pretrain_args(tmp_path, out)[0]]
     result = runner.invoke(app, args)
     said = " ".join(plain(result.output).replace("│", " ").split())
-    assert result.exit_code == 2 and "elmo_options.json is a directory, but the ELMo options are" in said, said
-    assert "Errno" not in said and "read permission" not in said and not out.exists()
+    assert result.exit_code == 2 and "nor one AllenNLP *options*.json (0 found)" in said, said
+    assert "BiLM.load" not in said and "Errno" not in said and "read permission" not in said and not out.exists()
+    with pytest.warns(UserWarning, match="AllenNLP will not run this model"):  # TINY's 20 characters a token
+        BiLM(BiLMConfig(**TINY)).to_allennlp(model / "options.json", tmp_path / "weights.hdf5")
+    (model / "elmo_options.json").rename(model / "old_options.json")
+    assert BiLMConfig.from_dict(model_config(None, model)) == BiLMConfig(**TINY)
 
 
 def test_a_stream_run_ends_naming_the_sentence_stage_for_the_component(tmp_path):
