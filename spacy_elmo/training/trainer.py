@@ -1174,6 +1174,9 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
                   "init": cfg.init if cfg.init in (None, "", "default") else str(Path(cfg.init).resolve())}
     use_amp = device.type == "cuda"
     bar = progress_bar(total=total, initial=step, desc="pretraining", unit="step", disable=not (cfg.progress and is_main))
+    # Closed on every way out (Ctrl-C, SIGTERM, an error): its last line is drawn before the CLI's message, not
+    # after it when the bar is collected. Closing twice (the loop's end closes it) draws nothing.
+    held.callback(bar.close)
     last_heldout = None
     last_saved = step  # the step of the checkpoint in OUTPUT_DIR (0: none)
 

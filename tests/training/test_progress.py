@@ -179,3 +179,24 @@ def test_the_pretraining_bar_shows_a_huge_perplexity_as_the_held_out_one_is():
     assert bar_postfix(12_345.6, math.exp(50.0), False) == {"tok/s": "12,346", "sampled ppl": "5.185e+21"}
     assert bar_postfix(10.0, 1e15, True) == {"tok/s": "10", "ppl": "1.000e+15"}
     assert bar_postfix(10.0, 201.3456, True) == {"tok/s": "10", "ppl": "201.35"}
+
+
+def test_a_stopped_run_closes_its_bar_before_the_message_that_follows(tmp_path, capsys):
+    """Stopped by Ctrl-C (or SIGTERM, an error), pretrain left its bar open: it was drawn last when collected,
+    after the CLI's "Interrupted ... rerun with --resume" (review). It is closed on every way out of train()."""
+    import gc
+
+    train_file = write_corpus(tmp_path / "train.txt", 100)
+
+    def stop(step, loss):
+        if step == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        train(tiny_train_config(train_file, tmp_path / "out", max_steps=10, checkpoint_every=2, progress=True),
+              on_step=stop)
+    print("Interrupted.", file=sys.stderr)  # what the CLI says
+    del stopped  # its traceback held train()'s frame, and the bar
+    gc.collect()
+    err = capsys.readouterr().err
+    assert "pretraining:" in err and err.endswith("Interrupted.\n"), err[-300:]
