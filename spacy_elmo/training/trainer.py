@@ -1157,9 +1157,9 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
         if is_main and source == staging:
             _move_cache_into_place(staging, cache, out / RETIRED_NAME)
         log = _Log(out / LOG_NAME, is_main, step if payload is not None else None)
-        if is_main and payload is None:
-            log.write({"event": "start", "step": 0, "world": world, "steps_per_epoch": batcher.steps_per_epoch,
-                       "total_steps": total, "vocab_size": vocab.size, "corpus": meta["stats"], "config": asdict(cfg)})
+        if is_main:  # a resume is recorded as a start is: its step (the checkpoint's), settings and corpus
+            log.write({"event": "start" if payload is None else "resume", "step": step, "world": world,
+                       "steps_per_epoch": batcher.steps_per_epoch, "total_steps": total, "vocab_size": vocab.size, "corpus": meta["stats"], "config": asdict(cfg)})
         if is_main and payload is not None and cfg.heldout is None:
             _warn_heldout_dropped(log, out, step)
     model: torch.nn.Module = lm

@@ -1549,3 +1549,17 @@ def test_each_log_line_averages_every_step_since_the_line_before_and_a_resume_lo
     keys = ("step", "window_steps", "loss", "sampled_perplexity", "tokens")
     resumed = [e for e in read_log(tmp_path / "killed") if "loss" in e]
     assert [[e[k] for k in keys] for e in resumed] == [[e[k] for k in keys] for e in lines]
+
+
+def test_a_resume_is_recorded_in_the_log(tmp_path):
+    """train_log.jsonl recorded a run's start (its settings) but never a resume, which may change --max-steps,
+    --heldout and more (review). A resume appends a "resume" event as the start's: its step and settings."""
+    train_file = write_corpus(tmp_path / "train.txt", 100)
+    out = tmp_path / "out"
+    train(tiny_train_config(train_file, out, max_steps=2, checkpoint_every=2))
+    train(tiny_train_config(train_file, out, max_steps=3, checkpoint_every=2, resume=True))
+    events = [e for e in read_log(out) if e.get("event") in ("start", "resume")]
+    assert [(e["event"], e["step"], e["total_steps"], e["config"]["max_steps"], e["config"]["resume"]) for e in events] \
+        == [("start", 0, 2, 2, False), ("resume", 2, 3, 3, True)]
+    assert events[1].keys() == events[0].keys()
+    assert [e["step"] for e in read_log(out) if "loss" in e] == [1, 2, 3]
