@@ -66,9 +66,13 @@ def progress_bar(iterable=None, **kwargs):
     """``tqdm(iterable, **kwargs)`` on stderr, redrawn at most every :data:`LOG_INTERVAL` seconds when
     stderr is a log (see the module's docstring)."""
     if not _redraws_in_place(sys.stderr):
-        # maxinterval too: tqdm's monitor thread otherwise forces a redraw every 10 s of a slow loop.
+        # maxinterval too: tqdm's monitor thread otherwise forces a redraw every 10 s of a slow loop. And miniters 1
+        # (the clock read at every update, not every N updates as tqdm adapts N): the monitor redraws only a bar whose
+        # miniters is above 1, and its redraw left the last redraw's step and time as they were, so the next update
+        # drew the bar again, one step on in the same second.
         kwargs["mininterval"] = max(kwargs.get("mininterval", 0.1), LOG_INTERVAL)
         kwargs["maxinterval"] = max(kwargs.get("maxinterval", 10.0), LOG_INTERVAL)
+        kwargs["miniters"] = 1
         # No cursor moves in a log: a bar opened below another (pretrain's held-out evaluation) is written on
         # its own lines, as every bar there, not with the terminal's escape codes; and its last state stays.
         kwargs["position"] = 0

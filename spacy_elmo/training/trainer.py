@@ -1157,9 +1157,9 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
         if is_main and source == staging:
             _move_cache_into_place(staging, cache, out / RETIRED_NAME)
         log = _Log(out / LOG_NAME, is_main, step if payload is not None else None)
-        if is_main and payload is None:
-            log.write({"event": "start", "step": 0, "world": world, "steps_per_epoch": batcher.steps_per_epoch,
-                       "total_steps": total, "vocab_size": vocab.size, "corpus": meta["stats"], "config": asdict(cfg)})
+        if is_main:  # a resume is recorded as a start is: its step (the checkpoint's), settings and corpus
+            log.write({"event": "start" if payload is None else "resume", "step": step, "world": world,
+                       "steps_per_epoch": batcher.steps_per_epoch, "total_steps": total, "vocab_size": vocab.size, "corpus": meta["stats"], "config": asdict(cfg)})
         if is_main and payload is not None and cfg.heldout is None:
             _warn_heldout_dropped(log, out, step)
     model: torch.nn.Module = lm
@@ -1174,6 +1174,9 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
                   "init": cfg.init if cfg.init in (None, "", "default") else str(Path(cfg.init).resolve())}
     use_amp = device.type == "cuda"
     bar = progress_bar(total=total, initial=step, desc="pretraining", unit="step", disable=not (cfg.progress and is_main))
+    # Closed on every way out (Ctrl-C, SIGTERM, an error): its last line is drawn before the CLI's message, not
+    # after it when the bar is collected. Closing twice (the loop's end closes it) draws nothing.
+    held.callback(bar.close)
     last_heldout = None
     last_saved = step  # the step of the checkpoint in OUTPUT_DIR (0: none)
 
@@ -1327,7 +1330,11 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
         window_tokens += step_tokens
         if on_step is not None:
             on_step(step, step_loss)
-        if step % cfg.log_every == 0 or step == total:
+        checkpoint = step % cfg.checkpoint_every == 0 or step == total
+        # Every checkpoint step is logged too: each line's window is the steps since the line before (window_steps),
+        # none lost to the window restarting at a checkpoint, and a resume starts its first window where the
+        # straight run's restarted (the checkpoint), so both log the same lines.
+        if step % cfg.log_every == 0 or checkpoint:
             elapsed = time.perf_counter() - window_start
             tps = window_tokens / max(elapsed, 1e-9)
             # exp of the window's training loss: of the sampled softmax, far below the full-softmax perplexity with few
@@ -1336,16 +1343,15 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
             with _settled(wait):  # rank 0 appends (a full disk fails it alone)
                 log.write({"step": step, "epoch": epoch, "loss": step_loss, "loss_forward": float(stats[1]),
                            "loss_backward": float(stats[2]), "sampled_perplexity": ppl, "grad_norm": step_norm,
-                           "tokens": tokens_seen, "tokens_per_s": tps, "time": time.time()})
+                           "tokens": tokens_seen, "tokens_per_s": tps, "window_steps": window_n, "time": time.time()})
             bar.set_postfix(bar_postfix(tps, ppl, full_softmax), refresh=False)
             window_loss, window_n, window_tokens, window_start = 0.0, 0, 0, time.perf_counter()
         bar.update(1)
-        if step % cfg.checkpoint_every == 0 or step == total:
+        if checkpoint:
             save(final=step == total)
             if heldout is not None:
                 last_heldout = evaluate_heldout()
-            # A resumed run starts its window here too: equal logs, and tok/s without the checkpoint's time.
-            window_loss, window_n, window_tokens, window_start = 0.0, 0, 0, time.perf_counter()
+            window_start = time.perf_counter()  # tok/s without the checkpoint's time (the window is empty: logged above)
     bar.close()
     if payload is not None and step == int(payload["step"]):
         # Nothing trained: the files stay as they are, unless a kill between the checkpoint and the model that

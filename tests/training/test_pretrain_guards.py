@@ -369,11 +369,15 @@ def test_a_resume_measures_again_a_heldout_number_of_as_many_rows_cut_elsewhere(
     assert len(events) == 2 and events[0]["rows_digest"] != events[1]["rows_digest"]
     assert events[0]["n_rows"] == events[1]["n_rows"] == len(cut_32)
     # the same reading again: reused (the log's marked number comes back, nothing is measured)
-    _edit_log(out, lambda entries: entries[-1].update(perplexity=1.5))
+
+    def last_heldout(entries):  # the last event is a resume's: its held-out event is before it
+        return [e for e in entries if e.get("event") == "heldout"][-1]
+
+    _edit_log(out, lambda entries: last_heldout(entries).update(perplexity=1.5))
     assert train(tiny_train_config(train_file, out, resume=True, eval_batch_size=32, **settings))["heldout"]["perplexity"] == 1.5
     assert "rows_digest" not in train(tiny_train_config(train_file, out, resume=True, eval_batch_size=32, **settings))["heldout"]
     # an event logged without the rows' digest: measured again
-    _edit_log(out, lambda entries: entries[-1].pop("rows_digest"))
+    _edit_log(out, lambda entries: last_heldout(entries).pop("rows_digest"))
     measured = train(tiny_train_config(train_file, out, resume=True, eval_batch_size=32, **settings))
     assert measured["heldout"]["perplexity"] == pytest.approx(expected["perplexity"], rel=1e-9)
     assert len([e for e in read_log(out) if e.get("event") == "heldout"]) == 3

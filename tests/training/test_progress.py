@@ -179,3 +179,72 @@ def test_the_pretraining_bar_shows_a_huge_perplexity_as_the_held_out_one_is():
     assert bar_postfix(12_345.6, math.exp(50.0), False) == {"tok/s": "12,346", "sampled ppl": "5.185e+21"}
     assert bar_postfix(10.0, 1e15, True) == {"tok/s": "10", "ppl": "1.000e+15"}
     assert bar_postfix(10.0, 201.3456, True) == {"tok/s": "10", "ppl": "201.35"}
+
+
+def test_a_stopped_run_closes_its_bar_before_the_message_that_follows(tmp_path, capsys):
+    """Stopped by Ctrl-C (or SIGTERM, an error), pretrain left its bar open: it was drawn last when collected,
+    after the CLI's "Interrupted ... rerun with --resume" (review). It is closed on every way out of train()."""
+    import gc
+
+    train_file = write_corpus(tmp_path / "train.txt", 100)
+
+    def stop(step, loss):
+        if step == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        train(tiny_train_config(train_file, tmp_path / "out", max_steps=10, checkpoint_every=2, progress=True),
+              on_step=stop)
+    print("Interrupted.", file=sys.stderr)  # what the CLI says
+    del stopped  # its traceback held train()'s frame, and the bar
+    gc.collect()
+    err = capsys.readouterr().err
+    assert "pretraining:" in err and err.endswith("Interrupted.\n"), err[-300:]
+
+
+def test_tqdms_monitor_does_not_write_a_log_bar_line_twice(monkeypatch):
+    """In a log, some lines were written twice, one step apart in the same second (review). tqdm's monitor thread
+    refreshes a bar whose miniters (tqdm's, adjusted to the steps seen a redraw) is above 1 and whose last redraw is
+    maxinterval old, setting miniters to 1 but not the last redraw's step and time: the next update() drew the bar
+    again. A log bar checks the clock at every update (miniters 1), which the monitor leaves alone. The monitor's
+    pass is run here by hand (tqdm's TMonitor.run, one pass) on a fake clock."""
+    from types import SimpleNamespace
+
+    from tqdm._monitor import TMonitor
+
+    from spacy_elmo.progress import _LogBar
+
+    now = [0.0]
+    monkeypatch.setattr(tqdm.std, "time", lambda: now[0])
+    monkeypatch.setattr(tqdm.std.tqdm, "monitor_interval", 0)  # no monitor thread of its own on the real clock
+    if tqdm.std.tqdm.monitor is not None:
+        tqdm.std.tqdm.monitor.exit()
+        monkeypatch.setattr(tqdm.std.tqdm, "monitor", None)
+    stream = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", stream)
+    bar = progress_bar(total=1000, desc="x", unit="step")
+    assert isinstance(bar, _LogBar) and bar.mininterval == bar.maxinterval == LOG_INTERVAL
+    for _ in range(200):  # a step a second: a line a minute
+        now[0] += 1.0
+        bar.update(1)
+    before = stream.getvalue().count("\n")
+    now[0] += LOG_INTERVAL + 1  # a slow step (a checkpoint, a held-out evaluation): the monitor wakes meanwhile
+
+    class OnePass:  # the monitor's Event: its second wait ends the run
+        waits = 0
+
+        def wait(self, seconds):
+            self.waits += 1
+
+        def is_set(self):
+            return self.waits > 1
+
+    monitor = SimpleNamespace(tqdm_cls=type(bar), sleep_interval=0, _time=lambda: now[0], was_killed=OnePass(), woken=0,
+                              get_instances=lambda: [bar])
+    TMonitor.run(monitor)
+    now[0] += 0.5
+    bar.update(1)  # the slow step ends
+    bar.update(1)
+    lines = stream.getvalue().splitlines()[before:]
+    assert len(lines) == 1 and "201/1000" in lines[0], lines  # drawn once, by the update after the slow step
+    bar.close()

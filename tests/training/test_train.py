@@ -258,7 +258,7 @@ def test_resume_after_kill_continues_exactly(tmp_path, sentences, prefetch):
     train_file = write_corpus(tmp_path / "train.txt", 300)
     N = 5
     straight = tmp_path / "straight"
-    # with sentences: long ones are cut; log windows of 3 steps straddle the checkpoints
+    # with sentences: long ones are cut; log lines every 3 steps and at the checkpoints
     mode = dict(sentences=True, max_length=7, log_every=3) if sentences else dict(log_every=3)
     mode["prefetch"] = prefetch
     if not sentences and prefetch is None:
@@ -278,11 +278,11 @@ def test_resume_after_kill_continues_exactly(tmp_path, sentences, prefetch):
     for key in ("loss", "sampled_perplexity"):
         a = [e[key] for e in read_log(straight) if "loss" in e]
         b = [e[key] for e in read_log(killed) if "loss" in e]
-        assert len(a) == len(b) == 4  # steps 3, 6, 9, 10: the log lost the redone steps' lines
+        assert len(a) == len(b) == 5  # steps 3, 5 (the checkpoint), 6, 9, 10: the log lost the redone steps' lines
         np.testing.assert_allclose(b, a, rtol=1e-6, atol=1e-7)
     tokens = [e["tokens"] for e in read_log(killed) if "loss" in e]
     assert tokens == [e["tokens"] for e in read_log(straight) if "loss" in e]
-    per_step = np.diff([0] + tokens) / np.diff([0, 3, 6, 9, 10])
+    per_step = np.diff([0] + tokens) / np.diff([0, 3, 5, 6, 9, 10])
     assert (len(set(per_step)) > 1) == sentences  # sentence batches differ in length, windows do not
     # A run cannot switch between streams and sentences on resume: the batches would not match.
     with pytest.raises(ValueError, match="sentences"):
@@ -1519,3 +1519,47 @@ def test_a_nan_result_is_logged_as_null_and_read_back_as_nan():
     assert back["perplexity_backward"] == 3.0 and back["loss_backward"] == result["loss_backward"]
     assert perplexity_text(ready) == perplexity_text(back) == (
         "perplexity (one stream): forward nan, backward 3.00, geometric mean nan")
+
+
+def test_each_log_line_averages_every_step_since_the_line_before_and_a_resume_logs_the_same(tmp_path):
+    """The window restarted after each checkpoint: with --log-every 3 and --checkpoint-every 4 the step-6 line
+    averaged steps 5-6 only, step 4's loss in no line (review). Every checkpoint step is logged now: each line's
+    sampled_perplexity is exp of the mean loss of the window_steps steps since the line before, every step in
+    one line; a run killed right after a checkpoint resumes to the same lines, bit for bit."""
+    train_file = write_corpus(tmp_path / "train.txt", 100)
+    settings = dict(max_steps=9, log_every=3, checkpoint_every=4)
+    losses = {}
+    train(tiny_train_config(train_file, tmp_path / "straight", **settings), on_step=lambda s, l: losses.__setitem__(s, l))
+    lines = [e for e in read_log(tmp_path / "straight") if "loss" in e]
+    assert [e["step"] for e in lines] == [3, 4, 6, 8, 9]
+    previous = 0
+    for e in lines:
+        assert e["window_steps"] == e["step"] - previous
+        window = [losses[s] for s in range(previous + 1, e["step"] + 1)]
+        assert e["sampled_perplexity"] == pytest.approx(math.exp(sum(window) / len(window)), rel=1e-12)
+        previous = e["step"]
+
+    def crash(step, loss):
+        if step == 5:  # right after the checkpoint at 4
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train(tiny_train_config(train_file, tmp_path / "killed", **settings), on_step=crash)
+    train(tiny_train_config(train_file, tmp_path / "killed", resume=True, **settings))
+    keys = ("step", "window_steps", "loss", "sampled_perplexity", "tokens")
+    resumed = [e for e in read_log(tmp_path / "killed") if "loss" in e]
+    assert [[e[k] for k in keys] for e in resumed] == [[e[k] for k in keys] for e in lines]
+
+
+def test_a_resume_is_recorded_in_the_log(tmp_path):
+    """train_log.jsonl recorded a run's start (its settings) but never a resume, which may change --max-steps,
+    --heldout and more (review). A resume appends a "resume" event as the start's: its step and settings."""
+    train_file = write_corpus(tmp_path / "train.txt", 100)
+    out = tmp_path / "out"
+    train(tiny_train_config(train_file, out, max_steps=2, checkpoint_every=2))
+    train(tiny_train_config(train_file, out, max_steps=3, checkpoint_every=2, resume=True))
+    events = [e for e in read_log(out) if e.get("event") in ("start", "resume")]
+    assert [(e["event"], e["step"], e["total_steps"], e["config"]["max_steps"], e["config"]["resume"]) for e in events] \
+        == [("start", 0, 2, 2, False), ("resume", 2, 3, 3, True)]
+    assert events[1].keys() == events[0].keys()
+    assert [e["step"] for e in read_log(out) if "loss" in e] == [1, 2, 3]
