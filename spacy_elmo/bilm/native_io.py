@@ -542,8 +542,9 @@ def refuse_tf_checkpoint(path: Path) -> None:
 
 def find_allennlp_files(directory: Path):
     """``(options.json, weights.hdf5)`` of a directory of AllenNLP weights, or None."""
-    hdf5 = sorted(directory.glob("*.hdf5")) + sorted(directory.glob("*.h5"))
-    options = sorted(directory.glob(OPTIONS_GLOB))
+    # files alone: a directory named like one (old_options.json/) is no candidate, as pretrain --options reads them
+    hdf5 = [p for p in sorted(directory.glob("*.hdf5")) + sorted(directory.glob("*.h5")) if p.is_file()]
+    options = [p for p in sorted(directory.glob(OPTIONS_GLOB)) if p.is_file()]
     if not hdf5 and not options:
         return None
     if len(hdf5) != 1 or len(options) != 1:

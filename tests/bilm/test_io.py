@@ -1223,3 +1223,16 @@ def test_an_initial_state_file_that_does_not_fit_the_model_names_the_file(files,
         BiLM.load(tmp_path / "m")
     assert str(path) in str(err.value) and f"Delete it (sentences then start from zeros) or fit it again on this " \
         f"model: spacy-elmo fit-state {tmp_path / 'm'} TEXT_PATH." in str(err.value)
+
+
+def test_directories_named_like_weights_or_options_are_no_candidates(files):
+    """A directory of AllenNLP weights holding a folder ``old_options.json/`` or ``backup.hdf5/`` beside its two files
+    loads them (it was refused as "2 options.json"); pretrain --options counts files alone the same way."""
+    opt_path, weight_path = files
+    directory = opt_path.parent
+    (directory / "old_options.json").mkdir()
+    (directory / "backup.hdf5").mkdir()
+    expected = BiLM.from_allennlp(opt_path, weight_path)
+    loaded = BiLM.load(directory)
+    for name, tensor in expected.state_dict().items():
+        assert torch.equal(loaded.state_dict()[name], tensor), name
