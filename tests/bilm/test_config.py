@@ -472,9 +472,8 @@ def test_a_section_that_is_no_object_is_named_with_what_was_found(tmp_path, chan
         BiLM.from_allennlp(path, tmp_path / "w.hdf5")
 
 
-def test_an_options_file_that_cannot_be_read_says_the_os_error_not_to_pass_another(tmp_path, monkeypatch):
-    """An OSError reading the options (no read permission, an I/O error) said "Pass the options.json that came with
-    the weight file", though it was that file: the OS error is said, and to check it (read permission)."""
+def unreadable_options(tmp_path, monkeypatch):
+    """An options.json in ``tmp_path`` whose reading raises PermissionError (a chmod 000 file reads as root)."""
     import errno
     from pathlib import Path
 
@@ -488,6 +487,13 @@ def test_an_options_file_that_cannot_be_read_says_the_os_error_not_to_pass_anoth
         return read_bytes(self)
 
     monkeypatch.setattr(Path, "read_bytes", denied)
+    return path
+
+
+def test_an_options_file_that_cannot_be_read_says_the_os_error_not_to_pass_another(tmp_path, monkeypatch):
+    """An OSError reading the options (no read permission, an I/O error) said "Pass the options.json that came with
+    the weight file", though it was that file: the OS error is said, and to check it (read permission)."""
+    path = unreadable_options(tmp_path, monkeypatch)
     with pytest.raises(ValueError, match=rf"^Could not read the ELMo options file {re.escape(str(path))}: \[Errno 13\] "
                                          r"Permission denied.*check what the error says \(e\.g\. give this account "
                                          r"read permission, chmod\)") as err:

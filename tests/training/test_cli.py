@@ -581,21 +581,9 @@ def test_pretrain_options_with_a_utf8_byte_order_mark_are_read(tmp_path):
 def test_pretrain_options_that_cannot_be_read_say_the_os_error(tmp_path, monkeypatch):
     """An OSError reading --options (no read permission) said "Could not read the model options ...: [Errno 13]
     Permission denied ... Pass an AllenNLP options.json, ...", though it was one: the OS error, and to check it."""
-    import errno
-    from pathlib import Path
+    from tests.bilm.test_config import unreadable_options
 
-    from tests.bilm.test_config import options as allennlp_options
-
-    path = tmp_path / "options.json"
-    path.write_text(json.dumps(allennlp_options()))
-    read_bytes = Path.read_bytes
-
-    def denied(self):
-        if self == path:
-            raise PermissionError(errno.EACCES, "Permission denied", str(self))
-        return read_bytes(self)
-
-    monkeypatch.setattr(Path, "read_bytes", denied)
+    path = unreadable_options(tmp_path, monkeypatch)
     result = runner.invoke(app, ["pretrain", str(tmp_path / "no-text"), str(tmp_path / "out"), "--options", str(path)])
     said = " ".join(plain(result.output).replace("│", " ").split())
     assert result.exit_code == 2, said
