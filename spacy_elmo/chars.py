@@ -69,7 +69,8 @@ def token_list(sentence, index: int) -> Sequence[str]:
 
 def check_tokens(sentences: Sequence[Sequence[str]]) -> None:
     """A TypeError naming the first token of ``sentences`` (each a :func:`token_list`) that is no str, by its
-    place in them (``Token 1 of sentence 2``), and the fix.
+    place in them (``Token 1 of sentence 2``), and the fix. ``sentences`` and its rows are read twice where a token
+    fails: sequences, not one-shot iterators (:func:`batch_rows` makes them so).
 
     Every token is checked, a cached one too: a non-str equal to a str and of its hash (a ``UserString``) would
     find the str's row of a token cache. First at C speed, the whole batch at once (``str.join`` takes a str and

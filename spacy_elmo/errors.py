@@ -104,7 +104,7 @@ class Errors:
     #: E_TOKEN_NOT_STR for a token with a ``.text`` that iterates (a spaCy Doc or Span, one level too deep: [[doc]]):
     #: its tokens' texts are the sentence, not its .text (untokenized)
     E_TOKEN_HAS_TEXTS = (
-        "Token {token_index} of sentence {sentence_index} is an object of type {type_name} with .text that iterates "
+        "Token {token_index} of sentence {sentence_index} is an iterable object of type {type_name} with .text "
         "(like a spaCy Doc or Span), not a str: a sentence is a list of token texts. Pass its tokens' texts as the "
         "sentence, e.g. [[t.text for t in doc]] rather than [[doc]], or [[t.text for t in d] for d in docs]."
     )
@@ -153,7 +153,7 @@ class Errors:
         "The ELMo options in {source} lack {name!r} {place}. An AllenNLP/bilm-tf options.json "
         "has 'lstm' (dim, projection_dim, n_layers, ...) and 'char_cnn' (embedding.dim, "
         "filters, ...): check that you passed the options.json of an ELMo model (another tool's JSON, e.g. a "
-        "Hugging Face config.json, has other keys), or add {name!r} there."
+        "Hugging Face config.json, has other keys), or add {name!r} {place}."
     )
     #: E_OPTIONS_MISSING_KEY's ``place``: where the key ``name`` goes in the file (a dotted path, 'lstm.dim', is no
     #: key a file holds)

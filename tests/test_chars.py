@@ -175,8 +175,8 @@ def test_spacy_docs_spans_and_tokens_are_told_to_pass_their_texts():
                                         r"\[t\.text for t in span\] for a sentence\.$"):
         batch_to_ids([["ok", _Token("x")]])
     for batch in ([[doc]], [["ok"], iter([doc])]):  # a Doc one level too deep: not "like a spaCy Token"
-        with pytest.raises(TypeError, match=rf"^Token 0 of sentence {len(batch) - 1} is an object of type _Span with "
-                                            r"\.text that iterates \(like a spaCy Doc or Span\), not a str: a sentence "
+        with pytest.raises(TypeError, match=rf"^Token 0 of sentence {len(batch) - 1} is an iterable object of type _Span "
+                                            r"with \.text \(like a spaCy Doc or Span\), not a str: a sentence "
                                             r"is a list of token texts\. Pass its tokens' texts as the sentence, e\.g\. "
                                             r"\[\[t\.text for t in doc\]\] rather than \[\[doc\]\], or "
                                             r"\[\[t\.text for t in d\] for d in docs\]\.$"):

@@ -542,9 +542,10 @@ def refuse_tf_checkpoint(path: Path) -> None:
 
 def find_allennlp_files(directory: Path):
     """``(options.json, weights.hdf5)`` of a directory of AllenNLP weights, or None."""
-    # files alone: a directory named like one (old_options.json/) is no candidate, as pretrain --options reads them
-    hdf5 = [p for p in sorted(directory.glob("*.hdf5")) + sorted(directory.glob("*.h5")) if p.is_file()]
-    options = [p for p in sorted(directory.glob(OPTIONS_GLOB)) if p.is_file()]
+    # no directory named like one (old_options.json/) is a candidate, as pretrain --options reads them; a dangling
+    # link is (an annex file not fetched): its read names the missing file, not "0 .hdf5 file(s)"
+    hdf5 = [p for p in sorted(directory.glob("*.hdf5")) + sorted(directory.glob("*.h5")) if not p.is_dir()]
+    options = [p for p in sorted(directory.glob(OPTIONS_GLOB)) if not p.is_dir()]
     if not hdf5 and not options:
         return None
     if len(hdf5) != 1 or len(options) != 1:

@@ -50,10 +50,11 @@ def model_config(preset: Optional[str], options: Optional[Path]) -> dict:
     path = Path(options)
     try:
         if path.is_dir():  # a model directory (pretrain's OUTPUT_DIR, BiLM.save's, AllenNLP files): its options
-            # files alone: a directory named like one (old_options.json/) is no options file, neither counted (a
-            # real options.json beside it was refused as "2 found") nor read (E_OPTIONS_IS_DIR's BiLM.load advice)
+            # no directory named like one (old_options.json/): neither counted (a real options.json beside it was
+            # refused as "2 found") nor read (E_OPTIONS_IS_DIR's BiLM.load advice). A dangling link (an annex file
+            # not fetched) is counted: its read names the missing file, not "0 found"
             found = ([path / CONFIG_NAME] if (path / CONFIG_NAME).is_file()
-                     else sorted(p for p in path.glob(OPTIONS_GLOB) if p.is_file()))
+                     else sorted(p for p in path.glob(OPTIONS_GLOB) if not p.is_dir()))
             if len(found) != 1:
                 raise typer.BadParameter(Errors.E_OPTIONS_DIR.format(path=path, n_options=len(found), config=CONFIG_NAME),
                                          param_hint="'--options'")
@@ -62,6 +63,8 @@ def model_config(preset: Optional[str], options: Optional[Path]) -> dict:
             raw = read_options_bytes(path)  # unreadable: said so (a directory was taken above, globbed files alone)
         except ValueError as err:
             raise typer.BadParameter(str(err), param_hint="'--options'") from err
+        except FileNotFoundError as err:  # a globbed dangling link (an annex file not fetched): missing, not unreadable
+            raise typer.BadParameter(Errors.E_OPTIONS_MISSING.format(path=path), param_hint="'--options'") from err
         if is_hdf5(raw):  # a weight file: "'utf-8' codec can't decode byte 0x89" named neither the file nor the fix
             raise typer.BadParameter(Errors.E_PRETRAIN_OPTIONS_IS_HDF5.format(path=path), param_hint="'--options'")
         # said in E_OPTIONS_FILE below; no object: a list's items (a string's characters) were read as unknown keys

@@ -506,15 +506,15 @@ def test_options_lacking_a_key_are_not_said_to_be_maybe_the_weight_file():
     said to be swapped, any other is no JSON). Said: another tool's JSON has other keys, or add the key."""
     with pytest.raises(ValueError, match=r"lack 'lstm' at the top level\..*check that you passed the options\.json of an ELMo "
                                          r"model \(another tool's JSON, e\.g\. a Hugging Face config\.json, has other "
-                                         r"keys\), or add 'lstm' there\.$") as err:
+                                         r"keys\), or add 'lstm' at the top level\.$") as err:
         BiLMConfig.from_allennlp_options({"model_type": "bert"})
     assert "weight file" not in str(err.value)
 
 
 @pytest.mark.parametrize("path,said", [
-    (("lstm", "dim"), "lack 'dim' in the 'lstm' section. .* or add 'dim' there."),
-    (("char_cnn", "embedding"), "lack 'embedding' in the 'char_cnn' section. .* or add 'embedding' there."),
-    (("char_cnn", "embedding", "dim"), "lack 'dim' in the 'embedding' object of the 'char_cnn' section. .* or add 'dim' there."),
+    (("lstm", "dim"), "lack 'dim' in the 'lstm' section. .* or add 'dim' in the 'lstm' section."),
+    (("char_cnn", "embedding"), "lack 'embedding' in the 'char_cnn' section. .* or add 'embedding' in the 'char_cnn' section."),
+    (("char_cnn", "embedding", "dim"), "lack 'dim' in the 'embedding' object of the 'char_cnn' section. .* or add 'dim' in the 'embedding' object of the 'char_cnn' section."),
 ])
 def test_a_missing_key_is_to_be_added_where_it_goes(path, said):
     """"add 'lstm.dim' there": a dotted path, no key a file can hold. The key is named where it goes; and the error

@@ -1236,3 +1236,14 @@ def test_directories_named_like_weights_or_options_are_no_candidates(files):
     loaded = BiLM.load(directory)
     for name, tensor in expected.state_dict().items():
         assert torch.equal(loaded.state_dict()[name], tensor), name
+
+
+def test_a_dangling_weight_link_is_named_missing_not_counted_out(files):
+    """A weights.hdf5 that is a link to nothing (an annex file not fetched, a cache blob deleted) beside options.json:
+    its read names the missing file, not "holds 0 .hdf5 file(s)" (files alone were counted, a dangling link no file)."""
+    opt_path, weight_path = files
+    weight_path.unlink()
+    weight_path.symlink_to(weight_path.parent / "gone.hdf5")
+    with pytest.raises(Exception, match=re.escape(str(weight_path)) + ".* does not exist") as err:
+        BiLM.load(opt_path.parent)
+    assert "0 .hdf5 file(s)" not in str(err.value)

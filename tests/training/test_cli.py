@@ -6,6 +6,7 @@ import warnings
 
 import pytest
 import torch
+import typer
 
 from spacy_elmo import BiLM, BiLMConfig
 from spacy_elmo.cli import app
@@ -890,6 +891,13 @@ def test_options_directory_whose_options_json_is_a_directory_is_said_so(tmp_path
         BiLM(BiLMConfig(**TINY)).to_allennlp(model / "options.json", tmp_path / "weights.hdf5")
     (model / "elmo_options.json").rename(model / "old_options.json")
     assert BiLMConfig.from_dict(model_config(None, model)) == BiLMConfig(**TINY)
+    # a dangling link (an annex file not fetched) is counted, and said missing: not "0 found", not "read permission"
+    (model / "options.json").unlink()
+    (model / "options.json").symlink_to(model / "gone.json")
+    with pytest.raises(typer.BadParameter) as err:
+        model_config(None, model)
+    assert str(model / "options.json") in str(err.value) and "does not exist" in str(err.value), str(err.value)
+    assert "0 found" not in str(err.value) and "read permission" not in str(err.value), str(err.value)
 
 
 def test_a_stream_run_ends_naming_the_sentence_stage_for_the_component(tmp_path):
