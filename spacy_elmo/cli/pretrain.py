@@ -63,8 +63,9 @@ def model_config(preset: Optional[str], options: Optional[Path]) -> dict:
             raw = read_options_bytes(path)  # unreadable: said so (a directory was taken above, globbed files alone)
         except ValueError as err:
             raise typer.BadParameter(str(err), param_hint="'--options'") from err
-        except FileNotFoundError as err:  # a globbed dangling link (an annex file not fetched): missing, not unreadable
-            raise typer.BadParameter(Errors.E_OPTIONS_MISSING.format(path=path), param_hint="'--options'") from err
+        except FileNotFoundError as err:  # a dangling link (an annex file not fetched), a loop: the link named
+            raise typer.BadParameter(str(missing_path_error(path, Errors.E_OPTIONS_MISSING.format(path=path))),
+                                     param_hint="'--options'") from err
         if is_hdf5(raw):  # a weight file: "'utf-8' codec can't decode byte 0x89" named neither the file nor the fix
             raise typer.BadParameter(Errors.E_PRETRAIN_OPTIONS_IS_HDF5.format(path=path), param_hint="'--options'")
         # said in E_OPTIONS_FILE below; no object: a list's items (a string's characters) were read as unknown keys

@@ -898,6 +898,15 @@ def test_options_directory_whose_options_json_is_a_directory_is_said_so(tmp_path
         model_config(None, model)
     assert str(model / "options.json") in str(err.value) and "does not exist" in str(err.value), str(err.value)
     assert "0 found" not in str(err.value) and "read permission" not in str(err.value), str(err.value)
+    assert f"is a broken symbolic link: it points to {model / 'gone.json'}" in str(err.value), str(err.value)
+    # a link in a loop: no file to read, not a read permission to give (it was E_OPTIONS_UNREADABLE, "[Errno 40]")
+    (model / "options.json").unlink()
+    (model / "options.json").symlink_to(model / "options.json")
+    for given in (model, model / "options.json"):
+        with pytest.raises(typer.BadParameter) as err:
+            model_config(None, given)
+        assert "past too many levels of symbolic links" in str(err.value), str(err.value)
+        assert "read permission" not in str(err.value) and "Errno" not in str(err.value), str(err.value)
 
 
 def test_a_stream_run_ends_naming_the_sentence_stage_for_the_component(tmp_path):
