@@ -53,7 +53,8 @@ def model_config(preset: Optional[str], options: Optional[Path]) -> dict:
             # no directory named like one (old_options.json/): neither counted (a real options.json beside it was
             # refused as "2 found") nor read (E_OPTIONS_IS_DIR's BiLM.load advice). A dangling link (an annex file
             # not fetched) is counted: its read names the missing file, not "0 found"
-            found = ([path / CONFIG_NAME] if (path / CONFIG_NAME).is_file()
+            config_file = path / CONFIG_NAME  # a dangling config.json too: its read says so, not "0 found"
+            found = ([config_file] if config_file.is_file() or (config_file.is_symlink() and not config_file.exists())
                      else sorted(p for p in path.glob(OPTIONS_GLOB) if not p.is_dir()))
             if len(found) != 1:
                 raise typer.BadParameter(Errors.E_OPTIONS_DIR.format(path=path, n_options=len(found), config=CONFIG_NAME),
