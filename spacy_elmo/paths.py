@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Optional, Tuple, Union
 
 from ._typing import PathLike
-from .errors import Errors
+from .errors import Errors, listed
 
 
 def shell_quoted(path: PathLike) -> str:
@@ -81,6 +81,14 @@ def broken_link_error(link: PathLike) -> FileNotFoundError:
         if err.errno == errno.ELOOP:  # x -> y -> x: y exists, as a link back; or a chain past 40 links
             return FileNotFoundError(Errors.E_LINK_LOOP.format(path=link, target=target))
     return FileNotFoundError(Errors.E_BROKEN_LINK.format(path=link, target=target))
+
+
+def files_listed(paths: "list[Path]", shown: int = 6) -> str:
+    """The names of ``paths`` that a message counts, for it to list (:func:`name_shown`, the first ``shown``): a
+    dangling symbolic link marked "(a broken link)", as it counts as a file found (its read names the missing
+    target), and "2 found" alone said neither which two nor that one is no file."""
+    return listed([name_shown(p.name) + (" (a broken link)" if os.path.islink(p) and not os.path.exists(p) else "")
+                   for p in paths], shown)
 
 
 def missing_path_error(path: PathLike, message: str, stdin: str = Errors.E_PATH_STDIN) -> FileNotFoundError:

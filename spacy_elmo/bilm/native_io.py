@@ -28,7 +28,7 @@ from .._typing import PathLike
 from ..atomic import atomic_write, make_dirs, naming, sync, sync_dir
 from ..errors import Errors, listed
 from ..hdf5 import is_embeddings_file
-from ..paths import broken_link_error, missing_path_error, name_shown, python_quoted, read_json_file, shell_quoted
+from ..paths import broken_link_error, files_listed, missing_path_error, name_shown, python_quoted, read_json_file, shell_quoted
 from .config import BiLMConfig, is_int
 
 if TYPE_CHECKING:  # model.py imports this module when it saves or loads
@@ -553,7 +553,8 @@ def find_allennlp_files(directory: Path):
     if not hdf5 and not options:
         return None
     if len(hdf5) != 1 or len(options) != 1:
-        raise NotAModelDir(Errors.E_ALLENNLP_DIR.format(path=directory, n_hdf5=len(hdf5), n_options=len(options)))
+        raise NotAModelDir(Errors.E_ALLENNLP_DIR.format(path=directory, n_hdf5=len(hdf5), n_options=len(options),
+                                                         found=files_listed(hdf5 + options)))
     return options[0], hdf5[0]
 
 

@@ -14,7 +14,7 @@ from ..bilm import BiLMConfig
 from ..bilm.config import InvalidConfigValue, UnknownConfigFields, is_hdf5, read_options_bytes
 from ..errors import Errors, Warnings, counted
 from ..ops import resolve_backend
-from ..paths import missing_path_error, read_json_file
+from ..paths import files_listed, missing_path_error, read_json_file
 from ..ranks import Ranks, machine_processes, torchrun_ranks
 from ..training.data import AUTO_RULE
 from ..training.trainer import BOUNDS, DEFAULT_EPOCHS, OPTIMIZERS, leave_failed_run, said_by_this_rank
@@ -57,8 +57,9 @@ def model_config(preset: Optional[str], options: Optional[Path]) -> dict:
             found = ([config_file] if config_file.is_file() or (config_file.is_symlink() and not config_file.exists())
                      else sorted(p for p in path.glob(OPTIONS_GLOB) if not p.is_dir()))
             if len(found) != 1:
-                raise typer.BadParameter(Errors.E_OPTIONS_DIR.format(path=path, n_options=len(found), config=CONFIG_NAME),
-                                         param_hint="'--options'")
+                names = f": {files_listed(found)}" if found else ""  # which ones, a dangling link marked
+                raise typer.BadParameter(Errors.E_OPTIONS_DIR.format(path=path, n_options=len(found), config=CONFIG_NAME,
+                                                                     names=names), param_hint="'--options'")
             path = found[0]
         try:
             raw = read_options_bytes(path)  # unreadable: said so (a directory was taken above, globbed files alone)

@@ -1270,3 +1270,19 @@ def test_a_dangling_native_file_link_is_said_to_be_one(tmp_path, name):
     (model / name).symlink_to(model / name)
     with pytest.raises(FileNotFoundError, match=re.escape(f"{model / name} is a symbolic link past too many levels")):
         BiLM.load(model)
+
+
+def test_too_many_weight_or_options_files_are_listed_with_dangling_links_marked(files):
+    """E_ALLENNLP_DIR said "holds 1 .hdf5 file(s) and 2 options.json" and pretrain --options "(2 found)", naming
+    neither file, where one was a dangling link (an annex file not fetched) counted as found: both list the names
+    found, a dangling link marked."""
+    from spacy_elmo.cli.pretrain import model_config
+
+    opt_path, weight_path = files
+    directory = opt_path.parent
+    (directory / "old_options.json").symlink_to(directory / "gone.json")
+    said = f"holds 1 .hdf5 file(s) and 2 options.json: {weight_path.name}, old_options.json (a broken link), {opt_path.name}."
+    with pytest.raises(Exception, match=re.escape(said)):
+        BiLM.load(directory)
+    with pytest.raises(Exception, match=re.escape(f"(2 found: old_options.json (a broken link), {opt_path.name})")):
+        model_config(None, directory)
