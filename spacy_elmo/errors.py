@@ -359,8 +359,8 @@ class Errors:
         "directory or AllenNLP weights explicitly, or reinstall spacy-elmo with its data."
     )
     E_ALLENNLP_DIR = (
-        "{path} holds {n_hdf5} .hdf5 file(s) and {n_options} options.json; a directory of "
-        "AllenNLP weights must hold exactly one of each."
+        "{path} holds {n_hdf5} .hdf5 file(s) and {n_options} options.json: {found}. A directory of AllenNLP "
+        "weights must hold exactly one of each."
     )
     E_NATIVE_CONFIG_NOT_JSON = (
         "{path} is not valid JSON ({error}): the model's config.json is damaged. Restore it from the "
@@ -1447,7 +1447,7 @@ class Errors:
     )
     E_OPTIONS_DIR = (
         "{path} is a directory holding neither a spacy-elmo {config} nor one AllenNLP *options*.json ({n_options} "
-        "found), where the model's sizes are read from: pass a spacy-elmo model directory (pretrain's "
+        "found{names}), where the model's sizes are read from: pass a spacy-elmo model directory (pretrain's "
         "OUTPUT_DIR, BiLM.save's), a directory of AllenNLP files (one options.json), or the options file itself."
     )
     E_PRESET_AND_OPTIONS = "Pass either --preset or --options, not both."

@@ -12,6 +12,7 @@ output would replace (:func:`holds_cwd`), and one file under two names, a hard l
 And the one reader of a JSON file, the user's or spacy-elmo's own (:func:`read_json_file`).
 """
 
+import errno
 import hashlib
 import json
 import os
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Optional, Tuple, Union
 
 from ._typing import PathLike
-from .errors import Errors
+from .errors import Errors, listed
 
 
 def shell_quoted(path: PathLike) -> str:
@@ -67,15 +68,42 @@ def unexpanded_home(path: PathLike) -> Optional[str]:
     return expanded if expanded != text else None
 
 
+def broken_link_error(link: PathLike) -> FileNotFoundError:
+    """The error of the symbolic link ``link`` whose target does not exist (``E_BROKEN_LINK``: where it points), or
+    that leads round a loop of links (``E_LINK_LOOP``): a corpus file, an options.json, a model's file."""
+    try:
+        target = os.readlink(link)
+    except OSError:  # removed meanwhile
+        target = "?"
+    try:
+        os.stat(link)
+    except OSError as err:
+        if err.errno == errno.ELOOP:  # x -> y -> x: y exists, as a link back; or a chain past 40 links
+            return FileNotFoundError(Errors.E_LINK_LOOP.format(path=link, target=target))
+    return FileNotFoundError(Errors.E_BROKEN_LINK.format(path=link, target=target))
+
+
+def files_listed(paths: "list[Path]", shown: int = 6) -> str:
+    """The names of ``paths`` that a message counts, for it to list (:func:`name_shown`, the first ``shown``): a
+    dangling symbolic link marked "(a broken link)", as it counts as a file found (its read names the missing
+    target), and "2 found" alone said neither which two nor that one is no file."""
+    return listed([name_shown(p.name) + (" (a broken link)" if os.path.islink(p) and not os.path.exists(p) else "")
+                   for p in paths], shown)
+
+
 def missing_path_error(path: PathLike, message: str, stdin: str = Errors.E_PATH_STDIN) -> FileNotFoundError:
     """The error of an input ``path`` that does not exist: ``stdin`` for ``-`` (standard input elsewhere, which
     no command reads: "- does not exist" said nothing), :data:`Errors.E_PATH_TILDE` where an unexpanded ``~``
-    explains it, else ``message``, formatted by the caller (with ``path`` and whatever else it names)."""
+    explains it, :func:`broken_link_error` where ``path`` is a symbolic link (dangling, or in a loop: "does not exist.
+    Check the path" named no link), else ``message``, formatted by the caller (with ``path`` and whatever else it
+    names)."""
     if os.fspath(path) == "-":
         return FileNotFoundError(stdin)
     expanded = unexpanded_home(path)
     if expanded is not None:
         return FileNotFoundError(Errors.E_PATH_TILDE.format(path=path, expanded=expanded))
+    if os.path.islink(path):
+        return broken_link_error(path)
     return FileNotFoundError(message)
 
 

@@ -1,5 +1,6 @@
 """BiLMConfig: every hyperparameter of an ELMo biLM, and its AllenNLP options form."""
 
+import errno
 import math
 import numbers
 import reprlib
@@ -46,7 +47,7 @@ def read_options_bytes(path: Union[str, Path]) -> bytes:
     """The bytes of the options file at ``path``: a ValueError of E_OPTIONS_IS_DIR for a directory (a directory
     named like an options file too) and of E_OPTIONS_UNREADABLE for an OSError (no read permission, an I/O error:
     not "pass the options.json", it is that file); FileNotFoundError (removed since its caller looked) is the
-    caller's to say."""
+    caller's to say, and so is a loop of symbolic links (ELOOP: no file to read, not a permission to fix)."""
     if Path(path).is_dir():
         raise ValueError(Errors.E_OPTIONS_IS_DIR.format(path=path))
     try:
@@ -54,6 +55,8 @@ def read_options_bytes(path: Union[str, Path]) -> bytes:
     except FileNotFoundError:
         raise
     except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise FileNotFoundError(err.errno, err.strerror, err.filename) from err
         raise ValueError(Errors.E_OPTIONS_UNREADABLE.format(path=path, error=err)) from err
 
 

@@ -28,7 +28,7 @@ from .._typing import PathLike
 from ..atomic import atomic_write, make_dirs, naming, sync, sync_dir
 from ..errors import Errors, listed
 from ..hdf5 import is_embeddings_file
-from ..paths import missing_path_error, name_shown, python_quoted, read_json_file, shell_quoted
+from ..paths import broken_link_error, files_listed, missing_path_error, name_shown, python_quoted, read_json_file, shell_quoted
 from .config import BiLMConfig, is_int
 
 if TYPE_CHECKING:  # model.py imports this module when it saves or loads
@@ -232,7 +232,7 @@ def model_path(directory: PathLike, offer_default: bool = True) -> Path:
 def allennlp_files_of(path: Path):
     """``(options.json, weights.hdf5)`` when the model directory ``path`` holds AllenNLP weights, None
     when it is a native model directory; an error when it holds both (which one is meant is unknown)."""
-    if not (path / CONFIG_NAME).exists():
+    if not os.path.lexists(path / CONFIG_NAME):  # a dangling config.json: native, its read names the link
         try:
             found = find_allennlp_files(path)
         except ValueError:  # bilm-tf's save_dir holds its options.json beside the checkpoint, no .hdf5
@@ -293,6 +293,8 @@ def read_meta(directory: PathLike) -> Dict[str, Any]:
     directory = resolve_model_dir(directory)
     path = directory / CONFIG_NAME
     if not path.exists():
+        if path.is_symlink():  # dangling (an annex file not fetched), a loop: "no config.json" named no link
+            raise broken_link_error(path)
         pipeline = saved_pipeline_of(directory)
         if pipeline is not None:
             raise SavedPipelineGiven(directory, pipeline)
@@ -441,6 +443,8 @@ def load_tensors(directory: PathLike) -> Dict[str, torch.Tensor]:
     directory = resolve_model_dir(directory)
     path = directory / WEIGHTS_NAME
     if not path.exists():
+        if path.is_symlink():  # dangling, a loop: the link named, not "no model.safetensors"
+            raise broken_link_error(path)
         raise NativeDirMissing.of(directory, WEIGHTS_NAME)
     return read_safetensors(path)
 
@@ -549,7 +553,8 @@ def find_allennlp_files(directory: Path):
     if not hdf5 and not options:
         return None
     if len(hdf5) != 1 or len(options) != 1:
-        raise NotAModelDir(Errors.E_ALLENNLP_DIR.format(path=directory, n_hdf5=len(hdf5), n_options=len(options)))
+        raise NotAModelDir(Errors.E_ALLENNLP_DIR.format(path=directory, n_hdf5=len(hdf5), n_options=len(options),
+                                                         found=files_listed(hdf5 + options)))
     return options[0], hdf5[0]
 
 

@@ -14,7 +14,7 @@ from ..bilm import BiLMConfig
 from ..bilm.config import InvalidConfigValue, UnknownConfigFields, is_hdf5, read_options_bytes
 from ..errors import Errors, Warnings, counted
 from ..ops import resolve_backend
-from ..paths import missing_path_error, read_json_file
+from ..paths import files_listed, missing_path_error, read_json_file
 from ..ranks import Ranks, machine_processes, torchrun_ranks
 from ..training.data import AUTO_RULE
 from ..training.trainer import BOUNDS, DEFAULT_EPOCHS, OPTIMIZERS, leave_failed_run, said_by_this_rank
@@ -53,18 +53,21 @@ def model_config(preset: Optional[str], options: Optional[Path]) -> dict:
             # no directory named like one (old_options.json/): neither counted (a real options.json beside it was
             # refused as "2 found") nor read (E_OPTIONS_IS_DIR's BiLM.load advice). A dangling link (an annex file
             # not fetched) is counted: its read names the missing file, not "0 found"
-            found = ([path / CONFIG_NAME] if (path / CONFIG_NAME).is_file()
+            config_file = path / CONFIG_NAME  # a dangling config.json too: its read says so, not "0 found"
+            found = ([config_file] if config_file.is_file() or (config_file.is_symlink() and not config_file.exists())
                      else sorted(p for p in path.glob(OPTIONS_GLOB) if not p.is_dir()))
             if len(found) != 1:
-                raise typer.BadParameter(Errors.E_OPTIONS_DIR.format(path=path, n_options=len(found), config=CONFIG_NAME),
-                                         param_hint="'--options'")
+                names = f": {files_listed(found)}" if found else ""  # which ones, a dangling link marked
+                raise typer.BadParameter(Errors.E_OPTIONS_DIR.format(path=path, n_options=len(found), config=CONFIG_NAME,
+                                                                     names=names), param_hint="'--options'")
             path = found[0]
         try:
             raw = read_options_bytes(path)  # unreadable: said so (a directory was taken above, globbed files alone)
         except ValueError as err:
             raise typer.BadParameter(str(err), param_hint="'--options'") from err
-        except FileNotFoundError as err:  # a globbed dangling link (an annex file not fetched): missing, not unreadable
-            raise typer.BadParameter(Errors.E_OPTIONS_MISSING.format(path=path), param_hint="'--options'") from err
+        except FileNotFoundError as err:  # a dangling link (an annex file not fetched), a loop: the link named
+            raise typer.BadParameter(str(missing_path_error(path, Errors.E_OPTIONS_MISSING.format(path=path))),
+                                     param_hint="'--options'") from err
         if is_hdf5(raw):  # a weight file: "'utf-8' codec can't decode byte 0x89" named neither the file nor the fix
             raise typer.BadParameter(Errors.E_PRETRAIN_OPTIONS_IS_HDF5.format(path=path), param_hint="'--options'")
         # said in E_OPTIONS_FILE below; no object: a list's items (a string's characters) were read as unknown keys
@@ -237,7 +240,7 @@ def pretrain(
         0, callback=non_negative_int, help="Fit the saved model's initial state (where every sentence starts) on this many training "
         "sentences (e.g. 2048); 0: zeros, as the references. Streams only (an error with --sentences). See "
         "docs/default-model.md before turning it on."),
-    log_every: int = typer.Option(10, callback=positive_int, help="Write a log line every N steps (and at each checkpoint: each line averages the steps since the one before)."),
+    log_every: int = typer.Option(10, callback=positive_int, help="Write a log line every N steps and at each checkpoint; its sampled perplexity and tok/s cover the steps since the line before."),
     threads: Optional[int] = typer.Option(None, callback=positive_int, help="torch CPU threads, at least 1 (default: torch's own choice)."),
     tokenize_processes: int = typer.Option(
         0, callback=_bounded("tokenize_processes"),

@@ -46,7 +46,6 @@ other than its meta.json counts (cut short) is built anew, and an error where re
 
 import bz2
 import codecs
-import errno
 import fnmatch
 import functools
 import gzip
@@ -76,7 +75,7 @@ import numpy as np
 from .._typing import PathLike
 from ..atomic import atomic_write_text, naming, sync, sync_dir, temporary_files
 from ..errors import Errors, TokenizerMismatchWarning, Warnings, counted, listed
-from ..paths import file_identity, missing_path_error, name_shown, read_json_file, shell_quoted, stream_sha256
+from ..paths import broken_link_error, file_identity, missing_path_error, name_shown, read_json_file, shell_quoted, stream_sha256
 from .vocab import BOS, EOS, SPECIALS
 
 BINARY_PROBE = 8192
@@ -427,20 +426,6 @@ def walk_text_dirs(path: PathLike, outputs: Optional[List[Path]] = None, strict:
                     kept.append(name)
         dirs[:] = kept
         yield root, names
-
-
-def broken_link_error(link: Path) -> FileNotFoundError:
-    """The error of the symbolic link ``link`` whose target does not exist (``E_BROKEN_LINK``: where it points)."""
-    try:
-        target = os.readlink(link)
-    except OSError:  # removed meanwhile
-        target = "?"
-    try:
-        os.stat(link)
-    except OSError as err:
-        if err.errno == errno.ELOOP:  # x -> y -> x: y exists, as a link back; or a chain past 40 links
-            return FileNotFoundError(Errors.E_LINK_LOOP.format(path=link, target=target))
-    return FileNotFoundError(Errors.E_BROKEN_LINK.format(path=link, target=target))
 
 
 def _unreadable_dir_error(directory: PathLike, train_path: PathLike, err: OSError) -> ValueError:

@@ -1247,3 +1247,42 @@ def test_a_dangling_weight_link_is_named_missing_not_counted_out(files):
     with pytest.raises(Exception, match=re.escape(str(weight_path)) + ".* does not exist") as err:
         BiLM.load(opt_path.parent)
     assert "0 .hdf5 file(s)" not in str(err.value)
+
+
+@pytest.mark.parametrize("name", ["config.json", "model.safetensors"])
+def test_a_dangling_native_file_link_is_said_to_be_one(tmp_path, name):
+    """A native model directory whose config.json (or model.safetensors) is a link to nothing (an annex file not
+    fetched): BiLM.load said "is not a spacy-elmo model directory (no config.json)", pretrain --options "(0 found)";
+    both now name the link and where it points. A link in a loop says so (it was "no config.json" too)."""
+    from spacy_elmo.cli.pretrain import model_config
+
+    model = tmp_path / "model"
+    BiLM(BiLMConfig(projection_dim=4, cell_dim=6, n_layers=1, filters=[(1, 3), (2, 3)], n_highway=0)).save(model)
+    (model / name).unlink()
+    (model / name).symlink_to(model / "gone")
+    broken = f"{model / name} is a broken symbolic link: it points to {model / 'gone'}"
+    with pytest.raises(FileNotFoundError, match=re.escape(broken)):
+        BiLM.load(model)
+    if name == "config.json":
+        with pytest.raises(Exception, match=re.escape(broken)):
+            model_config(None, model)
+    (model / name).unlink()
+    (model / name).symlink_to(model / name)
+    with pytest.raises(FileNotFoundError, match=re.escape(f"{model / name} is a symbolic link past too many levels")):
+        BiLM.load(model)
+
+
+def test_too_many_weight_or_options_files_are_listed_with_dangling_links_marked(files):
+    """E_ALLENNLP_DIR said "holds 1 .hdf5 file(s) and 2 options.json" and pretrain --options "(2 found)", naming
+    neither file, where one was a dangling link (an annex file not fetched) counted as found: both list the names
+    found, a dangling link marked."""
+    from spacy_elmo.cli.pretrain import model_config
+
+    opt_path, weight_path = files
+    directory = opt_path.parent
+    (directory / "old_options.json").symlink_to(directory / "gone.json")
+    said = f"holds 1 .hdf5 file(s) and 2 options.json: {weight_path.name}, old_options.json (a broken link), {opt_path.name}."
+    with pytest.raises(Exception, match=re.escape(said)):
+        BiLM.load(directory)
+    with pytest.raises(Exception, match=re.escape(f"(2 found: old_options.json (a broken link), {opt_path.name})")):
+        model_config(None, directory)

@@ -849,8 +849,8 @@ def test_options_takes_a_spacy_elmo_model_its_config_json_or_an_allennlp_directo
 
 
 def test_options_refuses_a_directory_of_two_allennlp_options_and_a_config_json_of_another_version(tmp_path):
-    """A directory of two AllenNLP *options*.json files (which one?) is refused naming the count, not read as its
-    first; a spacy-elmo config.json is checked as BiLM.load checks it (read_config_json): another format version
+    """A directory of two AllenNLP *options*.json files (which one?) is refused naming the count and the files, not
+    read as its first; a spacy-elmo config.json is checked as BiLM.load checks it (read_config_json): another format version
     (a newer spacy-elmo's) is its version error, not sizes read from a file this version may read otherwise."""
     base = tmp_path / "base"
     BiLM(BiLMConfig(**TINY)).save(base)
@@ -862,7 +862,7 @@ def test_options_refuses_a_directory_of_two_allennlp_options_and_a_config_json_o
     newer.mkdir()
     meta = json.loads((base / "config.json").read_text())
     (newer / "config.json").write_text(json.dumps({**meta, "version": 99}))
-    for given, words in [(two, "nor one AllenNLP *options*.json (2 found)"), (newer, "has format version 99")]:
+    for given, words in [(two, "nor one AllenNLP *options*.json (2 found: a_options.json, b_options.json)"), (newer, "has format version 99")]:
         out = tmp_path / f"out-{given.name}"
         args = [a if a != str(tmp_path / "tiny.json") else str(given) for a in tiny_pretrain_args(tmp_path, out, max_steps=1)[0]]
         result = runner.invoke(app, args)
@@ -898,6 +898,15 @@ def test_options_directory_whose_options_json_is_a_directory_is_said_so(tmp_path
         model_config(None, model)
     assert str(model / "options.json") in str(err.value) and "does not exist" in str(err.value), str(err.value)
     assert "0 found" not in str(err.value) and "read permission" not in str(err.value), str(err.value)
+    assert f"is a broken symbolic link: it points to {model / 'gone.json'}" in str(err.value), str(err.value)
+    # a link in a loop: no file to read, not a read permission to give (it was E_OPTIONS_UNREADABLE, "[Errno 40]")
+    (model / "options.json").unlink()
+    (model / "options.json").symlink_to(model / "options.json")
+    for given in (model, model / "options.json"):
+        with pytest.raises(typer.BadParameter) as err:
+            model_config(None, given)
+        assert "past too many levels of symbolic links" in str(err.value), str(err.value)
+        assert "read permission" not in str(err.value) and "Errno" not in str(err.value), str(err.value)
 
 
 def test_a_stream_run_ends_naming_the_sentence_stage_for_the_component(tmp_path):

@@ -409,6 +409,21 @@ def test_a_tilde_naming_no_home_directory_is_a_plain_path(tmp_path, monkeypatch)
         assert str(missing_path_error(plain, "plain message")) == "plain message"
 
 
+def test_a_missing_path_that_is_a_link_is_said_to_be_one(tmp_path):
+    """An input path that is a dangling symbolic link (an annex file not fetched) said "does not exist. Check the
+    path", naming no link; one in a loop of links the same: now E_BROKEN_LINK (where it points) and E_LINK_LOOP."""
+    from spacy_elmo.paths import missing_path_error
+
+    dangling, loop = tmp_path / "options.json", tmp_path / "loop.json"
+    dangling.symlink_to(tmp_path / "gone.json")
+    loop.symlink_to(loop)
+    said = str(missing_path_error(dangling, "plain message"))
+    assert said.startswith(f"{dangling} is a broken symbolic link: it points to {tmp_path / 'gone.json'}"), said
+    said = str(missing_path_error(loop, "plain message"))
+    assert said.startswith(f"{loop} is a symbolic link past too many levels of symbolic links"), said
+    assert str(missing_path_error(tmp_path / "none.json", "plain message")) == "plain message"
+
+
 def test_file_identity_falls_back_to_the_real_path_where_inodes_are_zero(tmp_path, monkeypatch):
     """A file system reporting st_ino 0 (it identifies a file only if non-zero): every file had the identity
     (st_dev, 0), and list_text_files kept the first of a directory's files alone."""
