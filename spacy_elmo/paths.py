@@ -19,7 +19,7 @@ import os
 import reprlib
 import shlex
 from pathlib import Path
-from typing import Any, BinaryIO, Optional, Tuple, Union
+from typing import Any, BinaryIO, Optional, Sequence, Tuple, Union
 
 from ._typing import PathLike
 from .errors import Errors, listed
@@ -83,7 +83,7 @@ def broken_link_error(link: PathLike) -> FileNotFoundError:
     return FileNotFoundError(Errors.E_BROKEN_LINK.format(path=link, target=target))
 
 
-def files_listed(paths: "list[Path]", shown: int = 6) -> str:
+def files_listed(paths: Sequence[Path], shown: int = 6) -> str:
     """The names of ``paths`` that a message counts, for it to list (:func:`name_shown`, the first ``shown``): a
     dangling symbolic link marked "(a broken link)", as it counts as a file found (its read names the missing
     target), and "2 found" alone said neither which two nor that one is no file."""

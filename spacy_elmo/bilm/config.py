@@ -53,7 +53,7 @@ def read_options_bytes(path: Union[str, Path]) -> bytes:
     try:
         return Path(path).read_bytes()
     except FileNotFoundError:
-        raise
+        raise  # an OSError too: kept from the clause below, as its caller names the missing file
     except OSError as err:
         if err.errno == errno.ELOOP:
             raise FileNotFoundError(err.errno, err.strerror, err.filename) from err

@@ -288,8 +288,9 @@ def hook_similarity(obj, other) -> float:
     Span, Doc or Lexeme: a TypeError (spaCy's own raises too)."""
     if not isinstance(other, (Token, Span, Doc, Lexeme)):
         raise TypeError(Errors.E_ELMO_SIMILARITY_TYPE.format(obj=type(obj).__name__, type=type(other).__name__))
-    if isinstance(other, Lexeme) or not _annotated(obj) or not _annotated(other):
-        return _no_elmo_similarity(obj, other)
+    mine, theirs = _annotated(obj), _annotated(other)  # a Lexeme: not annotated
+    if not mine or not theirs:
+        return _no_elmo_similarity(obj, other, mine, theirs)
     a, b = _vec(obj), _vec(other)
     mine_empty, theirs_empty = a is None or not numpy.any(a), b is None or not numpy.any(b)
     if mine_empty or theirs_empty:  # empty / whitespace-only: no ELMo vector
@@ -339,21 +340,22 @@ def _same_words(obj, other) -> bool:
     return len(mine) == len(theirs) and all(getattr(x, attr) == getattr(y, attr) for x, y in zip(mine, theirs))
 
 
-def _no_elmo_similarity(obj, other) -> float:
+def _no_elmo_similarity(obj, other, mine: bool, theirs: bool) -> float:
     """``obj.similarity(other)`` where one of the two has no ELMo vector: ``other`` a ``Lexeme`` (a word without
     context), or a Token / Span / Doc of a doc without ELMo data (another pipeline's, one read back without
     ``doc._.elmo``, ``store`` "none"), or ``obj`` itself such one (hooks installed on a doc without ELMo data).
     1.0 for the same words token by token (the vocab's vectors ``attr``, ORTH by default), as spaCy's own; else 0.0
     with a warning (W_ELMO_SIMILARITY_LEXEME, W_ELMO_SIMILARITY_NO_ELMO): an ELMo vector cannot be compared with a
     static vector, whatever its width (another space: a cosine of the two would mean nothing, and of another width
-    spaCy's own gives 0.0 too), and nothing can be said without vectors (spaCy's own warns W008)."""
+    spaCy's own gives 0.0 too), and nothing can be said without vectors (spaCy's own warns W008). ``mine`` and
+    ``theirs``: whether ``obj`` and ``other`` have ELMo data (:func:`_annotated`, asked once by the caller)."""
     if _same_words(obj, other):
         return 1.0
     if isinstance(other, Lexeme):
         message = Warnings.W_ELMO_SIMILARITY_LEXEME.format(obj=type(obj).__name__, word=other.text)
     else:
-        if not _annotated(obj):
-            which = "neither has ELMo data" if not _annotated(other) else f"this {type(obj).__name__} has no ELMo data"
+        if not mine:
+            which = "neither has ELMo data" if not theirs else f"this {type(obj).__name__} has no ELMo data"
         else:
             which = f"the other {type(other).__name__} has no ELMo data"
         message = Warnings.W_ELMO_SIMILARITY_NO_ELMO.format(

@@ -173,14 +173,17 @@ def _init(model: ElmoListener, X=None, Y=None) -> None:
 
 
 def _no_sizes(model: ElmoListener) -> str:
-    """The error for a listener initialized before its upstream has weights: :attr:`Errors.E_LISTENER_NO_SIZES`
-    (the upstream after it, or in spacy train's [training] frozen_components: spaCy's ``init_nlp`` disables those
-    while it initializes), :attr:`Errors.E_LISTENER_NO_SIZES_DISABLED_CONFIG` where spacy train's ``init_nlp``
-    initializes with the upstream in its config's [nlp] disabled (``--nlp.disabled``), and
-    :attr:`Errors.E_LISTENER_NO_SIZES_DISABLED` where the pipeline initializing it has the upstream disabled
-    otherwise (``nlp.select_pipes``, ``nlp.disable_pipe``: ``nlp.initialize`` skips it), and
-    :attr:`Errors.E_LISTENER_NO_SIZES_FROZEN_AND_DISABLED` where the upstream is in both the config's frozen_components
-    and its [nlp] disabled (one run names both fixes: the frozen message alone left the other for the next run)."""
+    """The error for a listener initialized before its upstream has weights, one of:
+
+    - :attr:`Errors.E_LISTENER_NO_SIZES_FROZEN_AND_DISABLED`: the upstream in both spacy train's [training]
+      frozen_components and its [nlp] disabled (one run names both fixes: the frozen message alone left the other
+      for the next run);
+    - :attr:`Errors.E_LISTENER_NO_SIZES_DISABLED_CONFIG`: spacy train's ``init_nlp`` initializing with the upstream
+      in its config's [nlp] disabled (``--nlp.disabled``);
+    - :attr:`Errors.E_LISTENER_NO_SIZES_DISABLED`: the pipeline initializing it has the upstream disabled otherwise
+      (``nlp.select_pipes``, ``nlp.disable_pipe``: ``nlp.initialize`` skips it);
+    - :attr:`Errors.E_LISTENER_NO_SIZES` else: the upstream after it, or in frozen_components (spaCy's ``init_nlp``
+      disables those while it initializes)."""
     nlp = running_pipeline(model)
     init_nlp = _init_nlp_locals()
     frozen = model.upstream in tuple(init_nlp.get("frozen_components") or ())
