@@ -26,7 +26,7 @@ from safetensors.torch import load_file, save_file
 
 from .._typing import PathLike
 from ..atomic import atomic_write, make_dirs, naming, sync, sync_dir
-from ..errors import Errors, listed
+from ..errors import Errors, listed, with_article
 from ..hdf5 import is_embeddings_file
 from ..paths import broken_link_error, files_listed, missing_path_error, name_shown, python_quoted, read_json_file, shell_quoted
 from .config import BiLMConfig, is_int
@@ -86,7 +86,7 @@ def save_native(
             # it replaced the biLM's own tensor in the file: loaded silently as that weight when of its shape
             raise ValueError(Errors.E_SAVE_EXTRA_NAME.format(name=name))
         if not isinstance(value, torch.Tensor):
-            raise TypeError(Errors.E_SAVE_EXTRA_TYPE.format(name=name, type_name=type(value).__name__))
+            raise TypeError(Errors.E_SAVE_EXTRA_TYPE.format(name=name, a_type=with_article(type(value).__name__)))
         tensors[name] = value.detach()
     tensors = {k: cast_for_save(k, v, dtype).cpu().contiguous() for k, v in tensors.items()}
     state = model.initial_state if initial_state is None else initial_state
