@@ -607,11 +607,15 @@ class ElmoEmbedder:
     def embed_sentences(
         self, sentences: Iterable[Sequence[str]], batch_size: int = DEFAULT_BATCH_SIZE
     ) -> Iterator[np.ndarray]:
-        """A generator of each sentence's layers, computed ``batch_size`` sentences at a time."""
+        """A generator of each sentence's layers, computed ``batch_size`` sentences at a time. ``batch_size`` and
+        ``sentences`` (not a set, a mapping or a string) are checked at the call, as the eager methods check theirs;
+        the sentences are read and embedded as the generator is consumed."""
         if not is_int(batch_size) or batch_size < 1:
             raise ValueError(Errors.E_COMPAT_BATCH_SIZE.format(value=batch_size))
         check_batch(sentences)  # a set: its sentences' vectors in hash order
-        iterator = iter(sentences)
+        return self._embedded(iter(sentences), batch_size)
+
+    def _embedded(self, iterator: Iterator[Sequence[str]], batch_size: int) -> Iterator[np.ndarray]:
         while True:
             batch = list(islice(iterator, batch_size))
             if not batch:
