@@ -1259,13 +1259,19 @@ class Errors:
     )
     E_LINK_LOOP = (
         "{path} is a symbolic link past too many levels of symbolic links (a loop of links, or a chain longer than "
-        "the system follows): it points to {target} (ls -l it and what it leads to). Point the link at the file "
+        "the system follows): it points to {target} (ls -l it and what it leads to). Point the link at {what} "
         "(ln -sfn TARGET {path}) or remove it."
     )
     E_BROKEN_LINK = (
         "{path} is a broken symbolic link: it points to {target}, which does not exist. Restore its target, "
-        "point the link at the file (ln -sfn TARGET {path}) or remove it."
+        "point the link at {what} (ln -sfn TARGET {path}) or remove it."
     )
+    #: E_BROKEN_LINK's and E_LINK_LOOP's ``what``, what the link should point at: a file (an options.json, a
+    #: weight file, a model's config.json), a model directory (BiLM.load's), TRAIN_PATH, --options
+    E_LINK_TO_FILE = "the file"
+    E_LINK_TO_MODEL_DIR = "the model directory"
+    E_LINK_TO_TEXT = "the text file or the directory of text files"
+    E_LINK_TO_OPTIONS = "the options file or the model directory holding it"
     E_CACHE_DAMAGED = (
         "the corpus cache in {path} is damaged: {file} holds {found:,} {unit}, its meta.json says {expected:,} "
         "(a write cut short: a full disk, a crash). Delete {path} and run again to tokenize the text anew."

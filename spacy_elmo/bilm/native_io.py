@@ -221,7 +221,8 @@ def model_path(directory: PathLike, offer_default: bool = True) -> Path:
         or_default = Errors.E_MODEL_PATH_OR_DEFAULT if offer_default else ""
         if offer_default and not isinstance(directory, str) and os.fspath(directory) == "default":
             or_default = Errors.E_MODEL_PATH_OR_DEFAULT_STR  # Path("default"): only the string names the bundled model
-        raise missing_path_error(path, Errors.E_MODEL_PATH_MISSING.format(path=path, or_default=or_default))
+        raise missing_path_error(path, Errors.E_MODEL_PATH_MISSING.format(path=path, or_default=or_default),
+                                 what=Errors.E_LINK_TO_MODEL_DIR)
     if not path.is_dir():  # an embeddings file (embed's OUTPUT, say) is named as what it is: no weights in it
         if is_embeddings_file(path):
             raise NotAModelDir(Errors.E_MODEL_PATH_IS_EMBEDDINGS.format(path=path))

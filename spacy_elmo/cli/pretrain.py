@@ -46,7 +46,8 @@ def model_config(preset: Optional[str], options: Optional[Path]) -> dict:
     if options is None:
         return BiLMConfig.preset(preset or "small").to_dict()  # --preset's callback checked the name
     if not Path(options).exists():  # a quoted ~ is the likely cause, and the error says so
-        raise typer.BadParameter(str(missing_path_error(options, Errors.E_OPTIONS_MISSING.format(path=options))), param_hint="'--options'")
+        raise typer.BadParameter(str(missing_path_error(options, Errors.E_OPTIONS_MISSING.format(path=options),
+                                                            what=Errors.E_LINK_TO_OPTIONS)), param_hint="'--options'")
     path = Path(options)
     try:
         if path.is_dir():  # a model directory (pretrain's OUTPUT_DIR, BiLM.save's, AllenNLP files): its options

@@ -357,7 +357,7 @@ def list_text_files(path: PathLike, hidden: Optional[List[Path]] = None) -> List
     path = Path(path)
     if not path.exists():
         if path.is_symlink():
-            raise broken_link_error(path)
+            raise broken_link_error(path, Errors.E_LINK_TO_TEXT)
         raise missing_path_error(path, Errors.E_TRAIN_PATH_MISSING.format(path=path))
     if path.is_file():
         return [path]
@@ -374,8 +374,8 @@ def list_text_files(path: PathLike, hidden: Optional[List[Path]] = None) -> List
                 if hidden is not None:
                     hidden.append(file)
                 continue
-            if not file.exists() and file.is_symlink():
-                raise broken_link_error(file)
+            if not file.exists() and file.is_symlink():  # a link to a file or to a directory of text files
+                raise broken_link_error(file, Errors.E_LINK_TO_TEXT)
             if file.is_file():
                 files.append(file)
     kept, seen = [], set()

@@ -1272,6 +1272,34 @@ def test_a_dangling_native_file_link_is_said_to_be_one(tmp_path, name):
         BiLM.load(model)
 
 
+def test_a_dangling_link_to_a_model_directory_says_to_point_it_at_the_model_directory(tmp_path):
+    """BiLM.load(link), the link to a model directory since removed, said "point the link at the file": the link
+    stands for a directory. Now "at the model directory"; pretrain --options LINK "at the options file or the model
+    directory holding it", TRAIN_PATH "at the text file or the directory of text files"; a model's file, "the file"."""
+    import typer
+
+    from spacy_elmo.cli.pretrain import model_config
+    from spacy_elmo.training.data import list_text_files
+
+    link = tmp_path / "model"
+    link.symlink_to(tmp_path / "removed")
+    broken = f"{link} is a broken symbolic link: it points to {tmp_path / 'removed'}, which does not exist."
+    with pytest.raises(FileNotFoundError) as err:
+        BiLM.load(link)
+    assert str(err.value).startswith(broken) and "point the link at the model directory (ln -sfn" in str(err.value)
+    with pytest.raises(typer.BadParameter) as err:
+        model_config(None, link)
+    assert "point the link at the options file or the model directory holding it" in str(err.value), str(err.value)
+    with pytest.raises(FileNotFoundError, match="point the link at the text file or the directory of text files"):
+        list_text_files(link)
+    link.unlink()
+    link.symlink_to(link)  # a loop
+    with pytest.raises(FileNotFoundError, match="Point the link at the model directory"):
+        BiLM.load(link)
+    (tmp_path / "options.json").symlink_to(tmp_path / "gone.json")
+    with pytest.raises(FileNotFoundError, match="point the link at the file "):
+        BiLMConfig.from_allennlp_options(tmp_path / "options.json")
+
 def test_too_many_weight_or_options_files_are_listed_with_dangling_links_marked(files):
     """E_ALLENNLP_DIR said "holds 1 .hdf5 file(s) and 2 options.json" and pretrain --options "(2 found)", naming
     neither file, where one was a dangling link (an annex file not fetched) counted as found: both list the names
