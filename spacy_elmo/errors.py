@@ -378,9 +378,13 @@ class Errors:
         "directory or AllenNLP weights explicitly, or reinstall spacy-elmo with its data."
     )
     E_ALLENNLP_DIR = (
-        "{path} holds {n_hdf5} .hdf5 file(s) and {n_options} options.json: {found}. A directory of AllenNLP "
+        "{path} holds {n_hdf5} .hdf5 file(s) and {n_options} options.json: {found}{dirs}. A directory of AllenNLP "
         "weights must hold exactly one of each."
     )
+    #: E_ALLENNLP_DIR's and E_OPTIONS_DIR's ``dirs``: the directories named like the files counted (options.json/,
+    #: weights.hdf5/), not counted: "0 found" alone did not say why the options.json seen was not one
+    E_NAMED_LIKE_FILE_DIR = "; {names} is a directory, not a file"
+    E_NAMED_LIKE_FILE_DIRS = "; {names} are directories, not files"
     E_NATIVE_CONFIG_NOT_JSON = (
         "{path} is not valid JSON ({error}): the model's config.json is damaged. Restore it from the "
         "original model directory, or write the model again with BiLM.save()."
@@ -1472,7 +1476,7 @@ class Errors:
     )
     E_OPTIONS_DIR = (
         "{path} is a directory holding neither a spacy-elmo {config} nor one AllenNLP *options*.json ({n_options} "
-        "found{names}), where the model's sizes are read from: pass a spacy-elmo model directory (pretrain's "
+        "found{names}{dirs}), where the model's sizes are read from: pass a spacy-elmo model directory (pretrain's "
         "OUTPUT_DIR, BiLM.save's), a directory of AllenNLP files (one options.json), or the options file itself."
     )
     E_PRESET_AND_OPTIONS = "Pass either --preset or --options, not both."

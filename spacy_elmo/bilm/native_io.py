@@ -521,11 +521,13 @@ class NativeDirMissing(FileNotFoundError):
             return self
         fix = Errors.E_NATIVE_DIR_FIX_CLI
         try:
-            names = sorted(entry.name for entry in path.iterdir())
+            # a directory marked "/": one named like a model's file (options.json/) reads as that file otherwise
+            names = [name_shown(entry.name) + ("/" if entry.is_dir() else "")
+                     for entry in sorted(path.iterdir(), key=lambda entry: entry.name)]
         except OSError:  # unreadable: the advice without the listing
             return NativeDirMissing.of(path, self.missing_name, fix)
         if names:
-            fix += " " + Errors.E_NATIVE_DIR_HOLDS.format(path=path, names=listed([name_shown(n) for n in names], 4))
+            fix += " " + Errors.E_NATIVE_DIR_HOLDS.format(path=path, names=listed(names, 4))
         else:
             fix += " " + Errors.E_NATIVE_DIR_EMPTY.format(path=path)
         return NativeDirMissing.of(path, self.missing_name, fix)
@@ -545,6 +547,16 @@ def refuse_tf_checkpoint(path: Path) -> None:
         raise NotAModelDir(Errors.E_TF_CHECKPOINT_DIR.format(path=path, files=shown, shell_path=shell_quoted(path)))
 
 
+def dirs_named_like(directory: Path, *patterns: str) -> str:
+    """The ``dirs`` of E_ALLENNLP_DIR and E_OPTIONS_DIR: the directories in ``directory`` whose names match
+    ``patterns`` (``options.json/``), not counted as the files they are named like; "" where there is none."""
+    dirs = sorted({p for pattern in patterns for p in directory.glob(pattern) if p.is_dir()})
+    if not dirs:
+        return ""
+    said = Errors.E_NAMED_LIKE_FILE_DIR if len(dirs) == 1 else Errors.E_NAMED_LIKE_FILE_DIRS
+    return said.format(names=listed([name_shown(p.name) + "/" for p in dirs], 4))
+
+
 def find_allennlp_files(directory: Path):
     """``(options.json, weights.hdf5)`` of a directory of AllenNLP weights, or None."""
     # no directory named like one (old_options.json/) is a candidate, as pretrain --options reads them; a dangling
@@ -555,7 +567,8 @@ def find_allennlp_files(directory: Path):
         return None
     if len(hdf5) != 1 or len(options) != 1:
         raise NotAModelDir(Errors.E_ALLENNLP_DIR.format(path=directory, n_hdf5=len(hdf5), n_options=len(options),
-                                                         found=files_listed(hdf5 + options)))
+                                                         found=files_listed(hdf5 + options),
+                                                         dirs=dirs_named_like(directory, "*.hdf5", "*.h5", OPTIONS_GLOB)))
     return options[0], hdf5[0]
 
 
