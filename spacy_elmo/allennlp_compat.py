@@ -63,7 +63,7 @@ from .bilm.config import check_bool, is_int
 from .bilm.model import remove_boundaries
 from .chars import batch_rows, batch_to_ids, check_batch
 from .embedding import embed_lines, empty_vectors
-from .errors import Errors, Warnings, listed
+from .errors import Errors, Warnings, listed, with_article
 from .paths import missing_path_error
 
 __all__ = ["AllenNLPKeys", "Elmo", "ElmoEmbedder", "ElmoTokenEmbedder", "batch_to_ids"]
@@ -141,7 +141,7 @@ def _read_state(state_dict: Union[Mapping[str, Tensor], PathLike], cls: str) -> 
             raise ValueError(Errors.E_COMPAT_STATE_NOT_TORCH.format(path=path, cls=cls, error=torch_load_error(err))) from err
         source = str(path)
     if not isinstance(state_dict, Mapping):
-        raise TypeError(Errors.E_COMPAT_STATE_TYPE.format(cls=cls, type_name=type(state_dict).__name__))
+        raise TypeError(Errors.E_COMPAT_STATE_TYPE.format(cls=cls, a_type=with_article(type(state_dict).__name__)))
     return _GivenState(state_dict, source)
 
 
@@ -246,7 +246,7 @@ class Elmo(nn.Module):
             if options_file is not None or weight_file is not None:
                 raise ValueError(Errors.E_COMPAT_MODULE_WITH_FILES)
             if not isinstance(module, BiLM):
-                raise TypeError(Errors.E_COMPAT_MODULE_TYPE.format(type_name=type(module).__name__))
+                raise TypeError(Errors.E_COMPAT_MODULE_TYPE.format(a_type=with_article(type(module).__name__)))
             self.bilm = module
         else:
             self.bilm = load_bilm("Elmo", options_file, weight_file, stateful, backend)
@@ -607,11 +607,15 @@ class ElmoEmbedder:
     def embed_sentences(
         self, sentences: Iterable[Sequence[str]], batch_size: int = DEFAULT_BATCH_SIZE
     ) -> Iterator[np.ndarray]:
-        """A generator of each sentence's layers, computed ``batch_size`` sentences at a time."""
+        """A generator of each sentence's layers, computed ``batch_size`` sentences at a time. ``batch_size`` and
+        ``sentences`` (not a set, a mapping or a string) are checked at the call, as the eager methods check theirs;
+        the sentences are read and embedded as the generator is consumed."""
         if not is_int(batch_size) or batch_size < 1:
             raise ValueError(Errors.E_COMPAT_BATCH_SIZE.format(value=batch_size))
         check_batch(sentences)  # a set: its sentences' vectors in hash order
-        iterator = iter(sentences)
+        return self._embedded(iter(sentences), batch_size)
+
+    def _embedded(self, iterator: Iterator[Sequence[str]], batch_size: int) -> Iterator[np.ndarray]:
         while True:
             batch = list(islice(iterator, batch_size))
             if not batch:

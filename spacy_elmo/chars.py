@@ -27,7 +27,7 @@ from typing import Dict, Iterable, List, Sequence
 
 import torch
 
-from .errors import Errors
+from .errors import Errors, with_article
 
 BEGIN_OF_SENTENCE = 256
 END_OF_SENTENCE = 257
@@ -54,7 +54,7 @@ def token_list(sentence, index: int) -> Sequence[str]:
     iterator (generator) as a list; a string (untokenized text) or an unordered or unsized
     object is a TypeError naming the fix."""
     if isinstance(sentence, (str, bytes)):
-        raise TypeError(Errors.E_SENTENCES_NOT_LISTS.format(index=index, type_name=type(sentence).__name__))
+        raise TypeError(Errors.E_SENTENCES_NOT_LISTS.format(index=index, a_type=with_article(type(sentence).__name__)))
     if isinstance(sentence, Sequence):
         return sentence
     if getattr(sentence, "ndim", None) == 1 and hasattr(sentence, "tolist"):  # NumPy array of strings
@@ -64,7 +64,7 @@ def token_list(sentence, index: int) -> Sequence[str]:
     if hasattr(sentence, "text"):  # a spaCy Doc or Span (iterates over Tokens), a Token: list() would not do
         said = Errors.E_SENTENCE_HAS_TEXT if isinstance(sentence, Iterable) else Errors.E_SENTENCE_IS_TOKEN
         raise TypeError(said.format(index=index, type_name=type(sentence).__name__))
-    raise TypeError(Errors.E_SENTENCE_NOT_LIST.format(index=index, type_name=type(sentence).__name__))
+    raise TypeError(Errors.E_SENTENCE_NOT_LIST.format(index=index, a_type=with_article(type(sentence).__name__)))
 
 
 def check_tokens(sentences: Sequence[Sequence[str]]) -> None:
@@ -87,7 +87,8 @@ def check_tokens(sentences: Sequence[Sequence[str]]) -> None:
                 said = Errors.E_TOKEN_NOT_STR
                 if hasattr(token, "text"):  # a spaCy Doc or Span (iterates over Tokens), a Token
                     said = Errors.E_TOKEN_HAS_TEXTS if isinstance(token, Iterable) else Errors.E_TOKEN_HAS_TEXT
-                raise TypeError(said.format(token_index=j, sentence_index=i, type_name=type(token).__name__))
+                name = type(token).__name__
+                raise TypeError(said.format(token_index=j, sentence_index=i, type_name=name, a_type=with_article(name)))
 
 
 def check_batch(batch) -> None:

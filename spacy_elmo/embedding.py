@@ -50,7 +50,7 @@ from .atomic import (atomic_write, atomic_write_text, make_dirs, out_of_space, r
                      replace_dir, temporary_files, try_lock, warn_if_not_locked)
 from .bilm import BiLM
 from .bilm.token_cache import TokenCache, run_rows
-from .errors import Errors, Warnings, counted
+from .errors import Errors, Warnings, counted, with_article
 from .hdf5 import SENTENCE_TO_INDEX, hdf5_for_writing
 from .paths import json_shown, missing_path_error, name_shown, read_json_file
 
@@ -94,12 +94,12 @@ def _tokens(result, path: Path, line: int) -> List[str]:
     """The tokens ``tokenize`` returned for ``line``, as a list of str; anything else is a TypeError
     (a str would be read as one token per character)."""
     if isinstance(result, (str, bytes)) or not isinstance(result, Iterable):
-        raise TypeError(Errors.E_EMBED_TOKENIZE_RESULT.format(path=path, line=line, type_name=type(result).__name__))
+        raise TypeError(Errors.E_EMBED_TOKENIZE_RESULT.format(path=path, line=line, a_type=with_article(type(result).__name__)))
     tokens = list(result)
     for j, token in enumerate(tokens):
         if not isinstance(token, str):
             raise TypeError(Errors.E_EMBED_TOKEN_NOT_STR.format(
-                path=path, line=line, index=j, type_name=type(token).__name__))
+                path=path, line=line, index=j, a_type=with_article(type(token).__name__)))
     return tokens
 
 

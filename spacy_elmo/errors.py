@@ -50,10 +50,29 @@ def listed(names: "list[str]", shown: int, total: "int | None" = None) -> str:
     return ", ".join(names[:shown]) + (f" and {more:,} more" if more > 0 else "")
 
 
+#: Letters whose names begin with a vowel sound ("an F", "an L", "an N"): a name spelled out, as an initialism is
+_VOWEL_LETTERS = frozenset("aefhilmnorsx")
+#: Names that begin with a written vowel but a consonant's sound ("a uint8", "a UserDict", "a ufunc")
+_CONSONANT_SOUNDS = ("uni", "uu", "uint", "use", "usu", "uti", "ufunc", "eu", "one")
+
+
+def with_article(name: str) -> str:
+    """``name`` (a type's name for a message, or a phrase that begins with one) after its article, as it is said:
+    ``an int``, ``an object``, ``a float``, ``a NoneType``, ``a uint8``, ``an ndarray``, ``an LSTM``. A name that
+    begins as an initialism (two capitals, a letter and a digit, NumPy's ``nd``) is said letter by letter. Every
+    message that names a type after "a" takes it from here, so that none says "a int"."""
+    spelled = name[1:2].isdigit() or name[:2].isupper() or name.startswith("nd")
+    if spelled:
+        vowel = name[:1].lower() in _VOWEL_LETTERS
+    else:
+        vowel = name[:1].lower() in frozenset("aeiou") and not name.lower().startswith(_CONSONANT_SOUNDS)
+    return ("an " if vowel else "a ") + name
+
+
 class Errors:
     # --- characters (spacy_elmo.chars) -------------------------------------
     E_SENTENCES_NOT_LISTS = (
-        "Expected a list of sentences, each a list of token strings, but sentence {index} is a {type_name}. "
+        "Expected a list of sentences, each a list of token strings, but sentence {index} is {a_type}. "
         "Tokenize first, e.g. [['Hello', 'world']] rather than ['Hello world']."
     )
     E_BATCH_NOT_LIST = (
@@ -73,8 +92,8 @@ class Errors:
         "rows."
     )
     E_SENTENCE_NOT_LIST = (
-        "Expected a list of sentences, each a list of token strings in order, but sentence {index} is a "
-        "{type_name}. Pass each sentence as a list (or tuple) of token strings, e.g. list(tokens)."
+        "Expected a list of sentences, each a list of token strings in order, but sentence {index} is "
+        "{a_type}. Pass each sentence as a list (or tuple) of token strings, e.g. list(tokens)."
     )
     #: E_SENTENCE_NOT_LIST for a sentence with a ``.text`` that iterates (a spaCy Doc or Span): list() of it gives
     #: tokens, not strings, so not "e.g. list(tokens)". doc.sents raises (spaCy's E030) on a doc without sentence
@@ -93,7 +112,7 @@ class Errors:
         "sentence), or [[t.text for t in s] for s in doc.sents] where sentence boundaries are set."
     )
     E_TOKEN_NOT_STR = (
-        "Token {token_index} of sentence {sentence_index} is a {type_name}, not a str. "
+        "Token {token_index} of sentence {sentence_index} is {a_type}, not a str. "
         "Pass token texts (e.g. [t.text for t in doc]); a batch is a list of sentences, each a list of strings."
     )
     #: E_TOKEN_NOT_STR for a token with a ``.text`` that does not iterate (a spaCy Token)
@@ -359,9 +378,13 @@ class Errors:
         "directory or AllenNLP weights explicitly, or reinstall spacy-elmo with its data."
     )
     E_ALLENNLP_DIR = (
-        "{path} holds {n_hdf5} .hdf5 file(s) and {n_options} options.json: {found}. A directory of AllenNLP "
+        "{path} holds {n_hdf5} .hdf5 file(s) and {n_options} options.json: {found}{dirs}. A directory of AllenNLP "
         "weights must hold exactly one of each."
     )
+    #: E_ALLENNLP_DIR's and E_OPTIONS_DIR's ``dirs``: the directories named like the files counted (options.json/,
+    #: weights.hdf5/), not counted: "0 found" alone did not say why the options.json seen was not one
+    E_NAMED_LIKE_FILE_DIR = "; {names} is a directory, not a file"
+    E_NAMED_LIKE_FILE_DIRS = "; {names} are directories, not files"
     E_NATIVE_CONFIG_NOT_JSON = (
         "{path} is not valid JSON ({error}): the model's config.json is damaged. Restore it from the "
         "original model directory, or write the model again with BiLM.save()."
@@ -431,7 +454,7 @@ class Errors:
         "and initial_h / initial_c are stored under their names, and an extra tensor's name is a string. Name it "
         "otherwise, e.g. with a prefix such as 'softmax.'."
     )
-    E_SAVE_EXTRA_TYPE = "BiLM.save(extra_tensors=...) stores tensors; {name!r} is a {type_name}. Pass torch tensors."
+    E_SAVE_EXTRA_TYPE = "BiLM.save(extra_tensors=...) stores tensors; {name!r} is {a_type}. Pass torch tensors."
     E_SAVE_DTYPE_OVERFLOW = (
         "Cannot save {name!r} as {dtype}: its values reach {max_abs:.4g}, beyond {dtype}'s range, so the file "
         "would hold infinities. {fix}"
@@ -598,11 +621,11 @@ class Errors:
         "torch.long); got {dtype}. Build them with spacy_elmo.batch_to_ids, or convert with ids.long()."
     )
     E_CHAR_IDS_NOT_TENSOR = (
-        "BiLM expects a tensor of character ids (batch, max_len, W); got a {type_name}. Convert token lists "
+        "BiLM expects a tensor of character ids (batch, max_len, W); got {a_type}. Convert token lists "
         "first: bilm(spacy_elmo.batch_to_ids(sentences))."
     )
     E_BILM_CONFIG_TYPE = (
-        "BiLM expects a BiLMConfig; got a {type_name}. Use BiLM(BiLMConfig(...)), BiLM(BiLMConfig.preset('small')) "
+        "BiLM expects a BiLMConfig; got {a_type}. Use BiLM(BiLMConfig(...)), BiLM(BiLMConfig.preset('small')) "
         "or BiLM(BiLMConfig.from_dict(d)); to load weights, BiLM.load(directory)."
     )
     E_STATEFUL_NOT_BOOL = (
@@ -654,7 +677,7 @@ class Errors:
         "flag per token position."
     )
     E_ENCODE_MASK_DTYPE = (
-        "encode_tokens needs a torch.bool mask (True at real tokens), e.g. char_ids.gt(0).any(-1); got a "
+        "encode_tokens needs a torch.bool mask (True at real tokens), e.g. char_ids.gt(0).any(-1); got "
         "{found}. An integer mask would index rows instead of selecting them: convert it with mask.bool()."
     )
     E_CONTEXTUALIZE_DTYPE = (
@@ -886,7 +909,7 @@ class Errors:
     )
     E_FLAG_NOT_BOOL = "{name} must be True or False; found {value!r}."
     E_SCALAR_MIX_LAYER_TYPE = (
-        "ScalarMix mixes tensors, but layer {index} is a {type_name}. Pass the biLM's out.activations (a list of "
+        "ScalarMix mixes tensors, but layer {index} is {a_type}. Pass the biLM's out.activations (a list of "
         "(batch, time, 2P) tensors) or torch.stack(out.activations)."
     )
     E_SCALAR_MIX_TENSOR = (
@@ -1187,7 +1210,7 @@ class Errors:
         "(run one elmo component on both docs)."
     )
     E_ELMO_SIMILARITY_TYPE = (
-        "{obj}.similarity() was given a {type}: it compares with a Token, Span, Doc or Lexeme (as spaCy's own). "
+        "{obj}.similarity() was given {a_type}: it compares with a Token, Span, Doc or Lexeme (as spaCy's own). "
         "For a text, compare with nlp(text) (a Doc) or a token or span of it."
     )
     E_OWN_BILM_NO_WEIGHTS = (
@@ -1240,13 +1263,19 @@ class Errors:
     )
     E_LINK_LOOP = (
         "{path} is a symbolic link past too many levels of symbolic links (a loop of links, or a chain longer than "
-        "the system follows): it points to {target} (ls -l it and what it leads to). Point the link at the file "
+        "the system follows): it points to {target} (ls -l it and what it leads to). Point the link at {what} "
         "(ln -sfn TARGET {path}) or remove it."
     )
     E_BROKEN_LINK = (
         "{path} is a broken symbolic link: it points to {target}, which does not exist. Restore its target, "
-        "point the link at the file (ln -sfn TARGET {path}) or remove it."
+        "point the link at {what} (ln -sfn TARGET {path}) or remove it."
     )
+    #: E_BROKEN_LINK's and E_LINK_LOOP's ``what``, what the link should point at: a file (an options.json, a
+    #: weight file, a model's config.json), a model directory (BiLM.load's), TRAIN_PATH, --options
+    E_LINK_TO_FILE = "the file"
+    E_LINK_TO_MODEL_DIR = "the model directory"
+    E_LINK_TO_TEXT = "the text file or the directory of text files"
+    E_LINK_TO_OPTIONS = "the options file or the model directory holding it"
     E_CACHE_DAMAGED = (
         "the corpus cache in {path} is damaged: {file} holds {found:,} {unit}, its meta.json says {expected:,} "
         "(a write cut short: a full disk, a crash). Delete {path} and run again to tokenize the text anew."
@@ -1447,7 +1476,7 @@ class Errors:
     )
     E_OPTIONS_DIR = (
         "{path} is a directory holding neither a spacy-elmo {config} nor one AllenNLP *options*.json ({n_options} "
-        "found{names}), where the model's sizes are read from: pass a spacy-elmo model directory (pretrain's "
+        "found{names}{dirs}), where the model's sizes are read from: pass a spacy-elmo model directory (pretrain's "
         "OUTPUT_DIR, BiLM.save's), a directory of AllenNLP files (one options.json), or the options file itself."
     )
     E_PRESET_AND_OPTIONS = "Pass either --preset or --options, not both."
@@ -1848,7 +1877,7 @@ class Errors:
     )
     E_COMPAT_MODULE_TYPE = (
         "Elmo(module=...) must be a spacy_elmo BiLM (BiLM.load(dir), BiLM.from_allennlp(options, weights)); "
-        "found a {type_name}. Another module (AllenNLP's _ElmoBiLm, a custom biLM) is not run here: load its "
+        "found {a_type}. Another module (AllenNLP's _ElmoBiLm, a custom biLM) is not run here: load its "
         "files with Elmo(options_file, weight_file, ...) instead."
     )
     E_COMPAT_VOCAB_TO_CACHE = (
@@ -1886,7 +1915,7 @@ class Errors:
     E_COMPAT_BATCH_SIZE = "batch_size must be a whole number of 1 or more; found {value!r}."
     E_COMPAT_STATE_TYPE = (
         "{cls}.load_allennlp_state_dict takes the state_dict of AllenNLP's {cls} (a dict of tensors, e.g. "
-        "torch.load('best.th', map_location='cpu')) or the path of a file holding one; found a {type_name}."
+        "torch.load('best.th', map_location='cpu')) or the path of a file holding one; found {a_type}."
     )
     E_COMPAT_STATE_FILE_MISSING = (
         "The state_dict file {path} does not exist. Pass the file AllenNLP's trainer wrote (best.th, "
@@ -1988,11 +2017,11 @@ class Errors:
         "at \\n only: a file whose lines end in \\r alone (classic Mac OS) is one line; convert it (tr '\\r' '\\n')."
     )
     E_EMBED_TOKENIZE_RESULT = (
-        "tokenize returned a {type_name} for {path} line {line}; it must return the line's tokens as a list "
+        "tokenize returned {a_type} for {path} line {line}; it must return the line's tokens as a list "
         "of strings (a str would be read as one token per character), e.g. tokenize=lambda line: line.split()."
     )
     E_EMBED_TOKEN_NOT_STR = (
-        "tokenize returned a {type_name} as token {index} of {path} line {line}; tokens must be strings "
+        "tokenize returned {a_type} as token {index} of {path} line {line}; tokens must be strings "
         "(for spaCy: tokenize=lambda line: [t.text for t in nlp.tokenizer(line)])."
     )
     E_EMBED_STATEFUL = (

@@ -68,9 +68,10 @@ def unexpanded_home(path: PathLike) -> Optional[str]:
     return expanded if expanded != text else None
 
 
-def broken_link_error(link: PathLike) -> FileNotFoundError:
+def broken_link_error(link: PathLike, what: str = Errors.E_LINK_TO_FILE) -> FileNotFoundError:
     """The error of the symbolic link ``link`` whose target does not exist (``E_BROKEN_LINK``: where it points), or
-    that leads round a loop of links (``E_LINK_LOOP``): a corpus file, an options.json, a model's file."""
+    that leads round a loop of links (``E_LINK_LOOP``): a corpus file, an options.json, a model's file or directory.
+    ``what``: what the link should point at (``Errors.E_LINK_TO_*``), a file unless the caller takes a directory."""
     try:
         target = os.readlink(link)
     except OSError:  # removed meanwhile
@@ -79,8 +80,8 @@ def broken_link_error(link: PathLike) -> FileNotFoundError:
         os.stat(link)
     except OSError as err:
         if err.errno == errno.ELOOP:  # x -> y -> x: y exists, as a link back; or a chain past 40 links
-            return FileNotFoundError(Errors.E_LINK_LOOP.format(path=link, target=target))
-    return FileNotFoundError(Errors.E_BROKEN_LINK.format(path=link, target=target))
+            return FileNotFoundError(Errors.E_LINK_LOOP.format(path=link, target=target, what=what))
+    return FileNotFoundError(Errors.E_BROKEN_LINK.format(path=link, target=target, what=what))
 
 
 def files_listed(paths: Sequence[Path], shown: int = 6) -> str:
@@ -91,19 +92,20 @@ def files_listed(paths: Sequence[Path], shown: int = 6) -> str:
                    for p in paths], shown)
 
 
-def missing_path_error(path: PathLike, message: str, stdin: str = Errors.E_PATH_STDIN) -> FileNotFoundError:
+def missing_path_error(path: PathLike, message: str, stdin: str = Errors.E_PATH_STDIN,
+                       what: str = Errors.E_LINK_TO_FILE) -> FileNotFoundError:
     """The error of an input ``path`` that does not exist: ``stdin`` for ``-`` (standard input elsewhere, which
     no command reads: "- does not exist" said nothing), :data:`Errors.E_PATH_TILDE` where an unexpanded ``~``
     explains it, :func:`broken_link_error` where ``path`` is a symbolic link (dangling, or in a loop: "does not exist.
     Check the path" named no link), else ``message``, formatted by the caller (with ``path`` and whatever else it
-    names)."""
+    names). ``what``: :func:`broken_link_error`'s, what a link should point at."""
     if os.fspath(path) == "-":
         return FileNotFoundError(stdin)
     expanded = unexpanded_home(path)
     if expanded is not None:
         return FileNotFoundError(Errors.E_PATH_TILDE.format(path=path, expanded=expanded))
     if os.path.islink(path):
-        return broken_link_error(path)
+        return broken_link_error(path, what)
     return FileNotFoundError(message)
 
 

@@ -254,6 +254,27 @@ def test_elmo_embedder_runs_nothing_for_the_batch_of_one_empty_sentence(files):
         np.testing.assert_allclose(vec, want, atol=ATOL, rtol=0)
 
 
+def test_elmo_embedder_embed_sentences_refuses_at_the_call_and_stays_lazy(files):
+    """embed_sentences was a generator: a set, a mapping or batch_size=0 was refused only at the first next(), far
+    from the call that passed it (embed_batch refuses at its call). Now the call raises; the sentences are still
+    read only as the vectors are asked for."""
+    embedder = ElmoEmbedder(*files, stateful=False)
+    for sentences, size, error in (({("a", "b"), ("c",)}, 1, TypeError), ({1: ["a"]}, 1, TypeError),
+                                   ("a b", 1, TypeError), ([["a"]], 0, ValueError), ([["a"]], "2", ValueError)):
+        with pytest.raises(error):
+            embedder.embed_sentences(sentences, batch_size=size)  # the call, not next()
+    read = []
+
+    def sentences():
+        for sentence in (["a", "b"], ["c"], ["d"]):
+            read.append(sentence)
+            yield sentence
+
+    vectors = embedder.embed_sentences(sentences(), batch_size=2)
+    assert read == []  # nothing read at the call
+    assert next(vectors).shape[1] == 2 and len(read) == 2  # one batch
+    assert [v.shape[1] for v in vectors] == [1, 1] and len(read) == 3
+
 def test_elmo_embedder_takes_the_batches_batch_to_ids_takes_and_refuses_a_set(files):
     """A set or frozenset of sentences was refused by batch_to_ids, but embed_batch and embed_sentences gave its
     vectors in hash order; a spaCy Doc in a batch is told to pass its texts without naming batch_to_ids."""

@@ -49,7 +49,7 @@ def test_odd_tokens_are_real_tokens(token):
 def test_errors_on_untokenized_input():
     with pytest.raises(TypeError, match="Tokenize first"):
         batch_to_ids(["Hello world"])
-    with pytest.raises(TypeError, match="Token 1 of sentence 0 is a int"):
+    with pytest.raises(TypeError, match="Token 1 of sentence 0 is an int"):
         batch_to_ids([["ok", 3]])
     with pytest.raises(ValueError, match="at least 3"):
         batch_to_ids([["x"]], max_characters_per_token=2)
@@ -124,9 +124,10 @@ def test_an_ordered_set_that_is_a_sequence_is_a_batch_in_order():
     assert torch.equal(batch_to_ids(batch), batch_to_ids([["hello", "world"], ["bye"]]))
 
 
-@pytest.mark.parametrize("sentence", [{"a", "b"}, None, 7], ids=["set", "None", "int"])
-def test_a_sentence_that_is_not_an_ordered_list(sentence):
-    with pytest.raises(TypeError, match="sentence 1 is a .*list\\(tokens\\)"):
+@pytest.mark.parametrize("sentence, said", [({"a", "b"}, "a set"), (None, "a NoneType"), (7, "an int")],
+                         ids=["set", "None", "int"])
+def test_a_sentence_that_is_not_an_ordered_list(sentence, said):
+    with pytest.raises(TypeError, match=f"sentence 1 is {said}\\. .*list\\(tokens\\)"):
         batch_to_ids([["ok"], sentence])
 
 

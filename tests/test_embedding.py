@@ -1464,7 +1464,7 @@ def test_custom_tokenize_from_python(bilm, corpus, tmp_path):
     [
         (lambda line: line, r"tokenize returned a str for .* line 1.*one token per character"),
         (lambda line: None, r"tokenize returned a NoneType for .* line 1"),
-        (lambda line: [len(w) for w in line.split()], r"a int as token 0 of .* line 1; tokens must be strings"),
+        (lambda line: [len(w) for w in line.split()], r"returned an int as token 0 of .* line 1; tokens must be strings"),
     ],
     ids=["str", "None", "ints"],
 )

@@ -474,3 +474,30 @@ def test_no_message_is_defined_twice():
                  if isinstance(target, ast.Name)]
         twice = sorted(name for name, n in collections.Counter(names).items() if n > 1)
         assert not twice, f"{cls.name} defines {twice} more than once"
+
+
+@pytest.mark.parametrize("name, said", [
+    ("int", "an int"), ("object", "an object"), ("ellipsis", "an ellipsis"), ("OrderedDict", "an OrderedDict"),
+    ("float", "a float"), ("str", "a str"), ("NoneType", "a NoneType"), ("Tensor", "a Tensor"),
+    ("torch.int64 tensor", "a torch.int64 tensor"), ("ndarray", "an ndarray"), ("NDArray", "an NDArray"),
+    ("LSTM", "an LSTM"), ("OSError", "an OSError"), ("UUID", "a UUID"), ("uint8", "a uint8"),
+    ("UserDict", "a UserDict"), ("ufunc", "a ufunc"), ("h5py", "an h5py"), ("", "a "),
+])
+def test_with_article_says_a_type_name_as_it_is_said(name, said):
+    assert errors.with_article(name) == said
+
+
+def test_no_message_puts_a_bare_a_before_a_type_name():
+    """E_TOKEN_NOT_STR said "Token 1 of sentence 0 is a int" (and a dozen messages alike "a ndarray", "a object"):
+    every message that names a type after its article takes both from ``with_article`` ({a_type})."""
+    import re
+
+    for cls in (errors.Errors, errors.Warnings):
+        for name, message in vars(cls).items():
+            if name[:2] in ("E_", "W_") and isinstance(message, str):
+                assert not re.search(r"\ban? \{(type_name|type|a_type)\}", message), name
+    from spacy_elmo.chars import batch_to_ids
+
+    for token, said in ((3, "an int"), (3.5, "a float"), (object(), "an object"), (None, "a NoneType")):
+        with pytest.raises(TypeError, match=f"^Token 1 of sentence 0 is {said}, not a str"):
+            batch_to_ids([["ok", token]])

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 from ..chars import DEFAULT_MAX_CHARS, N_CHAR_IDS
-from ..errors import Errors
+from ..errors import Errors, with_article
 from ..paths import missing_path_error, read_json_file
 
 #: The first bytes of an HDF5 file (at offset 0, where h5py writes it): a weight file given as the options.
@@ -378,7 +378,7 @@ class BiLMConfig:
         if not is_int(self.n_characters) or self.n_characters not in (N_CHAR_IDS, N_CHAR_IDS + 1):
             found = short_repr(self.n_characters)
             if not is_int(self.n_characters):  # "'262'" alone reads as the number: its type said
-                kind = VALUE_KINDS.get(type(self.n_characters), f"a {type(self.n_characters).__name__}")
+                kind = VALUE_KINDS.get(type(self.n_characters), with_article(type(self.n_characters).__name__))
                 what = "a whole number" if is_real(self.n_characters) else "a number"
                 found = Errors.E_BAD_N_CHARACTERS_TYPE.format(value=found, kind=kind, what=what)
             raise InvalidConfigValue("n_characters", Errors.E_BAD_N_CHARACTERS.format(found=found))

@@ -8,7 +8,7 @@ from torch import Tensor, nn
 from .. import ops
 from .._typing import PathLike
 from ..chars import BEGIN_OF_SENTENCE, BEGIN_OF_WORD, END_OF_SENTENCE, MAX_SHIFTED_ID, marker_char_ids
-from ..errors import Errors
+from ..errors import Errors, with_article
 from .char_encoder import CharEncoder
 from .config import BiLMConfig, check_bool
 from .initial_state import WARMUP
@@ -99,7 +99,7 @@ class BiLM(nn.Module):
     def __init__(self, config: BiLMConfig, stateful: bool = False, backend: str = "auto") -> None:
         super().__init__()
         if not isinstance(config, BiLMConfig):
-            raise TypeError(Errors.E_BILM_CONFIG_TYPE.format(type_name=type(config).__name__))
+            raise TypeError(Errors.E_BILM_CONFIG_TYPE.format(a_type=with_article(type(config).__name__)))
         config.validate()  # again: a dataclass's fields can be set after it was built
         if not isinstance(stateful, bool):
             raise TypeError(Errors.E_STATEFUL_NOT_BOOL.format(value=stateful))
@@ -318,7 +318,7 @@ class BiLM(nn.Module):
         ids not shaped ``(B, T, W)``."""
         W = self.config.max_characters_per_token
         if not isinstance(char_ids, Tensor):
-            raise TypeError(Errors.E_CHAR_IDS_NOT_TENSOR.format(type_name=type(char_ids).__name__))
+            raise TypeError(Errors.E_CHAR_IDS_NOT_TENSOR.format(a_type=with_article(type(char_ids).__name__)))
         if torch._C._functorch.is_batchedtensor(char_ids):
             # The checks of the ids' values bring them to the host: under vmap torch's bare "Cannot access
             # data pointer of Tensor that doesn't have storage".
@@ -368,7 +368,7 @@ class BiLM(nn.Module):
         self._check_shape(char_ids)  # (B, T): a ValueError "not enough values to unpack" below
         B, T, W = char_ids.shape
         if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
-            raise TypeError(Errors.E_ENCODE_MASK_DTYPE.format(found=_describe(mask)))
+            raise TypeError(Errors.E_ENCODE_MASK_DTYPE.format(found=with_article(_describe(mask))))
         if tuple(mask.shape) != (B, T):
             raise ValueError(Errors.E_ENCODE_MASK_SHAPE.format(found=tuple(mask.shape), expected=(B, T)))
         self._autocast_dtype(self.token_encoder.char_embedding)

@@ -26,7 +26,7 @@ from safetensors.torch import load_file, save_file
 
 from .._typing import PathLike
 from ..atomic import atomic_write, make_dirs, naming, sync, sync_dir
-from ..errors import Errors, listed
+from ..errors import Errors, listed, with_article
 from ..hdf5 import is_embeddings_file
 from ..paths import broken_link_error, files_listed, missing_path_error, name_shown, python_quoted, read_json_file, shell_quoted
 from .config import BiLMConfig, is_int
@@ -86,7 +86,7 @@ def save_native(
             # it replaced the biLM's own tensor in the file: loaded silently as that weight when of its shape
             raise ValueError(Errors.E_SAVE_EXTRA_NAME.format(name=name))
         if not isinstance(value, torch.Tensor):
-            raise TypeError(Errors.E_SAVE_EXTRA_TYPE.format(name=name, type_name=type(value).__name__))
+            raise TypeError(Errors.E_SAVE_EXTRA_TYPE.format(name=name, a_type=with_article(type(value).__name__)))
         tensors[name] = value.detach()
     tensors = {k: cast_for_save(k, v, dtype).cpu().contiguous() for k, v in tensors.items()}
     state = model.initial_state if initial_state is None else initial_state
@@ -221,7 +221,8 @@ def model_path(directory: PathLike, offer_default: bool = True) -> Path:
         or_default = Errors.E_MODEL_PATH_OR_DEFAULT if offer_default else ""
         if offer_default and not isinstance(directory, str) and os.fspath(directory) == "default":
             or_default = Errors.E_MODEL_PATH_OR_DEFAULT_STR  # Path("default"): only the string names the bundled model
-        raise missing_path_error(path, Errors.E_MODEL_PATH_MISSING.format(path=path, or_default=or_default))
+        raise missing_path_error(path, Errors.E_MODEL_PATH_MISSING.format(path=path, or_default=or_default),
+                                 what=Errors.E_LINK_TO_MODEL_DIR)
     if not path.is_dir():  # an embeddings file (embed's OUTPUT, say) is named as what it is: no weights in it
         if is_embeddings_file(path):
             raise NotAModelDir(Errors.E_MODEL_PATH_IS_EMBEDDINGS.format(path=path))
@@ -520,11 +521,13 @@ class NativeDirMissing(FileNotFoundError):
             return self
         fix = Errors.E_NATIVE_DIR_FIX_CLI
         try:
-            names = sorted(entry.name for entry in path.iterdir())
+            # a directory marked "/": one named like a model's file (options.json/) reads as that file otherwise
+            names = [name_shown(entry.name) + ("/" if entry.is_dir() else "")
+                     for entry in sorted(path.iterdir(), key=lambda entry: entry.name)]
         except OSError:  # unreadable: the advice without the listing
             return NativeDirMissing.of(path, self.missing_name, fix)
         if names:
-            fix += " " + Errors.E_NATIVE_DIR_HOLDS.format(path=path, names=listed([name_shown(n) for n in names], 4))
+            fix += " " + Errors.E_NATIVE_DIR_HOLDS.format(path=path, names=listed(names, 4))
         else:
             fix += " " + Errors.E_NATIVE_DIR_EMPTY.format(path=path)
         return NativeDirMissing.of(path, self.missing_name, fix)
@@ -544,6 +547,16 @@ def refuse_tf_checkpoint(path: Path) -> None:
         raise NotAModelDir(Errors.E_TF_CHECKPOINT_DIR.format(path=path, files=shown, shell_path=shell_quoted(path)))
 
 
+def dirs_named_like(directory: Path, *patterns: str) -> str:
+    """The ``dirs`` of E_ALLENNLP_DIR and E_OPTIONS_DIR: the directories in ``directory`` whose names match
+    ``patterns`` (``options.json/``), not counted as the files they are named like; "" where there is none."""
+    dirs = sorted({p for pattern in patterns for p in directory.glob(pattern) if p.is_dir()})
+    if not dirs:
+        return ""
+    said = Errors.E_NAMED_LIKE_FILE_DIR if len(dirs) == 1 else Errors.E_NAMED_LIKE_FILE_DIRS
+    return said.format(names=listed([name_shown(p.name) + "/" for p in dirs], 4))
+
+
 def find_allennlp_files(directory: Path):
     """``(options.json, weights.hdf5)`` of a directory of AllenNLP weights, or None."""
     # no directory named like one (old_options.json/) is a candidate, as pretrain --options reads them; a dangling
@@ -554,7 +567,8 @@ def find_allennlp_files(directory: Path):
         return None
     if len(hdf5) != 1 or len(options) != 1:
         raise NotAModelDir(Errors.E_ALLENNLP_DIR.format(path=directory, n_hdf5=len(hdf5), n_options=len(options),
-                                                         found=files_listed(hdf5 + options)))
+                                                         found=files_listed(hdf5 + options),
+                                                         dirs=dirs_named_like(directory, "*.hdf5", "*.h5", OPTIONS_GLOB)))
     return options[0], hdf5[0]
 
 

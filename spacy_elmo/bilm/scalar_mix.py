@@ -5,7 +5,7 @@ from typing import List, Optional, Sequence
 import torch
 from torch import Tensor, nn
 
-from ..errors import Errors
+from ..errors import Errors, with_article
 from .config import check_bool, is_int
 
 LAYER_NORM_EPS = 1e-13
@@ -93,7 +93,7 @@ class ScalarMix(nn.Module):
         device = self.gamma.device
         for index, layer in enumerate(activations):
             if not isinstance(layer, Tensor):
-                raise TypeError(Errors.E_SCALAR_MIX_LAYER_TYPE.format(index=index, type_name=type(layer).__name__))
+                raise TypeError(Errors.E_SCALAR_MIX_LAYER_TYPE.format(index=index, a_type=with_article(type(layer).__name__)))
             if layer.device != device:  # torch's error named neither the mix nor the fix
                 raise ValueError(Errors.E_SCALAR_MIX_DEVICE.format(what=f"layer {index}", found=layer.device,
                                                                    expected=device))

@@ -39,14 +39,15 @@ def _bounded(name: str):
 def model_config(preset: Optional[str], options: Optional[Path]) -> dict:
     """A BiLMConfig dict from ``--preset`` or ``--options``: an AllenNLP options.json, a JSON object of BiLMConfig
     fields, a spacy-elmo model's ``config.json`` (its ``config``), or a model directory holding one of the files."""
-    from ..bilm.native_io import CONFIG_NAME, FORMAT, OPTIONS_GLOB, read_config_json
+    from ..bilm.native_io import CONFIG_NAME, FORMAT, OPTIONS_GLOB, dirs_named_like, read_config_json
 
     if preset and options:
         raise typer.BadParameter(Errors.E_PRESET_AND_OPTIONS)
     if options is None:
         return BiLMConfig.preset(preset or "small").to_dict()  # --preset's callback checked the name
     if not Path(options).exists():  # a quoted ~ is the likely cause, and the error says so
-        raise typer.BadParameter(str(missing_path_error(options, Errors.E_OPTIONS_MISSING.format(path=options))), param_hint="'--options'")
+        raise typer.BadParameter(str(missing_path_error(options, Errors.E_OPTIONS_MISSING.format(path=options),
+                                                            what=Errors.E_LINK_TO_OPTIONS)), param_hint="'--options'")
     path = Path(options)
     try:
         if path.is_dir():  # a model directory (pretrain's OUTPUT_DIR, BiLM.save's, AllenNLP files): its options
@@ -58,8 +59,9 @@ def model_config(preset: Optional[str], options: Optional[Path]) -> dict:
                      else sorted(p for p in path.glob(OPTIONS_GLOB) if not p.is_dir()))
             if len(found) != 1:
                 names = f": {files_listed(found)}" if found else ""  # which ones, a dangling link marked
-                raise typer.BadParameter(Errors.E_OPTIONS_DIR.format(path=path, n_options=len(found), config=CONFIG_NAME,
-                                                                     names=names), param_hint="'--options'")
+                raise typer.BadParameter(Errors.E_OPTIONS_DIR.format(
+                    path=path, n_options=len(found), config=CONFIG_NAME, names=names,
+                    dirs=dirs_named_like(path, CONFIG_NAME, OPTIONS_GLOB)), param_hint="'--options'")
             path = found[0]
         try:
             raw = read_options_bytes(path)  # unreadable: said so (a directory was taken above, globbed files alone)

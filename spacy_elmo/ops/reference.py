@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..errors import Errors, counted
+from ..errors import Errors, counted, with_article
 
 FORGET_BIAS = 1.0
 
@@ -450,8 +450,8 @@ def describe_state(state) -> str:
     if isinstance(state, Tensor):
         return f"a tensor of shape {tuple(state.shape)}"
     if isinstance(state, (tuple, list)):
-        return f"a {type(state).__name__} of {counted(len(state), 'item')} ({', '.join(describe_state(s) for s in state)})"
-    return f"a {type(state).__name__}"
+        return f"{with_article(type(state).__name__)} of {counted(len(state), 'item')} ({', '.join(describe_state(s) for s in state)})"
+    return with_article(type(state).__name__)
 
 
 def bilstm_layer(

@@ -357,7 +357,7 @@ def list_text_files(path: PathLike, hidden: Optional[List[Path]] = None) -> List
     path = Path(path)
     if not path.exists():
         if path.is_symlink():
-            raise broken_link_error(path)
+            raise broken_link_error(path, Errors.E_LINK_TO_TEXT)
         raise missing_path_error(path, Errors.E_TRAIN_PATH_MISSING.format(path=path))
     if path.is_file():
         return [path]
@@ -374,8 +374,8 @@ def list_text_files(path: PathLike, hidden: Optional[List[Path]] = None) -> List
                 if hidden is not None:
                     hidden.append(file)
                 continue
-            if not file.exists() and file.is_symlink():
-                raise broken_link_error(file)
+            if not file.exists() and file.is_symlink():  # a link to a file or to a directory of text files
+                raise broken_link_error(file, Errors.E_LINK_TO_TEXT)
             if file.is_file():
                 files.append(file)
     kept, seen = [], set()
@@ -1586,13 +1586,13 @@ def cache_is_current(cache_dir: PathLike, stamp: dict) -> bool:
     ``touch -r``, ``rsync -t``) is not seen here. A ``--resume`` reads the text once more and compares its
     sha256 (:func:`same_text`); a run that does not resume reuses the cache, as reading every file again to
     hash it would take as long as reading it (10 GB of bzip2: 11 minutes) on every run."""
-    return _current_meta(cache_dir, stamp) is not None
+    return current_meta(cache_dir, stamp) is not None
 
 
-def _current_meta(cache_dir: PathLike, stamp: dict) -> Optional[dict]:
+def current_meta(cache_dir: PathLike, stamp: dict) -> Optional[dict]:
     """The meta.json of the cache in ``cache_dir`` where it is current (:func:`cache_is_current`), else None; read
     once, for the fingerprint and the files' sizes both (it holds a digest per file of the corpus: 0.9 MB for 5,000
-    files)."""
+    files). The trainer keeps it as the reused cache's meta, not read again by :func:`build_corpus`."""
     meta = _read_meta(cache_dir)
     recorded = _stamp_of(meta)
     if recorded is None or recorded != _at_precision_of(recorded, stamp):
@@ -1661,7 +1661,7 @@ def _types_damage(cache: Path, meta: Optional[dict], types: List[str]) -> Option
 TEXT_DIGESTS = "text_sha256"
 
 
-def same_text(cache_dir: PathLike) -> bool:
+def same_text(cache_dir: PathLike, meta: Optional[dict] = None) -> bool:
     """Whether the files the cache in ``cache_dir`` was tokenized from hold the same text now: their sha256
     (decompressed) against the cache's :data:`TEXT_DIGESTS`, each file read once more (a ``--resume`` checks it,
     where the sizes and times that :func:`cache_is_current` compares are those of the text tokenized; an edit that
@@ -1669,8 +1669,9 @@ def same_text(cache_dir: PathLike) -> bool:
     spacy-elmo's): its sizes and times alone decide, as they did. The bytes are hashed in large pieces, not decoded
     line by line: the digest :func:`iter_lines` takes of them in the tokenizing pass is of every byte of
     :func:`open_text_file` in order too, its lines' ends and a byte order mark included. False where meta.json or its
-    record is damaged (edited: no object of digests), the text then not known to be the same: the cache is built anew."""
-    meta = _read_meta(cache_dir)
+    record is damaged (edited: no object of digests), the text then not known to be the same: the cache is built anew.
+    ``meta``: the cache's meta.json where the caller has read it (:func:`current_meta`), else read here."""
+    meta = _read_meta(cache_dir) if meta is None else meta
     if meta is None:  # none, or damaged: no cache to compare
         return False
     recorded = meta.get(TEXT_DIGESTS) or {}
@@ -1710,7 +1711,7 @@ def build_corpus(train_path: PathLike, lang: str, cache_dir: PathLike, progress:
     cache = Path(cache_dir)
     nlp = make_nlp(lang) if nlp is None else nlp
     stamp = fingerprint(train_path, lang, nlp)
-    meta = _current_meta(cache, stamp)
+    meta = current_meta(cache, stamp)
     if meta is not None:
         return meta
     with _removed_unless_finished(cache):

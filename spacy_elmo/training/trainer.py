@@ -45,7 +45,7 @@ from ..paths import file_identity, file_sha256, name_shown, read_json_file, shel
 from ..ranks import machine_processes, torchrun_ranks
 from . import checkpoint as ckpt
 from . import data as corpus_data
-from .data import (PRETRAINED_BY, Corpus, build_corpus, cache_is_current, filled_tokenizer_settings, fingerprint,
+from .data import (PRETRAINED_BY, Corpus, build_corpus, current_meta, filled_tokenizer_settings, fingerprint,
                    same_text, tokenization_change)
 from .lm import BidirectionalLM
 from .modelio import check_init_model, has_softmax, load_pretrained, recorded_reading, save_pretrained
@@ -1079,11 +1079,15 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
                 # one pipeline for the freshness check and the tokenization (the held-out text's, where it was read)
                 if nlp is None:
                     nlp = corpus_data.make_nlp(cfg.lang, tokenizer=cfg.tokenizer)
-                fresh = cache_is_current(cache, fingerprint(cfg.train_path, cfg.lang, nlp))
+                # the reused cache's meta.json, read once (it holds a digest per file of the corpus); None: tokenize
+                reused = current_meta(cache, fingerprint(cfg.train_path, cfg.lang, nlp))
                 # A resume reads the text once more to hash it: an edit that kept the sizes and times is other text.
-                fresh = fresh and (payload is None or same_text(cache))
-                meta = build_corpus(cfg.train_path, cfg.lang, staging if payload is not None and not fresh else cache,
-                                    progress=cfg.progress, nlp=nlp, processes=cfg.tokenize_processes)
+                if reused is not None and payload is not None and not same_text(cache, reused):
+                    reused = None
+                # a resume's new cache is staged, moved in once the checkpoint accepted it
+                meta = reused if reused is not None else build_corpus(
+                    cfg.train_path, cfg.lang, staging if payload is not None else cache, progress=cfg.progress, nlp=nlp,
+                    processes=cfg.tokenize_processes)
         # Each rank reads the cache (another machine's ranks may fail to) and builds its model.
         with _settled(wait, setup=True):
             source = staging if (staging / "meta.json").exists() else cache

@@ -721,6 +721,8 @@ def test_encode_tokens_and_contextualize_check_their_shapes(backend):
             model.encode_tokens(bad, torch.ones(bad.shape[:2], dtype=torch.bool))
     with pytest.raises(TypeError, match="a tensor of character ids .*got a list"):
         model.encode_tokens(ids.tolist(), ids.gt(0).any(-1))
+    with pytest.raises(TypeError, match=r"a tensor of character ids .*got an ndarray\. "):  # was "a ndarray"
+        model.encode_tokens(ids.numpy(), ids.gt(0).any(-1))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -867,6 +869,8 @@ def test_encode_tokens_and_contextualize_check_their_dtypes(backend):
     for mask in (ids.gt(0).any(-1).long(), ids.gt(0).any(-1).float()):
         with pytest.raises(TypeError, match=f"needs a torch.bool mask .*got a {mask.dtype} tensor"):
             model.encode_tokens(ids, mask)
+    with pytest.raises(TypeError, match=r"needs a torch.bool mask .*got an ndarray\. "):  # was "a ndarray"
+        model.encode_tokens(ids, ids.gt(0).any(-1).numpy())
     x = torch.zeros(2, 4, 4)
     for bad_x, lengths, found in [(x, torch.tensor([1.5, 1.0]), "lengths torch.float32 tensor"),
                                   (x, [2, 1], "lengths list"),

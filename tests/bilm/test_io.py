@@ -1272,6 +1272,59 @@ def test_a_dangling_native_file_link_is_said_to_be_one(tmp_path, name):
         BiLM.load(model)
 
 
+def test_a_dangling_link_to_a_model_directory_says_to_point_it_at_the_model_directory(tmp_path):
+    """BiLM.load(link), the link to a model directory since removed, said "point the link at the file": the link
+    stands for a directory. Now "at the model directory"; pretrain --options LINK "at the options file or the model
+    directory holding it", TRAIN_PATH "at the text file or the directory of text files"; a model's file, "the file"."""
+    import typer
+
+    from spacy_elmo.cli.pretrain import model_config
+    from spacy_elmo.training.data import list_text_files
+
+    link = tmp_path / "model"
+    link.symlink_to(tmp_path / "removed")
+    broken = f"{link} is a broken symbolic link: it points to {tmp_path / 'removed'}, which does not exist."
+    with pytest.raises(FileNotFoundError) as err:
+        BiLM.load(link)
+    assert str(err.value).startswith(broken) and "point the link at the model directory (ln -sfn" in str(err.value)
+    with pytest.raises(typer.BadParameter) as err:
+        model_config(None, link)
+    assert "point the link at the options file or the model directory holding it" in str(err.value), str(err.value)
+    with pytest.raises(FileNotFoundError, match="point the link at the text file or the directory of text files"):
+        list_text_files(link)
+    link.unlink()
+    link.symlink_to(link)  # a loop
+    with pytest.raises(FileNotFoundError, match="Point the link at the model directory"):
+        BiLM.load(link)
+    (tmp_path / "options.json").symlink_to(tmp_path / "gone.json")
+    with pytest.raises(FileNotFoundError, match="point the link at the file "):
+        BiLMConfig.from_allennlp_options(tmp_path / "options.json")
+
+def test_a_directory_named_like_a_model_file_is_said_to_be_one(tmp_path):
+    """A model directory whose options.json is a directory (the real options.json inside it): pretrain --options
+    said "(0 found)" and BiLM.load "holds 1 .hdf5 file(s) and 0 options.json: weights.hdf5", neither saying why the
+    options.json there was not counted; a command's "holds options.json." read as the file. Each now says it is a
+    directory."""
+    import typer
+
+    from spacy_elmo.bilm.native_io import NativeDirMissing
+    from spacy_elmo.cli.pretrain import model_config
+
+    model = tmp_path / "model"
+    (model / "options.json").mkdir(parents=True)
+    (model / "options.json" / "options.json").write_text(json.dumps({}), encoding="utf-8")
+    with pytest.raises(typer.BadParameter) as err:
+        model_config(None, model)
+    assert "(0 found; options.json/ is a directory, not a file)" in str(err.value), str(err.value)
+    with pytest.raises(NativeDirMissing) as missing:
+        BiLM.load(model)
+    assert str(missing.value.advising_cli()).endswith(f"{model} holds options.json/."), str(missing.value.advising_cli())
+    (model / "weights.hdf5").write_bytes(b"")
+    (model / "old_options.json").mkdir()
+    with pytest.raises(ValueError, match=re.escape("0 options.json: weights.hdf5; old_options.json/, options.json/ are "
+                                                   "directories, not files. A directory of AllenNLP")):
+        BiLM.load(model)
+
 def test_too_many_weight_or_options_files_are_listed_with_dangling_links_marked(files):
     """E_ALLENNLP_DIR said "holds 1 .hdf5 file(s) and 2 options.json" and pretrain --options "(2 found)", naming
     neither file, where one was a dangling link (an annex file not fetched) counted as found: both list the names

@@ -171,6 +171,8 @@ def test_layers_that_are_not_tensors():
     layers, mask = layers_and_mask()
     with pytest.raises(TypeError, match="layer 1 is a list"):
         ScalarMix(3)([layers[0], layers[1].tolist(), layers[2]], mask)
+    with pytest.raises(TypeError, match=r"layer 1 is an ndarray\. "):  # was "a ndarray"
+        ScalarMix(3)([layers[0], layers[1].numpy(), layers[2]], mask)
 
 
 def test_layers_or_mask_on_another_device_than_the_mix():

@@ -259,12 +259,10 @@ def test_similarity_with_not_a_token_span_doc_or_lexeme_is_a_type_error(nlp):
     own raises (AttributeError). Now a TypeError naming the type given and what is accepted."""
     doc = nlp("the river bank")
     for obj in (doc[1], doc[0:2], doc):
-        for other in ("bank", None, 1.0):
+        for other, said in (("bank", "a str"), (None, "a NoneType"), (1, "an int")):
             with pytest.raises(TypeError) as raised:
                 obj.similarity(other)
-            assert str(raised.value) == Errors.E_ELMO_SIMILARITY_TYPE.format(
-                obj=type(obj).__name__, type=type(other).__name__
-            )
+            assert str(raised.value) == Errors.E_ELMO_SIMILARITY_TYPE.format(obj=type(obj).__name__, a_type=said)
 
 
 def test_hooks_off(tiny_dir):

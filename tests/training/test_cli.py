@@ -885,7 +885,7 @@ def test_options_directory_whose_options_json_is_a_directory_is_said_so(tmp_path
     args = [a if a != str(tmp_path / "tiny.json") else str(model) for a in tiny_pretrain_args(tmp_path, out)[0]]
     result = runner.invoke(app, args)
     said = " ".join(plain(result.output).replace("│", " ").split())
-    assert result.exit_code == 2 and "nor one AllenNLP *options*.json (0 found)" in said, said
+    assert result.exit_code == 2 and "nor one AllenNLP *options*.json (0 found; elmo_options.json/ is a directory, not a file)" in said, said
     assert "BiLM.load" not in said and "Errno" not in said and "read permission" not in said and not out.exists()
     with pytest.warns(UserWarning, match="AllenNLP will not run this model"):  # TINY's 20 characters a token
         BiLM(BiLMConfig(**TINY)).to_allennlp(model / "options.json", tmp_path / "weights.hdf5")
