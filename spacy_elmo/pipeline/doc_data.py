@@ -287,7 +287,8 @@ def hook_similarity(obj, other) -> float:
     widths (docs annotated with other weights) are an error: their cosine means nothing. ``other`` not a Token,
     Span, Doc or Lexeme: a TypeError (spaCy's own raises too)."""
     if not isinstance(other, (Token, Span, Doc, Lexeme)):
-        raise TypeError(Errors.E_ELMO_SIMILARITY_TYPE.format(obj=type(obj).__name__, a_type=with_article(type(other).__name__)))
+        a_type = with_article(type(other).__name__)
+        raise TypeError(Errors.E_ELMO_SIMILARITY_TYPE.format(obj=type(obj).__name__, a_type=a_type))
     mine, theirs = _annotated(obj), _annotated(other)  # a Lexeme: not annotated
     if not mine or not theirs:
         return _no_elmo_similarity(obj, other, mine, theirs)
