@@ -60,12 +60,14 @@ def with_article(name: str) -> str:
     """``name`` (a type's name for a message, or a phrase that begins with one) after its article, as it is said:
     ``an int``, ``an object``, ``a float``, ``a NoneType``, ``a uint8``, ``an ndarray``, ``an LSTM``. A name that
     begins as an initialism (two capitals, a letter and a digit, NumPy's ``nd``) is said letter by letter. Every
-    message that names a type after "a" takes it from here, so that none says "a int"."""
-    spelled = name[1:2].isdigit() or name[:2].isupper() or name.startswith("nd")
+    message that names a type after "a" takes it from here, so that none says "a int". Leading underscores are
+    not said (``an _ElmoBiLm``: "_E" is no initialism)."""
+    said = name.lstrip("_") or name
+    spelled = said[1:2].isdigit() or said[:2].isupper() or said.startswith("nd")
     if spelled:
-        vowel = name[:1].lower() in _VOWEL_LETTERS
+        vowel = said[:1].lower() in _VOWEL_LETTERS
     else:
-        vowel = name[:1].lower() in frozenset("aeiou") and not name.lower().startswith(_CONSONANT_SOUNDS)
+        vowel = said[:1].lower() in frozenset("aeiou") and not said.lower().startswith(_CONSONANT_SOUNDS)
     return ("an " if vowel else "a ") + name
 
 

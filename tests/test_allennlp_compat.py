@@ -275,6 +275,7 @@ def test_elmo_embedder_embed_sentences_refuses_at_the_call_and_stays_lazy(files)
     assert next(vectors).shape[1] == 2 and len(read) == 2  # one batch
     assert [v.shape[1] for v in vectors] == [1, 1] and len(read) == 3
 
+
 def test_elmo_embedder_takes_the_batches_batch_to_ids_takes_and_refuses_a_set(files):
     """A set or frozenset of sentences was refused by batch_to_ids, but embed_batch and embed_sentences gave its
     vectors in hash order; a spaCy Doc in a batch is told to pass its texts without naming batch_to_ids."""

@@ -482,6 +482,9 @@ def test_no_message_is_defined_twice():
     ("torch.int64 tensor", "a torch.int64 tensor"), ("ndarray", "an ndarray"), ("NDArray", "an NDArray"),
     ("LSTM", "an LSTM"), ("OSError", "an OSError"), ("UUID", "a UUID"), ("uint8", "a uint8"),
     ("UserDict", "a UserDict"), ("ufunc", "a ufunc"), ("h5py", "an h5py"), ("", "a "),
+    ("_ElmoBiLm", "an _ElmoBiLm"), ("_Tensor", "a _Tensor"), ("__ndarray", "an __ndarray"), ("_", "a _"),
+    ("Unit", "a Unit"), ("uuid", "a uuid"), ("Usual", "a Usual"), ("utility", "a utility"),
+    ("EuclideanDistance", "a EuclideanDistance"), ("OneHot", "a OneHot"), ("Other", "an Other"),
 ])
 def test_with_article_says_a_type_name_as_it_is_said(name, said):
     assert errors.with_article(name) == said

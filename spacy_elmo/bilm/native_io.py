@@ -520,14 +520,16 @@ class NativeDirMissing(FileNotFoundError):
         if path is None:
             return self
         fix = Errors.E_NATIVE_DIR_FIX_CLI
+        shown = 4
         try:
-            # a directory marked "/": one named like a model's file (options.json/) reads as that file otherwise
-            names = [name_shown(entry.name) + ("/" if entry.is_dir() else "")
-                     for entry in sorted(path.iterdir(), key=lambda entry: entry.name)]
+            entries = sorted(path.iterdir(), key=lambda entry: entry.name)
+            # a directory marked "/": one named like a model's file (options.json/) reads as that file otherwise;
+            # the names shown alone are looked at (a corpus directory given as a model holds thousands)
+            names = [name_shown(entry.name) + ("/" if entry.is_dir() else "") for entry in entries[:shown]]
         except OSError:  # unreadable: the advice without the listing
             return NativeDirMissing.of(path, self.missing_name, fix)
         if names:
-            fix += " " + Errors.E_NATIVE_DIR_HOLDS.format(path=path, names=listed(names, 4))
+            fix += " " + Errors.E_NATIVE_DIR_HOLDS.format(path=path, names=listed(names, shown, len(entries)))
         else:
             fix += " " + Errors.E_NATIVE_DIR_EMPTY.format(path=path)
         return NativeDirMissing.of(path, self.missing_name, fix)

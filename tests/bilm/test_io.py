@@ -1300,6 +1300,7 @@ def test_a_dangling_link_to_a_model_directory_says_to_point_it_at_the_model_dire
     with pytest.raises(FileNotFoundError, match="point the link at the file "):
         BiLMConfig.from_allennlp_options(tmp_path / "options.json")
 
+
 def test_a_directory_named_like_a_model_file_is_said_to_be_one(tmp_path):
     """A model directory whose options.json is a directory (the real options.json inside it): pretrain --options
     said "(0 found)" and BiLM.load "holds 1 .hdf5 file(s) and 0 options.json: weights.hdf5", neither saying why the
@@ -1324,6 +1325,21 @@ def test_a_directory_named_like_a_model_file_is_said_to_be_one(tmp_path):
     with pytest.raises(ValueError, match=re.escape("0 options.json: weights.hdf5; old_options.json/, options.json/ are "
                                                    "directories, not files. A directory of AllenNLP")):
         BiLM.load(model)
+
+
+def test_a_directory_given_as_a_model_is_listed_by_its_first_names_and_a_count(tmp_path):
+    """The listing of a directory that is no model names its first four entries (a directory marked "/") and counts
+    the rest: only those shown are looked at (one stat each), not every file of a corpus directory."""
+    from spacy_elmo.bilm.native_io import NativeDirMissing
+
+    (tmp_path / "a_dir").mkdir()
+    for name in ("b.txt", "c.txt", "d.txt", "e.txt", "f.txt"):
+        (tmp_path / name).write_text("x", encoding="utf-8")
+    with pytest.raises(NativeDirMissing) as missing:
+        BiLM.load(tmp_path)
+    said = str(missing.value.advising_cli())
+    assert said.endswith(f"{tmp_path} holds a_dir/, b.txt, c.txt, d.txt and 2 more."), said
+
 
 def test_too_many_weight_or_options_files_are_listed_with_dangling_links_marked(files):
     """E_ALLENNLP_DIR said "holds 1 .hdf5 file(s) and 2 options.json" and pretrain --options "(2 found)", naming

@@ -634,6 +634,7 @@ def test_a_resume_reusing_its_cache_reads_its_meta_json_once(tmp_path, monkeypat
     assert train(tiny_train_config(train_file, out, max_steps=4, checkpoint_every=2, resume=True))["steps"] == 4
     assert reads == [out / "data", out / "data"], reads
 
+
 def test_a_run_whose_cache_recorded_whole_seconds_resumes_over_it(tmp_path, monkeypatch):
     """The corpus cache now records nanosecond file times: a run started by an older spacy-elmo (whole
     seconds) resumes over the unchanged corpus reusing its cache, not reading the text again."""
