@@ -851,9 +851,10 @@ class Errors:
         "sampled_logsumexp: hit must lie in [-1, {S}) (a row's candidate column, or -1 for none); some do not. "
         "Pass each row's candidate column or -1." + _IN_GRAPH
     )
-    E_FUSED_NOT_FLOAT = (
-        "The fused {op} computes in floating point, but {name} is {dtype} (it would be run in float32 and an "
-        "integer result truncated). Pass float32/float64 (or float16/bfloat16) tensors, e.g. {name}.float()."
+    E_NOT_FLOAT = (
+        "{op} computes in floating point, but {name} is {dtype}: it takes no integer, bool or complex tensor "
+        "there (an integer result would be truncated). Pass float32/float64 (or float16/bfloat16) tensors: "
+        "convert {name} with .float()."
     )
     E_FUSED_DOUBLE_BACKWARD = (
         "The fused {op} kernel has no second derivative: a gradient computed through it with create_graph=True is "
