@@ -511,6 +511,13 @@ class Errors:
         "an empty path (an unset shell variable? \"$OUT\" with OUT unset gives one): it would name the current "
         "directory, written into, replaced or read whole. Give the path; for the current directory, write ."
     )
+    #: E_PATH_EMPTY in the Python API (:func:`spacy_elmo.paths.refuse_empty_path`), where no option name comes
+    #: before it; ``what``: the argument, e.g. "The model directory"
+    E_PATH_EMPTY_GIVEN = "{what} is " + E_PATH_EMPTY
+    E_PATH_EMPTY_MODEL_DIR = "The model directory"
+    E_PATH_EMPTY_OPTIONS = "The ELMo options file"
+    E_PATH_EMPTY_WEIGHTS = "The weight file"
+    E_PATH_EMPTY_EXPORTED = "The exported program file"
     E_OVERWRITE_CWD = (
         "{path} is or holds the current directory ({cwd}), and it is not empty: export would delete everything in "
         "it (hidden files and .git too), the current directory's files among them, even with --overwrite. Choose a "
