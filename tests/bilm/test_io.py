@@ -1360,7 +1360,8 @@ def test_an_empty_path_is_refused_by_every_loader_and_writer_not_read_as_the_cur
         "The model directory": [lambda: BiLM.load(""), lambda: model.save(""), lambda: load_pretrained(""),
                                 lambda: save_pretrained("", model, None, None, {})],
         "The ELMo options file": [lambda: BiLM.from_allennlp("", weight_path),
-                                  lambda: BiLMConfig.from_allennlp_options(""), lambda: model.to_allennlp("", "w.hdf5")],
+                                  lambda: BiLMConfig.from_allennlp_options(""),
+                                  lambda: model.to_allennlp("", "w.hdf5")],
         "The weight file": [lambda: BiLM.from_allennlp(opt_path, ""), lambda: model.to_allennlp("o.json", "")],
         "The exported program file": [lambda: load_exported("")],
     }
