@@ -513,6 +513,13 @@ class Errors:
         "an empty path (an unset shell variable? \"$OUT\" with OUT unset gives one): it would name the current "
         "directory, written into, replaced or read whole. Give the path; for the current directory, write ."
     )
+    #: E_PATH_EMPTY in the Python API (:func:`spacy_elmo.paths.refuse_empty_path`), where no option name comes
+    #: before it; ``what``: the argument, e.g. "The model directory"
+    E_PATH_EMPTY_GIVEN = "{what} is " + E_PATH_EMPTY
+    E_PATH_EMPTY_MODEL_DIR = "The model directory"
+    E_PATH_EMPTY_OPTIONS = "The ELMo options file"
+    E_PATH_EMPTY_WEIGHTS = "The weight file"
+    E_PATH_EMPTY_EXPORTED = "The exported program file"
     E_OVERWRITE_CWD = (
         "{path} is or holds the current directory ({cwd}), and it is not empty: export would delete everything in "
         "it (hidden files and .git too), the current directory's files among them, even with --overwrite. Choose a "
@@ -853,9 +860,10 @@ class Errors:
         "sampled_logsumexp: hit must lie in [-1, {S}) (a row's candidate column, or -1 for none); some do not. "
         "Pass each row's candidate column or -1." + _IN_GRAPH
     )
-    E_FUSED_NOT_FLOAT = (
-        "The fused {op} computes in floating point, but {name} is {dtype} (it would be run in float32 and an "
-        "integer result truncated). Pass float32/float64 (or float16/bfloat16) tensors, e.g. {name}.float()."
+    E_NOT_FLOAT = (
+        "{op} computes in floating point, but {name} is {dtype}: it takes no integer, bool or complex tensor "
+        "there (an integer result would be truncated). Pass float32/float64 (or float16/bfloat16) tensors: "
+        "convert {name} with .float()."
     )
     E_FUSED_DOUBLE_BACKWARD = (
         "The fused {op} kernel has no second derivative: a gradient computed through it with create_graph=True is "

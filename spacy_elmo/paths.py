@@ -92,6 +92,15 @@ def files_listed(paths: Sequence[Path], shown: int = 6) -> str:
                    for p in paths], shown)
 
 
+def refuse_empty_path(path: object, what: str) -> None:
+    """A ValueError (:data:`Errors.E_PATH_EMPTY_GIVEN`, naming ``what``, an ``Errors.E_PATH_EMPTY_*``) where
+    ``path``, given to a loader or writer of the Python API, is the empty string: ``Path("")`` is the current
+    directory, so ``BiLM.load("")`` read it (". is not a spacy-elmo model directory") and ``BiLM.save("")``
+    wrote into it. The command line refuses one as a usage error (``given_text`` in ``cli/app.py``)."""
+    if isinstance(path, str) and not path:  # any other kind of path says what it names
+        raise ValueError(Errors.E_PATH_EMPTY_GIVEN.format(what=what))
+
+
 def missing_path_error(path: PathLike, message: str, stdin: str = Errors.E_PATH_STDIN,
                        what: str = Errors.E_LINK_TO_FILE) -> FileNotFoundError:
     """The error of an input ``path`` that does not exist: ``stdin`` for ``-`` (standard input elsewhere, which

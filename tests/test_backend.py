@@ -166,3 +166,26 @@ def test_built_file_finds_the_extension_file_without_loading_it():
     assert (found is None) == (not present)
     if present:
         assert os.path.samefile(found, present[0])
+
+
+@pytest.mark.parametrize("backend", ["reference", "fused"])
+def test_modules_refuse_integer_inputs_alike_on_both_backends(backend):
+    """The modules a user calls with activations: BiLstm given an integer x (or state) failed on the
+    reference with "Pass every floating argument in torch.int64 (e.g. module.to(torch.int64) ...)" (an
+    integer dtype no module can take), the fused backend named the integer x. Both name it now; BiLM
+    checks its own inputs (integer character ids, floating contextualize vectors) before either."""
+    if backend == "fused" and not ops.fused_available():
+        pytest.skip("spacy_elmo._C is not built")
+    from spacy_elmo.bilm.lstm import BiLstm
+    cfg = BiLMConfig(projection_dim=4, cell_dim=6, filters=[(1, 2), (2, 2)], n_highway=1)
+    lstm, bilm = BiLstm(cfg, backend=backend), BiLM(cfg, backend=backend)
+    x, lengths = torch.ones(2, 5, 4, dtype=torch.long), torch.tensor([5, 3])
+    with pytest.raises(TypeError, match=r"^lstm computes in floating point, but x is torch\.int64: "):
+        lstm(x, x, lengths)
+    state = (torch.zeros(2, 2, 2, 4, dtype=torch.long), torch.zeros(2, 2, 2, 6))
+    with pytest.raises(TypeError, match=r"^lstm computes in floating point, but h0 is torch\.int64: "):
+        lstm(x.float(), x.float(), lengths, state)
+    with pytest.raises(TypeError, match="BiLM expects integer character ids"):
+        bilm(torch.ones(2, 3, 50))
+    with pytest.raises(TypeError, match="contextualize expects floating-point token vectors x"):
+        bilm.contextualize(x, torch.tensor([3, 1]))

@@ -36,7 +36,7 @@ from ..atomic import atomic_write
 from ..chars import DEFAULT_MAX_CHARS, N_CHAR_IDS
 from ..errors import Errors, Warnings
 from ..hdf5 import hdf5_for_writing
-from ..paths import missing_path_error
+from ..paths import missing_path_error, refuse_empty_path
 from .config import BiLMConfig
 from .native_io import CONFIG_NAME, cast_for_save, check_readable, check_weight, is_native_config
 
@@ -166,6 +166,7 @@ def _not_hdf5(path: Path, error: OSError) -> str:
 def read_datasets(config: BiLMConfig, weight_file: PathLike) -> Dict[str, np.ndarray]:
     """All datasets for ``config`` as float32 arrays, shape-checked with clear errors;
     a dataset that ``config`` does not describe is an error too."""
+    refuse_empty_path(weight_file, Errors.E_PATH_EMPTY_WEIGHTS)  # Path(""): the current directory
     path = Path(weight_file)
     if not path.exists():
         raise missing_path_error(path, Errors.E_WEIGHT_FILE_MISSING.format(path=path))
@@ -474,6 +475,8 @@ def write_allennlp(
     """Write ``options.json`` and the hdf5 weight file of ``model`` in the released layout.
 
     Warnings name ``shown_as`` (the final path, when writing into a temporary directory) or ``weight_file``."""
+    refuse_empty_path(options_file, Errors.E_PATH_EMPTY_OPTIONS)
+    refuse_empty_path(weight_file, Errors.E_PATH_EMPTY_WEIGHTS)
     config = model.config
     shown = weight_file if shown_as is None else shown_as
     if getattr(model, "initial_state", None) is not None:

@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 from ..chars import DEFAULT_MAX_CHARS, N_CHAR_IDS
 from ..errors import Errors, with_article
-from ..paths import missing_path_error, read_json_file
+from ..paths import missing_path_error, read_json_file, refuse_empty_path
 
 #: The first bytes of an HDF5 file (at offset 0, where h5py writes it): a weight file given as the options.
 HDF5_MAGIC = b"\x89HDF"
@@ -422,6 +422,7 @@ class BiLMConfig:
         source = source or "the given dict"
         if not isinstance(options, dict):
             source = str(options)
+            refuse_empty_path(options, Errors.E_PATH_EMPTY_OPTIONS)  # Path(""): the current directory
             if not Path(options).exists():
                 raise missing_path_error(options, Errors.E_OPTIONS_FILE_MISSING.format(path=options))
             try:

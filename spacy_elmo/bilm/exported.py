@@ -8,6 +8,7 @@ import torch
 
 from .. import ops
 from ..errors import Errors
+from ..paths import refuse_empty_path
 from .model import BiLMOutput  # noqa: F401  its module registers it with torch's pytree by name
 
 #: How a program's graph (its ``models/*.json`` in the archive) names an operator of spacy_elmo._C.
@@ -35,7 +36,9 @@ def load_exported(path: Union[str, "os.PathLike[str]"]) -> "torch.export.Exporte
     ``.module()(ids)`` of the result returns a ``BiLMOutput``.
 
     Raises RuntimeError (:attr:`Errors.E_EXPORTED_NEEDS_FUSED`) for a program that calls the fused kernels
-    where the compiled extension is missing (torch's own error names no cause, only its log does)."""
+    where the compiled extension is missing (torch's own error names no cause, only its log does), and
+    ValueError for an empty path (:func:`spacy_elmo.paths.refuse_empty_path`)."""
+    refuse_empty_path(path, Errors.E_PATH_EMPTY_EXPORTED)
     if ops.fused_available():
         ops.implementation("fused")  # importing spacy_elmo.ops.fused registers the kernels
     elif calls_fused_ops(path):

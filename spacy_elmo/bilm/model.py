@@ -9,6 +9,7 @@ from .. import ops
 from .._typing import PathLike
 from ..chars import BEGIN_OF_SENTENCE, BEGIN_OF_WORD, END_OF_SENTENCE, MAX_SHIFTED_ID, marker_char_ids
 from ..errors import Errors, with_article
+from ..paths import refuse_empty_path
 from .char_encoder import CharEncoder
 from .config import BiLMConfig, check_bool
 from .initial_state import WARMUP
@@ -535,6 +536,7 @@ class BiLM(nn.Module):
         """A model from an AllenNLP/bilm-tf ``options.json`` and ``.hdf5`` weight file."""
         from .allennlp_io import read_allennlp
 
+        refuse_empty_path(weight_file, Errors.E_PATH_EMPTY_WEIGHTS)  # before the options (read first) name it
         config = BiLMConfig.from_allennlp_options(options_file, weight_file=weight_file)
         model = cls(config, stateful=stateful, backend=backend)
         read_allennlp(model, weight_file)

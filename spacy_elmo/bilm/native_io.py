@@ -28,7 +28,8 @@ from .._typing import PathLike
 from ..atomic import atomic_write, make_dirs, naming, sync, sync_dir
 from ..errors import Errors, listed, with_article
 from ..hdf5 import is_embeddings_file
-from ..paths import broken_link_error, files_listed, missing_path_error, name_shown, python_quoted, read_json_file, shell_quoted
+from ..paths import (broken_link_error, files_listed, missing_path_error, name_shown, python_quoted, read_json_file,
+                     refuse_empty_path, shell_quoted)
 from .config import BiLMConfig, is_int
 
 if TYPE_CHECKING:  # model.py imports this module when it saves or loads
@@ -54,7 +55,9 @@ def resolve_model_dir(directory: PathLike) -> Path:
 
     Only the string: ``Path("default")`` and ``"./default"`` are a directory named ``default``
     (this module passes Paths on, e.g. to :func:`write_initial_state`, which ``fit-state`` calls,
-    which must write into that directory, never into the bundled model)."""
+    which must write into that directory, never into the bundled model). The empty string: an error
+    (:func:`refuse_empty_path`), not the current directory."""
+    refuse_empty_path(directory, Errors.E_PATH_EMPTY_MODEL_DIR)
     if isinstance(directory, str) and directory == "default":
         if not (DEFAULT_MODEL_DIR / CONFIG_NAME).exists():
             raise FileNotFoundError(Errors.E_NO_DEFAULT_MODEL.format(path=DEFAULT_MODEL_DIR))
@@ -76,6 +79,7 @@ def save_native(
     initial_state, provenance: written instead of the model's own (None: the model's own)."""
     if dtype is not None and (not isinstance(dtype, torch.dtype) or not dtype.is_floating_point):
         raise ValueError(Errors.E_SAVE_DTYPE.format(dtype=dtype))
+    refuse_empty_path(directory, Errors.E_PATH_EMPTY_MODEL_DIR)  # Path(""): the current directory, written into
     directory = Path(directory)
     tensors = {name: p.detach() for name, p in model.state_dict().items()}
     for name in INITIAL_STATE_KEYS:  # stored on their own (initial_state.safetensors)

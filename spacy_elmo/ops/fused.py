@@ -328,8 +328,7 @@ torch.library.register_autograd("spacy_elmo::sampled_logsumexp_forward", _sample
 def _run_dtype(t: Tensor, op: str, name: str) -> torch.dtype:
     """The dtype the kernels run in for floating ``t`` (:func:`_kernel_dtype`).
     Raises TypeError for a non-floating ``t`` (argument ``name`` of ``op``)."""
-    if not t.is_floating_point():
-        raise TypeError(Errors.E_FUSED_NOT_FLOAT.format(op=op, name=name, dtype=t.dtype))
+    reference.check_floating(op, name, t)
     cuda_autocast = t.device.type == "cuda" and torch.is_autocast_enabled("cuda")
     return _kernel_dtype(t.dtype, t.device.type, torch.get_autocast_dtype("cuda") if cuda_autocast else None)
 

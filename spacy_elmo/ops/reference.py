@@ -367,6 +367,9 @@ def check_same_dtype(op: str, main: Tuple[str, Tensor], *others: Tuple[str, Opti
     products failed with torch's bare "self and mat2 must have the same dtype" where the fused wrappers
     rounded the float64 one to float32. A dtype is known while tracing: no sync."""
     name, like = main
+    for other, t in (main, *others):  # before the dtypes: an integer x is no dtype to convert the rest to
+        if t is not None:
+            check_floating(op, other, t)
     if autocast_on(like.device.type):
         wide = like.dtype == torch.float64
         for other, t in others:
@@ -378,6 +381,16 @@ def check_same_dtype(op: str, main: Tuple[str, Tensor], *others: Tuple[str, Opti
         if t is not None and t.dtype != like.dtype:
             raise TypeError(Errors.E_MIXED_DTYPES.format(op=op, name=other, dtype=t.dtype, main=name,
                                                          main_dtype=like.dtype))
+
+
+def check_floating(op: str, name: str, t: Tensor) -> None:
+    """A TypeError (``Errors.E_NOT_FLOAT``) unless ``t`` (argument ``name`` of ``op``) is a floating
+    tensor: both backends' check of an op's floating arguments (:func:`check_same_dtype` runs it on each;
+    the fused wrappers before they pick the dtype their kernels run in). Without it an integer ``x`` met
+    the reference's dtype check, whose advice was to convert the weights to that integer dtype. A dtype is
+    known while tracing: no sync."""
+    if not t.is_floating_point():
+        raise TypeError(Errors.E_NOT_FLOAT.format(op=op, name=name, dtype=t.dtype))
 
 
 def check_clips(cell_clip: Optional[float], proj_clip: Optional[float]) -> None:

@@ -34,6 +34,7 @@ from ..bilm.native_io import (
     write_safetensors,
 )
 from ..errors import Errors
+from ..paths import refuse_empty_path
 from .softmax import SoftmaxLayer
 from .vocab import Vocab
 
@@ -54,6 +55,7 @@ def save_pretrained(
     dtype: store floating tensors in this dtype (torch.float16 for a compact bundle);
     initial_state: ``(h, c)`` saved instead of the biLM's own (None: its own).
     """
+    refuse_empty_path(directory, Errors.E_PATH_EMPTY_MODEL_DIR)  # before vocab.txt is written into the current one
     directory = Path(directory)
     make_dirs(directory)
     if vocab is not None:

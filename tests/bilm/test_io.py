@@ -1355,3 +1355,35 @@ def test_too_many_weight_or_options_files_are_listed_with_dangling_links_marked(
         BiLM.load(directory)
     with pytest.raises(Exception, match=re.escape(f"(2 found: old_options.json (a broken link), {opt_path.name})")):
         model_config(None, directory)
+
+
+def test_an_empty_path_is_refused_by_every_loader_and_writer_not_read_as_the_current_directory(files, tmp_path,
+                                                                                                 monkeypatch):
+    """Path("") is ".": BiLM.load("") (an unset environment variable) read the current directory (". is not a
+    spacy-elmo model directory", or, run inside one, that model), BiLM.save("") and save_pretrained wrote into it;
+    the command line refused "" already (E_PATH_EMPTY). The Python API refuses it too, naming the argument."""
+    from spacy_elmo.bilm.exported import load_exported
+    from spacy_elmo.training.modelio import load_pretrained, save_pretrained
+
+    opt_path, weight_path = files
+    model = BiLM.from_allennlp(opt_path, weight_path, backend="reference")
+    cwd = tmp_path / "cwd"
+    model.save(cwd)  # a model in the current directory, which "" would have named
+    monkeypatch.chdir(cwd)
+    before = sorted(os.listdir(cwd))
+    empty = "is an empty path .*: it would name the current directory"
+    calls = {
+        "The model directory": [lambda: BiLM.load(""), lambda: model.save(""), lambda: load_pretrained(""),
+                                lambda: save_pretrained("", model, None, None, {})],
+        "The ELMo options file": [lambda: BiLM.from_allennlp("", weight_path),
+                                  lambda: BiLMConfig.from_allennlp_options(""),
+                                  lambda: model.to_allennlp("", "w.hdf5")],
+        "The weight file": [lambda: BiLM.from_allennlp(opt_path, ""), lambda: model.to_allennlp("o.json", "")],
+        "The exported program file": [lambda: load_exported("")],
+    }
+    for what, fns in calls.items():
+        for fn in fns:
+            with pytest.raises(ValueError, match=f"^{what} {empty}"):
+                fn()
+    assert sorted(os.listdir(cwd)) == before
+    assert BiLM.load(".", backend="reference").config == model.config  # "." still names it

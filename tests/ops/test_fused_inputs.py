@@ -399,6 +399,40 @@ def test_integer_inputs_are_an_error_not_truncated(which, device="cpu"):
         calls[which]()
 
 
+@pytest.mark.parametrize("backend", ["reference", "fused"])
+@pytest.mark.parametrize("op", ["char_cnn", "highway", "lstm", "bilstm", "sampled_logsumexp"])
+def test_non_floating_arguments_are_refused_alike_on_both_backends(op, backend):
+    """An integer (or bool) x, weight or state: the reference met it in check_same_dtype, whose advice was
+    to "Pass every floating argument in torch.int64 (e.g. module.to(torch.int64) ...)"; the fused wrappers
+    refused an integer input in their own words (and an integer weight with the reference's). One
+    TypeError now on both backends (reference.check_floating), naming the argument, under autocast too."""
+    impl = R if backend == "reference" else fused
+    x, lengths, w = _lstm_case()
+    a = _bad_shape_args("highway")
+    ids, emb, ws, bs = _char_inputs()
+    xi = x.long()
+    calls = {
+        "char_cnn": [(lambda: impl.char_cnn(ids, emb.long(), ws, bs), "embedding is torch.int64"),
+                     (lambda: impl.char_cnn(ids, emb, [ws[0].int(), ws[1]], bs), "a filter weight is torch.int32")],
+        "highway": [(lambda: impl.highway(a["x"].long(), a["weight"], a["bias"]), "x is torch.int64"),
+                    (lambda: impl.highway(a["x"][:, :0].long(), a["weight"][:0, :0], a["bias"][:0]),
+                     "x is torch.int64"),  # no features: the fused wrapper runs the reference
+                    (lambda: impl.highway(a["x"], a["weight"], a["bias"].bool()), "bias is torch.bool")],
+        "lstm": [(lambda: impl.lstm_layer(xi, lengths, *w), "x is torch.int64"),
+                 (lambda: impl.lstm_layer(x, lengths, *w[:3], w[3].long()), "w_proj is torch.int64")],
+        "bilstm": [(lambda: impl.bilstm_layer(xi, xi, lengths, w, w), "x is torch.int64"),
+                   (lambda: impl.bilstm_layer(x, x, lengths, w, w, (torch.zeros(2, 3, 4, dtype=torch.long),
+                                                                    torch.zeros(2, 3, 6))), "h0 is torch.int64")],
+        "sampled_logsumexp": [(lambda: impl.sampled_logsumexp(xi[0], torch.randn(3, 4), torch.randn(3),
+                                                              torch.full((5,), -1)), "h is torch.int64")],
+    }[op]
+    for call, match in calls:
+        for autocast in (False, True):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast), pytest.raises(
+                    TypeError, match=f"^{op.replace('bilstm', 'lstm')} computes in floating point, but {match}: "):
+                call()
+
+
 # --------------------------------------------------------------------- LSTM
 
 
