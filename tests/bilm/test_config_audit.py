@@ -6,6 +6,7 @@ import os
 import pytest
 
 from spacy_elmo.bilm.config import BiLMConfig, byte_size, read_options_bytes
+from spacy_elmo.errors import Errors
 
 
 def released_options(**cnn_extra):
@@ -64,3 +65,24 @@ def test_reading_options_through_a_loop_of_links_is_a_missing_file(tmp_path):
     with pytest.raises(FileNotFoundError) as info:
         read_options_bytes(tmp_path / "a.json")
     assert info.value.errno == errno.ELOOP
+
+
+def test_n_output_layers_is_the_token_layer_and_one_per_lstm_layer():
+    assert BiLMConfig(n_layers=1).n_output_layers == 2 and BiLMConfig(n_layers=3).n_output_layers == 4
+
+
+def test_an_options_file_removed_before_it_is_read_is_said_missing(tmp_path, monkeypatch):
+    """Removed between the exists() check and the read: the same message as a path that never existed."""
+    import spacy_elmo.bilm.config as config_module
+
+    path = tmp_path / "options.json"
+    path.write_text("{}")
+
+    def removed(p):
+        os.remove(p)
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory", str(p))
+
+    monkeypatch.setattr(config_module, "read_options_bytes", removed)
+    with pytest.raises(FileNotFoundError) as info:
+        BiLMConfig.from_allennlp_options(path)
+    assert str(info.value) == Errors.E_OPTIONS_FILE_MISSING.format(path=path)
