@@ -7,7 +7,8 @@ import pytest
 
 from spacy_elmo.errors import Errors
 from spacy_elmo.paths import (
-    files_listed, holds_cwd, json_shown, missing_path_error, name_shown, read_json_file, shell_quoted,
+    files_listed, holds_cwd, json_shown, missing_path_error, name_shown, read_json_file, refuse_empty_path,
+    shell_quoted,
 )
 
 
@@ -85,3 +86,12 @@ def test_holds_cwd_is_none_where_the_current_directory_is_gone(monkeypatch):
 
     monkeypatch.setattr(Path, "cwd", staticmethod(gone))
     assert holds_cwd(".") is None
+
+
+def test_refuse_empty_path_refuses_only_the_empty_string():
+    """"" is Path("") is the current directory; " " is a file name like any other, and Path(".") says what it names."""
+    with pytest.raises(ValueError) as info:
+        refuse_empty_path("", Errors.E_PATH_EMPTY_OPTIONS)
+    assert str(info.value) == Errors.E_PATH_EMPTY_GIVEN.format(what=Errors.E_PATH_EMPTY_OPTIONS)
+    for path in [" ", ".", Path(""), Path(".")]:
+        refuse_empty_path(path, Errors.E_PATH_EMPTY_OPTIONS)
