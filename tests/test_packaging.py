@@ -30,7 +30,9 @@ def egg_info(source: Path, out: Path, **env: str) -> Path:
 
 
 def files_under(folder: str):
-    return {p.relative_to(ROOT).as_posix() for p in (ROOT / folder).rglob("*") if p.is_file()}
+    """The files under ``folder`` that ship (compiled bytecode in a working tree does not: MANIFEST.in)."""
+    return {p.relative_to(ROOT).as_posix() for p in (ROOT / folder).rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts}
 
 
 @pytest.mark.parametrize(
@@ -50,6 +52,28 @@ def test_sdist_carries_every_kernel_source_and_the_package_data(tmp_path, env):
     assert data - listed == set()
     assert {"setup.py", "build_flags.py", "pyproject.toml", "README.md", "LICENSE"} <= listed
     assert not [f for f in listed if f.startswith(("tests/", "benchmarks/"))]
+
+
+def test_sdist_leaves_out_build_leftovers_and_stray_files_of_a_working_tree(tmp_path):
+    """A working tree's object files, editor files and an interrupted write beside the bundled model stay out of the
+    sdist and the package data: MANIFEST.in's graft took all of csrc/, and "data/**/*" every file under data/."""
+    source = tmp_path / "src"
+    source.mkdir()
+    names = ["setup.py", "build_flags.py", "pyproject.toml", "MANIFEST.in", "README.md", "LICENSE", "docs", "csrc",
+             "spacy_elmo"]
+    for name in names:
+        copy = shutil.copytree if (ROOT / name).is_dir() else shutil.copy2
+        copy(ROOT / name, source / name, **({"ignore": shutil.ignore_patterns("__pycache__", "_C*")}
+                                            if (ROOT / name).is_dir() else {}))
+    strays = ["csrc/build.o", "csrc/.DS_Store", "csrc/cpu/lstm.cpp.orig", "spacy_elmo/data/default/model.safetensors.tmp",
+              "spacy_elmo/configs/ner.cfg~"]
+    for stray in strays:
+        (source / stray).write_bytes(b"x")
+    listed = set((egg_info(source, tmp_path / "out", SPACY_ELMO_NO_EXTENSION="1") / "SOURCES.txt").read_text().split())
+    assert not set(strays) & listed
+    assert {"spacy_elmo/data/default/model.safetensors", "spacy_elmo/data/default/config.json",
+            "spacy_elmo/data/default/vocab.txt", "spacy_elmo/configs/ner.cfg", "csrc/cpu/lstm.cpp",
+            "docs/architecture.md"} <= listed
 
 
 def test_distribution_version_is_the_package_version(tmp_path):
