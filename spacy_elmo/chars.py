@@ -49,11 +49,16 @@ def _check_max_chars(max_characters_per_token: int) -> None:
         raise ValueError(Errors.E_MAX_CHARS_TOO_SMALL.format(value=value))
 
 
+#: Text, not tokens: each a Sequence (of characters or of ints), which would otherwise pass for a sentence of
+#: one-character or int "tokens" (a bytearray got "Token 0 of sentence 0 is an int").
+TEXT_TYPES = (str, bytes, bytearray, memoryview)
+
+
 def token_list(sentence, index: int) -> Sequence[str]:
     """One sentence as a sequence of tokens: a list or tuple as it is, a 1-D NumPy array or an
     iterator (generator) as a list; a string (untokenized text) or an unordered or unsized
     object is a TypeError naming the fix."""
-    if isinstance(sentence, (str, bytes)):
+    if isinstance(sentence, TEXT_TYPES):
         raise TypeError(Errors.E_SENTENCES_NOT_LISTS.format(index=index, a_type=with_article(type(sentence).__name__)))
     if isinstance(sentence, Sequence):
         return sentence
@@ -97,7 +102,7 @@ def check_batch(batch) -> None:
     a dict's keys or values, and an ordered set that is a Sequence too (SortedSet, OrderedSet), are in order."""
     if isinstance(batch, Mapping):  # its keys or its values may be the sentences: which, the caller knows
         raise TypeError(Errors.E_BATCH_IS_MAPPING.format(type_name=type(batch).__name__))
-    if isinstance(batch, (str, bytes)) or not isinstance(batch, Iterable):
+    if isinstance(batch, TEXT_TYPES) or not isinstance(batch, Iterable):
         raise TypeError(Errors.E_BATCH_NOT_LIST.format(type_name=type(batch).__name__))
     if isinstance(batch, Set) and not isinstance(batch, (MappingView, Sequence)):
         raise TypeError(Errors.E_BATCH_UNORDERED.format(type_name=type(batch).__name__))

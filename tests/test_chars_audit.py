@@ -6,10 +6,15 @@ from spacy_elmo import batch_to_ids
 from spacy_elmo.chars import BEGIN_OF_SENTENCE, END_OF_SENTENCE, marker_char_ids, word_char_ids
 
 
-def test_a_bytes_sentence_is_told_to_tokenize_first():
-    """bytes is a Sequence (of ints): as a sentence it is untokenized text, not 11 tokens that are no str."""
-    with pytest.raises(TypeError, match=r"but sentence 0 is a bytes\. Tokenize first"):
-        batch_to_ids([b"Hello world"])
+@pytest.mark.parametrize("text", [b"Hello world", bytearray(b"Hello world"), memoryview(b"Hello world")],
+                         ids=["bytes", "bytearray", "memoryview"])
+def test_a_bytes_sentence_is_told_to_tokenize_first(text):
+    """bytes (and bytearray, memoryview) is a Sequence (of ints): as a sentence it is untokenized text, not 11 tokens
+    that are no str (a bytearray got "Token 0 of sentence 0 is an int")."""
+    with pytest.raises(TypeError, match=rf"but sentence 0 is a {type(text).__name__}\. Tokenize first"):
+        batch_to_ids([text])
+    with pytest.raises(TypeError, match=rf"got an object of type {type(text).__name__}\."):
+        batch_to_ids(text)
 
 
 @pytest.mark.parametrize("marker", [BEGIN_OF_SENTENCE, END_OF_SENTENCE])
