@@ -622,9 +622,11 @@ class Errors:
         "BiLM expects integer character ids (torch.long or torch.int32, on every backend; batch_to_ids gives "
         "torch.long); got {dtype}. Build them with spacy_elmo.batch_to_ids, or convert with ids.long()."
     )
-    E_CHAR_IDS_NOT_TENSOR = (
-        "BiLM expects a tensor of character ids (batch, max_len, W); got {a_type}. Convert token lists "
-        "first: bilm(spacy_elmo.batch_to_ids(sentences))."
+    E_CHAR_IDS_NOT_TENSOR = "{cls} expects a tensor of character ids {shape}; got {a_type}. {fix}"
+    E_CHAR_IDS_FROM_NUMPY = "Pass an array of ids as a tensor: {call}(torch.from_numpy(ids))."
+    E_CHAR_IDS_FROM_TOKENS = (
+        "Convert token lists first: {call}(spacy_elmo.batch_to_ids(sentences)) (ids already in nested lists: "
+        "{call}(torch.tensor(ids)))."
     )
     E_BILM_CONFIG_TYPE = (
         "BiLM expects a BiLMConfig; got {a_type}. Use BiLM(BiLMConfig(...)), BiLM(BiLMConfig.preset('small')) "
@@ -1904,7 +1906,7 @@ class Errors:
         "each LSTM layer): give one pre-softmax weight per layer, e.g. {example} for the first LSTM layer only."
     )
     E_COMPAT_INPUT_SHAPE = (
-        "Elmo expects character ids of shape (batch, timesteps, {max_chars}) (or with more leading dimensions), "
+        "{cls} expects character ids of shape (batch, timesteps, {max_chars}) (or with more leading dimensions), "
         "as batch_to_ids(sentences) returns; found shape {shape}."
     )
     E_COMPAT_CUDA_DEVICE = (
@@ -1944,6 +1946,10 @@ class Errors:
         "pass prefix= the part before 'scalar_mix_0.gamma', e.g. '_text_field_embedder.token_embedder_elmo._elmo.'."
     )
     E_COMPAT_STATE_PREFIX_HINT = " AllenNLP {cls} weights are under prefix={found}: pass one of those."
+    E_COMPAT_STATE_NOT_TENSOR = (
+        " Weights are tensors (as torch.load reads them from the best.th AllenNLP saved): convert a NumPy array "
+        "with torch.from_numpy(array), a list with torch.tensor(values)."
+    )
     E_COMPAT_STATE_KEYS = (
         "The state_dict (prefix={prefix!r}) does not match AllenNLP's Elmo with this biLM and {n} output "
         "representation(s): {problems}.{hint} Build this Elmo from the options file the AllenNLP model was trained "
