@@ -1275,11 +1275,13 @@ class Errors:
         "point the link at {what} (ln -sfn TARGET {path}) or remove it."
     )
     #: E_BROKEN_LINK's and E_LINK_LOOP's ``what``, what the link should point at: a file (an options.json, a
-    #: weight file, a model's config.json), a model directory (BiLM.load's), TRAIN_PATH, --options
+    #: weight file, a model's config.json), a model directory (BiLM.load's), TRAIN_PATH, --options, a directory
+    #: an output goes in (made by atomic.make_dirs: pretrain's OUTPUT_DIR, BiLM.save's, export's OUT_DIR)
     E_LINK_TO_FILE = "the file"
     E_LINK_TO_MODEL_DIR = "the model directory"
     E_LINK_TO_TEXT = "the text file or the directory of text files"
     E_LINK_TO_OPTIONS = "the options file or the model directory holding it"
+    E_LINK_TO_OUTPUT_DIR = "the directory to write in"
     E_CACHE_DAMAGED = (
         "the corpus cache in {path} is damaged: {file} holds {found:,} {unit}, its meta.json says {expected:,} "
         "(a write cut short: a full disk, a crash). Delete {path} and run again to tokenize the text anew."
