@@ -60,7 +60,7 @@ from .bilm.allennlp_io import (
 )
 from .bilm.native_io import CONFIG_NAME, ModelPathIsFile, check_readable, check_weight, is_native_config, torch_load_error
 from .bilm.config import check_bool, is_int
-from .bilm.model import remove_boundaries
+from .bilm.model import char_ids_type_error, remove_boundaries
 from .chars import batch_rows, batch_to_ids, check_batch
 from .embedding import embed_lines, empty_vectors
 from .errors import Errors, Warnings, listed, with_article
@@ -153,7 +153,7 @@ def _check_values(given: Mapping[str, object], names: Iterable[str], prefix: str
     (``datasets_from_allennlp_state``), where a float64 1e39 became inf and loaded silently."""
     for name in names:
         value = given[name]
-        if isinstance(value, Tensor):  # else the shape check refused it already
+        if isinstance(value, Tensor):  # else _misfits refused it already
             check_weight(value, prefix + name, source, Errors.E_COMPAT_STATE_DTYPE, dtype=torch.float32)
 
 
@@ -162,11 +162,28 @@ def _under(state_dict: Mapping[str, Tensor], prefix: str) -> Dict[str, Tensor]:
     return {k[len(prefix):]: v for k, v in state_dict.items() if isinstance(k, str) and k.startswith(prefix)}
 
 
-def _shape_problem(name: str, value: object, expected: Tuple[int, ...]) -> Optional[str]:
-    """``"name (found) (expected (...))"`` when ``value`` is not a tensor of shape ``expected``; None when it is."""
-    if isinstance(value, Tensor) and tuple(value.shape) == expected:
-        return None
-    return f"{name} {tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__} (expected {expected})"
+def _misfits(given: Mapping[str, object], shapes: Mapping[str, Tuple[int, ...]]) -> List[Tuple[str, List[str]]]:
+    """The values of ``given`` (those ``shapes`` has a key of) that are not tensors (``"name (an ndarray)"``) and
+    the tensors not of their shape in ``shapes`` (``"name (found) (expected (...))"``), as ``(kind, problems)``."""
+    found = [(k, v) for k, v in given.items() if k in shapes]
+    not_tensors = [f"{k} ({with_article(type(v).__name__)})" for k, v in found if not isinstance(v, Tensor)]
+    misshapen = [f"{k} {tuple(v.shape)} (expected {shapes[k]})" for k, v in found
+                 if isinstance(v, Tensor) and tuple(v.shape) != shapes[k]]
+    return [("not a tensor:", not_tensors), ("wrong shape:", misshapen)]
+
+
+def _not_tensor_fix(misfits: List[Tuple[str, List[str]]]) -> str:
+    """The fix for values that are not tensors among ``misfits`` (of :func:`_misfits`); "" when all are."""
+    return Errors.E_COMPAT_STATE_NOT_TENSOR if misfits[0][1] else ""
+
+
+def _check_char_ids(inputs: object, max_chars: int, cls: str, call: str) -> None:
+    """A TypeError when ``inputs`` (given to ``cls``, called as ``call(ids)``) is not a tensor, a ValueError
+    when it is not shaped ``(..., batch, timesteps, max_chars)``."""
+    if not isinstance(inputs, Tensor):
+        raise char_ids_type_error(inputs, cls, call, f"(batch, timesteps, {max_chars})")
+    if inputs.dim() < 3 or inputs.shape[-1] != max_chars:
+        raise ValueError(Errors.E_COMPAT_INPUT_SHAPE.format(cls=cls, max_chars=max_chars, shape=tuple(inputs.shape)))
 
 
 def _expand_home(path: PathLike) -> PathLike:
@@ -331,17 +348,16 @@ class Elmo(nn.Module):
         shapes = self._allennlp_shapes()
         missing = [k for k in shapes if k not in given]
         unexpected = [k for k in given if k not in shapes and k not in ALLENNLP_MARKERS]
-        misshapen = [problem for k, v in given.items() if k in shapes
-                     for problem in [_shape_problem(k, v, shapes[k])] if problem]
+        misfits = _misfits(given, shapes)
         bilm_missing = [k for k in missing if k.startswith(ALLENNLP_BILM)]
         bilm_given = len(bilm_missing) < sum(k.startswith(ALLENNLP_BILM) for k in shapes)
-        refused = (("missing:", missing if strict else bilm_missing if bilm_given else []),
-                   ("unexpected:", unexpected if strict else []), ("wrong shape:", misshapen))
+        refused = [("missing:", missing if strict else bilm_missing if bilm_given else []),
+                   ("unexpected:", unexpected if strict else []), *misfits]
         problems = [_listed(kind, names) for kind, names in refused if names]
         if problems:
             raise ValueError(Errors.E_COMPAT_STATE_KEYS.format(
                 prefix=prefix, n=len(self._scalar_mixes), problems="; ".join(problems),
-                hint=_prefix_hint(state_dict, prefix)))
+                hint=_prefix_hint(state_dict, prefix) + _not_tensor_fix(misfits)))
         for name, expected in zip(ALLENNLP_MARKERS, self.bilm.marker_ids.cpu()):
             found = given.get(name)
             if found is not None and not torch.equal(torch.as_tensor(found).cpu().long(), expected.long()):
@@ -397,10 +413,7 @@ class Elmo(nn.Module):
         """
         if word_inputs is not None:
             raise ValueError(Errors.E_COMPAT_WORD_INPUTS.format(cls="Elmo"))
-        W = self.bilm.config.max_characters_per_token
-        if not isinstance(inputs, Tensor) or inputs.dim() < 3 or inputs.shape[-1] != W:
-            shape = tuple(inputs.shape) if isinstance(inputs, Tensor) else type(inputs).__name__
-            raise ValueError(Errors.E_COMPAT_INPUT_SHAPE.format(max_chars=W, shape=shape))
+        _check_char_ids(inputs, self.bilm.config.max_characters_per_token, "Elmo", "elmo")
         leading = tuple(inputs.shape[:-2])
         # math.prod, not -1: a batch of empty sentences (timesteps 0) has no element to infer it from
         out = self.bilm(inputs.reshape(math.prod(leading), *inputs.shape[-2:]), keep_boundaries=True)
@@ -495,15 +508,15 @@ class ElmoTokenEmbedder(nn.Module):
         found = {k: v for k, v in given.items() if k in (PROJECTION_WEIGHT, PROJECTION_BIAS)}
         missing = [k for k in shapes if k not in found]
         unexpected = [k for k in given if not k.startswith(ELMO_KEY) and k not in shapes]
-        misshapen = [problem for k, v in found.items() if k in shapes
-                     for problem in [_shape_problem(k, v, shapes[k])] if problem]
+        misfits = _misfits(found, shapes)
         # a projection only partly given is refused either way, as a partly given biLM is
-        refused = (("missing:", missing if strict or found else []), ("unexpected:", unexpected if strict else []),
-                   ("wrong shape:", misshapen))
+        refused = [("missing:", missing if strict or found else []), ("unexpected:", unexpected if strict else []),
+                   *misfits]
         problems = [_listed(kind, names) for kind, names in refused if names]
         if problems:
             raise ValueError(Errors.E_COMPAT_TOKEN_STATE_KEYS.format(
-                prefix=prefix, problems="; ".join(problems), fix=self._projection_fix(found)))
+                prefix=prefix, problems="; ".join(problems),
+                fix=self._projection_fix(found) + _not_tensor_fix(misfits)))
         _check_values(found, list(found) if projection else [], prefix, source)
         self._elmo._apply_allennlp_state(elmo)
         if projection and found:
@@ -540,6 +553,7 @@ class ElmoTokenEmbedder(nn.Module):
         zeros at padded positions without a projection (its bias there with one, as in AllenNLP)."""
         if word_inputs is not None:
             raise ValueError(Errors.E_COMPAT_WORD_INPUTS.format(cls="ElmoTokenEmbedder"))
+        _check_char_ids(elmo_tokens, self._elmo.bilm.config.max_characters_per_token, "ElmoTokenEmbedder", "embedder")
         representation = self._elmo(elmo_tokens)["elmo_representations"][0]
         if self._projection is None:
             return representation

@@ -19,6 +19,7 @@ from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 
 from ._typing import PathLike
 from .errors import Errors, Warnings
+from .paths import broken_link_error, dangling_link
 
 #: ``flock`` where the platform has it (POSIX); None elsewhere (Windows), where nothing is locked.
 try:
@@ -72,12 +73,19 @@ def out_of_space(err: OSError, directory: PathLike) -> bool:
 def make_dirs(directory: Path) -> List[Path]:
     """``directory.mkdir(parents=True, exist_ok=True)``; where it or a directory above it is a file,
     NotADirectoryError :data:`~spacy_elmo.errors.Errors.E_PARENT_IS_FILE` naming that file, where mkdir said
-    "[Errno 17] File exists: 'a/file'" or "[Errno 20] Not a directory: 'a/file/sub'". Returns the directories
-    it created, the deepest first (for :func:`remove_empty_dirs`)."""
+    "[Errno 17] File exists: 'a/file'" or "[Errno 20] Not a directory: 'a/file/sub'"; where it or one above it is
+    a symbolic link to nothing (or round a loop), :func:`~spacy_elmo.paths.broken_link_error` naming the link and
+    its target, where mkdir said "[Errno 17] File exists: 'link'". Returns the directories it created, the
+    deepest first (for :func:`remove_empty_dirs`)."""
     created = list(itertools.takewhile(lambda p: not p.exists(), (directory, *directory.parents)))
     try:
         directory.mkdir(parents=True, exist_ok=True)
-    except (FileExistsError, NotADirectoryError):
+    except OSError as err:  # a link in a loop above it: "[Errno 40] Too many levels of symbolic links"
+        link = dangling_link(directory)
+        if link is not None:
+            raise broken_link_error(link, Errors.E_LINK_TO_OUTPUT_DIR) from None
+        if not isinstance(err, (FileExistsError, NotADirectoryError)):
+            raise
         found = next((path for path in (directory, *directory.parents) if path.exists()), None)  # the deepest
         if found is None or found.is_dir():  # not a file in the way (made or removed meanwhile)
             raise

@@ -629,9 +629,11 @@ class Errors:
         "BiLM expects integer character ids (torch.long or torch.int32, on every backend; batch_to_ids gives "
         "torch.long); got {dtype}. Build them with spacy_elmo.batch_to_ids, or convert with ids.long()."
     )
-    E_CHAR_IDS_NOT_TENSOR = (
-        "BiLM expects a tensor of character ids (batch, max_len, W); got {a_type}. Convert token lists "
-        "first: bilm(spacy_elmo.batch_to_ids(sentences))."
+    E_CHAR_IDS_NOT_TENSOR = "{cls} expects a tensor of character ids {shape}; got {a_type}. {fix}"
+    E_CHAR_IDS_FROM_NUMPY = "Pass an array of ids as a tensor: {call}(torch.from_numpy(ids))."
+    E_CHAR_IDS_FROM_TOKENS = (
+        "Convert token lists first: {call}(spacy_elmo.batch_to_ids(sentences)) (ids already in nested lists: "
+        "{call}(torch.tensor(ids)))."
     )
     E_BILM_CONFIG_TYPE = (
         "BiLM expects a BiLMConfig; got {a_type}. Use BiLM(BiLMConfig(...)), BiLM(BiLMConfig.preset('small')) "
@@ -1281,11 +1283,13 @@ class Errors:
         "point the link at {what} (ln -sfn TARGET {path}) or remove it."
     )
     #: E_BROKEN_LINK's and E_LINK_LOOP's ``what``, what the link should point at: a file (an options.json, a
-    #: weight file, a model's config.json), a model directory (BiLM.load's), TRAIN_PATH, --options
+    #: weight file, a model's config.json), a model directory (BiLM.load's), TRAIN_PATH, --options, a directory
+    #: an output goes in (made by atomic.make_dirs: pretrain's OUTPUT_DIR, BiLM.save's, export's OUT_DIR)
     E_LINK_TO_FILE = "the file"
     E_LINK_TO_MODEL_DIR = "the model directory"
     E_LINK_TO_TEXT = "the text file or the directory of text files"
     E_LINK_TO_OPTIONS = "the options file or the model directory holding it"
+    E_LINK_TO_OUTPUT_DIR = "the directory to write in"
     E_CACHE_DAMAGED = (
         "the corpus cache in {path} is damaged: {file} holds {found:,} {unit}, its meta.json says {expected:,} "
         "(a write cut short: a full disk, a crash). Delete {path} and run again to tokenize the text anew."
@@ -1912,7 +1916,7 @@ class Errors:
         "each LSTM layer): give one pre-softmax weight per layer, e.g. {example} for the first LSTM layer only."
     )
     E_COMPAT_INPUT_SHAPE = (
-        "Elmo expects character ids of shape (batch, timesteps, {max_chars}) (or with more leading dimensions), "
+        "{cls} expects character ids of shape (batch, timesteps, {max_chars}) (or with more leading dimensions), "
         "as batch_to_ids(sentences) returns; found shape {shape}."
     )
     E_COMPAT_CUDA_DEVICE = (
@@ -1952,6 +1956,10 @@ class Errors:
         "pass prefix= the part before 'scalar_mix_0.gamma', e.g. '_text_field_embedder.token_embedder_elmo._elmo.'."
     )
     E_COMPAT_STATE_PREFIX_HINT = " AllenNLP {cls} weights are under prefix={found}: pass one of those."
+    E_COMPAT_STATE_NOT_TENSOR = (
+        " Weights are tensors (as torch.load reads them from the best.th AllenNLP saved): convert a NumPy array "
+        "with torch.from_numpy(array), a list with torch.tensor(values)."
+    )
     E_COMPAT_STATE_KEYS = (
         "The state_dict (prefix={prefix!r}) does not match AllenNLP's Elmo with this biLM and {n} output "
         "representation(s): {problems}.{hint} Build this Elmo from the options file the AllenNLP model was trained "

@@ -84,6 +84,15 @@ def broken_link_error(link: PathLike, what: str = Errors.E_LINK_TO_FILE) -> File
     return FileNotFoundError(Errors.E_BROKEN_LINK.format(path=link, target=target, what=what))
 
 
+def dangling_link(path: PathLike) -> Optional[Path]:
+    """The symbolic link leading nowhere (to a target that does not exist, or round a loop) that is ``path`` or
+    the deepest directory above it that is there; None where that one is no such link. mkdir there said "[Errno
+    17] File exists: 'link'", of a link whose target does not exist."""
+    path = Path(path)
+    found = next((p for p in (path, *path.parents) if os.path.lexists(p)), None)
+    return found if found is not None and os.path.islink(found) and not found.exists() else None
+
+
 def files_listed(paths: Sequence[Path], shown: int = 6) -> str:
     """The names of ``paths`` that a message counts, for it to list (:func:`name_shown`, the first ``shown``): a
     dangling symbolic link marked "(a broken link)", as it counts as a file found (its read names the missing

@@ -657,6 +657,11 @@ def test_bad_allennlp_state_dicts_say_what_is_wrong_and_change_nothing(files):
     misshapen = dict(good, **{"scalar_mix_0.gamma": torch.ones(2)})
     refused(misshapen, r"wrong shape: scalar_mix_0\.gamma \(2,\) \(expected \(1,\)\)")
     refused(misshapen, "wrong shape", strict=False)
+    # a NumPy array or a list as a weight: its type, not "wrong shape: scalar_mix_0.gamma ndarray (expected (1,))"
+    arrays = dict(good, **{"scalar_mix_0.gamma": good["scalar_mix_0.gamma"].numpy(),
+                           lstm: good[lstm].tolist(), "scalar_mix_1.gamma": torch.ones(2)})
+    refused(arrays, rf"not a tensor: {re.escape(lstm)} \(a list\), scalar_mix_0\.gamma \(an ndarray\); wrong shape: "
+                    r"scalar_mix_1\.gamma \(2,\) \(expected \(1,\)\)\. .*torch\.from_numpy\(array\)", strict=False)
     refused({k: v for k, v in missing.items() if k != "scalar_mix_1.gamma"}, f"missing: {lstm}", strict=False)
     refused({PREFIX + k: v for k, v in good.items()}, f"under prefix='{PREFIX}': pass")
     refused({PREFIX + k: v for k, v in good.items()}, f"under prefix='{PREFIX}'", prefix="model.")
@@ -942,6 +947,8 @@ def test_bad_token_embedder_state_dicts_say_what_is_wrong_and_change_nothing(fil
     partial = {k: v for k, v in good.items() if k != "_projection.bias"}
     refused(embedder, partial, r"missing: _projection\.bias", strict=False)  # a partial projection: either way
     refused(embedder, dict(good, _extra=torch.ones(1)), r"unexpected: _extra")
+    arrays = dict(good, **{"_projection.bias": good["_projection.bias"].numpy()})
+    refused(embedder, arrays, r"not a tensor: _projection\.bias \(an ndarray\)\. .*torch\.from_numpy\(array\)")
     no_gamma = {k: v for k, v in good.items() if k != "_elmo.scalar_mix_0.gamma"}
     refused(embedder, no_gamma, r"prefix='_elmo\.'\) does not match AllenNLP's Elmo .*missing: scalar_mix_0\.gamma")
     model = {MODEL_PREFIX + k: v for k, v in good.items()}
@@ -1123,6 +1130,22 @@ def test_ids_of_another_width_are_refused_naming_the_shape_given(files):
     for shape in [(1, 3, 49), (2, 3, 5, 49)]:
         with pytest.raises(ValueError, match=r"^Elmo expects character ids .*found shape " + re.escape(str(shape))):
             elmo(torch.ones(shape, dtype=torch.long))
+
+
+def test_ids_that_are_not_a_tensor_are_refused_naming_their_type_and_the_fix(files):
+    """A NumPy array or nested lists given as ids: a TypeError naming the type and how to make a tensor of it,
+    from Elmo and ElmoTokenEmbedder each by its own name; was Elmo's ValueError "found shape ndarray"."""
+    elmo, embedder = Elmo(*files, 1), ElmoTokenEmbedder(*files)
+    ids = batch_to_ids([["a", "b"]])
+    for module, name, call in [(elmo, "Elmo", "elmo"), (embedder, "ElmoTokenEmbedder", "embedder")]:
+        with pytest.raises(TypeError, match=rf"^{name} expects a tensor of character ids \(batch, timesteps, 50\); "
+                                            rf"got an ndarray\. .*{call}\(torch\.from_numpy\(ids\)\)\.$"):
+            module(ids.numpy())
+        with pytest.raises(TypeError, match=rf"^{name} expects .*; got a list\. .*{call}\(spacy_elmo\.batch_to_ids"
+                                            rf"\(sentences\)\) .*{call}\(torch\.tensor\(ids\)\)"):
+            module(ids.tolist())
+        with pytest.raises(ValueError, match=rf"^{name} expects character ids .*found shape \(1, 2, 49\)"):
+            module(ids[..., :49])
 
 
 def test_token_embedder_state_errors_advise_a_projection_dim_only_when_it_differs(files):

@@ -38,15 +38,22 @@ def test_a_file_where_a_parent_directory_belongs_is_named(tmp_path):
     assert afile.read_text() == "kept"
 
 
-def test_a_dangling_symlink_where_a_directory_belongs_is_not_said_to_be_a_file(tmp_path):
-    """A symlink to nothing where a directory belongs: mkdir's FileExistsError naming the link, as it was. The
+def test_a_dangling_symlink_where_a_directory_belongs_is_named_with_its_target_not_said_to_be_a_file(tmp_path):
+    """A symlink to nothing where a directory belongs (itself or above it): the link named with its target and the
+    fix (broken_link_error), not mkdir's "[Errno 17] File exists: 'link'"; a loop's below it was "[Errno 40]". The
     deepest path that exists there is a directory (the link's), which is no file in the way: E_PARENT_IS_FILE
     named that directory "a file, not a directory"."""
-    link = tmp_path / "link"
+    link, loop = tmp_path / "link", tmp_path / "loop"
     link.symlink_to(tmp_path / "nowhere")
-    with pytest.raises(FileExistsError) as err:
-        make_dirs(link / "sub")
-    assert "is a file" not in str(err.value) and err.value.filename == str(link)
+    loop.symlink_to(loop)
+    for directory, said in [(link, f"{link} is a broken symbolic link: it points to {tmp_path / 'nowhere'}, "),
+                            (link / "sub", f"{link} is a broken symbolic link: it points to "),
+                            (loop / "sub" / "deeper", f"{loop} is a symbolic link past too many levels")]:
+        with pytest.raises(FileNotFoundError) as err:
+            make_dirs(directory)
+        assert str(err.value).startswith(said) and "is a file" not in str(err.value), str(err.value)
+        assert str(err.value).endswith(f"the directory to write in (ln -sfn TARGET {said.split()[0]}) or remove it.")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "loop"]
 
 
 def test_remove_dir_over_what_a_killed_remove_of_this_process_left(tmp_path):

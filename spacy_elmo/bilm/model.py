@@ -2,6 +2,7 @@
 
 from typing import List, NamedTuple, Optional, Tuple, cast
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -50,6 +51,15 @@ def _state_pair(state, what: str, expected_h: str, expected_c: str, axes: str) -
 def _describe(value) -> str:
     """A tensor's dtype, else the type's name (for error messages)."""
     return f"{value.dtype} tensor" if isinstance(value, Tensor) else type(value).__name__
+
+
+def char_ids_type_error(value: object, cls: str, call: str, shape: str) -> TypeError:
+    """The TypeError for character ids ``value`` that are not a tensor, given to ``cls`` (called as
+    ``call(ids)``), which expects a tensor of ``shape``: its type named, with the fix for it (an ndarray:
+    torch.from_numpy; else token lists or nested lists of ids)."""
+    fix = Errors.E_CHAR_IDS_FROM_NUMPY if isinstance(value, np.ndarray) else Errors.E_CHAR_IDS_FROM_TOKENS
+    return TypeError(Errors.E_CHAR_IDS_NOT_TENSOR.format(
+        cls=cls, shape=shape, a_type=with_article(type(value).__name__), fix=fix.format(call=call)))
 
 
 def _marker_ids_follow_weights(module: "BiLM", incompatible_keys) -> None:
@@ -319,7 +329,7 @@ class BiLM(nn.Module):
         ids not shaped ``(B, T, W)``."""
         W = self.config.max_characters_per_token
         if not isinstance(char_ids, Tensor):
-            raise TypeError(Errors.E_CHAR_IDS_NOT_TENSOR.format(a_type=with_article(type(char_ids).__name__)))
+            raise char_ids_type_error(char_ids, "BiLM", "bilm", "(batch, max_len, W)")
         if torch._C._functorch.is_batchedtensor(char_ids):
             # The checks of the ids' values bring them to the host: under vmap torch's bare "Cannot access
             # data pointer of Tensor that doesn't have storage".

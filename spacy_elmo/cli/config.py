@@ -41,7 +41,7 @@ def config(
     # a read-only directory, a file where a directory belongs, a full disk; and before the write, a path that
     # cannot be looked at (a directory this account may not enter, a name too long): is_dir() raises those
     except OSError as err:
-        fail(Errors.E_CONFIG_WRITE.format(path=path, error=err))
+        fail(Errors.E_CONFIG_WRITE.format(path=path, error=str(err).rstrip(".")))  # a broken link's ends in one
     typer.echo(f"wrote {path}")
     typer.echo(f"train it with: {train_command(path, name)}")
     typer.echo("(add --paths.elmo MODEL_DIR for weights other than the bundled default model)")

@@ -8,7 +8,7 @@ import typer
 
 from ..atomic import remove_replace_leftovers, replace_dir
 from ..errors import Errors
-from ..paths import holds_cwd
+from ..paths import broken_link_error, dangling_link, holds_cwd
 from .app import app, fail, given_output_path, given_text, model_argument, model_name, one_of
 from .signals import interruption_ends
 
@@ -50,6 +50,12 @@ def export(
         return Errors.E_INTERRUPTED_OVERWRITE.format(path=out_dir) if filled else ""
 
     with interruption_ends(ctx, "export", rerun) as stop, ExitStack() as held:  # SIGTERM too: the lock released, 143
+        # OUT_DIR (or a directory above it) a symbolic link to nothing: refused as pretrain and BiLM.save refuse
+        # it (atomic.make_dirs); the model was written into the link's target, made for it, and a loop crashed
+        # resolve() below with a traceback
+        link = dangling_link(out_dir)
+        if link is not None:
+            fail(str(broken_link_error(link, Errors.E_LINK_TO_OUTPUT_DIR)))
         try:
             check_output_dir(out_dir, overwrite, model_dir)
             # the directory replace_dir replaces: resolved (RUN/missing/.. is RUN to it, and no directory to the kernel)

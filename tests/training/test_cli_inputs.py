@@ -1162,6 +1162,35 @@ def test_a_file_where_an_output_directory_belongs_is_named(trained, model, tmp_p
     assert afile.read_text() == "kept"
 
 
+@pytest.mark.parametrize("loop", [False, True], ids=["broken", "loop"])
+@pytest.mark.parametrize("command", ["pretrain", "embed", "save", "export", "config"])
+def test_a_dangling_link_where_an_output_directory_belongs_is_named_with_its_target(trained, model, tmp_path, command,
+                                                                                      loop):
+    """An output directory (or one above an output file) that is a symbolic link to nothing: pretrain, embed,
+    config and BiLM.save said "[Errno 17] File exists: '.../out'", export wrote the model into the link's target
+    (made for it) and crashed on a loop ("RuntimeError: Symlink loop"). Each names the link, where it points and
+    the fix, and makes nothing."""
+    link = tmp_path / "out"
+    link.symlink_to(link if loop else tmp_path / "gone")
+    said = (f"{link} is a symbolic link past too many levels" if loop
+            else f"{link} is a broken symbolic link: it points to {tmp_path / 'gone'}, which does not exist")
+    fix = f"point the link at the directory to write in (ln -sfn TARGET {link}) or remove it."
+    if command == "save":
+        with pytest.raises(FileNotFoundError) as err:
+            BiLM.load(model).save(link)
+        output = str(err.value)
+    else:
+        argv = {"pretrain": ["pretrain", str(trained["train"]), str(link), "--options",
+                             str(trained["model"].parent / "tiny.json"), "--max-steps", "1", "--no-progress"],
+                "embed": ["embed", str(trained["held"]), str(link / "v.h5"), "--model", str(model), "--no-progress"],
+                "export": ["export", str(model), str(link)],
+                "config": ["config", "ner", str(link / "ner.cfg")]}
+        output = plain(clean_error(runner.invoke(app, argv[command])))
+    assert said in output and fix in output.replace("Point", "point") and "Errno" not in output, output
+    assert ".." not in output.replace(str(tmp_path), ""), output  # config's "Could not write ...: {error}."
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "out"]
+
+
 PATH_TYPED = {"export": ["OUT_DIR"], "pretrain": ["TRAIN_PATH", "OUTPUT_DIR", "--heldout", "--options"],
               "embed": ["INPUT_PATH", "OUTPUT_PATH"], "evaluate": ["TEXT_PATH"], "fit-state": ["TEXT_PATH"]}
 
