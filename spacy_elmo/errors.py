@@ -513,9 +513,12 @@ class Errors:
         "an empty path (an unset shell variable? \"$OUT\" with OUT unset gives one): it would name the current "
         "directory, written into, replaced or read whole. Give the path; for the current directory, write ."
     )
-    #: E_PATH_EMPTY in the Python API (:func:`spacy_elmo.paths.refuse_empty_path`), where no option name comes
+    #: E_PATH_EMPTY's counterpart in the Python API (:func:`spacy_elmo.paths.refuse_empty_path`), where no option name comes
     #: before it; ``what``: the argument, e.g. "The model directory"
-    E_PATH_EMPTY_GIVEN = "{what} is " + E_PATH_EMPTY
+    E_PATH_EMPTY_GIVEN = (
+        "{what} is an empty path (\"\": an unset variable? os.environ.get(\"OUT\", \"\") gives one): it would name the "
+        "current directory, written into or read whole. Pass the path (\".\" where the current directory is meant)."
+    )
     E_PATH_EMPTY_MODEL_DIR = "The model directory"
     E_PATH_EMPTY_OPTIONS = "The ELMo options file"
     E_PATH_EMPTY_WEIGHTS = "The weight file"
