@@ -35,7 +35,7 @@ def fit_state(
 ) -> None:
     """Fit the state every sentence starts from (writes initial_state.safetensors).
 
-    The state is the mean carried state at sentence boundaries of running text (see docs/default-model.md). The file is replaced atomically: a killed or failed run leaves the model as it was. A model directory that a running pretrain writes is refused (it holds the directory's lock)."""
+    The state is the mean carried state at sentence boundaries of running text (see docs/default-model.md in the source distribution). The file is replaced atomically: a killed or failed run leaves the model as it was. A model directory that a running pretrain writes is refused (it holds the directory's lock)."""
     from ..bilm import BiLM
     from ..bilm.initial_state import WARMUP, running_streams, sentences_needed
     from ..bilm.native_io import (

@@ -241,7 +241,7 @@ def pretrain(
     state_sentences: int = typer.Option(
         0, callback=non_negative_int, help="Fit the saved model's initial state (where every sentence starts) on this many training "
         "sentences (e.g. 2048); 0: zeros, as the references. Streams only (an error with --sentences). See "
-        "docs/default-model.md before turning it on."),
+        "docs/default-model.md (in the source distribution) before turning it on."),
     log_every: int = typer.Option(10, callback=positive_int, help="Write a log line every N steps and at each checkpoint; its sampled perplexity and tok/s cover the steps since the line before."),
     threads: Optional[int] = typer.Option(None, callback=positive_int, help="torch CPU threads, at least 1 (default: torch's own choice)."),
     tokenize_processes: int = typer.Option(
