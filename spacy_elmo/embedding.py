@@ -50,6 +50,7 @@ from .atomic import (atomic_write, atomic_write_text, make_dirs, out_of_space, r
                      replace_dir, temporary_files, try_lock, warn_if_not_locked)
 from .bilm import BiLM
 from .bilm.token_cache import TokenCache, run_rows
+from .chars import TEXT_TYPES
 from .errors import Errors, Warnings, counted, with_article
 from .hdf5 import SENTENCE_TO_INDEX, hdf5_for_writing
 from .paths import json_shown, missing_path_error, name_shown, read_json_file
@@ -93,7 +94,7 @@ def rows_digest(rows: Iterable[Sequence[str]]) -> str:
 def _tokens(result, path: Path, line: int) -> List[str]:
     """The tokens ``tokenize`` returned for ``line``, as a list of str; anything else is a TypeError
     (a str would be read as one token per character)."""
-    if isinstance(result, (str, bytes)) or not isinstance(result, Iterable):
+    if isinstance(result, TEXT_TYPES) or not isinstance(result, Iterable):
         raise TypeError(Errors.E_EMBED_TOKENIZE_RESULT.format(path=path, line=line, a_type=with_article(type(result).__name__)))
     tokens = list(result)
     for j, token in enumerate(tokens):

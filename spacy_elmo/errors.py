@@ -866,9 +866,8 @@ class Errors:
         "Pass each row's candidate column or -1." + _IN_GRAPH
     )
     E_NOT_FLOAT = (
-        "{op} computes in floating point, but {name} is {dtype}: it takes no integer, bool or complex tensor "
-        "there (an integer result would be truncated). Pass float32/float64 (or float16/bfloat16) tensors: "
-        "convert {name} with .float()."
+        "The {op} op computes in real floating point, but {name} is {dtype}: it takes no integer, bool or complex "
+        "tensor there. Pass float32/float64 (or float16/bfloat16) tensors: convert {name} with .float()."
     )
     E_FUSED_DOUBLE_BACKWARD = (
         "The fused {op} kernel has no second derivative: a gradient computed through it with create_graph=True is "

@@ -90,7 +90,15 @@ def dangling_link(path: PathLike) -> Optional[Path]:
     17] File exists: 'link'", of a link whose target does not exist."""
     path = Path(path)
     found = next((p for p in (path, *path.parents) if os.path.lexists(p)), None)
-    return found if found is not None and os.path.islink(found) and not found.exists() else None
+    if found is None or not os.path.islink(found):
+        return None
+    try:
+        os.stat(found)
+    except OSError as err:
+        # the target missing (ENOENT, ENOTDIR) or a loop; another error (EACCES: a link into a directory this
+        # account may not enter) is no broken link, and its caller's own error says it
+        return found if err.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP) else None
+    return None
 
 
 def files_listed(paths: Sequence[Path], shown: int = 6) -> str:

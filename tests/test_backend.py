@@ -180,10 +180,10 @@ def test_modules_refuse_integer_inputs_alike_on_both_backends(backend):
     cfg = BiLMConfig(projection_dim=4, cell_dim=6, filters=[(1, 2), (2, 2)], n_highway=1)
     lstm, bilm = BiLstm(cfg, backend=backend), BiLM(cfg, backend=backend)
     x, lengths = torch.ones(2, 5, 4, dtype=torch.long), torch.tensor([5, 3])
-    with pytest.raises(TypeError, match=r"^lstm computes in floating point, but x is torch\.int64: "):
+    with pytest.raises(TypeError, match=r"^The lstm op computes in real floating point, but x is torch\.int64: "):
         lstm(x, x, lengths)
     state = (torch.zeros(2, 2, 2, 4, dtype=torch.long), torch.zeros(2, 2, 2, 6))
-    with pytest.raises(TypeError, match=r"^lstm computes in floating point, but h0 is torch\.int64: "):
+    with pytest.raises(TypeError, match=r"^The lstm op computes in real floating point, but h0 is torch\.int64: "):
         lstm(x.float(), x.float(), lengths, state)
     with pytest.raises(TypeError, match="BiLM expects integer character ids"):
         bilm(torch.ones(2, 3, 50))

@@ -1465,8 +1465,9 @@ def test_custom_tokenize_from_python(bilm, corpus, tmp_path):
         (lambda line: line, r"tokenize returned a str for .* line 1.*one token per character"),
         (lambda line: None, r"tokenize returned a NoneType for .* line 1"),
         (lambda line: [len(w) for w in line.split()], r"returned an int as token 0 of .* line 1; tokens must be strings"),
+        (lambda line: bytearray(line.encode()), r"tokenize returned a bytearray for .* line 1"),
     ],
-    ids=["str", "None", "ints"],
+    ids=["str", "None", "ints", "bytearray"],
 )
 def test_custom_tokenize_returning_no_token_list(bilm, corpus, tmp_path, tokenize, match):
     """A str was split into one token per character without a word."""

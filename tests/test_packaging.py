@@ -30,9 +30,10 @@ def egg_info(source: Path, out: Path, **env: str) -> Path:
 
 
 def files_under(folder: str):
-    """The files under ``folder`` that ship (compiled bytecode in a working tree does not: MANIFEST.in)."""
-    return {p.relative_to(ROOT).as_posix() for p in (ROOT / folder).rglob("*")
-            if p.is_file() and "__pycache__" not in p.parts}
+    """The files git tracks under ``folder``: what ships (a working tree's build leftovers and bytecode do not:
+    MANIFEST.in's global-exclude)."""
+    listed = subprocess.run(["git", "ls-files", "-z", folder], cwd=ROOT, check=True, capture_output=True).stdout
+    return {name for name in listed.decode().split("\0") if name}
 
 
 @pytest.mark.parametrize(

@@ -1,13 +1,16 @@
 """Mutation audit of spacy_elmo/paths.py: each helper's contract, tested directly (fast, no CLI run)."""
 
+import errno
 import json
+import os
 from pathlib import Path
 
 import pytest
 
+from spacy_elmo import paths
 from spacy_elmo.errors import Errors
 from spacy_elmo.paths import (
-    files_listed, holds_cwd, json_shown, missing_path_error, name_shown, read_json_file, refuse_empty_path,
+    dangling_link, files_listed, holds_cwd, json_shown, missing_path_error, name_shown, read_json_file, refuse_empty_path,
     shell_quoted,
 )
 
@@ -50,6 +53,31 @@ def test_files_listed_marks_only_dangling_links_and_shows_six(tmp_path):
     assert files_listed(paths) == "real.json, good.json, dangling.json (a broken link)"
     many = [tmp_path / f"f{i}.hdf5" for i in range(8)]
     assert files_listed(many) == "f0.hdf5, f1.hdf5, f2.hdf5, f3.hdf5, f4.hdf5, f5.hdf5 and 2 more"
+
+
+def test_dangling_link_is_a_link_to_nothing_or_round_a_loop_not_one_this_account_may_not_follow(tmp_path,
+                                                                                             monkeypatch):
+    """A link whose target is missing (or one under it), or a loop, is dangling, at the path or at the deepest
+    directory above it that is there; a link into a directory this account may not enter is not (its stat raises
+    EACCES: export's own "could not write" says it; Path.exists() raised that PermissionError as a traceback)."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "good").symlink_to(tmp_path / "real")
+    (tmp_path / "gone").symlink_to(tmp_path / "nowhere")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    assert dangling_link(tmp_path / "good") is None and dangling_link(tmp_path / "good" / "new") is None
+    assert dangling_link(tmp_path / "gone") == tmp_path / "gone"
+    assert dangling_link(tmp_path / "gone" / "a" / "b") == tmp_path / "gone"
+    assert dangling_link(tmp_path / "loop") == tmp_path / "loop"
+    assert dangling_link(tmp_path / "absent" / "new") is None  # nothing there is a link
+    real_stat = os.stat
+
+    def stat(path, *args, **kwargs):
+        if Path(path) == tmp_path / "good":
+            raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        return real_stat(path, *args, **kwargs)
+
+    monkeypatch.setattr(paths.os, "stat", stat)
+    assert dangling_link(tmp_path / "good") is None
 
 
 def test_json_shown_cuts_past_its_limit_only():

@@ -56,8 +56,9 @@ def _describe(value) -> str:
 def char_ids_type_error(value: object, cls: str, call: str, shape: str) -> TypeError:
     """The TypeError for character ids ``value`` that are not a tensor, given to ``cls`` (called as
     ``call(ids)``), which expects a tensor of ``shape``: its type named, with the fix for it (an ndarray:
-    torch.from_numpy; else token lists or nested lists of ids)."""
-    fix = Errors.E_CHAR_IDS_FROM_NUMPY if isinstance(value, np.ndarray) else Errors.E_CHAR_IDS_FROM_TOKENS
+    torch.from_numpy; else, an array of token strings too, token lists or nested lists of ids)."""
+    ids = isinstance(value, np.ndarray) and value.dtype.kind in "iu"  # torch.from_numpy fails on strings, objects
+    fix = Errors.E_CHAR_IDS_FROM_NUMPY if ids else Errors.E_CHAR_IDS_FROM_TOKENS
     return TypeError(Errors.E_CHAR_IDS_NOT_TENSOR.format(
         cls=cls, shape=shape, a_type=with_article(type(value).__name__), fix=fix.format(call=call)))
 

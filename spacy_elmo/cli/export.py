@@ -53,10 +53,10 @@ def export(
         # OUT_DIR (or a directory above it) a symbolic link to nothing: refused as pretrain and BiLM.save refuse
         # it (atomic.make_dirs); the model was written into the link's target, made for it, and a loop crashed
         # resolve() below with a traceback
-        link = dangling_link(out_dir)
-        if link is not None:
-            fail(str(broken_link_error(link, Errors.E_LINK_TO_OUTPUT_DIR)))
         try:
+            link = dangling_link(out_dir)
+            if link is not None:
+                fail(str(broken_link_error(link, Errors.E_LINK_TO_OUTPUT_DIR)))
             check_output_dir(out_dir, overwrite, model_dir)
             # the directory replace_dir replaces: resolved (RUN/missing/.. is RUN to it, and no directory to the kernel)
             real = out_dir.resolve()

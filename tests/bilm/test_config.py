@@ -664,9 +664,10 @@ def test_public_api_argument_errors_name_the_fix():
     with pytest.raises(TypeError, match="stateful must be True"):
         BiLM(config, stateful="yes")
     model = BiLM(config, backend="reference")
-    for bad in ([["a", "b"]], batch_to_ids([["a"]]).numpy()):
-        with pytest.raises(TypeError, match=r"tensor of character ids.*batch_to_ids\(sentences\)"):
-            model(bad)
+    with pytest.raises(TypeError, match=r"tensor of character ids.*got a list\. .*batch_to_ids\(sentences\)"):
+        model([["a", "b"]])
+    with pytest.raises(TypeError, match=r"tensor of character ids.*got an ndarray\. .*bilm\(torch\.from_numpy\(ids\)\)"):
+        model(batch_to_ids([["a"]]).numpy())  # ids already: converted, not made again
     with pytest.raises(ValueError, match=r"carried_states expects None or a pair \(h, c\) of two tensors, "
                                          r"h \(2, 2, B, 4\) and c \(2, 2, B, 6\) \(direction, layer, row, width\); "
                                          r"got a tensor of shape \(2, 2, 1, 4\)\."):
@@ -724,6 +725,10 @@ def test_encode_tokens_and_contextualize_check_their_shapes(backend):
     # was "a ndarray"; its fix is torch.from_numpy, not batch_to_ids
     with pytest.raises(TypeError, match=r"a tensor of character ids .*got an ndarray\. .*bilm\(torch\.from_numpy\("):
         model.encode_tokens(ids.numpy(), ids.gt(0).any(-1))
+    # an array of token strings (or objects): torch.from_numpy fails on it, batch_to_ids is the fix
+    for strings in (np.array([["a", "b"]]), np.array([["a", "b"]], dtype=object)):
+        with pytest.raises(TypeError, match=r"got an ndarray\. Convert token lists first: .*batch_to_ids"):
+            model(strings)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

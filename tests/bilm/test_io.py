@@ -1327,7 +1327,7 @@ def test_a_directory_named_like_a_model_file_is_said_to_be_one(tmp_path):
         BiLM.load(model)
 
 
-def test_a_directory_given_as_a_model_is_listed_by_its_first_names_and_a_count(tmp_path):
+def test_a_directory_given_as_a_model_is_listed_by_its_first_names_and_a_count(tmp_path, monkeypatch):
     """The listing of a directory that is no model names its first four entries (a directory marked "/") and counts
     the rest: only those shown are looked at (one stat each), not every file of a corpus directory."""
     from spacy_elmo.bilm.native_io import NativeDirMissing
@@ -1337,8 +1337,18 @@ def test_a_directory_given_as_a_model_is_listed_by_its_first_names_and_a_count(t
         (tmp_path / name).write_text("x", encoding="utf-8")
     with pytest.raises(NativeDirMissing) as missing:
         BiLM.load(tmp_path)
+    looked_at = []
+    is_dir = Path.is_dir
+
+    def counted_is_dir(path):
+        if path.parent == tmp_path:
+            looked_at.append(path.name)
+        return is_dir(path)
+
+    monkeypatch.setattr(Path, "is_dir", counted_is_dir)
     said = str(missing.value.advising_cli())
     assert said.endswith(f"{tmp_path} holds a_dir/, b.txt, c.txt, d.txt and 2 more."), said
+    assert sorted(looked_at) == ["a_dir", "b.txt", "c.txt", "d.txt"]
 
 
 def test_too_many_weight_or_options_files_are_listed_with_dangling_links_marked(files):

@@ -395,7 +395,7 @@ def test_integer_inputs_are_an_error_not_truncated(which, device="cpu"):
         "sampled_logsumexp": lambda: fused.sampled_logsumexp(x, *on(torch.randn(3, 4), torch.randn(3),
                                                                     torch.full((6,), -1))),
     }
-    with pytest.raises(TypeError, match="computes in floating point, but .* is torch.int64"):
+    with pytest.raises(TypeError, match="computes in real floating point, but .* is torch.int64"):
         calls[which]()
 
 
@@ -429,7 +429,7 @@ def test_non_floating_arguments_are_refused_alike_on_both_backends(op, backend):
     for call, match in calls:
         for autocast in (False, True):
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast), pytest.raises(
-                    TypeError, match=f"^{op.replace('bilstm', 'lstm')} computes in floating point, but {match}: "):
+                    TypeError, match=f"^The {op.replace('bilstm', 'lstm')} op computes in real floating point, but {match}: "):
                 call()
 
 
