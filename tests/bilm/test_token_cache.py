@@ -9,6 +9,7 @@ import torch
 
 from spacy_elmo import BiLM, BiLMConfig, batch_to_ids
 from spacy_elmo.bilm.token_cache import TokenCache, run_rows
+from spacy_elmo.errors import with_article
 from tests.backends import BACKENDS
 from tests.threads import meeting, run_in_threads
 
@@ -245,10 +246,10 @@ def test_a_token_that_is_no_str_is_named_where_it_is_and_the_cache_kept(bad, typ
         generation, index, used = cache.generation, dict(cache.index), cache.used
         for grad in (True, False):  # without the cache (a gradient wanted), with it
             with torch.set_grad_enabled(grad), pytest.raises(
-                    TypeError, match=rf"^Token 1 of sentence 1 is a {type_name}, not a str\."):
+                    TypeError, match=rf"^Token 1 of sentence 1 is {with_article(type_name)}, not a str\."):
                 run_rows(bilm, [["a", "b"], ["c", bad]], cache)
         for lookup in (cache.lookup, cache.vectors):
-            with pytest.raises(TypeError, match=rf"^Token 1 of sentence 1 is a {type_name}, not a str\."):
+            with pytest.raises(TypeError, match=rf"^Token 1 of sentence 1 is {with_article(type_name)}, not a str\."):
                 lookup(bilm, [["a", "b"], ["c", bad]], torch.device("cpu"))
         assert (cache.generation, cache.index, cache.used, cache.pending) == (generation, index, used, {})
     _assert_cached_rows_equal_whole_bilm(bilm, [["a", "c"], ["b"]], cache)
