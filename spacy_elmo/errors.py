@@ -1510,6 +1510,11 @@ class Errors:
         "--resume continues a run exactly: pass the settings it was started with. To train on "
         "with other settings, start a new OUTPUT_DIR with --init {shell_path}."
     )
+    E_RESUME_WORLD = (
+        "The checkpoint in {path} was written by {found} processes (torchrun: --nnodes x --nproc-per-node = {found}), "
+        "this run has {expected}: each process draws its own batches, so --resume continues exactly only with as many. "
+        "Rerun with the same torchrun sizes, or train on in a new OUTPUT_DIR with --init {shell_path}."
+    )
     #: E_CHECKPOINT_MISMATCH's ``found``/``expected`` of a run without --tokenizer
     E_RESUME_TOKENIZER_DEFAULT = "no --tokenizer (spaCy's tokenizer of --lang)"
     #: and of one with it: the [nlp.tokenizer] block its file gave

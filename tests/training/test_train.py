@@ -526,7 +526,7 @@ def test_a_resume_with_another_number_of_processes_is_refused_leaving_output_dir
     payload["settings"]["world"] = 2
     ckpt.save_checkpoint(out, payload)
     before = {p.relative_to(out): (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(out.rglob("*")) if p.is_file()}
-    with pytest.raises(ValueError, match=r"written with number of processes 2, but this run uses number of processes 1"):
+    with pytest.raises(ValueError, match=r"written by 2 processes \(torchrun: --nnodes x --nproc-per-node = 2\), this run has 1: .* Rerun with the same torchrun sizes"):
         train(tiny_train_config(train_file, out, max_steps=4, checkpoint_every=2, resume=True))
     assert {p.relative_to(out): (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(out.rglob("*")) if p.is_file()} == before
 
