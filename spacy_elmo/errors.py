@@ -1385,8 +1385,9 @@ class Errors:
         "--batch-size or --unroll, or more text."
     )
     E_TOO_FEW_SENTENCES = (
-        "--sentences: the corpus gives {n_pieces} sentence rows, fewer than one batch of "
-        "{batch_size} rows for each of {world} process(es). Use a smaller --batch-size, or more text."
+        "--sentences: the corpus gives {rows}, too few for {processes}: its batches of {batch_size} rows (the last one "
+        "may be short) must give each process one, which takes at least {needed} rows. Use a smaller --batch-size, "
+        "fewer processes, or more text."
     )
     E_SPACY_LANG = (
         "Could not create a spaCy tokenizer for --lang {lang!r}: {error}. Use an ISO code that "
