@@ -1809,8 +1809,15 @@ class Errors:
     E_CACHE_NOT_SHARED_READABLE = ", or make it readable by every rank's user"
     E_PEER_DIED = (
         "{error}\nAnother process of this torchrun job died or stopped answering mid-run (killed: the OOM killer? see "
-        "its machine's `dmesg` and the job's output for its rank), so this one stopped too{saved}. Once its cause is "
-        "fixed, {on}"
+        "its machine's `dmesg`; an error of its own, if it had one, is on its output in the job's log, prefixed with "
+        "its rank), so this one stopped too{saved}. Once its cause is fixed, {on}"
+    )
+    #: An error said by a rank other than 0 of a torchrun job (torchrun merges every rank's output)
+    E_SAID_BY_RANK = "Rank {rank} of this torchrun job: {message}"
+    #: E_PEER_DIED where the rank that failed recorded it in torchrun's store (an error of its own, which it says)
+    E_PEER_FAILED_MID_RUN = (
+        "Rank {rank} of this torchrun job failed mid-run, so this process stopped too{saved}: that rank's error, on its "
+        "output (its terminal, or the job's log for rank {rank}), says why. Once its cause is fixed, {on}"
     )
     E_PEER_DIED_CHECKPOINT = ", after the checkpoint of step {step:,} in {path}"
     E_PEER_DIED_CHECKPOINT_IN = ", after the last checkpoint in {path}"
