@@ -1653,6 +1653,12 @@ class Errors:
         "{path} already holds a training run (checkpoint or model). Pass --resume to continue "
         "it, or choose a new OUTPUT_DIR."
     )
+    #: E_OUTPUT_NOT_EMPTY in a job that torchrun restarted (--max-restarts)
+    E_OUTPUT_NOT_EMPTY_RESTARTED = (
+        "{path} holds the checkpoint of this job's attempt before torchrun restarted it (--max-restarts): a restart "
+        "runs the same command again, which cannot carry the run on. Stop this job, then rerun the command with "
+        "--resume and without --max-restarts."
+    )
     E_OUTPUT_IN_USE = (
         "{path} is in use by another pretrain run (or a fit-state of the model in it, or an export into it), still "
         "running (it holds the directory's lock): two runs in one OUTPUT_DIR would mix their tokenized corpus, checkpoints and log. Wait "
