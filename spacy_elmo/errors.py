@@ -1385,8 +1385,9 @@ class Errors:
         "--batch-size or --unroll, or more text."
     )
     E_TOO_FEW_SENTENCES = (
-        "--sentences: the corpus gives {n_pieces} sentence rows, fewer than one batch of "
-        "{batch_size} rows for each of {world} process(es). Use a smaller --batch-size, or more text."
+        "--sentences: the corpus gives {rows}, too few for {processes}: its batches of {batch_size} rows (the last one "
+        "may be short) must give each process one, which takes at least {needed} rows. Use a smaller --batch-size, "
+        "fewer processes, or more text."
     )
     E_SPACY_LANG = (
         "Could not create a spaCy tokenizer for --lang {lang!r}: {error}. Use an ISO code that "
@@ -1509,6 +1510,11 @@ class Errors:
         "The checkpoint in {path} was written with {found}, but this run uses {expected}. "
         "--resume continues a run exactly: pass the settings it was started with. To train on "
         "with other settings, start a new OUTPUT_DIR with --init {shell_path}."
+    )
+    E_RESUME_WORLD = (
+        "The checkpoint in {path} was written by {found} processes (torchrun: --nnodes x --nproc-per-node = {found}), "
+        "this run has {expected}: each process draws its own batches, so --resume continues exactly only with as many. "
+        "Rerun with the same torchrun sizes, or train on in a new OUTPUT_DIR with --init {shell_path}."
     )
     #: E_CHECKPOINT_MISMATCH's ``found``/``expected`` of a run without --tokenizer
     E_RESUME_TOKENIZER_DEFAULT = "no --tokenizer (spaCy's tokenizer of --lang)"
@@ -1646,6 +1652,12 @@ class Errors:
     E_OUTPUT_NOT_EMPTY = (
         "{path} already holds a training run (checkpoint or model). Pass --resume to continue "
         "it, or choose a new OUTPUT_DIR."
+    )
+    #: E_OUTPUT_NOT_EMPTY in a job that torchrun restarted (--max-restarts)
+    E_OUTPUT_NOT_EMPTY_RESTARTED = (
+        "{path} holds the checkpoint of this job's attempt before torchrun restarted it (--max-restarts): a restart "
+        "runs the same command again, which cannot carry the run on. Stop this job, then rerun the command with "
+        "--resume and without --max-restarts."
     )
     E_OUTPUT_IN_USE = (
         "{path} is in use by another pretrain run (or a fit-state of the model in it, or an export into it), still "
@@ -1803,8 +1815,15 @@ class Errors:
     E_CACHE_NOT_SHARED_READABLE = ", or make it readable by every rank's user"
     E_PEER_DIED = (
         "{error}\nAnother process of this torchrun job died or stopped answering mid-run (killed: the OOM killer? see "
-        "its machine's `dmesg` and the job's output for its rank), so this one stopped too{saved}. Once its cause is "
-        "fixed, {on}"
+        "its machine's `dmesg`; an error of its own, if it had one, is on its output in the job's log, prefixed with "
+        "its rank), so this one stopped too{saved}. Once its cause is fixed, {on}"
+    )
+    #: An error said by a rank other than 0 of a torchrun job (torchrun merges every rank's output)
+    E_SAID_BY_RANK = "Rank {rank} of this torchrun job: {message}"
+    #: E_PEER_DIED where the rank that failed recorded it in torchrun's store (an error of its own, which it says)
+    E_PEER_FAILED_MID_RUN = (
+        "Rank {rank} of this torchrun job failed mid-run, so this process stopped too{saved}: that rank's error, on its "
+        "output (its terminal, or the job's log for rank {rank}), says why. Once its cause is fixed, {on}"
     )
     E_PEER_DIED_CHECKPOINT = ", after the checkpoint of step {step:,} in {path}"
     E_PEER_DIED_CHECKPOINT_IN = ", after the last checkpoint in {path}"

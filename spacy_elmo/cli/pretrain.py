@@ -2,8 +2,6 @@
 
 import os
 import shlex
-import threading
-from datetime import timedelta
 from pathlib import Path
 from typing import List, Optional
 
@@ -17,6 +15,7 @@ from ..ops import resolve_backend
 from ..paths import files_listed, missing_path_error, read_json_file
 from ..ranks import Ranks, machine_processes, torchrun_ranks
 from ..training.data import AUTO_RULE
+from ..training.jobstore import STORE_WAIT_S, ask_job_store, job_key
 from ..training.trainer import BOUNDS, DEFAULT_EPOCHS, OPTIMIZERS, leave_failed_run, said_by_this_rank
 from .app import (COMMAND_LINE, DEVICE_HELP, app, checked_by, fail, given_output_path, given_path, given_text,
                   known_device, model_name, non_negative_int, one_of, positive_int, progress_option, spacy_language, warn)
@@ -108,12 +107,9 @@ def model_config(preset: Optional[str], options: Optional[Path]) -> dict:
     return config.to_dict()
 
 
-#: The key of the job's store that counts the ranks a signal stopped; an elastic restart of the job
-#: (``TORCHELASTIC_RESTART_COUNT``) counts afresh in the same store.
-_STOPPED_KEY = "spacy_elmo/pretrain/stopped/{restart}"
-#: Seconds a rank waits for torchrun's store to count it: a store whose host stopped answering (a node that
-#: hangs or lost its network, the connection still open) blocks ``add`` whatever ``set_timeout`` says.
-STORE_WAIT_S = 2.0
+#: The key of the job's store that counts the ranks a signal stopped (:func:`~spacy_elmo.training.jobstore.job_key`:
+#: an elastic restart of the job counts afresh in the same store).
+_STOPPED = "stopped"
 
 
 def _first_to_stop(ranks: Ranks) -> bool:
@@ -126,29 +122,18 @@ def _first_to_stop(ranks: Ranks) -> bool:
     rank, world, _ = ranks
     if world == 1:
         return True
-    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":  # not torchrun's store, which outlives the ranks:
-        return rank == 0  # rank 0's, gone with it (asking it then logs a C++ stack trace)
-    try:
-        import torch.distributed as dist  # loaded by the run already
+    key = job_key(_STOPPED)
+    count = ask_job_store(lambda store: store.add(key, 1), STORE_WAIT_S)
+    return count == 1 if count is not None else rank == 0
 
-        store = dist.distributed_c10d._get_default_store()  # ValueError before init_process_group
-    except Exception:  # noqa: BLE001 - no process group yet
-        return rank == 0
-    key = _STOPPED_KEY.format(restart=os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-    counts = []
 
-    def count() -> None:
-        try:
-            store.set_timeout(timedelta(seconds=STORE_WAIT_S))
-            counts.append(store.add(key, 1))
-        except Exception:  # noqa: BLE001 - torchrun's store unreachable
-            pass
-
-    # A daemon thread: one blocked on a store that never answers must not keep the process from exiting.
-    counting = threading.Thread(target=count, name="spacy-elmo stop count", daemon=True)
-    counting.start()
-    counting.join(STORE_WAIT_S)
-    return counts[0] == 1 if counts else rank == 0
+def _by_rank(message: str, ranks: Ranks) -> str:
+    """``message`` as rank ``ranks.rank`` says it: a rank other than 0 of a torchrun job prefixes its rank (torchrun
+    merges every rank's output: an error of one rank's own, an I/O error or CUDA out of memory, named no rank), unless
+    the message begins with it."""
+    if ranks.world == 1 or ranks.rank == 0 or message.startswith(f"Rank {ranks.rank} of this torchrun job"):
+        return message
+    return Errors.E_SAID_BY_RANK.format(rank=ranks.rank, message=message)
 
 
 def _report_end(err: BaseException, stop: Stop, output_dir: Path, ranks: Ranks) -> None:
@@ -160,7 +145,7 @@ def _report_end(err: BaseException, stop: Stop, output_dir: Path, ranks: Ranks) 
     if stop.signum is None and not isinstance(err, KeyboardInterrupt):
         try:
             if said_by_this_rank(err, ranks.rank):
-                fail(str(err))
+                fail(_by_rank(str(err), ranks))
             raise typer.Exit(1) from err
         finally:  # said: every rank may exit
             leave_failed_run(err)

@@ -121,7 +121,7 @@ ADDED_SETTINGS = ("data", "lang", "optimizer", "lr", "dropout", "clip", "init", 
 #: Command-line spelling of a setting in error messages.
 _OPTION = {"batch_size": "--batch-size", "unroll": "--unroll", "seed": "--seed", "negatives": "--negatives",
            "lang": "--lang", "optimizer": "--optimizer", "lr": "--lr", "length_pool": "--length-pool",
-           "dropout": "--dropout", "clip": "--clip", "world": "number of processes"}
+           "dropout": "--dropout", "clip": "--clip"}
 #: Settings that a run either has (a value) or not (None, False): a resume that adds or leaves one out is
 #: refused naming it, by its ``(left out, added)`` message.
 _GIVEN_OR_LEFT_OUT = {"init": (Errors.E_RESUME_INIT_MISSING, Errors.E_RESUME_INIT_ADDED),
@@ -217,6 +217,9 @@ def check_settings(saved: Dict[str, Any], current: Dict[str, Any], output_dir: P
         if name == "vocab_size":  # what --vocab-size and --min-count made of the corpus: both named
             raise ValueError(Errors.E_RESUME_VOCAB_SIZE.format(path=output_dir, shell_path=shell_quoted(output_dir), found=found,
                                                              expected=expected))
+        if name == "world":  # no option: torchrun's sizes
+            raise ValueError(Errors.E_RESUME_WORLD.format(path=output_dir, shell_path=shell_quoted(output_dir), found=found,
+                                                          expected=expected))
         if name == "model_config":
             raise ValueError(Errors.E_RESUME_MODEL.format(path=output_dir, found=found, expected=expected))
         raise ValueError(Errors.E_CHECKPOINT_MISMATCH.format(

@@ -32,7 +32,7 @@ from typing import Optional, Tuple
 import numpy as np
 import torch
 
-from ..errors import Errors
+from ..errors import Errors, counted
 from .data import Corpus
 from .vocab import EOS
 
@@ -64,8 +64,9 @@ class SentenceBatcher:
         self.lengths = np.asarray(lengths, dtype=np.int64)
         self.n_batches = -(-len(self.starts) // batch_size)
         if self.n_batches < world:
-            raise ValueError(Errors.E_TOO_FEW_SENTENCES.format(
-                n_pieces=len(self.starts), batch_size=batch_size, world=world))
+            raise ValueError(Errors.E_TOO_FEW_SENTENCES.format(  # a batch for each process: world - 1 full ones and one row
+                rows=counted(len(self.starts), "sentence row"), processes=counted(world, "process", "processes"),
+                batch_size=batch_size, needed=(world - 1) * batch_size + 1))
         #: Whether the epoch is padded to a multiple of ``world`` batches (the module's docstring); one process: the same.
         self.pad = pad
         self.steps_per_epoch = -(-self.n_batches // world) if pad else self.n_batches // world

@@ -47,6 +47,7 @@ from . import checkpoint as ckpt
 from . import data as corpus_data
 from .data import (PRETRAINED_BY, Corpus, build_corpus, current_meta, filled_tokenizer_settings, fingerprint,
                    same_text, tokenization_change)
+from .jobstore import failed_rank, record_failure
 from .lm import BidirectionalLM
 from .modelio import check_init_model, has_softmax, load_pretrained, recorded_reading, save_pretrained
 from .prefetch import StepInputs, StepPrefetcher, prefetch_default, prepare_step
@@ -871,32 +872,39 @@ def _lost_peer(err: RuntimeError) -> bool:
 
 
 @contextmanager
-def _peer_loss_said(world: int, out: Path, last_saved: Callable[[], Optional[int]]) -> Iterator[None]:
+def _peer_loss_said(world: int, rank: int, out: Path, last_saved: Callable[[], Optional[int]]) -> Iterator[None]:
     """Within: a peer process of the job gone (:func:`_lost_peer`) is said as :func:`_peer_died` says it, gloo's words
     alone naming no process and no way on: from the set-up's first collective once the process group is up (a peer
     killed while rank 0 tokenizes, at the held-out text's broadcast, in DDP's) through the loop's to the last save's.
+    An error of this rank ``rank``'s own (an I/O error, CUDA out of memory), which its peers meet as a peer gone, is
+    recorded in torchrun's store as it leaves (:func:`~.jobstore.record_failure`), so that they name this rank.
     ``world``: the processes (1: nothing to lose); ``last_saved()``: the step of the checkpoint in OUTPUT_DIR ``out``
     where this rank knows it (:func:`_peer_died`'s ``last_saved``), read as the error comes."""
     try:
         yield
-    except RuntimeError as err:
-        if world > 1 and _lost_peer(err):
-            raise RuntimeError(_peer_died(err, out, last_saved())) from err
+    except Exception as err:
+        if world > 1 and isinstance(err, RuntimeError) and _lost_peer(err):
+            raise RuntimeError(_peer_died(err, out, last_saved(), failed_rank())) from err
+        if world > 1 and not isinstance(err, PeerFailed):  # before this process ends, which its peers meet
+            record_failure(rank)
         raise
 
 
-def _peer_died(err: RuntimeError, out: Path, last_saved: Optional[int]) -> str:
+def _peer_died(err: RuntimeError, out: Path, last_saved: Optional[int], failed: Optional[int] = None) -> str:
     """The message of a run whose peer process died mid-run, in the set-up or the loop (``err``: gloo's or NCCL's
     error): how to go on, as a full disk says it, by whether OUTPUT_DIR ``out`` holds a checkpoint (written
     atomically: whole if there). ``last_saved``: the step of that checkpoint where this rank knows it (rank 0, which
     writes it), else None: another rank counts a save once the collective ending it passes, and rank 0 may have died
-    after writing it."""
+    after writing it. ``failed``: the rank that recorded its own error as it failed (:func:`~.jobstore.failed_rank`):
+    named, where its error is said (gloo's words about it, then, are no news); None: killed or none recorded."""
     if not ckpt.checkpoint_path(out).exists():
         saved = ""
     elif last_saved:
         saved = Errors.E_PEER_DIED_CHECKPOINT.format(step=last_saved, path=out)
     else:
         saved = Errors.E_PEER_DIED_CHECKPOINT_IN.format(path=out)
+    if failed is not None:
+        return Errors.E_PEER_FAILED_MID_RUN.format(rank=failed, saved=saved, on=_how_to_go_on(out))
     return Errors.E_PEER_DIED.format(error=str(err).rstrip(), saved=saved, on=_how_to_go_on(out))
 
 
@@ -1017,7 +1025,7 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
     wait = _wait_groups(world)
     last_saved = 0  # the step of the checkpoint in OUTPUT_DIR that this run wrote (0: none; a resumed one: below)
     # Until the run ends (``held`` is left as train() returns or raises): a peer that dies is said as such.
-    held.enter_context(_peer_loss_said(world, out, lambda: last_saved if is_main else None))
+    held.enter_context(_peer_loss_said(world, rank, out, lambda: last_saved if is_main else None))
     _refuse_shared_gpu(wait, device)  # before OUTPUT_DIR is made and the corpus tokenized
     # Every rank learns rank 0's verdict (its lock, OUTPUT_DIR not empty) before any rank goes on.
     # Files each rank reads itself (--init, OUTPUT_DIR) are checked once the group is up: a rank of another machine
@@ -1037,7 +1045,9 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
             # What does not depend on the corpus is refused before the corpus is read.
             ckpt.check_settings(payload["settings"], _run_settings(cfg, world), out)
         elif is_main and (ckpt.checkpoint_path(out).exists() or (out / "config.json").exists()):
-            raise FileExistsError(Errors.E_OUTPUT_NOT_EMPTY.format(path=out))
+            # torchrun --max-restarts runs the same command again, without --resume: the first attempt's checkpoint
+            restarted = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") not in ("", "0")
+            raise FileExistsError((Errors.E_OUTPUT_NOT_EMPTY_RESTARTED if restarted else Errors.E_OUTPUT_NOT_EMPTY).format(path=out))
     here = torchrun_ranks()
     if here.local == 0 and payload is None and not cfg.init:  # new sizes (a resume's or --init's were built before)
         # once per machine, for all its processes

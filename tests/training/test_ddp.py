@@ -595,6 +595,49 @@ def test_ddp_a_sigterm_says_how_to_go_on_once(tmp_path, signalled):
     del store
 
 
+def _failing_worker(rank: int, world: int, port: int, args: list, result_dir: str, env: Optional[dict] = None) -> None:
+    """:func:`_main_worker` whose rank 1 fails with an error of its own (an I/O error) in its 5th step, past the
+    checkpoint of step 2."""
+    from spacy_elmo.training import trainer
+
+    original = trainer.prepare_step
+    calls = []
+
+    def failing(*a, **k):
+        calls.append(1)
+        if len(calls) == 5:
+            raise OSError(5, "Input/output error (on rank 1)")
+        return original(*a, **k)
+
+    if rank == 1:
+        trainer.prepare_step = failing
+    _main_worker(rank, world, port, args, result_dir, env)
+
+
+@pytest.mark.slow
+def test_ddp_a_rank_failing_mid_run_says_its_rank_and_rank_0_names_it(tmp_path):
+    """A rank that failed mid-run with an error of its own (an I/O error, CUDA out of memory) printed that error
+    alone, naming no rank, and rank 0, its peer lost, guessed at the OOM killer: the failed rank prefixes its rank,
+    and records it in torchrun's store, so that rank 0 names it and says how to go on."""
+    from .conftest import tiny_pretrain_args
+
+    out = tmp_path / "out"
+    args, _, _ = tiny_pretrain_args(tmp_path, out, "--checkpoint-every", "2", "--log-every", "1", max_steps=100)
+    ranks, store = _spawn_under_agent_store(_failing_worker, args, tmp_path)
+    try:
+        for process in ranks.processes:
+            process.join(180)
+    finally:
+        for process in ranks.processes:
+            process.kill()
+    stderr = [(tmp_path / f"stderr{r}.txt").read_text(encoding="utf-8") for r in range(2)]
+    assert [(tmp_path / f"status{r}.txt").read_text() for r in range(2)] == ["1", "1"], stderr
+    assert "Rank 1 of this torchrun job: [Errno 5] Input/output error (on rank 1)" in stderr[1], stderr
+    assert "Rank 1 of this torchrun job failed mid-run" in stderr[0] and "checkpoint of step 4" in stderr[0], stderr
+    assert "--resume" in stderr[0] and "OOM" not in stderr[0] and "Traceback" not in "".join(stderr), stderr
+    del store
+
+
 def _holding_worker(rank: int, world: int, port: int, args: list, result_dir: str, env: Optional[dict] = None,
                     held: str = "save_pretrained", nth: int = 1) -> None:
     """:func:`_main_worker` whose rank 0, on calling the trainer's ``held`` (or torch's ``DistributedDataParallel``),
@@ -794,6 +837,31 @@ def test_a_lost_peer_says_what_to_resume_from(tmp_path, saved, last_saved):
     at_step = Errors.E_PEER_DIED_CHECKPOINT.format(step=4, path=tmp_path)
     in_dir = Errors.E_PEER_DIED_CHECKPOINT_IN.format(path=tmp_path)
     assert (at_step in message, in_dir in message) == (saved and last_saved == 4, saved and last_saved is None), message
+
+
+def test_a_lost_peer_that_recorded_its_failure_is_named_and_a_ranks_own_error_names_it():
+    """A peer that recorded its rank as it failed with its own error (:func:`~spacy_elmo.training.jobstore.record_failure`)
+    is named, not guessed at as killed; a rank other than 0 prefixes its rank to what it says, once."""
+    import torch.distributed as dist
+
+    from spacy_elmo.cli.pretrain import _by_rank
+    from spacy_elmo.ranks import Ranks
+    from spacy_elmo.training import jobstore
+
+    store = dist.HashStore()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(dist.distributed_c10d, "_get_default_store", lambda: store)
+        patch.setenv("TORCHELASTIC_USE_AGENT_STORE", "True")
+        patch.setenv("TORCHELASTIC_RESTART_COUNT", "0")
+        assert jobstore.failed_rank() is None
+        jobstore.record_failure(3)
+        assert jobstore.failed_rank() == 3
+        patch.setenv("TORCHELASTIC_RESTART_COUNT", "1")  # an elastic restart starts afresh
+        assert jobstore.failed_rank() is None
+    assert jobstore.failed_rank() is None  # not under torchrun's agent: no store asked
+    assert _by_rank("[Errno 5] Input/output error", Ranks(1, 2, 1)) == "Rank 1 of this torchrun job: [Errno 5] Input/output error"
+    assert _by_rank("[Errno 5] Input/output error", Ranks(0, 2, 0)) == "[Errno 5] Input/output error"
+    assert _by_rank("Rank 1 of this torchrun job cannot read", Ranks(1, 2, 1)) == "Rank 1 of this torchrun job cannot read"
 
 
 def test_the_wait_groups_time_out_as_their_blocks_need(monkeypatch):

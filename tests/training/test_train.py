@@ -512,6 +512,37 @@ def test_resume_refuses_other_data_and_settings(tmp_path):
     assert resume(model=None)["steps"] == 4  # no model named: the checkpoint's
 
 
+def test_a_run_torchrun_restarted_into_its_own_checkpoint_says_to_resume_without_restarts(tmp_path, monkeypatch):
+    """torchrun --max-restarts runs the same command again after a failure: once the first attempt wrote a
+    checkpoint, it was refused as "already holds a training run. Pass --resume", which a restart cannot pass."""
+    train_file = write_corpus(tmp_path / "train.txt", 200)
+    out = tmp_path / "out"
+    train(tiny_train_config(train_file, out, max_steps=2, checkpoint_every=2))
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
+    with pytest.raises(FileExistsError, match=r"before torchrun restarted it \(--max-restarts\).* rerun the command with "
+                                              r"--resume and without --max-restarts\."):
+        train(tiny_train_config(train_file, out, max_steps=2, checkpoint_every=2))
+
+
+def test_a_resume_with_another_number_of_processes_is_refused_leaving_output_dir_as_it_was(tmp_path):
+    """A checkpoint written by 2 processes (torchrun) resumed by 1 is refused before anything in OUTPUT_DIR changes:
+    each process draws its own batches, so another number of them trains on other batches. (No test checked the
+    refusal: a run of 2 processes costs a torchrun, so the checkpoint's record is set to 2 here.)"""
+    from spacy_elmo.training import checkpoint as ckpt
+
+    train_file = write_corpus(tmp_path / "train.txt", 200)
+    out = tmp_path / "out"
+    train(tiny_train_config(train_file, out, max_steps=2, checkpoint_every=2))
+    payload = ckpt.load_checkpoint(out)
+    assert payload["settings"]["world"] == 1
+    payload["settings"]["world"] = 2
+    ckpt.save_checkpoint(out, payload)
+    before = {p.relative_to(out): (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(out.rglob("*")) if p.is_file()}
+    with pytest.raises(ValueError, match=r"written by 2 processes \(torchrun: --nnodes x --nproc-per-node = 2\), this run has 1: .* Rerun with the same torchrun sizes"):
+        train(tiny_train_config(train_file, out, max_steps=4, checkpoint_every=2, resume=True))
+    assert {p.relative_to(out): (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(out.rglob("*")) if p.is_file()} == before
+
+
 @pytest.mark.filterwarnings("ignore:.*full softmax:RuntimeWarning", "ignore:.*not in the vocabulary of --init:RuntimeWarning")
 def test_resume_names_an_init_given_or_left_out(tmp_path):
     """A fine-tuning run resumed without --init, or a from-scratch run resumed with it, was refused as

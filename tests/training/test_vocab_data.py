@@ -777,6 +777,15 @@ def test_sentence_batches_need_enough_sentences():
         SentenceBatcher(corpus, batch_size=1, max_length=10, pool=0)
 
 
+def test_too_few_sentences_says_the_rows_a_run_needs():
+    """Each process needs a batch, the last one of the epoch short or not: 2 processes of batches of 4 need 5 rows
+    (it said "fewer than one batch of 4 rows for each of 2 process(es)", which reads as 8)."""
+    vocab = Vocab(["<S>", "</S>", "<UNK>", "a"])
+    assert SentenceBatcher(Corpus.from_sentences([["a"]] * 5, vocab), batch_size=4, max_length=10, world=2).n_batches == 2
+    with pytest.raises(ValueError, match=r"gives 4 sentence rows, too few for 2 processes: .* at least 5 rows\. "):
+        SentenceBatcher(Corpus.from_sentences([["a"]] * 4, vocab), batch_size=4, max_length=10, world=2)
+
+
 def test_cache_killed_while_rebuilding_is_not_reused(tmp_path, monkeypatch):
     """meta.json marks a complete cache: a rebuild for other text that is killed half-way must not
     leave the old meta.json beside the new text's half-written files."""
