@@ -1385,10 +1385,14 @@ class Errors:
         "--batch-size or --unroll, or more text."
     )
     E_TOO_FEW_SENTENCES = (
-        "--sentences: the corpus gives {rows}, too few for {processes}: its batches of {batch_size} rows (the last one "
-        "may be short) must give each process one, which takes at least {needed} rows. Use a smaller --batch-size, "
-        "fewer processes, or more text."
+        "--sentences: the corpus gives {rows}, too few for {processes}: its batches of {batch_size} (the last one "
+        "may be short) must give each process one, which takes at least {needed}. Use {fix}."
     )
+    #: E_TOO_FEW_SENTENCES's ``fix``: each way on that applies (a smaller batch where it holds more than one row, fewer
+    #: processes where there are several), then more text
+    E_TOO_FEW_SENTENCES_BATCH = "a smaller --batch-size"
+    E_TOO_FEW_SENTENCES_WORLD = "fewer processes"
+    E_TOO_FEW_SENTENCES_TEXT = "more text"
     E_SPACY_LANG = (
         "Could not create a spaCy tokenizer for --lang {lang!r}: {error}. Use an ISO code that "
         "spaCy supports (en, de, ko, ...); some languages need extra packages."
@@ -1512,10 +1516,15 @@ class Errors:
         "with other settings, start a new OUTPUT_DIR with --init {shell_path}."
     )
     E_RESUME_WORLD = (
-        "The checkpoint in {path} was written by {found} processes (torchrun: --nnodes x --nproc-per-node = {found}), "
-        "this run has {expected}: each process draws its own batches, so --resume continues exactly only with as many. "
-        "Rerun with the same torchrun sizes, or train on in a new OUTPUT_DIR with --init {shell_path}."
+        "The checkpoint in {path} was written by {found} ({how}), this run has {expected}: each process draws its "
+        "own batches, so --resume continues exactly only with as many. {rerun}, or train on in a new OUTPUT_DIR with "
+        "--init {shell_path}."
     )
+    #: E_RESUME_WORLD's ``how`` and ``rerun`` for a checkpoint of several processes, and of one
+    E_RESUME_WORLD_HOW = "torchrun: --nnodes x --nproc-per-node = {found}"
+    E_RESUME_WORLD_RERUN = "Rerun with the same torchrun sizes"
+    E_RESUME_WORLD_HOW_ONE = "one process: no torchrun, or torchrun with one"
+    E_RESUME_WORLD_RERUN_ONE = "Rerun as one process (without torchrun)"
     #: E_CHECKPOINT_MISMATCH's ``found``/``expected`` of a run without --tokenizer
     E_RESUME_TOKENIZER_DEFAULT = "no --tokenizer (spaCy's tokenizer of --lang)"
     #: and of one with it: the [nlp.tokenizer] block its file gave
@@ -1655,9 +1664,10 @@ class Errors:
     )
     #: E_OUTPUT_NOT_EMPTY in a job that torchrun restarted (--max-restarts)
     E_OUTPUT_NOT_EMPTY_RESTARTED = (
-        "{path} holds the checkpoint of this job's attempt before torchrun restarted it (--max-restarts): a restart "
-        "runs the same command again, which cannot carry the run on. Stop this job, then rerun the command with "
-        "--resume and without --max-restarts."
+        "{path} already holds a training run (checkpoint or model), and torchrun restarted this job (attempt "
+        "{attempt}, --max-restarts): a restart runs the same command again, which cannot carry a run on. If this "
+        "job's earlier attempt wrote it, stop the job, then rerun the command with --resume and without "
+        "--max-restarts; if not, choose a new OUTPUT_DIR."
     )
     E_OUTPUT_IN_USE = (
         "{path} is in use by another pretrain run (or a fit-state of the model in it, or an export into it), still "
@@ -1816,7 +1826,7 @@ class Errors:
     E_PEER_DIED = (
         "{error}\nAnother process of this torchrun job died or stopped answering mid-run (killed: the OOM killer? see "
         "its machine's `dmesg`; an error of its own, if it had one, is on its output in the job's log, prefixed with "
-        "its rank), so this one stopped too{saved}. Once its cause is fixed, {on}"
+        "its rank unless it is rank 0), so this one stopped too{saved}. Once its cause is fixed, {on}"
     )
     #: An error said by a rank other than 0 of a torchrun job (torchrun merges every rank's output)
     E_SAID_BY_RANK = "Rank {rank} of this torchrun job: {message}"

@@ -14,7 +14,7 @@ from .._typing import PathLike
 from ..atomic import atomic_write
 from ..atomic import remove_leftovers as atomic_remove_leftovers
 from ..bilm.native_io import read_meta, torch_load_error
-from ..errors import Errors
+from ..errors import Errors, counted
 from ..paths import shell_quoted
 
 CHECKPOINT_NAME = "checkpoint.pt"
@@ -218,8 +218,13 @@ def check_settings(saved: Dict[str, Any], current: Dict[str, Any], output_dir: P
             raise ValueError(Errors.E_RESUME_VOCAB_SIZE.format(path=output_dir, shell_path=shell_quoted(output_dir), found=found,
                                                              expected=expected))
         if name == "world":  # no option: torchrun's sizes
-            raise ValueError(Errors.E_RESUME_WORLD.format(path=output_dir, shell_path=shell_quoted(output_dir), found=found,
-                                                          expected=expected))
+            def processes(n: Any) -> str:  # an int, but a damaged checkpoint may hold anything
+                return counted(n, "process", "processes") if isinstance(n, int) else repr(n)
+
+            raise ValueError(Errors.E_RESUME_WORLD.format(
+                path=output_dir, shell_path=shell_quoted(output_dir), found=processes(found), expected=processes(expected),
+                how=Errors.E_RESUME_WORLD_HOW_ONE if found == 1 else Errors.E_RESUME_WORLD_HOW.format(found=found),
+                rerun=Errors.E_RESUME_WORLD_RERUN_ONE if found == 1 else Errors.E_RESUME_WORLD_RERUN))
         if name == "model_config":
             raise ValueError(Errors.E_RESUME_MODEL.format(path=output_dir, found=found, expected=expected))
         raise ValueError(Errors.E_CHECKPOINT_MISMATCH.format(

@@ -64,9 +64,12 @@ class SentenceBatcher:
         self.lengths = np.asarray(lengths, dtype=np.int64)
         self.n_batches = -(-len(self.starts) // batch_size)
         if self.n_batches < world:
+            fixes = ([Errors.E_TOO_FEW_SENTENCES_BATCH] if batch_size > 1 else []) + (
+                [Errors.E_TOO_FEW_SENTENCES_WORLD] if world > 1 else []) + [Errors.E_TOO_FEW_SENTENCES_TEXT]
             raise ValueError(Errors.E_TOO_FEW_SENTENCES.format(  # a batch for each process: world - 1 full ones and one row
                 rows=counted(len(self.starts), "sentence row"), processes=counted(world, "process", "processes"),
-                batch_size=batch_size, needed=(world - 1) * batch_size + 1))
+                batch_size=counted(batch_size, "row"), needed=counted((world - 1) * batch_size + 1, "row"),
+                fix=", ".join(fixes[:-1]) + (", or " if len(fixes) > 1 else "") + fixes[-1]))
         #: Whether the epoch is padded to a multiple of ``world`` batches (the module's docstring); one process: the same.
         self.pad = pad
         self.steps_per_epoch = -(-self.n_batches // world) if pad else self.n_batches // world

@@ -1045,9 +1045,13 @@ def _train(cfg: TrainConfig, on_step: Optional[Callable[[int, float], None]], he
             # What does not depend on the corpus is refused before the corpus is read.
             ckpt.check_settings(payload["settings"], _run_settings(cfg, world), out)
         elif is_main and (ckpt.checkpoint_path(out).exists() or (out / "config.json").exists()):
-            # torchrun --max-restarts runs the same command again, without --resume: the first attempt's checkpoint
-            restarted = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") not in ("", "0")
-            raise FileExistsError((Errors.E_OUTPUT_NOT_EMPTY_RESTARTED if restarted else Errors.E_OUTPUT_NOT_EMPTY).format(path=out))
+            # torchrun --max-restarts runs the same command again, without --resume: perhaps the first attempt's
+            # checkpoint, perhaps an older run's (as the first attempt found it): the message says both ways on
+            attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+            restarted = attempt not in ("", "0") and "TORCHELASTIC_RUN_ID" in os.environ
+            if restarted:
+                raise FileExistsError(Errors.E_OUTPUT_NOT_EMPTY_RESTARTED.format(path=out, attempt=attempt))
+            raise FileExistsError(Errors.E_OUTPUT_NOT_EMPTY.format(path=out))
     here = torchrun_ranks()
     if here.local == 0 and payload is None and not cfg.init:  # new sizes (a resume's or --init's were built before)
         # once per machine, for all its processes

@@ -137,3 +137,14 @@ def test_a_cuda_checkpoint_resumed_on_the_cpu_leaves_the_cuda_generator_alone(mo
     sampler = torch.Generator().manual_seed(3)
     state = {"torch_rng": torch.get_rng_state(), "sampler_rng": sampler.get_state(), "cuda_rng": torch.get_rng_state()}
     assert ckpt.restore_rank_state(state, torch.Generator(), torch.device("cpu")) is None
+
+
+def test_a_checkpoint_of_one_process_resumed_by_several_says_to_rerun_as_one(tmp_path):
+    """E_RESUME_WORLD counts processes in agreement and, for a checkpoint of one process (no torchrun), says to rerun
+    as one ("written by 1 processes (torchrun: ... = 1)" and "the same torchrun sizes" before)."""
+    with pytest.raises(ValueError, match=r"written by 1 process \(one process: no torchrun, or torchrun with one\), "
+                                         r"this run has 2 processes: .* Rerun as one process \(without torchrun\), or "):
+        ckpt.check_settings({"world": 1}, {"world": 2}, tmp_path)
+    with pytest.raises(ValueError, match=r"written by 3 processes \(torchrun: --nnodes x --nproc-per-node = 3\), this "
+                                         r"run has 1 process: .* Rerun with the same torchrun sizes, or "):
+        ckpt.check_settings({"world": 3}, {"world": 1}, tmp_path)

@@ -519,8 +519,13 @@ def test_a_run_torchrun_restarted_into_its_own_checkpoint_says_to_resume_without
     out = tmp_path / "out"
     train(tiny_train_config(train_file, out, max_steps=2, checkpoint_every=2))
     monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
-    with pytest.raises(FileExistsError, match=r"before torchrun restarted it \(--max-restarts\).* rerun the command with "
-                                              r"--resume and without --max-restarts\."):
+    # a leftover count outside a torchrun job (no run id): the plain message
+    with pytest.raises(FileExistsError, match=r"already holds a training run \(checkpoint or model\)\. Pass --resume"):
+        train(tiny_train_config(train_file, out, max_steps=2, checkpoint_every=2))
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "job")
+    with pytest.raises(FileExistsError, match=r"torchrun restarted this job \(attempt 1, --max-restarts\).* If this job's "
+                                              r"earlier attempt wrote it, .* rerun the command with --resume and without "
+                                              r"--max-restarts; if not, choose a new OUTPUT_DIR\."):
         train(tiny_train_config(train_file, out, max_steps=2, checkpoint_every=2))
 
 
@@ -538,7 +543,7 @@ def test_a_resume_with_another_number_of_processes_is_refused_leaving_output_dir
     payload["settings"]["world"] = 2
     ckpt.save_checkpoint(out, payload)
     before = {p.relative_to(out): (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(out.rglob("*")) if p.is_file()}
-    with pytest.raises(ValueError, match=r"written by 2 processes \(torchrun: --nnodes x --nproc-per-node = 2\), this run has 1: .* Rerun with the same torchrun sizes"):
+    with pytest.raises(ValueError, match=r"written by 2 processes \(torchrun: --nnodes x --nproc-per-node = 2\), this run has 1 process: .* Rerun with the same torchrun sizes"):
         train(tiny_train_config(train_file, out, max_steps=4, checkpoint_every=2, resume=True))
     assert {p.relative_to(out): (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(out.rglob("*")) if p.is_file()} == before
 

@@ -782,8 +782,13 @@ def test_too_few_sentences_says_the_rows_a_run_needs():
     (it said "fewer than one batch of 4 rows for each of 2 process(es)", which reads as 8)."""
     vocab = Vocab(["<S>", "</S>", "<UNK>", "a"])
     assert SentenceBatcher(Corpus.from_sentences([["a"]] * 5, vocab), batch_size=4, max_length=10, world=2).n_batches == 2
-    with pytest.raises(ValueError, match=r"gives 4 sentence rows, too few for 2 processes: .* at least 5 rows\. "):
+    with pytest.raises(ValueError, match=r"gives 4 sentence rows, too few for 2 processes: its batches of 4 rows .* at "
+                                         r"least 5 rows\. Use a smaller --batch-size, fewer processes, or more text\."):
         SentenceBatcher(Corpus.from_sentences([["a"]] * 4, vocab), batch_size=4, max_length=10, world=2)
+    # batches of one row: no smaller --batch-size to advise, nor fewer processes for one; counts agree
+    with pytest.raises(ValueError, match=r"gives 1 sentence row, too few for 2 processes: its batches of 1 row .* at "
+                                         r"least 2 rows\. Use fewer processes, or more text\."):
+        SentenceBatcher(Corpus.from_sentences([["a"]], vocab), batch_size=1, max_length=10, world=2)
 
 
 def test_cache_killed_while_rebuilding_is_not_reused(tmp_path, monkeypatch):
