@@ -234,7 +234,7 @@ def test_every_entry_point_takes_the_batches_batch_to_ids_takes_and_refuses_a_se
                     call()
 
 
-@pytest.mark.parametrize("bad,type_name", [(3, "int"), (["d"], "list"), (None, "NoneType")])
+@pytest.mark.parametrize("bad,type_name", [(3, "an int"), (["d"], "a list"), (None, "a NoneType")])
 def test_a_token_that_is_no_str_is_named_where_it_is_and_the_cache_kept(bad, type_name):
     """Through the cache, the words not yet cached were checked alone (batch_to_ids of them as one row): a bad token
     in sentence 1 was "Token 1 of sentence 0", a list token a bare "unhashable type: 'list'", and the failed encode
@@ -245,10 +245,10 @@ def test_a_token_that_is_no_str_is_named_where_it_is_and_the_cache_kept(bad, typ
         generation, index, used = cache.generation, dict(cache.index), cache.used
         for grad in (True, False):  # without the cache (a gradient wanted), with it
             with torch.set_grad_enabled(grad), pytest.raises(
-                    TypeError, match=rf"^Token 1 of sentence 1 is a {type_name}, not a str\."):
+                    TypeError, match=rf"^Token 1 of sentence 1 is {type_name}, not a str\."):
                 run_rows(bilm, [["a", "b"], ["c", bad]], cache)
         for lookup in (cache.lookup, cache.vectors):
-            with pytest.raises(TypeError, match=rf"^Token 1 of sentence 1 is a {type_name}, not a str\."):
+            with pytest.raises(TypeError, match=rf"^Token 1 of sentence 1 is {type_name}, not a str\."):
                 lookup(bilm, [["a", "b"], ["c", bad]], torch.device("cpu"))
         assert (cache.generation, cache.index, cache.used, cache.pending) == (generation, index, used, {})
     _assert_cached_rows_equal_whole_bilm(bilm, [["a", "c"], ["b"]], cache)
