@@ -530,11 +530,27 @@ def test_ddp_an_error_of_every_rank_is_printed_once(tmp_path, case):
         args += ["--batch-size", "0"]
         status, said = 2, "must be a positive integer"
     mp.spawn(_main_worker, args=(2, _free_port(), args, str(tmp_path)), nprocs=2, join=True)
-    stderr = [(tmp_path / f"stderr{r}.txt").read_text(encoding="utf-8") for r in range(2)]
-    assert [(tmp_path / f"status{r}.txt").read_text() for r in range(2)] == [str(status)] * 2
+    stderr, statuses = _rank_outputs(tmp_path)
+    assert statuses == [str(status)] * 2
     assert said in stderr[0] and said not in stderr[1]
     assert stderr[0].count("spacy-elmo: the compiled extension") == 1
     assert "spacy-elmo:" not in stderr[1]
+
+
+def _joined(ranks, timeout: float) -> None:
+    """Each rank's process joined (``timeout`` seconds each), then killed where it still runs."""
+    try:
+        for process in ranks.processes:
+            process.join(timeout)
+    finally:
+        for process in ranks.processes:
+            process.kill()
+
+
+def _rank_outputs(directory: Path, world: int = 2):
+    """What each rank's worker wrote as it ended: its stderr and its exit status (``stderr{r}.txt``, ``status{r}.txt``)."""
+    stderr = [(directory / f"stderr{r}.txt").read_text(encoding="utf-8") for r in range(world)]
+    return stderr, [(directory / f"status{r}.txt").read_text() for r in range(world)]
 
 
 def _spawn_under_agent_store(worker, args: list, result_dir: Path):
@@ -581,8 +597,7 @@ def test_ddp_a_sigterm_says_how_to_go_on_once(tmp_path, signalled):
     finally:
         for process in ranks.processes:
             process.kill()
-    stderr = [(tmp_path / f"stderr{r}.txt").read_text(encoding="utf-8") for r in range(2)]
-    status = [(tmp_path / f"status{r}.txt").read_text() for r in range(2)]
+    stderr, status = _rank_outputs(tmp_path)
     said = [e.count("Interrupted.") for e in stderr]
     assert sum(said) == 1, stderr
     assert "--resume" in stderr[said.index(1)]
@@ -624,14 +639,9 @@ def test_ddp_a_rank_failing_mid_run_says_its_rank_and_rank_0_names_it(tmp_path):
     out = tmp_path / "out"
     args, _, _ = tiny_pretrain_args(tmp_path, out, "--checkpoint-every", "2", "--log-every", "1", max_steps=100)
     ranks, store = _spawn_under_agent_store(_failing_worker, args, tmp_path)
-    try:
-        for process in ranks.processes:
-            process.join(180)
-    finally:
-        for process in ranks.processes:
-            process.kill()
-    stderr = [(tmp_path / f"stderr{r}.txt").read_text(encoding="utf-8") for r in range(2)]
-    assert [(tmp_path / f"status{r}.txt").read_text() for r in range(2)] == ["1", "1"], stderr
+    _joined(ranks, 180)
+    stderr, status = _rank_outputs(tmp_path)
+    assert status == ["1", "1"], stderr
     assert "Rank 1 of this torchrun job: [Errno 5] Input/output error (on rank 1)" in stderr[1], stderr
     assert "Rank 1 of this torchrun job failed mid-run" in stderr[0] and "checkpoint of step 4" in stderr[0], stderr
     assert "--resume" in stderr[0] and "OOM" not in stderr[0] and "Traceback" not in "".join(stderr), stderr
@@ -945,8 +955,8 @@ def test_ddp_a_failure_of_rank_0_alone_ends_every_rank_at_once_and_quietly(tmp_p
     finally:
         if held is not None:
             os.close(held)
-    stderr = [(tmp_path / f"stderr{r}.txt").read_text(encoding="utf-8") for r in range(2)]
-    assert [(tmp_path / f"status{r}.txt").read_text() for r in range(2)] == ["1", "1"], stderr
+    stderr, status = _rank_outputs(tmp_path)
+    assert status == ["1", "1"], stderr
     assert stderr[0].count(said) == 1, stderr
     assert stderr[1] == "", stderr
 
@@ -960,8 +970,8 @@ def test_ddp_only_rank_0_draws_the_progress_bar(tmp_path):
     args, _, _ = tiny_pretrain_args(tmp_path, tmp_path / "out")
     args[args.index("--no-progress")] = "--progress"
     _run_ranks(_main_worker, (2, _free_port(), args, str(tmp_path)))
-    stderr = [(tmp_path / f"stderr{r}.txt").read_text(encoding="utf-8") for r in range(2)]
-    assert [(tmp_path / f"status{r}.txt").read_text() for r in range(2)] == ["0", "0"], stderr
+    stderr, status = _rank_outputs(tmp_path)
+    assert status == ["0", "0"], stderr
     assert "pretraining" in stderr[0] and "3/3" in stderr[0], stderr
     assert stderr[1] == "", stderr
 
@@ -992,8 +1002,8 @@ def test_ddp_train_path_and_heldout_need_be_on_rank_0s_machine_only(tmp_path):
     args[args.index(str(train))] = "train.txt"
     args += ["--heldout", "heldout.txt"]
     _run_ranks(_elsewhere_worker, (2, _free_port(), args, str(tmp_path), [str(here), str(other)]), timeout=150)
-    stderr = [(tmp_path / f"stderr{r}.txt").read_text(encoding="utf-8") for r in range(2)]
-    assert [(tmp_path / f"status{r}.txt").read_text() for r in range(2)] == ["0", "0"], stderr
+    stderr, status = _rank_outputs(tmp_path)
+    assert status == ["0", "0"], stderr
     assert (out / "config.json").exists() and (out / "checkpoint.pt").exists()
 
 
@@ -1026,8 +1036,8 @@ def test_ddp_a_file_one_rank_cannot_see_is_said_by_that_rank_and_named_by_rank_0
             (other / "out" / "data").mkdir(parents=True)
             (other / "out" / "data" / "meta.json").write_text("[1]", encoding="utf-8")
     _run_ranks(_elsewhere_worker, (2, _free_port(), args, str(tmp_path), [str(here), str(other)]), timeout=150)
-    stderr = [(tmp_path / f"stderr{r}.txt").read_text(encoding="utf-8") for r in range(2)]
-    assert [(tmp_path / f"status{r}.txt").read_text() for r in range(2)] == ["1", "1"], stderr
+    stderr, status = _rank_outputs(tmp_path)
+    assert status == ["1", "1"], stderr
     assert stderr[1].count(said) == 1 and "Traceback" not in stderr[1], stderr
     assert "Rank 1 of this torchrun job failed" in stderr[0] and said not in stderr[0], stderr
     if case == "other_meta":
@@ -1066,8 +1076,8 @@ def test_ddp_a_rank_that_may_not_read_the_cache_says_so_in_our_words(tmp_path):
 
     args, _, _ = tiny_pretrain_args(tmp_path, tmp_path / "out")
     _run_ranks(_meta_refused_worker, (2, _free_port(), args, str(tmp_path)), timeout=150)
-    stderr = [(tmp_path / f"stderr{r}.txt").read_text(encoding="utf-8") for r in range(2)]
-    assert [(tmp_path / f"status{r}.txt").read_text() for r in range(2)] == ["1", "1"], stderr
+    stderr, status = _rank_outputs(tmp_path)
+    assert status == ["1", "1"], stderr
     said = f"Rank 1 of this torchrun job cannot read the corpus that rank 0 tokenized into OUTPUT_DIR {tmp_path / 'out'} "
     assert stderr[1].count(said) == 1 and "Traceback" not in stderr[1], stderr
     assert "[Errno 13] Permission denied" in stderr[1] and "each rank's user must be allowed to read them" in stderr[1]
