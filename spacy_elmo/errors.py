@@ -1388,9 +1388,9 @@ class Errors:
         "--sentences: the corpus gives {rows}, too few for {processes}: its batches of {batch_size} (the last one "
         "may be short) must give each process one, which takes at least {needed}. Use {fix}."
     )
-    #: E_TOO_FEW_SENTENCES's ``fix``: each way on that applies (a smaller batch where it holds more than one row, fewer
-    #: processes where there are several), then more text
-    E_TOO_FEW_SENTENCES_BATCH = "a smaller --batch-size"
+    #: E_TOO_FEW_SENTENCES's ``fix``: each way on that applies (a smaller batch where one would do, fewer processes
+    #: where there are several), then more text
+    E_TOO_FEW_SENTENCES_BATCH = "--batch-size {most} or smaller"
     E_TOO_FEW_SENTENCES_WORLD = "fewer processes"
     E_TOO_FEW_SENTENCES_TEXT = "more text"
     E_SPACY_LANG = (
@@ -1664,7 +1664,7 @@ class Errors:
     )
     #: E_OUTPUT_NOT_EMPTY in a job that torchrun restarted (--max-restarts)
     E_OUTPUT_NOT_EMPTY_RESTARTED = (
-        "{path} already holds a training run (checkpoint or model), and torchrun restarted this job (attempt "
+        "{path} already holds a training run (checkpoint or model), and torchrun restarted this job (restart "
         "{attempt}, --max-restarts): a restart runs the same command again, which cannot carry a run on. If this "
         "job's earlier attempt wrote it, stop the job, then rerun the command with --resume and without "
         "--max-restarts; if not, choose a new OUTPUT_DIR."

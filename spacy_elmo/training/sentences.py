@@ -64,7 +64,11 @@ class SentenceBatcher:
         self.lengths = np.asarray(lengths, dtype=np.int64)
         self.n_batches = -(-len(self.starts) // batch_size)
         if self.n_batches < world:
-            fixes = ([Errors.E_TOO_FEW_SENTENCES_BATCH] if batch_size > 1 else []) + (
+            n = len(self.starts)
+            # the largest batch that gives every process one (world - 1 full batches and one row), where one does:
+            # none with fewer rows than processes, nor for one process (it lacks rows, not batches)
+            most = (n - 1) // (world - 1) if world > 1 and n >= world else 0
+            fixes = ([Errors.E_TOO_FEW_SENTENCES_BATCH.format(most=f"{most:,}")] if most else []) + (
                 [Errors.E_TOO_FEW_SENTENCES_WORLD] if world > 1 else []) + [Errors.E_TOO_FEW_SENTENCES_TEXT]
             raise ValueError(Errors.E_TOO_FEW_SENTENCES.format(  # a batch for each process: world - 1 full ones and one row
                 rows=counted(len(self.starts), "sentence row"), processes=counted(world, "process", "processes"),

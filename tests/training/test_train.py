@@ -523,7 +523,7 @@ def test_a_run_torchrun_restarted_into_its_own_checkpoint_says_to_resume_without
     with pytest.raises(FileExistsError, match=r"already holds a training run \(checkpoint or model\)\. Pass --resume"):
         train(tiny_train_config(train_file, out, max_steps=2, checkpoint_every=2))
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "job")
-    with pytest.raises(FileExistsError, match=r"torchrun restarted this job \(attempt 1, --max-restarts\).* If this job's "
+    with pytest.raises(FileExistsError, match=r"torchrun restarted this job \(restart 1, --max-restarts\).* If this job's "
                                               r"earlier attempt wrote it, .* rerun the command with --resume and without "
                                               r"--max-restarts; if not, choose a new OUTPUT_DIR\."):
         train(tiny_train_config(train_file, out, max_steps=2, checkpoint_every=2))

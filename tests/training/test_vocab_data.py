@@ -783,8 +783,13 @@ def test_too_few_sentences_says_the_rows_a_run_needs():
     vocab = Vocab(["<S>", "</S>", "<UNK>", "a"])
     assert SentenceBatcher(Corpus.from_sentences([["a"]] * 5, vocab), batch_size=4, max_length=10, world=2).n_batches == 2
     with pytest.raises(ValueError, match=r"gives 4 sentence rows, too few for 2 processes: its batches of 4 rows .* at "
-                                         r"least 5 rows\. Use a smaller --batch-size, fewer processes, or more text\."):
+                                         r"least 5 rows\. Use --batch-size 3 or smaller, fewer processes, or more text\."):
         SentenceBatcher(Corpus.from_sentences([["a"]] * 4, vocab), batch_size=4, max_length=10, world=2)
+    assert SentenceBatcher(Corpus.from_sentences([["a"]] * 4, vocab), batch_size=3, max_length=10, world=2).n_batches == 2
+    # fewer rows than processes: no batch size gives each one a batch
+    with pytest.raises(ValueError, match=r"gives 2 sentence rows, too few for 3 processes: .* Use fewer processes, or "
+                                         r"more text\."):
+        SentenceBatcher(Corpus.from_sentences([["a"]] * 2, vocab), batch_size=4, max_length=10, world=3)
     # batches of one row: no smaller --batch-size to advise, nor fewer processes for one; counts agree
     with pytest.raises(ValueError, match=r"gives 1 sentence row, too few for 2 processes: its batches of 1 row .* at "
                                          r"least 2 rows\. Use fewer processes, or more text\."):
